@@ -1,0 +1,60 @@
+# sluice — build. `make`, `make test`, `make asan`, `make bench`, `make run`, `make install PREFIX=...`
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?=
+CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
+WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP
+BASE_CFLAGS := $(WARN) $(OPT) -g -pthread -fno-math-errno $(CFLAGS)
+LDLIBS  += -lcjson -lxxhash -luring -lm -pthread
+PREFIX  ?= /usr/local
+
+LIB_SRC := $(sort $(wildcard src/*/*.c))
+LIB_SRC := $(filter-out src/cli/%,$(LIB_SRC))
+CLI_SRC := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+all: $(BUILD)/sluice $(BUILD)/libsluice.a
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -c $< -o $@
+
+$(BUILD)/libsluice.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/sluice: $(CLI_OBJ) $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $(CLI_OBJ) $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
+$(BUILD)/test_sluice: $(TEST_OBJ) $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $(TEST_OBJ) $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
+test: $(BUILD)/sluice $(BUILD)/test_sluice
+	SLUICE_BIN=$(BUILD)/sluice $(BUILD)/test_sluice
+
+asan:
+	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	    LDFLAGS="-fsanitize=address,undefined" test
+
+bench: $(BUILD)/sluice
+	$(BUILD)/sluice bench
+
+run: $(BUILD)/sluice
+	$(BUILD)/sluice run --tokens 1,2,3 -n 16 --temp 0 --ids
+
+install: all
+	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include
+	install -m 755 $(BUILD)/sluice $(PREFIX)/bin/
+	install -m 644 $(BUILD)/libsluice.a $(PREFIX)/lib/
+	install -m 644 include/sluice.h $(PREFIX)/include/
+
+clean:
+	rm -rf build
+
+.PHONY: all test asan bench run install clean
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,113 @@
+/*
+ * cmd_pack.c — `sluice pack`, `sluice info`, `sluice verify`.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+int cmd_pack(int argc, char **argv) {
+    const char *src = NULL, *out = NULL;
+    sl_pack_params p = sl_pack_params_default();
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
+            const char *q = argv[++i];
+            if (!strcmp(q, "keep")) p.quant = SL_QUANT_KEEP;
+            else if (!strcmp(q, "f32")) p.quant = SL_QUANT_F32;
+            else if (!strcmp(q, "bf16")) p.quant = SL_QUANT_BF16;
+            else return cli_fail("pack", "unknown --quant '%s' (keep, f32, bf16)", q);
+        } else if (!strcmp(argv[i], "--no-source-hash")) p.hash_sources = 0;
+        else if (argv[i][0] == '-') return cli_fail("pack", "unknown option '%s'", argv[i]);
+        else if (!src) src = argv[i];
+        else return cli_fail("pack", "unexpected argument '%s'", argv[i]);
+    }
+    if (!src || !out) return cli_fail("pack", "usage: sluice pack SRC_DIR -o MODEL.sluice [--quant keep|f32|bf16]");
+    cli_progress pr;
+    cli_progress_init(&pr, "packing");
+    p.progress = cli_progress_cb;
+    p.progress_user = &pr;
+    sl_error err = {0};
+    sl_status st = sl_pack(src, out, &p, &err);
+    cli_progress_end(&pr);
+    if (st) return cli_fail("pack", "%s", err.msg);
+    fprintf(stderr, "wrote %s in %.1f s\n", out, cli_now() - pr.t0);
+    return 0;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+int cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (argv[i][0] == '-') return cli_fail("info", "unknown option '%s'", argv[i]);
+        else path = argv[i];
+    }
+    if (!path) return cli_fail("info", "usage: sluice info MODEL.sluice [--json]");
+    char *txt = NULL;
+    sl_error err = {0};
+    if (sl_info_json(path, &txt, &err)) return cli_fail("info", "%s", err.msg);
+    if (json) {
+        printf("%s\n", txt);
+        free(txt);
+        return 0;
+    }
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "config"), *ex = cJSON_GetObjectItemCaseSensitive(j, "experts");
+    printf("file        %s (%.1f MiB)\n", path, num(j, "file_bytes") / 1048576.0);
+    printf("arch        %s\n", cJSON_GetObjectItemCaseSensitive(j, "arch")->valuestring);
+    printf("dims        vocab %.0f, hidden %.0f, layers %.0f, heads %.0f (kv %.0f, head_dim %.0f, rope dims %.0f, "
+           "theta %g)\n", num(c, "vocab"), num(c, "hidden"), num(c, "n_layers"), num(c, "n_heads"), num(c, "n_kv_heads"),
+           num(c, "head_dim"), num(c, "rot_dim"), num(c, "rope_theta"));
+    printf("moe         %.0f experts, %.0f per token, expert ffn %.0f, shared expert ffn %.0f, dense ffn %.0f, "
+           "renormalise top-k %s\n", num(c, "n_experts"), num(c, "n_experts_used"), num(c, "moe_inter"),
+           num(c, "shared_inter"), num(c, "dense_inter"), num(c, "norm_topk") ? "yes" : "no");
+    if (num(c, "lin_nk") > 0)
+        printf("deltanet    key heads %.0f x %.0f, value heads %.0f x %.0f, conv kernel %.0f\n", num(c, "lin_nk"),
+               num(c, "lin_dk"), num(c, "lin_nv"), num(c, "lin_dv"), num(c, "conv_k"));
+    printf("layers      ");
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c, "layer_types"), *lm = cJSON_GetObjectItemCaseSensitive(c, "layer_moe");
+    for (int i = 0; i < cJSON_GetArraySize(lt); i++)
+        printf("%c%c", !strcmp(cJSON_GetArrayItem(lt, i)->valuestring, "linear_attention") ? 'L' : 'A',
+               cJSON_IsTrue(cJSON_GetArrayItem(lm, i)) ? 'm' : 'd');
+    printf("   (A attention, L DeltaNet; m MoE, d dense)\n");
+    printf("experts     %.0f layers x %.0f, block %.0f bytes, stride %.0f, %s\n", num(ex, "moe_layers"),
+           num(ex, "experts_per_layer"), num(ex, "block_bytes"), num(ex, "stride"),
+           cJSON_GetObjectItemCaseSensitive(ex, "dtype")->valuestring);
+    printf("bytes       backbone %.1f MiB, experts %.1f MiB\n", num(j, "backbone_bytes") / 1048576.0,
+           num(j, "expert_bytes") / 1048576.0);
+    const cJSON *pk = cJSON_GetObjectItemCaseSensitive(j, "pack"), *q = cJSON_GetObjectItemCaseSensitive(pk, "quant");
+    printf("quant       %s", cJSON_IsString(q) ? q->valuestring : "?");
+    const cJSON *bd = cJSON_GetObjectItemCaseSensitive(j, "backbone_dtypes"), *it;
+    printf(" (backbone:");
+    cJSON_ArrayForEach(it, bd) printf(" %s %.1f MiB", it->string, it->valuedouble / 1048576.0);
+    printf(")\n");
+    cJSON_Delete(j);
+    return 0;
+}
+
+int cmd_verify(int argc, char **argv) {
+    const char *path = NULL, *src = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--source") && i + 1 < argc) src = argv[++i];
+        else if (argv[i][0] == '-') return cli_fail("verify", "unknown option '%s'", argv[i]);
+        else path = argv[i];
+    }
+    if (!path) return cli_fail("verify", "usage: sluice verify MODEL.sluice [--source SRC_DIR]");
+    cli_progress pr;
+    cli_progress_init(&pr, "verifying");
+    sl_error err = {0};
+    sl_status st = sl_verify(path, src, cli_progress_cb, &pr, &err);
+    cli_progress_end(&pr);
+    if (st) return cli_fail("verify", "%s", err.msg);
+    printf("%s: ok (every checksum%s)\n", path, src ? ", and every tensor equals the source" : "");
+    return 0;
+}

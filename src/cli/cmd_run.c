@@ -1,0 +1,133 @@
+/*
+ * cmd_run.c — `sluice run` (greedy generation from token ids) and `sluice logits`.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+typedef struct {
+    const char *model, *tokens, *out;
+    int n_gen, threads, ids, stats;
+    double temp;
+} run_args;
+
+static int parse(const char *cmd, int argc, char **argv, run_args *a) {
+    memset(a, 0, sizeof *a);
+    a->n_gen = 16;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        int more = i + 1 < argc;
+        if ((!strcmp(s, "-m") || !strcmp(s, "--model")) && more) a->model = argv[++i];
+        else if (!strcmp(s, "--tokens") && more) a->tokens = argv[++i];
+        else if (!strcmp(s, "--out") && more) a->out = argv[++i];
+        else if (!strcmp(s, "-n") && more) a->n_gen = atoi(argv[++i]);
+        else if (!strcmp(s, "--threads") && more) a->threads = atoi(argv[++i]);
+        else if (!strcmp(s, "--temp") && more) a->temp = atof(argv[++i]);
+        else if (!strcmp(s, "--ids")) a->ids = 1;
+        else if (!strcmp(s, "--stats")) a->stats = 1;
+        else return cli_fail(cmd, "unknown or incomplete option '%s'", s);
+    }
+    if (!a->model) return cli_fail(cmd, "no model: pass -m MODEL.sluice");
+    if (!a->tokens) return cli_fail(cmd, "no input: pass --tokens 1,2,3 (text prompts arrive with the tokenizer)");
+    return 0;
+}
+
+static int open_model(const char *cmd, const run_args *a, sl_model **m) {
+    sl_model_params mp = sl_model_params_default();
+    mp.n_threads = a->threads;
+    sl_error err = {0};
+    if (sl_model_open(a->model, &mp, m, &err)) return cli_fail(cmd, "%s", err.msg);
+    return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_args a;
+    if (parse("run", argc, argv, &a)) return 1;
+    if (a.temp != 0) return cli_fail("run", "only greedy decoding (--temp 0) is available in this build");
+    int32_t *toks = NULL;
+    int n = cli_parse_tokens(a.tokens, &toks);
+    if (n <= 0) return cli_fail("run", "--tokens must be a comma-separated list of token ids");
+    sl_model *m = NULL;
+    sl_session *s = NULL;
+    float *logits = NULL;
+    int rc = 1;
+    if (open_model("run", &a, &m)) goto out;
+    int V = sl_model_n_vocab(m);
+    logits = malloc((size_t)V * sizeof(float));
+    if (!logits || sl_session_new(m, 0, &s)) { cli_fail("run", "out of memory"); goto out; }
+    double t0 = cli_now();
+    if (sl_session_eval(s, toks, n, logits, 0)) { cli_fail("run", "%s", sl_session_errmsg(s)); goto out; }
+    double t1 = cli_now();
+    for (int i = 0; i < a.n_gen; i++) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        printf(i ? " %d" : "%d", best);
+        fflush(stdout);
+        if (i + 1 == a.n_gen) break;
+        int32_t t = best;
+        if (sl_session_eval(s, &t, 1, logits, 0)) { printf("\n"); cli_fail("run", "%s", sl_session_errmsg(s)); goto out; }
+    }
+    printf("\n");
+    double t2 = cli_now();
+    if (a.stats)
+        fprintf(stderr, "tokens: %d prompt, %d generated; prefill %.1f tok/s, decode %.1f tok/s\n", n, a.n_gen,
+                n / (t1 - t0), a.n_gen > 1 ? (a.n_gen - 1) / (t2 - t1) : 0.0);
+    rc = 0;
+out:
+    free(logits);
+    free(toks);
+    sl_session_free(s);
+    sl_model_close(m);
+    return rc;
+}
+
+int cmd_logits(int argc, char **argv) {
+    run_args a;
+    if (parse("logits", argc, argv, &a)) return 1;
+    if (!a.out) return cli_fail("logits", "no output: pass --out FILE");
+    int32_t *toks = NULL;
+    int n = cli_parse_tokens(a.tokens, &toks);
+    if (n <= 0) return cli_fail("logits", "--tokens must be a comma-separated list of token ids");
+    sl_model *m = NULL;
+    sl_session *s = NULL;
+    float *logits = NULL;
+    int rc = 1, fd = -1;
+    char *tmp = NULL;
+    if (open_model("logits", &a, &m)) goto out;
+    size_t V = (size_t)sl_model_n_vocab(m);
+    logits = malloc((size_t)n * V * sizeof(float));
+    if (!logits || sl_session_new(m, 0, &s)) { cli_fail("logits", "out of memory"); goto out; }
+    if (sl_session_eval(s, toks, n, logits, 1)) { cli_fail("logits", "%s", sl_session_errmsg(s)); goto out; }
+    /* little-endian float32 [n][V]; written to a temporary name, then renamed */
+    size_t tl = strlen(a.out) + 32;
+    tmp = malloc(tl);
+    snprintf(tmp, tl, "%s.tmp.%ld", a.out, (long)getpid());
+    fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) { cli_fail("logits", "%s: %s", tmp, strerror(errno)); goto out; }
+    size_t len = (size_t)n * V * sizeof(float);
+    const char *p = (const char *)logits;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) { cli_fail("logits", "%s: %s", tmp, strerror(errno)); unlink(tmp); goto out; }
+        p += w;
+        len -= (size_t)w;
+    }
+    if (close(fd) != 0 || rename(tmp, a.out) != 0) { fd = -1; cli_fail("logits", "%s: %s", a.out, strerror(errno)); unlink(tmp); goto out; }
+    fd = -1;
+    rc = 0;
+out:
+    if (fd >= 0) close(fd);
+    free(tmp);
+    free(logits);
+    free(toks);
+    sl_session_free(s);
+    sl_model_close(m);
+    return rc;
+}

@@ -1,0 +1,336 @@
+/*
+ * container.c — header codec, manifest parsing and structural validation of a .sluice file.
+ * Sections: header, config JSON, open/close.
+ */
+#include "format/container.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "model/tensors.h"
+#include "util/err.h"
+#include "util/fileio.h"
+
+uint64_t slc_round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+void slc_hash_hex(uint64_t h, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)h); }
+
+int slc_hash_parse(const char *s, uint64_t *out) {
+    if (!s || strlen(s) != 16) return -1;
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v << 4 | (uint64_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- header ---- */
+
+static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static uint32_t get32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
+
+void slc_header_encode(const slc_header *h, uint8_t *b) {
+    memset(b, 0, SLC_HEADER_BYTES);
+    memcpy(b, SLC_MAGIC, 8);
+    put32(b + 8, h->version);
+    put32(b + 12, SLC_HEADER_BYTES);
+    put64(b + 16, h->file_size);
+    put64(b + 24, h->manifest_off);
+    put64(b + 32, h->manifest_len);
+    put64(b + 40, h->manifest_hash);
+    put64(b + 48, h->backbone_off);
+    put64(b + 56, h->backbone_len);
+    put64(b + 64, h->expert_off);
+    put64(b + 72, h->expert_len);
+    put64(b + 80, h->expert_stride);
+    put32(b + 88, h->n_moe_layers);
+    put32(b + 92, h->n_experts);
+    put64(b + 96, h->hash_off);
+    put64(b + 104, h->hash_len);
+    put64(b + 112, h->blob_off);
+    put64(b + 120, h->blob_len);
+    put64(b + SLC_HEADER_BYTES - 8, XXH3_64bits(b, SLC_HEADER_BYTES - 8));
+}
+
+sl_status slc_header_decode(const uint8_t *b, slc_header *h, const char *path, sl_error *err) {
+    if (memcmp(b, SLC_MAGIC, 8))
+        return sl_err(err, SL_EFORMAT, "%s: not a .sluice container (bad magic)", path);
+    if (get64(b + SLC_HEADER_BYTES - 8) != XXH3_64bits(b, SLC_HEADER_BYTES - 8))
+        return sl_err(err, SL_ECHECKSUM, "%s: header checksum mismatch (file offset 0)", path);
+    memset(h, 0, sizeof *h);
+    h->version = get32(b + 8);
+    if (h->version != SLC_VERSION || get32(b + 12) != SLC_HEADER_BYTES)
+        return sl_err(err, SL_EUNSUPPORTED, "%s: container version %u is not supported (this build reads %d)", path,
+                      h->version, SLC_VERSION);
+    h->file_size = get64(b + 16);
+    h->manifest_off = get64(b + 24);
+    h->manifest_len = get64(b + 32);
+    h->manifest_hash = get64(b + 40);
+    h->backbone_off = get64(b + 48);
+    h->backbone_len = get64(b + 56);
+    h->expert_off = get64(b + 64);
+    h->expert_len = get64(b + 72);
+    h->expert_stride = get64(b + 80);
+    h->n_moe_layers = get32(b + 88);
+    h->n_experts = get32(b + 92);
+    h->hash_off = get64(b + 96);
+    h->hash_len = get64(b + 104);
+    h->blob_off = get64(b + 112);
+    h->blob_len = get64(b + 120);
+    return SL_OK;
+}
+
+/* ---- config JSON ---- */
+
+cJSON *slc_config_to_json(const sl_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return NULL;
+    cJSON_AddStringToObject(j, "arch", cfg_arch_name(c->arch));
+#define I(name) cJSON_AddNumberToObject(j, #name, c->name)
+    I(vocab); I(hidden); I(n_layers); I(n_heads); I(n_kv_heads); I(head_dim); I(rot_dim); I(rope_theta);
+    I(max_pos); I(tie_embeddings); I(n_experts); I(n_experts_used); I(moe_inter); I(shared_inter);
+    I(dense_inter); I(norm_topk); I(lin_nk); I(lin_nv); I(lin_dk); I(lin_dv); I(conv_k); I(zero_centred_norm);
+    I(gated_attn); I(split_lin_proj);
+#undef I
+    cJSON_AddNumberToObject(j, "eps", (double)c->eps);
+    cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
+    cJSON *lm = cJSON_AddArrayToObject(j, "layer_moe");
+    for (int l = 0; l < c->n_layers; l++) {
+        cJSON_AddItemToArray(lt, cJSON_CreateString(c->layer_linear[l] ? "linear_attention" : "full_attention"));
+        cJSON_AddItemToArray(lm, cJSON_CreateBool(c->layer_moe[l]));
+    }
+    return j;
+}
+
+sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, sl_error *err) {
+    memset(c, 0, sizeof *c);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "arch");
+    if (!cJSON_IsString(a) || (c->arch = cfg_arch_from_name(a->valuestring)) == SL_ARCH_NONE)
+        return sl_err(err, SL_EFORMAT, "%s: manifest: unknown architecture", path);
+#define I(name)                                                                                        \
+    do {                                                                                               \
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, #name);                                   \
+        if (!cJSON_IsNumber(v)) return sl_err(err, SL_EFORMAT, "%s: manifest: config lacks '%s'", path, #name); \
+        c->name = v->valuedouble;                                                                      \
+    } while (0)
+    I(vocab); I(hidden); I(n_layers); I(n_heads); I(n_kv_heads); I(head_dim); I(rot_dim); I(rope_theta);
+    I(max_pos); I(tie_embeddings); I(n_experts); I(n_experts_used); I(moe_inter); I(shared_inter);
+    I(dense_inter); I(norm_topk); I(lin_nk); I(lin_nv); I(lin_dk); I(lin_dv); I(conv_k); I(zero_centred_norm);
+    I(gated_attn); I(split_lin_proj); I(eps);
+#undef I
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
+    const cJSON *lm = cJSON_GetObjectItemCaseSensitive(j, "layer_moe");
+    if (c->n_layers < 1 || c->n_layers > SL_MAX_LAYERS || cJSON_GetArraySize(lt) != c->n_layers ||
+        cJSON_GetArraySize(lm) != c->n_layers)
+        return sl_err(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
+    for (int l = 0; l < c->n_layers; l++) {
+        const cJSON *t = cJSON_GetArrayItem(lt, l);
+        c->layer_linear[l] = cJSON_IsString(t) && !strcmp(t->valuestring, "linear_attention");
+        c->layer_moe[l] = cJSON_IsTrue(cJSON_GetArrayItem(lm, l));
+    }
+    if (c->vocab < 1 || c->hidden < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads ||
+        c->head_dim < 1 || c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
+        c->rot_dim > c->head_dim || c->rot_dim % 2 || (c->arch != SL_ARCH_QWEN3_MOE && (c->lin_nk < 1 ||
+        c->lin_nv % c->lin_nk || c->conv_k < 1)))
+        return sl_err(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);
+    return SL_OK;
+}
+
+/* ---- open ---- */
+
+static int get_shape(const cJSON *s, int64_t shape[2], int *ndim) {
+    int n = cJSON_GetArraySize(s);
+    if (!cJSON_IsArray(s) || n < 1 || n > 2) return -1;
+    *ndim = n;
+    shape[1] = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *d = cJSON_GetArrayItem(s, i);
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0) return -1;
+        shape[i] = (int64_t)d->valuedouble;
+    }
+    return 0;
+}
+
+static uint64_t num_u64(const cJSON *o, const char *k, int *bad) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0) { *bad = 1; return 0; }
+    return (uint64_t)v->valuedouble;
+}
+
+static uint64_t elems(int ndim, const int64_t *s) { return ndim == 1 ? (uint64_t)s[0] : (uint64_t)s[0] * (uint64_t)s[1]; }
+
+static int in_range(uint64_t off, uint64_t len, uint64_t lo, uint64_t hi) {
+    return off >= lo && len <= hi - lo && off - lo <= hi - lo - len;
+}
+
+sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    sl_status st = SL_OK;
+    char *mtxt = NULL;
+    uint8_t *hb = NULL;
+    f->path = strdup(path);
+    if (!f->path) return sl_err(err, SL_ENOMEM, "out of memory");
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) { st = sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno)); goto fail; }
+    struct stat sb;
+    if (fstat(f->fd, &sb) != 0) { st = sl_err(err, SL_EIO, "%s: cannot stat", path); goto fail; }
+    uint64_t fsize = (uint64_t)sb.st_size;
+    if (fsize < SLC_HEADER_BYTES) { st = sl_err(err, SL_EFORMAT, "%s: %llu bytes, too short for a .sluice container", path, (unsigned long long)fsize); goto fail; }
+    hb = malloc(SLC_HEADER_BYTES);
+    if (!hb) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if ((st = fio_pread_all(f->fd, hb, SLC_HEADER_BYTES, 0, path, err))) goto fail;
+    if ((st = slc_header_decode(hb, &f->h, path, err))) goto fail;
+    slc_header *h = &f->h;
+    if (h->file_size != fsize) { st = sl_err(err, SL_EFORMAT, "%s: file is %llu bytes but its header says %llu (truncated or appended to)", path, (unsigned long long)fsize, (unsigned long long)h->file_size); goto fail; }
+    if (!in_range(h->manifest_off, h->manifest_len, SLC_HEADER_BYTES, fsize) || !in_range(h->backbone_off, h->backbone_len, SLC_HEADER_BYTES, fsize) ||
+        !in_range(h->expert_off, h->expert_len, SLC_HEADER_BYTES, fsize) || !in_range(h->hash_off, h->hash_len, SLC_HEADER_BYTES, fsize) ||
+        !in_range(h->blob_off, h->blob_len, SLC_HEADER_BYTES, fsize) || h->manifest_len > (1ull << 31)) {
+        st = sl_err(err, SL_EFORMAT, "%s: header: a section lies outside the file", path);
+        goto fail;
+    }
+    if (h->expert_stride % SLC_ALIGN || h->expert_off % SLC_ALIGN ||
+        h->expert_len != (uint64_t)h->n_moe_layers * h->n_experts * h->expert_stride ||
+        h->hash_len != (uint64_t)h->n_moe_layers * h->n_experts * 8) {
+        st = sl_err(err, SL_EFORMAT, "%s: header: inconsistent expert section", path);
+        goto fail;
+    }
+    mtxt = malloc(h->manifest_len + 1);
+    if (!mtxt) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if ((st = fio_pread_all(f->fd, mtxt, h->manifest_len, h->manifest_off, path, err))) goto fail;
+    mtxt[h->manifest_len] = 0;
+    if (XXH3_64bits(mtxt, h->manifest_len) != h->manifest_hash) {
+        st = sl_err(err, SL_ECHECKSUM, "%s: manifest checksum mismatch (file offset %llu)", path, (unsigned long long)h->manifest_off);
+        goto fail;
+    }
+    f->manifest = cJSON_ParseWithLength(mtxt, h->manifest_len);
+    if (!cJSON_IsObject(f->manifest)) { st = sl_err(err, SL_EFORMAT, "%s: manifest is not a JSON object", path); goto fail; }
+    if ((st = slc_config_from_json(cJSON_GetObjectItemCaseSensitive(f->manifest, "config"), &f->cfg, path, err))) goto fail;
+    if ((uint32_t)cfg_n_moe_layers(&f->cfg) != h->n_moe_layers || h->n_experts != (uint32_t)f->cfg.n_experts) {
+        st = sl_err(err, SL_EFORMAT, "%s: header expert layout (%u layers x %u experts) does not match the config", path, h->n_moe_layers, h->n_experts);
+        goto fail;
+    }
+    /* tensor table */
+    const cJSON *tt = cJSON_GetObjectItemCaseSensitive(f->manifest, "tensors"), *it;
+    if (!cJSON_IsArray(tt)) { st = sl_err(err, SL_EFORMAT, "%s: manifest has no tensor table", path); goto fail; }
+    f->t = calloc((size_t)cJSON_GetArraySize(tt) + 1, sizeof *f->t);
+    if (!f->t) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    cJSON_ArrayForEach(it, tt) {
+        slc_tensor *t = &f->t[f->n_tensors];
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name"), *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+        const cJSON *hs = cJSON_GetObjectItemCaseSensitive(it, "xxh3");
+        int bad = 0;
+        if (!cJSON_IsString(nm) || !cJSON_IsString(dt) || (t->dtype = dt_from_name(dt->valuestring)) == DT_NONE ||
+            t->dtype == DT_F8E4M3 || get_shape(cJSON_GetObjectItemCaseSensitive(it, "shape"), t->shape, &t->ndim) ||
+            !cJSON_IsString(hs) || slc_hash_parse(hs->valuestring, &t->hash)) bad = 1;
+        t->off = num_u64(it, "offset", &bad);
+        t->size = num_u64(it, "size", &bad);
+        if (bad) { st = sl_err(err, SL_EFORMAT, "%s: manifest: malformed tensor entry %d", path, f->n_tensors); goto fail; }
+        t->name = strdup(nm->valuestring);
+        f->n_tensors++;
+        if (!t->name) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+        if (t->size != elems(t->ndim, t->shape) * dt_size(t->dtype) || !in_range(t->off, t->size, h->backbone_off, h->backbone_off + h->backbone_len)) {
+            st = sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' has a size or offset outside the backbone section", path, t->name);
+            goto fail;
+        }
+    }
+    /* expert layout */
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(f->manifest, "experts");
+    const cJSON *pa = cJSON_GetObjectItemCaseSensitive(ex, "parts");
+    const cJSON *ly = cJSON_GetObjectItemCaseSensitive(ex, "layers");
+    if (cJSON_GetArraySize(pa) != 3 || cJSON_GetArraySize(ly) != (int)h->n_moe_layers) {
+        st = sl_err(err, SL_EFORMAT, "%s: manifest: malformed expert layout", path);
+        goto fail;
+    }
+    f->moe_layers = calloc(h->n_moe_layers + 1, sizeof *f->moe_layers);
+    if (!f->moe_layers) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    for (uint32_t s = 0; s < h->n_moe_layers; s++) {
+        f->moe_layers[s] = cJSON_GetArrayItem(ly, (int)s)->valueint;
+        if (cfg_moe_slot(&f->cfg, f->moe_layers[s]) != (int)s) { st = sl_err(err, SL_EFORMAT, "%s: manifest: expert layer list does not match the config", path); goto fail; }
+    }
+    for (int p = 0; p < 3; p++) {
+        const cJSON *o = cJSON_GetArrayItem(pa, p), *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+        slc_part *pp = &f->parts[p];
+        int bad = 0, nd = 0;
+        if (!cJSON_IsString(dt) || (pp->dtype = dt_from_name(dt->valuestring)) == DT_NONE || pp->dtype == DT_F8E4M3 ||
+            get_shape(cJSON_GetObjectItemCaseSensitive(o, "shape"), pp->shape, &nd) || nd != 2) bad = 1;
+        pp->off = num_u64(o, "offset", &bad);
+        pp->size = num_u64(o, "size", &bad);
+        int64_t want[2];
+        arch_expert_shape(&f->cfg, p, want);
+        if (bad || pp->shape[0] != want[0] || pp->shape[1] != want[1] || pp->size != elems(2, pp->shape) * dt_size(pp->dtype) ||
+            pp->off + pp->size > h->expert_stride) {
+            st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_names[p]);
+            goto fail;
+        }
+        if (pp->off + pp->size > f->block_bytes) f->block_bytes = pp->off + pp->size;
+    }
+    /* blobs */
+    const cJSON *bl = cJSON_GetObjectItemCaseSensitive(f->manifest, "blobs");
+    f->blobs = calloc((size_t)cJSON_GetArraySize(bl) + 1, sizeof *f->blobs);
+    if (!f->blobs) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    cJSON_ArrayForEach(it, bl) {
+        slc_blob *b = &f->blobs[f->n_blobs];
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name"), *hs = cJSON_GetObjectItemCaseSensitive(it, "xxh3");
+        int bad = !cJSON_IsString(nm) || !cJSON_IsString(hs) || slc_hash_parse(hs->valuestring, &b->hash);
+        b->off = num_u64(it, "offset", &bad);
+        b->size = num_u64(it, "size", &bad);
+        if (bad || !in_range(b->off, b->size, h->blob_off, h->blob_off + h->blob_len)) { st = sl_err(err, SL_EFORMAT, "%s: manifest: malformed blob entry", path); goto fail; }
+        b->name = strdup(nm->valuestring);
+        f->n_blobs++;
+        if (!b->name) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    }
+    /* expert hash table */
+    size_t nh = (size_t)h->n_moe_layers * h->n_experts;
+    f->expert_hash = malloc(nh * 8 + 8);
+    if (!f->expert_hash) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if ((st = fio_pread_all(f->fd, f->expert_hash, nh * 8, h->hash_off, path, err))) goto fail;
+    for (size_t i = 0; i < nh; i++) f->expert_hash[i] = get64((const uint8_t *)&f->expert_hash[i]);
+    free(mtxt);
+    free(hb);
+    return SL_OK;
+fail:
+    free(mtxt);
+    free(hb);
+    slc_close(f);
+    return st;
+}
+
+void slc_close(slc_file *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    for (int i = 0; i < f->n_tensors; i++) free(f->t[i].name);
+    for (int i = 0; i < f->n_blobs; i++) free(f->blobs[i].name);
+    free(f->t);
+    free(f->blobs);
+    free(f->moe_layers);
+    free(f->expert_hash);
+    cJSON_Delete(f->manifest);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+const slc_tensor *slc_find(const slc_file *f, const char *name) {
+    for (int i = 0; i < f->n_tensors; i++)
+        if (!strcmp(f->t[i].name, name)) return &f->t[i];
+    return NULL;
+}
+
+const slc_blob *slc_find_blob(const slc_file *f, const char *name) {
+    for (int i = 0; i < f->n_blobs; i++)
+        if (!strcmp(f->blobs[i].name, name)) return &f->blobs[i];
+    return NULL;
+}

@@ -1,0 +1,101 @@
+/*
+ * container.h — the .sluice container: header, manifest, sections (byte layout in docs/FORMAT.md).
+ *
+ *   [0, 4096)          header: magic, version, section offsets, header checksum
+ *   backbone section   every non-routed tensor, each 64-byte aligned (loaded into RAM at open)
+ *   expert section     4096-aligned; expert (slot s, index e) at expert_off + (s*E + e)*stride;
+ *                      inside a block gate_proj | up_proj | down_proj back to back (64-byte aligned)
+ *   hash table         u64 xxh3-64 per expert block [n_moe_layers][E] (over the block's used bytes)
+ *   blobs              config.json and tokenizer files of the source, verbatim
+ *   manifest           JSON: normalised config, tensor table, expert layout, blobs, sources, pack options
+ * "slot" s is the index of a MoE layer among MoE layers (dense layers have no expert blocks).
+ */
+#ifndef SL_CONTAINER_H
+#define SL_CONTAINER_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "model/config.h"
+#include "sluice.h"
+#include "util/dtype.h"
+
+#define SLC_MAGIC "SLUICE\0\1"
+#define SLC_VERSION 1
+#define SLC_HEADER_BYTES 4096
+#define SLC_ALIGN 4096
+#define SLC_TENSOR_ALIGN 64
+
+typedef struct slc_header {
+    uint32_t version;
+    uint64_t file_size;
+    uint64_t manifest_off, manifest_len, manifest_hash;
+    uint64_t backbone_off, backbone_len;
+    uint64_t expert_off, expert_len, expert_stride;
+    uint32_t n_moe_layers, n_experts;
+    uint64_t hash_off, hash_len;
+    uint64_t blob_off, blob_len;
+} slc_header;
+
+typedef struct slc_tensor {
+    char *name;
+    sl_dtype dtype;
+    int ndim;
+    int64_t shape[2];
+    uint64_t off, size; /* absolute offset, bytes */
+    uint64_t hash;
+} slc_tensor;
+
+typedef struct slc_part {
+    sl_dtype dtype;
+    int64_t shape[2];
+    uint64_t off, size; /* offset inside the block */
+} slc_part;
+
+typedef struct slc_blob {
+    char *name;
+    uint64_t off, size, hash;
+} slc_blob;
+
+typedef struct slc_file {
+    int fd;
+    char *path;
+    slc_header h;
+    sl_config cfg;
+    cJSON *manifest;
+    int n_tensors;
+    slc_tensor *t;
+    int *moe_layers;       /* [n_moe_layers]: model layer of each slot */
+    slc_part parts[3];
+    uint64_t block_bytes;  /* used bytes of an expert block (<= stride) */
+    uint64_t *expert_hash; /* [n_moe_layers * E] */
+    int n_blobs;
+    slc_blob *blobs;
+} slc_file;
+
+/* Encodes / decodes the fixed header (4096 bytes). decode checks magic, version and checksum. */
+void slc_header_encode(const slc_header *h, uint8_t *buf);
+sl_status slc_header_decode(const uint8_t *buf, slc_header *h, const char *path, sl_error *err);
+
+/* Opens a container: header, manifest and expert hash table, all structurally validated (sections
+ * inside the file, tensors inside the backbone section, config consistent with the tensor table).
+ * Tensor data is not read. */
+sl_status slc_open(const char *path, slc_file *f, sl_error *err);
+void slc_close(slc_file *f);
+
+static inline uint64_t slc_expert_offset(const slc_file *f, int slot, int e) {
+    return f->h.expert_off + ((uint64_t)slot * f->h.n_experts + (uint64_t)e) * f->h.expert_stride;
+}
+const slc_tensor *slc_find(const slc_file *f, const char *name);
+const slc_blob *slc_find_blob(const slc_file *f, const char *name);
+
+/* Normalised config <-> manifest JSON. */
+cJSON *slc_config_to_json(const sl_config *c);
+sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, sl_error *err);
+
+/* xxh3-64 as 16 lowercase hex digits and back. */
+void slc_hash_hex(uint64_t h, char out[17]);
+int slc_hash_parse(const char *s, uint64_t *out);
+uint64_t slc_round_up(uint64_t x, uint64_t a);
+
+#endif

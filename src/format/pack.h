@@ -1,0 +1,29 @@
+/*
+ * pack.h — the packer (HF checkpoint -> .sluice) with an overridable write call, so tests can inject
+ * a full disk or an I/O error at any byte.
+ */
+#ifndef SL_PACK_H
+#define SL_PACK_H
+
+#include <sys/types.h>
+
+#include "sluice.h"
+
+typedef struct pack_io {
+    /* pwrite(2) semantics: returns bytes written or -1 with errno set. */
+    ssize_t (*pwrite)(void *ctx, int fd, const void *buf, size_t n, off_t off);
+    void *ctx;
+} pack_io;
+
+/* sl_pack with an explicit writer (NULL: pwrite). */
+sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_params *p, const pack_io *io,
+                   sl_error *err);
+
+/* The dtype a tensor is stored in for a given pack mode. */
+#include "util/dtype.h"
+sl_dtype pack_target_dtype(sl_quant q, sl_dtype src, int matrix);
+
+/* Names of files copied verbatim into the container's blob section when present in the source. */
+extern const char *const pack_blob_names[];
+
+#endif

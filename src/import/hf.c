@@ -1,0 +1,503 @@
+/*
+ * hf.c — Hugging Face checkpoint directory import; see hf.h.
+ *
+ * Sections: name mapping (disk name -> canonical), opening (config, shards, index), validation
+ * against the architecture's tensor list, reading with dtype conversion and FP8 block dequantisation.
+ */
+#include "import/hf.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "import/safetensors.h"
+#include "model/tensors.h"
+#include "util/err.h"
+#include "util/fileio.h"
+
+typedef struct hf_t {
+    hf_tensor pub;
+    int file;
+    const st_entry *ent;   /* the on-disk entry (for fused experts: the whole stack) */
+    uint64_t off, len;     /* bytes of this tensor (a slice for fused experts) */
+    const st_entry *scale; /* FP8 weight_scale_inv, or NULL */
+} hf_t;
+
+struct hf_ckpt {
+    char *dir;
+    char *config_text;
+    sl_config cfg;
+    int fp8, blk_r, blk_c;
+    int n_files;
+    st_file *files;
+    hf_t *t;
+    int n, cap;
+    hf_t **experts; /* [n_layers][E][3] -> tensor, NULL if absent */
+};
+
+/* ---- name mapping ---- */
+
+/* Returns the canonical remainder of a disk name, or NULL for tensors we ignore. */
+static const char *strip_prefix(const char *n) {
+    static const char *const ignore[] = {"model.visual.", "visual.", "mtp.", "model.mtp.", "language_model.mtp."};
+    for (size_t i = 0; i < sizeof ignore / sizeof *ignore; i++)
+        if (!strncmp(n, ignore[i], strlen(ignore[i]))) return NULL;
+    static const char *const pre[] = {"model.language_model.", "language_model.model.", "model."};
+    for (size_t i = 0; i < sizeof pre / sizeof *pre; i++)
+        if (!strncmp(n, pre[i], strlen(pre[i]))) return n + strlen(pre[i]);
+    if (!strcmp(n, "lm_head.weight") || !strcmp(n, "language_model.lm_head.weight")) return "lm_head.weight";
+    return NULL;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static hf_t *push(hf_ckpt *ck) {
+    if (ck->n == ck->cap) {
+        int cap = ck->cap ? ck->cap * 2 : 256;
+        hf_t *t = realloc(ck->t, (size_t)cap * sizeof *t);
+        if (!t) return NULL;
+        ck->t = t;
+        ck->cap = cap;
+    }
+    hf_t *t = &ck->t[ck->n++];
+    memset(t, 0, sizeof *t);
+    t->pub.expert_layer = -1;
+    return t;
+}
+
+static int part_index(const char *s) {
+    for (int p = 0; p < 3; p++)
+        if (!strcmp(s, arch_expert_part_names[p])) return p;
+    return -1;
+}
+
+/* ---- opening ---- */
+
+static sl_status list_files(hf_ckpt *ck, char ***names, int *n, cJSON **index, sl_error *err) {
+    *names = NULL;
+    *n = 0;
+    *index = NULL;
+    char *ipath = fio_join(ck->dir, "model.safetensors.index.json");
+    if (!ipath) return sl_err(err, SL_ENOMEM, "out of memory");
+    struct stat sb;
+    sl_status st = SL_OK;
+    if (stat(ipath, &sb) == 0) {
+        char *txt = NULL;
+        if ((st = fio_read_file(ipath, &txt, NULL, err))) goto out;
+        cJSON *ix = cJSON_Parse(txt);
+        free(txt);
+        const cJSON *wm = cJSON_GetObjectItemCaseSensitive(ix, "weight_map");
+        if (!cJSON_IsObject(wm)) {
+            cJSON_Delete(ix);
+            st = sl_err(err, SL_EFORMAT, "%s: no 'weight_map' object", ipath);
+            goto out;
+        }
+        const cJSON *it;
+        char **v = calloc((size_t)cJSON_GetArraySize(wm) + 1, sizeof *v);
+        if (!v) {
+            cJSON_Delete(ix);
+            st = sl_err(err, SL_ENOMEM, "out of memory");
+            goto out;
+        }
+        cJSON_ArrayForEach(it, wm) {
+            if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {
+                st = sl_err(err, SL_EFORMAT, "%s: bad file name for tensor '%s'", ipath, it->string);
+                break;
+            }
+            int seen = 0;
+            for (int i = 0; i < *n; i++) seen |= !strcmp(v[i], it->valuestring);
+            if (seen) continue;
+            char *p = fio_join(ck->dir, it->valuestring);
+            if (!p) { st = sl_err(err, SL_ENOMEM, "out of memory"); break; }
+            if (stat(p, &sb) != 0) {
+                st = sl_err(err, SL_ENOENT, "%s: shard '%s' (named in model.safetensors.index.json for tensor '%s') "
+                            "is missing", ck->dir, it->valuestring, it->string);
+                free(p);
+                break;
+            }
+            free(p);
+            v[(*n)++] = strdup(it->valuestring);
+        }
+        *names = v;
+        if (st) cJSON_Delete(ix);
+        else *index = ix;
+        goto out;
+    }
+    DIR *d = opendir(ck->dir);
+    if (!d) {
+        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot open directory: %s", ck->dir, strerror(errno));
+        goto out;
+    }
+    struct dirent *de;
+    char **v = NULL;
+    while ((de = readdir(d))) {
+        if (!ends_with(de->d_name, ".safetensors")) continue;
+        char **nv = realloc(v, (size_t)(*n + 1) * sizeof *v);
+        if (!nv) { st = sl_err(err, SL_ENOMEM, "out of memory"); break; }
+        v = nv;
+        v[(*n)++] = strdup(de->d_name);
+    }
+    closedir(d);
+    *names = v;
+    if (!st && *n == 0) st = sl_err(err, SL_ENOENT, "%s: no .safetensors files", ck->dir);
+    /* deterministic order */
+    for (int i = 1; i < *n; i++)
+        for (int j = i; j > 0 && strcmp(v[j - 1], v[j]) > 0; j--) {
+            char *x = v[j]; v[j] = v[j - 1]; v[j - 1] = x;
+        }
+out:
+    free(ipath);
+    return st;
+}
+
+static hf_t *find_t(hf_ckpt *ck, const char *name) {
+    for (int i = 0; i < ck->n; i++)
+        if (ck->t[i].pub.expert_layer < 0 && !strcmp(ck->t[i].pub.name, name)) return &ck->t[i];
+    return NULL;
+}
+
+/* Registers one disk tensor under its canonical name(s). */
+static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err) {
+    const char *rest = strip_prefix(e->name);
+    if (!rest) return SL_OK;
+    char base[256];
+    snprintf(base, sizeof base, "%s", rest);
+    if (ends_with(base, ".weight_scale_inv")) return SL_OK; /* attached in a second pass */
+    if (ends_with(base, ".weight")) base[strlen(base) - 7] = 0;
+    const sl_config *c = &ck->cfg;
+    int l, ex, nread = 0;
+    char part[32];
+    if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0) {
+        int p = part_index(part);
+        if (p < 0 || l < 0 || l >= c->n_layers || ex < 0 || ex >= c->n_experts) return SL_OK;
+        hf_t *t = push(ck);
+        if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+        t->pub.name = strdup(base);
+        t->file = fi;
+        t->ent = e;
+        t->off = e->off;
+        t->len = e->len;
+        t->pub.src_dtype = e->dtype;
+        t->pub.ndim = e->ndim;
+        memcpy(t->pub.shape, e->shape, sizeof t->pub.shape);
+        t->pub.expert_layer = l;
+        t->pub.expert = ex;
+        t->pub.expert_part = p;
+        return t->pub.name ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    if (sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0 &&
+        (!strcmp(part, "gate_up_proj") || !strcmp(part, "down_proj"))) {
+        int up = !strcmp(part, "gate_up_proj");
+        if (l < 0 || l >= c->n_layers) return SL_OK;
+        int64_t E = c->n_experts, I = c->moe_inter, H = c->hidden;
+        int64_t want0 = E, want1 = up ? 2 * I : H, want2 = up ? H : I;
+        if (e->ndim != 3 || e->shape[0] != want0 || e->shape[1] != want1 || e->shape[2] != want2)
+            return sl_err(err, SL_EFORMAT, "tensor '%s' has shape [%lld,%lld,%lld], config implies [%lld,%lld,%lld]",
+                          e->name, (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 0),
+                          (long long)(e->ndim > 2 ? e->shape[2] : 0), (long long)want0, (long long)want1,
+                          (long long)want2);
+        if (e->dtype == DT_NONE || e->dtype == DT_F8E4M3)
+            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported for fused experts", e->name,
+                          e->dtype_str);
+        size_t es = dt_size(e->dtype);
+        uint64_t part_bytes = (uint64_t)I * (uint64_t)H * es;
+        for (int x = 0; x < E; x++) {
+            for (int k = 0; k < (up ? 2 : 1); k++) {
+                hf_t *t = push(ck);
+                if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+                int p = up ? k : 2;
+                char nm[128];
+                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_names[p]);
+                t->pub.name = strdup(nm);
+                if (!t->pub.name) return sl_err(err, SL_ENOMEM, "out of memory");
+                t->file = fi;
+                t->ent = e;
+                t->off = e->off + (uint64_t)x * (up ? 2 : 1) * part_bytes + (uint64_t)k * part_bytes;
+                t->len = part_bytes;
+                t->pub.src_dtype = e->dtype;
+                t->pub.ndim = 2;
+                t->pub.shape[0] = up ? I : H;
+                t->pub.shape[1] = up ? H : I;
+                t->pub.expert_layer = l;
+                t->pub.expert = x;
+                t->pub.expert_part = p;
+            }
+        }
+        return SL_OK;
+    }
+    hf_t *t = push(ck);
+    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+    t->pub.name = strdup(base);
+    if (!t->pub.name) return sl_err(err, SL_ENOMEM, "out of memory");
+    t->file = fi;
+    t->ent = e;
+    t->off = e->off;
+    t->len = e->len;
+    t->pub.src_dtype = e->dtype;
+    t->pub.ndim = e->ndim;
+    memcpy(t->pub.shape, e->shape, sizeof t->pub.shape);
+    if (ends_with(base, "linear_attn.conv1d") && e->ndim == 3 && e->shape[1] == 1) { /* [Cq,1,K] -> [Cq,K] */
+        t->pub.ndim = 2;
+        t->pub.shape[1] = e->shape[2];
+        t->pub.shape[2] = 0;
+    }
+    return SL_OK;
+}
+
+static int shape_eq(const hf_tensor *t, int ndim, const int64_t *shape) {
+    if (t->ndim != ndim) return 0;
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] != shape[i]) return 0;
+    return 1;
+}
+
+static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *s) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)s[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static sl_status check_tensor(hf_ckpt *ck, hf_t *t, int ndim, const int64_t *shape, sl_error *err) {
+    const char *file = ck->files[t->file].name;
+    if (!shape_eq(&t->pub, ndim, shape)) {
+        char a[96], b[96];
+        fmt_shape(a, sizeof a, t->pub.ndim, t->pub.shape);
+        fmt_shape(b, sizeof b, ndim, shape);
+        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has shape %s, config implies %s", file, t->ent->name, a, b);
+    }
+    if (t->pub.src_dtype == DT_NONE)
+        return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16, F8_E4M3)",
+                      file, t->ent->name, t->ent->dtype_str);
+    if (t->pub.src_dtype == DT_F8E4M3) {
+        if (!ck->fp8 || ndim != 2)
+            return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is F8_E4M3 but config.json declares no fp8 "
+                          "quantization_config", file, t->ent->name);
+        /* find its weight_scale_inv among all files */
+        char want[300];
+        size_t nl = strlen(t->ent->name);
+        if (!ends_with(t->ent->name, ".weight") || nl + 8 >= sizeof want)
+            return sl_err(err, SL_EFORMAT, "%s: FP8 tensor '%s' is not a .weight", file, t->ent->name);
+        snprintf(want, sizeof want, "%.*s.weight_scale_inv", (int)(nl - 7), t->ent->name);
+        const st_entry *s = NULL;
+        for (int f = 0; f < ck->n_files && !s; f++) s = st_find(&ck->files[f], want);
+        int64_t br = (shape[0] + ck->blk_r - 1) / ck->blk_r, bc = (shape[1] + ck->blk_c - 1) / ck->blk_c;
+        if (!s) return sl_err(err, SL_EFORMAT, "%s: FP8 tensor '%s' has no '%s'", file, t->ent->name, want);
+        if (s->ndim != 2 || s->shape[0] != br || s->shape[1] != bc || (s->dtype != DT_F32 && s->dtype != DT_BF16))
+            return sl_err(err, SL_EFORMAT, "tensor '%s' must be F32 or BF16 of shape [%lld,%lld] (blocks of %dx%d)",
+                          want, (long long)br, (long long)bc, ck->blk_r, ck->blk_c);
+        t->scale = s;
+    }
+    return SL_OK;
+}
+
+static sl_status validate(hf_ckpt *ck, sl_error *err) {
+    const sl_config *c = &ck->cfg;
+    arch_tensor *at = NULL;
+    int n = arch_backbone_tensors(c, &at);
+    if (n < 0) return sl_err(err, SL_ENOMEM, "out of memory");
+    sl_status st = SL_OK;
+    for (int i = 0; i < n && !st; i++) {
+        hf_t *t = find_t(ck, at[i].name);
+        if (!t) {
+            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s' (canonical name '%s') is missing from the checkpoint",
+                        ck->dir, at[i].name, at[i].name);
+            break;
+        }
+        st = check_tensor(ck, t, at[i].ndim, at[i].shape, err);
+    }
+    free(at);
+    if (st) return st;
+    size_t ne = (size_t)c->n_layers * (size_t)c->n_experts * 3;
+    ck->experts = calloc(ne, sizeof *ck->experts);
+    if (!ck->experts) return sl_err(err, SL_ENOMEM, "out of memory");
+    for (int i = 0; i < ck->n; i++) {
+        hf_t *t = &ck->t[i];
+        if (t->pub.expert_layer < 0) continue;
+        size_t k = ((size_t)t->pub.expert_layer * (size_t)c->n_experts + (size_t)t->pub.expert) * 3 +
+                   (size_t)t->pub.expert_part;
+        if (ck->experts[k])
+            return sl_err(err, SL_EFORMAT, "%s: expert tensor '%s' appears twice (per-expert and fused?)", ck->dir,
+                          t->pub.name);
+        ck->experts[k] = t;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!c->layer_moe[l]) continue;
+        for (int e = 0; e < c->n_experts; e++)
+            for (int p = 0; p < 3; p++) {
+                hf_t *t = ck->experts[((size_t)l * (size_t)c->n_experts + (size_t)e) * 3 + (size_t)p];
+                if (!t)
+                    return sl_err(err, SL_EFORMAT, "%s: expert tensor 'layers.%d.mlp.experts.%d.%s' is missing "
+                                  "(neither per-expert nor fused experts.gate_up_proj/down_proj)",
+                                  ck->dir, l, e, arch_expert_part_names[p]);
+                int64_t sh[2];
+                arch_expert_shape(c, p, sh);
+                if ((st = check_tensor(ck, t, 2, sh, err))) return st;
+            }
+    }
+    return SL_OK;
+}
+
+sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
+    *out = NULL;
+    hf_ckpt *ck = calloc(1, sizeof *ck);
+    char **names = NULL;
+    int n_names = 0;
+    cJSON *index = NULL, *cfgjson = NULL;
+    sl_status st;
+    if (!ck || !(ck->dir = strdup(dir))) {
+        free(ck);
+        return sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    char *cpath = fio_join(dir, "config.json");
+    if (!cpath) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    st = fio_read_file(cpath, &ck->config_text, NULL, err);
+    if (!st) st = hf_parse_config(ck->config_text, cpath, &ck->cfg, err);
+    if (!st) {
+        cfgjson = cJSON_Parse(ck->config_text);
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfgjson, "quantization_config");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+        if (cJSON_IsString(m)) {
+            if (strcmp(m->valuestring, "fp8")) {
+                st = sl_err(err, SL_EUNSUPPORTED, "%s: quantization_config.quant_method '%s' is not supported (fp8 "
+                            "only)", cpath, m->valuestring);
+            } else {
+                const cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+                ck->fp8 = 1;
+                ck->blk_r = ck->blk_c = 128;
+                if (cJSON_IsArray(b) && cJSON_GetArraySize(b) == 2) {
+                    ck->blk_r = cJSON_GetArrayItem(b, 0)->valueint;
+                    ck->blk_c = cJSON_GetArrayItem(b, 1)->valueint;
+                }
+                if (ck->blk_r < 1 || ck->blk_c < 1)
+                    st = sl_err(err, SL_ECONFIG, "%s: bad quantization_config.weight_block_size", cpath);
+            }
+        }
+    }
+    free(cpath);
+    if (st) goto fail;
+    if ((st = list_files(ck, &names, &n_names, &index, err))) goto fail;
+    ck->files = calloc((size_t)n_names, sizeof *ck->files);
+    if (!ck->files) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    for (int i = 0; i < n_names; i++) {
+        char *p = fio_join(dir, names[i]);
+        if (!p) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+        st = st_open(p, &ck->files[i], err);
+        free(p);
+        if (st) goto fail;
+        ck->n_files++;
+    }
+    if (index) { /* every tensor the index names must be in the file it names */
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(index, "weight_map")) {
+            for (int i = 0; i < ck->n_files; i++) {
+                if (strcmp(ck->files[i].name, it->valuestring)) continue;
+                if (!st_find(&ck->files[i], it->string)) {
+                    st = sl_err(err, SL_EFORMAT, "%s: tensor '%s' is named in model.safetensors.index.json but "
+                                "not in the file", ck->files[i].path, it->string);
+                    goto fail;
+                }
+            }
+        }
+    }
+    for (int f = 0; f < ck->n_files; f++)
+        for (int i = 0; i < ck->files[f].n; i++)
+            if ((st = add_entry(ck, f, &ck->files[f].e[i], err))) {
+                sl_err_prefix(err, "%s", ck->files[f].path);
+                goto fail;
+            }
+    if ((st = validate(ck, err))) goto fail;
+    for (int i = 0; i < n_names; i++) free(names[i]);
+    free(names);
+    cJSON_Delete(index);
+    cJSON_Delete(cfgjson);
+    *out = ck;
+    return SL_OK;
+fail:
+    for (int i = 0; i < n_names; i++) free(names[i]);
+    free(names);
+    cJSON_Delete(index);
+    cJSON_Delete(cfgjson);
+    hf_close(ck);
+    return st;
+}
+
+void hf_close(hf_ckpt *ck) {
+    if (!ck) return;
+    for (int i = 0; i < ck->n_files; i++) st_close(&ck->files[i]);
+    free(ck->files);
+    for (int i = 0; i < ck->n; i++) free(ck->t[i].pub.name);
+    free(ck->t);
+    free(ck->experts);
+    free(ck->config_text);
+    free(ck->dir);
+    free(ck);
+}
+
+const sl_config *hf_config(const hf_ckpt *ck) { return &ck->cfg; }
+int hf_n_tensors(const hf_ckpt *ck) { return ck->n; }
+const hf_tensor *hf_tensor_at(const hf_ckpt *ck, int i) { return &ck->t[i].pub; }
+int hf_n_files(const hf_ckpt *ck) { return ck->n_files; }
+const char *hf_file_name(const hf_ckpt *ck, int i) { return ck->files[i].name; }
+const char *hf_file_path(const hf_ckpt *ck, int i) { return ck->files[i].path; }
+uint64_t hf_file_size(const hf_ckpt *ck, int i) { return ck->files[i].size; }
+const char *hf_config_text(const hf_ckpt *ck) { return ck->config_text; }
+const char *hf_dir(const hf_ckpt *ck) { return ck->dir; }
+
+const hf_tensor *hf_find(const hf_ckpt *ck, const char *name) {
+    int l, e, nr = 0;
+    char part[32];
+    if (ck->experts && sscanf(name, "layers.%d.mlp.experts.%d.%31[a-z_]%n", &l, &e, part, &nr) == 3 && !name[nr]) {
+        int p = part_index(part);
+        if (p < 0 || l < 0 || l >= ck->cfg.n_layers || e < 0 || e >= ck->cfg.n_experts) return NULL;
+        hf_t *t = ck->experts[((size_t)l * (size_t)ck->cfg.n_experts + (size_t)e) * 3 + (size_t)p];
+        return t ? &t->pub : NULL;
+    }
+    hf_t *t = find_t((hf_ckpt *)ck, name);
+    return t ? &t->pub : NULL;
+}
+
+/* ---- reading ---- */
+
+sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_error *err) {
+    const hf_t *t = (const hf_t *)pub;
+    const st_file *f = &ck->files[t->file];
+    size_t n = 1;
+    for (int i = 0; i < pub->ndim; i++) n *= (size_t)pub->shape[i];
+    if (pub->src_dtype == to && !t->scale) return fio_pread_all(f->fd, dst, t->len, t->off, f->path, err);
+    void *raw = malloc(t->len ? t->len : 1);
+    float *tmp = (to == DT_F32) ? dst : malloc(n * sizeof(float) + 1);
+    float *sc = NULL;
+    sl_status st = SL_OK;
+    if (!raw || !tmp) { st = sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
+    if ((st = fio_pread_all(f->fd, raw, t->len, t->off, f->path, err))) goto out;
+    dt_to_f32(pub->src_dtype, raw, tmp, n);
+    if (t->scale) {
+        const st_file *sf = NULL;
+        for (int i = 0; i < ck->n_files && !sf; i++)
+            if (t->scale >= ck->files[i].e && t->scale < ck->files[i].e + ck->files[i].n) sf = &ck->files[i];
+        size_t ns = (size_t)(t->scale->shape[0] * t->scale->shape[1]);
+        void *sraw = malloc(t->scale->len);
+        sc = malloc(ns * sizeof(float));
+        if (!sraw || !sc) { free(sraw); st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        st = fio_pread_all(sf->fd, sraw, t->scale->len, t->scale->off, sf->path, err);
+        if (!st) dt_to_f32(t->scale->dtype, sraw, sc, ns);
+        free(sraw);
+        if (st) goto out;
+        int64_t R = pub->shape[0], C = pub->shape[1], bc = t->scale->shape[1];
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) tmp[r * C + c] *= sc[(r / ck->blk_r) * bc + c / ck->blk_c];
+    }
+    if (to != DT_F32) dt_from_f32(to, tmp, dst, n);
+out:
+    free(raw);
+    free(sc);
+    if (tmp != dst) free(tmp);
+    return st;
+}

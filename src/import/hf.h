@@ -1,0 +1,62 @@
+/*
+ * hf.h — Hugging Face checkpoint import: config.json (every supported spelling), safetensors shards
+ * (single file or model.safetensors.index.json), per-expert and fused expert layouts, FP8 block scales.
+ *
+ * Tensors are addressed by canonical names, independent of the on-disk prefix and expert layout:
+ *   "embed_tokens", "norm", "lm_head",
+ *   "layers.N.<module path>" without ".weight", e.g. "layers.0.self_attn.q_proj",
+ *   "layers.0.linear_attn.A_log", "layers.0.linear_attn.conv1d" (stored [Cq][K]),
+ *   routed experts always per expert: "layers.N.mlp.experts.E.gate_proj" / ".up_proj" / ".down_proj"
+ *   (slices of the fused tensors when the checkpoint is fused).
+ * Prefixes "model.", "model.language_model." are stripped; "model.visual.*", "mtp.*" are ignored.
+ */
+#ifndef SL_HF_H
+#define SL_HF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/config.h"
+#include "sluice.h"
+#include "util/dtype.h"
+
+typedef struct hf_ckpt hf_ckpt;
+
+typedef struct hf_tensor {
+    char *name;        /* canonical name */
+    sl_dtype src_dtype;/* dtype on disk (DT_F8E4M3 for FP8) */
+    int ndim;
+    int64_t shape[4];  /* canonical shape (conv1d: [Cq][K]; expert slices: 2-D) */
+    int expert_layer;  /* >= 0 for routed expert parts */
+    int expert;        /* expert index */
+    int expert_part;   /* 0 gate, 1 up, 2 down */
+} hf_tensor;
+
+/* Parses config.json text into *out. `path` names the file in messages. */
+sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl_error *err);
+
+/* Opens a checkpoint directory: parses config.json into an sl_config, reads every safetensors header
+ * and validates it against its file (offsets in range, no overlap, shape x dtype = byte size) and
+ * against the config (every tensor the architecture needs is present with the right shape). */
+sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err);
+void hf_close(hf_ckpt *ck);
+
+const sl_config *hf_config(const hf_ckpt *ck);
+int hf_n_tensors(const hf_ckpt *ck);
+const hf_tensor *hf_tensor_at(const hf_ckpt *ck, int i);
+const hf_tensor *hf_find(const hf_ckpt *ck, const char *canon_name);
+
+/* Reads one canonical tensor, converted to `to` (DT_F32, DT_F16, DT_BF16; FP8 is dequantised with its
+ * block scales), into dst (elements x dt_size(to) bytes). */
+sl_status hf_read(hf_ckpt *ck, const hf_tensor *t, sl_dtype to, void *dst, sl_error *err);
+
+/* Source files (for the manifest): count, name, size. */
+int hf_n_files(const hf_ckpt *ck);
+const char *hf_file_name(const hf_ckpt *ck, int i);
+uint64_t hf_file_size(const hf_ckpt *ck, int i);
+const char *hf_file_path(const hf_ckpt *ck, int i);
+/* The raw config.json text and the directory. */
+const char *hf_config_text(const hf_ckpt *ck);
+const char *hf_dir(const hf_ckpt *ck);
+
+#endif

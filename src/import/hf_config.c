@@ -1,0 +1,236 @@
+/*
+ * hf_config.c — Hugging Face config.json -> sl_config.
+ *
+ * Accepts every spelling MODELS.md §1 lists: num_experts / num_local_experts, rope_theta at top level or
+ * in rope_parameters, partial_rotary_factor in either place, layer_types or full_attention_interval,
+ * qwen3_5_moe's nested text_config. Missing required fields and contradictions are errors naming the
+ * field; an unknown model_type lists the supported ones.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "import/hf.h"
+#include "util/err.h"
+
+typedef struct {
+    const cJSON *t;    /* text config object (or the root) */
+    const cJSON *root;
+    const char *path;
+    sl_error *err;
+    sl_status st;
+} cfgctx;
+
+static const cJSON *field(const cfgctx *c, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->t, name);
+    if (!v && c->t != c->root) v = cJSON_GetObjectItemCaseSensitive(c->root, name);
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+static int get_int(cfgctx *c, const char *name, int required, int def) {
+    const cJSON *v = field(c, name);
+    if (!v) {
+        if (required && !c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: missing required field '%s'", c->path, name);
+        return def;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9) {
+        if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' must be a non-negative integer", c->path, name);
+        return def;
+    }
+    return (int)v->valuedouble;
+}
+
+static double get_num(cfgctx *c, const cJSON *obj, const char *name, double def, int *found) {
+    const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, name) : NULL;
+    if (found) *found = 0;
+    if (!v || cJSON_IsNull(v)) return def;
+    if (!cJSON_IsNumber(v)) {
+        if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' must be a number", c->path, name);
+        return def;
+    }
+    if (found) *found = 1;
+    return v->valuedouble;
+}
+
+static int get_bool(cfgctx *c, const char *name, int def) {
+    const cJSON *v = field(c, name);
+    if (!v) return def;
+    if (!cJSON_IsBool(v)) {
+        if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' must be true or false", c->path, name);
+        return def;
+    }
+    return cJSON_IsTrue(v);
+}
+
+sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl_error *err) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_Parse(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return sl_err(err, SL_ECONFIG, "%s: not a JSON object", path);
+    }
+    cfgctx c = {root, root, path, err, SL_OK};
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!cJSON_IsString(mt)) {
+        cJSON_Delete(root);
+        return sl_err(err, SL_ECONFIG, "%s: missing required field 'model_type'", path);
+    }
+    const char *type = mt->valuestring;
+    if (!strcmp(type, "qwen3_moe")) out->arch = SL_ARCH_QWEN3_MOE;
+    else if (!strcmp(type, "qwen3_next")) out->arch = SL_ARCH_QWEN3_NEXT;
+    else if (!strcmp(type, "qwen3_5_moe") || !strcmp(type, "qwen3_5_moe_text")) out->arch = SL_ARCH_QWEN3_5_MOE;
+    else {
+        cJSON_Delete(root);
+        return sl_err(err, SL_EUNSUPPORTED,
+                      "%s: unsupported model_type '%s' (supported: qwen3_moe, qwen3_next, qwen3_5_moe, "
+                      "qwen3_5_moe_text)",
+                      path, type);
+    }
+    if (!strcmp(type, "qwen3_5_moe")) {
+        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+        if (!cJSON_IsObject(tc)) {
+            cJSON_Delete(root);
+            return sl_err(err, SL_ECONFIG, "%s: model_type qwen3_5_moe needs a 'text_config' object", path);
+        }
+        c.t = tc;
+    }
+    sl_config *o = out;
+    int next_like = o->arch != SL_ARCH_QWEN3_MOE;
+    o->vocab = get_int(&c, "vocab_size", 1, 0);
+    o->hidden = get_int(&c, "hidden_size", 1, 0);
+    o->n_layers = get_int(&c, "num_hidden_layers", 1, 0);
+    o->n_heads = get_int(&c, "num_attention_heads", 1, 0);
+    o->n_kv_heads = get_int(&c, "num_key_value_heads", 0, o->n_heads);
+    o->head_dim = get_int(&c, "head_dim", 0, o->n_heads ? o->hidden / (o->n_heads ? o->n_heads : 1) : 0);
+    o->max_pos = get_int(&c, "max_position_embeddings", 0, 32768);
+    o->moe_inter = get_int(&c, "moe_intermediate_size", 1, 0);
+    o->n_experts_used = get_int(&c, "num_experts_per_tok", 1, 0);
+    int ne = get_int(&c, "num_experts", 0, -1), nle = get_int(&c, "num_local_experts", 0, -1);
+    if (!c.st && ne >= 0 && nle >= 0 && ne != nle)
+        c.st = sl_err(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree", path, ne, nle);
+    if (!c.st && ne < 0 && nle < 0)
+        c.st = sl_err(err, SL_ECONFIG, "%s: missing required field 'num_experts' (or 'num_local_experts')", path);
+    o->n_experts = ne >= 0 ? ne : nle;
+    {
+        const cJSON *v = field(&c, "rms_norm_eps");
+        o->eps = cJSON_IsNumber(v) ? (float)v->valuedouble : 1e-6f;
+    }
+    /* rope: top-level rope_theta and/or rope_parameters.rope_theta; partial_rotary_factor likewise */
+    const cJSON *rp = field(&c, "rope_parameters");
+    if (!rp) rp = field(&c, "rope_scaling");
+    int f1 = 0, f2 = 0;
+    double th1 = get_num(&c, c.t, "rope_theta", 10000.0, &f1);
+    double th2 = get_num(&c, cJSON_IsObject(rp) ? rp : NULL, "rope_theta", 10000.0, &f2);
+    if (!c.st && f1 && f2 && th1 != th2)
+        c.st = sl_err(err, SL_ECONFIG, "%s: 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) disagree", path,
+                      th1, th2);
+    o->rope_theta = f1 ? th1 : th2;
+    if (cJSON_IsObject(rp)) {
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (!rt) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
+        if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") && !c.st)
+            c.st = sl_err(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default')", path,
+                          rt->valuestring);
+    }
+    double prf = next_like ? 0.25 : 1.0;
+    int fp1 = 0, fp2 = 0;
+    double p1 = get_num(&c, c.t, "partial_rotary_factor", prf, &fp1);
+    double p2 = get_num(&c, cJSON_IsObject(rp) ? rp : NULL, "partial_rotary_factor", prf, &fp2);
+    if (!c.st && fp1 && fp2 && p1 != p2)
+        c.st = sl_err(err, SL_ECONFIG, "%s: 'partial_rotary_factor' (%g) and 'rope_parameters.partial_rotary_factor' "
+                      "(%g) disagree", path, p1, p2);
+    prf = fp1 ? p1 : p2;
+    o->rot_dim = (int)(o->head_dim * prf);
+    o->tie_embeddings = get_bool(&c, "tie_word_embeddings", 0);
+    if (cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings") && c.t != c.root) {
+        /* the VLM wrapper's top-level value is the one transformers uses */
+        const cJSON *tv = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+        if (cJSON_IsBool(tv)) o->tie_embeddings = cJSON_IsTrue(tv);
+    }
+    if (get_bool(&c, "attention_bias", 0) && !c.st)
+        c.st = sl_err(err, SL_EUNSUPPORTED, "%s: attention_bias = true is not supported", path);
+
+    if (o->arch == SL_ARCH_QWEN3_5_MOE) o->norm_topk = 1;
+    else o->norm_topk = get_bool(&c, "norm_topk_prob", o->arch == SL_ARCH_QWEN3_NEXT);
+    if (next_like) {
+        o->zero_centred_norm = 1;
+        o->gated_attn = 1;
+        o->split_lin_proj = o->arch == SL_ARCH_QWEN3_5_MOE;
+        o->shared_inter = get_int(&c, "shared_expert_intermediate_size", 1, 0);
+        o->lin_nk = get_int(&c, "linear_num_key_heads", 1, 0);
+        o->lin_nv = get_int(&c, "linear_num_value_heads", 1, 0);
+        o->lin_dk = get_int(&c, "linear_key_head_dim", 1, 0);
+        o->lin_dv = get_int(&c, "linear_value_head_dim", 1, 0);
+        o->conv_k = get_int(&c, "linear_conv_kernel_dim", 1, 0);
+    }
+    if (c.st) goto done;
+    if (o->n_layers < 1 || o->n_layers > SL_MAX_LAYERS) {
+        c.st = sl_err(err, SL_ECONFIG, "%s: num_hidden_layers = %d (must be 1..%d)", path, o->n_layers, SL_MAX_LAYERS);
+        goto done;
+    }
+    /* layer types */
+    const cJSON *lt = field(&c, "layer_types");
+    if (next_like) {
+        if (lt) {
+            if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
+                c.st = sl_err(err, SL_ECONFIG, "%s: 'layer_types' has %d entries but num_hidden_layers is %d", path,
+                              cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1, o->n_layers);
+                goto done;
+            }
+            for (int i = 0; i < o->n_layers; i++) {
+                const cJSON *e = cJSON_GetArrayItem(lt, i);
+                if (cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention")) o->layer_linear[i] = 1;
+                else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) o->layer_linear[i] = 0;
+                else {
+                    c.st = sl_err(err, SL_ECONFIG, "%s: layer_types[%d] must be 'linear_attention' or "
+                                  "'full_attention'", path, i);
+                    goto done;
+                }
+            }
+        } else {
+            int iv = get_int(&c, "full_attention_interval", 0, 4);
+            if (iv < 1) {
+                c.st = sl_err(err, SL_ECONFIG, "%s: full_attention_interval must be >= 1", path);
+                goto done;
+            }
+            for (int i = 0; i < o->n_layers; i++) o->layer_linear[i] = (i + 1) % iv != 0;
+        }
+    }
+    /* MoE vs dense layers */
+    for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = 1;
+    if (o->arch != SL_ARCH_QWEN3_5_MOE) {
+        int step = get_int(&c, "decoder_sparse_step", 0, 1);
+        const cJSON *mo = field(&c, "mlp_only_layers");
+        int any_dense = 0;
+        for (int i = 0; i < o->n_layers; i++) {
+            int dense = (step < 1) || ((i + 1) % step != 0) || o->n_experts == 0;
+            if (cJSON_IsArray(mo)) {
+                const cJSON *e;
+                cJSON_ArrayForEach(e, mo) if (cJSON_IsNumber(e) && (int)e->valuedouble == i) dense = 1;
+            }
+            o->layer_moe[i] = !dense;
+            any_dense |= dense;
+        }
+        if (any_dense) o->dense_inter = get_int(&c, "intermediate_size", 1, 0);
+    }
+    if (c.st) goto done;
+    /* consistency */
+#define BAD(...) do { c.st = sl_err(err, SL_ECONFIG, __VA_ARGS__); goto done; } while (0)
+    if (o->vocab < 1 || o->hidden < 1 || o->n_heads < 1 || o->head_dim < 1) BAD("%s: vocab_size, hidden_size, num_attention_heads and head_dim must be positive", path);
+    if (o->n_kv_heads < 1 || o->n_heads % o->n_kv_heads) BAD("%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)", path, o->n_heads, o->n_kv_heads);
+    if (o->n_experts < 1) BAD("%s: num_experts must be positive", path);
+    if (o->n_experts_used < 1 || o->n_experts_used > o->n_experts) BAD("%s: num_experts_per_tok (%d) must be in 1..num_experts (%d)", path, o->n_experts_used, o->n_experts);
+    if (o->moe_inter < 1) BAD("%s: moe_intermediate_size must be positive", path);
+    if (o->rot_dim < 0 || o->rot_dim > o->head_dim || o->rot_dim % 2) BAD("%s: partial_rotary_factor gives %d rotary dims of head_dim %d (must be even and <= head_dim)", path, o->rot_dim, o->head_dim);
+    if (!(o->rope_theta > 0)) BAD("%s: rope_theta must be positive", path);
+    if (!(o->eps > 0)) BAD("%s: rms_norm_eps must be positive", path);
+    if (next_like) {
+        if (o->lin_nk < 1 || o->lin_nv < 1 || o->lin_dk < 1 || o->lin_dv < 1 || o->conv_k < 1) BAD("%s: linear attention dimensions must be positive", path);
+        if (o->lin_nv % o->lin_nk) BAD("%s: linear_num_value_heads (%d) is not a multiple of linear_num_key_heads (%d)", path, o->lin_nv, o->lin_nk);
+    }
+#undef BAD
+done:
+    cJSON_Delete(root);
+    return c.st;
+}

@@ -1,0 +1,392 @@
+/*
+ * forward.c — the exact f32 CPU forward pass: state lifetime, validation, the decoder skeleton
+ * (MODELS.md 3.1), norms and the LM head. The mixers live in attention.c / deltanet.c, the FFNs in
+ * moe.c; fwd_internal.h describes the state layout they share.
+ *
+ * Invariants:
+ *  - fwd_eval validates everything it can (arguments, token ids, context room, every weight's shape
+ *    and dtype) before touching the state; a failure there leaves the state unchanged.
+ *  - tokens run in micro-batches of FWD_BATCH; every per-token result is computed in an order that
+ *    does not depend on the batch size or the thread count (kernels.h), so "n tokens at once" equals
+ *    "one at a time" bitwise with the recurrent DeltaNet and to ~1e-6 with the chunked one.
+ *  - nothing is allocated per token: scratch lives in the state (thread slots grow once, on the first
+ *    eval with a larger pool).
+ *
+ * Sections: helpers, state, weight validation, fwd_eval.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/fwd_internal.h"
+#include "sluice.h"
+
+/* ---- helpers ---------------------------------------------------------------------------------- */
+
+void fwd_errf(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+void fwd_norm_rows(const kern_ops *ops, const float *x, const float *w, int zero_centred, float eps, float *y,
+                   int n_rows, int dim) {
+    for (int t = 0; t < n_rows; t++)
+        ops->rmsnorm(x + (size_t)t * dim, w, zero_centred ? 1.0f : 0.0f, eps, y + (size_t)t * dim, dim);
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+static int any_layer(const sl_config *cfg, int linear) {
+    for (int l = 0; l < cfg->n_layers; l++)
+        if (!!cfg->layer_linear[l] == linear) return 1;
+    return 0;
+}
+
+/* ---- state ------------------------------------------------------------------------------------ */
+
+/* Floats one thread needs: attention scores over the context, or the DeltaNet chunk matrices
+ * (deltanet.c: 3*C*C + C*(3*dk + 3*dv) + 4*C + 4*dv with C = FWD_BATCH, rounded up generously). */
+static size_t slot_floats(const sl_config *cfg, int n_ctx) {
+    size_t c = FWD_BATCH, dk = (size_t)cfg->lin_dk, dv = (size_t)cfg->lin_dv;
+    size_t dn = 4 * c * c + c * (4 * dk + 4 * dv) + 8 * c + 8 * dv + 8 * dk;
+    size_t at = (size_t)n_ctx;
+    return (dn > at ? dn : at) + 16;
+}
+
+fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx) {
+    if (!cfg || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
+    fwd_state *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    const size_t B = FWD_BATCH, H = (size_t)cfg->hidden;
+    st->ops = kern_default_ops();
+    st->n_ctx = n_ctx;
+    st->n_layers = cfg->n_layers;
+    st->hidden = cfg->hidden;
+    st->vocab = cfg->vocab;
+    st->chunked = 1;
+
+    int has_attn = any_layer(cfg, 0), has_lin = any_layer(cfg, 1);
+    int nh = cfg->n_heads, hd = cfg->head_dim, nkv = cfg->n_kv_heads;
+    int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
+    int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
+    st->n_big = 1;
+    if (has_attn) st->n_big = imax(st->n_big, nh * hd * (cfg->gated_attn ? 2 : 1));
+    if (has_lin && !cfg->split_lin_proj) st->n_big = imax(st->n_big, 2 * nk * dk + 2 * nv * dv);
+    st->n_mix = imax(has_attn ? nh * hd : 1, has_lin ? nv * dv : 1);
+    st->n_ffn = imax(imax(cfg->moe_inter, cfg->shared_inter), imax(cfg->dense_inter, 1));
+    int E = imax(cfg->n_experts, 1), k = imax(cfg->n_experts_used, 1);
+
+    size_t kvrow = (size_t)nkv * hd;
+    st->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
+    st->ssm_floats = (size_t)imax(nv * dk * dv, 1);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        if (cfg->layer_linear[l]) {
+            for (int s = 0; s < 2; s++) {
+                st->conv[l][s] = calloc(st->conv_floats, sizeof(float));
+                st->ssm[l][s] = calloc(st->ssm_floats, sizeof(float));
+                if (!st->conv[l][s] || !st->ssm[l][s]) goto fail;
+            }
+        } else {
+            st->k_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
+            st->v_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
+            if (!st->k_cache[l] || !st->v_cache[l]) goto fail;
+        }
+    }
+#define ALLOC(p, n)                                      \
+    do {                                                 \
+        (p) = malloc((size_t)(n) * sizeof *(p) + 64);    \
+        if (!(p)) goto fail;                             \
+    } while (0)
+    ALLOC(st->x, B * H);
+    ALLOC(st->h, B * H);
+    ALLOC(st->out, B * H);
+    ALLOC(st->big, B * st->n_big);
+    ALLOC(st->k, B * imax((int)kvrow, 1));
+    ALLOC(st->v, B * imax((int)kvrow, 1));
+    ALLOC(st->mix, B * st->n_mix);
+    ALLOC(st->conv_in, B * imax(cq, 1));
+    ALLOC(st->conv_out, B * imax(cq, 1));
+    ALLOC(st->z, B * imax(nv * dv, 1));
+    ALLOC(st->ba, B * imax(2 * nv, 1));
+    ALLOC(st->gates, B * imax(2 * nv, 1));
+    ALLOC(st->router, B * E);
+    ALLOC(st->top_e, B * k);
+    ALLOC(st->top_w, B * k);
+    ALLOC(st->e_count, E);
+    ALLOC(st->e_tok, B * k);
+    ALLOC(st->e_slot, B * k);
+    ALLOC(st->ffn_x, B * H);
+    ALLOC(st->ffn_g, B * st->n_ffn);
+    ALLOC(st->ffn_u, B * st->n_ffn);
+    ALLOC(st->ffn_y, B * H);
+    ALLOC(st->exp_out, B * k * H);
+#undef ALLOC
+    st->slot_floats = slot_floats(cfg, n_ctx);
+    st->n_slots = 1;
+    st->scratch = malloc(st->slot_floats * sizeof(float));
+    if (!st->scratch) goto fail;
+    return st;
+fail:
+    fwd_state_free(st);
+    return NULL;
+}
+
+void fwd_state_free(fwd_state *st) {
+    if (!st) return;
+    for (int l = 0; l < SL_MAX_LAYERS; l++) {
+        free(st->k_cache[l]);
+        free(st->v_cache[l]);
+        for (int s = 0; s < 2; s++) {
+            free(st->conv[l][s]);
+            free(st->ssm[l][s]);
+        }
+    }
+    void *bufs[] = {st->x,     st->h,      st->out,   st->big,     st->k,      st->v,       st->mix,
+                    st->conv_in, st->conv_out, st->z, st->ba,      st->gates,  st->scratch, st->router,
+                    st->top_e, st->top_w,  st->e_count, st->e_tok, st->e_slot, st->ffn_x,   st->ffn_g,
+                    st->ffn_u, st->ffn_y,  st->exp_out};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(st);
+}
+
+void fwd_state_reset(fwd_state *st) {
+    if (!st) return;
+    st->n_past = 0;
+    /* KV rows need no clearing (only rows < n_past are read); recurrent state restarts at zero */
+    for (int l = 0; l < st->n_layers; l++) {
+        if (!st->conv[l][0]) continue;
+        st->lin_cur[l] = 0;
+        memset(st->conv[l][0], 0, st->conv_floats * sizeof(float));
+        memset(st->ssm[l][0], 0, st->ssm_floats * sizeof(float));
+    }
+}
+
+int fwd_state_n_past(const fwd_state *st) { return st ? st->n_past : 0; }
+
+void fwd_state_set_trace(fwd_state *st, fwd_trace_fn fn, void *ctx) {
+    st->trace = fn;
+    st->trace_ctx = ctx;
+}
+
+void fwd_state_set_chunked(fwd_state *st, int chunked) { st->chunked = chunked; }
+
+/* ---- weight validation ------------------------------------------------------------------------ */
+
+static int check_mat(const sl_mat *m, int rows, int cols, int layer, const char *name, char *err, size_t errlen) {
+    if (!m->data) {
+        fwd_errf(err, errlen, "layer %d: weight %s missing", layer, name);
+        return SL_EINVAL;
+    }
+    if (m->dtype != DT_F32 && m->dtype != DT_F16 && m->dtype != DT_BF16) {
+        fwd_errf(err, errlen, "layer %d: weight %s has unsupported dtype %s", layer, name, dt_name(m->dtype));
+        return SL_EINVAL;
+    }
+    if (m->rows != rows || m->cols != cols) {
+        fwd_errf(err, errlen, "layer %d: weight %s is [%d, %d], expected [%d, %d]", layer, name, m->rows, m->cols,
+                 rows, cols);
+        return SL_EINVAL;
+    }
+    return 0;
+}
+
+static int check_vec(const float *v, int layer, const char *name, char *err, size_t errlen) {
+    if (v) return 0;
+    fwd_errf(err, errlen, "layer %d: weight %s missing", layer, name);
+    return SL_EINVAL;
+}
+
+#define CK(expr)                   \
+    do {                           \
+        int rc_ = (expr);          \
+        if (rc_) return rc_;       \
+    } while (0)
+
+static int check_config(const sl_config *c, char *err, size_t errlen) {
+    int ok = c->vocab > 0 && c->hidden > 0 && c->n_layers > 0 && c->n_layers <= SL_MAX_LAYERS;
+    if (ok && any_layer(c, 0))
+        ok = c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0 && c->head_dim > 0 &&
+             c->rot_dim >= 0 && c->rot_dim <= c->head_dim && c->rot_dim <= 1024 && c->rot_dim % 2 == 0;
+    if (ok && any_layer(c, 1))
+        ok = c->lin_nk > 0 && c->lin_nv > 0 && c->lin_nv % c->lin_nk == 0 && c->lin_dk > 0 && c->lin_dv > 0 &&
+             c->conv_k >= 1;
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        if (c->layer_moe[l])
+            ok = c->n_experts > 0 && c->n_experts_used > 0 && c->n_experts_used <= c->n_experts && c->moe_inter > 0;
+        else
+            ok = c->dense_inter > 0;
+    }
+    if (!ok) fwd_errf(err, errlen, "inconsistent model configuration");
+    return ok ? 0 : SL_EINVAL;
+}
+
+static int check_weights(const sl_config *c, const sl_weights *w, char *err, size_t errlen) {
+    const int H = c->hidden, V = c->vocab;
+    CK(check_mat(&w->embed, V, H, -1, "embed_tokens", err, errlen));
+    if (w->lm_head.data || !c->tie_embeddings) CK(check_mat(&w->lm_head, V, H, -1, "lm_head", err, errlen));
+    CK(check_vec(w->final_norm, -1, "norm", err, errlen));
+    for (int l = 0; l < c->n_layers; l++) {
+        const sl_layer_w *lw = &w->layers[l];
+        CK(check_vec(lw->attn_norm, l, "input_layernorm", err, errlen));
+        CK(check_vec(lw->ffn_norm, l, "post_attention_layernorm", err, errlen));
+        if (c->layer_linear[l]) {
+            int nk = c->lin_nk, nv = c->lin_nv, dk = c->lin_dk, dv = c->lin_dv, cq = 2 * nk * dk + nv * dv;
+            if (c->split_lin_proj) {
+                CK(check_mat(&lw->qkv, cq, H, l, "linear_attn.in_proj_qkv", err, errlen));
+                CK(check_mat(&lw->z, nv * dv, H, l, "linear_attn.in_proj_z", err, errlen));
+                CK(check_mat(&lw->b, nv, H, l, "linear_attn.in_proj_b", err, errlen));
+                CK(check_mat(&lw->a, nv, H, l, "linear_attn.in_proj_a", err, errlen));
+            } else {
+                CK(check_mat(&lw->qkvz, cq + nv * dv, H, l, "linear_attn.in_proj_qkvz", err, errlen));
+                CK(check_mat(&lw->ba, 2 * nv, H, l, "linear_attn.in_proj_ba", err, errlen));
+            }
+            CK(check_vec(lw->conv_w, l, "linear_attn.conv1d", err, errlen));
+            CK(check_vec(lw->dt_bias, l, "linear_attn.dt_bias", err, errlen));
+            CK(check_vec(lw->A_log, l, "linear_attn.A_log", err, errlen));
+            CK(check_vec(lw->lin_norm, l, "linear_attn.norm", err, errlen));
+            CK(check_mat(&lw->lin_out, H, nv * dv, l, "linear_attn.out_proj", err, errlen));
+        } else {
+            int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+            CK(check_mat(&lw->q, qd * (c->gated_attn ? 2 : 1), H, l, "self_attn.q_proj", err, errlen));
+            CK(check_mat(&lw->k, kvd, H, l, "self_attn.k_proj", err, errlen));
+            CK(check_mat(&lw->v, kvd, H, l, "self_attn.v_proj", err, errlen));
+            CK(check_mat(&lw->o, H, qd, l, "self_attn.o_proj", err, errlen));
+            CK(check_vec(lw->q_norm, l, "self_attn.q_norm", err, errlen));
+            CK(check_vec(lw->k_norm, l, "self_attn.k_norm", err, errlen));
+        }
+        if (c->layer_moe[l]) {
+            CK(check_mat(&lw->router, c->n_experts, H, l, "mlp.gate", err, errlen));
+            if (lw->sh_gate.data) {
+                CK(check_mat(&lw->sh_gate, c->shared_inter, H, l, "mlp.shared_expert.gate_proj", err, errlen));
+                CK(check_mat(&lw->sh_up, c->shared_inter, H, l, "mlp.shared_expert.up_proj", err, errlen));
+                CK(check_mat(&lw->sh_down, H, c->shared_inter, l, "mlp.shared_expert.down_proj", err, errlen));
+                if (lw->sh_expert_gate.data)
+                    CK(check_mat(&lw->sh_expert_gate, 1, H, l, "mlp.shared_expert_gate", err, errlen));
+            }
+        } else {
+            CK(check_mat(&lw->mlp_gate, c->dense_inter, H, l, "mlp.gate_proj", err, errlen));
+            CK(check_mat(&lw->mlp_up, c->dense_inter, H, l, "mlp.up_proj", err, errlen));
+            CK(check_mat(&lw->mlp_down, H, c->dense_inter, l, "mlp.down_proj", err, errlen));
+        }
+    }
+    return 0;
+}
+
+/* ---- fwd_eval --------------------------------------------------------------------------------- */
+
+static int ensure_slots(fwd_state *st, int n_slots) {
+    if (n_slots <= st->n_slots) return 0;
+    float *p = malloc((size_t)n_slots * st->slot_floats * sizeof(float));
+    if (!p) return SL_ENOMEM;
+    free(st->scratch);
+    st->scratch = p;
+    st->n_slots = n_slots;
+    return 0;
+}
+
+static void add_rows(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* One micro-batch of n tokens at positions st->n_past..; commits the recurrent state and n_past on
+ * success. logits_out: NULL or [n][V] rows to fill (all_rows) / [V] for the last row. */
+static int eval_batch(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                      sl_pool *pool, const int32_t *tokens, int n, float *logits_out, int all_rows, char *err,
+                      size_t errlen) {
+    const kern_ops *ops = st->ops;
+    const size_t H = (size_t)cfg->hidden;
+    const int pos0 = st->n_past;
+    const size_t esz = dt_size(w->embed.dtype);
+    for (int t = 0; t < n; t++)
+        dt_to_f32(w->embed.dtype, (const char *)w->embed.data + (size_t)tokens[t] * H * esz, st->x + t * H, H);
+    if (st->trace) st->trace(st->trace_ctx, 0, pos0, n, st->x);
+
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const sl_layer_w *lw = &w->layers[l];
+        int rc;
+        fwd_norm_rows(ops, st->x, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, st->h, n, (int)H);
+        if (cfg->layer_linear[l])
+            rc = fwd_deltanet(st, cfg, lw, l, pool, n, err, errlen);
+        else
+            rc = fwd_attention(st, cfg, lw, l, pool, n, pos0);
+        if (rc) return rc;
+        add_rows(st->x, st->out, (size_t)n * H);
+
+        fwd_norm_rows(ops, st->x, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, st->h, n, (int)H);
+        if (cfg->layer_moe[l])
+            rc = fwd_moe(st, cfg, lw, l, experts, pool, n, err, errlen);
+        else
+            rc = fwd_dense_mlp(st, cfg, lw, pool, n);
+        if (rc) return rc;
+        add_rows(st->x, st->out, (size_t)n * H);
+        if (st->trace) st->trace(st->trace_ctx, l + 1, pos0, n, st->x);
+    }
+
+    /* commit: nothing below can fail */
+    for (int l = 0; l < cfg->n_layers; l++)
+        if (cfg->layer_linear[l]) st->lin_cur[l] ^= 1;
+    st->n_past += n;
+
+    if (logits_out) {
+        const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
+        int first = all_rows ? 0 : n - 1, rows = n - first;
+        fwd_norm_rows(ops, st->x + first * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, st->h, rows,
+                      (int)H);
+        if (st->trace) st->trace(st->trace_ctx, cfg->n_layers + 1, pos0 + first, rows, st->h);
+        kern_matmul(ops, pool, head, st->h, H, logits_out, (size_t)cfg->vocab, rows);
+    }
+    return 0;
+}
+
+int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+             sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
+             size_t errlen) {
+    if (err && errlen) err[0] = '\0';
+    if (!st || !cfg || !w || !tokens) {
+        fwd_errf(err, errlen, "fwd_eval: NULL argument");
+        return SL_EINVAL;
+    }
+    if (n < 1) {
+        fwd_errf(err, errlen, "fwd_eval: n_tokens %d < 1", n);
+        return SL_EINVAL;
+    }
+    if (cfg->n_layers != st->n_layers || cfg->hidden != st->hidden || cfg->vocab != st->vocab) {
+        fwd_errf(err, errlen, "fwd_eval: configuration differs from the one the state was made for");
+        return SL_EINVAL;
+    }
+    if (n > st->n_ctx - st->n_past) {
+        fwd_errf(err, errlen, "context full: %d tokens past + %d new > n_ctx %d", st->n_past, n, st->n_ctx);
+        return SL_ERANGE;
+    }
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab) {
+            fwd_errf(err, errlen, "token %d at index %d out of range [0, %d)", tokens[i], i, cfg->vocab);
+            return SL_ERANGE;
+        }
+    }
+    CK(check_config(cfg, err, errlen));
+    CK(check_weights(cfg, w, err, errlen));
+    if (cfg_n_moe_layers(cfg) > 0 && (!experts || !experts->get)) {
+        fwd_errf(err, errlen, "fwd_eval: no expert source for a model with MoE layers");
+        return SL_EINVAL;
+    }
+    if (ensure_slots(st, sl_pool_size(pool))) {
+        fwd_errf(err, errlen, "out of memory for per-thread scratch");
+        return SL_ENOMEM;
+    }
+
+    for (int done = 0; done < n;) {
+        int nb = n - done < FWD_BATCH ? n - done : FWD_BATCH;
+        int last = done + nb == n;
+        float *lo = NULL;
+        if (logits && all_logits) lo = logits + (size_t)done * (size_t)cfg->vocab;
+        else if (logits && last) lo = logits;
+        int rc = eval_batch(st, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen);
+        if (rc) return rc;
+        done += nb;
+    }
+    return 0;
+}

@@ -1,0 +1,97 @@
+/*
+ * fwd_internal.h — what forward.c, attention.c, deltanet.c and moe.c share: the fwd_state layout and
+ * the per-block entry points. Not for use outside src/model/ (tests may include it for the trace hook).
+ *
+ * fwd_eval() runs the tokens in micro-batches of at most FWD_BATCH; every scratch buffer below is sized
+ * for one micro-batch and allocated once in fwd_state_new(), so the hot path never allocates.
+ *
+ * Recurrent state is double-buffered: a micro-batch reads DeltaNet layer l's conv/SSM state from slot
+ * lin_cur[l] and writes the new state into slot 1 - lin_cur[l]; the slots flip only when the whole
+ * micro-batch succeeded. KV rows past n_past are scratch until n_past advances. So a failing expert
+ * provider leaves the state as it was before the failing micro-batch.
+ */
+#ifndef SL_FWD_INTERNAL_H
+#define SL_FWD_INTERNAL_H
+
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+#define FWD_BATCH 64  /* tokens per micro-batch; also the DeltaNet chunk length */
+
+/* Optional trace hook (tests): called after the embedding (layer 0), after each layer l (layer l+1)
+ * and after the final norm (layer n_layers+1) with the hidden states x [n][H] of positions
+ * pos0..pos0+n-1. The final-norm call only happens for tokens whose logits are computed. */
+typedef void (*fwd_trace_fn)(void *ctx, int layer, int pos0, int n, const float *x);
+void fwd_state_set_trace(fwd_state *st, fwd_trace_fn fn, void *ctx);
+
+/* Selects the DeltaNet prefill algorithm: 1 (default) chunked for micro-batches of more than one
+ * token, 0 token recurrence always. */
+void fwd_state_set_chunked(fwd_state *st, int chunked);
+
+struct fwd_state {
+    const kern_ops *ops;
+    int n_ctx, n_past;
+    int n_layers, hidden, vocab; /* copied from the config at creation, checked by fwd_eval */
+
+    /* full attention: [n_ctx][nkv][hd] each, NULL for DeltaNet layers */
+    float *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];
+    /* DeltaNet: conv [K-1][Cq] (pre-conv inputs, oldest first), ssm [nv][dk][dv]; two slots each */
+    float *conv[SL_MAX_LAYERS][2], *ssm[SL_MAX_LAYERS][2];
+    unsigned char lin_cur[SL_MAX_LAYERS];
+    size_t conv_floats, ssm_floats; /* per layer and slot */
+    int chunked;
+
+    fwd_trace_fn trace;
+    void *trace_ctx;
+
+    /* scratch for one micro-batch of B = FWD_BATCH tokens */
+    float *x;        /* [B][H] residual stream */
+    float *h;        /* [B][H] normed input of a block */
+    float *out;      /* [B][H] block output */
+    float *big;      /* [B][n_big]: q_proj output (query|gate per head) or Next's raw qkvz */
+    float *k, *v;    /* [B][nkv*hd] */
+    float *mix;      /* [B][n_mix]: attention / DeltaNet output before o_proj / out_proj */
+    float *conv_in;  /* [B][Cq] pre-conv q|k|v */
+    float *conv_out; /* [B][Cq] */
+    float *z;        /* [B][nv*dv] */
+    float *ba;       /* [B][2*nv]: Next raw grouped b|a, or Qwen3.5 b (first nv) and a */
+    float *gates;    /* [B][2*nv]: beta (first nv), g (log decay) */
+    float *scratch;  /* [n_slots][slot_floats]: attention scores, DeltaNet chunk matrices */
+    size_t slot_floats;
+    int n_slots;
+    int n_big, n_mix;
+
+    /* FFN */
+    float *router;     /* [B][E] */
+    int *top_e;        /* [B][k] chosen experts, sorted by expert index */
+    float *top_w;      /* [B][k] their weights */
+    int *e_count;      /* [E] tokens per expert in the micro-batch */
+    int *e_tok;        /* [B*k] token list grouped by expert */
+    int *e_slot;       /* [B*k] matching top-k slot */
+    float *ffn_x;      /* [B][H] gathered inputs */
+    float *ffn_g, *ffn_u; /* [B][n_ffn] */
+    float *ffn_y;      /* [B][H] */
+    float *exp_out;    /* [B][k][H] routed expert outputs by slot */
+    int n_ffn;
+};
+
+/* Mixers and FFNs: input st->h [n][H] (normed), output st->out [n][H]; pos0 = position of row 0.
+ * Return 0 or a negative sl_status with err filled. */
+int fwd_attention(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
+                  int pos0);
+int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
+                 char *err, size_t errlen);
+int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
+            sl_pool *pool, int n, char *err, size_t errlen);
+int fwd_dense_mlp(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n);
+
+/* RMSNorm of n rows [n][dim] in place or into y; zero-centred adds 1 to w. */
+void fwd_norm_rows(const kern_ops *ops, const float *x, const float *w, int zero_centred, float eps, float *y,
+                   int n_rows, int dim);
+
+/* Message helper: snprintf into err when err && errlen. */
+void fwd_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,81 @@
+/*
+ * model.h — in-memory weights and the forward pass (internal).
+ *
+ * The loader (src/format/loader.c) fills an sl_weights from a container: matrices stay in their stored
+ * dtype (f32 / f16 / bf16) and point into the resident backbone buffer; small vectors (norms, A_log,
+ * dt_bias, conv1d) are converted to f32 at load. Routed experts are reached through an sl_expert_src so
+ * the streaming engine can replace the all-resident table without touching the math.
+ *
+ * Shapes follow PyTorch: a matrix is [rows = out][cols = in] row-major and computes y = W x.
+ */
+#ifndef SL_MODEL_H
+#define SL_MODEL_H
+
+#include "model/config.h"
+#include "util/dtype.h"
+#include "util/threadpool.h"
+
+typedef struct sl_mat {
+    const void *data; /* NULL: absent */
+    sl_dtype dtype;   /* DT_F32, DT_F16 or DT_BF16 */
+    int rows, cols;
+} sl_mat;
+
+typedef struct sl_layer_w {
+    float *attn_norm, *ffn_norm; /* input_layernorm, post_attention_layernorm [H] */
+
+    /* full attention: q is [nh*hd, H] (qwen3_moe) or [2*nh*hd, H] (gated: per head [query|gate]) */
+    sl_mat q, k, v, o;
+    float *q_norm, *k_norm; /* [hd] */
+
+    /* Gated DeltaNet */
+    sl_mat qkvz, ba;         /* qwen3_next: grouped per key head (MODELS.md 3.5.1) */
+    sl_mat qkv, z, b, a;     /* qwen3_5_moe: flat */
+    float *conv_w;           /* [Cq][K] */
+    float *dt_bias, *A_log;  /* [nv] */
+    float *lin_norm;         /* [dv], plain weight */
+    sl_mat lin_out;          /* [H, nv*dv] */
+
+    /* MoE */
+    sl_mat router;                        /* [E, H] */
+    sl_mat sh_gate, sh_up, sh_down;       /* shared expert (Next, 3.5) */
+    sl_mat sh_expert_gate;                /* [1, H] */
+    /* dense MLP */
+    sl_mat mlp_gate, mlp_up, mlp_down;
+} sl_layer_w;
+
+typedef struct sl_weights {
+    sl_mat embed;      /* [V, H] */
+    sl_mat lm_head;    /* [V, H]; equals embed when tied */
+    float *final_norm; /* [H] */
+    sl_layer_w layers[SL_MAX_LAYERS];
+} sl_weights;
+
+/* One routed expert: gate, up [I, H]; down [H, I]. */
+typedef struct sl_expert {
+    sl_mat gate, up, down;
+} sl_expert;
+
+/* Where routed experts come from. get() fills *out for (layer, expert); returns 0 or a negative
+ * sl_status with the reason in the provider's own error message. */
+typedef struct sl_expert_src {
+    int (*get)(void *ctx, int layer, int expert, sl_expert *out);
+    void *ctx;
+} sl_expert_src;
+
+/* Per-sequence state. */
+typedef struct fwd_state fwd_state;
+
+fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx);
+void fwd_state_free(fwd_state *st);
+void fwd_state_reset(fwd_state *st);
+int fwd_state_n_past(const fwd_state *st);
+
+/* Evaluates n tokens at positions n_past..n_past+n-1, appending to the state.
+ * logits: NULL, or [n][V] when all_logits, else [V] (last token).
+ * Returns 0 or a negative sl_status; err (may be NULL, size errlen) gets a message. */
+int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+             sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
+             size_t errlen);
+
+#endif

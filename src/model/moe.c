@@ -1,0 +1,161 @@
+/*
+ * moe.c — feed-forward blocks: routed MoE with optional gated shared expert, and the dense SwiGLU MLP
+ * (MODELS.md 3.4).
+ *
+ * Routing per token: softmax over all E router logits (f32, sum in double), top-k by repeated argmax
+ * (ties go to the lower expert index), weights renormalised when cfg->norm_topk. The chosen experts are
+ * then sorted by expert index; that order is the fixed combine order:
+ *     out = ((0 + w_a y_a) + w_b y_b) + ...   for experts a < b < ...
+ * (HF's index_add loop over experts runs in the same order), then + sigmoid(sh_expert_gate . h) * y_s.
+ * Experts are evaluated one at a time in increasing index over the tokens routed to them (their
+ * weights stream once per micro-batch); each output lands in the token's slot of exp_out, so the
+ * order in which a provider delivers experts cannot change the result.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/fwd_internal.h"
+#include "sluice.h"
+
+static void route_token(const float *logits, int E, int k, int renorm, int *top_e, float *top_w, float *p) {
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++)
+        if (logits[e] > mx) mx = logits[e];
+    double sum = 0.0;
+    for (int e = 0; e < E; e++) {
+        p[e] = expf(logits[e] - mx);
+        sum += p[e];
+    }
+    const float fsum = (float)sum;
+    for (int e = 0; e < E; e++) p[e] /= fsum;
+
+    float wsum = 0.0f;
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (p[e] != -1.0f && (best < 0 || p[e] > p[best])) best = e;
+        top_e[s] = best;
+        top_w[s] = p[best];
+        wsum += p[best];
+        p[best] = -1.0f; /* taken */
+    }
+    if (renorm)
+        for (int s = 0; s < k; s++) top_w[s] /= wsum;
+    /* insertion sort by expert index: the fixed combine order */
+    for (int s = 1; s < k; s++) {
+        int e = top_e[s];
+        float w = top_w[s];
+        int i = s - 1;
+        for (; i >= 0 && top_e[i] > e; i--) {
+            top_e[i + 1] = top_e[i];
+            top_w[i + 1] = top_w[i];
+        }
+        top_e[i + 1] = e;
+        top_w[i + 1] = w;
+    }
+}
+
+/* y [n][H] = down(silu(gate x) * up x) for x [n][H]; g, u: [n][inter] scratch. */
+static void swiglu_ffn(const kern_ops *ops, sl_pool *pool, const sl_mat *gate, const sl_mat *up,
+                       const sl_mat *down, const float *x, int n, int H, int inter, float *g, float *u,
+                       float *y) {
+    kern_matmul(ops, pool, gate, x, (size_t)H, g, (size_t)inter, n);
+    kern_matmul(ops, pool, up, x, (size_t)H, u, (size_t)inter, n);
+    for (int t = 0; t < n; t++) ops->swiglu(g + (size_t)t * inter, u + (size_t)t * inter, g + (size_t)t * inter, inter);
+    kern_matmul(ops, pool, down, g, (size_t)inter, y, (size_t)H, n);
+}
+
+static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, char *err, size_t errlen) {
+    const sl_mat *m[3] = {&ex->gate, &ex->up, &ex->down};
+    const int rows[3] = {I, I, H}, cols[3] = {H, H, I};
+    static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int i = 0; i < 3; i++) {
+        if (!m[i]->data || m[i]->rows != rows[i] || m[i]->cols != cols[i] ||
+            (m[i]->dtype != DT_F32 && m[i]->dtype != DT_F16 && m[i]->dtype != DT_BF16)) {
+            fwd_errf(err, errlen, "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16", layer, e,
+                     names[i], m[i]->data ? dt_name(m[i]->dtype) : "missing", m[i]->rows, m[i]->cols, rows[i],
+                     cols[i]);
+            return SL_EINVAL;
+        }
+    }
+    return 0;
+}
+
+int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
+            sl_pool *pool, int n, char *err, size_t errlen) {
+    const kern_ops *ops = st->ops;
+    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used, I = cfg->moe_inter;
+
+    kern_matmul(ops, pool, &lw->router, st->h, (size_t)H, st->router, (size_t)E, n);
+    memset(st->e_count, 0, (size_t)E * sizeof(int));
+    for (int t = 0; t < n; t++) {
+        int *te = st->top_e + (size_t)t * k;
+        route_token(st->router + (size_t)t * E, E, k, cfg->norm_topk, te, st->top_w + (size_t)t * k,
+                    st->router + (size_t)t * E);
+        for (int s = 0; s < k; s++) st->e_count[te[s]]++;
+    }
+    /* group (token, slot) pairs by expert: e_count becomes each expert's start offset */
+    int off = 0;
+    for (int e = 0; e < E; e++) {
+        int c = st->e_count[e];
+        st->e_count[e] = off;
+        off += c;
+    }
+    for (int t = 0; t < n; t++)
+        for (int s = 0; s < k; s++) {
+            int e = st->top_e[(size_t)t * k + s], at = st->e_count[e]++;
+            st->e_tok[at] = t;
+            st->e_slot[at] = s;
+        }
+    /* now e_count[e] is the end of expert e's range; its start is the previous expert's end */
+    for (int e = 0, start = 0; e < E; e++) {
+        int end = st->e_count[e], cnt = end - start;
+        if (cnt > 0) {
+            sl_expert ex;
+            memset(&ex, 0, sizeof ex);
+            int rc = experts->get(experts->ctx, layer, e, &ex);
+            if (rc) {
+                fwd_errf(err, errlen, "layer %d expert %d: expert source failed (status %d)", layer, e, rc);
+                return rc < 0 ? rc : SL_EIO;
+            }
+            rc = check_expert(&ex, I, H, layer, e, err, errlen);
+            if (rc) return rc;
+            for (int i = 0; i < cnt; i++)
+                memcpy(st->ffn_x + (size_t)i * H, st->h + (size_t)st->e_tok[start + i] * H, (size_t)H * sizeof(float));
+            swiglu_ffn(ops, pool, &ex.gate, &ex.up, &ex.down, st->ffn_x, cnt, H, I, st->ffn_g, st->ffn_u, st->ffn_y);
+            for (int i = 0; i < cnt; i++) {
+                int t = st->e_tok[start + i], s = st->e_slot[start + i];
+                memcpy(st->exp_out + ((size_t)t * k + s) * H, st->ffn_y + (size_t)i * H, (size_t)H * sizeof(float));
+            }
+        }
+        start = end;
+    }
+    for (int t = 0; t < n; t++) {
+        float *o = st->out + (size_t)t * H;
+        memset(o, 0, (size_t)H * sizeof(float));
+        for (int s = 0; s < k; s++)
+            ops->axpy(st->top_w[(size_t)t * k + s], st->exp_out + ((size_t)t * k + s) * H, o, H);
+    }
+
+    if (lw->sh_gate.data) {
+        const int Is = cfg->shared_inter;
+        swiglu_ffn(ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, st->h, n, H, Is, st->ffn_g, st->ffn_u,
+                   st->ffn_y);
+        float sg[FWD_BATCH];
+        if (lw->sh_expert_gate.data) kern_matmul(ops, pool, &lw->sh_expert_gate, st->h, (size_t)H, sg, 1, n);
+        for (int t = 0; t < n; t++) {
+            float gate = lw->sh_expert_gate.data ? kern_sigmoid(sg[t]) : 1.0f;
+            float *o = st->out + (size_t)t * H;
+            const float *ys = st->ffn_y + (size_t)t * H;
+            for (int i = 0; i < H; i++) o[i] += gate * ys[i];
+        }
+    }
+    return 0;
+}
+
+int fwd_dense_mlp(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n) {
+    swiglu_ffn(st->ops, pool, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, st->h, n, cfg->hidden, cfg->dense_inter,
+               st->ffn_g, st->ffn_u, st->ffn_y);
+    memcpy(st->out, st->ffn_y, (size_t)n * cfg->hidden * sizeof(float));
+    return 0;
+}

@@ -1,0 +1,49 @@
+/*
+ * dtype.h — element types and scalar conversions (f16, bf16, FP8 E4M3 to f32 and back).
+ * All conversions are exact where the target can hold the value; f32 -> bf16/f16 round to nearest even.
+ */
+#ifndef SL_DTYPE_H
+#define SL_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum {
+    DT_NONE = 0,
+    DT_F32 = 1,
+    DT_F16 = 2,
+    DT_BF16 = 3,
+    DT_F8E4M3 = 4, /* import only */
+} sl_dtype;
+
+size_t dt_size(sl_dtype t);          /* bytes per element */
+const char *dt_name(sl_dtype t);     /* "f32", "f16", "bf16", "f8e4m3" */
+sl_dtype dt_from_name(const char *s);        /* our names; DT_NONE if unknown */
+sl_dtype dt_from_safetensors(const char *s); /* "F32", "F16", "BF16", "F8_E4M3"; DT_NONE if unknown */
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float f8e4m3_to_f32(uint8_t v);
+
+/* Converts n elements of type `from` at src into f32 at dst. */
+void dt_to_f32(sl_dtype from, const void *src, float *dst, size_t n);
+/* Converts n f32 values into `to` (F32, F16, BF16). */
+void dt_from_f32(sl_dtype to, const float *src, void *dst, size_t n);
+
+#endif

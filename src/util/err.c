@@ -1,0 +1,56 @@
+/* err.c — sl_strerror and error-message helpers; see err.h. */
+#include "util/err.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *sl_strerror(sl_status st) {
+    switch (st) {
+#define SL_STATUS_CASE(name, code, text) case SL_##name: return text;
+        SL_STATUS_LIST(SL_STATUS_CASE)
+#undef SL_STATUS_CASE
+    }
+    return "unknown status";
+}
+
+sl_status sl_err(sl_error *err, sl_status st, const char *fmt, ...) {
+    if (!err) return st;
+    err->status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+sl_status sl_err_prefix(sl_error *err, const char *fmt, ...) {
+    if (!err) return SL_EINVAL;
+    char pre[256], joined[sizeof pre + sizeof err->msg + 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    snprintf(joined, sizeof joined, "%s: %s", pre, err->msg);
+    size_t n = strlen(joined);
+    if (n >= sizeof err->msg) n = sizeof err->msg - 1;
+    memcpy(err->msg, joined, n);
+    err->msg[n] = 0;
+    return err->status;
+}
+
+sl_status sl_status_from_errno(int e) {
+    switch (e) {
+    case ENOSPC:
+    case EDQUOT: return SL_ENOSPC;
+    case ENOENT: return SL_ENOENT;
+    case ENOMEM: return SL_ENOMEM;
+    default: return SL_EIO;
+    }
+}
+
+void sl_assert_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "sluice: assertion failed: %s (%s:%d)\n", cond, file, line);
+    abort();
+}

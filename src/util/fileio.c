@@ -1,0 +1,84 @@
+/* fileio.c — see fileio.h. */
+#include "util/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/err.h"
+
+sl_status fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *what, sl_error *err) {
+    char *p = buf;
+    while (len > 0) {
+        ssize_t r = pread(fd, p, len, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return sl_err(err, sl_status_from_errno(errno), "%s: read of %zu bytes at offset %llu failed: %s", what,
+                          len, (unsigned long long)off, strerror(errno));
+        }
+        if (r == 0)
+            return sl_err(err, SL_EFORMAT, "%s: unexpected end of file at offset %llu (%zu bytes short)", what,
+                          (unsigned long long)off, len);
+        p += r;
+        len -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return SL_OK;
+}
+
+sl_status fio_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *what, sl_error *err) {
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t r = pwrite(fd, p, len, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return sl_err(err, sl_status_from_errno(errno), "%s: write of %zu bytes at offset %llu failed: %s", what,
+                          len, (unsigned long long)off, strerror(errno));
+        }
+        if (r == 0) return sl_err(err, SL_EIO, "%s: write made no progress at offset %llu", what, (unsigned long long)off);
+        p += r;
+        len -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return SL_OK;
+}
+
+sl_status fio_read_file(const char *path, char **out, size_t *out_len, sl_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return sl_err(err, SL_EIO, "%s: not a regular file", path);
+    }
+    char *buf = malloc((size_t)sb.st_size + 1);
+    if (!buf) {
+        close(fd);
+        return sl_err(err, SL_ENOMEM, "%s: out of memory reading %lld bytes", path, (long long)sb.st_size);
+    }
+    sl_status st = fio_pread_all(fd, buf, (size_t)sb.st_size, 0, path, err);
+    close(fd);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    buf[sb.st_size] = 0;
+    *out = buf;
+    if (out_len) *out_len = (size_t)sb.st_size;
+    return SL_OK;
+}
+
+char *fio_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    size_t k = a;
+    if (a > 0 && dir[a - 1] != '/') p[k++] = '/';
+    memcpy(p + k, name, b + 1);
+    return p;
+}

@@ -1,0 +1,22 @@
+/*
+ * fileio.h — whole-file and positioned I/O that loops on short transfers and EINTR.
+ * EOF before the requested length is its own error (SL_EFORMAT: the file is shorter than it claims).
+ */
+#ifndef SL_FILEIO_H
+#define SL_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+/* Reads exactly len bytes at off. `what` names the file in messages. */
+sl_status fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char *what, sl_error *err);
+/* Writes exactly len bytes at off. */
+sl_status fio_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *what, sl_error *err);
+/* Reads a whole (small) file into a NUL-terminated malloc'ed buffer. */
+sl_status fio_read_file(const char *path, char **out, size_t *out_len, sl_error *err);
+/* Joins dir and name into a malloc'ed path. NULL on allocation failure. */
+char *fio_join(const char *dir, const char *name);
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * threadpool.h — a fixed pool of worker threads running one parallel-for at a time.
+ *
+ * sl_pool_for(pool, n, fn, ctx) calls fn(ctx, begin, end) on disjoint contiguous ranges covering 0..n-1,
+ * one range per thread, split the same way for a given (n, n_threads). Results are bitwise identical
+ * for any thread count as long as each output element is computed entirely inside one call (the
+ * kernels are written that way: no cross-thread reductions).
+ * The calling thread takes part. Not reentrant: one sl_pool_for at a time per pool.
+ */
+#ifndef SL_THREADPOOL_H
+#define SL_THREADPOOL_H
+
+#include <stddef.h>
+
+typedef struct sl_pool sl_pool;
+typedef void (*sl_pool_fn)(void *ctx, size_t begin, size_t end);
+
+/* n_threads <= 0: number of online cores. Returns NULL on allocation failure. */
+sl_pool *sl_pool_new(int n_threads);
+void sl_pool_free(sl_pool *pool);
+int sl_pool_size(const sl_pool *pool);
+/* pool may be NULL (runs inline). Ranges are at least `grain` items (except the last). */
+void sl_pool_for(sl_pool *pool, size_t n, size_t grain, sl_pool_fn fn, void *ctx);
+
+#endif

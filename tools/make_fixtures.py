@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Build tiny randomly initialised MoE checkpoints with transformers' own classes, plus reference outputs.
+
+Runs where torch + transformers (5.x) are installed (the GPU machine; it computes on CPU in float32).
+For each fixture NAME it writes OUTDIR/NAME/:
+  config.json, model.safetensors (or shards + model.safetensors.index.json)   -- the HF checkpoint
+  ref.json        {"tokens": [...], "greedy": [...16 ids...], "vocab": V, "n_layers": L, "hidden": H, ...}
+  ref_logits.f32  float32 little-endian [n_tokens][vocab] for ref.json["tokens"]
+  ref_hidden.f32  float32 [n_layers+1][n_tokens][hidden] (HF output_hidden_states; last = after final norm)
+
+Fixtures:
+  qwen3_moe        F16, sharded (index.json), tied embeddings, a dense layer (mlp_only_layers), no top-k renorm
+  qwen3_next       F32, legacy full_attention_interval, a dense layer, shared expert
+  qwen3_5_moe      F32, the VLM wrapper (model.language_model.*, model.visual.*), per-expert tensors
+  qwen3_5_fused    BF16, the VLM wrapper with fused experts (gate_up_proj [E,2I,H], down_proj [E,H,I])
+  qwen3_next_fp8   FP8 E4M3 linear weights with 128x128 block scales (weight_scale_inv), as the official release
+
+Every parameter is randomised (norm weights, A_log, dt_bias included) so routing and gating vary.
+Usage: python3 tools/make_fixtures.py OUTDIR [NAME ...]
+"""
+import json, os, sys, traceback, re
+import numpy as np
+import torch
+import transformers
+from safetensors.torch import save_file, load_file
+
+T_PROMPT = 90      # crosses the 64-token DeltaNet chunk
+N_GREEDY = 16
+V = 256
+
+# transformers 5.x keeps MoE experts fused in memory (gate_up_proj [E,2I,H], down_proj [E,H,I]) and may or may not
+# convert them back on save; these helpers pin the on-disk layout each fixture is meant to have.
+EXP_FUSED = re.compile(r"(.*\.mlp\.experts)\.(gate_up_proj|down_proj)$")
+EXP_SPLIT = re.compile(r"(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def _transposed(sd, pre, hidden):
+    # decided from down_proj ([E,H,I] standard, [E,I,H] transposed): gate_up can be ambiguous when 2I == H
+    d = sd[pre + ".down_proj"]
+    if d.shape[1] == hidden:
+        return False
+    assert d.shape[2] == hidden, (pre, tuple(d.shape))
+    return True
+
+
+def to_per_expert(sd, hidden):
+    out = {}
+    for k, w in sd.items():
+        mm = EXP_FUSED.match(k)
+        if not mm:
+            out[k] = w
+            continue
+        pre, kind = mm.groups()
+        assert w.dim() == 3, (k, tuple(w.shape))
+        if _transposed(sd, pre, hidden):
+            w = w.transpose(1, 2)
+        for e in range(w.shape[0]):
+            if kind == "gate_up_proj":
+                i = w.shape[1] // 2
+                out[f"{pre}.{e}.gate_proj.weight"] = w[e, :i].clone()
+                out[f"{pre}.{e}.up_proj.weight"] = w[e, i:].clone()
+            else:
+                out[f"{pre}.{e}.down_proj.weight"] = w[e].clone()
+    return out
+
+
+def to_fused(sd):
+    # standard (official Qwen3.5) layout: gate_up_proj [E,2I,H] (gate rows first), down_proj [E,H,I]
+    out, groups = {}, {}
+    for k, w in sd.items():
+        mm = EXP_SPLIT.match(k)
+        if mm:
+            groups.setdefault(mm.group(1), {})[(int(mm.group(2)), mm.group(3))] = w
+        else:
+            out[k] = w
+    for pre, g in groups.items():
+        E = 1 + max(e for e, _ in g)
+        out[pre + ".gate_up_proj"] = torch.stack(
+            [torch.cat([g[(e, "gate_proj")], g[(e, "up_proj")]], 0) for e in range(E)]).contiguous()
+        out[pre + ".down_proj"] = torch.stack([g[(e, "down_proj")] for e in range(E)]).contiguous()
+    return out
+
+
+def fit_to_model(sd, model_sd, hidden):
+    """sd (per-expert or fused names) -> the model's own state-dict names and layout."""
+    if all(k in sd for k in model_sd):
+        return {k: sd[k] for k in model_sd}
+    f = to_fused(to_per_expert(sd, hidden))
+    res = {}
+    for k, ref in model_sd.items():
+        w = f[k]
+        mm = EXP_FUSED.match(k)
+        if mm and _transposed(model_sd, mm.group(1), hidden):
+            w = w.transpose(1, 2).contiguous()
+        assert w.shape == ref.shape, (k, tuple(w.shape), tuple(ref.shape))
+        res[k] = w.to(ref.dtype)
+    return res
+
+
+def save_checkpoint(sd, d, shard_bytes=None):
+    if not shard_bytes:
+        save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        return
+    shards, cur, size = [], {}, 0
+    for k, t in sd.items():
+        nb = t.numel() * t.element_size()
+        if cur and size + nb > shard_bytes:
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[k] = t
+        size += nb
+    shards.append(cur)
+    n = len(shards)
+    wmap = {}
+    for i, sh in enumerate(shards):
+        fn = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+        save_file(sh, os.path.join(d, fn), metadata={"format": "pt"})
+        wmap.update({k: fn for k in sh})
+    total = sum(t.numel() * t.element_size() for t in sd.values())
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f, indent=2)
+
+
+def rewrite_checkpoint(d, fn, shard_bytes=None):
+    """Load what save_pretrained wrote, apply fn, and rewrite it only if names/dtypes/shapes changed
+    (or sharding was asked for and is missing)."""
+    files = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+    sd = {}
+    for f in files:
+        sd.update(load_file(os.path.join(d, f)))
+    new = fn(sd)
+    sig = lambda x: {k: (str(v.dtype), tuple(v.shape)) for k, v in x.items()}
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if sig(new) == sig(sd) and not (shard_bytes and not os.path.exists(idx)):
+        return
+    for f in files:
+        os.remove(os.path.join(d, f))
+    if os.path.exists(idx):
+        os.remove(idx)
+    save_checkpoint(new, d, shard_bytes)
+
+
+def legacy_interval(d, interval):
+    # as the official Qwen3-Next config.json: full_attention_interval, no layer_types
+    p = os.path.join(d, "config.json")
+    with open(p) as f:
+        c = json.load(f)
+    lt = c.pop("layer_types", None)
+    n = c["num_hidden_layers"]
+    exp = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)]
+    assert lt is None or lt == exp, lt
+    c["full_attention_interval"] = interval
+    with open(p, "w") as f:
+        json.dump(c, f, indent=2)
+
+
+def randomise(model, seed, zero_centred, std=0.08):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            n = name
+            if n.endswith("A_log"):
+                p.copy_(torch.log(torch.rand(p.shape, generator=g) * 15 + 1))
+            elif n.endswith("dt_bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif "norm" in n.split(".")[-2] if n.count(".") else False:
+                # norm weights: zero-centred (1+w) families get w ~ N(0, .15); plain ones 1 + N(0, .15)
+                base = 0.0 if (zero_centred and "linear_attn.norm" not in n) else 1.0
+                p.copy_(base + torch.randn(p.shape, generator=g) * 0.15)
+            elif "embed_tokens" in n or n.startswith("lm_head"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif "conv1d" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            elif "visual" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+            elif n.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+
+
+def round_params(model, dtype):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(dtype).to(torch.float32))
+
+
+def forward_logits(model, ids):
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=False)
+    logits = out.logits[0].float().numpy()
+    hs = out.hidden_states
+    hidden = np.stack([h[0].float().numpy() for h in hs])
+    return logits, hidden
+
+
+def greedy(model, ids, n):
+    # full recomputation each step: the simplest possible reference (no cache semantics involved)
+    seq = list(ids)
+    new = []
+    for _ in range(n):
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([seq]), use_cache=False)
+        t = int(out.logits[0, -1].argmax())
+        new.append(t)
+        seq.append(t)
+    return new
+
+
+def write_refs(model, d, seed, extra):
+    rng = np.random.default_rng(seed)
+    ids = [int(x) for x in rng.integers(0, V, T_PROMPT)]
+    logits, hidden = forward_logits(model, ids)
+    g = greedy(model, ids, N_GREEDY)
+    logits.astype("<f4").tofile(os.path.join(d, "ref_logits.f32"))
+    hidden.astype("<f4").tofile(os.path.join(d, "ref_hidden.f32"))
+    ref = {"tokens": ids, "greedy": g, "vocab": int(logits.shape[1]), "n_hidden_states": int(hidden.shape[0]),
+           "hidden": int(hidden.shape[2]), "transformers": transformers.__version__, "torch": torch.__version__}
+    ref.update(extra)
+    with open(os.path.join(d, "ref.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+
+
+def next_kwargs():
+    return dict(vocab_size=V, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                partial_rotary_factor=0.25, linear_num_key_heads=2, linear_num_value_heads=4,
+                linear_key_head_dim=16, linear_value_head_dim=24, linear_conv_kernel_dim=4, num_experts=16,
+                num_experts_per_tok=4, moe_intermediate_size=32, shared_expert_intermediate_size=40,
+                rms_norm_eps=1e-6, max_position_embeddings=4096)
+
+
+def make_qwen3_moe(d):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    cfg = Qwen3MoeConfig(vocab_size=V, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=24, intermediate_size=96, moe_intermediate_size=32,
+                         num_experts=16, num_experts_per_tok=4, norm_topk_prob=False, decoder_sparse_step=1,
+                         mlp_only_layers=[2], rope_parameters={"rope_type": "default", "rope_theta": 1e6}, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                         max_position_embeddings=4096, attn_implementation="eager")
+    torch.manual_seed(1)
+    m = Qwen3MoeForCausalLM(cfg).float().eval()
+    # tied embeddings: with small block weights the residual stream stays dominated by the input token's own
+    # embedding and greedy decoding just repeats it; larger weights make the blocks (hence routing) matter
+    randomise(m, 101, zero_centred=False, std=0.25)
+    round_params(m, torch.float16)
+    m.to(torch.float16).save_pretrained(d, max_shard_size="400KB")
+    rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64), shard_bytes=400_000)
+    m.float()
+    write_refs(m, d, 11, {"arch": "qwen3_moe", "dtype": "F16"})
+
+
+def make_qwen3_next(d, fp8=False):
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+    kw = next_kwargs()
+    prf = kw.pop("partial_rotary_factor")
+    cfg = Qwen3NextConfig(num_hidden_layers=6, full_attention_interval=3, intermediate_size=96,
+                          mlp_only_layers=[4], decoder_sparse_step=1, norm_topk_prob=True,
+                          rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": prf},
+                          tie_word_embeddings=False, attn_implementation="eager", **kw)
+    torch.manual_seed(2)
+    m = Qwen3NextForCausalLM(cfg).float().eval()
+    randomise(m, 202 if not fp8 else 303, zero_centred=True)
+    if not fp8:
+        m.save_pretrained(d)
+        rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
+        legacy_interval(d, 3)
+        write_refs(m, d, 22, {"arch": "qwen3_next", "dtype": "F32"})
+        return
+    # FP8 E4M3, 128x128 block scales; dequantised weights go back into the model for the reference
+    model_sd = {k: v.detach().clone().contiguous() for k, v in m.state_dict().items()}
+    sd = to_per_expert(model_sd, 64)   # the official FP8 release ships per-expert tensors
+    out = {}
+    skip = []
+    for k, w in sd.items():
+        quant = (w.dim() == 2 and k.endswith(".weight") and "embed_tokens" not in k and not k.startswith("lm_head")
+                 and not k.endswith("mlp.gate.weight") and "shared_expert_gate" not in k and "norm" not in k)
+        if not quant:
+            out[k] = w
+            if w.dim() == 2 and k.endswith(".weight"):
+                skip.append(k[:-len(".weight")])
+            continue
+        o, i = w.shape
+        bo, bi = (o + 127) // 128, (i + 127) // 128
+        s = torch.zeros(bo, bi, dtype=torch.float32)
+        q = torch.zeros(o, i, dtype=torch.float8_e4m3fn)
+        deq = torch.zeros(o, i, dtype=torch.float32)
+        for a in range(bo):
+            for b in range(bi):
+                blk = w[a*128:(a+1)*128, b*128:(b+1)*128]
+                sc = (blk.abs().max() / 448.0).clamp(min=1e-12).float()
+                qb = (blk / sc).to(torch.float8_e4m3fn)
+                s[a, b] = sc
+                q[a*128:(a+1)*128, b*128:(b+1)*128] = qb
+                deq[a*128:(a+1)*128, b*128:(b+1)*128] = qb.float() * sc
+        out[k] = q
+        out[k[:-len(".weight")] + ".weight_scale_inv"] = s
+        sd[k] = deq
+    m.load_state_dict(fit_to_model(sd, model_sd, 64))
+    os.makedirs(d, exist_ok=True)
+    m.config.architectures = [type(m).__name__]
+    m.config.save_pretrained(d)
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    c["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "weight_block_size": [128, 128], "modules_to_not_convert": skip}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    legacy_interval(d, 3)
+    save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    write_refs(m, d, 33, {"arch": "qwen3_next", "dtype": "F8_E4M3"})
+
+
+def make_qwen3_5(d, fused=False):
+    from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+    kw = next_kwargs()
+    kw.pop("partial_rotary_factor")
+    text = dict(num_hidden_layers=4,
+                layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+                rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+                tie_word_embeddings=False, **kw)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=4,
+                  temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16, in_channels=3)
+    cfg = Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=False,
+                           attn_implementation="eager")
+    torch.manual_seed(3)
+    m = Qwen3_5MoeForConditionalGeneration(cfg).float().eval()
+    randomise(m, 404 if fused else 505, zero_centred=True)
+    if not fused:
+        m.save_pretrained(d)
+        rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
+        write_refs(m, d, 44, {"arch": "qwen3_5_moe", "dtype": "F32"})
+        return
+    round_params(m, torch.bfloat16)
+    m.save_pretrained(d)
+    # experts fused, as the official Qwen3.5 releases ship them, everything in BF16
+    rewrite_checkpoint(d, lambda sd: {k: v.to(torch.bfloat16).contiguous()
+                                      for k, v in to_fused(to_per_expert(sd, 64)).items()})
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    c["dtype"] = "bfloat16"   # what the checkpoint now holds
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    write_refs(m, d, 55, {"arch": "qwen3_5_moe", "dtype": "BF16", "fused_experts": True})
+
+
+MAKERS = {
+    "qwen3_moe": make_qwen3_moe,
+    "qwen3_next": make_qwen3_next,
+    "qwen3_5_moe": make_qwen3_5,
+    "qwen3_5_fused": lambda d: make_qwen3_5(d, fused=True),
+    "qwen3_next_fp8": lambda d: make_qwen3_next(d, fp8=True),
+}
+
+
+def main():
+    outdir = sys.argv[1]
+    names = sys.argv[2:] or list(MAKERS)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    print("transformers", transformers.__version__, "torch", torch.__version__, flush=True)
+    failed = 0
+    for n in names:
+        d = os.path.join(outdir, n)
+        os.makedirs(d, exist_ok=True)
+        try:
+            MAKERS[n](d)
+            print("made", n, sorted(os.listdir(d)), flush=True)
+        except Exception:
+            failed += 1
+            print("FAILED", n, flush=True)
+            traceback.print_exc()
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
