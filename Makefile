@@ -22,7 +22,8 @@ all: $(BUILD)/sluice $(BUILD)/libsluice.a
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -c $< -o $@
+	@echo "  CC      $<"
+	@$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -c $< -o $@
 
 $(BUILD)/libsluice.a: $(LIB_OBJ)
 	@rm -f $@
@@ -42,10 +43,13 @@ asan:
 	    LDFLAGS="-fsanitize=address,undefined" test
 
 bench: $(BUILD)/sluice
-	$(BUILD)/sluice bench
+	tools/bench.sh $(BUILD)/sluice
 
+# The demo: pack the tiny Qwen3-Next fixture and generate greedily from token ids.
 run: $(BUILD)/sluice
-	$(BUILD)/sluice run --tokens 1,2,3 -n 16 --temp 0 --ids
+	$(BUILD)/sluice pack tests/data/qwen3_next -o $(BUILD)/demo.sluice
+	$(BUILD)/sluice info $(BUILD)/demo.sluice
+	$(BUILD)/sluice run -m $(BUILD)/demo.sluice --tokens 1,2,3,4,5,6,7,8 -n 16 --temp 0 --ids --stats
 
 install: all
 	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include

@@ -81,11 +81,12 @@ sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl
     else if (!strcmp(type, "qwen3_next")) out->arch = SL_ARCH_QWEN3_NEXT;
     else if (!strcmp(type, "qwen3_5_moe") || !strcmp(type, "qwen3_5_moe_text")) out->arch = SL_ARCH_QWEN3_5_MOE;
     else {
+        sl_status st = sl_err(err, SL_EUNSUPPORTED,
+                              "%s: unsupported model_type '%s' (supported: qwen3_moe, qwen3_next, qwen3_5_moe, "
+                              "qwen3_5_moe_text)",
+                              path, type);
         cJSON_Delete(root);
-        return sl_err(err, SL_EUNSUPPORTED,
-                      "%s: unsupported model_type '%s' (supported: qwen3_moe, qwen3_next, qwen3_5_moe, "
-                      "qwen3_5_moe_text)",
-                      path, type);
+        return st;
     }
     if (!strcmp(type, "qwen3_5_moe")) {
         const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");

@@ -1,0 +1,53 @@
+/*
+ * test.h — a small test runner: TEST(name) registers a case; PARAM_TEST registers one case per
+ * fixture. CHECK fails the current case (and returns from it) with file:line and the condition.
+ * `build/test_sluice [FILTER]` runs every case whose name contains FILTER and ends with
+ * "N passed, N failed".
+ */
+#ifndef SL_TEST_H
+#define SL_TEST_H
+
+#include <stdio.h>
+
+typedef void (*test_fn)(const char *arg);
+void test_register(const char *name, test_fn fn, const char *arg);
+void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int test_failed(void);
+
+#define TEST(name)                                                                               \
+    static void name(const char *arg);                                                           \
+    __attribute__((constructor)) static void reg_##name(void) { test_register(#name, name, 0); } \
+    static void name(const char *arg)
+
+/* One case per fixture directory under tests/data. */
+extern const char *const test_fixtures[];
+#define FIXTURE_TEST(name)                                                                       \
+    static void name(const char *arg);                                                           \
+    __attribute__((constructor)) static void reg_##name(void) {                                  \
+        for (int i = 0; test_fixtures[i]; i++) test_register(#name, name, test_fixtures[i]);    \
+    }                                                                                            \
+    static void name(const char *arg)
+
+#define CHECK(c)                                                     \
+    do {                                                             \
+        if (!(c)) { test_fail(__FILE__, __LINE__, "%s", #c); return; } \
+    } while (0)
+#define CHECKF(c, ...)                                                 \
+    do {                                                               \
+        if (!(c)) { test_fail(__FILE__, __LINE__, __VA_ARGS__); return; } \
+    } while (0)
+
+/* Helpers (test_util.c). */
+const char *test_tmpdir(void);          /* a fresh directory for this run */
+char *test_path(const char *fmt, ...);  /* static buffer rotation of 8: formatted path */
+int test_copy_dir(const char *from, const char *to); /* regular files only; 0 on success */
+int test_exists(const char *path);
+long long test_file_size(const char *path);
+int test_dir_has_prefix(const char *dir, const char *prefix); /* any entry starting with prefix */
+/* Packs tests/data/<fixture> once per run into the tmp dir; returns the container path. */
+const char *test_packed(const char *fixture);
+/* Reads a whole file (malloc'ed); NULL on error. */
+char *test_read(const char *path, size_t *len);
+int test_write(const char *path, const void *data, size_t len);
+
+#endif

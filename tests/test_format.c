@@ -1,0 +1,471 @@
+/*
+ * test_format.c — import, pack, container read-back, verify, and every bad input the foundation
+ * issue lists (each: non-zero status, a message naming the file and the tensor, no output left).
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/container.h"
+#include "format/pack.h"
+#include "import/hf.h"
+#include "model/tensors.h"
+#include "sluice.h"
+#include "test.h"
+
+/* ---- helpers ---- */
+
+/* Rewrites a safetensors header through fn; data bytes are kept as they are. */
+static int st_rewrite(const char *path, void (*fn)(cJSON *root, void *ctx), void *ctx) {
+    size_t n;
+    char *b = test_read(path, &n);
+    if (!b || n < 8) return -1;
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | (uint8_t)b[i];
+    cJSON *root = cJSON_ParseWithLength(b + 8, hl);
+    fn(root, ctx);
+    char *js = cJSON_PrintUnformatted(root);
+    size_t jl = strlen(js), nl = (jl + 7) / 8 * 8;
+    size_t total = 8 + nl + (n - 8 - hl);
+    char *o = malloc(total);
+    for (int i = 0; i < 8; i++) o[i] = (char)(nl >> (8 * i));
+    memcpy(o + 8, js, jl);
+    memset(o + 8 + jl, ' ', nl - jl);
+    memcpy(o + 8 + nl, b + 8 + hl, n - 8 - hl);
+    int rc = test_write(path, o, total);
+    free(o);
+    free(js);
+    free(b);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int edit_config(const char *dir, void (*fn)(cJSON *root, void *ctx), void *ctx) {
+    char *p = test_path("%s/config.json", dir);
+    char *txt = test_read(p, NULL);
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    fn(j, ctx);
+    char *out = cJSON_Print(j);
+    int rc = test_write(p, out, strlen(out));
+    free(out);
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int n_case;
+
+/* A fresh copy of a fixture to break. */
+static const char *scratch_copy(const char *fixture) {
+    char *d = test_path("%s/bad%d-%s", test_tmpdir(), n_case++, fixture);
+    static char keep[8][512];
+    static int k;
+    char *r = keep[k++ & 7];
+    snprintf(r, 512, "%s", d);
+    if (test_copy_dir(test_path("tests/data/%s", fixture), r)) return NULL;
+    return r;
+}
+
+/* Packs dir, expecting failure with a status and message containing each of the needles. */
+static void expect_pack_fail(const char *dir, sl_status want, const char *n1, const char *n2) {
+    const char *out = test_path("%s/out.sluice", dir);
+    sl_error err = {0};
+    sl_pack_params p = sl_pack_params_default();
+    sl_status st = sl_pack(dir, out, &p, &err);
+    CHECKF(st != SL_OK, "pack of %s should fail", dir);
+    CHECKF(want == SL_OK || st == want, "status %d (%s), want %d; message: %s", st, sl_strerror(st), want, err.msg);
+    CHECKF(!n1 || strstr(err.msg, n1), "message lacks '%s': %s", n1, err.msg);
+    CHECKF(!n2 || strstr(err.msg, n2), "message lacks '%s': %s", n2, err.msg);
+    CHECKF(strchr(err.msg, '\n') == NULL, "message must be one line: %s", err.msg);
+    CHECK(!test_exists(out));
+    CHECKF(!test_dir_has_prefix(dir, "out.sluice"), "a temporary output was left in %s", dir);
+}
+
+/* ---- pack and read back ---- */
+
+FIXTURE_TEST(pack_roundtrip_every_tensor) {
+    const char *path = test_packed(arg);
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    hf_ckpt *ck = NULL;
+    CHECKF(slc_open(path, &f, &err) == SL_OK, "%s", err.msg);
+    if (hf_open(test_path("tests/data/%s", arg), &ck, &err)) {
+        slc_close(&f);
+        CHECKF(0, "%s", err.msg);
+    }
+    int bad = 0, checked = 0;
+    uint8_t *a = malloc(f.h.expert_stride > (1u << 22) ? f.h.expert_stride : (1u << 22));
+    uint8_t *b = malloc(f.h.expert_stride > (1u << 22) ? f.h.expert_stride : (1u << 22));
+    for (int i = 0; i < f.n_tensors && !bad; i++) {
+        const hf_tensor *t = hf_find(ck, f.t[i].name);
+        if (!t || hf_read(ck, t, f.t[i].dtype, a, &err) || pread(f.fd, b, f.t[i].size, (off_t)f.t[i].off) != (ssize_t)f.t[i].size ||
+            memcmp(a, b, f.t[i].size)) {
+            test_fail(__FILE__, __LINE__, "tensor %s differs from its source", f.t[i].name);
+            bad = 1;
+        }
+        checked++;
+    }
+    for (uint32_t s = 0; s < f.h.n_moe_layers && !bad; s++)
+        for (uint32_t e = 0; e < f.h.n_experts && !bad; e++)
+            for (int p = 0; p < 3 && !bad; p++) {
+                char nm[96];
+                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%u.%s", f.moe_layers[s], e, arch_expert_part_names[p]);
+                const hf_tensor *t = hf_find(ck, nm);
+                uint64_t off = slc_expert_offset(&f, (int)s, (int)e) + f.parts[p].off;
+                if (!t || hf_read(ck, t, f.parts[p].dtype, a, &err) ||
+                    pread(f.fd, b, f.parts[p].size, (off_t)off) != (ssize_t)f.parts[p].size || memcmp(a, b, f.parts[p].size)) {
+                    test_fail(__FILE__, __LINE__, "expert %s differs from its source", nm);
+                    bad = 1;
+                }
+                checked++;
+            }
+    free(a);
+    free(b);
+    int expected_experts = (int)(f.h.n_moe_layers * f.h.n_experts * 3);
+    int nt = f.n_tensors;
+    uint64_t stride = f.h.expert_stride, eoff = f.h.expert_off;
+    hf_close(ck);
+    slc_close(&f);
+    CHECK(!bad);
+    CHECK(checked == nt + expected_experts);
+    CHECK(stride % 4096 == 0 && eoff % 4096 == 0);
+}
+
+FIXTURE_TEST(verify_source_passes) {
+    const char *path = test_packed(arg);
+    CHECK(path);
+    sl_error err = {0};
+    CHECKF(sl_verify(path, test_path("tests/data/%s", arg), NULL, NULL, &err) == SL_OK, "%s", err.msg);
+}
+
+static void flip_bit(const char *path, uint64_t off) {
+    size_t n;
+    char *b = test_read(path, &n);
+    b[off] ^= 0x10;
+    test_write(path, b, n);
+    free(b);
+}
+
+TEST(verify_catches_flipped_expert_bit) {
+    const char *src = test_packed("qwen3_next");
+    CHECK(src);
+    const char *p = test_path("%s/flip-expert.sluice", test_tmpdir());
+    size_t n;
+    char *b = test_read(src, &n);
+    test_write(p, b, n);
+    free(b);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(p, &f, &err) == SL_OK);
+    uint64_t off = slc_expert_offset(&f, 2, 5) + 1000; /* slot 2 = model layer 2 */
+    int layer = f.moe_layers[2];
+    slc_close(&f);
+    flip_bit(p, off);
+    sl_status st = sl_verify(p, NULL, NULL, NULL, &err);
+    CHECKF(st == SL_ECHECKSUM, "status %d: %s", st, err.msg);
+    char want[64];
+    snprintf(want, sizeof want, "layer %d, expert 5", layer);
+    CHECKF(strstr(err.msg, want) && strstr(err.msg, "offset"), "%s", err.msg);
+    st = sl_verify(p, "tests/data/qwen3_next", NULL, NULL, &err);
+    CHECKF(st == SL_ECHECKSUM, "status %d: %s", st, err.msg);
+    sl_model *m = NULL;
+    CHECK(sl_model_open(p, NULL, &m, &err) == SL_ECHECKSUM && m == NULL);
+    CHECKF(strstr(err.msg, want), "%s", err.msg);
+}
+
+TEST(verify_catches_flipped_backbone_bit) {
+    const char *src = test_packed("qwen3_5_moe");
+    CHECK(src);
+    const char *p = test_path("%s/flip-backbone.sluice", test_tmpdir());
+    size_t n;
+    char *b = test_read(src, &n);
+    test_write(p, b, n);
+    free(b);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(p, &f, &err) == SL_OK);
+    const slc_tensor *t = slc_find(&f, "layers.1.linear_attn.in_proj_z");
+    CHECK(t);
+    uint64_t off = t->off + 17;
+    slc_close(&f);
+    flip_bit(p, off);
+    sl_status st = sl_verify(p, NULL, NULL, NULL, &err);
+    CHECKF(st == SL_ECHECKSUM && strstr(err.msg, "layers.1.linear_attn.in_proj_z"), "%d %s", st, err.msg);
+}
+
+TEST(verify_source_catches_different_source) {
+    /* a container that is internally consistent but was packed from other weights */
+    const char *p = test_packed("qwen3_5_fused");
+    CHECK(p);
+    sl_error err = {0};
+    sl_status st = sl_verify(p, "tests/data/qwen3_5_moe", NULL, NULL, &err);
+    CHECKF(st == SL_EMISMATCH && strstr(err.msg, "differs from the source"), "%d %s", st, err.msg);
+}
+
+TEST(container_rejects_truncation_and_garbage) {
+    const char *src = test_packed("qwen3_moe");
+    CHECK(src);
+    size_t n;
+    char *b = test_read(src, &n);
+    const char *p = test_path("%s/trunc.sluice", test_tmpdir());
+    test_write(p, b, n - 100);
+    sl_error err = {0};
+    slc_file f;
+    CHECK(slc_open(p, &f, &err) == SL_EFORMAT && strstr(err.msg, "truncated"));
+    memset(b, 'x', 64);
+    test_write(p, b, n);
+    CHECK(slc_open(p, &f, &err) == SL_EFORMAT && strstr(err.msg, "not a .sluice"));
+    free(b);
+}
+
+TEST(pack_quant_modes) {
+    sl_error err = {0};
+    const char *out = test_path("%s/bf16.sluice", test_tmpdir());
+    sl_pack_params p = sl_pack_params_default();
+    p.quant = SL_QUANT_BF16;
+    CHECKF(sl_pack("tests/data/qwen3_next", out, &p, &err) == SL_OK, "%s", err.msg);
+    slc_file f;
+    CHECK(slc_open(out, &f, &err) == SL_OK);
+    int ok = f.parts[0].dtype == DT_BF16 && slc_find(&f, "layers.0.self_attn.q_proj") == NULL &&
+             slc_find(&f, "layers.2.self_attn.q_proj")->dtype == DT_BF16 && slc_find(&f, "norm")->dtype == DT_F32 &&
+             slc_find(&f, "layers.0.linear_attn.A_log")->dtype == DT_F32;
+    slc_close(&f);
+    CHECK(ok);
+    CHECKF(sl_verify(out, "tests/data/qwen3_next", NULL, NULL, &err) == SL_OK, "%s", err.msg);
+    p.quant = SL_QUANT_F32;
+    out = test_path("%s/f32.sluice", test_tmpdir());
+    CHECKF(sl_pack("tests/data/qwen3_moe", out, &p, &err) == SL_OK, "%s", err.msg);
+    CHECK(slc_open(out, &f, &err) == SL_OK);
+    ok = f.parts[2].dtype == DT_F32 && slc_find(&f, "embed_tokens")->dtype == DT_F32;
+    slc_close(&f);
+    CHECK(ok);
+}
+
+TEST(pack_keeps_source_dtypes) {
+    const char *want[][2] = {{"qwen3_moe", "f16"}, {"qwen3_5_fused", "bf16"}, {"qwen3_next_fp8", "f32"}, {"qwen3_next", "f32"}};
+    for (int i = 0; i < 4; i++) {
+        const char *p = test_packed(want[i][0]);
+        CHECK(p);
+        slc_file f;
+        sl_error err = {0};
+        CHECK(slc_open(p, &f, &err) == SL_OK);
+        int ok = !strcmp(dt_name(f.parts[0].dtype), want[i][1]);
+        slc_close(&f);
+        CHECKF(ok, "%s experts stored as %s", want[i][0], want[i][1]);
+    }
+}
+
+TEST(info_json_describes_container) {
+    const char *p = test_packed("qwen3_next");
+    CHECK(p);
+    char *js = NULL;
+    sl_error err = {0};
+    CHECK(sl_info_json(p, &js, &err) == SL_OK);
+    cJSON *j = cJSON_Parse(js);
+    free(js);
+    const cJSON *c = cJSON_GetObjectItem(j, "config"), *ex = cJSON_GetObjectItem(j, "experts");
+    int ok = !strcmp(cJSON_GetObjectItem(j, "arch")->valuestring, "qwen3_next") &&
+             cJSON_GetObjectItem(c, "n_layers")->valueint == 6 && cJSON_GetObjectItem(ex, "moe_layers")->valueint == 5 &&
+             cJSON_GetObjectItem(ex, "stride")->valueint % 4096 == 0 &&
+             !strcmp(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "layer_types"), 2)->valuestring, "full_attention") &&
+             cJSON_GetObjectItem(j, "backbone_bytes")->valuedouble > 0;
+    cJSON_Delete(j);
+    CHECK(ok);
+}
+
+/* ---- config spellings ---- */
+
+TEST(config_spellings) {
+    sl_config c;
+    sl_error err = {0};
+    const char *a = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+                    "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":4,\"moe_intermediate_size\":4,"
+                    "\"num_experts_per_tok\":2,\"num_experts\":4,\"rope_theta\":5000}";
+    CHECKF(hf_parse_config(a, "a", &c, &err) == SL_OK, "%s", err.msg);
+    CHECK(c.n_experts == 4 && c.rope_theta == 5000 && c.rot_dim == 4 && c.norm_topk == 0 && c.layer_moe[1]);
+    const char *b = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+                    "\"num_attention_heads\":2,\"head_dim\":4,\"moe_intermediate_size\":4,\"num_experts_per_tok\":2,"
+                    "\"num_local_experts\":4,\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":7000},"
+                    "\"mlp_only_layers\":[1],\"intermediate_size\":12}";
+    CHECKF(hf_parse_config(b, "b", &c, &err) == SL_OK, "%s", err.msg);
+    CHECK(c.n_experts == 4 && c.rope_theta == 7000 && c.n_kv_heads == 2 && !c.layer_moe[1] && c.dense_inter == 12);
+    const char *n = "{\"model_type\":\"qwen3_next\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":8,"
+                    "\"num_attention_heads\":2,\"head_dim\":16,\"moe_intermediate_size\":4,\"num_experts_per_tok\":2,"
+                    "\"num_experts\":4,\"shared_expert_intermediate_size\":4,\"linear_num_key_heads\":1,"
+                    "\"linear_num_value_heads\":2,\"linear_key_head_dim\":4,\"linear_value_head_dim\":4,"
+                    "\"linear_conv_kernel_dim\":4,\"full_attention_interval\":4}";
+    CHECKF(hf_parse_config(n, "n", &c, &err) == SL_OK, "%s", err.msg);
+    CHECK(c.layer_linear[0] && c.layer_linear[2] && !c.layer_linear[3] && !c.layer_linear[7] && c.rot_dim == 4 &&
+          c.rope_theta == 10000 && c.norm_topk == 1 && c.zero_centred_norm && !c.split_lin_proj);
+}
+
+/* ---- bad input ---- */
+
+static void del_field(cJSON *j, void *ctx) { cJSON_DeleteItemFromObject(j, ctx); }
+static void set_num(cJSON *j, void *ctx) {
+    const char *const *kv = ctx;
+    cJSON_DeleteItemFromObject(j, kv[0]);
+    cJSON_AddNumberToObject(j, kv[0], atof(kv[1]));
+}
+static void set_str(cJSON *j, void *ctx) {
+    const char *const *kv = ctx;
+    cJSON_DeleteItemFromObject(j, kv[0]);
+    cJSON_AddStringToObject(j, kv[0], kv[1]);
+}
+
+TEST(bad_config_missing_field) {
+    const char *d = scratch_copy("qwen3_next");
+    CHECK(d && edit_config(d, del_field, "hidden_size") == 0);
+    expect_pack_fail(d, SL_ECONFIG, "config.json", "'hidden_size'");
+}
+
+TEST(bad_config_contradiction) {
+    const char *d = scratch_copy("qwen3_moe"); /* has num_local_experts 16 */
+    const char *kv[] = {"num_experts", "8"};
+    CHECK(d && edit_config(d, set_num, (void *)kv) == 0);
+    expect_pack_fail(d, SL_ECONFIG, "config.json", "disagree");
+    const char *d2 = scratch_copy("qwen3_next");
+    const char *kv2[] = {"num_experts_per_tok", "99"};
+    CHECK(d2 && edit_config(d2, set_num, (void *)kv2) == 0);
+    expect_pack_fail(d2, SL_ECONFIG, "config.json", "num_experts_per_tok");
+}
+
+static void bad_layer_types(cJSON *j, void *ctx) {
+    cJSON *tc = cJSON_GetObjectItem(j, "text_config");
+    cJSON *lt = cJSON_GetObjectItem(tc, "layer_types");
+    cJSON_DeleteItemFromArray(lt, 0);
+}
+
+TEST(bad_config_layer_types_length) {
+    const char *d = scratch_copy("qwen3_5_moe");
+    CHECK(d && edit_config(d, bad_layer_types, NULL) == 0);
+    expect_pack_fail(d, SL_ECONFIG, "config.json", "layer_types");
+}
+
+TEST(bad_config_unknown_model_type) {
+    const char *d = scratch_copy("qwen3_next");
+    const char *kv[] = {"model_type", "llama"};
+    CHECK(d && edit_config(d, set_str, (void *)kv) == 0);
+    expect_pack_fail(d, SL_EUNSUPPORTED, "'llama'", "qwen3_moe, qwen3_next, qwen3_5_moe");
+}
+
+TEST(bad_safetensors_truncated) {
+    const char *d = scratch_copy("qwen3_next");
+    CHECK(d);
+    const char *p = test_path("%s/model.safetensors", d);
+    long long n = test_file_size(p);
+    CHECK(truncate(p, n - 1000) == 0);
+    expect_pack_fail(d, SL_EFORMAT, "model.safetensors", "runs past the end");
+    CHECK(truncate(p, 20) == 0);
+    expect_pack_fail(d, SL_EFORMAT, "model.safetensors", "header length");
+}
+
+/* moves tensor ctx's data_offsets onto those of the first other tensor */
+static void overlap(cJSON *root, void *ctx) {
+    cJSON *victim = cJSON_GetObjectItem(root, ctx), *it;
+    cJSON_ArrayForEach(it, root) {
+        if (it == victim || !strcmp(it->string, "__metadata__")) continue;
+        cJSON *o = cJSON_GetObjectItem(it, "data_offsets");
+        cJSON *vo = cJSON_GetObjectItem(victim, "data_offsets");
+        double len = cJSON_GetArrayItem(vo, 1)->valuedouble - cJSON_GetArrayItem(vo, 0)->valuedouble;
+        double b = cJSON_GetArrayItem(o, 0)->valuedouble;
+        cJSON_ReplaceItemInArray(vo, 0, cJSON_CreateNumber(b));
+        cJSON_ReplaceItemInArray(vo, 1, cJSON_CreateNumber(b + len));
+        return;
+    }
+}
+
+TEST(bad_safetensors_overlap) {
+    const char *d = scratch_copy("qwen3_next");
+    CHECK(d && st_rewrite(test_path("%s/model.safetensors", d), overlap, "model.layers.1.linear_attn.A_log") == 0);
+    expect_pack_fail(d, SL_EFORMAT, "model.safetensors", "overlap");
+}
+
+static void past_end(cJSON *root, void *ctx) {
+    cJSON *vo = cJSON_GetObjectItem(cJSON_GetObjectItem(root, ctx), "data_offsets");
+    cJSON_ReplaceItemInArray(vo, 1, cJSON_CreateNumber(cJSON_GetArrayItem(vo, 1)->valuedouble + 1e9));
+}
+
+TEST(bad_safetensors_offsets_past_file) {
+    const char *d = scratch_copy("qwen3_next");
+    CHECK(d && st_rewrite(test_path("%s/model.safetensors", d), past_end, "model.norm.weight") == 0);
+    expect_pack_fail(d, SL_EFORMAT, "model.safetensors", "model.norm.weight");
+}
+
+static void lie_shape(cJSON *root, void *ctx) {
+    cJSON *sh = cJSON_GetObjectItem(cJSON_GetObjectItem(root, ctx), "shape");
+    cJSON_ReplaceItemInArray(sh, 1, cJSON_CreateNumber(cJSON_GetArrayItem(sh, 1)->valuedouble / 2));
+}
+static void lie_dtype(cJSON *root, void *ctx) {
+    cJSON *t = cJSON_GetObjectItem(root, ctx);
+    cJSON_ReplaceItemInObject(t, "dtype", cJSON_CreateString("BF16"));
+}
+static void swap_shape(cJSON *root, void *ctx) {
+    cJSON *sh = cJSON_GetObjectItem(cJSON_GetObjectItem(root, ctx), "shape");
+    double a = cJSON_GetArrayItem(sh, 0)->valuedouble, b = cJSON_GetArrayItem(sh, 1)->valuedouble;
+    cJSON_ReplaceItemInArray(sh, 0, cJSON_CreateNumber(b));
+    cJSON_ReplaceItemInArray(sh, 1, cJSON_CreateNumber(a));
+}
+
+TEST(bad_safetensors_header_lies) {
+    const char *t = "model.layers.2.self_attn.q_proj.weight";
+    const char *d = scratch_copy("qwen3_next");
+    CHECK(d && st_rewrite(test_path("%s/model.safetensors", d), lie_shape, (void *)t) == 0);
+    expect_pack_fail(d, SL_EFORMAT, "model.safetensors", t);
+    d = scratch_copy("qwen3_next");
+    CHECK(d && st_rewrite(test_path("%s/model.safetensors", d), lie_dtype, (void *)t) == 0);
+    expect_pack_fail(d, SL_EFORMAT, "model.safetensors", t);
+    d = scratch_copy("qwen3_next"); /* same byte size, wrong shape for the config */
+    CHECK(d && st_rewrite(test_path("%s/model.safetensors", d), swap_shape, (void *)t) == 0);
+    expect_pack_fail(d, SL_EFORMAT, t, "config implies");
+}
+
+TEST(bad_missing_shard) {
+    const char *d = scratch_copy("qwen3_moe");
+    CHECK(d);
+    CHECK(unlink(test_path("%s/model-00002-of-00003.safetensors", d)) == 0);
+    expect_pack_fail(d, SL_ENOENT, "model-00002-of-00003.safetensors", "index.json for tensor");
+}
+
+TEST(bad_missing_tensor) {
+    const char *d = scratch_copy("qwen3_next");
+    CHECK(d && st_rewrite(test_path("%s/model.safetensors", d), del_field, "model.layers.3.mlp.experts.7.up_proj.weight") == 0);
+    expect_pack_fail(d, SL_EFORMAT, "layers.3.mlp.experts.7.up_proj", "missing");
+}
+
+/* fault-injecting writer: fails with ENOSPC once `budget` bytes have been written */
+typedef struct {
+    long long budget;
+} disk;
+
+static ssize_t full_disk(void *ctx, int fd, const void *buf, size_t n, off_t off) {
+    disk *d = ctx;
+    if (d->budget <= 0) { errno = ENOSPC; return -1; }
+    size_t k = n < (size_t)d->budget ? n : (size_t)d->budget;
+    ssize_t r = pwrite(fd, buf, k, off);
+    if (r > 0) d->budget -= r;
+    return r;
+}
+
+TEST(bad_disk_full_during_pack) {
+    long long budgets[] = {0, 5000, 300000, 1500000};
+    const char *dir = test_path("%s/diskfull", test_tmpdir());
+    mkdir(dir, 0755);
+    const char *out = test_path("%s/model.sluice", dir);
+    /* an existing file at the output path must survive a failed pack untouched */
+    CHECK(test_write(out, "precious", 8) == 0);
+    for (int i = 0; i < 4; i++) {
+        disk dk = {budgets[i]};
+        pack_io io = {full_disk, &dk};
+        sl_error err = {0};
+        sl_status st = pack_run("tests/data/qwen3_next", out, NULL, &io, &err);
+        CHECKF(st == SL_ENOSPC && strstr(err.msg, "No space left"), "budget %lld: %d %s", budgets[i], st, err.msg);
+        CHECK(test_file_size(out) == 8);
+        CHECK(!test_dir_has_prefix(dir, "model.sluice.tmp"));
+    }
+}

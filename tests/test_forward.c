@@ -1,0 +1,196 @@
+/*
+ * test_forward.c — the forward pass against transformers' reference outputs on every fixture:
+ * logits (1e-4 relative), greedy tokens, prefill == token-by-token decode, thread-count invariance,
+ * and the bad inputs of sl_session_eval.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice.h"
+#include "test.h"
+
+typedef struct {
+    int32_t tokens[256];
+    int n;
+    int32_t greedy[64];
+    int n_greedy;
+    float *logits; /* [n][V] */
+    int V;
+} ref_t;
+
+static int load_ref(const char *fixture, ref_t *r) {
+    memset(r, 0, sizeof *r);
+    char *txt = test_read(test_path("tests/data/%s/ref.json", fixture), NULL);
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    if (!j) return -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "tokens")) r->tokens[r->n++] = it->valueint;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy")) r->greedy[r->n_greedy++] = it->valueint;
+    r->V = cJSON_GetObjectItem(j, "vocab")->valueint;
+    cJSON_Delete(j);
+    size_t len = 0;
+    r->logits = (float *)test_read(test_path("tests/data/%s/ref_logits.f32", fixture), &len);
+    return r->logits && len == (size_t)r->n * (size_t)r->V * 4 ? 0 : -1;
+}
+
+static sl_model *open_fixture(const char *fixture, int threads) {
+    const char *p = test_packed(fixture);
+    if (!p) return NULL;
+    sl_model_params mp = sl_model_params_default();
+    mp.n_threads = threads;
+    sl_model *m = NULL;
+    sl_error err = {0};
+    if (sl_model_open(p, &mp, &m, &err)) fprintf(stderr, "    open: %s\n", err.msg);
+    return m;
+}
+
+/* max over positions of max|a-b| / max|b| */
+static double rel_err(const float *a, const float *b, int n, int V) {
+    double worst = 0;
+    for (int t = 0; t < n; t++) {
+        double d = 0, m = 0;
+        for (int v = 0; v < V; v++) {
+            double x = fabs((double)a[(size_t)t * V + v] - b[(size_t)t * V + v]);
+            if (x > d || isnan(x)) d = isnan(x) ? INFINITY : x;
+            if (fabs(b[(size_t)t * V + v]) > m) m = fabs(b[(size_t)t * V + v]);
+        }
+        if (d / m > worst) worst = d / m;
+    }
+    return worst;
+}
+
+static float *eval_all(sl_model *m, const int32_t *toks, int n, int step) {
+    int V = sl_model_n_vocab(m);
+    float *out = malloc((size_t)n * V * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * V; i++) out[i] = NAN; /* poison: every element must be written */
+    sl_session *s = NULL;
+    if (sl_session_new(m, 0, &s)) { free(out); return NULL; }
+    for (int i = 0; i < n; i += step) {
+        int k = n - i < step ? n - i : step;
+        if (sl_session_eval(s, toks + i, k, out + (size_t)i * V, 1)) {
+            fprintf(stderr, "    eval: %s\n", sl_session_errmsg(s));
+            free(out);
+            sl_session_free(s);
+            return NULL;
+        }
+    }
+    sl_session_free(s);
+    return out;
+}
+
+FIXTURE_TEST(logits_match_transformers) {
+    ref_t r;
+    CHECK(load_ref(arg, &r) == 0);
+    sl_model *m = open_fixture(arg, 0);
+    CHECK(m);
+    float *got = eval_all(m, r.tokens, r.n, r.n);
+    sl_model_close(m);
+    CHECK(got);
+    double e = rel_err(got, r.logits, r.n, r.V);
+    free(got);
+    free(r.logits);
+    printf("     %s: max relative logit error %.3g over %d positions\n", arg, e, r.n);
+    CHECKF(e < 1e-4, "max relative error %.3g", e);
+}
+
+FIXTURE_TEST(greedy_matches_transformers) {
+    ref_t r;
+    CHECK(load_ref(arg, &r) == 0);
+    free(r.logits);
+    sl_model *m = open_fixture(arg, 0);
+    CHECK(m);
+    sl_session *s = NULL;
+    CHECK(sl_session_new(m, 0, &s) == SL_OK);
+    int V = sl_model_n_vocab(m);
+    float *lg = malloc((size_t)V * sizeof(float));
+    int32_t got[64];
+    sl_status st = sl_session_eval(s, r.tokens, r.n, lg, 0);
+    for (int i = 0; i < r.n_greedy && !st; i++) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[v] > lg[best]) best = v;
+        got[i] = best;
+        if (i + 1 < r.n_greedy) st = sl_session_eval(s, &got[i], 1, lg, 0);
+    }
+    free(lg);
+    sl_session_free(s);
+    sl_model_close(m);
+    CHECK(st == SL_OK);
+    for (int i = 0; i < r.n_greedy; i++) CHECKF(got[i] == r.greedy[i], "token %d: %d, transformers %d", i, got[i], r.greedy[i]);
+}
+
+FIXTURE_TEST(prefill_equals_token_by_token) {
+    ref_t r;
+    CHECK(load_ref(arg, &r) == 0);
+    sl_model *m = open_fixture(arg, 0);
+    CHECK(m);
+    float *full = eval_all(m, r.tokens, r.n, r.n);
+    float *one = eval_all(m, r.tokens, r.n, 1);
+    float *mixed = eval_all(m, r.tokens, r.n, 7); /* chunks straddling the 64-token edge */
+    sl_model_close(m);
+    CHECK(full && one && mixed);
+    double e1 = rel_err(one, full, r.n, r.V), e2 = rel_err(mixed, full, r.n, r.V);
+    free(full);
+    free(one);
+    free(mixed);
+    free(r.logits);
+    CHECKF(e1 <= 1e-5 && e2 <= 1e-5, "token-by-token %.3g, 7-token chunks %.3g", e1, e2);
+}
+
+FIXTURE_TEST(threads_bitwise_identical) {
+    ref_t r;
+    CHECK(load_ref(arg, &r) == 0);
+    free(r.logits);
+    float *res[3];
+    int th[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        sl_model *m = open_fixture(arg, th[i]);
+        CHECK(m);
+        res[i] = eval_all(m, r.tokens, r.n, r.n);
+        sl_model_close(m);
+        CHECK(res[i]);
+    }
+    size_t bytes = (size_t)r.n * r.V * sizeof(float);
+    int same = !memcmp(res[0], res[1], bytes) && !memcmp(res[0], res[2], bytes);
+    for (int i = 0; i < 3; i++) free(res[i]);
+    CHECK(same);
+}
+
+TEST(eval_rejects_bad_input) {
+    sl_model *m = open_fixture("qwen3_next", 0);
+    CHECK(m);
+    sl_session *s = NULL;
+    CHECK(sl_session_new(m, 8, &s) == SL_OK);
+    int V = sl_model_n_vocab(m);
+    float *lg = malloc((size_t)V * 4);
+    int32_t bad[3] = {1, V, 2};
+    sl_status st = sl_session_eval(s, bad, 3, lg, 0);
+    int ok1 = st == SL_ERANGE && strstr(sl_session_errmsg(s), "token") && sl_session_n_past(s) == 0;
+    int32_t neg = -1;
+    int ok2 = sl_session_eval(s, &neg, 1, lg, 0) == SL_ERANGE;
+    int ok3 = sl_session_eval(s, bad, 0, lg, 0) != SL_OK;
+    int32_t nine[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    st = sl_session_eval(s, nine, 9, lg, 0);
+    int ok4 = st == SL_ERANGE && strstr(sl_session_errmsg(s), "context") && sl_session_n_past(s) == 0;
+    /* the session is still usable and unchanged: 8 tokens fit, and equal a fresh session's result */
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    int ok5 = sl_session_eval(s, nine, 8, a, 0) == SL_OK && sl_session_n_past(s) == 8;
+    int ok6 = sl_session_eval(s, nine, 1, lg, 0) == SL_ERANGE;
+    sl_session_reset(s);
+    int ok7 = sl_session_eval(s, nine, 8, b, 0) == SL_OK && !memcmp(a, b, (size_t)V * 4);
+    sl_session_free(s);
+    sl_model_close(m);
+    free(lg);
+    free(a);
+    free(b);
+    CHECK(ok1);
+    CHECK(ok2);
+    CHECK(ok3);
+    CHECK(ok4);
+    CHECK(ok5);
+    CHECK(ok6);
+    CHECK(ok7);
+}

@@ -1,0 +1,165 @@
+/* test_main.c — the runner behind test.h, plus the shared helpers. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sluice.h"
+#include "test.h"
+
+const char *const test_fixtures[] = {"qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_fused", "qwen3_next_fp8", NULL};
+
+typedef struct {
+    const char *name, *arg;
+    test_fn fn;
+} tcase;
+
+static tcase cases[512];
+static int n_cases, cur_failed;
+
+void test_register(const char *name, test_fn fn, const char *arg) {
+    if (n_cases < (int)(sizeof cases / sizeof *cases)) cases[n_cases++] = (tcase){name, arg, fn};
+}
+
+void test_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "    %s:%d: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    cur_failed = 1;
+}
+
+int test_failed(void) { return cur_failed; }
+
+static char tmpdir[256];
+
+const char *test_tmpdir(void) { return tmpdir; }
+
+char *test_path(const char *fmt, ...) {
+    static char bufs[8][1024];
+    static int k;
+    char *b = bufs[k++ & 7];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, 1024, fmt, ap);
+    va_end(ap);
+    return b;
+}
+
+char *test_read(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    fclose(f);
+    if (b) { b[n] = 0; if (len) *len = (size_t)n; }
+    return b;
+}
+
+int test_write(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(data, 1, len, f) == len;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+int test_copy_dir(const char *from_arg, const char *to_arg) {
+    char from[512], to[512]; /* the arguments may live in test_path's rotating buffers */
+    snprintf(from, sizeof from, "%s", from_arg);
+    snprintf(to, sizeof to, "%s", to_arg);
+    mkdir(to, 0755);
+    DIR *d = opendir(from);
+    if (!d) return -1;
+    struct dirent *de;
+    int rc = 0;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        size_t n;
+        char *data = test_read(test_path("%s/%s", from, de->d_name), &n);
+        if (!data) { rc = -1; break; }
+        rc = test_write(test_path("%s/%s", to, de->d_name), data, n);
+        free(data);
+        if (rc) break;
+    }
+    closedir(d);
+    return rc;
+}
+
+int test_exists(const char *path) { return access(path, F_OK) == 0; }
+
+long long test_file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+int test_dir_has_prefix(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    int found = 0;
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, prefix, strlen(prefix))) found = 1;
+    closedir(d);
+    return found;
+}
+
+const char *test_packed(const char *fixture) {
+    char *out = test_path("%s/packed-%s.sluice", tmpdir, fixture);
+    if (test_exists(out)) return out;
+    sl_error err = {0};
+    if (sl_pack(test_path("tests/data/%s", fixture), out, NULL, &err) != SL_OK) {
+        fprintf(stderr, "    pack %s failed: %s\n", fixture, err.msg);
+        return NULL;
+    }
+    return out;
+}
+
+static void rm_rf(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) rm_rf(p);
+        else unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/sluice-test-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
+    int passed = 0, failed = 0;
+    for (int i = 0; i < n_cases; i++) {
+        char full[256];
+        snprintf(full, sizeof full, "%s%s%s", cases[i].name, cases[i].arg ? "/" : "", cases[i].arg ? cases[i].arg : "");
+        if (filter && !strstr(full, filter)) continue;
+        cur_failed = 0;
+        cases[i].fn(cases[i].arg);
+        if (cur_failed) {
+            failed++;
+            fprintf(stderr, "FAIL %s\n", full);
+        } else {
+            passed++;
+            printf("ok   %s\n", full);
+        }
+        fflush(stdout);
+    }
+    if (!getenv("SLUICE_KEEP_TMP")) rm_rf(tmpdir);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
