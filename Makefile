@@ -36,7 +36,7 @@ $(BUILD)/test_sluice: $(TEST_OBJ) $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $(TEST_OBJ) $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
 test: $(BUILD)/sluice $(BUILD)/test_sluice
-	SLUICE_BIN=$(BUILD)/sluice $(BUILD)/test_sluice
+	@tools/run_tests.sh $(BUILD) $(FILTER)
 
 asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \

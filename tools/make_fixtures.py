@@ -18,7 +18,7 @@ Fixtures:
 Every parameter is randomised (norm weights, A_log, dt_bias included) so routing and gating vary.
 Usage: python3 tools/make_fixtures.py OUTDIR [NAME ...]
 """
-import json, os, sys, traceback, re
+import copy, json, os, sys, traceback, re
 import numpy as np
 import torch
 import transformers
@@ -242,9 +242,10 @@ def make_qwen3_moe(d):
     # embedding and greedy decoding just repeats it; larger weights make the blocks (hence routing) matter
     randomise(m, 101, zero_centred=False, std=0.25)
     round_params(m, torch.float16)
-    m.to(torch.float16).save_pretrained(d, max_shard_size="400KB")
+    # save from a copy: m.to(float16) would also round the RoPE inv_freq buffer, and the reference
+    # must be computed with float32 frequencies (as transformers does for a float32 model)
+    copy.deepcopy(m).to(torch.float16).save_pretrained(d, max_shard_size="400KB")
     rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64), shard_bytes=400_000)
-    m.float()
     write_refs(m, d, 11, {"arch": "qwen3_moe", "dtype": "F16"})
 
 

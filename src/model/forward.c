@@ -65,8 +65,7 @@ fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx) {
     st->ops = kern_default_ops();
     st->n_ctx = n_ctx;
     st->n_layers = cfg->n_layers;
-    st->hidden = cfg->hidden;
-    st->vocab = cfg->vocab;
+    st->shape = *cfg;
     st->chunked = 1;
 
     int has_attn = any_layer(cfg, 0), has_lin = any_layer(cfg, 1);
@@ -98,7 +97,7 @@ fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx) {
     }
 #define ALLOC(p, n)                                      \
     do {                                                 \
-        (p) = malloc((size_t)(n) * sizeof *(p) + 64);    \
+        (p) = malloc((size_t)(n) * sizeof *(p));         \
         if (!(p)) goto fail;                             \
     } while (0)
     ALLOC(st->x, B * H);
@@ -277,6 +276,18 @@ static int check_weights(const sl_config *c, const sl_weights *w, char *err, siz
 
 /* ---- fwd_eval --------------------------------------------------------------------------------- */
 
+/* Every field that sizes a state buffer must match the config the state was made for. */
+static int same_shape(const sl_config *a, const sl_config *b) {
+    if (a->vocab != b->vocab || a->hidden != b->hidden || a->n_layers != b->n_layers || a->n_heads != b->n_heads ||
+        a->n_kv_heads != b->n_kv_heads || a->head_dim != b->head_dim || a->gated_attn != b->gated_attn ||
+        a->n_experts != b->n_experts || a->n_experts_used != b->n_experts_used || a->moe_inter != b->moe_inter ||
+        a->shared_inter != b->shared_inter || a->dense_inter != b->dense_inter || a->lin_nk != b->lin_nk ||
+        a->lin_nv != b->lin_nv || a->lin_dk != b->lin_dk || a->lin_dv != b->lin_dv || a->conv_k != b->conv_k ||
+        a->split_lin_proj != b->split_lin_proj)
+        return 0;
+    return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear);
+}
+
 static int ensure_slots(fwd_state *st, int n_slots) {
     if (n_slots <= st->n_slots) return 0;
     float *p = malloc((size_t)n_slots * st->slot_floats * sizeof(float));
@@ -353,7 +364,7 @@ int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_
         fwd_errf(err, errlen, "fwd_eval: n_tokens %d < 1", n);
         return SL_EINVAL;
     }
-    if (cfg->n_layers != st->n_layers || cfg->hidden != st->hidden || cfg->vocab != st->vocab) {
+    if (!same_shape(cfg, &st->shape)) {
         fwd_errf(err, errlen, "fwd_eval: configuration differs from the one the state was made for");
         return SL_EINVAL;
     }

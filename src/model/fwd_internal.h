@@ -33,7 +33,8 @@ void fwd_state_set_chunked(fwd_state *st, int chunked);
 struct fwd_state {
     const kern_ops *ops;
     int n_ctx, n_past;
-    int n_layers, hidden, vocab; /* copied from the config at creation, checked by fwd_eval */
+    int n_layers;
+    sl_config shape; /* the config the buffers were sized for; fwd_eval checks every sizing field */
 
     /* full attention: [n_ctx][nkv][hd] each, NULL for DeltaNet layers */
     float *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];

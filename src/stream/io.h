@@ -1,0 +1,68 @@
+/*
+ * io.h — the I/O engine behind the expert cache: an ops table (SQLite io_methods style) with three
+ * implementations:
+ *   io_uring   liburing, many reads in flight, completions consumed as they arrive;
+ *   pread      a small thread pool issuing pread(2), for systems without io_uring;
+ *   fault      wraps another engine and injects EIO, short reads, EINTR, delays and corrupted bytes
+ *              (tests only).
+ * An engine reports raw results (bytes read or -errno), exactly one completion per submitted request;
+ * retrying short reads and EINTR is the caller's job (stream/cache.c), so every engine — and the fault
+ * injector — exercises the same recovery code. Engines are used from one thread at a time.
+ */
+#ifndef SL_IO_H
+#define SL_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct io_req {
+    uint64_t off;  /* file offset (4096-aligned for O_DIRECT) */
+    uint32_t len;  /* bytes */
+    void *buf;     /* destination (4096-aligned for O_DIRECT) */
+    int64_t res;   /* at completion: bytes read (may be short) or -errno */
+    void *user;
+} io_req;
+
+typedef struct io_engine io_engine;
+
+typedef struct io_ops {
+    const char *name;
+    /* Queues one read (the request must stay valid until it completes). 0 or -errno. */
+    int (*submit)(io_engine *e, io_req *r);
+    /* Starts every queued read. 0 or -errno. */
+    int (*flush)(io_engine *e);
+    /* Blocks until a submitted read completes; *out receives it with res set. 0 or -errno. */
+    int (*wait)(io_engine *e, io_req **out);
+    void (*destroy)(io_engine *e);
+} io_ops;
+
+struct io_engine {
+    const io_ops *ops;
+    int fd;
+    int depth; /* most reads in flight */
+};
+
+/* Each constructor returns NULL on failure with a reason in err. */
+io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen);
+io_engine *io_pread_engine_new(int fd, int n_threads, char *err, size_t errlen);
+
+typedef struct io_fault_cfg {
+    /* Each fires on request numbers (counted from 1, per engine) that are multiples of the value
+     * (0 = never), or only for reads covering `only_off` when that is non-zero. */
+    unsigned fail_every;    /* completes with -EIO */
+    unsigned short_every;   /* completes with half the bytes */
+    unsigned eintr_every;   /* completes with -EINTR, nothing read */
+    unsigned corrupt_every; /* flips one byte of the data */
+    unsigned delay_us;      /* sleeps before every completion */
+    uint64_t only_off;      /* restrict fail/short/eintr/corrupt to the read starting at this offset */
+    int reverse;            /* deliver completions newest-first (scrambles completion order) */
+} io_fault_cfg;
+
+/* Takes ownership of inner. */
+io_engine *io_fault_engine_new(io_engine *inner, const io_fault_cfg *cfg);
+
+static inline void io_destroy(io_engine *e) {
+    if (e) e->ops->destroy(e);
+}
+
+#endif

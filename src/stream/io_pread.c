@@ -1,0 +1,127 @@
+/*
+ * io_pread.c — portable engine: worker threads take requests from a FIFO, issue one pread(2) each and
+ * post the raw result to a completion FIFO. No retries here (see io.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stream/io.h"
+
+#define PQ_CAP 4096
+
+typedef struct {
+    io_req *v[PQ_CAP];
+    int head, n;
+} fifo;
+
+static void push(fifo *q, io_req *r) { q->v[(q->head + q->n++) % PQ_CAP] = r; }
+static io_req *pop(fifo *q) {
+    io_req *r = q->v[q->head];
+    q->head = (q->head + 1) % PQ_CAP;
+    q->n--;
+    return r;
+}
+
+typedef struct {
+    io_engine base;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    fifo todo, fin;
+    int outstanding, quit, n_threads;
+    pthread_t th[64];
+} pread_engine;
+
+static void *worker(void *arg) {
+    pread_engine *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->todo.n == 0) pthread_cond_wait(&p->work, &p->mu);
+        if (p->quit) break;
+        io_req *r = pop(&p->todo);
+        pthread_mutex_unlock(&p->mu);
+        ssize_t n = pread(p->base.fd, r->buf, r->len, (off_t)r->off);
+        r->res = n < 0 ? -errno : n;
+        pthread_mutex_lock(&p->mu);
+        push(&p->fin, r);
+        pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static int p_submit(io_engine *e, io_req *r) {
+    pread_engine *p = (pread_engine *)e;
+    pthread_mutex_lock(&p->mu);
+    if (p->outstanding >= PQ_CAP) {
+        pthread_mutex_unlock(&p->mu);
+        return -EBUSY;
+    }
+    p->outstanding++;
+    push(&p->todo, r);
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+static int p_flush(io_engine *e) {
+    (void)e;
+    return 0;
+}
+
+static int p_wait(io_engine *e, io_req **out) {
+    pread_engine *p = (pread_engine *)e;
+    pthread_mutex_lock(&p->mu);
+    if (p->outstanding == 0) {
+        pthread_mutex_unlock(&p->mu);
+        return -EINVAL;
+    }
+    while (p->fin.n == 0) pthread_cond_wait(&p->done, &p->mu);
+    *out = pop(&p->fin);
+    p->outstanding--;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+static void p_destroy(io_engine *e) {
+    pread_engine *p = (pread_engine *)e;
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_threads; i++) pthread_join(p->th[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    free(p);
+}
+
+static const io_ops pread_ops = {"pread", p_submit, p_flush, p_wait, p_destroy};
+
+io_engine *io_pread_engine_new(int fd, int n_threads, char *err, size_t errlen) {
+    pread_engine *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > 64) n_threads = 64;
+    p->base.ops = &pread_ops;
+    p->base.fd = fd;
+    p->base.depth = n_threads * 2;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    for (int i = 0; i < n_threads; i++) {
+        if (pthread_create(&p->th[i], NULL, worker, p) != 0) {
+            snprintf(err, errlen, "cannot start I/O threads");
+            p_destroy(&p->base);
+            return NULL;
+        }
+        p->n_threads++;
+    }
+    return &p->base;
+}
