@@ -10,8 +10,8 @@ LDLIBS  += -lcjson -lxxhash -luring -lm -pthread
 PREFIX  ?= /usr/local
 
 LIB_SRC := $(sort $(wildcard src/*/*.c))
-LIB_SRC := $(filter-out src/cli/%,$(LIB_SRC))
-CLI_SRC := $(sort $(wildcard src/cli/*.c))
+LIB_SRC := $(filter-out src/cli/% $(SKIP),$(LIB_SRC))
+CLI_SRC := $(filter-out $(SKIP),$(sort $(wildcard src/cli/*.c)))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)

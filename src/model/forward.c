@@ -123,6 +123,8 @@ fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx) {
     ALLOC(st->ffn_u, B * st->n_ffn);
     ALLOC(st->ffn_y, B * H);
     ALLOC(st->exp_out, B * k * H);
+    ALLOC(st->sh_y, B * H);
+    ALLOC(st->e_list, E);
 #undef ALLOC
     st->slot_floats = slot_floats(cfg, n_ctx);
     st->n_slots = 1;
@@ -147,7 +149,7 @@ void fwd_state_free(fwd_state *st) {
     void *bufs[] = {st->x,     st->h,      st->out,   st->big,     st->k,      st->v,       st->mix,
                     st->conv_in, st->conv_out, st->z, st->ba,      st->gates,  st->scratch, st->router,
                     st->top_e, st->top_w,  st->e_count, st->e_tok, st->e_slot, st->ffn_x,   st->ffn_g,
-                    st->ffn_u, st->ffn_y,  st->exp_out};
+                    st->ffn_u, st->ffn_y,  st->exp_out, st->sh_y, st->e_list};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(st);
 }

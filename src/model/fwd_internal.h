@@ -75,6 +75,8 @@ struct fwd_state {
     float *ffn_g, *ffn_u; /* [B][n_ffn] */
     float *ffn_y;      /* [B][H] */
     float *exp_out;    /* [B][k][H] routed expert outputs by slot */
+    float *sh_y;       /* [B][H] shared expert output */
+    int *e_list;       /* [E] distinct experts of a micro-batch, ascending */
     int n_ffn;
 };
 

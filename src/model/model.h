@@ -56,10 +56,28 @@ typedef struct sl_expert {
     sl_mat gate, up, down;
 } sl_expert;
 
-/* Where routed experts come from. get() fills *out for (layer, expert); returns 0 or a negative
- * sl_status with the reason in the provider's own error message. */
+/* Where routed experts come from.
+ *
+ * Simple providers (everything resident) set get(): it fills *out for (layer, expert) and returns 0
+ * or a negative sl_status.
+ *
+ * Streaming providers also set begin/next/release/end; the MoE block then drives them per layer:
+ *   begin(layer, experts, n)  announces the n distinct experts the layer needs (ascending); misses
+ *                             are submitted to the I/O engine at once;
+ *   next(&e, &ex)             hands out one of them as soon as it is in memory (hits first, then reads
+ *                             in completion order) — blocks while none is ready;
+ *   release(e)                the caller is done with e; it must release each expert before the next
+ *                             next() (so a cache of a single slot still makes progress);
+ *   end()                     closes the layer; after an error it cancels and drains outstanding reads.
+ * The MoE block keeps each expert's output in its own slot and sums in a fixed order, so the order
+ * of delivery never changes a bit. errmsg() returns the provider's message for its last error. */
 typedef struct sl_expert_src {
     int (*get)(void *ctx, int layer, int expert, sl_expert *out);
+    int (*begin)(void *ctx, int layer, const int *experts, int n);
+    int (*next)(void *ctx, int *expert, sl_expert *out);
+    void (*release)(void *ctx, int expert);
+    void (*end)(void *ctx);
+    const char *(*errmsg)(void *ctx);
     void *ctx;
 } sl_expert_src;
 

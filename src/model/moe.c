@@ -81,10 +81,71 @@ static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, cha
     return 0;
 }
 
+/* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. */
+static int apply_expert(fwd_state *st, const sl_config *cfg, sl_pool *pool, int layer, int e, const sl_expert *ex,
+                        char *err, size_t errlen) {
+    const int H = cfg->hidden, k = cfg->n_experts_used, I = cfg->moe_inter;
+    int rc = check_expert(ex, I, H, layer, e, err, errlen);
+    if (rc) return rc;
+    int start = e > 0 ? st->e_count[e - 1] : 0, cnt = st->e_count[e] - start;
+    for (int i = 0; i < cnt; i++)
+        memcpy(st->ffn_x + (size_t)i * H, st->h + (size_t)st->e_tok[start + i] * H, (size_t)H * sizeof(float));
+    swiglu_ffn(st->ops, pool, &ex->gate, &ex->up, &ex->down, st->ffn_x, cnt, H, I, st->ffn_g, st->ffn_u, st->ffn_y);
+    for (int i = 0; i < cnt; i++) {
+        int t = st->e_tok[start + i], s = st->e_slot[start + i];
+        memcpy(st->exp_out + ((size_t)t * k + s) * H, st->ffn_y + (size_t)i * H, (size_t)H * sizeof(float));
+    }
+    return 0;
+}
+
+/* The shared expert's SwiGLU output (before its sigmoid gate) into sh_y. */
+static void shared_expert(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n) {
+    if (!lw->sh_gate.data) return;
+    swiglu_ffn(st->ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, st->h, n, cfg->hidden, cfg->shared_inter,
+               st->ffn_g, st->ffn_u, st->sh_y);
+}
+
+static int run_resident(fwd_state *st, const sl_config *cfg, int layer, const sl_expert_src *experts,
+                        sl_pool *pool, int n_list, char *err, size_t errlen) {
+    for (int i = 0; i < n_list; i++) {
+        int e = st->e_list[i];
+        sl_expert ex;
+        memset(&ex, 0, sizeof ex);
+        int rc = experts->get(experts->ctx, layer, e, &ex);
+        if (rc) {
+            fwd_errf(err, errlen, "layer %d expert %d: %s", layer, e,
+                     experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+            return rc < 0 ? rc : SL_EIO;
+        }
+        if ((rc = apply_expert(st, cfg, pool, layer, e, &ex, err, errlen))) return rc;
+    }
+    return 0;
+}
+
+/* Streaming: reads for every miss go out first, the shared expert runs while they are in flight,
+ * then each expert is applied as soon as it arrives. */
+static int run_streamed(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer,
+                        const sl_expert_src *experts, sl_pool *pool, int n, int n_list, char *err, size_t errlen) {
+    int rc = experts->begin(experts->ctx, layer, st->e_list, n_list);
+    if (!rc) shared_expert(st, cfg, lw, pool, n);
+    for (int i = 0; !rc && i < n_list; i++) {
+        int e = -1;
+        sl_expert ex;
+        memset(&ex, 0, sizeof ex);
+        rc = experts->next(experts->ctx, &e, &ex);
+        if (rc) break;
+        rc = apply_expert(st, cfg, pool, layer, e, &ex, err, errlen);
+        experts->release(experts->ctx, e);
+    }
+    if (rc && err && !err[0]) fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+    experts->end(experts->ctx);
+    return rc < 0 ? rc : rc ? SL_EIO : 0;
+}
+
 int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
             sl_pool *pool, int n, char *err, size_t errlen) {
     const kern_ops *ops = st->ops;
-    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used, I = cfg->moe_inter;
+    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
 
     kern_matmul(ops, pool, &lw->router, st->h, (size_t)H, st->router, (size_t)E, n);
     memset(st->e_count, 0, (size_t)E * sizeof(int));
@@ -108,45 +169,28 @@ int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer
             st->e_slot[at] = s;
         }
     /* now e_count[e] is the end of expert e's range; its start is the previous expert's end */
+    int n_list = 0;
     for (int e = 0, start = 0; e < E; e++) {
-        int end = st->e_count[e], cnt = end - start;
-        if (cnt > 0) {
-            sl_expert ex;
-            memset(&ex, 0, sizeof ex);
-            int rc = experts->get(experts->ctx, layer, e, &ex);
-            if (rc) {
-                fwd_errf(err, errlen, "layer %d expert %d: expert source failed (status %d)", layer, e, rc);
-                return rc < 0 ? rc : SL_EIO;
-            }
-            rc = check_expert(&ex, I, H, layer, e, err, errlen);
-            if (rc) return rc;
-            for (int i = 0; i < cnt; i++)
-                memcpy(st->ffn_x + (size_t)i * H, st->h + (size_t)st->e_tok[start + i] * H, (size_t)H * sizeof(float));
-            swiglu_ffn(ops, pool, &ex.gate, &ex.up, &ex.down, st->ffn_x, cnt, H, I, st->ffn_g, st->ffn_u, st->ffn_y);
-            for (int i = 0; i < cnt; i++) {
-                int t = st->e_tok[start + i], s = st->e_slot[start + i];
-                memcpy(st->exp_out + ((size_t)t * k + s) * H, st->ffn_y + (size_t)i * H, (size_t)H * sizeof(float));
-            }
-        }
-        start = end;
+        if (st->e_count[e] > start) st->e_list[n_list++] = e;
+        start = st->e_count[e];
     }
+    int rc = experts->begin ? run_streamed(st, cfg, lw, layer, experts, pool, n, n_list, err, errlen)
+                            : run_resident(st, cfg, layer, experts, pool, n_list, err, errlen);
+    if (rc) return rc;
+    if (!experts->begin) shared_expert(st, cfg, lw, pool, n);
     for (int t = 0; t < n; t++) {
         float *o = st->out + (size_t)t * H;
         memset(o, 0, (size_t)H * sizeof(float));
         for (int s = 0; s < k; s++)
             ops->axpy(st->top_w[(size_t)t * k + s], st->exp_out + ((size_t)t * k + s) * H, o, H);
     }
-
     if (lw->sh_gate.data) {
-        const int Is = cfg->shared_inter;
-        swiglu_ffn(ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, st->h, n, H, Is, st->ffn_g, st->ffn_u,
-                   st->ffn_y);
         float sg[FWD_BATCH];
         if (lw->sh_expert_gate.data) kern_matmul(ops, pool, &lw->sh_expert_gate, st->h, (size_t)H, sg, 1, n);
         for (int t = 0; t < n; t++) {
             float gate = lw->sh_expert_gate.data ? kern_sigmoid(sg[t]) : 1.0f;
             float *o = st->out + (size_t)t * H;
-            const float *ys = st->ffn_y + (size_t)t * H;
+            const float *ys = st->sh_y + (size_t)t * H;
             for (int i = 0; i < H; i++) o[i] += gate * ys[i];
         }
     }
