@@ -97,8 +97,22 @@ sl_status sl_info_json(const char *path, char **out_json, sl_error *err);
 typedef struct sl_model sl_model;
 typedef struct sl_session sl_session;
 
+typedef enum { SL_IO_AUTO = 0, SL_IO_DIRECT = 1, SL_IO_BUFFERED = 2 } sl_io_mode;
+typedef enum { SL_ENGINE_AUTO = 0, SL_ENGINE_URING = 1, SL_ENGINE_PREAD = 2 } sl_io_engine;
+typedef enum { SL_POLICY_LRU = 0, SL_POLICY_LFU = 1 } sl_cache_policy;
+
 typedef struct sl_model_params {
-    int n_threads; /* 0 = number of online cores */
+    int n_threads;          /* 0 = number of online cores */
+    int resident;           /* 1: read every expert at open (the exactness reference) */
+    uint64_t cache_bytes;   /* expert cache budget; 0 = default (half of available RAM, at most the
+                               expert section) */
+    sl_io_mode io_mode;     /* auto: page cache when the expert section fits comfortably in RAM,
+                               O_DIRECT otherwise */
+    sl_io_engine io_engine; /* auto: io_uring, else a pread thread pool */
+    sl_cache_policy policy;
+    const char *pin_profile; /* routing profile (sluice profile) whose hottest experts are pinned */
+    int no_verify;          /* 1: skip the xxh3 check of each expert block read */
+    int io_depth;           /* reads in flight at most; 0 = 64 */
 } sl_model_params;
 
 sl_model_params sl_model_params_default(void);
@@ -109,6 +123,34 @@ void sl_model_close(sl_model *model);
 
 /* The model's last error message ("" if none). Valid until the next call on the model. */
 const char *sl_model_errmsg(const sl_model *model);
+
+/* Counters since open (or the last sl_model_reset_stats). */
+typedef struct sl_stats {
+    uint64_t hits, misses;        /* expert requests served from the cache / read from the file */
+    uint64_t bytes_read;          /* expert bytes read from the file */
+    uint64_t reads, retries;      /* expert block reads; resubmissions (short reads, EINTR) */
+    double io_wait_s;             /* time the forward pass waited for expert reads */
+    double verify_s;              /* time spent checking expert checksums */
+    double eval_s;                /* wall time inside sl_session_eval */
+    uint64_t tokens;              /* tokens evaluated */
+    uint64_t cache_slots, cache_bytes, pinned;
+    uint64_t backbone_bytes;      /* resident backbone */
+    uint64_t expert_bytes;        /* expert section of the file */
+    uint64_t peak_rss_bytes;      /* of the process */
+    uint64_t page_cache_bytes;    /* model-file pages resident in the page cache (mincore) */
+    int resident;                 /* experts all in RAM */
+    const char *io_engine;        /* "io_uring", "pread", "resident" */
+    const char *io_mode;          /* "direct", "buffered", "buffered+dontneed", "resident" */
+} sl_stats;
+
+sl_status sl_model_stats(sl_model *model, sl_stats *out);
+void sl_model_reset_stats(sl_model *model);
+/* Per-layer expert counters of model layer `layer` (zeros for dense layers). */
+sl_status sl_model_layer_stats(const sl_model *model, int layer, uint64_t *hits, uint64_t *misses,
+                               uint64_t *bytes);
+/* Writes the routing counts since open as a profile for `pin_profile`. */
+sl_status sl_model_write_profile(const sl_model *model, const char *path, sl_error *err);
+int sl_model_n_layers(const sl_model *model);
 
 int sl_model_n_vocab(const sl_model *model);
 int sl_model_n_ctx(const sl_model *model); /* maximum positions */
@@ -128,6 +170,136 @@ const char *sl_session_errmsg(const sl_session *session);
 
 sl_status sl_session_eval(sl_session *session, const int32_t *tokens, int n_tokens, float *logits,
                           int all_logits);
+
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Text: tokenizer, chat formatting, sampling, generation (src/text, docs/TEXT.md)                */
+
+typedef struct sl_tokenizer sl_tokenizer;
+
+/* Loads a tokenizer from a tokenizer.json file (tokenizer_config.json and chat_template.jinja beside it
+ * are read when present: chat template, EOS token) or from a .sluice container (the same files, stored
+ * as blobs by sl_pack). Byte-level BPE only (Qwen, GPT-2 style); anything else is SL_EUNSUPPORTED.
+ * *out is freed with sl_tokenizer_free. A tokenizer may be used from several threads at once. */
+sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err);
+/* The same from memory: tokenizer.json text (len bytes), tokenizer_config.json text (NUL-terminated
+ * or NULL) and a chat template overriding the config's (or NULL). */
+sl_status sl_tokenizer_from_json(const char *tokenizer_json, size_t len, const char *config_json,
+                                 const char *chat_template, sl_tokenizer **out, sl_error *err);
+void sl_tokenizer_free(sl_tokenizer *tok);
+
+int sl_tokenizer_n_vocab(const sl_tokenizer *tok); /* largest id + 1 */
+/* Id of a token given its vocabulary text (e.g. "<|im_end|>"), or -1. */
+int32_t sl_tokenizer_token_id(const sl_tokenizer *tok, const char *text);
+int sl_tokenizer_is_special(const sl_tokenizer *tok, int32_t id);
+/* 1 for the tokens that end a generation: the config's eos_token, <|im_end|>, <|endoftext|>. */
+int sl_tokenizer_is_eog(const sl_tokenizer *tok, int32_t id);
+
+#define SL_TOKENIZE_NO_SPECIAL 1  /* added/special token text is tokenized as plain text */
+#define SL_TOKENIZE_STRICT_UTF8 2 /* invalid UTF-8 is SL_EINVAL (default: replaced by U+FFFD) */
+
+/* Text (len bytes, need not be NUL-terminated) -> ids, as HF tokenizers' encode (no BOS/EOS added).
+ * *out_ids is malloc'ed (the caller frees it, also when *out_n is 0). */
+sl_status sl_tokenize(const sl_tokenizer *tok, const char *text, size_t len, int flags, int32_t **out_ids,
+                      int *out_n, sl_error *err);
+/* Ids -> UTF-8 text (invalid byte sequences become U+FFFD), as HF decode. *out is malloc'ed and
+ * NUL-terminated. Ids outside the vocabulary are SL_ERANGE. */
+sl_status sl_detokenize(const sl_tokenizer *tok, const int32_t *ids, int n, int skip_special, char **out,
+                        size_t *out_len, sl_error *err);
+
+/* Streaming detokenizer: feed ids one at a time, get the text that is complete so far. Never returns
+ * part of a UTF-8 character: bytes of an unfinished character wait for the next id. */
+typedef struct sl_detok sl_detok;
+sl_status sl_detok_new(const sl_tokenizer *tok, int skip_special, sl_detok **out);
+/* Returns the new text (may be empty, *len 0); the pointer is valid until the next call on d. NULL
+ * only when out of memory. An id outside the vocabulary adds nothing. */
+const char *sl_detok_push(sl_detok *d, int32_t id, size_t *len);
+/* Returns what is left (an unfinished character becomes U+FFFD) and empties d. */
+const char *sl_detok_flush(sl_detok *d, size_t *len);
+void sl_detok_free(sl_detok *d);
+
+/* Chat formatting with the model's template (Qwen ChatML; see docs/TEXT.md for what is rendered). */
+typedef struct sl_chat_msg {
+    const char *role;       /* "system", "user", "assistant", "tool" */
+    const char *content;    /* may be NULL (= "") */
+    const char *reasoning;  /* assistant only: reasoning_content, or NULL */
+    const char *tool_calls; /* assistant only: JSON array of {"name", "arguments"} or {"function": {...}}, or NULL */
+} sl_chat_msg;
+
+typedef struct sl_chat_params {
+    int add_generation_prompt; /* default 1 */
+    int enable_thinking;       /* -1: template default (default), 0: off, 1: on */
+    const char *tools;         /* JSON array of tool definitions, or NULL */
+} sl_chat_params;
+
+sl_chat_params sl_chat_params_default(void);
+
+/* Renders messages as the template stored with the tokenizer would (transformers'
+ * apply_chat_template(tokenize=False)). *out is malloc'ed. SL_EUNSUPPORTED when the tokenizer has no
+ * template or one that is not ChatML; SL_EINVAL for a bad role or tools JSON. */
+sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n_msgs, const sl_chat_params *params,
+                         char **out, sl_error *err);
+
+/* Sampling. Order: repetition and presence penalties over the last repeat_last_n tokens, then
+ * temperature (<= 0: greedy), top-k, top-p, min-p, then a draw from a generator seeded with seed. */
+typedef struct sl_sampler_params {
+    float temp;             /* default 0.8; 0 = greedy */
+    int top_k;              /* default 40; 0 = off */
+    float top_p;            /* default 0.95; 1 = off */
+    float min_p;            /* default 0.05; 0 = off */
+    float repeat_penalty;   /* default 1.0 (off); logits of recent tokens: >0 divided, <0 multiplied */
+    float presence_penalty; /* default 0.0; subtracted once from recent tokens' logits */
+    int repeat_last_n;      /* default 64 */
+    uint64_t seed;          /* same seed, same prompt, same model -> same tokens */
+} sl_sampler_params;
+
+sl_sampler_params sl_sampler_params_default(void);
+
+typedef struct sl_sampler sl_sampler;
+sl_status sl_sampler_new(const sl_sampler_params *params, int n_vocab, sl_sampler **out);
+void sl_sampler_free(sl_sampler *smp);
+/* Records a token (prompt or generated) in the penalty window. */
+void sl_sampler_accept(sl_sampler *smp, int32_t id);
+/* Picks the next token from logits [n_vocab] (modified in place). Cannot fail. */
+int32_t sl_sampler_sample(sl_sampler *smp, float *logits);
+void sl_sampler_reset(sl_sampler *smp); /* forgets the penalty window (the generator keeps going) */
+
+/* Generation: evaluates the prompt, then samples until an end-of-generation token, a stop string,
+ * max_tokens, or the callback returning non-zero. */
+typedef int (*sl_token_fn)(void *user, int32_t id, const char *text, size_t len);
+
+typedef enum {
+    SL_STOP_EOG = 0,       /* an end-of-generation token (evaluated into the session) */
+    SL_STOP_STRING = 1,    /* a stop string (text up to it was delivered; the string was not) */
+    SL_STOP_LENGTH = 2,    /* max_tokens or the context is full */
+    SL_STOP_CALLBACK = 3,  /* the callback asked to stop */
+} sl_stop_reason;
+
+typedef struct sl_gen_params {
+    int max_tokens;           /* default 256 */
+    const char *const *stop;  /* stop strings, or NULL */
+    int n_stop;
+    int skip_special;         /* default 1: special tokens are not delivered as text */
+} sl_gen_params;
+
+sl_gen_params sl_gen_params_default(void);
+
+typedef struct sl_gen_result {
+    int n_prompt, n_generated;
+    sl_stop_reason stop;
+    int32_t last_token; /* the last sampled token (-1 if none) */
+    double prefill_s, decode_s;
+} sl_gen_result;
+
+/* Appends prompt (n_prompt >= 1 tokens) to the session of model m and generates. cb (may be NULL)
+ * receives each sampled token with the text that became complete (possibly empty: unfinished UTF-8 and
+ * text that could still begin a stop string are held back). A prompt that does not fit the context is
+ * SL_ERANGE before anything is evaluated. The end-of-generation token is evaluated into the session,
+ * so a following turn continues after it; a stop by string, length or callback leaves the last sampled
+ * token unevaluated (res->last_token). res may be NULL; err gets the message on error. */
+sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sampler *smp, const int32_t *prompt,
+                      int n_prompt, const sl_gen_params *params, sl_token_fn cb, void *user, sl_gen_result *res,
+                      sl_error *err);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #ifndef SL_CLI_H
 #define SL_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "sluice.h"
@@ -13,6 +14,12 @@ int cmd_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv); /* cmd_text.c */
+int cmd_chat(int argc, char **argv);     /* cmd_chat.c */
+/* Text helpers (cmd_text.c): whole stdin (malloc'ed, NUL-terminated; NULL on error); tokenizer load
+ * with the message printed (returns 1 on failure). */
+char *cli_read_stdin(size_t *len);
+int cli_load_tokenizer(const char *cmd, const char *path, sl_tokenizer **tok);
 
 /* Prints "sluice <cmd>: <msg>" to stderr; returns the exit code 1. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -123,6 +123,11 @@ static void usage(FILE *f) {
             "  sluice verify MODEL.sluice [--source SRC_DIR]\n"
             "  sluice run -m MODEL.sluice --tokens 1,2,3 [-n N] [--temp 0] [--ids] [--threads N] [--stats]\n"
             "  sluice logits -m MODEL.sluice --tokens 1,2,3 --out FILE [--threads N]\n"
+            "  sluice run -m MODEL.sluice -p TEXT [--chat] [--think on|off] [--system TEXT] [-n N] [--temp T]\n"
+            "             [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--presence-penalty P]\n"
+            "             [--seed S] [--stop STR]... [--stats]\n"
+            "  sluice chat -m MODEL.sluice [sampling flags as run] [--system TEXT] [--think on|off]\n"
+            "  sluice tokenize (-m MODEL.sluice | --tokenizer tokenizer.json) [--decode] [TEXT]   (TEXT or stdin)\n"
             "  sluice version\n",
             SL_VERSION_STRING);
 }
@@ -138,6 +143,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "verify")) return cmd_verify(argc - 1, argv + 1);
     if (!strcmp(c, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(c, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(c, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(c, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(c, "version") || !strcmp(c, "--version")) {
         printf("sluice %s\n", SL_VERSION_STRING);
         return 0;
