@@ -174,7 +174,9 @@ TEST(verify_catches_flipped_expert_bit) {
     st = sl_verify(p, "tests/data/qwen3_next", NULL, NULL, &err);
     CHECKF(st == SL_ECHECKSUM, "status %d: %s", st, err.msg);
     sl_model *m = NULL;
-    CHECK(sl_model_open(p, NULL, &m, &err) == SL_ECHECKSUM && m == NULL);
+    sl_model_params mp = sl_model_params_default();
+    mp.resident = 1;
+    CHECK(sl_model_open(p, &mp, &m, &err) == SL_ECHECKSUM && m == NULL);
     CHECKF(strstr(err.msg, want), "%s", err.msg);
 }
 

@@ -3,19 +3,35 @@
  * it to an sl_weights (matrices stay in their stored dtype, vectors become f32), loads every expert
  * block (resident mode), checks every checksum on the way, and runs sessions through fwd_eval().
  *
- * Ownership: the model owns the backbone buffer, the f32 vectors and the expert buffer; sessions
- * borrow the model and must be freed before it.
+ * Experts are either all resident (--resident, the exactness reference) or streamed through the
+ * expert cache (stream/cache.c) from a second descriptor opened with O_DIRECT where the filesystem
+ * allows it. Evaluations are serialised per model (one mutex), since the cache and the thread pool
+ * serve one request at a time.
+ *
+ * Ownership: the model owns the backbone buffer, the f32 vectors, the expert buffer or cache;
+ * sessions borrow the model and must be freed before it.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
+
+#include "engine/engine.h"
+#include "stream/cache.h"
 
 #include "format/container.h"
 #include "model/model.h"
 #include "model/tensors.h"
+#include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"
 
@@ -27,8 +43,14 @@ struct sl_model {
     float **vecs;         /* owned f32 vectors */
     int n_vecs;
     uint8_t *experts;     /* the whole expert section (resident) */
+    cache *cache;         /* streaming mode */
+    int stream_fd;        /* descriptor the cache reads from (-1 when resident) */
+    const char *io_engine, *io_mode;
     sl_expert_src src;
     sl_pool *pool;
+    pthread_mutex_t mu;
+    double eval_s;
+    uint64_t tokens;
     char err[768];
 };
 
@@ -94,6 +116,9 @@ static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
             }
         if (!dst) return sl_err(err, SL_EFORMAT, "%s: unexpected tensor '%s'", m->f.path, at->name);
     }
+    if (vec && q_is_quant(t->dtype))
+        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is a vector but has quantized dtype %s", m->f.path, at->name,
+                      dt_name(t->dtype));
     if (vec) {
         size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
         float *v = malloc(n * sizeof(float));
@@ -102,11 +127,7 @@ static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
         m->vecs[m->n_vecs++] = v;
         *(float **)dst = v;
     } else {
-        sl_mat *mat = dst;
-        mat->data = data;
-        mat->dtype = t->dtype;
-        mat->rows = (int)t->shape[0];
-        mat->cols = (int)t->shape[1];
+        q_mat_bind(dst, data, t->dtype, (int)t->shape[0], (int)t->shape[1], t->group, t->sdtype, t->seed);
     }
     return SL_OK;
 }
@@ -118,31 +139,167 @@ static int resident_get(void *ctx, int layer, int expert, sl_expert *out) {
     const uint8_t *blk = m->experts + (slc_expert_offset(&m->f, slot, expert) - m->f.h.expert_off);
     sl_mat *mats[3] = {&out->gate, &out->up, &out->down};
     for (int p = 0; p < 3; p++) {
-        mats[p]->data = blk + m->f.parts[p].off;
-        mats[p]->dtype = m->f.parts[p].dtype;
-        mats[p]->rows = (int)m->f.parts[p].shape[0];
-        mats[p]->cols = (int)m->f.parts[p].shape[1];
+        const slc_part *pp = &m->f.parts[p];
+        q_mat_bind(mats[p], blk + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group, pp->sdtype,
+                   pp->seed);
     }
     return SL_OK;
 }
 
-sl_status sl_model_open(const char *path, const sl_model_params *params, sl_model **out, sl_error *err) {
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb ? (uint64_t)kb * 1024 : (uint64_t)8 << 30;
+}
+
+/* Reads a routing profile (sluice profile) and pins its hottest experts. */
+static sl_status load_pins(sl_model *m, const char *path, sl_error *err) {
+    char *txt = NULL;
+    sl_status st = fio_read_file(path, &txt, NULL, err);
+    if (st) return st;
+    int nl = 0, ne = 0, off = 0;
+    if (sscanf(txt, "sluice-profile 1 layers %d experts %d%n", &nl, &ne, &off) != 2 ||
+        nl != (int)m->f.h.n_moe_layers || ne != m->cfg.n_experts) {
+        free(txt);
+        return sl_err(err, SL_EFORMAT, "%s: not a routing profile of this model (expected %u MoE layers x %d experts)",
+                      path, m->f.h.n_moe_layers, m->cfg.n_experts);
+    }
+    size_t cap = 1024, n = 0;
+    int *keys = malloc(cap * sizeof *keys);
+    unsigned long long *cnt = malloc(cap * sizeof *cnt);
+    const char *p = txt + off;
+    int layer, e, used;
+    unsigned long long c;
+    while (keys && cnt && sscanf(p, "%d %d %llu%n", &layer, &e, &c, &used) == 3) {
+        p += used;
+        int slot = cfg_moe_slot(&m->cfg, layer);
+        if (slot < 0 || e < 0 || e >= ne) continue;
+        if (n == cap) {
+            cap *= 2;
+            int *k2 = realloc(keys, cap * sizeof *keys);
+            unsigned long long *c2 = realloc(cnt, cap * sizeof *cnt);
+            if (k2) keys = k2;
+            if (c2) cnt = c2;
+            if (!k2 || !c2) break;
+        }
+        keys[n] = slot * ne + e;
+        cnt[n++] = c;
+    }
+    free(txt);
+    if (!keys || !cnt) {
+        free(keys);
+        free(cnt);
+        return sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    /* hottest first (insertion sort is fine for profile sizes; stable) */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && cnt[j] > cnt[j - 1]; j--) {
+            unsigned long long tc = cnt[j]; cnt[j] = cnt[j - 1]; cnt[j - 1] = tc;
+            int tk = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = tk;
+        }
+    int rc = cache_pin(m->cache, keys, (int)n, 0.5);
+    free(keys);
+    free(cnt);
+    return rc ? sl_err(err, (sl_status)rc, "%s: pinning: %s", path, cache_errmsg(m->cache)) : SL_OK;
+}
+
+static sl_status open_stream(sl_model *m, const char *path, const sl_model_params *p, const io_fault_cfg *fault,
+                             sl_error *err) {
+    uint64_t avail = mem_available();
+    int direct = p->io_mode == SL_IO_DIRECT || (p->io_mode == SL_IO_AUTO && m->f.h.expert_len > avail / 2);
+    int dontneed = 0;
+    m->stream_fd = -1;
+    if (direct) {
+        m->stream_fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+        if (m->stream_fd >= 0 && m->f.h.n_moe_layers > 0) { /* some filesystems accept the flag, refuse the read */
+            void *probe = aligned_alloc(SLC_ALIGN, m->f.h.expert_stride);
+            ssize_t r = probe ? pread(m->stream_fd, probe, m->f.h.expert_stride, (off_t)m->f.h.expert_off) : -1;
+            free(probe);
+            if (r != (ssize_t)m->f.h.expert_stride) {
+                close(m->stream_fd);
+                m->stream_fd = -1;
+            }
+        }
+        if (m->stream_fd < 0) dontneed = 1; /* O_DIRECT refused: buffered reads, dropped after use */
+    }
+    if (m->stream_fd < 0) m->stream_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (m->stream_fd < 0)
+        return sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
+    m->io_mode = direct && !dontneed ? "direct" : dontneed ? "buffered+dontneed" : "buffered";
+    int depth = p->io_depth > 0 ? p->io_depth : 64;
+    char msg[256] = "";
+    io_engine *io = NULL;
+    if (p->io_engine != SL_ENGINE_PREAD) io = io_uring_engine_new(m->stream_fd, depth, msg, sizeof msg);
+    if (!io && p->io_engine == SL_ENGINE_URING) return sl_err(err, SL_EUNSUPPORTED, "%s", msg);
+    if (!io) io = io_pread_engine_new(m->stream_fd, depth < 16 ? depth : 16, msg, sizeof msg);
+    if (!io) return sl_err(err, SL_ENOMEM, "%s", msg);
+    m->io_engine = io->ops->name;
+    if (fault) {
+        io = io_fault_engine_new(io, fault);
+        if (!io) return sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    uint64_t budget = p->cache_bytes;
+    if (!budget) {
+        budget = avail / 2 > m->f.h.backbone_len ? avail / 2 - m->f.h.backbone_len : m->f.h.expert_stride;
+        if (budget > m->f.h.expert_len) budget = m->f.h.expert_len;
+    }
+    cache_cfg cc = {&m->f, &m->cfg, io, budget, p->policy == SL_POLICY_LFU ? CACHE_LFU : CACHE_LRU, !p->no_verify,
+                    dontneed};
+    m->cache = cache_new(&cc, msg, sizeof msg);
+    if (!m->cache) return sl_err(err, SL_ENOMEM, "%s", msg);
+    m->src = cache_source(m->cache);
+    if (p->pin_profile) return load_pins(m, p->pin_profile, err);
+    return SL_OK;
+}
+
+static sl_status open_resident(sl_model *m, const char *path, sl_error *err) {
+    m->experts = aligned_alloc(SLC_ALIGN, slc_round_up(m->f.h.expert_len + 1, SLC_ALIGN));
+    if (!m->experts)
+        return sl_err(err, SL_ENOMEM, "%s: out of memory loading %llu expert bytes", path,
+                      (unsigned long long)m->f.h.expert_len);
+    sl_status st = fio_pread_all(m->f.fd, m->experts, m->f.h.expert_len, m->f.h.expert_off, path, err);
+    if (st) return st;
+    for (uint32_t s = 0; s < m->f.h.n_moe_layers; s++)
+        for (uint32_t e = 0; e < m->f.h.n_experts; e++) {
+            uint64_t off = slc_expert_offset(&m->f, (int)s, (int)e);
+            if (XXH3_64bits(m->experts + (off - m->f.h.expert_off), m->f.block_bytes) !=
+                m->f.expert_hash[(size_t)s * m->f.h.n_experts + e])
+                return sl_err(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file "
+                              "offset %llu)", path, m->f.moe_layers[s], e, (unsigned long long)off);
+        }
+    m->src.get = resident_get;
+    m->src.ctx = m;
+    m->io_engine = m->io_mode = "resident";
+    return SL_OK;
+}
+
+sl_status model_open_ex(const char *path, const sl_model_params *params, const io_fault_cfg *fault, sl_model **out,
+                        sl_error *err) {
     *out = NULL;
     sl_model_params defp = sl_model_params_default();
     const sl_model_params *p = params ? params : &defp;
     sl_model *m = calloc(1, sizeof *m);
     arch_tensor *at = NULL;
     if (!m) return sl_err(err, SL_ENOMEM, "out of memory");
+    m->stream_fd = -1;
+    pthread_mutex_init(&m->mu, NULL);
     sl_status st = slc_open(path, &m->f, err);
-    if (st) { free(m); return st; }
+    if (st) {
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+        return st;
+    }
     m->cfg = m->f.cfg;
     int n = arch_backbone_tensors(&m->cfg, &at);
     m->vecs = calloc(n > 0 ? (size_t)n : 1, sizeof *m->vecs);
     m->backbone = aligned_alloc(SLC_ALIGN, slc_round_up(m->f.h.backbone_len + 1, SLC_ALIGN));
-    m->experts = aligned_alloc(SLC_ALIGN, slc_round_up(m->f.h.expert_len + 1, SLC_ALIGN));
-    if (n < 0 || !m->vecs || !m->backbone || !m->experts) {
-        st = sl_err(err, SL_ENOMEM, "%s: out of memory loading %llu backbone + %llu expert bytes", path,
-                    (unsigned long long)m->f.h.backbone_len, (unsigned long long)m->f.h.expert_len);
+    if (n < 0 || !m->vecs || !m->backbone) {
+        st = sl_err(err, SL_ENOMEM, "%s: out of memory loading %llu backbone bytes", path,
+                    (unsigned long long)m->f.h.backbone_len);
         goto fail;
     }
     if ((st = fio_pread_all(m->f.fd, m->backbone, m->f.h.backbone_len, m->f.h.backbone_off, path, err))) goto fail;
@@ -157,19 +314,8 @@ sl_status sl_model_open(const char *path, const sl_model_params *params, sl_mode
     for (int i = 0; i < n; i++)
         if ((st = bind_one(m, &at[i], err))) goto fail;
     if (m->cfg.tie_embeddings) m->w.lm_head = m->w.embed;
-    if ((st = fio_pread_all(m->f.fd, m->experts, m->f.h.expert_len, m->f.h.expert_off, path, err))) goto fail;
-    for (uint32_t s = 0; s < m->f.h.n_moe_layers; s++)
-        for (uint32_t e = 0; e < m->f.h.n_experts; e++) {
-            uint64_t off = slc_expert_offset(&m->f, (int)s, (int)e);
-            if (XXH3_64bits(m->experts + (off - m->f.h.expert_off), m->f.block_bytes) !=
-                m->f.expert_hash[(size_t)s * m->f.h.n_experts + e]) {
-                st = sl_err(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file "
-                            "offset %llu)", path, m->f.moe_layers[s], e, (unsigned long long)off);
-                goto fail;
-            }
-        }
-    m->src.get = resident_get;
-    m->src.ctx = m;
+    st = p->resident ? open_resident(m, path, err) : open_stream(m, path, p, fault, err);
+    if (st) goto fail;
     m->pool = sl_pool_new(p->n_threads);
     if (!m->pool) { st = sl_err(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
     free(at);
@@ -181,6 +327,10 @@ fail:
     return st;
 }
 
+sl_status sl_model_open(const char *path, const sl_model_params *params, sl_model **out, sl_error *err) {
+    return model_open_ex(path, params, NULL, out, err);
+}
+
 void sl_model_close(sl_model *m) {
     if (!m) return;
     sl_pool_free(m->pool);
@@ -188,7 +338,10 @@ void sl_model_close(sl_model *m) {
     free(m->vecs);
     free(m->backbone);
     free(m->experts);
+    cache_free(m->cache);
+    if (m->stream_fd >= 0) close(m->stream_fd);
     slc_close(&m->f);
+    pthread_mutex_destroy(&m->mu);
     free(m);
 }
 
@@ -225,9 +378,114 @@ void sl_session_reset(sl_session *s) { fwd_state_reset(s->st); }
 int sl_session_n_past(const sl_session *s) { return fwd_state_n_past(s->st); }
 const char *sl_session_errmsg(const sl_session *s) { return s ? s->err : ""; }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 sl_status sl_session_eval(sl_session *s, const int32_t *tokens, int n_tokens, float *logits, int all_logits) {
     s->err[0] = 0;
-    int r = fwd_eval(s->st, &s->m->cfg, &s->m->w, &s->m->src, s->m->pool, tokens, n_tokens, logits, all_logits, s->err,
+    sl_model *m = s->m;
+    pthread_mutex_lock(&m->mu);
+    double t0 = now_s();
+    int r = fwd_eval(s->st, &m->cfg, &m->w, &m->src, m->pool, tokens, n_tokens, logits, all_logits, s->err,
                      sizeof s->err);
+    m->eval_s += now_s() - t0;
+    if (!r) m->tokens += (uint64_t)n_tokens;
+    pthread_mutex_unlock(&m->mu);
     return (sl_status)r;
+}
+
+/* ---- stats ---- */
+
+static uint64_t page_cache_bytes(const sl_model *m) {
+    uint64_t size = m->f.h.file_size, page = (uint64_t)sysconf(_SC_PAGESIZE), n = (size + page - 1) / page, res = 0;
+    void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, m->f.fd, 0);
+    if (map == MAP_FAILED) return 0;
+    unsigned char *vec = malloc(n);
+    if (vec && mincore(map, size, vec) == 0)
+        for (uint64_t i = 0; i < n; i++) res += vec[i] & 1;
+    free(vec);
+    munmap(map, size);
+    return res * page;
+}
+
+sl_status sl_model_stats(sl_model *m, sl_stats *o) {
+    memset(o, 0, sizeof *o);
+    pthread_mutex_lock(&m->mu);
+    if (m->cache) {
+        cache_stats cs;
+        cache_get_stats(m->cache, &cs);
+        o->hits = cs.hits;
+        o->misses = cs.misses;
+        o->bytes_read = cs.bytes_read;
+        o->reads = cs.reads;
+        o->retries = cs.retries;
+        o->io_wait_s = (double)cs.io_wait_ns * 1e-9;
+        o->verify_s = (double)cs.verify_ns * 1e-9;
+        o->cache_slots = cs.slots;
+        o->cache_bytes = cs.slots * cs.slot_bytes;
+        o->pinned = cs.pinned;
+    } else {
+        o->resident = 1;
+        o->cache_bytes = m->f.h.expert_len;
+    }
+    o->eval_s = m->eval_s;
+    o->tokens = m->tokens;
+    pthread_mutex_unlock(&m->mu);
+    o->backbone_bytes = m->f.h.backbone_len;
+    o->expert_bytes = m->f.h.expert_len;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) o->peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024;
+    o->page_cache_bytes = page_cache_bytes(m);
+    o->io_engine = m->io_engine;
+    o->io_mode = m->io_mode;
+    return SL_OK;
+}
+
+void sl_model_reset_stats(sl_model *m) {
+    pthread_mutex_lock(&m->mu);
+    if (m->cache) cache_reset_stats(m->cache);
+    m->eval_s = 0;
+    m->tokens = 0;
+    pthread_mutex_unlock(&m->mu);
+}
+
+sl_status sl_model_layer_stats(const sl_model *m, int layer, uint64_t *hits, uint64_t *misses, uint64_t *bytes) {
+    *hits = *misses = *bytes = 0;
+    if (layer < 0 || layer >= m->cfg.n_layers) return SL_ERANGE;
+    if (m->cache) cache_layer_stats(m->cache, layer, hits, misses, bytes);
+    return SL_OK;
+}
+
+int sl_model_n_layers(const sl_model *m) { return m->cfg.n_layers; }
+
+sl_status sl_model_write_profile(const sl_model *m, const char *path, sl_error *err) {
+    if (!m->cache) return sl_err(err, SL_EINVAL, "routing profiles need a streaming model (not --resident)");
+    const uint64_t *r = cache_route_counts(m->cache);
+    size_t tl = strlen(path) + 32;
+    char *tmp = malloc(tl);
+    if (!tmp) return sl_err(err, SL_ENOMEM, "out of memory");
+    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        sl_status st = sl_err(err, sl_status_from_errno(errno), "%s: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    int E = m->cfg.n_experts;
+    fprintf(f, "sluice-profile 1 layers %u experts %d\n", m->f.h.n_moe_layers, E);
+    for (uint32_t s = 0; s < m->f.h.n_moe_layers; s++)
+        for (int e = 0; e < E; e++)
+            if (r[(size_t)s * E + e]) fprintf(f, "%d %d %llu\n", m->f.moe_layers[s], e, (unsigned long long)r[(size_t)s * E + e]);
+    int bad = ferror(f);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        free(tmp);
+        return sl_err(err, SL_EIO, "%s: cannot write the profile", path);
+    }
+    free(tmp);
+    return SL_OK;
 }

@@ -47,15 +47,16 @@ io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen);
 io_engine *io_pread_engine_new(int fd, int n_threads, char *err, size_t errlen);
 
 typedef struct io_fault_cfg {
-    /* Each fires on request numbers (counted from 1, per engine) that are multiples of the value
-     * (0 = never), or only for reads covering `only_off` when that is non-zero. */
+    /* Counting the completed reads that match (all, or only those starting at `only_off` when it is
+     * non-zero) from 1, each fault fires on the counts that are multiples of its value (0 = never). */
     unsigned fail_every;    /* completes with -EIO */
     unsigned short_every;   /* completes with half the bytes */
     unsigned eintr_every;   /* completes with -EINTR, nothing read */
     unsigned corrupt_every; /* flips one byte of the data */
+    unsigned max_faults;    /* stop injecting after this many (0 = no limit) */
     unsigned delay_us;      /* sleeps before every completion */
-    uint64_t only_off;      /* restrict fail/short/eintr/corrupt to the read starting at this offset */
-    int reverse;            /* deliver completions newest-first (scrambles completion order) */
+    uint64_t only_off;
+    int reverse;            /* hand completions out newest-first (scrambles completion order) */
 } io_fault_cfg;
 
 /* Takes ownership of inner. */

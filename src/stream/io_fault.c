@@ -14,20 +14,17 @@ typedef struct {
     io_engine base;
     io_engine *inner;
     io_fault_cfg cfg;
-    unsigned count;
-    io_req *held[256];
+    unsigned count, faults;
+    int outstanding;        /* submitted to inner, not yet handed out */
+    io_req *held[4096];     /* reverse mode: completions waiting to be handed out, newest last */
     int n_held;
 } fault_engine;
 
-static int hit(const fault_engine *f, unsigned every, const io_req *r, unsigned nr) {
-    if (!every) return 0;
-    if (f->cfg.only_off) return r->off == f->cfg.only_off && nr % every == 0;
-    return nr % every == 0;
-}
-
 static int f_submit(io_engine *e, io_req *r) {
     fault_engine *f = (fault_engine *)e;
-    return f->inner->ops->submit(f->inner, r);
+    int rc = f->inner->ops->submit(f->inner, r);
+    if (!rc) f->outstanding++;
+    return rc;
 }
 
 static int f_flush(io_engine *e) {
@@ -36,36 +33,37 @@ static int f_flush(io_engine *e) {
 }
 
 static void mangle(fault_engine *f, io_req *r) {
-    unsigned nr = ++f->count;
     if (f->cfg.delay_us) usleep(f->cfg.delay_us);
-    if (r->res <= 0) return;
-    if (hit(f, f->cfg.fail_every, r, nr)) r->res = -EIO;
-    else if (hit(f, f->cfg.eintr_every, r, nr)) r->res = -EINTR;
-    else if (hit(f, f->cfg.short_every, r, nr) && r->res > 1) r->res /= 2;
-    else if (hit(f, f->cfg.corrupt_every, r, nr)) ((unsigned char *)r->buf)[r->res / 3] ^= 0x5a;
+    if (r->res <= 0 || (f->cfg.only_off && r->off != f->cfg.only_off)) return;
+    if (f->cfg.max_faults && f->faults >= f->cfg.max_faults) return;
+    unsigned nr = ++f->count;
+#define FIRES(every) ((every) && nr % (every) == 0)
+    if (FIRES(f->cfg.fail_every)) r->res = -EIO;
+    else if (FIRES(f->cfg.eintr_every)) r->res = -EINTR;
+    else if (FIRES(f->cfg.short_every) && r->res > 1) r->res /= 2;
+    else if (FIRES(f->cfg.corrupt_every)) ((unsigned char *)r->buf)[r->res / 3] ^= 0x5a;
+    else return;
+#undef FIRES
+    f->faults++;
 }
 
 static int f_wait(io_engine *e, io_req **out) {
     fault_engine *f = (fault_engine *)e;
-    if (!f->cfg.reverse) {
-        int rc = f->inner->ops->wait(f->inner, out);
-        if (!rc) mangle(f, *out);
-        return rc;
-    }
-    /* reverse: collect everything in flight, hand out the newest first */
-    if (f->n_held == 0) {
-        io_req *r;
-        int rc = f->inner->ops->wait(f->inner, &r);
-        if (rc) return rc;
-        f->held[f->n_held++] = r;
-        /* drain whatever else completes quickly so there is something to reorder */
-        usleep(200);
-        while (f->n_held < 256) {
-            /* the inner engines block in wait; only take what is certainly there by probing once */
-            break;
+    if (f->cfg.reverse && f->n_held == 0) {
+        /* collect every read in flight, then hand them out newest-first */
+        while (f->outstanding > f->n_held && f->n_held < (int)(sizeof f->held / sizeof *f->held)) {
+            int rc = f->inner->ops->wait(f->inner, &f->held[f->n_held]);
+            if (rc) return rc;
+            f->n_held++;
         }
     }
-    *out = f->held[--f->n_held];
+    if (f->n_held > 0) {
+        *out = f->held[--f->n_held];
+    } else {
+        int rc = f->inner->ops->wait(f->inner, out);
+        if (rc) return rc;
+    }
+    f->outstanding--;
     mangle(f, *out);
     return 0;
 }

@@ -1,0 +1,14 @@
+/*
+ * engine.h — internal entry points of the model layer for tests and tools.
+ */
+#ifndef SL_ENGINE_H
+#define SL_ENGINE_H
+
+#include "sluice.h"
+#include "stream/io.h"
+
+/* sl_model_open with a fault-injecting I/O engine wrapped around the real one (fault may be NULL). */
+sl_status model_open_ex(const char *path, const sl_model_params *params, const io_fault_cfg *fault, sl_model **out,
+                        sl_error *err);
+
+#endif

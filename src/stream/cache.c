@@ -1,0 +1,457 @@
+/*
+ * cache.c — see cache.h. Sections: slots and eviction, the read path (submit / complete / retry),
+ * the streaming protocol (begin / next / release / end), pinning and stats.
+ */
+#include "stream/cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "sluice.h"
+
+enum { S_FREE = 0, S_LOADING = 1, S_READY = 2 };
+enum { R_NONE = 0, R_RESERVED, R_QUEUED, R_INFLIGHT, R_READY, R_DELIVERED };
+
+typedef struct slot {
+    uint8_t *buf;
+    int key, state, refs, pinned;
+    uint64_t tick;     /* last use (LRU) */
+    double freq;       /* decayed use count (LFU) */
+    uint64_t freq_tick;
+    io_req req;
+    uint64_t done;     /* bytes of the block read so far */
+} slot;
+
+struct cache {
+    const slc_file *f;
+    const sl_config *cfg;
+    io_engine *io;
+    int E, n_slots, n_keys, depth, verify, dontneed;
+    cache_policy policy;
+    slot *slots;
+    uint8_t *arena;
+    int *map;          /* [n_keys] -> slot or -1 */
+    uint64_t tick;
+    double halflife;   /* LFU: accesses over which a count halves */
+    /* current layer request */
+    int layer, mslot, active;
+    uint8_t *rstate;   /* [E] */
+    int *ready, n_ready, ready_head;  /* FIFO of experts ready to deliver */
+    int *queued, n_queued, queued_head;
+    int inflight;
+    int failed;
+    /* stats */
+    cache_stats st;
+    uint64_t *l_hits, *l_miss, *l_bytes; /* [n_layers] */
+    uint64_t *routes;                    /* [n_keys] */
+    char err[512];
+};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int fail(cache *c, int st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(cache *c, int st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+    c->failed = st;
+    return st;
+}
+
+const char *cache_errmsg(const cache *c) { return c->err; }
+
+/* ---- slots and eviction ---- */
+
+static double lfu_score(const cache *c, const slot *s) {
+    return s->freq * exp2(-(double)(c->tick - s->freq_tick) / c->halflife);
+}
+
+static void touch(cache *c, slot *s) {
+    c->tick++;
+    s->tick = c->tick;
+    s->freq = lfu_score(c, s) + 1.0;
+    s->freq_tick = c->tick;
+}
+
+/* A slot to load into: a free one, else the policy's victim among unreferenced, unpinned READY
+ * slots; -1 if every slot is busy. */
+static int victim(cache *c) {
+    int best = -1;
+    double best_score = 0;
+    for (int i = 0; i < c->n_slots; i++) {
+        slot *s = &c->slots[i];
+        if (s->state == S_FREE) return i;
+        if (s->state != S_READY || s->refs > 0 || s->pinned) continue;
+        double score = c->policy == CACHE_LFU ? lfu_score(c, s) : (double)s->tick;
+        if (best < 0 || score < best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+static void drop(cache *c, int i) {
+    slot *s = &c->slots[i];
+    if (s->key >= 0 && c->map[s->key] == i) c->map[s->key] = -1;
+    s->key = -1;
+    s->state = S_FREE;
+    s->refs = 0;
+    s->pinned = 0;
+}
+
+/* ---- read path ---- */
+
+static uint64_t key_offset(const cache *c, int key) {
+    return slc_expert_offset(c->f, key / c->E, key % c->E);
+}
+
+static int submit_rest(cache *c, int i) {
+    slot *s = &c->slots[i];
+    uint64_t stride = c->f->h.expert_stride;
+    s->req.off = key_offset(c, s->key) + s->done;
+    s->req.len = (uint32_t)(stride - s->done);
+    s->req.buf = s->buf + s->done;
+    s->req.user = s;
+    int rc = c->io->ops->submit(c->io, &s->req);
+    if (rc) return fail(c, SL_EIO, "cannot submit a read: %s", strerror(-rc));
+    c->inflight++;
+    return 0;
+}
+
+static int start_load(cache *c, int i, int key) {
+    slot *s = &c->slots[i];
+    if (s->state != S_FREE) drop(c, i);
+    s->key = key;
+    s->state = S_LOADING;
+    s->refs = 1;
+    s->done = 0;
+    c->st.misses++;
+    c->st.reads++;
+    return submit_rest(c, i);
+}
+
+/* Names a key for messages. */
+#define KEY_FMT "layer %d, expert %d (file offset %llu)"
+#define KEY_ARGS(c, key) (c)->f->moe_layers[(key) / (c)->E], (key) % (c)->E, (unsigned long long)key_offset(c, key)
+
+/* Waits for one completion and advances that slot. Returns the slot index when its block is
+ * complete and verified, -2 when the read was resubmitted (short read, EINTR), or a negative status
+ * (< -2 never collides: statuses are <= -1 and we return them as is via c->failed). */
+static int complete_one(cache *c, int *done_slot) {
+    io_req *r = NULL;
+    uint64_t t0 = now_ns();
+    int rc = c->io->ops->wait(c->io, &r);
+    c->st.io_wait_ns += now_ns() - t0;
+    *done_slot = -1;
+    if (rc) return fail(c, SL_EIO, "waiting for expert reads failed: %s", strerror(-rc));
+    c->inflight--;
+    slot *s = r->user;
+    int i = (int)(s - c->slots);
+    if (r->res == -EINTR || r->res == -EAGAIN) {
+        c->st.retries++;
+        return submit_rest(c, i);
+    }
+    if (r->res < 0) {
+        int key = s->key;
+        drop(c, i);
+        return fail(c, SL_EIO, "%s: read of expert block (" KEY_FMT ") failed: %s", c->f->path, KEY_ARGS(c, key),
+                    strerror((int)-r->res));
+    }
+    if (r->res == 0) {
+        int key = s->key;
+        drop(c, i);
+        return fail(c, SL_EIO, "%s: unexpected end of file reading expert block (" KEY_FMT ")", c->f->path,
+                    KEY_ARGS(c, key));
+    }
+    s->done += (uint64_t)r->res;
+    c->st.bytes_read += (uint64_t)r->res;
+    if (s->done < c->f->h.expert_stride) {
+        c->st.retries++;
+        return submit_rest(c, i);
+    }
+    if (c->dontneed) posix_fadvise(c->io->fd, (off_t)key_offset(c, s->key), (off_t)c->f->h.expert_stride, POSIX_FADV_DONTNEED);
+    if (c->verify) {
+        uint64_t t1 = now_ns();
+        uint64_t h = XXH3_64bits(s->buf, c->f->block_bytes);
+        c->st.verify_ns += now_ns() - t1;
+        if (h != c->f->expert_hash[s->key]) {
+            int key = s->key;
+            drop(c, i);
+            return fail(c, SL_ECHECKSUM, "%s: expert block (" KEY_FMT ") fails its checksum", c->f->path, KEY_ARGS(c, key));
+        }
+    }
+    s->state = S_READY;
+    c->map[s->key] = i;
+    *done_slot = i;
+    return 0;
+}
+
+/* ---- streaming protocol ---- */
+
+static void fill_expert(const cache *c, const slot *s, sl_expert *out) {
+    sl_mat *m[3] = {&out->gate, &out->up, &out->down};
+    for (int p = 0; p < 3; p++) {
+        m[p]->data = s->buf + c->f->parts[p].off;
+        m[p]->dtype = c->f->parts[p].dtype;
+        m[p]->rows = (int)c->f->parts[p].shape[0];
+        m[p]->cols = (int)c->f->parts[p].shape[1];
+    }
+}
+
+static int c_begin(void *ctx, int layer, const int *experts, int n) {
+    cache *c = ctx;
+    int ms = cfg_moe_slot(c->cfg, layer);
+    if (ms < 0) return fail(c, SL_EINVAL, "layer %d has no routed experts", layer);
+    c->layer = layer;
+    c->mslot = ms;
+    c->active = 1;
+    c->failed = 0;
+    c->err[0] = 0;
+    c->n_ready = c->ready_head = c->n_queued = c->queued_head = 0;
+    for (int i = 0; i < n; i++) {
+        int e = experts[i], key = ms * c->E + e;
+        c->routes[key]++;
+        int si = c->map[key];
+        if (si >= 0) {
+            c->slots[si].refs++;
+            c->rstate[e] = R_RESERVED;
+            c->ready[c->n_ready++] = e;
+            c->st.hits++;
+            c->l_hits[layer]++;
+        } else {
+            c->rstate[e] = R_QUEUED;
+            c->queued[c->n_queued++] = e;
+            c->l_miss[layer]++;
+        }
+    }
+    /* submit as many misses as slots and depth allow, all at once */
+    while (c->queued_head < c->n_queued && c->inflight < c->depth) {
+        int v = victim(c);
+        if (v < 0) break;
+        int e = c->queued[c->queued_head++];
+        c->rstate[e] = R_INFLIGHT;
+        int rc = start_load(c, v, ms * c->E + e);
+        if (rc) return rc;
+    }
+    int rc = c->io->ops->flush(c->io);
+    return rc ? fail(c, SL_EIO, "cannot start expert reads: %s", strerror(-rc)) : 0;
+}
+
+static int c_next(void *ctx, int *expert, sl_expert *out) {
+    cache *c = ctx;
+    for (;;) {
+        if (c->ready_head < c->n_ready) {
+            int e = c->ready[c->ready_head++];
+            int si = c->map[c->mslot * c->E + e];
+            slot *s = &c->slots[si];
+            touch(c, s);
+            c->rstate[e] = R_DELIVERED;
+            fill_expert(c, s, out);
+            *expert = e;
+            return 0;
+        }
+        /* top up reads: slots freed by release() can take queued misses now */
+        while (c->queued_head < c->n_queued && c->inflight < c->depth) {
+            int v = victim(c);
+            if (v < 0) break;
+            int e = c->queued[c->queued_head++];
+            c->rstate[e] = R_INFLIGHT;
+            int rc = start_load(c, v, c->mslot * c->E + e);
+            if (rc) return rc;
+        }
+        if (c->inflight == 0)
+            return fail(c, SL_ENOMEM, "expert cache: all %d slots are in use (budget too small for this request)", c->n_slots);
+        int rc = c->io->ops->flush(c->io);
+        if (rc) return fail(c, SL_EIO, "cannot start expert reads: %s", strerror(-rc));
+        int done = -1;
+        rc = complete_one(c, &done);
+        if (rc) return rc;
+        if (done >= 0) {
+            int e = c->slots[done].key % c->E;
+            c->rstate[e] = R_READY;
+            c->ready[c->n_ready++] = e;
+            c->l_bytes[c->layer] += c->f->h.expert_stride;
+        }
+    }
+}
+
+static void c_release(void *ctx, int expert) {
+    cache *c = ctx;
+    int si = c->map[c->mslot * c->E + expert];
+    if (si >= 0 && c->slots[si].refs > 0) c->slots[si].refs--;
+}
+
+static void c_end(void *ctx) {
+    cache *c = ctx;
+    /* drain reads still in flight (after an error); completed ones stay cached */
+    while (c->inflight > 0) {
+        int done = -1;
+        int saved = c->failed;
+        char msg[sizeof c->err];
+        memcpy(msg, c->err, sizeof msg);
+        complete_one(c, &done);
+        c->failed = saved;
+        memcpy(c->err, msg, sizeof msg);
+        if (done >= 0) c->slots[done].refs = 0;
+    }
+    /* undelivered reservations */
+    for (int i = c->ready_head; i < c->n_ready; i++) {
+        int si = c->map[c->mslot * c->E + c->ready[i]];
+        if (si >= 0 && c->slots[si].refs > 0) c->slots[si].refs--;
+    }
+    for (int i = 0; i < c->n_slots; i++)
+        if (c->slots[i].state == S_READY && !c->slots[i].pinned) c->slots[i].refs = 0;
+    memset(c->rstate, 0, (size_t)c->E);
+    c->active = 0;
+}
+
+static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err; }
+
+/* Blocking single fetch (not used by the forward pass when begin() exists; kept for tools). */
+static int c_get(void *ctx, int layer, int expert, sl_expert *out) {
+    cache *c = ctx;
+    int rc = c_begin(c, layer, &expert, 1);
+    int e = -1;
+    if (!rc) rc = c_next(c, &e, out);
+    if (!rc) c_release(c, e);
+    c_end(c);
+    return rc;
+}
+
+sl_expert_src cache_source(cache *c) {
+    sl_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c};
+    return s;
+}
+
+/* ---- lifecycle, pinning, stats ---- */
+
+cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
+    cache *c = calloc(1, sizeof *c);
+    if (!c) {
+        io_destroy(cfg->io);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->f = cfg->file;
+    c->cfg = cfg->cfg;
+    c->io = cfg->io;
+    c->E = (int)cfg->file->h.n_experts;
+    c->n_keys = (int)cfg->file->h.n_moe_layers * c->E;
+    c->policy = cfg->policy;
+    c->verify = cfg->verify;
+    c->dontneed = cfg->dontneed;
+    uint64_t stride = cfg->file->h.expert_stride;
+    uint64_t n = stride ? cfg->budget / stride : 0;
+    if (n < 1) n = 1;
+    if (n > (uint64_t)c->n_keys) n = (uint64_t)c->n_keys;
+    c->n_slots = (int)n;
+    c->depth = c->io->depth < c->n_slots ? c->io->depth : c->n_slots;
+    c->halflife = 8.0 * c->n_slots;
+    c->slots = calloc(n, sizeof *c->slots);
+    c->arena = aligned_alloc(4096, n * stride);
+    c->map = malloc((size_t)c->n_keys * sizeof *c->map);
+    c->rstate = calloc((size_t)c->E, 1);
+    c->ready = malloc((size_t)c->E * sizeof *c->ready);
+    c->queued = malloc((size_t)c->E * sizeof *c->queued);
+    int L = cfg->cfg->n_layers;
+    c->l_hits = calloc((size_t)L, 8);
+    c->l_miss = calloc((size_t)L, 8);
+    c->l_bytes = calloc((size_t)L, 8);
+    c->routes = calloc((size_t)c->n_keys, 8);
+    if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->l_hits || !c->l_miss ||
+        !c->l_bytes || !c->routes) {
+        snprintf(err, errlen, "out of memory for an expert cache of %llu slots of %llu bytes", (unsigned long long)n,
+                 (unsigned long long)stride);
+        cache_free(c);
+        return NULL;
+    }
+    for (int i = 0; i < c->n_keys; i++) c->map[i] = -1;
+    for (uint64_t i = 0; i < n; i++) {
+        c->slots[i].buf = c->arena + i * stride;
+        c->slots[i].key = -1;
+    }
+    c->st.slots = n;
+    c->st.slot_bytes = stride;
+    return c;
+}
+
+void cache_free(cache *c) {
+    if (!c) return;
+    io_destroy(c->io);
+    free(c->slots);
+    free(c->arena);
+    free(c->map);
+    free(c->rstate);
+    free(c->ready);
+    free(c->queued);
+    free(c->l_hits);
+    free(c->l_miss);
+    free(c->l_bytes);
+    free(c->routes);
+    free(c);
+}
+
+void cache_get_stats(const cache *c, cache_stats *out) {
+    *out = c->st;
+    out->pinned = 0;
+    for (int i = 0; i < c->n_slots; i++) out->pinned += c->slots[i].pinned ? 1 : 0;
+}
+
+void cache_layer_stats(const cache *c, int layer, uint64_t *hits, uint64_t *misses, uint64_t *bytes) {
+    *hits = c->l_hits[layer];
+    *misses = c->l_miss[layer];
+    *bytes = c->l_bytes[layer];
+}
+
+void cache_reset_stats(cache *c) {
+    uint64_t slots = c->st.slots, sb = c->st.slot_bytes;
+    memset(&c->st, 0, sizeof c->st);
+    c->st.slots = slots;
+    c->st.slot_bytes = sb;
+    int L = c->cfg->n_layers;
+    memset(c->l_hits, 0, (size_t)L * 8);
+    memset(c->l_miss, 0, (size_t)L * 8);
+    memset(c->l_bytes, 0, (size_t)L * 8);
+}
+
+const uint64_t *cache_route_counts(const cache *c) { return c->routes; }
+
+int cache_pin(cache *c, const int *keys, int n_keys, double max_fraction) {
+    int max_pin = (int)(max_fraction * c->n_slots);
+    int pinned = 0;
+    for (int i = 0; i < n_keys && pinned < max_pin; i++) {
+        int key = keys[i];
+        if (key < 0 || key >= c->n_keys) return fail(c, SL_EINVAL, "pin: expert key %d out of range", key);
+        int si = c->map[key];
+        if (si < 0) {
+            si = victim(c);
+            if (si < 0) break;
+            int rc = start_load(c, si, key);
+            if (rc) return rc;
+            int done = -1;
+            while (c->inflight > 0) {
+                rc = complete_one(c, &done);
+                if (rc) return rc;
+            }
+            if (done != si) return fail(c, SL_EIO, "pin: read did not complete");
+            c->st.misses--; /* pinning is not a miss of the workload */
+        }
+        c->slots[si].pinned = 1;
+        c->slots[si].refs = 0;
+        pinned++;
+    }
+    return 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * cache.h — the expert cache: a pool of stride-sized, 4096-aligned slots inside a byte budget, filled
+ * through an I/O engine (stream/io.h), exposed to the forward pass as a streaming sl_expert_src.
+ *
+ * Invariants:
+ *  - a slot is FREE (no key), LOADING (a read in flight) or READY (holds expert `key` verbatim, its
+ *    checksum verified when verification is on);
+ *  - a slot with refs > 0 (reserved for, or held by, the current layer) or pinned is never evicted;
+ *  - map[key] is the READY slot holding key, or -1.
+ * Single-threaded: one layer request at a time (the model serialises evaluations).
+ */
+#ifndef SL_CACHE_H
+#define SL_CACHE_H
+
+#include <stdint.h>
+
+#include "format/container.h"
+#include "model/model.h"
+#include "stream/io.h"
+
+typedef enum { CACHE_LRU = 0, CACHE_LFU = 1 } cache_policy;
+
+typedef struct cache_cfg {
+    const slc_file *file;  /* layout, parts, hashes (borrowed; outlives the cache) */
+    const sl_config *cfg;  /* borrowed */
+    io_engine *io;         /* owned by the cache from cache_new on, even on failure */
+    uint64_t budget;       /* bytes for slots; at least one slot is always made */
+    cache_policy policy;
+    int verify;            /* xxh3 of every block read */
+    int dontneed;          /* posix_fadvise(DONTNEED) after each read (buffered mode) */
+} cache_cfg;
+
+typedef struct cache_stats {
+    uint64_t hits, misses, bytes_read, reads, retries;
+    uint64_t io_wait_ns, verify_ns;
+    uint64_t slots, slot_bytes, pinned;
+} cache_stats;
+
+typedef struct cache cache;
+
+cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen);
+void cache_free(cache *c);
+/* The streaming expert source backed by this cache (ctx = c). */
+sl_expert_src cache_source(cache *c);
+const char *cache_errmsg(const cache *c);
+void cache_get_stats(const cache *c, cache_stats *out);
+/* Per-layer counters: hits, misses, bytes read of model layer l (0 for dense layers). */
+void cache_layer_stats(const cache *c, int layer, uint64_t *hits, uint64_t *misses, uint64_t *bytes);
+void cache_reset_stats(cache *c);
+/* Routing counts per (slot, expert) since open: [n_moe_layers * E]. */
+const uint64_t *cache_route_counts(const cache *c);
+/* Loads and pins experts (keys = slot * E + expert), hottest first, while pinned slots stay within
+ * max_fraction of all slots. Returns 0 or a negative sl_status (message in cache_errmsg). */
+int cache_pin(cache *c, const int *keys, int n_keys, double max_fraction);
+
+#endif

@@ -1,0 +1,287 @@
+/*
+ * test_stream.c — the streaming engine: streamed logits are bitwise equal to --resident for every
+ * cache size (down to one slot), policy, I/O engine and thread count; faults (EIO, short reads,
+ * EINTR, corruption, scrambled completion order) give clear errors or are recovered, and the model
+ * stays usable; stats add up.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "format/container.h"
+#include "sluice.h"
+#include "test.h"
+
+typedef struct {
+    int32_t tokens[256];
+    int n;
+} toks_t;
+
+static int load_tokens(const char *fixture, toks_t *t) {
+    memset(t, 0, sizeof *t);
+    char *txt = test_read(test_path("tests/data/%s/ref.json", fixture), NULL);
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    if (!j) return -1;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "tokens")) t->tokens[t->n++] = it->valueint;
+    cJSON_Delete(j);
+    return 0;
+}
+
+/* Evaluates the prompt in chunks of `step` (all logits) and then 4 greedy decode steps; returns a
+ * malloc'ed [n + 4][V] array or NULL (message in msg). */
+static float *run(const char *path, const sl_model_params *mp, const io_fault_cfg *fault, const toks_t *t, int step,
+                  char *msg, sl_model **keep) {
+    sl_model *m = NULL;
+    sl_error err = {0};
+    if (model_open_ex(path, mp, fault, &m, &err)) {
+        snprintf(msg, 1024, "open: %s", err.msg);
+        return NULL;
+    }
+    int V = sl_model_n_vocab(m);
+    float *out = malloc((size_t)(t->n + 4) * V * sizeof(float));
+    sl_session *s = NULL;
+    sl_session_new(m, 0, &s);
+    int rc = 0;
+    for (int i = 0; i < t->n && !rc; i += step) {
+        int k = t->n - i < step ? t->n - i : step;
+        rc = sl_session_eval(s, t->tokens + i, k, out + (size_t)i * V, 1);
+    }
+    for (int i = 0; i < 4 && !rc; i++) {
+        const float *last = out + (size_t)(t->n + i - 1) * V;
+        int32_t best = 0;
+        for (int v = 1; v < V; v++)
+            if (last[v] > last[best]) best = v;
+        rc = sl_session_eval(s, &best, 1, out + (size_t)(t->n + i) * V, 0);
+    }
+    if (rc) {
+        snprintf(msg, 1024, "eval: %s", sl_session_errmsg(s));
+        free(out);
+        out = NULL;
+    }
+    sl_session_free(s);
+    if (keep) *keep = m;
+    else sl_model_close(m);
+    return out;
+}
+
+FIXTURE_TEST(streamed_equals_resident) {
+    const char *path = test_packed(arg);
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens(arg, &t) == 0);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    uint64_t stride = f.h.expert_stride, total = f.h.expert_len;
+    slc_close(&f);
+    char msg[1024] = "";
+    sl_model_params rp = sl_model_params_default();
+    rp.resident = 1;
+    int steps[] = {t.n, 1, 13};
+    float *refs[3]; /* the resident result for each way of feeding the prompt */
+    for (int i = 0; i < 3; i++) {
+        refs[i] = run(path, &rp, NULL, &t, steps[i], msg, NULL);
+        CHECKF(refs[i], "%s", msg);
+    }
+    size_t bytes = (size_t)(t.n + 4) * 256 * sizeof(float);
+    uint64_t budgets[] = {stride, 3 * stride, total / 2, total};
+    int cases = 0;
+    for (int b = 0; b < 4; b++)
+        for (int pol = 0; pol < 2; pol++)
+            for (int eng = 1; eng <= 2; eng++) {
+                sl_model_params mp = sl_model_params_default();
+                mp.cache_bytes = budgets[b];
+                mp.policy = (sl_cache_policy)pol;
+                mp.io_engine = (sl_io_engine)eng;
+                mp.io_mode = (b + pol) % 2 ? SL_IO_DIRECT : SL_IO_BUFFERED;
+                mp.n_threads = 1 + (b + eng) % 2;
+                int si = (b + pol + eng) % 3, step = steps[si];
+                float *ref = refs[si];
+                float *got = run(path, &mp, NULL, &t, step, msg, NULL);
+                CHECKF(got, "budget %llu policy %d engine %d: %s", (unsigned long long)budgets[b], pol, eng, msg);
+                int same = !memcmp(got, ref, bytes);
+                free(got);
+                CHECKF(same, "budget %llu policy %d engine %d step %d: logits differ from --resident",
+                       (unsigned long long)budgets[b], pol, eng, step);
+                cases++;
+            }
+    for (int i = 0; i < 3; i++) free(refs[i]);
+    CHECK(cases == 16);
+}
+
+static float *reference(const char *path, const toks_t *t, int step) {
+    char msg[1024];
+    sl_model_params rp = sl_model_params_default();
+    rp.resident = 1;
+    return run(path, &rp, NULL, t, step, msg, NULL);
+}
+
+TEST(faults_recovered_bitwise) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens("qwen3_next", &t) == 0);
+    float *ref = reference(path, &t, 11);
+    CHECK(ref);
+    size_t bytes = (size_t)(t.n + 4) * 256 * sizeof(float);
+    io_fault_cfg cases[4];
+    memset(cases, 0, sizeof cases);
+    cases[0].short_every = 3;
+    cases[1].eintr_every = 2;
+    cases[2].reverse = 1;
+    cases[3].delay_us = 50;
+    cases[3].short_every = 5;
+    cases[3].eintr_every = 7;
+    for (int i = 0; i < 4; i++) {
+        char msg[1024] = "";
+        sl_model_params mp = sl_model_params_default();
+        mp.cache_bytes = 3 * 24576; /* small: many reads per token */
+        mp.io_engine = i % 2 ? SL_ENGINE_PREAD : SL_ENGINE_URING;
+        sl_model *m = NULL;
+        float *got = run(path, &mp, &cases[i], &t, 11, msg, &m);
+        if (!got) { free(ref); sl_model_close(m); }
+        CHECKF(got, "case %d: %s", i, msg);
+        sl_stats st;
+        sl_model_stats(m, &st);
+        sl_model_close(m);
+        int same = !memcmp(got, ref, bytes);
+        free(got);
+        if (!same) free(ref);
+        CHECKF(same, "fault case %d changed the logits", i);
+        if (i != 2 && st.retries == 0) free(ref);
+        CHECKF(i == 2 || st.retries > 0, "case %d: no retries recorded", i);
+    }
+    free(ref);
+}
+
+/* One failing read of a chosen expert: a clear error naming layer, expert and offset; the session is
+ * unchanged and the model serves the next request correctly. */
+static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
+    const char *path = test_packed("qwen3_5_moe");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    fc->only_off = slc_expert_offset(&f, 1, 9); /* layer 1, expert 9 */
+    char off[32];
+    snprintf(off, sizeof off, "%llu", (unsigned long long)fc->only_off);
+    slc_close(&f);
+    toks_t t;
+    CHECK(load_tokens("qwen3_5_moe", &t) == 0);
+    sl_model_params mp = sl_model_params_default();
+    sl_model *m = NULL;
+    CHECK(model_open_ex(path, &mp, fc, &m, &err) == SL_OK);
+    sl_session *s = NULL;
+    sl_session_new(m, 0, &s);
+    float *lg = malloc(256 * sizeof(float) * 256);
+    sl_status st = SL_OK;
+    int at = -1;
+    for (int i = 0; i < t.n && st == SL_OK; i++) { /* token by token until the expert is needed */
+        st = sl_session_eval(s, &t.tokens[i], 1, lg, 0);
+        at = i;
+    }
+    const char *msg = sl_session_errmsg(s);
+    int ok_err = st == want && strstr(msg, "layer 1, expert 9") && strstr(msg, off) && strstr(msg, what);
+    int n_past = sl_session_n_past(s);
+    /* the same token again now succeeds (the fault fired once), and the whole sequence equals resident */
+    st = sl_session_eval(s, &t.tokens[at], 1, lg, 0);
+    int ok_retry = st == SL_OK && sl_session_n_past(s) == at + 1;
+    sl_session_free(s);
+    char m2[1024];
+    float *again = run(path, &mp, NULL, &t, t.n, m2, NULL);
+    float *ref = reference(path, &t, t.n);
+    int same = again && ref && !memcmp(again, ref, (size_t)(t.n + 4) * 256 * sizeof(float));
+    free(again);
+    free(ref);
+    free(lg);
+    sl_model_close(m);
+    CHECKF(ok_err, "status %d, message: %s", st, msg);
+    CHECKF(n_past == at, "a failed eval must leave the session unchanged (n_past %d, expected %d)", n_past, at);
+    CHECK(ok_retry);
+    CHECK(same);
+}
+
+TEST(fault_eio_names_expert) {
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.fail_every = 1;
+    fc.max_faults = 1;
+    one_fault(&fc, SL_EIO, "Input/output error");
+}
+
+TEST(fault_corruption_caught_by_checksum) {
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.corrupt_every = 1;
+    fc.max_faults = 1;
+    one_fault(&fc, SL_ECHECKSUM, "checksum");
+}
+
+TEST(stats_add_up) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens("qwen3_next", &t) == 0);
+    sl_model_params mp = sl_model_params_default();
+    mp.cache_bytes = 40 * 24576;
+    mp.io_mode = SL_IO_DIRECT;
+    char msg[1024];
+    sl_model *m = NULL;
+    float *got = run(path, &mp, NULL, &t, 1, msg, &m);
+    CHECKF(got, "%s", msg);
+    free(got);
+    sl_stats st;
+    CHECK(sl_model_stats(m, &st) == SL_OK);
+    uint64_t lh = 0, lm = 0, lb = 0;
+    for (int l = 0; l < sl_model_n_layers(m); l++) {
+        uint64_t h, mi, b;
+        sl_model_layer_stats(m, l, &h, &mi, &b);
+        lh += h;
+        lm += mi;
+        lb += b;
+    }
+    sl_model_close(m);
+    CHECK(st.tokens == (uint64_t)t.n + 4);
+    CHECKF(st.cache_slots == 40 && st.hits > 0 && st.misses > 0, "slots %llu hits %llu misses %llu",
+           (unsigned long long)st.cache_slots, (unsigned long long)st.hits, (unsigned long long)st.misses);
+    CHECK(st.bytes_read == st.misses * 24576 && lb == st.bytes_read);
+    CHECK(lh == st.hits && lm == st.misses);
+    CHECK(st.peak_rss_bytes > st.backbone_bytes);
+    CHECK(st.io_engine && st.io_mode);
+}
+
+TEST(profile_roundtrip_and_pin) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens("qwen3_next", &t) == 0);
+    sl_model_params mp = sl_model_params_default();
+    char msg[1024];
+    sl_model *m = NULL;
+    float *got = run(path, &mp, NULL, &t, 1, msg, &m);
+    CHECKF(got, "%s", msg);
+    const char *prof = test_path("%s/routing.profile", test_tmpdir());
+    sl_error err = {0};
+    sl_status st = sl_model_write_profile(m, prof, &err);
+    sl_model_close(m);
+    CHECKF(st == SL_OK, "%s", err.msg);
+    mp.pin_profile = prof;
+    mp.cache_bytes = 8 * 24576;
+    sl_model *m2 = NULL;
+    float *pinned = run(path, &mp, NULL, &t, 1, msg, &m2);
+    if (!pinned) free(got);
+    CHECKF(pinned, "%s", msg);
+    sl_stats s2;
+    sl_model_stats(m2, &s2);
+    sl_model_close(m2);
+    int same = !memcmp(got, pinned, (size_t)t.n * 256 * sizeof(float));
+    free(got);
+    free(pinned);
+    CHECK(s2.pinned == 4); /* half of 8 slots */
+    CHECK(same);
+    mp.pin_profile = "tests/data/qwen3_next/config.json";
+    CHECK(sl_model_open(path, &mp, &m2, &err) == SL_EFORMAT && strstr(err.msg, "profile"));
+}
