@@ -20,6 +20,22 @@ int cmd_chat(int argc, char **argv);     /* cmd_chat.c */
  * with the message printed (returns 1 on failure). */
 char *cli_read_stdin(size_t *len);
 int cli_load_tokenizer(const char *cmd, const char *path, sl_tokenizer **tok);
+/* Renders a JSON conversation ({"messages": [...], "tools", "enable_thinking", "add_generation_prompt"})
+ * with the tokenizer's chat template; *out malloc'ed. Returns 0, or 1 with err->msg set. */
+int cli_render_chat(const sl_tokenizer *tok, const char *json, char **out, sl_error *err);
+
+/* Options shared by `run -p` and `chat` (cmd_text.c). */
+typedef struct cli_text_opts {
+    const char *model, *prompt, *system;
+    const char *stop[16];
+    int n_stop, n_gen, threads, stats, ids, chat, think; /* think: -1 template default, 0 off, 1 on */
+    int seed_set;
+    sl_sampler_params sp;
+} cli_text_opts;
+void cli_text_opts_init(cli_text_opts *o);
+/* Consumes argv[*i] (and its value) if it is a text option: 1 consumed, 0 not one, -1 bad (printed). */
+int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *i);
+int cmd_run_text(int argc, char **argv);
 
 /* Prints "sluice <cmd>: <msg>" to stderr; returns the exit code 1. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

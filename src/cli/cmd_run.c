@@ -33,7 +33,7 @@ static int parse(const char *cmd, int argc, char **argv, run_args *a) {
         else return cli_fail(cmd, "unknown or incomplete option '%s'", s);
     }
     if (!a->model) return cli_fail(cmd, "no model: pass -m MODEL.sluice");
-    if (!a->tokens) return cli_fail(cmd, "no input: pass --tokens 1,2,3 (text prompts arrive with the tokenizer)");
+    if (!a->tokens) return cli_fail(cmd, "no input: pass -p TEXT or --tokens 1,2,3");
     return 0;
 }
 
@@ -46,6 +46,8 @@ static int open_model(const char *cmd, const run_args *a, sl_model **m) {
 }
 
 int cmd_run(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) /* text prompts: cmd_text.c */
+        if (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) return cmd_run_text(argc, argv);
     run_args a;
     if (parse("run", argc, argv, &a)) return 1;
     if (a.temp != 0) return cli_fail("run", "only greedy decoding (--temp 0) is available in this build");

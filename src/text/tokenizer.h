@@ -46,4 +46,8 @@ const char *tok_eos_text(const sl_tokenizer *tok);
 /* Ids of the end-of-generation tokens (EOS, <|im_end|>, <|endoftext|> where present); borrowed. */
 int tok_eog_ids(const sl_tokenizer *tok, const int32_t **ids);
 
+/* Python json.dumps(x, ensure_ascii=False) of a cJSON value (chat.c). Returns 0 or -1. */
+struct cJSON;
+int chat_json_dumps(tok_buf *b, const struct cJSON *j);
+
 #endif

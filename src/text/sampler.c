@@ -1,0 +1,175 @@
+/*
+ * sampler.c — next-token choice from logits: penalties, temperature, top-k, top-p, min-p, seeded draw.
+ *
+ * Order (llama.cpp's default chain): repetition penalty (CTRL paper: positive logits divided, negative
+ * multiplied) and presence penalty (OpenAI: subtracted once) over the distinct tokens of the last
+ * repeat_last_n accepted tokens; then temp <= 0 -> argmax; else top-k, softmax(logits / temp), top-p
+ * (smallest prefix of the sorted candidates whose mass reaches p), min-p (drop p_i < min_p * p_max),
+ * renormalise and draw with a splitmix64/xoshiro256** generator seeded from `seed`. Ties keep the
+ * lower id, so results do not depend on the sort's stability.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice.h"
+
+struct sl_sampler {
+    sl_sampler_params p;
+    int n_vocab;
+    int32_t *hist; /* ring of the last repeat_last_n accepted tokens */
+    int n_hist, head;
+    uint64_t rng[4];
+    uint8_t *seen; /* [n_vocab] scratch */
+    struct cand { float logit; int32_t id; } *cand;
+};
+
+sl_sampler_params sl_sampler_params_default(void) {
+    sl_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temp = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = 0.0f;
+    p.repeat_last_n = 64;
+    p.seed = 0;
+    return p;
+}
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(uint64_t s[4]) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+sl_status sl_sampler_new(const sl_sampler_params *params, int n_vocab, sl_sampler **out) {
+    *out = NULL;
+    if (n_vocab < 1) return SL_EINVAL;
+    sl_sampler *s = calloc(1, sizeof *s);
+    if (!s) return SL_ENOMEM;
+    s->p = params ? *params : sl_sampler_params_default();
+    if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
+    s->n_vocab = n_vocab;
+    s->hist = malloc(((size_t)s->p.repeat_last_n + 1) * sizeof *s->hist);
+    s->seen = calloc((size_t)n_vocab, 1);
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    if (!s->hist || !s->seen || !s->cand) { sl_sampler_free(s); return SL_ENOMEM; }
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
+    *out = s;
+    return SL_OK;
+}
+
+void sl_sampler_free(sl_sampler *s) {
+    if (!s) return;
+    free(s->hist);
+    free(s->seen);
+    free(s->cand);
+    free(s);
+}
+
+void sl_sampler_reset(sl_sampler *s) { s->n_hist = s->head = 0; }
+
+void sl_sampler_accept(sl_sampler *s, int32_t id) {
+    if (s->p.repeat_last_n == 0) return;
+    s->hist[s->head] = id;
+    s->head = (s->head + 1) % s->p.repeat_last_n;
+    if (s->n_hist < s->p.repeat_last_n) s->n_hist++;
+}
+
+static int cand_cmp(const void *a, const void *b) {
+    const struct cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Moves the k best candidates (by logit, then id) to the front, sorted. */
+static void top_k_select(struct cand *c, int n, int k) {
+    if (k >= n) { qsort(c, (size_t)n, sizeof *c, cand_cmp); return; }
+    /* partial selection: keep a sorted window of k, insert when better than its worst */
+    qsort(c, (size_t)k, sizeof *c, cand_cmp);
+    for (int i = k; i < n; i++) {
+        if (cand_cmp(&c[i], &c[k - 1]) >= 0) continue;
+        struct cand x = c[i];
+        int j = k - 1;
+        c[i] = c[j];
+        while (j > 0 && cand_cmp(&x, &c[j - 1]) < 0) { c[j] = c[j - 1]; j--; }
+        c[j] = x;
+    }
+}
+
+int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
+    int V = s->n_vocab;
+    if ((s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0) || s->p.presence_penalty != 0.0f) {
+        for (int i = 0; i < s->n_hist; i++) {
+            int32_t id = s->hist[i];
+            if (id < 0 || id >= V || s->seen[id]) continue;
+            s->seen[id] = 1;
+            float l = logits[id];
+            if (s->p.repeat_penalty > 0) l = l > 0 ? l / s->p.repeat_penalty : l * s->p.repeat_penalty;
+            logits[id] = l - s->p.presence_penalty;
+        }
+        for (int i = 0; i < s->n_hist; i++)
+            if (s->hist[i] >= 0 && s->hist[i] < V) s->seen[s->hist[i]] = 0;
+    }
+    if (s->p.temp <= 0) {
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[best]) best = v;
+        return best;
+    }
+    struct cand *c = s->cand;
+    int n = 0;
+    for (int v = 0; v < V; v++)
+        if (!isnan(logits[v])) c[n++] = (struct cand){logits[v], v};
+    if (n == 0) return 0;
+    int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+    top_k_select(c, n, k);
+    n = k;
+    /* softmax with temperature; c[0] is the maximum */
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        c[i].logit = (float)exp((double)(c[i].logit - c[0].logit) / s->p.temp);
+        sum += c[i].logit;
+    }
+    for (int i = 0; i < n; i++) c[i].logit = (float)(c[i].logit / sum);
+    if (s->p.top_p > 0 && s->p.top_p < 1) {
+        double acc = 0;
+        int keep = n;
+        for (int i = 0; i < n; i++) {
+            acc += c[i].logit;
+            if (acc >= s->p.top_p) { keep = i + 1; break; }
+        }
+        n = keep;
+    }
+    if (s->p.min_p > 0) {
+        float lim = s->p.min_p * c[0].logit;
+        int keep = 1;
+        while (keep < n && c[keep].logit >= lim) keep++;
+        n = keep;
+    }
+    sum = 0;
+    for (int i = 0; i < n; i++) sum += c[i].logit;
+    double r = (double)(next_u64(s->rng) >> 11) * 0x1.0p-53 * sum, acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += c[i].logit;
+        if (r < acc) return c[i].id;
+    }
+    return c[n - 1].id;
+}
