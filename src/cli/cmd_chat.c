@@ -1,3 +1,197 @@
-/* cmd_chat.c — `sluice chat` (placeholder while it is written). */
+/*
+ * cmd_chat.c — `sluice chat`: an interactive multi-turn conversation.
+ *
+ * The session keeps the KV cache and the DeltaNet state between turns, so each turn evaluates only
+ * what is new: "<|im_end|>" if the previous answer did not end with it, then "\n" and the new user turn
+ * rendered by the chat template with the generation prompt. (As in llama.cpp, the model sees earlier
+ * answers as it wrote them, thinking included, where the template would drop old reasoning on a
+ * re-render.) Line editing and history come from libedit when stdin is a terminal; otherwise lines are
+ * read plainly, which is how the tests drive it. Ctrl-C stops the current answer, not the program;
+ * Ctrl-D or /quit leaves.
+ */
+#include <editline/readline.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cli/cli.h"
-int cmd_chat(int argc, char **argv) { return cli_fail("chat", "not yet"); }
+
+static volatile sig_atomic_t g_stop;
+static void on_sigint(int sig) { (void)sig; g_stop = 1; }
+
+static int print_piece(void *user, int32_t id, const char *text, size_t len) {
+    (void)user;
+    (void)id;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return g_stop;
+}
+
+/* One line of input (malloc'ed, no newline) or NULL at end of input. */
+static char *read_line(int tty) {
+    if (tty) {
+        char *l = readline("> ");
+        if (l && *l) add_history(l);
+        return l;
+    }
+    size_t cap = 256, n = 0;
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    for (;;) {
+        int c = getchar();
+        if (c == EOF) {
+            if (ferror(stdin) && errno == EINTR) { clearerr(stdin); continue; }
+            if (n == 0) { free(b); return NULL; }
+            break;
+        }
+        if (c == '\n') break;
+        if (n + 2 > cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) { free(b); return NULL; }
+            b = nb;
+        }
+        b[n++] = (char)c;
+    }
+    b[n] = 0;
+    return b;
+}
+
+typedef struct {
+    cli_text_opts o;
+    sl_model *m;
+    sl_session *s;
+    sl_tokenizer *tok;
+    sl_sampler *smp;
+    int32_t pending;  /* a sampled token not yet evaluated (stopped answer), or -1 */
+    int need_end;     /* the last answer did not end with an evaluated end-of-turn token */
+    int turns;
+    sl_gen_result last;
+    int last_prompt;  /* tokens evaluated for the last turn's prompt */
+    char *sys;        /* system prompt set with /system (owned) */
+} chat;
+
+static void reset(chat *c) {
+    sl_session_reset(c->s);
+    sl_sampler_reset(c->smp);
+    c->pending = -1;
+    c->need_end = 0;
+    c->turns = 0;
+}
+
+/* Appends the ids of text to v. Returns 0 or 1 (printed). */
+static int add_text(chat *c, const char *text, int32_t **v, int *n) {
+    int32_t *ids = NULL;
+    int k = 0;
+    sl_error err = {0};
+    if (sl_tokenize(c->tok, text, strlen(text), 0, &ids, &k, &err)) return cli_fail("chat", "%s", err.msg);
+    int32_t *nv = realloc(*v, ((size_t)*n + (size_t)k + 1) * sizeof **v);
+    if (!nv) { free(ids); return cli_fail("chat", "out of memory"); }
+    memcpy(nv + *n, ids, (size_t)k * sizeof *ids);
+    *v = nv;
+    *n += k;
+    free(ids);
+    return 0;
+}
+
+static void turn(chat *c, const char *line) {
+    sl_chat_msg msgs[2] = {{"system", c->o.system, NULL, NULL}, {"user", line, NULL, NULL}};
+    int first = sl_session_n_past(c->s) == 0, with_sys = first && c->o.system;
+    sl_chat_params cp = sl_chat_params_default();
+    cp.enable_thinking = c->o.think;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    int n = 0;
+    sl_error err = {0};
+    if (sl_chat_format(c->tok, with_sys ? msgs : msgs + 1, with_sys ? 2 : 1, &cp, &text, &err)) {
+        cli_fail("chat", "%s", err.msg);
+        return;
+    }
+    if (c->pending >= 0) { ids = malloc(sizeof *ids); if (ids) ids[n++] = c->pending; }
+    if ((!first && add_text(c, c->need_end ? "<|im_end|>\n" : "\n", &ids, &n)) || add_text(c, text, &ids, &n)) goto out;
+    sl_gen_params gp = sl_gen_params_default();
+    gp.max_tokens = c->o.n_gen;
+    gp.stop = c->o.stop;
+    gp.n_stop = c->o.n_stop;
+    g_stop = 0;
+    sl_gen_result r;
+    if (sl_generate(c->m, c->s, c->tok, c->smp, ids, n, &gp, print_piece, NULL, &r, &err)) {
+        printf("\n");
+        cli_fail("chat", "%s%s", err.msg, err.status == SL_ERANGE ? " (use /reset to start over)" : "");
+        goto out;
+    }
+    printf(r.stop == SL_STOP_CALLBACK ? "\n[stopped]\n" : "\n");
+    c->last = r;
+    c->last_prompt = n;
+    c->turns++;
+    c->pending = r.stop == SL_STOP_EOG ? -1 : r.last_token;
+    c->need_end = r.stop != SL_STOP_EOG;
+out:
+    free(text);
+    free(ids);
+}
+
+static void stats(const chat *c) {
+    const sl_gen_result *r = &c->last;
+    printf("context: %d of %d positions; turns: %d\n", sl_session_n_past(c->s), sl_model_n_ctx(c->m), c->turns);
+    if (c->turns)
+        printf("last turn: %d prompt tokens evaluated (%.1f tok/s), %d generated (%.1f tok/s)\n", c->last_prompt,
+               r->prefill_s > 0 ? c->last_prompt / r->prefill_s : 0.0, r->n_generated,
+               r->decode_s > 0 && r->n_generated > 1 ? (r->n_generated - 1) / r->decode_s : 0.0);
+}
+
+int cmd_chat(int argc, char **argv) {
+    chat c;
+    memset(&c, 0, sizeof c);
+    cli_text_opts_init(&c.o);
+    for (int i = 1; i < argc; i++) {
+        int r = cli_text_opt("chat", &c.o, argc, argv, &i);
+        if (r < 0) return 1;
+        if (r == 0 || c.o.prompt) return cli_fail("chat", "unknown option '%s'", argv[i]);
+    }
+    if (!c.o.model) return cli_fail("chat", "no model: pass -m MODEL.sluice");
+    if (c.o.n_gen < 1) return cli_fail("chat", "-n must be at least 1");
+    int rc = 1;
+    sl_error err = {0};
+    if (cli_load_tokenizer("chat", c.o.model, &c.tok)) goto out;
+    sl_model_params mp = sl_model_params_default();
+    mp.n_threads = c.o.threads;
+    if (sl_model_open(c.o.model, &mp, &c.m, &err)) { cli_fail("chat", "%s", err.msg); goto out; }
+    if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail("chat", "out of memory"); goto out; }
+    c.pending = -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint; /* no SA_RESTART: a blocked read returns and the loop goes on */
+    sigaction(SIGINT, &sa, NULL);
+    int tty = isatty(0);
+    if (tty) printf("sluice chat — /reset, /stats, /think on|off, /system TEXT, /quit; Ctrl-C stops an answer\n");
+    char *line;
+    while ((line = read_line(tty))) {
+        if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) { free(line); break; }
+        if (!strcmp(line, "/reset")) { reset(&c); printf("[conversation reset]\n"); }
+        else if (!strcmp(line, "/stats")) stats(&c);
+        else if (!strcmp(line, "/think on") || !strcmp(line, "/think off")) {
+            c.o.think = !strcmp(line, "/think on");
+            printf("[thinking %s]\n", c.o.think ? "on" : "off");
+        } else if (!strncmp(line, "/system", 7) && (line[7] == ' ' || !line[7])) {
+            free(c.sys);
+            c.sys = line[7] && line[8] ? strdup(line + 8) : NULL;
+            c.o.system = c.sys;
+            reset(&c);
+            printf("[system prompt %s; conversation reset]\n", c.sys ? "set" : "cleared");
+        } else if (line[0] == '/') printf("unknown command %s (/reset, /stats, /think on|off, /system TEXT, /quit)\n", line);
+        else if (*line) turn(&c, line);
+        fflush(stdout);
+        free(line);
+    }
+    rc = 0;
+out:
+    free(c.sys);
+    sl_sampler_free(c.smp);
+    sl_session_free(c.s);
+    sl_model_close(c.m);
+    sl_tokenizer_free(c.tok);
+    return rc;
+}
