@@ -20,10 +20,17 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 all: $(BUILD)/sluice $(BUILD)/libsluice.a
 
+# Per-file instruction-set flags: the SIMD kernel files only (selected at run time, kernels.h).
+ARCH := $(shell $(CC) -dumpmachine 2>/dev/null)
+ifneq ($(filter x86_64%,$(ARCH)),)
+$(BUILD)/src/kernels/kernels_avx2.o: CFLAGS_EXTRA := -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/kernels_avx512.o: CFLAGS_EXTRA := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+endif
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	@$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -c $< -o $@
+	@$(CC) $(CPPFLAGS) $(BASE_CFLAGS) $(CFLAGS_EXTRA) -c $< -o $@
 
 $(BUILD)/libsluice.a: $(LIB_OBJ)
 	@rm -f $@

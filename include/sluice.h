@@ -60,9 +60,13 @@ typedef struct sl_error {
 /* Packing a Hugging Face checkpoint into a .sluice container                                      */
 
 typedef enum {
+    SL_QUANT_SAME = -1, /* per-role fields of sl_pack_params: follow `quant` (router: see below) */
     SL_QUANT_KEEP = 0, /* store each tensor in its source dtype (FP8 sources become f32) */
     SL_QUANT_F32 = 1,
     SL_QUANT_BF16 = 2,
+    SL_QUANT_Q8 = 3, /* 8-bit group-affine, MLX layout (docs/QUANT.md) */
+    SL_QUANT_Q4 = 4, /* 4-bit group-affine, MLX layout */
+    SL_QUANT_Q3 = 5, /* 3-bit randomised-Hadamard rotation + Lloyd-Max codebook */
 } sl_quant;
 
 /* Progress callback: bytes written so far out of total; return non-zero to cancel. */
@@ -73,6 +77,15 @@ typedef struct sl_pack_params {
     int hash_sources;        /* 1: xxh3-64 of every source file in the manifest (default 1) */
     sl_progress_fn progress; /* may be NULL */
     void *progress_user;
+    /* Quantized modes (q8/q4/q3) apply to matrices (Linear, Embedding, experts) whose column count the
+     * group divides; the others keep their source dtype, as mlx-lm does. Tensors of an MLX checkpoint
+     * that are already quantized are imported as they are, whatever the mode. */
+    int group;                /* 32, 64 or 128 (default 64) */
+    int scale_f16;            /* 1: scales and biases in f16; 0 (default): bf16 */
+    sl_quant quant_experts;   /* routed experts; SL_QUANT_SAME (default) = quant */
+    sl_quant quant_backbone;  /* every other matrix; SL_QUANT_SAME (default) = quant */
+    sl_quant quant_router;    /* mlp.gate, mlp.shared_expert_gate; SL_QUANT_SAME (default) = q8 when the
+                                 backbone mode is q4/q3, else the backbone mode */
 } sl_pack_params;
 
 sl_pack_params sl_pack_params_default(void);
@@ -86,6 +99,12 @@ sl_status sl_pack(const char *src_dir, const char *out_path, const sl_pack_param
  * from the checkpoint and compares byte for byte. On a mismatch returns SL_ECHECKSUM or SL_EMISMATCH
  * with the first bad tensor or expert (layer, index, file offset) in err. */
 sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn progress, void *user, sl_error *err);
+
+/* Writes a container of a released model's real dimensions with random weights (benchmarks):
+ * shape one of sl_synth_shapes(); layers 0 = all; quant keep/bf16 (bf16) or f32; seed 0 = default. */
+sl_status sl_synth(const char *shape, int layers, sl_quant quant, uint64_t seed, const char *out_path,
+                   sl_progress_fn progress, void *user, sl_error *err);
+const char *sl_synth_shapes(void);
 
 /* Describes a container as JSON (architecture, dimensions, layer types, expert layout, sizes).
  * *out_json is malloc'ed; the caller frees it. */

@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "model/tensors.h"
+#include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"
 
@@ -105,6 +106,7 @@ cJSON *slc_config_to_json(const sl_config *c) {
     I(gated_attn); I(split_lin_proj);
 #undef I
     cJSON_AddNumberToObject(j, "eps", (double)c->eps);
+    cJSON_AddNumberToObject(j, "norms_shifted", c->norms_shifted);
     cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
     cJSON *lm = cJSON_AddArrayToObject(j, "layer_moe");
     for (int l = 0; l < c->n_layers; l++) {
@@ -130,6 +132,10 @@ sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, s
     I(dense_inter); I(norm_topk); I(lin_nk); I(lin_nv); I(lin_dk); I(lin_dv); I(conv_k); I(zero_centred_norm);
     I(gated_attn); I(split_lin_proj); I(eps);
 #undef I
+    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(j, "norms_shifted"); /* absent before quantization */
+    c->norms_shifted = cJSON_IsNumber(ns) ? ns->valueint != 0 : 0;
+    if (c->norms_shifted && c->zero_centred_norm)
+        return sl_err(err, SL_EFORMAT, "%s: manifest: norms_shifted and zero_centred_norm are both set", path);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
     const cJSON *lm = cJSON_GetObjectItemCaseSensitive(j, "layer_moe");
     if (c->n_layers < 1 || c->n_layers > SL_MAX_LAYERS || cJSON_GetArraySize(lt) != c->n_layers ||
@@ -146,6 +152,33 @@ sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, s
         c->lin_nv % c->lin_nk || c->conv_k < 1)))
         return sl_err(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);
     return SL_OK;
+}
+
+/* ---- quantized entries ---- */
+
+int slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, sl_dtype *sdt, uint32_t *seed,
+                        char *why, size_t whylen) {
+    *group = 0;
+    *sdt = DT_NONE;
+    *seed = 0;
+    if (!q_is_quant(dt)) return 0;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "group"), *sd = cJSON_GetObjectItemCaseSensitive(o, "scale_dtype");
+    const cJSON *se = cJSON_GetObjectItemCaseSensitive(o, "seed");
+    if (!cJSON_IsNumber(g) || !cJSON_IsString(sd)) {
+        snprintf(why, whylen, "%s entry lacks 'group' or 'scale_dtype'", dt_name(dt));
+        return -1;
+    }
+    *group = g->valueint;
+    *sdt = dt_from_name(sd->valuestring);
+    if (cJSON_IsNumber(se) && se->valuedouble >= 0 && se->valuedouble < 4294967296.0) *seed = (uint32_t)se->valuedouble;
+    return q_check(dt, cols, *group, *sdt, why, whylen);
+}
+
+void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t seed) {
+    if (!q_is_quant(dt)) return;
+    cJSON_AddNumberToObject(o, "group", group);
+    cJSON_AddStringToObject(o, "scale_dtype", dt_name(sdt));
+    if (dt == DT_Q3) cJSON_AddNumberToObject(o, "seed", (double)seed);
 }
 
 /* ---- open ---- */
@@ -169,7 +202,6 @@ static uint64_t num_u64(const cJSON *o, const char *k, int *bad) {
     return (uint64_t)v->valuedouble;
 }
 
-static uint64_t elems(int ndim, const int64_t *s) { return ndim == 1 ? (uint64_t)s[0] : (uint64_t)s[0] * (uint64_t)s[1]; }
 
 static int in_range(uint64_t off, uint64_t len, uint64_t lo, uint64_t hi) {
     return off >= lo && len <= hi - lo && off - lo <= hi - lo - len;
@@ -241,7 +273,14 @@ sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
         t->name = strdup(nm->valuestring);
         f->n_tensors++;
         if (!t->name) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-        if (t->size != elems(t->ndim, t->shape) * dt_size(t->dtype) || !in_range(t->off, t->size, h->backbone_off, h->backbone_off + h->backbone_len)) {
+        char why[160];
+        if ((q_is_quant(t->dtype) && t->ndim != 2) ||
+            slc_quant_from_json(it, t->dtype, t->shape[1], &t->group, &t->sdtype, &t->seed, why, sizeof why)) {
+            st = sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' (%s): %s", path, t->name, dt_name(t->dtype),
+                        q_is_quant(t->dtype) && t->ndim != 2 ? "a quantized tensor must be 2-D" : why);
+            goto fail;
+        }
+        if (t->size != q_mat_bytes(t->dtype, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, t->group, t->sdtype) || !in_range(t->off, t->size, h->backbone_off, h->backbone_off + h->backbone_len)) {
             st = sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' has a size or offset outside the backbone section", path, t->name);
             goto fail;
         }
@@ -270,7 +309,14 @@ sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
         pp->size = num_u64(o, "size", &bad);
         int64_t want[2];
         arch_expert_shape(&f->cfg, p, want);
-        if (bad || pp->shape[0] != want[0] || pp->shape[1] != want[1] || pp->size != elems(2, pp->shape) * dt_size(pp->dtype) ||
+        char why[160];
+        if (!bad && slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, why, sizeof why)) {
+            st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s (%s): %s", path, arch_expert_part_names[p],
+                        dt_name(pp->dtype), why);
+            goto fail;
+        }
+        if (bad || pp->shape[0] != want[0] || pp->shape[1] != want[1] ||
+            pp->size != q_mat_bytes(pp->dtype, pp->shape[0], pp->shape[1], pp->group, pp->sdtype) ||
             pp->off + pp->size > h->expert_stride) {
             st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_names[p]);
             goto fail;

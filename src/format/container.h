@@ -44,12 +44,19 @@ typedef struct slc_tensor {
     int64_t shape[2];
     uint64_t off, size; /* absolute offset, bytes */
     uint64_t hash;
+    /* quantized dtypes (q8/q4/q3): manifest "group", "scale_dtype", "seed" */
+    int group;
+    sl_dtype sdtype;
+    uint32_t seed;
 } slc_tensor;
 
 typedef struct slc_part {
     sl_dtype dtype;
     int64_t shape[2];
     uint64_t off, size; /* offset inside the block */
+    int group;          /* quantized dtypes, as in slc_tensor */
+    sl_dtype sdtype;
+    uint32_t seed;
 } slc_part;
 
 typedef struct slc_blob {
@@ -88,6 +95,13 @@ static inline uint64_t slc_expert_offset(const slc_file *f, int slot, int e) {
 }
 const slc_tensor *slc_find(const slc_file *f, const char *name);
 const slc_blob *slc_find_blob(const slc_file *f, const char *name);
+
+/* Reads the quantization fields of a tensor or expert-part entry with dtype dt of `cols` columns into
+ * *group, *sdt, *seed (zero for plain dtypes). Returns 0, or -1 with the reason in why. */
+int slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, sl_dtype *sdt, uint32_t *seed,
+                        char *why, size_t whylen);
+/* Adds "group", "scale_dtype" (and "seed" for q3) to an entry when dt is quantized. */
+void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t seed);
 
 /* Normalised config <-> manifest JSON. */
 cJSON *slc_config_to_json(const sl_config *c);

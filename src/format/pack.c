@@ -19,6 +19,7 @@
 #include "format/container.h"
 #include "import/hf.h"
 #include "model/tensors.h"
+#include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"
 
@@ -31,8 +32,87 @@ sl_pack_params sl_pack_params_default(void) {
     memset(&p, 0, sizeof p);
     p.quant = SL_QUANT_KEEP;
     p.hash_sources = 1;
+    p.group = 64;
+    p.quant_experts = p.quant_backbone = p.quant_router = SL_QUANT_SAME;
     return p;
 }
+
+static const char *quant_name(sl_quant q) {
+    static const char *const n[] = {"keep", "f32", "bf16", "q8", "q4", "q3"};
+    return q >= SL_QUANT_KEEP && q <= SL_QUANT_Q3 ? n[q] : "same";
+}
+
+static sl_dtype quant_dtype(sl_quant q) {
+    return q == SL_QUANT_Q8 ? DT_Q8 : q == SL_QUANT_Q4 ? DT_Q4 : q == SL_QUANT_Q3 ? DT_Q3 : DT_NONE;
+}
+
+/* role: 0 backbone, 1 router / shared-expert gate, 2 routed experts */
+static sl_quant role_mode(const sl_pack_params *p, int role) {
+    sl_quant bb = p->quant_backbone == SL_QUANT_SAME ? p->quant : p->quant_backbone;
+    if (role == 2) return p->quant_experts == SL_QUANT_SAME ? p->quant : p->quant_experts;
+    if (role == 1) {
+        if (p->quant_router != SL_QUANT_SAME) return p->quant_router;
+        return bb == SL_QUANT_Q4 || bb == SL_QUANT_Q3 ? SL_QUANT_Q8 : bb;
+    }
+    return bb;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* How tensor t (canonical name `name`) is stored under params p. */
+static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const char *name, int matrix, int expert) {
+    pack_tgt g = {DT_NONE, 0, DT_NONE, 0};
+    if (q_is_quant(t->src_dtype)) { /* MLX: as it is */
+        g.dt = t->src_dtype;
+        g.group = t->q_group;
+        g.sdt = t->q_sdtype;
+        return g;
+    }
+    int role = expert ? 2 : ends_with(name, "mlp.gate") || ends_with(name, "mlp.shared_expert_gate") ? 1 : 0;
+    sl_quant q = role_mode(p, role);
+    sl_dtype qd = quant_dtype(q);
+    char why[128];
+    if (qd != DT_NONE && matrix && t->ndim == 2 &&
+        !q_check(qd, t->shape[1], p->group, p->scale_f16 ? DT_F16 : DT_BF16, why, sizeof why)) {
+        g.dt = qd;
+        g.group = p->group;
+        g.sdt = p->scale_f16 ? DT_F16 : DT_BF16;
+        g.seed = qd == DT_Q3 ? (uint32_t)XXH3_64bits(name, strlen(name)) : 0;
+        return g;
+    }
+    g.dt = pack_target_dtype(qd != DT_NONE ? SL_QUANT_KEEP : q, t->src_dtype, matrix);
+    return g;
+}
+
+sl_status pack_derive(hf_ckpt *ck, const hf_tensor *t, const pack_tgt *tgt, void *dst, sl_error *err) {
+    if (q_is_quant(t->src_dtype)) {
+        if (tgt->dt != t->src_dtype || tgt->group != t->q_group || tgt->sdt != t->q_sdtype)
+            return sl_err(err, SL_EMISMATCH, "tensor '%s' is %s group %d in the source, %s group %d in the container",
+                          t->name, dt_name(t->src_dtype), t->q_group, dt_name(tgt->dt), tgt->group);
+        return hf_read(ck, t, tgt->dt, dst, err);
+    }
+    if (!q_is_quant(tgt->dt)) return hf_read(ck, t, tgt->dt, dst, err);
+    char why[128];
+    if (t->ndim != 2 || q_check(tgt->dt, t->shape[1], tgt->group, tgt->sdt, why, sizeof why))
+        return sl_err(err, SL_EINVAL, "tensor '%s' cannot be stored as %s: %s", t->name, dt_name(tgt->dt),
+                      t->ndim != 2 ? "not a matrix" : why);
+    size_t n = (size_t)t->shape[0] * (size_t)t->shape[1];
+    float *tmp = malloc(n * sizeof(float) + 1);
+    if (!tmp) return sl_err(err, SL_ENOMEM, "out of memory quantizing '%s'", t->name);
+    sl_status st = hf_read(ck, t, DT_F32, tmp, err);
+    if (!st) q_quantize(tgt->dt, tmp, (int)t->shape[0], (int)t->shape[1], tgt->group, tgt->sdt, tgt->seed, dst);
+    free(tmp);
+    return st;
+}
+
+static uint64_t tgt_bytes(const pack_tgt *g, int ndim, const int64_t *shape) {
+    return q_mat_bytes(g->dt, shape[0], ndim == 1 ? 1 : shape[1], g->group, g->sdt);
+}
+
+static void add_tgt(cJSON *o, const pack_tgt *g) { slc_quant_to_json(o, g->dt, g->group, g->sdt, g->seed); }
 
 sl_dtype pack_target_dtype(sl_quant q, sl_dtype src, int matrix) {
     switch (q) {
@@ -123,8 +203,14 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
     uint64_t *ehash = NULL;
     int fd = -1, n_at = 0;
     sl_status st;
-    if (p->quant != SL_QUANT_KEEP && p->quant != SL_QUANT_F32 && p->quant != SL_QUANT_BF16)
+    if (p->quant < SL_QUANT_KEEP || p->quant > SL_QUANT_Q3)
         return sl_err(err, SL_EINVAL, "unknown quantization mode %d", (int)p->quant);
+    const sl_quant roles[3] = {p->quant_experts, p->quant_backbone, p->quant_router};
+    for (int i = 0; i < 3; i++)
+        if (roles[i] < SL_QUANT_SAME || roles[i] > SL_QUANT_Q3)
+            return sl_err(err, SL_EINVAL, "unknown quantization mode %d", (int)roles[i]);
+    if (p->group != 32 && p->group != 64 && p->group != 128)
+        return sl_err(err, SL_EINVAL, "quantization group size %d is not 32, 64 or 128", p->group);
     if ((st = hf_open(src_dir, &ck, err))) return st;
     const sl_config *c = hf_config(ck);
     if ((n_at = arch_backbone_tensors(c, &at)) < 0) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
@@ -140,13 +226,13 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
     h.version = SLC_VERSION;
     h.backbone_off = SLC_HEADER_BYTES;
     uint64_t off = h.backbone_off, max_tensor = 0;
-    sl_dtype *tdt = calloc((size_t)n_at + 1, sizeof *tdt);
+    pack_tgt *tdt = calloc((size_t)n_at + 1, sizeof *tdt);
     uint64_t *toff = calloc((size_t)n_at + 1, sizeof *toff);
     if (!man || !tt || !tdt || !toff) { free(tdt); free(toff); st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
     for (int i = 0; i < n_at; i++) {
         const hf_tensor *t = hf_find(ck, at[i].name);
-        tdt[i] = pack_target_dtype(p->quant, t->src_dtype, at[i].matrix);
-        uint64_t bytes = (at[i].ndim == 1 ? (uint64_t)at[i].shape[0] : (uint64_t)(at[i].shape[0] * at[i].shape[1])) * dt_size(tdt[i]);
+        tdt[i] = target_for(p, t, at[i].name, at[i].matrix, 0);
+        uint64_t bytes = tgt_bytes(&tdt[i], at[i].ndim, at[i].shape);
         off = slc_round_up(off, SLC_TENSOR_ALIGN);
         toff[i] = off;
         off += bytes;
@@ -154,27 +240,38 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
     }
     h.backbone_len = off - h.backbone_off;
     int n_moe = cfg_n_moe_layers(c), E = c->n_experts;
-    sl_dtype edt[3];
+    pack_tgt edt[3];
     uint64_t poff[3], psz[3], block = 0;
     for (int part = 0; part < 3; part++) {
-        sl_dtype src = DT_NONE;
+        const hf_tensor *first = NULL;
         int mixed = 0;
         for (int l = 0; l < c->n_layers; l++) {
             if (!c->layer_moe[l]) continue;
             for (int e = 0; e < E; e++) {
                 char nm[96];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_names[part]);
-                sl_dtype d = hf_find(ck, nm)->src_dtype;
-                if (src == DT_NONE) src = d;
-                else if (d != src) mixed = 1;
+                const hf_tensor *t = hf_find(ck, nm);
+                if (!first) first = t;
+                else if (t->src_dtype != first->src_dtype || t->q_group != first->q_group ||
+                         t->q_sdtype != first->q_sdtype) mixed = 1;
             }
         }
-        edt[part] = mixed ? DT_F32 : pack_target_dtype(p->quant, src, 1);
+        char pn[64];
+        snprintf(pn, sizeof pn, "experts.%s", arch_expert_part_names[part]);
+        if (first && mixed && q_is_quant(first->src_dtype)) {
+            st = sl_err(err, SL_EUNSUPPORTED, "%s: routed experts' %s mix quantization settings across layers; "
+                        "an expert block needs one layout", src_dir, arch_expert_part_names[part]);
+            free(tdt); free(toff);
+            goto fail;
+        }
+        if (first) edt[part] = target_for(p, first, pn, 1, 1);
+        else edt[part] = (pack_tgt){DT_F32, 0, DT_NONE, 0};
+        if (mixed && !q_is_quant(edt[part].dt)) edt[part].dt = DT_F32;
         int64_t sh[2];
         arch_expert_shape(c, part, sh);
         block = slc_round_up(block, SLC_TENSOR_ALIGN);
         poff[part] = block;
-        psz[part] = (uint64_t)(sh[0] * sh[1]) * dt_size(edt[part]);
+        psz[part] = tgt_bytes(&edt[part], 2, sh);
         block += psz[part];
     }
     h.n_moe_layers = (uint32_t)n_moe;
@@ -205,14 +302,15 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
     if (!buf) { free(tdt); free(toff); st = sl_err(err, SL_ENOMEM, "out of memory (%zu-byte buffer)", bufsz); goto fail; }
     for (int i = 0; i < n_at && !st; i++) {
         const hf_tensor *t = hf_find(ck, at[i].name);
-        uint64_t bytes = (at[i].ndim == 1 ? (uint64_t)at[i].shape[0] : (uint64_t)(at[i].shape[0] * at[i].shape[1])) * dt_size(tdt[i]);
-        if ((st = hf_read(ck, t, tdt[i], buf, err))) break;
+        uint64_t bytes = tgt_bytes(&tdt[i], at[i].ndim, at[i].shape);
+        if ((st = pack_derive(ck, t, &tdt[i], buf, err))) break;
         uint64_t hsh = XXH3_64bits(buf, bytes);
         if ((st = wr(&w, buf, bytes, toff[i], err))) break;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(tt, o);
         cJSON_AddStringToObject(o, "name", at[i].name);
-        cJSON_AddStringToObject(o, "dtype", dt_name(tdt[i]));
+        cJSON_AddStringToObject(o, "dtype", dt_name(tdt[i].dt));
+        add_tgt(o, &tdt[i]);
         add_shape(o, at[i].ndim, at[i].shape);
         cJSON_AddNumberToObject(o, "offset", (double)toff[i]);
         cJSON_AddNumberToObject(o, "size", (double)bytes);
@@ -231,7 +329,7 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
             for (int part = 0; part < 3; part++) {
                 char nm[96];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_names[part]);
-                if ((st = hf_read(ck, hf_find(ck, nm), edt[part], buf + poff[part], err))) goto fail;
+                if ((st = pack_derive(ck, hf_find(ck, nm), &edt[part], buf + poff[part], err))) goto fail;
             }
             uint64_t hsh = XXH3_64bits(buf, block);
             uint8_t *hp = (uint8_t *)&ehash[(size_t)s * E + e];
@@ -258,7 +356,8 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
         arch_expert_shape(c, part, sh);
         cJSON_AddItemToArray(pa, o);
         cJSON_AddStringToObject(o, "name", arch_expert_part_names[part]);
-        cJSON_AddStringToObject(o, "dtype", dt_name(edt[part]));
+        cJSON_AddStringToObject(o, "dtype", dt_name(edt[part].dt));
+        add_tgt(o, &edt[part]);
         add_shape(o, 2, sh);
         cJSON_AddNumberToObject(o, "offset", (double)poff[part]);
         cJSON_AddNumberToObject(o, "size", (double)psz[part]);
@@ -304,7 +403,15 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
         }
     }
     cJSON *po = cJSON_AddObjectToObject(man, "pack");
-    cJSON_AddStringToObject(po, "quant", p->quant == SL_QUANT_F32 ? "f32" : p->quant == SL_QUANT_BF16 ? "bf16" : "keep");
+    cJSON_AddStringToObject(po, "quant", quant_name(p->quant));
+    if (quant_dtype(p->quant) || quant_dtype(role_mode(p, 0)) || quant_dtype(role_mode(p, 1)) ||
+        quant_dtype(role_mode(p, 2))) {
+        cJSON_AddNumberToObject(po, "group", p->group);
+        cJSON_AddStringToObject(po, "scale_dtype", p->scale_f16 ? "f16" : "bf16");
+        cJSON_AddStringToObject(po, "backbone", quant_name(role_mode(p, 0)));
+        cJSON_AddStringToObject(po, "router", quant_name(role_mode(p, 1)));
+        cJSON_AddStringToObject(po, "experts", quant_name(role_mode(p, 2)));
+    }
     mtxt = cJSON_PrintUnformatted(man);
     if (!mtxt) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
     h.manifest_off = slc_round_up(boff, 8);

@@ -5,6 +5,7 @@
 #ifndef SL_PACK_H
 #define SL_PACK_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "sluice.h"
@@ -19,9 +20,24 @@ typedef struct pack_io {
 sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_params *p, const pack_io *io,
                    sl_error *err);
 
-/* The dtype a tensor is stored in for a given pack mode. */
+/* The dtype a tensor is stored in for a given non-quantized pack mode. */
 #include "util/dtype.h"
 sl_dtype pack_target_dtype(sl_quant q, sl_dtype src, int matrix);
+
+/* How one tensor is stored: dtype and, for quantized dtypes, group, scale dtype and q3 seed. */
+typedef struct pack_tgt {
+    sl_dtype dt;
+    int group;
+    sl_dtype sdt;
+    uint32_t seed;
+} pack_tgt;
+
+struct hf_ckpt;
+struct hf_tensor;
+/* Reads source tensor t converted to tgt into dst (q_mat_bytes bytes): plain conversion, quantization
+ * of a float source (deterministic), or a verbatim copy of an MLX-quantized source (which must then
+ * already have tgt's dtype, group and scale dtype). Used by pack and by verify --source. */
+sl_status pack_derive(struct hf_ckpt *ck, const struct hf_tensor *t, const pack_tgt *tgt, void *dst, sl_error *err);
 
 /* Names of files copied verbatim into the container's blob section when present in the source. */
 extern const char *const pack_blob_names[];

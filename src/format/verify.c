@@ -14,11 +14,11 @@
 #include "util/err.h"
 #include "util/fileio.h"
 
-static sl_status check_source(slc_file *f, hf_ckpt *ck, const char *name, sl_dtype dt, const void *have,
+static sl_status check_source(slc_file *f, hf_ckpt *ck, const char *name, const pack_tgt *tgt, const void *have,
                               uint64_t bytes, void *scratch, uint64_t file_off, sl_error *err) {
     const hf_tensor *t = hf_find(ck, name);
     if (!t) return sl_err(err, SL_EMISMATCH, "%s: tensor '%s' is not in the source checkpoint", f->path, name);
-    sl_status st = hf_read(ck, t, dt, scratch, err);
+    sl_status st = pack_derive(ck, t, tgt, scratch, err); /* quantized the way pack does: deterministic */
     if (st) return st;
     if (memcmp(scratch, have, bytes)) {
         const uint8_t *a = have, *b = scratch;
@@ -59,7 +59,8 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
                         path, t->name, (unsigned long long)t->off, (unsigned long long)t->size);
             goto out;
         }
-        if (ck && (st = check_source(&f, ck, t->name, t->dtype, buf, t->size, scratch, t->off, err))) goto out;
+        pack_tgt tg = {t->dtype, t->group, t->sdtype, t->seed};
+        if (ck && (st = check_source(&f, ck, t->name, &tg, buf, t->size, scratch, t->off, err))) goto out;
         done += t->size;
         if (progress && progress(user, done, total)) { st = sl_err(err, SL_ECANCELED, "verify canceled"); goto out; }
     }
@@ -76,7 +77,8 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
             for (int p = 0; ck && p < 3; p++) {
                 char nm[96];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%u.%s", layer, e, arch_expert_part_names[p]);
-                if ((st = check_source(&f, ck, nm, f.parts[p].dtype, buf + f.parts[p].off, f.parts[p].size, scratch,
+                pack_tgt tg = {f.parts[p].dtype, f.parts[p].group, f.parts[p].sdtype, f.parts[p].seed};
+                if ((st = check_source(&f, ck, nm, &tg, buf + f.parts[p].off, f.parts[p].size, scratch,
                                        off + f.parts[p].off, err))) {
                     sl_err_prefix(err, "expert block (layer %d, expert %u)", layer, e);
                     goto out;
@@ -126,7 +128,7 @@ sl_status sl_info_json(const char *path, char **out_json, sl_error *err) {
     cJSON_AddNumberToObject(j, "tensors", f.n_tensors);
     /* backbone bytes per dtype */
     cJSON *bd = cJSON_AddObjectToObject(j, "backbone_dtypes");
-    for (int d = DT_F32; d <= DT_BF16; d++) {
+    for (int d = DT_F32; d < DT_COUNT; d++) {
         uint64_t b = 0;
         for (int i = 0; i < f.n_tensors; i++) b += (int)f.t[i].dtype == d ? f.t[i].size : 0;
         if (b) cJSON_AddNumberToObject(bd, dt_name((sl_dtype)d), (double)b);

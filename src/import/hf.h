@@ -30,6 +30,9 @@ typedef struct hf_tensor {
     int expert_layer;  /* >= 0 for routed expert parts */
     int expert;        /* expert index */
     int expert_part;   /* 0 gate, 1 up, 2 down */
+    /* MLX-quantized sources (src_dtype DT_Q8 / DT_Q4, shape the logical [out, in]): */
+    int q_group;
+    sl_dtype q_sdtype; /* dtype of scales and biases */
 } hf_tensor;
 
 /* Parses config.json text into *out. `path` names the file in messages. */
@@ -47,7 +50,9 @@ const hf_tensor *hf_tensor_at(const hf_ckpt *ck, int i);
 const hf_tensor *hf_find(const hf_ckpt *ck, const char *canon_name);
 
 /* Reads one canonical tensor, converted to `to` (DT_F32, DT_F16, DT_BF16; FP8 is dequantised with its
- * block scales), into dst (elements x dt_size(to) bytes). */
+ * block scales), into dst (elements x dt_size(to) bytes). An MLX-quantized tensor is read only as its own
+ * dtype: codes, scales, biases in the layout of quant/quant.h (q_mat_bytes bytes); other `to` give
+ * SL_EUNSUPPORTED. */
 sl_status hf_read(hf_ckpt *ck, const hf_tensor *t, sl_dtype to, void *dst, sl_error *err);
 
 /* Source files (for the manifest): count, name, size. */

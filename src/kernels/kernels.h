@@ -23,14 +23,17 @@
 #include "util/dtype.h"
 #include "util/threadpool.h"
 
-/* w: [rows][cols] of the table's dtype; x: n_tok rows of stride ldx (floats), each [cols];
- * y: n_tok rows of stride ldy; writes y[t*ldy + r] = sum_c w[r][c] * x[t*ldx + c] for r in [r0, r1). */
-typedef void (*kern_matmul_fn)(const void *w, int cols, const float *x, size_t ldx, float *y, size_t ldy,
-                               int n_tok, int r0, int r1);
+/* w: [rows][cols] of the entry's dtype (quantized: codes, scales, biases as in quant/quant.h);
+ * x: n_tok rows of stride ldx (floats), each [cols]; y: n_tok rows of stride ldy;
+ * writes y[t*ldy + r] = sum_c w[r][c] * x[t*ldx + c] for r in [r0, r1).
+ * DT_Q3 entries receive x already rotated (q3_rotate; kern_matmul does it) and use the stored
+ * rotated weights scale * Q3_LEVELS[code] directly. */
+typedef void (*kern_matmul_fn)(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok,
+                               int r0, int r1);
 
 typedef struct kern_ops {
     const char *name;
-    kern_matmul_fn matmul[DT_BF16 + 1]; /* indexed by sl_dtype (F32, F16, BF16); others NULL */
+    kern_matmul_fn matmul[DT_COUNT]; /* indexed by sl_dtype: F32, F16, BF16, Q8, Q4, Q3; others NULL */
     /* sum_i a[i] * b[i] in the lane order above. */
     float (*dot)(const float *a, const float *b, int n);
     /* y[i] += a * x[i]. */
@@ -42,11 +45,20 @@ typedef struct kern_ops {
 } kern_ops;
 
 const kern_ops *kern_scalar_ops(void);
-/* Best table for this CPU (for now the scalar one). Never NULL. */
+/* SIMD tables (kernels_avx2.c, kernels_avx512.c, kernels_neon.c): NULL when not compiled in or when this
+ * CPU lacks the instructions. */
+const kern_ops *kern_avx2_ops(void);
+const kern_ops *kern_avx512_ops(void);
+const kern_ops *kern_neon_ops(void);
+/* Best table for this CPU: AVX-512, then AVX2+FMA, then NEON, then scalar; the environment variable
+ * SLUICE_KERNELS=scalar|avx2|avx512|neon picks one (ignored if unavailable). Never NULL. */
 const kern_ops *kern_default_ops(void);
+/* Table by name ("scalar", "avx2", "avx512", "neon"), NULL if unavailable here. */
+const kern_ops *kern_ops_by_name(const char *name);
 
 /* y[t*ldy + r] = (W x_t)[r] for all rows of w and t < n_tok, split over rows on pool (NULL: inline).
- * Returns 0, or SL_EINVAL when w has no data or a dtype the table lacks. Not reentrant per pool. */
+ * Returns 0, SL_EINVAL when w has no data or a dtype the table lacks, SL_ENOMEM when the rotated copy
+ * of x for a q3 matrix cannot be allocated. Not reentrant per pool. */
 int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
                 size_t ldy, int n_tok);
 

@@ -8,14 +8,19 @@
  * count: the blocking, n_tok and the row range never change the summation order (kernels.h).
  * Plain C written so that GCC's -O2 vectoriser can use it; no FMA contraction (ISO C mode).
  *
- * Sections: dtype loads, matmul, small vector kernels, the ops table and kern_matmul().
+ * Quantized types are dequantised chunk by chunk into the same f32 buffer, so they share the f32
+ * summation order exactly (the oracle for the SIMD variants).
+ *
+ * Sections: dtype loads, matmul, small vector kernels, the ops table, selection and kern_matmul().
  */
 #include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "quant/quant.h"
 #include "sluice.h"
 
 #define LANES 8
@@ -47,23 +52,60 @@ static inline float b2f(uint16_t h) {
     return f;
 }
 
-/* Returns [nc] f32 values of row r starting at column c0: a pointer into w for f32, else buf. */
-static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt, const void *w, int cols,
-                                                                       int r, int c0, int nc, float *buf) {
+/* Returns [nc] f32 values of row r starting at column c0: a pointer into w for f32, else buf.
+ * Quantized rows are dequantised group by group (c0 and nc are multiples of the group: KCHUNK is a
+ * multiple of 128 and the group divides cols); q3 yields the rotated weights scale * level. */
+static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt, const sl_mat *m, int r, int c0,
+                                                                       int nc, float *buf) {
+    const int cols = m->cols;
     size_t off = (size_t)r * (size_t)cols + (size_t)c0;
-    if (dt == DT_F32) return (const float *)w + off;
-    const uint16_t *s = (const uint16_t *)w + off;
-    /* a constant trip count for full chunks lets -O2's cheap vectoriser take the loop */
-    if (dt == DT_F16) {
-        if (nc == KCHUNK)
-            for (int i = 0; i < KCHUNK; i++) buf[i] = h2f(s[i]);
-        else
-            for (int i = 0; i < nc; i++) buf[i] = h2f(s[i]);
-    } else {
-        if (nc == KCHUNK)
-            for (int i = 0; i < KCHUNK; i++) buf[i] = b2f(s[i]);
-        else
-            for (int i = 0; i < nc; i++) buf[i] = b2f(s[i]);
+    if (dt == DT_F32) return (const float *)m->data + off;
+    if (dt == DT_F16 || dt == DT_BF16) {
+        const uint16_t *s = (const uint16_t *)m->data + off;
+        /* a constant trip count for full chunks lets -O2's cheap vectoriser take the loop */
+        if (dt == DT_F16) {
+            if (nc == KCHUNK)
+                for (int i = 0; i < KCHUNK; i++) buf[i] = h2f(s[i]);
+            else
+                for (int i = 0; i < nc; i++) buf[i] = h2f(s[i]);
+        } else {
+            if (nc == KCHUNK)
+                for (int i = 0; i < KCHUNK; i++) buf[i] = b2f(s[i]);
+            else
+                for (int i = 0; i < nc; i++) buf[i] = b2f(s[i]);
+        }
+        return buf;
+    }
+    const int g = m->group, ng = cols / g;
+    const size_t sidx = (size_t)r * (size_t)ng + (size_t)(c0 / g);
+    if (dt == DT_Q8) {
+        const uint8_t *q = (const uint8_t *)m->data + off;
+        for (int j = 0; j < nc; j += g) {
+            float sc = q_scale_at(m->scales, m->sdtype, sidx + (size_t)(j / g));
+            float bi = q_scale_at(m->biases, m->sdtype, sidx + (size_t)(j / g));
+            for (int i = 0; i < g; i++) buf[j + i] = sc * (float)q[j + i] + bi;
+        }
+    } else if (dt == DT_Q4) {
+        const uint8_t *q = (const uint8_t *)m->data + off / 2;
+        for (int j = 0; j < nc; j += g) {
+            float sc = q_scale_at(m->scales, m->sdtype, sidx + (size_t)(j / g));
+            float bi = q_scale_at(m->biases, m->sdtype, sidx + (size_t)(j / g));
+            for (int i = 0; i < g; i += 2) {
+                uint8_t b = q[(j + i) / 2];
+                buf[j + i] = sc * (float)(b & 15) + bi;
+                buf[j + i + 1] = sc * (float)(b >> 4) + bi;
+            }
+        }
+    } else { /* DT_Q3: 8 codes per 3 bytes */
+        const uint8_t *q = (const uint8_t *)m->data + off / 8 * 3;
+        for (int j = 0; j < nc; j += g) {
+            float sc = q_scale_at(m->scales, m->sdtype, sidx + (size_t)(j / g));
+            for (int i = 0; i < g; i += 8) {
+                const uint8_t *p = q + (size_t)(j + i) / 8 * 3;
+                uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+                for (int k = 0; k < 8; k++) buf[j + i + k] = sc * Q3_LEVELS[(v >> (3 * k)) & 7];
+            }
+        }
     }
     return buf;
 }
@@ -105,9 +147,10 @@ static inline float lanes_sum(const float *a) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const void *w, int cols, const float *x,
+static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x,
                                                            size_t ldx, float *y, size_t ldy, int n_tok, int r0,
                                                            int r1) {
+    const int cols = w->cols;
     float buf[RB][KCHUNK];
     float acc[KTOK][RB][LANES];
     for (int t0 = 0; t0 < n_tok; t0 += KTOK) {
@@ -119,7 +162,7 @@ static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const void
                 int nc = cols - c0 < KCHUNK ? cols - c0 : KCHUNK;
                 const float *wr[RB];
                 /* missing rows of a short block repeat row r; their sums are discarded */
-                for (int i = 0; i < RB; i++) wr[i] = i < nr ? load_chunk(dt, w, cols, r + i, c0, nc, buf[i]) : wr[0];
+                for (int i = 0; i < RB; i++) wr[i] = i < nr ? load_chunk(dt, w, r + i, c0, nc, buf[i]) : wr[0];
                 for (int t = 0; t < nt; t++) dot_rb(wr, x + (size_t)(t0 + t) * ldx + c0, nc, acc[t]);
             }
             for (int t = 0; t < nt; t++)
@@ -128,19 +171,28 @@ static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const void
     }
 }
 
-static void mm_f32(const void *w, int cols, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0,
-                   int r1) {
-    mm_any(DT_F32, w, cols, x, ldx, y, ldy, n_tok, r0, r1);
+static void mm_f32(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
+    mm_any(DT_F32, w, x, ldx, y, ldy, n_tok, r0, r1);
 }
 
-static void mm_f16(const void *w, int cols, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0,
-                   int r1) {
-    mm_any(DT_F16, w, cols, x, ldx, y, ldy, n_tok, r0, r1);
+static void mm_f16(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
+    mm_any(DT_F16, w, x, ldx, y, ldy, n_tok, r0, r1);
 }
 
-static void mm_bf16(const void *w, int cols, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0,
-                    int r1) {
-    mm_any(DT_BF16, w, cols, x, ldx, y, ldy, n_tok, r0, r1);
+static void mm_bf16(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
+    mm_any(DT_BF16, w, x, ldx, y, ldy, n_tok, r0, r1);
+}
+
+static void mm_q8(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
+    mm_any(DT_Q8, w, x, ldx, y, ldy, n_tok, r0, r1);
+}
+
+static void mm_q4(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
+    mm_any(DT_Q4, w, x, ldx, y, ldy, n_tok, r0, r1);
+}
+
+static void mm_q3(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
+    mm_any(DT_Q3, w, x, ldx, y, ldy, n_tok, r0, r1);
 }
 
 /* ---- small vector kernels --------------------------------------------------------------------- */
@@ -173,7 +225,8 @@ static void swiglu_scalar(const float *g, const float *u, float *y, int n) {
 
 static const kern_ops scalar_ops = {
     .name = "scalar",
-    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16},
+    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
+               [DT_Q3] = mm_q3},
     .dot = dot_scalar,
     .axpy = axpy_scalar,
     .rmsnorm = rmsnorm_scalar,
@@ -182,7 +235,23 @@ static const kern_ops scalar_ops = {
 
 const kern_ops *kern_scalar_ops(void) { return &scalar_ops; }
 
-const kern_ops *kern_default_ops(void) { return &scalar_ops; }
+static const kern_ops *pick(const char *want) {
+    const kern_ops *(*const all[])(void) = {kern_avx512_ops, kern_avx2_ops, kern_neon_ops};
+    if (want && !strcmp(want, "scalar")) return &scalar_ops;
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        const kern_ops *o = all[i]();
+        if (o && (!want || !strcmp(want, o->name))) return o;
+    }
+    return want ? NULL : &scalar_ops;
+}
+
+const kern_ops *kern_ops_by_name(const char *name) { return pick(name); }
+
+const kern_ops *kern_default_ops(void) {
+    const char *env = getenv("SLUICE_KERNELS");
+    const kern_ops *o = env && *env ? pick(env) : NULL;
+    return o ? o : pick(NULL);
+}
 
 typedef struct {
     kern_matmul_fn fn;
@@ -195,18 +264,28 @@ typedef struct {
 
 static void mm_part(void *ctx, size_t begin, size_t end) {
     const mm_job *j = ctx;
-    j->fn(j->w->data, j->w->cols, j->x, j->ldx, j->y, j->ldy, j->n_tok, (int)begin, (int)end);
+    j->fn(j->w, j->x, j->ldx, j->y, j->ldy, j->n_tok, (int)begin, (int)end);
 }
 
 int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
                 size_t ldy, int n_tok) {
-    if (!w->data || w->dtype < DT_F32 || w->dtype > DT_BF16 || !ops->matmul[w->dtype]) return SL_EINVAL;
+    if (!w->data || w->dtype <= DT_NONE || w->dtype >= DT_COUNT || !ops->matmul[w->dtype]) return SL_EINVAL;
     if (n_tok <= 0 || w->rows <= 0) return 0;
     mm_job j = {ops->matmul[w->dtype], w, x, y, ldx, ldy, n_tok};
+    float *xr = NULL;
+    if (w->dtype == DT_Q3) { /* rotate each token's x once; every row then dots with it */
+        xr = malloc((size_t)n_tok * (size_t)w->cols * sizeof(float));
+        if (!xr) return SL_ENOMEM;
+        for (int t = 0; t < n_tok; t++)
+            q3_rotate(x + (size_t)t * ldx, w->cols, w->group, w->seed, xr + (size_t)t * (size_t)w->cols);
+        j.x = xr;
+        j.ldx = (size_t)w->cols;
+    }
     /* aim for at least ~64K multiply-adds per part so small matrices stay on one thread; keep the
      * grain a multiple of RB so row blocks are full */
     size_t work = (size_t)w->cols * (size_t)n_tok;
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
     sl_pool_for(pool, (size_t)w->rows, grain, mm_part, &j);
+    free(xr);
     return 0;
 }

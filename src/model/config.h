@@ -50,6 +50,11 @@ typedef struct sl_config {
 
     uint8_t layer_linear[SL_MAX_LAYERS]; /* 1: Gated DeltaNet, 0: full attention */
     uint8_t layer_moe[SL_MAX_LAYERS];    /* 1: routed experts, 0: dense MLP */
+
+    /* 1: the zero-centred norm weights are stored already shifted (1 + w), as mlx-lm saves them for
+     * qwen3_next / qwen3_5_moe; the engine then uses them as plain weights (zero_centred_norm off for
+     * those norms). linear_attn.norm is never shifted. */
+    int norms_shifted;
 } sl_config;
 
 /* Number of MoE layers; expert-layer slot of layer l (or -1 for dense). */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "model/fwd_internal.h"
+#include "quant/quant.h"
 #include "sluice.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
@@ -312,9 +313,7 @@ static int eval_batch(fwd_state *st, const sl_config *cfg, const sl_weights *w, 
     const kern_ops *ops = st->ops;
     const size_t H = (size_t)cfg->hidden;
     const int pos0 = st->n_past;
-    const size_t esz = dt_size(w->embed.dtype);
-    for (int t = 0; t < n; t++)
-        dt_to_f32(w->embed.dtype, (const char *)w->embed.data + (size_t)tokens[t] * H * esz, st->x + t * H, H);
+    for (int t = 0; t < n; t++) q_row_to_f32(&w->embed, tokens[t], st->x + t * H); /* any dtype, quantized too */
     if (st->trace) st->trace(st->trace_ctx, 0, pos0, n, st->x);
 
     for (int l = 0; l < cfg->n_layers; l++) {

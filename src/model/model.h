@@ -16,9 +16,15 @@
 #include "util/threadpool.h"
 
 typedef struct sl_mat {
-    const void *data; /* NULL: absent */
-    sl_dtype dtype;   /* DT_F32, DT_F16 or DT_BF16 */
+    const void *data; /* NULL: absent; quantized types: the codes, [rows][cols*bits/8] bytes */
+    sl_dtype dtype;   /* DT_F32, DT_F16, DT_BF16, or quantized DT_Q8 / DT_Q4 / DT_Q3 */
     int rows, cols;
+    /* quantized types only (src/quant/quant.h; q_mat_bind fills them from one contiguous tensor) */
+    const void *scales; /* [rows][cols/group] of sdtype */
+    const void *biases; /* [rows][cols/group] of sdtype (q8/q4); NULL for q3 */
+    int group;          /* 32, 64 or 128 */
+    sl_dtype sdtype;    /* DT_F16, DT_BF16 or DT_F32 */
+    uint32_t seed;      /* q3: seed of the randomised Hadamard rotation */
 } sl_mat;
 
 typedef struct sl_layer_w {

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "model/fwd_internal.h"
+#include "quant/quant.h"
 #include "sluice.h"
 
 static void route_token(const float *logits, int E, int k, int renorm, int *top_e, float *top_w, float *p) {
@@ -70,9 +71,10 @@ static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, cha
     const int rows[3] = {I, I, H}, cols[3] = {H, H, I};
     static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
     for (int i = 0; i < 3; i++) {
-        if (!m[i]->data || m[i]->rows != rows[i] || m[i]->cols != cols[i] ||
-            (m[i]->dtype != DT_F32 && m[i]->dtype != DT_F16 && m[i]->dtype != DT_BF16)) {
-            fwd_errf(err, errlen, "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16", layer, e,
+        if (!m[i]->data || m[i]->rows != rows[i] || m[i]->cols != cols[i] || m[i]->dtype <= DT_NONE ||
+            m[i]->dtype >= DT_COUNT || m[i]->dtype == DT_F8E4M3 ||
+            (q_is_quant(m[i]->dtype) && (!m[i]->scales || m[i]->group <= 0 || m[i]->cols % m[i]->group))) {
+            fwd_errf(err, errlen, "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16/q8/q4/q3", layer, e,
                      names[i], m[i]->data ? dt_name(m[i]->dtype) : "missing", m[i]->rows, m[i]->cols, rows[i],
                      cols[i]);
             return SL_EINVAL;

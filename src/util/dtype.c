@@ -19,12 +19,15 @@ const char *dt_name(sl_dtype t) {
     case DT_F16: return "f16";
     case DT_BF16: return "bf16";
     case DT_F8E4M3: return "f8e4m3";
+    case DT_Q8: return "q8";
+    case DT_Q4: return "q4";
+    case DT_Q3: return "q3";
     default: return "none";
     }
 }
 
 sl_dtype dt_from_name(const char *s) {
-    for (int t = DT_F32; t <= DT_F8E4M3; t++)
+    for (int t = DT_F32; t < DT_COUNT; t++)
         if (strcmp(s, dt_name((sl_dtype)t)) == 0) return (sl_dtype)t;
     return DT_NONE;
 }

@@ -1,0 +1,213 @@
+/*
+ * kernels_avx512.c — the AVX-512 table (F + BW + VL + DQ, FMA, F16C; compiled with those flags; x86-64).
+ *
+ * The AVX2 design (kernels_avx2.c) with 16 lanes: each y[t][r] keeps one 16-lane FMA accumulator
+ * (lane = column % 16) across all chunks, a ragged tail uses masked loads, and the lanes are combined in
+ * a fixed tree, so results depend only on the column count (kernels.h). Dequantisation widens 16 codes
+ * per step; q3 looks its 8 levels up with one permutexvar. VNNI and AVX512-BF16 are not used: both need
+ * the activations rounded to int8 / bf16, which would break the 1e-4 agreement with the f32 references
+ * that the forward tests enforce (docs/QUANT.md).
+ *
+ * Sections: dequantisation, matmul, small vector kernels, the table.
+ */
+#include "kernels/kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+#define KCHUNK 256
+#define KTOK 32
+#define RB 4
+
+/* ---- dequantisation --------------------------------------------------------------------------- */
+
+static inline __m512 scale16(const sl_mat *m, size_t i) { return _mm512_set1_ps(q_scale_at(m->scales, m->sdtype, i)); }
+static inline __m512 bias16(const sl_mat *m, size_t i) { return _mm512_set1_ps(q_scale_at(m->biases, m->sdtype, i)); }
+
+static inline __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1u); } /* n < 16 */
+
+/* [nc] f32 weights of row r from column c0: a pointer into m for f32, else dequantised into buf. */
+static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt, const sl_mat *m, int r, int c0,
+                                                                       int nc, float *buf) {
+    const size_t off = (size_t)r * (size_t)m->cols + (size_t)c0;
+    if (dt == DT_F32) return (const float *)m->data + off;
+    if (dt == DT_F16 || dt == DT_BF16) {
+        const uint16_t *s = (const uint16_t *)m->data + off;
+        for (int i = 0; i < nc; i += 16) {
+            __mmask16 mk = nc - i >= 16 ? (__mmask16)0xffff : tail_mask(nc - i);
+            __m256i h = _mm256_maskz_loadu_epi16(mk, s + i);
+            __m512 f = dt == DT_F16 ? _mm512_cvtph_ps(h)
+                                    : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+            _mm512_mask_storeu_ps(buf + i, mk, f);
+        }
+        return buf;
+    }
+    const int g = m->group;
+    const size_t sidx = off / (size_t)g;
+    if (dt == DT_Q8) {
+        const uint8_t *q = (const uint8_t *)m->data + off;
+        for (int j = 0; j < nc; j += g) {
+            __m512 sc = scale16(m, sidx + (size_t)(j / g)), bi = bias16(m, sidx + (size_t)(j / g));
+            for (int i = j; i < j + g; i += 16) {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + i)));
+                _mm512_storeu_ps(buf + i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), sc, bi));
+            }
+        }
+    } else if (dt == DT_Q4) {
+        const uint8_t *q = (const uint8_t *)m->data + off / 2;
+        const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+        const __m512i m4 = _mm512_set1_epi32(15);
+        for (int j = 0; j < nc; j += g) {
+            __m512 sc = scale16(m, sidx + (size_t)(j / g)), bi = bias16(m, sidx + (size_t)(j / g));
+            for (int i = j; i < j + g; i += 16) {
+                __m128i b = _mm_loadl_epi64((const __m128i *)(q + i / 2));
+                __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)); /* b0 b0 b1 b1 ... */
+                v = _mm512_and_si512(_mm512_srlv_epi32(v, sh), m4);
+                _mm512_storeu_ps(buf + i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), sc, bi));
+            }
+        }
+    } else { /* DT_Q3: 16 codes per 6 bytes */
+        const uint8_t *q = (const uint8_t *)m->data + off / 8 * 3;
+        const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 0, 3, 6, 9, 12, 15, 18, 21);
+        const __m512i m3 = _mm512_set1_epi32(7);
+        const __m512 lv = _mm512_castps256_ps512(_mm256_loadu_ps(Q3_LEVELS)); /* index < 8 */
+        for (int j = 0; j < nc; j += g) {
+            __m512 sc = scale16(m, sidx + (size_t)(j / g));
+            for (int i = j; i < j + g; i += 16) {
+                const uint8_t *p = q + (size_t)i / 8 * 3;
+                int w0 = (int)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16);
+                int w1 = (int)((uint32_t)p[3] | (uint32_t)p[4] << 8 | (uint32_t)p[5] << 16);
+                __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(w0)), _mm256_set1_epi32(w1), 1);
+                v = _mm512_and_si512(_mm512_srlv_epi32(v, sh), m3);
+                _mm512_storeu_ps(buf + i, _mm512_mul_ps(_mm512_permutexvar_ps(v, lv), sc));
+            }
+        }
+    }
+    return buf;
+}
+
+/* ---- matmul ----------------------------------------------------------------------------------- */
+
+static inline void dot_rb(const float *const *wr, const float *x, int n, __m512 *acc) {
+    __m512 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    int c = 0;
+    for (; c + 16 <= n; c += 16) {
+        __m512 xv = _mm512_loadu_ps(x + c);
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(wr[0] + c), xv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(wr[1] + c), xv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_loadu_ps(wr[2] + c), xv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_loadu_ps(wr[3] + c), xv, a3);
+    }
+    if (c < n) {
+        __mmask16 mk = tail_mask(n - c);
+        __m512 xv = _mm512_maskz_loadu_ps(mk, x + c);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wr[0] + c), xv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wr[1] + c), xv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wr[2] + c), xv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wr[3] + c), xv, a3);
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+static inline float lanes_sum(__m512 v) {
+    float a[16];
+    _mm512_storeu_ps(a, v);
+    float h[8];
+    for (int i = 0; i < 8; i++) h[i] = a[i] + a[i + 8];
+    return ((h[0] + h[1]) + (h[2] + h[3])) + ((h[4] + h[5]) + (h[6] + h[7]));
+}
+
+static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
+                                                           float *y, size_t ldy, int n_tok, int r0, int r1) {
+    const int cols = w->cols;
+    float buf[RB][KCHUNK];
+    __m512 acc[KTOK][RB];
+    for (int t0 = 0; t0 < n_tok; t0 += KTOK) {
+        int nt = n_tok - t0 < KTOK ? n_tok - t0 : KTOK;
+        for (int r = r0; r < r1; r += RB) {
+            int nr = r1 - r < RB ? r1 - r : RB;
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < RB; i++) acc[t][i] = _mm512_setzero_ps();
+            for (int c0 = 0; c0 < cols; c0 += KCHUNK) {
+                int nc = cols - c0 < KCHUNK ? cols - c0 : KCHUNK;
+                const float *wr[RB];
+                for (int i = 0; i < RB; i++) wr[i] = i < nr ? load_chunk(dt, w, r + i, c0, nc, buf[i]) : wr[0];
+                for (int t = 0; t < nt; t++) dot_rb(wr, x + (size_t)(t0 + t) * ldx + c0, nc, acc[t]);
+            }
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < nr; i++) y[(size_t)(t0 + t) * ldy + (size_t)(r + i)] = lanes_sum(acc[t][i]);
+        }
+    }
+}
+
+#define MM(name, DT)                                                                                      \
+    static void name(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, \
+                     int r1) {                                                                            \
+        mm_any(DT, w, x, ldx, y, ldy, n_tok, r0, r1);                                                     \
+    }
+MM(mm_f32, DT_F32)
+MM(mm_f16, DT_F16)
+MM(mm_bf16, DT_BF16)
+MM(mm_q8, DT_Q8)
+MM(mm_q4, DT_Q4)
+MM(mm_q3, DT_Q3)
+
+/* ---- small vector kernels --------------------------------------------------------------------- */
+
+static float dot_v(const float *a, const float *b, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 16 <= n; c += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), acc);
+    if (c < n) {
+        __mmask16 mk = tail_mask(n - c);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, a + c), _mm512_maskz_loadu_ps(mk, b + c), acc);
+    }
+    return lanes_sum(acc);
+}
+
+static void axpy_v(float a, const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void rmsnorm_v(const float *x, const float *w, float w_off, float eps, float *y, int n) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (int i = 0; i < n; i++) y[i] = (x[i] * inv) * (w_off + w[i]);
+}
+
+static void swiglu_v(const float *g, const float *u, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = kern_silu(g[i]) * u[i];
+}
+
+/* ---- table ------------------------------------------------------------------------------------ */
+
+static const kern_ops avx512_ops = {
+    .name = "avx512",
+    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
+               [DT_Q3] = mm_q3},
+    .dot = dot_v,
+    .axpy = axpy_v,
+    .rmsnorm = rmsnorm_v,
+    .swiglu = swiglu_v,
+};
+
+const kern_ops *kern_avx512_ops(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+               ? &avx512_ops
+               : NULL;
+}
+
+#else
+const kern_ops *kern_avx512_ops(void) { return NULL; }
+#endif

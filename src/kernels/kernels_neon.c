@@ -1,0 +1,198 @@
+/*
+ * kernels_neon.c — the NEON table (AArch64 Advanced SIMD, always present there; FMA via vfmaq_f32).
+ *
+ * The scalar oracle's blocking (kernels_scalar.c). Each y[t][r] keeps 8 lanes as two float32x4 FMA
+ * accumulators (lane = column % 8) across all chunks; a ragged tail adds its products lane by lane in the
+ * same lane positions, and the lanes are combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); so results
+ * depend only on the column count (kernels.h) and differ from the oracle by FMA rounding only.
+ * Cross-compiled with aarch64-linux-gnu-gcc and tested under qemu-user (tools/neon_test.sh).
+ *
+ * Sections: dequantisation, matmul, small vector kernels, the table.
+ */
+#include "kernels/kernels.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+#define KCHUNK 256
+#define KTOK 32
+#define RB 4
+
+/* ---- dequantisation --------------------------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt, const sl_mat *m, int r, int c0,
+                                                                       int nc, float *buf) {
+    const size_t off = (size_t)r * (size_t)m->cols + (size_t)c0;
+    if (dt == DT_F32) return (const float *)m->data + off;
+    if (dt == DT_F16 || dt == DT_BF16) {
+        const uint16_t *s = (const uint16_t *)m->data + off;
+        int i = 0;
+        for (; i + 4 <= nc; i += 4) {
+            uint16x4_t h = vld1_u16(s + i);
+            float32x4_t f = dt == DT_F16 ? vcvt_f32_f16(vreinterpret_f16_u16(h))
+                                         : vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+            vst1q_f32(buf + i, f);
+        }
+        for (; i < nc; i++) buf[i] = dt == DT_F16 ? f16_to_f32(s[i]) : bf16_to_f32(s[i]);
+        return buf;
+    }
+    const int g = m->group;
+    const size_t sidx = off / (size_t)g;
+    if (dt == DT_Q8) {
+        const uint8_t *q = (const uint8_t *)m->data + off;
+        for (int j = 0; j < nc; j += g) {
+            float32x4_t sc = vdupq_n_f32(q_scale_at(m->scales, m->sdtype, sidx + (size_t)(j / g)));
+            float32x4_t bi = vdupq_n_f32(q_scale_at(m->biases, m->sdtype, sidx + (size_t)(j / g)));
+            for (int i = j; i < j + g; i += 8) {
+                uint16x8_t v = vmovl_u8(vld1_u8(q + i));
+                vst1q_f32(buf + i, vfmaq_f32(bi, vcvtq_f32_u32(vmovl_u16(vget_low_u16(v))), sc));
+                vst1q_f32(buf + i + 4, vfmaq_f32(bi, vcvtq_f32_u32(vmovl_u16(vget_high_u16(v))), sc));
+            }
+        }
+    } else if (dt == DT_Q4) {
+        const uint8_t *q = (const uint8_t *)m->data + off / 2;
+        for (int j = 0; j < nc; j += g) {
+            float32x4_t sc = vdupq_n_f32(q_scale_at(m->scales, m->sdtype, sidx + (size_t)(j / g)));
+            float32x4_t bi = vdupq_n_f32(q_scale_at(m->biases, m->sdtype, sidx + (size_t)(j / g)));
+            for (int i = j; i < j + g; i += 16) {
+                uint8x8_t b = vld1_u8(q + i / 2);
+                uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(15)), vshr_n_u8(b, 4)); /* lo, hi interleaved */
+                uint16x8_t v0 = vmovl_u8(z.val[0]), v1 = vmovl_u8(z.val[1]);
+                vst1q_f32(buf + i, vfmaq_f32(bi, vcvtq_f32_u32(vmovl_u16(vget_low_u16(v0))), sc));
+                vst1q_f32(buf + i + 4, vfmaq_f32(bi, vcvtq_f32_u32(vmovl_u16(vget_high_u16(v0))), sc));
+                vst1q_f32(buf + i + 8, vfmaq_f32(bi, vcvtq_f32_u32(vmovl_u16(vget_low_u16(v1))), sc));
+                vst1q_f32(buf + i + 12, vfmaq_f32(bi, vcvtq_f32_u32(vmovl_u16(vget_high_u16(v1))), sc));
+            }
+        }
+    } else { /* DT_Q3 */
+        const uint8_t *q = (const uint8_t *)m->data + off / 8 * 3;
+        for (int j = 0; j < nc; j += g) {
+            float sc = q_scale_at(m->scales, m->sdtype, sidx + (size_t)(j / g));
+            for (int i = j; i < j + g; i += 8) {
+                const uint8_t *p = q + (size_t)i / 8 * 3;
+                uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+                for (int k = 0; k < 8; k++) buf[i + k] = sc * Q3_LEVELS[(v >> (3 * k)) & 7];
+            }
+        }
+    }
+    return buf;
+}
+
+/* ---- matmul ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    float32x4_t lo, hi;
+} acc8;
+
+static inline void dot_rb(const float *const *wr, const float *x, int n, acc8 *acc) {
+    acc8 a[RB];
+    memcpy(a, acc, sizeof a);
+    int c = 0;
+    for (; c + 8 <= n; c += 8) {
+        float32x4_t x0 = vld1q_f32(x + c), x1 = vld1q_f32(x + c + 4);
+        for (int i = 0; i < RB; i++) {
+            a[i].lo = vfmaq_f32(a[i].lo, vld1q_f32(wr[i] + c), x0);
+            a[i].hi = vfmaq_f32(a[i].hi, vld1q_f32(wr[i] + c + 4), x1);
+        }
+    }
+    for (int i = 0; i < RB && c < n; i++) {
+        float l[8];
+        vst1q_f32(l, a[i].lo);
+        vst1q_f32(l + 4, a[i].hi);
+        for (int k = c; k < n; k++) l[k & 7] = fmaf(wr[i][k], x[k], l[k & 7]);
+        a[i].lo = vld1q_f32(l);
+        a[i].hi = vld1q_f32(l + 4);
+    }
+    memcpy(acc, a, sizeof a);
+}
+
+static inline float lanes_sum(acc8 v) {
+    float a[8];
+    vst1q_f32(a, v.lo);
+    vst1q_f32(a + 4, v.hi);
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
+                                                           float *y, size_t ldy, int n_tok, int r0, int r1) {
+    const int cols = w->cols;
+    float buf[RB][KCHUNK];
+    acc8 acc[KTOK][RB];
+    for (int t0 = 0; t0 < n_tok; t0 += KTOK) {
+        int nt = n_tok - t0 < KTOK ? n_tok - t0 : KTOK;
+        for (int r = r0; r < r1; r += RB) {
+            int nr = r1 - r < RB ? r1 - r : RB;
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < RB; i++) acc[t][i].lo = acc[t][i].hi = vdupq_n_f32(0.0f);
+            for (int c0 = 0; c0 < cols; c0 += KCHUNK) {
+                int nc = cols - c0 < KCHUNK ? cols - c0 : KCHUNK;
+                const float *wr[RB];
+                for (int i = 0; i < RB; i++) wr[i] = i < nr ? load_chunk(dt, w, r + i, c0, nc, buf[i]) : wr[0];
+                for (int t = 0; t < nt; t++) dot_rb(wr, x + (size_t)(t0 + t) * ldx + c0, nc, acc[t]);
+            }
+            for (int t = 0; t < nt; t++)
+                for (int i = 0; i < nr; i++) y[(size_t)(t0 + t) * ldy + (size_t)(r + i)] = lanes_sum(acc[t][i]);
+        }
+    }
+}
+
+#define MM(name, DT)                                                                                      \
+    static void name(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, \
+                     int r1) {                                                                            \
+        mm_any(DT, w, x, ldx, y, ldy, n_tok, r0, r1);                                                     \
+    }
+MM(mm_f32, DT_F32)
+MM(mm_f16, DT_F16)
+MM(mm_bf16, DT_BF16)
+MM(mm_q8, DT_Q8)
+MM(mm_q4, DT_Q4)
+MM(mm_q3, DT_Q3)
+
+/* ---- small vector kernels --------------------------------------------------------------------- */
+
+static float dot_v(const float *a, const float *b, int n) {
+    float l[8] = {0};
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int j = 0; j < 8; j++) l[j] += a[c + j] * b[c + j];
+    for (; c < n; c++) l[c & 7] += a[c] * b[c];
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+static void axpy_v(float a, const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void rmsnorm_v(const float *x, const float *w, float w_off, float eps, float *y, int n) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (int i = 0; i < n; i++) y[i] = (x[i] * inv) * (w_off + w[i]);
+}
+
+static void swiglu_v(const float *g, const float *u, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = kern_silu(g[i]) * u[i];
+}
+
+/* ---- table ------------------------------------------------------------------------------------ */
+
+static const kern_ops neon_ops = {
+    .name = "neon",
+    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
+               [DT_Q3] = mm_q3},
+    .dot = dot_v,
+    .axpy = axpy_v,
+    .rmsnorm = rmsnorm_v,
+    .swiglu = swiglu_v,
+};
+
+const kern_ops *kern_neon_ops(void) { return &neon_ops; }
+
+#else
+const kern_ops *kern_neon_ops(void) { return NULL; }
+#endif

@@ -1,0 +1,266 @@
+/*
+ * quant.c — layout, quantisers and dequantisers of the quantized types; see quant.h and docs/QUANT.md.
+ *
+ * Sections: layout helpers, bit streams, the q3 rotation, dequantisation, quantisation.
+ * Quantisation rounds scales and biases to their stored type before choosing codes, so the codes are the
+ * best ones for the values the kernels will actually use; it is a pure function of its inputs (pack and
+ * verify --source re-derive byte-identical data).
+ */
+#include "quant/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const float Q3_LEVELS[8] = {-2.1519457f, -1.3439093f, -0.7560052f, -0.2450942f,
+                            0.2450942f,  0.7560052f,  1.3439093f,  2.1519457f};
+
+/* ---- layout ---------------------------------------------------------------------------------- */
+
+int q_bits(sl_dtype dt) {
+    switch (dt) {
+    case DT_Q8: return 8;
+    case DT_Q4: return 4;
+    case DT_Q3: return 3;
+    default: return 0;
+    }
+}
+
+uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtype sdt) {
+    int b = q_bits(dt);
+    if (!b) return (uint64_t)rows * (uint64_t)cols * dt_size(dt);
+    uint64_t codes = (uint64_t)rows * (uint64_t)cols * (uint64_t)b / 8;
+    uint64_t ng = group > 0 ? (uint64_t)rows * (uint64_t)(cols / group) : 0;
+    return codes + ng * dt_size(sdt) * (dt == DT_Q3 ? 1 : 2);
+}
+
+int q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, char *why, size_t whylen) {
+    if (!q_is_quant(dt)) return 0;
+    if (group != 32 && group != 64 && group != 128) {
+        snprintf(why, whylen, "group size %d is not 32, 64 or 128", group);
+        return -1;
+    }
+    if (sdt != DT_F16 && sdt != DT_BF16 && sdt != DT_F32) {
+        snprintf(why, whylen, "scale type %s is not f16, bf16 or f32", dt_name(sdt));
+        return -1;
+    }
+    if (cols <= 0 || cols % group) {
+        snprintf(why, whylen, "group size %d does not divide the row of %lld columns", group, (long long)cols);
+        return -1;
+    }
+    return 0;
+}
+
+void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt,
+                uint32_t seed) {
+    memset(m, 0, sizeof *m);
+    m->data = data;
+    m->dtype = dt;
+    m->rows = rows;
+    m->cols = cols;
+    int b = q_bits(dt);
+    if (!b) return;
+    size_t codes = (size_t)rows * (size_t)cols * (size_t)b / 8, ng = (size_t)rows * (size_t)(cols / group);
+    m->scales = (const uint8_t *)data + codes;
+    m->biases = dt == DT_Q3 ? NULL : (const uint8_t *)data + codes + ng * dt_size(sdt);
+    m->group = group;
+    m->sdtype = sdt;
+    m->seed = seed;
+}
+
+/* ---- bit streams ----------------------------------------------------------------------------- */
+
+static inline unsigned get_code(const uint8_t *row, int bits, int c) {
+    if (bits == 8) return row[c];
+    if (bits == 4) return (row[c >> 1] >> ((c & 1) * 4)) & 15u;
+    size_t p = (size_t)c * 3;
+    unsigned v = row[p >> 3];
+    if ((p & 7) > 5) v |= (unsigned)row[(p >> 3) + 1] << 8;
+    return (v >> (p & 7)) & 7u;
+}
+
+static inline void put_code(uint8_t *row, int bits, int c, unsigned q) {
+    if (bits == 8) { row[c] = (uint8_t)q; return; }
+    size_t p = (size_t)c * (size_t)bits;
+    for (int i = 0; i < bits; i++, p++)
+        if (q >> i & 1u) row[p >> 3] |= (uint8_t)(1u << (p & 7));
+}
+
+/* ---- q3 rotation ----------------------------------------------------------------------------- */
+
+static inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* in place, unnormalised: t <- H_n t (n a power of two) */
+static void fwht(float *t, int n) {
+    for (int h = 1; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = t[j], b = t[j + h];
+                t[j] = a + b;
+                t[j + h] = a - b;
+            }
+}
+
+/* D: sign of column c is bit (c % 64) of splitmix64(seed * 2^32 + c / 64) */
+static void apply_signs(float *t, int c0, int n, uint32_t seed) {
+    uint64_t bits = 0;
+    int blk = -1;
+    for (int i = 0; i < n; i++) {
+        int c = c0 + i;
+        if (c / 64 != blk) {
+            blk = c / 64;
+            bits = splitmix64(((uint64_t)seed << 32) | (uint64_t)blk);
+        }
+        if (bits >> (c % 64) & 1u) t[i] = -t[i];
+    }
+}
+
+/* t[group] = R x for the group of columns starting at c0 (x points at that group) */
+static void rotate_group(const float *x, int c0, int group, uint32_t seed, float *t) {
+    const float norm = 1.0f / sqrtf((float)group);
+    memcpy(t, x, (size_t)group * sizeof(float));
+    apply_signs(t, c0, group, seed);
+    fwht(t, group);
+    for (int i = 0; i < group; i++) t[i] *= norm;
+}
+
+void q3_rotate(const float *x, int cols, int group, uint32_t seed, float *out) {
+    for (int c0 = 0; c0 < cols; c0 += group) rotate_group(x + c0, c0, group, seed, out + c0);
+}
+
+/* w = R^T v = D H v / sqrt(g) for one group (H symmetric) */
+static void q3_unrotate_group(float *t, int c0, int group, uint32_t seed) {
+    fwht(t, group);
+    const float norm = 1.0f / sqrtf((float)group);
+    for (int i = 0; i < group; i++) t[i] *= norm;
+    apply_signs(t, c0, group, seed);
+}
+
+/* ---- dequantisation -------------------------------------------------------------------------- */
+
+void q_row_to_f32(const sl_mat *m, int r, float *out) {
+    const int cols = m->cols, bits = q_bits(m->dtype);
+    if (!bits) {
+        dt_to_f32(m->dtype, (const uint8_t *)m->data + (size_t)r * (size_t)cols * dt_size(m->dtype), out, (size_t)cols);
+        return;
+    }
+    const uint8_t *row = (const uint8_t *)m->data + (size_t)r * (size_t)cols * (size_t)bits / 8;
+    const int ng = cols / m->group;
+    for (int g = 0; g < ng; g++) {
+        float s = q_scale_at(m->scales, m->sdtype, (size_t)r * ng + g);
+        int c0 = g * m->group;
+        if (m->dtype == DT_Q3) {
+            for (int i = 0; i < m->group; i++) out[c0 + i] = s * Q3_LEVELS[get_code(row, 3, c0 + i)];
+            q3_unrotate_group(out + c0, c0, m->group, m->seed);
+        } else {
+            float b = q_scale_at(m->biases, m->sdtype, (size_t)r * ng + g);
+            for (int i = 0; i < m->group; i++) out[c0 + i] = s * (float)get_code(row, bits, c0 + i) + b;
+        }
+    }
+}
+
+/* ---- quantisation ---------------------------------------------------------------------------- */
+
+static float round_to(sl_dtype sdt, float v) {
+    if (sdt == DT_BF16) return bf16_to_f32(f32_to_bf16(v));
+    if (sdt == DT_F16) return f16_to_f32(f32_to_f16(v));
+    return v;
+}
+
+static void store(void *p, sl_dtype sdt, size_t i, float v) {
+    if (sdt == DT_F32) ((float *)p)[i] = v;
+    else if (sdt == DT_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v);
+    else ((uint16_t *)p)[i] = f32_to_f16(v);
+}
+
+/* MLX's affine scheme (mlx/ops.cpp affine_quantize): the extreme of larger magnitude is the bias and is
+ * exactly representable; scale from the range over 2^bits - 1 steps. */
+static void affine_group(const float *w, int n, int bits, sl_dtype sdt, float *os, float *ob, uint8_t *row,
+                         int c0) {
+    const float n_bins = (float)((1 << bits) - 1);
+    float mn = w[0], mx = w[0];
+    for (int i = 1; i < n; i++) {
+        if (w[i] < mn) mn = w[i];
+        if (w[i] > mx) mx = w[i];
+    }
+    int mask = fabsf(mn) > fabsf(mx);
+    float scale = (mx - mn) / n_bins;
+    if (scale < 1e-7f) scale = 1e-7f;
+    if (!mask) scale = -scale;
+    float edge = mask ? mn : mx;
+    float q0 = rintf(edge / scale);
+    float bias = 0.0f;
+    if (q0 != 0.0f) {
+        scale = edge / q0;
+        bias = edge;
+    }
+    scale = round_to(sdt, scale);
+    bias = round_to(sdt, bias);
+    for (int i = 0; i < n; i++) {
+        float q = rintf((w[i] - bias) / scale);
+        q = q < 0 ? 0 : q > n_bins ? n_bins : q;
+        put_code(row, bits, c0 + i, (unsigned)q);
+    }
+    *os = scale;
+    *ob = bias;
+}
+
+static inline unsigned q3_nearest(float u) {
+    /* decision thresholds: midpoints of neighbouring levels */
+    unsigned c = 0;
+    for (int k = 0; k < 7; k++) c += u > 0.5f * (Q3_LEVELS[k] + Q3_LEVELS[k + 1]);
+    return c;
+}
+
+/* Rotated group v [n]: picks the scale (multiples of the RMS, rounded to sdt) with the least squared
+ * error, then the nearest level for each value. */
+static void q3_group(const float *v, int n, sl_dtype sdt, float *os, uint8_t *row, int c0) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)v[i] * v[i];
+    float rms = (float)sqrt(ss / n);
+    float best_s = round_to(sdt, rms), best_e = INFINITY;
+    if (rms > 0)
+        for (int k = 0; k <= 16; k++) {
+            float s = round_to(sdt, rms * (0.80f + 0.025f * (float)k));
+            if (!(s > 0)) continue;
+            float e = 0;
+            for (int i = 0; i < n; i++) {
+                float d = v[i] - s * Q3_LEVELS[q3_nearest(v[i] / s)];
+                e += d * d;
+            }
+            if (e < best_e) { best_e = e; best_s = s; }
+        }
+    for (int i = 0; i < n; i++) put_code(row, 3, c0 + i, best_s > 0 ? q3_nearest(v[i] / best_s) : 3u);
+    *os = best_s;
+}
+
+void q_quantize(sl_dtype dt, const float *w, int rows, int cols, int group, sl_dtype sdt, uint32_t seed,
+                void *out) {
+    const int bits = q_bits(dt), ng = cols / group;
+    const size_t row_bytes = (size_t)cols * (size_t)bits / 8;
+    sl_mat m;
+    q_mat_bind(&m, out, dt, rows, cols, group, sdt, seed);
+    memset(out, 0, (size_t)q_mat_bytes(dt, rows, cols, group, sdt));
+    float v[128];
+    for (int r = 0; r < rows; r++) {
+        const float *wr = w + (size_t)r * (size_t)cols;
+        uint8_t *row = (uint8_t *)out + (size_t)r * row_bytes;
+        for (int g = 0; g < ng; g++) {
+            int c0 = g * group;
+            float s, b = 0;
+            if (dt == DT_Q3) {
+                rotate_group(wr + c0, c0, group, seed, v);
+                q3_group(v, group, sdt, &s, row, c0);
+            } else {
+                affine_group(wr + c0, group, bits, sdt, &s, &b, row, c0);
+                store((void *)m.biases, sdt, (size_t)r * ng + g, b);
+            }
+            store((void *)m.scales, sdt, (size_t)r * ng + g, s);
+        }
+    }
+}

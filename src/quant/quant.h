@@ -1,0 +1,61 @@
+/*
+ * quant.h — quantized weight matrices: layout, quantisers and dequantisers (docs/QUANT.md).
+ *
+ * A quantized matrix W [rows][cols] is one contiguous byte range, in this order:
+ *   codes   [rows][cols*bits/8]  each row a little-endian, LSB-first bit stream (MLX's packing: element
+ *                                c occupies bits [c*bits, (c+1)*bits) of its row; rows are whole u32 words)
+ *   scales  [rows][cols/group]   of sdtype (f16, bf16 or f32)
+ *   biases  [rows][cols/group]   of sdtype -- q8 and q4 only
+ * q8 / q4 (group-affine, MLX): w[r][c] = scale[r][c/g] * q + bias[r][c/g], q unsigned.
+ * q3 (rotated codebook): per group of g columns the rotated weights v = R w, R = H_g D / sqrt(g) (H_g the
+ * Sylvester-Hadamard matrix, D = diag(+-1) from the seed and the column index), are stored as
+ * v[i] = scale * Q3_LEVELS[code]; R is orthonormal, so w . x = sum over groups of v . (R x): a matmul
+ * rotates x once per call (q3_rotate) and never rotates weights.
+ * Groups are 32, 64 or 128 and must divide cols. Everything here is deterministic and thread-safe.
+ */
+#ifndef SL_QUANT_H
+#define SL_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/dtype.h"
+
+/* Lloyd-Max reconstruction levels of the unit Gaussian, 8 levels, code order. */
+extern const float Q3_LEVELS[8];
+
+/* Bits per code of a quantized dtype, 0 for other types. */
+int q_bits(sl_dtype dt);
+static inline int q_is_quant(sl_dtype dt) { return dt == DT_Q8 || dt == DT_Q4 || dt == DT_Q3; }
+
+/* Bytes of a [rows][cols] matrix of dtype dt: rows*cols*dt_size for plain types, the layout above for
+ * quantized ones (group, sdt ignored for plain types). */
+uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtype sdt);
+
+/* Checks that (dt, group, sdt) can hold a matrix with `cols` columns. Returns 0, or -1 with a reason in
+ * why (e.g. "group 48 is not 32, 64 or 128", "group 64 does not divide 96 columns"). */
+int q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, char *why, size_t whylen);
+
+/* Points m at a matrix stored at data in the layout above (any dtype). Cannot fail. */
+void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt,
+                uint32_t seed);
+
+/* Row r of m as f32 in the original (unrotated) domain: out[cols]. Works for every dtype. */
+void q_row_to_f32(const sl_mat *m, int r, float *out);
+
+/* Quantizes w [rows][cols] f32 into out (q_mat_bytes(dt, ...) bytes). q_check must have passed. */
+void q_quantize(sl_dtype dt, const float *w, int rows, int cols, int group, sl_dtype sdt, uint32_t seed,
+                void *out);
+
+/* out[c] = (R x)[c] for a row of cols values, group by group (out may not alias x). */
+void q3_rotate(const float *x, int cols, int group, uint32_t seed, float *out);
+
+/* One scale (or bias) of sdtype at index i. */
+static inline float q_scale_at(const void *p, sl_dtype sdt, size_t i) {
+    if (sdt == DT_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return sdt == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+#endif
