@@ -117,9 +117,9 @@ static int render_tool_calls(tok_buf *b, const char *json, int content_nonempty,
     cJSON *a = cJSON_Parse(json);
     if (!cJSON_IsArray(a)) { cJSON_Delete(a); *st = sl_err(err, SL_EINVAL, "tool_calls must be a JSON array"); return -1; }
     int i = 0, r = 0;
-    for (const cJSON *tc = a->child; tc && !r; tc = tc->next, i++) {
+    for (const cJSON *e = a->child; e && !r; e = e->next, i++) {
         if ((i == 0 && content_nonempty) || i > 0) r |= tok_buf_puts(b, "\n");
-        const cJSON *f = cJSON_GetObjectItem(tc, "function");
+        const cJSON *f = cJSON_GetObjectItem(e, "function"), *tc = e;
         if (f && !cJSON_IsNull(f) && !cJSON_IsFalse(f)) tc = f;
         const cJSON *name = cJSON_GetObjectItem(tc, "name"), *args = cJSON_GetObjectItem(tc, "arguments");
         if (!cJSON_IsString(name)) { *st = sl_err(err, SL_EINVAL, "tool_calls[%d] has no name", i); r = -1; break; }

@@ -369,8 +369,8 @@ sl_status sl_tokenizer_from_json(const char *json, size_t len, const char *confi
     const cJSON *dec = cJSON_GetObjectItem(root, "decoder");
     const char *dty = cJSON_GetStringValue(cJSON_GetObjectItem(dec, "type"));
     if (dec && !cJSON_IsNull(dec) && (!dty || strcmp(dty, "ByteLevel"))) { st = sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: decoder '%s' is not supported (ByteLevel only)", dty ? dty : "?"); goto fail; }
-    if ((st = load_pre_tokenizer(t, cJSON_GetObjectItem(root, "pre_tokenizer"), err))) goto fail;
     if ((st = load_model(t, root, err))) goto fail;
+    if ((st = load_pre_tokenizer(t, cJSON_GetObjectItem(root, "pre_tokenizer"), err))) goto fail;
     if (smap_init(&t->cache, 1024)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
     if (config_json) {
         cfg = cJSON_Parse(config_json);
