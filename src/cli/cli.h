@@ -16,6 +16,15 @@ int cmd_run(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv); /* cmd_text.c */
 int cmd_chat(int argc, char **argv);     /* cmd_chat.c */
+int cmd_bench(int argc, char **argv);    /* cmd_bench.c */
+int cmd_synth(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+/* Parses one model option (--cache, --resident, --io, --engine, --policy, --pin, --no-verify,
+ * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
+ * bad value prints the error and sets *bad = 1. */
+int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad);
+/* The --stats line (stderr). */
+void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s);
 /* Text helpers (cmd_text.c): whole stdin (malloc'ed, NUL-terminated; NULL on error); tokenizer load
  * with the message printed (returns 1 on failure). */
 char *cli_read_stdin(size_t *len);

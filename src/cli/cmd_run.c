@@ -12,21 +12,26 @@
 
 typedef struct {
     const char *model, *tokens, *out;
-    int n_gen, threads, ids, stats;
+    int n_gen, ids, stats;
     double temp;
+    sl_model_params mp;
 } run_args;
 
 static int parse(const char *cmd, int argc, char **argv, run_args *a) {
     memset(a, 0, sizeof *a);
     a->n_gen = 16;
+    a->mp = sl_model_params_default();
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        int more = i + 1 < argc;
+        int more = i + 1 < argc, bad = 0;
+        if (cli_model_opt(argc, argv, &i, &a->mp, cmd, &bad)) {
+            if (bad) return 1;
+            continue;
+        }
         if ((!strcmp(s, "-m") || !strcmp(s, "--model")) && more) a->model = argv[++i];
         else if (!strcmp(s, "--tokens") && more) a->tokens = argv[++i];
         else if (!strcmp(s, "--out") && more) a->out = argv[++i];
         else if (!strcmp(s, "-n") && more) a->n_gen = atoi(argv[++i]);
-        else if (!strcmp(s, "--threads") && more) a->threads = atoi(argv[++i]);
         else if (!strcmp(s, "--temp") && more) a->temp = atof(argv[++i]);
         else if (!strcmp(s, "--ids")) a->ids = 1;
         else if (!strcmp(s, "--stats")) a->stats = 1;
@@ -38,10 +43,8 @@ static int parse(const char *cmd, int argc, char **argv, run_args *a) {
 }
 
 static int open_model(const char *cmd, const run_args *a, sl_model **m) {
-    sl_model_params mp = sl_model_params_default();
-    mp.n_threads = a->threads;
     sl_error err = {0};
-    if (sl_model_open(a->model, &mp, m, &err)) return cli_fail(cmd, "%s", err.msg);
+    if (sl_model_open(a->model, &a->mp, m, &err)) return cli_fail(cmd, "%s", err.msg);
     return 0;
 }
 
@@ -77,9 +80,7 @@ int cmd_run(int argc, char **argv) {
     }
     printf("\n");
     double t2 = cli_now();
-    if (a.stats)
-        fprintf(stderr, "tokens: %d prompt, %d generated; prefill %.1f tok/s, decode %.1f tok/s\n", n, a.n_gen,
-                n / (t1 - t0), a.n_gen > 1 ? (a.n_gen - 1) / (t2 - t1) : 0.0);
+    if (a.stats) cli_print_stats(m, n, a.n_gen, t1 - t0, t2 - t1);
     rc = 0;
 out:
     free(logits);

@@ -123,6 +123,12 @@ static void usage(FILE *f) {
             "  sluice verify MODEL.sluice [--source SRC_DIR]\n"
             "  sluice run -m MODEL.sluice --tokens 1,2,3 [-n N] [--temp 0] [--ids] [--threads N] [--stats]\n"
             "  sluice logits -m MODEL.sluice --tokens 1,2,3 --out FILE [--threads N]\n"
+            "  sluice bench -m MODEL.sluice [--prompt N] [--gen N] [--cache SIZE ...] [--policy lru|lfu] [--json]\n"
+            "  sluice synth --shape NAME [--layers N] -o MODEL.sluice [--quant bf16|f32]\n"
+            "  sluice profile -m MODEL.sluice --tokens 1,2,3 -o PROFILE\n"
+            "model options (run, logits, chat, bench, profile):\n"
+            "  --cache SIZE (expert cache, e.g. 4G) --resident --io auto|direct|buffered --engine auto|uring|pread\n"
+            "  --policy lru|lfu --pin PROFILE --no-verify --threads N --io-depth N\n"
             "  sluice run -m MODEL.sluice -p TEXT [--chat] [--think on|off] [--system TEXT] [-n N] [--temp T]\n"
             "             [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--presence-penalty P]\n"
             "             [--seed S] [--stop STR]... [--stats]\n"
@@ -145,6 +151,9 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(c, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(c, "chat")) return cmd_chat(argc - 1, argv + 1);
+    if (!strcmp(c, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(c, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(c, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(c, "version") || !strcmp(c, "--version")) {
         printf("sluice %s\n", SL_VERSION_STRING);
         return 0;

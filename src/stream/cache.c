@@ -14,6 +14,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "quant/quant.h"
 #include "sluice.h"
 
 enum { S_FREE = 0, S_LOADING = 1, S_READY = 2 };
@@ -204,10 +205,9 @@ static int complete_one(cache *c, int *done_slot) {
 static void fill_expert(const cache *c, const slot *s, sl_expert *out) {
     sl_mat *m[3] = {&out->gate, &out->up, &out->down};
     for (int p = 0; p < 3; p++) {
-        m[p]->data = s->buf + c->f->parts[p].off;
-        m[p]->dtype = c->f->parts[p].dtype;
-        m[p]->rows = (int)c->f->parts[p].shape[0];
-        m[p]->cols = (int)c->f->parts[p].shape[1];
+        const slc_part *pp = &c->f->parts[p];
+        q_mat_bind(m[p], s->buf + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group, pp->sdtype,
+                   pp->seed);
     }
 }
 

@@ -1,0 +1,288 @@
+/*
+ * cmd_bench.c — model options shared by the commands that open a model (--cache, --resident, --io,
+ * --engine, --policy, --pin, --no-verify, --threads), the --stats line, and the commands
+ * `sluice bench`, `sluice synth` and `sluice profile`.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad) {
+    const char *s = argv[*i];
+    int more = *i + 1 < argc;
+    const char *v = more ? argv[*i + 1] : NULL;
+    if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
+    if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
+    if (!more) return 0;
+    if (!strcmp(s, "--cache")) {
+        long long b = cli_parse_size(v);
+        if (b <= 0) { *bad = cli_fail(cmd, "--cache: bad size '%s' (e.g. 512M, 4G)", v); return 1; }
+        p->cache_bytes = (uint64_t)b;
+    } else if (!strcmp(s, "--io")) {
+        if (!strcmp(v, "auto")) p->io_mode = SL_IO_AUTO;
+        else if (!strcmp(v, "direct")) p->io_mode = SL_IO_DIRECT;
+        else if (!strcmp(v, "buffered")) p->io_mode = SL_IO_BUFFERED;
+        else { *bad = cli_fail(cmd, "--io: '%s' (auto, direct, buffered)", v); return 1; }
+    } else if (!strcmp(s, "--engine")) {
+        if (!strcmp(v, "auto")) p->io_engine = SL_ENGINE_AUTO;
+        else if (!strcmp(v, "uring") || !strcmp(v, "io_uring")) p->io_engine = SL_ENGINE_URING;
+        else if (!strcmp(v, "pread")) p->io_engine = SL_ENGINE_PREAD;
+        else { *bad = cli_fail(cmd, "--engine: '%s' (auto, uring, pread)", v); return 1; }
+    } else if (!strcmp(s, "--policy")) {
+        if (!strcmp(v, "lru")) p->policy = SL_POLICY_LRU;
+        else if (!strcmp(v, "lfu")) p->policy = SL_POLICY_LFU;
+        else { *bad = cli_fail(cmd, "--policy: '%s' (lru, lfu)", v); return 1; }
+    } else if (!strcmp(s, "--pin")) p->pin_profile = v;
+    else if (!strcmp(s, "--threads")) p->n_threads = atoi(v);
+    else if (!strcmp(s, "--io-depth")) p->io_depth = atoi(v);
+    else return 0;
+    (*i)++;
+    return 1;
+}
+
+static void human(double b, char *out, size_t n) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) { b /= 1024; i++; }
+    snprintf(out, n, "%.1f %s", b, u[i]);
+}
+
+void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s) {
+    sl_stats st;
+    sl_model_stats(m, &st);
+    char rd[32], rss[32], bb[32], cb[32], pc[32];
+    human((double)st.bytes_read, rd, sizeof rd);
+    human((double)st.peak_rss_bytes, rss, sizeof rss);
+    human((double)st.backbone_bytes, bb, sizeof bb);
+    human((double)st.cache_bytes, cb, sizeof cb);
+    human((double)st.page_cache_bytes, pc, sizeof pc);
+    uint64_t req = st.hits + st.misses;
+    fprintf(stderr,
+            "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
+            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%; peak RSS %s, backbone %s, "
+            "page cache %s; io %s/%s\n",
+            n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 ? n_gen / decode_s : 0.0, cb,
+            (unsigned long long)st.cache_slots, st.resident ? "resident" : "streamed",
+            req ? 100.0 * (double)st.hits / (double)req : 100.0, rd,
+            st.tokens ? (double)st.bytes_read / (double)st.tokens / 1048576.0 : 0.0,
+            st.eval_s > 0 ? 100.0 * st.io_wait_s / st.eval_s : 0.0, rss, bb, pc, st.io_engine, st.io_mode);
+}
+
+/* ---- synth ---- */
+
+int cmd_synth(int argc, char **argv) {
+    const char *shape = NULL, *out = NULL;
+    int layers = 0;
+    sl_quant q = SL_QUANT_KEEP;
+    unsigned long long seed = 0;
+    for (int i = 1; i < argc; i++) {
+        int more = i + 1 < argc;
+        if (!strcmp(argv[i], "--shape") && more) shape = argv[++i];
+        else if (!strcmp(argv[i], "--arch") && more) i++; /* implied by the shape */
+        else if (!strcmp(argv[i], "--layers") && more) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-o") && more) out = argv[++i];
+        else if (!strcmp(argv[i], "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--quant") && more) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "f32")) q = SL_QUANT_F32;
+            else if (!strcmp(v, "bf16") || !strcmp(v, "keep")) q = SL_QUANT_BF16;
+            else return cli_fail("synth", "--quant '%s': synth writes bf16 or f32", v);
+        } else return cli_fail("synth", "unknown option '%s'", argv[i]);
+    }
+    if (!shape || !out)
+        return cli_fail("synth", "usage: sluice synth --shape NAME [--layers N] -o MODEL.sluice (shapes: %s)",
+                        sl_synth_shapes());
+    cli_progress pr;
+    cli_progress_init(&pr, "synthesising");
+    sl_error err = {0};
+    sl_status st = sl_synth(shape, layers, q, seed, out, cli_progress_cb, &pr, &err);
+    cli_progress_end(&pr);
+    if (st) return cli_fail("synth", "%s", err.msg);
+    fprintf(stderr, "wrote %s in %.1f s\n", out, cli_now() - pr.t0);
+    return 0;
+}
+
+/* ---- bench ---- */
+
+static uint64_t rng(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+typedef struct {
+    double prefill_tps, decode_tps, hit_rate, bytes_per_token, read_mbps, io_wait_frac;
+    uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
+    const char *engine, *mode;
+} bench_row;
+
+static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_gen, bench_row *r, const char **err_out,
+                     char *errbuf, size_t errlen) {
+    sl_model *m = NULL;
+    sl_error err = {0};
+    if (sl_model_open(path, &mp, &m, &err)) {
+        snprintf(errbuf, errlen, "%s", err.msg);
+        *err_out = errbuf;
+        return 1;
+    }
+    sl_stats s0;
+    sl_model_stats(m, &s0);
+    int V = sl_model_n_vocab(m);
+    int32_t *toks = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof *toks);
+    float *lg = malloc((size_t)V * sizeof(float));
+    uint64_t seed = 42;
+    for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)(rng(&seed) % (uint64_t)V);
+    sl_session *s = NULL;
+    int rc = sl_session_new(m, n_prompt + n_gen + 1, &s);
+    double t0 = cli_now(), t1 = t0, t2 = t0;
+    if (!rc && n_prompt > 0) rc = sl_session_eval(s, toks, n_prompt, lg, 0);
+    t1 = cli_now();
+    sl_stats sp;
+    sl_model_stats(m, &sp);
+    for (int i = 0; i < n_gen && !rc; i++) {
+        int32_t best = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[v] > lg[best]) best = v;
+        rc = sl_session_eval(s, &best, 1, lg, 0);
+    }
+    t2 = cli_now();
+    if (rc) {
+        snprintf(errbuf, errlen, "%s", sl_session_errmsg(s));
+        *err_out = errbuf;
+    } else {
+        sl_stats st;
+        sl_model_stats(m, &st);
+        uint64_t dh = st.hits - sp.hits, dm = st.misses - sp.misses, db = st.bytes_read - sp.bytes_read;
+        double dt = t2 - t1;
+        r->prefill_tps = n_prompt > 0 ? n_prompt / (t1 - t0) : 0;
+        r->decode_tps = n_gen > 0 ? n_gen / dt : 0;
+        r->hit_rate = dh + dm ? (double)dh / (double)(dh + dm) : 1.0;
+        r->bytes_per_token = n_gen > 0 ? (double)db / n_gen : 0;
+        r->read_mbps = dt > 0 ? (double)db / dt / 1048576.0 : 0;
+        r->io_wait_frac = dt > 0 ? (st.io_wait_s - sp.io_wait_s) / dt : 0;
+        r->cache_bytes = st.cache_bytes;
+        r->peak_rss = st.peak_rss_bytes;
+        r->backbone = st.backbone_bytes;
+        r->page_cache_growth = st.page_cache_bytes > s0.page_cache_bytes ? st.page_cache_bytes - s0.page_cache_bytes : 0;
+        r->engine = st.io_engine;
+        r->mode = st.io_mode;
+    }
+    sl_session_free(s);
+    free(toks);
+    free(lg);
+    sl_model_close(m);
+    return rc != 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *path = NULL;
+    int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0;
+    uint64_t caches[16];
+    sl_model_params mp = sl_model_params_default();
+    for (int i = 1; i < argc; i++) {
+        int more = i + 1 < argc;
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && more) path = argv[++i];
+        else if (!strcmp(argv[i], "--prompt") && more) n_prompt = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gen") && more) n_gen = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--cache") && more) {
+            long long b = cli_parse_size(argv[++i]);
+            if (b <= 0 || n_cache == 16) return cli_fail("bench", "--cache: bad size '%s'", argv[i]);
+            caches[n_cache++] = (uint64_t)b;
+        } else if (cli_model_opt(argc, argv, &i, &mp, "bench", &bad)) {
+            if (bad) return 1;
+        } else return cli_fail("bench", "unknown option '%s'", argv[i]);
+    }
+    if (!path) return cli_fail("bench", "usage: sluice bench -m MODEL.sluice [--prompt N] [--gen N] [--cache SIZE ...] [--json]");
+    if (n_cache == 0) caches[n_cache++] = mp.cache_bytes;
+    cJSON *arr = cJSON_CreateArray();
+    if (!json)
+        printf("%-10s %-8s %-6s %10s %10s %8s %12s %10s %8s %10s %10s\n", "cache", "policy", "io", "prefill/s",
+               "decode/s", "hit%", "MiB/token", "read MiB/s", "io wait", "peak RSS", "pagecache+");
+    for (int c = 0; c < n_cache; c++) {
+        sl_model_params p = mp;
+        p.cache_bytes = caches[c];
+        bench_row r;
+        memset(&r, 0, sizeof r);
+        const char *e = NULL;
+        char eb[800];
+        if (bench_one(path, p, n_prompt, n_gen, &r, &e, eb, sizeof eb)) {
+            cJSON_Delete(arr);
+            return cli_fail("bench", "%s", e);
+        }
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToArray(arr, o);
+            cJSON_AddNumberToObject(o, "cache_bytes", (double)r.cache_bytes);
+            cJSON_AddStringToObject(o, "policy", p.policy == SL_POLICY_LFU ? "lfu" : "lru");
+            cJSON_AddStringToObject(o, "io_engine", r.engine);
+            cJSON_AddStringToObject(o, "io_mode", r.mode);
+            cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
+            cJSON_AddNumberToObject(o, "gen_tokens", n_gen);
+            cJSON_AddNumberToObject(o, "prefill_tok_s", r.prefill_tps);
+            cJSON_AddNumberToObject(o, "decode_tok_s", r.decode_tps);
+            cJSON_AddNumberToObject(o, "hit_rate", r.hit_rate);
+            cJSON_AddNumberToObject(o, "bytes_per_token", r.bytes_per_token);
+            cJSON_AddNumberToObject(o, "read_mib_s", r.read_mbps);
+            cJSON_AddNumberToObject(o, "io_wait_fraction", r.io_wait_frac);
+            cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)r.peak_rss);
+            cJSON_AddNumberToObject(o, "backbone_bytes", (double)r.backbone);
+            cJSON_AddNumberToObject(o, "page_cache_growth_bytes", (double)r.page_cache_growth);
+        } else {
+            printf("%-10.0f %-8s %-6s %10.1f %10.2f %7.1f%% %12.1f %10.0f %7.0f%% %9.0fM %9.0fM\n",
+                   (double)r.cache_bytes / 1048576.0, p.policy == SL_POLICY_LFU ? "lfu" : "lru",
+                   !strcmp(r.mode, "direct") ? "direct" : !strcmp(r.mode, "resident") ? "ram" : "buf", r.prefill_tps,
+                   r.decode_tps, 100 * r.hit_rate, r.bytes_per_token / 1048576.0, r.read_mbps, 100 * r.io_wait_frac,
+                   (double)r.peak_rss / 1048576.0, (double)r.page_cache_growth / 1048576.0);
+            fflush(stdout);
+        }
+    }
+    if (json) {
+        char *t = cJSON_Print(arr);
+        printf("%s\n", t);
+        free(t);
+    }
+    cJSON_Delete(arr);
+    return 0;
+}
+
+/* ---- profile ---- */
+
+int cmd_profile(int argc, char **argv) {
+    const char *path = NULL, *out = NULL, *tokens = NULL;
+    int bad = 0;
+    sl_model_params mp = sl_model_params_default();
+    for (int i = 1; i < argc; i++) {
+        int more = i + 1 < argc;
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && more) path = argv[++i];
+        else if (!strcmp(argv[i], "-o") && more) out = argv[++i];
+        else if (!strcmp(argv[i], "--tokens") && more) tokens = argv[++i];
+        else if (cli_model_opt(argc, argv, &i, &mp, "profile", &bad)) {
+            if (bad) return 1;
+        } else return cli_fail("profile", "unknown option '%s'", argv[i]);
+    }
+    if (!path || !out || !tokens) return cli_fail("profile", "usage: sluice profile -m MODEL.sluice --tokens 1,2,3 -o PROFILE");
+    if (mp.resident) return cli_fail("profile", "--resident models do not count routing; drop --resident");
+    int32_t *toks = NULL;
+    int n = cli_parse_tokens(tokens, &toks);
+    if (n <= 0) return cli_fail("profile", "--tokens must be a comma-separated list of token ids");
+    sl_model *m = NULL;
+    sl_session *s = NULL;
+    sl_error err = {0};
+    int rc = 1;
+    if (sl_model_open(path, &mp, &m, &err)) { cli_fail("profile", "%s", err.msg); goto out; }
+    if (sl_session_new(m, 0, &s) || sl_session_eval(s, toks, n, NULL, 0)) {
+        cli_fail("profile", "%s", s ? sl_session_errmsg(s) : "out of memory");
+        goto out;
+    }
+    if (sl_model_write_profile(m, out, &err)) { cli_fail("profile", "%s", err.msg); goto out; }
+    fprintf(stderr, "wrote %s (routing of %d tokens)\n", out, n);
+    rc = 0;
+out:
+    free(toks);
+    sl_session_free(s);
+    sl_model_close(m);
+    return rc;
+}

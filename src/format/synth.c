@@ -1,0 +1,277 @@
+/*
+ * synth.c — `sluice synth`: a container of the real dimensions of a released model, filled with
+ * random weights, written directly (no checkpoint needed). Random weights of the real shape cost the
+ * same to read and multiply as the real ones, so benchmarks of I/O and compute are honest; routing of
+ * a random router is close to uniform, which makes cache hit rates pessimistic (real routers are
+ * skewed).
+ *
+ * Values: matrices uniform in ±1/sqrt(cols) (activations stay O(1)), norm weights 0 for zero-centred
+ * families and 1 otherwise, A_log = log(U(1,16)), dt_bias 0, conv1d ±0.5. bf16 unless --quant f32.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "format/container.h"
+#include "model/tensors.h"
+#include "sluice.h"
+#include "util/err.h"
+#include "util/fileio.h"
+
+typedef struct {
+    const char *name, *arch;
+    int vocab, hidden, layers, heads, kv_heads, head_dim, experts, used, moe_inter, shared_inter;
+    int nk, nv, dk, dv, interval, max_pos;
+    double theta, prf;
+    int norm_topk;
+} shape;
+
+/* Dimensions from the released config.json files (see shared MODELS.md §1; 122B/397B not listed
+ * because their full dimensions are not verified). */
+static const shape shapes[] = {
+    {"qwen3-next-80b-a3b", "qwen3_next", 151936, 2048, 48, 16, 2, 256, 512, 10, 512, 512, 16, 32, 128, 128, 4, 262144, 1e7, 0.25, 1},
+    {"qwen3.5-35b-a3b", "qwen3_5_moe", 248320, 2048, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 4, 262144, 1e7, 0.25, 1},
+    {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1},
+    {"qwen3-235b-a22b", "qwen3_moe", 151936, 4096, 94, 64, 4, 128, 128, 8, 1536, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1},
+    {"tiny", "qwen3_next", 512, 64, 4, 4, 2, 32, 32, 4, 64, 64, 2, 4, 16, 16, 4, 4096, 1e6, 0.25, 1},
+};
+
+const char *sl_synth_shapes(void) {
+    return "qwen3-next-80b-a3b, qwen3.5-35b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, tiny";
+}
+
+static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
+}
+
+/* Fills n values of dtype dt, uniform in ±a (by 16-bit pieces of one 64-bit draw). */
+static void fill(uint64_t *s, sl_dtype dt, void *dst, size_t n, float a) {
+    for (size_t i = 0; i < n;) {
+        uint64_t r = rng_next(s);
+        for (int k = 0; k < 4 && i < n; k++, i++) {
+            float u = ((float)((r >> (16 * k)) & 0xffff) / 32768.0f - 1.0f) * a;
+            if (dt == DT_BF16) ((uint16_t *)dst)[i] = f32_to_bf16(u);
+            else ((float *)dst)[i] = u;
+        }
+    }
+}
+
+static void fill_vec(uint64_t *s, const char *name, const sl_config *c, sl_dtype dt, void *dst, size_t n) {
+    float *tmp = malloc(n * sizeof(float));
+    if (!tmp) return;
+    for (size_t i = 0; i < n; i++) {
+        float v = c->zero_centred_norm ? 0.0f : 1.0f;
+        if (strstr(name, "A_log")) v = logf(1.0f + 15.0f * (float)(rng_next(s) >> 40) / (float)(1 << 24));
+        else if (strstr(name, "dt_bias")) v = 0.0f;
+        else if (strstr(name, "conv1d")) v = ((float)(rng_next(s) >> 40) / (float)(1 << 24) - 0.5f);
+        else if (strstr(name, "linear_attn.norm")) v = 1.0f;
+        tmp[i] = v;
+    }
+    dt_from_f32(dt, tmp, dst, n);
+    free(tmp);
+}
+
+static sl_status make_config(const shape *sh, int layers, sl_config *c, sl_error *err) {
+    memset(c, 0, sizeof *c);
+    c->arch = cfg_arch_from_name(sh->arch);
+    c->vocab = sh->vocab;
+    c->hidden = sh->hidden;
+    c->n_layers = layers > 0 ? layers : sh->layers;
+    if (c->n_layers > SL_MAX_LAYERS) return sl_err(err, SL_EINVAL, "--layers %d is too many", c->n_layers);
+    c->n_heads = sh->heads;
+    c->n_kv_heads = sh->kv_heads;
+    c->head_dim = sh->head_dim;
+    c->rot_dim = (int)(sh->head_dim * sh->prf);
+    c->rope_theta = sh->theta;
+    c->eps = 1e-6f;
+    c->max_pos = sh->max_pos;
+    c->n_experts = sh->experts;
+    c->n_experts_used = sh->used;
+    c->moe_inter = sh->moe_inter;
+    c->shared_inter = sh->shared_inter;
+    c->norm_topk = sh->norm_topk;
+    int next = c->arch != SL_ARCH_QWEN3_MOE;
+    c->zero_centred_norm = c->gated_attn = next;
+    c->split_lin_proj = c->arch == SL_ARCH_QWEN3_5_MOE;
+    c->lin_nk = sh->nk;
+    c->lin_nv = sh->nv;
+    c->lin_dk = sh->dk;
+    c->lin_dv = sh->dv;
+    c->conv_k = next ? 4 : 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        c->layer_linear[l] = next && (l + 1) % sh->interval != 0;
+        c->layer_moe[l] = 1;
+    }
+    return SL_OK;
+}
+
+sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t seed, const char *out_path,
+                   sl_progress_fn progress, void *user, sl_error *err) {
+    const shape *sh = NULL;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        if (!strcmp(shapes[i].name, shape_name)) sh = &shapes[i];
+    if (!sh) return sl_err(err, SL_EINVAL, "unknown shape '%s' (known: %s)", shape_name, sl_synth_shapes());
+    if (quant != SL_QUANT_KEEP && quant != SL_QUANT_BF16 && quant != SL_QUANT_F32)
+        return sl_err(err, SL_EUNSUPPORTED, "synth writes bf16 or f32 weights");
+    sl_dtype mdt = quant == SL_QUANT_F32 ? DT_F32 : DT_BF16;
+    sl_config c;
+    sl_status st = make_config(sh, layers, &c, err);
+    if (st) return st;
+    arch_tensor *at = NULL;
+    int n_at = arch_backbone_tensors(&c, &at);
+    if (n_at < 0) return sl_err(err, SL_ENOMEM, "out of memory");
+    cJSON *man = cJSON_CreateObject(), *tt = NULL;
+    char *tmp = NULL, *mtxt = NULL;
+    uint8_t *buf = NULL, *hdr = NULL, *hashes = NULL;
+    int fd = -1;
+    uint64_t rs = seed ? seed : 0x9e3779b97f4a7c15ull;
+    slc_header h;
+    memset(&h, 0, sizeof h);
+    h.version = SLC_VERSION;
+    h.backbone_off = SLC_HEADER_BYTES;
+    uint64_t off = h.backbone_off, maxb = 0;
+    for (int i = 0; i < n_at; i++) {
+        uint64_t n = (uint64_t)at[i].shape[0] * (uint64_t)(at[i].ndim == 2 ? at[i].shape[1] : 1);
+        uint64_t b = n * dt_size(at[i].matrix ? mdt : DT_F32);
+        off = slc_round_up(off, SLC_TENSOR_ALIGN) + b;
+        if (b > maxb) maxb = b;
+    }
+    h.backbone_len = off - h.backbone_off;
+    int64_t psh[3][2];
+    uint64_t poff[3], block = 0;
+    for (int p = 0; p < 3; p++) {
+        arch_expert_shape(&c, p, psh[p]);
+        block = slc_round_up(block, SLC_TENSOR_ALIGN);
+        poff[p] = block;
+        block += (uint64_t)(psh[p][0] * psh[p][1]) * dt_size(mdt);
+    }
+    h.n_moe_layers = (uint32_t)cfg_n_moe_layers(&c);
+    h.n_experts = (uint32_t)c.n_experts;
+    h.expert_stride = slc_round_up(block, SLC_ALIGN);
+    h.expert_off = slc_round_up(off, SLC_ALIGN);
+    h.expert_len = (uint64_t)h.n_moe_layers * h.n_experts * h.expert_stride;
+    h.hash_off = h.expert_off + h.expert_len;
+    h.hash_len = (uint64_t)h.n_moe_layers * h.n_experts * 8;
+    h.blob_off = h.hash_off + h.hash_len;
+    h.blob_len = 0;
+    size_t tl = strlen(out_path) + 32;
+    tmp = malloc(tl);
+    buf = aligned_alloc(SLC_ALIGN, slc_round_up((maxb > h.expert_stride ? maxb : h.expert_stride) + 1, SLC_ALIGN));
+    hashes = malloc(h.hash_len + 8);
+    hdr = malloc(SLC_HEADER_BYTES);
+    if (!man || !tmp || !buf || !hashes || !hdr) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    snprintf(tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
+    fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        tmp = NULL;
+        goto fail;
+    }
+    cJSON_AddNumberToObject(man, "format_version", SLC_VERSION);
+    cJSON_AddStringToObject(man, "sluice_version", SL_VERSION_STRING);
+    cJSON_AddItemToObject(man, "config", slc_config_to_json(&c));
+    tt = cJSON_AddArrayToObject(man, "tensors");
+    uint64_t total = h.backbone_len + h.expert_len, done = 0;
+    off = h.backbone_off;
+    for (int i = 0; i < n_at; i++) {
+        sl_dtype dt = at[i].matrix ? mdt : DT_F32;
+        uint64_t n = (uint64_t)at[i].shape[0] * (uint64_t)(at[i].ndim == 2 ? at[i].shape[1] : 1), b = n * dt_size(dt);
+        off = slc_round_up(off, SLC_TENSOR_ALIGN);
+        if (at[i].matrix) fill(&rs, dt, buf, n, 1.0f / sqrtf((float)at[i].shape[1]));
+        else fill_vec(&rs, at[i].name, &c, dt, buf, n);
+        if ((st = fio_pwrite_all(fd, buf, b, off, tmp, err))) goto fail;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(tt, o);
+        cJSON_AddStringToObject(o, "name", at[i].name);
+        cJSON_AddStringToObject(o, "dtype", dt_name(dt));
+        cJSON *sa = cJSON_AddArrayToObject(o, "shape");
+        for (int d = 0; d < at[i].ndim; d++) cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)at[i].shape[d]));
+        cJSON_AddNumberToObject(o, "offset", (double)off);
+        cJSON_AddNumberToObject(o, "size", (double)b);
+        char hex[17];
+        slc_hash_hex(XXH3_64bits(buf, b), hex);
+        cJSON_AddStringToObject(o, "xxh3", hex);
+        off += b;
+        done += b;
+        if (progress && progress(user, done, total)) { st = sl_err(err, SL_ECANCELED, "canceled"); goto fail; }
+    }
+    for (uint64_t k = 0; k < (uint64_t)h.n_moe_layers * h.n_experts; k++) {
+        memset(buf, 0, h.expert_stride);
+        for (int p = 0; p < 3; p++)
+            fill(&rs, mdt, buf + poff[p], (size_t)(psh[p][0] * psh[p][1]), 1.0f / sqrtf((float)psh[p][1]));
+        uint64_t hv = XXH3_64bits(buf, block);
+        for (int b = 0; b < 8; b++) hashes[k * 8 + (uint64_t)b] = (uint8_t)(hv >> (8 * b));
+        if ((st = fio_pwrite_all(fd, buf, h.expert_stride, h.expert_off + k * h.expert_stride, tmp, err))) goto fail;
+        done += h.expert_stride;
+        if (progress && progress(user, done, total)) { st = sl_err(err, SL_ECANCELED, "canceled"); goto fail; }
+    }
+    if (h.hash_len && (st = fio_pwrite_all(fd, hashes, h.hash_len, h.hash_off, tmp, err))) goto fail;
+    cJSON *ex = cJSON_AddObjectToObject(man, "experts");
+    cJSON_AddNumberToObject(ex, "n_experts", c.n_experts);
+    cJSON_AddNumberToObject(ex, "offset", (double)h.expert_off);
+    cJSON_AddNumberToObject(ex, "stride", (double)h.expert_stride);
+    cJSON_AddNumberToObject(ex, "block_bytes", (double)block);
+    cJSON_AddNumberToObject(ex, "hash_table_offset", (double)h.hash_off);
+    cJSON *ly = cJSON_AddArrayToObject(ex, "layers");
+    for (int l = 0; l < c.n_layers; l++) cJSON_AddItemToArray(ly, cJSON_CreateNumber(l));
+    cJSON *pa = cJSON_AddArrayToObject(ex, "parts");
+    for (int p = 0; p < 3; p++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(pa, o);
+        cJSON_AddStringToObject(o, "name", arch_expert_part_names[p]);
+        cJSON_AddStringToObject(o, "dtype", dt_name(mdt));
+        cJSON *sa = cJSON_AddArrayToObject(o, "shape");
+        cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)psh[p][0]));
+        cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)psh[p][1]));
+        cJSON_AddNumberToObject(o, "offset", (double)poff[p]);
+        cJSON_AddNumberToObject(o, "size", (double)(psh[p][0] * psh[p][1]) * (double)dt_size(mdt));
+    }
+    cJSON_AddArrayToObject(man, "blobs");
+    cJSON *src = cJSON_AddObjectToObject(man, "source");
+    cJSON_AddStringToObject(src, "synthetic", sh->name);
+    cJSON_AddNumberToObject(src, "seed", (double)(seed ? seed : 0));
+    cJSON_AddArrayToObject(src, "files");
+    cJSON *po = cJSON_AddObjectToObject(man, "pack");
+    cJSON_AddStringToObject(po, "quant", dt_name(mdt));
+    mtxt = cJSON_PrintUnformatted(man);
+    if (!mtxt) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    h.manifest_off = slc_round_up(h.blob_off, 8);
+    h.manifest_len = strlen(mtxt);
+    h.manifest_hash = XXH3_64bits(mtxt, h.manifest_len);
+    h.file_size = h.manifest_off + h.manifest_len;
+    if ((st = fio_pwrite_all(fd, mtxt, h.manifest_len, h.manifest_off, tmp, err))) goto fail;
+    slc_header_encode(&h, hdr);
+    if ((st = fio_pwrite_all(fd, hdr, SLC_HEADER_BYTES, 0, tmp, err))) goto fail;
+    if (ftruncate(fd, (off_t)h.file_size) != 0 || fsync(fd) != 0 || close(fd) != 0) {
+        fd = -1;
+        st = sl_err(err, SL_EIO, "%s: cannot finish the file: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, out_path) != 0) {
+        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot rename: %s", out_path, strerror(errno));
+        goto fail;
+    }
+    goto done;
+fail:
+    if (fd >= 0) close(fd);
+    if (tmp) unlink(tmp);
+done:
+    free(tmp);
+    free(mtxt);
+    free(buf);
+    free(hdr);
+    free(hashes);
+    free(at);
+    cJSON_Delete(man);
+    return st;
+}
