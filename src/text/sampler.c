@@ -144,8 +144,9 @@ int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
     n = k;
     /* softmax with temperature; c[0] is the maximum */
     double sum = 0;
+    float mx = c[0].logit;
     for (int i = 0; i < n; i++) {
-        c[i].logit = (float)exp((double)(c[i].logit - c[0].logit) / s->p.temp);
+        c[i].logit = (float)exp((double)(c[i].logit - mx) / s->p.temp);
         sum += c[i].logit;
     }
     for (int i = 0; i < n; i++) c[i].logit = (float)(c[i].logit / sum);
