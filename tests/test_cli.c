@@ -104,3 +104,41 @@ TEST(cli_run_and_logits) {
     CHECKF(rc != 0 && strstr(o, "999999"), "rc %d: %s", rc, o);
     free(o);
 }
+
+TEST(cli_synth_bench_profile) {
+    char *o = NULL;
+    const char *m = test_path("%s/synth-tiny.sluice", test_tmpdir());
+    int rc = sh(&o, "%s synth --shape tiny -o %s", bin(), m);
+    CHECKF(rc == 0, "%s", o);
+    free(o);
+    rc = sh(&o, "%s verify %s", bin(), m);
+    CHECKF(rc == 0, "%s", o);
+    free(o);
+    rc = sh(&o, "%s bench -m %s --prompt 8 --gen 4 --cache 200K --cache 1M --json 2>/dev/null", bin(), m);
+    cJSON *j = cJSON_Parse(o);
+    int ok = rc == 0 && cJSON_GetArraySize(j) == 2;
+    for (int i = 0; ok && i < 2; i++) {
+        const cJSON *r = cJSON_GetArrayItem(j, i);
+        ok = cJSON_GetObjectItem(r, "decode_tok_s")->valuedouble > 0 && cJSON_GetObjectItem(r, "hit_rate")->valuedouble >= 0 &&
+             cJSON_GetObjectItem(r, "peak_rss_bytes")->valuedouble > 0;
+    }
+    /* a bigger cache never reads more per token than a smaller one on the same workload */
+    ok = ok && cJSON_GetObjectItem(cJSON_GetArrayItem(j, 1), "bytes_per_token")->valuedouble <=
+                   cJSON_GetObjectItem(cJSON_GetArrayItem(j, 0), "bytes_per_token")->valuedouble;
+    cJSON_Delete(j);
+    CHECKF(ok, "rc %d: %s", rc, o);
+    free(o);
+    const char *prof = test_path("%s/tiny.profile", test_tmpdir());
+    rc = sh(&o, "%s profile -m %s --tokens 1,2,3,4,5,6,7,8,9 -o %s", bin(), m, prof);
+    CHECKF(rc == 0 && test_file_size(prof) > 0, "rc %d: %s", rc, o);
+    free(o);
+    rc = sh(&o, "%s run -m %s --tokens 1,2,3 -n 4 --ids --stats --pin %s --cache 300K --policy lfu", bin(), m, prof);
+    CHECKF(rc == 0 && strstr(o, "hit rate") && strstr(o, "peak RSS"), "rc %d: %s", rc, o);
+    free(o);
+    rc = sh(&o, "%s run -m %s --tokens 1,2,3 -n 4 --cache lots", bin(), m);
+    CHECKF(rc != 0 && strstr(o, "--cache"), "rc %d: %s", rc, o);
+    free(o);
+    rc = sh(&o, "%s synth --shape nonesuch -o %s/x.sluice", bin(), test_tmpdir());
+    CHECKF(rc != 0 && strstr(o, "qwen3-next-80b-a3b"), "rc %d: %s", rc, o);
+    free(o);
+}
