@@ -49,8 +49,11 @@ asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-bench: $(BUILD)/sluice
+bench: $(BUILD)/sluice $(BUILD)/bench_tokenize
 	tools/bench.sh $(BUILD)/sluice
+
+$(BUILD)/bench_tokenize: $(BUILD)/bench/bench_tokenize.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
 # The demo: pack the tiny Qwen3-Next fixture and generate greedily from token ids.
 run: $(BUILD)/sluice
