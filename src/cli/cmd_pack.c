@@ -8,23 +8,42 @@
 
 #include "cli/cli.h"
 
+static int parse_quant(const char *q, sl_quant *out) {
+    static const char *const names[] = {"keep", "f32", "bf16", "q8", "q4", "q3"};
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(q, names[i])) {
+            *out = (sl_quant)i;
+            return 0;
+        }
+    return -1;
+}
+
 int cmd_pack(int argc, char **argv) {
     const char *src = NULL, *out = NULL;
     sl_pack_params p = sl_pack_params_default();
     for (int i = 1; i < argc; i++) {
+        sl_quant *role = !strcmp(argv[i], "--quant") ? &p.quant
+                         : !strcmp(argv[i], "--quant-experts") ? &p.quant_experts
+                         : !strcmp(argv[i], "--quant-backbone") ? &p.quant_backbone
+                         : !strcmp(argv[i], "--quant-router") ? &p.quant_router : NULL;
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
+        else if (role && i + 1 < argc) {
             const char *q = argv[++i];
-            if (!strcmp(q, "keep")) p.quant = SL_QUANT_KEEP;
-            else if (!strcmp(q, "f32")) p.quant = SL_QUANT_F32;
-            else if (!strcmp(q, "bf16")) p.quant = SL_QUANT_BF16;
-            else return cli_fail("pack", "unknown --quant '%s' (keep, f32, bf16)", q);
-        } else if (!strcmp(argv[i], "--no-source-hash")) p.hash_sources = 0;
+            if (parse_quant(q, role)) return cli_fail("pack", "unknown %s '%s' (keep, f32, bf16, q8, q4, q3)", argv[i - 1], q);
+        } else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
+            char *end;
+            long g = strtol(argv[++i], &end, 10);
+            if (*end || (g != 32 && g != 64 && g != 128)) return cli_fail("pack", "--group must be 32, 64 or 128, not '%s'", argv[i]);
+            p.group = (int)g;
+        } else if (!strcmp(argv[i], "--scale-f16")) p.scale_f16 = 1;
+        else if (!strcmp(argv[i], "--no-source-hash")) p.hash_sources = 0;
         else if (argv[i][0] == '-') return cli_fail("pack", "unknown option '%s'", argv[i]);
         else if (!src) src = argv[i];
         else return cli_fail("pack", "unexpected argument '%s'", argv[i]);
     }
-    if (!src || !out) return cli_fail("pack", "usage: sluice pack SRC_DIR -o MODEL.sluice [--quant keep|f32|bf16]");
+    if (!src || !out)
+        return cli_fail("pack", "usage: sluice pack SRC_DIR -o MODEL.sluice [--quant keep|f32|bf16|q8|q4|q3] [--group 32|64|128] "
+                        "[--quant-experts M] [--quant-backbone M] [--quant-router M] [--scale-f16]");
     cli_progress pr;
     cli_progress_init(&pr, "packing");
     p.progress = cli_progress_cb;

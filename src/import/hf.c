@@ -14,7 +14,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "import/mlx.h"
 #include "import/safetensors.h"
+#include "quant/quant.h"
 #include "model/tensors.h"
 #include "util/err.h"
 #include "util/fileio.h"
@@ -25,6 +27,9 @@ typedef struct hf_t {
     const st_entry *ent;   /* the on-disk entry (for fused experts: the whole stack) */
     uint64_t off, len;     /* bytes of this tensor (a slice for fused experts) */
     const st_entry *scale; /* FP8 weight_scale_inv, or NULL */
+    int mlx_u32;           /* an MLX uint32 weight: scales and biases attached by attach_mlx() */
+    int qs_file, qb_file;  /* MLX scales / biases: file and byte range of this tensor's slice */
+    uint64_t qs_off, qs_len, qb_off, qb_len;
 } hf_t;
 
 struct hf_ckpt {
@@ -37,6 +42,7 @@ struct hf_ckpt {
     hf_t *t;
     int n, cap;
     hf_t **experts; /* [n_layers][E][3] -> tensor, NULL if absent */
+    mlx_quant mlx;  /* MLX "quantization" (bits 0: none) */
 };
 
 /* ---- name mapping ---- */
@@ -170,10 +176,43 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
     char base[256];
     snprintf(base, sizeof base, "%s", rest);
     if (ends_with(base, ".weight_scale_inv")) return SL_OK; /* attached in a second pass */
+    if (ends_with(base, ".scales") || ends_with(base, ".biases")) return SL_OK; /* MLX: attach_mlx() */
+    int u32 = e->dtype == DT_NONE && !strcmp(e->dtype_str, "U32") && ends_with(base, ".weight");
     if (ends_with(base, ".weight")) base[strlen(base) - 7] = 0;
     const sl_config *c = &ck->cfg;
     int l, ex, nread = 0;
     char part[32];
+    /* MLX stacked experts: layers.N.mlp.switch_mlp.{gate,up,down}_proj [E, out, in (or packed words)] */
+    if (sscanf(base, "layers.%d.mlp.switch_mlp.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0) {
+        int p = part_index(part);
+        if (p < 0 || l < 0 || l >= c->n_layers) return SL_OK;
+        if (e->ndim != 3 || e->shape[0] != c->n_experts)
+            return sl_err(err, SL_EFORMAT, "tensor '%s' must be [%d, out, in] (stacked experts), has %d dims", e->name,
+                          c->n_experts, e->ndim);
+        size_t es = u32 ? 4 : dt_size(e->dtype);
+        if (!es) return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported", e->name, e->dtype_str);
+        uint64_t slice = (uint64_t)e->shape[1] * (uint64_t)e->shape[2] * es;
+        for (int x = 0; x < c->n_experts; x++) {
+            hf_t *t = push(ck);
+            if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+            char nm[128];
+            snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_names[p]);
+            if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+            t->file = fi;
+            t->ent = e;
+            t->off = e->off + (uint64_t)x * slice;
+            t->len = slice;
+            t->pub.src_dtype = e->dtype;
+            t->pub.ndim = 2;
+            t->pub.shape[0] = e->shape[1];
+            t->pub.shape[1] = e->shape[2];
+            t->pub.expert_layer = l;
+            t->pub.expert = x;
+            t->pub.expert_part = p;
+            t->mlx_u32 = u32;
+        }
+        return SL_OK;
+    }
     if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0) {
         int p = part_index(part);
         if (p < 0 || l < 0 || l >= c->n_layers || ex < 0 || ex >= c->n_experts) return SL_OK;
@@ -243,9 +282,13 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
     t->pub.src_dtype = e->dtype;
     t->pub.ndim = e->ndim;
     memcpy(t->pub.shape, e->shape, sizeof t->pub.shape);
+    t->mlx_u32 = u32;
     if (ends_with(base, "linear_attn.conv1d") && e->ndim == 3 && e->shape[1] == 1) { /* [Cq,1,K] -> [Cq,K] */
         t->pub.ndim = 2;
         t->pub.shape[1] = e->shape[2];
+        t->pub.shape[2] = 0;
+    } else if (ends_with(base, "linear_attn.conv1d") && e->ndim == 3 && e->shape[2] == 1) { /* MLX [Cq,K,1] */
+        t->pub.ndim = 2;
         t->pub.shape[2] = 0;
     }
     return SL_OK;
@@ -293,6 +336,56 @@ static sl_status check_tensor(hf_ckpt *ck, hf_t *t, int ndim, const int64_t *sha
             return sl_err(err, SL_EFORMAT, "tensor '%s' must be F32 or BF16 of shape [%lld,%lld] (blocks of %dx%d)",
                           want, (long long)br, (long long)bc, ck->blk_r, ck->blk_c);
         t->scale = s;
+    }
+    return SL_OK;
+}
+
+static const st_entry *find_any(hf_ckpt *ck, const char *name, int *file) {
+    for (int f = 0; f < ck->n_files; f++) {
+        const st_entry *e = st_find(&ck->files[f], name);
+        if (e) {
+            *file = f;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* MLX: gives every uint32 weight its scales and biases, its logical shape and its dtype (q4 / q8). */
+static sl_status attach_mlx(hf_ckpt *ck, sl_error *err) {
+    for (int i = 0; i < ck->n; i++) {
+        hf_t *t = &ck->t[i];
+        if (!t->mlx_u32) continue;
+        const st_entry *e = t->ent;
+        const char *file = ck->files[t->file].name;
+        if (!ck->mlx.bits)
+            return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is U32 but config.json has no MLX 'quantization'", file,
+                          e->name);
+        char module[300], sn[310], bn[310];
+        snprintf(module, sizeof module, "%.*s", (int)(strlen(e->name) - 7), e->name);
+        snprintf(sn, sizeof sn, "%s.scales", module);
+        snprintf(bn, sizeof bn, "%s.biases", module);
+        const st_entry *se = find_any(ck, sn, &t->qs_file), *be = find_any(ck, bn, &t->qb_file);
+        if (!se || !be)
+            return sl_err(err, SL_EFORMAT, "%s: MLX-quantized tensor '%s' has no '%s'", file, e->name, se ? bn : sn);
+        int bits, group;
+        mlx_module_params(&ck->mlx, module, &bits, &group);
+        int64_t cols;
+        sl_status st = mlx_check_module(e->name, bits, group, e->ndim, e->shape, se->ndim, se->shape, be->ndim,
+                                        be->shape, se->dtype, be->dtype, &cols, err);
+        if (st) {
+            sl_err_prefix(err, "%s", file);
+            return st;
+        }
+        t->pub.src_dtype = bits == 8 ? DT_Q8 : DT_Q4;
+        t->pub.q_group = group;
+        t->pub.q_sdtype = se->dtype;
+        t->pub.shape[1] = cols;
+        uint64_t slen = (uint64_t)t->pub.shape[0] * (uint64_t)(cols / group) * dt_size(se->dtype);
+        uint64_t x = e->ndim == 3 ? (uint64_t)t->pub.expert : 0;
+        t->qs_off = se->off + x * slen;
+        t->qb_off = be->off + x * slen;
+        t->qs_len = t->qb_len = slen;
     }
     return SL_OK;
 }
@@ -380,6 +473,12 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
             }
         }
     }
+    if (!st && (st = mlx_parse_quant(cfgjson, cpath, &ck->mlx, err)) == SL_OK && ck->mlx.bits &&
+        ck->cfg.zero_centred_norm) {
+        /* mlx-lm saves the (1 + w) norms already shifted */
+        ck->cfg.zero_centred_norm = 0;
+        ck->cfg.norms_shifted = 1;
+    }
     free(cpath);
     if (st) goto fail;
     if ((st = list_files(ck, &names, &n_names, &index, err))) goto fail;
@@ -412,6 +511,7 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
                 sl_err_prefix(err, "%s", ck->files[f].path);
                 goto fail;
             }
+    if ((st = attach_mlx(ck, err))) goto fail;
     if ((st = validate(ck, err))) goto fail;
     for (int i = 0; i < n_names; i++) free(names[i]);
     free(names);
@@ -435,6 +535,7 @@ void hf_close(hf_ckpt *ck) {
     for (int i = 0; i < ck->n; i++) free(ck->t[i].pub.name);
     free(ck->t);
     free(ck->experts);
+    mlx_quant_free(&ck->mlx);
     free(ck->config_text);
     free(ck->dir);
     free(ck);
@@ -470,6 +571,17 @@ sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_
     const st_file *f = &ck->files[t->file];
     size_t n = 1;
     for (int i = 0; i < pub->ndim; i++) n *= (size_t)pub->shape[i];
+    if (q_is_quant(pub->src_dtype)) { /* MLX: codes | scales | biases, verbatim */
+        if (to != pub->src_dtype)
+            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is MLX-quantized (%s); it is imported as it is", pub->name,
+                          dt_name(pub->src_dtype));
+        uint8_t *d = dst;
+        sl_status st = fio_pread_all(f->fd, d, t->len, t->off, f->path, err);
+        if (!st) st = fio_pread_all(ck->files[t->qs_file].fd, d + t->len, t->qs_len, t->qs_off, ck->files[t->qs_file].path, err);
+        if (!st) st = fio_pread_all(ck->files[t->qb_file].fd, d + t->len + t->qs_len, t->qb_len, t->qb_off,
+                                    ck->files[t->qb_file].path, err);
+        return st;
+    }
     if (pub->src_dtype == to && !t->scale) return fio_pread_all(f->fd, dst, t->len, t->off, f->path, err);
     void *raw = malloc(t->len ? t->len : 1);
     float *tmp = (to == DT_F32) ? dst : malloc(n * sizeof(float) + 1);

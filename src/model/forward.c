@@ -183,7 +183,8 @@ static int check_mat(const sl_mat *m, int rows, int cols, int layer, const char 
         fwd_errf(err, errlen, "layer %d: weight %s missing", layer, name);
         return SL_EINVAL;
     }
-    if (m->dtype != DT_F32 && m->dtype != DT_F16 && m->dtype != DT_BF16) {
+    if ((m->dtype != DT_F32 && m->dtype != DT_F16 && m->dtype != DT_BF16 && !q_is_quant(m->dtype)) ||
+        (q_is_quant(m->dtype) && (!m->scales || m->group <= 0 || m->cols % m->group))) {
         fwd_errf(err, errlen, "layer %d: weight %s has unsupported dtype %s", layer, name, dt_name(m->dtype));
         return SL_EINVAL;
     }
