@@ -49,8 +49,19 @@ asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-bench: $(BUILD)/sluice $(BUILD)/bench_tokenize
+bench: $(BUILD)/sluice $(BUILD)/bench_tokenize $(BUILD)/bench_kernels
 	tools/bench.sh $(BUILD)/sluice
+	$(BUILD)/bench_kernels
+
+$(BUILD)/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
+# Accuracy of the quantized types on every fixture (docs/QUANT.md).
+quant-eval: $(BUILD)/quant_eval
+	$(BUILD)/quant_eval
+
+$(BUILD)/quant_eval: $(BUILD)/tools/quant_eval.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
 $(BUILD)/bench_tokenize: $(BUILD)/bench/bench_tokenize.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
@@ -70,5 +81,5 @@ install: all
 clean:
 	rm -rf build
 
-.PHONY: all test asan bench run install clean
+.PHONY: all test asan bench quant-eval run install clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
