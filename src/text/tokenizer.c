@@ -573,6 +573,7 @@ out:
 }
 
 int tok_ids_put(tok_ids *v, const int32_t *p, int n) {
+    if (n == 0) return 0;
     if (v->n + n > v->cap) {
         int cap = v->cap ? v->cap : 64;
         while (cap < v->n + n) cap *= 2;
@@ -624,7 +625,7 @@ sl_status sl_tokenize(const sl_tokenizer *tok, const char *text, size_t len, int
         start = i;
     }
     if (len > start && (st = encode_piece(t, text + start, len - start, &ids, err))) goto fail;
-    if (!ids.p && tok_ids_put(&ids, NULL, 0) == 0 && !(ids.p = malloc(sizeof(int32_t)))) goto oom;
+    if (!ids.p && !(ids.p = malloc(sizeof(int32_t)))) goto oom; /* an empty result is still an array */
     free(fixed.p);
     *out_ids = ids.p;
     *out_n = ids.n;
