@@ -79,6 +79,7 @@ int cmd_run(int argc, char **argv) {
         if (sl_session_eval(s, &t, 1, logits, 0)) { printf("\n"); cli_fail("run", "%s", sl_session_errmsg(s)); goto out; }
     }
     printf("\n");
+    fflush(stdout);
     double t2 = cli_now();
     if (a.stats) cli_print_stats(m, n, a.n_gen, t1 - t0, t2 - t1);
     rc = 0;

@@ -303,6 +303,8 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
         goto fail;
     }
     if ((st = fio_pread_all(m->f.fd, m->backbone, m->f.h.backbone_len, m->f.h.backbone_off, path, err))) goto fail;
+    /* the backbone now lives in our buffer: do not keep a second copy in the page cache */
+    posix_fadvise(m->f.fd, (off_t)m->f.h.backbone_off, (off_t)m->f.h.backbone_len, POSIX_FADV_DONTNEED);
     for (int i = 0; i < m->f.n_tensors; i++) {
         const slc_tensor *t = &m->f.t[i];
         if (XXH3_64bits(m->backbone + (t->off - m->f.h.backbone_off), t->size) != t->hash) {
@@ -399,8 +401,10 @@ sl_status sl_session_eval(sl_session *s, const int32_t *tokens, int n_tokens, fl
 
 /* ---- stats ---- */
 
+/* Bytes of the model file resident in the page cache (mincore over a read-only mapping). */
 static uint64_t page_cache_bytes(const sl_model *m) {
     uint64_t size = m->f.h.file_size, page = (uint64_t)sysconf(_SC_PAGESIZE), n = (size + page - 1) / page, res = 0;
+    if (!size) return 0;
     void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, m->f.fd, 0);
     if (map == MAP_FAILED) return 0;
     unsigned char *vec = malloc(n);
