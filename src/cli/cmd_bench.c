@@ -62,13 +62,14 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
     uint64_t req = st.hits + st.misses;
     fprintf(stderr,
             "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
-            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%; peak RSS %s, backbone %s, "
-            "page cache %s; io %s/%s\n",
+            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, checksums %.1f ms/token; peak RSS %s, "
+            "backbone %s, page cache %s; io %s/%s\n",
             n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 ? n_gen / decode_s : 0.0, cb,
             (unsigned long long)st.cache_slots, st.resident ? "resident" : "streamed",
             req ? 100.0 * (double)st.hits / (double)req : 100.0, rd,
             st.tokens ? (double)st.bytes_read / (double)st.tokens / 1048576.0 : 0.0,
-            st.eval_s > 0 ? 100.0 * st.io_wait_s / st.eval_s : 0.0, rss, bb, pc, st.io_engine, st.io_mode);
+            st.eval_s > 0 ? 100.0 * st.io_wait_s / st.eval_s : 0.0, st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0.0,
+            rss, bb, pc, st.io_engine, st.io_mode);
 }
 
 /* ---- synth ---- */
