@@ -45,6 +45,8 @@ void cli_text_opts_init(cli_text_opts *o);
 /* Consumes argv[*i] (and its value) if it is a text option: 1 consumed, 0 not one, -1 bad (printed). */
 int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *i);
 int cmd_run_text(int argc, char **argv);
+/* Writes generated text to stdout; with terminal set, control characters other than \t \n \r are dropped. */
+void cli_write_text(const char *text, size_t len, int terminal);
 
 /* Prints "sluice <cmd>: <msg>" to stderr; returns the exit code 1. */
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -6,8 +6,8 @@
  * rendered by the chat template with the generation prompt. (As in llama.cpp, the model sees earlier
  * answers as it wrote them, thinking included, where the template would drop old reasoning on a
  * re-render.) Line editing and history come from libedit when stdin is a terminal; otherwise lines are
- * read plainly, which is how the tests drive it. Ctrl-C stops the current answer, not the program;
- * Ctrl-D or /quit leaves.
+ * read plainly, which is how the tests drive it. Ctrl-C stops the current answer, not the program (at
+ * the prompt it starts a fresh line); Ctrl-D or /quit leaves.
  */
 #include <editline/readline.h>
 #include <errno.h>
@@ -23,9 +23,8 @@ static volatile sig_atomic_t g_stop;
 static void on_sigint(int sig) { (void)sig; g_stop = 1; }
 
 static int print_piece(void *user, int32_t id, const char *text, size_t len) {
-    (void)user;
     (void)id;
-    fwrite(text, 1, len, stdout);
+    cli_write_text(text, len, *(const int *)user);
     fflush(stdout);
     return g_stop;
 }
@@ -33,9 +32,16 @@ static int print_piece(void *user, int32_t id, const char *text, size_t len) {
 /* One line of input (malloc'ed, no newline) or NULL at end of input. */
 static char *read_line(int tty) {
     if (tty) {
-        char *l = readline("> ");
-        if (l && *l) add_history(l);
-        return l;
+        for (;;) {
+            g_stop = 0;
+            char *l = readline("> ");
+            if (!l && g_stop) { /* Ctrl-C at the prompt: a fresh line, not the end */
+                printf("\n");
+                continue;
+            }
+            if (l && *l) add_history(l);
+            return l;
+        }
     }
     size_t cap = 256, n = 0;
     char *b = malloc(cap);
@@ -71,6 +77,7 @@ typedef struct {
     sl_gen_result last;
     int last_prompt;  /* tokens evaluated for the last turn's prompt */
     char *sys;        /* system prompt set with /system (owned) */
+    int tty_out;      /* stdout is a terminal: control characters are not printed */
 } chat;
 
 static void reset(chat *c) {
@@ -117,7 +124,7 @@ static void turn(chat *c, const char *line) {
     gp.n_stop = c->o.n_stop;
     g_stop = 0;
     sl_gen_result r;
-    if (sl_generate(c->m, c->s, c->tok, c->smp, ids, n, &gp, print_piece, NULL, &r, &err)) {
+    if (sl_generate(c->m, c->s, c->tok, c->smp, ids, n, &gp, print_piece, &c->tty_out, &r, &err)) {
         printf("\n");
         cli_fail("chat", "%s%s", err.msg, err.status == SL_ERANGE ? " (use /reset to start over)" : "");
         goto out;
@@ -166,6 +173,7 @@ int cmd_chat(int argc, char **argv) {
     sa.sa_handler = on_sigint; /* no SA_RESTART: a blocked read returns and the loop goes on */
     sigaction(SIGINT, &sa, NULL);
     int tty = isatty(0);
+    c.tty_out = isatty(1);
     if (tty) printf("sluice chat — /reset, /stats, /think on|off, /system TEXT, /quit; Ctrl-C stops an answer\n");
     char *line;
     while ((line = read_line(tty))) {

@@ -222,13 +222,27 @@ int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *
 static volatile sig_atomic_t g_interrupted;
 static void on_sigint(int sig) { (void)sig; g_interrupted = 1; }
 
-typedef struct { int ids, n; } run_out;
+void cli_write_text(const char *text, size_t len, int terminal) {
+    if (!terminal) { fwrite(text, 1, len, stdout); return; }
+    /* model output may hold escape sequences: on a terminal, C0 controls other than \t \n \r and DEL
+     * are not printed (random test models emit them; they can reprogram the terminal) */
+    size_t a = 0;
+    for (size_t i = 0; i <= len; i++) {
+        unsigned char ch = i < len ? (unsigned char)text[i] : 0;
+        if (i == len || (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || ch == 0x7f) {
+            fwrite(text + a, 1, i - a, stdout);
+            a = i + 1;
+        }
+    }
+}
+
+typedef struct { int ids, n, tty; } run_out;
 
 static int print_token(void *user, int32_t id, const char *text, size_t len) {
     run_out *o = user;
     if (o->ids) {
         if (id >= 0) printf(o->n++ ? " %d" : "%d", id);
-    } else fwrite(text, 1, len, stdout);
+    } else cli_write_text(text, len, o->tty);
     fflush(stdout);
     return g_interrupted;
 }
@@ -274,7 +288,7 @@ int cmd_run_text(int argc, char **argv) {
     gp.stop = o.stop;
     gp.n_stop = o.n_stop;
     sl_gen_result res;
-    run_out ro = {o.ids, 0};
+    run_out ro = {o.ids, 0, isatty(1)};
     signal(SIGINT, on_sigint);
     if (sl_generate(m, s, tok, smp, ids, n, &gp, print_token, &ro, &res, &err)) { printf("\n"); cli_fail("run", "%s", err.msg); goto out; }
     printf("\n");
