@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <xxhash.h>
 
@@ -38,6 +39,7 @@ struct cache {
     cache_policy policy;
     slot *slots;
     uint8_t *arena;
+    size_t arena_bytes;
     int *map;          /* [n_keys] -> slot or -1 */
     uint64_t tick;
     double halflife;   /* LFU: accesses over which a count halves */
@@ -338,6 +340,18 @@ sl_expert_src cache_source(cache *c) {
 
 /* ---- lifecycle, pinning, stats ---- */
 
+/* The slot arena: anonymous memory on transparent huge pages where the kernel offers them, touched
+ * once up front. Reads into never-touched pages cost a page fault and a zeroing per 4 KiB inside the
+ * I/O path (measured: a cold 8 GiB cache decoded at 0.6 tok/s against 1.6 tok/s warm), so the budget
+ * is paid at open, as the memory it is. NULL on failure. */
+static uint8_t *arena_alloc(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    for (size_t i = 0; i < bytes; i += 4096) ((volatile uint8_t *)p)[i] = 0;
+    return p;
+}
+
 cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     cache *c = calloc(1, sizeof *c);
     if (!c) {
@@ -361,7 +375,8 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->depth = c->io->depth < c->n_slots ? c->io->depth : c->n_slots;
     c->halflife = 8.0 * c->n_slots;
     c->slots = calloc(n, sizeof *c->slots);
-    c->arena = aligned_alloc(4096, n * stride);
+    c->arena_bytes = n * stride;
+    c->arena = arena_alloc(c->arena_bytes);
     c->map = malloc((size_t)c->n_keys * sizeof *c->map);
     c->rstate = calloc((size_t)c->E, 1);
     c->ready = malloc((size_t)c->E * sizeof *c->ready);
@@ -392,7 +407,7 @@ void cache_free(cache *c) {
     if (!c) return;
     io_destroy(c->io);
     free(c->slots);
-    free(c->arena);
+    if (c->arena) munmap(c->arena, c->arena_bytes);
     free(c->map);
     free(c->rstate);
     free(c->ready);
