@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "format/container.h"
 #include "format/pack.h"
@@ -470,4 +471,62 @@ TEST(bad_disk_full_during_pack) {
         CHECK(test_file_size(out) == 8);
         CHECK(!test_dir_has_prefix(dir, "model.sluice.tmp"));
     }
+}
+
+/* Rewrites the manifest of a container copy through fn (the manifest is the last section), fixing up
+ * the header's manifest length, hash and file size: a structurally valid file whose content lies. */
+static int edit_manifest(const char *src, const char *dst, void (*fn)(cJSON *man, void *ctx), void *ctx) {
+    size_t n;
+    char *b = test_read(src, &n);
+    if (!b) return -1;
+    slc_header h;
+    if (slc_header_decode((uint8_t *)b, &h, src, NULL)) { free(b); return -1; }
+    cJSON *man = cJSON_ParseWithLength(b + h.manifest_off, h.manifest_len);
+    fn(man, ctx);
+    char *txt = cJSON_PrintUnformatted(man);
+    cJSON_Delete(man);
+    h.manifest_len = strlen(txt);
+    h.manifest_hash = XXH3_64bits(txt, h.manifest_len);
+    h.file_size = h.manifest_off + h.manifest_len;
+    char *o = malloc(h.file_size);
+    memcpy(o, b, h.manifest_off);
+    memcpy(o + h.manifest_off, txt, h.manifest_len);
+    slc_header_encode(&h, (uint8_t *)o);
+    int rc = test_write(dst, o, h.file_size);
+    free(o);
+    free(txt);
+    free(b);
+    return rc;
+}
+
+static void lie_heads(cJSON *man, void *ctx) {
+    cJSON *c = cJSON_GetObjectItem(man, "config");
+    cJSON_ReplaceItemInObject(c, "n_heads", cJSON_CreateNumber(2)); /* q_proj / o_proj no longer fit */
+}
+
+static void lie_tensor_shape(cJSON *man, void *ctx) {
+    cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(man, "tensors")) {
+        if (strcmp(cJSON_GetObjectItem(it, "name")->valuestring, ctx)) continue;
+        cJSON *sh = cJSON_GetObjectItem(it, "shape");
+        double a = cJSON_GetArrayItem(sh, 0)->valuedouble, b = cJSON_GetArrayItem(sh, 1)->valuedouble;
+        cJSON_ReplaceItemInArray(sh, 0, cJSON_CreateNumber(b));
+        cJSON_ReplaceItemInArray(sh, 1, cJSON_CreateNumber(a));
+    }
+}
+
+TEST(open_rejects_shapes_that_do_not_match_config) {
+    const char *src = test_packed("qwen3_next");
+    CHECK(src);
+    const char *p = test_path("%s/lying-config.sluice", test_tmpdir());
+    CHECK(edit_manifest(src, p, lie_heads, NULL) == 0);
+    sl_model *m = NULL;
+    sl_error err = {0};
+    sl_status st = sl_model_open(p, NULL, &m, &err);
+    CHECKF(st == SL_EFORMAT && m == NULL && strstr(err.msg, "q_proj") && strstr(err.msg, "config implies"), "%d %s", st,
+           err.msg);
+    const char *p2 = test_path("%s/lying-shape.sluice", test_tmpdir());
+    CHECK(edit_manifest(src, p2, lie_tensor_shape, "layers.0.linear_attn.out_proj") == 0);
+    st = sl_model_open(p2, NULL, &m, &err);
+    CHECKF(st == SL_EFORMAT && m == NULL && strstr(err.msg, "layers.0.linear_attn.out_proj"), "%d %s", st, err.msg);
 }
