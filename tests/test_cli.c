@@ -120,7 +120,8 @@ TEST(cli_synth_bench_profile) {
     for (int i = 0; ok && i < 2; i++) {
         const cJSON *r = cJSON_GetArrayItem(j, i);
         ok = cJSON_GetObjectItem(r, "decode_tok_s")->valuedouble > 0 && cJSON_GetObjectItem(r, "hit_rate")->valuedouble >= 0 &&
-             cJSON_GetObjectItem(r, "peak_rss_bytes")->valuedouble > 0;
+             cJSON_GetObjectItem(r, "peak_rss_bytes")->valuedouble > 0 &&
+             cJSON_GetArraySize(cJSON_GetObjectItem(r, "layers")) == 4;
     }
     /* a bigger cache never reads more per token than a smaller one on the same workload */
     ok = ok && cJSON_GetObjectItem(cJSON_GetArrayItem(j, 1), "bytes_per_token")->valuedouble <=

@@ -114,9 +114,10 @@ static uint64_t rng(uint64_t *s) {
 }
 
 typedef struct {
-    double prefill_tps, decode_tps, hit_rate, bytes_per_token, read_mbps, io_wait_frac;
+    double prefill_tps, decode_tps, hit_rate, bytes_per_token, read_mbps, io_wait_frac, verify_ms_per_token;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
     const char *engine, *mode;
+    cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
 } bench_row;
 
 static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_gen, bench_row *r, const char **err_out,
@@ -169,6 +170,18 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         r->page_cache_growth = st.page_cache_bytes > s0.page_cache_bytes ? st.page_cache_bytes - s0.page_cache_bytes : 0;
         r->engine = st.io_engine;
         r->mode = st.io_mode;
+        r->verify_ms_per_token = st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0;
+        r->layers = cJSON_CreateArray();
+        for (int l = 0; l < sl_model_n_layers(m); l++) {
+            uint64_t h, mi, b;
+            sl_model_layer_stats(m, l, &h, &mi, &b);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "layer", l);
+            cJSON_AddNumberToObject(o, "hits", (double)h);
+            cJSON_AddNumberToObject(o, "misses", (double)mi);
+            cJSON_AddNumberToObject(o, "bytes_read", (double)b);
+            cJSON_AddItemToArray(r->layers, o);
+        }
     }
     sl_session_free(s);
     free(toks);
@@ -231,6 +244,9 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)r.peak_rss);
             cJSON_AddNumberToObject(o, "backbone_bytes", (double)r.backbone);
             cJSON_AddNumberToObject(o, "page_cache_growth_bytes", (double)r.page_cache_growth);
+            cJSON_AddNumberToObject(o, "checksum_ms_per_token", r.verify_ms_per_token);
+            cJSON_AddItemToObject(o, "layers", r.layers);
+            r.layers = NULL;
         } else {
             printf("%-10.0f %-8s %-6s %10.1f %10.2f %7.1f%% %12.1f %10.0f %7.0f%% %9.0fM %9.0fM\n",
                    (double)r.cache_bytes / 1048576.0, p.policy == SL_POLICY_LFU ? "lfu" : "lru",
@@ -239,6 +255,7 @@ int cmd_bench(int argc, char **argv) {
                    (double)r.peak_rss / 1048576.0, (double)r.page_cache_growth / 1048576.0);
             fflush(stdout);
         }
+        cJSON_Delete(r.layers);
     }
     if (json) {
         char *t = cJSON_Print(arr);
