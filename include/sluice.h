@@ -101,7 +101,7 @@ sl_status sl_pack(const char *src_dir, const char *out_path, const sl_pack_param
 sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn progress, void *user, sl_error *err);
 
 /* Writes a container of a released model's real dimensions with random weights (benchmarks):
- * shape one of sl_synth_shapes(); layers 0 = all; quant keep/bf16 (bf16) or f32; seed 0 = default. */
+ * shape one of sl_synth_shapes(); layers 0 = all; quant keep/bf16 (bf16), f32, q8, q4 or q3 (group 64); seed 0 = default. */
 sl_status sl_synth(const char *shape, int layers, sl_quant quant, uint64_t seed, const char *out_path,
                    sl_progress_fn progress, void *user, sl_error *err);
 const char *sl_synth_shapes(void);

@@ -139,6 +139,11 @@ TEST(cli_synth_bench_profile) {
     rc = sh(&o, "%s run -m %s --tokens 1,2,3 -n 4 --cache lots", bin(), m);
     CHECKF(rc != 0 && strstr(o, "--cache"), "rc %d: %s", rc, o);
     free(o);
+    const char *q = test_path("%s/synth-tiny-q4.sluice", test_tmpdir());
+    rc = sh(&o, "%s synth --shape tiny --quant q4 -o %s && %s verify %s && %s info %s && %s run -m %s --tokens 1,2 -n 3 --ids --cache 100K",
+            bin(), q, bin(), q, bin(), q, bin(), q);
+    CHECKF(rc == 0 && strstr(o, "q4"), "rc %d: %s", rc, o);
+    free(o);
     rc = sh(&o, "%s synth --shape nonesuch -o %s/x.sluice", bin(), test_tmpdir());
     CHECKF(rc != 0 && strstr(o, "qwen3-next-80b-a3b"), "rc %d: %s", rc, o);
     free(o);

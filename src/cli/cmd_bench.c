@@ -90,7 +90,10 @@ int cmd_synth(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(v, "f32")) q = SL_QUANT_F32;
             else if (!strcmp(v, "bf16") || !strcmp(v, "keep")) q = SL_QUANT_BF16;
-            else return cli_fail("synth", "--quant '%s': synth writes bf16 or f32", v);
+            else if (!strcmp(v, "q8")) q = SL_QUANT_Q8;
+            else if (!strcmp(v, "q4")) q = SL_QUANT_Q4;
+            else if (!strcmp(v, "q3")) q = SL_QUANT_Q3;
+            else return cli_fail("synth", "--quant '%s' (bf16, f32, q8, q4, q3)", v);
         } else return cli_fail("synth", "unknown option '%s'", argv[i]);
     }
     if (!shape || !out)

@@ -124,7 +124,7 @@ static void usage(FILE *f) {
             "  sluice run -m MODEL.sluice --tokens 1,2,3 [-n N] [--temp 0] [--ids] [--threads N] [--stats]\n"
             "  sluice logits -m MODEL.sluice --tokens 1,2,3 --out FILE [--threads N]\n"
             "  sluice bench -m MODEL.sluice [--prompt N] [--gen N] [--cache SIZE ...] [--policy lru|lfu] [--json]\n"
-            "  sluice synth --shape NAME [--layers N] -o MODEL.sluice [--quant bf16|f32]\n"
+            "  sluice synth --shape NAME [--layers N] -o MODEL.sluice [--quant bf16|f32|q8|q4|q3]\n"
             "  sluice profile -m MODEL.sluice --tokens 1,2,3 -o PROFILE\n"
             "model options (run, logits, chat, bench, profile):\n"
             "  --cache SIZE (expert cache, e.g. 4G) --resident --io auto|direct|buffered --engine auto|uring|pread\n"

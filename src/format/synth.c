@@ -6,7 +6,9 @@
  * skewed).
  *
  * Values: matrices uniform in ±1/sqrt(cols) (activations stay O(1)), norm weights 0 for zero-centred
- * families and 1 otherwise, A_log = log(U(1,16)), dt_bias 0, conv1d ±0.5. bf16 unless --quant f32.
+ * families and 1 otherwise, A_log = log(U(1,16)), dt_bias 0, conv1d ±0.5. Matrices are bf16 by
+ * default, f32 with --quant f32, or quantized with --quant q8|q4|q3 (group 64, bf16 scales, the
+ * packer's quantiser; routers stay bf16 as pack keeps them at >= 8 bits).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +21,7 @@
 
 #include "format/container.h"
 #include "model/tensors.h"
+#include "quant/quant.h"
 #include "sluice.h"
 #include "util/err.h"
 #include "util/fileio.h"
@@ -45,6 +48,8 @@ const char *sl_synth_shapes(void) {
     return "qwen3-next-80b-a3b, qwen3.5-35b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, tiny";
 }
 
+#define SYNTH_GROUP 64
+
 static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
     *s ^= *s >> 12;
     *s ^= *s << 25;
@@ -64,6 +69,19 @@ static void fill(uint64_t *s, sl_dtype dt, void *dst, size_t n, float a) {
     }
 }
 
+/* Matrix of rows x cols in dtype dt at dst (q_mat_bytes bytes); f32 scratch tmp holds rows*cols. */
+static void fill_mat(uint64_t *s, sl_dtype dt, const char *name, int64_t rows, int64_t cols, float *tmp, void *dst) {
+    size_t n = (size_t)(rows * cols);
+    float a = 1.0f / sqrtf((float)cols);
+    if (!q_is_quant(dt)) {
+        fill(s, dt, dst, n, a);
+        return;
+    }
+    fill(s, DT_F32, tmp, n, a);
+    uint32_t seed = dt == DT_Q3 ? (uint32_t)XXH3_64bits(name, strlen(name)) : 0;
+    q_quantize(dt, tmp, (int)rows, (int)cols, SYNTH_GROUP, DT_BF16, seed, dst);
+}
+
 static void fill_vec(uint64_t *s, const char *name, const sl_config *c, sl_dtype dt, void *dst, size_t n) {
     float *tmp = malloc(n * sizeof(float));
     if (!tmp) return;
@@ -77,6 +95,14 @@ static void fill_vec(uint64_t *s, const char *name, const sl_config *c, sl_dtype
     }
     dt_from_f32(dt, tmp, dst, n);
     free(tmp);
+}
+
+/* dtype of a backbone tensor: vectors f32; routers bf16 when the rest is quantized; else mdt. */
+static sl_dtype tensor_dtype(const arch_tensor *t, sl_dtype mdt) {
+    if (!t->matrix) return DT_F32;
+    if (q_is_quant(mdt) && (strstr(t->name, "mlp.gate") && !strstr(t->name, "gate_proj"))) return DT_BF16;
+    if (q_is_quant(mdt) && t->shape[1] % SYNTH_GROUP) return DT_BF16;
+    return mdt;
 }
 
 static sl_status make_config(const shape *sh, int layers, sl_config *c, sl_error *err) {
@@ -119,9 +145,8 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         if (!strcmp(shapes[i].name, shape_name)) sh = &shapes[i];
     if (!sh) return sl_err(err, SL_EINVAL, "unknown shape '%s' (known: %s)", shape_name, sl_synth_shapes());
-    if (quant != SL_QUANT_KEEP && quant != SL_QUANT_BF16 && quant != SL_QUANT_F32)
-        return sl_err(err, SL_EUNSUPPORTED, "synth writes bf16 or f32 weights");
-    sl_dtype mdt = quant == SL_QUANT_F32 ? DT_F32 : DT_BF16;
+    sl_dtype mdt = quant == SL_QUANT_F32 ? DT_F32 : quant == SL_QUANT_Q8 ? DT_Q8 : quant == SL_QUANT_Q4 ? DT_Q4
+                 : quant == SL_QUANT_Q3 ? DT_Q3 : DT_BF16;
     sl_config c;
     sl_status st = make_config(sh, layers, &c, err);
     if (st) return st;
@@ -131,27 +156,32 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
     cJSON *man = cJSON_CreateObject(), *tt = NULL;
     char *tmp = NULL, *mtxt = NULL;
     uint8_t *buf = NULL, *hdr = NULL, *hashes = NULL;
+    float *ftmp = NULL;
     int fd = -1;
     uint64_t rs = seed ? seed : 0x9e3779b97f4a7c15ull;
     slc_header h;
     memset(&h, 0, sizeof h);
     h.version = SLC_VERSION;
     h.backbone_off = SLC_HEADER_BYTES;
-    uint64_t off = h.backbone_off, maxb = 0;
+    uint64_t off = h.backbone_off, maxb = 0, maxn = 0;
     for (int i = 0; i < n_at; i++) {
         uint64_t n = (uint64_t)at[i].shape[0] * (uint64_t)(at[i].ndim == 2 ? at[i].shape[1] : 1);
-        uint64_t b = n * dt_size(at[i].matrix ? mdt : DT_F32);
+        uint64_t b = q_mat_bytes(tensor_dtype(&at[i], mdt), at[i].shape[0], at[i].ndim == 2 ? at[i].shape[1] : 1,
+                                 SYNTH_GROUP, DT_BF16);
         off = slc_round_up(off, SLC_TENSOR_ALIGN) + b;
         if (b > maxb) maxb = b;
+        if (n > maxn) maxn = n;
     }
     h.backbone_len = off - h.backbone_off;
     int64_t psh[3][2];
-    uint64_t poff[3], block = 0;
+    uint64_t poff[3], psz[3], block = 0;
     for (int p = 0; p < 3; p++) {
         arch_expert_shape(&c, p, psh[p]);
         block = slc_round_up(block, SLC_TENSOR_ALIGN);
         poff[p] = block;
-        block += (uint64_t)(psh[p][0] * psh[p][1]) * dt_size(mdt);
+        psz[p] = q_mat_bytes(mdt, psh[p][0], psh[p][1], SYNTH_GROUP, DT_BF16);
+        block += psz[p];
+        if ((uint64_t)(psh[p][0] * psh[p][1]) > maxn) maxn = (uint64_t)(psh[p][0] * psh[p][1]);
     }
     h.n_moe_layers = (uint32_t)cfg_n_moe_layers(&c);
     h.n_experts = (uint32_t)c.n_experts;
@@ -167,7 +197,8 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
     buf = aligned_alloc(SLC_ALIGN, slc_round_up((maxb > h.expert_stride ? maxb : h.expert_stride) + 1, SLC_ALIGN));
     hashes = malloc(h.hash_len + 8);
     hdr = malloc(SLC_HEADER_BYTES);
-    if (!man || !tmp || !buf || !hashes || !hdr) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    ftmp = q_is_quant(mdt) ? malloc(maxn * sizeof(float)) : NULL;
+    if (!man || !tmp || !buf || !hashes || !hdr || (q_is_quant(mdt) && !ftmp)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
     snprintf(tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
     fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -183,10 +214,11 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
     uint64_t total = h.backbone_len + h.expert_len, done = 0;
     off = h.backbone_off;
     for (int i = 0; i < n_at; i++) {
-        sl_dtype dt = at[i].matrix ? mdt : DT_F32;
-        uint64_t n = (uint64_t)at[i].shape[0] * (uint64_t)(at[i].ndim == 2 ? at[i].shape[1] : 1), b = n * dt_size(dt);
+        sl_dtype dt = tensor_dtype(&at[i], mdt);
+        uint64_t n = (uint64_t)at[i].shape[0] * (uint64_t)(at[i].ndim == 2 ? at[i].shape[1] : 1);
+        uint64_t b = q_mat_bytes(dt, at[i].shape[0], at[i].ndim == 2 ? at[i].shape[1] : 1, SYNTH_GROUP, DT_BF16);
         off = slc_round_up(off, SLC_TENSOR_ALIGN);
-        if (at[i].matrix) fill(&rs, dt, buf, n, 1.0f / sqrtf((float)at[i].shape[1]));
+        if (at[i].matrix) fill_mat(&rs, dt, at[i].name, at[i].shape[0], at[i].shape[1], ftmp, buf);
         else fill_vec(&rs, at[i].name, &c, dt, buf, n);
         if ((st = fio_pwrite_all(fd, buf, b, off, tmp, err))) goto fail;
         cJSON *o = cJSON_CreateObject();
@@ -197,6 +229,7 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
         for (int d = 0; d < at[i].ndim; d++) cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)at[i].shape[d]));
         cJSON_AddNumberToObject(o, "offset", (double)off);
         cJSON_AddNumberToObject(o, "size", (double)b);
+        slc_quant_to_json(o, dt, SYNTH_GROUP, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(at[i].name, strlen(at[i].name)) : 0);
         char hex[17];
         slc_hash_hex(XXH3_64bits(buf, b), hex);
         cJSON_AddStringToObject(o, "xxh3", hex);
@@ -207,7 +240,7 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
     for (uint64_t k = 0; k < (uint64_t)h.n_moe_layers * h.n_experts; k++) {
         memset(buf, 0, h.expert_stride);
         for (int p = 0; p < 3; p++)
-            fill(&rs, mdt, buf + poff[p], (size_t)(psh[p][0] * psh[p][1]), 1.0f / sqrtf((float)psh[p][1]));
+            fill_mat(&rs, mdt, arch_expert_part_names[p], psh[p][0], psh[p][1], ftmp, buf + poff[p]);
         uint64_t hv = XXH3_64bits(buf, block);
         for (int b = 0; b < 8; b++) hashes[k * 8 + (uint64_t)b] = (uint8_t)(hv >> (8 * b));
         if ((st = fio_pwrite_all(fd, buf, h.expert_stride, h.expert_off + k * h.expert_stride, tmp, err))) goto fail;
@@ -233,7 +266,9 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
         cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)psh[p][0]));
         cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)psh[p][1]));
         cJSON_AddNumberToObject(o, "offset", (double)poff[p]);
-        cJSON_AddNumberToObject(o, "size", (double)(psh[p][0] * psh[p][1]) * (double)dt_size(mdt));
+        cJSON_AddNumberToObject(o, "size", (double)psz[p]);
+        slc_quant_to_json(o, mdt, SYNTH_GROUP, DT_BF16,
+                          mdt == DT_Q3 ? (uint32_t)XXH3_64bits(arch_expert_part_names[p], strlen(arch_expert_part_names[p])) : 0);
     }
     cJSON_AddArrayToObject(man, "blobs");
     cJSON *src = cJSON_AddObjectToObject(man, "source");
@@ -271,6 +306,7 @@ done:
     free(buf);
     free(hdr);
     free(hashes);
+    free(ftmp);
     free(at);
     cJSON_Delete(man);
     return st;
