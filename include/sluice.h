@@ -132,6 +132,7 @@ typedef struct sl_model_params {
     const char *pin_profile; /* routing profile (sluice profile) whose hottest experts are pinned */
     int no_verify;          /* 1: skip the xxh3 check of each expert block read */
     int io_depth;           /* reads in flight at most; 0 = 64 */
+    int no_prefetch;        /* 1: do not read the next layer's predicted experts ahead of time */
 } sl_model_params;
 
 sl_model_params sl_model_params_default(void);
@@ -160,6 +161,9 @@ typedef struct sl_stats {
     int resident;                 /* experts all in RAM */
     const char *io_engine;        /* "io_uring", "pread", "resident" */
     const char *io_mode;          /* "direct", "buffered", "buffered+dontneed", "resident" */
+    uint64_t prefetch_reads;      /* expert reads started on a prediction of the next layer's routing */
+    uint64_t prefetch_used;       /* ... that a later request used (counted in hits) */
+    uint64_t prefetch_wasted;     /* ... evicted unused */
 } sl_stats;
 
 sl_status sl_model_stats(sl_model *model, sl_stats *out);

@@ -16,6 +16,7 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
     const char *v = more ? argv[*i + 1] : NULL;
     if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
     if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
+    if (!strcmp(s, "--no-prefetch")) { p->no_prefetch = 1; return 1; }
     if (!more) return 0;
     if (!strcmp(s, "--cache")) {
         long long b = cli_parse_size(v);
@@ -62,14 +63,15 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
     uint64_t req = st.hits + st.misses;
     fprintf(stderr,
             "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
-            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, checksums %.1f ms/token; peak RSS %s, "
-            "backbone %s, page cache %s; io %s/%s\n",
+            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, checksums %.1f ms/token, prefetch "
+            "%llu reads (%llu used); peak RSS %s, backbone %s, page cache %s; io %s/%s\n",
             n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 ? n_gen / decode_s : 0.0, cb,
             (unsigned long long)st.cache_slots, st.resident ? "resident" : "streamed",
             req ? 100.0 * (double)st.hits / (double)req : 100.0, rd,
             st.tokens ? (double)st.bytes_read / (double)st.tokens / 1048576.0 : 0.0,
             st.eval_s > 0 ? 100.0 * st.io_wait_s / st.eval_s : 0.0, st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0.0,
-            rss, bb, pc, st.io_engine, st.io_mode);
+            (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used, rss, bb, pc, st.io_engine,
+            st.io_mode);
 }
 
 /* ---- synth ---- */
@@ -118,6 +120,7 @@ static uint64_t rng(uint64_t *s) {
 
 typedef struct {
     double prefill_tps, decode_tps, hit_rate, bytes_per_token, read_mbps, io_wait_frac, verify_ms_per_token;
+    uint64_t prefetch_reads, prefetch_used;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
     const char *engine, *mode;
     cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
@@ -174,6 +177,8 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         r->engine = st.io_engine;
         r->mode = st.io_mode;
         r->verify_ms_per_token = st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0;
+        r->prefetch_reads = st.prefetch_reads - sp.prefetch_reads;
+        r->prefetch_used = st.prefetch_used - sp.prefetch_used;
         r->layers = cJSON_CreateArray();
         for (int l = 0; l < sl_model_n_layers(m); l++) {
             uint64_t h, mi, b;
@@ -248,6 +253,8 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "backbone_bytes", (double)r.backbone);
             cJSON_AddNumberToObject(o, "page_cache_growth_bytes", (double)r.page_cache_growth);
             cJSON_AddNumberToObject(o, "checksum_ms_per_token", r.verify_ms_per_token);
+            cJSON_AddNumberToObject(o, "prefetch_reads", (double)r.prefetch_reads);
+            cJSON_AddNumberToObject(o, "prefetch_used", (double)r.prefetch_used);
             cJSON_AddItemToObject(o, "layers", r.layers);
             r.layers = NULL;
         } else {

@@ -126,6 +126,9 @@ fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx) {
     ALLOC(st->exp_out, B * k * H);
     ALLOC(st->sh_y, B * H);
     ALLOC(st->e_list, E);
+    ALLOC(st->pf_list, E);
+    ALLOC(st->pf_mark, E);
+    st->prefetch = 1;
 #undef ALLOC
     st->slot_floats = slot_floats(cfg, n_ctx);
     st->n_slots = 1;
@@ -150,7 +153,7 @@ void fwd_state_free(fwd_state *st) {
     void *bufs[] = {st->x,     st->h,      st->out,   st->big,     st->k,      st->v,       st->mix,
                     st->conv_in, st->conv_out, st->z, st->ba,      st->gates,  st->scratch, st->router,
                     st->top_e, st->top_w,  st->e_count, st->e_tok, st->e_slot, st->ffn_x,   st->ffn_g,
-                    st->ffn_u, st->ffn_y,  st->exp_out, st->sh_y, st->e_list};
+                    st->ffn_u, st->ffn_y,  st->exp_out, st->sh_y, st->e_list, st->pf_list, st->pf_mark};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(st);
 }
@@ -175,6 +178,7 @@ void fwd_state_set_trace(fwd_state *st, fwd_trace_fn fn, void *ctx) {
 }
 
 void fwd_state_set_chunked(fwd_state *st, int chunked) { st->chunked = chunked; }
+void fwd_state_set_prefetch(fwd_state *st, int on) { st->prefetch = on; }
 
 /* ---- weight validation ------------------------------------------------------------------------ */
 
@@ -329,8 +333,11 @@ static int eval_batch(fwd_state *st, const sl_config *cfg, const sl_weights *w, 
         add_rows(st->x, st->out, (size_t)n * H);
 
         fwd_norm_rows(ops, st->x, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, st->h, n, (int)H);
-        if (cfg->layer_moe[l])
-            rc = fwd_moe(st, cfg, lw, l, experts, pool, n, err, errlen);
+        if (cfg->layer_moe[l]) {
+            int nl = l + 1;
+            while (nl < cfg->n_layers && !cfg->layer_moe[nl]) nl++;
+            rc = fwd_moe(st, cfg, lw, l, nl < cfg->n_layers ? &w->layers[nl] : NULL, nl, experts, pool, n, err, errlen);
+        }
         else
             rc = fwd_dense_mlp(st, cfg, lw, pool, n);
         if (rc) return rc;

@@ -29,6 +29,8 @@ void fwd_state_set_trace(fwd_state *st, fwd_trace_fn fn, void *ctx);
 /* Selects the DeltaNet prefill algorithm: 1 (default) chunked for micro-batches of more than one
  * token, 0 token recurrence always. */
 void fwd_state_set_chunked(fwd_state *st, int chunked);
+/* Turns the next-layer expert prefetch hint on (default) or off. */
+void fwd_state_set_prefetch(fwd_state *st, int on);
 
 struct fwd_state {
     const kern_ops *ops;
@@ -77,6 +79,9 @@ struct fwd_state {
     float *exp_out;    /* [B][k][H] routed expert outputs by slot */
     float *sh_y;       /* [B][H] shared expert output */
     int *e_list;       /* [E] distinct experts of a micro-batch, ascending */
+    int *pf_list;      /* [E] experts predicted for the next MoE layer (prefetch hint) */
+    unsigned char *pf_mark; /* [E] */
+    int prefetch;      /* 1 (default): hint the next MoE layer's experts to a streaming provider */
     int n_ffn;
 };
 
@@ -86,7 +91,8 @@ int fwd_attention(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int
                   int pos0);
 int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
                  char *err, size_t errlen);
-int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
+int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+            int next_layer, const sl_expert_src *experts,
             sl_pool *pool, int n, char *err, size_t errlen);
 int fwd_dense_mlp(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n);
 

@@ -84,6 +84,9 @@ typedef struct sl_expert_src {
     void (*release)(void *ctx, int expert);
     void (*end)(void *ctx);
     const char *(*errmsg)(void *ctx);
+    /* optional: a hint that `layer` will probably need these experts soon; the provider may start
+     * reading them (never required for correctness; never blocks). */
+    void (*prefetch)(void *ctx, int layer, const int *experts, int n);
     void *ctx;
 } sl_expert_src;
 

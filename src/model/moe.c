@@ -126,9 +126,42 @@ static int run_resident(fwd_state *st, const sl_config *cfg, int layer, const sl
 
 /* Streaming: reads for every miss go out first, the shared expert runs while they are in flight,
  * then each expert is applied as soon as it arrives. */
+/* Prefetch hint: the next MoE layer's router applied to the current residual (normed with that
+ * layer's own norm) predicts its experts well, since a layer changes the residual stream little. The
+ * provider starts those reads now, so they overlap this layer's experts and the next layer's mixer.
+ * Only for small batches (decode): a prefill chunk's union would be most experts. Uses ffn_x and
+ * router as scratch (both free here). */
+#define PREFETCH_MAX_TOKENS 4
+static void hint_next(fwd_state *st, const sl_config *cfg, const sl_layer_w *next_lw, int next_layer,
+                      const sl_expert_src *experts, sl_pool *pool, int n) {
+    if (!st->prefetch || !experts->prefetch || !next_lw || n > PREFETCH_MAX_TOKENS || !next_lw->router.data) return;
+    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
+    fwd_norm_rows(st->ops, st->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, st->ffn_x, n, H);
+    if (kern_matmul(st->ops, pool, &next_lw->router, st->ffn_x, (size_t)H, st->router, (size_t)E, n)) return;
+    memset(st->pf_mark, 0, (size_t)E);
+    int np = 0;
+    for (int t = 0; t < n; t++) {
+        float *lg = st->router + (size_t)t * E; /* softmax is monotonic: top-k of the logits */
+        for (int s = 0; s < k; s++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (lg[e] != -INFINITY && (best < 0 || lg[e] > lg[best])) best = e;
+            if (best < 0) break;
+            lg[best] = -INFINITY;
+            if (!st->pf_mark[best]) {
+                st->pf_mark[best] = 1;
+                st->pf_list[np++] = best;
+            }
+        }
+    }
+    experts->prefetch(experts->ctx, next_layer, st->pf_list, np);
+}
+
 static int run_streamed(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                        const sl_expert_src *experts, sl_pool *pool, int n, int n_list, char *err, size_t errlen) {
+                        const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, sl_pool *pool,
+                        int n, int n_list, char *err, size_t errlen) {
     int rc = experts->begin(experts->ctx, layer, st->e_list, n_list);
+    if (!rc) hint_next(st, cfg, next_lw, next_layer, experts, pool, n);
     if (!rc) shared_expert(st, cfg, lw, pool, n);
     for (int i = 0; !rc && i < n_list; i++) {
         int e = -1;
@@ -144,7 +177,8 @@ static int run_streamed(fwd_state *st, const sl_config *cfg, const sl_layer_w *l
     return rc < 0 ? rc : rc ? SL_EIO : 0;
 }
 
-int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
+int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+            int next_layer, const sl_expert_src *experts,
             sl_pool *pool, int n, char *err, size_t errlen) {
     const kern_ops *ops = st->ops;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
@@ -176,7 +210,7 @@ int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer
         if (st->e_count[e] > start) st->e_list[n_list++] = e;
         start = st->e_count[e];
     }
-    int rc = experts->begin ? run_streamed(st, cfg, lw, layer, experts, pool, n, n_list, err, errlen)
+    int rc = experts->begin ? run_streamed(st, cfg, lw, layer, next_lw, next_layer, experts, pool, n, n_list, err, errlen)
                             : run_resident(st, cfg, layer, experts, pool, n_list, err, errlen);
     if (rc) return rc;
     if (!experts->begin) shared_expert(st, cfg, lw, pool, n);

@@ -29,13 +29,15 @@ typedef struct slot {
     uint64_t freq_tick;
     io_req req;
     uint64_t done;     /* bytes of the block read so far */
+    int prefetched;    /* loaded on a prefetch hint and not requested yet */
+    int from_prefetch; /* the read in flight was started by a prefetch hint */
 } slot;
 
 struct cache {
     const slc_file *f;
     const sl_config *cfg;
     io_engine *io;
-    int E, n_slots, n_keys, depth, verify, dontneed;
+    int E, n_slots, n_keys, depth, verify, dontneed, prefetch;
     cache_policy policy;
     slot *slots;
     uint8_t *arena;
@@ -108,6 +110,8 @@ static int victim(cache *c) {
 
 static void drop(cache *c, int i) {
     slot *s = &c->slots[i];
+    if (s->prefetched && s->state == S_READY) c->st.prefetch_wasted++;
+    s->prefetched = 0;
     if (s->key >= 0 && c->map[s->key] == i) c->map[s->key] = -1;
     s->key = -1;
     s->state = S_FREE;
@@ -134,14 +138,22 @@ static int submit_rest(cache *c, int i) {
     return 0;
 }
 
-static int start_load(cache *c, int i, int key) {
+/* Starts reading key into slot i: for the current request (refs 1, a miss) or on a prefetch hint
+ * (refs 0). map[key] points at the slot from now on; its state says whether the data is there. */
+static int start_load(cache *c, int i, int key, int prefetch) {
     slot *s = &c->slots[i];
     if (s->state != S_FREE) drop(c, i);
     s->key = key;
     s->state = S_LOADING;
-    s->refs = 1;
+    s->refs = prefetch ? 0 : 1;
+    s->prefetched = prefetch;
+    s->from_prefetch = prefetch;
     s->done = 0;
-    c->st.misses++;
+    c->map[key] = i;
+    c->tick++;
+    s->tick = c->tick; /* a fresh load is recent: not the next victim */
+    if (prefetch) c->st.prefetch_reads++;
+    else c->st.misses++;
     c->st.reads++;
     return submit_rest(c, i);
 }
@@ -149,6 +161,22 @@ static int start_load(cache *c, int i, int key) {
 /* Names a key for messages. */
 #define KEY_FMT "layer %d, expert %d (file offset %llu)"
 #define KEY_ARGS(c, key) (c)->f->moe_layers[(key) / (c)->E], (key) % (c)->E, (unsigned long long)key_offset(c, key)
+
+/* A read started by a prefetch hint failed (error, end of file or bad checksum). Nobody waits for it:
+ * drop it quietly. A request has claimed it meanwhile: read it again as that request's own read, so
+ * only a failure of the demanded read is reported. */
+static int prefetch_failed(cache *c, int i) {
+    slot *s = &c->slots[i];
+    c->st.prefetch_failed++;
+    if (s->refs == 0) {
+        drop(c, i);
+        return 0;
+    }
+    s->from_prefetch = 0;
+    s->done = 0;
+    c->st.reads++;
+    return submit_rest(c, i);
+}
 
 /* Waits for one completion and advances that slot. Returns the slot index when its block is
  * complete and verified, -2 when the read was resubmitted (short read, EINTR), or a negative status
@@ -167,6 +195,7 @@ static int complete_one(cache *c, int *done_slot) {
         c->st.retries++;
         return submit_rest(c, i);
     }
+    if (r->res <= 0 && s->from_prefetch) return prefetch_failed(c, i);
     if (r->res < 0) {
         int key = s->key;
         drop(c, i);
@@ -190,6 +219,7 @@ static int complete_one(cache *c, int *done_slot) {
         uint64_t t1 = now_ns();
         uint64_t h = XXH3_64bits(s->buf, c->f->block_bytes);
         c->st.verify_ns += now_ns() - t1;
+        if (h != c->f->expert_hash[s->key] && s->from_prefetch) return prefetch_failed(c, i);
         if (h != c->f->expert_hash[s->key]) {
             int key = s->key;
             drop(c, i);
@@ -197,7 +227,7 @@ static int complete_one(cache *c, int *done_slot) {
         }
     }
     s->state = S_READY;
-    c->map[s->key] = i;
+    s->from_prefetch = 0;
     *done_slot = i;
     return 0;
 }
@@ -228,9 +258,16 @@ static int c_begin(void *ctx, int layer, const int *experts, int n) {
         c->routes[key]++;
         int si = c->map[key];
         if (si >= 0) {
-            c->slots[si].refs++;
-            c->rstate[e] = R_RESERVED;
-            c->ready[c->n_ready++] = e;
+            slot *s = &c->slots[si];
+            s->refs++;
+            if (s->prefetched) c->st.prefetch_used++;
+            s->prefetched = 0;
+            if (s->state == S_READY) {
+                c->rstate[e] = R_RESERVED;
+                c->ready[c->n_ready++] = e;
+            } else {
+                c->rstate[e] = R_INFLIGHT; /* a prefetch is already reading it */
+            }
             c->st.hits++;
             c->l_hits[layer]++;
         } else {
@@ -245,7 +282,7 @@ static int c_begin(void *ctx, int layer, const int *experts, int n) {
         if (v < 0) break;
         int e = c->queued[c->queued_head++];
         c->rstate[e] = R_INFLIGHT;
-        int rc = start_load(c, v, ms * c->E + e);
+        int rc = start_load(c, v, ms * c->E + e, 0);
         if (rc) return rc;
     }
     int rc = c->io->ops->flush(c->io);
@@ -271,7 +308,7 @@ static int c_next(void *ctx, int *expert, sl_expert *out) {
             if (v < 0) break;
             int e = c->queued[c->queued_head++];
             c->rstate[e] = R_INFLIGHT;
-            int rc = start_load(c, v, c->mslot * c->E + e);
+            int rc = start_load(c, v, c->mslot * c->E + e, 0);
             if (rc) return rc;
         }
         if (c->inflight == 0)
@@ -282,10 +319,12 @@ static int c_next(void *ctx, int *expert, sl_expert *out) {
         rc = complete_one(c, &done);
         if (rc) return rc;
         if (done >= 0) {
-            int e = c->slots[done].key % c->E;
-            c->rstate[e] = R_READY;
-            c->ready[c->n_ready++] = e;
-            c->l_bytes[c->layer] += c->f->h.expert_stride;
+            int key = c->slots[done].key, e = key % c->E;
+            if (key / c->E == c->mslot && c->rstate[e] == R_INFLIGHT) { /* else a prefetch landed */
+                c->rstate[e] = R_READY;
+                c->ready[c->n_ready++] = e;
+            }
+            c->l_bytes[c->f->moe_layers[key / c->E]] += c->f->h.expert_stride;
         }
     }
 }
@@ -296,9 +335,8 @@ static void c_release(void *ctx, int expert) {
     if (si >= 0 && c->slots[si].refs > 0) c->slots[si].refs--;
 }
 
-static void c_end(void *ctx) {
-    cache *c = ctx;
-    /* drain reads still in flight (after an error); completed ones stay cached */
+/* Waits for every read in flight (prefetches included); completed blocks stay cached. */
+static void drain(cache *c) {
     while (c->inflight > 0) {
         int done = -1;
         int saved = c->failed;
@@ -307,8 +345,14 @@ static void c_end(void *ctx) {
         complete_one(c, &done);
         c->failed = saved;
         memcpy(c->err, msg, sizeof msg);
-        if (done >= 0) c->slots[done].refs = 0;
+        if (done >= 0 && !c->slots[done].prefetched) c->slots[done].refs = 0;
     }
+}
+
+static void c_end(void *ctx) {
+    cache *c = ctx;
+    /* after an error, settle every read; otherwise prefetch reads stay in flight across layers */
+    if (c->failed) drain(c);
     /* undelivered reservations */
     for (int i = c->ready_head; i < c->n_ready; i++) {
         int si = c->map[c->mslot * c->E + c->ready[i]];
@@ -322,6 +366,29 @@ static void c_end(void *ctx) {
 
 static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err; }
 
+/* Prefetch hint: start reading experts of `layer` that are neither cached nor in flight, into free or
+ * evictable slots, while the I/O depth allows. Never evicts what the current request holds, never
+ * waits, and does nothing while the current request still has misses to submit. */
+static void c_prefetch(void *ctx, int layer, const int *experts, int n) {
+    cache *c = ctx;
+    int ms = cfg_moe_slot(c->cfg, layer);
+    if (!c->prefetch || ms < 0 || c->failed || (c->active && c->queued_head < c->n_queued)) return;
+    int started = 0;
+    for (int i = 0; i < n && c->inflight < c->depth; i++) {
+        int key = ms * c->E + experts[i];
+        if (c->map[key] >= 0) continue;
+        int v = victim(c);
+        if (v < 0) break;
+        if (start_load(c, v, key, 1)) {
+            c->failed = 0; /* a hint that cannot be submitted is simply not taken */
+            c->err[0] = 0;
+            break;
+        }
+        started++;
+    }
+    if (started) c->io->ops->flush(c->io);
+}
+
 /* Blocking single fetch (not used by the forward pass when begin() exists; kept for tools). */
 static int c_get(void *ctx, int layer, int expert, sl_expert *out) {
     cache *c = ctx;
@@ -334,7 +401,7 @@ static int c_get(void *ctx, int layer, int expert, sl_expert *out) {
 }
 
 sl_expert_src cache_source(cache *c) {
-    sl_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c};
+    sl_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c_prefetch, c};
     return s;
 }
 
@@ -367,6 +434,7 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->policy = cfg->policy;
     c->verify = cfg->verify;
     c->dontneed = cfg->dontneed;
+    c->prefetch = cfg->prefetch;
     uint64_t stride = cfg->file->h.expert_stride;
     uint64_t n = stride ? cfg->budget / stride : 0;
     if (n < 1) n = 1;
@@ -405,6 +473,7 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
 
 void cache_free(cache *c) {
     if (!c) return;
+    if (c->io && c->slots) drain(c); /* no read may land in freed memory */
     io_destroy(c->io);
     free(c->slots);
     if (c->arena) munmap(c->arena, c->arena_bytes);
@@ -454,7 +523,7 @@ int cache_pin(cache *c, const int *keys, int n_keys, double max_fraction) {
         if (si < 0) {
             si = victim(c);
             if (si < 0) break;
-            int rc = start_load(c, si, key);
+            int rc = start_load(c, si, key, 0);
             if (rc) return rc;
             int done = -1;
             while (c->inflight > 0) {

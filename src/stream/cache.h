@@ -28,10 +28,12 @@ typedef struct cache_cfg {
     cache_policy policy;
     int verify;            /* xxh3 of every block read */
     int dontneed;          /* posix_fadvise(DONTNEED) after each read (buffered mode) */
+    int prefetch;          /* act on prefetch hints */
 } cache_cfg;
 
 typedef struct cache_stats {
     uint64_t hits, misses, bytes_read, reads, retries;
+    uint64_t prefetch_reads, prefetch_used, prefetch_wasted, prefetch_failed;
     uint64_t io_wait_ns, verify_ns;
     uint64_t slots, slot_bytes, pinned;
 } cache_stats;
