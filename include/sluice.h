@@ -132,7 +132,8 @@ typedef struct sl_model_params {
     const char *pin_profile; /* routing profile (sluice profile) whose hottest experts are pinned */
     int no_verify;          /* 1: skip the xxh3 check of each expert block read */
     int io_depth;           /* reads in flight at most; 0 = 64 */
-    int no_prefetch;        /* 1: do not read the next layer's predicted experts ahead of time */
+    int prefetch;           /* reading the next layer's predicted experts ahead of time: 0 auto (only while
+                               the predictions prove >= 80% accurate), 1 always, -1 never */
 } sl_model_params;
 
 sl_model_params sl_model_params_default(void);
@@ -164,6 +165,8 @@ typedef struct sl_stats {
     uint64_t prefetch_reads;      /* expert reads started on a prediction of the next layer's routing */
     uint64_t prefetch_used;       /* ... that a later request used (counted in hits) */
     uint64_t prefetch_wasted;     /* ... evicted unused */
+    double prefetch_accuracy;     /* recent precision of the predictions (-1: none scored yet) */
+    int prefetch_active;          /* predictions are being acted on */
 } sl_stats;
 
 sl_status sl_model_stats(sl_model *model, sl_stats *out);

@@ -99,6 +99,7 @@ FIXTURE_TEST(streamed_equals_resident) {
                 mp.io_engine = (sl_io_engine)eng;
                 mp.io_mode = (b + pol) % 2 ? SL_IO_DIRECT : SL_IO_BUFFERED;
                 mp.n_threads = 1 + (b + eng) % 2;
+                mp.prefetch = (b + pol) % 3 - 1; /* never, auto, always */
                 int si = (b + pol + eng) % 3, step = steps[si];
                 float *ref = refs[si];
                 float *got = run(path, &mp, NULL, &t, step, msg, NULL);
@@ -173,7 +174,7 @@ static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
     toks_t t;
     CHECK(load_tokens("qwen3_5_moe", &t) == 0);
     sl_model_params mp = sl_model_params_default();
-    mp.no_prefetch = 1; /* a prefetch could absorb the one fault quietly (tested in faults_in_prefetch_are_quiet) */
+    mp.prefetch = -1; /* a prefetch could absorb the one fault quietly (failed_prefetch_is_quiet_and_retried) */
     sl_model *m = NULL;
     CHECK(model_open_ex(path, &mp, fc, &m, &err) == SL_OK);
     sl_session *s = NULL;
@@ -230,6 +231,7 @@ TEST(stats_add_up) {
     sl_model_params mp = sl_model_params_default();
     mp.cache_bytes = 40 * 24576;
     mp.io_mode = SL_IO_DIRECT;
+    mp.prefetch = 1;
     char msg[1024];
     sl_model *m = NULL;
     float *got = run(path, &mp, NULL, &t, 1, msg, &m);
@@ -251,7 +253,8 @@ TEST(stats_add_up) {
            (unsigned long long)st.cache_slots, (unsigned long long)st.hits, (unsigned long long)st.misses);
     CHECKF(st.bytes_read == (st.misses + st.prefetch_reads) * 24576 && lb == st.bytes_read, "bytes %llu misses %llu prefetch %llu layers %llu",
            (unsigned long long)st.bytes_read, (unsigned long long)st.misses, (unsigned long long)st.prefetch_reads, (unsigned long long)lb);
-    CHECK(st.prefetch_reads > 0 && st.prefetch_used > 0 && st.prefetch_used <= st.hits);
+    CHECK(st.prefetch_accuracy >= 0 && st.prefetch_accuracy <= 1 && st.prefetch_used <= st.hits);
+    CHECK(st.prefetch_reads > 0 && st.prefetch_used > 0 && st.prefetch_active);
     CHECK(lh == st.hits && lm == st.misses);
     CHECK(st.peak_rss_bytes > st.backbone_bytes);
     CHECK(st.io_engine && st.io_mode);
@@ -317,7 +320,7 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         if (kind % 2) fc.corrupt_every = 1;
         else fc.fail_every = 1;
         fc.max_faults = 1;
-        cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1};
+        cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 2};
         cache *c = cache_new(&cc, why, sizeof why);
         if (!c) slc_close(&f);
         CHECKF(c, "%s", why);

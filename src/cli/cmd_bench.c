@@ -16,7 +16,6 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
     const char *v = more ? argv[*i + 1] : NULL;
     if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
     if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
-    if (!strcmp(s, "--no-prefetch")) { p->no_prefetch = 1; return 1; }
     if (!more) return 0;
     if (!strcmp(s, "--cache")) {
         long long b = cli_parse_size(v);
@@ -36,6 +35,11 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         if (!strcmp(v, "lru")) p->policy = SL_POLICY_LRU;
         else if (!strcmp(v, "lfu")) p->policy = SL_POLICY_LFU;
         else { *bad = cli_fail(cmd, "--policy: '%s' (lru, lfu)", v); return 1; }
+    } else if (!strcmp(s, "--prefetch")) {
+        if (!strcmp(v, "auto")) p->prefetch = 0;
+        else if (!strcmp(v, "on")) p->prefetch = 1;
+        else if (!strcmp(v, "off")) p->prefetch = -1;
+        else { *bad = cli_fail(cmd, "--prefetch: '%s' (auto, on, off)", v); return 1; }
     } else if (!strcmp(s, "--pin")) p->pin_profile = v;
     else if (!strcmp(s, "--threads")) p->n_threads = atoi(v);
     else if (!strcmp(s, "--io-depth")) p->io_depth = atoi(v);
@@ -64,13 +68,16 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
     fprintf(stderr,
             "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
             "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, checksums %.1f ms/token, prefetch "
-            "%llu reads (%llu used); peak RSS %s, backbone %s, page cache %s; io %s/%s\n",
+            "%llu reads (%llu used, predictions %.0f%% right%s); peak RSS %s, backbone %s, page cache %s; io %s/%s\n",
             n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 ? n_gen / decode_s : 0.0, cb,
             (unsigned long long)st.cache_slots, st.resident ? "resident" : "streamed",
             req ? 100.0 * (double)st.hits / (double)req : 100.0, rd,
             st.tokens ? (double)st.bytes_read / (double)st.tokens / 1048576.0 : 0.0,
             st.eval_s > 0 ? 100.0 * st.io_wait_s / st.eval_s : 0.0, st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0.0,
-            (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used, rss, bb, pc, st.io_engine,
+            (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used,
+            st.prefetch_accuracy >= 0 ? 100 * st.prefetch_accuracy : 0.0,
+            st.prefetch_accuracy < 0 ? ", none scored" : st.prefetch_active ? ", active" : ", not acted on", rss, bb, pc,
+            st.io_engine,
             st.io_mode);
 }
 
@@ -121,6 +128,7 @@ static uint64_t rng(uint64_t *s) {
 typedef struct {
     double prefill_tps, decode_tps, hit_rate, bytes_per_token, read_mbps, io_wait_frac, verify_ms_per_token;
     uint64_t prefetch_reads, prefetch_used;
+    double prefetch_accuracy;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
     const char *engine, *mode;
     cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
@@ -179,6 +187,7 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         r->verify_ms_per_token = st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0;
         r->prefetch_reads = st.prefetch_reads - sp.prefetch_reads;
         r->prefetch_used = st.prefetch_used - sp.prefetch_used;
+        r->prefetch_accuracy = st.prefetch_accuracy;
         r->layers = cJSON_CreateArray();
         for (int l = 0; l < sl_model_n_layers(m); l++) {
             uint64_t h, mi, b;
@@ -255,6 +264,7 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "checksum_ms_per_token", r.verify_ms_per_token);
             cJSON_AddNumberToObject(o, "prefetch_reads", (double)r.prefetch_reads);
             cJSON_AddNumberToObject(o, "prefetch_used", (double)r.prefetch_used);
+            cJSON_AddNumberToObject(o, "prefetch_accuracy", r.prefetch_accuracy);
             cJSON_AddItemToObject(o, "layers", r.layers);
             r.layers = NULL;
         } else {

@@ -128,7 +128,7 @@ static void usage(FILE *f) {
             "  sluice profile -m MODEL.sluice --tokens 1,2,3 -o PROFILE\n"
             "model options (run, logits, chat, bench, profile):\n"
             "  --cache SIZE (expert cache, e.g. 4G) --resident --io auto|direct|buffered --engine auto|uring|pread\n"
-            "  --policy lru|lfu --pin PROFILE --no-verify --no-prefetch --threads N --io-depth N\n"
+            "  --policy lru|lfu --pin PROFILE --no-verify --prefetch auto|on|off --threads N --io-depth N\n"
             "  sluice run -m MODEL.sluice -p TEXT [--chat] [--think on|off] [--system TEXT] [-n N] [--temp T]\n"
             "             [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--presence-penalty P]\n"
             "             [--seed S] [--stop STR]... [--stats]\n"

@@ -248,7 +248,7 @@ static sl_status open_stream(sl_model *m, const char *path, const sl_model_param
         if (budget > m->f.h.expert_len) budget = m->f.h.expert_len;
     }
     cache_cfg cc = {&m->f, &m->cfg, io, budget, p->policy == SL_POLICY_LFU ? CACHE_LFU : CACHE_LRU, !p->no_verify,
-                    dontneed, !p->no_prefetch};
+                    dontneed, p->prefetch < 0 ? 0 : p->prefetch > 0 ? 2 : 1};
     m->cache = cache_new(&cc, msg, sizeof msg);
     if (!m->cache) return sl_err(err, SL_ENOMEM, "%s", msg);
     m->src = cache_source(m->cache);
@@ -434,6 +434,8 @@ sl_status sl_model_stats(sl_model *m, sl_stats *o) {
         o->prefetch_reads = cs.prefetch_reads;
         o->prefetch_used = cs.prefetch_used;
         o->prefetch_wasted = cs.prefetch_wasted;
+        o->prefetch_accuracy = cs.prefetch_accuracy;
+        o->prefetch_active = cs.prefetch_active;
     } else {
         o->resident = 1;
         o->cache_bytes = m->f.h.expert_len;

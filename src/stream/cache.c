@@ -19,6 +19,8 @@
 #include "sluice.h"
 
 enum { S_FREE = 0, S_LOADING = 1, S_READY = 2 };
+#define PF_ON 0.80
+#define PF_OFF 0.70
 enum { R_NONE = 0, R_RESERVED, R_QUEUED, R_INFLIGHT, R_READY, R_DELIVERED };
 
 typedef struct slot {
@@ -52,6 +54,10 @@ struct cache {
     int *queued, n_queued, queued_head;
     int inflight;
     int failed;
+    /* prefetch accuracy, measured on every hint whether or not it is acted on (no I/O needed) */
+    unsigned char *pred;   /* [E] experts of the last hint */
+    int pred_layer, pred_n, pred_seen, pf_on;
+    double pred_acc;       /* moving average of |hint ∩ actual| / |hint| */
     /* stats */
     cache_stats st;
     uint64_t *l_hits, *l_miss, *l_bytes; /* [n_layers] */
@@ -247,6 +253,16 @@ static int c_begin(void *ctx, int layer, const int *experts, int n) {
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
     if (ms < 0) return fail(c, SL_EINVAL, "layer %d has no routed experts", layer);
+    if (c->pred_n > 0 && c->pred_layer == layer) { /* score the last hint against the real routing */
+        int good = 0;
+        for (int i = 0; i < n; i++) good += c->pred[experts[i]];
+        c->pred_acc = c->pred_seen ? 0.95 * c->pred_acc + 0.05 * good / c->pred_n : (double)good / c->pred_n;
+        c->pred_seen++;
+        /* act on hints only when they are right often enough to pay for the reads they waste
+         * (hysteresis: on at 80%, off below 70%; decided after 16 scored hints) */
+        if (c->prefetch == 1 && c->pred_seen >= 16) c->pf_on = c->pf_on ? c->pred_acc >= PF_OFF : c->pred_acc >= PF_ON;
+        c->pred_n = 0;
+    }
     c->layer = layer;
     c->mslot = ms;
     c->active = 1;
@@ -372,7 +388,12 @@ static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err; }
 static void c_prefetch(void *ctx, int layer, const int *experts, int n) {
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
-    if (!c->prefetch || ms < 0 || c->failed || (c->active && c->queued_head < c->n_queued)) return;
+    if (!c->prefetch || ms < 0) return;
+    memset(c->pred, 0, (size_t)c->E);
+    for (int i = 0; i < n; i++) c->pred[experts[i]] = 1;
+    c->pred_layer = layer;
+    c->pred_n = n;
+    if (!c->pf_on || c->failed || (c->active && c->queued_head < c->n_queued)) return;
     int started = 0;
     for (int i = 0; i < n && c->inflight < c->depth; i++) {
         int key = ms * c->E + experts[i];
@@ -435,6 +456,7 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->verify = cfg->verify;
     c->dontneed = cfg->dontneed;
     c->prefetch = cfg->prefetch;
+    c->pf_on = cfg->prefetch == 2;
     uint64_t stride = cfg->file->h.expert_stride;
     uint64_t n = stride ? cfg->budget / stride : 0;
     if (n < 1) n = 1;
@@ -449,12 +471,13 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->rstate = calloc((size_t)c->E, 1);
     c->ready = malloc((size_t)c->E * sizeof *c->ready);
     c->queued = malloc((size_t)c->E * sizeof *c->queued);
+    c->pred = calloc((size_t)c->E, 1);
     int L = cfg->cfg->n_layers;
     c->l_hits = calloc((size_t)L, 8);
     c->l_miss = calloc((size_t)L, 8);
     c->l_bytes = calloc((size_t)L, 8);
     c->routes = calloc((size_t)c->n_keys, 8);
-    if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->l_hits || !c->l_miss ||
+    if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->pred || !c->l_hits || !c->l_miss ||
         !c->l_bytes || !c->routes) {
         snprintf(err, errlen, "out of memory for an expert cache of %llu slots of %llu bytes", (unsigned long long)n,
                  (unsigned long long)stride);
@@ -481,6 +504,7 @@ void cache_free(cache *c) {
     free(c->rstate);
     free(c->ready);
     free(c->queued);
+    free(c->pred);
     free(c->l_hits);
     free(c->l_miss);
     free(c->l_bytes);
@@ -490,6 +514,8 @@ void cache_free(cache *c) {
 
 void cache_get_stats(const cache *c, cache_stats *out) {
     *out = c->st;
+    out->prefetch_accuracy = c->pred_seen ? c->pred_acc : -1;
+    out->prefetch_active = c->pf_on;
     out->pinned = 0;
     for (int i = 0; i < c->n_slots; i++) out->pinned += c->slots[i].pinned ? 1 : 0;
 }

@@ -28,12 +28,15 @@ typedef struct cache_cfg {
     cache_policy policy;
     int verify;            /* xxh3 of every block read */
     int dontneed;          /* posix_fadvise(DONTNEED) after each read (buffered mode) */
-    int prefetch;          /* act on prefetch hints */
+    int prefetch;          /* 1: score hints and act on them once they prove accurate (>= 80%); 2: always
+                              act on them (tests); 0: ignore them */
 } cache_cfg;
 
 typedef struct cache_stats {
     uint64_t hits, misses, bytes_read, reads, retries;
     uint64_t prefetch_reads, prefetch_used, prefetch_wasted, prefetch_failed;
+    double prefetch_accuracy; /* moving average of the hints' precision; -1 before the first */
+    int prefetch_active;      /* hints are currently acted on */
     uint64_t io_wait_ns, verify_ns;
     uint64_t slots, slot_bytes, pinned;
 } cache_stats;
