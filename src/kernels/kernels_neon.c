@@ -10,6 +10,7 @@
  * Sections: dequantisation, matmul, small vector kernels, the table.
  */
 #include "kernels/kernels.h"
+#include "kernels/kernels_plain.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -164,21 +165,6 @@ static float dot_v(const float *a, const float *b, int n) {
     return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
-static void axpy_v(float a, const float *x, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-static void rmsnorm_v(const float *x, const float *w, float w_off, float eps, float *y, int n) {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
-    float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-    for (int i = 0; i < n; i++) y[i] = (x[i] * inv) * (w_off + w[i]);
-}
-
-static void swiglu_v(const float *g, const float *u, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] = kern_silu(g[i]) * u[i];
-}
-
 /* ---- table ------------------------------------------------------------------------------------ */
 
 static const kern_ops neon_ops = {
@@ -186,9 +172,9 @@ static const kern_ops neon_ops = {
     .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
                [DT_Q3] = mm_q3},
     .dot = dot_v,
-    .axpy = axpy_v,
-    .rmsnorm = rmsnorm_v,
-    .swiglu = swiglu_v,
+    .axpy = plain_axpy,
+    .rmsnorm = plain_rmsnorm,
+    .swiglu = plain_swiglu,
 };
 
 const kern_ops *kern_neon_ops(void) { return &neon_ops; }

@@ -14,6 +14,7 @@
  * Sections: dtype loads, matmul, small vector kernels, the ops table, selection and kern_matmul().
  */
 #include "kernels/kernels.h"
+#include "kernels/kernels_plain.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -206,21 +207,6 @@ static float dot_scalar(const float *a, const float *b, int n) {
     return lanes_sum(acc);
 }
 
-static void axpy_scalar(float a, const float *x, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-static void rmsnorm_scalar(const float *x, const float *w, float w_off, float eps, float *y, int n) {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
-    float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-    for (int i = 0; i < n; i++) y[i] = (x[i] * inv) * (w_off + w[i]);
-}
-
-static void swiglu_scalar(const float *g, const float *u, float *y, int n) {
-    for (int i = 0; i < n; i++) y[i] = kern_silu(g[i]) * u[i];
-}
-
 /* ---- table and driver ------------------------------------------------------------------------- */
 
 static const kern_ops scalar_ops = {
@@ -228,9 +214,9 @@ static const kern_ops scalar_ops = {
     .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
                [DT_Q3] = mm_q3},
     .dot = dot_scalar,
-    .axpy = axpy_scalar,
-    .rmsnorm = rmsnorm_scalar,
-    .swiglu = swiglu_scalar,
+    .axpy = plain_axpy,
+    .rmsnorm = plain_rmsnorm,
+    .swiglu = plain_swiglu,
 };
 
 const kern_ops *kern_scalar_ops(void) { return &scalar_ops; }

@@ -1,0 +1,32 @@
+/*
+ * kernels_plain.h — the element-wise kernels every table shares, in plain C (no intrinsics). Each
+ * kernels_<isa>.c includes this, so the compiler vectorises them with that file's ISA flags; their
+ * arithmetic is the same everywhere (rmsnorm sums in double, in index order), so tables agree exactly.
+ * Internal to src/kernels/.
+ */
+#ifndef SL_KERNELS_PLAIN_H
+#define SL_KERNELS_PLAIN_H
+
+#include <math.h>
+
+#include "kernels/kernels.h"
+
+/* y[i] += a * x[i]. */
+static inline void plain_axpy(float a, const float *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* y = (w_off + w) * x / sqrt(mean(x^2) + eps); y may alias x. */
+static inline void plain_rmsnorm(const float *x, const float *w, float w_off, float eps, float *y, int n) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+    for (int i = 0; i < n; i++) y[i] = (x[i] * inv) * (w_off + w[i]);
+}
+
+/* y[i] = silu(g[i]) * u[i]. */
+static inline void plain_swiglu(const float *g, const float *u, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = kern_silu(g[i]) * u[i];
+}
+
+#endif
