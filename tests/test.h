@@ -7,6 +7,7 @@
 #ifndef SL_TEST_H
 #define SL_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 typedef void (*test_fn)(const char *arg);
@@ -49,5 +50,9 @@ const char *test_packed(const char *fixture);
 /* Reads a whole file (malloc'ed); NULL on error. */
 char *test_read(const char *path, size_t *len);
 int test_write(const char *path, const void *data, size_t len);
+int test_copy_file(const char *from, const char *to); /* 0 on success */
+/* Reads the id list `key` ("tokens" or "greedy") of tests/data/<fixture>/ref.json into out (at most
+ * max); returns the count, or -1. */
+int test_ref_ids(const char *fixture, const char *key, int32_t *out, int max);
 
 #endif

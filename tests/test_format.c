@@ -156,10 +156,7 @@ TEST(verify_catches_flipped_expert_bit) {
     const char *src = test_packed("qwen3_next");
     CHECK(src);
     const char *p = test_path("%s/flip-expert.sluice", test_tmpdir());
-    size_t n;
-    char *b = test_read(src, &n);
-    test_write(p, b, n);
-    free(b);
+    CHECK(test_copy_file(src, p) == 0);
     slc_file f;
     sl_error err = {0};
     CHECK(slc_open(p, &f, &err) == SL_OK);
@@ -185,10 +182,7 @@ TEST(verify_catches_flipped_backbone_bit) {
     const char *src = test_packed("qwen3_5_moe");
     CHECK(src);
     const char *p = test_path("%s/flip-backbone.sluice", test_tmpdir());
-    size_t n;
-    char *b = test_read(src, &n);
-    test_write(p, b, n);
-    free(b);
+    CHECK(test_copy_file(src, p) == 0);
     slc_file f;
     sl_error err = {0};
     CHECK(slc_open(p, &f, &err) == SL_OK);

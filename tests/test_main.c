@@ -1,4 +1,5 @@
 /* test_main.c — the runner behind test.h, plus the shared helpers. */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -91,6 +92,29 @@ int test_copy_dir(const char *from_arg, const char *to_arg) {
     }
     closedir(d);
     return rc;
+}
+
+int test_copy_file(const char *from, const char *to) {
+    size_t n;
+    char *b = test_read(from, &n);
+    if (!b) return -1;
+    int rc = test_write(to, b, n);
+    free(b);
+    return rc;
+}
+
+int test_ref_ids(const char *fixture, const char *key, int32_t *out, int max) {
+    char *txt = test_read(test_path("tests/data/%s/ref.json", fixture), NULL);
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *arr = cJSON_GetObjectItem(j, key), *it;
+    int n = cJSON_IsArray(arr) ? 0 : -1;
+    cJSON_ArrayForEach(it, arr) {
+        if (n >= max) { n = -1; break; }
+        out[n++] = (int32_t)it->valueint;
+    }
+    cJSON_Delete(j);
+    return n;
 }
 
 int test_exists(const char *path) { return access(path, F_OK) == 0; }

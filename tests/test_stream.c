@@ -20,15 +20,8 @@ typedef struct {
 } toks_t;
 
 static int load_tokens(const char *fixture, toks_t *t) {
-    memset(t, 0, sizeof *t);
-    char *txt = test_read(test_path("tests/data/%s/ref.json", fixture), NULL);
-    cJSON *j = cJSON_Parse(txt);
-    free(txt);
-    if (!j) return -1;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "tokens")) t->tokens[t->n++] = it->valueint;
-    cJSON_Delete(j);
-    return 0;
+    t->n = test_ref_ids(fixture, "tokens", t->tokens, 256);
+    return t->n > 0 ? 0 : -1;
 }
 
 /* Evaluates the prompt in chunks of `step` (all logits) and then 4 greedy decode steps; returns a
