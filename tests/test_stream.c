@@ -290,7 +290,7 @@ TEST(profile_roundtrip_and_pin) {
  * dropped; claimed by a request meanwhile, it is read again as that request's read. Driven through the
  * cache API directly, on a fault that hits only the first read of layer 2 expert 7. */
 static int demand(sl_expert_src *src, int layer, int e) {
-    int got = -1, rc = src->begin(src->ctx, layer, &e, 1);
+    int got = -1, rc = src->begin(src->ctx, layer, &e, 1, 0);
     sl_expert ex;
     if (!rc) rc = src->next(src->ctx, &got, &ex);
     if (!rc) src->release(src->ctx, got);
@@ -330,4 +330,87 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         CHECKF(st.prefetch_failed == 1 && st.prefetch_reads == 1 && st.reads == (kind >= 2 ? 3u : 2u), "kind %d: prefetch failed %llu reads %llu",
                kind, (unsigned long long)st.prefetch_failed, (unsigned long long)st.reads);
     }
+}
+
+/* Long inputs run layer-major (each expert read once per layer for the whole chunk): bitwise the same
+ * logits as micro-batches through all layers, streamed or resident, and far fewer expert reads. */
+FIXTURE_TEST(layer_major_prefill_is_bitwise_and_reads_less) {
+    const char *path = test_packed(arg);
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens(arg, &t) == 0);
+    float *res[3];
+    uint64_t reads[3] = {0};
+    for (int i = 0; i < 3; i++) { /* 0: wide streamed, 1: micro-batches streamed, 2: wide resident */
+        sl_model_params mp = sl_model_params_default();
+        mp.resident = i == 2;
+        mp.cache_bytes = 1; /* one slot: every expert use is a read */
+        mp.prefetch = -1;
+        sl_model *m = NULL;
+        sl_error err = {0};
+        CHECKF(sl_model_open(path, &mp, &m, &err) == SL_OK, "%s", err.msg);
+        sl_session *s = NULL;
+        sl_session_new(m, 0, &s);
+        model_session_set_wide(s, i != 1);
+        res[i] = malloc((size_t)t.n * 256 * sizeof(float));
+        sl_status st = sl_session_eval(s, t.tokens, t.n, res[i], 1);
+        sl_stats ss;
+        sl_model_stats(m, &ss);
+        reads[i] = ss.reads;
+        sl_session_free(s);
+        sl_model_close(m);
+        CHECK(st == SL_OK);
+    }
+    size_t bytes = (size_t)t.n * 256 * sizeof(float);
+    int same = !memcmp(res[0], res[1], bytes) && !memcmp(res[0], res[2], bytes);
+    for (int i = 0; i < 3; i++) free(res[i]);
+    CHECK(same);
+    CHECKF(reads[0] < reads[1], "layer-major %llu reads, micro-batches %llu", (unsigned long long)reads[0],
+           (unsigned long long)reads[1]);
+}
+
+/* A read failing in the middle of a layer-major prefill: a clear error, the session unchanged (n_past 0
+ * and the DeltaNet state intact: evaluating again gives bitwise a fresh session's logits). */
+TEST(layer_major_failure_leaves_session_unchanged) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens("qwen3_next", &t) == 0);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.only_off = slc_expert_offset(&f, 4, 3); /* the last MoE layer: earlier layers are done by then */
+    fc.fail_every = 1;
+    fc.max_faults = 1;
+    slc_close(&f);
+    sl_model_params mp = sl_model_params_default();
+    mp.prefetch = -1;
+    sl_model *m = NULL;
+    CHECK(model_open_ex(path, &mp, &fc, &m, &err) == SL_OK);
+    sl_session *s = NULL;
+    sl_session_new(m, 0, &s);
+    float *a = malloc((size_t)t.n * 256 * sizeof(float)), *b = malloc((size_t)t.n * 256 * sizeof(float));
+    int32_t first = 5;
+    sl_status st0 = sl_session_eval(s, &first, 1, a, 0); /* some state to protect */
+    sl_status st1 = sl_session_eval(s, t.tokens, t.n, a, 1);
+    int named = strstr(sl_session_errmsg(s), "expert 3") != NULL;
+    int past = sl_session_n_past(s);
+    sl_status st2 = sl_session_eval(s, t.tokens, t.n, a, 1); /* the fault fired once: now it works */
+    sl_session *fresh = NULL;
+    sl_session_new(m, 0, &fresh);
+    sl_session_eval(fresh, &first, 1, b, 0);
+    sl_status st3 = sl_session_eval(fresh, t.tokens, t.n, b, 1);
+    int same = !memcmp(a, b, (size_t)t.n * 256 * sizeof(float));
+    free(a);
+    free(b);
+    sl_session_free(s);
+    sl_session_free(fresh);
+    sl_model_close(m);
+    CHECK(st0 == SL_OK);
+    CHECKF(st1 == SL_EIO && named, "status %d", st1);
+    CHECKF(past == 1, "n_past %d after a failed evaluation (expected 1)", past);
+    CHECK(st2 == SL_OK && st3 == SL_OK);
+    CHECK(same);
 }

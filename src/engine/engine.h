@@ -11,4 +11,7 @@
 sl_status model_open_ex(const char *path, const sl_model_params *params, const io_fault_cfg *fault, sl_model **out,
                         sl_error *err);
 
+/* Tests: evaluate long inputs layer-major (1, default) or in micro-batches through all layers (0). */
+void model_session_set_wide(sl_session *s, int on);
+
 #endif

@@ -29,6 +29,7 @@
 #include "stream/cache.h"
 
 #include "format/container.h"
+#include "model/fwd_internal.h"
 #include "model/model.h"
 #include "model/tensors.h"
 #include "quant/quant.h"
@@ -379,6 +380,7 @@ void sl_session_free(sl_session *s) {
 void sl_session_reset(sl_session *s) { fwd_state_reset(s->st); }
 int sl_session_n_past(const sl_session *s) { return fwd_state_n_past(s->st); }
 const char *sl_session_errmsg(const sl_session *s) { return s ? s->err : ""; }
+void model_session_set_wide(sl_session *s, int on) { fwd_state_set_wide(s->st, on); }
 
 static double now_s(void) {
     struct timespec ts;

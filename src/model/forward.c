@@ -129,6 +129,7 @@ fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx) {
     ALLOC(st->pf_list, E);
     ALLOC(st->pf_mark, E);
     st->prefetch = 1;
+    st->wide = 1;
 #undef ALLOC
     st->slot_floats = slot_floats(cfg, n_ctx);
     st->n_slots = 1;
@@ -179,6 +180,7 @@ void fwd_state_set_trace(fwd_state *st, fwd_trace_fn fn, void *ctx) {
 
 void fwd_state_set_chunked(fwd_state *st, int chunked) { st->chunked = chunked; }
 void fwd_state_set_prefetch(fwd_state *st, int on) { st->prefetch = on; }
+void fwd_state_set_wide(fwd_state *st, int on) { st->wide = on; }
 
 /* ---- weight validation ------------------------------------------------------------------------ */
 
@@ -361,6 +363,121 @@ static int eval_batch(fwd_state *st, const sl_config *cfg, const sl_weights *w, 
     return 0;
 }
 
+/* Layer-major evaluation of n (> FWD_BATCH) tokens: each layer runs over all n before the next, the
+ * mixers micro-batch by micro-batch (DeltaNet state carried from one to the next), the MoE block over
+ * all n at once (fwd_moe_wide), so a streaming provider reads each chosen expert once per layer per
+ * call instead of once per micro-batch. Bitwise the same as eval_batch over the same micro-batches.
+ * The DeltaNet state of the call is built in the non-current slot and a spare buffer, so a failure
+ * leaves the session exactly as it was (nothing of this call is committed). */
+#define WIDE_MAX 1024
+static int eval_wide(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                     sl_pool *pool, const int32_t *tokens, int n, float *logits_out, int all_rows, char *err,
+                     size_t errlen) {
+    const kern_ops *ops = st->ops;
+    const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
+    const int L = cfg->n_layers, pos0 = st->n_past;
+    int rc = 0;
+    float *X = malloc((size_t)n * H * sizeof(float)), *HN = malloc((size_t)n * H * sizeof(float));
+    float *O = malloc((size_t)n * H * sizeof(float));
+    fwd_wide wb = {malloc((size_t)n * E * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
+                   malloc((size_t)n * k * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
+                   malloc((size_t)n * k * sizeof(int)), malloc((size_t)n * H * sizeof(float)),
+                   malloc((size_t)n * sizeof(float))};
+    float *saved_conv[SL_MAX_LAYERS] = {0}, *saved_ssm[SL_MAX_LAYERS] = {0};
+    unsigned char orig[SL_MAX_LAYERS];
+    for (int l = 0; l < L; l++) orig[l] = st->lin_cur[l];
+    if (!X || !HN || !O || !wb.router || !wb.top_e || !wb.top_w || !wb.e_tok || !wb.e_slot || !wb.sh_y || !wb.sg) {
+        fwd_errf(err, errlen, "out of memory for a %d-token evaluation", n);
+        rc = SL_ENOMEM;
+        goto out;
+    }
+    for (int t = 0; t < n; t++) q_row_to_f32(&w->embed, tokens[t], X + (size_t)t * H);
+    if (st->trace) st->trace(st->trace_ctx, 0, pos0, n, X);
+    for (int l = 0; l < L && !rc; l++) {
+        const sl_layer_w *lw = &w->layers[l];
+        const int lin = cfg->layer_linear[l], o = orig[l];
+        for (int r0 = 0, b = 0; r0 < n && !rc; r0 += FWD_BATCH, b++) {
+            int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+            fwd_norm_rows(ops, X + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, st->h, nb, (int)H);
+            if (lin && b > 0) { /* read the newest state (slot o^1); write into a buffer that is not the original */
+                if (b == 1) {
+                    saved_conv[l] = st->conv[l][o];
+                    saved_ssm[l] = st->ssm[l][o];
+                    st->conv[l][o] = malloc(st->conv_floats * sizeof(float));
+                    st->ssm[l][o] = malloc(st->ssm_floats * sizeof(float));
+                    if (!st->conv[l][o] || !st->ssm[l][o]) {
+                        fwd_errf(err, errlen, "out of memory for DeltaNet state");
+                        rc = SL_ENOMEM;
+                        break;
+                    }
+                }
+                st->lin_cur[l] = (unsigned char)(o ^ 1);
+            }
+            rc = lin ? fwd_deltanet(st, cfg, lw, l, pool, nb, err, errlen) : fwd_attention(st, cfg, lw, l, pool, nb, pos0 + r0);
+            if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
+                float *tc = st->conv[l][0], *ts = st->ssm[l][0];
+                st->conv[l][0] = st->conv[l][1];
+                st->conv[l][1] = tc;
+                st->ssm[l][0] = st->ssm[l][1];
+                st->ssm[l][1] = ts;
+                st->lin_cur[l] = (unsigned char)o;
+            }
+            if (!rc) add_rows(X + (size_t)r0 * H, st->out, (size_t)nb * H);
+        }
+        if (rc) break;
+        if (cfg->layer_moe[l]) {
+            fwd_norm_rows(ops, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, HN, n, (int)H);
+            rc = fwd_moe_wide(st, cfg, lw, l, experts, pool, n, HN, O, &wb, err, errlen);
+            if (!rc) add_rows(X, O, (size_t)n * H);
+        } else {
+            for (int r0 = 0; r0 < n && !rc; r0 += FWD_BATCH) {
+                int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+                fwd_norm_rows(ops, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, st->h, nb, (int)H);
+                rc = fwd_dense_mlp(st, cfg, lw, pool, nb);
+                if (!rc) add_rows(X + (size_t)r0 * H, st->out, (size_t)nb * H);
+            }
+        }
+        if (!rc && st->trace) st->trace(st->trace_ctx, l + 1, pos0, n, X);
+    }
+out:
+    /* put every original buffer back in its slot; the newest state (on success) is in slot o^1 */
+    for (int l = 0; l < L; l++) {
+        if (!cfg->layer_linear[l]) continue;
+        const int o = orig[l];
+        if (saved_conv[l]) {
+            free(st->conv[l][o]);
+            free(st->ssm[l][o]);
+            st->conv[l][o] = saved_conv[l];
+            st->ssm[l][o] = saved_ssm[l];
+        }
+        st->lin_cur[l] = (unsigned char)(rc ? o : o ^ 1); /* commit or roll back */
+    }
+    if (!rc) {
+        st->n_past += n;
+        if (logits_out) {
+            const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
+            for (int r0 = all_rows ? 0 : n - 1; r0 < n; r0 += FWD_BATCH) {
+                int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+                fwd_norm_rows(ops, X + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, st->h, nb, (int)H);
+                if (st->trace) st->trace(st->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, st->h);
+                kern_matmul(ops, pool, head, st->h, H, logits_out + (all_rows ? (size_t)r0 * (size_t)cfg->vocab : 0),
+                            (size_t)cfg->vocab, nb);
+            }
+        }
+    }
+    free(X);
+    free(HN);
+    free(O);
+    free(wb.router);
+    free(wb.top_e);
+    free(wb.top_w);
+    free(wb.e_tok);
+    free(wb.e_slot);
+    free(wb.sh_y);
+    free(wb.sg);
+    return rc;
+}
+
 int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
              sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
              size_t errlen) {
@@ -398,13 +515,18 @@ int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_
         return SL_ENOMEM;
     }
 
+    /* many tokens: layer-major chunks of up to WIDE_MAX (each expert read once per layer per chunk);
+     * a few: micro-batches through all layers */
+    const int wide = st->wide && cfg_n_moe_layers(cfg) > 0;
     for (int done = 0; done < n;) {
-        int nb = n - done < FWD_BATCH ? n - done : FWD_BATCH;
+        int rest = n - done, nb = wide && rest > FWD_BATCH ? (rest < WIDE_MAX ? rest : WIDE_MAX)
+                                                          : (rest < FWD_BATCH ? rest : FWD_BATCH);
         int last = done + nb == n;
         float *lo = NULL;
         if (logits && all_logits) lo = logits + (size_t)done * (size_t)cfg->vocab;
         else if (logits && last) lo = logits;
-        int rc = eval_batch(st, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen);
+        int rc = nb > FWD_BATCH ? eval_wide(st, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen)
+                                : eval_batch(st, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen);
         if (rc) return rc;
         done += nb;
     }

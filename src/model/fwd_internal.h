@@ -31,6 +31,8 @@ void fwd_state_set_trace(fwd_state *st, fwd_trace_fn fn, void *ctx);
 void fwd_state_set_chunked(fwd_state *st, int chunked);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
 void fwd_state_set_prefetch(fwd_state *st, int on);
+/* Turns layer-major evaluation of long inputs on (default) or off (micro-batches through all layers). */
+void fwd_state_set_wide(fwd_state *st, int on);
 
 struct fwd_state {
     const kern_ops *ops;
@@ -82,6 +84,7 @@ struct fwd_state {
     int *pf_list;      /* [E] experts predicted for the next MoE layer (prefetch hint) */
     unsigned char *pf_mark; /* [E] */
     int prefetch;      /* 1 (default): hint the next MoE layer's experts to a streaming provider */
+    int wide;          /* 1 (default): evaluate more than FWD_BATCH tokens layer-major (eval_wide) */
     int n_ffn;
 };
 
@@ -91,6 +94,19 @@ int fwd_attention(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int
                   int pos0);
 int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
                  char *err, size_t errlen);
+/* Buffers of a layer-major (wide) evaluation of n tokens. */
+typedef struct fwd_wide {
+    float *router;    /* [n][E] */
+    int *top_e;       /* [n][k] */
+    float *top_w;     /* [n][k] */
+    int *e_tok, *e_slot; /* [n*k] */
+    float *sh_y;      /* [n][H] */
+    float *sg;        /* [n] */
+} fwd_wide;
+
+int fwd_moe_wide(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
+                 sl_pool *pool, int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen);
+
 int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
             int next_layer, const sl_expert_src *experts,
             sl_pool *pool, int n, char *err, size_t errlen);

@@ -68,10 +68,12 @@ typedef struct sl_expert {
  * or a negative sl_status.
  *
  * Streaming providers also set begin/next/release/end; the MoE block then drives them per layer:
- *   begin(layer, experts, n)  announces the n distinct experts the layer needs (ascending); misses
+ *   begin(layer, experts, n, in_order)
+ *                             announces the n distinct experts the layer needs (ascending); misses
  *                             are submitted to the I/O engine at once;
  *   next(&e, &ex)             hands out one of them as soon as it is in memory (hits first, then reads
- *                             in completion order) — blocks while none is ready;
+ *                             in completion order; with in_order, strictly in the list's order, reads
+ *                             running ahead) — blocks while none is ready;
  *   release(e)                the caller is done with e; it must release each expert before the next
  *                             next() (so a cache of a single slot still makes progress);
  *   end()                     closes the layer; after an error it cancels and drains outstanding reads.
@@ -79,7 +81,7 @@ typedef struct sl_expert {
  * of delivery never changes a bit. errmsg() returns the provider's message for its last error. */
 typedef struct sl_expert_src {
     int (*get)(void *ctx, int layer, int expert, sl_expert *out);
-    int (*begin)(void *ctx, int layer, const int *experts, int n);
+    int (*begin)(void *ctx, int layer, const int *experts, int n, int in_order);
     int (*next)(void *ctx, int *expert, sl_expert *out);
     void (*release)(void *ctx, int expert);
     void (*end)(void *ctx);

@@ -160,7 +160,7 @@ static void hint_next(fwd_state *st, const sl_config *cfg, const sl_layer_w *nex
 static int run_streamed(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer,
                         const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, sl_pool *pool,
                         int n, int n_list, char *err, size_t errlen) {
-    int rc = experts->begin(experts->ctx, layer, st->e_list, n_list);
+    int rc = experts->begin(experts->ctx, layer, st->e_list, n_list, 0);
     if (!rc) hint_next(st, cfg, next_lw, next_layer, experts, pool, n);
     if (!rc) shared_expert(st, cfg, lw, pool, n);
     for (int i = 0; !rc && i < n_list; i++) {
@@ -227,6 +227,91 @@ int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer
             float gate = lw->sh_expert_gate.data ? kern_sigmoid(sg[t]) : 1.0f;
             float *o = st->out + (size_t)t * H;
             const float *ys = st->sh_y + (size_t)t * H;
+            for (int i = 0; i < H; i++) o[i] += gate * ys[i];
+        }
+    }
+    return 0;
+}
+
+/* The MoE block over n tokens at once (layer-major prefill): every expert the n tokens chose is fetched
+ * once, in ascending order, and its output is added straight into each of its tokens' rows of out, so
+ * no per-(token, slot) buffer is needed. Per token that is the same sequence of operations as
+ * fwd_moe's ((0 + w_a y_a) + w_b y_b) + ... over ascending experts, then the gated shared expert, and
+ * every matmul row depends only on its own token, so the result is bitwise fwd_moe's, chunk by chunk.
+ * h: [n][H] normed input; out: [n][H]. Scratch: wb (sized for n), and st's micro-batch buffers. */
+int fwd_moe_wide(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
+                 sl_pool *pool, int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen) {
+    const kern_ops *ops = st->ops;
+    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used, I = cfg->moe_inter;
+    kern_matmul(ops, pool, &lw->router, h, (size_t)H, wb->router, (size_t)E, n);
+    memset(st->e_count, 0, (size_t)E * sizeof(int));
+    for (int t = 0; t < n; t++) {
+        int *te = wb->top_e + (size_t)t * k;
+        route_token(wb->router + (size_t)t * E, E, k, cfg->norm_topk, te, wb->top_w + (size_t)t * k,
+                    wb->router + (size_t)t * E);
+        for (int s = 0; s < k; s++) st->e_count[te[s]]++;
+    }
+    int off = 0, n_list = 0;
+    for (int e = 0; e < E; e++) {
+        int c = st->e_count[e];
+        st->e_count[e] = off;
+        off += c;
+        if (c) st->e_list[n_list++] = e;
+    }
+    for (int t = 0; t < n; t++)
+        for (int s = 0; s < k; s++) {
+            int e = wb->top_e[(size_t)t * k + s], at = st->e_count[e]++;
+            wb->e_tok[at] = t;
+            wb->e_slot[at] = s;
+        }
+    int rc = experts->begin ? experts->begin(experts->ctx, layer, st->e_list, n_list, 1) : 0;
+    if (rc) {
+        fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+        if (experts->end) experts->end(experts->ctx);
+        return rc;
+    }
+    if (lw->sh_gate.data) /* while the first reads are in flight */
+        for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
+            int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+            swiglu_ffn(ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, h + (size_t)r0 * H, nb, H, cfg->shared_inter,
+                       st->ffn_g, st->ffn_u, wb->sh_y + (size_t)r0 * H);
+        }
+    memset(out, 0, (size_t)n * H * sizeof(float));
+    for (int i = 0; i < n_list && !rc; i++) {
+        int e = st->e_list[i], got = e;
+        sl_expert ex;
+        memset(&ex, 0, sizeof ex);
+        rc = experts->begin ? experts->next(experts->ctx, &got, &ex) : experts->get(experts->ctx, layer, e, &ex);
+        if (rc) {
+            fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+            break;
+        }
+        if (got != e) {
+            fwd_errf(err, errlen, "layer %d: expert source delivered expert %d out of order (expected %d)", layer, got, e);
+            rc = SL_EINVAL;
+        }
+        if (!rc) rc = check_expert(&ex, I, H, layer, e, err, errlen);
+        int start = e > 0 ? st->e_count[e - 1] : 0, end = st->e_count[e];
+        for (int c0 = start; !rc && c0 < end; c0 += FWD_BATCH) {
+            int cnt = end - c0 < FWD_BATCH ? end - c0 : FWD_BATCH;
+            for (int j = 0; j < cnt; j++)
+                memcpy(st->ffn_x + (size_t)j * H, h + (size_t)wb->e_tok[c0 + j] * H, (size_t)H * sizeof(float));
+            swiglu_ffn(ops, pool, &ex.gate, &ex.up, &ex.down, st->ffn_x, cnt, H, I, st->ffn_g, st->ffn_u, st->ffn_y);
+            for (int j = 0; j < cnt; j++) {
+                int t = wb->e_tok[c0 + j], s = wb->e_slot[c0 + j];
+                ops->axpy(wb->top_w[(size_t)t * k + s], st->ffn_y + (size_t)j * H, out + (size_t)t * H, H);
+            }
+        }
+        if (experts->begin) experts->release(experts->ctx, got);
+    }
+    if (experts->begin) experts->end(experts->ctx);
+    if (rc) return rc < 0 ? rc : SL_EIO;
+    if (lw->sh_gate.data) {
+        if (lw->sh_expert_gate.data) kern_matmul(ops, pool, &lw->sh_expert_gate, h, (size_t)H, wb->sg, 1, n);
+        for (int t = 0; t < n; t++) {
+            float gate = lw->sh_expert_gate.data ? kern_sigmoid(wb->sg[t]) : 1.0f;
+            float *o = out + (size_t)t * H;
+            const float *ys = wb->sh_y + (size_t)t * H;
             for (int i = 0; i < H; i++) o[i] += gate * ys[i];
         }
     }

@@ -49,6 +49,8 @@ struct cache {
     double halflife;   /* LFU: accesses over which a count halves */
     /* current layer request */
     int layer, mslot, active;
+    int ordered;       /* deliver in list order (see c_begin) */
+    int *list, n_list, pos, ahead, held;
     uint8_t *rstate;   /* [E] */
     int *ready, n_ready, ready_head;  /* FIFO of experts ready to deliver */
     int *queued, n_queued, queued_head;
@@ -249,10 +251,95 @@ static void fill_expert(const cache *c, const slot *s, sl_expert *out) {
     }
 }
 
-static int c_begin(void *ctx, int layer, const int *experts, int n) {
+/* Ordered requests (prefill over many tokens: the caller accumulates each expert's output straight
+ * into its tokens, so experts must arrive in list order). Nothing is reserved up front; the head of the
+ * list is loaded on demand, and reads run ahead down the list while they leave a slot free for the
+ * head (so a cache of any size makes progress). */
+static int ordered_load(cache *c, int e, int v) {
+    int rc = start_load(c, v, c->mslot * c->E + e, 0); /* counts the miss; the slot is reserved (refs 1) */
+    if (rc) return rc;
+    c->rstate[e] = R_INFLIGHT;
+    c->held++;
+    c->l_miss[c->layer]++;
+    return 0;
+}
+
+static int ordered_readahead(cache *c) {
+    int limit = c->n_slots - (int)c->st.pinned - 2; /* always leave a slot for the head */
+    if (c->ahead <= c->pos) c->ahead = c->pos + 1;
+    while (c->ahead < c->n_list && c->held < limit && c->inflight < c->depth) {
+        int e = c->list[c->ahead];
+        if (c->map[c->mslot * c->E + e] < 0) {
+            int v = victim(c);
+            if (v < 0) break;
+            int rc = ordered_load(c, e, v);
+            if (rc) return rc;
+        }
+        c->ahead++;
+    }
+    return 0;
+}
+
+static int ordered_next(cache *c, int *expert, sl_expert *out) {
+    if (c->pos >= c->n_list) return fail(c, SL_EINVAL, "expert cache: more next() calls than experts requested");
+    int e = c->list[c->pos], key = c->mslot * c->E + e;
+    for (;;) {
+        int rc = ordered_readahead(c);
+        if (!rc) rc = c->io->ops->flush(c->io);
+        if (rc) return c->failed ? rc : fail(c, SL_EIO, "cannot start expert reads: %s", strerror(-rc));
+        int si = c->map[key];
+        if (si >= 0 && c->rstate[e] != R_INFLIGHT) { /* cached or being prefetched: claim it */
+            slot *sl = &c->slots[si];
+            sl->refs++;
+            if (sl->prefetched) c->st.prefetch_used++;
+            sl->prefetched = 0;
+            c->rstate[e] = R_INFLIGHT;
+            c->held++;
+            c->st.hits++;
+            c->l_hits[c->layer]++;
+        } else if (si < 0) { /* the head is neither cached nor in flight: load it now */
+            int v = victim(c);
+            if (v >= 0 && (rc = ordered_load(c, e, v))) return rc;
+            if (v >= 0) continue;
+        }
+        si = c->map[key];
+        if (si >= 0 && c->slots[si].state == S_READY) {
+            slot *sl = &c->slots[si];
+            c->held--;
+            c->rstate[e] = R_DELIVERED;
+            touch(c, sl);
+            fill_expert(c, sl, out);
+            *expert = e;
+            c->pos++;
+            return 0;
+        }
+        if (c->inflight == 0)
+            return fail(c, SL_ENOMEM, "expert cache: all %d slots are in use (budget too small for this request)", c->n_slots);
+        int done = -1;
+        if ((rc = complete_one(c, &done))) return rc;
+        if (done >= 0) c->l_bytes[c->f->moe_layers[c->slots[done].key / c->E]] += c->f->h.expert_stride;
+    }
+}
+
+static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered) {
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
     if (ms < 0) return fail(c, SL_EINVAL, "layer %d has no routed experts", layer);
+    if (ordered) {
+        c->layer = layer;
+        c->mslot = ms;
+        c->active = 1;
+        c->ordered = 1;
+        c->failed = 0;
+        c->err[0] = 0;
+        c->n_ready = c->ready_head = c->n_queued = c->queued_head = 0;
+        memcpy(c->list, experts, (size_t)n * sizeof *experts);
+        c->n_list = n;
+        c->pos = c->ahead = c->held = 0;
+        for (int i = 0; i < n; i++) c->routes[ms * c->E + experts[i]]++;
+        return 0;
+    }
+    c->ordered = 0;
     if (c->pred_n > 0 && c->pred_layer == layer) { /* score the last hint against the real routing */
         int good = 0;
         for (int i = 0; i < n; i++) good += c->pred[experts[i]];
@@ -307,6 +394,7 @@ static int c_begin(void *ctx, int layer, const int *experts, int n) {
 
 static int c_next(void *ctx, int *expert, sl_expert *out) {
     cache *c = ctx;
+    if (c->ordered) return ordered_next(c, expert, out);
     for (;;) {
         if (c->ready_head < c->n_ready) {
             int e = c->ready[c->ready_head++];
@@ -378,6 +466,7 @@ static void c_end(void *ctx) {
         if (c->slots[i].state == S_READY && !c->slots[i].pinned) c->slots[i].refs = 0;
     memset(c->rstate, 0, (size_t)c->E);
     c->active = 0;
+    c->ordered = 0;
 }
 
 static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err; }
@@ -413,7 +502,7 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n) {
 /* Blocking single fetch (not used by the forward pass when begin() exists; kept for tools). */
 static int c_get(void *ctx, int layer, int expert, sl_expert *out) {
     cache *c = ctx;
-    int rc = c_begin(c, layer, &expert, 1);
+    int rc = c_begin(c, layer, &expert, 1, 0);
     int e = -1;
     if (!rc) rc = c_next(c, &e, out);
     if (!rc) c_release(c, e);
@@ -472,12 +561,13 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->ready = malloc((size_t)c->E * sizeof *c->ready);
     c->queued = malloc((size_t)c->E * sizeof *c->queued);
     c->pred = calloc((size_t)c->E, 1);
+    c->list = malloc((size_t)c->E * sizeof *c->list);
     int L = cfg->cfg->n_layers;
     c->l_hits = calloc((size_t)L, 8);
     c->l_miss = calloc((size_t)L, 8);
     c->l_bytes = calloc((size_t)L, 8);
     c->routes = calloc((size_t)c->n_keys, 8);
-    if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->pred || !c->l_hits || !c->l_miss ||
+    if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->pred || !c->list || !c->l_hits || !c->l_miss ||
         !c->l_bytes || !c->routes) {
         snprintf(err, errlen, "out of memory for an expert cache of %llu slots of %llu bytes", (unsigned long long)n,
                  (unsigned long long)stride);
@@ -505,6 +595,7 @@ void cache_free(cache *c) {
     free(c->ready);
     free(c->queued);
     free(c->pred);
+    free(c->list);
     free(c->l_hits);
     free(c->l_miss);
     free(c->l_bytes);
