@@ -1,6 +1,9 @@
 /*
- * cache.c — see cache.h. Sections: slots and eviction, the read path (submit / complete / retry),
- * the streaming protocol (begin / next / release / end), pinning and stats.
+ * cache.c — see cache.h. Sections: slots and eviction; the read path (submit / complete / retry, and
+ * what a failed prefetch read becomes); the streaming protocol: unordered requests (decode: hits first,
+ * then reads in completion order) and ordered ones (layer-major prefill: list order, bounded
+ * read-ahead); prefetch hints (scored against the real routing, acted on only while accurate);
+ * lifecycle, pinning and stats.
  */
 #include "stream/cache.h"
 

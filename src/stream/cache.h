@@ -7,7 +7,8 @@
  *    checksum verified when verification is on);
  *  - a slot with refs > 0 (reserved for, or held by, the current layer) or pinned is never evicted;
  *  - map[key] is the READY slot holding key, or -1.
- * Single-threaded: one layer request at a time (the model serialises evaluations).
+ * Single-threaded: one layer request at a time (the model serialises evaluations). Prefetch reads may
+ * stay in flight between requests; cache_free waits for them before freeing the slots.
  */
 #ifndef SL_CACHE_H
 #define SL_CACHE_H
