@@ -188,11 +188,15 @@ void sl_session_free(sl_session *session);
 void sl_session_reset(sl_session *session);
 int sl_session_n_past(const sl_session *session);
 
-/* Evaluates n_tokens more tokens after those already in the session. When logits is non-NULL it
- * receives float32 logits: [n_tokens][vocab] if all_logits, else [vocab] for the last token only.
- * Errors (token id out of range, context full, n_tokens < 1) leave the session unchanged. */
 /* The session's last error message ("" if none). */
 const char *sl_session_errmsg(const sl_session *session);
+
+/* Evaluates n_tokens more tokens after those already in the session. When logits is non-NULL it
+ * receives float32 logits: [n_tokens][vocab] if all_logits, else [vocab] for the last token only.
+ * Bad arguments (token id out of range, context full, n_tokens < 1) are refused before anything is
+ * evaluated. Inputs are evaluated in chunks (up to 1024 tokens, layer-major; 64 for short inputs):
+ * when a later chunk fails (an expert read error, say), the chunks before it stay in the session and
+ * sl_session_n_past() says how far it got; the failed chunk leaves no trace. */
 
 sl_status sl_session_eval(sl_session *session, const int32_t *tokens, int n_tokens, float *logits,
                           int all_logits);
