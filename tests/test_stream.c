@@ -414,3 +414,22 @@ TEST(layer_major_failure_leaves_session_unchanged) {
     CHECK(st2 == SL_OK && st3 == SL_OK);
     CHECK(same);
 }
+
+/* A budget beyond the expert section is capped at it (a budget beyond available memory is refused at
+ * open with a message; that needs a model larger than the test machine's memory, so it is checked by
+ * hand: `sluice run -m <26 GB model> --cache 64G` says "expert cache of 24.0 GiB requested but only
+ * 21.1 GiB of memory is available"). */
+TEST(cache_budget_capped_at_expert_section) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    sl_error err = {0};
+    sl_model_params mp = sl_model_params_default();
+    mp.cache_bytes = (uint64_t)1 << 50;
+    sl_model *m = NULL;
+    sl_status st = sl_model_open(path, &mp, &m, &err);
+    CHECKF(st == SL_OK, "%s", err.msg);
+    sl_stats ss;
+    sl_model_stats(m, &ss);
+    sl_model_close(m);
+    CHECK(ss.cache_bytes <= ss.expert_bytes && ss.cache_slots == 80);
+}

@@ -244,6 +244,12 @@ static sl_status open_stream(sl_model *m, const char *path, const sl_model_param
         if (!io) return sl_err(err, SL_ENOMEM, "out of memory");
     }
     uint64_t budget = p->cache_bytes;
+    if (budget > m->f.h.expert_len) budget = m->f.h.expert_len; /* more than every expert buys nothing */
+    if (budget > avail) { /* the arena is touched at open: past available memory that is an OOM kill */
+        io_destroy(io);
+        return sl_err(err, SL_ENOMEM, "expert cache of %.1f GiB requested but only %.1f GiB of memory is available",
+                      (double)budget / 1073741824.0, (double)avail / 1073741824.0);
+    }
     if (!budget) {
         budget = avail / 2 > m->f.h.backbone_len ? avail / 2 - m->f.h.backbone_len : m->f.h.expert_stride;
         if (budget > m->f.h.expert_len) budget = m->f.h.expert_len;
