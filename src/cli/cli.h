@@ -23,7 +23,8 @@ int cmd_profile(int argc, char **argv);
  * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
  * bad value prints the error and sets *bad = 1. */
 int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad);
-/* The --stats line (stderr). */
+/* The --stats line (stderr). n_gen tokens were generated, the first from the prefill's logits, so decode
+ * tok/s is (n_gen - 1) / decode_s. */
 void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s);
 /* Text helpers (cmd_text.c): whole stdin (malloc'ed, NUL-terminated; NULL on error); tokenizer load
  * with the message printed (returns 1 on failure). */
@@ -37,9 +38,10 @@ int cli_render_chat(const sl_tokenizer *tok, const char *json, char **out, sl_er
 typedef struct cli_text_opts {
     const char *model, *prompt, *system;
     const char *stop[16];
-    int n_stop, n_gen, threads, stats, ids, chat, think; /* think: -1 template default, 0 off, 1 on */
+    int n_stop, n_gen, stats, ids, chat, think; /* think: -1 template default, 0 off, 1 on */
     int seed_set;
     sl_sampler_params sp;
+    sl_model_params mp; /* --cache, --resident, --io, ... (cli_model_opt) */
 } cli_text_opts;
 void cli_text_opts_init(cli_text_opts *o);
 /* Consumes argv[*i] (and its value) if it is a text option: 1 consumed, 0 not one, -1 bad (printed). */

@@ -69,7 +69,7 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
             "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
             "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, checksums %.1f ms/token, prefetch "
             "%llu reads (%llu used, predictions %.0f%% right%s); peak RSS %s, backbone %s, page cache %s; io %s/%s\n",
-            n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 ? n_gen / decode_s : 0.0, cb,
+            n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 && n_gen > 1 ? (n_gen - 1) / decode_s : 0.0, cb,
             (unsigned long long)st.cache_slots, st.resident ? "resident" : "streamed",
             req ? 100.0 * (double)st.hits / (double)req : 100.0, rd,
             st.tokens ? (double)st.bytes_read / (double)st.tokens / 1048576.0 : 0.0,

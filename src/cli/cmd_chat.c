@@ -163,9 +163,7 @@ int cmd_chat(int argc, char **argv) {
     int rc = 1;
     sl_error err = {0};
     if (cli_load_tokenizer("chat", c.o.model, &c.tok)) goto out;
-    sl_model_params mp = sl_model_params_default();
-    mp.n_threads = c.o.threads;
-    if (sl_model_open(c.o.model, &mp, &c.m, &err)) { cli_fail("chat", "%s", err.msg); goto out; }
+    if (sl_model_open(c.o.model, &c.o.mp, &c.m, &err)) { cli_fail("chat", "%s", err.msg); goto out; }
     if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail("chat", "out of memory"); goto out; }
     c.pending = -1;
     struct sigaction sa;

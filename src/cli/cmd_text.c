@@ -176,6 +176,7 @@ void cli_text_opts_init(cli_text_opts *o) {
     o->think = -1;
     o->sp = sl_sampler_params_default();
     o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    o->mp = sl_model_params_default();
 }
 
 int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *i) {
@@ -188,7 +189,6 @@ int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *
     else if (!strcmp(s, "-p") || !strcmp(s, "--prompt")) { NEED(); o->prompt = v; }
     else if (!strcmp(s, "--system")) { NEED(); o->system = v; }
     else if (!strcmp(s, "-n") || !strcmp(s, "--max-tokens")) { long x; NUM(x, strtol_10); o->n_gen = (int)x; }
-    else if (!strcmp(s, "--threads")) { long x; NUM(x, strtol_10); o->threads = (int)x; }
     else if (!strcmp(s, "--temp")) NUM(o->sp.temp, strtof);
     else if (!strcmp(s, "--top-k")) { long x; NUM(x, strtol_10); o->sp.top_k = (int)x; }
     else if (!strcmp(s, "--top-p")) NUM(o->sp.top_p, strtof);
@@ -209,7 +209,11 @@ int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *
     } else if (!strcmp(s, "--chat")) o->chat = 1;
     else if (!strcmp(s, "--stats")) o->stats = 1;
     else if (!strcmp(s, "--ids")) o->ids = 1;
-    else return 0;
+    else {
+        int bad = 0;
+        if (!cli_model_opt(argc, argv, i, &o->mp, cmd, &bad)) return 0;
+        if (bad) return -1;
+    }
 #undef NUM
 #undef NEED
     if (o->n_gen < 0 || o->sp.top_k < 0 || o->sp.top_p < 0 || o->sp.top_p > 1 || o->sp.min_p < 0 || o->sp.min_p > 1 || o->sp.repeat_last_n < 0) {
@@ -275,9 +279,7 @@ int cmd_run_text(int argc, char **argv) {
     const char *src = text ? text : o.prompt;
     if (sl_tokenize(tok, src, strlen(src), 0, &ids, &n, &err)) { cli_fail("run", "%s", err.msg); goto out; }
     if (n == 0) { cli_fail("run", "the prompt is empty: nothing to generate from"); goto out; }
-    sl_model_params mp = sl_model_params_default();
-    mp.n_threads = o.threads;
-    if (sl_model_open(o.model, &mp, &m, &err)) { cli_fail("run", "%s", err.msg); goto out; }
+    if (sl_model_open(o.model, &o.mp, &m, &err)) { cli_fail("run", "%s", err.msg); goto out; }
     if (sl_session_new(m, 0, &s) || sl_sampler_new(&o.sp, sl_model_n_vocab(m), &smp)) { cli_fail("run", "out of memory"); goto out; }
     if (sl_tokenizer_n_vocab(tok) > sl_model_n_vocab(m)) {
         cli_fail("run", "the tokenizer has %d ids but the model only %d", sl_tokenizer_n_vocab(tok), sl_model_n_vocab(m));
@@ -297,6 +299,7 @@ int cmd_run_text(int argc, char **argv) {
         fprintf(stderr, "tokens: %d prompt, %d generated; prefill %.1f tok/s, decode %.1f tok/s; stop: %s\n", res.n_prompt,
                 res.n_generated, res.prefill_s > 0 ? res.n_prompt / res.prefill_s : 0.0,
                 res.decode_s > 0 && res.n_generated > 1 ? (res.n_generated - 1) / res.decode_s : 0.0, why[res.stop]);
+        cli_print_stats(m, res.n_prompt, res.n_generated, res.prefill_s, res.decode_s);
     }
     rc = 0;
 out:

@@ -41,6 +41,18 @@ def test_sampling_flags_and_stats(tiny_model):
     assert r.returncode == 1 and b"out of range" in r.stderr
 
 
+def test_text_with_streaming_options(tiny_model):
+    # the model options of every command work with text prompts: a tiny expert cache, direct I/O,
+    # LFU, one thread -- same greedy text as the all-resident model, and the stats line reports the cache
+    want = gen(tiny_model, "-p", "the lazy dog", "-n", "12", "--temp", "0", "--resident").stdout
+    r = gen(tiny_model, "-p", "the lazy dog", "-n", "12", "--temp", "0", "--cache", "100K", "--io", "direct",
+            "--policy", "lfu", "--threads", "1", "--stats")
+    assert r.stdout == want
+    assert b"hit rate" in r.stderr and b"streamed" in r.stderr
+    r = gen(tiny_model, "-p", "x", "--cache", "lots", check=False)
+    assert r.returncode == 1 and b"--cache" in r.stderr
+
+
 def test_stop_string(tiny_model):
     full = gen(tiny_model, "-p", "the", "-n", "60", "--temp", "0").stdout.decode()[:-1]
     # a stop string taken from the middle of the greedy text cuts it right there
