@@ -423,21 +423,9 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
     if (!hdr) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
     slc_header_encode(&h, hdr);
     if ((st = wr(&w, hdr, SLC_HEADER_BYTES, 0, err))) goto fail;
-    if (ftruncate(fd, (off_t)h.file_size) != 0 || fsync(fd) != 0) {
-        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot finish the file: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        st = sl_err(err, sl_status_from_errno(errno), "%s: close failed: %s", tmp, strerror(errno));
-        goto fail;
-    }
+    st = fio_commit(fd, h.file_size, tmp, out_path, err);
     fd = -1;
-    if (rename(tmp, out_path) != 0) {
-        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot rename to %s: %s", tmp, out_path, strerror(errno));
-        goto fail;
-    }
-    st = SL_OK;
+    if (st) goto fail;
     goto done;
 fail:
     if (fd >= 0) close(fd);

@@ -286,16 +286,9 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
     if ((st = fio_pwrite_all(fd, mtxt, h.manifest_len, h.manifest_off, tmp, err))) goto fail;
     slc_header_encode(&h, hdr);
     if ((st = fio_pwrite_all(fd, hdr, SLC_HEADER_BYTES, 0, tmp, err))) goto fail;
-    if (ftruncate(fd, (off_t)h.file_size) != 0 || fsync(fd) != 0 || close(fd) != 0) {
-        fd = -1;
-        st = sl_err(err, SL_EIO, "%s: cannot finish the file: %s", tmp, strerror(errno));
-        goto fail;
-    }
+    st = fio_commit(fd, h.file_size, tmp, out_path, err);
     fd = -1;
-    if (rename(tmp, out_path) != 0) {
-        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot rename: %s", out_path, strerror(errno));
-        goto fail;
-    }
+    if (st) goto fail;
     goto done;
 fail:
     if (fd >= 0) close(fd);

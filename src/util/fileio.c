@@ -72,6 +72,19 @@ sl_status fio_read_file(const char *path, char **out, size_t *out_len, sl_error 
     return SL_OK;
 }
 
+sl_status fio_commit(int fd, uint64_t size, const char *tmp, const char *dst, sl_error *err) {
+    if (ftruncate(fd, (off_t)size) != 0 || fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return sl_err(err, sl_status_from_errno(e), "%s: cannot finish the file: %s", tmp, strerror(e));
+    }
+    if (close(fd) != 0)
+        return sl_err(err, sl_status_from_errno(errno), "%s: close failed: %s", tmp, strerror(errno));
+    if (rename(tmp, dst) != 0)
+        return sl_err(err, sl_status_from_errno(errno), "%s: cannot rename to %s: %s", tmp, dst, strerror(errno));
+    return SL_OK;
+}
+
 char *fio_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
     char *p = malloc(a + b + 2);
