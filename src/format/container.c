@@ -181,6 +181,51 @@ void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t 
     if (dt == DT_Q3) cJSON_AddNumberToObject(o, "seed", (double)seed);
 }
 
+static void add_shape(cJSON *o, int ndim, const int64_t *s) {
+    cJSON *a = cJSON_AddArrayToObject(o, "shape");
+    for (int i = 0; i < ndim; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)s[i]));
+}
+
+cJSON *slc_tensor_to_json(const slc_tensor *t) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    char hex[17];
+    slc_hash_hex(t->hash, hex);
+    cJSON_AddStringToObject(o, "name", t->name);
+    cJSON_AddStringToObject(o, "dtype", dt_name(t->dtype));
+    slc_quant_to_json(o, t->dtype, t->group, t->sdtype, t->seed);
+    add_shape(o, t->ndim, t->shape);
+    cJSON_AddNumberToObject(o, "offset", (double)t->off);
+    cJSON_AddNumberToObject(o, "size", (double)t->size);
+    cJSON_AddStringToObject(o, "xxh3", hex);
+    return o;
+}
+
+cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t block_bytes, const slc_part parts[3]) {
+    cJSON *ex = cJSON_CreateObject();
+    if (!ex) return NULL;
+    cJSON_AddNumberToObject(ex, "n_experts", c->n_experts);
+    cJSON_AddNumberToObject(ex, "offset", (double)h->expert_off);
+    cJSON_AddNumberToObject(ex, "stride", (double)h->expert_stride);
+    cJSON_AddNumberToObject(ex, "block_bytes", (double)block_bytes);
+    cJSON_AddNumberToObject(ex, "hash_table_offset", (double)h->hash_off);
+    cJSON *ly = cJSON_AddArrayToObject(ex, "layers");
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer_moe[l]) cJSON_AddItemToArray(ly, cJSON_CreateNumber(l));
+    cJSON *pa = cJSON_AddArrayToObject(ex, "parts");
+    for (int p = 0; p < 3; p++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(pa, o);
+        cJSON_AddStringToObject(o, "name", arch_expert_part_names[p]);
+        cJSON_AddStringToObject(o, "dtype", dt_name(parts[p].dtype));
+        slc_quant_to_json(o, parts[p].dtype, parts[p].group, parts[p].sdtype, parts[p].seed);
+        add_shape(o, 2, parts[p].shape);
+        cJSON_AddNumberToObject(o, "offset", (double)parts[p].off);
+        cJSON_AddNumberToObject(o, "size", (double)parts[p].size);
+    }
+    return ex;
+}
+
 /* ---- open ---- */
 
 static int get_shape(const cJSON *s, int64_t shape[2], int *ndim) {

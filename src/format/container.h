@@ -103,6 +103,11 @@ int slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, s
 /* Adds "group", "scale_dtype" (and "seed" for q3) to an entry when dt is quantized. */
 void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t seed);
 
+/* Manifest entries as slc_open reads them back: one backbone tensor; the "experts" object (the
+ * layers list comes from c->layer_moe). NULL on allocation failure. */
+cJSON *slc_tensor_to_json(const slc_tensor *t);
+cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t block_bytes, const slc_part parts[3]);
+
 /* Normalised config <-> manifest JSON. */
 cJSON *slc_config_to_json(const sl_config *c);
 sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, sl_error *err);

@@ -112,7 +112,6 @@ static uint64_t tgt_bytes(const pack_tgt *g, int ndim, const int64_t *shape) {
     return q_mat_bytes(g->dt, shape[0], ndim == 1 ? 1 : shape[1], g->group, g->sdt);
 }
 
-static void add_tgt(cJSON *o, const pack_tgt *g) { slc_quant_to_json(o, g->dt, g->group, g->sdt, g->seed); }
 
 sl_dtype pack_target_dtype(sl_quant q, sl_dtype src, int matrix) {
     switch (q) {
@@ -154,11 +153,6 @@ static sl_status progress(writer *w, uint64_t add, sl_error *err) {
     if (w->p->progress && w->p->progress(w->p->progress_user, w->done, w->total))
         return sl_err(err, SL_ECANCELED, "pack canceled");
     return SL_OK;
-}
-
-static void add_shape(cJSON *o, int ndim, const int64_t *s) {
-    cJSON *a = cJSON_AddArrayToObject(o, "shape");
-    for (int i = 0; i < ndim; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)s[i]));
 }
 
 static void add_hash(cJSON *o, uint64_t h) {
@@ -306,15 +300,9 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
         if ((st = pack_derive(ck, t, &tdt[i], buf, err))) break;
         uint64_t hsh = XXH3_64bits(buf, bytes);
         if ((st = wr(&w, buf, bytes, toff[i], err))) break;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(tt, o);
-        cJSON_AddStringToObject(o, "name", at[i].name);
-        cJSON_AddStringToObject(o, "dtype", dt_name(tdt[i].dt));
-        add_tgt(o, &tdt[i]);
-        add_shape(o, at[i].ndim, at[i].shape);
-        cJSON_AddNumberToObject(o, "offset", (double)toff[i]);
-        cJSON_AddNumberToObject(o, "size", (double)bytes);
-        add_hash(o, hsh);
+        slc_tensor te = {at[i].name, tdt[i].dt, at[i].ndim, {at[i].shape[0], at[i].shape[1]}, toff[i], bytes, hsh,
+                         tdt[i].group, tdt[i].sdt, tdt[i].seed};
+        cJSON_AddItemToArray(tt, slc_tensor_to_json(&te));
         st = progress(&w, bytes, err);
     }
     free(tdt);
@@ -340,28 +328,14 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
         s++;
     }
     if (h.hash_len && (st = wr(&w, ehash, h.hash_len, h.hash_off, err))) goto fail;
-    cJSON *ex = cJSON_AddObjectToObject(man, "experts");
-    cJSON_AddNumberToObject(ex, "n_experts", E);
-    cJSON_AddNumberToObject(ex, "offset", (double)h.expert_off);
-    cJSON_AddNumberToObject(ex, "stride", (double)h.expert_stride);
-    cJSON_AddNumberToObject(ex, "block_bytes", (double)block);
-    cJSON_AddNumberToObject(ex, "hash_table_offset", (double)h.hash_off);
-    cJSON *ly = cJSON_AddArrayToObject(ex, "layers");
-    for (int l = 0; l < c->n_layers; l++)
-        if (c->layer_moe[l]) cJSON_AddItemToArray(ly, cJSON_CreateNumber(l));
-    cJSON *pa = cJSON_AddArrayToObject(ex, "parts");
+    slc_part parts[3];
     for (int part = 0; part < 3; part++) {
-        cJSON *o = cJSON_CreateObject();
         int64_t sh[2];
         arch_expert_shape(c, part, sh);
-        cJSON_AddItemToArray(pa, o);
-        cJSON_AddStringToObject(o, "name", arch_expert_part_names[part]);
-        cJSON_AddStringToObject(o, "dtype", dt_name(edt[part].dt));
-        add_tgt(o, &edt[part]);
-        add_shape(o, 2, sh);
-        cJSON_AddNumberToObject(o, "offset", (double)poff[part]);
-        cJSON_AddNumberToObject(o, "size", (double)psz[part]);
+        parts[part] = (slc_part){edt[part].dt, {sh[0], sh[1]}, poff[part], psz[part], edt[part].group, edt[part].sdt,
+                                 edt[part].seed};
     }
+    cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&h, c, block, parts));
     /* blobs */
     cJSON *bl = cJSON_AddArrayToObject(man, "blobs");
     uint64_t boff = h.blob_off;

@@ -221,18 +221,9 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
         if (at[i].matrix) fill_mat(&rs, dt, at[i].name, at[i].shape[0], at[i].shape[1], ftmp, buf);
         else fill_vec(&rs, at[i].name, &c, dt, buf, n);
         if ((st = fio_pwrite_all(fd, buf, b, off, tmp, err))) goto fail;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(tt, o);
-        cJSON_AddStringToObject(o, "name", at[i].name);
-        cJSON_AddStringToObject(o, "dtype", dt_name(dt));
-        cJSON *sa = cJSON_AddArrayToObject(o, "shape");
-        for (int d = 0; d < at[i].ndim; d++) cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)at[i].shape[d]));
-        cJSON_AddNumberToObject(o, "offset", (double)off);
-        cJSON_AddNumberToObject(o, "size", (double)b);
-        slc_quant_to_json(o, dt, SYNTH_GROUP, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(at[i].name, strlen(at[i].name)) : 0);
-        char hex[17];
-        slc_hash_hex(XXH3_64bits(buf, b), hex);
-        cJSON_AddStringToObject(o, "xxh3", hex);
+        slc_tensor te = {at[i].name, dt, at[i].ndim, {at[i].shape[0], at[i].shape[1]}, off, b, XXH3_64bits(buf, b),
+                         SYNTH_GROUP, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(at[i].name, strlen(at[i].name)) : 0};
+        cJSON_AddItemToArray(tt, slc_tensor_to_json(&te));
         off += b;
         done += b;
         if (progress && progress(user, done, total)) { st = sl_err(err, SL_ECANCELED, "canceled"); goto fail; }
@@ -248,28 +239,11 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
         if (progress && progress(user, done, total)) { st = sl_err(err, SL_ECANCELED, "canceled"); goto fail; }
     }
     if (h.hash_len && (st = fio_pwrite_all(fd, hashes, h.hash_len, h.hash_off, tmp, err))) goto fail;
-    cJSON *ex = cJSON_AddObjectToObject(man, "experts");
-    cJSON_AddNumberToObject(ex, "n_experts", c.n_experts);
-    cJSON_AddNumberToObject(ex, "offset", (double)h.expert_off);
-    cJSON_AddNumberToObject(ex, "stride", (double)h.expert_stride);
-    cJSON_AddNumberToObject(ex, "block_bytes", (double)block);
-    cJSON_AddNumberToObject(ex, "hash_table_offset", (double)h.hash_off);
-    cJSON *ly = cJSON_AddArrayToObject(ex, "layers");
-    for (int l = 0; l < c.n_layers; l++) cJSON_AddItemToArray(ly, cJSON_CreateNumber(l));
-    cJSON *pa = cJSON_AddArrayToObject(ex, "parts");
-    for (int p = 0; p < 3; p++) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(pa, o);
-        cJSON_AddStringToObject(o, "name", arch_expert_part_names[p]);
-        cJSON_AddStringToObject(o, "dtype", dt_name(mdt));
-        cJSON *sa = cJSON_AddArrayToObject(o, "shape");
-        cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)psh[p][0]));
-        cJSON_AddItemToArray(sa, cJSON_CreateNumber((double)psh[p][1]));
-        cJSON_AddNumberToObject(o, "offset", (double)poff[p]);
-        cJSON_AddNumberToObject(o, "size", (double)psz[p]);
-        slc_quant_to_json(o, mdt, SYNTH_GROUP, DT_BF16,
-                          mdt == DT_Q3 ? (uint32_t)XXH3_64bits(arch_expert_part_names[p], strlen(arch_expert_part_names[p])) : 0);
-    }
+    slc_part parts[3];
+    for (int p = 0; p < 3; p++)
+        parts[p] = (slc_part){mdt, {psh[p][0], psh[p][1]}, poff[p], psz[p], SYNTH_GROUP, DT_BF16,
+                              mdt == DT_Q3 ? (uint32_t)XXH3_64bits(arch_expert_part_names[p], strlen(arch_expert_part_names[p])) : 0};
+    cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&h, &c, block, parts));
     cJSON_AddArrayToObject(man, "blobs");
     cJSON *src = cJSON_AddObjectToObject(man, "source");
     cJSON_AddStringToObject(src, "synthetic", sh->name);
