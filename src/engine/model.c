@@ -137,13 +137,7 @@ static int resident_get(void *ctx, int layer, int expert, sl_expert *out) {
     sl_model *m = ctx;
     int slot = cfg_moe_slot(&m->cfg, layer);
     if (slot < 0 || expert < 0 || expert >= m->cfg.n_experts) return SL_EINVAL;
-    const uint8_t *blk = m->experts + (slc_expert_offset(&m->f, slot, expert) - m->f.h.expert_off);
-    sl_mat *mats[3] = {&out->gate, &out->up, &out->down};
-    for (int p = 0; p < 3; p++) {
-        const slc_part *pp = &m->f.parts[p];
-        q_mat_bind(mats[p], blk + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group, pp->sdtype,
-                   pp->seed);
-    }
+    slc_bind_expert(&m->f, m->experts + (slc_expert_offset(&m->f, slot, expert) - m->f.h.expert_off), out);
     return SL_OK;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "model/model.h"
 #include "model/tensors.h"
 #include "quant/quant.h"
 #include "util/err.h"
@@ -412,6 +413,15 @@ void slc_close(slc_file *f) {
     free(f->path);
     memset(f, 0, sizeof *f);
     f->fd = -1;
+}
+
+void slc_bind_expert(const slc_file *f, const uint8_t *block, sl_expert *out) {
+    sl_mat *m[3] = {&out->gate, &out->up, &out->down};
+    for (int p = 0; p < 3; p++) {
+        const slc_part *pp = &f->parts[p];
+        q_mat_bind(m[p], block + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group, pp->sdtype,
+                   pp->seed);
+    }
 }
 
 const slc_tensor *slc_find(const slc_file *f, const char *name) {

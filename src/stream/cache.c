@@ -18,7 +18,6 @@
 #include <time.h>
 #include <xxhash.h>
 
-#include "quant/quant.h"
 #include "sluice.h"
 
 enum { S_FREE = 0, S_LOADING = 1, S_READY = 2 };
@@ -245,14 +244,7 @@ static int complete_one(cache *c, int *done_slot) {
 
 /* ---- streaming protocol ---- */
 
-static void fill_expert(const cache *c, const slot *s, sl_expert *out) {
-    sl_mat *m[3] = {&out->gate, &out->up, &out->down};
-    for (int p = 0; p < 3; p++) {
-        const slc_part *pp = &c->f->parts[p];
-        q_mat_bind(m[p], s->buf + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group, pp->sdtype,
-                   pp->seed);
-    }
-}
+static void fill_expert(const cache *c, const slot *s, sl_expert *out) { slc_bind_expert(c->f, s->buf, out); }
 
 /* Ordered requests (prefill over many tokens: the caller accumulates each expert's output straight
  * into its tokens, so experts must arrive in list order). Nothing is reserved up front; the head of the
