@@ -8,6 +8,9 @@ WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP
 BASE_CFLAGS := $(WARN) $(OPT) -g -pthread -fno-math-errno $(CFLAGS)
 LDLIBS  += -lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lm -pthread
 PREFIX  ?= /usr/local
+VENV    ?= build/venv
+PYTHON  ?= $(VENV)/bin/python
+DEMO    := models/demo.sluice
 
 LIB_SRC := $(sort $(wildcard src/*/*.c))
 LIB_SRC := $(filter-out src/cli/% $(SKIP),$(LIB_SRC))
@@ -20,6 +23,13 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
 all: $(BUILD)/sluice $(BUILD)/libsluice.a
 
+# What the build and the tests need is installed by tools/setup.sh (the one package list; a no-op in well
+# under a second when everything is there). Every object waits for it.
+setup-build:
+	@tools/setup.sh build
+setup-test: setup-build
+	@tools/setup.sh test
+
 # Per-file instruction-set flags: the SIMD kernel files only (selected at run time, kernels.h).
 ARCH := $(shell $(CC) -dumpmachine 2>/dev/null)
 ifneq ($(filter x86_64%,$(ARCH)),)
@@ -27,7 +37,7 @@ $(BUILD)/src/kernels/kernels_avx2.o: CFLAGS_EXTRA := -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels/kernels_avx512.o: CFLAGS_EXTRA := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 endif
 
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c | setup-build
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	@$(CC) $(CPPFLAGS) $(BASE_CFLAGS) $(CFLAGS_EXTRA) -c $< -o $@
@@ -42,8 +52,8 @@ $(BUILD)/sluice: $(CLI_OBJ) $(BUILD)/libsluice.a
 $(BUILD)/test_sluice: $(TEST_OBJ) $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $(TEST_OBJ) $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
-test: $(BUILD)/sluice $(BUILD)/test_sluice
-	@tools/run_tests.sh $(BUILD) $(FILTER)
+test: setup-test $(BUILD)/sluice $(BUILD)/test_sluice
+	@PYTHON=$(PYTHON) tools/run_tests.sh $(BUILD) $(FILTER)
 
 asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
@@ -66,20 +76,27 @@ $(BUILD)/quant_eval: $(BUILD)/tools/quant_eval.o $(BUILD)/libsluice.a
 $(BUILD)/bench_tokenize: $(BUILD)/bench/bench_tokenize.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
-# The demo: pack the tiny Qwen3-Next fixture and generate greedily from token ids.
+# The demo: the shipped model (models/demo/README.md) writes a few lines, its experts streamed through a
+# cache of a quarter of the expert section (10.5 MiB), so the stats line shows streaming at work.
 run: $(BUILD)/sluice
-	$(BUILD)/sluice pack tests/data/qwen3_next -o $(BUILD)/demo.sluice
-	$(BUILD)/sluice info $(BUILD)/demo.sluice
-	$(BUILD)/sluice run -m $(BUILD)/demo.sluice --tokens 1,2,3,4,5,6,7,8 -n 16 --temp 0 --ids --stats
+	@$(BUILD)/sluice info $(DEMO) | head -7
+	$(BUILD)/sluice run -m $(DEMO) -p "And it came to pass" -n 64 --temp 0.7 --seed 1 --cache 2.6M --stats
 
-install: all
-	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include
+# The man page is generated from the --help texts (help2man).
+$(BUILD)/sluice.1: $(BUILD)/sluice tools/gen_man.sh
+	@tools/setup.sh man
+	tools/gen_man.sh $@ $(BUILD)/sluice
+
+install: all $(BUILD)/sluice.1
+	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/share/sluice $(PREFIX)/share/man/man1
 	install -m 755 $(BUILD)/sluice $(PREFIX)/bin/
 	install -m 644 $(BUILD)/libsluice.a $(PREFIX)/lib/
 	install -m 644 include/sluice.h $(PREFIX)/include/
+	install -m 644 $(DEMO) $(PREFIX)/share/sluice/demo.sluice
+	install -m 644 $(BUILD)/sluice.1 $(PREFIX)/share/man/man1/sluice.1
 
 clean:
 	rm -rf build
 
-.PHONY: all test asan bench quant-eval run install clean
+.PHONY: all setup-build setup-test test asan bench quant-eval run install clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
