@@ -73,6 +73,19 @@ quant-eval: $(BUILD)/quant_eval
 $(BUILD)/quant_eval: $(BUILD)/tools/quant_eval.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
+# Measurements on the demo model (docs/PERFORMANCE.md, docs/QUANT.md): quantization quality against the
+# BF16 master (build/demo/out/hf, made by tools/train_demo.py), and routing locality in the expert cache.
+demo-eval: $(BUILD)/demo_eval
+	$(BUILD)/demo_eval
+locality: $(BUILD)/locality
+	$(BUILD)/locality
+
+$(BUILD)/demo_eval: $(BUILD)/tools/demo_eval.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
+$(BUILD)/locality: $(BUILD)/tools/locality.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
 $(BUILD)/bench_tokenize: $(BUILD)/bench/bench_tokenize.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
@@ -98,5 +111,5 @@ install: all $(BUILD)/sluice.1
 clean:
 	rm -rf build
 
-.PHONY: all setup-build setup-test test asan bench quant-eval run install clean
+.PHONY: all setup-build setup-test test asan bench quant-eval demo-eval locality run install clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
