@@ -1,7 +1,8 @@
 /*
  * model.c — the public model and session API: opens a container, loads the backbone into RAM, binds
  * it to an sl_weights (matrices stay in their stored dtype, vectors become f32), loads every expert
- * block (resident mode), checks every checksum on the way, and runs sessions through fwd_eval().
+ * block (resident mode), checks every checksum on the way, and runs sessions through fwd_eval(): a session is a sequence's state (fwd_seq), the model holds the
+ * one workspace (fwd_ws) evaluations take turns in.
  *
  * Experts are either all resident (--resident, the exactness reference) or streamed through the
  * expert cache (stream/cache.c) from a second descriptor opened with O_DIRECT where the filesystem
@@ -49,6 +50,7 @@ struct sl_model {
     const char *io_engine, *io_mode;
     sl_expert_src src;
     sl_pool *pool;
+    fwd_ws *ws;           /* the evaluation workspace; mu makes evaluations take turns in it */
     pthread_mutex_t mu;
     double eval_s;
     uint64_t tokens;
@@ -57,7 +59,7 @@ struct sl_model {
 
 struct sl_session {
     sl_model *m;
-    fwd_state *st;
+    fwd_seq *sq;
     int n_ctx;
     char err[768];
 };
@@ -321,6 +323,8 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     if (st) goto fail;
     m->pool = sl_pool_new(p->n_threads);
     if (!m->pool) { st = sl_err(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
+    m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos);
+    if (!m->ws) { st = sl_err(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     free(at);
     *out = m;
     return SL_OK;
@@ -337,6 +341,7 @@ sl_status sl_model_open(const char *path, const sl_model_params *params, sl_mode
 void sl_model_close(sl_model *m) {
     if (!m) return;
     sl_pool_free(m->pool);
+    fwd_ws_free(m->ws);
     for (int i = 0; i < m->n_vecs; i++) free(m->vecs[i]);
     free(m->vecs);
     free(m->backbone);
@@ -361,8 +366,8 @@ sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
     if (!s) return SL_ENOMEM;
     s->m = m;
     s->n_ctx = n_ctx;
-    s->st = fwd_state_new(&m->cfg, n_ctx);
-    if (!s->st) {
+    s->sq = fwd_seq_new(&m->cfg, n_ctx);
+    if (!s->sq) {
         free(s);
         snprintf(m->err, sizeof m->err, "out of memory for a session of %d positions", n_ctx);
         return SL_ENOMEM;
@@ -373,14 +378,14 @@ sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
 
 void sl_session_free(sl_session *s) {
     if (!s) return;
-    fwd_state_free(s->st);
+    fwd_seq_free(s->sq);
     free(s);
 }
 
-void sl_session_reset(sl_session *s) { fwd_state_reset(s->st); }
-int sl_session_n_past(const sl_session *s) { return fwd_state_n_past(s->st); }
+void sl_session_reset(sl_session *s) { fwd_seq_reset(s->sq); }
+int sl_session_n_past(const sl_session *s) { return fwd_seq_n_past(s->sq); }
 const char *sl_session_errmsg(const sl_session *s) { return s ? s->err : ""; }
-void model_session_set_wide(sl_session *s, int on) { fwd_state_set_wide(s->st, on); }
+void model_session_set_wide(sl_session *s, int on) { fwd_seq_set_wide(s->sq, on); }
 
 static double now_s(void) {
     struct timespec ts;
@@ -393,7 +398,7 @@ sl_status sl_session_eval(sl_session *s, const int32_t *tokens, int n_tokens, fl
     sl_model *m = s->m;
     pthread_mutex_lock(&m->mu);
     double t0 = now_s();
-    int r = fwd_eval(s->st, &m->cfg, &m->w, &m->src, m->pool, tokens, n_tokens, logits, all_logits, s->err,
+    int r = fwd_eval(m->ws, s->sq, &m->cfg, &m->w, &m->src, m->pool, tokens, n_tokens, logits, all_logits, s->err,
                      sizeof s->err);
     m->eval_s += now_s() - t0;
     if (!r) m->tokens += (uint64_t)n_tokens;

@@ -31,7 +31,7 @@ static void rope(float *x, int rot, const float *inv_freq, int pos) {
 }
 
 typedef struct {
-    fwd_state *st;
+    fwd_ws *ws;
     const float *kc, *vc; /* this layer's cache */
     int n_heads, group, hd, kvrow, pos0, qstride;
     float scale;
@@ -40,15 +40,15 @@ typedef struct {
 
 static void attn_part(void *ctx, size_t begin, size_t end) {
     attn_job *j = ctx;
-    fwd_state *st = j->st;
-    const kern_ops *ops = st->ops;
+    fwd_ws *ws = j->ws;
+    const kern_ops *ops = ws->ops;
     int slot = atomic_fetch_add(&j->next_slot, 1);
-    float *sc = st->scratch + (size_t)slot * st->slot_floats;
+    float *sc = ws->scratch + (size_t)slot * ws->slot_floats;
     const int hd = j->hd;
     for (size_t it = begin; it < end; it++) {
         int t = (int)(it / (size_t)j->n_heads), h = (int)(it % (size_t)j->n_heads);
         int n_keys = j->pos0 + t + 1;
-        const float *q = st->big + (size_t)t * st->n_big + (size_t)h * j->qstride;
+        const float *q = ws->big + (size_t)t * ws->n_big + (size_t)h * j->qstride;
         const float *kb = j->kc + (size_t)(h / j->group) * hd;
         const float *vb = j->vc + (size_t)(h / j->group) * hd;
         float mx = -INFINITY;
@@ -62,46 +62,46 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
             sum += sc[p];
         }
         float fsum = (float)sum;
-        float *o = st->mix + (size_t)t * st->n_mix + (size_t)h * hd;
+        float *o = ws->mix + (size_t)t * ws->n_mix + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
         for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, vb + (size_t)p * j->kvrow, o, hd);
     }
 }
 
-int fwd_attention(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
+int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
                   int pos0) {
-    const kern_ops *ops = st->ops;
+    const kern_ops *ops = ws->ops;
     const size_t H = (size_t)cfg->hidden;
     const int nh = cfg->n_heads, nkv = cfg->n_kv_heads, hd = cfg->head_dim, rot = cfg->rot_dim;
     const int gated = cfg->gated_attn, qstride = gated ? 2 * hd : hd, kvrow = nkv * hd;
     const float w_off = cfg->zero_centred_norm ? 1.0f : 0.0f;
 
-    kern_matmul(ops, pool, &lw->q, st->h, H, st->big, (size_t)st->n_big, n);
-    kern_matmul(ops, pool, &lw->k, st->h, H, st->k, (size_t)kvrow, n);
-    kern_matmul(ops, pool, &lw->v, st->h, H, st->v, (size_t)kvrow, n);
+    kern_matmul(ops, pool, &lw->q, ws->h, H, ws->big, (size_t)ws->n_big, n);
+    kern_matmul(ops, pool, &lw->k, ws->h, H, ws->k, (size_t)kvrow, n);
+    kern_matmul(ops, pool, &lw->v, ws->h, H, ws->v, (size_t)kvrow, n);
 
     float inv_freq[512];
     for (int i = 0; i < rot / 2 && i < 512; i++)
         inv_freq[i] = 1.0f / powf((float)cfg->rope_theta, (float)(2 * i) / (float)rot);
 
-    float *kc = st->k_cache[layer], *vc = st->v_cache[layer];
+    float *kc = sq->k_cache[layer], *vc = sq->v_cache[layer];
     for (int t = 0; t < n; t++) {
         int pos = pos0 + t;
         for (int h = 0; h < nh; h++) {
-            float *q = st->big + (size_t)t * st->n_big + (size_t)h * qstride;
+            float *q = ws->big + (size_t)t * ws->n_big + (size_t)h * qstride;
             ops->rmsnorm(q, lw->q_norm, w_off, cfg->eps, q, hd);
             rope(q, rot, inv_freq, pos);
         }
         for (int g = 0; g < nkv; g++) {
-            float *k = st->k + (size_t)t * kvrow + (size_t)g * hd;
+            float *k = ws->k + (size_t)t * kvrow + (size_t)g * hd;
             ops->rmsnorm(k, lw->k_norm, w_off, cfg->eps, k, hd);
             rope(k, rot, inv_freq, pos);
         }
-        memcpy(kc + (size_t)pos * kvrow, st->k + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
-        memcpy(vc + (size_t)pos * kvrow, st->v + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
+        memcpy(kc + (size_t)pos * kvrow, ws->k + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
+        memcpy(vc + (size_t)pos * kvrow, ws->v + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
     }
 
-    attn_job j = {.st = st, .kc = kc, .vc = vc, .n_heads = nh, .group = nh / nkv, .hd = hd, .kvrow = kvrow,
+    attn_job j = {.ws = ws, .kc = kc, .vc = vc, .n_heads = nh, .group = nh / nkv, .hd = hd, .kvrow = kvrow,
                   .pos0 = pos0, .qstride = qstride, .scale = 1.0f / sqrtf((float)hd)};
     atomic_init(&j.next_slot, 0);
     sl_pool_for(pool, (size_t)n * (size_t)nh, 1, attn_part, &j);
@@ -109,11 +109,11 @@ int fwd_attention(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int
     if (gated) {
         for (int t = 0; t < n; t++)
             for (int h = 0; h < nh; h++) {
-                const float *gate = st->big + (size_t)t * st->n_big + (size_t)h * qstride + hd;
-                float *o = st->mix + (size_t)t * st->n_mix + (size_t)h * hd;
+                const float *gate = ws->big + (size_t)t * ws->n_big + (size_t)h * qstride + hd;
+                float *o = ws->mix + (size_t)t * ws->n_mix + (size_t)h * hd;
                 for (int d = 0; d < hd; d++) o[d] *= kern_sigmoid(gate[d]);
             }
     }
-    kern_matmul(ops, pool, &lw->o, st->mix, (size_t)st->n_mix, st->out, H, n);
+    kern_matmul(ops, pool, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
     return 0;
 }

@@ -21,7 +21,7 @@
 #include "model/fwd_internal.h"
 
 typedef struct {
-    fwd_state *st;
+    fwd_ws *ws;
     const float *s_in; /* [nv][dk][dv] entering state */
     float *s_out;      /* [nv][dk][dv] leaving state */
     int n, nk, nv, dk, dv, chunked;
@@ -30,24 +30,24 @@ typedef struct {
 
 /* q, k, v of token t for value head h. */
 static inline const float *tok_q(const dn_job *j, int t, int h) {
-    return j->st->conv_out + (size_t)t * (2 * j->nk * j->dk + j->nv * j->dv) + (size_t)(h / (j->nv / j->nk)) * j->dk;
+    return j->ws->conv_out + (size_t)t * (2 * j->nk * j->dk + j->nv * j->dv) + (size_t)(h / (j->nv / j->nk)) * j->dk;
 }
 static inline const float *tok_k(const dn_job *j, int t, int h) { return tok_q(j, t, h) + (size_t)j->nk * j->dk; }
 static inline const float *tok_v(const dn_job *j, int t, int h) {
-    return j->st->conv_out + (size_t)t * (2 * j->nk * j->dk + j->nv * j->dv) + (size_t)2 * j->nk * j->dk +
+    return j->ws->conv_out + (size_t)t * (2 * j->nk * j->dk + j->nv * j->dv) + (size_t)2 * j->nk * j->dk +
            (size_t)h * j->dv;
 }
 
 /* Token recurrence for head h: S <- a S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q. */
 static void head_recurrent(const dn_job *j, int h, float *S, float *tmp) {
-    fwd_state *st = j->st;
-    const kern_ops *ops = st->ops;
+    fwd_ws *ws = j->ws;
+    const kern_ops *ops = ws->ops;
     const int dk = j->dk, dv = j->dv, nv = j->nv;
     float *m = tmp;
     for (int t = 0; t < j->n; t++) {
         const float *q = tok_q(j, t, h), *k = tok_k(j, t, h), *v = tok_v(j, t, h);
-        const float beta = st->gates[(size_t)t * 2 * nv + h];
-        const float alpha = expf(st->gates[(size_t)t * 2 * nv + nv + h]);
+        const float beta = ws->gates[(size_t)t * 2 * nv + h];
+        const float alpha = expf(ws->gates[(size_t)t * 2 * nv + nv + h]);
         memset(m, 0, (size_t)dv * sizeof(float));
         for (int i = 0; i < dk; i++) {
             float *row = S + (size_t)i * dv;
@@ -55,7 +55,7 @@ static void head_recurrent(const dn_job *j, int h, float *S, float *tmp) {
             ops->axpy(k[i], row, m, dv);
         }
         for (int d = 0; d < dv; d++) m[d] = (v[d] - m[d]) * beta;
-        float *o = st->mix + (size_t)t * st->n_mix + (size_t)h * dv;
+        float *o = ws->mix + (size_t)t * ws->n_mix + (size_t)h * dv;
         memset(o, 0, (size_t)dv * sizeof(float));
         for (int i = 0; i < dk; i++) {
             float *row = S + (size_t)i * dv;
@@ -69,8 +69,8 @@ static void head_recurrent(const dn_job *j, int h, float *S, float *tmp) {
  * mathematically equal to head_recurrent, summed in another order (agrees to ~1e-6 relative).
  * Scratch: G [C], T [C][C], M [C][C], U [C][dv], W [C][dk], ks [C][dk], kb [C][dk], tmp [dv]. */
 static void head_chunked(const dn_job *j, int h, float *S, float *scratch) {
-    fwd_state *st = j->st;
-    const kern_ops *ops = st->ops;
+    fwd_ws *ws = j->ws;
+    const kern_ops *ops = ws->ops;
     const int n = j->n, dk = j->dk, dv = j->dv, nv = j->nv, C = FWD_BATCH;
     float *G = scratch, *T = G + C, *M = T + (size_t)C * C, *U = M + (size_t)C * C;
     float *W = U + (size_t)C * dv, *ks = W + (size_t)C * dk, *kb = ks + (size_t)C * dk, *tmp = kb + (size_t)C * dk;
@@ -78,9 +78,9 @@ static void head_chunked(const dn_job *j, int h, float *S, float *scratch) {
     /* cumulative log decay, k~ = beta k, ks = k~ exp(G) */
     float acc = 0.0f;
     for (int i = 0; i < n; i++) {
-        acc += st->gates[(size_t)i * 2 * nv + nv + h];
+        acc += ws->gates[(size_t)i * 2 * nv + nv + h];
         G[i] = acc;
-        const float beta = st->gates[(size_t)i * 2 * nv + h], eg = expf(G[i]);
+        const float beta = ws->gates[(size_t)i * 2 * nv + h], eg = expf(G[i]);
         const float *k = tok_k(j, i, h);
         for (int a = 0; a < dk; a++) {
             kb[(size_t)i * dk + a] = k[a] * beta;
@@ -106,7 +106,7 @@ static void head_chunked(const dn_job *j, int h, float *S, float *scratch) {
         memset(Ui, 0, (size_t)dv * sizeof(float));
         memset(Wi, 0, (size_t)dk * sizeof(float));
         for (int m = 0; m <= i; m++) {
-            const float tim = T[(size_t)i * C + m], beta = st->gates[(size_t)m * 2 * nv + h];
+            const float tim = T[(size_t)i * C + m], beta = ws->gates[(size_t)m * 2 * nv + h];
             const float *v = tok_v(j, m, h);
             for (int d = 0; d < dv; d++) Ui[d] += tim * (v[d] * beta);
             ops->axpy(tim, ks + (size_t)m * dk, Wi, dk);
@@ -119,7 +119,7 @@ static void head_chunked(const dn_job *j, int h, float *S, float *scratch) {
     for (int i = 0; i < n; i++) {
         const float *q = tok_q(j, i, h);
         const float eg = expf(G[i]);
-        float *o = st->mix + (size_t)i * st->n_mix + (size_t)h * dv;
+        float *o = ws->mix + (size_t)i * ws->n_mix + (size_t)h * dv;
         memset(o, 0, (size_t)dv * sizeof(float));
         for (int a = 0; a < dk; a++) ops->axpy(q[a] * eg, S + (size_t)a * dv, o, dv);
         float *Mi = M + (size_t)i * C;
@@ -139,7 +139,7 @@ static void head_chunked(const dn_job *j, int h, float *S, float *scratch) {
 static void dn_part(void *ctx, size_t begin, size_t end) {
     dn_job *j = ctx;
     int slot = atomic_fetch_add(&j->next_slot, 1);
-    float *tmp = j->st->scratch + (size_t)slot * j->st->slot_floats;
+    float *tmp = j->ws->scratch + (size_t)slot * j->ws->slot_floats;
     size_t hs = (size_t)j->dk * j->dv;
     for (size_t h = begin; h < end; h++) {
         float *S = j->s_out + h * hs;
@@ -160,28 +160,28 @@ static void l2norm(float *x, int n, float scale) {
     for (int i = 0; i < n; i++) x[i] = (x[i] * inv) * scale;
 }
 
-int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
+int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
                  char *err, size_t errlen) {
-    const kern_ops *ops = st->ops;
+    const kern_ops *ops = ws->ops;
     const size_t H = (size_t)cfg->hidden;
     const int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv, K = cfg->conv_k;
     const int r = nv / nk, cq = 2 * nk * dk + nv * dv, zd = nv * dv;
 
     /* 1. projections */
     if (cfg->split_lin_proj) {
-        kern_matmul(ops, pool, &lw->qkv, st->h, H, st->conv_in, (size_t)cq, n);
-        kern_matmul(ops, pool, &lw->z, st->h, H, st->z, (size_t)zd, n);
-        kern_matmul(ops, pool, &lw->b, st->h, H, st->ba, (size_t)2 * nv, n);
-        kern_matmul(ops, pool, &lw->a, st->h, H, st->ba + nv, (size_t)2 * nv, n);
+        kern_matmul(ops, pool, &lw->qkv, ws->h, H, ws->conv_in, (size_t)cq, n);
+        kern_matmul(ops, pool, &lw->z, ws->h, H, ws->z, (size_t)zd, n);
+        kern_matmul(ops, pool, &lw->b, ws->h, H, ws->ba, (size_t)2 * nv, n);
+        kern_matmul(ops, pool, &lw->a, ws->h, H, ws->ba + nv, (size_t)2 * nv, n);
     } else {
         /* in_proj_qkvz block g: [q_g (dk) | k_g (dk) | v heads g*r.. (r*dv) | z same heads (r*dv)] */
         const int bs = 2 * dk + 2 * r * dv;
-        kern_matmul(ops, pool, &lw->qkvz, st->h, H, st->big, (size_t)st->n_big, n);
-        kern_matmul(ops, pool, &lw->ba, st->h, H, st->ba, (size_t)2 * nv, n);
+        kern_matmul(ops, pool, &lw->qkvz, ws->h, H, ws->big, (size_t)ws->n_big, n);
+        kern_matmul(ops, pool, &lw->ba, ws->h, H, ws->ba, (size_t)2 * nv, n);
         for (int t = 0; t < n; t++) {
-            float *u = st->conv_in + (size_t)t * cq, *z = st->z + (size_t)t * zd;
+            float *u = ws->conv_in + (size_t)t * cq, *z = ws->z + (size_t)t * zd;
             for (int g = 0; g < nk; g++) {
-                const float *blk = st->big + (size_t)t * st->n_big + (size_t)g * bs;
+                const float *blk = ws->big + (size_t)t * ws->n_big + (size_t)g * bs;
                 memcpy(u + (size_t)g * dk, blk, (size_t)dk * sizeof(float));
                 memcpy(u + (size_t)(nk + g) * dk, blk + dk, (size_t)dk * sizeof(float));
                 memcpy(u + (size_t)2 * nk * dk + (size_t)g * r * dv, blk + 2 * dk, (size_t)r * dv * sizeof(float));
@@ -191,17 +191,17 @@ int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int 
     }
 
     /* 2. causal conv1d + SiLU. Row s of the window: s < 0 -> conv state row K-1+s, else conv_in[s]. */
-    const int cur = st->lin_cur[layer];
-    const float *cs_in = st->conv[layer][cur];
-    float *cs_out = st->conv[layer][cur ^ 1];
+    const int cur = sq->lin_cur[layer];
+    const float *cs_in = sq->conv[layer][cur];
+    float *cs_out = sq->conv[layer][cur ^ 1];
     for (int t = 0; t < n; t++) {
-        float *y = st->conv_out + (size_t)t * cq;
+        float *y = ws->conv_out + (size_t)t * cq;
         for (int c = 0; c < cq; c++) {
             const float *wc = lw->conv_w + (size_t)c * K;
             float acc = 0.0f;
             for (int i = 0; i < K; i++) {
                 int s = t - K + 1 + i;
-                float u = s < 0 ? cs_in[(size_t)(K - 1 + s) * cq + c] : st->conv_in[(size_t)s * cq + c];
+                float u = s < 0 ? cs_in[(size_t)(K - 1 + s) * cq + c] : ws->conv_in[(size_t)s * cq + c];
                 acc += wc[i] * u;
             }
             y[c] = kern_silu(acc);
@@ -209,15 +209,15 @@ int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int 
     }
     for (int i = 0; i < K - 1; i++) {
         int s = n - K + 1 + i;
-        const float *src = s < 0 ? cs_in + (size_t)(K - 1 + s) * cq : st->conv_in + (size_t)s * cq;
+        const float *src = s < 0 ? cs_in + (size_t)(K - 1 + s) * cq : ws->conv_in + (size_t)s * cq;
         memcpy(cs_out + (size_t)i * cq, src, (size_t)cq * sizeof(float));
     }
 
     /* 3. gates and q/k normalisation */
     const float qscale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < n; t++) {
-        const float *ba = st->ba + (size_t)t * 2 * nv;
-        float *gt = st->gates + (size_t)t * 2 * nv;
+        const float *ba = ws->ba + (size_t)t * 2 * nv;
+        float *gt = ws->gates + (size_t)t * 2 * nv;
         for (int h = 0; h < nv; h++) {
             float b, a;
             if (cfg->split_lin_proj) {
@@ -230,7 +230,7 @@ int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int 
             gt[h] = kern_sigmoid(b);
             gt[nv + h] = -expf(lw->A_log[h]) * softplus(a + lw->dt_bias[h]);
         }
-        float *c = st->conv_out + (size_t)t * cq;
+        float *c = ws->conv_out + (size_t)t * cq;
         for (int g = 0; g < nk; g++) {
             l2norm(c + (size_t)g * dk, dk, qscale);
             l2norm(c + (size_t)(nk + g) * dk, dk, 1.0f);
@@ -238,19 +238,19 @@ int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int 
     }
 
     /* 4. recurrence per value head */
-    dn_job j = {.st = st, .s_in = st->ssm[layer][cur], .s_out = st->ssm[layer][cur ^ 1], .n = n, .nk = nk,
-                .nv = nv, .dk = dk, .dv = dv, .chunked = st->chunked};
+    dn_job j = {.ws = ws, .s_in = sq->ssm[layer][cur], .s_out = sq->ssm[layer][cur ^ 1], .n = n, .nk = nk,
+                .nv = nv, .dk = dk, .dv = dv, .chunked = ws->chunked};
     atomic_init(&j.next_slot, 0);
     sl_pool_for(pool, (size_t)nv, 1, dn_part, &j);
 
     /* 5. gated RMSNorm and out_proj */
     for (int t = 0; t < n; t++)
         for (int h = 0; h < nv; h++) {
-            float *o = st->mix + (size_t)t * st->n_mix + (size_t)h * dv;
-            const float *z = st->z + (size_t)t * zd + (size_t)h * dv;
+            float *o = ws->mix + (size_t)t * ws->n_mix + (size_t)h * dv;
+            const float *z = ws->z + (size_t)t * zd + (size_t)h * dv;
             ops->rmsnorm(o, lw->lin_norm, 0.0f, cfg->eps, o, dv);
             for (int d = 0; d < dv; d++) o[d] *= kern_silu(z[d]);
         }
-    kern_matmul(ops, pool, &lw->lin_out, st->mix, (size_t)st->n_mix, st->out, H, n);
+    kern_matmul(ops, pool, &lw->lin_out, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
     return 0;
 }

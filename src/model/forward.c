@@ -58,129 +58,149 @@ static size_t slot_floats(const sl_config *cfg, int n_ctx) {
     return (dn > at ? dn : at) + 16;
 }
 
-fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx) {
+fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx) {
     if (!cfg || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
-    fwd_state *st = calloc(1, sizeof *st);
-    if (!st) return NULL;
+    fwd_seq *sq = calloc(1, sizeof *sq);
+    if (!sq) return NULL;
+    sq->n_ctx = n_ctx;
+    sq->n_layers = cfg->n_layers;
+    sq->shape = *cfg;
+    sq->wide = 1;
+    int has_lin = any_layer(cfg, 1);
+    int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
+    int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
+    size_t kvrow = (size_t)cfg->n_kv_heads * cfg->head_dim;
+    sq->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
+    sq->ssm_floats = (size_t)imax(nv * dk * dv, 1);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        if (cfg->layer_linear[l]) {
+            for (int s = 0; s < 2; s++) {
+                sq->conv[l][s] = calloc(sq->conv_floats, sizeof(float));
+                sq->ssm[l][s] = calloc(sq->ssm_floats, sizeof(float));
+                if (!sq->conv[l][s] || !sq->ssm[l][s]) goto fail;
+            }
+        } else {
+            sq->k_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
+            sq->v_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
+            if (!sq->k_cache[l] || !sq->v_cache[l]) goto fail;
+        }
+    }
+    return sq;
+fail:
+    fwd_seq_free(sq);
+    return NULL;
+}
+
+void fwd_seq_free(fwd_seq *sq) {
+    if (!sq) return;
+    for (int l = 0; l < SL_MAX_LAYERS; l++) {
+        free(sq->k_cache[l]);
+        free(sq->v_cache[l]);
+        for (int s = 0; s < 2; s++) {
+            free(sq->conv[l][s]);
+            free(sq->ssm[l][s]);
+        }
+    }
+    free(sq);
+}
+
+void fwd_seq_reset(fwd_seq *sq) {
+    if (!sq) return;
+    sq->n_past = 0;
+    /* KV rows need no clearing (only rows < n_past are read); recurrent state restarts at zero */
+    for (int l = 0; l < sq->n_layers; l++) {
+        if (!sq->conv[l][0]) continue;
+        sq->lin_cur[l] = 0;
+        memset(sq->conv[l][0], 0, sq->conv_floats * sizeof(float));
+        memset(sq->ssm[l][0], 0, sq->ssm_floats * sizeof(float));
+    }
+}
+
+int fwd_seq_n_past(const fwd_seq *sq) { return sq ? sq->n_past : 0; }
+void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
+
+fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
+    if (!cfg || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
+    fwd_ws *ws = calloc(1, sizeof *ws);
+    if (!ws) return NULL;
     const size_t B = FWD_BATCH, H = (size_t)cfg->hidden;
-    st->ops = kern_default_ops();
-    st->n_ctx = n_ctx;
-    st->n_layers = cfg->n_layers;
-    st->shape = *cfg;
-    st->chunked = 1;
+    ws->ops = kern_default_ops();
+    ws->n_ctx = n_ctx;
+    ws->shape = *cfg;
+    ws->chunked = 1;
 
     int has_attn = any_layer(cfg, 0), has_lin = any_layer(cfg, 1);
     int nh = cfg->n_heads, hd = cfg->head_dim, nkv = cfg->n_kv_heads;
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
     int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
-    st->n_big = 1;
-    if (has_attn) st->n_big = imax(st->n_big, nh * hd * (cfg->gated_attn ? 2 : 1));
-    if (has_lin && !cfg->split_lin_proj) st->n_big = imax(st->n_big, 2 * nk * dk + 2 * nv * dv);
-    st->n_mix = imax(has_attn ? nh * hd : 1, has_lin ? nv * dv : 1);
-    st->n_ffn = imax(imax(cfg->moe_inter, cfg->shared_inter), imax(cfg->dense_inter, 1));
+    ws->n_big = 1;
+    if (has_attn) ws->n_big = imax(ws->n_big, nh * hd * (cfg->gated_attn ? 2 : 1));
+    if (has_lin && !cfg->split_lin_proj) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
+    ws->n_mix = imax(has_attn ? nh * hd : 1, has_lin ? nv * dv : 1);
+    ws->n_ffn = imax(imax(cfg->moe_inter, cfg->shared_inter), imax(cfg->dense_inter, 1));
     int E = imax(cfg->n_experts, 1), k = imax(cfg->n_experts_used, 1);
-
     size_t kvrow = (size_t)nkv * hd;
-    st->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
-    st->ssm_floats = (size_t)imax(nv * dk * dv, 1);
-    for (int l = 0; l < cfg->n_layers; l++) {
-        if (cfg->layer_linear[l]) {
-            for (int s = 0; s < 2; s++) {
-                st->conv[l][s] = calloc(st->conv_floats, sizeof(float));
-                st->ssm[l][s] = calloc(st->ssm_floats, sizeof(float));
-                if (!st->conv[l][s] || !st->ssm[l][s]) goto fail;
-            }
-        } else {
-            st->k_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
-            st->v_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
-            if (!st->k_cache[l] || !st->v_cache[l]) goto fail;
-        }
-    }
 #define ALLOC(p, n)                                      \
     do {                                                 \
         (p) = malloc((size_t)(n) * sizeof *(p));         \
         if (!(p)) goto fail;                             \
     } while (0)
-    ALLOC(st->x, B * H);
-    ALLOC(st->h, B * H);
-    ALLOC(st->out, B * H);
-    ALLOC(st->big, B * st->n_big);
-    ALLOC(st->k, B * imax((int)kvrow, 1));
-    ALLOC(st->v, B * imax((int)kvrow, 1));
-    ALLOC(st->mix, B * st->n_mix);
-    ALLOC(st->conv_in, B * imax(cq, 1));
-    ALLOC(st->conv_out, B * imax(cq, 1));
-    ALLOC(st->z, B * imax(nv * dv, 1));
-    ALLOC(st->ba, B * imax(2 * nv, 1));
-    ALLOC(st->gates, B * imax(2 * nv, 1));
-    ALLOC(st->router, B * E);
-    ALLOC(st->top_e, B * k);
-    ALLOC(st->top_w, B * k);
-    ALLOC(st->e_count, E);
-    ALLOC(st->e_tok, B * k);
-    ALLOC(st->e_slot, B * k);
-    ALLOC(st->ffn_x, B * H);
-    ALLOC(st->ffn_g, B * st->n_ffn);
-    ALLOC(st->ffn_u, B * st->n_ffn);
-    ALLOC(st->ffn_y, B * H);
-    ALLOC(st->exp_out, B * k * H);
-    ALLOC(st->sh_y, B * H);
-    ALLOC(st->e_list, E);
-    ALLOC(st->pf_list, E);
-    ALLOC(st->pf_mark, E);
-    st->prefetch = 1;
-    st->wide = 1;
+    ALLOC(ws->x, B * H);
+    ALLOC(ws->h, B * H);
+    ALLOC(ws->out, B * H);
+    ALLOC(ws->big, B * ws->n_big);
+    ALLOC(ws->k, B * imax((int)kvrow, 1));
+    ALLOC(ws->v, B * imax((int)kvrow, 1));
+    ALLOC(ws->mix, B * ws->n_mix);
+    ALLOC(ws->conv_in, B * imax(cq, 1));
+    ALLOC(ws->conv_out, B * imax(cq, 1));
+    ALLOC(ws->z, B * imax(nv * dv, 1));
+    ALLOC(ws->ba, B * imax(2 * nv, 1));
+    ALLOC(ws->gates, B * imax(2 * nv, 1));
+    ALLOC(ws->router, B * E);
+    ALLOC(ws->top_e, B * k);
+    ALLOC(ws->top_w, B * k);
+    ALLOC(ws->e_count, E);
+    ALLOC(ws->e_tok, B * k);
+    ALLOC(ws->e_slot, B * k);
+    ALLOC(ws->ffn_x, B * H);
+    ALLOC(ws->ffn_g, B * ws->n_ffn);
+    ALLOC(ws->ffn_u, B * ws->n_ffn);
+    ALLOC(ws->ffn_y, B * H);
+    ALLOC(ws->exp_out, B * k * H);
+    ALLOC(ws->sh_y, B * H);
+    ALLOC(ws->e_list, E);
+    ALLOC(ws->pf_list, E);
+    ALLOC(ws->pf_mark, E);
+    ws->prefetch = 1;
 #undef ALLOC
-    st->slot_floats = slot_floats(cfg, n_ctx);
-    st->n_slots = 1;
-    st->scratch = malloc(st->slot_floats * sizeof(float));
-    if (!st->scratch) goto fail;
-    return st;
+    ws->slot_floats = slot_floats(cfg, n_ctx);
+    ws->n_slots = 1;
+    ws->scratch = malloc(ws->slot_floats * sizeof(float));
+    if (!ws->scratch) goto fail;
+    return ws;
 fail:
-    fwd_state_free(st);
+    fwd_ws_free(ws);
     return NULL;
 }
 
-void fwd_state_free(fwd_state *st) {
-    if (!st) return;
-    for (int l = 0; l < SL_MAX_LAYERS; l++) {
-        free(st->k_cache[l]);
-        free(st->v_cache[l]);
-        for (int s = 0; s < 2; s++) {
-            free(st->conv[l][s]);
-            free(st->ssm[l][s]);
-        }
-    }
-    void *bufs[] = {st->x,     st->h,      st->out,   st->big,     st->k,      st->v,       st->mix,
-                    st->conv_in, st->conv_out, st->z, st->ba,      st->gates,  st->scratch, st->router,
-                    st->top_e, st->top_w,  st->e_count, st->e_tok, st->e_slot, st->ffn_x,   st->ffn_g,
-                    st->ffn_u, st->ffn_y,  st->exp_out, st->sh_y, st->e_list, st->pf_list, st->pf_mark};
+void fwd_ws_free(fwd_ws *ws) {
+    if (!ws) return;
+    void *bufs[] = {ws->x,     ws->h,      ws->out,   ws->big,     ws->k,      ws->v,       ws->mix,
+                    ws->conv_in, ws->conv_out, ws->z, ws->ba,      ws->gates,  ws->scratch, ws->router,
+                    ws->top_e, ws->top_w,  ws->e_count, ws->e_tok, ws->e_slot, ws->ffn_x,   ws->ffn_g,
+                    ws->ffn_u, ws->ffn_y,  ws->exp_out, ws->sh_y, ws->e_list, ws->pf_list, ws->pf_mark};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-    free(st);
+    free(ws);
 }
 
-void fwd_state_reset(fwd_state *st) {
-    if (!st) return;
-    st->n_past = 0;
-    /* KV rows need no clearing (only rows < n_past are read); recurrent state restarts at zero */
-    for (int l = 0; l < st->n_layers; l++) {
-        if (!st->conv[l][0]) continue;
-        st->lin_cur[l] = 0;
-        memset(st->conv[l][0], 0, st->conv_floats * sizeof(float));
-        memset(st->ssm[l][0], 0, st->ssm_floats * sizeof(float));
-    }
+void fwd_ws_set_trace(fwd_ws *ws, fwd_trace_fn fn, void *ctx) {
+    ws->trace = fn;
+    ws->trace_ctx = ctx;
 }
 
-int fwd_state_n_past(const fwd_state *st) { return st ? st->n_past : 0; }
-
-void fwd_state_set_trace(fwd_state *st, fwd_trace_fn fn, void *ctx) {
-    st->trace = fn;
-    st->trace_ctx = ctx;
-}
-
-void fwd_state_set_chunked(fwd_state *st, int chunked) { st->chunked = chunked; }
-void fwd_state_set_prefetch(fwd_state *st, int on) { st->prefetch = on; }
-void fwd_state_set_wide(fwd_state *st, int on) { st->wide = on; }
+void fwd_ws_set_chunked(fwd_ws *ws, int chunked) { ws->chunked = chunked; }
+void fwd_ws_set_prefetch(fwd_ws *ws, int on) { ws->prefetch = on; }
 
 /* ---- weight validation ------------------------------------------------------------------------ */
 
@@ -298,13 +318,13 @@ static int same_shape(const sl_config *a, const sl_config *b) {
     return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear);
 }
 
-static int ensure_slots(fwd_state *st, int n_slots) {
-    if (n_slots <= st->n_slots) return 0;
-    float *p = malloc((size_t)n_slots * st->slot_floats * sizeof(float));
+static int ensure_slots(fwd_ws *ws, int n_slots) {
+    if (n_slots <= ws->n_slots) return 0;
+    float *p = malloc((size_t)n_slots * ws->slot_floats * sizeof(float));
     if (!p) return SL_ENOMEM;
-    free(st->scratch);
-    st->scratch = p;
-    st->n_slots = n_slots;
+    free(ws->scratch);
+    ws->scratch = p;
+    ws->n_slots = n_slots;
     return 0;
 }
 
@@ -312,53 +332,53 @@ static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-/* One micro-batch of n tokens at positions st->n_past..; commits the recurrent state and n_past on
+/* One micro-batch of n tokens at positions sq->n_past..; commits the recurrent state and n_past on
  * success. logits_out: NULL or [n][V] rows to fill (all_rows) / [V] for the last row. */
-static int eval_batch(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
                       sl_pool *pool, const int32_t *tokens, int n, float *logits_out, int all_rows, char *err,
                       size_t errlen) {
-    const kern_ops *ops = st->ops;
+    const kern_ops *ops = ws->ops;
     const size_t H = (size_t)cfg->hidden;
-    const int pos0 = st->n_past;
-    for (int t = 0; t < n; t++) q_row_to_f32(&w->embed, tokens[t], st->x + t * H); /* any dtype, quantized too */
-    if (st->trace) st->trace(st->trace_ctx, 0, pos0, n, st->x);
+    const int pos0 = sq->n_past;
+    for (int t = 0; t < n; t++) q_row_to_f32(&w->embed, tokens[t], ws->x + t * H); /* any dtype, quantized too */
+    if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, ws->x);
 
     for (int l = 0; l < cfg->n_layers; l++) {
         const sl_layer_w *lw = &w->layers[l];
         int rc;
-        fwd_norm_rows(ops, st->x, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, st->h, n, (int)H);
+        fwd_norm_rows(ops, ws->x, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
         if (cfg->layer_linear[l])
-            rc = fwd_deltanet(st, cfg, lw, l, pool, n, err, errlen);
+            rc = fwd_deltanet(ws, sq, cfg, lw, l, pool, n, err, errlen);
         else
-            rc = fwd_attention(st, cfg, lw, l, pool, n, pos0);
+            rc = fwd_attention(ws, sq, cfg, lw, l, pool, n, pos0);
         if (rc) return rc;
-        add_rows(st->x, st->out, (size_t)n * H);
+        add_rows(ws->x, ws->out, (size_t)n * H);
 
-        fwd_norm_rows(ops, st->x, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, st->h, n, (int)H);
+        fwd_norm_rows(ops, ws->x, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
         if (cfg->layer_moe[l]) {
             int nl = l + 1;
             while (nl < cfg->n_layers && !cfg->layer_moe[nl]) nl++;
-            rc = fwd_moe(st, cfg, lw, l, nl < cfg->n_layers ? &w->layers[nl] : NULL, nl, experts, pool, n, err, errlen);
+            rc = fwd_moe(ws, cfg, lw, l, nl < cfg->n_layers ? &w->layers[nl] : NULL, nl, experts, pool, n, err, errlen);
         }
         else
-            rc = fwd_dense_mlp(st, cfg, lw, pool, n);
+            rc = fwd_dense_mlp(ws, cfg, lw, pool, n);
         if (rc) return rc;
-        add_rows(st->x, st->out, (size_t)n * H);
-        if (st->trace) st->trace(st->trace_ctx, l + 1, pos0, n, st->x);
+        add_rows(ws->x, ws->out, (size_t)n * H);
+        if (ws->trace) ws->trace(ws->trace_ctx, l + 1, pos0, n, ws->x);
     }
 
     /* commit: nothing below can fail */
     for (int l = 0; l < cfg->n_layers; l++)
-        if (cfg->layer_linear[l]) st->lin_cur[l] ^= 1;
-    st->n_past += n;
+        if (cfg->layer_linear[l]) sq->lin_cur[l] ^= 1;
+    sq->n_past += n;
 
     if (logits_out) {
         const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
         int first = all_rows ? 0 : n - 1, rows = n - first;
-        fwd_norm_rows(ops, st->x + first * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, st->h, rows,
+        fwd_norm_rows(ops, ws->x + first * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, rows,
                       (int)H);
-        if (st->trace) st->trace(st->trace_ctx, cfg->n_layers + 1, pos0 + first, rows, st->h);
-        kern_matmul(ops, pool, head, st->h, H, logits_out, (size_t)cfg->vocab, rows);
+        if (ws->trace) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + first, rows, ws->h);
+        kern_matmul(ops, pool, head, ws->h, H, logits_out, (size_t)cfg->vocab, rows);
     }
     return 0;
 }
@@ -370,12 +390,12 @@ static int eval_batch(fwd_state *st, const sl_config *cfg, const sl_weights *w, 
  * The DeltaNet state of the call is built in the non-current slot and a spare buffer, so a failure
  * leaves the session exactly as it was (nothing of this call is committed). */
 #define WIDE_MAX 1024
-static int eval_wide(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+static int eval_wide(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
                      sl_pool *pool, const int32_t *tokens, int n, float *logits_out, int all_rows, char *err,
                      size_t errlen) {
-    const kern_ops *ops = st->ops;
+    const kern_ops *ops = ws->ops;
     const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
-    const int L = cfg->n_layers, pos0 = st->n_past;
+    const int L = cfg->n_layers, pos0 = sq->n_past;
     int rc = 0;
     float *X = malloc((size_t)n * H * sizeof(float)), *HN = malloc((size_t)n * H * sizeof(float));
     float *O = malloc((size_t)n * H * sizeof(float));
@@ -385,59 +405,59 @@ static int eval_wide(fwd_state *st, const sl_config *cfg, const sl_weights *w, c
                    malloc((size_t)n * sizeof(float))};
     float *saved_conv[SL_MAX_LAYERS] = {0}, *saved_ssm[SL_MAX_LAYERS] = {0};
     unsigned char orig[SL_MAX_LAYERS];
-    for (int l = 0; l < L; l++) orig[l] = st->lin_cur[l];
+    for (int l = 0; l < L; l++) orig[l] = sq->lin_cur[l];
     if (!X || !HN || !O || !wb.router || !wb.top_e || !wb.top_w || !wb.e_tok || !wb.e_slot || !wb.sh_y || !wb.sg) {
         fwd_errf(err, errlen, "out of memory for a %d-token evaluation", n);
         rc = SL_ENOMEM;
         goto out;
     }
     for (int t = 0; t < n; t++) q_row_to_f32(&w->embed, tokens[t], X + (size_t)t * H);
-    if (st->trace) st->trace(st->trace_ctx, 0, pos0, n, X);
+    if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, X);
     for (int l = 0; l < L && !rc; l++) {
         const sl_layer_w *lw = &w->layers[l];
         const int lin = cfg->layer_linear[l], o = orig[l];
         for (int r0 = 0, b = 0; r0 < n && !rc; r0 += FWD_BATCH, b++) {
             int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-            fwd_norm_rows(ops, X + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, st->h, nb, (int)H);
+            fwd_norm_rows(ops, X + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
             if (lin && b > 0) { /* read the newest state (slot o^1); write into a buffer that is not the original */
                 if (b == 1) {
-                    saved_conv[l] = st->conv[l][o];
-                    saved_ssm[l] = st->ssm[l][o];
-                    st->conv[l][o] = malloc(st->conv_floats * sizeof(float));
-                    st->ssm[l][o] = malloc(st->ssm_floats * sizeof(float));
-                    if (!st->conv[l][o] || !st->ssm[l][o]) {
+                    saved_conv[l] = sq->conv[l][o];
+                    saved_ssm[l] = sq->ssm[l][o];
+                    sq->conv[l][o] = malloc(sq->conv_floats * sizeof(float));
+                    sq->ssm[l][o] = malloc(sq->ssm_floats * sizeof(float));
+                    if (!sq->conv[l][o] || !sq->ssm[l][o]) {
                         fwd_errf(err, errlen, "out of memory for DeltaNet state");
                         rc = SL_ENOMEM;
                         break;
                     }
                 }
-                st->lin_cur[l] = (unsigned char)(o ^ 1);
+                sq->lin_cur[l] = (unsigned char)(o ^ 1);
             }
-            rc = lin ? fwd_deltanet(st, cfg, lw, l, pool, nb, err, errlen) : fwd_attention(st, cfg, lw, l, pool, nb, pos0 + r0);
+            rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, pool, nb, err, errlen) : fwd_attention(ws, sq, cfg, lw, l, pool, nb, pos0 + r0);
             if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
-                float *tc = st->conv[l][0], *ts = st->ssm[l][0];
-                st->conv[l][0] = st->conv[l][1];
-                st->conv[l][1] = tc;
-                st->ssm[l][0] = st->ssm[l][1];
-                st->ssm[l][1] = ts;
-                st->lin_cur[l] = (unsigned char)o;
+                float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
+                sq->conv[l][0] = sq->conv[l][1];
+                sq->conv[l][1] = tc;
+                sq->ssm[l][0] = sq->ssm[l][1];
+                sq->ssm[l][1] = ts;
+                sq->lin_cur[l] = (unsigned char)o;
             }
-            if (!rc) add_rows(X + (size_t)r0 * H, st->out, (size_t)nb * H);
+            if (!rc) add_rows(X + (size_t)r0 * H, ws->out, (size_t)nb * H);
         }
         if (rc) break;
         if (cfg->layer_moe[l]) {
             fwd_norm_rows(ops, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, HN, n, (int)H);
-            rc = fwd_moe_wide(st, cfg, lw, l, experts, pool, n, HN, O, &wb, err, errlen);
+            rc = fwd_moe_wide(ws, cfg, lw, l, experts, pool, n, HN, O, &wb, err, errlen);
             if (!rc) add_rows(X, O, (size_t)n * H);
         } else {
             for (int r0 = 0; r0 < n && !rc; r0 += FWD_BATCH) {
                 int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-                fwd_norm_rows(ops, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, st->h, nb, (int)H);
-                rc = fwd_dense_mlp(st, cfg, lw, pool, nb);
-                if (!rc) add_rows(X + (size_t)r0 * H, st->out, (size_t)nb * H);
+                fwd_norm_rows(ops, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+                rc = fwd_dense_mlp(ws, cfg, lw, pool, nb);
+                if (!rc) add_rows(X + (size_t)r0 * H, ws->out, (size_t)nb * H);
             }
         }
-        if (!rc && st->trace) st->trace(st->trace_ctx, l + 1, pos0, n, X);
+        if (!rc && ws->trace) ws->trace(ws->trace_ctx, l + 1, pos0, n, X);
     }
 out:
     /* put every original buffer back in its slot; the newest state (on success) is in slot o^1 */
@@ -445,22 +465,22 @@ out:
         if (!cfg->layer_linear[l]) continue;
         const int o = orig[l];
         if (saved_conv[l]) {
-            free(st->conv[l][o]);
-            free(st->ssm[l][o]);
-            st->conv[l][o] = saved_conv[l];
-            st->ssm[l][o] = saved_ssm[l];
+            free(sq->conv[l][o]);
+            free(sq->ssm[l][o]);
+            sq->conv[l][o] = saved_conv[l];
+            sq->ssm[l][o] = saved_ssm[l];
         }
-        st->lin_cur[l] = (unsigned char)(rc ? o : o ^ 1); /* commit or roll back */
+        sq->lin_cur[l] = (unsigned char)(rc ? o : o ^ 1); /* commit or roll back */
     }
     if (!rc) {
-        st->n_past += n;
+        sq->n_past += n;
         if (logits_out) {
             const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
             for (int r0 = all_rows ? 0 : n - 1; r0 < n; r0 += FWD_BATCH) {
                 int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-                fwd_norm_rows(ops, X + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, st->h, nb, (int)H);
-                if (st->trace) st->trace(st->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, st->h);
-                kern_matmul(ops, pool, head, st->h, H, logits_out + (all_rows ? (size_t)r0 * (size_t)cfg->vocab : 0),
+                fwd_norm_rows(ops, X + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+                if (ws->trace) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
+                kern_matmul(ops, pool, head, ws->h, H, logits_out + (all_rows ? (size_t)r0 * (size_t)cfg->vocab : 0),
                             (size_t)cfg->vocab, nb);
             }
         }
@@ -478,11 +498,11 @@ out:
     return rc;
 }
 
-int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
              sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
              size_t errlen) {
     if (err && errlen) err[0] = '\0';
-    if (!st || !cfg || !w || !tokens) {
+    if (!ws || !sq || !cfg || !w || !tokens) {
         fwd_errf(err, errlen, "fwd_eval: NULL argument");
         return SL_EINVAL;
     }
@@ -490,12 +510,12 @@ int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_
         fwd_errf(err, errlen, "fwd_eval: n_tokens %d < 1", n);
         return SL_EINVAL;
     }
-    if (!same_shape(cfg, &st->shape)) {
+    if (!same_shape(cfg, &ws->shape) || !same_shape(cfg, &sq->shape) || sq->n_ctx > ws->n_ctx) {
         fwd_errf(err, errlen, "fwd_eval: configuration differs from the one the state was made for");
         return SL_EINVAL;
     }
-    if (n > st->n_ctx - st->n_past) {
-        fwd_errf(err, errlen, "context full: %d tokens past + %d new > n_ctx %d", st->n_past, n, st->n_ctx);
+    if (n > sq->n_ctx - sq->n_past) {
+        fwd_errf(err, errlen, "context full: %d tokens past + %d new > n_ctx %d", sq->n_past, n, sq->n_ctx);
         return SL_ERANGE;
     }
     for (int i = 0; i < n; i++) {
@@ -510,14 +530,14 @@ int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_
         fwd_errf(err, errlen, "fwd_eval: no expert source for a model with MoE layers");
         return SL_EINVAL;
     }
-    if (ensure_slots(st, sl_pool_size(pool))) {
+    if (ensure_slots(ws, sl_pool_size(pool))) {
         fwd_errf(err, errlen, "out of memory for per-thread scratch");
         return SL_ENOMEM;
     }
 
     /* many tokens: layer-major chunks of up to WIDE_MAX (each expert read once per layer per chunk);
      * a few: micro-batches through all layers */
-    const int wide = st->wide && cfg_n_moe_layers(cfg) > 0;
+    const int wide = sq->wide && cfg_n_moe_layers(cfg) > 0;
     for (int done = 0; done < n;) {
         int rest = n - done, nb = wide && rest > FWD_BATCH ? (rest < WIDE_MAX ? rest : WIDE_MAX)
                                                           : (rest < FWD_BATCH ? rest : FWD_BATCH);
@@ -525,8 +545,8 @@ int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_
         float *lo = NULL;
         if (logits && all_logits) lo = logits + (size_t)done * (size_t)cfg->vocab;
         else if (logits && last) lo = logits;
-        int rc = nb > FWD_BATCH ? eval_wide(st, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen)
-                                : eval_batch(st, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen);
+        int rc = nb > FWD_BATCH ? eval_wide(ws, sq, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen)
+                                : eval_batch(ws, sq, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen);
         if (rc) return rc;
         done += nb;
     }

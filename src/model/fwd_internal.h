@@ -1,9 +1,13 @@
 /*
- * fwd_internal.h — what forward.c, attention.c, deltanet.c and moe.c share: the fwd_state layout and
- * the per-block entry points. Not for use outside src/model/ (tests may include it for the trace hook).
+ * fwd_internal.h — what forward.c, attention.c, deltanet.c and moe.c share: the layouts of a sequence's
+ * state (fwd_seq) and of the per-model workspace (fwd_ws), and the per-block entry points. Not for use
+ * outside src/model/.
  *
- * fwd_eval() runs the tokens in micro-batches of at most FWD_BATCH; every scratch buffer below is sized
- * for one micro-batch and allocated once in fwd_state_new(), so the hot path never allocates.
+ * A sequence's state is what must survive between evaluations: KV cache, DeltaNet conv and recurrent
+ * state, position. Everything else an evaluation needs is scratch in the workspace, sized once for one
+ * micro-batch of FWD_BATCH tokens (and the model's longest context) in fwd_ws_new(), so the hot path
+ * never allocates; one evaluation at a time uses a workspace (the model's lock), and any number of
+ * sequences can share it, one after another or together in one batched pass (fwd_eval_batch).
  *
  * Recurrent state is double-buffered: a micro-batch reads DeltaNet layer l's conv/SSM state from slot
  * lin_cur[l] and writes the new state into slot 1 - lin_cur[l]; the slots flip only when the whole
@@ -24,28 +28,33 @@
  * and after the final norm (layer n_layers+1) with the hidden states x [n][H] of positions
  * pos0..pos0+n-1. The final-norm call only happens for tokens whose logits are computed. */
 typedef void (*fwd_trace_fn)(void *ctx, int layer, int pos0, int n, const float *x);
-void fwd_state_set_trace(fwd_state *st, fwd_trace_fn fn, void *ctx);
+void fwd_ws_set_trace(fwd_ws *ws, fwd_trace_fn fn, void *ctx);
 
 /* Selects the DeltaNet prefill algorithm: 1 (default) chunked for micro-batches of more than one
  * token, 0 token recurrence always. */
-void fwd_state_set_chunked(fwd_state *st, int chunked);
+void fwd_ws_set_chunked(fwd_ws *ws, int chunked);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
-void fwd_state_set_prefetch(fwd_state *st, int on);
-/* Turns layer-major evaluation of long inputs on (default) or off (micro-batches through all layers). */
-void fwd_state_set_wide(fwd_state *st, int on);
+void fwd_ws_set_prefetch(fwd_ws *ws, int on);
 
-struct fwd_state {
-    const kern_ops *ops;
+/* A sequence's state. */
+struct fwd_seq {
     int n_ctx, n_past;
     int n_layers;
     sl_config shape; /* the config the buffers were sized for; fwd_eval checks every sizing field */
-
     /* full attention: [n_ctx][nkv][hd] each, NULL for DeltaNet layers */
     float *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];
     /* DeltaNet: conv [K-1][Cq] (pre-conv inputs, oldest first), ssm [nv][dk][dv]; two slots each */
     float *conv[SL_MAX_LAYERS][2], *ssm[SL_MAX_LAYERS][2];
     unsigned char lin_cur[SL_MAX_LAYERS];
     size_t conv_floats, ssm_floats; /* per layer and slot */
+    int wide;        /* 1 (default): evaluate more than FWD_BATCH tokens layer-major (eval_wide) */
+};
+
+/* The per-model workspace. */
+struct fwd_ws {
+    const kern_ops *ops;
+    int n_ctx;       /* longest context a sequence evaluated with it may have (attention score rows) */
+    sl_config shape;
     int chunked;
 
     fwd_trace_fn trace;
@@ -84,15 +93,14 @@ struct fwd_state {
     int *pf_list;      /* [E] experts predicted for the next MoE layer (prefetch hint) */
     unsigned char *pf_mark; /* [E] */
     int prefetch;      /* 1 (default): hint the next MoE layer's experts to a streaming provider */
-    int wide;          /* 1 (default): evaluate more than FWD_BATCH tokens layer-major (eval_wide) */
     int n_ffn;
 };
 
-/* Mixers and FFNs: input st->h [n][H] (normed), output st->out [n][H]; pos0 = position of row 0.
+/* Mixers and FFNs: input ws->h [n][H] (normed), output ws->out [n][H]; pos0 = position of row 0.
  * Return 0 or a negative sl_status with err filled. */
-int fwd_attention(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
+int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
                   int pos0);
-int fwd_deltanet(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
+int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
                  char *err, size_t errlen);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */
 typedef struct fwd_wide {
@@ -104,13 +112,13 @@ typedef struct fwd_wide {
     float *sg;        /* [n] */
 } fwd_wide;
 
-int fwd_moe_wide(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
+int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
                  sl_pool *pool, int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen);
 
-int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
             int next_layer, const sl_expert_src *experts,
             sl_pool *pool, int n, char *err, size_t errlen);
-int fwd_dense_mlp(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n);
+int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n);
 
 /* RMSNorm of n rows [n][dim] in place or into y; zero-centred adds 1 to w. */
 void fwd_norm_rows(const kern_ops *ops, const float *x, const float *w, int zero_centred, float eps, float *y,

@@ -92,18 +92,26 @@ typedef struct sl_expert_src {
     void *ctx;
 } sl_expert_src;
 
-/* Per-sequence state. */
-typedef struct fwd_state fwd_state;
+/* A sequence's state (KV cache, DeltaNet state, position) and the per-model workspace that
+ * evaluations borrow (fwd_internal.h). */
+typedef struct fwd_seq fwd_seq;
+typedef struct fwd_ws fwd_ws;
 
-fwd_state *fwd_state_new(const sl_config *cfg, int n_ctx);
-void fwd_state_free(fwd_state *st);
-void fwd_state_reset(fwd_state *st);
-int fwd_state_n_past(const fwd_state *st);
+fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx);
+void fwd_seq_free(fwd_seq *sq);
+void fwd_seq_reset(fwd_seq *sq);
+int fwd_seq_n_past(const fwd_seq *sq);
+/* Evaluate long inputs layer-major (1, default) or in micro-batches through all layers (0). */
+void fwd_seq_set_wide(fwd_seq *sq, int on);
 
-/* Evaluates n tokens at positions n_past..n_past+n-1, appending to the state.
+/* A workspace for sequences of up to n_ctx positions. */
+fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx);
+void fwd_ws_free(fwd_ws *ws);
+
+/* Evaluates n tokens at positions n_past..n_past+n-1 of sq, appending to its state, with ws's scratch.
  * logits: NULL, or [n][V] when all_logits, else [V] (last token).
  * Returns 0 or a negative sl_status; err (may be NULL, size errlen) gets a message. */
-int fwd_eval(fwd_state *st, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
              sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
              size_t errlen);
 

@@ -84,33 +84,33 @@ static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, cha
 }
 
 /* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. */
-static int apply_expert(fwd_state *st, const sl_config *cfg, sl_pool *pool, int layer, int e, const sl_expert *ex,
+static int apply_expert(fwd_ws *ws, const sl_config *cfg, sl_pool *pool, int layer, int e, const sl_expert *ex,
                         char *err, size_t errlen) {
     const int H = cfg->hidden, k = cfg->n_experts_used, I = cfg->moe_inter;
     int rc = check_expert(ex, I, H, layer, e, err, errlen);
     if (rc) return rc;
-    int start = e > 0 ? st->e_count[e - 1] : 0, cnt = st->e_count[e] - start;
+    int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start;
     for (int i = 0; i < cnt; i++)
-        memcpy(st->ffn_x + (size_t)i * H, st->h + (size_t)st->e_tok[start + i] * H, (size_t)H * sizeof(float));
-    swiglu_ffn(st->ops, pool, &ex->gate, &ex->up, &ex->down, st->ffn_x, cnt, H, I, st->ffn_g, st->ffn_u, st->ffn_y);
+        memcpy(ws->ffn_x + (size_t)i * H, ws->h + (size_t)ws->e_tok[start + i] * H, (size_t)H * sizeof(float));
+    swiglu_ffn(ws->ops, pool, &ex->gate, &ex->up, &ex->down, ws->ffn_x, cnt, H, I, ws->ffn_g, ws->ffn_u, ws->ffn_y);
     for (int i = 0; i < cnt; i++) {
-        int t = st->e_tok[start + i], s = st->e_slot[start + i];
-        memcpy(st->exp_out + ((size_t)t * k + s) * H, st->ffn_y + (size_t)i * H, (size_t)H * sizeof(float));
+        int t = ws->e_tok[start + i], s = ws->e_slot[start + i];
+        memcpy(ws->exp_out + ((size_t)t * k + s) * H, ws->ffn_y + (size_t)i * H, (size_t)H * sizeof(float));
     }
     return 0;
 }
 
 /* The shared expert's SwiGLU output (before its sigmoid gate) into sh_y. */
-static void shared_expert(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n) {
+static void shared_expert(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n) {
     if (!lw->sh_gate.data) return;
-    swiglu_ffn(st->ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, st->h, n, cfg->hidden, cfg->shared_inter,
-               st->ffn_g, st->ffn_u, st->sh_y);
+    swiglu_ffn(ws->ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, ws->h, n, cfg->hidden, cfg->shared_inter,
+               ws->ffn_g, ws->ffn_u, ws->sh_y);
 }
 
-static int run_resident(fwd_state *st, const sl_config *cfg, int layer, const sl_expert_src *experts,
+static int run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts,
                         sl_pool *pool, int n_list, char *err, size_t errlen) {
     for (int i = 0; i < n_list; i++) {
-        int e = st->e_list[i];
+        int e = ws->e_list[i];
         sl_expert ex;
         memset(&ex, 0, sizeof ex);
         int rc = experts->get(experts->ctx, layer, e, &ex);
@@ -119,7 +119,7 @@ static int run_resident(fwd_state *st, const sl_config *cfg, int layer, const sl
                      experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
             return rc < 0 ? rc : SL_EIO;
         }
-        if ((rc = apply_expert(st, cfg, pool, layer, e, &ex, err, errlen))) return rc;
+        if ((rc = apply_expert(ws, cfg, pool, layer, e, &ex, err, errlen))) return rc;
     }
     return 0;
 }
@@ -132,44 +132,44 @@ static int run_resident(fwd_state *st, const sl_config *cfg, int layer, const sl
  * Only for small batches (decode): a prefill chunk's union would be most experts. Uses ffn_x and
  * router as scratch (both free here). */
 #define PREFETCH_MAX_TOKENS 4
-static void hint_next(fwd_state *st, const sl_config *cfg, const sl_layer_w *next_lw, int next_layer,
+static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_lw, int next_layer,
                       const sl_expert_src *experts, sl_pool *pool, int n) {
-    if (!st->prefetch || !experts->prefetch || !next_lw || n > PREFETCH_MAX_TOKENS || !next_lw->router.data) return;
+    if (!ws->prefetch || !experts->prefetch || !next_lw || n > PREFETCH_MAX_TOKENS || !next_lw->router.data) return;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
-    fwd_norm_rows(st->ops, st->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, st->ffn_x, n, H);
-    if (kern_matmul(st->ops, pool, &next_lw->router, st->ffn_x, (size_t)H, st->router, (size_t)E, n)) return;
-    memset(st->pf_mark, 0, (size_t)E);
+    fwd_norm_rows(ws->ops, ws->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x, n, H);
+    if (kern_matmul(ws->ops, pool, &next_lw->router, ws->ffn_x, (size_t)H, ws->router, (size_t)E, n)) return;
+    memset(ws->pf_mark, 0, (size_t)E);
     int np = 0;
     for (int t = 0; t < n; t++) {
-        float *lg = st->router + (size_t)t * E; /* softmax is monotonic: top-k of the logits */
+        float *lg = ws->router + (size_t)t * E; /* softmax is monotonic: top-k of the logits */
         for (int s = 0; s < k; s++) {
             int best = -1;
             for (int e = 0; e < E; e++)
                 if (lg[e] != -INFINITY && (best < 0 || lg[e] > lg[best])) best = e;
             if (best < 0) break;
             lg[best] = -INFINITY;
-            if (!st->pf_mark[best]) {
-                st->pf_mark[best] = 1;
-                st->pf_list[np++] = best;
+            if (!ws->pf_mark[best]) {
+                ws->pf_mark[best] = 1;
+                ws->pf_list[np++] = best;
             }
         }
     }
-    experts->prefetch(experts->ctx, next_layer, st->pf_list, np);
+    experts->prefetch(experts->ctx, next_layer, ws->pf_list, np);
 }
 
-static int run_streamed(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer,
+static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
                         const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, sl_pool *pool,
                         int n, int n_list, char *err, size_t errlen) {
-    int rc = experts->begin(experts->ctx, layer, st->e_list, n_list, 0);
-    if (!rc) hint_next(st, cfg, next_lw, next_layer, experts, pool, n);
-    if (!rc) shared_expert(st, cfg, lw, pool, n);
+    int rc = experts->begin(experts->ctx, layer, ws->e_list, n_list, 0);
+    if (!rc) hint_next(ws, cfg, next_lw, next_layer, experts, pool, n);
+    if (!rc) shared_expert(ws, cfg, lw, pool, n);
     for (int i = 0; !rc && i < n_list; i++) {
         int e = -1;
         sl_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = experts->next(experts->ctx, &e, &ex);
         if (rc) break;
-        rc = apply_expert(st, cfg, pool, layer, e, &ex, err, errlen);
+        rc = apply_expert(ws, cfg, pool, layer, e, &ex, err, errlen);
         experts->release(experts->ctx, e);
     }
     if (rc && err && !err[0]) fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
@@ -177,56 +177,56 @@ static int run_streamed(fwd_state *st, const sl_config *cfg, const sl_layer_w *l
     return rc < 0 ? rc : rc ? SL_EIO : 0;
 }
 
-int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
             int next_layer, const sl_expert_src *experts,
             sl_pool *pool, int n, char *err, size_t errlen) {
-    const kern_ops *ops = st->ops;
+    const kern_ops *ops = ws->ops;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
 
-    kern_matmul(ops, pool, &lw->router, st->h, (size_t)H, st->router, (size_t)E, n);
-    memset(st->e_count, 0, (size_t)E * sizeof(int));
+    kern_matmul(ops, pool, &lw->router, ws->h, (size_t)H, ws->router, (size_t)E, n);
+    memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
-        int *te = st->top_e + (size_t)t * k;
-        route_token(st->router + (size_t)t * E, E, k, cfg->norm_topk, te, st->top_w + (size_t)t * k,
-                    st->router + (size_t)t * E);
-        for (int s = 0; s < k; s++) st->e_count[te[s]]++;
+        int *te = ws->top_e + (size_t)t * k;
+        route_token(ws->router + (size_t)t * E, E, k, cfg->norm_topk, te, ws->top_w + (size_t)t * k,
+                    ws->router + (size_t)t * E);
+        for (int s = 0; s < k; s++) ws->e_count[te[s]]++;
     }
     /* group (token, slot) pairs by expert: e_count becomes each expert's start offset */
     int off = 0;
     for (int e = 0; e < E; e++) {
-        int c = st->e_count[e];
-        st->e_count[e] = off;
+        int c = ws->e_count[e];
+        ws->e_count[e] = off;
         off += c;
     }
     for (int t = 0; t < n; t++)
         for (int s = 0; s < k; s++) {
-            int e = st->top_e[(size_t)t * k + s], at = st->e_count[e]++;
-            st->e_tok[at] = t;
-            st->e_slot[at] = s;
+            int e = ws->top_e[(size_t)t * k + s], at = ws->e_count[e]++;
+            ws->e_tok[at] = t;
+            ws->e_slot[at] = s;
         }
     /* now e_count[e] is the end of expert e's range; its start is the previous expert's end */
     int n_list = 0;
     for (int e = 0, start = 0; e < E; e++) {
-        if (st->e_count[e] > start) st->e_list[n_list++] = e;
-        start = st->e_count[e];
+        if (ws->e_count[e] > start) ws->e_list[n_list++] = e;
+        start = ws->e_count[e];
     }
-    int rc = experts->begin ? run_streamed(st, cfg, lw, layer, next_lw, next_layer, experts, pool, n, n_list, err, errlen)
-                            : run_resident(st, cfg, layer, experts, pool, n_list, err, errlen);
+    int rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, pool, n, n_list, err, errlen)
+                            : run_resident(ws, cfg, layer, experts, pool, n_list, err, errlen);
     if (rc) return rc;
-    if (!experts->begin) shared_expert(st, cfg, lw, pool, n);
+    if (!experts->begin) shared_expert(ws, cfg, lw, pool, n);
     for (int t = 0; t < n; t++) {
-        float *o = st->out + (size_t)t * H;
+        float *o = ws->out + (size_t)t * H;
         memset(o, 0, (size_t)H * sizeof(float));
         for (int s = 0; s < k; s++)
-            ops->axpy(st->top_w[(size_t)t * k + s], st->exp_out + ((size_t)t * k + s) * H, o, H);
+            ops->axpy(ws->top_w[(size_t)t * k + s], ws->exp_out + ((size_t)t * k + s) * H, o, H);
     }
     if (lw->sh_gate.data) {
         float sg[FWD_BATCH];
-        if (lw->sh_expert_gate.data) kern_matmul(ops, pool, &lw->sh_expert_gate, st->h, (size_t)H, sg, 1, n);
+        if (lw->sh_expert_gate.data) kern_matmul(ops, pool, &lw->sh_expert_gate, ws->h, (size_t)H, sg, 1, n);
         for (int t = 0; t < n; t++) {
             float gate = lw->sh_expert_gate.data ? kern_sigmoid(sg[t]) : 1.0f;
-            float *o = st->out + (size_t)t * H;
-            const float *ys = st->sh_y + (size_t)t * H;
+            float *o = ws->out + (size_t)t * H;
+            const float *ys = ws->sh_y + (size_t)t * H;
             for (int i = 0; i < H; i++) o[i] += gate * ys[i];
         }
     }
@@ -238,33 +238,33 @@ int fwd_moe(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer
  * no per-(token, slot) buffer is needed. Per token that is the same sequence of operations as
  * fwd_moe's ((0 + w_a y_a) + w_b y_b) + ... over ascending experts, then the gated shared expert, and
  * every matmul row depends only on its own token, so the result is bitwise fwd_moe's, chunk by chunk.
- * h: [n][H] normed input; out: [n][H]. Scratch: wb (sized for n), and st's micro-batch buffers. */
-int fwd_moe_wide(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
+ * h: [n][H] normed input; out: [n][H]. Scratch: wb (sized for n), and ws's micro-batch buffers. */
+int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
                  sl_pool *pool, int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen) {
-    const kern_ops *ops = st->ops;
+    const kern_ops *ops = ws->ops;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used, I = cfg->moe_inter;
     kern_matmul(ops, pool, &lw->router, h, (size_t)H, wb->router, (size_t)E, n);
-    memset(st->e_count, 0, (size_t)E * sizeof(int));
+    memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = wb->top_e + (size_t)t * k;
         route_token(wb->router + (size_t)t * E, E, k, cfg->norm_topk, te, wb->top_w + (size_t)t * k,
                     wb->router + (size_t)t * E);
-        for (int s = 0; s < k; s++) st->e_count[te[s]]++;
+        for (int s = 0; s < k; s++) ws->e_count[te[s]]++;
     }
     int off = 0, n_list = 0;
     for (int e = 0; e < E; e++) {
-        int c = st->e_count[e];
-        st->e_count[e] = off;
+        int c = ws->e_count[e];
+        ws->e_count[e] = off;
         off += c;
-        if (c) st->e_list[n_list++] = e;
+        if (c) ws->e_list[n_list++] = e;
     }
     for (int t = 0; t < n; t++)
         for (int s = 0; s < k; s++) {
-            int e = wb->top_e[(size_t)t * k + s], at = st->e_count[e]++;
+            int e = wb->top_e[(size_t)t * k + s], at = ws->e_count[e]++;
             wb->e_tok[at] = t;
             wb->e_slot[at] = s;
         }
-    int rc = experts->begin ? experts->begin(experts->ctx, layer, st->e_list, n_list, 1) : 0;
+    int rc = experts->begin ? experts->begin(experts->ctx, layer, ws->e_list, n_list, 1) : 0;
     if (rc) {
         fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
         if (experts->end) experts->end(experts->ctx);
@@ -274,11 +274,11 @@ int fwd_moe_wide(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int 
         for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
             int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
             swiglu_ffn(ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, h + (size_t)r0 * H, nb, H, cfg->shared_inter,
-                       st->ffn_g, st->ffn_u, wb->sh_y + (size_t)r0 * H);
+                       ws->ffn_g, ws->ffn_u, wb->sh_y + (size_t)r0 * H);
         }
     memset(out, 0, (size_t)n * H * sizeof(float));
     for (int i = 0; i < n_list && !rc; i++) {
-        int e = st->e_list[i], got = e;
+        int e = ws->e_list[i], got = e;
         sl_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = experts->begin ? experts->next(experts->ctx, &got, &ex) : experts->get(experts->ctx, layer, e, &ex);
@@ -291,15 +291,15 @@ int fwd_moe_wide(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int 
             rc = SL_EINVAL;
         }
         if (!rc) rc = check_expert(&ex, I, H, layer, e, err, errlen);
-        int start = e > 0 ? st->e_count[e - 1] : 0, end = st->e_count[e];
+        int start = e > 0 ? ws->e_count[e - 1] : 0, end = ws->e_count[e];
         for (int c0 = start; !rc && c0 < end; c0 += FWD_BATCH) {
             int cnt = end - c0 < FWD_BATCH ? end - c0 : FWD_BATCH;
             for (int j = 0; j < cnt; j++)
-                memcpy(st->ffn_x + (size_t)j * H, h + (size_t)wb->e_tok[c0 + j] * H, (size_t)H * sizeof(float));
-            swiglu_ffn(ops, pool, &ex.gate, &ex.up, &ex.down, st->ffn_x, cnt, H, I, st->ffn_g, st->ffn_u, st->ffn_y);
+                memcpy(ws->ffn_x + (size_t)j * H, h + (size_t)wb->e_tok[c0 + j] * H, (size_t)H * sizeof(float));
+            swiglu_ffn(ops, pool, &ex.gate, &ex.up, &ex.down, ws->ffn_x, cnt, H, I, ws->ffn_g, ws->ffn_u, ws->ffn_y);
             for (int j = 0; j < cnt; j++) {
                 int t = wb->e_tok[c0 + j], s = wb->e_slot[c0 + j];
-                ops->axpy(wb->top_w[(size_t)t * k + s], st->ffn_y + (size_t)j * H, out + (size_t)t * H, H);
+                ops->axpy(wb->top_w[(size_t)t * k + s], ws->ffn_y + (size_t)j * H, out + (size_t)t * H, H);
             }
         }
         if (experts->begin) experts->release(experts->ctx, got);
@@ -318,9 +318,9 @@ int fwd_moe_wide(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, int 
     return 0;
 }
 
-int fwd_dense_mlp(fwd_state *st, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n) {
-    swiglu_ffn(st->ops, pool, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, st->h, n, cfg->hidden, cfg->dense_inter,
-               st->ffn_g, st->ffn_u, st->ffn_y);
-    memcpy(st->out, st->ffn_y, (size_t)n * cfg->hidden * sizeof(float));
+int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n) {
+    swiglu_ffn(ws->ops, pool, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, ws->h, n, cfg->hidden, cfg->dense_inter,
+               ws->ffn_g, ws->ffn_u, ws->ffn_y);
+    memcpy(ws->out, ws->ffn_y, (size_t)n * cfg->hidden * sizeof(float));
     return 0;
 }
