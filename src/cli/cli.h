@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "sluice.h"
 
@@ -19,9 +20,53 @@ int cmd_chat(int argc, char **argv);     /* cmd_chat.c */
 int cmd_bench(int argc, char **argv);    /* cmd_bench.c */
 int cmd_synth(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+
+/* ---- help (help.c) and the options commands share (opts.c) ---- */
+
+/* One option in a --help text: flags "-m, --model", its value's name (NULL for a switch), what it does
+ * with its default. Tables end with flags == NULL. */
+typedef struct cli_opt {
+    const char *flags, *arg, *text;
+} cli_opt;
+
+#define CLI_MODEL_OPTS 1    /* the command takes the model options (cli_model_opts) */
+#define CLI_DEFAULT_MODEL 2 /* -m may be left out (cli_default_model) */
+
+/* A subcommand: what `sluice --help` lists and `sluice NAME --help` prints. */
+typedef struct cli_command {
+    const char *name, *summary;    /* summary: one line for `sluice --help` */
+    int (*run)(int argc, char **argv);
+    const char *usage;             /* usage lines after "sluice NAME ", '\n'-separated */
+    const char *about;             /* what it does (wrapped when printed; '\n' starts a paragraph) */
+    const cli_opt *opts;           /* its own options; the model options are added by CLI_MODEL_OPTS */
+    const char *example;           /* one command line per line */
+    int flags;
+} cli_command;
+
+extern const cli_command cli_commands[]; /* ends with name == NULL */
+const cli_command *cli_command_find(const char *name); /* NULL if there is none */
+/* `sluice --help` to f. */
+void cli_help_main(FILE *f);
+/* `sluice NAME --help` to stdout; returns the exit code 0. */
+int cli_help(const cli_command *c);
+/* 1 if argv[1..] (before a "--") holds -h or --help. */
+int cli_help_requested(int argc, char **argv);
+/* For argv[i], an argument CMD's parser did not take: prints "sluice CMD: unknown option 'OPT' (see
+ * 'sluice CMD --help')", or, for one of CMD's options, that it needs a value (the last argument) or does
+ * not apply here; "unexpected argument" for a non-option. Returns the exit code 2, that of every
+ * usage error. */
+int cli_bad_option(const char *cmd, int argc, char **argv, int i);
+
+extern const cli_opt cli_model_opts[];  /* opts.c */
+extern const char *cli_default_model_doc; /* the lookup of cli_default_model, in words, for --help */
+/* The model to open when no -m is given: $SLUICE_MODEL if set (an error if it names no file), else
+ * <dir of the executable>/../models/demo.sluice, else <dir>/../share/sluice/demo.sluice (found through
+ * /proc/self/exe). Returns 0 with *path set (static storage, or the environment's), or 1 after printing
+ * one line naming the places searched. */
+int cli_default_model(const char *cmd, const char **path);
 /* Parses one model option (--cache, --resident, --io, --engine, --policy, --pin, --no-verify,
  * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
- * bad value prints the error and sets *bad = 1. */
+ * bad value prints the error and sets *bad = 1. A valued option without its value is not one (0). */
 int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad);
 /* The --stats line (stderr). n_gen tokens were generated, the first from the prefill's logits, so decode
  * tok/s is (n_gen - 1) / decode_s. */
@@ -44,7 +89,8 @@ typedef struct cli_text_opts {
     sl_model_params mp; /* --cache, --resident, --io, ... (cli_model_opt) */
 } cli_text_opts;
 void cli_text_opts_init(cli_text_opts *o);
-/* Consumes argv[*i] (and its value) if it is a text option: 1 consumed, 0 not one, -1 bad (printed). */
+/* Consumes argv[*i] (and its value) if it is a text option: 1 consumed, 0 not one; -1 a bad value,
+ * -2 a missing one (both printed; -r is the exit code). */
 int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *i);
 int cmd_run_text(int argc, char **argv);
 /* Writes generated text to stdout; with terminal set, control characters other than \t \n \r are dropped. */

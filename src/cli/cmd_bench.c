@@ -1,7 +1,6 @@
 /*
- * cmd_bench.c — model options shared by the commands that open a model (--cache, --resident, --io,
- * --engine, --policy, --pin, --no-verify, --threads), the --stats line, and the commands
- * `sluice bench`, `sluice synth` and `sluice profile`.
+ * cmd_bench.c — the --stats line of the commands that open a model, and the commands `sluice bench`,
+ * `sluice synth` and `sluice profile`. (The model options they share are in opts.c.)
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -9,44 +8,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-
-int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad) {
-    const char *s = argv[*i];
-    int more = *i + 1 < argc;
-    const char *v = more ? argv[*i + 1] : NULL;
-    if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
-    if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
-    if (!more) return 0;
-    if (!strcmp(s, "--cache")) {
-        long long b = cli_parse_size(v);
-        if (b <= 0) { *bad = cli_fail(cmd, "--cache: bad size '%s' (e.g. 512M, 4G)", v); return 1; }
-        p->cache_bytes = (uint64_t)b;
-    } else if (!strcmp(s, "--io")) {
-        if (!strcmp(v, "auto")) p->io_mode = SL_IO_AUTO;
-        else if (!strcmp(v, "direct")) p->io_mode = SL_IO_DIRECT;
-        else if (!strcmp(v, "buffered")) p->io_mode = SL_IO_BUFFERED;
-        else { *bad = cli_fail(cmd, "--io: '%s' (auto, direct, buffered)", v); return 1; }
-    } else if (!strcmp(s, "--engine")) {
-        if (!strcmp(v, "auto")) p->io_engine = SL_ENGINE_AUTO;
-        else if (!strcmp(v, "uring") || !strcmp(v, "io_uring")) p->io_engine = SL_ENGINE_URING;
-        else if (!strcmp(v, "pread")) p->io_engine = SL_ENGINE_PREAD;
-        else { *bad = cli_fail(cmd, "--engine: '%s' (auto, uring, pread)", v); return 1; }
-    } else if (!strcmp(s, "--policy")) {
-        if (!strcmp(v, "lru")) p->policy = SL_POLICY_LRU;
-        else if (!strcmp(v, "lfu")) p->policy = SL_POLICY_LFU;
-        else { *bad = cli_fail(cmd, "--policy: '%s' (lru, lfu)", v); return 1; }
-    } else if (!strcmp(s, "--prefetch")) {
-        if (!strcmp(v, "auto")) p->prefetch = 0;
-        else if (!strcmp(v, "on")) p->prefetch = 1;
-        else if (!strcmp(v, "off")) p->prefetch = -1;
-        else { *bad = cli_fail(cmd, "--prefetch: '%s' (auto, on, off)", v); return 1; }
-    } else if (!strcmp(s, "--pin")) p->pin_profile = v;
-    else if (!strcmp(s, "--threads")) p->n_threads = atoi(v);
-    else if (!strcmp(s, "--io-depth")) p->io_depth = atoi(v);
-    else return 0;
-    (*i)++;
-    return 1;
-}
 
 static void human(double b, char *out, size_t n) {
     const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -103,7 +64,7 @@ int cmd_synth(int argc, char **argv) {
             else if (!strcmp(v, "q4")) q = SL_QUANT_Q4;
             else if (!strcmp(v, "q3")) q = SL_QUANT_Q3;
             else return cli_fail("synth", "--quant '%s' (bf16, f32, q8, q4, q3)", v);
-        } else return cli_fail("synth", "unknown option '%s'", argv[i]);
+        } else return cli_bad_option("synth", argc, argv, i);
     }
     if (!shape || !out)
         return cli_fail("synth", "usage: sluice synth --shape NAME [--layers N] -o MODEL.sluice (shapes: %s)",
@@ -224,9 +185,9 @@ int cmd_bench(int argc, char **argv) {
             caches[n_cache++] = (uint64_t)b;
         } else if (cli_model_opt(argc, argv, &i, &mp, "bench", &bad)) {
             if (bad) return 1;
-        } else return cli_fail("bench", "unknown option '%s'", argv[i]);
+        } else return cli_bad_option("bench", argc, argv, i);
     }
-    if (!path) return cli_fail("bench", "usage: sluice bench -m MODEL.sluice [--prompt N] [--gen N] [--cache SIZE ...] [--json]");
+    if (!path && cli_default_model("bench", &path)) return 1;
     if (n_cache == 0) caches[n_cache++] = mp.cache_bytes;
     cJSON *arr = cJSON_CreateArray();
     if (!json)
@@ -299,9 +260,10 @@ int cmd_profile(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tokens") && more) tokens = argv[++i];
         else if (cli_model_opt(argc, argv, &i, &mp, "profile", &bad)) {
             if (bad) return 1;
-        } else return cli_fail("profile", "unknown option '%s'", argv[i]);
+        } else return cli_bad_option("profile", argc, argv, i);
     }
-    if (!path || !out || !tokens) return cli_fail("profile", "usage: sluice profile -m MODEL.sluice --tokens 1,2,3 -o PROFILE");
+    if (!out || !tokens) return cli_fail("profile", "usage: sluice profile [-m MODEL.sluice] --tokens 1,2,3 -o PROFILE");
+    if (!path && cli_default_model("profile", &path)) return 1;
     if (mp.resident) return cli_fail("profile", "--resident models do not count routing; drop --resident");
     int32_t *toks = NULL;
     int n = cli_parse_tokens(tokens, &toks);

@@ -155,10 +155,10 @@ int cmd_chat(int argc, char **argv) {
     cli_text_opts_init(&c.o);
     for (int i = 1; i < argc; i++) {
         int r = cli_text_opt("chat", &c.o, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r == 0 || c.o.prompt) return cli_fail("chat", "unknown option '%s'", argv[i]);
+        if (r < 0) return -r;
+        if (r == 0 || c.o.prompt) return cli_bad_option("chat", argc, argv, r ? i - 1 : i); /* -p: run's */
     }
-    if (!c.o.model) return cli_fail("chat", "no model: pass -m MODEL.sluice");
+    if (!c.o.model && cli_default_model("chat", &c.o.model)) return 1;
     if (c.o.n_gen < 1) return cli_fail("chat", "-n must be at least 1");
     int rc = 1;
     sl_error err = {0};

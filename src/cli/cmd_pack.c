@@ -37,7 +37,7 @@ int cmd_pack(int argc, char **argv) {
             p.group = (int)g;
         } else if (!strcmp(argv[i], "--scale-f16")) p.scale_f16 = 1;
         else if (!strcmp(argv[i], "--no-source-hash")) p.hash_sources = 0;
-        else if (argv[i][0] == '-') return cli_fail("pack", "unknown option '%s'", argv[i]);
+        else if (argv[i][0] == '-') return cli_bad_option("pack", argc, argv, i);
         else if (!src) src = argv[i];
         else return cli_fail("pack", "unexpected argument '%s'", argv[i]);
     }
@@ -66,7 +66,7 @@ int cmd_info(int argc, char **argv) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
-        else if (argv[i][0] == '-') return cli_fail("info", "unknown option '%s'", argv[i]);
+        else if (argv[i][0] == '-') return cli_bad_option("info", argc, argv, i);
         else path = argv[i];
     }
     if (!path) return cli_fail("info", "usage: sluice info MODEL.sluice [--json]");
@@ -117,7 +117,7 @@ int cmd_verify(int argc, char **argv) {
     const char *path = NULL, *src = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--source") && i + 1 < argc) src = argv[++i];
-        else if (argv[i][0] == '-') return cli_fail("verify", "unknown option '%s'", argv[i]);
+        else if (argv[i][0] == '-') return cli_bad_option("verify", argc, argv, i);
         else path = argv[i];
     }
     if (!path) return cli_fail("verify", "usage: sluice verify MODEL.sluice [--source SRC_DIR]");

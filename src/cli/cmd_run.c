@@ -17,6 +17,7 @@ typedef struct {
     sl_model_params mp;
 } run_args;
 
+/* Returns 0, or the exit code after printing why. */
 static int parse(const char *cmd, int argc, char **argv, run_args *a) {
     memset(a, 0, sizeof *a);
     a->n_gen = 16;
@@ -31,14 +32,14 @@ static int parse(const char *cmd, int argc, char **argv, run_args *a) {
         if ((!strcmp(s, "-m") || !strcmp(s, "--model")) && more) a->model = argv[++i];
         else if (!strcmp(s, "--tokens") && more) a->tokens = argv[++i];
         else if (!strcmp(s, "--out") && more) a->out = argv[++i];
-        else if (!strcmp(s, "-n") && more) a->n_gen = atoi(argv[++i]);
+        else if ((!strcmp(s, "-n") || !strcmp(s, "--max-tokens")) && more) a->n_gen = atoi(argv[++i]);
         else if (!strcmp(s, "--temp") && more) a->temp = atof(argv[++i]);
         else if (!strcmp(s, "--ids")) a->ids = 1;
         else if (!strcmp(s, "--stats")) a->stats = 1;
-        else return cli_fail(cmd, "unknown or incomplete option '%s'", s);
+        else return cli_bad_option(cmd, argc, argv, i);
     }
-    if (!a->model) return cli_fail(cmd, "no model: pass -m MODEL.sluice");
-    if (!a->tokens) return cli_fail(cmd, "no input: pass -p TEXT or --tokens 1,2,3");
+    if (!a->tokens) return cli_fail(cmd, "no input: pass %s--tokens 1,2,3", strcmp(cmd, "run") ? "" : "-p TEXT or ");
+    if (!a->model && cli_default_model(cmd, &a->model)) return 1;
     return 0;
 }
 
@@ -52,7 +53,8 @@ int cmd_run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) /* text prompts: cmd_text.c */
         if (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) return cmd_run_text(argc, argv);
     run_args a;
-    if (parse("run", argc, argv, &a)) return 1;
+    int bad = parse("run", argc, argv, &a);
+    if (bad) return bad;
     if (a.temp != 0) return cli_fail("run", "only greedy decoding (--temp 0) is available in this build");
     int32_t *toks = NULL;
     int n = cli_parse_tokens(a.tokens, &toks);
@@ -93,7 +95,8 @@ out:
 
 int cmd_logits(int argc, char **argv) {
     run_args a;
-    if (parse("logits", argc, argv, &a)) return 1;
+    int bad = parse("logits", argc, argv, &a);
+    if (bad) return bad;
     if (!a.out) return cli_fail("logits", "no output: pass --out FILE");
     int32_t *toks = NULL;
     int n = cli_parse_tokens(a.tokens, &toks);

@@ -120,7 +120,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(s, "--batch")) batch = 1;
         else if (!strcmp(s, "--chat")) chat = 1;
         else if (!strcmp(s, "--text")) as_text = 1;
-        else if (s[0] == '-' && s[1]) return cli_fail("tokenize", "unknown or incomplete option '%s'", s);
+        else if (s[0] == '-' && s[1]) return cli_bad_option("tokenize", argc, argv, i);
         else if (!text) text = s;
         else return cli_fail("tokenize", "one TEXT argument at most (quote it, or pipe it on stdin)");
     }
@@ -183,7 +183,7 @@ int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *
     const char *s = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     char *end = NULL;
-#define NEED() do { if (!v) { cli_fail(cmd, "option '%s' needs a value", s); return -1; } (*i)++; } while (0)
+#define NEED() do { if (!v) return -cli_bad_option(cmd, argc, argv, *i); (*i)++; } while (0)
 #define NUM(dst, conv) do { NEED(); dst = conv(v, &end); if (end == v || *end) { cli_fail(cmd, "option '%s': '%s' is not a number", s, v); return -1; } } while (0)
     if (!strcmp(s, "-m") || !strcmp(s, "--model")) { NEED(); o->model = v; }
     else if (!strcmp(s, "-p") || !strcmp(s, "--prompt")) { NEED(); o->prompt = v; }
@@ -256,10 +256,10 @@ int cmd_run_text(int argc, char **argv) {
     cli_text_opts_init(&o);
     for (int i = 1; i < argc; i++) {
         int r = cli_text_opt("run", &o, argc, argv, &i);
-        if (r < 0) return 1;
-        if (r == 0) return cli_fail("run", "unknown option '%s'", argv[i]);
+        if (r < 0) return -r;
+        if (r == 0) return cli_bad_option("run", argc, argv, i);
     }
-    if (!o.model) return cli_fail("run", "no model: pass -m MODEL.sluice");
+    if (!o.model && cli_default_model("run", &o.model)) return 1;
     if (o.n_gen < 1) return cli_fail("run", "-n must be at least 1");
     sl_model *m = NULL;
     sl_session *s = NULL;

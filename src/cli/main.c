@@ -1,6 +1,7 @@
 /*
- * main.c — `sluice` entry point: dispatches subcommands and holds the helpers they share
- * (error printing, progress bar, argument parsing).
+ * main.c — `sluice` entry point: dispatches subcommands through the table in help.c (answering
+ * --help and --version itself) and holds the helpers they share (error printing, progress bar,
+ * argument parsing).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -114,51 +115,32 @@ long long cli_parse_size(const char *s) {
     return (long long)(v * (double)mul);
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "sluice %s — run Mixture-of-Experts models larger than memory\n\n"
-            "usage:\n"
-            "  sluice pack SRC_DIR -o MODEL.sluice [--quant keep|f32|bf16] [--no-source-hash]\n"
-            "  sluice info MODEL.sluice [--json]\n"
-            "  sluice verify MODEL.sluice [--source SRC_DIR]\n"
-            "  sluice run -m MODEL.sluice --tokens 1,2,3 [-n N] [--temp 0] [--ids] [--threads N] [--stats]\n"
-            "  sluice logits -m MODEL.sluice --tokens 1,2,3 --out FILE [--threads N]\n"
-            "  sluice bench -m MODEL.sluice [--prompt N] [--gen N] [--cache SIZE ...] [--policy lru|lfu] [--json]\n"
-            "  sluice synth --shape NAME [--layers N] -o MODEL.sluice [--quant bf16|f32|q8|q4|q3]\n"
-            "  sluice profile -m MODEL.sluice --tokens 1,2,3 -o PROFILE\n"
-            "model options (run, logits, chat, bench, profile):\n"
-            "  --cache SIZE (expert cache, e.g. 4G) --resident --io auto|direct|buffered --engine auto|uring|pread\n"
-            "  --policy lru|lfu --pin PROFILE --no-verify --prefetch auto|on|off --threads N --io-depth N\n"
-            "  sluice run -m MODEL.sluice -p TEXT [--chat] [--think on|off] [--system TEXT] [-n N] [--temp T]\n"
-            "             [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--presence-penalty P]\n"
-            "             [--seed S] [--stop STR]... [--stats]\n"
-            "  sluice chat -m MODEL.sluice [sampling flags as run] [--system TEXT] [--think on|off]\n"
-            "  sluice tokenize (-m MODEL.sluice | --tokenizer tokenizer.json) [--decode] [TEXT]   (TEXT or stdin)\n"
-            "  sluice version\n",
-            SL_VERSION_STRING);
-}
-
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        cli_help_main(stderr);
+        return 2;
     }
     const char *c = argv[1];
-    if (!strcmp(c, "pack")) return cmd_pack(argc - 1, argv + 1);
-    if (!strcmp(c, "info")) return cmd_info(argc - 1, argv + 1);
-    if (!strcmp(c, "verify")) return cmd_verify(argc - 1, argv + 1);
-    if (!strcmp(c, "run")) return cmd_run(argc - 1, argv + 1);
-    if (!strcmp(c, "logits")) return cmd_logits(argc - 1, argv + 1);
-    if (!strcmp(c, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
-    if (!strcmp(c, "chat")) return cmd_chat(argc - 1, argv + 1);
-    if (!strcmp(c, "bench")) return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(c, "synth")) return cmd_synth(argc - 1, argv + 1);
-    if (!strcmp(c, "profile")) return cmd_profile(argc - 1, argv + 1);
-    if (!strcmp(c, "version") || !strcmp(c, "--version")) {
+    if (!strcmp(c, "-h") || !strcmp(c, "--help")) {
+        cli_help_main(stdout);
+        return 0;
+    }
+    if (!strcmp(c, "version") || !strcmp(c, "--version") || !strcmp(c, "-V")) {
         printf("sluice %s\n", SL_VERSION_STRING);
         return 0;
     }
-    fprintf(stderr, "sluice: unknown command '%s'\n", c);
-    usage(stderr);
-    return 2;
+    if (!strcmp(c, "help")) { /* sluice help [COMMAND] */
+        if (argc < 3) { cli_help_main(stdout); return 0; }
+        const cli_command *h = cli_command_find(argv[2]);
+        if (h) return cli_help(h);
+        fprintf(stderr, "sluice help: unknown command '%s' (see 'sluice --help')\n", argv[2]);
+        return 2;
+    }
+    const cli_command *cmd = cli_command_find(c);
+    if (!cmd) {
+        fprintf(stderr, "sluice: unknown command '%s' (see 'sluice --help')\n", c);
+        return 2;
+    }
+    if (cli_help_requested(argc - 1, argv + 1)) return cli_help(cmd);
+    return cmd->run(argc - 1, argv + 1);
 }

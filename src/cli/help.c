@@ -1,0 +1,359 @@
+/*
+ * help.c — what `sluice --help` and `sluice CMD --help` print: the table of subcommands (name, one-line
+ * summary, entry point, usage, description, options with their defaults, an example), the printers,
+ * and the message for an unknown option.
+ *
+ * The format is the one GNU tools use, so that help2man can turn it into a man page
+ * (tools/gen_man.sh): "Usage: ..." lines ("  or:  ..." for more), a description, then headed blocks
+ * ("Options:", "Model options:", "Example:") of lines indented by two spaces, an option's text
+ * starting in column 27 and wrapped at 79 columns. Options that take a value show it as "--ctx N".
+ *
+ * Sections: option tables; the command table; printers; unknown options.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+/* ---- option tables ----------------------------------------------------------------------------- */
+
+#define MODEL_OPT(what) {"-m, --model", "MODEL", "the .sluice container " what}
+#define DEFAULT_MODEL_OPT MODEL_OPT("(default: see 'Default model' below)")
+#define END_OPTS {NULL, NULL, NULL}
+
+/* Sampling and generation options of `run -p` and `chat` (cli_text_opt, cmd_text.c). */
+#define SAMPLING_OPTS                                                                                      \
+    {"--temp", "T", "sampling temperature; 0 is greedy (default: 0.8)"},                                \
+    {"--top-k", "K", "sample from the K most likely tokens; 0 is off (default: 40)"},                   \
+    {"--top-p", "P", "sample from the smallest set of tokens whose probability reaches P; 1 is off "      \
+                     "(default: 0.95)"},                                                                  \
+    {"--min-p", "P", "drop tokens less likely than P times the most likely one; 0 is off (default: 0.05)"}, \
+    {"--repeat-penalty", "R", "divide the positive logits of recent tokens by R, multiply the negative "  \
+                              "ones (default: 1, off)"},                                                  \
+    {"--presence-penalty", "P", "subtract P from the logits of recent tokens (default: 0, off)"},        \
+    {"--repeat-last-n", "N", "how many recent tokens the two penalties look at (default: 64)"},          \
+    {"--seed", "S", "seed of the sampler: the same seed, prompt and model give the same text (default: "  \
+                    "from the clock and the process id)"},                                                \
+    {"--stop", "STR", "stop before the text STR; repeatable, 16 at most (default: none)"}
+
+#define CHAT_OPTS                                                                                          \
+    {"--system", "TEXT", "a system message (default: none)"},                                          \
+    {"--think", "on|off", "the chat template's thinking switch, enable_thinking (default: the "          \
+                          "template's own)"}
+
+static const cli_opt pack_opts[] = {
+    {"-o", "MODEL.sluice", "the container to write (required)"},
+    {"--quant", "MODE", "keep, f32, bf16, q8, q4 or q3, for every matrix (default: keep: each tensor's "
+                        "source dtype; FP8 becomes f32)"},
+    {"--quant-experts", "MODE", "the routed experts' mode (default: that of --quant)"},
+    {"--quant-backbone", "MODE", "the mode of every other matrix (default: that of --quant)"},
+    {"--quant-router", "MODE", "the routers' mode, mlp.gate and shared_expert_gate (default: q8 when the "
+                               "backbone is q4 or q3, else the backbone's)"},
+    {"--group", "N", "quantization group of q8/q4/q3: 32, 64 or 128 columns (default: 64)"},
+    {"--scale-f16", NULL, "store quantization scales and biases in f16 (default: bf16)"},
+    {"--no-source-hash", NULL, "do not record each source file's xxh3-64 in the manifest (default: "
+                               "recorded)"},
+    END_OPTS,
+};
+
+static const cli_opt info_opts[] = {
+    {"--json", NULL, "print the whole description as JSON (default: a table)"},
+    END_OPTS,
+};
+
+static const cli_opt verify_opts[] = {
+    {"--source", "SRC_DIR", "the checkpoint it was packed from: compare every tensor with it byte for "
+                            "byte (default: checksums only)"},
+    END_OPTS,
+};
+
+static const cli_opt run_opts[] = {
+    DEFAULT_MODEL_OPT,
+    {"-p, --prompt", "TEXT", "the prompt, tokenized with the model's tokenizer; special-token text such "
+                             "as <|im_start|> is recognised (required, or --tokens)"},
+    {"--tokens", "IDS", "the prompt as comma-separated token ids: greedy decoding, ids printed (required, "
+                        "or -p)"},
+    {"-n, --max-tokens", "N", "generate at most N tokens (default: 256 with -p, 16 with --tokens)"},
+    {"--chat", NULL, "wrap the prompt in the model's chat template as a user turn"},
+    CHAT_OPTS,
+    SAMPLING_OPTS,
+    {"--ids", NULL, "print token ids, space-separated, instead of text"},
+    {"--stats", NULL, "print speed, cache hit rate, bytes read per token, I/O wait and peak memory to "
+                      "stderr"},
+    END_OPTS,
+};
+
+static const cli_opt chat_opts[] = {
+    DEFAULT_MODEL_OPT,
+    CHAT_OPTS,
+    {"-n, --max-tokens", "N", "generate at most N tokens per answer (default: 256)"},
+    SAMPLING_OPTS,
+    END_OPTS,
+};
+
+static const cli_opt logits_opts[] = {
+    DEFAULT_MODEL_OPT,
+    {"--tokens", "IDS", "comma-separated token ids to evaluate (required)"},
+    {"--out", "FILE", "where to write the logits (required)"},
+    END_OPTS,
+};
+
+static const cli_opt profile_opts[] = {
+    DEFAULT_MODEL_OPT,
+    {"--tokens", "IDS", "comma-separated token ids to evaluate (required)"},
+    {"-o", "PROFILE", "where to write the profile (required)"},
+    END_OPTS,
+};
+
+static const cli_opt bench_opts[] = {
+    DEFAULT_MODEL_OPT,
+    {"--prompt", "N", "prompt tokens, evaluated in one prefill (default: 32)"},
+    {"--gen", "N", "tokens decoded one at a time after it (default: 16)"},
+    {"--cache", "SIZE", "an expert cache budget; repeat it for one row per budget, each from a fresh "
+                        "open (default: one row, at the model's default budget)"},
+    {"--json", NULL, "print the rows as a JSON array, with per-layer counters (default: a table)"},
+    END_OPTS,
+};
+
+static const cli_opt synth_opts[] = {
+    {"--shape", "NAME", "the released model whose dimensions to use (required; the shapes are "
+                             "listed above)"},
+    {"-o", "MODEL.sluice", "the container to write (required)"},
+    {"--layers", "N", "keep the first N layers; 0 is all (default: 0)"},
+    {"--quant", "MODE", "bf16, f32, q8, q4 or q3 (group 64) for the weights (default: bf16)"},
+    {"--seed", "N", "seed of the random weights; 0 is the built-in one (default: 0)"},
+    END_OPTS,
+};
+
+static const cli_opt tokenize_opts[] = {
+    {"-m, --model", "MODEL", "a .sluice container that holds a tokenizer (required, or --tokenizer)"},
+    {"--tokenizer", "FILE", "a tokenizer.json, with the tokenizer_config.json and chat_template.jinja "
+                            "beside it (required, or -m)"},
+    {"--decode", NULL, "the input is token ids, space- or comma-separated: print their text"},
+    {"--no-special", NULL, "tokenize special-token text such as <|im_end|> as plain text (default: "
+                           "recognised)"},
+    {"--strict-utf8", NULL, "refuse invalid UTF-8 (default: replaced by U+FFFD)"},
+    {"--batch", NULL, "the input is a JSON array of strings: one line of ids for each"},
+    {"--chat", NULL, "the input is a JSON conversation {\"messages\": [...], \"tools\", \"enable_thinking\", "
+                     "\"add_generation_prompt\"}: print the ids of its rendered chat template"},
+    {"--text", NULL, "with --chat: print the rendered text instead of its ids"},
+    END_OPTS,
+};
+
+/* ---- the command table ------------------------------------------------------------------------- */
+
+const cli_command cli_commands[] = {
+    {"pack", "pack a Hugging Face checkpoint into a .sluice container", cmd_pack,
+     "SRC_DIR -o MODEL.sluice [OPTION]...",
+     "Packs a checkpoint directory (config.json and *.safetensors, with model.safetensors.index.json when "
+     "sharded; MLX checkpoints as they are) into one container: the backbone, and every routed expert as "
+     "one block, each with an xxh3-64 checksum. Tokenizer files found in SRC_DIR (tokenizer.json, "
+     "tokenizer_config.json, chat_template.jinja) are stored with it, for the text commands. The output is "
+     "written under a temporary name and renamed when complete.",
+     pack_opts, "sluice pack ~/models/Qwen3-Next-80B-A3B-Instruct -o qwen3-next.sluice --quant q4", 0},
+    {"info", "describe a container: architecture, dimensions, layers, sizes", cmd_info, "MODEL.sluice [--json]",
+     "Prints a container's architecture, dimensions, layer types (A attention, L DeltaNet; m MoE, d dense), "
+     "expert layout, sizes and quantization.",
+     info_opts, "sluice info qwen3-next.sluice", 0},
+    {"verify", "check every checksum of a container, optionally against its source", cmd_verify,
+     "MODEL.sluice [--source SRC_DIR]",
+     "Checks the checksum of every backbone tensor and expert block; with --source, also derives every "
+     "tensor again from the checkpoint and compares it byte for byte. A failure names the first bad tensor "
+     "or expert and exits with status 1.",
+     verify_opts, "sluice verify qwen3-next.sluice --source ~/models/Qwen3-Next-80B-A3B-Instruct", 0},
+    {"run", "generate text from a prompt, or greedy tokens from token ids", cmd_run,
+     "[-m MODEL.sluice] -p TEXT [OPTION]...\n[-m MODEL.sluice] --tokens IDS [OPTION]...",
+     "Generates from a text prompt (-p), printing the text as it is produced, or from token ids (--tokens), "
+     "printing greedy token ids. Generation stops at an end-of-generation token (EOS, <|im_end|>), at a "
+     "--stop string, after -n tokens, or at Ctrl-C. -p needs a container packed with its tokenizer.",
+     run_opts, "sluice run -p \"In the beginning\" -n 64 --temp 0.7 --seed 1 --stats",
+     CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
+    {"chat", "talk with the model, one turn after another", cmd_chat, "[-m MODEL.sluice] [OPTION]...",
+     "An interactive conversation in the model's chat template, read line by line from stdin (with line "
+     "editing on a terminal). The model's state is kept between turns, so earlier turns are never evaluated "
+     "again. At the prompt: /reset, /stats, /think on|off, /system TEXT, /quit. Ctrl-C stops the current "
+     "answer, Ctrl-D leaves.",
+     chat_opts, "sluice chat --system \"You are terse.\" -n 128", CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
+    {"tokenize", "text to token ids, or ids to text", cmd_tokenize,
+     "(-m MODEL.sluice | --tokenizer FILE) [OPTION]... [TEXT]",
+     "Prints the token ids of TEXT, or of stdin when there is no TEXT, space-separated, as Hugging Face "
+     "tokenizers' encode gives them (no BOS or EOS added); with --decode, the text of ids.",
+     tokenize_opts, "sluice tokenize -m qwen3-next.sluice \"Hello, world\"", 0},
+    {"logits", "write the logits of every position of token ids to a file", cmd_logits,
+     "[-m MODEL.sluice] --tokens IDS --out FILE [OPTION]...",
+     "Evaluates the token ids in one pass and writes the logits of every position as little-endian float32 "
+     "[n_tokens][vocab], under a temporary name renamed when complete.",
+     logits_opts, "sluice logits -m qwen3-next.sluice --tokens 9707,11,1879 --out logits.f32",
+     CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
+    {"profile", "record which experts token ids route to, for --pin", cmd_profile,
+     "[-m MODEL.sluice] --tokens IDS -o PROFILE [OPTION]...",
+     "Evaluates the token ids and writes how often each expert was chosen: a routing profile, whose "
+     "hottest experts --pin keeps in the cache of later runs. Not with --resident.",
+     profile_opts, "sluice profile -m qwen3-next.sluice --tokens 9707,11,1879 -o hot.profile",
+     CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
+    {"bench", "measure prefill and decode speed, per cache size", cmd_bench,
+     "[-m MODEL.sluice] [--cache SIZE]... [OPTION]...",
+     "Evaluates a prompt of seeded random tokens (the same every run) and decodes greedily after it, once "
+     "per --cache budget, and reports prefill and decode tok/s, cache hit rate, MiB read per token, read "
+     "MiB/s, I/O wait, peak RSS and the growth of the model file's page-cache footprint.",
+     bench_opts, "sluice bench -m qwen3-next.sluice --cache 2G --cache 8G --json",
+     CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
+    {"synth", "write a container of a released model's shape with random weights", cmd_synth,
+     "--shape NAME -o MODEL.sluice [OPTION]...",
+     "Writes a container of a released model's real dimensions filled with seeded random weights, so that "
+     "reading and computing cost what they cost on the real model: for benchmarks.",
+     synth_opts, "sluice synth --shape qwen3-next-80b-a3b --layers 8 -o next8.sluice", 0},
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0},
+};
+
+const cli_command *cli_command_find(const char *name) {
+    for (const cli_command *c = cli_commands; c->name; c++)
+        if (!strcmp(c->name, name)) return c;
+    return NULL;
+}
+
+/* ---- printers ---------------------------------------------------------------------------------- */
+
+enum { WIDTH = 79, TEXT_COL = 26 };
+
+/* Writes text word-wrapped to WIDTH: the first line continues at column col, the others start at
+ * column indent. '\n' in text ends a paragraph: a blank line, then column indent. */
+static void wrap(FILE *f, const char *text, int col, int indent) {
+    const char *p = text;
+    while (*p) {
+        if (*p == '\n') {
+            fprintf(f, "\n\n%*s", indent, "");
+            col = indent;
+            p++;
+            continue;
+        }
+        if (*p == ' ') { p++; continue; }
+        size_t w = strcspn(p, " \n");
+        if (col > indent && col + 1 + (int)w > WIDTH) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        } else if (col > indent) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(p, 1, w, f);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
+static void opt_line(FILE *f, const cli_opt *o) {
+    char left[128];
+    snprintf(left, sizeof left, "  %s%s%s", o->flags, o->arg ? " " : "", o->arg ? o->arg : "");
+    int n = (int)strlen(left);
+    if (n + 2 > TEXT_COL) { /* too long to share the line: the text starts on the next one */
+        fprintf(f, "%s\n%*s", left, TEXT_COL, "");
+        n = TEXT_COL;
+    } else {
+        fprintf(f, "%-*s", TEXT_COL, left);
+        n = TEXT_COL;
+    }
+    wrap(f, o->text, n, TEXT_COL);
+}
+
+/* The entry of table t with name ("--cache") among its comma-separated spellings, or NULL. */
+static const cli_opt *opt_find(const cli_opt *t, const char *name) {
+    size_t n = strlen(name);
+    for (; t && t->flags; t++)
+        for (const char *p = t->flags; *p;) {
+            while (*p == ' ' || *p == ',') p++;
+            size_t w = strcspn(p, ", ");
+            if (w == n && !strncmp(p, name, n)) return t;
+            p += w;
+        }
+    return NULL;
+}
+
+void cli_help_main(FILE *f) {
+    fprintf(f, "Usage: sluice COMMAND [OPTION]...\n"
+               "  or:  sluice COMMAND --help\n"
+               "  or:  sluice --version\n");
+    wrap(f, "Runs Mixture-of-Experts language models larger than the machine's memory: the dense backbone "
+            "stays in memory, the routed experts are read from one packed .sluice file as the router picks "
+            "them, and the output is exactly that of the fully resident model.", 0, 0);
+    fprintf(f, "\nCommands:\n");
+    for (const cli_command *c = cli_commands; c->name; c++) fprintf(f, "  %-12s%s\n", c->name, c->summary);
+    fprintf(f, "\nOptions:\n");
+    static const cli_opt own[] = {
+        {"-h, --help", NULL, "print this help and exit; after a command, that command's help"},
+        {"-V, --version", NULL, "print the version and exit"},
+        END_OPTS,
+    };
+    for (const cli_opt *o = own; o->flags; o++) opt_line(f, o);
+    fputc('\n', f);
+    wrap(f, "Run 'sluice COMMAND --help' for a command's options, their defaults and an example.", 0, 0);
+    fprintf(f, "\nEnvironment:\n");
+    static const cli_opt env[] = {
+        {"SLUICE_MODEL", NULL, "the model that run, chat, logits, profile and bench open when "
+                               "no -m is given (before the demo model)"},
+        {"SLUICE_KERNELS", NULL, "scalar, avx2, avx512 or neon: the compute kernels, instead of the best the "
+                                 "CPU supports"},
+        END_OPTS,
+    };
+    for (const cli_opt *o = env; o->flags; o++) opt_line(f, o);
+    fprintf(f, "\nExamples:\n"
+               "  sluice pack ~/models/Qwen3-Next-80B-A3B-Instruct -o qwen3-next.sluice --quant q4\n"
+               "  sluice run -m qwen3-next.sluice -p \"Why is the sky blue?\" --chat --cache 8G --stats\n"
+               "  sluice chat\n");
+}
+
+int cli_help(const cli_command *c) {
+    FILE *f = stdout;
+    const char *u = c->usage;
+    for (int first = 1; *u; first = 0) {
+        size_t w = strcspn(u, "\n");
+        fprintf(f, "%s sluice %s %.*s\n", first ? "Usage:" : "  or: ", c->name, (int)w, u);
+        u += w + (u[w] == '\n');
+    }
+    wrap(f, c->about, 0, 0);
+    if (!strcmp(c->name, "synth")) {
+        fputc('\n', f);
+        char shapes[512];
+        snprintf(shapes, sizeof shapes, "Shapes: %s.", sl_synth_shapes());
+        wrap(f, shapes, 0, 0);
+    }
+    fprintf(f, "\nOptions:\n");
+    for (const cli_opt *o = c->opts; o && o->flags; o++) opt_line(f, o);
+    static const cli_opt help = {"-h, --help", NULL, "print this help and exit"};
+    opt_line(f, &help);
+    if (c->flags & CLI_MODEL_OPTS) {
+        fprintf(f, "\nModel options:\n");
+        for (const cli_opt *o = cli_model_opts; o->flags; o++)
+            if (!opt_find(c->opts, o->flags)) opt_line(f, o); /* bench's own --cache differs */
+    }
+    if (c->flags & CLI_DEFAULT_MODEL) {
+        fprintf(f, "\nDefault model:\n  ");
+        wrap(f, cli_default_model_doc, 2, 2);
+    }
+    fprintf(f, "\nExample:\n  %s\n", c->example);
+    return 0;
+}
+
+int cli_help_requested(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) return 0;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
+    }
+    return 0;
+}
+
+/* ---- unknown options --------------------------------------------------------------------------- */
+
+int cli_bad_option(const char *cmd, int argc, char **argv, int i) {
+    const char *s = argv[i];
+    const cli_command *c = cli_command_find(cmd);
+    const cli_opt *o = c ? opt_find(c->opts, s) : NULL;
+    if (!o && c && (c->flags & CLI_MODEL_OPTS)) o = opt_find(cli_model_opts, s);
+    if (s[0] != '-' || !s[1]) fprintf(stderr, "sluice %s: unexpected argument '%s'", cmd, s);
+    else if (o && o->arg && i + 1 >= argc) fprintf(stderr, "sluice %s: option '%s' needs a value (%s)", cmd, s, o->arg);
+    else if (o) fprintf(stderr, "sluice %s: option '%s' does not apply here", cmd, s);
+    else fprintf(stderr, "sluice %s: unknown option '%s'", cmd, s);
+    fprintf(stderr, " (see 'sluice %s --help')\n", cmd);
+    return 2;
+}

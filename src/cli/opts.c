@@ -1,0 +1,135 @@
+/*
+ * opts.c — what the commands that open a model share: the model options (--cache, --resident, --io,
+ * --engine, --policy, --pin, --prefetch, --no-verify, --threads, --io-depth), parsed by cli_model_opt
+ * and described, once, by cli_model_opts for every command's --help; and the default model that
+ * run, chat, logits, profile, bench and perplexity open when no -m is given (cli_default_model).
+ *
+ * Sections: model options (help table, parser); default model.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+/* ---- model options ----------------------------------------------------------------------------- */
+
+/* The one description of the model options; cli_model_opt below parses the same names, and each
+ * default here is what sl_model_params_default() leaves to the library. */
+const cli_opt cli_model_opts[] = {
+    {"--cache", "SIZE", "expert cache budget, K/M/G/T suffixes in powers of 1024 (default: half of the "
+                        "available memory, at most the expert section)"},
+    {"--resident", NULL, "read every expert into memory at open, no streaming (default: streamed through "
+                         "the cache)"},
+    {"--io", "MODE", "auto, direct (O_DIRECT) or buffered (page cache) expert reads (default: auto: the "
+                     "page cache when the expert section fits comfortably in memory, else direct)"},
+    {"--engine", "ENGINE", "auto, uring or pread (default: auto: io_uring, else a pread thread pool)"},
+    {"--policy", "POLICY", "cache eviction, lru or lfu (default: lru)"},
+    {"--pin", "PROFILE", "keep the hottest experts of a routing profile written by 'sluice profile' in the "
+                         "cache (default: none)"},
+    {"--prefetch", "MODE", "read the next layer's predicted experts ahead: auto, on or off (default: auto: "
+                           "only while the predictions prove at least 80% right)"},
+    {"--no-verify", NULL, "skip the xxh3 checksum of each expert block read (default: every read is checked)"},
+    {"--threads", "N", "compute threads (default: the number of online cores)"},
+    {"--io-depth", "N", "expert reads in flight at most (default: 64)"},
+    {NULL, NULL, NULL},
+};
+
+int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad) {
+    const char *s = argv[*i];
+    int more = *i + 1 < argc;
+    const char *v = more ? argv[*i + 1] : NULL;
+    if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
+    if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
+    if (!more) return 0;
+    if (!strcmp(s, "--cache")) {
+        long long b = cli_parse_size(v);
+        if (b <= 0) { *bad = cli_fail(cmd, "--cache: bad size '%s' (e.g. 512M, 4G)", v); return 1; }
+        p->cache_bytes = (uint64_t)b;
+    } else if (!strcmp(s, "--io")) {
+        if (!strcmp(v, "auto")) p->io_mode = SL_IO_AUTO;
+        else if (!strcmp(v, "direct")) p->io_mode = SL_IO_DIRECT;
+        else if (!strcmp(v, "buffered")) p->io_mode = SL_IO_BUFFERED;
+        else { *bad = cli_fail(cmd, "--io: '%s' (auto, direct, buffered)", v); return 1; }
+    } else if (!strcmp(s, "--engine")) {
+        if (!strcmp(v, "auto")) p->io_engine = SL_ENGINE_AUTO;
+        else if (!strcmp(v, "uring") || !strcmp(v, "io_uring")) p->io_engine = SL_ENGINE_URING;
+        else if (!strcmp(v, "pread")) p->io_engine = SL_ENGINE_PREAD;
+        else { *bad = cli_fail(cmd, "--engine: '%s' (auto, uring, pread)", v); return 1; }
+    } else if (!strcmp(s, "--policy")) {
+        if (!strcmp(v, "lru")) p->policy = SL_POLICY_LRU;
+        else if (!strcmp(v, "lfu")) p->policy = SL_POLICY_LFU;
+        else { *bad = cli_fail(cmd, "--policy: '%s' (lru, lfu)", v); return 1; }
+    } else if (!strcmp(s, "--prefetch")) {
+        if (!strcmp(v, "auto")) p->prefetch = 0;
+        else if (!strcmp(v, "on")) p->prefetch = 1;
+        else if (!strcmp(v, "off")) p->prefetch = -1;
+        else { *bad = cli_fail(cmd, "--prefetch: '%s' (auto, on, off)", v); return 1; }
+    } else if (!strcmp(s, "--pin")) p->pin_profile = v;
+    else if (!strcmp(s, "--threads")) p->n_threads = atoi(v);
+    else if (!strcmp(s, "--io-depth")) p->io_depth = atoi(v);
+    else return 0;
+    (*i)++;
+    return 1;
+}
+
+/* ---- default model ----------------------------------------------------------------------------- */
+
+static int is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The directory above the one holding this executable (/usr/local for /usr/local/bin/sluice, the
+ * source tree for build/sluice) into out; 0, or -1 when /proc/self/exe cannot be read. */
+static int exe_parent(char *out, size_t n) {
+    char exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) return -1;
+    exe[k] = 0;
+    for (int up = 0; up < 2; up++) { /* strip the file name, then its directory */
+        char *slash = strrchr(exe, '/');
+        if (!slash) return -1;
+        *slash = 0;
+    }
+    snprintf(out, n, "%s", exe[0] ? exe : "/");
+    return 0;
+}
+
+const char *cli_default_model_doc =
+    "Without -m, the model is the first of these that exists: the file named by the environment variable "
+    "SLUICE_MODEL; DIR/../models/demo.sluice (the demo model of a source tree, where the binary is "
+    "build/sluice); DIR/../share/sluice/demo.sluice (an installed copy, PREFIX/bin/sluice), DIR being the "
+    "directory of the sluice executable.";
+
+int cli_default_model(const char *cmd, const char **path) {
+    static char found[4200];
+    const char *env = getenv("SLUICE_MODEL");
+    if (env && *env) {
+        /* an explicit choice: a wrong name is an error, not a silent fall back to the demo model */
+        if (!is_file(env)) return cli_fail(cmd, "SLUICE_MODEL=%s: %s; fix or unset it, or pass -m MODEL.sluice", env,
+                                           access(env, F_OK) ? strerror(errno) : "not a regular file");
+        *path = env;
+        return 0;
+    }
+    char base[4096], tree[4200] = "", inst[4200] = "";
+    if (exe_parent(base, sizeof base) == 0) {
+        const char *sep = strcmp(base, "/") ? "/" : "";
+        snprintf(tree, sizeof tree, "%s%smodels/demo.sluice", base, sep);
+        snprintf(inst, sizeof inst, "%s%sshare/sluice/demo.sluice", base, sep);
+        const char *cand[] = {tree, inst};
+        for (int i = 0; i < 2; i++)
+            if (is_file(cand[i])) {
+                snprintf(found, sizeof found, "%s", cand[i]);
+                *path = found;
+                return 0;
+            }
+        return cli_fail(cmd, "no model: pass -m MODEL.sluice (no default model: SLUICE_MODEL is not set, and "
+                        "neither %s nor %s exists)", tree, inst);
+    }
+    return cli_fail(cmd, "no model: pass -m MODEL.sluice (no default model: SLUICE_MODEL is not set, and "
+                    "/proc/self/exe, needed to find the demo model, cannot be read)");
+}
