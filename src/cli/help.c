@@ -140,6 +140,15 @@ static const cli_opt tokenize_opts[] = {
     END_OPTS,
 };
 
+static const cli_opt perplexity_opts[] = {
+    DEFAULT_MODEL_OPT,
+    {"-f, --file", "FILE", "the text to score, UTF-8; - reads stdin (required)"},
+    {"--ctx", "N", "window length in tokens, at most the model's context (default: 512)"},
+    {"--json", NULL, "print one JSON object: ppl, bpb, nll, tokens (scored), bytes (of the scored tokens), "
+                     "windows, ctx, file_tokens, seconds, tok_per_s (default: one line of text)"},
+    END_OPTS,
+};
+
 /* ---- the command table ------------------------------------------------------------------------- */
 
 const cli_command cli_commands[] = {
@@ -179,6 +188,18 @@ const cli_command cli_commands[] = {
      "Prints the token ids of TEXT, or of stdin when there is no TEXT, space-separated, as Hugging Face "
      "tokenizers' encode gives them (no BOS or EOS added); with --decode, the text of ids.",
      tokenize_opts, "sluice tokenize -m qwen3-next.sluice \"Hello, world\"", 0},
+    {"perplexity", "perplexity and bits per byte of a text file", cmd_perplexity,
+     "[-m MODEL.sluice] -f FILE [--ctx N] [OPTION]...",
+     "Measures how well the model predicts a text, as llama.cpp's llama-perplexity does. The whole file is "
+     "tokenized as plain text (special-token text such as <|im_end|> is ordinary text; no BOS is added) and "
+     "cut into non-overlapping windows of --ctx tokens; a trailing partial window is dropped, and a file of "
+     "fewer tokens than --ctx is one window of all its tokens (at least 2). Each window is evaluated from an "
+     "empty state and only its second half is scored: for window tokens t[0..n-1], NLL = sum over j from "
+     "n/2 to n-1 of -log softmax(logits of position j-1)[t[j]], computed in double precision.\n"
+     "Perplexity is exp(NLL / scored tokens); bits per byte is NLL / ln 2 / bytes, where bytes is the sum "
+     "of the UTF-8 lengths of the scored tokens, each decoded on its own (special tokens as their text). "
+     "tok/s counts every evaluated token, scored or not.",
+     perplexity_opts, "sluice perplexity -f heldout.txt --ctx 512 --json", CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"logits", "write the logits of every position of token ids to a file", cmd_logits,
      "[-m MODEL.sluice] --tokens IDS --out FILE [OPTION]...",
      "Evaluates the token ids in one pass and writes the logits of every position as little-endian float32 "
@@ -290,7 +311,7 @@ void cli_help_main(FILE *f) {
     wrap(f, "Run 'sluice COMMAND --help' for a command's options, their defaults and an example.", 0, 0);
     fprintf(f, "\nEnvironment:\n");
     static const cli_opt env[] = {
-        {"SLUICE_MODEL", NULL, "the model that run, chat, logits, profile and bench open when "
+        {"SLUICE_MODEL", NULL, "the model that run, chat, perplexity, logits, profile and bench open when "
                                "no -m is given (before the demo model)"},
         {"SLUICE_KERNELS", NULL, "scalar, avx2, avx512 or neon: the compute kernels, instead of the best the "
                                  "CPU supports"},
