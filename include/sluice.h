@@ -201,6 +201,26 @@ const char *sl_session_errmsg(const sl_session *session);
 sl_status sl_session_eval(sl_session *session, const int32_t *tokens, int n_tokens, float *logits,
                           int all_logits);
 
+/* One session's part of a batched step. */
+typedef struct sl_batch_item {
+    sl_session *session;
+    const int32_t *tokens;
+    int n_tokens;
+    float *logits;  /* NULL, or [n_tokens][vocab] when all_logits, else [vocab] for the last token */
+    int all_logits;
+} sl_batch_item;
+
+/* Evaluates several sessions of one model in one forward pass (continuous batching: prefill chunks and
+ * decode steps of different sequences together). Every MoE layer routes the tokens of all the
+ * sessions together, so an expert that several of them chose is fetched once and applied to all: in a
+ * streamed model B sequences cost far fewer reads than B separate steps. Each session's logits and
+ * state are bitwise what sl_session_eval(session, tokens, ...) alone gives. A session may appear once;
+ * every session must belong to `model`. Bad arguments in any item (token out of range, context full,
+ * ...) are refused before anything is evaluated, with a message naming the item; a failure during
+ * the pass (an expert read error) leaves every session as it was. The message is the model's
+ * (sl_model_errmsg) and each item's session's. */
+sl_status sl_batch_eval(sl_model *model, const sl_batch_item *items, int n_items);
+
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Text: tokenizer, chat formatting, sampling, generation (src/text, docs/TEXT.md)                */

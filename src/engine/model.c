@@ -406,6 +406,37 @@ sl_status sl_session_eval(sl_session *s, const int32_t *tokens, int n_tokens, fl
     return (sl_status)r;
 }
 
+sl_status sl_batch_eval(sl_model *m, const sl_batch_item *items, int n_items) {
+    enum { STACK = 64 };
+    fwd_item stack[STACK], *fi = n_items > STACK ? malloc((size_t)n_items * sizeof *fi) : stack;
+    if (n_items < 1 || !items || !fi) {
+        if (fi != stack) free(fi);
+        snprintf(m->err, sizeof m->err, n_items < 1 || !items ? "sl_batch_eval: no items" : "out of memory");
+        return n_items < 1 || !items ? SL_EINVAL : SL_ENOMEM;
+    }
+    uint64_t n_tok = 0;
+    for (int i = 0; i < n_items; i++) {
+        const sl_batch_item *b = &items[i];
+        if (!b->session || b->session->m != m) {
+            snprintf(m->err, sizeof m->err, "batch item %d: %s", i,
+                     b->session ? "the session belongs to another model" : "NULL session");
+            if (fi != stack) free(fi);
+            return SL_EINVAL;
+        }
+        fi[i] = (fwd_item){b->session->sq, b->tokens, b->n_tokens, b->logits, b->all_logits};
+        n_tok += (uint64_t)(b->n_tokens > 0 ? b->n_tokens : 0);
+    }
+    pthread_mutex_lock(&m->mu);
+    double t0 = now_s();
+    int r = fwd_eval_batch(m->ws, &m->cfg, &m->w, &m->src, m->pool, fi, n_items, m->err, sizeof m->err);
+    m->eval_s += now_s() - t0;
+    if (!r) m->tokens += n_tok;
+    for (int i = 0; i < n_items; i++) snprintf(items[i].session->err, sizeof items[i].session->err, "%s", r ? m->err : "");
+    pthread_mutex_unlock(&m->mu);
+    if (fi != stack) free(fi);
+    return (sl_status)r;
+}
+
 /* ---- stats ---- */
 
 /* Bytes of the model file resident in the page cache (mincore over a read-only mapping). */

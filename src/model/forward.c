@@ -383,66 +383,90 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
     return 0;
 }
 
-/* Layer-major evaluation of n (> FWD_BATCH) tokens: each layer runs over all n before the next, the
- * mixers micro-batch by micro-batch (DeltaNet state carried from one to the next), the MoE block over
- * all n at once (fwd_moe_wide), so a streaming provider reads each chosen expert once per layer per
- * call instead of once per micro-batch. Bitwise the same as eval_batch over the same micro-batches.
+/* Layer-major evaluation of several sequences together (one sequence: a long input). Each layer runs
+ * over every row before the next layer starts: the mixers sequence by sequence, micro-batch by
+ * micro-batch from the start of each sequence's tokens (its DeltaNet state carried from one to the
+ * next), the MoE block over all rows of all sequences at once (fwd_moe_wide), so a streaming provider
+ * reads each chosen expert once per layer per call, however many sequences chose it. Every row's
+ * arithmetic depends only on its own sequence (kernels.h: a matmul row depends only on its input row),
+ * so each sequence gets bitwise what eval_batch gives it over the same micro-batches, alone.
  * The DeltaNet state of the call is built in the non-current slot and a spare buffer, so a failure
- * leaves the session exactly as it was (nothing of this call is committed). */
+ * leaves every sequence exactly as it was (nothing of this call is committed). */
 #define WIDE_MAX 1024
-static int eval_wide(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                     sl_pool *pool, const int32_t *tokens, int n, float *logits_out, int all_rows, char *err,
-                     size_t errlen) {
+static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                      sl_pool *pool, const fwd_item *it, int n_items, char *err, size_t errlen) {
     const kern_ops *ops = ws->ops;
     const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
-    const int L = cfg->n_layers, pos0 = sq->n_past;
-    int rc = 0;
+    const size_t V = (size_t)cfg->vocab;
+    const int L = cfg->n_layers;
+    int rc = 0, n = 0, n_last = 0;
+    for (int i = 0; i < n_items; i++) {
+        n += it[i].n;
+        n_last += it[i].logits && !it[i].all_logits;
+    }
     float *X = malloc((size_t)n * H * sizeof(float)), *HN = malloc((size_t)n * H * sizeof(float));
     float *O = malloc((size_t)n * H * sizeof(float));
     fwd_wide wb = {malloc((size_t)n * E * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
                    malloc((size_t)n * k * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
                    malloc((size_t)n * k * sizeof(int)), malloc((size_t)n * H * sizeof(float)),
                    malloc((size_t)n * sizeof(float))};
-    float *saved_conv[SL_MAX_LAYERS] = {0}, *saved_ssm[SL_MAX_LAYERS] = {0};
-    unsigned char orig[SL_MAX_LAYERS];
-    for (int l = 0; l < L; l++) orig[l] = sq->lin_cur[l];
-    if (!X || !HN || !O || !wb.router || !wb.top_e || !wb.top_w || !wb.e_tok || !wb.e_slot || !wb.sh_y || !wb.sg) {
+    /* per (item, layer): the original DeltaNet buffers a multi-micro-batch item displaced, and its slot */
+    float **saved = calloc((size_t)n_items * L * 2, sizeof *saved);
+    unsigned char *orig = malloc((size_t)n_items * L);
+    int *row0 = malloc((size_t)n_items * sizeof(int));
+    float *last_rows = n_last ? malloc((size_t)n_last * H * sizeof(float)) : NULL;
+    float *last_logits = n_last ? malloc((size_t)(n_last < FWD_BATCH ? n_last : FWD_BATCH) * V * sizeof(float)) : NULL;
+    if (!X || !HN || !O || !wb.router || !wb.top_e || !wb.top_w || !wb.e_tok || !wb.e_slot || !wb.sh_y || !wb.sg ||
+        !saved || !orig || !row0 || (n_last && (!last_rows || !last_logits))) {
         fwd_errf(err, errlen, "out of memory for a %d-token evaluation", n);
         rc = SL_ENOMEM;
-        goto out;
+        goto done;
     }
-    for (int t = 0; t < n; t++) q_row_to_f32(&w->embed, tokens[t], X + (size_t)t * H);
-    if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, X);
+    for (int i = 0, r = 0; i < n_items; r += it[i].n, i++) {
+        row0[i] = r;
+        for (int l = 0; l < L; l++) orig[(size_t)i * L + l] = it[i].sq->lin_cur[l];
+        for (int t = 0; t < it[i].n; t++) q_row_to_f32(&w->embed, it[i].tokens[t], X + (size_t)(r + t) * H);
+    }
+    const int traced = ws->trace && n_items == 1; /* the hook follows one sequence's positions */
+    if (traced) ws->trace(ws->trace_ctx, 0, it[0].sq->n_past, n, X);
     for (int l = 0; l < L && !rc; l++) {
         const sl_layer_w *lw = &w->layers[l];
-        const int lin = cfg->layer_linear[l], o = orig[l];
-        for (int r0 = 0, b = 0; r0 < n && !rc; r0 += FWD_BATCH, b++) {
-            int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-            fwd_norm_rows(ops, X + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
-            if (lin && b > 0) { /* read the newest state (slot o^1); write into a buffer that is not the original */
-                if (b == 1) {
-                    saved_conv[l] = sq->conv[l][o];
-                    saved_ssm[l] = sq->ssm[l][o];
-                    sq->conv[l][o] = malloc(sq->conv_floats * sizeof(float));
-                    sq->ssm[l][o] = malloc(sq->ssm_floats * sizeof(float));
-                    if (!sq->conv[l][o] || !sq->ssm[l][o]) {
-                        fwd_errf(err, errlen, "out of memory for DeltaNet state");
-                        rc = SL_ENOMEM;
-                        break;
+        const int lin = cfg->layer_linear[l];
+        for (int i = 0; i < n_items && !rc; i++) {
+            fwd_seq *sq = it[i].sq;
+            float *Xi = X + (size_t)row0[i] * H;
+            float **sv = saved + ((size_t)i * L + l) * 2;
+            const int o = orig[(size_t)i * L + l], pos0 = sq->n_past;
+            for (int r0 = 0, b = 0; r0 < it[i].n && !rc; r0 += FWD_BATCH, b++) {
+                int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
+                fwd_norm_rows(ops, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
+                              (int)H);
+                if (lin && b > 0) { /* read the newest state (slot o^1); write into a buffer that is not the original */
+                    if (b == 1) {
+                        sv[0] = sq->conv[l][o];
+                        sv[1] = sq->ssm[l][o];
+                        sq->conv[l][o] = malloc(sq->conv_floats * sizeof(float));
+                        sq->ssm[l][o] = malloc(sq->ssm_floats * sizeof(float));
+                        if (!sq->conv[l][o] || !sq->ssm[l][o]) {
+                            fwd_errf(err, errlen, "out of memory for DeltaNet state");
+                            rc = SL_ENOMEM;
+                            break;
+                        }
                     }
+                    sq->lin_cur[l] = (unsigned char)(o ^ 1);
                 }
-                sq->lin_cur[l] = (unsigned char)(o ^ 1);
+                rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, pool, nb, err, errlen)
+                         : fwd_attention(ws, sq, cfg, lw, l, pool, nb, pos0 + r0);
+                if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
+                    float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
+                    sq->conv[l][0] = sq->conv[l][1];
+                    sq->conv[l][1] = tc;
+                    sq->ssm[l][0] = sq->ssm[l][1];
+                    sq->ssm[l][1] = ts;
+                    sq->lin_cur[l] = (unsigned char)o;
+                }
+                if (!rc) add_rows(Xi + (size_t)r0 * H, ws->out, (size_t)nb * H);
             }
-            rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, pool, nb, err, errlen) : fwd_attention(ws, sq, cfg, lw, l, pool, nb, pos0 + r0);
-            if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
-                float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
-                sq->conv[l][0] = sq->conv[l][1];
-                sq->conv[l][1] = tc;
-                sq->ssm[l][0] = sq->ssm[l][1];
-                sq->ssm[l][1] = ts;
-                sq->lin_cur[l] = (unsigned char)o;
-            }
-            if (!rc) add_rows(X + (size_t)r0 * H, ws->out, (size_t)nb * H);
         }
         if (rc) break;
         if (cfg->layer_moe[l]) {
@@ -457,31 +481,54 @@ static int eval_wide(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_wei
                 if (!rc) add_rows(X + (size_t)r0 * H, ws->out, (size_t)nb * H);
             }
         }
-        if (!rc && ws->trace) ws->trace(ws->trace_ctx, l + 1, pos0, n, X);
+        if (!rc && traced) ws->trace(ws->trace_ctx, l + 1, it[0].sq->n_past, n, X);
     }
-out:
+done:
     /* put every original buffer back in its slot; the newest state (on success) is in slot o^1 */
-    for (int l = 0; l < L; l++) {
-        if (!cfg->layer_linear[l]) continue;
-        const int o = orig[l];
-        if (saved_conv[l]) {
-            free(sq->conv[l][o]);
-            free(sq->ssm[l][o]);
-            sq->conv[l][o] = saved_conv[l];
-            sq->ssm[l][o] = saved_ssm[l];
+    for (int i = 0; saved && orig && i < n_items; i++) {
+        fwd_seq *sq = it[i].sq;
+        for (int l = 0; l < L; l++) {
+            if (!cfg->layer_linear[l]) continue;
+            float **sv = saved + ((size_t)i * L + l) * 2;
+            const int o = orig[(size_t)i * L + l];
+            if (sv[0]) {
+                free(sq->conv[l][o]);
+                free(sq->ssm[l][o]);
+                sq->conv[l][o] = sv[0];
+                sq->ssm[l][o] = sv[1];
+            }
+            sq->lin_cur[l] = (unsigned char)(rc ? o : o ^ 1); /* commit or roll back */
         }
-        sq->lin_cur[l] = (unsigned char)(rc ? o : o ^ 1); /* commit or roll back */
     }
     if (!rc) {
-        sq->n_past += n;
-        if (logits_out) {
-            const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
-            for (int r0 = all_rows ? 0 : n - 1; r0 < n; r0 += FWD_BATCH) {
-                int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-                fwd_norm_rows(ops, X + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
-                if (ws->trace) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
-                kern_matmul(ops, pool, head, ws->h, H, logits_out + (all_rows ? (size_t)r0 * (size_t)cfg->vocab : 0),
-                            (size_t)cfg->vocab, nb);
+        const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
+        int j = 0;
+        for (int i = 0; i < n_items; i++) {
+            const int pos0 = it[i].sq->n_past;
+            it[i].sq->n_past += it[i].n;
+            if (!it[i].logits) continue;
+            const float *Xi = X + (size_t)row0[i] * H;
+            if (!it[i].all_logits) { /* gathered: one LM-head pass for every sequence's last row */
+                memcpy(last_rows + (size_t)j++ * H, Xi + (size_t)(it[i].n - 1) * H, H * sizeof(float));
+                continue;
+            }
+            for (int r0 = 0; r0 < it[i].n; r0 += FWD_BATCH) {
+                int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
+                fwd_norm_rows(ops, Xi + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
+                              (int)H);
+                if (traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
+                kern_matmul(ops, pool, head, ws->h, H, it[i].logits + (size_t)r0 * V, V, nb);
+            }
+        }
+        for (int r0 = 0, i = 0; r0 < n_last; r0 += FWD_BATCH) {
+            int nb = n_last - r0 < FWD_BATCH ? n_last - r0 : FWD_BATCH;
+            fwd_norm_rows(ops, last_rows + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
+                          (int)H);
+            if (traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past - 1, nb, ws->h);
+            kern_matmul(ops, pool, head, ws->h, H, last_logits, V, nb);
+            for (int r = 0; r < nb; r++, i++) {
+                while (!it[i].logits || it[i].all_logits) i++;
+                memcpy(it[i].logits, last_logits + (size_t)r * V, V * sizeof(float));
             }
         }
     }
@@ -495,23 +542,27 @@ out:
     free(wb.e_slot);
     free(wb.sh_y);
     free(wb.sg);
+    free(saved);
+    free(orig);
+    free(row0);
+    free(last_rows);
+    free(last_logits);
     return rc;
 }
 
-int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-             sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
-             size_t errlen) {
-    if (err && errlen) err[0] = '\0';
-    if (!ws || !sq || !cfg || !w || !tokens) {
-        fwd_errf(err, errlen, "fwd_eval: NULL argument");
+/* The checks of one sequence's part of an evaluation; nothing is touched before they pass. */
+static int check_seq(const fwd_ws *ws, const fwd_seq *sq, const sl_config *cfg, const int32_t *tokens, int n, char *err,
+                     size_t errlen) {
+    if (!sq || !tokens) {
+        fwd_errf(err, errlen, "NULL sequence or tokens");
         return SL_EINVAL;
     }
     if (n < 1) {
-        fwd_errf(err, errlen, "fwd_eval: n_tokens %d < 1", n);
+        fwd_errf(err, errlen, "n_tokens %d < 1", n);
         return SL_EINVAL;
     }
     if (!same_shape(cfg, &ws->shape) || !same_shape(cfg, &sq->shape) || sq->n_ctx > ws->n_ctx) {
-        fwd_errf(err, errlen, "fwd_eval: configuration differs from the one the state was made for");
+        fwd_errf(err, errlen, "configuration differs from the one the state was made for");
         return SL_EINVAL;
     }
     if (n > sq->n_ctx - sq->n_past) {
@@ -524,16 +575,35 @@ int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
             return SL_ERANGE;
         }
     }
+    return 0;
+}
+
+/* The checks of the model side: configuration, weights, expert source, per-thread scratch. */
+static int check_model(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                       sl_pool *pool, char *err, size_t errlen) {
     CK(check_config(cfg, err, errlen));
     CK(check_weights(cfg, w, err, errlen));
     if (cfg_n_moe_layers(cfg) > 0 && (!experts || !experts->get)) {
-        fwd_errf(err, errlen, "fwd_eval: no expert source for a model with MoE layers");
+        fwd_errf(err, errlen, "no expert source for a model with MoE layers");
         return SL_EINVAL;
     }
     if (ensure_slots(ws, sl_pool_size(pool))) {
         fwd_errf(err, errlen, "out of memory for per-thread scratch");
         return SL_ENOMEM;
     }
+    return 0;
+}
+
+int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+             sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
+             size_t errlen) {
+    if (err && errlen) err[0] = '\0';
+    if (!ws || !cfg || !w) {
+        fwd_errf(err, errlen, "fwd_eval: NULL argument");
+        return SL_EINVAL;
+    }
+    CK(check_seq(ws, sq, cfg, tokens, n, err, errlen));
+    CK(check_model(ws, cfg, w, experts, pool, err, errlen));
 
     /* many tokens: layer-major chunks of up to WIDE_MAX (each expert read once per layer per chunk);
      * a few: micro-batches through all layers */
@@ -545,10 +615,36 @@ int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
         float *lo = NULL;
         if (logits && all_logits) lo = logits + (size_t)done * (size_t)cfg->vocab;
         else if (logits && last) lo = logits;
-        int rc = nb > FWD_BATCH ? eval_wide(ws, sq, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen)
+        fwd_item one = {sq, tokens + done, nb, lo, all_logits};
+        int rc = nb > FWD_BATCH ? eval_multi(ws, cfg, w, experts, pool, &one, 1, err, errlen)
                                 : eval_batch(ws, sq, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen);
         if (rc) return rc;
         done += nb;
     }
     return 0;
+}
+
+int fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                   sl_pool *pool, const fwd_item *items, int n_items, char *err, size_t errlen) {
+    if (err && errlen) err[0] = '\0';
+    if (!ws || !cfg || !w || !items || n_items < 1) {
+        fwd_errf(err, errlen, "fwd_eval_batch: NULL argument or no items");
+        return SL_EINVAL;
+    }
+    for (int i = 0; i < n_items; i++) {
+        int rc = check_seq(ws, items[i].sq, cfg, items[i].tokens, items[i].n, err, errlen);
+        for (int j = 0; !rc && j < i; j++)
+            if (items[j].sq == items[i].sq) {
+                fwd_errf(err, errlen, "the same sequence as item %d", j);
+                rc = SL_EINVAL;
+            }
+        if (rc) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", err ? err : "");
+            fwd_errf(err, errlen, "batch item %d: %s", i, msg);
+            return rc;
+        }
+    }
+    CK(check_model(ws, cfg, w, experts, pool, err, errlen));
+    return eval_multi(ws, cfg, w, experts, pool, items, n_items, err, errlen);
 }

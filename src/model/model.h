@@ -115,4 +115,20 @@ int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
              sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
              size_t errlen);
 
+/* One sequence's part of a batched evaluation. */
+typedef struct fwd_item {
+    fwd_seq *sq;
+    const int32_t *tokens;
+    int n;
+    float *logits; /* NULL, [n][V] (all_logits) or [V] (last token) */
+    int all_logits;
+} fwd_item;
+
+/* Evaluates every item's tokens in one layer-major pass: the MoE layers route all rows together, so an
+ * expert chosen by several sequences is fetched once. Each sequence's result is bitwise what fwd_eval
+ * gives it alone. Any bad item is refused (err names it) before anything runs; a failure during the
+ * pass leaves every sequence as it was. A sequence may appear once. */
+int fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                   sl_pool *pool, const fwd_item *items, int n_items, char *err, size_t errlen);
+
 #endif
