@@ -2,15 +2,17 @@
  * generate.c — the generation loop: prompt -> session, then sample / detokenize / evaluate until an
  * end-of-generation token, a stop string, max_tokens, a full context or the callback says stop.
  *
- * Text handed to the callback is final: the streaming detokenizer holds back unfinished UTF-8, and this
- * loop holds back the tail of the text that could still be the start of a stop string. Whatever is held
- * when generation ends (other than by a stop string) is delivered in one last call with id -1.
+ * Text handed to the callback is final: the streaming detokenizer holds back unfinished UTF-8, and
+ * textgen (textgen.h) holds back the tail of the text that could still be the start of a stop string;
+ * the call for the last token carries whatever was held. When the callback asks to stop, what was held
+ * comes in one more call with id -1.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "text/textgen.h"
 #include "text/tokenizer.h"
 #include "util/err.h"
 
@@ -52,6 +54,79 @@ static long stop_find(const char *s, size_t n, const char *const *stop, int n_st
     return first;
 }
 
+sl_status textgen_init(textgen *g, const sl_tokenizer *tok, const sl_gen_params *p) {
+    memset(g, 0, sizeof *g);
+    g->tok = tok;
+    g->stop = p->stop;
+    g->n_stop = p->stop ? p->n_stop : 0;
+    g->max_tokens = p->max_tokens;
+    return sl_detok_new(tok, p->skip_special, &g->d) ? SL_ENOMEM : SL_OK;
+}
+
+void textgen_free(textgen *g) {
+    sl_detok_free(g->d);
+    free(g->hold.p);
+    memset(g, 0, sizeof *g);
+}
+
+/* The first `give` bytes of hold are handed out; they leave the buffer at the next call (the caller
+ * reads them until then). */
+static const char *hand_out(textgen *g, size_t give, size_t *len) {
+    *len = give;
+    g->shift = give;
+    return g->hold.p ? g->hold.p : "";
+}
+
+static void unshift(textgen *g) {
+    if (!g->shift) return;
+    memmove(g->hold.p, g->hold.p + g->shift, g->hold.n - g->shift);
+    g->hold.n -= g->shift;
+    g->shift = 0;
+}
+
+/* The rest of the text (the detokenizer's unfinished bytes too), up to a stop string inside it. */
+static int hand_out_all(textgen *g, const char **text, size_t *len) {
+    size_t fl;
+    const char *f = sl_detok_flush(g->d, &fl);
+    if (!f || tok_buf_put(&g->hold, f, fl)) return -1;
+    long at = g->n_stop ? stop_find(g->hold.p, g->hold.n, g->stop, g->n_stop) : -1;
+    *text = hand_out(g, at >= 0 ? (size_t)at : g->hold.n, len);
+    g->shift = g->hold.n;
+    return 0;
+}
+
+int textgen_push(textgen *g, int32_t id, int room, const char **text, size_t *len, sl_stop_reason *why) {
+    size_t n;
+    unshift(g);
+    g->n_generated++;
+    if (sl_tokenizer_is_eog(g->tok, id)) {
+        *why = SL_STOP_EOG;
+        return hand_out_all(g, text, len) ? -1 : 1;
+    }
+    const char *t = sl_detok_push(g->d, id, &n);
+    if (!t || tok_buf_put(&g->hold, t, n)) return -1;
+    long at = g->n_stop ? stop_find(g->hold.p, g->hold.n, g->stop, g->n_stop) : -1;
+    if (at >= 0) {
+        *why = SL_STOP_STRING;
+        *text = hand_out(g, (size_t)at, len);
+        g->shift = g->hold.n;
+        return 1;
+    }
+    if ((g->max_tokens > 0 && g->n_generated >= g->max_tokens) || !room) {
+        *why = SL_STOP_LENGTH;
+        return hand_out_all(g, text, len) ? -1 : 1;
+    }
+    size_t keep = g->n_stop ? stop_overlap(g->hold.p, g->hold.n, g->stop, g->n_stop) : 0;
+    *text = hand_out(g, g->hold.n - keep, len);
+    return 0;
+}
+
+const char *textgen_flush(textgen *g, size_t *len) {
+    const char *text;
+    unshift(g);
+    return hand_out_all(g, &text, len) ? NULL : text;
+}
+
 sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sampler *smp, const int32_t *prompt,
                       int n_prompt, const sl_gen_params *params, sl_token_fn cb, void *user, sl_gen_result *res,
                       sl_error *err) {
@@ -68,61 +143,44 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
                       n_prompt, past, n_ctx);
     int V = sl_model_n_vocab(m);
     float *logits = malloc((size_t)V * sizeof *logits);
-    sl_detok *d = NULL;
-    tok_buf hold = {0};
-    sl_status st = SL_OK;
-    if (!logits || sl_detok_new(tok, p.skip_special, &d)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+    textgen g;
+    sl_status st = textgen_init(&g, tok, &p);
+    if (!logits || st) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
     double t0 = now_s();
     if ((st = sl_session_eval(s, prompt, n_prompt, logits, 0))) { sl_err(err, st, "%s", sl_session_errmsg(s)); goto out; }
     double t1 = now_s();
     r.prefill_s = t1 - t0;
-    for (int i = 0; i < p.max_tokens; i++) {
+    while (p.max_tokens > 0) {
         int32_t id = sl_sampler_sample(smp, logits);
         sl_sampler_accept(smp, id);
         r.n_generated++;
         r.last_token = id;
-        if (sl_tokenizer_is_eog(tok, id)) {
-            r.stop = SL_STOP_EOG;
-            if (sl_session_n_past(s) < n_ctx) sl_session_eval(s, &id, 1, NULL, 0); /* state continues after it */
-            if (cb) {
-                size_t fl;
-                const char *f = sl_detok_flush(d, &fl);
-                if (!f || tok_buf_put(&hold, f, fl)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
-                cb(user, id, hold.p ? hold.p : "", hold.n);
-            }
-            hold.n = 0;
-            break;
-        }
+        const char *text;
         size_t len;
-        const char *txt = sl_detok_push(d, id, &len);
-        if (!txt || tok_buf_put(&hold, txt, len)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
-        long at = p.n_stop ? stop_find(hold.p, hold.n, p.stop, p.n_stop) : -1;
-        if (at >= 0) {
-            r.stop = SL_STOP_STRING;
-            if (cb) cb(user, id, hold.p, (size_t)at);
-            hold.n = 0;
+        sl_stop_reason why = SL_STOP_LENGTH;
+        int end = textgen_push(&g, id, sl_session_n_past(s) < n_ctx, &text, &len, &why);
+        if (end < 0) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        int stop_cb = cb ? cb(user, id, text, len) : 0;
+        if (end) {
+            r.stop = why;
+            /* the end-of-generation token goes into the session, so a following turn continues after it */
+            if (why == SL_STOP_EOG && sl_session_n_past(s) < n_ctx) sl_session_eval(s, &id, 1, NULL, 0);
             break;
         }
-        size_t keep = p.n_stop ? stop_overlap(hold.p, hold.n, p.stop, p.n_stop) : 0, give = hold.n - keep;
-        int stop_cb = cb ? cb(user, id, hold.p, give) : 0;
-        memmove(hold.p, hold.p + give, keep);
-        hold.n = keep;
-        if (stop_cb) { r.stop = SL_STOP_CALLBACK; break; }
-        if (i + 1 == p.max_tokens || sl_session_n_past(s) >= n_ctx) { r.stop = SL_STOP_LENGTH; break; }
+        if (stop_cb) {
+            r.stop = SL_STOP_CALLBACK;
+            const char *f = textgen_flush(&g, &len);
+            if (!f) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+            if (len) cb(user, -1, f, len);
+            break;
+        }
         if ((st = sl_session_eval(s, &id, 1, logits, 0))) { sl_err(err, st, "%s", sl_session_errmsg(s)); goto out; }
-    }
-    if (r.stop != SL_STOP_STRING && r.stop != SL_STOP_EOG && cb) {
-        size_t fl;
-        const char *f = sl_detok_flush(d, &fl);
-        if (!f || tok_buf_put(&hold, f, fl)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
-        if (hold.n) cb(user, -1, hold.p, hold.n);
     }
     r.decode_s = now_s() - t1;
 out:
     if (res) *res = r;
-    free(hold.p);
     free(logits);
-    sl_detok_free(d);
+    textgen_free(&g);
     return st;
 }

@@ -1,0 +1,36 @@
+/*
+ * textgen.h — the text side of generating one sequence, token by token: streaming detokenization, the
+ * end-of-generation check, stop strings (the tail of the text that could still begin one is held back),
+ * and max_tokens. sl_generate() drives one with a session; the server's scheduler drives one per
+ * request from its batched steps. Internal to the library.
+ */
+#ifndef SL_TEXTGEN_H
+#define SL_TEXTGEN_H
+
+#include "sluice.h"
+#include "text/tokenizer.h"
+
+typedef struct textgen {
+    const sl_tokenizer *tok;
+    sl_detok *d;
+    tok_buf hold;             /* text not yet final */
+    size_t shift;             /* bytes at its front handed out by the last call */
+    const char *const *stop;  /* borrowed */
+    int n_stop;
+    int max_tokens;           /* <= 0: no limit */
+    int n_generated;
+} textgen;
+
+sl_status textgen_init(textgen *g, const sl_tokenizer *tok, const sl_gen_params *p);
+void textgen_free(textgen *g);
+
+/* Takes a sampled token. *text / *len: the text that became final with it (valid until the next call).
+ * Returns 1 when generation ends here (*why says why; on SL_STOP_EOG / SL_STOP_LENGTH the rest of the
+ * held text is included, on SL_STOP_STRING the text up to the stop string), 0 to go on, -1 when out of
+ * memory. `room` is 0 when the context has no position left for this token to be evaluated into. */
+int textgen_push(textgen *g, int32_t id, int room, const char **text, size_t *len, sl_stop_reason *why);
+/* Ends generation early (a callback, a cancel): the text still held back (up to a stop string in it);
+ * NULL when out of memory. */
+const char *textgen_flush(textgen *g, size_t *len);
+
+#endif
