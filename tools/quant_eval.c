@@ -13,10 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "format/container.h"
-#include "quant/quant.h"
 #include "sluice.h"
 #include "util/fileio.h"
+#include "weight_bits.h"
 
 static float *logits(const char *path, const int32_t *toks, int n, int *V) {
     sl_model *m = NULL;
@@ -29,30 +28,6 @@ static float *logits(const char *path, const int32_t *toks, int n, int *V) {
     sl_session_free(s);
     sl_model_close(m);
     return out;
-}
-
-/* bits per weight over quantized matrices, and the fraction of matrix weights that are quantized */
-static void bpw(const char *path, double *bits, double *frac) {
-    slc_file f;
-    sl_error err;
-    *bits = *frac = 0;
-    if (slc_open(path, &f, &err)) return;
-    double qb = 0, qn = 0, all = 0;
-    for (int i = 0; i < f.n_tensors; i++) {
-        if (f.t[i].ndim != 2) continue;
-        double n = (double)f.t[i].shape[0] * (double)f.t[i].shape[1];
-        all += n;
-        if (q_is_quant(f.t[i].dtype)) { qb += 8.0 * (double)f.t[i].size; qn += n; }
-    }
-    double ne = (double)f.h.n_moe_layers * f.h.n_experts;
-    for (int p = 0; p < 3; p++) {
-        double n = (double)f.parts[p].shape[0] * (double)f.parts[p].shape[1] * ne;
-        all += n;
-        if (q_is_quant(f.parts[p].dtype)) { qb += 8.0 * (double)f.parts[p].size * ne; qn += n; }
-    }
-    *bits = qn > 0 ? qb / qn : 0;
-    *frac = all > 0 ? qn / all : 0;
-    slc_close(&f);
 }
 
 int main(int argc, char **argv) {
@@ -91,8 +66,9 @@ int main(int argc, char **argv) {
             p.group = modes[mi].group;
             snprintf(path, sizeof path, "%s/qe-%d-q.sluice", tmp, (int)getpid());
             if (sl_pack(dir, path, &p, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-            double bits, frac;
-            bpw(path, &bits, &frac);
+            weight_bits wb;
+            weight_bits_of(path, &wb);
+            double bits = wb.quant_bits, frac = wb.quant_share;
             int Vq;
             float *b = logits(path, toks, n, &Vq);
             unlink(path);
