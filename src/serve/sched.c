@@ -1,0 +1,447 @@
+/*
+ * sched.c — continuous batching over one model (sched.h). One thread runs steps; everything shared with
+ * the submitting threads (the queue, cancel flags, counters) is under mu, and the thread never holds mu
+ * while it evaluates or calls emit().
+ *
+ * A step: every active sequence that is decoding contributes its last sampled token; the sequences
+ * still in their prompt share the step's prefill budget round-robin, each taking a chunk that is a
+ * multiple of FWD_CHUNK tokens (or the rest of its prompt), so the micro-batch boundaries inside a
+ * prompt are where sl_session_eval would put them alone and the logits are bitwise the same. After the
+ * step each sequence whose prompt is done, or that decoded, samples its next token, exactly as
+ * sl_generate would, and hands it to its textgen.
+ *
+ * When a batched step fails (an expert read error), its items are run one by one, so the error lands on
+ * the requests whose own evaluation fails and the others go on.
+ */
+#include "serve/sched.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "text/textgen.h"
+#include "util/err.h"
+
+#define FWD_CHUNK 64 /* sl_session_eval's micro-batch: prompt chunks are multiples of it */
+
+typedef struct sreq {
+    uint64_t id;
+    int32_t *prompt;
+    int n_prompt, fed; /* prompt tokens evaluated so far */
+    char **stop;
+    int n_stop;
+    srv_request p;
+    srv_emit_fn emit;
+    void *user;
+    sl_session *sess;
+    sl_sampler *smp;
+    textgen tg;
+    int tg_ok;
+    float *logits;    /* [V] */
+    int32_t next;     /* sampled, to be evaluated in the next step (-1: none) */
+    int canceled;
+    double t_submit, t_start, t_first;
+    struct sreq *link;
+} sreq;
+
+struct srv_sched {
+    sl_model *m;
+    const sl_tokenizer *tok;
+    srv_sched_params p;
+    int V, n_ctx;
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sreq *q_head, *q_tail; /* waiting for a slot, oldest first */
+    int n_queued;
+    sreq **active;
+    int n_active;       /* entries of active (finished ones leave it at the end of a step) */
+    int n_live;         /* admitted and not finished: what the stats call active */
+    sl_session **spare; /* sessions of finished requests, reset before reuse */
+    int n_spare;
+    int quit;
+    uint64_t next_id;
+    int rr; /* round-robin start among prefilling sequences */
+    srv_sched_stats st;
+    /* step buffers (scheduler thread only) */
+    sl_batch_item *items;
+    sreq **item_req;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+srv_sched_params srv_sched_params_default(void) {
+    srv_sched_params p = {16, 64, 0, 256};
+    return p;
+}
+
+static void req_free(sreq *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    free(r->prompt);
+    free(r->logits);
+    sl_sampler_free(r->smp);
+    if (r->tg_ok) textgen_free(&r->tg);
+    free(r);
+}
+
+/* Counts the request's end and returns its session to the spare list, then sends its done event, so
+ * whoever the event wakes sees the counters already updated. Called without mu. */
+static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_stop_reason why) {
+    double t = now_s();
+    pthread_mutex_lock(&s->mu);
+    if (status == SL_OK) s->st.completed++;
+    else if (status == SL_ECANCELED) s->st.canceled++;
+    else s->st.failed++;
+    if (r->t_start) s->n_live--;
+    if (r->sess) {
+        sl_session_reset(r->sess);
+        s->spare[s->n_spare++] = r->sess;
+        r->sess = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    srv_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.done = 1;
+    ev.id = -1;
+    ev.text = "";
+    ev.status = status;
+    ev.errmsg = msg ? msg : "";
+    ev.stop = why;
+    ev.n_prompt = r->n_prompt;
+    ev.n_generated = r->tg_ok ? r->tg.n_generated : 0;
+    ev.queued_s = (r->t_start ? r->t_start : t) - r->t_submit;
+    ev.ttft_s = r->t_first ? r->t_first - r->t_submit : 0;
+    ev.total_s = t - r->t_submit;
+    r->emit(r->user, &ev);
+    req_free(r);
+}
+
+/* Hands a sampled token to the request; returns 1 when the request is finished (and freed). */
+static int deliver(srv_sched *s, sreq *r, int32_t id) {
+    const char *text;
+    size_t len;
+    sl_stop_reason why = SL_STOP_LENGTH;
+    int room = sl_session_n_past(r->sess) < s->n_ctx;
+    int end = textgen_push(&r->tg, id, room, &text, &len, &why);
+    if (!r->t_first) r->t_first = now_s();
+    pthread_mutex_lock(&s->mu);
+    s->st.generated_tokens++;
+    int canceled = r->canceled;
+    pthread_mutex_unlock(&s->mu);
+    if (end < 0) {
+        finish(s, r, SL_ENOMEM, "out of memory", SL_STOP_LENGTH);
+        return 1;
+    }
+    srv_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.id = id;
+    ev.text = text;
+    ev.len = len;
+    int stop_cb = canceled ? 1 : r->emit(r->user, &ev);
+    if (end) {
+        finish(s, r, SL_OK, NULL, why);
+        return 1;
+    }
+    if (stop_cb) {
+        finish(s, r, SL_ECANCELED, "canceled", SL_STOP_CALLBACK);
+        return 1;
+    }
+    r->next = id;
+    return 0;
+}
+
+/* Samples from the request's logits, as sl_generate does. */
+static int sample_and_deliver(srv_sched *s, sreq *r) {
+    int32_t id = sl_sampler_sample(r->smp, r->logits);
+    sl_sampler_accept(r->smp, id);
+    return deliver(s, r, id);
+}
+
+/* Takes queued requests into free slots (under mu). */
+static void admit(srv_sched *s) {
+    while (s->q_head && s->n_active < s->p.max_active) {
+        sreq *r = s->q_head;
+        s->q_head = r->link;
+        if (!s->q_head) s->q_tail = NULL;
+        s->n_queued--;
+        r->link = NULL;
+        r->t_start = now_s();
+        if (s->n_spare) r->sess = s->spare[--s->n_spare];
+        s->active[s->n_active++] = r;
+        s->n_live++;
+    }
+}
+
+/* Removes finished requests (marked by a NULL entry) from the active list, keeping order (under mu). */
+static void compact(srv_sched *s) {
+    int j = 0;
+    for (int i = 0; i < s->n_active; i++)
+        if (s->active[i]) s->active[j++] = s->active[i];
+    s->n_active = j;
+}
+
+/* A new active request's session and sampler (scheduler thread, without mu). */
+static sl_status activate(srv_sched *s, sreq *r, sl_error *err) {
+    if (!r->sess && sl_session_new(s->m, s->n_ctx, &r->sess))
+        return sl_err(err, SL_ENOMEM, "out of memory for a session of %d positions", s->n_ctx);
+    if (sl_sampler_new(&r->p.sampling, s->V, &r->smp)) return sl_err(err, SL_ENOMEM, "out of memory");
+    for (int i = 0; i < r->n_prompt; i++) sl_sampler_accept(r->smp, r->prompt[i]);
+    return SL_OK;
+}
+
+static void step(srv_sched *s) {
+    /* snapshot the active list; new arrivals wait for the next step */
+    pthread_mutex_lock(&s->mu);
+    admit(s);
+    int n = s->n_active;
+    sreq **act = s->item_req + s->p.max_active; /* second half of item_req: the snapshot */
+    memcpy(act, s->active, (size_t)n * sizeof *act);
+    pthread_mutex_unlock(&s->mu);
+
+    int gone = 0;
+    for (int i = 0; i < n; i++) {
+        sreq *r = act[i];
+        int canceled;
+        pthread_mutex_lock(&s->mu);
+        canceled = r->canceled;
+        pthread_mutex_unlock(&s->mu);
+        sl_error err = {0};
+        if (canceled) {
+            finish(s, r, SL_ECANCELED, "canceled", SL_STOP_CALLBACK);
+            act[i] = NULL;
+            gone = 1;
+        } else if (!r->smp && activate(s, r, &err)) {
+            finish(s, r, err.status, err.msg, SL_STOP_LENGTH);
+            act[i] = NULL;
+            gone = 1;
+        }
+    }
+    /* decode rows first, then prompt chunks round-robin within the budget */
+    int ni = 0, n_prefill = 0;
+    for (int i = 0; i < n; i++) {
+        sreq *r = act[i];
+        if (!r) continue;
+        if (r->fed < r->n_prompt) {
+            n_prefill++;
+            continue;
+        }
+        s->items[ni] = (sl_batch_item){r->sess, &r->next, 1, r->logits, 0};
+        s->item_req[ni++] = r;
+    }
+    int budget = s->p.prefill_chunk;
+    for (int k = 0; k < n && n_prefill && budget > 0; k++) {
+        sreq *r = act[(s->rr + k) % n];
+        if (!r || r->fed >= r->n_prompt) continue;
+        int share = budget / n_prefill > FWD_CHUNK ? budget / n_prefill : FWD_CHUNK;
+        share -= share % FWD_CHUNK;
+        int left = r->n_prompt - r->fed, c = left <= share ? left : share;
+        budget -= c;
+        n_prefill--;
+        s->items[ni] = (sl_batch_item){r->sess, r->prompt + r->fed, c, c == left ? r->logits : NULL, 0};
+        s->item_req[ni++] = r;
+    }
+    if (n) s->rr = (s->rr + 1) % n;
+    if (ni) {
+        double t0 = now_s();
+        sl_status st = sl_batch_eval(s->m, s->items, ni);
+        double dt = now_s() - t0;
+        pthread_mutex_lock(&s->mu);
+        s->st.steps++;
+        for (int i = 0; i < ni; i++) s->st.step_rows += (uint64_t)s->items[i].n_tokens;
+        s->st.busy_s += dt;
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < ni; i++) {
+            sreq *r = s->item_req[i];
+            sl_status ist = st;
+            if (st != SL_OK) /* find out whose evaluation fails: each item on its own */
+                ist = sl_session_eval(r->sess, s->items[i].tokens, s->items[i].n_tokens, s->items[i].logits, 0);
+            if (ist != SL_OK) {
+                char msg[sizeof ((sl_error *)0)->msg];
+                snprintf(msg, sizeof msg, "%s", sl_session_errmsg(r->sess));
+                finish(s, r, ist, msg, SL_STOP_LENGTH);
+                gone = 1;
+                for (int j = 0; j < n; j++)
+                    if (act[j] == r) act[j] = NULL;
+                continue;
+            }
+            int was_prefill = s->items[i].tokens != &r->next;
+            if (was_prefill) {
+                r->fed += s->items[i].n_tokens;
+                if (r->fed < r->n_prompt) continue;
+            }
+            if (sample_and_deliver(s, r)) {
+                gone = 1;
+                for (int j = 0; j < n; j++)
+                    if (act[j] == r) act[j] = NULL;
+            }
+        }
+    }
+    if (gone) {
+        pthread_mutex_lock(&s->mu);
+        /* only this thread changes the active list: the snapshot's NULLs mark what finished */
+        for (int i = 0; i < n; i++) s->active[i] = act[i];
+        compact(s);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+static void *loop(void *arg) {
+    srv_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->quit) {
+        if (!s->n_active && !s->q_head) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        step(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+sl_status srv_sched_new(sl_model *m, const sl_tokenizer *tok, const srv_sched_params *p, srv_sched **out,
+                        sl_error *err) {
+    *out = NULL;
+    srv_sched *s = calloc(1, sizeof *s);
+    if (!s) return sl_err(err, SL_ENOMEM, "out of memory");
+    s->m = m;
+    s->tok = tok;
+    s->p = p ? *p : srv_sched_params_default();
+    if (s->p.max_active < 1) s->p.max_active = 16;
+    if (s->p.max_queue < 0) s->p.max_queue = 0;
+    if (s->p.prefill_chunk < FWD_CHUNK) s->p.prefill_chunk = FWD_CHUNK;
+    s->V = sl_model_n_vocab(m);
+    s->n_ctx = s->p.n_ctx > 0 && s->p.n_ctx < sl_model_n_ctx(m) ? s->p.n_ctx : sl_model_n_ctx(m);
+    s->active = calloc((size_t)s->p.max_active, sizeof *s->active);
+    s->spare = calloc((size_t)s->p.max_active, sizeof *s->spare);
+    s->items = calloc((size_t)s->p.max_active, sizeof *s->items);
+    s->item_req = calloc((size_t)s->p.max_active * 2, sizeof *s->item_req);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (!s->active || !s->spare || !s->items || !s->item_req) {
+        srv_sched_free(s);
+        return sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    if (pthread_create(&s->th, NULL, loop, s)) {
+        srv_sched_free(s);
+        return sl_err(err, SL_ENOMEM, "cannot start the scheduler thread");
+    }
+    s->started = 1;
+    *out = s;
+    return SL_OK;
+}
+
+void srv_sched_free(srv_sched *s) {
+    if (!s) return;
+    if (s->started) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+    }
+    /* nothing runs now: whatever is left is told it was canceled */
+    while (s->q_head) {
+        sreq *r = s->q_head;
+        s->q_head = r->link;
+        finish(s, r, SL_ECANCELED, "the server is shutting down", SL_STOP_CALLBACK);
+    }
+    for (int i = 0; i < s->n_active; i++)
+        if (s->active[i]) finish(s, s->active[i], SL_ECANCELED, "the server is shutting down", SL_STOP_CALLBACK);
+    for (int i = 0; i < s->n_spare; i++) sl_session_free(s->spare[i]);
+    free(s->active);
+    free(s->spare);
+    free(s->items);
+    free(s->item_req);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void *user, uint64_t *id, sl_error *err) {
+    if (!rq || !emit || rq->n_prompt < 1 || !rq->prompt) return sl_err(err, SL_EINVAL, "empty prompt: nothing to generate from");
+    if (rq->n_prompt > s->n_ctx)
+        return sl_err(err, SL_ERANGE, "the prompt of %d tokens does not fit the context of %d positions", rq->n_prompt,
+                      s->n_ctx);
+    for (int i = 0; i < rq->n_prompt; i++)
+        if (rq->prompt[i] < 0 || rq->prompt[i] >= s->V)
+            return sl_err(err, SL_ERANGE, "token %d at index %d is out of range [0, %d)", rq->prompt[i], i, s->V);
+    sreq *r = calloc(1, sizeof *r);
+    if (!r) return sl_err(err, SL_ENOMEM, "out of memory");
+    r->p = *rq;
+    r->n_prompt = rq->n_prompt;
+    r->prompt = malloc((size_t)rq->n_prompt * sizeof *r->prompt);
+    r->logits = malloc((size_t)s->V * sizeof *r->logits);
+    r->stop = rq->n_stop > 0 ? calloc((size_t)rq->n_stop, sizeof *r->stop) : NULL;
+    int ok = r->prompt && r->logits && (rq->n_stop <= 0 || r->stop);
+    for (int i = 0; ok && i < rq->n_stop; i++) {
+        r->stop[i] = strdup(rq->stop[i] ? rq->stop[i] : "");
+        ok = r->stop[i] != NULL;
+        r->n_stop = i + 1;
+    }
+    if (ok) {
+        memcpy(r->prompt, rq->prompt, (size_t)rq->n_prompt * sizeof *r->prompt);
+        sl_gen_params gp = sl_gen_params_default();
+        gp.max_tokens = rq->max_tokens;
+        gp.stop = (const char *const *)r->stop;
+        gp.n_stop = r->n_stop;
+        gp.skip_special = rq->skip_special;
+        ok = textgen_init(&r->tg, s->tok, &gp) == SL_OK;
+        r->tg_ok = ok;
+    }
+    if (!ok) {
+        req_free(r);
+        return sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    r->emit = emit;
+    r->user = user;
+    r->next = -1;
+    r->t_submit = now_s();
+    pthread_mutex_lock(&s->mu);
+    if (s->n_queued >= s->p.max_queue && s->n_active >= s->p.max_active) {
+        s->st.rejected++;
+        pthread_mutex_unlock(&s->mu);
+        req_free(r);
+        return sl_err(err, SL_EBUSY, "the server is busy: %d requests are queued (the limit)", s->p.max_queue);
+    }
+    r->id = ++s->next_id;
+    if (s->q_tail) s->q_tail->link = r;
+    else s->q_head = r;
+    s->q_tail = r;
+    s->n_queued++;
+    s->st.requests++;
+    s->st.prompt_tokens += (uint64_t)rq->n_prompt;
+    if (id) *id = r->id;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return SL_OK;
+}
+
+void srv_cancel(srv_sched *s, uint64_t id) {
+    pthread_mutex_lock(&s->mu);
+    for (sreq *r = s->q_head; r; r = r->link)
+        if (r->id == id) r->canceled = 1;
+    for (int i = 0; i < s->n_active; i++)
+        if (s->active[i] && s->active[i]->id == id) s->active[i]->canceled = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    out->active = s->n_live;
+    out->queued = s->n_queued;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,88 @@
+/*
+ * sched.h — continuous batching over one model: requests (a prompt, sampling and stop parameters) join
+ * a queue; one scheduler thread repeatedly builds a step from every active sequence — one token for
+ * each that is decoding, a chunk of prompt for those still prefilling — and evaluates it with
+ * sl_batch_eval, so sequences that choose the same experts share their reads. Finished requests leave
+ * and queued ones take their place between steps.
+ *
+ * Fairness: decode steps are never delayed by prefill beyond one step; the prefill budget of a step
+ * (prefill_chunk tokens) goes to the prefilling sequences round-robin, in chunks, so one long prompt
+ * cannot stall the others; admission is first come, first served.
+ *
+ * Output is pushed: emit() is called on the scheduler thread for every token with the text that became
+ * final (unfinished UTF-8 and possible stop-string beginnings held back), and once with done = 1. It
+ * must not block for long; a non-zero return cancels the request. srv_cancel() works from any thread
+ * (a client that went away); the slot is free before the next step.
+ *
+ * A request's tokens are exactly what sl_generate() gives alone for the same prompt, sampler parameters
+ * and seed (sl_batch_eval is bitwise equal to sl_session_eval).
+ */
+#ifndef SL_SERVE_SCHED_H
+#define SL_SERVE_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+typedef struct srv_sched srv_sched;
+
+typedef struct srv_sched_params {
+    int max_active;    /* sequences evaluated together (slots); default 16 */
+    int max_queue;     /* requests waiting for a slot beyond which srv_submit says SL_EBUSY; default 64 */
+    int n_ctx;         /* positions per sequence; 0 = the model's */
+    int prefill_chunk; /* prompt tokens per step, over all prefilling sequences; default 256 */
+} srv_sched_params;
+
+srv_sched_params srv_sched_params_default(void);
+
+typedef struct srv_request {
+    const int32_t *prompt; /* copied by srv_submit */
+    int n_prompt;
+    sl_sampler_params sampling;
+    int max_tokens;          /* <= 0: until the context is full */
+    const char *const *stop; /* copied */
+    int n_stop;
+    int skip_special;        /* 1: special tokens are not delivered as text */
+} srv_request;
+
+typedef struct srv_event {
+    int done;            /* 0: a token; 1: the end (no token) */
+    int32_t id;          /* the token (done = 0); -1 for a last flush of held-back text */
+    const char *text;    /* text that became final with it (may be empty); valid during the call */
+    size_t len;
+    /* done = 1: */
+    sl_status status;    /* SL_OK, or why the request failed (message in errmsg) */
+    const char *errmsg;
+    sl_stop_reason stop;
+    int n_prompt, n_generated;
+    int n_reused;        /* prompt tokens whose state came from the prefix cache (not evaluated) */
+    double queued_s, ttft_s, total_s; /* waiting for a slot; submit to first token; submit to end */
+} srv_event;
+
+typedef int (*srv_emit_fn)(void *user, const srv_event *ev);
+
+/* Starts the scheduler thread. The model and tokenizer must outlive it. */
+sl_status srv_sched_new(sl_model *m, const sl_tokenizer *tok, const srv_sched_params *p, srv_sched **out,
+                        sl_error *err);
+/* Stops the thread: every request still queued or active gets its done event with SL_ECANCELED. */
+void srv_sched_free(srv_sched *s);
+
+/* Queues a request. SL_EBUSY when the queue is full, SL_ERANGE when the prompt cannot fit the context,
+ * SL_EINVAL for an empty prompt. *id (may be NULL) names it for srv_cancel. emit is never called before
+ * srv_submit returns SL_OK, and never after the done event. */
+sl_status srv_submit(srv_sched *s, const srv_request *r, srv_emit_fn emit, void *user, uint64_t *id, sl_error *err);
+/* Cancels a queued or active request (its done event comes with SL_ECANCELED); unknown ids are ignored. */
+void srv_cancel(srv_sched *s, uint64_t id);
+
+typedef struct srv_sched_stats {
+    uint64_t requests, completed, failed, canceled, rejected;
+    int active, queued;
+    uint64_t prompt_tokens, reused_tokens, generated_tokens;
+    uint64_t steps, step_rows; /* batched steps run, and rows (tokens) in them */
+    double busy_s;             /* time inside sl_batch_eval */
+} srv_sched_stats;
+
+void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out);
+
+#endif

@@ -1,0 +1,324 @@
+/*
+ * test_sched.c — the continuous-batching scheduler (src/serve/sched.h) on the demo model: requests
+ * submitted together give exactly the tokens and text sl_generate gives each alone (greedy and sampled,
+ * prompts of several chunks, stop strings), resident and streamed; a canceled request frees its slot for
+ * the next; a full queue says SL_EBUSY; a long prompt does not stall a short request; bad requests are
+ * refused at submit.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/sched.h"
+#include "sluice.h"
+#include "test.h"
+
+#define DEMO "models/demo.sluice"
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int32_t ids[512];
+    int n;
+    char text[8192];
+    size_t len;
+    int done, cancel_after;
+    srv_event end;
+    long first_seq, done_seq; /* order of the first token and of the end among all events */
+} collect;
+
+static long seq_counter;
+static pthread_mutex_t seq_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static long next_seq(void) {
+    pthread_mutex_lock(&seq_mu);
+    long v = ++seq_counter;
+    pthread_mutex_unlock(&seq_mu);
+    return v;
+}
+
+static int on_event(void *user, const srv_event *ev) {
+    collect *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (ev->done) {
+        c->end = *ev;
+        c->end.text = c->end.errmsg = NULL;
+        c->done = 1;
+        c->done_seq = next_seq();
+        pthread_cond_broadcast(&c->cv);
+    } else {
+        if (!c->n) c->first_seq = next_seq();
+        if (c->n < 512) c->ids[c->n++] = ev->id;
+        if (c->len + ev->len < sizeof c->text) {
+            memcpy(c->text + c->len, ev->text, ev->len);
+            c->len += ev->len;
+        }
+    }
+    int stop = c->cancel_after && c->n >= c->cancel_after;
+    pthread_mutex_unlock(&c->mu);
+    return stop;
+}
+
+static void collect_init(collect *c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+}
+
+static void wait_done(collect *c) {
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static sl_model *open_demo(int streamed) {
+    sl_model_params mp = sl_model_params_default();
+    mp.resident = !streamed;
+    if (streamed) mp.cache_bytes = 3u << 20; /* about a quarter of the expert section */
+    sl_model *m = NULL;
+    sl_error err = {0};
+    if (sl_model_open(DEMO, &mp, &m, &err)) fprintf(stderr, "    open: %s\n", err.msg);
+    return m;
+}
+
+/* Held-out text as ids, from a given offset: prompts of real text. */
+static int prompt_ids(const sl_tokenizer *tok, int from, int n, int32_t *out) {
+    char *txt = test_read("models/demo/heldout.txt", NULL);
+    if (!txt) return -1;
+    int32_t *ids = NULL;
+    int got = 0;
+    sl_error err;
+    sl_status st = sl_tokenize(tok, txt, strlen(txt), 0, &ids, &got, &err);
+    free(txt);
+    if (st || got < from + n) { free(ids); return -1; }
+    memcpy(out, ids + from, (size_t)n * sizeof *out);
+    free(ids);
+    return n;
+}
+
+enum { NREQ = 6 };
+static const struct {
+    int from, n_prompt, max_tokens;
+    float temp;
+    uint64_t seed;
+    const char *stop;
+} reqs[NREQ] = {
+    {0, 3, 24, 0.0f, 0, NULL},      /* greedy, a short prompt */
+    {100, 70, 24, 0.8f, 7, NULL},   /* sampled, a prompt of two micro-batches */
+    {400, 300, 16, 0.8f, 11, NULL}, /* more than one step's prefill budget */
+    {900, 20, 32, 0.0f, 0, ","},    /* greedy with a stop string */
+    {1200, 5, 20, 1.0f, 3, NULL},
+    {1500, 150, 12, 0.0f, 0, NULL},
+};
+
+static sl_sampler_params sampling(int i) {
+    sl_sampler_params sp = sl_sampler_params_default();
+    sp.temp = reqs[i].temp;
+    sp.seed = reqs[i].seed;
+    return sp;
+}
+
+static int gen_cb(void *user, int32_t id, const char *text, size_t len) {
+    collect *c = user;
+    if (id >= 0 && c->n < 512) c->ids[c->n++] = id;
+    if (c->len + len < sizeof c->text) {
+        memcpy(c->text + c->len, text, len);
+        c->len += len;
+    }
+    return 0;
+}
+
+static void sched_vs_generate(int streamed) {
+    sl_model *m = open_demo(streamed);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    CHECKF(sl_tokenizer_load(DEMO, &tok, &err) == SL_OK, "%s", err.msg);
+    static int32_t prompts[NREQ][300];
+    for (int i = 0; i < NREQ; i++) CHECK(prompt_ids(tok, reqs[i].from, reqs[i].n_prompt, prompts[i]) > 0);
+    /* alone: sl_generate on a fresh session each */
+    static collect alone[NREQ], batched[NREQ];
+    sl_stop_reason why[NREQ];
+    for (int i = 0; i < NREQ; i++) {
+        collect_init(&alone[i]);
+        sl_session *s = NULL;
+        sl_sampler *smp = NULL;
+        sl_sampler_params sp = sampling(i);
+        CHECK(sl_session_new(m, 0, &s) == SL_OK && sl_sampler_new(&sp, sl_model_n_vocab(m), &smp) == SL_OK);
+        sl_gen_params gp = sl_gen_params_default();
+        gp.max_tokens = reqs[i].max_tokens;
+        const char *stop[1] = {reqs[i].stop};
+        gp.stop = stop;
+        gp.n_stop = reqs[i].stop ? 1 : 0;
+        sl_gen_result res;
+        CHECKF(sl_generate(m, s, tok, smp, prompts[i], reqs[i].n_prompt, &gp, gen_cb, &alone[i], &res, &err) == SL_OK,
+               "%s", err.msg);
+        why[i] = res.stop;
+        sl_sampler_free(smp);
+        sl_session_free(s);
+    }
+    /* together, through the scheduler */
+    srv_sched_params p = srv_sched_params_default();
+    p.prefill_chunk = 128;
+    srv_sched *sch = NULL;
+    CHECKF(srv_sched_new(m, tok, &p, &sch, &err) == SL_OK, "%s", err.msg);
+    for (int i = 0; i < NREQ; i++) {
+        collect_init(&batched[i]);
+        const char *stop[1] = {reqs[i].stop};
+        srv_request r = {prompts[i], reqs[i].n_prompt, sampling(i), reqs[i].max_tokens, stop, reqs[i].stop ? 1 : 0, 1};
+        CHECKF(srv_submit(sch, &r, on_event, &batched[i], NULL, &err) == SL_OK, "%s", err.msg);
+    }
+    for (int i = 0; i < NREQ; i++) wait_done(&batched[i]);
+    srv_sched_stats st;
+    srv_sched_stats_get(sch, &st);
+    srv_sched_free(sch);
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
+    printf("    %s: %d requests in %llu steps (%llu rows)\n", streamed ? "streamed" : "resident", NREQ,
+           (unsigned long long)st.steps, (unsigned long long)st.step_rows);
+    for (int i = 0; i < NREQ; i++) {
+        collect *a = &alone[i], *b = &batched[i];
+        CHECKF(b->end.status == SL_OK, "request %d failed: status %d", i, b->end.status);
+        CHECKF(a->n == b->n && !memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)),
+               "request %d: %d tokens alone, %d through the scheduler, or different ids", i, a->n, b->n);
+        CHECKF(a->len == b->len && !memcmp(a->text, b->text, a->len), "request %d: text differs: '%.*s' vs '%.*s'", i,
+               (int)a->len, a->text, (int)b->len, b->text);
+        CHECKF(b->end.stop == why[i], "request %d: stop reason %d, alone %d", i, b->end.stop, why[i]);
+        CHECK(b->end.n_generated == a->n && b->end.n_prompt == reqs[i].n_prompt);
+    }
+    CHECK(st.completed == NREQ && st.active == 0 && st.queued == 0);
+    CHECKF(st.steps < (unsigned long long)(NREQ * 20), "%llu steps: the requests did not share steps",
+           (unsigned long long)st.steps);
+}
+
+TEST(sched_equals_generate_resident) { sched_vs_generate(0); }
+TEST(sched_equals_generate_streamed) { sched_vs_generate(1); }
+
+static srv_sched *one_slot(sl_model *m, sl_tokenizer **tok, int max_queue, int chunk) {
+    sl_error err = {0};
+    if (sl_tokenizer_load(DEMO, tok, &err)) return NULL;
+    srv_sched_params p = srv_sched_params_default();
+    p.max_active = 1;
+    p.max_queue = max_queue;
+    p.prefill_chunk = chunk;
+    srv_sched *s = NULL;
+    return srv_sched_new(m, *tok, &p, &s, &err) ? NULL : s;
+}
+
+TEST(sched_cancel_frees_the_slot) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    srv_sched *s = one_slot(m, &tok, 4, 256);
+    CHECK(s);
+    int32_t p[4] = {10, 20, 30, 40};
+    collect a, b, c;
+    collect_init(&a);
+    collect_init(&b);
+    collect_init(&c);
+    a.cancel_after = 3; /* emit's non-zero return cancels */
+    srv_request r = {p, 4, sl_sampler_params_default(), 1000, NULL, 0, 1};
+    uint64_t idb = 0;
+    sl_error err;
+    CHECK(srv_submit(s, &r, on_event, &a, NULL, &err) == SL_OK);
+    CHECK(srv_submit(s, &r, on_event, &b, &idb, &err) == SL_OK);
+    srv_cancel(s, idb); /* canceled while queued (or just admitted) */
+    r.max_tokens = 5;
+    CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_OK);
+    wait_done(&a);
+    wait_done(&b);
+    wait_done(&c);
+    srv_sched_stats st;
+    srv_sched_stats_get(s, &st);
+    srv_sched_free(s);
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
+    CHECKF(a.end.status == SL_ECANCELED && a.n == 3, "a: status %d after %d tokens", a.end.status, a.n);
+    CHECKF(b.end.status == SL_ECANCELED && b.n == 0, "b: status %d after %d tokens", b.end.status, b.n);
+    CHECKF(c.end.status == SL_OK && c.n == 5, "c: status %d, %d tokens", c.end.status, c.n);
+    CHECK(st.canceled == 2 && st.completed == 1 && st.active == 0);
+}
+
+TEST(sched_full_queue_is_busy) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    srv_sched *s = one_slot(m, &tok, 1, 64);
+    CHECK(s);
+    static int32_t p[4000];
+    for (int i = 0; i < 4000; i++) p[i] = 10 + i % 200;
+    collect c[3];
+    for (int i = 0; i < 3; i++) collect_init(&c[i]);
+    /* the first takes the one slot for a while: 4000 prompt tokens, 64 a step */
+    srv_request r = {p, 4000, sl_sampler_params_default(), 50, NULL, 0, 1};
+    uint64_t id[3] = {0};
+    sl_error err;
+    CHECK(srv_submit(s, &r, on_event, &c[0], &id[0], &err) == SL_OK);
+    srv_sched_stats ss;
+    do srv_sched_stats_get(s, &ss);
+    while (ss.active < 1);
+    r.n_prompt = 4;
+    CHECK(srv_submit(s, &r, on_event, &c[1], &id[1], &err) == SL_OK);
+    sl_status st = srv_submit(s, &r, on_event, &c[2], &id[2], &err);
+    CHECKF(st == SL_EBUSY && strstr(err.msg, "busy"), "third request: status %d (%s)", st, err.msg);
+    srv_sched_free(s); /* cancels what is left */
+    CHECK(c[0].done && c[0].end.status == SL_ECANCELED && c[1].done && c[1].end.status == SL_ECANCELED);
+    CHECK(!c[2].done);
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
+}
+
+TEST(sched_long_prompt_does_not_stall_a_short_one) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    CHECK(sl_tokenizer_load(DEMO, &tok, &err) == SL_OK);
+    srv_sched_params p = srv_sched_params_default();
+    p.max_active = 2;
+    p.prefill_chunk = 64;
+    srv_sched *s = NULL;
+    CHECK(srv_sched_new(m, tok, &p, &s, &err) == SL_OK);
+    static int32_t longp[640];
+    CHECK(prompt_ids(tok, 0, 640, longp) > 0);
+    collect L, S;
+    collect_init(&L);
+    collect_init(&S);
+    srv_request rl = {longp, 640, sl_sampler_params_default(), 4, NULL, 0, 1};
+    srv_request rs = {longp, 3, sl_sampler_params_default(), 6, NULL, 0, 1};
+    CHECK(srv_submit(s, &rl, on_event, &L, NULL, &err) == SL_OK);
+    CHECK(srv_submit(s, &rs, on_event, &S, NULL, &err) == SL_OK);
+    wait_done(&L);
+    wait_done(&S);
+    srv_sched_free(s);
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
+    CHECK(L.end.status == SL_OK && S.end.status == SL_OK && S.n >= 1);
+    /* 640 prompt tokens at 64 a step take 10 steps; the short request needs 1 + 6 */
+    CHECKF(S.done_seq < L.first_seq, "the short request finished after the long one's first token (%ld vs %ld)",
+           S.done_seq, L.first_seq);
+}
+
+TEST(sched_refuses_bad_requests) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    srv_sched *s = one_slot(m, &tok, 4, 256);
+    CHECK(s);
+    collect c;
+    collect_init(&c);
+    int32_t p[2] = {1, 99999};
+    sl_error err;
+    srv_request r = {p, 0, sl_sampler_params_default(), 4, NULL, 0, 1};
+    CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_EINVAL);
+    r.n_prompt = 2;
+    CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_ERANGE && strstr(err.msg, "99999"));
+    static int32_t big[5000];
+    r.prompt = big;
+    r.n_prompt = 5000;
+    CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_ERANGE && strstr(err.msg, "context"));
+    srv_sched_free(s);
+    CHECK(!c.done);
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
+}
