@@ -202,6 +202,21 @@ const char *sl_session_errmsg(const sl_session *session);
 sl_status sl_session_eval(sl_session *session, const int32_t *tokens, int n_tokens, float *logits,
                           int all_logits);
 
+/* Session state: the position, the KV rows in use and the DeltaNet states, as one blob (a header naming
+ * the model it belongs to, the state, an xxh3-64 checksum; docs/FORMAT.md). *blob is malloc'ed. */
+sl_status sl_session_save(const sl_session *session, void **blob, size_t *len);
+/* Replaces the session's state with a saved one. SL_EFORMAT for bytes that are not a state,
+ * SL_ECHECKSUM for a damaged one, SL_EMISMATCH for one saved with another model (other weights),
+ * SL_ERANGE for one longer than the session's context; on any error the session is unchanged. */
+sl_status sl_session_load(sl_session *session, const void *blob, size_t len);
+/* The same through a file, with `extra` bytes (may be NULL: a conversation, the tokens, ...) stored
+ * beside the state. Saving writes a temporary name, fsyncs and renames, so `path` is never half a
+ * file; loading gives *extra malloc'ed and NUL-terminated (NULL when none). */
+sl_status sl_session_save_file(const sl_session *session, const char *path, const void *extra, size_t extra_len,
+                               sl_error *err);
+sl_status sl_session_load_file(sl_session *session, const char *path, void **extra, size_t *extra_len,
+                               sl_error *err);
+
 /* One session's part of a batched step. */
 typedef struct sl_batch_item {
     sl_session *session;

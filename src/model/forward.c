@@ -119,6 +119,67 @@ void fwd_seq_reset(fwd_seq *sq) {
 int fwd_seq_n_past(const fwd_seq *sq) { return sq ? sq->n_past : 0; }
 void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
 
+/* State bytes: per layer, the current DeltaNet conv and recurrent state, or the KV rows in use. */
+size_t fwd_seq_state_bytes(const fwd_seq *sq) {
+    const sl_config *c = &sq->shape;
+    size_t kvrow = (size_t)c->n_kv_heads * c->head_dim, n = 0;
+    for (int l = 0; l < sq->n_layers; l++)
+        n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : 2 * (size_t)sq->n_past * kvrow;
+    return n * sizeof(float);
+}
+
+void fwd_seq_save(const fwd_seq *sq, void *buf) {
+    const sl_config *c = &sq->shape;
+    size_t kvrow = (size_t)c->n_kv_heads * c->head_dim;
+    char *p = buf;
+#define PUT(src, nf)                               \
+    do {                                           \
+        memcpy(p, (src), (nf) * sizeof(float));    \
+        p += (nf) * sizeof(float);                 \
+    } while (0)
+    for (int l = 0; l < sq->n_layers; l++) {
+        if (c->layer_linear[l]) {
+            PUT(sq->conv[l][sq->lin_cur[l]], sq->conv_floats);
+            PUT(sq->ssm[l][sq->lin_cur[l]], sq->ssm_floats);
+        } else {
+            PUT(sq->k_cache[l], (size_t)sq->n_past * kvrow);
+            PUT(sq->v_cache[l], (size_t)sq->n_past * kvrow);
+        }
+    }
+#undef PUT
+}
+
+int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
+    const sl_config *c = &sq->shape;
+    size_t kvrow = (size_t)c->n_kv_heads * c->head_dim;
+    if (n_past < 0 || n_past > sq->n_ctx) return SL_ERANGE;
+    int old = sq->n_past;
+    sq->n_past = n_past;
+    size_t want = fwd_seq_state_bytes(sq);
+    if (len != want) {
+        sq->n_past = old;
+        return SL_EFORMAT;
+    }
+    const char *p = buf;
+#define GET(dst, nf)                               \
+    do {                                           \
+        memcpy((dst), p, (nf) * sizeof(float));    \
+        p += (nf) * sizeof(float);                 \
+    } while (0)
+    for (int l = 0; l < sq->n_layers; l++) {
+        if (c->layer_linear[l]) {
+            sq->lin_cur[l] = 0;
+            GET(sq->conv[l][0], sq->conv_floats);
+            GET(sq->ssm[l][0], sq->ssm_floats);
+        } else {
+            GET(sq->k_cache[l], (size_t)n_past * kvrow);
+            GET(sq->v_cache[l], (size_t)n_past * kvrow);
+        }
+    }
+#undef GET
+    return 0;
+}
+
 fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
     if (!cfg || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_ws *ws = calloc(1, sizeof *ws);

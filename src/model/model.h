@@ -104,6 +104,14 @@ int fwd_seq_n_past(const fwd_seq *sq);
 /* Evaluate long inputs layer-major (1, default) or in micro-batches through all layers (0). */
 void fwd_seq_set_wide(fwd_seq *sq, int on);
 
+/* The state as bytes (fwd_seq_state_bytes of them): per layer the current DeltaNet conv and recurrent
+ * state, or the n_past KV rows. fwd_seq_load takes bytes saved from a sequence of the same shape at
+ * n_past positions: SL_ERANGE past the sequence's context, SL_EFORMAT for the wrong length (both
+ * leave sq unchanged). */
+size_t fwd_seq_state_bytes(const fwd_seq *sq);
+void fwd_seq_save(const fwd_seq *sq, void *buf);
+int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len);
+
 /* A workspace for sequences of up to n_ctx positions. */
 fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx);
 void fwd_ws_free(fwd_ws *ws);
