@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "serve/sched.h"
 #include "sluice.h"
@@ -321,4 +322,55 @@ TEST(sched_refuses_bad_requests) {
     CHECK(!c.done);
     sl_tokenizer_free(tok);
     sl_model_close(m);
+}
+
+/* One request through a scheduler; returns its collect (done). */
+static void run_one(srv_sched *s, const int32_t *p, int n, int max_tokens, collect *c) {
+    collect_init(c);
+    srv_request r = {p, n, sl_sampler_params_default(), max_tokens, NULL, 0, 1};
+    r.sampling.temp = 0;
+    sl_error err;
+    if (srv_submit(s, &r, on_event, c, NULL, &err) == SL_OK) wait_done(c);
+}
+
+/* A follow-up turn (the first prompt plus more) starts from the state kept after the first prompt's
+ * last multiple of 64 tokens, and gives exactly what a cold request gives; a second scheduler finds
+ * the states the first left in its state directory. */
+TEST(sched_prefix_cache_hit_equals_cold) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    CHECK(sl_tokenizer_load(DEMO, &tok, &err) == SL_OK);
+    static int32_t p[360];
+    CHECK(prompt_ids(tok, 2000, 360, p) > 0);
+    srv_sched *cold = NULL, *warm = NULL, *again = NULL;
+    srv_sched_params pp = srv_sched_params_default();
+    CHECK(srv_sched_new(m, tok, &pp, &cold, &err) == SL_OK);
+    collect c_cold, c1, c2, c3;
+    run_one(cold, p, 350, 12, &c_cold);
+    srv_sched_free(cold);
+    pp.state_cache_bytes = 64u << 20;
+    pp.state_dir = test_path("%s/states", test_tmpdir());
+    CHECK(mkdir(pp.state_dir, 0755) == 0);
+    CHECK(srv_sched_new(m, tok, &pp, &warm, &err) == SL_OK);
+    run_one(warm, p, 200, 4, &c1);   /* keeps the state after 192 tokens */
+    run_one(warm, p, 350, 12, &c2);  /* the follow-up: starts at 192 */
+    srv_sched_stats st;
+    srv_sched_stats_get(warm, &st);
+    srv_sched_free(warm);
+    CHECK(srv_sched_new(m, tok, &pp, &again, &err) == SL_OK); /* reads the states the first left */
+    run_one(again, p, 350, 12, &c3);
+    srv_sched_free(again);
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
+    CHECK(c_cold.end.status == SL_OK && c1.end.status == SL_OK && c2.end.status == SL_OK && c3.end.status == SL_OK);
+    CHECKF(c1.end.n_reused == 0 && c2.end.n_reused == 192, "reused %d, then %d (want 0, 192)", c1.end.n_reused,
+           c2.end.n_reused);
+    CHECKF(c3.end.n_reused >= 192, "after a restart: reused %d (want >= 192)", c3.end.n_reused);
+    CHECK(st.state_hits == 1 && st.state_misses == 1 && st.reused_tokens == 192 && st.state_entries == 2);
+    for (collect *c = &c2; c; c = c == &c2 ? &c3 : NULL)
+        CHECKF(c->n == c_cold.n && !memcmp(c->ids, c_cold.ids, (size_t)c->n * sizeof(int32_t)) &&
+                   c->len == c_cold.len && !memcmp(c->text, c_cold.text, c->len),
+               "a prefix-cache hit gave other tokens than the cold request (%d vs %d)", c->n, c_cold.n);
 }

@@ -15,11 +15,15 @@
  */
 #include "serve/sched.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "text/textgen.h"
 #include "util/err.h"
@@ -41,10 +45,22 @@ typedef struct sreq {
     int tg_ok;
     float *logits;    /* [V] */
     int32_t next;     /* sampled, to be evaluated in the next step (-1: none) */
+    int snap_at;      /* prefix cache: keep the state when the prompt reaches this position (0: never) */
+    int n_reused;     /* prompt positions restored from the prefix cache */
     int canceled;
     double t_submit, t_start, t_first;
     struct sreq *link;
 } sreq;
+
+/* A kept prefix: its tokens and the sequence state after them (scheduler thread only). */
+typedef struct pentry {
+    int32_t *tokens;
+    int n;
+    void *blob;
+    size_t len;
+    uint64_t used, key; /* LRU clock; xxh3 of the tokens (the file name under state_dir) */
+    struct pentry *next;
+} pentry;
 
 struct srv_sched {
     sl_model *m;
@@ -66,6 +82,9 @@ struct srv_sched {
     uint64_t next_id;
     int rr; /* round-robin start among prefilling sequences */
     srv_sched_stats st;
+    pentry *pc;         /* prefix cache (scheduler thread only; its counters in st under mu) */
+    uint64_t pc_bytes, pc_clock;
+    char *state_dir;
     /* step buffers (scheduler thread only) */
     sl_batch_item *items;
     sreq **item_req;
@@ -78,7 +97,7 @@ static double now_s(void) {
 }
 
 srv_sched_params srv_sched_params_default(void) {
-    srv_sched_params p = {16, 64, 0, 256};
+    srv_sched_params p = {16, 64, 0, 256, 0, NULL};
     return p;
 }
 
@@ -118,6 +137,7 @@ static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_
     ev.stop = why;
     ev.n_prompt = r->n_prompt;
     ev.n_generated = r->tg_ok ? r->tg.n_generated : 0;
+    ev.n_reused = r->n_reused;
     ev.queued_s = (r->t_start ? r->t_start : t) - r->t_submit;
     ev.ttft_s = r->t_first ? r->t_first - r->t_submit : 0;
     ev.total_s = t - r->t_submit;
@@ -189,12 +209,138 @@ static void compact(srv_sched *s) {
     s->n_active = j;
 }
 
+/* ---- prefix cache ---- */
+
+static void pc_count(srv_sched *s) {
+    uint64_t n = 0;
+    for (pentry *e = s->pc; e; e = e->next) n++;
+    pthread_mutex_lock(&s->mu);
+    s->st.state_entries = n;
+    s->st.state_bytes = s->pc_bytes;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static char *pc_path(const srv_sched *s, uint64_t key) {
+    char *p = malloc(strlen(s->state_dir) + 32);
+    if (p) sprintf(p, "%s/%016llx.state", s->state_dir, (unsigned long long)key);
+    return p;
+}
+
+static void pc_drop(srv_sched *s, pentry **link) {
+    pentry *e = *link;
+    *link = e->next;
+    s->pc_bytes -= e->len;
+    if (s->state_dir) {
+        char *p = pc_path(s, e->key);
+        if (p) unlink(p);
+        free(p);
+    }
+    free(e->tokens);
+    free(e->blob);
+    free(e);
+}
+
+/* Keeps blob (taken over) as the state after tokens[0..n); the least recently used go to make room. */
+static void pc_insert(srv_sched *s, const int32_t *tokens, int n, void *blob, size_t len, int persist, sl_session *sess) {
+    uint64_t key = XXH3_64bits(tokens, (size_t)n * sizeof *tokens);
+    for (pentry *e = s->pc; e; e = e->next)
+        if (e->key == key && e->n == n && !memcmp(e->tokens, tokens, (size_t)n * sizeof *tokens)) {
+            e->used = ++s->pc_clock;
+            free(blob);
+            return;
+        }
+    if (len > s->p.state_cache_bytes) {
+        free(blob);
+        return;
+    }
+    while (s->pc && s->pc_bytes + len > s->p.state_cache_bytes) {
+        pentry **lru = &s->pc;
+        for (pentry **l = &s->pc; *l; l = &(*l)->next)
+            if ((*l)->used < (*lru)->used) lru = l;
+        pc_drop(s, lru);
+    }
+    pentry *e = calloc(1, sizeof *e);
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    if (!e || !t) {
+        free(e);
+        free(t);
+        free(blob);
+        return;
+    }
+    memcpy(t, tokens, (size_t)n * sizeof *t);
+    *e = (pentry){t, n, blob, len, ++s->pc_clock, key, s->pc};
+    s->pc = e;
+    s->pc_bytes += len;
+    if (persist && s->state_dir && sess) { /* best effort: the memory copy serves either way */
+        char *p = pc_path(s, key);
+        sl_error err;
+        if (p) sl_session_save_file(sess, p, tokens, (size_t)n * sizeof *tokens, &err);
+        free(p);
+    }
+    pc_count(s);
+}
+
+/* Starts r from the longest kept prefix of its prompt (at least one prompt token is left to evaluate,
+ * for the logits). */
+static void pc_lookup(srv_sched *s, sreq *r) {
+    pentry *best = NULL;
+    for (pentry *e = s->pc; e; e = e->next)
+        if (e->n < r->n_prompt && (!best || e->n > best->n) && !memcmp(e->tokens, r->prompt, (size_t)e->n * sizeof *r->prompt))
+            best = e;
+    if (best && sl_session_load(r->sess, best->blob, best->len) == SL_OK) {
+        best->used = ++s->pc_clock;
+        r->fed = r->n_reused = best->n;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (r->n_reused) {
+        s->st.state_hits++;
+        s->st.reused_tokens += (uint64_t)r->n_reused;
+    } else {
+        s->st.state_misses++;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The states a previous scheduler left in state_dir; damaged or foreign files are skipped. */
+static void pc_load_dir(srv_sched *s) {
+    DIR *d = opendir(s->state_dir);
+    if (!d) return;
+    sl_session *tmp = NULL;
+    if (sl_session_new(s->m, s->n_ctx, &tmp)) {
+        closedir(d);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t nl = strlen(de->d_name);
+        if (nl != 22 || strcmp(de->d_name + 16, ".state")) continue;
+        char *p = malloc(strlen(s->state_dir) + nl + 2);
+        if (!p) break;
+        sprintf(p, "%s/%s", s->state_dir, de->d_name);
+        void *extra = NULL, *blob = NULL;
+        size_t xl = 0, len = 0;
+        sl_error err;
+        if (sl_session_load_file(tmp, p, &extra, &xl, &err) == SL_OK && xl && xl % sizeof(int32_t) == 0 &&
+            (int)(xl / sizeof(int32_t)) == sl_session_n_past(tmp) && sl_session_save(tmp, &blob, &len) == SL_OK)
+            pc_insert(s, extra, (int)(xl / sizeof(int32_t)), blob, len, 0, NULL);
+        free(extra);
+        free(p);
+    }
+    closedir(d);
+    sl_session_free(tmp);
+}
+
 /* A new active request's session and sampler (scheduler thread, without mu). */
 static sl_status activate(srv_sched *s, sreq *r, sl_error *err) {
     if (!r->sess && sl_session_new(s->m, s->n_ctx, &r->sess))
         return sl_err(err, SL_ENOMEM, "out of memory for a session of %d positions", s->n_ctx);
     if (sl_sampler_new(&r->p.sampling, s->V, &r->smp)) return sl_err(err, SL_ENOMEM, "out of memory");
     for (int i = 0; i < r->n_prompt; i++) sl_sampler_accept(r->smp, r->prompt[i]);
+    if (s->p.state_cache_bytes) {
+        pc_lookup(s, r);
+        r->snap_at = r->n_prompt / FWD_CHUNK * FWD_CHUNK;
+        if (r->snap_at <= r->n_reused) r->snap_at = 0;
+    }
     return SL_OK;
 }
 
@@ -244,6 +390,7 @@ static void step(srv_sched *s) {
         int share = budget / n_prefill > FWD_CHUNK ? budget / n_prefill : FWD_CHUNK;
         share -= share % FWD_CHUNK;
         int left = r->n_prompt - r->fed, c = left <= share ? left : share;
+        if (r->snap_at > r->fed && r->fed + c > r->snap_at) c = r->snap_at - r->fed; /* end a chunk there */
         budget -= c;
         n_prefill--;
         s->items[ni] = (sl_batch_item){r->sess, r->prompt + r->fed, c, c == left ? r->logits : NULL, 0};
@@ -276,6 +423,10 @@ static void step(srv_sched *s) {
             int was_prefill = s->items[i].tokens != &r->next;
             if (was_prefill) {
                 r->fed += s->items[i].n_tokens;
+                void *blob = NULL;
+                size_t len = 0;
+                if (r->fed == r->snap_at && sl_session_save(r->sess, &blob, &len) == SL_OK)
+                    pc_insert(s, r->prompt, r->fed, blob, len, 1, r->sess);
                 if (r->fed < r->n_prompt) continue;
             }
             if (sample_and_deliver(s, r)) {
@@ -321,6 +472,7 @@ sl_status srv_sched_new(sl_model *m, const sl_tokenizer *tok, const srv_sched_pa
     if (s->p.max_active < 1) s->p.max_active = 16;
     if (s->p.max_queue < 0) s->p.max_queue = 0;
     if (s->p.prefill_chunk < FWD_CHUNK) s->p.prefill_chunk = FWD_CHUNK;
+    s->p.state_dir = NULL; /* our own copy below */
     s->V = sl_model_n_vocab(m);
     s->n_ctx = s->p.n_ctx > 0 && s->p.n_ctx < sl_model_n_ctx(m) ? s->p.n_ctx : sl_model_n_ctx(m);
     s->active = calloc((size_t)s->p.max_active, sizeof *s->active);
@@ -332,6 +484,13 @@ sl_status srv_sched_new(sl_model *m, const sl_tokenizer *tok, const srv_sched_pa
     if (!s->active || !s->spare || !s->items || !s->item_req) {
         srv_sched_free(s);
         return sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    if (p && p->state_dir && p->state_cache_bytes) {
+        if (!(s->state_dir = strdup(p->state_dir))) {
+            srv_sched_free(s);
+            return sl_err(err, SL_ENOMEM, "out of memory");
+        }
+        pc_load_dir(s);
     }
     if (pthread_create(&s->th, NULL, loop, s)) {
         srv_sched_free(s);
@@ -360,6 +519,14 @@ void srv_sched_free(srv_sched *s) {
     for (int i = 0; i < s->n_active; i++)
         if (s->active[i]) finish(s, s->active[i], SL_ECANCELED, "the server is shutting down", SL_STOP_CALLBACK);
     for (int i = 0; i < s->n_spare; i++) sl_session_free(s->spare[i]);
+    while (s->pc) { /* the memory copies; files under state_dir stay for the next scheduler */
+        pentry *e = s->pc;
+        s->pc = e->next;
+        free(e->tokens);
+        free(e->blob);
+        free(e);
+    }
+    free(s->state_dir);
     free(s->active);
     free(s->spare);
     free(s->items);

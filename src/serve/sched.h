@@ -32,6 +32,14 @@ typedef struct srv_sched_params {
     int max_queue;     /* requests waiting for a slot beyond which srv_submit says SL_EBUSY; default 64 */
     int n_ctx;         /* positions per sequence; 0 = the model's */
     int prefill_chunk; /* prompt tokens per step, over all prefilling sequences; default 256 */
+    /* Prefix cache: sequence states kept for token prefixes, within this many bytes (LRU; 0 = off), so
+     * a follow-up turn does not evaluate its history again. A state is kept at the last multiple of
+     * 64 tokens of each prompt (where the micro-batches of a cold evaluation end too, so a hit is
+     * bitwise a cold request); a request starts from the longest kept prefix of its prompt. */
+    uint64_t state_cache_bytes;
+    /* With state_cache_bytes: kept states are also written to this directory (checksummed, temp name
+     * then rename) and read back by the next scheduler on the same model. NULL = memory only. */
+    const char *state_dir;
 } srv_sched_params;
 
 srv_sched_params srv_sched_params_default(void);
@@ -62,7 +70,8 @@ typedef struct srv_event {
 
 typedef int (*srv_emit_fn)(void *user, const srv_event *ev);
 
-/* Starts the scheduler thread. The model and tokenizer must outlive it. */
+/* Starts the scheduler thread. The model and tokenizer must outlive it. With state_dir, the states
+ * found there are loaded first (files that are damaged or of another model are skipped). */
 sl_status srv_sched_new(sl_model *m, const sl_tokenizer *tok, const srv_sched_params *p, srv_sched **out,
                         sl_error *err);
 /* Stops the thread: every request still queued or active gets its done event with SL_ECANCELED. */
@@ -79,6 +88,8 @@ typedef struct srv_sched_stats {
     uint64_t requests, completed, failed, canceled, rejected;
     int active, queued;
     uint64_t prompt_tokens, reused_tokens, generated_tokens;
+    uint64_t state_hits, state_misses; /* prefix-cache lookups (requests) with / without a kept prefix */
+    uint64_t state_entries, state_bytes;
     uint64_t steps, step_rows; /* batched steps run, and rows (tokens) in them */
     double busy_s;             /* time inside sl_batch_eval */
 } srv_sched_stats;
