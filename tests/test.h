@@ -1,8 +1,9 @@
 /*
- * test.h — a small test runner: TEST(name) registers a case; PARAM_TEST registers one case per
+ * test.h — a small test runner: TEST(name) registers a case; FIXTURE_TEST registers one case per
  * fixture. CHECK fails the current case (and returns from it) with file:line and the condition.
- * `build/test_sluice [FILTER]` runs every case whose name contains FILTER and ends with
- * "N passed, N failed".
+ * `build/test_sluice [FILTER]` runs every case whose name contains FILTER; it prints the run's random
+ * seed first ($SLUICE_TEST_SEED repeats it), and last a line "files: FILE N ..." (cases run per source
+ * file, which tools/run_tests.sh checks against tests/MANIFEST) and "N passed, N failed".
  */
 #ifndef SL_TEST_H
 #define SL_TEST_H
@@ -11,13 +12,15 @@
 #include <stdio.h>
 
 typedef void (*test_fn)(const char *arg);
-void test_register(const char *name, test_fn fn, const char *arg);
+void test_register(const char *name, test_fn fn, const char *arg, const char *file);
 void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int test_failed(void);
 
 #define TEST(name)                                                                               \
     static void name(const char *arg);                                                           \
-    __attribute__((constructor)) static void reg_##name(void) { test_register(#name, name, 0); } \
+    __attribute__((constructor)) static void reg_##name(void) {                                  \
+        test_register(#name, name, 0, __FILE__);                                                 \
+    }                                                                                            \
     static void name(const char *arg)
 
 /* One case per fixture directory under tests/data. */
@@ -25,7 +28,7 @@ extern const char *const test_fixtures[];
 #define FIXTURE_TEST(name)                                                                       \
     static void name(const char *arg);                                                           \
     __attribute__((constructor)) static void reg_##name(void) {                                  \
-        for (int i = 0; test_fixtures[i]; i++) test_register(#name, name, test_fixtures[i]);    \
+        for (int i = 0; test_fixtures[i]; i++) test_register(#name, name, test_fixtures[i], __FILE__); \
     }                                                                                            \
     static void name(const char *arg)
 
@@ -38,7 +41,11 @@ extern const char *const test_fixtures[];
         if (!(c)) { test_fail(__FILE__, __LINE__, __VA_ARGS__); return; } \
     } while (0)
 
-/* Helpers (test_util.c). */
+/* Helpers (test_main.c). */
+/* This run's random seed: $SLUICE_TEST_SEED if set, else from the clock; printed at the start of the
+ * run, and main() seeds rand() with it. Tests that draw random inputs seed from it and name it in
+ * their failure messages. */
+unsigned test_seed(void);
 const char *test_tmpdir(void);          /* a fresh directory for this run */
 char *test_path(const char *fmt, ...);  /* static buffer rotation of 8: formatted path */
 int test_copy_dir(const char *from, const char *to); /* regular files only; 0 on success */

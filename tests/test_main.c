@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sluice.h"
@@ -14,15 +15,16 @@
 const char *const test_fixtures[] = {"qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_fused", "qwen3_next_fp8", NULL};
 
 typedef struct {
-    const char *name, *arg;
+    const char *name, *arg, *file;
     test_fn fn;
 } tcase;
 
 static tcase cases[512];
-static int n_cases, cur_failed;
+static int n_cases, n_dropped, cur_failed;
 
-void test_register(const char *name, test_fn fn, const char *arg) {
-    if (n_cases < (int)(sizeof cases / sizeof *cases)) cases[n_cases++] = (tcase){name, arg, fn};
+void test_register(const char *name, test_fn fn, const char *arg, const char *file) {
+    if (n_cases < (int)(sizeof cases / sizeof *cases)) cases[n_cases++] = (tcase){name, arg, file, fn};
+    else n_dropped++;
 }
 
 void test_fail(const char *file, int line, const char *fmt, ...) {
@@ -38,6 +40,9 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
 int test_failed(void) { return cur_failed; }
 
 static char tmpdir[256];
+static unsigned seed;
+
+unsigned test_seed(void) { return seed; }
 
 const char *test_tmpdir(void) { return tmpdir; }
 
@@ -167,12 +172,21 @@ int main(int argc, char **argv) {
     const char *base = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/sluice-test-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
-    int passed = 0, failed = 0;
+    const char *se = getenv("SLUICE_TEST_SEED");
+    seed = se && *se ? (unsigned)strtoul(se, NULL, 10) : (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
+    srand(seed);
+    printf("seed %u (SLUICE_TEST_SEED=%u repeats it)\n", seed, seed);
+    int passed = 0, failed = n_dropped ? 1 : 0;
+    if (n_dropped) fprintf(stderr, "FAIL %d cases not registered: raise the size of cases[] in test_main.c\n", n_dropped);
+    int ran[sizeof cases / sizeof *cases] = {0}; /* cases run per file, at the index of its first case */
     for (int i = 0; i < n_cases; i++) {
         char full[256];
         snprintf(full, sizeof full, "%s%s%s", cases[i].name, cases[i].arg ? "/" : "", cases[i].arg ? cases[i].arg : "");
         if (filter && !strstr(full, filter)) continue;
         cur_failed = 0;
+        int f = 0;
+        while (strcmp(cases[f].file, cases[i].file)) f++;
+        ran[f]++;
         cases[i].fn(cases[i].arg);
         if (cur_failed) {
             failed++;
@@ -184,6 +198,9 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     if (!getenv("SLUICE_KEEP_TMP")) rm_rf(tmpdir);
-    printf("%d passed, %d failed\n", passed, failed);
+    printf("files:");
+    for (int i = 0; i < n_cases; i++)
+        if (ran[i]) printf(" %s %d", cases[i].file, ran[i]);
+    printf("\n%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
