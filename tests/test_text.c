@@ -3,8 +3,8 @@
  * comparisons with HF tokenizers and jinja2 are in tests/py).
  */
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "sluice.h"
 #include "test.h"
@@ -68,7 +68,7 @@ TEST(text_tokenize_roundtrip) {
 TEST(text_detok_stream_never_splits) {
     sl_tokenizer *t = tiny();
     CHECK(t);
-    unsigned seed = (unsigned)time(NULL);
+    unsigned seed = test_seed();
     srand(seed);
     for (int round = 0; round < 50; round++) {
         int32_t ids[64];
@@ -125,10 +125,31 @@ TEST(text_merges_both_forms) {
     CHECK(t == NULL);
 }
 
+/* Draws n tokens from logits l with a (and b, when not NULL); counts[v] += how often a drew v. Returns
+ * 1 when every draw was an id in range and b drew the same as a, else 0. */
+static int draws(sl_sampler *a, sl_sampler *b, const float *l, int V, int n, int *counts) {
+    int same = 1;
+    float *la = malloc((size_t)V * sizeof *la), *lb = malloc((size_t)V * sizeof *lb);
+    for (int k = 0; k < n; k++) {
+        memcpy(la, l, (size_t)V * sizeof *la);
+        memcpy(lb, l, (size_t)V * sizeof *lb);
+        int32_t x = sl_sampler_sample(a, la), y = b ? sl_sampler_sample(b, lb) : x;
+        same &= x == y && x >= 0 && x < V;
+        if (x >= 0 && x < V) counts[x]++;
+    }
+    free(la);
+    free(lb);
+    return same;
+}
+
+/* Each filter on its own (the others off), on distributions where it changes the outcome: a filter
+ * that does nothing is caught, not just one that picks the wrong token. */
 TEST(text_sampler) {
-    enum { V = 1000 };
+    enum { V = 1000, N = 2000 };
+    const unsigned seed = test_seed();
+    srand(seed);
     float base[V], l[V];
-    srand((unsigned)time(NULL));
+    static int counts[V];
     for (int i = 0; i < V; i++) base[i] = (float)(rand() % 10000) / 1000.0f;
     base[123] = 20.0f;
     sl_sampler_params p = sl_sampler_params_default();
@@ -145,42 +166,69 @@ TEST(text_sampler) {
     memcpy(l, base, sizeof l);
     CHECK(sl_sampler_sample(s, l) != 123);
     sl_sampler_free(s);
-    /* same seed, same draws; top-k 3 only ever returns one of the 3 best */
+
+    /* top-k 3 on three close leaders (p ~ 0.51, 0.31, 0.19 among them) over ~1000 low ones holding ~40%
+     * of the mass without the filter: only the three come, each of them does, and the same seed gives
+     * the same draws while another seed does not */
+    for (int i = 0; i < V; i++) base[i] = (float)(rand() % 5000) / 1000.0f;
+    const int lead[3] = {rand() % 300, 300 + rand() % 300, 600 + rand() % 300};
+    base[lead[0]] = 10.0f;
+    base[lead[1]] = 9.5f;
+    base[lead[2]] = 9.0f;
     p = sl_sampler_params_default();
-    p.temp = 2.0f;
+    p.temp = 1.0f;
     p.top_k = 3;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
     p.seed = 42;
     sl_sampler *a = NULL, *b = NULL;
     CHECK(sl_sampler_new(&p, V, &a) == SL_OK && sl_sampler_new(&p, V, &b) == SL_OK);
-    int best[3] = {123, -1, -1};
-    for (int i = 0; i < V; i++)
-        if (i != 123 && (best[1] < 0 || base[i] > base[best[1]] || (base[i] == base[best[1]] && i < best[1]))) best[1] = i;
-    for (int i = 0; i < V; i++)
-        if (i != 123 && i != best[1] && (best[2] < 0 || base[i] > base[best[2]] || (base[i] == base[best[2]] && i < best[2]))) best[2] = i;
-    int ok = 1, seen_other = 0;
-    for (int k = 0; k < 200; k++) {
-        float la[V], lb[V];
-        memcpy(la, base, sizeof la);
-        memcpy(lb, base, sizeof lb);
-        int32_t x = sl_sampler_sample(a, la), y = sl_sampler_sample(b, lb);
-        ok &= x == y && (x == best[0] || x == best[1] || x == best[2]);
-        seen_other |= x != 123;
-    }
+    memset(counts, 0, sizeof counts);
+    int same = draws(a, b, base, V, N, counts);
     sl_sampler_free(a);
     sl_sampler_free(b);
-    CHECK(ok);
-    (void)seen_other; /* 123 dominates (logit 20): other picks are possible but not guaranteed */
-    /* top-p tiny: always the most likely */
-    p.top_k = 0;
-    p.top_p = 0.01f;
-    p.temp = 1.0f;
-    CHECK(sl_sampler_new(&p, V, &a) == SL_OK);
-    for (int k = 0; k < 50; k++) {
-        memcpy(l, base, sizeof l);
-        ok &= sl_sampler_sample(a, l) == 123;
+    CHECKF(same, "same seed, different draws (seed %u)", seed);
+    int in3 = counts[lead[0]] + counts[lead[1]] + counts[lead[2]];
+    CHECKF(in3 == N && counts[lead[0]] > counts[lead[1]] && counts[lead[1]] > counts[lead[2]] && counts[lead[2]] > 0,
+           "top-k 3: %d of %d draws among the three (%d %d %d) (seed %u)", in3, N, counts[lead[0]], counts[lead[1]],
+           counts[lead[2]], seed);
+    int32_t seq42[64], seq43[64];
+    for (int pass = 0; pass < 2; pass++) {
+        p.seed = 42 + (uint64_t)pass;
+        CHECK(sl_sampler_new(&p, V, &a) == SL_OK);
+        for (int k = 0; k < 64; k++) {
+            memcpy(l, base, sizeof l);
+            (pass ? seq43 : seq42)[k] = sl_sampler_sample(a, l);
+        }
+        sl_sampler_free(a);
     }
-    sl_sampler_free(a);
-    CHECK(ok);
+    CHECKF(memcmp(seq42, seq43, sizeof seq42), "seeds 42 and 43 drew the same 64 tokens");
+
+    /* top-p and min-p on p = 0.4, 0.3, 0.2 and 0.1 spread over the other 997 ids: top-p 0.5 keeps the
+     * two whose mass first reaches 0.5, min-p 0.6 keeps those >= 0.24; both then renormalise (the first
+     * comes 4/7 of the time); top-p 0.01 keeps the first alone */
+    for (int i = 0; i < V; i++) base[i] = logf(0.1f / (V - 3));
+    base[lead[0]] = logf(0.4f);
+    base[lead[1]] = logf(0.3f);
+    base[lead[2]] = logf(0.2f);
+    for (int mode = 0; mode < 3; mode++) {
+        static const char *const name[] = {"top-p 0.5", "min-p 0.6", "top-p 0.01"};
+        p = sl_sampler_params_default();
+        p.temp = 1.0f;
+        p.top_k = 0;
+        p.top_p = mode == 0 ? 0.5f : mode == 2 ? 0.01f : 1.0f;
+        p.min_p = mode == 1 ? 0.6f : 0.0f;
+        p.seed = (uint64_t)seed;
+        CHECK(sl_sampler_new(&p, V, &a) == SL_OK);
+        memset(counts, 0, sizeof counts);
+        draws(a, NULL, base, V, N, counts);
+        sl_sampler_free(a);
+        int c0 = counts[lead[0]], c1 = counts[lead[1]];
+        if (mode == 2) CHECKF(c0 == N, "%s: %d of %d draws were the most likely token (seed %u)", name[mode], c0, N, seed);
+        else
+            CHECKF(c0 + c1 == N && c0 > N / 2 && c0 < N * 2 / 3, "%s: %d + %d of %d draws among the two kept (seed %u)",
+                   name[mode], c0, c1, N, seed);
+    }
 }
 
 TEST(text_chat_format_basic) {
@@ -228,23 +276,23 @@ TEST(text_generate_stop_string) {
     tok_buf full = {0}, cut = {0};
     sl_gen_result r;
     CHECK(sl_generate(m, s, t, smp, prompt, 3, &gp, collect, &full, &r, &err) == SL_OK);
-    int ok = full.n > 4;
-    if (ok && r.stop == SL_STOP_LENGTH) {
-        char stop[3] = {full.p[full.n / 2], full.p[full.n / 2 + 1], 0};
-        const char *stops[] = {stop};
-        if (strlen(stop) == 2) {
-            gp.stop = stops;
-            gp.n_stop = 1;
-            sl_session_reset(s);
-            sl_sampler_reset(smp);
-            CHECK(sl_generate(m, s, t, smp, prompt, 3, &gp, collect, &cut, &r, &err) == SL_OK);
-            ok = r.stop == SL_STOP_STRING && cut.n == (size_t)(strstr(full.p, stop) - full.p) &&
-                 !memcmp(cut.p, full.p, cut.n);
-        }
-    }
+    CHECKF(r.stop == SL_STOP_LENGTH && full.n > 4, "stop %d after %zu bytes", r.stop, full.n);
+    /* two bytes from the middle of the text (no NUL: stop strings are C strings) */
+    size_t mid = full.n / 2;
+    while (mid + 2 < full.n && (!full.p[mid] || !full.p[mid + 1])) mid++;
+    char stop[3] = {full.p[mid], full.p[mid + 1], 0};
+    const char *stops[] = {stop};
+    CHECKF(strlen(stop) == 2, "no two NUL-free bytes after the middle of %zu", full.n);
+    size_t first = (size_t)((const char *)memmem(full.p, full.n, stop, 2) - full.p);
+    gp.stop = stops;
+    gp.n_stop = 1;
+    sl_session_reset(s);
+    sl_sampler_reset(smp);
+    CHECK(sl_generate(m, s, t, smp, prompt, 3, &gp, collect, &cut, &r, &err) == SL_OK);
+    int ok = r.stop == SL_STOP_STRING && cut.n == first && !memcmp(cut.p, full.p, cut.n);
+    CHECKF(ok, "stop string at byte %zu of %zu: stop %d, %zu bytes delivered", first, full.n, r.stop, cut.n);
     free(full.p);
     free(cut.p);
-    CHECK(ok);
     int n_big = sl_model_n_ctx(m) + 1;
     int32_t *big = calloc((size_t)n_big, sizeof *big);
     int past = sl_session_n_past(s);
