@@ -51,19 +51,57 @@ static float *run_mm(const kern_ops *ops, sl_pool *pool, const sl_mat *m, const 
     return y;
 }
 
+/* Which SIMD tables this machine must have: the CPU feature tests of kernels_avx2.c / kernels_avx512.c,
+ * made here independently; NEON is part of every AArch64 CPU. */
+static int cpu_must_have(const char *name) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (!strcmp(name, "avx2")) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#if defined(__x86_64__)
+    if (!strcmp(name, "avx512"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+#elif defined(__aarch64__)
+    if (!strcmp(name, "neon")) return 1;
+#endif
+    return 0;
+}
+
+/* Every table this CPU can run (a table the CPU supports but the build lacks is a failure, never a
+ * skip) against the scalar oracle: |simd - scalar| <= 1e-5 * 0.3 * sum|x| per output (kernels.h: FMA
+ * rounding only), and bitwise the same for a batch as token by token. Prints the tables it checked. */
 TEST(kernels_simd_match_scalar_oracle) {
     const kern_ops *sc = kern_scalar_ops();
+    const char *names[3] = {"avx2", "avx512", "neon"};
     const kern_ops *tabs[3] = {kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    char report[256] = "scalar";
+    for (int i = 0; i < 3; i++) {
+        size_t l = strlen(report);
+        if (tabs[i]) snprintf(report + l, sizeof report - l, ", %s", names[i]);
+        else if (!strcmp(names[i], "neon"))
+            snprintf(report + l, sizeof report - l, " (neon: not this CPU; tools/neon_test.sh runs it under qemu)");
+        else snprintf(report + l, sizeof report - l, " (%s: not this CPU)", names[i]);
+        CHECKF(tabs[i] || !cpu_must_have(names[i]), "this CPU supports %s but kern_%s_ops() gave no table", names[i],
+               names[i]);
+        CHECKF(!tabs[i] || !strcmp(tabs[i]->name, names[i]), "kern_%s_ops() gave the table named %s", names[i],
+               tabs[i]->name);
+    }
+    fprintf(stderr, "    tables checked: %s\n", report);
+    const unsigned seed = test_seed();
+    rng = 0x1234567ull ^ ((uint64_t)seed << 24);
     sl_pool *pool = sl_pool_new(3);
     static const int plain_cols[] = {1, 7, 13, 100, 257, 300};
     static const int q_cols[] = {32, 96, 160, 384};
     static const int rows_l[] = {1, 5, 13};
-    int checked = 0;
+    int checked = 0, per_table[4] = {0};
+    double worst_all[4] = {0};
     for (int ti = 0; ti < 4; ti++) {
         const kern_ops *ops = ti < 3 ? tabs[ti] : sc;
-        if (!ops) continue;
+        if (!ops) continue; /* not this CPU (checked above) */
         for (int dt = DT_F32; dt < DT_COUNT; dt++) {
             if (dt == DT_F8E4M3) continue;
+            CHECKF(ops->matmul[dt], "%s has no matmul for %s", ops->name, dt_name((sl_dtype)dt));
             int q = q_is_quant((sl_dtype)dt);
             for (int ci = 0; ci < (q ? 4 : 6); ci++)
                 for (int gi = 0; gi < (q ? 3 : 1); gi++) {
@@ -92,15 +130,21 @@ TEST(kernels_simd_match_scalar_oracle) {
                     free(one);
                     free(x);
                     free(data);
-                    CHECKF(ok, "%s %s rows %d cols %d group %d: error %.3g vs the oracle", ops->name,
-                           dt_name((sl_dtype)dt), rows, cols, group, worst);
-                    CHECKF(det, "%s %s rows %d cols %d: batch != token-by-token", ops->name, dt_name((sl_dtype)dt),
-                           rows, cols);
+                    CHECKF(ok, "%s %s rows %d cols %d group %d: error %.3g vs the oracle (seed %u)", ops->name,
+                           dt_name((sl_dtype)dt), rows, cols, group, worst, seed);
+                    CHECKF(det, "%s %s rows %d cols %d: batch != token-by-token (seed %u)", ops->name,
+                           dt_name((sl_dtype)dt), rows, cols, seed);
+                    if (worst > worst_all[ti]) worst_all[ti] = worst;
+                    per_table[ti]++;
                     checked++;
                 }
         }
+        fprintf(stderr, "    %s: %d cases, worst error %.2g (bound 1e-5)\n", ops->name, per_table[ti], worst_all[ti]);
     }
     sl_pool_free(pool);
+    for (int ti = 0; ti < 3; ti++)
+        CHECKF(!tabs[ti] || per_table[ti] == per_table[3], "%s ran %d cases, scalar %d", names[ti], per_table[ti],
+               per_table[3]);
     CHECK(checked > 40);
 }
 

@@ -1,7 +1,9 @@
 /*
  * neon_check.c — the NEON kernel table against the scalar oracle on random inputs of awkward sizes,
  * built without the rest of the library so it cross-compiles with aarch64-linux-gnu-gcc and runs under
- * qemu-user (tools/neon_test.sh). Same tolerance as tests/test_quant.c; prints "N passed, N failed".
+ * qemu-user (tools/neon_test.sh). Same checks as tests/test_quant.c: outputs poisoned first, each
+ * |neon - scalar| <= 1e-5 * 0.3 * sum|x| (FMA rounding only, kernels_neon.c), a batch bitwise equal to
+ * token by token; prints the worst error and "N passed, N failed".
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@ int main(void) {
     const kern_ops *sc = kern_scalar_ops(), *ne = kern_neon_ops();
     if (!ne) { printf("no NEON table on this build\n0 passed, 1 failed\n"); return 1; }
     int pass = 0, fail = 0;
+    double worst = 0;
     static const int plain_cols[] = {1, 7, 13, 100, 257, 300}, q_cols[] = {32, 96, 160, 384}, rows_l[] = {1, 5, 13};
     for (int dt = DT_F32; dt < DT_COUNT; dt++) {
         if (dt == DT_F8E4M3) continue;
@@ -31,7 +34,7 @@ int main(void) {
                 if (q && cols % group) continue;
                 size_t n = (size_t)rows * cols;
                 float *w = malloc(n * 4), *x = malloc((size_t)nt * cols * 4), *a = malloc((size_t)nt * rows * 4),
-                      *b = malloc((size_t)nt * rows * 4);
+                      *b = malloc((size_t)nt * rows * 4), *one = malloc((size_t)nt * rows * 4);
                 for (size_t i = 0; i < n; i++) w[i] = frand() * 0.1f;
                 for (int i = 0; i < nt * cols; i++) x[i] = frand();
                 void *data = malloc(q_mat_bytes((sl_dtype)dt, rows, cols, group, DT_BF16) + 64);
@@ -39,18 +42,32 @@ int main(void) {
                 else dt_from_f32((sl_dtype)dt, w, data, n);
                 sl_mat m;
                 q_mat_bind(&m, data, (sl_dtype)dt, rows, cols, group, DT_BF16, 7);
+                for (int i = 0; i < nt * rows; i++) a[i] = b[i] = one[i] = NAN; /* every element must be written */
                 kern_matmul(sc, NULL, &m, x, cols, a, rows, nt);
                 kern_matmul(ne, NULL, &m, x, cols, b, rows, nt);
-                int ok = 1;
-                for (int i = 0; i < nt * rows; i++) ok &= fabsf(a[i] - b[i]) <= 1e-5f * (float)cols * 0.3f + 1e-6f;
-                if (ok) pass++;
-                else { fail++; printf("FAIL neon %s rows %d cols %d group %d\n", dt_name((sl_dtype)dt), rows, cols, group); }
-                free(w); free(x); free(a); free(b); free(data);
+                for (int t = 0; t < nt; t++) /* token by token */
+                    kern_matmul(ne, NULL, &m, x + (size_t)t * cols, cols, one + (size_t)t * rows, rows, 1);
+                int ok = 1, det = 1;
+                for (int i = 0; i < nt * rows; i++) {
+                    double mag = 0;
+                    for (int c = 0; c < cols; c++) mag += fabs((double)x[(size_t)(i / rows) * cols + c]) * 0.3;
+                    double e = fabs((double)b[i] - a[i]) / (mag + 1e-6);
+                    if (!(e <= 1e-5)) ok = 0;
+                    if (e > worst) worst = e;
+                    if (memcmp(&b[i], &one[i], sizeof *b)) det = 0;
+                }
+                if (ok && det) pass++;
+                else {
+                    fail++;
+                    printf("FAIL neon %s rows %d cols %d group %d:%s%s\n", dt_name((sl_dtype)dt), rows, cols, group,
+                           ok ? "" : " error vs the oracle above 1e-5", det ? "" : " batch != token by token");
+                }
+                free(w); free(x); free(a); free(b); free(one); free(data);
             }
     }
     float u[37], v[37];
     for (int i = 0; i < 37; i++) { u[i] = frand(); v[i] = frand(); }
     if (fabsf(ne->dot(u, v, 37) - sc->dot(u, v, 37)) < 1e-5f) pass++; else { fail++; printf("FAIL dot\n"); }
-    printf("%d passed, %d failed\n", pass, fail);
+    printf("neon: worst error %.2g (bound 1e-5)\n%d passed, %d failed\n", worst, pass, fail);
     return fail != 0;
 }
