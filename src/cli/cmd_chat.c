@@ -162,14 +162,16 @@ int cmd_chat(int argc, char **argv) {
     if (c.o.n_gen < 1) return cli_fail("chat", "-n must be at least 1");
     int rc = 1;
     sl_error err = {0};
-    if (cli_load_tokenizer("chat", c.o.model, &c.tok)) goto out;
-    if (sl_model_open(c.o.model, &c.o.mp, &c.m, &err)) { cli_fail("chat", "%s", err.msg); goto out; }
-    if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail("chat", "out of memory"); goto out; }
-    c.pending = -1;
+    /* before the model opens, so Ctrl-C never ends the program (while it opens, it counts as one at the
+     * prompt) */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint; /* no SA_RESTART: a blocked read returns and the loop goes on */
     sigaction(SIGINT, &sa, NULL);
+    if (cli_load_tokenizer("chat", c.o.model, &c.tok)) goto out;
+    if (sl_model_open(c.o.model, &c.o.mp, &c.m, &err)) { cli_fail("chat", "%s", err.msg); goto out; }
+    if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail("chat", "out of memory"); goto out; }
+    c.pending = -1;
     int tty = isatty(0);
     c.tty_out = isatty(1);
     if (tty) printf("sluice chat — /reset, /stats, /think on|off, /system TEXT, /quit; Ctrl-C stops an answer\n");
