@@ -80,6 +80,14 @@ demo-eval: $(BUILD)/demo_eval
 locality: $(BUILD)/locality
 	$(BUILD)/locality
 
+# Continuous batching on a streamed model: aggregate tok/s for 1..16 streams, follow-up TTFT.
+bench-serve: $(BUILD)/bench_serve
+	@[ -f $(BUILD)/q30.sluice ] || $(BUILD)/sluice synth --shape qwen3-30b-a3b --layers 8 --quant q4 -o $(BUILD)/q30.sluice
+	$(BUILD)/bench_serve $(BUILD)/q30.sluice --cache 256 --tokens 32
+
+$(BUILD)/bench_serve: $(BUILD)/tools/bench_serve.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
 $(BUILD)/demo_eval: $(BUILD)/tools/demo_eval.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
@@ -111,5 +119,5 @@ install: all $(BUILD)/sluice.1
 clean:
 	rm -rf build
 
-.PHONY: all setup-build setup-test test asan bench quant-eval demo-eval locality run install clean
+.PHONY: all setup-build setup-test test asan bench bench-serve quant-eval demo-eval locality run install clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -374,3 +374,23 @@ TEST(sched_prefix_cache_hit_equals_cold) {
                    c->len == c_cold.len && !memcmp(c->text, c_cold.text, c->len),
                "a prefix-cache hit gave other tokens than the cold request (%d vs %d)", c->n, c_cold.n);
 }
+
+/* A model without a tokenizer (a fixture): ids only; greedy through the scheduler gives transformers'
+ * greedy tokens. */
+TEST(sched_ids_only_model_matches_transformers_greedy) {
+    sl_model *m = NULL;
+    sl_error err = {0};
+    CHECK(sl_model_open(test_packed("qwen3_next"), NULL, &m, &err) == SL_OK);
+    int32_t toks[128], greedy[32];
+    int n = test_ref_ids("qwen3_next", "tokens", toks, 128), ng = test_ref_ids("qwen3_next", "greedy", greedy, 32);
+    CHECK(n > 0 && ng >= 8);
+    srv_sched *s = NULL;
+    CHECK(srv_sched_new(m, NULL, NULL, &s, &err) == SL_OK);
+    collect c;
+    run_one(s, toks, n, 8, &c);
+    srv_sched_free(s);
+    sl_model_close(m);
+    CHECKF(c.end.status == SL_OK && c.n == 8 && c.len == 0 && c.end.stop == SL_STOP_LENGTH, "status %d, %d ids",
+           c.end.status, c.n);
+    CHECKF(!memcmp(c.ids, greedy, 8 * sizeof(int32_t)), "greedy ids differ from transformers'");
+}

@@ -70,7 +70,8 @@ typedef struct srv_event {
 
 typedef int (*srv_emit_fn)(void *user, const srv_event *ev);
 
-/* Starts the scheduler thread. The model and tokenizer must outlive it. With state_dir, the states
+/* Starts the scheduler thread. The model and tokenizer must outlive it; tok may be NULL (a model
+ * without one: events carry ids and no text, and only max_tokens or the context end a request). With state_dir, the states
  * found there are loaded first (files that are damaged or of another model are skipped). */
 sl_status srv_sched_new(sl_model *m, const sl_tokenizer *tok, const srv_sched_params *p, srv_sched **out,
                         sl_error *err);

@@ -60,6 +60,7 @@ sl_status textgen_init(textgen *g, const sl_tokenizer *tok, const sl_gen_params 
     g->stop = p->stop;
     g->n_stop = p->stop ? p->n_stop : 0;
     g->max_tokens = p->max_tokens;
+    if (!tok) return SL_OK; /* ids only (a model without a tokenizer): no text, no end-of-generation token */
     return sl_detok_new(tok, p->skip_special, &g->d) ? SL_ENOMEM : SL_OK;
 }
 
@@ -86,8 +87,8 @@ static void unshift(textgen *g) {
 
 /* The rest of the text (the detokenizer's unfinished bytes too), up to a stop string inside it. */
 static int hand_out_all(textgen *g, const char **text, size_t *len) {
-    size_t fl;
-    const char *f = sl_detok_flush(g->d, &fl);
+    size_t fl = 0;
+    const char *f = g->d ? sl_detok_flush(g->d, &fl) : "";
     if (!f || tok_buf_put(&g->hold, f, fl)) return -1;
     long at = g->n_stop ? stop_find(g->hold.p, g->hold.n, g->stop, g->n_stop) : -1;
     *text = hand_out(g, at >= 0 ? (size_t)at : g->hold.n, len);
@@ -99,11 +100,12 @@ int textgen_push(textgen *g, int32_t id, int room, const char **text, size_t *le
     size_t n;
     unshift(g);
     g->n_generated++;
-    if (sl_tokenizer_is_eog(g->tok, id)) {
+    if (g->tok && sl_tokenizer_is_eog(g->tok, id)) {
         *why = SL_STOP_EOG;
         return hand_out_all(g, text, len) ? -1 : 1;
     }
-    const char *t = sl_detok_push(g->d, id, &n);
+    n = 0;
+    const char *t = g->d ? sl_detok_push(g->d, id, &n) : "";
     if (!t || tok_buf_put(&g->hold, t, n)) return -1;
     long at = g->n_stop ? stop_find(g->hold.p, g->hold.n, g->stop, g->n_stop) : -1;
     if (at >= 0) {

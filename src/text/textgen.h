@@ -21,6 +21,7 @@ typedef struct textgen {
     int n_generated;
 } textgen;
 
+/* tok may be NULL (a model without a tokenizer): ids only, no text and no end-of-generation token. */
 sl_status textgen_init(textgen *g, const sl_tokenizer *tok, const sl_gen_params *p);
 void textgen_free(textgen *g);
 
