@@ -1,13 +1,13 @@
 /*
  * bench_serve.c — `make bench-serve`: what continuous batching buys on a streamed model (docs/PERFORMANCE.md).
- * For B concurrent streams (default 1, 2, 4, 8, 16) it submits B greedy requests with short distinct
+ * For B concurrent streams (default 1, 2, 4, 8, 16) it submits B sampled requests with short distinct
  * prompts to the scheduler (src/serve/sched.h, the engine under `sluice serve`) and measures aggregate
  * decode tokens/s (generated tokens over the wall time from the first to the last token), expert bytes
  * read per generated token, hit rate and steps. Then the time to first token of a follow-up turn (a
  * long first prompt, then the same plus a short new turn) with and without the prefix cache.
  *
  * Usage: build/bench_serve MODEL.sluice [--cache SIZE_MIB] [--tokens N] [--streams 1,2,4,8,16]
- *                          [--io direct|buffered] [--prompt N]
+ *                          [--io direct|buffered] [--prompt N] [--temp T (default 1: sampled)]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -73,12 +73,14 @@ int main(int argc, char **argv) {
     const char *path = argv[1], *streams = "1,2,4,8,16";
     long long cache_mib = 256;
     int n_tok = 32, n_prompt_long = 1024;
+    float temp = 1.0f;
     sl_io_mode io = SL_IO_DIRECT;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--cache")) cache_mib = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "--tokens")) n_tok = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--streams")) streams = argv[i + 1];
         else if (!strcmp(argv[i], "--prompt")) n_prompt_long = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--temp")) temp = (float)atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--io")) io = strcmp(argv[i + 1], "buffered") ? SL_IO_DIRECT : SL_IO_BUFFERED;
     }
     sl_model *m = open_model(path, cache_mib, io);
@@ -114,7 +116,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < B; i++) {
             for (int j = 0; j < 4; j++) prompts[i % 16][j] = (int32_t)((1000 + 7919 * (i * 4 + j)) % V);
             srv_request r = {prompts[i % 16], 4, sl_sampler_params_default(), n_tok, NULL, 0, 1};
-            r.sampling.temp = 0;
+            r.sampling.temp = temp; /* sampled: greedy on random weights repeats one token, and so its experts */
+            r.sampling.seed = (uint64_t)i + 1;
             if (srv_submit(s, &r, on_event, &t, NULL, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
         }
         wait_all(&t);
