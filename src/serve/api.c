@@ -1,0 +1,333 @@
+/*
+ * api.c — what the three APIs share (api.h): error objects, request storage and the field readers of
+ * the parsers, sampling and stop fields, ids, the collected result, SSE framing and the dispatch of a
+ * streamed response to its API's writer.
+ *
+ * Sections: errors; requests; common fields; ids; results; streams.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "serve/api.h"
+
+/* ---- errors ------------------------------------------------------------------------------------ */
+
+int api_fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...) {
+    e->status = status;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *api_error_type(int status, int anthropic) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return anthropic ? "not_found_error" : "invalid_request_error";
+    case 413: return anthropic ? "request_too_large" : "invalid_request_error";
+    case 429: return anthropic ? "rate_limit_error" : "rate_limit_exceeded";
+    case 503: return anthropic ? "overloaded_error" : "server_overloaded";
+    default: return status >= 500 ? (anthropic ? "api_error" : "server_error") : "invalid_request_error";
+    }
+}
+
+/* The message as valid UTF-8 (it may quote request text). */
+static cJSON *message_string(const char *msg) {
+    tok_buf b = {0};
+    cJSON *s = NULL;
+    if (!tok_utf8_lossy(&b, msg, strlen(msg)) && !tok_buf_put(&b, "", 1)) s = cJSON_CreateString(b.p);
+    free(b.p);
+    return s;
+}
+
+char *api_error_json(const api_error *e, int anthropic) {
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_CreateObject();
+    char *out = NULL;
+    if (!root || !err) goto done;
+    if (anthropic) cJSON_AddStringToObject(root, "type", "error");
+    cJSON_AddItemToObject(root, "error", err);
+    if (anthropic) cJSON_AddStringToObject(err, "type", api_error_type(e->status, 1));
+    cJSON_AddItemToObject(err, "message", message_string(e->message));
+    if (!anthropic) {
+        cJSON_AddStringToObject(err, "type", api_error_type(e->status, 0));
+        if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
+        else cJSON_AddNullToObject(err, "param");
+        if (e->code[0]) cJSON_AddStringToObject(err, "code", e->code);
+        else cJSON_AddNullToObject(err, "code");
+    }
+    out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+done:
+    cJSON_Delete(root);
+    cJSON_Delete(err);
+    return NULL;
+}
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+char *api_gen_own(api_gen *g, char *s) {
+    if (!s) return NULL;
+    if (g->n_owned == g->cap_owned) {
+        int cap = g->cap_owned ? 2 * g->cap_owned : 16;
+        char **o = realloc(g->owned, (size_t)cap * sizeof *o);
+        if (!o) { free(s); return NULL; }
+        g->owned = o;
+        g->cap_owned = cap;
+    }
+    return g->owned[g->n_owned++] = s;
+}
+
+char *api_gen_strndup(api_gen *g, const char *s, size_t n) { return api_gen_own(g, strndup(s, n)); }
+
+void api_gen_free(api_gen *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_owned; i++) free(g->owned[i]);
+    free(g->owned);
+    free(g->msgs);
+    free(g->prompt_ids);
+    cJSON_Delete(g->root);
+    memset(g, 0, sizeof *g);
+}
+
+cJSON *api_parse_root(api_gen *g, const char *body, size_t len, api_error *e) {
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        long off = at && at >= body && at <= body + len ? (long)(at - body) : -1;
+        if (off >= 0) api_fail(e, 400, NULL, "invalid_json", "the body is not valid JSON (at byte %ld)", off);
+        else api_fail(e, 400, NULL, "invalid_json", "the body is not valid JSON");
+        return NULL;
+    }
+    g->root = root;
+    if (!cJSON_IsObject(root)) {
+        api_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+int api_num(const cJSON *o, const char *key, double lo, double hi, double *out, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v)) return api_fail(e, 400, key, "invalid_type", "'%s' must be a number", key);
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return api_fail(e, 400, key, "invalid_value", "'%s' must be between %g and %g", key, lo, hi);
+    *out = v->valuedouble;
+    return 1;
+}
+
+int api_int(const cJSON *o, const char *key, double lo, double hi, long long *out, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return api_fail(e, 400, key, "invalid_type", "'%s' must be an integer", key);
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return api_fail(e, 400, key, "invalid_value", "'%s' must be between %.0f and %.0f", key, lo, hi);
+    *out = (long long)v->valuedouble;
+    return 1;
+}
+
+int api_bool(const cJSON *o, const char *key, int *out, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return api_fail(e, 400, key, "invalid_type", "'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+int api_str(const cJSON *o, const char *key, const char **out, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) return api_fail(e, 400, key, "invalid_type", "'%s' must be a string", key);
+    *out = v->valuestring;
+    return 1;
+}
+
+/* ---- common fields ----------------------------------------------------------------------------- */
+
+static int stop_field(api_gen *g, const cJSON *root, const char *key, api_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (cJSON_IsString(v)) {
+        if (*v->valuestring) g->stop[g->n_stop++] = v->valuestring;
+        return 0;
+    }
+    if (!cJSON_IsArray(v)) return api_fail(e, 400, key, "invalid_type", "'%s' must be a string or an array of strings", key);
+    for (const cJSON *s = v->child; s; s = s->next) {
+        if (!cJSON_IsString(s)) return api_fail(e, 400, key, "invalid_type", "'%s' must be a string or an array of strings", key);
+        if (!*s->valuestring) continue; /* an empty stop string would end every answer at once */
+        if (g->n_stop == API_MAX_STOP) return api_fail(e, 400, key, "invalid_value", "at most %d stop strings", API_MAX_STOP);
+        g->stop[g->n_stop++] = s->valuestring;
+    }
+    return 0;
+}
+
+int api_common(api_gen *g, const cJSON *root, const char *stop_key, api_error *e) {
+    double x;
+    long long k;
+    int r;
+    g->sp = sl_sampler_params_default();
+    g->enable_thinking = -1;
+    if (api_str(root, "model", &g->model, e) < 0 || api_bool(root, "stream", &g->stream, e) < 0) return -1;
+    if ((r = api_num(root, "temperature", 0, 100, &x, e)) < 0) return -1;
+    if (r) g->sp.temp = (float)x;
+    if ((r = api_num(root, "top_p", 0, 1, &x, e)) < 0) return -1;
+    if (r) g->sp.top_p = x > 0 ? (float)x : 1.0f; /* 0 would keep nothing: treated as off, as llama.cpp does */
+    if ((r = api_int(root, "top_k", 0, 1e9, &k, e)) < 0) return -1;
+    if (r) g->sp.top_k = (int)k;
+    if ((r = api_num(root, "min_p", 0, 1, &x, e)) < 0) return -1;
+    if (r) g->sp.min_p = (float)x;
+    if ((r = api_num(root, "presence_penalty", -2, 2, &x, e)) < 0) return -1;
+    if (r) g->sp.presence_penalty = (float)x;
+    if ((r = api_num(root, "repeat_penalty", 0.01, 100, &x, e)) < 0) return -1;
+    if (r) g->sp.repeat_penalty = (float)x;
+    if ((r = api_int(root, "repeat_last_n", 0, 4096, &k, e)) < 0) return -1;
+    if (r) g->sp.repeat_last_n = (int)k;
+    if ((r = api_num(root, "frequency_penalty", -2, 2, &x, e)) < 0) return -1;
+    if (r && x != 0)
+        return api_fail(e, 400, "frequency_penalty", "unsupported_parameter",
+                        "'frequency_penalty' is not supported (only 0): use presence_penalty, or repeat_penalty "
+                        "(llama.cpp's multiplicative penalty)");
+    if ((r = api_int(root, "seed", -9.2e18, 1.8e19, &k, e)) < 0) return -1;
+    if (r) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "seed");
+        g->sp.seed = v->valuedouble >= 9.2e18 ? (uint64_t)v->valuedouble : (uint64_t)k;
+        g->seed_set = 1;
+    }
+    return stop_field(g, root, stop_key, e);
+}
+
+/* ---- ids --------------------------------------------------------------------------------------- */
+
+void api_new_id(char *out, size_t n, const char *prefix) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t counter;
+    unsigned char r[12];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) { /* no entropy yet: time and a counter */
+        pthread_mutex_lock(&mu);
+        uint64_t c = ++counter;
+        pthread_mutex_unlock(&mu);
+        uint64_t t = (uint64_t)time(NULL) ^ (c * 0x9e3779b97f4a7c15ull);
+        for (size_t i = 0; i < sizeof r; i++) r[i] = (unsigned char)(t >> (8 * (i % 8))) ^ (unsigned char)(i * 31);
+    }
+    size_t k = (size_t)snprintf(out, n, "%s", prefix);
+    for (size_t i = 0; i < sizeof r && k + 2 < n; i++, k += 2) snprintf(out + k, n - k, "%02x", r[i]);
+}
+
+const char *oai_finish_reason(sl_stop_reason stop, int has_calls) {
+    if (stop == SL_STOP_LENGTH) return "length";
+    return has_calls ? "tool_calls" : "stop";
+}
+
+const char *ant_stop_reason(sl_stop_reason stop, int has_calls) {
+    if (stop == SL_STOP_LENGTH) return "max_tokens";
+    if (stop == SL_STOP_STRING) return "stop_sequence";
+    return has_calls ? "tool_use" : "end_turn";
+}
+
+/* ---- results ----------------------------------------------------------------------------------- */
+
+int api_result_add(void *user, out_kind kind, const char *text, size_t len, const out_call *call) {
+    api_result *r = user;
+    if (kind == OUT_CONTENT) return tok_buf_put(&r->content, text, len);
+    if (kind == OUT_REASONING) return tok_buf_put(&r->reasoning, text, len);
+    api_call *c = realloc(r->calls, ((size_t)r->n_calls + 1) * sizeof *c);
+    if (!c) return -1;
+    r->calls = c;
+    c += r->n_calls;
+    memset(c, 0, sizeof *c);
+    c->name = strdup(call->name);
+    c->arguments = strdup(call->arguments);
+    r->n_calls++;
+    api_new_id(c->id, sizeof c->id, "call_");
+    return c->name && c->arguments ? 0 : -1;
+}
+
+void api_result_free(api_result *r) {
+    if (!r) return;
+    free(r->content.p);
+    free(r->reasoning.p);
+    for (int i = 0; i < r->n_calls; i++) {
+        free(r->calls[i].name);
+        free(r->calls[i].arguments);
+    }
+    free(r->calls);
+    memset(r, 0, sizeof *r);
+}
+
+void *api_text(const char *s, size_t n) {
+    char *t = strndup(s ? s : "", s ? n : 0);
+    cJSON *j = t ? cJSON_CreateString(t) : NULL;
+    free(t);
+    return j;
+}
+
+/* ---- streams ----------------------------------------------------------------------------------- */
+
+int api_sse(tok_buf *out, const char *name, void *json) {
+    cJSON *j = json;
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    if (!s) return -1;
+    int r = 0;
+    if (name) r |= tok_buf_puts(out, "event: ") | tok_buf_puts(out, name) | tok_buf_puts(out, "\n");
+    r |= tok_buf_puts(out, "data: ") | tok_buf_puts(out, s) | tok_buf_puts(out, "\n\n");
+    free(s);
+    return r ? -1 : 0;
+}
+
+void api_stream_init(api_stream *s, api_kind kind, const api_meta *m, int include_usage, int n_prompt) {
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->meta = *m;
+    s->include_usage = include_usage;
+    s->n_prompt = n_prompt;
+    s->block = -1;
+}
+
+void api_stream_free(api_stream *s) {
+    if (!s) return;
+    free(s->out.p);
+    memset(&s->out, 0, sizeof s->out);
+}
+
+int api_stream_begin(api_stream *s) {
+    if (s->started) return 0;
+    s->started = 1;
+    return s->kind == API_MESSAGES ? ant_stream_begin(s) : oai_stream_begin(s);
+}
+
+int api_stream_piece(void *user, out_kind kind, const char *text, size_t len, const out_call *call) {
+    api_stream *s = user;
+    if (api_stream_begin(s)) return -1;
+    return s->kind == API_MESSAGES ? ant_stream_piece(s, kind, text, len, call) : oai_stream_piece(s, kind, text, len, call);
+}
+
+int api_stream_end(api_stream *s, const api_done *d) {
+    if (api_stream_begin(s)) return -1;
+    return s->kind == API_MESSAGES ? ant_stream_end(s, d) : oai_stream_end(s, d);
+}
+
+int api_stream_error(api_stream *s, const api_error *e) {
+    char *body = api_error_json(e, s->kind == API_MESSAGES);
+    if (!body) return -1;
+    int r;
+    if (s->kind == API_MESSAGES)
+        r = tok_buf_puts(&s->out, "event: error\ndata: ") | tok_buf_puts(&s->out, body) | tok_buf_puts(&s->out, "\n\n");
+    else
+        r = tok_buf_puts(&s->out, "data: ") | tok_buf_puts(&s->out, body) | tok_buf_puts(&s->out, "\n\ndata: [DONE]\n\n");
+    free(body);
+    return r ? -1 : 0;
+}

@@ -1,0 +1,250 @@
+/*
+ * api.h — the HTTP server's internal parts between the wire (http.c) and the scheduler: parsed
+ * generation requests (api_gen, from OpenAI chat / completions or Anthropic messages bodies), error
+ * answers, the answer's text split into reasoning / content / tool calls (out_parser), and the writers
+ * of responses, whole (api_result -> JSON) or streamed (api_stream -> SSE bytes). None of it does I/O
+ * or touches the scheduler, so all of it is unit-tested on strings (tests/test_serve.c).
+ *
+ * Sections: errors (api.c); requests (api_openai.c, api_anthropic.c); the answer parser (output.c);
+ * results and streams (api.c, per API in api_openai.c / api_anthropic.c); metrics (metrics.c).
+ */
+#ifndef SL_SERVE_API_H
+#define SL_SERVE_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "serve/sched.h"
+#include "sluice.h"
+#include "text/tokenizer.h"
+
+/* ---- errors ------------------------------------------------------------------------------------ */
+
+/* An error answer: its HTTP status and the fields of the error object. The object's "type" follows
+ * from the status and the API (api_error_json). */
+typedef struct api_error {
+    int status;       /* 400, 401, 404, 405, 413, 500, 503 */
+    char param[64];   /* the request field at fault, or "" (null) */
+    char code[48];    /* OpenAI's "code" ("model_not_found", "context_length_exceeded", ...), or "" */
+    char message[640];
+} api_error;
+
+/* Fills e; returns -1 (so parsers can `return api_fail(...)`). param and code may be NULL. */
+int api_fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* The error body: OpenAI's {"error": {"message", "type", "param", "code"}}, or with anthropic set
+ * {"type": "error", "error": {"type", "message"}}. malloc'ed; NULL only when out of memory. */
+char *api_error_json(const api_error *e, int anthropic);
+/* The error object's type for a status: OpenAI ("invalid_request_error", "authentication_error",
+ * "not_found_error", "server_error", ...) or Anthropic ("invalid_request_error", "not_found_error",
+ * "request_too_large", "overloaded_error", "api_error", ...). Static. */
+const char *api_error_type(int status, int anthropic);
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+typedef enum { API_CHAT = 0, API_COMPLETION = 1, API_MESSAGES = 2 } api_kind;
+
+#define API_MAX_STOP 16
+
+/* A generation request, as parsed from any of the three APIs. Strings point into the parsed JSON or
+ * into storage the request owns; everything lives until api_gen_free. */
+typedef struct api_gen {
+    api_kind kind;
+    const char *model;         /* the "model" field, or NULL (the first model served) */
+    /* chat (API_CHAT, API_MESSAGES) */
+    sl_chat_msg *msgs;
+    int n_msgs;
+    const char *tools;         /* JSON array of {"type": "function", "function": {...}}, or NULL */
+    int enable_thinking;       /* -1: the template's default */
+    /* API_COMPLETION: a text prompt, or token ids */
+    const char *prompt;
+    int32_t *prompt_ids;
+    int n_prompt_ids;
+    int echo;                  /* the answer starts with the prompt */
+    /* all */
+    sl_sampler_params sp;
+    int seed_set;
+    int max_tokens;            /* 0: not given */
+    const char *stop[API_MAX_STOP];
+    int n_stop;
+    int stream, include_usage;
+    /* owned */
+    void *root;                /* the cJSON tree */
+    char **owned;
+    int n_owned, cap_owned;
+} api_gen;
+
+/* Parse a request body (len bytes, need not be NUL-terminated) into g (zeroed first). Returns 0, or -1
+ * with e filled (status 400: malformed JSON, a field of the wrong type or out of range, n > 1, an
+ * unsupported feature). Sampling fields not given keep sl_sampler_params_default()'s values. */
+int oai_parse_chat(const char *body, size_t len, api_gen *g, api_error *e);
+int oai_parse_completion(const char *body, size_t len, api_gen *g, api_error *e);
+int ant_parse_messages(const char *body, size_t len, api_gen *g, api_error *e);
+void api_gen_free(api_gen *g);
+/* Copies s[0..n) into storage g owns (NUL-terminated); NULL when out of memory. */
+char *api_gen_strndup(api_gen *g, const char *s, size_t n);
+/* Takes ownership of s (malloc'ed; freed with g). Returns s, or NULL (s freed) when out of memory. */
+char *api_gen_own(api_gen *g, char *s);
+
+/* Helpers of the parsers (api.c). Each reads o[key] when present: 0 when absent or null (out
+ * untouched), 1 when read, -1 with e filled (400 naming key) when of the wrong type or outside
+ * [lo, hi]. */
+struct cJSON;
+int api_num(const struct cJSON *o, const char *key, double lo, double hi, double *out, api_error *e);
+int api_int(const struct cJSON *o, const char *key, double lo, double hi, long long *out, api_error *e);
+int api_bool(const struct cJSON *o, const char *key, int *out, api_error *e);
+int api_str(const struct cJSON *o, const char *key, const char **out, api_error *e);
+/* The common fields: model, stream, temperature, top_p, top_k, min_p, seed, presence_penalty,
+ * frequency_penalty (0 only), repeat_penalty, repeat_last_n, stop (key: "stop" or "stop_sequences";
+ * a string or an array of strings). Returns 0 or -1. */
+int api_common(api_gen *g, const struct cJSON *root, const char *stop_key, api_error *e);
+/* Parses body into a JSON object (g->root). Returns it, or NULL with e filled (400). */
+struct cJSON *api_parse_root(api_gen *g, const char *body, size_t len, api_error *e);
+
+/* ---- the answer parser ------------------------------------------------------------------------- */
+
+/* Splits generated text, as it streams in, into reasoning (a <think>...</think> block at the start of
+ * the answer), content, and tool calls (<tool_call>{"name": ..., "arguments": ...}</tool_call>, or the
+ * <function=NAME><parameter=P>V</parameter></function> form of Qwen3-Coder / Qwen3.5, inside the same
+ * tags). Text that could still be the start of a tag is held back until it is known; reasoning loses
+ * its surrounding newlines and the content after </think> its leading ones, as the Qwen template
+ * strips them; whitespace around tool calls is dropped. A <tool_call> block whose body is neither form
+ * is given back as content, tags included, and so is one cut off by the end. */
+typedef enum { OUT_CONTENT = 0, OUT_REASONING = 1, OUT_TOOL_CALL = 2 } out_kind;
+
+typedef struct out_call {
+    const char *name;
+    const char *arguments; /* JSON text of an object */
+} out_call;
+
+/* Receives a piece: text (len bytes, not NUL-terminated) for OUT_CONTENT / OUT_REASONING, call for
+ * OUT_TOOL_CALL; all valid during the call. Returns 0, or non-zero to fail the push (out of memory). */
+typedef int (*out_fn)(void *user, out_kind kind, const char *text, size_t len, const out_call *call);
+
+typedef struct out_parser {
+    int state;  /* START, THINK, CONTENT, CALL (output.c) */
+    int tools;  /* <tool_call> blocks are parsed */
+    int lstrip; /* drop leading whitespace before the next text of this state */
+    int n_calls;
+    tok_buf hold;
+} out_parser;
+
+/* think: 0 no reasoning parsed (completions), 1 a <think> block may open the answer, 2 the answer
+ * starts inside one (the prompt ended with "<think>\n"). tools: parse tool calls. Cannot fail. */
+void out_init(out_parser *p, int think, int tools);
+/* Feeds text; calls fn for each piece that became final. Returns 0, or -1 (out of memory, or fn
+ * failed). */
+int out_push(out_parser *p, const char *text, size_t len, out_fn fn, void *user);
+/* The end of the answer: whatever is held becomes final. Returns 0 or -1. */
+int out_end(out_parser *p, out_fn fn, void *user);
+void out_free(out_parser *p);
+
+/* ---- results and streams ----------------------------------------------------------------------- */
+
+/* How a generation ended, for finish_reason / stop_reason and usage. */
+typedef struct api_done {
+    sl_stop_reason stop;
+    const char *stop_sequence; /* the stop string that ended it (SL_STOP_STRING), or NULL */
+    int n_prompt, n_generated, n_reused;
+} api_done;
+
+typedef struct api_call {
+    char id[40];
+    char *name, *arguments;
+} api_call;
+
+/* A whole answer, collected for a non-streamed response. */
+typedef struct api_result {
+    tok_buf content, reasoning;
+    api_call *calls;
+    int n_calls;
+} api_result;
+
+/* An out_fn collecting into an api_result (user). */
+int api_result_add(void *user, out_kind kind, const char *text, size_t len, const out_call *call);
+void api_result_free(api_result *r);
+
+/* What every response carries. */
+typedef struct api_meta {
+    char id[48];       /* "chatcmpl-...", "cmpl-...", "msg_..." */
+    const char *model; /* the name served */
+    long long created; /* Unix seconds */
+} api_meta;
+
+/* A fresh random id with prefix into out (e.g. "call_", "toolu_"). Cannot fail. */
+void api_new_id(char *out, size_t n, const char *prefix);
+/* finish_reason (OpenAI) / stop_reason (Anthropic) of an ending; has_calls: tool calls were made. */
+const char *oai_finish_reason(sl_stop_reason stop, int has_calls);
+const char *ant_stop_reason(sl_stop_reason stop, int has_calls);
+
+/* The non-streamed response body for g's kind; malloc'ed, NULL when out of memory. text (completions)
+ * is the whole generated text, prompt included when echo. */
+char *oai_chat_response(const api_meta *m, const api_result *r, const api_done *d);
+char *oai_completion_response(const api_meta *m, const char *text, size_t len, const api_done *d);
+char *ant_message_response(const api_meta *m, const api_result *r, const api_done *d);
+
+/* A streamed response: SSE bytes appended to out as pieces arrive. */
+typedef struct api_stream {
+    api_kind kind;
+    api_meta meta;
+    int include_usage;
+    int n_prompt;      /* known before the first token (Anthropic's message_start carries it) */
+    int started;
+    int block;         /* Anthropic: index of the open content block, -1 if none */
+    int block_kind;    /* ... its out_kind */
+    int n_blocks, n_calls;
+    tok_buf out;
+} api_stream;
+
+void api_stream_init(api_stream *s, api_kind kind, const api_meta *m, int include_usage, int n_prompt);
+/* The opening events (OpenAI: the role chunk; Anthropic: message_start, ping). Returns 0 or -1 (out of
+ * memory). Called by the first piece if not before. */
+int api_stream_begin(api_stream *s);
+/* An out_fn (user: the api_stream): one piece as SSE events. */
+int api_stream_piece(void *user, out_kind kind, const char *text, size_t len, const out_call *call);
+/* The closing events: finish_reason (+ usage chunk when asked, "data: [DONE]"), or Anthropic's
+ * content_block_stop, message_delta, message_stop. */
+int api_stream_end(api_stream *s, const api_done *d);
+/* An error after the stream began: OpenAI `data: {"error": ...}` then [DONE]; Anthropic `event: error`. */
+int api_stream_error(api_stream *s, const api_error *e);
+void api_stream_free(api_stream *s);
+
+/* The writers behind api_stream_* (api_openai.c, api_anthropic.c). */
+int oai_stream_begin(api_stream *s);
+int oai_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call);
+int oai_stream_end(api_stream *s, const api_done *d);
+int ant_stream_begin(api_stream *s);
+int ant_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call);
+int ant_stream_end(api_stream *s, const api_done *d);
+
+/* A cJSON string of s[0..n) (s may be NULL: ""); NULL when out of memory. */
+void *api_text(const char *s, size_t n);
+
+/* Appends one SSE event ("event: NAME\n" when name is non-NULL, "data: JSON\n\n") of the cJSON value
+ * j (which it deletes). Returns 0 or -1. */
+int api_sse(tok_buf *out, const char *name, void *j);
+
+/* ---- metrics ----------------------------------------------------------------------------------- */
+
+/* One model's numbers for /metrics. */
+typedef struct api_model_metrics {
+    const char *name;
+    srv_sched_stats sched;
+    sl_stats model;
+    double tok_per_s;      /* generated tokens per second over the last few seconds */
+} api_model_metrics;
+
+/* Server-wide HTTP counters. */
+typedef struct api_http_metrics {
+    uint64_t requests;        /* every HTTP request answered */
+    uint64_t by_class[6];     /* [k]: statuses k00..k99 (k = 1..5) */
+    uint64_t disconnects;     /* clients that left before their answer was complete */
+    int connections;          /* open now */
+    double uptime_s;
+} api_http_metrics;
+
+/* Prometheus text exposition (version 0.0.4) of every counter, sluice_ prefix, one label model="NAME"
+ * on per-model series; appended to out. Returns 0 or -1. */
+int api_metrics_text(tok_buf *out, const api_http_metrics *h, const api_model_metrics *m, int n_models);
+
+#endif

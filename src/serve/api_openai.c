@@ -1,0 +1,344 @@
+/*
+ * api_openai.c — the OpenAI API: POST /v1/chat/completions and /v1/completions bodies parsed into
+ * an api_gen, and their responses, whole (chat.completion, text_completion) or streamed
+ * (chat.completion.chunk / text_completion chunks, data: [DONE]).
+ *
+ * Supported request fields are listed in docs/SERVER.md; fields that change what a client gets and
+ * that sluice cannot honour (n > 1, logprobs, a JSON response_format, frequency_penalty != 0, image
+ * parts, suffix, best_of > 1) are refused with 400 rather than ignored; other unknown fields
+ * ("user", "store", "metadata", "parallel_tool_calls", ...) are ignored.
+ *
+ * Sections: chat requests; completion requests; responses; streams.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/api.h"
+
+/* ---- shared request fields --------------------------------------------------------------------- */
+
+/* n, logprobs, stream_options, response_format: the fields both endpoints refuse or read alike. */
+static int oai_common(api_gen *g, const cJSON *root, api_error *e) {
+    long long n = 1;
+    if (api_common(g, root, "stop", e) < 0 || api_int(root, "n", 1, 1e9, &n, e) < 0) return -1;
+    if (n != 1) return api_fail(e, 400, "n", "unsupported_parameter", "only n = 1 is supported");
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+    if (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0))
+        return api_fail(e, 400, "logprobs", "unsupported_parameter", "logprobs are not supported");
+    const cJSON *tlp = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
+    if (cJSON_IsNumber(tlp) && tlp->valuedouble > 0)
+        return api_fail(e, 400, "top_logprobs", "unsupported_parameter", "logprobs are not supported");
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so)) return api_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+        if (api_bool(so, "include_usage", &g->include_usage, e) < 0) {
+            snprintf(e->param, sizeof e->param, "stream_options.include_usage");
+            return -1;
+        }
+    }
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
+    if (rf && !cJSON_IsNull(rf)) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
+        if (!cJSON_IsObject(rf) || !cJSON_IsString(t))
+            return api_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
+        if (strcmp(t->valuestring, "text"))
+            return api_fail(e, 400, "response_format", "unsupported_parameter",
+                            "response_format '%.40s' is not supported (only 'text')", t->valuestring);
+    }
+    return 0;
+}
+
+/* ---- chat requests ----------------------------------------------------------------------------- */
+
+/* Message content: a string, null, or an array of {"type": "text", "text"} parts (joined by "\n").
+ * *out: the text, or NULL for null. */
+static int content_text(api_gen *g, const cJSON *c, const char *param, const char **out, api_error *e) {
+    *out = NULL;
+    if (!c || cJSON_IsNull(c)) return 0;
+    if (cJSON_IsString(c)) { *out = c->valuestring; return 0; }
+    if (!cJSON_IsArray(c)) return api_fail(e, 400, param, "invalid_type", "'%s' must be a string or an array of parts", param);
+    tok_buf b = {0};
+    int i = 0, r = 0;
+    for (const cJSON *p = c->child; p; p = p->next, i++) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "type"), *x = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (!cJSON_IsObject(p) || !cJSON_IsString(t)) {
+            r = api_fail(e, 400, param, "invalid_type", "%s[%d] must be an object with a 'type'", param, i);
+            break;
+        }
+        if (strcmp(t->valuestring, "text")) {
+            r = api_fail(e, 400, param, "unsupported_content", "%s[%d]: content of type '%.40s' is not supported (only text)",
+                         param, i, t->valuestring);
+            break;
+        }
+        if (!cJSON_IsString(x)) { r = api_fail(e, 400, param, "invalid_type", "%s[%d].text must be a string", param, i); break; }
+        if ((i && tok_buf_puts(&b, "\n")) || tok_buf_puts(&b, x->valuestring)) { r = api_fail(e, 500, NULL, NULL, "out of memory"); break; }
+    }
+    if (!r) {
+        *out = api_gen_strndup(g, b.p ? b.p : "", b.n);
+        if (!*out) r = api_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    free(b.p);
+    return r;
+}
+
+static int chat_message(api_gen *g, const cJSON *m, int i, sl_chat_msg *out, api_error *e) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d]", i);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    if (!cJSON_IsObject(m)) return api_fail(e, 400, param, "invalid_type", "'%s' must be an object", param);
+    if (!cJSON_IsString(role)) return api_fail(e, 400, param, "invalid_type", "'%s.role' must be a string", param);
+    const char *r = role->valuestring;
+    if (!strcmp(r, "developer")) r = "system";
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+        return api_fail(e, 400, param, "invalid_value", "'%s.role' must be system, developer, user, assistant or tool, not '%.40s'",
+                        param, r);
+    out->role = r;
+    char cp[80];
+    snprintf(cp, sizeof cp, "%s.content", param);
+    if (content_text(g, cJSON_GetObjectItemCaseSensitive(m, "content"), cp, &out->content, e)) return -1;
+    if (strcmp(r, "assistant")) return 0;
+    const char *reasoning = NULL;
+    if (api_str(m, "reasoning_content", &reasoning, e) < 0 || (!reasoning && api_str(m, "reasoning", &reasoning, e) < 0)) {
+        snprintf(e->param, sizeof e->param, "%s", param);
+        return -1;
+    }
+    out->reasoning = reasoning;
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    if (tc && !cJSON_IsNull(tc)) {
+        if (!cJSON_IsArray(tc)) return api_fail(e, 400, param, "invalid_type", "'%s.tool_calls' must be an array", param);
+        int k = 0;
+        for (const cJSON *c = tc->child; c; c = c->next, k++) {
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+            if (!cJSON_IsObject(f) || !cJSON_IsString(name))
+                return api_fail(e, 400, param, "invalid_type", "'%s.tool_calls[%d].function.name' must be a string", param, k);
+        }
+        if (!(out->tool_calls = api_gen_own(g, cJSON_PrintUnformatted(tc)))) return api_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+/* tools (OpenAI form, passed to the template as they are) and tool_choice ("none" drops them). */
+static int chat_tools(api_gen *g, const cJSON *root, api_error *e) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    if (!t || cJSON_IsNull(t)) return 0;
+    if (!cJSON_IsArray(t)) return api_fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
+    int i = 0;
+    for (const cJSON *x = t->child; x; x = x->next, i++) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(x, "type"), *f = cJSON_GetObjectItemCaseSensitive(x, "function");
+        if (!cJSON_IsObject(x) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsObject(f) ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(f, "name")))
+            return api_fail(e, 400, "tools", "invalid_value",
+                            "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}", i);
+    }
+    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return 0;
+    if (choice && !cJSON_IsNull(choice) && !cJSON_IsString(choice) && !cJSON_IsObject(choice))
+        return api_fail(e, 400, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
+    if (i && !(g->tools = api_gen_own(g, cJSON_PrintUnformatted(t)))) return api_fail(e, 500, NULL, NULL, "out of memory");
+    return 0;
+}
+
+static int max_tokens(api_gen *g, const cJSON *root, const char *key, api_error *e) {
+    long long k = 0;
+    int r = api_int(root, key, 1, 1e9, &k, e);
+    if (r > 0) g->max_tokens = (int)k;
+    return r < 0 ? -1 : r;
+}
+
+int oai_parse_chat(const char *body, size_t len, api_gen *g, api_error *e) {
+    memset(g, 0, sizeof *g);
+    g->kind = API_CHAT;
+    cJSON *root = api_parse_root(g, body, len, e);
+    if (!root || oai_common(g, root, e)) return -1;
+    int r = max_tokens(g, root, "max_completion_tokens", e);
+    if (r < 0 || (r == 0 && max_tokens(g, root, "max_tokens", e) < 0)) return -1;
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!msgs) return api_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
+    if (!cJSON_IsArray(msgs)) return api_fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
+    int n = cJSON_GetArraySize(msgs);
+    if (n == 0) return api_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
+    if (!(g->msgs = calloc((size_t)n, sizeof *g->msgs))) return api_fail(e, 500, NULL, NULL, "out of memory");
+    int i = 0;
+    for (const cJSON *m = msgs->child; m; m = m->next, i++)
+        if (chat_message(g, m, i, &g->msgs[i], e)) return -1;
+    g->n_msgs = n;
+    if (chat_tools(g, root, e)) return -1;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw))
+        return api_fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
+    if (api_bool(kw, "enable_thinking", &g->enable_thinking, e) < 0 || api_bool(root, "enable_thinking", &g->enable_thinking, e) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- completion requests ----------------------------------------------------------------------- */
+
+static int prompt_ids(api_gen *g, const cJSON *a, api_error *e) {
+    int n = cJSON_GetArraySize(a), i = 0;
+    if (!(g->prompt_ids = malloc((size_t)(n ? n : 1) * sizeof *g->prompt_ids))) return api_fail(e, 500, NULL, NULL, "out of memory");
+    for (const cJSON *x = a->child; x; x = x->next, i++) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 2147483647.0 || x->valuedouble != (double)(int32_t)x->valuedouble)
+            return api_fail(e, 400, "prompt", "invalid_value", "prompt[%d] must be a token id", i);
+        g->prompt_ids[i] = (int32_t)x->valuedouble;
+    }
+    g->n_prompt_ids = n;
+    return 0;
+}
+
+int oai_parse_completion(const char *body, size_t len, api_gen *g, api_error *e) {
+    memset(g, 0, sizeof *g);
+    g->kind = API_COMPLETION;
+    cJSON *root = api_parse_root(g, body, len, e);
+    if (!root || oai_common(g, root, e)) return -1;
+    g->max_tokens = 16; /* OpenAI's default for completions */
+    if (max_tokens(g, root, "max_tokens", e) < 0 || api_bool(root, "echo", &g->echo, e) < 0) return -1;
+    long long best_of = 1;
+    if (api_int(root, "best_of", 1, 1e9, &best_of, e) < 0) return -1;
+    if (best_of != 1) return api_fail(e, 400, "best_of", "unsupported_parameter", "only best_of = 1 is supported");
+    const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (cJSON_IsString(suffix) && *suffix->valuestring)
+        return api_fail(e, 400, "suffix", "unsupported_parameter", "'suffix' (fill in the middle) is not supported");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    if (!p) return api_fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) p = p->child;
+    if (cJSON_IsString(p)) g->prompt = p->valuestring;
+    else if (cJSON_IsArray(p) && (!p->child || cJSON_IsNumber(p->child))) return prompt_ids(g, p, e);
+    else if (cJSON_IsArray(p))
+        return api_fail(e, 400, "prompt", "unsupported_parameter", "only one prompt per request is supported");
+    else return api_fail(e, 400, "prompt", "invalid_type", "'prompt' must be a string, an array of token ids, or an array of one of them");
+    return 0;
+}
+
+/* ---- responses --------------------------------------------------------------------------------- */
+
+static cJSON *usage(const api_done *d) {
+    cJSON *u = cJSON_CreateObject(), *det = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", d->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", d->n_generated);
+    cJSON_AddNumberToObject(u, "total_tokens", d->n_prompt + d->n_generated);
+    cJSON_AddNumberToObject(det, "cached_tokens", d->n_reused);
+    cJSON_AddItemToObject(u, "prompt_tokens_details", det);
+    return u;
+}
+
+static cJSON *head(const api_meta *m, const char *object) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", m->id);
+    cJSON_AddStringToObject(j, "object", object);
+    cJSON_AddNumberToObject(j, "created", (double)m->created);
+    cJSON_AddStringToObject(j, "model", m->model);
+    return j;
+}
+
+/* One tool call as OpenAI writes it; index < 0: no "index" (whole responses). */
+static cJSON *tool_call(int index, const char *id, const char *name, const char *args) {
+    cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+    if (index >= 0) cJSON_AddNumberToObject(c, "index", index);
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(f, "name", name);
+    cJSON_AddStringToObject(f, "arguments", args);
+    cJSON_AddItemToObject(c, "function", f);
+    return c;
+}
+
+/* Prints j (deleting it); NULL when out of memory (cJSON quietly drops items it could not create, so
+ * a tree built under memory pressure is checked by its print). */
+static char *finish(cJSON *j) {
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
+char *oai_chat_response(const api_meta *m, const api_result *r, const api_done *d) {
+    cJSON *j = head(m, "chat.completion"), *choices = cJSON_CreateArray(), *c = cJSON_CreateObject(), *msg = cJSON_CreateObject();
+    cJSON_AddStringToObject(msg, "role", "assistant");
+    if (r->content.n || !r->n_calls) cJSON_AddItemToObject(msg, "content", api_text(r->content.p, r->content.n));
+    else cJSON_AddNullToObject(msg, "content");
+    if (r->reasoning.n) cJSON_AddItemToObject(msg, "reasoning_content", api_text(r->reasoning.p, r->reasoning.n));
+    if (r->n_calls) {
+        cJSON *calls = cJSON_CreateArray();
+        for (int i = 0; i < r->n_calls; i++)
+            cJSON_AddItemToArray(calls, tool_call(-1, r->calls[i].id, r->calls[i].name, r->calls[i].arguments));
+        cJSON_AddItemToObject(msg, "tool_calls", calls);
+    }
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToObject(c, "message", msg);
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", oai_finish_reason(d->stop, r->n_calls > 0));
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddItemToObject(j, "choices", choices);
+    cJSON_AddItemToObject(j, "usage", usage(d));
+    return finish(j);
+}
+
+char *oai_completion_response(const api_meta *m, const char *text, size_t len, const api_done *d) {
+    cJSON *j = head(m, "text_completion"), *choices = cJSON_CreateArray(), *c = cJSON_CreateObject();
+    cJSON_AddItemToObject(c, "text", api_text(text, len));
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", oai_finish_reason(d->stop, 0));
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddItemToObject(j, "choices", choices);
+    cJSON_AddItemToObject(j, "usage", usage(d));
+    return finish(j);
+}
+
+/* ---- streams ----------------------------------------------------------------------------------- */
+
+/* A chunk with one choice: for chat, delta (owned) and finish_reason; for completions, text. */
+static int chunk(api_stream *s, cJSON *delta, const char *text, size_t len, const char *finish_reason) {
+    int chat = s->kind == API_CHAT;
+    cJSON *j = head(&s->meta, chat ? "chat.completion.chunk" : "text_completion"), *choices = cJSON_CreateArray(),
+          *c = cJSON_CreateObject();
+    if (chat) {
+        cJSON_AddNumberToObject(c, "index", 0);
+        cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
+    } else {
+        cJSON_AddItemToObject(c, "text", api_text(text, len));
+        cJSON_AddNumberToObject(c, "index", 0);
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    if (finish_reason) cJSON_AddStringToObject(c, "finish_reason", finish_reason);
+    else cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddItemToObject(j, "choices", choices);
+    if (s->include_usage) cJSON_AddNullToObject(j, "usage");
+    return api_sse(&s->out, NULL, j);
+}
+
+int oai_stream_begin(api_stream *s) {
+    if (s->kind != API_CHAT) return 0;
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "role", "assistant");
+    cJSON_AddStringToObject(d, "content", "");
+    return chunk(s, d, NULL, 0, NULL);
+}
+
+int oai_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call) {
+    if (s->kind != API_CHAT) return chunk(s, NULL, text, len, NULL);
+    cJSON *d = cJSON_CreateObject();
+    if (kind == OUT_TOOL_CALL) {
+        char id[40];
+        api_new_id(id, sizeof id, "call_");
+        cJSON *calls = cJSON_CreateArray();
+        cJSON_AddItemToArray(calls, tool_call(s->n_calls++, id, call->name, call->arguments));
+        cJSON_AddItemToObject(d, "tool_calls", calls);
+    } else
+        cJSON_AddItemToObject(d, kind == OUT_REASONING ? "reasoning_content" : "content", api_text(text, len));
+    return chunk(s, d, NULL, 0, NULL);
+}
+
+int oai_stream_end(api_stream *s, const api_done *d) {
+    if (chunk(s, NULL, "", 0, oai_finish_reason(d->stop, s->n_calls > 0))) return -1;
+    if (s->include_usage) {
+        cJSON *j = head(&s->meta, s->kind == API_CHAT ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddItemToObject(j, "choices", cJSON_CreateArray());
+        cJSON_AddItemToObject(j, "usage", usage(d));
+        if (api_sse(&s->out, NULL, j)) return -1;
+    }
+    return tok_buf_puts(&s->out, "data: [DONE]\n\n");
+}
