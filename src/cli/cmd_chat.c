@@ -8,7 +8,13 @@
  * re-render.) Line editing and history come from libedit when stdin is a terminal; otherwise lines are
  * read plainly, which is how the tests drive it. Ctrl-C stops the current answer, not the program (at
  * the prompt it starts a fresh line); Ctrl-D or /quit leaves.
+ *
+ * --save FILE writes the conversation after every turn (the session state with the REPL's own
+ * bookkeeping beside it: sl_session_save_file, a temp name then rename, so FILE is always a whole
+ * state); --load FILE starts from one, so a conversation goes on after a restart without evaluating
+ * its history again. /save FILE does the same from the prompt.
  */
+#include <cjson/cJSON.h>
 #include <editline/readline.h>
 #include <errno.h>
 #include <signal.h>
@@ -77,6 +83,7 @@ typedef struct {
     sl_gen_result last;
     int last_prompt;  /* tokens evaluated for the last turn's prompt */
     char *sys;        /* system prompt set with /system (owned) */
+    const char *save; /* --save FILE: written after every turn */
     int tty_out;      /* stdout is a terminal: control characters are not printed */
 } chat;
 
@@ -102,6 +109,8 @@ static int add_text(chat *c, const char *text, int32_t **v, int *n) {
     free(ids);
     return 0;
 }
+
+static int save_state(chat *c, const char *path);
 
 static void turn(chat *c, const char *line) {
     sl_chat_msg msgs[2] = {{"system", c->o.system, NULL, NULL}, {"user", line, NULL, NULL}};
@@ -135,9 +144,54 @@ static void turn(chat *c, const char *line) {
     c->turns++;
     c->pending = r.stop == SL_STOP_EOG ? -1 : r.last_token;
     c->need_end = r.stop != SL_STOP_EOG;
+    if (c->save) save_state(c, c->save);
 out:
     free(text);
     free(ids);
+}
+
+/* The REPL's bookkeeping stored beside the session state. */
+static int save_state(chat *c, const char *path) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "turns", c->turns);
+    cJSON_AddNumberToObject(j, "pending", c->pending);
+    cJSON_AddBoolToObject(j, "need_end", c->need_end);
+    cJSON_AddNumberToObject(j, "think", c->o.think);
+    if (c->o.system) cJSON_AddStringToObject(j, "system", c->o.system);
+    char *txt = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    sl_error err = {0};
+    int rc = !txt ? cli_fail("chat", "out of memory")
+                  : sl_session_save_file(c->s, path, txt, strlen(txt), &err) ? cli_fail("chat", "%s", err.msg) : 0;
+    free(txt);
+    return rc;
+}
+
+static int load_state(chat *c, const char *path) {
+    void *extra = NULL;
+    size_t n = 0;
+    sl_error err = {0};
+    if (sl_session_load_file(c->s, path, &extra, &n, &err)) return cli_fail("chat", "%s", err.msg);
+    cJSON *j = extra ? cJSON_Parse(extra) : NULL;
+    free(extra);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "turns"), *p = cJSON_GetObjectItemCaseSensitive(j, "pending");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "need_end"), *k = cJSON_GetObjectItemCaseSensitive(j, "think");
+    const cJSON *sy = cJSON_GetObjectItemCaseSensitive(j, "system");
+    if (!cJSON_IsNumber(t) || !cJSON_IsNumber(p) || !cJSON_IsBool(e) || p->valueint < -1 ||
+        p->valueint >= sl_model_n_vocab(c->m)) {
+        cJSON_Delete(j);
+        sl_session_reset(c->s);
+        return cli_fail("chat", "%s: not a conversation saved by sluice chat", path);
+    }
+    c->turns = t->valueint;
+    c->pending = p->valueint;
+    c->need_end = cJSON_IsTrue(e);
+    if (cJSON_IsNumber(k)) c->o.think = k->valueint;
+    free(c->sys);
+    c->sys = cJSON_IsString(sy) ? strdup(sy->valuestring) : NULL;
+    c->o.system = c->sys;
+    cJSON_Delete(j);
+    return 0;
 }
 
 static void stats(const chat *c) {
@@ -153,7 +207,13 @@ int cmd_chat(int argc, char **argv) {
     chat c;
     memset(&c, 0, sizeof c);
     cli_text_opts_init(&c.o);
+    const char *load = NULL;
     for (int i = 1; i < argc; i++) {
+        if ((!strcmp(argv[i], "--save") || !strcmp(argv[i], "--load")) && i + 1 < argc) {
+            *(argv[i][2] == 's' ? &c.save : &load) = argv[i + 1];
+            i++;
+            continue;
+        }
         int r = cli_text_opt("chat", &c.o, argc, argv, &i);
         if (r < 0) return -r;
         if (r == 0 || c.o.prompt) return cli_bad_option("chat", argc, argv, r ? i - 1 : i); /* -p: run's */
@@ -172,14 +232,18 @@ int cmd_chat(int argc, char **argv) {
     if (sl_model_open(c.o.model, &c.o.mp, &c.m, &err)) { cli_fail("chat", "%s", err.msg); goto out; }
     if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail("chat", "out of memory"); goto out; }
     c.pending = -1;
+    if (load && load_state(&c, load)) goto out;
     int tty = isatty(0);
     c.tty_out = isatty(1);
-    if (tty) printf("sluice chat — /reset, /stats, /think on|off, /system TEXT, /quit; Ctrl-C stops an answer\n");
+    if (tty) printf("sluice chat — /reset, /stats, /think on|off, /system TEXT, /save FILE, /quit; Ctrl-C stops an answer\n");
     char *line;
     while ((line = read_line(tty))) {
         if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) { free(line); break; }
         if (!strcmp(line, "/reset")) { reset(&c); printf("[conversation reset]\n"); }
         else if (!strcmp(line, "/stats")) stats(&c);
+        else if (!strncmp(line, "/save ", 6) && line[6]) {
+            if (!save_state(&c, line + 6)) printf("[conversation saved to %s]\n", line + 6);
+        }
         else if (!strcmp(line, "/think on") || !strcmp(line, "/think off")) {
             c.o.think = !strcmp(line, "/think on");
             printf("[thinking %s]\n", c.o.think ? "on" : "off");
@@ -189,7 +253,7 @@ int cmd_chat(int argc, char **argv) {
             c.o.system = c.sys;
             reset(&c);
             printf("[system prompt %s; conversation reset]\n", c.sys ? "set" : "cleared");
-        } else if (line[0] == '/') printf("unknown command %s (/reset, /stats, /think on|off, /system TEXT, /quit)\n", line);
+        } else if (line[0] == '/') printf("unknown command %s (/reset, /stats, /think on|off, /system TEXT, /save FILE, /quit)\n", line);
         else if (*line) turn(&c, line);
         fflush(stdout);
         free(line);
