@@ -99,9 +99,12 @@ $(BUILD)/bench_tokenize: $(BUILD)/bench/bench_tokenize.o $(BUILD)/libsluice.a
 
 # The demo: the shipped model (models/demo/README.md) writes a few lines, its experts streamed through a
 # cache of a quarter of the expert section (10.5 MiB), so the stats line shows streaming at work.
+DEMO_PROMPT := And it came to pass
 run: $(BUILD)/sluice
 	@$(BUILD)/sluice info $(DEMO) | head -7
-	$(BUILD)/sluice run -m $(DEMO) -p "And it came to pass" -n 64 --temp 0.7 --seed 1 --cache 2.6M --stats
+	@echo '$$ sluice run -m $(DEMO) -p "$(DEMO_PROMPT)" -n 64 --temp 0.7 --seed 1 --cache 2.6M --stats'
+	@printf '%s' '$(DEMO_PROMPT)'
+	@$(BUILD)/sluice run -m $(DEMO) -p "$(DEMO_PROMPT)" -n 64 --temp 0.7 --seed 1 --cache 2.6M --stats
 
 # The man page is generated from the --help texts (help2man).
 $(BUILD)/sluice.1: $(BUILD)/sluice tools/gen_man.sh

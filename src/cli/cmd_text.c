@@ -294,6 +294,7 @@ int cmd_run_text(int argc, char **argv) {
     signal(SIGINT, on_sigint);
     if (sl_generate(m, s, tok, smp, ids, n, &gp, print_token, &ro, &res, &err)) { printf("\n"); cli_fail("run", "%s", err.msg); goto out; }
     printf("\n");
+    fflush(stdout); /* the text before the stats lines on stderr, also through a pipe */
     if (o.stats) {
         static const char *why[] = {"end of text", "stop string", "length", "interrupted"};
         fprintf(stderr, "tokens: %d prompt, %d generated; prefill %.1f tok/s, decode %.1f tok/s; stop: %s\n", res.n_prompt,
