@@ -214,7 +214,7 @@ static void print_markdown(const args *a, const model_run *r, int n_ids, long te
         char qb[32] = "–";
         if (r[i].wb.quant_share > 0)
             snprintf(qb, sizeof qb, "%.2f (%.0f%%)", r[i].wb.quant_bits, 100 * r[i].wb.quant_share);
-        printf("| %s | %s | %.2f | %.1f MB | %.3f | %.4f | %+.2f%% | ", MODES[i].name, qb, r[i].wb.all_bits,
+        printf("| %s | %s | %.2f | %.1f MB | %.4f | %.4f | %+.2f%% | ", MODES[i].name, qb, r[i].wb.all_bits,
                (double)r[i].file_bytes / 1e6, ppl, bpb, 100 * (ppl / ppl0 - 1));
         if (i == 0) printf("– | – | ");
         else printf("%.2e | %.2f%% | ", r[i].kl / scored, 100.0 * (double)r[i].agree / (double)scored);
