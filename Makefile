@@ -12,7 +12,7 @@ VENV    ?= build/venv
 PYTHON  ?= $(VENV)/bin/python
 DEMO    := models/demo.sluice
 
-LIB_SRC := $(sort $(wildcard src/*/*.c))
+LIB_SRC := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_SRC := $(filter-out src/cli/% $(SKIP),$(LIB_SRC))
 CLI_SRC := $(filter-out $(SKIP),$(sort $(wildcard src/cli/*.c)))
 TEST_SRC := $(sort $(wildcard tests/*.c))

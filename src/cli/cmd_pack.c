@@ -89,6 +89,11 @@ int cmd_info(int argc, char **argv) {
     printf("moe         %.0f experts, %.0f per token, expert ffn %.0f, shared expert ffn %.0f, dense ffn %.0f, "
            "renormalise top-k %s\n", num(c, "n_experts"), num(c, "n_experts_used"), num(c, "moe_inter"),
            num(c, "shared_inter"), num(c, "dense_inter"), num(c, "norm_topk") ? "yes" : "no");
+    if (cJSON_GetObjectItemCaseSensitive(c, "router")) /* containers of before the family tables lack them */
+        printf("routing     %s; q/k norm %s; q/k/v bias %s\n",
+               num(c, "router") == 1 ? "top-k of the logits, softmax over them" : "softmax, top-k",
+               num(c, "qk_norm") == 2 ? "over the projection" : num(c, "qk_norm") == 1 ? "per head" : "none",
+               num(c, "attn_bias") ? "yes" : "no");
     if (num(c, "lin_nk") > 0)
         printf("deltanet    key heads %.0f x %.0f, value heads %.0f x %.0f, conv kernel %.0f\n", num(c, "lin_nk"),
                num(c, "lin_dk"), num(c, "lin_nv"), num(c, "lin_dv"), num(c, "conv_k"));

@@ -72,29 +72,7 @@ sl_model_params sl_model_params_default(void) {
 
 /* ---- binding ---- */
 
-typedef struct {
-    const char *suffix;
-    size_t field; /* offsetof in sl_layer_w */
-    int vec;      /* 1: float* vector, 0: sl_mat */
-} bind_entry;
-
-#define M(s, f) {s, offsetof(sl_layer_w, f), 0}
-#define V(s, f) {s, offsetof(sl_layer_w, f), 1}
-static const bind_entry layer_binds[] = {
-    V("input_layernorm", attn_norm), V("post_attention_layernorm", ffn_norm),
-    M("self_attn.q_proj", q), M("self_attn.k_proj", k), M("self_attn.v_proj", v), M("self_attn.o_proj", o),
-    V("self_attn.q_norm", q_norm), V("self_attn.k_norm", k_norm),
-    M("linear_attn.in_proj_qkvz", qkvz), M("linear_attn.in_proj_ba", ba), M("linear_attn.in_proj_qkv", qkv),
-    M("linear_attn.in_proj_z", z), M("linear_attn.in_proj_b", b), M("linear_attn.in_proj_a", a),
-    V("linear_attn.conv1d", conv_w), V("linear_attn.dt_bias", dt_bias), V("linear_attn.A_log", A_log),
-    V("linear_attn.norm", lin_norm), M("linear_attn.out_proj", lin_out),
-    M("mlp.gate", router), M("mlp.shared_expert.gate_proj", sh_gate), M("mlp.shared_expert.up_proj", sh_up),
-    M("mlp.shared_expert.down_proj", sh_down), M("mlp.shared_expert_gate", sh_expert_gate),
-    M("mlp.gate_proj", mlp_gate), M("mlp.up_proj", mlp_up), M("mlp.down_proj", mlp_down),
-};
-#undef M
-#undef V
-
+/* Binds one backbone tensor of the family table (model/tensors.h) to its sl_weights field. */
 static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
     const slc_tensor *t = slc_find(&m->f, at->name);
     if (!t) return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is missing from the container", m->f.path, at->name);
@@ -103,22 +81,9 @@ static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
                       m->f.path, at->name, (long long)t->shape[0], (long long)t->shape[1], (long long)at->shape[0],
                       (long long)at->shape[1]);
     const uint8_t *data = m->backbone + (t->off - m->f.h.backbone_off);
-    void *dst = NULL;
-    int vec = 0;
-    if (!strcmp(at->name, "embed_tokens")) dst = &m->w.embed;
-    else if (!strcmp(at->name, "lm_head")) dst = &m->w.lm_head;
-    else if (!strcmp(at->name, "norm")) { dst = &m->w.final_norm; vec = 1; }
-    else {
-        int l = -1, n = 0;
-        if (sscanf(at->name, "layers.%d.%n", &l, &n) != 1 || l < 0 || l >= m->cfg.n_layers)
-            return sl_err(err, SL_EFORMAT, "%s: unexpected tensor '%s'", m->f.path, at->name);
-        for (size_t i = 0; i < sizeof layer_binds / sizeof *layer_binds; i++)
-            if (!strcmp(at->name + n, layer_binds[i].suffix)) {
-                dst = (char *)&m->w.layers[l] + layer_binds[i].field;
-                vec = layer_binds[i].vec;
-            }
-        if (!dst) return sl_err(err, SL_EFORMAT, "%s: unexpected tensor '%s'", m->f.path, at->name);
-    }
+    if (at->layer >= m->cfg.n_layers) return sl_err(err, SL_EFORMAT, "%s: unexpected tensor '%s'", m->f.path, at->name);
+    void *dst = at->layer >= 0 ? (char *)&m->w.layers[at->layer] + at->field : (char *)&m->w + at->field;
+    int vec = !at->matrix;
     if (vec && q_is_quant(t->dtype))
         return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is a vector but has quantized dtype %s", m->f.path, at->name,
                       dt_name(t->dtype));
@@ -645,6 +610,19 @@ sl_status sl_model_layer_stats(const sl_model *m, int layer, uint64_t *hits, uin
     *hits = *misses = *bytes = 0;
     if (layer < 0 || layer >= m->cfg.n_layers) return SL_ERANGE;
     if (m->cache) cache_layer_stats(m->cache, layer, hits, misses, bytes);
+    return SL_OK;
+}
+
+sl_status sl_model_expert_counts(sl_model *m, int layer, uint64_t *out, int n, int *n_experts) {
+    if (n_experts) *n_experts = 0;
+    if (layer < 0 || layer >= m->cfg.n_layers) return SL_ERANGE;
+    int ms = cfg_moe_slot(&m->cfg, layer), E = m->cfg.n_experts;
+    if (ms < 0) return SL_OK;
+    if (n_experts) *n_experts = E;
+    pthread_mutex_lock(&m->mu);
+    const uint64_t *r = m->cache ? cache_route_counts(m->cache) : NULL;
+    for (int e = 0; e < n && e < E; e++) out[e] = r ? r[(size_t)ms * E + e] : 0;
+    pthread_mutex_unlock(&m->mu);
     return SL_OK;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "model/arch.h"
 #include "model/model.h"
 #include "model/tensors.h"
 #include "quant/quant.h"
@@ -100,14 +101,9 @@ cJSON *slc_config_to_json(const sl_config *c) {
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
     cJSON_AddStringToObject(j, "arch", cfg_arch_name(c->arch));
-#define I(name) cJSON_AddNumberToObject(j, #name, c->name)
-    I(vocab); I(hidden); I(n_layers); I(n_heads); I(n_kv_heads); I(head_dim); I(rot_dim); I(rope_theta);
-    I(max_pos); I(tie_embeddings); I(n_experts); I(n_experts_used); I(moe_inter); I(shared_inter);
-    I(dense_inter); I(norm_topk); I(lin_nk); I(lin_nv); I(lin_dk); I(lin_dv); I(conv_k); I(zero_centred_norm);
-    I(gated_attn); I(split_lin_proj);
-#undef I
-    cJSON_AddNumberToObject(j, "eps", (double)c->eps);
-    cJSON_AddNumberToObject(j, "norms_shifted", c->norms_shifted);
+#define X(name, type, presence) cJSON_AddNumberToObject(j, #name, (double)c->name);
+    SL_CONFIG_FIELDS(X)
+#undef X
     cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
     cJSON *lm = cJSON_AddArrayToObject(j, "layer_moe");
     for (int l = 0; l < c->n_layers; l++) {
@@ -117,24 +113,37 @@ cJSON *slc_config_to_json(const sl_config *c) {
     return j;
 }
 
+/* Reads field `name` of j into *v; 0, or -1 when a required field is missing or not a number (an
+ * optional one that is absent keeps *v). */
+static int cfg_field(const cJSON *j, const char *name, int required, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
+    if (cJSON_IsNumber(x)) {
+        *v = x->valuedouble;
+        return 0;
+    }
+    return required || x ? -1 : 0;
+}
+
+#define CFG_CAST_I (int)
+#define CFG_CAST_D (double)
+#define CFG_CAST_F (float)
+
 sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, sl_error *err) {
     memset(c, 0, sizeof *c);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "arch");
     if (!cJSON_IsString(a) || (c->arch = cfg_arch_from_name(a->valuestring)) == SL_ARCH_NONE)
         return sl_err(err, SL_EFORMAT, "%s: manifest: unknown architecture", path);
-#define I(name)                                                                                        \
-    do {                                                                                               \
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, #name);                                   \
-        if (!cJSON_IsNumber(v)) return sl_err(err, SL_EFORMAT, "%s: manifest: config lacks '%s'", path, #name); \
-        c->name = v->valuedouble;                                                                      \
-    } while (0)
-    I(vocab); I(hidden); I(n_layers); I(n_heads); I(n_kv_heads); I(head_dim); I(rot_dim); I(rope_theta);
-    I(max_pos); I(tie_embeddings); I(n_experts); I(n_experts_used); I(moe_inter); I(shared_inter);
-    I(dense_inter); I(norm_topk); I(lin_nk); I(lin_nv); I(lin_dk); I(lin_dv); I(conv_k); I(zero_centred_norm);
-    I(gated_attn); I(split_lin_proj); I(eps);
-#undef I
-    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(j, "norms_shifted"); /* absent before quantization */
-    c->norms_shifted = cJSON_IsNumber(ns) ? ns->valueint != 0 : 0;
+    arch_set_traits(c); /* what containers written before a trait was stored get */
+#define X(name, type, presence)                                                                        \
+    {                                                                                                  \
+        double v = (double)c->name;                                                                    \
+        if (cfg_field(j, #name, #presence[0] == 'R', &v))                                              \
+            return sl_err(err, SL_EFORMAT, "%s: manifest: config lacks '%s'", path, #name);            \
+        c->name = CFG_CAST_##type v;                                                                   \
+    }
+    SL_CONFIG_FIELDS(X)
+#undef X
+    c->norms_shifted = c->norms_shifted != 0;
     if (c->norms_shifted && c->zero_centred_norm)
         return sl_err(err, SL_EFORMAT, "%s: manifest: norms_shifted and zero_centred_norm are both set", path);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
@@ -142,15 +151,18 @@ sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, s
     if (c->n_layers < 1 || c->n_layers > SL_MAX_LAYERS || cJSON_GetArraySize(lt) != c->n_layers ||
         cJSON_GetArraySize(lm) != c->n_layers)
         return sl_err(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
+    int any_linear = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const cJSON *t = cJSON_GetArrayItem(lt, l);
         c->layer_linear[l] = cJSON_IsString(t) && !strcmp(t->valuestring, "linear_attention");
         c->layer_moe[l] = cJSON_IsTrue(cJSON_GetArrayItem(lm, l));
+        any_linear |= c->layer_linear[l];
     }
     if (c->vocab < 1 || c->hidden < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads ||
         c->head_dim < 1 || c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
-        c->rot_dim > c->head_dim || c->rot_dim % 2 || (c->arch != SL_ARCH_QWEN3_MOE && (c->lin_nk < 1 ||
-        c->lin_nv % c->lin_nk || c->conv_k < 1)))
+        c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_TOPK_SOFTMAX ||
+        c->qk_norm < 0 || c->qk_norm > SL_QK_NORM_ALL ||
+        (any_linear && (c->lin_nk < 1 || c->lin_nv % c->lin_nk || c->conv_k < 1)))
         return sl_err(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);
     return SL_OK;
 }

@@ -57,13 +57,9 @@ static sl_quant role_mode(const sl_pack_params *p, int role) {
     return bb;
 }
 
-static int ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 /* How tensor t (canonical name `name`) is stored under params p. */
-static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const char *name, int matrix, int expert) {
+/* role: 0 backbone, 1 router / shared-expert gate (the family table's AR_ROUTER), 2 routed experts */
+static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const char *name, int matrix, int role) {
     pack_tgt g = {DT_NONE, 0, DT_NONE, 0};
     if (q_is_quant(t->src_dtype)) { /* MLX: as it is */
         g.dt = t->src_dtype;
@@ -71,7 +67,6 @@ static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const ch
         g.sdt = t->q_sdtype;
         return g;
     }
-    int role = expert ? 2 : ends_with(name, "mlp.gate") || ends_with(name, "mlp.shared_expert_gate") ? 1 : 0;
     sl_quant q = role_mode(p, role);
     sl_dtype qd = quant_dtype(q);
     char why[128];
@@ -225,7 +220,7 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
     if (!man || !tt || !tdt || !toff) { free(tdt); free(toff); st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
     for (int i = 0; i < n_at; i++) {
         const hf_tensor *t = hf_find(ck, at[i].name);
-        tdt[i] = target_for(p, t, at[i].name, at[i].matrix, 0);
+        tdt[i] = target_for(p, t, at[i].name, at[i].matrix, at[i].router);
         uint64_t bytes = tgt_bytes(&tdt[i], at[i].ndim, at[i].shape);
         off = slc_round_up(off, SLC_TENSOR_ALIGN);
         toff[i] = off;
@@ -258,7 +253,7 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
             free(tdt); free(toff);
             goto fail;
         }
-        if (first) edt[part] = target_for(p, first, pn, 1, 1);
+        if (first) edt[part] = target_for(p, first, pn, 1, 2);
         else edt[part] = (pack_tgt){DT_F32, 0, DT_NONE, 0};
         if (mixed && !q_is_quant(edt[part].dt)) edt[part].dt = DT_F32;
         int64_t sh[2];

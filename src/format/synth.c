@@ -5,6 +5,7 @@
  * a random router is close to uniform, which makes cache hit rates pessimistic (real routers are
  * skewed).
  *
+ * The shapes come from the families' tables (model/arch.h), one list over every family.
  * Values: matrices uniform in ±1/sqrt(cols) (activations stay O(1)), norm weights 0 for zero-centred
  * families and 1 otherwise, A_log = log(U(1,16)), dt_bias 0, conv1d ±0.5. Matrices are bf16 by
  * default, f32 with --quant f32, or quantized with --quant q8|q4|q3 (group 64, bf16 scales, the
@@ -20,32 +21,22 @@
 #include <xxhash.h>
 
 #include "format/container.h"
+#include "model/arch.h"
 #include "model/tensors.h"
 #include "quant/quant.h"
 #include "sluice.h"
 #include "util/err.h"
 #include "util/fileio.h"
 
-typedef struct {
-    const char *name, *arch;
-    int vocab, hidden, layers, heads, kv_heads, head_dim, experts, used, moe_inter, shared_inter;
-    int nk, nv, dk, dv, interval, max_pos;
-    double theta, prf;
-    int norm_topk;
-} shape;
-
-/* Dimensions from the released config.json files (see shared MODELS.md §1; 122B/397B not listed
- * because their full dimensions are not verified). */
-static const shape shapes[] = {
-    {"qwen3-next-80b-a3b", "qwen3_next", 151936, 2048, 48, 16, 2, 256, 512, 10, 512, 512, 16, 32, 128, 128, 4, 262144, 1e7, 0.25, 1},
-    {"qwen3.5-35b-a3b", "qwen3_5_moe", 248320, 2048, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 4, 262144, 1e7, 0.25, 1},
-    {"qwen3-30b-a3b", "qwen3_moe", 151936, 2048, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1},
-    {"qwen3-235b-a22b", "qwen3_moe", 151936, 4096, 94, 64, 4, 128, 128, 8, 1536, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1},
-    {"tiny", "qwen3_next", 512, 64, 4, 4, 2, 32, 32, 4, 64, 64, 2, 4, 16, 16, 4, 4096, 1e6, 0.25, 1},
-};
-
+/* The shapes are the families' (model/arch/<family>.c: the released config.json files' dimensions). */
 const char *sl_synth_shapes(void) {
-    return "qwen3-next-80b-a3b, qwen3.5-35b-a3b, qwen3-30b-a3b, qwen3-235b-a22b, tiny";
+    static char buf[1024];
+    if (buf[0]) return buf;
+    size_t n = 0;
+    for (int i = 0; arch_list[i]; i++)
+        for (int k = 0; k < arch_list[i]->n_shapes && n < sizeof buf; k++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", n ? ", " : "", arch_list[i]->shapes[k].name);
+    return buf;
 }
 
 #define SYNTH_GROUP 64
@@ -91,6 +82,7 @@ static void fill_vec(uint64_t *s, const char *name, const sl_config *c, sl_dtype
         else if (strstr(name, "dt_bias")) v = 0.0f;
         else if (strstr(name, "conv1d")) v = ((float)(rng_next(s) >> 40) / (float)(1 << 24) - 0.5f);
         else if (strstr(name, "linear_attn.norm")) v = 1.0f;
+        else if (strstr(name, "_proj.bias")) v = 0.0f;
         tmp[i] = v;
     }
     dt_from_f32(dt, tmp, dst, n);
@@ -100,14 +92,15 @@ static void fill_vec(uint64_t *s, const char *name, const sl_config *c, sl_dtype
 /* dtype of a backbone tensor: vectors f32; routers bf16 when the rest is quantized; else mdt. */
 static sl_dtype tensor_dtype(const arch_tensor *t, sl_dtype mdt) {
     if (!t->matrix) return DT_F32;
-    if (q_is_quant(mdt) && (strstr(t->name, "mlp.gate") && !strstr(t->name, "gate_proj"))) return DT_BF16;
+    if (q_is_quant(mdt) && t->router) return DT_BF16;
     if (q_is_quant(mdt) && t->shape[1] % SYNTH_GROUP) return DT_BF16;
     return mdt;
 }
 
-static sl_status make_config(const shape *sh, int layers, sl_config *c, sl_error *err) {
+static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layers, sl_config *c, sl_error *err) {
     memset(c, 0, sizeof *c);
-    c->arch = cfg_arch_from_name(sh->arch);
+    c->arch = a->id;
+    arch_set_traits(c);
     c->vocab = sh->vocab;
     c->hidden = sh->hidden;
     c->n_layers = layers > 0 ? layers : sh->layers;
@@ -124,16 +117,15 @@ static sl_status make_config(const shape *sh, int layers, sl_config *c, sl_error
     c->moe_inter = sh->moe_inter;
     c->shared_inter = sh->shared_inter;
     c->norm_topk = sh->norm_topk;
-    int next = c->arch != SL_ARCH_QWEN3_MOE;
-    c->zero_centred_norm = c->gated_attn = next;
-    c->split_lin_proj = c->arch == SL_ARCH_QWEN3_5_MOE;
+    c->attn_bias = sh->attn_bias;
+    int linear = sh->interval > 0;
     c->lin_nk = sh->nk;
     c->lin_nv = sh->nv;
     c->lin_dk = sh->dk;
     c->lin_dv = sh->dv;
-    c->conv_k = next ? 4 : 0;
+    c->conv_k = linear ? 4 : 0;
     for (int l = 0; l < c->n_layers; l++) {
-        c->layer_linear[l] = next && (l + 1) % sh->interval != 0;
+        c->layer_linear[l] = linear && (l + 1) % sh->interval != 0;
         c->layer_moe[l] = 1;
     }
     return SL_OK;
@@ -141,14 +133,19 @@ static sl_status make_config(const shape *sh, int layers, sl_config *c, sl_error
 
 sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t seed, const char *out_path,
                    sl_progress_fn progress, void *user, sl_error *err) {
-    const shape *sh = NULL;
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        if (!strcmp(shapes[i].name, shape_name)) sh = &shapes[i];
+    const arch_shape *sh = NULL;
+    const arch_desc *a = NULL;
+    for (int i = 0; arch_list[i] && !sh; i++)
+        for (int k = 0; k < arch_list[i]->n_shapes && !sh; k++)
+            if (!strcmp(arch_list[i]->shapes[k].name, shape_name)) {
+                sh = &arch_list[i]->shapes[k];
+                a = arch_list[i];
+            }
     if (!sh) return sl_err(err, SL_EINVAL, "unknown shape '%s' (known: %s)", shape_name, sl_synth_shapes());
     sl_dtype mdt = quant == SL_QUANT_F32 ? DT_F32 : quant == SL_QUANT_Q8 ? DT_Q8 : quant == SL_QUANT_Q4 ? DT_Q4
                  : quant == SL_QUANT_Q3 ? DT_Q3 : DT_BF16;
     sl_config c;
-    sl_status st = make_config(sh, layers, &c, err);
+    sl_status st = make_config(a, sh, layers, &c, err);
     if (st) return st;
     arch_tensor *at = NULL;
     int n_at = arch_backbone_tensors(&c, &at);

@@ -17,6 +17,7 @@
 #include "import/mlx.h"
 #include "import/safetensors.h"
 #include "quant/quant.h"
+#include "model/arch.h"
 #include "model/tensors.h"
 #include "util/err.h"
 #include "util/fileio.h"
@@ -78,10 +79,36 @@ static hf_t *push(hf_ckpt *ck) {
     return t;
 }
 
-static int part_index(const char *s) {
-    for (int p = 0; p < 3; p++)
-        if (!strcmp(s, arch_expert_part_names[p])) return p;
+/* The expert part a name denotes: canonical (gate_proj, up_proj, down_proj) or the family's on-disk one. */
+static int part_index(const hf_ckpt *ck, const char *s) {
+    const arch_desc *a = arch_get(ck->cfg.arch);
+    for (int p = 0; p < ARCH_N_PARTS; p++)
+        if (!strcmp(s, arch_expert_part_names[p]) || (a && a->parts[p].disk && !strcmp(s, a->parts[p].disk)))
+            return p;
     return -1;
+}
+
+/* Rewrites a layer-relative on-disk name ("layers.N.<rest>") into its canonical form with the family's
+ * renames (prefixes) and tensor table (whole names). */
+static void canon_layer_name(const hf_ckpt *ck, char *base, size_t cap) {
+    const arch_desc *a = arch_get(ck->cfg.arch);
+    int l, n = 0;
+    if (!a || sscanf(base, "layers.%d.%n", &l, &n) != 1 || n == 0) return;
+    char rest[256];
+    snprintf(rest, sizeof rest, "%s", base + n);
+    for (const char *const *r = a->renames; r && r[0]; r += 2)
+        if (!strncmp(rest, r[0], strlen(r[0]))) {
+            char tmp[256];
+            snprintf(tmp, sizeof tmp, "%s%s", r[1], rest + strlen(r[0]));
+            snprintf(rest, sizeof rest, "%s", tmp);
+            break;
+        }
+    for (int k = 0; k < a->n_tensors; k++)
+        if (a->tensors[k].disk && !strcmp(rest, a->tensors[k].disk)) {
+            snprintf(rest, sizeof rest, "%s", a->tensors[k].name);
+            break;
+        }
+    snprintf(base + n, cap - (size_t)n, "%s", rest);
 }
 
 /* ---- opening ---- */
@@ -179,12 +206,13 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
     if (ends_with(base, ".scales") || ends_with(base, ".biases")) return SL_OK; /* MLX: attach_mlx() */
     int u32 = e->dtype == DT_NONE && !strcmp(e->dtype_str, "U32") && ends_with(base, ".weight");
     if (ends_with(base, ".weight")) base[strlen(base) - 7] = 0;
+    canon_layer_name(ck, base, sizeof base);
     const sl_config *c = &ck->cfg;
     int l, ex, nread = 0;
     char part[32];
     /* MLX stacked experts: layers.N.mlp.switch_mlp.{gate,up,down}_proj [E, out, in (or packed words)] */
     if (sscanf(base, "layers.%d.mlp.switch_mlp.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0) {
-        int p = part_index(part);
+        int p = part_index(ck, part);
         if (p < 0 || l < 0 || l >= c->n_layers) return SL_OK;
         if (e->ndim != 3 || e->shape[0] != c->n_experts)
             return sl_err(err, SL_EFORMAT, "tensor '%s' must be [%d, out, in] (stacked experts), has %d dims", e->name,
@@ -213,12 +241,14 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         }
         return SL_OK;
     }
-    if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0) {
-        int p = part_index(part);
+    if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z0-9_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0) {
+        int p = part_index(ck, part);
         if (p < 0 || l < 0 || l >= c->n_layers || ex < 0 || ex >= c->n_experts) return SL_OK;
         hf_t *t = push(ck);
         if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
-        t->pub.name = strdup(base);
+        char nm[128];
+        snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, ex, arch_expert_part_names[p]);
+        t->pub.name = strdup(nm);
         t->file = fi;
         t->ent = e;
         t->off = e->off;
@@ -555,7 +585,7 @@ const hf_tensor *hf_find(const hf_ckpt *ck, const char *name) {
     int l, e, nr = 0;
     char part[32];
     if (ck->experts && sscanf(name, "layers.%d.mlp.experts.%d.%31[a-z_]%n", &l, &e, part, &nr) == 3 && !name[nr]) {
-        int p = part_index(part);
+        int p = part_index(ck, part);
         if (p < 0 || l < 0 || l >= ck->cfg.n_layers || e < 0 || e >= ck->cfg.n_experts) return NULL;
         hf_t *t = ck->experts[((size_t)l * (size_t)ck->cfg.n_experts + (size_t)e) * 3 + (size_t)p];
         return t ? &t->pub : NULL;

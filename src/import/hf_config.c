@@ -1,26 +1,31 @@
 /*
  * hf_config.c — Hugging Face config.json -> sl_config.
  *
- * Accepts every spelling MODELS.md §1 lists: num_experts / num_local_experts, rope_theta at top level or
- * in rope_parameters, partial_rotary_factor in either place, layer_types or full_attention_interval,
- * qwen3_5_moe's nested text_config. Missing required fields and contradictions are errors naming the
- * field; an unknown model_type lists the supported ones.
+ * The model_type picks the family (model/arch.h); the fields every family shares are read here, the
+ * family's own by its config hook through the hfc_* reader. Accepts every spelling MODELS.md §1 lists:
+ * num_experts / num_local_experts, rope_theta at top level or in rope_parameters, partial_rotary_factor
+ * in either place, layer_types or full_attention_interval, a VLM wrapper's nested text_config. Missing
+ * required fields and contradictions are errors naming the field; an unknown model_type lists the
+ * supported ones.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "import/hf.h"
+#include "model/arch.h"
 #include "util/err.h"
 
-typedef struct {
+struct hfc {
     const cJSON *t;    /* text config object (or the root) */
     const cJSON *root;
     const char *path;
     sl_error *err;
     sl_status st;
-} cfgctx;
+};
+typedef struct hfc cfgctx;
 
 static const cJSON *field(const cfgctx *c, const char *name) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->t, name);
@@ -63,6 +68,153 @@ static int get_bool(cfgctx *c, const char *name, int def) {
     return cJSON_IsTrue(v);
 }
 
+/* ---- the reader family hooks use (model/arch.h) ---- */
+
+int hfc_int(hfc *c, const char *name, int required, int def) { return get_int(c, name, required, def); }
+int hfc_bool(hfc *c, const char *name, int def) { return get_bool(c, name, def); }
+int hfc_has(hfc *c, const char *name) { return field(c, name) != NULL; }
+
+double hfc_num(hfc *c, const char *name, double def, int *found) {
+    const cJSON *v = field(c, name);
+    if (found) *found = 0;
+    if (!v) return def;
+    if (!cJSON_IsNumber(v)) {
+        if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' must be a number", c->path, name);
+        return def;
+    }
+    if (found) *found = 1;
+    return v->valuedouble;
+}
+
+void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) {
+    if (c->st) return;
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->st = sl_err(c->err, st, "%s: %s", c->path, msg);
+}
+
+void hfc_linear_layers(hfc *c, sl_config *o) {
+    if (c->st) return;
+    const cJSON *lt = field(c, "layer_types");
+    if (lt) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
+            hfc_fail(c, SL_ECONFIG, "'layer_types' has %d entries but num_hidden_layers is %d",
+                     cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1, o->n_layers);
+            return;
+        }
+        for (int i = 0; i < o->n_layers; i++) {
+            const cJSON *e = cJSON_GetArrayItem(lt, i);
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention")) o->layer_linear[i] = 1;
+            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) o->layer_linear[i] = 0;
+            else {
+                hfc_fail(c, SL_ECONFIG, "layer_types[%d] must be 'linear_attention' or 'full_attention'", i);
+                return;
+            }
+        }
+        return;
+    }
+    int iv = get_int(c, "full_attention_interval", 0, 4);
+    if (iv < 1) {
+        hfc_fail(c, SL_ECONFIG, "full_attention_interval must be >= 1");
+        return;
+    }
+    for (int i = 0; i < o->n_layers; i++) o->layer_linear[i] = (i + 1) % iv != 0;
+}
+
+void hfc_full_attention_only(hfc *c, const sl_config *o) {
+    const cJSON *lt = field(c, "layer_types");
+    if (!lt || c->st) return;
+    for (int i = 0; i < cJSON_GetArraySize(lt) && i < o->n_layers; i++) {
+        const cJSON *e = cJSON_GetArrayItem(lt, i);
+        if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
+            hfc_fail(c, SL_EUNSUPPORTED, "layer_types[%d] is '%s' (only full attention is supported)", i,
+                     cJSON_IsString(e) ? e->valuestring : "?");
+            return;
+        }
+    }
+}
+
+void hfc_sparse_layers(hfc *c, sl_config *o) {
+    if (c->st) return;
+    int step = get_int(c, "decoder_sparse_step", 0, 1);
+    const cJSON *mo = field(c, "mlp_only_layers");
+    int any_dense = 0;
+    for (int i = 0; i < o->n_layers; i++) {
+        int dense = (step < 1) || ((i + 1) % step != 0) || o->n_experts == 0;
+        if (cJSON_IsArray(mo)) {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, mo) if (cJSON_IsNumber(e) && (int)e->valuedouble == i) dense = 1;
+        }
+        o->layer_moe[i] = !dense;
+        any_dense |= dense;
+    }
+    if (any_dense) o->dense_inter = get_int(c, "intermediate_size", 1, 0);
+}
+
+/* ---- hf_parse_config ---- */
+
+/* The fields every family reads the same way: vocabulary, dimensions, heads, experts, eps, RoPE, tied
+ * embeddings. */
+static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
+    const char *path = c->path;
+    sl_error *err = c->err;
+    o->vocab = get_int(c, "vocab_size", 1, 0);
+    o->hidden = get_int(c, "hidden_size", 1, 0);
+    o->n_layers = get_int(c, "num_hidden_layers", 1, 0);
+    o->n_heads = get_int(c, "num_attention_heads", 1, 0);
+    o->n_kv_heads = get_int(c, "num_key_value_heads", 0, o->n_heads);
+    o->head_dim = get_int(c, "head_dim", 0, o->n_heads ? o->hidden / (o->n_heads ? o->n_heads : 1) : 0);
+    o->max_pos = get_int(c, "max_position_embeddings", 0, 32768);
+    o->n_experts_used = get_int(c, "num_experts_per_tok", 1, 0);
+    int ne = get_int(c, "num_experts", 0, -1), nle = get_int(c, "num_local_experts", 0, -1);
+    if (!c->st && ne >= 0 && nle >= 0 && ne != nle)
+        c->st = sl_err(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree", path, ne, nle);
+    if (!c->st && ne < 0 && nle < 0)
+        c->st = sl_err(err, SL_ECONFIG, "%s: missing required field 'num_experts' (or 'num_local_experts')", path);
+    o->n_experts = ne >= 0 ? ne : nle;
+    {
+        const cJSON *v = field(c, "rms_norm_eps");
+        o->eps = cJSON_IsNumber(v) ? (float)v->valuedouble : 1e-6f;
+    }
+    /* rope: top-level rope_theta and/or rope_parameters.rope_theta; partial_rotary_factor likewise */
+    const cJSON *rp = field(c, "rope_parameters");
+    if (!rp) rp = field(c, "rope_scaling");
+    int f1 = 0, f2 = 0;
+    double th1 = get_num(c, c->t, "rope_theta", 10000.0, &f1);
+    double th2 = get_num(c, cJSON_IsObject(rp) ? rp : NULL, "rope_theta", 10000.0, &f2);
+    if (!c->st && f1 && f2 && th1 != th2)
+        c->st = sl_err(err, SL_ECONFIG, "%s: 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) disagree", path,
+                       th1, th2);
+    o->rope_theta = f1 ? th1 : th2;
+    if (cJSON_IsObject(rp)) {
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (!rt) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
+        if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") && !c->st)
+            c->st = sl_err(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default')", path,
+                           rt->valuestring);
+    }
+    double prf = a->prf_default;
+    int fp1 = 0, fp2 = 0;
+    double p1 = get_num(c, c->t, "partial_rotary_factor", prf, &fp1);
+    double p2 = get_num(c, cJSON_IsObject(rp) ? rp : NULL, "partial_rotary_factor", prf, &fp2);
+    if (!c->st && fp1 && fp2 && p1 != p2)
+        c->st = sl_err(err, SL_ECONFIG, "%s: 'partial_rotary_factor' (%g) and 'rope_parameters.partial_rotary_factor' "
+                       "(%g) disagree", path, p1, p2);
+    prf = fp1 ? p1 : p2;
+    o->rot_dim = (int)(o->head_dim * prf);
+    o->tie_embeddings = get_bool(c, "tie_word_embeddings", 0);
+    if (cJSON_GetObjectItemCaseSensitive(c->root, "tie_word_embeddings") && c->t != c->root) {
+        /* the VLM wrapper's top-level value is the one transformers uses */
+        const cJSON *tv = cJSON_GetObjectItemCaseSensitive(c->root, "tie_word_embeddings");
+        if (cJSON_IsBool(tv)) o->tie_embeddings = cJSON_IsTrue(tv);
+    }
+    if (get_bool(c, "attention_bias", 0) && !c->st)
+        c->st = sl_err(err, SL_EUNSUPPORTED, "%s: attention_bias = true is not supported", path);
+}
+
 sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl_error *err) {
     memset(out, 0, sizeof *out);
     cJSON *root = cJSON_Parse(text);
@@ -70,152 +222,42 @@ sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl
         cJSON_Delete(root);
         return sl_err(err, SL_ECONFIG, "%s: not a JSON object", path);
     }
-    cfgctx c = {root, root, path, err, SL_OK};
+    hfc c = {root, root, path, err, SL_OK};
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(mt)) {
         cJSON_Delete(root);
         return sl_err(err, SL_ECONFIG, "%s: missing required field 'model_type'", path);
     }
     const char *type = mt->valuestring;
-    if (!strcmp(type, "qwen3_moe")) out->arch = SL_ARCH_QWEN3_MOE;
-    else if (!strcmp(type, "qwen3_next")) out->arch = SL_ARCH_QWEN3_NEXT;
-    else if (!strcmp(type, "qwen3_5_moe") || !strcmp(type, "qwen3_5_moe_text")) out->arch = SL_ARCH_QWEN3_5_MOE;
-    else {
-        sl_status st = sl_err(err, SL_EUNSUPPORTED,
-                              "%s: unsupported model_type '%s' (supported: qwen3_moe, qwen3_next, qwen3_5_moe, "
-                              "qwen3_5_moe_text)",
-                              path, type);
+    const arch_desc *a = arch_by_hf_type(type);
+    if (!a) {
+        sl_status st = sl_err(err, SL_EUNSUPPORTED, "%s: unsupported model_type '%s' (supported: %s)", path, type,
+                              arch_hf_type_list());
         cJSON_Delete(root);
         return st;
     }
-    if (!strcmp(type, "qwen3_5_moe")) {
+    out->arch = a->id;
+    arch_set_traits(out);
+    if (a->text_config_type && !strcmp(type, a->text_config_type)) {
         const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
         if (!cJSON_IsObject(tc)) {
             cJSON_Delete(root);
-            return sl_err(err, SL_ECONFIG, "%s: model_type qwen3_5_moe needs a 'text_config' object", path);
+            return sl_err(err, SL_ECONFIG, "%s: model_type %s needs a 'text_config' object", path, type);
         }
         c.t = tc;
     }
     sl_config *o = out;
-    int next_like = o->arch != SL_ARCH_QWEN3_MOE;
-    o->vocab = get_int(&c, "vocab_size", 1, 0);
-    o->hidden = get_int(&c, "hidden_size", 1, 0);
-    o->n_layers = get_int(&c, "num_hidden_layers", 1, 0);
-    o->n_heads = get_int(&c, "num_attention_heads", 1, 0);
-    o->n_kv_heads = get_int(&c, "num_key_value_heads", 0, o->n_heads);
-    o->head_dim = get_int(&c, "head_dim", 0, o->n_heads ? o->hidden / (o->n_heads ? o->n_heads : 1) : 0);
-    o->max_pos = get_int(&c, "max_position_embeddings", 0, 32768);
-    o->moe_inter = get_int(&c, "moe_intermediate_size", 1, 0);
-    o->n_experts_used = get_int(&c, "num_experts_per_tok", 1, 0);
-    int ne = get_int(&c, "num_experts", 0, -1), nle = get_int(&c, "num_local_experts", 0, -1);
-    if (!c.st && ne >= 0 && nle >= 0 && ne != nle)
-        c.st = sl_err(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree", path, ne, nle);
-    if (!c.st && ne < 0 && nle < 0)
-        c.st = sl_err(err, SL_ECONFIG, "%s: missing required field 'num_experts' (or 'num_local_experts')", path);
-    o->n_experts = ne >= 0 ? ne : nle;
-    {
-        const cJSON *v = field(&c, "rms_norm_eps");
-        o->eps = cJSON_IsNumber(v) ? (float)v->valuedouble : 1e-6f;
-    }
-    /* rope: top-level rope_theta and/or rope_parameters.rope_theta; partial_rotary_factor likewise */
-    const cJSON *rp = field(&c, "rope_parameters");
-    if (!rp) rp = field(&c, "rope_scaling");
-    int f1 = 0, f2 = 0;
-    double th1 = get_num(&c, c.t, "rope_theta", 10000.0, &f1);
-    double th2 = get_num(&c, cJSON_IsObject(rp) ? rp : NULL, "rope_theta", 10000.0, &f2);
-    if (!c.st && f1 && f2 && th1 != th2)
-        c.st = sl_err(err, SL_ECONFIG, "%s: 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) disagree", path,
-                      th1, th2);
-    o->rope_theta = f1 ? th1 : th2;
-    if (cJSON_IsObject(rp)) {
-        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (!rt) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
-        if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") && !c.st)
-            c.st = sl_err(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default')", path,
-                          rt->valuestring);
-    }
-    double prf = next_like ? 0.25 : 1.0;
-    int fp1 = 0, fp2 = 0;
-    double p1 = get_num(&c, c.t, "partial_rotary_factor", prf, &fp1);
-    double p2 = get_num(&c, cJSON_IsObject(rp) ? rp : NULL, "partial_rotary_factor", prf, &fp2);
-    if (!c.st && fp1 && fp2 && p1 != p2)
-        c.st = sl_err(err, SL_ECONFIG, "%s: 'partial_rotary_factor' (%g) and 'rope_parameters.partial_rotary_factor' "
-                      "(%g) disagree", path, p1, p2);
-    prf = fp1 ? p1 : p2;
-    o->rot_dim = (int)(o->head_dim * prf);
-    o->tie_embeddings = get_bool(&c, "tie_word_embeddings", 0);
-    if (cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings") && c.t != c.root) {
-        /* the VLM wrapper's top-level value is the one transformers uses */
-        const cJSON *tv = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
-        if (cJSON_IsBool(tv)) o->tie_embeddings = cJSON_IsTrue(tv);
-    }
-    if (get_bool(&c, "attention_bias", 0) && !c.st)
-        c.st = sl_err(err, SL_EUNSUPPORTED, "%s: attention_bias = true is not supported", path);
-
-    if (o->arch == SL_ARCH_QWEN3_5_MOE) o->norm_topk = 1;
-    else o->norm_topk = get_bool(&c, "norm_topk_prob", o->arch == SL_ARCH_QWEN3_NEXT);
-    if (next_like) {
-        o->zero_centred_norm = 1;
-        o->gated_attn = 1;
-        o->split_lin_proj = o->arch == SL_ARCH_QWEN3_5_MOE;
-        o->shared_inter = get_int(&c, "shared_expert_intermediate_size", 1, 0);
-        o->lin_nk = get_int(&c, "linear_num_key_heads", 1, 0);
-        o->lin_nv = get_int(&c, "linear_num_value_heads", 1, 0);
-        o->lin_dk = get_int(&c, "linear_key_head_dim", 1, 0);
-        o->lin_dv = get_int(&c, "linear_value_head_dim", 1, 0);
-        o->conv_k = get_int(&c, "linear_conv_kernel_dim", 1, 0);
-    }
+    common_fields(&c, a, o);
     if (c.st) goto done;
     if (o->n_layers < 1 || o->n_layers > SL_MAX_LAYERS) {
         c.st = sl_err(err, SL_ECONFIG, "%s: num_hidden_layers = %d (must be 1..%d)", path, o->n_layers, SL_MAX_LAYERS);
         goto done;
     }
-    /* layer types */
-    const cJSON *lt = field(&c, "layer_types");
-    if (next_like) {
-        if (lt) {
-            if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
-                c.st = sl_err(err, SL_ECONFIG, "%s: 'layer_types' has %d entries but num_hidden_layers is %d", path,
-                              cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1, o->n_layers);
-                goto done;
-            }
-            for (int i = 0; i < o->n_layers; i++) {
-                const cJSON *e = cJSON_GetArrayItem(lt, i);
-                if (cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention")) o->layer_linear[i] = 1;
-                else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) o->layer_linear[i] = 0;
-                else {
-                    c.st = sl_err(err, SL_ECONFIG, "%s: layer_types[%d] must be 'linear_attention' or "
-                                  "'full_attention'", path, i);
-                    goto done;
-                }
-            }
-        } else {
-            int iv = get_int(&c, "full_attention_interval", 0, 4);
-            if (iv < 1) {
-                c.st = sl_err(err, SL_ECONFIG, "%s: full_attention_interval must be >= 1", path);
-                goto done;
-            }
-            for (int i = 0; i < o->n_layers; i++) o->layer_linear[i] = (i + 1) % iv != 0;
-        }
-    }
-    /* MoE vs dense layers */
     for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = 1;
-    if (o->arch != SL_ARCH_QWEN3_5_MOE) {
-        int step = get_int(&c, "decoder_sparse_step", 0, 1);
-        const cJSON *mo = field(&c, "mlp_only_layers");
-        int any_dense = 0;
-        for (int i = 0; i < o->n_layers; i++) {
-            int dense = (step < 1) || ((i + 1) % step != 0) || o->n_experts == 0;
-            if (cJSON_IsArray(mo)) {
-                const cJSON *e;
-                cJSON_ArrayForEach(e, mo) if (cJSON_IsNumber(e) && (int)e->valuedouble == i) dense = 1;
-            }
-            o->layer_moe[i] = !dense;
-            any_dense |= dense;
-        }
-        if (any_dense) o->dense_inter = get_int(&c, "intermediate_size", 1, 0);
-    }
+    a->config(&c, o); /* the family's fields, layer kinds */
     if (c.st) goto done;
+    int any_linear = 0;
+    for (int i = 0; i < o->n_layers; i++) any_linear |= o->layer_linear[i];
     /* consistency */
 #define BAD(...) do { c.st = sl_err(err, SL_ECONFIG, __VA_ARGS__); goto done; } while (0)
     if (o->vocab < 1 || o->hidden < 1 || o->n_heads < 1 || o->head_dim < 1) BAD("%s: vocab_size, hidden_size, num_attention_heads and head_dim must be positive", path);
@@ -226,7 +268,7 @@ sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl
     if (o->rot_dim < 0 || o->rot_dim > o->head_dim || o->rot_dim % 2) BAD("%s: partial_rotary_factor gives %d rotary dims of head_dim %d (must be even and <= head_dim)", path, o->rot_dim, o->head_dim);
     if (!(o->rope_theta > 0)) BAD("%s: rope_theta must be positive", path);
     if (!(o->eps > 0)) BAD("%s: rms_norm_eps must be positive", path);
-    if (next_like) {
+    if (any_linear) {
         if (o->lin_nk < 1 || o->lin_nv < 1 || o->lin_dk < 1 || o->lin_dv < 1 || o->conv_k < 1) BAD("%s: linear attention dimensions must be positive", path);
         if (o->lin_nv % o->lin_nk) BAD("%s: linear_num_value_heads (%d) is not a multiple of linear_num_key_heads (%d)", path, o->lin_nv, o->lin_nk);
     }

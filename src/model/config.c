@@ -1,6 +1,8 @@
 /* config.c — helpers over sl_config; see config.h. */
 #include "model/config.h"
 
+#include "model/arch.h"
+
 #include <string.h>
 
 int cfg_n_moe_layers(const sl_config *c) {
@@ -16,14 +18,12 @@ int cfg_moe_slot(const sl_config *c, int layer) {
     return s;
 }
 
-static const char *const arch_names[] = {"none", "qwen3_moe", "qwen3_next", "qwen3_5_moe"};
-
 const char *cfg_arch_name(sl_arch a) {
-    return (a >= SL_ARCH_QWEN3_MOE && a <= SL_ARCH_QWEN3_5_MOE) ? arch_names[a] : "none";
+    const arch_desc *d = arch_get(a);
+    return d ? d->name : "none";
 }
 
 sl_arch cfg_arch_from_name(const char *name) {
-    for (int a = SL_ARCH_QWEN3_MOE; a <= SL_ARCH_QWEN3_5_MOE; a++)
-        if (!strcmp(name, arch_names[a])) return (sl_arch)a;
-    return SL_ARCH_NONE;
+    const arch_desc *d = arch_by_name(name);
+    return d ? d->id : SL_ARCH_NONE;
 }

@@ -1,9 +1,10 @@
 /*
  * config.h — the normalised model description shared by import, format and model.
  *
- * One struct for all supported families (qwen3_moe, qwen3_next, qwen3_5_moe). The importer fills it
- * from Hugging Face config.json (all spellings), the container stores it in its manifest, the forward
- * pass reads it. Fields that do not apply to a family are 0.
+ * One struct for all supported families (model/arch.h lists them). The importer fills it from Hugging
+ * Face config.json (all spellings) and the family's traits, the container stores it in its manifest (the
+ * fields of SL_CONFIG_FIELDS, plus the per-layer lists), the forward pass reads it. Fields that do not
+ * apply to a family are 0.
  */
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
@@ -18,6 +19,19 @@ typedef enum {
     SL_ARCH_QWEN3_NEXT = 2,
     SL_ARCH_QWEN3_5_MOE = 3,
 } sl_arch;
+
+/* How router logits become the k expert weights (moe.c). */
+enum {
+    SL_ROUTER_SOFTMAX_TOPK = 0, /* softmax over all E, top-k, divided by their sum when norm_topk (Qwen, OLMoE) */
+    SL_ROUTER_TOPK_SOFTMAX = 1, /* top-k of the logits, softmax over those k (Mixtral) */
+};
+
+/* Where attention's q/k RMSNorm applies. */
+enum {
+    SL_QK_NORM_NONE = 0,
+    SL_QK_NORM_HEAD = 1, /* per head, over head_dim (Qwen3) */
+    SL_QK_NORM_ALL = 2,  /* over the whole projection before the split into heads (OLMoE) */
+};
 
 typedef struct sl_config {
     sl_arch arch;
@@ -55,11 +69,28 @@ typedef struct sl_config {
      * qwen3_next / qwen3_5_moe; the engine then uses them as plain weights (zero_centred_norm off for
      * those norms). linear_attn.norm is never shifted. */
     int norms_shifted;
+
+    int router;    /* SL_ROUTER_* */
+    int qk_norm;   /* SL_QK_NORM_* */
+    int attn_bias; /* q_proj, k_proj, v_proj have biases (Qwen2-MoE) */
 } sl_config;
+
+/* The scalar fields of sl_config as the manifest stores them: X(name, type, presence) with type I (int),
+ * D (double) or F (float); presence R (required) or O (optional: absent in containers written before
+ * the field existed, which then get the family's trait, or 0). container.c writes and reads them,
+ * `sluice info` prints them. */
+#define SL_CONFIG_FIELDS(X)                                                                                    \
+    X(vocab, I, R) X(hidden, I, R) X(n_layers, I, R) X(n_heads, I, R) X(n_kv_heads, I, R) X(head_dim, I, R)  \
+    X(rot_dim, I, R) X(rope_theta, D, R) X(max_pos, I, R) X(tie_embeddings, I, R) X(n_experts, I, R)         \
+    X(n_experts_used, I, R) X(moe_inter, I, R) X(shared_inter, I, R) X(dense_inter, I, R) X(norm_topk, I, R) \
+    X(lin_nk, I, R) X(lin_nv, I, R) X(lin_dk, I, R) X(lin_dv, I, R) X(conv_k, I, R)                          \
+    X(zero_centred_norm, I, R) X(gated_attn, I, R) X(split_lin_proj, I, R) X(eps, F, R)                      \
+    X(norms_shifted, I, O) X(router, I, O) X(qk_norm, I, O) X(attn_bias, I, O)
 
 /* Number of MoE layers; expert-layer slot of layer l (or -1 for dense). */
 int cfg_n_moe_layers(const sl_config *c);
 int cfg_moe_slot(const sl_config *c, int layer);
+/* The family's container name ("none" if unknown) / the id of a container name (SL_ARCH_NONE). */
 const char *cfg_arch_name(sl_arch a);
 sl_arch cfg_arch_from_name(const char *name);
 

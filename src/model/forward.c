@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/arch.h"
 #include "model/fwd_internal.h"
 #include "quant/quant.h"
 #include "sluice.h"
@@ -296,6 +297,10 @@ static int check_vec(const float *v, int layer, const char *name, char *err, siz
     } while (0)
 
 static int check_config(const sl_config *c, char *err, size_t errlen) {
+    if (!arch_get(c->arch)) {
+        fwd_errf(err, errlen, "unknown architecture %d", (int)c->arch);
+        return SL_EINVAL;
+    }
     int ok = c->vocab > 0 && c->hidden > 0 && c->n_layers > 0 && c->n_layers <= SL_MAX_LAYERS;
     if (ok && any_layer(c, 0))
         ok = c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0 && c->head_dim > 0 &&
@@ -303,6 +308,8 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
     if (ok && any_layer(c, 1))
         ok = c->lin_nk > 0 && c->lin_nv > 0 && c->lin_nv % c->lin_nk == 0 && c->lin_dk > 0 && c->lin_dv > 0 &&
              c->conv_k >= 1;
+    ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX) &&
+         c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL;
     for (int l = 0; ok && l < c->n_layers; l++) {
         if (c->layer_moe[l])
             ok = c->n_experts > 0 && c->n_experts_used > 0 && c->n_experts_used <= c->n_experts && c->moe_inter > 0;
@@ -313,53 +320,21 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
     return ok ? 0 : SL_EINVAL;
 }
 
+/* Every backbone weight the family's table gives this config: present, and of the implied shape. */
 static int check_weights(const sl_config *c, const sl_weights *w, char *err, size_t errlen) {
-    const int H = c->hidden, V = c->vocab;
-    CK(check_mat(&w->embed, V, H, -1, "embed_tokens", err, errlen));
-    if (w->lm_head.data || !c->tie_embeddings) CK(check_mat(&w->lm_head, V, H, -1, "lm_head", err, errlen));
-    CK(check_vec(w->final_norm, -1, "norm", err, errlen));
-    for (int l = 0; l < c->n_layers; l++) {
-        const sl_layer_w *lw = &w->layers[l];
-        CK(check_vec(lw->attn_norm, l, "input_layernorm", err, errlen));
-        CK(check_vec(lw->ffn_norm, l, "post_attention_layernorm", err, errlen));
-        if (c->layer_linear[l]) {
-            int nk = c->lin_nk, nv = c->lin_nv, dk = c->lin_dk, dv = c->lin_dv, cq = 2 * nk * dk + nv * dv;
-            if (c->split_lin_proj) {
-                CK(check_mat(&lw->qkv, cq, H, l, "linear_attn.in_proj_qkv", err, errlen));
-                CK(check_mat(&lw->z, nv * dv, H, l, "linear_attn.in_proj_z", err, errlen));
-                CK(check_mat(&lw->b, nv, H, l, "linear_attn.in_proj_b", err, errlen));
-                CK(check_mat(&lw->a, nv, H, l, "linear_attn.in_proj_a", err, errlen));
+    const arch_desc *a = arch_get(c->arch);
+    for (int k = 0; k < a->n_tensors; k++) {
+        const arch_tdef *d = &a->tensors[k];
+        int global = d->when == AW_GLOBAL || d->when == AW_UNTIED;
+        for (int l = global ? -1 : 0; l < (global ? 0 : c->n_layers); l++) {
+            if (!arch_applies(c, d->when, l)) continue;
+            const char *base = l < 0 ? (const char *)w : (const char *)&w->layers[l];
+            if (d->kind == AK_VEC) {
+                CK(check_vec(*(float *const *)(base + d->field), l, d->name, err, errlen));
             } else {
-                CK(check_mat(&lw->qkvz, cq + nv * dv, H, l, "linear_attn.in_proj_qkvz", err, errlen));
-                CK(check_mat(&lw->ba, 2 * nv, H, l, "linear_attn.in_proj_ba", err, errlen));
+                int rows = (int)arch_dim_value(c, d->rows), cols = (int)arch_dim_value(c, d->cols);
+                CK(check_mat((const sl_mat *)(base + d->field), rows, cols, l, d->name, err, errlen));
             }
-            CK(check_vec(lw->conv_w, l, "linear_attn.conv1d", err, errlen));
-            CK(check_vec(lw->dt_bias, l, "linear_attn.dt_bias", err, errlen));
-            CK(check_vec(lw->A_log, l, "linear_attn.A_log", err, errlen));
-            CK(check_vec(lw->lin_norm, l, "linear_attn.norm", err, errlen));
-            CK(check_mat(&lw->lin_out, H, nv * dv, l, "linear_attn.out_proj", err, errlen));
-        } else {
-            int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-            CK(check_mat(&lw->q, qd * (c->gated_attn ? 2 : 1), H, l, "self_attn.q_proj", err, errlen));
-            CK(check_mat(&lw->k, kvd, H, l, "self_attn.k_proj", err, errlen));
-            CK(check_mat(&lw->v, kvd, H, l, "self_attn.v_proj", err, errlen));
-            CK(check_mat(&lw->o, H, qd, l, "self_attn.o_proj", err, errlen));
-            CK(check_vec(lw->q_norm, l, "self_attn.q_norm", err, errlen));
-            CK(check_vec(lw->k_norm, l, "self_attn.k_norm", err, errlen));
-        }
-        if (c->layer_moe[l]) {
-            CK(check_mat(&lw->router, c->n_experts, H, l, "mlp.gate", err, errlen));
-            if (lw->sh_gate.data) {
-                CK(check_mat(&lw->sh_gate, c->shared_inter, H, l, "mlp.shared_expert.gate_proj", err, errlen));
-                CK(check_mat(&lw->sh_up, c->shared_inter, H, l, "mlp.shared_expert.up_proj", err, errlen));
-                CK(check_mat(&lw->sh_down, H, c->shared_inter, l, "mlp.shared_expert.down_proj", err, errlen));
-                if (lw->sh_expert_gate.data)
-                    CK(check_mat(&lw->sh_expert_gate, 1, H, l, "mlp.shared_expert_gate", err, errlen));
-            }
-        } else {
-            CK(check_mat(&lw->mlp_gate, c->dense_inter, H, l, "mlp.gate_proj", err, errlen));
-            CK(check_mat(&lw->mlp_up, c->dense_inter, H, l, "mlp.up_proj", err, errlen));
-            CK(check_mat(&lw->mlp_down, H, c->dense_inter, l, "mlp.down_proj", err, errlen));
         }
     }
     return 0;

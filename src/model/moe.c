@@ -2,8 +2,9 @@
  * moe.c — feed-forward blocks: routed MoE with optional gated shared expert, and the dense SwiGLU MLP
  * (MODELS.md 3.4).
  *
- * Routing per token: softmax over all E router logits (f32, sum in double), top-k by repeated argmax
- * (ties go to the lower expert index), weights renormalised when cfg->norm_topk. The chosen experts are
+ * Routing per token (cfg->router): softmax over all E router logits (f32, sum in double), top-k by
+ * repeated argmax (ties go to the lower expert index), weights renormalised when cfg->norm_topk (Qwen,
+ * OLMoE); or top-k of the logits and a softmax over those k (Mixtral). The chosen experts are
  * then sorted by expert index; that order is the fixed combine order:
  *     out = ((0 + w_a y_a) + w_b y_b) + ...   for experts a < b < ...
  * (HF's index_add loop over experts runs in the same order), then + sigmoid(sh_expert_gate . h) * y_s.
@@ -18,30 +19,50 @@
 #include "quant/quant.h"
 #include "sluice.h"
 
-static void route_token(const float *logits, int E, int k, int renorm, int *top_e, float *top_w, float *p) {
-    float mx = -INFINITY;
-    for (int e = 0; e < E; e++)
-        if (logits[e] > mx) mx = logits[e];
-    double sum = 0.0;
-    for (int e = 0; e < E; e++) {
-        p[e] = expf(logits[e] - mx);
-        sum += p[e];
-    }
-    const float fsum = (float)sum;
-    for (int e = 0; e < E; e++) p[e] /= fsum;
-
-    float wsum = 0.0f;
+/* Top-k of x [E] by repeated argmax (ties go to the lower index); marks the taken entries in x with
+ * `taken` (below every value), returns them in top_e in the order taken. */
+static void top_k(float *x, int E, int k, float taken, int *top_e, float *top_v) {
     for (int s = 0; s < k; s++) {
         int best = -1;
         for (int e = 0; e < E; e++)
-            if (p[e] != -1.0f && (best < 0 || p[e] > p[best])) best = e;
+            if (x[e] != taken && (best < 0 || x[e] > x[best])) best = e;
         top_e[s] = best;
-        top_w[s] = p[best];
-        wsum += p[best];
-        p[best] = -1.0f; /* taken */
+        top_v[s] = x[best];
+        x[best] = taken;
     }
-    if (renorm)
-        for (int s = 0; s < k; s++) top_w[s] /= wsum;
+}
+
+/* Routes one token (config.h SL_ROUTER_*): p [E] is scratch (may alias logits). */
+static void route_token(const float *logits, int E, int k, int kind, int renorm, int *top_e, float *top_w, float *p) {
+    if (kind == SL_ROUTER_TOPK_SOFTMAX) { /* top-k of the logits, then softmax over those k */
+        for (int e = 0; e < E; e++) p[e] = logits[e];
+        top_k(p, E, k, -INFINITY, top_e, top_w);
+        const float mx = top_w[0];
+        double sum = 0.0;
+        for (int s = 0; s < k; s++) {
+            top_w[s] = expf(top_w[s] - mx);
+            sum += top_w[s];
+        }
+        const float fsum = (float)sum;
+        for (int s = 0; s < k; s++) top_w[s] /= fsum;
+    } else { /* softmax over all E, then top-k, renormalised on request */
+        float mx = -INFINITY;
+        for (int e = 0; e < E; e++)
+            if (logits[e] > mx) mx = logits[e];
+        double sum = 0.0;
+        for (int e = 0; e < E; e++) {
+            p[e] = expf(logits[e] - mx);
+            sum += p[e];
+        }
+        const float fsum = (float)sum;
+        for (int e = 0; e < E; e++) p[e] /= fsum;
+        top_k(p, E, k, -1.0f, top_e, top_w);
+        if (renorm) {
+            float wsum = 0.0f;
+            for (int s = 0; s < k; s++) wsum += top_w[s];
+            for (int s = 0; s < k; s++) top_w[s] /= wsum;
+        }
+    }
     /* insertion sort by expert index: the fixed combine order */
     for (int s = 1; s < k; s++) {
         int e = top_e[s];
@@ -187,7 +208,7 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = ws->top_e + (size_t)t * k;
-        route_token(ws->router + (size_t)t * E, E, k, cfg->norm_topk, te, ws->top_w + (size_t)t * k,
+        route_token(ws->router + (size_t)t * E, E, k, cfg->router, cfg->norm_topk, te, ws->top_w + (size_t)t * k,
                     ws->router + (size_t)t * E);
         for (int s = 0; s < k; s++) ws->e_count[te[s]]++;
     }
@@ -247,7 +268,7 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = wb->top_e + (size_t)t * k;
-        route_token(wb->router + (size_t)t * E, E, k, cfg->norm_topk, te, wb->top_w + (size_t)t * k,
+        route_token(wb->router + (size_t)t * E, E, k, cfg->router, cfg->norm_topk, te, wb->top_w + (size_t)t * k,
                     wb->router + (size_t)t * E);
         for (int s = 0; s < k; s++) ws->e_count[te[s]]++;
     }

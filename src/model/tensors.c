@@ -1,8 +1,10 @@
-/* tensors.c — see tensors.h. */
+/* tensors.c — see tensors.h: a config's family table expanded over its layers. */
 #include "model/tensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "model/arch.h"
 
 const char *const arch_expert_part_names[3] = {"gate_proj", "up_proj", "down_proj"};
 
@@ -11,7 +13,7 @@ typedef struct {
     int n, cap, oom;
 } list;
 
-static void add(list *l, const char *name, int64_t r, int64_t c, int matrix) {
+static void add(list *l, const sl_config *c, const arch_tdef *d, int layer) {
     if (l->oom) return;
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 64;
@@ -21,65 +23,36 @@ static void add(list *l, const char *name, int64_t r, int64_t c, int matrix) {
         l->cap = cap;
     }
     arch_tensor *t = &l->v[l->n++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = c > 0 ? 2 : 1;
-    t->shape[0] = r;
-    t->shape[1] = c > 0 ? c : 0;
-    t->matrix = matrix;
+    if (layer >= 0) snprintf(t->name, sizeof t->name, "layers.%d.%s", layer, d->name);
+    else snprintf(t->name, sizeof t->name, "%s", d->name);
+    t->ndim = d->cols != AD_NONE ? 2 : 1;
+    t->shape[0] = arch_dim_value(c, d->rows);
+    t->shape[1] = d->cols != AD_NONE ? arch_dim_value(c, d->cols) : 0;
+    t->matrix = d->kind == AK_MAT;
+    t->layer = layer;
+    t->field = d->field;
+    t->router = d->role == AR_ROUTER;
 }
 
+static int is_global(const arch_tdef *d) { return d->when == AW_GLOBAL || d->when == AW_UNTIED; }
+
+/* Container order: the model-wide tensors listed before the first layer tensor, then layer by layer
+ * the layer tensors in table order, then the remaining model-wide tensors. */
 int arch_backbone_tensors(const sl_config *c, arch_tensor **out) {
+    const arch_desc *a = arch_get(c->arch);
+    if (!a) return -1;
     list l = {0};
-    char nm[96];
-    int64_t H = c->hidden, hd = c->head_dim;
-    add(&l, "embed_tokens", c->vocab, H, 1);
-    for (int i = 0; i < c->n_layers; i++) {
-#define ADD(suffix, r, col, m) (snprintf(nm, sizeof nm, "layers.%d.%s", i, suffix), add(&l, nm, r, col, m))
-        ADD("input_layernorm", H, 0, 0);
-        if (c->layer_linear[i]) {
-            int64_t nk = c->lin_nk, nv = c->lin_nv, dk = c->lin_dk, dv = c->lin_dv;
-            int64_t cq = 2 * nk * dk + nv * dv;
-            if (c->split_lin_proj) {
-                ADD("linear_attn.in_proj_qkv", cq, H, 1);
-                ADD("linear_attn.in_proj_z", nv * dv, H, 1);
-                ADD("linear_attn.in_proj_b", nv, H, 1);
-                ADD("linear_attn.in_proj_a", nv, H, 1);
-            } else {
-                ADD("linear_attn.in_proj_qkvz", 2 * nk * dk + 2 * nv * dv, H, 1);
-                ADD("linear_attn.in_proj_ba", 2 * nv, H, 1);
-            }
-            ADD("linear_attn.conv1d", cq, c->conv_k, 0);
-            ADD("linear_attn.dt_bias", nv, 0, 0);
-            ADD("linear_attn.A_log", nv, 0, 0);
-            ADD("linear_attn.norm", dv, 0, 0);
-            ADD("linear_attn.out_proj", H, nv * dv, 1);
-        } else {
-            ADD("self_attn.q_proj", (c->gated_attn ? 2 : 1) * c->n_heads * hd, H, 1);
-            ADD("self_attn.k_proj", c->n_kv_heads * hd, H, 1);
-            ADD("self_attn.v_proj", c->n_kv_heads * hd, H, 1);
-            ADD("self_attn.o_proj", H, c->n_heads * hd, 1);
-            ADD("self_attn.q_norm", hd, 0, 0);
-            ADD("self_attn.k_norm", hd, 0, 0);
-        }
-        ADD("post_attention_layernorm", H, 0, 0);
-        if (c->layer_moe[i]) {
-            ADD("mlp.gate", c->n_experts, H, 1);
-            if (c->shared_inter > 0) {
-                ADD("mlp.shared_expert.gate_proj", c->shared_inter, H, 1);
-                ADD("mlp.shared_expert.up_proj", c->shared_inter, H, 1);
-                ADD("mlp.shared_expert.down_proj", H, c->shared_inter, 1);
-                ADD("mlp.shared_expert_gate", 1, H, 1);
-            }
-        } else {
-            ADD("mlp.gate_proj", c->dense_inter, H, 1);
-            ADD("mlp.up_proj", c->dense_inter, H, 1);
-            ADD("mlp.down_proj", H, c->dense_inter, 1);
-        }
-#undef ADD
+    int first = 0;
+    while (first < a->n_tensors && is_global(&a->tensors[first])) {
+        if (arch_applies(c, a->tensors[first].when, 0)) add(&l, c, &a->tensors[first], -1);
+        first++;
     }
-    add(&l, "norm", H, 0, 0);
-    if (!c->tie_embeddings) add(&l, "lm_head", c->vocab, H, 1);
-    if (l.oom) {
+    for (int i = 0; i < c->n_layers; i++)
+        for (int k = first; k < a->n_tensors; k++)
+            if (!is_global(&a->tensors[k]) && arch_applies(c, a->tensors[k].when, i)) add(&l, c, &a->tensors[k], i);
+    for (int k = first; k < a->n_tensors; k++)
+        if (is_global(&a->tensors[k]) && arch_applies(c, a->tensors[k].when, 0)) add(&l, c, &a->tensors[k], -1);
+    if (l.oom || !l.n) {
         free(l.v);
         return -1;
     }
@@ -88,11 +61,11 @@ int arch_backbone_tensors(const sl_config *c, arch_tensor **out) {
 }
 
 void arch_expert_shape(const sl_config *c, int part, int64_t shape[2]) {
-    if (part == 2) {
-        shape[0] = c->hidden;
-        shape[1] = c->moe_inter;
-    } else {
-        shape[0] = c->moe_inter;
-        shape[1] = c->hidden;
+    const arch_desc *a = arch_get(c->arch);
+    if (!a || part < 0 || part >= ARCH_N_PARTS) {
+        shape[0] = shape[1] = 0;
+        return;
     }
+    shape[0] = arch_dim_value(c, a->parts[part].rows);
+    shape[1] = arch_dim_value(c, a->parts[part].cols);
 }

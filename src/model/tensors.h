@@ -1,11 +1,12 @@
 /*
- * tensors.h — the backbone tensors each architecture needs, with canonical names (see import/hf.h)
- * and expected shapes, in container order. Used by the importer (validation), the packer (layout)
- * and the loader (binding into sl_weights).
+ * tensors.h — the backbone tensors a config needs, expanded from its family's table (model/arch.h):
+ * canonical names (see import/hf.h), expected shapes and where each binds, in container order. Used by
+ * the importer (validation), the packer and synth (layout) and the loader (binding into sl_weights).
  */
 #ifndef SL_TENSORS_H
 #define SL_TENSORS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/config.h"
@@ -14,11 +15,14 @@ typedef struct arch_tensor {
     char name[96];
     int ndim;         /* 1 or 2 */
     int64_t shape[2];
-    int matrix;       /* 1: a Linear/Embedding weight (quantisable); 0: a vector or conv kernel */
+    int matrix;       /* 1: a Linear/Embedding weight (quantisable, an sl_mat); 0: an f32 vector or conv kernel */
+    int layer;        /* its layer, or -1 for model-wide tensors */
+    size_t field;     /* offsetof in sl_layer_w (layer >= 0) or sl_weights */
+    int router;       /* 1: a router or shared-expert gate (quantised at >= 8 bits) */
 } arch_tensor;
 
 /* Fills *out with a malloc'ed array of the backbone tensors; returns the count, or -1 on allocation
- * failure. Routed experts are not listed (see arch_expert_shape). */
+ * failure or an unknown family. Routed experts are not listed (see arch_expert_shape). */
 int arch_backbone_tensors(const sl_config *c, arch_tensor **out);
 
 /* Shape of routed-expert part p (0 gate_proj, 1 up_proj, 2 down_proj): [rows, cols]. */

@@ -1,0 +1,92 @@
+/*
+ * arch.c — the family registry and the arithmetic of arch.h's tables (dimensions, which layers have a
+ * tensor). The families themselves are in src/model/arch/<family>.c.
+ */
+#include "model/arch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe;
+
+const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, NULL};
+
+const arch_desc *arch_get(sl_arch id) {
+    for (int i = 0; arch_list[i]; i++)
+        if (arch_list[i]->id == id) return arch_list[i];
+    return NULL;
+}
+
+const arch_desc *arch_by_name(const char *name) {
+    for (int i = 0; name && arch_list[i]; i++)
+        if (!strcmp(arch_list[i]->name, name)) return arch_list[i];
+    return NULL;
+}
+
+const arch_desc *arch_by_hf_type(const char *model_type) {
+    for (int i = 0; model_type && arch_list[i]; i++)
+        for (const char *const *t = arch_list[i]->hf_types; *t; t++)
+            if (!strcmp(*t, model_type)) return arch_list[i];
+    return NULL;
+}
+
+const char *arch_hf_type_list(void) {
+    static char buf[512];
+    if (buf[0]) return buf;
+    size_t n = 0;
+    for (int i = 0; arch_list[i]; i++)
+        for (const char *const *t = arch_list[i]->hf_types; *t && n < sizeof buf; t++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", n ? ", " : "", *t);
+    return buf;
+}
+
+void arch_set_traits(sl_config *c) {
+    const arch_desc *d = arch_get(c->arch);
+    if (!d) return;
+    c->router = d->router;
+    c->qk_norm = d->qk_norm;
+    c->zero_centred_norm = d->zero_centred_norm;
+    c->gated_attn = d->gated_attn;
+    c->split_lin_proj = d->split_lin_proj;
+}
+
+int64_t arch_dim_value(const sl_config *c, arch_dim d) {
+    const int64_t hd = c->head_dim, nk = c->lin_nk, nv = c->lin_nv, dk = c->lin_dk, dv = c->lin_dv;
+    switch (d) {
+    case AD_NONE: return 0;
+    case AD_ONE: return 1;
+    case AD_V: return c->vocab;
+    case AD_H: return c->hidden;
+    case AD_HD: return hd;
+    case AD_Q: return c->n_heads * hd;
+    case AD_QPROJ: return (c->gated_attn ? 2 : 1) * c->n_heads * hd;
+    case AD_KV: return c->n_kv_heads * hd;
+    case AD_E: return c->n_experts;
+    case AD_I: return c->moe_inter;
+    case AD_IS: return c->shared_inter;
+    case AD_ID: return c->dense_inter;
+    case AD_CQ: return 2 * nk * dk + nv * dv;
+    case AD_QKVZ: return 2 * nk * dk + 2 * nv * dv;
+    case AD_NV: return nv;
+    case AD_2NV: return 2 * nv;
+    case AD_NVDV: return nv * dv;
+    case AD_DV: return dv;
+    case AD_CONVK: return c->conv_k;
+    }
+    return 0;
+}
+
+int arch_applies(const sl_config *c, arch_when when, int l) {
+    switch (when) {
+    case AW_GLOBAL: return 1;
+    case AW_UNTIED: return !c->tie_embeddings;
+    case AW_EVERY: return 1;
+    case AW_ATTN: return !c->layer_linear[l];
+    case AW_ATTN_BIAS: return !c->layer_linear[l] && c->attn_bias;
+    case AW_LINEAR: return c->layer_linear[l];
+    case AW_MOE: return c->layer_moe[l];
+    case AW_SHARED: return c->layer_moe[l] && c->shared_inter > 0;
+    case AW_DENSE: return !c->layer_moe[l];
+    }
+    return 0;
+}

@@ -1,0 +1,155 @@
+/*
+ * arch.h — one table per model family (after llama.cpp's llama-arch): everything the rest of the engine
+ * knows about an architecture is declared once, in src/model/arch/<family>.c, and every stage loops over it.
+ *
+ * A family declares
+ *   - the Hugging Face model_type names it serves and its config hook (family fields of config.json);
+ *   - its traits: router kind, q/k norm kind, zero-centred norms, gated attention, ... (copied into
+ *     sl_config, so the forward pass reads the config, never the family);
+ *   - its tensor table: canonical name, on-disk name when it differs, which layers have it, shape in
+ *     terms of the config (arch_dim), kind (matrix / f32 vector), the sl_weights / sl_layer_w field it
+ *     binds to, and its role for quantisation (backbone, router);
+ *   - its routed-expert parts (canonical and on-disk names, shapes);
+ *   - the released models' real dimensions for `sluice synth`.
+ * Import (hf.c, hf_config.c), pack, verify, synth, the loader's binding and the forward pass's weight
+ * checks are loops over these tables. Adding a family = one arch/<family>.c + its entry in arch.c's list.
+ *
+ * Canonical tensor names (the container's) are the HF name without "model." and ".weight"; layer
+ * tensors are "layers.N." + the table's name. Routed experts are "layers.N.mlp.experts.E.<part>".
+ */
+#ifndef SL_ARCH_H
+#define SL_ARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/config.h"
+#include "sluice.h"
+
+/* Sizes a tensor's shape is made of. */
+typedef enum {
+    AD_NONE = 0, /* no such dimension (a vector has cols AD_NONE) */
+    AD_ONE,      /* 1 */
+    AD_V,        /* vocab */
+    AD_H,        /* hidden */
+    AD_HD,       /* head_dim */
+    AD_Q,        /* n_heads * head_dim */
+    AD_QPROJ,    /* q_proj rows: n_heads * head_dim, doubled when gated_attn ([query|gate] per head) */
+    AD_KV,       /* n_kv_heads * head_dim */
+    AD_E,        /* n_experts */
+    AD_I,        /* moe_inter */
+    AD_IS,       /* shared_inter */
+    AD_ID,       /* dense_inter */
+    AD_CQ,       /* DeltaNet conv channels 2*nk*dk + nv*dv */
+    AD_QKVZ,     /* Qwen3-Next in_proj_qkvz rows 2*nk*dk + 2*nv*dv */
+    AD_NV,       /* lin_nv */
+    AD_2NV,      /* 2 * lin_nv */
+    AD_NVDV,     /* lin_nv * lin_dv */
+    AD_DV,       /* lin_dv */
+    AD_CONVK,    /* conv_k */
+} arch_dim;
+
+/* Which layers (or the model as a whole) have a tensor. */
+typedef enum {
+    AW_GLOBAL,    /* once per model (embed_tokens, norm) */
+    AW_UNTIED,    /* once per model, unless tie_embeddings (lm_head) */
+    AW_EVERY,     /* every layer */
+    AW_ATTN,      /* full-attention layers */
+    AW_ATTN_BIAS, /* full-attention layers of a config with attn_bias */
+    AW_LINEAR,    /* Gated DeltaNet layers */
+    AW_MOE,       /* layers with routed experts */
+    AW_SHARED,    /* MoE layers of a config with a shared expert (shared_inter > 0) */
+    AW_DENSE,     /* dense-MLP layers */
+} arch_when;
+
+enum { AK_MAT = 0, AK_VEC = 1 };         /* sl_mat in its stored dtype / float * converted to f32 at load */
+enum { AR_BACKBONE = 0, AR_ROUTER = 1 }; /* quantisation role (pack keeps routers at >= 8 bits) */
+
+typedef struct arch_tdef {
+    const char *name;  /* canonical, relative to "layers.N." for layer tensors */
+    const char *disk;  /* the on-disk name (same prefix rules) when it differs, else NULL */
+    arch_when when;
+    arch_dim rows, cols;
+    int kind;          /* AK_MAT / AK_VEC */
+    size_t field;      /* offsetof in sl_weights (AW_GLOBAL / AW_UNTIED) or sl_layer_w */
+    int role;          /* AR_* */
+} arch_tdef;
+
+/* A routed expert's part (an expert block holds them back to back, in this order). */
+typedef struct arch_pdef {
+    const char *name;  /* canonical: gate_proj, up_proj, down_proj */
+    const char *disk;  /* on-disk name when it differs (Mixtral: w1, w3, w2), else NULL */
+    arch_dim rows, cols;
+    size_t field;      /* offsetof in sl_expert */
+} arch_pdef;
+
+#define ARCH_N_PARTS 3
+
+/* A released model's real dimensions (sluice synth). */
+typedef struct arch_shape {
+    const char *name;
+    int vocab, hidden, layers, heads, kv_heads, head_dim, experts, used, moe_inter, shared_inter;
+    int nk, nv, dk, dv, interval, max_pos;
+    double theta, prf;
+    int norm_topk;
+    int attn_bias;
+} arch_shape;
+
+/* The Hugging Face config.json reader a config hook works with (implemented in import/hf_config.c).
+ * Lookups go to the text config first, then the root. Every accessor records the first error (field
+ * missing, wrong type) and later calls keep returning defaults; hf_parse_config reports it. */
+typedef struct hfc hfc;
+int hfc_int(hfc *c, const char *name, int required, int def);
+int hfc_bool(hfc *c, const char *name, int def);
+double hfc_num(hfc *c, const char *name, double def, int *found);
+int hfc_has(hfc *c, const char *name); /* present and not null */
+void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Common HF conventions a hook may use: layer_types / full_attention_interval into layer_linear (the
+ * DeltaNet families); decoder_sparse_step / mlp_only_layers into layer_moe, reading intermediate_size
+ * into dense_inter when a layer is dense. */
+void hfc_linear_layers(hfc *c, sl_config *o);
+void hfc_sparse_layers(hfc *c, sl_config *o);
+/* Refuses a config whose layer_types name anything but full attention (sliding windows). */
+void hfc_full_attention_only(hfc *c, const sl_config *o);
+
+typedef struct arch_desc {
+    sl_arch id;
+    const char *name;              /* the container's "arch" */
+    const char *const *hf_types;   /* model_type values served, NULL-terminated */
+    const char *text_config_type;  /* model_type whose fields live under "text_config" (VLM wrapper), or NULL */
+    /* traits, copied into every sl_config of the family */
+    int router;                    /* SL_ROUTER_* */
+    int qk_norm;                   /* SL_QK_NORM_* */
+    int zero_centred_norm, gated_attn, split_lin_proj;
+    double prf_default;            /* partial_rotary_factor when config.json has none */
+    /* the family's fields of config.json (after the common ones: vocab, dims, heads, experts, rope, eps,
+     * tie); sets moe_inter, norm_topk, shared_inter, linear-attention dims, layer kinds. */
+    void (*config)(hfc *c, sl_config *o);
+    const arch_tdef *tensors;
+    int n_tensors;
+    const arch_pdef *parts;        /* ARCH_N_PARTS of them */
+    /* on-disk prefixes of layer-relative names renamed before matching, pairs {disk, canonical},
+     * NULL-terminated (Mixtral: "block_sparse_moe." -> "mlp."), or NULL */
+    const char *const *renames;
+    const arch_shape *shapes;
+    int n_shapes;
+} arch_desc;
+
+/* Every family, in a fixed order; NULL-terminated. */
+extern const arch_desc *const arch_list[];
+
+/* The family of an id / container name / HF model_type; NULL when unknown. */
+const arch_desc *arch_get(sl_arch id);
+const arch_desc *arch_by_name(const char *name);
+const arch_desc *arch_by_hf_type(const char *model_type);
+/* "a, b, c": every HF model_type served (for messages). Static storage. */
+const char *arch_hf_type_list(void);
+/* Sets the family's traits in c (c->arch must be set). */
+void arch_set_traits(sl_config *c);
+
+/* The size a dimension has under c. */
+int64_t arch_dim_value(const sl_config *c, arch_dim d);
+/* Whether a tensor of `when` exists at layer l (l ignored for AW_GLOBAL / AW_UNTIED). */
+int arch_applies(const sl_config *c, arch_when when, int layer);
+
+#endif

@@ -1,0 +1,40 @@
+/*
+ * qwen3_5_moe.c — Qwen3.5 / 3.6 MoE, the text part (Qwen3.5-35B-A3B, ...): Qwen3-Next's blocks with flat
+ * DeltaNet input projections (in_proj_qkv, _z, _b, _a), every layer MoE, top-k always renormalised;
+ * config under "text_config" of the VLM wrapper (model_type qwen3_5_moe) or flat (qwen3_5_moe_text).
+ * Shared MODELS.md §1.3, §4.
+ */
+#include "model/arch/common.h"
+
+static void config(hfc *c, sl_config *o) {
+    arch_qwen_next_config(c, o);
+    o->norm_topk = 1; /* the text config has no norm_topk_prob: routing always renormalises */
+    for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = 1;
+}
+
+static const arch_tdef tensors[] = {
+    T_EMBED,
+    T_IN_NORM,
+    {"linear_attn.in_proj_qkv", NULL, AW_LINEAR, AD_CQ, AD_H, AK_MAT, LW(qkv), AR_BACKBONE},
+    {"linear_attn.in_proj_z", NULL, AW_LINEAR, AD_NVDV, AD_H, AK_MAT, LW(z), AR_BACKBONE},
+    {"linear_attn.in_proj_b", NULL, AW_LINEAR, AD_NV, AD_H, AK_MAT, LW(b), AR_BACKBONE},
+    {"linear_attn.in_proj_a", NULL, AW_LINEAR, AD_NV, AD_H, AK_MAT, LW(a), AR_BACKBONE},
+    T_DELTANET_TAIL,
+    T_ATTN_QKVO, T_QK_NORM_HEAD,
+    T_POST_NORM, T_ROUTER, T_SHARED_EXPERT, T_DENSE_MLP,
+    T_HEAD,
+};
+
+static const arch_shape shapes[] = {
+    {"qwen3.5-35b-a3b", 248320, 2048, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 4, 262144, 1e7, 0.25, 1, 0},
+};
+
+static const char *const hf_types[] = {"qwen3_5_moe", "qwen3_5_moe_text", NULL};
+
+const arch_desc arch_qwen3_5_moe = {
+    .id = SL_ARCH_QWEN3_5_MOE, .name = "qwen3_5_moe", .hf_types = hf_types, .text_config_type = "qwen3_5_moe",
+    .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_HEAD, .zero_centred_norm = 1, .gated_attn = 1,
+    .split_lin_proj = 1, .prf_default = 0.25, .config = config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
+    .shapes = shapes, .n_shapes = N_OF(shapes),
+};

@@ -1,0 +1,40 @@
+/*
+ * qwen3_moe.c — Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B): Llama-style attention with per-head q/k
+ * RMSNorm, full RoPE, softmax -> top-k router with optional renormalisation (norm_topk_prob), dense
+ * layers by mlp_only_layers / decoder_sparse_step. Shared MODELS.md §1.1, §2.1, §3.
+ */
+#include "model/arch/common.h"
+
+/* the SwiGLU expert parts every family so far uses */
+const arch_pdef arch_swiglu_parts[ARCH_N_PARTS] = {
+    {"gate_proj", NULL, AD_I, AD_H, EW(gate)},
+    {"up_proj", NULL, AD_I, AD_H, EW(up)},
+    {"down_proj", NULL, AD_H, AD_I, EW(down)},
+};
+
+void arch_qwen_moe_config(hfc *c, sl_config *o) {
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    o->norm_topk = hfc_bool(c, "norm_topk_prob", 0);
+    hfc_sparse_layers(c, o);
+}
+
+static const arch_tdef tensors[] = {
+    T_EMBED,
+    T_IN_NORM, T_ATTN_QKVO, T_QK_NORM_HEAD, T_POST_NORM, T_ROUTER, T_DENSE_MLP,
+    T_HEAD,
+};
+
+static const arch_shape shapes[] = {
+    {"qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0},
+    {"qwen3-235b-a22b", 151936, 4096, 94, 64, 4, 128, 128, 8, 1536, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0},
+};
+
+static const char *const hf_types[] = {"qwen3_moe", NULL};
+
+const arch_desc arch_qwen3_moe = {
+    .id = SL_ARCH_QWEN3_MOE, .name = "qwen3_moe", .hf_types = hf_types,
+    .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_HEAD, .prf_default = 1.0,
+    .config = arch_qwen_moe_config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
+    .shapes = shapes, .n_shapes = N_OF(shapes),
+};
