@@ -15,6 +15,7 @@
 #                                    files that git does not ignore)
 #   tools/mutants.sh NAME...         only those (tools/mutants.sh --list names them)
 #   tools/mutants.sh --rev REV ...   on a copy of commit REV instead (git archive)
+#   tools/mutants.sh --dry-run ...   only apply and undo each mutant (no build): do the patterns still match?
 #
 # Environment: VENV (the Python test venv; default build/venv of this tree, passed to make as VENV= and
 # PYTHON=$VENV/bin/python; nothing is installed: SLUICE_NO_SETUP=1), JOBS (make -j, default 2), TIMEOUT
@@ -135,11 +136,13 @@ not_here() {
 
 # ---- arguments
 rev=""
+dry=""
 want=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --list) for m in "${mutants[@]}"; do IFS='|' read -r n f d <<<"$m"; printf '%-26s %-28s %s\n' "$n" "$f" "$d"; done; exit 0 ;;
         --rev) rev=${2:?--rev needs a commit}; shift 2 ;;
+        --dry-run) dry=1; shift ;;
         -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
         -*) echo "mutants.sh: unknown option $1" >&2; exit 2 ;;
         *) want+=("$1"); shift ;;
@@ -163,6 +166,8 @@ limit=${TIMEOUT:-900}
 export SLUICE_NO_SETUP=1
 make_args=(-j"$jobs" VENV="$venv" PYTHON="$venv/bin/python")
 
+bad=0
+
 # ---- the scratch copy
 work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-mutants-XXXXXX")
 if [ -n "${KEEP:-}" ]; then echo "scratch copy: $work (kept)"; else trap 'rm -rf "$work"' EXIT; fi
@@ -176,6 +181,18 @@ fi
 cd "$work" || exit 2
 what=${rev:-the working tree}
 t_start=$(date +%s)
+if [ -n "$dry" ]; then
+    for m in "${sel[@]}"; do
+        IFS='|' read -r name file _ <<<"$m"
+        cp -p "$file" "$work/orig"
+        if ! err=$("mut_${name//-/_}" 2>&1); then echo "$name: ERROR, not applied: $err"; bad=$((bad + 1))
+        elif cmp -s "$file" "$work/orig"; then echo "$name: ERROR, the edit changed nothing"; bad=$((bad + 1))
+        else echo "$name: applies"
+        fi
+        cp -p "$work/orig" "$file"
+    done
+    exit $((bad > 0))
+fi
 echo "mutants.sh: ${#sel[@]} mutants on a copy of $what ($work); baseline first"
 if ! timeout "$limit" make "${make_args[@]}" test >"$work/baseline.log" 2>&1; then
     tail -20 "$work/baseline.log"
@@ -186,7 +203,6 @@ echo "baseline: $(tail -1 "$work/baseline.log") ($(($(date +%s) - t_start)) s)"
 
 # ---- one run per mutant
 results=()
-bad=0
 for m in "${sel[@]}"; do
     IFS='|' read -r name file desc <<<"$m"
     t0=$(date +%s)
