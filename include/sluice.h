@@ -175,6 +175,11 @@ void sl_model_reset_stats(sl_model *model);
 /* Per-layer expert counters of model layer `layer` (zeros for dense layers). */
 sl_status sl_model_layer_stats(const sl_model *model, int layer, uint64_t *hits, uint64_t *misses,
                                uint64_t *bytes);
+/* Routing counts of model layer `layer` since open: out[e] (e < n) = how many expert requests of that
+ * layer chose expert e (one per step that routed any token to it). *n_experts (may be NULL) gets the
+ * layer's expert count, 0 for a dense layer. Counted by the expert cache: a resident model gives
+ * zeros. Thread-safe. */
+sl_status sl_model_expert_counts(sl_model *model, int layer, uint64_t *out, int n, int *n_experts);
 /* Writes the routing counts since open as a profile for `pin_profile`. */
 sl_status sl_model_write_profile(const sl_model *model, const char *path, sl_error *err);
 int sl_model_n_layers(const sl_model *model);

@@ -521,3 +521,52 @@ TEST(serve_metrics_text) {
     }
     free(b.p);
 }
+
+/* ---- the routing counts behind the page's heatmap ---------------------------------------------- */
+
+/* sl_model_expert_counts: after one decode step of a streamed model, each MoE layer's counts sum to
+ * the experts per token; dense layers have none; a resident model counts nothing. */
+TEST(serve_expert_counts) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    sl_error err = {0};
+    char *info = NULL;
+    CHECKF(sl_info_json(path, &info, &err) == 0, "%s", err.msg);
+    cJSON *j = cJSON_Parse(info);
+    free(info);
+    const cJSON *cfg = cJSON_GetObjectItem(j, "config");
+    int E = cJSON_GetObjectItem(cfg, "n_experts")->valueint, K = cJSON_GetObjectItem(cfg, "n_experts_used")->valueint;
+    cJSON_Delete(j);
+    for (int resident = 0; resident < 2; resident++) {
+        sl_model_params mp = sl_model_params_default();
+        mp.resident = resident;
+        sl_model *m = NULL;
+        CHECKF(sl_model_open(path, &mp, &m, &err) == 0, "%s", err.msg);
+        sl_session *s = NULL;
+        CHECK(sl_session_new(m, 0, &s) == 0);
+        int32_t tok = 7;
+        CHECK(sl_session_eval(s, &tok, 1, NULL, 0) == 0);
+        int moe = 0, n_layers = sl_model_n_layers(m);
+        uint64_t c[1024];
+        for (int l = 0; l < n_layers; l++) {
+            for (int e = 0; e < E; e++) c[e] = 0xdeadbeef;
+            int ne = -1;
+            CHECK(sl_model_expert_counts(m, l, c, E, &ne) == 0);
+            if (ne == 0) continue; /* a dense layer */
+            CHECK(ne == E);
+            moe++;
+            uint64_t sum = 0;
+            for (int e = 0; e < E; e++) {
+                CHECKF(c[e] <= 1, "layer %d expert %d: %llu", l, e, (unsigned long long)c[e]);
+                sum += c[e];
+            }
+            CHECKF(sum == (uint64_t)(resident ? 0 : K), "layer %d: %llu expert requests (resident %d, K %d)", l,
+                   (unsigned long long)sum, resident, K);
+        }
+        CHECK(moe > 0 && moe < n_layers); /* the fixture has a dense layer */
+        int ne = 0;
+        CHECK(sl_model_expert_counts(m, n_layers, c, E, &ne) == SL_ERANGE && sl_model_expert_counts(m, -1, c, E, NULL) == SL_ERANGE);
+        sl_session_free(s);
+        sl_model_close(m);
+    }
+}
