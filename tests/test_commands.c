@@ -46,8 +46,8 @@ static const char *sluice(void) {
 }
 
 static const char *const commands[] = {"pack",   "info",    "verify", "run",   "chat",     "tokenize",
-                                       "perplexity", "logits", "profile", "bench", "synth", NULL};
-static const char *const model_commands[] = {"run", "chat", "perplexity", "logits", "profile", "bench", NULL};
+                                       "perplexity", "logits", "profile", "bench", "serve", "synth", NULL};
+static const char *const model_commands[] = {"run", "chat", "perplexity", "logits", "profile", "bench", "serve", NULL};
 
 /* The tiny Qwen3-Next fixture packed with the tiny tokenizer (256 byte-level ids), once per run. */
 static const char *tiny_model(void) {
@@ -110,7 +110,7 @@ TEST(cmd_help_every_command) {
         CHECKF(known && strlen(l) > 14 && l[14] != '\n', "'sluice --help' lists '%s' with no test or no summary", name);
         listed++;
     }
-    CHECKF(listed == 11, "'sluice --help' lists %d commands", listed);
+    CHECKF(listed == 12, "'sluice --help' lists %d commands", listed);
     free(o);
     rc = run_sh(&o, "%s --version", sluice());
     CHECKF(rc == 0 && !strcmp(o, "sluice " SL_VERSION_STRING "\n"), "rc %d: %s", rc, o);

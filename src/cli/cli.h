@@ -21,6 +21,7 @@ int cmd_bench(int argc, char **argv);    /* cmd_bench.c */
 int cmd_synth(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv); /* cmd_perplexity.c */
+int cmd_serve(int argc, char **argv);      /* cmd_serve.c */
 
 /* ---- help (help.c) and the options commands share (opts.c) ---- */
 

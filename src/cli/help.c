@@ -149,6 +149,21 @@ static const cli_opt perplexity_opts[] = {
     END_OPTS,
 };
 
+static const cli_opt serve_opts[] = {
+    {"-m, --model", "[NAME=]MODEL", "a .sluice container to serve, under NAME (default NAME: the file name "
+                                    "without .sluice); repeatable, requests pick one by their \"model\" field, "
+                                    "the first is the default (default: see 'Default model' below)"},
+    {"--host", "HOST", "the address to listen on (default: 127.0.0.1, this machine only)"},
+    {"--port", "PORT", "the TCP port; 0 picks a free one (default: 8080)"},
+    {"--api-key", "KEY", "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on /v1/... and /metrics "
+                         "(default: $SLUICE_API_KEY if set, else none)"},
+    {"--max-body", "SIZE", "the largest request body, K/M suffixes; larger ones get 413 (default: 1M)"},
+    {"--parallel", "N", "sequences evaluated together, per model (default: 16)"},
+    {"--queue", "N", "requests waiting for a slot, per model, beyond which new ones get 503 (default: 64)"},
+    {"--ctx", "N", "context positions of each sequence (default: the model's)"},
+    END_OPTS,
+};
+
 /* ---- the command table ------------------------------------------------------------------------- */
 
 const cli_command cli_commands[] = {
@@ -218,6 +233,15 @@ const cli_command cli_commands[] = {
      "per --cache budget, and reports prefill and decode tok/s, cache hit rate, MiB read per token, read "
      "MiB/s, I/O wait, peak RSS and the growth of the model file's page-cache footprint.",
      bench_opts, "sluice bench -m qwen3-next.sluice --cache 2G --cache 8G --json",
+     CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
+    {"serve", "an OpenAI- and Anthropic-compatible HTTP server, with a chat page", cmd_serve,
+     "[-m [NAME=]MODEL.sluice]... [--port PORT] [OPTION]...",
+     "Serves the models over HTTP: POST /v1/chat/completions, /v1/completions (OpenAI) and /v1/messages "
+     "(Anthropic), streamed as server-sent events or whole; GET /v1/models, /health, /metrics (Prometheus) "
+     "and a chat page at /. Requests to a model share its forward passes (continuous batching): up to "
+     "--parallel sequences are evaluated together, the others wait in a queue. One line per request is "
+     "printed to stderr; SIGINT or SIGTERM stops the server. docs/SERVER.md lists the fields supported.",
+     serve_opts, "sluice serve -m qwen3-next.sluice --port 8080 --cache 8G --parallel 8",
      CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"synth", "write a container of a released model's shape with random weights", cmd_synth,
      "--shape NAME -o MODEL.sluice [OPTION]...",
@@ -311,7 +335,7 @@ void cli_help_main(FILE *f) {
     wrap(f, "Run 'sluice COMMAND --help' for a command's options, their defaults and an example.", 0, 0);
     fprintf(f, "\nEnvironment:\n");
     static const cli_opt env[] = {
-        {"SLUICE_MODEL", NULL, "the model that run, chat, perplexity, logits, profile and bench open when "
+        {"SLUICE_MODEL", NULL, "the model that run, chat, perplexity, logits, profile, bench and serve open when "
                                "no -m is given (before the demo model)"},
         {"SLUICE_KERNELS", NULL, "scalar, avx2, avx512 or neon: the compute kernels, instead of the best the "
                                  "CPU supports"},

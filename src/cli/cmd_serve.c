@@ -1,0 +1,136 @@
+/*
+ * cmd_serve.c — `sluice serve`: opens the models (-m [NAME=]PATH, repeatable; the default model
+ * without one), starts the HTTP server (src/serve/serve.h) and prints one line per request to stderr
+ * until SIGINT or SIGTERM, which stop it cleanly (generations in flight end, connections close).
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "serve/serve.h"
+
+enum { MAX_MODELS = 16 };
+
+static void print_line(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+}
+
+/* Splits "NAME=PATH" (NAME without '/') or "PATH" (NAME: the file name without .sluice). */
+static void name_path(const char *arg, char *name, size_t n, const char **path) {
+    const char *eq = strchr(arg, '=');
+    if (eq && eq > arg && !memchr(arg, '/', (size_t)(eq - arg))) {
+        snprintf(name, n, "%.*s", (int)(eq - arg), arg);
+        *path = eq + 1;
+        return;
+    }
+    const char *base = strrchr(arg, '/');
+    base = base ? base + 1 : arg;
+    size_t bl = strlen(base);
+    if (bl > 7 && !strcmp(base + bl - 7, ".sluice")) bl -= 7;
+    snprintf(name, n, "%.*s", (int)bl, base);
+    *path = arg;
+}
+
+/* A positive integer option's value, or -1 (printed). */
+static int count_opt(const char *opt, const char *v, int min) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < min || x > 1000000) {
+        cli_fail("serve", "%s: '%s' is not a whole number of at least %d", opt, v, min);
+        return -1;
+    }
+    return (int)x;
+}
+
+int cmd_serve(int argc, char **argv) {
+    srv_params p = srv_params_default();
+    sl_model_params mp = sl_model_params_default();
+    const char *specs[MAX_MODELS];
+    int n_specs = 0, bad = 0;
+    const char *key = getenv("SLUICE_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (cli_model_opt(argc, argv, &i, &mp, "serve", &bad)) {
+            if (bad) return 1;
+            continue;
+        }
+        if (!v) return cli_bad_option("serve", argc, argv, i);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (n_specs == MAX_MODELS) return cli_fail("serve", "at most %d models", MAX_MODELS);
+            specs[n_specs++] = v;
+        } else if (!strcmp(a, "--host")) p.host = v;
+        else if (!strcmp(a, "--port")) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (end == v || *end || x < 0 || x > 65535) return cli_fail("serve", "--port: '%s' is not a port (0 to 65535)", v);
+            p.port = (int)x;
+        } else if (!strcmp(a, "--api-key")) key = v;
+        else if (!strcmp(a, "--max-body")) {
+            long long b = cli_parse_size(v);
+            if (b <= 0) return cli_fail("serve", "--max-body: bad size '%s' (e.g. 512K, 4M)", v);
+            p.max_body = (size_t)b;
+        } else if (!strcmp(a, "--parallel")) {
+            if ((p.sched.max_active = count_opt(a, v, 1)) < 0) return 1;
+        } else if (!strcmp(a, "--queue")) {
+            if ((p.sched.max_queue = count_opt(a, v, 0)) < 0) return 1;
+        } else if (!strcmp(a, "--ctx")) {
+            if ((p.sched.n_ctx = count_opt(a, v, 2)) < 0) return 1;
+        } else
+            return cli_bad_option("serve", argc, argv, i);
+        i++;
+    }
+    if (!n_specs && cli_default_model("serve", &specs[n_specs++])) return 1;
+    p.api_key = key && *key ? key : NULL;
+    p.log = print_line;
+
+    int rc = 1, n = 0;
+    srv_model_entry models[MAX_MODELS];
+    char names[MAX_MODELS][256];
+    const char *paths[MAX_MODELS];
+    sl_model *opened[MAX_MODELS] = {0};
+    sl_tokenizer *toks[MAX_MODELS] = {0};
+    srv_server *srv = NULL;
+    sl_error err = {0};
+    for (; n < n_specs; n++) {
+        const char *path;
+        name_path(specs[n], names[n], sizeof names[n], &path);
+        paths[n] = path;
+        if (!names[n][0]) { cli_fail("serve", "-m %s: an empty model name", specs[n]); goto out; }
+        if (cli_load_tokenizer("serve", path, &toks[n])) goto out;
+        if (sl_model_open(path, &mp, &opened[n], &err)) { cli_fail("serve", "%s", err.msg); goto out; }
+        models[n] = (srv_model_entry){names[n], opened[n], toks[n]};
+    }
+    /* SIGINT / SIGTERM are taken by sigwait below: blocked here, before any thread starts, so every
+     * thread inherits the mask and none is interrupted */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (srv_server_new(&p, models, n, &srv, &err)) { cli_fail("serve", "%s", err.msg); goto out; }
+    for (int i = 0; i < n; i++) {
+        int ctx = sl_model_n_ctx(opened[i]);
+        fprintf(stderr, "model %s: %s (%d positions per sequence)\n", names[i], paths[i],
+                p.sched.n_ctx > 0 && p.sched.n_ctx < ctx ? p.sched.n_ctx : ctx);
+    }
+    int v6 = strchr(p.host, ':') != NULL;
+    fprintf(stderr, "listening on http://%s%s%s:%d\n", v6 ? "[" : "", p.host, v6 ? "]" : "", srv_server_port(srv));
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "sluice serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    rc = 0;
+out:
+    srv_server_free(srv);
+    for (int i = 0; i < n_specs; i++) {
+        sl_model_close(opened[i]);
+        sl_tokenizer_free(toks[i]);
+    }
+    return rc;
+}

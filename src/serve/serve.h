@@ -1,0 +1,55 @@
+/*
+ * serve.h — the HTTP server behind `sluice serve`: OpenAI- and Anthropic-compatible endpoints over
+ * libmicrohttpd, one continuous-batching scheduler (sched.h) per model. docs/SERVER.md describes
+ * the endpoints, fields, limits and error statuses.
+ *
+ * The server never prints: each answered request is reported as one line through the log callback
+ * (and so are libmicrohttpd's own complaints), for the caller to print.
+ */
+#ifndef SL_SERVE_SERVE_H
+#define SL_SERVE_SERVE_H
+
+#include <stddef.h>
+
+#include "serve/sched.h"
+#include "sluice.h"
+
+typedef struct srv_server srv_server;
+
+/* One model served: requests name it in their "model" field. */
+typedef struct srv_model_entry {
+    const char *name;        /* copied */
+    sl_model *model;         /* borrowed: must outlive the server */
+    const sl_tokenizer *tok; /* borrowed: must outlive the server */
+} srv_model_entry;
+
+/* One line of text, no newline; valid during the call. Called from the server's threads, one line
+ * at a time (the server serializes the calls). */
+typedef void (*srv_log_fn)(void *user, const char *line);
+
+typedef struct srv_params {
+    const char *host;       /* address to bind (a name or an IPv4/IPv6 literal); default "127.0.0.1" */
+    int port;               /* default 8080; 0 = any free port (srv_server_port says which) */
+    const char *api_key;    /* NULL or "": no authentication; else every /v1/... and /metrics request needs
+                               "Authorization: Bearer KEY" or "x-api-key: KEY" */
+    size_t max_body;        /* largest request body in bytes; default 1 MiB */
+    int max_connections;    /* open connections at most (one thread each); default 256 */
+    srv_sched_params sched; /* each model's scheduler (slots, queue, context per sequence) */
+    srv_log_fn log;         /* may be NULL */
+    void *log_user;
+} srv_params;
+
+srv_params srv_params_default(void);
+
+/* Binds, starts a scheduler per model and the HTTP threads; answers requests until srv_server_free.
+ * models[0] is the one requests without a "model" field get; names must be distinct. On error *out
+ * is NULL and err names what failed (the address in use, a scheduler that did not start). */
+sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int n_models, srv_server **out,
+                         sl_error *err);
+/* The port bound (the one chosen when params.port was 0). */
+int srv_server_port(const srv_server *s);
+/* Stops accepting, ends every generation in flight (their clients get an error event or 503), joins
+ * the threads and frees the server. The models and tokenizers stay open. Accepts NULL. */
+void srv_server_free(srv_server *s);
+
+#endif

@@ -1,0 +1,478 @@
+"""`sluice serve` end to end with the official `openai` and `anthropic` clients: the demo model (and the
+tiny fixture as a second model), stream and whole answers of every endpoint, seeds, stop strings, tools
+in the prompt, every refusal with its status and error object (the server keeps serving), API keys, 32
+concurrent clients equal to the same requests alone, a dropped client freeing its slot, a full queue,
+and a clean stop on SIGTERM. Servers listen on a free port (--port 0, read from the "listening on"
+line) and are ready when /health answers."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import anthropic
+import openai
+import pytest
+
+from conftest import ROOT, run, sluice_bin
+
+DEMO = os.path.join(ROOT, "models/demo.sluice")
+KEY = "sk-test-0123456789"
+RUTH = [{"role": "user", "content": "Read me Ruth chapter 2."}]
+GREEDY = {"temperature": 0}
+# ~900 tokens: its prefill alone takes the demo model a second or more, so a request with it is still
+# running when the test acts on it (a short answer could end, by an end-of-turn token, first)
+LONG = {"model": "demo", "prompt": "And it came to pass, " * 150, "max_tokens": 2000, "temperature": 1.0}
+
+
+def raw_post(port, path, body):
+    """Sends a request on a socket of its own and returns the socket, unread."""
+    data = json.dumps(body).encode()
+    k = socket.create_connection(("127.0.0.1", port))
+    k.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (path.encode(), len(data), data))
+    return k  # the anthropic client has no sampling arguments of its own: sent as extra fields
+
+
+class Server:
+    """A `sluice serve` subprocess; stderr goes to a file (the request lines), never a pipe to drain."""
+
+    def __init__(self, tmp_path, *args):
+        self.log_path = tmp_path / f"serve-{time.monotonic_ns()}.log"
+        self.log = open(self.log_path, "wb")
+        self.p = subprocess.Popen([sluice_bin(), "serve", "--port", "0", *args], stdout=subprocess.DEVNULL,
+                                  stderr=self.log)
+        deadline = time.monotonic() + 20
+        self.port = None
+        while self.port is None:
+            m = re.search(rb"listening on http://127\.0\.0\.1:(\d+)", self.log_path.read_bytes())
+            if m:
+                self.port = int(m.group(1))
+            elif self.p.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"sluice serve did not start: {self.stderr()}")
+            else:
+                time.sleep(0.01)
+        while True:  # ready: /health answers
+            try:
+                if self.get("/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, self.stderr()
+            time.sleep(0.01)
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def stderr(self):
+        return self.log_path.read_bytes().decode(errors="replace")
+
+    def request(self, method, path, body=None, headers=None):
+        """(status, headers, body bytes) of one request, whatever its status."""
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+    def get(self, path, headers=None):
+        s, _, b = self.request("GET", path, headers=headers)
+        return s, b
+
+    def metrics(self, headers=None):
+        s, b = self.get("/metrics", headers)
+        assert s == 200
+        out = {}
+        for line in b.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def wait_metric(self, name, pred, timeout=10, headers=None):
+        deadline = time.monotonic() + timeout
+        while True:
+            v = self.metrics(headers).get(name)
+            if v is not None and pred(v):
+                return v
+            assert time.monotonic() < deadline, f"{name} = {v}"
+            time.sleep(0.02)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(timeout=20)
+        self.log.close()
+        return rc
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve"), "-m", DEMO)
+    yield s
+    assert s.stop() == 0, s.stderr()
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory, tiny_model):
+    """Two models (demo first, the tiny fixture as "tiny"), an API key, a 4 KiB body limit."""
+    s = Server(tmp_path_factory.mktemp("serve-keyed"), "-m", DEMO, "-m", f"tiny={tiny_model}", "--api-key", KEY,
+               "--max-body", "4K")
+    yield s
+    assert s.stop() == 0, s.stderr()
+
+
+def oai(server, key="none", **kw):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key=key, max_retries=0, **kw)
+
+
+def ant(server, key="none"):
+    return anthropic.Anthropic(base_url=server.base, api_key=key, max_retries=0)
+
+
+def chat(server, **kw):
+    args = dict(model="demo", messages=RUTH, max_tokens=24, temperature=0)
+    args.update(kw)
+    return oai(server).chat.completions.create(**args)
+
+
+# ---- endpoints ------------------------------------------------------------------------------------
+
+
+def test_health_models_page(demo):
+    s, b = demo.get("/health")
+    assert s == 200 and json.loads(b)["status"] == "ok"
+    c = oai(demo)
+    assert [m.id for m in c.models.list().data] == ["demo"]
+    assert c.models.retrieve("demo").id == "demo"
+    with pytest.raises(openai.NotFoundError):
+        c.models.retrieve("gpt-5")
+    # the page: HTML with its script inline, nothing fetched from elsewhere (the machine is offline)
+    s, h, b = demo.request("GET", "/")
+    page = b.decode()
+    assert s == 200 and h["Content-Type"].startswith("text/html")
+    assert "<script>" in page and "/v1/chat/completions" in page and "/metrics" in page
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+
+
+def test_chat_whole(demo):
+    r = chat(demo)
+    c = r.choices[0]
+    assert r.object == "chat.completion" and r.model == "demo" and r.id.startswith("chatcmpl-")
+    assert c.message.role == "assistant" and isinstance(c.message.content, str) and len(c.message.content) > 10
+    assert c.finish_reason == "length" and r.usage.completion_tokens == 24
+    assert r.usage.prompt_tokens > 5 and r.usage.total_tokens == r.usage.prompt_tokens + 24
+
+
+def test_chat_stream_equals_whole(demo):
+    whole = chat(demo, max_tokens=40).choices[0].message.content
+    stream = oai(demo).chat.completions.create(model="demo", messages=RUTH, max_tokens=40, temperature=0, stream=True,
+                                               stream_options={"include_usage": True})
+    parts, finish, usage = [], None, None
+    for ch in stream:
+        if ch.choices:
+            parts.append(ch.choices[0].delta.content or "")
+            finish = ch.choices[0].finish_reason or finish
+        if ch.usage:
+            usage = ch.usage
+    assert "".join(parts) == whole and finish == "length"
+    assert usage.completion_tokens == 40 and usage.prompt_tokens > 5
+
+
+def test_sse_wire_format(demo):
+    """The raw stream: data: lines, a role chunk first, finish_reason last, then data: [DONE]."""
+    s, h, b = demo.request("POST", "/v1/chat/completions",
+                           {"messages": RUTH, "max_tokens": 5, "temperature": 0, "stream": True})
+    assert s == 200 and h["Content-Type"].startswith("text/event-stream")
+    events = [e for e in b.decode().split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert len({c["id"] for c in chunks}) == 1
+
+
+def test_seed_reproducible(demo):
+    def sample(seed):
+        return chat(demo, temperature=1.0, top_p=1.0, seed=seed, max_tokens=40).choices[0].message.content
+    a, b, c = sample(7), sample(7), sample(8)
+    assert a == b and a != c
+
+
+def test_stop_strings(demo):
+    full = chat(demo, max_tokens=60).choices[0].message.content
+    # a stop string from the answer's second half: the answer ends right before its first occurrence
+    words = full[len(full) // 2:].split()
+    stop = next(w for w in words if len(w) >= 3 and w.isalpha())
+    r = chat(demo, max_tokens=60, stop=["@@never@@", stop])
+    assert r.choices[0].message.content == full[:full.index(stop)] and r.choices[0].finish_reason == "stop"
+    r = chat(demo, max_tokens=60, stop=stop)
+    assert r.choices[0].message.content == full[:full.index(stop)]
+    # Anthropic names the sequence that matched
+    m = ant(demo).messages.create(model="demo", max_tokens=60, messages=RUTH, stop_sequences=["@@never@@", stop],
+                                  extra_body=GREEDY)
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop and m.content[0].text == full[:full.index(stop)]
+
+
+def test_completions(demo, tmp_path):
+    c = oai(demo)
+    r = c.completions.create(model="demo", prompt="And it came to pass", max_tokens=16, temperature=0)
+    text = r.choices[0].text
+    assert r.object == "text_completion" and len(text) > 10 and r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 16
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model="demo", prompt="And it came to pass", max_tokens=16, temperature=0, stream=True) if ch.choices)
+    assert streamed == text
+    echo = c.completions.create(model="demo", prompt="And it came to pass", max_tokens=16, temperature=0, echo=True)
+    assert echo.choices[0].text == "And it came to pass" + text
+    # the prompt as token ids gives the same answer as its text
+    ids = [int(x) for x in run(["tokenize", "-m", DEMO, "And it came to pass"]).stdout.split()]
+    r = c.completions.create(model="demo", prompt=ids, max_tokens=16, temperature=0)
+    assert r.choices[0].text == text and r.usage.prompt_tokens == len(ids)
+    # OpenAI's default max_tokens of the legacy endpoint: 16
+    assert c.completions.create(model="demo", prompt="In the beginning", temperature=0).usage.completion_tokens == 16
+
+
+def test_messages(demo):
+    a = ant(demo)
+    m = a.messages.create(model="demo", max_tokens=20, system="You read scripture.", messages=RUTH, extra_body=GREEDY)
+    assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
+    assert m.content[0].type == "text" and len(m.content[0].text) > 5
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 20 and m.usage.input_tokens > 5
+    with a.messages.stream(model="demo", max_tokens=20, system="You read scripture.", messages=RUTH,
+                           extra_body=GREEDY) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert text == m.content[0].text and final.content[0].text == text and final.stop_reason == "max_tokens"
+    assert final.usage.output_tokens == 20
+    # the raw event sequence
+    st, _, b = demo.request("POST", "/v1/messages", {"model": "demo", "max_tokens": 3, "messages": RUTH, "stream": True})
+    names = re.findall(r"^event: (\w+)$", b.decode(), re.M)
+    assert st == 200 and names[:3] == ["message_start", "ping", "content_block_start"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+
+
+def test_tools_and_history(demo):
+    tools = [{"type": "function", "function": {"name": "get_verse", "description": "Look a verse up",
+                                                "parameters": {"type": "object", "properties": {"ref": {"type": "string"}}}}}]
+    plain = chat(demo, max_tokens=4)
+    r = chat(demo, max_tokens=4, tools=tools)
+    # the tools are in the prompt (rendered by the chat template), the answer is an ordinary one
+    assert r.usage.prompt_tokens > plain.usage.prompt_tokens + 40
+    assert r.choices[0].finish_reason in ("length", "stop", "tool_calls")
+    assert chat(demo, max_tokens=4, tools=tools, tool_choice="none").usage.prompt_tokens == plain.usage.prompt_tokens
+    history = RUTH + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_verse", "arguments": "{\"ref\": \"Ruth 2:1\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "And Naomi had a kinsman of her husband's."},
+    ]
+    r = chat(demo, messages=history, tools=tools, max_tokens=4)
+    assert r.usage.prompt_tokens > plain.usage.prompt_tokens + 60
+    # Anthropic's tools and tool_result blocks map onto the same template
+    m = ant(demo).messages.create(
+        model="demo", max_tokens=4, messages=[
+            {"role": "user", "content": "Ruth 2:1?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_verse", "input": {"ref": "Ruth 2:1"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "And Naomi..."}]}],
+        tools=[{"name": "get_verse", "description": "Look a verse up", "input_schema": {"type": "object"}}])
+    assert m.usage.input_tokens > 60
+    # thinking off adds the empty think block to the prompt
+    off = chat(demo, max_tokens=4, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert off.usage.prompt_tokens > plain.usage.prompt_tokens
+
+
+# ---- refusals --------------------------------------------------------------------------------------
+
+
+def error_of(body, anthropic_shape=False):
+    j = json.loads(body)
+    if anthropic_shape:
+        assert j["type"] == "error" and set(j["error"]) >= {"type", "message"}, j
+    else:
+        assert set(j["error"]) >= {"message", "type", "param", "code"}, j
+    return j["error"]
+
+
+def test_bad_requests(demo):
+    good = {"model": "demo", "messages": RUTH, "max_tokens": 2}
+    cases = [
+        ("POST", "/v1/chat/completions", b'{"model": "demo", "messages": [', 400, None),
+        ("POST", "/v1/chat/completions", b'', 400, None),
+        ("POST", "/v1/chat/completions", {**good, "messages": "hello"}, 400, "messages"),
+        ("POST", "/v1/chat/completions", {**good, "temperature": "warm"}, 400, "temperature"),
+        ("POST", "/v1/chat/completions", {**good, "max_tokens": -3}, 400, "max_tokens"),
+        ("POST", "/v1/chat/completions", {**good, "n": 3}, 400, "n"),
+        ("POST", "/v1/chat/completions", {**good, "frequency_penalty": 0.7}, 400, "frequency_penalty"),
+        ("POST", "/v1/chat/completions", {**good, "stop": [1, 2]}, 400, "stop"),
+        ("POST", "/v1/chat/completions", {**good, "messages": [{"role": "pope", "content": "x"}]}, 400, "messages[0]"),
+        ("POST", "/v1/chat/completions", {**good, "max_tokens": 100000}, 400, "messages"),
+        ("POST", "/v1/chat/completions", {**good, "model": "gpt-4o"}, 404, None),
+        ("POST", "/v1/completions", {"model": "demo", "prompt": ""}, 400, "prompt"),
+        ("POST", "/v1/completions", {"model": "demo", "prompt": [999999]}, 400, "prompt"),
+        ("GET", "/v1/chat/completions", None, 405, None),
+        ("DELETE", "/v1/models", None, 405, None),
+        ("GET", "/v2/everything", None, 404, None),
+        ("POST", "/v1/chat/completions", b"{" + b" " * (1 << 21) + b"}", 413, None),
+    ]
+    for method, path, body, status, param in cases:
+        s, h, b = demo.request(method, path, body)
+        assert s == status, (path, body if isinstance(body, dict) else body[:40] if body else body, s, b)
+        e = error_of(b)
+        assert e["message"] and e["type"]
+        if param:
+            assert e["param"] == param, (body, e)
+        if status == 405:
+            assert h["Allow"]
+    # the clients see them as their own exceptions
+    c = oai(demo)
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model="demo", messages=RUTH, n=2)
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="no-such-model", messages=RUTH)
+    # Anthropic's shape on /v1/messages
+    s, _, b = demo.request("POST", "/v1/messages", {"model": "demo", "messages": RUTH})
+    assert s == 400 and "max_tokens" in error_of(b, True)["message"]
+    s, _, b = demo.request("POST", "/v1/messages", {"model": "claude-9", "max_tokens": 5, "messages": RUTH})
+    assert s == 404 and error_of(b, True)["type"] == "not_found_error"
+    with pytest.raises(anthropic.BadRequestError):
+        ant(demo).messages.create(model="demo", max_tokens=5, messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}])
+    # and it keeps serving
+    assert chat(demo, max_tokens=3).usage.completion_tokens == 3
+
+
+def test_api_key(keyed):
+    s, b = keyed.get("/v1/models")
+    assert s == 401 and error_of(b)["type"] == "authentication_error"
+    assert keyed.get("/health")[0] == 200  # the probe needs no key
+    with pytest.raises(openai.AuthenticationError):
+        oai(keyed, key="sk-wrong").models.list()
+    with pytest.raises(openai.AuthenticationError):
+        oai(keyed, key=KEY + "x").models.list()
+    with pytest.raises(anthropic.AuthenticationError):
+        ant(keyed, key="nope").messages.create(model="demo", max_tokens=2, messages=RUTH)
+    s, _, b = keyed.request("POST", "/v1/messages", {"model": "demo", "max_tokens": 2, "messages": RUTH})
+    assert s == 401 and error_of(b, True)["type"] == "authentication_error"
+    assert [m.id for m in oai(keyed, key=KEY).models.list().data] == ["demo", "tiny"]
+    m = ant(keyed, key=KEY).messages.create(model="demo", max_tokens=2, messages=RUTH)  # x-api-key
+    assert m.usage.output_tokens == 2
+    assert keyed.get("/metrics")[0] == 401 and keyed.get("/metrics", {"Authorization": f"Bearer {KEY}"})[0] == 200
+    # the body limit of this server: 4 KiB
+    s, _, b = keyed.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 5000}]},
+                            {"Authorization": f"Bearer {KEY}"})
+    assert s == 413 and error_of(b)["code"] == "request_too_large"
+
+
+def test_models_by_name(keyed):
+    c = oai(keyed, key=KEY)
+    demo_text = c.completions.create(model="demo", prompt="In the beginning", max_tokens=12, temperature=0).choices[0].text
+    tiny = c.completions.create(model="tiny", prompt="In the beginning", max_tokens=12, temperature=0)
+    assert tiny.model == "tiny" and tiny.choices[0].text != demo_text and tiny.usage.completion_tokens == 12
+    # the tiny fixture has a 256-id byte vocabulary: the prompt is ~one token per byte
+    assert tiny.usage.prompt_tokens >= 12
+    m = keyed.metrics({"Authorization": f"Bearer {KEY}"})
+    assert m['sluice_requests_total{model="tiny"}'] >= 1 and m['sluice_requests_total{model="demo"}'] >= 1
+
+
+# ---- load, disconnects, limits ---------------------------------------------------------------------
+
+
+def test_32_concurrent_clients(demo):
+    prompts = [f"Read me Ruth chapter {i % 4 + 1}." for i in range(16)] + [f"Read me Psalm {i + 1}." for i in range(16)]
+    def one(p):
+        r = chat(demo, messages=[{"role": "user", "content": p}], max_tokens=32)
+        return r.choices[0].message.content
+    alone = {p: one(p) for p in set(prompts)}
+    out = [None] * len(prompts)
+    def worker(i):
+        out[i] = one(prompts[i])
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    assert all(out[i] == alone[p] for i, p in enumerate(prompts)), "batched greedy answers differ from alone"
+    print(f"32 concurrent greedy chat requests of 32 tokens: {wall:.2f} s")
+    m = demo.metrics()
+    assert m['sluice_active_sequences{model="demo"}'] == 0 and m['sluice_generated_tokens_total{model="demo"}'] > 32 * 32
+    assert m['sluice_batch_rows_total{model="demo"}'] > m['sluice_batch_steps_total{model="demo"}']  # batched
+
+
+def test_dropped_client_frees_its_slot(demo):
+    before = demo.metrics()['sluice_requests_canceled_total{model="demo"}']
+    # streamed: read a little, hang up
+    s = oai(demo).chat.completions.create(model="demo", messages=RUTH, max_tokens=3000, temperature=1.0, seed=3,
+                                          stream=True)
+    for i, _ in enumerate(s):
+        if i == 3:
+            break
+    s.close()
+    demo.wait_metric('sluice_requests_canceled_total{model="demo"}', lambda v: v >= before + 1, timeout=3)
+    demo.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 0, timeout=3)
+    # whole answer: the client sends its request and leaves before any of it comes back
+    sock = raw_post(demo.port, "/v1/completions", LONG)
+    demo.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 1, timeout=3)
+    sock.close()
+    demo.wait_metric('sluice_requests_canceled_total{model="demo"}', lambda v: v >= before + 2, timeout=3)
+    demo.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 0, timeout=3)
+    assert demo.metrics()["sluice_http_disconnects_total"] >= 2
+    assert "(client gone)" in demo.stderr()
+
+
+def test_full_queue_is_503(tmp_path):
+    s = Server(tmp_path, "-m", DEMO, "--parallel", "1", "--queue", "1")
+    try:
+        socks = []
+        for want in ("sluice_active_sequences", "sluice_queued_sequences"):  # one running, one waiting
+            socks.append(raw_post(s.port, "/v1/completions", {**LONG, "stream": True}))
+            s.wait_metric(want + '{model="demo"}', lambda v: v == 1)
+        st, h, b = s.request("POST", "/v1/chat/completions", {"model": "demo", "messages": RUTH, "max_tokens": 2})
+        assert st == 503 and h["Retry-After"] == "1" and error_of(b)["code"] == "server_overloaded"
+        for k in socks:
+            k.close()
+        s.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 0)
+        s.wait_metric('sluice_queued_sequences{model="demo"}', lambda v: v == 0)
+        assert s.metrics()['sluice_requests_rejected_total{model="demo"}'] == 1
+        assert chat(s, max_tokens=2).usage.completion_tokens == 2
+    finally:
+        assert s.stop() == 0
+    assert "stopping" in s.stderr()
+
+
+def test_metrics(demo):
+    chat(demo, max_tokens=8)
+    m = demo.metrics()
+    for name in ("requests_total", "generated_tokens_total", "prompt_tokens_total", "expert_cache_hit_ratio",
+                 "expert_bytes_read_total", "bytes_read_per_token", "io_wait_seconds_total",
+                 "generation_tokens_per_second", "active_sequences", "queued_sequences"):
+        assert f'sluice_{name}{{model="demo"}}' in m, name
+    assert m['sluice_generated_tokens_total{model="demo"}'] >= 8
+    assert 0 < m['sluice_expert_cache_hit_ratio{model="demo"}'] <= 1
+    assert m['sluice_http_requests_total{code="2xx"}'] >= 1
+
+
+def test_command_line_errors(tmp_path):
+    r = run(["serve", "--port", "http"], check=False)
+    assert r.returncode == 1 and b"--port" in r.stderr
+    r = run(["serve", "-m", str(tmp_path / "missing.sluice"), "--port", "0"], check=False)
+    assert r.returncode == 1 and b"missing.sluice" in r.stderr
+    with socket.socket() as taken:  # a port in use: one line naming it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run(["serve", "-m", DEMO, "--port", str(port)], check=False, timeout=20)
+        assert r.returncode == 1 and f"127.0.0.1:{port}".encode() in r.stderr and b"in use" in r.stderr
+
+
+def test_web_page_is_generated():
+    """src/serve/web_page.h is what tools/embed_web.py makes of src/serve/web/index.html."""
+    out = subprocess.run(["python3", os.path.join(ROOT, "tools/embed_web.py"), os.path.join(ROOT, "src/serve/web/index.html"),
+                          "-"], capture_output=True, check=True).stdout
+    with open(os.path.join(ROOT, "src/serve/web_page.h"), "rb") as f:
+        assert f.read() == out, "run tools/embed_web.py src/serve/web/index.html src/serve/web_page.h"
