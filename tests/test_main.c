@@ -12,7 +12,8 @@
 #include "sluice.h"
 #include "test.h"
 
-const char *const test_fixtures[] = {"qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_fused", "qwen3_next_fp8", NULL};
+const char *const test_fixtures[] = {"qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_fused", "qwen3_next_fp8", "mixtral",
+                                     NULL};
 
 typedef struct {
     const char *name, *arg, *file;

@@ -14,6 +14,9 @@ Fixtures:
   qwen3_5_moe      F32, the VLM wrapper (model.language_model.*, model.visual.*), per-expert tensors
   qwen3_5_fused    BF16, the VLM wrapper with fused experts (gate_up_proj [E,2I,H], down_proj [E,H,I])
   qwen3_next_fp8   FP8 E4M3 linear weights with 128x128 block scales (weight_scale_inv), as the official release
+  mixtral          BF16, per-expert block_sparse_moe.experts.N.w1/w2/w3 and block_sparse_moe.gate (the release layout)
+  olmoe            F32, q/k norm over the whole projection, no top-k renorm, GQA
+  qwen2_moe        F32, q/k/v bias, shared expert with a sigmoid gate, a dense layer, no top-k renorm
 
 Every parameter is randomised (norm weights, A_log, dt_bias included) so routing and gating vary.
 Usage: python3 tools/make_fixtures.py OUTDIR [NAME ...]
@@ -344,12 +347,103 @@ def make_qwen3_5(d, fused=False):
     write_refs(m, d, 55, {"arch": "qwen3_5_moe", "dtype": "BF16", "fused_experts": True})
 
 
+MIXTRAL_PART = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}
+EXP_PER = re.compile(r"(.*)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def to_mixtral_layout(sd):
+    # Mixtral's released checkpoints: block_sparse_moe.gate and block_sparse_moe.experts.N.w1 (gate), w2 (down),
+    # w3 (up). Whatever save_pretrained wrote (fused or per expert, mlp.* or block_sparse_moe.*) ends up so.
+    out = {}
+    for k, w in to_per_expert(sd, 64).items():
+        mm = EXP_PER.match(k)
+        if mm:
+            k = f"{mm.group(1)}.block_sparse_moe.experts.{mm.group(2)}.{MIXTRAL_PART[mm.group(3)]}.weight"
+        elif k.endswith(".mlp.gate.weight"):
+            k = k[:-len(".mlp.gate.weight")] + ".block_sparse_moe.gate.weight"
+        out[k] = w.contiguous()
+    return out
+
+
+def check_reload(cls, d, model, ids):
+    # what was written must be what transformers itself loads: same logits from the saved directory
+    try:
+        m2 = cls.from_pretrained(d, dtype=torch.float32).eval()
+        with torch.no_grad():
+            a = model(input_ids=torch.tensor([ids]), use_cache=False).logits
+            b = m2(input_ids=torch.tensor([ids]), use_cache=False).logits
+        diff = float((a - b).abs().max())
+    except Exception as e:
+        print("reload", os.path.basename(d), "RELOAD FAILED", repr(e), flush=True)
+        return
+    print("reload", os.path.basename(d), "max |delta logit|", diff, "RELOAD MISMATCH" if diff > 1e-5 else "ok", flush=True)
+
+
+def make_mixtral(d):
+    from transformers import MixtralConfig, MixtralForCausalLM
+    cfg = MixtralConfig(vocab_size=V, hidden_size=64, intermediate_size=32, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=16, num_experts_per_tok=2,
+                        rope_parameters={"rope_type": "default", "rope_theta": 1e6}, rms_norm_eps=1e-5,
+                        sliding_window=None, tie_word_embeddings=False, max_position_embeddings=4096,
+                        attn_implementation="eager")
+    torch.manual_seed(6)
+    m = MixtralForCausalLM(cfg).float().eval()
+    randomise(m, 606, zero_centred=False, std=0.12)
+    round_params(m, torch.bfloat16)
+    copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d)
+    rewrite_checkpoint(d, to_mixtral_layout)
+    check_reload(MixtralForCausalLM, d, m, list(range(20)))
+    write_refs(m, d, 66, {"arch": "mixtral", "dtype": "BF16"})
+
+
+def make_olmoe(d):
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+    cfg = OlmoeConfig(vocab_size=V, hidden_size=64, intermediate_size=24, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, num_experts=16, num_experts_per_tok=4, norm_topk_prob=False,
+                      rope_parameters={"rope_type": "default", "rope_theta": 1e4}, rms_norm_eps=1e-5,
+                      clip_qkv=None, tie_word_embeddings=False, max_position_embeddings=4096,
+                      pad_token_id=1, bos_token_id=None, eos_token_id=0, attn_implementation="eager")
+    torch.manual_seed(7)
+    m = OlmoeForCausalLM(cfg).float().eval()
+    randomise(m, 707, zero_centred=False, std=0.12)
+    m.save_pretrained(d)
+    rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
+    check_reload(OlmoeForCausalLM, d, m, list(range(20)))
+    write_refs(m, d, 77, {"arch": "olmoe", "dtype": "F32"})
+
+
+def make_qwen2_moe(d):
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+    cfg = Qwen2MoeConfig(vocab_size=V, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=24,
+                         shared_expert_intermediate_size=40, num_experts=16, num_experts_per_tok=4,
+                         norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1], qkv_bias=True,
+                         use_sliding_window=False, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                         rms_norm_eps=1e-6, tie_word_embeddings=False, max_position_embeddings=4096,
+                         attn_implementation="eager")
+    torch.manual_seed(8)
+    m = Qwen2MoeForCausalLM(cfg).float().eval()
+    randomise(m, 808, zero_centred=False, std=0.12)
+    g = torch.Generator().manual_seed(809)
+    with torch.no_grad():  # q/k/v biases large enough to matter
+        for n, p in m.named_parameters():
+            if n.endswith("_proj.bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    m.save_pretrained(d)
+    rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
+    check_reload(Qwen2MoeForCausalLM, d, m, list(range(20)))
+    write_refs(m, d, 88, {"arch": "qwen2_moe", "dtype": "F32"})
+
+
 MAKERS = {
     "qwen3_moe": make_qwen3_moe,
     "qwen3_next": make_qwen3_next,
     "qwen3_5_moe": make_qwen3_5,
     "qwen3_5_fused": lambda d: make_qwen3_5(d, fused=True),
     "qwen3_next_fp8": lambda d: make_qwen3_next(d, fp8=True),
+    "mixtral": make_mixtral,
+    "olmoe": make_olmoe,
+    "qwen2_moe": make_qwen2_moe,
 }
 
 

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe;
+extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral;
 
-const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, NULL};
+const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, &arch_mixtral, NULL};
 
 const arch_desc *arch_get(sl_arch id) {
     for (int i = 0; arch_list[i]; i++)

@@ -2,8 +2,8 @@
  * attention.c — full (softmax) attention for qwen3_moe and the gated variant of qwen3_next/qwen3_5_moe
  * (MODELS.md 3.3).
  *
- * Per micro-batch: project q (+gate), k, v for all tokens; per head RMSNorm (q_norm/k_norm, 1+w when
- * zero-centred) and partial NeoX RoPE; append K/V rows to the cache at their positions; then every
+ * Per micro-batch: project q (+gate), k, v for all tokens; q/k RMSNorm as cfg->qk_norm says (per head,
+ * over the whole projection, or none; 1+w when zero-centred) and partial NeoX RoPE; append K/V rows to the cache at their positions; then every
  * (token, head) pair is one work item on the pool: scores against cache rows 0..pos, f32 softmax,
  * weighted sum of V in increasing position order; gate with sigmoid; o_proj.
  * Each item's arithmetic depends only on its own token and position, never on the batch.
@@ -87,14 +87,19 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
     float *kc = sq->k_cache[layer], *vc = sq->v_cache[layer];
     for (int t = 0; t < n; t++) {
         int pos = pos0 + t;
+        float *qrow = ws->big + (size_t)t * ws->n_big, *krow = ws->k + (size_t)t * kvrow;
+        if (cfg->qk_norm == SL_QK_NORM_ALL) { /* over the whole projection (OLMoE), before the split into heads */
+            ops->rmsnorm(qrow, lw->q_norm, w_off, cfg->eps, qrow, nh * hd);
+            ops->rmsnorm(krow, lw->k_norm, w_off, cfg->eps, krow, kvrow);
+        }
         for (int h = 0; h < nh; h++) {
-            float *q = ws->big + (size_t)t * ws->n_big + (size_t)h * qstride;
-            ops->rmsnorm(q, lw->q_norm, w_off, cfg->eps, q, hd);
+            float *q = qrow + (size_t)h * qstride;
+            if (cfg->qk_norm == SL_QK_NORM_HEAD) ops->rmsnorm(q, lw->q_norm, w_off, cfg->eps, q, hd);
             rope(q, rot, inv_freq, pos);
         }
         for (int g = 0; g < nkv; g++) {
-            float *k = ws->k + (size_t)t * kvrow + (size_t)g * hd;
-            ops->rmsnorm(k, lw->k_norm, w_off, cfg->eps, k, hd);
+            float *k = krow + (size_t)g * hd;
+            if (cfg->qk_norm == SL_QK_NORM_HEAD) ops->rmsnorm(k, lw->k_norm, w_off, cfg->eps, k, hd);
             rope(k, rot, inv_freq, pos);
         }
         memcpy(kc + (size_t)pos * kvrow, ws->k + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));

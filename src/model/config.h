@@ -18,6 +18,7 @@ typedef enum {
     SL_ARCH_QWEN3_MOE = 1,
     SL_ARCH_QWEN3_NEXT = 2,
     SL_ARCH_QWEN3_5_MOE = 3,
+    SL_ARCH_MIXTRAL = 4,
 } sl_arch;
 
 /* How router logits become the k expert weights (moe.c). */

@@ -1,0 +1,51 @@
+/*
+ * mixtral.c — Mixtral (Mixtral-8x7B, Mixtral-8x22B): Llama-style attention (GQA, full RoPE, no q/k
+ * norm, no biases), every layer a MoE of SwiGLU experts without a shared expert, routed top-k of the
+ * router logits then a softmax over those k. On disk (the released checkpoints, and what
+ * transformers 5.x save_pretrained writes): block_sparse_moe.gate, block_sparse_moe.experts.E.w1
+ * (gate), w3 (up), w2 (down). transformers' modeling_mixtral.py MixtralTopKRouter takes softmax over
+ * all E, top-k and renormalises: the same weights (softmax is monotonic and the renormalisation
+ * cancels the other experts' mass) up to rounding.
+ */
+#include "model/arch/common.h"
+
+static void config(hfc *c, sl_config *o) {
+    o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* the experts' width: Mixtral has no dense MLP */
+    o->norm_topk = 1;
+    int found = 0;
+    double sw = hfc_num(c, "sliding_window", 0, &found);
+    if (found && sw < o->max_pos)
+        hfc_fail(c, SL_EUNSUPPORTED, "sliding_window = %g is not supported (only null: attention over the whole "
+                 "context)", sw);
+    for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = 1;
+}
+
+static const arch_tdef tensors[] = {
+    T_EMBED,
+    T_IN_NORM, T_ATTN_QKVO, T_POST_NORM, T_ROUTER,
+    T_HEAD,
+};
+
+static const arch_pdef parts[ARCH_N_PARTS] = {
+    {"gate_proj", "w1", AD_I, AD_H, EW(gate)},
+    {"up_proj", "w3", AD_I, AD_H, EW(up)},
+    {"down_proj", "w2", AD_H, AD_I, EW(down)},
+};
+
+static const char *const renames[] = {"block_sparse_moe.", "mlp.", NULL};
+
+/* mistralai/Mixtral-8x7B-v0.1 and Mixtral-8x22B-v0.1 config.json */
+static const arch_shape shapes[] = {
+    {"mixtral-8x7b", 32000, 4096, 32, 32, 8, 128, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 32768, 1e6, 1.0, 1, 0},
+    {"mixtral-8x22b", 32000, 6144, 56, 48, 8, 128, 8, 2, 16384, 0, 0, 0, 0, 0, 0, 65536, 1e6, 1.0, 1, 0},
+};
+
+static const char *const hf_types[] = {"mixtral", NULL};
+
+const arch_desc arch_mixtral = {
+    .id = SL_ARCH_MIXTRAL, .name = "mixtral", .hf_types = hf_types,
+    .router = SL_ROUTER_TOPK_SOFTMAX, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
+    .config = config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .renames = renames,
+    .shapes = shapes, .n_shapes = N_OF(shapes),
+};
