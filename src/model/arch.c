@@ -7,9 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral;
+extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral, arch_olmoe;
 
-const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, &arch_mixtral, NULL};
+const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, &arch_mixtral, &arch_olmoe,
+                                     NULL};
 
 const arch_desc *arch_get(sl_arch id) {
     for (int i = 0; arch_list[i]; i++)
