@@ -13,6 +13,7 @@
 
 #include "format/container.h"
 #include "format/pack.h"
+#include "format/synth.h"
 #include "import/hf.h"
 #include "model/tensors.h"
 #include "sluice.h"
@@ -523,4 +524,60 @@ TEST(open_rejects_shapes_that_do_not_match_config) {
     CHECK(edit_manifest(src, p2, lie_tensor_shape, "layers.0.linear_attn.out_proj") == 0);
     st = sl_model_open(p2, NULL, &m, &err);
     CHECKF(st == SL_EFORMAT && m == NULL && strstr(err.msg, "layers.0.linear_attn.out_proj"), "%d %s", st, err.msg);
+}
+
+/* sluice synth's shapes of released models have their published sizes: total parameters (backbone +
+ * every routed expert) from the family table within 1.5% of the model card's count. */
+TEST(synth_shapes_have_released_sizes) {
+    static const struct {
+        const char *shape;
+        double params;
+    } want[] = {
+        {"mixtral-8x7b", 46.7e9},       {"mixtral-8x22b", 140.6e9},  {"olmoe-1b-7b", 6.92e9},
+        {"qwen1.5-moe-a2.7b", 14.3e9},  {"qwen2-57b-a14b", 57.4e9},  {"qwen3-30b-a3b", 30.5e9},
+        {"qwen3-235b-a22b", 235.1e9},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        sl_config c;
+        sl_error err = {0};
+        CHECKF(synth_config(want[i].shape, 0, &c, &err) == SL_OK, "%s: %s", want[i].shape, err.msg);
+        arch_tensor *at = NULL;
+        int n = arch_backbone_tensors(&c, &at);
+        CHECK(n > 0);
+        double p = 0;
+        for (int k = 0; k < n; k++) p += (double)at[k].shape[0] * (double)(at[k].ndim == 2 ? at[k].shape[1] : 1);
+        free(at);
+        for (int part = 0; part < 3; part++) {
+            int64_t sh[2];
+            arch_expert_shape(&c, part, sh);
+            p += (double)cfg_n_moe_layers(&c) * c.n_experts * (double)sh[0] * (double)sh[1];
+        }
+        printf("     %s: %.2fB parameters (published %.2fB)\n", want[i].shape, p / 1e9, want[i].params / 1e9);
+        CHECKF(p > want[i].params * 0.985 && p < want[i].params * 1.015, "%s: %.3g parameters, published %.3g",
+               want[i].shape, p, want[i].params);
+    }
+    sl_config c;
+    sl_error err = {0};
+    CHECK(synth_config("no-such-model", 0, &c, &err) == SL_EINVAL && strstr(err.msg, "mixtral-8x7b"));
+}
+
+/* A model_type no family serves is refused with the list of those served; each family's own is taken. */
+TEST(unknown_model_type_lists_the_supported) {
+    sl_config c;
+    sl_error err = {0};
+    const char *llama = "{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8}";
+    CHECK(hf_parse_config(llama, "config.json", &c, &err) == SL_EUNSUPPORTED);
+    CHECKF(strstr(err.msg, "'llama'") && strstr(err.msg, "qwen3_moe") && strstr(err.msg, "mixtral") &&
+           strstr(err.msg, "olmoe") && strstr(err.msg, "qwen2_moe"), "%s", err.msg);
+    const char *types[] = {"mixtral", "olmoe", "qwen2_moe"};
+    for (int i = 0; i < 3; i++) {
+        char txt[512];
+        snprintf(txt, sizeof txt, "{\"model_type\": \"%s\", \"vocab_size\": 32, \"hidden_size\": 16, "
+                 "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_experts\": 4, \"num_local_experts\": 4, "
+                 "\"num_experts_per_tok\": 2, \"intermediate_size\": 8, \"moe_intermediate_size\": 8, "
+                 "\"shared_expert_intermediate_size\": 8}", types[i]);
+        memset(&err, 0, sizeof err);
+        CHECKF(hf_parse_config(txt, "config.json", &c, &err) == SL_OK, "%s: %s", types[i], err.msg);
+        CHECK(!strcmp(cfg_arch_name(c.arch), types[i]));
+    }
 }

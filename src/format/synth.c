@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "format/synth.h"
+
 #include "format/container.h"
 #include "model/arch.h"
 #include "model/tensors.h"
@@ -131,8 +133,7 @@ static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layer
     return SL_OK;
 }
 
-sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t seed, const char *out_path,
-                   sl_progress_fn progress, void *user, sl_error *err) {
+sl_status synth_config(const char *shape_name, int layers, sl_config *out, sl_error *err) {
     const arch_shape *sh = NULL;
     const arch_desc *a = NULL;
     for (int i = 0; arch_list[i] && !sh; i++)
@@ -142,11 +143,16 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
                 a = arch_list[i];
             }
     if (!sh) return sl_err(err, SL_EINVAL, "unknown shape '%s' (known: %s)", shape_name, sl_synth_shapes());
+    return make_config(a, sh, layers, out, err);
+}
+
+sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t seed, const char *out_path,
+                   sl_progress_fn progress, void *user, sl_error *err) {
+    sl_config c;
+    sl_status st = synth_config(shape_name, layers, &c, err);
+    if (st) return st;
     sl_dtype mdt = quant == SL_QUANT_F32 ? DT_F32 : quant == SL_QUANT_Q8 ? DT_Q8 : quant == SL_QUANT_Q4 ? DT_Q4
                  : quant == SL_QUANT_Q3 ? DT_Q3 : DT_BF16;
-    sl_config c;
-    sl_status st = make_config(a, sh, layers, &c, err);
-    if (st) return st;
     arch_tensor *at = NULL;
     int n_at = arch_backbone_tensors(&c, &at);
     if (n_at < 0) return sl_err(err, SL_ENOMEM, "out of memory");
@@ -243,7 +249,7 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
     cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&h, &c, block, parts));
     cJSON_AddArrayToObject(man, "blobs");
     cJSON *src = cJSON_AddObjectToObject(man, "source");
-    cJSON_AddStringToObject(src, "synthetic", sh->name);
+    cJSON_AddStringToObject(src, "synthetic", shape_name);
     cJSON_AddNumberToObject(src, "seed", (double)(seed ? seed : 0));
     cJSON_AddArrayToObject(src, "files");
     cJSON *po = cJSON_AddObjectToObject(man, "pack");

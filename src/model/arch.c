@@ -7,10 +7,11 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral, arch_olmoe;
+extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral, arch_olmoe,
+    arch_qwen2_moe;
 
 const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, &arch_mixtral, &arch_olmoe,
-                                     NULL};
+                                     &arch_qwen2_moe, NULL};
 
 const arch_desc *arch_get(sl_arch id) {
     for (int i = 0; arch_list[i]; i++)

@@ -79,6 +79,15 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
     kern_matmul(ops, pool, &lw->q, ws->h, H, ws->big, (size_t)ws->n_big, n);
     kern_matmul(ops, pool, &lw->k, ws->h, H, ws->k, (size_t)kvrow, n);
     kern_matmul(ops, pool, &lw->v, ws->h, H, ws->v, (size_t)kvrow, n);
+    if (cfg->attn_bias) /* q/k/v biases (not gated: q rows are [nh*hd]) */
+        for (int t = 0; t < n; t++) {
+            float *q = ws->big + (size_t)t * ws->n_big, *k = ws->k + (size_t)t * kvrow, *v = ws->v + (size_t)t * kvrow;
+            for (int i = 0; i < nh * hd; i++) q[i] += lw->q_bias[i];
+            for (int i = 0; i < kvrow; i++) {
+                k[i] += lw->k_bias[i];
+                v[i] += lw->v_bias[i];
+            }
+        }
 
     float inv_freq[512];
     for (int i = 0; i < rot / 2 && i < 512; i++)

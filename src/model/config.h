@@ -20,6 +20,7 @@ typedef enum {
     SL_ARCH_QWEN3_5_MOE = 3,
     SL_ARCH_MIXTRAL = 4,
     SL_ARCH_OLMOE = 5,
+    SL_ARCH_QWEN2_MOE = 6,
 } sl_arch;
 
 /* How router logits become the k expert weights (moe.c). */

@@ -309,7 +309,8 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
         ok = c->lin_nk > 0 && c->lin_nv > 0 && c->lin_nv % c->lin_nk == 0 && c->lin_dk > 0 && c->lin_dv > 0 &&
              c->conv_k >= 1;
     ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX) &&
-         c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL;
+         c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL &&
+         !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)); /* attention.c: q rows [nh*hd] */
     for (int l = 0; ok && l < c->n_layers; l++) {
         if (c->layer_moe[l])
             ok = c->n_experts > 0 && c->n_experts_used > 0 && c->n_experts_used <= c->n_experts && c->moe_inter > 0;

@@ -32,7 +32,8 @@ typedef struct sl_layer_w {
 
     /* full attention: q is [nh*hd, H] (qwen3_moe) or [2*nh*hd, H] (gated: per head [query|gate]) */
     sl_mat q, k, v, o;
-    float *q_norm, *k_norm; /* [hd] */
+    float *q_norm, *k_norm; /* [hd] per head, or [nh*hd] / [nkv*hd] over the projection (cfg->qk_norm) */
+    float *q_bias, *k_bias, *v_bias; /* [nh*hd], [nkv*hd], [nkv*hd] when cfg->attn_bias (Qwen2-MoE), else NULL */
 
     /* Gated DeltaNet */
     sl_mat qkvz, ba;         /* qwen3_next: grouped per key head (MODELS.md 3.5.1) */

@@ -1,0 +1,43 @@
+/*
+ * qwen2_moe.c — Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): Llama-style attention with q/k/v biases
+ * (qkv_bias, true in every release), no q/k norm, full RoPE; MoE layers of SwiGLU experts with softmax ->
+ * top-k routing (renormalised only with norm_topk_prob) plus a shared expert scaled by sigmoid of its
+ * gate (the same block as Qwen3-Next's); dense layers by mlp_only_layers / decoder_sparse_step.
+ * transformers' modeling_qwen2_moe.py.
+ */
+#include "model/arch/common.h"
+
+static void config(hfc *c, sl_config *o) {
+    arch_qwen_moe_config(c, o); /* moe_intermediate_size, norm_topk_prob, sparse layers */
+    o->shared_inter = hfc_int(c, "shared_expert_intermediate_size", 1, 0);
+    o->attn_bias = hfc_bool(c, "qkv_bias", 1); /* 4.x checkpoints have no such field: always biased */
+    if (hfc_bool(c, "use_sliding_window", 0))
+        hfc_fail(c, SL_EUNSUPPORTED, "use_sliding_window = true is not supported");
+    hfc_full_attention_only(c, o);
+}
+
+static const arch_tdef tensors[] = {
+    T_EMBED,
+    T_IN_NORM, T_ATTN_QKVO,
+    {"self_attn.q_proj.bias", NULL, AW_ATTN_BIAS, AD_Q, AD_NONE, AK_VEC, LW(q_bias), AR_BACKBONE},
+    {"self_attn.k_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(k_bias), AR_BACKBONE},
+    {"self_attn.v_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(v_bias), AR_BACKBONE},
+    T_POST_NORM, T_ROUTER, T_SHARED_EXPERT, T_DENSE_MLP,
+    T_HEAD,
+};
+
+/* Qwen/Qwen1.5-MoE-A2.7B and Qwen/Qwen2-57B-A14B config.json */
+static const arch_shape shapes[] = {
+    {"qwen1.5-moe-a2.7b", 151936, 2048, 24, 16, 16, 128, 60, 4, 1408, 5632, 0, 0, 0, 0, 0, 8192, 1e6, 1.0, 0, 1},
+    {"qwen2-57b-a14b", 151936, 3584, 28, 28, 4, 128, 64, 8, 2560, 20480, 0, 0, 0, 0, 0, 32768, 1e6, 1.0, 0, 1},
+};
+
+static const char *const hf_types[] = {"qwen2_moe", NULL};
+
+const arch_desc arch_qwen2_moe = {
+    .id = SL_ARCH_QWEN2_MOE, .name = "qwen2_moe", .hf_types = hf_types,
+    .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
+    .config = config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
+    .shapes = shapes, .n_shapes = N_OF(shapes),
+};
