@@ -80,7 +80,12 @@ int cmd_serve(int argc, char **argv) {
             if ((p.sched.max_queue = count_opt(a, v, 0)) < 0) return 1;
         } else if (!strcmp(a, "--ctx")) {
             if ((p.sched.n_ctx = count_opt(a, v, 2)) < 0) return 1;
-        } else
+        } else if (!strcmp(a, "--state-cache")) {
+            long long b = cli_parse_size(v);
+            if (b < 0) return cli_fail("serve", "--state-cache: bad size '%s' (e.g. 512M, 2G; 0 is off)", v);
+            p.sched.state_cache_bytes = (uint64_t)b;
+        } else if (!strcmp(a, "--state-dir")) p.sched.state_dir = v;
+        else
             return cli_bad_option("serve", argc, argv, i);
         i++;
     }

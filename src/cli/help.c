@@ -161,6 +161,10 @@ static const cli_opt serve_opts[] = {
     {"--parallel", "N", "sequences evaluated together, per model (default: 16)"},
     {"--queue", "N", "requests waiting for a slot, per model, beyond which new ones get 503 (default: 64)"},
     {"--ctx", "N", "context positions of each sequence (default: the model's)"},
+    {"--state-cache", "SIZE", "keep sequence states of prompt prefixes within SIZE, so a conversation's next "
+                              "turn does not evaluate its history again (default: 0, off)"},
+    {"--state-dir", "DIR", "with --state-cache, also keep the states as files in DIR, read back at the next "
+                           "start (default: memory only)"},
     END_OPTS,
 };
 

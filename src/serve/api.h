@@ -236,7 +236,6 @@ typedef struct api_model_metrics {
 
 /* Server-wide HTTP counters. */
 typedef struct api_http_metrics {
-    uint64_t requests;        /* every HTTP request answered */
     uint64_t by_class[6];     /* [k]: statuses k00..k99 (k = 1..5) */
     uint64_t disconnects;     /* clients that left before their answer was complete */
     int connections;          /* open now */

@@ -7,7 +7,8 @@
  * answer the response (until libmicrohttpd frees it). The scheduler's emit callback only appends to
  * the gen's pending text and signals; the connection's thread does all the formatting: it waits for
  * text (polling its socket for a hang-up every 50 ms, so a client that goes away cancels its
- * generation at once, whether queued, prefilling or decoding), runs it through the answer parser
+ * generation at once, whether queued, prefilling or decoding; a client that half-closes its side after
+ * the request counts as gone, as with nginx), runs it through the answer parser
  * (api.h) and writes SSE bytes (streamed) or, at the end, one JSON body.
  *
  * Shutdown: `mu` (a read-write lock) guards the schedulers: submits, cancels and stats reads take it
@@ -172,7 +173,10 @@ typedef struct gen {
     size_t sent;            /* bytes of as.out handed to libmicrohttpd */
     int finished;           /* the closing events are in as.out */
     int gone;               /* the client went away */
+    double polled;          /* when its socket was last polled */
 } gen;
+
+#define POLL_S 0.05 /* how often a waiting connection looks for a hang-up */
 
 static void gen_release(gen *g) {
     pthread_mutex_lock(&g->mu);
@@ -282,18 +286,23 @@ static int gen_pump(gen *g) {
     void *user = g->g.stream ? (void *)&g->as : (void *)&g->res;
     tok_buf text = {0};
     pthread_mutex_lock(&g->mu);
-    while (!g->pending.n && !g->done) {
+    for (;;) {
+        double t = now_s();
+        if (t - g->polled >= POLL_S && !g->done) { /* also while text flows: a whole answer writes nothing */
+            g->polled = t;
+            if (peer_gone(g->fd)) {
+                pthread_mutex_unlock(&g->mu);
+                g->gone = 1;
+                gen_cancel(g);
+                return -1;
+            }
+        }
+        if (g->pending.n || g->done) break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
+        ts.tv_nsec += (long)(POLL_S * 1e9);
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-        if (!g->pending.n && !g->done && peer_gone(g->fd)) {
-            pthread_mutex_unlock(&g->mu);
-            g->gone = 1;
-            gen_cancel(g);
-            return -1;
-        }
     }
     text = g->pending; /* take it whole: the scheduler starts a new buffer */
     memset(&g->pending, 0, sizeof g->pending);

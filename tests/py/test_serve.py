@@ -7,6 +7,7 @@ line) and are ready when /health answers."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -120,9 +121,9 @@ def demo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory, tiny_model):
-    """Two models (demo first, the tiny fixture as "tiny"), an API key, a 4 KiB body limit."""
+    """Two models (demo first, the tiny fixture as "tiny"), an API key, a 4 KiB body limit, a prefix cache."""
     s = Server(tmp_path_factory.mktemp("serve-keyed"), "-m", DEMO, "-m", f"tiny={tiny_model}", "--api-key", KEY,
-               "--max-body", "4K")
+               "--max-body", "4K", "--state-cache", "64M")
     yield s
     assert s.stop() == 0, s.stderr()
 
@@ -158,6 +159,14 @@ def test_health_models_page(demo):
     assert s == 200 and h["Content-Type"].startswith("text/html")
     assert "<script>" in page and "/v1/chat/completions" in page and "/metrics" in page
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="node is not installed")
+def test_page_script(demo):
+    """The page's own JavaScript, run by node against the server (tests/py/page_harness.js)."""
+    r = subprocess.run(["node", os.path.join(ROOT, "tests/py/page_harness.js"), demo.base,
+                        os.path.join(ROOT, "src/serve/web/index.html")], capture_output=True, timeout=60)
+    assert r.returncode == 0, (r.stdout + r.stderr).decode(errors="replace")
 
 
 def test_chat_whole(demo):
@@ -378,6 +387,26 @@ def test_models_by_name(keyed):
     assert m['sluice_requests_total{model="tiny"}'] >= 1 and m['sluice_requests_total{model="demo"}'] >= 1
 
 
+def test_prefix_cache(keyed, demo):
+    """A conversation's next turn starts from the kept state of its history (usage says how many prompt
+    tokens were reused) and answers exactly what a server without the cache answers."""
+    system = {"role": "system", "content": "You are a reader of the King James Bible. " * 12}
+    turn1 = [system] + RUTH
+    c = oai(keyed, key=KEY)
+    a1 = c.chat.completions.create(model="demo", messages=turn1, max_tokens=16, temperature=0)
+    assert a1.usage.prompt_tokens > 128 and a1.usage.prompt_tokens_details.cached_tokens == 0
+    turn2 = turn1 + [{"role": "assistant", "content": a1.choices[0].message.content},
+                     {"role": "user", "content": "And chapter 3."}]
+    a2 = c.chat.completions.create(model="demo", messages=turn2, max_tokens=16, temperature=0)
+    reused = a2.usage.prompt_tokens_details.cached_tokens
+    assert reused >= 128 and reused % 64 == 0 and reused < a2.usage.prompt_tokens
+    cold = chat(demo, messages=turn2, max_tokens=16)
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
+    assert a2.choices[0].message.content == cold.choices[0].message.content
+    m = keyed.metrics({"Authorization": f"Bearer {KEY}"})
+    assert m['sluice_prompt_tokens_reused_total{model="demo"}'] >= reused
+
+
 # ---- load, disconnects, limits ---------------------------------------------------------------------
 
 
@@ -421,7 +450,15 @@ def test_dropped_client_frees_its_slot(demo):
     sock.close()
     demo.wait_metric('sluice_requests_canceled_total{model="demo"}', lambda v: v >= before + 2, timeout=3)
     demo.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 0, timeout=3)
-    assert demo.metrics()["sluice_http_disconnects_total"] >= 2
+    # whole answer, gone while tokens flow (seed 5: this prompt's answer runs 2808 tokens before its end)
+    sock = raw_post(demo.port, "/v1/completions", {"model": "demo", "prompt": "And it came to pass", "max_tokens": 3000,
+                                                   "temperature": 1.0, "seed": 5})
+    gen0 = demo.metrics()['sluice_generated_tokens_total{model="demo"}']
+    demo.wait_metric('sluice_generated_tokens_total{model="demo"}', lambda v: v >= gen0 + 20, timeout=3)
+    sock.close()
+    demo.wait_metric('sluice_requests_canceled_total{model="demo"}', lambda v: v >= before + 3, timeout=3)
+    demo.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 0, timeout=3)
+    assert demo.metrics()["sluice_http_disconnects_total"] >= 3
     assert "(client gone)" in demo.stderr()
 
 
