@@ -112,6 +112,58 @@ const char *sl_synth_shapes(void);
 sl_status sl_info_json(const char *path, char **out_json, sl_error *err);
 
 /* ---------------------------------------------------------------------------------------------- */
+/* Downloading a Hugging Face model repository (src/pull, docs/PULL.md)                           */
+
+typedef struct sl_pull_params {
+    const char *repo;              /* "ORG/NAME" (required) */
+    const char *revision;          /* branch, tag or commit; NULL = "main" */
+    const char *const *include;    /* fnmatch patterns matched against the repository paths ('*' also
+                                      matches '/'); NULL or n_include 0 = what sl_pack reads: config.json,
+                                      generation_config.json, the tokenizer files, model.safetensors.index.json
+                                      and the *.safetensors it names (all top-level *.safetensors without one) */
+    int n_include;
+    const char *out_dir;           /* the files go straight into this directory; NULL = the Hugging Face cache
+                                      (<cache>/models--ORG--NAME/snapshots/COMMIT, links into blobs/) */
+    const char *cache_dir;         /* NULL = $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub */
+    const char *endpoint;          /* NULL = $HF_ENDPOINT, else https://huggingface.co */
+    const char *token;             /* NULL = $HF_TOKEN, else the file $HF_TOKEN_PATH or $HF_HOME/token
+                                      (~/.cache/huggingface/token); "" = none. Sent only to the endpoint's host */
+    int jobs;                      /* files downloaded at once; 0 = 4 */
+    int retries;                   /* failed attempts in a row (no byte received) before a file fails; 0 = 6 */
+} sl_pull_params;
+
+sl_pull_params sl_pull_params_default(void);
+
+/* What a pull did. */
+typedef struct sl_pull_result {
+    char commit[48];               /* the revision's commit (40 hex digits) */
+    int n_files;                   /* files selected */
+    int n_present;                 /* ... already complete and verified: not downloaded */
+    int n_fetched;                 /* ... downloaded */
+    int n_resumed;                 /* downloads continued from a partial file (Range) */
+    int n_corrupt;                 /* downloads that failed their sha256/size check and were fetched again */
+    uint64_t n_retries;            /* attempts after a broken connection, a 5xx or a timeout */
+    uint64_t bytes_fetched;        /* body bytes received */
+} sl_pull_result;
+
+/* Downloads the files of a model repository: the file list from {endpoint}/api/models/{repo}/revision/
+ * {rev}?blobs=true, each file from {endpoint}/{repo}/resolve/{commit}/{path} (redirects followed), `jobs`
+ * at once. Each file is written under a temporary name (NAME.incomplete), resumed with a Range request
+ * when one is there (a server answering 200 instead of 206 is read from the start), checked against the
+ * hub's size and sha256 (LFS files) or git blob id (the others), and renamed to its final name only then;
+ * a file that fails its check is deleted and fetched again (3 times at most). Files already complete are
+ * not downloaded again. progress (may be NULL) gets body bytes received out of bytes still needed (the
+ * total can grow when a download starts over); non-zero from it cancels (SL_ECANCELED), leaving the
+ * partial files for the next pull. On success *out_dir (malloc'ed, the caller frees it) is the directory
+ * that holds the files, ready for sl_pack; res (may be NULL) says what was done. Errors: SL_EINVAL for a
+ * bad repository name or a refused token (401/403: the message says to set HF_TOKEN), SL_ENOENT for a
+ * repository, revision or file not found (404), SL_EIO for network errors after the retries,
+ * SL_ECHECKSUM for a file still wrong after its re-downloads, SL_ENOSPC for a full disk; the message
+ * names the file. Never a partial file under a final name. */
+sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *user, char **out_dir,
+                  sl_pull_result *res, sl_error *err);
+
+/* ---------------------------------------------------------------------------------------------- */
 /* Models and sessions                                                                            */
 
 typedef struct sl_model sl_model;

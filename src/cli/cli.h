@@ -11,6 +11,7 @@
 #include "sluice.h"
 
 int cmd_pack(int argc, char **argv);
+int cmd_pull(int argc, char **argv); /* cmd_pull.c */
 int cmd_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_run(int argc, char **argv);

@@ -41,6 +41,21 @@
     {"--think", "on|off", "the chat template's thinking switch, enable_thinking (default: the "          \
                           "template's own)"}
 
+static const cli_opt pull_opts[] = {
+    {"-o", "DIR", "put the files straight into DIR (default: the Hugging Face cache, "
+                  "CACHE/models--ORG--NAME/snapshots/COMMIT)"},
+    {"--revision", "REV", "a branch, tag or commit (default: main)"},
+    {"--include", "GLOB", "download the files whose path matches GLOB ('*' also matches '/'), instead of "
+                          "the default set; repeatable (default: what pack reads: config.json, "
+                          "generation_config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja, "
+                          "model.safetensors.index.json and the shards it names)"},
+    {"--jobs", "N", "files downloaded at once, 1 to 64 (default: 4)"},
+    {"--cache-dir", "CACHE", "the cache directory (default: $HF_HUB_CACHE, else $HF_HOME/hub, else "
+                             "~/.cache/huggingface/hub)"},
+    {"-q, --quiet", NULL, "no progress bar and no summary on stderr"},
+    END_OPTS,
+};
+
 static const cli_opt pack_opts[] = {
     {"-o", "MODEL.sluice", "the container to write (required)"},
     {"--quant", "MODE", "keep, f32, bf16, q8, q4 or q3, for every matrix (default: keep: each tensor's "
@@ -171,6 +186,17 @@ static const cli_opt serve_opts[] = {
 /* ---- the command table ------------------------------------------------------------------------- */
 
 const cli_command cli_commands[] = {
+    {"pull", "download a model from the Hugging Face Hub, ready for pack", cmd_pull,
+     "ORG/NAME [-o DIR] [--include GLOB]... [OPTION]...",
+     "Downloads the files of a model repository from the Hugging Face Hub, or from the mirror in "
+     "HF_ENDPOINT, several at once, and prints the directory that holds them as the last line on stdout, "
+     "so that sluice pack \"$(sluice pull ORG/NAME)\" -o MODEL.sluice works. Each file is written as "
+     "NAME.incomplete, resumed with a Range request after a broken connection or an interrupted pull, "
+     "checked against the hub's size and sha256 (git blob id for small files), and renamed only then; a "
+     "file that fails its check is fetched again. Files already complete are not downloaded again. "
+     "HF_TOKEN (or the token file of huggingface-cli login) is sent to the hub as a bearer token, never to "
+     "the host a download is redirected to; gated and private models need it. docs/PULL.md has the details.",
+     pull_opts, "sluice pull Qwen/Qwen3-30B-A3B -o ~/models/Qwen3-30B-A3B", 0},
     {"pack", "pack a Hugging Face checkpoint into a .sluice container", cmd_pack,
      "SRC_DIR -o MODEL.sluice [OPTION]...",
      "Packs a checkpoint directory (config.json and *.safetensors, with model.safetensors.index.json when "
@@ -343,6 +369,9 @@ void cli_help_main(FILE *f) {
                                "no -m is given (before the demo model)"},
         {"SLUICE_KERNELS", NULL, "scalar, avx2, avx512 or neon: the compute kernels, instead of the best the "
                                  "CPU supports"},
+        {"HF_TOKEN", NULL, "the Hugging Face token that pull sends to the hub (gated and private models)"},
+        {"HF_ENDPOINT", NULL, "the hub that pull downloads from (default: https://huggingface.co)"},
+        {"HF_HOME", NULL, "pull's cache is $HF_HOME/hub (default: ~/.cache/huggingface/hub)"},
         END_OPTS,
     };
     for (const cli_opt *o = env; o->flags; o++) opt_line(f, o);
