@@ -162,6 +162,13 @@ TEST(serve_parse_chat_request) {
     CHECK(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":\"###\"}", &g, &e) == 0);
     CHECK(g.n_stop == 1 && !strcmp(g.stop[0], "###"));
     api_gen_free(&g);
+    /* seeds: any integer, negative ones as two's complement, the top of the range too */
+    CHECK(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"seed\":-1}", &g, &e) == 0);
+    CHECK(g.seed_set && g.sp.seed == UINT64_MAX);
+    api_gen_free(&g);
+    CHECK(parse(API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"seed\":1e19}", &g, &e) == 0);
+    CHECK(g.seed_set && g.sp.seed == 10000000000000000000ull);
+    api_gen_free(&g);
 }
 
 /* Each bad body gets a 400 naming the field at fault (param, "" for none). */

@@ -200,10 +200,11 @@ int api_common(api_gen *g, const cJSON *root, const char *stop_key, api_error *e
         return api_fail(e, 400, "frequency_penalty", "unsupported_parameter",
                         "'frequency_penalty' is not supported (only 0): use presence_penalty, or repeat_penalty "
                         "(llama.cpp's multiplicative penalty)");
-    if ((r = api_int(root, "seed", -9.2e18, 1.8e19, &k, e)) < 0) return -1;
+    /* seed: any integer a double holds, negative ones as their two's complement */
+    if ((r = api_num(root, "seed", -9.2e18, 1.8e19, &x, e)) < 0) return -1;
+    if (r && x != floor(x)) return api_fail(e, 400, "seed", "invalid_type", "'seed' must be an integer");
     if (r) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "seed");
-        g->sp.seed = v->valuedouble >= 9.2e18 ? (uint64_t)v->valuedouble : (uint64_t)k;
+        g->sp.seed = x < 0 ? (uint64_t)(long long)x : (uint64_t)x;
         g->seed_set = 1;
     }
     return stop_field(g, root, stop_key, e);

@@ -358,6 +358,10 @@ static void stream_free(void *cls) {
 
 /* ---- responses --------------------------------------------------------------------------------- */
 
+/* Set by a handler that returns MHD_NO for a client already gone, just before libmicrohttpd reports
+ * it (on the same thread); cleared by the logger. */
+static _Thread_local int quiet_close;
+
 /* The request's state across libmicrohttpd's calls of the access handler. */
 typedef struct req {
     srv_server *s;
@@ -460,7 +464,9 @@ static enum MHD_Result ep_models(struct MHD_Connection *c, req *r, const char *n
     if (name) {
         const model_slot *ms = find_model(s, name);
         if (!ms) return fail(c, r, 404, "model_not_found", "The model '%.100s' does not exist", name);
-        char *out = cJSON_PrintUnformatted(model_json(s, ms, ant));
+        cJSON *j = model_json(s, ms, ant);
+        char *out = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
         return reply_json(c, r, 200, out);
     }
     cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateArray();
@@ -667,8 +673,9 @@ static enum MHD_Result ep_generate(struct MHD_Connection *c, req *r, api_kind ki
         int k;
         while ((k = gen_pump(g)) > 0) {}
         if (k < 0) { /* the client left (or no memory): nothing to answer */
-            if (g->gone) snprintf(r->note, sizeof r->note, "client gone");
-            return g->gone ? MHD_NO : fail(c, r, 500, NULL, "out of memory");
+            if (!g->gone) return fail(c, r, 500, NULL, "out of memory");
+            quiet_close = 1; /* libmicrohttpd logs the MHD_NO below as an internal error: it is not one */
+            return MHD_NO;
         }
         return answer_whole(c, r, g);
     }
@@ -820,7 +827,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         pthread_mutex_unlock(&g->mu);
         snprintf(tokens, sizeof tokens, " %d+%d tokens", g->n_prompt_tokens, n_gen);
     }
-    logf_(s, "%s %s %d%s%s%s %.3f s%s%s", r->method, r->url, r->status, r->model[0] ? " " : "", r->model, tokens,
+    char status[8] = "-"; /* nothing was answered: the client left */
+    if (r->status) snprintf(status, sizeof status, "%d", r->status);
+    logf_(s, "%s %s %s%s%s%s %.3f s%s%s", r->method, r->url, status, r->model[0] ? " " : "", r->model, tokens,
           now_s() - r->t0, g && g->g.stream ? " stream" : "", gone && g && g->submitted ? " (client gone)" : "");
     if (g) gen_release(g);
     free(r->body.p);
@@ -842,6 +851,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     srv_server *s = cls;
+    if (quiet_close) { /* the connection is closed on purpose (its client left) */
+        quiet_close = 0;
+        return;
+    }
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);

@@ -35,6 +35,7 @@ void out_free(out_parser *p) {
 
 /* Drops the first k bytes of the hold. */
 static void consume(out_parser *p, size_t k) {
+    if (!k) return;
     memmove(p->hold.p, p->hold.p + k, p->hold.n - k);
     p->hold.n -= k;
 }
@@ -143,7 +144,7 @@ out:
 /* Gives out what the hold makes final; with end set, all of it. Returns 0 or -1. */
 static int run(out_parser *p, int end, out_fn fn, void *user) {
     for (;;) {
-        char *s = p->hold.p;
+        const char *s = p->hold.p ? p->hold.p : ""; /* never NULL, even empty: memcmp and memmem want a pointer */
         size_t n = p->hold.n;
         if (p->lstrip && p->state != START) {
             size_t k = 0;
