@@ -26,6 +26,7 @@ Reproducible from --seed up to GPU non-determinism (atomics in backward). Runs o
   python3 tools/train_demo.py CORPUS OUTDIR [--steps 1000] [--seed 1] [--smoke]
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -302,8 +303,9 @@ def main():
     for p in model.parameters():
         p.data = p.data.to(torch.bfloat16).float()
     model.config.output_router_logits = False
-    model.to(torch.bfloat16).save_pretrained(hf)
-    model.float()
+    # save from a copy: model.to(bfloat16) would also round the RoPE inv_freq buffer, which the
+    # evaluation below must keep in float32 (as transformers computes it for a loaded checkpoint)
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(hf)
     files = sorted(f for f in os.listdir(hf) if f.endswith(".safetensors"))
     sd = {}
     for f in files:
