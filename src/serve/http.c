@@ -178,6 +178,13 @@ typedef struct gen {
 
 #define POLL_S 0.05 /* how often a waiting connection looks for a hang-up */
 
+/* Another reference (the scheduler may be dropping its own at the same time). */
+static void gen_ref(gen *g) {
+    pthread_mutex_lock(&g->mu);
+    g->refs++;
+    pthread_mutex_unlock(&g->mu);
+}
+
 static void gen_release(gen *g) {
     pthread_mutex_lock(&g->mu);
     int last = --g->refs == 0;
@@ -657,12 +664,12 @@ static enum MHD_Result ep_generate(struct MHD_Connection *c, req *r, api_kind ki
     rq.n_stop = g->g.n_stop;
     rq.skip_special = 1;
     sl_error err = {0};
-    g->refs++; /* the scheduler's, from a successful submit on */
+    gen_ref(g); /* the scheduler's, from a successful submit on */
     pthread_rwlock_rdlock(&s->mu);
     sl_status st = s->quitting ? SL_ECANCELED : srv_submit(g->ms->sched, &rq, gen_emit, g, &g->id, &err);
     pthread_rwlock_unlock(&s->mu);
     if (st) {
-        g->refs--;
+        gen_release(g); /* not the last: the request's stays */
         if (st == SL_EBUSY) return fail(c, r, 503, "server_overloaded", "the server is busy (%s): retry later", err.msg);
         if (st == SL_ECANCELED) return fail(c, r, 503, NULL, "the server is stopping");
         if (st == SL_ERANGE) return fail(c, r, 400, "context_length_exceeded", "%s", err.msg);
@@ -680,13 +687,12 @@ static enum MHD_Result ep_generate(struct MHD_Connection *c, req *r, api_kind ki
         return answer_whole(c, r, g);
     }
     if (g->echo && (api_stream_piece(&g->as, OUT_CONTENT, g->echo, strlen(g->echo), NULL))) return fail(c, r, 500, NULL, "out of memory");
-    g->refs++; /* the response's */
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, g, stream_free);
     if (!resp) {
-        g->refs--;
         gen_cancel(g);
         return MHD_NO;
     }
+    gen_ref(g); /* the response's, dropped by stream_free */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
