@@ -58,6 +58,9 @@ const char *test_packed(const char *fixture);
 char *test_read(const char *path, size_t *len);
 int test_write(const char *path, const void *data, size_t len);
 int test_copy_file(const char *from, const char *to); /* 0 on success */
+/* Runs a shell command; returns its exit code and captures its stdout (and stderr too when
+ * merge_stderr), malloc'ed, in *out. */
+int test_sh(int merge_stderr, char **out, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Reads the id list `key` ("tokens" or "greedy") of tests/data/<fixture>/ref.json into out (at most
  * max); returns the count, or -1. */
 int test_ref_ids(const char *fixture, const char *key, int32_t *out, int max);

@@ -11,27 +11,6 @@
 #include "sluice.h"
 #include "test.h"
 
-/* Runs a shell command; returns its exit code and captures stdout+stderr (malloc'ed) in *out. */
-static int sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int sh(char **out, const char *fmt, ...) {
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    char full[4200];
-    snprintf(full, sizeof full, "%s 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) n += k;
-    buf[n] = 0;
-    int rc = pclose(p);
-    *out = buf;
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
 static const char *bin(void) {
     const char *b = getenv("SLUICE_BIN");
     return b ? b : "build/sluice";
@@ -40,42 +19,42 @@ static const char *bin(void) {
 TEST(cli_pack_info_verify) {
     char *o = NULL;
     const char *m = test_path("%s/cli.sluice", test_tmpdir());
-    int rc = sh(&o, "%s pack tests/data/qwen3_5_fused -o %s", bin(), m);
+    int rc = test_sh(1, &o, "%s pack tests/data/qwen3_5_fused -o %s", bin(), m);
     CHECKF(rc == 0, "%s", o);
     free(o);
-    rc = sh(&o, "%s info %s", bin(), m);
+    rc = test_sh(1, &o, "%s info %s", bin(), m);
     int ok = rc == 0 && strstr(o, "qwen3_5_moe") && strstr(o, "LmLmAmLm") && strstr(o, "bf16");
     CHECKF(ok, "%s", o);
     free(o);
-    rc = sh(&o, "%s info %s --json", bin(), m);
+    rc = test_sh(1, &o, "%s info %s --json", bin(), m);
     cJSON *j = cJSON_Parse(o);
     ok = rc == 0 && j && cJSON_GetObjectItem(cJSON_GetObjectItem(j, "experts"), "stride")->valueint == 12288;
     cJSON_Delete(j);
     CHECKF(ok, "%s", o);
     free(o);
-    rc = sh(&o, "%s verify %s --source tests/data/qwen3_5_fused", bin(), m);
+    rc = test_sh(1, &o, "%s verify %s --source tests/data/qwen3_5_fused", bin(), m);
     CHECKF(rc == 0 && strstr(o, "ok"), "%s", o);
     free(o);
 }
 
 TEST(cli_errors_are_one_clear_line) {
     char *o = NULL;
-    int rc = sh(&o, "%s pack tests/data/does-not-exist -o %s/x.sluice", bin(), test_tmpdir());
+    int rc = test_sh(1, &o, "%s pack tests/data/does-not-exist -o %s/x.sluice", bin(), test_tmpdir());
     int ok = rc != 0 && strstr(o, "does-not-exist") && strstr(o, "config.json") && !test_exists(test_path("%s/x.sluice", test_tmpdir()));
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
     /* a file too short to hold a header, and a long enough one with the wrong magic: exit 1, one line
      * naming the file and what is wrong with it */
-    rc = sh(&o, "%s info tests/data/qwen3_next/config.json", bin());
+    rc = test_sh(1, &o, "%s info tests/data/qwen3_next/config.json", bin());
     ok = rc == 1 && strstr(o, "tests/data/qwen3_next/config.json") && strstr(o, "too short for a .sluice container") &&
          strchr(o, '\n') == o + strlen(o) - 1;
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
-    rc = sh(&o, "%s info README.md", bin());
+    rc = test_sh(1, &o, "%s info README.md", bin());
     ok = rc == 1 && strstr(o, "README.md: not a .sluice container") && strchr(o, '\n') == o + strlen(o) - 1;
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
-    rc = sh(&o, "%s frobnicate", bin());
+    rc = test_sh(1, &o, "%s frobnicate", bin());
     CHECKF(rc == 2 && strstr(o, "unknown command"), "rc %d: %s", rc, o);
     free(o);
 }
@@ -103,13 +82,13 @@ TEST(cli_run_and_logits) {
         snprintf(want + l, sizeof want - l, n++ ? " %d" : "%d", it->valueint);
     }
     cJSON_Delete(j);
-    int rc = sh(&o, "%s run -m %s --tokens %s -n 16 --temp 0 --ids", bin(), m, toks);
+    int rc = test_sh(1, &o, "%s run -m %s --tokens %s -n 16 --temp 0 --ids", bin(), m, toks);
     CHECKF(rc == 0 && !strncmp(o, want, strlen(want)), "rc %d: got '%s' want '%s'", rc, o, want);
     free(o);
     /* logits of the whole reference prompt: every row bitwise what the library gives in process, and
      * within 1e-4 (relative to the row's largest) of transformers' */
     const char *lf = test_path("%s/logits.f32", test_tmpdir());
-    rc = sh(&o, "%s logits -m %s --tokens %s --out %s", bin(), m, toks, lf);
+    rc = test_sh(1, &o, "%s logits -m %s --tokens %s --out %s", bin(), m, toks, lf);
     CHECKF(rc == 0, "rc %d: %s", rc, o);
     free(o);
     int32_t ids[256];
@@ -142,7 +121,7 @@ TEST(cli_run_and_logits) {
     free(lib);
     CHECKF(ok && worst < 1e-4, "logits file: %zu bytes for %d tokens, differs from the library's or %.3g from transformers'",
            len, nt, worst);
-    rc = sh(&o, "%s run -m %s --tokens 1,999999 -n 2", bin(), m);
+    rc = test_sh(1, &o, "%s run -m %s --tokens 1,999999 -n 2", bin(), m);
     CHECKF(rc != 0 && strstr(o, "999999"), "rc %d: %s", rc, o);
     free(o);
 }
@@ -150,13 +129,13 @@ TEST(cli_run_and_logits) {
 TEST(cli_synth_bench_profile) {
     char *o = NULL;
     const char *m = test_path("%s/synth-tiny.sluice", test_tmpdir());
-    int rc = sh(&o, "%s synth --shape tiny -o %s", bin(), m);
+    int rc = test_sh(1, &o, "%s synth --shape tiny -o %s", bin(), m);
     CHECKF(rc == 0, "%s", o);
     free(o);
-    rc = sh(&o, "%s verify %s", bin(), m);
+    rc = test_sh(1, &o, "%s verify %s", bin(), m);
     CHECKF(rc == 0, "%s", o);
     free(o);
-    rc = sh(&o, "%s bench -m %s --prompt 8 --gen 4 --cache 200K --cache 1M --json 2>/dev/null", bin(), m);
+    rc = test_sh(1, &o, "%s bench -m %s --prompt 8 --gen 4 --cache 200K --cache 1M --json 2>/dev/null", bin(), m);
     cJSON *j = cJSON_Parse(o);
     int ok = rc == 0 && cJSON_GetArraySize(j) == 2;
     for (int i = 0; ok && i < 2; i++) {
@@ -172,21 +151,21 @@ TEST(cli_synth_bench_profile) {
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
     const char *prof = test_path("%s/tiny.profile", test_tmpdir());
-    rc = sh(&o, "%s profile -m %s --tokens 1,2,3,4,5,6,7,8,9 -o %s", bin(), m, prof);
+    rc = test_sh(1, &o, "%s profile -m %s --tokens 1,2,3,4,5,6,7,8,9 -o %s", bin(), m, prof);
     CHECKF(rc == 0 && test_file_size(prof) > 0, "rc %d: %s", rc, o);
     free(o);
-    rc = sh(&o, "%s run -m %s --tokens 1,2,3 -n 4 --ids --stats --pin %s --cache 300K --policy lfu", bin(), m, prof);
+    rc = test_sh(1, &o, "%s run -m %s --tokens 1,2,3 -n 4 --ids --stats --pin %s --cache 300K --policy lfu", bin(), m, prof);
     CHECKF(rc == 0 && strstr(o, "hit rate") && strstr(o, "peak RSS"), "rc %d: %s", rc, o);
     free(o);
-    rc = sh(&o, "%s run -m %s --tokens 1,2,3 -n 4 --cache lots", bin(), m);
+    rc = test_sh(1, &o, "%s run -m %s --tokens 1,2,3 -n 4 --cache lots", bin(), m);
     CHECKF(rc != 0 && strstr(o, "--cache"), "rc %d: %s", rc, o);
     free(o);
     const char *q = test_path("%s/synth-tiny-q4.sluice", test_tmpdir());
-    rc = sh(&o, "%s synth --shape tiny --quant q4 -o %s && %s verify %s && %s info %s && %s run -m %s --tokens 1,2 -n 3 --ids --cache 100K",
+    rc = test_sh(1, &o, "%s synth --shape tiny --quant q4 -o %s && %s verify %s && %s info %s && %s run -m %s --tokens 1,2 -n 3 --ids --cache 100K",
             bin(), q, bin(), q, bin(), q, bin(), q);
     CHECKF(rc == 0 && strstr(o, "q4"), "rc %d: %s", rc, o);
     free(o);
-    rc = sh(&o, "%s synth --shape nonesuch -o %s/x.sluice", bin(), test_tmpdir());
+    rc = test_sh(1, &o, "%s synth --shape nonesuch -o %s/x.sluice", bin(), test_tmpdir());
     CHECKF(rc != 0 && strstr(o, "qwen3-next-80b-a3b"), "rc %d: %s", rc, o);
     free(o);
 }

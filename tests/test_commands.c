@@ -16,27 +16,6 @@
 #include "sluice.h"
 #include "test.h"
 
-/* Runs a shell command; returns its exit code and captures its stdout (with 2>&1 in fmt, stderr too),
- * malloc'ed, in *out. */
-static int run_sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int run_sh(char **out, const char *fmt, ...) {
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    FILE *p = popen(cmd, "r");
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap);
-    while (p && (k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += k;
-        if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[n] = 0;
-    int rc = p ? pclose(p) : -1;
-    *out = buf;
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static const char *sluice(void) {
     static char path[PATH_MAX];
@@ -98,7 +77,7 @@ static char *option_without_default(const char *help) {
 
 TEST(cmd_help_every_command) {
     char *o = NULL, *e = NULL;
-    int rc = run_sh(&o, "%s --help", sluice());
+    int rc = test_sh(0, &o, "%s --help", sluice());
     CHECKF(rc == 0 && !strncmp(o, "Usage: sluice COMMAND", 21) && strstr(o, "\nCommands:\n"), "rc %d: %s", rc, o);
     /* the list of commands is this test's list, no more and no less */
     int listed = 0;
@@ -114,12 +93,12 @@ TEST(cmd_help_every_command) {
     while (commands[n_commands]) n_commands++;
     CHECKF(listed == n_commands, "'sluice --help' lists %d commands, not the %d of this test", listed, n_commands);
     free(o);
-    rc = run_sh(&o, "%s --version", sluice());
+    rc = test_sh(0, &o, "%s --version", sluice());
     CHECKF(rc == 0 && !strcmp(o, "sluice " SL_VERSION_STRING "\n"), "rc %d: %s", rc, o);
     free(o);
     for (int i = 0; commands[i]; i++) {
         const char *c = commands[i];
-        rc = run_sh(&o, "%s %s --help 2>/dev/null", sluice(), c);
+        rc = test_sh(0, &o, "%s %s --help 2>/dev/null", sluice(), c);
         char want[64];
         snprintf(want, sizeof want, "Usage: sluice %s ", c);
         char example[64];
@@ -131,23 +110,23 @@ TEST(cmd_help_every_command) {
         CHECKF(!nd, "sluice %s --help: an option without its default:\n%s", c, nd);
         for (const char *l = o; *l; l = strchr(l, '\n') + 1) CHECKF(strcspn(l, "\n") <= 80 || !strncmp(l, "  sluice ", 9), "sluice %s --help: a line longer than 80 columns: %.*s", c, (int)strcspn(l, "\n"), l);
         /* nothing on stderr; -h and 'sluice help CMD' say the same; --help wins wherever it is */
-        rc = run_sh(&e, "%s %s --help 2>&1 >/dev/null", sluice(), c);
+        rc = test_sh(0, &e, "%s %s --help 2>&1 >/dev/null", sluice(), c);
         CHECKF(rc == 0 && !*e, "sluice %s --help wrote to stderr: %s", c, e);
         free(e);
-        rc = run_sh(&e, "%s %s -h", sluice(), c);
+        rc = test_sh(0, &e, "%s %s -h", sluice(), c);
         CHECKF(rc == 0 && !strcmp(o, e), "sluice %s -h differs from --help", c);
         free(e);
-        rc = run_sh(&e, "%s help %s", sluice(), c);
+        rc = test_sh(0, &e, "%s help %s", sluice(), c);
         CHECKF(rc == 0 && !strcmp(o, e), "sluice help %s differs from --help", c);
         free(e);
-        rc = run_sh(&e, "%s %s --frob --help", sluice(), c);
+        rc = test_sh(0, &e, "%s %s --frob --help", sluice(), c);
         CHECKF(rc == 0 && !strcmp(o, e), "sluice %s --frob --help: rc %d", c, rc);
         free(e);
         free(o);
     }
     /* the commands that open a model list the shared model options and say where the default model is */
     for (int i = 0; model_commands[i]; i++) {
-        rc = run_sh(&o, "%s %s --help", sluice(), model_commands[i]);
+        rc = test_sh(0, &o, "%s %s --help", sluice(), model_commands[i]);
         CHECKF(rc == 0 && strstr(o, "\nModel options:\n") && strstr(o, "  --cache SIZE") && strstr(o, "  --threads N") &&
                    strstr(o, "  --prefetch MODE") && strstr(o, "  --no-verify") && strstr(o, "\nDefault model:\n") &&
                    strstr(o, "SLUICE_MODEL") && strstr(o, "share/sluice/demo.sluice"),
@@ -155,7 +134,7 @@ TEST(cmd_help_every_command) {
         free(o);
     }
     /* perplexity's help states the method */
-    rc = run_sh(&o, "%s perplexity --help", sluice());
+    rc = test_sh(0, &o, "%s perplexity --help", sluice());
     CHECKF(rc == 0 && strstr(o, "second half") && strstr(o, "default: 512") && strstr(o, "bits per byte"), "%s", o);
     free(o);
 }
@@ -164,26 +143,26 @@ TEST(cmd_unknown_option) {
     char *o = NULL;
     for (int i = 0; commands[i]; i++) {
         const char *c = commands[i];
-        int rc = run_sh(&o, "%s %s --frob 2>&1", sluice(), c);
+        int rc = test_sh(0, &o, "%s %s --frob 2>&1", sluice(), c);
         char want[160];
         snprintf(want, sizeof want, "sluice %s: unknown option '--frob' (see 'sluice %s --help')\n", c, c);
         CHECKF(rc == 2 && !strcmp(o, want), "sluice %s --frob: rc %d: '%s'", c, rc, o);
         free(o);
     }
     /* after other arguments too, and on the text path of run */
-    int rc = run_sh(&o, "%s run -p hello --frob 2>&1", sluice());
+    int rc = test_sh(0, &o, "%s run -p hello --frob 2>&1", sluice());
     CHECKF(rc == 2 && strstr(o, "unknown option '--frob'"), "rc %d: %s", rc, o);
     free(o);
     /* an option of the command without its value: named as such */
     static const char *const missing[][2] = {{"run", "--tokens"}, {"run", "-p x --temp"}, {"perplexity", "-f"},
                                              {"bench", "--cache"}, {"pack", "dir -o"}, {"chat", "--seed"}};
     for (int i = 0; i < 6; i++) {
-        rc = run_sh(&o, "%s %s %s 2>&1", sluice(), missing[i][0], missing[i][1]);
+        rc = test_sh(0, &o, "%s %s %s 2>&1", sluice(), missing[i][0], missing[i][1]);
         CHECKF(rc == 2 && strstr(o, "needs a value") && strstr(o, "--help"), "sluice %s %s: rc %d: %s", missing[i][0],
                missing[i][1], rc, o);
         free(o);
     }
-    rc = run_sh(&o, "%s nonesuch 2>&1", sluice());
+    rc = test_sh(0, &o, "%s nonesuch 2>&1", sluice());
     CHECKF(rc == 2 && strstr(o, "unknown command 'nonesuch'") && strstr(o, "sluice --help"), "rc %d: %s", rc, o);
     free(o);
 }
@@ -194,13 +173,13 @@ TEST(cmd_default_model_from_environment) {
     const char *m = tiny_model();
     CHECK(m);
     char *want = NULL, *o = NULL;
-    int rc = run_sh(&want, "%s run -m %s --tokens 1,2,3 -n 4 --ids 2>&1", sluice(), m);
+    int rc = test_sh(0, &want, "%s run -m %s --tokens 1,2,3 -n 4 --ids 2>&1", sluice(), m);
     CHECKF(rc == 0 && strlen(want) > 4, "rc %d: %s", rc, want);
-    rc = run_sh(&o, "SLUICE_MODEL=%s %s run --tokens 1,2,3 -n 4 --ids 2>&1", m, sluice());
+    rc = test_sh(0, &o, "SLUICE_MODEL=%s %s run --tokens 1,2,3 -n 4 --ids 2>&1", m, sluice());
     CHECKF(rc == 0 && !strcmp(o, want), "rc %d: '%s', want '%s'", rc, o, want);
     free(o);
     /* -m comes first: SLUICE_MODEL is not even looked at */
-    rc = run_sh(&o, "SLUICE_MODEL=/nonexistent/x.sluice %s run -m %s --tokens 1,2,3 -n 4 --ids 2>&1", sluice(), m);
+    rc = test_sh(0, &o, "SLUICE_MODEL=/nonexistent/x.sluice %s run -m %s --tokens 1,2,3 -n 4 --ids 2>&1", sluice(), m);
     CHECKF(rc == 0 && !strcmp(o, want), "rc %d: %s", rc, o);
     free(o);
     free(want);
@@ -212,12 +191,12 @@ TEST(cmd_default_model_from_environment) {
                           "profile --tokens 1,2 -o", "bench --prompt 4 --gen 2", "chat -n 3 --temp 0 < /dev/null"};
     const char *args[] = {"", txt, lf, prof, "", ""};
     for (int i = 0; i < 6; i++) {
-        rc = run_sh(&o, "SLUICE_MODEL=%s %s %s %s 2>&1", m, sluice(), cmds[i], args[i]);
+        rc = test_sh(0, &o, "SLUICE_MODEL=%s %s %s %s 2>&1", m, sluice(), cmds[i], args[i]);
         CHECKF(rc == 0, "SLUICE_MODEL=... sluice %s: rc %d: %s", cmds[i], rc, o);
         free(o);
     }
     /* a SLUICE_MODEL naming nothing is an error, not a fall back to the demo model */
-    rc = run_sh(&o, "SLUICE_MODEL=%s/nonesuch.sluice %s run --tokens 1 2>&1", test_tmpdir(), sluice());
+    rc = test_sh(0, &o, "SLUICE_MODEL=%s/nonesuch.sluice %s run --tokens 1 2>&1", test_tmpdir(), sluice());
     CHECKF(rc == 1 && strstr(o, "SLUICE_MODEL=") && strstr(o, "nonesuch.sluice") && strstr(o, "-m MODEL"), "rc %d: %s", rc, o);
     free(o);
 }
@@ -231,31 +210,31 @@ TEST(cmd_default_model_beside_the_executable) {
     CHECK(realpath(test_tmpdir(), tree));
     strncat(tree, "/tree", sizeof tree - strlen(tree) - 1);
     char *o = NULL;
-    int rc = run_sh(&o, "mkdir -p %s/build %s/models %s/share/sluice && cp %s %s/build/sluice 2>&1", tree, tree, tree, sluice(), tree);
+    int rc = test_sh(0, &o, "mkdir -p %s/build %s/models %s/share/sluice && cp %s %s/build/sluice 2>&1", tree, tree, tree, sluice(), tree);
     CHECKF(rc == 0, "%s", o);
     free(o);
-    rc = run_sh(&o, "env -u SLUICE_MODEL %s/build/sluice run --tokens 1,2,3 -n 4 --ids 2>&1", tree);
+    rc = test_sh(0, &o, "env -u SLUICE_MODEL %s/build/sluice run --tokens 1,2,3 -n 4 --ids 2>&1", tree);
     CHECKF(rc == 1 && strstr(o, "pass -m MODEL.sluice") && strstr(o, test_path("%s/models/demo.sluice", tree)) &&
                strstr(o, test_path("%s/share/sluice/demo.sluice", tree)) && strstr(o, "SLUICE_MODEL") &&
                strchr(o, '\n') == o + strlen(o) - 1,
            "rc %d: %s", rc, o);
     free(o);
     char *want = NULL;
-    rc = run_sh(&want, "%s run -m %s --tokens 1,2,3 -n 4 --ids 2>&1", sluice(), m);
+    rc = test_sh(0, &want, "%s run -m %s --tokens 1,2,3 -n 4 --ids 2>&1", sluice(), m);
     CHECK(rc == 0);
     /* installed: PREFIX/share/sluice/demo.sluice */
     CHECK(test_copy_file(m, test_path("%s/share/sluice/demo.sluice", tree)) == 0);
-    rc = run_sh(&o, "env -u SLUICE_MODEL %s/build/sluice run --tokens 1,2,3 -n 4 --ids 2>&1", tree);
+    rc = test_sh(0, &o, "env -u SLUICE_MODEL %s/build/sluice run --tokens 1,2,3 -n 4 --ids 2>&1", tree);
     CHECKF(rc == 0 && !strcmp(o, want), "rc %d: %s", rc, o);
     free(o);
     /* the source tree's models/demo.sluice comes first: with it unreadable as a model, the run fails on it */
     CHECK(test_copy_file("README.md", test_path("%s/models/demo.sluice", tree)) == 0);
-    rc = run_sh(&o, "env -u SLUICE_MODEL %s/build/sluice run --tokens 1,2,3 -n 4 --ids 2>&1", tree);
+    rc = test_sh(0, &o, "env -u SLUICE_MODEL %s/build/sluice run --tokens 1,2,3 -n 4 --ids 2>&1", tree);
     CHECKF(rc == 1 && strstr(o, "models/demo.sluice"), "rc %d: %s", rc, o);
     free(o);
     CHECK(test_copy_file(m, test_path("%s/models/demo.sluice", tree)) == 0);
     CHECK(test_copy_file("README.md", test_path("%s/share/sluice/demo.sluice", tree)) == 0);
-    rc = run_sh(&o, "env -u SLUICE_MODEL %s/build/sluice run --tokens 1,2,3 -n 4 --ids 2>&1", tree);
+    rc = test_sh(0, &o, "env -u SLUICE_MODEL %s/build/sluice run --tokens 1,2,3 -n 4 --ids 2>&1", tree);
     CHECKF(rc == 0 && !strcmp(o, want), "rc %d: %s", rc, o);
     free(o);
     free(want);
@@ -271,7 +250,7 @@ static int reference_window(const char *model, const sl_tokenizer *tok, const in
     size_t at = 0;
     for (int i = 0; i < n; i++) at += (size_t)sprintf(list + at, i ? ",%d" : "%d", ids[i]);
     const char *lf = test_path("%s/ppl-window.f32", test_tmpdir());
-    int rc = run_sh(&o, "%s logits -m %s --tokens %s --out %s 2>&1", sluice(), model, list, lf);
+    int rc = test_sh(0, &o, "%s logits -m %s --tokens %s --out %s 2>&1", sluice(), model, list, lf);
     free(list);
     if (rc) fprintf(stderr, "    logits: %s\n", o);
     free(o);
@@ -325,7 +304,7 @@ TEST(cmd_perplexity_matches_logits) {
     int ok = nw >= 3 && n % ctx != 0; /* a partial window to drop */
     for (int w = 0; ok && w < nw; w++) ok = reference_window(m, tok, ids + w * ctx, ctx, &nll, &bytes) == 0;
     char *o = NULL;
-    int rc = run_sh(&o, "%s perplexity -m %s -f %s --ctx %d --json 2>&1", sluice(), m, f, ctx);
+    int rc = test_sh(0, &o, "%s perplexity -m %s -f %s --ctx %d --json 2>&1", sluice(), m, f, ctx);
     cJSON *j = cJSON_Parse(o);
     int scored = nw * (ctx - ctx / 2);
     double ppl = exp(nll / scored), bpb = nll / log(2.0) / (double)bytes;
@@ -341,7 +320,7 @@ TEST(cmd_perplexity_matches_logits) {
     nll = 0;
     bytes = 0;
     CHECK(reference_window(m, tok, ids, n, &nll, &bytes) == 0);
-    rc = run_sh(&o, "%s perplexity -m %s -f %s --json 2>&1", sluice(), m, f);
+    rc = test_sh(0, &o, "%s perplexity -m %s -f %s --json 2>&1", sluice(), m, f);
     j = cJSON_Parse(o);
     ok = rc == 0 && j && rel_close(num(j, "ppl"), exp(nll / (n - n / 2)), 1e-6) && num(j, "windows") == 1 &&
          num(j, "ctx") == n && num(j, "tokens") == n - n / 2 && num(j, "bytes") == (double)bytes;
@@ -349,7 +328,7 @@ TEST(cmd_perplexity_matches_logits) {
     cJSON_Delete(j);
     free(o);
     /* the line for people, from stdin, with model options */
-    rc = run_sh(&o, "%s perplexity -m %s -f - --ctx %d --cache 100K --threads 1 < %s 2>&1", sluice(), m, ctx, f);
+    rc = test_sh(0, &o, "%s perplexity -m %s -f - --ctx %d --cache 100K --threads 1 < %s 2>&1", sluice(), m, ctx, f);
     char want[128];
     snprintf(want, sizeof want, " over %d tokens (%d windows of %d, second half scored); ", scored, nw, ctx);
     CHECKF(rc == 0 && !strncmp(o, "perplexity: ", 12) && strstr(o, want) && strstr(o, " bits per byte; ") &&
@@ -364,26 +343,26 @@ TEST(cmd_perplexity_errors) {
     const char *m = tiny_model();
     CHECK(m);
     char *o = NULL;
-    int rc = run_sh(&o, "%s perplexity -m %s -f %s/no-such.txt 2>&1", sluice(), m, test_tmpdir());
+    int rc = test_sh(0, &o, "%s perplexity -m %s -f %s/no-such.txt 2>&1", sluice(), m, test_tmpdir());
     CHECKF(rc == 1 && strstr(o, "no-such.txt: No such file or directory") && strchr(o, '\n') == o + strlen(o) - 1,
            "rc %d: %s", rc, o);
     free(o);
     const char *f = test_path("%s/one-token.txt", test_tmpdir());
     CHECK(test_write(f, "a", 1) == 0);
-    rc = run_sh(&o, "%s perplexity -m %s -f %s 2>&1", sluice(), m, f);
+    rc = test_sh(0, &o, "%s perplexity -m %s -f %s 2>&1", sluice(), m, f);
     CHECKF(rc == 1 && strstr(o, "1 token") && strstr(o, "at least 2"), "rc %d: %s", rc, o);
     free(o);
-    rc = run_sh(&o, "%s perplexity -m %s -f %s --ctx 1 2>&1", sluice(), m, f);
+    rc = test_sh(0, &o, "%s perplexity -m %s -f %s --ctx 1 2>&1", sluice(), m, f);
     CHECKF(rc == 1 && strstr(o, "--ctx"), "rc %d: %s", rc, o);
     free(o);
-    rc = run_sh(&o, "%s perplexity -m %s -f README.md --ctx 100000 2>&1", sluice(), m);
+    rc = test_sh(0, &o, "%s perplexity -m %s -f README.md --ctx 100000 2>&1", sluice(), m);
     CHECKF(rc == 1 && strstr(o, "longer than the model's context of 4096"), "rc %d: %s", rc, o);
     free(o);
-    rc = run_sh(&o, "%s perplexity -m %s 2>&1", sluice(), m);
+    rc = test_sh(0, &o, "%s perplexity -m %s 2>&1", sluice(), m);
     CHECKF(rc == 1 && strstr(o, "-f FILE"), "rc %d: %s", rc, o);
     free(o);
     /* a container without a tokenizer */
-    rc = run_sh(&o, "%s perplexity -m %s -f README.md 2>&1", sluice(), test_packed("qwen3_next"));
+    rc = test_sh(0, &o, "%s perplexity -m %s -f README.md 2>&1", sluice(), test_packed("qwen3_next"));
     CHECKF(rc == 1 && strstr(o, "tokenizer"), "rc %d: %s", rc, o);
     free(o);
 }
@@ -392,14 +371,14 @@ TEST(cmd_perplexity_errors) {
 
 TEST(cmd_man_page) {
     char *o = NULL;
-    if (run_sh(&o, "command -v help2man >/dev/null 2>&1")) {
+    if (test_sh(0, &o, "command -v help2man >/dev/null 2>&1")) {
         free(o);
         printf("     (help2man is not installed: tools/gen_man.sh not run)\n");
         return;
     }
     free(o);
     const char *man = test_path("%s/sluice.1", test_tmpdir());
-    int rc = run_sh(&o, "tools/gen_man.sh %s %s 2>&1", man, sluice());
+    int rc = test_sh(0, &o, "tools/gen_man.sh %s %s 2>&1", man, sluice());
     CHECKF(rc == 0, "rc %d: %s", rc, o);
     free(o);
     char *page = test_read(man, NULL);
@@ -416,7 +395,7 @@ TEST(cmd_man_page) {
     free(page);
     CHECK(ok);
     /* it renders without warnings */
-    rc = run_sh(&o, "man --warnings -E UTF-8 -l %s 2>&1 >/dev/null", man);
+    rc = test_sh(0, &o, "man --warnings -E UTF-8 -l %s 2>&1 >/dev/null", man);
     CHECKF(rc == 0 && !*o, "rc %d: %s", rc, o);
     free(o);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,6 +108,30 @@ int test_copy_file(const char *from, const char *to) {
     int rc = test_write(to, b, n);
     free(b);
     return rc;
+}
+
+int test_sh(int merge_stderr, char **out, const char *fmt, ...) {
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(cmd, sizeof cmd - 8, fmt, ap);
+    va_end(ap);
+    if (merge_stderr && k >= 0 && (size_t)k < sizeof cmd - 8) strcat(cmd, " 2>&1");
+    FILE *p = popen(cmd, "r");
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (p && buf && (got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) break;
+            buf = nb;
+        }
+    }
+    if (buf) buf[n] = 0;
+    int rc = p ? pclose(p) : -1;
+    *out = buf;
+    return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 int test_ref_ids(const char *fixture, const char *key, int32_t *out, int max) {
