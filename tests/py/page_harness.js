@@ -8,7 +8,7 @@ const base = process.argv[2], html = fs.readFileSync(process.argv[3], "utf8");
 const script = html.slice(html.indexOf("<script>") + 8, html.indexOf("</script>"));
 function el(id) {
   const e = { id, value: "", textContent: "", innerHTML: "", className: "", hidden: false, disabled: false, children: [],
-    style: {}, options: [], scrollTop: 0, scrollHeight: 0, clientWidth: 300, width: 0, height: 0,
+    style: {}, dataset: {}, options: [], scrollTop: 0, scrollHeight: 0, clientWidth: 300, width: 0, height: 0,
     appendChild(c) { this.children.push(c); if (c.value !== undefined && this.id === "model") { this.options.push(c); if (!this.value) this.value = c.value; } return c; },
     append(...cs) { cs.forEach(c => this.children.push(c)); },
     addEventListener(t, f) { this["on" + t] = f; },
@@ -36,6 +36,7 @@ vm.runInContext(script, ctx);
   const box = els.log.children[1], answer = box.children[1].textContent, meta = box.children[2].textContent;
   console.log("answer:", JSON.stringify(answer.slice(0, 60)), "| meta:", meta);
   if (answer.length < 10 || !/24 tokens/.test(meta) || !/length/.test(meta)) throw new Error("no streamed answer");
+  if (box.dataset.state !== "done") throw new Error("answer's data-state: " + box.dataset.state);
   await vm.runInContext("poll()", ctx);
   await vm.runInContext("heat()", ctx);
   console.log("tps", els.tps.textContent, "hit", els.hit.textContent, "bpt", els.bpt.textContent, "aq", els.aq.textContent,
