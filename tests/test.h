@@ -58,6 +58,8 @@ const char *test_packed(const char *fixture);
 char *test_read(const char *path, size_t *len);
 int test_write(const char *path, const void *data, size_t len);
 int test_copy_file(const char *from, const char *to); /* 0 on success */
+/* Max over positions of max|a-b| / max|b| for logits [n][V]; a NaN in a is infinitely wrong. */
+double test_rel_err(const float *a, const float *b, int n, int V);
 /* Runs a shell command; returns its exit code and captures its stdout (and stderr too when
  * merge_stderr), malloc'ed, in *out. */
 int test_sh(int merge_stderr, char **out, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

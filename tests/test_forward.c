@@ -43,21 +43,6 @@ static sl_model *open_fixture(const char *fixture, int threads) {
     return m;
 }
 
-/* max over positions of max|a-b| / max|b| */
-static double rel_err(const float *a, const float *b, int n, int V) {
-    double worst = 0;
-    for (int t = 0; t < n; t++) {
-        double d = 0, m = 0;
-        for (int v = 0; v < V; v++) {
-            double x = fabs((double)a[(size_t)t * V + v] - b[(size_t)t * V + v]);
-            if (x > d || isnan(x)) d = isnan(x) ? INFINITY : x;
-            if (fabs(b[(size_t)t * V + v]) > m) m = fabs(b[(size_t)t * V + v]);
-        }
-        if (d / m > worst) worst = d / m;
-    }
-    return worst;
-}
-
 static float *eval_all(sl_model *m, const int32_t *toks, int n, int step) {
     int V = sl_model_n_vocab(m);
     float *out = malloc((size_t)n * V * sizeof(float));
@@ -88,7 +73,7 @@ FIXTURE_TEST(logits_match_transformers) {
     CHECK(got);
     if (V != r.V) free(got);
     CHECKF(V == r.V, "model vocabulary %d, reference logits %d wide", V, r.V);
-    double e = rel_err(got, r.logits, r.n, r.V);
+    double e = test_rel_err(got, r.logits, r.n, r.V);
     free(got);
     free(r.logits);
     printf("     %s: max relative logit error %.3g over %d positions\n", arg, e, r.n);
@@ -131,7 +116,7 @@ FIXTURE_TEST(prefill_equals_token_by_token) {
     float *mixed = eval_all(m, r.tokens, r.n, 7); /* chunks straddling the 64-token edge */
     sl_model_close(m);
     CHECK(full && one && mixed);
-    double e1 = rel_err(one, full, r.n, r.V), e2 = rel_err(mixed, full, r.n, r.V);
+    double e1 = test_rel_err(one, full, r.n, r.V), e2 = test_rel_err(mixed, full, r.n, r.V);
     free(full);
     free(one);
     free(mixed);

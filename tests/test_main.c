@@ -2,6 +2,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,20 @@ int test_copy_file(const char *from, const char *to) {
     int rc = test_write(to, b, n);
     free(b);
     return rc;
+}
+
+double test_rel_err(const float *a, const float *b, int n, int V) {
+    double worst = 0;
+    for (int t = 0; t < n; t++) {
+        double d = 0, m = 0;
+        for (int v = 0; v < V; v++) {
+            double x = fabs((double)a[(size_t)t * V + v] - b[(size_t)t * V + v]);
+            if (x > d || isnan(x)) d = isnan(x) ? INFINITY : x;
+            if (fabs(b[(size_t)t * V + v]) > m) m = fabs(b[(size_t)t * V + v]);
+        }
+        if (d / m > worst) worst = d / m;
+    }
+    return worst;
 }
 
 int test_sh(int merge_stderr, char **out, const char *fmt, ...) {
