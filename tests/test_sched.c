@@ -188,6 +188,11 @@ static void sched_vs_generate(int streamed) {
         CHECK(b->end.n_generated == a->n && b->end.n_prompt == reqs[i].n_prompt);
     }
     CHECK(st.completed == NREQ && st.active == 0 && st.queued == 0);
+    uint64_t in_buckets = 0;
+    for (int b = 0; b < SRV_LAT_BUCKETS; b++) in_buckets += st.ttft_bucket[b];
+    CHECKF(st.ttft_count == NREQ && st.queue_count == NREQ && in_buckets == NREQ && st.ttft_sum_s > 0,
+           "latency histograms: %llu first tokens (%llu in buckets), %llu admissions", (unsigned long long)st.ttft_count,
+           (unsigned long long)in_buckets, (unsigned long long)st.queue_count);
     CHECKF(st.steps < (unsigned long long)(NREQ * 20), "%llu steps: the requests did not share steps",
            (unsigned long long)st.steps);
 }

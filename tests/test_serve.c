@@ -497,6 +497,10 @@ TEST(serve_metrics_text) {
     m[0].model.tokens = 10;
     m[0].model.io_wait_s = 0.5;
     m[0].tok_per_s = 12.5;
+    m[0].sched.ttft_bucket[0] = 2; /* two at or under 25 ms, one in (0.1, 0.25] */
+    m[0].sched.ttft_bucket[3] = 1;
+    m[0].sched.ttft_sum_s = 0.25;
+    m[0].sched.ttft_count = 3;
     api_http_metrics h;
     memset(&h, 0, sizeof h);
     h.by_class[2] = 7;
@@ -511,7 +515,15 @@ TEST(serve_metrics_text) {
         "sluice_io_wait_seconds_total{model=\"demo\"} 0.5\n", "sluice_generation_tokens_per_second{model=\"demo\"} 12.5\n",
         "sluice_requests_total{model=\"we\\\"ird\\\\name\"} 0\n", "sluice_http_requests_total{code=\"2xx\"} 7\n",
         "sluice_http_requests_total{code=\"4xx\"} 2\n", "sluice_http_disconnects_total 1\n",
-        "# TYPE sluice_requests_total counter\n", "# TYPE sluice_active_sequences gauge\n"};
+        "# TYPE sluice_requests_total counter\n", "# TYPE sluice_active_sequences gauge\n",
+        "# TYPE sluice_time_to_first_token_seconds histogram\n",
+        "sluice_time_to_first_token_seconds_bucket{model=\"demo\",le=\"0.025\"} 2\n",
+        "sluice_time_to_first_token_seconds_bucket{model=\"demo\",le=\"0.1\"} 2\n",
+        "sluice_time_to_first_token_seconds_bucket{model=\"demo\",le=\"0.25\"} 3\n",
+        "sluice_time_to_first_token_seconds_bucket{model=\"demo\",le=\"+Inf\"} 3\n",
+        "sluice_time_to_first_token_seconds_sum{model=\"demo\"} 0.25\n",
+        "sluice_time_to_first_token_seconds_count{model=\"demo\"} 3\n",
+        "sluice_queue_wait_seconds_count{model=\"demo\"} 0\n"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) CHECKF(strstr(b.p, want[i]), "no '%s' in\n%s", want[i], b.p);
     /* every sample line: a sluice_ name, its TYPE declared before it, a number */
     for (const char *l = b.p; *l; l = strchr(l, '\n') + 1) {
@@ -521,8 +533,13 @@ TEST(serve_metrics_text) {
         CHECKF(sscanf(l, "%127[a-z_]", name) == 1 && !strncmp(name, "sluice_", 7), "%.*s", (int)strcspn(l, "\n"), l);
         const char *sp = strchr(l, ' ');
         CHECK(sp && sscanf(sp, " %lf", &v) == 1);
+        /* a histogram's _bucket / _sum / _count samples belong to the metric declared without them */
         char decl[160];
         snprintf(decl, sizeof decl, "# TYPE %s ", name);
+        for (const char *suf = "_bucket\0_sum\0_count\0"; *suf && !strstr(b.p, decl); suf += strlen(suf) + 1) {
+            size_t nl = strlen(name), sl = strlen(suf);
+            if (nl > sl && !strcmp(name + nl - sl, suf)) snprintf(decl, sizeof decl, "# TYPE %.*s histogram", (int)(nl - sl), name);
+        }
         const char *t = strstr(b.p, decl);
         CHECKF(t && t < l, "%s has no TYPE before its sample", name);
     }

@@ -109,12 +109,41 @@ static const metric metrics[] = {
     {"prefetch_used_total", "counter", "Predicted expert reads a later request used.", get_prefetch_used},
 };
 
+/* A latency histogram per model: cumulative _bucket{le=...} samples, then _sum and _count. */
+static int histogram(tok_buf *b, const char *name, const char *help, const api_model_metrics *m, int n_models, int ttft) {
+    int r = header(b, name, "histogram", help);
+    for (int k = 0; k < n_models; k++) {
+        const srv_sched_stats *st = &m[k].sched;
+        const uint64_t *bucket = ttft ? st->ttft_bucket : st->queue_bucket;
+        uint64_t cum = 0;
+        for (int i = 0; i < SRV_LAT_BUCKETS; i++) {
+            char le[32], s[64];
+            cum += bucket[i];
+            if (i < SRV_LAT_BUCKETS - 1) snprintf(le, sizeof le, "%g", srv_latency_bounds[i]);
+            else snprintf(le, sizeof le, "+Inf");
+            r |= tok_buf_puts(b, "sluice_") | tok_buf_puts(b, name) | tok_buf_puts(b, "_bucket{model=\"") |
+                 label(b, m[k].name) | tok_buf_puts(b, "\",le=\"") | tok_buf_puts(b, le);
+            snprintf(s, sizeof s, "\"} %llu\n", (unsigned long long)cum);
+            r |= tok_buf_puts(b, s);
+        }
+        char sum[96], cnt[96];
+        snprintf(sum, sizeof sum, "%s_sum", name);
+        snprintf(cnt, sizeof cnt, "%s_count", name);
+        r |= sample(b, sum, m[k].name, ttft ? st->ttft_sum_s : st->queue_sum_s);
+        r |= sample(b, cnt, m[k].name, (double)(ttft ? st->ttft_count : st->queue_count));
+    }
+    return r;
+}
+
 int api_metrics_text(tok_buf *b, const api_http_metrics *h, const api_model_metrics *m, int n_models) {
     int r = 0;
     for (size_t i = 0; i < sizeof metrics / sizeof *metrics; i++) {
         r |= header(b, metrics[i].name, metrics[i].type, metrics[i].help);
         for (int k = 0; k < n_models; k++) r |= sample(b, metrics[i].name, m[k].name, metrics[i].get(&m[k]));
     }
+    r |= histogram(b, "time_to_first_token_seconds", "From a request's arrival to its first generated token.", m,
+                   n_models, 1);
+    r |= histogram(b, "queue_wait_seconds", "From a request's arrival to a scheduler slot.", m, n_models, 0);
     r |= header(b, "http_requests_total", "counter", "HTTP requests answered, by status class.");
     static const char *cls[] = {"", "1xx", "2xx", "3xx", "4xx", "5xx"};
     for (int k = 1; k <= 5; k++) {

@@ -96,6 +96,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+const double srv_latency_bounds[SRV_LAT_BUCKETS - 1] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+
+/* Counts one latency into a histogram (under mu). */
+static void observe(uint64_t *bucket, double *sum, uint64_t *count, double v) {
+    int b = 0;
+    while (b < SRV_LAT_BUCKETS - 1 && v > srv_latency_bounds[b]) b++;
+    bucket[b]++;
+    *sum += v;
+    (*count)++;
+}
+
 srv_sched_params srv_sched_params_default(void) {
     srv_sched_params p = {16, 64, 0, 256, 0, NULL};
     return p;
@@ -152,9 +163,11 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
     sl_stop_reason why = SL_STOP_LENGTH;
     int room = sl_session_n_past(r->sess) < s->n_ctx;
     int end = textgen_push(&r->tg, id, room, &text, &len, &why);
-    if (!r->t_first) r->t_first = now_s();
+    int first = !r->t_first;
+    if (first) r->t_first = now_s();
     pthread_mutex_lock(&s->mu);
     s->st.generated_tokens++;
+    if (first) observe(s->st.ttft_bucket, &s->st.ttft_sum_s, &s->st.ttft_count, r->t_first - r->t_submit);
     int canceled = r->canceled;
     pthread_mutex_unlock(&s->mu);
     if (end < 0) {
@@ -195,6 +208,7 @@ static void admit(srv_sched *s) {
         s->n_queued--;
         r->link = NULL;
         r->t_start = now_s();
+        observe(s->st.queue_bucket, &s->st.queue_sum_s, &s->st.queue_count, r->t_start - r->t_submit);
         if (s->n_spare) r->sess = s->spare[--s->n_spare];
         s->active[s->n_active++] = r;
         s->n_live++;

@@ -85,6 +85,7 @@ sl_status srv_submit(srv_sched *s, const srv_request *r, srv_emit_fn emit, void 
 /* Cancels a queued or active request (its done event comes with SL_ECANCELED); unknown ids are ignored. */
 void srv_cancel(srv_sched *s, uint64_t id);
 
+#define SRV_LAT_BUCKETS 11
 typedef struct srv_sched_stats {
     uint64_t requests, completed, failed, canceled, rejected;
     int active, queued;
@@ -93,7 +94,15 @@ typedef struct srv_sched_stats {
     uint64_t state_entries, state_bytes;
     uint64_t steps, step_rows; /* batched steps run, and rows (tokens) in them */
     double busy_s;             /* time inside sl_batch_eval */
+    /* latency histograms: counts of requests at or under each bound of srv_latency_bounds (the last
+     * bucket is everything above), their sum and count */
+    uint64_t ttft_bucket[SRV_LAT_BUCKETS], queue_bucket[SRV_LAT_BUCKETS];
+    double ttft_sum_s, queue_sum_s;
+    uint64_t ttft_count, queue_count;
 } srv_sched_stats;
+
+/* Upper bounds in seconds of the latency buckets (time to first token, time waiting for a slot). */
+extern const double srv_latency_bounds[SRV_LAT_BUCKETS - 1];
 
 void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out);
 
