@@ -535,7 +535,7 @@ TEST(synth_shapes_have_released_sizes) {
     } want[] = {
         {"mixtral-8x7b", 46.7e9},       {"mixtral-8x22b", 140.6e9},  {"olmoe-1b-7b", 6.92e9},
         {"qwen1.5-moe-a2.7b", 14.3e9},  {"qwen2-57b-a14b", 57.4e9},  {"qwen3-30b-a3b", 30.5e9},
-        {"qwen3-235b-a22b", 235.1e9},
+        {"qwen3-235b-a22b", 235.1e9},   {"glm-4.5-air", 106e9},      {"glm-4.5", 355e9},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         sl_config c;
@@ -568,9 +568,9 @@ TEST(unknown_model_type_lists_the_supported) {
     const char *llama = "{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8}";
     CHECK(hf_parse_config(llama, "config.json", &c, &err) == SL_EUNSUPPORTED);
     CHECKF(strstr(err.msg, "'llama'") && strstr(err.msg, "qwen3_moe") && strstr(err.msg, "mixtral") &&
-           strstr(err.msg, "olmoe") && strstr(err.msg, "qwen2_moe"), "%s", err.msg);
-    const char *types[] = {"mixtral", "olmoe", "qwen2_moe"};
-    for (int i = 0; i < 3; i++) {
+           strstr(err.msg, "olmoe") && strstr(err.msg, "qwen2_moe") && strstr(err.msg, "glm4_moe"), "%s", err.msg);
+    const char *types[] = {"mixtral", "olmoe", "qwen2_moe", "glm4_moe"};
+    for (int i = 0; i < 4; i++) {
         char txt[512];
         snprintf(txt, sizeof txt, "{\"model_type\": \"%s\", \"vocab_size\": 32, \"hidden_size\": 16, "
                  "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_experts\": 4, \"num_local_experts\": 4, "

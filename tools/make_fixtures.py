@@ -17,6 +17,8 @@ Fixtures:
   mixtral          BF16, per-expert block_sparse_moe.experts.N.w1/w2/w3 and block_sparse_moe.gate (the release layout)
   olmoe            F32, q/k norm over the whole projection, no top-k renorm, GQA
   qwen2_moe        F32, q/k/v bias, shared expert with a sigmoid gate, a dense layer, no top-k renorm
+  glm4_moe         F32, partial RoPE, q/k norm, q/k/v bias, first_k_dense_replace, a plain shared expert, sigmoid
+                   group-limited routing with e_score_correction_bias, routed_scaling_factor
 
 Every parameter is randomised (norm weights, A_log, dt_bias included) so routing and gating vary.
 Usage: python3 tools/make_fixtures.py OUTDIR [NAME ...]
@@ -435,6 +437,59 @@ def make_qwen2_moe(d):
     write_refs(m, d, 88, {"arch": "qwen2_moe", "dtype": "F32"})
 
 
+def make_glm4_moe(d):
+    from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
+    kw = dict(vocab_size=V, hidden_size=64, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=32, moe_intermediate_size=24, n_routed_experts=16, num_experts_per_tok=4,
+              n_shared_experts=1, routed_scaling_factor=2.5, n_group=4, topk_group=2, first_k_dense_replace=1,
+              norm_topk_prob=True, use_qk_norm=True, attention_bias=True,
+              rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5},
+              rms_norm_eps=1e-5, tie_word_embeddings=False, max_position_embeddings=4096, attn_implementation="eager")
+    m = None
+    for extra in ({}, {"partial_rotary_factor": 0.5}):  # 5.x reads it from rope_parameters; older from the top level
+        try:
+            torch.manual_seed(9)
+            m = Glm4MoeForCausalLM(Glm4MoeConfig(**kw, **extra)).float().eval()
+        except Exception as e:
+            print("glm4_moe config", extra, "refused:", repr(e), flush=True)
+            continue
+        nf = m.model.rotary_emb.inv_freq.numel()
+        print("glm4_moe", extra, "inv_freq entries", nf, "(partial 0.5 of head_dim 32: 8)", flush=True)
+        if nf == 8:
+            break
+    assert m is not None and m.model.rotary_emb.inv_freq.numel() == 8
+    randomise(m, 909, zero_centred=False, std=0.12)
+    g = torch.Generator().manual_seed(910)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("_proj.bias"):  # q/k/v biases large enough to matter
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+        # e_score_correction_bias (a buffer): positive, so every biased score beats the 0 of a masked group, and
+        # as large as the spread of the sigmoid scores, so it changes which experts are chosen
+        for n, b in m.named_buffers():
+            if n.endswith("e_score_correction_bias"):
+                b.copy_(torch.rand(b.shape, generator=g) * 0.4)
+    try:  # how often the bias changes the chosen set (on random router inputs)
+        mlp = m.model.layers[1].mlp
+        x = torch.randn(500, 64, generator=g)
+        # 5.17: the router returns (logits, weights, indices); earlier 5.x: Glm4MoeMoE.route_tokens_to_experts
+        pick = (lambda: mlp.gate(x)[2]) if not hasattr(mlp, "route_tokens_to_experts") else \
+            (lambda: mlp.route_tokens_to_experts(mlp.gate(x))[0])
+        with torch.no_grad():
+            i1 = pick().sort(-1)[0]
+            keep = mlp.gate.e_score_correction_bias.clone()
+            mlp.gate.e_score_correction_bias.zero_()
+            i0 = pick().sort(-1)[0]
+            mlp.gate.e_score_correction_bias.copy_(keep)
+        print("glm4_moe: bias changes the chosen experts of", int((i0 != i1).any(-1).sum()), "of 500 inputs", flush=True)
+    except Exception as e:
+        print("glm4_moe: bias check skipped", repr(e), flush=True)
+    m.save_pretrained(d)
+    rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
+    check_reload(Glm4MoeForCausalLM, d, m, list(range(20)))
+    write_refs(m, d, 99, {"arch": "glm4_moe", "dtype": "F32"})
+
+
 MAKERS = {
     "qwen3_moe": make_qwen3_moe,
     "qwen3_next": make_qwen3_next,
@@ -444,6 +499,7 @@ MAKERS = {
     "mixtral": make_mixtral,
     "olmoe": make_olmoe,
     "qwen2_moe": make_qwen2_moe,
+    "glm4_moe": make_glm4_moe,
 }
 
 

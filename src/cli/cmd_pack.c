@@ -91,7 +91,8 @@ int cmd_info(int argc, char **argv) {
            num(c, "shared_inter"), num(c, "dense_inter"), num(c, "norm_topk") ? "yes" : "no");
     if (cJSON_GetObjectItemCaseSensitive(c, "router")) /* containers of before the family tables lack them */
         printf("routing     %s; q/k norm %s; q/k/v bias %s\n",
-               num(c, "router") == 1 ? "top-k of the logits, softmax over them" : "softmax, top-k",
+               num(c, "router") == 2 ? "sigmoid, bias-corrected group-limited top-k"
+               : num(c, "router") == 1 ? "top-k of the logits, softmax over them" : "softmax, top-k",
                num(c, "qk_norm") == 2 ? "over the projection" : num(c, "qk_norm") == 1 ? "per head" : "none",
                num(c, "attn_bias") ? "yes" : "no");
     if (num(c, "lin_nk") > 0)

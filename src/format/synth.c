@@ -85,6 +85,7 @@ static void fill_vec(uint64_t *s, const char *name, const sl_config *c, sl_dtype
         else if (strstr(name, "conv1d")) v = ((float)(rng_next(s) >> 40) / (float)(1 << 24) - 0.5f);
         else if (strstr(name, "linear_attn.norm")) v = 1.0f;
         else if (strstr(name, "_proj.bias")) v = 0.0f;
+        else if (strstr(name, "e_score_correction_bias")) v = 0.0f;
         tmp[i] = v;
     }
     dt_from_f32(dt, tmp, dst, n);
@@ -120,6 +121,11 @@ static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layer
     c->shared_inter = sh->shared_inter;
     c->norm_topk = sh->norm_topk;
     c->attn_bias = sh->attn_bias;
+    if (sh->qk_norm) c->qk_norm = SL_QK_NORM_HEAD;
+    c->dense_inter = sh->first_dense > 0 ? sh->dense_inter : 0;
+    c->n_group = sh->n_group;
+    c->topk_group = sh->topk_group;
+    c->routed_scale = sh->routed_scale;
     int linear = sh->interval > 0;
     c->lin_nk = sh->nk;
     c->lin_nv = sh->nv;
@@ -128,7 +134,7 @@ static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layer
     c->conv_k = linear ? 4 : 0;
     for (int l = 0; l < c->n_layers; l++) {
         c->layer_linear[l] = linear && (l + 1) % sh->interval != 0;
-        c->layer_moe[l] = 1;
+        c->layer_moe[l] = l >= sh->first_dense;
     }
     return SL_OK;
 }

@@ -3,7 +3,7 @@
  *
  * The model_type picks the family (model/arch.h); the fields every family shares are read here, the
  * family's own by its config hook through the hfc_* reader. Accepts every spelling MODELS.md §1 lists:
- * num_experts / num_local_experts, rope_theta at top level or in rope_parameters, partial_rotary_factor
+ * num_experts / num_local_experts / n_routed_experts, rope_theta at top level or in rope_parameters, partial_rotary_factor
  * in either place, layer_types or full_attention_interval, a VLM wrapper's nested text_config. Missing
  * required fields and contradictions are errors naming the field; an unknown model_type lists the
  * supported ones.
@@ -170,11 +170,17 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
     o->max_pos = get_int(c, "max_position_embeddings", 0, 32768);
     o->n_experts_used = get_int(c, "num_experts_per_tok", 1, 0);
     int ne = get_int(c, "num_experts", 0, -1), nle = get_int(c, "num_local_experts", 0, -1);
+    int nre = get_int(c, "n_routed_experts", 0, -1); /* GLM-4.5, DeepSeek-V3 */
     if (!c->st && ne >= 0 && nle >= 0 && ne != nle)
         c->st = sl_err(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree", path, ne, nle);
-    if (!c->st && ne < 0 && nle < 0)
-        c->st = sl_err(err, SL_ECONFIG, "%s: missing required field 'num_experts' (or 'num_local_experts')", path);
-    o->n_experts = ne >= 0 ? ne : nle;
+    if (ne < 0) ne = nle;
+    if (!c->st && ne >= 0 && nre >= 0 && ne != nre)
+        c->st = sl_err(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'n_routed_experts' (%d) disagree", path, ne, nre);
+    if (ne < 0) ne = nre;
+    if (!c->st && ne < 0)
+        c->st = sl_err(err, SL_ECONFIG, "%s: missing required field 'num_experts' (or 'num_local_experts', "
+                       "'n_routed_experts')", path);
+    o->n_experts = ne;
     {
         const cJSON *v = field(c, "rms_norm_eps");
         o->eps = cJSON_IsNumber(v) ? (float)v->valuedouble : 1e-6f;
@@ -211,7 +217,7 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
         const cJSON *tv = cJSON_GetObjectItemCaseSensitive(c->root, "tie_word_embeddings");
         if (cJSON_IsBool(tv)) o->tie_embeddings = cJSON_IsTrue(tv);
     }
-    if (get_bool(c, "attention_bias", 0) && !c->st)
+    if (!a->reads_attention_bias && get_bool(c, "attention_bias", 0) && !c->st)
         c->st = sl_err(err, SL_EUNSUPPORTED, "%s: attention_bias = true is not supported", path);
 }
 

@@ -8,10 +8,10 @@
 #include <string.h>
 
 extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral, arch_olmoe,
-    arch_qwen2_moe;
+    arch_qwen2_moe, arch_glm4_moe;
 
 const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, &arch_mixtral, &arch_olmoe,
-                                     &arch_qwen2_moe, NULL};
+                                     &arch_qwen2_moe, &arch_glm4_moe, NULL};
 
 const arch_desc *arch_get(sl_arch id) {
     for (int i = 0; arch_list[i]; i++)
@@ -89,6 +89,7 @@ int arch_applies(const sl_config *c, arch_when when, int l) {
     case AW_MOE: return c->layer_moe[l];
     case AW_SHARED: return c->layer_moe[l] && c->shared_inter > 0;
     case AW_DENSE: return !c->layer_moe[l];
+    case AW_QK_NORM: return !c->layer_linear[l] && c->qk_norm != SL_QK_NORM_NONE;
     }
     return 0;
 }

@@ -60,6 +60,7 @@ typedef enum {
     AW_MOE,       /* layers with routed experts */
     AW_SHARED,    /* MoE layers of a config with a shared expert (shared_inter > 0) */
     AW_DENSE,     /* dense-MLP layers */
+    AW_QK_NORM,   /* full-attention layers of a config with q/k norm (cfg->qk_norm, set by config.json) */
 } arch_when;
 
 enum { AK_MAT = 0, AK_VEC = 1 };         /* sl_mat in its stored dtype / float * converted to f32 at load */
@@ -93,6 +94,10 @@ typedef struct arch_shape {
     double theta, prf;
     int norm_topk;
     int attn_bias;
+    int dense_inter, first_dense; /* the first first_dense layers are dense MLPs of width dense_inter */
+    int n_group, topk_group;      /* SL_ROUTER_SIGMOID_GROUP */
+    double routed_scale;
+    int qk_norm;                  /* 1: per-head q/k norm where the family makes it optional (GLM use_qk_norm) */
 } arch_shape;
 
 /* The Hugging Face config.json reader a config hook works with (implemented in import/hf_config.c).
@@ -122,6 +127,8 @@ typedef struct arch_desc {
     int qk_norm;                   /* SL_QK_NORM_* */
     int zero_centred_norm, gated_attn, split_lin_proj;
     double prf_default;            /* partial_rotary_factor when config.json has none */
+    int reads_attention_bias;      /* the config hook reads config.json's attention_bias (q/k/v biases); for the
+                                    * other families attention_bias = true is refused */
     /* the family's fields of config.json (after the common ones: vocab, dims, heads, experts, rope, eps,
      * tie); sets moe_inter, norm_topk, shared_inter, linear-attention dims, layer kinds. */
     void (*config)(hfc *c, sl_config *o);

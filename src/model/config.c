@@ -3,7 +3,15 @@
 
 #include "model/arch.h"
 
+#include <math.h>
 #include <string.h>
+
+int cfg_groups_ok(const sl_config *c) {
+    const int E = c->n_experts, G = c->n_group;
+    return E > 0 && E <= SL_ROUTER_MAX_EXPERTS && G >= 1 && G <= SL_ROUTER_MAX_GROUPS && E % G == 0 && E / G >= 2 &&
+           c->topk_group >= 1 && c->topk_group <= G && c->n_experts_used <= c->topk_group * (E / G) &&
+           isfinite(c->routed_scale) && c->routed_scale > 0;
+}
 
 int cfg_n_moe_layers(const sl_config *c) {
     int n = 0;

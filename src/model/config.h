@@ -21,12 +21,17 @@ typedef enum {
     SL_ARCH_MIXTRAL = 4,
     SL_ARCH_OLMOE = 5,
     SL_ARCH_QWEN2_MOE = 6,
+    SL_ARCH_GLM4_MOE = 7,
 } sl_arch;
 
 /* How router logits become the k expert weights (moe.c). */
 enum {
     SL_ROUTER_SOFTMAX_TOPK = 0, /* softmax over all E, top-k, divided by their sum when norm_topk (Qwen, OLMoE) */
     SL_ROUTER_TOPK_SOFTMAX = 1, /* top-k of the logits, softmax over those k (Mixtral) */
+    /* sigmoid scores; experts chosen by score + e_score_correction_bias among the topk_group of n_group groups
+     * with the highest sum of their top-2 biased scores; weights the unbiased scores of the chosen, divided by
+     * their sum when norm_topk, times routed_scale (GLM-4.5, DeepSeek-V3) */
+    SL_ROUTER_SIGMOID_GROUP = 2,
 };
 
 /* Where attention's q/k RMSNorm applies. */
@@ -75,7 +80,12 @@ typedef struct sl_config {
 
     int router;    /* SL_ROUTER_* */
     int qk_norm;   /* SL_QK_NORM_* */
-    int attn_bias; /* q_proj, k_proj, v_proj have biases (Qwen2-MoE) */
+    int attn_bias; /* q_proj, k_proj, v_proj have biases (Qwen2-MoE, GLM-4.5) */
+
+    /* SL_ROUTER_SIGMOID_GROUP only (0 otherwise) */
+    int n_group;         /* expert groups: E % n_group == 0, at least 2 experts each */
+    int topk_group;      /* groups a token may choose from, 1..n_group */
+    double routed_scale; /* routed_scaling_factor, applied to the routed experts' weights */
 } sl_config;
 
 /* The scalar fields of sl_config as the manifest stores them: X(name, type, presence) with type I (int),
@@ -88,8 +98,16 @@ typedef struct sl_config {
     X(n_experts_used, I, R) X(moe_inter, I, R) X(shared_inter, I, R) X(dense_inter, I, R) X(norm_topk, I, R) \
     X(lin_nk, I, R) X(lin_nv, I, R) X(lin_dk, I, R) X(lin_dv, I, R) X(conv_k, I, R)                          \
     X(zero_centred_norm, I, R) X(gated_attn, I, R) X(split_lin_proj, I, R) X(eps, F, R)                      \
-    X(norms_shifted, I, O) X(router, I, O) X(qk_norm, I, O) X(attn_bias, I, O)
+    X(norms_shifted, I, O) X(router, I, O) X(qk_norm, I, O) X(attn_bias, I, O) X(n_group, I, O)              \
+    X(topk_group, I, O) X(routed_scale, D, O)
 
+/* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
+#define SL_ROUTER_MAX_EXPERTS 1024
+#define SL_ROUTER_MAX_GROUPS 64
+/* Whether n_group, topk_group and routed_scale make sense for c's experts under SL_ROUTER_SIGMOID_GROUP:
+ * 1 <= n_group <= SL_ROUTER_MAX_GROUPS dividing E <= SL_ROUTER_MAX_EXPERTS into groups of >= 2, 1 <= topk_group
+ * <= n_group, k <= the experts of topk_group groups, routed_scale finite and > 0. Cannot fail. */
+int cfg_groups_ok(const sl_config *c);
 /* Number of MoE layers; expert-layer slot of layer l (or -1 for dense). */
 int cfg_n_moe_layers(const sl_config *c);
 int cfg_moe_slot(const sl_config *c, int layer);

@@ -308,7 +308,8 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
     if (ok && any_layer(c, 1))
         ok = c->lin_nk > 0 && c->lin_nv > 0 && c->lin_nv % c->lin_nk == 0 && c->lin_dk > 0 && c->lin_dv > 0 &&
              c->conv_k >= 1;
-    ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX) &&
+    ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX ||
+                (c->router == SL_ROUTER_SIGMOID_GROUP && cfg_groups_ok(c))) &&
          c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL &&
          !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)); /* attention.c: q rows [nh*hd] */
     for (int l = 0; ok && l < c->n_layers; l++) {

@@ -45,6 +45,7 @@ typedef struct sl_layer_w {
 
     /* MoE */
     sl_mat router;                        /* [E, H] */
+    float *router_bias;                   /* [E] e_score_correction_bias (SL_ROUTER_SIGMOID_GROUP), else NULL */
     sl_mat sh_gate, sh_up, sh_down;       /* shared expert (Next, 3.5) */
     sl_mat sh_expert_gate;                /* [1, H] */
     /* dense MLP */

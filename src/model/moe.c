@@ -4,7 +4,9 @@
  *
  * Routing per token (cfg->router): softmax over all E router logits (f32, sum in double), top-k by
  * repeated argmax (ties go to the lower expert index), weights renormalised when cfg->norm_topk (Qwen,
- * OLMoE); or top-k of the logits and a softmax over those k (Mixtral). The chosen experts are
+ * OLMoE); or top-k of the logits and a softmax over those k (Mixtral); or sigmoid scores chosen with
+ * e_score_correction_bias within the best groups (GLM-4.5, DeepSeek-V3; as transformers'
+ * Glm4MoeTopkRouter). The chosen experts are
  * then sorted by expert index; that order is the fixed combine order:
  *     out = ((0 + w_a y_a) + w_b y_b) + ...   for experts a < b < ...
  * (HF's index_add loop over experts runs in the same order), then + sigmoid(sh_expert_gate . h) * y_s.
@@ -32,9 +34,68 @@ static void top_k(float *x, int E, int k, float taken, int *top_e, float *top_v)
     }
 }
 
-/* Routes one token (config.h SL_ROUTER_*): p [E] is scratch (may alias logits). */
-static void route_token(const float *logits, int E, int k, int kind, int renorm, int *top_e, float *top_w, float *p) {
-    if (kind == SL_ROUTER_TOPK_SOFTMAX) { /* top-k of the logits, then softmax over those k */
+/* SL_ROUTER_SIGMOID_GROUP for one token. p [E] receives the sigmoid scores (may alias logits); the choice
+ * ranks b = p + bias (f32, as transformers adds them): each group of E / n_group experts is scored by the sum
+ * of its top-2 b, the topk_group best groups are kept, and the k best b among their experts are taken (ties go
+ * to the lower index). Weights are the chosen experts' unbiased p, divided by (their sum + 1e-20) when renorm,
+ * times routed_scale. bias NULL: all zero. cfg_groups_ok(cfg) holds (checked at open). */
+static void route_sigmoid_group(const sl_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
+                                float *p) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used, G = cfg->n_group, per = E / G;
+    for (int e = 0; e < E; e++) p[e] = kern_sigmoid(logits[e]);
+#define BIASED(e) (bias ? p[e] + bias[e] : p[e])
+    float gscore[SL_ROUTER_MAX_GROUPS];
+    for (int g = 0; g < G; g++) {
+        float a = -INFINITY, b = -INFINITY; /* the group's best and second best */
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            float v = BIASED(e);
+            if (v > a) {
+                b = a;
+                a = v;
+            } else if (v > b) {
+                b = v;
+            }
+        }
+        gscore[g] = a + b;
+    }
+    unsigned char allowed[SL_ROUTER_MAX_EXPERTS];
+    memset(allowed, 0, (size_t)E);
+    for (int s = 0; s < cfg->topk_group; s++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (gscore[g] != -INFINITY && (best < 0 || gscore[g] > gscore[best])) best = g;
+        if (best < 0) break;
+        gscore[best] = -INFINITY;
+        memset(allowed + (size_t)best * per, 1, (size_t)per);
+    }
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (allowed[e] && (best < 0 || BIASED(e) > BIASED(best))) best = e;
+        if (best < 0) best = 0; /* only when every score is NaN */
+        allowed[best] = 0;
+        top_e[s] = best;
+        top_w[s] = p[best];
+    }
+#undef BIASED
+    if (cfg->norm_topk) {
+        float wsum = 0.0f;
+        for (int s = 0; s < k; s++) wsum += top_w[s];
+        wsum += 1e-20f;
+        for (int s = 0; s < k; s++) top_w[s] /= wsum;
+    }
+    const float scale = (float)cfg->routed_scale;
+    for (int s = 0; s < k; s++) top_w[s] *= scale;
+}
+
+/* Routes one token (config.h SL_ROUTER_*): p [E] is scratch (may alias logits); bias: the layer's
+ * e_score_correction_bias [E] or NULL. */
+static void route_token(const sl_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
+                        float *p) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used, kind = cfg->router, renorm = cfg->norm_topk;
+    if (kind == SL_ROUTER_SIGMOID_GROUP) {
+        route_sigmoid_group(cfg, bias, logits, top_e, top_w, p);
+    } else if (kind == SL_ROUTER_TOPK_SOFTMAX) { /* top-k of the logits, then softmax over those k */
         for (int e = 0; e < E; e++) p[e] = logits[e];
         top_k(p, E, k, -INFINITY, top_e, top_w);
         const float mx = top_w[0];
@@ -162,7 +223,8 @@ static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_l
     memset(ws->pf_mark, 0, (size_t)E);
     int np = 0;
     for (int t = 0; t < n; t++) {
-        float *lg = ws->router + (size_t)t * E; /* softmax is monotonic: top-k of the logits */
+        /* softmax is monotonic: top-k of the logits (for the sigmoid router an approximation: no bias, no groups) */
+        float *lg = ws->router + (size_t)t * E;
         for (int s = 0; s < k; s++) {
             int best = -1;
             for (int e = 0; e < E; e++)
@@ -208,7 +270,7 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = ws->top_e + (size_t)t * k;
-        route_token(ws->router + (size_t)t * E, E, k, cfg->router, cfg->norm_topk, te, ws->top_w + (size_t)t * k,
+        route_token(cfg, lw->router_bias, ws->router + (size_t)t * E, te, ws->top_w + (size_t)t * k,
                     ws->router + (size_t)t * E);
         for (int s = 0; s < k; s++) ws->e_count[te[s]]++;
     }
@@ -268,7 +330,7 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = wb->top_e + (size_t)t * k;
-        route_token(wb->router + (size_t)t * E, E, k, cfg->router, cfg->norm_topk, te, wb->top_w + (size_t)t * k,
+        route_token(cfg, lw->router_bias, wb->router + (size_t)t * E, te, wb->top_w + (size_t)t * k,
                     wb->router + (size_t)t * E);
         for (int s = 0; s < k; s++) ws->e_count[te[s]]++;
     }

@@ -36,8 +36,8 @@ static const char *const renames[] = {"block_sparse_moe.", "mlp.", NULL};
 
 /* mistralai/Mixtral-8x7B-v0.1 and Mixtral-8x22B-v0.1 config.json */
 static const arch_shape shapes[] = {
-    {"mixtral-8x7b", 32000, 4096, 32, 32, 8, 128, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 32768, 1e6, 1.0, 1, 0},
-    {"mixtral-8x22b", 32000, 6144, 56, 48, 8, 128, 8, 2, 16384, 0, 0, 0, 0, 0, 0, 65536, 1e6, 1.0, 1, 0},
+    {"mixtral-8x7b", 32000, 4096, 32, 32, 8, 128, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 32768, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0},
+    {"mixtral-8x22b", 32000, 6144, 56, 48, 8, 128, 8, 2, 16384, 0, 0, 0, 0, 0, 0, 65536, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0},
 };
 
 static const char *const hf_types[] = {"mixtral", NULL};

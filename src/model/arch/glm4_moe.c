@@ -1,0 +1,65 @@
+/*
+ * glm4_moe.c — GLM-4.5 / GLM-4.6 / GLM-4.5-Air (model_type glm4_moe): Llama-style attention with q/k/v biases
+ * (attention_bias; o_proj has none), optional per-head q/k RMSNorm (use_qk_norm), partial NeoX RoPE (rotate-half
+ * on the first head_dim * partial_rotary_factor dims, default 0.5); the first first_k_dense_replace layers are
+ * dense SwiGLU MLPs (intermediate_size), the rest MoE: routed SwiGLU experts chosen by the sigmoid group router
+ * (SL_ROUTER_SIGMOID_GROUP: e_score_correction_bias for the choice only, n_group / topk_group,
+ * routed_scaling_factor) plus an ungated shared MLP of moe_intermediate_size * n_shared_experts
+ * (mlp.shared_experts.*). transformers' modeling_glm4_moe.py (Glm4MoeTopkRouter, Glm4MoeMoE). The released
+ * checkpoints' multi-token-prediction layer (layers.num_hidden_layers, num_nextn_predict_layers) is not read.
+ */
+#include "model/arch/common.h"
+
+static void config(hfc *c, sl_config *o) {
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
+    o->shared_inter = hfc_int(c, "n_shared_experts", 0, 1) * o->moe_inter;
+    o->attn_bias = hfc_bool(c, "attention_bias", 0);
+    o->qk_norm = hfc_bool(c, "use_qk_norm", 0) ? SL_QK_NORM_HEAD : SL_QK_NORM_NONE;
+    o->n_group = hfc_int(c, "n_group", 0, 1);
+    o->topk_group = hfc_int(c, "topk_group", 0, 1);
+    o->routed_scale = hfc_num(c, "routed_scaling_factor", 1.0, NULL);
+    int first_dense = hfc_int(c, "first_k_dense_replace", 0, 1);
+    if (first_dense >= o->n_layers)
+        hfc_fail(c, SL_ECONFIG, "first_k_dense_replace (%d) leaves no MoE layer of %d", first_dense, o->n_layers);
+    for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = i >= first_dense;
+    if (first_dense > 0) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
+    if (!cfg_groups_ok(o))
+        hfc_fail(c, SL_ECONFIG, "n_group = %d, topk_group = %d, routed_scaling_factor = %g do not fit %d experts, %d "
+                 "per token (groups of >= 2 dividing the experts, at most %d groups, %d experts)", o->n_group,
+                 o->topk_group, o->routed_scale, o->n_experts, o->n_experts_used, SL_ROUTER_MAX_GROUPS,
+                 SL_ROUTER_MAX_EXPERTS);
+}
+
+static const arch_tdef tensors[] = {
+    T_EMBED,
+    T_IN_NORM, T_ATTN_QKVO,
+    {"self_attn.q_proj.bias", NULL, AW_ATTN_BIAS, AD_Q, AD_NONE, AK_VEC, LW(q_bias), AR_BACKBONE},
+    {"self_attn.k_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(k_bias), AR_BACKBONE},
+    {"self_attn.v_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(v_bias), AR_BACKBONE},
+    {"self_attn.q_norm", NULL, AW_QK_NORM, AD_HD, AD_NONE, AK_VEC, LW(q_norm), AR_BACKBONE},
+    {"self_attn.k_norm", NULL, AW_QK_NORM, AD_HD, AD_NONE, AK_VEC, LW(k_norm), AR_BACKBONE},
+    T_POST_NORM, T_ROUTER,
+    {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE},
+    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE},
+    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE},
+    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE},
+    T_DENSE_MLP,
+    T_HEAD,
+};
+
+/* zai-org/GLM-4.5-Air and zai-org/GLM-4.5 config.json (GLM-4.6 has GLM-4.5's shape) */
+static const arch_shape shapes[] = {
+    {"glm-4.5-air", 151552, 4096, 46, 96, 8, 128, 128, 8, 1408, 1408, 0, 0, 0, 0, 0, 131072, 1e6, 0.5, 1, 1, 10944, 1, 1, 1, 1.0, 0},
+    {"glm-4.5", 151552, 5120, 92, 96, 8, 128, 160, 8, 1536, 1536, 0, 0, 0, 0, 0, 131072, 1e6, 0.5, 1, 1, 12288, 3, 1, 1, 2.5, 1},
+};
+
+static const char *const hf_types[] = {"glm4_moe", NULL};
+
+const arch_desc arch_glm4_moe = {
+    .id = SL_ARCH_GLM4_MOE, .name = "glm4_moe", .hf_types = hf_types,
+    .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_NONE, .prf_default = 0.5, .reads_attention_bias = 1,
+    .config = config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
+    .shapes = shapes, .n_shapes = N_OF(shapes),
+};
