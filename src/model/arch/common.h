@@ -26,6 +26,11 @@
     {"self_attn.k_proj", NULL, AW_ATTN, AD_KV, AD_H, AK_MAT, LW(k), AR_BACKBONE},                    \
     {"self_attn.v_proj", NULL, AW_ATTN, AD_KV, AD_H, AK_MAT, LW(v), AR_BACKBONE},                    \
     {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_Q, AK_MAT, LW(o), AR_BACKBONE}
+/* q/k/v projection biases (where the config's attention bias is on) */
+#define T_ATTN_QKV_BIAS                                                                              \
+    {"self_attn.q_proj.bias", NULL, AW_ATTN_BIAS, AD_Q, AD_NONE, AK_VEC, LW(q_bias), AR_BACKBONE},   \
+    {"self_attn.k_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(k_bias), AR_BACKBONE},  \
+    {"self_attn.v_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(v_bias), AR_BACKBONE}
 /* per-head q/k RMSNorm weights [head_dim] */
 #define T_QK_NORM_HEAD                                                                               \
     {"self_attn.q_norm", NULL, AW_ATTN, AD_HD, AD_NONE, AK_VEC, LW(q_norm), AR_BACKBONE},            \

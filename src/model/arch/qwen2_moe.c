@@ -19,9 +19,7 @@ static void config(hfc *c, sl_config *o) {
 static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM, T_ATTN_QKVO,
-    {"self_attn.q_proj.bias", NULL, AW_ATTN_BIAS, AD_Q, AD_NONE, AK_VEC, LW(q_bias), AR_BACKBONE},
-    {"self_attn.k_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(k_bias), AR_BACKBONE},
-    {"self_attn.v_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(v_bias), AR_BACKBONE},
+    T_ATTN_QKV_BIAS,
     T_POST_NORM, T_ROUTER, T_SHARED_EXPERT, T_DENSE_MLP,
     T_HEAD,
 };
