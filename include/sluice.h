@@ -172,6 +172,12 @@ typedef struct sl_session sl_session;
 typedef enum { SL_IO_AUTO = 0, SL_IO_DIRECT = 1, SL_IO_BUFFERED = 2 } sl_io_mode;
 typedef enum { SL_ENGINE_AUTO = 0, SL_ENGINE_URING = 1, SL_ENGINE_PREAD = 2 } sl_io_engine;
 typedef enum { SL_POLICY_LRU = 0, SL_POLICY_LFU = 1 } sl_cache_policy;
+/* How tokens choose their experts: the model's routers, or (benchmarks of synthetic models) k distinct
+ * experts drawn uniformly by a generator seeded with routing_seed and keyed by the layer and the token's
+ * router logits, so the choice is a function of the token's state: the same streamed or resident, alone
+ * or in a batch, for any thread count, while the cache sees independent uniform requests (its hit rate
+ * is then the pessimistic bound, about the cached fraction of the experts). Weights 1/k. */
+typedef enum { SL_ROUTING_MODEL = 0, SL_ROUTING_UNIFORM = 1 } sl_routing;
 
 typedef struct sl_model_params {
     int n_threads;          /* 0 = number of online cores */
@@ -187,6 +193,8 @@ typedef struct sl_model_params {
     int io_depth;           /* reads in flight at most; 0 = 64 */
     int prefetch;           /* reading the next layer's predicted experts ahead of time: 0 auto (only while
                                the predictions prove >= 80% accurate), 1 always, -1 never */
+    sl_routing routing;     /* SL_ROUTING_MODEL (default) or SL_ROUTING_UNIFORM */
+    uint64_t routing_seed;  /* the uniform router's seed */
 } sl_model_params;
 
 sl_model_params sl_model_params_default(void);
@@ -235,6 +243,8 @@ sl_status sl_model_expert_counts(sl_model *model, int layer, uint64_t *out, int 
 /* Writes the routing counts since open as a profile for `pin_profile`. */
 sl_status sl_model_write_profile(const sl_model *model, const char *path, sl_error *err);
 int sl_model_n_layers(const sl_model *model);
+/* The shape name of a model written by sl_synth (random weights), or NULL for a packed checkpoint. */
+const char *sl_model_synthetic(const sl_model *model);
 
 int sl_model_n_vocab(const sl_model *model);
 int sl_model_n_ctx(const sl_model *model); /* maximum positions */

@@ -150,6 +150,27 @@ TEST(cli_synth_bench_profile) {
     cJSON_Delete(j);
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
+    /* a synthetic model decodes random ids; --routing uniform is recorded in the row; bad values refused */
+    rc = test_sh(1, &o, "%s bench -m %s --prompt 4 --gen 4 --routing uniform --seed 5 --json 2>/dev/null", bin(), m);
+    j = cJSON_Parse(o);
+    const cJSON *r0 = cJSON_GetArrayItem(j, 0);
+    ok = rc == 0 && r0 && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r0, "routing")), "uniform") &&
+         !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r0, "decode_ids")), "random") &&
+         cJSON_GetObjectItem(r0, "routing_seed")->valuedouble == 5;
+    cJSON_Delete(j);
+    CHECKF(ok, "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "%s bench -m %s --prompt 4 --gen 2 --decode greedy --json 2>/dev/null", bin(), m);
+    j = cJSON_Parse(o);
+    r0 = cJSON_GetArrayItem(j, 0);
+    ok = rc == 0 && r0 && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r0, "routing")), "model") &&
+         !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(r0, "decode_ids")), "greedy");
+    cJSON_Delete(j);
+    CHECKF(ok, "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "%s bench -m %s --routing sideways", bin(), m);
+    CHECKF(rc != 0 && strstr(o, "--routing 'sideways'"), "rc %d: %s", rc, o);
+    free(o);
     const char *prof = test_path("%s/tiny.profile", test_tmpdir());
     rc = test_sh(1, &o, "%s profile -m %s --tokens 1,2,3,4,5,6,7,8,9 -o %s", bin(), m, prof);
     CHECKF(rc == 0 && test_file_size(prof) > 0, "rc %d: %s", rc, o);

@@ -473,3 +473,109 @@ TEST(cache_budget_capped_at_expert_section) {
     sl_model_close(m);
     CHECK(ss.cache_bytes <= ss.expert_bytes && ss.cache_slots == 80);
 }
+
+/* Uniform routing (SL_ROUTING_UNIFORM): streamed == resident bitwise for cache sizes down to one slot,
+ * either policy, 1 or 2 threads, whole-prompt and token-by-token feeding; the seed matters, and the
+ * routing is not the model's. */
+FIXTURE_TEST(uniform_routing_streamed_equals_resident) {
+    const char *path = test_packed(arg);
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens(arg, &t) == 0);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    uint64_t stride = f.h.expert_stride, total = f.h.expert_len;
+    slc_close(&f);
+    char msg[1024] = "";
+    size_t bytes = (size_t)(t.n + 4) * 256 * sizeof(float);
+    sl_model_params rp = sl_model_params_default();
+    rp.resident = 1;
+    float *model_ref = run(path, &rp, NULL, &t, t.n, msg, NULL);
+    CHECKF(model_ref, "%s", msg);
+    rp.routing = SL_ROUTING_UNIFORM;
+    rp.routing_seed = 7;
+    int steps[] = {t.n, 1};
+    float *refs[2];
+    for (int i = 0; i < 2; i++) {
+        refs[i] = run(path, &rp, NULL, &t, steps[i], msg, NULL);
+        CHECKF(refs[i], "%s", msg);
+    }
+    rp.routing_seed = 8;
+    float *other = run(path, &rp, NULL, &t, t.n, msg, NULL);
+    CHECKF(other, "%s", msg);
+    int differs = memcmp(model_ref, refs[0], bytes) && memcmp(other, refs[0], bytes);
+    free(model_ref);
+    free(other);
+    CHECKF(differs, "uniform routing gave the model's logits, or seeds 7 and 8 gave the same");
+    uint64_t budgets[] = {stride, 3 * stride, total / 2};
+    for (int b = 0; b < 3; b++)
+        for (int pol = 0; pol < 2; pol++) {
+            sl_model_params mp = sl_model_params_default();
+            mp.routing = SL_ROUTING_UNIFORM;
+            mp.routing_seed = 7;
+            mp.cache_bytes = budgets[b];
+            mp.policy = (sl_cache_policy)pol;
+            mp.n_threads = 1 + (b + pol) % 2;
+            mp.prefetch = pol ? 1 : -1;
+            int si = (b + pol) % 2;
+            float *got = run(path, &mp, NULL, &t, steps[si], msg, NULL);
+            CHECKF(got, "budget %llu policy %d: %s", (unsigned long long)budgets[b], pol, msg);
+            int same = !memcmp(got, refs[si], bytes);
+            free(got);
+            CHECKF(same, "uniform routing, budget %llu policy %d step %d: logits differ from --resident",
+                   (unsigned long long)budgets[b], pol, steps[si]);
+        }
+    for (int i = 0; i < 2; i++) free(refs[i]);
+}
+
+/* Uniform routing over random token ids: an LRU cache of a quarter of the experts hits about a quarter
+ * of the requests (independent uniform requests: hit rate = slot fraction), and every expert of every
+ * MoE layer is chosen about equally often. */
+TEST(uniform_routing_hit_rate_is_the_slot_fraction) {
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    uint64_t stride = f.h.expert_stride, n_blocks = (uint64_t)f.h.n_moe_layers * f.h.n_experts;
+    slc_close(&f);
+    sl_model_params mp = sl_model_params_default();
+    mp.routing = SL_ROUTING_UNIFORM;
+    mp.routing_seed = 3;
+    mp.prefetch = -1;
+    mp.cache_bytes = stride * (n_blocks / 4);
+    sl_model *m = NULL;
+    CHECKF(sl_model_open(path, &mp, &m, &err) == SL_OK, "%s", err.msg);
+    sl_session *s = NULL;
+    CHECK(sl_session_new(m, 0, &s) == SL_OK);
+    int V = sl_model_n_vocab(m), n = 400 < sl_model_n_ctx(m) ? 400 : sl_model_n_ctx(m), rc = 0;
+    uint64_t r = 12345;
+    for (int i = 0; i < n && !rc; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t tok = (int32_t)((r >> 33) % (uint64_t)V);
+        rc = sl_session_eval(s, &tok, 1, NULL, 0);
+    }
+    CHECKF(rc == 0, "%s", sl_session_errmsg(s));
+    sl_stats st;
+    sl_model_stats(m, &st);
+    double hit = (double)st.hits / (double)(st.hits + st.misses), frac = (double)st.cache_slots / (double)n_blocks;
+    printf("     %d tokens: hit rate %.3f, slot fraction %.3f\n", n, hit, frac);
+    CHECKF(fabs(hit - frac) < 0.05, "hit rate %.3f, slot fraction %.3f", hit, frac);
+    for (int l = 0; l < sl_model_n_layers(m); l++) {
+        uint64_t cnt[1024];
+        int E = 0;
+        CHECK(sl_model_expert_counts(m, l, cnt, 1024, &E) == SL_OK);
+        uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
+        for (int e = 0; e < E; e++) {
+            sum += cnt[e];
+            if (cnt[e] < lo) lo = cnt[e];
+            if (cnt[e] > hi) hi = cnt[e];
+        }
+        double mean = E ? (double)sum / E : 0;
+        CHECKF(!E || (lo > 0.6 * mean && hi < 1.4 * mean), "layer %d: expert counts %llu..%llu, mean %.1f", l,
+               (unsigned long long)lo, (unsigned long long)hi, mean);
+    }
+    sl_session_free(s);
+    sl_model_close(m);
+}

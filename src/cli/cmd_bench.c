@@ -92,11 +92,16 @@ typedef struct {
     double prefetch_accuracy;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
     const char *engine, *mode;
+    int random_ids; /* decode fed random ids (else greedy) */
     cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
 } bench_row;
 
-static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_gen, bench_row *r, const char **err_out,
-                     char *errbuf, size_t errlen) {
+/* Decode feeds: the argmax of the last logits, or random token ids (as llama-bench does: a random
+ * model's greedy text loops, so its routing repeats and the cache looks better than it is). */
+enum { FEED_AUTO = 0, FEED_GREEDY = 1, FEED_RANDOM = 2 };
+
+static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_gen, int feed, uint64_t seed,
+                     bench_row *r, const char **err_out, char *errbuf, size_t errlen) {
     sl_model *m = NULL;
     sl_error err = {0};
     if (sl_model_open(path, &mp, &m, &err)) {
@@ -109,7 +114,16 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
     int V = sl_model_n_vocab(m);
     int32_t *toks = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof *toks);
     float *lg = malloc((size_t)V * sizeof(float));
-    uint64_t seed = 42;
+    if (!toks || !lg) {
+        free(toks);
+        free(lg);
+        sl_model_close(m);
+        snprintf(errbuf, errlen, "out of memory");
+        *err_out = errbuf;
+        return 1;
+    }
+    if (feed == FEED_AUTO) feed = sl_model_synthetic(m) ? FEED_RANDOM : FEED_GREEDY;
+    r->random_ids = feed == FEED_RANDOM;
     for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)(rng(&seed) % (uint64_t)V);
     sl_session *s = NULL;
     int rc = sl_session_new(m, n_prompt + n_gen + 1, &s);
@@ -119,10 +133,12 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
     sl_stats sp;
     sl_model_stats(m, &sp);
     for (int i = 0; i < n_gen && !rc; i++) {
-        int32_t best = 0;
-        for (int v = 1; v < V; v++)
-            if (lg[v] > lg[best]) best = v;
-        rc = sl_session_eval(s, &best, 1, lg, 0);
+        int32_t next = 0;
+        if (feed == FEED_RANDOM) next = (int32_t)(rng(&seed) % (uint64_t)V);
+        else
+            for (int v = 1; v < V; v++)
+                if (lg[v] > lg[next]) next = v;
+        rc = sl_session_eval(s, &next, 1, lg, 0);
     }
     t2 = cli_now();
     if (rc) {
@@ -170,8 +186,8 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
 
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
-    int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0;
-    uint64_t caches[16];
+    int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0, feed = FEED_AUTO;
+    uint64_t caches[16], seed = 42;
     sl_model_params mp = sl_model_params_default();
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
@@ -179,7 +195,18 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prompt") && more) n_prompt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gen") && more) n_gen = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--cache") && more) {
+        else if (!strcmp(argv[i], "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--routing") && more) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "uniform")) mp.routing = SL_ROUTING_UNIFORM;
+            else if (!strcmp(v, "model")) mp.routing = SL_ROUTING_MODEL;
+            else return cli_fail("bench", "--routing '%s' (model, uniform)", v);
+        } else if (!strcmp(argv[i], "--decode") && more) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "random")) feed = FEED_RANDOM;
+            else if (!strcmp(v, "greedy")) feed = FEED_GREEDY;
+            else return cli_fail("bench", "--decode '%s' (random, greedy)", v);
+        } else if (!strcmp(argv[i], "--cache") && more) {
             long long b = cli_parse_size(argv[++i]);
             if (b <= 0 || n_cache == 16) return cli_fail("bench", "--cache: bad size '%s'", argv[i]);
             caches[n_cache++] = (uint64_t)b;
@@ -189,6 +216,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!path && cli_default_model("bench", &path)) return 1;
     if (n_cache == 0) caches[n_cache++] = mp.cache_bytes;
+    mp.routing_seed = seed;
     cJSON *arr = cJSON_CreateArray();
     if (!json)
         printf("%-10s %-8s %-6s %10s %10s %8s %12s %10s %8s %10s %10s\n", "cache", "policy", "io", "prefill/s",
@@ -200,7 +228,7 @@ int cmd_bench(int argc, char **argv) {
         memset(&r, 0, sizeof r);
         const char *e = NULL;
         char eb[800];
-        if (bench_one(path, p, n_prompt, n_gen, &r, &e, eb, sizeof eb)) {
+        if (bench_one(path, p, n_prompt, n_gen, feed, seed, &r, &e, eb, sizeof eb)) {
             cJSON_Delete(arr);
             return cli_fail("bench", "%s", e);
         }
@@ -213,6 +241,9 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddStringToObject(o, "io_mode", r.mode);
             cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
             cJSON_AddNumberToObject(o, "gen_tokens", n_gen);
+            cJSON_AddStringToObject(o, "routing", p.routing == SL_ROUTING_UNIFORM ? "uniform" : "model");
+            cJSON_AddNumberToObject(o, "routing_seed", (double)seed);
+            cJSON_AddStringToObject(o, "decode_ids", r.random_ids ? "random" : "greedy");
             cJSON_AddNumberToObject(o, "prefill_tok_s", r.prefill_tps);
             cJSON_AddNumberToObject(o, "decode_tok_s", r.decode_tps);
             cJSON_AddNumberToObject(o, "hit_rate", r.hit_rate);

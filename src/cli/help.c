@@ -127,6 +127,12 @@ static const cli_opt bench_opts[] = {
     {"--cache", "SIZE", "an expert cache budget; repeat it for one row per budget, each from a fresh "
                         "open (default: one row, at the model's default budget)"},
     {"--json", NULL, "print the rows as a JSON array, with per-layer counters (default: a table)"},
+    {"--routing", "MODE", "model: the model's routers choose the experts; uniform: each token draws its experts "
+                          "uniformly from a seeded generator, so the hit rate is the pessimistic bound "
+                          "(about the cached fraction of the experts) (default: model)"},
+    {"--decode", "FEED", "what decode feeds: greedy (the argmax) or random token ids, as llama-bench does "
+                         "(default: random on a synthetic model, greedy otherwise)"},
+    {"--seed", "N", "seed of the prompt, the random decode ids and uniform routing (default: 42)"},
     END_OPTS,
 };
 
@@ -259,8 +265,8 @@ const cli_command cli_commands[] = {
      CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"bench", "measure prefill and decode speed, per cache size", cmd_bench,
      "[-m MODEL.sluice] [--cache SIZE]... [OPTION]...",
-     "Evaluates a prompt of seeded random tokens (the same every run) and decodes greedily after it, once "
-     "per --cache budget, and reports prefill and decode tok/s, cache hit rate, MiB read per token, read "
+     "Evaluates a prompt of seeded random tokens (the same every run) and decodes after it (random ids on "
+     "a model from sluice synth, greedily otherwise: --decode), once per --cache budget, and reports prefill and decode tok/s, cache hit rate, MiB read per token, read "
      "MiB/s, I/O wait, peak RSS and the growth of the model file's page-cache footprint.",
      bench_opts, "sluice bench -m qwen3-next.sluice --cache 2G --cache 8G --json",
      CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},

@@ -262,6 +262,12 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
         return st;
     }
     m->cfg = m->f.cfg;
+    if (p->routing != SL_ROUTING_MODEL && p->routing != SL_ROUTING_UNIFORM) {
+        st = sl_err(err, SL_EINVAL, "routing %d: neither SL_ROUTING_MODEL nor SL_ROUTING_UNIFORM", (int)p->routing);
+        goto fail;
+    }
+    m->cfg.uniform_routing = p->routing == SL_ROUTING_UNIFORM;
+    m->cfg.routing_seed = p->routing_seed;
     int n = arch_backbone_tensors(&m->cfg, &at);
     m->vecs = calloc(n > 0 ? (size_t)n : 1, sizeof *m->vecs);
     m->backbone = aligned_alloc(SLC_ALIGN, slc_round_up(m->f.h.backbone_len + 1, SLC_ALIGN));
@@ -627,6 +633,12 @@ sl_status sl_model_expert_counts(sl_model *m, int layer, uint64_t *out, int n, i
 }
 
 int sl_model_n_layers(const sl_model *m) { return m->cfg.n_layers; }
+
+const char *sl_model_synthetic(const sl_model *m) {
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(m->f.manifest, "source");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(src, "synthetic");
+    return cJSON_IsString(sh) ? sh->valuestring : NULL;
+}
 
 sl_status sl_model_write_profile(const sl_model *m, const char *path, sl_error *err) {
     if (!m->cache) return sl_err(err, SL_EINVAL, "routing profiles need a streaming model (not --resident)");

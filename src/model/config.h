@@ -86,6 +86,10 @@ typedef struct sl_config {
     int n_group;         /* expert groups: E % n_group == 0, at least 2 experts each */
     int topk_group;      /* groups a token may choose from, 1..n_group */
     double routed_scale; /* routed_scaling_factor, applied to the routed experts' weights */
+
+    /* Set at open from sl_model_params, never stored: 1 = experts drawn uniformly (sl_routing, moe.c) */
+    int uniform_routing;
+    uint64_t routing_seed;
 } sl_config;
 
 /* The scalar fields of sl_config as the manifest stores them: X(name, type, presence) with type I (int),

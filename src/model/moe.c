@@ -16,6 +16,7 @@
  */
 #include <math.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "model/fwd_internal.h"
 #include "quant/quant.h"
@@ -86,6 +87,29 @@ static void route_sigmoid_group(const sl_config *cfg, const float *bias, const f
     }
     const float scale = (float)cfg->routed_scale;
     for (int s = 0; s < k; s++) top_w[s] *= scale;
+}
+
+/* Uniform routing (sl_routing, cfg->uniform_routing): k distinct experts drawn uniformly by splitmix64
+ * seeded with a hash of (routing_seed, layer, the token's router logits), weights 1/k, in ascending
+ * expert order. A function of the token's own logits, so streamed == resident and batch == alone hold
+ * as for the model's routers; distinct tokens draw independently. k <= E (checked at open). */
+static void route_uniform(const sl_config *cfg, int layer, const float *logits, int *top_e, float *top_w) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used;
+    uint64_t s = XXH3_64bits_withSeed(logits, (size_t)E * sizeof(float),
+                                      cfg->routing_seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(layer + 1)));
+    for (int n = 0; n < k;) {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        int e = (int)(((z >> 32) * (uint64_t)E) >> 32), at = n;
+        while (at > 0 && top_e[at - 1] > e) at--;
+        if (at > 0 && top_e[at - 1] == e) continue; /* drawn already */
+        memmove(top_e + at + 1, top_e + at, (size_t)(n - at) * sizeof *top_e);
+        top_e[at] = e;
+        n++;
+    }
+    for (int i = 0; i < k; i++) top_w[i] = 1.0f / (float)k;
 }
 
 /* Routes one token (config.h SL_ROUTER_*): p [E] is scratch (may alias logits); bias: the layer's
@@ -270,8 +294,9 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = ws->top_e + (size_t)t * k;
-        route_token(cfg, lw->router_bias, ws->router + (size_t)t * E, te, ws->top_w + (size_t)t * k,
-                    ws->router + (size_t)t * E);
+        if (cfg->uniform_routing) route_uniform(cfg, layer, ws->router + (size_t)t * E, te, ws->top_w + (size_t)t * k);
+        else route_token(cfg, lw->router_bias, ws->router + (size_t)t * E, te, ws->top_w + (size_t)t * k,
+                         ws->router + (size_t)t * E);
         for (int s = 0; s < k; s++) ws->e_count[te[s]]++;
     }
     /* group (token, slot) pairs by expert: e_count becomes each expert's start offset */
@@ -330,8 +355,9 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = wb->top_e + (size_t)t * k;
-        route_token(cfg, lw->router_bias, wb->router + (size_t)t * E, te, wb->top_w + (size_t)t * k,
-                    wb->router + (size_t)t * E);
+        if (cfg->uniform_routing) route_uniform(cfg, layer, wb->router + (size_t)t * E, te, wb->top_w + (size_t)t * k);
+        else route_token(cfg, lw->router_bias, wb->router + (size_t)t * E, te, wb->top_w + (size_t)t * k,
+                         wb->router + (size_t)t * E);
         for (int s = 0; s < k; s++) ws->e_count[te[s]]++;
     }
     int off = 0, n_list = 0;
