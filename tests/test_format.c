@@ -4,6 +4,7 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "format/pack.h"
 #include "format/synth.h"
 #include "import/hf.h"
+#include "model/rope.h"
 #include "model/tensors.h"
 #include "sluice.h"
 #include "test.h"
@@ -300,6 +302,62 @@ TEST(config_spellings) {
     CHECKF(hf_parse_config(n, "n", &c, &err) == SL_OK, "%s", err.msg);
     CHECK(c.layer_linear[0] && c.layer_linear[2] && !c.layer_linear[3] && !c.layer_linear[7] && c.rot_dim == 4 &&
           c.rope_theta == 10000 && c.norm_topk == 1 && c.zero_centred_norm && !c.split_lin_proj);
+}
+
+/* YaRN (model/rope.h) against the formula of transformers' modeling_rope_utils.py _compute_yarn_parameters,
+ * evaluated in numpy with float32 tensor ops and double scalars (commit message of this test): gpt-oss-20b's
+ * rope_scaling as released (4.x spelling), DeepSeek-V3's as 5.x writes it (rope_parameters, mscale). */
+TEST(rope_yarn_inv_freq) {
+    static const float gptoss[32] = {1, 0.689044297f, 0.47478205f, 0.327145845f, 0.225418001f, 0.155322984f,
+        0.107024424f, 0.0737445652f, 0.05081328f, 0.0317056961f, 0.0193350017f, 0.0115920492f, 0.00679495931f,
+        0.00386035908f, 0.00209379266f, 0.00105260219f, 0.000456483918f, 0.000129318694f, 3.83088118e-05f,
+        2.63964721e-05f, 1.8188337e-05f, 1.25325696e-05f, 8.63549576e-06f, 5.95023948e-06f, 4.09997847e-06f,
+        2.82506676e-06f, 1.94659629e-06f, 1.34129107e-06f, 9.24208962e-07f, 6.36820914e-07f, 4.38797855e-07f,
+        3.0235114e-07f};
+    static const float dsv3[32] = {1, 0.749894202f, 0.562341332f, 0.421696514f, 0.316227764f, 0.237137392f,
+        0.177827939f, 0.133352146f, 0.100000001f, 0.0749894157f, 0.0562341288f, 0.0390069261f, 0.0268793609f,
+        0.0183781441f, 0.012447956f, 0.0083345091f, 0.00550000044f, 0.00356199732f, 0.00224936521f, 0.00137051346f,
+        0.000790569407f, 0.000414990413f, 0.00017782794f, 3.3338034e-05f, 2.49999994e-05f, 1.87473543e-05f,
+        1.40585325e-05f, 1.05424142e-05f, 7.90569447e-06f, 5.92843435e-06f, 4.44569832e-06f, 3.33380353e-06f};
+    sl_config c;
+    sl_error err = {0};
+    const char *g = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+                    "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":64,\"moe_intermediate_size\":4,"
+                    "\"num_experts_per_tok\":2,\"num_experts\":4,\"rope_theta\":150000,\"max_position_embeddings\":131072,"
+                    "\"rope_scaling\":{\"beta_fast\":32.0,\"beta_slow\":1.0,\"factor\":32.0,"
+                    "\"original_max_position_embeddings\":4096,\"rope_type\":\"yarn\",\"truncate\":false}}";
+    CHECKF(hf_parse_config(g, "g", &c, &err) == SL_OK, "%s", err.msg);
+    CHECK(c.rope_type == SL_ROPE_YARN && c.rope_factor == 32 && c.rope_orig_max_pos == 4096 && !c.yarn_truncate);
+    float inv[SL_ROPE_MAX_FREQS], af = 0;
+    CHECK(rope_freqs(&c, inv, &af) == 32);
+    CHECKF(fabs(af - 1.3465735902799727) < 1e-7, "attention factor %.9g", af); /* 0.1 ln 32 + 1 */
+    for (int i = 0; i < 32; i++)
+        CHECKF(fabsf(inv[i] - gptoss[i]) <= 1e-6f * gptoss[i], "gpt-oss inv_freq[%d] = %.9g, expected %.9g", i, inv[i],
+               gptoss[i]);
+    const char *d = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+                    "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":64,\"moe_intermediate_size\":4,"
+                    "\"num_experts_per_tok\":2,\"num_experts\":4,\"max_position_embeddings\":163840,"
+                    "\"rope_parameters\":{\"rope_theta\":10000,\"rope_type\":\"yarn\",\"factor\":40,\"beta_fast\":32,"
+                    "\"beta_slow\":1,\"mscale\":1.0,\"mscale_all_dim\":1.0,\"original_max_position_embeddings\":4096}}";
+    CHECKF(hf_parse_config(d, "d", &c, &err) == SL_OK, "%s", err.msg);
+    CHECK(c.yarn_truncate && c.yarn_mscale == 1 && c.yarn_mscale_all_dim == 1);
+    CHECK(rope_freqs(&c, inv, &af) == 32 && af == 1.0f);
+    for (int i = 0; i < 32; i++)
+        CHECKF(fabsf(inv[i] - dsv3[i]) <= 1e-6f * dsv3[i], "DeepSeek-V3 inv_freq[%d] = %.9g, expected %.9g", i, inv[i],
+               dsv3[i]);
+    CHECK(fabs(rope_yarn_mscale(40, 0.707) - (0.1 * 0.707 * log(40.0) + 1)) < 1e-15 && rope_yarn_mscale(1, 5) == 1);
+    /* the default table is bitwise the plain formula; unknown rope types and a bad factor are refused */
+    c.rope_type = SL_ROPE_DEFAULT;
+    CHECK(rope_freqs(&c, inv, &af) == 32 && af == 1.0f);
+    for (int i = 0; i < 32; i++) CHECK(inv[i] == 1.0f / powf(10000.0f, (float)(2 * i) / 64.0f));
+    const char *bad = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+                      "\"num_attention_heads\":2,\"head_dim\":4,\"moe_intermediate_size\":4,\"num_experts_per_tok\":2,"
+                      "\"num_experts\":4,\"rope_scaling\":{\"rope_type\":\"longrope\"}}";
+    CHECK(hf_parse_config(bad, "bad", &c, &err) == SL_EUNSUPPORTED && strstr(err.msg, "longrope"));
+    const char *badf = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
+                       "\"num_attention_heads\":2,\"head_dim\":4,\"moe_intermediate_size\":4,\"num_experts_per_tok\":2,"
+                       "\"num_experts\":4,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":-2}}";
+    CHECK(hf_parse_config(badf, "badf", &c, &err) == SL_ECONFIG && strstr(err.msg, "factor"));
 }
 
 /* ---- bad input ---- */

@@ -156,6 +156,33 @@ void hfc_sparse_layers(hfc *c, sl_config *o) {
 
 /* ---- hf_parse_config ---- */
 
+/* rope_type 'yarn' (transformers' modeling_rope_utils.py _compute_yarn_parameters): factor, original_max_position_embeddings
+ * (default max_position_embeddings), beta_fast, beta_slow, mscale, mscale_all_dim, truncate (default true),
+ * attention_factor. Needs o->max_pos. */
+static void yarn_fields(hfc *c, const cJSON *rp, sl_config *o) {
+    int found = 0;
+    o->rope_type = SL_ROPE_YARN;
+    double omp = get_num(c, rp, "original_max_position_embeddings", o->max_pos, &found);
+    if (!c->st && (omp != floor(omp) || omp < 1 || omp > 1e9))
+        hfc_fail(c, SL_ECONFIG, "rope 'original_max_position_embeddings' must be a positive integer");
+    o->rope_orig_max_pos = (int)omp;
+    o->rope_factor = get_num(c, rp, "factor", 0, &found);
+    if (!found) o->rope_factor = (double)o->max_pos / (omp >= 1 ? omp : 1);
+    o->yarn_beta_fast = get_num(c, rp, "beta_fast", 32, NULL);
+    o->yarn_beta_slow = get_num(c, rp, "beta_slow", 1, NULL);
+    o->yarn_mscale = get_num(c, rp, "mscale", 0, NULL);
+    o->yarn_mscale_all_dim = get_num(c, rp, "mscale_all_dim", 0, NULL);
+    o->rope_attn_factor = get_num(c, rp, "attention_factor", 0, &found);
+    if (found && !(o->rope_attn_factor > 0) && !c->st) hfc_fail(c, SL_ECONFIG, "rope 'attention_factor' must be positive");
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rp, "truncate");
+    o->yarn_truncate = !cJSON_IsBool(tr) || cJSON_IsTrue(tr);
+    if (!c->st && !(o->rope_factor > 0 && isfinite(o->rope_factor)))
+        hfc_fail(c, SL_ECONFIG, "rope 'factor' must be positive");
+    if (!c->st && !(o->yarn_beta_fast > 0 && o->yarn_beta_slow > 0 && isfinite(o->yarn_beta_fast) &&
+                    isfinite(o->yarn_beta_slow)))
+        hfc_fail(c, SL_ECONFIG, "rope 'beta_fast' and 'beta_slow' must be positive");
+}
+
 /* The fields every family reads the same way: vocabulary, dimensions, heads, experts, eps, RoPE, tied
  * embeddings. */
 static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
@@ -198,8 +225,10 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
     if (cJSON_IsObject(rp)) {
         const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
         if (!rt) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
-        if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") && !c->st)
-            c->st = sl_err(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default')", path,
+        if (cJSON_IsString(rt) && !strcmp(rt->valuestring, "yarn"))
+            yarn_fields(c, rp, o);
+        else if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") && !c->st)
+            c->st = sl_err(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default' and 'yarn')", path,
                            rt->valuestring);
     }
     double prf = a->prf_default;

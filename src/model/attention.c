@@ -16,14 +16,16 @@
 #include <string.h>
 
 #include "model/fwd_internal.h"
+#include "model/rope.h"
 
 /* NeoX rotate-half RoPE on the first rot dims of x [hd], cos/sin computed in f32 as HF does:
- * inv_freq = 1 / theta^(2i/rot) (f32), angle = pos * inv_freq (f32). */
-static void rope(float *x, int rot, const float *inv_freq, int pos) {
+ * inv_freq from rope_freqs (model/rope.h: the default table or YaRN), angle = pos * inv_freq (f32), cos and sin
+ * times the table's attention factor. */
+static void rope(float *x, int rot, const float *inv_freq, float attn_factor, int pos) {
     int half = rot / 2;
     for (int i = 0; i < half; i++) {
         float ang = (float)pos * inv_freq[i];
-        float c = cosf(ang), s = sinf(ang);
+        float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor; /* YaRN's attention_scaling (1 otherwise) */
         float a = x[i], b = x[i + half];
         x[i] = a * c - b * s;
         x[i + half] = b * c + a * s;
@@ -89,9 +91,8 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
             }
         }
 
-    float inv_freq[512];
-    for (int i = 0; i < rot / 2 && i < 512; i++)
-        inv_freq[i] = 1.0f / powf((float)cfg->rope_theta, (float)(2 * i) / (float)rot);
+    float inv_freq[SL_ROPE_MAX_FREQS], attn_factor;
+    rope_freqs(cfg, inv_freq, &attn_factor);
 
     float *kc = sq->k_cache[layer], *vc = sq->v_cache[layer];
     for (int t = 0; t < n; t++) {
@@ -104,12 +105,12 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
         for (int h = 0; h < nh; h++) {
             float *q = qrow + (size_t)h * qstride;
             if (cfg->qk_norm == SL_QK_NORM_HEAD) ops->rmsnorm(q, lw->q_norm, w_off, cfg->eps, q, hd);
-            rope(q, rot, inv_freq, pos);
+            rope(q, rot, inv_freq, attn_factor, pos);
         }
         for (int g = 0; g < nkv; g++) {
             float *k = krow + (size_t)g * hd;
             if (cfg->qk_norm == SL_QK_NORM_HEAD) ops->rmsnorm(k, lw->k_norm, w_off, cfg->eps, k, hd);
-            rope(k, rot, inv_freq, pos);
+            rope(k, rot, inv_freq, attn_factor, pos);
         }
         memcpy(kc + (size_t)pos * kvrow, ws->k + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
         memcpy(vc + (size_t)pos * kvrow, ws->v + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));

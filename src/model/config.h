@@ -34,6 +34,12 @@ enum {
     SL_ROUTER_SIGMOID_GROUP = 2,
 };
 
+/* RoPE frequency table (model/rope.h). */
+enum {
+    SL_ROPE_DEFAULT = 0, /* inv_freq = theta^(-2i/rot) */
+    SL_ROPE_YARN = 1,    /* YaRN: interpolation blended in by a ramp over the correction range, cos/sin scaled */
+};
+
 /* Where attention's q/k RMSNorm applies. */
 enum {
     SL_QK_NORM_NONE = 0,
@@ -90,6 +96,16 @@ typedef struct sl_config {
     /* Set at open from sl_model_params, never stored: 1 = experts drawn uniformly (sl_routing, moe.c) */
     int uniform_routing;
     uint64_t routing_seed;
+
+    /* RoPE scaling (config.json rope_parameters / rope_scaling), SL_ROPE_YARN only (0 otherwise): factor (0: max_pos /
+     * rope_orig_max_pos), original_max_position_embeddings, beta_fast / beta_slow (0: 32 / 1), mscale and
+     * mscale_all_dim (0: absent), truncate, attention_factor (0: from the mscales) */
+    int rope_type;          /* SL_ROPE_* */
+    double rope_factor;
+    int rope_orig_max_pos;
+    double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    int yarn_truncate;
+    double rope_attn_factor;
 } sl_config;
 
 /* The scalar fields of sl_config as the manifest stores them: X(name, type, presence) with type I (int),
@@ -103,7 +119,9 @@ typedef struct sl_config {
     X(lin_nk, I, R) X(lin_nv, I, R) X(lin_dk, I, R) X(lin_dv, I, R) X(conv_k, I, R)                          \
     X(zero_centred_norm, I, R) X(gated_attn, I, R) X(split_lin_proj, I, R) X(eps, F, R)                      \
     X(norms_shifted, I, O) X(router, I, O) X(qk_norm, I, O) X(attn_bias, I, O) X(n_group, I, O)              \
-    X(topk_group, I, O) X(routed_scale, D, O)
+    X(topk_group, I, O) X(routed_scale, D, O) X(rope_type, I, O) X(rope_factor, D, O) X(rope_orig_max_pos, I, O)   \
+    X(yarn_beta_fast, D, O) X(yarn_beta_slow, D, O) X(yarn_mscale, D, O) X(yarn_mscale_all_dim, D, O)              \
+    X(yarn_truncate, I, O) X(rope_attn_factor, D, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024

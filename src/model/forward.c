@@ -311,7 +311,9 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
     ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX ||
                 (c->router == SL_ROUTER_SIGMOID_GROUP && cfg_groups_ok(c))) &&
          c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL &&
-         !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)); /* attention.c: q rows [nh*hd] */
+         !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)) && /* attention.c: q rows [nh*hd] */
+         (c->rope_type == SL_ROPE_DEFAULT || (c->rope_type == SL_ROPE_YARN && c->rope_orig_max_pos > 0 &&
+                                              c->rope_factor > 0 && c->rope_attn_factor >= 0));
     for (int l = 0; ok && l < c->n_layers; l++) {
         if (c->layer_moe[l])
             ok = c->n_experts > 0 && c->n_experts_used > 0 && c->n_experts_used <= c->n_experts && c->moe_inter > 0;
