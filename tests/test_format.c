@@ -594,6 +594,7 @@ TEST(synth_shapes_have_released_sizes) {
         {"mixtral-8x7b", 46.7e9},       {"mixtral-8x22b", 140.6e9},  {"olmoe-1b-7b", 6.92e9},
         {"qwen1.5-moe-a2.7b", 14.3e9},  {"qwen2-57b-a14b", 57.4e9},  {"qwen3-30b-a3b", 30.5e9},
         {"qwen3-235b-a22b", 235.1e9},   {"glm-4.5-air", 106e9},      {"glm-4.5", 355e9},
+        {"deepseek-v3", 671e9},         {"kimi-k2", 1026.5e9}, /* V3 card: 671B without the MTP module; K2: HF's count */
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         sl_config c;
@@ -619,6 +620,38 @@ TEST(synth_shapes_have_released_sizes) {
     CHECK(synth_config("no-such-model", 0, &c, &err) == SL_EINVAL && strstr(err.msg, "mixtral-8x7b"));
 }
 
+/* DeepSeek-V3's config.json (and Kimi-K2's model_type): the MLA dimensions, head_dim = qk_nope + qk_rope whatever
+ * config.json's head_dim says, q_lora_rank null = one q_proj, rope_interleave by default; contradictions refused
+ * naming the field. */
+TEST(deepseek_v3_config) {
+    const char *base = "{\"model_type\": \"%s\", \"vocab_size\": 32, \"hidden_size\": 16, \"num_hidden_layers\": 3, "
+                       "\"num_attention_heads\": 2, \"num_key_value_heads\": %d, \"head_dim\": 4, \"n_routed_experts\": 8, "
+                       "\"num_experts_per_tok\": 2, \"n_group\": 2, \"topk_group\": 1, \"routed_scaling_factor\": 2.5, "
+                       "\"intermediate_size\": 8, \"moe_intermediate_size\": 4, \"first_k_dense_replace\": 1, "
+                       "\"q_lora_rank\": %s, \"kv_lora_rank\": 12, \"qk_nope_head_dim\": 6, \"qk_rope_head_dim\": 4, "
+                       "\"v_head_dim\": 5%s}";
+    char txt[1024];
+    sl_config c;
+    sl_error err = {0};
+    snprintf(txt, sizeof txt, base, "deepseek_v3", 2, "10", "");
+    CHECKF(hf_parse_config(txt, "config.json", &c, &err) == SL_OK, "%s", err.msg);
+    CHECK(c.arch == SL_ARCH_DEEPSEEK_V3 && c.q_lora == 10 && c.kv_lora == 12 && c.qk_nope == 6 && c.rot_dim == 4 &&
+          c.v_head_dim == 5 && c.head_dim == 10 && c.rope_interleave == 1 && !c.layer_moe[0] && c.layer_moe[1] &&
+          c.dense_inter == 8 && c.shared_inter == 4 && c.router == SL_ROUTER_SIGMOID_GROUP && cfg_kv_row(&c) == 16);
+    CHECK(fabs(c.attn_scale - 1.0 / sqrt(10.0)) < 1e-15);
+    snprintf(txt, sizeof txt, base, "kimi_k2", 2, "null", ", \"rope_interleave\": false");
+    CHECKF(hf_parse_config(txt, "config.json", &c, &err) == SL_OK, "%s", err.msg);
+    CHECK(c.arch == SL_ARCH_DEEPSEEK_V3 && c.q_lora == 0 && c.rope_interleave == 0);
+    snprintf(txt, sizeof txt, base, "deepseek_v3", 1, "10", "");
+    CHECK(hf_parse_config(txt, "config.json", &c, &err) == SL_ECONFIG && strstr(err.msg, "num_key_value_heads"));
+    snprintf(txt, sizeof txt, base, "deepseek_v3", 2, "10", ", \"attention_bias\": true");
+    CHECK(hf_parse_config(txt, "config.json", &c, &err) == SL_EUNSUPPORTED && strstr(err.msg, "attention_bias"));
+    const char *no_kv = "{\"model_type\": \"deepseek_v3\", \"vocab_size\": 32, \"hidden_size\": 16, "
+                        "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"n_routed_experts\": 4, "
+                        "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 4}";
+    CHECK(hf_parse_config(no_kv, "config.json", &c, &err) == SL_ECONFIG && strstr(err.msg, "kv_lora_rank"));
+}
+
 /* A model_type no family serves is refused with the list of those served; each family's own is taken. */
 TEST(unknown_model_type_lists_the_supported) {
     sl_config c;
@@ -626,7 +659,8 @@ TEST(unknown_model_type_lists_the_supported) {
     const char *llama = "{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8}";
     CHECK(hf_parse_config(llama, "config.json", &c, &err) == SL_EUNSUPPORTED);
     CHECKF(strstr(err.msg, "'llama'") && strstr(err.msg, "qwen3_moe") && strstr(err.msg, "mixtral") &&
-           strstr(err.msg, "olmoe") && strstr(err.msg, "qwen2_moe") && strstr(err.msg, "glm4_moe"), "%s", err.msg);
+           strstr(err.msg, "olmoe") && strstr(err.msg, "qwen2_moe") && strstr(err.msg, "glm4_moe") &&
+           strstr(err.msg, "deepseek_v3") && strstr(err.msg, "kimi_k2"), "%s", err.msg);
     const char *types[] = {"mixtral", "olmoe", "qwen2_moe", "glm4_moe"};
     for (int i = 0; i < 4; i++) {
         char txt[512];

@@ -117,3 +117,24 @@ TEST(state_file_roundtrip_and_bad_states) {
     sl_model_close(other);
     CHECK(same);
 }
+
+/* MLA keeps its compressed cache: one more position adds, per attention layer, kv_lora + qk_rope_head_dim
+ * floats (deepseek_v3 fixture: 3 layers x (32 + 8)), not the 2 x heads x head_dim of expanded K and V. */
+TEST(mla_state_holds_the_compressed_cache) {
+    sl_model *m = open_packed("deepseek_v3");
+    CHECK(m);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((i * 7 + 3) % sl_model_n_vocab(m));
+    sl_session *a = NULL;
+    CHECK(sl_session_new(m, 0, &a) == SL_OK);
+    void *b1 = NULL, *b2 = NULL;
+    size_t l1 = 0, l2 = 0;
+    CHECK(sl_session_eval(a, prompt, 39, NULL, 0) == SL_OK && sl_session_save(a, &b1, &l1) == SL_OK);
+    CHECK(sl_session_eval(a, prompt + 39, 1, NULL, 0) == SL_OK && sl_session_save(a, &b2, &l2) == SL_OK);
+    free(b1);
+    free(b2);
+    sl_session_free(a);
+    sl_model_close(m);
+    CHECKF(l2 - l1 == 3 * (32 + 8) * sizeof(float), "one position adds %zu bytes, want %zu", l2 - l1,
+           3 * (32 + 8) * sizeof(float));
+}

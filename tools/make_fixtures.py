@@ -19,6 +19,11 @@ Fixtures:
   qwen2_moe        F32, q/k/v bias, shared expert with a sigmoid gate, a dense layer, no top-k renorm
   glm4_moe         F32, partial RoPE, q/k norm, q/k/v bias, first_k_dense_replace, a plain shared expert, sigmoid
                    group-limited routing with e_score_correction_bias, routed_scaling_factor
+  deepseek_v3      BF16, MLA with q_lora_rank (q_a_proj / q_a_layernorm / q_b_proj), interleaved RoPE with YaRN
+                   (mscale = mscale_all_dim = 1 as DeepSeek-V3's: softmax scale times mscale^2), a dense first
+                   layer, sigmoid group routing with e_score_correction_bias, a plain shared expert
+  deepseek_v3_fp8  FP8 E4M3 128x128 block-scaled linear weights as DeepSeek-V3's release (BF16 embeddings, head,
+                   router, norms; F32 e_score_correction_bias), q_lora_rank null (one q_proj), rotate-half RoPE
 
 Every parameter is randomised (norm weights, A_log, dt_bias included) so routing and gating vary.
 Usage: python3 tools/make_fixtures.py OUTDIR [NAME ...]
@@ -490,6 +495,101 @@ def make_glm4_moe(d):
     write_refs(m, d, 99, {"arch": "glm4_moe", "dtype": "F32"})
 
 
+def _deepseek_model(seed, q_lora, interleave, layers, yarn=False):
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    rope = {"rope_type": "default", "rope_theta": 1e4}
+    if yarn:  # DeepSeek-V3's own values but factor and original length (positions of the fixture pass 64)
+        rope = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 64,
+                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+    cfg = DeepseekV3Config(vocab_size=V, hidden_size=64, intermediate_size=64, moe_intermediate_size=16,
+                           num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1,
+                           n_routed_experts=16, routed_scaling_factor=2.5, kv_lora_rank=32, q_lora_rank=q_lora,
+                           qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, n_group=4, topk_group=2,
+                           num_experts_per_tok=4, first_k_dense_replace=1, norm_topk_prob=True,
+                           max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                           rope_parameters=rope, rope_interleave=interleave, attention_bias=False,
+                           attn_implementation="eager")
+    torch.manual_seed(seed)
+    m = DeepseekV3ForCausalLM(cfg).float().eval()
+    randomise(m, seed * 101, zero_centred=False, std=0.15)
+    g = torch.Generator().manual_seed(seed * 101 + 1)
+    with torch.no_grad():
+        for n, b in m.named_buffers():  # positive and as large as the sigmoid scores' spread (see glm4_moe)
+            if n.endswith("e_score_correction_bias"):
+                b.copy_(torch.rand(b.shape, generator=g) * 0.4)
+    print("deepseek_v3 scaling", m.model.layers[0].self_attn.scaling, "inv_freq", m.model.rotary_emb.inv_freq.tolist(),
+          "attention_scaling", getattr(m.model.rotary_emb, "attention_scaling", None),
+          "q_a eps", getattr(getattr(m.model.layers[0].self_attn, "q_a_layernorm", None), "variance_epsilon", None),
+          "kv_a eps", m.model.layers[0].self_attn.kv_a_layernorm.variance_epsilon, flush=True)
+    return m, DeepseekV3ForCausalLM
+
+
+def _round_buffers(m, dtype, suffix):
+    with torch.no_grad():
+        for n, b in m.named_buffers():
+            if n.endswith(suffix):
+                b.copy_(b.to(dtype).float())
+
+
+def make_deepseek_v3(d, yarn=True):
+    m, cls = _deepseek_model(12, 32, True, 3, yarn)
+    round_params(m, torch.bfloat16)
+    _round_buffers(m, torch.bfloat16, "e_score_correction_bias")  # the bf16 copy below saves it as bf16
+    copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d)
+    rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))  # the release layout: mlp.experts.N.*
+    check_reload(cls, d, m, list(range(20)))
+    write_refs(m, d, 121 if not yarn else 122, {"arch": "deepseek_v3", "dtype": "BF16", "yarn": yarn})
+
+
+def _fp8_blocks(w):
+    o, i = w.shape
+    bo, bi = (o + 127) // 128, (i + 127) // 128
+    s = torch.zeros(bo, bi, dtype=torch.float32)
+    q = torch.zeros(o, i, dtype=torch.float8_e4m3fn)
+    deq = torch.zeros(o, i, dtype=torch.float32)
+    for a in range(bo):
+        for b in range(bi):
+            blk = w[a*128:(a+1)*128, b*128:(b+1)*128].float()
+            sc = (blk.abs().max() / 448.0).clamp(min=1e-12).float()
+            qb = (blk / sc).to(torch.float8_e4m3fn)
+            s[a, b] = sc
+            q[a*128:(a+1)*128, b*128:(b+1)*128] = qb
+            deq[a*128:(a+1)*128, b*128:(b+1)*128] = qb.float() * sc
+    return q, s, deq
+
+
+def make_deepseek_v3_fp8(d):
+    # as deepseek-ai/DeepSeek-V3's FP8 release: every linear weight but embed_tokens, lm_head and mlp.gate is
+    # F8_E4M3 with a [ceil(out/128), ceil(in/128)] F32 weight_scale_inv; the rest BF16, the bias F32
+    m, cls = _deepseek_model(13, None, False, 2)
+    round_params(m, torch.bfloat16)
+    model_sd = {k: v.detach().clone().contiguous() for k, v in m.state_dict().items()}
+    sd = to_per_expert(model_sd, 64)
+    out = {}
+    for k, w in sd.items():
+        quant = (w.dim() == 2 and k.endswith(".weight") and "embed_tokens" not in k and not k.startswith("lm_head")
+                 and not k.endswith("mlp.gate.weight") and "norm" not in k)
+        if not quant:
+            out[k] = w.float() if k.endswith("e_score_correction_bias") else w.to(torch.bfloat16)
+            continue
+        q, s, deq = _fp8_blocks(w)
+        out[k] = q
+        out[k[:-len(".weight")] + ".weight_scale_inv"] = s
+        sd[k] = deq
+    m.load_state_dict(fit_to_model(sd, model_sd, 64))
+    os.makedirs(d, exist_ok=True)
+    m.config.architectures = [type(m).__name__]
+    m.config.save_pretrained(d)
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    c["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "weight_block_size": [128, 128]}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    write_refs(m, d, 131, {"arch": "deepseek_v3", "dtype": "F8_E4M3"})
+
+
 MAKERS = {
     "qwen3_moe": make_qwen3_moe,
     "qwen3_next": make_qwen3_next,
@@ -500,6 +600,8 @@ MAKERS = {
     "olmoe": make_olmoe,
     "qwen2_moe": make_qwen2_moe,
     "glm4_moe": make_glm4_moe,
+    "deepseek_v3": make_deepseek_v3,
+    "deepseek_v3_fp8": make_deepseek_v3_fp8,
 }
 
 

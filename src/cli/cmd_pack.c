@@ -95,6 +95,11 @@ int cmd_info(int argc, char **argv) {
                : num(c, "router") == 1 ? "top-k of the logits, softmax over them" : "softmax, top-k",
                num(c, "qk_norm") == 2 ? "over the projection" : num(c, "qk_norm") == 1 ? "per head" : "none",
                num(c, "attn_bias") ? "yes" : "no");
+    if (num(c, "kv_lora") > 0)
+        printf("mla         q_lora %.0f, kv_lora %.0f, qk_nope %.0f, qk_rope %.0f, v_head %.0f, %s RoPE; cache %.0f floats "
+               "per position and layer\n", num(c, "q_lora"), num(c, "kv_lora"), num(c, "qk_nope"), num(c, "rot_dim"),
+               num(c, "v_head_dim"), num(c, "rope_interleave") ? "interleaved" : "rotate-half",
+               num(c, "kv_lora") + num(c, "rot_dim"));
     if (num(c, "lin_nk") > 0)
         printf("deltanet    key heads %.0f x %.0f, value heads %.0f x %.0f, conv kernel %.0f\n", num(c, "lin_nk"),
                num(c, "lin_dk"), num(c, "lin_nv"), num(c, "lin_dv"), num(c, "conv_k"));

@@ -162,7 +162,8 @@ sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, s
         c->head_dim < 1 || c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
         c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SIGMOID_GROUP ||
         (c->router == SL_ROUTER_SIGMOID_GROUP && !cfg_groups_ok(c)) ||
-        c->qk_norm < 0 || c->qk_norm > SL_QK_NORM_ALL || c->rope_type < SL_ROPE_DEFAULT || c->rope_type > SL_ROPE_YARN ||
+        c->qk_norm < 0 || c->qk_norm > SL_QK_NORM_ALL || !cfg_mla_ok(c) ||
+        c->rope_type < SL_ROPE_DEFAULT || c->rope_type > SL_ROPE_YARN ||
         (c->rope_type == SL_ROPE_YARN && (c->rope_orig_max_pos < 1 || !(c->rope_factor > 0) || c->rope_attn_factor < 0)) ||
         (any_linear && (c->lin_nk < 1 || c->lin_nv % c->lin_nk || c->conv_k < 1)))
         return sl_err(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);

@@ -136,6 +136,7 @@ static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layer
         c->layer_linear[l] = linear && (l + 1) % sh->interval != 0;
         c->layer_moe[l] = l >= sh->first_dense;
     }
+    if (a->shape_config) a->shape_config(sh, c);
     return SL_OK;
 }
 

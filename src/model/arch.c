@@ -8,10 +8,10 @@
 #include <string.h>
 
 extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral, arch_olmoe,
-    arch_qwen2_moe, arch_glm4_moe;
+    arch_qwen2_moe, arch_glm4_moe, arch_deepseek_v3;
 
 const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, &arch_mixtral, &arch_olmoe,
-                                     &arch_qwen2_moe, &arch_glm4_moe, NULL};
+                                     &arch_qwen2_moe, &arch_glm4_moe, &arch_deepseek_v3, NULL};
 
 const arch_desc *arch_get(sl_arch id) {
     for (int i = 0; arch_list[i]; i++)
@@ -74,6 +74,12 @@ int64_t arch_dim_value(const sl_config *c, arch_dim d) {
     case AD_NVDV: return nv * dv;
     case AD_DV: return dv;
     case AD_CONVK: return c->conv_k;
+    case AD_QLORA: return c->q_lora;
+    case AD_QMLA: return (int64_t)c->n_heads * (c->qk_nope + c->rot_dim);
+    case AD_KVA: return (int64_t)c->kv_lora + c->rot_dim;
+    case AD_KVLORA: return c->kv_lora;
+    case AD_KVB: return (int64_t)c->n_heads * (c->qk_nope + c->v_head_dim);
+    case AD_OMLA: return (int64_t)c->n_heads * c->v_head_dim;
     }
     return 0;
 }
@@ -90,6 +96,8 @@ int arch_applies(const sl_config *c, arch_when when, int l) {
     case AW_SHARED: return c->layer_moe[l] && c->shared_inter > 0;
     case AW_DENSE: return !c->layer_moe[l];
     case AW_QK_NORM: return !c->layer_linear[l] && c->qk_norm != SL_QK_NORM_NONE;
+    case AW_Q_LORA: return !c->layer_linear[l] && c->kv_lora > 0 && c->q_lora > 0;
+    case AW_Q_FULL: return !c->layer_linear[l] && c->kv_lora > 0 && c->q_lora == 0;
     }
     return 0;
 }

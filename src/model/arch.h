@@ -47,6 +47,12 @@ typedef enum {
     AD_NVDV,     /* lin_nv * lin_dv */
     AD_DV,       /* lin_dv */
     AD_CONVK,    /* conv_k */
+    AD_QLORA,    /* MLA q_lora */
+    AD_QMLA,     /* MLA query rows n_heads * (qk_nope + rot_dim) */
+    AD_KVA,      /* MLA kv_a_proj_with_mqa rows kv_lora + rot_dim */
+    AD_KVLORA,   /* MLA kv_lora */
+    AD_KVB,      /* MLA kv_b_proj rows n_heads * (qk_nope + v_head_dim) */
+    AD_OMLA,     /* MLA o_proj cols n_heads * v_head_dim */
 } arch_dim;
 
 /* Which layers (or the model as a whole) have a tensor. */
@@ -61,6 +67,8 @@ typedef enum {
     AW_SHARED,    /* MoE layers of a config with a shared expert (shared_inter > 0) */
     AW_DENSE,     /* dense-MLP layers */
     AW_QK_NORM,   /* full-attention layers of a config with q/k norm (cfg->qk_norm, set by config.json) */
+    AW_Q_LORA,    /* full-attention layers of an MLA config with q_lora > 0 (q_a_proj, q_a_layernorm, q_b_proj) */
+    AW_Q_FULL,    /* full-attention layers of an MLA config with q_lora = 0 (one q_proj) */
 } arch_when;
 
 enum { AK_MAT = 0, AK_VEC = 1 };         /* sl_mat in its stored dtype / float * converted to f32 at load */
@@ -140,6 +148,9 @@ typedef struct arch_desc {
     const char *const *renames;
     const arch_shape *shapes;
     int n_shapes;
+    /* optional: the family's fields of a synth shape that arch_shape does not hold (DeepSeek-V3's MLA
+     * dimensions), set into c after the common ones; NULL for most families */
+    void (*shape_config)(const arch_shape *sh, sl_config *c);
 } arch_desc;
 
 /* Every family, in a fixed order; NULL-terminated. */

@@ -13,6 +13,16 @@ int cfg_groups_ok(const sl_config *c) {
            isfinite(c->routed_scale) && c->routed_scale > 0;
 }
 
+int cfg_mla_ok(const sl_config *c) {
+    if (c->kv_lora <= 0) return c->kv_lora == 0 && c->q_lora == 0;
+    return c->q_lora >= 0 && c->qk_nope >= 0 && c->rot_dim > 0 && c->rot_dim % 2 == 0 && c->rot_dim <= 1024 &&
+           c->head_dim == c->qk_nope + c->rot_dim && c->v_head_dim > 0 && c->n_kv_heads == c->n_heads &&
+           !c->gated_attn && !c->attn_bias && c->qk_norm == SL_QK_NORM_NONE && isfinite(c->attn_scale) &&
+           c->attn_scale >= 0;
+}
+
+int cfg_kv_row(const sl_config *c) { return c->kv_lora > 0 ? c->kv_lora + c->rot_dim : c->n_kv_heads * c->head_dim; }
+
 int cfg_n_moe_layers(const sl_config *c) {
     int n = 0;
     for (int l = 0; l < c->n_layers; l++) n += c->layer_moe[l] ? 1 : 0;

@@ -22,6 +22,7 @@ typedef enum {
     SL_ARCH_OLMOE = 5,
     SL_ARCH_QWEN2_MOE = 6,
     SL_ARCH_GLM4_MOE = 7,
+    SL_ARCH_DEEPSEEK_V3 = 9,
 } sl_arch;
 
 /* How router logits become the k expert weights (moe.c). */
@@ -106,6 +107,16 @@ typedef struct sl_config {
     double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
     int yarn_truncate;
     double rope_attn_factor;
+
+    /* Multi-head latent attention (DeepSeek-V3; 0 otherwise; mla.c). kv_lora > 0 turns it on: head_dim is then
+     * qk_nope + rot_dim (qk_rope_head_dim), n_kv_heads = n_heads, and a layer's cache holds kv_lora + rot_dim
+     * floats per position (the normed compressed KV and the shared RoPE key), never per-head K/V. */
+    int q_lora;          /* q_lora_rank: q_a_proj, q_a_layernorm, q_b_proj; 0: one q_proj */
+    int kv_lora;         /* kv_lora_rank */
+    int qk_nope;         /* qk_nope_head_dim */
+    int v_head_dim;      /* v_head_dim */
+    int rope_interleave; /* RoPE on adjacent pairs, de-interleaved first (transformers' rope_interleave) */
+    double attn_scale;   /* softmax scale of q.k; 0: 1/sqrt(head_dim) */
 } sl_config;
 
 /* The scalar fields of sl_config as the manifest stores them: X(name, type, presence) with type I (int),
@@ -121,7 +132,9 @@ typedef struct sl_config {
     X(norms_shifted, I, O) X(router, I, O) X(qk_norm, I, O) X(attn_bias, I, O) X(n_group, I, O)              \
     X(topk_group, I, O) X(routed_scale, D, O) X(rope_type, I, O) X(rope_factor, D, O) X(rope_orig_max_pos, I, O)   \
     X(yarn_beta_fast, D, O) X(yarn_beta_slow, D, O) X(yarn_mscale, D, O) X(yarn_mscale_all_dim, D, O)              \
-    X(yarn_truncate, I, O) X(rope_attn_factor, D, O)
+    X(yarn_truncate, I, O) X(rope_attn_factor, D, O)   \
+    X(q_lora, I, O) X(kv_lora, I, O) X(qk_nope, I, O)                \
+    X(v_head_dim, I, O) X(rope_interleave, I, O) X(attn_scale, D, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024
@@ -130,6 +143,13 @@ typedef struct sl_config {
  * 1 <= n_group <= SL_ROUTER_MAX_GROUPS dividing E <= SL_ROUTER_MAX_EXPERTS into groups of >= 2, 1 <= topk_group
  * <= n_group, k <= the experts of topk_group groups, routed_scale finite and > 0. Cannot fail. */
 int cfg_groups_ok(const sl_config *c);
+/* Whether c's MLA dimensions (kv_lora > 0) make sense: q_lora >= 0, qk_nope >= 0, rot_dim > 0 even,
+ * head_dim = qk_nope + rot_dim, v_head_dim > 0, n_kv_heads = n_heads, no gated attention, q/k/v bias or q/k norm,
+ * attn_scale finite and >= 0. Cannot fail. 1 when c is not MLA. */
+int cfg_mla_ok(const sl_config *c);
+/* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA), else n_kv_heads * head_dim
+ * (per K and per V). */
+int cfg_kv_row(const sl_config *c);
 /* Number of MoE layers; expert-layer slot of layer l (or -1 for dense). */
 int cfg_n_moe_layers(const sl_config *c);
 int cfg_moe_slot(const sl_config *c, int layer);

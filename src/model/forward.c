@@ -55,7 +55,8 @@ static int any_layer(const sl_config *cfg, int linear) {
 static size_t slot_floats(const sl_config *cfg, int n_ctx) {
     size_t c = FWD_BATCH, dk = (size_t)cfg->lin_dk, dv = (size_t)cfg->lin_dv;
     size_t dn = 4 * c * c + c * (4 * dk + 4 * dv) + 8 * c + 8 * dv + 8 * dk;
-    size_t at = (size_t)n_ctx;
+    size_t at = (size_t)n_ctx, mla = fwd_mla_slot_floats(cfg, n_ctx);
+    if (mla > at) at = mla;
     return (dn > at ? dn : at) + 16;
 }
 
@@ -70,7 +71,8 @@ fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx) {
     int has_lin = any_layer(cfg, 1);
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
     int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
-    size_t kvrow = (size_t)cfg->n_kv_heads * cfg->head_dim;
+    const int mla = cfg->kv_lora > 0;
+    size_t kvrow = (size_t)cfg_kv_row(cfg);
     sq->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
     sq->ssm_floats = (size_t)imax(nv * dk * dv, 1);
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -82,8 +84,8 @@ fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx) {
             }
         } else {
             sq->k_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
-            sq->v_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
-            if (!sq->k_cache[l] || !sq->v_cache[l]) goto fail;
+            sq->v_cache[l] = mla ? NULL : malloc((size_t)n_ctx * kvrow * sizeof(float));
+            if (!sq->k_cache[l] || (!mla && !sq->v_cache[l])) goto fail;
         }
     }
     return sq;
@@ -120,18 +122,19 @@ void fwd_seq_reset(fwd_seq *sq) {
 int fwd_seq_n_past(const fwd_seq *sq) { return sq ? sq->n_past : 0; }
 void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
 
-/* State bytes: per layer, the current DeltaNet conv and recurrent state, or the KV rows in use. */
+/* State bytes: per layer, the current DeltaNet conv and recurrent state, or the KV rows in use (MLA: the
+ * compressed rows only). */
 size_t fwd_seq_state_bytes(const fwd_seq *sq) {
     const sl_config *c = &sq->shape;
-    size_t kvrow = (size_t)c->n_kv_heads * c->head_dim, n = 0;
+    size_t kvrow = (size_t)cfg_kv_row(c), n = 0, per = c->kv_lora > 0 ? 1 : 2;
     for (int l = 0; l < sq->n_layers; l++)
-        n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : 2 * (size_t)sq->n_past * kvrow;
+        n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : per * (size_t)sq->n_past * kvrow;
     return n * sizeof(float);
 }
 
 void fwd_seq_save(const fwd_seq *sq, void *buf) {
     const sl_config *c = &sq->shape;
-    size_t kvrow = (size_t)c->n_kv_heads * c->head_dim;
+    size_t kvrow = (size_t)cfg_kv_row(c);
     char *p = buf;
 #define PUT(src, nf)                               \
     do {                                           \
@@ -144,7 +147,7 @@ void fwd_seq_save(const fwd_seq *sq, void *buf) {
             PUT(sq->ssm[l][sq->lin_cur[l]], sq->ssm_floats);
         } else {
             PUT(sq->k_cache[l], (size_t)sq->n_past * kvrow);
-            PUT(sq->v_cache[l], (size_t)sq->n_past * kvrow);
+            if (sq->v_cache[l]) PUT(sq->v_cache[l], (size_t)sq->n_past * kvrow);
         }
     }
 #undef PUT
@@ -152,7 +155,7 @@ void fwd_seq_save(const fwd_seq *sq, void *buf) {
 
 int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
     const sl_config *c = &sq->shape;
-    size_t kvrow = (size_t)c->n_kv_heads * c->head_dim;
+    size_t kvrow = (size_t)cfg_kv_row(c);
     if (n_past < 0 || n_past > sq->n_ctx) return SL_ERANGE;
     int old = sq->n_past;
     sq->n_past = n_past;
@@ -174,7 +177,7 @@ int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
             GET(sq->ssm[l][0], sq->ssm_floats);
         } else {
             GET(sq->k_cache[l], (size_t)n_past * kvrow);
-            GET(sq->v_cache[l], (size_t)n_past * kvrow);
+            if (sq->v_cache[l]) GET(sq->v_cache[l], (size_t)n_past * kvrow);
         }
     }
 #undef GET
@@ -198,10 +201,11 @@ fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
     ws->n_big = 1;
     if (has_attn) ws->n_big = imax(ws->n_big, nh * hd * (cfg->gated_attn ? 2 : 1));
     if (has_lin && !cfg->split_lin_proj) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
-    ws->n_mix = imax(has_attn ? nh * hd : 1, has_lin ? nv * dv : 1);
+    ws->n_mix = imax(has_attn ? imax(nh * hd, nh * cfg->v_head_dim) : 1, has_lin ? nv * dv : 1);
     ws->n_ffn = imax(imax(cfg->moe_inter, cfg->shared_inter), imax(cfg->dense_inter, 1));
     int E = imax(cfg->n_experts, 1), k = imax(cfg->n_experts_used, 1);
-    size_t kvrow = (size_t)nkv * hd;
+    /* k, v: [B][nkv*hd] each; MLA: k the kv_a output [B][kv_lora + rot_dim], v the q_a output [B][q_lora] */
+    int kvrow = imax(nkv * hd, cfg_kv_row(cfg)), vrow = imax(nkv * hd, cfg->q_lora);
 #define ALLOC(p, n)                                      \
     do {                                                 \
         (p) = malloc((size_t)(n) * sizeof *(p));         \
@@ -211,8 +215,8 @@ fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
     ALLOC(ws->h, B * H);
     ALLOC(ws->out, B * H);
     ALLOC(ws->big, B * ws->n_big);
-    ALLOC(ws->k, B * imax((int)kvrow, 1));
-    ALLOC(ws->v, B * imax((int)kvrow, 1));
+    ALLOC(ws->k, B * imax(kvrow, 1));
+    ALLOC(ws->v, B * imax(vrow, 1));
     ALLOC(ws->mix, B * ws->n_mix);
     ALLOC(ws->conv_in, B * imax(cq, 1));
     ALLOC(ws->conv_out, B * imax(cq, 1));
@@ -313,7 +317,8 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
          c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL &&
          !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)) && /* attention.c: q rows [nh*hd] */
          (c->rope_type == SL_ROPE_DEFAULT || (c->rope_type == SL_ROPE_YARN && c->rope_orig_max_pos > 0 &&
-                                              c->rope_factor > 0 && c->rope_attn_factor >= 0));
+                                              c->rope_factor > 0 && c->rope_attn_factor >= 0)) &&
+         cfg_mla_ok(c);
     for (int l = 0; ok && l < c->n_layers; l++) {
         if (c->layer_moe[l])
             ok = c->n_experts > 0 && c->n_experts_used > 0 && c->n_experts_used <= c->n_experts && c->moe_inter > 0;
@@ -353,7 +358,8 @@ static int same_shape(const sl_config *a, const sl_config *b) {
         a->n_experts != b->n_experts || a->n_experts_used != b->n_experts_used || a->moe_inter != b->moe_inter ||
         a->shared_inter != b->shared_inter || a->dense_inter != b->dense_inter || a->lin_nk != b->lin_nk ||
         a->lin_nv != b->lin_nv || a->lin_dk != b->lin_dk || a->lin_dv != b->lin_dv || a->conv_k != b->conv_k ||
-        a->split_lin_proj != b->split_lin_proj)
+        a->split_lin_proj != b->split_lin_proj || a->rot_dim != b->rot_dim || a->q_lora != b->q_lora ||
+        a->kv_lora != b->kv_lora || a->qk_nope != b->qk_nope || a->v_head_dim != b->v_head_dim)
         return 0;
     return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear);
 }
@@ -390,7 +396,8 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
         if (cfg->layer_linear[l])
             rc = fwd_deltanet(ws, sq, cfg, lw, l, pool, n, err, errlen);
         else
-            rc = fwd_attention(ws, sq, cfg, lw, l, pool, n, pos0);
+            rc = cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, pool, n, pos0)
+                                  : fwd_attention(ws, sq, cfg, lw, l, pool, n, pos0);
         if (rc) return rc;
         add_rows(ws->x, ws->out, (size_t)n * H);
 
@@ -496,7 +503,8 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
                     sq->lin_cur[l] = (unsigned char)(o ^ 1);
                 }
                 rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, pool, nb, err, errlen)
-                         : fwd_attention(ws, sq, cfg, lw, l, pool, nb, pos0 + r0);
+                     : cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, pool, nb, pos0 + r0)
+                                        : fwd_attention(ws, sq, cfg, lw, l, pool, nb, pos0 + r0);
                 if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
                     float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
                     sq->conv[l][0] = sq->conv[l][1];

@@ -41,7 +41,8 @@ struct fwd_seq {
     int n_ctx, n_past;
     int n_layers;
     sl_config shape; /* the config the buffers were sized for; fwd_eval checks every sizing field */
-    /* full attention: [n_ctx][nkv][hd] each, NULL for DeltaNet layers */
+    /* full attention: [n_ctx][nkv][hd] each, NULL for DeltaNet layers; MLA (cfg->kv_lora > 0): k_cache is
+     * [n_ctx][kv_lora + rot_dim] (normed compressed KV | RoPE key), v_cache NULL (mla.c) */
     float *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];
     /* DeltaNet: conv [K-1][Cq] (pre-conv inputs, oldest first), ssm [nv][dk][dv]; two slots each */
     float *conv[SL_MAX_LAYERS][2], *ssm[SL_MAX_LAYERS][2];
@@ -100,6 +101,11 @@ struct fwd_ws {
  * Return 0 or a negative sl_status with err filled. */
 int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
                   int pos0);
+/* Multi-head latent attention (cfg->kv_lora > 0), the same contract as fwd_attention. */
+int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
+            int pos0);
+/* Floats of per-thread scratch fwd_mla needs with contexts of n_ctx (0 when cfg is not MLA). */
+size_t fwd_mla_slot_floats(const sl_config *cfg, int n_ctx);
 int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
                  char *err, size_t errlen);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */

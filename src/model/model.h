@@ -34,6 +34,11 @@ typedef struct sl_layer_w {
     sl_mat q, k, v, o;
     float *q_norm, *k_norm; /* [hd] per head, or [nh*hd] / [nkv*hd] over the projection (cfg->qk_norm) */
     float *q_bias, *k_bias, *v_bias; /* [nh*hd], [nkv*hd], [nkv*hd] when cfg->attn_bias (Qwen2-MoE), else NULL */
+    /* multi-head latent attention (cfg->kv_lora > 0; mla.c): q is q_proj [nh*(dn+dr), H] when q_lora = 0, else
+     * q_a [q_lora, H], q_a_norm [q_lora], q_b [nh*(dn+dr), q_lora]; kv_a [kv_lora+dr, H], kv_a_norm [kv_lora],
+     * kv_b [nh*(dn+dv), kv_lora]; o [H, nh*dv] */
+    sl_mat q_a, q_b, kv_a, kv_b;
+    float *q_a_norm, *kv_a_norm;
 
     /* Gated DeltaNet */
     sl_mat qkvz, ba;         /* qwen3_next: grouped per key head (MODELS.md 3.5.1) */

@@ -1,0 +1,127 @@
+/*
+ * deepseek_v3.c — DeepSeek-V3 / DeepSeek-R1 and Kimi-K2 (model_type deepseek_v3; Kimi-K2's own config.json says
+ * kimi_k2 and names DeepseekV3ForCausalLM): multi-head latent attention (mla.c: q through q_a_proj,
+ * q_a_layernorm, q_b_proj when q_lora_rank is set, else one q_proj; kv_a_proj_with_mqa to the compressed KV and
+ * the RoPE key shared by all heads; kv_a_layernorm; kv_b_proj to per-head [nope key | value]; RoPE on
+ * qk_rope_head_dim dims, on adjacent pairs when rope_interleave, the default); the first first_k_dense_replace
+ * layers are dense SwiGLU MLPs (intermediate_size), the rest MoE: routed SwiGLU experts chosen by the sigmoid
+ * group router (SL_ROUTER_SIGMOID_GROUP, as GLM-4.5) plus an ungated shared MLP of moe_intermediate_size *
+ * n_shared_experts (mlp.shared_experts.*). transformers' src/transformers/models/deepseek_v3/modeling_deepseek_v3.py
+ * and configuration_deepseek_v3.py. The released checkpoints' multi-token-prediction layer
+ * (layers.num_hidden_layers, num_nextn_predict_layers) is not read; attention_bias = true is refused.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model/arch/common.h"
+#include "model/rope.h"
+
+/* DeepseekV3Attention.scaling: qk_head_dim ** -0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 when the
+ * rope type is not the default and mscale_all_dim is set (in double, as Python computes it). */
+static double mla_scale(const sl_config *o) {
+    double s = o->head_dim > 0 ? pow((double)o->head_dim, -0.5) : 0.0;
+    if (o->rope_type == SL_ROPE_YARN && o->yarn_mscale_all_dim != 0) {
+        double factor = o->rope_factor > 0 ? o->rope_factor : (double)o->max_pos / o->rope_orig_max_pos;
+        double m = rope_yarn_mscale(factor, o->yarn_mscale_all_dim);
+        s = s * m * m;
+    }
+    return s;
+}
+
+static void config(hfc *c, sl_config *o) {
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
+    o->shared_inter = hfc_int(c, "n_shared_experts", 0, 1) * o->moe_inter;
+    o->n_group = hfc_int(c, "n_group", 0, 1);
+    o->topk_group = hfc_int(c, "topk_group", 0, 1);
+    o->routed_scale = hfc_num(c, "routed_scaling_factor", 1.0, NULL);
+    int first_dense = hfc_int(c, "first_k_dense_replace", 0, 0);
+    if (first_dense < 0 || first_dense >= o->n_layers)
+        hfc_fail(c, SL_ECONFIG, "first_k_dense_replace (%d) leaves no MoE layer of %d", first_dense, o->n_layers);
+    for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = i >= first_dense;
+    if (first_dense > 0) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
+    if (!cfg_groups_ok(o))
+        hfc_fail(c, SL_ECONFIG, "n_group = %d, topk_group = %d, routed_scaling_factor = %g do not fit %d experts, %d "
+                 "per token (groups of >= 2 dividing the experts, at most %d groups, %d experts)", o->n_group,
+                 o->topk_group, o->routed_scale, o->n_experts, o->n_experts_used, SL_ROUTER_MAX_GROUPS,
+                 SL_ROUTER_MAX_EXPERTS);
+    /* MLA. q_lora_rank null (or absent): one q_proj (DeepSeek-V2-Lite's layout) */
+    o->q_lora = hfc_has(c, "q_lora_rank") ? hfc_int(c, "q_lora_rank", 1, 0) : 0;
+    o->kv_lora = hfc_int(c, "kv_lora_rank", 1, 0);
+    o->qk_nope = hfc_int(c, "qk_nope_head_dim", 1, 0);
+    o->rot_dim = hfc_int(c, "qk_rope_head_dim", 1, 0);
+    o->v_head_dim = hfc_int(c, "v_head_dim", 1, 0);
+    o->rope_interleave = hfc_bool(c, "rope_interleave", 1);
+    if (o->n_kv_heads != o->n_heads) /* transformers' repeat_kv would multiply the per-head keys */
+        hfc_fail(c, SL_ECONFIG, "num_key_value_heads (%d) must equal num_attention_heads (%d) for MLA", o->n_kv_heads,
+                 o->n_heads);
+    if (o->q_lora < 0 || o->kv_lora < 1 || o->qk_nope < 0 || o->rot_dim < 2 || o->rot_dim % 2 || o->rot_dim > 1024 ||
+        o->v_head_dim < 1)
+        hfc_fail(c, SL_ECONFIG, "MLA dimensions q_lora_rank %d, kv_lora_rank %d, qk_nope_head_dim %d, qk_rope_head_dim "
+                 "%d, v_head_dim %d (need kv_lora_rank, v_head_dim >= 1, an even qk_rope_head_dim in 2..1024)", o->q_lora,
+                 o->kv_lora, o->qk_nope, o->rot_dim, o->v_head_dim);
+    /* config.json's head_dim (transformers writes qk_rope_head_dim there) is not the query/key width */
+    o->head_dim = o->qk_nope + o->rot_dim;
+    o->attn_scale = mla_scale(o);
+}
+
+static const arch_tdef tensors[] = {
+    T_EMBED,
+    T_IN_NORM,
+    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE},
+    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE},
+    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE},
+    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE},
+    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE},
+    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE},
+    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE},
+    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE},
+    T_POST_NORM, T_ROUTER,
+    {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE},
+    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE},
+    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE},
+    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE},
+    T_DENSE_MLP,
+    T_HEAD,
+};
+
+/* deepseek-ai/DeepSeek-V3 config.json (DeepSeek-R1 and V3.1 have its shape) and moonshotai/Kimi-K2-Instruct
+ * config.json; head_dim is qk_nope + qk_rope; the MLA dimensions are in shape_config. */
+static const arch_shape shapes[] = {
+    {"deepseek-v3", 129280, 7168, 61, 128, 128, 192, 256, 8, 2048, 2048, 0, 0, 0, 0, 0, 163840, 10000, 1.0, 1, 0,
+     18432, 3, 8, 4, 2.5, 0},
+    {"kimi-k2", 163840, 7168, 61, 64, 64, 192, 384, 8, 2048, 2048, 0, 0, 0, 0, 0, 131072, 50000, 1.0, 1, 0,
+     18432, 1, 1, 1, 2.827, 0},
+};
+
+/* Both releases: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128,
+ * rope_interleave (the default); YaRN rope_scaling from 4096 positions, mscale = mscale_all_dim = 1: factor 40,
+ * beta_fast 32, beta_slow 1 (DeepSeek-V3), factor 32, beta_fast 1, beta_slow 1 (Kimi-K2). */
+static void shape_config(const arch_shape *sh, sl_config *c) {
+    const int kimi = !strcmp(sh->name, "kimi-k2");
+    c->rope_type = SL_ROPE_YARN;
+    c->rope_factor = kimi ? 32 : 40;
+    c->rope_orig_max_pos = 4096;
+    c->yarn_beta_fast = kimi ? 1 : 32;
+    c->yarn_beta_slow = 1;
+    c->yarn_mscale = c->yarn_mscale_all_dim = 1.0;
+    c->yarn_truncate = 1;
+    c->q_lora = 1536;
+    c->kv_lora = 512;
+    c->qk_nope = 128;
+    c->rot_dim = 64;
+    c->v_head_dim = 128;
+    c->head_dim = c->qk_nope + c->rot_dim;
+    c->rope_interleave = 1;
+    c->attn_scale = mla_scale(c);
+}
+
+static const char *const hf_types[] = {"deepseek_v3", "kimi_k2", NULL};
+
+const arch_desc arch_deepseek_v3 = {
+    .id = SL_ARCH_DEEPSEEK_V3, .name = "deepseek_v3", .hf_types = hf_types,
+    .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
+    .config = config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
+    .shapes = shapes, .n_shapes = N_OF(shapes), .shape_config = shape_config,
+};
