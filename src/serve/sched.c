@@ -132,6 +132,10 @@ static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_
     else if (status == SL_ECANCELED) s->st.canceled++;
     else s->st.failed++;
     if (r->t_start) s->n_live--;
+    /* the step works on a snapshot of the active list and writes it back later; until then another
+     * thread (srv_cancel) must not find r there once it is freed */
+    for (int i = 0; i < s->n_active; i++)
+        if (s->active[i] == r) s->active[i] = NULL;
     if (r->sess) {
         sl_session_reset(r->sess);
         s->spare[s->n_spare++] = r->sess;
