@@ -620,6 +620,74 @@ TEST(synth_shapes_have_released_sizes) {
     CHECK(synth_config("no-such-model", 0, &c, &err) == SL_EINVAL && strstr(err.msg, "mixtral-8x7b"));
 }
 
+/* Appends the multi-token-prediction module DeepSeek-V3 releases as layers.num_hidden_layers.* (embed_tokens,
+ * enorm, hnorm, eh_proj, shared_head, attention, experts; zero BF16 data) to a safetensors file. */
+static int add_mtp_layer(const char *path, int layer) {
+    size_t n;
+    char *b = test_read(path, &n);
+    if (!b || n < 8) return -1;
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | (uint8_t)b[i];
+    cJSON *root = cJSON_ParseWithLength(b + 8, hl);
+    size_t data = n - 8 - hl;
+    static const struct { const char *name; int r, c; } t[] = {
+        {"embed_tokens", 256, 64}, {"enorm", 64, 0}, {"hnorm", 64, 0}, {"eh_proj", 64, 128},
+        {"shared_head.head", 256, 64}, {"shared_head.norm", 64, 0}, {"self_attn.kv_a_proj_with_mqa", 40, 64},
+        {"mlp.experts.0.gate_proj", 16, 64}, {"mlp.gate.e_score_correction_bias", 16, 0},
+    };
+    size_t add = 0;
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "model.layers.%d.%s%s", layer, t[i].name,
+                 strstr(t[i].name, "bias") ? "" : ".weight");
+        size_t bytes = (size_t)t[i].r * (size_t)(t[i].c ? t[i].c : 1) * 2;
+        cJSON *e = cJSON_AddObjectToObject(root, nm);
+        cJSON_AddStringToObject(e, "dtype", "BF16");
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber(t[i].r));
+        if (t[i].c) cJSON_AddItemToArray(sh, cJSON_CreateNumber(t[i].c));
+        cJSON *off = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(data + add)));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(data + add + bytes)));
+        add += bytes;
+    }
+    char *js = cJSON_PrintUnformatted(root);
+    size_t jl = strlen(js), nl = (jl + 7) / 8 * 8, total = 8 + nl + data + add;
+    char *o = calloc(1, total);
+    for (int i = 0; i < 8; i++) o[i] = (char)(nl >> (8 * i));
+    memcpy(o + 8, js, jl);
+    memset(o + 8 + jl, ' ', nl - jl);
+    memcpy(o + 8 + nl, b + 8 + hl, data);
+    int rc = test_write(path, o, total);
+    free(o);
+    free(js);
+    free(b);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* The released checkpoints carry a multi-token-prediction layer past num_hidden_layers (num_nextn_predict_layers);
+ * pack leaves it out: the same tensors, the same experts as without it. */
+TEST(deepseek_v3_mtp_layer_is_not_read) {
+    const char *d = scratch_copy("deepseek_v3");
+    CHECK(d && add_mtp_layer(test_path("%s/model.safetensors", d), 3) == 0);
+    const char *out = test_path("%s/mtp.sluice", d);
+    sl_error err = {0};
+    sl_pack_params p = sl_pack_params_default();
+    CHECKF(sl_pack(d, out, &p, &err) == SL_OK, "%s", err.msg);
+    slc_file a, b;
+    CHECKF(slc_open(out, &a, &err) == SL_OK, "%s", err.msg);
+    if (slc_open(test_packed("deepseek_v3"), &b, &err)) {
+        slc_close(&a);
+        CHECKF(0, "%s", err.msg);
+    }
+    int same = a.n_tensors == b.n_tensors && a.h.n_moe_layers == b.h.n_moe_layers && a.h.n_experts == b.h.n_experts;
+    for (int i = 0; same && i < a.n_tensors; i++) same = !strcmp(a.t[i].name, b.t[i].name) && !strstr(a.t[i].name, "layers.3.");
+    slc_close(&a);
+    slc_close(&b);
+    CHECK(same);
+}
+
 /* DeepSeek-V3's config.json (and Kimi-K2's model_type): the MLA dimensions, head_dim = qk_nope + qk_rope whatever
  * config.json's head_dim says, q_lora_rank null = one q_proj, rope_interleave by default; contradictions refused
  * naming the field. */
