@@ -101,6 +101,14 @@ sl_status sl_pack(const char *src_dir, const char *out_path, const sl_pack_param
  * with the first bad tensor or expert (layer, index, file offset) in err. */
 sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn progress, void *user, sl_error *err);
 
+/* Every whole file sluice writes (sl_pack, sl_synth, sl_session_save_file, sl_model_write_profile, the
+ * server's state files) is written as "<path>.tmp.<pid>", fsynced and renamed over path, so path is
+ * always absent, the old file or the whole new one. A process killed before its rename leaves the
+ * temporary: this removes those of path whose process is gone (a path ending in '/': of every file in
+ * that folder) and returns how many; *removed (when not NULL) gets their names, each NUL-terminated, an
+ * empty string after the last (free it; NULL when none). Temporaries of running processes stay. */
+int sl_remove_stale_temps(const char *path, char **removed);
+
 /* Writes a container of a released model's real dimensions with random weights (benchmarks):
  * shape one of sl_synth_shapes(); layers 0 = all; quant keep/bf16 (bf16), f32, q8, q4 or q3 (group 64); seed 0 = default. */
 sl_status sl_synth(const char *shape, int layers, sl_quant quant, uint64_t seed, const char *out_path,

@@ -100,6 +100,8 @@ int cmd_run_text(int argc, char **argv);
 void cli_write_text(const char *text, size_t len, int terminal);
 
 /* Prints "sluice <cmd>: <msg>" to stderr; returns the exit code 1. */
+/* Removes the temporaries an interrupted run left for path (sl_remove_stale_temps), naming each on stderr. */
+void cli_remove_stale(const char *cmd, const char *path);
 int cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Progress bar on a terminal, plain lines otherwise; user points to a cli_progress. */
 typedef struct cli_progress {

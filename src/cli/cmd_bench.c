@@ -72,6 +72,7 @@ int cmd_synth(int argc, char **argv) {
     cli_progress pr;
     cli_progress_init(&pr, "synthesising");
     sl_error err = {0};
+    cli_remove_stale("synth", out);
     sl_status st = sl_synth(shape, layers, q, seed, out, cli_progress_cb, &pr, &err);
     cli_progress_end(&pr);
     if (st) return cli_fail("synth", "%s", err.msg);
@@ -308,6 +309,7 @@ int cmd_profile(int argc, char **argv) {
         cli_fail("profile", "%s", s ? sl_session_errmsg(s) : "out of memory");
         goto out;
     }
+    cli_remove_stale("profile", out);
     if (sl_model_write_profile(m, out, &err)) { cli_fail("profile", "%s", err.msg); goto out; }
     fprintf(stderr, "wrote %s (routing of %d tokens)\n", out, n);
     rc = 0;

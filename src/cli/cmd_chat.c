@@ -161,6 +161,7 @@ static int save_state(chat *c, const char *path) {
     char *txt = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     sl_error err = {0};
+    cli_remove_stale("chat", path);
     int rc = !txt ? cli_fail("chat", "out of memory")
                   : sl_session_save_file(c->s, path, txt, strlen(txt), &err) ? cli_fail("chat", "%s", err.msg) : 0;
     free(txt);

@@ -49,6 +49,7 @@ int cmd_pack(int argc, char **argv) {
     p.progress = cli_progress_cb;
     p.progress_user = &pr;
     sl_error err = {0};
+    cli_remove_stale("pack", out);
     sl_status st = sl_pack(src, out, &p, &err);
     cli_progress_end(&pr);
     if (st) return cli_fail("pack", "%s", err.msg);

@@ -22,6 +22,14 @@ int cli_fail(const char *cmd, const char *fmt, ...) {
     return 1;
 }
 
+void cli_remove_stale(const char *cmd, const char *path) {
+    char *names = NULL;
+    if (sl_remove_stale_temps(path, &names) > 0 && names)
+        for (const char *n = names; *n; n += strlen(n) + 1)
+            fprintf(stderr, "sluice %s: removed %s, left by an interrupted earlier run\n", cmd, n);
+    free(names);
+}
+
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -668,3 +668,5 @@ sl_status sl_model_write_profile(const sl_model *m, const char *path, sl_error *
     free(tmp);
     return SL_OK;
 }
+
+int sl_remove_stale_temps(const char *path, char **removed) { return fio_remove_stale_temps(path, removed); }

@@ -14,6 +14,7 @@
  * the requests whose own evaluation fails and the others go on.
  */
 #include "serve/sched.h"
+#include "util/fileio.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -321,6 +322,9 @@ static void pc_lookup(srv_sched *s, sreq *r) {
 
 /* The states a previous scheduler left in state_dir; damaged or foreign files are skipped. */
 static void pc_load_dir(srv_sched *s) {
+    char *dir = fio_join(s->state_dir, ""); /* "<dir>/": its files' temporaries a killed server left */
+    if (dir) fio_remove_stale_temps(dir, NULL);
+    free(dir);
     DIR *d = opendir(s->state_dir);
     if (!d) return;
     sl_session *tmp = NULL;

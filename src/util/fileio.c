@@ -1,7 +1,9 @@
 /* fileio.c — see fileio.h. */
 #include "util/fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,4 +96,53 @@ char *fio_join(const char *dir, const char *name) {
     if (a > 0 && dir[a - 1] != '/') p[k++] = '/';
     memcpy(p + k, name, b + 1);
     return p;
+}
+
+int fio_remove_stale_temps(const char *path, char **removed) {
+    if (removed) *removed = NULL;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path + (slash == path))) : strdup(".");
+    const char *base = slash ? slash + 1 : path;
+    size_t bl = strlen(base), cap = 0, len = 0;
+    char *names = NULL;
+    int n = 0;
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *nm = e->d_name;
+        const char *t = nm + bl;
+        if (!bl) { /* a folder: any "<name>.tmp.<pid>" in it */
+            const char *x = nm, *last = NULL;
+            while ((x = strstr(x, ".tmp."))) last = x++;
+            if (!last || last == nm) continue;
+            t = last;
+        }
+        if (strncmp(nm, base, bl) || strncmp(t, ".tmp.", 5)) continue;
+        const char *digits = t + 5;
+        char *end;
+        long pid = strtol(digits, &end, 10);
+        if (end == digits || *end || pid <= 0) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge) */
+        char *full = fio_join(dir, nm);
+        if (full && unlink(full) == 0) {
+            n++;
+            size_t fl = strlen(full) + 1;
+            if (removed && len + fl + 1 > cap) {
+                size_t nc = (len + fl + 1) * 2;
+                char *g = realloc(names, nc);
+                if (g) names = g, cap = nc;
+            }
+            if (removed && names && len + fl + 1 <= cap) {
+                memcpy(names + len, full, fl);
+                len += fl;
+                names[len] = 0;
+            }
+        }
+        free(full);
+    }
+    if (d) closedir(d);
+    free(dir);
+    if (removed) *removed = names;
+    else free(names);
+    return n;
 }

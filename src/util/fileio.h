@@ -19,6 +19,13 @@ sl_status fio_read_file(const char *path, char **out, size_t *out_len, sl_error 
 /* Finishes a file written under a temporary name: truncates it to `size`, fsyncs, closes fd (always,
  * also on failure) and renames tmp over dst. On failure the caller still owns (and unlinks) tmp. */
 sl_status fio_commit(int fd, uint64_t size, const char *tmp, const char *dst, sl_error *err);
+/* The temporaries "<path>.tmp.<pid>" that every writer of a whole file here uses (pack, synth, session
+ * and profile saves, the server's state files) and that a process killed before its rename leaves behind:
+ * those whose pid no longer runs are removed. Returns how many; when removed is not NULL it receives
+ * their names, each followed by a NUL, an empty string after the last (malloc'ed; NULL when none). A
+ * temporary of a live process (a concurrent writer) is never touched. A path ending in '/' names a folder:
+ * then every "<name>.tmp.<pid>" in it is a candidate. */
+int fio_remove_stale_temps(const char *path, char **removed);
 /* Joins dir and name into a malloc'ed path. NULL on allocation failure. */
 char *fio_join(const char *dir, const char *name);
 

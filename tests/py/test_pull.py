@@ -16,6 +16,7 @@ import random
 import shutil
 import socket
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -65,6 +66,7 @@ class Hub:
         self.break_first, self.break_prob = break_first, break_prob
         self.corrupt_once, self.corrupt_always = set(corrupt_once), set(corrupt_always)
         self.ignore_range, self.api_503 = ignore_range, api_503
+        self.delay = 0.0  # seconds slept per 4 KiB of a body (test_crash_safety.py kills mid-transfer)
         self.lock = threading.Lock()
         self.log = []
         self.seen = set()
@@ -113,7 +115,13 @@ class Hub:
         h.send_header("Content-Length", str(len(body)))
         h.end_headers()
         try:
-            h.wfile.write(data)
+            if self.delay:
+                for i in range(0, len(data), 4096):
+                    h.wfile.write(data[i:i + 4096])
+                    h.wfile.flush()
+                    time.sleep(self.delay)
+            else:
+                h.wfile.write(data)
             h.wfile.flush()
         except OSError:
             pass
