@@ -175,6 +175,7 @@ TEST(serve_parse_chat_request) {
 TEST(serve_parse_refusals) {
     static const struct { api_kind k; const char *body, *param; } bad[] = {
         {API_CHAT, "{\"messages\": [", ""},
+        {API_COMPLETION, "{\"prompt\": \"ok \xff\xfe\"}", ""}, /* not UTF-8 (tools/soak.py found it served) */
         {API_CHAT, "[1, 2]", ""},
         {API_CHAT, "", ""},
         {API_CHAT, "{}", "messages"},

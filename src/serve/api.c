@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <utf8proc.h>
 
 #include "serve/api.h"
 
@@ -102,6 +103,16 @@ void api_gen_free(api_gen *g) {
 }
 
 cJSON *api_parse_root(api_gen *g, const char *body, size_t len, api_error *e) {
+    /* JSON is UTF-8 (RFC 8259 §8.1); cJSON would pass other bytes on into prompts */
+    for (size_t i = 0; i < len;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)body + i, (utf8proc_ssize_t)(len - i), &cp);
+        if (n <= 0) {
+            api_fail(e, 400, NULL, "invalid_json", "the body is not valid UTF-8 (at byte %zu)", i);
+            return NULL;
+        }
+        i += (size_t)n;
+    }
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
