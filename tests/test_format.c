@@ -10,13 +10,17 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <nettle/sha2.h>
 #include <xxhash.h>
 
 #include "format/container.h"
 #include "format/pack.h"
 #include "format/synth.h"
 #include "import/hf.h"
+#include "model/arch.h"
+#include "model/model.h"
 #include "model/rope.h"
+#include "quant/quant.h"
 #include "model/tensors.h"
 #include "sluice.h"
 #include "test.h"
@@ -116,9 +120,9 @@ FIXTURE_TEST(pack_roundtrip_every_tensor) {
     }
     for (uint32_t s = 0; s < f.h.n_moe_layers && !bad; s++)
         for (uint32_t e = 0; e < f.h.n_experts && !bad; e++)
-            for (int p = 0; p < 3 && !bad; p++) {
+            for (int p = 0; p < f.n_parts && !bad; p++) {
                 char nm[96];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%u.%s", f.moe_layers[s], e, arch_expert_part_names[p]);
+                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%u.%s", f.moe_layers[s], e, arch_expert_part_name(&f.cfg, p));
                 const hf_tensor *t = hf_find(ck, nm);
                 uint64_t off = slc_expert_offset(&f, (int)s, (int)e) + f.parts[p].off;
                 if (!t || hf_read(ck, t, f.parts[p].dtype, a, &err) ||
@@ -130,7 +134,7 @@ FIXTURE_TEST(pack_roundtrip_every_tensor) {
             }
     free(a);
     free(b);
-    int expected_experts = (int)(f.h.n_moe_layers * f.h.n_experts * 3);
+    int expected_experts = (int)(f.h.n_moe_layers * f.h.n_experts * (uint32_t)f.n_parts);
     int nt = f.n_tensors;
     uint64_t stride = f.h.expert_stride, eoff = f.h.expert_off;
     hf_close(ck);
@@ -595,6 +599,7 @@ TEST(synth_shapes_have_released_sizes) {
         {"qwen1.5-moe-a2.7b", 14.3e9},  {"qwen2-57b-a14b", 57.4e9},  {"qwen3-30b-a3b", 30.5e9},
         {"qwen3-235b-a22b", 235.1e9},   {"glm-4.5-air", 106e9},      {"glm-4.5", 355e9},
         {"deepseek-v3", 671e9},         {"kimi-k2", 1026.5e9}, /* V3 card: 671B without the MTP module; K2: HF's count */
+        {"gpt-oss-20b", 20.91e9},       {"gpt-oss-120b", 116.83e9}, /* OpenAI's gpt-oss model card */
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         sl_config c;
@@ -606,7 +611,7 @@ TEST(synth_shapes_have_released_sizes) {
         double p = 0;
         for (int k = 0; k < n; k++) p += (double)at[k].shape[0] * (double)(at[k].ndim == 2 ? at[k].shape[1] : 1);
         free(at);
-        for (int part = 0; part < 3; part++) {
+        for (int part = 0; part < arch_n_parts(&c); part++) {
             int64_t sh[2];
             arch_expert_shape(&c, part, sh);
             p += (double)cfg_n_moe_layers(&c) * c.n_experts * (double)sh[0] * (double)sh[1];
@@ -740,4 +745,111 @@ TEST(unknown_model_type_lists_the_supported) {
         CHECKF(hf_parse_config(txt, "config.json", &c, &err) == SL_OK, "%s: %s", types[i], err.msg);
         CHECK(!strcmp(cfg_arch_name(c.arch), types[i]));
     }
+}
+
+/* ---- gpt-oss ---- */
+
+/* sluice's MXFP4 dequantisation of the gpt_oss_mxfp4 fixture's experts, packed as they are, is bitwise
+ * transformers' own: ref.json keeps the sha256 of integrations/mxfp4.py convert_moe_packed_tensors' float32
+ * output (tools/make_fixtures.py), laid out [E][rows][cols]; here every expert's rows come from q_row_to_f32. */
+TEST(mxfp4_dequant_matches_transformers) {
+    const char *path = test_packed("gpt_oss_mxfp4");
+    CHECK(path);
+    char *txt = test_read("tests/data/gpt_oss_mxfp4/ref.json", NULL);
+    cJSON *ref = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *hs = cJSON_GetObjectItemCaseSensitive(ref, "dequant_sha256");
+    CHECK(cJSON_GetArraySize(hs) == 4);
+    slc_file f;
+    sl_error err = {0};
+    CHECKF(slc_open(path, &f, &err) == SL_OK, "%s", err.msg);
+    uint8_t *blk = malloc(f.h.expert_stride);
+    float row[4096];
+    int matched = 0;
+    for (uint32_t s = 0; s < f.h.n_moe_layers; s++)
+        for (int which = 0; which < 2; which++) {
+            struct sha256_ctx ctx;
+            sha256_init(&ctx);
+            for (uint32_t e = 0; e < f.h.n_experts; e++) {
+                CHECK(pread(f.fd, blk, f.block_bytes, (off_t)slc_expert_offset(&f, (int)s, (int)e)) == (ssize_t)f.block_bytes);
+                sl_expert ex;
+                slc_bind_expert(&f, blk, &ex);
+                const sl_mat *m = which ? &ex.down : &ex.gate_up;
+                CHECK(m->dtype == DT_MXFP4 && m->cols <= 4096);
+                for (int r = 0; r < m->rows; r++) {
+                    q_row_to_f32(m, r, row);
+                    sha256_update(&ctx, (size_t)m->cols * 4, (const uint8_t *)row); /* little-endian host */
+                }
+            }
+            uint8_t dig[SHA256_DIGEST_SIZE];
+            char hex[2 * SHA256_DIGEST_SIZE + 1], key[96];
+            sha256_digest(&ctx, SHA256_DIGEST_SIZE, dig);
+            for (int i = 0; i < SHA256_DIGEST_SIZE; i++) snprintf(hex + 2 * i, 3, "%02x", dig[i]);
+            snprintf(key, sizeof key, "model.layers.%d.mlp.experts.%s", f.moe_layers[s], which ? "down_proj" : "gate_up_proj");
+            const cJSON *want = cJSON_GetObjectItemCaseSensitive(hs, key);
+            CHECKF(cJSON_IsString(want) && !strcmp(want->valuestring, hex), "%s: sha256 %s, transformers %s", key, hex,
+                   cJSON_IsString(want) ? want->valuestring : "(none)");
+            matched++;
+        }
+    free(blk);
+    slc_close(&f);
+    cJSON_Delete(ref);
+    CHECK(matched == 4);
+}
+
+/* The gpt-oss fixtures' YaRN table is transformers' own (GptOssRotaryEmbedding.inv_freq and attention_scaling,
+ * kept in ref.json), and their config reads as sliding (window 8) / full layers with sinks and fused experts. */
+TEST(gpt_oss_config_and_yarn_match_transformers) {
+    for (int k = 0; k < 2; k++) {
+        const char *fx = k ? "gpt_oss_mxfp4" : "gpt_oss";
+        char *ctext = test_read(test_path("tests/data/%s/config.json", fx), NULL), *rtext = test_read(test_path("tests/data/%s/ref.json", fx), NULL);
+        CHECK(ctext && rtext);
+        sl_config c;
+        sl_error err = {0};
+        sl_status st = hf_parse_config(ctext, fx, &c, &err);
+        cJSON *ref = cJSON_Parse(rtext);
+        free(ctext);
+        free(rtext);
+        CHECKF(st == SL_OK, "%s", err.msg);
+        CHECK(c.arch == SL_ARCH_GPT_OSS && c.rope_type == SL_ROPE_YARN && c.sliding_window == 8 && c.layer_sliding[0] &&
+              !c.layer_sliding[1] && c.attn_sinks && c.attn_bias && c.expert_kind == SL_EXPERT_GPTOSS &&
+              c.swiglu_limit == 7.0 && c.router == SL_ROUTER_TOPK_SOFTMAX && arch_n_parts(&c) == 4);
+        float inv[SL_ROPE_MAX_FREQS], af = 0;
+        int n = rope_freqs(&c, inv, &af);
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(ref, "inv_freq");
+        CHECK(n == cJSON_GetArraySize(want) && n == 8);
+        for (int i = 0; i < n; i++) {
+            float w = (float)cJSON_GetArrayItem(want, i)->valuedouble;
+            CHECKF(fabsf(inv[i] - w) <= 1e-6f * w, "%s inv_freq[%d] = %.9g, transformers %.9g", fx, i, inv[i], w);
+        }
+        CHECK(af == (float)cJSON_GetObjectItemCaseSensitive(ref, "attention_scaling")->valuedouble);
+        cJSON_Delete(ref);
+    }
+    /* bad input: an unknown layer kind, a sliding layer without a window, MXFP4 blocks without quantization_config */
+    const char *base = "{\"model_type\":\"gpt_oss\",\"vocab_size\":10,\"hidden_size\":64,\"num_hidden_layers\":2,"
+                       "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":32,"
+                       "\"num_local_experts\":4,\"num_experts_per_tok\":2,";
+    char cfg[1024];
+    sl_config c;
+    sl_error err = {0};
+    snprintf(cfg, sizeof cfg, "%s\"layer_types\":[\"sliding_attention\",\"chunked_attention\"],\"sliding_window\":8}", base);
+    CHECK(hf_parse_config(cfg, "lt", &c, &err) == SL_ECONFIG && strstr(err.msg, "layer_types[1]"));
+    snprintf(cfg, sizeof cfg, "%s\"layer_types\":[\"sliding_attention\",\"full_attention\"]}", base);
+    CHECK(hf_parse_config(cfg, "sw", &c, &err) == SL_ECONFIG && strstr(err.msg, "sliding_window"));
+    snprintf(cfg, sizeof cfg, "%s\"sliding_window\":4}", base); /* no layer_types: transformers' alternation */
+    CHECK(hf_parse_config(cfg, "alt", &c, &err) == SL_OK && c.layer_sliding[0] && !c.layer_sliding[1]);
+    char dir[1024]; /* not test_path's: test_copy_dir turns its buffers over */
+    snprintf(dir, sizeof dir, "%s/gptoss-noquant", test_tmpdir());
+    CHECK(test_copy_dir("tests/data/gpt_oss_mxfp4", dir) == 0);
+    char *ct = test_read(test_path("%s/config.json", dir), NULL);
+    CHECK(ct);
+    cJSON *cj = cJSON_Parse(ct);
+    free(ct);
+    cJSON_DeleteItemFromObject(cj, "quantization_config");
+    char *out = cJSON_Print(cj);
+    CHECK(test_write(test_path("%s/config.json", dir), out, strlen(out)) == 0);
+    free(out);
+    cJSON_Delete(cj);
+    hf_ckpt *ck = NULL;
+    CHECK(hf_open(dir, &ck, &err) == SL_EFORMAT && strstr(err.msg, "_proj_blocks") && strstr(err.msg, "quant_method mxfp4"));
 }

@@ -15,7 +15,8 @@
 #include "test.h"
 
 const char *const test_fixtures[] = {"qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_fused", "qwen3_next_fp8", "mixtral",
-                                     "olmoe", "qwen2_moe", "glm4_moe", "deepseek_v3", "deepseek_v3_fp8", NULL};
+                                     "olmoe", "qwen2_moe", "glm4_moe", "deepseek_v3", "deepseek_v3_fp8",
+                                     "gpt_oss", "gpt_oss_mxfp4", NULL};
 
 typedef struct {
     const char *name, *arg, *file;

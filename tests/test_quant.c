@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/mxfp4.h"
 #include "quant/quant.h"
 #include "sluice.h"
 #include "test.h"
@@ -101,7 +102,8 @@ TEST(kernels_simd_match_scalar_oracle) {
         if (!ops) continue; /* not this CPU (checked above) */
         for (int dt = DT_F32; dt < DT_COUNT; dt++) {
             if (dt == DT_F8E4M3) continue;
-            CHECKF(ops->matmul[dt], "%s has no matmul for %s", ops->name, dt_name((sl_dtype)dt));
+            /* mxfp4 goes through kern_matmul to kernels/mxfp4.c, with the table's own dot */
+            CHECKF(ops->matmul[dt] || dt == DT_MXFP4, "%s has no matmul for %s", ops->name, dt_name((sl_dtype)dt));
             int q = q_is_quant((sl_dtype)dt);
             for (int ci = 0; ci < (q ? 4 : 6); ci++)
                 for (int gi = 0; gi < (q ? 3 : 1); gi++) {
@@ -358,4 +360,69 @@ TEST(bad_mlx_checkpoints) {
     /* scales with the wrong shape: the module claims group 32, its scales were written for 64 */
     expect_mlx_fail(4, "model.layers.1.linear_attn.in_proj_qkvz", 4, 32, SL_EFORMAT,
                     "scales have shape [256,1], expected [256,2]");
+}
+
+/* ---- mxfp4 ---- */
+
+/* Every SIMD MXFP4 row decoder this CPU runs gives the scalar oracle's bits, and the oracle is the definition
+ * (E2M1 value times 2^(scale - 127), transformers' convert_moe_packed_tensors), on random codes and scales
+ * (E8M0 0..254; 255 is NaN in the OCP spec), at row lengths of 1 to 10 blocks. */
+TEST(mxfp4_decoders_match_scalar_oracle) {
+    const unsigned seed = test_seed();
+    rng = 0x9e3779b9ull ^ ((uint64_t)seed << 20);
+    struct {
+        const char *name;
+        mxfp4_row_fn fn;
+        const kern_ops *ops;
+    } dec[3] = {{"avx2", mxfp4_row_avx2(), kern_avx2_ops()}, {"avx512", mxfp4_row_avx512(), kern_avx512_ops()},
+                {"neon", mxfp4_row_neon(), kern_neon_ops()}};
+    int n_dec = 0;
+    for (int cols = 32; cols <= 320; cols += 32) {
+        uint8_t codes[160], scales[10];
+        for (int i = 0; i < cols / 2; i++) codes[i] = (uint8_t)(frand() * 128 + 128);
+        for (int g = 0; g < cols / 32; g++) scales[g] = (uint8_t)((unsigned)(frand() * 127.5f + 127.5f) % 255);
+        if (cols == 64) scales[0] = 0, scales[1] = 254; /* the subnormal 2^-127 and the largest finite scale */
+        float ref[320], got[320];
+        mxfp4_row_scalar(codes, scales, cols, ref);
+        for (int c = 0; c < cols; c++) {
+            int code = (codes[c / 2] >> ((c & 1) * 4)) & 15;
+            float want = MXFP4_VALUES[code] * ldexpf(1.0f, scales[c / 32] - 127);
+            CHECKF(!memcmp(&want, &ref[c], 4), "scalar mxfp4 col %d: %g, expected %g (seed %u)", c, ref[c], want, seed);
+        }
+        for (int d = 0; d < 3; d++) {
+            if (!dec[d].fn || !dec[d].ops) continue; /* not compiled for / not this CPU */
+            if (cols == 32) n_dec++;
+            memset(got, 0xff, sizeof got);
+            dec[d].fn(codes, scales, cols, got);
+            for (int c = 0; c < cols; c++)
+                CHECKF(!memcmp(&got[c], &ref[c], 4), "%s mxfp4 col %d of %d: %g, oracle %g (seed %u)", dec[d].name, c,
+                       cols, got[c], ref[c], seed);
+            CHECK(mxfp4_row_for(dec[d].ops) == dec[d].fn);
+        }
+    }
+    CHECK(mxfp4_row_for(kern_scalar_ops()) == mxfp4_row_scalar);
+    fprintf(stderr, "    %d SIMD decoder(s) checked on this CPU (neon: tools/neon_test.sh under qemu)\n", n_dec);
+}
+
+/* q_quantize / q_row_to_f32 round trip for mxfp4: values already on the E2M1 grid of their block's scale come
+ * back exactly; the layout is codes then one scale byte per 32. */
+TEST(mxfp4_layout_round_trip) {
+    const int rows = 3, cols = 96;
+    float w[3 * 96], back[96];
+    for (int i = 0; i < rows * cols; i++) w[i] = MXFP4_VALUES[(i * 7) % 16] * ldexpf(1.0f, (i / 32) % 5 - 3);
+    for (int b = 0; b < rows * cols / 32; b++) w[b * 32 + 5] = 6.0f * ldexpf(1.0f, b % 5 - 3); /* the block max */
+    CHECK(q_mat_bytes(DT_MXFP4, rows, cols, 32, DT_NONE) == (uint64_t)rows * cols / 2 + (uint64_t)rows * cols / 32);
+    char why[128];
+    CHECK(q_check(DT_MXFP4, cols, 32, DT_NONE, why, sizeof why) == 0);
+    CHECK(q_check(DT_MXFP4, 48, 32, DT_NONE, why, sizeof why) == -1 && strstr(why, "48"));
+    uint8_t data[3 * 48 + 3 * 3];
+    q_quantize(DT_MXFP4, w, rows, cols, 32, DT_NONE, 0, data);
+    sl_mat m;
+    q_mat_bind(&m, data, DT_MXFP4, rows, cols, 32, DT_NONE, 0);
+    CHECK(m.scales == data + rows * cols / 2 && m.group == 32);
+    for (int r = 0; r < rows; r++) {
+        q_row_to_f32(&m, r, back);
+        for (int c = 0; c < cols; c++)
+            CHECKF(back[c] == w[r * cols + c], "row %d col %d: %g back, %g in", r, c, back[c], w[r * cols + c]);
+    }
 }

@@ -24,6 +24,12 @@ Fixtures:
                    layer, sigmoid group routing with e_score_correction_bias, a plain shared expert
   deepseek_v3_fp8  FP8 E4M3 128x128 block-scaled linear weights as DeepSeek-V3's release (BF16 embeddings, head,
                    router, norms; F32 e_score_correction_bias), q_lora_rank null (one q_proj), rotate-half RoPE
+  gpt_oss          BF16, as GptOssForCausalLM.save_pretrained writes it: sliding (window 8) and full layers, sinks,
+                   q/k/v/o biases, YaRN, router bias, fused interleaved gate_up_proj [E,H,2I] with biases, clamped SwiGLU
+  gpt_oss_mxfp4    the released MXFP4 layout (experts.*_blocks [E,rows,cols/32,16] + *_scales [E,rows,cols/32],
+                   quantization_config quant_method mxfp4), BF16 backbone; references from transformers' own
+                   dequantisation (integrations/mxfp4.py convert_moe_packed_tensors), whose sha256 ref.json keeps
+                   (over float32 [E][rows = out][cols = in], each expert's rows as sluice dequantises them)
 
 Every parameter is randomised (norm weights, A_log, dt_bias included) so routing and gating vary.
 Usage: python3 tools/make_fixtures.py OUTDIR [NAME ...]
@@ -589,6 +595,168 @@ def make_deepseek_v3_fp8(d):
     save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     write_refs(m, d, 131, {"arch": "deepseek_v3", "dtype": "F8_E4M3"})
 
+def gptoss_model(I, seed):
+    from transformers import GptOssConfig, GptOssForCausalLM
+    kw = dict(vocab_size=V, hidden_size=64, intermediate_size=I, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, num_local_experts=16, num_experts_per_tok=4, sliding_window=8,
+              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=2048, rms_norm_eps=1e-5,
+              tie_word_embeddings=False, attention_bias=True, attn_implementation="eager")
+    # YaRN with a small original context, so the 90-token reference sits well inside the interpolated range
+    yarn = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+            "original_max_position_embeddings": 64}
+    m = None
+    for extra in ({"rope_parameters": dict(yarn, rope_theta=150000.0)},
+                  {"rope_scaling": yarn, "rope_theta": 150000.0}):
+        try:
+            torch.manual_seed(seed)
+            m = GptOssForCausalLM(GptOssConfig(**kw, **extra)).float().eval()
+        except Exception as e:
+            print("gpt_oss config", list(extra), "refused:", repr(e), flush=True)
+            m = None
+            continue
+        re_ = m.model.rotary_emb
+        print("gpt_oss", list(extra), "attention_scaling", re_.attention_scaling, "inv_freq", re_.inv_freq.tolist(),
+              flush=True)
+        if abs(float(re_.attention_scaling) - 1.0) > 1e-3:
+            break
+    assert m is not None and abs(float(m.model.rotary_emb.attention_scaling) - 1.0) > 1e-3
+    for n, p in m.named_parameters():
+        if ".layers.0." in n:
+            print("gpt_oss param", n, tuple(p.shape), flush=True)
+    randomise(m, seed * 101, zero_centred=False, std=0.12)
+    g = torch.Generator().manual_seed(seed * 101 + 1)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("sinks"):  # large enough that the sink takes a real share of each head's softmax
+                p.copy_(torch.randn(p.shape, generator=g) * 1.5)
+            elif n.endswith("_proj.bias") or n.endswith("router.bias") or n.endswith("proj_bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            elif n.endswith("experts.gate_up_proj"):  # big enough that gate > 7 and |up| > 7 happen (the clamps)
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif n.endswith("experts.down_proj"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+    return m
+
+
+def gptoss_info(m, ids):
+    # how much of the fixture the reference exercises: clamped activations, the sink's share
+    info = {}
+    try:
+        gu = m.model.layers[0].mlp.experts.gate_up_proj
+        with torch.no_grad():
+            h = m.model.layers[0].post_attention_layernorm(m.model.embed_tokens(torch.tensor(ids)))
+            # the stored layout: [E, H, 2I] (x @ W) or [E, 2I, H]
+            tr = m.model.layers[0].mlp.experts.down_proj.shape[1] != 64  # down [E,I,H]: the x @ W layout
+            y = torch.einsum("th,ehj->etj", h, gu) if tr else torch.einsum("th,ejh->etj", h, gu)
+        gate, up = y[..., ::2], y[..., 1::2]
+        info["clamped_gate_fraction"] = float((gate > 7).float().mean())
+        info["clamped_up_fraction"] = float((up.abs() > 7).float().mean())
+    except Exception as e:
+        print("gpt_oss: clamp statistics skipped", repr(e), flush=True)
+    re_ = m.model.rotary_emb
+    info["inv_freq"] = [float(x) for x in re_.inv_freq.float().tolist()]
+    info["attention_scaling"] = float(re_.attention_scaling)
+    return info
+
+
+def make_gpt_oss(d):
+    from transformers import GptOssForCausalLM
+    m = gptoss_model(16, 11)
+    round_params(m, torch.bfloat16)
+    copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d)
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            for k, w in load_file(os.path.join(d, f)).items():
+                if ".layers.0." in k or "layers" not in k:
+                    print("gpt_oss saved", k, str(w.dtype), tuple(w.shape), flush=True)
+    check_reload(GptOssForCausalLM, d, m, list(range(20)))
+    ids = list(range(40))
+    write_refs(m, d, 111, dict({"arch": "gpt_oss", "dtype": "BF16"}, **gptoss_info(m, ids)))
+
+
+FP4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def mxfp4_quantize(w):
+    """w [E, rows, cols] float -> blocks uint8 [E, rows, cols/32, 16], scales uint8 [E, rows, cols/32]: a shared
+    power-of-two scale per 32 values (OCP MX: 2^(floor(log2 amax) - 2)), each value the nearest E2M1 code, two
+    codes a byte, the even element in the low nibble (as convert_moe_packed_tensors reads them)."""
+    E, R, C = w.shape
+    x = w.reshape(E, R, C // 32, 32).double()
+    amax = x.abs().amax(-1, keepdim=True).clamp(min=2.0 ** -100)
+    e = torch.floor(torch.log2(amax)) - 2
+    scaled = x / torch.pow(2.0, e)
+    lut = torch.tensor(FP4, dtype=torch.float64)
+    code = (scaled[..., None] - lut).abs().argmin(-1).to(torch.uint8)  # ties: the lower code (smaller magnitude)
+    blocks = (code[..., 0::2] | (code[..., 1::2] << 4)).to(torch.uint8).contiguous()
+    scales = (e[..., 0] + 127).clamp(0, 255).to(torch.uint8).contiguous()
+    return blocks, scales
+
+
+def make_gpt_oss_mxfp4(d):
+    import hashlib
+    from transformers import GptOssForCausalLM
+    from transformers.integrations import mxfp4 as hf_mxfp4
+    m = gptoss_model(32, 12)
+    round_params(m, torch.bfloat16)
+    sd = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    out, hashes = {}, {}
+    for k, w in sd.items():
+        mm = EXP_FUSED.match(k)
+        if not mm:
+            out[k] = w.to(torch.bfloat16)
+            continue
+        pre, kind = mm.groups()
+        tr = _transposed(sd, pre, 64)  # [E, in, out] (x @ W), decided from down_proj: 2I == H here
+        wt = w.transpose(1, 2) if tr else w  # -> [E, rows (out), cols (in)]
+        blocks, scales = mxfp4_quantize(wt.contiguous())
+        # transformers returns the x @ W layout [E, cols (in), rows (out)]; sluice's rows are [E, rows, cols]
+        deq = hf_mxfp4.convert_moe_packed_tensors(blocks, scales, dtype=torch.float32).cpu()
+        assert deq.shape == (wt.shape[0], wt.shape[2], wt.shape[1]), tuple(deq.shape)
+        deq_rows = deq.transpose(1, 2).contiguous()
+        print("gpt_oss_mxfp4", k, "blocks", tuple(blocks.shape), "scales", tuple(scales.shape),
+              "max |w - deq|", float((wt - deq_rows).abs().max()), "scale bytes", int(scales.min()), int(scales.max()),
+              flush=True)
+        hashes[k] = hashlib.sha256(deq_rows.numpy().astype("<f4").tobytes()).hexdigest()  # [E][rows][cols] f32
+        with torch.no_grad():  # the reference model runs on transformers' own dequantised weights
+            dict(m.named_parameters())[k].copy_(deq if tr else deq_rows)
+        out[pre + "." + kind + "_blocks"] = blocks
+        out[pre + "." + kind + "_scales"] = scales
+    for k in list(out):
+        if k.endswith("_bias"):
+            out[k] = out[k].to(torch.bfloat16)
+    m.config.save_pretrained(d)
+    p = os.path.join(d, "config.json")
+    with open(p) as f:
+        c = json.load(f)
+    c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    c["torch_dtype"] = c["dtype"] = "bfloat16"
+    with open(p, "w") as f:
+        json.dump(c, f, indent=2)
+    save_checkpoint(out, d)
+    try:  # what transformers itself makes of the directory: Mxfp4Config(dequantize=True)
+        from transformers import Mxfp4Config
+        m2 = GptOssForCausalLM.from_pretrained(d, quantization_config=Mxfp4Config(dequantize=True),
+                                               dtype=torch.float32, device_map="cpu").eval()
+        ids = list(range(20))
+        with torch.no_grad():
+            a = m(input_ids=torch.tensor([ids]), use_cache=False).logits
+            b = m2(input_ids=torch.tensor([ids]), use_cache=False).logits.float()
+        diff = float((a - b).abs().max())
+        print("reload gpt_oss_mxfp4 (dequantize=True) max |delta logit|", diff,
+              "RELOAD MISMATCH" if diff > 1e-4 else "ok", flush=True)
+        for k in hashes:
+            pm = dict(m2.named_parameters()).get(k)
+            if pm is not None:
+                print("reload", k, tuple(pm.shape), str(pm.dtype), "equal to the reference model's:",
+                      bool(torch.equal(pm.float().cpu(), dict(m.named_parameters())[k])), flush=True)
+    except Exception as e:
+        print("reload gpt_oss_mxfp4 RELOAD FAILED", repr(e), flush=True)
+        traceback.print_exc()
+    write_refs(m, d, 112, dict({"arch": "gpt_oss", "dtype": "MXFP4", "dequant_sha256": hashes},
+                               **gptoss_info(m, list(range(40)))))
+
 
 MAKERS = {
     "qwen3_moe": make_qwen3_moe,
@@ -602,6 +770,8 @@ MAKERS = {
     "glm4_moe": make_glm4_moe,
     "deepseek_v3": make_deepseek_v3,
     "deepseek_v3_fp8": make_deepseek_v3_fp8,
+    "gpt_oss": make_gpt_oss,
+    "gpt_oss_mxfp4": make_gpt_oss_mxfp4,
 }
 
 

@@ -3,7 +3,7 @@
  * built without the rest of the library so it cross-compiles with aarch64-linux-gnu-gcc and runs under
  * qemu-user (tools/neon_test.sh). Same checks as tests/test_quant.c: outputs poisoned first, each
  * |neon - scalar| <= 1e-5 * 0.3 * sum|x| (FMA rounding only, kernels_neon.c), a batch bitwise equal to
- * token by token; prints the worst error and "N passed, N failed".
+ * token by token, the MXFP4 row decoder bitwise the scalar one; prints the worst error and "N passed, N failed".
  */
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/mxfp4.h"
 #include "quant/quant.h"
 
 static uint64_t rng = 99;
@@ -64,6 +65,18 @@ int main(void) {
                 }
                 free(w); free(x); free(a); free(b); free(one); free(data);
             }
+    }
+    /* the MXFP4 row decoder (kernels/mxfp4_neon.c): bitwise the scalar oracle's values */
+    for (int cols = 32; cols <= 320; cols += 32) {
+        uint8_t codes[160], scales[10];
+        float ref[320], got[320];
+        for (int i = 0; i < cols / 2; i++) codes[i] = (uint8_t)(frand() * 128 + 128);
+        for (int g = 0; g < cols / 32; g++) scales[g] = (uint8_t)((unsigned)(frand() * 127.5f + 127.5f) % 255);
+        if (cols == 64) scales[0] = 0, scales[1] = 254;
+        mxfp4_row_scalar(codes, scales, cols, ref);
+        mxfp4_row_neon()(codes, scales, cols, got);
+        if (!memcmp(ref, got, (size_t)cols * 4)) pass++;
+        else { fail++; printf("FAIL neon mxfp4 decoder, %d columns\n", cols); }
     }
     float u[37], v[37];
     for (int i = 0; i < 37; i++) { u[i] = frand(); v[i] = frand(); }

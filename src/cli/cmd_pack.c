@@ -107,9 +107,11 @@ int cmd_info(int argc, char **argv) {
     printf("layers      ");
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c, "layer_types"), *lm = cJSON_GetObjectItemCaseSensitive(c, "layer_moe");
     for (int i = 0; i < cJSON_GetArraySize(lt); i++)
-        printf("%c%c", !strcmp(cJSON_GetArrayItem(lt, i)->valuestring, "linear_attention") ? 'L' : 'A',
+        printf("%c%c", !strcmp(cJSON_GetArrayItem(lt, i)->valuestring, "linear_attention")    ? 'L'
+                       : !strcmp(cJSON_GetArrayItem(lt, i)->valuestring, "sliding_attention") ? 'S'
+                                                                                               : 'A',
                cJSON_IsTrue(cJSON_GetArrayItem(lm, i)) ? 'm' : 'd');
-    printf("   (A attention, L DeltaNet; m MoE, d dense)\n");
+    printf("   (A attention, S sliding-window attention, L DeltaNet; m MoE, d dense)\n");
     printf("experts     %.0f layers x %.0f, block %.0f bytes, stride %.0f, %s\n", num(ex, "moe_layers"),
            num(ex, "experts_per_layer"), num(ex, "block_bytes"), num(ex, "stride"),
            cJSON_GetObjectItemCaseSensitive(ex, "dtype")->valuestring);

@@ -107,7 +107,9 @@ cJSON *slc_config_to_json(const sl_config *c) {
     cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
     cJSON *lm = cJSON_AddArrayToObject(j, "layer_moe");
     for (int l = 0; l < c->n_layers; l++) {
-        cJSON_AddItemToArray(lt, cJSON_CreateString(c->layer_linear[l] ? "linear_attention" : "full_attention"));
+        cJSON_AddItemToArray(lt, cJSON_CreateString(c->layer_linear[l]    ? "linear_attention"
+                                                    : c->layer_sliding[l] ? "sliding_attention"
+                                                                          : "full_attention"));
         cJSON_AddItemToArray(lm, cJSON_CreateBool(c->layer_moe[l]));
     }
     return j;
@@ -151,10 +153,12 @@ sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, s
     if (c->n_layers < 1 || c->n_layers > SL_MAX_LAYERS || cJSON_GetArraySize(lt) != c->n_layers ||
         cJSON_GetArraySize(lm) != c->n_layers)
         return sl_err(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
-    int any_linear = 0;
+    int any_linear = 0, any_sliding = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const cJSON *t = cJSON_GetArrayItem(lt, l);
         c->layer_linear[l] = cJSON_IsString(t) && !strcmp(t->valuestring, "linear_attention");
+        c->layer_sliding[l] = cJSON_IsString(t) && !strcmp(t->valuestring, "sliding_attention");
+        any_sliding |= c->layer_sliding[l];
         c->layer_moe[l] = cJSON_IsTrue(cJSON_GetArrayItem(lm, l));
         any_linear |= c->layer_linear[l];
     }
@@ -165,6 +169,8 @@ sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, s
         c->qk_norm < 0 || c->qk_norm > SL_QK_NORM_ALL || !cfg_mla_ok(c) ||
         c->rope_type < SL_ROPE_DEFAULT || c->rope_type > SL_ROPE_YARN ||
         (c->rope_type == SL_ROPE_YARN && (c->rope_orig_max_pos < 1 || !(c->rope_factor > 0) || c->rope_attn_factor < 0)) ||
+        (any_sliding && c->sliding_window < 1) || c->expert_kind < SL_EXPERT_SWIGLU || c->expert_kind > SL_EXPERT_GPTOSS ||
+        (c->expert_kind == SL_EXPERT_GPTOSS && !(c->swiglu_limit > 0)) ||
         (any_linear && (c->lin_nk < 1 || c->lin_nv % c->lin_nk || c->conv_k < 1)))
         return sl_err(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);
     return SL_OK;
@@ -185,7 +191,7 @@ int slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, s
         return -1;
     }
     *group = g->valueint;
-    *sdt = dt_from_name(sd->valuestring);
+    *sdt = dt == DT_MXFP4 ? DT_NONE : dt_from_name(sd->valuestring); /* mxfp4: E8M0 bytes */
     if (cJSON_IsNumber(se) && se->valuedouble >= 0 && se->valuedouble < 4294967296.0) *seed = (uint32_t)se->valuedouble;
     return q_check(dt, cols, *group, *sdt, why, whylen);
 }
@@ -193,7 +199,7 @@ int slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, s
 void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t seed) {
     if (!q_is_quant(dt)) return;
     cJSON_AddNumberToObject(o, "group", group);
-    cJSON_AddStringToObject(o, "scale_dtype", dt_name(sdt));
+    cJSON_AddStringToObject(o, "scale_dtype", dt == DT_MXFP4 ? "e8m0" : dt_name(sdt));
     if (dt == DT_Q3) cJSON_AddNumberToObject(o, "seed", (double)seed);
 }
 
@@ -217,7 +223,7 @@ cJSON *slc_tensor_to_json(const slc_tensor *t) {
     return o;
 }
 
-cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t block_bytes, const slc_part parts[3]) {
+cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t block_bytes, const slc_part *parts) {
     cJSON *ex = cJSON_CreateObject();
     if (!ex) return NULL;
     cJSON_AddNumberToObject(ex, "n_experts", c->n_experts);
@@ -229,10 +235,10 @@ cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t blo
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer_moe[l]) cJSON_AddItemToArray(ly, cJSON_CreateNumber(l));
     cJSON *pa = cJSON_AddArrayToObject(ex, "parts");
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < arch_n_parts(c); p++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(pa, o);
-        cJSON_AddStringToObject(o, "name", arch_expert_part_names[p]);
+        cJSON_AddStringToObject(o, "name", arch_expert_part_name(c, p));
         cJSON_AddStringToObject(o, "dtype", dt_name(parts[p].dtype));
         slc_quant_to_json(o, parts[p].dtype, parts[p].group, parts[p].sdtype, parts[p].seed);
         add_shape(o, 2, parts[p].shape);
@@ -350,7 +356,8 @@ sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(f->manifest, "experts");
     const cJSON *pa = cJSON_GetObjectItemCaseSensitive(ex, "parts");
     const cJSON *ly = cJSON_GetObjectItemCaseSensitive(ex, "layers");
-    if (cJSON_GetArraySize(pa) != 3 || cJSON_GetArraySize(ly) != (int)h->n_moe_layers) {
+    f->n_parts = arch_n_parts(&f->cfg);
+    if (cJSON_GetArraySize(pa) != f->n_parts || cJSON_GetArraySize(ly) != (int)h->n_moe_layers) {
         st = sl_err(err, SL_EFORMAT, "%s: manifest: malformed expert layout", path);
         goto fail;
     }
@@ -360,7 +367,7 @@ sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
         f->moe_layers[s] = cJSON_GetArrayItem(ly, (int)s)->valueint;
         if (cfg_moe_slot(&f->cfg, f->moe_layers[s]) != (int)s) { st = sl_err(err, SL_EFORMAT, "%s: manifest: expert layer list does not match the config", path); goto fail; }
     }
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < f->n_parts; p++) {
         const cJSON *o = cJSON_GetArrayItem(pa, p), *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
         slc_part *pp = &f->parts[p];
         int bad = 0, nd = 0;
@@ -372,14 +379,15 @@ sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
         arch_expert_shape(&f->cfg, p, want);
         char why[160];
         if (!bad && slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, why, sizeof why)) {
-            st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s (%s): %s", path, arch_expert_part_names[p],
+            st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s (%s): %s", path, arch_expert_part_name(&f->cfg, p),
                         dt_name(pp->dtype), why);
             goto fail;
         }
         if (bad || pp->shape[0] != want[0] || pp->shape[1] != want[1] ||
+            (arch_expert_part_is_vec(&f->cfg, p) && (pp->dtype != DT_F32 || pp->off % 4)) ||
             pp->size != q_mat_bytes(pp->dtype, pp->shape[0], pp->shape[1], pp->group, pp->sdtype) ||
             pp->off + pp->size > h->expert_stride) {
-            st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_names[p]);
+            st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_name(&f->cfg, p));
             goto fail;
         }
         if (pp->off + pp->size > f->block_bytes) f->block_bytes = pp->off + pp->size;
@@ -431,11 +439,16 @@ void slc_close(slc_file *f) {
 }
 
 void slc_bind_expert(const slc_file *f, const uint8_t *block, sl_expert *out) {
-    sl_mat *m[3] = {&out->gate, &out->up, &out->down};
-    for (int p = 0; p < 3; p++) {
+    memset(out, 0, sizeof *out);
+    for (int p = 0; p < f->n_parts; p++) {
         const slc_part *pp = &f->parts[p];
-        q_mat_bind(m[p], block + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group, pp->sdtype,
-                   pp->seed);
+        const arch_pdef *d = arch_part(&f->cfg, p);
+        char *dst = (char *)out + d->field;
+        if (d->kind == AK_VEC) /* a bias, stored f32 (checked at open) */
+            *(const float **)dst = (const float *)(const void *)(block + pp->off);
+        else
+            q_mat_bind((sl_mat *)dst, block + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group,
+                       pp->sdtype, pp->seed);
     }
 }
 

@@ -4,7 +4,8 @@
  *   [0, 4096)          header: magic, version, section offsets, header checksum
  *   backbone section   every non-routed tensor, each 64-byte aligned (loaded into RAM at open)
  *   expert section     4096-aligned; expert (slot s, index e) at expert_off + (s*E + e)*stride;
- *                      inside a block gate_proj | up_proj | down_proj back to back (64-byte aligned)
+ *                      inside a block the family's parts back to back (64-byte aligned): gate_proj | up_proj |
+ *                      down_proj, or gpt-oss gate_up_proj | gate_up_proj_bias | down_proj | down_proj_bias
  *   hash table         u64 xxh3-64 per expert block [n_moe_layers][E] (over the block's used bytes)
  *   blobs              config.json and tokenizer files of the source, verbatim
  *   manifest           JSON: normalised config, tensor table, expert layout, blobs, sources, pack options
@@ -16,6 +17,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
+#include "model/arch.h"
 #include "model/config.h"
 #include "sluice.h"
 #include "util/dtype.h"
@@ -73,7 +75,8 @@ typedef struct slc_file {
     int n_tensors;
     slc_tensor *t;
     int *moe_layers;       /* [n_moe_layers]: model layer of each slot */
-    slc_part parts[3];
+    slc_part parts[ARCH_MAX_PARTS]; /* n_parts of them (the family's, model/arch.h) */
+    int n_parts;
     uint64_t block_bytes;  /* used bytes of an expert block (<= stride) */
     uint64_t *expert_hash; /* [n_moe_layers * E] */
     int n_blobs;
@@ -109,7 +112,7 @@ void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t 
 /* Manifest entries as slc_open reads them back: one backbone tensor; the "experts" object (the
  * layers list comes from c->layer_moe). NULL on allocation failure. */
 cJSON *slc_tensor_to_json(const slc_tensor *t);
-cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t block_bytes, const slc_part parts[3]);
+cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t block_bytes, const slc_part *parts);
 
 /* Normalised config <-> manifest JSON. */
 cJSON *slc_config_to_json(const sl_config *c);

@@ -229,16 +229,17 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
     }
     h.backbone_len = off - h.backbone_off;
     int n_moe = cfg_n_moe_layers(c), E = c->n_experts;
-    pack_tgt edt[3];
-    uint64_t poff[3], psz[3], block = 0;
-    for (int part = 0; part < 3; part++) {
+    pack_tgt edt[ARCH_MAX_PARTS];
+    uint64_t poff[ARCH_MAX_PARTS], psz[ARCH_MAX_PARTS], block = 0;
+    const int n_parts = arch_n_parts(c);
+    for (int part = 0; part < n_parts; part++) {
         const hf_tensor *first = NULL;
         int mixed = 0;
         for (int l = 0; l < c->n_layers; l++) {
             if (!c->layer_moe[l]) continue;
             for (int e = 0; e < E; e++) {
                 char nm[96];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_names[part]);
+                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_name(c, part));
                 const hf_tensor *t = hf_find(ck, nm);
                 if (!first) first = t;
                 else if (t->src_dtype != first->src_dtype || t->q_group != first->q_group ||
@@ -246,16 +247,17 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
             }
         }
         char pn[64];
-        snprintf(pn, sizeof pn, "experts.%s", arch_expert_part_names[part]);
+        snprintf(pn, sizeof pn, "experts.%s", arch_expert_part_name(c, part));
         if (first && mixed && q_is_quant(first->src_dtype)) {
             st = sl_err(err, SL_EUNSUPPORTED, "%s: routed experts' %s mix quantization settings across layers; "
-                        "an expert block needs one layout", src_dir, arch_expert_part_names[part]);
+                        "an expert block needs one layout", src_dir, arch_expert_part_name(c, part));
             free(tdt); free(toff);
             goto fail;
         }
         if (first) edt[part] = target_for(p, first, pn, 1, 2);
         else edt[part] = (pack_tgt){DT_F32, 0, DT_NONE, 0};
         if (mixed && !q_is_quant(edt[part].dt)) edt[part].dt = DT_F32;
+        if (arch_expert_part_is_vec(c, part)) edt[part] = (pack_tgt){DT_F32, 0, DT_NONE, 0}; /* biases: f32, bound as is */
         int64_t sh[2];
         arch_expert_shape(c, part, sh);
         block = slc_round_up(block, SLC_TENSOR_ALIGN);
@@ -309,9 +311,9 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
         if (!c->layer_moe[l]) continue;
         for (int e = 0; e < E; e++) {
             memset(buf, 0, h.expert_stride);
-            for (int part = 0; part < 3; part++) {
+            for (int part = 0; part < n_parts; part++) {
                 char nm[96];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_names[part]);
+                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_name(c, part));
                 if ((st = pack_derive(ck, hf_find(ck, nm), &edt[part], buf + poff[part], err))) goto fail;
             }
             uint64_t hsh = XXH3_64bits(buf, block);
@@ -323,8 +325,8 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
         s++;
     }
     if (h.hash_len && (st = wr(&w, ehash, h.hash_len, h.hash_off, err))) goto fail;
-    slc_part parts[3];
-    for (int part = 0; part < 3; part++) {
+    slc_part parts[ARCH_MAX_PARTS];
+    for (int part = 0; part < n_parts; part++) {
         int64_t sh[2];
         arch_expert_shape(c, part, sh);
         parts[part] = (slc_part){edt[part].dt, {sh[0], sh[1]}, poff[part], psz[part], edt[part].group, edt[part].sdt,

@@ -135,6 +135,16 @@ static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layer
     for (int l = 0; l < c->n_layers; l++) {
         c->layer_linear[l] = linear && (l + 1) % sh->interval != 0;
         c->layer_moe[l] = l >= sh->first_dense;
+        c->layer_sliding[l] = sh->sliding_window > 0 && l % 2 == 0; /* gpt-oss: sliding at even layers */
+    }
+    c->sliding_window = sh->sliding_window;
+    if (c->expert_kind == SL_EXPERT_GPTOSS) c->swiglu_limit = 7.0;
+    if (sh->yarn_factor > 0) {
+        c->rope_type = SL_ROPE_YARN;
+        c->rope_factor = sh->yarn_factor;
+        c->rope_orig_max_pos = sh->yarn_orig;
+        c->yarn_beta_fast = 32;
+        c->yarn_beta_slow = 1;
     }
     if (a->shape_config) a->shape_config(sh, c);
     return SL_OK;
@@ -183,13 +193,16 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
         if (n > maxn) maxn = n;
     }
     h.backbone_len = off - h.backbone_off;
-    int64_t psh[3][2];
-    uint64_t poff[3], psz[3], block = 0;
-    for (int p = 0; p < 3; p++) {
+    int64_t psh[ARCH_MAX_PARTS][2];
+    uint64_t poff[ARCH_MAX_PARTS], psz[ARCH_MAX_PARTS], block = 0;
+    sl_dtype pdt[ARCH_MAX_PARTS];
+    const int n_parts = arch_n_parts(&c);
+    for (int p = 0; p < n_parts; p++) {
         arch_expert_shape(&c, p, psh[p]);
+        pdt[p] = arch_expert_part_is_vec(&c, p) ? DT_F32 : mdt; /* biases: f32 (zeros) */
         block = slc_round_up(block, SLC_TENSOR_ALIGN);
         poff[p] = block;
-        psz[p] = q_mat_bytes(mdt, psh[p][0], psh[p][1], SYNTH_GROUP, DT_BF16);
+        psz[p] = q_mat_bytes(pdt[p], psh[p][0], psh[p][1], SYNTH_GROUP, DT_BF16);
         block += psz[p];
         if ((uint64_t)(psh[p][0] * psh[p][1]) > maxn) maxn = (uint64_t)(psh[p][0] * psh[p][1]);
     }
@@ -240,8 +253,9 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
     }
     for (uint64_t k = 0; k < (uint64_t)h.n_moe_layers * h.n_experts; k++) {
         memset(buf, 0, h.expert_stride);
-        for (int p = 0; p < 3; p++)
-            fill_mat(&rs, mdt, arch_expert_part_names[p], psh[p][0], psh[p][1], ftmp, buf + poff[p]);
+        for (int p = 0; p < n_parts; p++)
+            if (!arch_expert_part_is_vec(&c, p))
+                fill_mat(&rs, mdt, arch_expert_part_name(&c, p), psh[p][0], psh[p][1], ftmp, buf + poff[p]);
         uint64_t hv = XXH3_64bits(buf, block);
         for (int b = 0; b < 8; b++) hashes[k * 8 + (uint64_t)b] = (uint8_t)(hv >> (8 * b));
         if ((st = fio_pwrite_all(fd, buf, h.expert_stride, h.expert_off + k * h.expert_stride, tmp, err))) goto fail;
@@ -249,10 +263,12 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
         if (progress && progress(user, done, total)) { st = sl_err(err, SL_ECANCELED, "canceled"); goto fail; }
     }
     if (h.hash_len && (st = fio_pwrite_all(fd, hashes, h.hash_len, h.hash_off, tmp, err))) goto fail;
-    slc_part parts[3];
-    for (int p = 0; p < 3; p++)
-        parts[p] = (slc_part){mdt, {psh[p][0], psh[p][1]}, poff[p], psz[p], SYNTH_GROUP, DT_BF16,
-                              mdt == DT_Q3 ? (uint32_t)XXH3_64bits(arch_expert_part_names[p], strlen(arch_expert_part_names[p])) : 0};
+    slc_part parts[ARCH_MAX_PARTS];
+    for (int p = 0; p < n_parts; p++) {
+        const char *pn = arch_expert_part_name(&c, p);
+        parts[p] = (slc_part){pdt[p], {psh[p][0], psh[p][1]}, poff[p], psz[p], SYNTH_GROUP, DT_BF16,
+                              pdt[p] == DT_Q3 ? (uint32_t)XXH3_64bits(pn, strlen(pn)) : 0};
+    }
     cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&h, &c, block, parts));
     cJSON_AddArrayToObject(man, "blobs");
     cJSON *src = cJSON_AddObjectToObject(man, "source");

@@ -74,9 +74,9 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
                             "%llu, %llu bytes)", path, layer, e, (unsigned long long)off, (unsigned long long)f.block_bytes);
                 goto out;
             }
-            for (int p = 0; ck && p < 3; p++) {
+            for (int p = 0; ck && p < f.n_parts; p++) {
                 char nm[96];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%u.%s", layer, e, arch_expert_part_names[p]);
+                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%u.%s", layer, e, arch_expert_part_name(&f.cfg, p));
                 pack_tgt tg = {f.parts[p].dtype, f.parts[p].group, f.parts[p].sdtype, f.parts[p].seed};
                 if ((st = check_source(&f, ck, nm, &tg, buf + f.parts[p].off, f.parts[p].size, scratch,
                                        off + f.parts[p].off, err))) {

@@ -31,6 +31,8 @@ typedef struct hf_t {
     int mlx_u32;           /* an MLX uint32 weight: scales and biases attached by attach_mlx() */
     int qs_file, qb_file;  /* MLX scales / biases: file and byte range of this tensor's slice */
     uint64_t qs_off, qs_len, qb_off, qb_len;
+    int transposed;        /* a slice of an [E, cols, rows] stack (x @ W): read as [cols][rows], transposed */
+    int mx_blocks;         /* an MXFP4 *_blocks slice: its *_scales attached by attach_mxfp4() */
 } hf_t;
 
 struct hf_ckpt {
@@ -42,7 +44,8 @@ struct hf_ckpt {
     st_file *files;
     hf_t *t;
     int n, cap;
-    hf_t **experts; /* [n_layers][E][3] -> tensor, NULL if absent */
+    hf_t **experts; /* [n_layers][E][ARCH_MAX_PARTS] -> tensor, NULL if absent */
+    int mxfp4;      /* quantization_config.quant_method mxfp4 (gpt-oss): experts.*_blocks + *_scales */
     mlx_quant mlx;  /* MLX "quantization" (bits 0: none) */
 };
 
@@ -82,9 +85,8 @@ static hf_t *push(hf_ckpt *ck) {
 /* The expert part a name denotes: canonical (gate_proj, up_proj, down_proj) or the family's on-disk one. */
 static int part_index(const hf_ckpt *ck, const char *s) {
     const arch_desc *a = arch_get(ck->cfg.arch);
-    for (int p = 0; p < ARCH_N_PARTS; p++)
-        if (!strcmp(s, arch_expert_part_names[p]) || (a && a->parts[p].disk && !strcmp(s, a->parts[p].disk)))
-            return p;
+    for (int p = 0; a && p < arch_n_parts(&ck->cfg); p++)
+        if (!strcmp(s, a->parts[p].name) || (a->parts[p].disk && !strcmp(s, a->parts[p].disk))) return p;
     return -1;
 }
 
@@ -196,6 +198,96 @@ static hf_t *find_t(hf_ckpt *ck, const char *name) {
     return NULL;
 }
 
+static const st_entry *find_any(hf_ckpt *ck, const char *name, int *file);
+
+/* A stack [E, ...] of one expert part of a family whose parts are stored one stack each (gpt-oss): a matrix
+ * [E, rows, cols] (or [E, cols, rows] when the part is disk_t), a bias [E, rows] (taken as [rows, 1]), or an
+ * MXFP4 matrix's *_blocks [E, rows, cols/32, 16] (its *_scales, [E, rows, cols/32], attached later; the
+ * *_scales entry itself is skipped here). Registers one slice per expert. */
+static sl_status add_stacked_part(hf_ckpt *ck, int fi, const st_entry *e, int l, const char *name, sl_error *err) {
+    const sl_config *c = &ck->cfg;
+    char part[40];
+    snprintf(part, sizeof part, "%s", name);
+    int blocks = ends_with(part, "_blocks"), scales = ends_with(part, "_scales");
+    if (blocks || scales) part[strlen(part) - 7] = 0;
+    int p = part_index(ck, part);
+    if (p < 0 || l < 0 || l >= c->n_layers) return SL_OK;
+    const arch_pdef *pd = arch_part(c, p);
+    if (scales) return pd->kind == AK_MAT ? SL_OK : sl_err(err, SL_EFORMAT, "tensor '%s': a bias has no scales", e->name);
+    int64_t E = c->n_experts, sh[2];
+    arch_expert_shape(c, p, sh);
+    const int64_t R = sh[0], C = sh[1];
+    int ok;
+    uint64_t slice;
+    if (blocks) {
+        ok = pd->kind == AK_MAT && ck->mxfp4 && !strcmp(e->dtype_str, "U8") && C % 32 == 0 && e->ndim == 4 &&
+             e->shape[0] == E && e->shape[1] == R && e->shape[2] == C / 32 && e->shape[3] == 16;
+        if (!ok)
+            return sl_err(err, SL_EFORMAT, "tensor '%s' must be U8 [%lld, %lld, %lld, 16] MXFP4 blocks (with "
+                          "quantization_config.quant_method mxfp4)", e->name, (long long)E, (long long)R,
+                          (long long)(C / 32));
+        slice = (uint64_t)R * (uint64_t)C / 2;
+    } else {
+        int64_t a = pd->disk_t ? C : R, b = pd->disk_t ? R : C;
+        ok = pd->kind == AK_VEC ? e->ndim == 2 && e->shape[0] == E && e->shape[1] == R
+                                : e->ndim == 3 && e->shape[0] == E && e->shape[1] == a && e->shape[2] == b;
+        if (!ok)
+            return sl_err(err, SL_EFORMAT, pd->kind == AK_VEC ? "tensor '%s' must be [%lld, %lld]"
+                                                              : "tensor '%s' must be [%lld, %lld, %lld]",
+                          e->name, (long long)E, (long long)a, (long long)b);
+        if (e->dtype == DT_NONE || e->dtype == DT_F8E4M3)
+            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported for stacked experts", e->name,
+                          e->dtype_str);
+        slice = (uint64_t)R * (uint64_t)C * dt_size(e->dtype);
+    }
+    for (int x = 0; x < E; x++) {
+        hf_t *t = push(ck);
+        if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+        char nm[128];
+        snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, pd->name);
+        if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+        t->file = fi;
+        t->ent = e;
+        t->off = e->off + (uint64_t)x * slice;
+        t->len = slice;
+        t->pub.src_dtype = blocks ? DT_MXFP4 : e->dtype;
+        t->pub.q_group = blocks ? 32 : 0;
+        t->pub.ndim = 2;
+        t->pub.shape[0] = R;
+        t->pub.shape[1] = C;
+        t->pub.expert_layer = l;
+        t->pub.expert = x;
+        t->pub.expert_part = p;
+        t->transposed = !blocks && pd->kind == AK_MAT && pd->disk_t;
+        t->mx_blocks = blocks;
+    }
+    return SL_OK;
+}
+
+/* MXFP4: gives every *_blocks slice the matching slice of its *_scales (U8 [E, rows, cols/32], E8M0). */
+static sl_status attach_mxfp4(hf_ckpt *ck, sl_error *err) {
+    for (int i = 0; i < ck->n; i++) {
+        hf_t *t = &ck->t[i];
+        if (!t->mx_blocks) continue;
+        const st_entry *e = t->ent;
+        char sn[310];
+        snprintf(sn, sizeof sn, "%.*s_scales", (int)(strlen(e->name) - 7), e->name);
+        int sf = 0;
+        const st_entry *se = find_any(ck, sn, &sf);
+        const int64_t R = t->pub.shape[0], G = t->pub.shape[1] / 32;
+        if (!se || strcmp(se->dtype_str, "U8") || se->ndim != 3 || se->shape[0] != e->shape[0] || se->shape[1] != R ||
+            se->shape[2] != G)
+            return sl_err(err, SL_EFORMAT, "%s: MXFP4 tensor '%s' needs '%s' U8 [%lld, %lld, %lld]",
+                          ck->files[t->file].name, e->name, sn, (long long)e->shape[0], (long long)R, (long long)G);
+        t->qs_file = t->qb_file = sf;
+        t->qs_len = (uint64_t)R * (uint64_t)G;
+        t->qs_off = se->off + (uint64_t)t->pub.expert * t->qs_len;
+        t->qb_off = se->off;
+        t->qb_len = 0;
+    }
+    return SL_OK;
+}
+
 /* Registers one disk tensor under its canonical name(s). */
 static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err) {
     const char *rest = strip_prefix(e->name);
@@ -224,7 +316,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
             hf_t *t = push(ck);
             if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
             char nm[128];
-            snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_names[p]);
+            snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
             if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
             t->file = fi;
             t->ent = e;
@@ -247,7 +339,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         hf_t *t = push(ck);
         if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
         char nm[128];
-        snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, ex, arch_expert_part_names[p]);
+        snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, ex, arch_expert_part_name(&ck->cfg, p));
         t->pub.name = strdup(nm);
         t->file = fi;
         t->ent = e;
@@ -261,6 +353,9 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         t->pub.expert_part = p;
         return t->pub.name ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
     }
+    if (c->expert_kind != SL_EXPERT_SWIGLU && sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 &&
+        base[nread] == 0)
+        return add_stacked_part(ck, fi, e, l, part, err);
     if (sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0 &&
         (!strcmp(part, "gate_up_proj") || !strcmp(part, "down_proj"))) {
         int up = !strcmp(part, "gate_up_proj");
@@ -283,7 +378,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
                 if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
                 int p = up ? k : 2;
                 char nm[128];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_names[p]);
+                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
                 t->pub.name = strdup(nm);
                 if (!t->pub.name) return sl_err(err, SL_ENOMEM, "out of memory");
                 t->file = fi;
@@ -437,13 +532,13 @@ static sl_status validate(hf_ckpt *ck, sl_error *err) {
     }
     free(at);
     if (st) return st;
-    size_t ne = (size_t)c->n_layers * (size_t)c->n_experts * 3;
+    size_t ne = (size_t)c->n_layers * (size_t)c->n_experts * ARCH_MAX_PARTS;
     ck->experts = calloc(ne, sizeof *ck->experts);
     if (!ck->experts) return sl_err(err, SL_ENOMEM, "out of memory");
     for (int i = 0; i < ck->n; i++) {
         hf_t *t = &ck->t[i];
         if (t->pub.expert_layer < 0) continue;
-        size_t k = ((size_t)t->pub.expert_layer * (size_t)c->n_experts + (size_t)t->pub.expert) * 3 +
+        size_t k = ((size_t)t->pub.expert_layer * (size_t)c->n_experts + (size_t)t->pub.expert) * ARCH_MAX_PARTS +
                    (size_t)t->pub.expert_part;
         if (ck->experts[k])
             return sl_err(err, SL_EFORMAT, "%s: expert tensor '%s' appears twice (per-expert and fused?)", ck->dir,
@@ -453,12 +548,12 @@ static sl_status validate(hf_ckpt *ck, sl_error *err) {
     for (int l = 0; l < c->n_layers; l++) {
         if (!c->layer_moe[l]) continue;
         for (int e = 0; e < c->n_experts; e++)
-            for (int p = 0; p < 3; p++) {
-                hf_t *t = ck->experts[((size_t)l * (size_t)c->n_experts + (size_t)e) * 3 + (size_t)p];
+            for (int p = 0; p < arch_n_parts(c); p++) {
+                hf_t *t = ck->experts[((size_t)l * (size_t)c->n_experts + (size_t)e) * ARCH_MAX_PARTS + (size_t)p];
                 if (!t)
                     return sl_err(err, SL_EFORMAT, "%s: expert tensor 'layers.%d.mlp.experts.%d.%s' is missing "
                                   "(neither per-expert nor fused experts.gate_up_proj/down_proj)",
-                                  ck->dir, l, e, arch_expert_part_names[p]);
+                                  ck->dir, l, e, arch_expert_part_name(&ck->cfg, p));
                 int64_t sh[2];
                 arch_expert_shape(c, p, sh);
                 if ((st = check_tensor(ck, t, 2, sh, err))) return st;
@@ -487,9 +582,11 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
         const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfgjson, "quantization_config");
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
         if (cJSON_IsString(m)) {
-            if (strcmp(m->valuestring, "fp8")) {
-                st = sl_err(err, SL_EUNSUPPORTED, "%s: quantization_config.quant_method '%s' is not supported (fp8 "
-                            "only)", cpath, m->valuestring);
+            if (!strcmp(m->valuestring, "mxfp4") && ck->cfg.arch == SL_ARCH_GPT_OSS) {
+                ck->mxfp4 = 1; /* the experts' *_blocks / *_scales (add_stacked_part); the rest is plain */
+            } else if (strcmp(m->valuestring, "fp8")) {
+                st = sl_err(err, SL_EUNSUPPORTED, "%s: quantization_config.quant_method '%s' is not supported (fp8; "
+                            "mxfp4 for gpt_oss)", cpath, m->valuestring);
             } else {
                 const cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
                 ck->fp8 = 1;
@@ -542,6 +639,7 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
                 goto fail;
             }
     if ((st = attach_mlx(ck, err))) goto fail;
+    if ((st = attach_mxfp4(ck, err))) goto fail;
     if ((st = validate(ck, err))) goto fail;
     for (int i = 0; i < n_names; i++) free(names[i]);
     free(names);
@@ -587,7 +685,7 @@ const hf_tensor *hf_find(const hf_ckpt *ck, const char *name) {
     if (ck->experts && sscanf(name, "layers.%d.mlp.experts.%d.%31[a-z_]%n", &l, &e, part, &nr) == 3 && !name[nr]) {
         int p = part_index(ck, part);
         if (p < 0 || l < 0 || l >= ck->cfg.n_layers || e < 0 || e >= ck->cfg.n_experts) return NULL;
-        hf_t *t = ck->experts[((size_t)l * (size_t)ck->cfg.n_experts + (size_t)e) * 3 + (size_t)p];
+        hf_t *t = ck->experts[((size_t)l * (size_t)ck->cfg.n_experts + (size_t)e) * ARCH_MAX_PARTS + (size_t)p];
         return t ? &t->pub : NULL;
     }
     hf_t *t = find_t((hf_ckpt *)ck, name);
@@ -612,7 +710,7 @@ sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_
                                     ck->files[t->qb_file].path, err);
         return st;
     }
-    if (pub->src_dtype == to && !t->scale) return fio_pread_all(f->fd, dst, t->len, t->off, f->path, err);
+    if (pub->src_dtype == to && !t->scale && !t->transposed) return fio_pread_all(f->fd, dst, t->len, t->off, f->path, err);
     void *raw = malloc(t->len ? t->len : 1);
     float *tmp = (to == DT_F32) ? dst : malloc(n * sizeof(float) + 1);
     float *sc = NULL;
@@ -620,6 +718,15 @@ sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_
     if (!raw || !tmp) { st = sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
     if ((st = fio_pread_all(f->fd, raw, t->len, t->off, f->path, err))) goto out;
     dt_to_f32(pub->src_dtype, raw, tmp, n);
+    if (t->transposed) { /* [cols][rows] on disk -> [rows][cols] */
+        const int64_t R = pub->shape[0], C = pub->shape[1];
+        float *tr = malloc(n * sizeof(float) + 1);
+        if (!tr) { st = sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) tr[r * C + c] = tmp[c * R + r];
+        memcpy(tmp, tr, n * sizeof(float));
+        free(tr);
+    }
     if (t->scale) {
         const st_file *sf = NULL;
         for (int i = 0; i < ck->n_files && !sf; i++)

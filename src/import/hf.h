@@ -6,8 +6,10 @@
  *   "embed_tokens", "norm", "lm_head",
  *   "layers.N.<module path>" without ".weight", e.g. "layers.0.self_attn.q_proj",
  *   "layers.0.linear_attn.A_log", "layers.0.linear_attn.conv1d" (stored [Cq][K]),
- *   routed experts always per expert: "layers.N.mlp.experts.E.gate_proj" / ".up_proj" / ".down_proj"
- *   (slices of the fused tensors when the checkpoint is fused).
+ *   routed experts always per expert: "layers.N.mlp.experts.E.<part>" with the family's part names
+ *   (gate_proj / up_proj / down_proj; gpt-oss gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias), slices
+ *   of the fused tensors when the checkpoint is fused (gpt-oss's [E, in, out] stacks read transposed, its MXFP4
+ *   *_blocks + *_scales as DT_MXFP4).
  * Prefixes "model.", "model.language_model." are stripped; "model.visual.*", "mtp.*" are ignored.
  */
 #ifndef SL_HF_H
@@ -29,7 +31,7 @@ typedef struct hf_tensor {
     int64_t shape[4];  /* canonical shape (conv1d: [Cq][K]; expert slices: 2-D) */
     int expert_layer;  /* >= 0 for routed expert parts */
     int expert;        /* expert index */
-    int expert_part;   /* 0 gate, 1 up, 2 down */
+    int expert_part;   /* index in the family's parts (0 gate, 1 up, 2 down for SwiGLU experts) */
     /* MLX-quantized sources (src_dtype DT_Q8 / DT_Q4, shape the logical [out, in]): */
     int q_group;
     sl_dtype q_sdtype; /* dtype of scales and biases */

@@ -137,6 +137,34 @@ void hfc_full_attention_only(hfc *c, const sl_config *o) {
     }
 }
 
+void hfc_sliding_layers(hfc *c, sl_config *o) {
+    if (c->st) return;
+    const cJSON *lt = field(c, "layer_types");
+    int any = 0;
+    if (lt) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
+            hfc_fail(c, SL_ECONFIG, "'layer_types' has %d entries but num_hidden_layers is %d",
+                     cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1, o->n_layers);
+            return;
+        }
+        for (int i = 0; i < o->n_layers; i++) {
+            const cJSON *e = cJSON_GetArrayItem(lt, i);
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) o->layer_sliding[i] = 1;
+            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) o->layer_sliding[i] = 0;
+            else {
+                hfc_fail(c, SL_ECONFIG, "layer_types[%d] must be 'sliding_attention' or 'full_attention'", i);
+                return;
+            }
+        }
+    } else { /* configuration_gpt_oss.py's default: sliding at even layers */
+        for (int i = 0; i < o->n_layers; i++) o->layer_sliding[i] = (i + 1) % 2 != 0;
+    }
+    for (int i = 0; i < o->n_layers; i++) any |= o->layer_sliding[i];
+    if (!any) return;
+    o->sliding_window = get_int(c, "sliding_window", 1, 0);
+    if (!c->st && o->sliding_window < 1) hfc_fail(c, SL_ECONFIG, "sliding_window must be >= 1");
+}
+
 void hfc_sparse_layers(hfc *c, sl_config *o) {
     if (c->st) return;
     int step = get_int(c, "decoder_sparse_step", 0, 1);

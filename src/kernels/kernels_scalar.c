@@ -15,6 +15,7 @@
  */
 #include "kernels/kernels.h"
 #include "kernels/kernels_plain.h"
+#include "kernels/mxfp4.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -255,6 +256,7 @@ static void mm_part(void *ctx, size_t begin, size_t end) {
 
 int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
                 size_t ldy, int n_tok) {
+    if (w->dtype == DT_MXFP4) return mxfp4_matmul(ops, pool, w, x, ldx, y, ldy, n_tok); /* kernels/mxfp4.c */
     if (!w->data || w->dtype <= DT_NONE || w->dtype >= DT_COUNT || !ops->matmul[w->dtype]) return SL_EINVAL;
     if (n_tok <= 0 || w->rows <= 0) return 0;
     mm_job j = {ops->matmul[w->dtype], w, x, y, ldx, ldy, n_tok};

@@ -8,10 +8,11 @@
 #include <string.h>
 
 extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral, arch_olmoe,
-    arch_qwen2_moe, arch_glm4_moe, arch_deepseek_v3;
+    arch_qwen2_moe, arch_glm4_moe, arch_deepseek_v3, arch_gpt_oss;
 
 const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, &arch_mixtral, &arch_olmoe,
-                                     &arch_qwen2_moe, &arch_glm4_moe, &arch_deepseek_v3, NULL};
+                                     &arch_qwen2_moe, &arch_glm4_moe, &arch_deepseek_v3,
+                                     &arch_gpt_oss, NULL};
 
 const arch_desc *arch_get(sl_arch id) {
     for (int i = 0; arch_list[i]; i++)
@@ -50,6 +51,18 @@ void arch_set_traits(sl_config *c) {
     c->zero_centred_norm = d->zero_centred_norm;
     c->gated_attn = d->gated_attn;
     c->split_lin_proj = d->split_lin_proj;
+    c->expert_kind = d->expert_kind;
+    c->attn_sinks = d->attn_sinks;
+}
+
+int arch_n_parts(const sl_config *c) {
+    const arch_desc *d = arch_get(c->arch);
+    return !d ? 0 : d->n_parts ? d->n_parts : 3;
+}
+
+const arch_pdef *arch_part(const sl_config *c, int p) {
+    const arch_desc *d = arch_get(c->arch);
+    return d && p >= 0 && p < arch_n_parts(c) ? &d->parts[p] : NULL;
 }
 
 int64_t arch_dim_value(const sl_config *c, arch_dim d) {
@@ -61,10 +74,12 @@ int64_t arch_dim_value(const sl_config *c, arch_dim d) {
     case AD_H: return c->hidden;
     case AD_HD: return hd;
     case AD_Q: return c->n_heads * hd;
+    case AD_NH: return c->n_heads;
     case AD_QPROJ: return (c->gated_attn ? 2 : 1) * c->n_heads * hd;
     case AD_KV: return c->n_kv_heads * hd;
     case AD_E: return c->n_experts;
     case AD_I: return c->moe_inter;
+    case AD_2I: return 2 * (int64_t)c->moe_inter;
     case AD_IS: return c->shared_inter;
     case AD_ID: return c->dense_inter;
     case AD_CQ: return 2 * nk * dk + nv * dv;
@@ -98,6 +113,7 @@ int arch_applies(const sl_config *c, arch_when when, int l) {
     case AW_QK_NORM: return !c->layer_linear[l] && c->qk_norm != SL_QK_NORM_NONE;
     case AW_Q_LORA: return !c->layer_linear[l] && c->kv_lora > 0 && c->q_lora > 0;
     case AW_Q_FULL: return !c->layer_linear[l] && c->kv_lora > 0 && c->q_lora == 0;
+    case AW_SINKS: return !c->layer_linear[l] && c->attn_sinks;
     }
     return 0;
 }

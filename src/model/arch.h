@@ -34,10 +34,12 @@ typedef enum {
     AD_H,        /* hidden */
     AD_HD,       /* head_dim */
     AD_Q,        /* n_heads * head_dim */
+    AD_NH,       /* n_heads */
     AD_QPROJ,    /* q_proj rows: n_heads * head_dim, doubled when gated_attn ([query|gate] per head) */
     AD_KV,       /* n_kv_heads * head_dim */
     AD_E,        /* n_experts */
     AD_I,        /* moe_inter */
+    AD_2I,       /* 2 * moe_inter (gpt-oss's fused gate_up_proj rows) */
     AD_IS,       /* shared_inter */
     AD_ID,       /* dense_inter */
     AD_CQ,       /* DeltaNet conv channels 2*nk*dk + nv*dv */
@@ -69,6 +71,7 @@ typedef enum {
     AW_QK_NORM,   /* full-attention layers of a config with q/k norm (cfg->qk_norm, set by config.json) */
     AW_Q_LORA,    /* full-attention layers of an MLA config with q_lora > 0 (q_a_proj, q_a_layernorm, q_b_proj) */
     AW_Q_FULL,    /* full-attention layers of an MLA config with q_lora = 0 (one q_proj) */
+    AW_SINKS,     /* full-attention layers of a config with attention sinks (cfg->attn_sinks) */
 } arch_when;
 
 enum { AK_MAT = 0, AK_VEC = 1 };         /* sl_mat in its stored dtype / float * converted to f32 at load */
@@ -84,15 +87,18 @@ typedef struct arch_tdef {
     int role;          /* AR_* */
 } arch_tdef;
 
-/* A routed expert's part (an expert block holds them back to back, in this order). */
+/* A routed expert's part (an expert block holds them back to back, in this order): a matrix, or a bias
+ * vector (kind AK_VEC: f32 [rows], stored as a [rows, 1] f32 matrix in the container). */
 typedef struct arch_pdef {
-    const char *name;  /* canonical: gate_proj, up_proj, down_proj */
+    const char *name;  /* canonical: gate_proj, up_proj, down_proj; gpt-oss gate_up_proj, gate_up_proj_bias, ... */
     const char *disk;  /* on-disk name when it differs (Mixtral: w1, w3, w2), else NULL */
-    arch_dim rows, cols;
-    size_t field;      /* offsetof in sl_expert */
+    arch_dim rows, cols; /* cols AD_ONE for a bias */
+    size_t field;      /* offsetof in sl_expert (an sl_mat, or a const float * for a bias) */
+    int kind;          /* AK_MAT (0) / AK_VEC */
+    int disk_t;        /* 1: the fused on-disk stack is [E, cols, rows] (x @ W, gpt-oss), read transposed */
 } arch_pdef;
 
-#define ARCH_N_PARTS 3
+#define ARCH_MAX_PARTS 4
 
 /* A released model's real dimensions (sluice synth). */
 typedef struct arch_shape {
@@ -106,6 +112,9 @@ typedef struct arch_shape {
     int n_group, topk_group;      /* SL_ROUTER_SIGMOID_GROUP */
     double routed_scale;
     int qk_norm;                  /* 1: per-head q/k norm where the family makes it optional (GLM use_qk_norm) */
+    int sliding_window;           /* > 0: layers alternate sliding (even) and full attention (gpt-oss) */
+    double yarn_factor;           /* > 0: YaRN RoPE with this factor over yarn_orig positions, beta 32 / 1, no truncation */
+    int yarn_orig;
 } arch_shape;
 
 /* The Hugging Face config.json reader a config hook works with (implemented in import/hf_config.c).
@@ -124,6 +133,9 @@ void hfc_linear_layers(hfc *c, sl_config *o);
 void hfc_sparse_layers(hfc *c, sl_config *o);
 /* Refuses a config whose layer_types name anything but full attention (sliding windows). */
 void hfc_full_attention_only(hfc *c, const sl_config *o);
+/* layer_types of full_attention / sliding_attention into layer_sliding, sliding_window into o->sliding_window
+ * (required when a layer slides). */
+void hfc_sliding_layers(hfc *c, sl_config *o);
 
 typedef struct arch_desc {
     sl_arch id;
@@ -142,7 +154,10 @@ typedef struct arch_desc {
     void (*config)(hfc *c, sl_config *o);
     const arch_tdef *tensors;
     int n_tensors;
-    const arch_pdef *parts;        /* ARCH_N_PARTS of them */
+    const arch_pdef *parts;        /* n_parts of them */
+    int n_parts;                   /* 0: 3 (gate_proj, up_proj, down_proj) */
+    int expert_kind;               /* SL_EXPERT_* */
+    int attn_sinks;                /* attention has per-head learned sinks (self_attn.sinks) */
     /* on-disk prefixes of layer-relative names renamed before matching, pairs {disk, canonical},
      * NULL-terminated (Mixtral: "block_sparse_moe." -> "mlp."), or NULL */
     const char *const *renames;
@@ -167,6 +182,10 @@ void arch_set_traits(sl_config *c);
 
 /* The size a dimension has under c. */
 int64_t arch_dim_value(const sl_config *c, arch_dim d);
+/* The routed-expert parts of c's family: count, and part p (NULL when out of range). */
+int arch_n_parts(const sl_config *c);
+const arch_pdef *arch_part(const sl_config *c, int p);
+
 /* Whether a tensor of `when` exists at layer l (l ignored for AW_GLOBAL / AW_UNTIED). */
 int arch_applies(const sl_config *c, arch_when when, int layer);
 

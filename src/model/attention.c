@@ -1,6 +1,8 @@
 /*
  * attention.c — full (softmax) attention for qwen3_moe and the gated variant of qwen3_next/qwen3_5_moe
- * (MODELS.md 3.3).
+ * (MODELS.md 3.3); gpt-oss's sliding-window layers (the last sliding_window positions, the query's own
+ * included, as transformers' sliding_window_causal mask) and per-head sink logits (one more entry of the
+ * softmax's max and denominator, modeling_gpt_oss.py eager_attention_forward), o_proj's bias.
  *
  * Per micro-batch: project q (+gate), k, v for all tokens; q/k RMSNorm as cfg->qk_norm says (per head,
  * over the whole projection, or none; 1+w when zero-centred) and partial NeoX RoPE; append K/V rows to the cache at their positions; then every
@@ -36,6 +38,8 @@ typedef struct {
     fwd_ws *ws;
     const float *kc, *vc; /* this layer's cache */
     int n_heads, group, hd, kvrow, pos0, qstride;
+    int window;           /* > 0: a sliding layer, keys pos - window + 1 .. pos */
+    const float *sinks;   /* [nh] sink logits, or NULL */
     float scale;
     atomic_int next_slot;
 } attn_job;
@@ -49,16 +53,17 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
     const int hd = j->hd;
     for (size_t it = begin; it < end; it++) {
         int t = (int)(it / (size_t)j->n_heads), h = (int)(it % (size_t)j->n_heads);
-        int n_keys = j->pos0 + t + 1;
+        const int pos = j->pos0 + t, p0 = j->window > 0 && pos >= j->window ? pos - j->window + 1 : 0;
+        const int n_keys = pos + 1 - p0; /* keys p0 .. pos, scores sc[0 .. n_keys) */
         const float *q = ws->big + (size_t)t * ws->n_big + (size_t)h * j->qstride;
-        const float *kb = j->kc + (size_t)(h / j->group) * hd;
-        const float *vb = j->vc + (size_t)(h / j->group) * hd;
-        float mx = -INFINITY;
+        const float *kb = j->kc + (size_t)(h / j->group) * hd + (size_t)p0 * j->kvrow;
+        const float *vb = j->vc + (size_t)(h / j->group) * hd + (size_t)p0 * j->kvrow;
+        float mx = j->sinks ? j->sinks[h] : -INFINITY; /* the sink is one more logit (gpt-oss), its value dropped */
         for (int p = 0; p < n_keys; p++) {
             sc[p] = ops->dot(q, kb + (size_t)p * j->kvrow, hd) * j->scale;
             if (sc[p] > mx) mx = sc[p];
         }
-        double sum = 0.0;
+        double sum = j->sinks ? (double)expf(j->sinks[h] - mx) : 0.0;
         for (int p = 0; p < n_keys; p++) {
             sc[p] = expf(sc[p] - mx);
             sum += sc[p];
@@ -117,7 +122,8 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
     }
 
     attn_job j = {.ws = ws, .kc = kc, .vc = vc, .n_heads = nh, .group = nh / nkv, .hd = hd, .kvrow = kvrow,
-                  .pos0 = pos0, .qstride = qstride, .scale = 1.0f / sqrtf((float)hd)};
+                  .pos0 = pos0, .qstride = qstride, .window = cfg->layer_sliding[layer] ? cfg->sliding_window : 0,
+                  .sinks = cfg->attn_sinks ? lw->sinks : NULL, .scale = 1.0f / sqrtf((float)hd)};
     atomic_init(&j.next_slot, 0);
     sl_pool_for(pool, (size_t)n * (size_t)nh, 1, attn_part, &j);
 
@@ -130,5 +136,8 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
             }
     }
     kern_matmul(ops, pool, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
+    if (lw->o_bias)
+        for (int t = 0; t < n; t++)
+            for (size_t i = 0; i < H; i++) ws->out[(size_t)t * H + i] += lw->o_bias[i];
     return 0;
 }

@@ -22,6 +22,7 @@ typedef enum {
     SL_ARCH_OLMOE = 5,
     SL_ARCH_QWEN2_MOE = 6,
     SL_ARCH_GLM4_MOE = 7,
+    SL_ARCH_GPT_OSS = 8,
     SL_ARCH_DEEPSEEK_V3 = 9,
 } sl_arch;
 
@@ -33,6 +34,14 @@ enum {
      * with the highest sum of their top-2 biased scores; weights the unbiased scores of the chosen, divided by
      * their sum when norm_topk, times routed_scale (GLM-4.5, DeepSeek-V3) */
     SL_ROUTER_SIGMOID_GROUP = 2,
+};
+
+/* What a routed expert computes (moe.c). */
+enum {
+    SL_EXPERT_SWIGLU = 0, /* down(silu(gate x) * up x) */
+    /* gpt-oss: gu = gate_up x + b (rows interleaved: gate even, up odd), g = min(gate, limit), u = clamp(up, +-limit),
+     * down((u + 1) * g * sigmoid(1.702 g)) + b */
+    SL_EXPERT_GPTOSS = 1,
 };
 
 /* RoPE frequency table (model/rope.h). */
@@ -79,6 +88,7 @@ typedef struct sl_config {
 
     uint8_t layer_linear[SL_MAX_LAYERS]; /* 1: Gated DeltaNet, 0: full attention */
     uint8_t layer_moe[SL_MAX_LAYERS];    /* 1: routed experts, 0: dense MLP */
+    uint8_t layer_sliding[SL_MAX_LAYERS]; /* 1: sliding-window attention over the last sliding_window positions */
 
     /* 1: the zero-centred norm weights are stored already shifted (1 + w), as mlx-lm saves them for
      * qwen3_next / qwen3_5_moe; the engine then uses them as plain weights (zero_centred_norm off for
@@ -117,6 +127,11 @@ typedef struct sl_config {
     int v_head_dim;      /* v_head_dim */
     int rope_interleave; /* RoPE on adjacent pairs, de-interleaved first (transformers' rope_interleave) */
     double attn_scale;   /* softmax scale of q.k; 0: 1/sqrt(head_dim) */
+    /* gpt-oss */
+    int sliding_window;  /* keys a sliding layer's query sees, itself included (transformers: kv > q - window) */
+    int attn_sinks;      /* per-head sink logits in the softmax denominator (lw->sinks) */
+    int expert_kind;     /* SL_EXPERT_* */
+    double swiglu_limit; /* SL_EXPERT_GPTOSS clamp (7.0) */
 } sl_config;
 
 /* The scalar fields of sl_config as the manifest stores them: X(name, type, presence) with type I (int),
@@ -134,7 +149,8 @@ typedef struct sl_config {
     X(yarn_beta_fast, D, O) X(yarn_beta_slow, D, O) X(yarn_mscale, D, O) X(yarn_mscale_all_dim, D, O)              \
     X(yarn_truncate, I, O) X(rope_attn_factor, D, O)   \
     X(q_lora, I, O) X(kv_lora, I, O) X(qk_nope, I, O)                \
-    X(v_head_dim, I, O) X(rope_interleave, I, O) X(attn_scale, D, O)
+    X(v_head_dim, I, O) X(rope_interleave, I, O) X(attn_scale, D, O) \
+    X(sliding_window, I, O) X(attn_sinks, I, O) X(expert_kind, I, O) X(swiglu_limit, D, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024

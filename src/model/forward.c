@@ -203,6 +203,7 @@ fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
     if (has_lin && !cfg->split_lin_proj) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
     ws->n_mix = imax(has_attn ? imax(nh * hd, nh * cfg->v_head_dim) : 1, has_lin ? nv * dv : 1);
     ws->n_ffn = imax(imax(cfg->moe_inter, cfg->shared_inter), imax(cfg->dense_inter, 1));
+    if (cfg->expert_kind == SL_EXPERT_GPTOSS) ws->n_ffn = imax(ws->n_ffn, 2 * cfg->moe_inter); /* fused gate_up rows */
     int E = imax(cfg->n_experts, 1), k = imax(cfg->n_experts_used, 1);
     /* k, v: [B][nkv*hd] each; MLA: k the kv_a output [B][kv_lora + rot_dim], v the q_a output [B][q_lora] */
     int kvrow = imax(nkv * hd, cfg_kv_row(cfg)), vrow = imax(nkv * hd, cfg->q_lora);
@@ -318,7 +319,11 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
          !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)) && /* attention.c: q rows [nh*hd] */
          (c->rope_type == SL_ROPE_DEFAULT || (c->rope_type == SL_ROPE_YARN && c->rope_orig_max_pos > 0 &&
                                               c->rope_factor > 0 && c->rope_attn_factor >= 0)) &&
-         cfg_mla_ok(c);
+         cfg_mla_ok(c) &&
+         (c->expert_kind == SL_EXPERT_SWIGLU || (c->expert_kind == SL_EXPERT_GPTOSS && c->swiglu_limit > 0));
+    for (int l = 0; ok && l < c->n_layers; l++)
+        if (c->layer_sliding[l]) ok = !c->layer_linear[l] && c->sliding_window >= 1;
+
     for (int l = 0; ok && l < c->n_layers; l++) {
         if (c->layer_moe[l])
             ok = c->n_experts > 0 && c->n_experts_used > 0 && c->n_experts_used <= c->n_experts && c->moe_inter > 0;
@@ -359,7 +364,8 @@ static int same_shape(const sl_config *a, const sl_config *b) {
         a->shared_inter != b->shared_inter || a->dense_inter != b->dense_inter || a->lin_nk != b->lin_nk ||
         a->lin_nv != b->lin_nv || a->lin_dk != b->lin_dk || a->lin_dv != b->lin_dv || a->conv_k != b->conv_k ||
         a->split_lin_proj != b->split_lin_proj || a->rot_dim != b->rot_dim || a->q_lora != b->q_lora ||
-        a->kv_lora != b->kv_lora || a->qk_nope != b->qk_nope || a->v_head_dim != b->v_head_dim)
+        a->kv_lora != b->kv_lora || a->qk_nope != b->qk_nope || a->v_head_dim != b->v_head_dim ||
+        a->expert_kind != b->expert_kind)
         return 0;
     return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear);
 }

@@ -39,6 +39,8 @@ typedef struct sl_layer_w {
      * kv_b [nh*(dn+dv), kv_lora]; o [H, nh*dv] */
     sl_mat q_a, q_b, kv_a, kv_b;
     float *q_a_norm, *kv_a_norm;
+    float *o_bias;                   /* [H] o_proj bias (gpt-oss), else NULL */
+    float *sinks;                    /* [nh] per-head sink logits when cfg->attn_sinks (gpt-oss), else NULL */
 
     /* Gated DeltaNet */
     sl_mat qkvz, ba;         /* qwen3_next: grouped per key head (MODELS.md 3.5.1) */
@@ -51,6 +53,7 @@ typedef struct sl_layer_w {
     /* MoE */
     sl_mat router;                        /* [E, H] */
     float *router_bias;                   /* [E] e_score_correction_bias (SL_ROUTER_SIGMOID_GROUP), else NULL */
+    float *router_lbias;                  /* [E] the router Linear's bias, added to its logits (gpt-oss), else NULL */
     sl_mat sh_gate, sh_up, sh_down;       /* shared expert (Next, 3.5) */
     sl_mat sh_expert_gate;                /* [1, H] */
     /* dense MLP */
@@ -64,9 +67,12 @@ typedef struct sl_weights {
     sl_layer_w layers[SL_MAX_LAYERS];
 } sl_weights;
 
-/* One routed expert: gate, up [I, H]; down [H, I]. */
+/* One routed expert: gate, up [I, H]; down [H, I] (SL_EXPERT_SWIGLU); or gate_up [2I, H] (rows interleaved
+ * gate, up), down [H, I] and the biases gate_up_bias [2I], down_bias [H] (SL_EXPERT_GPTOSS). Absent parts NULL. */
 typedef struct sl_expert {
     sl_mat gate, up, down;
+    sl_mat gate_up;
+    const float *gate_up_bias, *down_bias;
 } sl_expert;
 
 /* Where routed experts come from.

@@ -172,6 +172,72 @@ static void swiglu_ffn(const kern_ops *ops, sl_pool *pool, const sl_mat *gate, c
     kern_matmul(ops, pool, down, g, (size_t)inter, y, (size_t)H, n);
 }
 
+static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, char *err, size_t errlen);
+
+/* SL_EXPERT_GPTOSS (modeling_gpt_oss.py GptOssExperts): gu = gate_up x + b [n][2I], rows interleaved (gate even, up
+ * odd); gate clamped above at limit, up to [-limit, limit]; act = (up + 1) * gate * sigmoid(1.702 gate) [n][I];
+ * y = down act + b. gu: [n][2I], act: [n][I] scratch. */
+static void gptoss_ffn(const kern_ops *ops, sl_pool *pool, const sl_expert *ex, float limit, const float *x, int n,
+                       int H, int I, float *gu, float *act, float *y) {
+    const float alpha = 1.702f;
+    kern_matmul(ops, pool, &ex->gate_up, x, (size_t)H, gu, (size_t)(2 * I), n);
+    for (int t = 0; t < n; t++) {
+        const float *g = gu + (size_t)t * 2 * I;
+        float *a = act + (size_t)t * I;
+        for (int i = 0; i < I; i++) {
+            float gate = g[2 * i] + ex->gate_up_bias[2 * i], up = g[2 * i + 1] + ex->gate_up_bias[2 * i + 1];
+            gate = gate > limit ? limit : gate;
+            up = up > limit ? limit : up < -limit ? -limit : up;
+            float glu = gate * kern_sigmoid(gate * alpha);
+            a[i] = (up + 1.0f) * glu;
+        }
+    }
+    kern_matmul(ops, pool, &ex->down, act, (size_t)I, y, (size_t)H, n);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < H; i++) y[(size_t)t * H + i] += ex->down_bias[i];
+}
+
+/* One expert over n gathered rows x [n][H] into y [n][H], as cfg->expert_kind says; g, u: [n][n_ffn] scratch. */
+static void expert_ffn(const kern_ops *ops, sl_pool *pool, const sl_config *cfg, const sl_expert *ex, const float *x,
+                       int n, float *g, float *u, float *y) {
+    const int H = cfg->hidden, I = cfg->moe_inter;
+    if (cfg->expert_kind == SL_EXPERT_GPTOSS) gptoss_ffn(ops, pool, ex, (float)cfg->swiglu_limit, x, n, H, I, g, u, y);
+    else swiglu_ffn(ops, pool, &ex->gate, &ex->up, &ex->down, x, n, H, I, g, u, y);
+}
+
+/* The logits of n rows' router (with its Linear bias, gpt-oss) into out [n][E]. */
+static void router_logits(const kern_ops *ops, sl_pool *pool, const sl_config *cfg, const sl_layer_w *lw,
+                          const float *h, int n, float *out) {
+    const int H = cfg->hidden, E = cfg->n_experts;
+    kern_matmul(ops, pool, &lw->router, h, (size_t)H, out, (size_t)E, n);
+    if (lw->router_lbias)
+        for (int t = 0; t < n; t++)
+            for (int e = 0; e < E; e++) out[(size_t)t * E + e] += lw->router_lbias[e];
+}
+
+static int check_mat_part(const sl_mat *m, int rows, int cols, const char *name, int layer, int e, char *err,
+                          size_t errlen) {
+    if (!m->data || m->rows != rows || m->cols != cols || m->dtype <= DT_NONE || m->dtype >= DT_COUNT ||
+        m->dtype == DT_F8E4M3 || (q_is_quant(m->dtype) && (!m->scales || m->group <= 0 || m->cols % m->group))) {
+        fwd_errf(err, errlen, "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16/q8/q4/q3/mxfp4",
+                 layer, e, name, m->data ? dt_name(m->dtype) : "missing", m->rows, m->cols, rows, cols);
+        return SL_EINVAL;
+    }
+    return 0;
+}
+
+static int check_expert_kind(const sl_config *cfg, const sl_expert *ex, int layer, int e, char *err, size_t errlen) {
+    const int I = cfg->moe_inter, H = cfg->hidden;
+    if (cfg->expert_kind != SL_EXPERT_GPTOSS) return check_expert(ex, I, H, layer, e, err, errlen);
+    int rc = check_mat_part(&ex->gate_up, 2 * I, H, "gate_up_proj", layer, e, err, errlen);
+    if (!rc) rc = check_mat_part(&ex->down, H, I, "down_proj", layer, e, err, errlen);
+    if (!rc && (!ex->gate_up_bias || !ex->down_bias)) {
+        fwd_errf(err, errlen, "layer %d expert %d: %s missing", layer, e, ex->gate_up_bias ? "down_proj_bias" : "gate_up_proj_bias");
+        rc = SL_EINVAL;
+    }
+    return rc;
+}
+
 static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, char *err, size_t errlen) {
     const sl_mat *m[3] = {&ex->gate, &ex->up, &ex->down};
     const int rows[3] = {I, I, H}, cols[3] = {H, H, I};
@@ -192,13 +258,13 @@ static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, cha
 /* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. */
 static int apply_expert(fwd_ws *ws, const sl_config *cfg, sl_pool *pool, int layer, int e, const sl_expert *ex,
                         char *err, size_t errlen) {
-    const int H = cfg->hidden, k = cfg->n_experts_used, I = cfg->moe_inter;
-    int rc = check_expert(ex, I, H, layer, e, err, errlen);
+    const int H = cfg->hidden, k = cfg->n_experts_used;
+    int rc = check_expert_kind(cfg, ex, layer, e, err, errlen);
     if (rc) return rc;
     int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start;
     for (int i = 0; i < cnt; i++)
         memcpy(ws->ffn_x + (size_t)i * H, ws->h + (size_t)ws->e_tok[start + i] * H, (size_t)H * sizeof(float));
-    swiglu_ffn(ws->ops, pool, &ex->gate, &ex->up, &ex->down, ws->ffn_x, cnt, H, I, ws->ffn_g, ws->ffn_u, ws->ffn_y);
+    expert_ffn(ws->ops, pool, cfg, ex, ws->ffn_x, cnt, ws->ffn_g, ws->ffn_u, ws->ffn_y);
     for (int i = 0; i < cnt; i++) {
         int t = ws->e_tok[start + i], s = ws->e_slot[start + i];
         memcpy(ws->exp_out + ((size_t)t * k + s) * H, ws->ffn_y + (size_t)i * H, (size_t)H * sizeof(float));
@@ -243,7 +309,8 @@ static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_l
     if (!ws->prefetch || !experts->prefetch || !next_lw || n > PREFETCH_MAX_TOKENS || !next_lw->router.data) return;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     fwd_norm_rows(ws->ops, ws->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x, n, H);
-    if (kern_matmul(ws->ops, pool, &next_lw->router, ws->ffn_x, (size_t)H, ws->router, (size_t)E, n)) return;
+    if (!next_lw->router.data) return;
+    router_logits(ws->ops, pool, cfg, next_lw, ws->ffn_x, n, ws->router);
     memset(ws->pf_mark, 0, (size_t)E);
     int np = 0;
     for (int t = 0; t < n; t++) {
@@ -290,7 +357,7 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     const kern_ops *ops = ws->ops;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
 
-    kern_matmul(ops, pool, &lw->router, ws->h, (size_t)H, ws->router, (size_t)E, n);
+    router_logits(ops, pool, cfg, lw, ws->h, n, ws->router);
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = ws->top_e + (size_t)t * k;
@@ -350,8 +417,8 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
 int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
                  sl_pool *pool, int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen) {
     const kern_ops *ops = ws->ops;
-    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used, I = cfg->moe_inter;
-    kern_matmul(ops, pool, &lw->router, h, (size_t)H, wb->router, (size_t)E, n);
+    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
+    router_logits(ops, pool, cfg, lw, h, n, wb->router);
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = wb->top_e + (size_t)t * k;
@@ -399,13 +466,13 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
             fwd_errf(err, errlen, "layer %d: expert source delivered expert %d out of order (expected %d)", layer, got, e);
             rc = SL_EINVAL;
         }
-        if (!rc) rc = check_expert(&ex, I, H, layer, e, err, errlen);
+        if (!rc) rc = check_expert_kind(cfg, &ex, layer, e, err, errlen);
         int start = e > 0 ? ws->e_count[e - 1] : 0, end = ws->e_count[e];
         for (int c0 = start; !rc && c0 < end; c0 += FWD_BATCH) {
             int cnt = end - c0 < FWD_BATCH ? end - c0 : FWD_BATCH;
             for (int j = 0; j < cnt; j++)
                 memcpy(ws->ffn_x + (size_t)j * H, h + (size_t)wb->e_tok[c0 + j] * H, (size_t)H * sizeof(float));
-            swiglu_ffn(ops, pool, &ex.gate, &ex.up, &ex.down, ws->ffn_x, cnt, H, I, ws->ffn_g, ws->ffn_u, ws->ffn_y);
+            expert_ffn(ops, pool, cfg, &ex, ws->ffn_x, cnt, ws->ffn_g, ws->ffn_u, ws->ffn_y);
             for (int j = 0; j < cnt; j++) {
                 int t = wb->e_tok[c0 + j], s = wb->e_slot[c0 + j];
                 ops->axpy(wb->top_w[(size_t)t * k + s], ws->ffn_y + (size_t)j * H, out + (size_t)t * H, H);

@@ -6,7 +6,6 @@
 
 #include "model/arch.h"
 
-const char *const arch_expert_part_names[3] = {"gate_proj", "up_proj", "down_proj"};
 
 typedef struct {
     arch_tensor *v;
@@ -61,11 +60,21 @@ int arch_backbone_tensors(const sl_config *c, arch_tensor **out) {
 }
 
 void arch_expert_shape(const sl_config *c, int part, int64_t shape[2]) {
-    const arch_desc *a = arch_get(c->arch);
-    if (!a || part < 0 || part >= ARCH_N_PARTS) {
+    const arch_pdef *p = arch_part(c, part);
+    if (!p) {
         shape[0] = shape[1] = 0;
         return;
     }
-    shape[0] = arch_dim_value(c, a->parts[part].rows);
-    shape[1] = arch_dim_value(c, a->parts[part].cols);
+    shape[0] = arch_dim_value(c, p->rows);
+    shape[1] = arch_dim_value(c, p->cols);
+}
+
+const char *arch_expert_part_name(const sl_config *c, int part) {
+    const arch_pdef *p = arch_part(c, part);
+    return p ? p->name : "?";
+}
+
+int arch_expert_part_is_vec(const sl_config *c, int part) {
+    const arch_pdef *p = arch_part(c, part);
+    return p && p->kind == AK_VEC;
 }

@@ -25,8 +25,11 @@ typedef struct arch_tensor {
  * failure or an unknown family. Routed experts are not listed (see arch_expert_shape). */
 int arch_backbone_tensors(const sl_config *c, arch_tensor **out);
 
-/* Shape of routed-expert part p (0 gate_proj, 1 up_proj, 2 down_proj): [rows, cols]. */
+/* Routed-expert part p of the family (arch_n_parts of them; 0 gate_proj, 1 up_proj, 2 down_proj for SwiGLU
+ * experts): its shape [rows, cols] (a bias: [rows, 1], always stored f32), its canonical name, whether it is
+ * a bias vector. */
 void arch_expert_shape(const sl_config *c, int part, int64_t shape[2]);
-extern const char *const arch_expert_part_names[3];
+const char *arch_expert_part_name(const sl_config *c, int part);
+int arch_expert_part_is_vec(const sl_config *c, int part);
 
 #endif

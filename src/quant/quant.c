@@ -8,6 +8,8 @@
  */
 #include "quant/quant.h"
 
+#include "kernels/mxfp4.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +24,7 @@ int q_bits(sl_dtype dt) {
     case DT_Q8: return 8;
     case DT_Q4: return 4;
     case DT_Q3: return 3;
+    case DT_MXFP4: return 4;
     default: return 0;
     }
 }
@@ -29,6 +32,7 @@ int q_bits(sl_dtype dt) {
 uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtype sdt) {
     int b = q_bits(dt);
     if (!b) return (uint64_t)rows * (uint64_t)cols * dt_size(dt);
+    if (dt == DT_MXFP4) return (uint64_t)rows * (uint64_t)(cols / 2) + (uint64_t)rows * (uint64_t)(cols / 32);
     uint64_t codes = (uint64_t)rows * (uint64_t)cols * (uint64_t)b / 8;
     uint64_t ng = group > 0 ? (uint64_t)rows * (uint64_t)(cols / group) : 0;
     return codes + ng * dt_size(sdt) * (dt == DT_Q3 ? 1 : 2);
@@ -36,6 +40,13 @@ uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtyp
 
 int q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, char *why, size_t whylen) {
     if (!q_is_quant(dt)) return 0;
+    if (dt == DT_MXFP4) {
+        if (cols <= 0 || cols % 32) {
+            snprintf(why, whylen, "mxfp4 blocks of 32 do not divide the row of %lld columns", (long long)cols);
+            return -1;
+        }
+        return 0;
+    }
     if (group != 32 && group != 64 && group != 128) {
         snprintf(why, whylen, "group size %d is not 32, 64 or 128", group);
         return -1;
@@ -60,6 +71,11 @@ void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, in
     m->cols = cols;
     int b = q_bits(dt);
     if (!b) return;
+    if (dt == DT_MXFP4) {
+        m->scales = (const uint8_t *)data + (size_t)rows * (size_t)(cols / 2);
+        m->group = 32;
+        return;
+    }
     size_t codes = (size_t)rows * (size_t)cols * (size_t)b / 8, ng = (size_t)rows * (size_t)(cols / group);
     m->scales = (const uint8_t *)data + codes;
     m->biases = dt == DT_Q3 ? NULL : (const uint8_t *)data + codes + ng * dt_size(sdt);
@@ -150,6 +166,10 @@ void q_row_to_f32(const sl_mat *m, int r, float *out) {
         return;
     }
     const uint8_t *row = (const uint8_t *)m->data + (size_t)r * (size_t)cols * (size_t)bits / 8;
+    if (m->dtype == DT_MXFP4) {
+        mxfp4_row_scalar(row, (const uint8_t *)m->scales + (size_t)r * (size_t)(cols / 32), cols, out);
+        return;
+    }
     const int ng = cols / m->group;
     for (int g = 0; g < ng; g++) {
         float s = q_scale_at(m->scales, m->sdtype, (size_t)r * ng + g);
@@ -239,8 +259,14 @@ static void q3_group(const float *v, int n, sl_dtype sdt, float *os, uint8_t *ro
     *os = best_s;
 }
 
+static void mxfp4_quantize(const float *w, int rows, int cols, uint8_t *out);
+
 void q_quantize(sl_dtype dt, const float *w, int rows, int cols, int group, sl_dtype sdt, uint32_t seed,
                 void *out) {
+    if (dt == DT_MXFP4) {
+        mxfp4_quantize(w, rows, cols, out);
+        return;
+    }
     const int bits = q_bits(dt), ng = cols / group;
     const size_t row_bytes = (size_t)cols * (size_t)bits / 8;
     sl_mat m;
@@ -263,4 +289,30 @@ void q_quantize(sl_dtype dt, const float *w, int rows, int cols, int group, sl_d
             store((void *)m.scales, sdt, (size_t)r * ng + g, s);
         }
     }
+}
+
+/* ---- mxfp4 ----------------------------------------------------------------------------------- */
+
+/* OCP MX: per block of 32 the shared exponent floor(log2 amax) - 2 (E2M1's largest is 6 = 1.5 * 2^2), each value
+ * the nearest E2M1 level of w / 2^e (ties to the smaller magnitude), as tools/make_fixtures.py quantises. */
+static void mxfp4_quantize(const float *w, int rows, int cols, uint8_t *out) {
+    uint8_t *codes = out, *scales = out + (size_t)rows * (size_t)(cols / 2);
+    memset(codes, 0, (size_t)rows * (size_t)(cols / 2));
+    for (int r = 0; r < rows; r++)
+        for (int g = 0; g < cols / 32; g++) {
+            const float *b = w + (size_t)r * cols + (size_t)g * 32;
+            float amax = 0;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(b[i]));
+            int e = amax > 0 ? (int)floorf(log2f(amax)) - 2 : -127;
+            if (e < -127) e = -127;
+            if (e > 127) e = 127;
+            scales[(size_t)r * (cols / 32) + g] = (uint8_t)(e + 127);
+            for (int i = 0; i < 32; i++) {
+                float v = ldexpf(b[i], -e);
+                int best = 0;
+                for (int k = 1; k < 16; k++)
+                    if (fabsf(v - MXFP4_VALUES[k]) < fabsf(v - MXFP4_VALUES[best])) best = k;
+                codes[(size_t)r * (cols / 2) + (size_t)g * 16 + i / 2] |= (uint8_t)(best << ((i & 1) * 4));
+            }
+        }
 }

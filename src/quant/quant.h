@@ -12,6 +12,10 @@
  * v[i] = scale * Q3_LEVELS[code]; R is orthonormal, so w . x = sum over groups of v . (R x): a matmul
  * rotates x once per call (q3_rotate) and never rotates weights.
  * Groups are 32, 64 or 128 and must divide cols. Everything here is deterministic and thread-safe.
+ * mxfp4 (gpt-oss, OCP Microscaling; transformers' integrations/mxfp4.py): codes [rows][cols/2], two E2M1 codes
+ * a byte, the even column in the low nibble, then scales [rows][cols/32] of E8M0 bytes (sdtype DT_NONE, group
+ * 32 always): w[r][c] = MXFP4_VALUES[code] * 2^(scale - 127), exactly as convert_moe_packed_tensors computes it
+ * (kernels/mxfp4.h).
  */
 #ifndef SL_QUANT_H
 #define SL_QUANT_H
@@ -27,7 +31,7 @@ extern const float Q3_LEVELS[8];
 
 /* Bits per code of a quantized dtype, 0 for other types. */
 int q_bits(sl_dtype dt);
-static inline int q_is_quant(sl_dtype dt) { return dt == DT_Q8 || dt == DT_Q4 || dt == DT_Q3; }
+static inline int q_is_quant(sl_dtype dt) { return dt == DT_Q8 || dt == DT_Q4 || dt == DT_Q3 || dt == DT_MXFP4; }
 
 /* Bytes of a [rows][cols] matrix of dtype dt: rows*cols*dt_size for plain types, the layout above for
  * quantized ones (group, sdt ignored for plain types). */

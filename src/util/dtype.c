@@ -22,6 +22,7 @@ const char *dt_name(sl_dtype t) {
     case DT_Q8: return "q8";
     case DT_Q4: return "q4";
     case DT_Q3: return "q3";
+    case DT_MXFP4: return "mxfp4";
     default: return "none";
     }
 }

@@ -19,11 +19,12 @@ typedef enum {
     DT_Q8 = 5,  /* 8-bit group-affine, MLX layout */
     DT_Q4 = 6,  /* 4-bit group-affine, MLX layout */
     DT_Q3 = 7,  /* 3-bit rotated Lloyd-Max codebook */
+    DT_MXFP4 = 8, /* OCP MX FP4 (E2M1) in blocks of 32 with an E8M0 scale each, gpt-oss's released layout */
     DT_COUNT
 } sl_dtype;
 
 size_t dt_size(sl_dtype t);          /* bytes per element; 0 for quantized types (see q_mat_bytes) */
-const char *dt_name(sl_dtype t);     /* "f32", "f16", "bf16", "f8e4m3", "q8", "q4", "q3" */
+const char *dt_name(sl_dtype t);     /* "f32", "f16", "bf16", "f8e4m3", "q8", "q4", "q3", "mxfp4" */
 sl_dtype dt_from_name(const char *s);        /* our names; DT_NONE if unknown */
 sl_dtype dt_from_safetensors(const char *s); /* "F32", "F16", "BF16", "F8_E4M3"; DT_NONE if unknown */
 

@@ -56,7 +56,7 @@
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* SwiGLU experts: gate_proj, up_proj [I, H]; down_proj [H, I]. */
-extern const arch_pdef arch_swiglu_parts[ARCH_N_PARTS];
+extern const arch_pdef arch_swiglu_parts[3];
 
 /* Config hooks shared by the Qwen families. */
 void arch_qwen_moe_config(hfc *c, sl_config *o);   /* Qwen3-MoE, Qwen2-MoE: norm_topk_prob, sparse layers */

@@ -26,18 +26,18 @@ static const arch_tdef tensors[] = {
     T_HEAD,
 };
 
-static const arch_pdef parts[ARCH_N_PARTS] = {
-    {"gate_proj", "w1", AD_I, AD_H, EW(gate)},
-    {"up_proj", "w3", AD_I, AD_H, EW(up)},
-    {"down_proj", "w2", AD_H, AD_I, EW(down)},
+static const arch_pdef parts[3] = {
+    {"gate_proj", "w1", AD_I, AD_H, EW(gate), AK_MAT, 0},
+    {"up_proj", "w3", AD_I, AD_H, EW(up), AK_MAT, 0},
+    {"down_proj", "w2", AD_H, AD_I, EW(down), AK_MAT, 0},
 };
 
 static const char *const renames[] = {"block_sparse_moe.", "mlp.", NULL};
 
 /* mistralai/Mixtral-8x7B-v0.1 and Mixtral-8x22B-v0.1 config.json */
 static const arch_shape shapes[] = {
-    {"mixtral-8x7b", 32000, 4096, 32, 32, 8, 128, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 32768, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0},
-    {"mixtral-8x22b", 32000, 6144, 56, 48, 8, 128, 8, 2, 16384, 0, 0, 0, 0, 0, 0, 65536, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0},
+    {"mixtral-8x7b", 32000, 4096, 32, 32, 8, 128, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 32768, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0},
+    {"mixtral-8x22b", 32000, 6144, 56, 48, 8, 128, 8, 2, 16384, 0, 0, 0, 0, 0, 0, 65536, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0},
 };
 
 static const char *const hf_types[] = {"mixtral", NULL};

@@ -26,7 +26,7 @@ static const arch_tdef tensors[] = {
 };
 
 static const arch_shape shapes[] = {
-    {"qwen3.5-35b-a3b", 248320, 2048, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 4, 262144, 1e7, 0.25, 1, 0, 0, 0, 0, 0, 0.0, 0},
+    {"qwen3.5-35b-a3b", 248320, 2048, 40, 16, 2, 256, 256, 8, 512, 512, 16, 32, 128, 128, 4, 262144, 1e7, 0.25, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0},
 };
 
 static const char *const hf_types[] = {"qwen3_5_moe", "qwen3_5_moe_text", NULL};

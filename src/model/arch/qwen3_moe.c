@@ -6,10 +6,10 @@
 #include "model/arch/common.h"
 
 /* the SwiGLU expert parts every family so far uses */
-const arch_pdef arch_swiglu_parts[ARCH_N_PARTS] = {
-    {"gate_proj", NULL, AD_I, AD_H, EW(gate)},
-    {"up_proj", NULL, AD_I, AD_H, EW(up)},
-    {"down_proj", NULL, AD_H, AD_I, EW(down)},
+const arch_pdef arch_swiglu_parts[3] = {
+    {"gate_proj", NULL, AD_I, AD_H, EW(gate), AK_MAT, 0},
+    {"up_proj", NULL, AD_I, AD_H, EW(up), AK_MAT, 0},
+    {"down_proj", NULL, AD_H, AD_I, EW(down), AK_MAT, 0},
 };
 
 void arch_qwen_moe_config(hfc *c, sl_config *o) {
@@ -25,8 +25,8 @@ static const arch_tdef tensors[] = {
 };
 
 static const arch_shape shapes[] = {
-    {"qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0},
-    {"qwen3-235b-a22b", 151936, 4096, 94, 64, 4, 128, 128, 8, 1536, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0},
+    {"qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0},
+    {"qwen3-235b-a22b", 151936, 4096, 94, 64, 4, 128, 128, 8, 1536, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0},
 };
 
 static const char *const hf_types[] = {"qwen3_moe", NULL};
