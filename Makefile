@@ -1,6 +1,6 @@
 # sluice — build. `make`, `make test`, `make asan`, `make bench`, `make run`, `make install PREFIX=...`
 CC      ?= cc
-BUILD   ?= build
+BUILD   ?= $(if $(filter 1,$(CUDA)),build/cuda,build)
 OPT     ?= -O2
 CFLAGS  ?=
 CPPFLAGS += -Iinclude -Isrc -D_GNU_SOURCE
@@ -20,6 +20,28 @@ TEST_SRC := $(sort $(wildcard tests/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+# The CUDA tier (issue 13, docs/CUDA.md): `make CUDA=1` (into build/cuda) adds src/backend/cuda/*.cu, built
+# by nvcc for CUDA_ARCH, to libsluice and links the CUDA runtime; without CUDA=1 nothing changes.
+ifeq ($(CUDA),1)
+NVCC      ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA_ARCH ?= sm_90
+CU_SRC    := $(sort $(wildcard src/backend/cuda/*.cu))
+LIB_OBJ   += $(CU_SRC:%.cu=$(BUILD)/%.o)
+CPPFLAGS  += -DSL_CUDA=1
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+$(BUILD)/%.o: %.cu | setup-build
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $<"
+	@$(NVCC) -std=c++17 -arch=$(CUDA_ARCH) -O3 -Iinclude -Isrc -D_GNU_SOURCE -Xcompiler -Wall,-Wextra -MMD -MP -c $< -o $@
+$(BUILD)/test_cuda: tests/cuda/test_cuda.c $(BUILD)/libsluice.a
+	$(CC) $(CPPFLAGS) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+# The kernels against the CPU oracle (and, with ARGS=--bench, their bandwidth): needs a GPU; exit 77 = none.
+test-cuda: $(BUILD)/test_cuda
+	@$(BUILD)/test_cuda $(ARGS); rc=$$?; if [ $$rc = 77 ]; then echo "test-cuda: no usable CUDA device here (skipped)"; else exit $$rc; fi
+all: $(BUILD)/test_cuda
+endif
 
 all: $(BUILD)/sluice $(BUILD)/libsluice.a
 
@@ -133,6 +155,8 @@ install: all $(BUILD)/sluice.1
 clean:
 	rm -rf build
 
+
+.PHONY: test-cuda
 .PHONY: all setup-build setup-test test asan bench bench-serve bench-scale quant-eval demo-eval locality run install clean fuzz fuzz-build
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 

@@ -1,0 +1,250 @@
+/*
+ * cuda_mat.cu — matrix kernels of the CUDA tier (cuda.h): y = W x for up to 8 tokens per pass, W in the
+ * container's layouts (f32, bf16, f16, MLX group-affine q8 / q4: src/quant/quant.h).
+ *
+ * One warp per output row, ROWS_PER_BLOCK warps per block. A lane reads 16 bytes of the row at a time
+ * (32 q4 codes, 16 q8 codes, 8 bf16/f16, 4 f32: coalesced across the warp, several loads in flight),
+ * multiplies them with the matching x values of every token and keeps one partial sum per token; the
+ * 32 partial sums are then added by a fixed butterfly. For q8/q4 a 16-byte piece never straddles a
+ * group (groups are >= 32 columns and pieces are aligned), so per piece acc += s * dot(q, x) + b * sum(x).
+ * The order of every addition depends only on the shapes: results are bitwise repeatable.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+
+#define MAXT 8           /* tokens per pass */
+#define ROWS_PER_BLOCK 8 /* warps per block */
+
+static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
+    if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+__device__ __forceinline__ float scale_at(const void *p, sl_dtype sdt, size_t i) {
+    if (sdt == DT_F32) return ((const float *)p)[i];
+    unsigned short h = ((const unsigned short *)p)[i];
+    if (sdt == DT_BF16) return __uint_as_float((unsigned)h << 16);
+    return __half2float(__ushort_as_half(h));
+}
+
+__device__ __forceinline__ float lo_bf16(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float lo_f16(unsigned w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffff))); }
+__device__ __forceinline__ float hi_f16(unsigned w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+
+/* values per 16-byte piece */
+template <int DT> struct piece { static const int n = DT == DT_F32 ? 4 : DT == DT_Q8 ? 16 : DT == DT_Q4 ? 32 : 8; };
+
+/* The n values of one 16-byte piece as floats (codes for q8/q4, unscaled). */
+template <int DT> __device__ __forceinline__ void unpack(uint4 v, float *w) {
+    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (DT == DT_F32) w[k] = __uint_as_float(u[k]);
+        else if (DT == DT_BF16) { w[2 * k] = lo_bf16(u[k]); w[2 * k + 1] = hi_bf16(u[k]); }
+        else if (DT == DT_F16) { w[2 * k] = lo_f16(u[k]); w[2 * k + 1] = hi_f16(u[k]); }
+        else if (DT == DT_Q8) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) w[4 * k + j] = (float)((u[k] >> (8 * j)) & 0xff);
+        } else { /* q4: element c at bits [4c, 4c+4) of the row, LSB first */
+#pragma unroll
+            for (int j = 0; j < 8; j++) w[8 * k + j] = (float)((u[k] >> (4 * j)) & 0xf);
+        }
+    }
+}
+
+template <int DT, int NT>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
+       sl_dtype sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int nt) {
+    const int lane = threadIdx.x & 31, r = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const int P = piece<DT>::n;
+    const size_t row_bytes = DT == DT_Q4 ? (size_t)cols / 2 : DT == DT_Q8 ? (size_t)cols : (size_t)cols * (DT == DT_F32 ? 4 : 2);
+    const uint4 *row = (const uint4 *)(data + (size_t)r * row_bytes);
+    const int npieces = cols / P, ng = (DT == DT_Q8 || DT == DT_Q4) ? cols / group : 0;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    for (int p = lane; p < npieces; p += 32) {
+        float w[P];
+        unpack<DT>(__ldg(row + p), w);
+        const int c0 = p * P;
+        if (DT == DT_Q8 || DT == DT_Q4) {
+            const size_t gi = (size_t)r * ng + c0 / group;
+            const float s = scale_at(scales, sdt, gi), b = scale_at(biases, sdt, gi);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                const float4 *xv = (const float4 *)(x + (size_t)t * cols + c0);
+                float d = 0.f, sx = 0.f;
+#pragma unroll
+                for (int k = 0; k < P / 4; k++) {
+                    float4 q = __ldg(xv + k);
+                    d = fmaf(w[4 * k], q.x, d); d = fmaf(w[4 * k + 1], q.y, d);
+                    d = fmaf(w[4 * k + 2], q.z, d); d = fmaf(w[4 * k + 3], q.w, d);
+                    sx += (q.x + q.y) + (q.z + q.w);
+                }
+                acc[t] = fmaf(s, d, fmaf(b, sx, acc[t]));
+            }
+        } else {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                const float4 *xv = (const float4 *)(x + (size_t)t * cols + c0);
+                float d = acc[t];
+#pragma unroll
+                for (int k = 0; k < P / 4; k++) {
+                    float4 q = __ldg(xv + k);
+                    d = fmaf(w[4 * k], q.x, d); d = fmaf(w[4 * k + 1], q.y, d);
+                    d = fmaf(w[4 * k + 2], q.z, d); d = fmaf(w[4 * k + 3], q.w, d);
+                }
+                acc[t] = d;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = acc[t];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0 && t < nt) y[(size_t)t * rows + r] = v;
+    }
+}
+
+/* Columns that do not fill 16-byte pieces (a row of f32 whose length is not a multiple of 4, ...):
+ * one thread per (row, token), plain loads, the same kind of fixed order. */
+__global__ void matvec_plain(const uint8_t *data, sl_dtype dt, int rows, int cols, const float *x, float *y, int nt) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * nt) return;
+    const int r = i % rows, t = i / rows;
+    float acc = 0.f;
+    for (int c = 0; c < cols; c++) {
+        const size_t k = (size_t)r * cols + c;
+        float w = dt == DT_F32 ? ((const float *)data)[k]
+                : dt == DT_BF16 ? __uint_as_float((unsigned)((const unsigned short *)data)[k] << 16)
+                                : __half2float(__ushort_as_half(((const unsigned short *)data)[k]));
+        acc = fmaf(w, x[(size_t)t * cols + c], acc);
+    }
+    y[(size_t)t * rows + r] = acc;
+}
+
+template <int DT>
+static void launch(const slcu_mat *w, const float *x, float *y, int nt) {
+    dim3 grid((unsigned)((w->rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK)), block(32 * ROWS_PER_BLOCK);
+    const uint8_t *d = (const uint8_t *)w->data;
+#define L(NT) matvec<DT, NT><<<grid, block>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, nt)
+    if (nt == 1) L(1);
+    else if (nt == 2) L(2);
+    else if (nt <= 4) L(4);
+    else L(8);
+#undef L
+}
+
+static int timing;
+static float last_ms;
+static cudaEvent_t ev0, ev1;
+
+extern "C" void slcu_set_timing(int on) {
+    if (on && !ev0) { cudaEventCreate(&ev0); cudaEventCreate(&ev1); }
+    timing = on;
+}
+extern "C" float slcu_last_ms(void) { return last_ms; }
+
+extern "C" int slcu_matmul(const slcu_mat *w, const float *x, float *y, int n, char *msg, size_t msglen) {
+    const int P = w->dtype == DT_F32 ? 4 : w->dtype == DT_Q8 ? 16 : w->dtype == DT_Q4 ? 32 : 8;
+    const int quant = w->dtype == DT_Q8 || w->dtype == DT_Q4;
+    if (w->dtype != DT_F32 && w->dtype != DT_BF16 && w->dtype != DT_F16 && !quant) {
+        if (msg && msglen) snprintf(msg, msglen, "the CUDA matmul has no kernel for %s weights", dt_name(w->dtype));
+        return -1;
+    }
+    if (quant && (w->cols % w->group || w->group % 32)) {
+        if (msg && msglen) snprintf(msg, msglen, "%s group %d does not fit %d columns", dt_name(w->dtype), w->group, w->cols);
+        return -1;
+    }
+    if (timing) cudaEventRecord(ev0);
+    for (int t0 = 0; t0 < n; t0 += MAXT) {
+        const int nt = n - t0 < MAXT ? n - t0 : MAXT;
+        const float *xt = x + (size_t)t0 * w->cols;
+        float *yt = y + (size_t)t0 * w->rows;
+        if (w->cols % P && !quant) {
+            const int th = 128, tot = w->rows * nt;
+            matvec_plain<<<(tot + th - 1) / th, th>>>((const uint8_t *)w->data, w->dtype, w->rows, w->cols, xt, yt, nt);
+        } else if (w->dtype == DT_F32) launch<DT_F32>(w, xt, yt, nt);
+        else if (w->dtype == DT_BF16) launch<DT_BF16>(w, xt, yt, nt);
+        else if (w->dtype == DT_F16) launch<DT_F16>(w, xt, yt, nt);
+        else if (w->dtype == DT_Q8) launch<DT_Q8>(w, xt, yt, nt);
+        else launch<DT_Q4>(w, xt, yt, nt);
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return fail(msg, msglen, "matmul launch", e);
+    if (timing) {
+        cudaEventRecord(ev1);
+        cudaEventSynchronize(ev1);
+        cudaEventElapsedTime(&last_ms, ev0, ev1);
+    }
+    return 0;
+}
+
+extern "C" int slcu_init(char *msg, size_t msglen) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return fail(msg, msglen, "no usable CUDA device (driver)", e);
+    if (n < 1) {
+        if (msg && msglen) snprintf(msg, msglen, "no CUDA device");
+        return -1;
+    }
+    if ((e = cudaSetDevice(0)) != cudaSuccess) return fail(msg, msglen, "cannot use CUDA device 0", e);
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, matvec<DT_F32, 1>)) != cudaSuccess)
+        return fail(msg, msglen, "this build's kernels do not run on CUDA device 0 (built for another architecture?)", e);
+    return 0;
+}
+
+extern "C" void slcu_device_info(char *name, size_t namelen, uint64_t *total, uint64_t *freeb) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) == cudaSuccess && name) snprintf(name, namelen, "%s (sm_%d%d, %d SMs)", p.name, p.major, p.minor, p.multiProcessorCount);
+    size_t f = 0, t = 0;
+    cudaMemGetInfo(&f, &t);
+    if (total) *total = t;
+    if (freeb) *freeb = f;
+}
+
+extern "C" void *slcu_alloc(size_t bytes, char *msg, size_t msglen) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        fail(msg, msglen, "cudaMalloc", e);
+        return NULL;
+    }
+    return p;
+}
+extern "C" void slcu_free(void *p) { if (p) cudaFree(p); }
+extern "C" int slcu_upload(void *dst, const void *src, size_t bytes, char *msg, size_t msglen) {
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    return e == cudaSuccess ? 0 : fail(msg, msglen, "copy to the device", e);
+}
+extern "C" int slcu_download(void *dst, const void *src, size_t bytes, char *msg, size_t msglen) {
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+    return e == cudaSuccess ? 0 : fail(msg, msglen, "copy from the device", e);
+}
+
+/* The bandwidth reference of benchmarks: one device-to-device copy, timed with events. */
+extern "C" int slcu_bench_copy(void *dst, const void *src, size_t bytes, float *ms) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a);
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    cudaEventElapsedTime(ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return e == cudaSuccess ? 0 : -1;
+}
