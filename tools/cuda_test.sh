@@ -8,7 +8,9 @@ b=${1:-build/cuda-test}; shift || true
 arch=${CUDA_ARCH:-sm_90}
 mkdir -p "$b"
 nvcc -std=c++17 -arch="$arch" -O3 -Isrc -Iinclude -c src/backend/cuda/cuda_mat.cu -o "$b/cuda_mat.o"
-cc -std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -Iinclude -D_GNU_SOURCE \
-    tests/cuda/test_cuda.c src/quant/quant.c src/util/dtype.c "$b/cuda_mat.o" \
-    -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart -lstdc++ -lm -o "$b/test_cuda"
+# the oracle's sources only (the dequantisers), each function in its own section so that the linker drops
+# what the test does not reach (the SIMD dispatch, the thread pool) instead of needing the whole library
+cc -std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -Iinclude -D_GNU_SOURCE -ffunction-sections -fdata-sections \
+    tests/cuda/test_cuda.c src/quant/quant.c src/util/dtype.c src/kernels/mxfp4.c "$b/cuda_mat.o" \
+    -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart -lstdc++ -lm -Wl,--gc-sections -o "$b/test_cuda"
 "$b/test_cuda" "$@"
