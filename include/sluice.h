@@ -203,6 +203,11 @@ typedef struct sl_model_params {
                                the predictions prove >= 80% accurate), 1 always, -1 never */
     sl_routing routing;     /* SL_ROUTING_MODEL (default) or SL_ROUTING_UNIFORM */
     uint64_t routing_seed;  /* the uniform router's seed */
+    int exact;              /* 1: q8/q4 matrices multiply f32 activations (the reference: within 1e-4 of
+                               transformers on the dequantized weights); 0 (default): activations quantized
+                               to int8 per 32 values and dotted with the codes directly, as llama.cpp does
+                               (several times faster; accuracy cost in docs/QUANT.md). Same result resident
+                               or streamed, batched or alone, on any thread count, either way */
 } sl_model_params;
 
 sl_model_params sl_model_params_default(void);

@@ -19,8 +19,12 @@
  * doubles); every model is open at once (resident, ~16-95 MB each). The packs are written to a temporary
  * directory and unlinked as soon as they are open.
  *
+ * Modes marked "int8 activations" use the default kernels (q8/q4 matrices dot int8-quantized activations,
+ * docs/QUANT.md); the others the exact ones (sl_model_params.exact), so they measure the weights alone.
+ * --shipped-only needs no master: it compares the shipped model's int8 kernels against its exact ones.
+ *
  * Usage: build/demo_eval [--src DIR] [--text FILE] [--shipped FILE] [--tmp DIR] [--windows N]
- *                        [--threads N] [--json]
+ *                        [--threads N] [--json] [--shipped-only]
  * Defaults: build/demo/out/hf, models/demo/heldout.txt, models/demo.sluice, $TMPDIR or /tmp, every
  * window, threads 0 (= online cores). Markdown on stdout (JSON with --json); progress on stderr.
  *
@@ -50,21 +54,31 @@ typedef struct {
     sl_quant experts, backbone; /* router: pack's default (q8 under a q4/q3 backbone) */
     int group;
     int shipped;                /* 1: not packed here: the --shipped file */
+    int int8;                   /* 1: the default int8-activation kernels for q8/q4; 0: exact (sl_model_params.exact) */
 } mode;
 
-static const mode MODES[] = {
-    {"f32", SL_QUANT_F32, SL_QUANT_F32, 64, 0},
-    {"bf16", SL_QUANT_BF16, SL_QUANT_BF16, 64, 0},
-    {"q8 g64", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0},
-    {"q4 g32", SL_QUANT_Q4, SL_QUANT_Q4, 32, 0},
-    {"q4 g64", SL_QUANT_Q4, SL_QUANT_Q4, 64, 0},
-    {"q4 g128", SL_QUANT_Q4, SL_QUANT_Q4, 128, 0},
-    {"q3 g64", SL_QUANT_Q3, SL_QUANT_Q3, 64, 0},
-    {"q4 experts, q8 rest, g64", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0},
-    {"q3 experts, q8 rest, g64", SL_QUANT_Q3, SL_QUANT_Q8, 64, 0},
-    {"shipped demo.sluice (MLX import: q4 experts, q8 rest, g64)", 0, 0, 0, 1},
+static const mode ALL_MODES[] = {
+    {"f32", SL_QUANT_F32, SL_QUANT_F32, 64, 0, 0},
+    {"bf16", SL_QUANT_BF16, SL_QUANT_BF16, 64, 0, 0},
+    {"q8 g64", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 0},
+    {"q4 g32", SL_QUANT_Q4, SL_QUANT_Q4, 32, 0, 0},
+    {"q4 g64", SL_QUANT_Q4, SL_QUANT_Q4, 64, 0, 0},
+    {"q4 g128", SL_QUANT_Q4, SL_QUANT_Q4, 128, 0, 0},
+    {"q3 g64", SL_QUANT_Q3, SL_QUANT_Q3, 64, 0, 0},
+    {"q4 experts, q8 rest, g64", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 0},
+    {"q3 experts, q8 rest, g64", SL_QUANT_Q3, SL_QUANT_Q8, 64, 0, 0},
+    {"q8 g64, int8 activations", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 1},
+    {"q4 experts, q8 rest, g64, int8 activations", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 1},
+    {"shipped demo.sluice (MLX import: q4 experts, q8 rest, g64)", 0, 0, 0, 1, 0},
+    {"shipped demo.sluice, int8 activations", 0, 0, 0, 1, 1},
 };
-#define N_MODES ((int)(sizeof MODES / sizeof *MODES))
+/* --shipped-only (no BF16 master here): the shipped model with exact kernels is the reference */
+static const mode SHIPPED_MODES[] = {
+    {"shipped demo.sluice, exact kernels (the reference)", 0, 0, 0, 1, 0},
+    {"shipped demo.sluice, int8 activations (the default)", 0, 0, 0, 1, 1},
+};
+static const mode *MODES = ALL_MODES;
+static int N_MODES = (int)(sizeof ALL_MODES / sizeof *ALL_MODES);
 
 typedef struct {
     sl_model *m;
@@ -129,7 +143,7 @@ typedef struct {
 
 static int usage(void) {
     fprintf(stderr, "usage: demo_eval [--src DIR] [--text FILE] [--shipped FILE] [--tmp DIR] [--windows N] "
-                    "[--threads N] [--json]\n");
+                    "[--threads N] [--json] [--shipped-only]\n");
     return 2;
 }
 
@@ -145,6 +159,10 @@ static int parse(int argc, char **argv, args *a) {
         else if (!strcmp(s, "--tmp") && more) a->tmp = argv[++i];
         else if (!strcmp(s, "--windows") && more) a->windows = atoi(argv[++i]);
         else if (!strcmp(s, "--threads") && more) a->threads = atoi(argv[++i]);
+        else if (!strcmp(s, "--shipped-only")) {
+            MODES = SHIPPED_MODES;
+            N_MODES = (int)(sizeof SHIPPED_MODES / sizeof *SHIPPED_MODES);
+        }
         else if (!strcmp(s, "--json")) a->json = 1;
         else return usage();
     }
@@ -174,6 +192,7 @@ static int open_mode(const args *a, int mi, const char *dir, model_run *r, sl_to
     sl_model_params mp = sl_model_params_default();
     mp.resident = 1;
     mp.n_threads = a->threads;
+    mp.exact = !md->int8;
     int rc = sl_model_open(path, &mp, &r->m, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "demo_eval: %s\n", err.msg);
     if (!rc && sl_session_new(r->m, WIN, &r->s)) { fprintf(stderr, "demo_eval: %s\n", sl_model_errmsg(r->m)); rc = 1; }
@@ -257,7 +276,7 @@ int main(int argc, char **argv) {
     args a;
     if (parse(argc, argv, &a)) return 2;
     double t_start = now_s();
-    model_run runs[N_MODES];
+    model_run runs[sizeof ALL_MODES / sizeof *ALL_MODES];
     memset(runs, 0, sizeof runs);
     sl_tokenizer *tok = NULL, *tok_shipped = NULL;
     int32_t *ids = NULL, *ids_shipped = NULL;
@@ -271,7 +290,8 @@ int main(int argc, char **argv) {
     if (!mkdtemp(dir)) { perror(dir); return 1; }
     for (int i = 0; i < N_MODES; i++) {
         if (isatty(2)) fprintf(stderr, "\rpacking and opening %d of %d: %-60s", i + 1, N_MODES, MODES[i].name);
-        if (open_mode(&a, i, dir, &runs[i], i == 0 ? &tok : MODES[i].shipped ? &tok_shipped : NULL)) goto out;
+        if (open_mode(&a, i, dir, &runs[i], i == 0 ? &tok : MODES[i].shipped && !tok_shipped ? &tok_shipped : NULL))
+            goto out;
     }
     if (isatty(2)) fputc('\n', stderr);
     ids = tokenize_file(tok, a.text, &n_ids, &text_bytes);

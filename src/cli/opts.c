@@ -35,6 +35,8 @@ const cli_opt cli_model_opts[] = {
     {"--no-verify", NULL, "skip the xxh3 checksum of each expert block read (default: every read is checked)"},
     {"--threads", "N", "compute threads (default: the number of online cores)"},
     {"--io-depth", "N", "expert reads in flight at most (default: 64)"},
+    {"--exact", NULL, "q8/q4 weights multiply f32 activations, the reference arithmetic (default: activations "
+                      "quantized to int8 per 32 values, as llama.cpp; docs/QUANT.md)"},
     {NULL, NULL, NULL},
 };
 
@@ -44,6 +46,7 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
     const char *v = more ? argv[*i + 1] : NULL;
     if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
     if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
+    if (!strcmp(s, "--exact")) { p->exact = 1; return 1; }
     if (!more) return 0;
     if (!strcmp(s, "--cache")) {
         long long b = cli_parse_size(v);

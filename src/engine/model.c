@@ -296,6 +296,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     if (!m->pool) { st = sl_err(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos);
     if (!m->ws) { st = sl_err(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
+    fwd_ws_set_int8(m->ws, !p->exact);
     free(at);
     *out = m;
     return SL_OK;

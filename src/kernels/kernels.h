@@ -12,12 +12,18 @@
  *  - the reductions (dot, rmsnorm) likewise depend only on n.
  * The scalar order: 8 lane accumulators, lane = column % 8, each lane summed in increasing column
  * order, lanes combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)).
+ *
+ * Two paths for q8/q4 matrices: kern_matmul (exact: f32 activations, the dequantized weights' product)
+ * and kern_matmul_act (the default in a model: activations quantized to int8 per 32 values once, kern_act,
+ * and dotted with the codes, llama.cpp's arithmetic; every table equals the oracle bitwise there).
+ * docs/QUANT.md describes both and their accuracy.
  */
 #ifndef SL_KERNELS_H
 #define SL_KERNELS_H
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model/model.h"
 #include "util/dtype.h"
@@ -31,9 +37,43 @@
 typedef void (*kern_matmul_fn)(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok,
                                int r0, int r1);
 
+/* An activation matrix x [n_tok][cols] (row stride ldx) and its int8 form, made once (on first use by a
+ * q8/q4 matrix) and reused by every matrix that reads x: q/k/v, gate and up, the router and all experts
+ * of a token. Per token and block of 32 columns b (docs/QUANT.md, as llama.cpp's quantize_row_q8_0):
+ *   d_b = max|x| / 127, q_c = round-to-nearest-even(x_c / d_b) in [-127, 127] (0 when d_b = 0),
+ *   s32_b = d_b * (float)sum_b(q), and s64_j = s32_2j + s32_2j+1, s128_j = s64_2j + s64_2j+1 (when
+ * those groups divide cols). The int8 form lives in caller storage of kern_act_bytes(n_tok, cols). */
+typedef struct kern_act {
+    const float *x;
+    size_t ldx;
+    int n_tok, cols;
+    int int8;       /* 1: q8/q4 matrices use the int8-activation kernels; 0: the exact f32 ones */
+    int ready;      /* the int8 form below is filled */
+    int8_t *q;      /* [n_tok][cols] codes, column order */
+    int8_t *q4;     /* [n_tok][cols] the same codes in q4 order: each 128 columns as their 64 even columns
+                       then their 64 odd ones (a shorter last step of m columns as m/2 + m/2), so the low and
+                       high nibbles of 64 bytes of q4 codes dot with contiguous bytes */
+    float *d;       /* [n_tok][nb] block scales, nb = cols / 32 */
+    float *s;       /* [n_tok][ns] s32[nb], s64[nb/2], s128[nb/4]; ns = nb + nb/2 + nb/4 */
+    void *buf;      /* the caller's storage */
+} kern_act;
+
+/* The int8-activation matmul of a q8/q4 matrix: y[t*ldy + r] for r in [r0, r1), t < a->n_tok, a ready.
+ * Canonical arithmetic, which every table reproduces bitwise (integer sums are exact; the float part is
+ * this order, with fused multiply-adds): per output, 16 float lanes acc[] and 8 lanes accb[], zero;
+ * a lane holds P consecutive columns (P = 4 for q8, 8 for q4), 16 lanes a step of 16P columns (a last
+ * step may be short: fewer lanes). For each step in order and each lane l, with c its first column and b
+ * = c / 32 its block, I = sum_{i<P} w_q[c+i] * q[c+i] (exact int), sd = scale(group of c) * d_b,
+ *   acc[l] = fma((float)I, sd, acc[l]);
+ * then for each group j in order: accb[j%8] = fma(bias_j, s<group>_j, accb[j%8]);
+ * y = lanes(h) + lanes(accb), h[i] = acc[i] + acc[i+8], lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
+ * So a result depends only on its own row and token: thread split, batching and streaming never change it. */
+typedef void (*kern_matmul_i8_fn)(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+
 typedef struct kern_ops {
     const char *name;
     kern_matmul_fn matmul[DT_COUNT]; /* indexed by sl_dtype: F32, F16, BF16, Q8, Q4, Q3; others NULL */
+    kern_matmul_i8_fn matmul_i8[DT_COUNT]; /* Q8, Q4; NULL: the scalar oracle's (same result, slower) */
     /* sum_i a[i] * b[i] in the lane order above. */
     float (*dot)(const float *a, const float *b, int n);
     /* y[i] += a * x[i]. */
@@ -61,6 +101,20 @@ const kern_ops *kern_ops_by_name(const char *name);
  * of x for a q3 matrix cannot be allocated. Not reentrant per pool. */
 int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
                 size_t ldy, int n_tok);
+
+/* Bytes of storage a kern_act of n_tok x cols needs. */
+size_t kern_act_bytes(int n_tok, int cols);
+/* Describes x for kern_matmul_act; buf: kern_act_bytes(n_tok, cols) bytes (unused unless int8 and a q8/q4
+ * matrix reads it; may be NULL when int8 is 0). Nothing is computed until a matrix needs it. */
+void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok, int cols, int int8);
+/* Fills a's int8 form if a->int8 and it is not yet filled (idempotent; cols % 32 == 0 required, else
+ * a->int8 is cleared and the exact kernels are used). */
+void kern_act_prepare(kern_act *a);
+/* dst := rows idx[0..n) of src (prepared first), over x_rows ([n][src->cols], the same rows of src->x as
+ * floats, row stride cols); buf as for kern_act_init. Bitwise what preparing x_rows would give. */
+void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, int n, const float *x_rows);
+/* y = W x over a's tokens: the int8-activation kernels for q8/q4 when a->int8, else kern_matmul. */
+int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_act *a, float *y, size_t ldy);
 
 static inline float kern_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float kern_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

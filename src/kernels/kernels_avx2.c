@@ -164,6 +164,102 @@ MM(mm_q8, DT_Q8)
 MM(mm_q4, DT_Q4)
 MM(mm_q3, DT_Q3)
 
+/* ---- int8-activation matmul (kernels.h: kern_matmul_act) -------------------------------------- */
+
+#include "kernels/kernels_i8_x86.h"
+
+/* per 32-bit lane, acc + the sum of 4 u8 x s8 products: maddubs + madd, exact while the codes are below 128
+ * (|127 * 127 * 2| fits int16) */
+static inline __m256i i8_dot(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+/* q8 codes reach 255: split each into its low 7 bits and its top bit, each pair sum then fits int16 */
+static inline __m256i i8_dot8(__m256i acc, __m256i u, __m256i s) {
+    return i8_dot(i8_dot(acc, _mm256_and_si256(u, _mm256_set1_epi8(0x7f)), s),
+                  _mm256_and_si256(u, _mm256_set1_epi8((char)0x80)), s);
+}
+
+/* 16 lanes as two halves of 8: half h holds lanes 8h .. 8h+7 */
+static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl_mat *w, const kern_act *a,
+                                                             float *y, size_t ldy, int r, int nr, int t0, int nt) {
+    i8_blk B;
+    i8_blk_init(&B, dt, w, r, nr);
+    const int cols = B.cols, nb = B.nb, gsh = B.gsh, step = dt == DT_Q8 ? 64 : 128;
+    __m256 acc[I8_KTOK][I8_RB][2];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < I8_RB; i++) acc[t][i][0] = acc[t][i][1] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(15), z = _mm256_setzero_si256();
+    int c0 = 0;
+    for (; c0 + step <= cols; c0 += step) {
+        const int k = c0 / 32;
+        for (int h = 0; h < 2; h++) {
+            /* q8: lanes of half h are block k+h; q4: blocks k+2h and k+2h+1 */
+            __m256i lo[I8_RB], hi[I8_RB];
+            __m256 sv[I8_RB];
+            for (int i = 0; i < I8_RB; i++) {
+                if (dt == DT_Q8) {
+                    lo[i] = _mm256_loadu_si256((const __m256i *)(B.qr[i] + c0 + 32 * h));
+                    hi[i] = z;
+                    sv[i] = _mm256_set1_ps(B.sf[i][(k + h) >> gsh]);
+                } else {
+                    __m256i c = _mm256_loadu_si256((const __m256i *)(B.qr[i] + c0 / 2 + 32 * h));
+                    lo[i] = _mm256_and_si256(c, m4);
+                    hi[i] = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+                    sv[i] = gsh ? _mm256_set1_ps(B.sf[i][(k + 2 * h) >> gsh]) : i8_pair(&B.sf[i][k + 2 * h]);
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                const size_t tt = (size_t)(t0 + t);
+                const float *d = a->d + tt * (size_t)nb + k;
+                if (dt == DT_Q8) {
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(a->q + tt * (size_t)cols + c0 + 32 * h));
+                    __m256 dv = _mm256_set1_ps(d[h]);
+                    for (int i = 0; i < I8_RB; i++)
+                        acc[t][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i8_dot8(z, lo[i], xv)), _mm256_mul_ps(sv[i], dv),
+                                                       acc[t][i][h]);
+                } else {
+                    const int8_t *xq = a->q4 + tt * (size_t)cols + c0 + 32 * h;
+                    __m256i xe = _mm256_loadu_si256((const __m256i *)xq), xo = _mm256_loadu_si256((const __m256i *)(xq + 64));
+                    __m256 dv = i8_pair(d + 2 * h);
+                    for (int i = 0; i < I8_RB; i++)
+                        acc[t][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i8_dot(i8_dot(z, lo[i], xe), hi[i], xo)),
+                                                       _mm256_mul_ps(sv[i], dv), acc[t][i][h]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < nr; i++) {
+        float bi[I8_MAXG], a16[16];
+        i8_row_f32(w, w->biases, r + i, B.ng, bi);
+        for (int t = 0; t < nt; t++) {
+            const size_t tt = (size_t)(t0 + t);
+            _mm256_storeu_ps(a16, acc[t][i][0]);
+            _mm256_storeu_ps(a16 + 8, acc[t][i][1]);
+            i8_out(dt, &B, w, a, bi, i, tt, c0, a16, y + tt * ldy + (size_t)(r + i));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void i8_mm(sl_dtype dt, const sl_mat *w, const kern_act *a, float *y,
+                                                          size_t ldy, int r0, int r1) {
+    for (int t0 = 0; t0 < a->n_tok; t0 += I8_KTOK) {
+        int nt = a->n_tok - t0 < I8_KTOK ? a->n_tok - t0 : I8_KTOK;
+        for (int r = r0; r < r1; r += I8_RB) {
+            int nr = r1 - r < I8_RB ? r1 - r : I8_RB;
+            if (nt == 1) i8_block(dt, w, a, y, ldy, r, nr, t0, 1);
+            else i8_block(dt, w, a, y, ldy, r, nr, t0, nt);
+        }
+    }
+}
+
+static void mmi8_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    i8_mm(DT_Q8, w, a, y, ldy, r0, r1);
+}
+
+static void mmi8_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    i8_mm(DT_Q4, w, a, y, ldy, r0, r1);
+}
+
 /* ---- small vector kernels (the oracle's order) ------------------------------------------------ */
 
 static float dot_v(const float *a, const float *b, int n) {
@@ -183,6 +279,7 @@ static const kern_ops avx2_ops = {
     .name = "avx2",
     .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
                [DT_Q3] = mm_q3},
+    .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_v,
     .axpy = plain_axpy,
     .rmsnorm = plain_rmsnorm,

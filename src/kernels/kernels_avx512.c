@@ -4,9 +4,9 @@
  * The AVX2 design (kernels_avx2.c) with 16 lanes: each y[t][r] keeps one 16-lane FMA accumulator
  * (lane = column % 16) across all chunks, a ragged tail uses masked loads, and the lanes are combined in
  * a fixed tree, so results depend only on the column count (kernels.h). Dequantisation widens 16 codes
- * per step; q3 looks its 8 levels up with one permutexvar. VNNI and AVX512-BF16 are not used: both need
- * the activations rounded to int8 / bf16, which would break the 1e-4 agreement with the f32 references
- * that the forward tests enforce (docs/QUANT.md).
+ * per step; q3 looks its 8 levels up with one permutexvar. The int8-activation q8/q4 kernels
+ * (kern_matmul_act) use VNNI's vpdpbusd (kernels_i8_x86.h), so this table needs AVX512-VNNI too (a CPU
+ * without it gets the AVX2 table). AVX512-BF16 is not used: it rounds activations to bf16.
  *
  * Sections: dequantisation, matmul, small vector kernels, the table.
  */
@@ -181,6 +181,101 @@ MM(mm_q8, DT_Q8)
 MM(mm_q4, DT_Q4)
 MM(mm_q3, DT_Q3)
 
+/* ---- int8-activation matmul (kernels.h: kern_matmul_act): VNNI's vpdpbusd on 512-bit vectors ----- */
+
+#include "kernels/kernels_i8_x86.h"
+
+/* [p0 x8, p1 x8] and [p0 x4, .., p3 x4] from consecutive floats */
+static inline __m512 i8_x8(const float *p) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(const void *)p))));
+}
+static inline __m512 i8_x4(const float *p) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                 _mm512_castps128_ps512(_mm_loadu_ps(p)));
+}
+
+static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl_mat *w, const kern_act *a,
+                                                             float *y, size_t ldy, int r, int nr, int t0, int nt) {
+    i8_blk B;
+    i8_blk_init(&B, dt, w, r, nr);
+    const int cols = B.cols, nb = B.nb, gsh = B.gsh, step = dt == DT_Q8 ? 64 : 128;
+    __m512 acc[I8_KTOK][I8_RB];
+    for (int t = 0; t < nt; t++)
+#pragma GCC unroll 4
+        for (int i = 0; i < I8_RB; i++) acc[t][i] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(15), z = _mm512_setzero_si512();
+    int c0 = 0;
+    for (; c0 + step <= cols; c0 += step) {
+        const int k = c0 / 32; /* first block of the step */
+        __m512i lo[I8_RB], hi[I8_RB];
+        __m512 sv[I8_RB];
+#pragma GCC unroll 4
+        for (int i = 0; i < I8_RB; i++) {
+            if (dt == DT_Q8) {
+                lo[i] = _mm512_loadu_si512(B.qr[i] + c0);
+                hi[i] = z;
+                sv[i] = gsh ? _mm512_set1_ps(B.sf[i][k >> gsh]) : i8_x8(&B.sf[i][k]);
+            } else {
+                __m512i c = _mm512_loadu_si512(B.qr[i] + c0 / 2);
+                lo[i] = _mm512_and_si512(c, m4);
+                hi[i] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+                sv[i] = gsh == 0 ? i8_x4(&B.sf[i][k]) : gsh == 1 ? i8_x8(&B.sf[i][k >> 1]) : _mm512_set1_ps(B.sf[i][k >> 2]);
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            const size_t tt = (size_t)(t0 + t);
+            const float *d = a->d + tt * (size_t)nb + k;
+            if (dt == DT_Q8) {
+                __m512i xv = _mm512_loadu_si512(a->q + tt * (size_t)cols + c0);
+                __m512 dv = i8_x8(d);
+#pragma GCC unroll 4
+                for (int i = 0; i < I8_RB; i++)
+                    acc[t][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, lo[i], xv)),
+                                                _mm512_mul_ps(sv[i], dv), acc[t][i]);
+            } else {
+                const int8_t *xq = a->q4 + tt * (size_t)cols + c0;
+                __m512i xe = _mm512_loadu_si512(xq), xo = _mm512_loadu_si512(xq + 64);
+                __m512 dv = i8_x4(d);
+#pragma GCC unroll 4
+                for (int i = 0; i < I8_RB; i++)
+                    acc[t][i] = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo[i], xe), hi[i], xo)),
+                        _mm512_mul_ps(sv[i], dv), acc[t][i]);
+            }
+        }
+    }
+    for (int i = 0; i < nr; i++) {
+        float bi[I8_MAXG], a16[16];
+        i8_row_f32(w, w->biases, r + i, B.ng, bi);
+        for (int t = 0; t < nt; t++) {
+            const size_t tt = (size_t)(t0 + t);
+            _mm512_storeu_ps(a16, acc[t][i]);
+            i8_out(dt, &B, w, a, bi, i, tt, c0, a16, y + tt * ldy + (size_t)(r + i));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void i8_mm(sl_dtype dt, const sl_mat *w, const kern_act *a, float *y,
+                                                          size_t ldy, int r0, int r1) {
+    for (int t0 = 0; t0 < a->n_tok; t0 += I8_KTOK) {
+        int nt = a->n_tok - t0 < I8_KTOK ? a->n_tok - t0 : I8_KTOK;
+        for (int r = r0; r < r1; r += I8_RB) {
+            int nr = r1 - r < I8_RB ? r1 - r : I8_RB;
+            if (nt == 1) i8_block(dt, w, a, y, ldy, r, nr, t0, 1); /* decode: accumulators in registers */
+            else i8_block(dt, w, a, y, ldy, r, nr, t0, nt);
+        }
+    }
+}
+
+static void mmi8_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    i8_mm(DT_Q8, w, a, y, ldy, r0, r1);
+}
+
+static void mmi8_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    i8_mm(DT_Q4, w, a, y, ldy, r0, r1);
+}
+
 /* ---- small vector kernels --------------------------------------------------------------------- */
 
 static float dot_v(const float *a, const float *b, int n) {
@@ -200,6 +295,7 @@ static const kern_ops avx512_ops = {
     .name = "avx512",
     .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
                [DT_Q3] = mm_q3},
+    .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_v,
     .axpy = plain_axpy,
     .rmsnorm = plain_rmsnorm,
@@ -209,7 +305,8 @@ static const kern_ops avx512_ops = {
 const kern_ops *kern_avx512_ops(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("avx512vnni")
                ? &avx512_ops
                : NULL;
 }

@@ -197,6 +197,46 @@ static void mm_q3(const sl_mat *w, const float *x, size_t ldx, float *y, size_t 
     mm_any(DT_Q3, w, x, ldx, y, ldy, n_tok, r0, r1);
 }
 
+/* ---- int8-activation matmul (the oracle of kernels.h's canonical order) ------------------------ */
+
+static float mmi8_one(sl_dtype dt, const sl_mat *w, int r, const kern_act *a, int t) {
+    const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
+    const int8_t *xq = a->q + (size_t)t * (size_t)cols;
+    const float *d = a->d + (size_t)t * (size_t)nb;
+    const float *xs = a->s + (size_t)t * (size_t)ns + (g == 32 ? 0 : g == 64 ? nb : nb + nb / 2);
+    const size_t sb = (size_t)r * (size_t)ng;
+    const int per = dt == DT_Q8 ? 4 : 8, step = 16 * per; /* columns per lane, per step of 16 lanes */
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (size_t)cols / (dt == DT_Q8 ? 1 : 2);
+    float acc[16] = {0}, accb[LANES] = {0};
+    for (int c0 = 0; c0 < cols; c0 += step) {
+        int nl = (cols - c0 < step ? cols - c0 : step) / per;
+        for (int l = 0; l < nl; l++) {
+            int c = c0 + per * l;
+            float sd = q_scale_at(w->scales, w->sdtype, sb + (size_t)(c / g)) * d[c / 32];
+            int32_t I = 0;
+            for (int i = 0; i < per; i++) {
+                int code = dt == DT_Q8 ? q[c + i] : (q[(c + i) / 2] >> ((c + i) & 1) * 4) & 15;
+                I += (int32_t)code * (int32_t)xq[c + i];
+            }
+            acc[l] = fmaf((float)I, sd, acc[l]);
+        }
+    }
+    for (int j = 0; j < ng; j++) accb[j % LANES] = fmaf(q_scale_at(w->biases, w->sdtype, sb + (size_t)j), xs[j], accb[j % LANES]);
+    float h[LANES];
+    for (int i = 0; i < LANES; i++) h[i] = acc[i] + acc[i + 8];
+    return lanes_sum(h) + lanes_sum(accb);
+}
+
+static void mmi8_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    for (int t = 0; t < a->n_tok; t++)
+        for (int r = r0; r < r1; r++) y[(size_t)t * ldy + (size_t)r] = mmi8_one(DT_Q8, w, r, a, t);
+}
+
+static void mmi8_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    for (int t = 0; t < a->n_tok; t++)
+        for (int r = r0; r < r1; r++) y[(size_t)t * ldy + (size_t)r] = mmi8_one(DT_Q4, w, r, a, t);
+}
+
 /* ---- small vector kernels --------------------------------------------------------------------- */
 
 static float dot_scalar(const float *a, const float *b, int n) {
@@ -214,6 +254,7 @@ static const kern_ops scalar_ops = {
     .name = "scalar",
     .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
                [DT_Q3] = mm_q3},
+    .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_scalar,
     .axpy = plain_axpy,
     .rmsnorm = plain_rmsnorm,
@@ -275,5 +316,123 @@ int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
     sl_pool_for(pool, (size_t)w->rows, grain, mm_part, &j);
     free(xr);
+    return 0;
+}
+
+/* ---- activations in int8 (kernels.h: kern_act) ------------------------------------------------ */
+
+#define ACT_ALIGN 64
+static size_t act_round(size_t n) { return (n + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN; }
+static int act_ns(int nb) { return nb + nb / 2 + nb / 4; }
+
+size_t kern_act_bytes(int n_tok, int cols) {
+    size_t n = (size_t)(n_tok > 0 ? n_tok : 0), c = (size_t)(cols > 0 ? cols : 0), nb = c / 32;
+    return 2 * act_round(n * c) + act_round(n * nb * sizeof(float)) + act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) +
+           ACT_ALIGN;
+}
+
+static void act_carve(kern_act *a, void *buf) {
+    a->buf = buf;
+    if (!buf) return;
+    uintptr_t p = ((uintptr_t)buf + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN;
+    size_t n = (size_t)a->n_tok, c = (size_t)a->cols, nb = c / 32;
+    a->q = (int8_t *)p;
+    p += act_round(n * c);
+    a->q4 = (int8_t *)p;
+    p += act_round(n * c);
+    a->d = (float *)p;
+    p += act_round(n * nb * sizeof(float));
+    a->s = (float *)p;
+}
+
+void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok, int cols, int int8) {
+    memset(a, 0, sizeof *a);
+    a->x = x;
+    a->ldx = ldx;
+    a->n_tok = n_tok;
+    a->cols = cols;
+    a->int8 = int8 && buf && cols > 0 && cols % 32 == 0;
+    act_carve(a, buf);
+}
+
+/* One token: codes, block scales and sums of row x (kern_act's definitions). */
+static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s) {
+    const int nb = cols / 32;
+    for (int b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) {
+            float rv = nearbyintf(xb[i] * id); /* NaN (from Inf or NaN inputs) becomes 0 */
+            int v = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
+            q[32 * b + i] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = db;
+        s[b] = db * (float)sum;
+    }
+    for (int j = 0; j < nb / 2; j++) s[nb + j] = s[2 * j] + s[2 * j + 1];
+    for (int j = 0; j < nb / 4; j++) s[nb + nb / 2 + j] = s[nb + 2 * j] + s[nb + 2 * j + 1];
+    for (int c0 = 0; c0 < cols; c0 += 128) {
+        int h = (cols - c0 >= 128 ? 128 : cols - c0) / 2;
+        for (int i = 0; i < h; i++) {
+            q4[c0 + i] = q[c0 + 2 * i];
+            q4[c0 + h + i] = q[c0 + 2 * i + 1];
+        }
+    }
+}
+
+void kern_act_prepare(kern_act *a) {
+    if (!a->int8 || a->ready) return;
+    const size_t c = (size_t)a->cols, nb = c / 32, ns = (size_t)act_ns((int)nb);
+    for (int t = 0; t < a->n_tok; t++)
+        act_row(a->x + (size_t)t * a->ldx, a->cols, a->q + (size_t)t * c, a->q4 + (size_t)t * c, a->d + (size_t)t * nb,
+                a->s + (size_t)t * ns);
+    a->ready = 1;
+}
+
+void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, int n, const float *x_rows) {
+    kern_act_init(dst, buf, x_rows, (size_t)src->cols, n, src->cols, src->int8);
+    if (!dst->int8) return;
+    kern_act_prepare(src);
+    const size_t c = (size_t)src->cols, nb = c / 32, ns = (size_t)act_ns((int)nb);
+    for (int i = 0; i < n; i++) {
+        size_t t = (size_t)idx[i];
+        memcpy(dst->q + i * c, src->q + t * c, c);
+        memcpy(dst->q4 + i * c, src->q4 + t * c, c);
+        memcpy(dst->d + i * nb, src->d + t * nb, nb * sizeof(float));
+        memcpy(dst->s + i * ns, src->s + t * ns, ns * sizeof(float));
+    }
+    dst->ready = 1;
+}
+
+typedef struct {
+    kern_matmul_i8_fn fn;
+    const sl_mat *w;
+    const kern_act *a;
+    float *y;
+    size_t ldy;
+} mmi8_job;
+
+static void mmi8_part(void *ctx, size_t begin, size_t end) {
+    const mmi8_job *j = ctx;
+    j->fn(j->w, j->a, j->y, j->ldy, (int)begin, (int)end);
+}
+
+int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_act *a, float *y, size_t ldy) {
+    sl_dtype dt = w->dtype;
+    if (!a->int8 || (dt != DT_Q8 && dt != DT_Q4) || !w->data || w->cols != a->cols || w->group <= 0 ||
+        w->group % 32 || w->cols % w->group)
+        return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
+    if (a->n_tok <= 0 || w->rows <= 0) return 0;
+    kern_act_prepare(a);
+    /* the SIMD tables hold a row's scales on the stack (kernels_i8_x86.h: I8_MAXG groups) */
+    kern_matmul_i8_fn fn = ops->matmul_i8[dt] && w->cols / w->group <= 2048 ? ops->matmul_i8[dt] : scalar_ops.matmul_i8[dt];
+    mmi8_job j = {fn, w, a, y, ldy};
+    size_t work = (size_t)w->cols * (size_t)a->n_tok;
+    size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
+    sl_pool_for(pool, (size_t)w->rows, grain, mmi8_part, &j);
     return 0;
 }

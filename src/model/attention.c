@@ -83,9 +83,11 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
     const int gated = cfg->gated_attn, qstride = gated ? 2 * hd : hd, kvrow = nkv * hd;
     const float w_off = cfg->zero_centred_norm ? 1.0f : 0.0f;
 
-    kern_matmul(ops, pool, &lw->q, ws->h, H, ws->big, (size_t)ws->n_big, n);
-    kern_matmul(ops, pool, &lw->k, ws->h, H, ws->k, (size_t)kvrow, n);
-    kern_matmul(ops, pool, &lw->v, ws->h, H, ws->v, (size_t)kvrow, n);
+    kern_act hx; /* quantized once for q, k and v */
+    fwd_act(ws, &hx, FWD_ACT_IN, ws->h, H, n, (int)H);
+    kern_matmul_act(ops, pool, &lw->q, &hx, ws->big, (size_t)ws->n_big);
+    kern_matmul_act(ops, pool, &lw->k, &hx, ws->k, (size_t)kvrow);
+    kern_matmul_act(ops, pool, &lw->v, &hx, ws->v, (size_t)kvrow);
     if (cfg->attn_bias) /* q/k/v biases (not gated: q rows are [nh*hd]) */
         for (int t = 0; t < n; t++) {
             float *q = ws->big + (size_t)t * ws->n_big, *k = ws->k + (size_t)t * kvrow, *v = ws->v + (size_t)t * kvrow;
@@ -135,7 +137,7 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
                 for (int d = 0; d < hd; d++) o[d] *= kern_sigmoid(gate[d]);
             }
     }
-    kern_matmul(ops, pool, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
+    fwd_matmul(ws, pool, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n, FWD_ACT_MID);
     if (lw->o_bias)
         for (int t = 0; t < n; t++)
             for (size_t i = 0; i < H; i++) ws->out[(size_t)t * H + i] += lw->o_bias[i];

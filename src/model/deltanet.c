@@ -167,17 +167,19 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w
     const int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv, K = cfg->conv_k;
     const int r = nv / nk, cq = 2 * nk * dk + nv * dv, zd = nv * dv;
 
-    /* 1. projections */
+    /* 1. projections, the input quantized once for all of them */
+    kern_act hx;
+    fwd_act(ws, &hx, FWD_ACT_IN, ws->h, H, n, (int)H);
     if (cfg->split_lin_proj) {
-        kern_matmul(ops, pool, &lw->qkv, ws->h, H, ws->conv_in, (size_t)cq, n);
-        kern_matmul(ops, pool, &lw->z, ws->h, H, ws->z, (size_t)zd, n);
-        kern_matmul(ops, pool, &lw->b, ws->h, H, ws->ba, (size_t)2 * nv, n);
-        kern_matmul(ops, pool, &lw->a, ws->h, H, ws->ba + nv, (size_t)2 * nv, n);
+        kern_matmul_act(ops, pool, &lw->qkv, &hx, ws->conv_in, (size_t)cq);
+        kern_matmul_act(ops, pool, &lw->z, &hx, ws->z, (size_t)zd);
+        kern_matmul_act(ops, pool, &lw->b, &hx, ws->ba, (size_t)2 * nv);
+        kern_matmul_act(ops, pool, &lw->a, &hx, ws->ba + nv, (size_t)2 * nv);
     } else {
         /* in_proj_qkvz block g: [q_g (dk) | k_g (dk) | v heads g*r.. (r*dv) | z same heads (r*dv)] */
         const int bs = 2 * dk + 2 * r * dv;
-        kern_matmul(ops, pool, &lw->qkvz, ws->h, H, ws->big, (size_t)ws->n_big, n);
-        kern_matmul(ops, pool, &lw->ba, ws->h, H, ws->ba, (size_t)2 * nv, n);
+        kern_matmul_act(ops, pool, &lw->qkvz, &hx, ws->big, (size_t)ws->n_big);
+        kern_matmul_act(ops, pool, &lw->ba, &hx, ws->ba, (size_t)2 * nv);
         for (int t = 0; t < n; t++) {
             float *u = ws->conv_in + (size_t)t * cq, *z = ws->z + (size_t)t * zd;
             for (int g = 0; g < nk; g++) {
@@ -251,6 +253,6 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w
             ops->rmsnorm(o, lw->lin_norm, 0.0f, cfg->eps, o, dv);
             for (int d = 0; d < dv; d++) o[d] *= kern_silu(z[d]);
         }
-    kern_matmul(ops, pool, &lw->lin_out, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
+    fwd_matmul(ws, pool, &lw->lin_out, ws->mix, (size_t)ws->n_mix, ws->out, H, n, FWD_ACT_MID);
     return 0;
 }

@@ -184,12 +184,27 @@ int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
     return 0;
 }
 
+void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int n, int cols) {
+    kern_act_init(a, ws->act[slot], x, ldx, n, cols, ws->int8 && n <= FWD_BATCH && cols <= ws->act_cols);
+}
+
+void fwd_matmul(fwd_ws *ws, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n,
+                int slot) {
+    for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
+        int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+        kern_act a;
+        fwd_act(ws, &a, slot, x + (size_t)r0 * ldx, ldx, nb, w->cols);
+        kern_matmul_act(ws->ops, pool, w, &a, y + (size_t)r0 * ldy, ldy);
+    }
+}
+
 fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
     if (!cfg || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return NULL;
     const size_t B = FWD_BATCH, H = (size_t)cfg->hidden;
     ws->ops = kern_default_ops();
+    ws->int8 = 1;
     ws->n_ctx = n_ctx;
     ws->shape = *cfg;
     ws->chunked = 1;
@@ -240,6 +255,8 @@ fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
     ALLOC(ws->pf_list, E);
     ALLOC(ws->pf_mark, E);
     ws->prefetch = 1;
+    ws->act_cols = imax(imax((int)H, ws->n_mix), ws->n_ffn);
+    for (int i = 0; i < 3; i++) ALLOC(ws->act[i], kern_act_bytes((int)B, ws->act_cols));
 #undef ALLOC
     ws->slot_floats = slot_floats(cfg, n_ctx);
     ws->n_slots = 1;
@@ -256,7 +273,8 @@ void fwd_ws_free(fwd_ws *ws) {
     void *bufs[] = {ws->x,     ws->h,      ws->out,   ws->big,     ws->k,      ws->v,       ws->mix,
                     ws->conv_in, ws->conv_out, ws->z, ws->ba,      ws->gates,  ws->scratch, ws->router,
                     ws->top_e, ws->top_w,  ws->e_count, ws->e_tok, ws->e_slot, ws->ffn_x,   ws->ffn_g,
-                    ws->ffn_u, ws->ffn_y,  ws->exp_out, ws->sh_y, ws->e_list, ws->pf_list, ws->pf_mark};
+                    ws->ffn_u, ws->ffn_y,  ws->exp_out, ws->sh_y, ws->e_list, ws->pf_list, ws->pf_mark,
+                    ws->act[0], ws->act[1], ws->act[2]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(ws);
 }
@@ -268,6 +286,7 @@ void fwd_ws_set_trace(fwd_ws *ws, fwd_trace_fn fn, void *ctx) {
 
 void fwd_ws_set_chunked(fwd_ws *ws, int chunked) { ws->chunked = chunked; }
 void fwd_ws_set_prefetch(fwd_ws *ws, int on) { ws->prefetch = on; }
+void fwd_ws_set_int8(fwd_ws *ws, int on) { ws->int8 = on; }
 
 /* ---- weight validation ------------------------------------------------------------------------ */
 
@@ -431,7 +450,7 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
         fwd_norm_rows(ops, ws->x + first * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, rows,
                       (int)H);
         if (ws->trace) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + first, rows, ws->h);
-        kern_matmul(ops, pool, head, ws->h, H, logits_out, (size_t)cfg->vocab, rows);
+        fwd_matmul(ws, pool, head, ws->h, H, logits_out, (size_t)cfg->vocab, rows, FWD_ACT_IN);
     }
     return 0;
 }
@@ -571,7 +590,7 @@ done:
                 fwd_norm_rows(ops, Xi + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
                               (int)H);
                 if (traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
-                kern_matmul(ops, pool, head, ws->h, H, it[i].logits + (size_t)r0 * V, V, nb);
+                fwd_matmul(ws, pool, head, ws->h, H, it[i].logits + (size_t)r0 * V, V, nb, FWD_ACT_IN);
             }
         }
         for (int r0 = 0, i = 0; r0 < n_last; r0 += FWD_BATCH) {
@@ -579,7 +598,7 @@ done:
             fwd_norm_rows(ops, last_rows + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
                           (int)H);
             if (traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past - 1, nb, ws->h);
-            kern_matmul(ops, pool, head, ws->h, H, last_logits, V, nb);
+            fwd_matmul(ws, pool, head, ws->h, H, last_logits, V, nb, FWD_ACT_IN);
             for (int r = 0; r < nb; r++, i++) {
                 while (!it[i].logits || it[i].all_logits) i++;
                 memcpy(it[i].logits, last_logits + (size_t)r * V, V * sizeof(float));

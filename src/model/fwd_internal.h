@@ -33,6 +33,8 @@ void fwd_ws_set_trace(fwd_ws *ws, fwd_trace_fn fn, void *ctx);
 /* Selects the DeltaNet prefill algorithm: 1 (default) chunked for micro-batches of more than one
  * token, 0 token recurrence always. */
 void fwd_ws_set_chunked(fwd_ws *ws, int chunked);
+/* 1 (default): q8/q4 matrices take int8 activations; 0: the exact f32 kernels. */
+void fwd_ws_set_int8(fwd_ws *ws, int on);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
 void fwd_ws_set_prefetch(fwd_ws *ws, int on);
 
@@ -54,6 +56,10 @@ struct fwd_seq {
 /* The per-model workspace. */
 struct fwd_ws {
     const kern_ops *ops;
+    int int8;        /* 1 (default): q8/q4 matrices multiply int8-quantized activations (kern_matmul_act);
+                        0: the exact f32 kernels (sl_model_params.exact) */
+    void *act[3];    /* kern_act storage for B rows of act_cols: FWD_ACT_IN, FWD_ACT_GATHER, FWD_ACT_MID */
+    int act_cols;
     int n_ctx;       /* longest context a sequence evaluated with it may have (attention score rows) */
     sl_config shape;
     int chunked;
@@ -96,6 +102,16 @@ struct fwd_ws {
     int prefetch;      /* 1 (default): hint the next MoE layer's experts to a streaming provider */
     int n_ffn;
 };
+
+/* Activation slots of the workspace: a block's input (ws->h, read by q/k/v, the router, gate/up of the
+ * shared and of every expert), an expert's gathered tokens, and a block's inner vector (o_proj's,
+ * out_proj's, down's input). */
+enum { FWD_ACT_IN = 0, FWD_ACT_GATHER = 1, FWD_ACT_MID = 2 };
+/* a describes x [n][cols] (n <= FWD_BATCH) in slot; quantized on first use by a q8/q4 matrix. */
+void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int n, int cols);
+/* y = W x for n rows of x (any n: FWD_BATCH rows at a time), x quantized once for this one matrix. */
+void fwd_matmul(fwd_ws *ws, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n,
+                int slot);
 
 /* Mixers and FFNs: input ws->h [n][H] (normed), output ws->out [n][H]; pos0 = position of row 0.
  * Return 0 or a negative sl_status with err filled. */

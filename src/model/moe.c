@@ -162,14 +162,16 @@ static void route_token(const sl_config *cfg, const float *bias, const float *lo
     }
 }
 
-/* y [n][H] = down(silu(gate x) * up x) for x [n][H]; g, u: [n][inter] scratch. */
-static void swiglu_ffn(const kern_ops *ops, sl_pool *pool, const sl_mat *gate, const sl_mat *up,
-                       const sl_mat *down, const float *x, int n, int H, int inter, float *g, float *u,
-                       float *y) {
-    kern_matmul(ops, pool, gate, x, (size_t)H, g, (size_t)inter, n);
-    kern_matmul(ops, pool, up, x, (size_t)H, u, (size_t)inter, n);
+/* y [n][H] = down(silu(gate x) * up x) for x, an activation [n][H] (quantized once for gate and up);
+ * g, u: [n][inter] scratch. */
+static void swiglu_ffn(fwd_ws *ws, sl_pool *pool, const sl_mat *gate, const sl_mat *up, const sl_mat *down, kern_act *x,
+                       int inter, float *g, float *u, float *y) {
+    const kern_ops *ops = ws->ops;
+    const int n = x->n_tok, H = x->cols;
+    kern_matmul_act(ops, pool, gate, x, g, (size_t)inter);
+    kern_matmul_act(ops, pool, up, x, u, (size_t)inter);
     for (int t = 0; t < n; t++) ops->swiglu(g + (size_t)t * inter, u + (size_t)t * inter, g + (size_t)t * inter, inter);
-    kern_matmul(ops, pool, down, g, (size_t)inter, y, (size_t)H, n);
+    fwd_matmul(ws, pool, down, g, (size_t)inter, y, (size_t)H, n, FWD_ACT_MID);
 }
 
 static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, char *err, size_t errlen);
@@ -177,10 +179,11 @@ static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, cha
 /* SL_EXPERT_GPTOSS (modeling_gpt_oss.py GptOssExperts): gu = gate_up x + b [n][2I], rows interleaved (gate even, up
  * odd); gate clamped above at limit, up to [-limit, limit]; act = (up + 1) * gate * sigmoid(1.702 gate) [n][I];
  * y = down act + b. gu: [n][2I], act: [n][I] scratch. */
-static void gptoss_ffn(const kern_ops *ops, sl_pool *pool, const sl_expert *ex, float limit, const float *x, int n,
-                       int H, int I, float *gu, float *act, float *y) {
+static void gptoss_ffn(fwd_ws *ws, sl_pool *pool, const sl_expert *ex, float limit, kern_act *x, int H, int I,
+                       float *gu, float *act, float *y) {
     const float alpha = 1.702f;
-    kern_matmul(ops, pool, &ex->gate_up, x, (size_t)H, gu, (size_t)(2 * I), n);
+    const int n = x->n_tok;
+    kern_matmul_act(ws->ops, pool, &ex->gate_up, x, gu, (size_t)(2 * I));
     for (int t = 0; t < n; t++) {
         const float *g = gu + (size_t)t * 2 * I;
         float *a = act + (size_t)t * I;
@@ -192,24 +195,27 @@ static void gptoss_ffn(const kern_ops *ops, sl_pool *pool, const sl_expert *ex, 
             a[i] = (up + 1.0f) * glu;
         }
     }
-    kern_matmul(ops, pool, &ex->down, act, (size_t)I, y, (size_t)H, n);
+    fwd_matmul(ws, pool, &ex->down, act, (size_t)I, y, (size_t)H, n, FWD_ACT_MID);
     for (int t = 0; t < n; t++)
         for (int i = 0; i < H; i++) y[(size_t)t * H + i] += ex->down_bias[i];
 }
 
-/* One expert over n gathered rows x [n][H] into y [n][H], as cfg->expert_kind says; g, u: [n][n_ffn] scratch. */
-static void expert_ffn(const kern_ops *ops, sl_pool *pool, const sl_config *cfg, const sl_expert *ex, const float *x,
-                       int n, float *g, float *u, float *y) {
+/* One expert over x (an activation of n gathered rows [n][H]) into y [n][H], as cfg->expert_kind says;
+ * g, u: [n][n_ffn] scratch. */
+static void expert_ffn(fwd_ws *ws, sl_pool *pool, const sl_config *cfg, const sl_expert *ex, kern_act *x, float *g,
+                       float *u, float *y) {
     const int H = cfg->hidden, I = cfg->moe_inter;
-    if (cfg->expert_kind == SL_EXPERT_GPTOSS) gptoss_ffn(ops, pool, ex, (float)cfg->swiglu_limit, x, n, H, I, g, u, y);
-    else swiglu_ffn(ops, pool, &ex->gate, &ex->up, &ex->down, x, n, H, I, g, u, y);
+    if (cfg->expert_kind == SL_EXPERT_GPTOSS) gptoss_ffn(ws, pool, ex, (float)cfg->swiglu_limit, x, H, I, g, u, y);
+    else swiglu_ffn(ws, pool, &ex->gate, &ex->up, &ex->down, x, I, g, u, y);
 }
 
-/* The logits of n rows' router (with its Linear bias, gpt-oss) into out [n][E]. */
-static void router_logits(const kern_ops *ops, sl_pool *pool, const sl_config *cfg, const sl_layer_w *lw,
-                          const float *h, int n, float *out) {
+/* The logits of n rows' router (with its Linear bias, gpt-oss) into out [n][E]: of hx when given (its
+ * int8 form shared with the experts), else of h [n][H] (exact kernels: the prefetch hint). */
+static void router_logits(fwd_ws *ws, sl_pool *pool, const sl_config *cfg, const sl_layer_w *lw, const float *h, int n,
+                          kern_act *hx, float *out) {
     const int H = cfg->hidden, E = cfg->n_experts;
-    kern_matmul(ops, pool, &lw->router, h, (size_t)H, out, (size_t)E, n);
+    if (hx) kern_matmul_act(ws->ops, pool, &lw->router, hx, out, (size_t)E);
+    else kern_matmul(ws->ops, pool, &lw->router, h, (size_t)H, out, (size_t)E, n);
     if (lw->router_lbias)
         for (int t = 0; t < n; t++)
             for (int e = 0; e < E; e++) out[(size_t)t * E + e] += lw->router_lbias[e];
@@ -255,16 +261,23 @@ static int check_expert(const sl_expert *ex, int I, int H, int layer, int e, cha
     return 0;
 }
 
-/* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. */
+/* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. hx: the
+ * block's input ws->h, whose int8 form every expert reuses (gathered when the expert has a subset). */
 static int apply_expert(fwd_ws *ws, const sl_config *cfg, sl_pool *pool, int layer, int e, const sl_expert *ex,
-                        char *err, size_t errlen) {
+                        kern_act *hx, char *err, size_t errlen) {
     const int H = cfg->hidden, k = cfg->n_experts_used;
     int rc = check_expert_kind(cfg, ex, layer, e, err, errlen);
     if (rc) return rc;
-    int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start;
-    for (int i = 0; i < cnt; i++)
-        memcpy(ws->ffn_x + (size_t)i * H, ws->h + (size_t)ws->e_tok[start + i] * H, (size_t)H * sizeof(float));
-    expert_ffn(ws->ops, pool, cfg, ex, ws->ffn_x, cnt, ws->ffn_g, ws->ffn_u, ws->ffn_y);
+    int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start, all = cnt == hx->n_tok;
+    for (int i = 0; all && i < cnt; i++) all = ws->e_tok[start + i] == i;
+    kern_act gx, *x = hx; /* every token of the batch, in order (a decode step): hx itself */
+    if (!all) {
+        for (int i = 0; i < cnt; i++)
+            memcpy(ws->ffn_x + (size_t)i * H, ws->h + (size_t)ws->e_tok[start + i] * H, (size_t)H * sizeof(float));
+        kern_act_gather(&gx, ws->act[FWD_ACT_GATHER], hx, ws->e_tok + start, cnt, ws->ffn_x);
+        x = &gx;
+    }
+    expert_ffn(ws, pool, cfg, ex, x, ws->ffn_g, ws->ffn_u, ws->ffn_y);
     for (int i = 0; i < cnt; i++) {
         int t = ws->e_tok[start + i], s = ws->e_slot[start + i];
         memcpy(ws->exp_out + ((size_t)t * k + s) * H, ws->ffn_y + (size_t)i * H, (size_t)H * sizeof(float));
@@ -273,14 +286,13 @@ static int apply_expert(fwd_ws *ws, const sl_config *cfg, sl_pool *pool, int lay
 }
 
 /* The shared expert's SwiGLU output (before its sigmoid gate) into sh_y. */
-static void shared_expert(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n) {
+static void shared_expert(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, kern_act *hx) {
     if (!lw->sh_gate.data) return;
-    swiglu_ffn(ws->ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, ws->h, n, cfg->hidden, cfg->shared_inter,
-               ws->ffn_g, ws->ffn_u, ws->sh_y);
+    swiglu_ffn(ws, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, hx, cfg->shared_inter, ws->ffn_g, ws->ffn_u, ws->sh_y);
 }
 
 static int run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts,
-                        sl_pool *pool, int n_list, char *err, size_t errlen) {
+                        sl_pool *pool, int n_list, kern_act *hx, char *err, size_t errlen) {
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
         sl_expert ex;
@@ -291,7 +303,7 @@ static int run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const sl_ex
                      experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
             return rc < 0 ? rc : SL_EIO;
         }
-        if ((rc = apply_expert(ws, cfg, pool, layer, e, &ex, err, errlen))) return rc;
+        if ((rc = apply_expert(ws, cfg, pool, layer, e, &ex, hx, err, errlen))) return rc;
     }
     return 0;
 }
@@ -310,7 +322,7 @@ static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_l
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     fwd_norm_rows(ws->ops, ws->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x, n, H);
     if (!next_lw->router.data) return;
-    router_logits(ws->ops, pool, cfg, next_lw, ws->ffn_x, n, ws->router);
+    router_logits(ws, pool, cfg, next_lw, ws->ffn_x, n, NULL, ws->router);
     memset(ws->pf_mark, 0, (size_t)E);
     int np = 0;
     for (int t = 0; t < n; t++) {
@@ -333,17 +345,17 @@ static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_l
 
 static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
                         const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, sl_pool *pool,
-                        int n, int n_list, char *err, size_t errlen) {
+                        int n, int n_list, kern_act *hx, char *err, size_t errlen) {
     int rc = experts->begin(experts->ctx, layer, ws->e_list, n_list, 0);
     if (!rc) hint_next(ws, cfg, next_lw, next_layer, experts, pool, n);
-    if (!rc) shared_expert(ws, cfg, lw, pool, n);
+    if (!rc) shared_expert(ws, cfg, lw, pool, hx);
     for (int i = 0; !rc && i < n_list; i++) {
         int e = -1;
         sl_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = experts->next(experts->ctx, &e, &ex);
         if (rc) break;
-        rc = apply_expert(ws, cfg, pool, layer, e, &ex, err, errlen);
+        rc = apply_expert(ws, cfg, pool, layer, e, &ex, hx, err, errlen);
         experts->release(experts->ctx, e);
     }
     if (rc && err && !err[0]) fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
@@ -357,7 +369,9 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     const kern_ops *ops = ws->ops;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
 
-    router_logits(ops, pool, cfg, lw, ws->h, n, ws->router);
+    kern_act hx; /* ws->h, quantized once for the router, the shared expert and every routed expert */
+    fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)H, n, H);
+    router_logits(ws, pool, cfg, lw, ws->h, n, &hx, ws->router);
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = ws->top_e + (size_t)t * k;
@@ -385,10 +399,10 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
         if (ws->e_count[e] > start) ws->e_list[n_list++] = e;
         start = ws->e_count[e];
     }
-    int rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, pool, n, n_list, err, errlen)
-                            : run_resident(ws, cfg, layer, experts, pool, n_list, err, errlen);
+    int rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, pool, n, n_list, &hx, err, errlen)
+                            : run_resident(ws, cfg, layer, experts, pool, n_list, &hx, err, errlen);
     if (rc) return rc;
-    if (!experts->begin) shared_expert(ws, cfg, lw, pool, n);
+    if (!experts->begin) shared_expert(ws, cfg, lw, pool, &hx);
     for (int t = 0; t < n; t++) {
         float *o = ws->out + (size_t)t * H;
         memset(o, 0, (size_t)H * sizeof(float));
@@ -397,7 +411,7 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     }
     if (lw->sh_gate.data) {
         float sg[FWD_BATCH];
-        if (lw->sh_expert_gate.data) kern_matmul(ops, pool, &lw->sh_expert_gate, ws->h, (size_t)H, sg, 1, n);
+        if (lw->sh_expert_gate.data) kern_matmul_act(ops, pool, &lw->sh_expert_gate, &hx, sg, 1);
         for (int t = 0; t < n; t++) {
             float gate = lw->sh_expert_gate.data ? kern_sigmoid(sg[t]) : 1.0f;
             float *o = ws->out + (size_t)t * H;
@@ -418,7 +432,12 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
                  sl_pool *pool, int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen) {
     const kern_ops *ops = ws->ops;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
-    router_logits(ops, pool, cfg, lw, h, n, wb->router);
+    for (int r0 = 0; r0 < n; r0 += FWD_BATCH) { /* FWD_BATCH rows at a time through the int8 slot */
+        int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+        kern_act a;
+        fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
+        router_logits(ws, pool, cfg, lw, h + (size_t)r0 * H, nb, &a, wb->router + (size_t)r0 * E);
+    }
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++) {
         int *te = wb->top_e + (size_t)t * k;
@@ -449,8 +468,10 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
     if (lw->sh_gate.data) /* while the first reads are in flight */
         for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
             int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-            swiglu_ffn(ops, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, h + (size_t)r0 * H, nb, H, cfg->shared_inter,
-                       ws->ffn_g, ws->ffn_u, wb->sh_y + (size_t)r0 * H);
+            kern_act a;
+            fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
+            swiglu_ffn(ws, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, &a, cfg->shared_inter, ws->ffn_g, ws->ffn_u,
+                       wb->sh_y + (size_t)r0 * H);
         }
     memset(out, 0, (size_t)n * H * sizeof(float));
     for (int i = 0; i < n_list && !rc; i++) {
@@ -472,7 +493,9 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
             int cnt = end - c0 < FWD_BATCH ? end - c0 : FWD_BATCH;
             for (int j = 0; j < cnt; j++)
                 memcpy(ws->ffn_x + (size_t)j * H, h + (size_t)wb->e_tok[c0 + j] * H, (size_t)H * sizeof(float));
-            expert_ffn(ops, pool, cfg, &ex, ws->ffn_x, cnt, ws->ffn_g, ws->ffn_u, ws->ffn_y);
+            kern_act a;
+            fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, cnt, H);
+            expert_ffn(ws, pool, cfg, &ex, &a, ws->ffn_g, ws->ffn_u, ws->ffn_y);
             for (int j = 0; j < cnt; j++) {
                 int t = wb->e_tok[c0 + j], s = wb->e_slot[c0 + j];
                 ops->axpy(wb->top_w[(size_t)t * k + s], ws->ffn_y + (size_t)j * H, out + (size_t)t * H, H);
@@ -483,7 +506,7 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
     if (experts->begin) experts->end(experts->ctx);
     if (rc) return rc < 0 ? rc : SL_EIO;
     if (lw->sh_gate.data) {
-        if (lw->sh_expert_gate.data) kern_matmul(ops, pool, &lw->sh_expert_gate, h, (size_t)H, wb->sg, 1, n);
+        if (lw->sh_expert_gate.data) fwd_matmul(ws, pool, &lw->sh_expert_gate, h, (size_t)H, wb->sg, 1, n, FWD_ACT_IN);
         for (int t = 0; t < n; t++) {
             float gate = lw->sh_expert_gate.data ? kern_sigmoid(wb->sg[t]) : 1.0f;
             float *o = out + (size_t)t * H;
@@ -495,8 +518,9 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
 }
 
 int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n) {
-    swiglu_ffn(ws->ops, pool, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, ws->h, n, cfg->hidden, cfg->dense_inter,
-               ws->ffn_g, ws->ffn_u, ws->ffn_y);
+    kern_act hx;
+    fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)cfg->hidden, n, cfg->hidden);
+    swiglu_ffn(ws, pool, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, &hx, cfg->dense_inter, ws->ffn_g, ws->ffn_u, ws->ffn_y);
     memcpy(ws->out, ws->ffn_y, (size_t)n * cfg->hidden * sizeof(float));
     return 0;
 }
