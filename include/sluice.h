@@ -113,6 +113,10 @@ int sl_remove_stale_temps(const char *path, char **removed);
  * shape one of sl_synth_shapes(); layers 0 = all; quant keep/bf16 (bf16), f32, q8, q4 or q3 (group 64); seed 0 = default. */
 sl_status sl_synth(const char *shape, int layers, sl_quant quant, uint64_t seed, const char *out_path,
                    sl_progress_fn progress, void *user, sl_error *err);
+/* sl_synth on n_threads writer threads (0: two per online core). The file is the same for any n_threads:
+ * every row of every tensor and expert comes from its own stream of (seed, tensor or expert, row). */
+sl_status sl_synth_threads(const char *shape, int layers, sl_quant quant, uint64_t seed, int n_threads,
+                           const char *out_path, sl_progress_fn progress, void *user, sl_error *err);
 const char *sl_synth_shapes(void);
 
 /* Describes a container as JSON (architecture, dimensions, layer types, expert layout, sizes).

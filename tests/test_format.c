@@ -22,6 +22,7 @@
 #include "model/rope.h"
 #include "quant/quant.h"
 #include "model/tensors.h"
+#include "util/fileio.h"
 #include "sluice.h"
 #include "test.h"
 
@@ -600,6 +601,9 @@ TEST(synth_shapes_have_released_sizes) {
         {"qwen3-235b-a22b", 235.1e9},   {"glm-4.5-air", 106e9},      {"glm-4.5", 355e9},
         {"deepseek-v3", 671e9},         {"kimi-k2", 1026.5e9}, /* V3 card: 671B without the MTP module; K2: HF's count */
         {"gpt-oss-20b", 20.91e9},       {"gpt-oss-120b", 116.83e9}, /* OpenAI's gpt-oss model card */
+        /* Qwen3.5: the model cards' totals include the vision tower (~0.4B); the text weights alone are
+         * 34.66B and 122.11B (the GGUF conversions' parameter counts) */
+        {"qwen3.5-35b-a3b", 34.66e9},   {"qwen3.5-122b-a10b", 122.1e9}, {"qwen3.5-397b-a17b", 397e9},
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         sl_config c;
@@ -852,4 +856,51 @@ TEST(gpt_oss_config_and_yarn_match_transformers) {
     cJSON_Delete(cj);
     hf_ckpt *ck = NULL;
     CHECK(hf_open(dir, &ck, &err) == SL_EFORMAT && strstr(err.msg, "_proj_blocks") && strstr(err.msg, "quant_method mxfp4"));
+}
+
+/* sluice synth writes the same file for any number of writer threads (every tensor and expert from its
+ * own streams), a different one for another seed; the file verifies, and its weights are what synth.c
+ * says: a q4 expert's values within ±1.25/sqrt(cols), spread over both signs; bf16 ones within ±1/sqrt(cols). */
+TEST(synth_same_file_for_any_thread_count) {
+    static const sl_quant qs[] = {SL_QUANT_BF16, SL_QUANT_Q4, SL_QUANT_Q3, SL_QUANT_Q8, SL_QUANT_F32};
+    for (size_t qi = 0; qi < sizeof qs / sizeof *qs; qi++) {
+        char *data[4] = {0};
+        size_t len[4] = {0};
+        static const int threads[] = {1, 3, 0, 1};
+        for (int v = 0; v < 4; v++) {
+            const char *p = test_path("%s/synth-thr-%d.sluice", test_tmpdir(), v);
+            sl_error err = {0};
+            CHECKF(sl_synth_threads("tiny", 0, qs[qi], v == 3 ? 2 : 1, threads[v], p, NULL, NULL, &err) == SL_OK,
+                   "%s", err.msg);
+            CHECKF(sl_verify(p, NULL, NULL, NULL, &err) == SL_OK, "quant %d: %s", (int)qs[qi], err.msg);
+            CHECK(fio_read_file(p, &data[v], &len[v], &err) == SL_OK);
+        }
+        CHECKF(len[0] == len[1] && !memcmp(data[0], data[1], len[0]), "quant %d: 1 and 3 threads differ", (int)qs[qi]);
+        CHECKF(len[0] == len[2] && !memcmp(data[0], data[2], len[0]), "quant %d: 1 and all threads differ", (int)qs[qi]);
+        CHECKF(len[0] != len[3] || memcmp(data[0], data[3], len[0]), "quant %d: seeds 1 and 2 give one file", (int)qs[qi]);
+        for (int v = 0; v < 4; v++) free(data[v]);
+        if (qs[qi] != SL_QUANT_Q4 && qs[qi] != SL_QUANT_BF16) continue;
+        slc_file f;
+        sl_error err = {0};
+        CHECK(slc_open(test_path("%s/synth-thr-0.sluice", test_tmpdir()), &f, &err) == SL_OK);
+        uint8_t *blk = malloc(f.h.expert_stride);
+        CHECK(fio_pread_all(f.fd, blk, f.h.expert_stride, slc_expert_offset(&f, 1, 7), "x", &err) == SL_OK);
+        sl_expert ex;
+        slc_bind_expert(&f, blk, &ex);
+        int cols = ex.down.cols, neg = 0, pos = 0, bad = 0;
+        float row[4096], lim = (qs[qi] == SL_QUANT_Q4 ? 1.25f : 1.0f) / sqrtf((float)cols) * 1.001f;
+        for (int r = 0; r < ex.down.rows; r++) {
+            q_row_to_f32(&ex.down, r, row);
+            for (int c = 0; c < cols; c++) {
+                bad += !(fabsf(row[c]) <= lim);
+                neg += row[c] < -0.3f * lim;
+                pos += row[c] > 0.3f * lim;
+            }
+        }
+        int n = ex.down.rows * cols;
+        free(blk);
+        slc_close(&f);
+        CHECKF(!bad && neg > n / 4 && pos > n / 4, "quant %d: %d of %d values outside ±%g, %d negative, %d positive",
+               (int)qs[qi], bad, n, lim, neg, pos);
+    }
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 
@@ -46,7 +47,7 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
 
 int cmd_synth(int argc, char **argv) {
     const char *shape = NULL, *out = NULL;
-    int layers = 0;
+    int layers = 0, threads = 0;
     sl_quant q = SL_QUANT_KEEP;
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -54,6 +55,7 @@ int cmd_synth(int argc, char **argv) {
         if (!strcmp(argv[i], "--shape") && more) shape = argv[++i];
         else if (!strcmp(argv[i], "--arch") && more) i++; /* implied by the shape */
         else if (!strcmp(argv[i], "--layers") && more) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && more) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-o") && more) out = argv[++i];
         else if (!strcmp(argv[i], "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--quant") && more) {
@@ -73,10 +75,13 @@ int cmd_synth(int argc, char **argv) {
     cli_progress_init(&pr, "synthesising");
     sl_error err = {0};
     cli_remove_stale("synth", out);
-    sl_status st = sl_synth(shape, layers, q, seed, out, cli_progress_cb, &pr, &err);
+    sl_status st = sl_synth_threads(shape, layers, q, seed, threads, out, cli_progress_cb, &pr, &err);
     cli_progress_end(&pr);
     if (st) return cli_fail("synth", "%s", err.msg);
-    fprintf(stderr, "wrote %s in %.1f s\n", out, cli_now() - pr.t0);
+    double dt = cli_now() - pr.t0;
+    struct stat sb;
+    double sz = stat(out, &sb) == 0 ? (double)sb.st_size : 0.0;
+    fprintf(stderr, "wrote %s in %.1f s (%.0f MB/s)\n", out, dt, dt > 0 ? sz / dt / 1e6 : 0.0);
     return 0;
 }
 

@@ -143,6 +143,7 @@ static const cli_opt synth_opts[] = {
     {"--layers", "N", "keep the first N layers; 0 is all (default: 0)"},
     {"--quant", "MODE", "bf16, f32, q8, q4 or q3 (group 64) for the weights (default: bf16)"},
     {"--seed", "N", "seed of the random weights; 0 is the built-in one (default: 0)"},
+    {"--threads", "N", "writer threads; the file is the same for any count (default: two per core)"},
     END_OPTS,
 };
 
