@@ -18,7 +18,7 @@
 #include "backend/cuda/cuda.h"
 
 #define MAXT 8           /* tokens per pass */
-#define ROWS_PER_BLOCK 8 /* warps per block */
+#define ROWS_PER_BLOCK 4 /* warps per block */
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
     if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
@@ -37,84 +37,118 @@ __device__ __forceinline__ float hi_bf16(unsigned w) { return __uint_as_float(w 
 __device__ __forceinline__ float lo_f16(unsigned w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffff))); }
 __device__ __forceinline__ float hi_f16(unsigned w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
 
-/* values per 16-byte piece */
-template <int DT> struct piece { static const int n = DT == DT_F32 ? 4 : DT == DT_Q8 ? 16 : DT == DT_Q4 ? 32 : 8; };
+/* values per 16-byte piece (4 words) and per word */
+template <int DT> struct piece {
+    static const int n = DT == DT_F32 ? 4 : DT == DT_Q8 ? 16 : DT == DT_Q4 ? 32 : 8;
+    static const int w = n / 4;
+};
 
-/* The n values of one 16-byte piece as floats (codes for q8/q4, unscaled). */
-template <int DT> __device__ __forceinline__ void unpack(uint4 v, float *w) {
-    const unsigned u[4] = {v.x, v.y, v.z, v.w};
+/* The values of one 32-bit word as floats (codes for q8/q4, unscaled), in column order. */
+template <int DT> __device__ __forceinline__ void unpack_word(unsigned u, float *w) {
+    if (DT == DT_F32) w[0] = __uint_as_float(u);
+    else if (DT == DT_BF16) { w[0] = lo_bf16(u); w[1] = hi_bf16(u); }
+    else if (DT == DT_F16) { w[0] = lo_f16(u); w[1] = hi_f16(u); }
+    /* codes: 2^23 + q has q in its low mantissa bits, so (bits | q) - 2^23 is q exactly, in two full-rate
+     * instructions instead of an integer-to-float conversion (quarter rate) */
+    else if (DT == DT_Q8) {
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        if (DT == DT_F32) w[k] = __uint_as_float(u[k]);
-        else if (DT == DT_BF16) { w[2 * k] = lo_bf16(u[k]); w[2 * k + 1] = hi_bf16(u[k]); }
-        else if (DT == DT_F16) { w[2 * k] = lo_f16(u[k]); w[2 * k + 1] = hi_f16(u[k]); }
-        else if (DT == DT_Q8) {
+        for (int j = 0; j < 4; j++) w[j] = __uint_as_float(0x4B000000u | ((u >> (8 * j)) & 0xffu)) - 8388608.f;
+    } else { /* q4: element c at bits [4c, 4c+4) of the row, LSB first */
 #pragma unroll
-            for (int j = 0; j < 4; j++) w[4 * k + j] = (float)((u[k] >> (8 * j)) & 0xff);
-        } else { /* q4: element c at bits [4c, 4c+4) of the row, LSB first */
-#pragma unroll
-            for (int j = 0; j < 8; j++) w[8 * k + j] = (float)((u[k] >> (4 * j)) & 0xf);
-        }
+        for (int j = 0; j < 8; j++) w[j] = __uint_as_float(0x4B000000u | ((u >> (4 * j)) & 0xfu)) - 8388608.f;
     }
 }
 
-template <int DT, int NT>
-__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK)
+__device__ __forceinline__ unsigned word_of(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+/* A warp computes R rows for up to NT tokens: each lane takes 16-byte pieces of the R rows at the same
+ * columns, so that every x value it loads serves R rows (x, not the weights, is what the loads are
+ * made of otherwise). Per (row, token) the sum runs over the lane's pieces in order, then a butterfly
+ * over the lanes: the same order for any NT. */
+template <int DT, int NT, int R>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, NT >= 4 ? 2 : 4)
 matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
        sl_dtype sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int nt) {
-    const int lane = threadIdx.x & 31, r = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5);
-    if (r >= rows) return;
-    const int P = piece<DT>::n;
+    const int lane = threadIdx.x & 31, r0 = (blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5)) * R;
+    if (r0 >= rows) return;
+    const int P = piece<DT>::n, WV = piece<DT>::w;
+    const bool quant = DT == DT_Q8 || DT == DT_Q4;
     const size_t row_bytes = DT == DT_Q4 ? (size_t)cols / 2 : DT == DT_Q8 ? (size_t)cols : (size_t)cols * (DT == DT_F32 ? 4 : 2);
-    const uint4 *row = (const uint4 *)(data + (size_t)r * row_bytes);
-    const int npieces = cols / P, ng = (DT == DT_Q8 || DT == DT_Q4) ? cols / group : 0;
-    float acc[NT];
+    const int npieces = cols / P, ng = quant ? cols / group : 0;
+    float acc[R][NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
     for (int p = lane; p < npieces; p += 32) {
-        float w[P];
-        unpack<DT>(__ldg(row + p), w);
-        const int c0 = p * P;
-        if (DT == DT_Q8 || DT == DT_Q4) {
-            const size_t gi = (size_t)r * ng + c0 / group;
-            const float s = scale_at(scales, sdt, gi), b = scale_at(biases, sdt, gi);
+        uint4 wv[R];
+        float s[R], b[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const int r = r0 + i < rows ? r0 + i : rows - 1; /* a missing row repeats the last; not stored */
+            wv[i] = __ldg((const uint4 *)(data + (size_t)r * row_bytes) + p);
+            if (quant) {
+                const size_t gi = (size_t)r * ng + (size_t)p * P / group;
+                s[i] = scale_at(scales, sdt, gi);
+                b[i] = scale_at(biases, sdt, gi);
+            }
+        }
+        const float *xp = x + (size_t)p * P;
+        /* word by word: its codes unpacked once for every token */
+        float d[R][NT], sx[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            sx[t] = 0.f;
+#pragma unroll
+            for (int i = 0; i < R; i++) d[i][t] = 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float w[R][WV];
+#pragma unroll
+            for (int i = 0; i < R; i++) unpack_word<DT>(word_of(wv[i], k), w[i]);
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (t >= nt) break;
-                const float4 *xv = (const float4 *)(x + (size_t)t * cols + c0);
-                float d = 0.f, sx = 0.f;
+                float xv[WV < 4 ? 4 : WV];
+                const float *xt = xp + (size_t)t * cols + k * WV;
+                if (WV >= 4) {
 #pragma unroll
-                for (int k = 0; k < P / 4; k++) {
-                    float4 q = __ldg(xv + k);
-                    d = fmaf(w[4 * k], q.x, d); d = fmaf(w[4 * k + 1], q.y, d);
-                    d = fmaf(w[4 * k + 2], q.z, d); d = fmaf(w[4 * k + 3], q.w, d);
-                    sx += (q.x + q.y) + (q.z + q.w);
+                    for (int j = 0; j < WV; j += 4) {
+                        const float4 q = __ldg((const float4 *)(xt + j));
+                        xv[j] = q.x, xv[j + 1] = q.y, xv[j + 2] = q.z, xv[j + 3] = q.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < WV; j++) xv[j] = __ldg(xt + j);
                 }
-                acc[t] = fmaf(s, d, fmaf(b, sx, acc[t]));
-            }
-        } else {
+                if (quant) {
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t >= nt) break;
-                const float4 *xv = (const float4 *)(x + (size_t)t * cols + c0);
-                float d = acc[t];
-#pragma unroll
-                for (int k = 0; k < P / 4; k++) {
-                    float4 q = __ldg(xv + k);
-                    d = fmaf(w[4 * k], q.x, d); d = fmaf(w[4 * k + 1], q.y, d);
-                    d = fmaf(w[4 * k + 2], q.z, d); d = fmaf(w[4 * k + 3], q.w, d);
+                    for (int j = 0; j < WV; j++) sx[t] += xv[j];
                 }
-                acc[t] = d;
+#pragma unroll
+                for (int i = 0; i < R; i++)
+#pragma unroll
+                    for (int j = 0; j < WV; j++) d[i][t] = fmaf(w[i][j], xv[j], d[i][t]);
             }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+#pragma unroll
+            for (int i = 0; i < R; i++)
+                acc[i][t] = quant ? fmaf(s[i], d[i][t], fmaf(b[i], sx[t], acc[i][t])) : acc[i][t] + d[i][t];
         }
     }
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float v = acc[t];
+    for (int i = 0; i < R; i++)
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && t < nt) y[(size_t)t * rows + r] = v;
-    }
+        for (int t = 0; t < NT; t++) {
+            float v = acc[i][t];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0 && t < nt && r0 + i < rows) y[(size_t)t * rows + r0 + i] = v;
+        }
 }
 
 /* Columns that do not fill 16-byte pieces (a row of f32 whose length is not a multiple of 4, ...):
@@ -134,11 +168,13 @@ __global__ void matvec_plain(const uint8_t *data, sl_dtype dt, int rows, int col
     y[(size_t)t * rows + r] = acc;
 }
 
+#define RPW 4 /* rows per warp */
 template <int DT>
 static void launch(const slcu_mat *w, const float *x, float *y, int nt) {
-    dim3 grid((unsigned)((w->rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK)), block(32 * ROWS_PER_BLOCK);
+    const int per_block = ROWS_PER_BLOCK * RPW;
+    dim3 grid((unsigned)((w->rows + per_block - 1) / per_block)), block(32 * ROWS_PER_BLOCK);
     const uint8_t *d = (const uint8_t *)w->data;
-#define L(NT) matvec<DT, NT><<<grid, block>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, nt)
+#define L(NT) matvec<DT, NT, RPW><<<grid, block>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, nt)
     if (nt == 1) L(1);
     else if (nt == 2) L(2);
     else if (nt <= 4) L(4);
@@ -201,7 +237,7 @@ extern "C" int slcu_init(char *msg, size_t msglen) {
     }
     if ((e = cudaSetDevice(0)) != cudaSuccess) return fail(msg, msglen, "cannot use CUDA device 0", e);
     cudaFuncAttributes fa;
-    if ((e = cudaFuncGetAttributes(&fa, matvec<DT_F32, 1>)) != cudaSuccess)
+    if ((e = cudaFuncGetAttributes(&fa, matvec<DT_F32, 1, RPW>)) != cudaSuccess)
         return fail(msg, msglen, "this build's kernels do not run on CUDA device 0 (built for another architecture?)", e);
     return 0;
 }
