@@ -234,6 +234,8 @@ fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
     ALLOC(ws->k, B * imax(kvrow, 1));
     ALLOC(ws->v, B * imax(vrow, 1));
     ALLOC(ws->mix, B * ws->n_mix);
+    ALLOC(ws->mla_q, cfg->kv_lora > 0 ? B * (size_t)nh * (size_t)cfg_kv_row(cfg) : 1);
+    ALLOC(ws->mla_lat, cfg->kv_lora > 0 ? B * (size_t)nh * (size_t)cfg->kv_lora : 1);
     ALLOC(ws->conv_in, B * imax(cq, 1));
     ALLOC(ws->conv_out, B * imax(cq, 1));
     ALLOC(ws->z, B * imax(nv * dv, 1));
@@ -274,7 +276,8 @@ void fwd_ws_free(fwd_ws *ws) {
                     ws->conv_in, ws->conv_out, ws->z, ws->ba,      ws->gates,  ws->scratch, ws->router,
                     ws->top_e, ws->top_w,  ws->e_count, ws->e_tok, ws->e_slot, ws->ffn_x,   ws->ffn_g,
                     ws->ffn_u, ws->ffn_y,  ws->exp_out, ws->sh_y, ws->e_list, ws->pf_list, ws->pf_mark,
-                    ws->act[0], ws->act[1], ws->act[2]};
+                    ws->act[0], ws->act[1], ws->act[2],
+                    ws->mla_q, ws->mla_lat};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(ws);
 }

@@ -79,6 +79,8 @@ struct fwd_ws {
     float *z;        /* [B][nv*dv] */
     float *ba;       /* [B][2*nv]: Next raw grouped b|a, or Qwen3.5 b (first nv) and a */
     float *gates;    /* [B][2*nv]: beta (first nv), g (log decay) */
+    float *mla_q;    /* MLA: [B][nh][kv_lora + rot_dim] absorbed queries (mla.c) */
+    float *mla_lat;  /* MLA: [B][nh][kv_lora] attention-weighted latents */
     float *scratch;  /* [n_slots][slot_floats]: attention scores, DeltaNet chunk matrices */
     size_t slot_floats;
     int n_slots;

@@ -12,15 +12,18 @@
  * to. kv_b's rows are per head [W_uk (dn rows) | W_uv (dv rows)] of r columns; with them absorbed,
  *   score(t, p) = (q_nope . W_uk c_p + q_pe . k_pe_p) * scale = [W_uk^T q_nope | q_pe] . [c_p | k_pe_p] * scale
  *   out_h       = sum_p a_p W_uv c_p = W_uv (sum_p a_p c_p)
- * so a (token, head) work item forms its absorbed query (r + dr), scores each cached row with one dot, softmaxes
- * (f32, sum in double, as attention.c), sums the cached c rows in increasing position order and applies W_uv.
+ * in three passes over the micro-batch: the absorbed queries [W_uk^T q_nope | q_pe] (r + dr) per (token, head), a
+ * head per work item, each W_uk row dequantised once and added in row order; then per (token, head) the
+ * scores against each cached row (one dot of r + dr), softmax (f32, sum in double, as attention.c) and the
+ * weighted sum of the cached c rows in increasing position order; then W_uv per head as one matmul over the
+ * tokens (a row view of kv_b).
  * The same quantities as transformers' in another association: within ~1e-6 of it, not bitwise. Each item's
  * arithmetic depends only on its own token, head and the cache, never on the batch or the thread count.
  * The low-rank norms (q_a_layernorm, kv_a_layernorm) use transformers' default eps 1e-6, not rms_norm_eps.
  *
  * Layouts: ws->big [B][n_big] queries (per head dn + dr), ws->v [B][q_lora] the q_a output, ws->k [B][r + dr],
- * cache [n_ctx][r + dr], ws->mix [B][n_mix] holds [nh][dv]; per-thread scratch: scores [n_ctx], the absorbed
- * query [r + dr], the latent sum [r], one dequantised kv_b row [r].
+ * ws->mla_q [B][nh][r + dr] absorbed queries, ws->mla_lat [B][nh][r] latent sums, cache [n_ctx][r + dr],
+ * ws->mix [B][n_mix] holds [nh][dv]; per-thread scratch: scores [n_ctx] or one dequantised kv_b row [r].
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -34,7 +37,7 @@
 
 size_t fwd_mla_slot_floats(const sl_config *cfg, int n_ctx) {
     if (cfg->kv_lora <= 0) return 0;
-    return (size_t)n_ctx + 3 * (size_t)(cfg->kv_lora + cfg->rot_dim) + 16;
+    return (size_t)n_ctx + (size_t)cfg->kv_lora + 16; /* scores, or one dequantised kv_b row */
 }
 
 /* RoPE on x [dr] at pos: rotate-half (x_i, x_{i+dr/2}) by inv_freq[i], or, interleaved, pairs (x_2i, x_2i+1)
@@ -63,7 +66,7 @@ typedef struct {
     fwd_ws *ws;
     const sl_mat *kv_b;
     const float *cache;
-    int n_heads, r, dr, dn, dv, qh, pos0;
+    int n_tok, n_heads, r, dr, dn, dv, qh, pos0;
     float scale;
     atomic_int next_slot;
 } mla_job;
@@ -75,22 +78,57 @@ static const float *kvb_row(const sl_mat *m, int row, float *buf) {
     return buf;
 }
 
-static void mla_part(void *ctx, size_t begin, size_t end) {
+/* Rows row0 .. row0+n-1 of m as a matrix of their own (any dtype; quant.h's layout: codes, scales and biases
+ * are row-major, so a row range is a range of each). */
+static sl_mat rows_view(const sl_mat *m, int row0, int n) {
+    sl_mat v = *m;
+    const int bits = q_bits(m->dtype);
+    v.rows = n;
+    if (!bits) {
+        v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * dt_size(m->dtype);
+        return v;
+    }
+    const size_t ng = (size_t)(m->cols / m->group);
+    v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * (size_t)bits / 8;
+    v.scales = (const uint8_t *)m->scales + (size_t)row0 * ng * dt_size(m->sdtype);
+    if (m->biases) v.biases = (const uint8_t *)m->biases + (size_t)row0 * ng * dt_size(m->sdtype);
+    return v;
+}
+
+/* Absorbed queries, one head per item: mla_q[t][h] = [W_uk_h^T q_nope (r) | q_pe (dr)], W_uk_h = rows
+ * h*(dn+dv) .. +dn of kv_b, each row dequantised once for all n tokens and added in row order. */
+static void absorb_part(void *ctx, size_t begin, size_t end) {
     mla_job *j = ctx;
     fwd_ws *ws = j->ws;
     const kern_ops *ops = ws->ops;
-    int slot = atomic_fetch_add(&j->next_slot, 1);
-    const int r = j->r, dr = j->dr, dn = j->dn, dv = j->dv, row = r + dr;
-    float *sc = ws->scratch + (size_t)slot * ws->slot_floats;
-    float *qc = sc + ws->n_ctx, *lat = qc + row, *wrow = lat + r;
+    float *wrow = ws->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * ws->slot_floats;
+    const int r = j->r, dr = j->dr, dn = j->dn, dv = j->dv, row = r + dr, nh = j->n_heads;
+    for (size_t h = begin; h < end; h++) {
+        for (int t = 0; t < j->n_tok; t++) {
+            float *qc = ws->mla_q + ((size_t)t * nh + h) * row;
+            memset(qc, 0, (size_t)r * sizeof(float));
+            memcpy(qc + r, ws->big + (size_t)t * ws->n_big + h * j->qh + dn, (size_t)dr * sizeof(float));
+        }
+        for (int i = 0; i < dn; i++) {
+            const float *w = kvb_row(j->kv_b, (int)h * (dn + dv) + i, wrow);
+            for (int t = 0; t < j->n_tok; t++)
+                ops->axpy(ws->big[(size_t)t * ws->n_big + h * j->qh + i], w, ws->mla_q + ((size_t)t * nh + h) * row, r);
+        }
+    }
+}
+
+/* One (token, head) per item: scores against cached rows 0..pos, softmax, the weighted sum of the cached
+ * latents into mla_lat[t][h]. */
+static void attend_part(void *ctx, size_t begin, size_t end) {
+    mla_job *j = ctx;
+    fwd_ws *ws = j->ws;
+    const kern_ops *ops = ws->ops;
+    float *sc = ws->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * ws->slot_floats;
+    const int r = j->r, row = r + j->dr;
     for (size_t it = begin; it < end; it++) {
-        int t = (int)(it / (size_t)j->n_heads), h = (int)(it % (size_t)j->n_heads);
+        int t = (int)(it / (size_t)j->n_heads);
         int n_keys = j->pos0 + t + 1;
-        const float *q = ws->big + (size_t)t * ws->n_big + (size_t)h * j->qh;
-        /* absorbed query: W_uk^T q_nope (rows h*(dn+dv) .. +dn of kv_b, in order), then q_pe */
-        memset(qc, 0, (size_t)r * sizeof(float));
-        for (int i = 0; i < dn; i++) ops->axpy(q[i], kvb_row(j->kv_b, h * (dn + dv) + i, wrow), qc, r);
-        memcpy(qc + r, q + dn, (size_t)dr * sizeof(float));
+        const float *qc = ws->mla_q + it * (size_t)row;
         float mx = -INFINITY;
         for (int p = 0; p < n_keys; p++) {
             sc[p] = ops->dot(qc, j->cache + (size_t)p * row, row) * j->scale;
@@ -101,11 +139,9 @@ static void mla_part(void *ctx, size_t begin, size_t end) {
             sc[p] = expf(sc[p] - mx);
             sum += sc[p];
         }
-        float fsum = (float)sum;
+        float fsum = (float)sum, *lat = ws->mla_lat + it * (size_t)r;
         memset(lat, 0, (size_t)r * sizeof(float));
         for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, j->cache + (size_t)p * row, lat, r);
-        float *o = ws->mix + (size_t)t * ws->n_mix + (size_t)h * dv;
-        for (int d = 0; d < dv; d++) o[d] = ops->dot(kvb_row(j->kv_b, h * (dn + dv) + dn + d, wrow), lat, r);
     }
 }
 
@@ -138,11 +174,19 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw,
         memcpy(cache + (size_t)pos * row, kr, (size_t)row * sizeof(float));
     }
 
-    mla_job j = {.ws = ws, .kv_b = &lw->kv_b, .cache = cache, .n_heads = nh, .r = r, .dr = dr, .dn = dn, .dv = dv,
-                 .qh = qh, .pos0 = pos0,
+    mla_job j = {.ws = ws, .kv_b = &lw->kv_b, .cache = cache, .n_tok = n, .n_heads = nh, .r = r, .dr = dr,
+                 .dn = dn, .dv = dv, .qh = qh, .pos0 = pos0,
                  .scale = (float)(cfg->attn_scale > 0 ? cfg->attn_scale : 1.0 / sqrt((double)cfg->head_dim))};
     atomic_init(&j.next_slot, 0);
-    sl_pool_for(pool, (size_t)n * (size_t)nh, 1, mla_part, &j);
+    sl_pool_for(pool, (size_t)nh, 1, absorb_part, &j);
+    atomic_init(&j.next_slot, 0);
+    sl_pool_for(pool, (size_t)n * (size_t)nh, 1, attend_part, &j);
+    /* out_h = W_uv_h lat_h (rows h*(dn+dv)+dn .. +dv of kv_b) for every token, head by head */
+    for (int h = 0; h < nh; h++) {
+        sl_mat wuv = rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
+        kern_matmul(ops, pool, &wuv, ws->mla_lat + (size_t)h * r, (size_t)nh * r, ws->mix + (size_t)h * dv,
+                    (size_t)ws->n_mix, n);
+    }
     kern_matmul(ops, pool, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
     return 0;
 }

@@ -543,15 +543,15 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->pf_on = cfg->prefetch == 2;
     uint64_t stride = cfg->file->h.expert_stride;
     uint64_t n = stride ? cfg->budget / stride : 0;
-    if (n < 1) n = 1;
     if (n > (uint64_t)c->n_keys) n = (uint64_t)c->n_keys;
+    if (n < 1) n = 1; /* a model without MoE layers (synth --layers inside the dense ones) keeps one idle slot */
     c->n_slots = (int)n;
     c->depth = c->io->depth < c->n_slots ? c->io->depth : c->n_slots;
     c->halflife = 8.0 * c->n_slots;
     c->slots = calloc(n, sizeof *c->slots);
     c->arena_bytes = n * stride;
     c->arena = arena_alloc(c->arena_bytes);
-    c->map = malloc((size_t)c->n_keys * sizeof *c->map);
+    c->map = malloc((size_t)(c->n_keys > 0 ? c->n_keys : 1) * sizeof *c->map);
     c->rstate = calloc((size_t)c->E, 1);
     c->ready = malloc((size_t)c->E * sizeof *c->ready);
     c->queued = malloc((size_t)c->E * sizeof *c->queued);
@@ -561,7 +561,7 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->l_hits = calloc((size_t)L, 8);
     c->l_miss = calloc((size_t)L, 8);
     c->l_bytes = calloc((size_t)L, 8);
-    c->routes = calloc((size_t)c->n_keys, 8);
+    c->routes = calloc((size_t)(c->n_keys > 0 ? c->n_keys : 1), 8);
     if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->pred || !c->list || !c->l_hits || !c->l_miss ||
         !c->l_bytes || !c->routes) {
         snprintf(err, errlen, "out of memory for an expert cache of %llu slots of %llu bytes", (unsigned long long)n,
