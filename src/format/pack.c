@@ -337,13 +337,10 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
     cJSON *bl = cJSON_AddArrayToObject(man, "blobs");
     uint64_t boff = h.blob_off;
     for (int i = 0; pack_blob_names[i]; i++) {
-        char *bp = fio_join(src_dir, pack_blob_names[i]), *data = NULL;
+        char *data = NULL;
         size_t len = 0;
-        if (!bp) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-        if (access(bp, F_OK) != 0) { free(bp); continue; }
-        st = fio_read_file(bp, &data, &len, err);
-        free(bp);
-        if (st) goto fail;
+        if ((st = hf_blob(ck, pack_blob_names[i], &data, &len, err))) goto fail;
+        if (!data) continue;
         st = wr(&w, data, len, boff, err);
         if (!st) {
             cJSON *o = cJSON_CreateObject();

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "import/gguf.h"
 #include "import/mlx.h"
 #include "import/safetensors.h"
 #include "quant/quant.h"
@@ -33,6 +35,9 @@ typedef struct hf_t {
     uint64_t qs_off, qs_len, qb_off, qb_len;
     int transposed;        /* a slice of an [E, cols, rows] stack (x @ W): read as [cols][rows], transposed */
     int mx_blocks;         /* an MXFP4 *_blocks slice: its *_scales attached by attach_mxfp4() */
+    int gg;                /* a GGUF tensor (or expert slice): converted by gguf_convert from gg_type */
+    uint32_t gg_type;
+    int gg_perm;           /* heads whose rows llama.cpp's converter permuted for its RoPE (llama arch q/k), or 0 */
 } hf_t;
 
 struct hf_ckpt {
@@ -47,6 +52,8 @@ struct hf_ckpt {
     hf_t **experts; /* [n_layers][E][ARCH_MAX_PARTS] -> tensor, NULL if absent */
     int mxfp4;      /* quantization_config.quant_method mxfp4 (gpt-oss): experts.*_blocks + *_scales */
     mlx_quant mlx;  /* MLX "quantization" (bits 0: none) */
+    gguf_model gm;  /* a GGUF source (gm.n_files > 0): its files, whose fds ck->files share */
+    char *tok_json, *tok_cfg; /* tokenizer.json / tokenizer_config.json rebuilt from GGUF metadata */
 };
 
 /* ---- name mapping ---- */
@@ -515,6 +522,226 @@ static sl_status attach_mlx(hf_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
+/* ---- GGUF sources (import/gguf.h): tensors mapped through the family table's gguf names ---- */
+
+/* How tensor t of GGUF type `type` is read for a row of kind `kind` (AK_*): the container dtype. */
+static int gguf_src_dtype(hf_t *t, uint32_t type, int kind) {
+    sl_dtype dt, sdt;
+    int group;
+    if (gguf_type_target(type, &dt, &group, &sdt)) return -1;
+    if (kind == AK_VEC && q_is_quant(dt)) dt = DT_F32, group = 0, sdt = DT_NONE; /* vectors are read as f32 */
+    t->pub.src_dtype = dt;
+    t->pub.q_group = group;
+    t->pub.q_sdtype = sdt;
+    t->gg = 1;
+    t->gg_type = type;
+    return 0;
+}
+
+static sl_status gguf_type_err(const gguf_file *f, const gguf_tensor *g, sl_error *err) {
+    return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
+                  f->path, g->name, gguf_type_name(g->type), gguf_supported_types());
+}
+
+/* Registers GGUF tensor g (file fi, entry e) under its canonical name, or ignores it. */
+static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_tensor *g, const st_entry *e,
+                          sl_error *err) {
+    const sl_config *c = &ck->cfg;
+    const gguf_file *f = &ck->gm.files[fi];
+    int l = -1, nr = 0;
+    const char *rel = g->name;
+    if (sscanf(g->name, "blk.%d.%n", &l, &nr) == 1 && nr > 0) {
+        if (l < 0 || l >= c->n_layers) return SL_OK; /* e.g. GLM-4.5's multi-token-prediction layer */
+        rel = g->name + nr;
+        for (int p = 0; p < arch_n_parts(c); p++) {
+            const arch_pdef *pd = arch_part(c, p);
+            if (!pd->gguf || strcmp(rel, pd->gguf)) continue;
+            int64_t sh[2];
+            arch_expert_shape(c, p, sh);
+            if (g->n_dims != 3 || g->ne[2] != c->n_experts || g->ne[1] != sh[0] || g->ne[0] != sh[1])
+                return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld, %lld], config implies [%lld, %lld, "
+                              "%d] (innermost first)", f->path, g->name, (long long)g->ne[0], (long long)g->ne[1],
+                              (long long)g->ne[2], (long long)sh[1], (long long)sh[0], c->n_experts);
+            uint64_t slice = g->bytes / (uint64_t)c->n_experts;
+            for (int x = 0; x < c->n_experts; x++) {
+                hf_t *t = push(ck);
+                if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+                char nm[128];
+                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(c, p));
+                if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+                t->file = fi;
+                t->ent = e;
+                t->off = g->off + (uint64_t)x * slice;
+                t->len = slice;
+                t->pub.ndim = 2;
+                t->pub.shape[0] = sh[0];
+                t->pub.shape[1] = sh[1];
+                t->pub.expert_layer = l;
+                t->pub.expert = x;
+                t->pub.expert_part = p;
+                if (gguf_src_dtype(t, g->type, AK_MAT)) return gguf_type_err(f, g, err);
+            }
+            return SL_OK;
+        }
+    }
+    const arch_tdef *d = NULL;
+    for (int k = 0; k < a->n_tensors && !d; k++) {
+        const arch_tdef *r = &a->tensors[k];
+        int global = r->when == AW_GLOBAL || r->when == AW_UNTIED;
+        if (r->gguf && global == (l < 0) && !strcmp(r->gguf, rel)) d = r;
+    }
+    if (!d) return SL_OK; /* not read: rope_freqs, MTP tensors, ... */
+    hf_t *t = push(ck);
+    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+    char nm[160];
+    if (l >= 0) snprintf(nm, sizeof nm, "layers.%d.%s", l, d->name);
+    else snprintf(nm, sizeof nm, "%s", d->name);
+    if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+    t->file = fi;
+    t->ent = e;
+    t->off = g->off;
+    t->len = g->bytes;
+    /* canonical shape: GGUF dims reversed; a [1, n] matrix may be stored 1-D, a vector as [n, 1] */
+    t->pub.ndim = (int)g->n_dims;
+    for (uint32_t i = 0; i < g->n_dims; i++) t->pub.shape[i] = g->ne[g->n_dims - 1 - i];
+    if (d->kind == AK_MAT && g->n_dims == 1) {
+        t->pub.ndim = 2;
+        t->pub.shape[0] = 1;
+        t->pub.shape[1] = g->ne[0];
+    } else if (d->kind == AK_VEC && g->n_dims == 2 && g->ne[1] == 1) {
+        t->pub.ndim = 1;
+        t->pub.shape[0] = g->ne[0];
+    }
+    if (gguf_src_dtype(t, g->type, d->kind)) return gguf_type_err(f, g, err);
+    /* llama.cpp's convert_hf_to_gguf.py LlamaModel.permute reorders q/k rows for its interleaved RoPE */
+    if (a->id == SL_ARCH_MIXTRAL && l >= 0 && !strcmp(d->name, "self_attn.q_proj")) t->gg_perm = c->n_heads;
+    if (a->id == SL_ARCH_MIXTRAL && l >= 0 && !strcmp(d->name, "self_attn.k_proj")) t->gg_perm = c->n_kv_heads;
+    return SL_OK;
+}
+
+/* One layout per routed-expert part (an expert block has one): where GGUF types differ across layers (a
+ * Q4_K_M file's ffn_down), every expert of the part takes the narrowest layout holding them all exactly. */
+static void gguf_unify_parts(hf_ckpt *ck) {
+    for (int p = 0; p < arch_n_parts(&ck->cfg); p++) {
+        int n = 0, quant = 1, q8 = 0, f32s = 0, same = 1;
+        hf_t *first = NULL;
+        for (int i = 0; i < ck->n; i++) {
+            hf_t *t = &ck->t[i];
+            if (t->pub.expert_layer < 0 || t->pub.expert_part != p) continue;
+            if (!first) first = t;
+            same &= t->pub.src_dtype == first->pub.src_dtype && t->pub.q_group == first->pub.q_group &&
+                    t->pub.q_sdtype == first->pub.q_sdtype;
+            quant &= q_is_quant(t->pub.src_dtype) && t->pub.q_group == 32;
+            q8 |= t->pub.src_dtype == DT_Q8 || t->pub.src_dtype == DT_MXFP4; /* MXFP4 is exact as q8 g32 f32 */
+            f32s |= t->pub.q_sdtype == DT_F32 || t->pub.src_dtype == DT_MXFP4;
+            n++;
+        }
+        if (!n || same) continue;
+        for (int i = 0; i < ck->n; i++) {
+            hf_t *t = &ck->t[i];
+            if (t->pub.expert_layer < 0 || t->pub.expert_part != p) continue;
+            t->pub.src_dtype = quant ? (q8 ? DT_Q8 : DT_Q4) : DT_F32;
+            t->pub.q_group = quant ? 32 : 0;
+            t->pub.q_sdtype = quant ? (f32s ? DT_F32 : DT_F16) : DT_NONE;
+        }
+    }
+}
+
+static sl_status open_gguf(hf_ckpt *ck, const char *path, sl_error *err) {
+    sl_status st = gguf_open_model(path, &ck->gm, err);
+    if (st) return st;
+    if ((st = gguf_config_json(&ck->gm, &ck->config_text, err))) return st;
+    char where[1100];
+    snprintf(where, sizeof where, "%s (metadata)", ck->gm.files[0].path);
+    if ((st = hf_parse_config(ck->config_text, where, &ck->cfg, err))) return st;
+    if ((st = gguf_tokenizer_json(&ck->gm, &ck->tok_json, &ck->tok_cfg, err))) return st;
+    const arch_desc *a = arch_get(ck->cfg.arch);
+    ck->files = calloc((size_t)ck->gm.n_files, sizeof *ck->files);
+    if (!ck->files) return sl_err(err, SL_ENOMEM, "out of memory");
+    for (int i = 0; i < ck->gm.n_files; i++) {
+        const gguf_file *g = &ck->gm.files[i];
+        st_file *sf = &ck->files[i];
+        sf->fd = g->fd; /* owned by ck->gm */
+        sf->size = g->size;
+        if (!(sf->path = strdup(g->path))) return sl_err(err, SL_ENOMEM, "out of memory");
+        const char *sl = strrchr(sf->path, '/');
+        sf->name = sl ? (char *)sl + 1 : sf->path;
+        sf->e = calloc((size_t)g->n_tensors + 1, sizeof *sf->e);
+        if (!sf->e) return sl_err(err, SL_ENOMEM, "out of memory");
+        ck->n_files++;
+        for (uint64_t j = 0; j < g->n_tensors; j++) {
+            const gguf_tensor *gt = &g->t[j];
+            st_entry *e = &sf->e[sf->n];
+            if (!(e->name = strdup(gt->name))) return sl_err(err, SL_ENOMEM, "out of memory");
+            sf->n++;
+            snprintf(e->dtype_str, sizeof e->dtype_str, "%s", gguf_type_name(gt->type));
+            e->ndim = (int)gt->n_dims;
+            for (uint32_t d = 0; d < gt->n_dims; d++) e->shape[d] = gt->ne[gt->n_dims - 1 - d];
+            e->off = gt->off;
+            e->len = gt->bytes;
+            if ((st = gguf_add(ck, a, i, gt, e, err))) return st;
+        }
+    }
+    gguf_unify_parts(ck);
+    return SL_OK;
+}
+
+static sl_status read_gguf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst, sl_error *err) {
+    const hf_tensor *pub = &t->pub;
+    const st_file *f = &ck->files[t->file];
+    int64_t rows = pub->ndim == 1 ? 1 : pub->shape[0], cols = pub->ndim == 1 ? pub->shape[0] : pub->shape[1];
+    for (int i = 2; i < pub->ndim; i++) rows *= pub->shape[i - 1], cols = pub->shape[pub->ndim - 1];
+    if (q_is_quant(to) && (to != pub->src_dtype))
+        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is imported from GGUF as %s, not %s", pub->name,
+                      dt_name(pub->src_dtype), dt_name(to));
+    uint8_t *raw = malloc(t->len ? t->len : 1);
+    int64_t *perm = NULL;
+    sl_status st = SL_OK;
+    if (!raw) return sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name);
+    if ((st = fio_pread_all(f->fd, raw, t->len, t->off, f->path, err))) goto out;
+    if (t->gg_perm > 0) {
+        int64_t hd = rows / t->gg_perm;
+        if (hd * t->gg_perm != rows || hd % 2) {
+            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s': %lld rows are not %d heads of an even size", f->path,
+                        t->ent->name, (long long)rows, t->gg_perm);
+            goto out;
+        }
+        if (!(perm = malloc((size_t)rows * sizeof *perm))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        /* HF row h*hd + i*hd/2 + j was written to row h*hd + 2j + i (LlamaModel.permute) */
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t h = r / hd, w = r % hd, i = w / (hd / 2), j = w % (hd / 2);
+            perm[r] = h * hd + 2 * j + i;
+        }
+    }
+    st = gguf_convert(t->gg_type, raw, rows, cols, perm, to, pub->q_group, pub->q_sdtype, dst, t->ent->name, err);
+    if (st) sl_err_prefix(err, "%s", f->path);
+out:
+    free(perm);
+    free(raw);
+    return st;
+}
+
+sl_status hf_blob(hf_ckpt *ck, const char *name, char **data, size_t *len, sl_error *err) {
+    *data = NULL;
+    *len = 0;
+    if (ck->gm.n_files) {
+        const char *s = !strcmp(name, "config.json") ? ck->config_text
+                        : !strcmp(name, "tokenizer.json") ? ck->tok_json
+                        : !strcmp(name, "tokenizer_config.json") ? ck->tok_cfg : NULL;
+        if (!s) return SL_OK;
+        if (!(*data = strdup(s))) return sl_err(err, SL_ENOMEM, "out of memory");
+        *len = strlen(s);
+        return SL_OK;
+    }
+    char *bp = fio_join(ck->dir, name);
+    if (!bp) return sl_err(err, SL_ENOMEM, "out of memory");
+    sl_status st = access(bp, F_OK) == 0 ? fio_read_file(bp, data, len, err) : SL_OK;
+    free(bp);
+    return st;
+}
+
+int hf_is_gguf(const hf_ckpt *ck) { return ck->gm.n_files > 0; }
+
 static sl_status validate(hf_ckpt *ck, sl_error *err) {
     const sl_config *c = &ck->cfg;
     arch_tensor *at = NULL;
@@ -572,6 +799,11 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
     if (!ck || !(ck->dir = strdup(dir))) {
         free(ck);
         return sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    if (gguf_is_model(dir)) {
+        if ((st = open_gguf(ck, dir, err)) || (st = validate(ck, err))) goto fail;
+        *out = ck;
+        return SL_OK;
     }
     char *cpath = fio_join(dir, "config.json");
     if (!cpath) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
@@ -658,7 +890,13 @@ fail:
 
 void hf_close(hf_ckpt *ck) {
     if (!ck) return;
-    for (int i = 0; i < ck->n_files; i++) st_close(&ck->files[i]);
+    for (int i = 0; i < ck->n_files; i++) {
+        if (ck->gm.n_files) ck->files[i].fd = -1; /* gguf_close_model closes it */
+        st_close(&ck->files[i]);
+    }
+    gguf_close_model(&ck->gm);
+    free(ck->tok_json);
+    free(ck->tok_cfg);
     free(ck->files);
     for (int i = 0; i < ck->n; i++) free(ck->t[i].pub.name);
     free(ck->t);
@@ -696,6 +934,7 @@ const hf_tensor *hf_find(const hf_ckpt *ck, const char *name) {
 
 sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_error *err) {
     const hf_t *t = (const hf_t *)pub;
+    if (t->gg) return read_gguf(ck, t, to, dst, err);
     const st_file *f = &ck->files[t->file];
     size_t n = 1;
     for (int i = 0; i < pub->ndim; i++) n *= (size_t)pub->shape[i];

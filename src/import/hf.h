@@ -40,7 +40,8 @@ typedef struct hf_tensor {
 /* Parses config.json text into *out. `path` names the file in messages. */
 sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl_error *err);
 
-/* Opens a checkpoint directory: parses config.json into an sl_config, reads every safetensors header
+/* Opens a checkpoint directory (or a GGUF model: a .gguf file, the first of its splits, or a directory holding
+ * them; import/gguf.h): parses config.json into an sl_config, reads every safetensors header
  * and validates it against its file (offsets in range, no overlap, shape x dtype = byte size) and
  * against the config (every tensor the architecture needs is present with the right shape). */
 sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err);
@@ -56,6 +57,13 @@ const hf_tensor *hf_find(const hf_ckpt *ck, const char *canon_name);
  * dtype: codes, scales, biases in the layout of quant/quant.h (q_mat_bytes bytes); other `to` give
  * SL_EUNSUPPORTED. */
 sl_status hf_read(hf_ckpt *ck, const hf_tensor *t, sl_dtype to, void *dst, sl_error *err);
+
+/* A file the container keeps as a blob (format/pack.c pack_blob_names): the checkpoint directory's file, or
+ * for a GGUF source the one rebuilt from its metadata (config.json, tokenizer.json, tokenizer_config.json).
+ * *data NULL (and SL_OK) when there is none; else malloc'ed, *len bytes (NUL-terminated). */
+sl_status hf_blob(hf_ckpt *ck, const char *name, char **data, size_t *len, sl_error *err);
+/* Whether the source is a GGUF model (a .gguf file, its first split, or a directory of them). */
+int hf_is_gguf(const hf_ckpt *ck);
 
 /* Source files (for the manifest): count, name, size. */
 int hf_n_files(const hf_ckpt *ck);

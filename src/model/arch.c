@@ -33,6 +33,23 @@ const arch_desc *arch_by_hf_type(const char *model_type) {
     return NULL;
 }
 
+const arch_desc *arch_by_gguf(const char *gguf_arch) {
+    for (int i = 0; gguf_arch && arch_list[i]; i++)
+        if (arch_list[i]->gguf_arch && !strcmp(arch_list[i]->gguf_arch, gguf_arch)) return arch_list[i];
+    return NULL;
+}
+
+const char *arch_gguf_list(void) {
+    static char buf[256];
+    if (buf[0]) return buf;
+    size_t n = 0;
+    for (int i = 0; arch_list[i] && n < sizeof buf; i++)
+        if (arch_list[i]->gguf_arch)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s%s", n ? ", " : "", arch_list[i]->gguf_arch,
+                                  arch_list[i]->id == SL_ARCH_MIXTRAL ? " (Mixtral: with experts)" : "");
+    return buf;
+}
+
 const char *arch_hf_type_list(void) {
     static char buf[512];
     if (buf[0]) return buf;

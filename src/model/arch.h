@@ -85,6 +85,8 @@ typedef struct arch_tdef {
     int kind;          /* AK_MAT / AK_VEC */
     size_t field;      /* offsetof in sl_weights (AW_GLOBAL / AW_UNTIED) or sl_layer_w */
     int role;          /* AR_* */
+    const char *gguf;  /* the GGUF (llama.cpp) name, relative to "blk.N." for layer tensors, with its ".weight" /
+                        * ".bias" suffix; NULL: the family cannot be imported from GGUF */
 } arch_tdef;
 
 /* A routed expert's part (an expert block holds them back to back, in this order): a matrix, or a bias
@@ -96,6 +98,7 @@ typedef struct arch_pdef {
     size_t field;      /* offsetof in sl_expert (an sl_mat, or a const float * for a bias) */
     int kind;          /* AK_MAT (0) / AK_VEC */
     int disk_t;        /* 1: the fused on-disk stack is [E, cols, rows] (x @ W, gpt-oss), read transposed */
+    const char *gguf;  /* the GGUF name of the stacked tensor [E][rows][cols], relative to "blk.N.", or NULL */
 } arch_pdef;
 
 #define ARCH_MAX_PARTS 4
@@ -166,6 +169,9 @@ typedef struct arch_desc {
     /* optional: the family's fields of a synth shape that arch_shape does not hold (DeepSeek-V3's MLA
      * dimensions), set into c after the common ones; NULL for most families */
     void (*shape_config)(const arch_shape *sh, sl_config *c);
+    /* general.architecture of the family's GGUF files (llama.cpp's llm_arch names), or NULL; GGUF metadata
+     * is mapped to config.json fields by import/gguf_meta.c */
+    const char *gguf_arch;
 } arch_desc;
 
 /* Every family, in a fixed order; NULL-terminated. */
@@ -175,6 +181,9 @@ extern const arch_desc *const arch_list[];
 const arch_desc *arch_get(sl_arch id);
 const arch_desc *arch_by_name(const char *name);
 const arch_desc *arch_by_hf_type(const char *model_type);
+const arch_desc *arch_by_gguf(const char *gguf_arch);
+/* "a, b, c": every GGUF architecture served (for messages). Static storage. */
+const char *arch_gguf_list(void);
 /* "a, b, c": every HF model_type served (for messages). Static storage. */
 const char *arch_hf_type_list(void);
 /* Sets the family's traits in c (c->arch must be set). */

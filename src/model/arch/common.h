@@ -14,44 +14,44 @@
 #define GW(f) offsetof(sl_weights, f)
 #define EW(f) offsetof(sl_expert, f)
 
-#define T_EMBED {"embed_tokens", NULL, AW_GLOBAL, AD_V, AD_H, AK_MAT, GW(embed), AR_BACKBONE}
+#define T_EMBED {"embed_tokens", NULL, AW_GLOBAL, AD_V, AD_H, AK_MAT, GW(embed), AR_BACKBONE, "token_embd.weight"}
 #define T_HEAD                                                                                       \
-    {"norm", NULL, AW_GLOBAL, AD_H, AD_NONE, AK_VEC, GW(final_norm), AR_BACKBONE},                   \
-    {"lm_head", NULL, AW_UNTIED, AD_V, AD_H, AK_MAT, GW(lm_head), AR_BACKBONE}
-#define T_IN_NORM {"input_layernorm", NULL, AW_EVERY, AD_H, AD_NONE, AK_VEC, LW(attn_norm), AR_BACKBONE}
-#define T_POST_NORM {"post_attention_layernorm", NULL, AW_EVERY, AD_H, AD_NONE, AK_VEC, LW(ffn_norm), AR_BACKBONE}
+    {"norm", NULL, AW_GLOBAL, AD_H, AD_NONE, AK_VEC, GW(final_norm), AR_BACKBONE, "output_norm.weight"},                   \
+    {"lm_head", NULL, AW_UNTIED, AD_V, AD_H, AK_MAT, GW(lm_head), AR_BACKBONE, "output.weight"}
+#define T_IN_NORM {"input_layernorm", NULL, AW_EVERY, AD_H, AD_NONE, AK_VEC, LW(attn_norm), AR_BACKBONE, "attn_norm.weight"}
+#define T_POST_NORM {"post_attention_layernorm", NULL, AW_EVERY, AD_H, AD_NONE, AK_VEC, LW(ffn_norm), AR_BACKBONE, "ffn_norm.weight"}
 /* q (QPROJ rows: doubled for gated attention), k, v, o */
 #define T_ATTN_QKVO                                                                                  \
-    {"self_attn.q_proj", NULL, AW_ATTN, AD_QPROJ, AD_H, AK_MAT, LW(q), AR_BACKBONE},                 \
-    {"self_attn.k_proj", NULL, AW_ATTN, AD_KV, AD_H, AK_MAT, LW(k), AR_BACKBONE},                    \
-    {"self_attn.v_proj", NULL, AW_ATTN, AD_KV, AD_H, AK_MAT, LW(v), AR_BACKBONE},                    \
-    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_Q, AK_MAT, LW(o), AR_BACKBONE}
+    {"self_attn.q_proj", NULL, AW_ATTN, AD_QPROJ, AD_H, AK_MAT, LW(q), AR_BACKBONE, "attn_q.weight"},                 \
+    {"self_attn.k_proj", NULL, AW_ATTN, AD_KV, AD_H, AK_MAT, LW(k), AR_BACKBONE, "attn_k.weight"},                    \
+    {"self_attn.v_proj", NULL, AW_ATTN, AD_KV, AD_H, AK_MAT, LW(v), AR_BACKBONE, "attn_v.weight"},                    \
+    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_Q, AK_MAT, LW(o), AR_BACKBONE, "attn_output.weight"}
 /* q/k/v projection biases (where the config's attention bias is on) */
 #define T_ATTN_QKV_BIAS                                                                              \
-    {"self_attn.q_proj.bias", NULL, AW_ATTN_BIAS, AD_Q, AD_NONE, AK_VEC, LW(q_bias), AR_BACKBONE},   \
-    {"self_attn.k_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(k_bias), AR_BACKBONE},  \
-    {"self_attn.v_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(v_bias), AR_BACKBONE}
+    {"self_attn.q_proj.bias", NULL, AW_ATTN_BIAS, AD_Q, AD_NONE, AK_VEC, LW(q_bias), AR_BACKBONE, "attn_q.bias"},   \
+    {"self_attn.k_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(k_bias), AR_BACKBONE, "attn_k.bias"},  \
+    {"self_attn.v_proj.bias", NULL, AW_ATTN_BIAS, AD_KV, AD_NONE, AK_VEC, LW(v_bias), AR_BACKBONE, "attn_v.bias"}
 /* per-head q/k RMSNorm weights [head_dim] */
 #define T_QK_NORM_HEAD                                                                               \
-    {"self_attn.q_norm", NULL, AW_ATTN, AD_HD, AD_NONE, AK_VEC, LW(q_norm), AR_BACKBONE},            \
-    {"self_attn.k_norm", NULL, AW_ATTN, AD_HD, AD_NONE, AK_VEC, LW(k_norm), AR_BACKBONE}
-#define T_ROUTER {"mlp.gate", NULL, AW_MOE, AD_E, AD_H, AK_MAT, LW(router), AR_ROUTER}
+    {"self_attn.q_norm", NULL, AW_ATTN, AD_HD, AD_NONE, AK_VEC, LW(q_norm), AR_BACKBONE, "attn_q_norm.weight"},            \
+    {"self_attn.k_norm", NULL, AW_ATTN, AD_HD, AD_NONE, AK_VEC, LW(k_norm), AR_BACKBONE, "attn_k_norm.weight"}
+#define T_ROUTER {"mlp.gate", NULL, AW_MOE, AD_E, AD_H, AK_MAT, LW(router), AR_ROUTER, "ffn_gate_inp.weight"}
 #define T_SHARED_EXPERT                                                                              \
-    {"mlp.shared_expert.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE}, \
-    {"mlp.shared_expert.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE},     \
-    {"mlp.shared_expert.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE}, \
-    {"mlp.shared_expert_gate", NULL, AW_SHARED, AD_ONE, AD_H, AK_MAT, LW(sh_expert_gate), AR_ROUTER}
+    {"mlp.shared_expert.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, "ffn_gate_shexp.weight"}, \
+    {"mlp.shared_expert.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, "ffn_up_shexp.weight"},     \
+    {"mlp.shared_expert.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, "ffn_down_shexp.weight"}, \
+    {"mlp.shared_expert_gate", NULL, AW_SHARED, AD_ONE, AD_H, AK_MAT, LW(sh_expert_gate), AR_ROUTER, "ffn_gate_inp_shexp.weight"}
 #define T_DENSE_MLP                                                                                  \
-    {"mlp.gate_proj", NULL, AW_DENSE, AD_ID, AD_H, AK_MAT, LW(mlp_gate), AR_BACKBONE},               \
-    {"mlp.up_proj", NULL, AW_DENSE, AD_ID, AD_H, AK_MAT, LW(mlp_up), AR_BACKBONE},                   \
-    {"mlp.down_proj", NULL, AW_DENSE, AD_H, AD_ID, AK_MAT, LW(mlp_down), AR_BACKBONE}
+    {"mlp.gate_proj", NULL, AW_DENSE, AD_ID, AD_H, AK_MAT, LW(mlp_gate), AR_BACKBONE, "ffn_gate.weight"},               \
+    {"mlp.up_proj", NULL, AW_DENSE, AD_ID, AD_H, AK_MAT, LW(mlp_up), AR_BACKBONE, "ffn_up.weight"},                   \
+    {"mlp.down_proj", NULL, AW_DENSE, AD_H, AD_ID, AK_MAT, LW(mlp_down), AR_BACKBONE, "ffn_down.weight"}
 /* Gated DeltaNet layer, after the input projections */
 #define T_DELTANET_TAIL                                                                              \
-    {"linear_attn.conv1d", NULL, AW_LINEAR, AD_CQ, AD_CONVK, AK_VEC, LW(conv_w), AR_BACKBONE},       \
-    {"linear_attn.dt_bias", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(dt_bias), AR_BACKBONE},      \
-    {"linear_attn.A_log", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(A_log), AR_BACKBONE},          \
-    {"linear_attn.norm", NULL, AW_LINEAR, AD_DV, AD_NONE, AK_VEC, LW(lin_norm), AR_BACKBONE},        \
-    {"linear_attn.out_proj", NULL, AW_LINEAR, AD_H, AD_NVDV, AK_MAT, LW(lin_out), AR_BACKBONE}
+    {"linear_attn.conv1d", NULL, AW_LINEAR, AD_CQ, AD_CONVK, AK_VEC, LW(conv_w), AR_BACKBONE, NULL},       \
+    {"linear_attn.dt_bias", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(dt_bias), AR_BACKBONE, NULL},      \
+    {"linear_attn.A_log", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(A_log), AR_BACKBONE, NULL},          \
+    {"linear_attn.norm", NULL, AW_LINEAR, AD_DV, AD_NONE, AK_VEC, LW(lin_norm), AR_BACKBONE, NULL},        \
+    {"linear_attn.out_proj", NULL, AW_LINEAR, AD_H, AD_NVDV, AK_MAT, LW(lin_out), AR_BACKBONE, NULL}
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 

@@ -30,19 +30,19 @@ static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM, T_ATTN_QKVO,
     T_ATTN_QKV_BIAS,
-    {"self_attn.o_proj.bias", NULL, AW_ATTN_BIAS, AD_H, AD_NONE, AK_VEC, LW(o_bias), AR_BACKBONE},
-    {"self_attn.sinks", NULL, AW_SINKS, AD_NH, AD_NONE, AK_VEC, LW(sinks), AR_BACKBONE},
+    {"self_attn.o_proj.bias", NULL, AW_ATTN_BIAS, AD_H, AD_NONE, AK_VEC, LW(o_bias), AR_BACKBONE, NULL},
+    {"self_attn.sinks", NULL, AW_SINKS, AD_NH, AD_NONE, AK_VEC, LW(sinks), AR_BACKBONE, NULL},
     T_POST_NORM,
-    {"mlp.gate", "mlp.router", AW_MOE, AD_E, AD_H, AK_MAT, LW(router), AR_ROUTER},
-    {"mlp.gate.bias", "mlp.router.bias", AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_lbias), AR_BACKBONE},
+    {"mlp.gate", "mlp.router", AW_MOE, AD_E, AD_H, AK_MAT, LW(router), AR_ROUTER, NULL},
+    {"mlp.gate.bias", "mlp.router.bias", AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_lbias), AR_BACKBONE, NULL},
     T_HEAD,
 };
 
 static const arch_pdef parts[] = {
-    {"gate_up_proj", NULL, AD_2I, AD_H, EW(gate_up), AK_MAT, 1},
-    {"gate_up_proj_bias", NULL, AD_2I, AD_ONE, EW(gate_up_bias), AK_VEC, 0},
-    {"down_proj", NULL, AD_H, AD_I, EW(down), AK_MAT, 1},
-    {"down_proj_bias", NULL, AD_H, AD_ONE, EW(down_bias), AK_VEC, 0},
+    {"gate_up_proj", NULL, AD_2I, AD_H, EW(gate_up), AK_MAT, 1, NULL},
+    {"gate_up_proj_bias", NULL, AD_2I, AD_ONE, EW(gate_up_bias), AK_VEC, 0, NULL},
+    {"down_proj", NULL, AD_H, AD_I, EW(down), AK_MAT, 1, NULL},
+    {"down_proj_bias", NULL, AD_H, AD_ONE, EW(down_bias), AK_VEC, 0, NULL},
 };
 
 /* openai/gpt-oss-20b and openai/gpt-oss-120b config.json: hidden_size 2880, intermediate_size 2880, 64 heads of

@@ -27,9 +27,9 @@ static const arch_tdef tensors[] = {
 };
 
 static const arch_pdef parts[3] = {
-    {"gate_proj", "w1", AD_I, AD_H, EW(gate), AK_MAT, 0},
-    {"up_proj", "w3", AD_I, AD_H, EW(up), AK_MAT, 0},
-    {"down_proj", "w2", AD_H, AD_I, EW(down), AK_MAT, 0},
+    {"gate_proj", "w1", AD_I, AD_H, EW(gate), AK_MAT, 0, "ffn_gate_exps.weight"},
+    {"up_proj", "w3", AD_I, AD_H, EW(up), AK_MAT, 0, "ffn_up_exps.weight"},
+    {"down_proj", "w2", AD_H, AD_I, EW(down), AK_MAT, 0, "ffn_down_exps.weight"},
 };
 
 static const char *const renames[] = {"block_sparse_moe.", "mlp.", NULL};
@@ -47,5 +47,5 @@ const arch_desc arch_mixtral = {
     .router = SL_ROUTER_TOPK_SOFTMAX, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .renames = renames,
-    .shapes = shapes, .n_shapes = N_OF(shapes),
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "llama",
 };

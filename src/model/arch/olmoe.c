@@ -19,8 +19,8 @@ static void config(hfc *c, sl_config *o) {
 static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM, T_ATTN_QKVO,
-    {"self_attn.q_norm", NULL, AW_ATTN, AD_Q, AD_NONE, AK_VEC, LW(q_norm), AR_BACKBONE},
-    {"self_attn.k_norm", NULL, AW_ATTN, AD_KV, AD_NONE, AK_VEC, LW(k_norm), AR_BACKBONE},
+    {"self_attn.q_norm", NULL, AW_ATTN, AD_Q, AD_NONE, AK_VEC, LW(q_norm), AR_BACKBONE, "attn_q_norm.weight"},
+    {"self_attn.k_norm", NULL, AW_ATTN, AD_KV, AD_NONE, AK_VEC, LW(k_norm), AR_BACKBONE, "attn_k_norm.weight"},
     T_POST_NORM, T_ROUTER,
     T_HEAD,
 };
@@ -37,5 +37,5 @@ const arch_desc arch_olmoe = {
     .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_ALL, .prf_default = 1.0,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
-    .shapes = shapes, .n_shapes = N_OF(shapes),
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "olmoe",
 };

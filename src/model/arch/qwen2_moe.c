@@ -37,5 +37,5 @@ const arch_desc arch_qwen2_moe = {
     .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
-    .shapes = shapes, .n_shapes = N_OF(shapes),
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "qwen2moe",
 };

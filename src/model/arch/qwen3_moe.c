@@ -7,9 +7,9 @@
 
 /* the SwiGLU expert parts every family so far uses */
 const arch_pdef arch_swiglu_parts[3] = {
-    {"gate_proj", NULL, AD_I, AD_H, EW(gate), AK_MAT, 0},
-    {"up_proj", NULL, AD_I, AD_H, EW(up), AK_MAT, 0},
-    {"down_proj", NULL, AD_H, AD_I, EW(down), AK_MAT, 0},
+    {"gate_proj", NULL, AD_I, AD_H, EW(gate), AK_MAT, 0, "ffn_gate_exps.weight"},
+    {"up_proj", NULL, AD_I, AD_H, EW(up), AK_MAT, 0, "ffn_up_exps.weight"},
+    {"down_proj", NULL, AD_H, AD_I, EW(down), AK_MAT, 0, "ffn_down_exps.weight"},
 };
 
 void arch_qwen_moe_config(hfc *c, sl_config *o) {
@@ -36,5 +36,5 @@ const arch_desc arch_qwen3_moe = {
     .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_HEAD, .prf_default = 1.0,
     .config = arch_qwen_moe_config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
-    .shapes = shapes, .n_shapes = N_OF(shapes),
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "qwen3moe",
 };

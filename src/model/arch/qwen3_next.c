@@ -26,8 +26,8 @@ static void config(hfc *c, sl_config *o) {
 static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM,
-    {"linear_attn.in_proj_qkvz", NULL, AW_LINEAR, AD_QKVZ, AD_H, AK_MAT, LW(qkvz), AR_BACKBONE},
-    {"linear_attn.in_proj_ba", NULL, AW_LINEAR, AD_2NV, AD_H, AK_MAT, LW(ba), AR_BACKBONE},
+    {"linear_attn.in_proj_qkvz", NULL, AW_LINEAR, AD_QKVZ, AD_H, AK_MAT, LW(qkvz), AR_BACKBONE, NULL},
+    {"linear_attn.in_proj_ba", NULL, AW_LINEAR, AD_2NV, AD_H, AK_MAT, LW(ba), AR_BACKBONE, NULL},
     T_DELTANET_TAIL,
     T_ATTN_QKVO, T_QK_NORM_HEAD,
     T_POST_NORM, T_ROUTER, T_SHARED_EXPERT, T_DENSE_MLP,

@@ -1,0 +1,518 @@
+"""GGUF import (sluice pack model.gguf): GGUF files written at test time by gguf-py's GGUFWriter from the
+safetensors fixtures of tests/data, with llama.cpp's tensor names and metadata keys (as its
+convert_hf_to_gguf.py writes them, Mixtral's q/k rows permuted as LlamaModel.permute does), then packed
+and run. References: the safetensors pack of the same fixture, and gguf-py's own gguf.quants (de)quantize."""
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+
+from conftest import ROOT, run  # noqa: E402
+
+DATA = os.path.join(ROOT, "tests/data")
+
+
+# ---- the fixtures as numpy arrays ------------------------------------------------------------------
+
+def read_safetensors(d):
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if not f.endswith(".safetensors"):
+            continue
+        raw = open(os.path.join(d, f), "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        hdr = json.loads(raw[8:8 + n])
+        for k, v in hdr.items():
+            if k == "__metadata__":
+                continue
+            a, b = v["data_offsets"]
+            dt = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[v["dtype"]]
+            arr = np.frombuffer(raw[8 + n + a:8 + n + b], dtype=dt).reshape(v["shape"])
+            out[k] = (arr, v["dtype"])
+    return out
+
+
+def to_f32(arr, dtype):
+    if dtype == "BF16":
+        return (arr.astype(np.uint32) << 16).view(np.float32)
+    return arr.astype(np.float32)
+
+
+GGUF_ARCH = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama",
+             "glm4_moe": "glm4moe"}
+
+# HF module path (after "model.layers.N.") -> llama.cpp name (gguf-py constants.py TENSOR_NAMES)
+LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+    "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+}
+PARTS = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
+         "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
+
+
+def llama_permute(w, n_head):
+    """convert_hf_to_gguf.py LlamaModel.permute"""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, dequant=False):
+    """The fixture tests/data/<family> as a GGUF: F-types as stored (qtype None), or every matrix whose rows
+    are whole blocks quantised to qtype by gguf-py (dequant: and written back as F32, gguf-py's dequantisation).
+    Returns {gguf name: (numpy array as written, ggml type)}."""
+    d = os.path.join(DATA, family)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    arch = GGUF_ARCH[family]
+    st = read_safetensors(d)
+    w = gguf.GGUFWriter(path, arch)
+    L = cfg["num_hidden_layers"]
+    heads, kvh = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    E = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+    rope = cfg.get("rope_parameters") or {}
+    nextn = cfg.get("num_nextn_predict_layers", 0) if family == "glm4_moe" else 0
+    w.add_block_count(L + nextn)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kvh)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(E)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if cfg.get("moe_intermediate_size"):
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if family == "qwen2_moe":
+        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    if family in ("qwen3_moe", "qwen2_moe", "olmoe"):
+        # llama.cpp's qwen3moe renormalises unconditionally; these fixtures do not (norm_topk_prob false)
+        w.add_expert_weights_norm(bool(cfg.get("norm_topk_prob", False)))
+    if family == "mixtral":
+        w.add_rope_dimension_count(hd)
+    if family == "glm4_moe":
+        w.add_rope_dimension_count(int(hd * cfg.get("partial_rotary_factor", 0.5)))
+        w.add_expert_shared_count(cfg["n_shared_experts"])
+        w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+        w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+        w.add_expert_weights_norm(cfg["norm_topk_prob"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_expert_group_count(cfg["n_group"])
+        w.add_expert_group_used_count(cfg["topk_group"])
+        w.add_nextn_predict_layers(nextn)
+    for k, v in (extra or {}).items():
+        if isinstance(v, bool):
+            w.add_bool(k, v)
+        elif isinstance(v, int):
+            w.add_uint32(k, v)
+        elif isinstance(v, float):
+            w.add_float32(k, v)
+        else:
+            w.add_string(k, v)
+    if tokenizer:
+        tokenizer(w)
+    written = {}
+    experts = {}
+
+    def add(name, arr, dtype):
+        if name in drop:
+            return
+        if qtype is not None and arr.ndim >= 2 and arr.shape[-1] % 32 == 0:
+            f = to_f32(arr, dtype)
+            q = gguf.quants.quantize(f, qtype)
+            if dequant:
+                dq = np.ascontiguousarray(gguf.quants.dequantize(q, qtype).astype(np.float32))
+                w.add_tensor(name, dq)
+                written[name] = (dq, QT.F32)
+            else:
+                w.add_tensor(name, q, raw_dtype=qtype)
+                written[name] = (q, qtype)
+        elif dtype == "BF16":
+            w.add_tensor(name, arr, raw_shape=arr.shape, raw_dtype=QT.BF16)
+            written[name] = (arr, QT.BF16)
+        else:
+            w.add_tensor(name, arr)
+            written[name] = (arr, QT.F16 if arr.dtype == np.float16 else QT.F32)
+
+    for k in sorted(st):
+        arr, dtype = st[k]
+        if k == "model.embed_tokens.weight":
+            add("token_embd.weight", arr, dtype)
+        elif k == "model.norm.weight":
+            add("output_norm.weight", arr, dtype)
+        elif k == "lm_head.weight":
+            add("output.weight", arr, dtype)
+        else:
+            parts = k.split(".")
+            l, rest = int(parts[2]), ".".join(parts[3:])
+            if ".experts." in rest:
+                e, part = int(parts[-3]), parts[-2]
+                experts.setdefault((l, PARTS[part]), {})[e] = (arr, dtype)
+                continue
+            if family == "glm4_moe" and rest == "post_attention_layernorm.weight":
+                name = "post_attention_norm.weight"
+            else:
+                name = LAYER_NAMES[rest]
+            if family == "mixtral" and rest == "self_attn.q_proj.weight":
+                arr = llama_permute(arr, heads)
+            if family == "mixtral" and rest == "self_attn.k_proj.weight":
+                arr = llama_permute(arr, kvh)
+            add(f"blk.{l}.{name}", arr, dtype)
+    for (l, part), es in sorted(experts.items()):
+        dtype = es[0][1]
+        add(f"blk.{l}.{part}.weight", np.stack([es[e][0] for e in range(E)]), dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return written
+
+
+def ref_tokens(family):
+    return json.load(open(os.path.join(DATA, family, "ref.json")))["tokens"]
+
+
+def logits(model, toks, out):
+    run(["logits", "-m", model, "--tokens", ",".join(map(str, toks)), "--out", out])
+    return np.fromfile(out, dtype=np.float32)
+
+
+FAMILIES = ["qwen3_moe", "qwen2_moe", "olmoe", "mixtral", "glm4_moe"]
+
+
+@pytest.fixture(scope="module")
+def st_packs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("st")
+    out = {}
+    for fam in FAMILIES:
+        p = str(d / f"{fam}.sluice")
+        run(["pack", os.path.join(DATA, fam), "-o", p])
+        out[fam] = p
+    return out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_float_gguf_equals_safetensors_pack(family, st_packs, tmp_path):
+    """F32 / F16 / BF16 GGUF (the fixture's own dtype): logits bitwise equal to the safetensors pack's."""
+    g = str(tmp_path / "m.gguf")
+    write_gguf(family, g)
+    p = str(tmp_path / "m.sluice")
+    run(["pack", g, "-o", p])
+    toks = ref_tokens(family)
+    a = logits(p, toks, str(tmp_path / "a.f32"))
+    b = logits(st_packs[family], toks, str(tmp_path / "b.f32"))
+    assert a.shape == b.shape and np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
+
+
+def per_token_rel(x, ref, vocab):
+    x, ref = x.reshape(-1, vocab), ref.reshape(-1, vocab)
+    return np.abs(x - ref).max(1) / np.abs(ref).max(1)
+
+
+@pytest.mark.parametrize("qtype", [QT.Q8_0, QT.Q4_0], ids=["Q8_0", "Q4_0"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_quantised_gguf(family, qtype, st_packs, tmp_path):
+    """Q8_0 / Q4_0 GGUF: kept as q8 / q4 group 32 with f16 scales (lossless: docs/FORMAT.md). Its logits equal,
+    bitwise, those of an F32 GGUF holding gguf-py's dequantisation of the same blocks. Against the fixture's
+    own weights the error is the quantisation's: on these random-weight fixtures (where a routing flip moves
+    a token's logits a lot) the median per-token error max|d logit| / max|logit| is within 2.5x that of the
+    fixture packed with sluice's own mode of the same width (--quant q8|q4 --group 32 --scale-f16); measured:
+    Q8_0 1.3-4.4 % vs q8 1.3-3.8 %, Q4_0 20-54 % vs q4 19-47 %."""
+    q = "q8" if qtype == QT.Q8_0 else "q4"
+    g = str(tmp_path / "q.gguf")
+    write_gguf(family, g, qtype=qtype)
+    p = str(tmp_path / "q.sluice")
+    run(["pack", g, "-o", p])
+    info = json.loads(run(["info", p, "--json"]).stdout)
+    assert q in info["backbone_dtypes"], info["backbone_dtypes"]
+    if family in ("qwen3_moe", "mixtral"):  # expert widths of whole blocks (the others keep f32 experts)
+        assert info["experts"]["dtype"] == q
+    dq = str(tmp_path / "dq.gguf")
+    write_gguf(family, dq, qtype=qtype, dequant=True)
+    pd = str(tmp_path / "dq.sluice")
+    run(["pack", dq, "-o", pd])
+    toks = ref_tokens(family)
+    a = logits(p, toks, str(tmp_path / "a.f32"))
+    b = logits(pd, toks, str(tmp_path / "b.f32"))
+    assert np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
+    ref = logits(st_packs[family], toks, str(tmp_path / "r.f32"))
+    ps = str(tmp_path / "s.sluice")
+    run(["pack", os.path.join(DATA, family), "-o", ps, "--quant", q, "--group", "32", "--scale-f16"])
+    s = logits(ps, toks, str(tmp_path / "s.f32"))
+    vocab = info["config"]["vocab"]
+    e_gguf, e_own = np.median(per_token_rel(a, ref, vocab)), np.median(per_token_rel(s, ref, vocab))
+    assert 0 < e_gguf < 2.5 * e_own, (e_gguf, e_own)
+
+
+# ---- bad input: one clear error, no output file --------------------------------------------------------
+
+def pack_fails(tmp_path, gpath, needle):
+    out = str(tmp_path / "bad.sluice")
+    r = run(["pack", gpath, "-o", out], check=False)
+    err = r.stderr.decode()
+    assert r.returncode != 0 and needle in err, err
+    assert "Traceback" not in err and len(err.strip().split("\n")) <= 2, err
+    assert not [f for f in os.listdir(tmp_path) if f.startswith("bad.sluice")]
+    return err
+
+
+def test_bad_gguf(tmp_path):
+    g = str(tmp_path / "m.gguf")
+    write_gguf("qwen3_moe", g)
+    raw = open(g, "rb").read()
+    b = str(tmp_path / "b.gguf")
+    for n in (20, 40, 3000):  # truncated in the counts, the metadata, the tensor infos
+        open(b, "wb").write(raw[:n])
+        pack_fails(tmp_path, b, "truncated")
+    open(b, "wb").write(raw[: len(raw) - 1000])  # the last tensor runs past the end
+    pack_fails(tmp_path, b, "runs past the end")
+    r = gguf.GGUFReader(g)
+    t = r.tensors[0]
+    # the type field of the first tensor info: right after its dims (name, n_dims, dims, type, offset)
+    pos = raw.index(t.name.encode()) + len(t.name) + 4 + 8 * len(t.shape)
+    bad = bytearray(raw)
+    bad[pos:pos + 4] = struct.pack("<I", 77)
+    open(b, "wb").write(bad)
+    assert "unknown type 77" in pack_fails(tmp_path, b, t.name)
+    bad = bytearray(raw)
+    bad[pos:pos + 4] = struct.pack("<I", 6)  # Q5_0: known, not imported
+    open(b, "wb").write(bad)
+    assert "supported: F32, F16" in pack_fails(tmp_path, b, f"tensor '{t.name}' has GGUF type Q5_0, which sluice does not import")
+    bad = bytearray(raw)
+    i = raw.index(b"qwen3moe")
+    bad[i:i + 8] = b"qwen9moe"
+    open(b, "wb").write(bad)
+    assert "supported: qwen3moe" in pack_fails(tmp_path, b, "GGUF architecture 'qwen9moe' is not supported")
+    write_gguf("qwen3_moe", b, extra={}, drop=("blk.0.attn_q.weight",))
+    pack_fails(tmp_path, b, "self_attn.q_proj")
+    be = bytearray(raw)
+    be[4:8] = struct.pack(">I", 3)
+    open(b, "wb").write(be)
+    pack_fails(tmp_path, b, "big-endian")
+    # a missing metadata key
+    d = str(tmp_path / "k.gguf")
+    w = gguf.GGUFWriter(d, "qwen3moe")
+    w.add_embedding_length(64)
+    w.add_tensor("token_embd.weight", np.zeros((256, 64), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    pack_fails(tmp_path, d, "missing metadata key 'qwen3moe.block_count'")
+
+
+# ---- every imported type, tensor by tensor -------------------------------------------------------------
+
+def random_blocks(qtype, rows, cols, rng):
+    """Random but valid blocks of qtype for a [rows, cols] matrix: random bytes, with every f16 scale finite
+    (and small) and every MXFP4 exponent in range."""
+    bs, ts = gguf.GGML_QUANT_SIZES[qtype]
+    b = rng.integers(0, 256, size=(rows * cols // bs, ts), dtype=np.uint8)
+
+    def f16(n):
+        return (rng.standard_normal(n) * 0.02).astype(np.float16).view(np.uint8).reshape(n, 2)
+    n = b.shape[0]
+    if qtype in (QT.Q8_0, QT.Q4_0):
+        b[:, 0:2] = f16(n)
+    elif qtype == QT.Q4_1:
+        b[:, 0:2], b[:, 2:4] = f16(n), f16(n)
+    elif qtype in (QT.Q4_K, QT.Q5_K):
+        b[:, 0:2], b[:, 2:4] = f16(n), f16(n)
+    elif qtype == QT.Q6_K:
+        b[:, 208:210] = f16(n)
+    elif qtype == QT.MXFP4:
+        b[:, 0] = rng.integers(100, 135, size=n, dtype=np.uint8)
+    return b.reshape(rows, cols // bs * ts)
+
+
+def container(path):
+    raw = open(path, "rb").read()
+    mo, ml = struct.unpack("<QQ", raw[24:40])
+    return raw, json.loads(raw[mo:mo + ml])
+
+
+def container_f32(raw, t, base=0):
+    """A tensor of the container as f32, by docs/FORMAT.md and src/quant/quant.h (codes | scales | biases;
+    w = scale * q + bias, the product rounded before the sum as gguf-py does)."""
+    shape = t["shape"]
+    rows, cols = (shape[0], shape[1]) if len(shape) == 2 else (1, shape[0])
+    off = base + t["offset"]
+    dt = t["dtype"]
+    if dt in ("f32", "f16", "bf16"):
+        n = rows * cols
+        if dt == "f32":
+            return np.frombuffer(raw, np.float32, n, off).reshape(rows, cols)
+        if dt == "f16":
+            return np.frombuffer(raw, np.float16, n, off).astype(np.float32).reshape(rows, cols)
+        return (np.frombuffer(raw, np.uint16, n, off).astype(np.uint32) << 16).view(np.float32).reshape(rows, cols)
+    if dt == "mxfp4":  # codes [rows][cols/2] (even column low), then E8M0 scales [rows][cols/32]
+        c = np.frombuffer(raw, np.uint8, rows * cols // 2, off)
+        c = np.stack([c & 15, c >> 4], axis=-1).reshape(rows, cols)
+        e = np.frombuffer(raw, np.uint8, rows * cols // 32, off + rows * cols // 2).reshape(rows, -1)
+        vals = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+        sc = np.ldexp(np.float32(1), e.astype(np.int32) - 127).astype(np.float32)
+        return vals[c] * np.repeat(sc, 32, axis=1)
+    bits, g = (8 if dt == "q8" else 4), t["group"]
+    cb = rows * cols * bits // 8
+    c = np.frombuffer(raw, np.uint8, cb, off)
+    if bits == 4:
+        c = np.stack([c & 15, c >> 4], axis=-1).reshape(-1)
+    q = c.reshape(rows, cols).astype(np.float32)
+    sdt = {"f32": np.float32, "f16": np.float16, "bf16": None}[t["scale_dtype"]]
+    ng = rows * cols // g
+    s = np.frombuffer(raw, sdt, ng, off + cb).astype(np.float32).reshape(rows, -1)
+    bi = np.frombuffer(raw, sdt, ng, off + cb + ng * np.dtype(sdt).itemsize).astype(np.float32).reshape(rows, -1)
+    return np.repeat(s, g, axis=1) * q + np.repeat(bi, g, axis=1)
+
+
+ALL_TYPES = [QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.MXFP4]
+
+
+def write_typed_model(path, types, rng, dequant=False):
+    """A qwen3moe of 256-wide rows (the K-quants' block), 2 layers of 4 experts, one type per tensor from
+    `types` (cycled), random valid blocks. Returns {gguf name: (f32 dequantisation by gguf-py, type)}."""
+    H, I, V, E, L, HD = 256, 256, 256, 4, 2, 128
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_block_count(L)
+    w.add_context_length(512)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(I)
+    w.add_expert_feed_forward_length(I)
+    w.add_head_count(2)
+    w.add_head_count_kv(1)
+    w.add_key_length(HD)
+    w.add_value_length(HD)
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(E)
+    w.add_expert_used_count(2)
+    out = {}
+    k = [0]
+
+    def mat(name, shape):
+        qt = types[k[0] % len(types)]
+        k[0] += 1
+        rows, cols = int(np.prod(shape[:-1])), shape[-1]
+        if qt in (QT.F32, QT.F16, QT.BF16):
+            f = (rng.standard_normal((rows, cols)) * 0.05).astype(np.float32)
+            data = f.astype(np.float16) if qt == QT.F16 else f
+            if qt == QT.BF16:
+                data = (f.view(np.uint32) >> 16).astype(np.uint16)
+            deq = gguf.quants.dequantize(data.view(np.uint8), qt) if qt == QT.BF16 else data.astype(np.float32)
+        else:
+            data = random_blocks(qt, rows, cols, rng)
+            deq = gguf.quants.dequantize(data, qt)
+        deq = deq.reshape(shape).astype(np.float32)
+        if dequant:
+            w.add_tensor(name, np.ascontiguousarray(deq))
+        elif qt in (QT.F32, QT.F16):
+            w.add_tensor(name, data.reshape(shape))
+        else:
+            w.add_tensor(name, data.reshape(*shape[:-1], -1), raw_dtype=qt)
+        out[name] = (deq, qt)
+
+    def vec(name, n):
+        v = (1 + rng.standard_normal(n) * 0.1).astype(np.float32)
+        w.add_tensor(name, v)
+        out[name] = (v, QT.F32)
+    mat("token_embd.weight", [V, H])
+    vec("output_norm.weight", H)
+    mat("output.weight", [V, H])
+    for l in range(L):
+        vec(f"blk.{l}.attn_norm.weight", H)
+        vec(f"blk.{l}.ffn_norm.weight", H)
+        vec(f"blk.{l}.attn_q_norm.weight", HD)
+        vec(f"blk.{l}.attn_k_norm.weight", HD)
+        mat(f"blk.{l}.attn_q.weight", [2 * HD, H])
+        mat(f"blk.{l}.attn_k.weight", [HD, H])
+        mat(f"blk.{l}.attn_v.weight", [HD, H])
+        mat(f"blk.{l}.attn_output.weight", [H, 2 * HD])
+        mat(f"blk.{l}.ffn_gate_inp.weight", [E, H])
+        for p in ("gate", "up", "down"):
+            mat(f"blk.{l}.ffn_{p}_exps.weight", [E, I, H])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+def same(a, b):
+    """Bit for bit, but for the sign of zero: ggml's q * d is -0 for q = 0 and d < 0, the container's
+    scale * code + bias (code 128, bias -128 d) is +0."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return a.shape == b.shape and np.array_equal(np.where(a == 0, 0, a).view(np.uint32),
+                                                 np.where(b == 0, 0, b).view(np.uint32))
+
+
+CANON = {"token_embd.weight": "embed_tokens", "output.weight": "lm_head", "attn_q.weight": "self_attn.q_proj",
+         "attn_k.weight": "self_attn.k_proj", "attn_v.weight": "self_attn.v_proj",
+         "attn_output.weight": "self_attn.o_proj", "ffn_gate_inp.weight": "mlp.gate"}
+
+
+@pytest.mark.parametrize("rot", range(3))
+def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
+    """Every imported type (random valid blocks where gguf-py cannot quantise), tensor by tensor: the
+    container's bytes, decoded by its documented layout, equal gguf.quants.dequantize bit for bit (but for
+    the sign of zero); routed
+    experts too (mixed types in one part take a common exact layout); and the model's logits equal those of
+    an F32 GGUF of gguf-py's dequantisation, bitwise."""
+    rng = np.random.default_rng(7 + rot)
+    types = ALL_TYPES[rot:] + ALL_TYPES[:rot]
+    g = str(tmp_path / "t.gguf")
+    ref = write_typed_model(g, types, rng)
+    assert {qt for _, qt in ref.values()} >= set(ALL_TYPES)
+    p = str(tmp_path / "t.sluice")
+    run(["pack", g, "-o", p])
+    raw, man = container(p)
+    tens = {t["name"]: t for t in man["tensors"]}
+    checked = 0
+    for name, (deq, qt) in ref.items():
+        if name.startswith("blk.") and "_exps" in name:
+            continue
+        rel = name.split(".", 2)[2] if name.startswith("blk.") else name
+        if rel not in CANON:
+            continue
+        cname = (f"layers.{name.split('.')[1]}." if name.startswith("blk.") else "") + CANON[rel]
+        got = container_f32(raw, tens[cname])
+        assert same(got, deq.reshape(got.shape)), (name, qt.name, tens[cname]["dtype"])
+        checked += 1
+    ex = man["experts"]
+    for s, l in enumerate(ex["layers"]):
+        for pi, part in enumerate(("gate", "up", "down")):
+            deq, qt = ref[f"blk.{l}.ffn_{part}_exps.weight"]
+            for e in range(deq.shape[0]):
+                base = ex["offset"] + (s * ex["n_experts"] + e) * ex["stride"]
+                got = container_f32(raw, ex["parts"][pi], base)
+                assert same(got, deq[e]), (l, e, part, qt.name)
+                checked += 1
+    assert checked == 2 + 2 * 5 + 2 * 3 * 4
+    dq = str(tmp_path / "dq.gguf")
+    write_typed_model(dq, types, np.random.default_rng(7 + rot), dequant=True)
+    pd = str(tmp_path / "dq.sluice")
+    run(["pack", dq, "-o", pd])
+    toks = list(range(0, 256, 7))
+    a = logits(p, toks, str(tmp_path / "a.f32"))
+    b = logits(pd, toks, str(tmp_path / "b.f32"))
+    assert np.isfinite(a).all() and np.array_equal(a, b), np.abs(a - b).max()
