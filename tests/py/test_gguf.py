@@ -75,7 +75,7 @@ def llama_permute(w, n_head):
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, dequant=False):
+def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, dequant=False, split=0):
     """The fixture tests/data/<family> as a GGUF: F-types as stored (qtype None), or every matrix whose rows
     are whole blocks quantised to qtype by gguf-py (dequant: and written back as F32, gguf-py's dequantisation).
     Returns {gguf name: (numpy array as written, ggml type)}."""
@@ -83,7 +83,7 @@ def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, de
     cfg = json.load(open(os.path.join(d, "config.json")))
     arch = GGUF_ARCH[family]
     st = read_safetensors(d)
-    w = gguf.GGUFWriter(path, arch)
+    w = gguf.GGUFWriter(path, arch, split_max_tensors=split)
     L = cfg["num_hidden_layers"]
     heads, kvh = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     hd = cfg.get("head_dim") or cfg["hidden_size"] // heads
@@ -516,3 +516,112 @@ def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
     a = logits(p, toks, str(tmp_path / "a.f32"))
     b = logits(pd, toks, str(tmp_path / "b.f32"))
     assert np.isfinite(a).all() and np.array_equal(a, b), np.abs(a - b).max()
+
+
+# ---- tokenizer from GGUF metadata -------------------------------------------------------------------------
+
+def gguf_tokenizer_writer(tok_dir, pre):
+    """What convert_hf_to_gguf.py's _set_vocab_gpt2 writes for a HF tokenizer.json: tokens by id (added ones
+    included), token types (CONTROL for special added tokens, USER_DEFINED for the others), merges "a b",
+    the pre-tokenizer name, special ids and the chat template."""
+    tj = json.load(open(os.path.join(tok_dir, "tokenizer.json")))
+    tc = json.load(open(os.path.join(tok_dir, "tokenizer_config.json")))
+    inv = {i: t for t, i in tj["model"]["vocab"].items()}
+    types = {i: gguf.TokenType.NORMAL for i in inv}
+    for a in tj["added_tokens"]:
+        inv[a["id"]] = a["content"]
+        types[a["id"]] = gguf.TokenType.CONTROL if a["special"] else gguf.TokenType.USER_DEFINED
+    n = max(inv) + 1
+    toks = [inv.get(i, f"[PAD{i}]") for i in range(n)]
+    tt = [types.get(i, gguf.TokenType.UNUSED) for i in range(n)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    ids = {t: i for i, t in enumerate(toks)}
+
+    def add(w):
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list(toks)
+        w.add_token_types(tt)
+        w.add_token_merges(merges)
+        eos = tc.get("eos_token")
+        eos = eos["content"] if isinstance(eos, dict) else eos
+        if eos in ids:
+            w.add_eos_token_id(ids[eos])
+        if tc.get("chat_template"):
+            w.add_chat_template(tc["chat_template"])
+    return add
+
+
+def tokenize_batch(model, texts):
+    r = run(["tokenize", "-m", model, "--batch"], input=json.dumps(texts).encode())
+    lines = r.stdout.decode().split("\n")
+    assert len(lines) == len(texts) + 1
+    return [[int(x) for x in line.split()] for line in lines[:-1]]
+
+
+TOK_TEXTS = [
+    "Hello, world! It's 2024-06-01T12:34:56Z and the price is $12.50 (or €11,30).",
+    "1234567890 3.14159 a1b2c3 100,000,000", "   leading spaces\tand tabs\t\there", "trailing   \n\n\nnewlines\r\n",
+    "你好，世界！日本語のテキスト。한국어 문장. Привет, мир! مرحبا بالعالم", "café résumé naïve e\u0301 A\u030a \u212b",
+    "emoji 😀👍🏽 👨‍👩‍👧‍👦 flags 🇺🇸", "def f(x):\n\tif x > 0:\n\t\treturn x * 2\n", "I'm sure they'll say it's what we've done",
+    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nanswer", "", " ", "\n",
+]
+
+
+def test_tokenizer_from_gguf_metadata_matches_hf(qwen_dir, tmp_path):
+    """Qwen3's tokenizer written as GGUF metadata (pre-tokenizer qwen2): the packed model's tokenizer gives
+    HF tokenizers' ids on text with unicode, digits, spaces and newlines, and keeps the chat template."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(os.path.join(qwen_dir, "tokenizer.json"))
+    g = str(tmp_path / "t.gguf")
+    write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(qwen_dir, "qwen2"))
+    p = str(tmp_path / "t.sluice")
+    run(["pack", g, "-o", p])
+    texts = TOK_TEXTS + [" ".join(TOK_TEXTS) * 3, open(os.path.join(ROOT, "src/import/gguf.c")).read()]
+    assert tokenize_batch(p, texts) == [hf.encode(t).ids for t in texts]
+    info = json.loads(run(["info", p, "--json"]).stdout)
+    names = [b["name"] if isinstance(b, dict) else b for b in info["embedded_files"]]
+    assert "tokenizer.json" in names and "tokenizer_config.json" in names
+    tmpl = json.load(open(os.path.join(qwen_dir, "tokenizer_config.json")))["chat_template"]
+    assert tmpl.encode() in open(p, "rb").read() or json.dumps(tmpl)[1:-1].encode() in open(p, "rb").read()
+
+
+def test_tokenizer_tiny_and_refusals(tiny_dir, tmp_path):
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(os.path.join(tiny_dir, "tokenizer.json"))
+    pre = json.load(open(os.path.join(tiny_dir, "tokenizer.json")))["pre_tokenizer"]
+    name = "qwen2" if pre and pre.get("type") == "Sequence" else "gpt-2"
+    g = str(tmp_path / "t.gguf")
+    write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(tiny_dir, name))
+    p = str(tmp_path / "t.sluice")
+    run(["pack", g, "-o", p])
+    assert tokenize_batch(p, TOK_TEXTS) == [hf.encode(t).ids for t in TOK_TEXTS]
+    write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(tiny_dir, "deepseek-llm"))
+    pack_fails(tmp_path, g, "tokenizer.ggml.pre 'deepseek-llm' is not supported (supported: qwen2")
+
+    def spm(w):
+        w.add_tokenizer_model("llama")
+    write_gguf("qwen3_moe", g, tokenizer=spm)
+    pack_fails(tmp_path, g, "tokenizer.ggml.model 'llama' is not supported")
+
+
+def test_split_gguf(st_packs, tmp_path):
+    """A model in splits (gguf-py's split_max_tensors: name-0000N-of-0000M.gguf, split.* keys): the first
+    split or the directory packs to the single file's logits; a missing split, or naming a later one, is
+    one error."""
+    d = tmp_path / "split"
+    d.mkdir()
+    write_gguf("mixtral", str(d / "m.gguf"), qtype=QT.Q8_0, split=8)
+    files = sorted(os.listdir(d))
+    assert len(files) >= 2 and files[0] == f"m-00001-of-{len(files):05d}.gguf", files
+    one = str(tmp_path / "one.gguf")
+    write_gguf("mixtral", one, qtype=QT.Q8_0)
+    toks = ref_tokens("mixtral")
+    run(["pack", one, "-o", str(tmp_path / "one.sluice")])
+    ref = logits(str(tmp_path / "one.sluice"), toks, str(tmp_path / "r.f32"))
+    for src in (str(d / files[0]), str(d)):
+        run(["pack", src, "-o", str(tmp_path / "s.sluice")])
+        assert np.array_equal(logits(str(tmp_path / "s.sluice"), toks, str(tmp_path / "s.f32")), ref)
+    pack_fails(tmp_path, str(d / files[1]), "name the first split")
+    os.remove(d / files[-1])
+    pack_fails(tmp_path, str(d / files[0]), files[-1])
