@@ -194,7 +194,9 @@ def ref_tokens(family):
 
 
 def logits(model, toks, out):
-    run(["logits", "-m", model, "--tokens", ",".join(map(str, toks)), "--out", out])
+    """--exact: q8/q4 matrices multiply f32 activations (the reference arithmetic; the default int8
+    activations round them, docs/QUANT.md)."""
+    run(["logits", "-m", model, "--exact", "--tokens", ",".join(map(str, toks)), "--out", out])
     return np.fromfile(out, dtype=np.float32)
 
 
