@@ -729,6 +729,40 @@ TEST(deepseek_v3_config) {
     CHECK(hf_parse_config(no_kv, "config.json", &c, &err) == SL_ECONFIG && strstr(err.msg, "kv_lora_rank"));
 }
 
+/* deepseek-ai/DeepSeek-V3's own config.json (its fields as released: rope_scaling with "type": "yarn", top-level
+ * rope_theta, no rope_interleave, num_nextn_predict_layers, FP8 quantization_config): the MLA dimensions, YaRN,
+ * and the softmax scale 192^-0.5 * (0.1 ln 40 + 1)^2 of DeepseekV3Attention. */
+TEST(deepseek_v3_release_config) {
+    const char *txt =
+        "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", \"vocab_size\": 129280, "
+        "\"hidden_size\": 7168, \"intermediate_size\": 18432, \"moe_intermediate_size\": 2048, \"num_hidden_layers\": 61, "
+        "\"num_nextn_predict_layers\": 1, \"num_attention_heads\": 128, \"num_key_value_heads\": 128, "
+        "\"n_shared_experts\": 1, \"n_routed_experts\": 256, \"ep_size\": 1, \"routed_scaling_factor\": 2.5, "
+        "\"kv_lora_rank\": 512, \"q_lora_rank\": 1536, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128, "
+        "\"qk_nope_head_dim\": 128, \"topk_method\": \"noaux_tc\", \"n_group\": 8, \"topk_group\": 4, "
+        "\"num_experts_per_tok\": 8, \"moe_layer_freq\": 1, \"first_k_dense_replace\": 3, \"norm_topk_prob\": true, "
+        "\"scoring_func\": \"sigmoid\", \"hidden_act\": \"silu\", \"max_position_embeddings\": 163840, "
+        "\"rms_norm_eps\": 1e-06, \"tie_word_embeddings\": false, \"rope_theta\": 10000, "
+        "\"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40, \"mscale\": 1.0, "
+        "\"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"}, "
+        "\"attention_bias\": false, \"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", "
+        "\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}}";
+    sl_config c;
+    sl_error err = {0};
+    CHECKF(hf_parse_config(txt, "config.json", &c, &err) == SL_OK, "%s", err.msg);
+    CHECK(c.n_layers == 61 && c.n_experts == 256 && c.n_experts_used == 8 && c.n_group == 8 && c.topk_group == 4);
+    CHECK(c.q_lora == 1536 && c.kv_lora == 512 && c.qk_nope == 128 && c.rot_dim == 64 && c.v_head_dim == 128 &&
+          c.head_dim == 192 && c.rope_interleave == 1 && c.dense_inter == 18432 && c.shared_inter == 2048);
+    CHECK(!c.layer_moe[2] && c.layer_moe[3] && c.layer_moe[60] && cfg_kv_row(&c) == 576);
+    CHECK(c.rope_type == SL_ROPE_YARN && c.rope_factor == 40 && c.rope_orig_max_pos == 4096 && c.yarn_mscale_all_dim == 1);
+    double m = 0.1 * log(40.0) + 1.0;
+    CHECKF(fabs(c.attn_scale - m * m / sqrt(192.0)) < 1e-15, "attn_scale %.17g", c.attn_scale);
+    sl_config s;
+    CHECK(synth_config("deepseek-v3", 0, &s, &err) == SL_OK);
+    CHECK(s.attn_scale == c.attn_scale && s.rope_factor == c.rope_factor && s.yarn_beta_fast == 32 &&
+          s.q_lora == c.q_lora && s.kv_lora == c.kv_lora && s.max_pos == c.max_pos && s.head_dim == c.head_dim);
+}
+
 /* A model_type no family serves is refused with the list of those served; each family's own is taken. */
 TEST(unknown_model_type_lists_the_supported) {
     sl_config c;
