@@ -54,7 +54,7 @@ for n in "${names[@]}"; do
         if ! "$bin" -runs=1 "fuzz/regress/$n"/* >"$log" 2>&1; then res="REGRESSION"; fi
     fi
     if [ "$res" = ok ]; then
-        "$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2560 -max_len=$([ "$n" = state ] && echo 400000 || echo 65536) -print_final_stats=1 \
+        "$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2560 -max_len=$(case $n in state) echo 400000;; gguf) echo 131072;; *) echo 65536;; esac) -print_final_stats=1 \
             -artifact_prefix="$crash/" "${dict[@]}" "$corpus" "${seeds[@]}" >"$log" 2>&1 || res=CRASH
     fi
     st=$(grep -E '^#[0-9]+' "$log" | tail -1)
