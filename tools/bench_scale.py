@@ -920,7 +920,7 @@ def main():
         finally:
             if not a.keep:
                 for f in glob.glob(os.path.join(a.work, "*.sluice")) + glob.glob(os.path.join(a.work, "*.gguf")) + \
-                        glob.glob(os.path.join(a.work, "*.part")):
+                        glob.glob(os.path.join(a.work, "*.part")) + glob.glob(os.path.join(a.work, "*.part.tmp.*")):
                     os.remove(f)
     m = json.load(open(mfile)) if os.path.exists(mfile) else machine()
     results = {}
