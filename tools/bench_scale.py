@@ -110,6 +110,8 @@ def machine():
     m["load_start"] = os.getloadavg()
     m["commit"] = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True,
                                  text=True).stdout.strip()[:100]
+    m["main"] = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h", "main"], capture_output=True,
+                               text=True).stdout.strip()
     m["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     for k in [k for k in m if k.startswith("lscpu_")]:
         del m[k]
@@ -637,6 +639,12 @@ def fmt(x, nd=2):
     return str(x)
 
 
+def provenance(res, m):
+    mm = res.get("machine", m)
+    return (f"*Measured {mm['date']}, main at `{mm.get('main') or mm['commit'][:7]}`, load average "
+            f"{', '.join(f'{x:.1f}' for x in mm['load_start'])} at the start.*")
+
+
 def goal(ok, text):
     return f"**{'met' if ok else 'not met'}** ({text})"
 
@@ -647,7 +655,7 @@ def render(a, results, m):
     import matplotlib.pyplot as plt
     L = [BEGIN, "", "## At scale: the big shapes, the disk, llama.cpp (`make bench-scale`)", ""]
     L += [f"`make bench-scale` (tools/bench_scale.py; sections `SECTIONS=decode,ssd,prefill,llama,memory`, "
-          f"`QUICK=1` for a few-minute run) measured this on {m['date']} at `{m['commit']}`. "
+          f"`QUICK=1` for a smoke run) measured what follows; each section says when and against which main. "
           "Each figure below is a ratio of two numbers measured in the same run: the machine is shared with "
           "other engineers' builds and tests, so absolute timings are noisy.", ""]
     L += [f"**Machine**: {m['cpu']} (`lscpu`), {m['cores']} cores, {m['ram_gib']} GiB RAM, "
@@ -656,7 +664,7 @@ def render(a, results, m):
     goals = []
     d = results.get("decode")
     if d:
-        L += ["### 1. Decode against the cache budget", ""]
+        L += ["### 1. Decode against the cache budget", "", provenance(d, m), ""]
         rows = d["rows"]
         L += [f"`sluice synth --shape S --layers {rows[0]['n_layers']} --quant q4`, then `{short(rows[0]['command'])}` "
               f"(one row per `--cache`, each from a fresh open; prompt {rows[0]['prompt_tokens']} random ids, "
@@ -689,10 +697,21 @@ def render(a, results, m):
         fig.tight_layout()
         fig.savefig(os.path.join(a.docs, "scale_decode.png"), dpi=80)
         plt.close(fig)
-        L += ["", "![decode against cache budget](scale_decode.png)", ""]
+        iow = [r["io_wait_fraction"] for r in rows]
+        hr = [r["hit_rate"] for r in rows if r["cache_fraction"] >= 1.0]
+        L += ["", f"I/O wait is {min(iow):.0%}–{max(iow):.0%} of decode time: on {m['cores']} cores shared with "
+              "other engineers' builds, decode is bound by compute more than by the disk, so tok/s moves little "
+              "with the budget while the bytes read per token fall as the hit rate climbs. "
+              + (f"With every expert cacheable the hit rate is still {min(hr):.2f}–{max(hr):.2f}: a run of "
+                 f"{rows[0]['prompt_tokens'] + rows[0]['gen_tokens']} tokens misses each expert the first time it "
+                 "is routed to (compulsory misses), most for the shapes with the most experts. " if hr else "")
+              + ("Under `--routing uniform` the hit rate tracks the cache fraction (the dotted line): the "
+                 "pessimistic bound; real routing repeats itself more (see the demo model's locality above)."
+                 if d.get("uniform_routing") else ""), "",
+              "![decode against cache budget](scale_decode.png)", ""]
     s2 = results.get("ssd")
     if s2:
-        L += ["### 2. Fraction of the SSD bound", "",
+        L += ["### 2. Fraction of the SSD bound", "", provenance(s2, m), "",
               "Cache 5% of the experts, prefetch off, `--io direct`: decode tok/s × bytes read per token, "
               "divided by `fio` random reads (O_DIRECT, io_uring) of the same file with the block size of one "
               "expert block (rounded up to 4 KiB) and the queue depth of one layer's routed experts. sluice ran "
@@ -705,13 +724,18 @@ def render(a, results, m):
                      f"{r0['bytes_per_token'] / MIB:.1f} | {r0['io_wait_fraction']:.0%} | "
                      f"{', '.join('%.0f' % (x['stream_bytes_s'] / 1e6) for x in r['runs'])} | "
                      f"{', '.join('%.0f' % (x['bw_bytes'] / 1e6) for x in r['fio'])} | {r['fraction']:.2f} |")
-        L += ["", f"fio: `{short(s2['rows'][0]['fio'][0]['command'])}`", ""]
+        L += ["", f"fio: `{short(s2['rows'][0]['fio'][0]['command'])}`", "",
+              "The fraction is the share of the disk's bandwidth that decode uses end to end; where it is low, "
+              "the I/O-wait column says why: most of each token's time is compute (attention, routing, the "
+              "expert matvecs and the 151,936-row lm_head on two shared cores), which these few-layer models "
+              "weigh more than the full ones do. The fio figures themselves move by up to 2× between the two "
+              "runs: the disk is shared.", ""]
         worst = min(r["fraction"] for r in s2["rows"])
         goals.append(("2. fraction of the SSD bound ≥ 0.95", goal(worst >= 0.95, f"worst {worst:.2f}, best "
                                                                                f"{max(r['fraction'] for r in s2['rows']):.2f}")))
     p = results.get("prefill")
     if p:
-        L += ["### 3. Prefill, streamed: layer-major against token by token", "",
+        L += ["### 3. Prefill, streamed: layer-major against token by token", "", provenance(p, m), "",
               f"{p['label']} ({d['rows'][0]['n_layers'] if d else ''} layers), cache 25% of the experts, "
               f"`--io direct`: a {p['prompt']}-token prompt evaluated in one layer-major prefill, against "
               "the decode rate of the tokens after it (one token at a time, the way a token-by-token prefill "
@@ -727,7 +751,7 @@ def render(a, results, m):
         L += render_llama(ll, goals, a, plt)
     mem = results.get("memory")
     if mem:
-        L += ["### 5. Memory", "",
+        L += ["### 5. Memory", "", provenance(mem, m), "",
               f"{mem['label']}, each run inside a memory cgroup (v{mem['cgroup_version']}, no limit) whose page "
               "cache is emptied first; page-cache growth is the group's `memory.stat` cache after − before "
               "(the whole machine's `/proc/meminfo` Cached too, but other engineers move it); bytes streamed "
@@ -757,7 +781,7 @@ def render(a, results, m):
 
 
 def render_llama(ll, goals, a, plt):
-    L = ["### 4. sluice against llama.cpp, one GGUF file", ""]
+    L = ["### 4. sluice against llama.cpp, one GGUF file", "", provenance(ll, {}), ""]
     L += [f"llama.cpp built by the script from PyPI llama-cpp-python {LLAMA_CPP_PYTHON}'s vendored source "
           f"(CPU, `GGML_NATIVE`), in {LLAMA_DIR}/build/bin. The model: the Qwen3-30B-A3B shape, first "
           f"{ll['layers']} layers, random weights, written by `write_gguf` with PyPI gguf (matrices Q4_0, "
@@ -910,7 +934,8 @@ def main():
                     log(f"{sec}: kept {out} (--force measures it again)")
                     continue
                 log(f"{sec}: measuring")
-                res = {"section": sec, "quick": a.quick, "started": time.time()}
+                res = {"section": sec, "quick": a.quick, "started": time.time(), "machine": m,
+                       "sluice": os.path.relpath(a.sluice, ROOT)}
                 globals()["sec_" + sec](a, s, res)
                 res["seconds"] = time.time() - res["started"]
                 with open(out + ".part", "w") as f:
