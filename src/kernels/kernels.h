@@ -116,6 +116,20 @@ void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, in
 /* y = W x over a's tokens: the int8-activation kernels for q8/q4 when a->int8, else kern_matmul. */
 int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_act *a, float *y, size_t ldy);
 
+/* One matrix of kern_matmul_multi: y = W x over a's tokens. */
+typedef struct kern_mm {
+    const sl_mat *w;
+    kern_act *a;
+    float *y;
+    size_t ldy;
+} kern_mm;
+/* kern_matmul_act of n matrices in one parallel-for over all their rows (q/k/v, gate and up, every expert
+ * of a decode step): one thread hand-off instead of n, the same result bitwise (each output row is
+ * computed by the same kernel call whatever the split). Returns 0 or the first failing matrix's status. */
+int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int n);
+/* dst := token t of src (prepared first) as a one-token act, sharing src's storage. */
+void kern_act_row(kern_act *dst, kern_act *src, int t);
+
 static inline float kern_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float kern_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

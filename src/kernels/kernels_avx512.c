@@ -195,6 +195,43 @@ static inline __m512 i8_x4(const float *p) {
                                  _mm512_castps128_ps512(_mm_loadu_ps(p)));
 }
 
+/* h[i] = acc[i] + acc[i+8] */
+static inline __m256 i8_half(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
+
+/* The lane tree ((v0+v1)+(v2+v3))+((v4+v5)+(v6+v7)) of four 8-lane vectors at once: hadd pairs
+ * neighbours exactly as the tree does. */
+static inline __m128 i8_tree4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1));
+}
+
+/* i8_bias over row r's biases read in place (the same conversions and FMAs). */
+static inline __m256 i8_bias_row(const sl_mat *w, int r, int ng, const float *xs) {
+    const size_t o = (size_t)r * (size_t)ng;
+    __m256 acc = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= ng; j += 8) {
+        __m256 bv;
+        if (w->sdtype == DT_F32) bv = _mm256_loadu_ps((const float *)w->biases + o + j);
+        else {
+            __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w->biases + o + j));
+            bv = w->sdtype == DT_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                                      : _mm256_cvtph_ps(h);
+        }
+        acc = _mm256_fmadd_ps(bv, _mm256_loadu_ps(xs + j), acc);
+    }
+    if (j < ng) {
+        float bi[8] = {0}, x8[8] = {0};
+        for (int k = j; k < ng; k++) {
+            bi[k - j] = q_scale_at(w->biases, w->sdtype, o + (size_t)k);
+            x8[k - j] = xs[k];
+        }
+        __m256 nv = _mm256_fmadd_ps(_mm256_loadu_ps(bi), _mm256_loadu_ps(x8), acc);
+        acc = _mm256_mask_blend_ps((__mmask8)((1u << (ng - j)) - 1u), acc, nv);
+    }
+    return acc;
+}
+
 static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl_mat *w, const kern_act *a,
                                                              float *y, size_t ldy, int r, int nr, int t0, int nt) {
     i8_blk B;
@@ -244,6 +281,19 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
                         _mm512_mul_ps(sv[i], dv), acc[t][i]);
             }
         }
+    }
+    if (c0 == cols && nr == I8_RB) { /* no short step: the 4 rows' sums at once, in the same order */
+        for (int t = 0; t < nt; t++) {
+            const size_t tt = (size_t)(t0 + t);
+            const float *xs = a->s + tt * (size_t)B.ns + B.soff;
+            __m256 b[I8_RB];
+#pragma GCC unroll 4
+            for (int i = 0; i < I8_RB; i++) b[i] = i8_bias_row(w, r + i, B.ng, xs);
+            _mm_storeu_ps(y + tt * ldy + (size_t)r,
+                          _mm_add_ps(i8_tree4(i8_half(acc[t][0]), i8_half(acc[t][1]), i8_half(acc[t][2]), i8_half(acc[t][3])),
+                                     i8_tree4(b[0], b[1], b[2], b[3])));
+        }
+        return;
     }
     for (int i = 0; i < nr; i++) {
         float bi[I8_MAXG], a16[16];

@@ -421,6 +421,82 @@ static void mmi8_part(void *ctx, size_t begin, size_t end) {
     j->fn(j->w, j->a, j->y, j->ldy, (int)begin, (int)end);
 }
 
+void kern_act_row(kern_act *dst, kern_act *src, int t) {
+    kern_act_prepare(src);
+    *dst = *src;
+    const size_t c = (size_t)src->cols, nb = c / 32, ns = (size_t)act_ns((int)nb), tt = (size_t)t;
+    dst->x = src->x + tt * src->ldx;
+    dst->n_tok = 1;
+    if (!src->int8) return;
+    dst->q = src->q + tt * c;
+    dst->q4 = src->q4 + tt * c;
+    dst->d = src->d + tt * nb;
+    dst->s = src->s + tt * ns;
+}
+
+/* The kernel kern_matmul_act would run for w over a, or NULL when it needs more than a row range (q3's
+ * rotated copy of x, a bad matrix). */
+static int mm_use_i8(const sl_mat *w, const kern_act *a) {
+    return a->int8 && (w->dtype == DT_Q8 || w->dtype == DT_Q4) && w->cols == a->cols && w->group > 0 &&
+           w->group % 32 == 0 && w->cols % w->group == 0;
+}
+
+typedef struct {
+    const kern_ops *ops;
+    const kern_mm *mm;
+    int n;
+    const size_t *row0; /* [n+1] first global row of each matrix */
+} multi_job;
+
+static void multi_part(void *ctx, size_t begin, size_t end) {
+    const multi_job *j = ctx;
+    for (int i = 0; i < j->n; i++) {
+        size_t b = j->row0[i], e = j->row0[i + 1];
+        if (e <= begin || b >= end) continue;
+        int r0 = (int)((begin > b ? begin : b) - b), r1 = (int)((end < e ? end : e) - b);
+        const kern_mm *m = &j->mm[i];
+        if (mm_use_i8(m->w, m->a)) {
+            kern_matmul_i8_fn fn = j->ops->matmul_i8[m->w->dtype] && m->w->cols / m->w->group <= 2048
+                                       ? j->ops->matmul_i8[m->w->dtype]
+                                       : scalar_ops.matmul_i8[m->w->dtype];
+            fn(m->w, m->a, m->y, m->ldy, r0, r1);
+        } else
+            j->ops->matmul[m->w->dtype](m->w, m->a->x, m->a->ldx, m->y, m->ldy, m->a->n_tok, r0, r1);
+    }
+}
+
+int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int n) {
+    enum { MULTI_MAX = 64 };
+    size_t row0[MULTI_MAX + 1];
+    int simple = n <= MULTI_MAX;
+    row0[0] = 0;
+    for (int i = 0; simple && i < n; i++) {
+        const sl_mat *w = mm[i].w;
+        simple = w->data && w->dtype > DT_NONE && w->dtype < DT_COUNT && ops->matmul[w->dtype] && w->dtype != DT_Q3 &&
+                 mm[i].a->n_tok == mm[0].a->n_tok && w->rows >= 0;
+        row0[i + 1] = row0[i] + (size_t)(w->rows > 0 ? w->rows : 0);
+    }
+    if (!simple) { /* one by one */
+        int rc = 0;
+        for (int i = 0; i < n; i++) {
+            int r = kern_matmul_act(ops, pool, mm[i].w, mm[i].a, mm[i].y, mm[i].ldy);
+            if (r && !rc) rc = r;
+        }
+        return rc;
+    }
+    if (n == 0 || mm[0].a->n_tok <= 0 || row0[n] == 0) return 0;
+    size_t work = 0;
+    for (int i = 0; i < n; i++) {
+        if (mm_use_i8(mm[i].w, mm[i].a)) kern_act_prepare(mm[i].a);
+        work += (size_t)mm[i].w->cols;
+    }
+    work = work / (size_t)n * (size_t)mm[0].a->n_tok; /* per row, on average */
+    size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
+    multi_job j = {ops, mm, n, row0};
+    sl_pool_for(pool, row0[n], grain, multi_part, &j);
+    return 0;
+}
+
 int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_act *a, float *y, size_t ldy) {
     sl_dtype dt = w->dtype;
     if (!a->int8 || (dt != DT_Q8 && dt != DT_Q4) || !w->data || w->cols != a->cols || w->group <= 0 ||

@@ -85,9 +85,9 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
 
     kern_act hx; /* quantized once for q, k and v */
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, H, n, (int)H);
-    kern_matmul_act(ops, pool, &lw->q, &hx, ws->big, (size_t)ws->n_big);
-    kern_matmul_act(ops, pool, &lw->k, &hx, ws->k, (size_t)kvrow);
-    kern_matmul_act(ops, pool, &lw->v, &hx, ws->v, (size_t)kvrow);
+    const kern_mm qkv[3] = {{&lw->q, &hx, ws->big, (size_t)ws->n_big}, {&lw->k, &hx, ws->k, (size_t)kvrow},
+                            {&lw->v, &hx, ws->v, (size_t)kvrow}};
+    kern_matmul_multi(ops, pool, qkv, 3); /* one thread hand-off for the three */
     if (cfg->attn_bias) /* q/k/v biases (not gated: q rows are [nh*hd]) */
         for (int t = 0; t < n; t++) {
             float *q = ws->big + (size_t)t * ws->n_big, *k = ws->k + (size_t)t * kvrow, *v = ws->v + (size_t)t * kvrow;

@@ -171,15 +171,14 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w
     kern_act hx;
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, H, n, (int)H);
     if (cfg->split_lin_proj) {
-        kern_matmul_act(ops, pool, &lw->qkv, &hx, ws->conv_in, (size_t)cq);
-        kern_matmul_act(ops, pool, &lw->z, &hx, ws->z, (size_t)zd);
-        kern_matmul_act(ops, pool, &lw->b, &hx, ws->ba, (size_t)2 * nv);
-        kern_matmul_act(ops, pool, &lw->a, &hx, ws->ba + nv, (size_t)2 * nv);
+        const kern_mm mm[4] = {{&lw->qkv, &hx, ws->conv_in, (size_t)cq}, {&lw->z, &hx, ws->z, (size_t)zd},
+                               {&lw->b, &hx, ws->ba, (size_t)2 * nv}, {&lw->a, &hx, ws->ba + nv, (size_t)2 * nv}};
+        kern_matmul_multi(ops, pool, mm, 4);
     } else {
         /* in_proj_qkvz block g: [q_g (dk) | k_g (dk) | v heads g*r.. (r*dv) | z same heads (r*dv)] */
         const int bs = 2 * dk + 2 * r * dv;
-        kern_matmul_act(ops, pool, &lw->qkvz, &hx, ws->big, (size_t)ws->n_big);
-        kern_matmul_act(ops, pool, &lw->ba, &hx, ws->ba, (size_t)2 * nv);
+        const kern_mm mm[2] = {{&lw->qkvz, &hx, ws->big, (size_t)ws->n_big}, {&lw->ba, &hx, ws->ba, (size_t)2 * nv}};
+        kern_matmul_multi(ops, pool, mm, 2);
         for (int t = 0; t < n; t++) {
             float *u = ws->conv_in + (size_t)t * cq, *z = ws->z + (size_t)t * zd;
             for (int g = 0; g < nk; g++) {

@@ -168,8 +168,8 @@ static void swiglu_ffn(fwd_ws *ws, sl_pool *pool, const sl_mat *gate, const sl_m
                        int inter, float *g, float *u, float *y) {
     const kern_ops *ops = ws->ops;
     const int n = x->n_tok, H = x->cols;
-    kern_matmul_act(ops, pool, gate, x, g, (size_t)inter);
-    kern_matmul_act(ops, pool, up, x, u, (size_t)inter);
+    const kern_mm gu[2] = {{gate, x, g, (size_t)inter}, {up, x, u, (size_t)inter}};
+    kern_matmul_multi(ops, pool, gu, 2);
     for (int t = 0; t < n; t++) ops->swiglu(g + (size_t)t * inter, u + (size_t)t * inter, g + (size_t)t * inter, inter);
     fwd_matmul(ws, pool, down, g, (size_t)inter, y, (size_t)H, n, FWD_ACT_MID);
 }
@@ -291,8 +291,47 @@ static void shared_expert(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw
     swiglu_ffn(ws, pool, &lw->sh_gate, &lw->sh_up, &lw->sh_down, hx, cfg->shared_inter, ws->ffn_g, ws->ffn_u, ws->sh_y);
 }
 
+#define FUSED_MAX 32 /* experts of one decode step run together (kern_matmul_multi holds 64 matrices) */
+
+/* A decode step (one token) over resident experts: gate and up of every chosen expert in one parallel-for,
+ * then every down in another, instead of three hand-offs per expert. Per expert the same kernels on
+ * the same rows as apply_expert, so bitwise the same outputs. */
+static int run_fused(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, sl_pool *pool,
+                     int n_list, kern_act *hx, char *err, size_t errlen) {
+    const int H = cfg->hidden, I = cfg->moe_inter;
+    sl_expert ex[FUSED_MAX];
+    kern_mm mm[2 * FUSED_MAX] = {{0}};
+    for (int i = 0; i < n_list; i++) {
+        int e = ws->e_list[i];
+        memset(&ex[i], 0, sizeof ex[i]);
+        int rc = experts->get(experts->ctx, layer, e, &ex[i]);
+        if (rc) {
+            fwd_errf(err, errlen, "layer %d expert %d: %s", layer, e,
+                     experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+            return rc < 0 ? rc : SL_EIO;
+        }
+        if ((rc = check_expert_kind(cfg, &ex[i], layer, e, err, errlen))) return rc;
+        mm[2 * i] = (kern_mm){&ex[i].gate, hx, ws->ffn_g + (size_t)i * I, (size_t)I};
+        mm[2 * i + 1] = (kern_mm){&ex[i].up, hx, ws->ffn_u + (size_t)i * I, (size_t)I};
+    }
+    kern_matmul_multi(ws->ops, pool, mm, 2 * n_list);
+    for (int i = 0; i < n_list; i++)
+        ws->ops->swiglu(ws->ffn_g + (size_t)i * I, ws->ffn_u + (size_t)i * I, ws->ffn_g + (size_t)i * I, I);
+    kern_act ga, gr[FUSED_MAX]; /* the n_list down inputs quantized in one act, one row each */
+    fwd_act(ws, &ga, FWD_ACT_MID, ws->ffn_g, (size_t)I, n_list, I);
+    for (int i = 0; i < n_list; i++) {
+        int e = ws->e_list[i], s = ws->e_slot[e > 0 ? ws->e_count[e - 1] : 0]; /* token 0's slot for e */
+        kern_act_row(&gr[i], &ga, i);
+        mm[i] = (kern_mm){&ex[i].down, &gr[i], ws->exp_out + (size_t)s * H, (size_t)H};
+    }
+    kern_matmul_multi(ws->ops, pool, mm, n_list);
+    return 0;
+}
+
 static int run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts,
                         sl_pool *pool, int n_list, kern_act *hx, char *err, size_t errlen) {
+    if (hx->n_tok == 1 && n_list <= FUSED_MAX && n_list <= FWD_BATCH && cfg->expert_kind != SL_EXPERT_GPTOSS)
+        return run_fused(ws, cfg, layer, experts, pool, n_list, hx, err, errlen);
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
         sl_expert ex;
