@@ -185,6 +185,17 @@ MM(mm_q3, DT_Q3)
 
 #include "kernels/kernels_i8_x86.h"
 
+/* Software prefetch of the codes I8_PFB row blocks ahead, into L2. The rows of a block are separate streams
+ * (with 2048 columns a block of 4 q4 rows is one 4 KiB page), which the hardware prefetcher follows poorly:
+ * without it the kernel read DRAM at ~40% of a plain read loop's rate, with it at ~100%
+ * (docs/PERFORMANCE.md). */
+#ifndef I8_PFH
+#define I8_PFH _MM_HINT_T1
+#endif
+#ifndef I8_PFB
+#define I8_PFB 3
+#endif
+
 /* [p0 x8, p1 x8] and [p0 x4, .., p3 x4] from consecutive floats */
 static inline __m512 i8_x8(const float *p) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
@@ -220,14 +231,16 @@ static inline __m256 i8_bias_row(const sl_mat *w, int r, int ng, const float *xs
         }
         acc = _mm256_fmadd_ps(bv, _mm256_loadu_ps(xs + j), acc);
     }
-    if (j < ng) {
-        float bi[8] = {0}, x8[8] = {0};
-        for (int k = j; k < ng; k++) {
-            bi[k - j] = q_scale_at(w->biases, w->sdtype, o + (size_t)k);
-            x8[k - j] = xs[k];
+    if (j < ng) { /* masked: lanes past ng keep their value (a -0 stays -0) */
+        const __mmask8 mk = (__mmask8)((1u << (ng - j)) - 1u);
+        __m256 bv;
+        if (w->sdtype == DT_F32) bv = _mm256_maskz_loadu_ps(mk, (const float *)w->biases + o + j);
+        else {
+            __m128i h = _mm_maskz_loadu_epi16(mk, (const uint16_t *)w->biases + o + j);
+            bv = w->sdtype == DT_BF16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                                      : _mm256_cvtph_ps(h);
         }
-        __m256 nv = _mm256_fmadd_ps(_mm256_loadu_ps(bi), _mm256_loadu_ps(x8), acc);
-        acc = _mm256_mask_blend_ps((__mmask8)((1u << (ng - j)) - 1u), acc, nv);
+        acc = _mm256_mask3_fmadd_ps(bv, _mm256_maskz_loadu_ps(mk, xs + j), acc, mk);
     }
     return acc;
 }
@@ -242,6 +255,8 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
 #pragma GCC unroll 4
         for (int i = 0; i < I8_RB; i++) acc[t][i] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(15), z = _mm512_setzero_si512();
+    /* the same place I8_PFB row blocks further on (rows are contiguous, a block is I8_RB rows) */
+    const size_t pf = (size_t)I8_PFB * I8_RB * (size_t)cols / (dt == DT_Q4 ? 2 : 1);
     int c0 = 0;
     for (; c0 + step <= cols; c0 += step) {
         const int k = c0 / 32; /* first block of the step */
@@ -251,10 +266,12 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
         for (int i = 0; i < I8_RB; i++) {
             if (dt == DT_Q8) {
                 lo[i] = _mm512_loadu_si512(B.qr[i] + c0);
+                _mm_prefetch((const char *)(B.qr[i] + c0) + pf, I8_PFH);
                 hi[i] = z;
                 sv[i] = gsh ? _mm512_set1_ps(B.sf[i][k >> gsh]) : i8_x8(&B.sf[i][k]);
             } else {
                 __m512i c = _mm512_loadu_si512(B.qr[i] + c0 / 2);
+                _mm_prefetch((const char *)(B.qr[i] + c0 / 2) + pf, I8_PFH);
                 lo[i] = _mm512_and_si512(c, m4);
                 hi[i] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
                 sv[i] = gsh == 0 ? i8_x4(&B.sf[i][k]) : gsh == 1 ? i8_x8(&B.sf[i][k >> 1]) : _mm512_set1_ps(B.sf[i][k >> 2]);

@@ -35,7 +35,17 @@ static inline void i8_row_f32(const sl_mat *m, const void *p, int r, int ng, flo
                                           _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + j))), 16)));
     else
         for (; j + 8 <= ng; j += 8) _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + j))));
+#ifdef __AVX512VL__ /* kernels_avx512.c: the tail with masked loads, the same exact conversions */
+    if (j < ng) {
+        const __mmask8 mk = (__mmask8)((1u << (ng - j)) - 1u);
+        __m128i v = _mm_maskz_loadu_epi16(mk, h + j);
+        _mm256_mask_storeu_ps(out + j, mk, m->sdtype == DT_BF16
+                                               ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16))
+                                               : _mm256_cvtph_ps(v));
+    }
+#else
     for (; j < ng; j++) out[j] = q_scale_at(p, m->sdtype, o + (size_t)j);
+#endif
 }
 
 static inline float i8_lanes(__m256 v) {
