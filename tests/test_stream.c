@@ -455,6 +455,67 @@ TEST(layer_major_failure_leaves_session_unchanged) {
     CHECK(same);
 }
 
+/* gpt-oss's sliding layers keep a ring of window - 1 + 64 KV rows: a 90-token layer-major pass that fails in
+ * the last MoE layer has by then written all 90 positions through layer 0's ring (71 rows), over rows the
+ * session still needs; they are put back, so evaluating again gives bitwise a fresh session's logits. */
+TEST(sliding_ring_failure_leaves_session_unchanged) {
+    const char *path = test_packed("gpt_oss");
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens("gpt_oss", &t) == 0);
+    const int n0 = 20; /* more than the window (8): the ring's rows matter */
+    sl_error err = {0};
+    sl_model_params mp = sl_model_params_default();
+    mp.prefetch = -1;
+    /* the expert to fail: one the last MoE layer (layer 1) uses for the 90 tokens but not for the first 20 */
+    uint64_t c20[16], c90[16];
+    int fail_e = -1;
+    for (int pass = 0; pass < 2; pass++) {
+        sl_model *pm = NULL;
+        sl_session *ps = NULL;
+        CHECK(sl_model_open(path, &mp, &pm, &err) == SL_OK);
+        sl_session_new(pm, 0, &ps);
+        CHECK(sl_session_eval(ps, t.tokens, pass ? t.n : n0, NULL, 0) == SL_OK);
+        CHECK(sl_model_expert_counts(pm, 1, pass ? c90 : c20, 16, NULL) == SL_OK);
+        sl_session_free(ps);
+        sl_model_close(pm);
+    }
+    for (int e = 0; e < 16 && fail_e < 0; e++)
+        if (!c20[e] && c90[e]) fail_e = e;
+    CHECKF(fail_e >= 0, "every expert of layer 1 the 90 tokens choose is chosen by the first 20 too");
+    slc_file f;
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.only_off = slc_expert_offset(&f, 1, fail_e);
+    fc.fail_every = 1;
+    fc.max_faults = 1;
+    slc_close(&f);
+    sl_model *m = NULL;
+    CHECK(model_open_ex(path, &mp, &fc, &m, &err) == SL_OK);
+    sl_session *s = NULL, *fresh = NULL;
+    sl_session_new(m, 0, &s);
+    sl_session_new(m, 0, &fresh);
+    float *a = malloc((size_t)t.n * 256 * sizeof(float)), *b = malloc((size_t)t.n * 256 * sizeof(float));
+    sl_status st0 = sl_session_eval(s, t.tokens, n0, a, 0);
+    sl_status st1 = sl_session_eval(s, t.tokens, t.n, a, 1);
+    int past = sl_session_n_past(s);
+    sl_status st2 = sl_session_eval(s, t.tokens, t.n, a, 1); /* the fault fired once: now it works */
+    sl_session_eval(fresh, t.tokens, n0, b, 0);
+    sl_status st3 = sl_session_eval(fresh, t.tokens, t.n, b, 1);
+    int same = !memcmp(a, b, (size_t)t.n * 256 * sizeof(float));
+    free(a);
+    free(b);
+    sl_session_free(s);
+    sl_session_free(fresh);
+    sl_model_close(m);
+    CHECK(st0 == SL_OK);
+    CHECKF(st1 == SL_EIO, "status %d (expected the injected I/O error)", st1);
+    CHECKF(past == n0, "n_past %d after a failed evaluation (expected %d)", past, n0);
+    CHECK(st2 == SL_OK && st3 == SL_OK);
+    CHECK(same);
+}
+
 /* A budget beyond the expert section is capped at it (a budget beyond available memory is refused at
  * open with a message; that needs a model larger than the test machine's memory, so it is checked by
  * hand: `sluice run -m <26 GB model> --cache 64G` says "expert cache of 24.0 GiB requested but only

@@ -2,7 +2,8 @@
  * attention.c — full (softmax) attention for qwen3_moe and the gated variant of qwen3_next/qwen3_5_moe
  * (MODELS.md 3.3); gpt-oss's sliding-window layers (the last sliding_window positions, the query's own
  * included, as transformers' sliding_window_causal mask) and per-head sink logits (one more entry of the
- * softmax's max and denominator, modeling_gpt_oss.py eager_attention_forward), o_proj's bias.
+ * softmax's max and denominator, modeling_gpt_oss.py eager_attention_forward), o_proj's bias. Position p's K/V
+ * are row p % kv_cap of the layer's cache: a ring for sliding layers (fwd_internal.h), the identity otherwise.
  *
  * Per micro-batch: project q (+gate), k, v for all tokens; q/k RMSNorm as cfg->qk_norm says (per head,
  * over the whole projection, or none; 1+w when zero-centred) and partial NeoX RoPE; append K/V rows to the cache at their positions; then every
@@ -39,6 +40,7 @@ typedef struct {
     const float *kc, *vc; /* this layer's cache */
     int n_heads, group, hd, kvrow, pos0, qstride;
     int window;           /* > 0: a sliding layer, keys pos - window + 1 .. pos */
+    int cap;              /* cache rows: position p is row p % cap (a ring for sliding layers, else n_ctx) */
     const float *sinks;   /* [nh] sink logits, or NULL */
     float scale;
     atomic_int next_slot;
@@ -56,11 +58,11 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
         const int pos = j->pos0 + t, p0 = j->window > 0 && pos >= j->window ? pos - j->window + 1 : 0;
         const int n_keys = pos + 1 - p0; /* keys p0 .. pos, scores sc[0 .. n_keys) */
         const float *q = ws->big + (size_t)t * ws->n_big + (size_t)h * j->qstride;
-        const float *kb = j->kc + (size_t)(h / j->group) * hd + (size_t)p0 * j->kvrow;
-        const float *vb = j->vc + (size_t)(h / j->group) * hd + (size_t)p0 * j->kvrow;
+        const float *kb = j->kc + (size_t)(h / j->group) * hd, *vb = j->vc + (size_t)(h / j->group) * hd;
+#define ROW(p) ((size_t)((p0 + (p)) % j->cap) * j->kvrow)
         float mx = j->sinks ? j->sinks[h] : -INFINITY; /* the sink is one more logit (gpt-oss), its value dropped */
         for (int p = 0; p < n_keys; p++) {
-            sc[p] = ops->dot(q, kb + (size_t)p * j->kvrow, hd) * j->scale;
+            sc[p] = ops->dot(q, kb + ROW(p), hd) * j->scale;
             if (sc[p] > mx) mx = sc[p];
         }
         double sum = j->sinks ? (double)expf(j->sinks[h] - mx) : 0.0;
@@ -71,7 +73,8 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
         float fsum = (float)sum;
         float *o = ws->mix + (size_t)t * ws->n_mix + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, vb + (size_t)p * j->kvrow, o, hd);
+        for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, vb + ROW(p), o, hd);
+#undef ROW
     }
 }
 
@@ -119,12 +122,13 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
             if (cfg->qk_norm == SL_QK_NORM_HEAD) ops->rmsnorm(k, lw->k_norm, w_off, cfg->eps, k, hd);
             rope(k, rot, inv_freq, attn_factor, pos);
         }
-        memcpy(kc + (size_t)pos * kvrow, ws->k + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
-        memcpy(vc + (size_t)pos * kvrow, ws->v + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
+        const size_t slot = (size_t)(pos % sq->kv_cap[layer]);
+        memcpy(kc + slot * kvrow, ws->k + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
+        memcpy(vc + slot * kvrow, ws->v + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
     }
 
     attn_job j = {.ws = ws, .kc = kc, .vc = vc, .n_heads = nh, .group = nh / nkv, .hd = hd, .kvrow = kvrow,
-                  .pos0 = pos0, .qstride = qstride, .window = cfg->layer_sliding[layer] ? cfg->sliding_window : 0,
+                  .pos0 = pos0, .qstride = qstride, .window = cfg->layer_sliding[layer] ? cfg->sliding_window : 0, .cap = sq->kv_cap[layer],
                   .sinks = cfg->attn_sinks ? lw->sinks : NULL, .scale = 1.0f / sqrtf((float)hd)};
     atomic_init(&j.next_slot, 0);
     sl_pool_for(pool, (size_t)n * (size_t)nh, 1, attn_part, &j);

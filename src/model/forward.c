@@ -83,8 +83,10 @@ fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx) {
                 if (!sq->conv[l][s] || !sq->ssm[l][s]) goto fail;
             }
         } else {
-            sq->k_cache[l] = malloc((size_t)n_ctx * kvrow * sizeof(float));
-            sq->v_cache[l] = mla ? NULL : malloc((size_t)n_ctx * kvrow * sizeof(float));
+            long ring = (long)cfg->sliding_window - 1 + FWD_BATCH;
+            sq->kv_cap[l] = cfg->layer_sliding[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
+            sq->k_cache[l] = malloc((size_t)sq->kv_cap[l] * kvrow * sizeof(float));
+            sq->v_cache[l] = mla ? NULL : malloc((size_t)sq->kv_cap[l] * kvrow * sizeof(float));
             if (!sq->k_cache[l] || (!mla && !sq->v_cache[l])) goto fail;
         }
     }
@@ -128,13 +130,36 @@ size_t fwd_seq_state_bytes(const fwd_seq *sq) {
     const sl_config *c = &sq->shape;
     size_t kvrow = (size_t)cfg_kv_row(c), n = 0, per = c->kv_lora > 0 ? 1 : 2;
     for (int l = 0; l < sq->n_layers; l++)
-        n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : per * (size_t)sq->n_past * kvrow;
+        n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : per * (size_t)fwd_kv_keep(sq, l, sq->n_past) * kvrow;
     return n * sizeof(float);
+}
+
+int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past) {
+    const sl_config *c = &sq->shape;
+    if (!c->layer_sliding[layer] || c->sliding_window < 1) return n_past;
+    return n_past < c->sliding_window - 1 ? n_past : c->sliding_window - 1;
+}
+
+/* Copies the KV rows of positions n_past - keep .. n_past - 1 of layer l between the cache (ring slots) and a
+ * state buffer p; to_state: cache -> p. Returns the bytes moved. */
+static size_t kv_rows_io(const fwd_seq *sq, int l, int n_past, char *p, int to_state) {
+    const size_t kvrow = (size_t)cfg_kv_row(&sq->shape), rb = kvrow * sizeof(float);
+    const int keep = fwd_kv_keep(sq, l, n_past), cap = sq->kv_cap[l];
+    size_t moved = 0;
+    float *const caches[2] = {sq->k_cache[l], sq->v_cache[l]};
+    for (int k = 0; k < 2; k++) {
+        if (!caches[k]) continue;
+        for (int pos = n_past - keep; pos < n_past; pos++, moved += rb) {
+            char *row = (char *)(caches[k] + (size_t)(pos % cap) * kvrow);
+            if (to_state) memcpy(p + moved, row, rb);
+            else memcpy(row, p + moved, rb);
+        }
+    }
+    return moved;
 }
 
 void fwd_seq_save(const fwd_seq *sq, void *buf) {
     const sl_config *c = &sq->shape;
-    size_t kvrow = (size_t)cfg_kv_row(c);
     char *p = buf;
 #define PUT(src, nf)                               \
     do {                                           \
@@ -146,8 +171,7 @@ void fwd_seq_save(const fwd_seq *sq, void *buf) {
             PUT(sq->conv[l][sq->lin_cur[l]], sq->conv_floats);
             PUT(sq->ssm[l][sq->lin_cur[l]], sq->ssm_floats);
         } else {
-            PUT(sq->k_cache[l], (size_t)sq->n_past * kvrow);
-            if (sq->v_cache[l]) PUT(sq->v_cache[l], (size_t)sq->n_past * kvrow);
+            p += kv_rows_io(sq, l, sq->n_past, p, 1);
         }
     }
 #undef PUT
@@ -155,7 +179,6 @@ void fwd_seq_save(const fwd_seq *sq, void *buf) {
 
 int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
     const sl_config *c = &sq->shape;
-    size_t kvrow = (size_t)cfg_kv_row(c);
     if (n_past < 0 || n_past > sq->n_ctx) return SL_ERANGE;
     int old = sq->n_past;
     sq->n_past = n_past;
@@ -176,8 +199,7 @@ int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
             GET(sq->conv[l][0], sq->conv_floats);
             GET(sq->ssm[l][0], sq->ssm_floats);
         } else {
-            GET(sq->k_cache[l], (size_t)n_past * kvrow);
-            if (sq->v_cache[l]) GET(sq->v_cache[l], (size_t)n_past * kvrow);
+            p += kv_rows_io(sq, l, n_past, (char *)p, 0);
         }
     }
 #undef GET
@@ -389,7 +411,8 @@ static int same_shape(const sl_config *a, const sl_config *b) {
         a->kv_lora != b->kv_lora || a->qk_nope != b->qk_nope || a->v_head_dim != b->v_head_dim ||
         a->expert_kind != b->expert_kind)
         return 0;
-    return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear);
+    return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear) && a->sliding_window == b->sliding_window &&
+           !memcmp(a->layer_sliding, b->layer_sliding, sizeof a->layer_sliding); /* the KV rings' size */
 }
 
 static int ensure_slots(fwd_ws *ws, int n_slots) {
@@ -485,7 +508,9 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
                    malloc((size_t)n * k * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
                    malloc((size_t)n * k * sizeof(int)), malloc((size_t)n * H * sizeof(float)),
                    malloc((size_t)n * sizeof(float))};
-    /* per (item, layer): the original DeltaNet buffers a multi-micro-batch item displaced, and its slot */
+    /* per (item, layer): the original DeltaNet buffers a multi-micro-batch item displaced, and its slot; for a
+     * sliding layer's KV ring that more than one micro-batch writes, a copy of the ring (k, v): those writes
+     * reach rows the sequence still needs if the pass fails and is rolled back */
     float **saved = calloc((size_t)n_items * L * 2, sizeof *saved);
     unsigned char *orig = malloc((size_t)n_items * L);
     int *row0 = malloc((size_t)n_items * sizeof(int));
@@ -512,6 +537,19 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
             float *Xi = X + (size_t)row0[i] * H;
             float **sv = saved + ((size_t)i * L + l) * 2;
             const int o = orig[(size_t)i * L + l], pos0 = sq->n_past;
+            if (!lin && it[i].n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) {
+                const size_t ring = (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(cfg) * sizeof(float);
+                for (int k2 = 0; k2 < 2 && !rc; k2++) {
+                    const float *src = k2 ? sq->v_cache[l] : sq->k_cache[l];
+                    if (!src) continue;
+                    if (!(sv[k2] = malloc(ring))) {
+                        fwd_errf(err, errlen, "out of memory for a copy of the KV ring");
+                        rc = SL_ENOMEM;
+                    } else {
+                        memcpy(sv[k2], src, ring);
+                    }
+                }
+            }
             for (int r0 = 0, b = 0; r0 < it[i].n && !rc; r0 += FWD_BATCH, b++) {
                 int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
                 fwd_norm_rows(ops, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
@@ -564,7 +602,15 @@ done:
     for (int i = 0; saved && orig && i < n_items; i++) {
         fwd_seq *sq = it[i].sq;
         for (int l = 0; l < L; l++) {
-            if (!cfg->layer_linear[l]) continue;
+            if (!cfg->layer_linear[l]) { /* a sliding layer's ring: put back on failure */
+                float **sv = saved + ((size_t)i * L + l) * 2;
+                const size_t ring = (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(cfg) * sizeof(float);
+                for (int k2 = 0; k2 < 2; k2++) {
+                    if (sv[k2] && rc) memcpy(k2 ? sq->v_cache[l] : sq->k_cache[l], sv[k2], ring);
+                    free(sv[k2]);
+                }
+                continue;
+            }
             float **sv = saved + ((size_t)i * L + l) * 2;
             const int o = orig[(size_t)i * L + l];
             if (sv[0]) {

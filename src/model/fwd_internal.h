@@ -46,6 +46,10 @@ struct fwd_seq {
     /* full attention: [n_ctx][nkv][hd] each, NULL for DeltaNet layers; MLA (cfg->kv_lora > 0): k_cache is
      * [n_ctx][kv_lora + rot_dim] (normed compressed KV | RoPE key), v_cache NULL (mla.c) */
     float *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];
+    /* rows of each attention layer's cache: n_ctx, or for a sliding layer (gpt-oss) a ring of
+     * min(n_ctx, sliding_window - 1 + FWD_BATCH) rows, position p in row p % kv_cap: a micro-batch's writes
+     * never reach the rows its first query (or a retry of it) reads. fwd_kv_keep says how many a state keeps. */
+    int kv_cap[SL_MAX_LAYERS];
     /* DeltaNet: conv [K-1][Cq] (pre-conv inputs, oldest first), ssm [nv][dk][dv]; two slots each */
     float *conv[SL_MAX_LAYERS][2], *ssm[SL_MAX_LAYERS][2];
     unsigned char lin_cur[SL_MAX_LAYERS];
@@ -114,6 +118,9 @@ void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int 
 /* y = W x for n rows of x (any n: FWD_BATCH rows at a time), x quantized once for this one matrix. */
 void fwd_matmul(fwd_ws *ws, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n,
                 int slot);
+/* KV rows a saved state keeps of attention layer l at n_past positions: all, or a sliding layer's last
+ * sliding_window - 1 (what the next query reads besides its own). */
+int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past);
 
 /* Mixers and FFNs: input ws->h [n][H] (normed), output ws->out [n][H]; pos0 = position of row 0.
  * Return 0 or a negative sl_status with err filled. */
