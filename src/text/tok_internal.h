@@ -56,6 +56,8 @@ int tok_ids_put(tok_ids *v, const int32_t *p, int n);
 
 enum { TOK_PRESENT = 1, TOK_ADDED = 2, TOK_SPECIAL = 4 };
 
+#define TOK_MAX_SPLITS 8
+
 struct sl_tokenizer {
     int n_vocab;       /* largest id + 1 */
     smap vocab;        /* token text (byte-level alphabet; added tokens verbatim) -> id */
@@ -68,7 +70,9 @@ struct sl_tokenizer {
     tok_added *added;  /* longest first */
     int n_added;
     uint8_t added_first[256];
-    pcre2_code *re; /* NULL: no split */
+    pcre2_code *re[TOK_MAX_SPLITS]; /* the Split regexes in pre_tokenizer order, each applied to the pieces of the
+                                     * one before (a Sequence of Splits, DeepSeek-V3's); none: no split */
+    int n_re;
     int nfc, ignore_merges;
     char *chat_template, *eos_text;
     int32_t eog[3];

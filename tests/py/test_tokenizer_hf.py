@@ -1,5 +1,5 @@
-"""sluice's tokenizer against HF tokenizers on the real Qwen3 tokenizer.json: identical ids on a varied
-corpus (>= 200 cases + long documents), decode round trips, and the tiny 256-id fixture tokenizer."""
+"""sluice's tokenizer against HF tokenizers on the real Qwen3 and DeepSeek tokenizer.json files: identical ids on
+a varied corpus (>= 200 cases + long documents), decode round trips, and the tiny 256-id fixture tokenizer."""
 import json
 import os
 import random
@@ -64,6 +64,20 @@ def test_qwen_tokenizer_matches_hf(qwen_dir):
     hf = Tokenizer.from_file(path)
     cases = corpus()
     assert len(cases) >= 200
+    ours = batch(["--tokenizer", path], cases)
+    bad = [(c, o, hf.encode(c).ids) for c, o in zip(cases, ours) if o != hf.encode(c).ids]
+    assert not bad, f"{len(bad)} of {len(cases)} differ; first: {bad[0][0]!r}\n ours {bad[0][1][:40]}\n hf   {bad[0][2][:40]}"
+
+
+def test_deepseek_tokenizer_matches_hf(deepseek_dir):
+    # DeepSeek-V3's pre-tokenizer: Split digits (1-3), Split CJK runs, Split its own regex, ByteLevel without
+    # regex, each on the pieces of the one before; an empty Sequence normalizer; its 818 added tokens
+    path = os.path.join(deepseek_dir, "tokenizer.json")
+    spec = json.load(open(path))
+    assert [p["type"] for p in spec["pre_tokenizer"]["pretokenizers"]] == ["Split", "Split", "Split", "ByteLevel"]
+    hf = Tokenizer.from_file(path)
+    cases = corpus() + ["<｜begin▁of▁sentence｜>User: 1234567 + 89 = ?<｜Assistant｜>", "价格是12345元。カタカナ漢字ひらがな",
+                        "x1y22z333w4444", "Hello世界123abc"]
     ours = batch(["--tokenizer", path], cases)
     bad = [(c, o, hf.encode(c).ids) for c, o in zip(cases, ours) if o != hf.encode(c).ids]
     assert not bad, f"{len(bad)} of {len(cases)} differ; first: {bad[0][0]!r}\n ours {bad[0][1][:40]}\n hf   {bad[0][2][:40]}"
