@@ -258,6 +258,8 @@ def test_quantised_gguf(family, qtype, st_packs, tmp_path):
     a = logits(p, toks, str(tmp_path / "a.f32"))
     b = logits(pd, toks, str(tmp_path / "b.f32"))
     assert np.array_equal(a, b), f"max |diff| {np.abs(a - b).max()}"
+    r = run(["verify", p, "--source", g])  # every tensor re-derived from the GGUF, byte for byte
+    assert b"every tensor equals the source" in r.stdout + r.stderr
     ref = logits(st_packs[family], toks, str(tmp_path / "r.f32"))
     ps = str(tmp_path / "s.sluice")
     run(["pack", os.path.join(DATA, family), "-o", ps, "--quant", q, "--group", "32", "--scale-f16"])
