@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "import/gguf.h"
 #include "import/hf.h"
 #include "test.h"
 
@@ -42,14 +43,38 @@ static void replay_hf_config(const char *path, const char *data, size_t len) {
     free(s);
 }
 
+/* fuzz_gguf.c's path: the file as a GGUF, then as a model source with every tensor read */
+static void replay_gguf(const char *path, const char *data, size_t len) {
+    (void)data;
+    (void)len;
+    gguf_file f;
+    sl_error err = {0};
+    sl_status st = gguf_open_file(path, &f, &err);
+    if (!st) gguf_close_file(&f);
+    CHECKF(st == SL_OK || strstr(err.msg, path), "%s: status %d, message '%s'", path, st, err.msg);
+    hf_ckpt *ck = NULL;
+    st = hf_open(path, &ck, &err);
+    CHECKF(st == SL_OK || strstr(err.msg, path), "%s: status %d, message '%s'", path, st, err.msg);
+    for (int i = 0; !st && i < hf_n_tensors(ck); i++) {
+        const hf_tensor *t = hf_tensor_at(ck, i);
+        size_t n = (size_t)t->shape[0] * (size_t)(t->ndim > 1 ? t->shape[1] : 1);
+        float *dst = malloc(n * sizeof(float) + 1);
+        if (dst) hf_read(ck, t, DT_F32, dst, &err);
+        free(dst);
+    }
+    hf_close(ck);
+}
+
 /* replayed here, or elsewhere in make test where a finding is a race rather than an input */
 static const char *const replayed[] = {
+    "gguf",
     "hf_config",
     "http", /* srv_cancel racing the end of a request: tests/test_sched.c sched_cancel_racing_the_end_is_safe */
     NULL};
 
 TEST(fuzz_regressions_replay) {
     CHECK(each_input("hf_config", replay_hf_config) >= 1);
+    CHECK(each_input("gguf", replay_gguf) >= 1);
     /* a finding committed for a harness with no replay here would never run in make test */
     DIR *d = opendir(test_path("fuzz/regress"));
     CHECK(d != NULL);

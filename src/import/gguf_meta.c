@@ -98,6 +98,18 @@ static double num(meta *x, const char *suffix, int required, double def, int *fo
     return v;
 }
 
+/* num() of a count or a size: a whole number in 0..2^30, else an error naming the key. */
+static int inum(meta *x, const char *suffix, int required, int def, int *found) {
+    int f = 0;
+    double v = num(x, suffix, required, def, &f);
+    if (found) *found = f;
+    if (f && !(v >= 0 && v <= (double)(1 << 30) && v == floor(v))) {
+        fail(x, SL_ECONFIG, "metadata key '%s.%s' is %g, not a count", x->arch, suffix, v);
+        return def;
+    }
+    return f ? (int)v : def;
+}
+
 static const gguf_tensor *tensor(meta *x, const char *name) {
     for (int i = 0; i < x->m->n_files; i++)
         for (uint64_t j = 0; j < x->m->files[i].n_tensors; j++)
@@ -128,18 +140,18 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     cJSON *c = cJSON_CreateObject();
     if (!c) return sl_err(err, SL_ENOMEM, "out of memory");
     const gguf_tensor *emb = tensor(&x, "token_embd.weight");
-    int n_layers = (int)num(&x, "block_count", 1, 0, NULL);
-    int nextn = (int)num(&x, "nextn_predict_layers", 0, 0, NULL); /* GLM-4.5's MTP layers, counted in block_count */
-    int hidden = (int)num(&x, "embedding_length", 1, 0, NULL);
-    int heads = (int)num(&x, "attention.head_count", 1, 0, NULL);
+    int n_layers = inum(&x, "block_count", 1, 0, NULL);
+    int nextn = inum(&x, "nextn_predict_layers", 0, 0, NULL); /* GLM-4.5's MTP layers, counted in block_count */
+    int hidden = inum(&x, "embedding_length", 1, 0, NULL);
+    int heads = inum(&x, "attention.head_count", 1, 0, NULL);
     int kvh_found = 0;
-    int kv_heads = (int)num(&x, "attention.head_count_kv", 0, heads, &kvh_found);
+    int kv_heads = inum(&x, "attention.head_count_kv", 0, heads, &kvh_found);
     int hd_found = 0;
-    int head_dim = (int)num(&x, "attention.key_length", 0, heads > 0 ? hidden / heads : 0, &hd_found);
+    int head_dim = inum(&x, "attention.key_length", 0, heads > 0 ? hidden / heads : 0, &hd_found);
     int vl_found = 0;
-    int vlen = (int)num(&x, "attention.value_length", 0, head_dim, &vl_found);
-    int experts = (int)num(&x, "expert_count", 0, 0, NULL);
-    int used = (int)num(&x, "expert_used_count", 0, 0, NULL);
+    int vlen = inum(&x, "attention.value_length", 0, head_dim, &vl_found);
+    int experts = inum(&x, "expert_count", 0, 0, NULL);
+    int used = inum(&x, "expert_used_count", 0, 0, NULL);
     if (x.st) goto fail;
     if (!emb) { fail(&x, SL_EFORMAT, "tensor 'token_embd.weight' is missing"); goto fail; }
     if (experts < 1) {
@@ -168,7 +180,7 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     }
     double gating = num(&x, "expert_gating_func", 0, 0, NULL); /* 1 softmax, 2 sigmoid */
     int sigmoid = a->router == SL_ROUTER_SIGMOID_GROUP;
-    if (gating != 0 && (int)gating != (sigmoid ? 2 : 1)) {
+    if (gating != 0 && gating != (sigmoid ? 2 : 1)) {
         fail(&x, SL_EUNSUPPORTED, "'%s.expert_gating_func' is %g; %s routes with %s", x.arch, gating, a->name,
              sigmoid ? "a sigmoid (2)" : "a softmax (1)");
         goto fail;
@@ -292,7 +304,7 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5
 static int64_t kv_id(const gguf_file *f, const char *key) {
     const gguf_kv *kv = gguf_kv_find(f, key);
     double v;
-    return kv && kv_num(kv, &v) && v >= 0 ? (int64_t)v : -1;
+    return kv && kv_num(kv, &v) && v >= 0 && v < 4e18 ? (int64_t)v : -1;
 }
 
 sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_error *err) {
