@@ -560,7 +560,8 @@ def sec_llama(a, s, res):
     t = a.threads
     # greedy agreement (same text in both: same tokenizer, same weights -> same tokens), a few prompts
     n = 8
-    if res["same_weights"]:
+    parts = a.llama_parts.split(",")
+    if res["same_weights"] and "greedy" in parts:
         res["greedy"] = []
         for prompt in ["The quick brown fox jumps over the lazy dog. 1234", "Hello", "def main():\n    print("]:
             ltext, lcmd, lerr = greedy_text_llama(completion_exe, gg, prompt, n, t)
@@ -572,18 +573,21 @@ def sec_llama(a, s, res):
                                   "agree_chars": common_prefix(ltext or "", stext or ""),
                                   "equal": ltext is not None and ltext.strip() == (stext or "").strip()})
     # (b) resident, same bits and threads
-    np_, ng = (32, 8) if a.quick else (128, 32)
-    # llama.cpp's best of 1 and 2 threads, OpenMP waits active and passive (see llama_bench)
-    res["resident_llama"] = [llama_bench(bench_exe, gg, ["-p", str(np_), "-n", str(ng), "-t", f"1,{t}",
-                                                          "-r", "2" if a.quick else "3"], omp=omp)
-                             for omp in ("active", "passive")]
-    rows = []
-    for _ in range(1 if a.quick else 2):
-        r = s.bench(sl, [], np_, ng, ["--resident"], uniform=False)[0]
-        r.pop("layers", None)
-        rows.append(r)
-    res["resident_sluice"] = rows
+    if "resident" in parts:
+        np_, ng = (32, 8) if a.quick else (128, 32)
+        # llama.cpp's best of 1 and 2 threads, OpenMP waits active and passive (see llama_bench)
+        res["resident_llama"] = [llama_bench(bench_exe, gg, ["-p", str(np_), "-n", str(ng), "-t", f"1,{t}",
+                                                              "-r", "2" if a.quick else "3"], omp=omp)
+                                 for omp in ("active", "passive")]
+        rows = []
+        for _ in range(1 if a.quick else 2):
+            r = s.bench(sl, [], np_, ng, ["--resident"], uniform=False)[0]
+            r.pop("layers", None)
+            rows.append(r)
+        res["resident_sluice"] = rows
     # (a) inside a memory cgroup of half the model (2 GiB for the default 12 layers' 4.3 GiB)
+    if "capped" not in parts:
+        return
     cap = min(2 * GIB, os.path.getsize(gg) // 2 // MIB * MIB)
     res["cap"] = cap
     cg = Cgroup("sluice_bench_llama", cap)
@@ -782,6 +786,9 @@ def render(a, results, m):
 
 def render_llama(ll, goals, a, plt):
     L = ["### 4. sluice against llama.cpp, one GGUF file", "", provenance(ll, {}), ""]
+    if ll.get("machine_before") and ll.get("parts") != "greedy,resident,capped":
+        L[-2] = L[-2].rstrip("*") + f" ({ll['parts']}); the other parts: " + provenance(
+            {"machine": ll["machine_before"]}, {}).lstrip("*")
     L += [f"llama.cpp built by the script from PyPI llama-cpp-python {LLAMA_CPP_PYTHON}'s vendored source "
           f"(CPU, `GGML_NATIVE`), in {LLAMA_DIR}/build/bin. The model: the Qwen3-30B-A3B shape, first "
           f"{ll['layers']} layers, random weights, written by `write_gguf` with PyPI gguf (matrices Q4_0, "
@@ -906,6 +913,9 @@ def main():
                                                 "with --quick, none unless given)")
     ap.add_argument("--layers", type=int, default=None, help="layers of each shape in sections 1-3, 5")
     ap.add_argument("--llama-layers", type=int, default=12, help="layers of the GGUF model (default 12: 4.3 GiB)")
+    ap.add_argument("--llama-parts", default="greedy,resident,capped",
+                    help="what the llama section measures; with fewer than all, the others are kept from its "
+                         "previous results")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()
     a.layers = a.layers or (1 if a.quick else 4)
@@ -934,8 +944,13 @@ def main():
                     log(f"{sec}: kept {out} (--force measures it again)")
                     continue
                 log(f"{sec}: measuring")
-                res = {"section": sec, "quick": a.quick, "started": time.time(), "machine": m,
-                       "sluice": os.path.relpath(a.sluice, ROOT)}
+                res = {}
+                if sec == "llama" and set(a.llama_parts.split(",")) != {"greedy", "resident", "capped"} and \
+                        os.path.exists(out):
+                    res = json.load(open(out))
+                    res["machine_before"] = res.get("machine")
+                res.update({"section": sec, "quick": a.quick, "started": time.time(), "machine": m,
+                            "sluice": os.path.relpath(a.sluice, ROOT), "parts": a.llama_parts})
                 globals()["sec_" + sec](a, s, res)
                 res["seconds"] = time.time() - res["started"]
                 with open(out + ".part", "w") as f:
