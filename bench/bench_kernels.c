@@ -4,7 +4,13 @@
  * and all threads, next to this machine's memory read bandwidth measured in the same run.
  *
  * The matrix is 8192 x 8192 (f32: 256 MiB, q4: 36 MiB) so it does not fit in cache; each measurement is
- * the best of several calls. Usage: build/bench_kernels [rows cols]
+ * the best of several calls. Every figure is given twice: per second of wall time, and per second of CPU
+ * time (process CPU time / threads), which on a shared machine (other processes taking the cores) is the
+ * rate the code reaches while it runs; the read loop is measured both ways too, before and after the
+ * kernels, and each kernel's CPU-time rate is also given as a percentage of the loop's.
+ * q8.i8 / q4.i8 are the int8-activation kernels (kern_matmul_act, the default in a model), x quantized
+ * once before timing as a decode step does once for all the matrices that read it.
+ * Usage: build/bench_kernels [rows cols]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +20,12 @@
 
 #include "kernels/kernels.h"
 #include "quant/quant.h"
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static double now(void) {
     struct timespec ts;
@@ -36,32 +48,119 @@ static void rd_part(void *ctx, size_t b, size_t e) {
     __atomic_add_fetch(&j->sum, t, __ATOMIC_RELAXED);
 }
 
-/* read bandwidth of a 512 MiB buffer, best of 5, GB/s */
-static double mem_bw(sl_pool *pool) {
+typedef struct {
+    double wall, cpu; /* GB/s: per wall second, per CPU second / threads */
+} rate;
+
+/* read bandwidth of a 512 MiB buffer, best of 5 */
+static rate mem_bw(sl_pool *pool) {
     size_t bytes = (size_t)512 << 20, n = bytes / 8;
     uint64_t *p = malloc(bytes);
-    if (!p) return 0;
+    rate r = {0, 0};
+    if (!p) return r;
     for (size_t i = 0; i < n; i++) p[i] = i;
-    double best = 1e9;
+    double best = 1e9, bestc = 1e9;
     rd_job j = {p, 0};
     for (int k = 0; k < 5; k++) {
-        double t = now();
+        double t = now(), c = cpu_now();
         sl_pool_for(pool, n / 1024, 1024, rd_part, &j);
         t = now() - t;
+        c = (cpu_now() - c) / sl_pool_size(pool);
         if (t < best) best = t;
+        if (c < bestc) bestc = c;
     }
     free(p);
     if (j.sum == 42) printf(" ");
-    return (double)bytes / best / 1e9;
+    r.wall = (double)bytes / best / 1e9;
+    r.cpu = (double)bytes / bestc / 1e9;
+    return r;
+}
+
+typedef struct {
+    const kern_ops *ops;
+    const sl_mat *m;
+    const float *x;
+    kern_act *a; /* NULL: kern_matmul (exact) */
+    float *y;
+} mm_case;
+
+static rate time_mm(const mm_case *c, sl_pool *pool, uint64_t bytes) {
+    double best = 1e9, bestc = 1e9;
+    for (int it = 0; it < 5; it++) {
+        double t = now(), cc = cpu_now();
+        if (c->a) kern_matmul_act(c->ops, pool, c->m, c->a, c->y, (size_t)c->m->rows);
+        else kern_matmul(c->ops, pool, c->m, c->x, (size_t)c->m->cols, c->y, (size_t)c->m->rows, 1);
+        t = now() - t;
+        cc = (cpu_now() - cc) / sl_pool_size(pool);
+        if (t < best) best = t;
+        if (cc < bestc) bestc = cc;
+    }
+    rate r = {(double)bytes / best / 1e9, (double)bytes / bestc / 1e9};
+    return r;
+}
+
+/* ---- prefill: many tokens, compute-bound ---- */
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* vpdpbusd's throughput on this core: 12 independent 512-bit accumulators, G multiply-adds per CPU second */
+__attribute__((target("avx512f,avx512vnni"))) static double vnni_peak(void) {
+    __m512i acc[12], a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_setzero_si512();
+    const long iters = 20000000;
+    double c = cpu_now();
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    c = cpu_now() - c;
+    int s = 0;
+    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_epi32(acc[i]);
+    if (s == 42) printf(" ");
+    return (double)iters * 12 * 64 / c / 1e9;
+}
+#endif
+
+/* y = W x for 64 tokens of an [rows x cols] q4 matrix through the default table's int8 kernels, one
+ * thread: G multiply-adds per CPU second */
+static double prefill_rate(int rows, int cols, sl_dtype dt, int i8) {
+    const int T = 64;
+    float *w = malloc((size_t)rows * cols * sizeof(float)), *x = malloc((size_t)T * cols * sizeof(float));
+    float *y = malloc((size_t)T * rows * sizeof(float));
+    void *data = malloc(q_mat_bytes(dt, rows, cols, 64, DT_BF16)), *abuf = malloc(kern_act_bytes(T, cols));
+    if (!w || !x || !y || !data || !abuf) return 0;
+    for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = (float)(i % 17) / 17.0f - 0.4f;
+    if (q_is_quant(dt)) q_quantize(dt, w, rows, cols, 64, DT_BF16, 1, data);
+    else dt_from_f32(dt, w, data, (size_t)rows * cols);
+    sl_mat m;
+    q_mat_bind(&m, data, dt, rows, cols, 64, DT_BF16, 1);
+    kern_act a;
+    kern_act_init(&a, abuf, x, (size_t)cols, T, cols, i8);
+    kern_act_prepare(&a);
+    double best = 1e9;
+    for (int it = 0; it < 3; it++) {
+        double c = cpu_now();
+        kern_matmul_act(kern_default_ops(), NULL, &m, &a, y, (size_t)rows);
+        c = cpu_now() - c;
+        if (c < best) best = c;
+    }
+    free(w);
+    free(x);
+    free(y);
+    free(data);
+    free(abuf);
+    return (double)rows * cols * T / best / 1e9;
 }
 
 int main(int argc, char **argv) {
     int rows = argc > 2 ? atoi(argv[1]) : 8192, cols = argc > 2 ? atoi(argv[2]) : 8192;
     int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     sl_pool *p1 = sl_pool_new(1), *pn = sl_pool_new(ncpu);
-    printf("memory read bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n", mem_bw(p1), mem_bw(pn), ncpu);
+    rate m1 = mem_bw(p1), mn = mem_bw(pn);
+    printf("memory read loop: %.1f GB/s (1 thread), %.1f GB/s (%d threads); per CPU second: %.1f, %.1f\n", m1.wall,
+           mn.wall, ncpu, m1.cpu, mn.cpu);
     printf("matmul [%d x %d] x 1 token, GB/s of weights streamed (bytes incl. scales/biases / time)\n", rows, cols);
-    printf("%-8s %-6s %10s %10s %10s\n", "table", "dtype", "bits/w", "1 thread", "all");
+    printf("%-8s %-6s %7s | %8s %8s | %8s %8s | %7s %7s\n", "table", "dtype", "bits/w", "1 thread", "all", "1t/cpu-s",
+           "all/cpu-s", "1t %", "all %");
     float *w = malloc((size_t)rows * cols * sizeof(float)), *x = malloc((size_t)cols * sizeof(float));
     float *y = malloc((size_t)rows * sizeof(float));
     void *abuf = malloc(kern_act_bytes(1, cols));
@@ -81,40 +180,40 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 4; k++) {
             const kern_ops *ops = kern_ops_by_name(names[k]);
             if (!ops) continue;
-            double gbs[2];
-            for (int pi = 0; pi < 2; pi++) {
-                double best = 1e9;
-                for (int it = 0; it < 4; it++) {
-                    double t = now();
-                    kern_matmul(ops, pi ? pn : p1, &m, x, (size_t)cols, y, (size_t)rows, 1);
-                    t = now() - t;
-                    if (t < best) best = t;
-                }
-                gbs[pi] = (double)bytes / best / 1e9;
-            }
-            printf("%-8s %-6s %10.2f %10.2f %10.2f\n", names[k], dt_name(dts[d]),
-                   8.0 * (double)bytes / ((double)rows * cols), gbs[0], gbs[1]);
-            if (dts[d] != DT_Q8 && dts[d] != DT_Q4) continue;
-            /* the int8-activation kernels (the default for q8/q4); x quantized once, before timing, as a
-             * decode step quantizes it once for every matrix that reads it */
             kern_act a;
             kern_act_init(&a, abuf, x, (size_t)cols, 1, cols, 1);
             kern_act_prepare(&a);
-            for (int pi = 0; pi < 2; pi++) {
-                double best = 1e9;
-                for (int it = 0; it < 4; it++) {
-                    double t = now();
-                    kern_matmul_act(ops, pi ? pn : p1, &m, &a, y, (size_t)rows);
-                    t = now() - t;
-                    if (t < best) best = t;
-                }
-                gbs[pi] = (double)bytes / best / 1e9;
+            int i8 = dts[d] == DT_Q8 || dts[d] == DT_Q4;
+            for (int v = 0; v <= i8; v++) {
+                mm_case c = {ops, &m, x, v ? &a : NULL, y};
+                rate r1 = time_mm(&c, p1, bytes), rn = time_mm(&c, pn, bytes);
+                char dn[16];
+                snprintf(dn, sizeof dn, "%s%s", dt_name(dts[d]), v ? ".i8" : "");
+                printf("%-8s %-6s %7.2f | %8.2f %8.2f | %8.2f %8.2f | %6.0f%% %6.0f%%\n", names[k], dn,
+                       8.0 * (double)bytes / ((double)rows * cols), r1.wall, rn.wall, r1.cpu, rn.cpu,
+                       100 * r1.cpu / m1.cpu, 100 * rn.cpu / mn.cpu);
             }
-            printf("%-8s %-6s %10.2f %10.2f %10.2f\n", names[k], dts[d] == DT_Q8 ? "q8.i8" : "q4.i8",
-                   8.0 * (double)bytes / ((double)rows * cols), gbs[0], gbs[1]);
         }
         free(data);
     }
+    printf("\nprefill: [4096 x 2048] x 64 tokens, one thread, %s table, G multiply-adds per CPU second\n",
+           kern_default_ops()->name);
+    double pq4 = prefill_rate(4096, 2048, DT_Q4, 1), pq8 = prefill_rate(4096, 2048, DT_Q8, 1),
+           pf32 = prefill_rate(4096, 2048, DT_F32, 0), pq4x = prefill_rate(4096, 2048, DT_Q4, 0);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni")) {
+        double pk = vnni_peak();
+        printf("vpdpbusd peak loop: %.0f G/s; q4.i8 %.0f (%.0f%% of it), q8.i8 %.0f (%.0f%%)\n", pk, pq4,
+               100 * pq4 / pk, pq8, 100 * pq8 / pk);
+    } else
+#endif
+        printf("q4.i8 %.0f G/s, q8.i8 %.0f G/s\n", pq4, pq8);
+    printf("exact kernels: f32 %.0f G/s, q4 %.0f G/s\n\n", pf32, pq4x);
+    m1 = mem_bw(p1);
+    mn = mem_bw(pn);
+    printf("memory read loop again: %.1f GB/s (1 thread), %.1f GB/s (%d threads); per CPU second: %.1f, %.1f\n", m1.wall,
+           mn.wall, ncpu, m1.cpu, mn.cpu);
     free(w);
     free(x);
     free(y);

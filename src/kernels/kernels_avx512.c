@@ -146,9 +146,41 @@ static inline float lanes_sum(__m512 v) {
     return ((h[0] + h[1]) + (h[2] + h[3])) + ((h[4] + h[5]) + (h[6] + h[7]));
 }
 
+/* One token of f16/bf16 (decode): rows converted in registers as they are read, no chunk buffer, and the
+ * codes prefetched 3 row blocks ahead into L2 (as the int8 kernels do). The same FMAs in the same order as
+ * mm_any (a masked tail adds 0 * 0 to the unused lanes there too), so the same bits. */
+static inline __attribute__((always_inline)) void mm_half_1tok(sl_dtype dt, const sl_mat *w, const float *x, float *y,
+                                                                 int r0, int r1) {
+    const int cols = w->cols;
+    const size_t pf = (size_t)3 * RB * (size_t)cols * 2;
+    for (int r = r0; r < r1; r += RB) {
+        int nr = r1 - r < RB ? r1 - r : RB;
+        const uint16_t *wr[RB];
+        for (int i = 0; i < RB; i++) wr[i] = (const uint16_t *)w->data + (size_t)(r + (i < nr ? i : 0)) * (size_t)cols;
+        __m512 acc[RB] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        int c = 0;
+        for (; c < cols; c += 16) {
+            __mmask16 mk = cols - c >= 16 ? (__mmask16)0xffff : tail_mask(cols - c);
+            __m512 xv = _mm512_maskz_loadu_ps(mk, x + c);
+            for (int i = 0; i < RB; i++) {
+                if ((c & 31) == 0) _mm_prefetch((const char *)(wr[i] + c) + pf, _MM_HINT_T1);
+                __m256i h = _mm256_maskz_loadu_epi16(mk, wr[i] + c);
+                __m512 f = dt == DT_F16 ? _mm512_cvtph_ps(h)
+                                        : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                acc[i] = _mm512_fmadd_ps(f, xv, acc[i]);
+            }
+        }
+        for (int i = 0; i < nr; i++) y[r + i] = lanes_sum(acc[i]);
+    }
+}
+
 static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
                                                            float *y, size_t ldy, int n_tok, int r0, int r1) {
     const int cols = w->cols;
+    if (n_tok == 1 && (dt == DT_F16 || dt == DT_BF16)) {
+        mm_half_1tok(dt, w, x, y, r0, r1);
+        return;
+    }
     float buf[RB][KCHUNK];
     __m512 acc[KTOK][RB];
     for (int t0 = 0; t0 < n_tok; t0 += KTOK) {
