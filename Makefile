@@ -83,9 +83,13 @@ asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
 
-bench: $(BUILD)/sluice $(BUILD)/bench_tokenize $(BUILD)/bench_kernels
+bench: $(BUILD)/sluice $(BUILD)/bench_tokenize $(BUILD)/bench_kernels $(BUILD)/bench_decode
 	tools/bench.sh $(BUILD)/sluice
 	$(BUILD)/bench_kernels
+
+# prefill and decode tok/s of one container, int8 activations against exact (docs/PERFORMANCE.md)
+$(BUILD)/bench_decode: $(BUILD)/bench/bench_decode.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
 $(BUILD)/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
