@@ -872,6 +872,9 @@ def render_llama(ll, goals, a, plt):
     vals.append(cs.get("decode_tok_s") or 0)
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.2))
     ax[0].bar(range(len(vals)), vals, color=["#c44"] * (len(vals) - 1) + ["#48c"])
+    for i, r in enumerate(ll["capped_llama"]):
+        if not r.get("tests"):
+            ax[0].text(i, 0, "OOM-killed" if r.get("oom_kills") else "failed", ha="center", va="bottom", fontsize=8)
     ax[0].set_xticks(range(len(vals)), labels, fontsize=7)
     ax[0].set_title(f"decode tok/s in a {cap / GIB:.1f} GiB cgroup ({ll['gguf_bytes'] / GIB:.1f} GiB model)", fontsize=9)
     ax[1].bar([0, 1, 3, 4], [lp or 0, sp, ld or 0, sd], color=["#c44", "#48c", "#c44", "#48c"])
