@@ -12,6 +12,10 @@ VENV    ?= build/venv
 PYTHON  ?= $(VENV)/bin/python
 DEMO    := models/demo.sluice
 
+# The family list (src/model/arch/families.h) follows the files of src/model/arch/ (rewritten only when
+# the set changes): adding a family is adding its file.
+_families := $(shell tools/gen_families.sh)
+
 LIB_SRC := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_SRC := $(filter-out src/cli/% $(SKIP),$(LIB_SRC))
 CLI_SRC := $(filter-out $(SKIP),$(sort $(wildcard src/cli/*.c)))

@@ -6,6 +6,7 @@
  * closes or 5 s pass; a server that stops answering a well-formed request afterwards is a finding.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -61,7 +62,8 @@ static long exchange(const void *req, size_t n) {
         char buf[16384];
         got = 0;
         ssize_t r;
-        while ((r = recv(fd, buf, sizeof buf, 0)) > 0) got += r;
+        while ((r = recv(fd, buf, sizeof buf, 0)) > 0 || (r < 0 && errno == EINTR))
+            if (r > 0) got += r;
     }
     close(fd);
     return got;

@@ -412,7 +412,7 @@ TEST(bad_config_unknown_model_type) {
     const char *d = scratch_copy("qwen3_next");
     const char *kv[] = {"model_type", "llama"};
     CHECK(d && edit_config(d, set_str, (void *)kv) == 0);
-    expect_pack_fail(d, SL_EUNSUPPORTED, "'llama'", "qwen3_moe, qwen3_next, qwen3_5_moe");
+    expect_pack_fail(d, SL_EUNSUPPORTED, "'llama'", "(supported: deepseek_v3, kimi_k2, glm4_moe, gpt_oss, mixtral, olmoe, qwen2_moe, qwen3_5_moe, qwen3_5_moe_text, qwen3_moe, qwen3_next)");
 }
 
 TEST(bad_safetensors_truncated) {
@@ -937,4 +937,27 @@ TEST(synth_same_file_for_any_thread_count) {
         CHECKF(!bad && neg > n / 4 && pos > n / 4, "quant %d: %d of %d values outside ±%g, %d negative, %d positive",
                (int)qs[qi], bad, n, lim, neg, pos);
     }
+}
+
+/* Adding a family is adding src/model/arch/<name>.c (arch.h): every such file is a registered family of
+ * that name with a tensor table and at least one HF model_type, and every family is such a file. */
+#include <dirent.h>
+TEST(every_arch_file_is_a_family) {
+    DIR *d = opendir(test_path("src/model/arch"));
+    CHECK(d != NULL);
+    int files = 0, listed = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 3 || strcmp(e->d_name + n - 2, ".c")) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(n - 2), e->d_name);
+        files++;
+        const arch_desc *a = arch_by_name(name);
+        CHECKF(a && a->n_tensors > 0 && a->hf_types && a->hf_types[0] && arch_get(a->id) == a,
+               "src/model/arch/%s is not a registered family (run make: tools/gen_families.sh)", e->d_name);
+    }
+    if (d) closedir(d);
+    for (int i = 0; arch_list[i]; i++) listed++;
+    CHECKF(files == listed, "%d family files, %d families registered", files, listed);
 }

@@ -7,6 +7,7 @@
  * inside a batched step is absorbed (the step's items are evaluated again one by one).
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <cjson/cJSON.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -45,9 +46,13 @@ static void *do_call(void *arg) {
                           "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                           "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
                           strlen(c->body), c->body);
-        if (send(fd, req, (size_t)rl, MSG_NOSIGNAL) == rl) {
+        ssize_t sent;
+        while ((sent = send(fd, req, (size_t)rl, MSG_NOSIGNAL)) < 0 && errno == EINTR) {}
+        if (sent == rl) {
             ssize_t r;
-            while (n + 1 < cap && (r = recv(fd, c->resp + n, cap - 1 - n, 0)) > 0) n += (size_t)r;
+            /* a signal may interrupt recv (the runner's, the library's threads'): not the end */
+            while (n + 1 < cap && ((r = recv(fd, c->resp + n, cap - 1 - n, 0)) > 0 || (r < 0 && errno == EINTR)))
+                if (r > 0) n += (size_t)r;
         }
     }
     if (fd >= 0) close(fd);

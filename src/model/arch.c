@@ -7,12 +7,16 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const arch_desc arch_qwen3_moe, arch_qwen3_next, arch_qwen3_5_moe, arch_mixtral, arch_olmoe,
-    arch_qwen2_moe, arch_glm4_moe, arch_deepseek_v3, arch_gpt_oss;
+/* every family of src/model/arch/ (families.h lists them; tools/gen_families.sh writes it) */
+#define SL_FAMILY(name, NAME) extern const arch_desc arch_##name;
+#include "model/arch/families.h"
+#undef SL_FAMILY
 
-const arch_desc *const arch_list[] = {&arch_qwen3_moe, &arch_qwen3_next, &arch_qwen3_5_moe, &arch_mixtral, &arch_olmoe,
-                                     &arch_qwen2_moe, &arch_glm4_moe, &arch_deepseek_v3,
-                                     &arch_gpt_oss, NULL};
+const arch_desc *const arch_list[] = {
+#define SL_FAMILY(name, NAME) &arch_##name,
+#include "model/arch/families.h"
+#undef SL_FAMILY
+    NULL};
 
 const arch_desc *arch_get(sl_arch id) {
     for (int i = 0; arch_list[i]; i++)

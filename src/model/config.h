@@ -13,17 +13,13 @@
 
 #define SL_MAX_LAYERS 512
 
+/* One id per family (src/model/arch/families.h, generated from the files src/model/arch/<family>.c). Ids are
+ * this build's only: the container names its family by name. */
 typedef enum {
     SL_ARCH_NONE = 0,
-    SL_ARCH_QWEN3_MOE = 1,
-    SL_ARCH_QWEN3_NEXT = 2,
-    SL_ARCH_QWEN3_5_MOE = 3,
-    SL_ARCH_MIXTRAL = 4,
-    SL_ARCH_OLMOE = 5,
-    SL_ARCH_QWEN2_MOE = 6,
-    SL_ARCH_GLM4_MOE = 7,
-    SL_ARCH_GPT_OSS = 8,
-    SL_ARCH_DEEPSEEK_V3 = 9,
+#define SL_FAMILY(name, NAME) SL_ARCH_##NAME,
+#include "model/arch/families.h"
+#undef SL_FAMILY
 } sl_arch;
 
 /* How router logits become the k expert weights (moe.c). */
