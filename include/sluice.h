@@ -229,7 +229,8 @@ typedef struct sl_stats {
     uint64_t bytes_read;          /* expert bytes read from the file */
     uint64_t reads, retries;      /* expert block reads; resubmissions (short reads, EINTR) */
     double io_wait_s;             /* time the forward pass waited for expert reads */
-    double verify_s;              /* time spent checking expert checksums */
+    double verify_s;              /* time the evaluating thread spent checking expert checksums (the I/O
+                                     engines check whole reads on their own threads, io.h) */
     double eval_s;                /* wall time inside sl_session_eval */
     uint64_t tokens;              /* tokens evaluated */
     uint64_t cache_slots, cache_bytes, pinned;

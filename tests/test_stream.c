@@ -5,6 +5,10 @@
  * stays usable; stats add up.
  */
 #include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <xxhash.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +17,7 @@
 #include "format/container.h"
 #include "sluice.h"
 #include "stream/cache.h"
+#include "stream/io.h"
 #include "test.h"
 
 typedef struct {
@@ -189,6 +194,8 @@ static sl_status step_all(sl_session *s, const toks_t *t, int V, float *out, int
  * unchanged by it (n_past, KV cache, DeltaNet state): evaluating the same token again on the same
  * session and model, then the rest, gives bitwise the resident model's logits token by token; so does
  * a fresh session on that model afterwards (the cache kept no bad block). */
+static sl_io_engine one_fault_engine = SL_ENGINE_AUTO; /* the engine under the fault injector */
+
 static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
     const char *path = test_packed("qwen3_5_moe");
     CHECK(path);
@@ -205,6 +212,7 @@ static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
     CHECK(ref);
     sl_model_params mp = sl_model_params_default();
     mp.prefetch = -1; /* a prefetch could absorb the one fault quietly (failed_prefetch_is_quiet_and_retried) */
+    mp.io_engine = one_fault_engine;
     sl_model *m = NULL;
     CHECK(model_open_ex(path, &mp, fc, &m, &err) == SL_OK);
     const int V = sl_model_n_vocab(m);
@@ -254,6 +262,77 @@ TEST(fault_corruption_caught_by_checksum) {
     fc.corrupt_every = 1;
     fc.max_faults = 1;
     one_fault(&fc, SL_ECHECKSUM, "checksum");
+}
+
+/* The same with the pread engine, whose workers checksum the block (io_uring's reaper does above). */
+TEST(fault_corruption_caught_by_checksum_pread) {
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.corrupt_every = 1;
+    fc.max_faults = 1;
+    one_fault_engine = SL_ENGINE_PREAD;
+    one_fault(&fc, SL_ECHECKSUM, "checksum");
+    one_fault_engine = SL_ENGINE_AUTO;
+}
+
+/* Both engines checksum whole reads in their completion path when asked (io_req.hash_len): the hash of
+ * the first hash_len bytes, set before the completion is handed out; none for a read not asked for or
+ * cut short; the fault injector's corruption shows in the engine's hash. */
+TEST(engines_checksum_whole_reads) {
+    const char *p = test_path("%s/io-hash.bin", test_tmpdir());
+    enum { NB = 4, BL = 65536 };
+    uint8_t *data = malloc(NB * BL);
+    uint64_t r = 99;
+    for (int i = 0; i < NB * BL; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        data[i] = (uint8_t)(r >> 56);
+    }
+    FILE *fp = fopen(p, "wb");
+    CHECK(fp && fwrite(data, 1, NB * BL, fp) == NB * BL);
+    fclose(fp);
+    for (int kind = 0; kind < 4; kind++) { /* uring, pread, fault(pread) corrupting, fault(pread) short */
+        int fd = open(p, O_RDONLY);
+        CHECK(fd >= 0);
+        char why[128] = "";
+        io_engine *e = kind == 0 ? io_uring_engine_new(fd, 8, why, sizeof why) : io_pread_engine_new(fd, 2, why, sizeof why);
+        if (!e && kind == 0) { /* no io_uring here */
+            close(fd);
+            continue;
+        }
+        CHECKF(e, "%s", why);
+        io_fault_cfg fc;
+        memset(&fc, 0, sizeof fc);
+        fc.corrupt_every = kind == 2;
+        fc.short_every = kind == 3;
+        if (kind >= 2) e = io_fault_engine_new(e, &fc);
+        uint8_t *bufs[NB];
+        io_req rq[NB];
+        for (int b = 0; b < NB; b++) {
+            bufs[b] = aligned_alloc(4096, BL);
+            rq[b] = (io_req){.off = (uint64_t)b * BL, .len = BL, .buf = bufs[b], .hash_len = b == 3 ? 0 : BL - 100 * b};
+            CHECK(e->ops->submit(e, &rq[b]) == 0);
+        }
+        CHECK(e->ops->flush(e) == 0);
+        for (int n = 0; n < NB; n++) {
+            io_req *got = NULL;
+            CHECK(e->ops->wait(e, &got) == 0 && got);
+            int b = (int)(got - rq);
+            uint64_t want = XXH3_64bits(data + (size_t)b * BL, got->hash_len);
+            if (kind == 3 || b == 3) {
+                CHECKF(!got->hashed, "engine %d block %d: hashed a read %s", kind, b, b == 3 ? "not asked for" : "cut short");
+                continue;
+            }
+            CHECKF(got->res == BL && got->hashed, "engine %d block %d: res %lld hashed %d", kind, b, (long long)got->res,
+                   got->hashed);
+            CHECKF(kind == 2 ? got->hash != want && got->hash == XXH3_64bits(bufs[b], got->hash_len) : got->hash == want,
+                   "engine %d block %d: hash %016llx, data's %016llx", kind, b, (unsigned long long)got->hash,
+                   (unsigned long long)want);
+        }
+        io_destroy(e);
+        close(fd);
+        for (int b = 0; b < NB; b++) free(bufs[b]);
+    }
+    free(data);
 }
 
 TEST(stats_add_up) {

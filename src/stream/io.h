@@ -1,13 +1,15 @@
 /*
  * io.h — the I/O engine behind the expert cache: an ops table (SQLite io_methods style) with three
  * implementations:
- *   io_uring   liburing, many reads in flight, completions consumed as they arrive;
- *   pread      a small thread pool issuing pread(2), for systems without io_uring;
+ *   io_uring   liburing, many reads in flight; a reaper thread consumes completions as they arrive
+ *              (and checksums them, io_req.hash_len) while the caller computes;
+ *   pread      a small thread pool issuing pread(2) (and checksumming), for systems without io_uring;
  *   fault      wraps another engine and injects EIO, short reads, EINTR, delays and corrupted bytes
  *              (tests only).
  * An engine reports raw results (bytes read or -errno), exactly one completion per submitted request;
  * retrying short reads and EINTR is the caller's job (stream/cache.c), so every engine — and the fault
- * injector — exercises the same recovery code. Engines are used from one thread at a time.
+ * injector — exercises the same recovery code. Engines are called from one thread at a time (their
+ * own threads are internal).
  */
 #ifndef SL_IO_H
 #define SL_IO_H
@@ -16,11 +18,18 @@
 #include <stdint.h>
 
 typedef struct io_req {
-    uint64_t off;  /* file offset (4096-aligned for O_DIRECT) */
-    uint32_t len;  /* bytes */
-    void *buf;     /* destination (4096-aligned for O_DIRECT) */
-    int64_t res;   /* at completion: bytes read (may be short) or -errno */
+    uint64_t off;      /* file offset (4096-aligned for O_DIRECT) */
+    uint32_t len;      /* bytes */
+    void *buf;         /* destination (4096-aligned for O_DIRECT) */
+    int64_t res;       /* at completion: bytes read (may be short) or -errno */
     void *user;
+    /* Checksum in the completion path: with hash_len > 0 (<= len) the engine computes hash = XXH3-64 of
+     * buf[0, hash_len) on its own thread as soon as the read lands whole (res == len), and sets hashed;
+     * otherwise hashed is 0 and the caller hashes. Overlaps the check with the caller's work and with the
+     * other reads in flight. */
+    uint32_t hash_len;
+    int hashed;
+    uint64_t hash;
 } io_req;
 
 typedef struct io_engine io_engine;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "stream/io.h"
 
@@ -41,8 +42,12 @@ static void mangle(fault_engine *f, io_req *r) {
     if (FIRES(f->cfg.fail_every)) r->res = -EIO;
     else if (FIRES(f->cfg.eintr_every)) r->res = -EINTR;
     else if (FIRES(f->cfg.short_every) && r->res > 1) r->res /= 2;
-    else if (FIRES(f->cfg.corrupt_every)) ((unsigned char *)r->buf)[r->res / 3] ^= 0x5a;
-    else return;
+    else if (FIRES(f->cfg.corrupt_every)) {
+        ((unsigned char *)r->buf)[r->res / 3] ^= 0x5a;
+        /* the bytes "read" are corrupt: so is the engine's checksum of them */
+        if (r->hashed) r->hash = XXH3_64bits(r->buf, r->hash_len);
+    } else return;
+    if (r->res != (int64_t)r->len) r->hashed = 0;
 #undef FIRES
     f->faults++;
 }

@@ -1,6 +1,7 @@
 /*
- * io_pread.c — portable engine: worker threads take requests from a FIFO, issue one pread(2) each and
- * post the raw result to a completion FIFO. No retries here (see io.h).
+ * io_pread.c — portable engine: worker threads take requests from a FIFO, issue one pread(2) each,
+ * checksum a whole read when asked (io_req.hash_len) and post the raw result to a completion FIFO. No
+ * retries here (see io.h).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "stream/io.h"
 
@@ -45,6 +47,8 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&p->mu);
         ssize_t n = pread(p->base.fd, r->buf, r->len, (off_t)r->off);
         r->res = n < 0 ? -errno : n;
+        r->hashed = r->hash_len > 0 && r->hash_len <= r->len && n == (ssize_t)r->len;
+        if (r->hashed) r->hash = XXH3_64bits(r->buf, r->hash_len); /* before the caller sees it, off its thread */
         pthread_mutex_lock(&p->mu);
         push(&p->fin, r);
         pthread_cond_signal(&p->done);
