@@ -267,7 +267,10 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
         c->st = sl_err(err, SL_ECONFIG, "%s: 'partial_rotary_factor' (%g) and 'rope_parameters.partial_rotary_factor' "
                        "(%g) disagree", path, p1, p2);
     prf = fp1 ? p1 : p2;
-    o->rot_dim = (int)(o->head_dim * prf);
+    /* checked before the conversion: a factor far out of range does not fit an int (fuzz/regress/hf_config) */
+    if (!c->st && !(prf >= 0 && prf <= 1))
+        c->st = sl_err(err, SL_ECONFIG, "%s: partial_rotary_factor = %g (must be in [0, 1])", path, prf);
+    o->rot_dim = prf >= 0 && prf <= 1 ? (int)(o->head_dim * prf) : 0;
     o->tie_embeddings = get_bool(c, "tie_word_embeddings", 0);
     if (cJSON_GetObjectItemCaseSensitive(c->root, "tie_word_embeddings") && c->t != c->root) {
         /* the VLM wrapper's top-level value is the one transformers uses */
