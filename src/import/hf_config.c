@@ -96,26 +96,32 @@ void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) {
     c->st = sl_err(c->err, st, "%s: %s", c->path, msg);
 }
 
+/* layer_types, when config.json has it, into flags: 1 for `kind`, 0 for full attention. Returns 1 when
+ * read, 0 when absent, -1 on an error (recorded in c). */
+static int layer_types(hfc *c, const sl_config *o, const char *kind, uint8_t *flags) {
+    const cJSON *lt = field(c, "layer_types");
+    if (!lt) return 0;
+    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
+        hfc_fail(c, SL_ECONFIG, "'layer_types' has %d entries but num_hidden_layers is %d",
+                 cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1, o->n_layers);
+        return -1;
+    }
+    for (int i = 0; i < o->n_layers; i++) {
+        const cJSON *e = cJSON_GetArrayItem(lt, i);
+        if (cJSON_IsString(e) && !strcmp(e->valuestring, kind)) flags[i] = 1;
+        else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) flags[i] = 0;
+        else {
+            hfc_fail(c, SL_ECONFIG, "layer_types[%d] must be '%s' or 'full_attention'", i, kind);
+            return -1;
+        }
+    }
+    return 1;
+}
+
 void hfc_linear_layers(hfc *c, sl_config *o) {
     if (c->st) return;
-    const cJSON *lt = field(c, "layer_types");
-    if (lt) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
-            hfc_fail(c, SL_ECONFIG, "'layer_types' has %d entries but num_hidden_layers is %d",
-                     cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1, o->n_layers);
-            return;
-        }
-        for (int i = 0; i < o->n_layers; i++) {
-            const cJSON *e = cJSON_GetArrayItem(lt, i);
-            if (cJSON_IsString(e) && !strcmp(e->valuestring, "linear_attention")) o->layer_linear[i] = 1;
-            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) o->layer_linear[i] = 0;
-            else {
-                hfc_fail(c, SL_ECONFIG, "layer_types[%d] must be 'linear_attention' or 'full_attention'", i);
-                return;
-            }
-        }
-        return;
-    }
+    int got = layer_types(c, o, "linear_attention", o->layer_linear);
+    if (got) return;
     int iv = get_int(c, "full_attention_interval", 0, 4);
     if (iv < 1) {
         hfc_fail(c, SL_ECONFIG, "full_attention_interval must be >= 1");
@@ -139,26 +145,10 @@ void hfc_full_attention_only(hfc *c, const sl_config *o) {
 
 void hfc_sliding_layers(hfc *c, sl_config *o) {
     if (c->st) return;
-    const cJSON *lt = field(c, "layer_types");
-    int any = 0;
-    if (lt) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
-            hfc_fail(c, SL_ECONFIG, "'layer_types' has %d entries but num_hidden_layers is %d",
-                     cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1, o->n_layers);
-            return;
-        }
-        for (int i = 0; i < o->n_layers; i++) {
-            const cJSON *e = cJSON_GetArrayItem(lt, i);
-            if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) o->layer_sliding[i] = 1;
-            else if (cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")) o->layer_sliding[i] = 0;
-            else {
-                hfc_fail(c, SL_ECONFIG, "layer_types[%d] must be 'sliding_attention' or 'full_attention'", i);
-                return;
-            }
-        }
-    } else { /* configuration_gpt_oss.py's default: sliding at even layers */
+    int any = 0, got = layer_types(c, o, "sliding_attention", o->layer_sliding);
+    if (got < 0) return;
+    if (!got) /* configuration_gpt_oss.py's default: sliding at even layers */
         for (int i = 0; i < o->n_layers; i++) o->layer_sliding[i] = (i + 1) % 2 != 0;
-    }
     for (int i = 0; i < o->n_layers; i++) any |= o->layer_sliding[i];
     if (!any) return;
     o->sliding_window = get_int(c, "sliding_window", 1, 0);
