@@ -10,6 +10,7 @@
 
 #include "import/gguf.h"
 #include "import/hf.h"
+#include "import/safetensors.h"
 #include "test.h"
 
 /* Calls fn on every file of fuzz/regress/name; returns how many. */
@@ -43,6 +44,17 @@ static void replay_hf_config(const char *path, const char *data, size_t len) {
     free(s);
 }
 
+/* fuzz_safetensors.c's path: st_open on the file */
+static void replay_safetensors(const char *path, const char *data, size_t len) {
+    (void)data;
+    (void)len;
+    st_file f;
+    sl_error err = {0};
+    sl_status st = st_open(path, &f, &err);
+    if (!st) st_close(&f);
+    CHECKF(st == SL_OK || strstr(err.msg, path), "%s: status %d, message '%s'", path, st, err.msg);
+}
+
 /* fuzz_gguf.c's path: the file as a GGUF, then as a model source with every tensor read */
 static void replay_gguf(const char *path, const char *data, size_t len) {
     (void)data;
@@ -69,12 +81,14 @@ static void replay_gguf(const char *path, const char *data, size_t len) {
 static const char *const replayed[] = {
     "gguf",
     "hf_config",
+    "safetensors",
     "http", /* srv_cancel racing the end of a request: tests/test_sched.c sched_cancel_racing_the_end_is_safe */
     NULL};
 
 TEST(fuzz_regressions_replay) {
     CHECK(each_input("hf_config", replay_hf_config) >= 1);
     CHECK(each_input("gguf", replay_gguf) >= 1);
+    CHECK(each_input("safetensors", replay_safetensors) >= 1);
     /* a finding committed for a harness with no replay here would never run in make test */
     DIR *d = opendir(test_path("fuzz/regress"));
     CHECK(d != NULL);

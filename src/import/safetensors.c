@@ -43,10 +43,14 @@ static sl_status parse_entry(st_file *f, const cJSON *it, uint64_t data_off, st_
         if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e15)
             return sl_err(err, SL_EFORMAT, "%s: tensor '%s': bad shape", f->path, nm);
         e->shape[i] = (int64_t)d->valuedouble;
+        if (e->shape[i] && n > UINT64_MAX / (uint64_t)e->shape[i])
+            return sl_err(err, SL_EFORMAT, "%s: tensor '%s': shape has more elements than fit 64 bits", f->path, nm);
         n *= (uint64_t)e->shape[i];
     }
     const cJSON *b = cJSON_GetArrayItem(of, 0), *en = cJSON_GetArrayItem(of, 1);
-    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < b->valuedouble)
+    /* bounded before the conversion to an integer (a value past 2^64 would be undefined: fuzz/regress/safetensors) */
+    if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < b->valuedouble ||
+        en->valuedouble > 9007199254740992.0)
         return sl_err(err, SL_EFORMAT, "%s: tensor '%s': bad data_offsets", f->path, nm);
     uint64_t bo = (uint64_t)b->valuedouble, eo = (uint64_t)en->valuedouble;
     if (data_off + eo > f->size)
