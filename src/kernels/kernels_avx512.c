@@ -231,7 +231,7 @@ MM(mm_q3, DT_Q3)
 /* [p0 x8, p1 x8] and [p0 x4, .., p3 x4] from consecutive floats */
 static inline __m512 i8_x8(const float *p) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                 _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(const void *)p))));
+                                 _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)p))));
 }
 static inline __m512 i8_x4(const float *p) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),

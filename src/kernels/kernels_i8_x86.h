@@ -72,9 +72,9 @@ static inline __m256 i8_bias(const float *bi, const float *xs, int ng) {
     return acc;
 }
 
-/* [x x4, y x4] from two consecutive floats. */
+/* [x x4, y x4] from two consecutive floats (an unaligned 8-byte load: p is only float-aligned) */
 static inline __m256 i8_pair(const float *p) {
-    __m128 v = _mm_castpd_ps(_mm_load_sd((const double *)(const void *)p));
+    __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)p));
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
