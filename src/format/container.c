@@ -257,7 +257,7 @@ static int get_shape(const cJSON *s, int64_t shape[2], int *ndim) {
     shape[1] = 0;
     for (int i = 0; i < n; i++) {
         const cJSON *d = cJSON_GetArrayItem(s, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0) return -1;
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9007199254740992.0) return -1;
         shape[i] = (int64_t)d->valuedouble;
     }
     return 0;
@@ -265,7 +265,8 @@ static int get_shape(const cJSON *s, int64_t shape[2], int *ndim) {
 
 static uint64_t num_u64(const cJSON *o, const char *k, int *bad) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0) { *bad = 1; return 0; }
+    /* bounded before the conversion (a value past 2^64 would be undefined behaviour) */
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 9007199254740992.0) { *bad = 1; return 0; }
     return (uint64_t)v->valuedouble;
 }
 

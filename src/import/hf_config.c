@@ -164,7 +164,7 @@ void hfc_sparse_layers(hfc *c, sl_config *o) {
         int dense = (step < 1) || ((i + 1) % step != 0) || o->n_experts == 0;
         if (cJSON_IsArray(mo)) {
             const cJSON *e;
-            cJSON_ArrayForEach(e, mo) if (cJSON_IsNumber(e) && (int)e->valuedouble == i) dense = 1;
+            cJSON_ArrayForEach(e, mo) if (cJSON_IsNumber(e) && e->valuedouble == (double)i) dense = 1; /* no int cast: any number */
         }
         o->layer_moe[i] = !dense;
         any_dense |= dense;

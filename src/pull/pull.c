@@ -500,14 +500,16 @@ static sl_status parse_listing(puller *pl, const char *json, sl_error *err) {
         pl->n_files++;
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(s, "size"), *blob = cJSON_GetObjectItemCaseSensitive(s, "blobId");
         const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(s, "lfs");
-        if (cJSON_IsNumber(size) && size->valuedouble >= 0) f->size = (uint64_t)size->valuedouble, f->have_size = 1;
+        if (cJSON_IsNumber(size) && size->valuedouble >= 0 && size->valuedouble <= 9007199254740992.0)
+            f->size = (uint64_t)size->valuedouble, f->have_size = 1;
         if (cJSON_IsString(blob) && is_hex(blob->valuestring, 40)) snprintf(f->blob_id, sizeof f->blob_id, "%s", blob->valuestring);
         if (cJSON_IsObject(lfs)) {
             const cJSON *h = cJSON_GetObjectItemCaseSensitive(lfs, "sha256");
             if (!cJSON_IsString(h)) h = cJSON_GetObjectItemCaseSensitive(lfs, "oid");
             const cJSON *ls = cJSON_GetObjectItemCaseSensitive(lfs, "size");
             if (cJSON_IsString(h) && is_hex(h->valuestring, 64)) snprintf(f->sha256, sizeof f->sha256, "%s", h->valuestring);
-            if (cJSON_IsNumber(ls) && ls->valuedouble >= 0) f->size = (uint64_t)ls->valuedouble, f->have_size = 1;
+            if (cJSON_IsNumber(ls) && ls->valuedouble >= 0 && ls->valuedouble <= 9007199254740992.0)
+                f->size = (uint64_t)ls->valuedouble, f->have_size = 1;
             f->blob_id[0] = 0; /* an LFS file's blob id is its pointer's, not its content's */
         }
     }
