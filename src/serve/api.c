@@ -14,9 +14,9 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
-#include <utf8proc.h>
 
 #include "serve/api.h"
+#include "text/tokenizer.h"
 
 /* ---- errors ------------------------------------------------------------------------------------ */
 
@@ -104,14 +104,10 @@ void api_gen_free(api_gen *g) {
 
 cJSON *api_parse_root(api_gen *g, const char *body, size_t len, api_error *e) {
     /* JSON is UTF-8 (RFC 8259 §8.1); cJSON would pass other bytes on into prompts */
-    for (size_t i = 0; i < len;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t n = utf8proc_iterate((const utf8proc_uint8_t *)body + i, (utf8proc_ssize_t)(len - i), &cp);
-        if (n <= 0) {
-            api_fail(e, 400, NULL, "invalid_json", "the body is not valid UTF-8 (at byte %zu)", i);
-            return NULL;
-        }
-        i += (size_t)n;
+    size_t bad = tok_utf8_invalid_at(body, len);
+    if (bad < len) {
+        api_fail(e, 400, NULL, "invalid_json", "the body is not valid UTF-8 (at byte %zu)", bad);
+        return NULL;
     }
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) {

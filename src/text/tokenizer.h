@@ -34,6 +34,8 @@ size_t tok_utf8_complete_prefix(const char *s, size_t n);
 int tok_utf8_lossy(tok_buf *out, const char *s, size_t n);
 /* 1 if s[0..n) is valid UTF-8. */
 int tok_utf8_valid(const char *s, size_t n);
+/* Offset of the first byte of s[0..n) that starts no well-formed character; n when s is valid UTF-8. */
+size_t tok_utf8_invalid_at(const char *s, size_t n);
 
 /* Decoded bytes of one token (ByteLevel inverse applied); *len receives their count. NULL for an
  * id outside the vocabulary. The pointer lives as long as the tokenizer. */

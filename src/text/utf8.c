@@ -54,17 +54,19 @@ static int seq_len(const unsigned char *s, size_t n, int *truncated) {
     return need + 1;
 }
 
-int tok_utf8_valid(const char *s, size_t n) {
+size_t tok_utf8_invalid_at(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
         if (u[i] < 0x80) { i++; continue; }
         int t, k = seq_len(u + i, n - i, &t);
-        if (k < 0) return 0;
+        if (k < 0) return i;
         i += (size_t)k;
     }
-    return 1;
+    return n;
 }
+
+int tok_utf8_valid(const char *s, size_t n) { return tok_utf8_invalid_at(s, n) == n; }
 
 size_t tok_utf8_complete_prefix(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
