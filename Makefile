@@ -170,15 +170,17 @@ clean:
 
 # Coverage-guided fuzzing (docs/FUZZING.md): libFuzzer harnesses fuzz/fuzz_*.c, built with clang and
 # ASan+UBSan into build/fuzz, each run for FUZZ_SECONDS (FUZZ=name,... picks some) from the committed
-# seeds (fuzz/corpus/NAME) after replaying the committed findings (fuzz/regress/NAME).
+# seeds (fuzz/corpus/NAME) after replaying the committed findings (fuzz/regress/NAME). FUZZ_SEED=N fixes
+# libFuzzer's seed (0: a new one each run).
 FUZZ_SECONDS ?= 30
+FUZZ_SEED    ?= 0
 FUZZ         ?=
 FUZZ_BUILD   := build/fuzz
 FUZZ_SRC     := $(sort $(wildcard fuzz/fuzz_*.c))
 FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 FUZZ_OPT     := -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 fuzz: fuzz-build
-	@tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ)
+	@FUZZ_SEED=$(FUZZ_SEED) tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ)
 fuzz-build: setup-build
 	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang OPT="$(FUZZ_OPT)" LDFLAGS="-fsanitize=address,undefined" \
 	    $(FUZZ_BUILD)/sluice $(FUZZ_BIN)

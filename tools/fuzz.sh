@@ -4,7 +4,9 @@
 # (fuzz/corpus/NAME) plus what earlier runs found (BUILD/corpus/NAME), with fuzz/dict/NAME.dict when there
 # is one. A crash, a leak, a sanitizer report or a timeout fails the run; the input is kept in
 # BUILD/crash/NAME/ (commit it under fuzz/regress/NAME/ with the fix). Prints one line per harness:
-# executions, coverage (edges, features), corpus size.
+# executions, coverage (edges, features), corpus size. FUZZ_SEED (environment) fixes libFuzzer's seed: a
+# run with the same seed replays the same inputs, so a longer run covers every input a shorter one tried
+# (CI runs seed 1 for 3 s; run it for longer before a change lands). Unset or 0: a new seed every run.
 # Usage: tools/fuzz.sh BUILD SECONDS [name,name,...]
 set -uo pipefail
 build=${1:-build/fuzz}
@@ -54,7 +56,7 @@ for n in "${names[@]}"; do
         if ! "$bin" -runs=1 "fuzz/regress/$n"/* >"$log" 2>&1; then res="REGRESSION"; fi
     fi
     if [ "$res" = ok ]; then
-        "$bin" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2560 -max_len=$(case $n in state) echo 400000;; gguf) echo 131072;; *) echo 65536;; esac) -print_final_stats=1 \
+        "$bin" -seed="${FUZZ_SEED:-0}" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2560 -max_len=$(case $n in state) echo 400000;; gguf) echo 131072;; *) echo 65536;; esac) -print_final_stats=1 \
             -artifact_prefix="$crash/" "${dict[@]}" "$corpus" "${seeds[@]}" >"$log" 2>&1 || res=CRASH
     fi
     st=$(grep -E '^#[0-9]+' "$log" | tail -1)

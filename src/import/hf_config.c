@@ -74,6 +74,13 @@ int hfc_int(hfc *c, const char *name, int required, int def) { return get_int(c,
 int hfc_bool(hfc *c, const char *name, int def) { return get_bool(c, name, def); }
 int hfc_has(hfc *c, const char *name) { return field(c, name) != NULL; }
 
+int hfc_product(hfc *c, const char *name, int a, int b) {
+    int64_t p = (int64_t)a * b; /* both are 0..1e9 (get_int): no overflow in 64 bits */
+    if (p <= 1000000000) return (int)p;
+    if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' (%d) times %d is out of range", c->path, name, a, b);
+    return 0;
+}
+
 double hfc_num(hfc *c, const char *name, double def, int *found) {
     const cJSON *v = field(c, name);
     if (found) *found = 0;
@@ -183,7 +190,7 @@ static void yarn_fields(hfc *c, const cJSON *rp, sl_config *o) {
     double omp = get_num(c, rp, "original_max_position_embeddings", o->max_pos, &found);
     if (!c->st && (omp != floor(omp) || omp < 1 || omp > 1e9))
         hfc_fail(c, SL_ECONFIG, "rope 'original_max_position_embeddings' must be a positive integer");
-    o->rope_orig_max_pos = (int)omp;
+    o->rope_orig_max_pos = omp >= 1 && omp <= 1e9 ? (int)omp : 0; /* converted only in range (fuzz/regress/hf_config) */
     o->rope_factor = get_num(c, rp, "factor", 0, &found);
     if (!found) o->rope_factor = (double)o->max_pos / (omp >= 1 ? omp : 1);
     o->yarn_beta_fast = get_num(c, rp, "beta_fast", 32, NULL);

@@ -127,6 +127,8 @@ typedef struct hfc hfc;
 int hfc_int(hfc *c, const char *name, int required, int def);
 int hfc_bool(hfc *c, const char *name, int def);
 double hfc_num(hfc *c, const char *name, double def, int *found);
+/* a * b where a is the field `name` (a count times a width): an error naming it when the product passes 1e9 */
+int hfc_product(hfc *c, const char *name, int a, int b);
 int hfc_has(hfc *c, const char *name); /* present and not null */
 void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Common HF conventions a hook may use: layer_types / full_attention_interval into layer_linear (the

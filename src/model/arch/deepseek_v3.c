@@ -31,7 +31,7 @@ static double mla_scale(const sl_config *o) {
 static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
-    o->shared_inter = hfc_int(c, "n_shared_experts", 0, 1) * o->moe_inter;
+    o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
     o->n_group = hfc_int(c, "n_group", 0, 1);
     o->topk_group = hfc_int(c, "topk_group", 0, 1);
     o->routed_scale = hfc_num(c, "routed_scaling_factor", 1.0, NULL);

@@ -13,7 +13,7 @@
 static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
-    o->shared_inter = hfc_int(c, "n_shared_experts", 0, 1) * o->moe_inter;
+    o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
     o->attn_bias = hfc_bool(c, "attention_bias", 0);
     o->qk_norm = hfc_bool(c, "use_qk_norm", 0) ? SL_QK_NORM_HEAD : SL_QK_NORM_NONE;
     o->n_group = hfc_int(c, "n_group", 0, 1);

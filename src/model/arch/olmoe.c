@@ -10,7 +10,7 @@ static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* every layer is MoE: the experts' width */
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 0);
     if (hfc_has(c, "clip_qkv")) hfc_fail(c, SL_EUNSUPPORTED, "clip_qkv is not supported (only null)");
-    if (o->n_heads * o->head_dim != o->hidden)
+    if ((int64_t)o->n_heads * o->head_dim != o->hidden)
         hfc_fail(c, SL_ECONFIG, "num_attention_heads x head_dim (%d x %d) must equal hidden_size (%d): q_norm "
                  "spans hidden_size", o->n_heads, o->head_dim, o->hidden);
     for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = 1;
