@@ -23,12 +23,15 @@ int test_failed(void);
     }                                                                                            \
     static void name(const char *arg)
 
-/* One case per fixture directory under tests/data. */
-extern const char *const test_fixtures[];
+/* One case per fixture directory under tests/data: every tests/data/NAME with a ref.json and a config.json
+ * that is not an MLX checkpoint (MLX ones have a top-level "quantization"; test_mlx.c takes them). The
+ * list is read when the runner starts (test_main.c), so a new family's fixture needs no edit here. */
+extern const char *test_fixtures[];
+extern const char test_each_fixture[]; /* the arg FIXTURE_TEST registers with: expanded per fixture */
 #define FIXTURE_TEST(name)                                                                       \
     static void name(const char *arg);                                                           \
     __attribute__((constructor)) static void reg_##name(void) {                                  \
-        for (int i = 0; test_fixtures[i]; i++) test_register(#name, name, test_fixtures[i], __FILE__); \
+        test_register(#name, name, test_each_fixture, __FILE__);                                 \
     }                                                                                            \
     static void name(const char *arg)
 

@@ -14,16 +14,17 @@
 #include "sluice.h"
 #include "test.h"
 
-const char *const test_fixtures[] = {"qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_fused", "qwen3_next_fp8", "mixtral",
-                                     "olmoe", "qwen2_moe", "glm4_moe", "deepseek_v3", "deepseek_v3_fp8",
-                                     "gpt_oss", "gpt_oss_mxfp4", NULL};
+#define MAX_FIXTURES 64
+const char *test_fixtures[MAX_FIXTURES + 1];
+const char test_each_fixture[] = "(each fixture)";
+static char fixture_names[MAX_FIXTURES][64];
 
 typedef struct {
     const char *name, *arg, *file;
     test_fn fn;
 } tcase;
 
-static tcase cases[512];
+static tcase cases[1024];
 static int n_cases, n_dropped, cur_failed;
 
 void test_register(const char *name, test_fn fn, const char *arg, const char *file) {
@@ -209,8 +210,60 @@ static void rm_rf(const char *dir) {
     rmdir(dir);
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* test_fixtures from tests/data (see test.h), sorted; returns how many, -1 on an error (printed). */
+static int find_fixtures(void) {
+    DIR *d = opendir("tests/data");
+    if (!d) { perror("tests/data"); return -1; }
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof fixture_names[0]) continue;
+        char p[512];
+        struct stat st;
+        snprintf(p, sizeof p, "tests/data/%s/ref.json", e->d_name);
+        if (stat(p, &st)) continue;
+        snprintf(p, sizeof p, "tests/data/%s/config.json", e->d_name);
+        char *txt = test_read(p, NULL);
+        cJSON *cfg = txt ? cJSON_Parse(txt) : NULL;
+        free(txt);
+        int mlx = cJSON_GetObjectItemCaseSensitive(cfg, "quantization") != NULL;
+        cJSON_Delete(cfg);
+        if (!cfg || mlx) continue;
+        if (n == MAX_FIXTURES) { fprintf(stderr, "more than %d fixtures: raise MAX_FIXTURES\n", MAX_FIXTURES); n = -1; break; }
+        snprintf(fixture_names[n], sizeof fixture_names[n], "%s", e->d_name);
+        test_fixtures[n] = fixture_names[n];
+        n++;
+    }
+    closedir(d);
+    if (n > 0) qsort(test_fixtures, (size_t)n, sizeof *test_fixtures, cmp_str);
+    return n;
+}
+
+/* Each FIXTURE_TEST case into one case per fixture, in place and in order. */
+static int expand_fixture_cases(int nf) {
+    static tcase out[sizeof cases / sizeof *cases];
+    int n = 0;
+    for (int i = 0; i < n_cases; i++) {
+        int k = cases[i].arg == test_each_fixture ? nf : 1;
+        for (int j = 0; j < k; j++) {
+            if (n == (int)(sizeof out / sizeof *out)) return -1;
+            out[n] = cases[i];
+            if (cases[i].arg == test_each_fixture) out[n].arg = test_fixtures[j];
+            n++;
+        }
+    }
+    memcpy(cases, out, (size_t)n * sizeof *out);
+    n_cases = n;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
+    int nf = find_fixtures();
+    if (nf < 1) { fprintf(stderr, "FAIL no fixtures found under tests/data (run from the repository root)\n"); return 2; }
+    if (expand_fixture_cases(nf)) { fprintf(stderr, "FAIL too many cases: raise the size of cases[] in test_main.c\n"); return 2; }
     const char *base = getenv("TMPDIR");
     snprintf(tmpdir, sizeof tmpdir, "%s/sluice-test-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }

@@ -6,7 +6,8 @@ For each fixture NAME it writes OUTDIR/NAME/:
   config.json, model.safetensors (or shards + model.safetensors.index.json)   -- the HF checkpoint
   ref.json        {"tokens": [...], "greedy": [...16 ids...], "vocab": V, "n_layers": L, "hidden": H, ...}
   ref_logits.f32  float32 little-endian [n_tokens][vocab] for ref.json["tokens"]
-  ref_hidden.f32  float32 [n_layers+1][n_tokens][hidden] (HF output_hidden_states; last = after final norm)
+  (hidden states are not written: no test reads them, and they took a megabyte of the tracked-size budget;
+   SLUICE_FIXTURE_HIDDEN=1 writes ref_hidden.f32, float32 [n_layers+1][n_tokens][hidden], for debugging)
 
 Fixtures:
   qwen3_moe        F16, sharded (index.json), tied embeddings, a dense layer (mlp_only_layers), no top-k renorm
@@ -229,7 +230,8 @@ def write_refs(model, d, seed, extra):
     logits, hidden = forward_logits(model, ids)
     g = greedy(model, ids, N_GREEDY)
     logits.astype("<f4").tofile(os.path.join(d, "ref_logits.f32"))
-    hidden.astype("<f4").tofile(os.path.join(d, "ref_hidden.f32"))
+    if os.environ.get("SLUICE_FIXTURE_HIDDEN") == "1":
+        hidden.astype("<f4").tofile(os.path.join(d, "ref_hidden.f32"))
     ref = {"tokens": ids, "greedy": g, "vocab": int(logits.shape[1]), "n_hidden_states": int(hidden.shape[0]),
            "hidden": int(hidden.shape[2]), "transformers": transformers.__version__, "torch": torch.__version__}
     ref.update(extra)
