@@ -118,6 +118,9 @@ typedef struct arch_shape {
     int sliding_window;           /* > 0: layers alternate sliding (even) and full attention (gpt-oss) */
     double yarn_factor;           /* > 0: YaRN RoPE with this factor over yarn_orig positions, beta 32 / 1, no truncation */
     int yarn_orig;
+    double params;                /* total parameters as published (model card; see each family's file), which
+                                   * the table's tensors must reproduce within 1.5% (tests/test_format.c); 0: not
+                                   * a released model */
 } arch_shape;
 
 /* The Hugging Face config.json reader a config hook works with (implemented in import/hf_config.c).

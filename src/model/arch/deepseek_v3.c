@@ -89,9 +89,9 @@ static const arch_tdef tensors[] = {
  * config.json; head_dim is qk_nope + qk_rope; the MLA dimensions are in shape_config. */
 static const arch_shape shapes[] = {
     {"deepseek-v3", 129280, 7168, 61, 128, 128, 192, 256, 8, 2048, 2048, 0, 0, 0, 0, 0, 163840, 10000, 1.0, 1, 0,
-     18432, 3, 8, 4, 2.5, 0, 0, 0.0, 0},
+     18432, 3, 8, 4, 2.5, 0, 0, 0.0, 0, 671e9}, /* the card's 671B: without the MTP module */
     {"kimi-k2", 163840, 7168, 61, 64, 64, 192, 384, 8, 2048, 2048, 0, 0, 0, 0, 0, 131072, 50000, 1.0, 1, 0,
-     18432, 1, 1, 1, 2.827, 0, 0, 0.0, 0},
+     18432, 1, 1, 1, 2.827, 0, 0, 0.0, 0, 1026.5e9}, /* Hugging Face's count */
 };
 
 /* Both releases: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128,

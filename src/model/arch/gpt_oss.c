@@ -50,9 +50,9 @@ static const arch_pdef parts[] = {
  * beta_slow 1, truncate false), sliding_window 128, 4 experts per token; 24 layers x 32 experts / 36 x 128. */
 static const arch_shape shapes[] = {
     {"gpt-oss-20b", 201088, 2880, 24, 64, 8, 64, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 131072, 150000, 1.0, 1, 1, 0, 0, 0, 0,
-     0.0, 0, 128, 32.0, 4096},
+     0.0, 0, 128, 32.0, 4096, 20.91e9}, /* OpenAI's gpt-oss model card */
     {"gpt-oss-120b", 201088, 2880, 36, 64, 8, 64, 128, 4, 2880, 0, 0, 0, 0, 0, 0, 131072, 150000, 1.0, 1, 1, 0, 0, 0, 0,
-     0.0, 0, 128, 32.0, 4096},
+     0.0, 0, 128, 32.0, 4096, 116.83e9},
 };
 
 static const char *const hf_types[] = {"gpt_oss", NULL};

@@ -27,7 +27,7 @@ static const arch_tdef tensors[] = {
 
 /* allenai/OLMoE-1B-7B-0924 config.json */
 static const arch_shape shapes[] = {
-    {"olmoe-1b-7b", 50304, 2048, 16, 16, 16, 128, 64, 8, 1024, 0, 0, 0, 0, 0, 0, 4096, 1e4, 1.0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0},
+    {"olmoe-1b-7b", 50304, 2048, 16, 16, 16, 128, 64, 8, 1024, 0, 0, 0, 0, 0, 0, 4096, 1e4, 1.0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 6.92e9},
 };
 
 static const char *const hf_types[] = {"olmoe", NULL};
