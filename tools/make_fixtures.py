@@ -503,6 +503,32 @@ def make_glm4_moe(d):
     write_refs(m, d, 99, {"arch": "glm4_moe", "dtype": "F32"})
 
 
+def make_dots1(d):
+    """dots.llm1: Qwen3 attention + DeepSeek-V3 MoE; a dense first layer, a sliding-window last layer (window 8:
+    the fixture's sequence is longer, so the window matters)."""
+    from transformers import Dots1Config, Dots1ForCausalLM
+    cfg = Dots1Config(vocab_size=V, hidden_size=64, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, n_shared_experts=1, n_routed_experts=16,
+                      num_experts_per_tok=4, n_group=4, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True,
+                      routed_scaling_factor=2.0, sliding_window=8, max_window_layers=2, max_position_embeddings=4096,
+                      rms_norm_eps=1e-6, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1e4},
+                      attn_implementation="eager")
+    print("dots1 layer_types", cfg.layer_types, flush=True)
+    assert cfg.layer_types == ["full_attention", "full_attention", "sliding_attention"], cfg.layer_types
+    torch.manual_seed(13)
+    m = Dots1ForCausalLM(cfg).float().eval()
+    randomise(m, 1313, zero_centred=False, std=0.15)
+    g = torch.Generator().manual_seed(1314)
+    with torch.no_grad():
+        for n, b in m.named_buffers():  # positive and as large as the sigmoid scores' spread (see glm4_moe)
+            if n.endswith("e_score_correction_bias"):
+                b.copy_(torch.rand(b.shape, generator=g) * 0.4)
+    m.save_pretrained(d)
+    rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
+    check_reload(Dots1ForCausalLM, d, m, list(range(20)))
+    write_refs(m, d, 131, {"arch": "dots1", "dtype": "F32"})
+
+
 def _deepseek_model(seed, q_lora, interleave, layers, yarn=False):
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
     rope = {"rope_type": "default", "rope_theta": 1e4}
@@ -770,6 +796,7 @@ MAKERS = {
     "olmoe": make_olmoe,
     "qwen2_moe": make_qwen2_moe,
     "glm4_moe": make_glm4_moe,
+    "dots1": make_dots1,
     "deepseek_v3": make_deepseek_v3,
     "deepseek_v3_fp8": make_deepseek_v3_fp8,
     "gpt_oss": make_gpt_oss,

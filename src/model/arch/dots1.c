@@ -1,0 +1,68 @@
+/*
+ * dots1.c — dots.llm1 (model_type dots1: rednote-hilab/dots.llm1.base, dots.llm1.inst): Qwen3's attention
+ * (per-head q/k RMSNorm, full RoPE, no biases) over DeepSeek-V3's MoE: the first first_k_dense_replace layers
+ * dense SwiGLU MLPs (intermediate_size), the rest routed SwiGLU experts chosen by the sigmoid group router
+ * (e_score_correction_bias for the choice only, n_group / topk_group, norm_topk_prob, routed_scaling_factor)
+ * plus an ungated shared MLP of moe_intermediate_size * n_shared_experts. Sliding-window layers as
+ * Dots1Config makes them: layer_types when given, else layer i slides when sliding_window is set and
+ * i >= max_window_layers. transformers' models/dots1/modular_dots1.py (Dots1Attention = Qwen3Attention,
+ * Dots1MoE = DeepseekV3MoE, Dots1Config.__post_init__).
+ */
+#include "model/arch/common.h"
+
+static void config(hfc *c, sl_config *o) {
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    o->norm_topk = hfc_bool(c, "norm_topk_prob", 0);
+    o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 1, 0), o->moe_inter);
+    o->n_group = hfc_int(c, "n_group", 0, 1);
+    o->topk_group = hfc_int(c, "topk_group", 0, 1);
+    o->routed_scale = hfc_num(c, "routed_scaling_factor", 1.0, NULL);
+    int first_dense = hfc_int(c, "first_k_dense_replace", 0, 0);
+    if (first_dense >= o->n_layers)
+        hfc_fail(c, SL_ECONFIG, "first_k_dense_replace (%d) leaves no MoE layer of %d", first_dense, o->n_layers);
+    for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = i >= first_dense;
+    if (first_dense > 0) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
+    if (!cfg_groups_ok(o))
+        hfc_fail(c, SL_ECONFIG, "n_group = %d, topk_group = %d, routed_scaling_factor = %g do not fit %d experts, %d "
+                 "per token (groups of >= 2 dividing the experts, at most %d groups, %d experts)", o->n_group,
+                 o->topk_group, o->routed_scale, o->n_experts, o->n_experts_used, SL_ROUTER_MAX_GROUPS,
+                 SL_ROUTER_MAX_EXPERTS);
+    if (hfc_has(c, "layer_types")) {
+        hfc_sliding_layers(c, o);
+        return;
+    }
+    int window = hfc_has(c, "sliding_window") ? hfc_int(c, "sliding_window", 1, 0) : 0; /* null: none */
+    int from = hfc_int(c, "max_window_layers", 0, o->n_layers);
+    int any = 0;
+    for (int i = 0; i < o->n_layers; i++) any |= o->layer_sliding[i] = window > 0 && i >= from;
+    if (any) o->sliding_window = window;
+}
+
+static const arch_tdef tensors[] = {
+    T_EMBED,
+    T_IN_NORM, T_ATTN_QKVO, T_QK_NORM_HEAD, T_POST_NORM, T_ROUTER,
+    {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, "exp_probs_b.bias"},
+    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, "ffn_gate_shexp.weight"},
+    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, "ffn_up_shexp.weight"},
+    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, "ffn_down_shexp.weight"},
+    T_DENSE_MLP,
+    T_HEAD,
+};
+
+/* rednote-hilab/dots.llm1.inst: 62 layers (1 dense), hidden 4096, 32 heads of 128 (no GQA), 128 experts of
+ * 1408 top-6 plus 2 shared, dense width 10944, vocab 152064: 142.8B parameters, 14B active (the model card:
+ * 142B / 14B). Not read from the release's config.json (no network here): rope_theta, the router's constants
+ * and the window are placeholders, which change nothing synth measures (bytes and FLOPs). */
+static const arch_shape shapes[] = {
+    {"dots.llm1", 152064, 4096, 62, 32, 32, 128, 128, 6, 1408, 2816, 0, 0, 0, 0, 0, 32768, 1e7, 1.0, 1, 0, 10944, 1, 1, 1, 2.5, 0, 0, 0.0, 0, 142e9},
+};
+
+static const char *const hf_types[] = {"dots1", NULL};
+
+const arch_desc arch_dots1 = {
+    .id = SL_ARCH_DOTS1, .name = "dots1", .hf_types = hf_types,
+    .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_HEAD, .prf_default = 1.0,
+    .config = config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "dots1",
+};
