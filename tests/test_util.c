@@ -1,5 +1,7 @@
-/* test_util.c — dtype conversions and the thread pool. */
+/* test_util.c — dtype conversions, the thread pool, and the layering of the rooms under src/. */
+#include <dirent.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,4 +66,62 @@ TEST(threadpool_covers_each_index_once) {
         sl_pool_free(p);
     }
     sl_pool_for(NULL, 3, 1, fill_idx, (int[3]){0});
+}
+
+/* The rooms below the model (src/model/) take the types they share from util/tensor.h: none includes the
+ * forward pass's headers (model.h, fwd_internal.h, rope.h), only the family descriptions a container and
+ * an importer are made of (config.h, arch.h, tensors.h, arch/families.h). util/ includes util/ alone (and
+ * the public header); kernels/ and quant/ include no room above them. Fails naming the file and line. */
+static int scan_room(const char *room, int *bad) {
+    DIR *d = opendir(test_path("src/%s", room));
+    if (!d) return -1;
+    int files = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *nm = e->d_name;
+        size_t n = strlen(nm);
+        if (nm[0] == '.') continue;
+        char sub[512];
+        if (snprintf(sub, sizeof sub, "%s/%s", room, nm) >= (int)sizeof sub) continue;
+        if (e->d_type == DT_DIR) {
+            int k = scan_room(sub, bad);
+            files += k > 0 ? k : 0;
+            continue;
+        }
+        if (!(n > 2 && (!strcmp(nm + n - 2, ".c") || !strcmp(nm + n - 2, ".h"))) && !(n > 3 && !strcmp(nm + n - 3, ".cu")))
+            continue;
+        FILE *f = fopen(test_path("src/%s", sub), "r");
+        if (!f) continue;
+        files++;
+        char line[512];
+        for (int ln = 1; fgets(line, sizeof line, f); ln++) {
+            char inc[256];
+            if (sscanf(line, " #include \"%255[^\"]\"", inc) != 1) continue;
+            int ok = 1;
+            if (!strncmp(room, "util", 4)) ok = !strncmp(inc, "util/", 5) || !strcmp(inc, "sluice.h");
+            else if (!strncmp(room, "kernels", 7) || !strncmp(room, "quant", 5))
+                ok = !strncmp(inc, "util/", 5) || !strncmp(inc, "kernels/", 8) || !strncmp(inc, "quant/", 6) ||
+                     !strcmp(inc, "sluice.h");
+            else if (!strncmp(inc, "model/", 6))
+                ok = !strcmp(inc, "model/config.h") || !strcmp(inc, "model/arch.h") || !strcmp(inc, "model/tensors.h") ||
+                     !strcmp(inc, "model/arch/families.h");
+            if (!ok) {
+                test_fail(__FILE__, __LINE__, "src/%s:%d includes \"%s\", a room above it", sub, ln, inc);
+                (*bad)++;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return files;
+}
+
+TEST(lower_rooms_stay_below_the_model) {
+    static const char *const rooms[] = {"util", "kernels", "quant", "stream", "format", "import", "backend"};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof rooms / sizeof rooms[0]; i++) {
+        int files = scan_room(rooms[i], &bad);
+        CHECKF(files > 0, "src/%s: no sources found (run from the repository root)", rooms[i]);
+    }
+    CHECK(bad == 0);
 }

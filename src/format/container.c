@@ -14,7 +14,6 @@
 #include <xxhash.h>
 
 #include "model/arch.h"
-#include "model/model.h"
 #include "model/tensors.h"
 #include "quant/quant.h"
 #include "util/err.h"

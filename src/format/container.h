@@ -21,6 +21,7 @@
 #include "model/config.h"
 #include "sluice.h"
 #include "util/dtype.h"
+#include "util/tensor.h"
 
 #define SLC_MAGIC "SLUICE\0\1"
 #define SLC_VERSION 1
@@ -98,8 +99,7 @@ static inline uint64_t slc_expert_offset(const slc_file *f, int slot, int e) {
 }
 const slc_tensor *slc_find(const slc_file *f, const char *name);
 /* Points out's gate / up / down at an expert block held in memory (block = its first byte). */
-struct sl_expert;
-void slc_bind_expert(const slc_file *f, const uint8_t *block, struct sl_expert *out);
+void slc_bind_expert(const slc_file *f, const uint8_t *block, sl_expert *out);
 const slc_blob *slc_find_blob(const slc_file *f, const char *name);
 
 /* Reads the quantization fields of a tensor or expert-part entry with dtype dt of `cols` columns into

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/model.h"
+#include "util/tensor.h"
 #include "util/dtype.h"
 #include "util/threadpool.h"
 

@@ -1,10 +1,11 @@
 /*
  * model.h — in-memory weights and the forward pass (internal).
  *
- * The loader (src/format/loader.c) fills an sl_weights from a container: matrices stay in their stored
- * dtype (f32 / f16 / bf16) and point into the resident backbone buffer; small vectors (norms, A_log,
- * dt_bias, conv1d) are converted to f32 at load. Routed experts are reached through an sl_expert_src so
- * the streaming engine can replace the all-resident table without touching the math.
+ * The engine (src/engine/model.c) fills an sl_weights from a container: matrices stay in their stored
+ * dtype and point into the resident backbone buffer; small vectors (norms, A_log, dt_bias, conv1d) are
+ * converted to f32 at load. Routed experts are reached through an sl_expert_src (util/tensor.h, with
+ * sl_mat and sl_expert) so the streaming engine can replace the all-resident table without touching
+ * the math.
  *
  * Shapes follow PyTorch: a matrix is [rows = out][cols = in] row-major and computes y = W x.
  */
@@ -12,20 +13,8 @@
 #define SL_MODEL_H
 
 #include "model/config.h"
-#include "util/dtype.h"
+#include "util/tensor.h"
 #include "util/threadpool.h"
-
-typedef struct sl_mat {
-    const void *data; /* NULL: absent; quantized types: the codes, [rows][cols*bits/8] bytes */
-    sl_dtype dtype;   /* DT_F32, DT_F16, DT_BF16, or quantized DT_Q8 / DT_Q4 / DT_Q3 */
-    int rows, cols;
-    /* quantized types only (src/quant/quant.h; q_mat_bind fills them from one contiguous tensor) */
-    const void *scales; /* [rows][cols/group] of sdtype */
-    const void *biases; /* [rows][cols/group] of sdtype (q8/q4); NULL for q3 */
-    int group;          /* 32, 64 or 128 */
-    sl_dtype sdtype;    /* DT_F16, DT_BF16 or DT_F32 */
-    uint32_t seed;      /* q3: seed of the randomised Hadamard rotation */
-} sl_mat;
 
 typedef struct sl_layer_w {
     float *attn_norm, *ffn_norm; /* input_layernorm, post_attention_layernorm [H] */
@@ -66,44 +55,6 @@ typedef struct sl_weights {
     float *final_norm; /* [H] */
     sl_layer_w layers[SL_MAX_LAYERS];
 } sl_weights;
-
-/* One routed expert: gate, up [I, H]; down [H, I] (SL_EXPERT_SWIGLU); or gate_up [2I, H] (rows interleaved
- * gate, up), down [H, I] and the biases gate_up_bias [2I], down_bias [H] (SL_EXPERT_GPTOSS). Absent parts NULL. */
-typedef struct sl_expert {
-    sl_mat gate, up, down;
-    sl_mat gate_up;
-    const float *gate_up_bias, *down_bias;
-} sl_expert;
-
-/* Where routed experts come from.
- *
- * Simple providers (everything resident) set get(): it fills *out for (layer, expert) and returns 0
- * or a negative sl_status.
- *
- * Streaming providers also set begin/next/release/end; the MoE block then drives them per layer:
- *   begin(layer, experts, n, in_order)
- *                             announces the n distinct experts the layer needs (ascending); misses
- *                             are submitted to the I/O engine at once;
- *   next(&e, &ex)             hands out one of them as soon as it is in memory (hits first, then reads
- *                             in completion order; with in_order, strictly in the list's order, reads
- *                             running ahead) — blocks while none is ready;
- *   release(e)                the caller is done with e; it must release each expert before the next
- *                             next() (so a cache of a single slot still makes progress);
- *   end()                     closes the layer; after an error it cancels and drains outstanding reads.
- * The MoE block keeps each expert's output in its own slot and sums in a fixed order, so the order
- * of delivery never changes a bit. errmsg() returns the provider's message for its last error. */
-typedef struct sl_expert_src {
-    int (*get)(void *ctx, int layer, int expert, sl_expert *out);
-    int (*begin)(void *ctx, int layer, const int *experts, int n, int in_order);
-    int (*next)(void *ctx, int *expert, sl_expert *out);
-    void (*release)(void *ctx, int expert);
-    void (*end)(void *ctx);
-    const char *(*errmsg)(void *ctx);
-    /* optional: a hint that `layer` will probably need these experts soon; the provider may start
-     * reading them (never required for correctness; never blocks). */
-    void (*prefetch)(void *ctx, int layer, const int *experts, int n);
-    void *ctx;
-} sl_expert_src;
 
 /* A sequence's state (KV cache, DeltaNet state, position) and the per-model workspace that
  * evaluations borrow (fwd_internal.h). */

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/model.h"
+#include "util/tensor.h"
 #include "util/dtype.h"
 
 /* Lloyd-Max reconstruction levels of the unit Gaussian, 8 levels, code order. */

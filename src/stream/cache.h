@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "format/container.h"
-#include "model/model.h"
+#include "util/tensor.h"
 #include "stream/io.h"
 
 typedef enum { CACHE_LRU = 0, CACHE_LFU = 1 } cache_policy;

@@ -1,0 +1,71 @@
+/*
+ * tensor.h — the types every room shares to describe weights: a matrix in its stored layout (sl_mat),
+ * one routed expert's parts (sl_expert), and where routed experts come from (sl_expert_src).
+ *
+ * They live at the bottom of the house, beside dtype.h, because the kernels, the quantisers, the
+ * expert cache, the container and the backends all take them, and none of those may include the model
+ * room (src/model/) above them; this header needs nothing but util/dtype.h. tests/test_util.c's
+ * lower_rooms_stay_below_the_model fails when a lower room includes the forward pass again.
+ *
+ * Shapes follow PyTorch: a matrix is [rows = out][cols = in] row-major and computes y = W x. The
+ * pointers of an sl_mat point into memory of the backend that computes with it (src/backend/backend.h):
+ * host memory for the CPU backend.
+ */
+#ifndef SL_TENSOR_H
+#define SL_TENSOR_H
+
+#include <stdint.h>
+
+#include "util/dtype.h"
+
+typedef struct sl_mat {
+    const void *data; /* NULL: absent; quantized types: the codes, [rows][cols*bits/8] bytes */
+    sl_dtype dtype;   /* DT_F32, DT_F16, DT_BF16, or quantized DT_Q8 / DT_Q4 / DT_Q3 / DT_MXFP4 */
+    int rows, cols;
+    /* quantized types only (src/quant/quant.h; q_mat_bind fills them from one contiguous tensor) */
+    const void *scales; /* [rows][cols/group] of sdtype */
+    const void *biases; /* [rows][cols/group] of sdtype (q8/q4); NULL for q3 */
+    int group;          /* 32, 64 or 128 */
+    sl_dtype sdtype;    /* DT_F16, DT_BF16 or DT_F32 */
+    uint32_t seed;      /* q3: seed of the randomised Hadamard rotation */
+} sl_mat;
+
+/* One routed expert: gate, up [I, H]; down [H, I] (SL_EXPERT_SWIGLU); or gate_up [2I, H] (rows interleaved
+ * gate, up), down [H, I] and the biases gate_up_bias [2I], down_bias [H] (SL_EXPERT_GPTOSS). Absent parts NULL. */
+typedef struct sl_expert {
+    sl_mat gate, up, down;
+    sl_mat gate_up;
+    const float *gate_up_bias, *down_bias;
+} sl_expert;
+
+/* Where routed experts come from.
+ *
+ * Simple providers (everything resident) set get(): it fills *out for (layer, expert) and returns 0
+ * or a negative sl_status.
+ *
+ * Streaming providers also set begin/next/release/end; the MoE block then drives them per layer:
+ *   begin(layer, experts, n, in_order)
+ *                             announces the n distinct experts the layer needs (ascending); misses
+ *                             are submitted to the I/O engine at once;
+ *   next(&e, &ex)             hands out one of them as soon as it is in memory (hits first, then reads
+ *                             in completion order; with in_order, strictly in the list's order, reads
+ *                             running ahead) — blocks while none is ready;
+ *   release(e)                the caller is done with e; it must release each expert before the next
+ *                             next() (so a cache of a single slot still makes progress);
+ *   end()                     closes the layer; after an error it cancels and drains outstanding reads.
+ * The MoE block keeps each expert's output in its own slot and sums in a fixed order, so the order
+ * of delivery never changes a bit. errmsg() returns the provider's message for its last error. */
+typedef struct sl_expert_src {
+    int (*get)(void *ctx, int layer, int expert, sl_expert *out);
+    int (*begin)(void *ctx, int layer, const int *experts, int n, int in_order);
+    int (*next)(void *ctx, int *expert, sl_expert *out);
+    void (*release)(void *ctx, int expert);
+    void (*end)(void *ctx);
+    const char *(*errmsg)(void *ctx);
+    /* optional: a hint that `layer` will probably need these experts soon; the provider may start
+     * reading them (never required for correctness; never blocks). */
+    void (*prefetch)(void *ctx, int layer, const int *experts, int n);
+    void *ctx;
+} sl_expert_src;
+
+#endif
