@@ -819,41 +819,43 @@ def render_llama(ll, goals, a, plt):
         L += [f"(llama.cpp: `{short(ll['greedy'][0]['llama_cmd'])}`; sluice: `sluice run -p PROMPT -n 8 --temp 0 "
               "--resident`.)"]
     L.append("")
-    # (a)
-    cap = ll["cap"]
-    L += [f"**(a) In a memory cgroup of {cap / GIB:.2f} GiB** (v1 `memory.limit_in_bytes`, the page cache "
-          f"charged to it; model {ll['gguf_bytes'] / GIB:.2f} GiB = {ll['gguf_bytes'] / cap:.1f}× the cap), "
-          "decode only, 2 threads, each run with the file evicted from the page cache first. The group's "
-          "max usage counts the page cache too (it fills to the cap whenever anything reads through it):", "",
-          "| engine | decode tok/s | outcome | cgroup max usage MiB |", "|---|---|---|---|"]
-    best = None
-    for r in ll["capped_llama"]:
-        ts = None
-        if r.get("tests"):
-            ts = r["tests"][0]["avg_ts"]
-            best = ts if best is None else max(best, ts)
-        outcome = "ok" if ts is not None else (
-            "OOM-killed" if r["oom_kills"] else ("timed out" if r["rc"] == "timeout" else f"failed (rc {r['rc']})"))
-        L.append(f"| {r['label']}: `{short(r['command'])}` | {fmt(ts)} | {outcome} | "
-                 f"{fmt((r['cg_peak'] or 0) / MIB, 0)} |")
-    cs = ll["capped_sluice"]
-    L.append(f"| sluice, `--cache {cs['cache'] / MIB:.0f}M --io direct`: `{short(cs.get('command', ''))}` | "
-             f"{fmt(cs.get('decode_tok_s'))} | {'ok' if cs.get('ok') else 'failed'} | {fmt((cs['cg_peak'] or 0) / MIB, 0)} |")
-    L.append("")
-    if cs.get("ok"):
-        L += [f"sluice's peak RSS there: {cs['peak_rss_bytes'] / MIB:.0f} MiB (backbone {cs['backbone_bytes'] / MIB:.0f} "
-              f"MiB + cache {cs['cache_bytes'] / MIB:.0f} MiB); hit rate {cs['hit_rate']:.2f}, "
-              f"{cs['bytes_per_token'] / MIB:.1f} MiB read per token. Routing here is the model's own, so both "
-              "engines route alike (the greedy check above); random weights concentrate it (a cache of "
-              f"{cs['cache_bytes'] / max(1, ll['sluice_model_bytes'] - cs['backbone_bytes']):.0%} of the experts "
-              f"hits {cs['hit_rate']:.0%}), which helps sluice's cache and llama.cpp's page cache alike; under "
-              "uniform routing (section 1) sluice would read several times more per token.", ""]
-        if best:
-            goals.append(("4a. in a cgroup half the model: ≥ 10× llama.cpp's best setting",
-                          goal(cs["decode_tok_s"] / best >= 10, f"{cs['decode_tok_s'] / best:.1f}×")))
-        else:
-            goals.append(("4a. in a cgroup half the model: ≥ 10× llama.cpp's best setting",
-                          goal(True, "no llama.cpp setting completed; sluice ran")))
+    # (a), when the capped part ran (--llama-parts without capped leaves it out)
+    capped = "cap" in ll
+    if capped:
+        cap = ll["cap"]
+        L += [f"**(a) In a memory cgroup of {cap / GIB:.2f} GiB** (v1 `memory.limit_in_bytes`, the page cache "
+              f"charged to it; model {ll['gguf_bytes'] / GIB:.2f} GiB = {ll['gguf_bytes'] / cap:.1f}× the cap), "
+              "decode only, 2 threads, each run with the file evicted from the page cache first. The group's "
+              "max usage counts the page cache too (it fills to the cap whenever anything reads through it):", "",
+              "| engine | decode tok/s | outcome | cgroup max usage MiB |", "|---|---|---|---|"]
+        best = None
+        for r in ll["capped_llama"]:
+            ts = None
+            if r.get("tests"):
+                ts = r["tests"][0]["avg_ts"]
+                best = ts if best is None else max(best, ts)
+            outcome = "ok" if ts is not None else (
+                "OOM-killed" if r["oom_kills"] else ("timed out" if r["rc"] == "timeout" else f"failed (rc {r['rc']})"))
+            L.append(f"| {r['label']}: `{short(r['command'])}` | {fmt(ts)} | {outcome} | "
+                     f"{fmt((r['cg_peak'] or 0) / MIB, 0)} |")
+        cs = ll["capped_sluice"]
+        L.append(f"| sluice, `--cache {cs['cache'] / MIB:.0f}M --io direct`: `{short(cs.get('command', ''))}` | "
+                 f"{fmt(cs.get('decode_tok_s'))} | {'ok' if cs.get('ok') else 'failed'} | {fmt((cs['cg_peak'] or 0) / MIB, 0)} |")
+        L.append("")
+        if cs.get("ok"):
+            L += [f"sluice's peak RSS there: {cs['peak_rss_bytes'] / MIB:.0f} MiB (backbone {cs['backbone_bytes'] / MIB:.0f} "
+                  f"MiB + cache {cs['cache_bytes'] / MIB:.0f} MiB); hit rate {cs['hit_rate']:.2f}, "
+                  f"{cs['bytes_per_token'] / MIB:.1f} MiB read per token. Routing here is the model's own, so both "
+                  "engines route alike (the greedy check above); random weights concentrate it (a cache of "
+                  f"{cs['cache_bytes'] / max(1, ll['sluice_model_bytes'] - cs['backbone_bytes']):.0%} of the experts "
+                  f"hits {cs['hit_rate']:.0%}), which helps sluice's cache and llama.cpp's page cache alike; under "
+                  "uniform routing (section 1) sluice would read several times more per token.", ""]
+            if best:
+                goals.append(("4a. in a cgroup half the model: ≥ 10× llama.cpp's best setting",
+                              goal(cs["decode_tok_s"] / best >= 10, f"{cs['decode_tok_s'] / best:.1f}×")))
+            else:
+                goals.append(("4a. in a cgroup half the model: ≥ 10× llama.cpp's best setting",
+                              goal(True, "no llama.cpp setting completed; sluice ran")))
     # (b)
     rls = ll["resident_llama"]
     rs = ll["resident_sluice"]
@@ -878,20 +880,23 @@ def render_llama(ll, goals, a, plt):
     if lp and ld:
         goals.append(("4b. resident decode ≥ 1.0× llama.cpp (its best row)", goal(sd / ld >= 1.0, f"{sd / ld:.2f}×")))
         goals.append(("4b. resident prefill ≥ 1.0× llama.cpp (its best row)", goal(sp / lp >= 1.0, f"{sp / lp:.2f}×")))
-    # plot
-    labels, vals = [], []
-    for r in ll["capped_llama"]:
-        labels.append(r["label"].replace("llama.cpp ", "llama.cpp\n"))
-        vals.append(r["tests"][0]["avg_ts"] if r.get("tests") else 0)
-    labels.append("sluice\nstreaming")
-    vals.append(cs.get("decode_tok_s") or 0)
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.2))
-    ax[0].bar(range(len(vals)), vals, color=["#c44"] * (len(vals) - 1) + ["#48c"])
-    for i, r in enumerate(ll["capped_llama"]):
-        if not r.get("tests"):
-            ax[0].text(i, 0, "OOM-killed" if r.get("oom_kills") else "failed", ha="center", va="bottom", fontsize=8)
-    ax[0].set_xticks(range(len(vals)), labels, fontsize=7)
-    ax[0].set_title(f"decode tok/s in a {cap / GIB:.1f} GiB cgroup ({ll['gguf_bytes'] / GIB:.1f} GiB model)", fontsize=9)
+    # plot: the capped panel only when that part ran
+    fig, ax = plt.subplots(1, 2 if capped else 1, figsize=(10 if capped else 5, 3.2))
+    if not capped:
+        ax = [None, ax]
+    else:
+        labels, vals = [], []
+        for r in ll["capped_llama"]:
+            labels.append(r["label"].replace("llama.cpp ", "llama.cpp\n"))
+            vals.append(r["tests"][0]["avg_ts"] if r.get("tests") else 0)
+        labels.append("sluice\nstreaming")
+        vals.append(cs.get("decode_tok_s") or 0)
+        ax[0].bar(range(len(vals)), vals, color=["#c44"] * (len(vals) - 1) + ["#48c"])
+        for i, r in enumerate(ll["capped_llama"]):
+            if not r.get("tests"):
+                ax[0].text(i, 0, "OOM-killed" if r.get("oom_kills") else "failed", ha="center", va="bottom", fontsize=8)
+        ax[0].set_xticks(range(len(vals)), labels, fontsize=7)
+        ax[0].set_title(f"decode tok/s in a {cap / GIB:.1f} GiB cgroup ({ll['gguf_bytes'] / GIB:.1f} GiB model)", fontsize=9)
     ax[1].bar([0, 1, 3, 4], [lp or 0, sp, ld or 0, sd], color=["#c44", "#48c", "#c44", "#48c"])
     ax[1].set_xticks([0, 1, 3, 4], ["llama.cpp\nprefill", "sluice\nprefill", "llama.cpp\ndecode", "sluice\ndecode"],
                      fontsize=7)
