@@ -533,6 +533,79 @@ TEST(kernels_int8_bitwise_oracle) {
     CHECK(cases >= 40);
 }
 
+/* sl_mat.bias_implied (GGUF Q8_0 / Q4_0: every bias -128 / -8 times its scale): q_biases_implied finds it
+ * bit for bit (a +0 bias where the product is -0 is not implied), and a table that computes the biases from
+ * the scales instead of reading them gives the oracle's bits, for every group, scale type, short row blocks,
+ * token blocks, thread splits and token-by-token calls. */
+TEST(kernels_int8_implied_biases) {
+    unsigned seed = test_seed();
+    rng = 0xb1a5ull ^ seed;
+    const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    sl_pool *pool = sl_pool_new(3);
+    static const sl_dtype sdts[] = {DT_F16, DT_BF16, DT_F32};
+    int cases = 0;
+    for (int dq = 0; dq < 2; dq++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int ci = 0; ci < 3; ci++) {
+                const sl_dtype dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(gi + ci) % 3];
+                const int group = 32 << gi, cols = ci == 0 ? 128 : ci == 1 ? (group == 32 ? 288 : 256) : 512, rows = ci == 1 ? 7 : 16;
+                const int n_tok = ci == 0 ? 1 : ci == 1 ? 5 : 19;
+                const float z = dq ? -8.0f : -128.0f;
+                size_t n = (size_t)rows * cols, ng = (size_t)rows * (size_t)(cols / group);
+                float *w = malloc(n * sizeof(float));
+                for (size_t i = 0; i < n; i++) w[i] = grand() * 0.1f;
+                uint8_t *data = malloc(q_mat_bytes(dt, rows, cols, group, sdt));
+                q_quantize(dt, w, rows, cols, group, sdt, 1, data);
+                sl_mat m;
+                q_mat_bind(&m, data, dt, rows, cols, group, sdt, 1);
+                const size_t ss = dt_size(sdt);
+                uint8_t *sc = (uint8_t *)(uintptr_t)m.scales, *bi = (uint8_t *)(uintptr_t)m.biases;
+                float zero = 0.0f;
+                dt_from_f32(sdt, &zero, sc, 1); /* a zero scale: its implied bias is -0 */
+                for (size_t j = 0; j < ng; j++) {
+                    float b = z * q_scale_at(sc, sdt, j);
+                    dt_from_f32(sdt, &b, bi + j * ss, 1);
+                }
+                CHECKF(q_biases_implied(&m), "%s group %d %s: biases set to z * scale not found implied", dt_name(dt),
+                       group, dt_name(sdt));
+                float *x = malloc((size_t)n_tok * cols * sizeof(float));
+                fill(x, (size_t)n_tok * cols);
+                float *ref = run_mm_i8(tabs[0], NULL, &m, x, n_tok, n_tok);
+                sl_mat mi = m;
+                mi.bias_implied = 1;
+                for (int ti = 0; ti < 4; ti++) {
+                    if (!tabs[ti]) continue;
+                    float *got = run_mm_i8(tabs[ti], pool, &mi, x, n_tok, n_tok);
+                    float *one = run_mm_i8(tabs[ti], NULL, &mi, x, n_tok, 1);
+                    for (int i = 0; i < n_tok * rows; i++) {
+                        CHECKF(!memcmp(&got[i], &ref[i], 4), "%s %s group %d %s implied: out %d %.9g != oracle %.9g",
+                               tabs[ti]->name, dt_name(dt), group, dt_name(sdt), i, got[i], ref[i]);
+                        CHECKF(!memcmp(&one[i], &ref[i], 4), "%s %s group %d implied: token by token %d differs",
+                               tabs[ti]->name, dt_name(dt), group, i);
+                    }
+                    free(got);
+                    free(one);
+                    cases++;
+                }
+                /* the zero scale's bias stored as +0 instead of -0: equal as numbers, not implied; nor a bias
+                 * one step off */
+                dt_from_f32(sdt, &zero, bi, 1);
+                CHECK(!q_biases_implied(&m));
+                float b0 = z * q_scale_at(sc, sdt, 0);
+                dt_from_f32(sdt, &b0, bi, 1);
+                CHECK(q_biases_implied(&m));
+                bi[(ng - 1) * ss] ^= 1; /* the last bias's lowest bit */
+                CHECK(!q_biases_implied(&m));
+                free(ref);
+                free(x);
+                free(data);
+                free(w);
+            }
+    sl_pool_free(pool);
+    fprintf(stderr, "    %d table cases with implied biases bitwise equal to the oracle\n", cases);
+    CHECK(cases >= 18);
+}
+
 /* kern_act: the definitions of kernels.h (block scale, codes, sums, the q4 order), and a gathered act
  * equals preparing the gathered rows. */
 TEST(kernels_int8_activations) {

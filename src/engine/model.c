@@ -45,6 +45,7 @@ struct sl_model {
     float **vecs;         /* owned f32 vectors */
     int n_vecs;
     uint8_t *experts;     /* the whole expert section (resident) */
+    uint8_t *expert_implied; /* [n_moe_layers][n_experts] (resident): 1 when every q8/q4 part's biases are implied */
     cache *cache;         /* streaming mode */
     int stream_fd;        /* descriptor the cache reads from (-1 when resident) */
     const char *io_engine, *io_mode;
@@ -67,6 +68,16 @@ struct sl_session {
 sl_model_params sl_model_params_default(void) {
     sl_model_params p;
     memset(&p, 0, sizeof p);
+    return p;
+}
+
+/* n bytes (freed with free()) on 2 MiB boundaries, asked to be backed by 2 MiB pages (transparent huge pages,
+ * madvise mode): the resident weights are streamed whole every token, and with 4 KiB pages that is a TLB miss
+ * every 4 KiB of every row stream. A hint only: without huge pages the memory works the same. NULL: no memory. */
+static void *huge_alloc(uint64_t n) {
+    const uint64_t huge = (uint64_t)2 << 20, len = slc_round_up(n, huge);
+    void *p = aligned_alloc((size_t)huge, (size_t)len);
+    if (p) (void)madvise(p, (size_t)len, MADV_HUGEPAGE);
     return p;
 }
 
@@ -96,8 +107,22 @@ static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
         *(float **)dst = v;
     } else {
         q_mat_bind(dst, data, t->dtype, (int)t->shape[0], (int)t->shape[1], t->group, t->sdtype, t->seed);
+        ((sl_mat *)dst)->bias_implied = q_biases_implied(dst);
     }
     return SL_OK;
+}
+
+/* The q8/q4 matrices of an expert: all of them have implied biases (q_biases_implied) when set is -1 (returns
+ * whether they do); set 0 / 1 marks them so. */
+static int expert_implied(sl_expert *ex, int set) {
+    sl_mat *const ms[4] = {&ex->gate, &ex->up, &ex->down, &ex->gate_up};
+    int all = 1;
+    for (int i = 0; i < 4; i++) {
+        if (ms[i]->dtype != DT_Q8 && ms[i]->dtype != DT_Q4) continue;
+        if (set >= 0) ms[i]->bias_implied = set;
+        else all = all && q_biases_implied(ms[i]);
+    }
+    return all;
 }
 
 static int resident_get(void *ctx, int layer, int expert, sl_expert *out) {
@@ -105,6 +130,7 @@ static int resident_get(void *ctx, int layer, int expert, sl_expert *out) {
     int slot = cfg_moe_slot(&m->cfg, layer);
     if (slot < 0 || expert < 0 || expert >= m->cfg.n_experts) return SL_EINVAL;
     slc_bind_expert(&m->f, m->experts + (slc_expert_offset(&m->f, slot, expert) - m->f.h.expert_off), out);
+    if (m->expert_implied[(size_t)slot * (size_t)m->cfg.n_experts + (size_t)expert]) expert_implied(out, 1);
     return SL_OK;
 }
 
@@ -225,8 +251,10 @@ static sl_status open_stream(sl_model *m, const char *path, const sl_model_param
 }
 
 static sl_status open_resident(sl_model *m, const char *path, sl_error *err) {
-    m->experts = aligned_alloc(SLC_ALIGN, slc_round_up(m->f.h.expert_len + 1, SLC_ALIGN));
-    if (!m->experts)
+    const size_t n_blocks = (size_t)m->f.h.n_moe_layers * (size_t)m->f.h.n_experts;
+    m->experts = huge_alloc(m->f.h.expert_len + 1);
+    m->expert_implied = calloc(n_blocks ? n_blocks : 1, 1);
+    if (!m->experts || !m->expert_implied)
         return sl_err(err, SL_ENOMEM, "%s: out of memory loading %llu expert bytes", path,
                       (unsigned long long)m->f.h.expert_len);
     sl_status st = fio_pread_all(m->f.fd, m->experts, m->f.h.expert_len, m->f.h.expert_off, path, err);
@@ -238,6 +266,9 @@ static sl_status open_resident(sl_model *m, const char *path, sl_error *err) {
                 m->f.expert_hash[(size_t)s * m->f.h.n_experts + e])
                 return sl_err(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file "
                               "offset %llu)", path, m->f.moe_layers[s], e, (unsigned long long)off);
+            sl_expert ex;
+            slc_bind_expert(&m->f, m->experts + (off - m->f.h.expert_off), &ex);
+            m->expert_implied[(size_t)s * m->f.h.n_experts + e] = (uint8_t)expert_implied(&ex, -1);
         }
     m->src.get = resident_get;
     m->src.ctx = m;
@@ -270,7 +301,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     m->cfg.routing_seed = p->routing_seed;
     int n = arch_backbone_tensors(&m->cfg, &at);
     m->vecs = calloc(n > 0 ? (size_t)n : 1, sizeof *m->vecs);
-    m->backbone = aligned_alloc(SLC_ALIGN, slc_round_up(m->f.h.backbone_len + 1, SLC_ALIGN));
+    m->backbone = huge_alloc(m->f.h.backbone_len + 1);
     if (n < 0 || !m->vecs || !m->backbone) {
         st = sl_err(err, SL_ENOMEM, "%s: out of memory loading %llu backbone bytes", path,
                     (unsigned long long)m->f.h.backbone_len);
@@ -318,6 +349,7 @@ void sl_model_close(sl_model *m) {
     free(m->vecs);
     free(m->backbone);
     free(m->experts);
+    free(m->expert_implied);
     cache_free(m->cache);
     if (m->stream_fd >= 0) close(m->stream_fd);
     slc_close(&m->f);

@@ -277,11 +277,40 @@ static inline __m256 i8_bias_row(const sl_mat *w, int r, int ng, const float *xs
     return acc;
 }
 
+/* i8_bias_row with the biases computed from the row's f32 scales sf: zb * sf[j] (zb = -128 / -8), the values a
+ * matrix with sl_mat.bias_implied stores, so the same FMAs on the same values; the biases are never read. */
+static inline __m256 i8_bias_sf(const float *sf, float zb, int ng, const float *xs) {
+    const __m256 z = _mm256_set1_ps(zb);
+    __m256 acc = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= ng; j += 8) acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(sf + j), z), _mm256_loadu_ps(xs + j), acc);
+    if (j < ng) {
+        const __mmask8 mk = (__mmask8)((1u << (ng - j)) - 1u);
+        acc = _mm256_mask3_fmadd_ps(_mm256_mul_ps(_mm256_maskz_loadu_ps(mk, sf + j), z), _mm256_maskz_loadu_ps(mk, xs + j),
+                                    acc, mk);
+    }
+    return acc;
+}
+
+/* Prefetches n bytes from p on, one line at a time, into L2. */
+static inline void i8_pf_lines(const void *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)p + o, I8_PFH);
+}
+
 static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl_mat *w, const kern_act *a,
                                                              float *y, size_t ldy, int r, int nr, int t0, int nt) {
     i8_blk B;
     i8_blk_init(&B, dt, w, r, nr);
-    const int cols = B.cols, nb = B.nb, gsh = B.gsh, step = dt == DT_Q8 ? 64 : 128;
+    const int cols = B.cols, nb = B.nb, gsh = B.gsh, step = dt == DT_Q8 ? 64 : 128, implied = w->bias_implied;
+    const float zb = dt == DT_Q8 ? -128.0f : -8.0f;
+    { /* the scales (and biases) of the row block I8_PFB blocks on, as the codes are below: their own streams */
+        const int rp = r + I8_PFB * I8_RB;
+        if (rp + I8_RB <= w->rows) {
+            const size_t ss = w->sdtype == DT_F32 ? 4 : 2, o = (size_t)rp * (size_t)B.ng * ss, n = (size_t)I8_RB * (size_t)B.ng * ss;
+            i8_pf_lines((const char *)w->scales + o, n);
+            if (!implied) i8_pf_lines((const char *)w->biases + o, n);
+        }
+    }
     __m512 acc[I8_KTOK][I8_RB];
     for (int t = 0; t < nt; t++)
 #pragma GCC unroll 4
@@ -337,7 +366,7 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
             const float *xs = a->s + tt * (size_t)B.ns + B.soff;
             __m256 b[I8_RB];
 #pragma GCC unroll 4
-            for (int i = 0; i < I8_RB; i++) b[i] = i8_bias_row(w, r + i, B.ng, xs);
+            for (int i = 0; i < I8_RB; i++) b[i] = implied ? i8_bias_sf(B.sf[i], zb, B.ng, xs) : i8_bias_row(w, r + i, B.ng, xs);
             _mm_storeu_ps(y + tt * ldy + (size_t)r,
                           _mm_add_ps(i8_tree4(i8_half(acc[t][0]), i8_half(acc[t][1]), i8_half(acc[t][2]), i8_half(acc[t][3])),
                                      i8_tree4(b[0], b[1], b[2], b[3])));
@@ -346,7 +375,10 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
     }
     for (int i = 0; i < nr; i++) {
         float bi[I8_MAXG], a16[16];
-        i8_row_f32(w, w->biases, r + i, B.ng, bi);
+        if (implied)
+            for (int j = 0; j < B.ng; j++) bi[j] = zb * B.sf[i][j];
+        else
+            i8_row_f32(w, w->biases, r + i, B.ng, bi);
         for (int t = 0; t < nt; t++) {
             const size_t tt = (size_t)(t0 + t);
             _mm512_storeu_ps(a16, acc[t][i]);

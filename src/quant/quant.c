@@ -84,6 +84,17 @@ void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, in
     m->seed = seed;
 }
 
+int q_biases_implied(const sl_mat *m) {
+    if ((m->dtype != DT_Q8 && m->dtype != DT_Q4) || !m->scales || !m->biases || m->group <= 0) return 0;
+    const float z = m->dtype == DT_Q8 ? -128.0f : -8.0f;
+    const size_t ng = (size_t)m->rows * (size_t)(m->cols / m->group);
+    for (size_t i = 0; i < ng; i++) {
+        float want = z * q_scale_at(m->scales, m->sdtype, i), got = q_scale_at(m->biases, m->sdtype, i);
+        if (memcmp(&want, &got, sizeof want)) return 0; /* bitwise: a +0 bias for a -0 product is not implied */
+    }
+    return 1;
+}
+
 /* ---- bit streams ----------------------------------------------------------------------------- */
 
 static inline unsigned get_code(const uint8_t *row, int bits, int c) {

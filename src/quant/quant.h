@@ -45,6 +45,11 @@ int q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, char *why, size_
 void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt,
                 uint32_t seed);
 
+/* 1 when m is q8/q4 and every bias equals, bit for bit, -2^(bits-1) * its scale computed in f32 (-128 / -8
+ * times the scale: what GGUF Q8_0 / Q4_0 import to), so kernels may take sl_mat.bias_implied; 0 otherwise.
+ * Reads every scale and bias once. Cannot fail. */
+int q_biases_implied(const sl_mat *m);
+
 /* Row r of m as f32 in the original (unrotated) domain: out[cols]. Works for every dtype. */
 void q_row_to_f32(const sl_mat *m, int r, float *out);
 
