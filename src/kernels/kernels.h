@@ -78,6 +78,12 @@ typedef struct kern_ops {
     float (*dot)(const float *a, const float *b, int n);
     /* y[i] += a * x[i]. */
     void (*axpy)(float a, const float *x, float *y, int n);
+    /* y[i] += a[p] * x[p*ldx + i] for p = 0 .. n-1 in turn, i < d: bitwise n axpy calls (attention's softmax
+     * times V), y held in registers across the rows. NULL: kern_axpy_rows loops over axpy. */
+    void (*axpy_rows)(const float *a, int n, const float *x, size_t ldx, float *y, int d);
+    /* out[p] = dot(q, x + p*ldx, d) for p < n, bitwise this table's dot (attention's scores, several keys
+     * at once). NULL: kern_dot_rows loops over dot. */
+    void (*dot_rows)(const float *q, const float *x, size_t ldx, int n, int d, float *out);
     /* y = (w_off + w) * x / sqrt(mean(x^2) + eps); mean accumulated in double. y may alias x. */
     void (*rmsnorm)(const float *x, const float *w, float w_off, float eps, float *y, int n);
     /* y[i] = silu(g[i]) * u[i]; y may alias g or u. */
@@ -129,6 +135,22 @@ typedef struct kern_mm {
 int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int n);
 /* dst := token t of src (prepared first) as a one-token act, sharing src's storage. */
 void kern_act_row(kern_act *dst, kern_act *src, int t);
+
+/* ops->axpy_rows, or the axpy calls it stands for. */
+static inline void kern_axpy_rows(const kern_ops *ops, const float *a, int n, const float *x, size_t ldx, float *y,
+                                  int d) {
+    if (ops->axpy_rows) ops->axpy_rows(a, n, x, ldx, y, d);
+    else
+        for (int p = 0; p < n; p++) ops->axpy(a[p], x + (size_t)p * ldx, y, d);
+}
+
+/* ops->dot_rows, or the dot calls it stands for. */
+static inline void kern_dot_rows(const kern_ops *ops, const float *q, const float *x, size_t ldx, int n, int d,
+                                 float *out) {
+    if (ops->dot_rows) ops->dot_rows(q, x, ldx, n, d, out);
+    else
+        for (int p = 0; p < n; p++) out[p] = ops->dot(q, x + (size_t)p * ldx, d);
+}
 
 static inline float kern_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float kern_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

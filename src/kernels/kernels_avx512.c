@@ -420,6 +420,75 @@ static float dot_v(const float *a, const float *b, int n) {
     return lanes_sum(acc);
 }
 
+/* plain_axpy's arithmetic (y + a * x: a multiply, then an add) 16 lanes at a time, the tail masked. */
+static void axpy_v(float a, const float *x, float *y, int n) {
+    const __m512 av = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(av, _mm512_loadu_ps(x + i))));
+    if (i < n) {
+        __mmask16 mk = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, y + i),
+                                                       _mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk, x + i))));
+    }
+}
+
+/* kernels.h dot_rows: dot_v's FMAs for four rows at once, then its lane tree (lanes_sum: i + 8 halves, then
+ * ((0+1)+(2+3))+((4+5)+(6+7))) for the four by hadd, which pairs neighbours as the tree does. */
+static void dot_rows_v(const float *q, const float *x, size_t ldx, int n, int d, float *out) {
+    int p = 0;
+    for (; p + 4 <= n; p += 4) {
+        const float *x0 = x + (size_t)p * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int c = 0;
+        for (; c + 16 <= d; c += 16) {
+            __m512 qv = _mm512_loadu_ps(q + c);
+            a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(x0 + c), a0);
+            a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(x1 + c), a1);
+            a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(x2 + c), a2);
+            a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(x3 + c), a3);
+        }
+        if (c < d) {
+            __mmask16 mk = tail_mask(d - c);
+            __m512 qv = _mm512_maskz_loadu_ps(mk, q + c);
+            a0 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, x0 + c), a0);
+            a1 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, x1 + c), a1);
+            a2 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, x2 + c), a2);
+            a3 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, x3 + c), a3);
+        }
+        __m256 h0 = _mm256_add_ps(_mm512_castps512_ps256(a0), _mm512_extractf32x8_ps(a0, 1));
+        __m256 h1 = _mm256_add_ps(_mm512_castps512_ps256(a1), _mm512_extractf32x8_ps(a1, 1));
+        __m256 h2 = _mm256_add_ps(_mm512_castps512_ps256(a2), _mm512_extractf32x8_ps(a2, 1));
+        __m256 h3 = _mm256_add_ps(_mm512_castps512_ps256(a3), _mm512_extractf32x8_ps(a3, 1));
+        __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h0, h1), _mm256_hadd_ps(h2, h3));
+        _mm_storeu_ps(out + p, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+    }
+    for (; p < n; p++) out[p] = dot_v(q, x + (size_t)p * ldx, d);
+}
+
+/* kernels.h axpy_rows: y in registers, 64 columns at a time (a tail masked), each element the same
+ * y + a * x (multiply, then add: plain_axpy's arithmetic) for every row in order. */
+static void axpy_rows_v(const float *a, int n, const float *x, size_t ldx, float *y, int d) {
+    for (int i0 = 0; i0 < d; i0 += 64) {
+        const int m = d - i0 < 64 ? d - i0 : 64;
+        __mmask16 mk[4];
+        __m512 acc[4];
+        for (int k = 0; k < 4; k++) {
+            int left = m - 16 * k;
+            mk[k] = left >= 16 ? (__mmask16)0xffff : left > 0 ? tail_mask(left) : 0;
+            acc[k] = _mm512_maskz_loadu_ps(mk[k], y + i0 + 16 * k);
+        }
+        for (int p = 0; p < n; p++) {
+            const __m512 av = _mm512_set1_ps(a[p]);
+            const float *xp = x + (size_t)p * ldx + i0;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(av, _mm512_maskz_loadu_ps(mk[k], xp + 16 * k)));
+        }
+        for (int k = 0; k < 4; k++) _mm512_mask_storeu_ps(y + i0 + 16 * k, mk[k], acc[k]);
+    }
+}
+
 /* ---- table ------------------------------------------------------------------------------------ */
 
 static const kern_ops avx512_ops = {
@@ -428,7 +497,9 @@ static const kern_ops avx512_ops = {
                [DT_Q3] = mm_q3},
     .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_v,
-    .axpy = plain_axpy,
+    .axpy = axpy_v,
+    .axpy_rows = axpy_rows_v,
+    .dot_rows = dot_rows_v,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
 };

@@ -361,11 +361,17 @@ static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, f
     for (int b = 0; b < nb; b++) {
         const float *xb = x + 32 * b;
         float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        for (int i = 0; i < 32; i++) { /* fmaxf without the call: a NaN never replaces amax, as in fmaxf */
+            float v = fabsf(xb[i]);
+            amax = v > amax ? v : amax;
+        }
         float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
         int32_t sum = 0;
         for (int i = 0; i < 32; i++) {
-            float rv = nearbyintf(xb[i] * id); /* NaN (from Inf or NaN inputs) becomes 0 */
+            /* nearbyintf without the call: |x * id| <= ~127, where adding and taking away 1.5 * 2^23 rounds to the
+             * nearest integer, ties to even, exactly as nearbyintf does; NaN (from Inf or NaN inputs) stays NaN
+             * and becomes 0 below */
+            float rv = (xb[i] * id + 0x1.8p23f) - 0x1.8p23f;
             int v = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
             q[32 * b + i] = (int8_t)v;
             sum += v;

@@ -21,17 +21,24 @@
 #include "model/fwd_internal.h"
 #include "model/rope.h"
 
-/* NeoX rotate-half RoPE on the first rot dims of x [hd], cos/sin computed in f32 as HF does:
- * inv_freq from rope_freqs (model/rope.h: the default table or YaRN), angle = pos * inv_freq (f32), cos and sin
- * times the table's attention factor. */
-static void rope(float *x, int rot, const float *inv_freq, float attn_factor, int pos) {
+/* cos and sin of position pos for NeoX RoPE, computed in f32 as HF does: inv_freq from rope_freqs (model/rope.h:
+ * the default table or YaRN), angle = pos * inv_freq (f32), cos and sin times the table's attention factor
+ * (YaRN's attention_scaling, 1 otherwise). c, s: [rot/2]; once per position for all its heads. */
+static void rope_cs(int rot, const float *inv_freq, float attn_factor, int pos, float *c, float *s) {
+    for (int i = 0; i < rot / 2; i++) {
+        float ang = (float)pos * inv_freq[i];
+        c[i] = cosf(ang) * attn_factor;
+        s[i] = sinf(ang) * attn_factor;
+    }
+}
+
+/* NeoX rotate-half RoPE on the first rot dims of x [hd] with rope_cs's c, s. */
+static void rope(float *x, int rot, const float *c, const float *s) {
     int half = rot / 2;
     for (int i = 0; i < half; i++) {
-        float ang = (float)pos * inv_freq[i];
-        float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor; /* YaRN's attention_scaling (1 otherwise) */
         float a = x[i], b = x[i + half];
-        x[i] = a * c - b * s;
-        x[i + half] = b * c + a * s;
+        x[i] = a * c[i] - b * s[i];
+        x[i + half] = b * c[i] + a * s[i];
     }
 }
 
@@ -59,10 +66,14 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
         const int n_keys = pos + 1 - p0; /* keys p0 .. pos, scores sc[0 .. n_keys) */
         const float *q = ws->big + (size_t)t * ws->n_big + (size_t)h * j->qstride;
         const float *kb = j->kc + (size_t)(h / j->group) * hd, *vb = j->vc + (size_t)(h / j->group) * hd;
-#define ROW(p) ((size_t)((p0 + (p)) % j->cap) * j->kvrow)
+        /* the keys' rows in order: at most two runs of consecutive cache rows (a ring wraps once) */
+        const int s0 = p0 % j->cap, n1 = n_keys < j->cap - s0 ? n_keys : j->cap - s0;
+        const size_t ld = (size_t)j->kvrow;
+        kern_dot_rows(ops, q, kb + (size_t)s0 * ld, ld, n1, hd, sc);
+        if (n_keys > n1) kern_dot_rows(ops, q, kb, ld, n_keys - n1, hd, sc + n1);
         float mx = j->sinks ? j->sinks[h] : -INFINITY; /* the sink is one more logit (gpt-oss), its value dropped */
         for (int p = 0; p < n_keys; p++) {
-            sc[p] = ops->dot(q, kb + ROW(p), hd) * j->scale;
+            sc[p] *= j->scale;
             if (sc[p] > mx) mx = sc[p];
         }
         double sum = j->sinks ? (double)expf(j->sinks[h] - mx) : 0.0;
@@ -73,8 +84,9 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
         float fsum = (float)sum;
         float *o = ws->mix + (size_t)t * ws->n_mix + (size_t)h * hd;
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, vb + ROW(p), o, hd);
-#undef ROW
+        for (int p = 0; p < n_keys; p++) sc[p] /= fsum;
+        kern_axpy_rows(ops, sc, n1, vb + (size_t)s0 * ld, ld, o, hd);
+        if (n_keys > n1) kern_axpy_rows(ops, sc + n1, n_keys - n1, vb, ld, o, hd);
     }
 }
 
@@ -101,13 +113,14 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
             }
         }
 
-    float inv_freq[SL_ROPE_MAX_FREQS], attn_factor;
+    float inv_freq[SL_ROPE_MAX_FREQS], attn_factor, rc[SL_ROPE_MAX_FREQS], rs[SL_ROPE_MAX_FREQS];
     rope_freqs(cfg, inv_freq, &attn_factor);
 
     float *kc = sq->k_cache[layer], *vc = sq->v_cache[layer];
     for (int t = 0; t < n; t++) {
         int pos = pos0 + t;
         float *qrow = ws->big + (size_t)t * ws->n_big, *krow = ws->k + (size_t)t * kvrow;
+        rope_cs(rot, inv_freq, attn_factor, pos, rc, rs);
         if (cfg->qk_norm == SL_QK_NORM_ALL) { /* over the whole projection (OLMoE), before the split into heads */
             ops->rmsnorm(qrow, lw->q_norm, w_off, cfg->eps, qrow, nh * hd);
             ops->rmsnorm(krow, lw->k_norm, w_off, cfg->eps, krow, kvrow);
@@ -115,12 +128,12 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
         for (int h = 0; h < nh; h++) {
             float *q = qrow + (size_t)h * qstride;
             if (cfg->qk_norm == SL_QK_NORM_HEAD) ops->rmsnorm(q, lw->q_norm, w_off, cfg->eps, q, hd);
-            rope(q, rot, inv_freq, attn_factor, pos);
+            rope(q, rot, rc, rs);
         }
         for (int g = 0; g < nkv; g++) {
             float *k = krow + (size_t)g * hd;
             if (cfg->qk_norm == SL_QK_NORM_HEAD) ops->rmsnorm(k, lw->k_norm, w_off, cfg->eps, k, hd);
-            rope(k, rot, inv_freq, attn_factor, pos);
+            rope(k, rot, rc, rs);
         }
         const size_t slot = (size_t)(pos % sq->kv_cap[layer]);
         memcpy(kc + slot * kvrow, ws->k + (size_t)t * kvrow, (size_t)kvrow * sizeof(float));
