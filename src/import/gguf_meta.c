@@ -7,6 +7,11 @@
  * ".embedding_length", ".attention.head_count(_kv)", ".expert_count", ... A size the metadata does not give is
  * taken from the tensors (the expert width from ffn_gate_exps, the vocabulary from token_embd); which layers
  * are dense, whether q/k/v have biases and q/k norms, and tied embeddings are read from which tensors exist.
+ * The keys every family shares are read here; the family's own go through its gguf_config hook
+ * (src/model/arch/<family>.c), which reads with the ggm_* accessors of model/arch.h and writes config.json
+ * fields with ggm_set_*.
+ *
+ * Sections: the metadata accessors (ggm_*), config.json (gguf_config_json), the tokenizer (gguf_tokenizer_json).
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -19,13 +24,15 @@
 #include "model/arch.h"
 #include "util/err.h"
 
-typedef struct {
+struct ggm {
     const gguf_model *m;
     const gguf_file *f; /* files[0]: the metadata */
     const char *arch;   /* general.architecture */
+    cJSON *c;           /* the config.json being built */
     sl_error *err;
     sl_status st;
-} meta;
+};
+typedef struct ggm meta;
 
 static const gguf_kv *kv_arch(meta *x, const char *suffix) {
     char k[160];
@@ -43,22 +50,33 @@ static int kv_num(const gguf_kv *kv, double *v) {
     return 0;
 }
 
-static void fail(meta *x, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(meta *x, sl_status st, const char *fmt, ...) {
+static void vfail(meta *x, sl_status st, const char *fmt, va_list ap) {
     if (x->st) return;
     char msg[500];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     x->st = sl_err(x->err, st, "%s: %s", x->f->path, msg);
 }
 
-/* "<arch>.<suffix>" as a number; a per-layer array must hold one value. def when absent and !required. */
-static double num(meta *x, const char *suffix, int required, double def, int *found) {
+static void fail(meta *x, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(meta *x, sl_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(x, st, fmt, ap);
+    va_end(ap);
+}
+
+void ggm_fail(ggm *x, sl_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(x, st, fmt, ap);
+    va_end(ap);
+}
+
+double ggm_num(ggm *x, const char *suffix, int required, double def, int *found) {
     const gguf_kv *kv = kv_arch(x, suffix);
     double v = def;
     if (found) *found = 0;
+    if (x->st) return def;
     if (!kv) {
         if (required) fail(x, SL_ECONFIG, "missing metadata key '%s.%s'", x->arch, suffix);
         return def;
@@ -98,13 +116,13 @@ static double num(meta *x, const char *suffix, int required, double def, int *fo
     return v;
 }
 
-/* num() of a count or a size: a whole number in 0..2^30, else an error naming the key. */
-static int inum(meta *x, const char *suffix, int required, int def, int *found) {
+int ggm_count(ggm *x, const char *suffix, int required, int def, int *found) {
     int f = 0;
-    double v = num(x, suffix, required, def, &f);
+    double v = ggm_num(x, suffix, required, def, &f);
     if (found) *found = f;
     if (f && !(v >= 0 && v <= (double)(1 << 30) && v == floor(v))) {
         fail(x, SL_ECONFIG, "metadata key '%s.%s' is %g, not a count", x->arch, suffix, v);
+        if (found) *found = 0;
         return def;
     }
     return f ? (int)v : def;
@@ -118,9 +136,52 @@ static const gguf_tensor *tensor(meta *x, const char *name) {
 }
 
 static const gguf_tensor *blk_tensor(meta *x, int l, const char *rel) {
+    if (l < 0) return tensor(x, rel);
     char nm[200];
     snprintf(nm, sizeof nm, "blk.%d.%s", l, rel);
     return tensor(x, nm);
+}
+
+int ggm_has(ggm *x, int layer, const char *rel) { return blk_tensor(x, layer, rel) != NULL; }
+
+int64_t ggm_ne(ggm *x, int layer, const char *rel, int d) {
+    const gguf_tensor *t = blk_tensor(x, layer, rel);
+    return t && d >= 0 && d < 4 ? t->ne[d] : 0;
+}
+
+/* The object a field lives in ("rope_parameters.<name>": that object, created when absent) and the name in it. */
+static cJSON *field_home(meta *x, const char *field, const char **name) {
+    static const char rp[] = "rope_parameters.";
+    *name = field;
+    if (strncmp(field, rp, sizeof rp - 1)) return x->c;
+    *name = field + sizeof rp - 1;
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(x->c, "rope_parameters");
+    if (!o) o = cJSON_AddObjectToObject(x->c, "rope_parameters");
+    return o;
+}
+
+static void set_item(meta *x, const char *field, cJSON *v) {
+    const char *name;
+    cJSON *o = field_home(x, field, &name);
+    if (!o || !v) {
+        cJSON_Delete(v);
+        if (!x->st) x->st = sl_err(x->err, SL_ENOMEM, "out of memory");
+        return;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(o, name)) cJSON_ReplaceItemInObjectCaseSensitive(o, name, v);
+    else cJSON_AddItemToObject(o, name, v);
+}
+
+void ggm_set_num(ggm *x, const char *field, double v) { set_item(x, field, cJSON_CreateNumber(v)); }
+void ggm_set_bool(ggm *x, const char *field, int v) { set_item(x, field, cJSON_CreateBool(v)); }
+void ggm_set_str(ggm *x, const char *field, const char *v) { set_item(x, field, cJSON_CreateString(v)); }
+void ggm_set_strs(ggm *x, const char *field, const char *const *v, int n) {
+    set_item(x, field, cJSON_CreateStringArray(v, n));
+}
+
+double ggm_moe_inter(ggm *x, const arch_gguf_common *g) {
+    if (!g->moe_inter_found) fail(x, SL_ECONFIG, "missing metadata key '%s.expert_feed_forward_length'", x->arch);
+    return g->moe_inter;
 }
 
 static const char *kv_str(const gguf_file *f, const char *key) {
@@ -130,28 +191,29 @@ static const char *kv_str(const gguf_file *f, const char *key) {
 
 sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     *out = NULL;
-    meta x = {m, &m->files[0], NULL, err, SL_OK};
+    meta x = {m, &m->files[0], NULL, NULL, err, SL_OK};
     x.arch = kv_str(x.f, "general.architecture");
     if (!x.arch) return sl_err(err, SL_ECONFIG, "%s: missing metadata key 'general.architecture'", x.f->path);
     const arch_desc *a = arch_by_gguf(x.arch);
     if (!a)
         return sl_err(err, SL_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: %s)", x.f->path,
                       x.arch, arch_gguf_list());
-    cJSON *c = cJSON_CreateObject();
+    if (!a->gguf_config) return sl_err(err, SL_EUNSUPPORTED, "%s: GGUF import of %s is not implemented", x.f->path, a->name);
+    cJSON *c = x.c = cJSON_CreateObject();
     if (!c) return sl_err(err, SL_ENOMEM, "out of memory");
+    arch_gguf_common g = {0};
+    g.arch = x.arch;
+    g.check_value_length = 1;
     const gguf_tensor *emb = tensor(&x, "token_embd.weight");
-    int n_layers = inum(&x, "block_count", 1, 0, NULL);
-    int nextn = inum(&x, "nextn_predict_layers", 0, 0, NULL); /* GLM-4.5's MTP layers, counted in block_count */
-    int hidden = inum(&x, "embedding_length", 1, 0, NULL);
-    int heads = inum(&x, "attention.head_count", 1, 0, NULL);
-    int kvh_found = 0;
-    int kv_heads = inum(&x, "attention.head_count_kv", 0, heads, &kvh_found);
-    int hd_found = 0;
-    int head_dim = inum(&x, "attention.key_length", 0, heads > 0 ? hidden / heads : 0, &hd_found);
-    int vl_found = 0;
-    int vlen = inum(&x, "attention.value_length", 0, head_dim, &vl_found);
-    int experts = inum(&x, "expert_count", 0, 0, NULL);
-    int used = inum(&x, "expert_used_count", 0, 0, NULL);
+    int n_layers = ggm_count(&x, "block_count", 1, 0, NULL);
+    int nextn = ggm_count(&x, "nextn_predict_layers", 0, 0, NULL); /* multi-token-prediction layers, counted in block_count */
+    int hidden = ggm_count(&x, "embedding_length", 1, 0, NULL);
+    int heads = ggm_count(&x, "attention.head_count", 1, 0, NULL);
+    int kv_heads = ggm_count(&x, "attention.head_count_kv", 0, heads, NULL);
+    g.head_dim = ggm_count(&x, "attention.key_length", 0, heads > 0 ? hidden / heads : 0, NULL);
+    g.value_length = ggm_count(&x, "attention.value_length", 0, g.head_dim, NULL);
+    int experts = ggm_count(&x, "expert_count", 0, 0, NULL);
+    int used = ggm_count(&x, "expert_used_count", 0, 0, NULL);
     if (x.st) goto fail;
     if (!emb) { fail(&x, SL_EFORMAT, "tensor 'token_embd.weight' is missing"); goto fail; }
     if (experts < 1) {
@@ -159,26 +221,23 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
              x.arch, kv_arch(&x, "expert_count") ? "0" : "missing");
         goto fail;
     }
-    if (vlen != head_dim) {
-        fail(&x, SL_EUNSUPPORTED, "attention.value_length (%d) differs from key_length (%d)", vlen, head_dim);
-        goto fail;
-    }
     n_layers -= nextn;
     if (n_layers < 1 || n_layers > SL_MAX_LAYERS) {
         fail(&x, SL_ECONFIG, "'%s.block_count' gives %d layers (1..%d)", x.arch, n_layers, SL_MAX_LAYERS);
         goto fail;
     }
+    g.n_layers = n_layers;
     const char *rt = NULL;
     {
         char k[160];
         snprintf(k, sizeof k, "%s.rope.scaling.type", x.arch);
         rt = kv_str(x.f, k);
     }
-    if (rt && strcmp(rt, "none")) {
-        fail(&x, SL_EUNSUPPORTED, "rope scaling '%s' is not supported (only none)", rt);
+    if (rt && strcmp(rt, "none") && strcmp(rt, "yarn")) {
+        fail(&x, SL_EUNSUPPORTED, "rope scaling '%s' is not supported (only none and yarn)", rt);
         goto fail;
     }
-    double gating = num(&x, "expert_gating_func", 0, 0, NULL); /* 1 softmax, 2 sigmoid */
+    double gating = ggm_num(&x, "expert_gating_func", 0, 0, NULL); /* 1 softmax, 2 sigmoid */
     int sigmoid = a->router == SL_ROUTER_SIGMOID_GROUP;
     if (gating != 0 && gating != (sigmoid ? 2 : 1)) {
         fail(&x, SL_EUNSUPPORTED, "'%s.expert_gating_func' is %g; %s routes with %s", x.arch, gating, a->name,
@@ -191,91 +250,59 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     cJSON_AddNumberToObject(c, "num_hidden_layers", n_layers);
     cJSON_AddNumberToObject(c, "num_attention_heads", heads);
     cJSON_AddNumberToObject(c, "num_key_value_heads", kv_heads);
-    cJSON_AddNumberToObject(c, "head_dim", head_dim);
-    cJSON_AddNumberToObject(c, "max_position_embeddings", num(&x, "context_length", 0, 32768, NULL));
+    cJSON_AddNumberToObject(c, "head_dim", g.head_dim);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", ggm_num(&x, "context_length", 0, 32768, NULL));
     cJSON_AddNumberToObject(c, "num_experts", experts);
     cJSON_AddNumberToObject(c, "num_experts_per_tok", used);
-    cJSON_AddNumberToObject(c, "rms_norm_eps", num(&x, "attention.layer_norm_rms_epsilon", 0, 1e-6, NULL));
-    cJSON_AddNumberToObject(c, "rope_theta", num(&x, "rope.freq_base", 0, 10000.0, NULL));
-    int rd_found = 0;
-    double rot = num(&x, "rope.dimension_count", 0, 0, &rd_found);
-    if (rd_found && head_dim > 0) cJSON_AddNumberToObject(c, "partial_rotary_factor", rot / head_dim);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", ggm_num(&x, "attention.layer_norm_rms_epsilon", 0, 1e-6, NULL));
+    cJSON_AddNumberToObject(c, "rope_theta", ggm_num(&x, "rope.freq_base", 0, 10000.0, NULL));
+    double rot = ggm_num(&x, "rope.dimension_count", 0, 0, &g.rot_found);
+    if (g.rot_found && g.head_dim > 0) cJSON_AddNumberToObject(c, "partial_rotary_factor", rot / g.head_dim);
+    if (rt && !strcmp(rt, "yarn")) { /* transformers' rope_parameters of rope_type yarn (import/hf_config.c) */
+        ggm_set_str(&x, "rope_parameters.rope_type", "yarn");
+        ggm_set_num(&x, "rope_parameters.factor", ggm_num(&x, "rope.scaling.factor", 1, 0, NULL));
+        int f = 0;
+        double v = ggm_num(&x, "rope.scaling.original_context_length", 0, 0, &f);
+        if (f) ggm_set_num(&x, "rope_parameters.original_max_position_embeddings", v);
+        if ((v = ggm_num(&x, "rope.scaling.yarn_beta_fast", 0, 0, &f)), f) ggm_set_num(&x, "rope_parameters.beta_fast", v);
+        if ((v = ggm_num(&x, "rope.scaling.yarn_beta_slow", 0, 0, &f)), f) ggm_set_num(&x, "rope_parameters.beta_slow", v);
+        if ((v = ggm_num(&x, "rope.scaling.yarn_attn_factor", 0, 0, &f)), f)
+            ggm_set_num(&x, "rope_parameters.attention_factor", v);
+        if ((v = ggm_num(&x, "rope.scaling.yarn_ext_factor", 0, 1, &f)), f && v != 1)
+            fail(&x, SL_EUNSUPPORTED, "'%s.rope.scaling.yarn_ext_factor' is %g (only 1 is supported)", x.arch, v);
+        if (x.st) goto fail;
+    }
     cJSON_AddBoolToObject(c, "tie_word_embeddings", tensor(&x, "output.weight") == NULL);
-    /* the experts' width: the metadata, else ffn_gate_exps of the first MoE layer */
-    int l_moe = -1;
+    /* dense layers: those without a router */
+    g.l_moe = -1;
     cJSON *dense = cJSON_CreateArray();
     cJSON_AddItemToObject(c, "mlp_only_layers", dense);
     for (int l = 0; l < n_layers; l++) {
         if (blk_tensor(&x, l, "ffn_gate_inp.weight")) {
-            if (l_moe < 0) l_moe = l;
+            if (g.l_moe < 0) g.l_moe = l;
         } else cJSON_AddItemToArray(dense, cJSON_CreateNumber(l));
     }
-    if (l_moe < 0) { fail(&x, SL_EFORMAT, "no layer has a router (blk.N.ffn_gate_inp.weight)"); goto fail; }
-    const gguf_tensor *ge = blk_tensor(&x, l_moe, "ffn_gate_exps.weight");
-    int e_found = 0;
-    double moe_inter = num(&x, "expert_feed_forward_length", 0, 0, &e_found);
-    if (!e_found && a->id == SL_ARCH_MIXTRAL) moe_inter = num(&x, "feed_forward_length", 0, 0, &e_found);
-    if (!e_found && ge && ge->n_dims == 3) moe_inter = (double)ge->ne[1], e_found = 1;
-    if (!e_found) { fail(&x, SL_ECONFIG, "missing metadata key '%s.expert_feed_forward_length'", x.arch); goto fail; }
-    int ff_found = 0;
-    double ff = num(&x, "feed_forward_length", 0, 0, &ff_found);
+    if (g.l_moe < 0) { fail(&x, SL_EFORMAT, "no layer has a router (blk.N.ffn_gate_inp.weight)"); goto fail; }
+    g.first_dense = g.l_moe;
+    /* the experts' width: the metadata, else ffn_gate_exps of the first MoE layer */
+    const gguf_tensor *ge = blk_tensor(&x, g.l_moe, "ffn_gate_exps.weight");
+    g.moe_inter = ggm_num(&x, "expert_feed_forward_length", 0, 0, &g.moe_inter_found);
+    if (!g.moe_inter_found && ge && ge->n_dims == 3) g.moe_inter = (double)ge->ne[1], g.moe_inter_found = 1;
+    g.ff = ggm_num(&x, "feed_forward_length", 0, 0, &g.ff_found);
     const gguf_tensor *fg = NULL;
     for (int l = 0; l < n_layers && !fg; l++) fg = blk_tensor(&x, l, "ffn_gate.weight");
-    if (fg && fg->n_dims >= 2) ff = (double)fg->ne[1], ff_found = 1; /* the dense layers' width, as stored */
-    int wn_found = 0;
-    double wnorm = num(&x, "expert_weights_norm", 0, 0, &wn_found);
-    int has_qbias = blk_tensor(&x, 0, "attn_q.bias") != NULL;
-    int has_qnorm = blk_tensor(&x, 0, "attn_q_norm.weight") != NULL;
-    switch (a->id) {
-    case SL_ARCH_QWEN3_MOE: case SL_ARCH_QWEN2_MOE:
-        cJSON_AddNumberToObject(c, "moe_intermediate_size", moe_inter);
-        if (ff_found) cJSON_AddNumberToObject(c, "intermediate_size", ff);
-        /* llama.cpp's qwen3moe always renormalises the top-k weights, qwen2moe never; a file may say otherwise */
-        cJSON_AddBoolToObject(c, "norm_topk_prob", wn_found ? wnorm != 0 : a->id == SL_ARCH_QWEN3_MOE);
-        if (a->id == SL_ARCH_QWEN2_MOE) {
-            int sf = 0;
-            double sh = num(&x, "expert_shared_feed_forward_length", 0, 0, &sf);
-            const gguf_tensor *gs = blk_tensor(&x, l_moe, "ffn_gate_shexp.weight");
-            if (!sf && gs && gs->n_dims >= 2) sh = (double)gs->ne[1], sf = 1;
-            if (!sf) { fail(&x, SL_ECONFIG, "missing metadata key '%s.expert_shared_feed_forward_length'", x.arch); goto fail; }
-            cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", sh);
-            cJSON_AddBoolToObject(c, "qkv_bias", has_qbias);
-        }
-        break;
-    case SL_ARCH_OLMOE:
-        cJSON_AddNumberToObject(c, "intermediate_size", moe_inter);
-        cJSON_AddBoolToObject(c, "norm_topk_prob", wn_found && wnorm != 0);
-        break;
-    case SL_ARCH_MIXTRAL: {
-        cJSON_AddNumberToObject(c, "intermediate_size", moe_inter);
-        int sw = 0;
-        double w = num(&x, "attention.sliding_window", 0, 0, &sw);
-        if (sw && w > 0) cJSON_AddNumberToObject(c, "sliding_window", w);
-        break;
-    }
-    case SL_ARCH_GLM4_MOE: {
-        cJSON_AddNumberToObject(c, "moe_intermediate_size", moe_inter);
-        if (ff_found) cJSON_AddNumberToObject(c, "intermediate_size", ff);
-        cJSON_AddBoolToObject(c, "norm_topk_prob", wn_found ? wnorm != 0 : 1);
-        cJSON_AddNumberToObject(c, "n_shared_experts", num(&x, "expert_shared_count", 0, 1, NULL));
-        cJSON_AddNumberToObject(c, "routed_scaling_factor", num(&x, "expert_weights_scale", 0, 1.0, NULL));
-        cJSON_AddNumberToObject(c, "n_group", num(&x, "expert_group_count", 0, 1, NULL));
-        cJSON_AddNumberToObject(c, "topk_group", num(&x, "expert_group_used_count", 0, 1, NULL));
-        int first_dense = 0;
-        while (first_dense < n_layers && !blk_tensor(&x, first_dense, "ffn_gate_inp.weight")) first_dense++;
-        cJSON_AddNumberToObject(c, "first_k_dense_replace", num(&x, "leading_dense_block_count", 0, first_dense, NULL));
-        cJSON_AddBoolToObject(c, "attention_bias", has_qbias);
-        cJSON_AddBoolToObject(c, "use_qk_norm", has_qnorm);
-        if (!rd_found) cJSON_AddNumberToObject(c, "partial_rotary_factor", 0.5);
-        break;
-    }
-    default:
-        fail(&x, SL_EUNSUPPORTED, "GGUF import of %s is not implemented", a->name);
+    if (fg && fg->n_dims >= 2) g.ff = (double)fg->ne[1], g.ff_found = 1; /* the dense layers' width, as stored */
+    g.wnorm = ggm_num(&x, "expert_weights_norm", 0, 0, &g.wnorm_found);
+    g.has_qbias = blk_tensor(&x, 0, "attn_q.bias") != NULL;
+    g.has_qnorm = blk_tensor(&x, 0, "attn_q_norm.weight") != NULL;
+    if (x.st) goto fail;
+    a->gguf_config(&x, &g);
+    if (x.st) goto fail;
+    if (g.check_value_length && g.value_length != g.head_dim) {
+        fail(&x, SL_EUNSUPPORTED, "attention.value_length (%d) differs from key_length (%d)", g.value_length,
+             g.head_dim);
         goto fail;
     }
-    if (x.st) goto fail;
-    (void)kvh_found;
-    (void)hd_found;
     *out = cJSON_PrintUnformatted(c);
     cJSON_Delete(c);
     return *out ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");

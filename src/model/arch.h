@@ -145,6 +145,69 @@ void hfc_full_attention_only(hfc *c, const sl_config *o);
  * (required when a layer slides). */
 void hfc_sliding_layers(hfc *c, sl_config *o);
 
+/* The GGUF metadata reader a family's gguf_config hook works with (implemented in import/gguf_meta.c). Keys are
+ * "<general.architecture>.<suffix>" (llama.cpp's convert_hf_to_gguf.py writes them; gguf-py constants.py Keys).
+ * Every accessor records the first error (key missing, wrong type) and later calls return defaults; the
+ * import reports it. Tensors are named as in the file: "blk.<layer>." + rel (layer < 0: a global tensor). */
+typedef struct ggm ggm;
+/* "<arch>.<suffix>" as a number (a per-layer array must hold one value); def when absent and !required. */
+double ggm_num(ggm *m, const char *suffix, int required, double def, int *found);
+/* ggm_num of a count or a size: a whole number in 0..2^30, else an error naming the key. */
+int ggm_count(ggm *m, const char *suffix, int required, int def, int *found);
+/* Dimension d (innermost first) of tensor rel at layer (< 0: global); 0 when the file has no such tensor. */
+int64_t ggm_ne(ggm *m, int layer, const char *rel, int d);
+int ggm_has(ggm *m, int layer, const char *rel);
+void ggm_fail(ggm *m, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* config.json fields the hook writes ("rope_parameters.<name>" writes into that object); a later call for the
+ * same field replaces the earlier value. */
+void ggm_set_num(ggm *m, const char *field, double v);
+void ggm_set_bool(ggm *m, const char *field, int v);
+void ggm_set_str(ggm *m, const char *field, const char *v);
+void ggm_set_strs(ggm *m, const char *field, const char *const *v, int n); /* an array of n strings */
+struct arch_gguf_common;
+/* The routed experts' width (g->moe_inter), or an error naming expert_feed_forward_length when the file gives none. */
+double ggm_moe_inter(ggm *m, const struct arch_gguf_common *g);
+
+/* What the common part of the GGUF metadata import found, for the family's hook. */
+typedef struct arch_gguf_common {
+    const char *arch;      /* general.architecture */
+    int n_layers;          /* block_count less nextn_predict_layers */
+    int head_dim;          /* attention.key_length, else embedding_length / head_count */
+    int value_length;      /* attention.value_length, else head_dim */
+    int check_value_length; /* 1 (the default): value_length must equal head_dim; an MLA hook clears it */
+    int l_moe;             /* the first layer with a router (blk.N.ffn_gate_inp.weight) */
+    int first_dense;       /* layers before the first routed one */
+    int rot_found;         /* rope.dimension_count was given (and written as partial_rotary_factor) */
+    double moe_inter;      /* expert_feed_forward_length, else the width of ffn_gate_exps at l_moe */
+    int moe_inter_found;
+    double ff;             /* the dense layers' width: ffn_gate's rows, else feed_forward_length */
+    int ff_found;
+    double wnorm;          /* expert_weights_norm */
+    int wnorm_found;
+    int has_qbias, has_qnorm; /* blk.0.attn_q.bias / blk.0.attn_q_norm.weight exist */
+} arch_gguf_common;
+
+/* A canonical tensor that llama.cpp's converter (convert_hf_to_gguf.py) rewrote, and how the import undoes it:
+ * made of one or two GGUF tensors of a layer (a family's gguf_xf table). Their rows are concatenated, src[0]'s
+ * first; `rows` reorders them (rows keep their GGUF type, quantised or not: a row is whole blocks); `f32`, when
+ * set, rewrites the sources' values after they are dequantised to f32 (as gguf-py dequantises them) and
+ * concatenated element by element (a transposition, a column order, a value map). The result has the table's
+ * shape (the arch_tdef of that name, or the expert part's shape); its dtype is the sources' when they share
+ * one and no f32 hook runs, the sources' float type when they share one and `f32` rewrites a matrix (a hook on
+ * a matrix only moves values), else f32. GGUF names that are sources of a rule are not read directly. */
+typedef struct arch_gguf_xf {
+    const char *name;   /* canonical name, relative to "layers.N." (part: the expert part's name) */
+    const char *src[2]; /* GGUF names relative to "blk.N.", with suffix; src[1] NULL for one source. For a part,
+                         * stacks [E][rows][cols] (a bias [E][rows]) of which each expert takes its slice */
+    int part;           /* 1: a routed-expert part */
+    /* perm[r] = the source row of output row r (rows of src[0], then src[1]); a vector is n_rows rows of one
+     * element. NULL: in order */
+    void (*rows)(const sl_config *c, int64_t n_rows, int64_t *perm);
+    /* dst[rows * cols] from src (every source element, in order, f32); NULL: none */
+    int64_t (*f32)(const sl_config *c, const float *src, float *dst); /* returns -1, or the index of a source
+                                                                       * element it cannot map (an error) */
+} arch_gguf_xf;
+
 typedef struct arch_desc {
     sl_arch id;
     const char *name;              /* the container's "arch" */
@@ -174,9 +237,19 @@ typedef struct arch_desc {
     /* optional: the family's fields of a synth shape that arch_shape does not hold (DeepSeek-V3's MLA
      * dimensions), set into c after the common ones; NULL for most families */
     void (*shape_config)(const arch_shape *sh, sl_config *c);
-    /* general.architecture of the family's GGUF files (llama.cpp's llm_arch names), or NULL; GGUF metadata
-     * is mapped to config.json fields by import/gguf_meta.c */
+    /* general.architecture of the family's GGUF files (llama.cpp's llm_arch names), or NULL: no GGUF import */
     const char *gguf_arch;
+    /* The family's GGUF metadata as config.json fields (after the common ones import/gguf_meta.c writes:
+     * model_type, vocabulary, dimensions, heads, experts, context, eps, rope, tied embeddings, mlp_only_layers):
+     * what its config hook reads (moe_intermediate_size, norm_topk_prob, ...). Required with gguf_arch. */
+    void (*gguf_config)(ggm *m, arch_gguf_common *g);
+    /* the tensors llama.cpp's converter rewrites, n_gguf_xf of them (Mixtral's q/k rows, Qwen3-Next's regrouped
+     * in_proj_qkvz, ...), or NULL */
+    const arch_gguf_xf *gguf_xf;
+    int n_gguf_xf;
+    /* 1: the family's GGUF files hold its zero-centred norms shifted (1 + w: llama.cpp's converter adds 1), read
+     * as plain weights (sl_config norms_shifted) */
+    int gguf_norms_shifted;
 } arch_desc;
 
 /* Every family, in a fixed order; NULL-terminated. */

@@ -46,17 +46,27 @@
     {"mlp.up_proj", NULL, AW_DENSE, AD_ID, AD_H, AK_MAT, LW(mlp_up), AR_BACKBONE, "ffn_up.weight"},                   \
     {"mlp.down_proj", NULL, AW_DENSE, AD_H, AD_ID, AK_MAT, LW(mlp_down), AR_BACKBONE, "ffn_down.weight"}
 /* Gated DeltaNet layer, after the input projections */
+/* Gated DeltaNet layer, after the input projections (GGUF: llama.cpp's qwen3next / qwen35moe names; A_log is
+ * stored as A = -exp(A_log), read by the family's gguf_xf rule) */
 #define T_DELTANET_TAIL                                                                              \
-    {"linear_attn.conv1d", NULL, AW_LINEAR, AD_CQ, AD_CONVK, AK_VEC, LW(conv_w), AR_BACKBONE, NULL},       \
-    {"linear_attn.dt_bias", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(dt_bias), AR_BACKBONE, NULL},      \
+    {"linear_attn.conv1d", NULL, AW_LINEAR, AD_CQ, AD_CONVK, AK_VEC, LW(conv_w), AR_BACKBONE, "ssm_conv1d.weight"}, \
+    {"linear_attn.dt_bias", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(dt_bias), AR_BACKBONE, "ssm_dt.bias"},      \
     {"linear_attn.A_log", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(A_log), AR_BACKBONE, NULL},          \
-    {"linear_attn.norm", NULL, AW_LINEAR, AD_DV, AD_NONE, AK_VEC, LW(lin_norm), AR_BACKBONE, NULL},        \
-    {"linear_attn.out_proj", NULL, AW_LINEAR, AD_H, AD_NVDV, AK_MAT, LW(lin_out), AR_BACKBONE, NULL}
+    {"linear_attn.norm", NULL, AW_LINEAR, AD_DV, AD_NONE, AK_VEC, LW(lin_norm), AR_BACKBONE, "ssm_norm.weight"},    \
+    {"linear_attn.out_proj", NULL, AW_LINEAR, AD_H, AD_NVDV, AK_MAT, LW(lin_out), AR_BACKBONE, "ssm_out.weight"}
+/* the post-attention norm as llama.cpp names it for Qwen3-Next, Qwen3.5, GLM-4.5 and gpt-oss (gguf-py
+ * tensor_mapping.py ATTN_POST_NORM) */
+#define T_POST_NORM_PA {"post_attention_layernorm", NULL, AW_EVERY, AD_H, AD_NONE, AK_VEC, LW(ffn_norm), AR_BACKBONE, "post_attention_norm.weight"}
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* SwiGLU experts: gate_proj, up_proj [I, H]; down_proj [H, I]. */
 extern const arch_pdef arch_swiglu_parts[3];
+
+/* The DeltaNet families' GGUF (llama.cpp qwen3next / qwen35moe, written by convert_hf_to_gguf.py's Qwen3NextModel):
+ * their metadata hook, and A = -exp(A_log) taken back to A_log (an f32 hook of arch_gguf_xf). */
+void arch_qwen_next_gguf_config(ggm *m, arch_gguf_common *g);
+int64_t arch_gguf_a_log(const sl_config *c, const float *src, float *dst);
 
 /* Config hooks shared by the Qwen families. */
 void arch_qwen_moe_config(hfc *c, sl_config *o);   /* Qwen3-MoE, Qwen2-MoE: norm_topk_prob, sparse layers */

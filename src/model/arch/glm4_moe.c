@@ -37,8 +37,7 @@ static const arch_tdef tensors[] = {
     T_ATTN_QKV_BIAS,
     {"self_attn.q_norm", NULL, AW_QK_NORM, AD_HD, AD_NONE, AK_VEC, LW(q_norm), AR_BACKBONE, "attn_q_norm.weight"},
     {"self_attn.k_norm", NULL, AW_QK_NORM, AD_HD, AD_NONE, AK_VEC, LW(k_norm), AR_BACKBONE, "attn_k_norm.weight"},
-    /* llama.cpp names GLM-4.5's post-attention norm post_attention_norm (gguf-py tensor_mapping.py ATTN_POST_NORM) */
-    {"post_attention_layernorm", NULL, AW_EVERY, AD_H, AD_NONE, AK_VEC, LW(ffn_norm), AR_BACKBONE, "post_attention_norm.weight"},
+    T_POST_NORM_PA,
     T_ROUTER,
     {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, "exp_probs_b.bias"},
     {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, "ffn_gate_shexp.weight"},
@@ -54,6 +53,23 @@ static const arch_shape shapes[] = {
     {"glm-4.5", 151552, 5120, 92, 96, 8, 128, 160, 8, 1536, 1536, 0, 0, 0, 0, 0, 131072, 1e6, 0.5, 1, 1, 12288, 3, 1, 1, 2.5, 1, 0, 0.0, 0, 355e9},
 };
 
+/* GGUF (llama.cpp glm4moe): the router's keys (expert_shared_count, expert_weights_scale, expert_group_count,
+ * expert_group_used_count, leading_dense_block_count); q/k biases and norms by the tensors present; partial
+ * rotary 0.5 unless rope.dimension_count says otherwise */
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    ggm_set_bool(m, "norm_topk_prob", g->wnorm_found ? g->wnorm != 0 : 1);
+    ggm_set_num(m, "n_shared_experts", ggm_num(m, "expert_shared_count", 0, 1, NULL));
+    ggm_set_num(m, "routed_scaling_factor", ggm_num(m, "expert_weights_scale", 0, 1.0, NULL));
+    ggm_set_num(m, "n_group", ggm_num(m, "expert_group_count", 0, 1, NULL));
+    ggm_set_num(m, "topk_group", ggm_num(m, "expert_group_used_count", 0, 1, NULL));
+    ggm_set_num(m, "first_k_dense_replace", ggm_num(m, "leading_dense_block_count", 0, g->first_dense, NULL));
+    ggm_set_bool(m, "attention_bias", g->has_qbias);
+    ggm_set_bool(m, "use_qk_norm", g->has_qnorm);
+    if (!g->rot_found) ggm_set_num(m, "partial_rotary_factor", 0.5);
+}
+
 static const char *const hf_types[] = {"glm4_moe", NULL};
 
 const arch_desc arch_glm4_moe = {
@@ -61,5 +77,5 @@ const arch_desc arch_glm4_moe = {
     .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_NONE, .prf_default = 0.5, .reads_attention_bias = 1,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
-    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "glm4moe",
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_config = gguf_config, .gguf_arch = "glm4moe",
 };

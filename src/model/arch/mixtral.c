@@ -40,6 +40,40 @@ static const arch_shape shapes[] = {
     {"mixtral-8x22b", 32000, 6144, 56, 48, 8, 128, 8, 2, 16384, 0, 0, 0, 0, 0, 0, 65536, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 140.6e9},
 };
 
+/* GGUF (llama.cpp llama with experts): the experts' width is feed_forward_length when the file has no
+ * expert_feed_forward_length; attention.sliding_window when written */
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    int found = g->moe_inter_found;
+    double inter = found ? g->moe_inter : ggm_num(m, "feed_forward_length", 0, 0, &found);
+    if (!found) ggm_fail(m, SL_ECONFIG, "missing metadata key '%s.expert_feed_forward_length'", g->arch);
+    ggm_set_num(m, "intermediate_size", inter);
+    int sw = 0;
+    double w = ggm_num(m, "attention.sliding_window", 0, 0, &sw);
+    if (sw && w > 0) ggm_set_num(m, "sliding_window", w);
+}
+
+/* llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute) reorders each head's q/k rows for its interleaved RoPE:
+ * HF row h*hd + i*hd/2 + j is written as row h*hd + 2j + i; this takes them back. A shape that does not split
+ * into heads of an even size gives an invalid permutation (refused by the import). */
+static void unpermute(int64_t rows, int heads, int64_t *perm) {
+    int64_t hd = heads > 0 ? rows / heads : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        if (hd < 2 || hd % 2 || hd * heads != rows) {
+            perm[r] = -1;
+            continue;
+        }
+        int64_t h = r / hd, w = r % hd, i = w / (hd / 2), j = w % (hd / 2);
+        perm[r] = h * hd + 2 * j + i;
+    }
+}
+static void q_rows(const sl_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_heads, perm); }
+static void k_rows(const sl_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_kv_heads, perm); }
+
+static const arch_gguf_xf gguf_xf[] = {
+    {"self_attn.q_proj", {"attn_q.weight", NULL}, 0, q_rows, NULL},
+    {"self_attn.k_proj", {"attn_k.weight", NULL}, 0, k_rows, NULL},
+};
+
 static const char *const hf_types[] = {"mixtral", NULL};
 
 const arch_desc arch_mixtral = {
@@ -47,5 +81,6 @@ const arch_desc arch_mixtral = {
     .router = SL_ROUTER_TOPK_SOFTMAX, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .renames = renames,
-    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "llama",
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_config = gguf_config, .gguf_arch = "llama",
+    .gguf_xf = gguf_xf, .n_gguf_xf = N_OF(gguf_xf),
 };

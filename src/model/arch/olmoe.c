@@ -30,6 +30,12 @@ static const arch_shape shapes[] = {
     {"olmoe-1b-7b", 50304, 2048, 16, 16, 16, 128, 64, 8, 1024, 0, 0, 0, 0, 0, 0, 4096, 1e4, 1.0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 6.92e9},
 };
 
+/* GGUF (llama.cpp olmoe): every layer MoE, its width the experts'; no renormalisation unless expert_weights_norm */
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_set_num(m, "intermediate_size", ggm_moe_inter(m, g));
+    ggm_set_bool(m, "norm_topk_prob", g->wnorm_found && g->wnorm != 0);
+}
+
 static const char *const hf_types[] = {"olmoe", NULL};
 
 const arch_desc arch_olmoe = {
@@ -37,5 +43,5 @@ const arch_desc arch_olmoe = {
     .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_ALL, .prf_default = 1.0,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
-    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "olmoe",
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_config = gguf_config, .gguf_arch = "olmoe",
 };

@@ -30,6 +30,21 @@ static const arch_shape shapes[] = {
     {"qwen2-57b-a14b", 151936, 3584, 28, 28, 4, 128, 64, 8, 2560, 20480, 0, 0, 0, 0, 0, 32768, 1e6, 1.0, 0, 1, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 57.4e9},
 };
 
+/* GGUF (llama.cpp qwen2moe): top-k weights never renormalised unless expert_weights_norm says so; the shared
+ * expert's width from expert_shared_feed_forward_length, else from ffn_gate_shexp */
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    ggm_set_bool(m, "norm_topk_prob", g->wnorm_found && g->wnorm != 0);
+    int sf = 0;
+    double sh = ggm_num(m, "expert_shared_feed_forward_length", 0, 0, &sf);
+    if (!sf && ggm_ne(m, g->l_moe, "ffn_gate_shexp.weight", 1) > 0)
+        sh = (double)ggm_ne(m, g->l_moe, "ffn_gate_shexp.weight", 1), sf = 1;
+    if (!sf) ggm_fail(m, SL_ECONFIG, "missing metadata key '%s.expert_shared_feed_forward_length'", g->arch);
+    ggm_set_num(m, "shared_expert_intermediate_size", sh);
+    ggm_set_bool(m, "qkv_bias", g->has_qbias);
+}
+
 static const char *const hf_types[] = {"qwen2_moe", NULL};
 
 const arch_desc arch_qwen2_moe = {
@@ -37,5 +52,5 @@ const arch_desc arch_qwen2_moe = {
     .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
-    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "qwen2moe",
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_config = gguf_config, .gguf_arch = "qwen2moe",
 };

@@ -29,6 +29,13 @@ static const arch_shape shapes[] = {
     {"qwen3-235b-a22b", 151936, 4096, 94, 64, 4, 128, 128, 8, 1536, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 235.1e9},
 };
 
+/* GGUF (llama.cpp qwen3moe): llama.cpp renormalises the top-k weights unless expert_weights_norm says otherwise */
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    ggm_set_bool(m, "norm_topk_prob", g->wnorm_found ? g->wnorm != 0 : 1);
+}
+
 static const char *const hf_types[] = {"qwen3_moe", NULL};
 
 const arch_desc arch_qwen3_moe = {
@@ -36,5 +43,5 @@ const arch_desc arch_qwen3_moe = {
     .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_HEAD, .prf_default = 1.0,
     .config = arch_qwen_moe_config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
-    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "qwen3moe",
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_config = gguf_config, .gguf_arch = "qwen3moe",
 };
