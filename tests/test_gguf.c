@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "import/gguf.h"
+#include "model/arch.h"
 #include "sluice.h"
 #include "test.h"
 
@@ -179,4 +180,17 @@ TEST(gguf_random_header_bytes) {
     }
     free(m);
     free(b.p);
+}
+
+/* Every family imports GGUF through its own table: a GGUF architecture name that maps back to it, and a metadata
+ * hook (src/model/arch/<family>.c; nothing per family in import/). */
+TEST(gguf_every_family_has_its_architecture) {
+    int n = 0;
+    for (int i = 0; arch_list[i]; i++, n++) {
+        const arch_desc *a = arch_list[i];
+        CHECKF(a->gguf_arch && a->gguf_config, "%s has no GGUF import", a->name);
+        CHECKF(arch_by_gguf(a->gguf_arch) == a, "%s: '%s' maps elsewhere", a->name, a->gguf_arch);
+        CHECKF(strstr(arch_gguf_list(), a->gguf_arch), "%s missing from '%s'", a->gguf_arch, arch_gguf_list());
+    }
+    CHECK(n >= 9);
 }

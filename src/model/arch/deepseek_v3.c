@@ -68,19 +68,20 @@ static void config(hfc *c, sl_config *o) {
 static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM,
-    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, NULL},
-    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, NULL},
-    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, NULL},
-    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, NULL},
-    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, NULL},
-    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, NULL},
-    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, NULL},
-    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, NULL},
+    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, "attn_q.weight"},
+    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, "attn_q_a.weight"},
+    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, "attn_q_a_norm.weight"},
+    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, "attn_q_b.weight"},
+    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, "attn_kv_a_mqa.weight"},
+    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, "attn_kv_a_norm.weight"},
+    /* older converters wrote kv_b_proj whole (attn_kv_b); today's split it (gguf_xf below) */
+    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, "attn_kv_b.weight"},
+    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, "attn_output.weight"},
     T_POST_NORM, T_ROUTER,
-    {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, NULL},
-    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, NULL},
-    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, NULL},
-    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, NULL},
+    {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, "exp_probs_b.bias"},
+    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, "ffn_gate_shexp.weight"},
+    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, "ffn_up_shexp.weight"},
+    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, "ffn_down_shexp.weight"},
     T_DENSE_MLP,
     T_HEAD,
 };
@@ -116,6 +117,69 @@ static void shape_config(const arch_shape *sh, sl_config *c) {
     c->attn_scale = mla_scale(c);
 }
 
+/* ---- GGUF (llama.cpp deepseek2): convert_hf_to_gguf.py DeepseekV2Model (llama.cpp conversion/deepseek.py) writes
+ * MLA as llama.cpp runs it: head_count_kv 1, key_length kv_lora + rope and value_length kv_lora (the compressed
+ * cache), key_length_mla / value_length_mla the per-head widths; kv_b_proj split per head into attn_k_b (the nope
+ * key rows, transposed: [heads][kv_lora][nope]) and attn_v_b ([heads][v][kv_lora]); the routing keys
+ * (expert_gating_func from scoring_func, expert_weights_scale, expert_weights_norm only when true, groups);
+ * YaRN with rope.scaling.yarn_log_multiplier = 0.1 * mscale_all_dim. What the file does not keep: mscale (taken
+ * = mscale_all_dim, as both releases have it), rope_interleave (llama.cpp's deepseek2 always rotates adjacent
+ * pairs: true), the multi-token-prediction layer (skipped by the converter). ---- */
+
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    g->check_value_length = 0; /* key/value_length are the compressed cache's widths */
+    const int heads = ggm_count(m, "attention.head_count", 1, 0, NULL);
+    const int rope = ggm_count(m, "rope.dimension_count", 1, 0, NULL);
+    const int kq = ggm_count(m, "attention.key_length_mla", 1, 0, NULL);
+    ggm_set_num(m, "num_key_value_heads", heads);
+    ggm_set_num(m, "head_dim", rope); /* as transformers writes it; the config hook takes nope + rope */
+    ggm_set_num(m, "partial_rotary_factor", 1.0);
+    ggm_set_num(m, "qk_rope_head_dim", rope);
+    if (kq <= rope) ggm_fail(m, SL_ECONFIG, "'%s.attention.key_length_mla' (%d) leaves no nope dimension beside the %d "
+                             "rotary ones", g->arch, kq, rope);
+    ggm_set_num(m, "qk_nope_head_dim", kq - rope);
+    ggm_set_num(m, "v_head_dim", ggm_count(m, "attention.value_length_mla", 1, 0, NULL));
+    ggm_set_num(m, "kv_lora_rank", ggm_count(m, "attention.kv_lora_rank", 1, 0, NULL));
+    int qf = 0, q = ggm_count(m, "attention.q_lora_rank", 0, 0, &qf);
+    if (qf && q > 0) ggm_set_num(m, "q_lora_rank", q);
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    ggm_set_num(m, "n_shared_experts", ggm_num(m, "expert_shared_count", 0, 0, NULL));
+    ggm_set_num(m, "routed_scaling_factor", ggm_num(m, "expert_weights_scale", 0, 1.0, NULL));
+    ggm_set_bool(m, "norm_topk_prob", g->wnorm_found && g->wnorm != 0);
+    ggm_set_num(m, "n_group", ggm_num(m, "expert_group_count", 0, 1, NULL));
+    ggm_set_num(m, "topk_group", ggm_num(m, "expert_group_used_count", 0, 1, NULL));
+    ggm_set_num(m, "first_k_dense_replace", ggm_num(m, "leading_dense_block_count", 0, g->first_dense, NULL));
+    ggm_set_bool(m, "rope_interleave", 1);
+    if (ggm_num(m, "expert_gating_func", 0, 0, NULL) == 0 && !ggm_has(m, g->l_moe, "exp_probs_b.bias"))
+        ggm_fail(m, SL_EUNSUPPORTED, "no expert_gating_func and no exp_probs_b: DeepSeek-V2's softmax routing, which "
+                 "sluice does not serve (DeepSeek-V3 / Kimi-K2's sigmoid routing only)");
+    int lf = 0;
+    double lm = ggm_num(m, "rope.scaling.yarn_log_multiplier", 0, 0, &lf);
+    if (lf) {
+        ggm_set_num(m, "rope_parameters.mscale_all_dim", lm / 0.1);
+        ggm_set_num(m, "rope_parameters.mscale", lm / 0.1);
+    }
+}
+
+/* kv_b_proj [heads * (nope + v)][kv_lora] from attn_k_b [heads][kv_lora][nope] then attn_v_b [heads][v][kv_lora] */
+static int64_t kv_b(const sl_config *c, const float *src, float *dst) {
+    const int64_t nh = c->n_heads, L = c->kv_lora, np = c->qk_nope, v = c->v_head_dim;
+    const float *kb = src, *vb = src + nh * L * np;
+    for (int64_t h = 0; h < nh; h++) {
+        float *o = dst + h * (np + v) * L;
+        for (int64_t i = 0; i < np; i++)
+            for (int64_t l = 0; l < L; l++) o[i * L + l] = kb[(h * L + l) * np + i];
+        for (int64_t i = 0; i < v; i++)
+            for (int64_t l = 0; l < L; l++) o[(np + i) * L + l] = vb[(h * v + i) * L + l];
+    }
+    return -1;
+}
+
+static const arch_gguf_xf gguf_xf[] = {
+    {"self_attn.kv_b_proj", {"attn_k_b.weight", "attn_v_b.weight"}, 0, NULL, kv_b},
+};
+
 static const char *const hf_types[] = {"deepseek_v3", "kimi_k2", NULL};
 
 const arch_desc arch_deepseek_v3 = {
@@ -124,4 +188,5 @@ const arch_desc arch_deepseek_v3 = {
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
     .shapes = shapes, .n_shapes = N_OF(shapes), .shape_config = shape_config,
+    .gguf_arch = "deepseek2", .gguf_config = gguf_config, .gguf_xf = gguf_xf, .n_gguf_xf = N_OF(gguf_xf),
 };

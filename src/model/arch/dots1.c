@@ -57,6 +57,21 @@ static const arch_shape shapes[] = {
     {"dots.llm1", 152064, 4096, 62, 32, 32, 128, 128, 6, 1408, 2816, 0, 0, 0, 0, 0, 32768, 1e7, 1.0, 1, 0, 10944, 1, 1, 1, 2.5, 0, 0, 0.0, 0, 142e9},
 };
 
+/* GGUF (llama.cpp dots1: convert_hf_to_gguf.py Dots1Model, llama.cpp conversion/dots1.py, on Qwen2MoeModel): the
+ * router's keys (expert_shared_count, expert_weights_scale, expert_weights_norm, expert_group_count /
+ * _used_count, leading_dense_block_count), the tensors as Qwen3's and DeepSeek-V3's are named. The converter
+ * writes no sliding window (llama.cpp runs every dots1 layer over the whole context): the import does the same. */
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    ggm_set_num(m, "n_shared_experts", ggm_num(m, "expert_shared_count", 0, 0, NULL));
+    ggm_set_num(m, "routed_scaling_factor", ggm_num(m, "expert_weights_scale", 0, 1.0, NULL));
+    ggm_set_bool(m, "norm_topk_prob", g->wnorm_found && g->wnorm != 0);
+    ggm_set_num(m, "n_group", ggm_num(m, "expert_group_count", 0, 1, NULL));
+    ggm_set_num(m, "topk_group", ggm_num(m, "expert_group_used_count", 0, 1, NULL));
+    ggm_set_num(m, "first_k_dense_replace", ggm_num(m, "leading_dense_block_count", 0, g->first_dense, NULL));
+}
+
 static const char *const hf_types[] = {"dots1", NULL};
 
 const arch_desc arch_dots1 = {
@@ -64,5 +79,5 @@ const arch_desc arch_dots1 = {
     .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_HEAD, .prf_default = 1.0,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
-    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "dots1",
+    .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_arch = "dots1", .gguf_config = gguf_config,
 };

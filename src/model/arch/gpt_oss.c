@@ -30,20 +30,52 @@ static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM, T_ATTN_QKVO,
     T_ATTN_QKV_BIAS,
-    {"self_attn.o_proj.bias", NULL, AW_ATTN_BIAS, AD_H, AD_NONE, AK_VEC, LW(o_bias), AR_BACKBONE, NULL},
-    {"self_attn.sinks", NULL, AW_SINKS, AD_NH, AD_NONE, AK_VEC, LW(sinks), AR_BACKBONE, NULL},
-    T_POST_NORM,
-    {"mlp.gate", "mlp.router", AW_MOE, AD_E, AD_H, AK_MAT, LW(router), AR_ROUTER, NULL},
-    {"mlp.gate.bias", "mlp.router.bias", AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_lbias), AR_BACKBONE, NULL},
+    {"self_attn.o_proj.bias", NULL, AW_ATTN_BIAS, AD_H, AD_NONE, AK_VEC, LW(o_bias), AR_BACKBONE, "attn_output.bias"},
+    {"self_attn.sinks", NULL, AW_SINKS, AD_NH, AD_NONE, AK_VEC, LW(sinks), AR_BACKBONE, "attn_sinks.weight"},
+    T_POST_NORM_PA,
+    {"mlp.gate", "mlp.router", AW_MOE, AD_E, AD_H, AK_MAT, LW(router), AR_ROUTER, "ffn_gate_inp.weight"},
+    {"mlp.gate.bias", "mlp.router.bias", AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_lbias), AR_BACKBONE, "ffn_gate_inp.bias"},
     T_HEAD,
 };
 
 static const arch_pdef parts[] = {
     {"gate_up_proj", NULL, AD_2I, AD_H, EW(gate_up), AK_MAT, 1, NULL},
     {"gate_up_proj_bias", NULL, AD_2I, AD_ONE, EW(gate_up_bias), AK_VEC, 0, NULL},
-    {"down_proj", NULL, AD_H, AD_I, EW(down), AK_MAT, 1, NULL},
-    {"down_proj_bias", NULL, AD_H, AD_ONE, EW(down_bias), AK_VEC, 0, NULL},
+    {"down_proj", NULL, AD_H, AD_I, EW(down), AK_MAT, 1, "ffn_down_exps.weight"},
+    {"down_proj_bias", NULL, AD_H, AD_ONE, EW(down_bias), AK_VEC, 0, "ffn_down_exps.bias"},
 };
+
+/* ---- GGUF (llama.cpp gpt-oss): convert_hf_to_gguf.py GptOssModel (llama.cpp conversion/gpt_oss.py) splits the
+ * interleaved gate_up_proj (and its bias) into ffn_gate_exps (the even rows) and ffn_up_exps (the odd ones), each
+ * [E][I][H] (x @ W transposed to rows of H), and down_proj into ffn_down_exps [E][H][I]; MXFP4 experts as ggml
+ * MXFP4 blocks (the E8M0 exponent, then 16 bytes: elements 0-15 in the low nibbles, 16-31 in the high ones),
+ * imported as the container's mxfp4 (import/gguf.c). The sinks are attn_sinks.weight, the router's bias
+ * ffn_gate_inp.bias. Layers slide at even indices (llama.cpp's swa pattern 2, configuration_gpt_oss.py's
+ * default) unless attention.sliding_window_pattern says otherwise. The file has no key for YaRN's truncate: false, as every gpt-oss release has it. ---- */
+
+/* gate_up_proj row 2i is ffn_gate_exps row i, 2i + 1 ffn_up_exps row i */
+static void gate_up_rows(const sl_config *c, int64_t rows, int64_t *perm) {
+    (void)c;
+    for (int64_t r = 0; r < rows; r++) perm[r] = r % 2 ? rows / 2 + r / 2 : r / 2;
+}
+
+static const arch_gguf_xf gguf_xf[] = {
+    {"gate_up_proj", {"ffn_gate_exps.weight", "ffn_up_exps.weight"}, 1, gate_up_rows, NULL},
+    {"gate_up_proj_bias", {"ffn_gate_exps.bias", "ffn_up_exps.bias"}, 1, gate_up_rows, NULL},
+};
+
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_set_num(m, "intermediate_size", ggm_moe_inter(m, g));
+    ggm_set_bool(m, "attention_bias", g->has_qbias);
+    ggm_set_num(m, "sliding_window", ggm_num(m, "attention.sliding_window", 1, 0, NULL));
+    /* llama.cpp's load_swa_pattern: attention.sliding_window_pattern n (default 2) slides layer l when
+     * n == 0 or l % n < n - 1 (a per-layer array of differing values is refused by ggm_count) */
+    const int n = ggm_count(m, "attention.sliding_window_pattern", 0, 2, NULL);
+    const char *types[SL_MAX_LAYERS];
+    for (int l = 0; l < g->n_layers; l++) types[l] = n == 0 || l % n < n - 1 ? "sliding_attention" : "full_attention";
+    ggm_set_strs(m, "layer_types", types, g->n_layers);
+    if (ggm_num(m, "rope.scaling.factor", 0, 0, NULL) > 0) ggm_set_bool(m, "rope_parameters.truncate", 0);
+}
 
 /* openai/gpt-oss-20b and openai/gpt-oss-120b config.json: hidden_size 2880, intermediate_size 2880, 64 heads of
  * 64, 8 KV heads, vocab 201088, 131072 positions, rope_theta 150000, YaRN factor 32 over 4096 (beta_fast 32,
@@ -64,4 +96,5 @@ const arch_desc arch_gpt_oss = {
     .tensors = tensors, .n_tensors = N_OF(tensors),
     .parts = parts, .n_parts = N_OF(parts), .expert_kind = SL_EXPERT_GPTOSS, .attn_sinks = 1,
     .shapes = shapes, .n_shapes = N_OF(shapes),
+    .gguf_arch = "gpt-oss", .gguf_config = gguf_config, .gguf_xf = gguf_xf, .n_gguf_xf = N_OF(gguf_xf),
 };

@@ -4,6 +4,8 @@
  * and partial RoPE, zero-centred (1 + w) norms, a shared expert with a sigmoid gate, dense layers by
  * mlp_only_layers / decoder_sparse_step. Shared MODELS.md §1.2, §2.1, §3.
  */
+#include <math.h>
+
 #include "model/arch/common.h"
 
 void arch_qwen_next_config(hfc *c, sl_config *o) {
@@ -27,11 +29,87 @@ static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM,
     {"linear_attn.in_proj_qkvz", NULL, AW_LINEAR, AD_QKVZ, AD_H, AK_MAT, LW(qkvz), AR_BACKBONE, NULL},
-    {"linear_attn.in_proj_ba", NULL, AW_LINEAR, AD_2NV, AD_H, AK_MAT, LW(ba), AR_BACKBONE, NULL},
+    {"linear_attn.in_proj_ba", NULL, AW_LINEAR, AD_2NV, AD_H, AK_MAT, LW(ba), AR_BACKBONE, "ssm_ba.weight"},
     T_DELTANET_TAIL,
     T_ATTN_QKVO, T_QK_NORM_HEAD,
-    T_POST_NORM, T_ROUTER, T_SHARED_EXPERT, T_DENSE_MLP,
+    T_POST_NORM_PA, T_ROUTER, T_SHARED_EXPERT, T_DENSE_MLP,
     T_HEAD,
+};
+
+/* ---- GGUF (llama.cpp qwen3next): convert_hf_to_gguf.py Qwen3NextModel (llama.cpp conversion/qwen.py) adds 1 to
+ * every norm weight but linear_attn.norm's (gguf_norms_shifted), writes A = -exp(A_log) (ssm_a), dt_bias as
+ * ssm_dt.bias, conv1d squeezed to [channels][kernel], in_proj_ba as it is (ssm_ba), and splits in_proj_qkvz, whose
+ * rows are grouped by key head ([q | k | v | z] per key head), into attn_qkv ([all q | all k | all v]) and
+ * attn_gate (all z). ---- */
+
+static const char *const LT[2] = {"full_attention", "linear_attention"};
+
+void arch_qwen_next_gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    int sf = 0;
+    double sh = ggm_num(m, "expert_shared_feed_forward_length", 0, 0, &sf);
+    if (!sf && ggm_ne(m, g->l_moe, "ffn_gate_shexp.weight", 1) > 0)
+        sh = (double)ggm_ne(m, g->l_moe, "ffn_gate_shexp.weight", 1), sf = 1;
+    if (!sf) ggm_fail(m, SL_ECONFIG, "missing metadata key '%s.expert_shared_feed_forward_length'", g->arch);
+    ggm_set_num(m, "shared_expert_intermediate_size", sh);
+    /* llama.cpp renormalises Qwen3-Next's top-k weights */
+    ggm_set_bool(m, "norm_topk_prob", g->wnorm_found ? g->wnorm != 0 : 1);
+    int nk = ggm_count(m, "ssm.group_count", 1, 0, NULL), nv = ggm_count(m, "ssm.time_step_rank", 1, 0, NULL);
+    int inner = ggm_count(m, "ssm.inner_size", 1, 0, NULL);
+    ggm_set_num(m, "linear_num_key_heads", nk);
+    ggm_set_num(m, "linear_num_value_heads", nv);
+    ggm_set_num(m, "linear_key_head_dim", ggm_count(m, "ssm.state_size", 1, 0, NULL));
+    ggm_set_num(m, "linear_conv_kernel_dim", ggm_count(m, "ssm.conv_kernel", 1, 0, NULL));
+    if (nv < 1 || inner % nv) ggm_fail(m, SL_ECONFIG, "'%s.ssm.inner_size' (%d) is not a multiple of '%s.ssm.time_step_rank' "
+                                       "(%d)", g->arch, inner, g->arch, nv);
+    ggm_set_num(m, "linear_value_head_dim", nv > 0 ? inner / nv : 0);
+    /* which layers are DeltaNet: those with ssm_a */
+    const char *types[SL_MAX_LAYERS];
+    for (int l = 0; l < g->n_layers; l++) types[l] = LT[ggm_has(m, l, "ssm_a")];
+    ggm_set_strs(m, "layer_types", types, g->n_layers);
+}
+
+/* A = -exp(A_log) back to A_log: the float x whose -expf(x) is A (the DeltaNet layer computes -expf(A_log),
+ * model/deltanet.c), searched next to logf(-A); where no float gives A exactly, the nearest. */
+int64_t arch_gguf_a_log(const sl_config *c, const float *src, float *dst) {
+    for (int64_t i = 0; i < c->lin_nv; i++) {
+        const float y = -src[i];
+        if (!(y > 0) || !isfinite(y)) return i;
+        float x = logf(y), best = x, u = x, d = x;
+        float bd = fabsf(expf(x) - y);
+        for (int k = 0; k < 4 && bd > 0; k++) {
+            u = nextafterf(u, INFINITY);
+            d = nextafterf(d, -INFINITY);
+            if (fabsf(expf(u) - y) < bd) bd = fabsf(expf(u) - y), best = u;
+            if (fabsf(expf(d) - y) < bd) bd = fabsf(expf(d) - y), best = d;
+        }
+        dst[i] = best;
+    }
+    return -1;
+}
+
+/* in_proj_qkvz's rows (per key head g: q [dk], k [dk], v [r dv], z [r dv], r = nv / nk) from attn_qkv then
+ * attn_gate */
+static void qkvz_rows(const sl_config *c, int64_t rows, int64_t *perm) {
+    const int64_t nk = c->lin_nk, nv = c->lin_nv, dk = c->lin_dk, dv = c->lin_dv;
+    const int64_t r = nk > 0 ? nv / nk : 0, G = 2 * dk + 2 * r * dv;
+    for (int64_t o = 0; o < rows; o++) {
+        if (nk < 1 || r * nk != nv || G * nk != rows) {
+            perm[o] = -1;
+            continue;
+        }
+        int64_t g = o / G, w = o % G;
+        perm[o] = w < dk ? g * dk + w
+                  : w < 2 * dk ? nk * dk + g * dk + (w - dk)
+                  : w < 2 * dk + r * dv ? 2 * nk * dk + g * r * dv + (w - 2 * dk)
+                  : 2 * nk * dk + nv * dv + g * r * dv + (w - 2 * dk - r * dv);
+    }
+}
+
+static const arch_gguf_xf gguf_xf[] = {
+    {"linear_attn.in_proj_qkvz", {"attn_qkv.weight", "attn_gate.weight"}, 0, qkvz_rows, NULL},
+    {"linear_attn.A_log", {"ssm_a", NULL}, 0, NULL, arch_gguf_a_log},
 };
 
 static const arch_shape shapes[] = {
@@ -47,4 +125,6 @@ const arch_desc arch_qwen3_next = {
     .prf_default = 0.25, .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
     .shapes = shapes, .n_shapes = N_OF(shapes),
+    .gguf_arch = "qwen3next", .gguf_config = arch_qwen_next_gguf_config, .gguf_xf = gguf_xf,
+    .n_gguf_xf = N_OF(gguf_xf), .gguf_norms_shifted = 1,
 };
