@@ -137,19 +137,6 @@ void hfc_linear_layers(hfc *c, sl_config *o) {
     for (int i = 0; i < o->n_layers; i++) o->layer_linear[i] = (i + 1) % iv != 0;
 }
 
-void hfc_full_attention_only(hfc *c, const sl_config *o) {
-    const cJSON *lt = field(c, "layer_types");
-    if (!lt || c->st) return;
-    for (int i = 0; i < cJSON_GetArraySize(lt) && i < o->n_layers; i++) {
-        const cJSON *e = cJSON_GetArrayItem(lt, i);
-        if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
-            hfc_fail(c, SL_EUNSUPPORTED, "layer_types[%d] is '%s' (only full attention is supported)", i,
-                     cJSON_IsString(e) ? e->valuestring : "?");
-            return;
-        }
-    }
-}
-
 void hfc_sliding_layers(hfc *c, sl_config *o) {
     if (c->st) return;
     int any = 0, got = layer_types(c, o, "sliding_attention", o->layer_sliding);

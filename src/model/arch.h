@@ -139,8 +139,6 @@ void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) __attribute__((format(
  * into dense_inter when a layer is dense. */
 void hfc_linear_layers(hfc *c, sl_config *o);
 void hfc_sparse_layers(hfc *c, sl_config *o);
-/* Refuses a config whose layer_types name anything but full attention (sliding windows). */
-void hfc_full_attention_only(hfc *c, const sl_config *o);
 /* layer_types of full_attention / sliding_attention into layer_sliding, sliding_window into o->sliding_window
  * (required when a layer slides). */
 void hfc_sliding_layers(hfc *c, sl_config *o);

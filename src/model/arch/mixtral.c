@@ -1,7 +1,7 @@
 /*
  * mixtral.c — Mixtral (Mixtral-8x7B, Mixtral-8x22B): Llama-style attention (GQA, full RoPE, no q/k
  * norm, no biases), every layer a MoE of SwiGLU experts without a shared expert, routed top-k of the
- * router logits then a softmax over those k. On disk (the released checkpoints, and what
+ * router logits then a softmax over those k; sliding_window (Mistral's), when set, on every layer. On disk (the released checkpoints, and what
  * transformers 5.x save_pretrained writes): block_sparse_moe.gate, block_sparse_moe.experts.E.w1
  * (gate), w3 (up), w2 (down). transformers' modeling_mixtral.py MixtralTopKRouter takes softmax over
  * all E, top-k and renormalises: the same weights (softmax is monotonic and the renormalisation
@@ -12,11 +12,15 @@
 static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* the experts' width: Mixtral has no dense MLP */
     o->norm_topk = 1;
-    int found = 0;
-    double sw = hfc_num(c, "sliding_window", 0, &found);
-    if (found && sw < o->max_pos)
-        hfc_fail(c, SL_EUNSUPPORTED, "sliding_window = %g is not supported (only null: attention over the whole "
-                 "context)", sw);
+    /* modeling_mixtral.py: config.sliding_window, when not null, is every layer's window (transformers'
+     * sliding_window_causal mask: the last sliding_window positions, the query's own included); a window that
+     * covers the whole context is full attention */
+    int sw = hfc_has(c, "sliding_window") ? hfc_int(c, "sliding_window", 1, 0) : 0;
+    if (hfc_has(c, "sliding_window") && sw < 1) hfc_fail(c, SL_ECONFIG, "sliding_window must be >= 1 (or null)");
+    if (sw >= 1 && sw < o->max_pos) {
+        o->sliding_window = sw;
+        for (int i = 0; i < o->n_layers; i++) o->layer_sliding[i] = 1;
+    }
     for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = 1;
 }
 

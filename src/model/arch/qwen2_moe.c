@@ -11,9 +11,22 @@ static void config(hfc *c, sl_config *o) {
     arch_qwen_moe_config(c, o); /* moe_intermediate_size, norm_topk_prob, sparse layers */
     o->shared_inter = hfc_int(c, "shared_expert_intermediate_size", 1, 0);
     o->attn_bias = hfc_bool(c, "qkv_bias", 1); /* 4.x checkpoints have no such field: always biased */
-    if (hfc_bool(c, "use_sliding_window", 0))
-        hfc_fail(c, SL_EUNSUPPORTED, "use_sliding_window = true is not supported");
-    hfc_full_attention_only(c, o);
+    /* configuration_qwen2_moe.py: the window is sliding_window when use_sliding_window, and layer_types, when the
+     * config has none, slide at even layers below max_window_layers (only with use_sliding_window) */
+    int use = hfc_bool(c, "use_sliding_window", 0);
+    if (hfc_has(c, "layer_types")) {
+        hfc_sliding_layers(c, o);
+        for (int i = 0; i < o->n_layers && !use; i++)
+            if (o->layer_sliding[i]) {
+                hfc_fail(c, SL_ECONFIG, "layer_types[%d] is sliding_attention but use_sliding_window is false", i);
+                break;
+            }
+    } else if (use) {
+        int mwl = hfc_int(c, "max_window_layers", 0, 28);
+        o->sliding_window = hfc_int(c, "sliding_window", 1, 0);
+        if (o->sliding_window < 1) hfc_fail(c, SL_ECONFIG, "sliding_window must be >= 1 with use_sliding_window");
+        for (int i = 0; i < o->n_layers; i++) o->layer_sliding[i] = i % 2 == 0 && i < mwl;
+    }
 }
 
 static const arch_tdef tensors[] = {
