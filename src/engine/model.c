@@ -24,7 +24,6 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "engine/engine.h"
 #include "stream/cache.h"
@@ -36,6 +35,7 @@
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"
+#include "util/xxh3.h"
 
 struct sl_model {
     slc_file f;

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "format/container.h"
 #include "import/hf.h"
@@ -22,6 +21,7 @@
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"
+#include "util/xxh3.h"
 
 const char *const pack_blob_names[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
                                        "generation_config.json", "special_tokens_map.json", "chat_template.jinja",

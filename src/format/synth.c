@@ -21,7 +21,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "format/synth.h"
 
@@ -32,6 +31,7 @@
 #include "sluice.h"
 #include "util/err.h"
 #include "util/fileio.h"
+#include "util/xxh3.h"
 
 /* The shapes are the families' (model/arch/<family>.c: the released config.json files' dimensions). */
 const char *sl_synth_shapes(void) {

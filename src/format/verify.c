@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "format/container.h"
 #include "format/pack.h"
@@ -13,6 +12,7 @@
 #include "model/tensors.h"
 #include "util/err.h"
 #include "util/fileio.h"
+#include "util/xxh3.h"
 
 static sl_status check_source(slc_file *f, hf_ckpt *ck, const char *name, const pack_tgt *tgt, const void *have,
                               uint64_t bytes, void *scratch, uint64_t file_off, sl_error *err) {

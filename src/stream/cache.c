@@ -16,9 +16,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#include <xxhash.h>
 
 #include "sluice.h"
+#include "util/xxh3.h"
 
 enum { S_FREE = 0, S_LOADING = 1, S_READY = 2 };
 #define PF_ON 0.80

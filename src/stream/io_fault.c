@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "stream/io.h"
+#include "util/xxh3.h"
 
 typedef struct {
     io_engine base;

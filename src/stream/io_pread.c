@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "stream/io.h"
+#include "util/xxh3.h"
 
 #define PQ_CAP 4096
 

@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "stream/io.h"
+#include "util/xxh3.h"
 
 #define UQ_CAP 4096
 
