@@ -1,6 +1,7 @@
 /* test_util.c — dtype conversions, the thread pool, and the layering of the rooms under src/. */
 #include <dirent.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,47 @@ TEST(threadpool_covers_each_index_once) {
         sl_pool_free(p);
     }
     sl_pool_for(NULL, 3, 1, fill_idx, (int[3]){0});
+}
+
+/* sl_pool_for_any: ranges claimed by any thread. Each index is covered exactly once (fill_any adds, so a
+ * range run twice or skipped shows), every range starts at a multiple of the grain and is a multiple of it
+ * long but the last; static and dynamic jobs interleave back to back on one pool (a worker late for one job
+ * must not run a range of the next). */
+typedef struct {
+    int *v;
+    size_t grain, n;
+    atomic_int bad;
+} any_ctx;
+
+static void fill_any(void *ctx, size_t b, size_t e) {
+    any_ctx *c = ctx;
+    if (b % c->grain || (e != c->n && (e - b) % c->grain) || e <= b || e > c->n) atomic_store(&c->bad, 1);
+    for (size_t i = b; i < e && i < c->n; i++) c->v[i] += (int)i + 1;
+}
+
+TEST(threadpool_any_covers_each_index_once) {
+    for (int t = 1; t <= 4; t++) {
+        sl_pool *p = sl_pool_new(t);
+        CHECK(p);
+        for (int round = 0; round < 300; round++) {
+            size_t n = 1 + (size_t)(round * 97 % 3000), grain = 1 + (size_t)(round % 9);
+            int *v = calloc(n, sizeof *v);
+            any_ctx c = {v, grain, n, 0};
+            sl_pool_for_any(p, n, grain, fill_any, &c);
+            sl_pool_for(p, n, 1, fill_idx, v); /* a static job right after a dynamic one */
+            sl_pool_for_any(p, n, grain, fill_any, &c);
+            int ok = !atomic_load(&c.bad);
+            for (size_t i = 0; i < n; i++) ok &= v[i] == 3 * ((int)i + 1);
+            free(v);
+            if (!ok) sl_pool_free(p);
+            CHECKF(ok, "threads %d n %zu grain %zu", t, n, grain);
+        }
+        sl_pool_free(p);
+    }
+    int one[3] = {0};
+    any_ctx c = {one, 1, 3, 0};
+    sl_pool_for_any(NULL, 3, 1, fill_any, &c);
+    CHECK(one[0] == 1 && one[2] == 3);
 }
 
 /* The rooms below the model (src/model/) take the types they share from util/tensor.h: none includes the

@@ -314,7 +314,7 @@ int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float
      * grain a multiple of RB so row blocks are full */
     size_t work = (size_t)w->cols * (size_t)n_tok;
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
-    sl_pool_for(pool, (size_t)w->rows, grain, mm_part, &j);
+    sl_pool_for_any(pool, (size_t)w->rows, grain, mm_part, &j);
     free(xr);
     return 0;
 }
@@ -499,7 +499,7 @@ int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int
     work = work / (size_t)n * (size_t)mm[0].a->n_tok; /* per row, on average */
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
     multi_job j = {ops, mm, n, row0};
-    sl_pool_for(pool, row0[n], grain, multi_part, &j);
+    sl_pool_for_any(pool, row0[n], grain, multi_part, &j);
     return 0;
 }
 
@@ -515,6 +515,6 @@ int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_ac
     mmi8_job j = {fn, w, a, y, ldy};
     size_t work = (size_t)w->cols * (size_t)a->n_tok;
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
-    sl_pool_for(pool, (size_t)w->rows, grain, mmi8_part, &j);
+    sl_pool_for_any(pool, (size_t)w->rows, grain, mmi8_part, &j);
     return 0;
 }

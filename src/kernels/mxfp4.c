@@ -68,6 +68,6 @@ int mxfp4_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const floa
     mx_job j = {ops, mxfp4_row_for(ops), w, x, y, ldx, ldy, n_tok};
     size_t work = (size_t)w->cols * (size_t)n_tok;
     size_t grain = work >= 65536 ? 4 : (65536 / (work ? work : 1) + 3) / 4 * 4;
-    sl_pool_for(pool, (size_t)w->rows, grain, mx_part, &j);
+    sl_pool_for_any(pool, (size_t)w->rows, grain, mx_part, &j);
     return 0;
 }

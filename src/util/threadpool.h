@@ -6,6 +6,9 @@
  * for any thread count as long as each output element is computed entirely inside one call (the
  * kernels are written that way: no cross-thread reductions).
  * The calling thread takes part. Not reentrant: one sl_pool_for at a time per pool.
+ * sl_pool_for_any hands the ranges out dynamically instead, for work whose result cannot depend on the
+ * split (the matmul kernels): on a machine where a thread can be put off the CPU for milliseconds, a
+ * static half per thread makes every parallel-for wait for the slowest thread.
  */
 #ifndef SL_THREADPOOL_H
 #define SL_THREADPOOL_H
@@ -21,5 +24,11 @@ void sl_pool_free(sl_pool *pool);
 int sl_pool_size(const sl_pool *pool);
 /* pool may be NULL (runs inline). Ranges are at least `grain` items (except the last). */
 void sl_pool_for(sl_pool *pool, size_t n, size_t grain, sl_pool_fn fn, void *ctx);
+/* Like sl_pool_for, but fn is called any number of times, by any of the pool's threads, on disjoint ranges
+ * covering 0..n-1, each a multiple of `grain` long but the last (starting at multiples of grain), claimed one
+ * at a time from a shared counter: a thread the system delays holds up at most the range it holds, and a
+ * worker that wakes after the work is done is not waited for. Only for fn without per-call state whose
+ * outputs do not depend on how the items are split (each output computed whole inside one call). */
+void sl_pool_for_any(sl_pool *pool, size_t n, size_t grain, sl_pool_fn fn, void *ctx);
 
 #endif
