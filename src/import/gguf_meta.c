@@ -313,17 +313,29 @@ fail:
 
 /* ---- tokenizer ------------------------------------------------------------------------------------ */
 
-/* tokenizer.ggml.pre -> the Split regex of the pre-tokenizer (llama.cpp src/llama-vocab.cpp, the regex of each
- * pre-tokenizer type; they are the HF tokenizers' Split patterns). NFC: the HF tokenizer's normalizer. */
+/* tokenizer.ggml.pre -> the Split regexes of the HF pre-tokenizer, applied in turn (a Sequence), then ByteLevel
+ * without its own regex (llama.cpp src/llama-vocab.cpp lists each type's regexes; these are the HF tokenizers'
+ * originals it adapts, from the models' tokenizer.json). NFC: the HF tokenizer's normalizer. */
 static const struct {
-    const char *pre, *regex;
+    const char *pre, *regex[3];
     int nfc;
 } PRE[] = {
-    {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-              "\\s+(?!\\S)|\\s+", 1},
-    {"llama-bpe", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-                  "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 0},
-    {"gpt-2", NULL, 0}, /* ByteLevel's own GPT-2 regex */
+    {"qwen2", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+               "\\s+(?!\\S)|\\s+"}, 1},
+    /* Qwen3.5 / 3.6: letters take their combining marks */
+    {"qwen35", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+                "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 1},
+    {"llama-bpe", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                   "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0},
+    /* gpt-oss (o200k): llama.cpp's gpt-4o */
+    {"gpt-4o", {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0},
+    /* DeepSeek-V3 / R1: digits in runs of 1-3, CJK runs, then its own regex */
+    {"deepseek-v3", {"\\p{N}{1,3}", "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
+                     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}"
+                     "\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, 0},
+    {"gpt-2", {NULL}, 0}, /* ByteLevel's own GPT-2 regex */
 };
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
@@ -356,23 +368,26 @@ sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_er
     for (size_t i = 0; i < sizeof PRE / sizeof *PRE; i++)
         if (!strcmp(PRE[i].pre, pre)) pi = (int)i;
     if (pi < 0)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, llama-bpe, "
-                      "gpt-2)", f->path, pre);
+        return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
+                      "llama-bpe, gpt-4o, deepseek-v3, gpt-2)", f->path, pre);
     char **toks = tk->arr, **merges = mg->arr;
     cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
     cJSON_AddStringToObject(root, "version", "1.0");
     if (PRE[pi].nfc) cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", "NFC");
     else cJSON_AddNullToObject(root, "normalizer");
     cJSON *pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
-    if (PRE[pi].regex) {
+    if (PRE[pi].regex[0]) {
         cJSON_AddStringToObject(pt, "type", "Sequence");
-        cJSON *l = cJSON_AddArrayToObject(pt, "pretokenizers"), *sp = cJSON_CreateObject(), *bl = cJSON_CreateObject();
-        cJSON_AddItemToArray(l, sp);
+        cJSON *l = cJSON_AddArrayToObject(pt, "pretokenizers"), *bl = cJSON_CreateObject();
+        for (int k = 0; k < 3 && PRE[pi].regex[k]; k++) {
+            cJSON *sp = cJSON_CreateObject();
+            cJSON_AddItemToArray(l, sp);
+            cJSON_AddStringToObject(sp, "type", "Split");
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "pattern"), "Regex", PRE[pi].regex[k]);
+            cJSON_AddStringToObject(sp, "behavior", "Isolated");
+            cJSON_AddFalseToObject(sp, "invert");
+        }
         cJSON_AddItemToArray(l, bl);
-        cJSON_AddStringToObject(sp, "type", "Split");
-        cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "pattern"), "Regex", PRE[pi].regex);
-        cJSON_AddStringToObject(sp, "behavior", "Isolated");
-        cJSON_AddFalseToObject(sp, "invert");
         cJSON_AddStringToObject(bl, "type", "ByteLevel");
         cJSON_AddFalseToObject(bl, "add_prefix_space");
         cJSON_AddFalseToObject(bl, "trim_offsets");

@@ -591,6 +591,55 @@ def test_tokenizer_from_gguf_metadata_matches_hf(qwen_dir, tmp_path):
     assert tmpl.encode() in open(p, "rb").read() or json.dumps(tmpl)[1:-1].encode() in open(p, "rb").read()
 
 
+def hf_with_pre(tok_dir, regexes, nfc):
+    """HF tokenizers' Tokenizer of tok_dir's vocabulary and merges with the pre-tokenizer a GGUF's tokenizer.ggml.pre
+    names: those Split regexes in turn, then ByteLevel without its own regex (and NFC or no normalizer)."""
+    from tokenizers import Tokenizer
+    tj = json.load(open(os.path.join(tok_dir, "tokenizer.json")))
+    tj["normalizer"] = {"type": "NFC"} if nfc else None
+    tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": False} for r in regexes] + [
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+    return Tokenizer.from_str(json.dumps(tj))
+
+
+# The HF originals of the pre-tokenizers llama.cpp names qwen35 (Qwen3.5) and gpt-4o (gpt-oss's o200k), from the
+# models' tokenizer.json (llama.cpp src/llama-vocab.cpp quotes them beside its adaptations)
+PRE_REGEX = {
+    "qwen35": ["(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
+    "gpt-4o": ["[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+               "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+               "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
+}
+
+
+@pytest.mark.parametrize("pre", ["qwen35", "gpt-4o"])
+def test_tokenizer_pre_types_of_the_new_families(pre, qwen_dir, tmp_path):
+    """tokenizer.ggml.pre qwen35 (Qwen3.5's GGUF) and gpt-4o (gpt-oss's) on Qwen3's vocabulary: the packed model's
+    ids equal HF tokenizers' with that pre-tokenizer."""
+    hf = hf_with_pre(qwen_dir, PRE_REGEX[pre], pre == "qwen35")
+    g = str(tmp_path / "t.gguf")
+    write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(qwen_dir, pre))
+    p = str(tmp_path / "t.sluice")
+    run(["pack", g, "-o", p])
+    texts = TOK_TEXTS + ["HELLO World CamelCaseWord don'T I'M x1234567y", " ".join(TOK_TEXTS) * 2]
+    assert tokenize_batch(p, texts) == [hf.encode(t).ids for t in texts]
+
+
+def test_tokenizer_deepseek_v3_from_gguf(deepseek_dir, tmp_path):
+    """tokenizer.ggml.pre deepseek-v3 (DeepSeek-V3 / R1's GGUF) on DeepSeek's own vocabulary: HF tokenizers' ids of
+    DeepSeek's tokenizer.json (its three Splits)."""
+    from tokenizers import Tokenizer
+    hf = Tokenizer.from_file(os.path.join(deepseek_dir, "tokenizer.json"))
+    g = str(tmp_path / "t.gguf")
+    write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(deepseek_dir, "deepseek-v3"))
+    p = str(tmp_path / "t.sluice")
+    run(["pack", g, "-o", p])
+    texts = TOK_TEXTS + ["12345678 3.14159 第一章 ひらがな カタカナ 漢字テスト", " ".join(TOK_TEXTS) * 2]
+    assert tokenize_batch(p, texts) == [hf.encode(t, add_special_tokens=False).ids for t in texts]
+
+
 def test_tokenizer_tiny_and_refusals(tiny_dir, tmp_path):
     from tokenizers import Tokenizer
     hf = Tokenizer.from_file(os.path.join(tiny_dir, "tokenizer.json"))
