@@ -179,7 +179,7 @@ TEST(eval_rejects_bad_input) {
     CHECK(ok7);
 }
 
-/* ---- sliding windows of Mixtral (sliding_window) and Qwen2-MoE (use_sliding_window, layer_types) ---------- */
+/* ---- sliding windows of Mixtral (sliding_window), Qwen2-MoE (use_sliding_window, layer_types), Qwen3-MoE ---- */
 
 /* The fixture with config.json edited by `edit` (a cJSON object), packed; the model, opened with 1 thread. */
 static sl_model *open_variant(const char *fixture, const char *tag, void (*edit)(cJSON *cfg, int window), int window) {
@@ -223,6 +223,13 @@ static void qwen2_window(cJSON *cfg, int w) {
     set_num(cfg, "sliding_window", w);
 }
 
+/* Qwen3-MoE: use_sliding_window, every layer */
+static void qwen3_window(cJSON *cfg, int w) {
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "use_sliding_window");
+    cJSON_AddTrueToObject(cfg, "use_sliding_window");
+    set_num(cfg, "sliding_window", w);
+}
+
 /* The same through explicit layer_types: layers 1 and 3 slide */
 static void qwen2_window_types(cJSON *cfg, int w) {
     qwen2_window(cfg, w);
@@ -237,7 +244,8 @@ TEST(mixtral_qwen2_sliding_window) {
     static const struct {
         const char *fixture, *tag;
         void (*edit)(cJSON *, int);
-    } V[] = {{"mixtral", "sw", mixtral_window}, {"qwen2_moe", "sw", qwen2_window}, {"qwen2_moe", "lt", qwen2_window_types}};
+    } V[] = {{"mixtral", "sw", mixtral_window}, {"qwen2_moe", "sw", qwen2_window}, {"qwen2_moe", "lt", qwen2_window_types},
+             {"qwen3_moe", "sw", qwen3_window}};
     for (size_t k = 0; k < sizeof V / sizeof *V; k++) {
         ref_t r;
         CHECK(load_ref(V[k].fixture, &r) == 0);

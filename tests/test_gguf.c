@@ -5,11 +5,12 @@
  * crashes (run under `make asan FILTER=gguf`), and never leaves an output file behind. The conversions and
  * the families are tested against gguf-py in tests/py/test_gguf.py.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "import/gguf.h"
-#include "model/arch.h"
+#include "model/arch/common.h"
 #include "sluice.h"
 #include "test.h"
 
@@ -193,4 +194,32 @@ TEST(gguf_every_family_has_its_architecture) {
         CHECKF(strstr(arch_gguf_list(), a->gguf_arch), "%s missing from '%s'", a->gguf_arch, arch_gguf_list());
     }
     CHECK(n >= 9);
+}
+
+/* Qwen3-Next / 3.5 GGUF store A = -exp(A_log), computed by the converter's exp (torch's), which may differ from
+ * libm's expf in the last place; the import takes back the f32 A_log whose expf is A (model/deltanet.c computes
+ * -expf(A_log)). On A one float step off expf of random A_log in [0, 1] (where every float A has a preimage),
+ * every value comes back exact; and a non-negative A is refused (its index returned). */
+TEST(gguf_a_log_round_trip) {
+    enum { N = 4096 };
+    float *a = malloc(N * sizeof *a), *x = malloc(N * sizeof *x);
+    unsigned s = test_seed();
+    for (int i = 0; i < N; i++) {
+        s = s * 1103515245u + 12345u;
+        float e = expf((float)(s >> 8) / (float)(1u << 24));
+        a[i] = -(i % 3 == 0 ? e : nextafterf(e, i % 3 == 1 ? INFINITY : 0.0f));
+    }
+    sl_config c;
+    memset(&c, 0, sizeof c);
+    c.lin_nv = N;
+    int64_t bad = arch_gguf_a_log(&c, a, x);
+    int exact = 0;
+    for (int i = 0; i < N; i++) exact += -expf(x[i]) == a[i];
+    a[7] = 0.0f;
+    int64_t bad2 = arch_gguf_a_log(&c, a, x);
+    free(a);
+    free(x);
+    CHECK(bad == -1);
+    CHECKF(exact == N, "%d of %d exact", exact, N);
+    CHECK(bad2 == 7);
 }

@@ -1,7 +1,8 @@
 /*
  * qwen3_moe.c — Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B): Llama-style attention with per-head q/k
  * RMSNorm, full RoPE, softmax -> top-k router with optional renormalisation (norm_topk_prob), dense
- * layers by mlp_only_layers / decoder_sparse_step. Shared MODELS.md §1.1, §2.1, §3.
+ * layers by mlp_only_layers / decoder_sparse_step; with use_sliding_window, sliding_window on every layer.
+ * Shared MODELS.md §1.1, §2.1, §3.
  */
 #include "model/arch/common.h"
 
@@ -16,6 +17,19 @@ void arch_qwen_moe_config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 0);
     hfc_sparse_layers(c, o);
+}
+
+/* configuration_qwen3_moe.py keeps sliding_window only with use_sliding_window; Qwen3MoeModel is MixtralModel
+ * (modular_qwen3_moe.py), whose mask slides on every layer when the window is set. A window covering the
+ * context is full attention. */
+static void config(hfc *c, sl_config *o) {
+    arch_qwen_moe_config(c, o);
+    if (!hfc_bool(c, "use_sliding_window", 0) || !hfc_has(c, "sliding_window")) return;
+    int w = hfc_int(c, "sliding_window", 1, 0);
+    if (w < 1) hfc_fail(c, SL_ECONFIG, "sliding_window must be >= 1 with use_sliding_window");
+    if (w < 1 || w >= o->max_pos) return;
+    o->sliding_window = w;
+    for (int i = 0; i < o->n_layers; i++) o->layer_sliding[i] = 1;
 }
 
 static const arch_tdef tensors[] = {
@@ -41,7 +55,7 @@ static const char *const hf_types[] = {"qwen3_moe", NULL};
 const arch_desc arch_qwen3_moe = {
     .id = SL_ARCH_QWEN3_MOE, .name = "qwen3_moe", .hf_types = hf_types,
     .router = SL_ROUTER_SOFTMAX_TOPK, .qk_norm = SL_QK_NORM_HEAD, .prf_default = 1.0,
-    .config = arch_qwen_moe_config,
+    .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts,
     .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_config = gguf_config, .gguf_arch = "qwen3moe",
 };
