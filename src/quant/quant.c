@@ -11,6 +11,7 @@
 #include "kernels/mxfp4.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -84,14 +85,40 @@ void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, in
     m->seed = seed;
 }
 
+/* For f16 / bf16 scales (index 0 / 1) and z = -8 / -128 (index 0 / 1): the bits of the bias z * scale for every
+ * scale's bits, or 0x10000 when z * scale has no 16-bit form (no bias can be implied). 16-bit to f32 conversion
+ * is one to one, so equal f32 values are equal bits. Made once (1 MiB). */
+static uint32_t implied_tab[2][2][65536];
+static pthread_once_t implied_once = PTHREAD_ONCE_INIT;
+
+static void implied_init(void) {
+    for (int bf = 0; bf < 2; bf++)
+        for (int q8 = 0; q8 < 2; q8++)
+            for (uint32_t h = 0; h < 65536; h++) {
+                float want = (q8 ? -128.0f : -8.0f) * (bf ? bf16_to_f32((uint16_t)h) : f16_to_f32((uint16_t)h));
+                uint16_t hb = bf ? f32_to_bf16(want) : f32_to_f16(want);
+                float back = bf ? bf16_to_f32(hb) : f16_to_f32(hb);
+                implied_tab[bf][q8][h] = memcmp(&want, &back, sizeof want) ? 0x10000u : hb;
+            }
+}
+
 int q_biases_implied(const sl_mat *m) {
     if ((m->dtype != DT_Q8 && m->dtype != DT_Q4) || !m->scales || !m->biases || m->group <= 0) return 0;
     const float z = m->dtype == DT_Q8 ? -128.0f : -8.0f;
     const size_t ng = (size_t)m->rows * (size_t)(m->cols / m->group);
-    for (size_t i = 0; i < ng; i++) {
-        float want = z * q_scale_at(m->scales, m->sdtype, i), got = q_scale_at(m->biases, m->sdtype, i);
-        if (memcmp(&want, &got, sizeof want)) return 0; /* bitwise: a +0 bias for a -0 product is not implied */
+    if (m->sdtype == DT_F32) {
+        const float *sc = m->scales, *bi = m->biases;
+        for (size_t i = 0; i < ng; i++) {
+            float want = z * sc[i];
+            if (memcmp(&want, &bi[i], sizeof want)) return 0; /* bitwise: a +0 bias for a -0 product is not implied */
+        }
+        return 1;
     }
+    pthread_once(&implied_once, implied_init);
+    const uint32_t *t = implied_tab[m->sdtype == DT_BF16][m->dtype == DT_Q8];
+    const uint16_t *sc = m->scales, *bi = m->biases;
+    for (size_t i = 0; i < ng; i++)
+        if (t[sc[i]] != bi[i]) return 0;
     return 1;
 }
 
