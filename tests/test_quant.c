@@ -606,6 +606,43 @@ TEST(kernels_int8_implied_biases) {
     CHECK(cases >= 18);
 }
 
+/* Every table's act_row gives the scalar table's bytes: random rows at several scales, and blocks that are all
+ * zero, hold a NaN, an Inf, -0s, ties at x.5 steps, or values so small that 1/d overflows. */
+TEST(kernels_act_row_tables) {
+    unsigned seed = test_seed();
+    rng = 0xac7ull ^ seed;
+    const kern_ops *sc = kern_scalar_ops(), *tabs[3] = {kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    CHECK(sc->act_row != NULL);
+    const int cols = 416, nb = cols / 32, ns = nb + nb / 2 + nb / 4; /* 13 blocks: a short last q4 step */
+    float x[416];
+    int8_t q[2][416], q4[2][416];
+    float d[2][13], sm[2][13 + 6 + 3];
+    int checked = 0;
+    for (int rep = 0; rep < 40; rep++) {
+        float scale = ldexpf(1.0f, (int)(frand() * 40) - 20);
+        for (int c = 0; c < cols; c++) x[c] = grand() * scale;
+        for (int c = 0; c < 32; c++) x[c] = 0.0f;                        /* block 0: all zero */
+        x[32 + rep % 32] = NAN;                                          /* block 1: a NaN */
+        x[64 + rep % 32] = rep & 1 ? INFINITY : -INFINITY;               /* block 2: an Inf */
+        for (int c = 96; c < 128; c++) x[c] = -0.0f;                     /* block 3: -0s */
+        for (int c = 128; c < 160; c++) x[c] = (float)(c % 9 - 4) * 0.5f; /* block 4: ties (amax 2 -> d = 2/127) */
+        for (int c = 160; c < 192; c++) x[c] = ldexpf(grand(), -140);   /* block 5: subnormal */
+        x[192] = 127.0f, x[193] = -127.0f;                               /* block 6: exact codes */
+        for (int k = 0; k < 3; k++) {
+            if (!tabs[k] || !tabs[k]->act_row) continue;
+            memset(q, 0x55, sizeof q), memset(q4, 0x55, sizeof q4), memset(d, 0x55, sizeof d), memset(sm, 0x55, sizeof sm);
+            sc->act_row(x, cols, q[0], q4[0], d[0], sm[0]);
+            tabs[k]->act_row(x, cols, q[1], q4[1], d[1], sm[1]);
+            CHECKF(!memcmp(q[0], q[1], sizeof q[0]) && !memcmp(q4[0], q4[1], sizeof q4[0]),
+                   "%s act_row codes differ from the scalar table's (seed %u)", tabs[k]->name, seed);
+            CHECKF(!memcmp(d[0], d[1], sizeof d[0]) && !memcmp(sm[0], sm[1], (size_t)ns * sizeof(float)),
+                   "%s act_row scales or sums differ from the scalar table's (seed %u)", tabs[k]->name, seed);
+            checked++;
+        }
+    }
+    fprintf(stderr, "    %d act_row comparisons\n", checked);
+}
+
 /* kern_act: the definitions of kernels.h (block scale, codes, sums, the q4 order), and a gathered act
  * equals preparing the gathered rows. */
 TEST(kernels_int8_activations) {

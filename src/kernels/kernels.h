@@ -84,6 +84,10 @@ typedef struct kern_ops {
     /* out[p] = dot(q, x + p*ldx, d) for p < n, bitwise this table's dot (attention's scores, several keys
      * at once). NULL: kern_dot_rows loops over dot. */
     void (*dot_rows)(const float *q, const float *x, size_t ldx, int n, int d, float *out);
+    /* One token's int8 form (kern_act's definitions, bitwise the scalar table's): x [cols] (cols % 32 == 0)
+     * into q, q4 [cols], d [cols/32], s [ns]. NULL: the scalar table's. kern_act_prepare uses the default
+     * table's. */
+    void (*act_row)(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s);
     /* y = (w_off + w) * x / sqrt(mean(x^2) + eps); mean accumulated in double. y may alias x. */
     void (*rmsnorm)(const float *x, const float *w, float w_off, float eps, float *y, int n);
     /* y[i] = silu(g[i]) * u[i]; y may alias g or u. */
@@ -107,6 +111,10 @@ const kern_ops *kern_ops_by_name(const char *name);
  * of x for a q3 matrix cannot be allocated. Not reentrant per pool. */
 int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
                 size_t ldy, int n_tok);
+
+/* kern_act's pair and quad sums s64, s128 from the block sums s32 (s[0 .. nb)) and the q4 order of the codes q
+ * (kernels.h kern_act), for act_row implementations. */
+void kern_act_sums_q4(int cols, const int8_t *q, int8_t *q4, float *s);
 
 /* Bytes of storage a kern_act of n_tok x cols needs. */
 size_t kern_act_bytes(int n_tok, int cols);

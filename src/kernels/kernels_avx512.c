@@ -489,6 +489,38 @@ static void axpy_rows_v(const float *a, int n, const float *x, size_t ldx, float
     }
 }
 
+/* kernels.h act_row, kernels_scalar.c's arithmetic on 32 values at once: amax by max (a NaN lane loses to the
+ * running max, as there), the same scalar d and 1/d, x * (1/d) rounded to nearest even, NaN to 0, clamped to
+ * +-127; exact integer sums. */
+static void act_row_v(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s) {
+    const int nb = cols / 32;
+    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), lim = _mm512_set1_ps(127.0f);
+    for (int b = 0; b < nb; b++) {
+        __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        /* maxps gives its second operand when either is NaN: NaN lanes keep the running max */
+        __m512 m = _mm512_max_ps(_mm512_and_ps(v0, absm), _mm512_setzero_ps());
+        m = _mm512_max_ps(_mm512_and_ps(v1, absm), m);
+        __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(m), _mm512_extractf32x8_ps(m, 1));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const float amax = _mm_cvtss_f32(m4), db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        const __m512 iv = _mm512_set1_ps(id);
+        __m512i sum = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(h ? v1 : v0, iv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r); /* NaN -> 0 */
+            r = _mm512_min_ps(_mm512_max_ps(r, _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+            __m512i iq = _mm512_cvtps_epi32(r);
+            sum = _mm512_add_epi32(sum, iq);
+            _mm_storeu_si128((__m128i *)(q + 32 * b + 16 * h), _mm512_cvtepi32_epi8(iq));
+        }
+        d[b] = db;
+        s[b] = db * (float)_mm512_reduce_add_epi32(sum);
+    }
+    kern_act_sums_q4(cols, q, q4, s);
+}
+
 /* ---- table ------------------------------------------------------------------------------------ */
 
 static const kern_ops avx512_ops = {
@@ -497,6 +529,7 @@ static const kern_ops avx512_ops = {
                [DT_Q3] = mm_q3},
     .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_v,
+    .act_row = act_row_v,
     .axpy = axpy_v,
     .axpy_rows = axpy_rows_v,
     .dot_rows = dot_rows_v,

@@ -248,6 +248,8 @@ static float dot_scalar(const float *a, const float *b, int n) {
     return lanes_sum(acc);
 }
 
+static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s);
+
 /* ---- table and driver ------------------------------------------------------------------------- */
 
 static const kern_ops scalar_ops = {
@@ -256,6 +258,7 @@ static const kern_ops scalar_ops = {
                [DT_Q3] = mm_q3},
     .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_scalar,
+    .act_row = act_row,
     .axpy = plain_axpy,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
@@ -355,6 +358,19 @@ void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok
     act_carve(a, buf);
 }
 
+void kern_act_sums_q4(int cols, const int8_t *q, int8_t *q4, float *s) {
+    const int nb = cols / 32;
+    for (int j = 0; j < nb / 2; j++) s[nb + j] = s[2 * j] + s[2 * j + 1];
+    for (int j = 0; j < nb / 4; j++) s[nb + nb / 2 + j] = s[nb + 2 * j] + s[nb + 2 * j + 1];
+    for (int c0 = 0; c0 < cols; c0 += 128) {
+        int h = (cols - c0 >= 128 ? 128 : cols - c0) / 2;
+        for (int i = 0; i < h; i++) {
+            q4[c0 + i] = q[c0 + 2 * i];
+            q4[c0 + h + i] = q[c0 + 2 * i + 1];
+        }
+    }
+}
+
 /* One token: codes, block scales and sums of row x (kern_act's definitions). */
 static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s) {
     const int nb = cols / 32;
@@ -379,22 +395,20 @@ static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, f
         d[b] = db;
         s[b] = db * (float)sum;
     }
-    for (int j = 0; j < nb / 2; j++) s[nb + j] = s[2 * j] + s[2 * j + 1];
-    for (int j = 0; j < nb / 4; j++) s[nb + nb / 2 + j] = s[nb + 2 * j] + s[nb + 2 * j + 1];
-    for (int c0 = 0; c0 < cols; c0 += 128) {
-        int h = (cols - c0 >= 128 ? 128 : cols - c0) / 2;
-        for (int i = 0; i < h; i++) {
-            q4[c0 + i] = q[c0 + 2 * i];
-            q4[c0 + h + i] = q[c0 + 2 * i + 1];
-        }
-    }
+    kern_act_sums_q4(cols, q, q4, s);
 }
 
 void kern_act_prepare(kern_act *a) {
     if (!a->int8 || a->ready) return;
+    static void (*_Atomic row_fn)(const float *, int, int8_t *, int8_t *, float *, float *);
+    void (*fn)(const float *, int, int8_t *, int8_t *, float *, float *) = row_fn;
+    if (!fn) { /* the default table's (every table's gives the same bits) */
+        fn = kern_default_ops()->act_row;
+        row_fn = fn = fn ? fn : act_row;
+    }
     const size_t c = (size_t)a->cols, nb = c / 32, ns = (size_t)act_ns((int)nb);
     for (int t = 0; t < a->n_tok; t++)
-        act_row(a->x + (size_t)t * a->ldx, a->cols, a->q + (size_t)t * c, a->q4 + (size_t)t * c, a->d + (size_t)t * nb,
+        fn(a->x + (size_t)t * a->ldx, a->cols, a->q + (size_t)t * c, a->q4 + (size_t)t * c, a->d + (size_t)t * nb,
                 a->s + (size_t)t * ns);
     a->ready = 1;
 }
