@@ -8,6 +8,7 @@ WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -MMD -MP
 BASE_CFLAGS := $(WARN) $(OPT) -g -pthread -fno-math-errno $(CFLAGS)
 LDLIBS  += -lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lnettle -lm -pthread
 PREFIX  ?= /usr/local
+.DEFAULT_GOAL := all # `make CUDA=1` builds everything, not only the first rule of the CUDA block
 VENV    ?= build/venv
 PYTHON  ?= $(VENV)/bin/python
 DEMO    := models/demo.sluice
