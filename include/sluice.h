@@ -191,6 +191,9 @@ typedef enum { SL_POLICY_LRU = 0, SL_POLICY_LFU = 1 } sl_cache_policy;
  * is then the pessimistic bound, about the cached fraction of the experts). Weights 1/k. */
 typedef enum { SL_ROUTING_MODEL = 0, SL_ROUTING_UNIFORM = 1 } sl_routing;
 
+/* The backend that computes (src/backend/backend.h). */
+typedef enum { SL_BACKEND_CPU = 0, SL_BACKEND_CUDA = 1 } sl_backend_kind;
+
 typedef struct sl_model_params {
     int n_threads;          /* 0 = number of online cores */
     int resident;           /* 1: read every expert at open (the exactness reference) */
@@ -212,6 +215,9 @@ typedef struct sl_model_params {
                                to int8 per 32 values and dotted with the codes directly, as llama.cpp does
                                (several times faster; accuracy cost in docs/QUANT.md). Same result resident
                                or streamed, batched or alone, on any thread count, either way */
+    sl_backend_kind backend; /* what computes: SL_BACKEND_CPU (default) or SL_BACKEND_CUDA (--gpu; until the
+                               CUDA backend is complete, SL_EUNSUPPORTED: "built without CUDA ..." or "no
+                               usable CUDA device ...") */
 } sl_model_params;
 
 sl_model_params sl_model_params_default(void);

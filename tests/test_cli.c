@@ -59,6 +59,19 @@ TEST(cli_errors_are_one_clear_line) {
     free(o);
 }
 
+/* --gpu before the CUDA backend exists: exit 1 and one line saying why (no crash, nothing else printed). */
+TEST(cli_gpu_is_one_clear_error) {
+    char *o = NULL;
+    int rc = test_sh(1, &o, "%s run -m models/demo.sluice --gpu -p hi -n 1", bin());
+#ifdef SL_CUDA
+    int named = strstr(o, "no usable CUDA device") || strstr(o, "not complete yet");
+#else
+    int named = strstr(o, "built without CUDA") != NULL;
+#endif
+    CHECKF(rc == 1 && named && strchr(o, '\n') == o + strlen(o) - 1, "rc %d: %s", rc, o);
+    free(o);
+}
+
 TEST(cli_run_and_logits) {
     const char *m = test_packed("qwen3_next");
     CHECK(m);

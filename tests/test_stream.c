@@ -432,9 +432,14 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         if (kind % 2) fc.corrupt_every = 1;
         else fc.fail_every = 1;
         fc.max_faults = 1;
-        cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 2};
+        sl_backend *be = be_cpu_new(NULL, NULL);
+        CHECK(be != NULL);
+        cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 2, be};
         cache *c = cache_new(&cc, why, sizeof why);
-        if (!c) slc_close(&f);
+        if (!c) {
+            slc_close(&f);
+            be_close(be);
+        }
         CHECKF(c, "%s", why);
         sl_expert_src src = cache_source(c);
         int seven = 7, rc = 0;
@@ -444,6 +449,7 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         cache_stats st;
         cache_get_stats(c, &st);
         cache_free(c);
+        be_close(be);
         slc_close(&f);
         CHECKF(rc == 0, "kind %d: rc %d", kind, rc);
         CHECKF(st.prefetch_failed == 1 && st.prefetch_reads == 1 && st.reads == (kind >= 2 ? 3u : 2u), "kind %d: prefetch failed %llu reads %llu",

@@ -1,6 +1,6 @@
 /*
  * opts.c — what the commands that open a model share: the model options (--cache, --resident, --io,
- * --engine, --policy, --pin, --prefetch, --no-verify, --threads, --io-depth), parsed by cli_model_opt
+ * --engine, --policy, --pin, --prefetch, --no-verify, --threads, --io-depth, --exact, --gpu), parsed by cli_model_opt
  * and described, once, by cli_model_opts for every command's --help; and the default model that
  * run, chat, logits, profile, bench and perplexity open when no -m is given (cli_default_model).
  *
@@ -37,6 +37,8 @@ const cli_opt cli_model_opts[] = {
     {"--io-depth", "N", "expert reads in flight at most (default: 64)"},
     {"--exact", NULL, "q8/q4 weights multiply f32 activations, the reference arithmetic (default: activations "
                       "quantized to int8 per 32 values, as llama.cpp; docs/QUANT.md)"},
+    {"--gpu", NULL, "compute on the GPU (CUDA backend, issue 13; not complete yet: an error names why) (default: "
+                    "the CPU)"},
     {NULL, NULL, NULL},
 };
 
@@ -47,6 +49,7 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
     if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
     if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
     if (!strcmp(s, "--exact")) { p->exact = 1; return 1; }
+    if (!strcmp(s, "--gpu")) { p->backend = SL_BACKEND_CUDA; return 1; }
     if (!more) return 0;
     if (!strcmp(s, "--cache")) {
         long long b = cli_parse_size(v);

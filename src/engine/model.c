@@ -51,6 +51,7 @@ struct sl_model {
     const char *io_engine, *io_mode;
     sl_expert_src src;
     sl_pool *pool;
+    sl_backend *be;       /* what computes (src/backend/backend.h); the workspace, states and cache slots are its */
     fwd_ws *ws;           /* the evaluation workspace; mu makes evaluations take turns in it */
     pthread_mutex_t mu;
     double eval_s;
@@ -242,7 +243,7 @@ static sl_status open_stream(sl_model *m, const char *path, const sl_model_param
         if (budget > m->f.h.expert_len) budget = m->f.h.expert_len;
     }
     cache_cfg cc = {&m->f, &m->cfg, io, budget, p->policy == SL_POLICY_LFU ? CACHE_LFU : CACHE_LRU, !p->no_verify,
-                    dontneed, p->prefetch < 0 ? 0 : p->prefetch > 0 ? 2 : 1};
+                    dontneed, p->prefetch < 0 ? 0 : p->prefetch > 0 ? 2 : 1, m->be};
     m->cache = cache_new(&cc, msg, sizeof msg);
     if (!m->cache) return sl_err(err, SL_ENOMEM, "%s", msg);
     m->src = cache_source(m->cache);
@@ -299,6 +300,13 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     }
     m->cfg.uniform_routing = p->routing == SL_ROUTING_UNIFORM;
     m->cfg.routing_seed = p->routing_seed;
+    m->pool = sl_pool_new(p->n_threads);
+    if (!m->pool) { st = sl_err(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
+    { /* the backend first: --gpu without a usable one fails before anything is read */
+        char msg[256] = "";
+        int rc = be_open(p->backend, m->pool, &m->be, msg, sizeof msg);
+        if (rc) { st = sl_err(err, (sl_status)rc, "%s", msg); goto fail; }
+    }
     int n = arch_backbone_tensors(&m->cfg, &at);
     m->vecs = calloc(n > 0 ? (size_t)n : 1, sizeof *m->vecs);
     m->backbone = huge_alloc(m->f.h.backbone_len + 1);
@@ -323,9 +331,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     if (m->cfg.tie_embeddings) m->w.lm_head = m->w.embed;
     st = p->resident ? open_resident(m, path, err) : open_stream(m, path, p, fault, err);
     if (st) goto fail;
-    m->pool = sl_pool_new(p->n_threads);
-    if (!m->pool) { st = sl_err(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
-    m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos);
+    m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
     if (!m->ws) { st = sl_err(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     fwd_ws_set_int8(m->ws, !p->exact);
     free(at);
@@ -343,7 +349,6 @@ sl_status sl_model_open(const char *path, const sl_model_params *params, sl_mode
 
 void sl_model_close(sl_model *m) {
     if (!m) return;
-    sl_pool_free(m->pool);
     fwd_ws_free(m->ws);
     for (int i = 0; i < m->n_vecs; i++) free(m->vecs[i]);
     free(m->vecs);
@@ -351,6 +356,8 @@ void sl_model_close(sl_model *m) {
     free(m->experts);
     free(m->expert_implied);
     cache_free(m->cache);
+    be_close(m->be);
+    sl_pool_free(m->pool);
     if (m->stream_fd >= 0) close(m->stream_fd);
     slc_close(&m->f);
     pthread_mutex_destroy(&m->mu);
@@ -370,7 +377,7 @@ sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
     if (!s) return SL_ENOMEM;
     s->m = m;
     s->n_ctx = n_ctx;
-    s->sq = fwd_seq_new(&m->cfg, n_ctx);
+    s->sq = fwd_seq_new(&m->cfg, n_ctx, m->be);
     if (!s->sq) {
         free(s);
         snprintf(m->err, sizeof m->err, "out of memory for a session of %d positions", n_ctx);
@@ -402,7 +409,7 @@ sl_status sl_session_eval(sl_session *s, const int32_t *tokens, int n_tokens, fl
     sl_model *m = s->m;
     pthread_mutex_lock(&m->mu);
     double t0 = now_s();
-    int r = fwd_eval(m->ws, s->sq, &m->cfg, &m->w, &m->src, m->pool, tokens, n_tokens, logits, all_logits, s->err,
+    int r = fwd_eval(m->ws, s->sq, &m->cfg, &m->w, &m->src, tokens, n_tokens, logits, all_logits, s->err,
                      sizeof s->err);
     m->eval_s += now_s() - t0;
     if (!r) m->tokens += (uint64_t)n_tokens;
@@ -432,7 +439,7 @@ sl_status sl_batch_eval(sl_model *m, const sl_batch_item *items, int n_items) {
     }
     pthread_mutex_lock(&m->mu);
     double t0 = now_s();
-    int r = fwd_eval_batch(m->ws, &m->cfg, &m->w, &m->src, m->pool, fi, n_items, m->err, sizeof m->err);
+    int r = fwd_eval_batch(m->ws, &m->cfg, &m->w, &m->src, fi, n_items, m->err, sizeof m->err);
     m->eval_s += now_s() - t0;
     if (!r) m->tokens += n_tok;
     for (int i = 0; i < n_items; i++) snprintf(items[i].session->err, sizeof items[i].session->err, "%s", r ? m->err : "");

@@ -1,7 +1,9 @@
 /*
- * forward.c — the exact f32 CPU forward pass: state lifetime, validation, the decoder skeleton
- * (MODELS.md 3.1), norms and the LM head. The mixers live in attention.c / deltanet.c, the FFNs in
- * moe.c; fwd_internal.h describes the state layout they share.
+ * forward.c — the forward pass's skeleton: state lifetime, validation, the decoder loop (MODELS.md 3.1),
+ * norms and the LM head. The mixers live in attention.c / deltanet.c / mla.c, the FFNs in moe.c;
+ * fwd_internal.h describes the state layout they share. Every computation is an op of the workspace's
+ * backend (src/backend/backend.h; the CPU one is the oracle), called at block level; the buffers are
+ * its memory.
  *
  * Invariants:
  *  - fwd_eval validates everything it can (arguments, token ids, context room, every weight's shape
@@ -9,8 +11,10 @@
  *  - tokens run in micro-batches of FWD_BATCH; every per-token result is computed in an order that
  *    does not depend on the batch size or the thread count (kernels.h), so "n tokens at once" equals
  *    "one at a time" bitwise with the recurrent DeltaNet and to ~1e-6 with the chunked one.
- *  - nothing is allocated per token: scratch lives in the state (thread slots grow once, on the first
- *    eval with a larger pool).
+ *  - nothing is allocated per token: scratch lives in the workspace, the backend's per-thread scratch is
+ *    reserved at fwd_ws_new (and again, idempotently, before each evaluation).
+ *  - the backend's sticky error is read after every block (fwd_sync), so a failing op fails the
+ *    evaluation before its state is committed.
  *
  * Sections: helpers, state, weight validation, fwd_eval.
  */
@@ -34,10 +38,15 @@ void fwd_errf(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
-void fwd_norm_rows(const kern_ops *ops, const float *x, const float *w, int zero_centred, float eps, float *y,
-                   int n_rows, int dim) {
-    for (int t = 0; t < n_rows; t++)
-        ops->rmsnorm(x + (size_t)t * dim, w, zero_centred ? 1.0f : 0.0f, eps, y + (size_t)t * dim, dim);
+void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,
+                   int dim) {
+    ws->be->rmsnorm(ws->be, x, y, n_rows, (size_t)dim, 1, 0, dim, w, zero_centred ? 1.0f : 0.0f, eps);
+}
+
+int fwd_sync(fwd_ws *ws, char *err, size_t errlen) {
+    int rc = ws->be->sync(ws->be);
+    if (rc) fwd_errf(err, errlen, "%s backend: %s", ws->be->name, ws->be->errmsg(ws->be));
+    return rc;
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -60,10 +69,16 @@ static size_t slot_floats(const sl_config *cfg, int n_ctx) {
     return (dn > at ? dn : at) + 16;
 }
 
-fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx) {
-    if (!cfg || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
+/* Bytes of each state buffer of layer l (fwd_seq_free gives them back with these). */
+static size_t kv_bytes(const fwd_seq *sq, int l) {
+    return (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(&sq->shape) * sizeof(float);
+}
+
+fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx, sl_backend *be) {
+    if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_seq *sq = calloc(1, sizeof *sq);
     if (!sq) return NULL;
+    sq->be = be;
     sq->n_ctx = n_ctx;
     sq->n_layers = cfg->n_layers;
     sq->shape = *cfg;
@@ -78,15 +93,17 @@ fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx) {
     for (int l = 0; l < cfg->n_layers; l++) {
         if (cfg->layer_linear[l]) {
             for (int s = 0; s < 2; s++) {
-                sq->conv[l][s] = calloc(sq->conv_floats, sizeof(float));
-                sq->ssm[l][s] = calloc(sq->ssm_floats, sizeof(float));
+                sq->conv[l][s] = be->alloc(be, sq->conv_floats * sizeof(float), BE_BUF_DEVICE);
+                sq->ssm[l][s] = be->alloc(be, sq->ssm_floats * sizeof(float), BE_BUF_DEVICE);
                 if (!sq->conv[l][s] || !sq->ssm[l][s]) goto fail;
+                be->zero(be, sq->conv[l][s], sq->conv_floats * sizeof(float));
+                be->zero(be, sq->ssm[l][s], sq->ssm_floats * sizeof(float));
             }
         } else {
             long ring = (long)cfg->sliding_window - 1 + FWD_BATCH;
             sq->kv_cap[l] = cfg->layer_sliding[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
-            sq->k_cache[l] = malloc((size_t)sq->kv_cap[l] * kvrow * sizeof(float));
-            sq->v_cache[l] = mla ? NULL : malloc((size_t)sq->kv_cap[l] * kvrow * sizeof(float));
+            sq->k_cache[l] = be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
+            sq->v_cache[l] = mla ? NULL : be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
             if (!sq->k_cache[l] || (!mla && !sq->v_cache[l])) goto fail;
         }
     }
@@ -98,12 +115,13 @@ fail:
 
 void fwd_seq_free(fwd_seq *sq) {
     if (!sq) return;
+    sl_backend *be = sq->be;
     for (int l = 0; l < SL_MAX_LAYERS; l++) {
-        free(sq->k_cache[l]);
-        free(sq->v_cache[l]);
+        be->free(be, sq->k_cache[l], kv_bytes(sq, l), BE_BUF_DEVICE);
+        be->free(be, sq->v_cache[l], kv_bytes(sq, l), BE_BUF_DEVICE);
         for (int s = 0; s < 2; s++) {
-            free(sq->conv[l][s]);
-            free(sq->ssm[l][s]);
+            be->free(be, sq->conv[l][s], sq->conv_floats * sizeof(float), BE_BUF_DEVICE);
+            be->free(be, sq->ssm[l][s], sq->ssm_floats * sizeof(float), BE_BUF_DEVICE);
         }
     }
     free(sq);
@@ -116,8 +134,8 @@ void fwd_seq_reset(fwd_seq *sq) {
     for (int l = 0; l < sq->n_layers; l++) {
         if (!sq->conv[l][0]) continue;
         sq->lin_cur[l] = 0;
-        memset(sq->conv[l][0], 0, sq->conv_floats * sizeof(float));
-        memset(sq->ssm[l][0], 0, sq->ssm_floats * sizeof(float));
+        sq->be->zero(sq->be, sq->conv[l][0], sq->conv_floats * sizeof(float));
+        sq->be->zero(sq->be, sq->ssm[l][0], sq->ssm_floats * sizeof(float));
     }
 }
 
@@ -151,8 +169,8 @@ static size_t kv_rows_io(const fwd_seq *sq, int l, int n_past, char *p, int to_s
         if (!caches[k]) continue;
         for (int pos = n_past - keep; pos < n_past; pos++, moved += rb) {
             char *row = (char *)(caches[k] + (size_t)(pos % cap) * kvrow);
-            if (to_state) memcpy(p + moved, row, rb);
-            else memcpy(row, p + moved, rb);
+            if (to_state) sq->be->copy(sq->be, p + moved, row, rb, BE_D2H);
+            else sq->be->copy(sq->be, row, p + moved, rb, BE_H2D);
         }
     }
     return moved;
@@ -161,10 +179,10 @@ static size_t kv_rows_io(const fwd_seq *sq, int l, int n_past, char *p, int to_s
 void fwd_seq_save(const fwd_seq *sq, void *buf) {
     const sl_config *c = &sq->shape;
     char *p = buf;
-#define PUT(src, nf)                               \
-    do {                                           \
-        memcpy(p, (src), (nf) * sizeof(float));    \
-        p += (nf) * sizeof(float);                 \
+#define PUT(src, nf)                                                   \
+    do {                                                               \
+        sq->be->copy(sq->be, p, (src), (nf) * sizeof(float), BE_D2H);  \
+        p += (nf) * sizeof(float);                                     \
     } while (0)
     for (int l = 0; l < sq->n_layers; l++) {
         if (c->layer_linear[l]) {
@@ -188,10 +206,10 @@ int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
         return SL_EFORMAT;
     }
     const char *p = buf;
-#define GET(dst, nf)                               \
-    do {                                           \
-        memcpy((dst), p, (nf) * sizeof(float));    \
-        p += (nf) * sizeof(float);                 \
+#define GET(dst, nf)                                                   \
+    do {                                                               \
+        sq->be->copy(sq->be, (dst), p, (nf) * sizeof(float), BE_H2D);  \
+        p += (nf) * sizeof(float);                                     \
     } while (0)
     for (int l = 0; l < sq->n_layers; l++) {
         if (c->layer_linear[l]) {
@@ -210,22 +228,33 @@ void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int 
     kern_act_init(a, ws->act[slot], x, ldx, n, cols, ws->int8 && n <= FWD_BATCH && cols <= ws->act_cols);
 }
 
-void fwd_matmul(fwd_ws *ws, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n,
-                int slot) {
+void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot) {
     for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
         kern_act a;
         fwd_act(ws, &a, slot, x + (size_t)r0 * ldx, ldx, nb, w->cols);
-        kern_matmul_act(ws->ops, pool, w, &a, y + (size_t)r0 * ldy, ldy);
+        be_matmul(ws->be, w, &a, y + (size_t)r0 * ldy, ldy);
     }
 }
 
-fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
-    if (!cfg || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
+/* The LM head over rows normed rows ws->h [rows][H] into the caller's (host) logits [rows][V]: straight
+ * there when the backend's memory is the host's, else through ws->lg. rows <= FWD_BATCH. */
+static void emit_logits(fwd_ws *ws, const sl_mat *head, int rows, float *logits) {
+    const size_t H = (size_t)ws->shape.hidden, V = (size_t)ws->shape.vocab;
+    if (ws->be->is_host) {
+        fwd_matmul(ws, head, ws->h, H, logits, V, rows, FWD_ACT_IN);
+        return;
+    }
+    fwd_matmul(ws, head, ws->h, H, ws->lg, V, rows, FWD_ACT_IN);
+    ws->be->copy(ws->be, logits, ws->lg, (size_t)rows * V * sizeof(float), BE_D2H);
+}
+
+fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx, sl_backend *be) {
+    if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return NULL;
     const size_t B = FWD_BATCH, H = (size_t)cfg->hidden;
-    ws->ops = kern_default_ops();
+    ws->be = be;
     ws->int8 = 1;
     ws->n_ctx = n_ctx;
     ws->shape = *cfg;
@@ -244,48 +273,60 @@ fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx) {
     int E = imax(cfg->n_experts, 1), k = imax(cfg->n_experts_used, 1);
     /* k, v: [B][nkv*hd] each; MLA: k the kv_a output [B][kv_lora + rot_dim], v the q_a output [B][q_lora] */
     int kvrow = imax(nkv * hd, cfg_kv_row(cfg)), vrow = imax(nkv * hd, cfg->q_lora);
+/* host memory: index arrays and routing weights; backend memory (DEV): every float buffer */
 #define ALLOC(p, n)                                      \
     do {                                                 \
         (p) = malloc((size_t)(n) * sizeof *(p));         \
         if (!(p)) goto fail;                             \
     } while (0)
-    ALLOC(ws->x, B * H);
-    ALLOC(ws->h, B * H);
-    ALLOC(ws->out, B * H);
-    ALLOC(ws->big, B * ws->n_big);
-    ALLOC(ws->k, B * imax(kvrow, 1));
-    ALLOC(ws->v, B * imax(vrow, 1));
-    ALLOC(ws->mix, B * ws->n_mix);
-    ALLOC(ws->mla_q, cfg->kv_lora > 0 ? B * (size_t)nh * (size_t)cfg_kv_row(cfg) : 1);
-    ALLOC(ws->mla_lat, cfg->kv_lora > 0 ? B * (size_t)nh * (size_t)cfg->kv_lora : 1);
-    ALLOC(ws->conv_in, B * imax(cq, 1));
-    ALLOC(ws->conv_out, B * imax(cq, 1));
-    ALLOC(ws->z, B * imax(nv * dv, 1));
-    ALLOC(ws->ba, B * imax(2 * nv, 1));
-    ALLOC(ws->gates, B * imax(2 * nv, 1));
-    ALLOC(ws->router, B * E);
+#define DEV(ptr, n)                                                                \
+    do {                                                                           \
+        size_t bytes_ = (size_t)(n) * sizeof *(ptr);                               \
+        if (!((ptr) = be->alloc(be, bytes_, BE_BUF_DEVICE))) goto fail;            \
+        ws->dev[ws->n_dev].p = (ptr);                                              \
+        ws->dev[ws->n_dev++].bytes = bytes_;                                       \
+    } while (0)
+    DEV(ws->x, B * H);
+    DEV(ws->h, B * H);
+    DEV(ws->out, B * H);
+    DEV(ws->big, B * ws->n_big);
+    DEV(ws->k, B * imax(kvrow, 1));
+    DEV(ws->v, B * imax(vrow, 1));
+    DEV(ws->mix, B * ws->n_mix);
+    DEV(ws->mla_q, cfg->kv_lora > 0 ? B * (size_t)nh * (size_t)cfg_kv_row(cfg) : 1);
+    DEV(ws->mla_lat, cfg->kv_lora > 0 ? B * (size_t)nh * (size_t)cfg->kv_lora : 1);
+    DEV(ws->conv_in, B * imax(cq, 1));
+    DEV(ws->conv_out, B * imax(cq, 1));
+    DEV(ws->z, B * imax(nv * dv, 1));
+    DEV(ws->ba, B * imax(2 * nv, 1));
+    DEV(ws->gates, B * imax(2 * nv, 1));
+    DEV(ws->router, B * E);
     ALLOC(ws->top_e, B * k);
     ALLOC(ws->top_w, B * k);
     ALLOC(ws->e_count, E);
     ALLOC(ws->e_tok, B * k);
     ALLOC(ws->e_slot, B * k);
-    ALLOC(ws->ffn_x, B * H);
-    ALLOC(ws->ffn_g, B * ws->n_ffn);
-    ALLOC(ws->ffn_u, B * ws->n_ffn);
-    ALLOC(ws->ffn_y, B * H);
-    ALLOC(ws->exp_out, B * k * H);
-    ALLOC(ws->sh_y, B * H);
+    DEV(ws->ffn_x, B * H);
+    DEV(ws->ffn_g, B * ws->n_ffn);
+    DEV(ws->ffn_u, B * ws->n_ffn);
+    DEV(ws->ffn_y, B * H);
+    DEV(ws->exp_out, B * k * H);
+    DEV(ws->sh_y, B * H);
     ALLOC(ws->e_list, E);
     ALLOC(ws->pf_list, E);
     ALLOC(ws->pf_mark, E);
+    if (!be->is_host) DEV(ws->lg, B * (size_t)cfg->vocab);
     ws->prefetch = 1;
     ws->act_cols = imax(imax((int)H, ws->n_mix), ws->n_ffn);
-    for (int i = 0; i < 3; i++) ALLOC(ws->act[i], kern_act_bytes((int)B, ws->act_cols));
+    for (int i = 0; i < 3; i++) {
+        unsigned char *a;
+        DEV(a, kern_act_bytes((int)B, ws->act_cols));
+        ws->act[i] = a;
+    }
 #undef ALLOC
+#undef DEV
     ws->slot_floats = slot_floats(cfg, n_ctx);
-    ws->n_slots = 1;
-    ws->scratch = malloc(ws->slot_floats * sizeof(float));
-    if (!ws->scratch) goto fail;
+    if (be->reserve(be, ws->slot_floats)) goto fail;
     return ws;
 fail:
     fwd_ws_free(ws);
@@ -294,13 +335,9 @@ fail:
 
 void fwd_ws_free(fwd_ws *ws) {
     if (!ws) return;
-    void *bufs[] = {ws->x,     ws->h,      ws->out,   ws->big,     ws->k,      ws->v,       ws->mix,
-                    ws->conv_in, ws->conv_out, ws->z, ws->ba,      ws->gates,  ws->scratch, ws->router,
-                    ws->top_e, ws->top_w,  ws->e_count, ws->e_tok, ws->e_slot, ws->ffn_x,   ws->ffn_g,
-                    ws->ffn_u, ws->ffn_y,  ws->exp_out, ws->sh_y, ws->e_list, ws->pf_list, ws->pf_mark,
-                    ws->act[0], ws->act[1], ws->act[2],
-                    ws->mla_q, ws->mla_lat};
+    void *bufs[] = {ws->top_e, ws->top_w, ws->e_count, ws->e_tok, ws->e_slot, ws->e_list, ws->pf_list, ws->pf_mark};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    for (int i = 0; i < ws->n_dev; i++) ws->be->free(ws->be, ws->dev[i].p, ws->dev[i].bytes, BE_BUF_DEVICE);
     free(ws);
 }
 
@@ -315,7 +352,8 @@ void fwd_ws_set_int8(fwd_ws *ws, int on) { ws->int8 = on; }
 
 /* ---- weight validation ------------------------------------------------------------------------ */
 
-static int check_mat(const sl_mat *m, int rows, int cols, int layer, const char *name, char *err, size_t errlen) {
+static int check_mat(const sl_backend *be, const sl_mat *m, int rows, int cols, int layer, const char *name, char *err,
+                     size_t errlen) {
     if (!m->data) {
         fwd_errf(err, errlen, "layer %d: weight %s missing", layer, name);
         return SL_EINVAL;
@@ -329,6 +367,11 @@ static int check_mat(const sl_mat *m, int rows, int cols, int layer, const char 
         fwd_errf(err, errlen, "layer %d: weight %s is [%d, %d], expected [%d, %d]", layer, name, m->rows, m->cols,
                  rows, cols);
         return SL_EINVAL;
+    }
+    if (be_check_mat(be, m)) {
+        fwd_errf(err, errlen, "layer %d: weight %s is %s, which the %s backend cannot multiply", layer, name,
+                 dt_name(m->dtype), be->name);
+        return SL_EUNSUPPORTED;
     }
     return 0;
 }
@@ -379,7 +422,7 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
 }
 
 /* Every backbone weight the family's table gives this config: present, and of the implied shape. */
-static int check_weights(const sl_config *c, const sl_weights *w, char *err, size_t errlen) {
+static int check_weights(const sl_backend *be, const sl_config *c, const sl_weights *w, char *err, size_t errlen) {
     const arch_desc *a = arch_get(c->arch);
     for (int k = 0; k < a->n_tensors; k++) {
         const arch_tdef *d = &a->tensors[k];
@@ -391,7 +434,7 @@ static int check_weights(const sl_config *c, const sl_weights *w, char *err, siz
                 CK(check_vec(*(float *const *)(base + d->field), l, d->name, err, errlen));
             } else {
                 int rows = (int)arch_dim_value(c, d->rows), cols = (int)arch_dim_value(c, d->cols);
-                CK(check_mat((const sl_mat *)(base + d->field), rows, cols, l, d->name, err, errlen));
+                CK(check_mat(be, (const sl_mat *)(base + d->field), rows, cols, l, d->name, err, errlen));
             }
         }
     }
@@ -415,53 +458,41 @@ static int same_shape(const sl_config *a, const sl_config *b) {
            !memcmp(a->layer_sliding, b->layer_sliding, sizeof a->layer_sliding); /* the KV rings' size */
 }
 
-static int ensure_slots(fwd_ws *ws, int n_slots) {
-    if (n_slots <= ws->n_slots) return 0;
-    float *p = malloc((size_t)n_slots * ws->slot_floats * sizeof(float));
-    if (!p) return SL_ENOMEM;
-    free(ws->scratch);
-    ws->scratch = p;
-    ws->n_slots = n_slots;
-    return 0;
-}
-
-static void add_rows(float *x, const float *y, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] += y[i];
-}
+static void add_rows(fwd_ws *ws, float *x, const float *y, size_t n) { ws->be->add(ws->be, x, y, n); }
 
 /* One micro-batch of n tokens at positions sq->n_past..; commits the recurrent state and n_past on
  * success. logits_out: NULL or [n][V] rows to fill (all_rows) / [V] for the last row. */
 static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                      sl_pool *pool, const int32_t *tokens, int n, float *logits_out, int all_rows, char *err,
-                      size_t errlen) {
-    const kern_ops *ops = ws->ops;
+                      const int32_t *tokens, int n, float *logits_out, int all_rows, char *err, size_t errlen) {
+    sl_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int pos0 = sq->n_past;
-    for (int t = 0; t < n; t++) q_row_to_f32(&w->embed, tokens[t], ws->x + t * H); /* any dtype, quantized too */
+    be->embed(be, &w->embed, tokens, n, ws->x, H);
     if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, ws->x);
 
     for (int l = 0; l < cfg->n_layers; l++) {
         const sl_layer_w *lw = &w->layers[l];
         int rc;
-        fwd_norm_rows(ops, ws->x, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
+        fwd_norm_rows(ws, ws->x, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
         if (cfg->layer_linear[l])
-            rc = fwd_deltanet(ws, sq, cfg, lw, l, pool, n, err, errlen);
+            rc = fwd_deltanet(ws, sq, cfg, lw, l, n, err, errlen);
         else
-            rc = cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, pool, n, pos0)
-                                  : fwd_attention(ws, sq, cfg, lw, l, pool, n, pos0);
+            rc = cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, n, pos0) : fwd_attention(ws, sq, cfg, lw, l, n, pos0);
+        if (!rc) rc = fwd_sync(ws, err, errlen);
         if (rc) return rc;
-        add_rows(ws->x, ws->out, (size_t)n * H);
+        add_rows(ws, ws->x, ws->out, (size_t)n * H);
 
-        fwd_norm_rows(ops, ws->x, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
+        fwd_norm_rows(ws, ws->x, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
         if (cfg->layer_moe[l]) {
             int nl = l + 1;
             while (nl < cfg->n_layers && !cfg->layer_moe[nl]) nl++;
-            rc = fwd_moe(ws, cfg, lw, l, nl < cfg->n_layers ? &w->layers[nl] : NULL, nl, experts, pool, n, err, errlen);
+            rc = fwd_moe(ws, cfg, lw, l, nl < cfg->n_layers ? &w->layers[nl] : NULL, nl, experts, n, err, errlen);
         }
         else
-            rc = fwd_dense_mlp(ws, cfg, lw, pool, n);
+            rc = fwd_dense_mlp(ws, cfg, lw, n);
+        if (!rc) rc = fwd_sync(ws, err, errlen);
         if (rc) return rc;
-        add_rows(ws->x, ws->out, (size_t)n * H);
+        add_rows(ws, ws->x, ws->out, (size_t)n * H);
         if (ws->trace) ws->trace(ws->trace_ctx, l + 1, pos0, n, ws->x);
     }
 
@@ -473,10 +504,9 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
     if (logits_out) {
         const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
         int first = all_rows ? 0 : n - 1, rows = n - first;
-        fwd_norm_rows(ops, ws->x + first * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, rows,
-                      (int)H);
+        fwd_norm_rows(ws, ws->x + first * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, rows, (int)H);
         if (ws->trace) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + first, rows, ws->h);
-        fwd_matmul(ws, pool, head, ws->h, H, logits_out, (size_t)cfg->vocab, rows, FWD_ACT_IN);
+        emit_logits(ws, head, rows, logits_out);
     }
     return 0;
 }
@@ -492,8 +522,8 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
  * leaves every sequence exactly as it was (nothing of this call is committed). */
 #define WIDE_MAX 1024
 static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                      sl_pool *pool, const fwd_item *it, int n_items, char *err, size_t errlen) {
-    const kern_ops *ops = ws->ops;
+                      const fwd_item *it, int n_items, char *err, size_t errlen) {
+    sl_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
     const size_t V = (size_t)cfg->vocab;
     const int L = cfg->n_layers;
@@ -502,20 +532,23 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
         n += it[i].n;
         n_last += it[i].logits && !it[i].all_logits;
     }
-    float *X = malloc((size_t)n * H * sizeof(float)), *HN = malloc((size_t)n * H * sizeof(float));
-    float *O = malloc((size_t)n * H * sizeof(float));
-    fwd_wide wb = {malloc((size_t)n * E * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
+    const int n_lg = n_last < FWD_BATCH ? n_last : FWD_BATCH;
+    /* backend memory: the rows' floats; host memory: routing (fwd_wide's index arrays and weights) */
+#define DEV(bytes) be->alloc(be, (bytes), BE_BUF_DEVICE)
+#define UNDEV(p, bytes) be->free(be, (p), (bytes), BE_BUF_DEVICE)
+    const size_t nH = (size_t)n * H * sizeof(float);
+    float *X = DEV(nH), *HN = DEV(nH), *O = DEV(nH);
+    fwd_wide wb = {DEV((size_t)n * E * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
                    malloc((size_t)n * k * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
-                   malloc((size_t)n * k * sizeof(int)), malloc((size_t)n * H * sizeof(float)),
-                   malloc((size_t)n * sizeof(float))};
+                   malloc((size_t)n * k * sizeof(int)), DEV(nH), DEV((size_t)n * sizeof(float))};
     /* per (item, layer): the original DeltaNet buffers a multi-micro-batch item displaced, and its slot; for a
      * sliding layer's KV ring that more than one micro-batch writes, a copy of the ring (k, v): those writes
      * reach rows the sequence still needs if the pass fails and is rolled back */
     float **saved = calloc((size_t)n_items * L * 2, sizeof *saved);
     unsigned char *orig = malloc((size_t)n_items * L);
     int *row0 = malloc((size_t)n_items * sizeof(int));
-    float *last_rows = n_last ? malloc((size_t)n_last * H * sizeof(float)) : NULL;
-    float *last_logits = n_last ? malloc((size_t)(n_last < FWD_BATCH ? n_last : FWD_BATCH) * V * sizeof(float)) : NULL;
+    float *last_rows = n_last ? DEV((size_t)n_last * H * sizeof(float)) : NULL;
+    float *last_logits = n_last ? DEV((size_t)n_lg * V * sizeof(float)) : NULL;
     if (!X || !HN || !O || !wb.router || !wb.top_e || !wb.top_w || !wb.e_tok || !wb.e_slot || !wb.sh_y || !wb.sg ||
         !saved || !orig || !row0 || (n_last && (!last_rows || !last_logits))) {
         fwd_errf(err, errlen, "out of memory for a %d-token evaluation", n);
@@ -525,7 +558,7 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
     for (int i = 0, r = 0; i < n_items; r += it[i].n, i++) {
         row0[i] = r;
         for (int l = 0; l < L; l++) orig[(size_t)i * L + l] = it[i].sq->lin_cur[l];
-        for (int t = 0; t < it[i].n; t++) q_row_to_f32(&w->embed, it[i].tokens[t], X + (size_t)(r + t) * H);
+        be->embed(be, &w->embed, it[i].tokens, it[i].n, X + (size_t)r * H, H);
     }
     const int traced = ws->trace && n_items == 1; /* the hook follows one sequence's positions */
     if (traced) ws->trace(ws->trace_ctx, 0, it[0].sq->n_past, n, X);
@@ -538,28 +571,28 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
             float **sv = saved + ((size_t)i * L + l) * 2;
             const int o = orig[(size_t)i * L + l], pos0 = sq->n_past;
             if (!lin && it[i].n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) {
-                const size_t ring = (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(cfg) * sizeof(float);
+                const size_t ring = kv_bytes(sq, l);
                 for (int k2 = 0; k2 < 2 && !rc; k2++) {
                     const float *src = k2 ? sq->v_cache[l] : sq->k_cache[l];
                     if (!src) continue;
-                    if (!(sv[k2] = malloc(ring))) {
+                    if (!(sv[k2] = DEV(ring))) {
                         fwd_errf(err, errlen, "out of memory for a copy of the KV ring");
                         rc = SL_ENOMEM;
                     } else {
-                        memcpy(sv[k2], src, ring);
+                        be->copy(be, sv[k2], src, ring, BE_D2D);
                     }
                 }
             }
             for (int r0 = 0, b = 0; r0 < it[i].n && !rc; r0 += FWD_BATCH, b++) {
                 int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
-                fwd_norm_rows(ops, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
+                fwd_norm_rows(ws, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
                               (int)H);
                 if (lin && b > 0) { /* read the newest state (slot o^1); write into a buffer that is not the original */
                     if (b == 1) {
                         sv[0] = sq->conv[l][o];
                         sv[1] = sq->ssm[l][o];
-                        sq->conv[l][o] = malloc(sq->conv_floats * sizeof(float));
-                        sq->ssm[l][o] = malloc(sq->ssm_floats * sizeof(float));
+                        sq->conv[l][o] = DEV(sq->conv_floats * sizeof(float));
+                        sq->ssm[l][o] = DEV(sq->ssm_floats * sizeof(float));
                         if (!sq->conv[l][o] || !sq->ssm[l][o]) {
                             fwd_errf(err, errlen, "out of memory for DeltaNet state");
                             rc = SL_ENOMEM;
@@ -568,9 +601,10 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
                     }
                     sq->lin_cur[l] = (unsigned char)(o ^ 1);
                 }
-                rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, pool, nb, err, errlen)
-                     : cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, pool, nb, pos0 + r0)
-                                        : fwd_attention(ws, sq, cfg, lw, l, pool, nb, pos0 + r0);
+                rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, nb, err, errlen)
+                     : cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, nb, pos0 + r0)
+                                        : fwd_attention(ws, sq, cfg, lw, l, nb, pos0 + r0);
+                if (!rc) rc = fwd_sync(ws, err, errlen);
                 if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
                     float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
                     sq->conv[l][0] = sq->conv[l][1];
@@ -579,20 +613,22 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
                     sq->ssm[l][1] = ts;
                     sq->lin_cur[l] = (unsigned char)o;
                 }
-                if (!rc) add_rows(Xi + (size_t)r0 * H, ws->out, (size_t)nb * H);
+                if (!rc) add_rows(ws, Xi + (size_t)r0 * H, ws->out, (size_t)nb * H);
             }
         }
         if (rc) break;
         if (cfg->layer_moe[l]) {
-            fwd_norm_rows(ops, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, HN, n, (int)H);
-            rc = fwd_moe_wide(ws, cfg, lw, l, experts, pool, n, HN, O, &wb, err, errlen);
-            if (!rc) add_rows(X, O, (size_t)n * H);
+            fwd_norm_rows(ws, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, HN, n, (int)H);
+            rc = fwd_moe_wide(ws, cfg, lw, l, experts, n, HN, O, &wb, err, errlen);
+            if (!rc) rc = fwd_sync(ws, err, errlen);
+            if (!rc) add_rows(ws, X, O, (size_t)n * H);
         } else {
             for (int r0 = 0; r0 < n && !rc; r0 += FWD_BATCH) {
                 int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-                fwd_norm_rows(ops, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
-                rc = fwd_dense_mlp(ws, cfg, lw, pool, nb);
-                if (!rc) add_rows(X + (size_t)r0 * H, ws->out, (size_t)nb * H);
+                fwd_norm_rows(ws, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+                rc = fwd_dense_mlp(ws, cfg, lw, nb);
+                if (!rc) rc = fwd_sync(ws, err, errlen);
+                if (!rc) add_rows(ws, X + (size_t)r0 * H, ws->out, (size_t)nb * H);
             }
         }
         if (!rc && traced) ws->trace(ws->trace_ctx, l + 1, it[0].sq->n_past, n, X);
@@ -604,18 +640,18 @@ done:
         for (int l = 0; l < L; l++) {
             if (!cfg->layer_linear[l]) { /* a sliding layer's ring: put back on failure */
                 float **sv = saved + ((size_t)i * L + l) * 2;
-                const size_t ring = (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(cfg) * sizeof(float);
+                const size_t ring = kv_bytes(sq, l);
                 for (int k2 = 0; k2 < 2; k2++) {
-                    if (sv[k2] && rc) memcpy(k2 ? sq->v_cache[l] : sq->k_cache[l], sv[k2], ring);
-                    free(sv[k2]);
+                    if (sv[k2] && rc) be->copy(be, k2 ? sq->v_cache[l] : sq->k_cache[l], sv[k2], ring, BE_D2D);
+                    UNDEV(sv[k2], ring);
                 }
                 continue;
             }
             float **sv = saved + ((size_t)i * L + l) * 2;
             const int o = orig[(size_t)i * L + l];
             if (sv[0]) {
-                free(sq->conv[l][o]);
-                free(sq->ssm[l][o]);
+                UNDEV(sq->conv[l][o], sq->conv_floats * sizeof(float));
+                UNDEV(sq->ssm[l][o], sq->ssm_floats * sizeof(float));
                 sq->conv[l][o] = sv[0];
                 sq->ssm[l][o] = sv[1];
             }
@@ -631,44 +667,46 @@ done:
             if (!it[i].logits) continue;
             const float *Xi = X + (size_t)row0[i] * H;
             if (!it[i].all_logits) { /* gathered: one LM-head pass for every sequence's last row */
-                memcpy(last_rows + (size_t)j++ * H, Xi + (size_t)(it[i].n - 1) * H, H * sizeof(float));
+                be->copy(be, last_rows + (size_t)j++ * H, Xi + (size_t)(it[i].n - 1) * H, H * sizeof(float), BE_D2D);
                 continue;
             }
             for (int r0 = 0; r0 < it[i].n; r0 += FWD_BATCH) {
                 int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
-                fwd_norm_rows(ops, Xi + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
+                fwd_norm_rows(ws, Xi + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
                               (int)H);
                 if (traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
-                fwd_matmul(ws, pool, head, ws->h, H, it[i].logits + (size_t)r0 * V, V, nb, FWD_ACT_IN);
+                emit_logits(ws, head, nb, it[i].logits + (size_t)r0 * V);
             }
         }
         for (int r0 = 0, i = 0; r0 < n_last; r0 += FWD_BATCH) {
             int nb = n_last - r0 < FWD_BATCH ? n_last - r0 : FWD_BATCH;
-            fwd_norm_rows(ops, last_rows + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
+            fwd_norm_rows(ws, last_rows + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
                           (int)H);
             if (traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past - 1, nb, ws->h);
-            fwd_matmul(ws, pool, head, ws->h, H, last_logits, V, nb, FWD_ACT_IN);
+            fwd_matmul(ws, head, ws->h, H, last_logits, V, nb, FWD_ACT_IN);
             for (int r = 0; r < nb; r++, i++) {
                 while (!it[i].logits || it[i].all_logits) i++;
-                memcpy(it[i].logits, last_logits + (size_t)r * V, V * sizeof(float));
+                be->copy(be, it[i].logits, last_logits + (size_t)r * V, V * sizeof(float), BE_D2H);
             }
         }
     }
-    free(X);
-    free(HN);
-    free(O);
-    free(wb.router);
+    UNDEV(X, nH);
+    UNDEV(HN, nH);
+    UNDEV(O, nH);
+    UNDEV(wb.router, (size_t)n * E * sizeof(float));
     free(wb.top_e);
     free(wb.top_w);
     free(wb.e_tok);
     free(wb.e_slot);
-    free(wb.sh_y);
-    free(wb.sg);
+    UNDEV(wb.sh_y, nH);
+    UNDEV(wb.sg, (size_t)n * sizeof(float));
     free(saved);
     free(orig);
     free(row0);
-    free(last_rows);
-    free(last_logits);
+    UNDEV(last_rows, (size_t)n_last * H * sizeof(float));
+    UNDEV(last_logits, (size_t)n_lg * V * sizeof(float));
+#undef DEV
+#undef UNDEV
     return rc;
 }
 
@@ -702,14 +740,14 @@ static int check_seq(const fwd_ws *ws, const fwd_seq *sq, const sl_config *cfg, 
 
 /* The checks of the model side: configuration, weights, expert source, per-thread scratch. */
 static int check_model(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                       sl_pool *pool, char *err, size_t errlen) {
+                       char *err, size_t errlen) {
     CK(check_config(cfg, err, errlen));
-    CK(check_weights(cfg, w, err, errlen));
+    CK(check_weights(ws->be, cfg, w, err, errlen));
     if (cfg_n_moe_layers(cfg) > 0 && (!experts || !experts->get)) {
         fwd_errf(err, errlen, "no expert source for a model with MoE layers");
         return SL_EINVAL;
     }
-    if (ensure_slots(ws, sl_pool_size(pool))) {
+    if (ws->be->reserve(ws->be, ws->slot_floats)) {
         fwd_errf(err, errlen, "out of memory for per-thread scratch");
         return SL_ENOMEM;
     }
@@ -717,15 +755,15 @@ static int check_model(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, co
 }
 
 int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-             sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
-             size_t errlen) {
+             const int32_t *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!ws || !cfg || !w) {
         fwd_errf(err, errlen, "fwd_eval: NULL argument");
         return SL_EINVAL;
     }
     CK(check_seq(ws, sq, cfg, tokens, n, err, errlen));
-    CK(check_model(ws, cfg, w, experts, pool, err, errlen));
+    CK(check_model(ws, cfg, w, experts, err, errlen));
+    CK(fwd_sync(ws, err, errlen)); /* nothing left over from an earlier call */
 
     /* many tokens: layer-major chunks of up to WIDE_MAX (each expert read once per layer per chunk);
      * a few: micro-batches through all layers */
@@ -738,8 +776,8 @@ int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
         if (logits && all_logits) lo = logits + (size_t)done * (size_t)cfg->vocab;
         else if (logits && last) lo = logits;
         fwd_item one = {sq, tokens + done, nb, lo, all_logits};
-        int rc = nb > FWD_BATCH ? eval_multi(ws, cfg, w, experts, pool, &one, 1, err, errlen)
-                                : eval_batch(ws, sq, cfg, w, experts, pool, tokens + done, nb, lo, all_logits, err, errlen);
+        int rc = nb > FWD_BATCH ? eval_multi(ws, cfg, w, experts, &one, 1, err, errlen)
+                                : eval_batch(ws, sq, cfg, w, experts, tokens + done, nb, lo, all_logits, err, errlen);
         if (rc) return rc;
         done += nb;
     }
@@ -747,7 +785,7 @@ int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
 }
 
 int fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                   sl_pool *pool, const fwd_item *items, int n_items, char *err, size_t errlen) {
+                   const fwd_item *items, int n_items, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!ws || !cfg || !w || !items || n_items < 1) {
         fwd_errf(err, errlen, "fwd_eval_batch: NULL argument or no items");
@@ -767,6 +805,7 @@ int fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const 
             return rc;
         }
     }
-    CK(check_model(ws, cfg, w, experts, pool, err, errlen));
-    return eval_multi(ws, cfg, w, experts, pool, items, n_items, err, errlen);
+    CK(check_model(ws, cfg, w, experts, err, errlen));
+    CK(fwd_sync(ws, err, errlen));
+    return eval_multi(ws, cfg, w, experts, items, n_items, err, errlen);
 }

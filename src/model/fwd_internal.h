@@ -3,6 +3,9 @@
  * state (fwd_seq) and of the per-model workspace (fwd_ws), and the per-block entry points. Not for use
  * outside src/model/.
  *
+ * Every computation is an op of the backend (src/backend/backend.h) the workspace was made with; the
+ * float buffers below (state and scratch) are that backend's memory, the index arrays host memory.
+ *
  * A sequence's state is what must survive between evaluations: KV cache, DeltaNet conv and recurrent
  * state, position. Everything else an evaluation needs is scratch in the workspace, sized once for one
  * micro-batch of FWD_BATCH tokens (and the model's longest context) in fwd_ws_new(), so the hot path
@@ -19,6 +22,7 @@
 
 #include <stddef.h>
 
+#include "backend/backend.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 
@@ -40,6 +44,7 @@ void fwd_ws_set_prefetch(fwd_ws *ws, int on);
 
 /* A sequence's state. */
 struct fwd_seq {
+    sl_backend *be; /* whose memory the buffers are (borrowed) */
     int n_ctx, n_past;
     int n_layers;
     sl_config shape; /* the config the buffers were sized for; fwd_eval checks every sizing field */
@@ -59,7 +64,7 @@ struct fwd_seq {
 
 /* The per-model workspace. */
 struct fwd_ws {
-    const kern_ops *ops;
+    sl_backend *be;  /* borrowed; outlives the workspace */
     int int8;        /* 1 (default): q8/q4 matrices multiply int8-quantized activations (kern_matmul_act);
                         0: the exact f32 kernels (sl_model_params.exact) */
     void *act[3];    /* kern_act storage for B rows of act_cols: FWD_ACT_IN, FWD_ACT_GATHER, FWD_ACT_MID */
@@ -85,9 +90,8 @@ struct fwd_ws {
     float *gates;    /* [B][2*nv]: beta (first nv), g (log decay) */
     float *mla_q;    /* MLA: [B][nh][kv_lora + rot_dim] absorbed queries (mla.c) */
     float *mla_lat;  /* MLA: [B][nh][kv_lora] attention-weighted latents */
-    float *scratch;  /* [n_slots][slot_floats]: attention scores, DeltaNet chunk matrices */
-    size_t slot_floats;
-    int n_slots;
+    float *lg;       /* [B][V] logits before they go to the host (backends whose memory is not the host's) */
+    size_t slot_floats; /* per-thread scratch the mixers need (the backend's reserve) */
     int n_big, n_mix;
 
     /* FFN */
@@ -107,6 +111,9 @@ struct fwd_ws {
     unsigned char *pf_mark; /* [E] */
     int prefetch;      /* 1 (default): hint the next MoE layer's experts to a streaming provider */
     int n_ffn;
+    /* the backend buffers above, to give back (alloc's bytes) */
+    struct { void *p; size_t bytes; } dev[32];
+    int n_dev;
 };
 
 /* Activation slots of the workspace: a block's input (ws->h, read by q/k/v, the router, gate/up of the
@@ -116,23 +123,20 @@ enum { FWD_ACT_IN = 0, FWD_ACT_GATHER = 1, FWD_ACT_MID = 2 };
 /* a describes x [n][cols] (n <= FWD_BATCH) in slot; quantized on first use by a q8/q4 matrix. */
 void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int n, int cols);
 /* y = W x for n rows of x (any n: FWD_BATCH rows at a time), x quantized once for this one matrix. */
-void fwd_matmul(fwd_ws *ws, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n,
-                int slot);
+void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot);
 /* KV rows a saved state keeps of attention layer l at n_past positions: all, or a sliding layer's last
  * sliding_window - 1 (what the next query reads besides its own). */
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past);
 
 /* Mixers and FFNs: input ws->h [n][H] (normed), output ws->out [n][H]; pos0 = position of row 0.
  * Return 0 or a negative sl_status with err filled. */
-int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
-                  int pos0);
+int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0);
 /* Multi-head latent attention (cfg->kv_lora > 0), the same contract as fwd_attention. */
-int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
-            int pos0);
+int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0);
 /* Floats of per-thread scratch fwd_mla needs with contexts of n_ctx (0 when cfg is not MLA). */
 size_t fwd_mla_slot_floats(const sl_config *cfg, int n_ctx);
-int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
-                 char *err, size_t errlen);
+int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, char *err,
+                 size_t errlen);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */
 typedef struct fwd_wide {
     float *router;    /* [n][E] */
@@ -144,16 +148,17 @@ typedef struct fwd_wide {
 } fwd_wide;
 
 int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
-                 sl_pool *pool, int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen);
+                 int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen);
 
 int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-            int next_layer, const sl_expert_src *experts,
-            sl_pool *pool, int n, char *err, size_t errlen);
-int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, sl_pool *pool, int n);
+            int next_layer, const sl_expert_src *experts, int n, char *err, size_t errlen);
+int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int n);
 
 /* RMSNorm of n rows [n][dim] in place or into y; zero-centred adds 1 to w. */
-void fwd_norm_rows(const kern_ops *ops, const float *x, const float *w, int zero_centred, float eps, float *y,
-                   int n_rows, int dim);
+void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,
+                   int dim);
+/* The backend's sticky status after a block (backend.h sync): 0, or its failure with err filled. */
+int fwd_sync(fwd_ws *ws, char *err, size_t errlen);
 
 /* Message helper: snprintf into err when err && errlen. */
 void fwd_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

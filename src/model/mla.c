@@ -12,7 +12,7 @@
  * to. kv_b's rows are per head [W_uk (dn rows) | W_uv (dv rows)] of r columns; with them absorbed,
  *   score(t, p) = (q_nope . W_uk c_p + q_pe . k_pe_p) * scale = [W_uk^T q_nope | q_pe] . [c_p | k_pe_p] * scale
  *   out_h       = sum_p a_p W_uv c_p = W_uv (sum_p a_p c_p)
- * in three passes over the micro-batch: the absorbed queries [W_uk^T q_nope | q_pe] (r + dr) per (token, head), a
+ * in three passes over the micro-batch (the backend's mla op does the first two; src/backend/backend.h): the absorbed queries [W_uk^T q_nope | q_pe] (r + dr) per (token, head), a
  * head per work item, each W_uk row dequantised once and added in row order; then per (token, head) the
  * scores against each cached row (one dot of r + dr), softmax (f32, sum in double, as attention.c) and the
  * weighted sum of the cached c rows in increasing position order; then W_uv per head as one matmul over the
@@ -26,8 +26,6 @@
  * ws->mix [B][n_mix] holds [nh][dv]; per-thread scratch: scores [n_ctx] or one dequantised kv_b row [r].
  */
 #include <math.h>
-#include <stdatomic.h>
-#include <string.h>
 
 #include "model/fwd_internal.h"
 #include "model/rope.h"
@@ -40,46 +38,8 @@ size_t fwd_mla_slot_floats(const sl_config *cfg, int n_ctx) {
     return (size_t)n_ctx + (size_t)cfg->kv_lora + 16; /* scores, or one dequantised kv_b row */
 }
 
-/* RoPE on x [dr] at pos: rotate-half (x_i, x_{i+dr/2}) by inv_freq[i], or, interleaved, pairs (x_2i, x_2i+1)
- * rotated by inv_freq[i] and written de-interleaved (first halves' outputs, then seconds'), as transformers;
- * cos and sin times the table's attention factor (YaRN's attention_scaling, model/rope.h; 1 otherwise). */
-static void rope(float *x, int dr, const float *inv_freq, float attn_factor, int pos, int interleave) {
-    const int half = dr / 2;
-    float tmp[1024];
-    if (interleave) {
-        for (int i = 0; i < half; i++) {
-            tmp[i] = x[2 * i];
-            tmp[i + half] = x[2 * i + 1];
-        }
-        memcpy(x, tmp, (size_t)dr * sizeof(float));
-    }
-    for (int i = 0; i < half; i++) {
-        float ang = (float)pos * inv_freq[i];
-        float c = cosf(ang) * attn_factor, s = sinf(ang) * attn_factor;
-        float a = x[i], b = x[i + half];
-        x[i] = a * c - b * s;
-        x[i + half] = b * c + a * s;
-    }
-}
-
-typedef struct {
-    fwd_ws *ws;
-    const sl_mat *kv_b;
-    const float *cache;
-    int n_tok, n_heads, r, dr, dn, dv, qh, pos0;
-    float scale;
-    atomic_int next_slot;
-} mla_job;
-
-/* Row `row` of kv_b as f32: the stored row itself for f32 matrices, else dequantised into buf. */
-static const float *kvb_row(const sl_mat *m, int row, float *buf) {
-    if (m->dtype == DT_F32) return (const float *)m->data + (size_t)row * (size_t)m->cols;
-    q_row_to_f32(m, row, buf);
-    return buf;
-}
-
 /* Rows row0 .. row0+n-1 of m as a matrix of their own (any dtype; quant.h's layout: codes, scales and biases
- * are row-major, so a row range is a range of each). */
+ * are row-major, so a row range is a range of each). Pointer arithmetic only: valid in any backend's memory. */
 static sl_mat rows_view(const sl_mat *m, int row0, int n) {
     sl_mat v = *m;
     const int bits = q_bits(m->dtype);
@@ -95,98 +55,44 @@ static sl_mat rows_view(const sl_mat *m, int row0, int n) {
     return v;
 }
 
-/* Absorbed queries, one head per item: mla_q[t][h] = [W_uk_h^T q_nope (r) | q_pe (dr)], W_uk_h = rows
- * h*(dn+dv) .. +dn of kv_b, each row dequantised once for all n tokens and added in row order. */
-static void absorb_part(void *ctx, size_t begin, size_t end) {
-    mla_job *j = ctx;
-    fwd_ws *ws = j->ws;
-    const kern_ops *ops = ws->ops;
-    float *wrow = ws->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * ws->slot_floats;
-    const int r = j->r, dr = j->dr, dn = j->dn, dv = j->dv, row = r + dr, nh = j->n_heads;
-    for (size_t h = begin; h < end; h++) {
-        for (int t = 0; t < j->n_tok; t++) {
-            float *qc = ws->mla_q + ((size_t)t * nh + h) * row;
-            memset(qc, 0, (size_t)r * sizeof(float));
-            memcpy(qc + r, ws->big + (size_t)t * ws->n_big + h * j->qh + dn, (size_t)dr * sizeof(float));
-        }
-        for (int i = 0; i < dn; i++) {
-            const float *w = kvb_row(j->kv_b, (int)h * (dn + dv) + i, wrow);
-            for (int t = 0; t < j->n_tok; t++)
-                ops->axpy(ws->big[(size_t)t * ws->n_big + h * j->qh + i], w, ws->mla_q + ((size_t)t * nh + h) * row, r);
-        }
-    }
+/* y = W x with the exact (f32-activation) kernels, as MLA has always multiplied. */
+static void mm_exact(sl_backend *be, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n) {
+    kern_act a;
+    kern_act_init(&a, NULL, x, ldx, n, w->cols, 0);
+    be_matmul(be, w, &a, y, ldy);
 }
 
-/* One (token, head) per item: scores against cached rows 0..pos, softmax, the weighted sum of the cached
- * latents into mla_lat[t][h]. */
-static void attend_part(void *ctx, size_t begin, size_t end) {
-    mla_job *j = ctx;
-    fwd_ws *ws = j->ws;
-    const kern_ops *ops = ws->ops;
-    float *sc = ws->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * ws->slot_floats;
-    const int r = j->r, row = r + j->dr;
-    for (size_t it = begin; it < end; it++) {
-        int t = (int)(it / (size_t)j->n_heads);
-        int n_keys = j->pos0 + t + 1;
-        const float *qc = ws->mla_q + it * (size_t)row;
-        float mx = -INFINITY;
-        for (int p = 0; p < n_keys; p++) {
-            sc[p] = ops->dot(qc, j->cache + (size_t)p * row, row) * j->scale;
-            if (sc[p] > mx) mx = sc[p];
-        }
-        double sum = 0.0;
-        for (int p = 0; p < n_keys; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float fsum = (float)sum, *lat = ws->mla_lat + it * (size_t)r;
-        memset(lat, 0, (size_t)r * sizeof(float));
-        for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, j->cache + (size_t)p * row, lat, r);
-    }
-}
-
-int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, sl_pool *pool, int n,
-            int pos0) {
-    const kern_ops *ops = ws->ops;
-    const size_t H = (size_t)cfg->hidden;
+int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0) {
+    sl_backend *be = ws->be;
+    const size_t H = (size_t)cfg->hidden, ldq = (size_t)ws->n_big;
     const int nh = cfg->n_heads, r = cfg->kv_lora, dr = cfg->rot_dim, dn = cfg->qk_nope, dv = cfg->v_head_dim;
     const int qh = dn + dr, row = r + dr, ql = cfg->q_lora;
 
     if (ql > 0) {
-        kern_matmul(ops, pool, &lw->q_a, ws->h, H, ws->v, (size_t)ql, n);
-        fwd_norm_rows(ops, ws->v, lw->q_a_norm, 0, MLA_NORM_EPS, ws->v, n, ql);
-        kern_matmul(ops, pool, &lw->q_b, ws->v, (size_t)ql, ws->big, (size_t)ws->n_big, n);
+        mm_exact(be, &lw->q_a, ws->h, H, ws->v, (size_t)ql, n);
+        be->rmsnorm(be, ws->v, ws->v, n, (size_t)ql, 1, 0, ql, lw->q_a_norm, 0.0f, MLA_NORM_EPS);
+        mm_exact(be, &lw->q_b, ws->v, (size_t)ql, ws->big, ldq, n);
     } else {
-        kern_matmul(ops, pool, &lw->q, ws->h, H, ws->big, (size_t)ws->n_big, n);
+        mm_exact(be, &lw->q, ws->h, H, ws->big, ldq, n);
     }
-    kern_matmul(ops, pool, &lw->kv_a, ws->h, H, ws->k, (size_t)row, n);
+    mm_exact(be, &lw->kv_a, ws->h, H, ws->k, (size_t)row, n);
 
     float inv_freq[SL_ROPE_MAX_FREQS], attn_factor;
     rope_freqs(cfg, inv_freq, &attn_factor); /* over rot_dim = qk_rope_head_dim: the default table or YaRN */
+    be->rmsnorm(be, ws->k, ws->k, n, (size_t)row, 1, 0, r, lw->kv_a_norm, 0.0f, MLA_NORM_EPS);
+    be->rope(be, ws->k + r, n, (size_t)row, 1, 0, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
+    be->rope(be, ws->big + dn, n, ldq, nh, (size_t)qh, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
 
-    float *cache = sq->k_cache[layer];
-    for (int t = 0; t < n; t++) {
-        int pos = pos0 + t;
-        float *kr = ws->k + (size_t)t * row, *qr = ws->big + (size_t)t * ws->n_big;
-        ops->rmsnorm(kr, lw->kv_a_norm, 0.0f, MLA_NORM_EPS, kr, r);
-        rope(kr + r, dr, inv_freq, attn_factor, pos, cfg->rope_interleave);
-        for (int h = 0; h < nh; h++) rope(qr + (size_t)h * qh + dn, dr, inv_freq, attn_factor, pos, cfg->rope_interleave);
-        memcpy(cache + (size_t)pos * row, kr, (size_t)row * sizeof(float));
-    }
-
-    mla_job j = {.ws = ws, .kv_b = &lw->kv_b, .cache = cache, .n_tok = n, .n_heads = nh, .r = r, .dr = dr,
-                 .dn = dn, .dv = dv, .qh = qh, .pos0 = pos0,
-                 .scale = (float)(cfg->attn_scale > 0 ? cfg->attn_scale : 1.0 / sqrt((double)cfg->head_dim))};
-    atomic_init(&j.next_slot, 0);
-    sl_pool_for(pool, (size_t)nh, 1, absorb_part, &j);
-    atomic_init(&j.next_slot, 0);
-    sl_pool_for(pool, (size_t)n * (size_t)nh, 1, attend_part, &j);
+    const be_mla a = {.q = ws->big, .ldq = ldq, .ckv = ws->k, .cache = sq->k_cache[layer], .kv_b = &lw->kv_b, .n = n,
+                      .pos0 = pos0, .n_heads = nh, .r = r, .dr = dr, .dn = dn, .dv = dv,
+                      .scale = (float)(cfg->attn_scale > 0 ? cfg->attn_scale : 1.0 / sqrt((double)cfg->head_dim)),
+                      .q_abs = ws->mla_q, .lat = ws->mla_lat};
+    be->mla(be, &a);
     /* out_h = W_uv_h lat_h (rows h*(dn+dv)+dn .. +dv of kv_b) for every token, head by head */
     for (int h = 0; h < nh; h++) {
         sl_mat wuv = rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
-        kern_matmul(ops, pool, &wuv, ws->mla_lat + (size_t)h * r, (size_t)nh * r, ws->mix + (size_t)h * dv,
-                    (size_t)ws->n_mix, n);
+        mm_exact(be, &wuv, ws->mla_lat + (size_t)h * r, (size_t)nh * r, ws->mix + (size_t)h * dv, (size_t)ws->n_mix, n);
     }
-    kern_matmul(ops, pool, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
+    mm_exact(be, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
     return 0;
 }

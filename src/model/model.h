@@ -14,7 +14,6 @@
 
 #include "model/config.h"
 #include "util/tensor.h"
-#include "util/threadpool.h"
 
 typedef struct sl_layer_w {
     float *attn_norm, *ffn_norm; /* input_layernorm, post_attention_layernorm [H] */
@@ -60,8 +59,10 @@ typedef struct sl_weights {
  * evaluations borrow (fwd_internal.h). */
 typedef struct fwd_seq fwd_seq;
 typedef struct fwd_ws fwd_ws;
+typedef struct sl_backend sl_backend;
 
-fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx);
+/* A sequence's state in be's memory (be borrowed: it outlives the state). NULL when out of memory. */
+fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx, sl_backend *be);
 void fwd_seq_free(fwd_seq *sq);
 void fwd_seq_reset(fwd_seq *sq);
 int fwd_seq_n_past(const fwd_seq *sq);
@@ -76,16 +77,16 @@ size_t fwd_seq_state_bytes(const fwd_seq *sq);
 void fwd_seq_save(const fwd_seq *sq, void *buf);
 int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len);
 
-/* A workspace for sequences of up to n_ctx positions. */
-fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx);
+/* A workspace for sequences of up to n_ctx positions, computing on be (borrowed: it outlives the
+ * workspace; src/backend/backend.h). */
+fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx, sl_backend *be);
 void fwd_ws_free(fwd_ws *ws);
 
 /* Evaluates n tokens at positions n_past..n_past+n-1 of sq, appending to its state, with ws's scratch.
  * logits: NULL, or [n][V] when all_logits, else [V] (last token).
  * Returns 0 or a negative sl_status; err (may be NULL, size errlen) gets a message. */
 int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-             sl_pool *pool, const int32_t *tokens, int n, float *logits, int all_logits, char *err,
-             size_t errlen);
+             const int32_t *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
 
 /* One sequence's part of a batched evaluation. */
 typedef struct fwd_item {
@@ -101,6 +102,6 @@ typedef struct fwd_item {
  * gives it alone. Any bad item is refused (err names it) before anything runs; a failure during the
  * pass leaves every sequence as it was. A sequence may appear once. */
 int fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                   sl_pool *pool, const fwd_item *items, int n_items, char *err, size_t errlen);
+                   const fwd_item *items, int n_items, char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,8 @@
 /*
  * cache.h — the expert cache: a pool of stride-sized, 4096-aligned slots inside a byte budget, filled
- * through an I/O engine (stream/io.h), exposed to the forward pass as a streaming sl_expert_src.
+ * through an I/O engine (stream/io.h), exposed to the forward pass as a streaming sl_expert_src. The slots
+ * are one allocation of the backend's pinned memory (src/backend/backend.h), so a backend decides where
+ * they live.
  *
  * Invariants:
  *  - a slot is FREE (no key), LOADING (a read in flight) or READY (holds expert `key` verbatim, its
@@ -15,9 +17,10 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "format/container.h"
-#include "util/tensor.h"
 #include "stream/io.h"
+#include "util/tensor.h"
 
 typedef enum { CACHE_LRU = 0, CACHE_LFU = 1 } cache_policy;
 
@@ -31,6 +34,8 @@ typedef struct cache_cfg {
     int dontneed;          /* posix_fadvise(DONTNEED) after each read (buffered mode) */
     int prefetch;          /* 1: score hints and act on them once they prove accurate (>= 80%); 2: always
                               act on them (tests); 0: ignore them */
+    sl_backend *be;        /* whose pinned memory the slots are (alloc BE_BUF_PINNED; borrowed: outlives the
+                              cache) */
 } cache_cfg;
 
 typedef struct cache_stats {

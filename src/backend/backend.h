@@ -1,0 +1,268 @@
+/*
+ * backend.h — the backend seam (issue 13 §1): what the forward pass (src/model/) asks of the machine that
+ * computes, as one table of function pointers at block level, after llama.cpp's
+ * ggml/src/ggml-backend-impl.h (a backend owns its buffers; ops take its memory, never assume the host's)
+ * and SQLite's sqlite3_io_methods. docs/ARCHITECTURE.md tells the story; this header is the contract.
+ *
+ * The CPU backend (src/backend/cpu/) is today's code and the oracle: every other backend is tested against
+ * it on random inputs and on the fixtures. A backend is added by writing its table (src/backend/<name>/)
+ * and naming it in be_open (backend.c), the only place with an #ifdef.
+ *
+ * Memory. "Backend memory" is what alloc(BE_BUF_DEVICE) returns (host memory for the CPU backend, VRAM for
+ * CUDA). Every float * an op reads or writes is backend memory unless its comment says HOST; index arrays
+ * (tokens, expert ids, token lists) and routing weights are always HOST memory, as are the RoPE frequency
+ * table. Weights (sl_mat, sl_expert, the f32 vectors of the model) point into backend memory. When
+ * is_host is 1 the backend's memory is host memory, so the forward pass may hand it the caller's
+ * buffers (logits) directly.
+ *
+ * Errors. Compute ops return nothing: a failing op records the first failure, and sync() returns it (0 or
+ * a negative sl_status, the message in errmsg()) and clears it; ops after a failure may be skipped. The
+ * forward pass syncs at the end of every block and wherever the host reads a result (route does so
+ * itself). Only alloc and reserve allocate; no op allocates.
+ *
+ * Exactness (docs/QUANT.md, kernels.h): every op computes each output from its own row, token and head
+ * in an order fixed by the shapes, never by n, the split over threads or the batch, so a token in a batch
+ * equals the token alone bitwise, results are identical for any thread count, and streamed equals
+ * resident. The CPU backend keeps the arithmetic of kernels.h exactly; another backend's f32 path must stay
+ * within 1e-4 relative of it (issue 13 §2), and be bitwise repeatable on its own.
+ *
+ * Layouts: x [n][ld] is n rows of ld floats; "head h" of a row starts at h * head_stride floats. Shapes
+ * follow PyTorch: W [rows = out][cols = in], y = W x.
+ */
+#ifndef SL_BACKEND_H
+#define SL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "model/config.h"
+#include "sluice.h"
+#include "util/tensor.h"
+#include "util/threadpool.h"
+
+typedef struct sl_backend sl_backend;
+
+/* alloc flags */
+enum {
+    BE_BUF_DEVICE = 0, /* the backend's own memory, what ops compute on (CPU: the heap) */
+    BE_BUF_PINNED = 1, /* host memory the backend copies from fastest (CUDA: cudaHostAlloc) and I/O engines
+                          read into with O_DIRECT: 4096-aligned, its pages touched at allocation so no read
+                          pays a page fault (CPU: anonymous memory on transparent huge pages, stream/cache.c's
+                          expert slots) */
+};
+/* copy directions */
+enum { BE_H2D = 0, BE_D2H = 1, BE_D2D = 2 };
+
+/* Expert FFN kinds (config.h sl_expert_kind) */
+enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1 };
+
+/* Full (softmax) attention of one micro-batch with its KV cache (attention op). q/k already have their
+ * biases, q/k norms and RoPE. The op first stores the n new K/V rows at positions pos0 .. pos0+n-1 (row
+ * p % cap of the caches), then for every (token t, head h): scores q . k_p * scale against positions
+ * p0 .. pos (pos = pos0 + t; p0 = pos - window + 1 for a sliding layer, else 0), softmax in f32 with its
+ * sum in double and, with sinks, sinks[h] as one more logit (in the max and the denominator, its value
+ * dropped: modeling_gpt_oss.py eager_attention_forward), the weighted sum of V rows in increasing position,
+ * and, gated, times sigmoid(gate) element-wise. KV head of query head h: h / (n_heads / n_kv_heads). */
+typedef struct be_attn {
+    const float *q; /* [n][ldq]; head h at h * qstride: query [hd], then (gated) gate [hd] */
+    size_t ldq;
+    int qstride, gated;
+    const float *k, *v; /* new rows [n][ldkv], KV head g at g * hd */
+    size_t ldkv;
+    float *k_cache, *v_cache; /* [cap][n_kv_heads * hd] each */
+    int cap;
+    int n, pos0, n_heads, n_kv_heads, head_dim;
+    int window;          /* > 0: a sliding layer of this many positions (the query's own included) */
+    const float *sinks;  /* [n_heads] sink logits, or NULL */
+    float scale;
+    float *out;          /* [n][ldo]; head h's output at h * hd */
+    size_t ldo;
+} be_attn;
+
+/* Multi-head latent attention of one micro-batch with its compressed cache (mla op; src/model/mla.c has
+ * the algebra). Stores ckv's n rows [c (r) | k_pe (dr)] (normed, roped) at cache rows pos0 .. pos0+n-1;
+ * builds the absorbed queries q_abs[t][h] = [W_uk_h^T q_nope (r) | q_pe (dr)] (W_uk_h = rows h*(dn+dv) ..
+ * +dn of kv_b, each row taken as f32 once and added in row order); then per (t, h) scores q_abs . cache_p
+ * * scale over positions 0 .. pos0+t, softmax (f32, sum in double), and lat[t][h] = the weighted sum of
+ * the cached c rows in increasing position. */
+typedef struct be_mla {
+    const float *q; /* [n][ldq], head h at h * (dn + dr): [q_nope (dn) | q_pe (dr)] */
+    size_t ldq;
+    const float *ckv; /* [n][r + dr] */
+    float *cache;     /* [n_ctx][r + dr] */
+    const sl_mat *kv_b; /* [n_heads * (dn + dv)][r] */
+    int n, pos0, n_heads, r, dr, dn, dv;
+    float scale;
+    float *q_abs; /* [n][n_heads][r + dr] out (scratch for the caller) */
+    float *lat;   /* [n][n_heads][r] out */
+} be_mla;
+
+/* One Gated DeltaNet layer's micro-batch (MODELS.md 3.5, src/model/deltanet.c); the five dn_* ops read and
+ * write the fields their comments name. cq = 2*nk*dk + nv*dv; value head h reads key head h / (nv / nk). */
+typedef struct be_dn {
+    int n, nk, nv, dk, dv, conv_k;
+    /* dn_conv: causal depthwise conv1d + SiLU over [conv_in_state (K-1 rows, oldest first); conv_in] into
+     * conv_out, the new state (the last K-1 pre-conv rows) into conv_out_state */
+    const float *conv_in;        /* [n][cq] pre-conv q | k | v */
+    const float *conv_w;         /* [cq][K] */
+    const float *conv_in_state;  /* [K-1][cq] */
+    float *conv_out_state;       /* [K-1][cq] */
+    float *conv_out;             /* [n][cq]; dn_gates normalises its q, k in place */
+    /* dn_gates: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias) into gates; q L2-normalised times
+     * dk^-1/2, k L2-normalised (sum of squares in double, + 1e-6) */
+    const float *ba;             /* [n][2nv]: b (nv) then a (nv); grouped: per key head [b (r) | a (r)] */
+    int ba_grouped;              /* qwen3_next's in_proj_ba layout */
+    const float *A_log, *dt_bias; /* [nv] */
+    float *gates;                /* [n][2nv]: beta (nv) then g (nv) */
+    /* dn_step (token recurrence: S <- exp(g) S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q) and
+     * dn_chunk (MODELS.md 3.5.5: the whole micro-batch, n <= 64, as one chunk; ~1e-6 of dn_step): the
+     * state ssm_in -> ssm_out, outputs into out */
+    const float *ssm_in;         /* [nv][dk][dv] entering state */
+    float *ssm_out;              /* [nv][dk][dv] leaving state */
+    float *out;                  /* [n][ldo], value head h at h * dv */
+    size_t ldo;
+    /* dn_norm: per value head, out = rmsnorm(out) (plain weight norm_w [dv], eps) * silu(z) */
+    const float *z;              /* [n][nv*dv] */
+    const float *norm_w;
+    float eps;
+} be_dn;
+
+/* Routing of n rows (route op): cfg->router's rule (config.h; moe.c's comment has each) or cfg's uniform
+ * routing, per row. top_e/top_w [n][k] (HOST) get the chosen experts sorted by expert index and their
+ * weights. hint: instead, the plain top-k of the logits in the order taken (-1 past the last finite
+ * one) for the next layer's prefetch; top_w is not touched (may be NULL). logits are clobbered. */
+typedef struct be_route {
+    const sl_config *cfg;
+    int layer, n, hint;
+    float *logits;       /* [n][E] */
+    const float *bias;   /* [E] e_score_correction_bias, or NULL */
+    int *top_e;          /* HOST [n][k] */
+    float *top_w;        /* HOST [n][k] */
+} be_route;
+
+/* One FFN over x's rows (ffn op): BE_FFN_SWIGLU y = down(silu(gate x) * up x); BE_FFN_GPTOSS
+ * (modeling_gpt_oss.py GptOssExperts) gu = gate_up x + gate_up_bias, rows interleaved (gate even, up odd),
+ * gate clamped above at limit, up to [-limit, limit], act = (up + 1) * gate * sigmoid(1.702 gate), y =
+ * down act + down_bias. down's input is an activation of its own (mid_buf, int8 as x's rule: kernels.h). */
+typedef struct be_ffn {
+    int kind;
+    float limit;          /* BE_FFN_GPTOSS's swiglu_limit */
+    const sl_expert *w;   /* its parts: gate, up, down, or gate_up, down and the two biases */
+    kern_act *x;          /* [n][H] input, n = x->n_tok <= 64 */
+    int inter;            /* I */
+    float *g, *u;         /* [n][inter] scratch each (GPTOSS: g [n][2I]) */
+    void *mid_buf;        /* kern_act_bytes(n, inter) bytes for down's input */
+    int int8;             /* down's input takes the int8 kernels (q8/q4 down) */
+    float *y;             /* [n][ldy] */
+    size_t ldy;
+} be_ffn;
+
+/* The MoE block's sum (combine op), per row t < n, in this order: out = ((0 + w[t][0] y[t][0]) + w[t][1]
+ * y[t][1]) + ... (slots in expert order, route's), or out kept as it is when w is NULL; then, with a shared
+ * expert, out += sigmoid(sh_gate[t]) * sh_y[t] (gate 1 when sh_gate is NULL). */
+typedef struct be_combine {
+    int n, k, H;
+    const float *w;       /* HOST [n][k], or NULL */
+    const float *y;       /* [n][k][H] routed outputs by slot */
+    const float *sh_y;    /* [n][H], or NULL: no shared expert */
+    const float *sh_gate; /* [n] the shared gate's logits, or NULL */
+    float *out;           /* [n][H] */
+} be_combine;
+
+struct sl_backend {
+    const char *name; /* "cpu", "cuda" */
+    int is_host;      /* backend memory is host memory */
+    void *ctx;
+
+    /* ---- buffers ---- */
+    /* n bytes of memory of the given kind (BE_BUF_*), or NULL. Not zeroed. */
+    void *(*alloc)(sl_backend *be, size_t bytes, int flags);
+    /* Frees what alloc returned with the same bytes and flags; NULL is a no-op. */
+    void (*free)(sl_backend *be, void *p, size_t bytes, int flags);
+    /* Copies bytes (BE_H2D: src host, dst backend memory; BE_D2H; BE_D2D); ordered with the compute ops.
+     * Pinned memory counts as host memory. */
+    void (*copy)(sl_backend *be, void *dst, const void *src, size_t bytes, int dir);
+    /* p[0 .. bytes) = 0 (backend memory). */
+    void (*zero)(sl_backend *be, void *p, size_t bytes);
+    /* Waits for the queued work; 0, or the first failure since the last sync (cleared). */
+    int (*sync)(sl_backend *be);
+    const char *(*errmsg)(sl_backend *be);
+    /* Makes room for the ops' per-thread scratch of up to slot_floats floats (attention scores over a
+     * context, the DeltaNet chunk matrices, one dequantised row); idempotent. 0 or SL_ENOMEM. */
+    int (*reserve)(sl_backend *be, size_t slot_floats);
+    void (*destroy)(sl_backend *be);
+
+    /* ---- dense ops ---- */
+    /* x[t] (t < n) = row tokens[t] (HOST) of table as f32, any dtype. */
+    void (*embed)(sl_backend *be, const sl_mat *table, const int32_t *tokens, int n, float *x, size_t ldx);
+    /* y[t*ldy + r] = (W x_t)[r] for every row r of w and token t < x->n_tok, x in its int8 form when x->int8
+     * and w is q8/q4 (kernels.h kern_matmul_act), else the exact kernels. Indexed by w->dtype; NULL: the
+     * backend lacks that type (be_check_mat refuses such a model at open). */
+    void (*matmul[DT_COUNT])(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy);
+    /* The n products of mm in one hand-off (q/k/v; gate and up): bitwise each matmul alone. */
+    void (*matmul_multi)(sl_backend *be, const kern_mm *mm, int n);
+    /* dst := rows idx[0..n) (HOST) of src's int8 form, x_rows their floats [n][src->cols] (kernels.h
+     * kern_act_gather); buf: kern_act_bytes(n, cols) bytes of backend memory. */
+    void (*act_gather)(sl_backend *be, kern_act *dst, void *buf, kern_act *src, const int *idx, int n,
+                       const float *x_rows);
+    /* Per token t < n_tok and head h < n_heads, the dim floats at x + t*ld + h*head_stride: y (the same
+     * layout, may alias x) = (w_off + w) * x / sqrt(mean(x^2) + eps), the mean accumulated in double. */
+    void (*rmsnorm)(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads,
+                    size_t head_stride, int dim, const float *w, float w_off, float eps);
+    /* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
+     * position pos0 + t: angle = pos * inv_freq[i] (f32; inv_freq HOST [rot/2], model/rope.h), cos and sin
+     * times attn_factor. interleave: the pairs (x_2i, x_2i+1) are de-interleaved into halves first
+     * (transformers' apply_rotary_pos_emb_interleave). */
+    void (*rope)(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
+                 const float *inv_freq, float attn_factor, int pos0, int interleave);
+    /* x[i] += y[i], i < n. */
+    void (*add)(sl_backend *be, float *x, const float *y, size_t n);
+    /* x[t*ld + i] += b[i], t < n_rows, i < cols. */
+    void (*add_bias)(sl_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols);
+    /* dst row (didx ? didx[i] : i) := src row (sidx ? sidx[i] : i), i < n, cols floats each; didx, sidx
+     * HOST or NULL; rows of dst and src do not overlap. */
+    void (*copy_rows)(sl_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
+                      const int *sidx, int n, int cols);
+
+    /* ---- mixers ---- */
+    void (*attention)(sl_backend *be, const be_attn *a);
+    void (*mla)(sl_backend *be, const be_mla *a);
+    void (*dn_conv)(sl_backend *be, const be_dn *d);
+    void (*dn_gates)(sl_backend *be, const be_dn *d);
+    void (*dn_step)(sl_backend *be, const be_dn *d);
+    void (*dn_chunk)(sl_backend *be, const be_dn *d);
+    void (*dn_norm)(sl_backend *be, const be_dn *d);
+
+    /* ---- MoE ---- */
+    /* Fills r->top_e / top_w on the host; returns as sync() does (it syncs to read them). */
+    int (*route)(sl_backend *be, const be_route *r);
+    void (*ffn)(sl_backend *be, const be_ffn *f);
+    /* n SwiGLU experts over one token, every f[i].x the same one-token activation: gate and up of all in
+     * one hand-off, then every down, bitwise each ffn alone. f[i].g must be f[0].g + i * inter (the down
+     * inputs form one activation of n rows, in f[0].mid_buf, kern_act_bytes(n, inter) bytes). */
+    void (*ffn_multi)(sl_backend *be, const be_ffn *f, int n);
+    void (*combine)(sl_backend *be, const be_combine *c);
+    /* Layer-major combine of one expert: out[tok[j]] += top_w[tok[j]*k + slot[j]] * y[j], j < cnt, in
+     * increasing j (tok, slot, top_w HOST; out [..][H], y [cnt][H]). */
+    void (*combine_rows)(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot,
+                         const float *top_w, const float *y, int cnt);
+};
+
+/* Opens a backend of kind (sluice.h sl_backend_kind) into *out. SL_BACKEND_CPU: today's kernels
+ * (kern_default_ops) on pool (borrowed; outlives the backend). SL_BACKEND_CUDA: SL_EUNSUPPORTED with "built
+ * without CUDA ..." in a build without it, "no usable CUDA device ..." where there is none. Returns 0, or a
+ * negative sl_status with err filled and *out NULL. */
+int be_open(int kind, sl_pool *pool, sl_backend **out, char *err, size_t errlen);
+void be_close(sl_backend *be); /* NULL: no-op */
+/* The CPU backend on a given kernel table (tests). */
+sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool);
+
+/* y = W x through the table's entry for w's dtype; w was checked (be_check_mat) when the model opened. */
+static inline void be_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy) {
+    be->matmul[w->dtype](be, w, x, y, ldy);
+}
+/* 0 when the backend has a matmul for m's dtype, else SL_EUNSUPPORTED. */
+int be_check_mat(const sl_backend *be, const sl_mat *m);
+
+#endif

@@ -1,0 +1,43 @@
+/*
+ * cpu.h — what the files of the CPU backend share (src/backend/cpu/): its context and the entry points of
+ * cpu_mix.c (attention, MLA, DeltaNet) and cpu_moe.c (routing, FFNs, combine) that cpu.c puts in the table.
+ * Not for use outside src/backend/cpu/.
+ *
+ * The CPU backend is the oracle (backend.h): its arithmetic is the one kernels.h fixes, and every loop
+ * here is what src/model/ ran itself before the seam, moved, not rewritten.
+ */
+#ifndef SL_BACKEND_CPU_H
+#define SL_BACKEND_CPU_H
+
+#include "backend/backend.h"
+
+typedef struct cpu_ctx {
+    const kern_ops *ops;
+    sl_pool *pool;
+    float *scratch;      /* [n_slots][slot_floats]: per-thread scratch of the mixers (reserve) */
+    size_t slot_floats;
+    int n_slots;
+    int status;          /* first failure since the last sync */
+    char msg[256];
+} cpu_ctx;
+
+static inline cpu_ctx *cpu_of(sl_backend *be) { return be->ctx; }
+/* Records a failure (the first since the last sync wins). */
+void cpu_fail(sl_backend *be, int status, const char *what);
+
+void cpu_attention(sl_backend *be, const be_attn *a);
+void cpu_mla(sl_backend *be, const be_mla *a);
+void cpu_dn_conv(sl_backend *be, const be_dn *d);
+void cpu_dn_gates(sl_backend *be, const be_dn *d);
+void cpu_dn_step(sl_backend *be, const be_dn *d);
+void cpu_dn_chunk(sl_backend *be, const be_dn *d);
+void cpu_dn_norm(sl_backend *be, const be_dn *d);
+
+int cpu_route(sl_backend *be, const be_route *r);
+void cpu_ffn(sl_backend *be, const be_ffn *f);
+void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n);
+void cpu_combine(sl_backend *be, const be_combine *c);
+void cpu_combine_rows(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot, const float *top_w,
+                      const float *y, int cnt);
+
+#endif

@@ -1,0 +1,377 @@
+/*
+ * cpu_mix.c — the CPU backend's token mixers (backend.h: attention, mla, dn_*): softmax attention over
+ * a KV cache (full, a sliding ring, sink logits, the sigmoid gate), multi-head latent attention over its
+ * compressed cache, and the Gated DeltaNet's conv1d, gates, token recurrence, chunked form and gated norm.
+ * The algebra and its references are in src/model/attention.c, mla.c and deltanet.c, which call these.
+ *
+ * The parallel work items are (token, head) pairs for attention, heads for MLA's absorption, value heads
+ * for DeltaNet; each uses one per-thread scratch slot (cpu_ctx, reserve) and computes from its own token,
+ * head and the state only, so the split over threads never changes a bit.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "quant/quant.h"
+
+#define DN_CHUNK 64 /* the chunked form's row length of its scratch matrices (backend.h: n <= 64) */
+
+/* ---- attention -------------------------------------------------------------------------------- */
+
+typedef struct {
+    const be_attn *a;
+    const kern_ops *ops;
+    cpu_ctx *c;
+    int group, kvrow;
+    atomic_int next_slot;
+} attn_job;
+
+static void attn_part(void *ctx, size_t begin, size_t end) {
+    attn_job *j = ctx;
+    const be_attn *a = j->a;
+    const kern_ops *ops = j->ops;
+    int slot = atomic_fetch_add(&j->next_slot, 1);
+    float *sc = j->c->scratch + (size_t)slot * j->c->slot_floats;
+    const int hd = a->head_dim;
+    for (size_t it = begin; it < end; it++) {
+        int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
+        const int pos = a->pos0 + t, p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
+        const int n_keys = pos + 1 - p0; /* keys p0 .. pos, scores sc[0 .. n_keys) */
+        const float *q = a->q + (size_t)t * a->ldq + (size_t)h * a->qstride;
+        const float *kb = a->k_cache + (size_t)(h / j->group) * hd, *vb = a->v_cache + (size_t)(h / j->group) * hd;
+        /* the keys' rows in order: at most two runs of consecutive cache rows (a ring wraps once) */
+        const int s0 = p0 % a->cap, n1 = n_keys < a->cap - s0 ? n_keys : a->cap - s0;
+        const size_t ld = (size_t)j->kvrow;
+        kern_dot_rows(ops, q, kb + (size_t)s0 * ld, ld, n1, hd, sc);
+        if (n_keys > n1) kern_dot_rows(ops, q, kb, ld, n_keys - n1, hd, sc + n1);
+        float mx = a->sinks ? a->sinks[h] : -INFINITY; /* the sink is one more logit (gpt-oss), its value dropped */
+        for (int p = 0; p < n_keys; p++) {
+            sc[p] *= a->scale;
+            if (sc[p] > mx) mx = sc[p];
+        }
+        double sum = a->sinks ? (double)expf(a->sinks[h] - mx) : 0.0;
+        for (int p = 0; p < n_keys; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float fsum = (float)sum;
+        float *o = a->out + (size_t)t * a->ldo + (size_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int p = 0; p < n_keys; p++) sc[p] /= fsum;
+        kern_axpy_rows(ops, sc, n1, vb + (size_t)s0 * ld, ld, o, hd);
+        if (n_keys > n1) kern_axpy_rows(ops, sc + n1, n_keys - n1, vb, ld, o, hd);
+    }
+}
+
+void cpu_attention(sl_backend *be, const be_attn *a) {
+    cpu_ctx *c = cpu_of(be);
+    const int hd = a->head_dim, kvrow = a->n_kv_heads * hd;
+    for (int t = 0; t < a->n; t++) {
+        const size_t slot = (size_t)((a->pos0 + t) % a->cap);
+        memcpy(a->k_cache + slot * kvrow, a->k + (size_t)t * a->ldkv, (size_t)kvrow * sizeof(float));
+        memcpy(a->v_cache + slot * kvrow, a->v + (size_t)t * a->ldkv, (size_t)kvrow * sizeof(float));
+    }
+    attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow};
+    atomic_init(&j.next_slot, 0);
+    sl_pool_for(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attn_part, &j);
+    if (a->gated) {
+        for (int t = 0; t < a->n; t++)
+            for (int h = 0; h < a->n_heads; h++) {
+                const float *gate = a->q + (size_t)t * a->ldq + (size_t)h * a->qstride + hd;
+                float *o = a->out + (size_t)t * a->ldo + (size_t)h * hd;
+                for (int d = 0; d < hd; d++) o[d] *= kern_sigmoid(gate[d]);
+            }
+    }
+}
+
+/* ---- multi-head latent attention -------------------------------------------------------------- */
+
+typedef struct {
+    const be_mla *a;
+    const kern_ops *ops;
+    cpu_ctx *c;
+    atomic_int next_slot;
+} mla_job;
+
+/* Row `row` of kv_b as f32: the stored row itself for f32 matrices, else dequantised into buf. */
+static const float *kvb_row(const sl_mat *m, int row, float *buf) {
+    if (m->dtype == DT_F32) return (const float *)m->data + (size_t)row * (size_t)m->cols;
+    q_row_to_f32(m, row, buf);
+    return buf;
+}
+
+/* Absorbed queries, one head per item: q_abs[t][h] = [W_uk_h^T q_nope (r) | q_pe (dr)], W_uk_h = rows
+ * h*(dn+dv) .. +dn of kv_b, each row dequantised once for all n tokens and added in row order. */
+static void absorb_part(void *ctx, size_t begin, size_t end) {
+    mla_job *j = ctx;
+    const be_mla *a = j->a;
+    const kern_ops *ops = j->ops;
+    float *wrow = j->c->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * j->c->slot_floats;
+    const int r = a->r, dr = a->dr, dn = a->dn, dv = a->dv, row = r + dr, nh = a->n_heads, qh = dn + dr;
+    for (size_t h = begin; h < end; h++) {
+        for (int t = 0; t < a->n; t++) {
+            float *qc = a->q_abs + ((size_t)t * nh + h) * row;
+            memset(qc, 0, (size_t)r * sizeof(float));
+            memcpy(qc + r, a->q + (size_t)t * a->ldq + h * qh + dn, (size_t)dr * sizeof(float));
+        }
+        for (int i = 0; i < dn; i++) {
+            const float *w = kvb_row(a->kv_b, (int)h * (dn + dv) + i, wrow);
+            for (int t = 0; t < a->n; t++)
+                ops->axpy(a->q[(size_t)t * a->ldq + h * qh + i], w, a->q_abs + ((size_t)t * nh + h) * row, r);
+        }
+    }
+}
+
+/* One (token, head) per item: scores against cached rows 0..pos, softmax, the weighted sum of the cached
+ * latents into lat[t][h]. */
+static void attend_part(void *ctx, size_t begin, size_t end) {
+    mla_job *j = ctx;
+    const be_mla *a = j->a;
+    const kern_ops *ops = j->ops;
+    float *sc = j->c->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * j->c->slot_floats;
+    const int r = a->r, row = r + a->dr;
+    for (size_t it = begin; it < end; it++) {
+        int t = (int)(it / (size_t)a->n_heads);
+        int n_keys = a->pos0 + t + 1;
+        const float *qc = a->q_abs + it * (size_t)row;
+        float mx = -INFINITY;
+        for (int p = 0; p < n_keys; p++) {
+            sc[p] = ops->dot(qc, a->cache + (size_t)p * row, row) * a->scale;
+            if (sc[p] > mx) mx = sc[p];
+        }
+        double sum = 0.0;
+        for (int p = 0; p < n_keys; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float fsum = (float)sum, *lat = a->lat + it * (size_t)r;
+        memset(lat, 0, (size_t)r * sizeof(float));
+        for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, a->cache + (size_t)p * row, lat, r);
+    }
+}
+
+void cpu_mla(sl_backend *be, const be_mla *a) {
+    cpu_ctx *c = cpu_of(be);
+    const size_t row = (size_t)(a->r + a->dr);
+    for (int t = 0; t < a->n; t++)
+        memcpy(a->cache + (size_t)(a->pos0 + t) * row, a->ckv + (size_t)t * row, row * sizeof(float));
+    mla_job j = {.a = a, .ops = c->ops, .c = c};
+    atomic_init(&j.next_slot, 0);
+    sl_pool_for(c->pool, (size_t)a->n_heads, 1, absorb_part, &j);
+    atomic_init(&j.next_slot, 0);
+    sl_pool_for(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attend_part, &j);
+}
+
+/* ---- Gated DeltaNet --------------------------------------------------------------------------- */
+
+void cpu_dn_conv(sl_backend *be, const be_dn *d) {
+    (void)be;
+    const int n = d->n, K = d->conv_k, cq = 2 * d->nk * d->dk + d->nv * d->dv;
+    const float *cs_in = d->conv_in_state;
+    /* Row s of the window: s < 0 -> conv state row K-1+s, else conv_in[s]. */
+    for (int t = 0; t < n; t++) {
+        float *y = d->conv_out + (size_t)t * cq;
+        for (int c = 0; c < cq; c++) {
+            const float *wc = d->conv_w + (size_t)c * K;
+            float acc = 0.0f;
+            for (int i = 0; i < K; i++) {
+                int s = t - K + 1 + i;
+                float u = s < 0 ? cs_in[(size_t)(K - 1 + s) * cq + c] : d->conv_in[(size_t)s * cq + c];
+                acc += wc[i] * u;
+            }
+            y[c] = kern_silu(acc);
+        }
+    }
+    for (int i = 0; i < K - 1; i++) {
+        int s = n - K + 1 + i;
+        const float *src = s < 0 ? cs_in + (size_t)(K - 1 + s) * cq : d->conv_in + (size_t)s * cq;
+        memcpy(d->conv_out_state + (size_t)i * cq, src, (size_t)cq * sizeof(float));
+    }
+}
+
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static void l2norm(float *x, int n, float scale) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float inv = (float)(1.0 / sqrt(ss + 1e-6));
+    for (int i = 0; i < n; i++) x[i] = (x[i] * inv) * scale;
+}
+
+void cpu_dn_gates(sl_backend *be, const be_dn *d) {
+    (void)be;
+    const int nk = d->nk, nv = d->nv, dk = d->dk, r = nv / nk, cq = 2 * nk * dk + nv * d->dv;
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < d->n; t++) {
+        const float *ba = d->ba + (size_t)t * 2 * nv;
+        float *gt = d->gates + (size_t)t * 2 * nv;
+        for (int h = 0; h < nv; h++) {
+            float b, a;
+            if (!d->ba_grouped) {
+                b = ba[h];
+                a = ba[nv + h];
+            } else { /* block g = h / r: [b (r) | a (r)] */
+                b = ba[(h / r) * 2 * r + h % r];
+                a = ba[(h / r) * 2 * r + r + h % r];
+            }
+            gt[h] = kern_sigmoid(b);
+            gt[nv + h] = -expf(d->A_log[h]) * softplus(a + d->dt_bias[h]);
+        }
+        float *c = d->conv_out + (size_t)t * cq;
+        for (int g = 0; g < nk; g++) {
+            l2norm(c + (size_t)g * dk, dk, qscale);
+            l2norm(c + (size_t)(nk + g) * dk, dk, 1.0f);
+        }
+    }
+}
+
+typedef struct {
+    const be_dn *d;
+    const kern_ops *ops;
+    cpu_ctx *c;
+    int chunked;
+    atomic_int next_slot;
+} dn_job;
+
+/* q, k, v of token t for value head h. */
+static inline const float *tok_q(const be_dn *d, int t, int h) {
+    return d->conv_out + (size_t)t * (2 * d->nk * d->dk + d->nv * d->dv) + (size_t)(h / (d->nv / d->nk)) * d->dk;
+}
+static inline const float *tok_k(const be_dn *d, int t, int h) { return tok_q(d, t, h) + (size_t)d->nk * d->dk; }
+static inline const float *tok_v(const be_dn *d, int t, int h) {
+    return d->conv_out + (size_t)t * (2 * d->nk * d->dk + d->nv * d->dv) + (size_t)2 * d->nk * d->dk + (size_t)h * d->dv;
+}
+
+/* Token recurrence for head h: S <- a S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q. */
+static void head_recurrent(const be_dn *d, const kern_ops *ops, int h, float *S, float *tmp) {
+    const int dk = d->dk, dv = d->dv, nv = d->nv;
+    float *m = tmp;
+    for (int t = 0; t < d->n; t++) {
+        const float *q = tok_q(d, t, h), *k = tok_k(d, t, h), *v = tok_v(d, t, h);
+        const float beta = d->gates[(size_t)t * 2 * nv + h];
+        const float alpha = expf(d->gates[(size_t)t * 2 * nv + nv + h]);
+        memset(m, 0, (size_t)dv * sizeof(float));
+        for (int i = 0; i < dk; i++) {
+            float *row = S + (size_t)i * dv;
+            for (int e = 0; e < dv; e++) row[e] *= alpha;
+            ops->axpy(k[i], row, m, dv);
+        }
+        for (int e = 0; e < dv; e++) m[e] = (v[e] - m[e]) * beta;
+        float *o = d->out + (size_t)t * d->ldo + (size_t)h * dv;
+        memset(o, 0, (size_t)dv * sizeof(float));
+        for (int i = 0; i < dk; i++) {
+            float *row = S + (size_t)i * dv;
+            ops->axpy(k[i], m, row, dv);
+            ops->axpy(q[i], row, o, dv);
+        }
+    }
+}
+
+/* Chunked form (MODELS.md 3.5.5) over the whole micro-batch as one chunk of n <= DN_CHUNK tokens;
+ * mathematically equal to head_recurrent, summed in another order (agrees to ~1e-6 relative).
+ * Scratch: G [C], T [C][C], M [C][C], U [C][dv], W [C][dk], ks [C][dk], kb [C][dk], tmp [dv]. */
+static void head_chunked(const be_dn *d, const kern_ops *ops, int h, float *S, float *scratch) {
+    const int n = d->n, dk = d->dk, dv = d->dv, nv = d->nv, C = DN_CHUNK;
+    float *G = scratch, *T = G + C, *M = T + (size_t)C * C, *U = M + (size_t)C * C;
+    float *W = U + (size_t)C * dv, *ks = W + (size_t)C * dk, *kb = ks + (size_t)C * dk, *tmp = kb + (size_t)C * dk;
+
+    /* cumulative log decay, k~ = beta k, ks = k~ exp(G) */
+    float acc = 0.0f;
+    for (int i = 0; i < n; i++) {
+        acc += d->gates[(size_t)i * 2 * nv + nv + h];
+        G[i] = acc;
+        const float beta = d->gates[(size_t)i * 2 * nv + h], eg = expf(G[i]);
+        const float *k = tok_k(d, i, h);
+        for (int a = 0; a < dk; a++) {
+            kb[(size_t)i * dk + a] = k[a] * beta;
+            ks[(size_t)i * dk + a] = kb[(size_t)i * dk + a] * eg;
+        }
+    }
+    /* T = (I + A)^-1 by forward substitution, A_ij = (k~_i . k_j) D_ij (j < i). Row i first holds
+     * N = -A, then T_ij = N_ij + sum_{j<m<i} N_im T_mj in increasing j (N_im, m > j, still unread). */
+    for (int i = 0; i < n; i++) {
+        float *Ti = T + (size_t)i * C;
+        for (int c = 0; c < i; c++)
+            Ti[c] = -(ops->dot(kb + (size_t)i * dk, tok_k(d, c, h), dk) * expf(G[i] - G[c]));
+        for (int c = 0; c < i; c++) {
+            float s = Ti[c];
+            for (int m = c + 1; m < i; m++) s += Ti[m] * T[(size_t)m * C + c];
+            Ti[c] = s;
+        }
+        Ti[i] = 1.0f;
+    }
+    /* U = T (beta v), W = T ks; then V' = U - W S (in U) */
+    for (int i = 0; i < n; i++) {
+        float *Ui = U + (size_t)i * dv, *Wi = W + (size_t)i * dk;
+        memset(Ui, 0, (size_t)dv * sizeof(float));
+        memset(Wi, 0, (size_t)dk * sizeof(float));
+        for (int m = 0; m <= i; m++) {
+            const float tim = T[(size_t)i * C + m], beta = d->gates[(size_t)m * 2 * nv + h];
+            const float *v = tok_v(d, m, h);
+            for (int e = 0; e < dv; e++) Ui[e] += tim * (v[e] * beta);
+            ops->axpy(tim, ks + (size_t)m * dk, Wi, dk);
+        }
+        memset(tmp, 0, (size_t)dv * sizeof(float));
+        for (int a = 0; a < dk; a++) ops->axpy(Wi[a], S + (size_t)a * dv, tmp, dv);
+        for (int e = 0; e < dv; e++) Ui[e] -= tmp[e];
+    }
+    /* O_i = (q_i exp(G_i)) S + sum_{c<=i} (q_i . k_c) D_ic V'_c */
+    for (int i = 0; i < n; i++) {
+        const float *q = tok_q(d, i, h);
+        const float eg = expf(G[i]);
+        float *o = d->out + (size_t)i * d->ldo + (size_t)h * dv;
+        memset(o, 0, (size_t)dv * sizeof(float));
+        for (int a = 0; a < dk; a++) ops->axpy(q[a] * eg, S + (size_t)a * dv, o, dv);
+        float *Mi = M + (size_t)i * C;
+        for (int c = 0; c <= i; c++) Mi[c] = ops->dot(q, tok_k(d, c, h), dk) * expf(G[i] - G[c]);
+        for (int c = 0; c <= i; c++) ops->axpy(Mi[c], U + (size_t)c * dv, o, dv);
+    }
+    /* S <- exp(G_last) S + sum_c (k_c exp(G_last - G_c)) V'_c^T */
+    const float gl = G[n - 1], el = expf(gl);
+    for (int c = 0; c < n; c++) tmp[c] = expf(gl - G[c]);
+    for (int a = 0; a < dk; a++) {
+        float *row = S + (size_t)a * dv;
+        for (int e = 0; e < dv; e++) row[e] *= el;
+        for (int c = 0; c < n; c++) ops->axpy(tok_k(d, c, h)[a] * tmp[c], U + (size_t)c * dv, row, dv);
+    }
+}
+
+static void dn_part(void *ctx, size_t begin, size_t end) {
+    dn_job *j = ctx;
+    int slot = atomic_fetch_add(&j->next_slot, 1);
+    float *tmp = j->c->scratch + (size_t)slot * j->c->slot_floats;
+    size_t hs = (size_t)j->d->dk * j->d->dv;
+    for (size_t h = begin; h < end; h++) {
+        float *S = j->d->ssm_out + h * hs;
+        memcpy(S, j->d->ssm_in + h * hs, hs * sizeof(float));
+        if (j->chunked) head_chunked(j->d, j->ops, (int)h, S, tmp);
+        else head_recurrent(j->d, j->ops, (int)h, S, tmp);
+    }
+}
+
+static void dn_run(sl_backend *be, const be_dn *d, int chunked) {
+    cpu_ctx *c = cpu_of(be);
+    if (chunked && d->n > DN_CHUNK) {
+        cpu_fail(be, SL_EINVAL, "dn_chunk: more than 64 tokens");
+        return;
+    }
+    dn_job j = {.d = d, .ops = c->ops, .c = c, .chunked = chunked};
+    atomic_init(&j.next_slot, 0);
+    sl_pool_for(c->pool, (size_t)d->nv, 1, dn_part, &j);
+}
+
+void cpu_dn_step(sl_backend *be, const be_dn *d) { dn_run(be, d, 0); }
+void cpu_dn_chunk(sl_backend *be, const be_dn *d) { dn_run(be, d, 1); }
+
+void cpu_dn_norm(sl_backend *be, const be_dn *d) {
+    const kern_ops *ops = cpu_of(be)->ops;
+    const int nv = d->nv, dv = d->dv, zd = nv * dv;
+    for (int t = 0; t < d->n; t++)
+        for (int h = 0; h < nv; h++) {
+            float *o = d->out + (size_t)t * d->ldo + (size_t)h * dv;
+            const float *z = d->z + (size_t)t * zd + (size_t)h * dv;
+            ops->rmsnorm(o, d->norm_w, 0.0f, d->eps, o, dv);
+            for (int e = 0; e < dv; e++) o[e] *= kern_silu(z[e]);
+        }
+}

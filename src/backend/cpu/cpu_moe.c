@@ -1,0 +1,288 @@
+/*
+ * cpu_moe.c — the CPU backend's MoE ops (backend.h: route, ffn, ffn_multi, combine, combine_rows): the
+ * routers of config.h per token, the SwiGLU and gpt-oss expert FFNs, and the fixed-order sums. The rules
+ * and their references are in src/model/moe.c, which drives them.
+ *
+ * Routing per token (cfg->router): softmax over all E router logits (f32, sum in double), top-k by
+ * repeated argmax (ties go to the lower expert index), weights renormalised when cfg->norm_topk (Qwen,
+ * OLMoE); or top-k of the logits and a softmax over those k (Mixtral); or sigmoid scores chosen with
+ * e_score_correction_bias within the best groups (GLM-4.5, DeepSeek-V3; as transformers'
+ * Glm4MoeTopkRouter); or the uniform router. The chosen experts are then sorted by expert index: the
+ * fixed combine order.
+ */
+#include <math.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "backend/cpu/cpu.h"
+
+/* ---- routing ---------------------------------------------------------------------------------- */
+
+/* Top-k of x [E] by repeated argmax (ties go to the lower index); marks the taken entries in x with
+ * `taken` (below every value), returns them in top_e in the order taken. */
+static void top_k(float *x, int E, int k, float taken, int *top_e, float *top_v) {
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (x[e] != taken && (best < 0 || x[e] > x[best])) best = e;
+        top_e[s] = best;
+        top_v[s] = x[best];
+        x[best] = taken;
+    }
+}
+
+/* SL_ROUTER_SIGMOID_GROUP for one token. p [E] receives the sigmoid scores (may alias logits); the choice
+ * ranks b = p + bias (f32, as transformers adds them): each group of E / n_group experts is scored by the sum
+ * of its top-2 b, the topk_group best groups are kept, and the k best b among their experts are taken (ties go
+ * to the lower index). Weights are the chosen experts' unbiased p, divided by (their sum + 1e-20) when renorm,
+ * times routed_scale. bias NULL: all zero. cfg_groups_ok(cfg) holds (checked at open). */
+static void route_sigmoid_group(const sl_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
+                                float *p) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used, G = cfg->n_group, per = E / G;
+    for (int e = 0; e < E; e++) p[e] = kern_sigmoid(logits[e]);
+#define BIASED(e) (bias ? p[e] + bias[e] : p[e])
+    float gscore[SL_ROUTER_MAX_GROUPS];
+    for (int g = 0; g < G; g++) {
+        float a = -INFINITY, b = -INFINITY; /* the group's best and second best */
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            float v = BIASED(e);
+            if (v > a) {
+                b = a;
+                a = v;
+            } else if (v > b) {
+                b = v;
+            }
+        }
+        gscore[g] = a + b;
+    }
+    unsigned char allowed[SL_ROUTER_MAX_EXPERTS];
+    memset(allowed, 0, (size_t)E);
+    for (int s = 0; s < cfg->topk_group; s++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (gscore[g] != -INFINITY && (best < 0 || gscore[g] > gscore[best])) best = g;
+        if (best < 0) break;
+        gscore[best] = -INFINITY;
+        memset(allowed + (size_t)best * per, 1, (size_t)per);
+    }
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (allowed[e] && (best < 0 || BIASED(e) > BIASED(best))) best = e;
+        if (best < 0) best = 0; /* only when every score is NaN */
+        allowed[best] = 0;
+        top_e[s] = best;
+        top_w[s] = p[best];
+    }
+#undef BIASED
+    if (cfg->norm_topk) {
+        float wsum = 0.0f;
+        for (int s = 0; s < k; s++) wsum += top_w[s];
+        wsum += 1e-20f;
+        for (int s = 0; s < k; s++) top_w[s] /= wsum;
+    }
+    const float scale = (float)cfg->routed_scale;
+    for (int s = 0; s < k; s++) top_w[s] *= scale;
+}
+
+/* Uniform routing (sl_routing, cfg->uniform_routing): k distinct experts drawn uniformly by splitmix64
+ * seeded with a hash of (routing_seed, layer, the token's router logits), weights 1/k, in ascending
+ * expert order. A function of the token's own logits, so streamed == resident and batch == alone hold
+ * as for the model's routers; distinct tokens draw independently. k <= E (checked at open). */
+static void route_uniform(const sl_config *cfg, int layer, const float *logits, int *top_e, float *top_w) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used;
+    uint64_t s = XXH3_64bits_withSeed(logits, (size_t)E * sizeof(float),
+                                      cfg->routing_seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(layer + 1)));
+    for (int n = 0; n < k;) {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        int e = (int)(((z >> 32) * (uint64_t)E) >> 32), at = n;
+        while (at > 0 && top_e[at - 1] > e) at--;
+        if (at > 0 && top_e[at - 1] == e) continue; /* drawn already */
+        memmove(top_e + at + 1, top_e + at, (size_t)(n - at) * sizeof *top_e);
+        top_e[at] = e;
+        n++;
+    }
+    for (int i = 0; i < k; i++) top_w[i] = 1.0f / (float)k;
+}
+
+/* Routes one token (config.h SL_ROUTER_*): p [E] is scratch (may alias logits); bias: the layer's
+ * e_score_correction_bias [E] or NULL. */
+static void route_token(const sl_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
+                        float *p) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used, kind = cfg->router, renorm = cfg->norm_topk;
+    if (kind == SL_ROUTER_SIGMOID_GROUP) {
+        route_sigmoid_group(cfg, bias, logits, top_e, top_w, p);
+    } else if (kind == SL_ROUTER_TOPK_SOFTMAX) { /* top-k of the logits, then softmax over those k */
+        for (int e = 0; e < E; e++) p[e] = logits[e];
+        top_k(p, E, k, -INFINITY, top_e, top_w);
+        const float mx = top_w[0];
+        double sum = 0.0;
+        for (int s = 0; s < k; s++) {
+            top_w[s] = expf(top_w[s] - mx);
+            sum += top_w[s];
+        }
+        const float fsum = (float)sum;
+        for (int s = 0; s < k; s++) top_w[s] /= fsum;
+    } else { /* softmax over all E, then top-k, renormalised on request */
+        float mx = -INFINITY;
+        for (int e = 0; e < E; e++)
+            if (logits[e] > mx) mx = logits[e];
+        double sum = 0.0;
+        for (int e = 0; e < E; e++) {
+            p[e] = expf(logits[e] - mx);
+            sum += p[e];
+        }
+        const float fsum = (float)sum;
+        for (int e = 0; e < E; e++) p[e] /= fsum;
+        top_k(p, E, k, -1.0f, top_e, top_w);
+        if (renorm) {
+            float wsum = 0.0f;
+            for (int s = 0; s < k; s++) wsum += top_w[s];
+            for (int s = 0; s < k; s++) top_w[s] /= wsum;
+        }
+    }
+    /* insertion sort by expert index: the fixed combine order */
+    for (int s = 1; s < k; s++) {
+        int e = top_e[s];
+        float w = top_w[s];
+        int i = s - 1;
+        for (; i >= 0 && top_e[i] > e; i--) {
+            top_e[i + 1] = top_e[i];
+            top_w[i + 1] = top_w[i];
+        }
+        top_e[i + 1] = e;
+        top_w[i + 1] = w;
+    }
+}
+
+/* The prefetch hint's choice: softmax is monotonic, so the top-k of the logits (for the sigmoid router an
+ * approximation: no bias, no groups), in the order taken; -1 past the last finite logit. */
+static void hint_token(float *lg, int E, int k, int *top_e) {
+    int s = 0;
+    for (; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (lg[e] != -INFINITY && (best < 0 || lg[e] > lg[best])) best = e;
+        if (best < 0) break;
+        lg[best] = -INFINITY;
+        top_e[s] = best;
+    }
+    for (; s < k; s++) top_e[s] = -1;
+}
+
+int cpu_route(sl_backend *be, const be_route *r) {
+    const sl_config *cfg = r->cfg;
+    const int E = cfg->n_experts, k = cfg->n_experts_used;
+    for (int t = 0; t < r->n; t++) {
+        float *lg = r->logits + (size_t)t * E;
+        int *te = r->top_e + (size_t)t * k;
+        float *tw = r->top_w + (size_t)t * k;
+        if (r->hint) hint_token(lg, E, k, te);
+        else if (cfg->uniform_routing) route_uniform(cfg, r->layer, lg, te, tw);
+        else route_token(cfg, r->bias, lg, te, tw, lg);
+    }
+    return be->sync(be);
+}
+
+/* ---- FFNs ------------------------------------------------------------------------------------- */
+
+/* y = down(a) for a [n][cols] (the mid activation of f, its own int8 form). */
+static void ffn_down(sl_backend *be, const be_ffn *f, const sl_mat *down, const float *a, int cols) {
+    kern_act m;
+    kern_act_init(&m, f->mid_buf, a, (size_t)cols, f->x->n_tok, down->cols, f->int8);
+    be->matmul[down->dtype](be, down, &m, f->y, f->ldy);
+}
+
+static void swiglu_ffn(sl_backend *be, const be_ffn *f) {
+    cpu_ctx *c = cpu_of(be);
+    const int n = f->x->n_tok, inter = f->inter;
+    const kern_mm gu[2] = {{&f->w->gate, f->x, f->g, (size_t)inter}, {&f->w->up, f->x, f->u, (size_t)inter}};
+    be->matmul_multi(be, gu, 2);
+    for (int t = 0; t < n; t++)
+        c->ops->swiglu(f->g + (size_t)t * inter, f->u + (size_t)t * inter, f->g + (size_t)t * inter, inter);
+    ffn_down(be, f, &f->w->down, f->g, inter);
+}
+
+static void gptoss_ffn(sl_backend *be, const be_ffn *f) {
+    const float alpha = 1.702f, limit = f->limit;
+    const int n = f->x->n_tok, I = f->inter, H = f->w->down.rows;
+    const sl_expert *ex = f->w;
+    float *gu = f->g, *act = f->u;
+    be->matmul[ex->gate_up.dtype](be, &ex->gate_up, f->x, gu, (size_t)(2 * I));
+    for (int t = 0; t < n; t++) {
+        const float *g = gu + (size_t)t * 2 * I;
+        float *a = act + (size_t)t * I;
+        for (int i = 0; i < I; i++) {
+            float gate = g[2 * i] + ex->gate_up_bias[2 * i], up = g[2 * i + 1] + ex->gate_up_bias[2 * i + 1];
+            gate = gate > limit ? limit : gate;
+            up = up > limit ? limit : up < -limit ? -limit : up;
+            float glu = gate * kern_sigmoid(gate * alpha);
+            a[i] = (up + 1.0f) * glu;
+        }
+    }
+    ffn_down(be, f, &ex->down, act, I);
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < H; i++) f->y[(size_t)t * f->ldy + i] += ex->down_bias[i];
+}
+
+void cpu_ffn(sl_backend *be, const be_ffn *f) {
+    if (f->kind == BE_FFN_GPTOSS) gptoss_ffn(be, f);
+    else swiglu_ffn(be, f);
+}
+
+#define FUSED_MAX 32 /* kern_matmul_multi holds 64 matrices: gate and up of 32 experts */
+
+void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
+    cpu_ctx *c = cpu_of(be);
+    if (n > FUSED_MAX || (n > 0 && f[0].x->n_tok != 1)) {
+        for (int i = 0; i < n; i++) cpu_ffn(be, &f[i]);
+        return;
+    }
+    const int I = n > 0 ? f[0].inter : 0;
+    kern_mm mm[2 * FUSED_MAX] = {{0}};
+    for (int i = 0; i < n; i++) {
+        mm[2 * i] = (kern_mm){&f[i].w->gate, f[i].x, f[i].g, (size_t)I};
+        mm[2 * i + 1] = (kern_mm){&f[i].w->up, f[i].x, f[i].u, (size_t)I};
+    }
+    be->matmul_multi(be, mm, 2 * n);
+    for (int i = 0; i < n; i++) c->ops->swiglu(f[i].g, f[i].u, f[i].g, I);
+    if (!n) return;
+    kern_act ga, gr[FUSED_MAX]; /* the n down inputs quantized in one act, one row each */
+    kern_act_init(&ga, f[0].mid_buf, f[0].g, (size_t)I, n, I, f[0].int8);
+    for (int i = 0; i < n; i++) {
+        kern_act_row(&gr[i], &ga, i);
+        mm[i] = (kern_mm){&f[i].w->down, &gr[i], f[i].y, f[i].ldy};
+    }
+    be->matmul_multi(be, mm, n);
+}
+
+/* ---- combine ---------------------------------------------------------------------------------- */
+
+void cpu_combine(sl_backend *be, const be_combine *c) {
+    const kern_ops *ops = cpu_of(be)->ops;
+    const int H = c->H, k = c->k;
+    for (int t = 0; t < c->n; t++) {
+        float *o = c->out + (size_t)t * H;
+        if (c->w) {
+            memset(o, 0, (size_t)H * sizeof(float));
+            for (int s = 0; s < k; s++) ops->axpy(c->w[(size_t)t * k + s], c->y + ((size_t)t * k + s) * H, o, H);
+        }
+        if (c->sh_y) {
+            float gate = c->sh_gate ? kern_sigmoid(c->sh_gate[t]) : 1.0f;
+            const float *ys = c->sh_y + (size_t)t * H;
+            for (int i = 0; i < H; i++) o[i] += gate * ys[i];
+        }
+    }
+}
+
+void cpu_combine_rows(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot, const float *top_w,
+                      const float *y, int cnt) {
+    const kern_ops *ops = cpu_of(be)->ops;
+    for (int j = 0; j < cnt; j++) {
+        int t = tok[j], s = slot[j];
+        ops->axpy(top_w[(size_t)t * k + s], y + (size_t)j * H, out + (size_t)t * H, H);
+    }
+}

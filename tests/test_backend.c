@@ -1,0 +1,119 @@
+/*
+ * test_backend.c — the backend seam (src/backend/backend.h): the CPU backend's layout ops against plain
+ * per-row references on random inputs (poisoned gaps stay untouched), the router's hint mode, the
+ * kernel-table independence of route, and the one clear error of a backend this build lacks.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "sluice.h"
+#include "test.h"
+
+static float frand(void) { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f; }
+
+/* rmsnorm and rope over (tokens, heads, stride) layouts equal the kernel table's row functions and the
+ * formula on each slice, and write nothing between the slices. */
+TEST(backend_layout_ops_match_rows) {
+    srand(test_seed());
+    sl_backend *be = be_cpu_new(kern_scalar_ops(), NULL);
+    CHECK(be);
+    enum { T = 3, NH = 4, HS = 20, DIM = 16, LD = NH * HS + 5, ROT = 8 };
+    float x[T * LD], y[T * LD], w[DIM], ref[DIM], inv[ROT / 2];
+    for (int i = 0; i < T * LD; i++) x[i] = frand();
+    for (int i = 0; i < DIM; i++) w[i] = frand();
+    for (int i = 0; i < ROT / 2; i++) inv[i] = powf(10000.0f, -(float)(2 * i) / ROT);
+    for (int i = 0; i < T * LD; i++) y[i] = NAN; /* poison */
+    be->rmsnorm(be, x, y, T, LD, NH, HS, DIM, w, 1.0f, 1e-6f);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *xs = x + t * LD + h * HS;
+            kern_scalar_ops()->rmsnorm(xs, w, 1.0f, 1e-6f, ref, DIM);
+            double ss = 0;
+            for (int i = 0; i < DIM; i++) ss += (double)xs[i] * xs[i];
+            for (int i = 0; i < DIM; i++) {
+                float want = (1.0f + w[i]) * xs[i] / (float)sqrt(ss / DIM + 1e-6);
+                bad += memcmp(&y[t * LD + h * HS + i], &ref[i], sizeof(float)) != 0 ||
+                       fabsf(y[t * LD + h * HS + i] - want) > 1e-5f * (1 + fabsf(want));
+            }
+            for (int i = DIM; i < HS && h * HS + i < LD; i++) bad += !isnan(y[t * LD + h * HS + i]);
+        }
+    CHECKF(bad == 0, "%d rmsnorm values wrong or written outside the heads (seed %u)", bad, test_seed());
+    memcpy(y, x, sizeof x);
+    be->rope(be, y, T, LD, NH, HS, ROT, inv, 1.0f, 7, 0);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *a = x + t * LD + h * HS;
+            const float *b = y + t * LD + h * HS;
+            for (int i = 0; i < ROT / 2; i++) {
+                float ang = (float)(7 + t) * inv[i], c = cosf(ang), s = sinf(ang);
+                float w0 = a[i] * c - a[i + ROT / 2] * s, w1 = a[i + ROT / 2] * c + a[i] * s;
+                bad += fabsf(b[i] - w0) > 1e-6f || fabsf(b[i + ROT / 2] - w1) > 1e-6f;
+            }
+            for (int i = ROT; i < HS && h * HS + i < LD; i++) bad += b[i] != a[i];
+        }
+    CHECKF(bad == 0, "%d rope values wrong (seed %u)", bad, test_seed());
+    int didx[2] = {2, 0}, sidx[2] = {1, 2};
+    for (int i = 0; i < T * LD; i++) y[i] = NAN;
+    be->copy_rows(be, y, LD, didx, x, LD, sidx, 2, LD - 1);
+    CHECK(!memcmp(y + 2 * LD, x + 1 * LD, (LD - 1) * sizeof(float)) && !memcmp(y, x + 2 * LD, (LD - 1) * sizeof(float)));
+    CHECK(isnan(y[LD]) && isnan(y[LD - 1]));
+    CHECK(be->sync(be) == 0);
+    be_close(be);
+}
+
+/* route: the hint's plain top-k in the order taken, -1 past the finite logits; the model's softmax
+ * router sorted by expert index with weights summing to 1 (norm_topk). */
+TEST(backend_route_kinds) {
+    sl_backend *be = be_cpu_new(NULL, NULL);
+    CHECK(be);
+    sl_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.n_experts = 6;
+    cfg.n_experts_used = 3;
+    cfg.router = SL_ROUTER_SOFTMAX_TOPK;
+    cfg.norm_topk = 1;
+    float lg[2][6] = {{0.5f, 3.0f, -1.0f, 2.0f, 0.1f, 2.5f}, {-INFINITY, 1.0f, -INFINITY, -INFINITY, 0.0f, -INFINITY}};
+    float keep[2][6];
+    memcpy(keep, lg, sizeof lg);
+    int te[6];
+    float tw[6];
+    be_route r = {.cfg = &cfg, .layer = 0, .n = 2, .hint = 1, .logits = &lg[0][0], .top_e = te};
+    CHECK(be->route(be, &r) == 0);
+    CHECKF(te[0] == 1 && te[1] == 5 && te[2] == 3 && te[3] == 1 && te[4] == 4 && te[5] == -1, "hint %d %d %d / %d %d %d",
+           te[0], te[1], te[2], te[3], te[4], te[5]);
+    memcpy(lg, keep, sizeof lg);
+    cfg.n_experts_used = 2;
+    r = (be_route){.cfg = &cfg, .layer = 0, .n = 1, .logits = &lg[0][0], .top_e = te, .top_w = tw};
+    CHECK(be->route(be, &r) == 0);
+    double e1 = exp(3.0), e5 = exp(2.5);
+    CHECKF(te[0] == 1 && te[1] == 5 && fabs(tw[0] - e1 / (e1 + e5)) < 1e-6 && fabs(tw[0] + tw[1] - 1) < 1e-6,
+           "route %d %d %g %g", te[0], te[1], tw[0], tw[1]);
+    be_close(be);
+}
+
+/* A backend this build cannot give: one clear error, SL_EUNSUPPORTED, from be_open and from a model
+ * opened with it; nothing crashes, nothing leaks. */
+TEST(backend_gpu_refused_clearly) {
+    sl_backend *be = (sl_backend *)1;
+    char msg[256] = "";
+    int rc = be_open(SL_BACKEND_CUDA, NULL, &be, msg, sizeof msg);
+#ifdef SL_CUDA
+    int named = strstr(msg, "no usable CUDA device") || strstr(msg, "not complete yet");
+#else
+    int named = strstr(msg, "built without CUDA") != NULL;
+#endif
+    CHECKF(rc == SL_EUNSUPPORTED && !be && named, "rc %d: %s", rc, msg);
+    sl_model_params p = sl_model_params_default();
+    CHECK(p.backend == SL_BACKEND_CPU);
+    p.backend = SL_BACKEND_CUDA;
+    sl_model *m = (sl_model *)1;
+    sl_error err = {0};
+    sl_status st = sl_model_open(test_packed("qwen3_moe"), &p, &m, &err);
+    CHECKF(st == SL_EUNSUPPORTED && !m && strstr(err.msg, "CUDA"), "%d: %s", st, err.msg);
+    p.backend = (sl_backend_kind)7;
+    st = sl_model_open(test_packed("qwen3_moe"), &p, &m, &err);
+    CHECKF(st == SL_EINVAL && !m && strstr(err.msg, "backend 7"), "%d: %s", st, err.msg);
+}
