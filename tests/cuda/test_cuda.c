@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "kernels/kernels.h"
+#include "model/rope.h"
 #include "quant/quant.h"
 
 static unsigned long long rng = 88172645463325252ull;
@@ -24,7 +26,7 @@ static double urand(void) {
 }
 static float nrand(void) { return (float)(sqrt(-2 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand())); }
 
-static int failures;
+static int failures, fast_fill; /* fast_fill: uniform weights for the benchmarks' large matrices */
 #define CK(c, ...) do { if (!(c)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
 typedef struct { void *host, *dev; size_t bytes; sl_mat m; slcu_mat d; } mat;
@@ -32,7 +34,7 @@ typedef struct { void *host, *dev; size_t bytes; sl_mat m; slcu_mat d; } mat;
 static int make_mat(mat *o, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt, char *msg) {
     memset(o, 0, sizeof *o);
     float *w = malloc((size_t)rows * cols * sizeof(float));
-    for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = nrand() * 0.05f;
+    for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = fast_fill ? (float)(urand() - 0.5) * 0.1f : nrand() * 0.05f;
     o->bytes = q_mat_bytes(dt, rows, cols, group, sdt);
     o->host = malloc(o->bytes);
     if (q_is_quant(dt)) q_quantize(dt, w, rows, cols, group, sdt, 0, o->host);
@@ -104,8 +106,114 @@ static void check_case(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt)
     free_mat(&a);
 }
 
-static void bench(void) {
+/* ---- int8 figures: decode matvec (1-8 tokens) against the copy rate, the MoE decode step's grouped calls,
+ * the GEMM's TOPS (2 rows cols tokens / s) for prefill and the MoE prefill's expert segments ---- */
+typedef struct { slcu_mm *mm; int n, per, sets, it; size_t stride_rows; } mmrun;
+static void run_mm(void *c) { /* set it % sets of the matrices: each call reads weights not in L2 */
+    mmrun *r = c;
     char msg[256];
+    int s = r->it++ % r->sets;
+    for (int i = 0; i < r->n; i += r->per) {
+        slcu_mm m[64];
+        int k = r->n - i < r->per ? r->n - i : r->per;
+        for (int j = 0; j < k; j++) {
+            m[j] = r->mm[i + j];
+            const slcu_mat *w = &r->mm[i + j].w;
+            size_t rb = (size_t)w->cols / (w->dtype == DT_Q4 ? 2 : 1), ng = (size_t)(w->cols / w->group) * 2, off = (size_t)s * r->stride_rows;
+            m[j].w.data = (const uint8_t *)w->data + off * rb;
+            m[j].w.scales = (const uint8_t *)w->scales + off * ng, m[j].w.biases = (const uint8_t *)w->biases + off * ng;
+        }
+        slcu_matmul_i8(m, k, msg, sizeof msg);
+    }
+}
+
+static void bench_i8(double copy_gbs) {
+    char msg[256];
+    const sl_dtype dts[2] = {DT_Q4, DT_Q8};
+    enum { SETS = 2, MAXN = 2048 };
+    float *dx = slcu_alloc((size_t)MAXN * 8192 * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)MAXN * 16384 * 4, msg, sizeof msg);
+    float *hx = malloc((size_t)MAXN * 8192 * 4);
+    for (size_t i = 0; i < (size_t)MAXN * 8192; i++) hx[i] = nrand();
+    slcu_upload(dx, hx, (size_t)MAXN * 8192 * 4, msg, sizeof msg);
+    free(hx);
+    slcu_act da;
+    void *abuf = slcu_alloc(slcu_act_bytes(MAXN, 8192), msg, sizeof msg);
+    printf("\nint8 activations (dp4a matvec below 16 tokens, mma.sync GEMM from 16), weights GB/s against the copy\n");
+    for (int k = 0; k < 2; k++) { /* one big matrix, 4 copies rotated */
+        const int rows = 16384, cols = 8192;
+        mat a;
+        if (make_mat(&a, dts[k], rows * SETS, cols, 64, DT_BF16, msg)) { printf("%s\n", msg); continue; }
+        slcu_act_bind(&da, abuf, MAXN, cols, msg, sizeof msg);
+        slcu_act_quantize(&da, dx, (size_t)cols, msg, sizeof msg);
+        const double bytes = (double)a.bytes / SETS;
+        const int toks[] = {1, 2, 4, 8};
+        for (int ti = 0; ti < 4; ti++) {
+            slcu_mm m = {a.d, &da, NULL, toks[ti], dy, (size_t)rows};
+            m.w.rows = rows;
+            mmrun r = {&m, 1, 1, SETS, 0, rows};
+            float ms = slcu_time(run_mm, &r, 20);
+            printf("%-4s %6d x %-5d %4d tok  %7.3f ms %6.0f GB/s %4.0f%% of copy\n", dt_name(dts[k]), rows, cols, toks[ti], ms,
+                   bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / copy_gbs);
+        }
+        const int gt[] = {16, 64, 256, 1024, 2048};
+        for (int ti = 0; ti < 5; ti++) {
+            slcu_mm m = {a.d, &da, NULL, gt[ti], dy, (size_t)4096};
+            m.w.rows = 4096;
+            mmrun r = {&m, 1, 1, SETS, 0, rows};
+            float ms = slcu_time(run_mm, &r, 10);
+            printf("%-4s %6d x %-5d %4d tok  %7.3f ms %6.1f TOPS %6.0f GB/s\n", dt_name(dts[k]), 4096, cols, gt[ti], ms,
+                   2.0 * 4096 * cols * gt[ti] / (ms * 1e-3) / 1e12, (double)a.bytes / SETS / 4 / (ms * 1e-3) / 1e9);
+        }
+        free_mat(&a);
+    }
+    /* A Qwen3-30B-A3B MoE layer, q4 g64: 128 experts of gate/up 768 x 2048 and down 2048 x 768; decode reads 8
+     * (16 gate/up matmuls in one call, then 8 down), prefill of 512 tokens gives each expert 32 rows. */
+    mat gu, dn;
+    if (make_mat(&gu, DT_Q4, 128 * 2 * 768, 2048, 64, DT_BF16, msg) || make_mat(&dn, DT_Q4, 128 * 2048, 768, 64, DT_BF16, msg)) {
+        printf("%s\n", msg);
+        return;
+    }
+    slcu_act dd;
+    void *dbuf = slcu_alloc(slcu_act_bytes(MAXN, 768), msg, sizeof msg);
+    slcu_act_bind(&da, abuf, MAXN, 2048, msg, sizeof msg), slcu_act_quantize(&da, dx, 2048, msg, sizeof msg);
+    slcu_act_bind(&dd, dbuf, MAXN, 768, msg, sizeof msg), slcu_act_quantize(&dd, dx, 768, msg, sizeof msg);
+    int idx[4096];
+    for (int i = 0; i < 4096; i++) idx[i] = (int)(urand() * 512);
+    int *didx = slcu_alloc(sizeof idx, msg, sizeof msg);
+    slcu_upload(didx, idx, sizeof idx, msg, sizeof msg);
+    for (int pre = 0; pre < 2; pre++) {
+        const int ne = pre ? 128 : 8, nt = pre ? 32 : 1;
+        slcu_mm m1[256], m2[128];
+        for (int e = 0; e < ne; e++) {
+            const int ex = pre ? e : (e * 13) % 16; /* sets of 16 experts rotate by run_mm's stride */
+            for (int h = 0; h < 2; h++) {
+                slcu_mm *m = &m1[2 * e + h];
+                *m = (slcu_mm){gu.d, &da, didx + e * nt, nt, dy + (size_t)(2 * e + h) * nt * 768, 768};
+                const size_t r0 = (size_t)(2 * ex + h) * 768;
+                m->w.rows = 768, m->w.data = (const uint8_t *)gu.d.data + r0 * 1024;
+                m->w.scales = (const uint8_t *)gu.d.scales + r0 * 64, m->w.biases = (const uint8_t *)gu.d.biases + r0 * 64;
+            }
+            slcu_mm *m = &m2[e];
+            *m = (slcu_mm){dn.d, &dd, didx + e * nt, nt, dy + (size_t)e * nt * 2048, 2048};
+            const size_t r0 = (size_t)ex * 2048;
+            m->w.rows = 2048, m->w.data = (const uint8_t *)dn.d.data + r0 * 384;
+            m->w.scales = (const uint8_t *)dn.d.scales + r0 * 24, m->w.biases = (const uint8_t *)dn.d.biases + r0 * 24;
+        }
+        mmrun r1 = {m1, 2 * ne, 32, pre ? 1 : 8, 0, 16 * 2 * 768}, r2 = {m2, ne, 32, pre ? 1 : 8, 0, 16 * 2048};
+        float ms1 = slcu_time(run_mm, &r1, 20), ms2 = slcu_time(run_mm, &r2, 20);
+        const double b1 = (double)gu.bytes / 256 * 2 * ne, b2 = (double)dn.bytes / 128 * ne;
+        const double ops = 2.0 * 3 * 768 * 2048 * ne * nt;
+        printf("MoE %s, %3d experts x %2d tok: gate+up %6.3f ms (%4.0f GB/s), down %6.3f ms (%4.0f GB/s): %6.0f GB/s %5.1f TOPS\n",
+               pre ? "prefill" : "decode ", ne, nt, ms1, b1 / (ms1 * 1e-3) / 1e9, ms2, b2 / (ms2 * 1e-3) / 1e9,
+               (b1 + b2) / ((ms1 + ms2) * 1e-3) / 1e9, ops / ((ms1 + ms2) * 1e-3) / 1e12);
+    }
+    free_mat(&gu), free_mat(&dn);
+    slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf), slcu_free(didx);
+}
+
+static void bench(int i8_only) {
+    char msg[256];
+    fast_fill = 1;
     const size_t copy_bytes = (size_t)1 << 30;
     void *s = slcu_alloc(copy_bytes, msg, sizeof msg), *d = slcu_alloc(copy_bytes, msg, sizeof msg);
     slcu_set_timing(1);
@@ -119,6 +227,10 @@ static void bench(void) {
     double copy_gbs = 2.0 * copy_bytes / (best_copy * 1e-3) / 1e9;
     slcu_free(s), slcu_free(d);
     printf("\nbandwidth: device-to-device copy %.0f GB/s (read + write)\n", copy_gbs);
+    if (i8_only) {
+        bench_i8(copy_gbs);
+        return;
+    }
     printf("%-6s %-14s %6s %10s %8s\n", "dtype", "matrix", "tokens", "GB/s", "of copy");
     const struct { sl_dtype dt; int rows, cols; } cs[] = {{DT_Q4, 16384, 8192}, {DT_Q8, 16384, 8192}, {DT_BF16, 16384, 8192}, {DT_F32, 8192, 8192}};
     for (unsigned k = 0; k < sizeof cs / sizeof *cs; k++) {
@@ -139,6 +251,340 @@ static void bench(void) {
         free_mat(&a);
     }
     slcu_set_timing(0);
+    bench_i8(copy_gbs);
+}
+
+/* ---- int8 activations and the q8/q4 integer kernels against the CPU's (kern_act_prepare, the scalar
+ * oracle's matmul_i8: kernels.h). Codes, scales and sums bitwise; y within 1e-5 of max |ref| (another float
+ * order); a token alone == in any batch, matvec == GEMM, grouped == separate, all bitwise. ---- */
+static void *dev_copy(const void *h, size_t n, char *msg) {
+    void *d = slcu_alloc(n, msg, 256);
+    if (d) slcu_upload(d, h, n, msg, 256);
+    return d;
+}
+static double nanmax(double a, double b) { return b > a || b != b ? b : a; } /* a NaN sticks */
+static void poison(void *d, size_t bytes) { /* NaN everywhere: an output not written fails the checks */
+    char msg[256];
+    void *h = malloc(bytes);
+    memset(h, 0xff, bytes);
+    slcu_upload(d, h, bytes, msg, sizeof msg);
+    free(h);
+}
+static float *dl(const void *d, size_t n) { /* n floats (or bytes / 4) back from the device */
+    char msg[256];
+    float *h = malloc(n * 4 + 4);
+    if (slcu_sync(msg, sizeof msg) || slcu_download(h, d, n * 4, msg, sizeof msg)) CK(0, "%s", msg);
+    return h;
+}
+
+static void check_i8(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
+    char msg[256] = "";
+    mat a;
+    if (make_mat(&a, dt, rows, cols, group, sdt, msg)) { CK(0, "%s", msg); return; }
+    enum { N = 100 };
+    const int nb = cols / 32, ns = nb + nb / 2 + nb / 4;
+    float *x = malloc((size_t)N * cols * 4);
+    for (size_t i = 0; i < (size_t)N * cols; i++) x[i] = nrand() * (i / cols % 7 == 3 ? 40.f : 1.f);
+    for (int c = 32; c < 64; c++) x[c] = 0.f; /* a zero block */
+    kern_act ca;
+    void *cbuf = malloc(kern_act_bytes(N, cols));
+    kern_act_init(&ca, cbuf, x, (size_t)cols, N, cols, 1);
+    kern_act_prepare(&ca);
+    float *ref = malloc((size_t)N * rows * 4);
+    kern_scalar_ops()->matmul_i8[dt](&a.m, &ca, ref, (size_t)rows, 0, rows);
+    float *dx = dev_copy(x, (size_t)N * cols * 4, msg), *dy = slcu_alloc((size_t)N * rows * 4, msg, sizeof msg);
+    int idx[N];
+    for (int i = 0; i < N; i++) idx[i] = (i * 37 + 11) % N;
+    int *drows = dev_copy(idx, sizeof idx, msg);
+    slcu_act da;
+    void *abuf = slcu_alloc(slcu_act_bytes(N, cols), msg, sizeof msg);
+    CK(!slcu_act_bind(&da, abuf, N, cols, msg, sizeof msg) && !slcu_act_quantize(&da, dx, (size_t)cols, msg, sizeof msg), "%s", msg);
+    int8_t *q = (int8_t *)dl(da.q, (size_t)N * cols / 4), *q4 = (int8_t *)dl(da.q4, (size_t)N * cols / 4);
+    float *d = dl(da.d, (size_t)N * nb), *sm = dl(da.s, (size_t)N * ns);
+    CK(!memcmp(q, ca.q, (size_t)N * cols) && !memcmp(d, ca.d, (size_t)N * nb * 4) && !memcmp(sm, ca.s, (size_t)N * ns * 4),
+       "int8 activations differ from kern_act's (%d columns)", cols);
+    int q4ok = 1;
+    for (int i = 0; i < N * cols; i++) q4ok &= q4[(i & ~7) + (i & 1 ? 4 + (i & 7) / 2 : (i & 7) / 2)] == ca.q[i];
+    CK(q4ok, "q4-ordered activations wrong");
+    /* token t alone, through the row indirection: the reference of every bitwise check */
+    float *alone = malloc((size_t)N * rows * 4), *y = malloc((size_t)N * rows * 4);
+    poison(dy, (size_t)N * rows * 4);
+    for (int t = 0; t < N; t++) {
+        slcu_mm m = {a.d, &da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows};
+        CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
+    }
+    float *al = dl(dy, (size_t)N * rows);
+    for (int t = 0; t < N; t++) memcpy(alone + (size_t)idx[t] * rows, al + (size_t)t * rows, (size_t)rows * 4);
+    free(al);
+    double worst = 0, maxref = 0;
+    for (size_t i = 0; i < (size_t)N * rows; i++) maxref = fmax(maxref, fabs(ref[i]));
+    for (size_t i = 0; i < (size_t)N * rows; i++) worst = nanmax(worst, fabs(alone[i] - ref[i]) / maxref);
+    CK(worst <= 1e-5, "%s g%d %s %dx%d: int8 relative error %.3g against the CPU", dt_name(dt), group, dt_name(sdt), rows, cols, worst);
+    const int ns_[] = {1, 2, 3, 5, 8, 13, 16, 17, 40, 100};
+    for (int force = 0; force < 3; force++)
+        for (unsigned k = 0; k < sizeof ns_ / sizeof *ns_; k++) {
+            const int n = ns_[k];
+            slcu_i8_force(force);
+            poison(dy, (size_t)n * rows * 4);
+            slcu_mm m = {a.d, &da, NULL, n, dy, (size_t)rows};
+            CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
+            float *yy = dl(dy, (size_t)n * rows);
+            CK(!memcmp(yy, alone, (size_t)n * rows * 4), "%s %dx%d n=%d kernel %d: a batch differs from its tokens alone",
+               dt_name(dt), rows, cols, n, force);
+            free(yy);
+        }
+    slcu_i8_force(0);
+    /* grouped: three segments of rows (matvec, GEMM, matvec) in one call */
+    slcu_mm g3[3] = {{a.d, &da, drows, 3, dy, (size_t)rows},
+                     {a.d, &da, drows + 3, 40, dy + (size_t)3 * rows, (size_t)rows},
+                     {a.d, &da, drows + 43, 1, dy + (size_t)43 * rows, (size_t)rows}};
+    poison(dy, (size_t)44 * rows * 4);
+    CK(!slcu_matmul_i8(g3, 3, msg, sizeof msg), "%s", msg);
+    float *yy = dl(dy, (size_t)44 * rows);
+    int gok = 1;
+    for (int t = 0; t < 44; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
+    CK(gok, "%s: grouped segments differ from their tokens alone", dt_name(dt));
+    printf("ok   %-4s int8 group %-3d scales %-4s %5d x %-5d  max rel err %.2e against the CPU's int8\n", dt_name(dt), group,
+           dt_name(sdt), rows, cols, worst);
+    free(yy), free(x), free(cbuf), free(ref), free(q), free(q4), free(d), free(sm), free(alone), free(y);
+    slcu_free(dx), slcu_free(dy), slcu_free(drows), slcu_free(abuf);
+    free_mat(&a);
+}
+
+/* ---- the other ops against the CPU code (kernels_scalar.c's table; transcriptions of the static
+ * functions of attention.c, deltanet.c and moe.c, marked as such) ---- */
+static double relerr(const float *a, const float *b, size_t n) {
+    double m = 0, e = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(b[i])), e = nanmax(e, fabs((double)a[i] - b[i]));
+    return e / (m > 0 ? m : 1);
+}
+static float *rnd_dev(size_t n, float sc, float **host, char *msg) {
+    float *h = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) h[i] = nrand() * sc;
+    float *d = dev_copy(h, n * 4, msg);
+    if (host) *host = h;
+    else free(h);
+    return d;
+}
+#define OPCHECK(name, err, lim) do { double e_ = (err); CK(e_ <= (lim), "%s: relative error %.3g", name, e_); \
+        printf("ok   %-28s max rel err %.2e\n", name, e_); } while (0)
+
+static void check_ops(void) {
+    char msg[256] = "";
+    const kern_ops *ops = kern_scalar_ops();
+    { /* rmsnorm per head (4 heads of 250 at a stride of 260), w_off 0 and 1, in place */
+        enum { T = 7, NH = 4, D = 250, HS = 260, LD = NH * HS };
+        float *hx, *hw, *dx = rnd_dev((size_t)T * LD, 3, &hx, msg), *dw = rnd_dev(D, 1, &hw, msg);
+        for (int off = 0; off < 2; off++) {
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < NH; h++) ops->rmsnorm(hx + t * LD + h * HS, hw, (float)off, 1e-6f, hx + t * LD + h * HS, D);
+            CK(!slcu_rmsnorm(dx, dx, T, LD, NH, HS, D, dw, (float)off, 1e-6f, msg, sizeof msg), "%s", msg);
+        }
+        float *y = dl(dx, (size_t)T * LD);
+        OPCHECK("rmsnorm (per head)", relerr(y, hx, (size_t)T * LD), 1e-6);
+        free(hx), free(hw), free(y), slcu_free(dx), slcu_free(dw);
+    }
+    { /* swiglu */
+        const size_t n = 5000;
+        float *hg, *hu, *dg = rnd_dev(n, 4, &hg, msg), *du = rnd_dev(n, 1, &hu, msg), *ref = malloc(n * 4);
+        ops->swiglu(hg, hu, ref, (int)n);
+        CK(!slcu_swiglu(dg, du, dg, n, msg, sizeof msg), "%s", msg);
+        float *y = dl(dg, n);
+        OPCHECK("swiglu", relerr(y, ref, n), 1e-6);
+        free(hg), free(hu), free(ref), free(y), slcu_free(dg), slcu_free(du);
+    }
+    { /* clamped swiglu (moe.c gptoss_ffn's loop, transcribed) */
+        const int T = 3, I = 700;
+        const float lim = 7.f;
+        float *hg, *hb, *dg = rnd_dev((size_t)T * 2 * I, 6, &hg, msg), *db = rnd_dev(2 * I, 1, &hb, msg), *ref = malloc((size_t)T * I * 4);
+        float *da = slcu_alloc((size_t)T * I * 4, msg, sizeof msg);
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < I; i++) {
+                float gate = hg[(size_t)t * 2 * I + 2 * i] + hb[2 * i], up = hg[(size_t)t * 2 * I + 2 * i + 1] + hb[2 * i + 1];
+                gate = gate > lim ? lim : gate;
+                up = up > lim ? lim : up < -lim ? -lim : up;
+                ref[(size_t)t * I + i] = (up + 1.0f) * (gate * kern_sigmoid(gate * 1.702f));
+            }
+        CK(!slcu_swiglu_clamped(dg, db, lim, da, T, I, msg, sizeof msg), "%s", msg);
+        float *y = dl(da, (size_t)T * I);
+        OPCHECK("swiglu clamped (gpt-oss)", relerr(y, ref, (size_t)T * I), 1e-6);
+        free(hg), free(hb), free(ref), free(y), slcu_free(dg), slcu_free(db), slcu_free(da);
+    }
+    for (int inter = 0; inter < 2; inter++) { /* rope: partial (32 of 64 dims), YaRN, heads at 2 hd (gated), far positions */
+        sl_config c;
+        memset(&c, 0, sizeof c);
+        c.rot_dim = 32, c.rope_theta = 1e6, c.max_pos = 131072, c.rope_type = SL_ROPE_YARN, c.rope_factor = 32, c.rope_orig_max_pos = 4096;
+        float inv[SL_ROPE_MAX_FREQS], af;
+        const int half = rope_freqs(&c, inv, &af), T = 3, H = 4, hd = 64, pos0 = inter ? 131069 : 0;
+        float *hx, *dx = rnd_dev((size_t)T * H * 2 * hd, 1, &hx, msg), tmp[64];
+        for (int t = 0; t < T; t++) /* attention.c rope(), transcribed; interleaved pairs first split into halves */
+            for (int h = 0; h < H; h++) {
+                float *v = hx + ((size_t)t * H + h) * 2 * hd;
+                if (inter) {
+                    for (int i = 0; i < half; i++) tmp[i] = v[2 * i], tmp[i + half] = v[2 * i + 1];
+                    memcpy(v, tmp, (size_t)2 * half * 4);
+                }
+                for (int i = 0; i < half; i++) {
+                    float ang = (float)(pos0 + t) * inv[i], cc = cosf(ang) * af, s = sinf(ang) * af, a0 = v[i], b0 = v[i + half];
+                    v[i] = a0 * cc - b0 * s;
+                    v[i + half] = b0 * cc + a0 * s;
+                }
+            }
+        CK(!slcu_rope(dx, T, (size_t)H * 2 * hd, H, 2 * hd, c.rot_dim, inv, af, pos0, inter, msg, sizeof msg), "%s", msg);
+        float *y = dl(dx, (size_t)T * H * 2 * hd);
+        OPCHECK(inter ? "rope (YaRN, partial, interleaved)" : "rope (YaRN, partial)", relerr(y, hx, (size_t)T * H * 2 * hd), 1e-6);
+        free(hx), free(y), slcu_free(dx);
+    }
+    { /* routers: against an independent reference in double (selection by sorting, sets compared) */
+        enum { T = 6, E = 64, K = 8 };
+        float *hl, *hb, *dl_ = rnd_dev((size_t)T * E, 2, &hl, msg), *dbias = rnd_dev(E, 0.1f, &hb, msg);
+        int *de = slcu_alloc((size_t)T * K * 4, msg, sizeof msg);
+        float *dw = slcu_alloc((size_t)T * K * 4, msg, sizeof msg);
+        for (int kind = 0; kind < 3; kind++) {
+            slcu_router r = {kind, E, K, kind != 1, 8, 4, kind == 2 ? 2.5f : 1.f, kind == 2 ? dbias : NULL};
+            CK(!slcu_route(&r, dl_, T, de, dw, msg, sizeof msg), "%s", msg);
+            int *ge = (int *)dl(de, (size_t)T * K);
+            float *gw = dl(dw, (size_t)T * K);
+            double worst = 0;
+            int same = 1;
+            for (int t = 0; t < T; t++) {
+                const float *l = hl + (size_t)t * E;
+                double p[E], b[E], w[E], mx = -1e300, sum = 0;
+                int allowed[E];
+                for (int e = 0; e < E; e++) mx = fmax(mx, l[e]);
+                for (int e = 0; e < E; e++) sum += exp(l[e] - mx);
+                for (int e = 0; e < E; e++) {
+                    p[e] = kind == 2 ? 1 / (1 + exp(-(double)l[e])) : kind == 0 ? exp(l[e] - mx) / sum : l[e];
+                    b[e] = kind == 2 ? p[e] + hb[e] : p[e];
+                    allowed[e] = kind != 2;
+                }
+                if (kind == 2) { /* 8 groups of 8, the 4 best by their top-2 sum */
+                    double gs[8];
+                    for (int g = 0; g < 8; g++) {
+                        double a1 = -1e300, a2 = -1e300;
+                        for (int e = g * 8; e < g * 8 + 8; e++) {
+                            if (b[e] > a1) a2 = a1, a1 = b[e];
+                            else if (b[e] > a2) a2 = b[e];
+                        }
+                        gs[g] = a1 + a2;
+                    }
+                    for (int s = 0; s < 4; s++) {
+                        int bg = 0;
+                        for (int g = 1; g < 8; g++) bg = gs[g] > gs[bg] ? g : bg;
+                        for (int e = bg * 8; e < bg * 8 + 8; e++) allowed[e] = 1;
+                        gs[bg] = -1e300;
+                    }
+                }
+                int sel[E] = {0};
+                double ws = 0, m2 = -1e300;
+                for (int s = 0; s < K; s++) {
+                    int be = -1;
+                    for (int e = 0; e < E; e++)
+                        if (allowed[e] && !sel[e] && (be < 0 || b[e] > b[be])) be = e;
+                    sel[be] = 1;
+                    m2 = fmax(m2, p[be]);
+                }
+                for (int e = 0; e < E; e++) w[e] = sel[e] ? (kind == 1 ? exp(p[e] - m2) : p[e]) : 0, ws += w[e];
+                for (int e = 0, s = 0; e < E; e++) {
+                    if (!sel[e]) continue;
+                    double want = kind == 2 ? w[e] / (ws + 1e-20) * 2.5 : w[e] / ws;
+                    same &= ge[t * K + s] == e;
+                    worst = nanmax(worst, fabs(gw[t * K + s] - want) / want);
+                    s++;
+                }
+            }
+            static const char *names[] = {"router softmax top-k", "router top-k softmax", "router sigmoid group-limited"};
+            CK(same, "%s: chose other experts", names[kind]);
+            OPCHECK(names[kind], worst, 1e-5);
+            free(ge), free(gw);
+        }
+        free(hl), free(hb), slcu_free(dl_), slcu_free(dbias), slcu_free(de), slcu_free(dw);
+    }
+    { /* combine with a gated shared expert (moe.c fwd_moe's loops, transcribed) */
+        enum { T = 3, K = 4, H = 300 };
+        float *hy, *hw, *hs, *hg, *dy = rnd_dev((size_t)T * K * H, 1, &hy, msg), *dw = rnd_dev(T * K, 1, &hw, msg);
+        float *dsh = rnd_dev((size_t)T * H, 1, &hs, msg), *dsg = rnd_dev(T, 1, &hg, msg), *dout = slcu_alloc((size_t)T * H * 4, msg, sizeof msg);
+        float ref[T * H];
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < H; i++) {
+                float o = 0;
+                for (int s = 0; s < K; s++) o += hw[t * K + s] * hy[((size_t)t * K + s) * H + i];
+                ref[t * H + i] = o + kern_sigmoid(hg[t]) * hs[t * H + i];
+            }
+        poison(dout, (size_t)T * H * 4);
+        CK(!slcu_combine(dy, dw, K, dsh, dsg, dout, T, H, msg, sizeof msg), "%s", msg);
+        float *y = dl(dout, (size_t)T * H);
+        OPCHECK("combine + shared expert", relerr(y, ref, (size_t)T * H), 1e-6);
+        free(hy), free(hw), free(hs), free(hg), free(y);
+        slcu_free(dy), slcu_free(dw), slcu_free(dsh), slcu_free(dsg), slcu_free(dout);
+    }
+    for (int sliding = 0; sliding < 2; sliding++) { /* attention: GQA 8/2; full and not gated, or a ring, sinks, gated */
+        enum { T = 3, NH = 8, NKV = 2, HD = 64, ROW = NKV * HD };
+        const int cap = sliding ? 191 : 400, window = sliding ? 128 : 0, pos0 = sliding ? 1000 : 250;
+        float *hq, *hk, *hv, *hs, *hn, *dq = rnd_dev((size_t)T * NH * 2 * HD, 1, &hq, msg), *dk = rnd_dev((size_t)cap * ROW, 1, &hk, msg);
+        float *dv = rnd_dev((size_t)cap * ROW, 1, &hv, msg), *dsk = rnd_dev(NH, 1, &hs, msg), *dout = slcu_alloc((size_t)T * NH * HD * 4, msg, sizeof msg);
+        float *dnew = rnd_dev((size_t)T * 2 * ROW, 1, &hn, msg); /* the new rows: k | v per token */
+        float *ref = calloc((size_t)T * NH * HD, 4), *sc = malloc((size_t)cap * 4);
+        const float scale = 1.0f / sqrtf((float)HD);
+        for (int t = 0; t < T; t++) {
+            memcpy(hk + (size_t)((pos0 + t) % cap) * ROW, hn + (size_t)t * 2 * ROW, ROW * 4);
+            memcpy(hv + (size_t)((pos0 + t) % cap) * ROW, hn + (size_t)t * 2 * ROW + ROW, ROW * 4);
+        }
+        for (int t = 0; t < T; t++) /* attention.c attn_part and the gate, transcribed */
+            for (int h = 0; h < NH; h++) {
+                const int pos = pos0 + t, p0 = window > 0 && pos >= window ? pos - window + 1 : 0, nk = pos + 1 - p0;
+                const float *q = hq + ((size_t)t * NH + h) * 2 * HD;
+                float mx = sliding ? hs[h] : -INFINITY, *o = ref + ((size_t)t * NH + h) * HD;
+                for (int p = 0; p < nk; p++) {
+                    sc[p] = ops->dot(q, hk + (size_t)((p0 + p) % cap) * ROW + (h / 4) * HD, HD) * scale;
+                    if (sc[p] > mx) mx = sc[p];
+                }
+                double sum = sliding ? (double)expf(hs[h] - mx) : 0.0;
+                for (int p = 0; p < nk; p++) sc[p] = expf(sc[p] - mx), sum += sc[p];
+                for (int p = 0; p < nk; p++) ops->axpy(sc[p] / (float)sum, hv + (size_t)((p0 + p) % cap) * ROW + (h / 4) * HD, o, HD);
+                if (sliding)
+                    for (int d = 0; d < HD; d++) o[d] *= kern_sigmoid(q[HD + d]);
+            }
+        slcu_attn ap = {dq, (size_t)NH * 2 * HD, 2 * HD, sliding, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
+                        window, sliding ? dsk : NULL, scale, dout, NH * HD};
+        poison(dout, (size_t)T * NH * HD * 4);
+        CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);
+        float *y = dl(dout, (size_t)T * NH * HD);
+        OPCHECK(sliding ? "attention (ring, sinks, gated)" : "attention (full, GQA)", relerr(y, ref, (size_t)T * NH * HD), 1e-5);
+        free(hq), free(hk), free(hv), free(hs), free(hn), free(ref), free(sc), free(y);
+        slcu_free(dq), slcu_free(dk), slcu_free(dv), slcu_free(dsk), slcu_free(dout), slcu_free(dnew);
+    }
+    { /* DeltaNet recurrence (deltanet.c head_recurrent, transcribed), 3 tokens, state in -> out */
+        enum { T = 3, NK = 2, NV = 4, DK = 64, DV = 96, CQ = 2 * NK * DK + NV * DV };
+        float *hS, *hc, *hg, *dS = rnd_dev((size_t)NV * DK * DV, 0.1f, &hS, msg), *dc = rnd_dev((size_t)T * CQ, 0.125f, &hc, msg);
+        float *dg = rnd_dev(T * 2 * NV, 0.3f, &hg, msg), *dS2 = slcu_alloc((size_t)NV * DK * DV * 4, msg, sizeof msg);
+        for (int i = 0; i < T * 2 * NV; i++) hg[i] = i % (2 * NV) < NV ? fabsf(hg[i]) : -fabsf(hg[i]);
+        slcu_upload(dg, hg, T * 2 * NV * 4, msg, sizeof msg);
+        float *ref = calloc((size_t)T * NV * DV, 4), m[DV];
+        for (int h = 0; h < NV; h++) {
+            float *S = hS + (size_t)h * DK * DV;
+            for (int t = 0; t < T; t++) {
+                const float *q = hc + (size_t)t * CQ + (h / 2) * DK, *k = q + NK * DK, *v = hc + (size_t)t * CQ + 2 * NK * DK + h * DV;
+                const float beta = hg[t * 2 * NV + h], alpha = expf(hg[t * 2 * NV + NV + h]);
+                float *o = ref + ((size_t)t * NV + h) * DV;
+                memset(m, 0, sizeof m);
+                for (int i = 0; i < DK; i++) {
+                    for (int d = 0; d < DV; d++) S[i * DV + d] *= alpha;
+                    ops->axpy(k[i], S + i * DV, m, DV);
+                }
+                for (int d = 0; d < DV; d++) m[d] = (v[d] - m[d]) * beta;
+                for (int i = 0; i < DK; i++) ops->axpy(k[i], m, S + i * DV, DV), ops->axpy(q[i], S + i * DV, o, DV);
+            }
+        }
+        float *dout = slcu_alloc((size_t)T * NV * DV * 4, msg, sizeof msg);
+        poison(dout, (size_t)T * NV * DV * 4), poison(dS2, (size_t)NV * DK * DV * 4);
+        CK(!slcu_dn_step(dc, dg, dS, dS2, dout, NV * DV, T, NK, NV, DK, DV, msg, sizeof msg), "%s", msg);
+        float *y = dl(dout, (size_t)T * NV * DV), *S2 = dl(dS2, (size_t)NV * DK * DV);
+        OPCHECK("deltanet recurrence: out", relerr(y, ref, (size_t)T * NV * DV), 1e-5);
+        OPCHECK("deltanet recurrence: state", relerr(S2, hS, (size_t)NV * DK * DV), 1e-5);
+        free(hS), free(hc), free(hg), free(ref), free(y), free(S2);
+        slcu_free(dS), slcu_free(dc), slcu_free(dg), slcu_free(dS2), slcu_free(dout);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -165,7 +611,14 @@ int main(int argc, char **argv) {
         }
     check_case(DT_Q4, 2048, 4096, 64, DT_BF16);
     check_case(DT_Q8, 768, 2048, 32, DT_F16);
+    for (int g = 0; g < 3; g++) {
+        check_i8(DT_Q8, 300, 1024, groups[g], sdts[g]);
+        check_i8(DT_Q4, 300, 1024, groups[g], sdts[(g + 1) % 3]);
+    }
+    check_i8(DT_Q4, 768, 2048, 64, DT_BF16);
+    check_i8(DT_Q8, 129, 768, 128, DT_F16);
+    check_ops();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
-    if (argc > 1 && !strcmp(argv[1], "--bench")) bench();
+    if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
     return failures ? 1 : 0;
 }

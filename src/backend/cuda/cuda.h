@@ -50,6 +50,118 @@ float slcu_last_ms(void);
 /* One device-to-device copy of bytes, its time in *ms (the bandwidth reference of benchmarks). */
 int slcu_bench_copy(void *dst, const void *src, size_t bytes, float *ms);
 
+/* ---- int8 activations and the q8/q4 integer kernels (cuda_i8.cu) ----------------------------------------
+ * Activations quantized per 32 columns exactly as kern_act (src/kernels/kernels.h): the codes, block scales
+ * d and the sums s32/s64/s128 are bitwise the CPU's. The q4 copy orders each 8 columns as their 4 even then
+ * their 4 odd ones, so the low and high nibbles of a code word dot with one 32-bit word each.
+ *
+ * The order of every output (the CUDA backend's canonical order; not the CPU's 16-lane one, so CUDA and
+ * CPU agree to rounding, not bitwise): per block b of 32 columns in increasing order,
+ *   I_b = sum of code * xq over the block (exact, int32), acc = fma((float)I_b, scale(group of b) * d_b, acc);
+ * per group j in increasing order, accb = fma(bias_j, s<group>_j, accb); y = acc + accb.
+ * The matvec (dp4a, fewer than 16 tokens) and the tensor-core GEMM (mma.sync m16n8k32 u8 x s8, 16 tokens
+ * or more) both compute exactly this, so a token's result is bitwise the same whichever kernel and batch
+ * it is in. */
+typedef struct slcu_act {
+    int n_tok, cols;
+    int8_t *q;  /* [n_tok][cols] codes in column order */
+    int8_t *q4; /* [n_tok][cols] the same codes, each 8 columns as 4 even then 4 odd */
+    float *d;   /* [n_tok][cols/32] block scales */
+    float *s;   /* [n_tok][ns] s32[nb] | s64[nb/2] | s128[nb/4], ns = nb + nb/2 + nb/4 */
+} slcu_act;
+
+size_t slcu_act_bytes(int n_tok, int cols);
+/* Carves a over buf (device, slcu_act_bytes bytes). -1 when cols is not a positive multiple of 32. */
+int slcu_act_bind(slcu_act *a, void *buf, int n_tok, int cols, char *msg, size_t msglen);
+/* Quantizes x [n_tok][cols] (device, row stride ldx floats) into a. */
+int slcu_act_quantize(const slcu_act *a, const float *x, size_t ldx, char *msg, size_t msglen);
+
+/* One q8/q4 matrix times some rows of an activation: y[t * ldy + r] = (W xq_{rows[t]})[r], t < n_tok. */
+typedef struct slcu_mm {
+    slcu_mat w;
+    const slcu_act *a;
+    const int *rows; /* device [n_tok]: which rows of a, or NULL for rows 0 .. n_tok-1 */
+    int n_tok;
+    float *y;
+    size_t ldy;
+} slcu_mm;
+
+/* n matrices (the experts of a MoE layer, each with its own token rows; q/k/v; gate and up) in as few
+ * launches as there are (dtype, kernel) pairs. The grouped GEMM over expert segments for prefill. */
+int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen);
+/* Forces one kernel for every size, for tests and benchmarks: 0 automatic (GEMM from 16 tokens), 1 matvec,
+ * 2 GEMM. */
+void slcu_i8_force(int kernel);
+
+/* ---- the other ops of a decode step (cuda_ops.cu), f32 in device memory --------------------------------
+ * Each mirrors the CPU code named (src/kernels/kernels_plain.h and the files of src/model/) operation by operation;
+ * transcendental functions (expf, sinf, cosf) are CUDA's, within 2 ulp of the C library's, so results agree
+ * with the CPU to rounding. Reductions run in a fixed order: bitwise repeatable, independent of the batch. */
+
+/* The signatures follow src/backend/backend.h's ops (rmsnorm, rope, attention, dn_step, route, combine)
+ * so that the CUDA table is a thin adapter; device pointers throughout unless HOST is said. */
+/* Per token t < n_tok and head h < n_heads, the dim floats at x + t*ld + h*head_stride: y (same layout, may
+ * be x) = (w_off + w) * x / sqrt(mean(x^2) + eps), the mean in double (plain_rmsnorm). */
+int slcu_rmsnorm(const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride, int dim,
+                 const float *w, float w_off, float eps, char *msg, size_t msglen);
+/* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
+ * position pos0 + t (attention.c rope); inv_freq HOST [rot/2] (model/rope.h). interleave: the pairs
+ * (x_2i, x_2i+1) are first de-interleaved into halves. */
+int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot, const float *inv_freq,
+              float attn_factor, int pos0, int interleave, char *msg, size_t msglen);
+/* y[i] = silu(g[i]) * u[i], i < n (plain_swiglu). */
+int slcu_swiglu(const float *g, const float *u, float *y, size_t n, char *msg, size_t msglen);
+/* gpt-oss's clamped SwiGLU (moe.c gptoss_ffn): gu [n_tok][2I] gate/up interleaved, bias [2I] or NULL,
+ * act [n_tok][I] = (clamp(up) + 1) * g * sigmoid(1.702 g), g = min(gate, limit). */
+int slcu_swiglu_clamped(const float *gu, const float *bias, float limit, float *act, int n_tok, int I, char *msg,
+                        size_t msglen);
+
+/* Routers (moe.c route_token): logits [n_tok][E] -> top_e, top_w [n_tok][k], sorted by expert index. */
+typedef struct slcu_router {
+    int kind;          /* config.h's SL_ROUTER_* value: softmax top-k, top-k softmax, sigmoid group-limited */
+    int E, k, norm_topk;
+    int n_group, topk_group;
+    float routed_scale;
+    const float *bias; /* device [E] e_score_correction_bias, or NULL */
+} slcu_router;
+int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
+               size_t msglen);
+/* out[t] = ((0 + w_0 y_0) + w_1 y_1) + ... over the k slots (moe.c fwd_moe), then + sigmoid(sg[t]) * sh[t]
+ * when sh is given (sg NULL: gate 1). y [n_tok][k][H], w [n_tok][k], out/sh [n_tok][H], sg [n_tok]. */
+int slcu_combine(const float *y, const float *w, int k, const float *sh, const float *sg, float *out, int n_tok,
+                 int H, char *msg, size_t msglen);
+
+/* Attention of n tokens against a KV cache in VRAM (backend.h be_attn, attention.c): first the n new K/V
+ * rows go to rows (pos0 + t) % cap; then per (token, head) scores q.k * scale over positions
+ * max(0, pos - window + 1) .. pos (window 0: all), f32 softmax with an optional sink logit per head, the
+ * weighted sum of V in increasing position, times sigmoid(gate) when gated. KV head of h: h / (nh / nkv). */
+typedef struct slcu_attn {
+    const float *q; /* [n][ldq], head h at h * qstride: query [hd], then (gated) gate [hd] */
+    size_t ldq;
+    int qstride, gated;
+    const float *k, *v; /* new rows [n][ldkv] */
+    size_t ldkv;
+    float *k_cache, *v_cache; /* [cap][n_kv * hd] */
+    int cap, n, pos0, n_heads, n_kv, hd, window;
+    const float *sinks; /* [n_heads] or NULL */
+    float scale;
+    float *out; /* [n][ldo], head h at h * hd */
+    size_t ldo;
+} slcu_attn;
+int slcu_attention(const slcu_attn *a, char *msg, size_t msglen);
+
+/* The Gated DeltaNet token recurrence (backend.h dn_step, deltanet.c head_recurrent) for n tokens: per
+ * value head h and token t, with a = exp(g):  S = a S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q.
+ * conv_out [n][cq], cq = 2 nk dk + nv dv: q | k | v, value head h reads key head h / (nv/nk); gates
+ * [n][2nv] beta then g; state ssm_in -> ssm_out [nv][dk][dv] (may be the same); out [n][ldo]. dv <= 1024. */
+int slcu_dn_step(const float *conv_out, const float *gates, const float *ssm_in, float *ssm_out, float *out,
+                 size_t ldo, int n, int nk, int nv, int dk, int dv, char *msg, size_t msglen);
+
+/* Device time of fn(ctx) in ms, the mean of reps calls after one warm-up, by CUDA events (benchmarks). */
+float slcu_time(void (*fn)(void *), void *ctx, int reps);
+/* Waits for the device and reports a failure of anything queued (the ops return after queueing). */
+int slcu_sync(char *msg, size_t msglen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,514 @@
+/*
+ * cuda_i8.cu — int8 activations and the q8/q4 integer kernels of the CUDA tier (cuda.h: the canonical order).
+ *
+ * act_quant: kern_act's quantisation (src/kernels/kernels_scalar.c act_row) operation by operation, IEEE
+ * divisions and rint, so codes, block scales and sums are bitwise the CPU's.
+ *
+ * mv_i8 (decode, fewer than 16 tokens): a warp takes 32 rows, a thread a row; the codes and the scale words
+ * stream through shared memory by cp.async (3 stages of 256 bytes a row), each thread dots its row's blocks
+ * with the int8 activations by dp4a (the idea of llama.cpp's ggml/src/ggml-cuda/mmvq.cu; q8 codes are
+ * unsigned: dp4a.u32.s32) and folds them in order; activation loads are one address across the warp.
+ *
+ * gemm_i8 (16 tokens or more, the grouped GEMM over expert segments): a CTA of 4 warps computes 64 rows x
+ * 64 tokens of one matrix; per 32-column block each warp issues mma.sync m16n8k32 (u8 codes x s8
+ * activations -> s32: the block's exact I_b for 32 rows x 32 tokens) and folds it into its f32
+ * accumulators in the same order as mv_i8. Within a block the columns are paired in another order than
+ * column order (thread tig of a quad takes bytes 8 tig .. 8 tig + 7 for logical k 4 tig .. and 16 + 4 tig
+ * ..); A and B use the same pairing and integer sums are exact, so I_b is unchanged.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+
+static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
+    if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+static size_t rnd256(size_t n) { return (n + 255) / 256 * 256; }
+
+extern "C" size_t slcu_act_bytes(int n_tok, int cols) {
+    size_t n = (size_t)(n_tok > 0 ? n_tok : 0), c = (size_t)(cols > 0 ? cols : 0), nb = c / 32, ns = nb + nb / 2 + nb / 4;
+    return 2 * rnd256(n * c) + rnd256(n * nb * 4) + rnd256(n * ns * 4);
+}
+
+extern "C" int slcu_act_bind(slcu_act *a, void *buf, int n_tok, int cols, char *msg, size_t msglen) {
+    if (cols <= 0 || cols % 32 || n_tok < 0) {
+        if (msg && msglen) snprintf(msg, msglen, "int8 activations need a positive multiple of 32 columns, not %d", cols);
+        return -1;
+    }
+    size_t n = (size_t)n_tok, c = (size_t)cols, nb = c / 32;
+    uint8_t *p = (uint8_t *)buf;
+    a->n_tok = n_tok, a->cols = cols;
+    a->q = (int8_t *)p;
+    p += rnd256(n * c);
+    a->q4 = (int8_t *)p;
+    p += rnd256(n * c);
+    a->d = (float *)p;
+    p += rnd256(n * nb * 4);
+    a->s = (float *)p;
+    return 0;
+}
+
+/* grid (ceil(nb/4), n_tok), 128 threads: warp w quantizes block 4 blockIdx.x + w of token blockIdx.y, lane
+ * = column; thread 0 then adds the block sums into s64 / s128 as act_row does. */
+__global__ void act_quant(const float *__restrict__ x, size_t ldx, int cols, int8_t *__restrict__ q,
+                          int8_t *__restrict__ q4, float *__restrict__ d, float *__restrict__ s) {
+    const int t = blockIdx.y, nb = cols / 32, ns = nb + nb / 2 + nb / 4, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * 4 + w;
+    __shared__ float s32[4];
+    if (b < nb) {
+        const float v = x[(size_t)t * ldx + (size_t)b * 32 + lane];
+        float amax = fmaxf(0.0f, fabsf(v)); /* fmaxf drops a NaN, as the CPU's running fmaxf from 0 does */
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
+        const float rv = rintf(__fmul_rn(v, id)); /* NaN (from Inf or NaN inputs) becomes 0 */
+        const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
+        int sum = qi;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const size_t c = (size_t)t * cols + (size_t)b * 32;
+        q[c + lane] = (int8_t)qi;
+        const int c8 = lane & 7;
+        q4[c + (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
+        if (lane == 0) {
+            const float sb = __fmul_rn(db, (float)sum);
+            d[(size_t)t * nb + b] = db;
+            s[(size_t)t * ns + b] = sb;
+            s32[w] = sb;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) {
+            const int jj = 2 * blockIdx.x + i;
+            if (jj < nb / 2) s[(size_t)t * ns + nb + jj] = __fadd_rn(s32[2 * i], s32[2 * i + 1]);
+        }
+        if ((int)blockIdx.x < nb / 4)
+            s[(size_t)t * ns + nb + nb / 2 + blockIdx.x] = __fadd_rn(__fadd_rn(s32[0], s32[1]), __fadd_rn(s32[2], s32[3]));
+    }
+}
+
+extern "C" int slcu_act_quantize(const slcu_act *a, const float *x, size_t ldx, char *msg, size_t msglen) {
+    if (a->n_tok <= 0) return 0;
+    const int nb = a->cols / 32;
+    dim3 grid((unsigned)((nb + 3) / 4), (unsigned)a->n_tok);
+    act_quant<<<grid, 128>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : fail(msg, msglen, "activation quantisation launch", e);
+}
+
+/* ---- the matmuls ---------------------------------------------------------------------------------------- */
+
+#define MAXJ 32 /* matrices per launch (the job table is a kernel parameter) */
+
+struct ijob {
+    const uint8_t *codes;
+    const void *scales, *biases;
+    const int8_t *xq; /* the activation's q (q8) or q4 (q4) codes */
+    const float *d, *s;
+    const int *rows;
+    float *y;
+    size_t ldy;
+    int nrows, cols, group, sdt, n_tok, tile0, ttiles;
+};
+struct ijobs {
+    ijob j[MAXJ];
+    int n;
+};
+
+__device__ __forceinline__ int dp4a_us(unsigned a, int b, int c) { /* unsigned bytes of a times signed bytes of b */
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ int find_job(const ijobs &J) {
+    int k = 0;
+    while (k + 1 < J.n && (int)blockIdx.x >= J.j[k + 1].tile0) k++;
+    return k;
+}
+
+__device__ __forceinline__ int act_row(const ijob &j, int t) {
+    if (t >= j.n_tok) t = 0; /* a missing token repeats the first; never stored */
+    return j.rows ? __ldg(j.rows + t) : t;
+}
+
+/* A scale or bias as one aligned 32-bit load (no branch on its type, so loads can be batched ahead), then
+ * its value. */
+__device__ __forceinline__ unsigned ld_sw(const void *p, int sdt, size_t i) {
+    const uintptr_t a = sdt == DT_F32 ? (uintptr_t)((const float *)p + i) : (uintptr_t)((const unsigned short *)p + i);
+    return __ldg((const unsigned *)(a & ~(uintptr_t)3));
+}
+__device__ __forceinline__ float raw_sw(unsigned w, int hi, int sdt) { /* the value in word w (hi: upper half) */
+    if (sdt == DT_F32) return __uint_as_float(w);
+    const unsigned h = hi ? w >> 16 : w & 0xffffu;
+    return sdt == DT_BF16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+}
+__device__ __forceinline__ float cv_sw(unsigned w, const void *p, int sdt, size_t i) {
+    if (sdt == DT_F32) return __uint_as_float(w);
+    const unsigned h = ((uintptr_t)((const unsigned short *)p + i) & 2) ? w >> 16 : w & 0xffffu;
+    return sdt == DT_BF16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+}
+
+/* One warp, 32 rows, a thread a row. The rows' codes stream through shared memory in tiles of MV_TILE bytes
+ * a row, MV_STAGES deep (cp.async, coalesced: 16 lanes cover 256 contiguous bytes), so that each thread
+ * folds its own row's blocks in order with no shuffles, and the activation loads are the same address
+ * across the warp (one broadcast). The tile's scales and biases travel with it (the aligned 32-bit words
+ * that hold them, cp.async of 4 bytes). */
+#define MV_ROWS 32
+#define MV_TILE 256
+#define MV_STAGES 3
+#define MV_BPT (MV_TILE / 16) /* q4 blocks per tile (q8: half) */
+#define MV_SW 17              /* 32-bit words of a tile's scales of a row, at most: 16 f32 + 1 (odd: no conflicts) */
+
+__device__ __forceinline__ void cp4(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp16(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+
+template <int DT, int NT, int SDT>
+__global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
+    const ijob j = J.j[find_job(J)]; /* a copy: registers, not a parameter load at every use */
+    constexpr int sdt = SDT; /* the scale type fixed: no branch between the blocks of a tile */
+    __shared__ __align__(16) uint8_t tile[MV_STAGES][MV_ROWS][MV_TILE + 16]; /* + 16: no bank conflicts */
+    __shared__ unsigned ssc[MV_STAGES][2][MV_ROWS][MV_SW]; /* the tile's scale and bias words of each row */
+    constexpr int BPT = DT == DT_Q4 ? MV_BPT : MV_BPT / 2, BB = DT == DT_Q4 ? 16 : 32; /* blocks a tile, bytes a block */
+    const int lane = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * MV_ROWS, r = r0 + lane;
+    const int cols = j.cols, nb = cols / 32, ng = cols / j.group, ns = nb + nb / 2 + nb / 4;
+    const int rb = DT == DT_Q4 ? cols / 2 : cols, ntl = (rb + MV_TILE - 1) / MV_TILE;
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1;
+    constexpr int ssz = sdt == DT_F32 ? 4 : 2;
+    const uint8_t *codes = j.codes;
+    const int8_t *xq = j.xq;
+    const float *xd = j.d, *xs = j.s;
+    for (int t0 = 0; t0 < j.n_tok; t0 += NT) {
+        const int nt = j.n_tok - t0 < NT ? j.n_tok - t0 : NT;
+        int ar[NT];
+        float acc[NT], accb[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) ar[t] = act_row(j, t0 + t < j.n_tok ? t0 + t : 0), acc[t] = 0.f, accb[t] = 0.f;
+        auto issue = [&](int k) { /* tile k into stage k % MV_STAGES: 32 rows x 16 chunks, and their scale words */
+            if (k < ntl) {
+                const int st = k % MV_STAGES;
+#pragma unroll 1
+                for (int it = 0; it < MV_ROWS * (MV_TILE / 16) / 32; it++) {
+                    const int q = it * 32 + lane, i = q / (MV_TILE / 16), c = q % (MV_TILE / 16);
+                    const int off = k * MV_TILE + c * 16, row = r0 + i < j.nrows ? r0 + i : j.nrows - 1;
+                    cp16(&tile[st][i][c * 16], codes + (size_t)row * rb + (off < rb ? off : 0), off < rb);
+                }
+                const int gk = (k * BPT) >> gshift, gn = min(BPT >> gshift, ng - gk); /* the tile's groups */
+#pragma unroll 1
+                for (int h = 0; h < 2; h++) {
+                    const uintptr_t base = (uintptr_t)(h ? j.biases : j.scales);
+                    const int nw = (ssz == 4 ? gn : gn / 2 + 1) + (ssz == 4 ? 0 : 1); /* words a row needs, at most */
+#pragma unroll 1
+                    for (int q = lane; q < MV_ROWS * nw; q += 32) {
+                        const int i = q / nw, w = q % nw;
+                        const size_t row = (size_t)min(r0 + i, j.nrows - 1);
+                        const uintptr_t a0 = (base + (row * ng + gk) * ssz) & ~(uintptr_t)3;
+                        const uintptr_t last = (base + ((row + 1) * ng) * ssz - 1) & ~(uintptr_t)3, a = a0 + 4 * (uintptr_t)w;
+                        cp4(&ssc[st][h][i][w], (const void *)(a < last ? a : last));
+                    }
+                }
+            }
+            asm volatile("cp.async.commit_group;");
+        };
+        __syncwarp();
+#pragma unroll 1
+        for (int k = 0; k < MV_STAGES - 1; k++) issue(k);
+        for (int k = 0; k < ntl; k++) {
+            issue(k + MV_STAGES - 1);
+            asm volatile("cp.async.wait_group %0;" ::"n"(MV_STAGES - 1));
+            __syncwarp();
+            const uint8_t *w = tile[k % MV_STAGES][lane];
+#pragma unroll
+            for (int bi = 0; bi < BPT; bi++) { /* no branch: a block past the row's end is loaded clamped, not added */
+                const int bu = k * BPT + bi, b = bu < nb ? bu : nb - 1;
+                float sw, bw;
+                { /* this row's scale and bias of block b, from the words staged with the tile */
+                    const size_t e0 = (size_t)min(r, j.nrows - 1) * ng + ((k * BPT) >> gshift);
+                    const int o = (int)(((uintptr_t)j.scales + e0 * ssz) & 3) + ((b >> gshift) - ((k * BPT) >> gshift)) * ssz;
+                    const int ob = (int)(((uintptr_t)j.biases + e0 * ssz) & 3) + ((b >> gshift) - ((k * BPT) >> gshift)) * ssz;
+                    sw = raw_sw(ssc[k % MV_STAGES][0][lane][o >> 2], o & 2, SDT);
+                    bw = raw_sw(ssc[k % MV_STAGES][1][lane][ob >> 2], ob & 2, SDT);
+                }
+                uint4 w0 = *(const uint4 *)(w + bi * BB), w1;
+                if (DT == DT_Q8) w1 = *(const uint4 *)(w + bi * BB + 16);
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= nt) break;
+                    const uint4 *xa = (const uint4 *)(xq + (size_t)ar[t] * cols + (size_t)b * 32);
+                    const uint4 x0 = __ldg(xa), x1 = __ldg(xa + 1);
+                    int I = 0;
+                    if (DT == DT_Q4) {
+                        const unsigned M = 0x0f0f0f0fu;
+                        I = __dp4a((int)(w0.x & M), (int)x0.x, I);
+                        I = __dp4a((int)((w0.x >> 4) & M), (int)x0.y, I);
+                        I = __dp4a((int)(w0.y & M), (int)x0.z, I);
+                        I = __dp4a((int)((w0.y >> 4) & M), (int)x0.w, I);
+                        I = __dp4a((int)(w0.z & M), (int)x1.x, I);
+                        I = __dp4a((int)((w0.z >> 4) & M), (int)x1.y, I);
+                        I = __dp4a((int)(w0.w & M), (int)x1.z, I);
+                        I = __dp4a((int)((w0.w >> 4) & M), (int)x1.w, I);
+                    } else {
+                        I = dp4a_us(w0.x, (int)x0.x, I), I = dp4a_us(w0.y, (int)x0.y, I);
+                        I = dp4a_us(w0.z, (int)x0.z, I), I = dp4a_us(w0.w, (int)x0.w, I);
+                        I = dp4a_us(w1.x, (int)x1.x, I), I = dp4a_us(w1.y, (int)x1.y, I);
+                        I = dp4a_us(w1.z, (int)x1.z, I), I = dp4a_us(w1.w, (int)x1.w, I);
+                    }
+                    const float a1 = __fmaf_rn((float)I, __fmul_rn(sw, __ldg(xd + (size_t)ar[t] * nb + b)), acc[t]);
+                    const float a2 = __fmaf_rn(bw, __ldg(xs + (size_t)ar[t] * ns + soff + (b >> gshift)), accb[t]);
+                    acc[t] = bu < nb ? a1 : acc[t];
+                    accb[t] = bu < nb && !(b & bmask) ? a2 : accb[t];
+                }
+            }
+            __syncwarp(); /* this stage is refilled by the next iteration's issue */
+        }
+        asm volatile("cp.async.wait_group 0;");
+        if (r < j.nrows)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < nt) j.y[(size_t)(t0 + t) * j.ldy + r] = __fadd_rn(acc[t], accb[t]);
+    }
+}
+
+#define GM 64 /* rows per CTA */
+#define GN 64 /* tokens per CTA */
+
+__device__ __forceinline__ void mma_u8s8(int *c, const unsigned *a, const unsigned *b) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+/* One block's operands of a GEMM thread: A fragments of its 4 rows, B of its 4 token columns, the raw scale
+ * and bias words of its rows. */
+struct gstage {
+    unsigned a[2][4], b[4][2], s[2][2], bi[2][2];
+};
+template <int DT>
+__device__ __forceinline__ void gemm_load(const ijob &j, int b, int gshift, const uint8_t *const (&pa)[2][2],
+                                          const int8_t *const (&pb)[4], const size_t (&sb)[2][2], gstage &st) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        if (DT == DT_Q4) {
+            const unsigned u0 = __ldg((const unsigned *)(pa[mi][0] + (size_t)b * 16));
+            const unsigned u1 = __ldg((const unsigned *)(pa[mi][1] + (size_t)b * 16));
+            const unsigned M = 0x0f0f0f0fu;
+            st.a[mi][0] = u0 & M, st.a[mi][1] = u1 & M, st.a[mi][2] = (u0 >> 4) & M, st.a[mi][3] = (u1 >> 4) & M;
+        } else {
+            const uint2 u0 = __ldg((const uint2 *)(pa[mi][0] + (size_t)b * 32));
+            const uint2 u1 = __ldg((const uint2 *)(pa[mi][1] + (size_t)b * 32));
+            st.a[mi][0] = u0.x, st.a[mi][1] = u1.x, st.a[mi][2] = u0.y, st.a[mi][3] = u1.y;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            st.s[mi][hh] = ld_sw(j.scales, j.sdt, sb[mi][hh] + (size_t)(b >> gshift));
+            st.bi[mi][hh] = ld_sw(j.biases, j.sdt, sb[mi][hh] + (size_t)(b >> gshift));
+        }
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        const uint2 v = __ldg((const uint2 *)(pb[ni] + (size_t)b * 32));
+        st.b[ni][0] = v.x, st.b[ni][1] = v.y;
+    }
+}
+
+/* 128 threads, warps 2 x 2 over a 64 x 64 tile, each 32 rows (2 m16) x 32 tokens (4 n8). */
+template <int DT, int SDT>
+__global__ void __launch_bounds__(128) gemm_i8(const __grid_constant__ ijobs J) {
+    ijob j = J.j[find_job(J)];
+    j.sdt = SDT; /* known here: the conversions below need no branch */
+    const int tile = (int)blockIdx.x - j.tile0, rt = tile / j.ttiles, tt = tile % j.ttiles;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const int wr = rt * GM + (warp >> 1) * 32, wt = tt * GN + (warp & 1) * 32;
+    const int cols = j.cols, nb = cols / 32, ng = cols / j.group, ns = nb + nb / 2 + nb / 4;
+    const int rb = DT == DT_Q4 ? cols / 2 : cols;
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1;
+    const uint8_t *pa[2][2];
+    size_t sb[2][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            int r = wr + mi * 16 + hh * 8 + g;
+            r = r < j.nrows ? r : j.nrows - 1;
+            pa[mi][hh] = j.codes + (size_t)r * rb + (DT == DT_Q4 ? 4 : 8) * tig;
+            sb[mi][hh] = (size_t)r * ng;
+        }
+    const int8_t *pb[4];
+    int ca[4][2]; /* the activation rows of the outputs' tokens */
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        pb[ni] = j.xq + (size_t)act_row(j, wt + ni * 8 + g) * cols + 8 * tig;
+        ca[ni][0] = act_row(j, wt + ni * 8 + 2 * tig);
+        ca[ni][1] = act_row(j, wt + ni * 8 + 2 * tig + 1);
+    }
+    float acc[2][4][4], accb[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f, accb[mi][ni][c] = 0.f;
+    gstage cur, nxt;
+    gemm_load<DT>(j, 0, gshift, pa, pb, sb, cur);
+#pragma unroll 2
+    for (int b = 0; b < nb; b++) {
+        gemm_load<DT>(j, b + 1 < nb ? b + 1 : b, gshift, pa, pb, sb, nxt); /* the next block's, in flight meanwhile */
+        const bool first = !(b & bmask); /* a group's first block: its biases */
+        float sw[2][2], bw[2][2], dd[4][2], sg[4][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const size_t gi = sb[mi][hh] + (size_t)(b >> gshift);
+                sw[mi][hh] = cv_sw(cur.s[mi][hh], j.scales, j.sdt, gi), bw[mi][hh] = cv_sw(cur.bi[mi][hh], j.biases, j.sdt, gi);
+            }
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                dd[ni][e] = __ldg(j.d + (size_t)ca[ni][e] * nb + b);
+                sg[ni][e] = __ldg(j.s + (size_t)ca[ni][e] * ns + soff + (b >> gshift));
+            }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int c[4];
+                mma_u8s8(c, cur.a[mi], cur.b[ni]);
+#pragma unroll
+                for (int q = 0; q < 4; q++) { /* c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8 */
+                    acc[mi][ni][q] = __fmaf_rn((float)c[q], __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
+                    if (first) accb[mi][ni][q] = __fmaf_rn(bw[mi][q >> 1], sg[ni][q & 1], accb[mi][ni][q]);
+                }
+            }
+        cur = nxt;
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int r = wr + mi * 16 + (q >> 1) * 8 + g, t = wt + ni * 8 + 2 * tig + (q & 1);
+                if (r < j.nrows && t < j.n_tok) j.y[(size_t)t * j.ldy + r] = __fadd_rn(acc[mi][ni][q], accb[mi][ni][q]);
+            }
+}
+
+static int force_kernel;
+extern "C" void slcu_i8_force(int kernel) { force_kernel = kernel; }
+
+/* One launch of the jobs of one (dtype, kernel) class. */
+static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok) {
+    int tiles = 0;
+    for (int i = 0; i < J->n; i++) {
+        ijob &j = J->j[i];
+        j.tile0 = tiles;
+        if (gemm) {
+            j.ttiles = (j.n_tok + GN - 1) / GN;
+            tiles += (j.nrows + GM - 1) / GM * j.ttiles;
+        } else {
+            j.ttiles = 1;
+            tiles += (j.nrows + MV_ROWS - 1) / MV_ROWS;
+        }
+    }
+    if (!tiles) return cudaSuccess;
+    if (gemm) {
+#define GE(D) (sdt == DT_F32 ? gemm_i8<D, DT_F32><<<tiles, 128>>>(*J) : sdt == DT_BF16 ? gemm_i8<D, DT_BF16><<<tiles, 128>>>(*J) \
+                                                                  : gemm_i8<D, DT_F16><<<tiles, 128>>>(*J))
+        if (dt == DT_Q4) GE(DT_Q4);
+        else GE(DT_Q8);
+#undef GE
+    } else {
+#define MV1(D, NT, S) mv_i8<D, NT, S><<<tiles, 32>>>(*J)
+#define MV(D, NT) (sdt == DT_F32 ? MV1(D, NT, DT_F32) : sdt == DT_BF16 ? MV1(D, NT, DT_BF16) : MV1(D, NT, DT_F16))
+        if (dt == DT_Q4) {
+            if (max_tok <= 1) MV(DT_Q4, 1);
+            else if (max_tok <= 2) MV(DT_Q4, 2);
+            else if (max_tok <= 4) MV(DT_Q4, 4);
+            else MV(DT_Q4, 8);
+        } else {
+            if (max_tok <= 1) MV(DT_Q8, 1);
+            else if (max_tok <= 2) MV(DT_Q8, 2);
+            else if (max_tok <= 4) MV(DT_Q8, 4);
+            else MV(DT_Q8, 8);
+        }
+#undef MV1
+#undef MV
+    }
+    return cudaGetLastError();
+}
+
+extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen) {
+    for (int i = 0; i < n; i++) {
+        const slcu_mm *m = &mm[i];
+        const slcu_mat *w = &m->w;
+        const char *why = NULL;
+        if (w->dtype != DT_Q8 && w->dtype != DT_Q4) why = "the int8 matmul takes q8 and q4 matrices only";
+        else if (w->group != 32 && w->group != 64 && w->group != 128) why = "group is not 32, 64 or 128";
+        else if (w->cols <= 0 || w->cols % w->group) why = "the group does not divide the columns";
+        else if (w->rows <= 0) why = "no rows";
+        else if (!m->a || m->a->cols != w->cols) why = "the activation's columns differ from the matrix's";
+        else if (m->n_tok < 0 || (!m->rows && m->n_tok > m->a->n_tok)) why = "more tokens than the activation holds";
+        else if (w->sdtype != DT_F32 && w->sdtype != DT_F16 && w->sdtype != DT_BF16) why = "scales are not f32, f16 or bf16";
+        if (why) {
+            if (msg && msglen) snprintf(msg, msglen, "int8 matmul %d of %d (%s %d x %d): %s", i, n, dt_name(w->dtype), w->rows, w->cols, why);
+            return -1;
+        }
+    }
+    ijobs J; /* the kernel parameter, staged on the host */
+    static const int sdts[3] = {DT_F32, DT_F16, DT_BF16};
+    for (int dt = DT_Q8; dt <= DT_Q4; dt++)
+        for (int si = 0; si < 3; si++)
+        for (int gemm = 0; gemm < 2; gemm++) {
+            const int sdt = sdts[si];
+            J.n = 0;
+            int max_tok = 0;
+            for (int i = 0; i <= n; i++) {
+                if (i < n) {
+                    const slcu_mm *m = &mm[i];
+                    const int use_gemm = force_kernel ? force_kernel == 2 : m->n_tok >= 16;
+                    if (m->w.dtype != dt || m->w.sdtype != sdt || use_gemm != gemm || m->n_tok == 0) continue;
+                    ijob &j = J.j[J.n++];
+                    j.codes = (const uint8_t *)m->w.data, j.scales = m->w.scales, j.biases = m->w.biases;
+                    j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = m->rows;
+                    j.y = m->y, j.ldy = m->ldy;
+                    j.nrows = m->w.rows, j.cols = m->w.cols, j.group = m->w.group, j.sdt = m->w.sdtype, j.n_tok = m->n_tok;
+                    if (m->n_tok > max_tok) max_tok = m->n_tok;
+                }
+                if (J.n == MAXJ || (i == n && J.n)) {
+                    cudaError_t e = launch_class(dt, sdt, gemm, &J, max_tok);
+                    if (e != cudaSuccess) return fail(msg, msglen, "int8 matmul launch", e);
+                    J.n = 0, max_tok = 0;
+                }
+            }
+        }
+    return 0;
+}
+
+extern "C" float slcu_time(void (*fn)(void *), void *ctx, int reps) {
+    cudaEvent_t a, b;
+    float ms = 0;
+    fn(ctx); /* warm-up */
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    cudaEventRecord(a);
+    for (int i = 0; i < reps; i++) fn(ctx);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    return ms / reps;
+}
