@@ -14,9 +14,14 @@ for f in src/backend/cuda/*.cu; do
     objs+=("$o")
 done
 wait
-# the oracle's sources only (the dequantisers, the scalar kernel table, RoPE's frequencies), each function in
-# its own section so that the linker drops what the test does not reach (the SIMD dispatch, the thread pool)
-cc -std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -Iinclude -D_GNU_SOURCE -ffunction-sections -fdata-sections \
-    tests/cuda/test_cuda.c src/quant/quant.c src/util/dtype.c src/kernels/mxfp4.c src/kernels/kernels_scalar.c \
-    src/model/rope.c "${objs[@]}" -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart -lstdc++ -lm -Wl,--gc-sections -o "$b/test_cuda"
+# the oracle's sources only (the dequantisers, the kernel tables, RoPE's frequencies), each function in its own
+# section so that the linker drops what the test does not reach (the thread pool, the CLI)
+cf="-std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -Iinclude -D_GNU_SOURCE -ffunction-sections -fdata-sections"
+cc $cf -mavx2 -mfma -mf16c -c src/kernels/kernels_avx2.c -o "$b/k_avx2.o"
+cc $cf -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -c src/kernels/kernels_avx512.c -o "$b/k_avx512.o"
+cc $cf -mavx2 -c src/kernels/mxfp4_avx2.c -o "$b/m_avx2.o"
+cc $cf -mavx512f -c src/kernels/mxfp4_avx512.c -o "$b/m_avx512.o"
+cc $cf tests/cuda/test_cuda.c src/quant/quant.c src/util/dtype.c src/kernels/mxfp4.c src/kernels/kernels_scalar.c \
+    src/kernels/kernels_neon.c src/kernels/mxfp4_neon.c src/model/rope.c "$b"/k_*.o "$b"/m_*.o "${objs[@]}" \
+    -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart -lstdc++ -lm -Wl,--gc-sections -o "$b/test_cuda"
 "$b/test_cuda" "$@"
