@@ -218,6 +218,11 @@ typedef struct sl_model_params {
     sl_backend_kind backend; /* what computes: SL_BACKEND_CPU (default) or SL_BACKEND_CUDA (--gpu; until the
                                CUDA backend is complete, SL_EUNSUPPORTED: "built without CUDA ..." or "no
                                usable CUDA device ...") */
+    uint64_t vram_bytes;    /* the device tier's expert budget (--vram; stream/tier.h): experts in use live in
+                               slots of the backend's memory (VRAM with SL_BACKEND_CUDA) over the RAM cache
+                               over the file, each promoted by one copy; 0 (default): none. On the CPU
+                               backend the tier is a second cache in host memory, which is how the tests show
+                               that any VRAM / RAM split gives the logits of all-resident bitwise */
 } sl_model_params;
 
 sl_model_params sl_model_params_default(void);
@@ -252,6 +257,9 @@ typedef struct sl_stats {
     uint64_t prefetch_wasted;     /* ... evicted unused */
     double prefetch_accuracy;     /* recent precision of the predictions (-1: none scored yet) */
     int prefetch_active;          /* predictions are being acted on */
+    uint64_t tier_hits, tier_misses; /* device tier (vram_bytes > 0): experts found there / copied in */
+    uint64_t tier_bytes_copied;   /* host -> device bytes of those copies */
+    uint64_t tier_slots, tier_bytes; /* its slots and their bytes */
 } sl_stats;
 
 sl_status sl_model_stats(sl_model *model, sl_stats *out);

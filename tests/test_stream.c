@@ -122,6 +122,63 @@ FIXTURE_TEST(streamed_equals_resident) {
     CHECK(cases == 16);
 }
 
+/* The device tier (stream/tier.h; on the CPU backend a second cache in host memory) over the RAM cache or the
+ * resident experts: any split of the two budgets gives the logits of all-resident bitwise, prefill in one
+ * pass (layer-major, ordered requests) and token by token (unordered), and its counters add up. */
+FIXTURE_TEST(tiered_equals_resident) {
+    const char *path = test_packed(arg);
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens(arg, &t) == 0);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    uint64_t stride = f.h.expert_stride, total = f.h.expert_len, used = (uint64_t)f.h.n_experts;
+    slc_close(&f);
+    char msg[1024] = "";
+    sl_model_params rp = sl_model_params_default();
+    rp.resident = 1;
+    int steps[] = {t.n, 1};
+    float *refs[2];
+    for (int i = 0; i < 2; i++) {
+        refs[i] = run(path, &rp, NULL, &t, steps[i], msg, NULL);
+        CHECKF(refs[i], "%s", msg);
+    }
+    size_t bytes = (size_t)(t.n + 4) * 256 * sizeof(float);
+    /* {vram, ram (0: resident below)}: a tier of one layer's experts over one slot of RAM, a small tier over a
+     * large cache, a large tier over a small cache, all of it over resident experts */
+    const uint64_t split[][2] = {{used * stride, stride}, {3 * stride, total / 2}, {total, 2 * stride}, {total / 4, 0},
+                                 {total, 0}};
+    for (size_t c = 0; c < sizeof split / sizeof *split; c++)
+        for (int si = 0; si < 2; si++) {
+            sl_model_params mp = sl_model_params_default();
+            mp.vram_bytes = split[c][0];
+            if (split[c][1]) mp.cache_bytes = split[c][1];
+            else mp.resident = 1;
+            mp.n_threads = 1 + (int)(c + (size_t)si) % 2;
+            sl_model *m = NULL;
+            float *got = run(path, &mp, NULL, &t, steps[si], msg, &m);
+            CHECKF(got, "vram %llu ram %llu step %d: %s", (unsigned long long)split[c][0], (unsigned long long)split[c][1],
+                   steps[si], msg);
+            int same = !memcmp(got, refs[si], bytes);
+            free(got);
+            sl_stats st;
+            sl_model_stats(m, &st);
+            sl_model_close(m);
+            CHECKF(same, "vram %llu ram %llu step %d: logits differ from --resident", (unsigned long long)split[c][0],
+                   (unsigned long long)split[c][1], steps[si]);
+            CHECKF(st.tier_slots >= 1 && st.tier_misses > 0 && st.tier_bytes_copied > 0,
+                   "vram %llu: tier slots %llu misses %llu copied %llu", (unsigned long long)split[c][0],
+                   (unsigned long long)st.tier_slots, (unsigned long long)st.tier_misses,
+                   (unsigned long long)st.tier_bytes_copied);
+            if (split[c][0] >= total) /* every expert fits: each is copied once, then always found */
+                CHECKF(st.tier_hits > 0 && st.tier_misses <= st.tier_slots, "vram all: hits %llu misses %llu slots %llu",
+                       (unsigned long long)st.tier_hits, (unsigned long long)st.tier_misses,
+                       (unsigned long long)st.tier_slots);
+        }
+    for (int i = 0; i < 2; i++) free(refs[i]);
+}
+
 static float *reference(const char *path, const toks_t *t, int step) {
     char msg[1024];
     sl_model_params rp = sl_model_params_default();
@@ -196,6 +253,8 @@ static sl_status step_all(sl_session *s, const toks_t *t, int V, float *out, int
  * a fresh session on that model afterwards (the cache kept no bad block). */
 static sl_io_engine one_fault_engine = SL_ENGINE_AUTO; /* the engine under the fault injector */
 
+static int one_fault_tier_slots; /* > 0: a device tier of this many slots over the cache (stream/tier.h) */
+
 static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
     const char *path = test_packed("qwen3_5_moe");
     CHECK(path);
@@ -203,6 +262,7 @@ static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
     sl_error err = {0};
     CHECK(slc_open(path, &f, &err) == SL_OK);
     fc->only_off = slc_expert_offset(&f, 1, 9); /* layer 1, expert 9 */
+    const uint64_t stride = f.h.expert_stride;
     char off[32];
     snprintf(off, sizeof off, "%llu", (unsigned long long)fc->only_off);
     slc_close(&f);
@@ -213,6 +273,7 @@ static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
     sl_model_params mp = sl_model_params_default();
     mp.prefetch = -1; /* a prefetch could absorb the one fault quietly (failed_prefetch_is_quiet_and_retried) */
     mp.io_engine = one_fault_engine;
+    mp.vram_bytes = (uint64_t)one_fault_tier_slots * stride;
     sl_model *m = NULL;
     CHECK(model_open_ex(path, &mp, fc, &m, &err) == SL_OK);
     const int V = sl_model_n_vocab(m);
@@ -254,6 +315,18 @@ TEST(fault_eio_names_expert) {
     fc.fail_every = 1;
     fc.max_faults = 1;
     one_fault(&fc, SL_EIO, "Input/output error");
+}
+
+/* The same read error under a device tier of 8 slots: the tier passes the cache's message on, the failed
+ * eval leaves the session as it was, and the next request reads the expert again. */
+TEST(fault_eio_through_the_tier) {
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.fail_every = 1;
+    fc.max_faults = 1;
+    one_fault_tier_slots = 8;
+    one_fault(&fc, SL_EIO, "Input/output error");
+    one_fault_tier_slots = 0;
 }
 
 TEST(fault_corruption_caught_by_checksum) {

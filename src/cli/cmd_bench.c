@@ -41,6 +41,15 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
             st.prefetch_accuracy < 0 ? ", none scored" : st.prefetch_active ? ", active" : ", not acted on", rss, bb, pc,
             st.io_engine,
             st.io_mode);
+    if (st.tier_slots) {
+        char tb[32], cp[32];
+        human((double)st.tier_bytes, tb, sizeof tb);
+        human((double)st.tier_bytes_copied, cp, sizeof cp);
+        uint64_t treq = st.tier_hits + st.tier_misses;
+        fprintf(stderr, "stats: device tier %s (%llu slots), hit rate %.1f%%, copied in %s (%.1f MiB/token)\n", tb,
+                (unsigned long long)st.tier_slots, treq ? 100.0 * (double)st.tier_hits / (double)treq : 100.0, cp,
+                st.tokens ? (double)st.tier_bytes_copied / (double)st.tokens / 1048576.0 : 0.0);
+    }
 }
 
 /* ---- synth ---- */

@@ -37,6 +37,8 @@ const cli_opt cli_model_opts[] = {
     {"--io-depth", "N", "expert reads in flight at most (default: 64)"},
     {"--exact", NULL, "q8/q4 weights multiply f32 activations, the reference arithmetic (default: activations "
                       "quantized to int8 per 32 values, as llama.cpp; docs/QUANT.md)"},
+    {"--vram", "SIZE", "the device tier's expert budget: experts in use are copied from the RAM cache (--cache) "
+                       "into this many bytes of the backend's memory, VRAM with --gpu (default: none)"},
     {"--gpu", NULL, "compute on the GPU (CUDA backend, issue 13; not complete yet: an error names why) (default: "
                     "the CPU)"},
     {NULL, NULL, NULL},
@@ -55,6 +57,10 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         long long b = cli_parse_size(v);
         if (b <= 0) { *bad = cli_fail(cmd, "--cache: bad size '%s' (e.g. 512M, 4G)", v); return 1; }
         p->cache_bytes = (uint64_t)b;
+    } else if (!strcmp(s, "--vram")) {
+        long long b = cli_parse_size(v);
+        if (b <= 0) { *bad = cli_fail(cmd, "--vram: bad size '%s' (e.g. 4G)", v); return 1; }
+        p->vram_bytes = (uint64_t)b;
     } else if (!strcmp(s, "--io")) {
         if (!strcmp(v, "auto")) p->io_mode = SL_IO_AUTO;
         else if (!strcmp(v, "direct")) p->io_mode = SL_IO_DIRECT;

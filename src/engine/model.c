@@ -27,6 +27,7 @@
 
 #include "engine/engine.h"
 #include "stream/cache.h"
+#include "stream/tier.h"
 
 #include "format/container.h"
 #include "model/fwd_internal.h"
@@ -47,6 +48,7 @@ struct sl_model {
     uint8_t *experts;     /* the whole expert section (resident) */
     uint8_t *expert_implied; /* [n_moe_layers][n_experts] (resident): 1 when every q8/q4 part's biases are implied */
     cache *cache;         /* streaming mode */
+    tier *tier;           /* the device tier over src (vram_bytes > 0), or NULL */
     int stream_fd;        /* descriptor the cache reads from (-1 when resident) */
     const char *io_engine, *io_mode;
     sl_expert_src src;
@@ -331,6 +333,13 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     if (m->cfg.tie_embeddings) m->w.lm_head = m->w.embed;
     st = p->resident ? open_resident(m, path, err) : open_stream(m, path, p, fault, err);
     if (st) goto fail;
+    if (p->vram_bytes > 0) { /* the device tier over the RAM cache (or the resident experts) */
+        char msg[256] = "";
+        tier_cfg tc = {m->be, &m->f, &m->cfg, m->src, p->vram_bytes};
+        m->tier = tier_new(&tc, msg, sizeof msg);
+        if (!m->tier) { st = sl_err(err, SL_ENOMEM, "%s", msg); goto fail; }
+        m->src = tier_source(m->tier);
+    }
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
     if (!m->ws) { st = sl_err(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     fwd_ws_set_int8(m->ws, !p->exact);
@@ -355,6 +364,7 @@ void sl_model_close(sl_model *m) {
     free(m->backbone);
     free(m->experts);
     free(m->expert_implied);
+    tier_free(m->tier); /* before the cache it reads from and the backend that owns its slots */
     cache_free(m->cache);
     be_close(m->be);
     sl_pool_free(m->pool);
@@ -631,6 +641,15 @@ sl_status sl_model_stats(sl_model *m, sl_stats *o) {
         o->resident = 1;
         o->cache_bytes = m->f.h.expert_len;
     }
+    if (m->tier) {
+        tier_stats ts;
+        tier_get_stats(m->tier, &ts);
+        o->tier_hits = ts.hits;
+        o->tier_misses = ts.misses;
+        o->tier_bytes_copied = ts.bytes_copied;
+        o->tier_slots = ts.slots;
+        o->tier_bytes = ts.slots * ts.slot_bytes;
+    }
     o->eval_s = m->eval_s;
     o->tokens = m->tokens;
     pthread_mutex_unlock(&m->mu);
@@ -647,6 +666,7 @@ sl_status sl_model_stats(sl_model *m, sl_stats *o) {
 void sl_model_reset_stats(sl_model *m) {
     pthread_mutex_lock(&m->mu);
     if (m->cache) cache_reset_stats(m->cache);
+    if (m->tier) tier_reset_stats(m->tier);
     m->eval_s = 0;
     m->tokens = 0;
     pthread_mutex_unlock(&m->mu);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,6 +451,15 @@ void slc_bind_expert(const slc_file *f, const uint8_t *block, sl_expert *out) {
             q_mat_bind((sl_mat *)dst, block + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group,
                        pp->sdtype, pp->seed);
     }
+}
+
+_Static_assert(offsetof(sl_mat, data) == 0, "slc_expert_block reads a matrix part's data through its first member");
+
+const uint8_t *slc_expert_block(const slc_file *f, const sl_expert *e) {
+    const arch_pdef *d = arch_part(&f->cfg, 0);
+    /* a matrix part's first member is its data pointer, a bias part is the pointer itself */
+    const uint8_t *p0 = *(const uint8_t *const *)(const void *)((const char *)e + d->field);
+    return p0 - f->parts[0].off;
 }
 
 const slc_tensor *slc_find(const slc_file *f, const char *name) {

@@ -100,6 +100,8 @@ static inline uint64_t slc_expert_offset(const slc_file *f, int slot, int e) {
 const slc_tensor *slc_find(const slc_file *f, const char *name);
 /* Points out's gate / up / down at an expert block held in memory (block = its first byte). */
 void slc_bind_expert(const slc_file *f, const uint8_t *block, sl_expert *out);
+/* The block an expert bound by slc_bind_expert lies in (its first part's address less that part's offset). */
+const uint8_t *slc_expert_block(const slc_file *f, const sl_expert *e);
 const slc_blob *slc_find_blob(const slc_file *f, const char *name);
 
 /* Reads the quantization fields of a tensor or expert-part entry with dtype dt of `cols` columns into

@@ -1,0 +1,49 @@
+/*
+ * tier.h — a device tier of expert slots (VRAM on the CUDA backend) over a host expert source (the RAM
+ * cache of stream/cache.h over the SSD), exposed to the forward pass as a streaming sl_expert_src whose
+ * experts point into the device's memory (issue 13: VRAM over RAM over SSD).
+ *
+ * Policy (docs/CUDA.md "Tiers"):
+ *  - promotion: every expert the forward pass uses is in the device tier while it is used. A device miss
+ *    asks the host source for it (a RAM hit, or a read from the SSD into a pinned RAM slot), copies the
+ *    block host -> device once (the backend's copy, BE_H2D), then hands the host slot back at once, so the
+ *    RAM tier can reuse it;
+ *  - demotion: a full device tier evicts its least recently used unreferenced expert; the RAM tier keeps its
+ *    own LRU/LFU, so an expert dropped from VRAM is often still in RAM and costs one copy, not a read. The
+ *    tiers are neither inclusive nor exclusive: each keeps what its own policy says;
+ *  - prefetch hints go to the host source (reads from the SSD ahead of need), not to the device;
+ *  - results: the device copy is the block byte for byte, bound by slc_bind_expert like a RAM slot, so any
+ *    VRAM and RAM budget gives the logits of all-resident bitwise (tests/test_tier.c).
+ * Single-threaded like the cache: one layer request at a time.
+ */
+#ifndef SL_TIER_H
+#define SL_TIER_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "format/container.h"
+#include "model/config.h"
+#include "util/tensor.h"
+
+typedef struct tier_cfg {
+    sl_backend *be;        /* the device's backend: slots from alloc(BE_BUF_DEVICE), blocks in by copy(BE_H2D) */
+    const slc_file *file;  /* layout (borrowed) */
+    const sl_config *cfg;  /* borrowed */
+    sl_expert_src lower;   /* the host source (borrowed; outlives the tier); its experts are in host memory */
+    uint64_t budget;       /* device bytes for slots; at least one slot is always made */
+} tier_cfg;
+
+typedef struct tier_stats {
+    uint64_t hits, misses, bytes_copied, slots, slot_bytes;
+} tier_stats;
+
+typedef struct tier tier;
+
+tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen);
+void tier_free(tier *t);
+sl_expert_src tier_source(tier *t);
+void tier_get_stats(const tier *t, tier_stats *out);
+void tier_reset_stats(tier *t); /* the counters, not slots and bytes */
+
+#endif
