@@ -86,8 +86,8 @@ typedef struct slcu_mm {
     size_t ldy;
 } slcu_mm;
 
-/* n matrices (the experts of a MoE layer, each with its own token rows; q/k/v; gate and up) in as few
- * launches as there are (dtype, kernel) pairs. The grouped GEMM over expert segments for prefill. */
+/* n matrices (the experts of a MoE layer, each with its own token rows; q/k/v; gate and up) in one launch
+ * per (dtype, scale type, kernel) and 32 matrices. The grouped GEMM over expert segments for prefill. */
 int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen);
 /* Forces one kernel for every size, for tests and benchmarks: 0 automatic (GEMM from 16 tokens), 1 matvec,
  * 2 GEMM. */
