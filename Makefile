@@ -96,6 +96,10 @@ bench: $(BUILD)/sluice $(BUILD)/bench_tokenize $(BUILD)/bench_kernels $(BUILD)/b
 $(BUILD)/bench_decode: $(BUILD)/bench/bench_decode.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
+# what the expert checksums cost a streamed decode, paired steps on two opens (docs/STREAMING.md)
+$(BUILD)/bench_verify: $(BUILD)/bench/bench_verify.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
 $(BUILD)/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 

@@ -260,6 +260,8 @@ typedef struct sl_stats {
     uint64_t tier_hits, tier_misses; /* device tier (vram_bytes > 0): experts found there / copied in */
     uint64_t tier_bytes_copied;   /* host -> device bytes of those copies */
     uint64_t tier_slots, tier_bytes; /* its slots and their bytes */
+    double engine_verify_s;       /* time the I/O engines' own threads spent checking expert checksums (CPU
+                                     time taken beside the forward pass; verify_s is the evaluating thread's) */
 } sl_stats;
 
 sl_status sl_model_stats(sl_model *model, sl_stats *out);

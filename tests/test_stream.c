@@ -441,6 +441,8 @@ TEST(stats_add_up) {
     CHECK(st.prefetch_accuracy >= 0 && st.prefetch_accuracy <= 1 && st.prefetch_used <= st.hits);
     CHECK(st.prefetch_reads > 0 && st.prefetch_used > 0 && st.prefetch_active);
     CHECK(lh == st.hits && lm == st.misses);
+    CHECKF(st.engine_verify_s > 0 && st.engine_verify_s < st.eval_s, "the I/O threads' checksum time %g s (eval %g s)",
+           st.engine_verify_s, st.eval_s); /* every whole read is hashed there */
     CHECK(st.peak_rss_bytes > st.backbone_bytes);
     CHECK(st.io_engine && st.io_mode);
 }

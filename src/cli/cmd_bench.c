@@ -29,14 +29,14 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
     uint64_t req = st.hits + st.misses;
     fprintf(stderr,
             "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
-            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, checksums %.1f ms/token, prefetch "
+            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, checksums %.1f ms/token (%.1f on the I/O threads), prefetch "
             "%llu reads (%llu used, predictions %.0f%% right%s); peak RSS %s, backbone %s, page cache %s; io %s/%s\n",
             n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 && n_gen > 1 ? (n_gen - 1) / decode_s : 0.0, cb,
             (unsigned long long)st.cache_slots, st.resident ? "resident" : "streamed",
             req ? 100.0 * (double)st.hits / (double)req : 100.0, rd,
             st.tokens ? (double)st.bytes_read / (double)st.tokens / 1048576.0 : 0.0,
             st.eval_s > 0 ? 100.0 * st.io_wait_s / st.eval_s : 0.0, st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0.0,
-            (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used,
+            st.tokens ? 1e3 * st.engine_verify_s / (double)st.tokens : 0.0, (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used,
             st.prefetch_accuracy >= 0 ? 100 * st.prefetch_accuracy : 0.0,
             st.prefetch_accuracy < 0 ? ", none scored" : st.prefetch_active ? ", active" : ", not acted on", rss, bb, pc,
             st.io_engine,
@@ -103,6 +103,9 @@ static uint64_t rng(uint64_t *s) {
 
 typedef struct {
     double prefill_tps, decode_tps, hit_rate, bytes_per_token, read_mbps, io_wait_frac, verify_ms_per_token;
+    double prefill_bytes, prefill_io_wait_frac; /* expert bytes the prompt read; its share of time waiting on them */
+    uint64_t prefill_prefetch_reads;             /* ... of which read ahead on the next layer's predicted experts */
+    double engine_verify_ms_per_token;           /* decode: the I/O threads' checksum time per token */
     uint64_t prefetch_reads, prefetch_used;
     double prefetch_accuracy;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
@@ -165,6 +168,9 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         uint64_t dh = st.hits - sp.hits, dm = st.misses - sp.misses, db = st.bytes_read - sp.bytes_read;
         double dt = t2 - t1;
         r->prefill_tps = n_prompt > 0 ? n_prompt / (t1 - t0) : 0;
+        r->prefill_bytes = (double)(sp.bytes_read - s0.bytes_read);
+        r->prefill_io_wait_frac = n_prompt > 0 && t1 > t0 ? (sp.io_wait_s - s0.io_wait_s) / (t1 - t0) : 0;
+        r->prefill_prefetch_reads = sp.prefetch_reads - s0.prefetch_reads;
         r->decode_tps = n_gen > 0 ? n_gen / dt : 0;
         r->hit_rate = dh + dm ? (double)dh / (double)(dh + dm) : 1.0;
         r->bytes_per_token = n_gen > 0 ? (double)db / n_gen : 0;
@@ -177,6 +183,7 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         r->engine = st.io_engine;
         r->mode = st.io_mode;
         r->verify_ms_per_token = st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0;
+        r->engine_verify_ms_per_token = n_gen > 0 ? 1e3 * (st.engine_verify_s - sp.engine_verify_s) / n_gen : 0;
         r->prefetch_reads = st.prefetch_reads - sp.prefetch_reads;
         r->prefetch_used = st.prefetch_used - sp.prefetch_used;
         r->prefetch_accuracy = st.prefetch_accuracy;
@@ -260,6 +267,9 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "routing_seed", (double)seed);
             cJSON_AddStringToObject(o, "decode_ids", r.random_ids ? "random" : "greedy");
             cJSON_AddNumberToObject(o, "prefill_tok_s", r.prefill_tps);
+            cJSON_AddNumberToObject(o, "prefill_bytes", r.prefill_bytes);
+            cJSON_AddNumberToObject(o, "prefill_io_wait_fraction", r.prefill_io_wait_frac);
+            cJSON_AddNumberToObject(o, "prefill_prefetch_reads", (double)r.prefill_prefetch_reads);
             cJSON_AddNumberToObject(o, "decode_tok_s", r.decode_tps);
             cJSON_AddNumberToObject(o, "hit_rate", r.hit_rate);
             cJSON_AddNumberToObject(o, "bytes_per_token", r.bytes_per_token);
@@ -269,6 +279,7 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "backbone_bytes", (double)r.backbone);
             cJSON_AddNumberToObject(o, "page_cache_growth_bytes", (double)r.page_cache_growth);
             cJSON_AddNumberToObject(o, "checksum_ms_per_token", r.verify_ms_per_token);
+            cJSON_AddNumberToObject(o, "engine_checksum_ms_per_token", r.engine_verify_ms_per_token);
             cJSON_AddNumberToObject(o, "prefetch_reads", (double)r.prefetch_reads);
             cJSON_AddNumberToObject(o, "prefetch_used", (double)r.prefetch_used);
             cJSON_AddNumberToObject(o, "prefetch_accuracy", r.prefetch_accuracy);

@@ -629,6 +629,7 @@ sl_status sl_model_stats(sl_model *m, sl_stats *o) {
         o->retries = cs.retries;
         o->io_wait_s = (double)cs.io_wait_ns * 1e-9;
         o->verify_s = (double)cs.verify_ns * 1e-9;
+        o->engine_verify_s = (double)cs.engine_hash_ns * 1e-9;
         o->cache_slots = cs.slots;
         o->cache_bytes = cs.slots * cs.slot_bytes;
         o->pinned = cs.pinned;

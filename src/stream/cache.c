@@ -230,6 +230,7 @@ static int complete_one(cache *c, int *done_slot) {
     if (c->dontneed) posix_fadvise(c->io->fd, (off_t)key_offset(c, s->key), (off_t)c->f->h.expert_stride, POSIX_FADV_DONTNEED);
     if (c->verify) {
         uint64_t h = r->hash;
+        if (r->hashed) c->st.engine_hash_ns += r->hash_ns;
         if (!r->hashed || r->buf != s->buf || r->hash_len != c->f->block_bytes) { /* a short read was resumed */
             uint64_t t1 = now_ns();
             h = XXH3_64bits(s->buf, c->f->block_bytes);

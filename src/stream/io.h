@@ -30,6 +30,7 @@ typedef struct io_req {
     uint32_t hash_len;
     int hashed;
     uint64_t hash;
+    uint64_t hash_ns; /* set with hashed: the engine thread's time for the checksum (stats) */
 } io_req;
 
 typedef struct io_engine io_engine;

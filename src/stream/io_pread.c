@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "stream/io.h"
@@ -48,7 +49,14 @@ static void *worker(void *arg) {
         ssize_t n = pread(p->base.fd, r->buf, r->len, (off_t)r->off);
         r->res = n < 0 ? -errno : n;
         r->hashed = r->hash_len > 0 && r->hash_len <= r->len && n == (ssize_t)r->len;
-        if (r->hashed) r->hash = XXH3_64bits(r->buf, r->hash_len); /* before the caller sees it, off its thread */
+        r->hash_ns = 0;
+        if (r->hashed) { /* before the caller sees it, off its thread */
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            r->hash = XXH3_64bits(r->buf, r->hash_len);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            r->hash_ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+        }
         pthread_mutex_lock(&p->mu);
         push(&p->fin, r);
         pthread_cond_signal(&p->done);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "stream/io.h"
 #include "util/xxh3.h"
@@ -57,11 +58,15 @@ static void *reap(void *arg) {
         const void *buf = r->buf;
         pthread_mutex_unlock(&u->mu);
         const int hashed = hl > 0 && hl <= len && res == (int64_t)len;
+        struct timespec t0, t1;
+        if (hashed) clock_gettime(CLOCK_MONOTONIC, &t0);
         const uint64_t h = hashed ? XXH3_64bits(buf, hl) : 0;
+        if (hashed) clock_gettime(CLOCK_MONOTONIC, &t1);
         pthread_mutex_lock(&u->mu);
         r->res = res;
         r->hashed = hashed;
         r->hash = h;
+        r->hash_ns = hashed ? (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec)) : 0;
         u->fin[(u->fin_head + u->fin_n++) % UQ_CAP] = r;
         pthread_cond_signal(&u->cv);
         pthread_mutex_unlock(&u->mu);

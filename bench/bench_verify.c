@@ -1,0 +1,99 @@
+/*
+ * bench_verify.c — what checking every expert block's xxh3 costs a streamed decode, measured so that the
+ * load of a shared machine falls on both sides alike: the model opened twice (checksums on, and off with
+ * no_verify), the same cache budget, --routing uniform, O_DIRECT, prefetch off, and decode steps taken in
+ * turn, one token on each model, with its own random ids, so every pair of steps ran within ~0.3 s of
+ * each other. Reports the ratio of the summed step times (on / off), the median and quartiles of the
+ * per-pair ratios, and the I/O threads' checksum time per token (sl_stats.engine_verify_s) as a share
+ * of the checked model's step time.
+ *
+ * Usage: build/bench_verify MODEL.sluice [cache_bytes] [tokens] [threads]   (defaults: 64 MiB, 64, 2)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sluice.h"
+
+static double wall(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_verify MODEL.sluice [cache_bytes] [tokens] [threads]\n");
+        return 2;
+    }
+    unsigned long long cache = argc > 2 ? strtoull(argv[2], NULL, 10) : 64ull << 20;
+    int n = argc > 3 ? atoi(argv[3]) : 64, threads = argc > 4 ? atoi(argv[4]) : 2;
+    if (n < 4 || threads < 1 || cache == 0) return 2;
+    sl_model *m[2] = {NULL, NULL};
+    sl_session *s[2] = {NULL, NULL};
+    sl_error err = {0};
+    for (int k = 0; k < 2; k++) {
+        sl_model_params mp = sl_model_params_default();
+        mp.cache_bytes = cache;
+        mp.io_mode = SL_IO_DIRECT;
+        mp.routing = SL_ROUTING_UNIFORM;
+        mp.prefetch = -1;
+        mp.n_threads = threads;
+        mp.no_verify = k; /* 0: checked, 1: not */
+        if (sl_model_open(argv[1], &mp, &m[k], &err) || sl_session_new(m[k], n + 8, &s[k])) {
+            fprintf(stderr, "bench_verify: %s\n", err.msg[0] ? err.msg : "cannot start a session");
+            return 1;
+        }
+    }
+    const int V = sl_model_n_vocab(m[0]);
+    double *dt[2] = {calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double))};
+    double *ratio = calloc((size_t)n, sizeof(double));
+    uint64_t seed[2] = {1, 2};
+    sl_stats s0;
+    int rc = 0;
+    for (int i = -4; i < n && !rc; i++) { /* 4 warm-up pairs, then n measured */
+        if (i == 0) sl_model_stats(m[0], &s0);
+        for (int k = 0; k < 2 && !rc; k++) {
+            int kk = (i & 1) ? 1 - k : k; /* alternate which model goes first */
+            seed[kk] = seed[kk] * 6364136223846793005ull + 1442695040888963407ull;
+            int32_t tok = (int32_t)((seed[kk] >> 33) % (uint64_t)V);
+            double t0 = wall();
+            rc = sl_session_eval(s[kk], &tok, 1, NULL, 0);
+            if (i >= 0) dt[kk][i] = wall() - t0;
+        }
+    }
+    if (rc) {
+        fprintf(stderr, "bench_verify: %s\n", sl_session_errmsg(s[0]));
+        return 1;
+    }
+    sl_stats st[2];
+    for (int k = 0; k < 2; k++) sl_model_stats(m[k], &st[k]);
+    double sum[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+        sum[0] += dt[0][i];
+        sum[1] += dt[1][i];
+        ratio[i] = dt[0][i] / dt[1][i];
+    }
+    qsort(ratio, (size_t)n, sizeof *ratio, cmp_d);
+    const double hash_ms = 1e3 * (st[0].engine_verify_s - s0.engine_verify_s) / n, step_ms = 1e3 * sum[0] / n;
+    printf("tokens %d per model, cache %llu bytes, %d threads, %.1f MiB read per token\n", n, cache, threads,
+           (double)(st[0].bytes_read - s0.bytes_read) / n / 1048576.0);
+    printf("decode step: checked %.1f ms, unchecked %.1f ms; summed ratio %.4f; per-pair ratio median %.4f "
+           "(quartiles %.4f, %.4f)\n",
+           step_ms, 1e3 * sum[1] / n, sum[0] / sum[1], ratio[n / 2], ratio[n / 4], ratio[3 * n / 4]);
+    printf("checksums on the I/O threads: %.2f ms per token = %.1f%% of the checked step\n", hash_ms,
+           100.0 * hash_ms / step_ms);
+    for (int k = 0; k < 2; k++) {
+        sl_session_free(s[k]);
+        sl_model_close(m[k]);
+        free(dt[k]);
+    }
+    free(ratio);
+    return 0;
+}
