@@ -532,6 +532,164 @@ TEST(failed_prefetch_is_quiet_and_retried) {
     }
 }
 
+/* An ordered (layer-major) request over `list`, with a hint for the next layer given right after begin
+ * as the forward pass gives it; every expert must arrive in list order with its data bound. */
+static int ordered_run(sl_expert_src *src, int layer, const int *list, int n, int hint_layer, const int *hint, int n_hint) {
+    int rc = src->begin(src->ctx, layer, list, n, 1);
+    if (!rc && hint) src->prefetch(src->ctx, hint_layer, hint, n_hint);
+    for (int i = 0; !rc && i < n; i++) {
+        int got = -1;
+        sl_expert ex;
+        memset(&ex, 0, sizeof ex);
+        rc = src->next(src->ctx, &got, &ex);
+        if (!rc && (got != list[i] || !ex.gate.data)) rc = -100;
+        if (!rc) src->release(src->ctx, got);
+    }
+    src->end(src->ctx);
+    return rc;
+}
+
+/* A hint given during an ordered request (the next layer's union of predicted experts) is read while that
+ * request runs and once it ends, and the next request finds the blocks as hits. One hinted read fails (an
+ * I/O error, or corruption caught by the checksum): the next layer not needing that expert does not
+ * notice; needing it, it reads it again on demand. No request fails either way. */
+TEST(ordered_hint_read_ahead_and_its_failures_are_quiet) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    for (int kind = 0; kind < 4; kind++) {
+        slc_file f;
+        sl_error err = {0};
+        CHECK(slc_open(path, &f, &err) == SL_OK);
+        char why[256];
+        /* one worker: reads complete in the order they were submitted, so every count below is exact */
+        io_engine *io = io_pread_engine_new(f.fd, 1, why, sizeof why);
+        CHECKF(io, "%s", why);
+        io->depth = 8;
+        io_fault_cfg fc;
+        memset(&fc, 0, sizeof fc);
+        fc.only_off = slc_expert_offset(&f, 2, 7); /* slot 2 = model layer 2 */
+        if (kind % 2) fc.corrupt_every = 1;
+        else fc.fail_every = 1;
+        fc.max_faults = 1;
+        sl_backend *be = be_cpu_new(NULL, NULL);
+        CHECK(be != NULL);
+        cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1, be};
+        cache *c = cache_new(&cc, why, sizeof why);
+        if (!c) {
+            slc_close(&f);
+            be_close(be);
+        }
+        CHECKF(c, "%s", why);
+        sl_expert_src src = cache_source(c);
+        const int l1[3] = {0, 3, 5}, hint[3] = {5, 7, 9}, l2[3] = {5, 7, 9}, l2_skip[2] = {5, 9};
+        int rc = ordered_run(&src, 1, l1, 3, 2, hint, 3);
+        cache_stats before;
+        cache_get_stats(c, &before); /* the hint's reads are out before layer 2 asks */
+        if (!rc) rc = kind >= 2 ? ordered_run(&src, 2, l2, 3, 0, NULL, 0) : ordered_run(&src, 2, l2_skip, 2, 0, NULL, 0);
+        cache_stats st;
+        cache_get_stats(c, &st);
+        cache_free(c);
+        be_close(be);
+        slc_close(&f);
+        CHECKF(rc == 0, "kind %d: rc %d", kind, rc);
+        CHECKF(before.prefetch_reads == 3 && before.misses == 3, "kind %d: %llu hint reads, %llu misses before layer 2",
+               kind, (unsigned long long)before.prefetch_reads, (unsigned long long)before.misses);
+        /* layer 2 claims 5, then waits for 9 (or for 7, claimed: read again) behind the failed read of 7 */
+        const unsigned want_hits = kind >= 2 ? 3u : 2u;
+        CHECKF(st.prefetch_failed == 1 && st.reads == (kind >= 2 ? 7u : 6u) && st.hits == want_hits && st.misses == 3 &&
+                   st.prefetch_used == want_hits,
+               "kind %d: prefetch failed %llu, reads %llu, hits %llu, misses %llu, hinted blocks used %llu", kind,
+               (unsigned long long)st.prefetch_failed, (unsigned long long)st.reads, (unsigned long long)st.hits,
+               (unsigned long long)st.misses, (unsigned long long)st.prefetch_used);
+    }
+}
+
+/* The read-ahead of a layer-major prefill (the next layer's predicted experts, read while this layer runs),
+ * through the model, on every fixture: bitwise the resident logits; the reads it starts are counted as
+ * prefetch reads and used. Then with faults in those reads: (a) the first read of an expert the next layer
+ * uses fails once, (b) every read of an expert the hint predicts but the prompt never uses fails. Neither
+ * fails the evaluation, and the logits stay bitwise the resident ones. */
+static sl_status prefill_once(const char *path, const sl_model_params *mp, const io_fault_cfg *fc, const toks_t *t,
+                              float *out, sl_stats *st, uint64_t counts[][64], int n_layers) {
+    sl_model *m = NULL;
+    sl_error err = {0};
+    sl_status rc = model_open_ex(path, mp, fc, &m, &err);
+    if (rc) return rc;
+    sl_session *s = NULL;
+    rc = sl_session_new(m, 0, &s);
+    if (!rc) rc = sl_session_eval(s, t->tokens, t->n, out, 1);
+    sl_model_stats(m, st);
+    for (int l = 0; counts && l < n_layers; l++) sl_model_expert_counts(m, l, counts[l], 64, NULL);
+    sl_session_free(s);
+    sl_model_close(m);
+    return rc;
+}
+
+FIXTURE_TEST(prefill_read_ahead_is_bitwise_and_its_faults_are_quiet) {
+    const char *path = test_packed(arg);
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens(arg, &t) == 0);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    const int L = f.cfg.n_layers, E = (int)f.h.n_experts;
+    uint64_t total = f.h.expert_len;
+    int moe[64], n_moe = 0;
+    for (int l = 0; l < L && n_moe < 64; l++)
+        if (f.cfg.layer_moe[l]) moe[n_moe++] = l;
+    if (t.n <= 64 || n_moe < 2 || E > 64 || L > 64) { /* a one-chunk micro-batch, or nothing to read ahead */
+        slc_close(&f);
+        return;
+    }
+    const size_t bytes = (size_t)t.n * 256 * sizeof(float);
+    float *ref = malloc(bytes), *got = malloc(bytes);
+    sl_model_params rp = sl_model_params_default();
+    rp.resident = 1;
+    sl_stats st;
+    CHECK(prefill_once(path, &rp, NULL, &t, ref, &st, NULL, 0) == SL_OK);
+    sl_model_params mp = sl_model_params_default(); /* prefetch auto: a chunk's hints act from the start */
+    mp.cache_bytes = total;
+    static uint64_t counts[64][64];
+    memset(counts, 0, sizeof counts);
+    for (size_t i = 0; i < bytes / sizeof(float); i++) got[i] = NAN;
+    sl_status rc = prefill_once(path, &mp, NULL, &t, got, &st, counts, L);
+    int same = rc == SL_OK && !memcmp(got, ref, bytes);
+    if (!same) { free(ref); free(got); slc_close(&f); }
+    CHECKF(same, "status %d: streamed with read-ahead differs from resident", rc);
+    if (st.prefetch_reads == 0 || st.prefetch_used == 0) { free(ref); free(got); slc_close(&f); }
+    CHECKF(st.prefetch_reads > 0 && st.prefetch_used > 0, "no read-ahead: %llu prefetch reads, %llu used",
+           (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used);
+    /* (a) an expert of the last MoE layer that the prompt uses; (b) one it never uses, when the layer before
+     * used >= 90% of its experts (then the hint is every expert, so that one is read ahead too) */
+    int la = moe[n_moe - 1], ea = -1, eb = -1, used_before = 0;
+    for (int e = 0; e < E; e++) {
+        if (counts[la][e] && ea < 0) ea = e;
+        if (!counts[la][e] && eb < 0) eb = e;
+        used_before += counts[moe[n_moe - 2]][e] > 0;
+    }
+    if (10 * used_before < 9 * E) eb = -1;
+    printf("     %llu read ahead, %llu used; failing layer %d expert %d (used)%s\n", (unsigned long long)st.prefetch_reads,
+           (unsigned long long)st.prefetch_used, la, ea, eb >= 0 ? " and one never used" : "");
+    for (int c = 0; c < 2; c++) {
+        int e = c ? eb : ea;
+        if (e < 0) continue;
+        io_fault_cfg fc;
+        memset(&fc, 0, sizeof fc);
+        fc.only_off = slc_expert_offset(&f, n_moe - 1, e);
+        fc.fail_every = 1;
+        fc.max_faults = c ? 0 : 1; /* (b): every read of it fails */
+        for (size_t i = 0; i < bytes / sizeof(float); i++) got[i] = NAN;
+        rc = prefill_once(path, &mp, &fc, &t, got, &st, NULL, 0);
+        same = rc == SL_OK && !memcmp(got, ref, bytes);
+        if (!same) { free(ref); free(got); slc_close(&f); }
+        CHECKF(same, "case %c (layer %d expert %d failing): status %d, or logits differ from resident", 'a' + c, la, e, rc);
+    }
+    free(ref);
+    free(got);
+    slc_close(&f);
+}
+
 /* Long inputs run layer-major (each expert read once per layer for the whole chunk): bitwise the same
  * logits as micro-batches through all layers, streamed or resident, and far fewer expert reads. */
 FIXTURE_TEST(layer_major_prefill_is_bitwise_and_reads_less) {

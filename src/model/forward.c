@@ -618,8 +618,10 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
         }
         if (rc) break;
         if (cfg->layer_moe[l]) {
+            int nl = l + 1;
+            while (nl < L && !cfg->layer_moe[nl]) nl++;
             fwd_norm_rows(ws, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, HN, n, (int)H);
-            rc = fwd_moe_wide(ws, cfg, lw, l, experts, n, HN, O, &wb, err, errlen);
+            rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, X, HN, O, &wb, err, errlen);
             if (!rc) rc = fwd_sync(ws, err, errlen);
             if (!rc) add_rows(ws, X, O, (size_t)n * H);
         } else {

@@ -147,8 +147,9 @@ typedef struct fwd_wide {
     float *sg;        /* [n] */
 } fwd_wide;
 
-int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
-                 int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen);
+int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+                 int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
+                 const fwd_wide *wb, char *err, size_t errlen);
 
 int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
             int next_layer, const sl_expert_src *experts, int n, char *err, size_t errlen);

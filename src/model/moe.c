@@ -288,14 +288,58 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     return 0;
 }
 
+/* The prefetch hint of a layer-major pass: the experts the next MoE layer will probably take for these n
+ * rows, ascending (the order that layer reads them in), given to the provider while this layer's reads run;
+ * stream/cache.c reads them into the slots this layer lets go, overlapping this layer's experts and the next
+ * layer's mixer. When this layer took at least 90% of the experts, n * k draws over E experts leave few out
+ * in the next layer too: the hint is every expert, at no cost. Otherwise the next layer's router on x (the
+ * residual before this layer's FFN, normed with the next layer's own norm), top-k of every row, as
+ * hint_next does for a decode step. It only starts reads: no result depends on it. Scratch: ffn_x, the
+ * gather activation slot, wb->router (free once this layer is routed), pf_list, pf_mark. */
+static void hint_next_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_lw, int next_layer,
+                           const sl_expert_src *experts, int n, const float *x, int n_list, const fwd_wide *wb) {
+    if (!ws->prefetch || !experts->prefetch || !next_lw || !next_lw->router.data || !x) return;
+    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
+    int np = 0;
+    if (10 * n_list >= 9 * E) {
+        for (int e = 0; e < E; e++) ws->pf_list[np++] = e;
+    } else {
+        for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
+            int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+            fwd_norm_rows(ws, x + (size_t)r0 * H, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x, nb, H);
+            kern_act a;
+            fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, nb, H);
+            router_logits(ws, cfg, next_lw, ws->ffn_x, nb, &a, wb->router + (size_t)r0 * E);
+        }
+        memset(ws->pf_mark, 0, (size_t)E);
+        for (int t = 0; t < n; t++) { /* top-k of the logits (for the sigmoid router an approximation) */
+            float *lg = wb->router + (size_t)t * E;
+            for (int s = 0; s < k; s++) {
+                int best = -1;
+                for (int e = 0; e < E; e++)
+                    if (lg[e] != -INFINITY && (best < 0 || lg[e] > lg[best])) best = e;
+                if (best < 0) break;
+                lg[best] = -INFINITY;
+                ws->pf_mark[best] = 1;
+            }
+        }
+        for (int e = 0; e < E; e++)
+            if (ws->pf_mark[e]) ws->pf_list[np++] = e;
+    }
+    experts->prefetch(experts->ctx, next_layer, ws->pf_list, np);
+}
+
 /* The MoE block over n tokens at once (layer-major prefill): every expert the n tokens chose is fetched
  * once, in ascending order, and its output is added straight into each of its tokens' rows of out, so
  * no per-(token, slot) buffer is needed. Per token that is the same sequence of operations as
  * fwd_moe's ((0 + w_a y_a) + w_b y_b) + ... over ascending experts, then the gated shared expert, and
  * every matmul row depends only on its own token, so the result is bitwise fwd_moe's, chunk by chunk.
- * h: [n][H] normed input; out: [n][H]. Scratch: wb (sized for n), and ws's micro-batch buffers. */
-int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_expert_src *experts,
-                 int n, const float *h, float *out, const fwd_wide *wb, char *err, size_t errlen) {
+ * h: [n][H] normed input; out: [n][H]. next_lw / next_layer: the next MoE layer (NULL: none) and x [n][H]
+ * the residual h was normed from, for the prefetch hint. Scratch: wb (sized for n), and ws's micro-batch
+ * buffers. */
+int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+                 int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
+                 const fwd_wide *wb, char *err, size_t errlen) {
     sl_backend *be = ws->be;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     for (int r0 = 0; r0 < n; r0 += FWD_BATCH) { /* FWD_BATCH rows at a time through the int8 slot */
@@ -328,6 +372,7 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
         if (experts->end) experts->end(experts->ctx);
         return rc;
     }
+    if (experts->begin) hint_next_wide(ws, cfg, next_lw, next_layer, experts, n, x, n_list, wb);
     if (lw->sh_gate.data) /* while the first reads are in flight */
         for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
             int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;

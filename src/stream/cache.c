@@ -62,6 +62,12 @@ struct cache {
     unsigned char *pred;   /* [E] experts of the last hint */
     int pred_layer, pred_n, pred_seen, pf_on;
     double pred_acc;       /* moving average of |hint ∩ actual| / |hint| */
+    /* a hint given during an ordered request (layer-major prefill): the next layer's predicted experts in
+     * ascending order, read into slots as they free up (see c_prefetch); scored like the others but on its
+     * own average, since a chunk's union of experts is far easier to predict than one token's */
+    int *wl, wl_n, wl_pos, wl_slot, wl_seen, wl_on;
+    unsigned char *wl_mark; /* [E] experts of wl */
+    double wl_acc;
     /* stats */
     cache_stats st;
     uint64_t *l_hits, *l_miss, *l_bytes; /* [n_layers] */
@@ -100,15 +106,27 @@ static void touch(cache *c, slot *s) {
     s->freq_tick = c->tick;
 }
 
+/* What a victim search leaves alone besides busy slots: experts the current ordered request lists and
+ * has not claimed yet (evicting one only to read it again later in the same request wastes a read), and
+ * blocks read for the pending ordered hint and not claimed yet (the next layer's, about to be used). */
+enum { SPARE_PENDING = 1, SPARE_HINT = 2 };
+
+static int spared(const cache *c, const slot *s, int spare) {
+    if ((spare & SPARE_PENDING) && c->active && c->ordered && s->key / c->E == c->mslot &&
+        c->rstate[s->key % c->E] == R_QUEUED)
+        return 1;
+    return (spare & SPARE_HINT) && s->prefetched && c->wl_n > 0 && s->key / c->E == c->wl_slot;
+}
+
 /* A slot to load into: a free one, else the policy's victim among unreferenced, unpinned READY
- * slots; -1 if every slot is busy. */
-static int victim(cache *c) {
+ * slots that `spare` does not protect; -1 if there is none. */
+static int victim_among(cache *c, int spare) {
     int best = -1;
     double best_score = 0;
     for (int i = 0; i < c->n_slots; i++) {
         slot *s = &c->slots[i];
         if (s->state == S_FREE) return i;
-        if (s->state != S_READY || s->refs > 0 || s->pinned) continue;
+        if (s->state != S_READY || s->refs > 0 || s->pinned || (spare && spared(c, s, spare))) continue;
         double score = c->policy == CACHE_LFU ? lfu_score(c, s) : (double)s->tick;
         if (best < 0 || score < best_score) {
             best = i;
@@ -117,6 +135,8 @@ static int victim(cache *c) {
     }
     return best;
 }
+
+static int victim(cache *c) { return victim_among(c, 0); }
 
 static void drop(cache *c, int i) {
     slot *s = &c->slots[i];
@@ -272,7 +292,7 @@ static int ordered_readahead(cache *c) {
     while (c->ahead < c->n_list && c->held < limit && c->inflight < c->depth) {
         int e = c->list[c->ahead];
         if (c->map[c->mslot * c->E + e] < 0) {
-            int v = victim(c);
+            int v = victim_among(c, SPARE_PENDING | SPARE_HINT);
             if (v < 0) break;
             int rc = ordered_load(c, e, v);
             if (rc) return rc;
@@ -282,11 +302,44 @@ static int ordered_readahead(cache *c) {
     return 0;
 }
 
+/* Reads the pending ordered hint's experts (the next layer's, ascending: the order that layer will take
+ * them in) into slots that neither the current request nor the hint still needs, while the depth allows.
+ * During an ordered request only once it has every read of its own list started (the head's and the
+ * read-ahead's), so the hint never delays the current layer; after it (c_end), at once, so the reads overlap the next layer's mixer.
+ * A hint that cannot be submitted is simply dropped; a failed hint read is dropped or re-read on demand
+ * (prefetch_failed): neither ever fails a request. */
+static void hint_issue(cache *c) {
+    if (!c->wl_n || !c->wl_on || c->failed) return;
+    if (c->active && c->ordered && /* the head and the read-ahead first */
+        (c->ahead < c->n_list || (c->pos < c->n_list && c->map[c->mslot * c->E + c->list[c->pos]] < 0)))
+        return;
+    int started = 0;
+    while (c->wl_pos < c->wl_n && c->inflight < c->depth) {
+        int key = c->wl_slot * c->E + c->wl[c->wl_pos];
+        if (c->map[key] >= 0) { /* cached or in flight already */
+            c->wl_pos++;
+            continue;
+        }
+        int v = victim_among(c, SPARE_PENDING | SPARE_HINT);
+        if (v < 0) break;
+        if (start_load(c, v, key, 1)) {
+            c->failed = 0;
+            c->err[0] = 0;
+            c->wl_pos = c->wl_n;
+            break;
+        }
+        c->wl_pos++;
+        started++;
+    }
+    if (started) c->io->ops->flush(c->io);
+}
+
 static int ordered_next(cache *c, int *expert, sl_expert *out) {
     if (c->pos >= c->n_list) return fail(c, SL_EINVAL, "expert cache: more next() calls than experts requested");
     int e = c->list[c->pos], key = c->mslot * c->E + e;
     for (;;) {
         int rc = ordered_readahead(c);
+        if (!rc) hint_issue(c);
         if (!rc) rc = c->io->ops->flush(c->io);
         if (rc) return c->failed ? rc : fail(c, SL_EIO, "cannot start expert reads: %s", strerror(-rc));
         int si = c->map[key];
@@ -299,8 +352,10 @@ static int ordered_next(cache *c, int *expert, sl_expert *out) {
             c->held++;
             c->st.hits++;
             c->l_hits[c->layer]++;
-        } else if (si < 0) { /* the head is neither cached nor in flight: load it now */
-            int v = victim(c);
+        } else if (si < 0) { /* the head is neither cached nor in flight: load it now (into any slot, if need be) */
+            int v = victim_among(c, SPARE_PENDING | SPARE_HINT);
+            if (v < 0) v = victim_among(c, SPARE_PENDING);
+            if (v < 0) v = victim(c);
             if (v >= 0 && (rc = ordered_load(c, e, v))) return rc;
             if (v >= 0) continue;
         }
@@ -327,6 +382,19 @@ static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered)
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
     if (ms < 0) return fail(c, SL_EINVAL, "layer %d has no routed experts", layer);
+    if (c->wl_n > 0 && c->wl_slot == ms) { /* score the ordered hint for this layer */
+        int good = 0;
+        for (int i = 0; i < n; i++) good += c->wl_mark[experts[i]];
+        double prec = (double)good / c->wl_n;
+        /* a prefill gives one hint per layer and chunk, so the average moves faster than decode's */
+        c->wl_acc = c->wl_seen ? 0.75 * c->wl_acc + 0.25 * prec : prec;
+        c->wl_seen++;
+        if (c->prefetch == 1) c->wl_on = c->wl_on ? c->wl_acc >= PF_OFF : c->wl_acc >= PF_ON;
+    }
+    if (c->wl_n > 0) { /* a hint is for the request right after it only */
+        for (int i = 0; i < c->wl_n; i++) c->wl_mark[c->wl[i]] = 0;
+        c->wl_n = c->wl_pos = 0;
+    }
     if (ordered) {
         c->layer = layer;
         c->mslot = ms;
@@ -338,7 +406,10 @@ static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered)
         memcpy(c->list, experts, (size_t)n * sizeof *experts);
         c->n_list = n;
         c->pos = c->ahead = c->held = 0;
-        for (int i = 0; i < n; i++) c->routes[ms * c->E + experts[i]]++;
+        for (int i = 0; i < n; i++) {
+            c->routes[ms * c->E + experts[i]]++;
+            c->rstate[experts[i]] = R_QUEUED; /* listed, not claimed yet (spared by read-ahead and hints) */
+        }
         return 0;
     }
     c->ordered = 0;
@@ -469,6 +540,7 @@ static void c_end(void *ctx) {
     memset(c->rstate, 0, (size_t)c->E);
     c->active = 0;
     c->ordered = 0;
+    hint_issue(c); /* the next layer's predicted reads, into the slots this request has just let go */
 }
 
 static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err; }
@@ -480,6 +552,20 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n) {
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
     if (!c->prefetch || ms < 0) return;
+    if (c->active && c->ordered) { /* during a layer-major request: the next layer's union, read in order */
+        for (int i = 0; i < c->wl_n; i++) c->wl_mark[c->wl[i]] = 0; /* replaces an earlier hint */
+        c->wl_n = 0;
+        for (int i = 0; i < n; i++) {
+            int e = experts[i];
+            if (e < 0 || e >= c->E || c->wl_mark[e]) continue;
+            c->wl_mark[e] = 1;
+            c->wl[c->wl_n++] = e;
+        }
+        c->wl_slot = ms;
+        c->wl_pos = 0;
+        hint_issue(c);
+        return;
+    }
     memset(c->pred, 0, (size_t)c->E);
     for (int i = 0; i < n; i++) c->pred[experts[i]] = 1;
     c->pred_layer = layer;
@@ -536,6 +622,7 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->dontneed = cfg->dontneed;
     c->prefetch = cfg->prefetch;
     c->pf_on = cfg->prefetch == 2;
+    c->wl_on = cfg->prefetch != 0; /* a chunk's union is usually predictable: act until it proves not */
     uint64_t stride = cfg->file->h.expert_stride;
     uint64_t n = stride ? cfg->budget / stride : 0;
     if (n > (uint64_t)c->n_keys) n = (uint64_t)c->n_keys;
@@ -553,12 +640,14 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->queued = malloc((size_t)c->E * sizeof *c->queued);
     c->pred = calloc((size_t)c->E, 1);
     c->list = malloc((size_t)c->E * sizeof *c->list);
+    c->wl = malloc((size_t)c->E * sizeof *c->wl);
+    c->wl_mark = calloc((size_t)c->E, 1);
     int L = cfg->cfg->n_layers;
     c->l_hits = calloc((size_t)L, 8);
     c->l_miss = calloc((size_t)L, 8);
     c->l_bytes = calloc((size_t)L, 8);
     c->routes = calloc((size_t)(c->n_keys > 0 ? c->n_keys : 1), 8);
-    if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->pred || !c->list || !c->l_hits || !c->l_miss ||
+    if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->pred || !c->list || !c->wl || !c->wl_mark || !c->l_hits || !c->l_miss ||
         !c->l_bytes || !c->routes) {
         snprintf(err, errlen, "out of memory for an expert cache of %llu slots of %llu bytes", (unsigned long long)n,
                  (unsigned long long)stride);
@@ -587,6 +676,8 @@ void cache_free(cache *c) {
     free(c->queued);
     free(c->pred);
     free(c->list);
+    free(c->wl);
+    free(c->wl_mark);
     free(c->l_hits);
     free(c->l_miss);
     free(c->l_bytes);
