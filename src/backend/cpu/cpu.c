@@ -90,6 +90,8 @@ static void cpu_destroy(sl_backend *be) {
     if (!be) return;
     cpu_ctx *c = cpu_of(be);
     free(c->scratch);
+    free(c->rope_c);
+    free(c->rope_s);
     free(c);
     free(be);
 }
@@ -159,12 +161,38 @@ static void rope_one(float *x, int rot, const float *c, const float *s, int inte
     }
 }
 
+/* The cos/sin rows of tokens pos0 .. pos0+n-1: the memo's when the last call had the same positions and
+ * frequencies (q and k of a micro-batch, MLA's k_pe and q_pe), else computed into it. Returns 1, or 0 when n
+ * exceeds the memo (the caller computes per token). */
+static int rope_memo(cpu_ctx *c, int n, int rot, const float *inv_freq, float attn_factor, int pos0) {
+    const int half = rot / 2;
+    if (n > ROPE_MEMO_TOK || half > 512) return 0;
+    if (c->rope_n == n && c->rope_pos0 == pos0 && c->rope_rot == rot && c->rope_af == attn_factor &&
+        !memcmp(c->rope_inv, inv_freq, (size_t)half * sizeof(float)))
+        return 1;
+    for (int t = 0; t < n; t++)
+        rope_cs(rot, inv_freq, attn_factor, pos0 + t, c->rope_c + (size_t)t * 512, c->rope_s + (size_t)t * 512);
+    memcpy(c->rope_inv, inv_freq, (size_t)half * sizeof(float));
+    c->rope_n = n;
+    c->rope_pos0 = pos0;
+    c->rope_rot = rot;
+    c->rope_af = attn_factor;
+    return 1;
+}
+
 static void cpu_rope(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                      const float *inv_freq, float attn_factor, int pos0, int interleave) {
-    (void)be;
-    float c[512], s[512]; /* rot / 2 <= 512 (model/rope.h SL_ROPE_MAX_FREQS) */
+    cpu_ctx *ctx = cpu_of(be);
+    const int memo = rope_memo(ctx, n_tok, rot, inv_freq, attn_factor, pos0);
+    float c1[512], s1[512]; /* rot / 2 <= 512 (model/rope.h SL_ROPE_MAX_FREQS) */
     for (int t = 0; t < n_tok; t++) {
-        rope_cs(rot, inv_freq, attn_factor, pos0 + t, c, s);
+        const float *c = c1, *s = s1;
+        if (memo) {
+            c = ctx->rope_c + (size_t)t * 512;
+            s = ctx->rope_s + (size_t)t * 512;
+        } else {
+            rope_cs(rot, inv_freq, attn_factor, pos0 + t, c1, s1);
+        }
         for (int h = 0; h < n_heads; h++) rope_one(x + (size_t)t * ld + (size_t)h * head_stride, rot, c, s, interleave);
     }
 }
@@ -238,7 +266,10 @@ sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool) {
     /* every stored type: the table's kernels, and mxfp4 through kernels/mxfp4.c */
     for (int dt = DT_NONE + 1; dt < DT_COUNT; dt++)
         if (c->ops->matmul[dt] || dt == DT_MXFP4) be->matmul[dt] = cpu_matmul;
-    if (cpu_reserve(be, 16)) {
+    c->rope_c = malloc((size_t)ROPE_MEMO_TOK * 512 * sizeof(float));
+    c->rope_s = malloc((size_t)ROPE_MEMO_TOK * 512 * sizeof(float));
+    c->rope_n = -1;
+    if (!c->rope_c || !c->rope_s || cpu_reserve(be, 16)) {
         cpu_destroy(be);
         return NULL;
     }

@@ -11,12 +11,18 @@
 
 #include "backend/backend.h"
 
+#define ROPE_MEMO_TOK 64 /* tokens of the RoPE memo (a micro-batch) */
+
 typedef struct cpu_ctx {
     const kern_ops *ops;
     sl_pool *pool;
     float *scratch;      /* [n_slots][slot_floats]: per-thread scratch of the mixers (reserve) */
     size_t slot_floats;
     int n_slots;
+    /* RoPE's cos and sin of the last rope call's positions, reused by the next call at the same positions
+     * and frequencies (q and then k of one micro-batch): [ROPE_MEMO_TOK][512] each */
+    float *rope_c, *rope_s, rope_inv[512], rope_af;
+    int rope_pos0, rope_n, rope_rot;
     int status;          /* first failure since the last sync */
     char msg[256];
 } cpu_ctx;
