@@ -295,7 +295,8 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
  * in the next layer too: the hint is every expert, at no cost. Otherwise the next layer's router on x (the
  * residual before this layer's FFN, normed with the next layer's own norm), top-k of every row, as
  * hint_next does for a decode step. It only starts reads: no result depends on it. Scratch: ffn_x, the
- * gather activation slot, wb->router (free once this layer is routed), pf_list, pf_mark. */
+ * gather activation slot, wb->router and wb->top_e (free once this layer is routed and grouped), pf_list,
+ * pf_mark. */
 static void hint_next_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_lw, int next_layer,
                            const sl_expert_src *experts, int n, const float *x, int n_list, const fwd_wide *wb) {
     if (!ws->prefetch || !experts->prefetch || !next_lw || !next_lw->router.data || !x) return;
@@ -311,18 +312,13 @@ static void hint_next_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *n
             fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, nb, H);
             router_logits(ws, cfg, next_lw, ws->ffn_x, nb, &a, wb->router + (size_t)r0 * E);
         }
+        /* top-k of the logits (for the sigmoid router an approximation): the route op's hint, into wb->top_e
+         * (free once this layer is grouped) */
+        const be_route r = {.cfg = cfg, .layer = next_layer, .n = n, .hint = 1, .logits = wb->router, .top_e = wb->top_e};
+        if (ws->be->route(ws->be, &r)) return; /* only a hint */
         memset(ws->pf_mark, 0, (size_t)E);
-        for (int t = 0; t < n; t++) { /* top-k of the logits (for the sigmoid router an approximation) */
-            float *lg = wb->router + (size_t)t * E;
-            for (int s = 0; s < k; s++) {
-                int best = -1;
-                for (int e = 0; e < E; e++)
-                    if (lg[e] != -INFINITY && (best < 0 || lg[e] > lg[best])) best = e;
-                if (best < 0) break;
-                lg[best] = -INFINITY;
-                ws->pf_mark[best] = 1;
-            }
-        }
+        for (int t = 0; t < n; t++)
+            for (int s = 0; s < k && wb->top_e[(size_t)t * k + s] >= 0; s++) ws->pf_mark[wb->top_e[(size_t)t * k + s]] = 1;
         for (int e = 0; e < E; e++)
             if (ws->pf_mark[e]) ws->pf_list[np++] = e;
     }
