@@ -5,25 +5,14 @@
  * lets every thread claim chunks from `ticket` = (generation << 32 | next chunk), so a claim can only take
  * a chunk of the job the claimer read (a worker that wakes late for a finished job claims nothing), and
  * waits for the chunks to be done, not for the workers.
- * Between jobs a worker first polls the generation for up to POOL_SPIN_NS (yielding the core to any other
- * runnable thread between polls), then sleeps on the condition variable; a caller waiting for the parts of
- * its job polls likewise. A decode step is ~70 parallel-fors a few microseconds apart, and waking a sleeping
- * thread costs tens of microseconds in a VM (an IPI and a vCPU wake-up): polling catches the next job awake.
- * Counters are read outside the mutex only atomically; a job's parameters are still read under it.
  */
 #include "util/threadpool.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
-
-#ifndef POOL_SPIN_NS
-#define POOL_SPIN_NS 100000L /* 0.1 ms: longer than the gaps of a decode step, short against a token */
-#endif
 
 struct sl_pool {
     int n;
@@ -31,8 +20,7 @@ struct sl_pool {
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     unsigned long gen;
-    unsigned long pending; /* static job: workers yet to finish */
-    int quit;
+    int pending, quit;
     sl_pool_fn fn;
     void *ctx;
     size_t items, chunk;
@@ -66,32 +54,6 @@ typedef struct {
     int id;
 } worker_arg;
 
-static long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long)t.tv_sec * 1000000000L + t.tv_nsec;
-}
-
-/* What a thread polls for: the next job (the generation moved past arg), the workers of a static job done, the
- * chunks of a dynamic job (arg of them) done. Atomic reads only. */
-static int gen_moved(sl_pool *p, size_t arg) { return __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != arg; }
-static int workers_done(sl_pool *p, size_t arg) { return (void)arg, __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) == 0; }
-static int chunks_done(sl_pool *p, size_t arg) { return atomic_load(&p->finished) >= arg; }
-
-/* Polls ready(p, arg) for up to POOL_SPIN_NS, sched_yield between polls; the caller then takes the mutex and
- * checks again, sleeping if need be. */
-static void spin(int (*ready)(sl_pool *, size_t), sl_pool *p, size_t arg) {
-    long t0 = 0;
-    for (int i = 0; !ready(p, arg); i++) {
-        if ((i & 15) == 15) {
-            long t = now_ns();
-            if (!t0) t0 = t;
-            else if (t - t0 > POOL_SPIN_NS) return;
-        }
-        sched_yield();
-    }
-}
-
 static void run_part(sl_pool *p, int id) {
     size_t b = (size_t)id * p->chunk;
     if (b >= p->items) return;
@@ -108,11 +70,6 @@ static void *worker(void *arg) {
     unsigned long seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        if (!p->quit && p->gen == seen) { /* poll a while before sleeping */
-            pthread_mutex_unlock(&p->mu);
-            spin(gen_moved, p, seen);
-            pthread_mutex_lock(&p->mu);
-        }
         while (!p->quit && p->gen == seen) pthread_cond_wait(&p->go, &p->mu);
         if (p->quit) break;
         seen = p->gen;
@@ -128,7 +85,7 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&p->mu);
         run_part(p, id);
         pthread_mutex_lock(&p->mu);
-        if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_RELEASE) == 0) pthread_cond_signal(&p->done);
+        if (--p->pending == 0) pthread_cond_signal(&p->done);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -196,12 +153,11 @@ void sl_pool_for(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ctx) {
     p->items = n;
     p->chunk = chunk;
     p->dynamic = 0;
-    p->pending = (unsigned long)(p->n - 1);
-    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELEASE);
+    p->pending = p->n - 1;
+    p->gen++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     run_part(p, 0);
-    spin(workers_done, p, 0);
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
@@ -232,13 +188,12 @@ void sl_pool_for_any(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ct
     p->n_chunks = n_chunks;
     p->dynamic = 1;
     atomic_store(&p->finished, 0);
-    __atomic_store_n(&p->gen, p->gen + 1, __ATOMIC_RELEASE);
+    p->gen++;
     const uint32_t gen = (uint32_t)p->gen;
     atomic_store(&p->ticket, (uint64_t)gen << 32);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     run_dynamic(p, gen, fn, ctx, n, chunk, n_chunks);
-    spin(chunks_done, p, n_chunks);
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->finished) < n_chunks) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
