@@ -150,7 +150,7 @@ static const cli_opt synth_opts[] = {
 static const cli_opt tokenize_opts[] = {
     {"-m, --model", "MODEL", "a .sluice container that holds a tokenizer (required, or --tokenizer)"},
     {"--tokenizer", "FILE", "a tokenizer.json, with the tokenizer_config.json and chat_template.jinja "
-                            "beside it (required, or -m)"},
+                            "beside it, or a GGUF file's tokenizer (required, or -m)"},
     {"--decode", NULL, "the input is token ids, space- or comma-separated: print their text"},
     {"--no-special", NULL, "tokenize special-token text such as <|im_end|> as plain text (default: "
                            "recognised)"},

@@ -315,27 +315,32 @@ fail:
 
 /* tokenizer.ggml.pre -> the Split regexes of the HF pre-tokenizer, applied in turn (a Sequence), then ByteLevel
  * without its own regex (llama.cpp src/llama-vocab.cpp lists each type's regexes; these are the HF tokenizers'
- * originals it adapts, from the models' tokenizer.json). NFC: the HF tokenizer's normalizer. */
+ * originals it adapts, from the models' tokenizer.json). NFC: the HF tokenizer's normalizer (llama.cpp applies
+ * none: docs/TEXT.md "Checked against llama.cpp"); ignore_merges as llama.cpp sets it for the type. */
+#define LLAMA3_RE                                                                                                 \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|" \
+    "\\s+(?!\\S)|\\s+"
 static const struct {
     const char *pre, *regex[3];
-    int nfc;
+    int nfc, ignore_merges;
 } PRE[] = {
     {"qwen2", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-               "\\s+(?!\\S)|\\s+"}, 1},
+               "\\s+(?!\\S)|\\s+"}, 1, 0},
     /* Qwen3.5 / 3.6: letters take their combining marks */
     {"qwen35", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
-                "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 1},
-    {"llama-bpe", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-                   "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0},
+                "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 1, 0},
+    {"llama-bpe", {LLAMA3_RE}, 0, 1},
+    {"glm4", {LLAMA3_RE}, 0, 1}, /* GLM-4.5 / 4.6 */
     /* gpt-oss (o200k): llama.cpp's gpt-4o */
     {"gpt-4o", {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
                 "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
-                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0},
+                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
     /* DeepSeek-V3 / R1: digits in runs of 1-3, CJK runs, then its own regex */
     {"deepseek-v3", {"\\p{N}{1,3}", "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
                      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}"
-                     "\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, 0},
-    {"gpt-2", {NULL}, 0}, /* ByteLevel's own GPT-2 regex */
+                     "\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
+    {"gpt-2", {NULL}, 0, 0}, /* ByteLevel's own GPT-2 regex */
+    {"olmo", {NULL}, 0, 0},  /* OLMoE: GPT-NeoX's BPE, the GPT-2 regex */
 };
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
@@ -369,7 +374,7 @@ sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_er
         if (!strcmp(PRE[i].pre, pre)) pi = (int)i;
     if (pi < 0)
         return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
-                      "llama-bpe, gpt-4o, deepseek-v3, gpt-2)", f->path, pre);
+                      "llama-bpe, glm4, gpt-4o, deepseek-v3, gpt-2, olmo)", f->path, pre);
     char **toks = tk->arr, **merges = mg->arr;
     cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
     cJSON_AddStringToObject(root, "version", "1.0");
@@ -401,7 +406,7 @@ sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_er
     cJSON_AddStringToObject(dec, "type", "ByteLevel");
     cJSON *mo = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(mo, "type", "BPE");
-    cJSON_AddFalseToObject(mo, "ignore_merges");
+    cJSON_AddBoolToObject(mo, "ignore_merges", PRE[pi].ignore_merges);
     cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab"), *ml = cJSON_AddArrayToObject(mo, "merges");
     for (uint64_t i = 0; i < tk->n; i++) {
         int t = ty ? (int32_t)((const uint32_t *)ty->arr)[i] : TT_NORMAL;

@@ -24,6 +24,7 @@
 #include <pcre2.h>
 
 #include "format/container.h"
+#include "import/gguf.h"
 #include "text/tok_internal.h"
 #include "util/err.h"
 #include "util/fileio.h"
@@ -452,7 +453,15 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
     if (!fp) return sl_err(err, sl_status_from_errno(errno), "%s: %s", path, strerror(errno));
     size_t got = fread(magic, 1, sizeof magic, fp);
     fclose(fp);
-    if (got == sizeof magic && !memcmp(magic, SLC_MAGIC, 8)) { /* a container: the tokenizer files are blobs */
+    if (got >= 4 && !memcmp(magic, "GGUF", 4)) { /* a GGUF file: tokenizer.ggml.* (import/gguf_meta.c) */
+        gguf_model gm;
+        if ((st = gguf_open_model(path, &gm, err))) return st;
+        st = gguf_tokenizer_json(&gm, &json, &cfg, err);
+        gguf_close_model(&gm);
+        if (st) return st;
+        if (!json) return sl_err(err, SL_ENOENT, "%s: the GGUF file has no tokenizer (tokenizer.ggml.model)", path);
+        n = strlen(json);
+    } else if (got == sizeof magic && !memcmp(magic, SLC_MAGIC, 8)) { /* a container: the tokenizer files are blobs */
         slc_file f;
         if ((st = slc_open(path, &f, err))) return st;
         json = read_blob(&f, "tokenizer.json", err, &st);
