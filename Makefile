@@ -65,6 +65,9 @@ $(BUILD)/src/kernels/kernels_avx512.o: CFLAGS_EXTRA := -mavx512f -mavx512bw -mav
 $(BUILD)/src/kernels/mxfp4_avx2.o: CFLAGS_EXTRA := -mavx2
 $(BUILD)/src/kernels/mxfp4_avx512.o: CFLAGS_EXTRA := -mavx512f
 endif
+ifneq ($(filter aarch64%,$(ARCH)),)
+$(BUILD)/src/kernels/kernels_neon_dot.o: CFLAGS_EXTRA := -march=armv8.2-a+dotprod
+endif
 
 $(BUILD)/%.o: %.c | setup-build
 	@mkdir -p $(dir $@)

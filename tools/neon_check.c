@@ -3,7 +3,7 @@
  * built without the rest of the library so it cross-compiles with aarch64-linux-gnu-gcc and runs under
  * qemu-user (tools/neon_test.sh). Same checks as tests/test_quant.c: outputs poisoned first, each
  * |neon - scalar| <= 1e-5 * 0.3 * sum|x| (FMA rounding only, kernels_neon.c), a batch bitwise equal to
- * token by token, the MXFP4 row decoder bitwise the scalar one; prints the worst error and "N passed, N failed".
+ * token by token, the int8-activation kernels bitwise the oracle, the MXFP4 row decoder bitwise the scalar one; prints the worst error and "N passed, N failed".
  */
 #include <math.h>
 #include <stdio.h>
@@ -78,6 +78,53 @@ int main(void) {
         if (!memcmp(ref, got, (size_t)cols * 4)) pass++;
         else { fail++; printf("FAIL neon mxfp4 decoder, %d columns\n", cols); }
     }
+    /* the int8-activation kernels (kern_matmul_act): bitwise the oracle, as a batch and token by token. With
+     * the dot product (qemu -cpu max) the table has its SDOT kernels (kernels_neon_dot.c); without it (-cpu
+     * cortex-a53) none, and kern_matmul_act runs the oracle's. NEON_DOT=0/1 says which to expect. */
+    const char *want_dot = getenv("NEON_DOT");
+    int has_dot = ne->matmul_i8[DT_Q8] && ne->matmul_i8[DT_Q4];
+    if (want_dot && atoi(want_dot) != has_dot) { fail++; printf("FAIL: SDOT kernels %s, NEON_DOT=%s\n", has_dot ? "on" : "off", want_dot); }
+    static const int i8_cols[] = {32, 64, 96, 160, 256, 384, 448, 2048}, i8_nt[] = {1, 3, 37};
+    static const sl_dtype sdts[] = {DT_BF16, DT_F16, DT_F32};
+    int i8_cases = 0;
+    for (int dq = 0; dq < 2; dq++)
+        for (int ci = 0; ci < 8; ci++)
+            for (int gi = 0; gi < 3; gi++) {
+                sl_dtype dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
+                int cols = i8_cols[ci], group = 32 << gi, rows = rows_l[(ci + gi) % 3] + 2, nt = i8_nt[(ci + gi + dq) % 3];
+                if (cols % group) continue;
+                size_t n = (size_t)rows * cols;
+                float *w = malloc(n * 4), *x = malloc((size_t)nt * cols * 4), *a = malloc((size_t)nt * rows * 4),
+                      *b = malloc((size_t)nt * rows * 4), *one = malloc((size_t)nt * rows * 4);
+                for (size_t i = 0; i < n; i++) w[i] = frand() * 0.1f + (i % 7 == 0 ? 0.05f : 0.0f);
+                for (int i = 0; i < nt * cols; i++) x[i] = frand() * (i % 5 ? 1.0f : 3.0f);
+                x[0] = 0.0f;
+                void *data = malloc(q_mat_bytes(dt, rows, cols, group, sdt) + 64);
+                void *abuf = malloc(kern_act_bytes(nt, cols)), *abuf1 = malloc(kern_act_bytes(1, cols));
+                q_quantize(dt, w, rows, cols, group, sdt, 7, data);
+                sl_mat m;
+                q_mat_bind(&m, data, dt, rows, cols, group, sdt, 7);
+                for (int i = 0; i < nt * rows; i++) a[i] = b[i] = one[i] = NAN;
+                kern_act ka;
+                kern_act_init(&ka, abuf, x, (size_t)cols, nt, cols, 1);
+                kern_matmul_act(sc, NULL, &m, &ka, a, (size_t)rows);
+                kern_act_init(&ka, abuf, x, (size_t)cols, nt, cols, 1);
+                kern_matmul_act(ne, NULL, &m, &ka, b, (size_t)rows);
+                for (int t = 0; t < nt; t++) {
+                    kern_act_init(&ka, abuf1, x + (size_t)t * cols, (size_t)cols, 1, cols, 1);
+                    kern_matmul_act(ne, NULL, &m, &ka, one + (size_t)t * rows, (size_t)rows);
+                }
+                int ok = !memcmp(a, b, (size_t)nt * rows * 4) && !memcmp(a, one, (size_t)nt * rows * 4);
+                for (int i = 0; i < nt * rows; i++) ok &= a[i] == a[i]; /* written, not the NaN poison */
+                if (ok) pass++, i8_cases++;
+                else {
+                    fail++;
+                    printf("FAIL neon %s.i8 rows %d cols %d group %d scales %s tokens %d: not bitwise the oracle\n",
+                           dt_name(dt), rows, cols, group, dt_name(sdt), nt);
+                }
+                free(w); free(x); free(a); free(b); free(one); free(data); free(abuf); free(abuf1);
+            }
+    printf("neon: %d int8-activation cases bitwise the oracle (%s kernels)\n", i8_cases, has_dot ? "SDOT" : "the oracle's");
     float u[37], v[37];
     for (int i = 0; i < 37; i++) { u[i] = frand(); v[i] = frand(); }
     if (fabsf(ne->dot(u, v, 37) - sc->dot(u, v, 37)) < 1e-5f) pass++; else { fail++; printf("FAIL dot\n"); }

@@ -100,6 +100,10 @@ const kern_ops *kern_scalar_ops(void);
 const kern_ops *kern_avx2_ops(void);
 const kern_ops *kern_avx512_ops(void);
 const kern_ops *kern_neon_ops(void);
+/* The NEON table's int8-activation kernels with Armv8.2's SDOT (kernels_neon_dot.c; AArch64 builds only, used
+ * when the CPU has the dot product). */
+void kern_neon_dot_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+void kern_neon_dot_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 /* Best table for this CPU: AVX-512, then AVX2+FMA, then NEON, then scalar; the environment variable
  * SLUICE_KERNELS=scalar|avx2|avx512|neon picks one (ignored if unavailable). Never NULL. */
 const kern_ops *kern_default_ops(void);

@@ -168,15 +168,23 @@ MM(mm_q3, DT_Q3)
 
 #include "kernels/kernels_i8_x86.h"
 
-/* per 32-bit lane, acc + the sum of 4 u8 x s8 products: maddubs + madd, exact while the codes are below 128
- * (|127 * 127 * 2| fits int16) */
-static inline __m256i i8_dot(__m256i acc, __m256i u, __m256i s) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+/* The exact integer lane sums with maddubs (u8 x s8 pairs summed into int16, saturating) + madd (int16 pairs into
+ * int32), kept below int16's limit:
+ * q4: per 32-bit lane the sum of 8 products code * x (4 low-nibble ones with xe, 4 high with xo): each maddubs pair
+ *     is at most 2 x 15 x 127, so the two add in int16 before one madd;
+ * q8: codes reach 255 (2 x 255 x 127 overflows int16), so with s = code - 128 (code ^ 0x80) each lane is
+ *     sum s * x + 128 sum x; maddubs(|s|, sign(x, s)) takes s * x as |s| (<= 128) times x with s's sign, whose
+ *     pairs are at most 2 x 128 x 127, and xs128 (128 x the lane's sum of x) is per token, shared by the rows. */
+static inline __m256i i8_dot4(__m256i lo, __m256i xe, __m256i hi, __m256i xo) {
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)),
+                             _mm256_set1_epi16(1));
 }
-/* q8 codes reach 255: split each into its low 7 bits and its top bit, each pair sum then fits int16 */
-static inline __m256i i8_dot8(__m256i acc, __m256i u, __m256i s) {
-    return i8_dot(i8_dot(acc, _mm256_and_si256(u, _mm256_set1_epi8(0x7f)), s),
-                  _mm256_and_si256(u, _mm256_set1_epi8((char)0x80)), s);
+static inline __m256i i8_dot8(__m256i abs_s, __m256i s, __m256i x, __m256i xs128) {
+    return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(abs_s, _mm256_sign_epi8(x, s)), _mm256_set1_epi16(1)),
+                            xs128);
+}
+static inline __m256i i8_xs128(__m256i x) {
+    return _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), _mm256_set1_epi16(1)), 7);
 }
 
 /* 16 lanes as two halves of 8: half h holds lanes 8h .. 8h+7 */
@@ -188,45 +196,68 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
     __m256 acc[I8_KTOK][I8_RB][2];
     for (int t = 0; t < nt; t++)
         for (int i = 0; i < I8_RB; i++) acc[t][i][0] = acc[t][i][1] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(15), z = _mm256_setzero_si256();
+    const __m256i m4 = _mm256_set1_epi8(15);
+    /* the same place I8_PFB row blocks further on (rows are contiguous, a block is I8_RB rows) */
+    const size_t pf = (size_t)I8_PFB * I8_RB * (size_t)cols / (dt == DT_Q4 ? 2 : 1);
     int c0 = 0;
+    /* one row's codes at a time, dotted with every token (AVX2 has 16 ymm registers: holding the row block's
+     * codes as well as the accumulators would spill) */
     for (; c0 + step <= cols; c0 += step) {
         const int k = c0 / 32;
-        for (int h = 0; h < 2; h++) {
-            /* q8: lanes of half h are block k+h; q4: blocks k+2h and k+2h+1 */
-            __m256i lo[I8_RB], hi[I8_RB];
-            __m256 sv[I8_RB];
+        for (int h = 0; h < 2; h++) { /* q8: lanes of half h are block k+h; q4: blocks k+2h and k+2h+1 */
+            __m256i xs[I8_KTOK]; /* q8: 128 x each lane's sum of x, per token, for every row */
+            for (int t = 0; dt == DT_Q8 && t < nt; t++)
+                xs[t] = i8_xs128(_mm256_loadu_si256((const __m256i *)(a->q + (size_t)(t0 + t) * (size_t)cols + c0 + 32 * h)));
             for (int i = 0; i < I8_RB; i++) {
-                if (dt == DT_Q8) {
-                    lo[i] = _mm256_loadu_si256((const __m256i *)(B.qr[i] + c0 + 32 * h));
-                    hi[i] = z;
-                    sv[i] = _mm256_set1_ps(B.sf[i][(k + h) >> gsh]);
+                __m256i lo, hi;
+                __m256 sv;
+                const uint8_t *p = B.qr[i] + (dt == DT_Q8 ? c0 : c0 / 2) + 32 * h;
+                if (!h) _mm_prefetch((const char *)p + pf, I8_PFH); /* one 64-byte line per step */
+                if (dt == DT_Q8) { /* hi: s = code - 128, lo: |s| */
+                    hi = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8((char)0x80));
+                    lo = _mm256_abs_epi8(hi);
+                    sv = _mm256_set1_ps(B.sf[i][(k + h) >> gsh]);
                 } else {
-                    __m256i c = _mm256_loadu_si256((const __m256i *)(B.qr[i] + c0 / 2 + 32 * h));
-                    lo[i] = _mm256_and_si256(c, m4);
-                    hi[i] = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
-                    sv[i] = gsh ? _mm256_set1_ps(B.sf[i][(k + 2 * h) >> gsh]) : i8_pair(&B.sf[i][k + 2 * h]);
+                    __m256i c = _mm256_loadu_si256((const __m256i *)p);
+                    lo = _mm256_and_si256(c, m4);
+                    hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
+                    sv = gsh ? _mm256_set1_ps(B.sf[i][(k + 2 * h) >> gsh]) : i8_pair(&B.sf[i][k + 2 * h]);
                 }
-            }
-            for (int t = 0; t < nt; t++) {
-                const size_t tt = (size_t)(t0 + t);
-                const float *d = a->d + tt * (size_t)nb + k;
-                if (dt == DT_Q8) {
-                    __m256i xv = _mm256_loadu_si256((const __m256i *)(a->q + tt * (size_t)cols + c0 + 32 * h));
-                    __m256 dv = _mm256_set1_ps(d[h]);
-                    for (int i = 0; i < I8_RB; i++)
-                        acc[t][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i8_dot8(z, lo[i], xv)), _mm256_mul_ps(sv[i], dv),
-                                                       acc[t][i][h]);
-                } else {
-                    const int8_t *xq = a->q4 + tt * (size_t)cols + c0 + 32 * h;
-                    __m256i xe = _mm256_loadu_si256((const __m256i *)xq), xo = _mm256_loadu_si256((const __m256i *)(xq + 64));
-                    __m256 dv = i8_pair(d + 2 * h);
-                    for (int i = 0; i < I8_RB; i++)
-                        acc[t][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i8_dot(i8_dot(z, lo[i], xe), hi[i], xo)),
-                                                       _mm256_mul_ps(sv[i], dv), acc[t][i][h]);
+                for (int t = 0; t < nt; t++) {
+                    const size_t tt = (size_t)(t0 + t);
+                    const float *d = a->d + tt * (size_t)nb + k;
+                    __m256i I;
+                    __m256 dv;
+                    if (dt == DT_Q8) {
+                        __m256i xv = _mm256_loadu_si256((const __m256i *)(a->q + tt * (size_t)cols + c0 + 32 * h));
+                        I = i8_dot8(lo, hi, xv, xs[t]);
+                        dv = _mm256_set1_ps(d[h]);
+                    } else {
+                        const int8_t *xq = a->q4 + tt * (size_t)cols + c0 + 32 * h;
+                        I = i8_dot4(lo, _mm256_loadu_si256((const __m256i *)xq), hi,
+                                    _mm256_loadu_si256((const __m256i *)(xq + 64)));
+                        dv = i8_pair(d + 2 * h);
+                    }
+                    acc[t][i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(sv, dv), acc[t][i][h]);
                 }
             }
         }
+    }
+    if (c0 == cols && nr == I8_RB) { /* no short step: the 4 rows' sums at once, in the same order */
+        float bi[I8_RB][I8_MAXG];
+        for (int i = 0; i < I8_RB; i++) i8_row_f32(w, w->biases, r + i, B.ng, bi[i]);
+        for (int t = 0; t < nt; t++) {
+            const size_t tt = (size_t)(t0 + t);
+            const float *xs = a->s + tt * (size_t)B.ns + B.soff;
+            __m256 b[I8_RB], hv[I8_RB];
+            for (int i = 0; i < I8_RB; i++) {
+                b[i] = i8_bias(bi[i], xs, B.ng);
+                hv[i] = _mm256_add_ps(acc[t][i][0], acc[t][i][1]); /* h[l] = acc[l] + acc[l + 8] */
+            }
+            _mm_storeu_ps(y + tt * ldy + (size_t)r,
+                          _mm_add_ps(i8_tree4(hv[0], hv[1], hv[2], hv[3]), i8_tree4(b[0], b[1], b[2], b[3])));
+        }
+        return;
     }
     for (int i = 0; i < nr; i++) {
         float bi[I8_MAXG], a16[16];

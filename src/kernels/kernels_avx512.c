@@ -217,17 +217,6 @@ MM(mm_q3, DT_Q3)
 
 #include "kernels/kernels_i8_x86.h"
 
-/* Software prefetch of the codes I8_PFB row blocks ahead, into L2. The rows of a block are separate streams
- * (with 2048 columns a block of 4 q4 rows is one 4 KiB page), which the hardware prefetcher follows poorly:
- * without it the kernel read DRAM at ~40% of a plain read loop's rate, with it at ~100%
- * (docs/PERFORMANCE.md). */
-#ifndef I8_PFH
-#define I8_PFH _MM_HINT_T1
-#endif
-#ifndef I8_PFB
-#define I8_PFB 3
-#endif
-
 /* [p0 x8, p1 x8] and [p0 x4, .., p3 x4] from consecutive floats */
 static inline __m512 i8_x8(const float *p) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
@@ -240,13 +229,6 @@ static inline __m512 i8_x4(const float *p) {
 
 /* h[i] = acc[i] + acc[i+8] */
 static inline __m256 i8_half(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
-
-/* The lane tree ((v0+v1)+(v2+v3))+((v4+v5)+(v6+v7)) of four 8-lane vectors at once: hadd pairs
- * neighbours exactly as the tree does. */
-static inline __m128 i8_tree4(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1));
-}
 
 /* i8_bias over row r's biases read in place (the same conversions and FMAs). */
 static inline __m256 i8_bias_row(const sl_mat *w, int r, int ng, const float *xs) {

@@ -20,6 +20,24 @@
 #define I8_KTOK 16
 #define I8_MAXG 2048 /* groups per row held on the stack; kern_matmul_act uses the oracle past it */
 
+/* Software prefetch of the codes I8_PFB row blocks ahead, into L2. The rows of a block are separate streams
+ * (with 2048 columns a block of 4 q4 rows is one 4 KiB page), which the hardware prefetcher follows poorly:
+ * without it the AVX-512 kernel read DRAM at ~40% of a plain read loop's rate, with it at ~100%
+ * (docs/PERFORMANCE.md). */
+#ifndef I8_PFH
+#define I8_PFH _MM_HINT_T1
+#endif
+#ifndef I8_PFB
+#define I8_PFB 3
+#endif
+
+/* The lane tree ((v0+v1)+(v2+v3))+((v4+v5)+(v6+v7)) of four 8-lane vectors at once: hadd pairs
+ * neighbours exactly as the tree does. */
+static inline __m128 i8_tree4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1));
+}
+
 /* Row r's ng scales (or biases) of m as f32 into out. */
 static inline void i8_row_f32(const sl_mat *m, const void *p, int r, int ng, float *out) {
     const size_t o = (size_t)r * (size_t)ng;

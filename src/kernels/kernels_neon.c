@@ -5,6 +5,8 @@
  * accumulators (lane = column % 8) across all chunks; a ragged tail adds its products lane by lane in the
  * same lane positions, and the lanes are combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); so results
  * depend only on the column count (kernels.h) and differ from the oracle by FMA rounding only.
+ * The int8-activation q8/q4 kernels (kern_matmul_act) are kernels_neon_dot.c's SDOT ones when the CPU has the
+ * Armv8.2 dot product (HWCAP_ASIMDDP), else the scalar oracle's (same results bitwise, slower).
  * Cross-compiled with aarch64-linux-gnu-gcc and tested under qemu-user (tools/neon_test.sh).
  *
  * Sections: dequantisation, matmul, small vector kernels, the table.
@@ -17,8 +19,13 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #include "quant/quant.h"
+
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20) /* linux/arch/arm64/include/uapi/asm/hwcap.h */
+#endif
 
 #define KCHUNK 256
 #define KTOK 32
@@ -177,7 +184,18 @@ static const kern_ops neon_ops = {
     .swiglu = plain_swiglu,
 };
 
-const kern_ops *kern_neon_ops(void) { return &neon_ops; }
+static const kern_ops neon_dot_ops = {
+    .name = "neon",
+    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
+               [DT_Q3] = mm_q3},
+    .matmul_i8 = {[DT_Q8] = kern_neon_dot_q8, [DT_Q4] = kern_neon_dot_q4},
+    .dot = dot_v,
+    .axpy = plain_axpy,
+    .rmsnorm = plain_rmsnorm,
+    .swiglu = plain_swiglu,
+};
+
+const kern_ops *kern_neon_ops(void) { return getauxval(AT_HWCAP) & HWCAP_ASIMDDP ? &neon_dot_ops : &neon_ops; }
 
 #else
 const kern_ops *kern_neon_ops(void) { return NULL; }
