@@ -16,7 +16,7 @@ done
 wait
 # the oracle's sources only (the dequantisers, the kernel tables, RoPE's frequencies), each function in its own
 # section so that the linker drops what the test does not reach (the thread pool, the CLI)
-cf="-std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -Iinclude -D_GNU_SOURCE -ffunction-sections -fdata-sections"
+cf="-std=c11 -ffp-contract=off -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -Iinclude -D_GNU_SOURCE -ffunction-sections -fdata-sections"
 cc $cf -mavx2 -mfma -mf16c -c src/kernels/kernels_avx2.c -o "$b/k_avx2.o"
 cc $cf -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -c src/kernels/kernels_avx512.c -o "$b/k_avx512.o"
 cc $cf -mavx2 -c src/kernels/mxfp4_avx2.c -o "$b/m_avx2.o"

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build/aarch64
 mkdir -p "$out"
-flags=(-std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -O2 -pthread -D_GNU_SOURCE -Iinclude -Isrc)
+flags=(-std=c11 -ffp-contract=off -Wall -Wextra -Werror -Wno-unused-parameter -O2 -pthread -D_GNU_SOURCE -Iinclude -Isrc)
 # the SDOT kernels with their own flags, as the Makefile builds them on AArch64
 aarch64-linux-gnu-gcc "${flags[@]}" -march=armv8.2-a+dotprod -c src/kernels/kernels_neon_dot.c -o "$out/neon_dot.o"
 aarch64-linux-gnu-gcc "${flags[@]}" "$out/neon_dot.o" \
