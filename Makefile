@@ -47,7 +47,10 @@ $(BUILD)/test_cuda: tests/cuda/test_cuda.c $(BUILD)/libsluice.a
 # The kernels against the CPU oracle (and, with ARGS=--bench, their bandwidth): needs a GPU; exit 77 = none.
 test-cuda: $(BUILD)/test_cuda
 	@$(BUILD)/test_cuda $(ARGS); rc=$$?; if [ $$rc = 77 ]; then echo "test-cuda: no usable CUDA device here (skipped)"; else exit $$rc; fi
-all: $(BUILD)/test_cuda
+# Whole fixture models on --gpu against transformers and the CPU backend (tools/cuda_model_test.sh)
+$(BUILD)/test_cuda_model: tests/cuda/test_model.c $(BUILD)/libsluice.a
+	$(CC) $(CPPFLAGS) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) -Wl,--as-needed $(LDLIBS) -o $@
+all: $(BUILD)/test_cuda $(BUILD)/test_cuda_model
 endif
 
 all: $(BUILD)/sluice $(BUILD)/libsluice.a

@@ -215,9 +215,10 @@ typedef struct sl_model_params {
                                to int8 per 32 values and dotted with the codes directly, as llama.cpp does
                                (several times faster; accuracy cost in docs/QUANT.md). Same result resident
                                or streamed, batched or alone, on any thread count, either way */
-    sl_backend_kind backend; /* what computes: SL_BACKEND_CPU (default) or SL_BACKEND_CUDA (--gpu; until the
-                               CUDA backend is complete, SL_EUNSUPPORTED: "built without CUDA ..." or "no
-                               usable CUDA device ...") */
+    sl_backend_kind backend; /* what computes: SL_BACKEND_CPU (default) or SL_BACKEND_CUDA (--gpu: the backbone
+                               and resident experts in VRAM; SL_EUNSUPPORTED "built without CUDA ...", "no
+                               usable CUDA device ...", or naming an op the family needs that the CUDA
+                               backend lacks yet: MLA, DeltaNet; docs/CUDA.md) */
     uint64_t vram_bytes;    /* the device tier's expert budget (--vram; stream/tier.h): experts in use live in
                                slots of the backend's memory (VRAM with SL_BACKEND_CUDA) over the RAM cache
                                over the file, each promoted by one copy; 0 (default): none. On the CPU

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "sluice.h"
 #ifdef SL_CUDA
+#include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda.h"
 #endif
 
@@ -28,9 +29,9 @@ int be_open(int kind, sl_pool *pool, sl_backend **out, char *err, size_t errlen)
         snprintf(err, errlen, "%s", msg);
         return SL_EUNSUPPORTED;
     }
-    /* the kernels exist (src/backend/cuda/); their ops table is issue 13 §2's next step */
-    snprintf(err, errlen, "the CUDA backend is not complete yet: a device is there, the ops table is not (docs/CUDA.md)");
-    return SL_EUNSUPPORTED;
+    if ((*out = be_cuda_new(pool))) return 0;
+    snprintf(err, errlen, "out of memory for the CUDA backend");
+    return SL_ENOMEM;
 #else
     snprintf(err, errlen, "built without CUDA (rebuild with make CUDA=1)");
     return SL_EUNSUPPORTED;

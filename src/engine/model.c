@@ -43,9 +43,12 @@ struct sl_model {
     sl_config cfg;
     sl_weights w;
     uint8_t *backbone;    /* the backbone section, 4096-aligned */
-    float **vecs;         /* owned f32 vectors */
+    float **vecs;         /* owned f32 vectors (backend memory: vec_bytes each when the backend is not the host) */
+    size_t *vec_bytes;
     int n_vecs;
-    uint8_t *experts;     /* the whole expert section (resident) */
+    uint8_t *backbone_dev; /* the backbone section in the backend's memory (!be->is_host), or NULL */
+    uint8_t *experts;     /* the whole expert section (resident; in the backend's memory when experts_dev) */
+    int experts_dev;
     uint8_t *expert_implied; /* [n_moe_layers][n_experts] (resident): 1 when every q8/q4 part's biases are implied */
     cache *cache;         /* streaming mode */
     tier *tier;           /* the device tier over src (vram_bytes > 0), or NULL */
@@ -106,6 +109,14 @@ static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
         float *v = malloc(n * sizeof(float));
         if (!v) return sl_err(err, SL_ENOMEM, "out of memory");
         dt_to_f32(t->dtype, data, v, n);
+        if (!m->be->is_host) { /* the vector lives in the backend's memory (the CUDA backend: VRAM) */
+            float *dv = m->be->alloc(m->be, n * sizeof(float), BE_BUF_DEVICE);
+            if (dv) m->be->copy(m->be, dv, v, n * sizeof(float), BE_H2D);
+            free(v);
+            if (!dv) return sl_err(err, SL_ENOMEM, "out of %s backend memory for tensor '%s'", m->be->name, at->name);
+            v = dv;
+            m->vec_bytes[m->n_vecs] = n * sizeof(float);
+        }
         m->vecs[m->n_vecs++] = v;
         *(float **)dst = v;
     } else {
@@ -126,6 +137,36 @@ static int expert_implied(sl_expert *ex, int set) {
         else all = all && q_biases_implied(ms[i]);
     }
     return all;
+}
+
+/* p moved from the host range [from, from + len) to the same offset of to. */
+static void rebase(const void **p, const uint8_t *from, uint64_t len, uint8_t *to) {
+    const uint8_t *q = *p;
+    if (q && q >= from && q < from + len) *p = to + (q - from);
+}
+
+/* A backend whose memory is not the host's (CUDA): the backbone section goes there in one copy and every
+ * matrix of the family table is pointed at it; the host copy is freed. */
+static sl_status upload_backbone(sl_model *m, const arch_tensor *at, int n, sl_error *err) {
+    sl_backend *be = m->be;
+    const uint64_t len = m->f.h.backbone_len;
+    m->backbone_dev = be->alloc(be, len + 1, BE_BUF_DEVICE);
+    if (!m->backbone_dev)
+        return sl_err(err, SL_ENOMEM, "%s: out of %s backend memory for %llu backbone bytes", m->f.path, be->name,
+                      (unsigned long long)len);
+    be->copy(be, m->backbone_dev, m->backbone, len, BE_H2D);
+    if (be->sync(be)) return sl_err(err, SL_EIO, "%s backend: %s", be->name, be->errmsg(be));
+    for (int i = 0; i < n; i++) {
+        if (!at[i].matrix || at[i].layer >= m->cfg.n_layers) continue;
+        sl_mat *mm = (sl_mat *)(at[i].layer >= 0 ? (char *)&m->w.layers[at[i].layer] + at[i].field
+                                                 : (char *)&m->w + at[i].field);
+        rebase(&mm->data, m->backbone, len, m->backbone_dev);
+        rebase(&mm->scales, m->backbone, len, m->backbone_dev);
+        rebase(&mm->biases, m->backbone, len, m->backbone_dev);
+    }
+    free(m->backbone);
+    m->backbone = NULL;
+    return SL_OK;
 }
 
 static int resident_get(void *ctx, int layer, int expert, sl_expert *out) {
@@ -273,6 +314,17 @@ static sl_status open_resident(sl_model *m, const char *path, sl_error *err) {
             slc_bind_expert(&m->f, m->experts + (off - m->f.h.expert_off), &ex);
             m->expert_implied[(size_t)s * m->f.h.n_experts + e] = (uint8_t)expert_implied(&ex, -1);
         }
+    if (!m->be->is_host) { /* all resident on the device: the section in one copy, bound there */
+        uint8_t *dev = m->be->alloc(m->be, m->f.h.expert_len + 1, BE_BUF_DEVICE);
+        if (!dev)
+            return sl_err(err, SL_ENOMEM, "%s: out of %s backend memory for %llu resident expert bytes", path,
+                          m->be->name, (unsigned long long)m->f.h.expert_len);
+        m->be->copy(m->be, dev, m->experts, m->f.h.expert_len, BE_H2D);
+        free(m->experts);
+        m->experts = dev;
+        m->experts_dev = 1;
+        if (m->be->sync(m->be)) return sl_err(err, SL_EIO, "%s backend: %s", m->be->name, m->be->errmsg(m->be));
+    }
     m->src.get = resident_get;
     m->src.ctx = m;
     m->io_engine = m->io_mode = "resident";
@@ -311,8 +363,9 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     }
     int n = arch_backbone_tensors(&m->cfg, &at);
     m->vecs = calloc(n > 0 ? (size_t)n : 1, sizeof *m->vecs);
+    m->vec_bytes = calloc(n > 0 ? (size_t)n : 1, sizeof *m->vec_bytes);
     m->backbone = huge_alloc(m->f.h.backbone_len + 1);
-    if (n < 0 || !m->vecs || !m->backbone) {
+    if (n < 0 || !m->vecs || !m->vec_bytes || !m->backbone) {
         st = sl_err(err, SL_ENOMEM, "%s: out of memory loading %llu backbone bytes", path,
                     (unsigned long long)m->f.h.backbone_len);
         goto fail;
@@ -330,6 +383,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     }
     for (int i = 0; i < n; i++)
         if ((st = bind_one(m, &at[i], err))) goto fail;
+    if (!m->be->is_host && (st = upload_backbone(m, at, n, err))) goto fail;
     if (m->cfg.tie_embeddings) m->w.lm_head = m->w.embed;
     st = p->resident ? open_resident(m, path, err) : open_stream(m, path, p, fault, err);
     if (st) goto fail;
@@ -343,6 +397,10 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
     if (!m->ws) { st = sl_err(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     fwd_ws_set_int8(m->ws, !p->exact);
+    { /* a backend without an op these layers call refuses the model now, not at its first evaluation */
+        char msg[256] = "";
+        if (fwd_check_ops(m->ws, &m->cfg, msg, sizeof msg)) { st = sl_err(err, SL_EUNSUPPORTED, "%s", msg); goto fail; }
+    }
     free(at);
     *out = m;
     return SL_OK;
@@ -359,10 +417,16 @@ sl_status sl_model_open(const char *path, const sl_model_params *params, sl_mode
 void sl_model_close(sl_model *m) {
     if (!m) return;
     fwd_ws_free(m->ws);
-    for (int i = 0; i < m->n_vecs; i++) free(m->vecs[i]);
+    for (int i = 0; i < m->n_vecs; i++) {
+        if (m->vec_bytes && m->vec_bytes[i]) m->be->free(m->be, m->vecs[i], m->vec_bytes[i], BE_BUF_DEVICE);
+        else free(m->vecs[i]);
+    }
     free(m->vecs);
+    free(m->vec_bytes);
     free(m->backbone);
-    free(m->experts);
+    if (m->backbone_dev) m->be->free(m->be, m->backbone_dev, m->f.h.backbone_len + 1, BE_BUF_DEVICE);
+    if (m->experts_dev) m->be->free(m->be, m->experts, m->f.h.expert_len + 1, BE_BUF_DEVICE);
+    else free(m->experts);
     free(m->expert_implied);
     tier_free(m->tier); /* before the cache it reads from and the backend that owns its slots */
     cache_free(m->cache);

@@ -350,6 +350,11 @@ void fwd_ws_set_chunked(fwd_ws *ws, int chunked) { ws->chunked = chunked; }
 void fwd_ws_set_prefetch(fwd_ws *ws, int on) { ws->prefetch = on; }
 void fwd_ws_set_int8(fwd_ws *ws, int on) { ws->int8 = on; }
 
+static int check_ops(const sl_backend *be, const sl_config *c, char *err, size_t errlen);
+int fwd_check_ops(const fwd_ws *ws, const sl_config *cfg, char *err, size_t errlen) {
+    return check_ops(ws->be, cfg, err, errlen);
+}
+
 /* ---- weight validation ------------------------------------------------------------------------ */
 
 static int check_mat(const sl_backend *be, const sl_mat *m, int rows, int cols, int layer, const char *name, char *err,
@@ -740,10 +745,25 @@ static int check_seq(const fwd_ws *ws, const fwd_seq *sq, const sl_config *cfg, 
     return 0;
 }
 
+/* Every op of the backend's table this config's layers call (backend.h: a backend may leave some NULL). */
+static int check_ops(const sl_backend *be, const sl_config *c, char *err, size_t errlen) {
+    const char *missing = NULL;
+    if (any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
+    else if (any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
+    else if (any_layer(c, 1) && (!be->dn_conv || !be->dn_gates || !be->dn_step || !be->dn_chunk || !be->dn_norm))
+        missing = !be->dn_conv ? "dn_conv" : !be->dn_gates ? "dn_gates" : !be->dn_step ? "dn_step" : !be->dn_chunk ? "dn_chunk" : "dn_norm";
+    if (!missing) return 0;
+    const arch_desc *a = arch_get(c->arch);
+    fwd_errf(err, errlen, "the %s backend has no %s op yet, which %s models need", be->name, missing,
+             a ? a->name : "these");
+    return SL_EUNSUPPORTED;
+}
+
 /* The checks of the model side: configuration, weights, expert source, per-thread scratch. */
 static int check_model(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
                        char *err, size_t errlen) {
     CK(check_config(cfg, err, errlen));
+    CK(check_ops(ws->be, cfg, err, errlen));
     CK(check_weights(ws->be, cfg, w, err, errlen));
     if (cfg_n_moe_layers(cfg) > 0 && (!experts || !experts->get)) {
         fwd_errf(err, errlen, "no expert source for a model with MoE layers");

@@ -39,6 +39,9 @@ void fwd_ws_set_trace(fwd_ws *ws, fwd_trace_fn fn, void *ctx);
 void fwd_ws_set_chunked(fwd_ws *ws, int chunked);
 /* 1 (default): q8/q4 matrices take int8 activations; 0: the exact f32 kernels. */
 void fwd_ws_set_int8(fwd_ws *ws, int on);
+/* 0 when ws's backend has every op cfg's layers call, else SL_EUNSUPPORTED naming the op and the family
+ * (a model opens with it refused rather than failing at its first evaluation). */
+int fwd_check_ops(const fwd_ws *ws, const sl_config *cfg, char *err, size_t errlen);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
 void fwd_ws_set_prefetch(fwd_ws *ws, int on);
 

@@ -1,0 +1,395 @@
+/*
+ * backend_cuda.c — the CUDA backend's table (src/backend/backend.h; issue 13 §2): the ops over the kernels of
+ * cuda.h and backend_cuda.h, all queued on the default stream in the forward pass's order. Built with
+ * `make CUDA=1` (SL_CUDA); be_open makes it. docs/CUDA.md says what it does and lacks: mla and the DeltaNet
+ * ops stay NULL (forward.c check_ops refuses such a family at open), and q3 / mxfp4 / f8 matmuls.
+ * Copies to or from the host return once done (a caller may reuse its buffer: the tier hands its pinned
+ * RAM slot back at once). A kern_act's int8 form is made on the device in slcu_act's layout on first use.
+ * route copies the logits back and runs the CPU backend's rule; embed dequantises rows on the host.
+ */
+#ifdef SL_CUDA
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda.h"
+#include "quant/quant.h"
+#include "sluice.h"
+
+#define SLACK 1024 /* past every device allocation: slcu_act_bytes exceeds kern_act_bytes by < 1 KiB */
+
+typedef struct cu_ctx {
+    sl_backend *cpu;          /* routes, on host logits */
+    int status;               /* first failure since the last sync */
+    char msg[256], tmp[256];
+    void *host, *dev;         /* scratch: route logits, an embedding row; index arrays, weights from the host */
+    size_t host_cap, dev_cap;
+} cu_ctx;
+
+static cu_ctx *cu_of(sl_backend *be) { return be->ctx; }
+
+static void cu_fail(sl_backend *be, int status, const char *what) {
+    cu_ctx *c = cu_of(be);
+    if (c->status) return;
+    c->status = status;
+    snprintf(c->msg, sizeof c->msg, "%s", what);
+}
+
+/* a cuda.h / backend_cuda.h call's -1 records its message (MSG) */
+#define MSG(be) cu_of(be)->tmp, sizeof cu_of(be)->tmp
+#define CU(be, call)                                          \
+    do {                                                      \
+        if ((call) != 0) cu_fail(be, SL_EIO, cu_of(be)->tmp); \
+    } while (0)
+
+static void *host_scratch(sl_backend *be, size_t bytes) {
+    cu_ctx *c = cu_of(be);
+    if (bytes > c->host_cap) {
+        void *p = realloc(c->host, bytes);
+        if (!p) {
+            cu_fail(be, SL_ENOMEM, "out of host memory (CUDA scratch)");
+            return NULL;
+        }
+        c->host = p;
+        c->host_cap = bytes;
+    }
+    return c->host;
+}
+
+/* bytes of device scratch holding src (host) */
+static void *dev_upload(sl_backend *be, const void *src, size_t bytes) {
+    cu_ctx *c = cu_of(be);
+    if (bytes > c->dev_cap) {
+        size_t cap = bytes > 2 * c->dev_cap ? bytes : 2 * c->dev_cap;
+        void *p = slcb_alloc(cap, 0);
+        if (!p) {
+            cu_fail(be, SL_ENOMEM, "out of device memory (CUDA scratch)");
+            return NULL;
+        }
+        if (c->dev) {
+            slcu_sync(MSG(be)); /* nothing queued may still read the old one */
+            slcb_free(c->dev, 0);
+        }
+        c->dev = p;
+        c->dev_cap = cap;
+    }
+    if (slcb_copy(c->dev, src, bytes, 1, MSG(be))) {
+        cu_fail(be, SL_EIO, c->tmp);
+        return NULL;
+    }
+    return c->dev;
+}
+
+
+static void *cu_alloc(sl_backend *be, size_t bytes, int flags) {
+    (void)be;
+    return (flags & BE_BUF_PINNED) ? slcb_alloc(bytes, 1) : slcb_alloc(bytes + SLACK, 0);
+}
+
+static void cu_free(sl_backend *be, void *p, size_t bytes, int flags) {
+    (void)be, (void)bytes;
+    slcb_free(p, flags & BE_BUF_PINNED);
+}
+
+static void cu_copy(sl_backend *be, void *dst, const void *src, size_t bytes, int dir) {
+    CU(be, slcb_copy(dst, src, bytes, dir != BE_D2D, MSG(be)));
+}
+
+static void cu_zero(sl_backend *be, void *p, size_t bytes) {
+    CU(be, slcb_zero(p, bytes, MSG(be)));
+}
+
+static int cu_sync(sl_backend *be) {
+    cu_ctx *c = cu_of(be);
+    if (slcu_sync(MSG(be))) cu_fail(be, SL_EIO, c->tmp);
+    int st = c->status;
+    c->status = 0;
+    return st;
+}
+
+static const char *cu_errmsg(sl_backend *be) { return cu_of(be)->msg; }
+
+static int cu_reserve(sl_backend *be, size_t slot_floats) {
+    (void)be, (void)slot_floats; /* the kernels size their own shared memory */
+    return 0;
+}
+
+static void cu_destroy(sl_backend *be) {
+    if (!be) return;
+    cu_ctx *c = cu_of(be);
+    slcu_sync(MSG(be));
+    slcb_free(c->dev, 0);
+    free(c->host);
+    be_close(c->cpu);
+    free(c);
+    free(be);
+}
+
+
+/* Row tokens[t] of the device table, fetched and dequantised on the host as the CPU backend does. */
+static void cu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
+    cu_ctx *c = cu_of(be);
+    const sl_dtype dt = table->dtype;
+    const int quant = dt == DT_Q8 || dt == DT_Q4, cols = table->cols;
+    if (!quant && dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) {
+        snprintf(MSG(be), "the CUDA backend cannot embed from a %s table", dt_name(dt));
+        cu_fail(be, SL_EUNSUPPORTED, c->tmp);
+        return;
+    }
+    const size_t code_b = quant ? (size_t)cols * (size_t)q_bits(dt) / 8 : (size_t)cols * dt_size(dt);
+    const size_t ng = quant ? (size_t)(cols / table->group) : 0, sb = ng * dt_size(table->sdtype);
+    uint8_t *h = host_scratch(be, (size_t)cols * sizeof(float) + code_b + 2 * sb + 64);
+    if (!h) return;
+    float *row = (float *)h;
+    uint8_t *codes = h + (size_t)cols * sizeof(float), *sc = codes + code_b, *bi = sc + sb;
+    for (int t = 0; t < n; t++) {
+        const size_t r = (size_t)tokens[t];
+        if (tokens[t] < 0 || tokens[t] >= table->rows) {
+            cu_fail(be, SL_ERANGE, "embed: a token outside the vocabulary");
+            return;
+        }
+        sl_mat one = *table;
+        one.rows = 1;
+        one.data = codes;
+        if (slcb_copy(codes, (const uint8_t *)table->data + r * code_b, code_b, 1, MSG(be))) break;
+        if (quant) {
+            one.scales = sc;
+            one.biases = table->biases ? bi : NULL;
+            if (slcb_copy(sc, (const uint8_t *)table->scales + r * sb, sb, 1, MSG(be))) break;
+            if (table->biases && slcb_copy(bi, (const uint8_t *)table->biases + r * sb, sb, 1, MSG(be)))
+                break;
+        }
+        q_row_to_f32(&one, 0, row);
+        if (slcb_copy(x + (size_t)t * ldx, row, (size_t)cols * sizeof(float), 1, MSG(be))) break;
+        if (t == n - 1) return;
+    }
+    if (n > 0) cu_fail(be, SL_EIO, c->tmp);
+}
+
+static slcu_mat mat_of(const sl_mat *w) {
+    return (slcu_mat){.data = w->data, .scales = w->scales, .biases = w->biases, .dtype = w->dtype,
+                      .sdtype = w->sdtype, .rows = w->rows, .cols = w->cols, .group = w->group};
+}
+
+/* x's int8 form on the device, quantized on first use. 0, or -1 (recorded). */
+static int act_ready(sl_backend *be, kern_act *x, slcu_act *a) {
+    cu_ctx *c = cu_of(be);
+    if (x->ready) {
+        *a = (slcu_act){.n_tok = x->n_tok, .cols = x->cols, .q = x->q, .q4 = x->q4, .d = x->d, .s = x->s};
+        return 0;
+    }
+    if (slcu_act_bind(a, x->buf, x->n_tok, x->cols, MSG(be)) ||
+        slcu_act_quantize(a, x->x, x->ldx, MSG(be))) {
+        cu_fail(be, SL_EIO, c->tmp);
+        return -1;
+    }
+    x->q = a->q, x->q4 = a->q4, x->d = a->d, x->s = a->s;
+    x->ready = 1;
+    return 0;
+}
+
+static int int8_path(const sl_mat *w, const kern_act *x) {
+    return x->int8 && x->buf && (w->dtype == DT_Q8 || w->dtype == DT_Q4) && x->cols % 32 == 0 && w->group % 32 == 0;
+}
+
+static void cu_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy) {
+    if (x->n_tok <= 0) return;
+    if (int8_path(w, x)) {
+        slcu_act a;
+        if (act_ready(be, x, &a)) return;
+        slcu_mm mm = {.w = mat_of(w), .a = &a, .rows = NULL, .n_tok = x->n_tok, .y = y, .ldy = ldy};
+        CU(be, slcu_matmul_i8(&mm, 1, MSG(be)));
+        return;
+    }
+    /* exact kernels: a token's order is fixed by the shapes (cuda_mat.cu), so rows batched == one at a time */
+    const slcu_mat m = mat_of(w);
+    if (x->ldx == (size_t)w->cols && ldy == (size_t)w->rows) {
+        CU(be, slcu_matmul(&m, x->x, y, x->n_tok, MSG(be)));
+        return;
+    }
+    for (int t = 0; t < x->n_tok; t++)
+        CU(be, slcu_matmul(&m, x->x + (size_t)t * x->ldx, y + (size_t)t * ldy, 1, MSG(be)));
+}
+
+static void cu_matmul_multi(sl_backend *be, const kern_mm *mm, int n) {
+    for (int i = 0; i < n; i++) cu_matmul(be, mm[i].w, mm[i].a, mm[i].y, mm[i].ldy);
+}
+
+/* The gathered rows' own int8 form, made when a matrix reads it: bitwise the gather. */
+static void cu_act_gather(sl_backend *be, kern_act *dst, void *buf, kern_act *src, const int *idx, int n,
+                          const float *x_rows) {
+    (void)be, (void)idx;
+    kern_act_init(dst, buf, x_rows, (size_t)src->cols, n, src->cols, src->int8);
+}
+
+static void cu_rmsnorm(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
+                       int dim, const float *w, float w_off, float eps) {
+    CU(be, slcu_rmsnorm(x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps, MSG(be)));
+}
+
+static void cu_rope(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
+                    const float *inv_freq, float attn_factor, int pos0, int interleave) {
+    cu_ctx *c = cu_of(be);
+    CU(be, slcu_rope(x, n_tok, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos0, interleave, c->tmp,
+                     sizeof c->tmp));
+}
+
+static void cu_add(sl_backend *be, float *x, const float *y, size_t n) {
+    CU(be, slcb_add(x, y, n, MSG(be)));
+}
+
+static void cu_add_bias(sl_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
+    CU(be, slcb_add_bias(x, ld, b, n_rows, cols, MSG(be)));
+}
+
+static void cu_copy_rows(sl_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
+                         const int *sidx, int n, int cols) {
+    if (n <= 0) return;
+    int *h = host_scratch(be, 2 * (size_t)n * sizeof(int));
+    if (!h) return;
+    for (int i = 0; i < n; i++) {
+        h[i] = didx ? didx[i] : i;
+        h[n + i] = sidx ? sidx[i] : i;
+    }
+    int *d = dev_upload(be, h, 2 * (size_t)n * sizeof(int));
+    if (!d) return;
+    CU(be, slcb_copy_rows(dst, ldd, d, src, lds, d + n, n, cols, MSG(be)));
+}
+
+
+static void cu_attention(sl_backend *be, const be_attn *a) {
+    const slcu_attn s = {.q = a->q, .ldq = a->ldq, .qstride = a->qstride, .gated = a->gated, .k = a->k, .v = a->v,
+                         .ldkv = a->ldkv, .k_cache = a->k_cache, .v_cache = a->v_cache, .cap = a->cap, .n = a->n,
+                         .pos0 = a->pos0, .n_heads = a->n_heads, .n_kv = a->n_kv_heads, .hd = a->head_dim,
+                         .window = a->window, .sinks = a->sinks, .scale = a->scale, .out = a->out, .ldo = a->ldo};
+    CU(be, slcu_attention(&s, MSG(be)));
+}
+
+
+/* The logits (and correction bias) come back; the CPU backend's rule chooses. */
+static int cu_route(sl_backend *be, const be_route *r) {
+    cu_ctx *c = cu_of(be);
+    int st = cu_sync(be);
+    if (st) return st;
+    const size_t E = (size_t)r->cfg->n_experts, nE = (size_t)r->n * E;
+    float *h = host_scratch(be, (nE + E) * sizeof(float));
+    if (!h) return cu_sync(be);
+    be_route rh = *r;
+    rh.logits = h;
+    rh.bias = r->bias ? h + nE : NULL;
+    if (slcb_copy(h, r->logits, nE * sizeof(float), 1, MSG(be)) ||
+        (r->bias && slcb_copy(h + nE, r->bias, E * sizeof(float), 1, MSG(be)))) {
+        cu_fail(be, SL_EIO, c->tmp);
+        return cu_sync(be);
+    }
+    st = c->cpu->route(c->cpu, &rh);
+    if (st) cu_fail(be, st, c->cpu->errmsg(c->cpu));
+    return cu_sync(be);
+}
+
+/* y = down(a), a [n][cols] the FFN's mid activation with its own int8 form (mid_buf) */
+static void ffn_down(sl_backend *be, const be_ffn *f, const sl_mat *down, const float *a, int cols) {
+    kern_act m;
+    kern_act_init(&m, f->mid_buf, a, (size_t)cols, f->x->n_tok, down->cols, f->int8);
+    cu_matmul(be, down, &m, f->y, f->ldy);
+}
+
+static void cu_ffn(sl_backend *be, const be_ffn *f) {
+    const int n = f->x->n_tok, I = f->inter;
+    if (f->kind == BE_FFN_GPTOSS) {
+        const sl_expert *ex = f->w;
+        cu_matmul(be, &ex->gate_up, f->x, f->g, (size_t)(2 * I));
+        CU(be, slcu_swiglu_clamped(f->g, ex->gate_up_bias, f->limit, f->u, n, I, MSG(be)));
+        ffn_down(be, f, &ex->down, f->u, I);
+        cu_add_bias(be, f->y, f->ldy, ex->down_bias, n, ex->down.rows);
+        return;
+    }
+    cu_matmul(be, &f->w->gate, f->x, f->g, (size_t)I);
+    cu_matmul(be, &f->w->up, f->x, f->u, (size_t)I);
+    CU(be, slcu_swiglu(f->g, f->u, f->g, (size_t)n * (size_t)I, MSG(be)));
+    ffn_down(be, f, &f->w->down, f->g, I);
+}
+
+/* Each expert alone in turn (one stream: the scratch is free again for the next). */
+static void cu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
+    for (int i = 0; i < n; i++) {
+        be_ffn one = f[i];
+        one.mid_buf = f[0].mid_buf;
+        cu_ffn(be, &one);
+    }
+}
+
+static void cu_combine(sl_backend *be, const be_combine *cb) {
+    if (cb->n <= 0) return;
+    if (cb->w) {
+        const float *w = dev_upload(be, cb->w, (size_t)cb->n * (size_t)cb->k * sizeof(float));
+        if (!w) return;
+        CU(be, slcu_combine(cb->y, w, cb->k, cb->sh_y, cb->sh_gate, cb->out, cb->n, cb->H, MSG(be)));
+    } else if (cb->sh_y) {
+        CU(be, slcb_add_shared(cb->out, cb->sh_y, cb->sh_gate, cb->n, cb->H, MSG(be)));
+    }
+}
+
+static void cu_combine_rows(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot,
+                            const float *top_w, const float *y, int cnt) {
+    if (cnt <= 0) return;
+    const size_t b = (size_t)cnt * sizeof(int);
+    uint8_t *h = host_scratch(be, 2 * b);
+    if (!h) return;
+    int *ht = (int *)h;
+    float *hw = (float *)(h + b);
+    for (int j = 0; j < cnt; j++) {
+        ht[j] = tok[j];
+        hw[j] = top_w[(size_t)tok[j] * k + slot[j]];
+    }
+    uint8_t *d = dev_upload(be, h, 2 * b);
+    if (!d) return;
+    CU(be, slcb_axpy_rows(out, H, (const int *)d, (const float *)(d + b), y, cnt, MSG(be)));
+}
+
+
+sl_backend *be_cuda_new(sl_pool *pool) {
+    sl_backend *be = calloc(1, sizeof *be);
+    cu_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c || !(c->cpu = be_cpu_new(NULL, pool))) {
+        free(be);
+        free(c);
+        return NULL;
+    }
+    *be = (sl_backend){
+        .name = "cuda",
+        .is_host = 0,
+        .ctx = c,
+        .alloc = cu_alloc,
+        .free = cu_free,
+        .copy = cu_copy,
+        .zero = cu_zero,
+        .sync = cu_sync,
+        .errmsg = cu_errmsg,
+        .reserve = cu_reserve,
+        .destroy = cu_destroy,
+        .embed = cu_embed,
+        .matmul_multi = cu_matmul_multi,
+        .act_gather = cu_act_gather,
+        .rmsnorm = cu_rmsnorm,
+        .rope = cu_rope,
+        .add = cu_add,
+        .add_bias = cu_add_bias,
+        .copy_rows = cu_copy_rows,
+        .attention = cu_attention,
+        .route = cu_route,
+        .ffn = cu_ffn,
+        .ffn_multi = cu_ffn_multi,
+        .combine = cu_combine,
+        .combine_rows = cu_combine_rows,
+    };
+    be->matmul[DT_F32] = be->matmul[DT_BF16] = be->matmul[DT_F16] = be->matmul[DT_Q8] = be->matmul[DT_Q4] = cu_matmul;
+    return be;
+}
+
+#else
+typedef int backend_cuda_unused; /* without CUDA=1 this file is empty */
+#endif

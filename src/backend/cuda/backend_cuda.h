@@ -1,0 +1,41 @@
+/*
+ * backend_cuda.h — the CUDA runtime calls and element-wise kernels (backend_cuda_rt.cu) of the CUDA table
+ * (backend_cuda.c), on the default stream; 0, or -1 with a message. Only for src/backend/cuda/.
+ */
+#ifndef SL_BACKEND_CUDA_RT_H
+#define SL_BACKEND_CUDA_RT_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The table, after slcu_init; pool: the routing CPU backend's. NULL: no memory. */
+struct sl_backend;
+struct sl_pool;
+struct sl_backend *be_cuda_new(struct sl_pool *pool);
+
+/* VRAM (pinned 0), or page-locked host memory kernels can read (pinned 1, cudaHostAlloc); NULL: none. */
+void *slcb_alloc(size_t bytes, int pinned);
+void slcb_free(void *p, int pinned);
+/* Any direction (unified addressing); wait: return once the bytes have arrived. */
+int slcb_copy(void *dst, const void *src, size_t bytes, int wait, char *msg, size_t msglen);
+int slcb_zero(void *p, size_t bytes, char *msg, size_t msglen);
+
+int slcb_add(float *x, const float *y, size_t n, char *msg, size_t msglen);
+int slcb_add_bias(float *x, size_t ld, const float *b, int n_rows, int cols, char *msg, size_t msglen);
+/* add, add_bias, copy_rows as backend.h's ops, index arrays in device memory */
+int slcb_copy_rows(float *dst, size_t ldd, const int *didx, const float *src, size_t lds, const int *sidx, int n,
+                   int cols, char *msg, size_t msglen);
+/* out[tok[j]*H + i] += w[j] * y[j*H + i], j = 0 .. cnt-1 in turn (tok, w device). */
+int slcb_axpy_rows(float *out, int H, const int *tok, const float *w, const float *y, int cnt, char *msg,
+                   size_t msglen);
+/* out[t] += (sg ? sigmoid(sg[t]) : 1) * sh[t], t < n (a combine without routed weights). */
+int slcb_add_shared(float *out, const float *sh, const float *sg, int n, int H, char *msg, size_t msglen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
