@@ -58,6 +58,13 @@
  * tensor_mapping.py ATTN_POST_NORM) */
 #define T_POST_NORM_PA {"post_attention_layernorm", NULL, AW_EVERY, AD_H, AD_NONE, AK_VEC, LW(ffn_norm), AR_BACKBONE, "post_attention_norm.weight"}
 
+/* DeepSeek-V3's MoE block (also GLM-4.5, dots.llm1): the router's score-correction bias, an ungated shared MLP */
+#define T_GROUP_MOE                                                                                  \
+    {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, "exp_probs_b.bias"}, \
+    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, "ffn_gate_shexp.weight"}, \
+    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, "ffn_up_shexp.weight"},     \
+    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, "ffn_down_shexp.weight"}
+
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* SwiGLU experts: gate_proj, up_proj [I, H]; down_proj [H, I]. */
@@ -71,5 +78,7 @@ int64_t arch_gguf_a_log(const sl_config *c, const float *src, float *dst);
 /* Config hooks shared by the Qwen families. */
 void arch_qwen_moe_config(hfc *c, sl_config *o);   /* Qwen3-MoE, Qwen2-MoE: norm_topk_prob, sparse layers */
 void arch_qwen_next_config(hfc *c, sl_config *o);  /* Qwen3-Next / 3.5: + shared expert, DeltaNet */
+/* DeepSeek-V3's MoE block (deepseek_v3.c; GLM-4.5, dots.llm1): group router fields, first dense layers */
+void arch_group_moe_config(hfc *c, sl_config *o, int first_dense_default);
 
 #endif

@@ -28,15 +28,15 @@ static double mla_scale(const sl_config *o) {
     return s;
 }
 
-static void config(hfc *c, sl_config *o) {
-    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
-    o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
-    o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
+/* The MoE block of DeepSeek-V3 that GLM-4.5 and dots.llm1 reuse (modeling_deepseek_v3.py DeepseekV3MoE,
+ * DeepseekV3TopkRouter): the sigmoid group router's n_group / topk_group / routed_scaling_factor, checked to
+ * fit the experts, and the first first_k_dense_replace layers dense MLPs of intermediate_size. */
+void arch_group_moe_config(hfc *c, sl_config *o, int first_dense_default) {
     o->n_group = hfc_int(c, "n_group", 0, 1);
     o->topk_group = hfc_int(c, "topk_group", 0, 1);
     o->routed_scale = hfc_num(c, "routed_scaling_factor", 1.0, NULL);
-    int first_dense = hfc_int(c, "first_k_dense_replace", 0, 0);
-    if (first_dense < 0 || first_dense >= o->n_layers)
+    int first_dense = hfc_int(c, "first_k_dense_replace", 0, first_dense_default);
+    if (first_dense >= o->n_layers)
         hfc_fail(c, SL_ECONFIG, "first_k_dense_replace (%d) leaves no MoE layer of %d", first_dense, o->n_layers);
     for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = i >= first_dense;
     if (first_dense > 0) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
@@ -45,6 +45,13 @@ static void config(hfc *c, sl_config *o) {
                  "per token (groups of >= 2 dividing the experts, at most %d groups, %d experts)", o->n_group,
                  o->topk_group, o->routed_scale, o->n_experts, o->n_experts_used, SL_ROUTER_MAX_GROUPS,
                  SL_ROUTER_MAX_EXPERTS);
+}
+
+static void config(hfc *c, sl_config *o) {
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
+    o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
+    arch_group_moe_config(c, o, 0);
     /* MLA. q_lora_rank null (or absent): one q_proj (DeepSeek-V2-Lite's layout) */
     o->q_lora = hfc_has(c, "q_lora_rank") ? hfc_int(c, "q_lora_rank", 1, 0) : 0;
     o->kv_lora = hfc_int(c, "kv_lora_rank", 1, 0);
@@ -78,10 +85,7 @@ static const arch_tdef tensors[] = {
     {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, "attn_kv_b.weight"},
     {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, "attn_output.weight"},
     T_POST_NORM, T_ROUTER,
-    {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, "exp_probs_b.bias"},
-    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, "ffn_gate_shexp.weight"},
-    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, "ffn_up_shexp.weight"},
-    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, "ffn_down_shexp.weight"},
+    T_GROUP_MOE,
     T_DENSE_MLP,
     T_HEAD,
 };

@@ -14,19 +14,7 @@ static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 0);
     o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 1, 0), o->moe_inter);
-    o->n_group = hfc_int(c, "n_group", 0, 1);
-    o->topk_group = hfc_int(c, "topk_group", 0, 1);
-    o->routed_scale = hfc_num(c, "routed_scaling_factor", 1.0, NULL);
-    int first_dense = hfc_int(c, "first_k_dense_replace", 0, 0);
-    if (first_dense >= o->n_layers)
-        hfc_fail(c, SL_ECONFIG, "first_k_dense_replace (%d) leaves no MoE layer of %d", first_dense, o->n_layers);
-    for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = i >= first_dense;
-    if (first_dense > 0) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
-    if (!cfg_groups_ok(o))
-        hfc_fail(c, SL_ECONFIG, "n_group = %d, topk_group = %d, routed_scaling_factor = %g do not fit %d experts, %d "
-                 "per token (groups of >= 2 dividing the experts, at most %d groups, %d experts)", o->n_group,
-                 o->topk_group, o->routed_scale, o->n_experts, o->n_experts_used, SL_ROUTER_MAX_GROUPS,
-                 SL_ROUTER_MAX_EXPERTS);
+    arch_group_moe_config(c, o, 0);
     if (hfc_has(c, "layer_types")) {
         hfc_sliding_layers(c, o);
         return;
@@ -41,10 +29,7 @@ static void config(hfc *c, sl_config *o) {
 static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM, T_ATTN_QKVO, T_QK_NORM_HEAD, T_POST_NORM, T_ROUTER,
-    {"mlp.gate.e_score_correction_bias", NULL, AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, "exp_probs_b.bias"},
-    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, "ffn_gate_shexp.weight"},
-    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, "ffn_up_shexp.weight"},
-    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, "ffn_down_shexp.weight"},
+    T_GROUP_MOE,
     T_DENSE_MLP,
     T_HEAD,
 };
