@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?prepare or run}
 dir=${2:?a directory}
-names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe"
+names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1"
+[ -d tests/data/kimi_k2 ] && names="$names kimi_k2"
 if [ "$mode" = run ]; then
     LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$dir/test_model" "$dir" $names
 fi
@@ -21,7 +22,8 @@ cc -Iinclude -Isrc -D_GNU_SOURCE -std=c11 -Wall -Wextra -Werror -O2 tests/cuda/t
     -ldl -lrt -lstdc++ -o "$dir/test_model"
 for l in libcjson.so.1 libxxhash.so.0 liburing.so.2; do cp -L "/lib/x86_64-linux-gnu/$l" "$dir/lib/"; done
 for n in $names; do
-    build/sluice pack "tests/data/$n" -o "$dir/$n.sluice" --quant f32 >/dev/null
+    keep=; [ "$n" = gpt_oss_mxfp4 ] && keep="--quant-experts keep" # the MXFP4 experts as released
+    build/sluice pack "tests/data/$n" -o "$dir/$n.sluice" --quant f32 $keep >/dev/null
     build/sluice pack "tests/data/$n" -o "$dir/$n.q4.sluice" --quant q4 --group 32 >/dev/null
     python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*r["tokens"]); print(*r["greedy"])' \
         "tests/data/$n/ref.json" >"$dir/$n.ref"

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "kernels/kernels.h"
+#include "kernels/mxfp4.h"
 #include "model/rope.h"
 #include "quant/quant.h"
 
@@ -554,13 +555,20 @@ static void check_ops(void) {
         free(hq), free(hk), free(hv), free(hs), free(hn), free(ref), free(sc), free(y);
         slcu_free(dq), slcu_free(dk), slcu_free(dv), slcu_free(dsk), slcu_free(dout), slcu_free(dnew);
     }
-    { /* DeltaNet recurrence (deltanet.c head_recurrent, transcribed), 3 tokens, state in -> out */
-        enum { T = 3, NK = 2, NV = 4, DK = 64, DV = 96, CQ = 2 * NK * DK + NV * DV };
+    /* DeltaNet recurrence (deltanet.c head_recurrent, transcribed), 3 tokens, state in -> out: the register
+     * kernels (dk 64, 128), the generic one (dk 40, and dk 128 forced: bitwise the register kernel's) */
+    float *prev_y = NULL, *prev_S = NULL;
+    const int dn_cases[4][3] = {{64, 96, 0}, {40, 72, 0}, {128, 128, 0}, {128, 128, 1}};
+    for (int ci = 0; ci < 4; ci++) {
+        enum { T = 3, NK = 2, NV = 4 };
+        const int DK = dn_cases[ci][0], DV = dn_cases[ci][1], CQ = 2 * NK * DK + NV * DV;
+        if (ci == 3) rng = 88172645463325252ull ^ 3; /* case 3 repeats case 2's inputs */
+        if (ci == 2) rng = 88172645463325252ull ^ 3;
         float *hS, *hc, *hg, *dS = rnd_dev((size_t)NV * DK * DV, 0.1f, &hS, msg), *dc = rnd_dev((size_t)T * CQ, 0.125f, &hc, msg);
         float *dg = rnd_dev(T * 2 * NV, 0.3f, &hg, msg), *dS2 = slcu_alloc((size_t)NV * DK * DV * 4, msg, sizeof msg);
         for (int i = 0; i < T * 2 * NV; i++) hg[i] = i % (2 * NV) < NV ? fabsf(hg[i]) : -fabsf(hg[i]);
         slcu_upload(dg, hg, T * 2 * NV * 4, msg, sizeof msg);
-        float *ref = calloc((size_t)T * NV * DV, 4), m[DV];
+        float *ref = calloc((size_t)T * NV * DV, 4), m[128];
         for (int h = 0; h < NV; h++) {
             float *S = hS + (size_t)h * DK * DV;
             for (int t = 0; t < T; t++) {
@@ -578,12 +586,191 @@ static void check_ops(void) {
         }
         float *dout = slcu_alloc((size_t)T * NV * DV * 4, msg, sizeof msg);
         poison(dout, (size_t)T * NV * DV * 4), poison(dS2, (size_t)NV * DK * DV * 4);
+        slcu_dn_force_generic(dn_cases[ci][2]);
         CK(!slcu_dn_step(dc, dg, dS, dS2, dout, NV * DV, T, NK, NV, DK, DV, msg, sizeof msg), "%s", msg);
+        slcu_dn_force_generic(0);
         float *y = dl(dout, (size_t)T * NV * DV), *S2 = dl(dS2, (size_t)NV * DK * DV);
-        OPCHECK("deltanet recurrence: out", relerr(y, ref, (size_t)T * NV * DV), 1e-5);
-        OPCHECK("deltanet recurrence: state", relerr(S2, hS, (size_t)NV * DK * DV), 1e-5);
-        free(hS), free(hc), free(hg), free(ref), free(y), free(S2);
+        char nm[64];
+        snprintf(nm, sizeof nm, "deltanet recurrence dk %d%s", DK, dn_cases[ci][2] ? " generic" : "");
+        OPCHECK(nm, nanmax(relerr(y, ref, (size_t)T * NV * DV), relerr(S2, hS, (size_t)NV * DK * DV)), 1e-5);
+        if (ci == 3) {
+            CK(!memcmp(y, prev_y, (size_t)T * NV * DV * 4) && !memcmp(S2, prev_S, (size_t)NV * DK * DV * 4),
+               "deltanet: the register kernel differs from the generic one");
+            free(prev_y), free(prev_S), free(y), free(S2);
+        } else if (ci == 2) prev_y = y, prev_S = S2;
+        else free(y), free(S2);
+        free(hS), free(hc), free(hg), free(ref);
         slcu_free(dS), slcu_free(dc), slcu_free(dg), slcu_free(dS2), slcu_free(dout);
+    }
+}
+
+/* ---- the DeltaNet conv1d / gates / gated norm, MLA and the MXFP4 matmul against cpu_mix.c's and mxfp4.c's
+ * code, transcribed ---- */
+static void check_mixers(void) {
+    char msg[256] = "";
+    const kern_ops *ops = kern_scalar_ops();
+    for (int grouped = 0; grouped < 2; grouped++) { /* dn_conv, dn_gates, dn_norm; Qwen3.5's b|a and Next's grouped */
+        enum { T = 5, NK = 2, NV = 4, DK = 64, DV = 48, K = 4, CQ = 2 * NK * DK + NV * DV };
+        float *hin, *hw, *hst, *hba, *hal, *hdt, *hz, *hnw, *ho;
+        float *din = rnd_dev((size_t)T * CQ, 1, &hin, msg), *dw = rnd_dev((size_t)CQ * K, 0.5f, &hw, msg);
+        float *dst = rnd_dev((size_t)(K - 1) * CQ, 1, &hst, msg), *dba = rnd_dev((size_t)T * 2 * NV, 2, &hba, msg);
+        float *dal = rnd_dev(NV, 1, &hal, msg), *ddt = rnd_dev(NV, 1, &hdt, msg), *dz = rnd_dev((size_t)T * NV * DV, 2, &hz, msg);
+        float *dnw = rnd_dev(DV, 1, &hnw, msg), *dout = rnd_dev((size_t)T * (NV * DV + 8), 3, &ho, msg);
+        float *dcs = slcu_alloc((size_t)(K - 1) * CQ * 4, msg, sizeof msg), *dco = slcu_alloc((size_t)T * CQ * 4, msg, sizeof msg);
+        float *dg = slcu_alloc((size_t)T * 2 * NV * 4, msg, sizeof msg);
+        poison(dcs, (size_t)(K - 1) * CQ * 4), poison(dco, (size_t)T * CQ * 4), poison(dg, (size_t)T * 2 * NV * 4);
+        hba[3] = 30.f; /* softplus's x > 20 branch */
+        slcu_upload(dba, hba, (size_t)T * 2 * NV * 4, msg, sizeof msg);
+        float *rco = malloc((size_t)T * CQ * 4), *rcs = malloc((size_t)(K - 1) * CQ * 4), *rg = malloc((size_t)T * 2 * NV * 4);
+        for (int t = 0; t < T; t++) /* cpu_dn_conv */
+            for (int c = 0; c < CQ; c++) {
+                float acc = 0.0f;
+                for (int i = 0; i < K; i++) {
+                    int sr = t - K + 1 + i;
+                    acc += hw[c * K + i] * (sr < 0 ? hst[(size_t)(K - 1 + sr) * CQ + c] : hin[(size_t)sr * CQ + c]);
+                }
+                rco[(size_t)t * CQ + c] = kern_silu(acc);
+            }
+        for (int i = 0; i < K - 1; i++) {
+            int sr = T - K + 1 + i;
+            memcpy(rcs + (size_t)i * CQ, sr < 0 ? hst + (size_t)(K - 1 + sr) * CQ : hin + (size_t)sr * CQ, CQ * 4);
+        }
+        for (int t = 0; t < T; t++) { /* cpu_dn_gates */
+            const float *ba = hba + (size_t)t * 2 * NV;
+            for (int h = 0; h < NV; h++) {
+                const int r = NV / NK;
+                float b = grouped ? ba[(h / r) * 2 * r + h % r] : ba[h], a = grouped ? ba[(h / r) * 2 * r + r + h % r] : ba[NV + h];
+                float x = a + hdt[h];
+                rg[t * 2 * NV + h] = kern_sigmoid(b);
+                rg[t * 2 * NV + NV + h] = -expf(hal[h]) * (x > 20.0f ? x : log1pf(expf(x)));
+            }
+            for (int j = 0; j < 2 * NK; j++) {
+                float *x = rco + (size_t)t * CQ + (size_t)j * DK;
+                double ss = 0;
+                for (int i = 0; i < DK; i++) ss += (double)x[i] * x[i];
+                const float inv = (float)(1.0 / sqrt(ss + 1e-6)), sc = j < NK ? 1.0f / sqrtf((float)DK) : 1.0f;
+                for (int i = 0; i < DK; i++) x[i] = (x[i] * inv) * sc;
+            }
+        }
+        const size_t ldo = NV * DV + 8;
+        for (int t = 0; t < T; t++) /* cpu_dn_norm */
+            for (int h = 0; h < NV; h++) {
+                float *o = ho + t * ldo + h * DV;
+                ops->rmsnorm(o, hnw, 0.0f, 1e-6f, o, DV);
+                for (int e = 0; e < DV; e++) o[e] *= kern_silu(hz[(size_t)t * NV * DV + h * DV + e]);
+            }
+        const slcu_dn d = {.n = T, .nk = NK, .nv = NV, .dk = DK, .dv = DV, .conv_k = K, .conv_in = din, .conv_w = dw,
+                           .conv_in_state = dst, .conv_out_state = dcs, .conv_out = dco, .ba = dba, .ba_grouped = grouped,
+                           .A_log = dal, .dt_bias = ddt, .gates = dg, .out = dout, .ldo = ldo, .z = dz, .norm_w = dnw, .eps = 1e-6f};
+        CK(!slcu_dn_conv(&d, msg, sizeof msg), "%s", msg);
+        float *ycs = dl(dcs, (size_t)(K - 1) * CQ), *yco0 = dl(dco, (size_t)T * CQ);
+        CK(!slcu_dn_gates(&d, msg, sizeof msg), "%s", msg);
+        CK(!slcu_dn_norm(&d, msg, sizeof msg), "%s", msg);
+        float *yco = dl(dco, (size_t)T * CQ), *yg = dl(dg, (size_t)T * 2 * NV), *yo = dl(dout, (size_t)T * ldo);
+        CK(!memcmp(ycs, rcs, (size_t)(K - 1) * CQ * 4), "deltanet conv state not the last K-1 rows");
+        CK(yco0[0] == yco0[0], "deltanet conv: NaN");
+        OPCHECK(grouped ? "deltanet conv+l2norm (grouped)" : "deltanet conv+l2norm", relerr(yco, rco, (size_t)T * CQ), 1e-6);
+        OPCHECK(grouped ? "deltanet gates (grouped)" : "deltanet gates", relerr(yg, rg, (size_t)T * 2 * NV), 1e-6);
+        OPCHECK("deltanet gated norm", relerr(yo, ho, (size_t)T * ldo), 1e-6);
+        free(hin), free(hw), free(hst), free(hba), free(hal), free(hdt), free(hz), free(hnw), free(ho);
+        free(rco), free(rcs), free(rg), free(ycs), free(yco0), free(yco), free(yg), free(yo);
+        slcu_free(din), slcu_free(dw), slcu_free(dst), slcu_free(dba), slcu_free(dal), slcu_free(ddt), slcu_free(dz);
+        slcu_free(dnw), slcu_free(dout), slcu_free(dcs), slcu_free(dco), slcu_free(dg);
+    }
+    for (int qz = 0; qz < 3; qz++) { /* MLA with kv_b f32, q4 (g32, bf16 scales), q8 (g64, f16); 3 tokens after 37 */
+        enum { T = 3, NH = 4, R = 64, DR = 16, DN = 32, DV = 24, ROW = R + DR, QH = DN + DR, P0 = 37 };
+        mat kvb;
+        const sl_dtype dt = qz == 0 ? DT_F32 : qz == 1 ? DT_Q4 : DT_Q8;
+        if (make_mat(&kvb, dt, NH * (DN + DV), R, qz == 2 ? 64 : 32, qz == 1 ? DT_BF16 : qz == 2 ? DT_F16 : DT_F32, msg)) {
+            CK(0, "%s", msg);
+            continue;
+        }
+        float *hq, *hckv, *hc, *dq = rnd_dev((size_t)T * NH * QH, 1, &hq, msg), *dckv = rnd_dev((size_t)T * ROW, 1, &hckv, msg);
+        float *dc = rnd_dev((size_t)(P0 + T) * ROW, 1, &hc, msg), *dqa = slcu_alloc((size_t)T * NH * ROW * 4, msg, sizeof msg);
+        float *dlat = slcu_alloc((size_t)T * NH * R * 4, msg, sizeof msg);
+        poison(dqa, (size_t)T * NH * ROW * 4), poison(dlat, (size_t)T * NH * R * 4);
+        float *rqa = calloc((size_t)T * NH * ROW, 4), *rlat = calloc((size_t)T * NH * R, 4), w[R], sc[P0 + T];
+        const float scale = 0.125f;
+        memcpy(hc + (size_t)P0 * ROW, hckv, (size_t)T * ROW * 4);
+        for (int h = 0; h < NH; h++) /* cpu_mla absorb_part */
+            for (int i = 0; i < DN; i++) {
+                q_row_to_f32(&kvb.m, h * (DN + DV) + i, w);
+                for (int t = 0; t < T; t++) ops->axpy(hq[(size_t)t * NH * QH + h * QH + i], w, rqa + ((size_t)t * NH + h) * ROW, R);
+            }
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) memcpy(rqa + ((size_t)t * NH + h) * ROW + R, hq + (size_t)t * NH * QH + h * QH + DN, DR * 4);
+        for (int it = 0; it < T * NH; it++) { /* attend_part */
+            const int nk = P0 + it / NH + 1;
+            float mx = -INFINITY;
+            for (int p = 0; p < nk; p++) {
+                sc[p] = ops->dot(rqa + (size_t)it * ROW, hc + (size_t)p * ROW, ROW) * scale;
+                if (sc[p] > mx) mx = sc[p];
+            }
+            double sum = 0;
+            for (int p = 0; p < nk; p++) sc[p] = expf(sc[p] - mx), sum += sc[p];
+            for (int p = 0; p < nk; p++) ops->axpy(sc[p] / (float)sum, hc + (size_t)p * ROW, rlat + (size_t)it * R, R);
+        }
+        const slcu_mla a = {.q = dq, .ldq = NH * QH, .ckv = dckv, .cache = dc, .kv_b = kvb.d, .n = T, .pos0 = P0, .n_heads = NH,
+                            .r = R, .dr = DR, .dn = DN, .dv = DV, .scale = scale, .q_abs = dqa, .lat = dlat};
+        CK(!slcu_mla_attention(&a, msg, sizeof msg), "%s", msg);
+        float *yqa = dl(dqa, (size_t)T * NH * ROW), *ylat = dl(dlat, (size_t)T * NH * R), *yc = dl(dc, (size_t)(P0 + T) * ROW);
+        CK(!memcmp(yc, hc, (size_t)(P0 + T) * ROW * 4), "mla: the cache rows");
+        const char *nm[3][2] = {{"mla absorb (f32 kv_b)", "mla latents (f32 kv_b)"}, {"mla absorb (q4 kv_b)", "mla latents (q4 kv_b)"},
+                                {"mla absorb (q8 kv_b)", "mla latents (q8 kv_b)"}};
+        OPCHECK(nm[qz][0], relerr(yqa, rqa, (size_t)T * NH * ROW), 1e-6);
+        OPCHECK(nm[qz][1], relerr(ylat, rlat, (size_t)T * NH * R), 1e-5);
+        /* the last token alone (the two before it already cached) == in the batch, bitwise */
+        const slcu_mla one = {.q = dq + 2 * NH * QH, .ldq = NH * QH, .ckv = dckv + 2 * ROW, .cache = dc, .kv_b = kvb.d, .n = 1,
+                              .pos0 = P0 + 2, .n_heads = NH, .r = R, .dr = DR, .dn = DN, .dv = DV, .scale = scale, .q_abs = dqa, .lat = dlat};
+        CK(!slcu_mla_attention(&one, msg, sizeof msg), "%s", msg);
+        float *y1 = dl(dlat, (size_t)NH * R);
+        CK(!memcmp(y1, ylat + 2 * NH * R, (size_t)NH * R * 4), "mla: a token alone differs from it in a batch");
+        free(hq), free(hckv), free(hc), free(rqa), free(rlat), free(yqa), free(ylat), free(yc), free(y1);
+        slcu_free(dq), slcu_free(dckv), slcu_free(dc), slcu_free(dqa), slcu_free(dlat), free_mat(&kvb);
+    }
+    { /* MXFP4: 300 x 1024 (and 70 x 96), scales 2^-8 .. 2^2 with the two special bytes, 1 to 19 tokens at ldx > cols */
+        const int shapes[2][2] = {{300, 1024}, {70, 96}};
+        for (int sh = 0; sh < 2; sh++) {
+            const int rows = shapes[sh][0], cols = shapes[sh][1], maxn = 19, ldx = cols + 4, ldy = rows + 3;
+            const size_t cb = (size_t)rows * cols / 2, sb = (size_t)rows * cols / 32;
+            uint8_t *h = malloc(cb + sb);
+            for (size_t i = 0; i < cb; i++) h[i] = (uint8_t)(urand() * 256);
+            for (size_t i = 0; i < sb; i++) h[cb + i] = (uint8_t)(119 + (int)(urand() * 11));
+            h[cb] = 0; /* 2^-127, a subnormal scale */
+            uint8_t *dw = dev_copy(h, cb + sb, msg);
+            float *hx, *dx = rnd_dev((size_t)maxn * ldx, 1, &hx, msg), *dy = slcu_alloc((size_t)maxn * ldy * 4, msg, sizeof msg);
+            float *ref = malloc((size_t)maxn * ldy * 4), *row = malloc((size_t)cols * 4);
+            for (int r = 0; r < rows; r++) {
+                mxfp4_row_scalar(h + (size_t)r * cols / 2, h + cb + (size_t)r * cols / 32, cols, row);
+                for (int t = 0; t < maxn; t++) {
+                    double acc = 0;
+                    for (int c = 0; c < cols; c++) acc += (double)row[c] * hx[(size_t)t * ldx + c];
+                    ref[(size_t)t * ldy + r] = (float)acc;
+                }
+            }
+            const slcu_mat m = {.data = dw, .scales = dw + cb, .dtype = DT_MXFP4, .sdtype = DT_NONE, .rows = rows, .cols = cols, .group = 32};
+            float *y1 = NULL;
+            const int ns[] = {1, 3, 8, 19};
+            for (int k = 0; k < 4; k++) {
+                poison(dy, (size_t)maxn * ldy * 4);
+                CK(!slcu_matmul_mxfp4(&m, dx, ldx, dy, ldy, ns[k], msg, sizeof msg), "%s", msg);
+                float *y = dl(dy, (size_t)maxn * ldy);
+                double e = 0, mx = 0;
+                for (int t = 0; t < ns[k]; t++)
+                    for (int r = 0; r < rows; r++) {
+                        const size_t i = (size_t)t * ldy + r;
+                        mx = fmax(mx, fabs(ref[i])), e = nanmax(e, fabs((double)y[i] - ref[i]));
+                    }
+                CK(e / mx <= 1e-5, "mxfp4 %dx%d, %d tokens: relative error %.3g", rows, cols, ns[k], e / mx);
+                if (!y1) y1 = y;
+                else {
+                    for (int r = 0; r < rows; r++) CK(y[r] == y1[r], "mxfp4: token 0 in a batch of %d differs from alone", ns[k]);
+                    free(y);
+                }
+                if (k == 3) printf("ok   mxfp4 matmul %4dx%-4d        max rel err %.2e (1-19 tokens, alone == batched)\n", rows, cols, e / mx);
+            }
+            free(h), free(hx), free(ref), free(row), free(y1), slcu_free(dw), slcu_free(dx), slcu_free(dy);
+        }
     }
 }
 
@@ -618,6 +805,7 @@ int main(int argc, char **argv) {
     check_i8(DT_Q4, 768, 2048, 64, DT_BF16);
     check_i8(DT_Q8, 129, 768, 128, DT_F16);
     check_ops();
+    check_mixers();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
     if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
     return failures ? 1 : 0;

@@ -1,8 +1,8 @@
 /*
  * backend_cuda.c — the CUDA backend's table (src/backend/backend.h; issue 13 §2): the ops over the kernels of
  * cuda.h and backend_cuda.h, all queued on the default stream in the forward pass's order. Built with
- * `make CUDA=1` (SL_CUDA); be_open makes it. docs/CUDA.md says what it does and lacks: mla and the DeltaNet
- * ops stay NULL (forward.c check_ops refuses such a family at open), and q3 / mxfp4 / f8 matmuls.
+ * `make CUDA=1` (SL_CUDA); be_open makes it. docs/CUDA.md says what it does and lacks: q3 matmuls stay NULL
+ * (be_check_mat refuses such a model at open); dn_chunk runs the token recurrence (dn_step's kernel).
  * Copies to or from the host return once done (a caller may reuse its buffer: the tier hands its pinned
  * RAM slot back at once). A kern_act's int8 form is made on the device in slcu_act's layout on first use.
  * route copies the logits back and runs the CPU backend's rule; embed dequantises rows on the host.
@@ -197,6 +197,11 @@ static int int8_path(const sl_mat *w, const kern_act *x) {
 
 static void cu_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy) {
     if (x->n_tok <= 0) return;
+    if (w->dtype == DT_MXFP4) {
+        const slcu_mat m = mat_of(w);
+        CU(be, slcu_matmul_mxfp4(&m, x->x, x->ldx, y, ldy, x->n_tok, MSG(be)));
+        return;
+    }
     if (int8_path(w, x)) {
         slcu_act a;
         if (act_ready(be, x, &a)) return;
@@ -268,6 +273,41 @@ static void cu_attention(sl_backend *be, const be_attn *a) {
     CU(be, slcu_attention(&s, MSG(be)));
 }
 
+static void cu_mla(sl_backend *be, const be_mla *a) {
+    const slcu_mla s = {.q = a->q, .ldq = a->ldq, .ckv = a->ckv, .cache = a->cache, .kv_b = mat_of(a->kv_b), .n = a->n,
+                        .pos0 = a->pos0, .n_heads = a->n_heads, .r = a->r, .dr = a->dr, .dn = a->dn, .dv = a->dv,
+                        .scale = a->scale, .q_abs = a->q_abs, .lat = a->lat};
+    CU(be, slcu_mla_attention(&s, MSG(be)));
+}
+
+static slcu_dn dn_of(const be_dn *d) {
+    return (slcu_dn){.n = d->n, .nk = d->nk, .nv = d->nv, .dk = d->dk, .dv = d->dv, .conv_k = d->conv_k,
+                     .conv_in = d->conv_in, .conv_w = d->conv_w, .conv_in_state = d->conv_in_state,
+                     .conv_out_state = d->conv_out_state, .conv_out = d->conv_out, .ba = d->ba,
+                     .ba_grouped = d->ba_grouped, .A_log = d->A_log, .dt_bias = d->dt_bias, .gates = d->gates,
+                     .out = d->out, .ldo = d->ldo, .z = d->z, .norm_w = d->norm_w, .eps = d->eps};
+}
+
+static void cu_dn_conv(sl_backend *be, const be_dn *d) {
+    const slcu_dn s = dn_of(d);
+    CU(be, slcu_dn_conv(&s, MSG(be)));
+}
+
+static void cu_dn_gates(sl_backend *be, const be_dn *d) {
+    const slcu_dn s = dn_of(d);
+    CU(be, slcu_dn_gates(&s, MSG(be)));
+}
+
+/* dn_step and dn_chunk: the token recurrence (backend.h lets dn_chunk be ~1e-6 of dn_step; here it is dn_step) */
+static void cu_dn_step(sl_backend *be, const be_dn *d) {
+    CU(be, slcu_dn_step(d->conv_out, d->gates, d->ssm_in, d->ssm_out, d->out, d->ldo, d->n, d->nk, d->nv, d->dk, d->dv,
+                        MSG(be)));
+}
+
+static void cu_dn_norm(sl_backend *be, const be_dn *d) {
+    const slcu_dn s = dn_of(d);
+    CU(be, slcu_dn_norm(&s, MSG(be)));
+}
 
 /* The logits (and correction bias) come back; the CPU backend's rule chooses. */
 static int cu_route(sl_backend *be, const be_route *r) {
@@ -380,6 +420,12 @@ sl_backend *be_cuda_new(sl_pool *pool) {
         .add_bias = cu_add_bias,
         .copy_rows = cu_copy_rows,
         .attention = cu_attention,
+        .mla = cu_mla,
+        .dn_conv = cu_dn_conv,
+        .dn_gates = cu_dn_gates,
+        .dn_step = cu_dn_step,
+        .dn_chunk = cu_dn_step,
+        .dn_norm = cu_dn_norm,
         .route = cu_route,
         .ffn = cu_ffn,
         .ffn_multi = cu_ffn_multi,
@@ -387,6 +433,7 @@ sl_backend *be_cuda_new(sl_pool *pool) {
         .combine_rows = cu_combine_rows,
     };
     be->matmul[DT_F32] = be->matmul[DT_BF16] = be->matmul[DT_F16] = be->matmul[DT_Q8] = be->matmul[DT_Q4] = cu_matmul;
+    be->matmul[DT_MXFP4] = cu_matmul;
     return be;
 }
 

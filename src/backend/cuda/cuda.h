@@ -156,6 +156,55 @@ int slcu_attention(const slcu_attn *a, char *msg, size_t msglen);
  * [n][2nv] beta then g; state ssm_in -> ssm_out [nv][dk][dv] (may be the same); out [n][ldo]. dv <= 1024. */
 int slcu_dn_step(const float *conv_out, const float *gates, const float *ssm_in, float *ssm_out, float *out,
                  size_t ldo, int n, int nk, int nv, int dk, int dv, char *msg, size_t msglen);
+/* Tests: 1 makes slcu_dn_step use its generic kernel for every dk (else dk 64 / 128 keep the state in
+ * registers; bitwise the same results). */
+void slcu_dn_force_generic(int on);
+
+/* The other Gated DeltaNet ops (backend.h be_dn; cpu_mix.c cpu_dn_conv / cpu_dn_gates / cpu_dn_norm): the
+ * fields of be_dn the three read, device pointers. cq = 2 nk dk + nv dv. */
+typedef struct slcu_dn {
+    int n, nk, nv, dk, dv, conv_k;
+    const float *conv_in, *conv_w, *conv_in_state; /* [n][cq], [cq][K], [K-1][cq] */
+    float *conv_out_state, *conv_out;              /* [K-1][cq], [n][cq] */
+    const float *ba;                               /* [n][2nv] */
+    int ba_grouped;
+    const float *A_log, *dt_bias; /* [nv] */
+    float *gates;                 /* [n][2nv] beta | g */
+    float *out;                   /* [n][ldo] */
+    size_t ldo;
+    const float *z, *norm_w; /* [n][nv dv], [dv] */
+    float eps;
+} slcu_dn;
+/* conv_out = silu(causal depthwise conv1d over [conv_in_state; conv_in]), conv_out_state = the last K-1
+ * pre-conv rows; acc += w_i u_i in tap order, as the CPU. */
+int slcu_dn_conv(const slcu_dn *d, char *msg, size_t msglen);
+/* gates = [sigmoid(b) | -exp(A_log) softplus(a + dt_bias)]; q, k of conv_out L2-normalised in place (sum
+ * of squares in double, a fixed tree; q also times dk^-1/2). */
+int slcu_dn_gates(const slcu_dn *d, char *msg, size_t msglen);
+/* out = rmsnorm(out) (norm_w, eps; per value head) * silu(z). */
+int slcu_dn_norm(const slcu_dn *d, char *msg, size_t msglen);
+
+/* ---- cuda_mla.cu: multi-head latent attention over its compressed cache (backend.h be_mla, cpu_mix.c
+ * cpu_mla): the cache rows stored, the absorbed queries (kv_b's W_uk rows dequantised element by element:
+ * f32 / bf16 / f16 / q8 / q4), per (token, head) the scores, softmax and latent sums. ---- */
+typedef struct slcu_mla {
+    const float *q; /* [n][ldq], head h at h * (dn + dr) */
+    size_t ldq;
+    const float *ckv; /* [n][r + dr] */
+    float *cache;     /* [n_ctx][r + dr] */
+    slcu_mat kv_b;    /* [n_heads * (dn + dv)][r] */
+    int n, pos0, n_heads, r, dr, dn, dv;
+    float scale;
+    float *q_abs; /* [n][n_heads][r + dr] */
+    float *lat;   /* [n][n_heads][r] */
+} slcu_mla;
+int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen);
+
+/* ---- cuda_mxfp4.cu: y[t * ldy + r] = (W x_t)[r], W MXFP4 (quant.h: codes [rows][cols/2], an E8M0 scale per
+ * 32 columns), x [n][ldx] f32, any n. Each weight decoded as the CPU's mxfp4_row_scalar (value * 2^(e-127),
+ * exact); per lane its 32-column blocks in order, a fixed butterfly over the lanes. ---- */
+int slcu_matmul_mxfp4(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, char *msg,
+                      size_t msglen);
 
 /* Device time of fn(ctx) in ms, the mean of reps calls after one warm-up, by CUDA events (benchmarks). */
 float slcu_time(void (*fn)(void *), void *ctx, int reps);

@@ -351,7 +351,8 @@ extern "C" int slcu_attention(const slcu_attn *a, char *msg, size_t msglen) {
     return launched(msg, msglen, "attention launch");
 }
 
-/* ---- Gated DeltaNet recurrence: one CTA per value head, thread d owns column d of the head's state ---- */
+/* ---- Gated DeltaNet recurrence: one CTA per value head, thread d owns column d of the head's state (in
+ * registers for dk 64 and 128, k_dn_step_reg) ---- */
 __global__ void k_dn_step(const float *conv, const float *gates, const float *S_in, float *S_out, float *o, size_t ldo,
                           int n_tok, int nk, int nv, int dk, int dv) {
     extern __shared__ float qk[]; /* q [dk] | k [dk] of the current token */
@@ -383,13 +384,146 @@ __global__ void k_dn_step(const float *conv, const float *gates, const float *S_
     }
 }
 
+/* The same recurrence with the thread's state column in registers (dk = DK fixed): the same operations in
+ * the same order as k_dn_step, so bitwise its results, without the state's round trips through memory. */
+template <int DK>
+__global__ void __launch_bounds__(256) k_dn_step_reg(const float *conv, const float *gates, const float *S_in, float *S_out, float *o,
+                                                     size_t ldo, int n_tok, int nk, int nv, int dv) {
+    __shared__ float qk[2 * DK];
+    const int h = blockIdx.x, d = threadIdx.x, kh = h / (nv / nk), cq = 2 * nk * DK + nv * dv;
+    float S[DK];
+    if (d < dv)
+#pragma unroll
+        for (int i = 0; i < DK; i++) S[i] = S_in[(size_t)h * DK * dv + (size_t)i * dv + d];
+    for (int t = 0; t < n_tok; t++) {
+        const float *row = conv + (size_t)t * cq;
+        __syncthreads();
+        for (int i = threadIdx.x; i < DK; i += blockDim.x) qk[i] = row[(size_t)kh * DK + i], qk[DK + i] = row[(size_t)(nk + kh) * DK + i];
+        __syncthreads();
+        if (d >= dv) continue;
+        const float b = gates[(size_t)t * 2 * nv + h], a = expf(gates[(size_t)t * 2 * nv + nv + h]);
+        float m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; i++) {
+            S[i] = __fmul_rn(S[i], a);
+            m = __fadd_rn(m, __fmul_rn(qk[DK + i], S[i]));
+        }
+        const float dd = __fmul_rn(__fsub_rn(row[(size_t)2 * nk * DK + (size_t)h * dv + d], m), b);
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; i++) {
+            S[i] = __fadd_rn(S[i], __fmul_rn(qk[DK + i], dd));
+            acc = __fadd_rn(acc, __fmul_rn(qk[i], S[i]));
+        }
+        o[(size_t)t * ldo + (size_t)h * dv + d] = acc;
+    }
+    if (d < dv)
+#pragma unroll
+        for (int i = 0; i < DK; i++) S_out[(size_t)h * DK * dv + (size_t)i * dv + d] = S[i];
+}
+
+static int dn_generic;
+extern "C" void slcu_dn_force_generic(int on) { dn_generic = on; }
+
 extern "C" int slcu_dn_step(const float *conv_out, const float *gates, const float *ssm_in, float *ssm_out, float *out,
                             size_t ldo, int n, int nk, int nv, int dk, int dv, char *msg, size_t msglen) {
     if (nk <= 0 || nv <= 0 || nv % nk || dk <= 0 || dk > 4096 || dv <= 0 || dv > 1024)
         return bad(msg, msglen, "deltanet: nv must be a multiple of nk, dk <= 4096, dv <= 1024");
     if (n <= 0) return 0;
-    k_dn_step<<<nv, (dv + 31) / 32 * 32, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
+    const unsigned th = (unsigned)((dv + 31) / 32 * 32);
+    if (dn_generic) k_dn_step<<<nv, th, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
+    else if (dk == 128 && dv <= 256) k_dn_step_reg<128><<<nv, th>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
+    else if (dk == 64 && dv <= 256) k_dn_step_reg<64><<<nv, th>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
+    else k_dn_step<<<nv, th, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
     return launched(msg, msglen, "deltanet launch");
+}
+
+/* ---- the Gated DeltaNet's conv1d, gates and gated norm (cpu_mix.c cpu_dn_conv / cpu_dn_gates / cpu_dn_norm) ---- */
+
+/* blockIdx.y < n: token t's conv outputs; blockIdx.y == n: the new state (the last K-1 pre-conv rows) */
+__global__ void k_dn_conv(const slcu_dn d) {
+    const int t = blockIdx.y, K = d.conv_k, cq = 2 * d.nk * d.dk + d.nv * d.dv;
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cq) return;
+    if (t == d.n) {
+        for (int i = 0; i < K - 1; i++) {
+            const int s = d.n - K + 1 + i;
+            d.conv_out_state[(size_t)i * cq + c] = s < 0 ? d.conv_in_state[(size_t)(K - 1 + s) * cq + c] : d.conv_in[(size_t)s * cq + c];
+        }
+        return;
+    }
+    const float *wc = d.conv_w + (size_t)c * K;
+    float acc = 0.0f;
+    for (int i = 0; i < K; i++) {
+        const int s = t - K + 1 + i;
+        const float u = s < 0 ? d.conv_in_state[(size_t)(K - 1 + s) * cq + c] : d.conv_in[(size_t)s * cq + c];
+        acc = __fadd_rn(acc, __fmul_rn(wc[i], u));
+    }
+    d.conv_out[(size_t)t * cq + c] = silu(acc);
+}
+
+extern "C" int slcu_dn_conv(const slcu_dn *d, char *msg, size_t msglen) {
+    if (d->conv_k < 1 || d->nk <= 0 || d->nv <= 0 || d->nv % d->nk || d->dk <= 0 || d->dv <= 0)
+        return bad(msg, msglen, "deltanet conv: needs conv_k >= 1 and nv a multiple of nk");
+    if (d->n <= 0) return 0;
+    const int cq = 2 * d->nk * d->dk + d->nv * d->dv;
+    k_dn_conv<<<dim3((unsigned)((cq + 255) / 256), (unsigned)d->n + 1), 256>>>(*d);
+    return launched(msg, msglen, "deltanet conv launch");
+}
+
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__global__ void k_dn_gate_vals(const slcu_dn d) {
+    const int t = blockIdx.x, nv = d.nv, r = nv / d.nk;
+    const float *ba = d.ba + (size_t)t * 2 * nv;
+    float *gt = d.gates + (size_t)t * 2 * nv;
+    for (int h = threadIdx.x; h < nv; h += blockDim.x) {
+        const float b = d.ba_grouped ? ba[(h / r) * 2 * r + h % r] : ba[h];
+        const float a = d.ba_grouped ? ba[(h / r) * 2 * r + r + h % r] : ba[nv + h];
+        gt[h] = sigm(b);
+        gt[nv + h] = __fmul_rn(-expf(d.A_log[h]), softplus(__fadd_rn(a, d.dt_bias[h])));
+    }
+}
+
+/* one CTA of 128 per (token, q or k head): x = (x * inv) * scale, inv = 1 / sqrt(sum x^2 + 1e-6) */
+__global__ void k_dn_l2norm(float *conv, int nk, int dk, size_t cq, float qscale) {
+    __shared__ double part[128];
+    const int t = blockIdx.x / (2 * nk), j = blockIdx.x % (2 * nk); /* j < nk: q head j, else k head j - nk */
+    float *x = conv + (size_t)t * cq + (size_t)j * dk;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < dk; i += 128) ss += (double)x[i] * (double)x[i];
+    part[threadIdx.x] = ss;
+    __syncthreads();
+    for (int o = 64; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+        __syncthreads();
+    }
+    const float inv = (float)(1.0 / sqrt(part[0] + 1e-6)), sc = j < nk ? qscale : 1.0f;
+    for (int i = threadIdx.x; i < dk; i += 128) x[i] = __fmul_rn(__fmul_rn(x[i], inv), sc);
+}
+
+extern "C" int slcu_dn_gates(const slcu_dn *d, char *msg, size_t msglen) {
+    if (d->nk <= 0 || d->nv <= 0 || d->nv % d->nk || d->dk <= 0) return bad(msg, msglen, "deltanet gates: nv must be a multiple of nk");
+    if (d->n <= 0) return 0;
+    k_dn_gate_vals<<<d->n, 128>>>(*d);
+    const size_t cq = (size_t)2 * d->nk * d->dk + (size_t)d->nv * d->dv;
+    k_dn_l2norm<<<d->n * 2 * d->nk, 128>>>(d->conv_out, d->nk, d->dk, cq, 1.0f / sqrtf((float)d->dk));
+    return launched(msg, msglen, "deltanet gates launch");
+}
+
+__global__ void k_dn_gate_z(float *out, size_t ldo, const float *z, int nv, int dv) {
+    const int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nv * dv; i += gridDim.x * blockDim.x) {
+        float *o = out + (size_t)t * ldo + i;
+        *o = __fmul_rn(*o, silu(z[(size_t)t * nv * dv + i]));
+    }
+}
+
+extern "C" int slcu_dn_norm(const slcu_dn *d, char *msg, size_t msglen) {
+    if (d->n <= 0) return 0;
+    if (slcu_rmsnorm(d->out, d->out, d->n, d->ldo, d->nv, (size_t)d->dv, d->dv, d->norm_w, 0.0f, d->eps, msg, msglen)) return -1;
+    k_dn_gate_z<<<dim3((unsigned)((d->nv * d->dv + 255) / 256), (unsigned)d->n), 256>>>(d->out, d->ldo, d->z, d->nv, d->dv);
+    return launched(msg, msglen, "deltanet norm launch");
 }
 
 extern "C" int slcu_sync(char *msg, size_t msglen) {
