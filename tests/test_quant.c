@@ -464,13 +464,15 @@ TEST(kernels_int8_bitwise_oracle) {
     const kern_ops *sc = kern_scalar_ops();
     const kern_ops *tabs[4] = {sc, kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
     sl_pool *pool = sl_pool_new(3);
-    static const int cols_l[] = {32, 96, 160, 256, 448, 384, 64};
-    static const int rows_l[] = {1, 5, 13, 8};
+    /* 2176 and 4224: the AVX-512 prefill kernel's column chunks (16 steps of 128 and a short one) and, at group 32,
+     * its per-output bias pass (more than 128 groups) */
+    static const int cols_l[] = {32, 96, 160, 256, 448, 384, 2176, 64, 4224};
+    static const int rows_l[] = {5, 1, 13, 8};
     static const sl_dtype sdts[] = {DT_BF16, DT_F16, DT_F32};
     int cases = 0;
     double worst = 0;
     for (int dq = 0; dq < 2; dq++)
-        for (int ci = 0; ci < 7; ci++)
+        for (int ci = 0; ci < 9; ci++)
             for (int gi = 0; gi < 3; gi++) {
                 sl_dtype dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
                 int cols = cols_l[ci], group = 32 << gi;

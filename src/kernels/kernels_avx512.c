@@ -369,8 +369,235 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
     }
 }
 
+/* ---- int8 prefill (several tokens): q4 ------------------------------------------------------------
+ * The same canonical arithmetic as i8_block (kernels.h), arranged for many tokens. i8_block spends five
+ * vector ops per (row, token, step of 128 columns): two vpdpbusd, the int->float conversion, the scale
+ * product sv * dv and the FMA, with 64 accumulators that live on the stack. Here:
+ *  - the products sd = scale(group) * d_b are computed once per (row, token, block) before the steps, 16
+ *    at a time, and read back as a 128-bit broadcast load ([sd of the step's 4 blocks] x 4) -- a load, not a
+ *    vector op. That needs the step's 16 lanes in a different physical order: physical lane p holds
+ *    canonical lane pi(p) = 4 (p % 4) + p / 4 (block p % 4; i8p_pi), so the codes and the activations of a step
+ *    are permuted by dwords (a dword is one lane's 4 bytes, for both nibbles), the codes once per row block
+ *    and token block, the activations once per call; the lanes go back to canonical order (the same
+ *    permutation: it is its own inverse) before the final sums, so every lane is the same FMA chain;
+ *  - a register tile of 4 rows x up to 4 tokens keeps its 16 accumulators in registers over a chunk of
+ *    I8P_KC steps, reading the unpacked codes from an L1 scratch;
+ *  - 32 tokens per block (fewer for long rows) instead of 16, so each code byte is unpacked once per 32;
+ *  - the bias lanes (accb, lane = group % 8) of 16 tokens at once per row, over the tokens' group sums
+ *    transposed, instead of one 8-lane pass per output.
+ * About 140 KB of stack (the pool's threads have the default 8 MiB). docs/PERFORMANCE.md gives what it reaches against a register-only vpdpbusd loop. */
+#define I8P_KC 16        /* steps (128 columns) per chunk of a row block */
+#define I8P_TB 32        /* most tokens per block */
+#define I8P_XB 65536     /* bytes of permuted activations per block of tokens (on the stack) */
+#define I8P_MAXGT 128    /* most groups per row for the transposed bias pass */
+
+static inline __m512i i8p_pi(void) { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
+
+/* Scales of row sf (f32, one per group) for the 16 blocks b0 .. b0+15, the first nb of them (the rest 0). */
+static inline __m512 i8p_sfb(const float *sf, int gsh, int b0, int nb) {
+    nb = nb < 16 ? nb : 16;
+    const __mmask16 mk = nb == 16 ? (__mmask16)0xffff : tail_mask(nb);
+    if (gsh == 0) return _mm512_maskz_loadu_ps(mk, sf + b0);
+    /* groups of 64 / 128: 8 / 4 scales, each repeated 2 / 4 times (b0 is a multiple of 4) */
+    const int ng = (nb + (1 << gsh) - 1) >> gsh;
+    const __m512 v = _mm512_maskz_loadu_ps(tail_mask(ng), sf + (b0 >> gsh));
+    const __m512i ix = gsh == 1 ? _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)
+                                : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_maskz_permutexvar_ps(mk, ix, v);
+}
+
+/* The tile: rows 0..3 of the block (unpacked codes U: [step][row][lo 64 | hi 64]) against TT tokens (xp, one
+ * token every xs bytes: [step][even 64 | odd 64], permuted), over ns steps; products P: [token][row][4 ns]
+ * floats (one pair every 4 * I8P_KC floats); accumulators in accm [token][row], zero when first. */
+static inline __attribute__((always_inline)) void i8p_tile(const uint8_t *U, const uint8_t *xp, size_t xs,
+                                                             const float *P, int ns, __m512 *accm, int first,
+                                                             const int TT) {
+    __m512 acc[4][I8_RB];
+    for (int j = 0; j < TT; j++)
+#pragma GCC unroll 4
+        for (int i = 0; i < I8_RB; i++) acc[j][i] = first ? _mm512_setzero_ps() : accm[j * I8_RB + i];
+    const __m512i z = _mm512_setzero_si512();
+    for (int s = 0; s < ns; s++) {
+        __m512i lo[I8_RB], hi[I8_RB];
+#pragma GCC unroll 4
+        for (int i = 0; i < I8_RB; i++) {
+            lo[i] = _mm512_load_si512(U + ((size_t)s * I8_RB + (size_t)i) * 128);
+            hi[i] = _mm512_load_si512(U + ((size_t)s * I8_RB + (size_t)i) * 128 + 64);
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < TT; j++) {
+            const uint8_t *x = xp + (size_t)j * xs + (size_t)s * 128;
+            const __m512i xe = _mm512_load_si512(x), xo = _mm512_load_si512(x + 64);
+#pragma GCC unroll 4
+            for (int i = 0; i < I8_RB; i++) {
+                const __m512 sd = _mm512_broadcast_f32x4(_mm_load_ps(P + (size_t)(j * I8_RB + i) * (4 * I8P_KC) + 4 * s));
+                acc[j][i] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo[i], xe), hi[i], xo)), sd, acc[j][i]);
+            }
+        }
+    }
+    for (int j = 0; j < TT; j++)
+#pragma GCC unroll 4
+        for (int i = 0; i < I8_RB; i++) accm[j * I8_RB + i] = acc[j][i];
+}
+
+/* Rows [r, r+nr) (nr <= 4) against tokens [t0, t0+nt) (nt <= I8P_TB) of a q4 matrix with S >= 1 full steps; xp: the
+ * tokens' permuted q4 codes ([token][step][128]). */
+static void i8p_rows(const sl_mat *w, const kern_act *a, const uint8_t *xp, const float *st, float *y, size_t ldy,
+                     int r, int nr, int t0, int nt) {
+    i8_blk B;
+    i8_blk_init(&B, DT_Q4, w, r, nr);
+    const int cols = B.cols, nb = B.nb, gsh = B.gsh, S = cols / 128, implied = w->bias_implied;
+    const size_t xs = (size_t)S * 128;
+    { /* the scales (and biases) of the row block I8_PFB blocks on, as i8_block does */
+        const int rp = r + I8_PFB * I8_RB;
+        if (rp + I8_RB <= w->rows) {
+            const size_t ss = w->sdtype == DT_F32 ? 4 : 2, o = (size_t)rp * (size_t)B.ng * ss, n = (size_t)I8_RB * (size_t)B.ng * ss;
+            i8_pf_lines((const char *)w->scales + o, n);
+            if (!implied) i8_pf_lines((const char *)w->biases + o, n);
+        }
+    }
+    _Alignas(64) __m512 accm[I8P_TB * I8_RB];
+    _Alignas(64) uint8_t U[I8P_KC * I8_RB * 128];
+    _Alignas(64) float P[4 * I8_RB * 4 * I8P_KC];
+    const __m512i pi = i8p_pi(), m4 = _mm512_set1_epi8(15);
+    const size_t pf = (size_t)I8_PFB * I8_RB * (size_t)cols / 2;
+    for (int s0 = 0; s0 < S; s0 += I8P_KC) {
+        const int ns = S - s0 < I8P_KC ? S - s0 : I8P_KC;
+        for (int s = 0; s < ns; s++)
+#pragma GCC unroll 4
+            for (int i = 0; i < I8_RB; i++) {
+                const uint8_t *q = B.qr[i] + (size_t)(s0 + s) * 64;
+                _mm_prefetch((const char *)q + pf, I8_PFH);
+                const __m512i c = _mm512_permutexvar_epi32(pi, _mm512_loadu_si512(q));
+                _mm512_store_si512(U + ((size_t)s * I8_RB + (size_t)i) * 128, _mm512_and_si512(c, m4));
+                _mm512_store_si512(U + ((size_t)s * I8_RB + (size_t)i) * 128 + 64,
+                                   _mm512_and_si512(_mm512_srli_epi16(c, 4), m4));
+            }
+        const int b0 = 4 * s0, nbk = 4 * ns; /* the chunk's blocks */
+        __m512 sfb[I8_RB][I8P_KC / 4];
+        for (int i = 0; i < I8_RB; i++)
+            for (int k = 0; 16 * k < nbk; k++) sfb[i][k] = i8p_sfb(B.sf[i], gsh, b0 + 16 * k, nbk - 16 * k);
+        for (int tj = 0; tj < nt; tj += 4) {
+            const int tt = nt - tj < 4 ? nt - tj : 4;
+            for (int j = 0; j < tt; j++) {
+                const float *d = a->d + (size_t)(t0 + tj + j) * (size_t)nb + b0;
+                for (int k = 0; 16 * k < nbk; k++) {
+                    const __mmask16 mk = nbk - 16 * k >= 16 ? (__mmask16)0xffff : tail_mask(nbk - 16 * k);
+                    const __m512 dv = _mm512_maskz_loadu_ps(mk, d + 16 * k);
+#pragma GCC unroll 4
+                    for (int i = 0; i < I8_RB; i++)
+                        _mm512_store_ps(P + (size_t)(j * I8_RB + i) * (4 * I8P_KC) + 16 * k, _mm512_mul_ps(sfb[i][k], dv));
+                }
+            }
+            const uint8_t *x = xp + (size_t)tj * xs + (size_t)s0 * 128;
+            __m512 *am = accm + (size_t)tj * I8_RB;
+            switch (tt) {
+            case 4: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 4); break;
+            case 3: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 3); break;
+            case 2: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 2); break;
+            default: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 1); break;
+            }
+        }
+    }
+    const float zb = -8.0f;
+    if (S * 128 == cols && nr == I8_RB && st) {
+        /* no short step, and the tokens' group sums transposed (st: [group][I8P_TB tokens]): each row's bias lanes
+         * for 16 tokens at once, lane l = group % 8 as one vector, the same FMAs in the same order; then the lane
+         * tree as vector adds, and y = lanes(h) + that, as i8_block */
+        const int ng = B.ng;
+        _Alignas(64) float bm[I8_RB][I8P_TB];
+        for (int i = 0; i < I8_RB; i++) {
+            float bi[I8P_MAXGT];
+            if (implied)
+                for (int j = 0; j < ng; j++) bi[j] = zb * B.sf[i][j];
+            else
+                i8_row_f32(w, w->biases, r + i, ng, bi);
+            for (int t = 0; t < nt; t += 16) {
+                __m512 v[8];
+                for (int l = 0; l < 8; l++) v[l] = _mm512_setzero_ps();
+                int j = 0;
+                for (; j + 8 <= ng; j += 8)
+#pragma GCC unroll 8
+                    for (int l = 0; l < 8; l++)
+                        v[l] = _mm512_fmadd_ps(_mm512_set1_ps(bi[j + l]), _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + t), v[l]);
+                for (int l = 0; j + l < ng; l++)
+                    v[l] = _mm512_fmadd_ps(_mm512_set1_ps(bi[j + l]), _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + t), v[l]);
+                _mm512_store_ps(bm[i] + t, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3])),
+                                                         _mm512_add_ps(_mm512_add_ps(v[4], v[5]), _mm512_add_ps(v[6], v[7]))));
+            }
+        }
+        for (int t = 0; t < nt; t++) {
+            __m256 h[I8_RB];
+#pragma GCC unroll 4
+            for (int i = 0; i < I8_RB; i++) h[i] = i8_half(_mm512_permutexvar_ps(pi, accm[t * I8_RB + i]));
+            _mm_storeu_ps(y + (size_t)(t0 + t) * ldy + (size_t)r,
+                          _mm_add_ps(i8_tree4(h[0], h[1], h[2], h[3]), _mm_setr_ps(bm[0][t], bm[1][t], bm[2][t], bm[3][t])));
+        }
+        return;
+    }
+    if (S * 128 == cols && nr == I8_RB) { /* no short step: the 4 rows' sums at once, as i8_block */
+        for (int t = 0; t < nt; t++) {
+            const size_t tt = (size_t)(t0 + t);
+            const float *xsum = a->s + tt * (size_t)B.ns + B.soff;
+            __m256 b[I8_RB], h[I8_RB];
+#pragma GCC unroll 4
+            for (int i = 0; i < I8_RB; i++) {
+                b[i] = implied ? i8_bias_sf(B.sf[i], zb, B.ng, xsum) : i8_bias_row(w, r + i, B.ng, xsum);
+                h[i] = i8_half(_mm512_permutexvar_ps(pi, accm[t * I8_RB + i]));
+            }
+            _mm_storeu_ps(y + tt * ldy + (size_t)r, _mm_add_ps(i8_tree4(h[0], h[1], h[2], h[3]), i8_tree4(b[0], b[1], b[2], b[3])));
+        }
+        return;
+    }
+    for (int i = 0; i < nr; i++) {
+        float bi[I8_MAXG], a16[16];
+        if (implied)
+            for (int j = 0; j < B.ng; j++) bi[j] = zb * B.sf[i][j];
+        else
+            i8_row_f32(w, w->biases, r + i, B.ng, bi);
+        for (int t = 0; t < nt; t++) {
+            const size_t tt = (size_t)(t0 + t);
+            _mm512_storeu_ps(a16, _mm512_permutexvar_ps(pi, accm[t * I8_RB + i]));
+            i8_out(DT_Q4, &B, w, a, bi, i, tt, S * 128, a16, y + tt * ldy + (size_t)(r + i));
+        }
+    }
+}
+
+/* kern_matmul_act of a q4 matrix over several tokens: blocks of tokens whose permuted codes fit I8P_XB bytes. */
+static void i8p_mm(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    const int cols = w->cols, S = cols / 128;
+    int tb = I8P_XB / (S * 128);
+    tb = tb > I8P_TB ? I8P_TB : tb;
+    _Alignas(64) uint8_t xp[I8P_XB];
+    _Alignas(64) float st[I8P_MAXGT * I8P_TB];
+    const int g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
+    const size_t soff = g == 32 ? 0 : g == 64 ? (size_t)nb : (size_t)(nb + nb / 2);
+    const __m512i pi = i8p_pi();
+    for (int t0 = 0; t0 < a->n_tok; t0 += tb) {
+        const int nt = a->n_tok - t0 < tb ? a->n_tok - t0 : tb;
+        if (ng <= I8P_MAXGT) /* the tokens' group sums, transposed, zero past nt */
+            for (int j = 0; j < ng; j++)
+                for (int t = 0; t < (nt + 15) / 16 * 16; t++)
+                    st[j * I8P_TB + t] = t < nt ? a->s[(size_t)(t0 + t) * (size_t)ns + soff + (size_t)j] : 0.0f;
+        for (int t = 0; t < nt; t++)
+            for (int s = 0; s < S; s++) {
+                const int8_t *q = a->q4 + (size_t)(t0 + t) * (size_t)cols + (size_t)s * 128;
+                uint8_t *o = xp + ((size_t)t * (size_t)S + (size_t)s) * 128;
+                _mm512_store_si512(o, _mm512_permutexvar_epi32(pi, _mm512_loadu_si512(q)));
+                _mm512_store_si512(o + 64, _mm512_permutexvar_epi32(pi, _mm512_loadu_si512(q + 64)));
+            }
+        for (int r = r0; r < r1; r += I8_RB)
+            i8p_rows(w, a, xp, ng <= I8P_MAXGT ? st : NULL, y, ldy, r, r1 - r < I8_RB ? r1 - r : I8_RB, t0, nt);
+    }
+}
+
 static inline __attribute__((always_inline)) void i8_mm(sl_dtype dt, const sl_mat *w, const kern_act *a, float *y,
                                                           size_t ldy, int r0, int r1) {
+    if (dt == DT_Q4 && a->n_tok > 1 && w->cols >= 128 && w->cols <= I8P_XB / 2) {
+        i8p_mm(w, a, y, ldy, r0, r1);
+        return;
+    }
     for (int t0 = 0; t0 < a->n_tok; t0 += I8_KTOK) {
         int nt = a->n_tok - t0 < I8_KTOK ? a->n_tok - t0 : I8_KTOK;
         for (int r = r0; r < r1; r += I8_RB) {
