@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine.h"
 #include "format/container.h"
@@ -408,6 +409,65 @@ TEST(engines_checksum_whole_reads) {
     free(data);
 }
 
+/* Device occupancy (io.h busy): a read counts from its submission to its completion, so the busy time lies
+ * within the wall time around the reads, the depth integral is at least the busy time, and at most as many
+ * reads as were in the device at once (pread: its worker count) times it; nothing moves while idle. */
+TEST(engines_report_occupancy) {
+    const char *p = test_path("%s/io-busy.bin", test_tmpdir());
+    enum { NB = 6, BL = 1 << 20 };
+    uint8_t *data = calloc(NB, BL);
+    FILE *fp = fopen(p, "wb");
+    CHECK(data && fp && fwrite(data, 1, (size_t)NB * BL, fp) == (size_t)NB * BL);
+    fclose(fp);
+    free(data);
+    for (int kind = 0; kind < 3; kind++) { /* uring, pread (2 workers), fault(pread) */
+        int fd = open(p, O_RDONLY);
+        CHECK(fd >= 0);
+        char why[128] = "";
+        io_engine *e = kind == 0 ? io_uring_engine_new(fd, 8, why, sizeof why) : io_pread_engine_new(fd, 2, why, sizeof why);
+        if (!e && kind == 0) {
+            close(fd);
+            continue;
+        }
+        CHECKF(e, "%s", why);
+        io_fault_cfg fc;
+        memset(&fc, 0, sizeof fc);
+        if (kind == 2) e = io_fault_engine_new(e, &fc);
+        CHECK(e->ops->busy);
+        uint64_t b0, d0, b1, d1, b2, d2;
+        e->ops->busy(e, &b0, &d0);
+        CHECKF(b0 == 0 && d0 == 0, "engine %d: busy %llu ns before any read", kind, (unsigned long long)b0);
+        uint8_t *buf = aligned_alloc(4096, (size_t)NB * BL);
+        io_req rq[NB];
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int b = 0; b < NB; b++) {
+            rq[b] = (io_req){.off = (uint64_t)b * BL, .len = BL, .buf = buf + (size_t)b * BL};
+            CHECK(e->ops->submit(e, &rq[b]) == 0);
+        }
+        CHECK(e->ops->flush(e) == 0);
+        for (int n = 0; n < NB; n++) {
+            io_req *got = NULL;
+            CHECK(e->ops->wait(e, &got) == 0 && got && got->res == BL);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const uint64_t wall = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+        e->ops->busy(e, &b1, &d1);
+        const uint64_t most = kind == 0 ? NB : 2;
+        CHECKF(b1 > 0 && b1 <= wall && d1 >= b1 && d1 <= most * b1,
+               "engine %d: busy %llu ns, depth integral %llu ns, wall %llu ns", kind, (unsigned long long)b1,
+               (unsigned long long)d1, (unsigned long long)wall);
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        e->ops->busy(e, &b2, &d2);
+        CHECKF(b2 == b1 && d2 == d1, "engine %d: busy time grew while idle (%llu -> %llu ns)", kind,
+               (unsigned long long)b1, (unsigned long long)b2);
+        io_destroy(e);
+        close(fd);
+        free(buf);
+    }
+}
+
 TEST(stats_add_up) {
     const char *path = test_packed("qwen3_next");
     CHECK(path);
@@ -419,11 +479,15 @@ TEST(stats_add_up) {
     mp.prefetch = 1;
     char msg[1024];
     sl_model *m = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     float *got = run(path, &mp, NULL, &t, 1, msg, &m);
     CHECKF(got, "%s", msg);
     free(got);
     sl_stats st;
     CHECK(sl_model_stats(m, &st) == SL_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double since_open = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     uint64_t lh = 0, lm = 0, lb = 0;
     for (int l = 0; l < sl_model_n_layers(m); l++) {
         uint64_t h, mi, b;
@@ -445,6 +509,10 @@ TEST(stats_add_up) {
            st.engine_verify_s, st.eval_s); /* every whole read is hashed there */
     CHECK(st.peak_rss_bytes > st.backbone_bytes);
     CHECK(st.io_engine && st.io_mode);
+    /* the disk's busy time: within the time since open, and at least one read deep on average */
+    CHECKF(st.io_busy_s > 0 && st.io_busy_s < since_open && st.io_depth_s >= st.io_busy_s &&
+               st.io_depth_s <= 64 * st.io_busy_s,
+           "disk busy %g s, depth integral %g s, %g s since open", st.io_busy_s, st.io_depth_s, since_open);
 }
 
 TEST(profile_roundtrip_and_pin) {

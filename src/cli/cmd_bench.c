@@ -106,6 +106,8 @@ typedef struct {
     double prefill_bytes, prefill_io_wait_frac; /* expert bytes the prompt read; its share of time waiting on them */
     uint64_t prefill_prefetch_reads;             /* ... of which read ahead on the next layer's predicted experts */
     double engine_verify_ms_per_token;           /* decode: the I/O threads' checksum time per token */
+    double busy_frac, depth, prefill_busy_frac;  /* decode (prefill): the disk's busy share of the time and its
+                                                    mean queue depth while busy (sl_stats.io_busy_s) */
     uint64_t prefetch_reads, prefetch_used;
     double prefetch_accuracy;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
@@ -184,6 +186,9 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         r->mode = st.io_mode;
         r->verify_ms_per_token = st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0;
         r->engine_verify_ms_per_token = n_gen > 0 ? 1e3 * (st.engine_verify_s - sp.engine_verify_s) / n_gen : 0;
+        r->busy_frac = dt > 0 ? (st.io_busy_s - sp.io_busy_s) / dt : 0;
+        r->depth = st.io_busy_s > sp.io_busy_s ? (st.io_depth_s - sp.io_depth_s) / (st.io_busy_s - sp.io_busy_s) : 0;
+        r->prefill_busy_frac = n_prompt > 0 && t1 > t0 ? (sp.io_busy_s - s0.io_busy_s) / (t1 - t0) : 0;
         r->prefetch_reads = st.prefetch_reads - sp.prefetch_reads;
         r->prefetch_used = st.prefetch_used - sp.prefetch_used;
         r->prefetch_accuracy = st.prefetch_accuracy;
@@ -275,6 +280,9 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "bytes_per_token", r.bytes_per_token);
             cJSON_AddNumberToObject(o, "read_mib_s", r.read_mbps);
             cJSON_AddNumberToObject(o, "io_wait_fraction", r.io_wait_frac);
+            cJSON_AddNumberToObject(o, "disk_busy_fraction", r.busy_frac);
+            cJSON_AddNumberToObject(o, "queue_depth", r.depth);
+            cJSON_AddNumberToObject(o, "prefill_disk_busy_fraction", r.prefill_busy_frac);
             cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)r.peak_rss);
             cJSON_AddNumberToObject(o, "backbone_bytes", (double)r.backbone);
             cJSON_AddNumberToObject(o, "page_cache_growth_bytes", (double)r.page_cache_growth);

@@ -694,6 +694,8 @@ sl_status sl_model_stats(sl_model *m, sl_stats *o) {
         o->io_wait_s = (double)cs.io_wait_ns * 1e-9;
         o->verify_s = (double)cs.verify_ns * 1e-9;
         o->engine_verify_s = (double)cs.engine_hash_ns * 1e-9;
+        o->io_busy_s = (double)cs.io_busy_ns * 1e-9;
+        o->io_depth_s = (double)cs.io_depth_ns * 1e-9;
         o->cache_slots = cs.slots;
         o->cache_bytes = cs.slots * cs.slot_bytes;
         o->pinned = cs.pinned;

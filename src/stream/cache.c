@@ -70,6 +70,7 @@ struct cache {
     double wl_acc;
     /* stats */
     cache_stats st;
+    uint64_t busy0_ns, depth0_ns; /* the engine's occupancy at the last reset */
     uint64_t *l_hits, *l_miss, *l_bytes; /* [n_layers] */
     uint64_t *routes;                    /* [n_keys] */
     char err[512];
@@ -685,8 +686,16 @@ void cache_free(cache *c) {
     free(c);
 }
 
+static void engine_busy(const cache *c, uint64_t *busy, uint64_t *depth) {
+    *busy = *depth = 0;
+    if (c->io->ops->busy) c->io->ops->busy(c->io, busy, depth);
+}
+
 void cache_get_stats(const cache *c, cache_stats *out) {
     *out = c->st;
+    engine_busy(c, &out->io_busy_ns, &out->io_depth_ns);
+    out->io_busy_ns -= c->busy0_ns;
+    out->io_depth_ns -= c->depth0_ns;
     out->prefetch_accuracy = c->pred_seen ? c->pred_acc : -1;
     out->prefetch_active = c->pf_on;
     out->pinned = 0;
@@ -704,6 +713,7 @@ void cache_reset_stats(cache *c) {
     memset(&c->st, 0, sizeof c->st);
     c->st.slots = slots;
     c->st.slot_bytes = sb;
+    engine_busy(c, &c->busy0_ns, &c->depth0_ns);
     int L = c->cfg->n_layers;
     memset(c->l_hits, 0, (size_t)L * 8);
     memset(c->l_miss, 0, (size_t)L * 8);

@@ -44,6 +44,12 @@ typedef struct io_ops {
     /* Blocks until a submitted read completes; *out receives it with res set. 0 or -errno. */
     int (*wait)(io_engine *e, io_req **out);
     void (*destroy)(io_engine *e);
+    /* The device's side since the engine was made (NULL: not tracked): *busy_ns = time with at least one
+     * read issued and not yet completed (the disk working for us), *depth_ns = the integral over time of
+     * how many were (so depth_ns / busy_ns is the mean queue depth while busy). A read counts from its
+     * submission to the kernel (io_uring_submit, or pread(2) starting) to its completion's arrival,
+     * before any checksum. Safe to call between requests. */
+    void (*busy)(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns);
 } io_ops;
 
 struct io_engine {
@@ -51,6 +57,22 @@ struct io_engine {
     int fd;
     int depth; /* most reads in flight */
 };
+
+/* Device occupancy bookkeeping shared by the engines (io.h busy): call io_occ_step with the lock that
+ * guards it held, at every change of the number of reads in the device. */
+typedef struct io_occ {
+    int in_dev;
+    uint64_t last_ns, busy_ns, depth_ns;
+} io_occ;
+
+static inline void io_occ_step(io_occ *o, uint64_t now_ns, int delta) {
+    if (o->in_dev > 0 && now_ns > o->last_ns) {
+        o->busy_ns += now_ns - o->last_ns;
+        o->depth_ns += (uint64_t)o->in_dev * (now_ns - o->last_ns);
+    }
+    o->last_ns = now_ns;
+    o->in_dev += delta;
+}
 
 /* Each constructor returns NULL on failure with a reason in err. */
 io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen);

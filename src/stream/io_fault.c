@@ -79,7 +79,13 @@ static void f_destroy(io_engine *e) {
     free(f);
 }
 
-static const io_ops fault_ops = {"fault", f_submit, f_flush, f_wait, f_destroy};
+static void f_busy(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns) {
+    fault_engine *f = (fault_engine *)e;
+    *busy_ns = *depth_ns = 0;
+    if (f->inner->ops->busy) f->inner->ops->busy(f->inner, busy_ns, depth_ns);
+}
+
+static const io_ops fault_ops = {"fault", f_submit, f_flush, f_wait, f_destroy, f_busy};
 
 io_engine *io_fault_engine_new(io_engine *inner, const io_fault_cfg *cfg) {
     fault_engine *f = calloc(1, sizeof *f);

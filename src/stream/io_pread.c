@@ -36,7 +36,14 @@ typedef struct {
     fifo todo, fin;
     int outstanding, quit, n_threads;
     pthread_t th[64];
+    io_occ occ; /* workers inside pread(2) (io.h busy), under mu */
 } pread_engine;
+
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
 
 static void *worker(void *arg) {
     pread_engine *p = arg;
@@ -45,9 +52,13 @@ static void *worker(void *arg) {
         while (!p->quit && p->todo.n == 0) pthread_cond_wait(&p->work, &p->mu);
         if (p->quit) break;
         io_req *r = pop(&p->todo);
+        io_occ_step(&p->occ, mono_ns(), 1);
         pthread_mutex_unlock(&p->mu);
         ssize_t n = pread(p->base.fd, r->buf, r->len, (off_t)r->off);
         r->res = n < 0 ? -errno : n;
+        pthread_mutex_lock(&p->mu);
+        io_occ_step(&p->occ, mono_ns(), -1);
+        pthread_mutex_unlock(&p->mu);
         r->hashed = r->hash_len > 0 && r->hash_len <= r->len && n == (ssize_t)r->len;
         r->hash_ns = 0;
         if (r->hashed) { /* before the caller sees it, off its thread */
@@ -111,7 +122,16 @@ static void p_destroy(io_engine *e) {
     free(p);
 }
 
-static const io_ops pread_ops = {"pread", p_submit, p_flush, p_wait, p_destroy};
+static void p_busy(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns) {
+    pread_engine *p = (pread_engine *)e;
+    pthread_mutex_lock(&p->mu);
+    io_occ_step(&p->occ, mono_ns(), 0);
+    *busy_ns = p->occ.busy_ns;
+    *depth_ns = p->occ.depth_ns;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static const io_ops pread_ops = {"pread", p_submit, p_flush, p_wait, p_destroy, p_busy};
 
 io_engine *io_pread_engine_new(int fd, int n_threads, char *err, size_t errlen) {
     pread_engine *p = calloc(1, sizeof *p);

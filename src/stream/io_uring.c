@@ -32,7 +32,14 @@ typedef struct {
     int fin_head, fin_n;
     int outstanding;     /* submitted and not yet handed out */
     int fail;            /* the reaper's error (-errno), handed to the next wait */
+    io_occ occ;          /* reads in the kernel's hands (io.h busy), under mu */
 } uring_engine;
+
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
 
 static void *reap(void *arg) {
     uring_engine *u = arg;
@@ -54,6 +61,7 @@ static void *reap(void *arg) {
         /* the request's fields were written before u_submit's unlock (the kernel's ordering is invisible
          * to ThreadSanitizer; the lock makes it plain) */
         pthread_mutex_lock(&u->mu);
+        io_occ_step(&u->occ, mono_ns(), -1);
         const uint32_t hl = r->hash_len, len = r->len;
         const void *buf = r->buf;
         pthread_mutex_unlock(&u->mu);
@@ -76,13 +84,33 @@ static void *reap(void *arg) {
 static int u_flush(io_engine *e) {
     uring_engine *u = (uring_engine *)e;
     if (!u->queued) return 0;
+    /* counted in the device before the submit: a read served at once (from the page cache) may complete
+     * inside io_uring_submit, and the reaper must never see more completions than reads counted */
+    pthread_mutex_lock(&u->mu);
+    io_occ_step(&u->occ, mono_ns(), u->queued);
+    pthread_mutex_unlock(&u->mu);
     for (;;) {
         int r = io_uring_submit(&u->ring);
         if (r == -EINTR) continue;
+        int gone = r < 0 ? u->queued : u->queued - r; /* not submitted: still queued, not in the device */
+        if (gone > 0) {
+            pthread_mutex_lock(&u->mu);
+            io_occ_step(&u->occ, mono_ns(), -gone);
+            pthread_mutex_unlock(&u->mu);
+        }
         if (r < 0) return r;
-        u->queued = 0;
+        u->queued -= r;
         return 0;
     }
+}
+
+static void u_busy(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns) {
+    uring_engine *u = (uring_engine *)e;
+    pthread_mutex_lock(&u->mu);
+    io_occ_step(&u->occ, mono_ns(), 0);
+    *busy_ns = u->occ.busy_ns;
+    *depth_ns = u->occ.depth_ns;
+    pthread_mutex_unlock(&u->mu);
 }
 
 static int u_submit(io_engine *e, io_req *r) {
@@ -151,7 +179,7 @@ static void u_destroy(io_engine *e) {
     free(u);
 }
 
-static const io_ops uring_ops = {"io_uring", u_submit, u_flush, u_wait, u_destroy};
+static const io_ops uring_ops = {"io_uring", u_submit, u_flush, u_wait, u_destroy, u_busy};
 
 io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen) {
     uring_engine *u = calloc(1, sizeof *u);
