@@ -5,7 +5,8 @@
  * prefill, greedy identical; --gpu streamed through a small RAM cache and device tier (--vram) bitwise
  * --gpu --resident. q4: with --exact (f32 activations) within 1e-4 of the CPU; with int8 activations the
  * rows up to the first whose int8 codes tip (a value at a rounding boundary: the two backends' float orders
- * differ in the last bit) within 1e-5 of the CPU's int8 path, row 0 always; streamed bitwise resident.
+ * differ in the last bit; from there on the KV cache carries it) within 1e-5 of the CPU's int8 path, row 0
+ * always, all within 0.5; streamed bitwise resident.
  * Exit 0 passed, 1 failed, 77 no usable device. Usage: test_model DIR NAME...
  */
 #include <math.h>
@@ -138,14 +139,14 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
             double before = 0;
             for (int t = 0; t < n && first == n; t++) {
                 const double e = rel_err(lg + (size_t)t * V, lc + (size_t)t * V, 1, V);
-                if (e > 1e-4) first = t;
+                if (e > 1e-5) first = t;
                 else if (e > before) before = e;
             }
             printf("  %-10s     q4 int8: rows 0-%d within %.3g of the CPU's%s", name, first - 1, before,
                    first < n ? "; from row " : "\n");
             if (first < n) printf("%d on up to %.3g (an int8 code's rounding tipped: docs/CUDA.md)\n", first, e_cpu);
-            CHECKF(first >= 1 && before <= 1e-5 && e_cpu <= 0.5, "%s: GPU int8 logits %.3g from the CPU backend's "
-                   "(rows 0-%d within %.3g)", name, e_cpu, first - 1, before);
+            CHECKF(first >= 1 && e_cpu <= 0.5, "%s: GPU int8 logits %.3g from the CPU backend's (rows 0-%d within "
+                   "1e-5)", name, e_cpu, first - 1);
         } else {
             CHECKF(e_cpu <= 1e-4, "%s: GPU logits %.3g from the CPU backend's", name, e_cpu);
         }
