@@ -409,6 +409,68 @@ TEST(engines_checksum_whole_reads) {
     free(data);
 }
 
+/* io_uring's chunked chains (io_uring.c): reads cut into 4 KiB pieces dealt into 3 linked chains come back
+ * whole, once per request, with the data and the checksum of the whole block; a read running past the end of
+ * the file reports the bytes before it (the piece at the end short, the pieces after it read nothing or
+ * cancelled with their chain), which the cache resumes as any short read. */
+TEST(uring_pieces_reassemble) {
+    const char *p = test_path("%s/io-pieces.bin", test_tmpdir());
+    enum { NB = 4, BL = 65536, TAIL = 1808 };
+    const size_t size = (size_t)NB * BL + TAIL;
+    uint8_t *data = malloc(size);
+    uint64_t r = 7;
+    for (size_t i = 0; i < size; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        data[i] = (uint8_t)(r >> 56);
+    }
+    FILE *fp = fopen(p, "wb");
+    CHECK(fp && fwrite(data, 1, size, fp) == size);
+    fclose(fp);
+    int fd = open(p, O_RDONLY);
+    CHECK(fd >= 0);
+    char why[128] = "";
+    io_engine *e = io_uring_engine_new(fd, 8, why, sizeof why);
+    if (!e) { /* no io_uring here */
+        close(fd);
+        free(data);
+        return;
+    }
+    e->chunk = 4096;
+    e->chains = 3;
+    for (int round = 0; round < 2; round++) { /* the engine's piece slots are reused */
+        uint8_t *bufs[NB + 1];
+        io_req rq[NB + 1];
+        for (int b = 0; b <= NB; b++) {
+            bufs[b] = aligned_alloc(4096, BL);
+            memset(bufs[b], 0, BL);
+            /* block NB starts 8 KiB before the last full block's end: 10000 bytes are left in the file */
+            const uint64_t off = b < NB ? (uint64_t)b * BL : (uint64_t)NB * BL - 8192;
+            rq[b] = (io_req){.off = off, .len = BL, .buf = bufs[b], .hash_len = b < NB ? BL - 64 * b : BL};
+            CHECK(e->ops->submit(e, &rq[b]) == 0);
+        }
+        CHECK(e->ops->flush(e) == 0);
+        for (int n = 0; n <= NB; n++) {
+            io_req *got = NULL;
+            CHECK(e->ops->wait(e, &got) == 0 && got);
+            int b = (int)(got - rq);
+            CHECK(b >= 0 && b <= NB);
+            if (b == NB) {
+                CHECKF(got->res == 8192 + TAIL && !got->hashed, "past the end: res %lld hashed %d (want %d, none)",
+                       (long long)got->res, got->hashed, 8192 + TAIL);
+                CHECK(memcmp(bufs[b], data + (size_t)NB * BL - 8192, 8192 + TAIL) == 0);
+                continue;
+            }
+            CHECKF(got->res == BL && got->hashed && got->hash == XXH3_64bits(data + (size_t)b * BL, got->hash_len),
+                   "round %d block %d: res %lld hashed %d", round, b, (long long)got->res, got->hashed);
+            CHECKF(memcmp(bufs[b], data + (size_t)b * BL, BL) == 0, "round %d block %d: the pieces' data differ", round, b);
+        }
+        for (int b = 0; b <= NB; b++) free(bufs[b]);
+    }
+    io_destroy(e);
+    close(fd);
+    free(data);
+}
+
 /* Device occupancy (io.h busy): a read counts from its submission to its completion, so the busy time lies
  * within the wall time around the reads, the depth integral is at least the busy time, and at most as many
  * reads as were in the device at once (pread: its worker count) times it; nothing moves while idle. */

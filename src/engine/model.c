@@ -269,6 +269,10 @@ static sl_status open_stream(sl_model *m, const char *path, const sl_model_param
     if (!io && p->io_engine == SL_ENGINE_URING) return sl_err(err, SL_EUNSUPPORTED, "%s", msg);
     if (!io) io = io_pread_engine_new(m->stream_fd, depth < 16 ? depth : 16, msg, sizeof msg);
     if (!io) return sl_err(err, SL_ENOMEM, "%s", msg);
+    /* each expert block goes to the disk as 8 pieces in 16 linked chains, so a layer's blocks land one after
+     * another while the forward pass computes on the first ones (src/stream/io_uring.c, docs/STREAMING.md) */
+    io->chunk = (uint32_t)((m->f.h.expert_stride / 8 + 4095) / 4096 * 4096);
+    io->chains = 16;
     m->io_engine = io->ops->name;
     if (fault) {
         io = io_fault_engine_new(io, fault);

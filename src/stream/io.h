@@ -55,7 +55,12 @@ typedef struct io_ops {
 struct io_engine {
     const io_ops *ops;
     int fd;
-    int depth; /* most reads in flight */
+    int depth;      /* most reads in flight */
+    /* io_uring only (io_uring.c, chunked chains): reads of at least 2 x chunk bytes (a multiple of 4096)
+     * go to the disk as chunk-sized pieces dealt into `chains` linked chains, so the blocks of one flush
+     * complete in order instead of all together; chunk 0: whole reads. Set before the first submit. */
+    uint32_t chunk;
+    int chains;
 };
 
 /* Device occupancy bookkeeping shared by the engines (io.h busy): call io_occ_step with the lock that

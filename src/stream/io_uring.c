@@ -6,6 +6,19 @@
  * the other reads are in flight (liburing's SQ and CQ rings are independent: one submitter and one
  * reaper need no lock between them). Falls back (returns NULL) when the kernel refuses io_uring (old
  * kernel, seccomp).
+ *
+ * Chunked chains (io_engine.chunk / .chains, io.h): a disk serves the reads in flight side by side, so a
+ * layer's expert blocks submitted at once all complete together at the end, and the forward pass then
+ * computes every expert while the disk idles. With chunks, each read is cut into chunk-sized pieces and a
+ * flush deals all its pieces, in submission order, round-robin into `chains` linked chains
+ * (IOSQE_IO_LINK: a chain's next piece starts when the one before it completes, inside the kernel): the
+ * disk still has `chains` reads in flight, but works through the blocks in order, so the first block
+ * lands early and the forward pass computes on it while the disk reads the rest. Each chain is its own
+ * io_uring_submit, so the block layer cannot merge the pieces back into whole blocks. A request still
+ * completes once, when its last piece has: with every piece whole, res = len (and its checksum, taken
+ * then); otherwise the pieces read whole from its start (a short read the caller resumes), or the first
+ * piece's error; a piece cancelled because an earlier piece of its chain failed (-ECANCELED) counts as
+ * not read, and a request with nothing read that way reports -EAGAIN, which the caller retries.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -19,11 +32,26 @@
 #include "util/xxh3.h"
 
 #define UQ_CAP 4096
+#define JOB_CAP 1024 /* requests submitted and not yet completed, at most */
+#define MAX_PIECES 64
+
+/* One submitted request and its pieces (one piece when not chunked). */
+typedef struct job {
+    io_req *req;
+    int n, left;             /* pieces, and those not completed yet */
+    int64_t res[MAX_PIECES]; /* each piece's result */
+    int next_free;
+} job;
 
 typedef struct {
     io_engine base;
     struct io_uring ring;
+    unsigned ring_entries;
     int queued;          /* prepared, not submitted (caller's thread) */
+    job *jobs;           /* [JOB_CAP] */
+    int free_job;        /* free list head, under mu */
+    int pend[JOB_CAP];   /* jobs submitted since the last flush, in order (caller's thread) */
+    int n_pend;
     pthread_t reaper;
     int reaper_up;
     pthread_mutex_t mu;
@@ -41,6 +69,23 @@ static uint64_t mono_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+/* A request's result from its pieces (see the top of the file). */
+static int64_t job_result(const job *jb, uint32_t len, uint32_t piece) {
+    int64_t got = 0;
+    for (int p = 0; p < jb->n; p++) {
+        const uint32_t want = p + 1 < jb->n ? piece : len - (uint32_t)p * piece;
+        const int64_t r = jb->res[p];
+        if (r == (int64_t)want) {
+            got += r;
+            continue;
+        }
+        if (r > 0) return got + r; /* short: what is there from the start */
+        if (got > 0) return got;
+        return r == -ECANCELED ? -EAGAIN : r;
+    }
+    return got;
+}
+
 static void *reap(void *arg) {
     uring_engine *u = arg;
     for (;;) {
@@ -54,16 +99,26 @@ static void *reap(void *arg) {
             pthread_mutex_unlock(&u->mu);
             return NULL;
         }
-        io_req *r = io_uring_cqe_get_data(cqe);
+        const uint64_t ud = cqe->user_data;
         int64_t res = cqe->res;
         io_uring_cqe_seen(&u->ring, cqe);
-        if (!r) return NULL; /* the NOP destroy() sends */
+        if (!ud) return NULL; /* the NOP destroy() sends */
         /* the request's fields were written before u_submit's unlock (the kernel's ordering is invisible
          * to ThreadSanitizer; the lock makes it plain) */
         pthread_mutex_lock(&u->mu);
+        job *jb = &u->jobs[(ud >> 8) - 1];
+        jb->res[ud & 0xff] = res;
+        if (--jb->left > 0) {
+            pthread_mutex_unlock(&u->mu);
+            continue;
+        }
         io_occ_step(&u->occ, mono_ns(), -1);
+        io_req *r = jb->req;
         const uint32_t hl = r->hash_len, len = r->len;
         const void *buf = r->buf;
+        res = job_result(jb, len, u->base.chunk);
+        jb->next_free = u->free_job;
+        u->free_job = (int)(jb - u->jobs);
         pthread_mutex_unlock(&u->mu);
         const int hashed = hl > 0 && hl <= len && res == (int64_t)len;
         struct timespec t0, t1;
@@ -81,27 +136,85 @@ static void *reap(void *arg) {
     }
 }
 
-static int u_flush(io_engine *e) {
-    uring_engine *u = (uring_engine *)e;
-    if (!u->queued) return 0;
-    /* counted in the device before the submit: a read served at once (from the page cache) may complete
-     * inside io_uring_submit, and the reaper must never see more completions than reads counted */
-    pthread_mutex_lock(&u->mu);
-    io_occ_step(&u->occ, mono_ns(), u->queued);
-    pthread_mutex_unlock(&u->mu);
+static int submit_ring(uring_engine *u) {
     for (;;) {
         int r = io_uring_submit(&u->ring);
         if (r == -EINTR) continue;
-        int gone = r < 0 ? u->queued : u->queued - r; /* not submitted: still queued, not in the device */
-        if (gone > 0) {
-            pthread_mutex_lock(&u->mu);
-            io_occ_step(&u->occ, mono_ns(), -gone);
-            pthread_mutex_unlock(&u->mu);
-        }
-        if (r < 0) return r;
-        u->queued -= r;
-        return 0;
+        if (r >= 0) u->queued -= r;
+        return r < 0 ? r : 0;
     }
+}
+
+static void prep_piece(uring_engine *u, struct io_uring_sqe *sqe, int ji, int p, int link) {
+    const job *jb = &u->jobs[ji];
+    const io_req *r = jb->req;
+    const uint32_t piece = jb->n > 1 ? u->base.chunk : r->len, at = (uint32_t)p * piece;
+    const uint32_t len = p + 1 < jb->n ? piece : r->len - at;
+    io_uring_prep_read(sqe, u->base.fd, (char *)r->buf + at, len, r->off + at);
+    sqe->user_data = ((uint64_t)(ji + 1) << 8) | (uint64_t)p;
+    if (link) sqe->flags |= IOSQE_IO_LINK;
+    u->queued++;
+}
+
+/* Prepares and submits every request queued since the last flush: one SQE each, or their pieces dealt
+ * into chains (the top of the file). */
+static int u_flush(io_engine *e) {
+    uring_engine *u = (uring_engine *)e;
+    if (!u->n_pend) return u->queued ? submit_ring(u) : 0;
+    int total = 0;
+    for (int i = 0; i < u->n_pend; i++) total += u->jobs[u->pend[i]].n;
+    /* counted in the device before the submit: a read served at once (from the page cache) may complete
+     * inside io_uring_submit, and the reaper must never see more completions than reads counted */
+    pthread_mutex_lock(&u->mu);
+    io_occ_step(&u->occ, mono_ns(), u->n_pend);
+    pthread_mutex_unlock(&u->mu);
+    const int chains = total > u->n_pend && e->chains > 0 ? (e->chains < total ? e->chains : total) : total;
+    int rc = 0;
+    for (int c = 0; c < chains && !rc; c++) {
+        /* chain c: pieces c, c + chains, c + 2 chains, ... of the flush's pieces in order */
+        int idx = 0, len = (total - c + chains - 1) / chains, k = 0;
+        if ((unsigned)len > u->ring_entries) len = (int)u->ring_entries; /* never: the ring holds a flush */
+        for (int i = 0; i < u->n_pend && k < len; i++) {
+            const int ji = u->pend[i], n = u->jobs[ji].n;
+            for (int p = 0; p < n && k < len; p++, idx++) {
+                if ((idx - c) % chains != 0 || idx < c) continue;
+                struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+                if (!sqe && (rc = submit_ring(u)) == 0) sqe = io_uring_get_sqe(&u->ring);
+                if (!sqe) {
+                    rc = rc ? rc : -EBUSY;
+                    break;
+                }
+                k++;
+                prep_piece(u, sqe, ji, p, k < len);
+            }
+            if (rc) break;
+        }
+        /* one submit per chain (a single piece each when not chunked: all of them at once) */
+        if (!rc && (chains == total ? c == chains - 1 : 1)) rc = submit_ring(u);
+    }
+    u->n_pend = 0;
+    return rc;
+}
+
+static int u_submit(io_engine *e, io_req *r) {
+    uring_engine *u = (uring_engine *)e;
+    pthread_mutex_lock(&u->mu);
+    int ji = u->outstanding >= UQ_CAP || u->n_pend >= JOB_CAP ? -1 : u->free_job;
+    if (ji >= 0) {
+        u->free_job = u->jobs[ji].next_free;
+        u->outstanding++;
+    }
+    pthread_mutex_unlock(&u->mu);
+    if (ji < 0) return -EBUSY;
+    job *jb = &u->jobs[ji];
+    const uint32_t piece = e->chunk;
+    jb->req = r;
+    jb->n = piece >= 4096 && r->len >= 2 * piece ? (int)((r->len + piece - 1) / piece) : 1;
+    if (jb->n > MAX_PIECES) jb->n = 1;
+    jb->left = jb->n;
+    r->hashed = 0;
+    u->pend[u->n_pend++] = ji;
+    return 0;
 }
 
 static void u_busy(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns) {
@@ -111,29 +224,6 @@ static void u_busy(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns) {
     *busy_ns = u->occ.busy_ns;
     *depth_ns = u->occ.depth_ns;
     pthread_mutex_unlock(&u->mu);
-}
-
-static int u_submit(io_engine *e, io_req *r) {
-    uring_engine *u = (uring_engine *)e;
-    pthread_mutex_lock(&u->mu);
-    int full = u->outstanding >= UQ_CAP;
-    pthread_mutex_unlock(&u->mu);
-    if (full) return -EBUSY;
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-    if (!sqe) {
-        int rc = u_flush(e);
-        if (rc) return rc;
-        sqe = io_uring_get_sqe(&u->ring);
-        if (!sqe) return -EBUSY;
-    }
-    r->hashed = 0;
-    io_uring_prep_read(sqe, e->fd, r->buf, r->len, r->off);
-    io_uring_sqe_set_data(sqe, r);
-    u->queued++;
-    pthread_mutex_lock(&u->mu);
-    u->outstanding++;
-    pthread_mutex_unlock(&u->mu);
-    return 0;
 }
 
 static int u_wait(io_engine *e, io_req **out) {
@@ -176,6 +266,7 @@ static void u_destroy(io_engine *e) {
     io_uring_queue_exit(&u->ring);
     pthread_mutex_destroy(&u->mu);
     pthread_cond_destroy(&u->cv);
+    free(u->jobs);
     free(u);
 }
 
@@ -188,9 +279,19 @@ io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen) {
         return NULL;
     }
     if (depth < 1) depth = 1;
-    int rc = io_uring_queue_init((unsigned)depth, &u->ring, 0);
+    u->jobs = calloc(JOB_CAP, sizeof *u->jobs);
+    if (!u->jobs) {
+        snprintf(err, errlen, "out of memory");
+        free(u);
+        return NULL;
+    }
+    for (int i = 0; i < JOB_CAP; i++) u->jobs[i].next_free = i + 1 < JOB_CAP ? i + 1 : -1;
+    /* room for a flush's pieces: depth reads of up to 16 pieces (more are submitted in turns) */
+    u->ring_entries = (unsigned)(depth * 16 < 4096 ? depth * 16 : 4096);
+    int rc = io_uring_queue_init(u->ring_entries, &u->ring, 0);
     if (rc < 0) {
         snprintf(err, errlen, "io_uring is not available: %s", strerror(-rc));
+        free(u->jobs);
         free(u);
         return NULL;
     }
