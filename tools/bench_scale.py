@@ -313,7 +313,9 @@ def sec_ssd(a, s, res):
     depths = [1, 8, 32] if a.quick else FIO_DEPTHS
     rt = 4 if a.quick else 6
     for shape, label in SHAPES:
-        model = s.synth(shape, a.layers)
+        if a.ssd_shapes and shape not in a.ssd_shapes.split(","):
+            continue
+        model = s.synth(shape, a.ssd_layers)
         probe = s.bench(model, ["64M"], 1, 1)[0]
         ex = expert_bytes(model, probe)
         cache = max(16 * MIB, int(ex * 0.05)) // MIB * MIB
@@ -341,7 +343,9 @@ def sec_ssd(a, s, res):
         topk = {"qwen3-30b-a3b": 8, "qwen3.5-35b-a3b": 8, "qwen3-next-80b-a3b": 10}[shape]
         at_topk = min(range(len(depths)), key=lambda i: abs(depths[i] - topk))
         dec = sum(r["stream_bytes_s"] for r in runs) / len(runs)
-        rows.append({"shape": shape, "label": label, "cache": cache, "block": block, "bs": bs, "depth": topk,
+        rows.append({"shape": shape, "label": label, "n_layers": a.ssd_layers, "cache": cache, "block": block, "bs": bs,
+                     "depth": topk, "busy": sum(r.get("disk_busy_fraction", 0) for r in runs) / len(runs),
+                     "queue_depth": sum(r.get("queue_depth", 0) for r in runs) / len(runs),
                      "runs": runs, "prefill_runs": pre, "sweeps": sweeps, "depths": depths, "fio_mean": fio_mean,
                      "bound": fio_mean[best], "bound_depth": depths[best], "fio_at_topk": fio_mean[at_topk],
                      "fraction": dec / fio_mean[best], "fraction_topk": dec / fio_mean[at_topk],
@@ -760,14 +764,18 @@ def render(a, results, m):
               "the experts, prefetch off, `--io direct` (tok/s × bytes read per token), and a layer-major prefill "
               f"of a {s2['rows'][0]['prefill_runs'][0]['prompt_tokens']}-token prompt at the same cache (the "
               "prompt's expert bytes / the prefill's time).", "",
-              "| shape | block | fio MB/s by depth (mean of 2) | bound (depth) | decode tok/s | decode MB/s (2 runs) | "
-              "decode fraction | fraction vs fio at one layer's depth | prefill MB/s (2 runs) | prefill fraction |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "Every byte counted is one the token needed: prefetch is off, so no read is speculative. *disk busy*: "
+              "the share of decode time with at least one of sluice's reads in flight (`disk_busy_fraction`, "
+              "sl_stats.io_busy_s), and the mean reads in flight while busy.", "",
+              "| shape | layers | block | fio MB/s by depth (mean of 2) | bound (depth) | decode tok/s | decode MB/s (2 runs) | "
+              "decode fraction | disk busy (depth) | fraction vs fio at one layer's depth | prefill MB/s (2 runs) | prefill fraction |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in s2["rows"]:
             curve = ", ".join(f"{d}: {b / 1e6:.0f}" for d, b in zip(r["depths"], r["fio_mean"]))
-            L.append(f"| {r['label']} | {r['bs'] / MIB:.2f} MiB | {curve} | {r['bound'] / 1e6:.0f} ({r['bound_depth']}) | "
+            busy = f"{r['busy']:.2f} ({r['queue_depth']:.1f})" if "busy" in r else "—"
+            L.append(f"| {r['label']} | {r.get('n_layers', '')} | {r['bs'] / MIB:.2f} MiB | {curve} | {r['bound'] / 1e6:.0f} ({r['bound_depth']}) | "
                      f"{r['runs'][0]['decode_tok_s']:.2f} | "
-                     f"{', '.join('%.0f' % (x['stream_bytes_s'] / 1e6) for x in r['runs'])} | {r['fraction']:.2f} | "
+                     f"{', '.join('%.0f' % (x['stream_bytes_s'] / 1e6) for x in r['runs'])} | {r['fraction']:.2f} | {busy} | "
                      f"{r['fraction_topk']:.2f} (depth {r['depth']}) | "
                      f"{', '.join('%.0f' % (x['read_bytes_s'] / 1e6) for x in r['prefill_runs'])} | "
                      f"{r['prefill_fraction']:.2f} |")
@@ -995,9 +1003,12 @@ def main():
     ap.add_argument("--llama-parts", default="greedy,resident,capped",
                     help="what the llama section measures; with fewer than all, the others are kept from its "
                          "previous results")
+    ap.add_argument("--ssd-layers", type=int, default=None, help="layers of each shape in section 2 (default: --layers)")
+    ap.add_argument("--ssd-shapes", default=None, help="section 2's shapes, comma-separated (default: all three)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()
     a.layers = a.layers or (1 if a.quick else 4)
+    a.ssd_layers = a.ssd_layers or a.layers
     a.prompt, a.gen = (4, 8) if a.quick else (8, 48)
     a.ssd_prompt = 128 if a.quick else 512
     a.docs = os.path.join(ROOT, "docs")
