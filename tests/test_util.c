@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "test.h"
 #include "util/dtype.h"
@@ -108,6 +109,57 @@ TEST(threadpool_any_covers_each_index_once) {
     any_ctx c = {one, 1, 3, 0};
     sl_pool_for_any(NULL, 3, 1, fill_any, &c);
     CHECK(one[0] == 1 && one[2] == 3);
+}
+
+/* sl_pool_thread: inside a job every call gets an index below the pool's size that no other call running at
+ * the same time holds (a busy flag per index), and both the caller (0) and the workers take part; jobs come
+ * back to back (the spinning hand-off), after a pause longer than any spin (workers asleep), and with the
+ * workers' share slower than the caller's (the caller waits, then sleeps). */
+typedef struct {
+    sl_pool *p;
+    atomic_int busy[8], seen[8], bad;
+    int slow_us;
+} tid_ctx;
+
+static void tid_part(void *ctx, size_t b, size_t e) {
+    tid_ctx *c = ctx;
+    int id = sl_pool_thread(c->p);
+    if (id < 0 || id >= sl_pool_size(c->p) || atomic_exchange(&c->busy[id], 1)) {
+        atomic_store(&c->bad, 1);
+        return;
+    }
+    atomic_store(&c->seen[id], 1);
+    if (c->slow_us && id) {
+        struct timespec ts = {0, (long)c->slow_us * 1000};
+        nanosleep(&ts, NULL);
+    }
+    for (volatile size_t i = b; i < e; i++) {
+    }
+    atomic_store(&c->busy[id], 0);
+}
+
+TEST(threadpool_thread_index_is_unique_per_running_call) {
+    for (int t = 1; t <= 4; t++) {
+        sl_pool *p = sl_pool_new(t);
+        CHECK(p);
+        tid_ctx c = {.p = p};
+        int workers_seen = 0;
+        for (int round = 0; round < 60; round++) {
+            c.slow_us = round % 3 == 2 ? 300 : 0;
+            if (round % 3 == 1) {
+                struct timespec ts = {0, 2000000}; /* 2 ms: every worker is asleep */
+                nanosleep(&ts, NULL);
+            }
+            sl_pool_for_any(p, 4096, 1, tid_part, &c);
+            sl_pool_for(p, 64, 1, tid_part, &c);
+            for (int i = 1; i < t; i++) workers_seen += atomic_load(&c.seen[i]);
+        }
+        CHECKF(!atomic_load(&c.bad), "threads %d: an index out of range or held twice at once", t);
+        CHECKF(t == 1 || workers_seen > 0, "threads %d: no worker ever ran a part", t);
+        CHECK(sl_pool_thread(p) == 0); /* the caller */
+        sl_pool_free(p);
+    }
+    CHECK(sl_pool_thread(NULL) == 0);
 }
 
 /* The rooms below the model (src/model/) take the types they share from util/tensor.h: none includes the

@@ -30,5 +30,9 @@ void sl_pool_for(sl_pool *pool, size_t n, size_t grain, sl_pool_fn fn, void *ctx
  * worker that wakes after the work is done is not waited for. Only for fn without per-call state whose
  * outputs do not depend on how the items are split (each output computed whole inside one call). */
 void sl_pool_for_any(sl_pool *pool, size_t n, size_t grain, sl_pool_fn fn, void *ctx);
+/* Inside fn of a job of pool: which of its threads runs the call, 0 (the caller) .. sl_pool_size - 1, for
+ * per-thread scratch when fn is called several times per thread (sl_pool_for_any). Outside a pool's worker
+ * (the caller, or pool NULL) 0. Cannot fail. */
+int sl_pool_thread(const sl_pool *pool);
 
 #endif

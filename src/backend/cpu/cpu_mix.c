@@ -24,15 +24,15 @@ typedef struct {
     const kern_ops *ops;
     cpu_ctx *c;
     int group, kvrow;
-    atomic_int next_slot;
 } attn_job;
 
+/* (token, head) items begin..end; called any number of times per thread (sl_pool_for_any), each thread's
+ * scores in its own scratch slot. */
 static void attn_part(void *ctx, size_t begin, size_t end) {
     attn_job *j = ctx;
     const be_attn *a = j->a;
     const kern_ops *ops = j->ops;
-    int slot = atomic_fetch_add(&j->next_slot, 1);
-    float *sc = j->c->scratch + (size_t)slot * j->c->slot_floats;
+    float *sc = j->c->scratch + (size_t)sl_pool_thread(j->c->pool) * j->c->slot_floats;
     const int hd = a->head_dim;
     for (size_t it = begin; it < end; it++) {
         int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
@@ -73,8 +73,8 @@ void cpu_attention(sl_backend *be, const be_attn *a) {
         memcpy(a->v_cache + slot * kvrow, a->v + (size_t)t * a->ldkv, (size_t)kvrow * sizeof(float));
     }
     attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow};
-    atomic_init(&j.next_slot, 0);
-    sl_pool_for(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attn_part, &j);
+    /* claimed dynamically: a thread the system delays holds up only the heads it holds */
+    sl_pool_for_any(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attn_part, &j);
     if (a->gated) {
         for (int t = 0; t < a->n; t++)
             for (int h = 0; h < a->n_heads; h++) {
