@@ -569,6 +569,10 @@ static void i8p_mm(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int
     const int cols = w->cols, S = cols / 128;
     int tb = I8P_XB / (S * 128);
     tb = tb > I8P_TB ? I8P_TB : tb;
+    { /* blocks of about equal size, whole tiles where possible (an expert's 33 tokens: 20 + 13, not 32 + 1) */
+        const int nblk = (a->n_tok + tb - 1) / tb, even = ((a->n_tok + nblk - 1) / nblk + 3) / 4 * 4;
+        tb = even < tb ? even : tb;
+    }
     _Alignas(64) uint8_t xp[I8P_XB];
     _Alignas(64) float st[I8P_MAXGT * I8P_TB];
     const int g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
