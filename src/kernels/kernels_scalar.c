@@ -398,20 +398,35 @@ static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, f
     kern_act_sums_q4(cols, q, q4, s);
 }
 
-void kern_act_prepare(kern_act *a) {
-    if (!a->int8 || a->ready) return;
-    static void (*_Atomic row_fn)(const float *, int, int8_t *, int8_t *, float *, float *);
-    void (*fn)(const float *, int, int8_t *, int8_t *, float *, float *) = row_fn;
+typedef void (*act_row_fn)(const float *, int, int8_t *, int8_t *, float *, float *);
+
+static act_row_fn act_fn(void) {
+    static act_row_fn _Atomic row_fn;
+    act_row_fn fn = row_fn;
     if (!fn) { /* the default table's (every table's gives the same bits) */
         fn = kern_default_ops()->act_row;
         row_fn = fn = fn ? fn : act_row;
     }
+    return fn;
+}
+
+static void act_part(void *ctx, size_t b, size_t e) {
+    kern_act *a = ctx;
+    const act_row_fn fn = act_fn();
     const size_t c = (size_t)a->cols, nb = c / 32, ns = (size_t)act_ns((int)nb);
-    for (int t = 0; t < a->n_tok; t++)
-        fn(a->x + (size_t)t * a->ldx, a->cols, a->q + (size_t)t * c, a->q4 + (size_t)t * c, a->d + (size_t)t * nb,
-                a->s + (size_t)t * ns);
+    for (size_t t = b; t < e; t++)
+        fn(a->x + t * a->ldx, a->cols, a->q + t * c, a->q4 + t * c, a->d + t * nb, a->s + t * ns);
+}
+
+/* kern_act_prepare with the tokens split over pool (NULL: inline): a prefill's activations are quantized on
+ * every thread, not on the caller alone while the others wait; each token's bits are the same either way. */
+static void act_prepare_on(kern_act *a, sl_pool *pool) {
+    if (!a->int8 || a->ready) return;
+    sl_pool_for(pool, (size_t)(a->n_tok > 0 ? a->n_tok : 0), 8, act_part, a);
     a->ready = 1;
 }
+
+void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
 
 void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, int n, const float *x_rows) {
     kern_act_init(dst, buf, x_rows, (size_t)src->cols, n, src->cols, src->int8);
@@ -507,7 +522,7 @@ int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int
     if (n == 0 || mm[0].a->n_tok <= 0 || row0[n] == 0) return 0;
     size_t work = 0;
     for (int i = 0; i < n; i++) {
-        if (mm_use_i8(mm[i].w, mm[i].a)) kern_act_prepare(mm[i].a);
+        if (mm_use_i8(mm[i].w, mm[i].a)) act_prepare_on(mm[i].a, pool);
         work += (size_t)mm[i].w->cols;
     }
     work = work / (size_t)n * (size_t)mm[0].a->n_tok; /* per row, on average */
@@ -523,7 +538,7 @@ int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_ac
         w->group % 32 || w->cols % w->group)
         return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
     if (a->n_tok <= 0 || w->rows <= 0) return 0;
-    kern_act_prepare(a);
+    act_prepare_on(a, pool);
     /* the SIMD tables hold a row's scales on the stack (kernels_i8_x86.h: I8_MAXG groups) */
     kern_matmul_i8_fn fn = ops->matmul_i8[dt] && w->cols / w->group <= 2048 ? ops->matmul_i8[dt] : scalar_ops.matmul_i8[dt];
     mmi8_job j = {fn, w, a, y, ldy};

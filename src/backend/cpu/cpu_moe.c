@@ -196,13 +196,28 @@ static void ffn_down(sl_backend *be, const be_ffn *f, const sl_mat *down, const 
     be->matmul[down->dtype](be, down, &m, f->y, f->ldy);
 }
 
+typedef struct {
+    const kern_ops *ops;
+    float *g;
+    const float *u;
+    int inter;
+} swiglu_job;
+
+static void swiglu_part(void *ctx, size_t b, size_t e) {
+    const swiglu_job *j = ctx;
+    for (size_t t = b; t < e; t++)
+        j->ops->swiglu(j->g + t * (size_t)j->inter, j->u + t * (size_t)j->inter, j->g + t * (size_t)j->inter, j->inter);
+}
+
 static void swiglu_ffn(sl_backend *be, const be_ffn *f) {
     cpu_ctx *c = cpu_of(be);
     const int n = f->x->n_tok, inter = f->inter;
     const kern_mm gu[2] = {{&f->w->gate, f->x, f->g, (size_t)inter}, {&f->w->up, f->x, f->u, (size_t)inter}};
     be->matmul_multi(be, gu, 2);
-    for (int t = 0; t < n; t++)
-        c->ops->swiglu(f->g + (size_t)t * inter, f->u + (size_t)t * inter, f->g + (size_t)t * inter, inter);
+    /* the tokens' activations on the pool (a prefill's expert: ~32 tokens x inter expf, which the other threads
+     * waited for); each token's values are the same ops either way */
+    swiglu_job j = {c->ops, f->g, f->u, inter};
+    sl_pool_for(c->pool, (size_t)n, 8, swiglu_part, &j);
     ffn_down(be, f, &f->w->down, f->g, inter);
 }
 
