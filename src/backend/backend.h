@@ -193,6 +193,19 @@ struct sl_backend {
     int (*reserve)(sl_backend *be, size_t slot_floats);
     void (*destroy)(sl_backend *be);
 
+    /* ---- copies that overlap the compute ops (optional: NULL where copies are synchronous, the CPU) ----
+     * A fence (> 0) names a point on one of the backend's queues; 0 is a fence already passed. */
+    /* Queues a host -> backend copy on a copy queue of its own: it starts once the compute ops queued before
+     * fence `after` (from mark(), or 0) are done, and every compute op queued after this call waits for it.
+     * src (pinned memory reads fastest) must stay unchanged until the returned fence has passed. Returns
+     * that fence, or 0 with the failure recorded for sync(). */
+    uint64_t (*copy_async)(sl_backend *be, void *dst, const void *src, size_t bytes, uint64_t after);
+    /* A fence after the compute ops queued so far; 0 with the failure recorded for sync(). */
+    uint64_t (*mark)(sl_backend *be);
+    /* 1 once fence f has passed, else 0; wait: first block until it has. A failure is recorded for sync()
+     * and counts as passed. */
+    int (*fence_done)(sl_backend *be, uint64_t f, int wait);
+
     /* ---- dense ops ---- */
     /* x[t] (t < n) = row tokens[t] (HOST) of table as f32, any dtype. */
     void (*embed)(sl_backend *be, const sl_mat *table, const int32_t *tokens, int n, float *x, size_t ldx);

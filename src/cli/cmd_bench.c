@@ -111,6 +111,8 @@ typedef struct {
     uint64_t prefetch_reads, prefetch_used;
     double prefetch_accuracy;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
+    double tier_hit_rate, tier_bytes_per_token, tier_prefill_bytes; /* the device tier (--vram): decode, prompt */
+    uint64_t tier_bytes;
     const char *engine, *mode;
     int random_ids; /* decode fed random ids (else greedy) */
     cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
@@ -192,6 +194,11 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         r->prefetch_reads = st.prefetch_reads - sp.prefetch_reads;
         r->prefetch_used = st.prefetch_used - sp.prefetch_used;
         r->prefetch_accuracy = st.prefetch_accuracy;
+        uint64_t th = st.tier_hits - sp.tier_hits, tm = st.tier_misses - sp.tier_misses;
+        r->tier_hit_rate = th + tm ? (double)th / (double)(th + tm) : 0;
+        r->tier_bytes_per_token = n_gen > 0 ? (double)(st.tier_bytes_copied - sp.tier_bytes_copied) / n_gen : 0;
+        r->tier_prefill_bytes = (double)(sp.tier_bytes_copied - s0.tier_bytes_copied);
+        r->tier_bytes = st.tier_bytes;
         r->layers = cJSON_CreateArray();
         for (int l = 0; l < sl_model_n_layers(m); l++) {
             uint64_t h, mi, b;
@@ -291,6 +298,10 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "prefetch_reads", (double)r.prefetch_reads);
             cJSON_AddNumberToObject(o, "prefetch_used", (double)r.prefetch_used);
             cJSON_AddNumberToObject(o, "prefetch_accuracy", r.prefetch_accuracy);
+            cJSON_AddNumberToObject(o, "vram_bytes", (double)r.tier_bytes);
+            cJSON_AddNumberToObject(o, "vram_hit_rate", r.tier_hit_rate);
+            cJSON_AddNumberToObject(o, "vram_copied_bytes_per_token", r.tier_bytes_per_token);
+            cJSON_AddNumberToObject(o, "vram_prefill_copied_bytes", r.tier_prefill_bytes);
             cJSON_AddItemToObject(o, "layers", r.layers);
             r.layers = NULL;
         } else {

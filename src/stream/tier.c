@@ -13,11 +13,15 @@
 
 #include "sluice.h"
 
+#define TIER_HOLD 8 /* host slots kept for copies in flight, at most */
+
 typedef struct tslot {
     uint8_t *buf; /* device memory, stride bytes */
     int key;      /* moe slot * E + expert, or -1 */
     int refs;     /* held by the current request */
     uint64_t tick;
+    uint64_t fence; /* async: the compute ops that read its block so far end before this fence (backend.h) */
+    int used;       /* async: read by the current request, fence not taken yet */
 } tslot;
 
 struct tier {
@@ -39,6 +43,11 @@ struct tier {
     int *hits, n_hits, hits_head; /* unordered: device hits not yet handed out */
     int *miss, n_miss, miss_next; /* misses, in list order; miss_next: the next one get() fetches */
     int lo_left;                  /* misses the host source still owes */
+    /* async copies (the backend has copy_async): host slots kept until their copies pass */
+    int async, hold;              /* hold: at most this many host slots kept */
+    int *pend_e, n_pend, pend_head; /* experts whose host slots are kept, oldest first ... */
+    uint64_t *pend_f;             /* ... and their copies' fences */
+    int *used, n_used;            /* slots with used set */
     tier_stats st;
     char err[512];
 };
@@ -69,15 +78,45 @@ static int victim(tier *t) {
 static void deliver(tier *t, int si, int e, int *expert, sl_expert *out) {
     tslot *s = &t->slots[si];
     s->tick = ++t->tick;
+    if (t->async && !s->used) { /* the compute about to be queued reads it */
+        s->used = 1;
+        t->used[t->n_used++] = si;
+    }
     slc_bind_expert(t->f, s->buf, out);
     *expert = e;
+}
+
+/* async: one fence after the compute queued so far, taken by every slot read in this request */
+static void take_mark(tier *t) {
+    if (!t->n_used) return;
+    uint64_t f = t->be->mark(t->be); /* 0 on failure: sync() reports it at the end of the block */
+    for (int i = 0; i < t->n_used; i++) {
+        tslot *s = &t->slots[t->used[i]];
+        s->fence = f;
+        s->used = 0;
+    }
+    t->n_used = 0;
+}
+
+/* async: hands the host slots whose copies have passed back to the host source, oldest first; waits for
+ * the oldest while more than hold are kept, or (all) for every one. */
+static void settle(tier *t, int all) {
+    while (t->pend_head < t->n_pend) {
+        int wait = all || t->n_pend - t->pend_head > t->hold;
+        if (!t->be->fence_done(t->be, t->pend_f[t->pend_head], wait)) break;
+        if (t->lo.release) t->lo.release(t->lo.ctx, t->pend_e[t->pend_head]);
+        t->pend_head++;
+    }
 }
 
 /* ---- promotion ---- */
 
 /* Expert e of the current layer, delivered by the host source as hx, into a device slot (held): one
- * copy of its block; the host slot goes back to the host source once the copy is done. Returns the
- * slot or a negative status. */
+ * copy of its block. Synchronous backends: the copy is waited for and the host slot handed back at once.
+ * Async ones (copy_async): the copy is queued on the copy stream after the compute that last read the
+ * slot (its fence) and before the compute queued next; the host slot is kept until the copy's fence has
+ * passed (settle), so the next expert's read and copy run while this one computes. Returns the slot or a
+ * negative status. */
 static int promote(tier *t, int e, const sl_expert *hx) {
     const uint8_t *block = slc_expert_block(t->f, hx);
     int v = victim(t);
@@ -89,11 +128,26 @@ static int promote(tier *t, int e, const sl_expert *hx) {
     tslot *s = &t->slots[v];
     if (s->key >= 0 && t->map[s->key] == v) t->map[s->key] = -1;
     s->key = -1;
-    t->be->copy(t->be, s->buf, block, t->block, BE_H2D);
-    int rc = t->be->sync(t->be); /* the host slot may be reused as soon as it is released */
-    if (t->lo.release) t->lo.release(t->lo.ctx, e);
-    if (rc) return fail(t, rc, "device expert tier: copying layer %d expert %d to the device: %s", t->layer, e,
+    if (t->async) {
+        if (s->used) take_mark(t); /* read earlier in this request: the copy waits for that compute */
+        uint64_t f = t->be->copy_async(t->be, s->buf, block, t->block, s->fence);
+        if (!f) {
+            int rc = t->be->sync(t->be);
+            if (t->lo.release) t->lo.release(t->lo.ctx, e);
+            return fail(t, rc ? rc : SL_EIO, "device expert tier: copying layer %d expert %d to the device: %s",
+                        t->layer, e, t->be->errmsg(t->be));
+        }
+        t->pend_e[t->n_pend] = e;
+        t->pend_f[t->n_pend++] = f;
+        settle(t, 0);
+    } else {
+        t->be->copy(t->be, s->buf, block, t->block, BE_H2D);
+        int rc = t->be->sync(t->be); /* the host slot may be reused as soon as it is released */
+        if (t->lo.release) t->lo.release(t->lo.ctx, e);
+        if (rc)
+            return fail(t, rc, "device expert tier: copying layer %d expert %d to the device: %s", t->layer, e,
                         t->be->errmsg(t->be));
+    }
     int key = t->mslot * t->E + e;
     s->key = key;
     s->refs = 1;
@@ -108,6 +162,7 @@ static int fetch_miss(tier *t, int *e) {
     sl_expert hx;
     int rc;
     if (t->lo_left <= 0) return fail(t, SL_EINVAL, "device expert tier: more next() calls than experts requested");
+    if (t->async) settle(t, 0); /* slots whose copies are done can take the next reads */
     if (t->lo.begin) {
         rc = t->lo.next(t->lo.ctx, e, &hx);
     } else { /* a resident host source: get() in list order */
@@ -147,6 +202,7 @@ static int t_begin(void *ctx, int layer, const int *experts, int n, int ordered)
     }
     t->lo_left = t->n_miss;
     t->lo_begun = 0;
+    t->n_pend = t->pend_head = 0;
     if (t->n_miss > 0 && t->lo.begin) {
         int rc = t->lo.begin(t->lo.ctx, layer, t->miss, t->n_miss, ordered);
         t->lo_begun = 1;
@@ -190,6 +246,11 @@ static void t_release(void *ctx, int expert) {
 
 static void t_end(void *ctx) {
     tier *t = ctx;
+    if (t->async) { /* the host source may reuse (or prefetch into) its slots once it ends: the copies first */
+        settle(t, 1);
+        t->n_pend = t->pend_head = 0;
+        take_mark(t);
+    }
     if (t->lo_begun && t->lo.end) t->lo.end(t->lo.ctx);
     t->lo_begun = 0;
     for (int i = 0; i < t->n_slots; i++) t->slots[i].refs = 0;
@@ -245,8 +306,19 @@ tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen) {
     t->hits = malloc((size_t)E * sizeof *t->hits);
     t->miss = malloc((size_t)E * sizeof *t->miss);
     t->dev = calloc((size_t)E, 1);
+    t->pend_e = malloc((size_t)E * sizeof *t->pend_e);
+    t->pend_f = malloc((size_t)E * sizeof *t->pend_f);
+    t->used = malloc((size_t)E * sizeof *t->used);
+    t->async = t->be->copy_async && t->be->mark && t->be->fence_done;
+#ifdef SL_TIER_SYNC /* tools/cuda_bench.sh's baseline: every copy waited for */
+    t->async = 0;
+#endif
+    /* host slots kept for copies in flight: a few, and at most half of the host source's slots, so its
+     * next reads always find one (a resident host source has none to run out of) */
+    t->hold = cfg->lower_slots <= 0 ? E : cfg->lower_slots / 2 < TIER_HOLD ? cfg->lower_slots / 2 : TIER_HOLD;
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
-    if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->arena) {
+    if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
+        !t->arena) {
         snprintf(err, errlen, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
                  t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
@@ -264,6 +336,7 @@ tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen) {
 
 void tier_free(tier *t) {
     if (!t) return;
+    if (t->arena && t->async) t->be->sync(t->be); /* no copy still writes the arena */
     if (t->arena) t->be->free(t->be, t->arena, t->arena_bytes, BE_BUF_DEVICE);
     free(t->slots);
     free(t->map);
@@ -271,6 +344,9 @@ void tier_free(tier *t) {
     free(t->hits);
     free(t->miss);
     free(t->dev);
+    free(t->pend_e);
+    free(t->pend_f);
+    free(t->used);
     free(t);
 }
 

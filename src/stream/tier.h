@@ -5,9 +5,12 @@
  *
  * Policy (docs/CUDA.md "Tiers"):
  *  - promotion: every expert the forward pass uses is in the device tier while it is used. A device miss
- *    asks the host source for it (a RAM hit, or a read from the SSD into a pinned RAM slot), copies the
- *    block host -> device once (the backend's copy, BE_H2D), then hands the host slot back at once, so the
- *    RAM tier can reuse it;
+ *    asks the host source for it (a RAM hit, or a read from the SSD into a pinned RAM slot) and copies the
+ *    block host -> device once. On a backend with copy_async (CUDA) the copy goes on the copy stream, after
+ *    the compute that last read the device slot and before the compute that reads it next, and the host
+ *    slot is handed back once the copy has passed: the next expert's read and copy overlap this one's
+ *    compute, with at most min(8, lower_slots / 2) host slots kept, and all of them handed back before the
+ *    request ends. Elsewhere (the CPU) the copy is waited for and the host slot handed back at once;
  *  - demotion: a full device tier evicts its least recently used unreferenced expert; the RAM tier keeps its
  *    own LRU/LFU, so an expert dropped from VRAM is often still in RAM and costs one copy, not a read. The
  *    tiers are neither inclusive nor exclusive: each keeps what its own policy says;
@@ -32,6 +35,7 @@ typedef struct tier_cfg {
     const sl_config *cfg;  /* borrowed */
     sl_expert_src lower;   /* the host source (borrowed; outlives the tier); its experts are in host memory */
     uint64_t budget;       /* device bytes for slots; at least one slot is always made */
+    int lower_slots;       /* the host source's slots it may evict (unpinned), or 0: it has none (resident) */
 } tier_cfg;
 
 typedef struct tier_stats {

@@ -3,8 +3,9 @@
  * cuda.h and backend_cuda.h, all queued on the default stream in the forward pass's order. Built with
  * `make CUDA=1` (SL_CUDA); be_open makes it. docs/CUDA.md says what it does and lacks: q3 matmuls stay NULL
  * (be_check_mat refuses such a model at open); dn_chunk runs the token recurrence (dn_step's kernel).
- * Copies to or from the host return once done (a caller may reuse its buffer: the tier hands its pinned
- * RAM slot back at once). A kern_act's int8 form is made on the device in slcu_act's layout on first use.
+ * copy() to or from the host returns once done (a caller may reuse its buffer); copy_async queues a host ->
+ * device copy on the copy stream of backend_cuda_rt.cu, ordered by events (the tier's promotions). A
+ * kern_act's int8 form is made on the device in slcu_act's layout on first use.
  * route copies the logits back and runs the CPU backend's rule; embed dequantises rows on the host.
  */
 #ifdef SL_CUDA
@@ -25,8 +26,11 @@ typedef struct cu_ctx {
     sl_backend *cpu;          /* routes, on host logits */
     int status;               /* first failure since the last sync */
     char msg[256], tmp[256];
-    void *host, *dev;         /* scratch: route logits, an embedding row; index arrays, weights from the host */
-    size_t host_cap, dev_cap;
+    void *host;               /* scratch: route logits, an embedding row */
+    size_t host_cap;
+    void *up_host, *up_dev;   /* the upload ring (index arrays, weights from the host): pinned staging, its twin */
+    size_t up_cap, up_off;    /* bytes; the next free offset, back to 0 after every full sync */
+    slcb_queue *q;            /* the copy stream of copy_async (the tier's H2D copies) */
 } cu_ctx;
 
 static cu_ctx *cu_of(sl_backend *be) { return be->ctx; }
@@ -59,28 +63,41 @@ static void *host_scratch(sl_backend *be, size_t bytes) {
     return c->host;
 }
 
-/* bytes of device scratch holding src (host) */
+/* bytes of device memory holding src (host), for the ops queued next: the next piece of the upload ring,
+ * copied asynchronously from its pinned staging twin, so the host does not wait for the queue (a blocking
+ * copy here made every expert of a decode step wait for the one before, and the tier's copies with it).
+ * A piece is reused only after a full sync: on wrap-around, or after sync() (cu_sync resets the ring). */
 static void *dev_upload(sl_backend *be, const void *src, size_t bytes) {
     cu_ctx *c = cu_of(be);
-    if (bytes > c->dev_cap) {
-        size_t cap = bytes > 2 * c->dev_cap ? bytes : 2 * c->dev_cap;
-        void *p = slcb_alloc(cap, 0);
-        if (!p) {
-            cu_fail(be, SL_ENOMEM, "out of device memory (CUDA scratch)");
+    const size_t need = (bytes + 255) & ~(size_t)255;
+    if (c->up_off + need > c->up_cap) {
+        if (slcu_sync(MSG(be))) { /* everything queued, which may read the ring, first */
+            cu_fail(be, SL_EIO, c->tmp);
             return NULL;
         }
-        if (c->dev) {
-            slcu_sync(MSG(be)); /* nothing queued may still read the old one */
-            slcb_free(c->dev, 0);
+        c->up_off = 0;
+        if (need > c->up_cap) {
+            size_t cap = need > 2 * c->up_cap ? need : 2 * c->up_cap;
+            if (cap < ((size_t)1 << 20)) cap = (size_t)1 << 20;
+            slcb_free(c->up_host, 1);
+            slcb_free(c->up_dev, 0);
+            c->up_host = slcb_alloc(cap, 1);
+            c->up_dev = slcb_alloc(cap, 0);
+            c->up_cap = c->up_host && c->up_dev ? cap : 0;
+            if (!c->up_cap) {
+                cu_fail(be, SL_ENOMEM, "out of device or pinned memory (CUDA upload ring)");
+                return NULL;
+            }
         }
-        c->dev = p;
-        c->dev_cap = cap;
     }
-    if (slcb_copy(c->dev, src, bytes, 1, MSG(be))) {
+    uint8_t *h = (uint8_t *)c->up_host + c->up_off, *d = (uint8_t *)c->up_dev + c->up_off;
+    memcpy(h, src, bytes);
+    if (slcb_copy(d, h, bytes, 0, MSG(be))) {
         cu_fail(be, SL_EIO, c->tmp);
         return NULL;
     }
-    return c->dev;
+    c->up_off += need;
+    return d;
 }
 
 
@@ -98,6 +115,25 @@ static void cu_copy(sl_backend *be, void *dst, const void *src, size_t bytes, in
     CU(be, slcb_copy(dst, src, bytes, dir != BE_D2D, MSG(be)));
 }
 
+/* copy_async / mark / fence_done (backend.h): the copy queue of backend_cuda_rt.cu */
+static uint64_t cu_copy_async(sl_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
+    uint64_t f = slcb_copy_async(cu_of(be)->q, dst, src, bytes, after, MSG(be));
+    if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
+    return f;
+}
+
+static uint64_t cu_mark(sl_backend *be) {
+    uint64_t f = slcb_mark(cu_of(be)->q, MSG(be));
+    if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
+    return f;
+}
+
+static int cu_fence_done(sl_backend *be, uint64_t f, int wait) {
+    int rc = slcb_fence_done(cu_of(be)->q, f, wait, MSG(be));
+    if (rc < 0) cu_fail(be, SL_EIO, cu_of(be)->tmp);
+    return rc != 0;
+}
+
 static void cu_zero(sl_backend *be, void *p, size_t bytes) {
     CU(be, slcb_zero(p, bytes, MSG(be)));
 }
@@ -105,6 +141,7 @@ static void cu_zero(sl_backend *be, void *p, size_t bytes) {
 static int cu_sync(sl_backend *be) {
     cu_ctx *c = cu_of(be);
     if (slcu_sync(MSG(be))) cu_fail(be, SL_EIO, c->tmp);
+    else c->up_off = 0; /* nothing queued reads the upload ring now */
     int st = c->status;
     c->status = 0;
     return st;
@@ -121,7 +158,9 @@ static void cu_destroy(sl_backend *be) {
     if (!be) return;
     cu_ctx *c = cu_of(be);
     slcu_sync(MSG(be));
-    slcb_free(c->dev, 0);
+    slcb_queue_free(c->q);
+    slcb_free(c->up_host, 1);
+    slcb_free(c->up_dev, 0);
     free(c->host);
     be_close(c->cpu);
     free(c);
@@ -394,7 +433,8 @@ static void cu_combine_rows(sl_backend *be, float *out, int H, int k, const int 
 sl_backend *be_cuda_new(sl_pool *pool) {
     sl_backend *be = calloc(1, sizeof *be);
     cu_ctx *c = calloc(1, sizeof *c);
-    if (!be || !c || !(c->cpu = be_cpu_new(NULL, pool))) {
+    if (!be || !c || !(c->cpu = be_cpu_new(NULL, pool)) || !(c->q = slcb_queue_new(c->tmp, sizeof c->tmp))) {
+        if (c) be_close(c->cpu);
         free(be);
         free(c);
         return NULL;
@@ -411,6 +451,9 @@ sl_backend *be_cuda_new(sl_pool *pool) {
         .errmsg = cu_errmsg,
         .reserve = cu_reserve,
         .destroy = cu_destroy,
+        .copy_async = cu_copy_async,
+        .mark = cu_mark,
+        .fence_done = cu_fence_done,
         .embed = cu_embed,
         .matmul_multi = cu_matmul_multi,
         .act_gather = cu_act_gather,

@@ -21,6 +21,16 @@ void *slcb_alloc(size_t bytes, int pinned);
 void slcb_free(void *p, int pinned);
 /* Any direction (unified addressing); wait: return once the bytes have arrived. */
 int slcb_copy(void *dst, const void *src, size_t bytes, int wait, char *msg, size_t msglen);
+/* The copy queue (backend.h copy_async / mark / fence_done): host -> device copies on a stream of their own,
+ * ordered against the compute on the default stream by events; fences as backend.h's. slcb_fence_done: 1
+ * passed, 0 not yet, -1 failed (message). */
+typedef struct slcb_queue slcb_queue;
+slcb_queue *slcb_queue_new(char *msg, size_t msglen);
+void slcb_queue_free(slcb_queue *q);
+unsigned long long slcb_copy_async(slcb_queue *q, void *dst, const void *src, size_t bytes, unsigned long long after,
+                                   char *msg, size_t msglen);
+unsigned long long slcb_mark(slcb_queue *q, char *msg, size_t msglen);
+int slcb_fence_done(slcb_queue *q, unsigned long long f, int wait, char *msg, size_t msglen);
 int slcb_zero(void *p, size_t bytes, char *msg, size_t msglen);
 
 int slcb_add(float *x, const float *y, size_t n, char *msg, size_t msglen);

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cuda/backend_cuda.h"
 
@@ -35,6 +36,97 @@ extern "C" int slcb_copy(void *dst, const void *src, size_t bytes, int wait, cha
     cudaError_t e = wait ? cudaMemcpy(dst, src, bytes, cudaMemcpyDefault)
                          : cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, 0);
     return e == cudaSuccess ? 0 : fail(msg, msglen, "cudaMemcpy", e);
+}
+
+/* ---- the copy queue: a non-blocking stream and a ring of events. Fence f is event ev[f % RING], which holds
+ * it while id[f % RING] == f; an event is reused for fence f + RING only after fence f has passed, so a
+ * fence no longer in the ring has passed. The compute ops run on the legacy default stream, which a
+ * non-blocking stream does not synchronise with: the order comes from the events alone. ---- */
+#define RING 1024
+
+struct slcb_queue {
+    cudaStream_t copy;
+    cudaEvent_t ev[RING];
+    unsigned long long id[RING];
+    unsigned long long next; /* the next fence */
+};
+
+extern "C" slcb_queue *slcb_queue_new(char *msg, size_t msglen) {
+    slcb_queue *q = (slcb_queue *)calloc(1, sizeof *q);
+    if (!q) {
+        if (msg && msglen) snprintf(msg, msglen, "out of host memory (CUDA copy queue)");
+        return NULL;
+    }
+    cudaError_t e = cudaStreamCreateWithFlags(&q->copy, cudaStreamNonBlocking);
+    int n = 0;
+    for (; e == cudaSuccess && n < RING; n++) e = cudaEventCreateWithFlags(&q->ev[n], cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        fail(msg, msglen, "creating the copy stream and its events", e);
+        for (int i = 0; i < n - 1; i++) cudaEventDestroy(q->ev[i]);
+        if (q->copy) cudaStreamDestroy(q->copy);
+        free(q);
+        return NULL;
+    }
+    q->next = 1;
+    return q;
+}
+
+extern "C" void slcb_queue_free(slcb_queue *q) {
+    if (!q) return;
+    cudaStreamSynchronize(q->copy);
+    for (int i = 0; i < RING; i++) cudaEventDestroy(q->ev[i]);
+    cudaStreamDestroy(q->copy);
+    free(q);
+}
+
+/* the event of fence f while the ring holds it, else NULL (f has passed) */
+static cudaEvent_t held(slcb_queue *q, unsigned long long f) {
+    return f && q->id[f % RING] == f ? q->ev[f % RING] : NULL;
+}
+
+/* a new fence recorded on stream s; 0 on failure */
+static unsigned long long record(slcb_queue *q, cudaStream_t s, char *msg, size_t msglen) {
+    unsigned long long f = q->next, old = q->id[f % RING];
+    cudaError_t e = cudaSuccess;
+    if (old) e = cudaEventSynchronize(q->ev[f % RING]); /* long passed in practice: RING fences ago */
+    if (e == cudaSuccess) e = cudaEventRecord(q->ev[f % RING], s);
+    if (e != cudaSuccess) {
+        fail(msg, msglen, "cudaEventRecord", e);
+        return 0;
+    }
+    q->id[f % RING] = f;
+    q->next++;
+    return f;
+}
+
+extern "C" unsigned long long slcb_copy_async(slcb_queue *q, void *dst, const void *src, size_t bytes,
+                                              unsigned long long after, char *msg, size_t msglen) {
+    cudaEvent_t a = held(q, after);
+    cudaError_t e = a ? cudaStreamWaitEvent(q->copy, a, 0) : cudaSuccess;
+    if (e == cudaSuccess && bytes) e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, q->copy);
+    if (e != cudaSuccess) {
+        fail(msg, msglen, "cudaMemcpyAsync on the copy stream", e);
+        return 0;
+    }
+    unsigned long long f = record(q, q->copy, msg, msglen);
+    if (!f) return 0;
+    e = cudaStreamWaitEvent(0, q->ev[f % RING], 0); /* the compute queued from now on reads dst */
+    if (e != cudaSuccess) {
+        fail(msg, msglen, "cudaStreamWaitEvent", e);
+        return 0;
+    }
+    return f;
+}
+
+extern "C" unsigned long long slcb_mark(slcb_queue *q, char *msg, size_t msglen) { return record(q, 0, msg, msglen); }
+
+extern "C" int slcb_fence_done(slcb_queue *q, unsigned long long f, int wait, char *msg, size_t msglen) {
+    cudaEvent_t ev = held(q, f);
+    if (!ev) return 1;
+    cudaError_t e = wait ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
+    if (e == cudaSuccess) return 1;
+    if (e == cudaErrorNotReady) return 0;
+    return fail(msg, msglen, "waiting for a copy", e);
 }
 
 extern "C" int slcb_zero(void *p, size_t bytes, char *msg, size_t msglen) {

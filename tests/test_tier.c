@@ -1,0 +1,173 @@
+/*
+ * test_tier.c — the device tier's async copies (stream/tier.h) against a backend whose copy engine reads
+ * late: the CPU backend with copy_async / mark / fence_done added, where a queued copy takes its bytes from
+ * the host slot only when its fence passes (a fence_done poll passes it on its third ask, a wait or sync()
+ * at once). A tier that handed a RAM slot back before its copy passed lets the cache read another expert
+ * into that slot first, and the copy then lands the wrong block; so every expert delivered must equal the
+ * file's block, over caches of 1 - 32 slots, decode-like (unordered) and layer-major (ordered) requests.
+ * The whole-model check of the same path is tools/cuda_model_test.sh on the GPU (streamed + tier ==
+ * resident, bitwise).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "format/container.h"
+#include "stream/cache.h"
+#include "stream/io.h"
+#include "stream/tier.h"
+#include "test.h"
+
+#define MAXQ 256
+
+static struct {
+    struct {
+        void *dst;
+        const void *src;
+        size_t bytes;
+        int asks;
+    } q[MAXQ];
+    uint64_t first, next; /* fences first .. next-1 are queued copies, oldest first */
+    int max_inflight, marks;
+    int (*sync)(sl_backend *);
+} late;
+
+static void pass_upto(uint64_t f) {
+    while (late.first <= f && late.first < late.next) {
+        int i = (int)(late.first % MAXQ);
+        memcpy(late.q[i].dst, late.q[i].src, late.q[i].bytes);
+        late.first++;
+    }
+}
+
+static uint64_t late_copy_async(sl_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
+    (void)be, (void)after; /* the compute is synchronous here: every fence from mark() has passed */
+    if (late.next - late.first >= MAXQ) pass_upto(late.first);
+    int i = (int)(late.next % MAXQ);
+    late.q[i].dst = dst;
+    late.q[i].src = src;
+    late.q[i].bytes = bytes;
+    late.q[i].asks = 0;
+    int inflight = (int)(late.next + 1 - late.first);
+    if (inflight > late.max_inflight) late.max_inflight = inflight;
+    return late.next++;
+}
+
+static uint64_t late_mark(sl_backend *be) {
+    (void)be;
+    late.marks++;
+    return late.next > 1 ? late.next - 1 : 1;
+}
+
+static int late_fence_done(sl_backend *be, uint64_t f, int wait) {
+    (void)be;
+    if (f < late.first) return 1;
+    if (!wait && ++late.q[f % MAXQ].asks < 3) return 0;
+    pass_upto(f);
+    return 1;
+}
+
+static int late_sync(sl_backend *be) {
+    pass_upto(late.next);
+    return late.sync(be);
+}
+
+/* Every expert of each request arrives once, with the file's block (compared once the request ended, when
+ * every copy has passed). */
+static int request(sl_expert_src *src, const slc_file *f, int layer, int ms, const int *list, int n, int ordered,
+                   uint8_t *want, char *why, size_t whylen) {
+    const uint8_t *got[64];
+    int seen[64];
+    int rc = src->begin(src->ctx, layer, list, n, ordered);
+    for (int i = 0; !rc && i < n; i++) {
+        sl_expert ex;
+        memset(&ex, 0, sizeof ex);
+        rc = src->next(src->ctx, &seen[i], &ex);
+        if (!rc) {
+            got[i] = slc_expert_block(f, &ex);
+            src->release(src->ctx, seen[i]);
+        }
+    }
+    src->end(src->ctx);
+    if (rc) {
+        snprintf(why, whylen, "layer %d: %s", layer, src->errmsg(src->ctx));
+        return rc;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ordered && seen[i] != list[i]) {
+            snprintf(why, whylen, "layer %d: expert %d delivered where %d was next", layer, seen[i], list[i]);
+            return -1;
+        }
+        size_t bb = (size_t)f->block_bytes;
+        if (pread(f->fd, want, bb, (off_t)slc_expert_offset(f, ms, seen[i])) != (ssize_t)bb) return -2;
+        if (memcmp(got[i], want, bb)) {
+            snprintf(why, whylen, "layer %d expert %d: the device block differs from the file's", layer, seen[i]);
+            return -3;
+        }
+    }
+    return 0;
+}
+
+TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    const int E = (int)f.h.n_experts, L = f.cfg.n_layers;
+    uint8_t *want = malloc((size_t)f.block_bytes);
+    CHECK(want);
+    srand(test_seed());
+    const int slots[] = {1, 2, 5, 32};
+    for (int ci = 0; ci < 4; ci++) {
+        char why[512] = "";
+        sl_backend *cpu = be_cpu_new(NULL, NULL);
+        CHECK(cpu);
+        sl_backend fake = *cpu; /* the CPU's ops and context, a late copy engine */
+        memset(&late, 0, sizeof late);
+        late.first = late.next = 1;
+        late.sync = cpu->sync;
+        fake.copy_async = late_copy_async;
+        fake.mark = late_mark;
+        fake.fence_done = late_fence_done;
+        fake.sync = late_sync;
+        io_engine *io = io_pread_engine_new(f.fd, 2, why, sizeof why);
+        CHECKF(io, "%s", why);
+        cache_cfg cc = {&f, &f.cfg, io, (uint64_t)slots[ci] * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
+        cache *c = cache_new(&cc, why, sizeof why);
+        CHECKF(c, "%s", why);
+        /* the tier holds a third of the experts: hits, misses and evictions in every layer */
+        tier_cfg tc = {&fake, &f, &f.cfg, cache_source(c), (uint64_t)(L * E / 3 + 1) * f.h.expert_stride, slots[ci]};
+        tier *t = tier_new(&tc, why, sizeof why);
+        CHECKF(t, "%s", why);
+        sl_expert_src src = tier_source(t);
+        int rc = 0;
+        for (int r = 0; !rc && r < 60; r++) {
+            int layer = rand() % L, ms = cfg_moe_slot(&f.cfg, layer), n = 0, list[64];
+            if (ms < 0) continue;
+            int ordered = r % 3 == 2, want_n = ordered ? E / 2 : f.cfg.n_experts_used;
+            for (int e = 0; e < E && n < want_n; e++) /* ascending, as the forward pass lists them */
+                if (rand() % E < want_n + 1) list[n++] = e;
+            if (n > 0) rc = request(&src, &f, layer, ms, list, n, ordered, want, why, sizeof why);
+        }
+        tier_stats ts;
+        tier_get_stats(t, &ts);
+        tier_free(t);
+        cache_free(c);
+        be_close(cpu);
+        CHECKF(rc == 0, "%d RAM slots (seed %u): %s", slots[ci], test_seed(), why);
+        CHECKF(ts.misses > 0 && ts.hits > 0, "%d RAM slots: tier hits %llu misses %llu", slots[ci],
+               (unsigned long long)ts.hits, (unsigned long long)ts.misses);
+        CHECKF(late.next - 1 == ts.misses && late.marks > 0, "%d RAM slots: %llu copies queued for %llu misses",
+               slots[ci], (unsigned long long)(late.next - 1), (unsigned long long)ts.misses);
+        /* copies overlapped the next requests once the cache had slots to spare, and never more than the
+         * tier may keep */
+        CHECKF(slots[ci] < 5 || late.max_inflight >= 2, "%d RAM slots: at most %d copies in flight", slots[ci],
+               late.max_inflight);
+        CHECKF(late.max_inflight <= (slots[ci] / 2 < 8 ? slots[ci] / 2 : 8) + 1,
+               "%d RAM slots: %d copies in flight", slots[ci], late.max_inflight);
+    }
+    free(want);
+    slc_close(&f);
+}
