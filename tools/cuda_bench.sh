@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # The whole `make CUDA=1` sluice on the GPU machine, and issue 13 §3's tier tables (docs/CUDA.md). That
 # machine's image lacks the Debian libraries sluice links and fio, so the work is split:
-#   here:  tools/cuda_bench.sh prepare DIR
-#          DIR/sluice: the CLI with the CUDA runtime linked statically; DIR/lib: every shared library it
-#          loads but glibc's (so `LD_LIBRARY_PATH=DIR/lib DIR/sluice` starts on any glibc >= this one);
-#          DIR/sluice-sync: the same with tier.c built -DSL_TIER_SYNC (every H2D copy waited for: the
-#          baseline of the copy stream); DIR/cuda_h2d (tools/cuda_h2d.c); DIR/fio: fio built from Debian's
-#          source without its optional engines (the packaged one pulls 80 MB of libraries); DIR/mt:
-#          tools/cuda_model_test.sh's fixture packs and driver.
+#   here:  tools/cuda_bench.sh prepare DIR   makes DIR/bundle.tar.xz (stripped, xz; ~24 MB: the carried
+#          tree's 64 MiB includes the repo's ~40 MB) of: sluice, the CLI with the CUDA runtime linked
+#          statically; lib/, every shared library it loads but glibc's (so `LD_LIBRARY_PATH=lib sluice`
+#          starts on any glibc >= this one); sluice-sync, the same with tier.c built -DSL_TIER_SYNC (every
+#          H2D copy waited for: the baseline of the copy stream); cuda_h2d (tools/cuda_h2d.c); fio, built
+#          from Debian's source without its optional engines (the packaged one loads 80 MB of libraries);
+#          mt/, tools/cuda_model_test.sh's fixture packs and driver.
 #   there: tools/cuda_bench.sh run DIR SHAPE [SHAPE ...]   (results under $OUT, else DIR/out)
 #          machine facts, the fixture model test, the H2D rate; then per shape: `sluice synth --quant q4` on
-#          that machine's disk (DIR/work; deleted after), fio O_DIRECT random reads of one expert block at
+#          that machine's disk (DIR/stage/work; deleted after), fio O_DIRECT random reads of one expert block at
 #          depths 1-64, `sluice bench --gpu --resident`, and `sluice bench --gpu --vram V` for V in VRAMS
 #          (2G 4G 8G 16G) x RAM tier 0 (two layers' staging slots) and 16G; sluice-sync at SYNC_VRAMS.
 #          SHAPE.all.json holds every row, summary.txt the tables, raw.tar.gz every log.
-# DIR holds only bundle.tar.xz (the files above, stripped and compressed to ~16 MB: the carried tree's limit
-# of 64 MiB includes the repo's ~40 MB); run unpacks it into DIR/stage.
+# run unpacks the bundle into DIR/stage (copy this script into DIR too while the GPU machine's checkout,
+# main's, lacks the version you run).
 # Environment: PROMPT (64), GEN (16), VRAMS, RAMS ("0 16G"), LAYERS (0: all), SYNC_VRAMS (4G: the VRAM budgets
 # sluice-sync runs at; empty: none),
 # MODEL_TEST (1), FIO_DEPTHS, FIO_S (3 s a depth), GPU_FLAG (--gpu; empty: a rehearsal of the script on the CPU).
@@ -164,19 +164,26 @@ for p in sorted(glob.glob(f"{out}/{shape}.sluice*.json")):
 print(f"## {shape} q4: expert block {stride} B; fio O_DIRECT randread best {disk / 1e9:.2f} GB/s (depth {best_qd}; "
       + ", ".join(f"{int(q)}: {b / 1e9:.2f}" for q, b in fio) + f"); H2D pinned {h2d.get('h2d_bytes_s', 0) / 1e9:.1f} GB/s "
       f"(256 MiB), {h2d.get('h2d_block_bytes_s', 0) / 1e9:.1f} GB/s (block copies)")
-print("| build | VRAM | RAM | prefill tok/s | decode tok/s | VRAM hit | RAM hit | disk MB/tok | H2D MB/tok | bound tok/s | fraction |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+# the columns of docs/CUDA.md's tables: fraction against fio's best depth and against depth 8 (one layer's
+# reads in flight), decode against --resident's
+res = [r["decode_tok_s"] for r in rows if r["vram"] == "resident"]
+d8 = dict((int(q), b) for q, b in fio).get(8, disk)
+print("| build | VRAM | RAM | prefill tok/s | decode tok/s | VRAM hit | RAM hit | disk MB/tok | H2D MB/tok | disk busy "
+      "| bound tok/s | fraction | at depth 8 | ÷ resident |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     disk_b, h2d_b = r["bytes_per_token"], r.get("vram_copied_bytes_per_token", 0)
-    t = max(disk_b / disk, h2d_b / h2d_bw)
+    t, t8 = max(disk_b / disk, h2d_b / h2d_bw), max(disk_b / d8, h2d_b / h2d_bw)
     bound = 1 / t if t > 0 else float("inf")
     r.update(disk_bw=disk, disk_depth=best_qd, h2d_bw=h2d_bw, bound_tok_s=bound,
-             fraction=r["decode_tok_s"] / bound if t > 0 else None)
+             fraction=r["decode_tok_s"] * t if t > 0 else None, fraction_depth8=r["decode_tok_s"] * t8 if t8 > 0 else None)
     ram = "resident" if r["vram"] == "resident" else f"{r['cache_bytes'] / 2**20:.0f}M"
-    frac = f"{r['fraction']:.2f}" if r["fraction"] is not None else "-"
+    f = lambda x: "-" if x is None else f"{x:.2f}"
+    busy = r.get("disk_busy_fraction")
     print(f"| {r['bin']} | {r['vram']} | {ram} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.2f} | "
           f"{100 * r.get('vram_hit_rate', 0):.1f}% | {100 * r['hit_rate']:.1f}% | {disk_b / 1e6:.0f} | {h2d_b / 1e6:.0f} | "
-          f"{bound:.2f} | {frac} |")
+          f"{'-' if busy is None else f'{100 * busy:.0f}%'} | {bound:.2f} | {f(r['fraction'])} | {f(r['fraction_depth8'])} | "
+          f"{f(r['decode_tok_s'] / res[0] if res else None)} |")
 for r in rows:
     r.pop("layers", None)
 json.dump({"shape": shape, "stride": stride, "fio": fio, "h2d": h2d, "rows": rows}, open(f"{dest}/{shape}.all.json", "w"), indent=1)
