@@ -476,15 +476,17 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, const uint8_t *xp, cons
             }
         const int b0 = 4 * s0, nbk = 4 * ns; /* the chunk's blocks */
         __m512 sfb[I8_RB][I8P_KC / 4];
+        __mmask16 mks[I8P_KC / 4];
+        const int nk = (nbk + 15) / 16;
+        for (int k = 0; k < nk; k++) mks[k] = nbk - 16 * k >= 16 ? (__mmask16)0xffff : tail_mask(nbk - 16 * k);
         for (int i = 0; i < I8_RB; i++)
-            for (int k = 0; 16 * k < nbk; k++) sfb[i][k] = i8p_sfb(B.sf[i], gsh, b0 + 16 * k, nbk - 16 * k);
+            for (int k = 0; k < nk; k++) sfb[i][k] = i8p_sfb(B.sf[i], gsh, b0 + 16 * k, nbk - 16 * k);
         for (int tj = 0; tj < nt; tj += 4) {
             const int tt = nt - tj < 4 ? nt - tj : 4;
             for (int j = 0; j < tt; j++) {
                 const float *d = a->d + (size_t)(t0 + tj + j) * (size_t)nb + b0;
-                for (int k = 0; 16 * k < nbk; k++) {
-                    const __mmask16 mk = nbk - 16 * k >= 16 ? (__mmask16)0xffff : tail_mask(nbk - 16 * k);
-                    const __m512 dv = _mm512_maskz_loadu_ps(mk, d + 16 * k);
+                for (int k = 0; k < nk; k++) {
+                    const __m512 dv = _mm512_maskz_loadu_ps(mks[k], d + 16 * k);
 #pragma GCC unroll 4
                     for (int i = 0; i < I8_RB; i++)
                         _mm512_store_ps(P + (size_t)(j * I8_RB + i) * (4 * I8P_KC) + 16 * k, _mm512_mul_ps(sfb[i][k], dv));
