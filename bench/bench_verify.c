@@ -5,7 +5,10 @@
  * turn, one token on each model, with its own random ids, so every pair of steps ran within ~0.3 s of
  * each other. Reports the ratio of the summed step times (on / off), the median and quartiles of the
  * per-pair ratios, and the I/O threads' checksum time per token (sl_stats.engine_verify_s) as a share
- * of the checked model's step time.
+ * of the checked model's step time. And the process's CPU time per step (CLOCK_PROCESS_CPUTIME_ID: every
+ * thread, the compute pool's, the I/O threads' and the caller's; the idle model's threads sleep): what the
+ * checks cost in CPU is the checked steps' CPU time less the unchecked ones', as a share of the checked
+ * step's wall time and of its CPU time, summed and as the median of the per-pair differences.
  *
  * Usage: build/bench_verify MODEL.sluice [cache_bytes] [tokens] [threads]   (defaults: 64 MiB, 64, 2)
  */
@@ -19,6 +22,12 @@
 static double wall(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -54,6 +63,8 @@ int main(int argc, char **argv) {
     const int V = sl_model_n_vocab(m[0]);
     double *dt[2] = {calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double))};
     double *ratio = calloc((size_t)n, sizeof(double));
+    double *dc[2] = {calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double))};
+    double *dcpu = calloc((size_t)n, sizeof(double));
     uint64_t seed[2] = {1, 2};
     sl_stats s0;
     int rc = 0;
@@ -63,9 +74,12 @@ int main(int argc, char **argv) {
             int kk = (i & 1) ? 1 - k : k; /* alternate which model goes first */
             seed[kk] = seed[kk] * 6364136223846793005ull + 1442695040888963407ull;
             int32_t tok = (int32_t)((seed[kk] >> 33) % (uint64_t)V);
-            double t0 = wall();
+            double t0 = wall(), c0 = cpu();
             rc = sl_session_eval(s[kk], &tok, 1, NULL, 0);
-            if (i >= 0) dt[kk][i] = wall() - t0;
+            if (i >= 0) {
+                dt[kk][i] = wall() - t0;
+                dc[kk][i] = cpu() - c0;
+            }
         }
     }
     if (rc) {
@@ -74,13 +88,17 @@ int main(int argc, char **argv) {
     }
     sl_stats st[2];
     for (int k = 0; k < 2; k++) sl_model_stats(m[k], &st[k]);
-    double sum[2] = {0, 0};
+    double sum[2] = {0, 0}, csum[2] = {0, 0};
     for (int i = 0; i < n; i++) {
         sum[0] += dt[0][i];
         sum[1] += dt[1][i];
+        csum[0] += dc[0][i];
+        csum[1] += dc[1][i];
         ratio[i] = dt[0][i] / dt[1][i];
+        dcpu[i] = dc[0][i] - dc[1][i];
     }
     qsort(ratio, (size_t)n, sizeof *ratio, cmp_d);
+    qsort(dcpu, (size_t)n, sizeof *dcpu, cmp_d);
     const double hash_ms = 1e3 * (st[0].engine_verify_s - s0.engine_verify_s) / n, step_ms = 1e3 * sum[0] / n;
     printf("tokens %d per model, cache %llu bytes, %d threads, %.1f MiB read per token\n", n, cache, threads,
            (double)(st[0].bytes_read - s0.bytes_read) / n / 1048576.0);
@@ -89,11 +107,19 @@ int main(int argc, char **argv) {
            step_ms, 1e3 * sum[1] / n, sum[0] / sum[1], ratio[n / 2], ratio[n / 4], ratio[3 * n / 4]);
     printf("checksums on the I/O threads: %.2f ms per token = %.1f%% of the checked step\n", hash_ms,
            100.0 * hash_ms / step_ms);
+    const double extra_ms = 1e3 * (csum[0] - csum[1]) / n;
+    printf("process CPU per step: checked %.1f ms, unchecked %.1f ms; the checks' CPU %.2f ms per token = %.1f%% "
+           "of the checked step's wall time, %.1f%% of its CPU time; per-pair difference median %.2f ms "
+           "(quartiles %.2f, %.2f)\n",
+           1e3 * csum[0] / n, 1e3 * csum[1] / n, extra_ms, 100.0 * extra_ms / step_ms, 100.0 * (csum[0] - csum[1]) / csum[0],
+           1e3 * dcpu[n / 2], 1e3 * dcpu[n / 4], 1e3 * dcpu[3 * n / 4]);
     for (int k = 0; k < 2; k++) {
         sl_session_free(s[k]);
         sl_model_close(m[k]);
         free(dt[k]);
+        free(dc[k]);
     }
     free(ratio);
+    free(dcpu);
     return 0;
 }

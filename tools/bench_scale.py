@@ -320,7 +320,8 @@ def sec_ssd(a, s, res):
         ex = expert_bytes(model, probe)
         cache = max(16 * MIB, int(ex * 0.05)) // MIB * MIB
         runs, pre = [], []
-        sweeps = []
+        sweeps, psweeps = [], []
+        pdepths = [4, 16, 64] if not a.quick else [16]
         for rep_i in range(2):
             r = s.bench(model, [cache], a.prompt, a.gen, ["--io", "direct", "--prefetch", "off"])[0]
             per_layer = r.pop("layers")
@@ -331,6 +332,7 @@ def sec_ssd(a, s, res):
                 nbytes = sum(x["bytes_read"] for x in per_layer)
                 block = nbytes // max(1, misses)
                 bs = (block + 4095) // 4096 * 4096
+                piece = (bs // 8 + 4095) // 4096 * 4096
             # prefill: --gen 1, the bytes of the whole run (the one decoded token's are a rounding error)
             p = s.bench(model, [cache], a.ssd_prompt, 1, ["--io", "direct"])[0]
             p.pop("layers")
@@ -338,8 +340,14 @@ def sec_ssd(a, s, res):
             p["read_bytes_s"] = p["prefill_bytes"] / p["prefill_s"]
             pre.append(p)
             sweeps.append(fio_sweep(model, bs, depths, rt))
+            # sluice's io_uring engine reads each block as 8 pieces in 16 linked chains (src/stream/io_uring.c):
+            # fio at the piece size too, so the bound is the disk's best at either size
+            psweeps.append(fio_sweep(model, piece, pdepths, rt))
         fio_mean = [(x["bw_bytes"] + y["bw_bytes"]) / 2 for x, y in zip(*sweeps)]
+        pfio_mean = [(x["bw_bytes"] + y["bw_bytes"]) / 2 for x, y in zip(*psweeps)]
         best = max(range(len(depths)), key=lambda i: fio_mean[i])
+        pbest = max(range(len(pdepths)), key=lambda i: pfio_mean[i])
+        bound = max(fio_mean[best], pfio_mean[pbest])
         topk = {"qwen3-30b-a3b": 8, "qwen3.5-35b-a3b": 8, "qwen3-next-80b-a3b": 10}[shape]
         at_topk = min(range(len(depths)), key=lambda i: abs(depths[i] - topk))
         dec = sum(r["stream_bytes_s"] for r in runs) / len(runs)
@@ -347,9 +355,11 @@ def sec_ssd(a, s, res):
                      "depth": topk, "busy": sum(r.get("disk_busy_fraction", 0) for r in runs) / len(runs),
                      "queue_depth": sum(r.get("queue_depth", 0) for r in runs) / len(runs),
                      "runs": runs, "prefill_runs": pre, "sweeps": sweeps, "depths": depths, "fio_mean": fio_mean,
-                     "bound": fio_mean[best], "bound_depth": depths[best], "fio_at_topk": fio_mean[at_topk],
-                     "fraction": dec / fio_mean[best], "fraction_topk": dec / fio_mean[at_topk],
-                     "prefill_fraction": sum(p["read_bytes_s"] for p in pre) / len(pre) / fio_mean[best],
+                     "piece": piece, "piece_sweeps": psweeps, "piece_depths": pdepths, "piece_fio_mean": pfio_mean,
+                     "bound": bound, "bound_depth": depths[best] if bound == fio_mean[best] else pdepths[pbest],
+                     "bound_bs": bs if bound == fio_mean[best] else piece, "fio_at_topk": fio_mean[at_topk],
+                     "fraction": dec / bound, "fraction_topk": dec / fio_mean[at_topk],
+                     "prefill_fraction": sum(p["read_bytes_s"] for p in pre) / len(pre) / bound,
                      "command": runs[0]["command"], "prefill_command": pre[0]["command"]})
     res["rows"] = rows
 
@@ -767,13 +777,19 @@ def render(a, results, m):
               "Every byte counted is one the token needed: prefetch is off, so no read is speculative. *disk busy*: "
               "the share of decode time with at least one of sluice's reads in flight (`disk_busy_fraction`, "
               "sl_stats.io_busy_s), and the mean reads in flight while busy.", "",
-              "| shape | layers | block | fio MB/s by depth (mean of 2) | bound (depth) | decode tok/s | decode MB/s (2 runs) | "
+              "fio also reads at the size of the pieces sluice's io_uring engine cuts each block into (an eighth, "
+              "rounded up to 4 KiB; 16 in flight in linked chains: docs/STREAMING.md), at depths "
+              + ", ".join(str(x) for x in s2["rows"][0].get("piece_depths", [])) + "; the bound is the best of "
+              "both sizes.", "",
+              "| shape | layers | block | fio MB/s by depth (mean of 2) | fio at the piece size | bound (depth) | decode tok/s | decode MB/s (2 runs) | "
               "decode fraction | disk busy (depth) | fraction vs fio at one layer's depth | prefill MB/s (2 runs) | prefill fraction |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in s2["rows"]:
             curve = ", ".join(f"{d}: {b / 1e6:.0f}" for d, b in zip(r["depths"], r["fio_mean"]))
             busy = f"{r['busy']:.2f} ({r['queue_depth']:.1f})" if "busy" in r else "—"
-            L.append(f"| {r['label']} | {r.get('n_layers', '')} | {r['bs'] / MIB:.2f} MiB | {curve} | {r['bound'] / 1e6:.0f} ({r['bound_depth']}) | "
+            pc = (f"{r['piece'] / 1024:.0f} KiB: " + ", ".join(f"{d}: {b / 1e6:.0f}" for d, b in
+                                                           zip(r["piece_depths"], r["piece_fio_mean"]))) if "piece" in r else "—"
+            L.append(f"| {r['label']} | {r.get('n_layers', '')} | {r['bs'] / MIB:.2f} MiB | {curve} | {pc} | {r['bound'] / 1e6:.0f} ({r['bound_depth']}) | "
                      f"{r['runs'][0]['decode_tok_s']:.2f} | "
                      f"{', '.join('%.0f' % (x['stream_bytes_s'] / 1e6) for x in r['runs'])} | {r['fraction']:.2f} | {busy} | "
                      f"{r['fraction_topk']:.2f} (depth {r['depth']}) | "
@@ -783,12 +799,19 @@ def render(a, results, m):
               f"`{short(s2['rows'][0]['command'])}` and `{short(s2['rows'][0]['prefill_command'])}`", ""]
         iow = [x["io_wait_fraction"] for r in s2["rows"] for x in r["runs"]]
         piw = [x.get("prefill_io_wait_fraction", 0) for r in s2["rows"] for x in r["prefill_runs"]]
+        busy = [x["disk_busy_fraction"] for r in s2["rows"] for x in r["runs"] if "disk_busy_fraction" in x]
         L += ["What the fractions say. Decode waits on its reads for "
-              f"{min(iow):.0%}–{max(iow):.0%} of its time; in the rest it computes on two shared cores while "
-              "the disk idles, from a layer's last read to the next layer's first: the next layer's experts "
+              f"{min(iow):.0%}–{max(iow):.0%} of its time"
+              + (f" and keeps the disk busy for {min(busy):.0%}–{max(busy):.0%} of it" if busy else "") +
+              "; in the rest it computes on two shared cores while the disk idles: each layer's mixer "
+              "(attention or DeltaNet) and router before its first read, the last expert after its last read "
+              "lands, and once per token the lm_head and the first layer's mixer. The next layer's experts "
               "depend on this layer's output, and under `--routing uniform` (experts drawn from a hash of the "
               "router logits) they cannot be predicted, so no prefetch can fill that gap (the demo model's "
-              "trained routers are predictable one layer ahead: the Prefetch section). Against fio at one "
+              "trained routers are predictable one layer ahead: the Prefetch section). A layer's own reads no "
+              "longer all land at its end: each block goes as 8 pieces through 16 linked chains, so the blocks "
+              "land in order and each expert is computed while the next ones are read (docs/STREAMING.md). "
+              "With more layers the lm_head's share shrinks. Against fio at one "
               "layer's depth (the earlier bound) decode comes out higher wherever fio's curve rises past that "
               "depth. The prefill reads every expert of every layer once per chunk, with the next layer's read "
               f"ahead; it waits on them for {min(piw):.0%}–{max(piw):.0%} of its time, little wherever the disk "

@@ -33,7 +33,7 @@
 
 #define UQ_CAP 4096
 #define JOB_CAP 1024 /* requests submitted and not yet completed, at most */
-#define MAX_PIECES 64
+#define MAX_PIECES 16 /* more pieces than this: the read goes whole */
 
 /* One submitted request and its pieces (one piece when not chunked). */
 typedef struct job {
