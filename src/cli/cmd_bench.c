@@ -29,13 +29,14 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
     uint64_t req = st.hits + st.misses;
     fprintf(stderr,
             "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
-            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, checksums %.1f ms/token (%.1f on the I/O threads), prefetch "
+            "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, disk busy %.0f%% (depth %.1f), checksums %.1f ms/token (%.1f on the I/O threads), prefetch "
             "%llu reads (%llu used, predictions %.0f%% right%s); peak RSS %s, backbone %s, page cache %s; io %s/%s\n",
             n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 && n_gen > 1 ? (n_gen - 1) / decode_s : 0.0, cb,
             (unsigned long long)st.cache_slots, st.resident ? "resident" : "streamed",
             req ? 100.0 * (double)st.hits / (double)req : 100.0, rd,
             st.tokens ? (double)st.bytes_read / (double)st.tokens / 1048576.0 : 0.0,
-            st.eval_s > 0 ? 100.0 * st.io_wait_s / st.eval_s : 0.0, st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0.0,
+            st.eval_s > 0 ? 100.0 * st.io_wait_s / st.eval_s : 0.0, st.eval_s > 0 ? 100.0 * st.io_busy_s / st.eval_s : 0.0,
+            st.io_busy_s > 0 ? st.io_depth_s / st.io_busy_s : 0.0, st.tokens ? 1e3 * st.verify_s / (double)st.tokens : 0.0,
             st.tokens ? 1e3 * st.engine_verify_s / (double)st.tokens : 0.0, (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used,
             st.prefetch_accuracy >= 0 ? 100 * st.prefetch_accuracy : 0.0,
             st.prefetch_accuracy < 0 ? ", none scored" : st.prefetch_active ? ", active" : ", not acted on", rss, bb, pc,
