@@ -128,6 +128,10 @@ void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok
 /* Fills a's int8 form if a->int8 and it is not yet filled (idempotent; cols % 32 == 0 required, else
  * a->int8 is cleared and the exact kernels are used). */
 void kern_act_prepare(kern_act *a);
+/* Fills token t's rows of a's int8 form (a->int8, t < a->n_tok), bitwise what kern_act_prepare writes there,
+ * for callers that fill the rows in parallel (disjoint t: thread-safe); they set a->ready once every row is
+ * filled. Cannot fail. */
+void kern_act_prepare_row(kern_act *a, int t);
 /* dst := rows idx[0..n) of src (prepared first), over x_rows ([n][src->cols], the same rows of src->x as
  * floats, row stride cols); buf as for kern_act_init. Bitwise what preparing x_rows would give. */
 void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, int n, const float *x_rows);

@@ -428,6 +428,8 @@ static void act_prepare_on(kern_act *a, sl_pool *pool) {
 
 void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
 
+void kern_act_prepare_row(kern_act *a, int t) { act_part(a, (size_t)t, (size_t)t + 1); }
+
 void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, int n, const float *x_rows) {
     kern_act_init(dst, buf, x_rows, (size_t)src->cols, n, src->cols, src->int8);
     if (!dst->int8) return;

@@ -250,6 +250,23 @@ void cpu_ffn(sl_backend *be, const be_ffn *f) {
 
 #define FUSED_MAX 32 /* kern_matmul_multi holds 64 matrices: gate and up of 32 experts */
 
+/* The mid activations of a decode step's experts, one expert per item: silu(gate) * up into gate, then its
+ * row of the down inputs' int8 form (ga), each row by itself, so the split over threads changes no bit. */
+typedef struct {
+    const be_ffn *f;
+    const kern_ops *ops;
+    kern_act *ga;
+    int inter;
+} mid_job;
+
+static void mid_part(void *ctx, size_t begin, size_t end) {
+    const mid_job *j = ctx;
+    for (size_t i = begin; i < end; i++) {
+        j->ops->swiglu(j->f[i].g, j->f[i].u, j->f[i].g, j->inter);
+        if (j->ga->int8) kern_act_prepare_row(j->ga, (int)i);
+    }
+}
+
 void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
     cpu_ctx *c = cpu_of(be);
     if (n > FUSED_MAX || (n > 0 && f[0].x->n_tok != 1)) {
@@ -263,10 +280,14 @@ void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
         mm[2 * i + 1] = (kern_mm){&f[i].w->up, f[i].x, f[i].u, (size_t)I};
     }
     be->matmul_multi(be, mm, 2 * n);
-    for (int i = 0; i < n; i++) c->ops->swiglu(f[i].g, f[i].u, f[i].g, I);
     if (!n) return;
-    kern_act ga, gr[FUSED_MAX]; /* the n down inputs quantized in one act, one row each */
+    /* the n down inputs quantized in one act, one row each (moe.c run_fused: f[i].g = f[0].g + i * I); the
+     * SwiGLU and the quantization on every thread, not on the caller alone while the others wait */
+    kern_act ga, gr[FUSED_MAX];
     kern_act_init(&ga, f[0].mid_buf, f[0].g, (size_t)I, n, I, f[0].int8);
+    mid_job mj = {f, c->ops, &ga, I};
+    sl_pool_for_any(c->pool, (size_t)n, 1, mid_part, &mj);
+    ga.ready = ga.int8;
     for (int i = 0; i < n; i++) {
         kern_act_row(&gr[i], &ga, i);
         mm[i] = (kern_mm){&f[i].w->down, &gr[i], f[i].y, f[i].ldy};
