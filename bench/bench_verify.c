@@ -5,10 +5,8 @@
  * turn, one token on each model, with its own random ids, so every pair of steps ran within ~0.3 s of
  * each other. Reports the ratio of the summed step times (on / off), the median and quartiles of the
  * per-pair ratios, and the I/O threads' checksum time per token (sl_stats.engine_verify_s) as a share
- * of the checked model's step time. And the process's CPU time per step (CLOCK_PROCESS_CPUTIME_ID: every
- * thread, the compute pool's, the I/O threads' and the caller's; the idle model's threads sleep): what the
- * checks cost in CPU is the checked steps' CPU time less the unchecked ones', as a share of the checked
- * step's wall time and of its CPU time, summed and as the median of the per-pair differences.
+ * of the checked model's step time; and the process's CPU time per step (CLOCK_PROCESS_CPUTIME_ID, every
+ * thread), checked less unchecked, as a share of the checked step's wall and CPU time.
  *
  * Usage: build/bench_verify MODEL.sluice [cache_bytes] [tokens] [threads]   (defaults: 64 MiB, 64, 2)
  */

@@ -263,11 +263,8 @@ typedef struct sl_stats {
     uint64_t tier_slots, tier_bytes; /* its slots and their bytes */
     double engine_verify_s;       /* time the I/O engines' own threads spent checking expert checksums (CPU
                                      time taken beside the forward pass; verify_s is the evaluating thread's) */
-    double io_busy_s;             /* time the disk had at least one expert read of ours in flight (from its
-                                     submission to its completion, before the checksum): io_busy_s / eval_s is
-                                     how much of the evaluation the disk worked, what is left it idled */
-    double io_depth_s;            /* reads in flight integrated over time: io_depth_s / io_busy_s is the mean
-                                     queue depth while the disk worked */
+    double io_busy_s;             /* time with at least one expert read in flight (submit to completion) */
+    double io_depth_s;            /* reads in flight integrated over time (/ io_busy_s: mean queue depth) */
 } sl_stats;
 
 sl_status sl_model_stats(sl_model *model, sl_stats *out);

@@ -7,18 +7,13 @@
  * reaper need no lock between them). Falls back (returns NULL) when the kernel refuses io_uring (old
  * kernel, seccomp).
  *
- * Chunked chains (io_engine.chunk / .chains, io.h): a disk serves the reads in flight side by side, so a
- * layer's expert blocks submitted at once all complete together at the end, and the forward pass then
- * computes every expert while the disk idles. With chunks, each read is cut into chunk-sized pieces and a
- * flush deals all its pieces, in submission order, round-robin into `chains` linked chains
- * (IOSQE_IO_LINK: a chain's next piece starts when the one before it completes, inside the kernel): the
- * disk still has `chains` reads in flight, but works through the blocks in order, so the first block
- * lands early and the forward pass computes on it while the disk reads the rest. Each chain is its own
- * io_uring_submit, so the block layer cannot merge the pieces back into whole blocks. A request still
- * completes once, when its last piece has: with every piece whole, res = len (and its checksum, taken
- * then); otherwise the pieces read whole from its start (a short read the caller resumes), or the first
- * piece's error; a piece cancelled because an earlier piece of its chain failed (-ECANCELED) counts as
- * not read, and a request with nothing read that way reports -EAGAIN, which the caller retries.
+ * Chunked chains (io_engine.chunk / .chains, io.h; docs/STREAMING.md): each read is cut into chunk-sized
+ * pieces and a flush deals its pieces, in order, round-robin into `chains` chains linked with
+ * IOSQE_IO_LINK, one io_uring_submit per chain (no merging back): the disk keeps `chains` reads in flight
+ * but finishes the blocks in order instead of all at once. A request completes once, with its last piece:
+ * res = len (checksummed then) when every piece is whole, else the bytes of the whole pieces from its start
+ * (a short read the caller resumes) or the first piece's error; a piece cancelled by an earlier failure in
+ * its chain (-ECANCELED) counts as unread, and nothing read that way gives -EAGAIN, which the caller retries.
  */
 #include <errno.h>
 #include <liburing.h>
