@@ -19,6 +19,9 @@
 # Environment: PROMPT (64), GEN (16), VRAMS, RAMS ("0 16G"), LAYERS (0: all), SYNC_VRAMS (4G: the VRAM budgets
 # sluice-sync runs at; empty: none),
 # MODEL_TEST (1), FIO_DEPTHS, FIO_S (3 s a depth), GPU_FLAG (--gpu; empty: a rehearsal of the script on the CPU).
+# A baseline in the same run: prepare with BASE_BIN=PATH (a CLI linked as prepare links sluice, e.g. from an
+# older commit) bundles it as sluice-base; run with BASE_VRAMS ("": none) runs it --resident and at those
+# VRAM budgets, its rows named sluice-base in the tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?prepare or run}
@@ -40,6 +43,7 @@ if [ "$mode" = prepare ]; then
     cc -o "$dir/sluice-sync" build/cuda/src/cli/*.o "$dir/tier_sync.o" build/cuda/libsluice.a -Wl,--as-needed $libs \
         $cuda_libs
     rm "$dir/tier_sync.o"
+    if [ -n "${BASE_BIN:-}" ]; then cp "$BASE_BIN" "$dir/sluice-base" && strip "$dir/sluice-base"; fi
     cc -O2 -std=c11 -D_GNU_SOURCE -I"$cuda/include" tools/cuda_h2d.c -o "$dir/cuda_h2d" $cuda_libs -pthread
     # fio from Debian's source (apt-get source through a private list: the image's sources have no deb-src)
     fio=build/fio/fio
@@ -131,8 +135,14 @@ PY
         echo "resident bench failed: $(tail -1 "$raw/$shape.err")"
     ram0=$(( 2 * $("$dir/sluice" info "$model" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["config"]["n_experts_used"])') * stride ))
     bins=(sluice); [ -n "${SYNC_VRAMS-4G}" ] && bins+=(sluice-sync)
+    if [ -n "${BASE_VRAMS:-}" ] && [ -x "$dir/sluice-base" ]; then # first, beside the resident rows
+        bins=(sluice-base "${bins[@]}")
+        "$dir/sluice-base" bench "${common[@]}" --resident >"$raw/$shape.sluice-base.resident.json" 2>>"$raw/$shape.err" ||
+            echo "sluice-base resident bench failed: $(tail -1 "$raw/$shape.err")"
+    fi
     for b in "${bins[@]}"; do
         vs=("${vrams[@]}"); [ "$b" = sluice-sync ] && read -r -a vs <<<"${SYNC_VRAMS-4G}"
+        [ "$b" = sluice-base ] && read -r -a vs <<<"$BASE_VRAMS"
         for v in "${vs[@]}"; do
             args=()
             for r in "${rams[@]}"; do [ "$r" = 0 ] && args+=(--cache "$ram0") || args+=(--cache "$r"); done

@@ -126,6 +126,11 @@ static int apply_expert(fwd_ws *ws, const sl_config *cfg, int layer, int e, cons
         be->act_gather(be, &gx, ws->act[FWD_ACT_GATHER], hx, ws->e_tok + start, cnt, ws->ffn_x);
         x = &gx;
     }
+    if (all && cnt == 1) { /* one token (a decode step): straight into its cell, no copy of the row after */
+        const be_ffn f = ffn_of(ws, cfg, ex, x, cfg->moe_inter, ws->exp_out + (size_t)ws->e_slot[start] * H);
+        be->ffn(be, &f);
+        return 0;
+    }
     const be_ffn f = ffn_of(ws, cfg, ex, x, cfg->moe_inter, ws->ffn_y);
     be->ffn(be, &f);
     /* (token, slot) cells: row t * k + s of exp_out [B*k][H] */
@@ -143,14 +148,31 @@ static void shared_expert(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw
 
 #define FUSED_MAX 32 /* experts of one decode step run together (backend.h ffn_multi) */
 
-/* A decode step (one token) over resident experts: gate and up of every chosen expert in one hand-off,
- * then every down in another (the ffn_multi op), instead of three hand-offs per expert. Per expert the
- * same kernels on the same rows as apply_expert, so bitwise the same outputs. */
-static int run_fused(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
+/* A decode step (one token) over n experts es[] whose parts ex[] are in the backend's memory (resident, or
+ * the device tier's hits): gate and up of every one in one hand-off, then every down in another (the
+ * ffn_multi op), instead of three hand-offs per expert. Per expert the same kernels on the same rows as
+ * apply_expert, so bitwise the same outputs, each in its slot's cell of exp_out. */
+static int fused_ffn(fwd_ws *ws, const sl_config *cfg, int layer, const int *es, const sl_expert *ex, int n,
                      kern_act *hx, char *err, size_t errlen) {
     const int H = cfg->hidden, I = cfg->moe_inter;
-    sl_expert ex[FUSED_MAX];
     be_ffn f[FUSED_MAX];
+    for (int i = 0; i < n; i++) {
+        int e = es[i], rc = check_expert_kind(ws->be, cfg, &ex[i], layer, e, err, errlen);
+        if (rc) return rc;
+        int s = ws->e_slot[e > 0 ? ws->e_count[e - 1] : 0]; /* token 0's slot for e */
+        f[i] = ffn_of(ws, cfg, &ex[i], hx, I, ws->exp_out + (size_t)s * H);
+        f[i].g = ws->ffn_g + (size_t)i * I;
+        f[i].u = ws->ffn_u + (size_t)i * I;
+        f[i].int8 = ws->int8 && n <= FWD_BATCH && I <= ws->act_cols;
+    }
+    ws->be->ffn_multi(ws->be, f, n);
+    return 0;
+}
+
+/* Resident experts of a decode step: fetched (pointers into the expert section), then fused_ffn. */
+static int run_fused(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
+                     kern_act *hx, char *err, size_t errlen) {
+    sl_expert ex[FUSED_MAX];
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
         memset(&ex[i], 0, sizeof ex[i]);
@@ -160,15 +182,8 @@ static int run_fused(fwd_ws *ws, const sl_config *cfg, int layer, const sl_exper
                      experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
             return rc < 0 ? rc : SL_EIO;
         }
-        if ((rc = check_expert_kind(ws->be, cfg, &ex[i], layer, e, err, errlen))) return rc;
-        int s = ws->e_slot[e > 0 ? ws->e_count[e - 1] : 0]; /* token 0's slot for e */
-        f[i] = ffn_of(ws, cfg, &ex[i], hx, I, ws->exp_out + (size_t)s * H);
-        f[i].g = ws->ffn_g + (size_t)i * I;
-        f[i].u = ws->ffn_u + (size_t)i * I;
-        f[i].int8 = ws->int8 && n_list <= FWD_BATCH && I <= ws->act_cols;
     }
-    ws->be->ffn_multi(ws->be, f, n_list);
-    return 0;
+    return fused_ffn(ws, cfg, layer, ws->e_list, ex, n_list, hx, err, errlen);
 }
 
 static int run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
@@ -227,7 +242,25 @@ static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
     int rc = experts->begin(experts->ctx, layer, ws->e_list, n_list, 0);
     if (!rc) hint_next(ws, cfg, next_lw, next_layer, experts, n);
     if (!rc) shared_expert(ws, cfg, lw, hx);
-    for (int i = 0; !rc && i < n_list; i++) {
+    /* a decode step's experts that are already in the backend's memory (the device tier's hits, which it
+     * hands out first) run together as resident ones do (fused_ffn); the rest one at a time as they land */
+    const int fuse = hx->n_tok == 1 && experts->ready && cfg->expert_kind != SL_EXPERT_GPTOSS;
+    for (int i = 0; !rc && i < n_list;) {
+        int r = fuse ? experts->ready(experts->ctx) : 0;
+        if (r > n_list - i) r = n_list - i;
+        if (r > FUSED_MAX) r = FUSED_MAX;
+        if (r >= 2) {
+            int es[FUSED_MAX], got = 0;
+            sl_expert ex[FUSED_MAX];
+            for (; got < r; got++) {
+                memset(&ex[got], 0, sizeof ex[got]);
+                if ((rc = experts->next(experts->ctx, &es[got], &ex[got]))) break;
+            }
+            if (!rc) rc = fused_ffn(ws, cfg, layer, es, ex, r, hx, err, errlen);
+            for (int j = 0; j < got; j++) experts->release(experts->ctx, es[j]);
+            i += r;
+            continue;
+        }
         int e = -1;
         sl_expert ex;
         memset(&ex, 0, sizeof ex);
@@ -235,6 +268,7 @@ static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
         if (rc) break;
         rc = apply_expert(ws, cfg, layer, e, &ex, hx, err, errlen);
         experts->release(experts->ctx, e);
+        i++;
     }
     if (rc && err && !err[0]) fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
     experts->end(experts->ctx);

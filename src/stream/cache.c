@@ -600,7 +600,7 @@ static int c_get(void *ctx, int layer, int expert, sl_expert *out) {
 }
 
 sl_expert_src cache_source(cache *c) {
-    sl_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c_prefetch, c};
+    sl_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c_prefetch, c, NULL};
     return s;
 }
 

@@ -48,6 +48,7 @@ struct tier {
     int *pend_e, n_pend, pend_head; /* experts whose host slots are kept, oldest first ... */
     uint64_t *pend_f;             /* ... and their copies' fences */
     int *used, n_used;            /* slots with used set */
+    int *pf;                      /* [E] prefetch: the hinted experts not in a device slot */
     tier_stats st;
     char err[512];
 };
@@ -259,9 +260,15 @@ static void t_end(void *ctx) {
 
 static const char *t_errmsg(void *ctx) { return ((tier *)ctx)->err; }
 
+/* The hint goes down without the experts already in a device slot: reading those into the host source
+ * would spend its reads and slots on blocks no request will ask it for (a warm tier holds most of them). */
 static void t_prefetch(void *ctx, int layer, const int *experts, int n) {
     tier *t = ctx;
-    if (t->lo.prefetch) t->lo.prefetch(t->lo.ctx, layer, experts, n);
+    int ms = cfg_moe_slot(t->cfg, layer), np = 0;
+    if (!t->lo.prefetch || ms < 0) return;
+    for (int i = 0; i < n && np < t->E; i++)
+        if (experts[i] >= 0 && experts[i] < t->E && t->map[ms * t->E + experts[i]] < 0) t->pf[np++] = experts[i];
+    if (np) t->lo.prefetch(t->lo.ctx, layer, t->pf, np);
 }
 
 static int t_get(void *ctx, int layer, int expert, sl_expert *out) {
@@ -273,8 +280,20 @@ static int t_get(void *ctx, int layer, int expert, sl_expert *out) {
     return rc;
 }
 
+/* The device hits next() hands out next without a copy: unordered, the hits not yet handed out (they come
+ * first); ordered, the run of hits from the current position of the list. Their slots are held (refs) from
+ * begin to release, so taking them together needs no slot more. */
+static int t_ready(void *ctx) {
+    tier *t = ctx;
+    if (!t->active) return 0;
+    if (!t->ordered) return t->n_hits - t->hits_head;
+    int n = 0;
+    while (t->pos + n < t->n_list && t->dev[t->list[t->pos + n]]) n++;
+    return n;
+}
+
 sl_expert_src tier_source(tier *t) {
-    sl_expert_src s = {t_get, t_begin, t_next, t_release, t_end, t_errmsg, t_prefetch, t};
+    sl_expert_src s = {t_get, t_begin, t_next, t_release, t_end, t_errmsg, t_prefetch, t, t_ready};
     return s;
 }
 
@@ -309,6 +328,7 @@ tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen) {
     t->pend_e = malloc((size_t)E * sizeof *t->pend_e);
     t->pend_f = malloc((size_t)E * sizeof *t->pend_f);
     t->used = malloc((size_t)E * sizeof *t->used);
+    t->pf = malloc((size_t)E * sizeof *t->pf);
     t->async = t->be->copy_async && t->be->mark && t->be->fence_done;
 #ifdef SL_TIER_SYNC /* tools/cuda_bench.sh's baseline: every copy waited for */
     t->async = 0;
@@ -318,7 +338,7 @@ tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen) {
     t->hold = cfg->lower_slots <= 0 ? E : cfg->lower_slots / 2 < TIER_HOLD ? cfg->lower_slots / 2 : TIER_HOLD;
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
     if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
-        !t->arena) {
+        !t->pf || !t->arena) {
         snprintf(err, errlen, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
                  t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
@@ -347,6 +367,7 @@ void tier_free(tier *t) {
     free(t->pend_e);
     free(t->pend_f);
     free(t->used);
+    free(t->pf);
     free(t);
 }
 

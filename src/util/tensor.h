@@ -70,6 +70,10 @@ typedef struct sl_expert_src {
      * reading them (never required for correctness; never blocks). */
     void (*prefetch)(void *ctx, int layer, const int *experts, int n);
     void *ctx;
+    /* optional (NULL: none known): how many of the experts next() still owes are already where the compute
+     * reads them (the device tier's hits: stream/tier.c), so the caller may take them without waiting and
+     * hold them together until it releases them (model/moe.c runs them as one grouped FFN). */
+    int (*ready)(void *ctx);
 } sl_expert_src;
 
 #endif

@@ -56,9 +56,9 @@ static sl_model *open_model_ex(const char *path, int gpu, int resident, int stre
     p.backend = gpu ? SL_BACKEND_CUDA : SL_BACKEND_CPU;
     p.resident = resident;
     p.n_threads = 2;
-    if (stream_small) { /* a few experts each: misses and evictions every layer */
+    if (stream_small) { /* a few experts each: misses and evictions every layer; 2: a tier of every expert */
         p.cache_bytes = 160 << 10;
-        p.vram_bytes = 96 << 10;
+        p.vram_bytes = stream_small == 2 ? (uint64_t)256 << 20 : 96 << 10;
     }
     sl_model *m = NULL;
     if (sl_model_open(path, &p, &m, err)) return NULL;
@@ -124,8 +124,27 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
     if (!cpu || !gpu || !gst) goto done;
     const int V = sl_model_n_vocab(gpu);
     float *lc = eval_all(cpu, toks, n, n), *lg = eval_all(gpu, toks, n, n), *ls = eval_all(gst, toks, n, n);
-    float *l1 = quant ? NULL : eval_all(gpu, toks, n, 1);
-    CHECKF(lc && lg && ls && (quant || l1), "%s: an evaluation failed", name);
+    float *l1 = eval_all(gpu, toks, n, 1);
+    CHECKF(lc && lg && ls && l1, "%s: an evaluation failed", name);
+    { /* decode steps: the tier's hits take the grouped FFN (moe.c fused_ffn), its misses one expert each, the
+       * resident experts the grouped one: all bitwise the same, through a small tier and one of every expert */
+        sl_model *big = open_model(path, 1, 0, 2, &err);
+        float *d_small = eval_all(gst, toks, n, 1), *d_big = big ? eval_all(big, toks, n, 1) : NULL;
+        sl_stats sb;
+        memset(&sb, 0, sizeof sb);
+        if (big) sl_model_stats(big, &sb);
+        const int s1 = d_small && l1 && !memcmp(d_small, l1, (size_t)n * V * sizeof(float));
+        const int s2 = d_big && l1 && !memcmp(d_big, l1, (size_t)n * V * sizeof(float));
+        printf("  %-10s %-3s decode streamed == resident: small tier %s, whole tier %s (tier hits %llu, misses %llu)\n",
+               name, quant ? "q4" : "f32", s1 ? "bitwise" : "DIFFERS", s2 ? "bitwise" : "DIFFERS",
+               (unsigned long long)sb.tier_hits, (unsigned long long)sb.tier_misses);
+        CHECKF(s1 && s2, "%s: token-by-token decode streamed through a device tier differs from all-resident", name);
+        CHECKF(sb.tier_hits > sb.tier_misses, "%s: the whole tier hit %llu times, missed %llu", name,
+               (unsigned long long)sb.tier_hits, (unsigned long long)sb.tier_misses);
+        free(d_small);
+        free(d_big);
+        sl_model_close(big);
+    }
     if (lc && lg && ls) {
         const double e_cpu = rel_err(lg, lc, n, V), e_ref = ref ? rel_err(lg, ref, n, V) : 0;
         const int same = !memcmp(lg, ls, (size_t)n * V * sizeof(float));
@@ -152,7 +171,7 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
         }
         if (!quant) CHECKF(e_ref <= 1e-4, "%s: GPU logits %.3g from transformers'", name, e_ref);
         CHECKF(same, "%s: streamed with a device tier differs from all-resident on the GPU", name);
-        if (l1) {
+        if (l1 && !quant) {
             const double e1 = rel_err(l1, lg, n, V);
             printf("  %-10s     token-by-token vs prefill %.3g (%s)\n", name, e1,
                    memcmp(l1, lg, (size_t)n * V * sizeof(float)) ? "not bitwise" : "bitwise");

@@ -392,13 +392,58 @@ static void cu_ffn(sl_backend *be, const be_ffn *f) {
     ffn_down(be, f, &f->w->down, f->g, I);
 }
 
-/* Each expert alone in turn (one stream: the scratch is free again for the next). */
-static void cu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
+#define MULTI_MAX 64 /* experts of one grouped ffn_multi (moe.c FUSED_MAX is 32) */
+
+/* ffn_multi's int8 case: every f[i] a SwiGLU expert over the same one-token int8 activation, q8/q4 parts,
+ * g / u consecutive rows of f[0]'s (backend.h) and a q8/q4 down on int8 input. */
+static int multi_i8(const be_ffn *f, int n) {
+    if (n < 2 || n > MULTI_MAX || f[0].x->n_tok != 1) return 0;
+    const int I = f[0].inter;
     for (int i = 0; i < n; i++) {
-        be_ffn one = f[i];
-        one.mid_buf = f[0].mid_buf;
-        cu_ffn(be, &one);
+        const sl_mat *dn = &f[i].w->down;
+        if (f[i].kind != BE_FFN_SWIGLU || f[i].x != f[0].x || f[i].inter != I || !f[i].int8 ||
+            f[i].g != f[0].g + (size_t)i * I || f[i].u != f[0].u + (size_t)i * I || !int8_path(&f[i].w->gate, f[0].x) ||
+            !int8_path(&f[i].w->up, f[0].x) || (dn->dtype != DT_Q8 && dn->dtype != DT_Q4) || dn->group % 32 || I % 32)
+            return 0;
     }
+    return 1;
+}
+
+/* n experts over one token. int8 (multi_i8): gate and up of all n in one slcu_matmul_i8 call, one SwiGLU
+ * over the n rows, one quantization of those n rows (mid_buf), every down in a second call, matrix i on
+ * row i: four launches instead of five per expert. Each output is bitwise cu_ffn's alone: the grouped
+ * call computes each matrix as a separate one does (cuda.h's canonical order, the same kernel for one
+ * token), SwiGLU is element-wise and quantization per row. Otherwise each expert alone in turn (one
+ * stream: the scratch is free again for the next). */
+static void cu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
+    if (!multi_i8(f, n)) {
+        for (int i = 0; i < n; i++) {
+            be_ffn one = f[i];
+            one.mid_buf = f[0].mid_buf;
+            cu_ffn(be, &one);
+        }
+        return;
+    }
+    const int I = f[0].inter;
+    slcu_act a, m, mi[MULTI_MAX];
+    slcu_mm mm[2 * MULTI_MAX];
+    if (act_ready(be, f[0].x, &a)) return;
+    for (int i = 0; i < n; i++) {
+        mm[2 * i] = (slcu_mm){.w = mat_of(&f[i].w->gate), .a = &a, .n_tok = 1, .y = f[i].g, .ldy = (size_t)I};
+        mm[2 * i + 1] = (slcu_mm){.w = mat_of(&f[i].w->up), .a = &a, .n_tok = 1, .y = f[i].u, .ldy = (size_t)I};
+    }
+    CU(be, slcu_matmul_i8(mm, 2 * n, MSG(be)));
+    CU(be, slcu_swiglu(f[0].g, f[0].u, f[0].g, (size_t)n * (size_t)I, MSG(be)));
+    kern_act mid;
+    kern_act_init(&mid, f[0].mid_buf, f[0].g, (size_t)I, n, I, 1);
+    if (act_ready(be, &mid, &m)) return;
+    const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4;
+    for (int i = 0; i < n; i++) { /* row i of the n-row activation, as a one-row one */
+        mi[i] = (slcu_act){.n_tok = 1, .cols = I, .q = m.q + (size_t)i * I, .q4 = m.q4 + (size_t)i * I,
+                           .d = m.d + (size_t)i * nb, .s = m.s + (size_t)i * ns};
+        mm[i] = (slcu_mm){.w = mat_of(&f[i].w->down), .a = &mi[i], .n_tok = 1, .y = f[i].y, .ldy = f[i].ldy};
+    }
+    CU(be, slcu_matmul_i8(mm, n, MSG(be)));
 }
 
 static void cu_combine(sl_backend *be, const be_combine *cb) {
