@@ -90,8 +90,9 @@ TEST(threadpool_any_covers_each_index_once) {
     for (int t = 1; t <= 4; t++) {
         sl_pool *p = sl_pool_new(t);
         CHECK(p);
-        for (int round = 0; round < 300; round++) {
-            size_t n = 1 + (size_t)(round * 97 % 3000), grain = 1 + (size_t)(round % 9);
+        for (int round = 0; round < 310; round++) { /* the last 10: past the pool's largest chunk */
+            size_t n = round < 300 ? 1 + (size_t)(round * 97 % 3000) : 40000 + (size_t)round * 131,
+                   grain = 1 + (size_t)(round % 9);
             int *v = calloc(n, sizeof *v);
             any_ctx c = {v, grain, n, 0};
             sl_pool_for_any(p, n, grain, fill_any, &c);

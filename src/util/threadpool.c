@@ -39,6 +39,12 @@
 #ifndef POOL_CHUNKS
 #define POOL_CHUNKS 4
 #endif
+/* At most this many items a chunk: the threads of a job end within one chunk of each other, and a decode
+ * step's LM head (151,936 rows, ~2.6 ms a chunk at four chunks per thread) left one thread idle for 2.6 ms
+ * per token at its end (a timed build, 2 threads); 4096 rows is ~0.3 ms of it. */
+#ifndef POOL_MAX_CHUNK
+#define POOL_MAX_CHUNK 4096
+#endif
 
 struct sl_pool {
     int n;
@@ -258,6 +264,7 @@ void sl_pool_for_any(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ct
      * together, large enough that claiming stays cheap; a multiple of grain (kernels keep their row blocks
      * whole) */
     size_t chunk = (n + (size_t)p->n * POOL_CHUNKS - 1) / ((size_t)p->n * POOL_CHUNKS);
+    if (chunk > POOL_MAX_CHUNK) chunk = POOL_MAX_CHUNK;
     chunk = (chunk + grain - 1) / grain * grain;
     size_t n_chunks = (n + chunk - 1) / chunk;
     if (n_chunks > 0xffffffffu) { /* the ticket holds 32 bits of chunk index */
