@@ -601,7 +601,7 @@ TEST(synth_shapes_have_released_sizes) {
     for (int f = 0; arch_list[f]; f++)
         for (int k = 0; k < arch_list[f]->n_shapes; k++) {
             const arch_shape *sh = &arch_list[f]->shapes[k];
-            if (!strcmp(sh->name, "tiny")) continue; /* a test shape, not a release */
+            if (!strncmp(sh->name, "tiny", 4)) continue; /* a test shape (tiny, tiny-wide...), not a release */
             CHECKF(sh->params > 0, "shape %s of %s has no published parameter count", sh->name, arch_list[f]->name);
             sl_config c;
             sl_error err = {0};

@@ -178,7 +178,7 @@ static uint8_t *sink_take(sink *k, size_t n) {
  * quantized: the codes are the random draws. Streams (unit, sec) for codes or values and (unit, sec + 1)
  * for the scales, drawn again for the biases. Every row is a whole number of bytes of u32 words. */
 static void emit_mat(sink *k, vtab *vt, uint64_t seed, uint64_t unit, int sec, sl_dtype dt, int64_t rows,
-                     int64_t cols) {
+                     int64_t cols, int group) {
     const float a = 1.0f / sqrtf((float)cols);
     stream r = stream_open(seed, unit, (uint64_t)sec);
     if (!q_is_quant(dt)) {
@@ -190,7 +190,7 @@ static void emit_mat(sink *k, vtab *vt, uint64_t seed, uint64_t unit, int sec, s
         }
         return;
     }
-    const int bits = q_bits(dt), levels = (1 << bits) - 1, ng = (int)(cols / SYNTH_GROUP);
+    const int bits = q_bits(dt), levels = (1 << bits) - 1, ng = (int)(cols / group);
     const size_t cb = (size_t)cols * (size_t)bits / 8;
     for (int64_t i = 0; i < rows; i++) {
         uint8_t *p = sink_take(k, cb);
@@ -239,10 +239,10 @@ static void emit_vec(sink *k, uint64_t seed, uint64_t unit, const char *name, co
 }
 
 /* dtype of a backbone tensor: vectors f32; routers bf16 when the rest is quantized; else mdt. */
-static sl_dtype tensor_dtype(const arch_tensor *t, sl_dtype mdt) {
+static sl_dtype tensor_dtype(const arch_tensor *t, sl_dtype mdt, int group) {
     if (!t->matrix) return DT_F32;
     if (q_is_quant(mdt) && t->router) return DT_BF16;
-    if (q_is_quant(mdt) && t->shape[1] % SYNTH_GROUP) return DT_BF16;
+    if (q_is_quant(mdt) && t->shape[1] % group) return DT_BF16;
     return mdt;
 }
 
@@ -319,6 +319,7 @@ typedef struct {
     const arch_tensor *at;
     int n_at;
     sl_dtype mdt;
+    int group;                /* of the quantized matrices */
     uint64_t seed;
     const char *path;
     int dfd;                  /* O_DIRECT where the file system allows it, else buffered */
@@ -342,7 +343,7 @@ typedef struct {
     sl_error err;
 } synth_job;
 
-static sl_dtype tensor_dtype(const arch_tensor *t, sl_dtype mdt);
+static sl_dtype tensor_dtype(const arch_tensor *t, sl_dtype mdt, int group);
 
 static sl_status write_unit(synth_job *j, uint64_t u, uint8_t *buf, XXH3_state_t *hs, vtab *vt, sl_error *err) {
     sink k = {buf, j->buf_bytes, 0, 0, 0, j->dfd, NULL, j->path, err, SL_OK, &j->done};
@@ -351,7 +352,7 @@ static sl_status write_unit(synth_job *j, uint64_t u, uint8_t *buf, XXH3_state_t
         k.off = j->toff[u];
         k.hs = hs;
         XXH3_64bits_reset(hs);
-        if (t->matrix) emit_mat(&k, vt, j->seed, u, 0, tensor_dtype(t, j->mdt), t->shape[0], t->shape[1]);
+        if (t->matrix) emit_mat(&k, vt, j->seed, u, 0, tensor_dtype(t, j->mdt, j->group), t->shape[0], t->shape[1], j->group);
         else emit_vec(&k, j->seed, u, t->name, j->c, (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1));
         sink_flush(&k, 1);
         j->thash[u] = XXH3_64bits_digest(hs);
@@ -371,7 +372,7 @@ static sl_status write_unit(synth_job *j, uint64_t u, uint8_t *buf, XXH3_state_t
                 continue;
             }
             sink e = {blk + j->poff[p], stride - j->poff[p], 0, 0, 0, -1, NULL, j->path, err, SL_OK, NULL};
-            emit_mat(&e, vt, j->seed, (1ull << 40) + b0 + b, 4 * p, j->pdt[p], j->psh[p][0], j->psh[p][1]);
+            emit_mat(&e, vt, j->seed, (1ull << 40) + b0 + b, 4 * p, j->pdt[p], j->psh[p][0], j->psh[p][1], j->group);
             if (e.st) return e.st;
         }
         uint64_t hv = XXH3_64bits(blk, j->block);
@@ -468,6 +469,13 @@ sl_status sl_synth(const char *shape_name, int layers, sl_quant quant, uint64_t 
 
 sl_status sl_synth_threads(const char *shape_name, int layers, sl_quant quant, uint64_t seed, int n_threads,
                            const char *out_path, sl_progress_fn progress, void *user, sl_error *err) {
+    return synth_write(shape_name, layers, quant, SYNTH_GROUP, seed, n_threads, out_path, progress, user, err);
+}
+
+sl_status synth_write(const char *shape_name, int layers, sl_quant quant, int group, uint64_t seed, int n_threads,
+                      const char *out_path, sl_progress_fn progress, void *user, sl_error *err) {
+    if ((group != 32 && group != 64 && group != 128) || (group != SYNTH_GROUP && quant != SL_QUANT_Q8 && quant != SL_QUANT_Q4))
+        return sl_err(err, SL_EINVAL, "synth: group %d (32, 64 or 128; q8 / q4)", group);
     sl_config c;
     sl_status st = synth_config(shape_name, layers, &c, err);
     if (st) return st;
@@ -489,8 +497,8 @@ sl_status sl_synth_threads(const char *shape_name, int layers, sl_quant quant, u
     h.backbone_off = SLC_HEADER_BYTES;
     uint64_t off = h.backbone_off;
     for (int i = 0; toff && i < n_at; i++) {
-        uint64_t b = q_mat_bytes(tensor_dtype(&at[i], mdt), at[i].shape[0], at[i].ndim == 2 ? at[i].shape[1] : 1,
-                                 SYNTH_GROUP, DT_BF16);
+        uint64_t b = q_mat_bytes(tensor_dtype(&at[i], mdt, group), at[i].shape[0], at[i].ndim == 2 ? at[i].shape[1] : 1,
+                                 group, DT_BF16);
         off = slc_round_up(off, SLC_ALIGN); /* (SLC_TENSOR_ALIGN would do; pages let O_DIRECT write them) */
         toff[i] = off;
         off += b;
@@ -502,9 +510,14 @@ sl_status sl_synth_threads(const char *shape_name, int layers, sl_quant quant, u
         arch_expert_shape(&c, p, j.psh[p]);
         j.pvec[p] = arch_expert_part_is_vec(&c, p);
         j.pdt[p] = j.pvec[p] ? DT_F32 : mdt; /* biases: f32 (zeros) */
+        if (q_is_quant(j.pdt[p]) && j.psh[p][1] % group) {
+            st = sl_err(err, SL_EINVAL, "synth: group %d does not divide an expert's %lld columns", group,
+                        (long long)j.psh[p][1]);
+            goto fail;
+        }
         block = slc_round_up(block, SLC_TENSOR_ALIGN);
         j.poff[p] = block;
-        psz[p] = q_mat_bytes(j.pdt[p], j.psh[p][0], j.psh[p][1], SYNTH_GROUP, DT_BF16);
+        psz[p] = q_mat_bytes(j.pdt[p], j.psh[p][0], j.psh[p][1], group, DT_BF16);
         block += psz[p];
     }
     h.n_moe_layers = (uint32_t)cfg_n_moe_layers(&c);
@@ -539,6 +552,7 @@ sl_status sl_synth_threads(const char *shape_name, int layers, sl_quant quant, u
     j.at = at;
     j.n_at = n_at;
     j.mdt = mdt;
+    j.group = group;
     j.seed = seed ? seed : 0x9e3779b97f4a7c15ull;
     j.path = tmp;
     j.dfd = dfd >= 0 ? dfd : fd;
@@ -564,17 +578,17 @@ sl_status sl_synth_threads(const char *shape_name, int layers, sl_quant quant, u
     cJSON_AddItemToObject(man, "config", slc_config_to_json(&c));
     tt = cJSON_AddArrayToObject(man, "tensors");
     for (int i = 0; i < n_at; i++) {
-        sl_dtype dt = tensor_dtype(&at[i], mdt);
-        uint64_t b = q_mat_bytes(dt, at[i].shape[0], at[i].ndim == 2 ? at[i].shape[1] : 1, SYNTH_GROUP, DT_BF16);
+        sl_dtype dt = tensor_dtype(&at[i], mdt, group);
+        uint64_t b = q_mat_bytes(dt, at[i].shape[0], at[i].ndim == 2 ? at[i].shape[1] : 1, group, DT_BF16);
         slc_tensor te = {at[i].name, dt, at[i].ndim, {at[i].shape[0], at[i].shape[1]}, toff[i], b, thash[i],
-                         SYNTH_GROUP, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(at[i].name, strlen(at[i].name)) : 0};
+                         group, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(at[i].name, strlen(at[i].name)) : 0};
         cJSON_AddItemToArray(tt, slc_tensor_to_json(&te));
     }
     if (h.hash_len && (st = fio_pwrite_all(fd, hashes, h.hash_len, h.hash_off, tmp, err))) goto fail;
     slc_part parts[ARCH_MAX_PARTS];
     for (int p = 0; p < j.n_parts; p++) {
         const char *pn = arch_expert_part_name(&c, p);
-        parts[p] = (slc_part){j.pdt[p], {j.psh[p][0], j.psh[p][1]}, j.poff[p], psz[p], SYNTH_GROUP, DT_BF16,
+        parts[p] = (slc_part){j.pdt[p], {j.psh[p][0], j.psh[p][1]}, j.poff[p], psz[p], group, DT_BF16,
                               j.pdt[p] == DT_Q3 ? (uint32_t)XXH3_64bits(pn, strlen(pn)) : 0};
     }
     cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&h, &c, block, parts));

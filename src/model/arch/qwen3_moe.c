@@ -41,6 +41,8 @@ static const arch_tdef tensors[] = {
 static const arch_shape shapes[] = {
     {"qwen3-30b-a3b", 151936, 2048, 48, 32, 4, 128, 128, 8, 768, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 30.5e9},
     {"qwen3-235b-a22b", 151936, 4096, 94, 64, 4, 128, 128, 8, 1536, 0, 0, 0, 0, 0, 0, 40960, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 235.1e9},
+    /* tests/test_wide.c: matrices >= 128 wide, experts 192 (a short step) */
+    {"tiny-wide", 512, 256, 3, 4, 2, 64, 8, 2, 192, 0, 0, 0, 0, 0, 0, 4096, 1e6, 1.0, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 0},
 };
 
 /* GGUF (llama.cpp qwen3moe): llama.cpp renormalises the top-k weights unless expert_weights_norm says otherwise */

@@ -115,6 +115,8 @@ static const arch_gguf_xf gguf_xf[] = {
 static const arch_shape shapes[] = {
     {"qwen3-next-80b-a3b", 151936, 2048, 48, 16, 2, 256, 512, 10, 512, 512, 16, 32, 128, 128, 4, 262144, 1e7, 0.25, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 80e9},
     {"tiny", 512, 64, 4, 4, 2, 32, 32, 4, 64, 64, 2, 4, 16, 16, 4, 4096, 1e6, 0.25, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 0},
+    /* as qwen3_moe's tiny-wide (tests/test_wide.c) */
+    {"tiny-wide-next", 512, 256, 4, 4, 2, 64, 8, 2, 192, 192, 2, 4, 64, 64, 4, 4096, 1e6, 0.25, 1, 0, 0, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 0},
 };
 
 static const char *const hf_types[] = {"qwen3_next", NULL};
