@@ -16,7 +16,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "quant/quant.h"
@@ -385,11 +387,42 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
  *  - 32 tokens per block (fewer for long rows) instead of 16, so each code byte is unpacked once per 32;
  *  - the bias lanes (accb, lane = group % 8) of 16 tokens at once per row, over the tokens' group sums
  *    transposed, instead of one 8-lane pass per output.
- * About 140 KB of stack (the pool's threads have the default 8 MiB). docs/PERFORMANCE.md gives what it reaches against a register-only vpdpbusd loop. */
+ * Its ~140 KB of buffers are a per-thread workspace, not stack (frames < 4 KB): the library runs on its
+ * callers' threads (musl's default stack is 128 KiB).
+ * docs/PERFORMANCE.md gives what it reaches against a register-only vpdpbusd loop. */
 #define I8P_KC 16        /* steps (128 columns) per chunk of a row block */
 #define I8P_TB 32        /* most tokens per block */
-#define I8P_XB 65536     /* bytes of permuted activations per block of tokens (on the stack) */
+#define I8P_XB 65536     /* bytes of permuted activations per block of tokens */
 #define I8P_MAXGT 128    /* most groups per row for the transposed bias pass */
+
+/* The workspace: xp, st, then i8p_rows' accm, U, P, row block and a row's biases. */
+enum {
+    I8P_WS_ST = I8P_XB,
+    I8P_WS_ACC = I8P_WS_ST + I8P_MAXGT * I8P_TB * 4,
+    I8P_WS_U = I8P_WS_ACC + I8P_TB * I8_RB * 64,
+    I8P_WS_P = I8P_WS_U + I8P_KC * I8_RB * 128,
+    I8P_WS_BLK = I8P_WS_P + 4 * I8_RB * 4 * I8P_KC * 4,
+    I8P_WS_BI = I8P_WS_BLK + (int)(sizeof(i8_blk) + 63) / 64 * 64,
+    I8P_WS_BYTES = I8P_WS_BI + I8_MAXG * 4,
+};
+
+static pthread_key_t i8p_key;
+static int i8p_key_ok;
+static void i8p_key_make(void) { i8p_key_ok = pthread_key_create(&i8p_key, free) == 0; }
+
+/* This thread's workspace (freed when it exits), or NULL: then the one-block kernel runs (the same bits). */
+static uint8_t *i8p_ws(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    if (pthread_once(&once, i8p_key_make) || !i8p_key_ok) return NULL;
+    uint8_t *ws = pthread_getspecific(i8p_key);
+    if (ws) return ws;
+    ws = aligned_alloc(64, I8P_WS_BYTES);
+    if (ws && pthread_setspecific(i8p_key, ws)) {
+        free(ws);
+        ws = NULL;
+    }
+    return ws;
+}
 
 static inline __m512i i8p_pi(void) { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
 
@@ -443,23 +476,25 @@ static inline __attribute__((always_inline)) void i8p_tile(const uint8_t *U, con
 
 /* Rows [r, r+nr) (nr <= 4) against tokens [t0, t0+nt) (nt <= I8P_TB) of a q4 matrix with S >= 1 full steps; xp: the
  * tokens' permuted q4 codes ([token][step][128]). */
-static void i8p_rows(const sl_mat *w, const kern_act *a, const uint8_t *xp, const float *st, float *y, size_t ldy,
+static void i8p_rows(const sl_mat *w, const kern_act *a, uint8_t *ws, const float *st, float *y, size_t ldy,
                      int r, int nr, int t0, int nt) {
-    i8_blk B;
-    i8_blk_init(&B, DT_Q4, w, r, nr);
-    const int cols = B.cols, nb = B.nb, gsh = B.gsh, S = cols / 128, implied = w->bias_implied;
+    const uint8_t *xp = ws;
+    i8_blk *B = (i8_blk *)(void *)(ws + I8P_WS_BLK);
+    i8_blk_init(B, DT_Q4, w, r, nr);
+    const uint8_t *qr[I8_RB] = {B->qr[0], B->qr[1], B->qr[2], B->qr[3]}; /* the stores to U may alias B */
+    const int cols = B->cols, nb = B->nb, gsh = B->gsh, S = cols / 128, implied = w->bias_implied;
     const size_t xs = (size_t)S * 128;
     { /* the scales (and biases) of the row block I8_PFB blocks on, as i8_block does */
         const int rp = r + I8_PFB * I8_RB;
         if (rp + I8_RB <= w->rows) {
-            const size_t ss = w->sdtype == DT_F32 ? 4 : 2, o = (size_t)rp * (size_t)B.ng * ss, n = (size_t)I8_RB * (size_t)B.ng * ss;
+            const size_t ss = w->sdtype == DT_F32 ? 4 : 2, o = (size_t)rp * (size_t)B->ng * ss, n = (size_t)I8_RB * (size_t)B->ng * ss;
             i8_pf_lines((const char *)w->scales + o, n);
             if (!implied) i8_pf_lines((const char *)w->biases + o, n);
         }
     }
-    _Alignas(64) __m512 accm[I8P_TB * I8_RB];
-    _Alignas(64) uint8_t U[I8P_KC * I8_RB * 128];
-    _Alignas(64) float P[4 * I8_RB * 4 * I8P_KC];
+    __m512 *accm = (__m512 *)(void *)(ws + I8P_WS_ACC);
+    uint8_t *U = ws + I8P_WS_U;
+    float *P = (float *)(void *)(ws + I8P_WS_P);
     const __m512i pi = i8p_pi(), m4 = _mm512_set1_epi8(15);
     const size_t pf = (size_t)I8_PFB * I8_RB * (size_t)cols / 2;
     for (int s0 = 0; s0 < S; s0 += I8P_KC) {
@@ -467,7 +502,7 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, const uint8_t *xp, cons
         for (int s = 0; s < ns; s++)
 #pragma GCC unroll 4
             for (int i = 0; i < I8_RB; i++) {
-                const uint8_t *q = B.qr[i] + (size_t)(s0 + s) * 64;
+                const uint8_t *q = qr[i] + (size_t)(s0 + s) * 64;
                 _mm_prefetch((const char *)q + pf, I8_PFH);
                 const __m512i c = _mm512_permutexvar_epi32(pi, _mm512_loadu_si512(q));
                 _mm512_store_si512(U + ((size_t)s * I8_RB + (size_t)i) * 128, _mm512_and_si512(c, m4));
@@ -480,7 +515,7 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, const uint8_t *xp, cons
         const int nk = (nbk + 15) / 16;
         for (int k = 0; k < nk; k++) mks[k] = nbk - 16 * k >= 16 ? (__mmask16)0xffff : tail_mask(nbk - 16 * k);
         for (int i = 0; i < I8_RB; i++)
-            for (int k = 0; k < nk; k++) sfb[i][k] = i8p_sfb(B.sf[i], gsh, b0 + 16 * k, nbk - 16 * k);
+            for (int k = 0; k < nk; k++) sfb[i][k] = i8p_sfb(B->sf[i], gsh, b0 + 16 * k, nbk - 16 * k);
         for (int tj = 0; tj < nt; tj += 4) {
             const int tt = nt - tj < 4 ? nt - tj : 4;
             for (int j = 0; j < tt; j++) {
@@ -507,12 +542,12 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, const uint8_t *xp, cons
         /* no short step, and the tokens' group sums transposed (st: [group][I8P_TB tokens]): each row's bias lanes
          * for 16 tokens at once, lane l = group % 8 as one vector, the same FMAs in the same order; then the lane
          * tree as vector adds, and y = lanes(h) + that, as i8_block */
-        const int ng = B.ng;
+        const int ng = B->ng;
         _Alignas(64) float bm[I8_RB][I8P_TB];
         for (int i = 0; i < I8_RB; i++) {
             float bi[I8P_MAXGT];
             if (implied)
-                for (int j = 0; j < ng; j++) bi[j] = zb * B.sf[i][j];
+                for (int j = 0; j < ng; j++) bi[j] = zb * B->sf[i][j];
             else
                 i8_row_f32(w, w->biases, r + i, ng, bi);
             for (int t = 0; t < nt; t += 16) {
@@ -541,11 +576,11 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, const uint8_t *xp, cons
     if (S * 128 == cols && nr == I8_RB) { /* no short step: the 4 rows' sums at once, as i8_block */
         for (int t = 0; t < nt; t++) {
             const size_t tt = (size_t)(t0 + t);
-            const float *xsum = a->s + tt * (size_t)B.ns + B.soff;
+            const float *xsum = a->s + tt * (size_t)B->ns + B->soff;
             __m256 b[I8_RB], h[I8_RB];
 #pragma GCC unroll 4
             for (int i = 0; i < I8_RB; i++) {
-                b[i] = implied ? i8_bias_sf(B.sf[i], zb, B.ng, xsum) : i8_bias_row(w, r + i, B.ng, xsum);
+                b[i] = implied ? i8_bias_sf(B->sf[i], zb, B->ng, xsum) : i8_bias_row(w, r + i, B->ng, xsum);
                 h[i] = i8_half(_mm512_permutexvar_ps(pi, accm[t * I8_RB + i]));
             }
             _mm_storeu_ps(y + tt * ldy + (size_t)r, _mm_add_ps(i8_tree4(h[0], h[1], h[2], h[3]), i8_tree4(b[0], b[1], b[2], b[3])));
@@ -553,21 +588,24 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, const uint8_t *xp, cons
         return;
     }
     for (int i = 0; i < nr; i++) {
-        float bi[I8_MAXG], a16[16];
+        float *bi = (float *)(void *)(ws + I8P_WS_BI), a16[16];
         if (implied)
-            for (int j = 0; j < B.ng; j++) bi[j] = zb * B.sf[i][j];
+            for (int j = 0; j < B->ng; j++) bi[j] = zb * B->sf[i][j];
         else
-            i8_row_f32(w, w->biases, r + i, B.ng, bi);
+            i8_row_f32(w, w->biases, r + i, B->ng, bi);
         for (int t = 0; t < nt; t++) {
             const size_t tt = (size_t)(t0 + t);
             _mm512_storeu_ps(a16, _mm512_permutexvar_ps(pi, accm[t * I8_RB + i]));
-            i8_out(DT_Q4, &B, w, a, bi, i, tt, S * 128, a16, y + tt * ldy + (size_t)(r + i));
+            i8_out(DT_Q4, B, w, a, bi, i, tt, S * 128, a16, y + tt * ldy + (size_t)(r + i));
         }
     }
 }
 
-/* kern_matmul_act of a q4 matrix over several tokens: blocks of tokens whose permuted codes fit I8P_XB bytes. */
-static void i8p_mm(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+/* kern_matmul_act of a q4 matrix over several tokens: blocks of tokens whose permuted codes fit I8P_XB bytes.
+ * -1: no workspace (nothing written). */
+static __attribute__((noinline)) int i8p_mm(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    uint8_t *ws = i8p_ws();
+    if (!ws) return -1;
     const int cols = w->cols, S = cols / 128;
     int tb = I8P_XB / (S * 128);
     tb = tb > I8P_TB ? I8P_TB : tb;
@@ -575,8 +613,8 @@ static void i8p_mm(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int
         const int nblk = (a->n_tok + tb - 1) / tb, even = ((a->n_tok + nblk - 1) / nblk + 3) / 4 * 4;
         tb = even < tb ? even : tb;
     }
-    _Alignas(64) uint8_t xp[I8P_XB];
-    _Alignas(64) float st[I8P_MAXGT * I8P_TB];
+    uint8_t *xp = ws;
+    float *st = (float *)(void *)(ws + I8P_WS_ST);
     const int g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
     const size_t soff = g == 32 ? 0 : g == 64 ? (size_t)nb : (size_t)(nb + nb / 2);
     const __m512i pi = i8p_pi();
@@ -594,16 +632,13 @@ static void i8p_mm(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int
                 _mm512_store_si512(o + 64, _mm512_permutexvar_epi32(pi, _mm512_loadu_si512(q + 64)));
             }
         for (int r = r0; r < r1; r += I8_RB)
-            i8p_rows(w, a, xp, ng <= I8P_MAXGT ? st : NULL, y, ldy, r, r1 - r < I8_RB ? r1 - r : I8_RB, t0, nt);
+            i8p_rows(w, a, ws, ng <= I8P_MAXGT ? st : NULL, y, ldy, r, r1 - r < I8_RB ? r1 - r : I8_RB, t0, nt);
     }
+    return 0;
 }
 
 static inline __attribute__((always_inline)) void i8_mm(sl_dtype dt, const sl_mat *w, const kern_act *a, float *y,
                                                           size_t ldy, int r0, int r1) {
-    if (dt == DT_Q4 && a->n_tok > 1 && w->cols >= 128 && w->cols <= I8P_XB / 2) {
-        i8p_mm(w, a, y, ldy, r0, r1);
-        return;
-    }
     for (int t0 = 0; t0 < a->n_tok; t0 += I8_KTOK) {
         int nt = a->n_tok - t0 < I8_KTOK ? a->n_tok - t0 : I8_KTOK;
         for (int r = r0; r < r1; r += I8_RB) {
@@ -618,8 +653,15 @@ static void mmi8_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, in
     i8_mm(DT_Q8, w, a, y, ldy, r0, r1);
 }
 
-static void mmi8_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+/* A call of its own: its frame (~50 KB) is not held while i8p_mm runs. */
+static __attribute__((noinline)) void mmi8_q4_blocks(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0,
+                                                     int r1) {
     i8_mm(DT_Q4, w, a, y, ldy, r0, r1);
+}
+
+static void mmi8_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    if (a->n_tok > 1 && w->cols >= 128 && w->cols <= I8P_XB / 2 && !i8p_mm(w, a, y, ldy, r0, r1)) return;
+    mmi8_q4_blocks(w, a, y, ldy, r0, r1);
 }
 
 /* ---- small vector kernels --------------------------------------------------------------------- */
