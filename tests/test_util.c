@@ -9,6 +9,7 @@
 
 #include "test.h"
 #include "util/dtype.h"
+#include "util/err.h"
 #include "util/threadpool.h"
 
 TEST(f16_roundtrip_all_values) {
@@ -49,6 +50,17 @@ TEST(fp8_e4m3_values) {
 static void fill_idx(void *ctx, size_t b, size_t e) {
     int *v = ctx;
     for (size_t i = b; i < e; i++) v[i] += (int)i + 1;
+}
+
+/* An error message is one line: control bytes from a name read out of a file become '?' (fuzzed GGUF headers
+ * put a newline into an architecture name), in sl_err and in sl_err_prefix's prefix. */
+TEST(error_messages_are_one_line) {
+    sl_error e = {0};
+    CHECK(sl_err(&e, SL_EFORMAT, "arch '%s' bad", "qwen3\nmo\x1b[2J\x7f") == SL_EFORMAT);
+    CHECKF(!strcmp(e.msg, "arch 'qwen3?mo?[2J?' bad"), "got '%s'", e.msg);
+    CHECK(sl_err_prefix(&e, "file\t%s", "a\rb") == SL_EFORMAT);
+    CHECKF(!strcmp(e.msg, "file?a?b: arch 'qwen3?mo?[2J?' bad"), "got '%s'", e.msg);
+    CHECK(sl_err(&e, SL_EIO, "caf\xc3\xa9 ok") == SL_EIO && !strcmp(e.msg, "caf\xc3\xa9 ok")); /* UTF-8 kept */
 }
 
 TEST(threadpool_covers_each_index_once) {

@@ -15,6 +15,13 @@ const char *sl_strerror(sl_status st) {
     return "unknown status";
 }
 
+/* A message is one line of text: control bytes (a newline or an escape sequence in a name read from a user's
+ * file, say) become '?', so what a caller prints or sends as JSON cannot break lines or drive a terminal. */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
 sl_status sl_err(sl_error *err, sl_status st, const char *fmt, ...) {
     if (!err) return st;
     err->status = st;
@@ -22,6 +29,7 @@ sl_status sl_err(sl_error *err, sl_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    one_line(err->msg);
     return st;
 }
 
@@ -37,6 +45,7 @@ sl_status sl_err_prefix(sl_error *err, const char *fmt, ...) {
     if (n >= sizeof err->msg) n = sizeof err->msg - 1;
     memcpy(err->msg, joined, n);
     err->msg[n] = 0;
+    one_line(err->msg);
     return err->status;
 }
 
