@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/kernels_plain.h"
 #include "quant/quant.h"
 
 #define I8_RB 4
@@ -96,22 +97,6 @@ static inline __m256 i8_pair(const float *p) {
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
-/* The lanes of a short last step (columns c0 .. cols), one by one in the canonical arithmetic, into acc[16];
- * sf: the row's scales as f32. */
-static inline void i8_tail(sl_dtype dt, const uint8_t *q, const float *sf, int g, const int8_t *xq, const float *d,
-                           int c0, int cols, float *acc) {
-    const int per = dt == DT_Q8 ? 4 : 8;
-    for (int l = 0; c0 + per * l < cols; l++) {
-        int c = c0 + per * l;
-        int32_t I = 0;
-        for (int i = 0; i < per; i++) {
-            int code = dt == DT_Q8 ? q[c + i] : (q[(c + i) / 2] >> ((c + i) & 1) * 4) & 15;
-            I += (int32_t)code * (int32_t)xq[c + i];
-        }
-        acc[l] = fmaf((float)I, sf[c / g] * d[c / 32], acc[l]);
-    }
-}
-
 /* y from the 16 lanes (acc) and the bias lanes. */
 static inline float i8_finish(const float *acc, __m256 accb) {
     float h[8], b[8];
@@ -150,7 +135,7 @@ static inline void i8_out(sl_dtype dt, const i8_blk *B, const sl_mat *w, const k
                           size_t tt, int c0, float *acc16, float *y) {
     const int cols = B->cols;
     if (c0 < cols)
-        i8_tail(dt, B->qr[i], B->sf[i], B->g, a->q + tt * (size_t)cols, a->d + tt * (size_t)B->nb,
+        plain_i8_tail(dt, B->qr[i], B->sf[i], B->g, a->q + tt * (size_t)cols, a->d + tt * (size_t)B->nb,
                 c0, cols, acc16);
     *y = i8_finish(acc16, i8_bias(bi, a->s + tt * (size_t)B->ns + B->soff, B->ng));
 }

@@ -8,6 +8,7 @@
  * bias lanes and the final sums are the oracle's C. Rows in blocks of RB, tokens in blocks of KT.
  */
 #include "kernels/kernels.h"
+#include "kernels/kernels_plain.h"
 
 #if defined(__aarch64__)
 #ifndef __ARM_FEATURE_DOTPROD
@@ -46,18 +47,7 @@ static inline float lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3
 static float finish(sl_dtype dt, const sl_mat *w, const kern_act *a, const uint8_t *q, const float *sf,
                     const float *bi, size_t tt, int c0, float *acc) {
     const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
-    const int per = dt == DT_Q8 ? 4 : 8;
-    const int8_t *xq = a->q + tt * (size_t)cols;
-    const float *d = a->d + tt * (size_t)nb;
-    for (int l = 0; c0 + per * l < cols; l++) {
-        int c = c0 + per * l;
-        int32_t I = 0;
-        for (int i = 0; i < per; i++) {
-            int code = dt == DT_Q8 ? q[c + i] : (q[(c + i) / 2] >> ((c + i) & 1) * 4) & 15;
-            I += (int32_t)code * (int32_t)xq[c + i];
-        }
-        acc[l] = fmaf((float)I, sf[c / g] * d[c / 32], acc[l]);
-    }
+    plain_i8_tail(dt, q, sf, g, a->q + tt * (size_t)cols, a->d + tt * (size_t)nb, c0, cols, acc);
     const float *xs = a->s + tt * (size_t)ns + (g == 32 ? 0 : g == 64 ? nb : nb + nb / 2);
     float accb[8] = {0}, h[8];
     for (int j = 0; j < ng; j++) accb[j % 8] = fmaf(bi[j], xs[j], accb[j % 8]);

@@ -41,4 +41,20 @@ static inline void plain_swiglu(const float *g, const float *u, float *y, int n)
     for (int i = 0; i < n; i++) y[i] = kern_silu(g[i]) * u[i];
 }
 
+/* The lanes of an int8 kernel's short last step (columns c0 .. cols; kernels_i8_x86.h, kernels_neon_dot.c), one
+ * by one in the canonical arithmetic, into acc[16]; sf: the row's scales as f32. */
+static inline void plain_i8_tail(sl_dtype dt, const uint8_t *q, const float *sf, int g, const int8_t *xq,
+                                 const float *d, int c0, int cols, float *acc) {
+    const int per = dt == DT_Q8 ? 4 : 8;
+    for (int l = 0; c0 + per * l < cols; l++) {
+        int c = c0 + per * l;
+        int32_t I = 0;
+        for (int i = 0; i < per; i++) {
+            int code = dt == DT_Q8 ? q[c + i] : (q[(c + i) / 2] >> ((c + i) & 1) * 4) & 15;
+            I += (int32_t)code * (int32_t)xq[c + i];
+        }
+        acc[l] = fmaf((float)I, sf[c / g] * d[c / 32], acc[l]);
+    }
+}
+
 #endif
