@@ -6,7 +6,9 @@
  * each other. Reports the ratio of the summed step times (on / off), the median and quartiles of the
  * per-pair ratios, and the I/O threads' checksum time per token (sl_stats.engine_verify_s) as a share
  * of the checked model's step time; and the process's CPU time per step (CLOCK_PROCESS_CPUTIME_ID, every
- * thread), checked less unchecked, as a share of the checked step's wall and CPU time.
+ * thread), checked less unchecked, as a share of the checked step's wall and CPU time; and per side the
+ * wall tok/s, the process CPU seconds per token and the disk's busy share (sl_stats.io_busy_s over the
+ * side's step time: how much of its decode the disk was working for it).
  *
  * Usage: build/bench_verify MODEL.sluice [cache_bytes] [tokens] [threads]   (defaults: 64 MiB, 64, 2)
  */
@@ -64,10 +66,11 @@ int main(int argc, char **argv) {
     double *dc[2] = {calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double))};
     double *dcpu = calloc((size_t)n, sizeof(double));
     uint64_t seed[2] = {1, 2};
-    sl_stats s0;
+    sl_stats s0, u0;
     int rc = 0;
     for (int i = -4; i < n && !rc; i++) { /* 4 warm-up pairs, then n measured */
         if (i == 0) sl_model_stats(m[0], &s0);
+        if (i == 0) sl_model_stats(m[1], &u0);
         for (int k = 0; k < 2 && !rc; k++) {
             int kk = (i & 1) ? 1 - k : k; /* alternate which model goes first */
             seed[kk] = seed[kk] * 6364136223846793005ull + 1442695040888963407ull;
@@ -111,6 +114,10 @@ int main(int argc, char **argv) {
            "(quartiles %.2f, %.2f)\n",
            1e3 * csum[0] / n, 1e3 * csum[1] / n, extra_ms, 100.0 * extra_ms / step_ms, 100.0 * (csum[0] - csum[1]) / csum[0],
            1e3 * dcpu[n / 2], 1e3 * dcpu[n / 4], 1e3 * dcpu[3 * n / 4]);
+    const double busy[2] = {st[0].io_busy_s - s0.io_busy_s, st[1].io_busy_s - u0.io_busy_s};
+    for (int k = 0; k < 2; k++)
+        printf("%s: %.3f tok/s, %.4f CPU s per token, disk busy %.3f of the decode\n", k ? "unchecked" : "checked  ",
+               n / sum[k], csum[k] / n, busy[k] / sum[k]);
     for (int k = 0; k < 2; k++) {
         sl_session_free(s[k]);
         sl_model_close(m[k]);

@@ -670,6 +670,65 @@ TEST(failed_prefetch_is_quiet_and_retried) {
     }
 }
 
+/* A block corrupted on disk (no fault injector: the bytes the engine reads are the bad ones) is caught by the
+ * checksum computed on the I/O engine's own thread: io_uring's reaper, which hashes the pieces as they land
+ * (io_uring.c), with the bad byte in the first, a middle or the last of the 6 pieces, and the pread engine's
+ * workers. The demand fails with a message naming the file, layer and expert; the block is not kept (asked
+ * again it fails again), and a sound block of the same layer is served. */
+TEST(corrupt_block_on_disk_caught_on_the_io_thread) {
+    const char *src = test_packed("qwen3_next");
+    CHECK(src);
+    const char *p = test_path("%s/corrupt-piece.sluice", test_tmpdir());
+    for (int kind = 0; kind < 4; kind++) { /* io_uring pieces: first, middle, last; pread */
+        CHECK(test_copy_file(src, p) == 0);
+        slc_file f;
+        sl_error err = {0};
+        CHECK(slc_open(p, &f, &err) == SL_OK);
+        const uint64_t at = kind == 0 ? 5 : kind == 1 ? 2 * 4096 + 100 : f.block_bytes - 1;
+        const uint64_t off = slc_expert_offset(&f, 2, 5) + (kind == 3 ? 3 * 4096 : at);
+        const int layer = f.moe_layers[2];
+        slc_close(&f);
+        size_t n;
+        char *b = test_read(p, &n);
+        CHECK(b && off < n);
+        b[off] ^= 0x04;
+        test_write(p, b, n);
+        free(b);
+        CHECK(slc_open(p, &f, &err) == SL_OK); /* the header and manifest are sound */
+        char why[256];
+        io_engine *io = kind < 3 ? io_uring_engine_new(f.fd, 8, why, sizeof why) : io_pread_engine_new(f.fd, 2, why, sizeof why);
+        if (!io) { /* no io_uring here */
+            slc_close(&f);
+            continue;
+        }
+        io->chunk = 4096; /* the 24 KiB blocks in 6 pieces, 3 chains */
+        io->chains = 3;
+        sl_backend *be = be_cpu_new(NULL, NULL);
+        CHECK(be != NULL);
+        cache_cfg cc = {&f, &f.cfg, io, 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 0, be};
+        cache *c = cache_new(&cc, why, sizeof why);
+        CHECKF(c, "%s", why);
+        sl_expert_src es = cache_source(c);
+        const int bad = demand(&es, 2, 5);
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", cache_errmsg(c));
+        const int again = demand(&es, 2, 5), good = demand(&es, 2, 4);
+        cache_stats st;
+        cache_get_stats(c, &st);
+        cache_free(c);
+        be_close(be);
+        slc_close(&f);
+        char want[64];
+        snprintf(want, sizeof want, "layer %d, expert 5", layer);
+        CHECKF(bad == SL_ECHECKSUM && strstr(msg, want) && strstr(msg, p) && strstr(msg, "checksum"),
+               "kind %d: rc %d, message: %s", kind, bad, msg);
+        CHECKF(again == SL_ECHECKSUM && good == 0, "kind %d: asked again %d, a sound block %d", kind, again, good);
+        CHECKF(st.reads == 3 && (kind == 3 || st.engine_hash_ns > 0) && st.verify_ns == 0,
+               "kind %d: %llu reads, engine hash %llu ns, caller hash %llu ns", kind, (unsigned long long)st.reads,
+               (unsigned long long)st.engine_hash_ns, (unsigned long long)st.verify_ns);
+    }
+}
+
 /* An ordered (layer-major) request over `list`, with a hint for the next layer given right after begin
  * as the forward pass gives it; every expert must arrive in list order with its data bound. */
 static int ordered_run(sl_expert_src *src, int layer, const int *list, int n, int hint_layer, const int *hint, int n_hint) {
