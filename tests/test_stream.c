@@ -536,7 +536,7 @@ TEST(stats_add_up) {
     toks_t t;
     CHECK(load_tokens("qwen3_next", &t) == 0);
     sl_model_params mp = sl_model_params_default();
-    mp.cache_bytes = 40 * 24576;
+    mp.cache_bytes = 16 * 24576; /* half of the 2 MoE layers x 16 experts */
     mp.io_mode = SL_IO_DIRECT;
     mp.prefetch = 1;
     char msg[1024];
@@ -560,7 +560,7 @@ TEST(stats_add_up) {
     }
     sl_model_close(m);
     CHECK(st.tokens == (uint64_t)t.n + 4);
-    CHECKF(st.cache_slots == 40 && st.hits > 0 && st.misses > 0, "slots %llu hits %llu misses %llu",
+    CHECKF(st.cache_slots == 16 && st.hits > 0 && st.misses > 0, "slots %llu hits %llu misses %llu",
            (unsigned long long)st.cache_slots, (unsigned long long)st.hits, (unsigned long long)st.misses);
     CHECKF(st.bytes_read == (st.misses + st.prefetch_reads) * 24576 && lb == st.bytes_read, "bytes %llu misses %llu prefetch %llu layers %llu",
            (unsigned long long)st.bytes_read, (unsigned long long)st.misses, (unsigned long long)st.prefetch_reads, (unsigned long long)lb);
@@ -641,7 +641,7 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         io->chains = 3;
         io_fault_cfg fc;
         memset(&fc, 0, sizeof fc);
-        fc.only_off = slc_expert_offset(&f, 2, 7); /* slot 2 = model layer 2 */
+        fc.only_off = slc_expert_offset(&f, 1, 7); /* slot 1 = model layer 2 (layer 1 is dense) */
         if (kind % 2) fc.corrupt_every = 1;
         else fc.fail_every = 1;
         fc.max_faults = 1;
@@ -685,8 +685,8 @@ TEST(corrupt_block_on_disk_caught_on_the_io_thread) {
         sl_error err = {0};
         CHECK(slc_open(p, &f, &err) == SL_OK);
         const uint64_t at = kind == 0 ? 5 : kind == 1 ? 2 * 4096 + 100 : f.block_bytes - 1;
-        const uint64_t off = slc_expert_offset(&f, 2, 5) + (kind == 3 ? 3 * 4096 : at);
-        const int layer = f.moe_layers[2];
+        const uint64_t off = slc_expert_offset(&f, 1, 5) + (kind == 3 ? 3 * 4096 : at); /* slot 1 = layer 2 */
+        const int layer = f.moe_layers[1];
         slc_close(&f);
         size_t n;
         char *b = test_read(p, &n);
@@ -764,7 +764,7 @@ TEST(ordered_hint_read_ahead_and_its_failures_are_quiet) {
         io->depth = 8;
         io_fault_cfg fc;
         memset(&fc, 0, sizeof fc);
-        fc.only_off = slc_expert_offset(&f, 2, 7); /* slot 2 = model layer 2 */
+        fc.only_off = slc_expert_offset(&f, 1, 7); /* slot 1 = model layer 2 (layer 1 is dense) */
         if (kind % 2) fc.corrupt_every = 1;
         else fc.fail_every = 1;
         fc.max_faults = 1;
@@ -779,7 +779,7 @@ TEST(ordered_hint_read_ahead_and_its_failures_are_quiet) {
         CHECKF(c, "%s", why);
         sl_expert_src src = cache_source(c);
         const int l1[3] = {0, 3, 5}, hint[3] = {5, 7, 9}, l2[3] = {5, 7, 9}, l2_skip[2] = {5, 9};
-        int rc = ordered_run(&src, 1, l1, 3, 2, hint, 3);
+        int rc = ordered_run(&src, 0, l1, 3, 2, hint, 3);
         cache_stats before;
         cache_get_stats(c, &before); /* the hint's reads are out before layer 2 asks */
         if (!rc) rc = kind >= 2 ? ordered_run(&src, 2, l2, 3, 0, NULL, 0) : ordered_run(&src, 2, l2_skip, 2, 0, NULL, 0);
@@ -936,7 +936,7 @@ TEST(layer_major_failure_leaves_session_unchanged) {
     CHECK(slc_open(path, &f, &err) == SL_OK);
     io_fault_cfg fc;
     memset(&fc, 0, sizeof fc);
-    fc.only_off = slc_expert_offset(&f, 4, 3); /* the last MoE layer: earlier layers are done by then */
+    fc.only_off = slc_expert_offset(&f, 1, 3); /* the last MoE layer (2): earlier layers are done by then */
     fc.fail_every = 1;
     fc.max_faults = 1;
     slc_close(&f);
@@ -1047,7 +1047,7 @@ TEST(cache_budget_capped_at_expert_section) {
     sl_stats ss;
     sl_model_stats(m, &ss);
     sl_model_close(m);
-    CHECK(ss.cache_bytes <= ss.expert_bytes && ss.cache_slots == 80);
+    CHECK(ss.cache_bytes <= ss.expert_bytes && ss.cache_slots == 32);
 }
 
 /* Uniform routing (SL_ROUTING_UNIFORM): streamed == resident bitwise for cache sizes down to one slot,

@@ -11,8 +11,8 @@ For each fixture NAME it writes OUTDIR/NAME/:
 
 Fixtures:
   qwen3_moe        F16, sharded (index.json), tied embeddings, a dense layer (mlp_only_layers), no top-k renorm
-  qwen3_next       F32, legacy full_attention_interval, a dense layer, shared expert
-  qwen3_5_moe      F32, the VLM wrapper (model.language_model.*, model.visual.*), per-expert tensors
+  qwen3_next       F32, legacy full_attention_interval, a dense layer, shared expert (3 layers: linear, dense, full)
+  qwen3_5_moe      F32, the VLM wrapper (model.language_model.*, model.visual.*), per-expert tensors (3 layers)
   qwen3_5_fused    BF16, the VLM wrapper with fused experts (gate_up_proj [E,2I,H], down_proj [E,H,I])
   qwen3_next_fp8   FP8 E4M3 linear weights with 128x128 block scales (weight_scale_inv), as the official release
   mixtral          BF16, per-expert block_sparse_moe.experts.N.w1/w2/w3 and block_sparse_moe.gate (the release layout)
@@ -271,8 +271,11 @@ def make_qwen3_next(d, fp8=False):
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
     kw = next_kwargs()
     prf = kw.pop("partial_rotary_factor")
-    cfg = Qwen3NextConfig(num_hidden_layers=6, full_attention_interval=3, intermediate_size=96,
-                          mlp_only_layers=[4], decoder_sparse_step=1, norm_topk_prob=True,
+    # qwen3_next: linear, dense linear, full (3 layers, 1.25 MB: the 2 MB rule for fixtures); the FP8 one keeps
+    # its 6 layers (linear x2, full, linear, dense linear, full), whose bytes are already small
+    n_layers, dense = (6, [4]) if fp8 else (3, [1])
+    cfg = Qwen3NextConfig(num_hidden_layers=n_layers, full_attention_interval=3, intermediate_size=96,
+                          mlp_only_layers=dense, decoder_sparse_step=1, norm_topk_prob=True,
                           rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": prf},
                           tie_word_embeddings=False, attn_implementation="eager", **kw)
     torch.manual_seed(2)
@@ -332,8 +335,10 @@ def make_qwen3_5(d, fused=False):
     from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
     kw = next_kwargs()
     kw.pop("partial_rotary_factor")
-    text = dict(num_hidden_layers=4,
-                layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+    # qwen3_5_moe: linear, linear, full (3 layers, 1.9 MB: the 2 MB rule); qwen3_5_fused (BF16) keeps 4, the last
+    # one linear after the full layer
+    lt = ["linear_attention", "linear_attention", "full_attention"] + (["linear_attention"] if fused else [])
+    text = dict(num_hidden_layers=len(lt), layer_types=lt,
                 rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25,
                                  "mrope_section": [2, 1, 1], "mrope_interleaved": True},
                 tie_word_embeddings=False, **kw)

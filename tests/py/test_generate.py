@@ -25,11 +25,11 @@ def test_same_seed_same_text(tiny_model):
 
 def test_greedy_text_matches_token_path(tiny_model, tiny_dir):
     hf = Tokenizer.from_file(os.path.join(tiny_dir, "tokenizer.json"))
-    ids = hf.encode("the lazy dog").ids
+    ids = hf.encode("the quick brown fox").ids
     want = gen(tiny_model, "--tokens", ",".join(map(str, ids)), "-n", "12", "--temp", "0", "--ids").stdout.split()
-    got = gen(tiny_model, "-p", "the lazy dog", "-n", "12", "--temp", "0", "--ids").stdout.split()
+    got = gen(tiny_model, "-p", "the quick brown fox", "-n", "12", "--temp", "0", "--ids").stdout.split()
     assert got == want
-    text = gen(tiny_model, "-p", "the lazy dog", "-n", "12", "--temp", "0").stdout.decode()
+    text = gen(tiny_model, "-p", "the quick brown fox", "-n", "12", "--temp", "0").stdout.decode()
     assert text[:-1] == hf.decode([int(x) for x in want], skip_special_tokens=True)
 
 
@@ -44,8 +44,8 @@ def test_sampling_flags_and_stats(tiny_model):
 def test_text_with_streaming_options(tiny_model):
     # the model options of every command work with text prompts: a tiny expert cache, direct I/O,
     # LFU, one thread -- same greedy text as the all-resident model, and the stats line reports the cache
-    want = gen(tiny_model, "-p", "the lazy dog", "-n", "12", "--temp", "0", "--resident").stdout
-    r = gen(tiny_model, "-p", "the lazy dog", "-n", "12", "--temp", "0", "--cache", "100K", "--io", "direct",
+    want = gen(tiny_model, "-p", "the quick brown fox", "-n", "12", "--temp", "0", "--resident").stdout
+    r = gen(tiny_model, "-p", "the quick brown fox", "-n", "12", "--temp", "0", "--cache", "100K", "--io", "direct",
             "--policy", "lfu", "--threads", "1", "--stats")
     assert r.stdout == want
     assert b"hit rate" in r.stderr and b"streamed" in r.stderr
