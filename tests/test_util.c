@@ -124,6 +124,56 @@ TEST(threadpool_any_covers_each_index_once) {
     CHECK(one[0] == 1 && one[2] == 3);
 }
 
+/* Guided chunks: a big dynamic job's ranges shrink towards its end (the one holding the last item is at most
+ * 256 items, the first is larger), and back-to-back dynamic jobs, each with its own ctx, never mix one job's
+ * parameters with another's (the two parameter slots are reused every other job, read without a lock). */
+typedef struct {
+    atomic_int *hits; /* [n] */
+    size_t n, grain, first_len, last_len;
+    atomic_int bad;
+    int tag;
+} guided_ctx;
+
+static void guided_part(void *ctx, size_t b, size_t e) {
+    guided_ctx *c = ctx;
+    if (b >= e || e > c->n || b % c->grain) atomic_store(&c->bad, 1);
+    if (b == 0) c->first_len = e - b;
+    if (e == c->n) c->last_len = e - b;
+    for (size_t i = b; i < e && i < c->n; i++) atomic_fetch_add(&c->hits[i], c->tag);
+}
+
+TEST(threadpool_any_chunks_shrink_and_jobs_stay_apart) {
+    for (int t = 2; t <= 3; t++) {
+        sl_pool *p = sl_pool_new(t);
+        CHECK(p);
+        const size_t n = 151936, grain = 32; /* an LM head's rows, claimed in row blocks */
+        guided_ctx g = {calloc(n, sizeof(atomic_int)), n, grain, 0, 0, 0, 1};
+        sl_pool_for_any(p, n, grain, guided_part, &g);
+        int ok = !atomic_load(&g.bad);
+        for (size_t i = 0; i < n; i++) ok &= atomic_load(&g.hits[i]) == 1;
+        CHECKF(ok, "threads %d: every row once", t);
+        CHECKF(g.last_len <= 256 && g.first_len > 1024, "threads %d: first chunk %zu rows, last %zu", t, g.first_len,
+               g.last_len);
+        free(g.hits);
+        enum { JOBS = 2000, N = 40 };
+        guided_ctx *c = calloc(JOBS, sizeof *c);
+        atomic_int *hits = calloc((size_t)JOBS * N, sizeof *hits);
+        for (int k = 0; k < JOBS; k++) {
+            c[k] = (guided_ctx){hits + (size_t)k * N, N, 1 + (size_t)(k % 3), 0, 0, 0, k + 1};
+            sl_pool_for_any(p, N, c[k].grain, guided_part, &c[k]);
+        }
+        ok = 1;
+        for (int k = 0; k < JOBS; k++) {
+            ok &= !atomic_load(&c[k].bad);
+            for (int i = 0; i < N; i++) ok &= atomic_load(&hits[(size_t)k * N + i]) == k + 1;
+        }
+        CHECKF(ok, "threads %d: %d back-to-back jobs, each item once with its own job's tag", t, JOBS);
+        free(c);
+        free(hits);
+        sl_pool_free(p);
+    }
+}
+
 /* sl_pool_thread: inside a job every call gets an index below the pool's size that no other call running at
  * the same time holds (a busy flag per index), and both the caller (0) and the workers take part; jobs come
  * back to back (the spinning hand-off), after a pause longer than any spin (workers asleep), and with the

@@ -12,8 +12,15 @@
  * only executes pause (never sched_yield: on a loaded machine a yield hands the core to another process for
  * a whole time slice, which is how an earlier polling pool, dbc3ba4, lost 3-6x under load), and it is
  * bounded, so an idle pool sleeps and a loaded machine loses at most POOL_SPIN_NS of one core per hand-off.
- * The mutex is taken only to publish or read a job and to sleep; a sleeper is woken only when one is asleep
- * (`sleepers`, `waiting`), so a hand-off between spinning threads makes no system call.
+ * A job's parameters go in one of two slots (by the generation's parity) before the generation moves, and
+ * workers read them without the mutex: a worker that saw the new generation while the caller still held the
+ * mutex used to block on it, and the caller's unlock then had to wake it through the kernel (tens of
+ * microseconds in a VM), the very hand-off the spin is there to avoid. The mutex is taken only to sleep and
+ * to wake a sleeper, and only when one is asleep (`sleepers`, `waiting`), so a hand-off between spinning
+ * threads makes no system call and takes no lock.
+ *
+ * A dynamic job's chunks shrink towards its end (guided self-scheduling: the rest / (threads x POOL_CHUNKS),
+ * between POOL_MIN_CHUNK and POOL_MAX_CHUNK items), so its threads end within a small chunk of each other.
  */
 #include "util/threadpool.h"
 
@@ -45,24 +52,40 @@
 #ifndef POOL_MAX_CHUNK
 #define POOL_MAX_CHUNK 4096
 #endif
+/* Chunks shrink as a dynamic job runs out (guided: the rest / (threads x POOL_CHUNKS)), down to this many
+ * items (or the job / (threads x POOL_CHUNKS x 4) when that is less), so the threads end within a small
+ * chunk of each other: with fixed chunks a decode step's matmuls ended ~half a chunk apart on average
+ * (gate/up of 8 experts: 1536-row chunks, ~100 us each). */
+#ifndef POOL_MIN_CHUNK
+#define POOL_MIN_CHUNK 256
+#endif
+
+/* A job's parameters. Two slots, by generation parity: the caller fills the slot of the next generation
+ * while a late worker may still read the other, and workers read a slot without the mutex. */
+typedef struct {
+    _Atomic(sl_pool_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_size_t items;  /* static: items; dynamic: units of `unit` items (the last one may be short) */
+    atomic_size_t chunk;  /* static: items per thread; dynamic: the largest chunk, in units */
+    atomic_size_t minc;   /* dynamic: the smallest chunk, in units */
+    atomic_size_t unit;   /* dynamic: items per unit (the grain) */
+    atomic_size_t total;  /* dynamic: items */
+    atomic_int dynamic;   /* sl_pool_for_any's */
+} job_slot;
 
 struct sl_pool {
     int n;
     pthread_t *th;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    _Atomic unsigned long gen; /* written under mu; read by spinners without it */
-    int sleepers;              /* workers asleep on go (under mu) */
+    _Atomic unsigned long gen; /* the current job's generation (seq_cst stores: the slot is filled before) */
+    atomic_int sleepers;       /* workers asleep on go (incremented under mu) */
     atomic_int waiting;        /* the caller is asleep on done (set under mu) */
     atomic_int quit;
-    sl_pool_fn fn;
-    void *ctx;
-    size_t items, chunk;
-    int dynamic;             /* the current job is sl_pool_for_any's */
-    size_t n_chunks;         /* dynamic: chunks of the job */
+    job_slot slot[2];
     atomic_int pending;      /* static: workers that have not finished their part */
-    _Atomic uint64_t ticket; /* dynamic: (uint32_t)gen << 32 | the next chunk to claim */
-    atomic_size_t finished;  /* dynamic: chunks done */
+    _Atomic uint64_t ticket; /* dynamic: (uint32_t)gen << 32 | the next unit to claim */
+    atomic_size_t finished;  /* dynamic: units done */
 };
 
 static int64_t now_ns(void) {
@@ -92,8 +115,8 @@ static int static_done(sl_pool *p, uintptr_t unused) {
     (void)unused;
     return atomic_load_explicit(&p->pending, memory_order_acquire) == 0;
 }
-static int chunks_done(sl_pool *p, uintptr_t n_chunks) {
-    return atomic_load_explicit(&p->finished, memory_order_acquire) >= (size_t)n_chunks;
+static int units_done(sl_pool *p, uintptr_t n_units) {
+    return atomic_load_explicit(&p->finished, memory_order_acquire) >= (size_t)n_units;
 }
 
 /* The caller's wait for the job's end (cond true): spin, then sleep on done; the worker that ends the job
@@ -115,17 +138,43 @@ static void end_job(sl_pool *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Claims and runs chunks of the dynamic job of generation gen (its parameters as read under the mutex)
- * until none is left; the thread that finishes the last one wakes the caller. */
-static void run_dynamic(sl_pool *p, uint32_t gen, sl_pool_fn fn, void *ctx, size_t items, size_t chunk,
-                        size_t n_chunks) {
+/* Makes generation g current: its slot is filled; wakes sleeping workers. The slot's and the counters'
+ * stores come before the seq_cst store of gen, and a worker reads them after loading gen; a worker that
+ * increments sleepers before its last look at gen is seen here, or sees g (both seq_cst). */
+static void publish(sl_pool *p, unsigned long g) {
+    atomic_store(&p->gen, g);
+    if (atomic_load(&p->sleepers)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->go);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* The units of the chunk starting at unit b of a dynamic job of n units: the rest / (threads x POOL_CHUNKS),
+ * within [minc, maxc] and the rest. A function of b alone, so every claimer agrees on it. */
+static size_t chunk_at(size_t b, size_t n, size_t threads, size_t minc, size_t maxc) {
+    size_t rest = n - b, c = (rest + threads * POOL_CHUNKS - 1) / (threads * POOL_CHUNKS);
+    if (c > maxc) c = maxc;
+    if (c < minc) c = minc;
+    return c < rest ? c : rest;
+}
+
+/* Claims and runs chunks of the dynamic job of generation gen (its slot's values) until none is left; the
+ * thread that finishes the last one wakes the caller. A slot read while the caller refills it for a later
+ * generation is never used: the ticket then no longer holds gen (the caller moves the ticket on before it
+ * refills a slot), so the claim fails. */
+static void run_dynamic(sl_pool *p, uint32_t gen, sl_pool_fn fn, void *ctx, size_t n, size_t unit, size_t total,
+                        size_t minc, size_t maxc) {
+    const size_t threads = (size_t)p->n;
     uint64_t t = atomic_load(&p->ticket);
     for (;;) {
-        if ((uint32_t)(t >> 32) != gen || (t & 0xffffffffu) >= n_chunks) return;
-        if (!atomic_compare_exchange_weak(&p->ticket, &t, t + 1)) continue; /* t reloaded */
-        size_t b = (size_t)(t & 0xffffffffu) * chunk, e = b + chunk < items ? b + chunk : items;
-        fn(ctx, b, e);
-        if (atomic_fetch_add(&p->finished, 1) + 1 == n_chunks) end_job(p);
+        const size_t b = (size_t)(t & 0xffffffffu);
+        if ((uint32_t)(t >> 32) != gen || b >= n) return;
+        const size_t c = chunk_at(b, n, threads, minc, maxc);
+        if (!atomic_compare_exchange_weak(&p->ticket, &t, t + c)) continue; /* t reloaded */
+        const size_t ib = b * unit, ie = (b + c) * unit < total ? (b + c) * unit : total;
+        fn(ctx, ib, ie);
+        if (atomic_fetch_add(&p->finished, c) + c == n) end_job(p);
         t = atomic_load(&p->ticket);
     }
 }
@@ -135,12 +184,13 @@ typedef struct {
     int id;
 } worker_arg;
 
-static void run_part(sl_pool *p, int id) {
-    size_t b = (size_t)id * p->chunk;
-    if (b >= p->items) return;
-    size_t e = b + p->chunk;
-    if (e > p->items) e = p->items;
-    p->fn(p->ctx, b, e);
+static void run_part(const job_slot *s, int id) {
+    const size_t chunk = atomic_load(&s->chunk), items = atomic_load(&s->items);
+    size_t b = (size_t)id * chunk;
+    if (b >= items) return;
+    size_t e = b + chunk;
+    if (e > items) e = items;
+    atomic_load(&s->fn)(atomic_load(&s->ctx), b, e);
 }
 
 /* The pool this thread works for and its index there (sl_pool_thread); NULL in every other thread. */
@@ -158,28 +208,24 @@ static void *worker(void *arg) {
     tl_id = id;
     unsigned long seen = 0;
     for (;;) {
-        int moved = spin_until(gen_moved, p, (uintptr_t)seen);
-        pthread_mutex_lock(&p->mu);
-        if (!moved) {
-            p->sleepers++;
+        if (!spin_until(gen_moved, p, (uintptr_t)seen)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
             while (!atomic_load(&p->quit) && atomic_load(&p->gen) == seen) pthread_cond_wait(&p->go, &p->mu);
-            p->sleepers--;
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
         }
         if (atomic_load(&p->quit)) break;
         seen = atomic_load(&p->gen);
-        if (p->dynamic) { /* nobody waits for this worker: only for the chunks */
-            sl_pool_fn fn = p->fn;
-            void *ctx = p->ctx;
-            size_t items = p->items, chunk = p->chunk, n_chunks = p->n_chunks;
-            pthread_mutex_unlock(&p->mu);
-            run_dynamic(p, (uint32_t)seen, fn, ctx, items, chunk, n_chunks);
+        const job_slot *s = &p->slot[seen & 1];
+        if (atomic_load(&s->dynamic)) { /* nobody waits for this worker: only for the units */
+            run_dynamic(p, (uint32_t)seen, atomic_load(&s->fn), atomic_load(&s->ctx), atomic_load(&s->items),
+                        atomic_load(&s->unit), atomic_load(&s->total), atomic_load(&s->minc), atomic_load(&s->chunk));
             continue;
         }
-        pthread_mutex_unlock(&p->mu);
-        run_part(p, id); /* the caller waits for this part: the job's parameters stay put */
+        run_part(s, id); /* the caller waits for this part: the slot stays put */
         if (atomic_fetch_sub(&p->pending, 1) == 1) end_job(p);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -238,18 +284,16 @@ void sl_pool_for(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ctx) {
     }
     size_t parts = (size_t)p->n;
     if (parts > (n + grain - 1) / grain) parts = (n + grain - 1) / grain;
-    size_t chunk = (n + parts - 1) / parts;
-    pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
-    p->items = n;
-    p->chunk = chunk;
-    p->dynamic = 0;
+    const unsigned long g = atomic_load(&p->gen) + 1; /* only the caller writes gen */
+    job_slot *s = &p->slot[g & 1];
+    atomic_store(&s->fn, fn);
+    atomic_store(&s->ctx, ctx);
+    atomic_store(&s->items, n);
+    atomic_store(&s->chunk, (n + parts - 1) / parts);
+    atomic_store(&s->dynamic, 0);
     atomic_store(&p->pending, p->n - 1);
-    atomic_store_explicit(&p->gen, p->gen + 1, memory_order_release);
-    if (p->sleepers) pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    run_part(p, 0);
+    publish(p, g);
+    run_part(s, 0);
     wait_end(p, static_done, 0);
 }
 
@@ -260,32 +304,36 @@ void sl_pool_for_any(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ct
         fn(ctx, 0, n);
         return;
     }
-    /* POOL_CHUNKS chunks per thread: small enough that a delayed thread costs little and the threads end
-     * together, large enough that claiming stays cheap; a multiple of grain (kernels keep their row blocks
-     * whole) */
-    size_t chunk = (n + (size_t)p->n * POOL_CHUNKS - 1) / ((size_t)p->n * POOL_CHUNKS);
-    if (chunk > POOL_MAX_CHUNK) chunk = POOL_MAX_CHUNK;
-    chunk = (chunk + grain - 1) / grain * grain;
-    size_t n_chunks = (n + chunk - 1) / chunk;
-    if (n_chunks > 0xffffffffu) { /* the ticket holds 32 bits of chunk index */
-        chunk = (n + 0xfffffffeu) / 0xffffffffu;
-        chunk = (chunk + grain - 1) / grain * grain;
-        n_chunks = (n + chunk - 1) / chunk;
+    /* claimed in units of grain (kernels keep their row blocks whole); the ticket holds 32 bits of unit */
+    size_t unit = grain, units = (n + unit - 1) / unit;
+    if (units > 0xffffffffu) {
+        unit = (n + 0xfffffffeu) / 0xffffffffu;
+        unit = (unit + grain - 1) / grain * grain;
+        units = (n + unit - 1) / unit;
     }
-    pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
-    p->items = n;
-    p->chunk = chunk;
-    p->n_chunks = n_chunks;
-    p->dynamic = 1;
+    /* the largest chunk: POOL_CHUNKS per thread, at most POOL_MAX_CHUNK items; the smallest: POOL_MIN_CHUNK
+     * items or the job / (threads x POOL_CHUNKS x 4) if less, at least a unit */
+    const size_t threads = (size_t)p->n;
+    size_t maxc = (units + threads * POOL_CHUNKS - 1) / (threads * POOL_CHUNKS), cap = POOL_MAX_CHUNK / unit;
+    if (maxc > cap) maxc = cap;
+    if (maxc < 1) maxc = 1;
+    size_t minc = units / (threads * POOL_CHUNKS * 4);
+    if (minc > POOL_MIN_CHUNK / unit) minc = POOL_MIN_CHUNK / unit;
+    if (minc > maxc) minc = maxc;
+    if (minc < 1) minc = 1;
+    const unsigned long g = atomic_load(&p->gen) + 1; /* only the caller writes gen */
+    job_slot *s = &p->slot[g & 1];
+    atomic_store(&s->fn, fn);
+    atomic_store(&s->ctx, ctx);
+    atomic_store(&s->items, units);
+    atomic_store(&s->unit, unit);
+    atomic_store(&s->total, n);
+    atomic_store(&s->chunk, maxc);
+    atomic_store(&s->minc, minc);
+    atomic_store(&s->dynamic, 1);
     atomic_store(&p->finished, 0);
-    const unsigned long g = p->gen + 1;
-    const uint32_t gen = (uint32_t)g;
-    atomic_store(&p->ticket, (uint64_t)gen << 32);
-    atomic_store_explicit(&p->gen, g, memory_order_release);
-    if (p->sleepers) pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    run_dynamic(p, gen, fn, ctx, n, chunk, n_chunks);
-    wait_end(p, chunks_done, (uintptr_t)n_chunks);
+    atomic_store(&p->ticket, (uint64_t)(uint32_t)g << 32);
+    publish(p, g);
+    run_dynamic(p, (uint32_t)g, fn, ctx, units, unit, n, minc, maxc);
+    wait_end(p, units_done, (uintptr_t)units);
 }

@@ -26,7 +26,7 @@ int sl_pool_size(const sl_pool *pool);
 void sl_pool_for(sl_pool *pool, size_t n, size_t grain, sl_pool_fn fn, void *ctx);
 /* Like sl_pool_for, but fn is called any number of times, by any of the pool's threads, on disjoint ranges
  * covering 0..n-1, each a multiple of `grain` long but the last (starting at multiples of grain), claimed one
- * at a time from a shared counter: a thread the system delays holds up at most the range it holds, and a
+ * at a time from a shared counter, shorter towards the job's end: a thread the system delays holds up at most the range it holds, and a
  * worker that wakes after the work is done is not waited for. Only for fn without per-call state whose
  * outputs do not depend on how the items are split (each output computed whole inside one call). */
 void sl_pool_for_any(sl_pool *pool, size_t n, size_t grain, sl_pool_fn fn, void *ctx);
