@@ -116,8 +116,9 @@ int main(int argc, char **argv) {
            1e3 * dcpu[n / 2], 1e3 * dcpu[n / 4], 1e3 * dcpu[3 * n / 4]);
     const double busy[2] = {st[0].io_busy_s - s0.io_busy_s, st[1].io_busy_s - u0.io_busy_s};
     for (int k = 0; k < 2; k++)
-        printf("%s: %.3f tok/s, %.4f CPU s per token, disk busy %.3f of the decode\n", k ? "unchecked" : "checked  ",
-               n / sum[k], csum[k] / n, busy[k] / sum[k]);
+        printf("%s: %.3f tok/s, %.4f CPU s per token, disk busy %.3f of the decode, waiting for reads %.1f ms per token\n",
+               k ? "unchecked" : "checked  ", n / sum[k], csum[k] / n, busy[k] / sum[k],
+               1e3 * (st[k].io_wait_s - (k ? u0.io_wait_s : s0.io_wait_s)) / n);
     for (int k = 0; k < 2; k++) {
         sl_session_free(s[k]);
         sl_model_close(m[k]);
