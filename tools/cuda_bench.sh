@@ -19,6 +19,8 @@
 # Environment: PROMPT (64), GEN (16), VRAMS, RAMS ("0 16G"), LAYERS (0: all), SYNC_VRAMS (4G: the VRAM budgets
 # sluice-sync runs at; empty: none),
 # MODEL_TEST (1), FIO_DEPTHS, FIO_S (3 s a depth), GPU_FLAG (--gpu; empty: a rehearsal of the script on the CPU).
+# prepare: MODEL_TEST=0 leaves the model test's packs out, SYNC_BIN=0 sluice-sync (a bundle of ~8 MB, where
+# other files must travel too: tools/cuda_llama.sh).
 # A baseline in the same run: prepare with BASE_BIN=PATH (a CLI linked as prepare links sluice, e.g. from an
 # older commit) bundles it as sluice-base; run with BASE_VRAMS ("": none) runs it --resident and at those
 # VRAM budgets, its rows named sluice-base in the tables.
@@ -38,11 +40,13 @@ if [ "$mode" = prepare ]; then
     libs="-lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lnettle -lm -pthread"
     cuda_libs="-L$cuda/lib64 -lcudart_static -ldl -lrt -lstdc++"
     cc -o "$dir/sluice" build/cuda/src/cli/*.o build/cuda/libsluice.a -Wl,--as-needed $libs $cuda_libs
-    cc -Iinclude -Isrc -D_GNU_SOURCE -DSL_CUDA=1 -DSL_TIER_SYNC=1 -std=c11 -Wall -Wextra -Werror -O2 -pthread \
-        -ffp-contract=off -c src/stream/tier.c -o "$dir/tier_sync.o"
-    cc -o "$dir/sluice-sync" build/cuda/src/cli/*.o "$dir/tier_sync.o" build/cuda/libsluice.a -Wl,--as-needed $libs \
-        $cuda_libs
-    rm "$dir/tier_sync.o"
+    if [ "${SYNC_BIN:-1}" = 1 ]; then
+        cc -Iinclude -Isrc -D_GNU_SOURCE -DSL_CUDA=1 -DSL_TIER_SYNC=1 -std=c11 -Wall -Wextra -Werror -O2 -pthread \
+            -ffp-contract=off -c src/stream/tier.c -o "$dir/tier_sync.o"
+        cc -o "$dir/sluice-sync" build/cuda/src/cli/*.o "$dir/tier_sync.o" build/cuda/libsluice.a -Wl,--as-needed \
+            $libs $cuda_libs
+        rm "$dir/tier_sync.o"
+    fi
     if [ -n "${BASE_BIN:-}" ]; then cp "$BASE_BIN" "$dir/sluice-base" && strip "$dir/sluice-base"; fi
     cc -O2 -std=c11 -D_GNU_SOURCE -I"$cuda/include" tools/cuda_h2d.c -o "$dir/cuda_h2d" $cuda_libs -pthread
     # fio from Debian's source (apt-get source through a private list: the image's sources have no deb-src)
@@ -67,14 +71,14 @@ if [ "$mode" = prepare ]; then
             while read -r l; do cp -L "$l" "$dir/lib/"; done
     done
     # the check that can be made here: every library the binaries load resolves from DIR/lib or glibc
-    for b in "$dir/sluice" "$dir/sluice-sync" "$dir/fio" "$dir/cuda_h2d"; do
+    for b in "$dir/sluice" "$dir/fio" "$dir/cuda_h2d" $([ "${SYNC_BIN:-1}" = 1 ] && echo "$dir/sluice-sync"); do
         LD_LIBRARY_PATH="$dir/lib" ldd "$b" | awk -v d="$dir/lib/" '$2 == "=>" && index($3, d) != 1 {print $1}' |
             grep -vE '^(libc|libm|libmvec|libdl|libpthread|librt|libresolv)\.so' && { echo "$b: loads a library outside $dir/lib"; exit 1; }
         if ldd "$b" | grep -q "not found"; then echo "$b: a library is missing"; exit 1; fi
     done
     LD_LIBRARY_PATH="$dir/lib" "$dir/sluice" --version >/dev/null
-    tools/cuda_model_test.sh prepare "$dir/mt" >/dev/null
-    strip "$dir/sluice" "$dir/sluice-sync" "$dir/fio" "$dir/cuda_h2d" "$dir/mt/test_model"
+    [ "${MODEL_TEST:-1}" = 1 ] && tools/cuda_model_test.sh prepare "$dir/mt" >/dev/null
+    strip "$dir"/sluice* "$dir/fio" "$dir/cuda_h2d" $([ -d "$dir/mt" ] && echo "$dir/mt/test_model")
     tar -cJf "$top/bundle.tar.xz" -C "$dir" .
     rm -rf "$dir"
     ls -la "$top/bundle.tar.xz"
@@ -123,7 +127,7 @@ PY
 )
     "$dir/cuda_h2d" "$stride" >"$raw/$shape.h2d.json" || echo '{}' >"$raw/$shape.h2d.json"
     : >"$raw/$shape.fio.txt"
-    for qd in ${FIO_DEPTHS:-1 4 8 16 32 64}; do
+    for qd in ${FIO_DEPTHS:-1 2 4 8 16 32 64}; do
         "$dir/fio" --name=experts --filename="$model" --readonly --rw=randread --direct=1 --ioengine=io_uring \
             --bs="$stride" --offset="$off" --size="$len" --iodepth=$qd --runtime="${FIO_S:-3}" --time_based --norandommap \
             --randrepeat=0 --output-format=json 2>/dev/null |
@@ -152,7 +156,7 @@ PY
     done
     rm -f "$model"
     python3 - "$raw" "$shape" "$stride" "$out" <<'PY' | tee -a "$out/summary.txt"
-import glob, json, os, sys
+import glob, json, math, os, sys
 out, shape, stride, dest = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 fio = [tuple(map(float, l.split())) for l in open(f"{out}/{shape}.fio.txt") if l.strip()]
 disk = max(b for _, b in fio)
@@ -178,12 +182,21 @@ print(f"## {shape} q4: expert block {stride} B; fio O_DIRECT randread best {disk
 # reads in flight), decode against --resident's
 res = [r["decode_tok_s"] for r in rows if r["vram"] == "resident"]
 d8 = dict((int(q), b) for q, b in fio).get(8, disk)
+# and against fio at the depth nearest (log scale) the one sluice's reads had in flight (bench's queue_depth)
+def fio_at(qd):
+    if not qd or qd <= 0:
+        return None, None
+    q, b = min(fio, key=lambda x: abs(math.log2(x[0]) - math.log2(max(qd, 1))))
+    return int(q), b
 print("| build | VRAM | RAM | prefill tok/s | decode tok/s | VRAM hit | RAM hit | disk MB/tok | H2D MB/tok | disk busy "
-      "| bound tok/s | fraction | at depth 8 | ÷ resident |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| bound tok/s | fraction | at depth 8 | depth | fio there GB/s | at its depth | ÷ resident |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     disk_b, h2d_b = r["bytes_per_token"], r.get("vram_copied_bytes_per_token", 0)
     t, t8 = max(disk_b / disk, h2d_b / h2d_bw), max(disk_b / d8, h2d_b / h2d_bw)
+    qd_f, bw_qd = fio_at(r.get("queue_depth"))
+    tq = max(disk_b / bw_qd, h2d_b / h2d_bw) if bw_qd else 0
+    r.update(fio_depth_near=qd_f, fio_bw_near=bw_qd, fraction_own_depth=r["decode_tok_s"] * tq if tq > 0 else None)
     bound = 1 / t if t > 0 else float("inf")
     r.update(disk_bw=disk, disk_depth=best_qd, h2d_bw=h2d_bw, bound_tok_s=bound,
              fraction=r["decode_tok_s"] * t if t > 0 else None, fraction_depth8=r["decode_tok_s"] * t8 if t8 > 0 else None)
@@ -193,7 +206,8 @@ for r in rows:
     print(f"| {r['bin']} | {r['vram']} | {ram} | {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.2f} | "
           f"{100 * r.get('vram_hit_rate', 0):.1f}% | {100 * r['hit_rate']:.1f}% | {disk_b / 1e6:.0f} | {h2d_b / 1e6:.0f} | "
           f"{'-' if busy is None else f'{100 * busy:.0f}%'} | {bound:.2f} | {f(r['fraction'])} | {f(r['fraction_depth8'])} | "
-          f"{f(r['decode_tok_s'] / res[0] if res else None)} |")
+          f"{f(r.get('queue_depth'))} | {'-' if bw_qd is None else f'{bw_qd / 1e9:.2f} ({qd_f})'} | "
+          f"{f(r['fraction_own_depth'])} | {f(r['decode_tok_s'] / res[0] if res else None)} |")
 for r in rows:
     r.pop("layers", None)
 json.dump({"shape": shape, "stride": stride, "fio": fio, "h2d": h2d, "rows": rows}, open(f"{dest}/{shape}.all.json", "w"), indent=1)

