@@ -454,6 +454,44 @@ TEST(mxfp4_layout_round_trip) {
     }
 }
 
+/* Attention's row kernels (kernels.h): every table's dot_rows is bitwise its own dot per row and its axpy_rows
+ * bitwise its own axpy row after row, for head sizes around the 64- and 128-column paths and key counts
+ * around the 4-row blocks, rows spaced as a KV cache's (ld > d). */
+TEST(kernels_attention_rows_bitwise) {
+    const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    static const int ds[] = {1, 15, 64, 100, 128, 129, 192, 256, 300};
+    static const int ns[] = {1, 3, 4, 7, 160};
+    int checked = 0;
+    for (int ti = 0; ti < 4; ti++) {
+        const kern_ops *ops = tabs[ti];
+        if (!ops) continue;
+        for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                const int d = ds[di], n = ns[ni];
+                const size_t ld = (size_t)d + 37;
+                float *x = malloc((size_t)n * ld * sizeof(float)), *q = malloc((size_t)d * sizeof(float));
+                float *a = malloc((size_t)n * sizeof(float)), *got = malloc((size_t)(n > d ? n : d) * sizeof(float));
+                float *ref = malloc((size_t)(n > d ? n : d) * sizeof(float)), *y0 = malloc((size_t)d * sizeof(float));
+                fill(x, (size_t)n * ld);
+                fill(q, (size_t)d);
+                fill(a, (size_t)n);
+                fill(y0, (size_t)d);
+                kern_dot_rows(ops, q, x, ld, n, d, got);
+                for (int p = 0; p < n; p++) ref[p] = ops->dot(q, x + (size_t)p * ld, d);
+                CHECKF(!memcmp(got, ref, (size_t)n * sizeof(float)), "%s dot_rows d %d n %d != dot per row", ops->name, d, n);
+                memcpy(got, y0, (size_t)d * sizeof(float));
+                memcpy(ref, y0, (size_t)d * sizeof(float));
+                kern_axpy_rows(ops, a, n, x, ld, got, d);
+                for (int p = 0; p < n; p++) ops->axpy(a[p], x + (size_t)p * ld, ref, d);
+                CHECKF(!memcmp(got, ref, (size_t)d * sizeof(float)), "%s axpy_rows d %d n %d != axpy row after row",
+                       ops->name, d, n);
+                free(x), free(q), free(a), free(got), free(ref), free(y0);
+                checked++;
+            }
+    }
+    CHECK(checked >= 45);
+}
+
 /* The int8-activation q8/q4 kernels (kernels.h: kern_matmul_act): every table equals the scalar oracle
  * BITWISE (the integer dots are exact and the float part follows one order), for every group, scale
  * type, a trailing 32 columns, short row blocks, token blocks, thread splits and token-by-token calls;

@@ -73,8 +73,12 @@ void cpu_attention(sl_backend *be, const be_attn *a) {
         memcpy(a->v_cache + slot * kvrow, a->v + (size_t)t * a->ldkv, (size_t)kvrow * sizeof(float));
     }
     attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow};
-    /* claimed dynamically: a thread the system delays holds up only the heads it holds */
-    sl_pool_for_any(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attn_part, &j);
+    /* claimed dynamically: a thread the system delays holds up only the heads it holds; a KV head's query
+     * heads at a time (items t * n_heads + h), so one thread reads each KV head's rows from memory and its
+     * other query heads find them in its cache, where half-group claims had both threads fetch them; whole
+     * heads only when there are enough for two claims per thread */
+    const size_t items = (size_t)a->n * (size_t)a->n_heads, kv_items = (size_t)a->n * (size_t)a->n_kv_heads;
+    sl_pool_for_any(c->pool, items, kv_items >= 2 * (size_t)sl_pool_size(c->pool) ? (size_t)j.group : 1, attn_part, &j);
     if (a->gated) {
         for (int t = 0; t < a->n; t++)
             for (int h = 0; h < a->n_heads; h++) {
