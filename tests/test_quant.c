@@ -454,6 +454,38 @@ TEST(mxfp4_layout_round_trip) {
     }
 }
 
+/* rmsnorm of every table against a long double reference (each n from 1 to 9, so every tail of the four
+ * running sums, and wide rows), in place and not: within 4 float ulps of the reference (four roundings), and bitwise the
+ * scalar table's. */
+TEST(kernels_rmsnorm_reference) {
+    const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 128, 2047, 2048};
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+        const int n = ns[ni];
+        float *x = malloc((size_t)n * sizeof(float)), *w = malloc((size_t)n * sizeof(float));
+        float *ref = malloc((size_t)n * sizeof(float)), *got = malloc((size_t)n * sizeof(float));
+        fill(x, (size_t)n);
+        fill(w, (size_t)n);
+        long double ss = 0;
+        for (int i = 0; i < n; i++) ss += (long double)x[i] * x[i];
+        const long double inv = 1.0L / sqrtl(ss / n + 1e-6L);
+        kern_scalar_ops()->rmsnorm(x, w, 1.0f, 1e-6f, ref, n);
+        int ok = 1;
+        for (int i = 0; i < n; i++) {
+            long double want = (long double)x[i] * inv * (1.0L + w[i]);
+            ok &= fabsl((long double)ref[i] - want) <= 4.8e-7L * fabsl(want) + 1e-30L;
+        }
+        CHECKF(ok, "scalar rmsnorm n %d off the long double reference", n);
+        for (int ti = 1; ti < 4; ti++) {
+            if (!tabs[ti]) continue;
+            memcpy(got, x, (size_t)n * sizeof(float));
+            tabs[ti]->rmsnorm(got, w, 1.0f, 1e-6f, got, n); /* in place */
+            CHECKF(!memcmp(got, ref, (size_t)n * sizeof(float)), "%s rmsnorm n %d (in place) != scalar", tabs[ti]->name, n);
+        }
+        free(x), free(w), free(ref), free(got);
+    }
+}
+
 /* Attention's row kernels (kernels.h): every table's dot_rows is bitwise its own dot per row and its axpy_rows
  * bitwise its own axpy row after row, for head sizes around the 64- and 128-column paths and key counts
  * around the 4-row blocks, rows spaced as a KV cache's (ld > d). */
