@@ -9,7 +9,8 @@
  * n_tok, the row range or the thread split (kernels.h) -- and differs from the oracle only by FMA
  * rounding. Small vector kernels are the oracle's C code compiled for this ISA.
  *
- * Sections: dequantisation, matmul, small vector kernels, the table.
+ * Sections: dequantisation, matmul, the int8-activation matmul and its one-token loops, small vector kernels, the
+ * table.
  */
 #include "kernels/kernels.h"
 #include "kernels/kernels_plain.h"
@@ -244,18 +245,18 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
         }
     }
     if (c0 == cols && nr == I8_RB) { /* no short step: the 4 rows' sums at once, in the same order */
-        float bi[I8_RB][I8_MAXG];
-        for (int i = 0; i < I8_RB; i++) i8_row_f32(w, w->biases, r + i, B.ng, bi[i]);
+        __m256 b[I8_KTOK][I8_RB];
+        for (int i = 0; i < I8_RB; i++) { /* one row's biases at a time: 8 KB of frame, not 32 */
+            float bi[I8_MAXG];
+            i8_row_f32(w, w->biases, r + i, B.ng, bi);
+            for (int t = 0; t < nt; t++) b[t][i] = i8_bias(bi, a->s + (size_t)(t0 + t) * (size_t)B.ns + B.soff, B.ng);
+        }
         for (int t = 0; t < nt; t++) {
             const size_t tt = (size_t)(t0 + t);
-            const float *xs = a->s + tt * (size_t)B.ns + B.soff;
-            __m256 b[I8_RB], hv[I8_RB];
-            for (int i = 0; i < I8_RB; i++) {
-                b[i] = i8_bias(bi[i], xs, B.ng);
-                hv[i] = _mm256_add_ps(acc[t][i][0], acc[t][i][1]); /* h[l] = acc[l] + acc[l + 8] */
-            }
+            __m256 hv[I8_RB];
+            for (int i = 0; i < I8_RB; i++) hv[i] = _mm256_add_ps(acc[t][i][0], acc[t][i][1]); /* h[l] = acc[l] + acc[l + 8] */
             _mm_storeu_ps(y + tt * ldy + (size_t)r,
-                          _mm_add_ps(i8_tree4(hv[0], hv[1], hv[2], hv[3]), i8_tree4(b[0], b[1], b[2], b[3])));
+                          _mm_add_ps(i8_tree4(hv[0], hv[1], hv[2], hv[3]), i8_tree4(b[t][0], b[t][1], b[t][2], b[t][3])));
         }
         return;
     }
@@ -271,14 +272,181 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
     }
 }
 
+/* ---- one token (decode): 4 rows with everything in registers ---------------------------------- */
+
+/* i8_block's arithmetic for nt == 1, 4 whole rows and no short step: the row loop unrolled, the 8 accumulators
+ * (4 rows x 2 halves) in registers, the token's activation bytes and block scales loaded once per half for the 4
+ * rows, and gsh a constant in each caller (groups of 32, 64, 128), so a row's scale is one broadcast with no branch
+ * in the loop (the generic loop kept its accumulators in memory and reloaded x and d per row). Per row and half:
+ * q4: 32 code bytes unpacked (3 ops) and summed exactly (i8_dot4: 4); q8: 32 bytes as |s| and sign (3) and
+ * i8_dot8 (3); then the scale product, the conversion and the FMA. */
+
+/* Prefetches n bytes from p on, one line at a time, into L2. */
+static inline void i8_pf_lines(const void *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)p + o, I8_PFH);
+}
+
+/* The row block's scales (B) and the scales and biases of the block I8_PFB blocks on: their own streams, prefetched
+ * as the codes are. */
+static inline void vec4_begin(i8_blk *B, sl_dtype dt, const sl_mat *w, int r) {
+    i8_blk_init(B, dt, w, r, I8_RB);
+    const int rp = r + I8_PFB * I8_RB;
+    if (rp + I8_RB <= w->rows) {
+        const size_t ss = w->sdtype == DT_F32 ? 4 : 2, o = (size_t)rp * (size_t)B->ng * ss,
+                     n = (size_t)I8_RB * (size_t)B->ng * ss;
+        i8_pf_lines((const char *)w->scales + o, n);
+        i8_pf_lines((const char *)w->biases + o, n);
+    }
+}
+
+/* y[0..3] as i8_block's end with no short step: h[l] = acc[l] + acc[l + 8], the lane trees, the bias lanes. */
+static inline void vec4_end(const i8_blk *B, const sl_mat *w, const kern_act *a, int r, size_t tt, __m256 h0, __m256 h1,
+                            __m256 h2, __m256 h3, float *y) {
+    const float *xs = a->s + tt * (size_t)B->ns + B->soff;
+    __m256 b[I8_RB];
+    for (int i = 0; i < I8_RB; i++) {
+        float bi[I8_MAXG];
+        i8_row_f32(w, w->biases, r + i, B->ng, bi);
+        b[i] = i8_bias(bi, xs, B->ng);
+    }
+    _mm_storeu_ps(y, _mm_add_ps(i8_tree4(h0, h1, h2, h3), i8_tree4(b[0], b[1], b[2], b[3])));
+}
+
+/* a row's scale for block b, as a vector: q4 lanes cover blocks b and b+1 (a pair when groups are 32), q8 block b */
+#define VEC4_SV(sp, b, pair) (gsh ? _mm256_set1_ps((sp)[(b) >> gsh]) : (pair) ? i8_pair((sp) + (b)) : _mm256_set1_ps((sp)[b]))
+
+static inline __attribute__((always_inline)) void q4_vec4(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt,
+                                                            const int gsh) {
+    i8_blk B;
+    vec4_begin(&B, DT_Q4, w, r);
+    const int cols = B.cols;
+    const int8_t *xq = a->q4 + tt * (size_t)cols;
+    const float *d = a->d + tt * (size_t)B.nb;
+    const uint8_t *q0 = B.qr[0], *q1 = B.qr[1], *q2 = B.qr[2], *q3 = B.qr[3];
+    const float *s0 = B.sf[0], *s1 = B.sf[1], *s2 = B.sf[2], *s3 = B.sf[3];
+    const size_t pf = (size_t)I8_PFB * I8_RB * (size_t)cols / 2; /* as i8_block */
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+#define Q4V_ROW(qp, sp, acc, h)                                                                                       \
+    do {                                                                                                              \
+        const __m256i c = _mm256_loadu_si256((const __m256i *)(qp + o + 32 * h));                                    \
+        const __m256i I = i8_dot4(_mm256_and_si256(c, m4), xe, _mm256_and_si256(_mm256_srli_epi16(c, 4), m4), xo);   \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(VEC4_SV(sp, k + 2 * h, 1), dv), acc);              \
+    } while (0)
+    for (int c0 = 0; c0 < cols; c0 += 128) {
+        const int k = c0 / 32;
+        const size_t o = (size_t)c0 / 2;
+        _mm_prefetch((const char *)(q0 + o) + pf, I8_PFH); /* one 64-byte line of each row per step */
+        _mm_prefetch((const char *)(q1 + o) + pf, I8_PFH);
+        _mm_prefetch((const char *)(q2 + o) + pf, I8_PFH);
+        _mm_prefetch((const char *)(q3 + o) + pf, I8_PFH);
+        { /* half 0: blocks k, k+1 */
+            const __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + c0)),
+                          xo = _mm256_loadu_si256((const __m256i *)(xq + c0 + 64));
+            const __m256 dv = i8_pair(d + k);
+            Q4V_ROW(q0, s0, a00, 0);
+            Q4V_ROW(q1, s1, a10, 0);
+            Q4V_ROW(q2, s2, a20, 0);
+            Q4V_ROW(q3, s3, a30, 0);
+        }
+        { /* half 1: blocks k+2, k+3 */
+            const __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + c0 + 32)),
+                          xo = _mm256_loadu_si256((const __m256i *)(xq + c0 + 96));
+            const __m256 dv = i8_pair(d + k + 2);
+            Q4V_ROW(q0, s0, a01, 1);
+            Q4V_ROW(q1, s1, a11, 1);
+            Q4V_ROW(q2, s2, a21, 1);
+            Q4V_ROW(q3, s3, a31, 1);
+        }
+    }
+#undef Q4V_ROW
+    vec4_end(&B, w, a, r, tt, _mm256_add_ps(a00, a01), _mm256_add_ps(a10, a11), _mm256_add_ps(a20, a21),
+             _mm256_add_ps(a30, a31), y);
+}
+
+static inline __attribute__((always_inline)) void q8_vec4(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt,
+                                                            const int gsh) {
+    i8_blk B;
+    vec4_begin(&B, DT_Q8, w, r);
+    const int cols = B.cols;
+    const int8_t *xq = a->q + tt * (size_t)cols;
+    const float *d = a->d + tt * (size_t)B.nb;
+    const uint8_t *q0 = B.qr[0], *q1 = B.qr[1], *q2 = B.qr[2], *q3 = B.qr[3];
+    const float *s0 = B.sf[0], *s1 = B.sf[1], *s2 = B.sf[2], *s3 = B.sf[3];
+    const size_t pf = (size_t)I8_PFB * I8_RB * (size_t)cols; /* as i8_block */
+    const __m256i m80 = _mm256_set1_epi8((char)0x80);
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+#define Q8V_ROW(qp, sp, acc, h)                                                                                       \
+    do {                                                                                                              \
+        const __m256i sc = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(qp + c0 + 32 * h)), m80);           \
+        const __m256i I = i8_dot8(_mm256_abs_epi8(sc), sc, xv, xs);                                                   \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(VEC4_SV(sp, k + h, 0), dv), acc);                  \
+    } while (0)
+    for (int c0 = 0; c0 < cols; c0 += 64) {
+        const int k = c0 / 32;
+        _mm_prefetch((const char *)(q0 + c0) + pf, I8_PFH); /* one 64-byte line of each row per step */
+        _mm_prefetch((const char *)(q1 + c0) + pf, I8_PFH);
+        _mm_prefetch((const char *)(q2 + c0) + pf, I8_PFH);
+        _mm_prefetch((const char *)(q3 + c0) + pf, I8_PFH);
+        { /* half 0: block k */
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + c0)), xs = i8_xs128(xv);
+            const __m256 dv = _mm256_set1_ps(d[k]);
+            Q8V_ROW(q0, s0, a00, 0);
+            Q8V_ROW(q1, s1, a10, 0);
+            Q8V_ROW(q2, s2, a20, 0);
+            Q8V_ROW(q3, s3, a30, 0);
+        }
+        { /* half 1: block k+1 */
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + c0 + 32)), xs = i8_xs128(xv);
+            const __m256 dv = _mm256_set1_ps(d[k + 1]);
+            Q8V_ROW(q0, s0, a01, 1);
+            Q8V_ROW(q1, s1, a11, 1);
+            Q8V_ROW(q2, s2, a21, 1);
+            Q8V_ROW(q3, s3, a31, 1);
+        }
+    }
+#undef Q8V_ROW
+    vec4_end(&B, w, a, r, tt, _mm256_add_ps(a00, a01), _mm256_add_ps(a10, a11), _mm256_add_ps(a20, a21),
+             _mm256_add_ps(a30, a31), y);
+}
+#undef VEC4_SV
+
+typedef void (*vec4_fn)(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt);
+static void q4_vec4_g32(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt) { q4_vec4(w, a, y, r, tt, 0); }
+static void q4_vec4_g64(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt) { q4_vec4(w, a, y, r, tt, 1); }
+static void q4_vec4_g128(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt) { q4_vec4(w, a, y, r, tt, 2); }
+static void q8_vec4_g32(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt) { q8_vec4(w, a, y, r, tt, 0); }
+static void q8_vec4_g64(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt) { q8_vec4(w, a, y, r, tt, 1); }
+static void q8_vec4_g128(const sl_mat *w, const kern_act *a, float *y, int r, size_t tt) { q8_vec4(w, a, y, r, tt, 2); }
+
+/* i8_block for one dtype, as a function of its own (its ~45 KB frame apart from the one-token kernels' ~42 KB: a
+ * thread stack holds one of them at a time; wide_q4_kernel_on_a_small_stack runs on 64 KiB) */
+static __attribute__((noinline)) void blk_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r, int nr,
+                                             int t0, int nt) {
+    if (nt == 1) i8_block(DT_Q8, w, a, y, ldy, r, nr, t0, 1);
+    else i8_block(DT_Q8, w, a, y, ldy, r, nr, t0, nt);
+}
+static __attribute__((noinline)) void blk_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r, int nr,
+                                             int t0, int nt) {
+    if (nt == 1) i8_block(DT_Q4, w, a, y, ldy, r, nr, t0, 1);
+    else i8_block(DT_Q4, w, a, y, ldy, r, nr, t0, nt);
+}
+
 static inline __attribute__((always_inline)) void i8_mm(sl_dtype dt, const sl_mat *w, const kern_act *a, float *y,
                                                           size_t ldy, int r0, int r1) {
     for (int t0 = 0; t0 < a->n_tok; t0 += I8_KTOK) {
         int nt = a->n_tok - t0 < I8_KTOK ? a->n_tok - t0 : I8_KTOK;
-        for (int r = r0; r < r1; r += I8_RB) {
+        int r = r0;
+        if (nt == 1 && a->cols % (dt == DT_Q8 ? 64 : 128) == 0) { /* decode: whole row blocks one token at a time */
+            const int gi = w->group == 32 ? 0 : w->group == 64 ? 1 : 2;
+            static const vec4_fn fq4[3] = {q4_vec4_g32, q4_vec4_g64, q4_vec4_g128},
+                                 fq8[3] = {q8_vec4_g32, q8_vec4_g64, q8_vec4_g128};
+            const vec4_fn f = dt == DT_Q8 ? fq8[gi] : fq4[gi];
+            for (; r + I8_RB <= r1; r += I8_RB) f(w, a, y + (size_t)t0 * ldy + (size_t)r, r, (size_t)t0);
+        }
+        for (; r < r1; r += I8_RB) {
             int nr = r1 - r < I8_RB ? r1 - r : I8_RB;
-            if (nt == 1) i8_block(dt, w, a, y, ldy, r, nr, t0, 1);
-            else i8_block(dt, w, a, y, ldy, r, nr, t0, nt);
+            (dt == DT_Q8 ? blk_q8 : blk_q4)(w, a, y, ldy, r, nr, t0, nt);
         }
     }
 }
