@@ -181,6 +181,18 @@ TEST(cli_synth_bench_profile) {
     cJSON_Delete(j);
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
+    /* resident: an untimed warm-up first (its own session), or none with --no-warmup; prompt 0 too */
+    for (int w = 0; w < 3; w++) {
+        rc = test_sh(1, &o, "%s bench -m %s --resident --prompt %d --gen 3 %s --json 2>/dev/null", bin(), m, w == 2 ? 0 : 4,
+                     w == 1 ? "--no-warmup" : "");
+        j = cJSON_Parse(o);
+        r0 = cJSON_GetArrayItem(j, 0);
+        ok = rc == 0 && r0 && cJSON_GetObjectItem(r0, "decode_tok_s")->valuedouble > 0 &&
+             cJSON_GetObjectItem(r0, "bytes_per_token")->valuedouble == 0;
+        cJSON_Delete(j);
+        CHECKF(ok, "warm-up %d: rc %d: %s", w, rc, o);
+        free(o);
+    }
     rc = test_sh(1, &o, "%s bench -m %s --routing sideways", bin(), m);
     CHECKF(rc != 0 && strstr(o, "--routing 'sideways'"), "rc %d: %s", rc, o);
     free(o);

@@ -133,6 +133,8 @@ static const cli_opt bench_opts[] = {
     {"--decode", "FEED", "what decode feeds: greedy (the argmax) or random token ids, as llama-bench does "
                          "(default: random on a synthetic model, greedy otherwise)"},
     {"--seed", "N", "seed of the prompt, the random decode ids and uniform routing (default: 42)"},
+    {"--no-warmup", NULL, "with --resident, time from the first step after the open (default: the prompt and one "
+                          "decoded token first, untimed, in a session of their own, as llama-bench does)"},
     END_OPTS,
 };
 
