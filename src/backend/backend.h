@@ -164,6 +164,7 @@ typedef struct be_ffn {
 typedef struct be_combine {
     int n, k, H;
     const float *w;       /* HOST [n][k], or NULL */
+    const float *w_dev;   /* or backend memory [n][k] (moe_resident's) */
     const float *y;       /* [n][k][H] routed outputs by slot */
     const float *sh_y;    /* [n][H], or NULL: no shared expert */
     const float *sh_gate; /* [n] the shared gate's logits, or NULL */
@@ -255,6 +256,11 @@ struct sl_backend {
      * one hand-off, then every down, bitwise each ffn alone. f[i].g must be f[0].g + i * inter (the down
      * inputs form one activation of n rows, in f[0].mid_buf, kern_act_bytes(n, inter) bytes). */
     void (*ffn_multi)(sl_backend *be, const be_ffn *f, int n);
+    /* optional: r's one token routed and its k experts (every one of the layer resident: xs->get) run on
+     * the device, as ffn_multi on route()'s choice would (f: the first's args; slot s: g, u + s * inter, y
+     * + s * ldy); *w_dev: the weights in backend memory. 1 done, 0 not taken (nothing queued), or < 0. */
+    int (*moe_resident)(sl_backend *be, const be_route *r, const sl_expert_src *xs, const be_ffn *f,
+                        const float **w_dev);
     void (*combine)(sl_backend *be, const be_combine *c);
     /* Layer-major combine of one expert: out[tok[j]] += top_w[tok[j]*k + slot[j]] * y[j], j < cnt, in
      * increasing j (tok, slot, top_w HOST; out [..][H], y [cnt][H]). */

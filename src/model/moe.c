@@ -275,14 +275,10 @@ static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
     return rc < 0 ? rc : rc ? SL_EIO : 0;
 }
 
-int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-            int next_layer, const sl_expert_src *experts, int n, char *err, size_t errlen) {
-    sl_backend *be = ws->be;
-    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
-
-    kern_act hx; /* ws->h, quantized once for the router, the shared expert and every routed expert */
-    fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)H, n, H);
-    router_logits(ws, cfg, lw, ws->h, n, &hx, ws->router);
+/* Routes the n rows on the host and runs their experts (streamed or resident), outputs in exp_out. */
+static int route_and_run(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+                         int next_layer, const sl_expert_src *experts, int n, kern_act *hx, char *err, size_t errlen) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used;
     int rc = route(ws, cfg, lw, layer, ws->router, n, ws->top_e, ws->top_w, err, errlen);
     if (rc) return rc;
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
@@ -307,16 +303,45 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
         if (ws->e_count[e] > start) ws->e_list[n_list++] = e;
         start = ws->e_count[e];
     }
-    rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, n, n_list, &hx, err, errlen)
-                        : run_resident(ws, cfg, layer, experts, n_list, &hx, err, errlen);
-    if (rc) return rc;
+    rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, n, n_list, hx, err, errlen)
+                        : run_resident(ws, cfg, layer, experts, n_list, hx, err, errlen);
+    return rc;
+}
+
+/* A resident one-token step routed on the device (backend.h moe_resident): 1 done (*w_dev), 0 not taken. */
+static int moe_on_device(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
+                         const sl_expert_src *experts, int n, kern_act *hx, const float **w_dev, char *err,
+                         size_t errlen) {
+    const int k = cfg->n_experts_used, I = cfg->moe_inter;
+    if (!ws->be->moe_resident || experts->begin || n != 1 || !ws->int8 || k > FUSED_MAX || k > FWD_BATCH ||
+        I > ws->act_cols || cfg->expert_kind == SL_EXPERT_GPTOSS)
+        return 0;
+    const be_route r = {.cfg = cfg, .layer = layer, .n = 1, .logits = ws->router, .bias = lw->router_bias};
+    const be_ffn f = ffn_of(ws, cfg, NULL, hx, I, ws->exp_out);
+    int rc = ws->be->moe_resident(ws->be, &r, experts, &f, w_dev);
+    if (rc < 0) fwd_errf(err, errlen, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
+    return rc;
+}
+
+int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+            int next_layer, const sl_expert_src *experts, int n, char *err, size_t errlen) {
+    sl_backend *be = ws->be;
+    const int H = cfg->hidden, k = cfg->n_experts_used;
+
+    kern_act hx; /* ws->h, quantized once for the router, the shared expert and every routed expert */
+    fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)H, n, H);
+    router_logits(ws, cfg, lw, ws->h, n, &hx, ws->router);
+    const float *w_dev = NULL;
+    int rc = moe_on_device(ws, cfg, lw, layer, experts, n, &hx, &w_dev, err, errlen);
+    if (!rc) rc = route_and_run(ws, cfg, lw, layer, next_lw, next_layer, experts, n, &hx, err, errlen);
+    if (rc < 0 || (rc > 0 && !w_dev)) return rc;
     if (!experts->begin) shared_expert(ws, cfg, lw, &hx);
     float *sg = NULL;
     if (lw->sh_gate.data && lw->sh_expert_gate.data) {
         sg = ws->ffn_x; /* free here: [n] gate logits */
         be_matmul(be, &lw->sh_expert_gate, &hx, sg, 1);
     }
-    const be_combine c = {.n = n, .k = k, .H = H, .w = ws->top_w, .y = ws->exp_out,
+    const be_combine c = {.n = n, .k = k, .H = H, .w = w_dev ? NULL : ws->top_w, .w_dev = w_dev, .y = ws->exp_out,
                           .sh_y = lw->sh_gate.data ? ws->sh_y : NULL, .sh_gate = sg, .out = ws->out};
     be->combine(be, &c);
     return 0;

@@ -149,7 +149,7 @@ static void bench_i8(double copy_gbs) {
         const double bytes = (double)a.bytes / SETS;
         const int toks[] = {1, 2, 4, 8};
         for (int ti = 0; ti < 4; ti++) {
-            slcu_mm m = {a.d, &da, NULL, toks[ti], dy, (size_t)rows};
+            slcu_mm m = {a.d, &da, NULL, toks[ti], dy, (size_t)rows, NULL, NULL};
             m.w.rows = rows;
             mmrun r = {&m, 1, 1, SETS, 0, rows};
             float ms = slcu_time(run_mm, &r, 20);
@@ -158,7 +158,7 @@ static void bench_i8(double copy_gbs) {
         }
         const int gt[] = {16, 64, 256, 1024, 2048};
         for (int ti = 0; ti < 5; ti++) {
-            slcu_mm m = {a.d, &da, NULL, gt[ti], dy, (size_t)4096};
+            slcu_mm m = {a.d, &da, NULL, gt[ti], dy, (size_t)4096, NULL, NULL};
             m.w.rows = 4096;
             mmrun r = {&m, 1, 1, SETS, 0, rows};
             float ms = slcu_time(run_mm, &r, 10);
@@ -189,13 +189,13 @@ static void bench_i8(double copy_gbs) {
             const int ex = pre ? e : (e * 13) % 16; /* sets of 16 experts rotate by run_mm's stride */
             for (int h = 0; h < 2; h++) {
                 slcu_mm *m = &m1[2 * e + h];
-                *m = (slcu_mm){gu.d, &da, didx + e * nt, nt, dy + (size_t)(2 * e + h) * nt * 768, 768};
+                *m = (slcu_mm){gu.d, &da, didx + e * nt, nt, dy + (size_t)(2 * e + h) * nt * 768, 768, NULL, NULL};
                 const size_t r0 = (size_t)(2 * ex + h) * 768;
                 m->w.rows = 768, m->w.data = (const uint8_t *)gu.d.data + r0 * 1024;
                 m->w.scales = (const uint8_t *)gu.d.scales + r0 * 64, m->w.biases = (const uint8_t *)gu.d.biases + r0 * 64;
             }
             slcu_mm *m = &m2[e];
-            *m = (slcu_mm){dn.d, &dd, didx + e * nt, nt, dy + (size_t)e * nt * 2048, 2048};
+            *m = (slcu_mm){dn.d, &dd, didx + e * nt, nt, dy + (size_t)e * nt * 2048, 2048, NULL, NULL};
             const size_t r0 = (size_t)ex * 2048;
             m->w.rows = 2048, m->w.data = (const uint8_t *)dn.d.data + r0 * 384;
             m->w.scales = (const uint8_t *)dn.d.scales + r0 * 24, m->w.biases = (const uint8_t *)dn.d.biases + r0 * 24;
@@ -311,7 +311,7 @@ static void check_i8(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
     float *alone = malloc((size_t)N * rows * 4), *y = malloc((size_t)N * rows * 4);
     poison(dy, (size_t)N * rows * 4);
     for (int t = 0; t < N; t++) {
-        slcu_mm m = {a.d, &da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows};
+        slcu_mm m = {a.d, &da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows, NULL, NULL};
         CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
     }
     float *al = dl(dy, (size_t)N * rows);
@@ -327,7 +327,7 @@ static void check_i8(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
             const int n = ns_[k];
             slcu_i8_force(force);
             poison(dy, (size_t)n * rows * 4);
-            slcu_mm m = {a.d, &da, NULL, n, dy, (size_t)rows};
+            slcu_mm m = {a.d, &da, NULL, n, dy, (size_t)rows, NULL, NULL};
             CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
             float *yy = dl(dy, (size_t)n * rows);
             CK(!memcmp(yy, alone, (size_t)n * rows * 4), "%s %dx%d n=%d kernel %d: a batch differs from its tokens alone",
@@ -336,15 +336,31 @@ static void check_i8(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
         }
     slcu_i8_force(0);
     /* grouped: three segments of rows (matvec, GEMM, matvec) in one call */
-    slcu_mm g3[3] = {{a.d, &da, drows, 3, dy, (size_t)rows},
-                     {a.d, &da, drows + 3, 40, dy + (size_t)3 * rows, (size_t)rows},
-                     {a.d, &da, drows + 43, 1, dy + (size_t)43 * rows, (size_t)rows}};
+    slcu_mm g3[3] = {{a.d, &da, drows, 3, dy, (size_t)rows, NULL, NULL},
+                     {a.d, &da, drows + 3, 40, dy + (size_t)3 * rows, (size_t)rows, NULL, NULL},
+                     {a.d, &da, drows + 43, 1, dy + (size_t)43 * rows, (size_t)rows, NULL, NULL}};
     poison(dy, (size_t)44 * rows * 4);
     CK(!slcu_matmul_i8(g3, 3, msg, sizeof msg), "%s", msg);
     float *yy = dl(dy, (size_t)44 * rows);
     int gok = 1;
     for (int t = 0; t < 44; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
     CK(gok, "%s: grouped segments differ from their tokens alone", dt_name(dt));
+    /* the same through a device table (slcu_mm tab / sel): entry 1 holds the matrix, w's pointers NULL */
+    const void *htab[6] = {NULL, NULL, NULL, a.d.data, a.d.scales, a.d.biases};
+    const int hsel[2] = {1, 0};
+    void *dtab = dev_copy(htab, sizeof htab, msg), *dsel = dev_copy(hsel, sizeof hsel, msg);
+    for (int i = 0; i < 3; i++) {
+        g3[i].w.data = g3[i].w.scales = g3[i].w.biases = NULL;
+        g3[i].tab = (const void *const *)dtab, g3[i].sel = (const int *)dsel;
+    }
+    poison(dy, (size_t)44 * rows * 4);
+    CK(!slcu_matmul_i8(g3, 3, msg, sizeof msg), "%s", msg);
+    free(yy);
+    yy = dl(dy, (size_t)44 * rows);
+    gok = 1;
+    for (int t = 0; t < 44; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
+    CK(gok, "%s: matrices from a device table differ from the same matrices passed directly", dt_name(dt));
+    slcu_free(dtab), slcu_free(dsel);
     printf("ok   %-4s int8 group %-3d scales %-4s %5d x %-5d  max rel err %.2e against the CPU's int8\n", dt_name(dt), group,
            dt_name(sdt), rows, cols, worst);
     free(yy), free(x), free(cbuf), free(ref), free(q), free(q4), free(d), free(sm), free(alone), free(y);

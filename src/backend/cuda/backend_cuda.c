@@ -6,7 +6,8 @@
  * copy() to or from the host returns once done (a caller may reuse its buffer); copy_async queues a host ->
  * device copy on the copy stream of backend_cuda_rt.cu, ordered by events (the tier's promotions). A
  * kern_act's int8 form is made on the device in slcu_act's layout on first use.
- * route copies the logits back and runs the CPU backend's rule; embed dequantises rows on the host.
+ * route chooses on the device and copies the choice back; moe_resident keeps it there (docs/CUDA.md
+ * "Routing on the device"). embed dequantises rows on the host.
  */
 #ifdef SL_CUDA
 
@@ -31,6 +32,14 @@ typedef struct cu_ctx {
     void *up_host, *up_dev;   /* the upload ring (index arrays, weights from the host): pinned staging, its twin */
     size_t up_cap, up_off;    /* bytes; the next free offset, back to 0 after every full sync */
     slcb_queue *q;            /* the copy stream of copy_async (the tier's H2D copies) */
+    void *rt;                 /* device: the route kernel's top_e [rt_cap], then top_w [rt_cap] */
+    size_t rt_cap;
+    struct cu_tab {           /* per layer: moe_resident's table (layer_tab), from src with expert 0 at key */
+        const void *src, *key;
+        int ok;
+        const void **dev;
+    } *tab;
+    int n_tab;
 } cu_ctx;
 
 static cu_ctx *cu_of(sl_backend *be) { return be->ctx; }
@@ -161,6 +170,9 @@ static void cu_destroy(sl_backend *be) {
     slcb_queue_free(c->q);
     slcb_free(c->up_host, 1);
     slcb_free(c->up_dev, 0);
+    slcu_free(c->rt);
+    for (int i = 0; i < c->n_tab; i++) slcu_free(c->tab[i].dev);
+    free(c->tab);
     free(c->host);
     be_close(c->cpu);
     free(c);
@@ -258,8 +270,23 @@ static void cu_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, si
         CU(be, slcu_matmul(&m, x->x + (size_t)t * x->ldx, y + (size_t)t * ldy, 1, MSG(be)));
 }
 
+/* The int8 ones in one slcu_matmul_i8 call (k and v beside q, not after it; bitwise each alone), the rest alone. */
+#define MM_GROUP 16
 static void cu_matmul_multi(sl_backend *be, const kern_mm *mm, int n) {
-    for (int i = 0; i < n; i++) cu_matmul(be, mm[i].w, mm[i].a, mm[i].y, mm[i].ldy);
+    slcu_act a[MM_GROUP];
+    slcu_mm g[MM_GROUP];
+    int ng = 0;
+    for (int i = 0; i < n; i++) {
+        const kern_mm *m = &mm[i];
+        if (n > 1 && ng < MM_GROUP && m->a->n_tok > 0 && m->w->dtype != DT_MXFP4 && int8_path(m->w, m->a)) {
+            if (act_ready(be, m->a, &a[ng])) return;
+            g[ng] = (slcu_mm){.w = mat_of(m->w), .a = &a[ng], .n_tok = m->a->n_tok, .y = m->y, .ldy = m->ldy};
+            ng++;
+        } else {
+            cu_matmul(be, m->w, m->a, m->y, m->ldy);
+        }
+    }
+    if (ng) CU(be, slcu_matmul_i8(g, ng, MSG(be)));
 }
 
 /* The gathered rows' own int8 form, made when a matrix reads it: bitwise the gather. */
@@ -348,9 +375,44 @@ static void cu_dn_norm(sl_backend *be, const be_dn *d) {
     CU(be, slcu_dn_norm(&s, MSG(be)));
 }
 
-/* The logits (and correction bias) come back; the CPU backend's rule chooses. */
+/* cfg's router on the device (slcu_route: cpu_moe.c route_token's rules), or 0: uniform routing (XXH3). */
+static int router_of(const sl_config *cfg, const float *bias, slcu_router *r) {
+    if (cfg->uniform_routing || cfg->n_experts > 1024 || cfg->n_experts_used < 1 || cfg->n_experts_used > cfg->n_experts)
+        return 0;
+    if (cfg->router == SL_ROUTER_SIGMOID_GROUP && (cfg->n_group < 1 || cfg->n_group > 64 || !cfg_groups_ok(cfg))) return 0;
+    *r = (slcu_router){.kind = cfg->router, .E = cfg->n_experts, .k = cfg->n_experts_used, .norm_topk = cfg->norm_topk,
+                       .n_group = cfg->n_group, .topk_group = cfg->topk_group, .routed_scale = (float)cfg->routed_scale,
+                       .bias = bias};
+    return 1;
+}
+
+static int *route_buf(sl_backend *be, size_t nk) {
+    cu_ctx *c = cu_of(be);
+    if (nk > c->rt_cap) {
+        if (slcu_sync(MSG(be))) return cu_fail(be, SL_EIO, c->tmp), NULL; /* queued work may read the old one */
+        slcu_free(c->rt);
+        c->rt_cap = 0;
+        if (!(c->rt = slcu_alloc(nk * (sizeof(int) + sizeof(float)), MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), NULL;
+        c->rt_cap = nk;
+    }
+    return c->rt;
+}
+
+/* The device router's choice, copied back (so streamed steps weigh experts as moe_resident does); a hint or
+ * uniform routing: the logits come back and the CPU backend's rule chooses. */
 static int cu_route(sl_backend *be, const be_route *r) {
     cu_ctx *c = cu_of(be);
+    slcu_router rr;
+    if (!r->hint && router_of(r->cfg, r->bias, &rr)) {
+        const size_t nk = (size_t)r->n * (size_t)r->cfg->n_experts_used;
+        int *de = route_buf(be, nk);
+        if (!de) return cu_sync(be);
+        float *dw = (float *)(de + c->rt_cap);
+        if (slcu_route(&rr, r->logits, r->n, de, dw, MSG(be)) || slcb_copy(r->top_e, de, nk * sizeof(int), 1, MSG(be)) ||
+            slcb_copy(r->top_w, dw, nk * sizeof(float), 1, MSG(be)))
+            cu_fail(be, SL_EIO, c->tmp);
+        return cu_sync(be);
+    }
     int st = cu_sync(be);
     if (st) return st;
     const size_t E = (size_t)r->cfg->n_experts, nE = (size_t)r->n * E;
@@ -446,9 +508,99 @@ static void cu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
     CU(be, slcu_matmul_i8(mm, n, MSG(be)));
 }
 
+static int same_mat(const sl_mat *a, const sl_mat *b) {
+    return a->dtype == b->dtype && a->sdtype == b->sdtype && a->rows == b->rows && a->cols == b->cols &&
+           a->group == b->group && !a->scales == !b->scales && !a->biases == !b->biases;
+}
+
+/* Layer L's device table [gate, up, down][E][data, scales, biases], built on first use: 1, 0 (experts
+ * unlike expert 0, in *ex0: the host path) or -1 (recorded). */
+static int layer_tab(sl_backend *be, const sl_expert_src *xs, int L, int E, sl_expert *ex0) {
+    cu_ctx *c = cu_of(be);
+    memset(ex0, 0, sizeof *ex0);
+    if (L < 0 || xs->get(xs->ctx, L, 0, ex0)) return 0; /* the host path reports it */
+    if (L >= c->n_tab) {
+        struct cu_tab *t = realloc(c->tab, (size_t)(L + 1) * sizeof *t);
+        if (!t) return cu_fail(be, SL_ENOMEM, "out of host memory (CUDA expert tables)"), -1;
+        memset(t + c->n_tab, 0, (size_t)(L + 1 - c->n_tab) * sizeof *t);
+        c->tab = t, c->n_tab = L + 1;
+    }
+    struct cu_tab *t = &c->tab[L];
+    if (t->src == xs->ctx && t->key == ex0->gate.data) return t->ok == 1;
+    const size_t bytes = (size_t)9 * (size_t)E * sizeof(void *);
+    const void **h = host_scratch(be, bytes);
+    if (!h) return -1;
+    int ok = 1;
+    for (int e = 0; e < E && ok; e++) {
+        sl_expert ex;
+        memset(&ex, 0, sizeof ex);
+        if (xs->get(xs->ctx, L, e, &ex)) return 0;
+        const sl_mat *m[3] = {&ex.gate, &ex.up, &ex.down}, *m0[3] = {&ex0->gate, &ex0->up, &ex0->down};
+        for (int i = 0; i < 3; i++) {
+            ok &= m[i]->data && same_mat(m[i], m0[i]);
+            const void **p = h + ((size_t)i * E + e) * 3;
+            p[0] = m[i]->data, p[1] = m[i]->scales, p[2] = m[i]->biases;
+        }
+    }
+    slcu_free(t->dev);
+    t->dev = NULL;
+    if (ok && (!(t->dev = slcu_alloc(bytes, MSG(be))) || slcu_upload(t->dev, h, bytes, MSG(be))))
+        return cu_fail(be, SL_EIO, c->tmp), -1;
+    t->src = xs->ctx, t->key = ex0->gate.data, t->ok = ok ? 1 : -1;
+    return ok;
+}
+
+/* backend.h moe_resident: cu_ffn_multi's int8 launches (multi_i8's case; else 0) on slcu_route's choice in
+ * device memory, each job's matrices read from the layer's table at its id: bitwise cu_route + ffn_multi. */
+static int cu_moe_resident(sl_backend *be, const be_route *r, const sl_expert_src *xs, const be_ffn *f,
+                           const float **w_dev) {
+    cu_ctx *c = cu_of(be);
+    const sl_config *cfg = r->cfg;
+    const int k = cfg->n_experts_used, E = cfg->n_experts, I = f->inter;
+    slcu_router rr;
+    sl_expert ex0;
+    if (f->kind != BE_FFN_SWIGLU || f->x->n_tok != 1 || !f->int8 || k > MULTI_MAX || I % 32 ||
+        !router_of(cfg, r->bias, &rr))
+        return 0;
+    int ok = layer_tab(be, xs, r->layer, E, &ex0);
+    const sl_mat *dn = &ex0.down;
+    if (ok < 0) return cu_sync(be);
+    if (!ok || !int8_path(&ex0.gate, f->x) || !int8_path(&ex0.up, f->x) || (dn->dtype != DT_Q8 && dn->dtype != DT_Q4) ||
+        dn->group % 32 || ex0.gate.rows != I || ex0.up.rows != I || dn->cols != I)
+        return 0;
+    int *de = route_buf(be, (size_t)k);
+    if (!de) return cu_sync(be);
+    float *dw = (float *)(de + c->rt_cap);
+    const void *const *tab = c->tab[r->layer].dev;
+    slcu_act a, ma, mi[MULTI_MAX];
+    slcu_mm mm[2 * MULTI_MAX];
+    if (slcu_route(&rr, r->logits, 1, de, dw, MSG(be)) || act_ready(be, f->x, &a))
+        return cu_fail(be, SL_EIO, c->tmp), cu_sync(be);
+    for (int s = 0; s < 2 * k; s++)
+        mm[s] = (slcu_mm){.w = mat_of(s & 1 ? &ex0.up : &ex0.gate), .a = &a, .tab = tab + (size_t)(s & 1) * 3 * E,
+                          .sel = de + s / 2, .n_tok = 1, .y = (s & 1 ? f->u : f->g) + (size_t)(s / 2) * I, .ldy = (size_t)I};
+    CU(be, slcu_matmul_i8(mm, 2 * k, MSG(be)));
+    CU(be, slcu_swiglu(f->g, f->u, f->g, (size_t)k * (size_t)I, MSG(be)));
+    kern_act mid;
+    kern_act_init(&mid, f->mid_buf, f->g, (size_t)I, k, I, 1);
+    if (act_ready(be, &mid, &ma)) return cu_sync(be);
+    const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4;
+    for (int s = 0; s < k; s++) { /* row s of the k-row activation, as in cu_ffn_multi */
+        mi[s] = (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
+                           .d = ma.d + (size_t)s * nb, .s = ma.s + (size_t)s * ns};
+        mm[s] = (slcu_mm){.w = mat_of(dn), .a = &mi[s], .tab = tab + (size_t)6 * E, .sel = de + s, .n_tok = 1,
+                          .y = f->y + (size_t)s * f->ldy, .ldy = f->ldy};
+    }
+    CU(be, slcu_matmul_i8(mm, k, MSG(be)));
+    *w_dev = dw;
+    return 1;
+}
+
 static void cu_combine(sl_backend *be, const be_combine *cb) {
     if (cb->n <= 0) return;
-    if (cb->w) {
+    if (cb->w_dev) {
+        CU(be, slcu_combine(cb->y, cb->w_dev, cb->k, cb->sh_y, cb->sh_gate, cb->out, cb->n, cb->H, MSG(be)));
+    } else if (cb->w) {
         const float *w = dev_upload(be, cb->w, (size_t)cb->n * (size_t)cb->k * sizeof(float));
         if (!w) return;
         CU(be, slcu_combine(cb->y, w, cb->k, cb->sh_y, cb->sh_gate, cb->out, cb->n, cb->H, MSG(be)));
@@ -517,6 +669,7 @@ sl_backend *be_cuda_new(sl_pool *pool) {
         .route = cu_route,
         .ffn = cu_ffn,
         .ffn_multi = cu_ffn_multi,
+        .moe_resident = cu_moe_resident,
         .combine = cu_combine,
         .combine_rows = cu_combine_rows,
     };

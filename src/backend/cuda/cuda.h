@@ -84,6 +84,10 @@ typedef struct slcu_mm {
     int n_tok;
     float *y;
     size_t ldy;
+    /* or, with tab: the matrix's data, scales and biases are tab[3 * *sel + 0..2] (device; read by the
+     * kernel, so the choice can come from a kernel before it), w giving the shape and types they share */
+    const void *const *tab;
+    const int *sel;
 } slcu_mm;
 
 /* n matrices (the experts of a MoE layer, each with its own token rows; q/k/v; gate and up) in one launch

@@ -112,6 +112,8 @@ struct ijob {
     const int8_t *xq; /* the activation's q (q8) or q4 (q4) codes */
     const float *d, *s;
     const int *rows;
+    const void *const *tab; /* device [E][3] codes, scales, biases; with sel: the matrix is tab[*sel] */
+    const int *sel;
     float *y;
     size_t ldy;
     int nrows, cols, group, sdt, n_tok, tile0, ttiles;
@@ -131,6 +133,15 @@ __device__ __forceinline__ int find_job(const ijobs &J) {
     int k = 0;
     while (k + 1 < J.n && (int)blockIdx.x >= J.j[k + 1].tile0) k++;
     return k;
+}
+
+/* A job of the device-side table (slcu_mm tab / sel): its matrix's pointers, read on the device. */
+__device__ __forceinline__ ijob resolve(ijob j) {
+    if (j.tab) {
+        const void *const *p = j.tab + (size_t)3 * __ldg(j.sel);
+        j.codes = (const uint8_t *)p[0], j.scales = p[1], j.biases = p[2];
+    }
+    return j;
 }
 
 __device__ __forceinline__ int act_row(const ijob &j, int t) {
@@ -177,7 +188,7 @@ __device__ __forceinline__ void cp16(void *dst, const void *src, bool ok) {
 
 template <int DT, int NT, int SDT>
 __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
-    const ijob j = J.j[find_job(J)]; /* a copy: registers, not a parameter load at every use */
+    const ijob j = resolve(J.j[find_job(J)]); /* a copy: registers, not a parameter load at every use */
     constexpr int sdt = SDT; /* the scale type fixed: no branch between the blocks of a tile */
     __shared__ __align__(16) uint8_t tile[MV_STAGES][MV_ROWS][MV_TILE + 16]; /* + 16: no bank conflicts */
     __shared__ unsigned ssc[MV_STAGES][2][MV_ROWS][MV_SW]; /* the tile's scale and bias words of each row */
@@ -327,7 +338,7 @@ __device__ __forceinline__ void gemm_load(const ijob &j, int b, int gshift, cons
 /* 128 threads, warps 2 x 2 over a 64 x 64 tile, each 32 rows (2 m16) x 32 tokens (4 n8). */
 template <int DT, int SDT>
 __global__ void __launch_bounds__(128) gemm_i8(const __grid_constant__ ijobs J) {
-    ijob j = J.j[find_job(J)];
+    ijob j = resolve(J.j[find_job(J)]);
     j.sdt = SDT; /* known here: the conversions below need no branch */
     const int tile = (int)blockIdx.x - j.tile0, rt = tile / j.ttiles, tt = tile % j.ttiles;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
@@ -485,6 +496,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
                     ijob &j = J.j[J.n++];
                     j.codes = (const uint8_t *)m->w.data, j.scales = m->w.scales, j.biases = m->w.biases;
                     j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = m->rows;
+                    j.tab = m->tab, j.sel = m->sel;
                     j.y = m->y, j.ldy = m->ldy;
                     j.nrows = m->w.rows, j.cols = m->w.cols, j.group = m->w.group, j.sdt = m->w.sdtype, j.n_tok = m->n_tok;
                     if (m->n_tok > max_tok) max_tok = m->n_tok;

@@ -122,15 +122,50 @@ extern "C" int slcu_swiglu_clamped(const float *gu, const float *bias, float lim
     return launched(msg, msglen, "clamped swiglu launch");
 }
 
-/* ---- routers: one CTA per token; the scores in shared memory, the selection by one thread as moe.c does
- * it (k rounds of argmax, ties to the lower index), the softmax sum in double in index order ---- */
+/* ---- routers: one CTA per token (moe.c route_token's rules); the k argmax rounds (ties to the lower index)
+ * and the softmax's max and double sum are block reductions of a fixed tree (the sum within rounding of the
+ * CPU's index order); the sigmoid group-limited router on one thread. ---- */
 #define RT_MAXE 1024
 #define RT_MAXG 64
-__global__ void k_route(slcu_router r, const float *logits, int *top_e, float *top_w) {
+#define RT_THREADS 128
+
+/* (v, i) := the better of (v, i) and (v2, i2): the larger value, on a tie the lower index; i < 0 is none. */
+__device__ __forceinline__ void rt_better(float &v, int &i, float v2, int i2) {
+    if (i2 < 0) return;
+    if (i < 0 || v2 > v || (!(v > v2) && i2 < i)) v = v2, i = i2;
+}
+
+/* The best not-taken entry of p [E] (shared) over the block, seen by every thread; -1 when none. */
+__device__ int rt_argmax(const float *p, int E, float taken, float *rv, int *ri) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float v = 0.f;
+    int i = -1;
+    for (int e = tid; e < E; e += blockDim.x)
+        if (p[e] != taken) rt_better(v, i, p[e], e);
+    for (int o = 16; o; o >>= 1) {
+        const float v2 = __shfl_down_sync(0xffffffffu, v, o);
+        const int i2 = __shfl_down_sync(0xffffffffu, i, o);
+        rt_better(v, i, v2, i2);
+    }
+    if (!lane) rv[warp] = v, ri[warp] = i;
+    __syncthreads();
+    if (!tid) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) rt_better(v, i, rv[w], ri[w]);
+        ri[32] = i;
+    }
+    __syncthreads();
+    const int best = ri[32];
+    __syncthreads(); /* rv / ri reused by the next round */
+    return best;
+}
+
+__global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float *logits, int *top_e, float *top_w) {
     __shared__ float p[RT_MAXE];
     __shared__ unsigned char allowed[RT_MAXE];
-    __shared__ float mxs;
-    const int t = blockIdx.x, E = r.E, k = r.k;
+    __shared__ float rv[32];
+    __shared__ int ri[33];
+    __shared__ double rs[32];
+    const int t = blockIdx.x, E = r.E, k = r.k, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const float *lg = logits + (size_t)t * E;
     int *te = top_e + (size_t)t * k;
     float *tw = top_w + (size_t)t * k;
@@ -176,44 +211,54 @@ __global__ void k_route(slcu_router r, const float *logits, int *top_e, float *t
             for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], wsum);
         }
         for (int s = 0; s < k; s++) tw[s] = __fmul_rn(tw[s], r.routed_scale);
-    } else if (r.kind == 1) { /* top-k of the logits, softmax over those k */
-        if (threadIdx.x) return;
-        for (int e = 0; e < E; e++) p[e] = lg[e];
-        for (int s = 0; s < k; s++) {
-            int best = -1;
-            for (int e = 0; e < E; e++)
-                if (p[e] != -INFINITY && (best < 0 || p[e] > p[best])) best = e;
-            if (best < 0) best = 0;
-            te[s] = best, tw[s] = p[best], p[best] = -INFINITY;
-        }
-        const float mx = tw[0];
-        double sum = 0.0;
-        for (int s = 0; s < k; s++) tw[s] = expf(__fsub_rn(tw[s], mx)), sum += tw[s];
-        const float fsum = (float)sum;
-        for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], fsum);
-    } else { /* softmax over all E, top-k, renormalised on request */
-        if (threadIdx.x == 0) {
+    } else {
+        const float taken = r.kind == 1 ? -INFINITY : -1.0f;
+        if (r.kind == 1) { /* top-k of the logits, softmax over those k */
+            for (int e = tid; e < E; e += blockDim.x) p[e] = lg[e];
+        } else { /* softmax over all E (max, exp, the sum in double), top-k, renormalised on request */
             float mx = -INFINITY;
-            for (int e = 0; e < E; e++)
-                if (lg[e] > mx) mx = lg[e];
-            mxs = mx;
+            for (int e = tid; e < E; e += blockDim.x) mx = fmaxf(mx, lg[e]);
+            for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_down_sync(0xffffffffu, mx, o));
+            if (!lane) rv[warp] = mx;
+            __syncthreads();
+            if (!tid) {
+                for (int w = 1; w < (int)(blockDim.x >> 5); w++) mx = fmaxf(mx, rv[w]);
+                rv[0] = mx;
+            }
+            __syncthreads();
+            mx = rv[0];
+            double sum = 0.0;
+            for (int e = tid; e < E; e += blockDim.x) {
+                p[e] = expf(__fsub_rn(lg[e], mx));
+                sum += p[e];
+            }
+            for (int o = 16; o; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
+            if (!lane) rs[warp] = sum;
+            __syncthreads();
+            if (!tid) {
+                for (int w = 1; w < (int)(blockDim.x >> 5); w++) sum += rs[w];
+                rs[0] = sum;
+            }
+            __syncthreads();
+            const float fsum = (float)rs[0];
+            for (int e = tid; e < E; e += blockDim.x) p[e] = __fdiv_rn(p[e], fsum);
+            __syncthreads();
         }
         __syncthreads();
-        for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = expf(__fsub_rn(lg[e], mxs));
-        __syncthreads();
-        if (threadIdx.x) return;
-        double sum = 0.0;
-        for (int e = 0; e < E; e++) sum += p[e];
-        const float fsum = (float)sum;
-        for (int e = 0; e < E; e++) p[e] = __fdiv_rn(p[e], fsum);
         for (int s = 0; s < k; s++) {
-            int best = -1;
-            for (int e = 0; e < E; e++)
-                if (p[e] != -1.0f && (best < 0 || p[e] > p[best])) best = e;
+            int best = rt_argmax(p, E, taken, rv, ri);
             if (best < 0) best = 0;
-            te[s] = best, tw[s] = p[best], p[best] = -1.0f;
+            if (!tid) te[s] = best, tw[s] = p[best], p[best] = taken;
+            __syncthreads();
         }
-        if (r.norm_topk) {
+        if (tid) return;
+        if (r.kind == 1) {
+            const float mx = tw[0];
+            double sum = 0.0;
+            for (int s = 0; s < k; s++) tw[s] = expf(__fsub_rn(tw[s], mx)), sum += tw[s];
+            const float fsum = (float)sum;
+            for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], fsum);
+        } else if (r.norm_topk) {
             float wsum = 0.0f;
             for (int s = 0; s < k; s++) wsum = __fadd_rn(wsum, tw[s]);
             for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], wsum);
@@ -235,7 +280,7 @@ extern "C" int slcu_route(const slcu_router *r, const float *logits, int n_tok, 
                          r->topk_group < 1 || r->topk_group > r->n_group))
         return bad(msg, msglen, "router: n_group / topk_group do not fit the experts");
     if (n_tok <= 0) return 0;
-    k_route<<<n_tok, 128>>>(*r, logits, top_e, top_w);
+    k_route<<<n_tok, RT_THREADS>>>(*r, logits, top_e, top_w);
     return launched(msg, msglen, "router launch");
 }
 
