@@ -174,6 +174,49 @@ TEST(threadpool_any_chunks_shrink_and_jobs_stay_apart) {
     }
 }
 
+/* A worker late for a dynamic job (nobody waits for it) must never take a later static job's parameters for
+ * that job's: with more threads than cores, workers are preempted anywhere, between loading the generation and
+ * reading its slot too, while the caller runs dynamic, dynamic, static jobs back to back (the static job reuses
+ * the first one's slot). Every static job's items are each done exactly once, and done when sl_pool_for
+ * returns; nothing runs a part twice later. */
+typedef struct {
+    atomic_int *hits;
+    size_t n;
+} count_ctx;
+
+static void count_part(void *ctx, size_t b, size_t e) {
+    count_ctx *c = ctx;
+    for (size_t i = b; i < e && i < c->n; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+static void noop_part(void *ctx, size_t b, size_t e) {
+    (void)ctx;
+    for (volatile size_t i = b; i < e; i++) {
+    }
+}
+
+TEST(threadpool_late_worker_never_reads_a_refilled_slot) {
+    enum { ROUNDS = 3000, N = 64 };
+    for (int t = 4; t <= 8; t += 4) {
+        sl_pool *p = sl_pool_new(t);
+        CHECK(p);
+        atomic_int *hits = calloc((size_t)ROUNDS * N, sizeof *hits);
+        CHECK(hits);
+        int ok = 1;
+        for (int r = 0; r < ROUNDS && ok; r++) {
+            sl_pool_for_any(p, 2, 1, noop_part, NULL);
+            sl_pool_for_any(p, 2, 1, noop_part, NULL);
+            count_ctx c = {hits + (size_t)r * N, N};
+            sl_pool_for(p, N, 1, count_part, &c);
+            for (int i = 0; i < N; i++) ok &= atomic_load(&c.hits[i]) == 1;
+        }
+        sl_pool_free(p); /* joins the workers: a part run twice late would show now */
+        for (size_t i = 0; i < (size_t)ROUNDS * N; i++) ok &= atomic_load(&hits[i]) <= 1;
+        free(hits);
+        CHECKF(ok, "threads %d: each static job's items once, done at its return", t);
+    }
+}
+
 /* sl_pool_thread: inside a job every call gets an index below the pool's size that no other call running at
  * the same time holds (a busy flag per index), and both the caller (0) and the workers take part; jobs come
  * back to back (the spinning hand-off), after a pause longer than any spin (workers asleep), and with the

@@ -218,7 +218,13 @@ static void *worker(void *arg) {
         if (atomic_load(&p->quit)) break;
         seen = atomic_load(&p->gen);
         const job_slot *s = &p->slot[seen & 1];
-        if (atomic_load(&s->dynamic)) { /* nobody waits for this worker: only for the units */
+        const int dynamic = atomic_load(&s->dynamic);
+        /* Nobody waits for a worker in a dynamic job, so by now the caller may have finished seen and seen + 1
+         * and refilled this slot for seen + 2: the flag just read would then be a later job's. The caller
+         * refills the slot only after it has published seen + 1, so gen still at seen means the flag is seen's;
+         * else look again at the current job. (A static job cannot move on without this worker.) */
+        if (atomic_load(&p->gen) != seen) continue;
+        if (dynamic) { /* nobody waits for this worker: only for the units */
             run_dynamic(p, (uint32_t)seen, atomic_load(&s->fn), atomic_load(&s->ctx), atomic_load(&s->items),
                         atomic_load(&s->unit), atomic_load(&s->total), atomic_load(&s->minc), atomic_load(&s->chunk));
             continue;
