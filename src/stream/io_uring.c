@@ -92,16 +92,13 @@ static int64_t job_result(const job *jb, uint32_t len, uint32_t piece) {
     return got;
 }
 
-static uint64_t ts_ns(const struct timespec *t) { return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec; }
-
 /* Feeds hs the whole pieces landed from the first one not fed yet (the bytes of each below hash_len),
  * stopping at a piece still in flight; a piece that came back short or failed ends the checksum (the
  * request then completes unhashed and the caller checks it). The reaper's thread, no lock: nothing else
  * touches these fields between submission and completion. */
 static void hash_landed(job *jb, uint32_t piece) {
     const io_req *r = jb->req;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const uint64_t t0 = mono_ns();
     while (jb->hashing && jb->hashed_n < jb->n) {
         const int p = jb->hashed_n;
         const uint32_t at = (uint32_t)p * piece, want = p + 1 < jb->n ? piece : r->len - at;
@@ -117,8 +114,7 @@ static void hash_landed(job *jb, uint32_t piece) {
         }
         jb->hashed_n++;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    jb->hash_ns += ts_ns(&t1) - ts_ns(&t0);
+    jb->hash_ns += mono_ns() - t0;
 }
 
 static void *reap(void *arg) {
@@ -155,11 +151,9 @@ static void *reap(void *arg) {
         const int hashed = jb->hashing && jb->hashed_n == jb->n && res == (int64_t)r->len;
         uint64_t h = 0;
         if (hashed) {
-            struct timespec t0, t1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+            const uint64_t t0 = mono_ns();
             h = XXH3_64bits_digest(jb->hs);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            jb->hash_ns += ts_ns(&t1) - ts_ns(&t0);
+            jb->hash_ns += mono_ns() - t0;
         }
         pthread_mutex_lock(&u->mu);
         r->res = res;

@@ -544,8 +544,8 @@ static int layer_tab(sl_backend *be, const sl_expert_src *xs, int L, int E, sl_e
     }
     slcu_free(t->dev);
     t->dev = NULL;
-    if (ok && (!(t->dev = slcu_alloc(bytes, MSG(be))) || slcu_upload(t->dev, h, bytes, MSG(be))))
-        return cu_fail(be, SL_EIO, c->tmp), -1;
+    if (ok && !(t->dev = slcu_alloc(bytes, MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), -1;
+    if (ok && slcu_upload(t->dev, h, bytes, MSG(be))) return cu_fail(be, SL_EIO, c->tmp), -1;
     t->src = xs->ctx, t->key = ex0->gate.data, t->ok = ok ? 1 : -1;
     return ok;
 }
