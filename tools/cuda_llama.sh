@@ -16,6 +16,10 @@
 #          LLAMA_PART=0 skips all this (the tier rows alone); LAYERS, ROUNDS (2), STOP_AT (520: no round starts later, in seconds from the start), JOBS, LLAMA_BIN and
 #          GPU_FLAG (a rehearsal here: LLAMA_BIN=/work/llama.cpp/build/bin GPU_FLAG= LAYERS=1 ROUNDS=1).
 #          Steps already done on the machine's disk (a warm second call) are skipped: the build resumes.
+#          CPU_THREADS (e.g. "2 4 8 16"; empty: the CUDA comparison above) makes it the CPU comparison on that
+#          machine's host cores instead: llama.cpp built without CUDA (GGML_NATIVE), then per round and per
+#          thread count T, alternating: OMP_WAIT_POLICY=active llama-bench -ngl 0 -t T -p 128 -n 64 -r 3 against
+#          sluice bench --resident --threads T --prompt 1 --gen 64 and --prompt 128 --gen 1 (issue 11 §4.4b).
 #          TIER_SHAPE (empty: none) then runs tools/cuda_bench.sh run on that shape with the TIER_* settings
 #          below, the GGUF and its pack deleted first (the disk is 64 GiB).
 set -euo pipefail
@@ -68,7 +72,8 @@ export LD_LIBRARY_PATH="$dir/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 layers=${LAYERS:-48}; rounds=${ROUNDS:-2}; jobs=${JOBS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))}
 gg="$work/q30-L$layers.gguf"; sp="$work/q30-L$layers.sluice"
 lb=${LLAMA_BIN:-$dir/llama/build/bin} # LLAMA_BIN: built already (a rehearsal here: the CPU build, GPU_FLAG=)
-gpu=${GPU_FLAG---gpu}
+cpu_t=${CPU_THREADS:-}
+if [ -n "$cpu_t" ]; then gpu=; ngl=0; else gpu=${GPU_FLAG---gpu}; ngl=99; fi
 {
     echo "date: $(date -u +%FT%TZ)  sluice: $(cat "$dir/py/COMMIT")  $(cat "$dir/py/VERSION")"
     uname -r; nproc; grep -m1 "model name" /proc/cpuinfo || true
@@ -85,8 +90,9 @@ if [ "${LLAMA_PART:-1}" = 1 ]; then
 if [ ! -x "$lb/llama-bench" ] || [ ! -x "$lb/llama-completion" ]; then
     (
         cd "$dir/llama"
-        [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-            -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        if [ -n "$cpu_t" ]; then be=(-DGGML_CUDA=OFF -DGGML_NATIVE=ON); else
+            be=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DGGML_NATIVE=OFF); fi
+        [ -f build/build.ninja ] || cmake -S . -B build -G Ninja "${be[@]}" -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CUDA_NCCL=OFF -DLLAMA_BUILD_TESTS=OFF \
             -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF \
             -DCMAKE_BUILD_TYPE=Release
         ninja -C build -j "$jobs" llama-bench llama-completion
@@ -117,14 +123,67 @@ save
 # 2. greedy text, both engines
 : >"$raw/greedy.txt"
 for p in "The quick brown fox jumps over the lazy dog. 1234" "Hello"; do
-    a=$("$lb/llama-completion" -m "$gg" -ngl 99 -p "$p" -n 8 --temp 0 -no-cnv --no-warmup -c 512 \
+    a=$("$lb/llama-completion" -m "$gg" -ngl $ngl -p "$p" -n 8 --temp 0 -no-cnv --no-warmup -c 512 \
         --no-display-prompt --simple-io 2>>"$raw/greedy.err" || echo "(failed)")
     b=$("$sl" run -m "$sp" $gpu --resident -p "$p" -n 8 --temp 0 2>>"$raw/greedy.err" || echo "(failed)")
     printf 'prompt "%s"\n  llama.cpp: "%s"\n  sluice:    "%s"\n  %s\n' "$p" "$a" "$b" \
         "$([ "$a" = "$b" ] && echo identical || echo DIFFERENT)" | tee -a "$raw/greedy.txt"
 done
 
-# 3. rounds, alternating, nvidia-smi sampling throughout
+# 3. rounds, alternating, nvidia-smi sampling throughout (CPU_THREADS: the CPU rounds, then stop)
+if [ -n "$cpu_t" ]; then
+    lscpu >"$raw/lscpu.txt" 2>&1 || true
+    for r in $(seq 1 "$rounds"); do
+        for t in $cpu_t; do
+            [ "$(el)" -lt "${STOP_AT:-520}" ] || { echo "round $r, $t threads: skipped at $(el) s (STOP_AT)"; break 2; }
+            OMP_WAIT_POLICY=active "$lb/llama-bench" -m "$gg" -ngl 0 -t "$t" -p 128 -n 64 -r 3 -o json \
+                >"$raw/cpu_llama.$r.$t.json" 2>"$raw/cpu_llama.$r.$t.err" || echo "llama-bench failed: $(tail -2 "$raw/cpu_llama.$r.$t.err")"
+            "$sl" bench -m "$sp" --resident --threads "$t" --prompt 1 --gen 64 --json >"$raw/cpu_sluice.d.$r.$t.json" \
+                2>"$raw/cpu_sluice.d.$r.$t.err" || echo "sluice bench failed: $(tail -2 "$raw/cpu_sluice.d.$r.$t.err")"
+            "$sl" bench -m "$sp" --resident --threads "$t" --prompt 128 --gen 1 --json >"$raw/cpu_sluice.p.$r.$t.json" \
+                2>"$raw/cpu_sluice.p.$r.$t.err" || echo "sluice bench failed: $(tail -2 "$raw/cpu_sluice.p.$r.$t.err")"
+            echo "round $r, $t threads done at $(el) s"
+        done
+        save
+    done
+    python3 - "$raw" "$layers" "$cpu_t" <<'PY' | tee "$out/llama.txt"
+import json, os, statistics, sys
+raw, layers, ts = sys.argv[1], sys.argv[2], sys.argv[3].split()
+print(open(f"{raw}/machine.txt").read().strip())
+for f in ("steps.txt", "greedy.txt"):
+    if os.path.exists(f"{raw}/{f}"):
+        print(open(f"{raw}/{f}").read().strip())
+print(f"llama-bench -m q30-L{layers}.gguf -ngl 0 -t T -p 128 -n 64 -r 3 (OMP_WAIT_POLICY=active); sluice bench -m "
+      f"q30-L{layers}.sluice --resident --threads T --prompt 1 --gen 64 / --prompt 128 --gen 1")
+def load(p):
+    try:
+        t = open(p).read()
+        return json.loads(t[t.index("["):])
+    except Exception:
+        return []
+print("\n| threads | round | llama.cpp prefill 128 | sluice prefill 128 | llama.cpp decode | sluice decode | decode ratio |")
+print("|---|---|---|---|---|---|---|")
+r = 1
+rat = {}
+while os.path.exists(f"{raw}/cpu_llama.{r}.{ts[0]}.json"):
+    for t in ts:
+        lr = load(f"{raw}/cpu_llama.{r}.{t}.json")
+        lp = next((x["avg_ts"] for x in lr if x["n_prompt"] == 128 and x["n_gen"] == 0), None)
+        ld = next((x["avg_ts"] for x in lr if x["n_prompt"] == 0 and x["n_gen"] == 64), None)
+        sd = (load(f"{raw}/cpu_sluice.d.{r}.{t}.json") or [{}])[0].get("decode_tok_s")
+        sp = (load(f"{raw}/cpu_sluice.p.{r}.{t}.json") or [{}])[0].get("prefill_tok_s")
+        f = lambda x: "-" if x is None else f"{x:.1f}"
+        q = sd / ld if sd and ld else None
+        if q: rat.setdefault(t, []).append((q, sp / lp if sp and lp else None))
+        print(f"| {t} | {r} | {f(lp)} | {f(sp)} | {f(ld)} | {f(sd)} | {'-' if q is None else f'{q:.2f}x'} |")
+    r += 1
+for t, v in rat.items():
+    d = [a for a, _ in v]; p = [b for _, b in v if b]
+    print(f"{t} threads: decode ratio median {statistics.median(d):.2f}x ({min(d):.2f}-{max(d):.2f}), prefill "
+          f"{statistics.median(p):.2f}x" if p else f"{t} threads: decode ratio median {statistics.median(d):.2f}x")
+PY
+    exit 0
+fi
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,pstate \
     --format=csv -lms 500 >"$raw/smi.csv" 2>&1 &
 smi=$!
