@@ -1155,3 +1155,50 @@ TEST(uniform_routing_hit_rate_is_the_slot_fraction) {
     sl_session_free(s);
     sl_model_close(m);
 }
+
+/* A layer-major pass hints its first MoE layer before that layer's mixer, with no request active
+ * (forward.c eval_multi, moe.c fwd_moe_hint_first): in the default mode (1: act on hints once they prove
+ * accurate) that hint is acted on at once, as the next layer's hint during a layer-major request is, and the
+ * ordered request that follows claims the blocks it read. Expert 7's read is the request's own. */
+TEST(hint_between_requests_reads_ahead) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    char why[256];
+    io_engine *io = io_pread_engine_new(f.fd, 4, why, sizeof why);
+    CHECKF(io, "%s", why);
+    sl_backend *be = be_cpu_new(NULL, NULL);
+    CHECK(be != NULL);
+    cache_cfg cc = {&f, &f.cfg, io, 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1, be};
+    cache *c = cache_new(&cc, why, sizeof why);
+    CHECKF(c, "%s", why);
+    sl_expert_src src = cache_source(c);
+    const int hint[2] = {3, 5}, want[3] = {3, 5, 7};
+    src.prefetch(src.ctx, 2, hint, 2); /* slot 1 = model layer 2 (layer 1 is dense) */
+    cache_stats before;
+    cache_get_stats(c, &before);
+    int rc = src.begin(src.ctx, 2, want, 3, 1), bad = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        int got = -1;
+        sl_expert ex;
+        memset(&ex, 0, sizeof ex);
+        rc = src.next(src.ctx, &got, &ex);
+        if (!rc) {
+            bad += got != want[i] || !ex.gate.data;
+            src.release(src.ctx, got);
+        }
+    }
+    src.end(src.ctx);
+    cache_stats st;
+    cache_get_stats(c, &st);
+    cache_free(c);
+    be_close(be);
+    slc_close(&f);
+    CHECKF(rc == 0 && bad == 0, "rc %d, %d experts out of order or empty", rc, bad);
+    CHECKF(before.prefetch_reads == 2 && st.prefetch_reads == 2 && st.prefetch_used == 2 && st.reads == 3,
+           "hint reads %llu before the request, %llu after, used %llu, reads %llu",
+           (unsigned long long)before.prefetch_reads, (unsigned long long)st.prefetch_reads,
+           (unsigned long long)st.prefetch_used, (unsigned long long)st.reads);
+}

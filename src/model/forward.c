@@ -566,6 +566,11 @@ static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, con
         be->embed(be, &w->embed, it[i].tokens, it[i].n, X + (size_t)r * H, H);
     }
     const int traced = ws->trace && n_items == 1; /* the hook follows one sequence's positions */
+    for (int l = 0; l < L; l++) /* the first MoE layer's reads start now, under its mixer's compute */
+        if (cfg->layer_moe[l]) {
+            fwd_moe_hint_first(ws, cfg, &w->layers[l], l, experts, n, X, &wb);
+            break;
+        }
     if (traced) ws->trace(ws->trace_ctx, 0, it[0].sq->n_past, n, X);
     for (int l = 0; l < L && !rc; l++) {
         const sl_layer_w *lw = &w->layers[l];

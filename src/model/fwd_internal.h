@@ -154,6 +154,10 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
                  int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
                  const fwd_wide *wb, char *err, size_t errlen);
 
+/* Before a layer-major pass's first mixer: the first MoE layer's (layer) expert hint to a streaming provider
+ * (x: the pass's embeddings [n][H]); only starts reads. Scratch as fwd_moe_wide's hint. */
+void fwd_moe_hint_first(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
+                        const sl_expert_src *experts, int n, const float *x, const fwd_wide *wb);
 int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
             int next_layer, const sl_expert_src *experts, int n, char *err, size_t errlen);
 int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int n);

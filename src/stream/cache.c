@@ -66,6 +66,7 @@ struct cache {
      * ascending order, read into slots as they free up (see c_prefetch); scored like the others but on its
      * own average, since a chunk's union of experts is far easier to predict than one token's */
     int *wl, wl_n, wl_pos, wl_slot, wl_seen, wl_on;
+    int wl_scored;          /* 0: the hint came between requests (a pass's first layer): not scored */
     unsigned char *wl_mark; /* [E] experts of wl */
     double wl_acc;
     /* stats */
@@ -383,7 +384,9 @@ static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered)
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
     if (ms < 0) return fail(c, SL_EINVAL, "layer %d has no routed experts", layer);
-    if (c->wl_n > 0 && c->wl_slot == ms) { /* score the ordered hint for this layer */
+    /* score the ordered hint for this layer; not one given before any request of a pass (its first layer's:
+     * a guess from the embeddings or every expert), which would only switch off the hints that follow */
+    if (c->wl_n > 0 && c->wl_slot == ms && c->wl_scored) {
         int good = 0;
         for (int i = 0; i < n; i++) good += c->wl_mark[experts[i]];
         double prec = (double)good / c->wl_n;
@@ -553,7 +556,9 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n) {
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
     if (!c->prefetch || ms < 0) return;
-    if (c->active && c->ordered) { /* during a layer-major request: the next layer's union, read in order */
+    /* during a layer-major request, or between requests (a layer-major pass's first layer, hinted before its
+     * mixer: forward.c eval_multi): that layer's union, read in order */
+    if (!c->active || c->ordered) {
         for (int i = 0; i < c->wl_n; i++) c->wl_mark[c->wl[i]] = 0; /* replaces an earlier hint */
         c->wl_n = 0;
         for (int i = 0; i < n; i++) {
@@ -564,6 +569,7 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n) {
         }
         c->wl_slot = ms;
         c->wl_pos = 0;
+        c->wl_scored = c->active;
         hint_issue(c);
         return;
     }
