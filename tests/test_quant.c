@@ -605,6 +605,99 @@ TEST(kernels_int8_bitwise_oracle) {
     CHECK(cases >= 40);
 }
 
+/* kern_swiglu_multi (a decode step's gate, up and SwiGLU of every expert in one parallel-for, each 128 rows with
+ * their slice of the down inputs' int8 form): bitwise the products by kern_matmul_multi, ops->swiglu per row
+ * and kern_act_prepare_row, on every table, for whole and short last blocks, any thread count; refused (nothing
+ * written) for a layout it does not take. */
+TEST(kernels_swiglu_multi_bitwise) {
+    unsigned seed = test_seed();
+    rng = 0x5e1a5ull ^ ((uint64_t)seed << 8);
+    const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    sl_pool *pools[3] = {NULL, sl_pool_new(2), sl_pool_new(3)};
+    static const int inters[] = {32, 96, 128, 384, 800};
+    enum { NE = 3, H = 256 };
+    int cases = 0;
+    for (int dq = 0; dq < 2; dq++)
+        for (int ii = 0; ii < 5; ii++) {
+            const sl_dtype dt = dq ? DT_Q4 : DT_Q8;
+            const int I = inters[ii];
+            void *data[2 * NE];
+            sl_mat m[2 * NE];
+            float *w = malloc((size_t)I * H * sizeof(float));
+            for (int k = 0; k < 2 * NE; k++) {
+                fill(w, (size_t)I * H);
+                data[k] = malloc(q_mat_bytes(dt, I, H, 32, DT_F16));
+                q_quantize(dt, w, I, H, 32, DT_F16, 1, data[k]);
+                q_mat_bind(&m[k], data[k], dt, I, H, 32, DT_F16, 1);
+            }
+            float x[H];
+            fill(x, H);
+            const size_t nf = (size_t)NE * I;
+            float *g = malloc(nf * sizeof(float)), *u = malloc(nf * sizeof(float));
+            float *rg = malloc(nf * sizeof(float)), *ru = malloc(nf * sizeof(float));
+            const size_t ab = kern_act_bytes(NE, I), xb = kern_act_bytes(1, H);
+            unsigned char *mb = malloc(ab), *rb = malloc(ab), *xbuf = malloc(xb), *rxbuf = malloc(xb);
+            for (int ti = 0; ti < 4; ti++)
+                for (int pi = 0; pi < 3; pi++) {
+                    if (!tabs[ti]) continue;
+                    kern_act xa, rxa, mid, ref;
+                    kern_act_init(&rxa, rxbuf, x, H, 1, H, 1);
+                    kern_mm mm[2 * NE], gm[NE], um[NE];
+                    for (int i = 0; i < NE; i++) {
+                        mm[2 * i] = (kern_mm){&m[2 * i], &rxa, rg + (size_t)i * I, (size_t)I};
+                        mm[2 * i + 1] = (kern_mm){&m[2 * i + 1], &rxa, ru + (size_t)i * I, (size_t)I};
+                    }
+                    CHECK(kern_matmul_multi(tabs[ti], NULL, mm, 2 * NE) == 0);
+                    for (int i = 0; i < NE; i++) tabs[ti]->swiglu(rg + (size_t)i * I, ru + (size_t)i * I, rg + (size_t)i * I, I);
+                    memset(rb, 0, ab);
+                    kern_act_init(&ref, rb, rg, (size_t)I, NE, I, 1);
+                    for (int i = 0; i < NE; i++) kern_act_prepare_row(&ref, i);
+
+                    kern_act_init(&xa, xbuf, x, H, 1, H, 1);
+                    for (int i = 0; i < NE; i++) {
+                        gm[i] = (kern_mm){&m[2 * i], &xa, g + (size_t)i * I, (size_t)I};
+                        um[i] = (kern_mm){&m[2 * i + 1], &xa, u + (size_t)i * I, (size_t)I};
+                    }
+                    memset(mb, 0, ab);
+                    kern_act_init(&mid, mb, g, (size_t)I, NE, I, 1);
+                    CHECK(kern_swiglu_multi(tabs[ti], pools[pi], gm, um, NE, &mid) == 0);
+                    CHECK(mid.ready == 1);
+                    CHECKF(!memcmp(g, rg, nf * sizeof(float)) && !memcmp(u, ru, nf * sizeof(float)),
+                           "%s %s inter %d threads %d: SwiGLU values differ", tabs[ti]->name, dt_name(dt), I,
+                           sl_pool_size(pools[pi]));
+                    const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4; /* kernels.h kern_act */
+                    CHECKF(!memcmp(mid.q, ref.q, nf) && !memcmp(mid.q4, ref.q4, nf) &&
+                               !memcmp(mid.d, ref.d, NE * nb * sizeof(float)) && !memcmp(mid.s, ref.s, NE * ns * sizeof(float)),
+                           "%s %s inter %d threads %d: int8 form differs", tabs[ti]->name, dt_name(dt), I,
+                           sl_pool_size(pools[pi]));
+                    cases++;
+                }
+            /* refused: outputs not rows of one [n][inter] buffer, or a matrix the int8 kernels do not take */
+            kern_act xa, mid;
+            kern_act_init(&xa, xbuf, x, H, 1, H, 1);
+            kern_act_init(&mid, mb, g, (size_t)I, NE, I, 1);
+            kern_mm gm[NE], um[NE];
+            for (int i = 0; i < NE; i++) {
+                gm[i] = (kern_mm){&m[2 * i], &xa, g + (size_t)i * I, (size_t)I};
+                um[i] = (kern_mm){&m[2 * i + 1], &xa, u + (size_t)((i + 1) % NE) * I, (size_t)I};
+            }
+            memcpy(rg, g, nf * sizeof(float));
+            CHECK(kern_swiglu_multi(tabs[0], pools[1], gm, um, NE, &mid) == SL_EUNSUPPORTED);
+            kern_act fx;
+            kern_act_init(&fx, NULL, x, H, 1, H, 0); /* f32 activations: the exact kernels */
+            for (int i = 0; i < NE; i++) {
+                gm[i].a = &fx;
+                um[i] = (kern_mm){&m[2 * i + 1], &fx, u + (size_t)i * I, (size_t)I};
+            }
+            CHECK(kern_swiglu_multi(tabs[0], pools[1], gm, um, NE, &mid) == SL_EUNSUPPORTED);
+            CHECK(!memcmp(g, rg, nf * sizeof(float)) && !mid.ready);
+            for (int k = 0; k < 2 * NE; k++) free(data[k]);
+            free(w), free(g), free(u), free(rg), free(ru), free(mb), free(rb), free(xbuf), free(rxbuf);
+        }
+    for (int i = 1; i < 3; i++) sl_pool_free(pools[i]);
+    CHECK(cases >= 20);
+}
+
 /* sl_mat.bias_implied (GGUF Q8_0 / Q4_0: every bias -128 / -8 times its scale): q_biases_implied finds it
  * bit for bit (a +0 bias where the product is -0 is not implied), and a table that computes the biases from
  * the scales instead of reading them gives the oracle's bits, for every group, scale type, short row blocks,

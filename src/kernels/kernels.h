@@ -149,6 +149,18 @@ typedef struct kern_mm {
  * of a decode step): one thread hand-off instead of n, the same result bitwise (each output row is
  * computed by the same kernel call whatever the split). Returns 0 or the first failing matrix's status. */
 int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int n);
+/* One token's gate and up products of n experts with their SwiGLU, in one parallel-for (a decode step's
+ * experts; cpu_moe.c): g[i], u[i] the gate and up of expert i over the same one-token act, their outputs rows
+ * i of [n][inter] floats; mid describes those gate rows, [n][inter] (x = g[0].y), and receives silu(gate) * up
+ * in place of the gate's products and, when mid->int8, its int8 form (then ready). An item is 128 rows of one
+ * expert: both products, the SwiGLU of those 128 values and their slice of the int8 form, so the exp work
+ * runs among the weights' reads and no hand-off waits for it. Bitwise kern_matmul_multi of the 2n matrices,
+ * ops->swiglu of each row and kern_act_prepare_row. SL_EUNSUPPORTED (nothing done) unless every matrix takes
+ * the int8 kernels (kern_matmul_act) and the layout is as said. */
+int kern_swiglu_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid);
+/* Columns c0 .. c1 of token t's int8 form of a (a->int8; c0 a multiple of 128, c1 one too or a->cols), bitwise
+ * what kern_act_prepare writes there; disjoint slices may be filled by several threads at once. */
+void kern_act_prepare_cols(kern_act *a, int t, int c0, int c1);
 /* dst := token t of src (prepared first) as a one-token act, sharing src's storage. */
 void kern_act_row(kern_act *dst, kern_act *src, int t);
 

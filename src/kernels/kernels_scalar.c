@@ -430,6 +430,17 @@ void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
 
 void kern_act_prepare_row(kern_act *a, int t) { act_part(a, (size_t)t, (size_t)t + 1); }
 
+void kern_act_prepare_cols(kern_act *a, int t, int c0, int c1) {
+    const size_t c = (size_t)a->cols, nb = c / 32, ns = (size_t)act_ns((int)nb), tt = (size_t)t;
+    const int nbs = (c1 - c0) / 32;
+    float s[3 * 4 * 4]; /* the slice's s32, s64, s128: at most 128 columns, 4 blocks */
+    act_fn()(a->x + tt * a->ldx + c0, c1 - c0, a->q + tt * c + c0, a->q4 + tt * c + c0, a->d + tt * nb + c0 / 32, s);
+    float *gs = a->s + tt * ns;
+    for (int b = 0; b < nbs; b++) gs[c0 / 32 + b] = s[b];
+    for (int j = 0; j < nbs / 2; j++) gs[nb + (size_t)c0 / 64 + j] = s[nbs + j];
+    for (int j = 0; j < nbs / 4; j++) gs[nb + nb / 2 + (size_t)c0 / 128 + j] = s[nbs + nbs / 2 + j];
+}
+
 void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, int n, const float *x_rows) {
     kern_act_init(dst, buf, x_rows, (size_t)src->cols, n, src->cols, src->int8);
     if (!dst->int8) return;
@@ -531,6 +542,53 @@ int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
     multi_job j = {ops, mm, n, row0};
     sl_pool_for_any(pool, row0[n], grain, multi_part, &j);
+    return 0;
+}
+
+/* kern_swiglu_multi's items: (expert i, SWIGLU_ROWS rows of its gate and up from r0); a multiple of 128, so the
+ * slices of the down inputs' int8 form are whole q4 steps (kern_act_prepare_cols). */
+#define SWIGLU_ROWS 128
+
+typedef struct {
+    const kern_ops *ops;
+    const kern_mm *g, *u;
+    kern_act *mid;
+    int inter, blocks;
+} swiglu_job;
+
+static void swiglu_part(void *ctx, size_t begin, size_t end) {
+    const swiglu_job *j = ctx;
+    for (size_t it = begin; it < end; it++) {
+        const int i = (int)(it / (size_t)j->blocks), r0 = (int)(it % (size_t)j->blocks) * SWIGLU_ROWS;
+        const int r1 = r0 + SWIGLU_ROWS < j->inter ? r0 + SWIGLU_ROWS : j->inter;
+        const kern_mm *m[2] = {&j->g[i], &j->u[i]};
+        for (int k = 0; k < 2; k++) { /* the kernel multi_part would run on these rows */
+            const sl_mat *w = m[k]->w;
+            kern_matmul_i8_fn fn = j->ops->matmul_i8[w->dtype] && w->cols / w->group <= 2048 ? j->ops->matmul_i8[w->dtype]
+                                                                                              : scalar_ops.matmul_i8[w->dtype];
+            fn(w, m[k]->a, m[k]->y, m[k]->ldy, r0, r1);
+        }
+        j->ops->swiglu(j->g[i].y + r0, j->u[i].y + r0, j->g[i].y + r0, r1 - r0);
+        if (j->mid->int8) kern_act_prepare_cols(j->mid, i, r0, r1);
+    }
+}
+
+int kern_swiglu_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid) {
+    if (n < 1 || !mid || mid->n_tok != n || mid->cols < 1) return SL_EUNSUPPORTED;
+    const int inter = mid->cols;
+    for (int i = 0; i < n; i++) {
+        const kern_mm *m[2] = {&g[i], &u[i]};
+        for (int k = 0; k < 2; k++)
+            if (!m[k]->w->data || m[k]->a != g[0].a || m[k]->a->n_tok != 1 || m[k]->w->rows != inter ||
+                !mm_use_i8(m[k]->w, m[k]->a) || m[k]->y != (k ? u[0].y : g[0].y) + (size_t)i * (size_t)inter)
+                return SL_EUNSUPPORTED;
+    }
+    if (mid->x != g[0].y || mid->ldx != (size_t)inter || (mid->int8 && inter % 32)) return SL_EUNSUPPORTED;
+    act_prepare_on(g[0].a, pool);
+    const int blocks = (inter + SWIGLU_ROWS - 1) / SWIGLU_ROWS;
+    swiglu_job j = {ops, g, u, mid, inter, blocks};
+    sl_pool_for_any(pool, (size_t)n * (size_t)blocks, 1, swiglu_part, &j);
+    mid->ready = mid->int8;
     return 0;
 }
 

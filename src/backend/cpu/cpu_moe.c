@@ -273,21 +273,28 @@ void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
         for (int i = 0; i < n; i++) cpu_ffn(be, &f[i]);
         return;
     }
-    const int I = n > 0 ? f[0].inter : 0;
-    kern_mm mm[2 * FUSED_MAX] = {{0}};
-    for (int i = 0; i < n; i++) {
-        mm[2 * i] = (kern_mm){&f[i].w->gate, f[i].x, f[i].g, (size_t)I};
-        mm[2 * i + 1] = (kern_mm){&f[i].w->up, f[i].x, f[i].u, (size_t)I};
-    }
-    be->matmul_multi(be, mm, 2 * n);
     if (!n) return;
-    /* the n down inputs quantized in one act, one row each (moe.c run_fused: f[i].g = f[0].g + i * I); the
-     * SwiGLU and the quantization on every thread, not on the caller alone while the others wait */
+    const int I = f[0].inter;
+    /* the n down inputs quantized in one act, one row each (moe.c run_fused: f[i].g = f[0].g + i * I) */
     kern_act ga, gr[FUSED_MAX];
     kern_act_init(&ga, f[0].mid_buf, f[0].g, (size_t)I, n, I, f[0].int8);
-    mid_job mj = {f, c->ops, &ga, I};
-    sl_pool_for_any(c->pool, (size_t)n, 1, mid_part, &mj);
-    ga.ready = ga.int8;
+    kern_mm mm[2 * FUSED_MAX] = {{0}}, gm[FUSED_MAX], um[FUSED_MAX];
+    for (int i = 0; i < n; i++) {
+        gm[i] = (kern_mm){&f[i].w->gate, f[i].x, f[i].g, (size_t)I};
+        um[i] = (kern_mm){&f[i].w->up, f[i].x, f[i].u, (size_t)I};
+    }
+    /* gate, up and the SwiGLU with its int8 form in one hand-off (the int8 kernels); else the products in one,
+     * then the SwiGLU and the quantization on every thread, not on the caller alone while the others wait */
+    if (kern_swiglu_multi(c->ops, c->pool, gm, um, n, &ga)) {
+        for (int i = 0; i < n; i++) {
+            mm[2 * i] = gm[i];
+            mm[2 * i + 1] = um[i];
+        }
+        be->matmul_multi(be, mm, 2 * n);
+        mid_job mj = {f, c->ops, &ga, I};
+        sl_pool_for_any(c->pool, (size_t)n, 1, mid_part, &mj);
+        ga.ready = ga.int8;
+    }
     for (int i = 0; i < n; i++) {
         kern_act_row(&gr[i], &ga, i);
         mm[i] = (kern_mm){&f[i].w->down, &gr[i], f[i].y, f[i].ldy};
