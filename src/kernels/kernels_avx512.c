@@ -387,6 +387,8 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
  *  - 32 tokens per block (fewer for long rows) instead of 16, so each code byte is unpacked once per 32;
  *  - the bias lanes (accb, lane = group % 8) of 16 tokens at once per row, over the tokens' group sums
  *    transposed, instead of one 8-lane pass per output.
+ *  - those bias sums first, so that a whole tile's last chunk writes its 16 outputs from its registers, the lane
+ *    trees of all 16 as vector adds (i8p_fin16), not spilled and reduced one token at a time.
  * Its ~140 KB of buffers are a per-thread workspace, not stack (frames < 4 KB): the library runs on its
  * callers' threads (musl's default stack is 128 KiB).
  * docs/PERFORMANCE.md gives what it reaches against a register-only vpdpbusd loop. */
@@ -439,12 +441,47 @@ static inline __m512 i8p_sfb(const float *sf, int gsh, int b0, int nb) {
     return _mm512_maskz_permutexvar_ps(mk, ix, v);
 }
 
+/* The final sums of 4 tokens x 4 rows at once: acc [token][row] in the permuted lane order (lane p holds
+ * canonical lane pi(p)), bm [row][I8P_TB] the rows' bias sums from these tokens on; y[t * ldy + i] =
+ * lane tree(acc[t][i]) + bm[i][t]. Each output is the same tree as i8_half and i8_tree4 after the permutation
+ * back (h_l = c_l + c_(l+8), then ((h0+h1)+(h2+h3))+((h4+h5)+(h6+h7))), its adds done 16 outputs a vector: c_l
+ * is lane m of 128-bit chunk a for l = 4m + a, so h_l pairs positions m and m+2 of a chunk (shuffle_ps),
+ * h_a + h_(a+1) pairs chunks (shuffle_f32x4), and the accumulators enter in the order that leaves output
+ * (t, i) in lane 4t + i. About 60 vector ops for 16 outputs, where the permutation, the halves, the hadds and the
+ * bias's inserts took about 90 (docs/PERFORMANCE.md "At scale" §3: the down projection's 6 steps an output). */
+static inline void i8p_fin16(const __m512 *acc, const float *bm, float *y, size_t ldy) {
+    static const int ord[16] = {0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15};
+    __m512 v[8], w[4], z[2];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const __m512 a = acc[ord[2 * k]], b = acc[ord[2 * k + 1]];
+        v[k] = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x88), _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xDD));
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++)
+        z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88), _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+    /* bm rows' 4 tokens as [row][token], transposed to [token][row] by the same index pattern as i8p_pi */
+    __m512 b = _mm512_castps128_ps512(_mm_loadu_ps(bm));
+    b = _mm512_insertf32x4(b, _mm_loadu_ps(bm + I8P_TB), 1);
+    b = _mm512_insertf32x4(b, _mm_loadu_ps(bm + 2 * I8P_TB), 2);
+    b = _mm512_insertf32x4(b, _mm_loadu_ps(bm + 3 * I8P_TB), 3);
+    const __m512 o = _mm512_add_ps(f, _mm512_permutexvar_ps(i8p_pi(), b));
+    _mm_storeu_ps(y, _mm512_castps512_ps128(o));
+    _mm_storeu_ps(y + ldy, _mm512_extractf32x4_ps(o, 1));
+    _mm_storeu_ps(y + 2 * ldy, _mm512_extractf32x4_ps(o, 2));
+    _mm_storeu_ps(y + 3 * ldy, _mm512_extractf32x4_ps(o, 3));
+}
+
 /* The tile: rows 0..3 of the block (unpacked codes U: [step][row][lo 64 | hi 64]) against TT tokens (xp, one
  * token every xs bytes: [step][even 64 | odd 64], permuted), over ns steps; products P: [token][row][4 ns]
  * floats (one pair every 4 * I8P_KC floats); accumulators in accm [token][row], zero when first. */
 static inline __attribute__((always_inline)) void i8p_tile(const uint8_t *U, const uint8_t *xp, size_t xs,
                                                              const float *P, int ns, __m512 *accm, int first,
-                                                             const int TT) {
+                                                             const int TT, const float *bm, float *y, size_t ldy) {
     __m512 acc[4][I8_RB];
     for (int j = 0; j < TT; j++)
 #pragma GCC unroll 4
@@ -468,6 +505,10 @@ static inline __attribute__((always_inline)) void i8p_tile(const uint8_t *U, con
                     _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, lo[i], xe), hi[i], xo)), sd, acc[j][i]);
             }
         }
+    }
+    if (TT == 4 && bm) { /* the last chunk of a whole tile: its outputs straight from the registers */
+        i8p_fin16(&acc[0][0], bm, y, ldy);
+        return;
     }
     for (int j = 0; j < TT; j++)
 #pragma GCC unroll 4
@@ -497,6 +538,36 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, uint8_t *ws, const floa
     float *P = (float *)(void *)(ws + I8P_WS_P);
     const __m512i pi = i8p_pi(), m4 = _mm512_set1_epi8(15);
     const size_t pf = (size_t)I8_PFB * I8_RB * (size_t)cols / 2;
+    /* no short step, and the tokens' group sums transposed (st: [group][I8P_TB tokens]): each row's bias lanes for
+     * 16 tokens at once, lane l = group % 8 as one vector, the same FMAs in the same order; then the lane tree as
+     * vector adds, and y = lanes(h) + that, as i8_block. Computed first, so that a whole tile's last chunk writes
+     * its outputs from its registers (i8p_fin16). */
+    const int fast = S * 128 == cols && nr == I8_RB && st;
+    _Alignas(64) float bm[I8_RB][I8P_TB];
+    if (fast) {
+        const float zb = -8.0f;
+        const int ng = B->ng;
+        for (int i = 0; i < I8_RB; i++) {
+            float bi[I8P_MAXGT];
+            if (implied)
+                for (int j = 0; j < ng; j++) bi[j] = zb * B->sf[i][j];
+            else
+                i8_row_f32(w, w->biases, r + i, ng, bi);
+            for (int t = 0; t < nt; t += 16) {
+                __m512 v[8];
+                for (int l = 0; l < 8; l++) v[l] = _mm512_setzero_ps();
+                int j = 0;
+                for (; j + 8 <= ng; j += 8)
+#pragma GCC unroll 8
+                    for (int l = 0; l < 8; l++)
+                        v[l] = _mm512_fmadd_ps(_mm512_set1_ps(bi[j + l]), _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + t), v[l]);
+                for (int l = 0; j + l < ng; l++)
+                    v[l] = _mm512_fmadd_ps(_mm512_set1_ps(bi[j + l]), _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + t), v[l]);
+                _mm512_store_ps(bm[i] + t, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3])),
+                                                         _mm512_add_ps(_mm512_add_ps(v[4], v[5]), _mm512_add_ps(v[6], v[7]))));
+            }
+        }
+    }
     for (int s0 = 0; s0 < S; s0 += I8P_KC) {
         const int ns = S - s0 < I8P_KC ? S - s0 : I8P_KC;
         for (int s = 0; s < ns; s++)
@@ -529,42 +600,20 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, uint8_t *ws, const floa
             }
             const uint8_t *x = xp + (size_t)tj * xs + (size_t)s0 * 128;
             __m512 *am = accm + (size_t)tj * I8_RB;
+            const int fin = fast && s0 + ns == S;
+            float *yt = y + (size_t)(t0 + tj) * ldy + (size_t)r;
             switch (tt) {
-            case 4: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 4); break;
-            case 3: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 3); break;
-            case 2: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 2); break;
-            default: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 1); break;
+            case 4: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 4, fin ? bm[0] + tj : NULL, yt, ldy); break;
+            case 3: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 3, NULL, yt, ldy); break;
+            case 2: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 2, NULL, yt, ldy); break;
+            default: i8p_tile(U, x, xs, P, ns, am, s0 == 0, 1, NULL, yt, ldy); break;
             }
         }
     }
     const float zb = -8.0f;
-    if (S * 128 == cols && nr == I8_RB && st) {
-        /* no short step, and the tokens' group sums transposed (st: [group][I8P_TB tokens]): each row's bias lanes
-         * for 16 tokens at once, lane l = group % 8 as one vector, the same FMAs in the same order; then the lane
-         * tree as vector adds, and y = lanes(h) + that, as i8_block */
-        const int ng = B->ng;
-        _Alignas(64) float bm[I8_RB][I8P_TB];
-        for (int i = 0; i < I8_RB; i++) {
-            float bi[I8P_MAXGT];
-            if (implied)
-                for (int j = 0; j < ng; j++) bi[j] = zb * B->sf[i][j];
-            else
-                i8_row_f32(w, w->biases, r + i, ng, bi);
-            for (int t = 0; t < nt; t += 16) {
-                __m512 v[8];
-                for (int l = 0; l < 8; l++) v[l] = _mm512_setzero_ps();
-                int j = 0;
-                for (; j + 8 <= ng; j += 8)
-#pragma GCC unroll 8
-                    for (int l = 0; l < 8; l++)
-                        v[l] = _mm512_fmadd_ps(_mm512_set1_ps(bi[j + l]), _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + t), v[l]);
-                for (int l = 0; j + l < ng; l++)
-                    v[l] = _mm512_fmadd_ps(_mm512_set1_ps(bi[j + l]), _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + t), v[l]);
-                _mm512_store_ps(bm[i] + t, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3])),
-                                                         _mm512_add_ps(_mm512_add_ps(v[4], v[5]), _mm512_add_ps(v[6], v[7]))));
-            }
-        }
-        for (int t = 0; t < nt; t++) {
+    if (fast) {
+        int t = nt / 4 * 4; /* the whole tiles finished in i8p_tile */
+        for (; t < nt; t++) {
             __m256 h[I8_RB];
 #pragma GCC unroll 4
             for (int i = 0; i < I8_RB; i++) h[i] = i8_half(_mm512_permutexvar_ps(pi, accm[t * I8_RB + i]));
