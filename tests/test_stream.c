@@ -409,10 +409,12 @@ TEST(engines_checksum_whole_reads) {
     free(data);
 }
 
-/* io_uring's chunked chains (io_uring.c): reads cut into 4 KiB pieces dealt into 3 linked chains come back
- * whole, once per request, with the data and the checksum of the whole block; a read running past the end of
- * the file reports the bytes before it (the piece at the end short, the pieces after it read nothing or
- * cancelled with their chain), which the cache resumes as any short read. */
+/* io_uring's chunked chains (io_uring.c): reads cut into 4 KiB pieces dealt into linked chains (3 of them,
+ * or as many as the flush's pieces / rounds for rounds 1, 2, 3 and 7, the last chains of one piece besides
+ * longer ones) come back whole, once per request, with the data and the checksum of the whole block; a read
+ * running past the end of the file reports the bytes before it (the piece at the end short, the pieces after
+ * it read nothing or cancelled with their chain), which the cache resumes as any short read; a lone read in
+ * pieces (one wave with rounds) likewise. */
 TEST(uring_pieces_reassemble) {
     const char *p = test_path("%s/io-pieces.bin", test_tmpdir());
     enum { NB = 4, BL = 65536, TAIL = 1808 };
@@ -436,8 +438,10 @@ TEST(uring_pieces_reassemble) {
         return;
     }
     e->chunk = 4096;
-    e->chains = 3;
-    for (int round = 0; round < 2; round++) { /* the engine's piece slots are reused */
+    static const int layouts[][2] = {{3, 0}, {3, 1}, {0, 2}, {0, 3}, {0, 7}}; /* chains, rounds */
+    for (int round = 0; round < 10; round++) { /* the engine's piece slots are reused */
+        e->chains = layouts[round % 5][0];
+        e->rounds = layouts[round % 5][1];
         uint8_t *bufs[NB + 1];
         io_req rq[NB + 1];
         for (int b = 0; b <= NB; b++) {
@@ -463,6 +467,18 @@ TEST(uring_pieces_reassemble) {
             CHECKF(got->res == BL && got->hashed && got->hash == XXH3_64bits(data + (size_t)b * BL, got->hash_len),
                    "round %d block %d: res %lld hashed %d", round, b, (long long)got->res, got->hashed);
             CHECKF(memcmp(bufs[b], data + (size_t)b * BL, BL) == 0, "round %d block %d: the pieces' data differ", round, b);
+        }
+        /* a lone read: block 2 again, and the one past the end */
+        for (int b = 2; b <= NB; b += NB - 2) {
+            memset(bufs[b], 0, BL);
+            rq[b].res = 0;
+            CHECK(e->ops->submit(e, &rq[b]) == 0 && e->ops->flush(e) == 0);
+            io_req *got = NULL;
+            CHECK(e->ops->wait(e, &got) == 0 && got == &rq[b]);
+            const int64_t want = b < NB ? BL : 8192 + TAIL;
+            CHECKF(got->res == want && got->hashed == (b < NB), "round %d lone block %d: res %lld hashed %d", round, b,
+                   (long long)got->res, got->hashed);
+            CHECK(memcmp(bufs[b], data + (size_t)rq[b].off, (size_t)want) == 0);
         }
         for (int b = 0; b <= NB; b++) free(bufs[b]);
     }

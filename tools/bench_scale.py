@@ -332,7 +332,7 @@ def sec_ssd(a, s, res):
                 nbytes = sum(x["bytes_read"] for x in per_layer)
                 block = nbytes // max(1, misses)
                 bs = (block + 4095) // 4096 * 4096
-                piece = (bs // 8 + 4095) // 4096 * 4096
+                piece = (bs // 4 + 4095) // 4096 * 4096
             # prefill: --gen 1, the bytes of the whole run (the one decoded token's are a rounding error)
             p = s.bench(model, [cache], a.ssd_prompt, 1, ["--io", "direct"])[0]
             p.pop("layers")
@@ -340,7 +340,7 @@ def sec_ssd(a, s, res):
             p["read_bytes_s"] = p["prefill_bytes"] / p["prefill_s"]
             pre.append(p)
             sweeps.append(fio_sweep(model, bs, depths, rt))
-            # sluice's io_uring engine reads each block as 8 pieces in 16 linked chains (src/stream/io_uring.c):
+            # sluice's io_uring engine reads each block as 4 pieces, half a layer's in flight (src/stream/io_uring.c):
             # fio at the piece size too, so the bound is the disk's best at either size
             psweeps.append(fio_sweep(model, piece, pdepths, rt))
         fio_mean = [(x["bw_bytes"] + y["bw_bytes"]) / 2 for x, y in zip(*sweeps)]
@@ -777,8 +777,8 @@ def render(a, results, m):
               "Every byte counted is one the token needed: prefetch is off, so no read is speculative. *disk busy*: "
               "the share of decode time with at least one of sluice's reads in flight (`disk_busy_fraction`, "
               "sl_stats.io_busy_s), and the mean reads in flight while busy.", "",
-              "fio also reads at the size of the pieces sluice's io_uring engine cuts each block into (an eighth, "
-              "rounded up to 4 KiB; 16 in flight in linked chains: docs/STREAMING.md), at depths "
+              "fio also reads at the size of the pieces sluice's io_uring engine cuts each block into (a quarter, "
+              "rounded up to 4 KiB; half a layer's pieces in flight in linked chains: docs/STREAMING.md), at depths "
               + ", ".join(str(x) for x in s2["rows"][0].get("piece_depths", [])) + "; the bound is the best of "
               "both sizes.", "",
               "| shape | layers | block | fio MB/s by depth (mean of 2) | fio at the piece size | bound (depth) | decode tok/s | decode MB/s (2 runs) | "
@@ -807,8 +807,9 @@ def render(a, results, m):
               "router before its reads, the last expert after them, and per token the lm_head. Under "
               "`--routing uniform` (experts from a hash of the router logits) the next layer's experts cannot "
               "be predicted, so no prefetch fills that gap (the demo model's routers can be: the Prefetch "
-              "section). Blocks go as 8 pieces in 16 linked chains, so they land in order and each expert is "
-              "computed while the next are read (docs/STREAMING.md). ""Against fio at one "
+              "section). Blocks go as 4 pieces in linked chains, half a layer's pieces in flight, so they land in "
+              "two waves and the first half's experts are computed while the rest are read (docs/STREAMING.md). "
+              "Against fio at one "
               "layer's depth (the earlier bound) decode comes out higher wherever fio's curve rises past that "
               "depth. The prefill reads every expert of every layer once per chunk, with the next layer's read "
               f"ahead; it waits on them for {min(piw):.0%}–{max(piw):.0%} of its time, little wherever the disk "

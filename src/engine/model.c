@@ -269,14 +269,16 @@ static sl_status open_stream(sl_model *m, const char *path, const sl_model_param
     if (!io && p->io_engine == SL_ENGINE_URING) return sl_err(err, SL_EUNSUPPORTED, "%s", msg);
     if (!io) io = io_pread_engine_new(m->stream_fd, depth < 16 ? depth : 16, msg, sizeof msg);
     if (!io) return sl_err(err, SL_ENOMEM, "%s", msg);
-    /* each expert block of 1 MiB or more goes to the disk as 8 pieces in 16 linked chains, so a layer's blocks
-     * land one after another while the forward pass computes on the first ones (src/stream/io_uring.c,
-     * docs/STREAMING.md); smaller reads are bound by latency, not bandwidth, and stay whole (in pieces the
-     * demo model's 56 KiB blocks decoded 1.5-3x slower) */
-    const uint64_t piece = (m->f.h.expert_stride / 8 + 4095) / 4096 * 4096;
-    if (piece >= 128 * 1024) {
+    /* each expert block of 1 MiB or more goes to the disk as 4 pieces in linked chains, half of a layer's
+     * pieces in flight at once: its blocks land in two waves, the first half's experts computed while the
+     * second half is read (src/stream/io_uring.c, docs/STREAMING.md). Was 8 pieces in 16 chains: 2-2.5
+     * blocks' bytes in flight, too few for this disk when it is busy (docs/STREAMING.md).
+     * Smaller reads are bound by latency, not bandwidth, and stay whole (in pieces the demo model's 56 KiB
+     * blocks decoded 1.5-3x slower) */
+    const uint64_t piece = (m->f.h.expert_stride / 4 + 4095) / 4096 * 4096;
+    if (m->f.h.expert_stride >= 1024 * 1024) {
         io->chunk = (uint32_t)piece;
-        io->chains = 16;
+        io->rounds = 2;
     }
     m->io_engine = io->ops->name;
     if (fault) {

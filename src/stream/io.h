@@ -57,10 +57,13 @@ struct io_engine {
     int fd;
     int depth;      /* most reads in flight */
     /* io_uring only (io_uring.c, chunked chains): reads of at least 2 x chunk bytes (a multiple of 4096)
-     * go to the disk as chunk-sized pieces dealt into `chains` linked chains, so the blocks of one flush
-     * complete in order instead of all together; chunk 0: whole reads. Set before the first submit. */
+     * go to the disk as chunk-sized pieces dealt into linked chains, so the blocks of one flush complete
+     * in order instead of all together; chunk 0: whole reads. The chains: `chains` of them, or with
+     * rounds > 0, as many as a flush's pieces divided by rounds (rounded up), so 1/rounds of the flush's
+     * bytes are in flight at once whatever its size (chains is then ignored). Set before the first submit. */
     uint32_t chunk;
     int chains;
+    int rounds;
 };
 
 /* Device occupancy bookkeeping shared by the engines (io.h busy): call io_occ_step with the lock that

@@ -7,10 +7,11 @@
  * reaper need no lock between them). Falls back (returns NULL) when the kernel refuses io_uring (old
  * kernel, seccomp).
  *
- * Chunked chains (io_engine.chunk / .chains, io.h; docs/STREAMING.md): each read is cut into chunk-sized
- * pieces and a flush deals its pieces, in order, round-robin into `chains` chains linked with
- * IOSQE_IO_LINK, one io_uring_submit per chain (no merging back): the disk keeps `chains` reads in flight
- * but finishes the blocks in order instead of all at once. A request completes once, with its last piece:
+ * Chunked chains (io_engine.chunk / .chains / .rounds, io.h; docs/STREAMING.md): each read is cut into
+ * chunk-sized pieces and a flush deals its pieces, in order, round-robin into `chains` chains (with rounds:
+ * the flush's pieces / rounds of them) linked with IOSQE_IO_LINK, one io_uring_submit per chain (no merging
+ * back): the disk keeps one piece per chain in flight and finishes the blocks in about `rounds` waves, in
+ * order, instead of all at once. A request completes once, with its last piece:
  * res = len (checksummed then) when every piece is whole, else the bytes of the whole pieces from its start
  * (a short read the caller resumes) or the first piece's error; a piece cancelled by an earlier failure in
  * its chain (-ECANCELED) counts as unread, and nothing read that way gives -EAGAIN, which the caller retries.
@@ -200,7 +201,9 @@ static int u_flush(io_engine *e) {
     pthread_mutex_lock(&u->mu);
     io_occ_step(&u->occ, mono_ns(), u->n_pend);
     pthread_mutex_unlock(&u->mu);
-    const int chains = total > u->n_pend && e->chains > 0 ? (e->chains < total ? e->chains : total) : total;
+    /* with rounds, a lone read goes in one wave: there is no order among blocks to keep */
+    const int want = e->rounds > 0 ? (u->n_pend > 1 ? (total + e->rounds - 1) / e->rounds : total) : e->chains;
+    const int chains = total > u->n_pend && want > 0 ? (want < total ? want : total) : total;
     int rc = 0;
     for (int c = 0; c < chains && !rc; c++) {
         /* chain c: pieces c, c + chains, c + 2 chains, ... of the flush's pieces in order */
