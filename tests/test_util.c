@@ -217,6 +217,69 @@ TEST(threadpool_late_worker_never_reads_a_refilled_slot) {
     }
 }
 
+/* sl_pool_hint: hints before jobs (the workers prefetch while the caller works alone), several in a row,
+ * while the workers sleep, with NULL and empty ranges, more ranges than SL_POOL_HINT_MAX and ranges far larger
+ * than a gap, on pools of 1-8 threads: every job still covers each index once, no byte of the hinted memory
+ * changes, and a pool with a hint outstanding is freed cleanly. Without a pool or arguments it does nothing. */
+static void spin_us(int us) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < us);
+}
+
+TEST(threadpool_hints_change_nothing) {
+    enum { BUF = 8 << 20 };
+    unsigned char *buf = malloc(BUF);
+    CHECK(buf);
+    for (size_t i = 0; i < BUF; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    sl_pool_hint(NULL, NULL, NULL, 1);
+    static int *kept[400];
+    static size_t kept_n[400];
+    static const int threads[] = {1, 2, 3, 4, 8};
+    for (int ti = 0; ti < 5; ti++) {
+        sl_pool *p = sl_pool_new(threads[ti]);
+        CHECK(p);
+        sl_pool_hint(p, NULL, NULL, 2);
+        int ok = 1;
+        for (int round = 0; round < 400 && ok; round++) {
+            const void *hp[SL_POOL_HINT_MAX + 2];
+            size_t hl[SL_POOL_HINT_MAX + 2];
+            const int nh = 1 + round % (SL_POOL_HINT_MAX + 2);
+            for (int k = 0; k < nh; k++) {
+                size_t off = (size_t)(round * 7919 + k * 104729) % (BUF / 2);
+                hp[k] = k == 1 && round % 5 == 0 ? NULL : buf + off;
+                hl[k] = round % 11 == 0 ? BUF / 2 : round % 7 == 0 ? 0 : (size_t)(1 + round * 977 % 300000);
+            }
+            sl_pool_hint(p, hp, hl, nh);
+            if (round % 3 == 0) sl_pool_hint(p, hp, hl, nh > 1 ? nh - 1 : 1); /* a later one replaces it */
+            if (round % 4 == 1) spin_us(20 + round % 40); /* the caller's serial work: workers prefetch */
+            if (round % 50 == 7) spin_us(3000);          /* longer than any spin: workers asleep */
+            size_t n = 1 + (size_t)(round * 389 % 5000), grain = 1 + (size_t)(round % 5);
+            int *v = calloc(n, sizeof *v);
+            any_ctx c = {v, grain, n, 0};
+            if (round % 2) sl_pool_for_any(p, n, grain, fill_any, &c);
+            else sl_pool_for(p, n, grain, fill_idx, v);
+            for (size_t i = 0; i < n; i++) ok &= v[i] == (int)i + 1;
+            ok &= !atomic_load(&c.bad);
+            kept[round] = v, kept_n[round] = n; /* looked at again once the pool is gone: nothing ran twice late */
+            if (!ok) fprintf(stderr, "    threads %d round %d: a job's items not each once\n", threads[ti], round);
+        }
+        sl_pool_hint(p, (const void *[]){buf}, (size_t[]){BUF}, 1); /* outstanding when the pool goes */
+        sl_pool_free(p);
+        for (int r = 0; r < 400; r++) {
+            for (size_t i = 0; kept[r] && i < kept_n[r]; i++) ok &= kept[r][i] == (int)i + 1;
+            free(kept[r]);
+            kept[r] = NULL;
+        }
+        CHECKF(ok, "threads %d: a job's items not each once", threads[ti]);
+    }
+    int same = 1;
+    for (size_t i = 0; i < BUF; i++) same &= buf[i] == (unsigned char)(i * 131 + 7);
+    free(buf);
+    CHECKF(same, "a hint changed the hinted memory");
+}
+
 /* sl_pool_thread: inside a job every call gets an index below the pool's size that no other call running at
  * the same time holds (a busy flag per index), and both the caller (0) and the workers take part; jobs come
  * back to back (the spinning hand-off), after a pause longer than any spin (workers asleep), and with the

@@ -238,6 +238,11 @@ struct sl_backend {
      * HOST or NULL; rows of dst and src do not overlap. */
     void (*copy_rows)(sl_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
                       const int *sidx, int n, int cols);
+    /* optional (NULL: none), a hint: the next parallel op reads these n byte ranges of backend memory first
+     * (the start of a weight, a KV cache); the backend may bring them into its caches while the host prepares
+     * that op (CPU: the pool's waiting workers prefetch them, threadpool.h sl_pool_hint). No result depends on
+     * it: it reads nothing into any result and changes no byte. */
+    void (*hint)(sl_backend *be, const void *const *p, const size_t *bytes, int n);
 
     /* ---- mixers ---- */
     void (*attention)(sl_backend *be, const be_attn *a);

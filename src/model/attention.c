@@ -37,6 +37,13 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
         be->add_bias(be, ws->k, (size_t)kvrow, lw->k_bias, n, kvrow);
         be->add_bias(be, ws->v, (size_t)kvrow, lw->v_bias, n, kvrow);
     }
+    if (be->hint && pos0 > 0) { /* the attention op reads the cached rows: fetched during q/k norm and RoPE */
+        size_t bytes = (size_t)(pos0 < sq->kv_cap[layer] ? pos0 : sq->kv_cap[layer]) * (size_t)kvrow * sizeof(float);
+        if (bytes > FWD_HINT_BYTES / 2) bytes = FWD_HINT_BYTES / 2; /* more is not fetched in the gap */
+        const void *p[2] = {sq->k_cache[layer], sq->v_cache[layer]};
+        const size_t b2[2] = {bytes, bytes};
+        be->hint(be, p, b2, 2);
+    }
 
     float inv_freq[SL_ROPE_MAX_FREQS], attn_factor;
     rope_freqs(cfg, inv_freq, &attn_factor);
@@ -58,6 +65,7 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
                        .sinks = cfg->attn_sinks ? lw->sinks : NULL, .scale = 1.0f / sqrtf((float)hd), .out = ws->mix,
                        .ldo = (size_t)ws->n_mix};
     be->attention(be, &a);
+    fwd_hint_mat(ws, &lw->o); /* during the gate and o's int8 input */
 
     fwd_matmul(ws, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n, FWD_ACT_MID);
     if (lw->o_bias) be->add_bias(be, ws->out, H, lw->o_bias, n, (int)H);

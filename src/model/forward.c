@@ -237,6 +237,23 @@ void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *
     }
 }
 
+void fwd_hint_mat(fwd_ws *ws, const sl_mat *w) {
+    if (!ws->be->hint || !w || !w->data || w->rows < 1 || w->cols < 1) return;
+    const int bits = q_bits(w->dtype);
+    const size_t code = bits ? (size_t)w->cols * (size_t)bits / 8 : (size_t)w->cols * dt_size(w->dtype);
+    size_t sc = 0, bi = 0; /* a row's scales and biases ([rows][cols/group], quant.h) */
+    if (bits && w->dtype != DT_MXFP4 && w->scales && w->group > 0) {
+        sc = (size_t)(w->cols / w->group) * dt_size(w->sdtype);
+        bi = w->biases && !w->bias_implied ? sc : 0;
+    }
+    size_t rows = FWD_HINT_BYTES / (code + sc + bi + 1);
+    if (rows < 1) rows = 1;
+    if (rows > (size_t)w->rows) rows = (size_t)w->rows;
+    const void *p[3] = {w->data, sc ? w->scales : NULL, bi ? w->biases : NULL};
+    const size_t bytes[3] = {rows * code, rows * sc, rows * bi};
+    ws->be->hint(ws->be, p, bytes, 1 + (sc > 0) + (bi > 0));
+}
+
 /* The LM head over rows normed rows ws->h [rows][H] into the caller's (host) logits [rows][V]: straight
  * there when the backend's memory is the host's, else through ws->lg. rows <= FWD_BATCH. */
 static void emit_logits(fwd_ws *ws, const sl_mat *head, int rows, float *logits) {
@@ -465,6 +482,11 @@ static int same_shape(const sl_config *a, const sl_config *b) {
 
 static void add_rows(fwd_ws *ws, float *x, const float *y, size_t n) { ws->be->add(ws->be, x, y, n); }
 
+/* The first matrix layer l's mixer multiplies (its q of softmax attention), for a hint; NULL for the others. */
+static const sl_mat *first_mat(const sl_config *cfg, const sl_layer_w *lw, int l) {
+    return !cfg->layer_linear[l] && cfg->kv_lora <= 0 ? &lw->q : NULL;
+}
+
 /* One micro-batch of n tokens at positions sq->n_past..; commits the recurrent state and n_past on
  * success. logits_out: NULL or [n][V] rows to fill (all_rows) / [V] for the last row. */
 static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
@@ -472,6 +494,7 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
     sl_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int pos0 = sq->n_past;
+    const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
     be->embed(be, &w->embed, tokens, n, ws->x, H);
     if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, ws->x);
 
@@ -485,7 +508,11 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
             rc = cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, n, pos0) : fwd_attention(ws, sq, cfg, lw, l, n, pos0);
         if (!rc) rc = fwd_sync(ws, err, errlen);
         if (rc) return rc;
+        /* the caller's serial work until the FFN's first matmul: the other threads bring its start into the
+         * caches meanwhile; likewise the FFN's tail before the next layer's q/k/v (or the LM head) */
+        fwd_hint_mat(ws, cfg->layer_moe[l] ? &lw->router : &lw->mlp_gate);
         add_rows(ws, ws->x, ws->out, (size_t)n * H);
+        ws->ffn_next = l + 1 < cfg->n_layers ? first_mat(cfg, &w->layers[l + 1], l + 1) : logits_out ? head : NULL;
 
         fwd_norm_rows(ws, ws->x, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
         if (cfg->layer_moe[l]) {
@@ -496,6 +523,8 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
         else
             rc = fwd_dense_mlp(ws, cfg, lw, n);
         if (!rc) rc = fwd_sync(ws, err, errlen);
+        fwd_hint_mat(ws, ws->ffn_next); /* unless the FFN did, before its own tail */
+        ws->ffn_next = NULL;
         if (rc) return rc;
         add_rows(ws, ws->x, ws->out, (size_t)n * H);
         if (ws->trace) ws->trace(ws->trace_ctx, l + 1, pos0, n, ws->x);
@@ -507,12 +536,13 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
     sq->n_past += n;
 
     if (logits_out) {
-        const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
         int first = all_rows ? 0 : n - 1, rows = n - first;
         fwd_norm_rows(ws, ws->x + first * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, rows, (int)H);
         if (ws->trace) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + first, rows, ws->h);
         emit_logits(ws, head, rows, logits_out);
     }
+    /* the next step's first matmul, while the caller samples from these logits and embeds the next token */
+    fwd_hint_mat(ws, first_mat(cfg, &w->layers[0], 0));
     return 0;
 }
 

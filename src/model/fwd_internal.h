@@ -113,6 +113,8 @@ struct fwd_ws {
     int *pf_list;      /* [E] experts predicted for the next MoE layer (prefetch hint) */
     unsigned char *pf_mark; /* [E] */
     int prefetch;      /* 1 (default): hint the next MoE layer's experts to a streaming provider */
+    const sl_mat *ffn_next; /* a decode step: the first matrix after this FFN (the next layer's q, the LM head),
+                               hinted before the FFN's serial tail (fwd_hint_mat) */
     int n_ffn;
     /* the backend buffers above, to give back (alloc's bytes) */
     struct { void *p; size_t bytes; } dev[32];
@@ -125,6 +127,13 @@ struct fwd_ws {
 enum { FWD_ACT_IN = 0, FWD_ACT_GATHER = 1, FWD_ACT_MID = 2 };
 /* a describes x [n][cols] (n <= FWD_BATCH) in slot; quantized on first use by a q8/q4 matrix. */
 void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int n, int cols);
+/* How much a hint names: more than a waiting core prefetches in the caller's serial work between two parallel
+ * ops of a decode step (norms, the int8 form, RoPE, routing: ~5-20 us at ~20-40 GB/s). */
+#define FWD_HINT_BYTES ((size_t)512 << 10)
+/* Hints the backend (backend.h hint) that the next parallel op starts with matrix w's first rows: their codes,
+ * scales and biases as far as FWD_HINT_BYTES goes. NULL or absent w: nothing. A hint only: no result
+ * depends on it. */
+void fwd_hint_mat(fwd_ws *ws, const sl_mat *w);
 /* y = W x for n rows of x (any n: FWD_BATCH rows at a time), x quantized once for this one matrix. */
 void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot);
 /* KV rows a saved state keeps of attention layer l at n_past positions: all, or a sliding layer's last

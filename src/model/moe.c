@@ -343,6 +343,8 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     }
     const be_combine c = {.n = n, .k = k, .H = H, .w = w_dev ? NULL : ws->top_w, .w_dev = w_dev, .y = ws->exp_out,
                           .sh_y = lw->sh_gate.data ? ws->sh_y : NULL, .sh_gate = sg, .out = ws->out};
+    fwd_hint_mat(ws, ws->ffn_next); /* the combine, the residual and the next norm run alone (forward.c) */
+    ws->ffn_next = NULL;
     be->combine(be, &c);
     return 0;
 }

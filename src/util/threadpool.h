@@ -35,4 +35,12 @@ void sl_pool_for_any(sl_pool *pool, size_t n, size_t grain, sl_pool_fn fn, void 
  * (the caller, or pool NULL) 0. Cannot fail. */
 int sl_pool_thread(const sl_pool *pool);
 
+/* A hint: the next parallel-for reads these n byte ranges (at most SL_POOL_HINT_MAX, in that order) first.
+ * Workers waiting for it prefetch them into the caches meanwhile, while the caller does its serial work
+ * alone, and drop the rest when it starts; a later hint replaces an earlier one. Only prefetch instructions
+ * touch the ranges (they never fault and change no byte), so no result depends on it. pool NULL or of one
+ * thread: nothing. Cannot fail. */
+#define SL_POOL_HINT_MAX 4
+void sl_pool_hint(sl_pool *pool, const void *const *p, const size_t *bytes, int n);
+
 #endif

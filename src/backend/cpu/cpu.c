@@ -234,6 +234,10 @@ static void cpu_copy_rows(sl_backend *be, float *dst, size_t ldd, const int *did
                (size_t)cols * sizeof(float));
 }
 
+static void cpu_hint(sl_backend *be, const void *const *p, const size_t *bytes, int n) {
+    sl_pool_hint(cpu_of(be)->pool, p, bytes, n);
+}
+
 /* ---- the table -------------------------------------------------------------------------------- */
 
 sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool) {
@@ -266,6 +270,7 @@ sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool) {
         .add = cpu_add,
         .add_bias = cpu_add_bias,
         .copy_rows = cpu_copy_rows,
+        .hint = cpu_hint,
         .attention = cpu_attention,
         .mla = cpu_mla,
         .dn_conv = cpu_dn_conv,
