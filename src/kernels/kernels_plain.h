@@ -9,6 +9,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 
@@ -46,7 +47,15 @@ static inline void plain_rmsnorm(const float *x, const float *w, float w_off, fl
     if (i + 2 < n) s2 += (double)x[i + 2] * (double)x[i + 2];
     const double ss = (s0 + s1) + (s2 + s3);
     float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
-    for (int i = 0; i < n; i++) y[i] = (x[i] * inv) * (w_off + w[i]);
+    i = 0;
+    for (; i + 16 <= n; i += 16) { /* 16 at a time through locals (y may alias x): the same products */
+        float a[16], b[16];
+        memcpy(a, x + i, sizeof a);
+        memcpy(b, w + i, sizeof b);
+        for (int j = 0; j < 16; j++) a[j] = (a[j] * inv) * (w_off + b[j]);
+        memcpy(y + i, a, sizeof a);
+    }
+    for (; i < n; i++) y[i] = (x[i] * inv) * (w_off + w[i]);
 }
 
 /* y[i] = silu(g[i]) * u[i]. */

@@ -170,7 +170,21 @@ static void rope_one(float *x, int rot, const float *c, const float *s, int inte
         }
         memcpy(x, tmp, (size_t)rot * sizeof(float));
     }
-    for (int i = 0; i < half; i++) {
+    int i = 0;
+    for (; i + 16 <= half; i += 16) { /* the same products and sums 16 at a time, through locals: no aliasing */
+        float a[16], b[16], cc[16], ss[16], ya[16], yb[16];
+        memcpy(a, x + i, sizeof a);
+        memcpy(b, x + i + half, sizeof b);
+        memcpy(cc, c + i, sizeof cc);
+        memcpy(ss, s + i, sizeof ss);
+        for (int j = 0; j < 16; j++) {
+            ya[j] = a[j] * cc[j] - b[j] * ss[j];
+            yb[j] = b[j] * cc[j] + a[j] * ss[j];
+        }
+        memcpy(x + i, ya, sizeof ya);
+        memcpy(x + i + half, yb, sizeof yb);
+    }
+    for (; i < half; i++) {
         float a = x[i], b = x[i + half];
         x[i] = a * c[i] - b * s[i];
         x[i + half] = b * c[i] + a * s[i];
