@@ -241,8 +241,8 @@ typedef struct sl_stats {
     uint64_t bytes_read;          /* expert bytes read from the file */
     uint64_t reads, retries;      /* expert block reads; resubmissions (short reads, EINTR) */
     double io_wait_s;             /* time the forward pass waited for expert reads */
-    double verify_s;              /* time the cache spent checking expert checksums of resumed reads (the
-                                     I/O engines check whole reads themselves, io.h) */
+    double verify_s;              /* time the evaluating thread spent checking expert checksums (the I/O
+                                     engines check whole reads on their own threads, io.h) */
     double eval_s;                /* wall time inside sl_session_eval */
     uint64_t tokens;              /* tokens evaluated */
     uint64_t cache_slots, cache_bytes, pinned;
@@ -261,9 +261,8 @@ typedef struct sl_stats {
     uint64_t tier_hits, tier_misses; /* device tier (vram_bytes > 0): experts found there / copied in */
     uint64_t tier_bytes_copied;   /* host -> device bytes of those copies */
     uint64_t tier_slots, tier_bytes; /* its slots and their bytes */
-    double engine_verify_s;       /* time the I/O engines spent checking expert checksums: pread's workers,
-                                     or io_uring's wait() on the evaluating thread while it waits for reads
-                                     (then inside io_wait_s) */
+    double engine_verify_s;       /* time the I/O engines' own threads spent checking expert checksums (CPU
+                                     time taken beside the forward pass; verify_s is the evaluating thread's) */
     double io_busy_s;             /* time with at least one expert read in flight (submit to completion) */
     double io_depth_s;            /* reads in flight integrated over time (/ io_busy_s: mean queue depth) */
 } sl_stats;

@@ -44,7 +44,7 @@ typedef struct cache_stats {
     double prefetch_accuracy; /* moving average of the hints' precision; -1 before the first */
     int prefetch_active;      /* hints are currently acted on */
     uint64_t io_wait_ns, verify_ns;
-    uint64_t engine_hash_ns; /* the I/O engines checksumming whole reads (io_req.hash_ns; io_uring's in io_wait_ns) */
+    uint64_t engine_hash_ns; /* the I/O engines' threads checksumming whole reads (io_req.hash_ns) */
     uint64_t io_busy_ns, io_depth_ns; /* the engine's device occupancy (io.h busy): time with a read in the
                                          device, and reads x time */
     uint64_t slots, slot_bytes, pinned;

@@ -2,7 +2,7 @@
  * io.h — the I/O engine behind the expert cache: an ops table (SQLite io_methods style) with three
  * implementations:
  *   io_uring   liburing, many reads in flight; a reaper thread consumes completions as they arrive
- *              while the caller computes, and wait() checksums them (io_req.hash_len) as they land;
+ *              (and checksums them, io_req.hash_len) while the caller computes;
  *   pread      a small thread pool issuing pread(2) (and checksumming), for systems without io_uring;
  *   fault      wraps another engine and injects EIO, short reads, EINTR, delays and corrupted bytes
  *              (tests only).
@@ -24,13 +24,13 @@ typedef struct io_req {
     int64_t res;       /* at completion: bytes read (may be short) or -errno */
     void *user;
     /* Checksum in the completion path: with hash_len > 0 (<= len) the engine computes hash = XXH3-64 of
-     * buf[0, hash_len) before it hands the read out whole (res == len), and sets hashed; otherwise hashed
-     * is 0 and the caller hashes. pread hashes on its workers; io_uring in wait(), as the pieces land,
-     * while the caller would otherwise sleep there (io_uring.c). */
+     * buf[0, hash_len) on its own thread as soon as the read lands whole (res == len), and sets hashed;
+     * otherwise hashed is 0 and the caller hashes. Overlaps the check with the caller's work and with the
+     * other reads in flight. */
     uint32_t hash_len;
     int hashed;
     uint64_t hash;
-    uint64_t hash_ns; /* set with hashed: the engine's time for the checksum (stats) */
+    uint64_t hash_ns; /* set with hashed: the engine thread's time for the checksum (stats) */
 } io_req;
 
 typedef struct io_engine io_engine;

@@ -1,11 +1,11 @@
 /*
  * io_uring.c — liburing engine: prep_read per request, one io_uring_submit per flush (the caller's
  * thread owns the submission queue), and a reaper thread that owns the completion queue: it takes each
- * CQE as it arrives and posts a finished read to a completion FIFO that wait() pops (liburing's SQ and
- * CQ rings are independent: one submitter and one reaper need no lock between them). The reaper never
- * checksums: a read that asks for one (io_req.hash_len) goes, piece by piece as it lands, to a queue of
- * landed bytes that the caller's thread hashes inside wait(), while it would otherwise sleep there
- * (below). Falls back (returns NULL) when the kernel refuses io_uring (old kernel, seccomp).
+ * CQE as it arrives, checksums a whole read when asked (io_req.hash_len) and posts it to a completion
+ * FIFO that wait() pops. So a block's check runs while the caller computes on the blocks before it and
+ * the other reads are in flight (liburing's SQ and CQ rings are independent: one submitter and one
+ * reaper need no lock between them). Falls back (returns NULL) when the kernel refuses io_uring (old
+ * kernel, seccomp).
  *
  * Chunked chains (io_engine.chunk / .chains / .rounds, io.h; docs/STREAMING.md): each read is cut into
  * chunk-sized pieces and a flush deals its pieces, in order, round-robin into `chains` chains (with rounds:
@@ -15,18 +15,11 @@
  * res = len (checksummed then) when every piece is whole, else the bytes of the whole pieces from its start
  * (a short read the caller resumes) or the first piece's error; a piece cancelled by an earlier failure in
  * its chain (-ECANCELED) counts as unread, and nothing read that way gives -EAGAIN, which the caller retries.
- *
- * Checksums in wait() (docs/STREAMING.md, docs/PERFORMANCE.md "Checksums"): the reaper puts a job that
- * asks for a checksum on the hash queue each time one of its pieces lands (once: a job is on it at most
- * once) and wakes the waiter; wait() hashes the queued jobs' landed pieces, feeding XXH3's streaming state
- * every whole piece from the start (pieces land in about their order; the result is the same XXH3-64 as
- * one call over the block), and posts the job itself once its last piece is in and hashed: the completion
- * of a checked read is posted only by wait(), after the digest, so nothing hands out a block before its
- * check. A waiting caller thus hashes the blocks of a layer while their later pieces are still on the
- * disk, in time it would spend asleep, and the reaper only ever takes CQEs and posts. (The reaper hashed
- * before; in-process A/B runs put that at a few per cent of a disk-bound decode and the waiting thread's
- * hashing within the noise of an unchecked control: docs/PERFORMANCE.md, "Checksums".) A read that lands
- * while the caller computes is hashed at its next wait(), before it is handed out.
+ * The checksum runs as the pieces land: the reaper feeds XXH3's streaming state every whole piece of the
+ * run that has landed from the start (pieces land in about their order), so when the last one arrives
+ * only the pieces not yet hashed are left to hash before the completion is posted, not the whole block;
+ * the result is the same XXH3-64 as one call over the block. The completion is still posted only after
+ * the digest, so nothing hands out a block before its check (docs/STREAMING.md).
  */
 #include <errno.h>
 #include <liburing.h>
@@ -50,13 +43,10 @@ typedef struct job {
     int n, left;             /* pieces, and those not completed yet */
     int64_t res[MAX_PIECES]; /* each piece's result */
     int next_free;
-    /* the checksum of the pieces landed so far: hs, hashing, hashed_n and hash_ns are wait()'s alone (the
-     * caller's thread) from submission to completion; checked is read by the reaper, queued under mu */
+    /* the reaper's alone from submission to completion: the checksum of the pieces landed so far */
     XXH3_state_t *hs;        /* made on first use, kept with the job slot */
-    int checked;             /* the request asks for a checksum: wait() posts it (fixed at submission) */
-    int hashing;             /* checked, and every piece hashed so far came back whole */
+    int hashing;             /* the request asks for a checksum and every piece so far came back whole */
     int hashed_n;            /* pieces fed to hs, from the first */
-    int queued;              /* on the hash queue (under mu) */
     uint64_t hash_ns;
 } job;
 
@@ -75,8 +65,6 @@ typedef struct {
     pthread_cond_t cv;
     io_req *fin[UQ_CAP]; /* completions not yet handed out, FIFO */
     int fin_head, fin_n;
-    int hq[JOB_CAP];     /* checked jobs with pieces landed since wait() last looked, FIFO (under mu) */
-    int hq_head, hq_n;
     int outstanding;     /* submitted and not yet handed out */
     int fail;            /* the reaper's error (-errno), handed to the next wait */
     io_occ occ;          /* reads in the kernel's hands (io.h busy), under mu */
@@ -107,16 +95,15 @@ static int64_t job_result(const job *jb, uint32_t len, uint32_t piece) {
 
 /* Feeds hs the whole pieces landed from the first one not fed yet (the bytes of each below hash_len),
  * stopping at a piece still in flight; a piece that came back short or failed ends the checksum (the
- * request then completes unhashed and the cache checks it). res: the pieces' results as wait() took them
- * under mu. wait()'s thread, without the lock: only it touches hs, hashed_n and hash_ns until the job is
- * posted, and the bytes of a landed piece no longer change. */
-static void hash_landed(job *jb, const int64_t *res_at, uint32_t piece) {
+ * request then completes unhashed and the caller checks it). The reaper's thread, no lock: nothing else
+ * touches these fields between submission and completion. */
+static void hash_landed(job *jb, uint32_t piece) {
     const io_req *r = jb->req;
     const uint64_t t0 = mono_ns();
     while (jb->hashing && jb->hashed_n < jb->n) {
         const int p = jb->hashed_n;
         const uint32_t at = (uint32_t)p * piece, want = p + 1 < jb->n ? piece : r->len - at;
-        const int64_t res = res_at[p];
+        const int64_t res = jb->res[p];
         if (res == INT64_MIN) break; /* not landed yet */
         if (res != (int64_t)want) {
             jb->hashing = 0;
@@ -129,19 +116,6 @@ static void hash_landed(job *jb, const int64_t *res_at, uint32_t piece) {
         jb->hashed_n++;
     }
     jb->hash_ns += mono_ns() - t0;
-}
-
-/* Hands a finished job's request to the completion FIFO and frees its slot; mu held. The reaper posts
- * reads without a checksum, wait() the checked ones (the top of the file). */
-static void post_locked(uring_engine *u, job *jb, int64_t res, int hashed, uint64_t h) {
-    io_req *r = jb->req;
-    r->res = res;
-    r->hashed = hashed;
-    r->hash = h;
-    r->hash_ns = hashed ? jb->hash_ns : 0;
-    jb->next_free = u->free_job; /* the slot is the submitter's again from here */
-    u->free_job = (int)(jb - u->jobs);
-    u->fin[(u->fin_head + u->fin_n++) % UQ_CAP] = r;
 }
 
 static void *reap(void *arg) {
@@ -158,7 +132,7 @@ static void *reap(void *arg) {
             return NULL;
         }
         const uint64_t ud = cqe->user_data;
-        const int64_t res = cqe->res;
+        int64_t res = cqe->res;
         io_uring_cqe_seen(&u->ring, cqe);
         if (!ud) return NULL; /* the NOP destroy() sends */
         /* the request's fields were written before u_submit's unlock (the kernel's ordering is invisible
@@ -167,49 +141,32 @@ static void *reap(void *arg) {
         job *jb = &u->jobs[(ud >> 8) - 1];
         jb->res[ud & 0xff] = res;
         const int left = --jb->left;
+        const uint32_t piece = jb->n > 1 ? u->base.chunk : jb->req->len;
         if (!left) io_occ_step(&u->occ, mono_ns(), -1);
-        if (jb->checked) { /* wait() hashes what landed and posts it (the top of the file) */
-            if (!jb->queued) {
-                jb->queued = 1;
-                u->hq[(u->hq_head + u->hq_n++) % JOB_CAP] = (int)(jb - u->jobs);
-                pthread_cond_signal(&u->cv);
-            }
-        } else if (!left) {
-            const uint32_t piece = jb->n > 1 ? u->base.chunk : jb->req->len;
-            post_locked(u, jb, job_result(jb, jb->req->len, piece), 0, 0);
-            pthread_cond_signal(&u->cv);
-        }
         pthread_mutex_unlock(&u->mu);
-    }
-}
-
-/* wait()'s share of a checked read, mu held on entry and exit: takes the first job off the hash queue,
- * hashes its landed pieces without the lock, and posts it once every piece is in (the digest first). */
-static void hash_queued(uring_engine *u) {
-    job *jb = &u->jobs[u->hq[u->hq_head]];
-    u->hq_head = (u->hq_head + 1) % JOB_CAP;
-    u->hq_n--;
-    jb->queued = 0; /* a piece landing from here queues the job again */
-    const int left = jb->left;
-    int64_t res[MAX_PIECES];
-    memcpy(res, jb->res, sizeof res);
-    const uint32_t piece = jb->n > 1 ? u->base.chunk : jb->req->len;
-    pthread_mutex_unlock(&u->mu);
-    hash_landed(jb, res, piece);
-    int64_t got = 0;
-    int hashed = 0;
-    uint64_t h = 0;
-    if (!left) { /* the last piece was in when the queue was read: no CQE of this job is left */
-        got = job_result(jb, jb->req->len, piece);
-        hashed = jb->hashing && jb->hashed_n == jb->n && got == (int64_t)jb->req->len;
+        /* the checksum of what has landed, while the other pieces are still on their way (top of the file) */
+        if (jb->hashing) hash_landed(jb, piece);
+        if (left > 0) continue;
+        io_req *r = jb->req;
+        res = job_result(jb, r->len, piece);
+        const int hashed = jb->hashing && jb->hashed_n == jb->n && res == (int64_t)r->len;
+        uint64_t h = 0;
         if (hashed) {
             const uint64_t t0 = mono_ns();
             h = XXH3_64bits_digest(jb->hs);
             jb->hash_ns += mono_ns() - t0;
         }
+        pthread_mutex_lock(&u->mu);
+        r->res = res;
+        r->hashed = hashed;
+        r->hash = h;
+        r->hash_ns = hashed ? jb->hash_ns : 0;
+        jb->next_free = u->free_job; /* the slot is the submitter's again from here */
+        u->free_job = (int)(jb - u->jobs);
+        u->fin[(u->fin_head + u->fin_n++) % UQ_CAP] = r;
+        pthread_cond_signal(&u->cv);
+        pthread_mutex_unlock(&u->mu);
     }
-    pthread_mutex_lock(&u->mu);
-    if (!left) post_locked(u, jb, got, hashed, h);
 }
 
 static int submit_ring(uring_engine *u) {
@@ -293,11 +250,9 @@ static int u_submit(io_engine *e, io_req *r) {
     for (int p = 0; p < jb->n; p++) jb->res[p] = INT64_MIN; /* not landed */
     jb->hashed_n = 0;
     jb->hash_ns = 0;
-    jb->queued = 0;
     jb->hashing = r->hash_len > 0 && r->hash_len <= r->len;
     if (jb->hashing && !jb->hs) jb->hs = XXH3_createState();
-    if (jb->hashing && (!jb->hs || XXH3_64bits_reset(jb->hs) != XXH_OK)) jb->hashing = 0; /* the cache hashes */
-    jb->checked = jb->hashing;
+    if (jb->hashing && (!jb->hs || XXH3_64bits_reset(jb->hs) != XXH_OK)) jb->hashing = 0; /* the caller hashes */
     r->hashed = 0;
     u->pend[u->n_pend++] = ji;
     return 0;
@@ -321,11 +276,7 @@ static int u_wait(io_engine *e, io_req **out) {
         pthread_mutex_unlock(&u->mu);
         return -EINVAL;
     }
-    /* rather than sleep, hash the checked reads' landed pieces (the top of the file) */
-    while (u->fin_n == 0 && !u->fail) {
-        if (u->hq_n) hash_queued(u);
-        else pthread_cond_wait(&u->cv, &u->mu);
-    }
+    while (u->fin_n == 0 && !u->fail) pthread_cond_wait(&u->cv, &u->mu);
     if (u->fin_n == 0) {
         rc = u->fail;
         pthread_mutex_unlock(&u->mu);
