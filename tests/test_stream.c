@@ -318,6 +318,36 @@ TEST(fault_eio_names_expert) {
     one_fault(&fc, SL_EIO, "Input/output error");
 }
 
+/* The engine's wait() itself fails (its reaper gone): the eval reports it by name and closing the model
+ * returns instead of waiting forever for the reads that will never be reported (cache.c drain). */
+TEST(broken_engine_wait_fails_the_eval_and_close_returns) {
+    const char *path = test_packed("qwen3_5_moe");
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens("qwen3_5_moe", &t) == 0);
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.wait_fail_after = 3;
+    sl_model_params mp = sl_model_params_default();
+    mp.prefetch = -1;
+    sl_model *m = NULL;
+    sl_error err = {0};
+    CHECK(model_open_ex(path, &mp, &fc, &m, &err) == SL_OK);
+    sl_session *s = NULL;
+    CHECK(sl_session_new(m, 0, &s) == SL_OK);
+    float *logits = malloc((size_t)sl_model_n_vocab(m) * sizeof(float));
+    sl_status st = SL_OK;
+    char msg[1024] = "";
+    for (int i = 0; i < t.n && st == SL_OK; i++) {
+        st = sl_session_eval(s, &t.tokens[i], 1, logits, 0);
+        if (st != SL_OK) snprintf(msg, sizeof msg, "%s", sl_session_errmsg(s));
+    }
+    free(logits);
+    sl_session_free(s);
+    sl_model_close(m); /* used to spin in drain() for ever */
+    CHECKF(st == SL_EIO && strstr(msg, "waiting for expert reads failed"), "status %d, message: %s", st, msg);
+}
+
 /* The same read error under a device tier of 8 slots: the tier passes the cache's message on, the failed
  * eval leaves the session as it was, and the next request reads the expert again. */
 TEST(fault_eio_through_the_tier) {

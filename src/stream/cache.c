@@ -58,6 +58,7 @@ struct cache {
     int *queued, n_queued, queued_head;
     int inflight;
     int failed;
+    int io_broken; /* the engine's wait() itself failed: the reads in flight will never be reported */
     /* prefetch accuracy, measured on every hint whether or not it is acted on (no I/O needed) */
     unsigned char *pred;   /* [E] experts of the last hint */
     int pred_layer, pred_n, pred_seen, pf_on;
@@ -222,7 +223,10 @@ static int complete_one(cache *c, int *done_slot) {
     int rc = c->io->ops->wait(c->io, &r);
     c->st.io_wait_ns += now_ns() - t0;
     *done_slot = -1;
-    if (rc) return fail(c, SL_EIO, "waiting for expert reads failed: %s", strerror(-rc));
+    if (rc) {
+        c->io_broken = 1;
+        return fail(c, SL_EIO, "waiting for expert reads failed: %s", strerror(-rc));
+    }
     c->inflight--;
     slot *s = r->user;
     int i = (int)(s - c->slots);
@@ -518,7 +522,7 @@ static void c_release(void *ctx, int expert) {
 
 /* Waits for every read in flight (prefetches included); completed blocks stay cached. */
 static void drain(cache *c) {
-    while (c->inflight > 0) {
+    while (c->inflight > 0 && !c->io_broken) { /* a broken engine reports nothing more: waiting would hang */
         int done = -1;
         int saved = c->failed;
         char msg[sizeof c->err];

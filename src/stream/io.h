@@ -97,6 +97,8 @@ typedef struct io_fault_cfg {
     unsigned delay_us;      /* sleeps before every completion */
     uint64_t only_off;
     int reverse;            /* hand completions out newest-first (scrambles completion order) */
+    unsigned wait_fail_after; /* wait() fails with -EIO from the (n + 1)-th call on, reporting nothing more,
+                               * as an engine whose reaper died would (0 = never) */
 } io_fault_cfg;
 
 /* Takes ownership of inner. */

@@ -17,6 +17,7 @@ typedef struct {
     io_fault_cfg cfg;
     unsigned count, faults;
     int outstanding;        /* submitted to inner, not yet handed out */
+    unsigned waits;         /* wait() calls so far (wait_fail_after) */
     io_req *held[4096];     /* reverse mode: completions waiting to be handed out, newest last */
     int n_held;
 } fault_engine;
@@ -54,6 +55,7 @@ static void mangle(fault_engine *f, io_req *r) {
 
 static int f_wait(io_engine *e, io_req **out) {
     fault_engine *f = (fault_engine *)e;
+    if (f->cfg.wait_fail_after && f->waits++ >= f->cfg.wait_fail_after) return -EIO;
     if (f->cfg.reverse && f->n_held == 0) {
         /* collect every read in flight, then hand them out newest-first */
         while (f->outstanding > f->n_held && f->n_held < (int)(sizeof f->held / sizeof *f->held)) {
