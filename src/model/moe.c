@@ -390,15 +390,19 @@ static void hint_next_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *n
  * layer's experts while the embeddings, the mixer and the router are computed (else it idles until the
  * routing and the mixer waits for the whole layer's first reads: ~6% of a 512-token prefill of the 30B
  * shape, docs/PERFORMANCE.md "At scale" §3). When n draws of k experts from E are expected to take at least
- * 90% of them (E (1 - (1 - k/E)^n); 512 tokens of the 30B shape: all 128), every expert; otherwise the
- * layer's router on x (the embeddings), as hint_next_wide predicts the next layer. */
+ * 90% of them (E (1 - (1 - k/E)^n); 512 tokens of the 30B shape: all 128), every expert; otherwise
+ * nothing (see below). */
 void fwd_moe_hint_first(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
                         const sl_expert_src *experts, int n, const float *x, const fwd_wide *wb) {
     if (!experts->begin || n < 1) return;
     const int E = cfg->n_experts, k = cfg->n_experts_used;
     double miss = 1.0;
     for (int t = 0; t < n && miss > 1e-6; t++) miss *= 1.0 - (double)k / E;
-    hint_next_wide(ws, cfg, lw, layer, experts, n, x, (int)((double)E * (1.0 - miss)), wb);
+    /* only when nearly every expert will be read: the cache does not score this hint (it comes between
+     * requests), so a router guess for a few tokens — a continuous-batching decode step — would read and
+     * evict whatever its accuracy */
+    if (miss > 0.1) return;
+    hint_next_wide(ws, cfg, lw, layer, experts, n, x, E, wb);
 }
 
 /* The MoE block over n tokens at once (layer-major prefill): every expert the n tokens chose is fetched
