@@ -496,6 +496,12 @@ typedef struct {
     const size_t *row0; /* [n+1] first global row of each matrix */
 } multi_job;
 
+/* The int8 kernel for w: ops' own, or the scalar one for rows of more than 2048 groups (the SIMD tables hold
+ * a row's scales on the stack: kernels_i8_x86.h, I8_MAXG groups). */
+static kern_matmul_i8_fn i8_kernel(const kern_ops *ops, const sl_mat *w) {
+    return ops->matmul_i8[w->dtype] && w->cols / w->group <= 2048 ? ops->matmul_i8[w->dtype] : scalar_ops.matmul_i8[w->dtype];
+}
+
 static void multi_part(void *ctx, size_t begin, size_t end) {
     const multi_job *j = ctx;
     for (int i = 0; i < j->n; i++) {
@@ -504,10 +510,7 @@ static void multi_part(void *ctx, size_t begin, size_t end) {
         int r0 = (int)((begin > b ? begin : b) - b), r1 = (int)((end < e ? end : e) - b);
         const kern_mm *m = &j->mm[i];
         if (mm_use_i8(m->w, m->a)) {
-            kern_matmul_i8_fn fn = j->ops->matmul_i8[m->w->dtype] && m->w->cols / m->w->group <= 2048
-                                       ? j->ops->matmul_i8[m->w->dtype]
-                                       : scalar_ops.matmul_i8[m->w->dtype];
-            fn(m->w, m->a, m->y, m->ldy, r0, r1);
+            i8_kernel(j->ops, m->w)(m->w, m->a, m->y, m->ldy, r0, r1);
         } else
             j->ops->matmul[m->w->dtype](m->w, m->a->x, m->a->ldx, m->y, m->ldy, m->a->n_tok, r0, r1);
     }
@@ -563,10 +566,7 @@ static void swiglu_part(void *ctx, size_t begin, size_t end) {
         const int r1 = r0 + SWIGLU_ROWS < j->inter ? r0 + SWIGLU_ROWS : j->inter;
         const kern_mm *m[2] = {&j->g[i], &j->u[i]};
         for (int k = 0; k < 2; k++) { /* the kernel multi_part would run on these rows */
-            const sl_mat *w = m[k]->w;
-            kern_matmul_i8_fn fn = j->ops->matmul_i8[w->dtype] && w->cols / w->group <= 2048 ? j->ops->matmul_i8[w->dtype]
-                                                                                              : scalar_ops.matmul_i8[w->dtype];
-            fn(w, m[k]->a, m[k]->y, m[k]->ldy, r0, r1);
+            i8_kernel(j->ops, m[k]->w)(m[k]->w, m[k]->a, m[k]->y, m[k]->ldy, r0, r1);
         }
         j->ops->swiglu(j->g[i].y + r0, j->u[i].y + r0, j->g[i].y + r0, r1 - r0);
         if (j->mid->int8) kern_act_prepare_cols(j->mid, i, r0, r1);
@@ -599,9 +599,7 @@ int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_ac
         return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
     if (a->n_tok <= 0 || w->rows <= 0) return 0;
     act_prepare_on(a, pool);
-    /* the SIMD tables hold a row's scales on the stack (kernels_i8_x86.h: I8_MAXG groups) */
-    kern_matmul_i8_fn fn = ops->matmul_i8[dt] && w->cols / w->group <= 2048 ? ops->matmul_i8[dt] : scalar_ops.matmul_i8[dt];
-    mmi8_job j = {fn, w, a, y, ldy};
+    mmi8_job j = {i8_kernel(ops, w), w, a, y, ldy};
     size_t work = (size_t)w->cols * (size_t)a->n_tok;
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
     sl_pool_for_any(pool, (size_t)w->rows, grain, mmi8_part, &j);
