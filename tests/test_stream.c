@@ -335,17 +335,17 @@ TEST(broken_engine_wait_fails_the_eval_and_close_returns) {
     CHECK(model_open_ex(path, &mp, &fc, &m, &err) == SL_OK);
     sl_session *s = NULL;
     CHECK(sl_session_new(m, 0, &s) == SL_OK);
-    float *logits = malloc((size_t)sl_model_n_vocab(m) * sizeof(float));
-    sl_status st = SL_OK;
+    const int V = sl_model_n_vocab(m);
+    float *logits = malloc((size_t)(t.n + 4) * (size_t)V * sizeof(float));
+    int at = -1, past = -1;
+    sl_status fst = SL_OK;
     char msg[1024] = "";
-    for (int i = 0; i < t.n && st == SL_OK; i++) {
-        st = sl_session_eval(s, &t.tokens[i], 1, logits, 0);
-        if (st != SL_OK) snprintf(msg, sizeof msg, "%s", sl_session_errmsg(s));
-    }
+    step_all(s, &t, V, logits, &at, &fst, msg, &past);
     free(logits);
     sl_session_free(s);
     sl_model_close(m); /* used to spin in drain() for ever */
-    CHECKF(st == SL_EIO && strstr(msg, "waiting for expert reads failed"), "status %d, message: %s", st, msg);
+    CHECKF(at >= 0 && fst == SL_EIO && strstr(msg, "waiting for expert reads failed"), "status %d at token %d, message: %s",
+           fst, at, msg);
 }
 
 /* The same read error under a device tier of 8 slots: the tier passes the cache's message on, the failed
