@@ -130,6 +130,24 @@ for p in "The quick brown fox jumps over the lazy dog. 1234" "Hello"; do
         "$([ "$a" = "$b" ] && echo identical || echo DIFFERENT)" | tee -a "$raw/greedy.txt"
 done
 
+# The tables: the python of $1 after a head both modes share (raw, layers, ts = the CPU_THREADS list; the
+# machine, steps, greedy text and commands printed; load(p): a bench's JSON, [] when missing), into $out/llama.txt.
+summary() {
+    python3 -c "import csv, glob, json, os, statistics, sys
+raw, layers, ts = sys.argv[1], sys.argv[2], sys.argv[3].split()
+print(open(f'{raw}/machine.txt').read().strip())
+for f in ('steps.txt', 'greedy.txt', 'commands.txt'):
+    if os.path.exists(f'{raw}/{f}'):
+        print(open(f'{raw}/{f}').read().strip())
+def load(p):
+    try:
+        t = open(p).read()
+        return json.loads(t[t.index('['):])
+    except Exception:
+        return []
+$1" "$raw" "$layers" "$cpu_t" | tee "$out/llama.txt"
+}
+
 # 3. rounds, alternating, nvidia-smi sampling throughout (CPU_THREADS: the CPU rounds, then stop)
 if [ -n "$cpu_t" ]; then
     lscpu >"$raw/lscpu.txt" 2>&1 || true
@@ -146,21 +164,12 @@ if [ -n "$cpu_t" ]; then
         done
         save
     done
-    python3 - "$raw" "$layers" "$cpu_t" <<'PY' | tee "$out/llama.txt"
-import json, os, statistics, sys
-raw, layers, ts = sys.argv[1], sys.argv[2], sys.argv[3].split()
-print(open(f"{raw}/machine.txt").read().strip())
-for f in ("steps.txt", "greedy.txt"):
-    if os.path.exists(f"{raw}/{f}"):
-        print(open(f"{raw}/{f}").read().strip())
-print(f"llama-bench -m q30-L{layers}.gguf -ngl 0 -t T -p 128 -n 64 -r 3 (OMP_WAIT_POLICY=active); sluice bench -m "
-      f"q30-L{layers}.sluice --resident --threads T --prompt 1 --gen 64 / --prompt 128 --gen 1")
-def load(p):
-    try:
-        t = open(p).read()
-        return json.loads(t[t.index("["):])
-    except Exception:
-        return []
+    cat >"$raw/commands.txt" <<EOF
+OMP_WAIT_POLICY=active llama-bench -m q30-L$layers.gguf -ngl 0 -t T -p 128 -n 64 -r 3 -o json
+sluice bench -m q30-L$layers.sluice --resident --threads T --prompt 1 --gen 64 --json    (decode)
+sluice bench -m q30-L$layers.sluice --resident --threads T --prompt 128 --gen 1 --json   (prefill 128)
+EOF
+    summary "$(cat <<'PY'
 print("\n| threads | round | llama.cpp prefill 128 | sluice prefill 128 | llama.cpp decode | sluice decode | decode ratio |")
 print("|---|---|---|---|---|---|---|")
 r = 1
@@ -182,6 +191,7 @@ for t, v in rat.items():
     print(f"{t} threads: decode ratio median {statistics.median(d):.2f}x ({min(d):.2f}-{max(d):.2f}), prefill "
           f"{statistics.median(p):.2f}x" if p else f"{t} threads: decode ratio median {statistics.median(d):.2f}x")
 PY
+)"
     exit 0
 fi
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,pstate \
@@ -206,19 +216,7 @@ for r in $(seq 1 "$rounds"); do
     save
 done
 kill "$smi" 2>/dev/null || true
-python3 - "$raw" "$layers" <<'PY' | tee "$out/llama.txt"
-import csv, glob, json, os, statistics, sys
-raw, layers = sys.argv[1], sys.argv[2]
-print(open(f"{raw}/machine.txt").read().strip())
-for f in ("steps.txt", "greedy.txt", "commands.txt"):
-    if os.path.exists(f"{raw}/{f}"):
-        print(open(f"{raw}/{f}").read().strip())
-def load(p):
-    try:
-        t = open(p).read()
-        return json.loads(t[t.index("["):])
-    except Exception:
-        return []
+summary "$(cat <<'PY'
 print(f"\n| round | engine | setting | prefill 128 tok/s | decode tok/s at depth 0 | decode tok/s at depth 128 |")
 print("|---|---|---|---|---|---|")
 dec = {}
@@ -262,6 +260,7 @@ if rows:
           f"memory {min(mem):.0f}-{max(mem):.0f} MHz, power {min(pw):.0f}-{max(pw):.0f} W, {min(tp):.0f}-{max(tp):.0f} C, "
           f"pstates {sorted(set(r[6].strip() for r in rows))}")
 PY
+)"
 echo "llama part done at $(el) s"
 fi
 
