@@ -389,7 +389,7 @@ static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered)
     int ms = cfg_moe_slot(c->cfg, layer);
     if (ms < 0) return fail(c, SL_EINVAL, "layer %d has no routed experts", layer);
     /* score the ordered hint for this layer; not one given before any request of a pass (its first layer's:
-     * a guess from the embeddings or every expert), which would only switch off the hints that follow */
+     * every expert of it, moe.c fwd_moe_hint_first), which would only switch off the hints that follow */
     if (c->wl_n > 0 && c->wl_slot == ms && c->wl_scored) {
         int good = 0;
         for (int i = 0; i < n; i++) good += c->wl_mark[experts[i]];
