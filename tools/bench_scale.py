@@ -297,6 +297,23 @@ def fio_randread(path, bs, depth, runtime, size_limit):
 FIO_DEPTHS = [1, 2, 4, 8, 16, 32, 64]  # up to sluice's default io_depth (64 reads in flight at most)
 
 
+def warm_pass(path, warmed):
+    """One sequential O_DIRECT read of the whole file (fio, 16 MiB blocks, 4 in flight), before the section
+    measures it, so that fio and sluice meet the disk in the same state. This VM's disk is a file on its host:
+    a file's first read after minutes is slower than the next (seen every window: a section's first sluice
+    run 0.13-0.32 of fio, its second 1.16-1.34; fio ran only after the first). Returns the pass's MB/s
+    (bytes / s), or None when `warmed` (a set of paths) already holds the file."""
+    if path in warmed:
+        return None
+    size = os.path.getsize(path) // (16 * MIB) * (16 * MIB)
+    cmd = ["fio", "--name=sluice-warm", f"--filename={path}", "--readonly", "--rw=read", "--direct=1",
+           "--ioengine=io_uring", "--bs=16M", "--iodepth=4", f"--size={size}", "--output-format=json"]
+    rc, out, err, dt = sh(cmd, timeout=1800)
+    warmed.add(path)
+    j = json.loads(out[out.index("{"):])
+    return j["jobs"][0]["read"]["bw_bytes"]
+
+
 def fio_sweep(path, bs, depths, runtime):
     """fio at every depth of `depths`, same file and block: the disk's curve, its maximum the bound."""
     size = os.path.getsize(path) // 4096 * 4096
@@ -306,9 +323,10 @@ def fio_sweep(path, bs, depths, runtime):
 def sec_ssd(a, s, res):
     """sluice's read rate against the disk's ceiling: fio at sluice's block size swept over queue depths
     (the bound is its best depth, not one layer's: sluice's reads in flight span layers with prefetch and
-    prefill), once before and once after the sluice runs, the mean per depth. sluice: decode at the smallest
+    prefill), once before each of the two sluice runs, the mean per depth. sluice: decode at the smallest
     budget (every token reads; the bytes a decode step reads / its time) and a layer-major prefill (the
-    prompt's expert bytes / the prefill's time), alternating with fio."""
+    prompt's expert bytes / the prefill's time), alternating with fio. The file is read once whole first
+    (warm_pass), and its block size comes from a probe decode step, so that fio is measured first."""
     rows = []
     depths = [1, 8, 32] if a.quick else FIO_DEPTHS
     rt = 4 if a.quick else 6
@@ -316,33 +334,32 @@ def sec_ssd(a, s, res):
         if a.ssd_shapes and shape not in a.ssd_shapes.split(","):
             continue
         model = s.synth(shape, a.ssd_layers)
-        probe = s.bench(model, ["64M"], 1, 1)[0]
+        warm_bw = warm_pass(model, a.warmed)
+        probe = s.bench(model, ["64M"], 1, 1, ["--io", "direct", "--prefetch", "off"])[0]
         ex = expert_bytes(model, probe)
         cache = max(16 * MIB, int(ex * 0.05)) // MIB * MIB
+        misses = sum(x["misses"] for x in probe["layers"])
+        block = sum(x["bytes_read"] for x in probe["layers"]) // max(1, misses)
+        bs = (block + 4095) // 4096 * 4096
+        piece = (bs // 4 + 4095) // 4096 * 4096
         runs, pre = [], []
         sweeps, psweeps = [], []
         pdepths = [4, 16, 64] if not a.quick else [16]
         for rep_i in range(2):
+            sweeps.append(fio_sweep(model, bs, depths, rt))
+            # sluice's io_uring engine reads each block as 4 pieces, half a layer's in flight (src/stream/io_uring.c):
+            # fio at the piece size too, so the bound is the disk's best at either size
+            psweeps.append(fio_sweep(model, piece, pdepths, rt))
             r = s.bench(model, [cache], a.prompt, a.gen, ["--io", "direct", "--prefetch", "off"])[0]
-            per_layer = r.pop("layers")
+            r.pop("layers")
             r["stream_bytes_s"] = r["decode_tok_s"] * r["bytes_per_token"]
             runs.append(r)
-            if rep_i == 0:
-                misses = sum(x["misses"] for x in per_layer)
-                nbytes = sum(x["bytes_read"] for x in per_layer)
-                block = nbytes // max(1, misses)
-                bs = (block + 4095) // 4096 * 4096
-                piece = (bs // 4 + 4095) // 4096 * 4096
             # prefill: --gen 1, the bytes of the whole run (the one decoded token's are a rounding error)
             p = s.bench(model, [cache], a.ssd_prompt, 1, ["--io", "direct"])[0]
             p.pop("layers")
             p["prefill_s"] = a.ssd_prompt / p["prefill_tok_s"]
             p["read_bytes_s"] = p["prefill_bytes"] / p["prefill_s"]
             pre.append(p)
-            sweeps.append(fio_sweep(model, bs, depths, rt))
-            # sluice's io_uring engine reads each block as 4 pieces, half a layer's in flight (src/stream/io_uring.c):
-            # fio at the piece size too, so the bound is the disk's best at either size
-            psweeps.append(fio_sweep(model, piece, pdepths, rt))
         fio_mean = [(x["bw_bytes"] + y["bw_bytes"]) / 2 for x, y in zip(*sweeps)]
         pfio_mean = [(x["bw_bytes"] + y["bw_bytes"]) / 2 for x, y in zip(*psweeps)]
         best = max(range(len(depths)), key=lambda i: fio_mean[i])
@@ -352,6 +369,7 @@ def sec_ssd(a, s, res):
         at_topk = min(range(len(depths)), key=lambda i: abs(depths[i] - topk))
         dec = sum(r["stream_bytes_s"] for r in runs) / len(runs)
         rows.append({"shape": shape, "label": label, "n_layers": a.ssd_layers, "cache": cache, "block": block, "bs": bs,
+                     "warm_bw": warm_bw,
                      "depth": topk, "busy": sum(r.get("disk_busy_fraction", 0) for r in runs) / len(runs),
                      "queue_depth": sum(r.get("queue_depth", 0) for r in runs) / len(runs),
                      "runs": runs, "prefill_runs": pre, "sweeps": sweeps, "depths": depths, "fio_mean": fio_mean,
@@ -368,6 +386,7 @@ def sec_ssd(a, s, res):
 def sec_prefill(a, s, res):
     shape, label = SHAPES[0]
     model = s.synth(shape, a.layers)
+    warm_bw = warm_pass(model, a.warmed)  # as section 2: no run meets the file's first read
     probe = s.bench(model, ["64M"], 1, 1)[0]
     ex = expert_bytes(model, probe)
     cache = int(ex * 0.25) // MIB * MIB
@@ -377,7 +396,7 @@ def sec_prefill(a, s, res):
         r = s.bench(model, [cache], prompt, a.gen, ["--io", "direct"])[0]
         r.pop("layers")
         rows.append(r)
-    res.update(shape=shape, label=label, cache=cache, expert_bytes=ex, prompt=prompt, rows=rows,
+    res.update(shape=shape, label=label, cache=cache, expert_bytes=ex, prompt=prompt, rows=rows, warm_bw=warm_bw, n_layers=a.layers,
                ratio=sum(r["prefill_tok_s"] for r in rows) / sum(r["decode_tok_s"] for r in rows))
 
 
@@ -768,12 +787,19 @@ def render(a, results, m):
         L += ["### 2. Fraction of the SSD bound", "", provenance(s2, m), "",
               "The bound: `fio` random reads (O_DIRECT, io_uring) of the same file with sluice's block size (one "
               "expert block, rounded up to 4 KiB) at queue depths " + ", ".join(str(x) for x in s2["rows"][0]["depths"])
-              + ", once before and once after the sluice runs; per depth the mean of the two, and the bound is the "
+              + ", once before each of the two sluice runs; per depth the mean of the two, and the bound is the "
               "best depth (the disk's ceiling, not one layer's depth: with prefetch and prefill sluice has more "
               "reads in flight than one layer's experts). sluice, alternating with fio: decode at a cache of 5% of "
               "the experts, prefetch off, `--io direct` (tok/s × bytes read per token), and a layer-major prefill "
               f"of a {s2['rows'][0]['prefill_runs'][0]['prompt_tokens']}-token prompt at the same cache (the "
               "prompt's expert bytes / the prefill's time).", "",
+              "Before any of it, the file is read once whole, sequentially with O_DIRECT (`fio --rw=read --bs=16M "
+              "--iodepth=4`), so that fio and sluice meet the disk in the same state: this VM's disk is a file on "
+              "its host, and a file's first read after a while is slower than the next (without this pass every "
+              "window had each file's first sluice run at 0.13–0.32 of fio and its second at 1.16–1.34, fio "
+              "having run only after the first). That pass's rate, per file: "
+              + ", ".join(f"{r['label']} {r['warm_bw'] / 1e6:.0f} MB/s" for r in s2["rows"] if r.get("warm_bw"))
+              + ".", "",
               "Every byte counted is one the token needed: prefetch is off, so no read is speculative. *disk busy*: "
               "the share of decode time with at least one of sluice's reads in flight (`disk_busy_fraction`, "
               "sl_stats.io_busy_s), and the mean reads in flight while busy.", "",
@@ -826,10 +852,12 @@ def render(a, results, m):
     p = results.get("prefill")
     if p:
         L += ["### 3. Prefill, streamed: layer-major against token by token", "", provenance(p, m), "",
-              f"{p['label']} ({d['rows'][0]['n_layers'] if d else ''} layers), cache 25% of the experts, "
+              f"{p['label']} ({p.get('n_layers') or (d['rows'][0]['n_layers'] if d else '?')} layers), cache 25% of the experts, "
               f"`--io direct`: a {p['prompt']}-token prompt evaluated in one layer-major prefill, against "
               "the decode rate of the tokens after it (one token at a time, the way a token-by-token prefill "
-              f"runs). `{short(p['rows'][0]['command'])}`", "",
+              f"runs). `{short(p['rows'][0]['command'])}`"
+              + (f" The file was read once whole first, as in section 2 ({p['warm_bw'] / 1e6:.0f} MB/s)."
+                 if p.get("warm_bw") else ""), "",
               "| run | prefill tok/s | prefill I/O wait | prefill MB read (read ahead) | token-by-token tok/s | ratio |",
               "|---|---|---|---|---|---|"]
         for i, r in enumerate(p["rows"]):
@@ -1028,6 +1056,7 @@ def main():
     ap.add_argument("--ssd-shapes", default=None, help="section 2's shapes, comma-separated (default: all three)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()
+    a.warmed = set()  # files read whole once in this run (warm_pass)
     a.layers = a.layers or (1 if a.quick else 4)
     a.ssd_layers = a.ssd_layers or a.layers
     a.prompt, a.gen = (4, 8) if a.quick else (8, 48)
