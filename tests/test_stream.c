@@ -702,7 +702,7 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         CHECKF(c, "%s", why);
         sl_expert_src src = cache_source(c);
         int seven = 7, rc = 0;
-        src.prefetch(src.ctx, 2, &seven, 1); /* this read fails or comes back corrupted */
+        src.prefetch(src.ctx, 2, &seven, 1, 1); /* this read fails or comes back corrupted */
         if (kind >= 2) rc = demand(&src, 2, 5); /* unclaimed: the failure lands while serving expert 5 */
         if (!rc) rc = demand(&src, 2, 7);
         cache_stats st;
@@ -779,7 +779,7 @@ TEST(corrupt_block_on_disk_caught_on_the_io_thread) {
  * as the forward pass gives it; every expert must arrive in list order with its data bound. */
 static int ordered_run(sl_expert_src *src, int layer, const int *list, int n, int hint_layer, const int *hint, int n_hint) {
     int rc = src->begin(src->ctx, layer, list, n, 1);
-    if (!rc && hint) src->prefetch(src->ctx, hint_layer, hint, n_hint);
+    if (!rc && hint) src->prefetch(src->ctx, hint_layer, hint, n_hint, 1);
     for (int i = 0; !rc && i < n; i++) {
         int got = -1;
         sl_expert ex;
@@ -1222,7 +1222,7 @@ TEST(hint_between_requests_reads_ahead) {
     CHECKF(c, "%s", why);
     sl_expert_src src = cache_source(c);
     const int hint[2] = {3, 5}, want[3] = {3, 5, 7};
-    src.prefetch(src.ctx, 2, hint, 2); /* slot 1 = model layer 2 (layer 1 is dense) */
+    src.prefetch(src.ctx, 2, hint, 2, 1); /* slot 1 = model layer 2 (layer 1 is dense) */
     cache_stats before;
     cache_get_stats(c, &before);
     int rc = src.begin(src.ctx, 2, want, 3, 1), bad = 0;
@@ -1247,4 +1247,39 @@ TEST(hint_between_requests_reads_ahead) {
            "hint reads %llu before the request, %llu after, used %llu, reads %llu",
            (unsigned long long)before.prefetch_reads, (unsigned long long)st.prefetch_reads,
            (unsigned long long)st.prefetch_used, (unsigned long long)st.reads);
+}
+
+/* A decode step's router guess that comes between requests (a device tier that served the whole step from
+ * its slots opens none here) is a guess, not a layer-major union: in the default mode (1: act on guesses
+ * once they prove accurate) it starts no read before any guess has been scored, whereas the same experts
+ * hinted as an ordered union are read at once (hint_between_requests_reads_ahead). */
+TEST(decode_guess_between_requests_is_scored_not_read) {
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    char why[256];
+    io_engine *io = io_pread_engine_new(f.fd, 4, why, sizeof why);
+    CHECKF(io, "%s", why);
+    sl_backend *be = be_cpu_new(NULL, NULL);
+    CHECK(be != NULL);
+    cache_cfg cc = {&f, &f.cfg, io, 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1, be};
+    cache *c = cache_new(&cc, why, sizeof why);
+    CHECKF(c, "%s", why);
+    sl_expert_src src = cache_source(c);
+    const int hint[2] = {3, 5};
+    src.prefetch(src.ctx, 2, hint, 2, 0);
+    cache_stats guess;
+    cache_get_stats(c, &guess);
+    src.prefetch(src.ctx, 2, hint, 2, 1);
+    cache_stats ordered;
+    cache_get_stats(c, &ordered);
+    cache_free(c);
+    be_close(be);
+    slc_close(&f);
+    CHECKF(guess.prefetch_reads == 0 && guess.reads == 0 && ordered.prefetch_reads == 2,
+           "after the guess %llu hint reads (%llu reads), after the ordered hint %llu",
+           (unsigned long long)guess.prefetch_reads, (unsigned long long)guess.reads,
+           (unsigned long long)ordered.prefetch_reads);
 }

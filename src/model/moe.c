@@ -233,7 +233,7 @@ static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_l
                 ws->pf_list[np++] = e;
             }
         }
-    experts->prefetch(experts->ctx, next_layer, ws->pf_list, np);
+    experts->prefetch(experts->ctx, next_layer, ws->pf_list, np, 0);
 }
 
 static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
@@ -383,7 +383,7 @@ static void hint_next_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *n
         for (int e = 0; e < E; e++)
             if (ws->pf_mark[e]) ws->pf_list[np++] = e;
     }
-    experts->prefetch(experts->ctx, next_layer, ws->pf_list, np);
+    experts->prefetch(experts->ctx, next_layer, ws->pf_list, np, 1);
 }
 
 /* The first MoE layer's hint of a layer-major pass, given before its mixer runs, so that the disk reads that

@@ -555,14 +555,16 @@ static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err; }
 
 /* Prefetch hint: start reading experts of `layer` that are neither cached nor in flight, into free or
  * evictable slots, while the I/O depth allows. Never evicts what the current request holds, never
- * waits, and does nothing while the current request still has misses to submit. */
-static void c_prefetch(void *ctx, int layer, const int *experts, int n) {
+ * waits, and does nothing while the current request still has misses to submit. The caller says which
+ * kind of hint it is (sl_expert_src.prefetch): a decode step's guess is scored even when it comes between
+ * requests (a device tier that served a whole step from its slots never opened one here). */
+static void c_prefetch(void *ctx, int layer, const int *experts, int n, int ordered) {
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
     if (!c->prefetch || ms < 0) return;
-    /* during a layer-major request, or between requests (a layer-major pass's first layer, hinted before its
-     * mixer: forward.c eval_multi): that layer's union, read in order */
-    if (!c->active || c->ordered) {
+    /* a layer-major pass's union of that layer, read in order: during its request, or between requests (its
+     * first MoE layer, hinted before the mixer: forward.c eval_multi) */
+    if (ordered) {
         for (int i = 0; i < c->wl_n; i++) c->wl_mark[c->wl[i]] = 0; /* replaces an earlier hint */
         c->wl_n = 0;
         for (int i = 0; i < n; i++) {

@@ -262,13 +262,13 @@ static const char *t_errmsg(void *ctx) { return ((tier *)ctx)->err; }
 
 /* The hint goes down without the experts already in a device slot: reading those into the host source
  * would spend its reads and slots on blocks no request will ask it for (a warm tier holds most of them). */
-static void t_prefetch(void *ctx, int layer, const int *experts, int n) {
+static void t_prefetch(void *ctx, int layer, const int *experts, int n, int ordered) {
     tier *t = ctx;
     int ms = cfg_moe_slot(t->cfg, layer), np = 0;
     if (!t->lo.prefetch || ms < 0) return;
     for (int i = 0; i < n && np < t->E; i++)
         if (experts[i] >= 0 && experts[i] < t->E && t->map[ms * t->E + experts[i]] < 0) t->pf[np++] = experts[i];
-    if (np) t->lo.prefetch(t->lo.ctx, layer, t->pf, np);
+    if (np) t->lo.prefetch(t->lo.ctx, layer, t->pf, np, ordered);
 }
 
 static int t_get(void *ctx, int layer, int expert, sl_expert *out) {

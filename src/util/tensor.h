@@ -67,8 +67,11 @@ typedef struct sl_expert_src {
     void (*end)(void *ctx);
     const char *(*errmsg)(void *ctx);
     /* optional: a hint that `layer` will probably need these experts soon; the provider may start
-     * reading them (never required for correctness; never blocks). */
-    void (*prefetch)(void *ctx, int layer, const int *experts, int n);
+     * reading them (never required for correctness; never blocks). ordered 1: a layer-major pass's union
+     * of that layer, ascending, the order its request will ask for them in (stream/cache.c reads it in
+     * that order, as a worklist); 0: a decode step's router guess (the cache scores such guesses and acts
+     * on them only once they prove accurate), whether or not a request is open. */
+    void (*prefetch)(void *ctx, int layer, const int *experts, int n, int ordered);
     void *ctx;
     /* optional (NULL: none known): how many of the experts next() still owes are already where the compute
      * reads them (the device tier's hits: stream/tier.c), so the caller may take them without waiting and
