@@ -547,7 +547,8 @@ TEST(kernels_int8_bitwise_oracle) {
                 sl_dtype dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
                 int cols = cols_l[ci], group = 32 << gi;
                 if (cols % group) continue;
-                int rows = rows_l[(ci + gi) % 4], n_tok = ci % 2 ? 3 : 37;
+                /* 70 tokens: two token blocks of the AVX-512 q4 prefill kernel */
+                int rows = rows_l[(ci + gi) % 4], n_tok = ci % 2 ? 3 : ci % 4 ? 37 : 70;
                 size_t n = (size_t)rows * cols;
                 float *w = malloc(n * sizeof(float));
                 for (size_t i = 0; i < n; i++) w[i] = grand() * 0.1f + (i % 7 == 0 ? 0.05f : 0.0f);

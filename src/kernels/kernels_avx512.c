@@ -384,17 +384,20 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
  *    permutation: it is its own inverse) before the final sums, so every lane is the same FMA chain;
  *  - a register tile of 4 rows x up to 4 tokens keeps its 16 accumulators in registers over a chunk of
  *    I8P_KC steps, reading the unpacked codes from an L1 scratch;
- *  - 32 tokens per block (fewer for long rows) instead of 16, so each code byte is unpacked once per 32;
+ *  - up to 64 tokens per block (256 KiB of activations, L2-resident) instead of 16, so each code byte is unpacked,
+ *    and each row block's scales, biases and bias sums set up, once per 64: a micro-batch's attention projections
+ *    (64 tokens, even o's 4096 columns) and most experts of a 512-token prefill (~32 tokens, up to ~60) in one
+ *    block, where 32 (and 64 KiB) split o into four and a 40-token expert into two;
  *  - the bias lanes (accb, lane = group % 8) of 16 tokens at once per row, over the tokens' group sums
  *    transposed, instead of one 8-lane pass per output.
  *  - those bias sums first, so that a whole tile's last chunk writes its 16 outputs from its registers, the lane
  *    trees of all 16 as vector adds (i8p_fin16), not spilled and reduced one token at a time.
- * Its ~140 KB of buffers are a per-thread workspace, not stack (frames < 4 KB): the library runs on its
+ * Its ~310 KB of buffers are a per-thread workspace, not stack (frames < 4 KB): the library runs on its
  * callers' threads (musl's default stack is 128 KiB).
  * docs/PERFORMANCE.md gives what it reaches against a register-only vpdpbusd loop. */
 #define I8P_KC 16        /* steps (128 columns) per chunk of a row block */
-#define I8P_TB 32        /* most tokens per block */
-#define I8P_XB 65536     /* bytes of permuted activations per block of tokens */
+#define I8P_TB 64        /* most tokens per block */
+#define I8P_XB 262144    /* bytes of permuted activations per block of tokens */
 #define I8P_MAXGT 128    /* most groups per row for the transposed bias pass */
 
 /* The workspace: xp, st, then i8p_rows' accm, U, P, row block and a row's biases. */
