@@ -699,6 +699,83 @@ TEST(kernels_swiglu_multi_bitwise) {
     CHECK(cases >= 20);
 }
 
+/* kern_swiglu_multi's one-expert form (a prefill's expert: gate, up, SwiGLU and the down input's int8 form of T
+ * tokens in one parallel-for): bitwise kern_matmul_multi, ops->swiglu per token and kern_act_prepare, on every
+ * table and thread count; refused for several experts of several tokens. */
+TEST(kernels_swiglu_multi_tokens_bitwise) {
+    unsigned seed = test_seed();
+    rng = 0x7e1a5ull ^ ((uint64_t)seed << 8);
+    const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    sl_pool *pools[3] = {NULL, sl_pool_new(2), sl_pool_new(3)};
+    static const int inters[] = {96, 384, 800};
+    static const int toks[] = {2, 37, 64};
+    enum { H = 256 };
+    int cases = 0;
+    for (int dq = 0; dq < 2; dq++)
+        for (int ii = 0; ii < 3; ii++) {
+            const sl_dtype dt = dq ? DT_Q4 : DT_Q8;
+            const int I = inters[ii], T = toks[ii];
+            void *data[2];
+            sl_mat m[2];
+            float *w = malloc((size_t)I * H * sizeof(float));
+            for (int k = 0; k < 2; k++) {
+                fill(w, (size_t)I * H);
+                data[k] = malloc(q_mat_bytes(dt, I, H, 32, DT_F16));
+                q_quantize(dt, w, I, H, 32, DT_F16, 1, data[k]);
+                q_mat_bind(&m[k], data[k], dt, I, H, 32, DT_F16, 1);
+            }
+            float *x = malloc((size_t)T * H * sizeof(float));
+            fill(x, (size_t)T * H);
+            const size_t nf = (size_t)T * I, ab = kern_act_bytes(T, I), xb = kern_act_bytes(T, H);
+            float *g = malloc(nf * sizeof(float)), *u = malloc(nf * sizeof(float));
+            float *rg = malloc(nf * sizeof(float)), *ru = malloc(nf * sizeof(float));
+            unsigned char *mb = malloc(ab), *rb = malloc(ab), *xbuf = malloc(xb), *rxbuf = malloc(xb);
+            for (int ti = 0; ti < 4; ti++)
+                for (int pi = 0; pi < 3; pi++) {
+                    if (!tabs[ti]) continue;
+                    kern_act xa, rxa, mid, ref;
+                    kern_act_init(&rxa, rxbuf, x, H, T, H, 1);
+                    const kern_mm mm[2] = {{&m[0], &rxa, rg, (size_t)I}, {&m[1], &rxa, ru, (size_t)I}};
+                    CHECK(kern_matmul_multi(tabs[ti], NULL, mm, 2) == 0);
+                    for (int t = 0; t < T; t++)
+                        tabs[ti]->swiglu(rg + (size_t)t * I, ru + (size_t)t * I, rg + (size_t)t * I, I);
+                    memset(rb, 0, ab);
+                    kern_act_init(&ref, rb, rg, (size_t)I, T, I, 1);
+                    kern_act_prepare(&ref);
+
+                    kern_act_init(&xa, xbuf, x, H, T, H, 1);
+                    const kern_mm gm = {&m[0], &xa, g, (size_t)I}, um = {&m[1], &xa, u, (size_t)I};
+                    memset(mb, 0, ab);
+                    kern_act_init(&mid, mb, g, (size_t)I, T, I, 1);
+                    CHECK(kern_swiglu_multi(tabs[ti], pools[pi], &gm, &um, 1, &mid) == 0);
+                    CHECK(mid.ready == 1);
+                    CHECKF(!memcmp(g, rg, nf * sizeof(float)) && !memcmp(u, ru, nf * sizeof(float)),
+                           "%s %s inter %d tokens %d threads %d: SwiGLU values differ", tabs[ti]->name, dt_name(dt), I,
+                           T, sl_pool_size(pools[pi]));
+                    const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4; /* kernels.h kern_act */
+                    CHECKF(!memcmp(mid.q, ref.q, nf) && !memcmp(mid.q4, ref.q4, nf) &&
+                               !memcmp(mid.d, ref.d, (size_t)T * nb * sizeof(float)) &&
+                               !memcmp(mid.s, ref.s, (size_t)T * ns * sizeof(float)),
+                           "%s %s inter %d tokens %d threads %d: int8 form differs", tabs[ti]->name, dt_name(dt), I, T,
+                           sl_pool_size(pools[pi]));
+                    cases++;
+                }
+            /* refused: two experts over a T-token act */
+            kern_act xa, mid;
+            kern_act_init(&xa, xbuf, x, H, T, H, 1);
+            kern_act_init(&mid, mb, g, (size_t)I, T, I, 1);
+            const kern_mm gm[2] = {{&m[0], &xa, g, (size_t)I}, {&m[1], &xa, g + I, (size_t)I}};
+            const kern_mm um[2] = {{&m[1], &xa, u, (size_t)I}, {&m[0], &xa, u + I, (size_t)I}};
+            memcpy(rg, g, nf * sizeof(float));
+            CHECK(kern_swiglu_multi(tabs[0], pools[1], gm, um, 2, &mid) == SL_EUNSUPPORTED);
+            CHECK(!memcmp(g, rg, nf * sizeof(float)) && !mid.ready);
+            for (int k = 0; k < 2; k++) free(data[k]);
+            free(w), free(x), free(g), free(u), free(rg), free(ru), free(mb), free(rb), free(xbuf), free(rxbuf);
+        }
+    for (int i = 1; i < 3; i++) sl_pool_free(pools[i]);
+    CHECK(cases >= 12);
+}
+
 /* sl_mat.bias_implied (GGUF Q8_0 / Q4_0: every bias -128 / -8 times its scale): q_biases_implied finds it
  * bit for bit (a +0 bias where the product is -0 is not implied), and a table that computes the biases from
  * the scales instead of reading them gives the oracle's bits, for every group, scale type, short row blocks,

@@ -154,9 +154,11 @@ int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int
  * i of [n][inter] floats; mid describes those gate rows, [n][inter] (x = g[0].y), and receives silu(gate) * up
  * in place of the gate's products and, when mid->int8, its int8 form (then ready). An item is 128 rows of one
  * expert: both products, the SwiGLU of those 128 values and their slice of the int8 form, so the exp work
- * runs among the weights' reads and no hand-off waits for it. Bitwise kern_matmul_multi of the 2n matrices,
- * ops->swiglu of each row and kern_act_prepare_row. SL_EUNSUPPORTED (nothing done) unless every matrix takes
- * the int8 kernels (kern_matmul_act) and the layout is as said. */
+ * runs among the weights' reads and no hand-off waits for it. Or, n = 1, one expert over a T-token act (a
+ * prefill's expert): outputs [T][inter] (ldy = inter), mid [T][inter]; an item is then 128 rows for all T
+ * tokens, one hand-off where the products, the SwiGLU and the int8 form took three. Bitwise kern_matmul_multi
+ * of the 2n matrices, ops->swiglu of each row and kern_act_prepare_row. SL_EUNSUPPORTED (nothing done) unless
+ * every matrix takes the int8 kernels (kern_matmul_act) and the layout is as said. */
 int kern_swiglu_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid);
 /* Columns c0 .. c1 of token t's int8 form of a (a->int8; c0 a multiple of 128, c1 one too or a->cols), bitwise
  * what kern_act_prepare writes there; disjoint slices may be filled by several threads at once. */

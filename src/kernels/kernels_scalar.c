@@ -568,19 +568,25 @@ static void swiglu_part(void *ctx, size_t begin, size_t end) {
         for (int k = 0; k < 2; k++) { /* the kernel multi_part would run on these rows */
             i8_kernel(j->ops, m[k]->w)(m[k]->w, m[k]->a, m[k]->y, m[k]->ldy, r0, r1);
         }
-        j->ops->swiglu(j->g[i].y + r0, j->u[i].y + r0, j->g[i].y + r0, r1 - r0);
-        if (j->mid->int8) kern_act_prepare_cols(j->mid, i, r0, r1);
+        const int T = j->g[i].a->n_tok; /* 1 (n experts), or the tokens of the one expert */
+        for (int t = 0; t < T; t++) {
+            float *gy = j->g[i].y + (size_t)t * j->g[i].ldy + r0;
+            j->ops->swiglu(gy, j->u[i].y + (size_t)t * j->u[i].ldy + r0, gy, r1 - r0);
+            if (j->mid->int8) kern_act_prepare_cols(j->mid, i * T + t, r0, r1);
+        }
     }
 }
 
 int kern_swiglu_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid) {
-    if (n < 1 || !mid || mid->n_tok != n || mid->cols < 1) return SL_EUNSUPPORTED;
-    const int inter = mid->cols;
+    if (n < 1 || !mid || mid->cols < 1) return SL_EUNSUPPORTED;
+    const int inter = mid->cols, T = g[0].a->n_tok;
+    /* n experts of one token, their rows i of [n][inter]; or one expert of T tokens, rows t of [T][inter] */
+    if (T < 1 || (T > 1 && n != 1) || mid->n_tok != n * T) return SL_EUNSUPPORTED;
     for (int i = 0; i < n; i++) {
         const kern_mm *m[2] = {&g[i], &u[i]};
         for (int k = 0; k < 2; k++)
-            if (!m[k]->w->data || m[k]->a != g[0].a || m[k]->a->n_tok != 1 || m[k]->w->rows != inter ||
-                !mm_use_i8(m[k]->w, m[k]->a) || m[k]->y != (k ? u[0].y : g[0].y) + (size_t)i * (size_t)inter)
+            if (!m[k]->w->data || m[k]->a != g[0].a || m[k]->w->rows != inter || !mm_use_i8(m[k]->w, m[k]->a) ||
+                m[k]->y != (k ? u[0].y : g[0].y) + (size_t)i * (size_t)inter || (T > 1 && m[k]->ldy != (size_t)inter))
                 return SL_EUNSUPPORTED;
     }
     if (mid->x != g[0].y || mid->ldx != (size_t)inter || (mid->int8 && inter % 32)) return SL_EUNSUPPORTED;

@@ -213,12 +213,18 @@ static void swiglu_ffn(sl_backend *be, const be_ffn *f) {
     cpu_ctx *c = cpu_of(be);
     const int n = f->x->n_tok, inter = f->inter;
     const kern_mm gu[2] = {{&f->w->gate, f->x, f->g, (size_t)inter}, {&f->w->up, f->x, f->u, (size_t)inter}};
-    be->matmul_multi(be, gu, 2);
-    /* the tokens' activations on the pool (a prefill's expert: ~32 tokens x inter expf, which the other threads
-     * waited for); each token's values are the same ops either way */
-    swiglu_job j = {c->ops, f->g, f->u, inter};
-    sl_pool_for(c->pool, (size_t)n, 8, swiglu_part, &j);
-    ffn_down(be, f, &f->w->down, f->g, inter);
+    const sl_mat *down = &f->w->down;
+    kern_act mid; /* the down projection's input: silu(gate) * up in place of the gate's products */
+    kern_act_init(&mid, f->mid_buf, f->g, (size_t)inter, n, down->cols, f->int8);
+    /* the int8 kernels: the products, the SwiGLU and the int8 form of the down input in one hand-off, 128 rows an
+     * item (kern_swiglu_multi); else the products in one and the tokens' activations on the pool (a prefill's
+     * expert: ~32 tokens x inter expf, which the other threads waited for); each token's values the same ops */
+    if (down->cols != inter || kern_swiglu_multi(c->ops, c->pool, &gu[0], &gu[1], 1, &mid)) {
+        be->matmul_multi(be, gu, 2);
+        swiglu_job j = {c->ops, f->g, f->u, inter};
+        sl_pool_for(c->pool, (size_t)n, 8, swiglu_part, &j);
+    }
+    be->matmul[down->dtype](be, down, &mid, f->y, f->ldy);
 }
 
 static void gptoss_ffn(sl_backend *be, const be_ffn *f) {
