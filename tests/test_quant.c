@@ -486,8 +486,8 @@ TEST(kernels_rmsnorm_reference) {
     }
 }
 
-/* Attention's row kernels (kernels.h): every table's dot_rows is bitwise its own dot per row and its axpy_rows
- * bitwise its own axpy row after row, for head sizes around the 64- and 128-column paths and key counts
+/* Attention's row kernels (kernels.h): every table's dot_rows (and dot_rows_q, several queries) is bitwise its own
+ * dot per row and its axpy_rows (and axpy_rows_q) bitwise its own axpy row after row, for head sizes around the 64- and 128-column paths and key counts
  * around the 4-row blocks, rows spaced as a KV cache's (ld > d). */
 TEST(kernels_attention_rows_bitwise) {
     const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
@@ -517,6 +517,31 @@ TEST(kernels_attention_rows_bitwise) {
                 for (int p = 0; p < n; p++) ops->axpy(a[p], x + (size_t)p * ld, ref, d);
                 CHECKF(!memcmp(got, ref, (size_t)d * sizeof(float)), "%s axpy_rows d %d n %d != axpy row after row",
                        ops->name, d, n);
+                /* several queries (a KV head's query heads) at once: 1, 3, 6, 8, around the 4-query tiles */
+                for (int nq = 1; nq <= 9; nq += 2 + (nq == 3)) {
+                    const size_t ldq = (size_t)d + 5, lda = (size_t)n + 3, ldo = (size_t)n + 2, ldy = (size_t)d + 7;
+                    float *qs = malloc((size_t)nq * ldq * sizeof(float)), *as = malloc((size_t)nq * lda * sizeof(float));
+                    float *g2 = malloc((size_t)nq * (ldo > ldy ? ldo : ldy) * sizeof(float));
+                    float *r2 = malloc((size_t)nq * (ldo > ldy ? ldo : ldy) * sizeof(float));
+                    fill(qs, (size_t)nq * ldq);
+                    fill(as, (size_t)nq * lda);
+                    fill(g2, (size_t)nq * ldo);
+                    memcpy(r2, g2, (size_t)nq * ldo * sizeof(float));
+                    kern_dot_rows_q(ops, qs, ldq, nq, x, ld, n, d, g2, ldo);
+                    for (int i = 0; i < nq; i++)
+                        for (int p = 0; p < n; p++) r2[(size_t)i * ldo + p] = ops->dot(qs + (size_t)i * ldq, x + (size_t)p * ld, d);
+                    CHECKF(!memcmp(g2, r2, (size_t)nq * ldo * sizeof(float)), "%s dot_rows_q d %d n %d nq %d != dot",
+                           ops->name, d, n, nq);
+                    fill(g2, (size_t)nq * ldy);
+                    memcpy(r2, g2, (size_t)nq * ldy * sizeof(float));
+                    kern_axpy_rows_q(ops, as, lda, nq, n, x, ld, g2, ldy, d);
+                    for (int i = 0; i < nq; i++)
+                        for (int p = 0; p < n; p++)
+                            ops->axpy(as[(size_t)i * lda + p], x + (size_t)p * ld, r2 + (size_t)i * ldy, d);
+                    CHECKF(!memcmp(g2, r2, (size_t)nq * ldy * sizeof(float)), "%s axpy_rows_q d %d n %d nq %d != axpy",
+                           ops->name, d, n, nq);
+                    free(qs), free(as), free(g2), free(r2);
+                }
                 free(x), free(q), free(a), free(got), free(ref), free(y0);
                 checked++;
             }

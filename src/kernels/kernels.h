@@ -84,6 +84,15 @@ typedef struct kern_ops {
     /* out[p] = dot(q, x + p*ldx, d) for p < n, bitwise this table's dot (attention's scores, several keys
      * at once). NULL: kern_dot_rows loops over dot. */
     void (*dot_rows)(const float *q, const float *x, size_t ldx, int n, int d, float *out);
+    /* dot_rows of nq queries (q + i*ldq) against the same rows: out[i*ldo + p] = dot(q + i*ldq, x + p*ldx, d), bitwise
+     * this table's dot (a KV head's query heads at once, each row loaded once for several). NULL: kern_dot_rows_q
+     * loops over dot_rows. */
+    void (*dot_rows_q)(const float *q, size_t ldq, int nq, const float *x, size_t ldx, int n, int d, float *out,
+                       size_t ldo);
+    /* axpy_rows of nq weight rows (a + i*lda) over the same rows of x into y + i*ldy, each bitwise n axpy calls in
+     * order. NULL: kern_axpy_rows_q loops over axpy_rows. */
+    void (*axpy_rows_q)(const float *a, size_t lda, int nq, int n, const float *x, size_t ldx, float *y, size_t ldy,
+                        int d);
     /* One token's int8 form (kern_act's definitions, bitwise the scalar table's): x [cols] (cols % 32 == 0)
      * into q, q4 [cols], d [cols/32], s [ns]. NULL: the scalar table's. kern_act_prepare uses the default
      * table's. */
@@ -180,6 +189,22 @@ static inline void kern_dot_rows(const kern_ops *ops, const float *q, const floa
     if (ops->dot_rows) ops->dot_rows(q, x, ldx, n, d, out);
     else
         for (int p = 0; p < n; p++) out[p] = ops->dot(q, x + (size_t)p * ldx, d);
+}
+
+/* ops->dot_rows_q, or the kern_dot_rows calls it stands for. */
+static inline void kern_dot_rows_q(const kern_ops *ops, const float *q, size_t ldq, int nq, const float *x, size_t ldx,
+                                   int n, int d, float *out, size_t ldo) {
+    if (ops->dot_rows_q) ops->dot_rows_q(q, ldq, nq, x, ldx, n, d, out, ldo);
+    else
+        for (int i = 0; i < nq; i++) kern_dot_rows(ops, q + (size_t)i * ldq, x, ldx, n, d, out + (size_t)i * ldo);
+}
+
+/* ops->axpy_rows_q, or the kern_axpy_rows calls it stands for. */
+static inline void kern_axpy_rows_q(const kern_ops *ops, const float *a, size_t lda, int nq, int n, const float *x,
+                                    size_t ldx, float *y, size_t ldy, int d) {
+    if (ops->axpy_rows_q) ops->axpy_rows_q(a, lda, nq, n, x, ldx, y, ldy, d);
+    else
+        for (int i = 0; i < nq; i++) kern_axpy_rows(ops, a + (size_t)i * lda, n, x, ldx, y + (size_t)i * ldy, d);
 }
 
 static inline float kern_silu(float x) { return x / (1.0f + expf(-x)); }

@@ -827,6 +827,97 @@ static void axpy_rows_v(const float *a, int n, const float *x, size_t ldx, float
     }
 }
 
+/* The lane trees of four rows' accumulators (dot_rows_v's: i + 8 halves, then hadd pairs neighbours as lanes_sum's
+ * ((0+1)+(2+3))+((4+5)+(6+7)) does) into out[0..4). */
+static inline void tree4_store(__m512 a0, __m512 a1, __m512 a2, __m512 a3, float *out) {
+    __m256 h0 = _mm256_add_ps(_mm512_castps512_ps256(a0), _mm512_extractf32x8_ps(a0, 1));
+    __m256 h1 = _mm256_add_ps(_mm512_castps512_ps256(a1), _mm512_extractf32x8_ps(a1, 1));
+    __m256 h2 = _mm256_add_ps(_mm512_castps512_ps256(a2), _mm512_extractf32x8_ps(a2, 1));
+    __m256 h3 = _mm256_add_ps(_mm512_castps512_ps256(a3), _mm512_extractf32x8_ps(a3, 1));
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(h0, h1), _mm256_hadd_ps(h2, h3));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+}
+
+/* kernels.h dot_rows_q: four queries x four rows a tile, each row's 16 columns loaded once for the four queries (a
+ * prefill's KV rows come from L2 once per four query heads, not once per head); each (query, row) dot_v's FMAs in
+ * column order and its lane tree, so bitwise dot_rows_v. Other queries and rows: dot_rows_v, dot_v. */
+static void dot_rows_q_v(const float *q, size_t ldq, int nq, const float *x, size_t ldx, int n, int d, float *out,
+                         size_t ldo) {
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *qk[4] = {q + (size_t)i * ldq, q + (size_t)(i + 1) * ldq, q + (size_t)(i + 2) * ldq,
+                              q + (size_t)(i + 3) * ldq};
+        int p = 0;
+        for (; p + 4 <= n; p += 4) {
+            const float *xr[4] = {x + (size_t)p * ldx, x + (size_t)(p + 1) * ldx, x + (size_t)(p + 2) * ldx,
+                                  x + (size_t)(p + 3) * ldx};
+            __m512 acc[4][4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) acc[k][r] = _mm512_setzero_ps();
+            for (int c = 0; c < d; c += 16) {
+                const __mmask16 mk = d - c >= 16 ? (__mmask16)0xffff : tail_mask(d - c);
+                __m512 qv[4];
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) qv[k] = _mm512_maskz_loadu_ps(mk, qk[k] + c);
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    const __m512 xv = _mm512_maskz_loadu_ps(mk, xr[r] + c);
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) acc[k][r] = _mm512_fmadd_ps(qv[k], xv, acc[k][r]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) tree4_store(acc[k][0], acc[k][1], acc[k][2], acc[k][3], out + (size_t)(i + k) * ldo + p);
+        }
+        for (; p < n; p++)
+            for (int k = 0; k < 4; k++) out[(size_t)(i + k) * ldo + p] = dot_v(qk[k], x + (size_t)p * ldx, d);
+    }
+    for (; i < nq; i++) dot_rows_v(q + (size_t)i * ldq, x, ldx, n, d, out + (size_t)i * ldo);
+}
+
+/* kernels.h axpy_rows_q: four outputs' 64 columns in registers, each row's 64 columns loaded once for the four; each
+ * element the same y + a * x (multiply, then add) for every row in order, so bitwise axpy_rows_v. Other outputs:
+ * axpy_rows_v. */
+static void axpy_rows_q_v(const float *a, size_t lda, int nq, int n, const float *x, size_t ldx, float *y, size_t ldy,
+                          int d) {
+    int i = 0;
+    for (; i + 4 <= nq; i += 4)
+        for (int j0 = 0; j0 < d; j0 += 64) {
+            const int m = d - j0 < 64 ? d - j0 : 64;
+            __mmask16 mk[4];
+            __m512 acc[4][4];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                const int left = m - 16 * c;
+                mk[c] = left >= 16 ? (__mmask16)0xffff : left > 0 ? tail_mask(left) : 0;
+            }
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) acc[k][c] = _mm512_maskz_loadu_ps(mk[c], y + (size_t)(i + k) * ldy + j0 + 16 * c);
+            const float *ak = a + (size_t)i * lda;
+            for (int p = 0; p < n; p++) {
+                const float *xp = x + (size_t)p * ldx + j0;
+                __m512 xv[4];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) xv[c] = _mm512_maskz_loadu_ps(mk[c], xp + 16 * c);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    const __m512 av = _mm512_set1_ps(ak[(size_t)k * lda + (size_t)p]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < 4; c++) acc[k][c] = _mm512_add_ps(acc[k][c], _mm512_mul_ps(av, xv[c]));
+                }
+            }
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) _mm512_mask_storeu_ps(y + (size_t)(i + k) * ldy + j0 + 16 * c, mk[c], acc[k][c]);
+        }
+    for (; i < nq; i++) axpy_rows_v(a + (size_t)i * lda, n, x, ldx, y + (size_t)i * ldy, d);
+}
+
 /* kernels.h act_row, kernels_scalar.c's arithmetic on 32 values at once: amax by max (a NaN lane loses to the
  * running max, as there), the same scalar d and 1/d, x * (1/d) rounded to nearest even, NaN to 0, clamped to
  * +-127; exact integer sums. */
@@ -871,6 +962,8 @@ static const kern_ops avx512_ops = {
     .axpy = axpy_v,
     .axpy_rows = axpy_rows_v,
     .dot_rows = dot_rows_v,
+    .dot_rows_q = dot_rows_q_v,
+    .axpy_rows_q = axpy_rows_q_v,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
 };

@@ -27,40 +27,53 @@ typedef struct {
 } attn_job;
 
 /* (token, head) items begin..end; called any number of times per thread (sl_pool_for_any), each thread's
- * scores in its own scratch slot. */
+ * scores in its own scratch slot. A KV head's query heads of one token whose items are all in the range go
+ * together, as many as the slot holds scores for (kern_dot_rows_q, kern_axpy_rows_q: each key and value row
+ * loaded once for several heads); every head's scores, softmax and sum are the same operations either way. */
 static void attn_part(void *ctx, size_t begin, size_t end) {
     attn_job *j = ctx;
     const be_attn *a = j->a;
     const kern_ops *ops = j->ops;
-    float *sc = j->c->scratch + (size_t)sl_pool_thread(j->c->pool) * j->c->slot_floats;
+    float *sc0 = j->c->scratch + (size_t)sl_pool_thread(j->c->pool) * j->c->slot_floats;
     const int hd = a->head_dim;
-    for (size_t it = begin; it < end; it++) {
+    for (size_t it = begin; it < end;) {
         int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
         const int pos = a->pos0 + t, p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
         const int n_keys = pos + 1 - p0; /* keys p0 .. pos, scores sc[0 .. n_keys) */
+        int nq = 1; /* heads h .. h + nq - 1, of one KV head; head i's scores at sc0 + i * n_keys */
+        if (h % j->group == 0 && it + (size_t)j->group <= end) {
+            const size_t fit = j->c->slot_floats / (size_t)n_keys;
+            nq = fit < (size_t)j->group ? (int)fit : j->group;
+            if (nq < 1) nq = 1;
+        }
         const float *q = a->q + (size_t)t * a->ldq + (size_t)h * a->qstride;
         const float *kb = a->k_cache + (size_t)(h / j->group) * hd, *vb = a->v_cache + (size_t)(h / j->group) * hd;
         /* the keys' rows in order: at most two runs of consecutive cache rows (a ring wraps once) */
         const int s0 = p0 % a->cap, n1 = n_keys < a->cap - s0 ? n_keys : a->cap - s0;
-        const size_t ld = (size_t)j->kvrow;
-        kern_dot_rows(ops, q, kb + (size_t)s0 * ld, ld, n1, hd, sc);
-        if (n_keys > n1) kern_dot_rows(ops, q, kb, ld, n_keys - n1, hd, sc + n1);
-        float mx = a->sinks ? a->sinks[h] : -INFINITY; /* the sink is one more logit (gpt-oss), its value dropped */
-        for (int p = 0; p < n_keys; p++) {
-            sc[p] *= a->scale;
-            if (sc[p] > mx) mx = sc[p];
+        const size_t ld = (size_t)j->kvrow, ldsc = (size_t)n_keys;
+        kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, kb + (size_t)s0 * ld, ld, n1, hd, sc0, ldsc);
+        if (n_keys > n1) kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, kb, ld, n_keys - n1, hd, sc0 + n1, ldsc);
+        for (int i = 0; i < nq; i++) {
+            float *sc = sc0 + (size_t)i * ldsc;
+            const int hh = h + i;
+            float mx = a->sinks ? a->sinks[hh] : -INFINITY; /* the sink is one more logit (gpt-oss), its value dropped */
+            for (int p = 0; p < n_keys; p++) {
+                sc[p] *= a->scale;
+                if (sc[p] > mx) mx = sc[p];
+            }
+            double sum = a->sinks ? (double)expf(a->sinks[hh] - mx) : 0.0;
+            for (int p = 0; p < n_keys; p++) {
+                sc[p] = expf(sc[p] - mx);
+                sum += sc[p];
+            }
+            float fsum = (float)sum;
+            for (int p = 0; p < n_keys; p++) sc[p] /= fsum;
         }
-        double sum = a->sinks ? (double)expf(a->sinks[h] - mx) : 0.0;
-        for (int p = 0; p < n_keys; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float fsum = (float)sum;
-        float *o = a->out + (size_t)t * a->ldo + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p < n_keys; p++) sc[p] /= fsum;
-        kern_axpy_rows(ops, sc, n1, vb + (size_t)s0 * ld, ld, o, hd);
-        if (n_keys > n1) kern_axpy_rows(ops, sc + n1, n_keys - n1, vb, ld, o, hd);
+        float *o = a->out + (size_t)t * a->ldo + (size_t)h * hd; /* heads h .. h + nq - 1: rows of hd */
+        memset(o, 0, (size_t)nq * (size_t)hd * sizeof(float));
+        kern_axpy_rows_q(ops, sc0, ldsc, nq, n1, vb + (size_t)s0 * ld, ld, o, (size_t)hd, hd);
+        if (n_keys > n1) kern_axpy_rows_q(ops, sc0 + n1, ldsc, nq, n_keys - n1, vb, ld, o, (size_t)hd, hd);
+        it += (size_t)nq;
     }
 }
 
