@@ -148,39 +148,46 @@ static inline float lanes_sum(__m512 v) {
     return ((h[0] + h[1]) + (h[2] + h[3])) + ((h[4] + h[5]) + (h[6] + h[7]));
 }
 
-/* One token of f16/bf16 (decode): rows converted in registers as they are read, no chunk buffer, and the
- * codes prefetched 3 row blocks ahead into L2 (as the int8 kernels do). The same FMAs in the same order as
- * mm_any (a masked tail adds 0 * 0 to the unused lanes there too), so the same bits. */
-static inline __attribute__((always_inline)) void mm_half_1tok(sl_dtype dt, const sl_mat *w, const float *x, float *y,
-                                                                 int r0, int r1) {
+/* One token of f32/f16/bf16 (decode; f32: the routers): rows one after another, f16/bf16 converted in registers
+ * as they are read (no chunk buffer) and their codes prefetched 3 row blocks ahead into L2 (as the int8 kernels
+ * do). Each row takes the same FMAs in the same order as mm_any (a masked tail adds 0 * 0 to the unused lanes there
+ * too), so the same bits; row after row, the rows are one stream front to back, which the hardware prefetcher
+ * follows far better than RB rows side by side (i8_rows_1tok). */
+static inline __attribute__((always_inline)) void mm_1tok(sl_dtype dt, const sl_mat *w, const float *x, float *y,
+                                                            int r0, int r1) {
     const int cols = w->cols;
     const size_t pf = (size_t)3 * RB * (size_t)cols * 2;
-    for (int r = r0; r < r1; r += RB) {
-        int nr = r1 - r < RB ? r1 - r : RB;
-        const uint16_t *wr[RB];
-        for (int i = 0; i < RB; i++) wr[i] = (const uint16_t *)w->data + (size_t)(r + (i < nr ? i : 0)) * (size_t)cols;
-        __m512 acc[RB] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        int c = 0;
-        for (; c < cols; c += 16) {
-            __mmask16 mk = cols - c >= 16 ? (__mmask16)0xffff : tail_mask(cols - c);
-            __m512 xv = _mm512_maskz_loadu_ps(mk, x + c);
-            for (int i = 0; i < RB; i++) {
-                if ((c & 31) == 0) _mm_prefetch((const char *)(wr[i] + c) + pf, _MM_HINT_T1);
-                __m256i h = _mm256_maskz_loadu_epi16(mk, wr[i] + c);
+    for (int r = r0; r < r1; r++) {
+        __m512 acc = _mm512_setzero_ps();
+        if (dt == DT_F32) {
+            const float *wr = (const float *)w->data + (size_t)r * (size_t)cols;
+            int c = 0;
+            for (; c + 16 <= cols; c += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(wr + c), _mm512_loadu_ps(x + c), acc);
+            if (c < cols) {
+                __mmask16 mk = tail_mask(cols - c);
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wr + c), _mm512_maskz_loadu_ps(mk, x + c), acc);
+            }
+        } else {
+            const uint16_t *wr = (const uint16_t *)w->data + (size_t)r * (size_t)cols;
+            for (int c = 0; c < cols; c += 16) {
+                __mmask16 mk = cols - c >= 16 ? (__mmask16)0xffff : tail_mask(cols - c);
+                __m512 xv = _mm512_maskz_loadu_ps(mk, x + c);
+                if ((c & 31) == 0) _mm_prefetch((const char *)(wr + c) + pf, _MM_HINT_T1);
+                __m256i h = _mm256_maskz_loadu_epi16(mk, wr + c);
                 __m512 f = dt == DT_F16 ? _mm512_cvtph_ps(h)
                                         : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-                acc[i] = _mm512_fmadd_ps(f, xv, acc[i]);
+                acc = _mm512_fmadd_ps(f, xv, acc);
             }
         }
-        for (int i = 0; i < nr; i++) y[r + i] = lanes_sum(acc[i]);
+        y[r] = lanes_sum(acc);
     }
 }
 
 static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
                                                            float *y, size_t ldy, int n_tok, int r0, int r1) {
     const int cols = w->cols;
-    if (n_tok == 1 && (dt == DT_F16 || dt == DT_BF16)) {
-        mm_half_1tok(dt, w, x, y, r0, r1);
+    if (n_tok == 1 && (dt == DT_F32 || dt == DT_F16 || dt == DT_BF16)) {
+        mm_1tok(dt, w, x, y, r0, r1);
         return;
     }
     float buf[RB][KCHUNK];
