@@ -333,32 +333,31 @@ static inline __attribute__((always_inline)) void q4_vec4(const sl_mat *w, const
         const __m256i I = i8_dot4(_mm256_and_si256(c, m4), xe, _mm256_and_si256(_mm256_srli_epi16(c, 4), m4), xo);   \
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(VEC4_SV(sp, k + 2 * h, 1), dv), acc);              \
     } while (0)
-    for (int c0 = 0; c0 < cols; c0 += 128) {
-        const int k = c0 / 32;
-        const size_t o = (size_t)c0 / 2;
-        _mm_prefetch((const char *)(q0 + o) + pf, I8_PFH); /* one 64-byte line of each row per step */
-        _mm_prefetch((const char *)(q1 + o) + pf, I8_PFH);
-        _mm_prefetch((const char *)(q2 + o) + pf, I8_PFH);
-        _mm_prefetch((const char *)(q3 + o) + pf, I8_PFH);
-        { /* half 0: blocks k, k+1 */
-            const __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + c0)),
-                          xo = _mm256_loadu_si256((const __m256i *)(xq + c0 + 64));
-            const __m256 dv = i8_pair(d + k);
-            Q4V_ROW(q0, s0, a00, 0);
-            Q4V_ROW(q1, s1, a10, 0);
-            Q4V_ROW(q2, s2, a20, 0);
-            Q4V_ROW(q3, s3, a30, 0);
-        }
-        { /* half 1: blocks k+2, k+3 */
-            const __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + c0 + 32)),
-                          xo = _mm256_loadu_si256((const __m256i *)(xq + c0 + 96));
-            const __m256 dv = i8_pair(d + k + 2);
-            Q4V_ROW(q0, s0, a01, 1);
-            Q4V_ROW(q1, s1, a11, 1);
-            Q4V_ROW(q2, s2, a21, 1);
-            Q4V_ROW(q3, s3, a31, 1);
-        }
+    /* row after row, each row's two accumulators taking the same FMAs in the same order: the block is read front
+     * to back as one stream (kernels_avx512.c i8_rows_1tok says why) */
+#define Q4V_ROWS(qp, sp, acc0, acc1)                                                                                  \
+    for (int c0 = 0; c0 < cols; c0 += 128) {                                                                          \
+        const int k = c0 / 32;                                                                                        \
+        const size_t o = (size_t)c0 / 2;                                                                              \
+        _mm_prefetch((const char *)(qp + o) + pf, I8_PFH); /* one 64-byte line per step */                            \
+        { /* half 0: blocks k, k+1 */                                                                                 \
+            const __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + c0)),                                        \
+                          xo = _mm256_loadu_si256((const __m256i *)(xq + c0 + 64));                                   \
+            const __m256 dv = i8_pair(d + k);                                                                         \
+            Q4V_ROW(qp, sp, acc0, 0);                                                                                 \
+        }                                                                                                             \
+        { /* half 1: blocks k+2, k+3 */                                                                               \
+            const __m256i xe = _mm256_loadu_si256((const __m256i *)(xq + c0 + 32)),                                   \
+                          xo = _mm256_loadu_si256((const __m256i *)(xq + c0 + 96));                                   \
+            const __m256 dv = i8_pair(d + k + 2);                                                                     \
+            Q4V_ROW(qp, sp, acc1, 1);                                                                                 \
+        }                                                                                                             \
     }
+    Q4V_ROWS(q0, s0, a00, a01)
+    Q4V_ROWS(q1, s1, a10, a11)
+    Q4V_ROWS(q2, s2, a20, a21)
+    Q4V_ROWS(q3, s3, a30, a31)
+#undef Q4V_ROWS
 #undef Q4V_ROW
     vec4_end(&B, w, a, r, tt, _mm256_add_ps(a00, a01), _mm256_add_ps(a10, a11), _mm256_add_ps(a20, a21),
              _mm256_add_ps(a30, a31), y);
@@ -382,29 +381,27 @@ static inline __attribute__((always_inline)) void q8_vec4(const sl_mat *w, const
         const __m256i I = i8_dot8(_mm256_abs_epi8(sc), sc, xv, xs);                                                   \
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(VEC4_SV(sp, k + h, 0), dv), acc);                  \
     } while (0)
-    for (int c0 = 0; c0 < cols; c0 += 64) {
-        const int k = c0 / 32;
-        _mm_prefetch((const char *)(q0 + c0) + pf, I8_PFH); /* one 64-byte line of each row per step */
-        _mm_prefetch((const char *)(q1 + c0) + pf, I8_PFH);
-        _mm_prefetch((const char *)(q2 + c0) + pf, I8_PFH);
-        _mm_prefetch((const char *)(q3 + c0) + pf, I8_PFH);
-        { /* half 0: block k */
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + c0)), xs = i8_xs128(xv);
-            const __m256 dv = _mm256_set1_ps(d[k]);
-            Q8V_ROW(q0, s0, a00, 0);
-            Q8V_ROW(q1, s1, a10, 0);
-            Q8V_ROW(q2, s2, a20, 0);
-            Q8V_ROW(q3, s3, a30, 0);
-        }
-        { /* half 1: block k+1 */
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + c0 + 32)), xs = i8_xs128(xv);
-            const __m256 dv = _mm256_set1_ps(d[k + 1]);
-            Q8V_ROW(q0, s0, a01, 1);
-            Q8V_ROW(q1, s1, a11, 1);
-            Q8V_ROW(q2, s2, a21, 1);
-            Q8V_ROW(q3, s3, a31, 1);
-        }
+    /* row after row, as q4_vec4 */
+#define Q8V_ROWS(qp, sp, acc0, acc1)                                                                                  \
+    for (int c0 = 0; c0 < cols; c0 += 64) {                                                                           \
+        const int k = c0 / 32;                                                                                        \
+        _mm_prefetch((const char *)(qp + c0) + pf, I8_PFH); /* one 64-byte line per step */                           \
+        { /* half 0: block k */                                                                                       \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + c0)), xs = i8_xs128(xv);                     \
+            const __m256 dv = _mm256_set1_ps(d[k]);                                                                   \
+            Q8V_ROW(qp, sp, acc0, 0);                                                                                 \
+        }                                                                                                             \
+        { /* half 1: block k+1 */                                                                                     \
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + c0 + 32)), xs = i8_xs128(xv);                \
+            const __m256 dv = _mm256_set1_ps(d[k + 1]);                                                               \
+            Q8V_ROW(qp, sp, acc1, 1);                                                                                 \
+        }                                                                                                             \
     }
+    Q8V_ROWS(q0, s0, a00, a01)
+    Q8V_ROWS(q1, s1, a10, a11)
+    Q8V_ROWS(q2, s2, a20, a21)
+    Q8V_ROWS(q3, s3, a30, a31)
+#undef Q8V_ROWS
 #undef Q8V_ROW
     vec4_end(&B, w, a, r, tt, _mm256_add_ps(a00, a01), _mm256_add_ps(a10, a11), _mm256_add_ps(a20, a21),
              _mm256_add_ps(a30, a31), y);
