@@ -10,7 +10,9 @@
  * wall tok/s, the process CPU seconds per token and the disk's busy share (sl_stats.io_busy_s over the
  * side's step time: how much of its decode the disk was working for it).
  *
- * Usage: build/bench_verify MODEL.sluice [cache_bytes] [tokens] [threads]   (defaults: 64 MiB, 64, 2)
+ * Usage: build/bench_verify MODEL.sluice [cache_bytes] [tokens] [threads] [aa]   (defaults: 64 MiB, 64, 2)
+ * With "aa" both models are opened unchecked (an A/A control: the "checked" side is a second unchecked
+ * open, so its ratios show the noise of the machine and of the alternation alone).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,11 +40,12 @@ static int cmp_d(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_verify MODEL.sluice [cache_bytes] [tokens] [threads]\n");
+        fprintf(stderr, "usage: bench_verify MODEL.sluice [cache_bytes] [tokens] [threads] [aa]\n");
         return 2;
     }
     unsigned long long cache = argc > 2 ? strtoull(argv[2], NULL, 10) : 64ull << 20;
     int n = argc > 3 ? atoi(argv[3]) : 64, threads = argc > 4 ? atoi(argv[4]) : 2;
+    const int aa = argc > 5 && !strcmp(argv[5], "aa");
     if (n < 4 || threads < 1 || cache == 0) return 2;
     sl_model *m[2] = {NULL, NULL};
     sl_session *s[2] = {NULL, NULL};
@@ -54,7 +57,7 @@ int main(int argc, char **argv) {
         mp.routing = SL_ROUTING_UNIFORM;
         mp.prefetch = -1;
         mp.n_threads = threads;
-        mp.no_verify = k; /* 0: checked, 1: not */
+        mp.no_verify = k || aa; /* 0: checked, 1: not (the A/A control: neither) */
         if (sl_model_open(argv[1], &mp, &m[k], &err) || sl_session_new(m[k], n + 8, &s[k])) {
             fprintf(stderr, "bench_verify: %s\n", err.msg[0] ? err.msg : "cannot start a session");
             return 1;
@@ -101,8 +104,9 @@ int main(int argc, char **argv) {
     qsort(ratio, (size_t)n, sizeof *ratio, cmp_d);
     qsort(dcpu, (size_t)n, sizeof *dcpu, cmp_d);
     const double hash_ms = 1e3 * (st[0].engine_verify_s - s0.engine_verify_s) / n, step_ms = 1e3 * sum[0] / n;
-    printf("tokens %d per model, cache %llu bytes, %d threads, %.1f MiB read per token\n", n, cache, threads,
-           (double)(st[0].bytes_read - s0.bytes_read) / n / 1048576.0);
+    printf("tokens %d per model, cache %llu bytes, %d threads, %.1f MiB read per token%s\n", n, cache, threads,
+           (double)(st[0].bytes_read - s0.bytes_read) / n / 1048576.0,
+           aa ? " (A/A control: both sides unchecked)" : "");
     printf("decode step: checked %.1f ms, unchecked %.1f ms; summed ratio %.4f; per-pair ratio median %.4f "
            "(quartiles %.4f, %.4f)\n",
            step_ms, 1e3 * sum[1] / n, sum[0] / sum[1], ratio[n / 2], ratio[n / 4], ratio[3 * n / 4]);
@@ -116,8 +120,10 @@ int main(int argc, char **argv) {
            1e3 * dcpu[n / 2], 1e3 * dcpu[n / 4], 1e3 * dcpu[3 * n / 4]);
     const double busy[2] = {st[0].io_busy_s - s0.io_busy_s, st[1].io_busy_s - u0.io_busy_s};
     for (int k = 0; k < 2; k++)
-        printf("%s: %.3f tok/s, %.4f CPU s per token, disk busy %.3f of the decode, waiting for reads %.1f ms per token\n",
-               k ? "unchecked" : "checked  ", n / sum[k], csum[k] / n, busy[k] / sum[k],
+        printf("%s: %.3f tok/s, %.4f CPU s per token, read %.2f GB/s, disk busy %.3f of the decode, waiting for reads "
+               "%.1f ms per token\n",
+               k ? "unchecked" : "checked  ", n / sum[k], csum[k] / n,
+               1e-9 * (double)(st[k].bytes_read - (k ? u0.bytes_read : s0.bytes_read)) / sum[k], busy[k] / sum[k],
                1e3 * (st[k].io_wait_s - (k ? u0.io_wait_s : s0.io_wait_s)) / n);
     for (int k = 0; k < 2; k++) {
         sl_session_free(s[k]);
