@@ -10,9 +10,12 @@
  * wall tok/s, the process CPU seconds per token and the disk's busy share (sl_stats.io_busy_s over the
  * side's step time: how much of its decode the disk was working for it).
  *
- * Usage: build/bench_verify MODEL.sluice [cache_bytes] [tokens] [threads] [aa]   (defaults: 64 MiB, 64, 2)
+ * Usage: build/bench_verify MODEL.sluice [cache_bytes] [tokens] [threads] [aa|ba]   (defaults: 64 MiB, 64, 2)
  * With "aa" both models are opened unchecked (an A/A control: the "checked" side is a second unchecked
- * open, so its ratios show the noise of the machine and of the alternation alone).
+ * open, so its ratios show the noise of the machine and of the alternation alone). The model opened first
+ * ran slower here: A/A summed ratios 1.02-1.08 in 5 runs (2026-12-02, load 3-4), so "ba" opens the
+ * unchecked model first; a run of each order, ratios r_ab and r_ba, gives the checks' cost as
+ * sqrt(r_ab * r_ba) with the order's bias cancelled.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,12 +48,13 @@ int main(int argc, char **argv) {
     }
     unsigned long long cache = argc > 2 ? strtoull(argv[2], NULL, 10) : 64ull << 20;
     int n = argc > 3 ? atoi(argv[3]) : 64, threads = argc > 4 ? atoi(argv[4]) : 2;
-    const int aa = argc > 5 && !strcmp(argv[5], "aa");
+    const int aa = argc > 5 && !strcmp(argv[5], "aa"), ba = argc > 5 && !strcmp(argv[5], "ba");
     if (n < 4 || threads < 1 || cache == 0) return 2;
     sl_model *m[2] = {NULL, NULL};
     sl_session *s[2] = {NULL, NULL};
     sl_error err = {0};
-    for (int k = 0; k < 2; k++) {
+    for (int o = 0; o < 2; o++) {
+        const int k = ba ? 1 - o : o; /* m[0] is the checked side whichever is opened first */
         sl_model_params mp = sl_model_params_default();
         mp.cache_bytes = cache;
         mp.io_mode = SL_IO_DIRECT;
@@ -106,7 +110,7 @@ int main(int argc, char **argv) {
     const double hash_ms = 1e3 * (st[0].engine_verify_s - s0.engine_verify_s) / n, step_ms = 1e3 * sum[0] / n;
     printf("tokens %d per model, cache %llu bytes, %d threads, %.1f MiB read per token%s\n", n, cache, threads,
            (double)(st[0].bytes_read - s0.bytes_read) / n / 1048576.0,
-           aa ? " (A/A control: both sides unchecked)" : "");
+           aa ? " (A/A control: both sides unchecked)" : ba ? " (the unchecked model opened first)" : "");
     printf("decode step: checked %.1f ms, unchecked %.1f ms; summed ratio %.4f; per-pair ratio median %.4f "
            "(quartiles %.4f, %.4f)\n",
            step_ms, 1e3 * sum[1] / n, sum[0] / sum[1], ratio[n / 2], ratio[n / 4], ratio[3 * n / 4]);
