@@ -517,6 +517,60 @@ TEST(uring_pieces_reassemble) {
     free(data);
 }
 
+/* io_uring's thread submits what the caller hands it (io_uring.c): several flushes handed over before the
+ * first wait are each submitted, in pieces of several hash slices (64 KiB) dealt into chains, and every read
+ * comes back once, whole, with the checksum of its block; the engine is then destroyed with nothing in flight
+ * and made again (its thread and ring end and start cleanly), three times. */
+TEST(uring_thread_submits_handed_flushes) {
+    const char *p = test_path("%s/io-handoff.bin", test_tmpdir());
+    enum { NB = 6, BL = 512 << 10, PER_FLUSH = 2 };
+    uint8_t *data = malloc((size_t)NB * BL);
+    uint64_t r = 11;
+    for (size_t i = 0; i < (size_t)NB * BL; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        data[i] = (uint8_t)(r >> 56);
+    }
+    FILE *fp = fopen(p, "wb");
+    CHECK(fp && fwrite(data, 1, (size_t)NB * BL, fp) == (size_t)NB * BL);
+    fclose(fp);
+    uint8_t *bufs[NB];
+    for (int b = 0; b < NB; b++) bufs[b] = aligned_alloc(4096, BL);
+    for (int life = 0; life < 3; life++) {
+        int fd = open(p, O_RDONLY);
+        CHECK(fd >= 0);
+        char why[128] = "";
+        io_engine *e = io_uring_engine_new(fd, 8, why, sizeof why);
+        if (!e) { /* no io_uring here */
+            close(fd);
+            break;
+        }
+        e->chunk = 128 << 10; /* 4 pieces a block, 2 hash slices a piece */
+        e->rounds = 2;
+        io_req rq[NB];
+        for (int b = 0; b < NB; b++) {
+            memset(bufs[b], 0, BL);
+            rq[b] = (io_req){.off = (uint64_t)b * BL, .len = BL, .buf = bufs[b], .hash_len = BL - 4096 * b};
+            CHECK(e->ops->submit(e, &rq[b]) == 0);
+            if (b % PER_FLUSH == PER_FLUSH - 1) CHECK(e->ops->flush(e) == 0);
+        }
+        int seen[NB] = {0};
+        for (int n = 0; n < NB; n++) {
+            io_req *got = NULL;
+            CHECK(e->ops->wait(e, &got) == 0 && got);
+            const int b = (int)(got - rq);
+            CHECK(b >= 0 && b < NB && !seen[b]);
+            seen[b] = 1;
+            CHECKF(got->res == BL && got->hashed && got->hash == XXH3_64bits(data + (size_t)b * BL, got->hash_len),
+                   "life %d block %d: res %lld hashed %d", life, b, (long long)got->res, got->hashed);
+            CHECKF(memcmp(bufs[b], data + (size_t)b * BL, BL) == 0, "life %d block %d: the data differ", life, b);
+        }
+        io_destroy(e);
+        close(fd);
+    }
+    for (int b = 0; b < NB; b++) free(bufs[b]);
+    free(data);
+}
+
 /* Device occupancy (io.h busy): a read counts from its submission to its completion, so the busy time lies
  * within the wall time around the reads, the depth integral is at least the busy time, and at most as many
  * reads as were in the device at once (pread: its worker count) times it; nothing moves while idle. */

@@ -1,11 +1,22 @@
 /*
- * io_uring.c — liburing engine: prep_read per request, one io_uring_submit per flush (the caller's
- * thread owns the submission queue), and a reaper thread that owns the completion queue: it takes each
- * CQE as it arrives, checksums a whole read when asked (io_req.hash_len) and posts it to a completion
- * FIFO that wait() pops. So a block's check runs while the caller computes on the blocks before it and
- * the other reads are in flight (liburing's SQ and CQ rings are independent: one submitter and one
- * reaper need no lock between them). Falls back (returns NULL) when the kernel refuses io_uring (old
- * kernel, seccomp).
+ * io_uring.c — liburing engine with one I/O thread, the reaper, that owns the ring: it creates it,
+ * submits every read and takes every completion. The caller's submit() and flush() only hand the
+ * flush's requests to it (a FIFO under the mutex, and a write to an eventfd whose read the reaper keeps
+ * in the ring, so the kick is one more completion); the reaper prepares and submits them, takes each CQE
+ * as it arrives, checksums a whole read when asked (io_req.hash_len) and posts it to a completion FIFO
+ * that wait() pops. So a block's check runs while the caller computes on the blocks before it and the
+ * other reads are in flight. Falls back (returns NULL) when the kernel refuses io_uring (old kernel,
+ * seccomp).
+ *
+ * Why the reaper submits (issue 11 §1, docs/STREAMING.md): an O_DIRECT read's completion is task work
+ * of the thread that submitted it — posting the CQE and issuing a linked chain's next piece. With the
+ * caller as the submitter that was the evaluating thread: interrupted for every piece while it computes,
+ * and, when it was not running (asleep, or queued behind the reaper hashing on its core), the disk's
+ * next pieces and the reaper's CQEs waited for it. Now the ring is made by the reaper with
+ * IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN (plain flags when the kernel refuses them; the reaper is
+ * still the submitter), so that work runs on the reaper alone, when it enters the kernel: while it
+ * waits for completions, and between 64 KiB slices of a hash whenever the ring says some is pending
+ * (IORING_SQ_TASKRUN), so a chain's next piece never waits for a checksum.
  *
  * Chunked chains (io_engine.chunk / .chains / .rounds, io.h; docs/STREAMING.md): each read is cut into
  * chunk-sized pieces and a flush deals its pieces, in order, round-robin into `chains` chains (with rounds:
@@ -28,7 +39,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "stream/io.h"
 #include "util/xxh3.h"
@@ -36,6 +50,8 @@
 #define UQ_CAP 4096
 #define JOB_CAP 1024 /* requests submitted and not yet completed, at most */
 #define MAX_PIECES 16 /* more pieces than this: the read goes whole */
+#define KICK_TAG UINT64_MAX /* user_data of the eventfd read (jobs' tags are (slot + 1) << 8 | piece) */
+#define HASH_SLICE 65536 /* bytes hashed between two looks at the ring's pending task work */
 
 /* One submitted request and its pieces (one piece when not chunked). */
 typedef struct job {
@@ -52,13 +68,20 @@ typedef struct job {
 
 typedef struct {
     io_engine base;
-    struct io_uring ring;
+    struct io_uring ring; /* the reaper's alone (made and used on its thread) */
     unsigned ring_entries;
-    int queued;          /* prepared, not submitted (caller's thread) */
+    int deferred;        /* the ring runs task work only when the reaper enters (DEFER_TASKRUN) */
+    int queued;          /* prepared, not submitted (reaper's thread) */
     job *jobs;           /* [JOB_CAP] */
     int free_job;        /* free list head, under mu */
     int pend[JOB_CAP];   /* jobs submitted since the last flush, in order (caller's thread) */
     int n_pend;
+    int kick_fd;         /* eventfd: the caller's writes wake the reaper */
+    uint64_t kick_val;   /* the reaper's read of it lands here */
+    /* flushes handed to the reaper, under mu: their jobs in order, and each flush's count (FIFOs) */
+    int ho[JOB_CAP], ho_flush[JOB_CAP], ho_n, ho_fn;
+    int quit;            /* destroy(): the reaper ends at its next kick, under mu */
+    int setup;           /* 0 until the reaper has made the ring, then 1 or -errno, under mu */
     pthread_t reaper;
     int reaper_up;
     pthread_mutex_t mu;
@@ -93,11 +116,19 @@ static int64_t job_result(const job *jb, uint32_t len, uint32_t piece) {
     return got;
 }
 
+/* Runs the ring's pending task work (completions to post, chains' next pieces to issue) when the ring
+ * says there is some: with DEFER_TASKRUN it waits for the reaper to enter the kernel. Reaper's thread. */
+static void run_task_work(uring_engine *u) {
+    if (u->deferred && (IO_URING_READ_ONCE(*u->ring.sq.kflags) & IORING_SQ_TASKRUN))
+        (void)syscall(__NR_io_uring_enter, u->ring.ring_fd, 0, 0, IORING_ENTER_GETEVENTS, NULL, 0);
+}
+
 /* Feeds hs the whole pieces landed from the first one not fed yet (the bytes of each below hash_len),
  * stopping at a piece still in flight; a piece that came back short or failed ends the checksum (the
- * request then completes unhashed and the caller checks it). The reaper's thread, no lock: nothing else
- * touches these fields between submission and completion. */
-static void hash_landed(job *jb, uint32_t piece) {
+ * request then completes unhashed and the caller checks it). In slices, with the ring's task work run
+ * between them (run_task_work). The reaper's thread, no lock: nothing else touches these fields between
+ * submission and completion. */
+static void hash_landed(uring_engine *u, job *jb, uint32_t piece) {
     const io_req *r = jb->req;
     const uint64_t t0 = mono_ns();
     while (jb->hashing && jb->hashed_n < jb->n) {
@@ -109,64 +140,15 @@ static void hash_landed(job *jb, uint32_t piece) {
             jb->hashing = 0;
             break;
         }
-        if (at < r->hash_len) {
-            const uint32_t end = at + want < r->hash_len ? at + want : r->hash_len;
-            if (XXH3_64bits_update(jb->hs, (const char *)r->buf + at, end - at) != XXH_OK) jb->hashing = 0;
+        const uint32_t end = at + want < r->hash_len ? at + want : r->hash_len;
+        for (uint32_t o = at; o < end && jb->hashing; o += HASH_SLICE) {
+            const uint32_t n = end - o < HASH_SLICE ? end - o : HASH_SLICE;
+            if (XXH3_64bits_update(jb->hs, (const char *)r->buf + o, n) != XXH_OK) jb->hashing = 0;
+            run_task_work(u);
         }
         jb->hashed_n++;
     }
     jb->hash_ns += mono_ns() - t0;
-}
-
-static void *reap(void *arg) {
-    uring_engine *u = arg;
-    for (;;) {
-        struct io_uring_cqe *cqe;
-        int rc = io_uring_wait_cqe(&u->ring, &cqe);
-        if (rc == -EINTR) continue;
-        if (rc < 0) {
-            pthread_mutex_lock(&u->mu);
-            u->fail = rc;
-            pthread_cond_broadcast(&u->cv);
-            pthread_mutex_unlock(&u->mu);
-            return NULL;
-        }
-        const uint64_t ud = cqe->user_data;
-        int64_t res = cqe->res;
-        io_uring_cqe_seen(&u->ring, cqe);
-        if (!ud) return NULL; /* the NOP destroy() sends */
-        /* the request's fields were written before u_submit's unlock (the kernel's ordering is invisible
-         * to ThreadSanitizer; the lock makes it plain) */
-        pthread_mutex_lock(&u->mu);
-        job *jb = &u->jobs[(ud >> 8) - 1];
-        jb->res[ud & 0xff] = res;
-        const int left = --jb->left;
-        const uint32_t piece = jb->n > 1 ? u->base.chunk : jb->req->len;
-        if (!left) io_occ_step(&u->occ, mono_ns(), -1);
-        pthread_mutex_unlock(&u->mu);
-        /* the checksum of what has landed, while the other pieces are still on their way (top of the file) */
-        if (jb->hashing) hash_landed(jb, piece);
-        if (left > 0) continue;
-        io_req *r = jb->req;
-        res = job_result(jb, r->len, piece);
-        const int hashed = jb->hashing && jb->hashed_n == jb->n && res == (int64_t)r->len;
-        uint64_t h = 0;
-        if (hashed) {
-            const uint64_t t0 = mono_ns();
-            h = XXH3_64bits_digest(jb->hs);
-            jb->hash_ns += mono_ns() - t0;
-        }
-        pthread_mutex_lock(&u->mu);
-        r->res = res;
-        r->hashed = hashed;
-        r->hash = h;
-        r->hash_ns = hashed ? jb->hash_ns : 0;
-        jb->next_free = u->free_job; /* the slot is the submitter's again from here */
-        u->free_job = (int)(jb - u->jobs);
-        u->fin[(u->fin_head + u->fin_n++) % UQ_CAP] = r;
-        pthread_cond_signal(&u->cv);
-        pthread_mutex_unlock(&u->mu);
-    }
 }
 
 static int submit_ring(uring_engine *u) {
@@ -189,28 +171,22 @@ static void prep_piece(uring_engine *u, struct io_uring_sqe *sqe, int ji, int p,
     u->queued++;
 }
 
-/* Prepares and submits every request queued since the last flush: one SQE each, or their pieces dealt
- * into chains (the top of the file). */
-static int u_flush(io_engine *e) {
-    uring_engine *u = (uring_engine *)e;
-    if (!u->n_pend) return u->queued ? submit_ring(u) : 0;
+/* Prepares and submits the jobs of one flush, pend[0..n_pend): one SQE each, or their pieces dealt into
+ * chains (the top of the file). The reaper's thread. 0 or -errno. */
+static int deal(uring_engine *u, const int *pend, int n_pend) {
+    const io_engine *e = &u->base;
     int total = 0;
-    for (int i = 0; i < u->n_pend; i++) total += u->jobs[u->pend[i]].n;
-    /* counted in the device before the submit: a read served at once (from the page cache) may complete
-     * inside io_uring_submit, and the reaper must never see more completions than reads counted */
-    pthread_mutex_lock(&u->mu);
-    io_occ_step(&u->occ, mono_ns(), u->n_pend);
-    pthread_mutex_unlock(&u->mu);
+    for (int i = 0; i < n_pend; i++) total += u->jobs[pend[i]].n;
     /* with rounds, a lone read goes in one wave: there is no order among blocks to keep */
-    const int want = e->rounds > 0 ? (u->n_pend > 1 ? (total + e->rounds - 1) / e->rounds : total) : e->chains;
-    const int chains = total > u->n_pend && want > 0 ? (want < total ? want : total) : total;
+    const int want = e->rounds > 0 ? (n_pend > 1 ? (total + e->rounds - 1) / e->rounds : total) : e->chains;
+    const int chains = total > n_pend && want > 0 ? (want < total ? want : total) : total;
     int rc = 0;
     for (int c = 0; c < chains && !rc; c++) {
         /* chain c: pieces c, c + chains, c + 2 chains, ... of the flush's pieces in order */
         int idx = 0, len = (total - c + chains - 1) / chains, k = 0;
         if ((unsigned)len > u->ring_entries) len = (int)u->ring_entries; /* never: the ring holds a flush */
-        for (int i = 0; i < u->n_pend && k < len; i++) {
-            const int ji = u->pend[i], n = u->jobs[ji].n;
+        for (int i = 0; i < n_pend && k < len; i++) {
+            const int ji = pend[i], n = u->jobs[ji].n;
             for (int p = 0; p < n && k < len; p++, idx++) {
                 if ((idx - c) % chains != 0 || idx < c) continue;
                 struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
@@ -227,8 +203,140 @@ static int u_flush(io_engine *e) {
         /* one submit per chain (a single piece each when not chunked: all of them at once) */
         if (!rc && (chains == total ? c == chains - 1 : 1)) rc = submit_ring(u);
     }
-    u->n_pend = 0;
     return rc;
+}
+
+/* The reaper's, at start and at each kick: arms the next kick (a read of the eventfd), then prepares and
+ * submits every flush handed over, in order. 1 when destroy() asks it to end, else 0, or -errno. */
+static int take_handoff(uring_engine *u) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+    int rc = 0;
+    if (!sqe && (rc = submit_ring(u)) == 0) sqe = io_uring_get_sqe(&u->ring);
+    if (!sqe) return rc ? rc : -EBUSY;
+    io_uring_prep_read(sqe, u->kick_fd, &u->kick_val, sizeof u->kick_val, 0);
+    sqe->user_data = KICK_TAG;
+    u->queued++;
+    int quit = 0, pend[JOB_CAP];
+    for (;;) {
+        int n = 0;
+        pthread_mutex_lock(&u->mu);
+        quit = u->quit;
+        if (u->ho_fn) {
+            n = u->ho_flush[0];
+            memcpy(pend, u->ho, (size_t)n * sizeof *pend);
+            memmove(u->ho, u->ho + n, (size_t)(u->ho_n - n) * sizeof *u->ho);
+            memmove(u->ho_flush, u->ho_flush + 1, (size_t)(u->ho_fn - 1) * sizeof *u->ho_flush);
+            u->ho_n -= n;
+            u->ho_fn--;
+        }
+        pthread_mutex_unlock(&u->mu);
+        if (!n) break;
+        if ((rc = deal(u, pend, n))) return rc;
+    }
+    if (u->queued && (rc = submit_ring(u))) return rc;
+    return quit;
+}
+
+/* The reaper's error (-errno) for the next wait(); the reaper ends after it. */
+static void *reaper_fails(uring_engine *u, int rc) {
+    pthread_mutex_lock(&u->mu);
+    u->fail = rc;
+    pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    return NULL;
+}
+
+/* The ring, made on the reaper's thread so that it is the ring's single issuer; the result goes to
+ * io_uring_engine_new through u->setup. */
+static int ring_setup(uring_engine *u) {
+    int rc = io_uring_queue_init(u->ring_entries, &u->ring,
+                                 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
+    u->deferred = rc == 0;
+    if (rc < 0) rc = io_uring_queue_init(u->ring_entries, &u->ring, 0); /* before Linux 6.1 */
+    pthread_mutex_lock(&u->mu);
+    u->setup = rc < 0 ? rc : 1;
+    pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    return rc;
+}
+
+static void *reap(void *arg) {
+    uring_engine *u = arg;
+    if (ring_setup(u) < 0) return NULL;
+    int rc = take_handoff(u); /* arms the kick */
+    if (rc < 0) return reaper_fails(u, rc);
+    for (;;) {
+        struct io_uring_cqe *cqe;
+        rc = io_uring_wait_cqe(&u->ring, &cqe);
+        if (rc == -EINTR) continue;
+        if (rc < 0) return reaper_fails(u, rc);
+        const uint64_t ud = cqe->user_data;
+        int64_t res = cqe->res;
+        io_uring_cqe_seen(&u->ring, cqe);
+        if (ud == KICK_TAG) { /* the caller handed reads over, or destroy() asks the reaper to end */
+            rc = take_handoff(u);
+            if (rc < 0) return reaper_fails(u, rc);
+            if (rc > 0) return NULL;
+            continue;
+        }
+        /* the request's fields were written before u_submit's unlock (the kernel's ordering is invisible
+         * to ThreadSanitizer; the lock makes it plain) */
+        pthread_mutex_lock(&u->mu);
+        job *jb = &u->jobs[(ud >> 8) - 1];
+        jb->res[ud & 0xff] = res;
+        const int left = --jb->left;
+        const uint32_t piece = jb->n > 1 ? u->base.chunk : jb->req->len;
+        if (!left) io_occ_step(&u->occ, mono_ns(), -1);
+        pthread_mutex_unlock(&u->mu);
+        /* the checksum of what has landed, while the other pieces are still on their way (top of the file) */
+        if (jb->hashing) hash_landed(u, jb, piece);
+        if (left > 0) continue;
+        io_req *r = jb->req;
+        res = job_result(jb, r->len, piece);
+        const int hashed = jb->hashing && jb->hashed_n == jb->n && res == (int64_t)r->len;
+        uint64_t h = 0;
+        if (hashed) {
+            const uint64_t t0 = mono_ns();
+            h = XXH3_64bits_digest(jb->hs);
+            jb->hash_ns += mono_ns() - t0;
+        }
+        pthread_mutex_lock(&u->mu);
+        r->res = res;
+        r->hashed = hashed;
+        r->hash = h;
+        r->hash_ns = hashed ? jb->hash_ns : 0;
+        jb->next_free = u->free_job; /* the slot is the caller's again from here */
+        u->free_job = (int)(jb - u->jobs);
+        u->fin[(u->fin_head + u->fin_n++) % UQ_CAP] = r;
+        pthread_cond_signal(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+    }
+}
+
+/* Wakes the reaper (its read of the eventfd completes). Cannot fail: an eventfd write fails only when
+ * the counter would overflow, and the reaper's reads reset it. */
+static void kick(uring_engine *u) {
+    const uint64_t one = 1;
+    while (write(u->kick_fd, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+}
+
+/* Hands the requests queued since the last flush to the reaper, which submits them (the top of the
+ * file). Cannot fail here: a failed submission is the reaper's error, reported by the next wait(). */
+static int u_flush(io_engine *e) {
+    uring_engine *u = (uring_engine *)e;
+    if (!u->n_pend) return 0;
+    pthread_mutex_lock(&u->mu);
+    /* counted in the device before the submit: the reaper must never see more completions than reads
+     * counted */
+    io_occ_step(&u->occ, mono_ns(), u->n_pend);
+    memcpy(u->ho + u->ho_n, u->pend, (size_t)u->n_pend * sizeof *u->ho);
+    u->ho_n += u->n_pend;
+    u->ho_flush[u->ho_fn++] = u->n_pend;
+    pthread_mutex_unlock(&u->mu);
+    u->n_pend = 0;
+    kick(u);
+    return 0;
 }
 
 static int u_submit(io_engine *e, io_req *r) {
@@ -293,18 +401,16 @@ static int u_wait(io_engine *e, io_req **out) {
 static void u_destroy(io_engine *e) {
     uring_engine *u = (uring_engine *)e;
     if (u->reaper_up) {
-        /* the reaper stops at a NOP without data; every read before it completes first */
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-        if (!sqe && u_flush(e) == 0) sqe = io_uring_get_sqe(&u->ring);
-        if (sqe) {
-            io_uring_prep_nop(sqe);
-            io_uring_sqe_set_data(sqe, NULL);
-            u->queued++;
-        }
-        if (!sqe || u_flush(e)) pthread_cancel(u->reaper);
+        /* the reaper ends at its next kick (or has ended on an error); the caller has waited for every
+         * read it submitted (cache.c drain) */
+        pthread_mutex_lock(&u->mu);
+        u->quit = 1;
+        pthread_mutex_unlock(&u->mu);
+        kick(u);
         pthread_join(u->reaper, NULL);
     }
-    io_uring_queue_exit(&u->ring);
+    if (u->setup > 0) io_uring_queue_exit(&u->ring);
+    if (u->kick_fd >= 0) close(u->kick_fd);
     pthread_mutex_destroy(&u->mu);
     pthread_cond_destroy(&u->cv);
     for (int i = 0; i < JOB_CAP; i++) XXH3_freeState(u->jobs[i].hs);
@@ -328,25 +434,33 @@ io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen) {
         return NULL;
     }
     for (int i = 0; i < JOB_CAP; i++) u->jobs[i].next_free = i + 1 < JOB_CAP ? i + 1 : -1;
-    /* room for a flush's pieces: depth reads of up to 16 pieces (more are submitted in turns) */
+    /* room for a flush's pieces: depth reads of up to 16 pieces (more are submitted in turns), and the kick */
     u->ring_entries = (unsigned)(depth * 16 < 4096 ? depth * 16 : 4096);
-    int rc = io_uring_queue_init(u->ring_entries, &u->ring, 0);
-    if (rc < 0) {
-        snprintf(err, errlen, "io_uring is not available: %s", strerror(-rc));
-        free(u->jobs);
-        free(u);
-        return NULL;
-    }
     u->base.ops = &uring_ops;
     u->base.fd = fd;
     u->base.depth = depth;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
+    u->kick_fd = eventfd(0, EFD_CLOEXEC);
+    if (u->kick_fd < 0) {
+        snprintf(err, errlen, "cannot make the io_uring thread's eventfd: %s", strerror(errno));
+        u_destroy(&u->base);
+        return NULL;
+    }
     if (pthread_create(&u->reaper, NULL, reap, u) != 0) {
-        snprintf(err, errlen, "cannot start the io_uring completion thread");
+        snprintf(err, errlen, "cannot start the io_uring thread");
         u_destroy(&u->base);
         return NULL;
     }
     u->reaper_up = 1;
+    pthread_mutex_lock(&u->mu);
+    while (!u->setup) pthread_cond_wait(&u->cv, &u->mu);
+    const int rc = u->setup;
+    pthread_mutex_unlock(&u->mu);
+    if (rc < 0) {
+        snprintf(err, errlen, "io_uring is not available: %s", strerror(-rc));
+        u_destroy(&u->base);
+        return NULL;
+    }
     return &u->base;
 }
