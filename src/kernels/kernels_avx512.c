@@ -528,6 +528,35 @@ static inline void i8p_fin16(const __m512 *acc, const float *bm, float *y, size_
     _mm_storeu_ps(y + 3 * ldy, _mm512_extractf32x4_ps(o, 3));
 }
 
+/* One row's bias lanes (accb, lane l = group % 8) for TT x 16 tokens: st [group][I8P_TB] the tokens' group sums
+ * from the first of them, bi the row's ng biases; bm[t] = the lane tree of token t's 8 lanes. Each lane the same
+ * FMAs in group order as i8_bias, 16 tokens a vector. */
+static inline __attribute__((always_inline)) void i8p_bias_lanes(const float *bi, int ng, const float *st, const int TT,
+                                                                   float *bm) {
+    __m512 v[2][8];
+#pragma GCC unroll 2
+    for (int c = 0; c < TT; c++)
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) v[c][l] = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= ng; j += 8)
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            const __m512 b = _mm512_set1_ps(bi[j + l]);
+#pragma GCC unroll 2
+            for (int c = 0; c < TT; c++)
+                v[c][l] = _mm512_fmadd_ps(b, _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + 16 * c), v[c][l]);
+        }
+    for (int l = 0; j + l < ng; l++) {
+        const __m512 b = _mm512_set1_ps(bi[j + l]);
+        for (int c = 0; c < TT; c++) v[c][l] = _mm512_fmadd_ps(b, _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + 16 * c), v[c][l]);
+    }
+#pragma GCC unroll 2
+    for (int c = 0; c < TT; c++)
+        _mm512_store_ps(bm + 16 * c, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[c][0], v[c][1]), _mm512_add_ps(v[c][2], v[c][3])),
+                                                   _mm512_add_ps(_mm512_add_ps(v[c][4], v[c][5]), _mm512_add_ps(v[c][6], v[c][7]))));
+}
+
 /* The tile: rows 0..3 of the block (unpacked codes U: [step][row][lo 64 | hi 64]) against TT tokens (xp, one
  * token every xs bytes: [step][even 64 | odd 64], permuted), over ns steps; products P: [token][row][4 ns]
  * floats (one pair every 4 * I8P_KC floats); accumulators in accm [token][row], zero when first. */
@@ -605,19 +634,9 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, uint8_t *ws, const floa
                 for (int j = 0; j < ng; j++) bi[j] = zb * B->sf[i][j];
             else
                 i8_row_f32(w, w->biases, r + i, ng, bi);
-            for (int t = 0; t < nt; t += 16) {
-                __m512 v[8];
-                for (int l = 0; l < 8; l++) v[l] = _mm512_setzero_ps();
-                int j = 0;
-                for (; j + 8 <= ng; j += 8)
-#pragma GCC unroll 8
-                    for (int l = 0; l < 8; l++)
-                        v[l] = _mm512_fmadd_ps(_mm512_set1_ps(bi[j + l]), _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + t), v[l]);
-                for (int l = 0; j + l < ng; l++)
-                    v[l] = _mm512_fmadd_ps(_mm512_set1_ps(bi[j + l]), _mm512_load_ps(st + (size_t)(j + l) * I8P_TB + t), v[l]);
-                _mm512_store_ps(bm[i] + t, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3])),
-                                                         _mm512_add_ps(_mm512_add_ps(v[4], v[5]), _mm512_add_ps(v[6], v[7]))));
-            }
+            int t = 0; /* 32 tokens a pass where there are: each bias broadcast once for both halves */
+            for (; t + 16 < nt; t += 32) i8p_bias_lanes(bi, ng, st + t, 2, bm[i] + t);
+            if (t < nt) i8p_bias_lanes(bi, ng, st + t, 1, bm[i] + t);
         }
     }
     for (int s0 = 0; s0 < S; s0 += I8P_KC) {
@@ -723,7 +742,7 @@ static __attribute__((noinline)) int i8p_mm(const sl_mat *w, const kern_act *a, 
         const int nt = a->n_tok - t0 < tb ? a->n_tok - t0 : tb;
         if (ng <= I8P_MAXGT) /* the tokens' group sums, transposed, zero past nt */
             for (int j = 0; j < ng; j++)
-                for (int t = 0; t < (nt + 15) / 16 * 16; t++)
+                for (int t = 0; t < (nt + 31) / 32 * 32; t++) /* i8p_bias_lanes: 32 a pass */
                     st[j * I8P_TB + t] = t < nt ? a->s[(size_t)(t0 + t) * (size_t)ns + soff + (size_t)j] : 0.0f;
         for (int t = 0; t < nt; t++)
             for (int s = 0; s < S; s++) {
