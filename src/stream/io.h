@@ -39,7 +39,8 @@ typedef struct io_ops {
     const char *name;
     /* Queues one read (the request must stay valid until it completes). 0 or -errno. */
     int (*submit)(io_engine *e, io_req *r);
-    /* Starts every queued read. 0 or -errno. */
+    /* Starts every queued read. 0 or -errno; an engine whose own thread submits (io_uring's reaper) hands the
+     * reads over and returns 0, and a submission error then comes back from the next wait(). */
     int (*flush)(io_engine *e);
     /* Blocks until a submitted read completes; *out receives it with res set. 0 or -errno. */
     int (*wait)(io_engine *e, io_req **out);
@@ -47,7 +48,7 @@ typedef struct io_ops {
     /* The device's side since the engine was made (NULL: not tracked): *busy_ns = time with at least one
      * read issued and not yet completed (the disk working for us), *depth_ns = the integral over time of
      * how many were (so depth_ns / busy_ns is the mean queue depth while busy). A read counts from its
-     * submission to the kernel (io_uring_submit, or pread(2) starting) to its completion's arrival,
+     * flush (io_uring: its hand-over to the reaper, which submits it) or pread(2) starting to its completion's arrival,
      * before any checksum. Safe to call between requests. */
     void (*busy)(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns);
 } io_ops;

@@ -71,6 +71,7 @@ typedef struct {
     struct io_uring ring; /* the reaper's alone (made and used on its thread) */
     unsigned ring_entries;
     int deferred;        /* the ring runs task work only when the reaper enters (DEFER_TASKRUN) */
+    int deal_err;        /* the reaper's: a flush dealt between hash slices failed (-errno) */
     int queued;          /* prepared, not submitted (reaper's thread) */
     job *jobs;           /* [JOB_CAP] */
     int free_job;        /* free list head, under mu */
@@ -123,10 +124,12 @@ static void run_task_work(uring_engine *u) {
         (void)syscall(__NR_io_uring_enter, u->ring.ring_fd, 0, 0, IORING_ENTER_GETEVENTS, NULL, 0);
 }
 
+static int deal_handoff(uring_engine *u);
+
 /* Feeds hs the whole pieces landed from the first one not fed yet (the bytes of each below hash_len),
  * stopping at a piece still in flight; a piece that came back short or failed ends the checksum (the
  * request then completes unhashed and the caller checks it). In slices, with the ring's task work run
- * between them (run_task_work). The reaper's thread, no lock: nothing else touches these fields between
+ * and the flushes handed over meanwhile dealt between them (run_task_work, deal_handoff). The reaper's thread, no lock: nothing else touches these fields between
  * submission and completion. */
 static void hash_landed(uring_engine *u, job *jb, uint32_t piece) {
     const io_req *r = jb->req;
@@ -145,6 +148,10 @@ static void hash_landed(uring_engine *u, job *jb, uint32_t piece) {
             const uint32_t n = end - o < HASH_SLICE ? end - o : HASH_SLICE;
             if (XXH3_64bits_update(jb->hs, (const char *)r->buf + o, n) != XXH_OK) jb->hashing = 0;
             run_task_work(u);
+            if (!u->deal_err) { /* a flush handed over meanwhile goes to the disk now, not after the burst */
+                const int rc = deal_handoff(u);
+                if (rc < 0) u->deal_err = rc;
+            }
         }
         jb->hashed_n++;
     }
@@ -206,23 +213,19 @@ static int deal(uring_engine *u, const int *pend, int n_pend) {
     return rc;
 }
 
-/* The reaper's, at start and at each kick: arms the next kick (a read of the eventfd), then prepares and
- * submits every flush handed over, in order. 1 when destroy() asks it to end, else 0, or -errno. */
-static int take_handoff(uring_engine *u) {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-    int rc = 0;
-    if (!sqe && (rc = submit_ring(u)) == 0) sqe = io_uring_get_sqe(&u->ring);
-    if (!sqe) return rc ? rc : -EBUSY;
-    io_uring_prep_read(sqe, u->kick_fd, &u->kick_val, sizeof u->kick_val, 0);
-    sqe->user_data = KICK_TAG;
-    u->queued++;
-    int quit = 0, pend[JOB_CAP];
+/* Prepares and submits every flush handed over so far, in order, each counted in the device as it is taken
+ * (before its submit: the reaper must never see more completions than reads counted). 1 when destroy()
+ * asks the reaper to end, else 0, or -errno. The reaper's: at each kick (take_handoff) and between the
+ * slices of a hash (hash_landed), so that a flush never waits for a checksum burst. */
+static int deal_handoff(uring_engine *u) {
+    int quit = 0, rc = 0, pend[JOB_CAP];
     for (;;) {
         int n = 0;
         pthread_mutex_lock(&u->mu);
         quit = u->quit;
         if (u->ho_fn) {
             n = u->ho_flush[0];
+            io_occ_step(&u->occ, mono_ns(), n);
             memcpy(pend, u->ho, (size_t)n * sizeof *pend);
             memmove(u->ho, u->ho + n, (size_t)(u->ho_n - n) * sizeof *u->ho);
             memmove(u->ho_flush, u->ho_flush + 1, (size_t)(u->ho_fn - 1) * sizeof *u->ho_flush);
@@ -237,6 +240,20 @@ static int take_handoff(uring_engine *u) {
     return quit;
 }
 
+/* The reaper's, at start and at each kick: arms the next kick (a read of the eventfd), then deals every
+ * flush handed over (deal_handoff; one taken earlier, between hash slices, leaves a kick with nothing to
+ * take). 1 when destroy() asks it to end, else 0, or -errno. */
+static int take_handoff(uring_engine *u) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+    int rc = 0;
+    if (!sqe && (rc = submit_ring(u)) == 0) sqe = io_uring_get_sqe(&u->ring);
+    if (!sqe) return rc ? rc : -EBUSY;
+    io_uring_prep_read(sqe, u->kick_fd, &u->kick_val, sizeof u->kick_val, 0);
+    sqe->user_data = KICK_TAG;
+    u->queued++;
+    return deal_handoff(u);
+}
+
 /* The reaper's error (-errno) for the next wait(); the reaper ends after it. */
 static void *reaper_fails(uring_engine *u, int rc) {
     pthread_mutex_lock(&u->mu);
@@ -249,10 +266,11 @@ static void *reaper_fails(uring_engine *u, int rc) {
 /* The ring, made on the reaper's thread so that it is the ring's single issuer; the result goes to
  * io_uring_engine_new through u->setup. */
 static int ring_setup(uring_engine *u) {
-    int rc = io_uring_queue_init(u->ring_entries, &u->ring,
+    /* a flush's ring_entries pieces and the kick's read, which take_handoff prepares before dealing them */
+    int rc = io_uring_queue_init(u->ring_entries + 1, &u->ring,
                                  IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
     u->deferred = rc == 0;
-    if (rc < 0) rc = io_uring_queue_init(u->ring_entries, &u->ring, 0); /* before Linux 6.1 */
+    if (rc < 0) rc = io_uring_queue_init(u->ring_entries + 1, &u->ring, 0); /* before Linux 6.1 */
     pthread_mutex_lock(&u->mu);
     u->setup = rc < 0 ? rc : 1;
     pthread_cond_broadcast(&u->cv);
@@ -290,6 +308,7 @@ static void *reap(void *arg) {
         pthread_mutex_unlock(&u->mu);
         /* the checksum of what has landed, while the other pieces are still on their way (top of the file) */
         if (jb->hashing) hash_landed(u, jb, piece);
+        if (u->deal_err) return reaper_fails(u, u->deal_err);
         if (left > 0) continue;
         io_req *r = jb->req;
         res = job_result(jb, r->len, piece);
@@ -327,9 +346,6 @@ static int u_flush(io_engine *e) {
     uring_engine *u = (uring_engine *)e;
     if (!u->n_pend) return 0;
     pthread_mutex_lock(&u->mu);
-    /* counted in the device before the submit: the reaper must never see more completions than reads
-     * counted */
-    io_occ_step(&u->occ, mono_ns(), u->n_pend);
     memcpy(u->ho + u->ho_n, u->pend, (size_t)u->n_pend * sizeof *u->ho);
     u->ho_n += u->n_pend;
     u->ho_flush[u->ho_fn++] = u->n_pend;
@@ -434,7 +450,8 @@ io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen) {
         return NULL;
     }
     for (int i = 0; i < JOB_CAP; i++) u->jobs[i].next_free = i + 1 < JOB_CAP ? i + 1 : -1;
-    /* room for a flush's pieces: depth reads of up to 16 pieces (more are submitted in turns), and the kick */
+    /* room for a flush's pieces: depth reads of up to 16 pieces (more are submitted in turns); ring_setup adds
+     * the kick's */
     u->ring_entries = (unsigned)(depth * 16 < 4096 ? depth * 16 : 4096);
     u->base.ops = &uring_ops;
     u->base.fd = fd;
