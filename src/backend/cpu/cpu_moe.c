@@ -218,8 +218,12 @@ static void swiglu_ffn(sl_backend *be, const be_ffn *f) {
     kern_act_init(&mid, f->mid_buf, f->g, (size_t)inter, n, down->cols, f->int8);
     /* the int8 kernels: the products, the SwiGLU and the int8 form of the down input in one hand-off, 128 rows an
      * item (kern_swiglu_multi); else the products in one and the tokens' activations on the pool (a prefill's
-     * expert: ~32 tokens x inter expf, which the other threads waited for); each token's values the same ops */
-    if (down->cols != inter || kern_swiglu_multi(c->ops, c->pool, &gu[0], &gu[1], 1, &mid)) {
+     * expert: ~32 tokens x inter expf, which the other threads waited for); each token's values the same ops.
+     * The one hand-off has only inter / 128 items (6 for the 30B shape): on a pool with more threads than that,
+     * some would idle through it while the products' ~inter / 4 row ranges keep them all busy */
+    const int items = (inter + 127) / 128;
+    if (down->cols != inter || items < sl_pool_size(c->pool) ||
+        kern_swiglu_multi(c->ops, c->pool, &gu[0], &gu[1], 1, &mid)) {
         be->matmul_multi(be, gu, 2);
         swiglu_job j = {c->ops, f->g, f->u, inter};
         sl_pool_for(c->pool, (size_t)n, 8, swiglu_part, &j);
