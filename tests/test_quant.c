@@ -572,8 +572,9 @@ TEST(kernels_int8_bitwise_oracle) {
                 sl_dtype dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
                 int cols = cols_l[ci], group = 32 << gi;
                 if (cols % group) continue;
-                /* 70 tokens: two token blocks of the AVX-512 q4 prefill kernel */
-                int rows = rows_l[(ci + gi) % 4], n_tok = ci % 2 ? 3 : ci % 4 ? 37 : 70;
+                /* 70 tokens: two token blocks of the AVX-512 q4 prefill kernel (36 + 34); 64: one whole block, so
+                 * its bias lanes' second 32-token pass */
+                int rows = rows_l[(ci + gi) % 4], n_tok = ci % 2 ? 3 : ci % 4 ? 37 : ci == 4 ? 64 : 70;
                 size_t n = (size_t)rows * cols;
                 float *w = malloc(n * sizeof(float));
                 for (size_t i = 0; i < n; i++) w[i] = grand() * 0.1f + (i % 7 == 0 ? 0.05f : 0.0f);
@@ -771,6 +772,8 @@ TEST(kernels_swiglu_multi_tokens_bitwise) {
                     kern_act_init(&xa, xbuf, x, H, T, H, 1);
                     const kern_mm gm = {&m[0], &xa, g, (size_t)I}, um = {&m[1], &xa, u, (size_t)I};
                     memset(mb, 0, ab);
+                    memset(g, 0xff, nf * sizeof(float)); /* NaNs: an item left out cannot pass on an earlier call's values */
+                    memset(u, 0xff, nf * sizeof(float));
                     kern_act_init(&mid, mb, g, (size_t)I, T, I, 1);
                     CHECK(kern_swiglu_multi(tabs[ti], pools[pi], &gm, &um, 1, &mid) == 0);
                     CHECK(mid.ready == 1);
