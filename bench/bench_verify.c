@@ -43,7 +43,7 @@ static int cmp_d(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_verify MODEL.sluice [cache_bytes] [tokens] [threads] [aa]\n");
+        fprintf(stderr, "usage: bench_verify MODEL.sluice [cache_bytes] [tokens] [threads] [aa|ba]\n");
         return 2;
     }
     unsigned long long cache = argc > 2 ? strtoull(argv[2], NULL, 10) : 64ull << 20;

@@ -580,12 +580,14 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n, int orde
         return;
     }
     memset(c->pred, 0, (size_t)c->E);
-    for (int i = 0; i < n; i++) c->pred[experts[i]] = 1;
+    for (int i = 0; i < n; i++)
+        if (experts[i] >= 0 && experts[i] < c->E) c->pred[experts[i]] = 1;
     c->pred_layer = layer;
     c->pred_n = n;
     if (!c->pf_on || c->failed || (c->active && c->queued_head < c->n_queued)) return;
     int started = 0;
     for (int i = 0; i < n && c->inflight < c->depth; i++) {
+        if (experts[i] < 0 || experts[i] >= c->E) continue;
         int key = ms * c->E + experts[i];
         if (c->map[key] >= 0) continue;
         int v = victim(c);
