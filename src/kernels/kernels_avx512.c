@@ -437,8 +437,8 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
  *    and each row block's scales, biases and bias sums set up, once per 64: a micro-batch's attention projections
  *    (64 tokens, even o's 4096 columns) and most experts of a 512-token prefill (~32 tokens, up to ~60) in one
  *    block, where 32 (and 64 KiB) split o into four and a 40-token expert into two;
- *  - the bias lanes (accb, lane = group % 8) of 32 tokens a pass per row (two 16-token vectors), over the tokens' group sums
- *    transposed, instead of one 8-lane pass per output.
+ *  - the bias lanes (accb, lane = group % 8) of 32 tokens a pass per row (two 16-token vectors), over the
+ *    tokens' group sums transposed, instead of one 8-lane pass per output.
  *  - those bias sums first, so that a whole tile's last chunk writes its 16 outputs from its registers, the lane
  *    trees of all 16 as vector adds (i8p_fin16), not spilled and reduced one token at a time.
  * Its ~310 KB of buffers are a per-thread workspace, not stack (frames < 4 KB): the library runs on its
@@ -620,9 +620,9 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, uint8_t *ws, const floa
     const __m512i pi = i8p_pi(), m4 = _mm512_set1_epi8(15);
     const size_t pf = (size_t)I8_PFB * I8_RB * (size_t)cols / 2;
     /* no short step, and the tokens' group sums transposed (st: [group][I8P_TB tokens]): each row's bias lanes for
-     * 32 tokens a pass (two 16-token vectors), lane l = group % 8, the same FMAs in the same order; then the lane tree as
-     * vector adds, and y = lanes(h) + that, as i8_block. Computed first, so that a whole tile's last chunk writes
-     * its outputs from its registers (i8p_fin16). */
+     * 32 tokens a pass (two 16-token vectors), lane l = group % 8, the same FMAs in the same order; then the lane
+     * tree as vector adds, and y = lanes(h) + that, as i8_block. Computed first, so that a whole tile's last chunk
+     * writes its outputs from its registers (i8p_fin16). */
     const int fast = S * 128 == cols && nr == I8_RB && st;
     _Alignas(64) float bm[I8_RB][I8P_TB];
     if (fast) {

@@ -48,8 +48,8 @@ typedef struct io_ops {
     /* The device's side since the engine was made (NULL: not tracked): *busy_ns = time with at least one
      * read issued and not yet completed (the disk working for us), *depth_ns = the integral over time of
      * how many were (so depth_ns / busy_ns is the mean queue depth while busy). A read counts from its
-     * flush (io_uring: its hand-over to the reaper, which submits it) or pread(2) starting to its completion's arrival,
-     * before any checksum. Safe to call between requests. */
+     * flush (io_uring: its hand-over to the reaper, which submits it) or pread(2) starting to its completion's
+     * arrival, before any checksum. Safe to call between requests. */
     void (*busy)(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns);
 } io_ops;
 

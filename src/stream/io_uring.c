@@ -129,8 +129,8 @@ static int deal_handoff(uring_engine *u);
 /* Feeds hs the whole pieces landed from the first one not fed yet (the bytes of each below hash_len),
  * stopping at a piece still in flight; a piece that came back short or failed ends the checksum (the
  * request then completes unhashed and the caller checks it). In slices, with the ring's task work run
- * and the flushes handed over meanwhile dealt between them (run_task_work, deal_handoff). The reaper's thread, no lock: nothing else touches these fields between
- * submission and completion. */
+ * and the flushes handed over meanwhile dealt between them (run_task_work, deal_handoff). The reaper's
+ * thread, no lock: nothing else touches these fields between submission and completion. */
 static void hash_landed(uring_engine *u, job *jb, uint32_t piece) {
     const io_req *r = jb->req;
     const uint64_t t0 = mono_ns();
