@@ -1256,25 +1256,49 @@ TEST(uniform_routing_hit_rate_is_the_slot_fraction) {
     sl_model_close(m);
 }
 
+/* The two hint tests' cache: the qwen3_next fixture's experts through the pread engine, 8 blocks, LRU, hints
+ * in the default mode (1: act on guesses once they prove accurate), checksums on. On a failure the test has
+ * failed and h->c is NULL. */
+typedef struct {
+    slc_file f;
+    sl_backend *be;
+    cache *c;
+    sl_expert_src src;
+} hint_rig;
+
+static void hint_rig_open(hint_rig *h) {
+    memset(h, 0, sizeof *h);
+    const char *path = test_packed("qwen3_next");
+    CHECK(path);
+    sl_error err = {0};
+    CHECK(slc_open(path, &h->f, &err) == SL_OK);
+    char why[256];
+    io_engine *io = io_pread_engine_new(h->f.fd, 4, why, sizeof why);
+    CHECKF(io, "%s", why);
+    h->be = be_cpu_new(NULL, NULL);
+    CHECK(h->be != NULL);
+    cache_cfg cc = {&h->f, &h->f.cfg, io, 8 * h->f.h.expert_stride, CACHE_LRU, 1, 0, 1, h->be};
+    h->c = cache_new(&cc, why, sizeof why);
+    CHECKF(h->c, "%s", why);
+    h->src = cache_source(h->c);
+}
+
+static void hint_rig_close(hint_rig *h) {
+    cache_free(h->c);
+    be_close(h->be);
+    slc_close(&h->f);
+}
+
 /* A layer-major pass hints its first MoE layer before that layer's mixer, with no request active
  * (forward.c eval_multi, moe.c fwd_moe_hint_first): in the default mode (1: act on hints once they prove
  * accurate) that hint is acted on at once, as the next layer's hint during a layer-major request is, and the
  * ordered request that follows claims the blocks it read. Expert 7's read is the request's own. */
 TEST(hint_between_requests_reads_ahead) {
-    const char *path = test_packed("qwen3_next");
-    CHECK(path);
-    slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
-    char why[256];
-    io_engine *io = io_pread_engine_new(f.fd, 4, why, sizeof why);
-    CHECKF(io, "%s", why);
-    sl_backend *be = be_cpu_new(NULL, NULL);
-    CHECK(be != NULL);
-    cache_cfg cc = {&f, &f.cfg, io, 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1, be};
-    cache *c = cache_new(&cc, why, sizeof why);
-    CHECKF(c, "%s", why);
-    sl_expert_src src = cache_source(c);
+    hint_rig h;
+    hint_rig_open(&h);
+    if (!h.c) return;
+    cache *c = h.c;
+    sl_expert_src src = h.src;
     const int hint[2] = {3, 5}, want[3] = {3, 5, 7};
     src.prefetch(src.ctx, 2, hint, 2, 1); /* slot 1 = model layer 2 (layer 1 is dense) */
     cache_stats before;
@@ -1293,9 +1317,7 @@ TEST(hint_between_requests_reads_ahead) {
     src.end(src.ctx);
     cache_stats st;
     cache_get_stats(c, &st);
-    cache_free(c);
-    be_close(be);
-    slc_close(&f);
+    hint_rig_close(&h);
     CHECKF(rc == 0 && bad == 0, "rc %d, %d experts out of order or empty", rc, bad);
     CHECKF(before.prefetch_reads == 2 && st.prefetch_reads == 2 && st.prefetch_used == 2 && st.reads == 3,
            "hint reads %llu before the request, %llu after, used %llu, reads %llu",
@@ -1308,20 +1330,11 @@ TEST(hint_between_requests_reads_ahead) {
  * once they prove accurate) it starts no read before any guess has been scored, whereas the same experts
  * hinted as an ordered union are read at once (hint_between_requests_reads_ahead). */
 TEST(decode_guess_between_requests_is_scored_not_read) {
-    const char *path = test_packed("qwen3_next");
-    CHECK(path);
-    slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
-    char why[256];
-    io_engine *io = io_pread_engine_new(f.fd, 4, why, sizeof why);
-    CHECKF(io, "%s", why);
-    sl_backend *be = be_cpu_new(NULL, NULL);
-    CHECK(be != NULL);
-    cache_cfg cc = {&f, &f.cfg, io, 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1, be};
-    cache *c = cache_new(&cc, why, sizeof why);
-    CHECKF(c, "%s", why);
-    sl_expert_src src = cache_source(c);
+    hint_rig h;
+    hint_rig_open(&h);
+    if (!h.c) return;
+    cache *c = h.c;
+    sl_expert_src src = h.src;
     const int hint[2] = {3, 5};
     src.prefetch(src.ctx, 2, hint, 2, 0);
     cache_stats guess;
@@ -1329,9 +1342,7 @@ TEST(decode_guess_between_requests_is_scored_not_read) {
     src.prefetch(src.ctx, 2, hint, 2, 1);
     cache_stats ordered;
     cache_get_stats(c, &ordered);
-    cache_free(c);
-    be_close(be);
-    slc_close(&f);
+    hint_rig_close(&h);
     CHECKF(guess.prefetch_reads == 0 && guess.reads == 0 && ordered.prefetch_reads == 2,
            "after the guess %llu hint reads (%llu reads), after the ordered hint %llu",
            (unsigned long long)guess.prefetch_reads, (unsigned long long)guess.reads,
