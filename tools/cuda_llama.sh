@@ -10,8 +10,9 @@
 #   there: tools/cuda_llama.sh run DIR       (DIR/cuda_llama.sh run DIR while main lacks this version)
 #          builds llama-bench + llama-completion with GGML_CUDA (sm_90a) while write_gguf writes the 30B shape
 #          (LAYERS, 48) and `sluice pack` packs it; the greedy text of both on two prompts; then ROUNDS rounds,
-#          alternating: llama-bench -ngl 99 -p 128 -n 32 -d 0,128 -fa off,on -r 3, sluice bench --gpu
-#          --resident --prompt 1 --gen 32 and --prompt 128 --gen 32 (decode at llama-bench's depths 0 and 128),
+#          alternating: llama-bench -ngl 99 -fa 1 -p 512 -n 64 -d DEPTHS -r 2 (DEPTHS: 0,512,8192), then for each
+#          binary of BINS (sluice; e.g. "sluice sluice-base" with prepare's BASE_BIN) sluice bench --gpu --resident
+#          --prompt D --gen 64 --decode random for D = 1 and each depth (issue 24's settings),
 #          nvidia-smi sampling clocks and power throughout. $OUT/llama.txt the tables, llama_raw.tar.gz the logs.
 #          LLAMA_PART=0 skips all this (the tier rows alone); LAYERS, ROUNDS (2), STOP_AT (520: no round starts later, in seconds from the start), JOBS, LLAMA_BIN and
 #          GPU_FLAG (a rehearsal here: LLAMA_BIN=/work/llama.cpp/build/bin GPU_FLAG= LAYERS=1 ROUNDS=1).
@@ -194,70 +195,67 @@ PY
 )"
     exit 0
 fi
+depths=${DEPTHS:-0,512,8192} # llama-bench's -d; sluice's prompts are 1 and each depth > 0
+prompts="1 $(echo "$depths" | tr , ' ' | sed 's/\b0\b//g')"
+bins=${BINS:-sluice}
+export DEPTHS="$depths" BINS="$bins" # for the summary
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,pstate \
     --format=csv -lms 500 >"$raw/smi.csv" 2>&1 &
 smi=$!
 cat >"$raw/commands.txt" <<EOF
-llama-bench -m q30-L$layers.gguf -ngl 99 -p 128 -n 32 -d 0,128 -fa off,on -r 3 -o json
-sluice bench -m q30-L$layers.sluice $gpu --resident --prompt 1 --gen 32 --json     (decode against depth 0)
-sluice bench -m q30-L$layers.sluice $gpu --resident --prompt 128 --gen 32 --json   (prefill 128; decode against depth 128)
+llama-bench -m q30-L$layers.gguf -ngl 99 -fa 1 -p 512 -n 64 -d $depths -r 2 -o json
+sluice bench -m q30-L$layers.sluice $gpu --resident --prompt D --gen 64 --decode random --json, D = 1 and each depth > 0
+        (the prefill of D tokens; decode from depth D against llama-bench's -d D; BINS: the binaries, alternated)
 greedy: llama-completion -m q30-L$layers.gguf -ngl 99 -p P -n 8 --temp 0 -no-cnv --no-warmup -c 512 --no-display-prompt --simple-io
         sluice run -m q30-L$layers.sluice $gpu --resident -p P -n 8 --temp 0
 EOF
 for r in $(seq 1 "$rounds"); do
     [ "$(el)" -lt "${STOP_AT:-520}" ] || { echo "round $r: skipped at $(el) s (STOP_AT)"; break; }
-    "$lb/llama-bench" -m "$gg" -ngl 99 -p 128 -n 32 -d 0,128 -fa off,on -r 3 -o json \
+    "$lb/llama-bench" -m "$gg" -ngl 99 -fa 1 -p 512 -n 64 -d "$depths" -r 2 -o json \
         >"$raw/llama_bench.$r.json" 2>"$raw/llama_bench.$r.err" || echo "llama-bench failed: $(tail -2 "$raw/llama_bench.$r.err")"
-    for p in 1 128; do
-        "$sl" bench -m "$sp" $gpu --resident --prompt $p --gen 32 --json >"$raw/sluice.p$p.$r.json" \
-            2>"$raw/sluice.p$p.$r.err" || echo "sluice bench failed: $(tail -2 "$raw/sluice.p$p.$r.err")"
+    for b in $bins; do
+        for p in $prompts; do
+            "$dir/stage/$b" bench -m "$sp" $gpu --resident --prompt $p --gen 64 --decode random --json >"$raw/$b.p$p.$r.json" \
+                2>"$raw/$b.p$p.$r.err" || echo "$b bench failed: $(tail -2 "$raw/$b.p$p.$r.err")"
+        done
     done
     echo "round $r done at $(el) s"
     save
 done
 kill "$smi" 2>/dev/null || true
 summary "$(cat <<'PY'
-print(f"\n| round | engine | setting | prefill 128 tok/s | decode tok/s at depth 0 | decode tok/s at depth 128 |")
-print("|---|---|---|---|---|---|")
-dec = {}
+deps = [int(d) for d in os.environ.get("DEPTHS", "0,512,8192").split(",")]
+bins = os.environ.get("BINS", "sluice").split()
+cols = ["prefill 512"] + [f"decode d{d}" for d in deps]
+print("\n| round | engine | " + " | ".join(c + " tok/s" for c in cols) + " |")
+print("|---|---|" + "---|" * len(cols))
+vals = {}
+f = lambda x: "-" if x is None else f"{x:.1f}"
 for p in sorted(glob.glob(f"{raw}/llama_bench.*.json")):
     r = p.split(".")[-2]
     rows = load(p)
-    for fa in (False, True):
-        sel = [t for t in rows if bool(t.get("flash_attn")) == fa]
-        g = lambda np_, ng, d: next((t["avg_ts"] for t in sel if t["n_prompt"] == np_ and t["n_gen"] == ng
-                                     and t.get("n_depth", 0) == d), None)
-        pp, d0, d128 = g(128, 0, 0), g(0, 32, 0), g(0, 32, 128)
-        key = f"llama.cpp fa {'on' if fa else 'off'}"
-        dec.setdefault(key, []).append((pp, d0, d128))
-        f = lambda x: "-" if x is None else f"{x:.1f}"
-        print(f"| {r} | llama.cpp | -fa {'on' if fa else 'off'} | {f(pp)} | {f(d0)} | {f(d128)} |")
-    s1 = load(f"{raw}/sluice.p1.{r}.json")
-    s128 = load(f"{raw}/sluice.p128.{r}.json")
-    pp = s128[0]["prefill_tok_s"] if s128 else None
-    d0 = s1[0]["decode_tok_s"] if s1 else None
-    d128 = s128[0]["decode_tok_s"] if s128 else None
-    dec.setdefault("sluice", []).append((pp, d0, d128))
-    f = lambda x: "-" if x is None else f"{x:.1f}"
-    print(f"| {r} | sluice | --gpu --resident | {f(pp)} | {f(d0)} | {f(d128)} |")
-def med(k, i):
-    v = [x[i] for x in dec.get(k, []) if x[i] is not None]
-    return statistics.median(v) if v else None
-print("\nmedians over rounds, sluice / llama.cpp:")
-for k in [k for k in dec if k != "sluice"]:
-    for i, name in enumerate(("prefill 128", "decode d0", "decode d128")):
-        a, b = med("sluice", i), med(k, i)
-        if a and b:
-            print(f"  {name}: sluice {a:.1f}, {k} {b:.1f}: {a / b:.2f}x")
+    g = lambda np_, ng, d: next((t["avg_ts"] for t in rows if t["n_prompt"] == np_ and t["n_gen"] == ng
+                                 and t.get("n_depth", 0) == d), None)
+    v = [g(512, 0, 0)] + [g(0, 64, d) for d in deps]
+    vals.setdefault("llama.cpp -fa 1", []).append(v)
+    print(f"| {r} | llama.cpp -fa 1 | " + " | ".join(f(x) for x in v) + " |")
+    for b in bins:
+        s = {d: load(f"{raw}/{b}.p{max(d, 1)}.{r}.json") for d in deps}
+        pp = (load(f"{raw}/{b}.p512.{r}.json") or [{}])[0].get("prefill_tok_s")
+        v = [pp] + [(s[d] or [{}])[0].get("decode_tok_s") for d in deps]
+        vals.setdefault(b, []).append(v)
+        print(f"| {r} | {b} --gpu --resident | " + " | ".join(f(x) for x in v) + " |")
+med = lambda k, i: statistics.median([x[i] for x in vals.get(k, []) if x[i]] or [0]) or None
+print("\nmedians over rounds, ratio to llama.cpp -fa 1:")
+for b in bins:
+    print(f"  {b}: " + ", ".join(f"{c} {med(b, i) / med('llama.cpp -fa 1', i):.2f}x" for i, c in enumerate(cols)
+                                 if med(b, i) and med("llama.cpp -fa 1", i)))
 rows = list(csv.reader(open(f"{raw}/smi.csv")))[1:] if os.path.exists(f"{raw}/smi.csv") else []
 rows = [r for r in rows if len(r) >= 7]
 if rows:
     sm = [float(r[1].split()[0]) for r in rows if r[1].strip()[0].isdigit()]
-    mem = [float(r[2].split()[0]) for r in rows if r[2].strip()[0].isdigit()]
     pw = [float(r[3].split()[0]) for r in rows if r[3].strip()[0].isdigit()]
-    tp = [float(r[4].split()[0]) for r in rows if r[4].strip()[0].isdigit()]
-    print(f"\nnvidia-smi, {len(rows)} samples at 0.5 s: SM clock {min(sm):.0f}-{max(sm):.0f} MHz (median {statistics.median(sm):.0f}), "
-          f"memory {min(mem):.0f}-{max(mem):.0f} MHz, power {min(pw):.0f}-{max(pw):.0f} W, {min(tp):.0f}-{max(tp):.0f} C, "
+    print(f"\nnvidia-smi, {len(rows)} samples at 0.5 s: SM clock {min(sm):.0f}-{max(sm):.0f} MHz, power {min(pw):.0f}-{max(pw):.0f} W, "
           f"pstates {sorted(set(r[6].strip() for r in rows))}")
 PY
 )"
