@@ -39,8 +39,8 @@ const cli_opt cli_model_opts[] = {
                       "quantized to int8 per 32 values, as llama.cpp; docs/QUANT.md)"},
     {"--vram", "SIZE", "the device tier's expert budget: experts in use are copied from the RAM cache (--cache) "
                        "into this many bytes of the backend's memory, VRAM with --gpu (default: none)"},
-    {"--gpu", NULL, "compute on the GPU (the CUDA backend of a make CUDA=1 build; families needing MLA or "
-                    "DeltaNet are refused with the op named) (default: the CPU)"},
+    {"--gpu", NULL, "compute on the GPU (the CUDA backend of a make CUDA=1 build; every family runs there; "
+                    "q3 weights are refused with the weight named) (default: the CPU)"},
     {NULL, NULL, NULL},
 };
 
