@@ -15,7 +15,7 @@ VENV    ?= build/venv
 PYTHON  ?= $(VENV)/bin/python
 DEMO    := models/demo.sluice
 
-# The family list (src/model/arch/families.h) follows the files of src/model/arch/ (rewritten only when
+# The family list (src/family/arch/families.h) follows the files of src/family/arch/ (rewritten only when
 # the set changes): adding a family is adding its file.
 _families := $(shell tools/gen_families.sh)
 

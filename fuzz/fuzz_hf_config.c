@@ -1,6 +1,6 @@
-/* fuzz_hf_config.c — config.json of every family (import/hf_config.c, the arch tables' config hooks). */
+/* fuzz_hf_config.c — config.json of every family (family/hf_config.c, the arch tables' config hooks). */
+#include "family/hf_config.h"
 #include "fuzz.h"
-#include "import/hf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *s = fuzz_str(data, size);

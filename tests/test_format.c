@@ -13,18 +13,19 @@
 #include <nettle/sha2.h>
 #include <xxhash.h>
 
+#include "family/arch.h"
+#include "family/hf_config.h"
+#include "family/rope.h"
+#include "family/tensors.h"
 #include "format/container.h"
 #include "format/pack.h"
 #include "format/synth.h"
 #include "import/hf.h"
-#include "model/arch.h"
 #include "model/model.h"
-#include "model/rope.h"
 #include "quant/quant.h"
-#include "model/tensors.h"
-#include "util/fileio.h"
 #include "sluice.h"
 #include "test.h"
+#include "util/fileio.h"
 
 /* ---- helpers ---- */
 
@@ -314,7 +315,7 @@ TEST(config_spellings) {
           c.rope_theta == 10000 && c.norm_topk == 1 && c.zero_centred_norm && !c.split_lin_proj);
 }
 
-/* YaRN (model/rope.h) against the formula of transformers' modeling_rope_utils.py _compute_yarn_parameters,
+/* YaRN (family/rope.h) against the formula of transformers' modeling_rope_utils.py _compute_yarn_parameters,
  * evaluated in numpy with float32 tensor ops and double scalars (commit message of this test): gpt-oss-20b's
  * rope_scaling as released (4.x spelling), DeepSeek-V3's as 5.x writes it (rope_parameters, mscale). */
 TEST(rope_yarn_inv_freq) {
@@ -417,7 +418,7 @@ TEST(bad_config_unknown_model_type) {
     const char *d = scratch_copy("qwen3_next");
     const char *kv[] = {"model_type", "llama"};
     CHECK(d && edit_config(d, set_str, (void *)kv) == 0);
-    char want[1024]; /* the families' own list (model/arch.c), so adding a family needs no edit here */
+    char want[1024]; /* the families' own list (family/arch.c), so adding a family needs no edit here */
     snprintf(want, sizeof want, "(supported: %s)", arch_hf_type_list());
     CHECK(strstr(want, "qwen3_moe") && strstr(want, "mixtral") && strstr(want, "deepseek_v3"));
     expect_pack_fail(d, SL_EUNSUPPORTED, "'llama'", want);
@@ -943,11 +944,11 @@ TEST(synth_same_file_for_any_thread_count) {
     }
 }
 
-/* Adding a family is adding src/model/arch/<name>.c (arch.h): every such file is a registered family of
+/* Adding a family is adding src/family/arch/<name>.c (arch.h): every such file is a registered family of
  * that name with a tensor table and at least one HF model_type, and every family is such a file. */
 #include <dirent.h>
 TEST(every_arch_file_is_a_family) {
-    DIR *d = opendir(test_path("src/model/arch"));
+    DIR *d = opendir(test_path("src/family/arch"));
     CHECK(d != NULL);
     int files = 0, listed = 0;
     struct dirent *e;
@@ -959,7 +960,7 @@ TEST(every_arch_file_is_a_family) {
         files++;
         const arch_desc *a = arch_by_name(name);
         CHECKF(a && a->n_tensors > 0 && a->hf_types && a->hf_types[0] && arch_get(a->id) == a,
-               "src/model/arch/%s is not a registered family (run make: tools/gen_families.sh)", e->d_name);
+               "src/family/arch/%s is not a registered family (run make: tools/gen_families.sh)", e->d_name);
     }
     if (d) closedir(d);
     for (int i = 0; arch_list[i]; i++) listed++;

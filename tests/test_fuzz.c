@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "family/hf_config.h"
 #include "import/gguf.h"
 #include "import/hf.h"
 #include "import/safetensors.h"

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "family/arch/common.h"
 #include "import/gguf.h"
-#include "model/arch/common.h"
 #include "sluice.h"
 #include "test.h"
 
@@ -184,7 +184,7 @@ TEST(gguf_random_header_bytes) {
 }
 
 /* Every family imports GGUF through its own table: a GGUF architecture name that maps back to it, and a metadata
- * hook (src/model/arch/<family>.c; nothing per family in import/). */
+ * hook (src/family/arch/<family>.c; nothing per family in import/). */
 TEST(gguf_every_family_has_its_architecture) {
     int n = 0;
     for (int i = 0; arch_list[i]; i++, n++) {

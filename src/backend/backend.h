@@ -35,8 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "family/config.h"
 #include "kernels/kernels.h"
-#include "model/config.h"
 #include "sluice.h"
 #include "util/tensor.h"
 #include "util/threadpool.h"
@@ -225,7 +225,7 @@ struct sl_backend {
     void (*rmsnorm)(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads,
                     size_t head_stride, int dim, const float *w, float w_off, float eps);
     /* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
-     * position pos0 + t: angle = pos * inv_freq[i] (f32; inv_freq HOST [rot/2], model/rope.h), cos and sin
+     * position pos0 + t: angle = pos * inv_freq[i] (f32; inv_freq HOST [rot/2], family/rope.h), cos and sin
      * times attn_factor. interleave: the pairs (x_2i, x_2i+1) are de-interleaved into halves first
      * (transformers' apply_rotary_pos_emb_interleave). */
     void (*rope)(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,

@@ -29,10 +29,10 @@
 #include "stream/cache.h"
 #include "stream/tier.h"
 
+#include "family/tensors.h"
 #include "format/container.h"
 #include "model/fwd_internal.h"
 #include "model/model.h"
-#include "model/tensors.h"
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"
@@ -89,7 +89,7 @@ static void *huge_alloc(uint64_t n) {
 
 /* ---- binding ---- */
 
-/* Binds one backbone tensor of the family table (model/tensors.h) to its sl_weights field. */
+/* Binds one backbone tensor of the family table (family/tensors.h) to its sl_weights field. */
 static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
     const slc_tensor *t = slc_find(&m->f, at->name);
     if (!t) return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is missing from the container", m->f.path, at->name);

@@ -14,8 +14,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "model/arch.h"
-#include "model/tensors.h"
+#include "family/arch.h"
+#include "family/tensors.h"
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"

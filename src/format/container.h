@@ -17,8 +17,8 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
-#include "model/arch.h"
-#include "model/config.h"
+#include "family/arch.h"
+#include "family/config.h"
 #include "sluice.h"
 #include "util/dtype.h"
 #include "util/tensor.h"
@@ -76,7 +76,7 @@ typedef struct slc_file {
     int n_tensors;
     slc_tensor *t;
     int *moe_layers;       /* [n_moe_layers]: model layer of each slot */
-    slc_part parts[ARCH_MAX_PARTS]; /* n_parts of them (the family's, model/arch.h) */
+    slc_part parts[ARCH_MAX_PARTS]; /* n_parts of them (the family's, family/arch.h) */
     int n_parts;
     uint64_t block_bytes;  /* used bytes of an expert block (<= stride) */
     uint64_t *expert_hash; /* [n_moe_layers * E] */

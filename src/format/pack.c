@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "family/tensors.h"
 #include "format/container.h"
 #include "import/hf.h"
-#include "model/tensors.h"
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"

@@ -5,7 +5,7 @@
  * a random router is close to uniform, which makes cache hit rates pessimistic (real routers are
  * skewed).
  *
- * The shapes come from the families' tables (model/arch.h), one list over every family.
+ * The shapes come from the families' tables (family/arch.h), one list over every family.
  * Values: matrices uniform in ±1/sqrt(cols) (activations stay O(1)), norm weights 0 for zero-centred
  * families and 1 otherwise, A_log = log(U(1,16)), dt_bias 0, conv1d ±0.5. Matrices are bf16 by
  * default, f32 with --quant f32, or quantized with --quant q8|q4|q3 (group 64, bf16 scales, the
@@ -24,16 +24,16 @@
 
 #include "format/synth.h"
 
+#include "family/arch.h"
+#include "family/tensors.h"
 #include "format/container.h"
-#include "model/arch.h"
-#include "model/tensors.h"
 #include "quant/quant.h"
 #include "sluice.h"
 #include "util/err.h"
 #include "util/fileio.h"
 #include "util/xxh3.h"
 
-/* The shapes are the families' (model/arch/<family>.c: the released config.json files' dimensions). */
+/* The shapes are the families' (family/arch/<family>.c: the released config.json files' dimensions). */
 const char *sl_synth_shapes(void) {
     static char buf[1024];
     if (buf[0]) return buf;

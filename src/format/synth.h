@@ -4,7 +4,7 @@
 #ifndef SL_SYNTH_H
 #define SL_SYNTH_H
 
-#include "model/config.h"
+#include "family/config.h"
 #include "sluice.h"
 
 /* The config of shape `name` (one of sl_synth_shapes(); a family's arch_shape) with `layers` layers (0: the

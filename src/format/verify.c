@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "family/tensors.h"
 #include "format/container.h"
 #include "format/pack.h"
 #include "import/hf.h"
-#include "model/tensors.h"
 #include "util/err.h"
 #include "util/fileio.h"
 #include "util/xxh3.h"

@@ -282,12 +282,6 @@ static sl_status read_kv(rdr *r, gguf_kv *kv) {
     return SL_OK;
 }
 
-const gguf_kv *gguf_kv_find(const gguf_file *f, const char *key) {
-    for (uint64_t i = 0; i < f->n_kv; i++)
-        if (f->kv[i].key && !strcmp(f->kv[i].key, key)) return &f->kv[i];
-    return NULL;
-}
-
 static void kv_free(gguf_kv *kv) {
     free(kv->key);
     free(kv->str);

@@ -2,8 +2,9 @@
  * gguf.h — reader for GGUF files (llama.cpp's format, versions 2 and 3, little-endian): the header, the
  * metadata key/values (every value type, arrays included), the tensor infos and the data section; split
  * models (split.no / split.count / split.tensors.count); the lossless conversion of GGUF's block types into
- * the container's dtypes (docs/FORMAT.md, "GGUF import"); config.json and the tokenizer files rebuilt from
- * the metadata. Layout: llama.cpp's ggml/include/gguf.h and gguf-py's gguf/gguf_reader.py.
+ * the container's dtypes (docs/FORMAT.md, "GGUF import"); the tokenizer files rebuilt from the metadata
+ * (import/gguf_tokenizer.c). The parsed metadata's types and config.json rebuilt from it are the family
+ * room's (family/gguf_meta.h), since the family hooks read them. Layout: llama.cpp's ggml/include/gguf.h and gguf-py's gguf/gguf_reader.py.
  *
  * Everything read from a file is bounds-checked before use: a truncated or corrupt file gives one error
  * naming the file and the field or tensor, never a crash. Tensor dims are as GGUF lists them, innermost
@@ -15,14 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "family/gguf_meta.h"
 #include "sluice.h"
 #include "util/dtype.h"
-
-/* Metadata value types (gguf_type in llama.cpp's gguf.h). */
-enum {
-    GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4, GGUF_I32 = 5, GGUF_F32 = 6,
-    GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_U64 = 10, GGUF_I64 = 11, GGUF_F64 = 12,
-};
 
 /* ggml tensor types (ggml_type in llama.cpp's ggml/include/ggml.h; gguf-py GGMLQuantizationType). */
 enum {
@@ -30,56 +26,12 @@ enum {
     GGML_Q6_K = 14, GGML_BF16 = 30, GGML_MXFP4 = 39,
 };
 
-typedef struct gguf_kv {
-    char *key;
-    uint32_t type;     /* GGUF_* */
-    uint32_t arr_type; /* element type of an array */
-    uint64_t n;        /* array length */
-    int nested;        /* an array of arrays: validated, contents not kept */
-    union {
-        uint64_t u;
-        int64_t i;
-        double f;
-    } v;               /* a scalar (bool: u) */
-    char *str;         /* GGUF_STRING, NUL-terminated (len: str_len) */
-    uint64_t str_len;
-    void *arr;         /* numeric array: n raw little-endian elements; string array: char *[n] */
-    uint64_t *lens;    /* string array: each string's length */
-} gguf_kv;
-
-typedef struct gguf_tensor {
-    char *name;
-    uint32_t n_dims;
-    int64_t ne[4];     /* innermost first */
-    uint32_t type;     /* GGML_* */
-    uint64_t off;      /* absolute offset in the file */
-    uint64_t bytes;
-} gguf_tensor;
-
-typedef struct gguf_file {
-    char *path;
-    const char *name;  /* base name, for messages */
-    int fd;
-    uint64_t size;
-    uint32_t version;
-    uint64_t n_kv, n_tensors;
-    gguf_kv *kv;
-    gguf_tensor *t;
-    uint32_t alignment;
-    uint64_t data_off;
-} gguf_file;
-
 /* Parses one file (header, metadata, tensor infos) and checks every tensor's range against the file. */
 sl_status gguf_open_file(const char *path, gguf_file *out, sl_error *err);
 void gguf_close_file(gguf_file *f);
-const gguf_kv *gguf_kv_find(const gguf_file *f, const char *key);
 
-/* A whole model: one file, or every split of one (path: a .gguf file, the first split, or a directory
- * holding one model's .gguf files). files[0] carries the model's metadata. */
-typedef struct gguf_model {
-    gguf_file *files;
-    int n_files;
-} gguf_model;
+/* Opens a whole model (gguf_model, family/gguf_meta.h): one file, or every split of one (path: a .gguf file,
+ * the first split, or a directory holding one model's .gguf files). files[0] carries the model's metadata. */
 sl_status gguf_open_model(const char *path, gguf_model *out, sl_error *err);
 void gguf_close_model(gguf_model *m);
 /* Whether path names a GGUF model: a file whose first bytes are "GGUF", or a directory with a .gguf file
@@ -102,9 +54,6 @@ const char *gguf_supported_types(void);
 sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t cols, const int64_t *perm, sl_dtype to,
                        int group, sl_dtype sdt, void *dst, const char *name, sl_error *err);
 
-/* config.json (the Hugging Face fields the family's config hook reads) rebuilt from the metadata of m,
- * for the container's family `arch` (a model/arch.h container name). malloc'ed text. */
-sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err);
 /* tokenizer.json and tokenizer_config.json rebuilt from tokenizer.ggml.* and tokenizer.chat_template
  * (gpt2 BPE); *tok and *cfg NULL (and SL_OK) when the file has no tokenizer. */
 sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_error *err);

@@ -15,12 +15,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "family/arch.h"
+#include "family/hf_config.h"
+#include "family/tensors.h"
 #include "import/gguf.h"
 #include "import/mlx.h"
 #include "import/safetensors.h"
 #include "quant/quant.h"
-#include "model/arch.h"
-#include "model/tensors.h"
 #include "util/err.h"
 #include "util/fileio.h"
 
@@ -37,7 +38,7 @@ typedef struct hf_t {
     int mx_blocks;         /* an MXFP4 *_blocks slice: its *_scales attached by attach_mxfp4() */
     int gg;                /* a GGUF tensor (or expert slice): converted by gguf_convert from gg_type */
     uint32_t gg_type;
-    const arch_gguf_xf *xf; /* a tensor made of GGUF sources by the family's rule (model/arch.h), or NULL */
+    const arch_gguf_xf *xf; /* a tensor made of GGUF sources by the family's rule (family/arch.h), or NULL */
     int xf_n;              /* its sources: 1 or 2; source 0 is (file, off, len, gg_type), source 1 these: */
     int file2;
     uint64_t off2, len2;

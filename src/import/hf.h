@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/config.h"
+#include "family/config.h"
 #include "sluice.h"
 #include "util/dtype.h"
 
@@ -36,9 +36,6 @@ typedef struct hf_tensor {
     int q_group;
     sl_dtype q_sdtype; /* dtype of scales and biases */
 } hf_tensor;
-
-/* Parses config.json text into *out. `path` names the file in messages. */
-sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl_error *err);
 
 /* Opens a checkpoint directory (or a GGUF model: a .gguf file, the first of its splits, or a directory holding
  * them; import/gguf.h): parses config.json into an sl_config, reads every safetensors header

@@ -17,8 +17,8 @@
  */
 #include <math.h>
 
+#include "family/rope.h"
 #include "model/fwd_internal.h"
-#include "model/rope.h"
 
 int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0) {
     sl_backend *be = ws->be;

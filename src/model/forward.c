@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/arch.h"
+#include "family/arch.h"
 #include "model/fwd_internal.h"
 #include "quant/quant.h"
 #include "sluice.h"

@@ -5,7 +5,7 @@
  * Per token (r = kv_lora, dn = qk_nope, dr = rot_dim, dv = v_head_dim):
  *   q      = q_b(rmsnorm(q_a x))  (q_lora > 0)  or  q_proj x;  per head [q_nope (dn) | q_pe (dr)]
  *   ckv    = kv_a x = [c (r) | k_pe (dr)];  c = rmsnorm(c) (kv_a_layernorm);  k_pe: one RoPE key for all heads
- *   RoPE on q_pe and k_pe at the token's position (model/rope.h: the default table or YaRN): rotate-half, or
+ *   RoPE on q_pe and k_pe at the token's position (family/rope.h: the default table or YaRN): rotate-half, or
  *   (rope_interleave) adjacent pairs de-interleaved first, as apply_rotary_pos_emb_interleave, so q_pe / k_pe
  *   hold transformers' values. Softmax scale cfg->attn_scale: qk_head_dim^-0.5, times mscale^2 under YaRN.
  * The cache keeps [c | k_pe] (r + dr floats) per position, never the per-head K/V that kv_b_proj expands them
@@ -27,8 +27,8 @@
  */
 #include <math.h>
 
+#include "family/rope.h"
 #include "model/fwd_internal.h"
-#include "model/rope.h"
 #include "quant/quant.h"
 
 #define MLA_NORM_EPS 1e-6f /* DeepseekV3RMSNorm(q_lora_rank) / (kv_lora_rank): the default eps */

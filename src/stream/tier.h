@@ -25,8 +25,8 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "family/config.h"
 #include "format/container.h"
-#include "model/config.h"
 #include "util/tensor.h"
 
 typedef struct tier_cfg {

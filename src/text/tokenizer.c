@@ -453,7 +453,7 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
     if (!fp) return sl_err(err, sl_status_from_errno(errno), "%s: %s", path, strerror(errno));
     size_t got = fread(magic, 1, sizeof magic, fp);
     fclose(fp);
-    if (got >= 4 && !memcmp(magic, "GGUF", 4)) { /* a GGUF file: tokenizer.ggml.* (import/gguf_meta.c) */
+    if (got >= 4 && !memcmp(magic, "GGUF", 4)) { /* a GGUF file: tokenizer.ggml.* (import/gguf_tokenizer.c) */
         gguf_model gm;
         if ((st = gguf_open_model(path, &gm, err))) return st;
         st = gguf_tokenizer_json(&gm, &json, &cfg, err);

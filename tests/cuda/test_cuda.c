@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "family/rope.h"
 #include "kernels/kernels.h"
 #include "kernels/mxfp4.h"
-#include "model/rope.h"
 #include "quant/quant.h"
 
 static unsigned long long rng = 88172645463325252ull;

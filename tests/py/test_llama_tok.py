@@ -1,6 +1,6 @@
 """sluice's tokenizer against llama.cpp's ids (tests/data/llama_tok, written by tools/llama_tok_ref.py with
 llama-tokenize; llama.cpp is not needed here). Each tokenizer is loaded twice: as its HF tokenizer.json, and as
-the vocab-only GGUF llama.cpp's converter writes for it (tokenizer.ggml.*, imported by src/import/gguf_meta.c).
+the vocab-only GGUF llama.cpp's converter writes for it (tokenizer.ggml.*, imported by src/import/gguf_tokenizer.c).
 Both must give llama.cpp's ids, except where llama.cpp differs from HF tokenizers (the fixture records HF's ids
 there): then both give HF's, and the difference must be one docs/TEXT.md explains (llama.cpp applies no NFC)."""
 import glob

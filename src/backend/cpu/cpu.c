@@ -214,7 +214,7 @@ static void cpu_rope(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads
                      const float *inv_freq, float attn_factor, int pos0, int interleave) {
     cpu_ctx *ctx = cpu_of(be);
     const int memo = rope_memo(ctx, n_tok, rot, inv_freq, attn_factor, pos0);
-    float c1[512], s1[512]; /* rot / 2 <= 512 (model/rope.h SL_ROPE_MAX_FREQS) */
+    float c1[512], s1[512]; /* rot / 2 <= 512 (family/rope.h SL_ROPE_MAX_FREQS) */
     for (int t = 0; t < n_tok; t++) {
         const float *c = c1, *s = s1;
         if (memo) {

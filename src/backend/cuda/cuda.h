@@ -109,7 +109,7 @@ void slcu_i8_force(int kernel);
 int slcu_rmsnorm(const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride, int dim,
                  const float *w, float w_off, float eps, char *msg, size_t msglen);
 /* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
- * position pos0 + t (attention.c rope); inv_freq HOST [rot/2] (model/rope.h). interleave: the pairs
+ * position pos0 + t (attention.c rope); inv_freq HOST [rot/2] (family/rope.h). interleave: the pairs
  * (x_2i, x_2i+1) are first de-interleaved into halves. */
 int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot, const float *inv_freq,
               float attn_factor, int pos0, int interleave, char *msg, size_t msglen);

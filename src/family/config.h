@@ -1,7 +1,7 @@
 /*
  * config.h — the normalised model description shared by import, format and model.
  *
- * One struct for all supported families (model/arch.h lists them). The importer fills it from Hugging
+ * One struct for all supported families (family/arch.h lists them). The importer fills it from Hugging
  * Face config.json (all spellings) and the family's traits, the container stores it in its manifest (the
  * fields of SL_CONFIG_FIELDS, plus the per-layer lists), the forward pass reads it. Fields that do not
  * apply to a family are 0.
@@ -13,12 +13,12 @@
 
 #define SL_MAX_LAYERS 512
 
-/* One id per family (src/model/arch/families.h, generated from the files src/model/arch/<family>.c). Ids are
+/* One id per family (src/family/arch/families.h, generated from the files src/family/arch/<family>.c). Ids are
  * this build's only: the container names its family by name. */
 typedef enum {
     SL_ARCH_NONE = 0,
 #define SL_FAMILY(name, NAME) SL_ARCH_##NAME,
-#include "model/arch/families.h"
+#include "family/arch/families.h"
 #undef SL_FAMILY
 } sl_arch;
 
@@ -40,7 +40,7 @@ enum {
     SL_EXPERT_GPTOSS = 1,
 };
 
-/* RoPE frequency table (model/rope.h). */
+/* RoPE frequency table (family/rope.h). */
 enum {
     SL_ROPE_DEFAULT = 0, /* inv_freq = theta^(-2i/rot) */
     SL_ROPE_YARN = 1,    /* YaRN: interpolation blended in by a ramp over the correction range, cos/sin scaled */

@@ -4,12 +4,12 @@
  *
  * The config's rope fields (config.h: rope_type, rope_factor, rope_orig_max_pos, yarn_beta_fast,
  * yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim, yarn_truncate, rope_attn_factor) come from config.json's
- * rope_parameters (transformers 5.x) or rope_scaling (4.x); import/hf_config.c reads them.
+ * rope_parameters (transformers 5.x) or rope_scaling (4.x); family/hf_config.c reads them.
  */
 #ifndef SL_ROPE_H
 #define SL_ROPE_H
 
-#include "model/config.h"
+#include "family/config.h"
 
 #define SL_ROPE_MAX_FREQS 512 /* rot_dim / 2 at most (forward.c checks rot_dim <= 1024) */
 

@@ -1,10 +1,10 @@
 /* tensors.c — see tensors.h: a config's family table expanded over its layers. */
-#include "model/tensors.h"
+#include "family/tensors.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/arch.h"
+#include "family/arch.h"
 
 
 typedef struct {

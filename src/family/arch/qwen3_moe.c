@@ -4,7 +4,7 @@
  * layers by mlp_only_layers / decoder_sparse_step; with use_sliding_window, sliding_window on every layer.
  * Shared MODELS.md §1.1, §2.1, §3.
  */
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 /* the SwiGLU expert parts every family so far uses */
 const arch_pdef arch_swiglu_parts[3] = {

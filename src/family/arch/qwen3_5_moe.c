@@ -4,7 +4,7 @@
  * config under "text_config" of the VLM wrapper (model_type qwen3_5_moe) or flat (qwen3_5_moe_text).
  * Shared MODELS.md §1.3, §4.
  */
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 static void config(hfc *c, sl_config *o) {
     arch_qwen_next_config(c, o);

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "model/arch.h"
-#include "model/model.h"
+#include "family/arch.h"
+#include "family/weights.h"
 
 #define LW(f) offsetof(sl_layer_w, f)
 #define GW(f) offsetof(sl_weights, f)

@@ -1,7 +1,7 @@
 /* config.c — helpers over sl_config; see config.h. */
-#include "model/config.h"
+#include "family/config.h"
 
-#include "model/arch.h"
+#include "family/arch.h"
 
 #include <math.h>
 #include <string.h>

@@ -13,8 +13,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "model/arch/common.h"
-#include "model/rope.h"
+#include "family/arch/common.h"
+#include "family/rope.h"
 
 /* DeepseekV3Attention.scaling: qk_head_dim ** -0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 when the
  * rope type is not the default and mscale_all_dim is set (in double, as Python computes it). */

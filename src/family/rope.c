@@ -3,7 +3,7 @@
  * Python-side scalars (the correction range, the mscale) in double, tensor ops in float32, the scalar
  * operands of a tensor op rounded to float32 first, as torch does with a wrapped number.
  */
-#include "model/rope.h"
+#include "family/rope.h"
 
 #include <math.h>
 

@@ -8,7 +8,7 @@
  * i >= max_window_layers. transformers' models/dots1/modular_dots1.py (Dots1Attention = Qwen3Attention,
  * Dots1MoE = DeepseekV3MoE, Dots1Config.__post_init__).
  */
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);

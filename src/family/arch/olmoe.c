@@ -4,7 +4,7 @@
  * transformers' modeling_olmoe.py OlmoeAttention), full RoPE, every layer a MoE of SwiGLU experts,
  * softmax -> top-k routing without renormalisation unless norm_topk_prob.
  */
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* every layer is MoE: the experts' width */

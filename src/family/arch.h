@@ -1,6 +1,6 @@
 /*
  * arch.h — one table per model family (after llama.cpp's llama-arch): everything the rest of the engine
- * knows about an architecture is declared once, in src/model/arch/<family>.c, and every stage loops over it.
+ * knows about an architecture is declared once, in src/family/arch/<family>.c, and every stage loops over it.
  *
  * A family declares
  *   - the Hugging Face model_type names it serves and its config hook (family fields of config.json);
@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/config.h"
+#include "family/config.h"
 #include "sluice.h"
 
 /* Sizes a tensor's shape is made of. */
@@ -123,7 +123,7 @@ typedef struct arch_shape {
                                    * a released model */
 } arch_shape;
 
-/* The Hugging Face config.json reader a config hook works with (implemented in import/hf_config.c).
+/* The Hugging Face config.json reader a config hook works with (implemented in family/hf_config.c).
  * Lookups go to the text config first, then the root. Every accessor records the first error (field
  * missing, wrong type) and later calls keep returning defaults; hf_parse_config reports it. */
 typedef struct hfc hfc;
@@ -143,7 +143,7 @@ void hfc_sparse_layers(hfc *c, sl_config *o);
  * (required when a layer slides). */
 void hfc_sliding_layers(hfc *c, sl_config *o);
 
-/* The GGUF metadata reader a family's gguf_config hook works with (implemented in import/gguf_meta.c). Keys are
+/* The GGUF metadata reader a family's gguf_config hook works with (implemented in family/gguf_meta.c). Keys are
  * "<general.architecture>.<suffix>" (llama.cpp's convert_hf_to_gguf.py writes them; gguf-py constants.py Keys).
  * Every accessor records the first error (key missing, wrong type) and later calls return defaults; the
  * import reports it. Tensors are named as in the file: "blk.<layer>." + rel (layer < 0: a global tensor). */
@@ -237,7 +237,7 @@ typedef struct arch_desc {
     void (*shape_config)(const arch_shape *sh, sl_config *c);
     /* general.architecture of the family's GGUF files (llama.cpp's llm_arch names), or NULL: no GGUF import */
     const char *gguf_arch;
-    /* The family's GGUF metadata as config.json fields (after the common ones import/gguf_meta.c writes:
+    /* The family's GGUF metadata as config.json fields (after the common ones family/gguf_meta.c writes:
      * model_type, vocabulary, dimensions, heads, experts, context, eps, rope, tied embeddings, mlp_only_layers):
      * what its config hook reads (moe_intermediate_size, norm_topk_prob, ...). Required with gguf_arch. */
     void (*gguf_config)(ggm *m, arch_gguf_common *g);

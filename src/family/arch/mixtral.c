@@ -7,7 +7,7 @@
  * all E, top-k and renormalises: the same weights (softmax is monotonic and the renormalisation
  * cancels the other experts' mass) up to rounding.
  */
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* the experts' width: Mixtral has no dense MLP */

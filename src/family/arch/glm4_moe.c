@@ -8,7 +8,7 @@
  * (mlp.shared_experts.*). transformers' modeling_glm4_moe.py (Glm4MoeTopkRouter, Glm4MoeMoE). The released
  * checkpoints' multi-token-prediction layer (layers.num_hidden_layers, num_nextn_predict_layers) is not read.
  */
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);

@@ -5,7 +5,7 @@
  * Attention: GQA with q/k/v/o biases (attention_bias), a learned sink logit per head (self_attn.sinks) in
  * each head's softmax denominator, layers alternating sliding-window (sliding_window, 128 as released) and
  * full attention as layer_types says (default: sliding at even layers), YaRN RoPE over the whole head
- * (model/rope.h). Every layer is a MoE: the router is a Linear with bias (mlp.router), top-k of its logits
+ * (family/rope.h). Every layer is a MoE: the router is a Linear with bias (mlp.router), top-k of its logits
  * then a softmax over those k (SL_ROUTER_TOPK_SOFTMAX); an expert is the fused gate_up_proj with bias, its
  * rows interleaved (gate = even, up = odd: transformers' gate_up[..., ::2], [..., 1::2]), the clamped SwiGLU
  * (gate <= limit, |up| <= limit, glu = gate * sigmoid(1.702 gate), (up + 1) * glu) and down_proj with bias
@@ -14,7 +14,7 @@
  * gate_up_proj_blocks [E, 2I, H/32, 16] + gate_up_proj_scales [E, 2I, H/32], down_proj likewise, imported as
  * they are (DT_MXFP4, docs/FORMAT.md).
  */
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 static void config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* the experts' width: gpt-oss has no dense MLP */

@@ -1,7 +1,7 @@
 /*
  * hf_config.c — Hugging Face config.json -> sl_config.
  *
- * The model_type picks the family (model/arch.h); the fields every family shares are read here, the
+ * The model_type picks the family (family/arch.h); the fields every family shares are read here, the
  * family's own by its config hook through the hfc_* reader. Accepts every spelling MODELS.md §1 lists:
  * num_experts / num_local_experts / n_routed_experts, rope_theta at top level or in rope_parameters, partial_rotary_factor
  * in either place, layer_types or full_attention_interval, a VLM wrapper's nested text_config. Missing
@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "import/hf.h"
-#include "model/arch.h"
+#include "family/arch.h"
+#include "family/hf_config.h"
 #include "util/err.h"
 
 struct hfc {
@@ -68,7 +68,7 @@ static int get_bool(cfgctx *c, const char *name, int def) {
     return cJSON_IsTrue(v);
 }
 
-/* ---- the reader family hooks use (model/arch.h) ---- */
+/* ---- the reader family hooks use (family/arch.h) ---- */
 
 int hfc_int(hfc *c, const char *name, int required, int def) { return get_int(c, name, required, def); }
 int hfc_bool(hfc *c, const char *name, int def) { return get_bool(c, name, def); }

@@ -1,20 +1,20 @@
 /*
  * arch.c — the family registry and the arithmetic of arch.h's tables (dimensions, which layers have a
- * tensor). The families themselves are in src/model/arch/<family>.c.
+ * tensor). The families themselves are in src/family/arch/<family>.c.
  */
-#include "model/arch.h"
+#include "family/arch.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* every family of src/model/arch/ (families.h lists them; tools/gen_families.sh writes it) */
+/* every family of src/family/arch/ (families.h lists them; tools/gen_families.sh writes it) */
 #define SL_FAMILY(name, NAME) extern const arch_desc arch_##name;
-#include "model/arch/families.h"
+#include "family/arch/families.h"
 #undef SL_FAMILY
 
 const arch_desc *const arch_list[] = {
 #define SL_FAMILY(name, NAME) &arch_##name,
-#include "model/arch/families.h"
+#include "family/arch/families.h"
 #undef SL_FAMILY
     NULL};
 

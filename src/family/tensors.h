@@ -1,5 +1,5 @@
 /*
- * tensors.h — the backbone tensors a config needs, expanded from its family's table (model/arch.h):
+ * tensors.h — the backbone tensors a config needs, expanded from its family's table (family/arch.h):
  * canonical names (see import/hf.h), expected shapes and where each binds, in container order. Used by
  * the importer (validation), the packer and synth (layout) and the loader (binding into sl_weights).
  */
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/config.h"
+#include "family/config.h"
 
 typedef struct arch_tensor {
     char name[96];

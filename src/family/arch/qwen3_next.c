@@ -6,7 +6,7 @@
  */
 #include <math.h>
 
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 void arch_qwen_next_config(hfc *c, sl_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);

@@ -5,7 +5,7 @@
  * gate (the same block as Qwen3-Next's); dense layers by mlp_only_layers / decoder_sparse_step.
  * transformers' modeling_qwen2_moe.py.
  */
-#include "model/arch/common.h"
+#include "family/arch/common.h"
 
 static void config(hfc *c, sl_config *o) {
     arch_qwen_moe_config(c, o); /* moe_intermediate_size, norm_topk_prob, sparse layers */

@@ -1,17 +1,16 @@
 /*
- * gguf_meta.c — a GGUF model's metadata as the Hugging Face files sluice reads: config.json (so the family's
- * own config hook and checks run, import/hf_config.c) and tokenizer.json + tokenizer_config.json (so the
- * container holds the tokenizer as a safetensors pack does, text/tokenizer.c).
+ * gguf_meta.c — a GGUF model's metadata as the Hugging Face config.json sluice reads (so the family's own
+ * config hook and checks run, family/hf_config.c); the tokenizer files are rebuilt in import/gguf_tokenizer.c.
  *
  * Keys are the ones llama.cpp's convert_hf_to_gguf.py writes (gguf-py constants.py Keys): "<arch>.block_count",
  * ".embedding_length", ".attention.head_count(_kv)", ".expert_count", ... A size the metadata does not give is
  * taken from the tensors (the expert width from ffn_gate_exps, the vocabulary from token_embd); which layers
  * are dense, whether q/k/v have biases and q/k norms, and tied embeddings are read from which tensors exist.
  * The keys every family shares are read here; the family's own go through its gguf_config hook
- * (src/model/arch/<family>.c), which reads with the ggm_* accessors of model/arch.h and writes config.json
+ * (src/family/arch/<family>.c), which reads with the ggm_* accessors of family/arch.h and writes config.json
  * fields with ggm_set_*.
  *
- * Sections: the metadata accessors (ggm_*), config.json (gguf_config_json), the tokenizer (gguf_tokenizer_json).
+ * Sections: the key/value lookups (gguf_kv_*), the metadata accessors (ggm_*), config.json (gguf_config_json).
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -20,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import/gguf.h"
-#include "model/arch.h"
+#include "family/arch.h"
+#include "family/gguf_meta.h"
 #include "util/err.h"
 
 struct ggm {
@@ -34,13 +33,19 @@ struct ggm {
 };
 typedef struct ggm meta;
 
+const gguf_kv *gguf_kv_find(const gguf_file *f, const char *key) {
+    for (uint64_t i = 0; i < f->n_kv; i++)
+        if (f->kv[i].key && !strcmp(f->kv[i].key, key)) return &f->kv[i];
+    return NULL;
+}
+
 static const gguf_kv *kv_arch(meta *x, const char *suffix) {
     char k[160];
     snprintf(k, sizeof k, "%s.%s", x->arch, suffix);
     return gguf_kv_find(x->f, k);
 }
 
-static int kv_num(const gguf_kv *kv, double *v) {
+int gguf_kv_num(const gguf_kv *kv, double *v) {
     if (!kv) return 0;
     switch (kv->type) {
     case GGUF_U8: case GGUF_U16: case GGUF_U32: case GGUF_U64: case GGUF_BOOL: *v = (double)kv->v.u; return 1;
@@ -100,7 +105,7 @@ double ggm_num(ggm *x, const char *suffix, int required, double def, int *found)
             else if (e.type == GGUF_I64) e.v.i = (int64_t)u;
             else e.v.u = u;
             double y;
-            kv_num(&e, &y);
+            gguf_kv_num(&e, &y);
             if (i == 0) first = y;
             else if (y != first) {
                 fail(x, SL_EUNSUPPORTED, "'%s.%s' differs between layers (not supported)", x->arch, suffix);
@@ -108,7 +113,7 @@ double ggm_num(ggm *x, const char *suffix, int required, double def, int *found)
             }
         }
         v = first;
-    } else if (!kv_num(kv, &v)) {
+    } else if (!gguf_kv_num(kv, &v)) {
         fail(x, SL_ECONFIG, "metadata key '%s.%s' must be a number", x->arch, suffix);
         return def;
     }
@@ -184,7 +189,7 @@ double ggm_moe_inter(ggm *x, const arch_gguf_common *g) {
     return g->moe_inter;
 }
 
-static const char *kv_str(const gguf_file *f, const char *key) {
+const char *gguf_kv_str(const gguf_file *f, const char *key) {
     const gguf_kv *kv = gguf_kv_find(f, key);
     return kv && kv->type == GGUF_STRING ? kv->str : NULL;
 }
@@ -192,7 +197,7 @@ static const char *kv_str(const gguf_file *f, const char *key) {
 sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     *out = NULL;
     meta x = {m, &m->files[0], NULL, NULL, err, SL_OK};
-    x.arch = kv_str(x.f, "general.architecture");
+    x.arch = gguf_kv_str(x.f, "general.architecture");
     if (!x.arch) return sl_err(err, SL_ECONFIG, "%s: missing metadata key 'general.architecture'", x.f->path);
     const arch_desc *a = arch_by_gguf(x.arch);
     if (!a)
@@ -231,7 +236,7 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     {
         char k[160];
         snprintf(k, sizeof k, "%s.rope.scaling.type", x.arch);
-        rt = kv_str(x.f, k);
+        rt = gguf_kv_str(x.f, k);
     }
     if (rt && strcmp(rt, "none") && strcmp(rt, "yarn")) {
         fail(&x, SL_EUNSUPPORTED, "rope scaling '%s' is not supported (only none and yarn)", rt);
@@ -258,7 +263,7 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     cJSON_AddNumberToObject(c, "rope_theta", ggm_num(&x, "rope.freq_base", 0, 10000.0, NULL));
     double rot = ggm_num(&x, "rope.dimension_count", 0, 0, &g.rot_found);
     if (g.rot_found && g.head_dim > 0) cJSON_AddNumberToObject(c, "partial_rotary_factor", rot / g.head_dim);
-    if (rt && !strcmp(rt, "yarn")) { /* transformers' rope_parameters of rope_type yarn (import/hf_config.c) */
+    if (rt && !strcmp(rt, "yarn")) { /* transformers' rope_parameters of rope_type yarn (family/hf_config.c) */
         ggm_set_str(&x, "rope_parameters.rope_type", "yarn");
         ggm_set_num(&x, "rope_parameters.factor", ggm_num(&x, "rope.scaling.factor", 1, 0, NULL));
         int f = 0;
@@ -309,140 +314,4 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
 fail:
     cJSON_Delete(c);
     return x.st;
-}
-
-/* ---- tokenizer ------------------------------------------------------------------------------------ */
-
-/* tokenizer.ggml.pre -> the Split regexes of the HF pre-tokenizer, applied in turn (a Sequence), then ByteLevel
- * without its own regex (llama.cpp src/llama-vocab.cpp lists each type's regexes; these are the HF tokenizers'
- * originals it adapts, from the models' tokenizer.json). NFC: the HF tokenizer's normalizer (llama.cpp applies
- * none: docs/TEXT.md "Checked against llama.cpp"); ignore_merges as llama.cpp sets it for the type. */
-#define LLAMA3_RE                                                                                                 \
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|" \
-    "\\s+(?!\\S)|\\s+"
-static const struct {
-    const char *pre, *regex[3];
-    int nfc, ignore_merges;
-} PRE[] = {
-    {"qwen2", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-               "\\s+(?!\\S)|\\s+"}, 1, 0},
-    /* Qwen3.5 / 3.6: letters take their combining marks */
-    {"qwen35", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
-                "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 1, 0},
-    {"llama-bpe", {LLAMA3_RE}, 0, 1},
-    {"glm4", {LLAMA3_RE}, 0, 1}, /* GLM-4.5 / 4.6 */
-    /* gpt-oss (o200k): llama.cpp's gpt-4o */
-    {"gpt-4o", {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
-                "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
-                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
-    /* DeepSeek-V3 / R1: digits in runs of 1-3, CJK runs, then its own regex */
-    {"deepseek-v3", {"\\p{N}{1,3}", "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
-                     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}"
-                     "\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
-    {"gpt-2", {NULL}, 0, 0}, /* ByteLevel's own GPT-2 regex */
-    {"olmo", {NULL}, 0, 0},  /* OLMoE: GPT-NeoX's BPE, the GPT-2 regex */
-};
-
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
-
-static int64_t kv_id(const gguf_file *f, const char *key) {
-    const gguf_kv *kv = gguf_kv_find(f, key);
-    double v;
-    return kv && kv_num(kv, &v) && v >= 0 && v < 4e18 ? (int64_t)v : -1;
-}
-
-sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_error *err) {
-    *tok = *cfg = NULL;
-    const gguf_file *f = &m->files[0];
-    const char *model = kv_str(f, "tokenizer.ggml.model");
-    if (!model) return SL_OK;
-    if (strcmp(model, "gpt2"))
-        return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.model '%s' is not supported (gpt2 byte-level BPE only)",
-                      f->path, model);
-    const gguf_kv *tk = gguf_kv_find(f, "tokenizer.ggml.tokens"), *mg = gguf_kv_find(f, "tokenizer.ggml.merges");
-    const gguf_kv *ty = gguf_kv_find(f, "tokenizer.ggml.token_type");
-    if (!tk || tk->type != GGUF_ARRAY || tk->arr_type != GGUF_STRING)
-        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.tokens is missing or not an array of strings", f->path);
-    if (!mg || mg->type != GGUF_ARRAY || mg->arr_type != GGUF_STRING)
-        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.merges is missing or not an array of strings", f->path);
-    if (ty && (ty->type != GGUF_ARRAY || ty->arr_type != GGUF_I32 || ty->n != tk->n))
-        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.token_type must be an i32 array of one entry per token", f->path);
-    const char *pre = kv_str(f, "tokenizer.ggml.pre");
-    if (!pre) pre = "gpt-2";
-    int pi = -1;
-    for (size_t i = 0; i < sizeof PRE / sizeof *PRE; i++)
-        if (!strcmp(PRE[i].pre, pre)) pi = (int)i;
-    if (pi < 0)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
-                      "llama-bpe, glm4, gpt-4o, deepseek-v3, gpt-2, olmo)", f->path, pre);
-    char **toks = tk->arr, **merges = mg->arr;
-    cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
-    cJSON_AddStringToObject(root, "version", "1.0");
-    if (PRE[pi].nfc) cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", "NFC");
-    else cJSON_AddNullToObject(root, "normalizer");
-    cJSON *pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
-    if (PRE[pi].regex[0]) {
-        cJSON_AddStringToObject(pt, "type", "Sequence");
-        cJSON *l = cJSON_AddArrayToObject(pt, "pretokenizers"), *bl = cJSON_CreateObject();
-        for (int k = 0; k < 3 && PRE[pi].regex[k]; k++) {
-            cJSON *sp = cJSON_CreateObject();
-            cJSON_AddItemToArray(l, sp);
-            cJSON_AddStringToObject(sp, "type", "Split");
-            cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "pattern"), "Regex", PRE[pi].regex[k]);
-            cJSON_AddStringToObject(sp, "behavior", "Isolated");
-            cJSON_AddFalseToObject(sp, "invert");
-        }
-        cJSON_AddItemToArray(l, bl);
-        cJSON_AddStringToObject(bl, "type", "ByteLevel");
-        cJSON_AddFalseToObject(bl, "add_prefix_space");
-        cJSON_AddFalseToObject(bl, "trim_offsets");
-        cJSON_AddFalseToObject(bl, "use_regex");
-    } else {
-        cJSON_AddStringToObject(pt, "type", "ByteLevel");
-        cJSON_AddFalseToObject(pt, "add_prefix_space");
-        cJSON_AddTrueToObject(pt, "use_regex");
-    }
-    cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
-    cJSON_AddStringToObject(dec, "type", "ByteLevel");
-    cJSON *mo = cJSON_AddObjectToObject(root, "model");
-    cJSON_AddStringToObject(mo, "type", "BPE");
-    cJSON_AddBoolToObject(mo, "ignore_merges", PRE[pi].ignore_merges);
-    cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab"), *ml = cJSON_AddArrayToObject(mo, "merges");
-    for (uint64_t i = 0; i < tk->n; i++) {
-        int t = ty ? (int32_t)((const uint32_t *)ty->arr)[i] : TT_NORMAL;
-        if (t == TT_UNUSED || !toks[i][0]) continue; /* the converter's [PADn] fillers */
-        if (t == TT_CONTROL || t == TT_USER) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddNumberToObject(o, "id", (double)i);
-            cJSON_AddStringToObject(o, "content", toks[i]);
-            cJSON_AddBoolToObject(o, "special", t == TT_CONTROL);
-            cJSON_AddItemToArray(added, o);
-        } else {
-            cJSON_AddNumberToObject(vocab, toks[i], (double)i);
-        }
-    }
-    for (uint64_t i = 0; i < mg->n; i++) cJSON_AddItemToArray(ml, cJSON_CreateString(merges[i]));
-    *tok = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    cJSON *c = cJSON_CreateObject();
-    const char *tmpl = kv_str(f, "tokenizer.chat_template");
-    if (tmpl) cJSON_AddStringToObject(c, "chat_template", tmpl);
-    static const char *const ids[][2] = {{"tokenizer.ggml.eos_token_id", "eos_token"},
-                                         {"tokenizer.ggml.bos_token_id", "bos_token"},
-                                         {"tokenizer.ggml.padding_token_id", "pad_token"}};
-    for (int i = 0; i < 3; i++) {
-        int64_t id = kv_id(f, ids[i][0]);
-        if (id >= 0 && (uint64_t)id < tk->n) cJSON_AddStringToObject(c, ids[i][1], toks[id]);
-    }
-    const gguf_kv *ab = gguf_kv_find(f, "tokenizer.ggml.add_bos_token");
-    cJSON_AddBoolToObject(c, "add_bos_token", ab && ab->type == GGUF_BOOL && ab->v.u);
-    *cfg = cJSON_PrintUnformatted(c);
-    cJSON_Delete(c);
-    if (!*tok || !*cfg) {
-        free(*tok);
-        free(*cfg);
-        *tok = *cfg = NULL;
-        return sl_err(err, SL_ENOMEM, "out of memory");
-    }
-    return SL_OK;
 }

@@ -1,0 +1,145 @@
+/*
+ * gguf_tokenizer.c — a GGUF model's tokenizer as the Hugging Face files sluice reads: tokenizer.json and
+ * tokenizer_config.json rebuilt from tokenizer.ggml.* and tokenizer.chat_template (gpt2 byte-level BPE), so the
+ * container holds the tokenizer as a safetensors pack does (text/tokenizer.c reads it). See import/gguf.h.
+ */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "import/gguf.h"
+#include "util/err.h"
+
+/* tokenizer.ggml.pre -> the Split regexes of the HF pre-tokenizer, applied in turn (a Sequence), then ByteLevel
+ * without its own regex (llama.cpp src/llama-vocab.cpp lists each type's regexes; these are the HF tokenizers'
+ * originals it adapts, from the models' tokenizer.json). NFC: the HF tokenizer's normalizer (llama.cpp applies
+ * none: docs/TEXT.md "Checked against llama.cpp"); ignore_merges as llama.cpp sets it for the type. */
+#define LLAMA3_RE                                                                                                 \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|" \
+    "\\s+(?!\\S)|\\s+"
+static const struct {
+    const char *pre, *regex[3];
+    int nfc, ignore_merges;
+} PRE[] = {
+    {"qwen2", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+               "\\s+(?!\\S)|\\s+"}, 1, 0},
+    /* Qwen3.5 / 3.6: letters take their combining marks */
+    {"qwen35", {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+                "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 1, 0},
+    {"llama-bpe", {LLAMA3_RE}, 0, 1},
+    {"glm4", {LLAMA3_RE}, 0, 1}, /* GLM-4.5 / 4.6 */
+    /* gpt-oss (o200k): llama.cpp's gpt-4o */
+    {"gpt-4o", {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
+    /* DeepSeek-V3 / R1: digits in runs of 1-3, CJK runs, then its own regex */
+    {"deepseek-v3", {"\\p{N}{1,3}", "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
+                     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}"
+                     "\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
+    {"gpt-2", {NULL}, 0, 0}, /* ByteLevel's own GPT-2 regex */
+    {"olmo", {NULL}, 0, 0},  /* OLMoE: GPT-NeoX's BPE, the GPT-2 regex */
+};
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+
+static int64_t kv_id(const gguf_file *f, const char *key) {
+    const gguf_kv *kv = gguf_kv_find(f, key);
+    double v;
+    return kv && gguf_kv_num(kv, &v) && v >= 0 && v < 4e18 ? (int64_t)v : -1;
+}
+
+sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_error *err) {
+    *tok = *cfg = NULL;
+    const gguf_file *f = &m->files[0];
+    const char *model = gguf_kv_str(f, "tokenizer.ggml.model");
+    if (!model) return SL_OK;
+    if (strcmp(model, "gpt2"))
+        return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.model '%s' is not supported (gpt2 byte-level BPE only)",
+                      f->path, model);
+    const gguf_kv *tk = gguf_kv_find(f, "tokenizer.ggml.tokens"), *mg = gguf_kv_find(f, "tokenizer.ggml.merges");
+    const gguf_kv *ty = gguf_kv_find(f, "tokenizer.ggml.token_type");
+    if (!tk || tk->type != GGUF_ARRAY || tk->arr_type != GGUF_STRING)
+        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.tokens is missing or not an array of strings", f->path);
+    if (!mg || mg->type != GGUF_ARRAY || mg->arr_type != GGUF_STRING)
+        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.merges is missing or not an array of strings", f->path);
+    if (ty && (ty->type != GGUF_ARRAY || ty->arr_type != GGUF_I32 || ty->n != tk->n))
+        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.token_type must be an i32 array of one entry per token", f->path);
+    const char *pre = gguf_kv_str(f, "tokenizer.ggml.pre");
+    if (!pre) pre = "gpt-2";
+    int pi = -1;
+    for (size_t i = 0; i < sizeof PRE / sizeof *PRE; i++)
+        if (!strcmp(PRE[i].pre, pre)) pi = (int)i;
+    if (pi < 0)
+        return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
+                      "llama-bpe, glm4, gpt-4o, deepseek-v3, gpt-2, olmo)", f->path, pre);
+    char **toks = tk->arr, **merges = mg->arr;
+    cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON_AddStringToObject(root, "version", "1.0");
+    if (PRE[pi].nfc) cJSON_AddStringToObject(cJSON_AddObjectToObject(root, "normalizer"), "type", "NFC");
+    else cJSON_AddNullToObject(root, "normalizer");
+    cJSON *pt = cJSON_AddObjectToObject(root, "pre_tokenizer");
+    if (PRE[pi].regex[0]) {
+        cJSON_AddStringToObject(pt, "type", "Sequence");
+        cJSON *l = cJSON_AddArrayToObject(pt, "pretokenizers"), *bl = cJSON_CreateObject();
+        for (int k = 0; k < 3 && PRE[pi].regex[k]; k++) {
+            cJSON *sp = cJSON_CreateObject();
+            cJSON_AddItemToArray(l, sp);
+            cJSON_AddStringToObject(sp, "type", "Split");
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(sp, "pattern"), "Regex", PRE[pi].regex[k]);
+            cJSON_AddStringToObject(sp, "behavior", "Isolated");
+            cJSON_AddFalseToObject(sp, "invert");
+        }
+        cJSON_AddItemToArray(l, bl);
+        cJSON_AddStringToObject(bl, "type", "ByteLevel");
+        cJSON_AddFalseToObject(bl, "add_prefix_space");
+        cJSON_AddFalseToObject(bl, "trim_offsets");
+        cJSON_AddFalseToObject(bl, "use_regex");
+    } else {
+        cJSON_AddStringToObject(pt, "type", "ByteLevel");
+        cJSON_AddFalseToObject(pt, "add_prefix_space");
+        cJSON_AddTrueToObject(pt, "use_regex");
+    }
+    cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
+    cJSON_AddStringToObject(dec, "type", "ByteLevel");
+    cJSON *mo = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(mo, "type", "BPE");
+    cJSON_AddBoolToObject(mo, "ignore_merges", PRE[pi].ignore_merges);
+    cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab"), *ml = cJSON_AddArrayToObject(mo, "merges");
+    for (uint64_t i = 0; i < tk->n; i++) {
+        int t = ty ? (int32_t)((const uint32_t *)ty->arr)[i] : TT_NORMAL;
+        if (t == TT_UNUSED || !toks[i][0]) continue; /* the converter's [PADn] fillers */
+        if (t == TT_CONTROL || t == TT_USER) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "id", (double)i);
+            cJSON_AddStringToObject(o, "content", toks[i]);
+            cJSON_AddBoolToObject(o, "special", t == TT_CONTROL);
+            cJSON_AddItemToArray(added, o);
+        } else {
+            cJSON_AddNumberToObject(vocab, toks[i], (double)i);
+        }
+    }
+    for (uint64_t i = 0; i < mg->n; i++) cJSON_AddItemToArray(ml, cJSON_CreateString(merges[i]));
+    *tok = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    cJSON *c = cJSON_CreateObject();
+    const char *tmpl = gguf_kv_str(f, "tokenizer.chat_template");
+    if (tmpl) cJSON_AddStringToObject(c, "chat_template", tmpl);
+    static const char *const ids[][2] = {{"tokenizer.ggml.eos_token_id", "eos_token"},
+                                         {"tokenizer.ggml.bos_token_id", "bos_token"},
+                                         {"tokenizer.ggml.padding_token_id", "pad_token"}};
+    for (int i = 0; i < 3; i++) {
+        int64_t id = kv_id(f, ids[i][0]);
+        if (id >= 0 && (uint64_t)id < tk->n) cJSON_AddStringToObject(c, ids[i][1], toks[id]);
+    }
+    const gguf_kv *ab = gguf_kv_find(f, "tokenizer.ggml.add_bos_token");
+    cJSON_AddBoolToObject(c, "add_bos_token", ab && ab->type == GGUF_BOOL && ab->v.u);
+    *cfg = cJSON_PrintUnformatted(c);
+    cJSON_Delete(c);
+    if (!*tok || !*cfg) {
+        free(*tok);
+        free(*cfg);
+        *tok = *cfg = NULL;
+        return sl_err(err, SL_ENOMEM, "out of memory");
+    }
+    return SL_OK;
+}
