@@ -331,47 +331,58 @@ TEST(threadpool_thread_index_is_unique_per_running_call) {
     CHECK(sl_pool_thread(NULL) == 0);
 }
 
-/* The rooms below the model (src/model/) take the types they share from util/tensor.h: none includes the
- * forward pass's headers (model.h, fwd_internal.h, rope.h), only the family descriptions a container and
- * an importer are made of (config.h, arch.h, tensors.h, arch/families.h). util/ includes util/ alone (and
- * the public header); kernels/ and quant/ include no room above them. Fails naming the file and line. */
-static int scan_room(const char *room, int *bad) {
-    DIR *d = opendir(test_path("src/%s", room));
-    if (!d) return -1;
+/* The rooms of src/ (its folders), lowest first: a file may include its own room's headers and those of the
+ * rooms before it, never one after (tools/rooms.py counts the same order's arrows up and folder loops; keep
+ * the two lists in step). util: dtypes, tensors, errors, the pool; quant: the quantised layouts; kernels:
+ * per-ISA matmuls; family: config, the family tables, the readers their hooks use; import: checkpoints;
+ * format: the container; backend: the ops table; stream: the expert cache and its I/O; model: the forward
+ * pass; engine: the public API; text, pull, serve, cli: what people use. */
+static const char *const ROOMS[] = {"util",   "quant",  "kernels", "family", "import", "format", "backend",
+                                    "stream", "model",  "engine",  "text",   "pull",   "serve",  "cli"};
+enum { N_ROOMS = sizeof ROOMS / sizeof ROOMS[0] };
+
+static int room_rank(const char *name, size_t len) {
+    for (int i = 0; i < N_ROOMS; i++)
+        if (strlen(ROOMS[i]) == len && !strncmp(ROOMS[i], name, len)) return i;
+    return -1;
+}
+
+/* Checks every #include "..." of src/<sub> (a room's folder, recursively) against the room of rank `rank`:
+ * "sluice.h" (the public header) or "<room>/..." of a room at or below it. Returns the files read; each bad
+ * include is a failure naming the file and line. */
+static int scan_room(const char *sub, int rank, int *bad) {
+    DIR *d = opendir(test_path("src/%s", sub));
+    if (!d) return 0;
     int files = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         const char *nm = e->d_name;
         size_t n = strlen(nm);
-        if (nm[0] == '.') continue;
-        char sub[512];
-        if (snprintf(sub, sizeof sub, "%s/%s", room, nm) >= (int)sizeof sub) continue;
+        char path[512];
+        if (nm[0] == '.' || snprintf(path, sizeof path, "%s/%s", sub, nm) >= (int)sizeof path) continue;
         if (e->d_type == DT_DIR) {
-            int k = scan_room(sub, bad);
-            files += k > 0 ? k : 0;
+            files += scan_room(path, rank, bad);
             continue;
         }
         if (!(n > 2 && (!strcmp(nm + n - 2, ".c") || !strcmp(nm + n - 2, ".h"))) && !(n > 3 && !strcmp(nm + n - 3, ".cu")))
             continue;
-        FILE *f = fopen(test_path("src/%s", sub), "r");
+        FILE *f = fopen(test_path("src/%s", path), "r");
         if (!f) continue;
         files++;
         char line[512];
         for (int ln = 1; fgets(line, sizeof line, f); ln++) {
             char inc[256];
             if (sscanf(line, " #include \"%255[^\"]\"", inc) != 1) continue;
-            int ok = 1;
-            if (!strncmp(room, "util", 4)) ok = !strncmp(inc, "util/", 5) || !strcmp(inc, "sluice.h");
-            else if (!strncmp(room, "kernels", 7) || !strncmp(room, "quant", 5))
-                ok = !strncmp(inc, "util/", 5) || !strncmp(inc, "kernels/", 8) || !strncmp(inc, "quant/", 6) ||
-                     !strcmp(inc, "sluice.h");
-            else if (!strncmp(inc, "model/", 6))
-                ok = !strcmp(inc, "family/config.h") || !strcmp(inc, "family/arch.h") || !strcmp(inc, "family/tensors.h") ||
-                     !strcmp(inc, "family/arch/families.h");
-            if (!ok) {
-                test_fail(__FILE__, __LINE__, "src/%s:%d includes \"%s\", a room above it", sub, ln, inc);
-                (*bad)++;
-            }
+            const char *slash = strchr(inc, '/');
+            int to = slash ? room_rank(inc, (size_t)(slash - inc)) : -1;
+            if (!strcmp(inc, "sluice.h") || (to >= 0 && to <= rank)) continue;
+            if (to > rank)
+                test_fail(__FILE__, __LINE__, "src/%s:%d includes \"%s\": %s is above %s in the room order", path, ln,
+                          inc, ROOMS[to], ROOMS[rank]);
+            else
+                test_fail(__FILE__, __LINE__, "src/%s:%d includes \"%s\", not a room's header (\"<room>/<file>.h\")",
+                          path, ln, inc);
+            (*bad)++;
         }
         fclose(f);
     }
@@ -379,12 +390,18 @@ static int scan_room(const char *room, int *bad) {
     return files;
 }
 
-TEST(lower_rooms_stay_below_the_model) {
-    static const char *const rooms[] = {"util", "kernels", "quant", "stream", "format", "import", "backend"};
+TEST(rooms_include_downward) {
     int bad = 0;
-    for (size_t i = 0; i < sizeof rooms / sizeof rooms[0]; i++) {
-        int files = scan_room(rooms[i], &bad);
-        CHECKF(files > 0, "src/%s: no sources found (run from the repository root)", rooms[i]);
-    }
+    for (int i = 0; i < N_ROOMS; i++)
+        CHECKF(scan_room(ROOMS[i], i, &bad) > 0, "src/%s: no sources found (run from the repository root)", ROOMS[i]);
     CHECK(bad == 0);
+    /* every folder of src/ has its place in the order */
+    DIR *d = opendir(test_path("src"));
+    CHECK(d);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_type == DT_DIR && e->d_name[0] != '.')
+            CHECKF(room_rank(e->d_name, strlen(e->d_name)) >= 0, "src/%s is not in the room order (tests/test_util.c ROOMS)",
+                   e->d_name);
+    if (d) closedir(d);
 }

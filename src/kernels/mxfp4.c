@@ -1,5 +1,5 @@
 /*
- * mxfp4.c — the scalar MXFP4 row decoder (the oracle), the decoder choice per kernel table, and the matmul;
+ * mxfp4.c — the decoder choice per kernel table (the scalar oracle is quant.c's) and the matmul;
  * see mxfp4.h.
  */
 #include "kernels/mxfp4.h"
@@ -8,21 +8,6 @@
 #include <string.h>
 
 #include "sluice.h"
-
-const float MXFP4_VALUES[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
-                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-
-void mxfp4_row_scalar(const uint8_t *codes, const uint8_t *scales, int cols, float *out) {
-    for (int g = 0; g < cols / 32; g++) {
-        const float s = mxfp4_scale(scales[g]);
-        const uint8_t *b = codes + (size_t)g * 16;
-        float *o = out + (size_t)g * 32;
-        for (int i = 0; i < 16; i++) {
-            o[2 * i] = MXFP4_VALUES[b[i] & 15] * s;
-            o[2 * i + 1] = MXFP4_VALUES[b[i] >> 4] * s;
-        }
-    }
-}
 
 mxfp4_row_fn mxfp4_row_for(const kern_ops *ops) {
     mxfp4_row_fn f = NULL;

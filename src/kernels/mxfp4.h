@@ -6,7 +6,8 @@
  * as transformers' integrations/mxfp4.py convert_moe_packed_tensors (a lookup, then torch.ldexp = x * 2^e) gives
  * it: bitwise the same values (tests/test_quant.c checks the fixture against transformers' own hash).
  *
- * The scalar row decoder is the oracle; the AVX2, AVX-512 and NEON ones (mxfp4_avx2.c, mxfp4_avx512.c,
+ * The scalar row decoder (mxfp4_row_scalar, with MXFP4_VALUES and mxfp4_scale in quant/quant.h: the
+ * dequantiser uses it too) is the oracle; the AVX2, AVX-512 and NEON ones (mxfp4_avx2.c, mxfp4_avx512.c,
  * mxfp4_neon.c) must give the same bits. mxfp4_matmul decodes each row once per call and dots it with every
  * token through the table's own ops->dot, so each output depends only on its row and token (kernels.h's
  * determinism contract).
@@ -16,23 +17,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "kernels/kernels.h"
-
-extern const float MXFP4_VALUES[16]; /* E2M1: +0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, ..., -6 */
-
-/* 2^(s - 127) as a float32 (s = 0: 2^-127, subnormal; s = 255: +inf, as torch's pow(2, 128) in float32). */
-static inline float mxfp4_scale(uint8_t s) {
-    uint32_t u = s == 0 ? 0x00400000u : s == 255 ? 0x7f800000u : (uint32_t)s << 23;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+#include "quant/quant.h" /* MXFP4_VALUES, mxfp4_scale, mxfp4_row_scalar: the scalar decoder */
 
 typedef void (*mxfp4_row_fn)(const uint8_t *codes, const uint8_t *scales, int cols, float *out);
-/* out[cols] (cols a multiple of 32) from a row's codes [cols/2] and scales [cols/32]. */
-void mxfp4_row_scalar(const uint8_t *codes, const uint8_t *scales, int cols, float *out);
 /* The SIMD decoders; NULL when not compiled for this machine (kern_*_ops() says whether the CPU has them). */
 mxfp4_row_fn mxfp4_row_avx2(void);
 mxfp4_row_fn mxfp4_row_avx512(void);

@@ -8,8 +8,6 @@
  */
 #include "quant/quant.h"
 
-#include "kernels/mxfp4.h"
-
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +15,22 @@
 
 const float Q3_LEVELS[8] = {-2.1519457f, -1.3439093f, -0.7560052f, -0.2450942f,
                             0.2450942f,  0.7560052f,  1.3439093f,  2.1519457f};
+
+/* MXFP4's scalar row decoder: the dequantiser's, and the oracle of kernels/mxfp4_<isa>.c */
+const float MXFP4_VALUES[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
+                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+void mxfp4_row_scalar(const uint8_t *codes, const uint8_t *scales, int cols, float *out) {
+    for (int g = 0; g < cols / 32; g++) {
+        const float s = mxfp4_scale(scales[g]);
+        const uint8_t *b = codes + (size_t)g * 16;
+        float *o = out + (size_t)g * 32;
+        for (int i = 0; i < 16; i++) {
+            o[2 * i] = MXFP4_VALUES[b[i] & 15] * s;
+            o[2 * i + 1] = MXFP4_VALUES[b[i] >> 4] * s;
+        }
+    }
+}
 
 /* ---- layout ---------------------------------------------------------------------------------- */
 

@@ -15,19 +15,34 @@
  * mxfp4 (gpt-oss, OCP Microscaling; transformers' integrations/mxfp4.py): codes [rows][cols/2], two E2M1 codes
  * a byte, the even column in the low nibble, then scales [rows][cols/32] of E8M0 bytes (sdtype DT_NONE, group
  * 32 always): w[r][c] = MXFP4_VALUES[code] * 2^(scale - 127), exactly as convert_moe_packed_tensors computes it
- * (kernels/mxfp4.h).
+ * (the scalar decoder below; the SIMD ones and the matmul in kernels/mxfp4.h).
  */
 #ifndef SL_QUANT_H
 #define SL_QUANT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "util/tensor.h"
 #include "util/dtype.h"
 
 /* Lloyd-Max reconstruction levels of the unit Gaussian, 8 levels, code order. */
 extern const float Q3_LEVELS[8];
+
+/* MXFP4 (the layout above) */
+extern const float MXFP4_VALUES[16]; /* E2M1: +0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, ..., -6 */
+
+/* 2^(s - 127) as a float32 (s = 0: 2^-127, subnormal; s = 255: +inf, as torch's pow(2, 128) in float32). */
+static inline float mxfp4_scale(uint8_t s) {
+    uint32_t u = s == 0 ? 0x00400000u : s == 255 ? 0x7f800000u : (uint32_t)s << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* out[cols] (cols a multiple of 32) from a row's codes [cols/2] and scales [cols/32]. */
+void mxfp4_row_scalar(const uint8_t *codes, const uint8_t *scales, int cols, float *out);
 
 /* Bits per code of a quantized dtype, 0 for other types. */
 int q_bits(sl_dtype dt);
