@@ -9,6 +9,8 @@
 #include <stdio.h>
 
 #include "sluice.h"
+#include "util/clock.h"
+#include "util/fmt.h"
 
 int cmd_pack(int argc, char **argv);
 int cmd_pull(int argc, char **argv); /* cmd_pull.c */
@@ -112,7 +114,6 @@ typedef struct cli_progress {
 void cli_progress_init(cli_progress *p, const char *label);
 int cli_progress_cb(void *user, uint64_t done, uint64_t total);
 void cli_progress_end(cli_progress *p);
-double cli_now(void);
 /* Parses "1,2,3" into a malloc'ed array; returns count or -1. */
 int cli_parse_tokens(const char *s, int32_t **out);
 /* Parses a size with K/M/G suffix (powers of 1024); returns -1 on error. */

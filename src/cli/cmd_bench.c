@@ -10,22 +10,15 @@
 
 #include "cli/cli.h"
 
-static void human(double b, char *out, size_t n) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4) { b /= 1024; i++; }
-    snprintf(out, n, "%.1f %s", b, u[i]);
-}
-
 void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s) {
     sl_stats st;
     sl_model_stats(m, &st);
     char rd[32], rss[32], bb[32], cb[32], pc[32];
-    human((double)st.bytes_read, rd, sizeof rd);
-    human((double)st.peak_rss_bytes, rss, sizeof rss);
-    human((double)st.backbone_bytes, bb, sizeof bb);
-    human((double)st.cache_bytes, cb, sizeof cb);
-    human((double)st.page_cache_bytes, pc, sizeof pc);
+    fmt_bytes(rd, sizeof rd, (double)st.bytes_read);
+    fmt_bytes(rss, sizeof rss, (double)st.peak_rss_bytes);
+    fmt_bytes(bb, sizeof bb, (double)st.backbone_bytes);
+    fmt_bytes(cb, sizeof cb, (double)st.cache_bytes);
+    fmt_bytes(pc, sizeof pc, (double)st.page_cache_bytes);
     uint64_t req = st.hits + st.misses;
     fprintf(stderr,
             "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
@@ -44,8 +37,8 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
             st.io_mode);
     if (st.tier_slots) {
         char tb[32], cp[32];
-        human((double)st.tier_bytes, tb, sizeof tb);
-        human((double)st.tier_bytes_copied, cp, sizeof cp);
+        fmt_bytes(tb, sizeof tb, (double)st.tier_bytes);
+        fmt_bytes(cp, sizeof cp, (double)st.tier_bytes_copied);
         uint64_t treq = st.tier_hits + st.tier_misses;
         fprintf(stderr, "stats: device tier %s (%llu slots), hit rate %.1f%%, copied in %s (%.1f MiB/token)\n", tb,
                 (unsigned long long)st.tier_slots, treq ? 100.0 * (double)st.tier_hits / (double)treq : 100.0, cp,
@@ -88,7 +81,7 @@ int cmd_synth(int argc, char **argv) {
     sl_status st = sl_synth_threads(shape, layers, q, seed, threads, out, cli_progress_cb, &pr, &err);
     cli_progress_end(&pr);
     if (st) return cli_fail("synth", "%s", err.msg);
-    double dt = cli_now() - pr.t0;
+    double dt = clk_now_s() - pr.t0;
     struct stat sb;
     double sz = stat(out, &sb) == 0 ? (double)sb.st_size : 0.0;
     fprintf(stderr, "wrote %s in %.1f s (%.0f MB/s)\n", out, dt, dt > 0 ? sz / dt / 1e6 : 0.0);
@@ -164,9 +157,9 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
     sl_model_stats(m, &s0);
     sl_session *s = NULL;
     int rc = sl_session_new(m, n_prompt + n_gen + 1, &s);
-    double t0 = cli_now(), t1 = t0, t2 = t0;
+    double t0 = clk_now_s(), t1 = t0, t2 = t0;
     if (!rc && n_prompt > 0) rc = sl_session_eval(s, toks, n_prompt, lg, 0);
-    t1 = cli_now();
+    t1 = clk_now_s();
     sl_stats sp;
     sl_model_stats(m, &sp);
     sl_sampler_params gp = sl_sampler_params_default();
@@ -178,7 +171,7 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         rc = sl_session_eval(s, &next, 1, lg, 0);
     }
     sl_sampler_free(greedy);
-    t2 = cli_now();
+    t2 = clk_now_s();
     if (rc || no_sampler) {
         snprintf(errbuf, errlen, "%s", rc ? sl_session_errmsg(s) : "out of memory");
         *err_out = errbuf;

@@ -53,7 +53,7 @@ int cmd_pack(int argc, char **argv) {
     sl_status st = sl_pack(src, out, &p, &err);
     cli_progress_end(&pr);
     if (st) return cli_fail("pack", "%s", err.msg);
-    fprintf(stderr, "wrote %s in %.1f s\n", out, cli_now() - pr.t0);
+    fprintf(stderr, "wrote %s in %.1f s\n", out, clk_now_s() - pr.t0);
     return 0;
 }
 

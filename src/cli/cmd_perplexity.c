@@ -132,7 +132,7 @@ static int score(sl_model *m, const sl_tokenizer *tok, const int32_t *ids, int n
         goto out;
     }
     for (int v = 0; v < V; v++) bytes[v] = -1;
-    double t0 = cli_now();
+    double t0 = clk_now_s();
     for (int w = 0; w < r->windows; w++) {
         const int32_t *t = ids + (size_t)w * (size_t)r->win;
         sl_session_reset(s);
@@ -147,7 +147,7 @@ static int score(sl_model *m, const sl_tokenizer *tok, const int32_t *ids, int n
         if (progress) fprintf(stderr, "\rwindow %d of %d: perplexity so far %.4f ", w + 1, r->windows, exp(r->nll / r->scored));
     }
     if (progress) fputc('\n', stderr);
-    r->seconds = cli_now() - t0;
+    r->seconds = clk_now_s() - t0;
     rc = 0;
 out:
     sl_session_free(s);

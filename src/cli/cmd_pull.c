@@ -11,12 +11,10 @@
 
 enum { MAX_INCLUDE = 64 };
 
+/* Whole bytes below 1 KiB ("512 B"), else fmt_bytes. */
 static void human_bytes(uint64_t b, char *out, size_t n) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int i = 0;
-    while (v >= 1024 && i < 4) { v /= 1024; i++; }
-    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+    if (b < 1024) snprintf(out, n, "%llu B", (unsigned long long)b);
+    else fmt_bytes(out, n, (double)b);
 }
 
 int cmd_pull(int argc, char **argv) {
@@ -60,7 +58,7 @@ int cmd_pull(int argc, char **argv) {
         if (res.n_resumed) fprintf(stderr, ", %d resumed", res.n_resumed);
         if (res.n_retries) fprintf(stderr, ", %llu retries", (unsigned long long)res.n_retries);
         if (res.n_corrupt) fprintf(stderr, ", %d fetched again after a failed check", res.n_corrupt);
-        fprintf(stderr, "; %.1f s\n", cli_now() - pr.t0);
+        fprintf(stderr, "; %.1f s\n", clk_now_s() - pr.t0);
     }
     printf("%s\n", dir);
     free(dir);

@@ -67,9 +67,9 @@ int cmd_run(int argc, char **argv) {
     int V = sl_model_n_vocab(m);
     logits = malloc((size_t)V * sizeof(float));
     if (!logits || sl_session_new(m, 0, &s)) { cli_fail("run", "out of memory"); goto out; }
-    double t0 = cli_now();
+    double t0 = clk_now_s();
     if (sl_session_eval(s, toks, n, logits, 0)) { cli_fail("run", "%s", sl_session_errmsg(s)); goto out; }
-    double t1 = cli_now();
+    double t1 = clk_now_s();
     for (int i = 0; i < a.n_gen; i++) {
         int best = 0;
         for (int v = 1; v < V; v++)
@@ -82,7 +82,7 @@ int cmd_run(int argc, char **argv) {
     }
     printf("\n");
     fflush(stdout);
-    double t2 = cli_now();
+    double t2 = clk_now_s();
     if (a.stats) cli_print_stats(m, n, a.n_gen, t1 - t0, t2 - t1);
     rc = 0;
 out:

@@ -30,38 +30,25 @@ void cli_remove_stale(const char *cmd, const char *path) {
     free(names);
 }
 
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void cli_progress_init(cli_progress *p, const char *label) {
     p->label = label;
-    p->t0 = p->last = cli_now();
+    p->t0 = p->last = clk_now_s();
     p->tty = isatty(2);
     p->last_pct = -1;
 }
 
-static void human(double b, char *out, size_t n) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4) { b /= 1024; i++; }
-    snprintf(out, n, "%.1f %s", b, u[i]);
-}
-
 int cli_progress_cb(void *user, uint64_t done, uint64_t total) {
     cli_progress *p = user;
-    double now = cli_now(), dt = now - p->t0;
+    double now = clk_now_s(), dt = now - p->t0;
     int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
     if (p->tty) {
         if (now - p->last < 0.1 && done < total) return 0;
         p->last = now;
         double rate = dt > 0 ? (double)done / dt : 0, eta = rate > 0 ? (double)(total - done) / rate : 0;
         char a[32], b[32], r[32];
-        human((double)done, a, sizeof a);
-        human((double)total, b, sizeof b);
-        human(rate, r, sizeof r);
+        fmt_bytes(a, sizeof a, (double)done);
+        fmt_bytes(b, sizeof b, (double)total);
+        fmt_bytes(r, sizeof r, rate);
         int w = 30, fill = total ? (int)((double)w * (double)done / (double)total) : w;
         char bar[64];
         for (int i = 0; i < w; i++) bar[i] = i < fill ? '#' : '.';
@@ -71,8 +58,8 @@ int cli_progress_cb(void *user, uint64_t done, uint64_t total) {
     } else if ((pct / 10 != p->last_pct / 10 && now - p->last >= 1.0) || (done == total && now - p->t0 >= 1.0)) {
         p->last = now;
         char a[32], b[32];
-        human((double)done, a, sizeof a);
-        human((double)total, b, sizeof b);
+        fmt_bytes(a, sizeof a, (double)done);
+        fmt_bytes(b, sizeof b, (double)total);
         fprintf(stderr, "%s: %d%% (%s / %s, %.1f s)\n", p->label, pct, a, b, dt);
     }
     p->last_pct = pct;

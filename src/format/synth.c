@@ -29,6 +29,7 @@
 #include "format/container.h"
 #include "quant/quant.h"
 #include "sluice.h"
+#include "util/clock.h"
 #include "util/err.h"
 #include "util/fileio.h"
 #include "util/xxh3.h"
@@ -435,13 +436,7 @@ static sl_status run_workers(synth_job *j, int n_threads, uint64_t total, sl_pro
     int canceled = 0;
     pthread_mutex_lock(&j->mu);
     while (j->running > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = clk_deadline_ns(100000000L);
         pthread_cond_timedwait(&j->cv, &j->mu, &ts);
         if (progress && !canceled) {
             uint64_t d = j->done;

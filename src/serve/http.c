@@ -40,6 +40,7 @@
 #include "serve/api.h"
 #include "serve/serve.h"
 #include "serve/web_page.h"
+#include "util/clock.h"
 #include "util/err.h"
 
 /* ---- the server and its models ----------------------------------------------------------------- */
@@ -76,12 +77,6 @@ struct srv_server {
     int sampler_run, sampler_stop;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void logf_(srv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(srv_server *s, const char *fmt, ...) {
     if (!s->p.log) return;
@@ -117,15 +112,13 @@ static void *sampler_main(void *arg) {
             if (!ok) continue;
             pthread_mutex_lock(&s->stat_mu);
             model_slot *ms = &s->models[i];
-            ms->tps_t[ms->tps_k % TPS_SAMPLES] = now_s();
+            ms->tps_t[ms->tps_k % TPS_SAMPLES] = clk_now_s();
             ms->tps_n[ms->tps_k % TPS_SAMPLES] = st.generated_tokens;
             ms->tps_k++;
             pthread_mutex_unlock(&s->stat_mu);
         }
         pthread_mutex_lock(&s->stat_mu);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        struct timespec ts = clk_deadline_ns(1000000000L);
         if (!s->sampler_stop) pthread_cond_timedwait(&s->sampler_cv, &s->stat_mu, &ts);
     }
     pthread_mutex_unlock(&s->stat_mu);
@@ -272,7 +265,7 @@ static uint64_t random_seed(void) {
     uint64_t x;
     if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x) return x;
     static _Atomic uint64_t counter;
-    x = (uint64_t)(now_s() * 1e9) + ++counter;
+    x = (uint64_t)(clk_now_s() * 1e9) + ++counter;
     x ^= x >> 31;
     return x * 0x9e3779b97f4a7c15ull;
 }
@@ -294,7 +287,7 @@ static int gen_pump(gen *g) {
     tok_buf text = {0};
     pthread_mutex_lock(&g->mu);
     for (;;) {
-        double t = now_s();
+        double t = clk_now_s();
         if (t - g->polled >= POLL_S && !g->done) { /* also while text flows: a whole answer writes nothing */
             g->polled = t;
             if (peer_gone(g->fd)) {
@@ -305,10 +298,7 @@ static int gen_pump(gen *g) {
             }
         }
         if (g->pending.n || g->done) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(POLL_S * 1e9);
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = clk_deadline_ns((long)(POLL_S * 1e9));
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
     text = g->pending; /* take it whole: the scheduler starts a new buffer */
@@ -509,7 +499,7 @@ static enum MHD_Result ep_metrics(struct MHD_Connection *c, req *r) {
     h.disconnects = s->disconnects;
     h.connections = s->connections;
     pthread_mutex_unlock(&s->stat_mu);
-    h.uptime_s = now_s() - s->t0;
+    h.uptime_s = clk_now_s() - s->t0;
     tok_buf b = {0};
     int bad = api_metrics_text(&b, &h, mm, s->n_models);
     free(mm);
@@ -757,7 +747,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!r) { /* the headers: checks that need no body */
         if (!(r = calloc(1, sizeof *r))) return MHD_NO;
         r->s = s;
-        r->t0 = now_s();
+        r->t0 = clk_now_s();
         *con_cls = r;
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->url, sizeof r->url, "%s", url);
@@ -836,7 +826,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     char status[8] = "-"; /* nothing was answered: the client left */
     if (r->status) snprintf(status, sizeof status, "%d", r->status);
     logf_(s, "%s %s %s%s%s%s %.3f s%s%s", r->method, r->url, status, r->model[0] ? " " : "", r->model, tokens,
-          now_s() - r->t0, g && g->g.stream ? " stream" : "", gone && g && g->submitted ? " (client gone)" : "");
+          clk_now_s() - r->t0, g && g->g.stream ? " stream" : "", gone && g && g->submitted ? " (client gone)" : "");
     if (g) gen_release(g);
     free(r->body.p);
     free(r);
@@ -929,7 +919,7 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
     pthread_mutex_init(&s->stat_mu, NULL);
     pthread_cond_init(&s->sampler_cv, NULL);
     s->started = (long long)time(NULL);
-    s->t0 = now_s();
+    s->t0 = clk_now_s();
     sl_status st = SL_ENOMEM;
     int fd = -1;
     if (s->p.api_key && *s->p.api_key && !(s->api_key = strdup(s->p.api_key))) goto fail;

@@ -14,6 +14,7 @@
  * the requests whose own evaluation fails and the others go on.
  */
 #include "serve/sched.h"
+#include "util/clock.h"
 #include "util/fileio.h"
 
 #include <dirent.h>
@@ -91,12 +92,6 @@ struct srv_sched {
     sreq **item_req;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 const double srv_latency_bounds[SRV_LAT_BUCKETS - 1] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
 /* Counts one latency into a histogram (under mu). */
@@ -127,7 +122,7 @@ static void req_free(sreq *r) {
 /* Counts the request's end and returns its session to the spare list, then sends its done event, so
  * whoever the event wakes sees the counters already updated. Called without mu. */
 static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_stop_reason why) {
-    double t = now_s();
+    double t = clk_now_s();
     pthread_mutex_lock(&s->mu);
     if (status == SL_OK) s->st.completed++;
     else if (status == SL_ECANCELED) s->st.canceled++;
@@ -169,7 +164,7 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
     int room = sl_session_n_past(r->sess) < s->n_ctx;
     int end = textgen_push(&r->tg, id, room, &text, &len, &why);
     int first = !r->t_first;
-    if (first) r->t_first = now_s();
+    if (first) r->t_first = clk_now_s();
     pthread_mutex_lock(&s->mu);
     s->st.generated_tokens++;
     if (first) observe(s->st.ttft_bucket, &s->st.ttft_sum_s, &s->st.ttft_count, r->t_first - r->t_submit);
@@ -212,7 +207,7 @@ static void admit(srv_sched *s) {
         if (!s->q_head) s->q_tail = NULL;
         s->n_queued--;
         r->link = NULL;
-        r->t_start = now_s();
+        r->t_start = clk_now_s();
         observe(s->st.queue_bucket, &s->st.queue_sum_s, &s->st.queue_count, r->t_start - r->t_submit);
         if (s->n_spare) r->sess = s->spare[--s->n_spare];
         s->active[s->n_active++] = r;
@@ -420,9 +415,9 @@ static void step(srv_sched *s) {
     }
     if (n) s->rr = (s->rr + 1) % n;
     if (ni) {
-        double t0 = now_s();
+        double t0 = clk_now_s();
         sl_status st = sl_batch_eval(s->m, s->items, ni);
-        double dt = now_s() - t0;
+        double dt = clk_now_s() - t0;
         pthread_mutex_lock(&s->mu);
         s->st.steps++;
         for (int i = 0; i < ni; i++) s->st.step_rows += (uint64_t)s->items[i].n_tokens;
@@ -596,7 +591,7 @@ sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void
     r->emit = emit;
     r->user = user;
     r->next = -1;
-    r->t_submit = now_s();
+    r->t_submit = clk_now_s();
     pthread_mutex_lock(&s->mu);
     if (s->n_queued >= s->p.max_queue && s->n_active >= s->p.max_active) {
         s->st.rejected++;

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "sluice.h"
+#include "util/clock.h"
 #include "util/xxh3.h"
 
 enum { S_FREE = 0, S_LOADING = 1, S_READY = 2 };
@@ -77,12 +78,6 @@ struct cache {
     uint64_t *routes;                    /* [n_keys] */
     char err[512];
 };
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int fail(cache *c, int st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(cache *c, int st, const char *fmt, ...) {
@@ -219,9 +214,9 @@ static int prefetch_failed(cache *c, int i) {
  * (< -2 never collides: statuses are <= -1 and we return them as is via c->failed). */
 static int complete_one(cache *c, int *done_slot) {
     io_req *r = NULL;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = clk_now_ns();
     int rc = c->io->ops->wait(c->io, &r);
-    c->st.io_wait_ns += now_ns() - t0;
+    c->st.io_wait_ns += clk_now_ns() - t0;
     *done_slot = -1;
     if (rc) {
         c->io_broken = 1;
@@ -258,9 +253,9 @@ static int complete_one(cache *c, int *done_slot) {
         uint64_t h = r->hash;
         if (r->hashed) c->st.engine_hash_ns += r->hash_ns;
         if (!r->hashed || r->buf != s->buf || r->hash_len != c->f->block_bytes) { /* a short read was resumed */
-            uint64_t t1 = now_ns();
+            uint64_t t1 = clk_now_ns();
             h = XXH3_64bits(s->buf, c->f->block_bytes);
-            c->st.verify_ns += now_ns() - t1;
+            c->st.verify_ns += clk_now_ns() - t1;
         }
         if (h != c->f->expert_hash[s->key] && s->from_prefetch) return prefetch_failed(c, i);
         if (h != c->f->expert_hash[s->key]) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "stream/io.h"
+#include "util/clock.h"
 #include "util/xxh3.h"
 
 #define PQ_CAP 4096
@@ -39,12 +40,6 @@ typedef struct {
     io_occ occ; /* workers inside pread(2) (io.h busy), under mu */
 } pread_engine;
 
-static uint64_t mono_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 static void *worker(void *arg) {
     pread_engine *p = arg;
     pthread_mutex_lock(&p->mu);
@@ -52,12 +47,12 @@ static void *worker(void *arg) {
         while (!p->quit && p->todo.n == 0) pthread_cond_wait(&p->work, &p->mu);
         if (p->quit) break;
         io_req *r = pop(&p->todo);
-        io_occ_step(&p->occ, mono_ns(), 1);
+        io_occ_step(&p->occ, clk_now_ns(), 1);
         pthread_mutex_unlock(&p->mu);
         ssize_t n = pread(p->base.fd, r->buf, r->len, (off_t)r->off);
         r->res = n < 0 ? -errno : n;
         pthread_mutex_lock(&p->mu);
-        io_occ_step(&p->occ, mono_ns(), -1);
+        io_occ_step(&p->occ, clk_now_ns(), -1);
         pthread_mutex_unlock(&p->mu);
         r->hashed = r->hash_len > 0 && r->hash_len <= r->len && n == (ssize_t)r->len;
         r->hash_ns = 0;
@@ -125,7 +120,7 @@ static void p_destroy(io_engine *e) {
 static void p_busy(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns) {
     pread_engine *p = (pread_engine *)e;
     pthread_mutex_lock(&p->mu);
-    io_occ_step(&p->occ, mono_ns(), 0);
+    io_occ_step(&p->occ, clk_now_ns(), 0);
     *busy_ns = p->occ.busy_ns;
     *depth_ns = p->occ.depth_ns;
     pthread_mutex_unlock(&p->mu);

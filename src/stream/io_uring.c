@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "stream/io.h"
+#include "util/clock.h"
 #include "util/xxh3.h"
 
 #define UQ_CAP 4096
@@ -94,12 +95,6 @@ typedef struct {
     io_occ occ;          /* reads in the kernel's hands (io.h busy), under mu */
 } uring_engine;
 
-static uint64_t mono_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 /* A request's result from its pieces (see the top of the file). */
 static int64_t job_result(const job *jb, uint32_t len, uint32_t piece) {
     int64_t got = 0;
@@ -133,7 +128,7 @@ static int deal_handoff(uring_engine *u);
  * thread, no lock: nothing else touches these fields between submission and completion. */
 static void hash_landed(uring_engine *u, job *jb, uint32_t piece) {
     const io_req *r = jb->req;
-    const uint64_t t0 = mono_ns();
+    const uint64_t t0 = clk_now_ns();
     while (jb->hashing && jb->hashed_n < jb->n) {
         const int p = jb->hashed_n;
         const uint32_t at = (uint32_t)p * piece, want = p + 1 < jb->n ? piece : r->len - at;
@@ -155,7 +150,7 @@ static void hash_landed(uring_engine *u, job *jb, uint32_t piece) {
         }
         jb->hashed_n++;
     }
-    jb->hash_ns += mono_ns() - t0;
+    jb->hash_ns += clk_now_ns() - t0;
 }
 
 static int submit_ring(uring_engine *u) {
@@ -225,7 +220,7 @@ static int deal_handoff(uring_engine *u) {
         quit = u->quit;
         if (u->ho_fn) {
             n = u->ho_flush[0];
-            io_occ_step(&u->occ, mono_ns(), n);
+            io_occ_step(&u->occ, clk_now_ns(), n);
             memcpy(pend, u->ho, (size_t)n * sizeof *pend);
             memmove(u->ho, u->ho + n, (size_t)(u->ho_n - n) * sizeof *u->ho);
             memmove(u->ho_flush, u->ho_flush + 1, (size_t)(u->ho_fn - 1) * sizeof *u->ho_flush);
@@ -304,7 +299,7 @@ static void *reap(void *arg) {
         jb->res[ud & 0xff] = res;
         const int left = --jb->left;
         const uint32_t piece = jb->n > 1 ? u->base.chunk : jb->req->len;
-        if (!left) io_occ_step(&u->occ, mono_ns(), -1);
+        if (!left) io_occ_step(&u->occ, clk_now_ns(), -1);
         pthread_mutex_unlock(&u->mu);
         /* the checksum of what has landed, while the other pieces are still on their way (top of the file) */
         if (jb->hashing) hash_landed(u, jb, piece);
@@ -315,9 +310,9 @@ static void *reap(void *arg) {
         const int hashed = jb->hashing && jb->hashed_n == jb->n && res == (int64_t)r->len;
         uint64_t h = 0;
         if (hashed) {
-            const uint64_t t0 = mono_ns();
+            const uint64_t t0 = clk_now_ns();
             h = XXH3_64bits_digest(jb->hs);
-            jb->hash_ns += mono_ns() - t0;
+            jb->hash_ns += clk_now_ns() - t0;
         }
         pthread_mutex_lock(&u->mu);
         r->res = res;
@@ -385,7 +380,7 @@ static int u_submit(io_engine *e, io_req *r) {
 static void u_busy(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns) {
     uring_engine *u = (uring_engine *)e;
     pthread_mutex_lock(&u->mu);
-    io_occ_step(&u->occ, mono_ns(), 0);
+    io_occ_step(&u->occ, clk_now_ns(), 0);
     *busy_ns = u->occ.busy_ns;
     *depth_ns = u->occ.depth_ns;
     pthread_mutex_unlock(&u->mu);

@@ -14,6 +14,7 @@
 
 #include "text/textgen.h"
 #include "text/tokenizer.h"
+#include "util/clock.h"
 #include "util/err.h"
 
 sl_gen_params sl_gen_params_default(void) {
@@ -22,12 +23,6 @@ sl_gen_params sl_gen_params_default(void) {
     p.max_tokens = 256;
     p.skip_special = 1;
     return p;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Length of the longest suffix of s[0..n) that is a proper prefix of some stop string. */
@@ -149,9 +144,9 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
     sl_status st = textgen_init(&g, tok, &p);
     if (!logits || st) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
-    double t0 = now_s();
+    double t0 = clk_now_s();
     if ((st = sl_session_eval(s, prompt, n_prompt, logits, 0))) { sl_err(err, st, "%s", sl_session_errmsg(s)); goto out; }
-    double t1 = now_s();
+    double t1 = clk_now_s();
     r.prefill_s = t1 - t0;
     while (p.max_tokens > 0) {
         int32_t id = sl_sampler_sample(smp, logits);
@@ -179,7 +174,7 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
         }
         if ((st = sl_session_eval(s, &id, 1, logits, 0))) { sl_err(err, st, "%s", sl_session_errmsg(s)); goto out; }
     }
-    r.decode_s = now_s() - t1;
+    r.decode_s = clk_now_s() - t1;
 out:
     if (res) *res = r;
     free(logits);

@@ -22,6 +22,7 @@
  * A dynamic job's chunks shrink towards its end (guided self-scheduling: the rest / (threads x POOL_CHUNKS),
  * between POOL_MIN_CHUNK and POOL_MAX_CHUNK items), so its threads end within a small chunk of each other.
  */
+#include "util/clock.h"
 #include "util/threadpool.h"
 
 #include <pthread.h>
@@ -101,22 +102,16 @@ struct sl_pool {
     atomic_int hint_n;
 };
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Spins until done(p, arg) or POOL_SPIN_NS pass; returns done's last answer. */
 static int spin_until(int (*done)(sl_pool *, uintptr_t), sl_pool *p, uintptr_t arg) {
     if (done(p, arg)) return 1;
-    const int64_t end = now_ns() + POOL_SPIN_NS;
+    const uint64_t end = clk_now_ns() + POOL_SPIN_NS;
     for (;;) {
         for (int i = 0; i < 64; i++) {
             POOL_PAUSE();
             if (done(p, arg)) return 1;
         }
-        if (now_ns() > end) return 0;
+        if (clk_now_ns() > end) return 0;
     }
 }
 
@@ -215,7 +210,7 @@ static int prefetch_ranges(sl_pool *p, unsigned long seen, int id, const uintptr
  * generation moved, 0 when POOL_SPIN_NS passed. */
 static int worker_spin(sl_pool *p, unsigned long seen, int id, unsigned long *taken) {
     if (gen_moved(p, (uintptr_t)seen)) return 1;
-    const int64_t end = now_ns() + POOL_SPIN_NS;
+    const uint64_t end = clk_now_ns() + POOL_SPIN_NS;
     for (;;) {
         const unsigned long hs = atomic_load(&p->hint_seq);
         if (hs != *taken && !(hs & 1)) {
@@ -236,7 +231,7 @@ static int worker_spin(sl_pool *p, unsigned long seen, int id, unsigned long *ta
             POOL_PAUSE();
             if (gen_moved(p, (uintptr_t)seen)) return 1;
         }
-        if (now_ns() > end) return 0;
+        if (clk_now_ns() > end) return 0;
     }
 }
 
