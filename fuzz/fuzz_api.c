@@ -1,7 +1,7 @@
 /*
  * fuzz_api.c — request bodies of the server's endpoints (serve/api_openai.c, serve/api_anthropic.c) and
  * chat formatting of what they carry (text/chat.c: arbitrary messages, tool calls and tools JSON). Input
- * byte 0 picks the endpoint: /v1/chat/completions, /v1/completions or /v1/messages; the rest is the body.
+ * byte 0 picks the API dialect (api_dialect_of: chat, completions, messages, ...); the rest is the body.
  * A chat request that parses is rendered with the demo model's template and tokenized, as the server does.
  */
 #include "fuzz.h"
@@ -22,11 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = size - 1;
     api_gen g;
     api_error e;
-    int kind = data[0] % 3, bad;
-    bad = kind == 0 ? oai_parse_chat(body, n, &g, &e) : kind == 1 ? oai_parse_completion(body, n, &g, &e)
-                                                                  : ant_parse_messages(body, n, &g, &e);
-    if (bad) {
-        char *j = api_error_json(&e, kind == 2);
+    const api_dialect *api = api_dialect_of((api_kind)(data[0] % API_N_KINDS));
+    if (api->parse(body, n, &g, &e)) {
+        char *j = api->error_json(&e);
         free(j);
         api_gen_free(&g); /* a failed parse may hold the JSON tree */
         return 0;

@@ -1,9 +1,9 @@
 /*
- * api.c — what the three APIs share (api.h): error objects, request storage and the field readers of
- * the parsers, sampling and stop fields, ids, the collected result, SSE framing and the dispatch of a
- * streamed response to its API's writer.
+ * api.c — what the APIs share (api.h): error objects, request storage and the field readers of the
+ * parsers, sampling and stop fields, ids, the collected result, SSE framing, the dispatch of a
+ * streamed response to its dialect's writers, and the table of dialects by kind.
  *
- * Sections: errors; requests; common fields; ids; results; streams.
+ * Sections: errors; requests; common fields; ids; results; streams; dialects.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -31,49 +31,20 @@ int api_fail(api_error *e, int status, const char *param, const char *code, cons
     return -1;
 }
 
-const char *api_error_type(int status, int anthropic) {
-    switch (status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return anthropic ? "not_found_error" : "invalid_request_error";
-    case 413: return anthropic ? "request_too_large" : "invalid_request_error";
-    case 429: return anthropic ? "rate_limit_error" : "rate_limit_exceeded";
-    case 503: return anthropic ? "overloaded_error" : "server_overloaded";
-    default: return status >= 500 ? (anthropic ? "api_error" : "server_error") : "invalid_request_error";
-    }
-}
-
-/* The message as valid UTF-8 (it may quote request text). */
-static cJSON *message_string(const char *msg) {
+cJSON *api_error_message(const api_error *e) {
     tok_buf b = {0};
     cJSON *s = NULL;
-    if (!tok_utf8_lossy(&b, msg, strlen(msg)) && !tok_buf_put(&b, "", 1)) s = cJSON_CreateString(b.p);
+    if (!tok_utf8_lossy(&b, e->message, strlen(e->message)) && !tok_buf_put(&b, "", 1)) s = cJSON_CreateString(b.p);
     free(b.p);
     return s;
 }
 
 char *api_error_json(const api_error *e, int anthropic) {
-    cJSON *root = cJSON_CreateObject(), *err = cJSON_CreateObject();
-    char *out = NULL;
-    if (!root || !err) goto done;
-    if (anthropic) cJSON_AddStringToObject(root, "type", "error");
-    cJSON_AddItemToObject(root, "error", err);
-    if (anthropic) cJSON_AddStringToObject(err, "type", api_error_type(e->status, 1));
-    cJSON_AddItemToObject(err, "message", message_string(e->message));
-    if (!anthropic) {
-        cJSON_AddStringToObject(err, "type", api_error_type(e->status, 0));
-        if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
-        else cJSON_AddNullToObject(err, "param");
-        if (e->code[0]) cJSON_AddStringToObject(err, "code", e->code);
-        else cJSON_AddNullToObject(err, "code");
-    }
-    out = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return out;
-done:
-    cJSON_Delete(root);
-    cJSON_Delete(err);
-    return NULL;
+    return api_dialect_of(anthropic ? API_MESSAGES : API_CHAT)->error_json(e);
+}
+
+const char *api_error_type(int status, int anthropic) {
+    return api_dialect_of(anthropic ? API_MESSAGES : API_CHAT)->error_type(status);
 }
 
 /* ---- requests ---------------------------------------------------------------------------------- */
@@ -234,17 +205,6 @@ void api_new_id(char *out, size_t n, const char *prefix) {
     for (size_t i = 0; i < sizeof r && k + 2 < n; i++, k += 2) snprintf(out + k, n - k, "%02x", r[i]);
 }
 
-const char *oai_finish_reason(sl_stop_reason stop, int has_calls) {
-    if (stop == SL_STOP_LENGTH) return "length";
-    return has_calls ? "tool_calls" : "stop";
-}
-
-const char *ant_stop_reason(sl_stop_reason stop, int has_calls) {
-    if (stop == SL_STOP_LENGTH) return "max_tokens";
-    if (stop == SL_STOP_STRING) return "stop_sequence";
-    return has_calls ? "tool_use" : "end_turn";
-}
-
 /* ---- results ----------------------------------------------------------------------------------- */
 
 int api_result_add(void *user, out_kind kind, const char *text, size_t len, const out_call *call) {
@@ -299,6 +259,7 @@ int api_sse(tok_buf *out, const char *name, void *json) {
 void api_stream_init(api_stream *s, api_kind kind, const api_meta *m, int include_usage, int n_prompt) {
     memset(s, 0, sizeof *s);
     s->kind = kind;
+    s->d = api_dialect_of(kind);
     s->meta = *m;
     s->include_usage = include_usage;
     s->n_prompt = n_prompt;
@@ -314,28 +275,29 @@ void api_stream_free(api_stream *s) {
 int api_stream_begin(api_stream *s) {
     if (s->started) return 0;
     s->started = 1;
-    return s->kind == API_MESSAGES ? ant_stream_begin(s) : oai_stream_begin(s);
+    return s->d->stream_begin(s);
 }
 
 int api_stream_piece(void *user, out_kind kind, const char *text, size_t len, const out_call *call) {
     api_stream *s = user;
     if (api_stream_begin(s)) return -1;
-    return s->kind == API_MESSAGES ? ant_stream_piece(s, kind, text, len, call) : oai_stream_piece(s, kind, text, len, call);
+    return s->d->stream_piece(s, kind, text, len, call);
 }
 
 int api_stream_end(api_stream *s, const api_done *d) {
     if (api_stream_begin(s)) return -1;
-    return s->kind == API_MESSAGES ? ant_stream_end(s, d) : oai_stream_end(s, d);
+    return s->d->stream_end(s, d);
 }
 
-int api_stream_error(api_stream *s, const api_error *e) {
-    char *body = api_error_json(e, s->kind == API_MESSAGES);
-    if (!body) return -1;
-    int r;
-    if (s->kind == API_MESSAGES)
-        r = tok_buf_puts(&s->out, "event: error\ndata: ") | tok_buf_puts(&s->out, body) | tok_buf_puts(&s->out, "\n\n");
-    else
-        r = tok_buf_puts(&s->out, "data: ") | tok_buf_puts(&s->out, body) | tok_buf_puts(&s->out, "\n\ndata: [DONE]\n\n");
-    free(body);
-    return r ? -1 : 0;
+int api_stream_error(api_stream *s, const api_error *e) { return s->d->stream_error(s, e); }
+
+/* ---- dialects ---------------------------------------------------------------------------------- */
+
+const api_dialect *api_dialect_of(api_kind kind) {
+    static const api_dialect *const by_kind[API_N_KINDS] = {
+        [API_CHAT] = &api_openai_chat,
+        [API_COMPLETION] = &api_openai_completions,
+        [API_MESSAGES] = &api_anthropic_messages,
+    };
+    return by_kind[kind];
 }

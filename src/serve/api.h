@@ -1,12 +1,14 @@
 /*
- * api.h — the HTTP server's internal parts between the wire (http.c) and the scheduler: parsed
+ * api.h — the HTTP server's internal parts between the wire (http.c, gen.c) and the scheduler: parsed
  * generation requests (api_gen, from OpenAI chat / completions or Anthropic messages bodies), error
- * answers, the answer's text split into reasoning / content / tool calls (out_parser), and the writers
- * of responses, whole (api_result -> JSON) or streamed (api_stream -> SSE bytes). None of it does I/O
- * or touches the scheduler, so all of it is unit-tested on strings (tests/test_serve.c).
+ * answers, the answer's text split into reasoning / content / tool calls (out_parser), the writers
+ * of responses, whole (api_result -> JSON) or streamed (api_stream -> SSE bytes), and the table that
+ * gathers each API's parser and writers (api_dialect). None of it does I/O or touches the scheduler,
+ * so all of it is unit-tested on strings (tests/test_serve.c).
  *
  * Sections: errors (api.c); requests (api_openai.c, api_anthropic.c); the answer parser (output.c);
- * results and streams (api.c, per API in api_openai.c / api_anthropic.c); metrics (metrics.c).
+ * results and streams (api.c); dialects (one file per API: api_openai.c, api_anthropic.c; the table
+ * in api.c); metrics (metrics.c).
  */
 #ifndef SL_SERVE_API_H
 #define SL_SERVE_API_H
@@ -17,6 +19,8 @@
 #include "serve/sched.h"
 #include "sluice.h"
 #include "text/tokenizer.h"
+
+struct cJSON;
 
 /* ---- errors ------------------------------------------------------------------------------------ */
 
@@ -32,17 +36,22 @@ typedef struct api_error {
 /* Fills e; returns -1 (so parsers can `return api_fail(...)`). param and code may be NULL. */
 int api_fail(api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* The error body: OpenAI's {"error": {"message", "type", "param", "code"}}, or with anthropic set
- * {"type": "error", "error": {"type", "message"}}. malloc'ed; NULL only when out of memory. */
+/* The error body and the error object's type in the shape of OpenAI (anthropic 0: {"error": {"message",
+ * "type", "param", "code"}}, types "invalid_request_error", "authentication_error", "server_error", ...)
+ * or Anthropic (1: {"type": "error", "error": {"type", "message"}}, types "not_found_error",
+ * "request_too_large", "overloaded_error", "api_error", ...): the error_json / error_type of the
+ * dialects below, for callers that know only which. The body is malloc'ed (NULL when out of memory);
+ * the type is static. */
 char *api_error_json(const api_error *e, int anthropic);
-/* The error object's type for a status: OpenAI ("invalid_request_error", "authentication_error",
- * "not_found_error", "server_error", ...) or Anthropic ("invalid_request_error", "not_found_error",
- * "request_too_large", "overloaded_error", "api_error", ...). Static. */
 const char *api_error_type(int status, int anthropic);
+/* The message of e as a cJSON string, made valid UTF-8 (it may quote request text); NULL when out of
+ * memory. */
+struct cJSON *api_error_message(const api_error *e);
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
-typedef enum { API_CHAT = 0, API_COMPLETION = 1, API_MESSAGES = 2 } api_kind;
+/* Which API a request came in (its dialect, below); new APIs take the next value. */
+typedef enum { API_CHAT = 0, API_COMPLETION = 1, API_MESSAGES = 2, API_N_KINDS } api_kind;
 
 #define API_MAX_STOP 16
 
@@ -89,7 +98,6 @@ char *api_gen_own(api_gen *g, char *s);
 /* Helpers of the parsers (api.c). Each reads o[key] when present: 0 when absent or null (out
  * untouched), 1 when read, -1 with e filled (400 naming key) when of the wrong type or outside
  * [lo, hi]. */
-struct cJSON;
 int api_num(const struct cJSON *o, const char *key, double lo, double hi, double *out, api_error *e);
 int api_int(const struct cJSON *o, const char *key, double lo, double hi, long long *out, api_error *e);
 int api_bool(const struct cJSON *o, const char *key, int *out, api_error *e);
@@ -173,19 +181,19 @@ typedef struct api_meta {
 
 /* A fresh random id with prefix into out (e.g. "call_", "toolu_"). Cannot fail. */
 void api_new_id(char *out, size_t n, const char *prefix);
-/* finish_reason (OpenAI) / stop_reason (Anthropic) of an ending; has_calls: tool calls were made. */
-const char *oai_finish_reason(sl_stop_reason stop, int has_calls);
-const char *ant_stop_reason(sl_stop_reason stop, int has_calls);
 
-/* The non-streamed response body for g's kind; malloc'ed, NULL when out of memory. text (completions)
- * is the whole generated text, prompt included when echo. */
+/* The non-streamed response bodies (api_openai.c, api_anthropic.c); malloc'ed, NULL when out of
+ * memory. text (completions) is the whole answer, the prompt first when echo was asked. */
 char *oai_chat_response(const api_meta *m, const api_result *r, const api_done *d);
 char *oai_completion_response(const api_meta *m, const char *text, size_t len, const api_done *d);
 char *ant_message_response(const api_meta *m, const api_result *r, const api_done *d);
 
-/* A streamed response: SSE bytes appended to out as pieces arrive. */
+struct api_dialect;
+
+/* A streamed response: SSE bytes appended to out as pieces arrive, in the events of its dialect. */
 typedef struct api_stream {
     api_kind kind;
+    const struct api_dialect *d;
     api_meta meta;
     int include_usage;
     int n_prompt;      /* known before the first token (Anthropic's message_start carries it) */
@@ -196,6 +204,7 @@ typedef struct api_stream {
     tok_buf out;
 } api_stream;
 
+/* kind picks the dialect (api_dialect_of). Cannot fail. */
 void api_stream_init(api_stream *s, api_kind kind, const api_meta *m, int include_usage, int n_prompt);
 /* The opening events (OpenAI: the role chunk; Anthropic: message_start, ping). Returns 0 or -1 (out of
  * memory). Called by the first piece if not before. */
@@ -209,20 +218,65 @@ int api_stream_end(api_stream *s, const api_done *d);
 int api_stream_error(api_stream *s, const api_error *e);
 void api_stream_free(api_stream *s);
 
-/* The writers behind api_stream_* (api_openai.c, api_anthropic.c). */
-int oai_stream_begin(api_stream *s);
-int oai_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call);
-int oai_stream_end(api_stream *s, const api_done *d);
-int ant_stream_begin(api_stream *s);
-int ant_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call);
-int ant_stream_end(api_stream *s, const api_done *d);
-
 /* A cJSON string of s[0..n) (s may be NULL: ""); NULL when out of memory. */
 void *api_text(const char *s, size_t n);
 
 /* Appends one SSE event ("event: NAME\n" when name is non-NULL, "data: JSON\n\n") of the cJSON value
  * j (which it deletes). Returns 0 or -1. */
 int api_sse(tok_buf *out, const char *name, void *j);
+
+/* ---- dialects ---------------------------------------------------------------------------------- */
+
+/* What /v1/models says of one model. */
+typedef struct api_model_info {
+    const char *name;
+    int n_ctx;         /* positions per sequence */
+    long long created; /* Unix seconds (the server's start) */
+} api_model_info;
+
+/* An API dialect: how one endpoint's requests are read and its answers and errors written. The server
+ * (http.c, gen.c) knows a dialect only through this table, as SQLite knows a VFS through
+ * sqlite3_io_methods: OpenAI chat and completions (api_openai.c), Anthropic messages (api_anthropic.c).
+ * A new API is one file defining one, its api_kind (in the order of api_dialect_of's table, api.c) and
+ * its row in the route table (routes.c). Every function returns 0 or -1 (out of memory) unless said;
+ * none does I/O. */
+typedef struct api_dialect {
+    const char *name;         /* "chat", "completions", "messages" */
+    api_kind kind;
+    const char *id_prefix;    /* of response ids: "chatcmpl-", "cmpl-", "msg_" */
+    int chat;                 /* 1: the prompt is messages through the chat template; 0: a completion's
+                                 text or token ids (api_gen.prompt / prompt_ids) */
+    const char *prompt_param; /* the request field a context-length error names */
+    /* A request body into g (see oai_parse_chat): 0, or -1 with e filled. */
+    int (*parse)(const char *body, size_t len, api_gen *g, api_error *e);
+    /* The non-streamed response of a collected answer; malloc'ed, NULL when out of memory. */
+    char *(*response)(const api_meta *m, const api_result *r, const api_done *d);
+    /* A streamed answer, appended to s->out: the opening events, one piece, the closing events, and
+     * an error after the stream began (its own event, then whatever ends the stream). */
+    int (*stream_begin)(api_stream *s);
+    int (*stream_piece)(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call);
+    int (*stream_end)(api_stream *s, const api_done *d);
+    int (*stream_error)(api_stream *s, const api_error *e);
+    /* An error answer's body (malloc'ed, NULL when out of memory), and the error type of a status. */
+    char *(*error_json)(const api_error *e);
+    const char *(*error_type)(int status);
+    /* GET /v1/models in this API's shape: the list of n models, or one. malloc'ed, NULL when out of
+     * memory. */
+    char *(*models_json)(const api_model_info *m, int n);
+    char *(*model_json)(const api_model_info *m);
+} api_dialect;
+
+/* OpenAI's error object, its types, and its model list and model (api_openai.c): the shapes of every
+ * OpenAI dialect, and of the routes that are no dialect's. */
+char *oai_error_json(const api_error *e);
+const char *oai_error_type(int status);
+char *oai_models_json(const api_model_info *m, int n);
+char *oai_model_json(const api_model_info *m);
+
+extern const api_dialect api_openai_chat, api_openai_completions, api_anthropic_messages;
+
+/* The dialect of a kind. Static; kind must be a value of api_kind. */
+const api_dialect *api_dialect_of(api_kind kind);
 
 /* ---- metrics ----------------------------------------------------------------------------------- */
 

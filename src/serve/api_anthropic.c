@@ -1,8 +1,8 @@
 /*
- * api_anthropic.c — the Anthropic Messages API: POST /v1/messages bodies parsed into an api_gen (its
- * content blocks mapped onto the chat template's messages), and the response, whole (a "message")
- * or streamed (message_start, ping, content_block_start / _delta / _stop, message_delta,
- * message_stop).
+ * api_anthropic.c — the Anthropic Messages API's dialect (api.h): POST /v1/messages bodies parsed
+ * into an api_gen (its content blocks mapped onto the chat template's messages), and the response,
+ * whole (a "message") or streamed (message_start, ping, content_block_start / _delta / _stop,
+ * message_delta, message_stop); Anthropic's error objects ({"type": "error", ...}) and model list.
  *
  * Mapping: system (string or text blocks) -> a system message; text blocks -> content (joined by
  * "\n"); an assistant's thinking block -> its reasoning, its tool_use blocks -> tool_calls; a user's
@@ -11,12 +11,13 @@
  * thinking {"type": "enabled" | "disabled"} -> enable_thinking. Answers: reasoning -> a thinking block
  * (empty signature), content -> a text block, each tool call -> a tool_use block.
  *
- * Sections: requests; responses; streams.
+ * Sections: requests; responses; streams; errors and models; the dialect.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "serve/api.h"
 
@@ -195,6 +196,13 @@ int ant_parse_messages(const char *body, size_t len, api_gen *g, api_error *e) {
 
 /* ---- responses --------------------------------------------------------------------------------- */
 
+/* stop_reason of an ending; has_calls: tool calls were made. */
+static const char *ant_stop_reason(sl_stop_reason stop, int has_calls) {
+    if (stop == SL_STOP_LENGTH) return "max_tokens";
+    if (stop == SL_STOP_STRING) return "stop_sequence";
+    return has_calls ? "tool_use" : "end_turn";
+}
+
 /* A tool call's arguments as the input object ({} when they are not an object). */
 static cJSON *input_of(const char *args) {
     cJSON *j = cJSON_Parse(args);
@@ -298,7 +306,7 @@ static int delta(api_stream *s, const char *type, const char *key, const char *t
     return put_event(s, j);
 }
 
-int ant_stream_begin(api_stream *s) {
+static int ant_stream_begin(api_stream *s) {
     cJSON *j = ev("message_start"), *m = message_head(&s->meta);
     cJSON_AddItemToObject(m, "content", cJSON_CreateArray());
     cJSON_AddNullToObject(m, "stop_reason");
@@ -309,7 +317,7 @@ int ant_stream_begin(api_stream *s) {
     return put_event(s, ev("ping"));
 }
 
-int ant_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call) {
+static int ant_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call) {
     if (kind == OUT_TOOL_CALL) {
         char id[40];
         api_new_id(id, sizeof id, "toolu_");
@@ -329,7 +337,7 @@ int ant_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len,
     return kind == OUT_REASONING ? delta(s, "thinking_delta", "thinking", text, len) : delta(s, "text_delta", "text", text, len);
 }
 
-int ant_stream_end(api_stream *s, const api_done *d) {
+static int ant_stream_end(api_stream *s, const api_done *d) {
     if (s->n_blocks == 0 && block_start(s, block(OUT_CONTENT, "", 0, NULL, NULL, NULL))) return -1; /* an empty text block, as for a whole response */
     if (block_stop(s)) return -1;
     cJSON *j = ev("message_delta"), *dl = cJSON_CreateObject(), *u = cJSON_CreateObject();
@@ -342,3 +350,97 @@ int ant_stream_end(api_stream *s, const api_done *d) {
     if (put_event(s, j)) return -1;
     return put_event(s, ev("message_stop"));
 }
+
+static char *ant_error_json(const api_error *e);
+
+/* An error after the stream began: its error event (the stream ends with it). */
+static int ant_stream_error(api_stream *s, const api_error *e) {
+    char *body = ant_error_json(e);
+    if (!body) return -1;
+    int r = tok_buf_puts(&s->out, "event: error\ndata: ") | tok_buf_puts(&s->out, body) | tok_buf_puts(&s->out, "\n\n");
+    free(body);
+    return r ? -1 : 0;
+}
+
+/* ---- errors and models ------------------------------------------------------------------------- */
+
+static const char *ant_error_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+static char *ant_error_json(const api_error *e) {
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_CreateObject();
+    if (!root || !err) {
+        cJSON_Delete(root);
+        cJSON_Delete(err);
+        return NULL;
+    }
+    cJSON_AddStringToObject(root, "type", "error");
+    cJSON_AddItemToObject(root, "error", err);
+    cJSON_AddStringToObject(err, "type", ant_error_type(e->status));
+    cJSON_AddItemToObject(err, "message", api_error_message(e));
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+static cJSON *model_object(const api_model_info *m) {
+    char when[32];
+    time_t t = (time_t)m->created;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "type", "model");
+    cJSON_AddStringToObject(j, "id", m->name);
+    cJSON_AddStringToObject(j, "display_name", m->name);
+    cJSON_AddStringToObject(j, "created_at", when);
+    cJSON_AddNumberToObject(j, "context_length", m->n_ctx);
+    return j;
+}
+
+static char *print_delete(cJSON *j) {
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
+static char *ant_model_json(const api_model_info *m) { return print_delete(model_object(m)); }
+
+static char *ant_models_json(const api_model_info *m, int n) {
+    cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(d, model_object(&m[i]));
+    cJSON_AddItemToObject(j, "data", d);
+    cJSON_AddFalseToObject(j, "has_more");
+    cJSON_AddStringToObject(j, "first_id", m[0].name);
+    cJSON_AddStringToObject(j, "last_id", m[n - 1].name);
+    return print_delete(j);
+}
+
+/* ---- the dialect ------------------------------------------------------------------------------- */
+
+const api_dialect api_anthropic_messages = {
+    .name = "messages",
+    .kind = API_MESSAGES,
+    .id_prefix = "msg_",
+    .chat = 1,
+    .prompt_param = "messages",
+    .parse = ant_parse_messages,
+    .response = ant_message_response,
+    .stream_begin = ant_stream_begin,
+    .stream_piece = ant_stream_piece,
+    .stream_end = ant_stream_end,
+    .stream_error = ant_stream_error,
+    .error_json = ant_error_json,
+    .error_type = ant_error_type,
+    .models_json = ant_models_json,
+    .model_json = ant_model_json,
+};

@@ -1,14 +1,17 @@
 /*
- * api_openai.c — the OpenAI API: POST /v1/chat/completions and /v1/completions bodies parsed into
- * an api_gen, and their responses, whole (chat.completion, text_completion) or streamed
- * (chat.completion.chunk / text_completion chunks, data: [DONE]).
+ * api_openai.c — the OpenAI API's two dialects (api.h), chat and completions: POST
+ * /v1/chat/completions and /v1/completions bodies parsed into an api_gen, and their responses, whole
+ * (chat.completion, text_completion) or streamed (chat.completion.chunk / text_completion chunks,
+ * data: [DONE]); OpenAI's error objects and model list, which the server also answers other routes with
+ * (oai_error_json, oai_models_json; a Responses dialect would share them).
  *
  * Supported request fields are listed in docs/SERVER.md; fields that change what a client gets and
  * that sluice cannot honour (n > 1, logprobs, a JSON response_format, frequency_penalty != 0, image
  * parts, suffix, best_of > 1) are refused with 400 rather than ignored; other unknown fields
  * ("user", "store", "metadata", "parallel_tool_calls", ...) are ignored.
  *
- * Sections: chat requests; completion requests; responses; streams.
+ * Sections: shared request fields; chat requests; completion requests; responses; streams; errors and
+ * models; the dialects.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -214,6 +217,12 @@ int oai_parse_completion(const char *body, size_t len, api_gen *g, api_error *e)
 
 /* ---- responses --------------------------------------------------------------------------------- */
 
+/* finish_reason of an ending; has_calls: tool calls were made. */
+static const char *oai_finish_reason(sl_stop_reason stop, int has_calls) {
+    if (stop == SL_STOP_LENGTH) return "length";
+    return has_calls ? "tool_calls" : "stop";
+}
+
 static cJSON *usage(const api_done *d) {
     cJSON *u = cJSON_CreateObject(), *det = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", d->n_prompt);
@@ -289,18 +298,10 @@ char *oai_completion_response(const api_meta *m, const char *text, size_t len, c
 
 /* ---- streams ----------------------------------------------------------------------------------- */
 
-/* A chunk with one choice: for chat, delta (owned) and finish_reason; for completions, text. */
-static int chunk(api_stream *s, cJSON *delta, const char *text, size_t len, const char *finish_reason) {
-    int chat = s->kind == API_CHAT;
-    cJSON *j = head(&s->meta, chat ? "chat.completion.chunk" : "text_completion"), *choices = cJSON_CreateArray(),
-          *c = cJSON_CreateObject();
-    if (chat) {
-        cJSON_AddNumberToObject(c, "index", 0);
-        cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
-    } else {
-        cJSON_AddItemToObject(c, "text", api_text(text, len));
-        cJSON_AddNumberToObject(c, "index", 0);
-    }
+/* A chunk of one choice c (owned; its first fields set by the caller), then its logprobs and
+ * finish_reason. */
+static int chunk(api_stream *s, const char *object, cJSON *c, const char *finish_reason) {
+    cJSON *j = head(&s->meta, object), *choices = cJSON_CreateArray();
     cJSON_AddNullToObject(c, "logprobs");
     if (finish_reason) cJSON_AddStringToObject(c, "finish_reason", finish_reason);
     else cJSON_AddNullToObject(c, "finish_reason");
@@ -310,16 +311,41 @@ static int chunk(api_stream *s, cJSON *delta, const char *text, size_t len, cons
     return api_sse(&s->out, NULL, j);
 }
 
-int oai_stream_begin(api_stream *s) {
-    if (s->kind != API_CHAT) return 0;
+/* chat.completion.chunk: delta (owned; NULL: {}) and finish_reason. */
+static int chat_chunk(api_stream *s, cJSON *delta, const char *finish_reason) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
+    return chunk(s, "chat.completion.chunk", c, finish_reason);
+}
+
+/* A text_completion chunk of text. */
+static int text_chunk(api_stream *s, const char *text, size_t len, const char *finish_reason) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToObject(c, "text", api_text(text, len));
+    cJSON_AddNumberToObject(c, "index", 0);
+    return chunk(s, "text_completion", c, finish_reason);
+}
+
+/* The closing events after the finish chunk: the usage chunk when asked, then [DONE]. */
+static int stream_close(api_stream *s, const char *object, const api_done *d) {
+    if (s->include_usage) {
+        cJSON *j = head(&s->meta, object);
+        cJSON_AddItemToObject(j, "choices", cJSON_CreateArray());
+        cJSON_AddItemToObject(j, "usage", usage(d));
+        if (api_sse(&s->out, NULL, j)) return -1;
+    }
+    return tok_buf_puts(&s->out, "data: [DONE]\n\n");
+}
+
+static int chat_stream_begin(api_stream *s) {
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "role", "assistant");
     cJSON_AddStringToObject(d, "content", "");
-    return chunk(s, d, NULL, 0, NULL);
+    return chat_chunk(s, d, NULL);
 }
 
-int oai_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call) {
-    if (s->kind != API_CHAT) return chunk(s, NULL, text, len, NULL);
+static int chat_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call) {
     cJSON *d = cJSON_CreateObject();
     if (kind == OUT_TOOL_CALL) {
         char id[40];
@@ -329,16 +355,130 @@ int oai_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len,
         cJSON_AddItemToObject(d, "tool_calls", calls);
     } else
         cJSON_AddItemToObject(d, kind == OUT_REASONING ? "reasoning_content" : "content", api_text(text, len));
-    return chunk(s, d, NULL, 0, NULL);
+    return chat_chunk(s, d, NULL);
 }
 
-int oai_stream_end(api_stream *s, const api_done *d) {
-    if (chunk(s, NULL, "", 0, oai_finish_reason(d->stop, s->n_calls > 0))) return -1;
-    if (s->include_usage) {
-        cJSON *j = head(&s->meta, s->kind == API_CHAT ? "chat.completion.chunk" : "text_completion");
-        cJSON_AddItemToObject(j, "choices", cJSON_CreateArray());
-        cJSON_AddItemToObject(j, "usage", usage(d));
-        if (api_sse(&s->out, NULL, j)) return -1;
-    }
-    return tok_buf_puts(&s->out, "data: [DONE]\n\n");
+static int chat_stream_end(api_stream *s, const api_done *d) {
+    if (chat_chunk(s, NULL, oai_finish_reason(d->stop, s->n_calls > 0))) return -1;
+    return stream_close(s, "chat.completion.chunk", d);
 }
+
+static int text_stream_begin(api_stream *s) {
+    (void)s;
+    return 0;
+}
+
+static int text_stream_piece(api_stream *s, out_kind kind, const char *text, size_t len, const out_call *call) {
+    (void)kind, (void)call;
+    return text_chunk(s, text, len, NULL);
+}
+
+static int text_stream_end(api_stream *s, const api_done *d) {
+    if (text_chunk(s, "", 0, oai_finish_reason(d->stop, 0))) return -1;
+    return stream_close(s, "text_completion", d);
+}
+
+/* An error after the stream began: its data line, then [DONE]. */
+static int stream_error(api_stream *s, const api_error *e) {
+    char *body = oai_error_json(e);
+    if (!body) return -1;
+    int r = tok_buf_puts(&s->out, "data: ") | tok_buf_puts(&s->out, body) | tok_buf_puts(&s->out, "\n\ndata: [DONE]\n\n");
+    free(body);
+    return r ? -1 : 0;
+}
+
+/* ---- errors and models ------------------------------------------------------------------------- */
+
+const char *oai_error_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 429: return "rate_limit_exceeded";
+    case 503: return "server_overloaded";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+char *oai_error_json(const api_error *e) {
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_CreateObject();
+    if (!root || !err) {
+        cJSON_Delete(root);
+        cJSON_Delete(err);
+        return NULL;
+    }
+    cJSON_AddItemToObject(root, "error", err);
+    cJSON_AddItemToObject(err, "message", api_error_message(e));
+    cJSON_AddStringToObject(err, "type", oai_error_type(e->status));
+    if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
+    else cJSON_AddNullToObject(err, "param");
+    if (e->code[0]) cJSON_AddStringToObject(err, "code", e->code);
+    else cJSON_AddNullToObject(err, "code");
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+static cJSON *model_object(const api_model_info *m) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", m->name);
+    cJSON_AddStringToObject(j, "object", "model");
+    cJSON_AddNumberToObject(j, "created", (double)m->created);
+    cJSON_AddStringToObject(j, "owned_by", "sluice");
+    cJSON_AddNumberToObject(j, "context_length", m->n_ctx);
+    return j;
+}
+
+char *oai_model_json(const api_model_info *m) { return finish(model_object(m)); }
+
+char *oai_models_json(const api_model_info *m, int n) {
+    cJSON *j = cJSON_CreateObject(), *d = cJSON_CreateArray();
+    cJSON_AddStringToObject(j, "object", "list");
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(d, model_object(&m[i]));
+    cJSON_AddItemToObject(j, "data", d);
+    return finish(j);
+}
+
+/* ---- the dialects ------------------------------------------------------------------------------ */
+
+static char *chat_response(const api_meta *m, const api_result *r, const api_done *d) { return oai_chat_response(m, r, d); }
+
+/* The collected content is the whole text (completions parse no reasoning or tool calls). */
+static char *text_response(const api_meta *m, const api_result *r, const api_done *d) {
+    return oai_completion_response(m, r->content.p, r->content.n, d);
+}
+
+const api_dialect api_openai_chat = {
+    .name = "chat",
+    .kind = API_CHAT,
+    .id_prefix = "chatcmpl-",
+    .chat = 1,
+    .prompt_param = "messages",
+    .parse = oai_parse_chat,
+    .response = chat_response,
+    .stream_begin = chat_stream_begin,
+    .stream_piece = chat_stream_piece,
+    .stream_end = chat_stream_end,
+    .stream_error = stream_error,
+    .error_json = oai_error_json,
+    .error_type = oai_error_type,
+    .models_json = oai_models_json,
+    .model_json = oai_model_json,
+};
+
+const api_dialect api_openai_completions = {
+    .name = "completions",
+    .kind = API_COMPLETION,
+    .id_prefix = "cmpl-",
+    .chat = 0,
+    .prompt_param = "prompt",
+    .parse = oai_parse_completion,
+    .response = text_response,
+    .stream_begin = text_stream_begin,
+    .stream_piece = text_stream_piece,
+    .stream_end = text_stream_end,
+    .stream_error = stream_error,
+    .error_json = oai_error_json,
+    .error_type = oai_error_type,
+    .models_json = oai_models_json,
+    .model_json = oai_model_json,
+};

@@ -1,0 +1,452 @@
+/*
+ * gen.c — generations (http.h): the bridge between a connection and its generation in a scheduler,
+ * and the endpoint of every API dialect's route (gen_endpoint): parse the body in the route's
+ * dialect, build the prompt, submit, answer.
+ *
+ * A generation (`gen`) is shared by three parties, each holding a reference: the connection's request
+ * (until libmicrohttpd reports it completed), the scheduler (until its done event), and for a streamed
+ * answer the response (until libmicrohttpd frees it). The scheduler's emit callback only appends to
+ * the gen's pending text and signals; the connection's thread does all the formatting: it waits for
+ * text (polling its socket for a hang-up every 50 ms, so a client that goes away cancels its
+ * generation at once, whether queued, prefilling or decoding; a client that half-closes its side after
+ * the request counts as gone, as with nginx), runs it through the answer parser (api.h) and writes
+ * its dialect's SSE events (streamed) or, at the end, its one JSON body.
+ *
+ * Sections: generations; the prompt; the endpoint.
+ */
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "serve/http.h"
+#include "util/clock.h"
+
+/* ---- generations ------------------------------------------------------------------------------- */
+
+struct gen {
+    srv_server *s;
+    const model_slot *ms;
+    const api_dialect *api; /* the dialect of its route */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    /* filled by the scheduler's emit (under mu) */
+    tok_buf pending;
+    int32_t *ids;
+    int n_ids, cap_ids;
+    int done, oom;
+    sl_status status;
+    char errmsg[256];
+    sl_stop_reason stop;
+    int n_prompt, n_generated, n_reused;
+    /* the connection's thread only */
+    uint64_t id;
+    int submitted, canceled;
+    int fd; /* the client's socket, polled for a hang-up */
+    api_gen g;
+    int32_t *prompt;
+    int n_prompt_tokens;
+    char *echo;             /* completions with echo: the prompt's text */
+    out_parser op;
+    api_result res;
+    api_stream as;
+    api_meta meta;
+    size_t delivered;       /* bytes of generated text taken from pending */
+    size_t sent;            /* bytes of as.out handed to libmicrohttpd */
+    int finished;           /* the closing events are in as.out */
+    int gone;               /* the client went away */
+    double polled;          /* when its socket was last polled */
+};
+
+#define POLL_S 0.05 /* how often a waiting connection looks for a hang-up */
+
+/* Another reference (the scheduler may be dropping its own at the same time). */
+static void gen_ref(gen *g) {
+    pthread_mutex_lock(&g->mu);
+    g->refs++;
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gen_release(gen *g) {
+    pthread_mutex_lock(&g->mu);
+    int last = --g->refs == 0;
+    pthread_mutex_unlock(&g->mu);
+    if (!last) return;
+    free(g->pending.p);
+    free(g->ids);
+    free(g->prompt);
+    free(g->echo);
+    api_gen_free(&g->g);
+    out_free(&g->op);
+    api_result_free(&g->res);
+    api_stream_free(&g->as);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+}
+
+/* The scheduler's emit: appends and signals; never blocks beyond the gen's lock. */
+static int gen_emit(void *user, const srv_event *ev) {
+    gen *g = user;
+    pthread_mutex_lock(&g->mu);
+    int stop = g->canceled;
+    if (ev->done) {
+        g->done = 1;
+        g->status = ev->status;
+        snprintf(g->errmsg, sizeof g->errmsg, "%s", ev->errmsg && *ev->errmsg ? ev->errmsg : sl_strerror(ev->status));
+        g->stop = ev->stop;
+        g->n_prompt = ev->n_prompt;
+        g->n_generated = ev->n_generated;
+        g->n_reused = ev->n_reused;
+    } else {
+        if (ev->len && tok_buf_put(&g->pending, ev->text, ev->len)) g->oom = stop = 1;
+        if (ev->id >= 0) {
+            if (g->n_ids == g->cap_ids) {
+                int cap = g->cap_ids ? 2 * g->cap_ids : 64;
+                int32_t *v = realloc(g->ids, (size_t)cap * sizeof *v);
+                if (v) g->ids = v, g->cap_ids = cap;
+            }
+            if (g->n_ids < g->cap_ids) g->ids[g->n_ids++] = ev->id;
+        }
+    }
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (ev->done) gen_release(g); /* the scheduler's reference */
+    return stop;
+}
+
+static void gen_cancel(gen *g) {
+    pthread_mutex_lock(&g->mu);
+    int done = g->done;
+    g->canceled = 1;
+    pthread_mutex_unlock(&g->mu);
+    if (done || !g->submitted) return;
+    pthread_rwlock_rdlock(&g->s->mu);
+    if (!g->s->quitting) srv_cancel(g->ms->sched, g->id);
+    pthread_rwlock_unlock(&g->s->mu);
+}
+
+/* 1 when the peer has closed or reset the connection. */
+static int peer_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd pf = {fd, POLLRDHUP, 0};
+    return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Which stop string ended the answer: the one that begins where the delivered text ends, in the text
+ * of every generated token (the scheduler does not say which). */
+static const char *which_stop(gen *g) {
+    if (g->g.n_stop == 1) return g->g.stop[0];
+    char *full = NULL;
+    size_t n = 0;
+    const char *found = g->g.n_stop ? g->g.stop[0] : NULL;
+    if (sl_detokenize(g->ms->tok, g->ids, g->n_ids, 1, &full, &n, NULL) == SL_OK && g->delivered <= n)
+        for (int i = 0; i < g->g.n_stop; i++) {
+            size_t k = strlen(g->g.stop[i]);
+            if (k <= n - g->delivered && !memcmp(full + g->delivered, g->g.stop[i], k)) { found = g->g.stop[i]; break; }
+        }
+    free(full);
+    return found;
+}
+
+/* A seed for a request that gave none. */
+static uint64_t random_seed(void) {
+    uint64_t x;
+    if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x) return x;
+    static _Atomic uint64_t counter;
+    x = (uint64_t)(clk_now_s() * 1e9) + ++counter;
+    x ^= x >> 31;
+    return x * 0x9e3779b97f4a7c15ull;
+}
+
+/* The error of a generation that did not end well. */
+static void gen_error(const gen *g, api_error *e) {
+    if (g->oom) api_fail(e, 500, NULL, NULL, "out of memory");
+    else if (g->status == SL_ECANCELED) api_fail(e, 503, NULL, NULL, "the generation was canceled (the server is stopping)");
+    else if (g->status == SL_ERANGE || g->status == SL_EINVAL) api_fail(e, 400, NULL, NULL, "%s", g->errmsg);
+    else api_fail(e, 500, NULL, NULL, "generation failed: %s", g->errmsg);
+}
+
+/* Waits for more of the answer and turns it into output: SSE bytes (streamed) or the collected result.
+ * Returns 1 while the answer goes on, 0 when it has ended (g->finished; streamed: the closing events
+ * are written), -1 when the client went away (the generation is canceled) or memory ran out. */
+static int gen_pump(gen *g) {
+    out_fn fn = g->g.stream ? api_stream_piece : api_result_add;
+    void *user = g->g.stream ? (void *)&g->as : (void *)&g->res;
+    tok_buf text = {0};
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        double t = clk_now_s();
+        if (t - g->polled >= POLL_S && !g->done) { /* also while text flows: a whole answer writes nothing */
+            g->polled = t;
+            if (peer_gone(g->fd)) {
+                pthread_mutex_unlock(&g->mu);
+                g->gone = 1;
+                gen_cancel(g);
+                return -1;
+            }
+        }
+        if (g->pending.n || g->done) break;
+        struct timespec ts = clk_deadline_ns((long)(POLL_S * 1e9));
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    text = g->pending; /* take it whole: the scheduler starts a new buffer */
+    memset(&g->pending, 0, sizeof g->pending);
+    int done = g->done;
+    pthread_mutex_unlock(&g->mu);
+    g->delivered += text.n;
+    int r = out_push(&g->op, text.p, text.n, fn, user);
+    free(text.p);
+    if (r) goto oom;
+    if (!done) return 1;
+    if (out_end(&g->op, fn, user)) goto oom;
+    g->finished = 1;
+    if (!g->g.stream) return 0;
+    if (g->status != SL_OK || g->oom) {
+        api_error e;
+        gen_error(g, &e);
+        return api_stream_error(&g->as, &e) ? -1 : 0;
+    }
+    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused};
+    return api_stream_end(&g->as, &d) ? -1 : 0;
+oom:
+    g->oom = 1;
+    gen_cancel(g);
+    return -1;
+}
+
+/* libmicrohttpd's content reader of a streamed answer: blocks (this connection's thread) until there
+ * are bytes to send. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    gen *g = cls;
+    (void)pos;
+    for (;;) {
+        if (g->sent < g->as.out.n) {
+            size_t k = g->as.out.n - g->sent < max ? g->as.out.n - g->sent : max;
+            memcpy(buf, g->as.out.p + g->sent, k);
+            g->sent += k;
+            if (g->sent == g->as.out.n) g->sent = g->as.out.n = 0;
+            return (ssize_t)k;
+        }
+        if (g->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (gen_pump(g) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+static void stream_free(void *cls) {
+    gen *g = cls;
+    if (!g->finished) { /* the connection ended before the answer did */
+        g->gone = 1;
+        gen_cancel(g);
+    }
+    gen_release(g);
+}
+
+/* ---- the prompt -------------------------------------------------------------------------------- */
+
+/* A completion's prompt: its token ids (checked against the vocabulary) or its text tokenized; with
+ * echo, its text (g->echo). Returns 0 or -1 with e. */
+static int text_prompt(gen *g, api_error *e) {
+    const model_slot *ms = g->ms;
+    api_gen *q = &g->g;
+    sl_error err = {0};
+    if (q->prompt_ids) {
+        int nv = sl_model_n_vocab(ms->m);
+        for (int i = 0; i < q->n_prompt_ids; i++)
+            if (q->prompt_ids[i] >= nv) return api_fail(e, 400, "prompt", "invalid_value", "prompt[%d]: token id %d is outside the vocabulary (%d ids)", i, q->prompt_ids[i], nv);
+        g->prompt = q->prompt_ids;
+        q->prompt_ids = NULL;
+        g->n_prompt_tokens = q->n_prompt_ids;
+        if (q->echo && sl_detokenize(ms->tok, g->prompt, g->n_prompt_tokens, 1, &g->echo, NULL, &err))
+            return api_fail(e, 400, "prompt", NULL, "%s", err.msg);
+        return 0;
+    }
+    if (q->echo && !(g->echo = strdup(q->prompt))) return api_fail(e, 500, NULL, NULL, "out of memory");
+    if (sl_tokenize(ms->tok, q->prompt, strlen(q->prompt), 0, &g->prompt, &g->n_prompt_tokens, &err))
+        return api_fail(e, 400, "prompt", NULL, "%s", err.msg);
+    return 0;
+}
+
+/* A chat's prompt: the messages through the model's chat template, tokenized. *think: the answer
+ * parser's mode (2 when the rendered prompt ends inside a <think> block). Returns 0 or -1 with e. */
+static int chat_prompt(gen *g, int *think, api_error *e) {
+    const model_slot *ms = g->ms;
+    api_gen *q = &g->g;
+    sl_error err = {0};
+    char *text = NULL;
+    sl_chat_params cp = sl_chat_params_default();
+    cp.enable_thinking = q->enable_thinking;
+    cp.tools = q->tools;
+    sl_status st = sl_chat_format(ms->tok, q->msgs, q->n_msgs, &cp, &text, &err);
+    if (st == SL_EUNSUPPORTED)
+        return api_fail(e, 400, NULL, "unsupported_model", "the model '%s' cannot format chats (%s): use /v1/completions", ms->name, err.msg);
+    if (st) return api_fail(e, st == SL_ENOMEM ? 500 : 400, "messages", NULL, "%s", err.msg);
+    size_t tl = strlen(text);
+    *think = tl >= 8 && !memcmp(text + tl - 8, "<think>\n", 8) ? 2 : 1;
+    st = sl_tokenize(ms->tok, text, tl, 0, &g->prompt, &g->n_prompt_tokens, &err);
+    free(text);
+    if (st) return api_fail(e, 400, "messages", NULL, "%s", err.msg);
+    return 0;
+}
+
+/* The prompt of a request, by its dialect: a chat, or a completion's text / ids. Sets g->prompt,
+ * g->n_prompt_tokens, g->echo; *think: the parser's mode. Returns 0, or -1 with e (also when the prompt
+ * is empty or it and max_tokens do not fit the context). */
+static int build_prompt(gen *g, int *think, api_error *e) {
+    const model_slot *ms = g->ms;
+    const api_gen *q = &g->g;
+    const char *param = g->api->prompt_param;
+    *think = 0;
+    if (g->api->chat ? chat_prompt(g, think, e) : text_prompt(g, e)) return -1;
+    if (g->n_prompt_tokens < 1) return api_fail(e, 400, "prompt", "invalid_value", "the prompt is empty");
+    if (g->n_prompt_tokens + (q->max_tokens > 0 ? q->max_tokens : 1) > ms->n_ctx) {
+        if (q->max_tokens > 0)
+            return api_fail(e, 400, param, "context_length_exceeded",
+                            "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in "
+                            "the prompt, %d for the completion). Please reduce the prompt or the completion length.",
+                            ms->n_ctx, g->n_prompt_tokens + q->max_tokens, g->n_prompt_tokens, q->max_tokens);
+        return api_fail(e, 400, param, "context_length_exceeded",
+                        "This model's maximum context length is %d tokens. However, the prompt has %d tokens.", ms->n_ctx,
+                        g->n_prompt_tokens);
+    }
+    return 0;
+}
+
+/* ---- the endpoint ------------------------------------------------------------------------------ */
+
+/* The whole answer of a non-streamed request, once its generation has ended. */
+static enum MHD_Result answer_whole(struct MHD_Connection *c, req *r, gen *g) {
+    api_error e;
+    if (g->status != SL_OK || g->oom) {
+        gen_error(g, &e);
+        return srv_reply_error(c, r, &e);
+    }
+    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused};
+    return srv_reply_json(c, r, 200, g->api->response(&g->meta, &g->res, &d));
+}
+
+/* A generation for r, its first reference r's (r->g). NULL when out of memory. */
+static gen *gen_new(req *r, const api_dialect *api) {
+    gen *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->s = r->s;
+    g->api = api;
+    g->refs = 1; /* the request's */
+    g->fd = -1;
+    r->g = g;
+    return g;
+}
+
+/* Submits g's prompt to its model's scheduler; the scheduler holds a reference from then on. Returns
+ * SL_OK, SL_ECANCELED (the server is stopping) or the scheduler's refusal with err. */
+static sl_status gen_submit(gen *g, sl_error *err) {
+    srv_server *s = g->s;
+    srv_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.prompt = g->prompt;
+    rq.n_prompt = g->n_prompt_tokens;
+    rq.sampling = g->g.sp;
+    rq.max_tokens = g->g.max_tokens;
+    rq.stop = g->g.stop;
+    rq.n_stop = g->g.n_stop;
+    rq.skip_special = 1;
+    gen_ref(g); /* the scheduler's, from a successful submit on */
+    pthread_rwlock_rdlock(&s->mu);
+    sl_status st = s->quitting ? SL_ECANCELED : srv_submit(g->ms->sched, &rq, gen_emit, g, &g->id, err);
+    pthread_rwlock_unlock(&s->mu);
+    if (st) gen_release(g); /* not the last: the request's stays */
+    else g->submitted = 1;
+    return st;
+}
+
+/* Parses the body, finds the model, builds the prompt and readies the answer's parser, id and stream.
+ * Returns 0, or -1 with e. */
+static int gen_prepare(struct MHD_Connection *c, req *r, gen *g, api_error *e) {
+    srv_server *s = r->s;
+    const char *body = r->body.p ? r->body.p : "";
+    if (g->api->parse(body, r->body.n, &g->g, e)) return -1;
+    if (!(g->ms = srv_find_model(s, g->g.model))) {
+        snprintf(r->model, sizeof r->model, "%s", g->g.model);
+        return api_fail(e, 404, NULL, "model_not_found", "The model '%.100s' does not exist (served: %s%s)", g->g.model,
+                        s->models[0].name, s->n_models > 1 ? ", ..." : "");
+    }
+    snprintf(r->model, sizeof r->model, "%s", g->ms->name);
+    int think;
+    if (build_prompt(g, &think, e)) return -1;
+    out_init(&g->op, think, g->g.tools != NULL);
+    if (!g->g.seed_set) g->g.sp.seed = random_seed();
+    api_new_id(g->meta.id, sizeof g->meta.id, g->api->id_prefix);
+    g->meta.model = g->ms->name;
+    g->meta.created = (long long)time(NULL);
+    api_stream_init(&g->as, g->api->kind, &g->meta, g->g.include_usage, g->n_prompt_tokens);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    g->fd = ci ? ci->connect_fd : -1;
+    return 0;
+}
+
+/* A streamed answer: the response reads its events from g as they come (stream_read). */
+static enum MHD_Result answer_stream(struct MHD_Connection *c, req *r, gen *g) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, g, stream_free);
+    if (!resp) {
+        gen_cancel(g);
+        return MHD_NO;
+    }
+    gen_ref(g); /* the response's, dropped by stream_free */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    r->status = 200;
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+enum MHD_Result gen_endpoint(struct MHD_Connection *c, req *r, const char *rest) {
+    (void)rest;
+    api_error e;
+    memset(&e, 0, sizeof e);
+    gen *g = gen_new(r, r->route->api);
+    if (!g) return srv_fail(c, r, 500, NULL, "out of memory");
+    if (gen_prepare(c, r, g, &e)) return srv_reply_error(c, r, &e);
+    sl_error err = {0};
+    sl_status st = gen_submit(g, &err);
+    if (st == SL_EBUSY) return srv_fail(c, r, 503, "server_overloaded", "the server is busy (%s): retry later", err.msg);
+    if (st == SL_ECANCELED) return srv_fail(c, r, 503, NULL, "the server is stopping");
+    if (st == SL_ERANGE) return srv_fail(c, r, 400, "context_length_exceeded", "%s", err.msg);
+    if (st) return srv_fail(c, r, st == SL_EINVAL ? 400 : 500, NULL, "%s", err.msg);
+    /* a completion's echo: the answer starts with the prompt */
+    if (g->echo && (g->g.stream ? api_stream_piece(&g->as, OUT_CONTENT, g->echo, strlen(g->echo), NULL)
+                                : api_result_add(&g->res, OUT_CONTENT, g->echo, strlen(g->echo), NULL)))
+        return srv_fail(c, r, 500, NULL, "out of memory");
+    if (g->g.stream) return answer_stream(c, r, g);
+    int k;
+    while ((k = gen_pump(g)) > 0) {}
+    if (k < 0) { /* the client left (or no memory): nothing to answer */
+        if (!g->gone) return srv_fail(c, r, 500, NULL, "out of memory");
+        srv_quiet_close = 1; /* libmicrohttpd logs the MHD_NO below as an internal error: it is not one */
+        return MHD_NO;
+    }
+    return answer_whole(c, r, g);
+}
+
+void gen_request_over(gen *g, int dropped, gen_report *out) {
+    memset(out, 0, sizeof *out);
+    out->gone = dropped || g->gone;
+    out->submitted = g->submitted;
+    out->stream = g->g.stream;
+    if (g->submitted && !g->finished) gen_cancel(g);
+    if (g->submitted) {
+        pthread_mutex_lock(&g->mu);
+        out->n_generated = g->done ? g->n_generated : g->n_ids; /* a canceled one may not have ended yet */
+        pthread_mutex_unlock(&g->mu);
+        out->n_prompt = g->n_prompt_tokens;
+    }
+    gen_release(g);
+}
