@@ -1,6 +1,6 @@
 /*
  * fuzz_container.c — the .sluice container (format/container.c, docs/FORMAT.md) and the model open that
- * binds it (engine/model.c). The template is a packed fixture (build/fuzz/template.sluice, made by
+ * binds it (engine/open.c, engine/backbone.c). The template is a packed fixture (build/fuzz/template.sluice, made by
  * `make fuzz`). Both checksummed parts are fuzzed past their checksums: input byte 0 picks the mode,
  *   even: the rest is the manifest (JSON), appended to the template, header fields and checksums fixed;
  *   odd:  the rest overwrites the header's fields (bytes 16..127: sizes, offsets, expert layout) and the

@@ -1,5 +1,5 @@
 /*
- * fuzz_profile.c — a routing profile (`sluice profile`, read by sl_model_open's pin_profile: engine/model.c)
+ * fuzz_profile.c — a routing profile (`sluice profile`, read by sl_model_open's pin_profile: engine/experts.c)
  * for the demo model, opened streaming so that its hottest experts are pinned.
  */
 #include "fuzz.h"

@@ -1,5 +1,5 @@
 /*
- * engine.h — internal entry points of the model layer for tests and tools.
+ * engine.h — internal entry points of the engine (src/engine/) for tests and tools.
  */
 #ifndef SL_ENGINE_H
 #define SL_ENGINE_H

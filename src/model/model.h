@@ -2,7 +2,7 @@
  * model.h — the forward pass (internal): sequences, workspaces, evaluation.
  *
  * The weights it reads (sl_weights, sl_layer_w) are laid out in family/weights.h, a room below: the family
- * tables bind tensors to their fields. The engine (src/engine/model.c) fills them from a container. Routed
+ * tables bind tensors to their fields. The engine (src/engine/backbone.c) fills them from a container. Routed
  * experts are reached through an sl_expert_src (util/tensor.h, with sl_mat and sl_expert) so the streaming
  * engine can replace the all-resident table without touching the math.
  */

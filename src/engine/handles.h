@@ -1,0 +1,74 @@
+/*
+ * handles.h — the model and session handles behind the public API (include/sluice.h), shared by the engine's
+ * files (private to src/engine/): open.c opens and closes a model, backbone.c loads and binds its backbone,
+ * experts.c sets up its expert source (resident or streamed), session.c runs sessions and batches, state.c
+ * saves and loads their state, stats.c reports what a model did.
+ *
+ * Ownership: the model owns the backbone buffer, the f32 vectors, the expert buffer or cache; sessions borrow
+ * the model and must be freed before it. Evaluations are serialised per model (mu), since the cache and the
+ * thread pool serve one request at a time.
+ */
+#ifndef SL_ENGINE_HANDLES_H
+#define SL_ENGINE_HANDLES_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "family/tensors.h"
+#include "format/container.h"
+#include "model/fwd_internal.h"
+#include "model/model.h"
+#include "stream/cache.h"
+#include "stream/tier.h"
+
+struct sl_model {
+    slc_file f;
+    sl_config cfg;
+    sl_weights w;
+    uint8_t *backbone;    /* the backbone section, 4096-aligned */
+    float **vecs;         /* owned f32 vectors (backend memory: vec_bytes each when the backend is not the host) */
+    size_t *vec_bytes;
+    int n_vecs;
+    uint8_t *backbone_dev; /* the backbone section in the backend's memory (!be->is_host), or NULL */
+    uint8_t *experts;     /* the whole expert section (resident; in the backend's memory when experts_dev) */
+    int experts_dev;
+    uint8_t *expert_implied; /* [n_moe_layers][n_experts] (resident): 1 when every q8/q4 part's biases are implied */
+    cache *cache;         /* streaming mode */
+    tier *tier;           /* the device tier over src (vram_bytes > 0), or NULL */
+    int stream_fd;        /* descriptor the cache reads from (-1 when resident) */
+    const char *io_engine, *io_mode;
+    sl_expert_src src;
+    sl_pool *pool;
+    sl_backend *be;       /* what computes (src/backend/backend.h); the workspace, states and cache slots are its */
+    fwd_ws *ws;           /* the evaluation workspace; mu makes evaluations take turns in it */
+    pthread_mutex_t mu;
+    double eval_s;
+    uint64_t tokens;
+    char err[768];
+};
+
+struct sl_session {
+    sl_model *m;
+    fwd_seq *sq;
+    int n_ctx;
+    char err[768];
+};
+
+/* n bytes (freed with free()) on 2 MiB boundaries, asked to be backed by 2 MiB pages (backbone.c). NULL: no
+ * memory. */
+void *engine_huge_alloc(uint64_t n);
+
+/* Reads the backbone section of m->f into memory, checks every tensor's checksum, binds the n tensors of the
+ * family table at (family/tensors.h) into m->w and, for a backend whose memory is not the host's, moves the
+ * section there (backbone.c). m->cfg, m->be are set; what it allocates is m's, freed by sl_model_close. */
+sl_status engine_load_backbone(sl_model *m, const char *path, const arch_tensor *at, int n, sl_error *err);
+
+/* The expert source m->src (experts.c): every expert block read, checked and kept (resident), or the expert
+ * cache over a descriptor of its own (streamed, p's I/O engine, mode and budget; fault, when not NULL, wraps
+ * the engine). What it makes is m's, freed by sl_model_close. */
+sl_status engine_open_resident(sl_model *m, const char *path, sl_error *err);
+sl_status engine_open_stream(sl_model *m, const char *path, const sl_model_params *p, const io_fault_cfg *fault,
+                             sl_error *err);
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * open.c — opening and closing a model (sl_model_open, model_open_ex): the container, the thread pool and the
+ * backend, the backbone (backbone.c), the expert source (experts.c), the device tier over it, the evaluation
+ * workspace; and the model's accessors. Sessions run in session.c. See handles.h for what a model holds.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/handles.h"
+#include "util/err.h"
+
+sl_model_params sl_model_params_default(void) {
+    sl_model_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+sl_status model_open_ex(const char *path, const sl_model_params *params, const io_fault_cfg *fault, sl_model **out,
+                        sl_error *err) {
+    *out = NULL;
+    sl_model_params defp = sl_model_params_default();
+    const sl_model_params *p = params ? params : &defp;
+    sl_model *m = calloc(1, sizeof *m);
+    arch_tensor *at = NULL;
+    if (!m) return sl_err(err, SL_ENOMEM, "out of memory");
+    m->stream_fd = -1;
+    pthread_mutex_init(&m->mu, NULL);
+    sl_status st = slc_open(path, &m->f, err); /* on failure m->f is closed: sl_model_close may run */
+    if (st) goto fail;
+    m->cfg = m->f.cfg;
+    if (p->routing != SL_ROUTING_MODEL && p->routing != SL_ROUTING_UNIFORM) {
+        st = sl_err(err, SL_EINVAL, "routing %d: neither SL_ROUTING_MODEL nor SL_ROUTING_UNIFORM", (int)p->routing);
+        goto fail;
+    }
+    m->cfg.uniform_routing = p->routing == SL_ROUTING_UNIFORM;
+    m->cfg.routing_seed = p->routing_seed;
+    m->pool = sl_pool_new(p->n_threads);
+    if (!m->pool) { st = sl_err(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
+    { /* the backend first: --gpu without a usable one fails before anything is read */
+        char msg[256] = "";
+        int rc = be_open(p->backend, m->pool, &m->be, msg, sizeof msg);
+        if (rc) { st = sl_err(err, (sl_status)rc, "%s", msg); goto fail; }
+    }
+    int n = arch_backbone_tensors(&m->cfg, &at);
+    if ((st = engine_load_backbone(m, path, at, n, err))) goto fail;
+    st = p->resident ? engine_open_resident(m, path, err) : engine_open_stream(m, path, p, fault, err);
+    if (st) goto fail;
+    if (p->vram_bytes > 0) { /* the device tier over the RAM cache (or the resident experts) */
+        char msg[256] = "";
+        tier_cfg tc = {m->be, &m->f, &m->cfg, m->src, p->vram_bytes, 0};
+        if (m->cache) { /* the RAM slots the tier may keep while their copies run (tier.h) */
+            cache_stats cs;
+            cache_get_stats(m->cache, &cs);
+            tc.lower_slots = cs.slots > cs.pinned ? (int)(cs.slots - cs.pinned) : 1;
+        }
+        m->tier = tier_new(&tc, msg, sizeof msg);
+        if (!m->tier) { st = sl_err(err, SL_ENOMEM, "%s", msg); goto fail; }
+        m->src = tier_source(m->tier);
+    }
+    m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
+    if (!m->ws) { st = sl_err(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
+    fwd_ws_set_int8(m->ws, !p->exact);
+    { /* a backend without an op these layers call refuses the model now, not at its first evaluation */
+        char msg[256] = "";
+        if (fwd_check_ops(m->ws, &m->cfg, msg, sizeof msg)) { st = sl_err(err, SL_EUNSUPPORTED, "%s", msg); goto fail; }
+    }
+    free(at);
+    *out = m;
+    return SL_OK;
+fail:
+    free(at);
+    sl_model_close(m);
+    return st;
+}
+
+sl_status sl_model_open(const char *path, const sl_model_params *params, sl_model **out, sl_error *err) {
+    return model_open_ex(path, params, NULL, out, err);
+}
+
+void sl_model_close(sl_model *m) {
+    if (!m) return;
+    fwd_ws_free(m->ws);
+    for (int i = 0; i < m->n_vecs; i++) {
+        if (m->vec_bytes && m->vec_bytes[i]) m->be->free(m->be, m->vecs[i], m->vec_bytes[i], BE_BUF_DEVICE);
+        else free(m->vecs[i]);
+    }
+    free(m->vecs);
+    free(m->vec_bytes);
+    free(m->backbone);
+    if (m->backbone_dev) m->be->free(m->be, m->backbone_dev, m->f.h.backbone_len + 1, BE_BUF_DEVICE);
+    if (m->experts_dev) m->be->free(m->be, m->experts, m->f.h.expert_len + 1, BE_BUF_DEVICE);
+    else free(m->experts);
+    free(m->expert_implied);
+    tier_free(m->tier); /* before the cache it reads from and the backend that owns its slots */
+    cache_free(m->cache);
+    be_close(m->be);
+    sl_pool_free(m->pool);
+    if (m->stream_fd >= 0) close(m->stream_fd);
+    slc_close(&m->f);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+const char *sl_model_errmsg(const sl_model *m) { return m ? m->err : ""; }
+int sl_model_n_vocab(const sl_model *m) { return m->cfg.vocab; }
+int sl_model_n_ctx(const sl_model *m) { return m->cfg.max_pos; }
+int sl_model_n_layers(const sl_model *m) { return m->cfg.n_layers; }
+
+const char *sl_model_synthetic(const sl_model *m) {
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(m->f.manifest, "source");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(src, "synthetic");
+    return cJSON_IsString(sh) ? sh->valuestring : NULL;
+}

@@ -1,0 +1,158 @@
+/*
+ * state.c — a session's state as bytes and files (sl_session_save / _load, sl_session_save_file / _load_file:
+ * docs/FORMAT.md "Saved session state"), and the stale temporaries a killed writer leaves
+ * (sl_remove_stale_temps). See handles.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/handles.h"
+#include "util/err.h"
+#include "util/fileio.h"
+#include "util/xxh3.h"
+
+/* A saved state (docs/FORMAT.md): header, state bytes, extra bytes, then xxh3-64 of all before it. */
+#define STATE_MAGIC "SLUICEST"
+#define STATE_VERSION 1u
+typedef struct {
+    char magic[8];
+    uint32_t version, reserved;
+    uint64_t model_id;  /* the container's manifest hash with its expert checksums: same weights, same id */
+    int32_t n_past, n_layers;
+    uint64_t state_len, extra_len;
+} state_hdr;
+
+static uint64_t model_id(const sl_model *m) {
+    size_t n = (size_t)m->f.h.n_moe_layers * (size_t)m->f.h.n_experts;
+    return m->f.expert_hash ? XXH3_64bits_withSeed(m->f.expert_hash, n * sizeof(uint64_t), m->f.h.manifest_hash)
+                            : m->f.h.manifest_hash;
+}
+
+static sl_status state_blob(const sl_session *s, const void *extra, size_t extra_len, void **blob, size_t *len) {
+    state_hdr h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, STATE_MAGIC, 8);
+    h.version = STATE_VERSION;
+    h.model_id = model_id(s->m);
+    h.n_past = fwd_seq_n_past(s->sq);
+    h.n_layers = s->m->cfg.n_layers;
+    h.state_len = fwd_seq_state_bytes(s->sq);
+    h.extra_len = extra ? extra_len : 0;
+    size_t total = sizeof h + h.state_len + h.extra_len + 8;
+    char *b = malloc(total);
+    if (!b) return SL_ENOMEM;
+    memcpy(b, &h, sizeof h);
+    fwd_seq_save(s->sq, b + sizeof h);
+    if (h.extra_len) memcpy(b + sizeof h + h.state_len, extra, h.extra_len);
+    uint64_t x = XXH3_64bits(b, total - 8);
+    memcpy(b + total - 8, &x, 8);
+    *blob = b;
+    *len = total;
+    return SL_OK;
+}
+
+sl_status sl_session_save(const sl_session *s, void **blob, size_t *len) {
+    *blob = NULL;
+    *len = 0;
+    return state_blob(s, NULL, 0, blob, len);
+}
+
+/* Checks a blob and loads it; *extra / *extra_len point into the blob. */
+static sl_status state_load(sl_session *s, const void *blob, size_t len, const char *what, const void **extra,
+                            size_t *extra_len, char *msg, size_t msglen) {
+    state_hdr h;
+    if (len < sizeof h + 8) {
+        snprintf(msg, msglen, "%s: not a sluice session state (%zu bytes)", what, len);
+        return SL_EFORMAT;
+    }
+    memcpy(&h, blob, sizeof h);
+    uint64_t x;
+    memcpy(&x, (const char *)blob + len - 8, 8);
+    if (memcmp(h.magic, STATE_MAGIC, 8) || h.version != STATE_VERSION) {
+        snprintf(msg, msglen, "%s: not a sluice session state (bad magic or version)", what);
+        return SL_EFORMAT;
+    }
+    if (h.state_len > len || h.extra_len > len || sizeof h + h.state_len + h.extra_len + 8 != len) {
+        snprintf(msg, msglen, "%s: session state is truncated or has trailing bytes", what);
+        return SL_EFORMAT;
+    }
+    if (XXH3_64bits(blob, len - 8) != x) {
+        snprintf(msg, msglen, "%s: session state fails its checksum", what);
+        return SL_ECHECKSUM;
+    }
+    if (h.model_id != model_id(s->m) || h.n_layers != s->m->cfg.n_layers) {
+        snprintf(msg, msglen, "%s: the session state was saved with another model", what);
+        return SL_EMISMATCH;
+    }
+    int r = fwd_seq_load(s->sq, h.n_past, (const char *)blob + sizeof h, h.state_len);
+    if (r == SL_ERANGE)
+        snprintf(msg, msglen, "%s: the saved state has %d positions, more than the session's %d", what, h.n_past,
+                 s->n_ctx);
+    else if (r)
+        snprintf(msg, msglen, "%s: the session state does not match the model's layout", what);
+    if (r) return (sl_status)r;
+    if (extra) *extra = (const char *)blob + sizeof h + h.state_len;
+    if (extra_len) *extra_len = h.extra_len;
+    return SL_OK;
+}
+
+sl_status sl_session_load(sl_session *s, const void *blob, size_t len) {
+    return state_load(s, blob, len, "state", NULL, NULL, s->err, sizeof s->err);
+}
+
+sl_status sl_session_save_file(const sl_session *s, const char *path, const void *extra, size_t extra_len,
+                               sl_error *err) {
+    void *b = NULL;
+    size_t n = 0;
+    char *tmp = NULL;
+    int fd = -1;
+    sl_status st = SL_OK;
+    if (state_blob(s, extra, extra_len, &b, &n) || !(tmp = malloc(strlen(path) + 32))) {
+        st = sl_err(err, SL_ENOMEM, "out of memory");
+        goto done;
+    }
+    sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
+    fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    st = fd < 0 ? sl_err(err, errno == ENOSPC ? SL_ENOSPC : SL_EIO, "%s: %s", tmp, strerror(errno))
+                : fio_pwrite_all(fd, b, n, 0, tmp, err);
+    if (fd >= 0 && st) close(fd);
+    if (fd >= 0 && !st) st = fio_commit(fd, n, tmp, path, err);
+    if (st && fd >= 0) unlink(tmp);
+done:
+    free(tmp);
+    free(b);
+    return st;
+}
+
+sl_status sl_session_load_file(sl_session *s, const char *path, void **extra, size_t *extra_len, sl_error *err) {
+    if (extra) *extra = NULL;
+    if (extra_len) *extra_len = 0;
+    char *b = NULL;
+    size_t n = 0, xl = 0;
+    const void *x = NULL;
+    char msg[sizeof err->msg];
+    sl_status st = fio_read_file(path, &b, &n, err);
+    if (st) goto done;
+    if ((st = state_load(s, b, n, path, &x, &xl, msg, sizeof msg))) {
+        st = sl_err(err, st, "%s", msg);
+        goto done;
+    }
+    if (extra && xl) {
+        if (!(*extra = malloc(xl + 1))) {
+            st = sl_err(err, SL_ENOMEM, "out of memory");
+            goto done;
+        }
+        memcpy(*extra, x, xl);
+        ((char *)*extra)[xl] = 0;
+        *extra_len = xl;
+    }
+done:
+    free(b);
+    return st;
+}
+
+int sl_remove_stale_temps(const char *path, char **removed) { return fio_remove_stale_temps(path, removed); }
