@@ -5,9 +5,9 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "engine/handles.h"
+#include "util/clock.h"
 
 sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
     *out = NULL;
@@ -37,20 +37,14 @@ int sl_session_n_past(const sl_session *s) { return fwd_seq_n_past(s->sq); }
 const char *sl_session_errmsg(const sl_session *s) { return s ? s->err : ""; }
 void model_session_set_wide(sl_session *s, int on) { fwd_seq_set_wide(s->sq, on); }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 sl_status sl_session_eval(sl_session *s, const int32_t *tokens, int n_tokens, float *logits, int all_logits) {
     s->err[0] = 0;
     sl_model *m = s->m;
     pthread_mutex_lock(&m->mu);
-    double t0 = now_s();
+    double t0 = clk_now_s();
     int r = fwd_eval(m->ws, s->sq, &m->cfg, &m->w, &m->src, tokens, n_tokens, logits, all_logits, s->err,
                      sizeof s->err);
-    m->eval_s += now_s() - t0;
+    m->eval_s += clk_now_s() - t0;
     if (!r) m->tokens += (uint64_t)n_tokens;
     pthread_mutex_unlock(&m->mu);
     return (sl_status)r;
@@ -78,9 +72,9 @@ sl_status sl_batch_eval(sl_model *m, const sl_batch_item *items, int n_items) {
         n_tok += (uint64_t)(b->n_tokens > 0 ? b->n_tokens : 0);
     }
     pthread_mutex_lock(&m->mu);
-    double t0 = now_s();
+    double t0 = clk_now_s();
     r = fwd_eval_batch(m->ws, &m->cfg, &m->w, &m->src, fi, n_items, m->err, sizeof m->err);
-    m->eval_s += now_s() - t0;
+    m->eval_s += clk_now_s() - t0;
     if (!r) m->tokens += n_tok;
     for (int i = 0; i < n_items; i++) snprintf(items[i].session->err, sizeof items[i].session->err, "%s", r ? m->err : "");
     pthread_mutex_unlock(&m->mu);
