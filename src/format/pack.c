@@ -180,18 +180,36 @@ out:
     return st;
 }
 
-sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_params *params, const pack_io *io,
-                   sl_error *err) {
-    sl_pack_params defp = sl_pack_params_default();
-    const sl_pack_params *p = params ? params : &defp;
-    hf_ckpt *ck = NULL;
-    arch_tensor *at = NULL;
-    cJSON *man = NULL;
-    char *tmp = NULL, *mtxt = NULL;
-    uint8_t *buf = NULL, *hdr = NULL;
-    uint64_t *ehash = NULL;
-    int fd = -1, n_at = 0;
-    sl_status st;
+/* ---- pack_run: plan, write, describe, commit -------------------------------------------------- */
+
+/* pack_run's stages, in order (the file's first comment), each given the job and returning SL_OK or an
+ * error with err; the first error ends the pack and job_free removes the temporary file. */
+
+/* One pack's state across its stages; everything it holds is freed by job_free. */
+typedef struct {
+    const sl_pack_params *p;
+    const char *src_dir, *out_path;
+    const pack_io *io;
+    hf_ckpt *ck;
+    const sl_config *c;
+    arch_tensor *at; /* the backbone's tensors */
+    int n_at;
+    pack_tgt *tdt;   /* [n_at] how each is stored */
+    uint64_t *toff;  /* [n_at] where */
+    uint64_t max_tensor;
+    int n_moe, E, n_parts;
+    pack_tgt edt[ARCH_MAX_PARTS]; /* an expert block's parts: how, where, how many bytes */
+    uint64_t poff[ARCH_MAX_PARTS], psz[ARCH_MAX_PARTS], block;
+    slc_header h;
+    cJSON *man, *tt; /* the manifest and its "tensors" array */
+    char *tmp;       /* "<out>.tmp.<pid>", ours to remove until committed */
+    int fd;
+    writer w;
+    uint8_t *buf;    /* one backbone tensor or one expert block */
+    uint64_t *ehash; /* the expert hash table */
+} pack_job;
+
+static sl_status check_params(const sl_pack_params *p, sl_error *err) {
     if (p->quant < SL_QUANT_KEEP || p->quant > SL_QUANT_Q3)
         return sl_err(err, SL_EINVAL, "unknown quantization mode %d", (int)p->quant);
     const sl_quant roles[3] = {p->quant_experts, p->quant_backbone, p->quant_router};
@@ -200,148 +218,178 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
             return sl_err(err, SL_EINVAL, "unknown quantization mode %d", (int)roles[i]);
     if (p->group != 32 && p->group != 64 && p->group != 128)
         return sl_err(err, SL_EINVAL, "quantization group size %d is not 32, 64 or 128", p->group);
-    if ((st = hf_open(src_dir, &ck, err))) return st;
-    const sl_config *c = hf_config(ck);
-    if ((n_at = arch_backbone_tensors(c, &at)) < 0) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    return SL_OK;
+}
 
-    /* ---- plan ---- */
-    man = cJSON_CreateObject();
-    cJSON_AddNumberToObject(man, "format_version", SLC_VERSION);
-    cJSON_AddStringToObject(man, "sluice_version", SL_VERSION_STRING);
-    cJSON_AddItemToObject(man, "config", slc_config_to_json(c));
-    cJSON *tt = cJSON_AddArrayToObject(man, "tensors");
-    slc_header h;
-    memset(&h, 0, sizeof h);
-    h.version = SLC_VERSION;
-    h.backbone_off = SLC_HEADER_BYTES;
-    uint64_t off = h.backbone_off, max_tensor = 0;
-    pack_tgt *tdt = calloc((size_t)n_at + 1, sizeof *tdt);
-    uint64_t *toff = calloc((size_t)n_at + 1, sizeof *toff);
-    if (!man || !tt || !tdt || !toff) { free(tdt); free(toff); st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    for (int i = 0; i < n_at; i++) {
-        const hf_tensor *t = hf_find(ck, at[i].name);
-        tdt[i] = target_for(p, t, at[i].name, at[i].matrix, at[i].router);
-        uint64_t bytes = tgt_bytes(&tdt[i], at[i].ndim, at[i].shape);
+/* The plan of the backbone: the manifest's start, each tensor's storage and offset. */
+static sl_status plan_backbone(pack_job *j, sl_error *err) {
+    const sl_config *c = j->c;
+    if ((j->n_at = arch_backbone_tensors(c, &j->at)) < 0) return sl_err(err, SL_ENOMEM, "out of memory");
+    j->man = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j->man, "format_version", SLC_VERSION);
+    cJSON_AddStringToObject(j->man, "sluice_version", SL_VERSION_STRING);
+    cJSON_AddItemToObject(j->man, "config", slc_config_to_json(c));
+    j->tt = cJSON_AddArrayToObject(j->man, "tensors");
+    j->h.version = SLC_VERSION;
+    j->h.backbone_off = SLC_HEADER_BYTES;
+    uint64_t off = j->h.backbone_off;
+    j->tdt = calloc((size_t)j->n_at + 1, sizeof *j->tdt);
+    j->toff = calloc((size_t)j->n_at + 1, sizeof *j->toff);
+    if (!j->man || !j->tt || !j->tdt || !j->toff) return sl_err(err, SL_ENOMEM, "out of memory");
+    for (int i = 0; i < j->n_at; i++) {
+        const arch_tensor *a = &j->at[i];
+        j->tdt[i] = target_for(j->p, hf_find(j->ck, a->name), a->name, a->matrix, a->router);
+        uint64_t bytes = tgt_bytes(&j->tdt[i], a->ndim, a->shape);
         off = slc_round_up(off, SLC_TENSOR_ALIGN);
-        toff[i] = off;
+        j->toff[i] = off;
         off += bytes;
-        if (bytes > max_tensor) max_tensor = bytes;
+        if (bytes > j->max_tensor) j->max_tensor = bytes;
     }
-    h.backbone_len = off - h.backbone_off;
-    int n_moe = cfg_n_moe_layers(c), E = c->n_experts;
-    pack_tgt edt[ARCH_MAX_PARTS];
-    uint64_t poff[ARCH_MAX_PARTS], psz[ARCH_MAX_PARTS], block = 0;
-    const int n_parts = arch_n_parts(c);
-    for (int part = 0; part < n_parts; part++) {
-        const hf_tensor *first = NULL;
-        int mixed = 0;
-        for (int l = 0; l < c->n_layers; l++) {
-            if (!c->layer_moe[l]) continue;
-            for (int e = 0; e < E; e++) {
-                char nm[96];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_name(c, part));
-                const hf_tensor *t = hf_find(ck, nm);
-                if (!first) first = t;
-                else if (t->src_dtype != first->src_dtype || t->q_group != first->q_group ||
-                         t->q_sdtype != first->q_sdtype) mixed = 1;
-            }
-        }
-        char pn[64];
-        snprintf(pn, sizeof pn, "experts.%s", arch_expert_part_name(c, part));
-        if (first && mixed && q_is_quant(first->src_dtype)) {
-            st = sl_err(err, SL_EUNSUPPORTED, "%s: routed experts' %s mix quantization settings across layers; "
-                        "an expert block needs one layout", src_dir, arch_expert_part_name(c, part));
-            free(tdt); free(toff);
-            goto fail;
-        }
-        if (first) edt[part] = target_for(p, first, pn, 1, 2);
-        else edt[part] = (pack_tgt){DT_F32, 0, DT_NONE, 0};
-        if (mixed && !q_is_quant(edt[part].dt)) edt[part].dt = DT_F32;
-        if (arch_expert_part_is_vec(c, part)) edt[part] = (pack_tgt){DT_F32, 0, DT_NONE, 0}; /* biases: f32, bound as is */
-        int64_t sh[2];
-        arch_expert_shape(c, part, sh);
-        block = slc_round_up(block, SLC_TENSOR_ALIGN);
-        poff[part] = block;
-        psz[part] = tgt_bytes(&edt[part], 2, sh);
-        block += psz[part];
-    }
-    h.n_moe_layers = (uint32_t)n_moe;
-    h.n_experts = (uint32_t)E;
-    h.expert_stride = slc_round_up(block, SLC_ALIGN);
-    h.expert_off = slc_round_up(off, SLC_ALIGN);
-    h.expert_len = (uint64_t)n_moe * (uint64_t)E * h.expert_stride;
-    h.hash_off = h.expert_off + h.expert_len;
-    h.hash_len = (uint64_t)n_moe * (uint64_t)E * 8;
-    h.blob_off = h.hash_off + h.hash_len;
+    j->h.backbone_len = off - j->h.backbone_off;
+    return SL_OK;
+}
 
-    /* ---- write ---- */
-    size_t tl = strlen(out_path) + 32;
-    tmp = malloc(tl);
-    if (!tmp) { free(tdt); free(toff); st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    snprintf(tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
-    fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        free(tdt); free(toff);
-        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        tmp = NULL;
-        goto fail;
+/* How expert part `part` is stored: as its source when every layer's experts agree on a quantized
+ * layout, f32 when they mix plain dtypes; refused when they mix quantized ones. */
+static sl_status plan_part(pack_job *j, int part, sl_error *err) {
+    const sl_config *c = j->c;
+    const hf_tensor *first = NULL;
+    int mixed = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!c->layer_moe[l]) continue;
+        for (int e = 0; e < j->E; e++) {
+            char nm[96];
+            snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_name(c, part));
+            const hf_tensor *t = hf_find(j->ck, nm);
+            if (!first) first = t;
+            else if (t->src_dtype != first->src_dtype || t->q_group != first->q_group || t->q_sdtype != first->q_sdtype)
+                mixed = 1;
+        }
     }
-    writer w = {fd, tmp, io, p, 0, h.backbone_len + h.expert_len};
-    size_t bufsz = (size_t)(max_tensor > h.expert_stride ? max_tensor : h.expert_stride);
-    buf = aligned_alloc(SLC_ALIGN, slc_round_up(bufsz, SLC_ALIGN));
-    if (!buf) { free(tdt); free(toff); st = sl_err(err, SL_ENOMEM, "out of memory (%zu-byte buffer)", bufsz); goto fail; }
-    for (int i = 0; i < n_at && !st; i++) {
-        const hf_tensor *t = hf_find(ck, at[i].name);
-        uint64_t bytes = tgt_bytes(&tdt[i], at[i].ndim, at[i].shape);
-        if ((st = pack_derive(ck, t, &tdt[i], buf, err))) break;
-        uint64_t hsh = XXH3_64bits(buf, bytes);
-        if ((st = wr(&w, buf, bytes, toff[i], err))) break;
-        slc_tensor te = {at[i].name, tdt[i].dt, at[i].ndim, {at[i].shape[0], at[i].shape[1]}, toff[i], bytes, hsh,
-                         tdt[i].group, tdt[i].sdt, tdt[i].seed};
-        cJSON_AddItemToArray(tt, slc_tensor_to_json(&te));
-        st = progress(&w, bytes, err);
+    char pn[64];
+    snprintf(pn, sizeof pn, "experts.%s", arch_expert_part_name(c, part));
+    if (first && mixed && q_is_quant(first->src_dtype))
+        return sl_err(err, SL_EUNSUPPORTED, "%s: routed experts' %s mix quantization settings across layers; "
+                      "an expert block needs one layout", j->src_dir, arch_expert_part_name(c, part));
+    pack_tgt *g = &j->edt[part];
+    if (first) *g = target_for(j->p, first, pn, 1, 2);
+    else *g = (pack_tgt){DT_F32, 0, DT_NONE, 0};
+    if (mixed && !q_is_quant(g->dt)) g->dt = DT_F32;
+    if (arch_expert_part_is_vec(c, part)) *g = (pack_tgt){DT_F32, 0, DT_NONE, 0}; /* biases: f32, bound as is */
+    int64_t sh[2];
+    arch_expert_shape(c, part, sh);
+    j->block = slc_round_up(j->block, SLC_TENSOR_ALIGN);
+    j->poff[part] = j->block;
+    j->psz[part] = tgt_bytes(g, 2, sh);
+    j->block += j->psz[part];
+    return SL_OK;
+}
+
+/* The plan of the expert blocks, and with it the rest of the header's sections. */
+static sl_status plan_experts(pack_job *j, sl_error *err) {
+    sl_status st;
+    j->n_moe = cfg_n_moe_layers(j->c);
+    j->E = j->c->n_experts;
+    j->n_parts = arch_n_parts(j->c);
+    for (int part = 0; part < j->n_parts; part++)
+        if ((st = plan_part(j, part, err))) return st;
+    slc_header *h = &j->h;
+    h->n_moe_layers = (uint32_t)j->n_moe;
+    h->n_experts = (uint32_t)j->E;
+    h->expert_stride = slc_round_up(j->block, SLC_ALIGN);
+    h->expert_off = slc_round_up(h->backbone_off + h->backbone_len, SLC_ALIGN);
+    h->expert_len = (uint64_t)j->n_moe * (uint64_t)j->E * h->expert_stride;
+    h->hash_off = h->expert_off + h->expert_len;
+    h->hash_len = (uint64_t)j->n_moe * (uint64_t)j->E * 8;
+    h->blob_off = h->hash_off + h->hash_len;
+    return SL_OK;
+}
+
+/* Creates the temporary file (never an existing one) and the write buffer. */
+static sl_status open_temp(pack_job *j, sl_error *err) {
+    size_t tl = strlen(j->out_path) + 32;
+    if (!(j->tmp = malloc(tl))) return sl_err(err, SL_ENOMEM, "out of memory");
+    snprintf(j->tmp, tl, "%s.tmp.%ld", j->out_path, (long)getpid());
+    j->fd = open(j->tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (j->fd < 0) {
+        sl_status st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", j->tmp, strerror(errno));
+        free(j->tmp);
+        j->tmp = NULL; /* not ours to remove */
+        return st;
     }
-    free(tdt);
-    free(toff);
-    if (st) goto fail;
-    ehash = calloc((size_t)n_moe * (size_t)E + 1, 8);
-    if (!ehash) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    j->w = (writer){j->fd, j->tmp, j->io, j->p, 0, j->h.backbone_len + j->h.expert_len};
+    size_t bufsz = (size_t)(j->max_tensor > j->h.expert_stride ? j->max_tensor : j->h.expert_stride);
+    j->buf = aligned_alloc(SLC_ALIGN, slc_round_up(bufsz, SLC_ALIGN));
+    if (!j->buf) return sl_err(err, SL_ENOMEM, "out of memory (%zu-byte buffer)", bufsz);
+    return SL_OK;
+}
+
+/* Each backbone tensor converted, hashed, written, and listed in the manifest. */
+static sl_status write_backbone(pack_job *j, sl_error *err) {
+    sl_status st = SL_OK;
+    for (int i = 0; i < j->n_at && !st; i++) {
+        arch_tensor *a = &j->at[i];
+        uint64_t bytes = tgt_bytes(&j->tdt[i], a->ndim, a->shape);
+        if ((st = pack_derive(j->ck, hf_find(j->ck, a->name), &j->tdt[i], j->buf, err))) break;
+        uint64_t hsh = XXH3_64bits(j->buf, bytes);
+        if ((st = wr(&j->w, j->buf, bytes, j->toff[i], err))) break;
+        slc_tensor te = {a->name, j->tdt[i].dt, a->ndim, {a->shape[0], a->shape[1]}, j->toff[i], bytes, hsh,
+                         j->tdt[i].group, j->tdt[i].sdt, j->tdt[i].seed};
+        cJSON_AddItemToArray(j->tt, slc_tensor_to_json(&te));
+        st = progress(&j->w, bytes, err);
+    }
+    return st;
+}
+
+/* Each expert's block (its parts at their offsets, zero between), its hash, then the hash table and the
+ * manifest's "experts". */
+static sl_status write_experts(pack_job *j, sl_error *err) {
+    const sl_config *c = j->c;
+    const slc_header *h = &j->h;
+    const int E = j->E;
+    sl_status st;
+    if (!(j->ehash = calloc((size_t)j->n_moe * (size_t)E + 1, 8))) return sl_err(err, SL_ENOMEM, "out of memory");
     for (int l = 0, s = 0; l < c->n_layers; l++) {
         if (!c->layer_moe[l]) continue;
         for (int e = 0; e < E; e++) {
-            memset(buf, 0, h.expert_stride);
-            for (int part = 0; part < n_parts; part++) {
+            memset(j->buf, 0, h->expert_stride);
+            for (int part = 0; part < j->n_parts; part++) {
                 char nm[96];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_name(c, part));
-                if ((st = pack_derive(ck, hf_find(ck, nm), &edt[part], buf + poff[part], err))) goto fail;
+                if ((st = pack_derive(j->ck, hf_find(j->ck, nm), &j->edt[part], j->buf + j->poff[part], err))) return st;
             }
-            uint64_t hsh = XXH3_64bits(buf, block);
-            uint8_t *hp = (uint8_t *)&ehash[(size_t)s * E + e];
+            uint64_t hsh = XXH3_64bits(j->buf, j->block);
+            uint8_t *hp = (uint8_t *)&j->ehash[(size_t)s * E + e];
             for (int k = 0; k < 8; k++) hp[k] = (uint8_t)(hsh >> (8 * k));
-            if ((st = wr(&w, buf, h.expert_stride, h.expert_off + ((uint64_t)s * E + e) * h.expert_stride, err))) goto fail;
-            if ((st = progress(&w, h.expert_stride, err))) goto fail;
+            if ((st = wr(&j->w, j->buf, h->expert_stride, h->expert_off + ((uint64_t)s * E + e) * h->expert_stride, err)))
+                return st;
+            if ((st = progress(&j->w, h->expert_stride, err))) return st;
         }
         s++;
     }
-    if (h.hash_len && (st = wr(&w, ehash, h.hash_len, h.hash_off, err))) goto fail;
+    if (h->hash_len && (st = wr(&j->w, j->ehash, h->hash_len, h->hash_off, err))) return st;
     slc_part parts[ARCH_MAX_PARTS];
-    for (int part = 0; part < n_parts; part++) {
+    for (int part = 0; part < j->n_parts; part++) {
         int64_t sh[2];
         arch_expert_shape(c, part, sh);
-        parts[part] = (slc_part){edt[part].dt, {sh[0], sh[1]}, poff[part], psz[part], edt[part].group, edt[part].sdt,
-                                 edt[part].seed};
+        const pack_tgt *g = &j->edt[part];
+        parts[part] = (slc_part){g->dt, {sh[0], sh[1]}, j->poff[part], j->psz[part], g->group, g->sdt, g->seed};
     }
-    cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&h, c, block, parts));
-    /* blobs */
-    cJSON *bl = cJSON_AddArrayToObject(man, "blobs");
-    uint64_t boff = h.blob_off;
+    cJSON_AddItemToObject(j->man, "experts", slc_experts_to_json(h, c, j->block, parts));
+    return SL_OK;
+}
+
+/* The checkpoint's blobs (pack_blob_names) that exist, one after the other from blob_off. */
+static sl_status write_blobs(pack_job *j, sl_error *err) {
+    sl_status st;
+    cJSON *bl = cJSON_AddArrayToObject(j->man, "blobs");
+    uint64_t boff = j->h.blob_off;
     for (int i = 0; pack_blob_names[i]; i++) {
         char *data = NULL;
         size_t len = 0;
-        if ((st = hf_blob(ck, pack_blob_names[i], &data, &len, err))) goto fail;
+        if ((st = hf_blob(j->ck, pack_blob_names[i], &data, &len, err))) return st;
         if (!data) continue;
-        st = wr(&w, data, len, boff, err);
+        st = wr(&j->w, data, len, boff, err);
         if (!st) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddItemToArray(bl, o);
@@ -351,26 +399,33 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
             add_hash(o, XXH3_64bits(data, len));
         }
         free(data);
-        if (st) goto fail;
+        if (st) return st;
         boff += len;
     }
-    h.blob_len = boff - h.blob_off;
-    /* sources and options */
-    cJSON *src = cJSON_AddObjectToObject(man, "source");
-    cJSON_AddStringToObject(src, "dir", src_dir);
+    j->h.blob_len = boff - j->h.blob_off;
+    return SL_OK;
+}
+
+/* The manifest's "source" (the directory, its files, their hashes unless turned off) and "pack" (the
+ * options it was made with). */
+static sl_status describe_source(pack_job *j, sl_error *err) {
+    const sl_pack_params *p = j->p;
+    sl_status st;
+    cJSON *src = cJSON_AddObjectToObject(j->man, "source");
+    cJSON_AddStringToObject(src, "dir", j->src_dir);
     cJSON *fl = cJSON_AddArrayToObject(src, "files");
-    for (int i = 0; i < hf_n_files(ck); i++) {
+    for (int i = 0; i < hf_n_files(j->ck); i++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(fl, o);
-        cJSON_AddStringToObject(o, "name", hf_file_name(ck, i));
-        cJSON_AddNumberToObject(o, "size", (double)hf_file_size(ck, i));
+        cJSON_AddStringToObject(o, "name", hf_file_name(j->ck, i));
+        cJSON_AddNumberToObject(o, "size", (double)hf_file_size(j->ck, i));
         if (p->hash_sources) {
             uint64_t fh = 0;
-            if ((st = hash_file(hf_file_path(ck, i), &fh, err))) goto fail;
+            if ((st = hash_file(hf_file_path(j->ck, i), &fh, err))) return st;
             add_hash(o, fh);
         }
     }
-    cJSON *po = cJSON_AddObjectToObject(man, "pack");
+    cJSON *po = cJSON_AddObjectToObject(j->man, "pack");
     cJSON_AddStringToObject(po, "quant", quant_name(p->quant));
     if (quant_dtype(p->quant) || quant_dtype(role_mode(p, 0)) || quant_dtype(role_mode(p, 1)) ||
         quant_dtype(role_mode(p, 2))) {
@@ -380,33 +435,65 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
         cJSON_AddStringToObject(po, "router", quant_name(role_mode(p, 1)));
         cJSON_AddStringToObject(po, "experts", quant_name(role_mode(p, 2)));
     }
-    mtxt = cJSON_PrintUnformatted(man);
-    if (!mtxt) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    h.manifest_off = slc_round_up(boff, 8);
-    h.manifest_len = strlen(mtxt);
-    h.manifest_hash = XXH3_64bits(mtxt, h.manifest_len);
-    if ((st = wr(&w, mtxt, h.manifest_len, h.manifest_off, err))) goto fail;
-    h.file_size = h.manifest_off + h.manifest_len;
-    hdr = malloc(SLC_HEADER_BYTES);
-    if (!hdr) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    slc_header_encode(&h, hdr);
-    if ((st = wr(&w, hdr, SLC_HEADER_BYTES, 0, err))) goto fail;
-    st = fio_commit(fd, h.file_size, tmp, out_path, err);
-    fd = -1;
-    if (st) goto fail;
-    goto done;
-fail:
-    if (fd >= 0) close(fd);
-    if (tmp) unlink(tmp);
-done:
-    free(tmp);
+    return SL_OK;
+}
+
+/* The manifest after the blobs, the header last, then fsync and rename over out_path. */
+static sl_status commit(pack_job *j, sl_error *err) {
+    slc_header *h = &j->h;
+    uint8_t hdr[SLC_HEADER_BYTES];
+    sl_status st;
+    char *mtxt = cJSON_PrintUnformatted(j->man);
+    if (!mtxt) return sl_err(err, SL_ENOMEM, "out of memory");
+    h->manifest_off = slc_round_up(h->blob_off + h->blob_len, 8);
+    h->manifest_len = strlen(mtxt);
+    h->manifest_hash = XXH3_64bits(mtxt, h->manifest_len);
+    st = wr(&j->w, mtxt, h->manifest_len, h->manifest_off, err);
     free(mtxt);
-    free(buf);
-    free(hdr);
-    free(ehash);
-    free(at);
-    cJSON_Delete(man);
-    hf_close(ck);
+    if (st) return st;
+    h->file_size = h->manifest_off + h->manifest_len;
+    slc_header_encode(h, hdr);
+    if ((st = wr(&j->w, hdr, SLC_HEADER_BYTES, 0, err))) return st;
+    st = fio_commit(j->fd, h->file_size, j->tmp, j->out_path, err);
+    j->fd = -1; /* closed by fio_commit */
+    if (!st) {
+        free(j->tmp);
+        j->tmp = NULL; /* committed: nothing to remove */
+    }
+    return st;
+}
+
+/* Frees what the job holds; an uncommitted temporary file is closed and removed. */
+static void job_free(pack_job *j) {
+    if (j->fd >= 0) close(j->fd);
+    if (j->tmp) unlink(j->tmp);
+    free(j->tmp);
+    free(j->buf);
+    free(j->ehash);
+    free(j->tdt);
+    free(j->toff);
+    free(j->at);
+    cJSON_Delete(j->man);
+    hf_close(j->ck);
+}
+
+sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_params *params, const pack_io *io,
+                   sl_error *err) {
+    static sl_status (*const stages[])(pack_job *, sl_error *) = {
+        plan_backbone, plan_experts, open_temp, write_backbone, write_experts, write_blobs, describe_source, commit,
+    };
+    sl_pack_params defp = sl_pack_params_default();
+    pack_job j;
+    memset(&j, 0, sizeof j);
+    j.p = params ? params : &defp;
+    j.src_dir = src_dir;
+    j.out_path = out_path;
+    j.io = io;
+    j.fd = -1;
+    sl_status st = check_params(j.p, err);
+    if (!st && !(st = hf_open(src_dir, &j.ck, err))) j.c = hf_config(j.ck);
+    for (size_t i = 0; i < sizeof stages / sizeof *stages && !st; i++) st = stages[i](&j, err);
+    job_free(&j);
     return st;
 }
 
