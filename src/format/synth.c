@@ -467,164 +467,224 @@ sl_status sl_synth_threads(const char *shape_name, int layers, sl_quant quant, u
     return synth_write(shape_name, layers, quant, SYNTH_GROUP, seed, n_threads, out_path, progress, user, err);
 }
 
+/* ---- synth_write: plan, open, write, commit ----------------------------------------------------- */
+
+/* One synthetic container's state across synth_write's stages; synth_free releases it all and removes
+ * an uncommitted temporary file. */
+typedef struct {
+    sl_config c;
+    sl_dtype mdt;            /* the matrices' dtype */
+    int group;
+    uint64_t seed;           /* as asked (0: the default stream) */
+    arch_tensor *at;
+    int n_at;
+    uint64_t *toff, *thash;  /* [n_at] offsets and hashes of the backbone tensors */
+    slc_header h;
+    synth_job j;             /* the workers' shared state; its parts' plan is the container's */
+    int job_init;
+    char *tmp;               /* "<out>.tmp.<pid>", ours to remove until committed */
+    int fd, dfd;             /* the temporary file, and an O_DIRECT descriptor of it (or -1) */
+    uint8_t *hashes;         /* the expert hash table, filled by the workers */
+} synth_out;
+
+/* Where everything goes: the backbone tensors, an expert block's parts, the header's sections. */
+static sl_status synth_plan(synth_out *o, sl_error *err) {
+    const sl_config *c = &o->c;
+    synth_job *j = &o->j;
+    slc_header *h = &o->h;
+    h->version = SLC_VERSION;
+    h->backbone_off = SLC_HEADER_BYTES;
+    uint64_t off = h->backbone_off;
+    for (int i = 0; i < o->n_at; i++) {
+        const arch_tensor *t = &o->at[i];
+        uint64_t b = q_mat_bytes(tensor_dtype(t, o->mdt, o->group), t->shape[0], t->ndim == 2 ? t->shape[1] : 1, o->group,
+                                 DT_BF16);
+        off = slc_round_up(off, SLC_ALIGN); /* (SLC_TENSOR_ALIGN would do; pages let O_DIRECT write them) */
+        o->toff[i] = off;
+        off += b;
+    }
+    h->backbone_len = off - h->backbone_off;
+    j->n_parts = arch_n_parts(c);
+    for (int p = 0; p < j->n_parts; p++) {
+        arch_expert_shape(c, p, j->psh[p]);
+        j->pvec[p] = arch_expert_part_is_vec(c, p);
+        j->pdt[p] = j->pvec[p] ? DT_F32 : o->mdt; /* biases: f32 (zeros) */
+        if (q_is_quant(j->pdt[p]) && j->psh[p][1] % o->group)
+            return sl_err(err, SL_EINVAL, "synth: group %d does not divide an expert's %lld columns", o->group,
+                          (long long)j->psh[p][1]);
+        j->block = slc_round_up(j->block, SLC_TENSOR_ALIGN);
+        j->poff[p] = j->block;
+        j->psz[p] = q_mat_bytes(j->pdt[p], j->psh[p][0], j->psh[p][1], o->group, DT_BF16);
+        j->block += j->psz[p];
+    }
+    h->n_moe_layers = (uint32_t)cfg_n_moe_layers(c);
+    h->n_experts = (uint32_t)c->n_experts;
+    h->expert_stride = slc_round_up(j->block, SLC_ALIGN);
+    h->expert_off = slc_round_up(off, SLC_ALIGN);
+    h->expert_len = (uint64_t)h->n_moe_layers * h->n_experts * h->expert_stride;
+    h->hash_off = h->expert_off + h->expert_len;
+    h->hash_len = (uint64_t)h->n_moe_layers * h->n_experts * 8;
+    h->blob_off = h->hash_off + h->hash_len;
+    h->blob_len = 0;
+    return SL_OK;
+}
+
+/* The temporary file (never an existing one), an O_DIRECT descriptor of it where allowed, its space. */
+static sl_status synth_open(synth_out *o, const char *out_path, sl_error *err) {
+    size_t tl = strlen(out_path) + 32;
+    o->tmp = malloc(tl);
+    o->hashes = malloc(o->h.hash_len + 8);
+    if (!o->tmp || !o->hashes) return sl_err(err, SL_ENOMEM, "out of memory");
+    snprintf(o->tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
+    o->fd = open(o->tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (o->fd < 0) {
+        sl_status st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", o->tmp, strerror(errno));
+        free(o->tmp);
+        o->tmp = NULL; /* not ours to remove */
+        return st;
+    }
+    /* tensors and expert blocks bypass the page cache where the file system allows it (they start on
+     * pages): a file larger than RAM would otherwise evict everyone's cache, and copying costs CPU */
+    o->dfd = open(o->tmp, O_WRONLY | O_CLOEXEC | O_DIRECT);
+    /* allocated up front: ext4 turns O_DIRECT writes into holes past the end of the file into buffered
+     * ones (a page-cache copy of every expert byte); where fallocate is not supported it just costs more */
+    if (o->h.blob_off > o->h.backbone_off) (void)posix_fallocate(o->fd, 0, (off_t)o->h.blob_off);
+    return SL_OK;
+}
+
+/* The workers' job: the units (backbone tensors, then batches of expert blocks) and their buffers. */
+static void synth_job_init(synth_out *o, int n_threads) {
+    synth_job *j = &o->j;
+    const slc_header *h = &o->h;
+    j->c = &o->c;
+    j->at = o->at;
+    j->n_at = o->n_at;
+    j->mdt = o->mdt;
+    j->group = o->group;
+    j->seed = o->seed ? o->seed : 0x9e3779b97f4a7c15ull;
+    j->path = o->tmp;
+    j->dfd = o->dfd >= 0 ? o->dfd : o->fd;
+    j->toff = o->toff;
+    j->thash = o->thash;
+    j->h = h;
+    j->n_blocks = (uint64_t)h->n_moe_layers * h->n_experts;
+    /* batches that fill a buffer, but at least 4 per writer: any split gives the same bytes */
+    int nw = n_threads > 0 ? n_threads : 2 * (int)sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t per = (j->n_blocks + 4 * (uint64_t)(nw > 0 ? nw : 1) - 1) / (4 * (uint64_t)(nw > 0 ? nw : 1));
+    j->batch_blocks = SYNTH_BUF / h->expert_stride < per ? SYNTH_BUF / h->expert_stride : per;
+    if (j->batch_blocks < 1) j->batch_blocks = 1;
+    j->buf_bytes = h->expert_stride > SYNTH_BUF ? (size_t)h->expert_stride : SYNTH_BUF;
+    j->n_units = (uint64_t)o->n_at + (j->n_blocks + j->batch_blocks - 1) / j->batch_blocks;
+    j->hashes = o->hashes;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    o->job_init = 1;
+}
+
+/* The manifest: config, tensors (with the hashes the workers computed), experts, an empty blob list,
+ * the synthetic source and the quantization. Its text, malloc'ed; NULL when out of memory. */
+static char *synth_manifest(const synth_out *o, const char *shape_name) {
+    const synth_job *j = &o->j;
+    cJSON *man = cJSON_CreateObject();
+    cJSON_AddNumberToObject(man, "format_version", SLC_VERSION);
+    cJSON_AddStringToObject(man, "sluice_version", SL_VERSION_STRING);
+    cJSON_AddItemToObject(man, "config", slc_config_to_json(&o->c));
+    cJSON *tt = cJSON_AddArrayToObject(man, "tensors");
+    for (int i = 0; i < o->n_at; i++) {
+        arch_tensor *t = &o->at[i];
+        sl_dtype dt = tensor_dtype(t, o->mdt, o->group);
+        uint64_t b = q_mat_bytes(dt, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, o->group, DT_BF16);
+        slc_tensor te = {t->name, dt, t->ndim, {t->shape[0], t->shape[1]}, o->toff[i], b, o->thash[i],
+                         o->group, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(t->name, strlen(t->name)) : 0};
+        cJSON_AddItemToArray(tt, slc_tensor_to_json(&te));
+    }
+    slc_part parts[ARCH_MAX_PARTS];
+    for (int p = 0; p < j->n_parts; p++) {
+        const char *pn = arch_expert_part_name(&o->c, p);
+        parts[p] = (slc_part){j->pdt[p], {j->psh[p][0], j->psh[p][1]}, j->poff[p], j->psz[p], o->group, DT_BF16,
+                              j->pdt[p] == DT_Q3 ? (uint32_t)XXH3_64bits(pn, strlen(pn)) : 0};
+    }
+    cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&o->h, &o->c, j->block, parts));
+    cJSON_AddArrayToObject(man, "blobs");
+    cJSON *src = cJSON_AddObjectToObject(man, "source");
+    cJSON_AddStringToObject(src, "synthetic", shape_name);
+    cJSON_AddNumberToObject(src, "seed", (double)(o->seed ? o->seed : 0));
+    cJSON_AddArrayToObject(src, "files");
+    cJSON *po = cJSON_AddObjectToObject(man, "pack");
+    cJSON_AddStringToObject(po, "quant", dt_name(o->mdt));
+    char *mtxt = man ? cJSON_PrintUnformatted(man) : NULL;
+    cJSON_Delete(man);
+    return mtxt;
+}
+
+/* The hash table, the manifest and the header last; then fsync and rename over out_path. */
+static sl_status synth_commit(synth_out *o, const char *shape_name, const char *out_path, sl_error *err) {
+    slc_header *h = &o->h;
+    uint8_t hdr[SLC_HEADER_BYTES];
+    sl_status st;
+    if (h->hash_len && (st = fio_pwrite_all(o->fd, o->hashes, h->hash_len, h->hash_off, o->tmp, err))) return st;
+    char *mtxt = synth_manifest(o, shape_name);
+    if (!mtxt) return sl_err(err, SL_ENOMEM, "out of memory");
+    h->manifest_off = slc_round_up(h->blob_off, 8);
+    h->manifest_len = strlen(mtxt);
+    h->manifest_hash = XXH3_64bits(mtxt, h->manifest_len);
+    h->file_size = h->manifest_off + h->manifest_len;
+    st = fio_pwrite_all(o->fd, mtxt, h->manifest_len, h->manifest_off, o->tmp, err);
+    free(mtxt);
+    if (st) return st;
+    slc_header_encode(h, hdr);
+    if ((st = fio_pwrite_all(o->fd, hdr, SLC_HEADER_BYTES, 0, o->tmp, err))) return st;
+    if (o->dfd >= 0) close(o->dfd);
+    o->dfd = -1;
+    st = fio_commit(o->fd, h->file_size, o->tmp, out_path, err);
+    o->fd = -1; /* closed by fio_commit */
+    if (!st) {
+        free(o->tmp);
+        o->tmp = NULL; /* committed: nothing to remove */
+    }
+    return st;
+}
+
+static void synth_free(synth_out *o) {
+    if (o->dfd >= 0) close(o->dfd);
+    if (o->fd >= 0) close(o->fd);
+    if (o->tmp) unlink(o->tmp);
+    if (o->job_init) {
+        pthread_mutex_destroy(&o->j.mu);
+        pthread_cond_destroy(&o->j.cv);
+    }
+    free(o->tmp);
+    free(o->hashes);
+    free(o->toff);
+    free(o->thash);
+    free(o->at);
+}
+
 sl_status synth_write(const char *shape_name, int layers, sl_quant quant, int group, uint64_t seed, int n_threads,
                       const char *out_path, sl_progress_fn progress, void *user, sl_error *err) {
     if ((group != 32 && group != 64 && group != 128) || (group != SYNTH_GROUP && quant != SL_QUANT_Q8 && quant != SL_QUANT_Q4))
         return sl_err(err, SL_EINVAL, "synth: group %d (32, 64 or 128; q8 / q4)", group);
-    sl_config c;
-    sl_status st = synth_config(shape_name, layers, &c, err);
+    synth_out o;
+    memset(&o, 0, sizeof o);
+    o.fd = o.dfd = -1;
+    sl_status st = synth_config(shape_name, layers, &o.c, err);
     if (st) return st;
-    sl_dtype mdt = quant == SL_QUANT_F32 ? DT_F32 : quant == SL_QUANT_Q8 ? DT_Q8 : quant == SL_QUANT_Q4 ? DT_Q4
-                 : quant == SL_QUANT_Q3 ? DT_Q3 : DT_BF16;
-    arch_tensor *at = NULL;
-    int n_at = arch_backbone_tensors(&c, &at);
-    if (n_at < 0) return sl_err(err, SL_ENOMEM, "out of memory");
-    cJSON *man = cJSON_CreateObject(), *tt = NULL;
-    char *tmp = NULL, *mtxt = NULL;
-    uint8_t *hdr = NULL, *hashes = NULL;
-    uint64_t *toff = malloc(((size_t)n_at + 1) * sizeof *toff), *thash = malloc(((size_t)n_at + 1) * sizeof *thash);
-    int fd = -1, dfd = -1, job_init = 0;
-    synth_job j;
-    memset(&j, 0, sizeof j);
-    slc_header h;
-    memset(&h, 0, sizeof h);
-    h.version = SLC_VERSION;
-    h.backbone_off = SLC_HEADER_BYTES;
-    uint64_t off = h.backbone_off;
-    for (int i = 0; toff && i < n_at; i++) {
-        uint64_t b = q_mat_bytes(tensor_dtype(&at[i], mdt, group), at[i].shape[0], at[i].ndim == 2 ? at[i].shape[1] : 1,
-                                 group, DT_BF16);
-        off = slc_round_up(off, SLC_ALIGN); /* (SLC_TENSOR_ALIGN would do; pages let O_DIRECT write them) */
-        toff[i] = off;
-        off += b;
-    }
-    h.backbone_len = off - h.backbone_off;
-    uint64_t *psz = j.psz, block = 0;
-    j.n_parts = arch_n_parts(&c);
-    for (int p = 0; p < j.n_parts; p++) {
-        arch_expert_shape(&c, p, j.psh[p]);
-        j.pvec[p] = arch_expert_part_is_vec(&c, p);
-        j.pdt[p] = j.pvec[p] ? DT_F32 : mdt; /* biases: f32 (zeros) */
-        if (q_is_quant(j.pdt[p]) && j.psh[p][1] % group) {
-            st = sl_err(err, SL_EINVAL, "synth: group %d does not divide an expert's %lld columns", group,
-                        (long long)j.psh[p][1]);
-            goto fail;
-        }
-        block = slc_round_up(block, SLC_TENSOR_ALIGN);
-        j.poff[p] = block;
-        psz[p] = q_mat_bytes(j.pdt[p], j.psh[p][0], j.psh[p][1], group, DT_BF16);
-        block += psz[p];
-    }
-    h.n_moe_layers = (uint32_t)cfg_n_moe_layers(&c);
-    h.n_experts = (uint32_t)c.n_experts;
-    h.expert_stride = slc_round_up(block, SLC_ALIGN);
-    h.expert_off = slc_round_up(off, SLC_ALIGN);
-    h.expert_len = (uint64_t)h.n_moe_layers * h.n_experts * h.expert_stride;
-    h.hash_off = h.expert_off + h.expert_len;
-    h.hash_len = (uint64_t)h.n_moe_layers * h.n_experts * 8;
-    h.blob_off = h.hash_off + h.hash_len;
-    h.blob_len = 0;
-    size_t tl = strlen(out_path) + 32;
-    tmp = malloc(tl);
-    hashes = malloc(h.hash_len + 8);
-    hdr = malloc(SLC_HEADER_BYTES);
-    if (!man || !tmp || !hashes || !hdr || !toff || !thash) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    snprintf(tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
-    fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        tmp = NULL;
+    o.mdt = quant == SL_QUANT_F32 ? DT_F32 : quant == SL_QUANT_Q8 ? DT_Q8 : quant == SL_QUANT_Q4 ? DT_Q4
+          : quant == SL_QUANT_Q3 ? DT_Q3 : DT_BF16;
+    o.group = group;
+    o.seed = seed;
+    if ((o.n_at = arch_backbone_tensors(&o.c, &o.at)) < 0) return sl_err(err, SL_ENOMEM, "out of memory");
+    o.toff = malloc(((size_t)o.n_at + 1) * sizeof *o.toff);
+    o.thash = malloc(((size_t)o.n_at + 1) * sizeof *o.thash);
+    if (!o.toff || !o.thash) {
+        st = sl_err(err, SL_ENOMEM, "out of memory");
         goto fail;
     }
-    /* tensors and expert blocks bypass the page cache where the file system allows it (they start on
-     * pages): a file larger than RAM would otherwise evict everyone's cache, and copying costs CPU */
-    dfd = open(tmp, O_WRONLY | O_CLOEXEC | O_DIRECT);
-    /* allocated up front: ext4 turns O_DIRECT writes into holes past the end of the file into buffered
-     * ones (a page-cache copy of every expert byte); where fallocate is not supported it just costs more */
-    if (h.blob_off > h.backbone_off) (void)posix_fallocate(fd, 0, (off_t)h.blob_off);
-    j.c = &c;
-    j.at = at;
-    j.n_at = n_at;
-    j.mdt = mdt;
-    j.group = group;
-    j.seed = seed ? seed : 0x9e3779b97f4a7c15ull;
-    j.path = tmp;
-    j.dfd = dfd >= 0 ? dfd : fd;
-    j.toff = toff;
-    j.thash = thash;
-    j.h = &h;
-    j.block = block;
-    j.n_blocks = (uint64_t)h.n_moe_layers * h.n_experts;
-    /* batches that fill a buffer, but at least 4 per writer: any split gives the same bytes */
-    int nw = n_threads > 0 ? n_threads : 2 * (int)sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t per = (j.n_blocks + 4 * (uint64_t)(nw > 0 ? nw : 1) - 1) / (4 * (uint64_t)(nw > 0 ? nw : 1));
-    j.batch_blocks = SYNTH_BUF / h.expert_stride < per ? SYNTH_BUF / h.expert_stride : per;
-    if (j.batch_blocks < 1) j.batch_blocks = 1;
-    j.buf_bytes = h.expert_stride > SYNTH_BUF ? (size_t)h.expert_stride : SYNTH_BUF;
-    j.n_units = (uint64_t)n_at + (j.n_blocks + j.batch_blocks - 1) / j.batch_blocks;
-    j.hashes = hashes;
-    pthread_mutex_init(&j.mu, NULL);
-    pthread_cond_init(&j.cv, NULL);
-    job_init = 1;
-    if ((st = run_workers(&j, n_threads, h.backbone_len + h.expert_len, progress, user, err))) goto fail;
-    cJSON_AddNumberToObject(man, "format_version", SLC_VERSION);
-    cJSON_AddStringToObject(man, "sluice_version", SL_VERSION_STRING);
-    cJSON_AddItemToObject(man, "config", slc_config_to_json(&c));
-    tt = cJSON_AddArrayToObject(man, "tensors");
-    for (int i = 0; i < n_at; i++) {
-        sl_dtype dt = tensor_dtype(&at[i], mdt, group);
-        uint64_t b = q_mat_bytes(dt, at[i].shape[0], at[i].ndim == 2 ? at[i].shape[1] : 1, group, DT_BF16);
-        slc_tensor te = {at[i].name, dt, at[i].ndim, {at[i].shape[0], at[i].shape[1]}, toff[i], b, thash[i],
-                         group, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(at[i].name, strlen(at[i].name)) : 0};
-        cJSON_AddItemToArray(tt, slc_tensor_to_json(&te));
-    }
-    if (h.hash_len && (st = fio_pwrite_all(fd, hashes, h.hash_len, h.hash_off, tmp, err))) goto fail;
-    slc_part parts[ARCH_MAX_PARTS];
-    for (int p = 0; p < j.n_parts; p++) {
-        const char *pn = arch_expert_part_name(&c, p);
-        parts[p] = (slc_part){j.pdt[p], {j.psh[p][0], j.psh[p][1]}, j.poff[p], psz[p], group, DT_BF16,
-                              j.pdt[p] == DT_Q3 ? (uint32_t)XXH3_64bits(pn, strlen(pn)) : 0};
-    }
-    cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&h, &c, block, parts));
-    cJSON_AddArrayToObject(man, "blobs");
-    cJSON *src = cJSON_AddObjectToObject(man, "source");
-    cJSON_AddStringToObject(src, "synthetic", shape_name);
-    cJSON_AddNumberToObject(src, "seed", (double)(seed ? seed : 0));
-    cJSON_AddArrayToObject(src, "files");
-    cJSON *po = cJSON_AddObjectToObject(man, "pack");
-    cJSON_AddStringToObject(po, "quant", dt_name(mdt));
-    mtxt = cJSON_PrintUnformatted(man);
-    if (!mtxt) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    h.manifest_off = slc_round_up(h.blob_off, 8);
-    h.manifest_len = strlen(mtxt);
-    h.manifest_hash = XXH3_64bits(mtxt, h.manifest_len);
-    h.file_size = h.manifest_off + h.manifest_len;
-    if ((st = fio_pwrite_all(fd, mtxt, h.manifest_len, h.manifest_off, tmp, err))) goto fail;
-    slc_header_encode(&h, hdr);
-    if ((st = fio_pwrite_all(fd, hdr, SLC_HEADER_BYTES, 0, tmp, err))) goto fail;
-    if (dfd >= 0) close(dfd);
-    dfd = -1;
-    st = fio_commit(fd, h.file_size, tmp, out_path, err);
-    fd = -1;
-    if (st) goto fail;
-    goto done;
+    if ((st = synth_plan(&o, err)) || (st = synth_open(&o, out_path, err))) goto fail;
+    synth_job_init(&o, n_threads);
+    if ((st = run_workers(&o.j, n_threads, o.h.backbone_len + o.h.expert_len, progress, user, err))) goto fail;
+    st = synth_commit(&o, shape_name, out_path, err);
 fail:
-    if (dfd >= 0) close(dfd);
-    if (fd >= 0) close(fd);
-    if (tmp) unlink(tmp);
-done:
-    if (job_init) {
-        pthread_mutex_destroy(&j.mu);
-        pthread_cond_destroy(&j.cv);
-    }
-    free(tmp);
-    free(mtxt);
-    free(hdr);
-    free(hashes);
-    free(toff);
-    free(thash);
-    free(at);
-    cJSON_Delete(man);
+    synth_free(&o);
     return st;
 }
