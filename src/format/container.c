@@ -275,152 +275,193 @@ static int in_range(uint64_t off, uint64_t len, uint64_t lo, uint64_t hi) {
     return off >= lo && len <= hi - lo && off - lo <= hi - lo - len;
 }
 
-sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
-    memset(f, 0, sizeof *f);
-    f->fd = -1;
-    sl_status st = SL_OK;
-    char *mtxt = NULL;
-    uint8_t *hb = NULL;
-    f->path = strdup(path);
-    if (!f->path) return sl_err(err, SL_ENOMEM, "out of memory");
+/* slc_open's stages, in the order of the file's checks: each reads into f (f->path, f->fd set) and
+ * returns SL_OK or an error with err; slc_open closes f on the first error. */
+
+/* The file, its size, the header, and the header's sections inside the file and consistent. */
+static sl_status open_header(slc_file *f, sl_error *err) {
+    const char *path = f->path;
+    uint8_t hb[SLC_HEADER_BYTES];
+    sl_status st;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) { st = sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno)); goto fail; }
+    if (f->fd < 0) return sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(f->fd, &sb) != 0) { st = sl_err(err, SL_EIO, "%s: cannot stat", path); goto fail; }
+    if (fstat(f->fd, &sb) != 0) return sl_err(err, SL_EIO, "%s: cannot stat", path);
     uint64_t fsize = (uint64_t)sb.st_size;
-    if (fsize < SLC_HEADER_BYTES) { st = sl_err(err, SL_EFORMAT, "%s: %llu bytes, too short for a .sluice container", path, (unsigned long long)fsize); goto fail; }
-    hb = malloc(SLC_HEADER_BYTES);
-    if (!hb) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    if ((st = fio_pread_all(f->fd, hb, SLC_HEADER_BYTES, 0, path, err))) goto fail;
-    if ((st = slc_header_decode(hb, &f->h, path, err))) goto fail;
-    slc_header *h = &f->h;
-    if (h->file_size != fsize) { st = sl_err(err, SL_EFORMAT, "%s: file is %llu bytes but its header says %llu (truncated or appended to)", path, (unsigned long long)fsize, (unsigned long long)h->file_size); goto fail; }
+    if (fsize < SLC_HEADER_BYTES)
+        return sl_err(err, SL_EFORMAT, "%s: %llu bytes, too short for a .sluice container", path, (unsigned long long)fsize);
+    if ((st = fio_pread_all(f->fd, hb, SLC_HEADER_BYTES, 0, path, err))) return st;
+    if ((st = slc_header_decode(hb, &f->h, path, err))) return st;
+    const slc_header *h = &f->h;
+    if (h->file_size != fsize)
+        return sl_err(err, SL_EFORMAT, "%s: file is %llu bytes but its header says %llu (truncated or appended to)", path,
+                      (unsigned long long)fsize, (unsigned long long)h->file_size);
     if (!in_range(h->manifest_off, h->manifest_len, SLC_HEADER_BYTES, fsize) || !in_range(h->backbone_off, h->backbone_len, SLC_HEADER_BYTES, fsize) ||
         !in_range(h->expert_off, h->expert_len, SLC_HEADER_BYTES, fsize) || !in_range(h->hash_off, h->hash_len, SLC_HEADER_BYTES, fsize) ||
-        !in_range(h->blob_off, h->blob_len, SLC_HEADER_BYTES, fsize) || h->manifest_len > (1ull << 31)) {
-        st = sl_err(err, SL_EFORMAT, "%s: header: a section lies outside the file", path);
-        goto fail;
-    }
+        !in_range(h->blob_off, h->blob_len, SLC_HEADER_BYTES, fsize) || h->manifest_len > (1ull << 31))
+        return sl_err(err, SL_EFORMAT, "%s: header: a section lies outside the file", path);
     if (h->expert_stride % SLC_ALIGN || h->expert_off % SLC_ALIGN ||
         h->expert_len != (uint64_t)h->n_moe_layers * h->n_experts * h->expert_stride ||
-        h->hash_len != (uint64_t)h->n_moe_layers * h->n_experts * 8) {
-        st = sl_err(err, SL_EFORMAT, "%s: header: inconsistent expert section", path);
-        goto fail;
-    }
-    mtxt = malloc(h->manifest_len + 1);
-    if (!mtxt) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    if ((st = fio_pread_all(f->fd, mtxt, h->manifest_len, h->manifest_off, path, err))) goto fail;
+        h->hash_len != (uint64_t)h->n_moe_layers * h->n_experts * 8)
+        return sl_err(err, SL_EFORMAT, "%s: header: inconsistent expert section", path);
+    return SL_OK;
+}
+
+/* The manifest: read, checksummed, parsed; its config, which must agree with the header's experts. */
+static sl_status read_manifest(slc_file *f, sl_error *err) {
+    const char *path = f->path;
+    const slc_header *h = &f->h;
+    sl_status st;
+    char *mtxt = malloc(h->manifest_len + 1);
+    if (!mtxt) return sl_err(err, SL_ENOMEM, "out of memory");
+    if ((st = fio_pread_all(f->fd, mtxt, h->manifest_len, h->manifest_off, path, err))) goto out;
     mtxt[h->manifest_len] = 0;
     if (XXH3_64bits(mtxt, h->manifest_len) != h->manifest_hash) {
         st = sl_err(err, SL_ECHECKSUM, "%s: manifest checksum mismatch (file offset %llu)", path, (unsigned long long)h->manifest_off);
-        goto fail;
+        goto out;
     }
     f->manifest = cJSON_ParseWithLength(mtxt, h->manifest_len);
-    if (!cJSON_IsObject(f->manifest)) { st = sl_err(err, SL_EFORMAT, "%s: manifest is not a JSON object", path); goto fail; }
-    if ((st = slc_config_from_json(cJSON_GetObjectItemCaseSensitive(f->manifest, "config"), &f->cfg, path, err))) goto fail;
-    if ((uint32_t)cfg_n_moe_layers(&f->cfg) != h->n_moe_layers || h->n_experts != (uint32_t)f->cfg.n_experts) {
-        st = sl_err(err, SL_EFORMAT, "%s: header expert layout (%u layers x %u experts) does not match the config", path, h->n_moe_layers, h->n_experts);
-        goto fail;
-    }
-    /* tensor table */
+    if (!cJSON_IsObject(f->manifest)) { st = sl_err(err, SL_EFORMAT, "%s: manifest is not a JSON object", path); goto out; }
+    if ((st = slc_config_from_json(cJSON_GetObjectItemCaseSensitive(f->manifest, "config"), &f->cfg, path, err))) goto out;
+    if ((uint32_t)cfg_n_moe_layers(&f->cfg) != h->n_moe_layers || h->n_experts != (uint32_t)f->cfg.n_experts)
+        st = sl_err(err, SL_EFORMAT, "%s: header expert layout (%u layers x %u experts) does not match the config", path,
+                    h->n_moe_layers, h->n_experts);
+out:
+    free(mtxt);
+    return st;
+}
+
+/* One tensor entry into t: fields present and well-formed, its quantization valid, its bytes inside
+ * the backbone section. i: its index, for the message. t->name is set (owned) once the fields parse. */
+static sl_status read_tensor(slc_file *f, const cJSON *it, int i, slc_tensor *t, sl_error *err) {
+    const char *path = f->path;
+    const slc_header *h = &f->h;
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name"), *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
+    const cJSON *hs = cJSON_GetObjectItemCaseSensitive(it, "xxh3");
+    int bad = 0;
+    if (!cJSON_IsString(nm) || !cJSON_IsString(dt) || (t->dtype = dt_from_name(dt->valuestring)) == DT_NONE ||
+        t->dtype == DT_F8E4M3 || get_shape(cJSON_GetObjectItemCaseSensitive(it, "shape"), t->shape, &t->ndim) ||
+        !cJSON_IsString(hs) || slc_hash_parse(hs->valuestring, &t->hash)) bad = 1;
+    t->off = num_u64(it, "offset", &bad);
+    t->size = num_u64(it, "size", &bad);
+    if (bad) return sl_err(err, SL_EFORMAT, "%s: manifest: malformed tensor entry %d", path, i);
+    t->name = strdup(nm->valuestring);
+    f->n_tensors++;
+    if (!t->name) return sl_err(err, SL_ENOMEM, "out of memory");
+    char why[160];
+    if ((q_is_quant(t->dtype) && t->ndim != 2) ||
+        slc_quant_from_json(it, t->dtype, t->shape[1], &t->group, &t->sdtype, &t->seed, why, sizeof why))
+        return sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' (%s): %s", path, t->name, dt_name(t->dtype),
+                      q_is_quant(t->dtype) && t->ndim != 2 ? "a quantized tensor must be 2-D" : why);
+    if (t->size != q_mat_bytes(t->dtype, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, t->group, t->sdtype) ||
+        !in_range(t->off, t->size, h->backbone_off, h->backbone_off + h->backbone_len))
+        return sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' has a size or offset outside the backbone section", path, t->name);
+    return SL_OK;
+}
+
+/* The tensor table. */
+static sl_status read_tensors(slc_file *f, sl_error *err) {
     const cJSON *tt = cJSON_GetObjectItemCaseSensitive(f->manifest, "tensors"), *it;
-    if (!cJSON_IsArray(tt)) { st = sl_err(err, SL_EFORMAT, "%s: manifest has no tensor table", path); goto fail; }
+    sl_status st;
+    if (!cJSON_IsArray(tt)) return sl_err(err, SL_EFORMAT, "%s: manifest has no tensor table", f->path);
     f->t = calloc((size_t)cJSON_GetArraySize(tt) + 1, sizeof *f->t);
-    if (!f->t) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    cJSON_ArrayForEach(it, tt) {
-        slc_tensor *t = &f->t[f->n_tensors];
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name"), *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
-        const cJSON *hs = cJSON_GetObjectItemCaseSensitive(it, "xxh3");
-        int bad = 0;
-        if (!cJSON_IsString(nm) || !cJSON_IsString(dt) || (t->dtype = dt_from_name(dt->valuestring)) == DT_NONE ||
-            t->dtype == DT_F8E4M3 || get_shape(cJSON_GetObjectItemCaseSensitive(it, "shape"), t->shape, &t->ndim) ||
-            !cJSON_IsString(hs) || slc_hash_parse(hs->valuestring, &t->hash)) bad = 1;
-        t->off = num_u64(it, "offset", &bad);
-        t->size = num_u64(it, "size", &bad);
-        if (bad) { st = sl_err(err, SL_EFORMAT, "%s: manifest: malformed tensor entry %d", path, f->n_tensors); goto fail; }
-        t->name = strdup(nm->valuestring);
-        f->n_tensors++;
-        if (!t->name) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-        char why[160];
-        if ((q_is_quant(t->dtype) && t->ndim != 2) ||
-            slc_quant_from_json(it, t->dtype, t->shape[1], &t->group, &t->sdtype, &t->seed, why, sizeof why)) {
-            st = sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' (%s): %s", path, t->name, dt_name(t->dtype),
-                        q_is_quant(t->dtype) && t->ndim != 2 ? "a quantized tensor must be 2-D" : why);
-            goto fail;
-        }
-        if (t->size != q_mat_bytes(t->dtype, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, t->group, t->sdtype) || !in_range(t->off, t->size, h->backbone_off, h->backbone_off + h->backbone_len)) {
-            st = sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' has a size or offset outside the backbone section", path, t->name);
-            goto fail;
-        }
-    }
-    /* expert layout */
+    if (!f->t) return sl_err(err, SL_ENOMEM, "out of memory");
+    cJSON_ArrayForEach(it, tt)
+        if ((st = read_tensor(f, it, f->n_tensors, &f->t[f->n_tensors], err))) return st;
+    return SL_OK;
+}
+
+/* Expert part p of the layout: its dtype, shape (the config's), quantization and place in a block. */
+static sl_status read_part(slc_file *f, const cJSON *o, int p, sl_error *err) {
+    const char *path = f->path;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
+    slc_part *pp = &f->parts[p];
+    int bad = 0, nd = 0;
+    if (!cJSON_IsString(dt) || (pp->dtype = dt_from_name(dt->valuestring)) == DT_NONE || pp->dtype == DT_F8E4M3 ||
+        get_shape(cJSON_GetObjectItemCaseSensitive(o, "shape"), pp->shape, &nd) || nd != 2) bad = 1;
+    pp->off = num_u64(o, "offset", &bad);
+    pp->size = num_u64(o, "size", &bad);
+    int64_t want[2];
+    arch_expert_shape(&f->cfg, p, want);
+    char why[160];
+    if (!bad && slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, why, sizeof why))
+        return sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s (%s): %s", path, arch_expert_part_name(&f->cfg, p),
+                      dt_name(pp->dtype), why);
+    if (bad || pp->shape[0] != want[0] || pp->shape[1] != want[1] ||
+        (arch_expert_part_is_vec(&f->cfg, p) && (pp->dtype != DT_F32 || pp->off % 4)) ||
+        pp->size != q_mat_bytes(pp->dtype, pp->shape[0], pp->shape[1], pp->group, pp->sdtype) ||
+        pp->off + pp->size > f->h.expert_stride)
+        return sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_name(&f->cfg, p));
+    if (pp->off + pp->size > f->block_bytes) f->block_bytes = pp->off + pp->size;
+    return SL_OK;
+}
+
+/* The expert layout: the MoE layers (the config's) and the parts of a block. */
+static sl_status read_experts(slc_file *f, sl_error *err) {
+    const slc_header *h = &f->h;
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(f->manifest, "experts");
     const cJSON *pa = cJSON_GetObjectItemCaseSensitive(ex, "parts");
     const cJSON *ly = cJSON_GetObjectItemCaseSensitive(ex, "layers");
+    sl_status st;
     f->n_parts = arch_n_parts(&f->cfg);
-    if (cJSON_GetArraySize(pa) != f->n_parts || cJSON_GetArraySize(ly) != (int)h->n_moe_layers) {
-        st = sl_err(err, SL_EFORMAT, "%s: manifest: malformed expert layout", path);
-        goto fail;
-    }
+    if (cJSON_GetArraySize(pa) != f->n_parts || cJSON_GetArraySize(ly) != (int)h->n_moe_layers)
+        return sl_err(err, SL_EFORMAT, "%s: manifest: malformed expert layout", f->path);
     f->moe_layers = calloc(h->n_moe_layers + 1, sizeof *f->moe_layers);
-    if (!f->moe_layers) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if (!f->moe_layers) return sl_err(err, SL_ENOMEM, "out of memory");
     for (uint32_t s = 0; s < h->n_moe_layers; s++) {
         f->moe_layers[s] = cJSON_GetArrayItem(ly, (int)s)->valueint;
-        if (cfg_moe_slot(&f->cfg, f->moe_layers[s]) != (int)s) { st = sl_err(err, SL_EFORMAT, "%s: manifest: expert layer list does not match the config", path); goto fail; }
+        if (cfg_moe_slot(&f->cfg, f->moe_layers[s]) != (int)s)
+            return sl_err(err, SL_EFORMAT, "%s: manifest: expert layer list does not match the config", f->path);
     }
-    for (int p = 0; p < f->n_parts; p++) {
-        const cJSON *o = cJSON_GetArrayItem(pa, p), *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
-        slc_part *pp = &f->parts[p];
-        int bad = 0, nd = 0;
-        if (!cJSON_IsString(dt) || (pp->dtype = dt_from_name(dt->valuestring)) == DT_NONE || pp->dtype == DT_F8E4M3 ||
-            get_shape(cJSON_GetObjectItemCaseSensitive(o, "shape"), pp->shape, &nd) || nd != 2) bad = 1;
-        pp->off = num_u64(o, "offset", &bad);
-        pp->size = num_u64(o, "size", &bad);
-        int64_t want[2];
-        arch_expert_shape(&f->cfg, p, want);
-        char why[160];
-        if (!bad && slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, why, sizeof why)) {
-            st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s (%s): %s", path, arch_expert_part_name(&f->cfg, p),
-                        dt_name(pp->dtype), why);
-            goto fail;
-        }
-        if (bad || pp->shape[0] != want[0] || pp->shape[1] != want[1] ||
-            (arch_expert_part_is_vec(&f->cfg, p) && (pp->dtype != DT_F32 || pp->off % 4)) ||
-            pp->size != q_mat_bytes(pp->dtype, pp->shape[0], pp->shape[1], pp->group, pp->sdtype) ||
-            pp->off + pp->size > h->expert_stride) {
-            st = sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_name(&f->cfg, p));
-            goto fail;
-        }
-        if (pp->off + pp->size > f->block_bytes) f->block_bytes = pp->off + pp->size;
-    }
-    /* blobs */
-    const cJSON *bl = cJSON_GetObjectItemCaseSensitive(f->manifest, "blobs");
+    for (int p = 0; p < f->n_parts; p++)
+        if ((st = read_part(f, cJSON_GetArrayItem(pa, p), p, err))) return st;
+    return SL_OK;
+}
+
+/* The blob table: each blob inside the blob section. */
+static sl_status read_blobs(slc_file *f, sl_error *err) {
+    const slc_header *h = &f->h;
+    const cJSON *bl = cJSON_GetObjectItemCaseSensitive(f->manifest, "blobs"), *it;
     f->blobs = calloc((size_t)cJSON_GetArraySize(bl) + 1, sizeof *f->blobs);
-    if (!f->blobs) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if (!f->blobs) return sl_err(err, SL_ENOMEM, "out of memory");
     cJSON_ArrayForEach(it, bl) {
         slc_blob *b = &f->blobs[f->n_blobs];
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name"), *hs = cJSON_GetObjectItemCaseSensitive(it, "xxh3");
         int bad = !cJSON_IsString(nm) || !cJSON_IsString(hs) || slc_hash_parse(hs->valuestring, &b->hash);
         b->off = num_u64(it, "offset", &bad);
         b->size = num_u64(it, "size", &bad);
-        if (bad || !in_range(b->off, b->size, h->blob_off, h->blob_off + h->blob_len)) { st = sl_err(err, SL_EFORMAT, "%s: manifest: malformed blob entry", path); goto fail; }
+        if (bad || !in_range(b->off, b->size, h->blob_off, h->blob_off + h->blob_len))
+            return sl_err(err, SL_EFORMAT, "%s: manifest: malformed blob entry", f->path);
         b->name = strdup(nm->valuestring);
         f->n_blobs++;
-        if (!b->name) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+        if (!b->name) return sl_err(err, SL_ENOMEM, "out of memory");
     }
-    /* expert hash table */
-    size_t nh = (size_t)h->n_moe_layers * h->n_experts;
-    f->expert_hash = malloc(nh * 8 + 8);
-    if (!f->expert_hash) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    if ((st = fio_pread_all(f->fd, f->expert_hash, nh * 8, h->hash_off, path, err))) goto fail;
-    for (size_t i = 0; i < nh; i++) f->expert_hash[i] = get64((const uint8_t *)&f->expert_hash[i]);
-    free(mtxt);
-    free(hb);
     return SL_OK;
-fail:
-    free(mtxt);
-    free(hb);
-    slc_close(f);
+}
+
+/* The expert hash table, little-endian on disk. */
+static sl_status read_hashes(slc_file *f, sl_error *err) {
+    const slc_header *h = &f->h;
+    size_t nh = (size_t)h->n_moe_layers * h->n_experts;
+    sl_status st;
+    f->expert_hash = malloc(nh * 8 + 8);
+    if (!f->expert_hash) return sl_err(err, SL_ENOMEM, "out of memory");
+    if ((st = fio_pread_all(f->fd, f->expert_hash, nh * 8, h->hash_off, f->path, err))) return st;
+    for (size_t i = 0; i < nh; i++) f->expert_hash[i] = get64((const uint8_t *)&f->expert_hash[i]);
+    return SL_OK;
+}
+
+sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
+    static sl_status (*const stages[])(slc_file *, sl_error *) = {
+        open_header, read_manifest, read_tensors, read_experts, read_blobs, read_hashes,
+    };
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->path = strdup(path);
+    if (!f->path) return sl_err(err, SL_ENOMEM, "out of memory");
+    sl_status st = SL_OK;
+    for (size_t i = 0; i < sizeof stages / sizeof *stages && !st; i++) st = stages[i](f, err);
+    if (st) slc_close(f);
     return st;
 }
 
