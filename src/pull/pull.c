@@ -601,6 +601,179 @@ static sl_status commit_file(int fd, uint64_t size, const pfile *f, sl_error *er
     return SL_OK;
 }
 
+/* One of a pull's counts (sl_pull_result), under the pull's lock. */
+#define TALLY(pl, field)                \
+    do {                                \
+        pthread_mutex_lock(&(pl)->mu);  \
+        (pl)->res.field++;              \
+        pthread_mutex_unlock(&(pl)->mu); \
+    } while (0)
+
+/* One file's download: its .incomplete (locked), the running hash of its bytes, the transfer. */
+typedef struct dl {
+    puller *pl;
+    pfile *f;
+    CURL *c;
+    char *url;
+    int fd;
+    hasher h;
+    xfer x;
+    int failures, corrupt, counted_resume;
+} dl;
+
+/* A file found complete: counted present, its bytes no longer needed. */
+static void found_present(puller *pl, const pfile *f) {
+    TALLY(pl, n_present);
+    account(pl, 0, -(int64_t)f->size);
+}
+
+/* Opens and locks the .incomplete; another pull of the same file holds the lock until it has renamed
+ * it into place, so after waiting the file may be present (*present). */
+static sl_status dl_lock(dl *d, int *present, sl_error *err) {
+    const pfile *f = d->f;
+    sl_status st;
+    for (;;) {
+        d->fd = open(f->tmp_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (d->fd < 0) return sl_err(err, sl_status_from_errno(errno), "%s: cannot create %s: %s", f->name, f->tmp_path, strerror(errno));
+        while (flock(d->fd, LOCK_EX) != 0 && errno == EINTR) {}
+        struct stat a, b;
+        if (fstat(d->fd, &a) == 0 && stat(f->tmp_path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) return SL_OK;
+        close(d->fd); /* it was renamed into place (or removed) while we waited */
+        d->fd = -1;
+        if ((st = already_present(d->pl, f, present, err))) return st;
+        if (*present) {
+            found_present(d->pl, f);
+            return SL_OK;
+        }
+    }
+}
+
+/* A partial file from an earlier pull: hashed and resumed from its end (emptied when longer than the
+ * file). */
+static sl_status dl_resume(dl *d, sl_error *err) {
+    const pfile *f = d->f;
+    struct stat sb;
+    sl_status st;
+    if (fstat(d->fd, &sb) != 0 || sb.st_size <= 0) return SL_OK;
+    uint64_t have = (uint64_t)sb.st_size;
+    if (f->have_size && have > f->size) {
+        if (ftruncate(d->fd, 0) != 0) return sl_err(err, sl_status_from_errno(errno), "%s: %s", f->tmp_path, strerror(errno));
+        return SL_OK;
+    }
+    if ((st = hash_fd(&d->h, d->fd, have, f->tmp_path, err))) return st;
+    d->x.off = have;
+    account(d->pl, 0, -(int64_t)have);
+    TALLY(d->pl, n_resumed);
+    return SL_OK;
+}
+
+/* Starts the file over from an empty .incomplete; its `needed` bytes are needed again. */
+static sl_status dl_restart(dl *d, uint64_t needed, sl_error *err) {
+    d->x.off = 0;
+    hash_reset(&d->h, d->h.kind, d->f->size);
+    if (ftruncate(d->fd, 0) != 0) return sl_err(err, sl_status_from_errno(errno), "%s: %s", d->f->tmp_path, strerror(errno));
+    account(d->pl, 0, (int64_t)needed);
+    return SL_OK;
+}
+
+/* The pull's error when it was stopped (another file's error, or a cancel). */
+static sl_status dl_stopped(dl *d, sl_error *err) {
+    *err = d->pl->err;
+    return SL_ECANCELED;
+}
+
+/* One GET from where the file ends. *again: the server refused the range (416: the partial file is not
+ * a prefix of it) and the file starts over. Returns SL_OK, or the error that ends the download. */
+static sl_status dl_get(dl *d, CURLcode *rc, int *again, sl_error *err) {
+    const pfile *f = d->f;
+    xfer *x = &d->x;
+    *again = 0;
+    if (x->off > 0 && !d->counted_resume) {
+        d->counted_resume = 1;
+        TALLY(d->pl, n_resumed);
+    }
+    uint64_t before = x->off;
+    *rc = http_get(d->c, d->pl, d->url, x, 1);
+    if (x->restarted) { /* the server ignored the Range: those bytes are needed again */
+        account(d->pl, 0, (int64_t)before);
+        x->restarted = 0;
+    }
+    if (x->write_errno) {
+        int e = x->write_errno;
+        return sl_err(err, sl_status_from_errno(e), "%s: cannot write %s: %s", f->name, f->tmp_path, strerror(e));
+    }
+    if (stopped(d->pl)) return dl_stopped(d, err);
+    if (*rc == CURLE_OK && x->http_error && x->status == 416) {
+        *again = 1;
+        return dl_restart(d, before, err);
+    }
+    if (*rc == CURLE_OK && x->http_error && !retryable_status(x->status)) return http_error(d->pl, x, f->name, err);
+    return SL_OK;
+}
+
+/* A download that looks complete (or overflowed, or began at the wrong byte): committed when its size
+ * and hash match (*done); else counted corrupt and started over, the error after PULL_MAX_CORRUPT. */
+static sl_status dl_check(dl *d, int *done, sl_error *err) {
+    const pfile *f = d->f;
+    const xfer *x = &d->x;
+    const int kind = d->h.kind;
+    char dg[65];
+    hasher fin = d->h; /* the running hash continues if this is not the end after all */
+    hash_final(&fin, dg);
+    *done = 0;
+    if (!x->overflow && !x->bad_range && matches(f, x->off, dg)) {
+        sl_status st = commit_file(d->fd, x->off, f, err);
+        if (!st) TALLY(d->pl, n_fetched);
+        *done = 1;
+        return st;
+    }
+    if (!x->bad_range && ++d->corrupt >= PULL_MAX_CORRUPT) {
+        sl_status st = x->overflow ? sl_err(err, SL_ECHECKSUM, "%s: the server sent more than its %" PRIu64 " bytes, %d times",
+                                            f->name, f->size, d->corrupt)
+                                   : sl_err(err, SL_ECHECKSUM, "%s: %s mismatch, %d downloads in a row (expected %s)", f->name,
+                                            kind == 1 ? "sha256" : kind == 2 ? "git blob id" : "size", d->corrupt,
+                                            kind == 1 ? f->sha256 : kind == 2 ? f->blob_id : "its listed size");
+        unlink(f->tmp_path); /* known bad: nothing to resume from */
+        return st;
+    }
+    if (!x->bad_range) TALLY(d->pl, n_corrupt);
+    /* wrong bytes somewhere: nothing of them can be trusted, start from an empty file */
+    return dl_restart(d, x->off, err);
+}
+
+/* Attempts until the file is complete and verified, or the pull stops, or the attempts run out. */
+static sl_status dl_run(dl *d, sl_error *err) {
+    const pfile *f = d->f;
+    xfer *x = &d->x;
+    sl_status st;
+    d->counted_resume = x->off > 0;
+    for (int attempt = 0;; attempt++) {
+        if (stopped(d->pl)) return dl_stopped(d, err);
+        CURLcode rc = CURLE_OK;
+        int complete = f->have_size && x->off == f->size; /* nothing left to ask for: check it */
+        if (!complete) {
+            int again;
+            if ((st = dl_get(d, &rc, &again, err))) return st;
+            if (again) continue;
+            complete = rc == CURLE_OK && !x->http_error && (!f->have_size || x->off == f->size);
+        }
+        if (complete || x->overflow || x->bad_range) {
+            int done;
+            if ((st = dl_check(d, &done, err)) || done) return st;
+            continue;
+        }
+        /* a broken connection, a timeout, a 5xx: resume; only attempts that got nothing count */
+        d->failures = x->got > 0 ? 0 : d->failures + 1;
+        if (d->failures > d->pl->retries || attempt >= PULL_MAX_ATTEMPTS)
+            return rc != CURLE_OK ? sl_err(err, SL_EIO, "%s: %s (%d attempts)", f->name, curl_easy_strerror(rc), attempt + 1)
+                   : x->http_error ? http_error(d->pl, x, f->name, err)
+                                   : sl_err(err, SL_EIO, "%s: the server's answer ended early (%d attempts)", f->name,
+                                            attempt + 1);
+        TALLY(d->pl, n_retries);
+        if (d->failures) sleep_s(backoff_s(d->failures));
+    }
+}
+
 /* Downloads one file to its final name (see the file comment for the rules). Returns the error that
  * ends the pull; a canceled pull's partial file stays for the next one. */
 static sl_status fetch_file(puller *pl, CURL *c, pfile *f, sl_error *err) {
@@ -608,140 +781,22 @@ static sl_status fetch_file(puller *pl, CURL *c, pfile *f, sl_error *err) {
     sl_status st = already_present(pl, f, &present, err);
     if (st) return st;
     if (present) {
-        pthread_mutex_lock(&pl->mu);
-        pl->res.n_present++;
-        pthread_mutex_unlock(&pl->mu);
-        account(pl, 0, -(int64_t)f->size);
+        found_present(pl, f);
         return SL_OK;
     }
+    dl d = {.pl = pl, .f = f, .c = c, .fd = -1};
     char *epath = url_escape(c, f->name, 1);
-    char *url = epath ? xasprintf("%s/%s/resolve/%s/%s", pl->endpoint, pl->p->repo, pl->commit, epath) : NULL;
+    d.url = epath ? xasprintf("%s/%s/resolve/%s/%s", pl->endpoint, pl->p->repo, pl->commit, epath) : NULL;
     free(epath);
-    if (!url) return sl_err(err, SL_ENOMEM, "out of memory");
-    int fd = -1;
-    if ((st = mkdir_parents(f->tmp_path, err))) goto done;
-    for (;;) { /* another pull of the same file holds the lock on its .incomplete: wait for it */
-        fd = open(f->tmp_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0) {
-            st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create %s: %s", f->name, f->tmp_path, strerror(errno));
-            goto done;
-        }
-        while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
-        struct stat a, b;
-        if (fstat(fd, &a) == 0 && stat(f->tmp_path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) break;
-        close(fd); /* it was renamed into place (or removed) while we waited */
-        fd = -1;
-        if ((st = already_present(pl, f, &present, err))) goto done;
-        if (present) {
-            pthread_mutex_lock(&pl->mu);
-            pl->res.n_present++;
-            pthread_mutex_unlock(&pl->mu);
-            account(pl, 0, -(int64_t)f->size);
-            goto done;
-        }
-    }
-    hasher h;
-    hash_reset(&h, hash_kind(f), f->size);
-    xfer x = {.pl = pl, .fd = fd, .h = &h, .limit = f->have_size ? f->size : 0};
-    struct stat sb;
-    if (fstat(fd, &sb) == 0 && sb.st_size > 0) { /* a partial file from an earlier pull */
-        uint64_t have = (uint64_t)sb.st_size;
-        if (f->have_size && have > f->size) {
-            if (ftruncate(fd, 0) != 0) { st = sl_err(err, sl_status_from_errno(errno), "%s: %s", f->tmp_path, strerror(errno)); goto done; }
-        } else {
-            if ((st = hash_fd(&h, fd, have, f->tmp_path, err))) goto done;
-            x.off = have;
-            account(pl, 0, -(int64_t)have);
-            pthread_mutex_lock(&pl->mu);
-            pl->res.n_resumed++;
-            pthread_mutex_unlock(&pl->mu);
-        }
-    }
-    int failures = 0, corrupt = 0, counted_resume = x.off > 0;
-    for (int attempt = 0;; attempt++) {
-        if (stopped(pl)) { st = SL_ECANCELED; *err = pl->err; goto done; }
-        CURLcode rc = CURLE_OK;
-        int complete = f->have_size && x.off == f->size; /* nothing left to ask for: check it */
-        if (!complete) {
-            if (x.off > 0 && !counted_resume) {
-                counted_resume = 1;
-                pthread_mutex_lock(&pl->mu);
-                pl->res.n_resumed++;
-                pthread_mutex_unlock(&pl->mu);
-            }
-            uint64_t before = x.off;
-            rc = http_get(c, pl, url, &x, 1);
-            if (x.restarted) { /* the server ignored the Range: those bytes are needed again */
-                account(pl, 0, (int64_t)before);
-                x.restarted = 0;
-            }
-            if (x.write_errno) {
-                int e = x.write_errno;
-                st = sl_err(err, sl_status_from_errno(e), "%s: cannot write %s: %s", f->name, f->tmp_path, strerror(e));
-                goto done;
-            }
-            if (stopped(pl)) { st = SL_ECANCELED; *err = pl->err; goto done; }
-            if (rc == CURLE_OK && x.http_error && x.status == 416) { /* the partial file is not a prefix of it */
-                x.off = 0;
-                hash_reset(&h, h.kind, f->size);
-                if (ftruncate(fd, 0) != 0) { st = sl_err(err, sl_status_from_errno(errno), "%s: %s", f->tmp_path, strerror(errno)); goto done; }
-                account(pl, 0, (int64_t)before);
-                continue;
-            } else if (rc == CURLE_OK && x.http_error && !retryable_status(x.status)) {
-                st = http_error(pl, &x, f->name, err);
-                goto done;
-            }
-            complete = rc == CURLE_OK && !x.http_error && (!f->have_size || x.off == f->size);
-        }
-        if (complete || x.overflow || x.bad_range) {
-            char d[65];
-            hasher fin = h; /* the running hash continues if this is not the end after all */
-            hash_final(&fin, d);
-            if (!x.overflow && !x.bad_range && matches(f, x.off, d)) {
-                if ((st = commit_file(fd, x.off, f, err))) goto done;
-                pthread_mutex_lock(&pl->mu);
-                pl->res.n_fetched++;
-                pthread_mutex_unlock(&pl->mu);
-                goto done;
-            }
-            if (!x.bad_range && ++corrupt >= PULL_MAX_CORRUPT) {
-                st = x.overflow ? sl_err(err, SL_ECHECKSUM, "%s: the server sent more than its %" PRIu64 " bytes, %d times",
-                                         f->name, f->size, corrupt)
-                                : sl_err(err, SL_ECHECKSUM, "%s: %s mismatch, %d downloads in a row (expected %s)", f->name,
-                                         h.kind == 1 ? "sha256" : h.kind == 2 ? "git blob id" : "size", corrupt,
-                                         h.kind == 1 ? f->sha256 : h.kind == 2 ? f->blob_id : "its listed size");
-                unlink(f->tmp_path); /* known bad: nothing to resume from */
-                goto done;
-            }
-            if (!x.bad_range) {
-                pthread_mutex_lock(&pl->mu);
-                pl->res.n_corrupt++;
-                pthread_mutex_unlock(&pl->mu);
-            }
-            /* wrong bytes somewhere: nothing of them can be trusted, start from an empty file */
-            account(pl, 0, (int64_t)x.off);
-            x.off = 0;
-            hash_reset(&h, h.kind, f->size);
-            if (ftruncate(fd, 0) != 0) { st = sl_err(err, sl_status_from_errno(errno), "%s: %s", f->tmp_path, strerror(errno)); goto done; }
-            continue;
-        }
-        /* a broken connection, a timeout, a 5xx: resume; only attempts that got nothing count */
-        failures = x.got > 0 ? 0 : failures + 1;
-        if (failures > pl->retries || attempt >= PULL_MAX_ATTEMPTS) {
-            st = rc != CURLE_OK ? sl_err(err, SL_EIO, "%s: %s (%d attempts)", f->name, curl_easy_strerror(rc), attempt + 1)
-                                : x.http_error ? http_error(pl, &x, f->name, err)
-                                               : sl_err(err, SL_EIO, "%s: the server's answer ended early (%d attempts)", f->name,
-                                                        attempt + 1);
-            goto done;
-        }
-        pthread_mutex_lock(&pl->mu);
-        pl->res.n_retries++;
-        pthread_mutex_unlock(&pl->mu);
-        if (failures) sleep_s(backoff_s(failures));
-    }
+    if (!d.url) return sl_err(err, SL_ENOMEM, "out of memory");
+    if ((st = mkdir_parents(f->tmp_path, err)) || (st = dl_lock(&d, &present, err)) || present) goto done;
+    hash_reset(&d.h, hash_kind(f), f->size);
+    d.x = (xfer){.pl = pl, .fd = d.fd, .h = &d.h, .limit = f->have_size ? f->size : 0};
+    if ((st = dl_resume(&d, err))) goto done;
+    st = dl_run(&d, err);
 done:
-    if (fd >= 0) close(fd);
-    free(url);
+    if (d.fd >= 0) close(d.fd);
+    free(d.url);
     return st;
 }
 
