@@ -227,6 +227,57 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
     return rc != 0;
 }
 
+/* One cache size's row as a JSON object; takes r->layers. */
+static cJSON *bench_row_json(const sl_model_params *p, bench_row *r, int n_prompt, int n_gen, uint64_t seed) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "cache_bytes", (double)r->cache_bytes);
+    cJSON_AddStringToObject(o, "policy", p->policy == SL_POLICY_LFU ? "lfu" : "lru");
+    cJSON_AddStringToObject(o, "io_engine", r->engine);
+    cJSON_AddStringToObject(o, "io_mode", r->mode);
+    cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
+    cJSON_AddNumberToObject(o, "gen_tokens", n_gen);
+    cJSON_AddStringToObject(o, "routing", p->routing == SL_ROUTING_UNIFORM ? "uniform" : "model");
+    cJSON_AddNumberToObject(o, "routing_seed", (double)seed);
+    cJSON_AddStringToObject(o, "decode_ids", r->random_ids ? "random" : "greedy");
+    cJSON_AddNumberToObject(o, "prefill_tok_s", r->prefill_tps);
+    cJSON_AddNumberToObject(o, "prefill_bytes", r->prefill_bytes);
+    cJSON_AddNumberToObject(o, "prefill_io_wait_fraction", r->prefill_io_wait_frac);
+    cJSON_AddNumberToObject(o, "prefill_prefetch_reads", (double)r->prefill_prefetch_reads);
+    cJSON_AddNumberToObject(o, "decode_tok_s", r->decode_tps);
+    cJSON_AddNumberToObject(o, "hit_rate", r->hit_rate);
+    cJSON_AddNumberToObject(o, "bytes_per_token", r->bytes_per_token);
+    cJSON_AddNumberToObject(o, "read_mib_s", r->read_mbps);
+    cJSON_AddNumberToObject(o, "io_wait_fraction", r->io_wait_frac);
+    cJSON_AddNumberToObject(o, "disk_busy_fraction", r->busy_frac);
+    cJSON_AddNumberToObject(o, "queue_depth", r->depth);
+    cJSON_AddNumberToObject(o, "prefill_disk_busy_fraction", r->prefill_busy_frac);
+    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)r->peak_rss);
+    cJSON_AddNumberToObject(o, "backbone_bytes", (double)r->backbone);
+    cJSON_AddNumberToObject(o, "page_cache_growth_bytes", (double)r->page_cache_growth);
+    cJSON_AddNumberToObject(o, "checksum_ms_per_token", r->verify_ms_per_token);
+    cJSON_AddNumberToObject(o, "engine_checksum_ms_per_token", r->engine_verify_ms_per_token);
+    cJSON_AddNumberToObject(o, "prefetch_reads", (double)r->prefetch_reads);
+    cJSON_AddNumberToObject(o, "prefetch_used", (double)r->prefetch_used);
+    cJSON_AddNumberToObject(o, "prefetch_accuracy", r->prefetch_accuracy);
+    cJSON_AddNumberToObject(o, "vram_bytes", (double)r->tier_bytes);
+    cJSON_AddNumberToObject(o, "vram_hit_rate", r->tier_hit_rate);
+    cJSON_AddNumberToObject(o, "vram_copied_bytes_per_token", r->tier_bytes_per_token);
+    cJSON_AddNumberToObject(o, "vram_prefill_copied_bytes", r->tier_prefill_bytes);
+    cJSON_AddItemToObject(o, "layers", r->layers);
+    r->layers = NULL;
+    return o;
+}
+
+/* One cache size's row of the table. */
+static void bench_row_print(const sl_model_params *p, const bench_row *r) {
+    printf("%-10.0f %-8s %-6s %10.1f %10.2f %7.1f%% %12.1f %10.0f %7.0f%% %9.0fM %9.0fM\n",
+           (double)r->cache_bytes / 1048576.0, p->policy == SL_POLICY_LFU ? "lfu" : "lru",
+           !strcmp(r->mode, "direct") ? "direct" : !strcmp(r->mode, "resident") ? "ram" : "buf", r->prefill_tps,
+           r->decode_tps, 100 * r->hit_rate, r->bytes_per_token / 1048576.0, r->read_mbps, 100 * r->io_wait_frac,
+           (double)r->peak_rss / 1048576.0, (double)r->page_cache_growth / 1048576.0);
+    fflush(stdout);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0, feed = FEED_AUTO, warm = 1;
@@ -276,52 +327,8 @@ int cmd_bench(int argc, char **argv) {
             cJSON_Delete(arr);
             return cli_fail("bench", "%s", e);
         }
-        if (json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddItemToArray(arr, o);
-            cJSON_AddNumberToObject(o, "cache_bytes", (double)r.cache_bytes);
-            cJSON_AddStringToObject(o, "policy", p.policy == SL_POLICY_LFU ? "lfu" : "lru");
-            cJSON_AddStringToObject(o, "io_engine", r.engine);
-            cJSON_AddStringToObject(o, "io_mode", r.mode);
-            cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
-            cJSON_AddNumberToObject(o, "gen_tokens", n_gen);
-            cJSON_AddStringToObject(o, "routing", p.routing == SL_ROUTING_UNIFORM ? "uniform" : "model");
-            cJSON_AddNumberToObject(o, "routing_seed", (double)seed);
-            cJSON_AddStringToObject(o, "decode_ids", r.random_ids ? "random" : "greedy");
-            cJSON_AddNumberToObject(o, "prefill_tok_s", r.prefill_tps);
-            cJSON_AddNumberToObject(o, "prefill_bytes", r.prefill_bytes);
-            cJSON_AddNumberToObject(o, "prefill_io_wait_fraction", r.prefill_io_wait_frac);
-            cJSON_AddNumberToObject(o, "prefill_prefetch_reads", (double)r.prefill_prefetch_reads);
-            cJSON_AddNumberToObject(o, "decode_tok_s", r.decode_tps);
-            cJSON_AddNumberToObject(o, "hit_rate", r.hit_rate);
-            cJSON_AddNumberToObject(o, "bytes_per_token", r.bytes_per_token);
-            cJSON_AddNumberToObject(o, "read_mib_s", r.read_mbps);
-            cJSON_AddNumberToObject(o, "io_wait_fraction", r.io_wait_frac);
-            cJSON_AddNumberToObject(o, "disk_busy_fraction", r.busy_frac);
-            cJSON_AddNumberToObject(o, "queue_depth", r.depth);
-            cJSON_AddNumberToObject(o, "prefill_disk_busy_fraction", r.prefill_busy_frac);
-            cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)r.peak_rss);
-            cJSON_AddNumberToObject(o, "backbone_bytes", (double)r.backbone);
-            cJSON_AddNumberToObject(o, "page_cache_growth_bytes", (double)r.page_cache_growth);
-            cJSON_AddNumberToObject(o, "checksum_ms_per_token", r.verify_ms_per_token);
-            cJSON_AddNumberToObject(o, "engine_checksum_ms_per_token", r.engine_verify_ms_per_token);
-            cJSON_AddNumberToObject(o, "prefetch_reads", (double)r.prefetch_reads);
-            cJSON_AddNumberToObject(o, "prefetch_used", (double)r.prefetch_used);
-            cJSON_AddNumberToObject(o, "prefetch_accuracy", r.prefetch_accuracy);
-            cJSON_AddNumberToObject(o, "vram_bytes", (double)r.tier_bytes);
-            cJSON_AddNumberToObject(o, "vram_hit_rate", r.tier_hit_rate);
-            cJSON_AddNumberToObject(o, "vram_copied_bytes_per_token", r.tier_bytes_per_token);
-            cJSON_AddNumberToObject(o, "vram_prefill_copied_bytes", r.tier_prefill_bytes);
-            cJSON_AddItemToObject(o, "layers", r.layers);
-            r.layers = NULL;
-        } else {
-            printf("%-10.0f %-8s %-6s %10.1f %10.2f %7.1f%% %12.1f %10.0f %7.0f%% %9.0fM %9.0fM\n",
-                   (double)r.cache_bytes / 1048576.0, p.policy == SL_POLICY_LFU ? "lfu" : "lru",
-                   !strcmp(r.mode, "direct") ? "direct" : !strcmp(r.mode, "resident") ? "ram" : "buf", r.prefill_tps,
-                   r.decode_tps, 100 * r.hit_rate, r.bytes_per_token / 1048576.0, r.read_mbps, 100 * r.io_wait_frac,
-                   (double)r.peak_rss / 1048576.0, (double)r.page_cache_growth / 1048576.0);
-            fflush(stdout);
-        }
+        if (json) cJSON_AddItemToArray(arr, bench_row_json(&p, &r, n_prompt, n_gen, seed));
+        else bench_row_print(&p, &r);
         cJSON_Delete(r.layers);
     }
     if (json) {
