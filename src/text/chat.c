@@ -135,6 +135,67 @@ static int render_tool_calls(tok_buf *b, const char *json, int content_nonempty,
     return r;
 }
 
+/* The system turn: with tools, their block after the system message (or Qwen2.5's default one); else the
+ * system message alone, or the default when the template has one. sys0: the text of a leading system
+ * message, or NULL. Returns 0, or non-zero when out of memory. */
+static int put_system(tok_buf *b, const cJSON *tools, const char *sys0, int qwen25_default) {
+    int r = 0;
+    if (tools && cJSON_GetArraySize(tools) > 0) {
+        r |= tok_buf_puts(b, "<|im_start|>system\n");
+        if (sys0) r |= tok_buf_puts(b, sys0) | tok_buf_puts(b, "\n\n");
+        else if (qwen25_default) r |= tok_buf_puts(b, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n");
+        r |= tok_buf_puts(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                             "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (const cJSON *t = tools->child; t; t = t->next) r |= tok_buf_puts(b, "\n") | chat_json_dumps(b, t);
+        r |= tok_buf_puts(b, "\n</tools>\n\nFor each function call, return a json object with function name and "
+                             "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+                             "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    } else if (sys0) r |= tok_buf_puts(b, "<|im_start|>system\n") | tok_buf_puts(b, sys0) | tok_buf_puts(b, "<|im_end|>\n");
+    else if (qwen25_default)
+        r |= tok_buf_puts(b, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n");
+    return r;
+}
+
+/* Assistant turn i of n: its reasoning (given, or split out of <think>...</think> in its content, as the
+ * Qwen3 template does) shown only after the last user query, its content, its tool calls. Returns 0,
+ * 1 when out of memory, or -1 with *st set (malformed tool calls). */
+static int put_assistant(tok_buf *b, const sl_chat_msg *msgs, int n, int i, int flavour, int last_query, sl_error *err,
+                         sl_status *st) {
+    const char *content = msgs[i].content ? msgs[i].content : "";
+    const char *body = content, *reason = "";
+    size_t body_n = strlen(content), reason_n = 0;
+    int lstrip_body = 0, r = 0;
+    if (flavour != FLAVOUR_CHATML) {
+        if (msgs[i].reasoning) reason = msgs[i].reasoning, reason_n = strlen(reason);
+        else {
+            const char *close = strstr(content, "</think>");
+            if (close) {
+                const char *last = rfind(content, strlen(content), "</think>");
+                body = last + 8;
+                body_n = strlen(body);
+                lstrip_body = 1; /* .split('</think>')[-1].lstrip('\n') */
+                /* .split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+                size_t head = (size_t)(close - content);
+                while (head && content[head - 1] == '\n') head--;
+                const char *open = rfind(content, head, "<think>");
+                reason = open ? open + 7 : content;
+                reason_n = head - (size_t)(reason - content);
+                while (reason_n && *reason == '\n') reason++, reason_n--;
+            }
+        }
+    }
+    /* the body after lstrip (it is what "content" means from here on in the template) */
+    while (lstrip_body && body_n && *body == '\n') body++, body_n--;
+    r |= tok_buf_puts(b, "<|im_start|>assistant\n");
+    if (flavour != FLAVOUR_CHATML && i > last_query && (i == n - 1 || reason_n)) {
+        r |= tok_buf_puts(b, "<think>\n") | put_strip(b, reason, reason_n, 1, 1) | tok_buf_puts(b, "\n</think>\n\n") |
+             put_strip(b, body, body_n, 1, 0);
+    } else r |= tok_buf_put(b, body, body_n);
+    if (msgs[i].tool_calls && !r && render_tool_calls(b, msgs[i].tool_calls, body_n > 0, err, st)) return -1;
+    r |= tok_buf_puts(b, "<|im_end|>\n");
+    return r ? 1 : 0;
+}
+
 sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n, const sl_chat_params *params,
                          char **out, sl_error *err) {
     *out = NULL;
@@ -159,19 +220,7 @@ sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n
         tools = cJSON_Parse(p.tools);
         if (!cJSON_IsArray(tools)) { st = sl_err(err, SL_EINVAL, "tools must be a JSON array of tool definitions"); goto fail; }
     }
-    if (tools && cJSON_GetArraySize(tools) > 0) {
-        r |= tok_buf_puts(&b, "<|im_start|>system\n");
-        if (sys0) r |= tok_buf_puts(&b, C(0)) | tok_buf_puts(&b, "\n\n");
-        else if (qwen25_default) r |= tok_buf_puts(&b, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n");
-        r |= tok_buf_puts(&b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-                              "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
-        for (const cJSON *t = tools->child; t; t = t->next) r |= tok_buf_puts(&b, "\n") | chat_json_dumps(&b, t);
-        r |= tok_buf_puts(&b, "\n</tools>\n\nFor each function call, return a json object with function name and "
-                              "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-                              "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
-    } else if (sys0) r |= tok_buf_puts(&b, "<|im_start|>system\n") | tok_buf_puts(&b, C(0)) | tok_buf_puts(&b, "<|im_end|>\n");
-    else if (qwen25_default)
-        r |= tok_buf_puts(&b, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n");
+    r |= put_system(&b, tools, sys0 ? C(0) : NULL, qwen25_default);
     /* the last user turn that is not a tool response (later assistant turns keep their reasoning) */
     int last_query = n - 1;
     for (int i = n - 1; i >= 0; i--)
@@ -185,37 +234,9 @@ sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n
             r |= tok_buf_puts(&b, "<|im_start|>") | tok_buf_puts(&b, role) | tok_buf_puts(&b, "\n") |
                  tok_buf_puts(&b, content) | tok_buf_puts(&b, "<|im_end|>\n");
         } else if (!strcmp(role, "assistant")) {
-            const char *body = content, *reason = "";
-            size_t body_n = strlen(content), reason_n = 0;
-            int lstrip_body = 0;
-            if (flavour != FLAVOUR_CHATML) {
-                if (msgs[i].reasoning) reason = msgs[i].reasoning, reason_n = strlen(reason);
-                else {
-                    const char *close = strstr(content, "</think>");
-                    if (close) {
-                        const char *last = rfind(content, strlen(content), "</think>");
-                        body = last + 8;
-                        body_n = strlen(body);
-                        lstrip_body = 1; /* .split('</think>')[-1].lstrip('\n') */
-                        /* .split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
-                        size_t head = (size_t)(close - content);
-                        while (head && content[head - 1] == '\n') head--;
-                        const char *open = rfind(content, head, "<think>");
-                        reason = open ? open + 7 : content;
-                        reason_n = head - (size_t)(reason - content);
-                        while (reason_n && *reason == '\n') reason++, reason_n--;
-                    }
-                }
-            }
-            /* the body after lstrip (it is what "content" means from here on in the template) */
-            while (lstrip_body && body_n && *body == '\n') body++, body_n--;
-            r |= tok_buf_puts(&b, "<|im_start|>assistant\n");
-            if (flavour != FLAVOUR_CHATML && i > last_query && (i == n - 1 || reason_n)) {
-                r |= tok_buf_puts(&b, "<think>\n") | put_strip(&b, reason, reason_n, 1, 1) |
-                     tok_buf_puts(&b, "\n</think>\n\n") | put_strip(&b, body, body_n, 1, 0);
-            } else r |= tok_buf_put(&b, body, body_n);
-            if (msgs[i].tool_calls && !r && render_tool_calls(&b, msgs[i].tool_calls, body_n > 0, err, &st)) goto fail;
-            r |= tok_buf_puts(&b, "<|im_end|>\n");
+            int k = put_assistant(&b, msgs, n, i, flavour, last_query, err, &st);
+            if (k < 0) goto fail;
+            r |= k;
         } else if (!strcmp(role, "tool")) {
             if (i == 0 || strcmp(msgs[i - 1].role, "tool")) r |= tok_buf_puts(&b, "<|im_start|>user");
             r |= tok_buf_puts(&b, "\n<tool_response>\n") | tok_buf_puts(&b, content) | tok_buf_puts(&b, "\n</tool_response>");
