@@ -98,8 +98,9 @@ typedef struct be_mla {
     float *lat;   /* [n][n_heads][r] out */
 } be_mla;
 
-/* One Gated DeltaNet layer's micro-batch (MODELS.md 3.5, src/model/deltanet.c); the five dn_* ops read and
- * write the fields their comments name. cq = 2*nk*dk + nv*dv; value head h reads key head h / (nv / nk). */
+/* One Gated DeltaNet layer's micro-batch (docs/MATH.md, Gated DeltaNet; src/model/deltanet.c); the five
+ * dn_* ops read and write the fields their comments name. cq = 2*nk*dk + nv*dv; value head h reads key
+ * head h / (nv / nk). */
 typedef struct be_dn {
     int n, nk, nv, dk, dv, conv_k;
     /* dn_conv: causal depthwise conv1d + SiLU over [conv_in_state (K-1 rows, oldest first); conv_in] into
@@ -116,7 +117,7 @@ typedef struct be_dn {
     const float *A_log, *dt_bias; /* [nv] */
     float *gates;                /* [n][2nv]: beta (nv) then g (nv) */
     /* dn_step (token recurrence: S <- exp(g) S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q) and
-     * dn_chunk (MODELS.md 3.5.5: the whole micro-batch, n <= 64, as one chunk; ~1e-6 of dn_step): the
+     * dn_chunk (docs/MATH.md, Chunked form: the whole micro-batch, n <= 64, as one chunk; ~1e-6 of dn_step): the
      * state ssm_in -> ssm_out, outputs into out */
     const float *ssm_in;         /* [nv][dk][dv] entering state */
     float *ssm_out;              /* [nv][dk][dv] leaving state */

@@ -2,7 +2,7 @@
  * hf_config.c — Hugging Face config.json -> sl_config.
  *
  * The model_type picks the family (family/arch.h); the fields every family shares are read here, the
- * family's own by its config hook through the hfc_* reader. Accepts every spelling MODELS.md §1 lists:
+ * family's own by its config hook through the hfc_* reader. Accepts every spelling docs/MATH.md (Config) lists:
  * num_experts / num_local_experts / n_routed_experts, rope_theta at top level or in rope_parameters, partial_rotary_factor
  * in either place, layer_types or full_attention_interval, a VLM wrapper's nested text_config. Missing
  * required fields and contradictions are errors naming the field; an unknown model_type lists the

@@ -29,7 +29,7 @@ typedef struct sl_layer_w {
     float *sinks;                    /* [nh] per-head sink logits when cfg->attn_sinks (gpt-oss), else NULL */
 
     /* Gated DeltaNet */
-    sl_mat qkvz, ba;         /* qwen3_next: grouped per key head (MODELS.md 3.5.1) */
+    sl_mat qkvz, ba;         /* qwen3_next: grouped per key head (docs/MATH.md, Gated DeltaNet: Projections) */
     sl_mat qkv, z, b, a;     /* qwen3_5_moe: flat */
     float *conv_w;           /* [Cq][K] */
     float *dt_bias, *A_log;  /* [nv] */

@@ -285,7 +285,7 @@ static void head_recurrent(const be_dn *d, const kern_ops *ops, int h, float *S,
     }
 }
 
-/* Chunked form (MODELS.md 3.5.5) over the whole micro-batch as one chunk of n <= DN_CHUNK tokens;
+/* Chunked form (docs/MATH.md, Gated DeltaNet) over the whole micro-batch as one chunk of n <= DN_CHUNK tokens;
  * mathematically equal to head_recurrent, summed in another order (agrees to ~1e-6 relative).
  * Scratch: G [C], T [C][C], M [C][C], U [C][dv], W [C][dk], ks [C][dk], kb [C][dk], tmp [dv]. */
 static void head_chunked(const be_dn *d, const kern_ops *ops, int h, float *S, float *scratch) {

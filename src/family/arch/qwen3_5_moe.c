@@ -2,7 +2,7 @@
  * qwen3_5_moe.c — Qwen3.5 / 3.6 MoE, the text part (Qwen3.5-35B-A3B, ...): Qwen3-Next's blocks with flat
  * DeltaNet input projections (in_proj_qkv, _z, _b, _a), every layer MoE, top-k always renormalised;
  * config under "text_config" of the VLM wrapper (model_type qwen3_5_moe) or flat (qwen3_5_moe_text).
- * Shared MODELS.md §1.3, §4.
+ * The math: docs/MATH.md (Config; Qwen3-Next against Qwen3.5).
  */
 #include "family/arch/common.h"
 

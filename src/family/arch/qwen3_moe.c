@@ -2,7 +2,7 @@
  * qwen3_moe.c — Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B): Llama-style attention with per-head q/k
  * RMSNorm, full RoPE, softmax -> top-k router with optional renormalisation (norm_topk_prob), dense
  * layers by mlp_only_layers / decoder_sparse_step; with use_sliding_window, sliding_window on every layer.
- * Shared MODELS.md §1.1, §2.1, §3.
+ * The math: docs/MATH.md (Config, Tensors, Decoder to Mixture of experts).
  */
 #include "family/arch/common.h"
 

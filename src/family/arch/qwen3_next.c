@@ -2,7 +2,7 @@
  * qwen3_next.c — Qwen3-Next (Qwen3-Next-80B-A3B): Gated DeltaNet layers with fused, key-head-grouped
  * in_proj_qkvz / in_proj_ba, gated full attention (q_proj [query|gate] per head) with per-head q/k norm
  * and partial RoPE, zero-centred (1 + w) norms, a shared expert with a sigmoid gate, dense layers by
- * mlp_only_layers / decoder_sparse_step. Shared MODELS.md §1.2, §2.1, §3.
+ * mlp_only_layers / decoder_sparse_step. The math: docs/MATH.md (Config, Tensors, Gated DeltaNet).
  */
 #include <math.h>
 
