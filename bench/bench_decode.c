@@ -12,18 +12,7 @@
 #include <time.h>
 
 #include "sluice.h"
-
-static double wall(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double cpu(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "util/clock.h"
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -56,14 +45,14 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 2; k++) {
             sl_session *se = NULL;
             if (sl_session_new(m[k], 0, &se)) return 1;
-            double w0 = wall(), c0 = cpu();
+            double w0 = clk_now_s(), c0 = clk_cpu_s();
             int bad = sl_session_eval(se, tok, np, lg, 0) != SL_OK;
-            double w1 = wall(), c1 = cpu();
+            double w1 = clk_now_s(), c1 = clk_cpu_s();
             for (int i = 0; !bad && i < ng; i++) {
                 int32_t t = (int32_t)(((s = s * 1103515245u + 12345u) >> 8) % (unsigned)V);
                 bad = sl_session_eval(se, &t, 1, lg, 0) != SL_OK;
             }
-            double w2 = wall(), c2 = cpu();
+            double w2 = clk_now_s(), c2 = clk_cpu_s();
             sl_session_free(se);
             if (bad) {
                 fprintf(stderr, "bench_decode: %s\n", sl_model_errmsg(m[k]));

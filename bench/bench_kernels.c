@@ -20,18 +20,7 @@
 
 #include "kernels/kernels.h"
 #include "quant/quant.h"
-
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "util/clock.h"
 
 typedef struct {
     const uint64_t *p;
@@ -62,10 +51,10 @@ static rate mem_bw(sl_pool *pool) {
     double best = 1e9, bestc = 1e9;
     rd_job j = {p, 0};
     for (int k = 0; k < 5; k++) {
-        double t = now(), c = cpu_now();
+        double t = clk_now_s(), c = clk_cpu_s();
         sl_pool_for(pool, n / 1024, 1024, rd_part, &j);
-        t = now() - t;
-        c = (cpu_now() - c) / sl_pool_size(pool);
+        t = clk_now_s() - t;
+        c = (clk_cpu_s() - c) / sl_pool_size(pool);
         if (t < best) best = t;
         if (c < bestc) bestc = c;
     }
@@ -87,11 +76,11 @@ typedef struct {
 static rate time_mm(const mm_case *c, sl_pool *pool, uint64_t bytes) {
     double best = 1e9, bestc = 1e9;
     for (int it = 0; it < 5; it++) {
-        double t = now(), cc = cpu_now();
+        double t = clk_now_s(), cc = clk_cpu_s();
         if (c->a) kern_matmul_act(c->ops, pool, c->m, c->a, c->y, (size_t)c->m->rows);
         else kern_matmul(c->ops, pool, c->m, c->x, (size_t)c->m->cols, c->y, (size_t)c->m->rows, 1);
-        t = now() - t;
-        cc = (cpu_now() - cc) / sl_pool_size(pool);
+        t = clk_now_s() - t;
+        cc = (clk_cpu_s() - cc) / sl_pool_size(pool);
         if (t < best) best = t;
         if (cc < bestc) bestc = cc;
     }
@@ -111,10 +100,10 @@ __attribute__((target("avx512f,avx512vnni"))) static double vnni_peak(void) {
     const long iters = 4000000;
     double c = 1e9;
     for (int k = 0; k < 5; k++) {
-        double c0 = cpu_now();
+        double c0 = clk_cpu_s();
         for (long it = 0; it < iters; it++)
             for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-        c0 = cpu_now() - c0;
+        c0 = clk_cpu_s() - c0;
         c = c0 < c ? c0 : c;
     }
     int s = 0;
@@ -142,9 +131,9 @@ static double prefill_rate(int rows, int cols, int T, sl_dtype dt, int i8) {
     kern_act_prepare(&a);
     double best = 1e9;
     for (int it = 0; it < 5; it++) {
-        double c = cpu_now();
+        double c = clk_cpu_s();
         kern_matmul_act(kern_default_ops(), NULL, &m, &a, y, (size_t)rows);
-        c = cpu_now() - c;
+        c = clk_cpu_s() - c;
         if (c < best) best = c;
     }
     free(w);

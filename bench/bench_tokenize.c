@@ -9,12 +9,7 @@
 #include <time.h>
 
 #include "sluice.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "util/clock.h"
 
 static const char *SAMPLE =
     "The quick brown fox jumps over the lazy dog. It's 2024-06-01 and we've 12,345 items at $6.78 each.\n"
@@ -25,9 +20,9 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s TOKENIZER.json|MODEL.sluice [TEXT_FILE]\n", argv[0]); return 2; }
     sl_tokenizer *t = NULL;
     sl_error err = {0};
-    double t0 = now();
+    double t0 = clk_now_s();
     if (sl_tokenizer_load(argv[1], &t, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    double load = now() - t0;
+    double load = clk_now_s() - t0;
     char *text = NULL;
     size_t len = 0;
     if (argc > 2) {
@@ -48,9 +43,9 @@ int main(int argc, char **argv) {
     for (int pass = 0; pass < 2; pass++) {
         int32_t *ids = NULL;
         int n = 0;
-        double a = now();
+        double a = clk_now_s();
         if (sl_tokenize(t, text, len, 0, &ids, &n, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-        double dt = now() - a;
+        double dt = clk_now_s() - a;
         printf("%s pass: %d tokens in %.3f s = %.1f MB/s, %.2f M tokens/s\n", pass ? "warm" : "cold", n, dt,
                len / 1e6 / dt, n / 1e6 / dt);
         free(ids);

@@ -23,18 +23,7 @@
 #include <time.h>
 
 #include "sluice.h"
-
-static double wall(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double cpu(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+#include "util/clock.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -82,11 +71,11 @@ int main(int argc, char **argv) {
             int kk = (i & 1) ? 1 - k : k; /* alternate which model goes first */
             seed[kk] = seed[kk] * 6364136223846793005ull + 1442695040888963407ull;
             int32_t tok = (int32_t)((seed[kk] >> 33) % (uint64_t)V);
-            double t0 = wall(), c0 = cpu();
+            double t0 = clk_now_s(), c0 = clk_cpu_s();
             rc = sl_session_eval(s[kk], &tok, 1, NULL, 0);
             if (i >= 0) {
-                dt[kk][i] = wall() - t0;
-                dc[kk][i] = cpu() - c0;
+                dt[kk][i] = clk_now_s() - t0;
+                dc[kk][i] = clk_cpu_s() - c0;
             }
         }
     }
