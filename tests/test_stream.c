@@ -26,6 +26,23 @@ typedef struct {
     int n;
 } toks_t;
 
+/* The stream constructors as expressions: NULL on failure, why filled. */
+static io_engine *uring_new(int fd, int depth, sl_error *why) {
+    io_engine *e;
+    io_uring_engine_new(fd, depth, &e, why);
+    return e;
+}
+static io_engine *pread_new(int fd, int n_threads, sl_error *why) {
+    io_engine *e;
+    io_pread_engine_new(fd, n_threads, &e, why);
+    return e;
+}
+static cache *cache_make(const cache_cfg *cc, sl_error *why) {
+    cache *c;
+    cache_new(cc, &c, why);
+    return c;
+}
+
 static int load_tokens(const char *fixture, toks_t *t) {
     t->n = test_ref_ids(fixture, "tokens", t->tokens, 256);
     return t->n > 0 ? 0 : -1;
@@ -397,13 +414,13 @@ TEST(engines_checksum_whole_reads) {
     for (int kind = 0; kind < 4; kind++) { /* uring, pread, fault(pread) corrupting, fault(pread) short */
         int fd = open(p, O_RDONLY);
         CHECK(fd >= 0);
-        char why[128] = "";
-        io_engine *e = kind == 0 ? io_uring_engine_new(fd, 8, why, sizeof why) : io_pread_engine_new(fd, 2, why, sizeof why);
+        sl_error why = {0};
+        io_engine *e = kind == 0 ? uring_new(fd, 8, &why) : pread_new(fd, 2, &why);
         if (!e && kind == 0) { /* no io_uring here */
             close(fd);
             continue;
         }
-        CHECKF(e, "%s", why);
+        CHECKF(e, "%s", why.msg);
         io_fault_cfg fc;
         memset(&fc, 0, sizeof fc);
         fc.corrupt_every = kind == 2;
@@ -460,8 +477,8 @@ TEST(uring_pieces_reassemble) {
     fclose(fp);
     int fd = open(p, O_RDONLY);
     CHECK(fd >= 0);
-    char why[128] = "";
-    io_engine *e = io_uring_engine_new(fd, 8, why, sizeof why);
+    sl_error why = {0};
+    io_engine *e = uring_new(fd, 8, &why);
     if (!e) { /* no io_uring here */
         close(fd);
         free(data);
@@ -538,8 +555,8 @@ TEST(uring_thread_submits_handed_flushes) {
     for (int life = 0; life < 3; life++) {
         int fd = open(p, O_RDONLY);
         CHECK(fd >= 0);
-        char why[128] = "";
-        io_engine *e = io_uring_engine_new(fd, 8, why, sizeof why);
+        sl_error why = {0};
+        io_engine *e = uring_new(fd, 8, &why);
         if (!e) { /* no io_uring here */
             close(fd);
             break;
@@ -585,13 +602,13 @@ TEST(engines_report_occupancy) {
     for (int kind = 0; kind < 3; kind++) { /* uring, pread (2 workers), fault(pread) */
         int fd = open(p, O_RDONLY);
         CHECK(fd >= 0);
-        char why[128] = "";
-        io_engine *e = kind == 0 ? io_uring_engine_new(fd, 8, why, sizeof why) : io_pread_engine_new(fd, 2, why, sizeof why);
+        sl_error why = {0};
+        io_engine *e = kind == 0 ? uring_new(fd, 8, &why) : pread_new(fd, 2, &why);
         if (!e && kind == 0) {
             close(fd);
             continue;
         }
-        CHECKF(e, "%s", why);
+        CHECKF(e, "%s", why.msg);
         io_fault_cfg fc;
         memset(&fc, 0, sizeof fc);
         if (kind == 2) e = io_fault_engine_new(e, &fc);
@@ -730,13 +747,13 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         slc_file f;
         sl_error err = {0};
         CHECK(slc_open(path, &f, &err) == SL_OK);
-        char why[256];
-        io_engine *io = k8 < 4 ? io_pread_engine_new(f.fd, 2, why, sizeof why) : io_uring_engine_new(f.fd, 8, why, sizeof why);
+        sl_error why = {0};
+        io_engine *io = k8 < 4 ? pread_new(f.fd, 2, &why) : uring_new(f.fd, 8, &why);
         if (!io && k8 >= 4) { /* no io_uring here */
             slc_close(&f);
             continue;
         }
-        CHECKF(io, "%s", why);
+        CHECKF(io, "%s", why.msg);
         io->chunk = 4096; /* the 24 KiB blocks in 6 pieces, 3 chains */
         io->chains = 3;
         io_fault_cfg fc;
@@ -748,12 +765,12 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         sl_backend *be = be_cpu_new(NULL, NULL);
         CHECK(be != NULL);
         cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 2, be};
-        cache *c = cache_new(&cc, why, sizeof why);
+        cache *c = cache_make(&cc, &why);
         if (!c) {
             slc_close(&f);
             be_close(be);
         }
-        CHECKF(c, "%s", why);
+        CHECKF(c, "%s", why.msg);
         sl_expert_src src = cache_source(c);
         int seven = 7, rc = 0;
         src.prefetch(src.ctx, 2, &seven, 1, 1); /* this read fails or comes back corrupted */
@@ -795,8 +812,8 @@ TEST(corrupt_block_on_disk_caught_on_the_io_thread) {
         test_write(p, b, n);
         free(b);
         CHECK(slc_open(p, &f, &err) == SL_OK); /* the header and manifest are sound */
-        char why[256];
-        io_engine *io = kind < 3 ? io_uring_engine_new(f.fd, 8, why, sizeof why) : io_pread_engine_new(f.fd, 2, why, sizeof why);
+        sl_error why = {0};
+        io_engine *io = kind < 3 ? uring_new(f.fd, 8, &why) : pread_new(f.fd, 2, &why);
         if (!io) { /* no io_uring here */
             slc_close(&f);
             continue;
@@ -806,12 +823,12 @@ TEST(corrupt_block_on_disk_caught_on_the_io_thread) {
         sl_backend *be = be_cpu_new(NULL, NULL);
         CHECK(be != NULL);
         cache_cfg cc = {&f, &f.cfg, io, 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 0, be};
-        cache *c = cache_new(&cc, why, sizeof why);
-        CHECKF(c, "%s", why);
+        cache *c = cache_make(&cc, &why);
+        CHECKF(c, "%s", why.msg);
         sl_expert_src es = cache_source(c);
         const int bad = demand(&es, 2, 5);
         char msg[600];
-        snprintf(msg, sizeof msg, "%s", cache_errmsg(c));
+        snprintf(msg, sizeof msg, "%s", es.errmsg(es.ctx));
         const int again = demand(&es, 2, 5), good = demand(&es, 2, 4);
         cache_stats st;
         cache_get_stats(c, &st);
@@ -857,10 +874,10 @@ TEST(ordered_hint_read_ahead_and_its_failures_are_quiet) {
         slc_file f;
         sl_error err = {0};
         CHECK(slc_open(path, &f, &err) == SL_OK);
-        char why[256];
+        sl_error why = {0};
         /* one worker: reads complete in the order they were submitted, so every count below is exact */
-        io_engine *io = io_pread_engine_new(f.fd, 1, why, sizeof why);
-        CHECKF(io, "%s", why);
+        io_engine *io = pread_new(f.fd, 1, &why);
+        CHECKF(io, "%s", why.msg);
         io->depth = 8;
         io_fault_cfg fc;
         memset(&fc, 0, sizeof fc);
@@ -871,12 +888,12 @@ TEST(ordered_hint_read_ahead_and_its_failures_are_quiet) {
         sl_backend *be = be_cpu_new(NULL, NULL);
         CHECK(be != NULL);
         cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1, be};
-        cache *c = cache_new(&cc, why, sizeof why);
+        cache *c = cache_make(&cc, &why);
         if (!c) {
             slc_close(&f);
             be_close(be);
         }
-        CHECKF(c, "%s", why);
+        CHECKF(c, "%s", why.msg);
         sl_expert_src src = cache_source(c);
         const int l1[3] = {0, 3, 5}, hint[3] = {5, 7, 9}, l2[3] = {5, 7, 9}, l2_skip[2] = {5, 9};
         int rc = ordered_run(&src, 0, l1, 3, 2, hint, 3);
@@ -1272,14 +1289,14 @@ static void hint_rig_open(hint_rig *h) {
     CHECK(path);
     sl_error err = {0};
     CHECK(slc_open(path, &h->f, &err) == SL_OK);
-    char why[256];
-    io_engine *io = io_pread_engine_new(h->f.fd, 4, why, sizeof why);
-    CHECKF(io, "%s", why);
+    sl_error why = {0};
+    io_engine *io = pread_new(h->f.fd, 4, &why);
+    CHECKF(io, "%s", why.msg);
     h->be = be_cpu_new(NULL, NULL);
     CHECK(h->be != NULL);
     cache_cfg cc = {&h->f, &h->f.cfg, io, 8 * h->f.h.expert_stride, CACHE_LRU, 1, 0, 1, h->be};
-    h->c = cache_new(&cc, why, sizeof why);
-    CHECKF(h->c, "%s", why);
+    h->c = cache_make(&cc, &why);
+    CHECKF(h->c, "%s", why.msg);
     h->src = cache_source(h->c);
 }
 

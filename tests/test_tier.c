@@ -21,6 +21,23 @@
 
 #define MAXQ 256
 
+/* The stream constructors as expressions: NULL on failure, why filled. */
+static io_engine *pread_new(int fd, int n_threads, sl_error *why) {
+    io_engine *e;
+    io_pread_engine_new(fd, n_threads, &e, why);
+    return e;
+}
+static cache *cache_make(const cache_cfg *cc, sl_error *why) {
+    cache *c;
+    cache_new(cc, &c, why);
+    return c;
+}
+static tier *tier_make(const tier_cfg *tc, sl_error *why) {
+    tier *t;
+    tier_new(tc, &t, why);
+    return t;
+}
+
 static struct {
     struct {
         void *dst;
@@ -122,6 +139,7 @@ TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
     const int slots[] = {1, 2, 5, 32};
     for (int ci = 0; ci < 4; ci++) {
         char why[512] = "";
+        sl_error se = {0};
         sl_backend *cpu = be_cpu_new(NULL, NULL);
         CHECK(cpu);
         sl_backend fake = *cpu; /* the CPU's ops and context, a late copy engine */
@@ -132,15 +150,15 @@ TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
         fake.mark = late_mark;
         fake.fence_done = late_fence_done;
         fake.sync = late_sync;
-        io_engine *io = io_pread_engine_new(f.fd, 2, why, sizeof why);
-        CHECKF(io, "%s", why);
+        io_engine *io = pread_new(f.fd, 2, &se);
+        CHECKF(io, "%s", se.msg);
         cache_cfg cc = {&f, &f.cfg, io, (uint64_t)slots[ci] * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
-        cache *c = cache_new(&cc, why, sizeof why);
-        CHECKF(c, "%s", why);
+        cache *c = cache_make(&cc, &se);
+        CHECKF(c, "%s", se.msg);
         /* the tier holds a third of the experts: hits, misses and evictions in every layer */
         tier_cfg tc = {&fake, &f, &f.cfg, cache_source(c), (uint64_t)(L * E / 3 + 1) * f.h.expert_stride, slots[ci]};
-        tier *t = tier_new(&tc, why, sizeof why);
-        CHECKF(t, "%s", why);
+        tier *t = tier_make(&tc, &se);
+        CHECKF(t, "%s", se.msg);
         sl_expert_src src = tier_source(t);
         int rc = 0;
         for (int r = 0; !rc && r < 60; r++) {

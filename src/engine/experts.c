@@ -136,8 +136,7 @@ static sl_status load_pins(sl_model *m, const char *path, sl_error *err) {
             unsigned long long tc = cnt[j]; cnt[j] = cnt[j - 1]; cnt[j - 1] = tc;
             int tk = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = tk;
         }
-    int rc = cache_pin(m->cache, keys, (int)n, 0.5);
-    if (rc) st = sl_err(err, (sl_status)rc, "%s: pinning: %s", path, cache_errmsg(m->cache));
+    if ((st = cache_pin(m->cache, keys, (int)n, 0.5, err))) sl_err_prefix(err, "%s: pinning", path);
 done:
     free(txt);
     free(keys);
@@ -179,13 +178,13 @@ static sl_status open_stream_fd(sl_model *m, const char *path, const sl_model_pa
 static sl_status open_io(sl_model *m, const sl_model_params *p, const io_fault_cfg *fault, io_engine **out,
                          sl_error *err) {
     int depth = p->io_depth > 0 ? p->io_depth : 64;
-    char msg[256] = "";
     io_engine *io = NULL;
     *out = NULL;
-    if (p->io_engine != SL_ENGINE_PREAD) io = io_uring_engine_new(m->stream_fd, depth, msg, sizeof msg);
-    if (!io && p->io_engine == SL_ENGINE_URING) return sl_err(err, SL_EUNSUPPORTED, "%s", msg);
-    if (!io) io = io_pread_engine_new(m->stream_fd, depth < 16 ? depth : 16, msg, sizeof msg);
-    if (!io) return sl_err(err, SL_ENOMEM, "%s", msg);
+    sl_status st = SL_EUNSUPPORTED;
+    if (p->io_engine != SL_ENGINE_PREAD) /* auto: a refused ring falls back to pread without a word */
+        st = io_uring_engine_new(m->stream_fd, depth, &io, p->io_engine == SL_ENGINE_URING ? err : NULL);
+    if (st && p->io_engine == SL_ENGINE_URING) return st;
+    if (st && (st = io_pread_engine_new(m->stream_fd, depth < 16 ? depth : 16, &io, err))) return st;
     /* each expert block of 1 MiB or more goes to the disk as 4 pieces in linked chains, half of a layer's
      * pieces in flight at once: its blocks land in two waves, the first half's experts computed while the
      * second half is read (src/stream/io_uring.c, docs/STREAMING.md). Was 8 pieces in 16 chains: 2-2.5
@@ -209,7 +208,6 @@ sl_status engine_open_stream(sl_model *m, const char *path, const sl_model_param
     uint64_t avail = mem_available();
     int dontneed = 0;
     io_engine *io = NULL;
-    char msg[256] = "";
     sl_status st = open_stream_fd(m, path, p, avail, &dontneed, err);
     if (st || (st = open_io(m, p, fault, &io, err))) goto done;
     uint64_t budget = p->cache_bytes;
@@ -225,12 +223,9 @@ sl_status engine_open_stream(sl_model *m, const char *path, const sl_model_param
     }
     cache_cfg cc = {&m->f, &m->cfg, io, budget, p->policy == SL_POLICY_LFU ? CACHE_LFU : CACHE_LRU, !p->no_verify,
                     dontneed, p->prefetch < 0 ? 0 : p->prefetch > 0 ? 2 : 1, m->be};
-    m->cache = cache_new(&cc, msg, sizeof msg);
+    st = cache_new(&cc, &m->cache, err);
     io = NULL; /* the cache's now, or destroyed by cache_new when it failed */
-    if (!m->cache) {
-        st = sl_err(err, SL_ENOMEM, "%s", msg);
-        goto done;
-    }
+    if (st) goto done;
     m->src = cache_source(m->cache);
     if (p->pin_profile) st = load_pins(m, p->pin_profile, err);
 done:

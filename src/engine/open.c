@@ -47,15 +47,13 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     st = p->resident ? engine_open_resident(m, path, err) : engine_open_stream(m, path, p, fault, err);
     if (st) goto fail;
     if (p->vram_bytes > 0) { /* the device tier over the RAM cache (or the resident experts) */
-        char msg[256] = "";
         tier_cfg tc = {m->be, &m->f, &m->cfg, m->src, p->vram_bytes, 0};
         if (m->cache) { /* the RAM slots the tier may keep while their copies run (tier.h) */
             cache_stats cs;
             cache_get_stats(m->cache, &cs);
             tc.lower_slots = cs.slots > cs.pinned ? (int)(cs.slots - cs.pinned) : 1;
         }
-        m->tier = tier_new(&tc, msg, sizeof msg);
-        if (!m->tier) { st = sl_err(err, SL_ENOMEM, "%s", msg); goto fail; }
+        if ((st = tier_new(&tc, &m->tier, err))) goto fail;
         m->src = tier_source(m->tier);
     }
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);

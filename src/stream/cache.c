@@ -18,6 +18,7 @@
 
 #include "sluice.h"
 #include "util/clock.h"
+#include "util/err.h"
 #include "util/xxh3.h"
 
 enum { S_FREE = 0, S_LOADING = 1, S_READY = 2 };
@@ -58,7 +59,6 @@ struct cache {
     int *ready, n_ready, ready_head;  /* FIFO of experts ready to deliver */
     int *queued, n_queued, queued_head;
     int inflight;
-    int failed;
     int io_broken; /* the engine's wait() itself failed: the reads in flight will never be reported */
     /* prefetch accuracy, measured on every hint whether or not it is acted on (no I/O needed) */
     unsigned char *pred;   /* [E] experts of the last hint */
@@ -76,20 +76,16 @@ struct cache {
     uint64_t busy0_ns, depth0_ns; /* the engine's occupancy at the last reset */
     uint64_t *l_hits, *l_miss, *l_bytes; /* [n_layers] */
     uint64_t *routes;                    /* [n_keys] */
-    char err[512];
+    sl_error err; /* the current request's failure (status 0: none): the source's errmsg, cache_pin's */
 };
 
-static int fail(cache *c, int st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(cache *c, int st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
-    va_end(ap);
-    c->failed = st;
-    return st;
-}
+#define fail(c, st, ...) sl_err(&(c)->err, (st), __VA_ARGS__)
 
-const char *cache_errmsg(const cache *c) { return c->err; }
+/* Clears the request's failure (a hint's that is not taken, or the last request's). */
+static void clear_err(cache *c) {
+    c->err.status = SL_OK;
+    c->err.msg[0] = 0;
+}
 
 /* ---- slots and eviction ---- */
 
@@ -153,7 +149,7 @@ static uint64_t key_offset(const cache *c, int key) {
     return slc_expert_offset(c->f, key / c->E, key % c->E);
 }
 
-static int submit_rest(cache *c, int i) {
+static sl_status submit_rest(cache *c, int i) {
     slot *s = &c->slots[i];
     uint64_t stride = c->f->h.expert_stride;
     s->req.off = key_offset(c, s->key) + s->done;
@@ -166,12 +162,12 @@ static int submit_rest(cache *c, int i) {
     int rc = c->io->ops->submit(c->io, &s->req);
     if (rc) return fail(c, SL_EIO, "cannot submit a read: %s", strerror(-rc));
     c->inflight++;
-    return 0;
+    return SL_OK;
 }
 
 /* Starts reading key into slot i: for the current request (refs 1, a miss) or on a prefetch hint
  * (refs 0). map[key] points at the slot from now on; its state says whether the data is there. */
-static int start_load(cache *c, int i, int key, int prefetch) {
+static sl_status start_load(cache *c, int i, int key, int prefetch) {
     slot *s = &c->slots[i];
     if (s->state != S_FREE) drop(c, i);
     s->key = key;
@@ -196,12 +192,12 @@ static int start_load(cache *c, int i, int key, int prefetch) {
 /* A read started by a prefetch hint failed (error, end of file or bad checksum). Nobody waits for it:
  * drop it quietly. A request has claimed it meanwhile: read it again as that request's own read, so
  * only a failure of the demanded read is reported. */
-static int prefetch_failed(cache *c, int i) {
+static sl_status prefetch_failed(cache *c, int i) {
     slot *s = &c->slots[i];
     c->st.prefetch_failed++;
     if (s->refs == 0) {
         drop(c, i);
-        return 0;
+        return SL_OK;
     }
     s->from_prefetch = 0;
     s->done = 0;
@@ -209,10 +205,10 @@ static int prefetch_failed(cache *c, int i) {
     return submit_rest(c, i);
 }
 
-/* Waits for one completion and advances that slot. Returns the slot index when its block is
- * complete and verified, -2 when the read was resubmitted (short read, EINTR), or a negative status
- * (< -2 never collides: statuses are <= -1 and we return them as is via c->failed). */
-static int complete_one(cache *c, int *done_slot) {
+/* Waits for one completion and advances that slot. SL_OK with *done_slot the slot whose block is complete and
+ * verified, or -1 (the read was resubmitted: short read, EINTR; or a hint's read failed quietly); else the
+ * error, as c->err. */
+static sl_status complete_one(cache *c, int *done_slot) {
     io_req *r = NULL;
     uint64_t t0 = clk_now_ns();
     int rc = c->io->ops->wait(c->io, &r);
@@ -267,7 +263,7 @@ static int complete_one(cache *c, int *done_slot) {
     s->state = S_READY;
     s->from_prefetch = 0;
     *done_slot = i;
-    return 0;
+    return SL_OK;
 }
 
 /* ---- streaming protocol ---- */
@@ -278,16 +274,16 @@ static void fill_expert(const cache *c, const slot *s, sl_expert *out) { slc_bin
  * into its tokens, so experts must arrive in list order). Nothing is reserved up front; the head of the
  * list is loaded on demand, and reads run ahead down the list while they leave a slot free for the
  * head (so a cache of any size makes progress). */
-static int ordered_load(cache *c, int e, int v) {
-    int rc = start_load(c, v, c->mslot * c->E + e, 0); /* counts the miss; the slot is reserved (refs 1) */
+static sl_status ordered_load(cache *c, int e, int v) {
+    sl_status rc = start_load(c, v, c->mslot * c->E + e, 0); /* counts the miss; the slot is reserved (refs 1) */
     if (rc) return rc;
     c->rstate[e] = R_INFLIGHT;
     c->held++;
     c->l_miss[c->layer]++;
-    return 0;
+    return SL_OK;
 }
 
-static int ordered_readahead(cache *c) {
+static sl_status ordered_readahead(cache *c) {
     int limit = c->n_slots - (int)c->st.pinned - 2; /* always leave a slot for the head */
     if (c->ahead <= c->pos) c->ahead = c->pos + 1;
     while (c->ahead < c->n_list && c->held < limit && c->inflight < c->depth) {
@@ -295,12 +291,12 @@ static int ordered_readahead(cache *c) {
         if (c->map[c->mslot * c->E + e] < 0) {
             int v = victim_among(c, SPARE_PENDING | SPARE_HINT);
             if (v < 0) break;
-            int rc = ordered_load(c, e, v);
+            sl_status rc = ordered_load(c, e, v);
             if (rc) return rc;
         }
         c->ahead++;
     }
-    return 0;
+    return SL_OK;
 }
 
 /* Reads the pending ordered hint's experts (the next layer's, ascending: the order that layer will take
@@ -310,7 +306,7 @@ static int ordered_readahead(cache *c) {
  * A hint that cannot be submitted is simply dropped; a failed hint read is dropped or re-read on demand
  * (prefetch_failed): neither ever fails a request. */
 static void hint_issue(cache *c) {
-    if (!c->wl_n || !c->wl_on || c->failed) return;
+    if (!c->wl_n || !c->wl_on || c->err.status) return;
     if (c->active && c->ordered && /* the head and the read-ahead first */
         (c->ahead < c->n_list || (c->pos < c->n_list && c->map[c->mslot * c->E + c->list[c->pos]] < 0)))
         return;
@@ -324,8 +320,7 @@ static void hint_issue(cache *c) {
         int v = victim_among(c, SPARE_PENDING | SPARE_HINT);
         if (v < 0) break;
         if (start_load(c, v, key, 1)) {
-            c->failed = 0;
-            c->err[0] = 0;
+            clear_err(c);
             c->wl_pos = c->wl_n;
             break;
         }
@@ -342,7 +337,7 @@ static int ordered_next(cache *c, int *expert, sl_expert *out) {
         int rc = ordered_readahead(c);
         if (!rc) hint_issue(c);
         if (!rc) rc = c->io->ops->flush(c->io);
-        if (rc) return c->failed ? rc : fail(c, SL_EIO, "cannot start expert reads: %s", strerror(-rc));
+        if (rc) return c->err.status ? rc : fail(c, SL_EIO, "cannot start expert reads: %s", strerror(-rc));
         int si = c->map[key];
         if (si >= 0 && c->rstate[e] != R_INFLIGHT) { /* cached or being prefetched: claim it */
             slot *sl = &c->slots[si];
@@ -403,8 +398,7 @@ static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered)
         c->mslot = ms;
         c->active = 1;
         c->ordered = 1;
-        c->failed = 0;
-        c->err[0] = 0;
+        clear_err(c);
         c->n_ready = c->ready_head = c->n_queued = c->queued_head = 0;
         memcpy(c->list, experts, (size_t)n * sizeof *experts);
         c->n_list = n;
@@ -429,8 +423,7 @@ static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered)
     c->layer = layer;
     c->mslot = ms;
     c->active = 1;
-    c->failed = 0;
-    c->err[0] = 0;
+    clear_err(c);
     c->n_ready = c->ready_head = c->n_queued = c->queued_head = 0;
     for (int i = 0; i < n; i++) {
         int e = experts[i], key = ms * c->E + e;
@@ -519,12 +512,9 @@ static void c_release(void *ctx, int expert) {
 static void drain(cache *c) {
     while (c->inflight > 0 && !c->io_broken) { /* a broken engine reports nothing more: waiting would hang */
         int done = -1;
-        int saved = c->failed;
-        char msg[sizeof c->err];
-        memcpy(msg, c->err, sizeof msg);
+        const sl_error saved = c->err;
         complete_one(c, &done);
-        c->failed = saved;
-        memcpy(c->err, msg, sizeof msg);
+        c->err = saved;
         if (done >= 0 && !c->slots[done].prefetched) c->slots[done].refs = 0;
     }
 }
@@ -532,7 +522,7 @@ static void drain(cache *c) {
 static void c_end(void *ctx) {
     cache *c = ctx;
     /* after an error, settle every read; otherwise prefetch reads stay in flight across layers */
-    if (c->failed) drain(c);
+    if (c->err.status) drain(c);
     /* undelivered reservations */
     for (int i = c->ready_head; i < c->n_ready; i++) {
         int si = c->map[c->mslot * c->E + c->ready[i]];
@@ -546,7 +536,7 @@ static void c_end(void *ctx) {
     hint_issue(c); /* the next layer's predicted reads, into the slots this request has just let go */
 }
 
-static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err; }
+static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err.msg; }
 
 /* Prefetch hint: start reading experts of `layer` that are neither cached nor in flight, into free or
  * evictable slots, while the I/O depth allows. Never evicts what the current request holds, never
@@ -579,7 +569,7 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n, int orde
         if (experts[i] >= 0 && experts[i] < c->E) c->pred[experts[i]] = 1;
     c->pred_layer = layer;
     c->pred_n = n;
-    if (!c->pf_on || c->failed || (c->active && c->queued_head < c->n_queued)) return;
+    if (!c->pf_on || c->err.status || (c->active && c->queued_head < c->n_queued)) return;
     int started = 0;
     for (int i = 0; i < n && c->inflight < c->depth; i++) {
         if (experts[i] < 0 || experts[i] >= c->E) continue;
@@ -588,8 +578,7 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n, int orde
         int v = victim(c);
         if (v < 0) break;
         if (start_load(c, v, key, 1)) {
-            c->failed = 0; /* a hint that cannot be submitted is simply not taken */
-            c->err[0] = 0;
+            clear_err(c); /* a hint that cannot be submitted is simply not taken */
             break;
         }
         started++;
@@ -615,12 +604,12 @@ sl_expert_src cache_source(cache *c) {
 
 /* ---- lifecycle, pinning, stats ---- */
 
-cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
+sl_status cache_new(const cache_cfg *cfg, cache **out, sl_error *err) {
+    *out = NULL;
     cache *c = calloc(1, sizeof *c);
     if (!c) {
         io_destroy(cfg->io);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
+        return sl_err(err, SL_ENOMEM, "out of memory");
     }
     c->f = cfg->file;
     c->cfg = cfg->cfg;
@@ -659,10 +648,9 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     c->routes = calloc((size_t)(c->n_keys > 0 ? c->n_keys : 1), 8);
     if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->pred || !c->list || !c->wl || !c->wl_mark || !c->l_hits || !c->l_miss ||
         !c->l_bytes || !c->routes) {
-        snprintf(err, errlen, "out of memory for an expert cache of %llu slots of %llu bytes", (unsigned long long)n,
-                 (unsigned long long)stride);
         cache_free(c);
-        return NULL;
+        return sl_err(err, SL_ENOMEM, "out of memory for an expert cache of %llu slots of %llu bytes",
+                      (unsigned long long)n, (unsigned long long)stride);
     }
     for (int i = 0; i < c->n_keys; i++) c->map[i] = -1;
     for (uint64_t i = 0; i < n; i++) {
@@ -671,7 +659,8 @@ cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen) {
     }
     c->st.slots = n;
     c->st.slot_bytes = stride;
-    return c;
+    *out = c;
+    return SL_OK;
 }
 
 void cache_free(cache *c) {
@@ -731,7 +720,8 @@ void cache_reset_stats(cache *c) {
 
 const uint64_t *cache_route_counts(const cache *c) { return c->routes; }
 
-int cache_pin(cache *c, const int *keys, int n_keys, double max_fraction) {
+/* The pinning loop; failures in c->err (cache_pin copies them out). */
+static sl_status pin_keys(cache *c, const int *keys, int n_keys, double max_fraction) {
     int max_pin = (int)(max_fraction * c->n_slots);
     int pinned = 0;
     for (int i = 0; i < n_keys && pinned < max_pin; i++) {
@@ -741,7 +731,7 @@ int cache_pin(cache *c, const int *keys, int n_keys, double max_fraction) {
         if (si < 0) {
             si = victim(c);
             if (si < 0) break;
-            int rc = start_load(c, si, key, 0);
+            sl_status rc = start_load(c, si, key, 0);
             if (rc) return rc;
             int done = -1;
             while (c->inflight > 0) {
@@ -755,5 +745,10 @@ int cache_pin(cache *c, const int *keys, int n_keys, double max_fraction) {
         c->slots[si].refs = 0;
         pinned++;
     }
-    return 0;
+    return SL_OK;
+}
+
+sl_status cache_pin(cache *c, const int *keys, int n_keys, double max_fraction, sl_error *err) {
+    sl_status st = pin_keys(c, keys, n_keys, max_fraction);
+    return st ? sl_err(err, st, "%s", c->err.msg) : SL_OK;
 }

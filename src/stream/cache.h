@@ -52,11 +52,12 @@ typedef struct cache_stats {
 
 typedef struct cache cache;
 
-cache *cache_new(const cache_cfg *cfg, char *err, size_t errlen);
+/* SL_OK with *out the cache (cache_free), or SL_ENOMEM with *out NULL and err filled; cfg->io is the cache's
+ * from the call on, freed with it or on failure. */
+sl_status cache_new(const cache_cfg *cfg, cache **out, sl_error *err);
 void cache_free(cache *c);
 /* The streaming expert source backed by this cache (ctx = c). */
 sl_expert_src cache_source(cache *c);
-const char *cache_errmsg(const cache *c);
 void cache_get_stats(const cache *c, cache_stats *out);
 /* Per-layer counters: hits, misses, bytes read of model layer l (0 for dense layers). */
 void cache_layer_stats(const cache *c, int layer, uint64_t *hits, uint64_t *misses, uint64_t *bytes);
@@ -64,7 +65,7 @@ void cache_reset_stats(cache *c);
 /* Routing counts per (slot, expert) since open: [n_moe_layers * E]. */
 const uint64_t *cache_route_counts(const cache *c);
 /* Loads and pins experts (keys = slot * E + expert), hottest first, while pinned slots stay within
- * max_fraction of all slots. Returns 0 or a negative sl_status (message in cache_errmsg). */
-int cache_pin(cache *c, const int *keys, int n_keys, double max_fraction);
+ * max_fraction of all slots. SL_OK, or an error with err naming the key or the expert block's read. */
+sl_status cache_pin(cache *c, const int *keys, int n_keys, double max_fraction, sl_error *err);
 
 #endif

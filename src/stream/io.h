@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice.h"
+
 typedef struct io_req {
     uint64_t off;      /* file offset (4096-aligned for O_DIRECT) */
     uint32_t len;      /* bytes */
@@ -83,9 +85,10 @@ static inline void io_occ_step(io_occ *o, uint64_t now_ns, int delta) {
     o->in_dev += delta;
 }
 
-/* Each constructor returns NULL on failure with a reason in err. */
-io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen);
-io_engine *io_pread_engine_new(int fd, int n_threads, char *err, size_t errlen);
+/* Each constructor: SL_OK with *out the engine (the caller's, io_destroy), or an error with *out NULL and err
+ * naming why (io_uring: SL_EUNSUPPORTED where the kernel or its limits refuse a ring, SL_ENOMEM, SL_EIO). */
+sl_status io_uring_engine_new(int fd, int depth, io_engine **out, sl_error *err);
+sl_status io_pread_engine_new(int fd, int n_threads, io_engine **out, sl_error *err);
 
 typedef struct io_fault_cfg {
     /* Counting the completed reads that match (all, or only those starting at `only_off` when it is
@@ -102,7 +105,7 @@ typedef struct io_fault_cfg {
                                * as an engine whose reaper died would (0 = never) */
 } io_fault_cfg;
 
-/* Takes ownership of inner. */
+/* Takes ownership of inner. NULL only when out of memory (inner destroyed), as malloc. */
 io_engine *io_fault_engine_new(io_engine *inner, const io_fault_cfg *cfg);
 
 static inline void io_destroy(io_engine *e) {

@@ -13,6 +13,7 @@
 
 #include "stream/io.h"
 #include "util/clock.h"
+#include "util/err.h"
 #include "util/xxh3.h"
 
 #define PQ_CAP 4096
@@ -128,12 +129,10 @@ static void p_busy(io_engine *e, uint64_t *busy_ns, uint64_t *depth_ns) {
 
 static const io_ops pread_ops = {"pread", p_submit, p_flush, p_wait, p_destroy, p_busy};
 
-io_engine *io_pread_engine_new(int fd, int n_threads, char *err, size_t errlen) {
+sl_status io_pread_engine_new(int fd, int n_threads, io_engine **out, sl_error *err) {
+    *out = NULL;
     pread_engine *p = calloc(1, sizeof *p);
-    if (!p) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!p) return sl_err(err, SL_ENOMEM, "out of memory");
     if (n_threads < 1) n_threads = 1;
     if (n_threads > 64) n_threads = 64;
     p->base.ops = &pread_ops;
@@ -144,11 +143,11 @@ io_engine *io_pread_engine_new(int fd, int n_threads, char *err, size_t errlen) 
     pthread_cond_init(&p->done, NULL);
     for (int i = 0; i < n_threads; i++) {
         if (pthread_create(&p->th[i], NULL, worker, p) != 0) {
-            snprintf(err, errlen, "cannot start I/O threads");
             p_destroy(&p->base);
-            return NULL;
+            return sl_err(err, SL_ENOMEM, "cannot start I/O threads");
         }
         p->n_threads++;
     }
-    return &p->base;
+    *out = &p->base;
+    return SL_OK;
 }

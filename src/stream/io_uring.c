@@ -46,6 +46,7 @@
 
 #include "stream/io.h"
 #include "util/clock.h"
+#include "util/err.h"
 #include "util/xxh3.h"
 
 #define UQ_CAP 4096
@@ -431,18 +432,15 @@ static void u_destroy(io_engine *e) {
 
 static const io_ops uring_ops = {"io_uring", u_submit, u_flush, u_wait, u_destroy, u_busy};
 
-io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen) {
+sl_status io_uring_engine_new(int fd, int depth, io_engine **out, sl_error *err) {
+    *out = NULL;
     uring_engine *u = calloc(1, sizeof *u);
-    if (!u) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!u) return sl_err(err, SL_ENOMEM, "out of memory");
     if (depth < 1) depth = 1;
     u->jobs = calloc(JOB_CAP, sizeof *u->jobs);
     if (!u->jobs) {
-        snprintf(err, errlen, "out of memory");
         free(u);
-        return NULL;
+        return sl_err(err, SL_ENOMEM, "out of memory");
     }
     for (int i = 0; i < JOB_CAP; i++) u->jobs[i].next_free = i + 1 < JOB_CAP ? i + 1 : -1;
     /* room for a flush's pieces: depth reads of up to 16 pieces (more are submitted in turns); ring_setup adds
@@ -453,16 +451,16 @@ io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen) {
     u->base.depth = depth;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
+    sl_status st = SL_OK;
     u->kick_fd = eventfd(0, EFD_CLOEXEC);
     if (u->kick_fd < 0) {
-        snprintf(err, errlen, "cannot make the io_uring thread's eventfd: %s", strerror(errno));
-        u_destroy(&u->base);
-        return NULL;
+        st = sl_err(err, sl_status_from_errno(errno), "cannot make the io_uring thread's eventfd: %s",
+                    strerror(errno));
+        goto fail;
     }
     if (pthread_create(&u->reaper, NULL, reap, u) != 0) {
-        snprintf(err, errlen, "cannot start the io_uring thread");
-        u_destroy(&u->base);
-        return NULL;
+        st = sl_err(err, SL_ENOMEM, "cannot start the io_uring thread");
+        goto fail;
     }
     u->reaper_up = 1;
     pthread_mutex_lock(&u->mu);
@@ -470,9 +468,12 @@ io_engine *io_uring_engine_new(int fd, int depth, char *err, size_t errlen) {
     const int rc = u->setup;
     pthread_mutex_unlock(&u->mu);
     if (rc < 0) {
-        snprintf(err, errlen, "io_uring is not available: %s", strerror(-rc));
-        u_destroy(&u->base);
-        return NULL;
+        st = sl_err(err, SL_EUNSUPPORTED, "io_uring is not available: %s", strerror(-rc));
+        goto fail;
     }
-    return &u->base;
+    *out = &u->base;
+    return SL_OK;
+fail:
+    u_destroy(&u->base);
+    return st;
 }

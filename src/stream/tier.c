@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "util/err.h"
 
 #define TIER_HOLD 8 /* host slots kept for copies in flight, at most */
 
@@ -50,17 +51,10 @@ struct tier {
     int *used, n_used;            /* slots with used set */
     int *pf;                      /* [E] prefetch: the hinted experts not in a device slot */
     tier_stats st;
-    char err[512];
+    sl_error err; /* the current request's failure: the source's errmsg */
 };
 
-static int fail(tier *t, int st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(tier *t, int st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->err, sizeof t->err, fmt, ap);
-    va_end(ap);
-    return st;
-}
+#define fail(t, st, ...) sl_err(&(t)->err, (st), __VA_ARGS__)
 
 /* ---- slots and eviction ---- */
 
@@ -186,7 +180,8 @@ static int t_begin(void *ctx, int layer, const int *experts, int n, int ordered)
     t->mslot = ms;
     t->ordered = ordered;
     t->active = 1;
-    t->err[0] = 0;
+    t->err.status = SL_OK;
+    t->err.msg[0] = 0;
     t->n_hits = t->hits_head = t->n_miss = t->miss_next = t->pos = 0;
     memcpy(t->list, experts, (size_t)n * sizeof *experts);
     t->n_list = n;
@@ -258,7 +253,7 @@ static void t_end(void *ctx) {
     t->active = 0;
 }
 
-static const char *t_errmsg(void *ctx) { return ((tier *)ctx)->err; }
+static const char *t_errmsg(void *ctx) { return ((tier *)ctx)->err.msg; }
 
 /* The hint goes down without the experts already in a device slot: reading those into the host source
  * would spend its reads and slots on blocks no request will ask it for (a warm tier holds most of them). */
@@ -299,12 +294,10 @@ sl_expert_src tier_source(tier *t) {
 
 /* ---- lifecycle, stats ---- */
 
-tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen) {
+sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
+    *out = NULL;
     tier *t = calloc(1, sizeof *t);
-    if (!t) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
     t->be = cfg->be;
     t->f = cfg->file;
     t->cfg = cfg->cfg;
@@ -339,10 +332,10 @@ tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen) {
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
     if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
         !t->pf || !t->arena) {
-        snprintf(err, errlen, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
-                 t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
+        sl_err(err, SL_ENOMEM, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
+               t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
-        return NULL;
+        return SL_ENOMEM;
     }
     for (int i = 0; i < t->n_keys; i++) t->map[i] = -1;
     for (uint64_t i = 0; i < n; i++) {
@@ -351,7 +344,8 @@ tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen) {
     }
     t->st.slots = n;
     t->st.slot_bytes = t->stride;
-    return t;
+    *out = t;
+    return SL_OK;
 }
 
 void tier_free(tier *t) {

@@ -44,7 +44,8 @@ typedef struct tier_stats {
 
 typedef struct tier tier;
 
-tier *tier_new(const tier_cfg *cfg, char *err, size_t errlen);
+/* SL_OK with *out the tier (tier_free), or SL_ENOMEM with *out NULL and err naming the memory that ran out. */
+sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err);
 void tier_free(tier *t);
 sl_expert_src tier_source(tier *t);
 void tier_get_stats(const tier *t, tier_stats *out);
