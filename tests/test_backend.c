@@ -100,8 +100,9 @@ TEST(backend_route_kinds) {
  * opened with it; nothing crashes, nothing leaks. */
 TEST(backend_gpu_refused_clearly) {
     sl_backend *be = (sl_backend *)1;
-    char msg[256] = "";
-    int rc = be_open(SL_BACKEND_CUDA, NULL, &be, msg, sizeof msg);
+    sl_error be_err = {0};
+    sl_status rc = be_open(SL_BACKEND_CUDA, NULL, &be, &be_err);
+    const char *msg = be_err.msg;
 #ifdef SL_CUDA
     int named = strstr(msg, "no usable CUDA device") != NULL; /* a build with CUDA=1 on a machine without a GPU */
 #else

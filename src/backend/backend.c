@@ -6,35 +6,26 @@
 
 #include "backend/backend.h"
 #include "sluice.h"
+#include "util/err.h"
 #ifdef SL_CUDA
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda.h"
 #endif
 
-int be_open(int kind, sl_pool *pool, sl_backend **out, char *err, size_t errlen) {
+sl_status be_open(int kind, sl_pool *pool, sl_backend **out, sl_error *err) {
     *out = NULL;
     if (kind == SL_BACKEND_CPU) {
         *out = be_cpu_new(NULL, pool);
-        if (*out) return 0;
-        snprintf(err, errlen, "out of memory for the CPU backend");
-        return SL_ENOMEM;
+        return *out ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory for the CPU backend");
     }
-    if (kind != SL_BACKEND_CUDA) {
-        snprintf(err, errlen, "backend %d: neither SL_BACKEND_CPU nor SL_BACKEND_CUDA", kind);
-        return SL_EINVAL;
-    }
+    if (kind != SL_BACKEND_CUDA) return sl_err(err, SL_EINVAL, "backend %d: neither SL_BACKEND_CPU nor SL_BACKEND_CUDA", kind);
 #ifdef SL_CUDA
-    char msg[256];
-    if (slcu_init(msg, sizeof msg)) { /* its message starts "no usable CUDA device" */
-        snprintf(err, errlen, "%s", msg);
-        return SL_EUNSUPPORTED;
-    }
-    if ((*out = be_cuda_new(pool))) return 0;
-    snprintf(err, errlen, "out of memory for the CUDA backend");
-    return SL_ENOMEM;
+    char msg[256]; /* the CUDA runtime's side (.cu) keeps C++-friendly char buffers: its one crossing */
+    if (slcu_init(msg, sizeof msg)) return sl_err(err, SL_EUNSUPPORTED, "%s", msg); /* "no usable CUDA device ..." */
+    *out = be_cuda_new(pool);
+    return *out ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory for the CUDA backend");
 #else
-    snprintf(err, errlen, "built without CUDA (rebuild with make CUDA=1)");
-    return SL_EUNSUPPORTED;
+    return sl_err(err, SL_EUNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");
 #endif
 }
 
@@ -42,6 +33,11 @@ void be_close(sl_backend *be) {
     if (be) be->destroy(be);
 }
 
-int be_check_mat(const sl_backend *be, const sl_mat *m) {
-    return m->dtype > DT_NONE && m->dtype < DT_COUNT && be->matmul[m->dtype] ? 0 : SL_EUNSUPPORTED;
+sl_status be_check_mat(const sl_backend *be, const sl_mat *m) {
+    return m->dtype > DT_NONE && m->dtype < DT_COUNT && be->matmul[m->dtype] ? SL_OK : SL_EUNSUPPORTED;
+}
+
+sl_status be_sync(sl_backend *be, sl_error *err) {
+    sl_status st = be->sync(be);
+    return st ? sl_err(err, st, "%s backend: %s", be->name, be->errmsg(be)) : SL_OK;
 }

@@ -14,11 +14,13 @@
  * table. Weights (sl_mat, sl_expert, the f32 vectors of the model) point into backend memory. When
  * is_host is 1 the backend's memory is host memory, so the forward pass may hand it the caller's
  * buffers (logits) directly.
- *
- * Errors. Compute ops return nothing: a failing op records the first failure, and sync() returns it (0 or
- * a negative sl_status, the message in errmsg()) and clears it; ops after a failure may be skipped. The
- * forward pass syncs at the end of every block and wherever the host reads a result (route does so
- * itself). Only alloc and reserve allocate; no op allocates.
+ Errors. Compute ops return nothing: a failing op records the first failure, and sync() returns it (SL_OK
+ * or a negative sl_status, the message in errmsg()) and clears it; ops after a failure may be skipped: a
+ * device queue's way (CUDA reports a kernel's fault at the next synchronisation), kept because an op that
+ * returned a status would have to wait for its work. The forward pass syncs at the end of every block and
+ * wherever the host reads a result (route does so itself), and turns a failure into its own sl_status +
+ * sl_error there (be_sync); nothing above the forward pass sees errmsg(). Only alloc and reserve allocate;
+ * no op allocates.
  *
  * Exactness (docs/QUANT.md, kernels.h): every op computes each output from its own row, token and head
  * in an order fixed by the shapes, never by n, the split over threads or the batch, so a token in a batch
@@ -187,12 +189,13 @@ struct sl_backend {
     void (*copy)(sl_backend *be, void *dst, const void *src, size_t bytes, int dir);
     /* p[0 .. bytes) = 0 (backend memory). */
     void (*zero)(sl_backend *be, void *p, size_t bytes);
-    /* Waits for the queued work; 0, or the first failure since the last sync (cleared). */
-    int (*sync)(sl_backend *be);
+    /* Waits for the queued work; SL_OK, or the first failure since the last sync (cleared; its message stays
+     * in errmsg() until the next failure). be_sync brings it across the layer boundary as an sl_error. */
+    sl_status (*sync)(sl_backend *be);
     const char *(*errmsg)(sl_backend *be);
     /* Makes room for the ops' per-thread scratch of up to slot_floats floats (attention scores over a
-     * context, the DeltaNet chunk matrices, one dequantised row); idempotent. 0 or SL_ENOMEM. */
-    int (*reserve)(sl_backend *be, size_t slot_floats);
+     * context, the DeltaNet chunk matrices, one dequantised row); idempotent. SL_OK or SL_ENOMEM. */
+    sl_status (*reserve)(sl_backend *be, size_t slot_floats);
     void (*destroy)(sl_backend *be);
 
     /* ---- copies that overlap the compute ops (optional: NULL where copies are synchronous, the CPU) ----
@@ -256,7 +259,7 @@ struct sl_backend {
 
     /* ---- MoE ---- */
     /* Fills r->top_e / top_w on the host; returns as sync() does (it syncs to read them). */
-    int (*route)(sl_backend *be, const be_route *r);
+    sl_status (*route)(sl_backend *be, const be_route *r);
     void (*ffn)(sl_backend *be, const be_ffn *f);
     /* n SwiGLU experts over one token, every f[i].x the same one-token activation: gate and up of all in
      * one hand-off, then every down, bitwise each ffn alone. f[i].g must be f[0].g + i * inter (the down
@@ -276,9 +279,9 @@ struct sl_backend {
 
 /* Opens a backend of kind (sluice.h sl_backend_kind) into *out. SL_BACKEND_CPU: today's kernels
  * (kern_default_ops) on pool (borrowed; outlives the backend). SL_BACKEND_CUDA: SL_EUNSUPPORTED with "built
- * without CUDA ..." in a build without it, "no usable CUDA device ..." where there is none. Returns 0, or a
- * negative sl_status with err filled and *out NULL. */
-int be_open(int kind, sl_pool *pool, sl_backend **out, char *err, size_t errlen);
+ * without CUDA ..." in a build without it, "no usable CUDA device ..." where there is none. SL_OK, or an error
+ * with err filled and *out NULL. */
+sl_status be_open(int kind, sl_pool *pool, sl_backend **out, sl_error *err);
 void be_close(sl_backend *be); /* NULL: no-op */
 /* The CPU backend on a given kernel table (tests). */
 sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool);
@@ -287,7 +290,10 @@ sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool);
 static inline void be_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy) {
     be->matmul[w->dtype](be, w, x, y, ldy);
 }
-/* 0 when the backend has a matmul for m's dtype, else SL_EUNSUPPORTED. */
-int be_check_mat(const sl_backend *be, const sl_mat *m);
+/* SL_OK when the backend has a matmul for m's dtype, else SL_EUNSUPPORTED. */
+sl_status be_check_mat(const sl_backend *be, const sl_mat *m);
+/* The sticky error across the layer boundary: be->sync(be); on a failure err = "<name> backend: <errmsg>"
+ * with sync's status. */
+sl_status be_sync(sl_backend *be, sl_error *err);
 
 #endif

@@ -37,11 +37,8 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     m->cfg.routing_seed = p->routing_seed;
     m->pool = sl_pool_new(p->n_threads);
     if (!m->pool) { st = sl_err(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
-    { /* the backend first: --gpu without a usable one fails before anything is read */
-        char msg[256] = "";
-        int rc = be_open(p->backend, m->pool, &m->be, msg, sizeof msg);
-        if (rc) { st = sl_err(err, (sl_status)rc, "%s", msg); goto fail; }
-    }
+    /* the backend first: --gpu without a usable one fails before anything is read */
+    if ((st = be_open(p->backend, m->pool, &m->be, err))) goto fail;
     int n = arch_backbone_tensors(&m->cfg, &at);
     if ((st = engine_load_backbone(m, path, at, n, err))) goto fail;
     st = p->resident ? engine_open_resident(m, path, err) : engine_open_stream(m, path, p, fault, err);

@@ -16,12 +16,11 @@
 #include "backend/cpu/cpu.h"
 #include "quant/quant.h"
 #include "sluice.h"
+#include "util/err.h"
 
-void cpu_fail(sl_backend *be, int status, const char *what) {
+void cpu_fail(sl_backend *be, sl_status status, const char *what) {
     cpu_ctx *c = cpu_of(be);
-    if (c->status) return;
-    c->status = status;
-    snprintf(c->msg, sizeof c->msg, "%s", what);
+    if (!c->err.status) sl_err(&c->err, status, "%s", what);
 }
 
 /* ---- buffers ---------------------------------------------------------------------------------- */
@@ -61,20 +60,20 @@ static void cpu_zero(sl_backend *be, void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
 }
 
-static int cpu_sync(sl_backend *be) {
+static sl_status cpu_sync(sl_backend *be) {
     cpu_ctx *c = cpu_of(be);
-    int st = c->status;
-    c->status = 0;
+    sl_status st = c->err.status;
+    c->err.status = SL_OK;
     return st;
 }
 
-static const char *cpu_errmsg(sl_backend *be) { return cpu_of(be)->msg; }
+static const char *cpu_errmsg(sl_backend *be) { return cpu_of(be)->err.msg; }
 
-static int cpu_reserve(sl_backend *be, size_t slot_floats) {
+static sl_status cpu_reserve(sl_backend *be, size_t slot_floats) {
     cpu_ctx *c = cpu_of(be);
     int n = sl_pool_size(c->pool);
     if (n < 1) n = 1;
-    if (slot_floats <= c->slot_floats && n <= c->n_slots) return 0;
+    if (slot_floats <= c->slot_floats && n <= c->n_slots) return SL_OK;
     size_t sf = slot_floats > c->slot_floats ? slot_floats : c->slot_floats;
     int ns = n > c->n_slots ? n : c->n_slots;
     float *p = malloc((size_t)ns * sf * sizeof(float));
@@ -83,7 +82,7 @@ static int cpu_reserve(sl_backend *be, size_t slot_floats) {
     c->scratch = p;
     c->slot_floats = sf;
     c->n_slots = ns;
-    return 0;
+    return SL_OK;
 }
 
 static void cpu_destroy(sl_backend *be) {

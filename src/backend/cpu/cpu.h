@@ -23,13 +23,12 @@ typedef struct cpu_ctx {
      * and frequencies (q and then k of one micro-batch): [ROPE_MEMO_TOK][512] each */
     float *rope_c, *rope_s, rope_inv[512], rope_af;
     int rope_pos0, rope_n, rope_rot;
-    int status;          /* first failure since the last sync */
-    char msg[256];
+    sl_error err;        /* the first failure since the last sync (status SL_OK: none); msg: errmsg() */
 } cpu_ctx;
 
 static inline cpu_ctx *cpu_of(sl_backend *be) { return be->ctx; }
 /* Records a failure (the first since the last sync wins). */
-void cpu_fail(sl_backend *be, int status, const char *what);
+void cpu_fail(sl_backend *be, sl_status status, const char *what);
 
 void cpu_attention(sl_backend *be, const be_attn *a);
 void cpu_mla(sl_backend *be, const be_mla *a);
@@ -39,7 +38,7 @@ void cpu_dn_step(sl_backend *be, const be_dn *d);
 void cpu_dn_chunk(sl_backend *be, const be_dn *d);
 void cpu_dn_norm(sl_backend *be, const be_dn *d);
 
-int cpu_route(sl_backend *be, const be_route *r);
+sl_status cpu_route(sl_backend *be, const be_route *r);
 void cpu_ffn(sl_backend *be, const be_ffn *f);
 void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n);
 void cpu_combine(sl_backend *be, const be_combine *c);

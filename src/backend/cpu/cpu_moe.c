@@ -173,7 +173,7 @@ static void hint_token(float *lg, int E, int k, int *top_e) {
     for (; s < k; s++) top_e[s] = -1;
 }
 
-int cpu_route(sl_backend *be, const be_route *r) {
+sl_status cpu_route(sl_backend *be, const be_route *r) {
     const sl_config *cfg = r->cfg;
     const int E = cfg->n_experts, k = cfg->n_experts_used;
     for (int t = 0; t < r->n; t++) {

@@ -147,18 +147,18 @@ static void cu_zero(sl_backend *be, void *p, size_t bytes) {
     CU(be, slcb_zero(p, bytes, MSG(be)));
 }
 
-static int cu_sync(sl_backend *be) {
+static sl_status cu_sync(sl_backend *be) {
     cu_ctx *c = cu_of(be);
     if (slcu_sync(MSG(be))) cu_fail(be, SL_EIO, c->tmp);
     else c->up_off = 0; /* nothing queued reads the upload ring now */
-    int st = c->status;
+    sl_status st = c->status;
     c->status = 0;
     return st;
 }
 
 static const char *cu_errmsg(sl_backend *be) { return cu_of(be)->msg; }
 
-static int cu_reserve(sl_backend *be, size_t slot_floats) {
+static sl_status cu_reserve(sl_backend *be, size_t slot_floats) {
     (void)be, (void)slot_floats; /* the kernels size their own shared memory */
     return 0;
 }
@@ -400,7 +400,7 @@ static int *route_buf(sl_backend *be, size_t nk) {
 
 /* The device router's choice, copied back (so streamed steps weigh experts as moe_resident does); a hint or
  * uniform routing: the logits come back and the CPU backend's rule chooses. */
-static int cu_route(sl_backend *be, const be_route *r) {
+static sl_status cu_route(sl_backend *be, const be_route *r) {
     cu_ctx *c = cu_of(be);
     slcu_router rr;
     if (!r->hint && router_of(r->cfg, r->bias, &rr)) {
@@ -413,7 +413,7 @@ static int cu_route(sl_backend *be, const be_route *r) {
             cu_fail(be, SL_EIO, c->tmp);
         return cu_sync(be);
     }
-    int st = cu_sync(be);
+    sl_status st = cu_sync(be);
     if (st) return st;
     const size_t E = (size_t)r->cfg->n_experts, nE = (size_t)r->n * E;
     float *h = host_scratch(be, (nE + E) * sizeof(float));
