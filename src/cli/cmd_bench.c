@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "util/err.h"
 
 void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s) {
     sl_stats st;
@@ -128,15 +129,12 @@ static void bench_warmup(sl_model *m, const int32_t *toks, int n_prompt, float *
     sl_session_free(w);
 }
 
-static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_gen, int feed, uint64_t seed, int warm,
-                     bench_row *r, const char **err_out, char *errbuf, size_t errlen) {
+/* One row of the table: SL_OK with r filled, or the failure with err naming it. */
+static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, int n_gen, int feed, uint64_t seed,
+                           int warm, bench_row *r, sl_error *err) {
     sl_model *m = NULL;
-    sl_error err = {0};
-    if (sl_model_open(path, &mp, &m, &err)) {
-        snprintf(errbuf, errlen, "%s", err.msg);
-        *err_out = errbuf;
-        return 1;
-    }
+    sl_status rc = sl_model_open(path, &mp, &m, err);
+    if (rc) return rc;
     int V = sl_model_n_vocab(m);
     int32_t *toks = malloc((size_t)(n_prompt > 0 ? n_prompt : 1) * sizeof *toks);
     float *lg = malloc((size_t)V * sizeof(float));
@@ -144,9 +142,7 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
         free(toks);
         free(lg);
         sl_model_close(m);
-        snprintf(errbuf, errlen, "out of memory");
-        *err_out = errbuf;
-        return 1;
+        return sl_err(err, SL_ENOMEM, "out of memory");
     }
     if (feed == FEED_AUTO) feed = sl_model_synthetic(m) ? FEED_RANDOM : FEED_GREEDY;
     r->random_ids = feed == FEED_RANDOM;
@@ -156,7 +152,7 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
     sl_stats s0;
     sl_model_stats(m, &s0);
     sl_session *s = NULL;
-    int rc = sl_session_new(m, n_prompt + n_gen + 1, &s);
+    rc = sl_session_new(m, n_prompt + n_gen + 1, &s);
     double t0 = clk_now_s(), t1 = t0, t2 = t0;
     if (!rc && n_prompt > 0) rc = sl_session_eval(s, toks, n_prompt, lg, 0);
     t1 = clk_now_s();
@@ -173,8 +169,7 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
     sl_sampler_free(greedy);
     t2 = clk_now_s();
     if (rc || no_sampler) {
-        snprintf(errbuf, errlen, "%s", rc ? sl_session_errmsg(s) : "out of memory");
-        *err_out = errbuf;
+        rc = sl_err(err, rc ? rc : SL_ENOMEM, "%s", rc ? sl_session_errmsg(s) : "out of memory");
     } else {
         sl_stats st;
         sl_model_stats(m, &st);
@@ -224,7 +219,7 @@ static int bench_one(const char *path, sl_model_params mp, int n_prompt, int n_g
     free(toks);
     free(lg);
     sl_model_close(m);
-    return rc != 0;
+    return rc;
 }
 
 /* One cache size's row as a JSON object; takes r->layers. */
@@ -321,11 +316,10 @@ int cmd_bench(int argc, char **argv) {
         p.cache_bytes = caches[c];
         bench_row r;
         memset(&r, 0, sizeof r);
-        const char *e = NULL;
-        char eb[800];
-        if (bench_one(path, p, n_prompt, n_gen, feed, seed, warm, &r, &e, eb, sizeof eb)) {
+        sl_error err = {0};
+        if (bench_one(path, p, n_prompt, n_gen, feed, seed, warm, &r, &err)) {
             cJSON_Delete(arr);
-            return cli_fail("bench", "%s", e);
+            return cli_fail("bench", "%s", err.msg);
         }
         if (json) cJSON_AddItemToArray(arr, bench_row_json(&p, &r, n_prompt, n_gen, seed));
         else bench_row_print(&p, &r);
