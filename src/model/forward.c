@@ -554,201 +554,281 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
  * arithmetic depends only on its own sequence (kernels.h: a matmul row depends only on its input row),
  * so each sequence gets bitwise what eval_batch gives it over the same micro-batches, alone.
  * The DeltaNet state of the call is built in the non-current slot and a spare buffer, so a failure
- * leaves every sequence exactly as it was (nothing of this call is committed). */
+ * leaves every sequence exactly as it was (nothing of this call is committed).
+ * Stages: multi_alloc (the pass's buffers), multi_begin (embed), per layer multi_mixer and multi_ffn,
+ * multi_settle (snapshot put back: commit or roll back), multi_finish (positions and logits), multi_free. */
 #define WIDE_MAX 1024
-static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                      const fwd_item *it, int n_items, char *err, size_t errlen) {
-    sl_backend *be = ws->be;
-    const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
-    const size_t V = (size_t)cfg->vocab;
-    const int L = cfg->n_layers;
-    int rc = 0, n = 0, n_last = 0;
-    for (int i = 0; i < n_items; i++) {
-        n += it[i].n;
-        n_last += it[i].logits && !it[i].all_logits;
-    }
-    const int n_lg = n_last < FWD_BATCH ? n_last : FWD_BATCH;
-    /* backend memory: the rows' floats; host memory: routing (fwd_wide's index arrays and weights) */
-#define DEV(bytes) be->alloc(be, (bytes), BE_BUF_DEVICE)
-#define UNDEV(p, bytes) be->free(be, (p), (bytes), BE_BUF_DEVICE)
-    const size_t nH = (size_t)n * H * sizeof(float);
-    float *X = DEV(nH), *HN = DEV(nH), *O = DEV(nH);
-    fwd_wide wb = {DEV((size_t)n * E * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
-                   malloc((size_t)n * k * sizeof(float)), malloc((size_t)n * k * sizeof(int)),
-                   malloc((size_t)n * k * sizeof(int)), DEV(nH), DEV((size_t)n * sizeof(float))};
+
+/* One layer-major pass's buffers: backend memory for the rows' floats, host memory for routing (fwd_wide's
+ * index arrays and weights) and the rollback records. */
+typedef struct multi_pass {
+    const fwd_item *it;
+    int n_items, n, n_last, n_lg, traced;
+    size_t nH;          /* bytes of n rows of H floats */
+    float *X, *HN, *O;  /* [n][H]: the residual stream, its norm, the MoE output */
+    fwd_wide wb;
     /* per (item, layer): the original DeltaNet buffers a multi-micro-batch item displaced, and its slot; for a
      * sliding layer's KV ring that more than one micro-batch writes, a copy of the ring (k, v): those writes
      * reach rows the sequence still needs if the pass fails and is rolled back */
-    float **saved = calloc((size_t)n_items * L * 2, sizeof *saved);
-    unsigned char *orig = malloc((size_t)n_items * L);
-    int *row0 = malloc((size_t)n_items * sizeof(int));
-    float *last_rows = n_last ? DEV((size_t)n_last * H * sizeof(float)) : NULL;
-    float *last_logits = n_last ? DEV((size_t)n_lg * V * sizeof(float)) : NULL;
-    if (!X || !HN || !O || !wb.router || !wb.top_e || !wb.top_w || !wb.e_tok || !wb.e_slot || !wb.sh_y || !wb.sg ||
-        !saved || !orig || !row0 || (n_last && (!last_rows || !last_logits))) {
-        fwd_errf(err, errlen, "out of memory for a %d-token evaluation", n);
-        rc = SL_ENOMEM;
-        goto done;
+    float **saved;
+    unsigned char *orig;
+    int *row0;                     /* [n_items] the item's first row */
+    float *last_rows, *last_logits; /* [n_last][H], [n_lg][V]: the gathered last rows of last-token items */
+} multi_pass;
+
+#define DEV(bytes) be->alloc(be, (bytes), BE_BUF_DEVICE)
+#define UNDEV(p, bytes) be->free(be, (p), (bytes), BE_BUF_DEVICE)
+
+/* Every buffer of the pass; mp is zeroed first, so multi_free may follow any failure. 0 or SL_ENOMEM. */
+static int multi_alloc(sl_backend *be, const sl_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
+                       char *err, size_t errlen) {
+    const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
+    const size_t V = (size_t)cfg->vocab, L = (size_t)cfg->n_layers;
+    memset(mp, 0, sizeof *mp);
+    mp->it = it;
+    mp->n_items = n_items;
+    for (int i = 0; i < n_items; i++) {
+        mp->n += it[i].n;
+        mp->n_last += it[i].logits && !it[i].all_logits;
     }
-    for (int i = 0, r = 0; i < n_items; r += it[i].n, i++) {
-        row0[i] = r;
-        for (int l = 0; l < L; l++) orig[(size_t)i * L + l] = it[i].sq->lin_cur[l];
-        be->embed(be, &w->embed, it[i].tokens, it[i].n, X + (size_t)r * H, H);
+    mp->n_lg = mp->n_last < FWD_BATCH ? mp->n_last : FWD_BATCH;
+    const size_t n = (size_t)mp->n, nH = mp->nH = n * H * sizeof(float);
+    mp->X = DEV(nH);
+    mp->HN = DEV(nH);
+    mp->O = DEV(nH);
+    mp->wb = (fwd_wide){DEV(n * E * sizeof(float)), malloc(n * k * sizeof(int)), malloc(n * k * sizeof(float)),
+                        malloc(n * k * sizeof(int)), malloc(n * k * sizeof(int)), DEV(nH), DEV(n * sizeof(float))};
+    mp->saved = calloc((size_t)n_items * L * 2, sizeof *mp->saved);
+    mp->orig = malloc((size_t)n_items * L);
+    mp->row0 = malloc((size_t)n_items * sizeof(int));
+    mp->last_rows = mp->n_last ? DEV((size_t)mp->n_last * H * sizeof(float)) : NULL;
+    mp->last_logits = mp->n_last ? DEV((size_t)mp->n_lg * V * sizeof(float)) : NULL;
+    const fwd_wide *wb = &mp->wb;
+    if (!mp->X || !mp->HN || !mp->O || !wb->router || !wb->top_e || !wb->top_w || !wb->e_tok || !wb->e_slot ||
+        !wb->sh_y || !wb->sg || !mp->saved || !mp->orig || !mp->row0 ||
+        (mp->n_last && (!mp->last_rows || !mp->last_logits))) {
+        fwd_errf(err, errlen, "out of memory for a %d-token evaluation", mp->n);
+        return SL_ENOMEM;
     }
-    const int traced = ws->trace && n_items == 1; /* the hook follows one sequence's positions */
-    for (int l = 0; l < L; l++) /* the first MoE layer's reads start now, under its mixer's compute */
+    return 0;
+}
+
+/* The one cleanup path of the pass: frees what multi_alloc made (NULL pointers are no-ops). */
+static void multi_free(sl_backend *be, const sl_config *cfg, multi_pass *mp) {
+    const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, V = (size_t)cfg->vocab, n = (size_t)mp->n;
+    UNDEV(mp->X, mp->nH);
+    UNDEV(mp->HN, mp->nH);
+    UNDEV(mp->O, mp->nH);
+    UNDEV(mp->wb.router, n * E * sizeof(float));
+    free(mp->wb.top_e);
+    free(mp->wb.top_w);
+    free(mp->wb.e_tok);
+    free(mp->wb.e_slot);
+    UNDEV(mp->wb.sh_y, mp->nH);
+    UNDEV(mp->wb.sg, n * sizeof(float));
+    free(mp->saved);
+    free(mp->orig);
+    free(mp->row0);
+    UNDEV(mp->last_rows, (size_t)mp->n_last * H * sizeof(float));
+    UNDEV(mp->last_logits, (size_t)mp->n_lg * V * sizeof(float));
+}
+
+/* Each item's rows embedded and its DeltaNet slots recorded (the rollback's reference); the first MoE layer's
+ * reads start now, under its mixer's compute. Cannot fail (a backend failure is sticky: the first sync). */
+static void multi_begin(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                        multi_pass *mp) {
+    sl_backend *be = ws->be;
+    const size_t H = (size_t)cfg->hidden;
+    const int L = cfg->n_layers;
+    const fwd_item *it = mp->it;
+    for (int i = 0, r = 0; i < mp->n_items; r += it[i].n, i++) {
+        mp->row0[i] = r;
+        for (int l = 0; l < L; l++) mp->orig[(size_t)i * L + l] = it[i].sq->lin_cur[l];
+        be->embed(be, &w->embed, it[i].tokens, it[i].n, mp->X + (size_t)r * H, H);
+    }
+    mp->traced = ws->trace && mp->n_items == 1; /* the hook follows one sequence's positions */
+    for (int l = 0; l < L; l++)
         if (cfg->layer_moe[l]) {
-            fwd_moe_hint_first(ws, cfg, &w->layers[l], l, experts, n, X, &wb);
+            fwd_moe_hint_first(ws, cfg, &w->layers[l], l, experts, mp->n, mp->X, &mp->wb);
             break;
         }
-    if (traced) ws->trace(ws->trace_ctx, 0, it[0].sq->n_past, n, X);
-    for (int l = 0; l < L && !rc; l++) {
-        const sl_layer_w *lw = &w->layers[l];
-        const int lin = cfg->layer_linear[l];
-        for (int i = 0; i < n_items && !rc; i++) {
-            fwd_seq *sq = it[i].sq;
-            float *Xi = X + (size_t)row0[i] * H;
-            float **sv = saved + ((size_t)i * L + l) * 2;
-            const int o = orig[(size_t)i * L + l], pos0 = sq->n_past;
-            if (!lin && it[i].n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) {
-                const size_t ring = kv_bytes(sq, l);
-                for (int k2 = 0; k2 < 2 && !rc; k2++) {
-                    const float *src = k2 ? sq->v_cache[l] : sq->k_cache[l];
-                    if (!src) continue;
-                    if (!(sv[k2] = DEV(ring))) {
-                        fwd_errf(err, errlen, "out of memory for a copy of the KV ring");
-                        rc = SL_ENOMEM;
-                    } else {
-                        be->copy(be, sv[k2], src, ring, BE_D2D);
-                    }
-                }
-            }
-            for (int r0 = 0, b = 0; r0 < it[i].n && !rc; r0 += FWD_BATCH, b++) {
-                int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
-                fwd_norm_rows(ws, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
-                              (int)H);
-                if (lin && b > 0) { /* read the newest state (slot o^1); write into a buffer that is not the original */
-                    if (b == 1) {
-                        sv[0] = sq->conv[l][o];
-                        sv[1] = sq->ssm[l][o];
-                        sq->conv[l][o] = DEV(sq->conv_floats * sizeof(float));
-                        sq->ssm[l][o] = DEV(sq->ssm_floats * sizeof(float));
-                        if (!sq->conv[l][o] || !sq->ssm[l][o]) {
-                            fwd_errf(err, errlen, "out of memory for DeltaNet state");
-                            rc = SL_ENOMEM;
-                            break;
-                        }
-                    }
-                    sq->lin_cur[l] = (unsigned char)(o ^ 1);
-                }
-                rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, nb, err, errlen)
-                     : cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, nb, pos0 + r0)
-                                        : fwd_attention(ws, sq, cfg, lw, l, nb, pos0 + r0);
-                if (!rc) rc = fwd_sync(ws, err, errlen);
-                if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
-                    float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
-                    sq->conv[l][0] = sq->conv[l][1];
-                    sq->conv[l][1] = tc;
-                    sq->ssm[l][0] = sq->ssm[l][1];
-                    sq->ssm[l][1] = ts;
-                    sq->lin_cur[l] = (unsigned char)o;
-                }
-                if (!rc) add_rows(ws, Xi + (size_t)r0 * H, ws->out, (size_t)nb * H);
-            }
+    if (mp->traced) ws->trace(ws->trace_ctx, 0, it[0].sq->n_past, mp->n, mp->X);
+}
+
+/* A copy of sliding layer l's KV ring (k and v) into sv[0..1], for multi_settle to put back on failure. */
+static int save_ring(sl_backend *be, fwd_seq *sq, int l, float **sv, char *err, size_t errlen) {
+    const size_t ring = kv_bytes(sq, l);
+    for (int k2 = 0; k2 < 2; k2++) {
+        const float *src = k2 ? sq->v_cache[l] : sq->k_cache[l];
+        if (!src) continue;
+        if (!(sv[k2] = DEV(ring))) {
+            fwd_errf(err, errlen, "out of memory for a copy of the KV ring");
+            return SL_ENOMEM;
         }
-        if (rc) break;
-        if (cfg->layer_moe[l]) {
-            int nl = l + 1;
-            while (nl < L && !cfg->layer_moe[nl]) nl++;
-            fwd_norm_rows(ws, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, HN, n, (int)H);
-            rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, X, HN, O, &wb, err, errlen);
-            if (!rc) rc = fwd_sync(ws, err, errlen);
-            if (!rc) add_rows(ws, X, O, (size_t)n * H);
-        } else {
-            for (int r0 = 0; r0 < n && !rc; r0 += FWD_BATCH) {
-                int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-                fwd_norm_rows(ws, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
-                rc = fwd_dense_mlp(ws, cfg, lw, nb);
-                if (!rc) rc = fwd_sync(ws, err, errlen);
-                if (!rc) add_rows(ws, X + (size_t)r0 * H, ws->out, (size_t)nb * H);
-            }
-        }
-        if (!rc && traced) ws->trace(ws->trace_ctx, l + 1, it[0].sq->n_past, n, X);
+        be->copy(be, sv[k2], src, ring, BE_D2D);
     }
-done:
-    /* put every original buffer back in its slot; the newest state (on success) is in slot o^1 */
-    for (int i = 0; saved && orig && i < n_items; i++) {
-        fwd_seq *sq = it[i].sq;
+    return 0;
+}
+
+/* Layer l's mixer over item i's rows, micro-batch by micro-batch. A DeltaNet layer's second and later
+ * micro-batches read the newest state (slot o^1) and write into a buffer that is not the original (kept in
+ * sv for multi_settle); the newest state ends in slot o^1. */
+static int multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int l, multi_pass *mp, int i,
+                       char *err, size_t errlen) {
+    sl_backend *be = ws->be;
+    const size_t H = (size_t)cfg->hidden;
+    const int L = cfg->n_layers, lin = cfg->layer_linear[l], n = mp->it[i].n;
+    fwd_seq *sq = mp->it[i].sq;
+    float *Xi = mp->X + (size_t)mp->row0[i] * H;
+    float **sv = mp->saved + ((size_t)i * L + l) * 2;
+    const int o = mp->orig[(size_t)i * L + l], pos0 = sq->n_past;
+    int rc = 0;
+    if (!lin && n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) rc = save_ring(be, sq, l, sv, err, errlen);
+    for (int r0 = 0, b = 0; r0 < n && !rc; r0 += FWD_BATCH, b++) {
+        int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+        fwd_norm_rows(ws, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+        if (lin && b > 0) {
+            if (b == 1) {
+                sv[0] = sq->conv[l][o];
+                sv[1] = sq->ssm[l][o];
+                sq->conv[l][o] = DEV(sq->conv_floats * sizeof(float));
+                sq->ssm[l][o] = DEV(sq->ssm_floats * sizeof(float));
+                if (!sq->conv[l][o] || !sq->ssm[l][o]) {
+                    fwd_errf(err, errlen, "out of memory for DeltaNet state");
+                    return SL_ENOMEM;
+                }
+            }
+            sq->lin_cur[l] = (unsigned char)(o ^ 1);
+        }
+        rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, nb, err, errlen)
+             : cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, nb, pos0 + r0)
+                                : fwd_attention(ws, sq, cfg, lw, l, nb, pos0 + r0);
+        if (!rc) rc = fwd_sync(ws, err, errlen);
+        if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
+            float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
+            sq->conv[l][0] = sq->conv[l][1];
+            sq->conv[l][1] = tc;
+            sq->ssm[l][0] = sq->ssm[l][1];
+            sq->ssm[l][1] = ts;
+            sq->lin_cur[l] = (unsigned char)o;
+        }
+        if (!rc) add_rows(ws, Xi + (size_t)r0 * H, ws->out, (size_t)nb * H);
+    }
+    return rc;
+}
+
+/* Layer l's FFN over all rows of all items: the MoE block at once (fwd_moe_wide), a dense MLP by
+ * micro-batches. */
+static int multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts, int l,
+                     multi_pass *mp, char *err, size_t errlen) {
+    const sl_layer_w *lw = &w->layers[l];
+    const size_t H = (size_t)cfg->hidden;
+    const int L = cfg->n_layers, n = mp->n;
+    float *X = mp->X;
+    int rc = 0;
+    if (cfg->layer_moe[l]) {
+        int nl = l + 1;
+        while (nl < L && !cfg->layer_moe[nl]) nl++;
+        fwd_norm_rows(ws, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, mp->HN, n, (int)H);
+        rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, X, mp->HN, mp->O, &mp->wb,
+                          err, errlen);
+        if (!rc) rc = fwd_sync(ws, err, errlen);
+        if (!rc) add_rows(ws, X, mp->O, (size_t)n * H);
+        return rc;
+    }
+    for (int r0 = 0; r0 < n && !rc; r0 += FWD_BATCH) {
+        int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+        fwd_norm_rows(ws, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+        rc = fwd_dense_mlp(ws, cfg, lw, nb);
+        if (!rc) rc = fwd_sync(ws, err, errlen);
+        if (!rc) add_rows(ws, X + (size_t)r0 * H, ws->out, (size_t)nb * H);
+    }
+    return rc;
+}
+
+/* Puts every original buffer back in its slot and commits (ok) or rolls back each sequence: the newest
+ * DeltaNet state (on success) is in slot o^1; a sliding layer's saved ring is copied back on failure. */
+static void multi_settle(sl_backend *be, const sl_config *cfg, multi_pass *mp, int ok) {
+    const int L = cfg->n_layers;
+    for (int i = 0; i < mp->n_items; i++) {
+        fwd_seq *sq = mp->it[i].sq;
         for (int l = 0; l < L; l++) {
+            float **sv = mp->saved + ((size_t)i * L + l) * 2;
             if (!cfg->layer_linear[l]) { /* a sliding layer's ring: put back on failure */
-                float **sv = saved + ((size_t)i * L + l) * 2;
                 const size_t ring = kv_bytes(sq, l);
                 for (int k2 = 0; k2 < 2; k2++) {
-                    if (sv[k2] && rc) be->copy(be, k2 ? sq->v_cache[l] : sq->k_cache[l], sv[k2], ring, BE_D2D);
+                    if (sv[k2] && !ok) be->copy(be, k2 ? sq->v_cache[l] : sq->k_cache[l], sv[k2], ring, BE_D2D);
                     UNDEV(sv[k2], ring);
                 }
                 continue;
             }
-            float **sv = saved + ((size_t)i * L + l) * 2;
-            const int o = orig[(size_t)i * L + l];
+            const int o = mp->orig[(size_t)i * L + l];
             if (sv[0]) {
                 UNDEV(sq->conv[l][o], sq->conv_floats * sizeof(float));
                 UNDEV(sq->ssm[l][o], sq->ssm_floats * sizeof(float));
                 sq->conv[l][o] = sv[0];
                 sq->ssm[l][o] = sv[1];
             }
-            sq->lin_cur[l] = (unsigned char)(rc ? o : o ^ 1); /* commit or roll back */
+            sq->lin_cur[l] = (unsigned char)(ok ? o ^ 1 : o); /* commit or roll back */
         }
     }
-    if (!rc) {
-        const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
-        int j = 0;
-        for (int i = 0; i < n_items; i++) {
-            const int pos0 = it[i].sq->n_past;
-            it[i].sq->n_past += it[i].n;
-            if (!it[i].logits) continue;
-            const float *Xi = X + (size_t)row0[i] * H;
-            if (!it[i].all_logits) { /* gathered: one LM-head pass for every sequence's last row */
-                be->copy(be, last_rows + (size_t)j++ * H, Xi + (size_t)(it[i].n - 1) * H, H * sizeof(float), BE_D2D);
-                continue;
-            }
-            for (int r0 = 0; r0 < it[i].n; r0 += FWD_BATCH) {
-                int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
-                fwd_norm_rows(ws, Xi + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
-                              (int)H);
-                if (traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
-                emit_logits(ws, head, nb, it[i].logits + (size_t)r0 * V);
-            }
+}
+
+/* After a committed pass: every sequence's position advanced, the logits asked for written: all rows of an
+ * all_logits item by micro-batches, the last rows of the others gathered into one LM-head pass. */
+static void multi_finish(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, multi_pass *mp) {
+    sl_backend *be = ws->be;
+    const size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab;
+    const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
+    const fwd_item *it = mp->it;
+    int j = 0;
+    for (int i = 0; i < mp->n_items; i++) {
+        const int pos0 = it[i].sq->n_past;
+        it[i].sq->n_past += it[i].n;
+        if (!it[i].logits) continue;
+        const float *Xi = mp->X + (size_t)mp->row0[i] * H;
+        if (!it[i].all_logits) { /* gathered: one LM-head pass for every sequence's last row */
+            be->copy(be, mp->last_rows + (size_t)j++ * H, Xi + (size_t)(it[i].n - 1) * H, H * sizeof(float), BE_D2D);
+            continue;
         }
-        for (int r0 = 0, i = 0; r0 < n_last; r0 += FWD_BATCH) {
-            int nb = n_last - r0 < FWD_BATCH ? n_last - r0 : FWD_BATCH;
-            fwd_norm_rows(ws, last_rows + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
-                          (int)H);
-            if (traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past - 1, nb, ws->h);
-            fwd_matmul(ws, head, ws->h, H, last_logits, V, nb, FWD_ACT_IN);
-            for (int r = 0; r < nb; r++, i++) {
-                while (!it[i].logits || it[i].all_logits) i++;
-                be->copy(be, it[i].logits, last_logits + (size_t)r * V, V * sizeof(float), BE_D2H);
-            }
+        for (int r0 = 0; r0 < it[i].n; r0 += FWD_BATCH) {
+            int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
+            fwd_norm_rows(ws, Xi + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+            if (mp->traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
+            emit_logits(ws, head, nb, it[i].logits + (size_t)r0 * V);
         }
     }
-    UNDEV(X, nH);
-    UNDEV(HN, nH);
-    UNDEV(O, nH);
-    UNDEV(wb.router, (size_t)n * E * sizeof(float));
-    free(wb.top_e);
-    free(wb.top_w);
-    free(wb.e_tok);
-    free(wb.e_slot);
-    UNDEV(wb.sh_y, nH);
-    UNDEV(wb.sg, (size_t)n * sizeof(float));
-    free(saved);
-    free(orig);
-    free(row0);
-    UNDEV(last_rows, (size_t)n_last * H * sizeof(float));
-    UNDEV(last_logits, (size_t)n_lg * V * sizeof(float));
+    for (int r0 = 0, i = 0; r0 < mp->n_last; r0 += FWD_BATCH) {
+        int nb = mp->n_last - r0 < FWD_BATCH ? mp->n_last - r0 : FWD_BATCH;
+        fwd_norm_rows(ws, mp->last_rows + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
+                      (int)H);
+        if (mp->traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past - 1, nb, ws->h);
+        fwd_matmul(ws, head, ws->h, H, mp->last_logits, V, nb, FWD_ACT_IN);
+        for (int r = 0; r < nb; r++, i++) {
+            while (!it[i].logits || it[i].all_logits) i++;
+            be->copy(be, it[i].logits, mp->last_logits + (size_t)r * V, V * sizeof(float), BE_D2H);
+        }
+    }
+}
+
 #undef DEV
 #undef UNDEV
+
+static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                      const fwd_item *it, int n_items, char *err, size_t errlen) {
+    multi_pass mp;
+    int rc = multi_alloc(ws->be, cfg, it, n_items, &mp, err, errlen);
+    if (rc) goto done;
+    multi_begin(ws, cfg, w, experts, &mp);
+    for (int l = 0; l < cfg->n_layers && !rc; l++) {
+        for (int i = 0; i < n_items && !rc; i++) rc = multi_mixer(ws, cfg, &w->layers[l], l, &mp, i, err, errlen);
+        if (!rc) rc = multi_ffn(ws, cfg, w, experts, l, &mp, err, errlen);
+        if (!rc && mp.traced) ws->trace(ws->trace_ctx, l + 1, it[0].sq->n_past, mp.n, mp.X);
+    }
+    multi_settle(ws->be, cfg, &mp, !rc);
+    if (!rc) multi_finish(ws, cfg, w, &mp);
+done:
+    multi_free(ws->be, cfg, &mp);
     return rc;
 }
 
