@@ -1,8 +1,10 @@
 /*
- * hf.c — Hugging Face checkpoint directory import; see hf.h.
+ * hf.c — Hugging Face checkpoint directory import; see hf.h. A GGUF source is read by hf_gguf.c, through the
+ * same tensor list (hf_internal.h).
  *
- * Sections: name mapping (disk name -> canonical), opening (config, shards, index), validation
- * against the architecture's tensor list, reading with dtype conversion and FP8 block dequantisation.
+ * Sections: name mapping (disk name -> canonical), opening (config, shards, index, each shard's entries
+ * registered by what they hold: a plain tensor, one expert's part, a stack of experts), validation against the
+ * architecture's tensor list, reading with dtype conversion and FP8 block dequantisation.
  */
 #include "import/hf.h"
 
@@ -19,48 +21,12 @@
 #include "family/hf_config.h"
 #include "family/tensors.h"
 #include "import/gguf.h"
+#include "import/hf_internal.h"
 #include "import/mlx.h"
 #include "import/safetensors.h"
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"
-
-typedef struct hf_t {
-    hf_tensor pub;
-    int file;
-    const st_entry *ent;   /* the on-disk entry (for fused experts: the whole stack) */
-    uint64_t off, len;     /* bytes of this tensor (a slice for fused experts) */
-    const st_entry *scale; /* FP8 weight_scale_inv, or NULL */
-    int mlx_u32;           /* an MLX uint32 weight: scales and biases attached by attach_mlx() */
-    int qs_file, qb_file;  /* MLX scales / biases: file and byte range of this tensor's slice */
-    uint64_t qs_off, qs_len, qb_off, qb_len;
-    int transposed;        /* a slice of an [E, cols, rows] stack (x @ W): read as [cols][rows], transposed */
-    int mx_blocks;         /* an MXFP4 *_blocks slice: its *_scales attached by attach_mxfp4() */
-    int gg;                /* a GGUF tensor (or expert slice): converted by gguf_convert from gg_type */
-    uint32_t gg_type;
-    const arch_gguf_xf *xf; /* a tensor made of GGUF sources by the family's rule (family/arch.h), or NULL */
-    int xf_n;              /* its sources: 1 or 2; source 0 is (file, off, len, gg_type), source 1 these: */
-    int file2;
-    uint64_t off2, len2;
-    uint32_t gg_type2;
-    int64_t src_cols[2], src_rows[2]; /* each source as rows of GGUF elements (a vector: rows of 1) */
-} hf_t;
-
-struct hf_ckpt {
-    char *dir;
-    char *config_text;
-    sl_config cfg;
-    int fp8, blk_r, blk_c;
-    int n_files;
-    st_file *files;
-    hf_t *t;
-    int n, cap;
-    hf_t **experts; /* [n_layers][E][ARCH_MAX_PARTS] -> tensor, NULL if absent */
-    int mxfp4;      /* quantization_config.quant_method mxfp4 (gpt-oss): experts.*_blocks + *_scales */
-    mlx_quant mlx;  /* MLX "quantization" (bits 0: none) */
-    gguf_model gm;  /* a GGUF source (gm.n_files > 0): its files, whose fds ck->files share */
-    char *tok_json, *tok_cfg; /* tokenizer.json / tokenizer_config.json rebuilt from GGUF metadata */
-};
 
 /* ---- name mapping ---- */
 
@@ -81,7 +47,7 @@ static int ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-static hf_t *push(hf_ckpt *ck) {
+hf_t *hf_push(hf_ckpt *ck) {
     if (ck->n == ck->cap) {
         int cap = ck->cap ? ck->cap * 2 : 256;
         hf_t *t = realloc(ck->t, (size_t)cap * sizeof *t);
@@ -254,7 +220,7 @@ static sl_status add_stacked_part(hf_ckpt *ck, int fi, const st_entry *e, int l,
         slice = (uint64_t)R * (uint64_t)C * dt_size(e->dtype);
     }
     for (int x = 0; x < E; x++) {
-        hf_t *t = push(ck);
+        hf_t *t = hf_push(ck);
         if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
         char nm[128];
         snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, pd->name);
@@ -326,7 +292,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         if (!es) return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported", e->name, e->dtype_str);
         uint64_t slice = (uint64_t)e->shape[1] * (uint64_t)e->shape[2] * es;
         for (int x = 0; x < c->n_experts; x++) {
-            hf_t *t = push(ck);
+            hf_t *t = hf_push(ck);
             if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
             char nm[128];
             snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
@@ -349,7 +315,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
     if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z0-9_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0) {
         int p = part_index(ck, part);
         if (p < 0 || l < 0 || l >= c->n_layers || ex < 0 || ex >= c->n_experts) return SL_OK;
-        hf_t *t = push(ck);
+        hf_t *t = hf_push(ck);
         if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
         char nm[128];
         snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, ex, arch_expert_part_name(&ck->cfg, p));
@@ -387,7 +353,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         uint64_t part_bytes = (uint64_t)I * (uint64_t)H * es;
         for (int x = 0; x < E; x++) {
             for (int k = 0; k < (up ? 2 : 1); k++) {
-                hf_t *t = push(ck);
+                hf_t *t = hf_push(ck);
                 if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
                 int p = up ? k : 2;
                 char nm[128];
@@ -409,7 +375,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         }
         return SL_OK;
     }
-    hf_t *t = push(ck);
+    hf_t *t = hf_push(ck);
     if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
     t->pub.name = strdup(base);
     if (!t->pub.name) return sl_err(err, SL_ENOMEM, "out of memory");
@@ -528,415 +494,6 @@ static sl_status attach_mlx(hf_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
-/* ---- GGUF sources (import/gguf.h): tensors mapped through the family table's gguf names ---- */
-
-/* How tensor t of GGUF type `type` is read for a row of kind `kind` (AK_*): the container dtype. */
-static int gguf_src_dtype(hf_t *t, uint32_t type, int kind) {
-    sl_dtype dt, sdt;
-    int group;
-    if (gguf_type_target(type, &dt, &group, &sdt)) return -1;
-    if (kind == AK_VEC && q_is_quant(dt)) dt = DT_F32, group = 0, sdt = DT_NONE; /* vectors are read as f32 */
-    t->pub.src_dtype = dt;
-    t->pub.q_group = group;
-    t->pub.q_sdtype = sdt;
-    t->gg = 1;
-    t->gg_type = type;
-    return 0;
-}
-
-static sl_status gguf_type_err(const gguf_file *f, const gguf_tensor *g, sl_error *err) {
-    return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
-                  f->path, g->name, gguf_type_name(g->type), gguf_supported_types());
-}
-
-/* Registers GGUF tensor g (file fi, entry e) under its canonical name, or ignores it. */
-static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_tensor *g, const st_entry *e,
-                          sl_error *err) {
-    const sl_config *c = &ck->cfg;
-    const gguf_file *f = &ck->gm.files[fi];
-    int l = -1, nr = 0;
-    const char *rel = g->name;
-    if (sscanf(g->name, "blk.%d.%n", &l, &nr) == 1 && nr > 0) {
-        if (l < 0 || l >= c->n_layers) return SL_OK; /* e.g. GLM-4.5's multi-token-prediction layer */
-        rel = g->name + nr;
-        for (int k = 0; k < a->n_gguf_xf; k++) /* read by its rule (gguf_add_xf) */
-            for (int s = 0; s < 2; s++)
-                if (a->gguf_xf[k].src[s] && !strcmp(rel, a->gguf_xf[k].src[s])) return SL_OK;
-        for (int p = 0; p < arch_n_parts(c); p++) {
-            const arch_pdef *pd = arch_part(c, p);
-            if (!pd->gguf || strcmp(rel, pd->gguf)) continue;
-            int64_t sh[2];
-            arch_expert_shape(c, p, sh);
-            if (pd->kind == AK_VEC) { /* a bias stack [E][rows] */
-                if (g->n_dims != 2 || g->ne[1] != c->n_experts || g->ne[0] != sh[0])
-                    return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld], config implies [%lld, %d] "
-                                  "(innermost first)", f->path, g->name, (long long)g->ne[0], (long long)g->ne[1],
-                                  (long long)sh[0], c->n_experts);
-            } else if (g->n_dims != 3 || g->ne[2] != c->n_experts || g->ne[1] != sh[0] || g->ne[0] != sh[1])
-                return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld, %lld], config implies [%lld, %lld, "
-                              "%d] (innermost first)", f->path, g->name, (long long)g->ne[0], (long long)g->ne[1],
-                              (long long)g->ne[2], (long long)sh[1], (long long)sh[0], c->n_experts);
-            uint64_t slice = g->bytes / (uint64_t)c->n_experts;
-            for (int x = 0; x < c->n_experts; x++) {
-                hf_t *t = push(ck);
-                if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
-                char nm[128];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(c, p));
-                if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
-                t->file = fi;
-                t->ent = e;
-                t->off = g->off + (uint64_t)x * slice;
-                t->len = slice;
-                t->pub.ndim = 2;
-                t->pub.shape[0] = sh[0];
-                t->pub.shape[1] = sh[1];
-                t->pub.expert_layer = l;
-                t->pub.expert = x;
-                t->pub.expert_part = p;
-                if (gguf_src_dtype(t, g->type, pd->kind)) return gguf_type_err(f, g, err);
-            }
-            return SL_OK;
-        }
-    }
-    const arch_tdef *d = NULL;
-    for (int k = 0; k < a->n_tensors && !d; k++) {
-        const arch_tdef *r = &a->tensors[k];
-        int global = r->when == AW_GLOBAL || r->when == AW_UNTIED;
-        if (r->gguf && global == (l < 0) && !strcmp(r->gguf, rel)) d = r;
-    }
-    if (!d) return SL_OK; /* not read: rope_freqs, MTP tensors, ... */
-    hf_t *t = push(ck);
-    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
-    char nm[160];
-    if (l >= 0) snprintf(nm, sizeof nm, "layers.%d.%s", l, d->name);
-    else snprintf(nm, sizeof nm, "%s", d->name);
-    if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
-    t->file = fi;
-    t->ent = e;
-    t->off = g->off;
-    t->len = g->bytes;
-    /* canonical shape: GGUF dims reversed; a [1, n] matrix may be stored 1-D, a vector as [n, 1] */
-    t->pub.ndim = (int)g->n_dims;
-    for (uint32_t i = 0; i < g->n_dims; i++) t->pub.shape[i] = g->ne[g->n_dims - 1 - i];
-    if (d->kind == AK_MAT && g->n_dims == 1) {
-        t->pub.ndim = 2;
-        t->pub.shape[0] = 1;
-        t->pub.shape[1] = g->ne[0];
-    } else if (d->kind == AK_VEC && g->n_dims == 2 && g->ne[1] == 1) {
-        t->pub.ndim = 1;
-        t->pub.shape[0] = g->ne[0];
-    }
-    if (gguf_src_dtype(t, g->type, d->kind)) return gguf_type_err(f, g, err);
-    return SL_OK;
-}
-
-static const gguf_tensor *gguf_find(const hf_ckpt *ck, int l, const char *rel, int *file) {
-    char nm[200];
-    snprintf(nm, sizeof nm, "blk.%d.%s", l, rel);
-    for (int i = 0; i < ck->gm.n_files; i++)
-        for (uint64_t j = 0; j < ck->gm.files[i].n_tensors; j++)
-            if (!strcmp(ck->gm.files[i].t[j].name, nm)) {
-                *file = i;
-                return &ck->gm.files[i].t[j];
-            }
-    return NULL;
-}
-
-static int is_float_type(uint32_t type) { return type == GGML_F32 || type == GGML_F16 || type == GGML_BF16; }
-
-/* One tensor (an expert's slice x of the sources when x >= 0) by rule r: its sources, their row layout, its
- * dtype (arch.h arch_gguf_xf). */
-static sl_status xf_tensor(hf_ckpt *ck, const arch_gguf_xf *r, int kind, const gguf_tensor *const g[2],
-                           const int fi[2], int n_src, int x, hf_t *t, sl_error *err) {
-    const sl_config *c = &ck->cfg;
-    const int64_t rows = t->pub.shape[0], cols = t->pub.ndim == 1 ? 1 : t->pub.shape[1];
-    const char *path = ck->gm.files[fi[0]].path;
-    int64_t total = 0, src_rows = 0;
-    t->xf = r;
-    t->xf_n = n_src;
-    for (int s = 0; s < n_src; s++) {
-        uint64_t nel = 1;
-        for (uint32_t d = 0; d < g[s]->n_dims; d++) nel *= (uint64_t)g[s]->ne[d];
-        uint64_t len = g[s]->bytes;
-        uint64_t off = g[s]->off;
-        if (x >= 0) { /* an expert's slice of the stack */
-            if (g[s]->ne[g[s]->n_dims - 1] != c->n_experts || g[s]->n_dims < 2)
-                return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is not a stack of %d experts (outermost dimension %lld)",
-                              path, g[s]->name, c->n_experts, (long long)g[s]->ne[g[s]->n_dims - 1]);
-            nel /= (uint64_t)c->n_experts;
-            len /= (uint64_t)c->n_experts;
-            off += (uint64_t)x * len;
-        }
-        int64_t sc = cols == 1 ? 1 : g[s]->ne[0]; /* a vector: rows of one element */
-        if (cols == 1 && !is_float_type(g[s]->type))
-            return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' is %s; sluice reads it only as F32, F16 or BF16", path,
-                          g[s]->name, gguf_type_name(g[s]->type));
-        t->src_cols[s] = sc;
-        t->src_rows[s] = (int64_t)nel / sc;
-        total += (int64_t)nel;
-        src_rows += t->src_rows[s];
-        if (s == 0) {
-            t->file = fi[0];
-            t->off = off;
-            t->len = len;
-            t->gg_type = g[0]->type;
-        } else {
-            t->file2 = fi[1];
-            t->off2 = off;
-            t->len2 = len;
-            t->gg_type2 = g[1]->type;
-        }
-        sl_dtype dt, sdt;
-        int grp;
-        if (gguf_type_target(g[s]->type, &dt, &grp, &sdt)) return gguf_type_err(&ck->gm.files[fi[s]], g[s], err);
-    }
-    int same = n_src == 1 || t->gg_type == t->gg_type2;
-    if (r->f32) {
-        if (total != rows * cols)
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s'%s%s hold %lld elements; '%s' needs %lld", path, g[0]->name,
-                          n_src > 1 ? " and " : "", n_src > 1 ? g[1]->name : "", (long long)total, t->pub.name,
-                          (long long)(rows * cols));
-    } else {
-        for (int s = 0; s < n_src; s++)
-            if (t->src_cols[s] != cols)
-                return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has rows of %lld, '%s' needs %lld", path, g[s]->name,
-                              (long long)t->src_cols[s], t->pub.name, (long long)cols);
-        if (src_rows != rows)
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s'%s%s hold %lld rows; '%s' needs %lld", path, g[0]->name,
-                          n_src > 1 ? " and " : "", n_src > 1 ? g[1]->name : "", (long long)src_rows, t->pub.name,
-                          (long long)rows);
-    }
-    gguf_src_dtype(t, g[0]->type, kind); /* sets gg and the type's own layout; replaced below when rewritten */
-    if (!same || (r->f32 && !(kind == AK_MAT && is_float_type(t->gg_type)))) {
-        t->pub.src_dtype = DT_F32;
-        t->pub.q_group = 0;
-        t->pub.q_sdtype = DT_NONE;
-    }
-    return SL_OK;
-}
-
-/* Registers the tensors of the family's gguf_xf rules, for every layer whose GGUF file has the first source. */
-static sl_status gguf_add_xf(hf_ckpt *ck, const arch_desc *a, sl_error *err) {
-    const sl_config *c = &ck->cfg;
-    for (int k = 0; k < a->n_gguf_xf; k++) {
-        const arch_gguf_xf *r = &a->gguf_xf[k];
-        int kind = AK_MAT, part = -1;
-        int64_t sh[2] = {0, 0};
-        int ndim = 2;
-        if (r->part) {
-            for (int p = 0; p < arch_n_parts(c) && part < 0; p++)
-                if (!strcmp(arch_part(c, p)->name, r->name)) part = p;
-            if (part < 0) continue;
-            kind = arch_part(c, part)->kind;
-            arch_expert_shape(c, part, sh);
-        } else {
-            const arch_tdef *d = NULL;
-            for (int i = 0; i < a->n_tensors && !d; i++)
-                if (!strcmp(a->tensors[i].name, r->name)) d = &a->tensors[i];
-            if (!d) continue;
-            kind = d->kind;
-            sh[0] = arch_dim_value(c, d->rows);
-            sh[1] = arch_dim_value(c, d->cols);
-            ndim = d->cols == AD_NONE ? 1 : 2;
-        }
-        for (int l = 0; l < c->n_layers; l++) {
-            const gguf_tensor *g[2] = {NULL, NULL};
-            int fi[2] = {0, 0}, n_src = r->src[1] ? 2 : 1;
-            if (!(g[0] = gguf_find(ck, l, r->src[0], &fi[0]))) continue; /* a layer without it, or missing: validate() */
-            if (n_src == 2 && !(g[1] = gguf_find(ck, l, r->src[1], &fi[1])))
-                return sl_err(err, SL_EFORMAT, "%s: tensor 'blk.%d.%s' is missing (with 'blk.%d.%s' it makes '%s')",
-                              ck->gm.files[fi[0]].path, l, r->src[1], l, r->src[0], r->name);
-            for (int x = r->part ? 0 : -1; x < (r->part ? c->n_experts : 0); x++) {
-                hf_t *t = push(ck);
-                if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
-                char nm[160];
-                if (r->part) snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, r->name);
-                else snprintf(nm, sizeof nm, "layers.%d.%s", l, r->name);
-                if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
-                t->ent = NULL;
-                for (int j = 0; j < ck->files[fi[0]].n && !t->ent; j++)
-                    if (!strcmp(ck->files[fi[0]].e[j].name, g[0]->name)) t->ent = &ck->files[fi[0]].e[j];
-                t->pub.ndim = ndim;
-                t->pub.shape[0] = sh[0];
-                t->pub.shape[1] = ndim == 2 ? sh[1] : 0;
-                if (r->part) {
-                    t->pub.expert_layer = l;
-                    t->pub.expert = x;
-                    t->pub.expert_part = part;
-                }
-                sl_status st = xf_tensor(ck, r, kind, g, fi, n_src, x, t, err);
-                if (st) return st;
-            }
-        }
-    }
-    return SL_OK;
-}
-
-/* One layout per routed-expert part (an expert block has one): where GGUF types differ across layers (a
- * Q4_K_M file's ffn_down), every expert of the part takes the narrowest layout holding them all exactly. */
-static void gguf_unify_parts(hf_ckpt *ck) {
-    for (int p = 0; p < arch_n_parts(&ck->cfg); p++) {
-        int n = 0, quant = 1, q8 = 0, f32s = 0, same = 1;
-        hf_t *first = NULL;
-        for (int i = 0; i < ck->n; i++) {
-            hf_t *t = &ck->t[i];
-            if (t->pub.expert_layer < 0 || t->pub.expert_part != p) continue;
-            if (!first) first = t;
-            same &= t->pub.src_dtype == first->pub.src_dtype && t->pub.q_group == first->pub.q_group &&
-                    t->pub.q_sdtype == first->pub.q_sdtype;
-            quant &= q_is_quant(t->pub.src_dtype) && t->pub.q_group == 32;
-            q8 |= t->pub.src_dtype == DT_Q8 || t->pub.src_dtype == DT_MXFP4; /* MXFP4 is exact as q8 g32 f32 */
-            f32s |= t->pub.q_sdtype == DT_F32 || t->pub.src_dtype == DT_MXFP4;
-            n++;
-        }
-        if (!n || same) continue;
-        for (int i = 0; i < ck->n; i++) {
-            hf_t *t = &ck->t[i];
-            if (t->pub.expert_layer < 0 || t->pub.expert_part != p) continue;
-            t->pub.src_dtype = quant ? (q8 ? DT_Q8 : DT_Q4) : DT_F32;
-            t->pub.q_group = quant ? 32 : 0;
-            t->pub.q_sdtype = quant ? (f32s ? DT_F32 : DT_F16) : DT_NONE;
-        }
-    }
-}
-
-static sl_status open_gguf(hf_ckpt *ck, const char *path, sl_error *err) {
-    sl_status st = gguf_open_model(path, &ck->gm, err);
-    if (st) return st;
-    if ((st = gguf_config_json(&ck->gm, &ck->config_text, err))) return st;
-    char where[1100];
-    snprintf(where, sizeof where, "%s (metadata)", ck->gm.files[0].path);
-    if ((st = hf_parse_config(ck->config_text, where, &ck->cfg, err))) return st;
-    if ((st = gguf_tokenizer_json(&ck->gm, &ck->tok_json, &ck->tok_cfg, err))) return st;
-    const arch_desc *a = arch_get(ck->cfg.arch);
-    if (a->gguf_norms_shifted && ck->cfg.zero_centred_norm) { /* the converter stored 1 + w */
-        ck->cfg.zero_centred_norm = 0;
-        ck->cfg.norms_shifted = 1;
-    }
-    ck->files = calloc((size_t)ck->gm.n_files, sizeof *ck->files);
-    if (!ck->files) return sl_err(err, SL_ENOMEM, "out of memory");
-    for (int i = 0; i < ck->gm.n_files; i++) {
-        const gguf_file *g = &ck->gm.files[i];
-        st_file *sf = &ck->files[i];
-        sf->fd = g->fd; /* owned by ck->gm */
-        sf->size = g->size;
-        if (!(sf->path = strdup(g->path))) return sl_err(err, SL_ENOMEM, "out of memory");
-        const char *sl = strrchr(sf->path, '/');
-        sf->name = sl ? (char *)sl + 1 : sf->path;
-        sf->e = calloc((size_t)g->n_tensors + 1, sizeof *sf->e);
-        if (!sf->e) return sl_err(err, SL_ENOMEM, "out of memory");
-        ck->n_files++;
-        for (uint64_t j = 0; j < g->n_tensors; j++) {
-            const gguf_tensor *gt = &g->t[j];
-            st_entry *e = &sf->e[sf->n];
-            if (!(e->name = strdup(gt->name))) return sl_err(err, SL_ENOMEM, "out of memory");
-            sf->n++;
-            snprintf(e->dtype_str, sizeof e->dtype_str, "%s", gguf_type_name(gt->type));
-            e->ndim = (int)gt->n_dims;
-            for (uint32_t d = 0; d < gt->n_dims; d++) e->shape[d] = gt->ne[gt->n_dims - 1 - d];
-            e->off = gt->off;
-            e->len = gt->bytes;
-            if ((st = gguf_add(ck, a, i, gt, e, err))) return st;
-        }
-    }
-    if ((st = gguf_add_xf(ck, a, err))) return st;
-    gguf_unify_parts(ck);
-    return SL_OK;
-}
-
-/* A tensor of a gguf_xf rule: its sources read back to back, rows reordered by the rule (in the GGUF type when
- * it needs no more), else dequantised to f32 (gguf_convert: gguf-py's values) and rewritten by the rule's f32
- * hook, then converted to `to`. */
-static sl_status read_gguf_xf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst, sl_error *err) {
-    const hf_tensor *pub = &t->pub;
-    const arch_gguf_xf *r = t->xf;
-    const int64_t rows = pub->shape[0], cols = pub->ndim == 1 ? 1 : pub->shape[1], n = rows * cols;
-    const char *path = ck->files[t->file].path;
-    uint8_t *raw = malloc((size_t)(t->len + (t->xf_n > 1 ? t->len2 : 0)) + 1);
-    int64_t *perm = NULL;
-    float *f = NULL, *g = NULL;
-    sl_status st = SL_OK;
-    if (!raw) return sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name);
-    if ((st = fio_pread_all(ck->files[t->file].fd, raw, t->len, t->off, path, err))) goto out;
-    if (t->xf_n > 1 && (st = fio_pread_all(ck->files[t->file2].fd, raw + t->len, t->len2, t->off2,
-                                           ck->files[t->file2].path, err)))
-        goto out;
-    if (r->rows) {
-        if (!(perm = malloc((size_t)rows * sizeof *perm))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
-        r->rows(&ck->cfg, rows, perm);
-        uint8_t *seen = calloc((size_t)rows, 1); /* a permutation: every source row exactly once */
-        if (!seen) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
-        for (int64_t i = 0; i < rows && !st; i++)
-            if (perm[i] < 0 || perm[i] >= rows || seen[perm[i]]++)
-                st = sl_err(err, SL_EFORMAT, "tensor '%s': its %lld rows do not regroup under this config (row %lld)",
-                            pub->name, (long long)rows, (long long)i);
-        free(seen);
-        if (st) goto out;
-    }
-    int same = t->xf_n == 1 || t->gg_type == t->gg_type2;
-    if (same && !r->f32) { /* rows in their GGUF type */
-        st = gguf_convert(t->gg_type, raw, rows, cols, perm, to, pub->q_group, pub->q_sdtype, dst, pub->name, err);
-        goto out;
-    }
-    if (to != DT_F32 && to != DT_F16 && to != DT_BF16) {
-        st = sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is imported from GGUF as %s, not %s", pub->name,
-                    dt_name(pub->src_dtype), dt_name(to));
-        goto out;
-    }
-    f = malloc((size_t)n * sizeof *f);
-    g = malloc((size_t)n * sizeof *g);
-    if (!f || !g) { st = sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
-    int64_t at = 0;
-    const uint8_t *sp = raw;
-    for (int s = 0; s < t->xf_n; s++) { /* each source to f32, back to back */
-        uint32_t type = s ? t->gg_type2 : t->gg_type;
-        if ((st = gguf_convert(type, sp, t->src_rows[s], t->src_cols[s], NULL, DT_F32, 0, DT_NONE, f + at, pub->name,
-                               err)))
-            goto out;
-        at += t->src_rows[s] * t->src_cols[s];
-        sp += s ? t->len2 : t->len;
-    }
-    if (perm)
-        for (int64_t i = 0; i < rows; i++) memcpy(g + i * cols, f + perm[i] * cols, (size_t)cols * sizeof *g);
-    else memcpy(g, f, (size_t)n * sizeof *g);
-    if (r->f32) {
-        int64_t bad = r->f32(&ck->cfg, g, f);
-        if (bad >= 0) {
-            st = sl_err(err, SL_EFORMAT, "tensor '%s': source element %lld (%g) cannot be mapped back", pub->name,
-                        (long long)bad, (double)g[bad]);
-            goto out;
-        }
-    } else memcpy(f, g, (size_t)n * sizeof *f);
-    dt_from_f32(to, f, dst, (size_t)n);
-out:
-    if (st) sl_err_prefix(err, "%s", path);
-    free(g);
-    free(f);
-    free(perm);
-    free(raw);
-    return st;
-}
-
-static sl_status read_gguf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst, sl_error *err) {
-    const hf_tensor *pub = &t->pub;
-    const st_file *f = &ck->files[t->file];
-    int64_t rows = pub->ndim == 1 ? 1 : pub->shape[0], cols = pub->ndim == 1 ? pub->shape[0] : pub->shape[1];
-    for (int i = 2; i < pub->ndim; i++) rows *= pub->shape[i - 1], cols = pub->shape[pub->ndim - 1];
-    if (q_is_quant(to) && (to != pub->src_dtype))
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is imported from GGUF as %s, not %s", pub->name,
-                      dt_name(pub->src_dtype), dt_name(to));
-    if (t->xf) return read_gguf_xf(ck, t, to, dst, err);
-    uint8_t *raw = malloc(t->len ? t->len : 1);
-    sl_status st = SL_OK;
-    if (!raw) return sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name);
-    if ((st = fio_pread_all(f->fd, raw, t->len, t->off, f->path, err))) goto out;
-    st = gguf_convert(t->gg_type, raw, rows, cols, NULL, to, pub->q_group, pub->q_sdtype, dst, t->ent->name, err);
-    if (st) sl_err_prefix(err, "%s", f->path);
-out:
-    free(raw);
-    return st;
-}
-
 sl_status hf_blob(hf_ckpt *ck, const char *name, char **data, size_t *len, sl_error *err) {
     *data = NULL;
     *len = 0;
@@ -1017,7 +574,7 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
         return sl_err(err, SL_ENOMEM, "out of memory");
     }
     if (gguf_is_model(dir)) {
-        if ((st = open_gguf(ck, dir, err)) || (st = validate(ck, err))) goto fail;
+        if ((st = hf_open_gguf(ck, dir, err)) || (st = validate(ck, err))) goto fail;
         *out = ck;
         return SL_OK;
     }
@@ -1150,7 +707,7 @@ const hf_tensor *hf_find(const hf_ckpt *ck, const char *name) {
 
 sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_error *err) {
     const hf_t *t = (const hf_t *)pub;
-    if (t->gg) return read_gguf(ck, t, to, dst, err);
+    if (t->gg) return hf_read_gguf(ck, t, to, dst, err);
     const st_file *f = &ck->files[t->file];
     size_t n = 1;
     for (int i = 0; i < pub->ndim; i++) n *= (size_t)pub->shape[i];
