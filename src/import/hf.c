@@ -267,114 +267,108 @@ static sl_status attach_mxfp4(hf_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
-/* Registers one disk tensor under its canonical name(s). */
-static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err) {
-    const char *rest = strip_prefix(e->name);
-    if (!rest) return SL_OK;
-    char base[256];
-    snprintf(base, sizeof base, "%s", rest);
-    if (ends_with(base, ".weight_scale_inv")) return SL_OK; /* attached in a second pass */
-    if (ends_with(base, ".scales") || ends_with(base, ".biases")) return SL_OK; /* MLX: attach_mlx() */
-    int u32 = e->dtype == DT_NONE && !strcmp(e->dtype_str, "U32") && ends_with(base, ".weight");
-    if (ends_with(base, ".weight")) base[strlen(base) - 7] = 0;
-    canon_layer_name(ck, base, sizeof base);
+/* MLX stacked experts: layers.l.mlp.switch_mlp.<part> [E, out, in (or packed u32 words)], one slice per expert. */
+static sl_status add_mlx_stack(hf_ckpt *ck, int fi, const st_entry *e, int l, const char *part, int u32,
+                               sl_error *err) {
     const sl_config *c = &ck->cfg;
-    int l, ex, nread = 0;
-    char part[32];
-    /* MLX stacked experts: layers.N.mlp.switch_mlp.{gate,up,down}_proj [E, out, in (or packed words)] */
-    if (sscanf(base, "layers.%d.mlp.switch_mlp.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0) {
-        int p = part_index(ck, part);
-        if (p < 0 || l < 0 || l >= c->n_layers) return SL_OK;
-        if (e->ndim != 3 || e->shape[0] != c->n_experts)
-            return sl_err(err, SL_EFORMAT, "tensor '%s' must be [%d, out, in] (stacked experts), has %d dims", e->name,
-                          c->n_experts, e->ndim);
-        size_t es = u32 ? 4 : dt_size(e->dtype);
-        if (!es) return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported", e->name, e->dtype_str);
-        uint64_t slice = (uint64_t)e->shape[1] * (uint64_t)e->shape[2] * es;
-        for (int x = 0; x < c->n_experts; x++) {
-            hf_t *t = hf_push(ck);
-            if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
-            char nm[128];
-            snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
-            if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
-            t->file = fi;
-            t->ent = e;
-            t->off = e->off + (uint64_t)x * slice;
-            t->len = slice;
-            t->pub.src_dtype = e->dtype;
-            t->pub.ndim = 2;
-            t->pub.shape[0] = e->shape[1];
-            t->pub.shape[1] = e->shape[2];
-            t->pub.expert_layer = l;
-            t->pub.expert = x;
-            t->pub.expert_part = p;
-            t->mlx_u32 = u32;
-        }
-        return SL_OK;
-    }
-    if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z0-9_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0) {
-        int p = part_index(ck, part);
-        if (p < 0 || l < 0 || l >= c->n_layers || ex < 0 || ex >= c->n_experts) return SL_OK;
+    int p = part_index(ck, part);
+    if (p < 0 || l < 0 || l >= c->n_layers) return SL_OK;
+    if (e->ndim != 3 || e->shape[0] != c->n_experts)
+        return sl_err(err, SL_EFORMAT, "tensor '%s' must be [%d, out, in] (stacked experts), has %d dims", e->name,
+                      c->n_experts, e->ndim);
+    size_t es = u32 ? 4 : dt_size(e->dtype);
+    if (!es) return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported", e->name, e->dtype_str);
+    uint64_t slice = (uint64_t)e->shape[1] * (uint64_t)e->shape[2] * es;
+    for (int x = 0; x < c->n_experts; x++) {
         hf_t *t = hf_push(ck);
         if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
         char nm[128];
-        snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, ex, arch_expert_part_name(&ck->cfg, p));
-        t->pub.name = strdup(nm);
+        snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
+        if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
         t->file = fi;
         t->ent = e;
-        t->off = e->off;
-        t->len = e->len;
+        t->off = e->off + (uint64_t)x * slice;
+        t->len = slice;
         t->pub.src_dtype = e->dtype;
-        t->pub.ndim = e->ndim;
-        memcpy(t->pub.shape, e->shape, sizeof t->pub.shape);
+        t->pub.ndim = 2;
+        t->pub.shape[0] = e->shape[1];
+        t->pub.shape[1] = e->shape[2];
         t->pub.expert_layer = l;
-        t->pub.expert = ex;
+        t->pub.expert = x;
         t->pub.expert_part = p;
-        return t->pub.name ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
+        t->mlx_u32 = u32;
     }
-    if (c->expert_kind != SL_EXPERT_SWIGLU && sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 &&
-        base[nread] == 0)
-        return add_stacked_part(ck, fi, e, l, part, err);
-    if (sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0 &&
-        (!strcmp(part, "gate_up_proj") || !strcmp(part, "down_proj"))) {
-        int up = !strcmp(part, "gate_up_proj");
-        if (l < 0 || l >= c->n_layers) return SL_OK;
-        int64_t E = c->n_experts, I = c->moe_inter, H = c->hidden;
-        int64_t want0 = E, want1 = up ? 2 * I : H, want2 = up ? H : I;
-        if (e->ndim != 3 || e->shape[0] != want0 || e->shape[1] != want1 || e->shape[2] != want2)
-            return sl_err(err, SL_EFORMAT, "tensor '%s' has shape [%lld,%lld,%lld], config implies [%lld,%lld,%lld]",
-                          e->name, (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 0),
-                          (long long)(e->ndim > 2 ? e->shape[2] : 0), (long long)want0, (long long)want1,
-                          (long long)want2);
-        if (e->dtype == DT_NONE || e->dtype == DT_F8E4M3)
-            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported for fused experts", e->name,
-                          e->dtype_str);
-        size_t es = dt_size(e->dtype);
-        uint64_t part_bytes = (uint64_t)I * (uint64_t)H * es;
-        for (int x = 0; x < E; x++) {
-            for (int k = 0; k < (up ? 2 : 1); k++) {
-                hf_t *t = hf_push(ck);
-                if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
-                int p = up ? k : 2;
-                char nm[128];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
-                t->pub.name = strdup(nm);
-                if (!t->pub.name) return sl_err(err, SL_ENOMEM, "out of memory");
-                t->file = fi;
-                t->ent = e;
-                t->off = e->off + (uint64_t)x * (up ? 2 : 1) * part_bytes + (uint64_t)k * part_bytes;
-                t->len = part_bytes;
-                t->pub.src_dtype = e->dtype;
-                t->pub.ndim = 2;
-                t->pub.shape[0] = up ? I : H;
-                t->pub.shape[1] = up ? H : I;
-                t->pub.expert_layer = l;
-                t->pub.expert = x;
-                t->pub.expert_part = p;
-            }
+    return SL_OK;
+}
+
+/* One expert's part stored alone: layers.l.mlp.experts.x.<part>. */
+static sl_status add_expert_part(hf_ckpt *ck, int fi, const st_entry *e, int l, int ex, const char *part,
+                                 sl_error *err) {
+    const sl_config *c = &ck->cfg;
+    int p = part_index(ck, part);
+    if (p < 0 || l < 0 || l >= c->n_layers || ex < 0 || ex >= c->n_experts) return SL_OK;
+    hf_t *t = hf_push(ck);
+    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+    char nm[128];
+    snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, ex, arch_expert_part_name(&ck->cfg, p));
+    t->pub.name = strdup(nm);
+    t->file = fi;
+    t->ent = e;
+    t->off = e->off;
+    t->len = e->len;
+    t->pub.src_dtype = e->dtype;
+    t->pub.ndim = e->ndim;
+    memcpy(t->pub.shape, e->shape, sizeof t->pub.shape);
+    t->pub.expert_layer = l;
+    t->pub.expert = ex;
+    t->pub.expert_part = p;
+    return t->pub.name ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
+}
+
+/* Fused SwiGLU experts: layers.l.mlp.experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows)
+ * or .down_proj [E, H, I], one slice per expert and part. */
+static sl_status add_fused(hf_ckpt *ck, int fi, const st_entry *e, int l, int up, sl_error *err) {
+    const sl_config *c = &ck->cfg;
+    if (l < 0 || l >= c->n_layers) return SL_OK;
+    int64_t E = c->n_experts, I = c->moe_inter, H = c->hidden;
+    int64_t want0 = E, want1 = up ? 2 * I : H, want2 = up ? H : I;
+    if (e->ndim != 3 || e->shape[0] != want0 || e->shape[1] != want1 || e->shape[2] != want2)
+        return sl_err(err, SL_EFORMAT, "tensor '%s' has shape [%lld,%lld,%lld], config implies [%lld,%lld,%lld]",
+                      e->name, (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 0),
+                      (long long)(e->ndim > 2 ? e->shape[2] : 0), (long long)want0, (long long)want1,
+                      (long long)want2);
+    if (e->dtype == DT_NONE || e->dtype == DT_F8E4M3)
+        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported for fused experts", e->name,
+                      e->dtype_str);
+    size_t es = dt_size(e->dtype);
+    uint64_t part_bytes = (uint64_t)I * (uint64_t)H * es;
+    for (int x = 0; x < E; x++) {
+        for (int k = 0; k < (up ? 2 : 1); k++) {
+            hf_t *t = hf_push(ck);
+            if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+            int p = up ? k : 2;
+            char nm[128];
+            snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
+            t->pub.name = strdup(nm);
+            if (!t->pub.name) return sl_err(err, SL_ENOMEM, "out of memory");
+            t->file = fi;
+            t->ent = e;
+            t->off = e->off + (uint64_t)x * (up ? 2 : 1) * part_bytes + (uint64_t)k * part_bytes;
+            t->len = part_bytes;
+            t->pub.src_dtype = e->dtype;
+            t->pub.ndim = 2;
+            t->pub.shape[0] = up ? I : H;
+            t->pub.shape[1] = up ? H : I;
+            t->pub.expert_layer = l;
+            t->pub.expert = x;
+            t->pub.expert_part = p;
         }
-        return SL_OK;
     }
+    return SL_OK;
+}
+
+/* A backbone tensor under its canonical name `base` (conv1d kernels [Cq,1,K] / MLX [Cq,K,1] taken as [Cq,K]). */
+static sl_status add_plain(hf_ckpt *ck, int fi, const st_entry *e, const char *base, int u32, sl_error *err) {
     hf_t *t = hf_push(ck);
     if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
     t->pub.name = strdup(base);
@@ -396,6 +390,34 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         t->pub.shape[2] = 0;
     }
     return SL_OK;
+}
+
+/* Registers one disk tensor under its canonical name(s): by what its canonical name says it holds, an MLX
+ * stack of experts, one expert's part, a family's stacked part (gpt-oss), fused SwiGLU experts, or a plain
+ * backbone tensor. FP8 scales and MLX scales / biases are attached in later passes. */
+static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err) {
+    const char *rest = strip_prefix(e->name);
+    if (!rest) return SL_OK;
+    char base[256];
+    snprintf(base, sizeof base, "%s", rest);
+    if (ends_with(base, ".weight_scale_inv")) return SL_OK; /* attached in a second pass */
+    if (ends_with(base, ".scales") || ends_with(base, ".biases")) return SL_OK; /* MLX: attach_mlx() */
+    int u32 = e->dtype == DT_NONE && !strcmp(e->dtype_str, "U32") && ends_with(base, ".weight");
+    if (ends_with(base, ".weight")) base[strlen(base) - 7] = 0;
+    canon_layer_name(ck, base, sizeof base);
+    int l, ex, nread = 0;
+    char part[32];
+    if (sscanf(base, "layers.%d.mlp.switch_mlp.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0)
+        return add_mlx_stack(ck, fi, e, l, part, u32, err);
+    if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z0-9_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0)
+        return add_expert_part(ck, fi, e, l, ex, part, err);
+    if (ck->cfg.expert_kind != SL_EXPERT_SWIGLU &&
+        sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0)
+        return add_stacked_part(ck, fi, e, l, part, err);
+    if (sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0 &&
+        (!strcmp(part, "gate_up_proj") || !strcmp(part, "down_proj")))
+        return add_fused(ck, fi, e, l, !strcmp(part, "gate_up_proj"), err);
+    return add_plain(ck, fi, e, base, u32, err);
 }
 
 static int shape_eq(const hf_tensor *t, int ndim, const int64_t *shape) {
@@ -562,25 +584,13 @@ static sl_status validate(hf_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
-sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
-    *out = NULL;
-    hf_ckpt *ck = calloc(1, sizeof *ck);
-    char **names = NULL;
-    int n_names = 0;
-    cJSON *index = NULL, *cfgjson = NULL;
-    sl_status st;
-    if (!ck || !(ck->dir = strdup(dir))) {
-        free(ck);
-        return sl_err(err, SL_ENOMEM, "out of memory");
-    }
-    if (gguf_is_model(dir)) {
-        if ((st = hf_open_gguf(ck, dir, err)) || (st = validate(ck, err))) goto fail;
-        *out = ck;
-        return SL_OK;
-    }
+/* config.json of the directory into ck (its text, the sl_config, quantization_config: FP8 blocks or gpt-oss's
+ * MXFP4 experts, MLX "quantization"). */
+static sl_status read_config(hf_ckpt *ck, const char *dir, sl_error *err) {
+    cJSON *cfgjson = NULL;
     char *cpath = fio_join(dir, "config.json");
-    if (!cpath) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    st = fio_read_file(cpath, &ck->config_text, NULL, err);
+    sl_status st = cpath ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
+    if (!st) st = fio_read_file(cpath, &ck->config_text, NULL, err);
     if (!st) st = hf_parse_config(ck->config_text, cpath, &ck->cfg, err);
     if (!st) {
         cfgjson = cJSON_Parse(ck->config_text);
@@ -612,16 +622,26 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
         ck->cfg.norms_shifted = 1;
     }
     free(cpath);
-    if (st) goto fail;
-    if ((st = list_files(ck, &names, &n_names, &index, err))) goto fail;
+    cJSON_Delete(cfgjson);
+    return st;
+}
+
+/* Opens every safetensors shard of the directory (st_open checks each header against its file) and checks
+ * that every tensor model.safetensors.index.json names is in the file it names. */
+static sl_status open_shards(hf_ckpt *ck, const char *dir, sl_error *err) {
+    char **names = NULL;
+    int n_names = 0;
+    cJSON *index = NULL;
+    sl_status st = list_files(ck, &names, &n_names, &index, err);
+    if (st) goto done;
     ck->files = calloc((size_t)n_names, sizeof *ck->files);
-    if (!ck->files) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if (!ck->files) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
     for (int i = 0; i < n_names; i++) {
         char *p = fio_join(dir, names[i]);
-        if (!p) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+        if (!p) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
         st = st_open(p, &ck->files[i], err);
         free(p);
-        if (st) goto fail;
+        if (st) goto done;
         ck->n_files++;
     }
     if (index) { /* every tensor the index names must be in the file it names */
@@ -632,32 +652,43 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
                 if (!st_find(&ck->files[i], it->string)) {
                     st = sl_err(err, SL_EFORMAT, "%s: tensor '%s' is named in model.safetensors.index.json but "
                                 "not in the file", ck->files[i].path, it->string);
-                    goto fail;
+                    goto done;
                 }
             }
         }
     }
+done:
+    for (int i = 0; i < n_names; i++) free(names[i]);
+    free(names);
+    cJSON_Delete(index);
+    return st;
+}
+
+sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
+    *out = NULL;
+    hf_ckpt *ck = calloc(1, sizeof *ck);
+    sl_status st = SL_OK;
+    if (!ck) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!(ck->dir = strdup(dir))) {
+        st = sl_err(err, SL_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (gguf_is_model(dir)) {
+        if (!(st = hf_open_gguf(ck, dir, err))) st = validate(ck, err);
+        goto done;
+    }
+    if ((st = read_config(ck, dir, err)) || (st = open_shards(ck, dir, err))) goto done;
     for (int f = 0; f < ck->n_files; f++)
         for (int i = 0; i < ck->files[f].n; i++)
             if ((st = add_entry(ck, f, &ck->files[f].e[i], err))) {
                 sl_err_prefix(err, "%s", ck->files[f].path);
-                goto fail;
+                goto done;
             }
-    if ((st = attach_mlx(ck, err))) goto fail;
-    if ((st = attach_mxfp4(ck, err))) goto fail;
-    if ((st = validate(ck, err))) goto fail;
-    for (int i = 0; i < n_names; i++) free(names[i]);
-    free(names);
-    cJSON_Delete(index);
-    cJSON_Delete(cfgjson);
-    *out = ck;
-    return SL_OK;
-fail:
-    for (int i = 0; i < n_names; i++) free(names[i]);
-    free(names);
-    cJSON_Delete(index);
-    cJSON_Delete(cfgjson);
-    hf_close(ck);
+    if ((st = attach_mlx(ck, err)) || (st = attach_mxfp4(ck, err))) goto done;
+    st = validate(ck, err);
+done:
+    if (st) hf_close(ck);
+    else *out = ck;
     return st;
 }
 
