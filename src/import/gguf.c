@@ -308,6 +308,141 @@ static int cmp_toff(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off ? 1 : 0;
 }
 
+/* The header after the file is open: magic, version (2 or 3, little-endian), tensor and metadata counts (bounded
+ * by what the file can hold). */
+static sl_status read_header(rdr *r) {
+    gguf_file *f = r->f;
+    sl_error *err = r->err;
+    uint8_t magic[4];
+    sl_status st;
+    snprintf(r->what, sizeof r->what, "the magic");
+    if ((st = rd(r, magic, 4))) return st;
+    if (memcmp(magic, "GGUF", 4)) return sl_err(err, SL_EFORMAT, "%s: not a GGUF file (magic is not 'GGUF')", f->path);
+    snprintf(r->what, sizeof r->what, "the version");
+    if ((st = rd_u32(r, &f->version))) return st;
+    if ((f->version & 0xffffu) == 0 && f->version != 0) /* byte-swapped: written on a big-endian machine */
+        return sl_err(err, SL_EUNSUPPORTED, "%s: a big-endian GGUF file (version %u byte-swapped); only little-endian "
+                      "files are supported", f->path, __builtin_bswap32(f->version));
+    if (f->version != 2 && f->version != 3)
+        return sl_err(err, SL_EUNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)", f->path, f->version);
+    snprintf(r->what, sizeof r->what, "the tensor count");
+    if ((st = rd_u64(r, &f->n_tensors))) return st;
+    snprintf(r->what, sizeof r->what, "the metadata count");
+    if ((st = rd_u64(r, &f->n_kv))) return st;
+    /* every key/value takes >= 13 bytes, every tensor info >= 24: counts beyond that are corrupt */
+    if (f->n_kv > f->size / 13 || f->n_tensors > f->size / 24) {
+        uint64_t nk = f->n_kv, nt = f->n_tensors;
+        f->n_kv = f->n_tensors = 0;
+        return sl_err(err, SL_EFORMAT, "%s: truncated or corrupt: the header claims %llu metadata entries and %llu tensors, more than a %llu-byte "
+                      "file can hold", f->path, (unsigned long long)nk, (unsigned long long)nt, (unsigned long long)f->size);
+    }
+    return SL_OK;
+}
+
+/* The metadata key/values (each key once) and general.alignment. f->kv and f->t are allocated. */
+static sl_status read_metadata(rdr *r) {
+    gguf_file *f = r->f;
+    sl_status st;
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        snprintf(r->what, sizeof r->what, "the key of metadata entry %llu", (unsigned long long)i);
+        if ((st = rd_str(r, &f->kv[i].key, NULL))) return st;
+        snprintf(r->what, sizeof r->what, "metadata '%.120s'", f->kv[i].key);
+        if ((st = read_kv(r, &f->kv[i]))) return st;
+        for (uint64_t j = 0; j < i; j++)
+            if (!strcmp(f->kv[j].key, f->kv[i].key))
+                return sl_err(r->err, SL_EFORMAT, "%s: metadata key '%s' appears twice", f->path, f->kv[i].key);
+    }
+    f->alignment = 32;
+    const gguf_kv *al = gguf_kv_find(f, "general.alignment");
+    if (al) {
+        if (al->type != GGUF_U32 || al->v.u == 0 || (al->v.u & (al->v.u - 1)))
+            return sl_err(r->err, SL_EFORMAT, "%s: general.alignment must be a u32 power of two", f->path);
+        f->alignment = (uint32_t)al->v.u;
+    }
+    return SL_OK;
+}
+
+/* Tensor info i: name (each once), dims (each 1..2^40, at most 2^50 elements), a known type whose blocks make
+ * whole rows, an aligned offset relative to the data section; its byte size. */
+static sl_status read_tensor_info(rdr *r, uint64_t i) {
+    gguf_file *f = r->f;
+    gguf_tensor *t = &f->t[i];
+    sl_error *err = r->err;
+    sl_status st;
+    snprintf(r->what, sizeof r->what, "the name of tensor %llu", (unsigned long long)i);
+    if ((st = rd_str(r, &t->name, NULL))) return st;
+    snprintf(r->what, sizeof r->what, "tensor '%.120s'", t->name);
+    if ((st = rd_u32(r, &t->n_dims))) return st;
+    if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
+        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has %u dimensions (1 to %d)", f->path, t->name, t->n_dims,
+                      GGUF_MAX_DIMS);
+    uint64_t nel = 1;
+    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        uint64_t v;
+        if ((st = rd_u64(r, &v))) return st;
+        if (v == 0 || v > (1ull << 40) || nel > (1ull << 50) / v)
+            return sl_err(err, SL_EFORMAT, "%s: tensor '%s': dimension %u is %llu", f->path, t->name, d,
+                          (unsigned long long)v);
+        t->ne[d] = (int64_t)v;
+        nel *= v;
+    }
+    uint64_t rel;
+    if ((st = rd_u32(r, &t->type)) || (st = rd_u64(r, &rel))) return st;
+    if (!gguf_type_name(t->type) || !TYPES[t->type].bytes)
+        return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' has unknown type %u", f->path, t->name, t->type);
+    if (t->ne[0] % TYPES[t->type].blk)
+        return sl_err(err, SL_EFORMAT, "%s: tensor '%s': row of %lld elements is not a whole number of %s blocks "
+                      "(%d)", f->path, t->name, (long long)t->ne[0], TYPES[t->type].name, TYPES[t->type].blk);
+    if (rel % f->alignment)
+        return sl_err(err, SL_EFORMAT, "%s: tensor '%s': offset %llu is not a multiple of the alignment %u", f->path,
+                      t->name, (unsigned long long)rel, f->alignment);
+    t->bytes = type_row_bytes(t->type, t->ne[0]) * (nel / (uint64_t)t->ne[0]);
+    t->off = rel; /* made absolute by place_data */
+    for (uint64_t j = 0; j < i; j++)
+        if (!strcmp(f->t[j].name, t->name))
+            return sl_err(err, SL_EFORMAT, "%s: tensor '%s' appears twice", f->path, t->name);
+    return SL_OK;
+}
+
+/* The data section after the header (pos: the header's end): every tensor's range inside the file, its offset
+ * made absolute, no two overlapping. */
+static sl_status place_data(gguf_file *f, uint64_t pos, sl_error *err) {
+    const uint64_t nt = f->n_tensors;
+    gguf_tensor **order = NULL;
+    sl_status st = SL_OK;
+    f->data_off = (pos + f->alignment - 1) / f->alignment * f->alignment;
+    if (nt && f->data_off > f->size) {
+        st = sl_err(err, SL_EFORMAT, "%s: truncated: the data section would start at byte %llu of %llu", f->path,
+                    (unsigned long long)f->data_off, (unsigned long long)f->size);
+        goto done;
+    }
+    uint64_t room = f->size > f->data_off ? f->size - f->data_off : 0;
+    for (uint64_t i = 0; i < nt; i++) {
+        gguf_tensor *t = &f->t[i];
+        if (t->off > room || t->bytes > room - t->off) {
+            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s': data [%llu, %llu) runs past the end of the file (%llu bytes "
+                        "of data; truncated file?)", f->path, t->name, (unsigned long long)t->off,
+                        (unsigned long long)(t->off + t->bytes), (unsigned long long)room);
+            goto done;
+        }
+        t->off += f->data_off;
+    }
+    order = malloc(((size_t)nt + 1) * sizeof *order);
+    if (!order) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    for (uint64_t i = 0; i < nt; i++) order[i] = &f->t[i];
+    qsort(order, (size_t)nt, sizeof *order, cmp_toff);
+    for (uint64_t i = 1; i < nt; i++)
+        if (order[i]->off < order[i - 1]->off + order[i - 1]->bytes) {
+            st = sl_err(err, SL_EFORMAT, "%s: tensors '%s' and '%s' overlap", f->path, order[i - 1]->name,
+                        order[i]->name);
+            goto done;
+        }
+done:
+    free(order);
+    return st;
+}
+
 sl_status gguf_open_file(const char *path, gguf_file *f, sl_error *err) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
@@ -316,154 +451,28 @@ sl_status gguf_open_file(const char *path, gguf_file *f, sl_error *err) {
     f->name = sl ? sl + 1 : f->path;
     rdr r = {f, 0, NULL, 0, 0, err, "the header"};
     sl_status st = SL_OK;
-    gguf_tensor **order = NULL;
+    struct stat sb;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
         st = sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
+        goto done;
     }
-    struct stat sb;
     if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         st = sl_err(err, SL_EFORMAT, "%s: not a regular file", path);
-        goto fail;
+        goto done;
     }
     f->size = (uint64_t)sb.st_size;
-    if (!(r.buf = malloc(RBUF))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    uint8_t magic[4];
-    snprintf(r.what, sizeof r.what, "the magic");
-    if ((st = rd(&r, magic, 4))) goto fail;
-    if (memcmp(magic, "GGUF", 4)) {
-        st = sl_err(err, SL_EFORMAT, "%s: not a GGUF file (magic is not 'GGUF')", path);
-        goto fail;
-    }
-    snprintf(r.what, sizeof r.what, "the version");
-    if ((st = rd_u32(&r, &f->version))) goto fail;
-    if ((f->version & 0xffffu) == 0 && f->version != 0) { /* byte-swapped: written on a big-endian machine */
-        st = sl_err(err, SL_EUNSUPPORTED, "%s: a big-endian GGUF file (version %u byte-swapped); only little-endian "
-                    "files are supported", path, __builtin_bswap32(f->version));
-        goto fail;
-    }
-    if (f->version != 2 && f->version != 3) {
-        st = sl_err(err, SL_EUNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)", path, f->version);
-        goto fail;
-    }
-    snprintf(r.what, sizeof r.what, "the tensor count");
-    if ((st = rd_u64(&r, &f->n_tensors))) goto fail;
-    snprintf(r.what, sizeof r.what, "the metadata count");
-    if ((st = rd_u64(&r, &f->n_kv))) goto fail;
-    /* every key/value takes >= 13 bytes, every tensor info >= 24: counts beyond that are corrupt */
-    if (f->n_kv > f->size / 13 || f->n_tensors > f->size / 24) {
-        uint64_t nk = f->n_kv, nt = f->n_tensors;
-        f->n_kv = f->n_tensors = 0;
-        st = sl_err(err, SL_EFORMAT, "%s: truncated or corrupt: the header claims %llu metadata entries and %llu tensors, more than a %llu-byte "
-                    "file can hold", path, (unsigned long long)nk, (unsigned long long)nt, (unsigned long long)f->size);
-        goto fail;
-    }
-    uint64_t nkv = f->n_kv, nt = f->n_tensors;
-    f->kv = calloc((size_t)nkv + 1, sizeof *f->kv);
-    f->t = calloc((size_t)nt + 1, sizeof *f->t);
-    if (!f->kv || !f->t) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    for (uint64_t i = 0; i < nkv; i++) {
-        snprintf(r.what, sizeof r.what, "the key of metadata entry %llu", (unsigned long long)i);
-        if ((st = rd_str(&r, &f->kv[i].key, NULL))) goto fail;
-        snprintf(r.what, sizeof r.what, "metadata '%.120s'", f->kv[i].key);
-        if ((st = read_kv(&r, &f->kv[i]))) goto fail;
-        for (uint64_t j = 0; j < i; j++)
-            if (!strcmp(f->kv[j].key, f->kv[i].key)) {
-                st = sl_err(err, SL_EFORMAT, "%s: metadata key '%s' appears twice", path, f->kv[i].key);
-                goto fail;
-            }
-    }
-    f->alignment = 32;
-    const gguf_kv *al = gguf_kv_find(f, "general.alignment");
-    if (al) {
-        if (al->type != GGUF_U32 || al->v.u == 0 || (al->v.u & (al->v.u - 1))) {
-            st = sl_err(err, SL_EFORMAT, "%s: general.alignment must be a u32 power of two", path);
-            goto fail;
-        }
-        f->alignment = (uint32_t)al->v.u;
-    }
-    for (uint64_t i = 0; i < nt; i++) {
-        gguf_tensor *t = &f->t[i];
-        snprintf(r.what, sizeof r.what, "the name of tensor %llu", (unsigned long long)i);
-        if ((st = rd_str(&r, &t->name, NULL))) goto fail;
-        snprintf(r.what, sizeof r.what, "tensor '%.120s'", t->name);
-        if ((st = rd_u32(&r, &t->n_dims))) goto fail;
-        if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s' has %u dimensions (1 to %d)", path, t->name, t->n_dims,
-                        GGUF_MAX_DIMS);
-            goto fail;
-        }
-        uint64_t nel = 1;
-        for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++) {
-            uint64_t v;
-            if ((st = rd_u64(&r, &v))) goto fail;
-            if (v == 0 || v > (1ull << 40) || nel > (1ull << 50) / v) {
-                st = sl_err(err, SL_EFORMAT, "%s: tensor '%s': dimension %u is %llu", path, t->name, d,
-                            (unsigned long long)v);
-                goto fail;
-            }
-            t->ne[d] = (int64_t)v;
-            nel *= v;
-        }
-        uint64_t rel;
-        if ((st = rd_u32(&r, &t->type)) || (st = rd_u64(&r, &rel))) goto fail;
-        if (!gguf_type_name(t->type) || !TYPES[t->type].bytes) {
-            st = sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' has unknown type %u", path, t->name, t->type);
-            goto fail;
-        }
-        if (t->ne[0] % TYPES[t->type].blk) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s': row of %lld elements is not a whole number of %s blocks "
-                        "(%d)", path, t->name, (long long)t->ne[0], TYPES[t->type].name, TYPES[t->type].blk);
-            goto fail;
-        }
-        if (rel % f->alignment) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s': offset %llu is not a multiple of the alignment %u", path,
-                        t->name, (unsigned long long)rel, f->alignment);
-            goto fail;
-        }
-        t->bytes = type_row_bytes(t->type, t->ne[0]) * (nel / (uint64_t)t->ne[0]);
-        t->off = rel; /* made absolute below */
-        for (uint64_t j = 0; j < i; j++)
-            if (!strcmp(f->t[j].name, t->name)) {
-                st = sl_err(err, SL_EFORMAT, "%s: tensor '%s' appears twice", path, t->name);
-                goto fail;
-            }
-    }
-    f->data_off = (r.pos + f->alignment - 1) / f->alignment * f->alignment;
-    if (nt && f->data_off > f->size) {
-        st = sl_err(err, SL_EFORMAT, "%s: truncated: the data section would start at byte %llu of %llu", path,
-                    (unsigned long long)f->data_off, (unsigned long long)f->size);
-        goto fail;
-    }
-    uint64_t room = f->size > f->data_off ? f->size - f->data_off : 0;
-    for (uint64_t i = 0; i < nt; i++) {
-        gguf_tensor *t = &f->t[i];
-        if (t->off > room || t->bytes > room - t->off) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s': data [%llu, %llu) runs past the end of the file (%llu bytes "
-                        "of data; truncated file?)", path, t->name, (unsigned long long)t->off,
-                        (unsigned long long)(t->off + t->bytes), (unsigned long long)room);
-            goto fail;
-        }
-        t->off += f->data_off;
-    }
-    order = malloc(((size_t)nt + 1) * sizeof *order);
-    if (!order) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
-    for (uint64_t i = 0; i < nt; i++) order[i] = &f->t[i];
-    qsort(order, (size_t)nt, sizeof *order, cmp_toff);
-    for (uint64_t i = 1; i < nt; i++)
-        if (order[i]->off < order[i - 1]->off + order[i - 1]->bytes) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensors '%s' and '%s' overlap", path, order[i - 1]->name, order[i]->name);
-            goto fail;
-        }
-    free(order);
+    if (!(r.buf = malloc(RBUF))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if ((st = read_header(&r))) goto done;
+    f->kv = calloc((size_t)f->n_kv + 1, sizeof *f->kv);
+    f->t = calloc((size_t)f->n_tensors + 1, sizeof *f->t);
+    if (!f->kv || !f->t) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if ((st = read_metadata(&r))) goto done;
+    for (uint64_t i = 0; i < f->n_tensors && !st; i++) st = read_tensor_info(&r, i);
+    if (!st) st = place_data(f, r.pos, err);
+done:
     free(r.buf);
-    return SL_OK;
-fail:
-    free(order);
-    free(r.buf);
-    gguf_close_file(f);
+    if (st) gguf_close_file(f);
     return st;
 }
 
@@ -528,107 +537,109 @@ static int64_t kv_int(const gguf_kv *kv) {
     return -1;
 }
 
-sl_status gguf_open_model(const char *path, gguf_model *m, sl_error *err) {
-    memset(m, 0, sizeof *m);
+/* The file that carries a model's metadata: path itself, or a directory's one model (a single .gguf, or the
+ * first of the splits of one prefix) into first[cap]. */
+static sl_status first_file(const char *path, char *first, size_t cap, sl_error *err) {
     struct stat sb;
     if (stat(path, &sb) != 0) return sl_err(err, sl_status_from_errno(errno), "%s: %s", path, strerror(errno));
-    char first[4096];
-    if (S_ISDIR(sb.st_mode)) { /* the directory's one model: a single .gguf, or splits of one prefix */
-        DIR *d = opendir(path);
-        if (!d) return sl_err(err, sl_status_from_errno(errno), "%s: cannot open directory: %s", path, strerror(errno));
-        struct dirent *de;
-        char single[1024] = "", pfx[1024] = "", p[1024];
-        int n_single = 0, n_first = 0, no, cnt;
-        while ((de = readdir(d))) {
-            if (!ends_with(de->d_name, ".gguf")) continue;
-            if (split_name(de->d_name, p, sizeof p, &no, &cnt)) {
-                if (no == 1 && strcmp(p, pfx)) {
-                    n_first++;
-                    snprintf(pfx, sizeof pfx, "%s", de->d_name);
-                }
-            } else {
-                n_single++;
-                snprintf(single, sizeof single, "%s", de->d_name);
-            }
-        }
-        closedir(d);
-        if (n_single + n_first == 0) return sl_err(err, SL_ENOENT, "%s: no .gguf file", path);
-        if (n_single + n_first > 1)
-            return sl_err(err, SL_EINVAL, "%s: holds more than one GGUF model; name the file (or the first split)", path);
-        snprintf(first, sizeof first, "%s/%s", path, n_first ? pfx : single);
-    } else {
-        snprintf(first, sizeof first, "%s", path);
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(first, cap, "%s", path);
+        return SL_OK;
     }
+    DIR *d = opendir(path);
+    if (!d) return sl_err(err, sl_status_from_errno(errno), "%s: cannot open directory: %s", path, strerror(errno));
+    struct dirent *de;
+    char single[1024] = "", pfx[1024] = "", p[1024];
+    int n_single = 0, n_first = 0, no, cnt;
+    while ((de = readdir(d))) {
+        if (!ends_with(de->d_name, ".gguf")) continue;
+        if (split_name(de->d_name, p, sizeof p, &no, &cnt)) {
+            if (no == 1 && strcmp(p, pfx)) {
+                n_first++;
+                snprintf(pfx, sizeof pfx, "%s", de->d_name);
+            }
+        } else {
+            n_single++;
+            snprintf(single, sizeof single, "%s", de->d_name);
+        }
+    }
+    closedir(d);
+    if (n_single + n_first == 0) return sl_err(err, SL_ENOENT, "%s: no .gguf file", path);
+    if (n_single + n_first > 1)
+        return sl_err(err, SL_EINVAL, "%s: holds more than one GGUF model; name the file (or the first split)", path);
+    snprintf(first, cap, "%s/%s", path, n_first ? pfx : single);
+    return SL_OK;
+}
+
+/* The splits of an open model agree: split.no in order, split.tensors.count the tensors they hold, every tensor
+ * name in one split only. */
+static sl_status check_splits(const gguf_model *m, int64_t count, sl_error *err) {
+    uint64_t total = 0;
+    for (int i = 0; i < m->n_files; i++) {
+        const gguf_file *f = &m->files[i];
+        int64_t sn = kv_int(gguf_kv_find(f, "split.no"));
+        if (count > 1 && sn != i)
+            return sl_err(err, SL_EFORMAT, "%s: split.no is %lld, expected %d", f->path, (long long)sn, i);
+        total += f->n_tensors;
+    }
+    const gguf_kv *ktc = gguf_kv_find(&m->files[0], "split.tensors.count");
+    if (count > 1 && ktc && kv_int(ktc) != (int64_t)total)
+        return sl_err(err, SL_EFORMAT, "%s: split.tensors.count is %lld but the %lld splits hold %llu tensors",
+                      m->files[0].path, (long long)kv_int(ktc), (long long)count, (unsigned long long)total);
+    for (int i = 1; i < m->n_files; i++) /* a tensor name is unique across the splits */
+        for (uint64_t a = 0; a < m->files[i].n_tensors; a++)
+            for (int j = 0; j < i; j++)
+                for (uint64_t b = 0; b < m->files[j].n_tensors; b++)
+                    if (!strcmp(m->files[i].t[a].name, m->files[j].t[b].name))
+                        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is also in %s", m->files[i].path,
+                                      m->files[i].t[a].name, m->files[j].name);
+    return SL_OK;
+}
+
+sl_status gguf_open_model(const char *path, gguf_model *m, sl_error *err) {
+    memset(m, 0, sizeof *m);
+    char first[4096], prefix[1024];
+    sl_status st = first_file(path, first, sizeof first, err);
+    if (st) goto done;
     const char *base = strrchr(first, '/');
     base = base ? base + 1 : first;
-    char prefix[1024];
     int no = 0, cnt = 0, is_split = split_name(base, prefix, sizeof prefix, &no, &cnt);
-    if (is_split && no != 1)
-        return sl_err(err, SL_EINVAL, "%s: split %d of %d; name the first split (-00001-of-%05d.gguf)", first, no, cnt,
-                      cnt);
-    m->files = calloc(1, sizeof *m->files);
-    if (!m->files) return sl_err(err, SL_ENOMEM, "out of memory");
-    sl_status st = gguf_open_file(first, &m->files[0], err);
-    if (st) {
-        free(m->files);
-        m->files = NULL;
-        return st;
+    if (is_split && no != 1) {
+        st = sl_err(err, SL_EINVAL, "%s: split %d of %d; name the first split (-00001-of-%05d.gguf)", first, no, cnt,
+                    cnt);
+        goto done;
     }
+    if (!(m->files = calloc(1, sizeof *m->files))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if ((st = gguf_open_file(first, &m->files[0], err))) goto done;
     m->n_files = 1;
     const gguf_kv *kc = gguf_kv_find(&m->files[0], "split.count");
     int64_t count = kc ? kv_int(kc) : 1;
     if (count < 1 || count > 99999) {
         st = sl_err(err, SL_EFORMAT, "%s: split.count must be an integer 1..99999", first);
-        goto fail;
+        goto done;
     }
     if (count > 1 && !is_split) {
         st = sl_err(err, SL_EFORMAT, "%s: split.count is %lld but the name is not <name>-00001-of-%05lld.gguf", first,
                     (long long)count, (long long)count);
-        goto fail;
+        goto done;
     }
     if (is_split && count != cnt) {
         st = sl_err(err, SL_EFORMAT, "%s: split.count is %lld but the name says %d", first, (long long)count, cnt);
-        goto fail;
+        goto done;
     }
     gguf_file *nf = realloc(m->files, (size_t)count * sizeof *nf);
-    if (!nf) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if (!nf) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
     m->files = nf;
     size_t dl = (size_t)(base - first);
     for (int64_t i = 1; i < count; i++) {
         char p[4200];
         snprintf(p, sizeof p, "%.*s%s-%05d-of-%05d.gguf", (int)dl, first, prefix, (int)i + 1, (int)count);
-        if ((st = gguf_open_file(p, &m->files[i], err))) goto fail;
+        if ((st = gguf_open_file(p, &m->files[i], err))) goto done;
         m->n_files++;
     }
-    uint64_t total = 0;
-    for (int i = 0; i < m->n_files; i++) {
-        const gguf_file *f = &m->files[i];
-        int64_t sn = kv_int(gguf_kv_find(f, "split.no"));
-        if (count > 1 && sn != i) {
-            st = sl_err(err, SL_EFORMAT, "%s: split.no is %lld, expected %d", f->path, (long long)sn, i);
-            goto fail;
-        }
-        total += f->n_tensors;
-    }
-    const gguf_kv *ktc = gguf_kv_find(&m->files[0], "split.tensors.count");
-    if (count > 1 && ktc && kv_int(ktc) != (int64_t)total) {
-        st = sl_err(err, SL_EFORMAT, "%s: split.tensors.count is %lld but the %lld splits hold %llu tensors",
-                    m->files[0].path,
-                    (long long)kv_int(ktc), (long long)count, (unsigned long long)total);
-        goto fail;
-    }
-    for (int i = 1; i < m->n_files; i++) /* a tensor name is unique across the splits */
-        for (uint64_t a = 0; a < m->files[i].n_tensors; a++)
-            for (int j = 0; j < i; j++)
-                for (uint64_t b = 0; b < m->files[j].n_tensors; b++)
-                    if (!strcmp(m->files[i].t[a].name, m->files[j].t[b].name)) {
-                        st = sl_err(err, SL_EFORMAT, "%s: tensor '%s' is also in %s", m->files[i].path,
-                                    m->files[i].t[a].name, m->files[j].name);
-                        goto fail;
-                    }
-    return SL_OK;
-fail:
-    gguf_close_model(m);
+    st = check_splits(m, count, err);
+done:
+    if (st) gguf_close_model(m);
     return st;
 }
 
@@ -760,67 +771,57 @@ static void put_scale(sl_dtype sdt, void *base, size_t i, float v) {
     else ((uint16_t *)base)[i] = f32_to_f16(v);
 }
 
-sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t cols, const int64_t *perm, sl_dtype to,
-                       int group, sl_dtype sdt, void *dst, const char *name, sl_error *err) {
-    if (type >= N_TYPES || !TYPES[type].bytes)
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': unknown GGUF type %u", name, type);
-    sl_dtype own, own_sdt;
-    int own_group;
-    if (gguf_type_target(type, &own, &own_group, &own_sdt))
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
-                      name, TYPES[type].name, gguf_supported_types());
-    const uint8_t *s = src;
+/* F32 / F16 / BF16 rows as `to` (one of those), each row copied or through f32. */
+static sl_status convert_float(uint32_t type, sl_dtype from, const uint8_t *s, int64_t rows, int64_t cols,
+                               const int64_t *perm, sl_dtype to, void *dst, const char *name, sl_error *err) {
+    if (to != DT_F32 && to != DT_F16 && to != DT_BF16)
+        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be read as %s", name, TYPES[type].name,
+                      dt_name(to));
     uint64_t rb = type_row_bytes(type, cols);
-    if (TYPES[type].blk == 1) { /* F32 / F16 / BF16 */
-        if (to != DT_F32 && to != DT_F16 && to != DT_BF16)
-            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be read as %s", name, TYPES[type].name,
-                          dt_name(to));
-        sl_dtype from = own;
-        size_t osz = dt_size(to);
-        float *tmp = from == to ? NULL : malloc((size_t)cols * sizeof(float));
-        if (from != to && !tmp) return sl_err(err, SL_ENOMEM, "out of memory converting '%s'", name);
-        for (int64_t r = 0; r < rows; r++) {
-            const uint8_t *sr = s + (uint64_t)(perm ? perm[r] : r) * rb;
-            uint8_t *dr = (uint8_t *)dst + (uint64_t)r * (uint64_t)cols * osz;
-            if (from == to) memcpy(dr, sr, (size_t)rb);
-            else {
-                dt_to_f32(from, sr, tmp, (size_t)cols);
-                dt_from_f32(to, tmp, dr, (size_t)cols);
-            }
+    size_t osz = dt_size(to);
+    float *tmp = from == to ? NULL : malloc((size_t)cols * sizeof(float));
+    if (from != to && !tmp) return sl_err(err, SL_ENOMEM, "out of memory converting '%s'", name);
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *sr = s + (uint64_t)(perm ? perm[r] : r) * rb;
+        uint8_t *dr = (uint8_t *)dst + (uint64_t)r * (uint64_t)cols * osz;
+        if (from == to) memcpy(dr, sr, (size_t)rb);
+        else {
+            dt_to_f32(from, sr, tmp, (size_t)cols);
+            dt_from_f32(to, tmp, dr, (size_t)cols);
         }
-        free(tmp);
-        return SL_OK;
     }
-    if (to == DT_MXFP4) { /* GGUF's MXFP4 block (E8M0 e, 16 bytes: elements 0-15 low nibbles, 16-31 high) is the
-                           * container's group of 32 with its nibbles in column order; 2^(e-128) * 2v = 2^(e-127) * v */
-        if (type != GGML_MXFP4)
-            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held as mxfp4", name, TYPES[type].name);
-        const int nb = (int)(cols / 32);
-        uint8_t *codes = dst, *scales = codes + (uint64_t)rows * (uint64_t)(cols / 2);
-        for (int64_t r = 0; r < rows; r++) {
-            const uint8_t *sr = s + (uint64_t)(perm ? perm[r] : r) * rb;
-            for (int k = 0; k < nb; k++) {
-                const uint8_t *b = sr + (size_t)k * 17;
-                uint8_t e[32], *o = codes + (uint64_t)r * (uint64_t)(cols / 2) + (size_t)k * 16;
-                for (int i = 0; i < 16; i++) {
-                    e[i] = b[1 + i] & 0xF;
-                    e[i + 16] = b[1 + i] >> 4;
-                }
-                for (int i = 0; i < 16; i++) o[i] = (uint8_t)(e[2 * i] | e[2 * i + 1] << 4);
-                scales[(uint64_t)r * (uint64_t)nb + (uint64_t)k] = b[0];
+    free(tmp);
+    return SL_OK;
+}
+
+/* GGUF's MXFP4 block (E8M0 e, 16 bytes: elements 0-15 low nibbles, 16-31 high) is the container's group of 32
+ * with its nibbles in column order; 2^(e-128) * 2v = 2^(e-127) * v. Cannot fail. */
+static void convert_mxfp4(const uint8_t *s, int64_t rows, int64_t cols, const int64_t *perm, void *dst) {
+    const uint64_t rb = type_row_bytes(GGML_MXFP4, cols);
+    const int nb = (int)(cols / 32);
+    uint8_t *codes = dst, *scales = codes + (uint64_t)rows * (uint64_t)(cols / 2);
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *sr = s + (uint64_t)(perm ? perm[r] : r) * rb;
+        for (int k = 0; k < nb; k++) {
+            const uint8_t *b = sr + (size_t)k * 17;
+            uint8_t e[32], *o = codes + (uint64_t)r * (uint64_t)(cols / 2) + (size_t)k * 16;
+            for (int i = 0; i < 16; i++) {
+                e[i] = b[1 + i] & 0xF;
+                e[i + 16] = b[1 + i] >> 4;
             }
+            for (int i = 0; i < 16; i++) o[i] = (uint8_t)(e[2 * i] | e[2 * i + 1] << 4);
+            scales[(uint64_t)r * (uint64_t)nb + (uint64_t)k] = b[0];
         }
-        return SL_OK;
     }
-    int quant_out = to == DT_Q8 || to == DT_Q4;
-    if (quant_out && (!q_is_quant(own) || q_bits(to) < q_bits(own) || group != own_group ||
-                      (own == DT_MXFP4 && to != DT_Q8) ||
-                      (sdt != own_sdt && sdt != DT_F32)))
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held exactly as %s group %d with %s scales", name,
-                      TYPES[type].name, dt_name(to), group, dt_name(sdt));
-    if (!quant_out && to != DT_F32 && to != DT_F16 && to != DT_BF16)
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be read as %s", name, TYPES[type].name, dt_name(to));
+}
+
+/* Block-quantised rows decoded block by block: into the container's q8 / q4 layout (codes | scales | biases,
+ * group and sdt the caller checked) when `to` is one, else dequantised to f32 and stored as `to`. */
+static sl_status convert_blocks(uint32_t type, const uint8_t *s, int64_t rows, int64_t cols, const int64_t *perm,
+                                sl_dtype to, int group, sl_dtype sdt, void *dst, const char *name, sl_error *err) {
+    const int quant_out = to == DT_Q8 || to == DT_Q4;
     const int blk = TYPES[type].blk, bb = TYPES[type].bytes, nb = (int)(cols / blk);
+    const uint64_t rb = type_row_bytes(type, cols);
     float *row = quant_out ? NULL : malloc((size_t)cols * sizeof(float));
     if (!quant_out && !row) return sl_err(err, SL_ENOMEM, "out of memory converting '%s'", name);
     int bits = to == DT_Q8 ? 8 : 4;
@@ -828,15 +829,16 @@ sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t col
     uint8_t *codes = dst, *scales = codes + crow * (uint64_t)rows;
     uint8_t *biases = scales + (uint64_t)rows * ng * dt_size(sdt);
     size_t osz = quant_out ? 0 : dt_size(to);
+    sl_status st = SL_OK;
     blk_dec d;
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t *sr = s + (uint64_t)(perm ? perm[r] : r) * rb;
         for (int k = 0; k < nb; k++) {
             const char *why = NULL;
             if (decode_block(type, sr + (size_t)k * (size_t)bb, &d, &why)) {
-                free(row);
-                return sl_err(err, SL_EFORMAT, "tensor '%s' (%s): row %lld block %d: %s", name, TYPES[type].name,
-                              (long long)r, k, why);
+                st = sl_err(err, SL_EFORMAT, "tensor '%s' (%s): row %lld block %d: %s", name, TYPES[type].name,
+                            (long long)r, k, why);
+                goto done;
             }
             int64_t c0 = (int64_t)k * blk;
             if (quant_out) {
@@ -848,9 +850,9 @@ sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t col
                     size_t gi = (size_t)((uint64_t)r * ng + (uint64_t)(c0 / d.group + g));
                     if (sdt == DT_F16 && (f16_to_f32(f32_to_f16(d.scale[g])) != d.scale[g] ||
                                           f16_to_f32(f32_to_f16(d.bias[g])) != d.bias[g])) {
-                        free(row);
-                        return sl_err(err, SL_EFORMAT, "tensor '%s' (%s): row %lld block %d: scale %g / bias %g do "
-                                      "not fit f16", name, TYPES[type].name, (long long)r, k, d.scale[g], d.bias[g]);
+                        st = sl_err(err, SL_EFORMAT, "tensor '%s' (%s): row %lld block %d: scale %g / bias %g do "
+                                    "not fit f16", name, TYPES[type].name, (long long)r, k, d.scale[g], d.bias[g]);
+                        goto done;
                     }
                     put_scale(sdt, scales, gi, d.scale[g]);
                     put_scale(sdt, biases, gi, d.bias[g]);
@@ -866,6 +868,34 @@ sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t col
         }
         if (!quant_out) dt_from_f32(to, row, (uint8_t *)dst + (uint64_t)r * (uint64_t)cols * osz, (size_t)cols);
     }
+done:
     free(row);
-    return SL_OK;
+    return st;
+}
+
+sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t cols, const int64_t *perm, sl_dtype to,
+                       int group, sl_dtype sdt, void *dst, const char *name, sl_error *err) {
+    if (type >= N_TYPES || !TYPES[type].bytes)
+        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': unknown GGUF type %u", name, type);
+    sl_dtype own, own_sdt;
+    int own_group;
+    if (gguf_type_target(type, &own, &own_group, &own_sdt))
+        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
+                      name, TYPES[type].name, gguf_supported_types());
+    if (TYPES[type].blk == 1) return convert_float(type, own, src, rows, cols, perm, to, dst, name, err);
+    if (to == DT_MXFP4) {
+        if (type != GGML_MXFP4)
+            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held as mxfp4", name, TYPES[type].name);
+        convert_mxfp4(src, rows, cols, perm, dst);
+        return SL_OK;
+    }
+    int quant_out = to == DT_Q8 || to == DT_Q4;
+    if (quant_out && (!q_is_quant(own) || q_bits(to) < q_bits(own) || group != own_group ||
+                      (own == DT_MXFP4 && to != DT_Q8) ||
+                      (sdt != own_sdt && sdt != DT_F32)))
+        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held exactly as %s group %d with %s scales", name,
+                      TYPES[type].name, dt_name(to), group, dt_name(sdt));
+    if (!quant_out && to != DT_F32 && to != DT_F16 && to != DT_BF16)
+        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be read as %s", name, TYPES[type].name, dt_name(to));
+    return convert_blocks(type, src, rows, cols, perm, to, group, sdt, dst, name, err);
 }
