@@ -194,6 +194,109 @@ const char *gguf_kv_str(const gguf_file *f, const char *key) {
     return kv && kv->type == GGUF_STRING ? kv->str : NULL;
 }
 
+/* The keys every family shares (dimensions, heads, experts, context, eps, RoPE and its YaRN scaling, tied
+ * embeddings) as config.json fields, into g what the family's hook needs of them. Errors go to x->st. */
+static void common_fields(meta *x, const arch_desc *a, arch_gguf_common *g) {
+    cJSON *c = x->c;
+    const gguf_tensor *emb = tensor(x, "token_embd.weight");
+    int n_layers = ggm_count(x, "block_count", 1, 0, NULL);
+    int nextn = ggm_count(x, "nextn_predict_layers", 0, 0, NULL); /* multi-token-prediction layers, counted in block_count */
+    int hidden = ggm_count(x, "embedding_length", 1, 0, NULL);
+    int heads = ggm_count(x, "attention.head_count", 1, 0, NULL);
+    int kv_heads = ggm_count(x, "attention.head_count_kv", 0, heads, NULL);
+    g->head_dim = ggm_count(x, "attention.key_length", 0, heads > 0 ? hidden / heads : 0, NULL);
+    g->value_length = ggm_count(x, "attention.value_length", 0, g->head_dim, NULL);
+    int experts = ggm_count(x, "expert_count", 0, 0, NULL);
+    int used = ggm_count(x, "expert_used_count", 0, 0, NULL);
+    if (x->st) return;
+    if (!emb) {
+        fail(x, SL_EFORMAT, "tensor 'token_embd.weight' is missing");
+        return;
+    }
+    if (experts < 1) {
+        fail(x, SL_EUNSUPPORTED, "'%s.expert_count' is %s: a dense model, which sluice does not serve (MoE only)",
+             x->arch, kv_arch(x, "expert_count") ? "0" : "missing");
+        return;
+    }
+    n_layers -= nextn;
+    if (n_layers < 1 || n_layers > SL_MAX_LAYERS) {
+        fail(x, SL_ECONFIG, "'%s.block_count' gives %d layers (1..%d)", x->arch, n_layers, SL_MAX_LAYERS);
+        return;
+    }
+    g->n_layers = n_layers;
+    char k[160];
+    snprintf(k, sizeof k, "%s.rope.scaling.type", x->arch);
+    const char *rt = gguf_kv_str(x->f, k);
+    if (rt && strcmp(rt, "none") && strcmp(rt, "yarn")) {
+        fail(x, SL_EUNSUPPORTED, "rope scaling '%s' is not supported (only none and yarn)", rt);
+        return;
+    }
+    double gating = ggm_num(x, "expert_gating_func", 0, 0, NULL); /* 1 softmax, 2 sigmoid */
+    int sigmoid = a->router == SL_ROUTER_SIGMOID_GROUP;
+    if (gating != 0 && gating != (sigmoid ? 2 : 1)) {
+        fail(x, SL_EUNSUPPORTED, "'%s.expert_gating_func' is %g; %s routes with %s", x->arch, gating, a->name,
+             sigmoid ? "a sigmoid (2)" : "a softmax (1)");
+        return;
+    }
+    cJSON_AddStringToObject(c, "model_type", a->hf_types[0]);
+    cJSON_AddNumberToObject(c, "vocab_size", (double)emb->ne[1]);
+    cJSON_AddNumberToObject(c, "hidden_size", hidden);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", n_layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", g->head_dim);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", ggm_num(x, "context_length", 0, 32768, NULL));
+    cJSON_AddNumberToObject(c, "num_experts", experts);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", used);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", ggm_num(x, "attention.layer_norm_rms_epsilon", 0, 1e-6, NULL));
+    cJSON_AddNumberToObject(c, "rope_theta", ggm_num(x, "rope.freq_base", 0, 10000.0, NULL));
+    double rot = ggm_num(x, "rope.dimension_count", 0, 0, &g->rot_found);
+    if (g->rot_found && g->head_dim > 0) cJSON_AddNumberToObject(c, "partial_rotary_factor", rot / g->head_dim);
+    if (rt && !strcmp(rt, "yarn")) { /* transformers' rope_parameters of rope_type yarn (family/hf_config.c) */
+        ggm_set_str(x, "rope_parameters.rope_type", "yarn");
+        ggm_set_num(x, "rope_parameters.factor", ggm_num(x, "rope.scaling.factor", 1, 0, NULL));
+        int f = 0;
+        double v = ggm_num(x, "rope.scaling.original_context_length", 0, 0, &f);
+        if (f) ggm_set_num(x, "rope_parameters.original_max_position_embeddings", v);
+        if ((v = ggm_num(x, "rope.scaling.yarn_beta_fast", 0, 0, &f)), f) ggm_set_num(x, "rope_parameters.beta_fast", v);
+        if ((v = ggm_num(x, "rope.scaling.yarn_beta_slow", 0, 0, &f)), f) ggm_set_num(x, "rope_parameters.beta_slow", v);
+        if ((v = ggm_num(x, "rope.scaling.yarn_attn_factor", 0, 0, &f)), f)
+            ggm_set_num(x, "rope_parameters.attention_factor", v);
+        if ((v = ggm_num(x, "rope.scaling.yarn_ext_factor", 0, 1, &f)), f && v != 1)
+            fail(x, SL_EUNSUPPORTED, "'%s.rope.scaling.yarn_ext_factor' is %g (only 1 is supported)", x->arch, v);
+        if (x->st) return;
+    }
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", tensor(x, "output.weight") == NULL);
+}
+
+/* What the tensors say of the layers: the dense ones (no router) as mlp_only_layers, the first routed layer, the
+ * experts' width (the metadata, else ffn_gate_exps), the dense layers' width (as stored), q biases and q norms. */
+static void layer_fields(meta *x, arch_gguf_common *g) {
+    cJSON *dense = cJSON_CreateArray();
+    cJSON_AddItemToObject(x->c, "mlp_only_layers", dense);
+    g->l_moe = -1;
+    for (int l = 0; l < g->n_layers; l++) {
+        if (blk_tensor(x, l, "ffn_gate_inp.weight")) {
+            if (g->l_moe < 0) g->l_moe = l;
+        } else cJSON_AddItemToArray(dense, cJSON_CreateNumber(l));
+    }
+    if (g->l_moe < 0) {
+        fail(x, SL_EFORMAT, "no layer has a router (blk.N.ffn_gate_inp.weight)");
+        return;
+    }
+    g->first_dense = g->l_moe;
+    const gguf_tensor *ge = blk_tensor(x, g->l_moe, "ffn_gate_exps.weight");
+    g->moe_inter = ggm_num(x, "expert_feed_forward_length", 0, 0, &g->moe_inter_found);
+    if (!g->moe_inter_found && ge && ge->n_dims == 3) g->moe_inter = (double)ge->ne[1], g->moe_inter_found = 1;
+    g->ff = ggm_num(x, "feed_forward_length", 0, 0, &g->ff_found);
+    const gguf_tensor *fg = NULL;
+    for (int l = 0; l < g->n_layers && !fg; l++) fg = blk_tensor(x, l, "ffn_gate.weight");
+    if (fg && fg->n_dims >= 2) g->ff = (double)fg->ne[1], g->ff_found = 1; /* the dense layers' width, as stored */
+    g->wnorm = ggm_num(x, "expert_weights_norm", 0, 0, &g->wnorm_found);
+    g->has_qbias = blk_tensor(x, 0, "attn_q.bias") != NULL;
+    g->has_qnorm = blk_tensor(x, 0, "attn_q_norm.weight") != NULL;
+}
+
 sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     *out = NULL;
     meta x = {m, &m->files[0], NULL, NULL, err, SL_OK};
@@ -204,114 +307,17 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
         return sl_err(err, SL_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: %s)", x.f->path,
                       x.arch, arch_gguf_list());
     if (!a->gguf_config) return sl_err(err, SL_EUNSUPPORTED, "%s: GGUF import of %s is not implemented", x.f->path, a->name);
-    cJSON *c = x.c = cJSON_CreateObject();
-    if (!c) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!(x.c = cJSON_CreateObject())) return sl_err(err, SL_ENOMEM, "out of memory");
     arch_gguf_common g = {0};
     g.arch = x.arch;
     g.check_value_length = 1;
-    const gguf_tensor *emb = tensor(&x, "token_embd.weight");
-    int n_layers = ggm_count(&x, "block_count", 1, 0, NULL);
-    int nextn = ggm_count(&x, "nextn_predict_layers", 0, 0, NULL); /* multi-token-prediction layers, counted in block_count */
-    int hidden = ggm_count(&x, "embedding_length", 1, 0, NULL);
-    int heads = ggm_count(&x, "attention.head_count", 1, 0, NULL);
-    int kv_heads = ggm_count(&x, "attention.head_count_kv", 0, heads, NULL);
-    g.head_dim = ggm_count(&x, "attention.key_length", 0, heads > 0 ? hidden / heads : 0, NULL);
-    g.value_length = ggm_count(&x, "attention.value_length", 0, g.head_dim, NULL);
-    int experts = ggm_count(&x, "expert_count", 0, 0, NULL);
-    int used = ggm_count(&x, "expert_used_count", 0, 0, NULL);
-    if (x.st) goto fail;
-    if (!emb) { fail(&x, SL_EFORMAT, "tensor 'token_embd.weight' is missing"); goto fail; }
-    if (experts < 1) {
-        fail(&x, SL_EUNSUPPORTED, "'%s.expert_count' is %s: a dense model, which sluice does not serve (MoE only)",
-             x.arch, kv_arch(&x, "expert_count") ? "0" : "missing");
-        goto fail;
-    }
-    n_layers -= nextn;
-    if (n_layers < 1 || n_layers > SL_MAX_LAYERS) {
-        fail(&x, SL_ECONFIG, "'%s.block_count' gives %d layers (1..%d)", x.arch, n_layers, SL_MAX_LAYERS);
-        goto fail;
-    }
-    g.n_layers = n_layers;
-    const char *rt = NULL;
-    {
-        char k[160];
-        snprintf(k, sizeof k, "%s.rope.scaling.type", x.arch);
-        rt = gguf_kv_str(x.f, k);
-    }
-    if (rt && strcmp(rt, "none") && strcmp(rt, "yarn")) {
-        fail(&x, SL_EUNSUPPORTED, "rope scaling '%s' is not supported (only none and yarn)", rt);
-        goto fail;
-    }
-    double gating = ggm_num(&x, "expert_gating_func", 0, 0, NULL); /* 1 softmax, 2 sigmoid */
-    int sigmoid = a->router == SL_ROUTER_SIGMOID_GROUP;
-    if (gating != 0 && gating != (sigmoid ? 2 : 1)) {
-        fail(&x, SL_EUNSUPPORTED, "'%s.expert_gating_func' is %g; %s routes with %s", x.arch, gating, a->name,
-             sigmoid ? "a sigmoid (2)" : "a softmax (1)");
-        goto fail;
-    }
-    cJSON_AddStringToObject(c, "model_type", a->hf_types[0]);
-    cJSON_AddNumberToObject(c, "vocab_size", (double)emb->ne[1]);
-    cJSON_AddNumberToObject(c, "hidden_size", hidden);
-    cJSON_AddNumberToObject(c, "num_hidden_layers", n_layers);
-    cJSON_AddNumberToObject(c, "num_attention_heads", heads);
-    cJSON_AddNumberToObject(c, "num_key_value_heads", kv_heads);
-    cJSON_AddNumberToObject(c, "head_dim", g.head_dim);
-    cJSON_AddNumberToObject(c, "max_position_embeddings", ggm_num(&x, "context_length", 0, 32768, NULL));
-    cJSON_AddNumberToObject(c, "num_experts", experts);
-    cJSON_AddNumberToObject(c, "num_experts_per_tok", used);
-    cJSON_AddNumberToObject(c, "rms_norm_eps", ggm_num(&x, "attention.layer_norm_rms_epsilon", 0, 1e-6, NULL));
-    cJSON_AddNumberToObject(c, "rope_theta", ggm_num(&x, "rope.freq_base", 0, 10000.0, NULL));
-    double rot = ggm_num(&x, "rope.dimension_count", 0, 0, &g.rot_found);
-    if (g.rot_found && g.head_dim > 0) cJSON_AddNumberToObject(c, "partial_rotary_factor", rot / g.head_dim);
-    if (rt && !strcmp(rt, "yarn")) { /* transformers' rope_parameters of rope_type yarn (family/hf_config.c) */
-        ggm_set_str(&x, "rope_parameters.rope_type", "yarn");
-        ggm_set_num(&x, "rope_parameters.factor", ggm_num(&x, "rope.scaling.factor", 1, 0, NULL));
-        int f = 0;
-        double v = ggm_num(&x, "rope.scaling.original_context_length", 0, 0, &f);
-        if (f) ggm_set_num(&x, "rope_parameters.original_max_position_embeddings", v);
-        if ((v = ggm_num(&x, "rope.scaling.yarn_beta_fast", 0, 0, &f)), f) ggm_set_num(&x, "rope_parameters.beta_fast", v);
-        if ((v = ggm_num(&x, "rope.scaling.yarn_beta_slow", 0, 0, &f)), f) ggm_set_num(&x, "rope_parameters.beta_slow", v);
-        if ((v = ggm_num(&x, "rope.scaling.yarn_attn_factor", 0, 0, &f)), f)
-            ggm_set_num(&x, "rope_parameters.attention_factor", v);
-        if ((v = ggm_num(&x, "rope.scaling.yarn_ext_factor", 0, 1, &f)), f && v != 1)
-            fail(&x, SL_EUNSUPPORTED, "'%s.rope.scaling.yarn_ext_factor' is %g (only 1 is supported)", x.arch, v);
-        if (x.st) goto fail;
-    }
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", tensor(&x, "output.weight") == NULL);
-    /* dense layers: those without a router */
-    g.l_moe = -1;
-    cJSON *dense = cJSON_CreateArray();
-    cJSON_AddItemToObject(c, "mlp_only_layers", dense);
-    for (int l = 0; l < n_layers; l++) {
-        if (blk_tensor(&x, l, "ffn_gate_inp.weight")) {
-            if (g.l_moe < 0) g.l_moe = l;
-        } else cJSON_AddItemToArray(dense, cJSON_CreateNumber(l));
-    }
-    if (g.l_moe < 0) { fail(&x, SL_EFORMAT, "no layer has a router (blk.N.ffn_gate_inp.weight)"); goto fail; }
-    g.first_dense = g.l_moe;
-    /* the experts' width: the metadata, else ffn_gate_exps of the first MoE layer */
-    const gguf_tensor *ge = blk_tensor(&x, g.l_moe, "ffn_gate_exps.weight");
-    g.moe_inter = ggm_num(&x, "expert_feed_forward_length", 0, 0, &g.moe_inter_found);
-    if (!g.moe_inter_found && ge && ge->n_dims == 3) g.moe_inter = (double)ge->ne[1], g.moe_inter_found = 1;
-    g.ff = ggm_num(&x, "feed_forward_length", 0, 0, &g.ff_found);
-    const gguf_tensor *fg = NULL;
-    for (int l = 0; l < n_layers && !fg; l++) fg = blk_tensor(&x, l, "ffn_gate.weight");
-    if (fg && fg->n_dims >= 2) g.ff = (double)fg->ne[1], g.ff_found = 1; /* the dense layers' width, as stored */
-    g.wnorm = ggm_num(&x, "expert_weights_norm", 0, 0, &g.wnorm_found);
-    g.has_qbias = blk_tensor(&x, 0, "attn_q.bias") != NULL;
-    g.has_qnorm = blk_tensor(&x, 0, "attn_q_norm.weight") != NULL;
-    if (x.st) goto fail;
-    a->gguf_config(&x, &g);
-    if (x.st) goto fail;
-    if (g.check_value_length && g.value_length != g.head_dim) {
+    common_fields(&x, a, &g);
+    if (!x.st) layer_fields(&x, &g);
+    if (!x.st) a->gguf_config(&x, &g);
+    if (!x.st && g.check_value_length && g.value_length != g.head_dim)
         fail(&x, SL_EUNSUPPORTED, "attention.value_length (%d) differs from key_length (%d)", g.value_length,
              g.head_dim);
-        goto fail;
-    }
-    *out = cJSON_PrintUnformatted(c);
-    cJSON_Delete(c);
-    return *out ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
-fail:
-    cJSON_Delete(c);
+    if (!x.st && !(*out = cJSON_PrintUnformatted(x.c))) x.st = sl_err(err, SL_ENOMEM, "out of memory");
+    cJSON_Delete(x.c);
     return x.st;
 }
