@@ -1,9 +1,8 @@
 /*
  * kernels_avx2.c — the AVX2 + FMA + F16C table (compiled with -mavx2 -mfma -mf16c; x86-64 only).
  *
- * Same blocking as the scalar oracle (kernels_scalar.c): tokens in blocks of KTOK, rows in blocks of RB,
- * columns in chunks of KCHUNK dequantised once per (row block, chunk) into f32 and reused by every token
- * of the block. Each y[t][r] keeps one 8-lane FMA accumulator (lane = column % 8) across all chunks; a
+ * The blocking every table shares (kernels_tile.h's driver; this file gives its pieces): columns dequantised
+ * chunk by chunk into f32 and reused by every token of a block. Each y[t][r] keeps one 8-lane FMA accumulator (lane = column % 8) across all chunks; a
  * ragged tail is read with masked loads (zeros in the unused lanes), and the lanes are combined as
  * ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). So the result depends only on the column count -- never on
  * n_tok, the row range or the thread split (kernels.h) -- and differs from the oracle only by FMA
@@ -23,9 +22,8 @@
 
 #include "quant/quant.h"
 
-#define KCHUNK 256
-#define KTOK 32
-#define RB 4
+typedef __m256 tile_acc;
+#include "kernels/kernels_tile.h"
 
 /* ---- dequantisation --------------------------------------------------------------------------- */
 
@@ -33,8 +31,8 @@ static inline __m256 scale8(const sl_mat *m, size_t i) { return _mm256_set1_ps(q
 static inline __m256 bias8(const sl_mat *m, size_t i) { return _mm256_set1_ps(q_scale_at(m->biases, m->sdtype, i)); }
 
 /* [nc] f32 weights of row r from column c0: a pointer into m for f32, else dequantised into buf. */
-static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt, const sl_mat *m, int r, int c0,
-                                                                       int nc, float *buf) {
+static inline __attribute__((always_inline)) const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0,
+                                                                      int nc, float *buf) {
     const size_t off = (size_t)r * (size_t)m->cols + (size_t)c0;
     if (dt == DT_F32) return (const float *)m->data + off;
     if (dt == DT_F16 || dt == DT_BF16) {
@@ -94,13 +92,13 @@ static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt
     return buf;
 }
 
-/* ---- matmul ----------------------------------------------------------------------------------- */
+/* ---- matmul: kernels_tile.h's driver over these pieces --------------------------------------- */
 
 static inline __m256i tail_mask(int n) { /* lanes < n */
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-static inline void dot_rb(const float *const *wr, const float *x, int n, __m256 *acc) {
+static inline void tile_dot4(const float *const *wr, const float *x, int n, __m256 *acc) {
     __m256 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
     int c = 0;
     for (; c + 8 <= n; c += 8) {
@@ -130,40 +128,9 @@ static inline float lanes_sum(__m256 v) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
-                                                           float *y, size_t ldy, int n_tok, int r0, int r1) {
-    const int cols = w->cols;
-    float buf[RB][KCHUNK];
-    __m256 acc[KTOK][RB];
-    for (int t0 = 0; t0 < n_tok; t0 += KTOK) {
-        int nt = n_tok - t0 < KTOK ? n_tok - t0 : KTOK;
-        for (int r = r0; r < r1; r += RB) {
-            int nr = r1 - r < RB ? r1 - r : RB;
-            for (int t = 0; t < nt; t++)
-                for (int i = 0; i < RB; i++) acc[t][i] = _mm256_setzero_ps();
-            for (int c0 = 0; c0 < cols; c0 += KCHUNK) {
-                int nc = cols - c0 < KCHUNK ? cols - c0 : KCHUNK;
-                const float *wr[RB];
-                for (int i = 0; i < RB; i++) wr[i] = i < nr ? load_chunk(dt, w, r + i, c0, nc, buf[i]) : wr[0];
-                for (int t = 0; t < nt; t++) dot_rb(wr, x + (size_t)(t0 + t) * ldx + c0, nc, acc[t]);
-            }
-            for (int t = 0; t < nt; t++)
-                for (int i = 0; i < nr; i++) y[(size_t)(t0 + t) * ldy + (size_t)(r + i)] = lanes_sum(acc[t][i]);
-        }
-    }
-}
-
-#define MM(name, DT)                                                                                      \
-    static void name(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, \
-                     int r1) {                                                                            \
-        mm_any(DT, w, x, ldx, y, ldy, n_tok, r0, r1);                                                     \
-    }
-MM(mm_f32, DT_F32)
-MM(mm_f16, DT_F16)
-MM(mm_bf16, DT_BF16)
-MM(mm_q8, DT_Q8)
-MM(mm_q4, DT_Q4)
-MM(mm_q3, DT_Q3)
+static inline float tile_sum(__m256 v) { return lanes_sum(v); }
+static inline __m256 tile_zero(void) { return _mm256_setzero_ps(); }
+static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
 
 /* ---- int8-activation matmul (kernels.h: kern_matmul_act) -------------------------------------- */
 
@@ -473,8 +440,7 @@ static float dot_v(const float *a, const float *b, int n) {
 
 static const kern_ops avx2_ops = {
     .name = "avx2",
-    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
-               [DT_Q3] = mm_q3},
+    .matmul = TILE_MATMUL,
     .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_v,
     .axpy = plain_axpy,

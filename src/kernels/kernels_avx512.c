@@ -23,9 +23,8 @@
 
 #include "quant/quant.h"
 
-#define KCHUNK 256
-#define KTOK 32
-#define RB 4
+typedef __m512 tile_acc;
+#include "kernels/kernels_tile.h"
 
 /* ---- dequantisation --------------------------------------------------------------------------- */
 
@@ -35,8 +34,8 @@ static inline __m512 bias16(const sl_mat *m, size_t i) { return _mm512_set1_ps(q
 static inline __mmask16 tail_mask(int n) { return (__mmask16)((1u << n) - 1u); } /* n < 16 */
 
 /* [nc] f32 weights of row r from column c0: a pointer into m for f32, else dequantised into buf. */
-static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt, const sl_mat *m, int r, int c0,
-                                                                       int nc, float *buf) {
+static inline __attribute__((always_inline)) const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0,
+                                                                      int nc, float *buf) {
     const size_t off = (size_t)r * (size_t)m->cols + (size_t)c0;
     if (dt == DT_F32) return (const float *)m->data + off;
     if (dt == DT_F16 || dt == DT_BF16) {
@@ -67,7 +66,7 @@ static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt
          * one-by-one dequantisation. nc and g are multiples of 32; a 32-code tail takes 16 bytes. */
         const uint8_t *q = (const uint8_t *)m->data + off / 2;
         const __m256i m4 = _mm256_set1_epi8(15);
-        float sc[KCHUNK / 32], bi[KCHUNK / 32];
+        float sc[TILE_KCHUNK / 32], bi[TILE_KCHUNK / 32];
         const int gs = __builtin_ctz((unsigned)g); /* groups are 32, 64 or 128 */
         for (int k = 0; k * g < nc; k++) {
             sc[k] = q_scale_at(m->scales, m->sdtype, sidx + (size_t)k);
@@ -114,9 +113,9 @@ static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt
     return buf;
 }
 
-/* ---- matmul ----------------------------------------------------------------------------------- */
+/* ---- matmul: kernels_tile.h's driver over these pieces --------------------------------------- */
 
-static inline void dot_rb(const float *const *wr, const float *x, int n, __m512 *acc) {
+static inline void tile_dot4(const float *const *wr, const float *x, int n, __m512 *acc) {
     __m512 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
     int c = 0;
     for (; c + 16 <= n; c += 16) {
@@ -150,13 +149,13 @@ static inline float lanes_sum(__m512 v) {
 
 /* One token of f32/f16/bf16 (decode; f32: the routers): rows one after another, f16/bf16 converted in registers
  * as they are read (no chunk buffer) and their codes prefetched 3 row blocks ahead into L2 (as the int8 kernels
- * do). Each row takes the same FMAs in the same order as mm_any (a masked tail adds 0 * 0 to the unused lanes there
+ * do). Each row takes the same FMAs in the same order as tile_mm (a masked tail adds 0 * 0 to the unused lanes there
  * too), so the same bits; row after row, the rows are one stream front to back, which the hardware prefetcher
  * follows far better than RB rows side by side (i8_rows_1tok). */
 static inline __attribute__((always_inline)) void mm_1tok(sl_dtype dt, const sl_mat *w, const float *x, float *y,
                                                             int r0, int r1) {
     const int cols = w->cols;
-    const size_t pf = (size_t)3 * RB * (size_t)cols * 2;
+    const size_t pf = (size_t)3 * TILE_RB * (size_t)cols * 2;
     for (int r = r0; r < r1; r++) {
         __m512 acc = _mm512_setzero_ps();
         if (dt == DT_F32) {
@@ -183,44 +182,14 @@ static inline __attribute__((always_inline)) void mm_1tok(sl_dtype dt, const sl_
     }
 }
 
-static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
-                                                           float *y, size_t ldy, int n_tok, int r0, int r1) {
-    const int cols = w->cols;
-    if (n_tok == 1 && (dt == DT_F32 || dt == DT_F16 || dt == DT_BF16)) {
-        mm_1tok(dt, w, x, y, r0, r1);
-        return;
-    }
-    float buf[RB][KCHUNK];
-    __m512 acc[KTOK][RB];
-    for (int t0 = 0; t0 < n_tok; t0 += KTOK) {
-        int nt = n_tok - t0 < KTOK ? n_tok - t0 : KTOK;
-        for (int r = r0; r < r1; r += RB) {
-            int nr = r1 - r < RB ? r1 - r : RB;
-            for (int t = 0; t < nt; t++)
-                for (int i = 0; i < RB; i++) acc[t][i] = _mm512_setzero_ps();
-            for (int c0 = 0; c0 < cols; c0 += KCHUNK) {
-                int nc = cols - c0 < KCHUNK ? cols - c0 : KCHUNK;
-                const float *wr[RB];
-                for (int i = 0; i < RB; i++) wr[i] = i < nr ? load_chunk(dt, w, r + i, c0, nc, buf[i]) : wr[0];
-                for (int t = 0; t < nt; t++) dot_rb(wr, x + (size_t)(t0 + t) * ldx + c0, nc, acc[t]);
-            }
-            for (int t = 0; t < nt; t++)
-                for (int i = 0; i < nr; i++) y[(size_t)(t0 + t) * ldy + (size_t)(r + i)] = lanes_sum(acc[t][i]);
-        }
-    }
+static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1) {
+    if (dt != DT_F32 && dt != DT_F16 && dt != DT_BF16) return 0;
+    mm_1tok(dt, w, x, y, r0, r1);
+    return 1;
 }
 
-#define MM(name, DT)                                                                                      \
-    static void name(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, \
-                     int r1) {                                                                            \
-        mm_any(DT, w, x, ldx, y, ldy, n_tok, r0, r1);                                                     \
-    }
-MM(mm_f32, DT_F32)
-MM(mm_f16, DT_F16)
-MM(mm_bf16, DT_BF16)
-MM(mm_q8, DT_Q8)
-MM(mm_q4, DT_Q4)
-MM(mm_q3, DT_Q3)
+static inline float tile_sum(__m512 v) { return lanes_sum(v); }
+static inline __m512 tile_zero(void) { return _mm512_setzero_ps(); }
 
 /* ---- int8-activation matmul (kernels.h: kern_matmul_act): VNNI's vpdpbusd on 512-bit vectors ----- */
 
@@ -1022,8 +991,7 @@ static void act_row_v(const float *x, int cols, int8_t *q, int8_t *q4, float *d,
 
 static const kern_ops avx512_ops = {
     .name = "avx512",
-    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
-               [DT_Q3] = mm_q3},
+    .matmul = TILE_MATMUL,
     .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_v,
     .act_row = act_row_v,

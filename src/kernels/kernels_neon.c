@@ -1,9 +1,9 @@
 /*
  * kernels_neon.c — the NEON table (AArch64 Advanced SIMD, always present there; FMA via vfmaq_f32).
  *
- * The scalar oracle's blocking (kernels_scalar.c). Each y[t][r] keeps 8 lanes as two float32x4 FMA
- * accumulators (lane = column % 8) across all chunks; a ragged tail adds its products lane by lane in the
- * same lane positions, and the lanes are combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); so results
+ * The blocking every table shares (kernels_tile.h's driver; this file gives its pieces). Each y[t][r] keeps
+ * 8 lanes as two float32x4 FMA accumulators (lane = column % 8) across all chunks; a ragged tail adds its
+ * products lane by lane in the same lane positions, and the lanes are combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); so results
  * depend only on the column count (kernels.h) and differ from the oracle by FMA rounding only.
  * The int8-activation q8/q4 kernels (kern_matmul_act) are kernels_neon_dot.c's SDOT ones when the CPU has the
  * Armv8.2 dot product (HWCAP_ASIMDDP), else the scalar oracle's (same results bitwise, slower).
@@ -27,14 +27,15 @@
 #define HWCAP_ASIMDDP (1UL << 20) /* linux/arch/arm64/include/uapi/asm/hwcap.h */
 #endif
 
-#define KCHUNK 256
-#define KTOK 32
-#define RB 4
+typedef struct {
+    float32x4_t lo, hi;
+} tile_acc; /* lanes 0-3, 4-7 */
+#include "kernels/kernels_tile.h"
 
 /* ---- dequantisation --------------------------------------------------------------------------- */
 
-static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt, const sl_mat *m, int r, int c0,
-                                                                       int nc, float *buf) {
+static inline __attribute__((always_inline)) const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0,
+                                                                      int nc, float *buf) {
     const size_t off = (size_t)r * (size_t)m->cols + (size_t)c0;
     if (dt == DT_F32) return (const float *)m->data + off;
     if (dt == DT_F16 || dt == DT_BF16) {
@@ -91,24 +92,20 @@ static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt
     return buf;
 }
 
-/* ---- matmul ----------------------------------------------------------------------------------- */
+/* ---- matmul: kernels_tile.h's driver over these pieces --------------------------------------- */
 
-typedef struct {
-    float32x4_t lo, hi;
-} acc8;
-
-static inline void dot_rb(const float *const *wr, const float *x, int n, acc8 *acc) {
-    acc8 a[RB];
+static inline void tile_dot4(const float *const *wr, const float *x, int n, tile_acc *acc) {
+    tile_acc a[TILE_RB];
     memcpy(a, acc, sizeof a);
     int c = 0;
     for (; c + 8 <= n; c += 8) {
         float32x4_t x0 = vld1q_f32(x + c), x1 = vld1q_f32(x + c + 4);
-        for (int i = 0; i < RB; i++) {
+        for (int i = 0; i < TILE_RB; i++) {
             a[i].lo = vfmaq_f32(a[i].lo, vld1q_f32(wr[i] + c), x0);
             a[i].hi = vfmaq_f32(a[i].hi, vld1q_f32(wr[i] + c + 4), x1);
         }
     }
-    for (int i = 0; i < RB && c < n; i++) {
+    for (int i = 0; i < TILE_RB && c < n; i++) {
         float l[8];
         vst1q_f32(l, a[i].lo);
         vst1q_f32(l + 4, a[i].hi);
@@ -119,47 +116,15 @@ static inline void dot_rb(const float *const *wr, const float *x, int n, acc8 *a
     memcpy(acc, a, sizeof a);
 }
 
-static inline float lanes_sum(acc8 v) {
+static inline float tile_sum(tile_acc v) {
     float a[8];
     vst1q_f32(a, v.lo);
     vst1q_f32(a + 4, v.hi);
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
-                                                           float *y, size_t ldy, int n_tok, int r0, int r1) {
-    const int cols = w->cols;
-    float buf[RB][KCHUNK];
-    acc8 acc[KTOK][RB];
-    for (int t0 = 0; t0 < n_tok; t0 += KTOK) {
-        int nt = n_tok - t0 < KTOK ? n_tok - t0 : KTOK;
-        for (int r = r0; r < r1; r += RB) {
-            int nr = r1 - r < RB ? r1 - r : RB;
-            for (int t = 0; t < nt; t++)
-                for (int i = 0; i < RB; i++) acc[t][i].lo = acc[t][i].hi = vdupq_n_f32(0.0f);
-            for (int c0 = 0; c0 < cols; c0 += KCHUNK) {
-                int nc = cols - c0 < KCHUNK ? cols - c0 : KCHUNK;
-                const float *wr[RB];
-                for (int i = 0; i < RB; i++) wr[i] = i < nr ? load_chunk(dt, w, r + i, c0, nc, buf[i]) : wr[0];
-                for (int t = 0; t < nt; t++) dot_rb(wr, x + (size_t)(t0 + t) * ldx + c0, nc, acc[t]);
-            }
-            for (int t = 0; t < nt; t++)
-                for (int i = 0; i < nr; i++) y[(size_t)(t0 + t) * ldy + (size_t)(r + i)] = lanes_sum(acc[t][i]);
-        }
-    }
-}
-
-#define MM(name, DT)                                                                                      \
-    static void name(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, \
-                     int r1) {                                                                            \
-        mm_any(DT, w, x, ldx, y, ldy, n_tok, r0, r1);                                                     \
-    }
-MM(mm_f32, DT_F32)
-MM(mm_f16, DT_F16)
-MM(mm_bf16, DT_BF16)
-MM(mm_q8, DT_Q8)
-MM(mm_q4, DT_Q4)
-MM(mm_q3, DT_Q3)
+static inline tile_acc tile_zero(void) { return (tile_acc){vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; }
+static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
 
 /* ---- small vector kernels --------------------------------------------------------------------- */
 
@@ -176,8 +141,7 @@ static float dot_v(const float *a, const float *b, int n) {
 
 static const kern_ops neon_ops = {
     .name = "neon",
-    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
-               [DT_Q3] = mm_q3},
+    .matmul = TILE_MATMUL,
     .dot = dot_v,
     .axpy = plain_axpy,
     .rmsnorm = plain_rmsnorm,
@@ -186,8 +150,7 @@ static const kern_ops neon_ops = {
 
 static const kern_ops neon_dot_ops = {
     .name = "neon",
-    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
-               [DT_Q3] = mm_q3},
+    .matmul = TILE_MATMUL,
     .matmul_i8 = {[DT_Q8] = kern_neon_dot_q8, [DT_Q4] = kern_neon_dot_q4},
     .dot = dot_v,
     .axpy = plain_axpy,

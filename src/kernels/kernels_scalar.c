@@ -1,10 +1,10 @@
 /*
  * kernels_scalar.c — the portable C kernels (the oracle) and the threaded matmul driver.
  *
- * Matmul blocking: tokens in blocks of KTOK, rows in blocks of RB, columns in chunks of KCHUNK
- * converted to f32 once per (row block, chunk) and reused by every token of the block, so a weight
- * row is read from memory once per KTOK tokens. Each y[t][r] keeps 8 lane accumulators across all
- * chunks (lane = column % 8; KCHUNK is a multiple of 8), so its value depends only on the column
+ * Matmul blocking (kernels_tile.h, the driver every table shares): tokens in blocks of TILE_KTOK, rows in
+ * blocks of TILE_RB, columns in chunks of TILE_KCHUNK converted to f32 once per (row block, chunk) and reused
+ * by every token of the block. Each y[t][r] keeps 8 lane accumulators across all chunks (lane = column % 8;
+ * TILE_KCHUNK is a multiple of 8), so its value depends only on the column
  * count: the blocking, n_tok and the row range never change the summation order (kernels.h).
  * Plain C written so that GCC's -O2 vectoriser can use it; no FMA contraction (ISO C mode).
  *
@@ -26,9 +26,14 @@
 #include "sluice.h"
 
 #define LANES 8
-#define KCHUNK 256
-#define KTOK 32
-#define RB 4
+
+typedef struct {
+    float l[LANES];
+} tile_acc;
+
+#include "kernels/kernels_tile.h"
+
+#define RB TILE_RB
 
 /* ---- dtype loads ------------------------------------------------------------------------------ */
 
@@ -57,8 +62,8 @@ static inline float b2f(uint16_t h) {
 /* Returns [nc] f32 values of row r starting at column c0: a pointer into w for f32, else buf.
  * Quantized rows are dequantised group by group (c0 and nc are multiples of the group: KCHUNK is a
  * multiple of 128 and the group divides cols); q3 yields the rotated weights scale * level. */
-static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt, const sl_mat *m, int r, int c0,
-                                                                       int nc, float *buf) {
+static inline __attribute__((always_inline)) const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0,
+                                                                      int nc, float *buf) {
     const int cols = m->cols;
     size_t off = (size_t)r * (size_t)cols + (size_t)c0;
     if (dt == DT_F32) return (const float *)m->data + off;
@@ -66,13 +71,13 @@ static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt
         const uint16_t *s = (const uint16_t *)m->data + off;
         /* a constant trip count for full chunks lets -O2's cheap vectoriser take the loop */
         if (dt == DT_F16) {
-            if (nc == KCHUNK)
-                for (int i = 0; i < KCHUNK; i++) buf[i] = h2f(s[i]);
+            if (nc == TILE_KCHUNK)
+                for (int i = 0; i < TILE_KCHUNK; i++) buf[i] = h2f(s[i]);
             else
                 for (int i = 0; i < nc; i++) buf[i] = h2f(s[i]);
         } else {
-            if (nc == KCHUNK)
-                for (int i = 0; i < KCHUNK; i++) buf[i] = b2f(s[i]);
+            if (nc == TILE_KCHUNK)
+                for (int i = 0; i < TILE_KCHUNK; i++) buf[i] = b2f(s[i]);
             else
                 for (int i = 0; i < nc; i++) buf[i] = b2f(s[i]);
         }
@@ -112,15 +117,17 @@ static inline __attribute__((always_inline)) const float *load_chunk(sl_dtype dt
     return buf;
 }
 
-/* ---- matmul ----------------------------------------------------------------------------------- */
+/* ---- matmul: kernels_tile.h's driver over these pieces --------------------------------------- */
 
-/* acc[i][lane] += w_i[c] * x[c] for RB rows over n columns; the chunk starts at a multiple of 8. */
-static inline void dot_rb(const float *const *wr, const float *x, int n, float (*acc)[LANES]) {
+static inline tile_acc tile_zero(void) { return (tile_acc){{0}}; }
+
+/* acc[i].l[lane] += w_i[c] * x[c] for RB rows over n columns; the chunk starts at a multiple of 8. */
+static inline void tile_dot4(const float *const *wr, const float *x, int n, tile_acc *acc) {
     float a0[LANES], a1[LANES], a2[LANES], a3[LANES];
-    memcpy(a0, acc[0], sizeof a0);
-    memcpy(a1, acc[1], sizeof a1);
-    memcpy(a2, acc[2], sizeof a2);
-    memcpy(a3, acc[3], sizeof a3);
+    memcpy(a0, acc[0].l, sizeof a0);
+    memcpy(a1, acc[1].l, sizeof a1);
+    memcpy(a2, acc[2].l, sizeof a2);
+    memcpy(a3, acc[3].l, sizeof a3);
     const float *w0 = wr[0], *w1 = wr[1], *w2 = wr[2], *w3 = wr[3];
     int c = 0;
     for (; c + LANES <= n; c += LANES) {
@@ -139,63 +146,19 @@ static inline void dot_rb(const float *const *wr, const float *x, int n, float (
         a2[j] += w2[c] * x[c];
         a3[j] += w3[c] * x[c];
     }
-    memcpy(acc[0], a0, sizeof a0);
-    memcpy(acc[1], a1, sizeof a1);
-    memcpy(acc[2], a2, sizeof a2);
-    memcpy(acc[3], a3, sizeof a3);
+    memcpy(acc[0].l, a0, sizeof a0);
+    memcpy(acc[1].l, a1, sizeof a1);
+    memcpy(acc[2].l, a2, sizeof a2);
+    memcpy(acc[3].l, a3, sizeof a3);
 }
 
 static inline float lanes_sum(const float *a) {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-static inline __attribute__((always_inline)) void mm_any(sl_dtype dt, const sl_mat *w, const float *x,
-                                                           size_t ldx, float *y, size_t ldy, int n_tok, int r0,
-                                                           int r1) {
-    const int cols = w->cols;
-    float buf[RB][KCHUNK];
-    float acc[KTOK][RB][LANES];
-    for (int t0 = 0; t0 < n_tok; t0 += KTOK) {
-        int nt = n_tok - t0 < KTOK ? n_tok - t0 : KTOK;
-        for (int r = r0; r < r1; r += RB) {
-            int nr = r1 - r < RB ? r1 - r : RB;
-            memset(acc, 0, sizeof acc[0] * (size_t)nt);
-            for (int c0 = 0; c0 < cols; c0 += KCHUNK) {
-                int nc = cols - c0 < KCHUNK ? cols - c0 : KCHUNK;
-                const float *wr[RB];
-                /* missing rows of a short block repeat row r; their sums are discarded */
-                for (int i = 0; i < RB; i++) wr[i] = i < nr ? load_chunk(dt, w, r + i, c0, nc, buf[i]) : wr[0];
-                for (int t = 0; t < nt; t++) dot_rb(wr, x + (size_t)(t0 + t) * ldx + c0, nc, acc[t]);
-            }
-            for (int t = 0; t < nt; t++)
-                for (int i = 0; i < nr; i++) y[(size_t)(t0 + t) * ldy + (size_t)(r + i)] = lanes_sum(acc[t][i]);
-        }
-    }
-}
+static inline float tile_sum(tile_acc v) { return lanes_sum(v.l); }
 
-static void mm_f32(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
-    mm_any(DT_F32, w, x, ldx, y, ldy, n_tok, r0, r1);
-}
-
-static void mm_f16(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
-    mm_any(DT_F16, w, x, ldx, y, ldy, n_tok, r0, r1);
-}
-
-static void mm_bf16(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
-    mm_any(DT_BF16, w, x, ldx, y, ldy, n_tok, r0, r1);
-}
-
-static void mm_q8(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
-    mm_any(DT_Q8, w, x, ldx, y, ldy, n_tok, r0, r1);
-}
-
-static void mm_q4(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
-    mm_any(DT_Q4, w, x, ldx, y, ldy, n_tok, r0, r1);
-}
-
-static void mm_q3(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, int r1) {
-    mm_any(DT_Q3, w, x, ldx, y, ldy, n_tok, r0, r1);
-}
+static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
 
 /* ---- int8-activation matmul (the oracle of kernels.h's canonical order) ------------------------ */
 
@@ -254,8 +217,7 @@ static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, f
 
 static const kern_ops scalar_ops = {
     .name = "scalar",
-    .matmul = {[DT_F32] = mm_f32, [DT_F16] = mm_f16, [DT_BF16] = mm_bf16, [DT_Q8] = mm_q8, [DT_Q4] = mm_q4,
-               [DT_Q3] = mm_q3},
+    .matmul = TILE_MATMUL,
     .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
     .dot = dot_scalar,
     .act_row = act_row,
