@@ -10,7 +10,10 @@
  * kernels, and each kernel's CPU-time rate is also given as a percentage of the loop's.
  * q8.i8 / q4.i8 are the int8-activation kernels (kern_matmul_act, the default in a model), x quantized
  * once before timing as a decode step does once for all the matrices that read it.
- * Usage: build/bench_kernels [rows cols]
+ * Usage: build/bench_kernels [rows cols] [--threads N] [--tables avx512,avx2] [--dtypes q4,q8]
+ *   --threads N   the "all" columns and a second prefill figure with N threads (default: every CPU)
+ *   --tables, --dtypes   only those kernel tables / weight types (names as printed; default: all)
+ * So an old and a new build of the kernels can be compared on the shapes that matter, alternately, in one run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,9 +116,18 @@ __attribute__((target("avx512f,avx512vnni"))) static double vnni_peak(void) {
 }
 #endif
 
-/* y = W x for T tokens of an [rows x cols] matrix through the default table's kernels (int8 when i8), one
- * thread: G multiply-adds per CPU second */
-static double prefill_rate(int rows, int cols, int T, sl_dtype dt, int i8) {
+/* 1 when name is in the comma-separated list (NULL: every name). */
+static int listed(const char *list, const char *name) {
+    if (!list) return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || !p[n])) return 1;
+    return 0;
+}
+
+/* y = W x for T tokens of an [rows x cols] matrix through the default table's kernels (int8 when i8) on pool
+ * (NULL: one thread, inline): G multiply-adds per CPU second, or with a pool per wall second */
+static double prefill_rate(sl_pool *pool, int rows, int cols, int T, sl_dtype dt, int i8) {
     float *w = malloc((size_t)rows * cols * sizeof(float)), *x = malloc((size_t)T * cols * sizeof(float));
     float *y = malloc((size_t)T * rows * sizeof(float));
     void *data = malloc(q_mat_bytes(dt, rows, cols, 64, DT_BF16)), *abuf = malloc(kern_act_bytes(T, cols));
@@ -131,9 +143,9 @@ static double prefill_rate(int rows, int cols, int T, sl_dtype dt, int i8) {
     kern_act_prepare(&a);
     double best = 1e9;
     for (int it = 0; it < 5; it++) {
-        double c = clk_cpu_s();
-        kern_matmul_act(kern_default_ops(), NULL, &m, &a, y, (size_t)rows);
-        c = clk_cpu_s() - c;
+        double c = pool ? clk_now_s() : clk_cpu_s();
+        kern_matmul_act(kern_default_ops(), pool, &m, &a, y, (size_t)rows);
+        c = (pool ? clk_now_s() : clk_cpu_s()) - c;
         if (c < best) best = c;
     }
     free(w);
@@ -145,8 +157,15 @@ static double prefill_rate(int rows, int cols, int T, sl_dtype dt, int i8) {
 }
 
 int main(int argc, char **argv) {
-    int rows = argc > 2 ? atoi(argv[1]) : 8192, cols = argc > 2 ? atoi(argv[2]) : 8192;
-    int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int rows = 8192, cols = 8192, ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN), pos = 0;
+    const char *tables = NULL, *dtypes = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) ncpu = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tables") && i + 1 < argc) tables = argv[++i];
+        else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) dtypes = argv[++i];
+        else if (pos < 2) *(pos++ ? &cols : &rows) = atoi(argv[i]);
+    }
+    if (ncpu < 1) ncpu = 1;
     sl_pool *p1 = sl_pool_new(1), *pn = sl_pool_new(ncpu);
     rate m1 = mem_bw(p1), mn = mem_bw(pn);
     printf("memory read loop: %.1f GB/s (1 thread), %.1f GB/s (%d threads); per CPU second: %.1f, %.1f\n", m1.wall,
@@ -163,6 +182,7 @@ int main(int argc, char **argv) {
     const char *names[] = {"scalar", "avx2", "avx512", "neon"};
     const sl_dtype dts[] = {DT_F32, DT_BF16, DT_F16, DT_Q8, DT_Q4, DT_Q3};
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+        if (!listed(dtypes, dt_name(dts[d]))) continue;
         uint64_t bytes = q_mat_bytes(dts[d], rows, cols, 64, DT_BF16);
         void *data = malloc(bytes);
         if (!data) return 1;
@@ -172,7 +192,7 @@ int main(int argc, char **argv) {
         q_mat_bind(&m, data, dts[d], rows, cols, 64, DT_BF16, 1);
         for (int k = 0; k < 4; k++) {
             const kern_ops *ops = kern_ops_by_name(names[k]);
-            if (!ops) continue;
+            if (!ops || !listed(tables, names[k])) continue;
             kern_act a;
             kern_act_init(&a, abuf, x, (size_t)cols, 1, cols, 1);
             kern_act_prepare(&a);
@@ -191,10 +211,10 @@ int main(int argc, char **argv) {
     }
     printf("\nprefill: [4096 x 2048] x 64 tokens, one thread, %s table, G multiply-adds per CPU second\n",
            kern_default_ops()->name);
-    double pq4 = prefill_rate(4096, 2048, 64, DT_Q4, 1), pq8 = prefill_rate(4096, 2048, 64, DT_Q8, 1),
-           pf32 = prefill_rate(4096, 2048, 64, DT_F32, 0), pq4x = prefill_rate(4096, 2048, 64, DT_Q4, 0);
+    double pq4 = prefill_rate(NULL, 4096, 2048, 64, DT_Q4, 1), pq8 = prefill_rate(NULL, 4096, 2048, 64, DT_Q8, 1),
+           pf32 = prefill_rate(NULL, 4096, 2048, 64, DT_F32, 0), pq4x = prefill_rate(NULL, 4096, 2048, 64, DT_Q4, 0);
     /* a Qwen3-30B-A3B expert of a 512-token prefill (8 of 128 experts: ~32 tokens each): gate / up, down */
-    double pg = prefill_rate(768, 2048, 32, DT_Q4, 1), pd = prefill_rate(2048, 768, 32, DT_Q4, 1);
+    double pg = prefill_rate(NULL, 768, 2048, 32, DT_Q4, 1), pd = prefill_rate(NULL, 2048, 768, 32, DT_Q4, 1);
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512vnni")) {
@@ -207,7 +227,11 @@ int main(int argc, char **argv) {
 #endif
         printf("q4.i8 %.0f G/s, q8.i8 %.0f G/s; an expert, 32 tokens, q4.i8: [768 x 2048] %.0f, [2048 x 768] %.0f\n", pq4,
                pq8, pg, pd);
-    printf("exact kernels: f32 %.0f G/s, q4 %.0f G/s\n\n", pf32, pq4x);
+    printf("exact kernels: f32 %.0f G/s, q4 %.0f G/s\n", pf32, pq4x);
+    printf("the same on %d threads, G multiply-adds per wall second: q4.i8 %.0f, q8.i8 %.0f, expert [768 x 2048] %.0f, "
+           "[2048 x 768] %.0f\n\n",
+           ncpu, prefill_rate(pn, 4096, 2048, 64, DT_Q4, 1), prefill_rate(pn, 4096, 2048, 64, DT_Q8, 1),
+           prefill_rate(pn, 768, 2048, 32, DT_Q4, 1), prefill_rate(pn, 2048, 768, 32, DT_Q4, 1));
     m1 = mem_bw(p1);
     mn = mem_bw(pn);
     printf("memory read loop again: %.1f GB/s (1 thread), %.1f GB/s (%d threads); per CPU second: %.1f, %.1f\n", m1.wall,
