@@ -66,7 +66,9 @@ setup-test: setup-build
 ARCH := $(shell $(CC) -dumpmachine 2>/dev/null)
 ifneq ($(filter x86_64%,$(ARCH)),)
 $(BUILD)/src/kernels/kernels_avx2.o: CFLAGS_EXTRA := -mavx2 -mfma -mf16c
-$(BUILD)/src/kernels/kernels_avx512.o: CFLAGS_EXTRA := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+$(BUILD)/src/kernels/kernels_avx512.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
+$(BUILD)/src/kernels/kernels_avx512_i8p.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
 $(BUILD)/src/kernels/mxfp4_avx2.o: CFLAGS_EXTRA := -mavx2
 $(BUILD)/src/kernels/mxfp4_avx512.o: CFLAGS_EXTRA := -mavx512f
 endif

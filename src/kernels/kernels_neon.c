@@ -3,8 +3,9 @@
  *
  * The blocking every table shares (kernels_tile.h's driver; this file gives its pieces). Each y[t][r] keeps
  * 8 lanes as two float32x4 FMA accumulators (lane = column % 8) across all chunks; a ragged tail adds its
- * products lane by lane in the same lane positions, and the lanes are combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); so results
- * depend only on the column count (kernels.h) and differ from the oracle by FMA rounding only.
+ * products lane by lane in the same lane positions, and the lanes are combined as
+ * ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); so results depend only on the column count (kernels.h) and differ from
+ * the oracle by FMA rounding only.
  * The int8-activation q8/q4 kernels (kern_matmul_act) are kernels_neon_dot.c's SDOT ones when the CPU has the
  * Armv8.2 dot product (HWCAP_ASIMDDP), else the scalar oracle's (same results bitwise, slower).
  * Cross-compiled with aarch64-linux-gnu-gcc and tested under qemu-user (tools/neon_test.sh).
