@@ -736,60 +736,74 @@ const hf_tensor *hf_find(const hf_ckpt *ck, const char *name) {
 
 /* ---- reading ---- */
 
+/* w [R][C] read from its [C][R] on-disk layout (a slice of an x @ W stack), transposed in place. */
+static sl_status transpose(float *w, int64_t R, int64_t C, const char *name, sl_error *err) {
+    const size_t n = (size_t)R * (size_t)C;
+    float *tr = malloc(n * sizeof(float) + 1);
+    if (!tr) return sl_err(err, SL_ENOMEM, "out of memory reading '%s'", name);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) tr[r * C + c] = w[c * R + r];
+    memcpy(w, tr, n * sizeof(float));
+    free(tr);
+    return SL_OK;
+}
+
+/* FP8 weights w [R][C] (dequantised to f32) times their weight_scale_inv, one scale per blk_r x blk_c block. */
+static sl_status fp8_scale(hf_ckpt *ck, const hf_t *t, float *w, sl_error *err) {
+    const st_file *sf = NULL;
+    for (int i = 0; i < ck->n_files && !sf; i++)
+        if (t->scale >= ck->files[i].e && t->scale < ck->files[i].e + ck->files[i].n) sf = &ck->files[i];
+    size_t ns = (size_t)(t->scale->shape[0] * t->scale->shape[1]);
+    void *sraw = malloc(t->scale->len);
+    float *sc = malloc(ns * sizeof(float));
+    sl_status st = SL_OK;
+    if (!sraw || !sc) {
+        st = sl_err(err, SL_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((st = fio_pread_all(sf->fd, sraw, t->scale->len, t->scale->off, sf->path, err))) goto done;
+    dt_to_f32(t->scale->dtype, sraw, sc, ns);
+    int64_t R = t->pub.shape[0], C = t->pub.shape[1], bc = t->scale->shape[1];
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) w[r * C + c] *= sc[(r / ck->blk_r) * bc + c / ck->blk_c];
+done:
+    free(sraw);
+    free(sc);
+    return st;
+}
+
+/* An MLX-quantized tensor as it is stored: codes, then its scales and biases (quant/quant.h's layout). */
+static sl_status read_mlx(hf_ckpt *ck, const hf_t *t, sl_dtype to, uint8_t *d, sl_error *err) {
+    const st_file *f = &ck->files[t->file];
+    if (to != t->pub.src_dtype)
+        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is MLX-quantized (%s); it is imported as it is", t->pub.name,
+                      dt_name(t->pub.src_dtype));
+    sl_status st = fio_pread_all(f->fd, d, t->len, t->off, f->path, err);
+    if (!st) st = fio_pread_all(ck->files[t->qs_file].fd, d + t->len, t->qs_len, t->qs_off, ck->files[t->qs_file].path, err);
+    if (!st) st = fio_pread_all(ck->files[t->qb_file].fd, d + t->len + t->qs_len, t->qb_len, t->qb_off,
+                                ck->files[t->qb_file].path, err);
+    return st;
+}
+
 sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_error *err) {
     const hf_t *t = (const hf_t *)pub;
     if (t->gg) return hf_read_gguf(ck, t, to, dst, err);
+    if (q_is_quant(pub->src_dtype)) return read_mlx(ck, t, to, dst, err);
     const st_file *f = &ck->files[t->file];
     size_t n = 1;
     for (int i = 0; i < pub->ndim; i++) n *= (size_t)pub->shape[i];
-    if (q_is_quant(pub->src_dtype)) { /* MLX: codes | scales | biases, verbatim */
-        if (to != pub->src_dtype)
-            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is MLX-quantized (%s); it is imported as it is", pub->name,
-                          dt_name(pub->src_dtype));
-        uint8_t *d = dst;
-        sl_status st = fio_pread_all(f->fd, d, t->len, t->off, f->path, err);
-        if (!st) st = fio_pread_all(ck->files[t->qs_file].fd, d + t->len, t->qs_len, t->qs_off, ck->files[t->qs_file].path, err);
-        if (!st) st = fio_pread_all(ck->files[t->qb_file].fd, d + t->len + t->qs_len, t->qb_len, t->qb_off,
-                                    ck->files[t->qb_file].path, err);
-        return st;
-    }
     if (pub->src_dtype == to && !t->scale && !t->transposed) return fio_pread_all(f->fd, dst, t->len, t->off, f->path, err);
     void *raw = malloc(t->len ? t->len : 1);
     float *tmp = (to == DT_F32) ? dst : malloc(n * sizeof(float) + 1);
-    float *sc = NULL;
     sl_status st = SL_OK;
     if (!raw || !tmp) { st = sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
     if ((st = fio_pread_all(f->fd, raw, t->len, t->off, f->path, err))) goto out;
     dt_to_f32(pub->src_dtype, raw, tmp, n);
-    if (t->transposed) { /* [cols][rows] on disk -> [rows][cols] */
-        const int64_t R = pub->shape[0], C = pub->shape[1];
-        float *tr = malloc(n * sizeof(float) + 1);
-        if (!tr) { st = sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t c = 0; c < C; c++) tr[r * C + c] = tmp[c * R + r];
-        memcpy(tmp, tr, n * sizeof(float));
-        free(tr);
-    }
-    if (t->scale) {
-        const st_file *sf = NULL;
-        for (int i = 0; i < ck->n_files && !sf; i++)
-            if (t->scale >= ck->files[i].e && t->scale < ck->files[i].e + ck->files[i].n) sf = &ck->files[i];
-        size_t ns = (size_t)(t->scale->shape[0] * t->scale->shape[1]);
-        void *sraw = malloc(t->scale->len);
-        sc = malloc(ns * sizeof(float));
-        if (!sraw || !sc) { free(sraw); st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
-        st = fio_pread_all(sf->fd, sraw, t->scale->len, t->scale->off, sf->path, err);
-        if (!st) dt_to_f32(t->scale->dtype, sraw, sc, ns);
-        free(sraw);
-        if (st) goto out;
-        int64_t R = pub->shape[0], C = pub->shape[1], bc = t->scale->shape[1];
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t c = 0; c < C; c++) tmp[r * C + c] *= sc[(r / ck->blk_r) * bc + c / ck->blk_c];
-    }
+    if (t->transposed && (st = transpose(tmp, pub->shape[0], pub->shape[1], pub->name, err))) goto out;
+    if (t->scale && (st = fp8_scale(ck, t, tmp, err))) goto out;
     if (to != DT_F32) dt_from_f32(to, tmp, dst, n);
 out:
     free(raw);
-    free(sc);
     if (tmp != dst) free(tmp);
     return st;
 }
