@@ -134,12 +134,13 @@ TEST(backend_missing_op_refused_at_open) {
         sl_backend *be = be_cpu_new(NULL, NULL);
         fwd_ws *ws = be ? fwd_ws_new(&f.cfg, 64, be) : NULL;
         CHECK(ws);
-        char msg[256] = "";
-        CHECKF(fwd_check_ops(ws, &f.cfg, msg, sizeof msg) == 0, "%s with every op: %s", cases[i].fixture, msg);
+        sl_error ops_err = {0};
+        const char *msg = ops_err.msg;
+        CHECKF(fwd_check_ops(ws, &f.cfg, &ops_err) == 0, "%s with every op: %s", cases[i].fixture, msg);
         if (!strcmp(cases[i].op, "mla")) be->mla = NULL;
         else if (!strcmp(cases[i].op, "attention")) be->attention = NULL;
         else be->dn_chunk = NULL;
-        int rc = fwd_check_ops(ws, &f.cfg, msg, sizeof msg);
+        int rc = fwd_check_ops(ws, &f.cfg, &ops_err);
         CHECKF(rc == SL_EUNSUPPORTED && strstr(msg, cases[i].op) && strstr(msg, cases[i].fixture), "%s: %d %s",
                cases[i].fixture, rc, msg);
         fwd_ws_free(ws);

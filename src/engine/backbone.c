@@ -77,7 +77,8 @@ static sl_status upload_backbone(sl_model *m, const arch_tensor *at, int n, sl_e
         return sl_err(err, SL_ENOMEM, "%s: out of %s backend memory for %llu backbone bytes", m->f.path, be->name,
                       (unsigned long long)len);
     be->copy(be, m->backbone_dev, m->backbone, len, BE_H2D);
-    if (be->sync(be)) return sl_err(err, SL_EIO, "%s backend: %s", be->name, be->errmsg(be));
+    sl_status st = be_sync(be, err);
+    if (st) return st;
     for (int i = 0; i < n; i++) {
         if (!at[i].matrix || at[i].layer >= m->cfg.n_layers) continue;
         sl_mat *mm = (sl_mat *)(at[i].layer >= 0 ? (char *)&m->w.layers[at[i].layer] + at[i].field

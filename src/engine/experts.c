@@ -70,7 +70,7 @@ sl_status engine_open_resident(sl_model *m, const char *path, sl_error *err) {
         free(m->experts);
         m->experts = dev;
         m->experts_dev = 1;
-        if (m->be->sync(m->be)) return sl_err(err, SL_EIO, "%s backend: %s", m->be->name, m->be->errmsg(m->be));
+        if ((st = be_sync(m->be, err))) return st;
     }
     m->src.get = resident_get;
     m->src.ctx = m;

@@ -45,14 +45,14 @@ struct sl_model {
     pthread_mutex_t mu;
     double eval_s;
     uint64_t tokens;
-    char err[768];
+    sl_error err; /* the last failure of a call without an sl_error of its own (sl_model_errmsg) */
 };
 
 struct sl_session {
     sl_model *m;
     fwd_seq *sq;
     int n_ctx;
-    char err[768];
+    sl_error err; /* the last evaluation's or load's failure (sl_session_errmsg) */
 };
 
 /* n bytes (freed with free()) on 2 MiB boundaries, asked to be backed by 2 MiB pages (backbone.c). NULL: no

@@ -56,10 +56,8 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
     if (!m->ws) { st = sl_err(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     fwd_ws_set_int8(m->ws, !p->exact);
-    { /* a backend without an op these layers call refuses the model now, not at its first evaluation */
-        char msg[256] = "";
-        if (fwd_check_ops(m->ws, &m->cfg, msg, sizeof msg)) { st = sl_err(err, SL_EUNSUPPORTED, "%s", msg); goto fail; }
-    }
+    /* a backend without an op these layers call refuses the model now, not at its first evaluation */
+    if ((st = fwd_check_ops(m->ws, &m->cfg, err))) goto fail;
     free(at);
     *out = m;
     return SL_OK;
@@ -97,7 +95,7 @@ void sl_model_close(sl_model *m) {
     free(m);
 }
 
-const char *sl_model_errmsg(const sl_model *m) { return m ? m->err : ""; }
+const char *sl_model_errmsg(const sl_model *m) { return m ? m->err.msg : ""; }
 int sl_model_n_vocab(const sl_model *m) { return m->cfg.vocab; }
 int sl_model_n_ctx(const sl_model *m) { return m->cfg.max_pos; }
 int sl_model_n_layers(const sl_model *m) { return m->cfg.n_layers; }

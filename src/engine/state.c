@@ -61,47 +61,34 @@ sl_status sl_session_save(const sl_session *s, void **blob, size_t *len) {
     return state_blob(s, NULL, 0, blob, len);
 }
 
-/* Checks a blob and loads it; *extra / *extra_len point into the blob. */
+/* Checks a blob and loads it; *extra / *extra_len point into the blob. SL_OK, or the failure with err naming
+ * what (the file or "state") and why. */
 static sl_status state_load(sl_session *s, const void *blob, size_t len, const char *what, const void **extra,
-                            size_t *extra_len, char *msg, size_t msglen) {
+                            size_t *extra_len, sl_error *err) {
     state_hdr h;
-    if (len < sizeof h + 8) {
-        snprintf(msg, msglen, "%s: not a sluice session state (%zu bytes)", what, len);
-        return SL_EFORMAT;
-    }
+    if (len < sizeof h + 8) return sl_err(err, SL_EFORMAT, "%s: not a sluice session state (%zu bytes)", what, len);
     memcpy(&h, blob, sizeof h);
     uint64_t x;
     memcpy(&x, (const char *)blob + len - 8, 8);
-    if (memcmp(h.magic, STATE_MAGIC, 8) || h.version != STATE_VERSION) {
-        snprintf(msg, msglen, "%s: not a sluice session state (bad magic or version)", what);
-        return SL_EFORMAT;
-    }
-    if (h.state_len > len || h.extra_len > len || sizeof h + h.state_len + h.extra_len + 8 != len) {
-        snprintf(msg, msglen, "%s: session state is truncated or has trailing bytes", what);
-        return SL_EFORMAT;
-    }
-    if (XXH3_64bits(blob, len - 8) != x) {
-        snprintf(msg, msglen, "%s: session state fails its checksum", what);
-        return SL_ECHECKSUM;
-    }
-    if (h.model_id != model_id(s->m) || h.n_layers != s->m->cfg.n_layers) {
-        snprintf(msg, msglen, "%s: the session state was saved with another model", what);
-        return SL_EMISMATCH;
-    }
-    int r = fwd_seq_load(s->sq, h.n_past, (const char *)blob + sizeof h, h.state_len);
-    if (r == SL_ERANGE)
-        snprintf(msg, msglen, "%s: the saved state has %d positions, more than the session's %d", what, h.n_past,
-                 s->n_ctx);
-    else if (r)
-        snprintf(msg, msglen, "%s: the session state does not match the model's layout", what);
-    if (r) return (sl_status)r;
+    if (memcmp(h.magic, STATE_MAGIC, 8) || h.version != STATE_VERSION)
+        return sl_err(err, SL_EFORMAT, "%s: not a sluice session state (bad magic or version)", what);
+    if (h.state_len > len || h.extra_len > len || sizeof h + h.state_len + h.extra_len + 8 != len)
+        return sl_err(err, SL_EFORMAT, "%s: session state is truncated or has trailing bytes", what);
+    if (XXH3_64bits(blob, len - 8) != x) return sl_err(err, SL_ECHECKSUM, "%s: session state fails its checksum", what);
+    if (h.model_id != model_id(s->m) || h.n_layers != s->m->cfg.n_layers)
+        return sl_err(err, SL_EMISMATCH, "%s: the session state was saved with another model", what);
+    sl_status st = fwd_seq_load(s->sq, h.n_past, (const char *)blob + sizeof h, h.state_len);
+    if (st == SL_ERANGE)
+        return sl_err(err, st, "%s: the saved state has %d positions, more than the session's %d", what, h.n_past,
+                      s->n_ctx);
+    if (st) return sl_err(err, st, "%s: the session state does not match the model's layout", what);
     if (extra) *extra = (const char *)blob + sizeof h + h.state_len;
     if (extra_len) *extra_len = h.extra_len;
     return SL_OK;
 }
 
 sl_status sl_session_load(sl_session *s, const void *blob, size_t len) {
-    return state_load(s, blob, len, "state", NULL, NULL, s->err, sizeof s->err);
+    return state_load(s, blob, len, "state", NULL, NULL, &s->err);
 }
 
 sl_status sl_session_save_file(const sl_session *s, const char *path, const void *extra, size_t extra_len,
@@ -134,13 +121,8 @@ sl_status sl_session_load_file(sl_session *s, const char *path, void **extra, si
     char *b = NULL;
     size_t n = 0, xl = 0;
     const void *x = NULL;
-    char msg[sizeof err->msg];
     sl_status st = fio_read_file(path, &b, &n, err);
-    if (st) goto done;
-    if ((st = state_load(s, b, n, path, &x, &xl, msg, sizeof msg))) {
-        st = sl_err(err, st, "%s", msg);
-        goto done;
-    }
+    if (st || (st = state_load(s, b, n, path, &x, &xl, err))) goto done;
     if (extra && xl) {
         if (!(*extra = malloc(xl + 1))) {
             st = sl_err(err, SL_ENOMEM, "out of memory");

@@ -19,8 +19,7 @@
 
 #include "model/fwd_internal.h"
 
-int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, char *err,
-                 size_t errlen) {
+int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n) {
     sl_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
@@ -64,7 +63,5 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w
     else be->dn_step(be, &d);
     be->dn_norm(be, &d);
     fwd_matmul(ws, &lw->lin_out, ws->mix, (size_t)ws->n_mix, ws->out, H, n, FWD_ACT_MID);
-    (void)err;
-    (void)errlen;
     return 0;
 }

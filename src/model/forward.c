@@ -13,12 +13,11 @@
  *    "one at a time" bitwise with the recurrent DeltaNet and to ~1e-6 with the chunked one.
  *  - nothing is allocated per token: scratch lives in the workspace, the backend's per-thread scratch is
  *    reserved at fwd_ws_new (and again, idempotently, before each evaluation).
- *  - the backend's sticky error is read after every block (fwd_sync), so a failing op fails the
+ *  - the backend's sticky error is read after every block (be_sync, backend.h), so a failing op fails the
  *    evaluation before its state is committed.
  *
  * Sections: helpers, state, weight validation, fwd_eval.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,26 +26,13 @@
 #include "model/fwd_internal.h"
 #include "quant/quant.h"
 #include "sluice.h"
+#include "util/err.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
-
-void fwd_errf(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,
                    int dim) {
     ws->be->rmsnorm(ws->be, x, y, n_rows, (size_t)dim, 1, 0, dim, w, zero_centred ? 1.0f : 0.0f, eps);
-}
-
-int fwd_sync(fwd_ws *ws, char *err, size_t errlen) {
-    int rc = ws->be->sync(ws->be);
-    if (rc) fwd_errf(err, errlen, "%s backend: %s", ws->be->name, ws->be->errmsg(ws->be));
-    return rc;
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -195,7 +181,7 @@ void fwd_seq_save(const fwd_seq *sq, void *buf) {
 #undef PUT
 }
 
-int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
+sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
     const sl_config *c = &sq->shape;
     if (n_past < 0 || n_past > sq->n_ctx) return SL_ERANGE;
     int old = sq->n_past;
@@ -367,41 +353,32 @@ void fwd_ws_set_chunked(fwd_ws *ws, int chunked) { ws->chunked = chunked; }
 void fwd_ws_set_prefetch(fwd_ws *ws, int on) { ws->prefetch = on; }
 void fwd_ws_set_int8(fwd_ws *ws, int on) { ws->int8 = on; }
 
-static int check_ops(const sl_backend *be, const sl_config *c, char *err, size_t errlen);
-int fwd_check_ops(const fwd_ws *ws, const sl_config *cfg, char *err, size_t errlen) {
-    return check_ops(ws->be, cfg, err, errlen);
+static sl_status check_ops(const sl_backend *be, const sl_config *c, sl_error *err);
+sl_status fwd_check_ops(const fwd_ws *ws, const sl_config *cfg, sl_error *err) {
+    return check_ops(ws->be, cfg, err);
 }
 
 /* ---- weight validation ------------------------------------------------------------------------ */
 
-static int check_mat(const sl_backend *be, const sl_mat *m, int rows, int cols, int layer, const char *name, char *err,
-                     size_t errlen) {
-    if (!m->data) {
-        fwd_errf(err, errlen, "layer %d: weight %s missing", layer, name);
-        return SL_EINVAL;
-    }
+static sl_status check_mat(const sl_backend *be, const sl_mat *m, int rows, int cols, int layer, const char *name,
+                           sl_error *err) {
+    if (!m->data) return sl_err(err, SL_EINVAL, "layer %d: weight %s missing", layer, name);
     if ((m->dtype != DT_F32 && m->dtype != DT_F16 && m->dtype != DT_BF16 && !q_is_quant(m->dtype)) ||
         (q_is_quant(m->dtype) && (!m->scales || m->group <= 0 || m->cols % m->group))) {
-        fwd_errf(err, errlen, "layer %d: weight %s has unsupported dtype %s", layer, name, dt_name(m->dtype));
-        return SL_EINVAL;
+        return sl_err(err, SL_EINVAL, "layer %d: weight %s has unsupported dtype %s", layer, name, dt_name(m->dtype));
     }
-    if (m->rows != rows || m->cols != cols) {
-        fwd_errf(err, errlen, "layer %d: weight %s is [%d, %d], expected [%d, %d]", layer, name, m->rows, m->cols,
-                 rows, cols);
-        return SL_EINVAL;
-    }
-    if (be_check_mat(be, m)) {
-        fwd_errf(err, errlen, "layer %d: weight %s is %s, which the %s backend cannot multiply", layer, name,
-                 dt_name(m->dtype), be->name);
-        return SL_EUNSUPPORTED;
-    }
+    if (m->rows != rows || m->cols != cols)
+        return sl_err(err, SL_EINVAL, "layer %d: weight %s is [%d, %d], expected [%d, %d]", layer, name, m->rows,
+                      m->cols, rows, cols);
+    if (be_check_mat(be, m))
+        return sl_err(err, SL_EUNSUPPORTED, "layer %d: weight %s is %s, which the %s backend cannot multiply", layer,
+                      name, dt_name(m->dtype), be->name);
     return 0;
 }
 
-static int check_vec(const float *v, int layer, const char *name, char *err, size_t errlen) {
+static sl_status check_vec(const float *v, int layer, const char *name, sl_error *err) {
     if (v) return 0;
-    fwd_errf(err, errlen, "layer %d: weight %s missing", layer, name);
-    return SL_EINVAL;
+    return sl_err(err, SL_EINVAL, "layer %d: weight %s missing", layer, name);
 }
 
 #define CK(expr)                   \
@@ -410,11 +387,8 @@ static int check_vec(const float *v, int layer, const char *name, char *err, siz
         if (rc_) return rc_;       \
     } while (0)
 
-static int check_config(const sl_config *c, char *err, size_t errlen) {
-    if (!arch_get(c->arch)) {
-        fwd_errf(err, errlen, "unknown architecture %d", (int)c->arch);
-        return SL_EINVAL;
-    }
+static sl_status check_config(const sl_config *c, sl_error *err) {
+    if (!arch_get(c->arch)) return sl_err(err, SL_EINVAL, "unknown architecture %d", (int)c->arch);
     int ok = c->vocab > 0 && c->hidden > 0 && c->n_layers > 0 && c->n_layers <= SL_MAX_LAYERS;
     if (ok && any_layer(c, 0))
         ok = c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0 && c->head_dim > 0 &&
@@ -439,12 +413,11 @@ static int check_config(const sl_config *c, char *err, size_t errlen) {
         else
             ok = c->dense_inter > 0;
     }
-    if (!ok) fwd_errf(err, errlen, "inconsistent model configuration");
-    return ok ? 0 : SL_EINVAL;
+    return ok ? SL_OK : sl_err(err, SL_EINVAL, "inconsistent model configuration");
 }
 
 /* Every backbone weight the family's table gives this config: present, and of the implied shape. */
-static int check_weights(const sl_backend *be, const sl_config *c, const sl_weights *w, char *err, size_t errlen) {
+static sl_status check_weights(const sl_backend *be, const sl_config *c, const sl_weights *w, sl_error *err) {
     const arch_desc *a = arch_get(c->arch);
     for (int k = 0; k < a->n_tensors; k++) {
         const arch_tdef *d = &a->tensors[k];
@@ -453,10 +426,10 @@ static int check_weights(const sl_backend *be, const sl_config *c, const sl_weig
             if (!arch_applies(c, d->when, l)) continue;
             const char *base = l < 0 ? (const char *)w : (const char *)&w->layers[l];
             if (d->kind == AK_VEC) {
-                CK(check_vec(*(float *const *)(base + d->field), l, d->name, err, errlen));
+                CK(check_vec(*(float *const *)(base + d->field), l, d->name, err));
             } else {
                 int rows = (int)arch_dim_value(c, d->rows), cols = (int)arch_dim_value(c, d->cols);
-                CK(check_mat(be, (const sl_mat *)(base + d->field), rows, cols, l, d->name, err, errlen));
+                CK(check_mat(be, (const sl_mat *)(base + d->field), rows, cols, l, d->name, err));
             }
         }
     }
@@ -489,8 +462,9 @@ static const sl_mat *first_mat(const sl_config *cfg, const sl_layer_w *lw, int l
 
 /* One micro-batch of n tokens at positions sq->n_past..; commits the recurrent state and n_past on
  * success. logits_out: NULL or [n][V] rows to fill (all_rows) / [V] for the last row. */
-static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                      const int32_t *tokens, int n, float *logits_out, int all_rows, char *err, size_t errlen) {
+static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
+                            const sl_expert_src *experts, const int32_t *tokens, int n, float *logits_out, int all_rows,
+                            sl_error *err) {
     sl_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int pos0 = sq->n_past;
@@ -503,10 +477,10 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
         int rc;
         fwd_norm_rows(ws, ws->x, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
         if (cfg->layer_linear[l])
-            rc = fwd_deltanet(ws, sq, cfg, lw, l, n, err, errlen);
+            rc = fwd_deltanet(ws, sq, cfg, lw, l, n);
         else
             rc = cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, n, pos0) : fwd_attention(ws, sq, cfg, lw, l, n, pos0);
-        if (!rc) rc = fwd_sync(ws, err, errlen);
+        if (!rc) rc = be_sync(ws->be, err);
         if (rc) return rc;
         /* the caller's serial work until the FFN's first matmul: the other threads bring its start into the
          * caches meanwhile; likewise the FFN's tail before the next layer's q/k/v (or the LM head) */
@@ -518,11 +492,11 @@ static int eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_we
         if (cfg->layer_moe[l]) {
             int nl = l + 1;
             while (nl < cfg->n_layers && !cfg->layer_moe[nl]) nl++;
-            rc = fwd_moe(ws, cfg, lw, l, nl < cfg->n_layers ? &w->layers[nl] : NULL, nl, experts, n, err, errlen);
+            rc = fwd_moe(ws, cfg, lw, l, nl < cfg->n_layers ? &w->layers[nl] : NULL, nl, experts, n, err);
         }
         else
             rc = fwd_dense_mlp(ws, cfg, lw, n);
-        if (!rc) rc = fwd_sync(ws, err, errlen);
+        if (!rc) rc = be_sync(ws->be, err);
         fwd_hint_mat(ws, ws->ffn_next); /* unless the FFN did, before its own tail */
         ws->ffn_next = NULL;
         if (rc) return rc;
@@ -580,8 +554,8 @@ typedef struct multi_pass {
 #define UNDEV(p, bytes) be->free(be, (p), (bytes), BE_BUF_DEVICE)
 
 /* Every buffer of the pass; mp is zeroed first, so multi_free may follow any failure. 0 or SL_ENOMEM. */
-static int multi_alloc(sl_backend *be, const sl_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
-                       char *err, size_t errlen) {
+static sl_status multi_alloc(sl_backend *be, const sl_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
+                             sl_error *err) {
     const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
     const size_t V = (size_t)cfg->vocab, L = (size_t)cfg->n_layers;
     memset(mp, 0, sizeof *mp);
@@ -607,8 +581,7 @@ static int multi_alloc(sl_backend *be, const sl_config *cfg, const fwd_item *it,
     if (!mp->X || !mp->HN || !mp->O || !wb->router || !wb->top_e || !wb->top_w || !wb->e_tok || !wb->e_slot ||
         !wb->sh_y || !wb->sg || !mp->saved || !mp->orig || !mp->row0 ||
         (mp->n_last && (!mp->last_rows || !mp->last_logits))) {
-        fwd_errf(err, errlen, "out of memory for a %d-token evaluation", mp->n);
-        return SL_ENOMEM;
+        return sl_err(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp->n);
     }
     return 0;
 }
@@ -656,15 +629,12 @@ static void multi_begin(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, c
 }
 
 /* A copy of sliding layer l's KV ring (k and v) into sv[0..1], for multi_settle to put back on failure. */
-static int save_ring(sl_backend *be, fwd_seq *sq, int l, float **sv, char *err, size_t errlen) {
+static sl_status save_ring(sl_backend *be, fwd_seq *sq, int l, float **sv, sl_error *err) {
     const size_t ring = kv_bytes(sq, l);
     for (int k2 = 0; k2 < 2; k2++) {
         const float *src = k2 ? sq->v_cache[l] : sq->k_cache[l];
         if (!src) continue;
-        if (!(sv[k2] = DEV(ring))) {
-            fwd_errf(err, errlen, "out of memory for a copy of the KV ring");
-            return SL_ENOMEM;
-        }
+        if (!(sv[k2] = DEV(ring))) return sl_err(err, SL_ENOMEM, "out of memory for a copy of the KV ring");
         be->copy(be, sv[k2], src, ring, BE_D2D);
     }
     return 0;
@@ -673,8 +643,8 @@ static int save_ring(sl_backend *be, fwd_seq *sq, int l, float **sv, char *err, 
 /* Layer l's mixer over item i's rows, micro-batch by micro-batch. A DeltaNet layer's second and later
  * micro-batches read the newest state (slot o^1) and write into a buffer that is not the original (kept in
  * sv for multi_settle); the newest state ends in slot o^1. */
-static int multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int l, multi_pass *mp, int i,
-                       char *err, size_t errlen) {
+static sl_status multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int l, multi_pass *mp, int i,
+                             sl_error *err) {
     sl_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int L = cfg->n_layers, lin = cfg->layer_linear[l], n = mp->it[i].n;
@@ -683,7 +653,7 @@ static int multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, i
     float **sv = mp->saved + ((size_t)i * L + l) * 2;
     const int o = mp->orig[(size_t)i * L + l], pos0 = sq->n_past;
     int rc = 0;
-    if (!lin && n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) rc = save_ring(be, sq, l, sv, err, errlen);
+    if (!lin && n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) rc = save_ring(be, sq, l, sv, err);
     for (int r0 = 0, b = 0; r0 < n && !rc; r0 += FWD_BATCH, b++) {
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
         fwd_norm_rows(ws, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
@@ -693,17 +663,15 @@ static int multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, i
                 sv[1] = sq->ssm[l][o];
                 sq->conv[l][o] = DEV(sq->conv_floats * sizeof(float));
                 sq->ssm[l][o] = DEV(sq->ssm_floats * sizeof(float));
-                if (!sq->conv[l][o] || !sq->ssm[l][o]) {
-                    fwd_errf(err, errlen, "out of memory for DeltaNet state");
-                    return SL_ENOMEM;
-                }
+                if (!sq->conv[l][o] || !sq->ssm[l][o])
+                    return sl_err(err, SL_ENOMEM, "out of memory for DeltaNet state");
             }
             sq->lin_cur[l] = (unsigned char)(o ^ 1);
         }
-        rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, nb, err, errlen)
+        rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, nb)
              : cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, nb, pos0 + r0)
                                 : fwd_attention(ws, sq, cfg, lw, l, nb, pos0 + r0);
-        if (!rc) rc = fwd_sync(ws, err, errlen);
+        if (!rc) rc = be_sync(ws->be, err);
         if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
             float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
             sq->conv[l][0] = sq->conv[l][1];
@@ -719,8 +687,8 @@ static int multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, i
 
 /* Layer l's FFN over all rows of all items: the MoE block at once (fwd_moe_wide), a dense MLP by
  * micro-batches. */
-static int multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts, int l,
-                     multi_pass *mp, char *err, size_t errlen) {
+static sl_status multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts, int l,
+                           multi_pass *mp, sl_error *err) {
     const sl_layer_w *lw = &w->layers[l];
     const size_t H = (size_t)cfg->hidden;
     const int L = cfg->n_layers, n = mp->n;
@@ -731,8 +699,8 @@ static int multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, cons
         while (nl < L && !cfg->layer_moe[nl]) nl++;
         fwd_norm_rows(ws, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, mp->HN, n, (int)H);
         rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, X, mp->HN, mp->O, &mp->wb,
-                          err, errlen);
-        if (!rc) rc = fwd_sync(ws, err, errlen);
+                          err);
+        if (!rc) rc = be_sync(ws->be, err);
         if (!rc) add_rows(ws, X, mp->O, (size_t)n * H);
         return rc;
     }
@@ -740,7 +708,7 @@ static int multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, cons
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
         fwd_norm_rows(ws, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
         rc = fwd_dense_mlp(ws, cfg, lw, nb);
-        if (!rc) rc = fwd_sync(ws, err, errlen);
+        if (!rc) rc = be_sync(ws->be, err);
         if (!rc) add_rows(ws, X + (size_t)r0 * H, ws->out, (size_t)nb * H);
     }
     return rc;
@@ -814,15 +782,15 @@ static void multi_finish(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, 
 #undef DEV
 #undef UNDEV
 
-static int eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                      const fwd_item *it, int n_items, char *err, size_t errlen) {
+static sl_status eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                            const fwd_item *it, int n_items, sl_error *err) {
     multi_pass mp;
-    int rc = multi_alloc(ws->be, cfg, it, n_items, &mp, err, errlen);
+    int rc = multi_alloc(ws->be, cfg, it, n_items, &mp, err);
     if (rc) goto done;
     multi_begin(ws, cfg, w, experts, &mp);
     for (int l = 0; l < cfg->n_layers && !rc; l++) {
-        for (int i = 0; i < n_items && !rc; i++) rc = multi_mixer(ws, cfg, &w->layers[l], l, &mp, i, err, errlen);
-        if (!rc) rc = multi_ffn(ws, cfg, w, experts, l, &mp, err, errlen);
+        for (int i = 0; i < n_items && !rc; i++) rc = multi_mixer(ws, cfg, &w->layers[l], l, &mp, i, err);
+        if (!rc) rc = multi_ffn(ws, cfg, w, experts, l, &mp, err);
         if (!rc && mp.traced) ws->trace(ws->trace_ctx, l + 1, it[0].sq->n_past, mp.n, mp.X);
     }
     multi_settle(ws->be, cfg, &mp, !rc);
@@ -833,35 +801,23 @@ done:
 }
 
 /* The checks of one sequence's part of an evaluation; nothing is touched before they pass. */
-static int check_seq(const fwd_ws *ws, const fwd_seq *sq, const sl_config *cfg, const int32_t *tokens, int n, char *err,
-                     size_t errlen) {
-    if (!sq || !tokens) {
-        fwd_errf(err, errlen, "NULL sequence or tokens");
-        return SL_EINVAL;
-    }
-    if (n < 1) {
-        fwd_errf(err, errlen, "n_tokens %d < 1", n);
-        return SL_EINVAL;
-    }
-    if (!same_shape(cfg, &ws->shape) || !same_shape(cfg, &sq->shape) || sq->n_ctx > ws->n_ctx) {
-        fwd_errf(err, errlen, "configuration differs from the one the state was made for");
-        return SL_EINVAL;
-    }
-    if (n > sq->n_ctx - sq->n_past) {
-        fwd_errf(err, errlen, "context full: %d tokens past + %d new > n_ctx %d", sq->n_past, n, sq->n_ctx);
-        return SL_ERANGE;
-    }
+static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const sl_config *cfg, const int32_t *tokens, int n,
+                           sl_error *err) {
+    if (!sq || !tokens) return sl_err(err, SL_EINVAL, "NULL sequence or tokens");
+    if (n < 1) return sl_err(err, SL_EINVAL, "n_tokens %d < 1", n);
+    if (!same_shape(cfg, &ws->shape) || !same_shape(cfg, &sq->shape) || sq->n_ctx > ws->n_ctx)
+        return sl_err(err, SL_EINVAL, "configuration differs from the one the state was made for");
+    if (n > sq->n_ctx - sq->n_past)
+        return sl_err(err, SL_ERANGE, "context full: %d tokens past + %d new > n_ctx %d", sq->n_past, n, sq->n_ctx);
     for (int i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= cfg->vocab) {
-            fwd_errf(err, errlen, "token %d at index %d out of range [0, %d)", tokens[i], i, cfg->vocab);
-            return SL_ERANGE;
-        }
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab)
+            return sl_err(err, SL_ERANGE, "token %d at index %d out of range [0, %d)", tokens[i], i, cfg->vocab);
     }
     return 0;
 }
 
 /* Every op of the backend's table this config's layers call (backend.h: a backend may leave some NULL). */
-static int check_ops(const sl_backend *be, const sl_config *c, char *err, size_t errlen) {
+static sl_status check_ops(const sl_backend *be, const sl_config *c, sl_error *err) {
     const char *missing = NULL;
     if (any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
     else if (any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
@@ -869,38 +825,28 @@ static int check_ops(const sl_backend *be, const sl_config *c, char *err, size_t
         missing = !be->dn_conv ? "dn_conv" : !be->dn_gates ? "dn_gates" : !be->dn_step ? "dn_step" : !be->dn_chunk ? "dn_chunk" : "dn_norm";
     if (!missing) return 0;
     const arch_desc *a = arch_get(c->arch);
-    fwd_errf(err, errlen, "the %s backend has no %s op yet, which %s models need", be->name, missing,
-             a ? a->name : "these");
-    return SL_EUNSUPPORTED;
+    return sl_err(err, SL_EUNSUPPORTED, "the %s backend has no %s op yet, which %s models need", be->name, missing,
+                  a ? a->name : "these");
 }
 
 /* The checks of the model side: configuration, weights, expert source, per-thread scratch. */
-static int check_model(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                       char *err, size_t errlen) {
-    CK(check_config(cfg, err, errlen));
-    CK(check_ops(ws->be, cfg, err, errlen));
-    CK(check_weights(ws->be, cfg, w, err, errlen));
-    if (cfg_n_moe_layers(cfg) > 0 && (!experts || !experts->get)) {
-        fwd_errf(err, errlen, "no expert source for a model with MoE layers");
-        return SL_EINVAL;
-    }
-    if (ws->be->reserve(ws->be, ws->slot_floats)) {
-        fwd_errf(err, errlen, "out of memory for per-thread scratch");
-        return SL_ENOMEM;
-    }
+static sl_status check_model(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                             sl_error *err) {
+    CK(check_config(cfg, err));
+    CK(check_ops(ws->be, cfg, err));
+    CK(check_weights(ws->be, cfg, w, err));
+    if (cfg_n_moe_layers(cfg) > 0 && (!experts || !experts->get))
+        return sl_err(err, SL_EINVAL, "no expert source for a model with MoE layers");
+    if (ws->be->reserve(ws->be, ws->slot_floats)) return sl_err(err, SL_ENOMEM, "out of memory for per-thread scratch");
     return 0;
 }
 
-int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-             const int32_t *tokens, int n, float *logits, int all_logits, char *err, size_t errlen) {
-    if (err && errlen) err[0] = '\0';
-    if (!ws || !cfg || !w) {
-        fwd_errf(err, errlen, "fwd_eval: NULL argument");
-        return SL_EINVAL;
-    }
-    CK(check_seq(ws, sq, cfg, tokens, n, err, errlen));
-    CK(check_model(ws, cfg, w, experts, err, errlen));
-    CK(fwd_sync(ws, err, errlen)); /* nothing left over from an earlier call */
+sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                   const int32_t *tokens, int n, float *logits, int all_logits, sl_error *err) {
+    if (!ws || !cfg || !w) return sl_err(err, SL_EINVAL, "fwd_eval: NULL argument");
+    CK(check_seq(ws, sq, cfg, tokens, n, err));
+    CK(check_model(ws, cfg, w, experts, err));
+    CK(be_sync(ws->be, err)); /* nothing left over from an earlier call */
 
     /* many tokens: layer-major chunks of up to WIDE_MAX (each expert read once per layer per chunk);
      * a few: micro-batches through all layers */
@@ -913,36 +859,28 @@ int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
         if (logits && all_logits) lo = logits + (size_t)done * (size_t)cfg->vocab;
         else if (logits && last) lo = logits;
         fwd_item one = {sq, tokens + done, nb, lo, all_logits};
-        int rc = nb > FWD_BATCH ? eval_multi(ws, cfg, w, experts, &one, 1, err, errlen)
-                                : eval_batch(ws, sq, cfg, w, experts, tokens + done, nb, lo, all_logits, err, errlen);
+        int rc = nb > FWD_BATCH ? eval_multi(ws, cfg, w, experts, &one, 1, err)
+                                : eval_batch(ws, sq, cfg, w, experts, tokens + done, nb, lo, all_logits, err);
         if (rc) return rc;
         done += nb;
     }
     return 0;
 }
 
-int fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                   const fwd_item *items, int n_items, char *err, size_t errlen) {
-    if (err && errlen) err[0] = '\0';
-    if (!ws || !cfg || !w || !items || n_items < 1) {
-        fwd_errf(err, errlen, "fwd_eval_batch: NULL argument or no items");
-        return SL_EINVAL;
-    }
+sl_status fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                         const fwd_item *items, int n_items, sl_error *err) {
+    if (!ws || !cfg || !w || !items || n_items < 1)
+        return sl_err(err, SL_EINVAL, "fwd_eval_batch: NULL argument or no items");
     for (int i = 0; i < n_items; i++) {
-        int rc = check_seq(ws, items[i].sq, cfg, items[i].tokens, items[i].n, err, errlen);
+        int rc = check_seq(ws, items[i].sq, cfg, items[i].tokens, items[i].n, err);
         for (int j = 0; !rc && j < i; j++)
-            if (items[j].sq == items[i].sq) {
-                fwd_errf(err, errlen, "the same sequence as item %d", j);
-                rc = SL_EINVAL;
-            }
+            if (items[j].sq == items[i].sq) rc = sl_err(err, SL_EINVAL, "the same sequence as item %d", j);
         if (rc) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", err ? err : "");
-            fwd_errf(err, errlen, "batch item %d: %s", i, msg);
+            if (err) sl_err_prefix(err, "batch item %d", i);
             return rc;
         }
     }
-    CK(check_model(ws, cfg, w, experts, err, errlen));
-    CK(fwd_sync(ws, err, errlen));
-    return eval_multi(ws, cfg, w, experts, items, n_items, err, errlen);
+    CK(check_model(ws, cfg, w, experts, err));
+    CK(be_sync(ws->be, err));
+    return eval_multi(ws, cfg, w, experts, items, n_items, err);
 }

@@ -41,7 +41,7 @@ void fwd_ws_set_chunked(fwd_ws *ws, int chunked);
 void fwd_ws_set_int8(fwd_ws *ws, int on);
 /* 0 when ws's backend has every op cfg's layers call, else SL_EUNSUPPORTED naming the op and the family
  * (a model opens with it refused rather than failing at its first evaluation). */
-int fwd_check_ops(const fwd_ws *ws, const sl_config *cfg, char *err, size_t errlen);
+sl_status fwd_check_ops(const fwd_ws *ws, const sl_config *cfg, sl_error *err);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
 void fwd_ws_set_prefetch(fwd_ws *ws, int on);
 
@@ -141,14 +141,15 @@ void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past);
 
 /* Mixers and FFNs: input ws->h [n][H] (normed), output ws->out [n][H]; pos0 = position of row 0.
- * Return 0 or a negative sl_status with err filled. */
+ * The mixers cannot fail themselves (0): their ops' failures are the backend's sticky error, which the caller
+ * reads after the block (be_sync). The MoE blocks return SL_OK or an error with err filled (an expert, the
+ * expert source, routing). */
 int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0);
 /* Multi-head latent attention (cfg->kv_lora > 0), the same contract as fwd_attention. */
 int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0);
 /* Floats of per-thread scratch fwd_mla needs with contexts of n_ctx (0 when cfg is not MLA). */
 size_t fwd_mla_slot_floats(const sl_config *cfg, int n_ctx);
-int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, char *err,
-                 size_t errlen);
+int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */
 typedef struct fwd_wide {
     float *router;    /* [n][E] */
@@ -159,25 +160,20 @@ typedef struct fwd_wide {
     float *sg;        /* [n] */
 } fwd_wide;
 
-int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-                 int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
-                 const fwd_wide *wb, char *err, size_t errlen);
+sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+                       int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
+                       const fwd_wide *wb, sl_error *err);
 
 /* Before a layer-major pass's first mixer: the first MoE layer's (layer) expert hint to a streaming provider
  * (x: the pass's embeddings [n][H]); only starts reads. Scratch as fwd_moe_wide's hint. */
 void fwd_moe_hint_first(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
                         const sl_expert_src *experts, int n, const float *x, const fwd_wide *wb);
 int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-            int next_layer, const sl_expert_src *experts, int n, char *err, size_t errlen);
+            int next_layer, const sl_expert_src *experts, int n, sl_error *err);
 int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int n);
 
 /* RMSNorm of n rows [n][dim] in place or into y; zero-centred adds 1 to w. */
 void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,
                    int dim);
-/* The backend's sticky status after a block (backend.h sync): 0, or its failure with err filled. */
-int fwd_sync(fwd_ws *ws, char *err, size_t errlen);
-
-/* Message helper: snprintf into err when err && errlen. */
-void fwd_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

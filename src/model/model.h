@@ -11,6 +11,7 @@
 
 #include "family/config.h"
 #include "family/weights.h"
+#include "sluice.h"
 #include "util/tensor.h"
 
 /* A sequence's state (KV cache, DeltaNet state, position) and the per-model workspace that
@@ -33,7 +34,7 @@ void fwd_seq_set_wide(fwd_seq *sq, int on);
  * leave sq unchanged). */
 size_t fwd_seq_state_bytes(const fwd_seq *sq);
 void fwd_seq_save(const fwd_seq *sq, void *buf);
-int fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len);
+sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len);
 
 /* A workspace for sequences of up to n_ctx positions, computing on be (borrowed: it outlives the
  * workspace; src/backend/backend.h). */
@@ -42,9 +43,10 @@ void fwd_ws_free(fwd_ws *ws);
 
 /* Evaluates n tokens at positions n_past..n_past+n-1 of sq, appending to its state, with ws's scratch.
  * logits: NULL, or [n][V] when all_logits, else [V] (last token).
- * Returns 0 or a negative sl_status; err (may be NULL, size errlen) gets a message. */
-int fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-             const int32_t *tokens, int n, float *logits, int all_logits, char *err, size_t errlen);
+ * SL_OK, or an error with err (may be NULL) naming what failed: a bad argument or token, a weight, an expert
+ * (layer, expert, the source's message: file offset, errno), the backend ("<name> backend: ..."). */
+sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                   const int32_t *tokens, int n, float *logits, int all_logits, sl_error *err);
 
 /* One sequence's part of a batched evaluation. */
 typedef struct fwd_item {
@@ -59,7 +61,7 @@ typedef struct fwd_item {
  * expert chosen by several sequences is fetched once. Each sequence's result is bitwise what fwd_eval
  * gives it alone. Any bad item is refused (err names it) before anything runs; a failure during the
  * pass leaves every sequence as it was. A sequence may appear once. */
-int fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
-                   const fwd_item *items, int n_items, char *err, size_t errlen);
+sl_status fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+                         const fwd_item *items, int n_items, sl_error *err);
 
 #endif

@@ -19,6 +19,7 @@
 #include "model/fwd_internal.h"
 #include "quant/quant.h"
 #include "sluice.h"
+#include "util/err.h"
 
 /* The backend's FFN op over x's rows for expert parts ex, as cfg->expert_kind says; y [n][H]. */
 static be_ffn ffn_of(fwd_ws *ws, const sl_config *cfg, const sl_expert *ex, kern_act *x, int inter, float *y) {
@@ -52,33 +53,30 @@ static void router_logits(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw
 }
 
 /* Routes n rows: logits [n][E] (clobbered) into top_e / top_w [n][k] on the host. */
-static int route(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, float *logits, int n, int *top_e,
-                 float *top_w, char *err, size_t errlen) {
+static sl_status route(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, float *logits, int n,
+                       int *top_e, float *top_w, sl_error *err) {
     const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = logits, .bias = lw->router_bias,
                         .top_e = top_e, .top_w = top_w};
-    int rc = ws->be->route(ws->be, &r);
-    if (rc) fwd_errf(err, errlen, "layer %d: routing: %s", layer, ws->be->errmsg(ws->be));
-    return rc;
+    sl_status st = ws->be->route(ws->be, &r);
+    return st ? sl_err(err, st, "layer %d: routing: %s", layer, ws->be->errmsg(ws->be)) : SL_OK;
 }
 
-static int check_mat_part(const sl_backend *be, const sl_mat *m, int rows, int cols, const char *name, int layer, int e,
-                          char *err, size_t errlen) {
+static sl_status check_mat_part(const sl_backend *be, const sl_mat *m, int rows, int cols, const char *name, int layer,
+                                int e, sl_error *err) {
     if (!m->data || m->rows != rows || m->cols != cols || m->dtype <= DT_NONE || m->dtype >= DT_COUNT ||
         m->dtype == DT_F8E4M3 || (q_is_quant(m->dtype) && (!m->scales || m->group <= 0 || m->cols % m->group))) {
-        fwd_errf(err, errlen, "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16/q8/q4/q3/mxfp4",
-                 layer, e, name, m->data ? dt_name(m->dtype) : "missing", m->rows, m->cols, rows, cols);
-        return SL_EINVAL;
+        return sl_err(err, SL_EINVAL,
+                      "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16/q8/q4/q3/mxfp4", layer, e,
+                      name, m->data ? dt_name(m->dtype) : "missing", m->rows, m->cols, rows, cols);
     }
-    if (be_check_mat(be, m)) {
-        fwd_errf(err, errlen, "layer %d expert %d: %s is %s, which the %s backend cannot multiply", layer, e, name,
-                 dt_name(m->dtype), be->name);
-        return SL_EUNSUPPORTED;
-    }
+    if (be_check_mat(be, m))
+        return sl_err(err, SL_EUNSUPPORTED, "layer %d expert %d: %s is %s, which the %s backend cannot multiply", layer,
+                      e, name, dt_name(m->dtype), be->name);
     return 0;
 }
 
-static int check_expert_kind(const sl_backend *be, const sl_config *cfg, const sl_expert *ex, int layer, int e,
-                             char *err, size_t errlen) {
+static sl_status check_expert_kind(const sl_backend *be, const sl_config *cfg, const sl_expert *ex, int layer, int e,
+                                   sl_error *err) {
     const int I = cfg->moe_inter, H = cfg->hidden;
     if (cfg->expert_kind != SL_EXPERT_GPTOSS) {
         const sl_mat *m[3] = {&ex->gate, &ex->up, &ex->down};
@@ -88,35 +86,33 @@ static int check_expert_kind(const sl_backend *be, const sl_config *cfg, const s
             if (!m[i]->data || m[i]->rows != rows[i] || m[i]->cols != cols[i] || m[i]->dtype <= DT_NONE ||
                 m[i]->dtype >= DT_COUNT || m[i]->dtype == DT_F8E4M3 ||
                 (q_is_quant(m[i]->dtype) && (!m[i]->scales || m[i]->group <= 0 || m[i]->cols % m[i]->group))) {
-                fwd_errf(err, errlen, "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16/q8/q4/q3",
-                         layer, e, names[i], m[i]->data ? dt_name(m[i]->dtype) : "missing", m[i]->rows, m[i]->cols,
-                         rows[i], cols[i]);
-                return SL_EINVAL;
+                return sl_err(err, SL_EINVAL,
+                              "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16/q8/q4/q3", layer,
+                              e, names[i], m[i]->data ? dt_name(m[i]->dtype) : "missing", m[i]->rows, m[i]->cols,
+                              rows[i], cols[i]);
             }
-            if (be_check_mat(be, m[i])) {
-                fwd_errf(err, errlen, "layer %d expert %d: %s is %s, which the %s backend cannot multiply", layer, e,
-                         names[i], dt_name(m[i]->dtype), be->name);
-                return SL_EUNSUPPORTED;
-            }
+            if (be_check_mat(be, m[i]))
+                return sl_err(err, SL_EUNSUPPORTED,
+                              "layer %d expert %d: %s is %s, which the %s backend cannot multiply", layer, e, names[i],
+                              dt_name(m[i]->dtype), be->name);
         }
         return 0;
     }
-    int rc = check_mat_part(be, &ex->gate_up, 2 * I, H, "gate_up_proj", layer, e, err, errlen);
-    if (!rc) rc = check_mat_part(be, &ex->down, H, I, "down_proj", layer, e, err, errlen);
-    if (!rc && (!ex->gate_up_bias || !ex->down_bias)) {
-        fwd_errf(err, errlen, "layer %d expert %d: %s missing", layer, e, ex->gate_up_bias ? "down_proj_bias" : "gate_up_proj_bias");
-        rc = SL_EINVAL;
-    }
+    int rc = check_mat_part(be, &ex->gate_up, 2 * I, H, "gate_up_proj", layer, e, err);
+    if (!rc) rc = check_mat_part(be, &ex->down, H, I, "down_proj", layer, e, err);
+    if (!rc && (!ex->gate_up_bias || !ex->down_bias))
+        rc = sl_err(err, SL_EINVAL, "layer %d expert %d: %s missing", layer, e,
+                    ex->gate_up_bias ? "down_proj_bias" : "gate_up_proj_bias");
     return rc;
 }
 
 /* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. hx: the
  * block's input ws->h, whose int8 form every expert reuses (gathered when the expert has a subset). */
-static int apply_expert(fwd_ws *ws, const sl_config *cfg, int layer, int e, const sl_expert *ex, kern_act *hx,
-                        char *err, size_t errlen) {
+static sl_status apply_expert(fwd_ws *ws, const sl_config *cfg, int layer, int e, const sl_expert *ex, kern_act *hx,
+                              sl_error *err) {
     sl_backend *be = ws->be;
     const int H = cfg->hidden, k = cfg->n_experts_used;
-    int rc = check_expert_kind(be, cfg, ex, layer, e, err, errlen);
+    int rc = check_expert_kind(be, cfg, ex, layer, e, err);
     if (rc) return rc;
     int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start, all = cnt == hx->n_tok;
     for (int i = 0; all && i < cnt; i++) all = ws->e_tok[start + i] == i;
@@ -152,12 +148,12 @@ static void shared_expert(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw
  * the device tier's hits): gate and up of every one in one hand-off, then every down in another (the
  * ffn_multi op), instead of three hand-offs per expert. Per expert the same kernels on the same rows as
  * apply_expert, so bitwise the same outputs, each in its slot's cell of exp_out. */
-static int fused_ffn(fwd_ws *ws, const sl_config *cfg, int layer, const int *es, const sl_expert *ex, int n,
-                     kern_act *hx, char *err, size_t errlen) {
+static sl_status fused_ffn(fwd_ws *ws, const sl_config *cfg, int layer, const int *es, const sl_expert *ex, int n,
+                           kern_act *hx, sl_error *err) {
     const int H = cfg->hidden, I = cfg->moe_inter;
     be_ffn f[FUSED_MAX];
     for (int i = 0; i < n; i++) {
-        int e = es[i], rc = check_expert_kind(ws->be, cfg, &ex[i], layer, e, err, errlen);
+        int e = es[i], rc = check_expert_kind(ws->be, cfg, &ex[i], layer, e, err);
         if (rc) return rc;
         int s = ws->e_slot[e > 0 ? ws->e_count[e - 1] : 0]; /* token 0's slot for e */
         f[i] = ffn_of(ws, cfg, &ex[i], hx, I, ws->exp_out + (size_t)s * H);
@@ -170,37 +166,33 @@ static int fused_ffn(fwd_ws *ws, const sl_config *cfg, int layer, const int *es,
 }
 
 /* Resident experts of a decode step: fetched (pointers into the expert section), then fused_ffn. */
-static int run_fused(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
-                     kern_act *hx, char *err, size_t errlen) {
+static sl_status run_fused(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
+                           kern_act *hx, sl_error *err) {
     sl_expert ex[FUSED_MAX];
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
         memset(&ex[i], 0, sizeof ex[i]);
         int rc = experts->get(experts->ctx, layer, e, &ex[i]);
-        if (rc) {
-            fwd_errf(err, errlen, "layer %d expert %d: %s", layer, e,
-                     experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
-            return rc < 0 ? rc : SL_EIO;
-        }
+        if (rc)
+            return sl_err(err, rc < 0 ? rc : SL_EIO, "layer %d expert %d: %s", layer, e,
+                          experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
     }
-    return fused_ffn(ws, cfg, layer, ws->e_list, ex, n_list, hx, err, errlen);
+    return fused_ffn(ws, cfg, layer, ws->e_list, ex, n_list, hx, err);
 }
 
-static int run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
-                        kern_act *hx, char *err, size_t errlen) {
+static sl_status run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
+                              kern_act *hx, sl_error *err) {
     if (hx->n_tok == 1 && n_list <= FUSED_MAX && n_list <= FWD_BATCH && cfg->expert_kind != SL_EXPERT_GPTOSS)
-        return run_fused(ws, cfg, layer, experts, n_list, hx, err, errlen);
+        return run_fused(ws, cfg, layer, experts, n_list, hx, err);
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
         sl_expert ex;
         memset(&ex, 0, sizeof ex);
         int rc = experts->get(experts->ctx, layer, e, &ex);
-        if (rc) {
-            fwd_errf(err, errlen, "layer %d expert %d: %s", layer, e,
-                     experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
-            return rc < 0 ? rc : SL_EIO;
-        }
-        if ((rc = apply_expert(ws, cfg, layer, e, &ex, hx, err, errlen))) return rc;
+        if (rc)
+            return sl_err(err, rc < 0 ? rc : SL_EIO, "layer %d expert %d: %s", layer, e,
+                          experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+        if ((rc = apply_expert(ws, cfg, layer, e, &ex, hx, err))) return rc;
     }
     return 0;
 }
@@ -236,10 +228,10 @@ static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_l
     experts->prefetch(experts->ctx, next_layer, ws->pf_list, np, 0);
 }
 
-static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-                        int next_layer, const sl_expert_src *experts, int n, int n_list, kern_act *hx, char *err,
-                        size_t errlen) {
-    int rc = experts->begin(experts->ctx, layer, ws->e_list, n_list, 0);
+static sl_status run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
+                              const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, int n,
+                              int n_list, kern_act *hx, sl_error *err) {
+    int rc = experts->begin(experts->ctx, layer, ws->e_list, n_list, 0), from_src = rc != 0;
     if (!rc) hint_next(ws, cfg, next_lw, next_layer, experts, n);
     if (!rc) shared_expert(ws, cfg, lw, hx);
     /* a decode step's experts that are already in the backend's memory (the device tier's hits, which it
@@ -256,7 +248,8 @@ static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
                 memset(&ex[got], 0, sizeof ex[got]);
                 if ((rc = experts->next(experts->ctx, &es[got], &ex[got]))) break;
             }
-            if (!rc) rc = fused_ffn(ws, cfg, layer, es, ex, r, hx, err, errlen);
+            from_src = rc != 0;
+            if (!rc) rc = fused_ffn(ws, cfg, layer, es, ex, r, hx, err);
             for (int j = 0; j < got; j++) experts->release(experts->ctx, es[j]);
             i += r;
             continue;
@@ -265,21 +258,23 @@ static int run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
         sl_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = experts->next(experts->ctx, &e, &ex);
-        if (rc) break;
-        rc = apply_expert(ws, cfg, layer, e, &ex, hx, err, errlen);
+        if ((from_src = rc != 0)) break;
+        rc = apply_expert(ws, cfg, layer, e, &ex, hx, err);
         experts->release(experts->ctx, e);
         i++;
     }
-    if (rc && err && !err[0]) fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+    const sl_status st = rc < 0 ? rc : rc ? SL_EIO : SL_OK; /* a failed apply_expert has filled err already */
+    if (st && from_src) sl_err(err, st, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
     experts->end(experts->ctx);
-    return rc < 0 ? rc : rc ? SL_EIO : 0;
+    return st;
 }
 
 /* Routes the n rows on the host and runs their experts (streamed or resident), outputs in exp_out. */
-static int route_and_run(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-                         int next_layer, const sl_expert_src *experts, int n, kern_act *hx, char *err, size_t errlen) {
+static sl_status route_and_run(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
+                               const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, int n,
+                               kern_act *hx, sl_error *err) {
     const int E = cfg->n_experts, k = cfg->n_experts_used;
-    int rc = route(ws, cfg, lw, layer, ws->router, n, ws->top_e, ws->top_w, err, errlen);
+    int rc = route(ws, cfg, lw, layer, ws->router, n, ws->top_e, ws->top_w, err);
     if (rc) return rc;
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++)
@@ -303,15 +298,14 @@ static int route_and_run(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw,
         if (ws->e_count[e] > start) ws->e_list[n_list++] = e;
         start = ws->e_count[e];
     }
-    rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, n, n_list, hx, err, errlen)
-                        : run_resident(ws, cfg, layer, experts, n_list, hx, err, errlen);
+    rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, n, n_list, hx, err)
+                        : run_resident(ws, cfg, layer, experts, n_list, hx, err);
     return rc;
 }
 
 /* A resident one-token step routed on the device (backend.h moe_resident): 1 done (*w_dev), 0 not taken. */
 static int moe_on_device(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                         const sl_expert_src *experts, int n, kern_act *hx, const float **w_dev, char *err,
-                         size_t errlen) {
+                         const sl_expert_src *experts, int n, kern_act *hx, const float **w_dev, sl_error *err) {
     const int k = cfg->n_experts_used, I = cfg->moe_inter;
     if (!ws->be->moe_resident || experts->begin || n != 1 || !ws->int8 || k > FUSED_MAX || k > FWD_BATCH ||
         I > ws->act_cols || cfg->expert_kind == SL_EXPERT_GPTOSS)
@@ -319,12 +313,12 @@ static int moe_on_device(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw,
     const be_route r = {.cfg = cfg, .layer = layer, .n = 1, .logits = ws->router, .bias = lw->router_bias};
     const be_ffn f = ffn_of(ws, cfg, NULL, hx, I, ws->exp_out);
     int rc = ws->be->moe_resident(ws->be, &r, experts, &f, w_dev);
-    if (rc < 0) fwd_errf(err, errlen, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
+    if (rc < 0) sl_err(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
     return rc;
 }
 
 int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-            int next_layer, const sl_expert_src *experts, int n, char *err, size_t errlen) {
+            int next_layer, const sl_expert_src *experts, int n, sl_error *err) {
     sl_backend *be = ws->be;
     const int H = cfg->hidden, k = cfg->n_experts_used;
 
@@ -332,8 +326,8 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)H, n, H);
     router_logits(ws, cfg, lw, ws->h, n, &hx, ws->router);
     const float *w_dev = NULL;
-    int rc = moe_on_device(ws, cfg, lw, layer, experts, n, &hx, &w_dev, err, errlen);
-    if (!rc) rc = route_and_run(ws, cfg, lw, layer, next_lw, next_layer, experts, n, &hx, err, errlen);
+    int rc = moe_on_device(ws, cfg, lw, layer, experts, n, &hx, &w_dev, err);
+    if (!rc) rc = route_and_run(ws, cfg, lw, layer, next_lw, next_layer, experts, n, &hx, err);
     if (rc < 0 || (rc > 0 && !w_dev)) return rc;
     if (!experts->begin) shared_expert(ws, cfg, lw, &hx);
     float *sg = NULL;
@@ -413,9 +407,9 @@ void fwd_moe_hint_first(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
  * h: [n][H] normed input; out: [n][H]. next_lw / next_layer: the next MoE layer (NULL: none) and x [n][H]
  * the residual h was normed from, for the prefetch hint. Scratch: wb (sized for n), and ws's micro-batch
  * buffers. */
-int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-                 int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
-                 const fwd_wide *wb, char *err, size_t errlen) {
+sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+                       int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
+                       const fwd_wide *wb, sl_error *err) {
     sl_backend *be = ws->be;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     for (int r0 = 0; r0 < n; r0 += FWD_BATCH) { /* FWD_BATCH rows at a time through the int8 slot */
@@ -424,7 +418,7 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
         fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
         router_logits(ws, cfg, lw, h + (size_t)r0 * H, nb, &a, wb->router + (size_t)r0 * E);
     }
-    int rc = route(ws, cfg, lw, layer, wb->router, n, wb->top_e, wb->top_w, err, errlen);
+    int rc = route(ws, cfg, lw, layer, wb->router, n, wb->top_e, wb->top_w, err);
     if (rc) return rc;
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++)
@@ -444,7 +438,7 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
         }
     rc = experts->begin ? experts->begin(experts->ctx, layer, ws->e_list, n_list, 1) : 0;
     if (rc) {
-        fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+        sl_err(err, rc, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
         if (experts->end) experts->end(experts->ctx);
         return rc;
     }
@@ -463,14 +457,14 @@ int fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int lay
         memset(&ex, 0, sizeof ex);
         rc = experts->begin ? experts->next(experts->ctx, &got, &ex) : experts->get(experts->ctx, layer, e, &ex);
         if (rc) {
-            fwd_errf(err, errlen, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+            sl_err(err, rc < 0 ? rc : SL_EIO, "%s",
+                   experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
             break;
         }
-        if (got != e) {
-            fwd_errf(err, errlen, "layer %d: expert source delivered expert %d out of order (expected %d)", layer, got, e);
-            rc = SL_EINVAL;
-        }
-        if (!rc) rc = check_expert_kind(be, cfg, &ex, layer, e, err, errlen);
+        if (got != e)
+            rc = sl_err(err, SL_EINVAL, "layer %d: expert source delivered expert %d out of order (expected %d)", layer,
+                        got, e);
+        if (!rc) rc = check_expert_kind(be, cfg, &ex, layer, e, err);
         int start = e > 0 ? ws->e_count[e - 1] : 0, end = ws->e_count[e];
         for (int c0 = start; !rc && c0 < end; c0 += FWD_BATCH) {
             int cnt = end - c0 < FWD_BATCH ? end - c0 : FWD_BATCH;
