@@ -1,6 +1,6 @@
 /*
- * test_wide.c — the int8 kernels' wide paths (kernels_avx512.c i8p_mm needs 128 columns; the fixtures are 64
- * wide) in a forward pass of synth's tiny-wide shapes: 48 prompt tokens, 8 decode steps. Bitwise: 2 threads
+ * test_wide.c — the int8 kernels' wide paths (kernels_avx512_i8p.c's q4 prefill needs 128 columns; the fixtures
+ * are 64 wide) in a forward pass of synth's tiny-wide shapes: 48 prompt tokens, 8 decode steps. Bitwise: 2 threads
  * == 1, streamed == resident, batched == alone, prompt in one pass == token by token == 7-token chunks
  * (kernels.h) but with DeltaNet (its chunked prefill and recurrence differ already: docs/QUANT.md).
  */
@@ -17,7 +17,7 @@
 
 enum { NP = 48, NT = NP + 8 };
 
-/* q4 at both groups where a broken i8p_mm shows as prefill != token by token */
+/* q4 at both groups where a broken q4 prefill kernel (kernels_avx512_i8p.c) shows as prefill != token by token */
 static const struct {
     const char *shape;
     sl_quant q;
