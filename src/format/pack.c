@@ -307,16 +307,8 @@ static sl_status plan_experts(pack_job *j, sl_error *err) {
 
 /* Creates the temporary file (never an existing one) and the write buffer. */
 static sl_status open_temp(pack_job *j, sl_error *err) {
-    size_t tl = strlen(j->out_path) + 32;
-    if (!(j->tmp = malloc(tl))) return sl_err(err, SL_ENOMEM, "out of memory");
-    snprintf(j->tmp, tl, "%s.tmp.%ld", j->out_path, (long)getpid());
-    j->fd = open(j->tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (j->fd < 0) {
-        sl_status st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", j->tmp, strerror(errno));
-        free(j->tmp);
-        j->tmp = NULL; /* not ours to remove */
-        return st;
-    }
+    sl_status st = fio_create_temp(j->out_path, &j->tmp, &j->fd, err);
+    if (st) return st;
     j->w = (writer){j->fd, j->tmp, j->io, j->p, 0, j->h.backbone_len + j->h.expert_len};
     size_t bufsz = (size_t)(j->max_tensor > j->h.expert_stride ? j->max_tensor : j->h.expert_stride);
     j->buf = aligned_alloc(SLC_ALIGN, slc_round_up(bufsz, SLC_ALIGN));

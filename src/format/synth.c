@@ -531,18 +531,9 @@ static sl_status synth_plan(synth_out *o, sl_error *err) {
 
 /* The temporary file (never an existing one), an O_DIRECT descriptor of it where allowed, its space. */
 static sl_status synth_open(synth_out *o, const char *out_path, sl_error *err) {
-    size_t tl = strlen(out_path) + 32;
-    o->tmp = malloc(tl);
-    o->hashes = malloc(o->h.hash_len + 8);
-    if (!o->tmp || !o->hashes) return sl_err(err, SL_ENOMEM, "out of memory");
-    snprintf(o->tmp, tl, "%s.tmp.%ld", out_path, (long)getpid());
-    o->fd = open(o->tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    if (o->fd < 0) {
-        sl_status st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", o->tmp, strerror(errno));
-        free(o->tmp);
-        o->tmp = NULL; /* not ours to remove */
-        return st;
-    }
+    if (!(o->hashes = malloc(o->h.hash_len + 8))) return sl_err(err, SL_ENOMEM, "out of memory");
+    sl_status st = fio_create_temp(out_path, &o->tmp, &o->fd, err);
+    if (st) return st;
     /* tensors and expert blocks bypass the page cache where the file system allows it (they start on
      * pages): a file larger than RAM would otherwise evict everyone's cache, and copying costs CPU */
     o->dfd = open(o->tmp, O_WRONLY | O_CLOEXEC | O_DIRECT);

@@ -74,6 +74,19 @@ sl_status fio_read_file(const char *path, char **out, size_t *out_len, sl_error 
     return SL_OK;
 }
 
+sl_status fio_create_temp(const char *dst, char **tmp, int *fd, sl_error *err) {
+    size_t tl = strlen(dst) + 32;
+    *fd = -1;
+    if (!(*tmp = malloc(tl))) return sl_err(err, SL_ENOMEM, "out of memory");
+    snprintf(*tmp, tl, "%s.tmp.%ld", dst, (long)getpid());
+    *fd = open(*tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (*fd >= 0) return SL_OK;
+    sl_status st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", *tmp, strerror(errno));
+    free(*tmp);
+    *tmp = NULL; /* not ours to remove */
+    return st;
+}
+
 sl_status fio_commit(int fd, uint64_t size, const char *tmp, const char *dst, sl_error *err) {
     if (ftruncate(fd, (off_t)size) != 0 || fsync(fd) != 0) {
         int e = errno;

@@ -16,6 +16,11 @@ sl_status fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char 
 sl_status fio_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *what, sl_error *err);
 /* Reads a whole (small) file into a NUL-terminated malloc'ed buffer. */
 sl_status fio_read_file(const char *path, char **out, size_t *out_len, sl_error *err);
+/* Creates "<dst>.tmp.<pid>" for writing (0644, never an existing file: O_EXCL), the name every whole-file
+ * writer here uses and fio_remove_stale_temps knows. On success *fd is open and *tmp its name (malloc'ed;
+ * the caller unlinks it unless committed, and frees it); on error *fd is -1 and *tmp NULL (nothing was
+ * created, nothing is to be removed). */
+sl_status fio_create_temp(const char *dst, char **tmp, int *fd, sl_error *err);
 /* Finishes a file written under a temporary name: truncates it to `size`, fsyncs, closes fd (always,
  * also on failure) and renames tmp over dst. On failure the caller still owns (and unlinks) tmp. */
 sl_status fio_commit(int fd, uint64_t size, const char *tmp, const char *dst, sl_error *err);
