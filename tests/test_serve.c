@@ -2,13 +2,15 @@
  * test_serve.c — the HTTP server's parts that need no socket (src/serve/api.h): the answer parser
  * (reasoning, content, tool calls; streamed in random pieces == whole), the three request parsers
  * (fields mapped, every refusal a 400 naming its field), error objects in both shapes, whole and
- * streamed responses (event order, indices, [DONE]), and the /metrics text.
+ * streamed responses (event order, indices, [DONE]), the /metrics text, and the dialect and route tables
+ * (every dialect complete and routed once, to the generation handler).
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve/api.h"
+#include "serve/http.h"
 #include "test.h"
 
 /* ---- the answer parser ------------------------------------------------------------------------- */
@@ -594,4 +596,47 @@ TEST(serve_expert_counts) {
         sl_session_free(s);
         sl_model_close(m);
     }
+}
+
+/* ---- the dialect and route tables -------------------------------------------------------------- */
+
+/* Every api_kind has a complete dialect of its own, and exactly one route: a POST, behind the key,
+ * answered by gen_endpoint. A new API that misses a row, or a pointer, fails here. */
+TEST(serve_dialect_table_is_complete) {
+    int n_routes = 0;
+    const srv_route *routes = srv_routes(&n_routes);
+    for (int k = 0; k < API_N_KINDS; k++) {
+        const api_dialect *d = api_dialect_of((api_kind)k);
+        CHECKF(d && (int)d->kind == k && d->name && *d->name && d->id_prefix && *d->id_prefix && d->prompt_param, "kind %d", k);
+        CHECKF(d->parse && d->response && d->stream_begin && d->stream_piece && d->stream_end && d->stream_error &&
+                   d->error_json && d->error_type && d->models_json && d->model_json, "%s: a NULL entry", d->name);
+        for (int j = 0; j < k; j++) CHECKF(strcmp(api_dialect_of((api_kind)j)->name, d->name), "two dialects named %s", d->name);
+        int rows = 0;
+        for (int i = 0; i < n_routes; i++) {
+            if (routes[i].api != d) continue;
+            rows++;
+            CHECKF(!strcmp(routes[i].method, "POST") && !routes[i].open && routes[i].handler == gen_endpoint, "%s", routes[i].path);
+        }
+        CHECKF(rows == 1, "%s: %d routes", d->name, rows);
+    }
+    for (int i = 0; i < n_routes; i++) {
+        const char *rest = NULL;
+        CHECKF(routes[i].handler && (routes[i].api || routes[i].handler != gen_endpoint), "%s", routes[i].path);
+        if (!routes[i].prefix) CHECKF(srv_route_of(routes[i].path, &rest) == &routes[i] && !rest, "%s", routes[i].path);
+    }
+}
+
+/* Paths: whole ones match whole; a prefix route needs a non-empty rest, which its handler gets. */
+TEST(serve_route_lookup) {
+    const char *rest = NULL;
+    const srv_route *r = srv_route_of("/v1/models/qwen", &rest);
+    CHECK(r && r->prefix && !strcmp(r->method, "GET") && rest && !strcmp(rest, "qwen"));
+    CHECK(!srv_route_of("/v1/models/", &rest) && !srv_route_of("/v1/chat/completions/", &rest) && !srv_route_of("/nope", &rest));
+    CHECK(!srv_route_of("/v1/chat", &rest) && !srv_route_of("", &rest));
+    r = srv_route_of("/v1/messages", &rest);
+    CHECK(r && r->api == &api_anthropic_messages && !rest);
+    r = srv_route_of("/health", &rest);
+    CHECK(r && r->open && !r->api);
+    r = srv_route_of("/metrics", &rest);
+    CHECK(r && !r->open);
 }

@@ -110,6 +110,8 @@ typedef struct srv_route {
 
 /* The route of a path, or NULL; *rest: what follows a prefix route's path. */
 const srv_route *srv_route_of(const char *url, const char **rest);
+/* The table itself, *n rows (tests check it against the dialects). Static. */
+const srv_route *srv_routes(int *n);
 
 /* ---- generations (gen.c) ----------------------------------------------------------------------- */
 

@@ -148,6 +148,11 @@ static const srv_route routes[] = {
     {"POST", "/v1/messages", 0, 0, &api_anthropic_messages, gen_endpoint},
 };
 
+const srv_route *srv_routes(int *n) {
+    *n = (int)(sizeof routes / sizeof *routes);
+    return routes;
+}
+
 const srv_route *srv_route_of(const char *url, const char **rest) {
     *rest = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
