@@ -135,17 +135,17 @@ static enum MHD_Result ep_experts(struct MHD_Connection *c, req *r, const char *
 /* ---- the table --------------------------------------------------------------------------------- */
 
 static const srv_route routes[] = {
-    /* method  path                    prefix open  api                      handler */
-    {"GET", "/", 0, 1, NULL, ep_page},
-    {"GET", "/index.html", 0, 1, NULL, ep_page},
-    {"GET", "/health", 0, 1, NULL, ep_health},
-    {"GET", "/metrics", 0, 0, NULL, ep_metrics},
-    {"GET", "/experts", 0, 0, NULL, ep_experts},
-    {"GET", "/v1/models", 0, 0, NULL, ep_models},
-    {"GET", "/v1/models/", 1, 0, NULL, ep_model},
-    {"POST", "/v1/chat/completions", 0, 0, &api_openai_chat, gen_endpoint},
-    {"POST", "/v1/completions", 0, 0, &api_openai_completions, gen_endpoint},
-    {"POST", "/v1/messages", 0, 0, &api_anthropic_messages, gen_endpoint},
+    /* method, path, prefix, open, API dialect, handler */
+    {"GET",  "/",                    0, 1, NULL,                    ep_page},
+    {"GET",  "/index.html",          0, 1, NULL,                    ep_page},
+    {"GET",  "/health",              0, 1, NULL,                    ep_health},
+    {"GET",  "/metrics",             0, 0, NULL,                    ep_metrics},
+    {"GET",  "/experts",             0, 0, NULL,                    ep_experts},
+    {"GET",  "/v1/models",           0, 0, NULL,                    ep_models},
+    {"GET",  "/v1/models/",          1, 0, NULL,                    ep_model},
+    {"POST", "/v1/chat/completions", 0, 0, &api_openai_chat,        gen_endpoint},
+    {"POST", "/v1/completions",      0, 0, &api_openai_completions, gen_endpoint},
+    {"POST", "/v1/messages",         0, 0, &api_anthropic_messages, gen_endpoint},
 };
 
 const srv_route *srv_routes(int *n) {
