@@ -1,14 +1,13 @@
 /*
  * cmd_run.c — `sluice run` (greedy generation from token ids) and `sluice logits`.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "util/fileio.h"
 
 typedef struct {
     const char *model, *tokens, *out;
@@ -112,25 +111,19 @@ int cmd_logits(int argc, char **argv) {
     if (!logits || sl_session_new(m, 0, &s)) { cli_fail("logits", "out of memory"); goto out; }
     if (sl_session_eval(s, toks, n, logits, 1)) { cli_fail("logits", "%s", sl_session_errmsg(s)); goto out; }
     /* little-endian float32 [n][V]; written to a temporary name, then renamed */
-    size_t tl = strlen(a.out) + 32;
-    tmp = malloc(tl);
-    snprintf(tmp, tl, "%s.tmp.%ld", a.out, (long)getpid());
-    fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0) { cli_fail("logits", "%s: %s", tmp, strerror(errno)); goto out; }
     size_t len = (size_t)n * V * sizeof(float);
-    const char *p = (const char *)logits;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) { cli_fail("logits", "%s: %s", tmp, strerror(errno)); unlink(tmp); goto out; }
-        p += w;
-        len -= (size_t)w;
+    sl_error err = {0};
+    sl_status st = fio_create_temp(a.out, &tmp, &fd, &err);
+    if (!st) st = fio_pwrite_all(fd, logits, len, 0, tmp, &err);
+    if (!st) {
+        st = fio_commit(fd, len, tmp, a.out, &err);
+        fd = -1; /* closed by fio_commit */
     }
-    if (close(fd) != 0 || rename(tmp, a.out) != 0) { fd = -1; cli_fail("logits", "%s: %s", a.out, strerror(errno)); unlink(tmp); goto out; }
-    fd = -1;
+    if (st) { cli_fail("logits", "%s", err.msg); goto out; }
     rc = 0;
 out:
     if (fd >= 0) close(fd);
+    if (rc && tmp) unlink(tmp); /* not renamed into place */
     free(tmp);
     free(logits);
     free(toks);
