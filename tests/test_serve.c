@@ -600,8 +600,9 @@ TEST(serve_expert_counts) {
 
 /* ---- the dialect and route tables -------------------------------------------------------------- */
 
-/* Every api_kind has a complete dialect of its own, and exactly one route: a POST, behind the key,
- * answered by gen_endpoint. A new API that misses a row, or a pointer, fails here. */
+/* Every api_kind has a complete dialect of its own, and exactly one generating route: a POST, behind the
+ * key, answered by gen_endpoint (other rows may name a dialect for the shape of their answers, as a
+ * count_tokens would). A new API that misses its row, or a pointer, fails here. */
 TEST(serve_dialect_table_is_complete) {
     int n_routes = 0;
     const srv_route *routes = srv_routes(&n_routes);
@@ -613,9 +614,9 @@ TEST(serve_dialect_table_is_complete) {
         for (int j = 0; j < k; j++) CHECKF(strcmp(api_dialect_of((api_kind)j)->name, d->name), "two dialects named %s", d->name);
         int rows = 0;
         for (int i = 0; i < n_routes; i++) {
-            if (routes[i].api != d) continue;
+            if (routes[i].api != d || routes[i].handler != gen_endpoint) continue;
             rows++;
-            CHECKF(!strcmp(routes[i].method, "POST") && !routes[i].open && routes[i].handler == gen_endpoint, "%s", routes[i].path);
+            CHECKF(!strcmp(routes[i].method, "POST") && !routes[i].open, "%s", routes[i].path);
         }
         CHECKF(rows == 1, "%s: %d routes", d->name, rows);
     }
