@@ -41,3 +41,8 @@ sl_status be_sync(sl_backend *be, sl_error *err) {
     sl_status st = be->sync(be);
     return st ? sl_err(err, st, "%s backend: %s", be->name, be->errmsg(be)) : SL_OK;
 }
+
+sl_status be_check(sl_backend *be, sl_error *err) {
+    sl_status st = be->check ? be->check(be) : be->sync(be);
+    return st ? sl_err(err, st, "%s backend: %s", be->name, be->errmsg(be)) : SL_OK;
+}

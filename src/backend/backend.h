@@ -192,6 +192,19 @@ struct sl_backend {
     /* Waits for the queued work; SL_OK, or the first failure since the last sync (cleared; its message stays
      * in errmsg() until the next failure). be_sync brings it across the layer boundary as an sl_error. */
     sl_status (*sync)(sl_backend *be);
+    /* Optional (NULL: sync): the first failure recorded so far (cleared, as sync), without waiting for the
+     * queued work, whose own failures show at the next sync. The forward pass checks between the blocks of
+     * a step and syncs once before it commits the step's state, so a failure still leaves the sequence as
+     * it was. */
+    sl_status (*check)(sl_backend *be);
+    /* Optional (NULL: none): a one-token step recorded once and replayed (a CUDA graph). step_begin(key, pos):
+     * 1 when the ops up to step_end are recorded or skipped rather than run (key: names the buffers the step
+     * reads, the workspace's and the sequence's, never reused for others; pos: its token's position), 0 when
+     * they run as usual. step_end(ok) runs the step; returns 0, or 1 when nothing of it ran (it could not be
+     * recorded, or ok was 0): the caller runs the step again without step_begin. Host results (route) cannot
+     * be read inside a recorded step. */
+    int (*step_begin)(sl_backend *be, uint64_t key, int pos);
+    int (*step_end)(sl_backend *be, int ok);
     const char *(*errmsg)(sl_backend *be);
     /* Makes room for the ops' per-thread scratch of up to slot_floats floats (attention scores over a
      * context, the DeltaNet chunk matrices, one dequantised row); idempotent. SL_OK or SL_ENOMEM. */
@@ -295,5 +308,7 @@ sl_status be_check_mat(const sl_backend *be, const sl_mat *m);
 /* The sticky error across the layer boundary: be->sync(be); on a failure err = "<name> backend: <errmsg>"
  * with sync's status. */
 sl_status be_sync(sl_backend *be, sl_error *err);
+/* be->check's status (be->sync where it has none) as an sl_error: the failures so far, without waiting. */
+sl_status be_check(sl_backend *be, sl_error *err);
 
 #endif

@@ -13,11 +13,13 @@
  *    "one at a time" bitwise with the recurrent DeltaNet and to ~1e-6 with the chunked one.
  *  - nothing is allocated per token: scratch lives in the workspace, the backend's per-thread scratch is
  *    reserved at fwd_ws_new (and again, idempotently, before each evaluation).
- *  - the backend's sticky error is read after every block (be_sync, backend.h), so a failing op fails the
+ *  - the backend's sticky error is read after every block (be_check: without waiting for the device where
+ *    the backend can), and a micro-batch syncs (be_sync) before it commits, so a failing op fails the
  *    evaluation before its state is committed.
  *
  * Sections: helpers, state, weight validation, fwd_eval.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,12 @@
 void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,
                    int dim) {
     ws->be->rmsnorm(ws->be, x, y, n_rows, (size_t)dim, 1, 0, dim, w, zero_centred ? 1.0f : 0.0f, eps);
+}
+
+/* A process-wide unique id for a workspace or a sequence (their buffers, for step_begin's key). */
+static uint64_t next_uid(void) {
+    static _Atomic uint64_t n;
+    return atomic_fetch_add(&n, 1) + 1;
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
@@ -64,6 +72,7 @@ fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx, sl_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_seq *sq = calloc(1, sizeof *sq);
     if (!sq) return NULL;
+    sq->uid = next_uid();
     sq->be = be;
     sq->n_ctx = n_ctx;
     sq->n_layers = cfg->n_layers;
@@ -256,6 +265,7 @@ fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx, sl_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return NULL;
+    ws->uid = next_uid();
     const size_t B = FWD_BATCH, H = (size_t)cfg->hidden;
     ws->be = be;
     ws->int8 = 1;
@@ -460,17 +470,30 @@ static const sl_mat *first_mat(const sl_config *cfg, const sl_layer_w *lw, int l
     return !cfg->layer_linear[l] && cfg->kv_lora <= 0 ? &lw->q : NULL;
 }
 
+/* A one-token step of a model with softmax attention only, its layers recorded by the backend (backend.h
+ * step_begin): 1 when the backend records or replays it. */
+static int step_begin(fwd_ws *ws, const fwd_seq *sq, const sl_config *cfg, int n, int graph) {
+    if (!graph || n != 1 || ws->trace || !ws->be->step_begin || cfg->kv_lora > 0 || any_layer(cfg, 1)) return 0;
+    return ws->be->step_begin(ws->be, ws->uid << 32 ^ sq->uid, sq->n_past);
+}
+
+/* The end of a recorded step: 0 when it ran, FWD_RERUN when nothing of it did (run it again as usual). */
+#define FWD_RERUN 1
+static int step_end(fwd_ws *ws, int ok) { return ws->be->step_end(ws->be, ok) ? FWD_RERUN : 0; }
+
 /* One micro-batch of n tokens at positions sq->n_past..; commits the recurrent state and n_past on
- * success. logits_out: NULL or [n][V] rows to fill (all_rows) / [V] for the last row. */
+ * success. logits_out: NULL or [n][V] rows to fill (all_rows) / [V] for the last row. graph: the layers of a
+ * one-token step may be recorded (step_begin); FWD_RERUN: they were not run, call again with graph 0. */
 static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
                             const sl_expert_src *experts, const int32_t *tokens, int n, float *logits_out, int all_rows,
-                            sl_error *err) {
+                            int graph, sl_error *err) {
     sl_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int pos0 = sq->n_past;
     const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
     be->embed(be, &w->embed, tokens, n, ws->x, H);
     if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, ws->x);
+    const int graphed = step_begin(ws, sq, cfg, n, graph);
 
     for (int l = 0; l < cfg->n_layers; l++) {
         const sl_layer_w *lw = &w->layers[l];
@@ -480,8 +503,8 @@ static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const
             rc = fwd_deltanet(ws, sq, cfg, lw, l, n);
         else
             rc = cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, n, pos0) : fwd_attention(ws, sq, cfg, lw, l, n, pos0);
-        if (!rc) rc = be_sync(ws->be, err);
-        if (rc) return rc;
+        if (!rc) rc = be_check(ws->be, err);
+        if (rc) return graphed ? step_end(ws, 0) : rc;
         /* the caller's serial work until the FFN's first matmul: the other threads bring its start into the
          * caches meanwhile; likewise the FFN's tail before the next layer's q/k/v (or the LM head) */
         fwd_hint_mat(ws, cfg->layer_moe[l] ? &lw->router : &lw->mlp_gate);
@@ -496,18 +519,14 @@ static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const
         }
         else
             rc = fwd_dense_mlp(ws, cfg, lw, n);
-        if (!rc) rc = be_sync(ws->be, err);
+        if (!rc) rc = be_check(ws->be, err);
         fwd_hint_mat(ws, ws->ffn_next); /* unless the FFN did, before its own tail */
         ws->ffn_next = NULL;
-        if (rc) return rc;
+        if (rc) return graphed ? step_end(ws, 0) : rc;
         add_rows(ws, ws->x, ws->out, (size_t)n * H);
         if (ws->trace) ws->trace(ws->trace_ctx, l + 1, pos0, n, ws->x);
     }
-
-    /* commit: nothing below can fail */
-    for (int l = 0; l < cfg->n_layers; l++)
-        if (cfg->layer_linear[l]) sq->lin_cur[l] ^= 1;
-    sq->n_past += n;
+    if (graphed && step_end(ws, 1)) return FWD_RERUN;
 
     if (logits_out) {
         int first = all_rows ? 0 : n - 1, rows = n - first;
@@ -515,6 +534,13 @@ static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const
         if (ws->trace) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + first, rows, ws->h);
         emit_logits(ws, head, rows, logits_out);
     }
+    /* every op of the step has run without failing (the step's one wait: the logits' copy has waited
+     * already); commit: nothing below can fail */
+    sl_status rc = be_sync(ws->be, err);
+    if (rc) return rc;
+    for (int l = 0; l < cfg->n_layers; l++)
+        if (cfg->layer_linear[l]) sq->lin_cur[l] ^= 1;
+    sq->n_past += n;
     /* the next step's first matmul, while the caller samples from these logits and embeds the next token */
     fwd_hint_mat(ws, first_mat(cfg, &w->layers[0], 0));
     return 0;
@@ -860,7 +886,8 @@ sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weigh
         else if (logits && last) lo = logits;
         fwd_item one = {sq, tokens + done, nb, lo, all_logits};
         int rc = nb > FWD_BATCH ? eval_multi(ws, cfg, w, experts, &one, 1, err)
-                                : eval_batch(ws, sq, cfg, w, experts, tokens + done, nb, lo, all_logits, err);
+                                : eval_batch(ws, sq, cfg, w, experts, tokens + done, nb, lo, all_logits, 1, err);
+        if (rc == FWD_RERUN) rc = eval_batch(ws, sq, cfg, w, experts, tokens + done, nb, lo, all_logits, 0, err);
         if (rc) return rc;
         done += nb;
     }

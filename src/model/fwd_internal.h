@@ -63,11 +63,13 @@ struct fwd_seq {
     unsigned char lin_cur[SL_MAX_LAYERS];
     size_t conv_floats, ssm_floats; /* per layer and slot */
     int wide;        /* 1 (default): evaluate more than FWD_BATCH tokens layer-major (eval_wide) */
+    uint64_t uid;    /* unique in the process: names its buffers to a backend that records steps (step_begin) */
 };
 
 /* The per-model workspace. */
 struct fwd_ws {
     sl_backend *be;  /* borrowed; outlives the workspace */
+    uint64_t uid;    /* unique in the process (as fwd_seq's) */
     int int8;        /* 1 (default): q8/q4 matrices multiply int8-quantized activations (kern_matmul_act);
                         0: the exact f32 kernels (sl_model_params.exact) */
     void *act[3];    /* kern_act storage for B rows of act_cols: FWD_ACT_IN, FWD_ACT_GATHER, FWD_ACT_MID */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/backend_cuda.h"
 #include "family/rope.h"
 #include "kernels/kernels.h"
 #include "kernels/mxfp4.h"
@@ -165,6 +166,25 @@ static void bench_i8(double copy_gbs) {
             printf("%-4s %6d x %-5d %4d tok  %7.3f ms %6.1f TOPS %6.0f GB/s\n", dt_name(dts[k]), 4096, cols, gt[ti], ms,
                    2.0 * 4096 * cols * gt[ti] / (ms * 1e-3) / 1e12, (double)a.bytes / SETS / 4 / (ms * 1e-3) / 1e9);
         }
+        free_mat(&a);
+    }
+    /* the one-token matvec on the 30B shape's dense matrices (q4 g64 bf16): o, q|k|v, the LM head */
+    const int dshape[3][2] = {{2048, 4096}, {5120, 2048}, {151936, 2048}};
+    for (int k = 0; k < 3; k++) {
+        const int rows = dshape[k][0], cols = dshape[k][1];
+        mat a;
+        if (make_mat(&a, DT_Q4, rows * SETS, cols, 64, DT_BF16, msg)) { printf("%s\n", msg); continue; }
+        float *dy2 = slcu_alloc((size_t)rows * 4, msg, sizeof msg);
+        slcu_act_bind(&da, abuf, 1, cols, msg, sizeof msg);
+        slcu_act_quantize(&da, dx, (size_t)cols, msg, sizeof msg);
+        slcu_mm m = {a.d, &da, NULL, 1, dy2, (size_t)rows, NULL, NULL};
+        m.w.rows = rows;
+        mmrun r = {&m, 1, 1, SETS, 0, rows};
+        float ms = slcu_time(run_mm, &r, 50);
+        const double bytes = (double)a.bytes / SETS;
+        printf("q4   %6d x %-5d    1 tok  %7.4f ms %6.0f GB/s %4.0f%% of copy\n", rows, cols, ms, bytes / (ms * 1e-3) / 1e9,
+               100 * bytes / (ms * 1e-3) / 1e9 / copy_gbs);
+        slcu_free(dy2);
         free_mat(&a);
     }
     /* A Qwen3-30B-A3B MoE layer, q4 g64: 128 experts of gate/up 768 x 2048 and down 2048 x 768; decode reads 8
@@ -386,9 +406,98 @@ static float *rnd_dev(size_t n, float sc, float **host, char *msg) {
 #define OPCHECK(name, err, lim) do { double e_ = (err); CK(e_ <= (lim), "%s: relative error %.3g", name, e_); \
         printf("ok   %-28s max rel err %.2e\n", name, e_); } while (0)
 
+/* The fused one-row kernels of a decode step against the separate ones: rmsnorm + int8 form, SwiGLU + int8
+ * form, attention + its output's int8 form, each bitwise (values, codes, scales, sums). */
+static int same_act(const slcu_act *a, const slcu_act *b) {
+    const size_t n = (size_t)a->n_tok, c = (size_t)a->cols, nb = c / 32, ns = nb + nb / 2 + nb / 4;
+    int8_t *q1 = (int8_t *)dl(a->q, n * c / 4), *q2 = (int8_t *)dl(b->q, n * c / 4);
+    int8_t *r1 = (int8_t *)dl(a->q4, n * c / 4), *r2 = (int8_t *)dl(b->q4, n * c / 4);
+    float *d1 = dl(a->d, n * nb), *d2 = dl(b->d, n * nb), *s1 = dl(a->s, n * ns), *s2 = dl(b->s, n * ns);
+    int ok = !memcmp(q1, q2, n * c) && !memcmp(r1, r2, n * c) && !memcmp(d1, d2, n * nb * 4) && !memcmp(s1, s2, n * ns * 4);
+    free(q1), free(q2), free(r1), free(r2), free(d1), free(d2), free(s1), free(s2);
+    return ok;
+}
+
+static void check_fused(void) {
+    char msg[256] = "";
+    enum { D = 2048, T = 3, I = 768, NH = 8, HD = 128 };
+    void *b1 = slcu_alloc(slcu_act_bytes(T, D), msg, sizeof msg), *b2 = slcu_alloc(slcu_act_bytes(T, D), msg, sizeof msg);
+    slcu_act a1, a2;
+    float *dx = rnd_dev((size_t)T * D, 2, NULL, msg), *dw = rnd_dev(D, 1, NULL, msg), *dy = rnd_dev((size_t)T * D, 1, NULL, msg);
+    float *dy2 = rnd_dev((size_t)T * D, 1, NULL, msg);
+    slcu_act_bind(&a1, b1, 1, D, msg, sizeof msg), slcu_act_bind(&a2, b2, 1, D, msg, sizeof msg);
+    CK(!slcu_rmsnorm_q(dx, dy, D, dw, 1.0f, 1e-6f, &a1, msg, sizeof msg), "%s", msg);
+    CK(!slcu_rmsnorm(dx, dy2, 1, D, 1, 0, D, dw, 1.0f, 1e-6f, msg, sizeof msg) && !slcu_act_quantize(&a2, dy2, D, msg, sizeof msg), "%s", msg);
+    float *h1 = dl(dy, D), *h2 = dl(dy2, D);
+    CK(!memcmp(h1, h2, D * 4) && same_act(&a1, &a2), "rmsnorm + int8 form differs from rmsnorm, then quantisation");
+    free(h1), free(h2);
+    slcu_act_bind(&a1, b1, T, I, msg, sizeof msg), slcu_act_bind(&a2, b2, T, I, msg, sizeof msg);
+    /* g = dx [T][I], u = the next T * I floats of dx */
+    CK(!slcu_swiglu(dx, dx + T * I, dy2, (size_t)T * I, msg, sizeof msg), "%s", msg);
+    CK(!slcu_swiglu_q(dx, dx + T * I, dy, &a1, msg, sizeof msg) && !slcu_act_quantize(&a2, dy2, I, msg, sizeof msg), "%s", msg);
+    h1 = dl(dy, T * I), h2 = dl(dy2, T * I);
+    CK(!memcmp(h1, h2, (size_t)T * I * 4) && same_act(&a1, &a2), "swiglu + int8 form differs from swiglu, then quantisation");
+    free(h1), free(h2);
+    { /* attention of one token (GQA 8/2, 300 positions, gated) and its output's int8 form */
+        const int cap = 400, pos0 = 299, row = 2 * HD;
+        float *dq = rnd_dev((size_t)NH * 2 * HD, 1, NULL, msg), *dk = rnd_dev((size_t)cap * row, 1, NULL, msg);
+        float *dv = rnd_dev((size_t)cap * row, 1, NULL, msg), *dn = rnd_dev((size_t)2 * row, 1, NULL, msg);
+        slcu_attn ap = {dq, (size_t)NH * 2 * HD, 2 * HD, 1, dn, dn + row, 2 * row, dk, dv, cap, 1, pos0, NH, 2, HD,
+                        0, NULL, 0.088f, dy, NH * HD};
+        slcu_act_bind(&a1, b1, 1, NH * HD, msg, sizeof msg), slcu_act_bind(&a2, b2, 1, NH * HD, msg, sizeof msg);
+        CK(slcu_attention_q(&ap, &a1, msg, sizeof msg) == 1, "attention_q did not quantise: %s", msg);
+        ap.out = dy2;
+        CK(!slcu_attention(&ap, msg, sizeof msg) && !slcu_act_quantize(&a2, dy2, NH * HD, msg, sizeof msg), "%s", msg);
+        h1 = dl(dy, NH * HD), h2 = dl(dy2, NH * HD);
+        CK(!memcmp(h1, h2, NH * HD * 4) && same_act(&a1, &a2), "attention + int8 form differs from attention, then quantisation");
+        free(h1), free(h2);
+        slcu_free(dq), slcu_free(dk), slcu_free(dv), slcu_free(dn);
+    }
+    for (int comb = 0; comb < 2; comb++) { /* [combine of 4 experts with a gated shared one,] add, rmsnorm + int8 form */
+        enum { K = 4 };
+        float *hr, *dr = rnd_dev(D, 1, &hr, msg), *dr2 = dev_copy(hr, D * 4, msg), *dyk = rnd_dev((size_t)K * D, 1, NULL, msg);
+        float *dwk = rnd_dev(K, 1, NULL, msg), *dsh = rnd_dev(D, 1, NULL, msg), *dsg = rnd_dev(1, 1, NULL, msg);
+        float *o1 = rnd_dev(D, 1, NULL, msg), *o2 = rnd_dev(D, 1, NULL, msg);
+        CK(!slcu_combine(dyk, dwk, K, dsh, dsg, o2, 1, D, msg, sizeof msg), "%s", msg);
+        const slcu_addnorm an = {dr, comb ? NULL : o2, comb ? dyk : NULL, dwk, dsh, dsg, K, o1, dy, dw, 0.0f, 1e-5f, D};
+        slcu_act_bind(&a1, b1, 1, D, msg, sizeof msg), slcu_act_bind(&a2, b2, 1, D, msg, sizeof msg);
+        CK(!slcu_add_norm_q(&an, &a1, msg, sizeof msg), "%s", msg);
+        CK(!slcb_add(dr2, o2, D, msg, sizeof msg) && !slcu_rmsnorm(dr2, dy2, 1, D, 1, 0, D, dw, 0.0f, 1e-5f, msg, sizeof msg) &&
+           !slcu_act_quantize(&a2, dy2, D, msg, sizeof msg), "%s", msg);
+        float *x1 = dl(dr, D), *x2 = dl(dr2, D);
+        h1 = dl(dy, D), h2 = dl(dy2, D);
+        float *c1 = dl(o1, D), *c2 = dl(o2, D);
+        CK(!memcmp(x1, x2, D * 4) && !memcmp(h1, h2, D * 4) && same_act(&a1, &a2) && (!comb || !memcmp(c1, c2, D * 4)),
+           "%sadd + rmsnorm + int8 form differs from the separate kernels", comb ? "combine + " : "");
+        free(x1), free(x2), free(h1), free(h2), free(c1), free(c2), free(hr);
+        slcu_free(dr), slcu_free(dr2), slcu_free(dyk), slcu_free(dwk), slcu_free(dsh), slcu_free(dsg), slcu_free(o1), slcu_free(o2);
+    }
+    { /* per-head norm + RoPE of one token, q (8 heads at a stride of 2 * HD, in place) and k (2 heads), partial rot */
+        const int rot = 96;
+        float fq[48];
+        for (int i = 0; i < rot / 2; i++) fq[i] = powf(10000.0f, -2.0f * i / rot);
+        float *hq, *hk, *q1 = rnd_dev((size_t)NH * 2 * HD, 2, &hq, msg), *k1 = rnd_dev((size_t)2 * HD, 2, &hk, msg);
+        float *q2 = dev_copy(hq, (size_t)NH * 2 * HD * 4, msg), *k2 = dev_copy(hk, (size_t)2 * HD * 4, msg);
+        float *wq = rnd_dev(HD, 1, NULL, msg), *wk = rnd_dev(HD, 1, NULL, msg);
+        const slcu_normrope nr[2] = {{q1, q1, NH, HD, 2 * HD, wq, 0.0f, 1e-6f}, {k1, k1, 2, HD, HD, wk, 0.0f, 1e-6f}};
+        CK(!slcu_norm_rope(nr, 2, rot, fq, 1.1f, 777, msg, sizeof msg), "%s", msg);
+        CK(!slcu_rmsnorm(q2, q2, 1, NH * 2 * HD, NH, 2 * HD, HD, wq, 0.0f, 1e-6f, msg, sizeof msg) &&
+           !slcu_rmsnorm(k2, k2, 1, 2 * HD, 2, HD, HD, wk, 0.0f, 1e-6f, msg, sizeof msg) &&
+           !slcu_rope(q2, 1, NH * 2 * HD, NH, 2 * HD, rot, fq, 1.1f, 777, 0, msg, sizeof msg) &&
+           !slcu_rope(k2, 1, 2 * HD, 2, HD, rot, fq, 1.1f, 777, 0, msg, sizeof msg), "%s", msg);
+        float *a = dl(q1, NH * 2 * HD), *b = dl(q2, NH * 2 * HD), *c = dl(k1, 2 * HD), *d = dl(k2, 2 * HD);
+        CK(!memcmp(a, b, (size_t)NH * 2 * HD * 4) && !memcmp(c, d, (size_t)2 * HD * 4), "norm + rope differs from norm, then rope");
+        free(a), free(b), free(c), free(d), free(hq), free(hk);
+        slcu_free(q1), slcu_free(q2), slcu_free(k1), slcu_free(k2), slcu_free(wq), slcu_free(wk);
+    }
+    printf("ok   fused one-row kernels (rmsnorm, swiglu, attention, [combine +] add + rmsnorm, with the int8 form; norm + rope): bitwise\n");
+    slcu_free(b1), slcu_free(b2), slcu_free(dx), slcu_free(dw), slcu_free(dy), slcu_free(dy2);
+}
+
 static void check_ops(void) {
     char msg[256] = "";
     const kern_ops *ops = kern_scalar_ops();
+    check_fused();
     { /* rmsnorm per head (4 heads of 250 at a stride of 260), w_off 0 and 1, in place */
         enum { T = 7, NH = 4, D = 250, HS = 260, LD = NH * HS };
         float *hx, *hw, *dx = rnd_dev((size_t)T * LD, 3, &hx, msg), *dw = rnd_dev(D, 1, &hw, msg);
@@ -537,7 +646,7 @@ static void check_ops(void) {
     }
     for (int sliding = 0; sliding < 2; sliding++) { /* attention: GQA 8/2; full and not gated, or a ring, sinks, gated */
         enum { T = 3, NH = 8, NKV = 2, HD = 64, ROW = NKV * HD };
-        const int cap = sliding ? 191 : 400, window = sliding ? 128 : 0, pos0 = sliding ? 1000 : 250;
+        const int cap = sliding ? 191 : 3000, window = sliding ? 128 : 0, pos0 = sliding ? 1000 : 2500;
         float *hq, *hk, *hv, *hs, *hn, *dq = rnd_dev((size_t)T * NH * 2 * HD, 1, &hq, msg), *dk = rnd_dev((size_t)cap * ROW, 1, &hk, msg);
         float *dv = rnd_dev((size_t)cap * ROW, 1, &hv, msg), *dsk = rnd_dev(NH, 1, &hs, msg), *dout = slcu_alloc((size_t)T * NH * HD * 4, msg, sizeof msg);
         float *dnew = rnd_dev((size_t)T * 2 * ROW, 1, &hn, msg); /* the new rows: k | v per token */
@@ -565,10 +674,27 @@ static void check_ops(void) {
         slcu_attn ap = {dq, (size_t)NH * 2 * HD, 2 * HD, sliding, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
                         window, sliding ? dsk : NULL, scale, dout, NH * HD};
         poison(dout, (size_t)T * NH * HD * 4);
+        slcu_attn_force(1); /* the batch kernel */
         CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);
         float *y = dl(dout, (size_t)T * NH * HD);
         OPCHECK(sliding ? "attention (ring, sinks, gated)" : "attention (full, GQA)", relerr(y, ref, (size_t)T * NH * HD), 1e-5);
-        free(hq), free(hk), free(hv), free(hs), free(hn), free(ref), free(sc), free(y);
+        poison(dout, (size_t)T * NH * HD * 4); /* the decode kernel, the T tokens at once: bitwise the batch kernel */
+        slcu_attn_force(2);
+        CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);
+        slcu_attn_force(0);
+        float *y2 = dl(dout, (size_t)T * NH * HD);
+        CK(!memcmp(y, y2, (size_t)T * NH * HD * 4), "attention: the decode kernel differs from the batch kernel");
+        poison(dout, (size_t)T * NH * HD * 4); /* token by token (the decode kernel, automatic) */
+        for (int t = 0; t < T; t++) {
+            slcu_attn one = ap;
+            one.q += (size_t)t * ap.ldq, one.k += (size_t)t * ap.ldkv, one.v += (size_t)t * ap.ldkv;
+            one.out += (size_t)t * ap.ldo, one.n = 1, one.pos0 = pos0 + t;
+            CK(!slcu_attention(&one, msg, sizeof msg), "%s", msg);
+        }
+        free(y2);
+        y2 = dl(dout, (size_t)T * NH * HD);
+        CK(!memcmp(y, y2, (size_t)T * NH * HD * 4), "attention: token by token differs from the batch");
+        free(hq), free(hk), free(hv), free(hs), free(hn), free(ref), free(sc), free(y), free(y2);
         slcu_free(dq), slcu_free(dk), slcu_free(dv), slcu_free(dsk), slcu_free(dout), slcu_free(dnew);
     }
     /* DeltaNet recurrence (deltanet.c head_recurrent, transcribed), 3 tokens, state in -> out: the register

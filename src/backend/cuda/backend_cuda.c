@@ -40,6 +40,33 @@ typedef struct cu_ctx {
         const void **dev;
     } *tab;
     int n_tab;
+    slcb_graphs *gr;          /* recorded decode steps (step_begin), NULL: none (SLUICE_CUDA_GRAPH=0, or no memory) */
+    int step, step_pos;       /* the step begun: 0 none, 1 replaying (the ops are skipped), 2 recording; its position */
+    /* a one-row rmsnorm's int8 form, made by the norm's kernel (slcu_rmsnorm_q) into nq_buf: valid for a
+     * kern_act over nq_y until an op other than a matmul runs; a ready kern_act on it is current only while it
+     * is nq_owner (the last to take it since the norm) */
+    void *nq_buf;
+    size_t nq_cap;
+    const float *nq_y;
+    int nq_dim;
+    const kern_act *nq_owner;
+    int nq_off;               /* SLUICE_CUDA_NQ=0: the norms alone (measurements, a suspected fault) */
+    /* a one-row add (kind bit 1) and the combine before it (bit 2), held back so that the rmsnorm after them
+     * runs in their kernel (slcu_add_norm_q); any other entry point launches them first (pend_flush), so the
+     * queue's order is the calls' order */
+    struct {
+        int kind;
+        float *x;
+        const float *y;
+        size_t n;
+        be_combine cb;
+        /* bits 4, 8: one token's per-head norms (q, then k), 16: the RoPE of the first, held so that each pair
+         * runs as one slcu_norm_rope launch */
+        slcu_normrope nr[2];
+        size_t nr_ld[2];
+        int rot, pos;
+        float af, freq[512];
+    } pend;
 } cu_ctx;
 
 static cu_ctx *cu_of(sl_backend *be) { return be->ctx; }
@@ -50,6 +77,25 @@ static void cu_fail(sl_backend *be, int status, const char *what) {
     c->status = status;
     snprintf(c->msg, sizeof c->msg, "%s", what);
 }
+
+static void pend_flush(sl_backend *be);
+static int add_norm(sl_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps);
+static int hold_norm(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
+                     const float *w, float w_off, float eps);
+
+/* a replayed step's ops are in its graph: the op returns at once. Then the held-back ops go first; SKIP also ends
+ * the norm's int8 form (the op may write its row); SKIP_MM (matmuls, which only read their input) keeps it. */
+#define SKIP_MM(be)                           \
+    do {                                      \
+        if (cu_of(be)->step == 1) return;     \
+        pend_flush(be);                       \
+    } while (0)
+#define SKIP(be)                              \
+    do {                                      \
+        if (cu_of(be)->step == 1) return;     \
+        pend_flush(be);                       \
+        cu_of(be)->nq_y = NULL;               \
+    } while (0)
 
 /* a cuda.h / backend_cuda.h call's -1 records its message (MSG) */
 #define MSG(be) cu_of(be)->tmp, sizeof cu_of(be)->tmp
@@ -116,22 +162,27 @@ static void *cu_alloc(sl_backend *be, size_t bytes, int flags) {
 }
 
 static void cu_free(sl_backend *be, void *p, size_t bytes, int flags) {
+    pend_flush(be);
     (void)be, (void)bytes;
     slcb_free(p, flags & BE_BUF_PINNED);
 }
 
 static void cu_copy(sl_backend *be, void *dst, const void *src, size_t bytes, int dir) {
+    pend_flush(be);
+    cu_of(be)->nq_y = NULL;
     CU(be, slcb_copy(dst, src, bytes, dir != BE_D2D, MSG(be)));
 }
 
 /* copy_async / mark / fence_done (backend.h): the copy queue of backend_cuda_rt.cu */
 static uint64_t cu_copy_async(sl_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
+    pend_flush(be);
     uint64_t f = slcb_copy_async(cu_of(be)->q, dst, src, bytes, after, MSG(be));
     if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
     return f;
 }
 
 static uint64_t cu_mark(sl_backend *be) {
+    pend_flush(be);
     uint64_t f = slcb_mark(cu_of(be)->q, MSG(be));
     if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
     return f;
@@ -144,16 +195,56 @@ static int cu_fence_done(sl_backend *be, uint64_t f, int wait) {
 }
 
 static void cu_zero(sl_backend *be, void *p, size_t bytes) {
+    SKIP(be);
     CU(be, slcb_zero(p, bytes, MSG(be)));
 }
 
 static sl_status cu_sync(sl_backend *be) {
+    pend_flush(be);
     cu_ctx *c = cu_of(be);
     if (slcu_sync(MSG(be))) cu_fail(be, SL_EIO, c->tmp);
     else c->up_off = 0; /* nothing queued reads the upload ring now */
     sl_status st = c->status;
     c->status = 0;
     return st;
+}
+
+/* backend.h check: the failures recorded so far (each launch's own error is read as it is queued), no wait:
+ * a fault of queued work shows at the next cu_sync, which the forward pass calls before it commits a step. The
+ * upload ring is not reset here: its pieces are reused after a full sync only. */
+static sl_status cu_check(sl_backend *be) {
+    if (!slcu_decode_kernels) return cu_sync(be); /* SLUICE_CUDA_DECODE=0: a wait after every block, as before */
+    cu_ctx *c = cu_of(be);
+    sl_status st = c->status;
+    c->status = 0;
+    return st;
+}
+
+/* backend.h step_begin / step_end over backend_cuda_rt.cu's recorded steps; the position buckets of STEP_KEYS
+ * keep the attention's shared memory for the keys of that bucket (a new bucket is recorded anew). */
+#define STEP_KEYS 1024
+static int cu_step_begin(sl_backend *be, uint64_t key, int pos) {
+    pend_flush(be);
+    cu_ctx *c = cu_of(be);
+    if (!c->gr || c->status || c->step || pos < 0) return 0;
+    const int r = slcb_step_begin(c->gr, key, pos / STEP_KEYS);
+    if (!r) return 0;
+    c->step = r, c->step_pos = pos;
+    slcu_set_step(slcb_graphs_pos(c->gr), (pos / STEP_KEYS + 1) * STEP_KEYS);
+    return 1;
+}
+
+static int cu_step_end(sl_backend *be, int ok) {
+    pend_flush(be);
+    cu_ctx *c = cu_of(be);
+    if (!c->step) return 0;
+    if (c->step == 2 && c->status) ok = 0; /* an op could not be recorded */
+    c->step = 0;
+    slcu_set_step(NULL, 0);
+    const int r = slcb_step_end(c->gr, ok, c->step_pos, MSG(be));
+    if (r < 0) cu_fail(be, SL_EIO, c->tmp);
+    if (r > 0) c->status = 0; /* nothing ran: what failed was the recording; the rerun meets any real failure */
+    return r > 0;
 }
 
 static const char *cu_errmsg(sl_backend *be) { return cu_of(be)->msg; }
@@ -166,11 +257,14 @@ static sl_status cu_reserve(sl_backend *be, size_t slot_floats) {
 static void cu_destroy(sl_backend *be) {
     if (!be) return;
     cu_ctx *c = cu_of(be);
+    pend_flush(be);
     slcu_sync(MSG(be));
     slcb_queue_free(c->q);
+    slcb_graphs_free(c->gr);
     slcb_free(c->up_host, 1);
     slcb_free(c->up_dev, 0);
     slcu_free(c->rt);
+    slcb_free(c->nq_buf, 0);
     for (int i = 0; i < c->n_tab; i++) slcu_free(c->tab[i].dev);
     free(c->tab);
     free(c->host);
@@ -182,7 +276,9 @@ static void cu_destroy(sl_backend *be) {
 
 /* Row tokens[t] of the device table, fetched and dequantised on the host as the CPU backend does. */
 static void cu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
+    pend_flush(be);
     cu_ctx *c = cu_of(be);
+    c->nq_y = NULL;
     const sl_dtype dt = table->dtype;
     const int quant = dt == DT_Q8 || dt == DT_Q4, cols = table->cols;
     if (!quant && dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) {
@@ -228,8 +324,16 @@ static slcu_mat mat_of(const sl_mat *w) {
 /* x's int8 form on the device, quantized on first use. 0, or -1 (recorded). */
 static int act_ready(sl_backend *be, kern_act *x, slcu_act *a) {
     cu_ctx *c = cu_of(be);
-    if (x->ready) {
+    if (x->ready && (x->q != (int8_t *)c->nq_buf || x == c->nq_owner)) {
         *a = (slcu_act){.n_tok = x->n_tok, .cols = x->cols, .q = x->q, .q4 = x->q4, .d = x->d, .s = x->s};
+        return 0;
+    }
+    x->ready = 0; /* (its int8 form was the norm's, made again since) */
+    if (c->nq_y && x->x == c->nq_y && x->n_tok == 1 && x->cols == c->nq_dim &&
+        !slcu_act_bind(a, c->nq_buf, 1, x->cols, MSG(be))) { /* the norm made it */
+        x->q = a->q, x->q4 = a->q4, x->d = a->d, x->s = a->s;
+        x->ready = 1;
+        c->nq_owner = x;
         return 0;
     }
     if (slcu_act_bind(a, x->buf, x->n_tok, x->cols, MSG(be)) ||
@@ -247,6 +351,8 @@ static int int8_path(const sl_mat *w, const kern_act *x) {
 }
 
 static void cu_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy) {
+    SKIP_MM(be);
+    if (y == cu_of(be)->nq_y) cu_of(be)->nq_y = NULL; /* (after its reads: the stream orders them) */
     if (x->n_tok <= 0) return;
     if (w->dtype == DT_MXFP4) {
         const slcu_mat m = mat_of(w);
@@ -273,6 +379,9 @@ static void cu_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, si
 /* The int8 ones in one slcu_matmul_i8 call (k and v beside q, not after it; bitwise each alone), the rest alone. */
 #define MM_GROUP 16
 static void cu_matmul_multi(sl_backend *be, const kern_mm *mm, int n) {
+    SKIP_MM(be);
+    for (int i = 0; i < n; i++)
+        if (mm[i].y == cu_of(be)->nq_y) cu_of(be)->nq_y = NULL;
     slcu_act a[MM_GROUP];
     slcu_mm g[MM_GROUP];
     int ng = 0;
@@ -296,28 +405,107 @@ static void cu_act_gather(sl_backend *be, kern_act *dst, void *buf, kern_act *sr
     kern_act_init(dst, buf, x_rows, (size_t)src->cols, n, src->cols, src->int8);
 }
 
+/* room for one row's int8 form in nq_buf (grown outside recorded steps only); 1 when there is */
+static int nq_room(sl_backend *be, int dim) {
+    cu_ctx *c = cu_of(be);
+    const size_t need = slcu_act_bytes(1, dim);
+    if (need <= c->nq_cap) return 1;
+    if (c->step || slcu_sync(MSG(be))) return 0; /* queued work may read the old buffer */
+    slcb_free(c->nq_buf, 0);
+    c->nq_buf = slcb_alloc(need + SLACK, 0);
+    c->nq_cap = c->nq_buf ? need : 0;
+    return c->nq_buf != NULL;
+}
+
+/* One row (a decode step's norms before a matmul): the norm's kernel makes its int8 form too (nq_*). */
 static void cu_rmsnorm(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
                        int dim, const float *w, float w_off, float eps) {
+    cu_ctx *c = cu_of(be);
+    if (c->step == 1) return;
+    if (n_tok == 1 && n_heads == 1 && add_norm(be, x, y, dim, w, w_off, eps)) return;
+    if (hold_norm(be, x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps)) return;
+    SKIP(be);
+    slcu_act a;
+    if (!c->nq_off && n_tok == 1 && n_heads == 1 && dim % 32 == 0 && dim <= 8192 && nq_room(be, dim) && !slcu_act_bind(&a, c->nq_buf, 1, dim, MSG(be))) {
+        CU(be, slcu_rmsnorm_q(x, y, dim, w, w_off, eps, &a, MSG(be)));
+        c->nq_y = y, c->nq_dim = dim, c->nq_owner = NULL;
+        return;
+    }
     CU(be, slcu_rmsnorm(x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps, MSG(be)));
+}
+
+/* rope over the held norm i's output, one token, the same heads */
+static int nr_match(const cu_ctx *c, int i, const float *x, int n_tok, int n_heads, size_t hs, int rot, int inter) {
+    const slcu_normrope *p = &c->pend.nr[i];
+    return !inter && n_tok == 1 && x == p->y && n_heads == p->n_heads && hs == p->hs && rot <= p->dim && rot <= 1024;
 }
 
 static void cu_rope(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                     const float *inv_freq, float attn_factor, int pos0, int interleave) {
     cu_ctx *c = cu_of(be);
+    if (c->step == 1) return;
+    const int k = c->pend.kind;
+    if ((k == 4 || k == 12) && nr_match(c, 0, x, n_tok, n_heads, head_stride, rot, interleave)) {
+        if (k == 4) { /* q's norm alone before it: one launch now */
+            c->pend.kind = 0;
+            CU(be, slcu_norm_rope(c->pend.nr, 1, rot, inv_freq, attn_factor, pos0, MSG(be)));
+            return;
+        }
+        c->pend.kind = 28, c->pend.rot = rot, c->pend.pos = pos0, c->pend.af = attn_factor;
+        memcpy(c->pend.freq, inv_freq, (size_t)rot / 2 * sizeof(float));
+        return;
+    }
+    if (k == 28 && nr_match(c, 1, x, n_tok, n_heads, head_stride, rot, interleave) && rot == c->pend.rot &&
+        pos0 == c->pend.pos && attn_factor == c->pend.af && !memcmp(inv_freq, c->pend.freq, (size_t)rot / 2 * sizeof(float))) {
+        c->pend.kind = 0;
+        CU(be, slcu_norm_rope(c->pend.nr, 2, rot, inv_freq, attn_factor, pos0, MSG(be)));
+        return;
+    }
+    SKIP(be);
     CU(be, slcu_rope(x, n_tok, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos0, interleave, c->tmp,
                      sizeof c->tmp));
 }
 
+/* one token's per-head norm (q's, then k's) held for the RoPE after it; 0 when it does not fit */
+static int hold_norm(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
+                     const float *w, float w_off, float eps) {
+    cu_ctx *c = cu_of(be);
+    const int k = c->pend.kind;
+    if (c->nq_off || n_tok != 1 || n_heads < 2 || dim > 1024 || (k != 0 && k != 4)) return 0;
+    const int i = k == 4;
+    c->pend.nr[i] = (slcu_normrope){.x = x, .y = y, .n_heads = n_heads, .dim = dim, .hs = hs, .w = w, .w_off = w_off,
+                                    .eps = eps};
+    c->pend.nr_ld[i] = ld;
+    c->pend.kind = k | (4 << i);
+    c->nq_y = NULL;
+    return 1;
+}
+
+/* x += y: held back (pend) when it is one row that a norm may follow; after a held combine into y, joined to it */
 static void cu_add(sl_backend *be, float *x, const float *y, size_t n) {
+    cu_ctx *c = cu_of(be);
+    if (c->step == 1) return;
+    if (c->pend.kind == 2 && c->pend.cb.out == y && n == (size_t)c->pend.cb.H) {
+        c->pend.kind = 3, c->pend.x = x, c->pend.y = y, c->pend.n = n;
+        return;
+    }
+    pend_flush(be);
+    c->nq_y = NULL;
+    if (!c->nq_off && n <= 65536) {
+        c->pend.kind = 1, c->pend.x = x, c->pend.y = y, c->pend.n = n;
+        return;
+    }
     CU(be, slcb_add(x, y, n, MSG(be)));
 }
 
 static void cu_add_bias(sl_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
+    SKIP(be);
     CU(be, slcb_add_bias(x, ld, b, n_rows, cols, MSG(be)));
 }
 
 static void cu_copy_rows(sl_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
                          const int *sidx, int n, int cols) {
+    SKIP(be);
     if (n <= 0) return;
     int *h = host_scratch(be, 2 * (size_t)n * sizeof(int));
     if (!h) return;
@@ -332,14 +520,25 @@ static void cu_copy_rows(sl_backend *be, float *dst, size_t ldd, const int *didx
 
 
 static void cu_attention(sl_backend *be, const be_attn *a) {
+    SKIP(be);
     const slcu_attn s = {.q = a->q, .ldq = a->ldq, .qstride = a->qstride, .gated = a->gated, .k = a->k, .v = a->v,
                          .ldkv = a->ldkv, .k_cache = a->k_cache, .v_cache = a->v_cache, .cap = a->cap, .n = a->n,
                          .pos0 = a->pos0, .n_heads = a->n_heads, .n_kv = a->n_kv_heads, .hd = a->head_dim,
                          .window = a->window, .sinks = a->sinks, .scale = a->scale, .out = a->out, .ldo = a->ldo};
+    cu_ctx *c = cu_of(be);
+    const int cols = a->n_heads * a->head_dim;
+    slcu_act q;
+    if (!c->nq_off && a->n == 1 && a->head_dim % 128 == 0 && nq_room(be, cols) && !slcu_act_bind(&q, c->nq_buf, 1, cols, MSG(be))) {
+        const int r = slcu_attention_q(&s, &q, MSG(be)); /* one token: its output's int8 form for o too (nq_*) */
+        if (r < 0) cu_fail(be, SL_EIO, c->tmp);
+        if (r == 1) c->nq_y = a->out, c->nq_dim = cols, c->nq_owner = NULL;
+        return;
+    }
     CU(be, slcu_attention(&s, MSG(be)));
 }
 
 static void cu_mla(sl_backend *be, const be_mla *a) {
+    SKIP(be);
     const slcu_mla s = {.q = a->q, .ldq = a->ldq, .ckv = a->ckv, .cache = a->cache, .kv_b = mat_of(a->kv_b), .n = a->n,
                         .pos0 = a->pos0, .n_heads = a->n_heads, .r = a->r, .dr = a->dr, .dn = a->dn, .dv = a->dv,
                         .scale = a->scale, .q_abs = a->q_abs, .lat = a->lat};
@@ -355,22 +554,26 @@ static slcu_dn dn_of(const be_dn *d) {
 }
 
 static void cu_dn_conv(sl_backend *be, const be_dn *d) {
+    SKIP(be);
     const slcu_dn s = dn_of(d);
     CU(be, slcu_dn_conv(&s, MSG(be)));
 }
 
 static void cu_dn_gates(sl_backend *be, const be_dn *d) {
+    SKIP(be);
     const slcu_dn s = dn_of(d);
     CU(be, slcu_dn_gates(&s, MSG(be)));
 }
 
 /* dn_step and dn_chunk: the token recurrence (backend.h lets dn_chunk be ~1e-6 of dn_step; here it is dn_step) */
 static void cu_dn_step(sl_backend *be, const be_dn *d) {
+    SKIP(be);
     CU(be, slcu_dn_step(d->conv_out, d->gates, d->ssm_in, d->ssm_out, d->out, d->ldo, d->n, d->nk, d->nv, d->dk, d->dv,
                         MSG(be)));
 }
 
 static void cu_dn_norm(sl_backend *be, const be_dn *d) {
+    SKIP(be);
     const slcu_dn s = dn_of(d);
     CU(be, slcu_dn_norm(&s, MSG(be)));
 }
@@ -391,6 +594,7 @@ static int *route_buf(sl_backend *be, size_t nk) {
     if (nk > c->rt_cap) {
         if (slcu_sync(MSG(be))) return cu_fail(be, SL_EIO, c->tmp), NULL; /* queued work may read the old one */
         slcu_free(c->rt);
+    slcb_free(c->nq_buf, 0);
         c->rt_cap = 0;
         if (!(c->rt = slcu_alloc(nk * (sizeof(int) + sizeof(float)), MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), NULL;
         c->rt_cap = nk;
@@ -401,8 +605,10 @@ static int *route_buf(sl_backend *be, size_t nk) {
 /* The device router's choice, copied back (so streamed steps weigh experts as moe_resident does); a hint or
  * uniform routing: the logits come back and the CPU backend's rule chooses. */
 static sl_status cu_route(sl_backend *be, const be_route *r) {
+    pend_flush(be);
     cu_ctx *c = cu_of(be);
     slcu_router rr;
+    if (c->step) return SL_EIO; /* a recorded step cannot give the host its choice: step_end reruns it as usual */
     if (!r->hint && router_of(r->cfg, r->bias, &rr)) {
         const size_t nk = (size_t)r->n * (size_t)r->cfg->n_experts_used;
         int *de = route_buf(be, nk);
@@ -439,6 +645,7 @@ static void ffn_down(sl_backend *be, const be_ffn *f, const sl_mat *down, const 
 }
 
 static void cu_ffn(sl_backend *be, const be_ffn *f) {
+    SKIP(be);
     const int n = f->x->n_tok, I = f->inter;
     if (f->kind == BE_FFN_GPTOSS) {
         const sl_expert *ex = f->w;
@@ -452,6 +659,17 @@ static void cu_ffn(sl_backend *be, const be_ffn *f) {
     cu_matmul(be, &f->w->up, f->x, f->u, (size_t)I);
     CU(be, slcu_swiglu(f->g, f->u, f->g, (size_t)n * (size_t)I, MSG(be)));
     ffn_down(be, f, &f->w->down, f->g, I);
+}
+
+/* g = silu(g) u over n rows of I, and their int8 form in mid_buf (one kernel), bound in *m. 0, or -1 (recorded). */
+static int swiglu_mid(sl_backend *be, float *g, const float *u, void *mid_buf, int n, int I, slcu_act *m) {
+    if (slcu_act_bind(m, mid_buf, n, I, MSG(be)) ||
+        (cu_of(be)->nq_off ? slcu_swiglu(g, u, g, (size_t)n * I, MSG(be)) || slcu_act_quantize(m, g, (size_t)I, MSG(be))
+                           : slcu_swiglu_q(g, u, g, m, MSG(be)))) {
+        cu_fail(be, SL_EIO, cu_of(be)->tmp);
+        return -1;
+    }
+    return 0;
 }
 
 #define MULTI_MAX 64 /* experts of one grouped ffn_multi (moe.c FUSED_MAX is 32) */
@@ -478,6 +696,7 @@ static int multi_i8(const be_ffn *f, int n) {
  * token), SwiGLU is element-wise and quantization per row. Otherwise each expert alone in turn (one
  * stream: the scratch is free again for the next). */
 static void cu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
+    SKIP(be);
     if (!multi_i8(f, n)) {
         for (int i = 0; i < n; i++) {
             be_ffn one = f[i];
@@ -495,10 +714,7 @@ static void cu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
         mm[2 * i + 1] = (slcu_mm){.w = mat_of(&f[i].w->up), .a = &a, .n_tok = 1, .y = f[i].u, .ldy = (size_t)I};
     }
     CU(be, slcu_matmul_i8(mm, 2 * n, MSG(be)));
-    CU(be, slcu_swiglu(f[0].g, f[0].u, f[0].g, (size_t)n * (size_t)I, MSG(be)));
-    kern_act mid;
-    kern_act_init(&mid, f[0].mid_buf, f[0].g, (size_t)I, n, I, 1);
-    if (act_ready(be, &mid, &m)) return;
+    if (swiglu_mid(be, f[0].g, f[0].u, f[0].mid_buf, n, I, &m)) return;
     const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4;
     for (int i = 0; i < n; i++) { /* row i of the n-row activation, as a one-row one */
         mi[i] = (slcu_act){.n_tok = 1, .cols = I, .q = m.q + (size_t)i * I, .q4 = m.q4 + (size_t)i * I,
@@ -542,6 +758,7 @@ static int layer_tab(sl_backend *be, const sl_expert_src *xs, int L, int E, sl_e
             p[0] = m[i]->data, p[1] = m[i]->scales, p[2] = m[i]->biases;
         }
     }
+    slcb_graphs_clear(c->gr); /* recorded steps may read the old table */
     slcu_free(t->dev);
     t->dev = NULL;
     if (ok && !(t->dev = slcu_alloc(bytes, MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), -1;
@@ -554,6 +771,7 @@ static int layer_tab(sl_backend *be, const sl_expert_src *xs, int L, int E, sl_e
  * device memory, each job's matrices read from the layer's table at its id: bitwise cu_route + ffn_multi. */
 static int cu_moe_resident(sl_backend *be, const be_route *r, const sl_expert_src *xs, const be_ffn *f,
                            const float **w_dev) {
+    pend_flush(be);
     cu_ctx *c = cu_of(be);
     const sl_config *cfg = r->cfg;
     const int k = cfg->n_experts_used, E = cfg->n_experts, I = f->inter;
@@ -574,16 +792,18 @@ static int cu_moe_resident(sl_backend *be, const be_route *r, const sl_expert_sr
     const void *const *tab = c->tab[r->layer].dev;
     slcu_act a, ma, mi[MULTI_MAX];
     slcu_mm mm[2 * MULTI_MAX];
+    if (c->nq_y == f->g || c->nq_y == f->u || c->nq_y == f->y) c->nq_y = NULL; /* written below */
+    if (c->step == 1) { /* replayed: the launches below are in the graph */
+        *w_dev = dw;
+        return 1;
+    }
     if (slcu_route(&rr, r->logits, 1, de, dw, MSG(be)) || act_ready(be, f->x, &a))
         return cu_fail(be, SL_EIO, c->tmp), cu_sync(be);
     for (int s = 0; s < 2 * k; s++)
         mm[s] = (slcu_mm){.w = mat_of(s & 1 ? &ex0.up : &ex0.gate), .a = &a, .tab = tab + (size_t)(s & 1) * 3 * E,
                           .sel = de + s / 2, .n_tok = 1, .y = (s & 1 ? f->u : f->g) + (size_t)(s / 2) * I, .ldy = (size_t)I};
     CU(be, slcu_matmul_i8(mm, 2 * k, MSG(be)));
-    CU(be, slcu_swiglu(f->g, f->u, f->g, (size_t)k * (size_t)I, MSG(be)));
-    kern_act mid;
-    kern_act_init(&mid, f->mid_buf, f->g, (size_t)I, k, I, 1);
-    if (act_ready(be, &mid, &ma)) return cu_sync(be);
+    if (swiglu_mid(be, f->g, f->u, f->mid_buf, k, I, &ma)) return cu_sync(be);
     const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4;
     for (int s = 0; s < k; s++) { /* row s of the k-row activation, as in cu_ffn_multi */
         mi[s] = (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
@@ -596,8 +816,7 @@ static int cu_moe_resident(sl_backend *be, const be_route *r, const sl_expert_sr
     return 1;
 }
 
-static void cu_combine(sl_backend *be, const be_combine *cb) {
-    if (cb->n <= 0) return;
+static void combine_now(sl_backend *be, const be_combine *cb) {
     if (cb->w_dev) {
         CU(be, slcu_combine(cb->y, cb->w_dev, cb->k, cb->sh_y, cb->sh_gate, cb->out, cb->n, cb->H, MSG(be)));
     } else if (cb->w) {
@@ -609,8 +828,55 @@ static void cu_combine(sl_backend *be, const be_combine *cb) {
     }
 }
 
+/* one token's combine on device weights is held back (pend): the residual add and norm after it may join it */
+static void cu_combine(sl_backend *be, const be_combine *cb) {
+    SKIP(be);
+    if (cb->n <= 0) return;
+    if (cb->n == 1 && cb->w_dev && !cu_of(be)->nq_off) {
+        cu_of(be)->pend.kind = 2, cu_of(be)->pend.cb = *cb;
+        return;
+    }
+    combine_now(be, cb);
+}
+
+static void pend_flush(sl_backend *be) {
+    cu_ctx *c = cu_of(be);
+    const int k = c->pend.kind;
+    c->pend.kind = 0;
+    for (int i = 0; i < 2; i++) {
+        const slcu_normrope *p = &c->pend.nr[i];
+        if (k & (4 << i))
+            CU(be, slcu_rmsnorm(p->x, p->y, 1, c->pend.nr_ld[i], p->n_heads, p->hs, p->dim, p->w, p->w_off, p->eps, MSG(be)));
+    }
+    if (k & 16)
+        CU(be, slcu_rope(c->pend.nr[0].y, 1, c->pend.nr_ld[0], c->pend.nr[0].n_heads, c->pend.nr[0].hs, c->pend.rot,
+                         c->pend.freq, c->pend.af, c->pend.pos, 0, MSG(be)));
+    if (k & 2) combine_now(be, &c->pend.cb);
+    if (k & 1) CU(be, slcb_add(c->pend.x, c->pend.y, c->pend.n, MSG(be)));
+}
+
+/* the held add (and combine) of x's row, then the norm of x, in one kernel; 0 when they do not fit together */
+static int add_norm(sl_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps) {
+    cu_ctx *c = cu_of(be);
+    if (!(c->pend.kind & 1) || c->pend.x != x || c->pend.n != (size_t)dim || dim > 8192) return 0;
+    const be_combine *cb = &c->pend.cb;
+    const int comb = c->pend.kind & 2;
+    if (comb && cb->k > 16) return 0; /* slcu_add_norm_q's limits */
+    slcu_addnorm p = {.x = c->pend.x, .y = c->pend.y, .cy = comb ? cb->y : NULL, .cw = cb->w_dev, .csh = cb->sh_y,
+                      .csg = cb->sh_gate, .ck = cb->k, .cout = cb->out, .h = y, .w = w, .w_off = w_off, .eps = eps,
+                      .dim = dim};
+    slcu_act a;
+    const int q = dim % 32 == 0 && nq_room(be, dim) && !slcu_act_bind(&a, c->nq_buf, 1, dim, MSG(be));
+    c->pend.kind = 0;
+    c->nq_y = NULL;
+    CU(be, slcu_add_norm_q(&p, q ? &a : NULL, MSG(be)));
+    if (q) c->nq_y = y, c->nq_dim = dim, c->nq_owner = NULL;
+    return 1;
+}
+
 static void cu_combine_rows(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot,
                             const float *top_w, const float *y, int cnt) {
+    SKIP(be);
     if (cnt <= 0) return;
     const size_t b = (size_t)cnt * sizeof(int);
     uint8_t *h = host_scratch(be, 2 * b);
@@ -645,6 +911,9 @@ sl_backend *be_cuda_new(sl_pool *pool) {
         .copy = cu_copy,
         .zero = cu_zero,
         .sync = cu_sync,
+        .check = cu_check,
+        .step_begin = cu_step_begin,
+        .step_end = cu_step_end,
         .errmsg = cu_errmsg,
         .reserve = cu_reserve,
         .destroy = cu_destroy,
@@ -675,6 +944,16 @@ sl_backend *be_cuda_new(sl_pool *pool) {
     };
     be->matmul[DT_F32] = be->matmul[DT_BF16] = be->matmul[DT_F16] = be->matmul[DT_Q8] = be->matmul[DT_Q4] = cu_matmul;
     be->matmul[DT_MXFP4] = cu_matmul;
+    /* switches for measurements and for bisecting a device fault, each back to what came before it:
+     * SLUICE_CUDA_DECODE=0 all of issue 24's decode work (the kernels of cuda.h slcu_decode_kernels, the wait
+     * after every block, and the two below), SLUICE_CUDA_GRAPH=0 the recorded steps, SLUICE_CUDA_NQ=0 the
+     * joined ops (a norm's int8 form, the held add / combine / q-k norms) */
+    const char *g = getenv("SLUICE_CUDA_DECODE");
+    slcu_decode_kernels = !(g && !strcmp(g, "0"));
+    g = getenv("SLUICE_CUDA_GRAPH");
+    if (slcu_decode_kernels && (!g || strcmp(g, "0"))) c->gr = slcb_graphs_new();
+    g = getenv("SLUICE_CUDA_NQ");
+    c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
     return be;
 }
 

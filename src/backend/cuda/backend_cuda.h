@@ -44,6 +44,22 @@ int slcb_axpy_rows(float *out, int H, const int *tok, const float *w, const floa
 /* out[t] += (sg ? sigmoid(sg[t]) : 1) * sh[t], t < n (a combine without routed weights). */
 int slcb_add_shared(float *out, const float *sh, const float *sg, int n, int H, char *msg, size_t msglen);
 
+/* Recorded decode steps (CUDA graphs, backend_cuda.c step_begin / step_end): per (key, bucket) the kernels of
+ * one step, captured once on a stream of their own and replayed; a capture that fails (an op queued elsewhere
+ * or waiting for the host) marks its slot so that the step runs as usual from then on. NULL: no memory. */
+typedef struct slcb_graphs slcb_graphs;
+slcb_graphs *slcb_graphs_new(void);
+void slcb_graphs_free(slcb_graphs *g);
+void slcb_graphs_clear(slcb_graphs *g); /* forgets every recorded step (the weights or tables they read changed) */
+const int *slcb_graphs_pos(const slcb_graphs *g); /* the device int the recorded kernels read the position from */
+/* 2: capturing (slcu_cur_stream is the graphs' stream: queue the step's ops), 1: replaying (skip the ops: the
+ * graph has them), 0: run the step as usual. */
+int slcb_step_begin(slcb_graphs *g, unsigned long long key, int bucket);
+/* Ends the step begun: ok 0 (the forward pass gave up) discards it. 0: the step was launched (position pos), or
+ * there was none; 1: nothing of it ran (the capture failed or was discarded): run it again as usual; -1: the
+ * launch failed (message). */
+int slcb_step_end(slcb_graphs *g, int ok, int pos, char *msg, size_t msglen);
+
 #ifdef __cplusplus
 }
 #endif

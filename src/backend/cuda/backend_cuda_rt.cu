@@ -1,6 +1,7 @@
 /*
  * backend_cuda_rt.cu — backend_cuda.h: buffers, copies, and cpu.c's add / add_bias / copy_rows and cpu_moe.c's
- * combine_rows in the CPU loops' order, with explicit round-to-nearest intrinsics (nothing fused).
+ * combine_rows in the CPU loops' order, with explicit round-to-nearest intrinsics (nothing fused); the recorded
+ * decode steps (CUDA graphs) of backend_cuda.c.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -8,6 +9,12 @@
 #include <stdlib.h>
 
 #include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda.h"
+
+extern "C" {
+void *slcu_cur_stream; /* cuda.h: NULL, the legacy default stream, but while a step is recorded */
+int slcu_decode_kernels = 1;
+}
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
     if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
@@ -131,7 +138,7 @@ extern "C" int slcb_fence_done(slcb_queue *q, unsigned long long f, int wait, ch
 
 extern "C" int slcb_zero(void *p, size_t bytes, char *msg, size_t msglen) {
     if (!bytes) return 0;
-    cudaError_t e = cudaMemsetAsync(p, 0, bytes, 0);
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes, SLS);
     return e == cudaSuccess ? 0 : fail(msg, msglen, "cudaMemset", e);
 }
 
@@ -147,7 +154,7 @@ static unsigned blocks_for(size_t n) {
 
 extern "C" int slcb_add(float *x, const float *y, size_t n, char *msg, size_t msglen) {
     if (!n) return 0;
-    k_add<<<blocks_for(n), 256>>>(x, y, n);
+    k_add<<<blocks_for(n), 256, 0, SLS>>>(x, y, n);
     return launched(msg, msglen, "add launch");
 }
 
@@ -158,7 +165,7 @@ __global__ void k_add_bias(float *x, size_t ld, const float *b, int cols) {
 
 extern "C" int slcb_add_bias(float *x, size_t ld, const float *b, int n_rows, int cols, char *msg, size_t msglen) {
     if (n_rows <= 0 || cols <= 0) return 0;
-    k_add_bias<<<dim3((unsigned)((cols + 255) / 256), (unsigned)n_rows), 256>>>(x, ld, b, cols);
+    k_add_bias<<<dim3((unsigned)((cols + 255) / 256), (unsigned)n_rows), 256, 0, SLS>>>(x, ld, b, cols);
     return launched(msg, msglen, "add_bias launch");
 }
 
@@ -171,7 +178,7 @@ __global__ void k_copy_rows(float *dst, size_t ldd, const int *didx, const float
 extern "C" int slcb_copy_rows(float *dst, size_t ldd, const int *didx, const float *src, size_t lds, const int *sidx,
                               int n, int cols, char *msg, size_t msglen) {
     if (n <= 0 || cols <= 0) return 0;
-    k_copy_rows<<<dim3((unsigned)((cols + 255) / 256), (unsigned)n), 256>>>(dst, ldd, didx, src, lds, sidx, cols);
+    k_copy_rows<<<dim3((unsigned)((cols + 255) / 256), (unsigned)n), 256, 0, SLS>>>(dst, ldd, didx, src, lds, sidx, cols);
     return launched(msg, msglen, "copy_rows launch");
 }
 
@@ -188,7 +195,7 @@ __global__ void k_axpy_rows(float *out, int H, const int *tok, const float *w, c
 extern "C" int slcb_axpy_rows(float *out, int H, const int *tok, const float *w, const float *y, int cnt, char *msg,
                               size_t msglen) {
     if (cnt <= 0 || H <= 0) return 0;
-    k_axpy_rows<<<(unsigned)((H + 255) / 256), 256>>>(out, H, tok, w, y, cnt);
+    k_axpy_rows<<<(unsigned)((H + 255) / 256), 256, 0, SLS>>>(out, H, tok, w, y, cnt);
     return launched(msg, msglen, "combine_rows launch");
 }
 
@@ -201,6 +208,109 @@ __global__ void k_add_shared(float *out, const float *sh, const float *sg, int H
 
 extern "C" int slcb_add_shared(float *out, const float *sh, const float *sg, int n, int H, char *msg, size_t msglen) {
     if (n <= 0 || H <= 0) return 0;
-    k_add_shared<<<dim3((unsigned)((H + 255) / 256), (unsigned)n), 256>>>(out, sh, sg, H);
+    k_add_shared<<<dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, SLS>>>(out, sh, sg, H);
     return launched(msg, msglen, "combine launch");
+}
+
+/* ---- recorded decode steps: a blocking stream (ordered with the legacy default stream both ways, so work
+ * queued before and after a replay needs no event), and per (key, bucket) slot a graph of the step's kernels,
+ * captured on the stream the first time and replayed after. The captured kernels read the step's position
+ * from pos (slcu_set_step), which a one-thread kernel sets before each launch. ---- */
+#define NGRAPH 8
+
+struct slcb_graphs {
+    cudaStream_t s;
+    int *pos; /* device */
+    struct {
+        unsigned long long key;
+        int bucket, failed;
+        cudaGraphExec_t exec;
+    } slot[NGRAPH];
+    int next, cur, mode; /* mode: 0 none, 1 replaying, 2 capturing */
+};
+
+extern "C" slcb_graphs *slcb_graphs_new(void) {
+    slcb_graphs *g = (slcb_graphs *)calloc(1, sizeof *g);
+    if (!g) return NULL;
+    if (cudaStreamCreate(&g->s) != cudaSuccess) {
+        free(g);
+        return NULL;
+    }
+    if (cudaMalloc((void **)&g->pos, 256) != cudaSuccess) {
+        cudaStreamDestroy(g->s);
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+extern "C" void slcb_graphs_clear(slcb_graphs *g) {
+    if (!g) return;
+    for (int i = 0; i < NGRAPH; i++) {
+        if (g->slot[i].exec) cudaGraphExecDestroy(g->slot[i].exec);
+        g->slot[i].exec = NULL, g->slot[i].key = 0, g->slot[i].failed = 0;
+    }
+}
+
+extern "C" void slcb_graphs_free(slcb_graphs *g) {
+    if (!g) return;
+    cudaStreamSynchronize(g->s);
+    slcb_graphs_clear(g);
+    cudaFree(g->pos);
+    cudaStreamDestroy(g->s);
+    free(g);
+}
+
+extern "C" const int *slcb_graphs_pos(const slcb_graphs *g) { return g->pos; }
+
+extern "C" int slcb_step_begin(slcb_graphs *g, unsigned long long key, int bucket) {
+    int i = 0;
+    while (i < NGRAPH && !(g->slot[i].key == key && g->slot[i].bucket == bucket)) i++;
+    if (i < NGRAPH && g->slot[i].exec) {
+        g->cur = i, g->mode = 1;
+        return 1;
+    }
+    if (i < NGRAPH) { /* a capture failed: once more (the first step may build tables, not the next), then never */
+        if (g->slot[i].failed >= 2) return 0;
+        g->cur = i;
+    } else {
+        i = g->cur = g->next, g->next = (g->next + 1) % NGRAPH;
+        if (g->slot[i].exec) cudaGraphExecDestroy(g->slot[i].exec);
+        g->slot[i].exec = NULL, g->slot[i].key = key, g->slot[i].bucket = bucket, g->slot[i].failed = 0;
+    }
+    if (cudaStreamBeginCapture(g->s, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError();
+        g->slot[i].failed = 2;
+        return 0;
+    }
+    slcu_cur_stream = g->s;
+    g->mode = 2;
+    return 2;
+}
+
+__global__ void k_set_int(int *p, int v) { *p = v; }
+
+extern "C" int slcb_step_end(slcb_graphs *g, int ok, int pos, char *msg, size_t msglen) {
+    const int mode = g->mode;
+    g->mode = 0;
+    if (!mode) return 0;
+    if (mode == 2) {
+        slcu_cur_stream = NULL;
+        cudaGraph_t gr = NULL;
+        cudaError_t e = cudaStreamEndCapture(g->s, &gr);
+        if (ok && e == cudaSuccess && gr) e = cudaGraphInstantiate(&g->slot[g->cur].exec, gr, 0);
+        if (gr) cudaGraphDestroy(gr);
+        if (!ok || e != cudaSuccess || !g->slot[g->cur].exec) { /* nothing of the step ran: the caller runs it again */
+            cudaGetLastError();
+            g->slot[g->cur].failed++;
+            g->slot[g->cur].exec = NULL;
+            return 1;
+        }
+    } else if (!ok) {
+        return 1; /* a replay skipped the ops: nothing ran */
+    }
+    k_set_int<<<1, 1, 0, g->s>>>(g->pos, pos);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaGraphLaunch(g->slot[g->cur].exec, g->s);
+    return e == cudaSuccess ? 0 : fail(msg, msglen, "launching a recorded decode step", e);
 }

@@ -108,6 +108,38 @@ void slcu_i8_force(int kernel);
  * be x) = (w_off + w) * x / sqrt(mean(x^2) + eps), the mean in double (plain_rmsnorm). */
 int slcu_rmsnorm(const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride, int dim,
                  const float *w, float w_off, float eps, char *msg, size_t msglen);
+/* slcu_rmsnorm of one row (one token, one head) that also makes y's int8 form in a (slcu_act_bind of 1 x dim, dim
+ * a multiple of 32), bitwise what slcu_act_quantize of y gives. */
+int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w, float w_off, float eps, const slcu_act *a,
+                   char *msg, size_t msglen);
+/* One token's residual step (backend_cuda.c joins the ops): [cout = slcu_combine of cy / cw / csh / csg (k experts)
+ * when cy;] x += (cy ? cout : y); h = slcu_rmsnorm(x) with w, w_off, eps; all [dim]. a (NULL: none, else 1 x
+ * dim, dim % 32 == 0) receives h's int8 form. Bitwise the separate kernels. */
+typedef struct slcu_addnorm {
+    float *x;
+    const float *y;
+    const float *cy, *cw, *csh, *csg; /* cy [k][dim], cw [k], csh [dim] or NULL, csg [1] or NULL */
+    int ck;
+    float *cout;
+    float *h;
+    const float *w;
+    float w_off, eps;
+    int dim;
+} slcu_addnorm;
+int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *msg, size_t msglen);
+/* One token's per-head q or k norm and RoPE (backend_cuda.c joins the two ops): per head h < n_heads of x + h * hs,
+ * y = slcu_rmsnorm (dim, w, w_off, eps) then slcu_rope of y's first rot floats (inv_freq HOST [rot/2],
+ * attn_factor, pos; not interleaved), bitwise the two kernels. Up to two such (norm, rope) parts in one launch. */
+typedef struct slcu_normrope {
+    const float *x;
+    float *y;
+    int n_heads, dim;
+    size_t hs;
+    const float *w;
+    float w_off, eps;
+} slcu_normrope;
+int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, const float *inv_freq, float attn_factor, int pos,
+                   char *msg, size_t msglen);
 /* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
  * position pos0 + t (attention.c rope); inv_freq HOST [rot/2] (family/rope.h). interleave: the pairs
  * (x_2i, x_2i+1) are first de-interleaved into halves. */
@@ -115,6 +147,9 @@ int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, i
               float attn_factor, int pos0, int interleave, char *msg, size_t msglen);
 /* y[i] = silu(g[i]) * u[i], i < n (plain_swiglu). */
 int slcu_swiglu(const float *g, const float *u, float *y, size_t n, char *msg, size_t msglen);
+/* slcu_swiglu of a->n_tok rows of a->cols (g, u, y [n_tok][cols]; y may be g) that also makes y's int8 form in a,
+ * bitwise what slcu_act_quantize of y gives. */
+int slcu_swiglu_q(const float *g, const float *u, float *y, const slcu_act *a, char *msg, size_t msglen);
 /* gpt-oss's clamped SwiGLU (moe.c gptoss_ffn): gu [n_tok][2I] gate/up interleaved, bias [2I] or NULL,
  * act [n_tok][I] = (clamp(up) + 1) * g * sigmoid(1.702 g), g = min(gate, limit). */
 int slcu_swiglu_clamped(const float *gu, const float *bias, float limit, float *act, int n_tok, int I, char *msg,
@@ -153,6 +188,14 @@ typedef struct slcu_attn {
     size_t ldo;
 } slcu_attn;
 int slcu_attention(const slcu_attn *a, char *msg, size_t msglen);
+/* slcu_attention, and for one token whose head_dim is a multiple of 128, with the decode kernel, the output
+ * row's int8 form in oq (1 x n_heads * head_dim; bitwise slcu_act_quantize of out): 1 when it made it, 0 when
+ * not (only the attention ran), -1 on failure. */
+int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *msg, size_t msglen);
+/* Up to 8 tokens a call take the decode kernel (a CTA of 512 per (token, head)), more the batch one (128);
+ * both compute the same operations in the same order, bitwise. Tests: 0 automatic, 1 the batch kernel, 2
+ * the decode kernel wherever it fits (head_dim <= 480, the keys in shared memory). */
+void slcu_attn_force(int kernel);
 
 /* The Gated DeltaNet token recurrence (backend.h dn_step, deltanet.c head_recurrent) for n tokens: per
  * value head h and token t, with a = exp(g):  S = a S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q.
@@ -209,6 +252,22 @@ int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen);
  * exact); per lane its 32-column blocks in order, a fixed butterfly over the lanes. ---- */
 int slcu_matmul_mxfp4(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, char *msg,
                       size_t msglen);
+
+/* The stream every kernel of cuda_ops.cu, cuda_i8.cu, cuda_mat.cu and backend_cuda_rt.cu is queued on: NULL (the
+ * legacy default stream) but while the CUDA backend records a decode step into a CUDA graph (backend_cuda.c). */
+extern void *slcu_cur_stream;
+/* 1 (default): issue 24's decode kernels (the one-token matvec mv1_i8, the decode attention, the one-warp router);
+ * 0: the kernels before them (bitwise the same results but the router's weights, within rounding), for
+ * bisecting a device fault (SLUICE_CUDA_DECODE=0, read by backend_cuda.c). */
+extern int slcu_decode_kernels;
+#ifdef __CUDACC__
+#define SLS ((cudaStream_t)slcu_cur_stream)
+#endif
+/* While a recorded step runs (backend_cuda.c): RoPE and the decode attention read the position of their one
+ * token from pos_dev (device) instead of their argument, and the attention sizes its shared memory for up to
+ * max_keys positions. NULL, 0: as usual. */
+void slcu_set_step(const int *pos_dev, int max_keys);
+const int *slcu_step_pos(void); /* pos_dev while a step is recorded, else NULL */
 
 /* Device time of fn(ctx) in ms, the mean of reps calls after one warm-up, by CUDA events (benchmarks). */
 float slcu_time(void (*fn)(void *), void *ctx, int reps);

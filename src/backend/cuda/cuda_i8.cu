@@ -97,7 +97,7 @@ extern "C" int slcu_act_quantize(const slcu_act *a, const float *x, size_t ldx, 
     if (a->n_tok <= 0) return 0;
     const int nb = a->cols / 32;
     dim3 grid((unsigned)((nb + 3) / 4), (unsigned)a->n_tok);
-    act_quant<<<grid, 128>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
+    act_quant<<<grid, 128, 0, SLS>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : fail(msg, msglen, "activation quantisation launch", e);
 }
@@ -293,6 +293,72 @@ __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
     }
 }
 
+/* One token (mv1_i8): a CTA of MV1_THREADS takes MV1_ROWS rows. Per chunk of up to MV1_KC blocks, every thread
+ * takes (row, block) pairs, consecutive threads consecutive blocks of a row (coalesced code loads), and stages
+ * the block's exact I_b as a float and its scale product s_g * d_b (and the row's group biases) in shared
+ * memory; then thread i folds row i's chunk in block order, acc = fma(I_b, s_g d_b, acc), and its biases,
+ * accb = fma(bias_j, s_j, accb): mv_i8's operations in mv_i8's order, so bitwise its results, with the
+ * loads of a row spread over the CTA instead of one thread. */
+#define MV1_ROWS 16
+#define MV1_THREADS 256
+#define MV1_KC 128
+#define MV1_LD (MV1_ROWS + 1) /* odd: the staging stores of consecutive blocks hit different banks */
+
+template <int DT, int SDT>
+__global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ijobs J) {
+    const ijob j = resolve(J.j[find_job(J)]);
+    __shared__ float sI[MV1_KC * MV1_LD], sM[MV1_KC * MV1_LD], sB[MV1_KC * MV1_LD];
+    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * MV1_ROWS, cols = j.cols, nb = cols / 32;
+    const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(MV1_ROWS, j.nrows - r0);
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
+    const int8_t *xq = j.xq + (size_t)ar * cols;
+    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff;
+    float acc = 0.f, accb = 0.f;
+    for (int kb0 = 0; kb0 < nb; kb0 += MV1_KC) {
+        const int kcn = min(MV1_KC, nb - kb0), np = nr * kcn;
+#pragma unroll 4
+        for (int q = tid; q < np; q += MV1_THREADS) {
+            const int rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
+            const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * (DT == DT_Q4 ? 16 : 32);
+            const uint4 *xa = (const uint4 *)(xq + (size_t)b * 32);
+            const uint4 w0 = __ldg((const uint4 *)w), x0 = __ldg(xa), x1 = __ldg(xa + 1);
+            int I = 0;
+            if (DT == DT_Q4) {
+                const unsigned M = 0x0f0f0f0fu;
+                I = __dp4a((int)(w0.x & M), (int)x0.x, I);
+                I = __dp4a((int)((w0.x >> 4) & M), (int)x0.y, I);
+                I = __dp4a((int)(w0.y & M), (int)x0.z, I);
+                I = __dp4a((int)((w0.y >> 4) & M), (int)x0.w, I);
+                I = __dp4a((int)(w0.z & M), (int)x1.x, I);
+                I = __dp4a((int)((w0.z >> 4) & M), (int)x1.y, I);
+                I = __dp4a((int)(w0.w & M), (int)x1.z, I);
+                I = __dp4a((int)((w0.w >> 4) & M), (int)x1.w, I);
+            } else {
+                const uint4 w1 = __ldg((const uint4 *)w + 1);
+                I = dp4a_us(w0.x, (int)x0.x, I), I = dp4a_us(w0.y, (int)x0.y, I);
+                I = dp4a_us(w0.z, (int)x0.z, I), I = dp4a_us(w0.w, (int)x0.w, I);
+                I = dp4a_us(w1.x, (int)x1.x, I), I = dp4a_us(w1.y, (int)x1.y, I);
+                I = dp4a_us(w1.z, (int)x1.z, I), I = dp4a_us(w1.w, (int)x1.w, I);
+            }
+            const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+            const float sw = cv_sw(ld_sw(j.scales, SDT, e), j.scales, SDT, e);
+            sI[bl * MV1_LD + rl] = (float)I;
+            sM[bl * MV1_LD + rl] = __fmul_rn(sw, __ldg(xd + b));
+            if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
+        }
+        __syncthreads();
+        if (tid < nr) {
+#pragma unroll 8
+            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(sI[bl * MV1_LD + tid], sM[bl * MV1_LD + tid], acc);
+            for (int gl = 0; gl < (kcn >> gshift); gl++)
+                accb = __fmaf_rn(sB[gl * MV1_LD + tid], __ldg(xs + (kb0 >> gshift) + gl), accb);
+        }
+        __syncthreads();
+    }
+    if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
+}
+
 #define GM 64 /* rows per CTA */
 #define GN 64 /* tokens per CTA */
 
@@ -432,21 +498,27 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
             j.ttiles = (j.n_tok + GN - 1) / GN;
             tiles += (j.nrows + GM - 1) / GM * j.ttiles;
         } else {
+            const int rows = max_tok <= 1 && slcu_decode_kernels ? MV1_ROWS : MV_ROWS;
             j.ttiles = 1;
-            tiles += (j.nrows + MV_ROWS - 1) / MV_ROWS;
+            tiles += (j.nrows + rows - 1) / rows;
         }
     }
     if (!tiles) return cudaSuccess;
     if (gemm) {
-#define GE(D) (sdt == DT_F32 ? gemm_i8<D, DT_F32><<<tiles, 128>>>(*J) : sdt == DT_BF16 ? gemm_i8<D, DT_BF16><<<tiles, 128>>>(*J) \
-                                                                  : gemm_i8<D, DT_F16><<<tiles, 128>>>(*J))
+#define GE(D) (sdt == DT_F32 ? gemm_i8<D, DT_F32><<<tiles, 128, 0, SLS>>>(*J) : sdt == DT_BF16 ? gemm_i8<D, DT_BF16><<<tiles, 128, 0, SLS>>>(*J) \
+                                                                  : gemm_i8<D, DT_F16><<<tiles, 128, 0, SLS>>>(*J))
         if (dt == DT_Q4) GE(DT_Q4);
         else GE(DT_Q8);
 #undef GE
     } else {
-#define MV1(D, NT, S) mv_i8<D, NT, S><<<tiles, 32>>>(*J)
+#define MV1(D, NT, S) mv_i8<D, NT, S><<<tiles, 32, 0, SLS>>>(*J)
 #define MV(D, NT) (sdt == DT_F32 ? MV1(D, NT, DT_F32) : sdt == DT_BF16 ? MV1(D, NT, DT_BF16) : MV1(D, NT, DT_F16))
-        if (dt == DT_Q4) {
+#define ONE(D) (sdt == DT_F32 ? mv1_i8<D, DT_F32><<<tiles, MV1_THREADS, 0, SLS>>>(*J) \
+                : sdt == DT_BF16 ? mv1_i8<D, DT_BF16><<<tiles, MV1_THREADS, 0, SLS>>>(*J) : mv1_i8<D, DT_F16><<<tiles, MV1_THREADS, 0, SLS>>>(*J))
+        if (max_tok <= 1 && slcu_decode_kernels) {
+            if (dt == DT_Q4) ONE(DT_Q4);
+            else ONE(DT_Q8);
+        } else if (dt == DT_Q4) {
             if (max_tok <= 1) MV(DT_Q4, 1);
             else if (max_tok <= 2) MV(DT_Q4, 2);
             else if (max_tok <= 4) MV(DT_Q4, 4);
@@ -457,6 +529,7 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
             else if (max_tok <= 4) MV(DT_Q8, 4);
             else MV(DT_Q8, 8);
         }
+#undef ONE
 #undef MV1
 #undef MV
     }

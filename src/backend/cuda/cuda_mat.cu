@@ -174,7 +174,7 @@ static void launch(const slcu_mat *w, const float *x, float *y, int nt) {
     const int per_block = ROWS_PER_BLOCK * RPW;
     dim3 grid((unsigned)((w->rows + per_block - 1) / per_block)), block(32 * ROWS_PER_BLOCK);
     const uint8_t *d = (const uint8_t *)w->data;
-#define L(NT) matvec<DT, NT, RPW><<<grid, block>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, nt)
+#define L(NT) matvec<DT, NT, RPW><<<grid, block, 0, SLS>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, nt)
     if (nt == 1) L(1);
     else if (nt == 2) L(2);
     else if (nt <= 4) L(4);
@@ -210,7 +210,7 @@ extern "C" int slcu_matmul(const slcu_mat *w, const float *x, float *y, int n, c
         float *yt = y + (size_t)t0 * w->rows;
         if (w->cols % P && !quant) {
             const int th = 128, tot = w->rows * nt;
-            matvec_plain<<<(tot + th - 1) / th, th>>>((const uint8_t *)w->data, w->dtype, w->rows, w->cols, xt, yt, nt);
+            matvec_plain<<<(tot + th - 1) / th, th, 0, SLS>>>((const uint8_t *)w->data, w->dtype, w->rows, w->cols, xt, yt, nt);
         } else if (w->dtype == DT_F32) launch<DT_F32>(w, xt, yt, nt);
         else if (w->dtype == DT_BF16) launch<DT_BF16>(w, xt, yt, nt);
         else if (w->dtype == DT_F16) launch<DT_F16>(w, xt, yt, nt);

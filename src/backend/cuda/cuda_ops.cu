@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_quant.cuh"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
     if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
@@ -53,17 +54,24 @@ extern "C" int slcu_rmsnorm(const float *x, float *y, int n_tok, size_t ld, int 
                             const float *w, float w_off, float eps, char *msg, size_t msglen) {
     if (dim <= 0 || n_heads <= 0) return bad(msg, msglen, "rmsnorm: no columns or heads");
     if (n_tok <= 0) return 0;
-    k_rmsnorm<<<n_tok * n_heads, 256>>>(x, y, ld, n_heads, head_stride, dim, w, w_off, eps);
+    k_rmsnorm<<<n_tok * n_heads, 256, 0, SLS>>>(x, y, ld, n_heads, head_stride, dim, w, w_off, eps);
     return launched(msg, msglen, "rmsnorm launch");
 }
+
+static const int *step_pos; /* slcu_set_step */
+static int step_keys;
+
+extern "C" void slcu_set_step(const int *pos_dev, int max_keys) { step_pos = pos_dev, step_keys = max_keys; }
+extern "C" const int *slcu_step_pos(void) { return step_pos; }
 
 /* ---- RoPE (NeoX rotate-half on the first rot dims); the frequencies travel in the kernel parameter ---- */
 struct rope_freq {
     float f[512];
 };
 __global__ void k_rope(float *x, size_t ld, int n_heads, size_t hs, int half, const __grid_constant__ rope_freq fr, float af,
-                       int pos0, int inter) {
+                       int pos0, int inter, const int *pd) {
     __shared__ float v0[1024];
+    if (pd) pos0 = *pd;
     const int t = blockIdx.x / n_heads;
     float *v = x + (size_t)t * ld + (size_t)(blockIdx.x % n_heads) * hs;
     for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) v0[i] = v[i];
@@ -83,7 +91,8 @@ extern "C" int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t hea
     if (n_tok <= 0 || !rot) return 0;
     rope_freq fr;
     memcpy(fr.f, inv_freq, (size_t)rot / 2 * sizeof(float));
-    k_rope<<<n_tok * n_heads, 64>>>(x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave);
+    if (step_pos && n_tok != 1) return bad(msg, msglen, "rope: a recorded step has one token");
+    k_rope<<<n_tok * n_heads, 64, 0, SLS>>>(x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, step_pos);
     return launched(msg, msglen, "rope launch");
 }
 
@@ -96,7 +105,7 @@ __global__ void k_swiglu(const float *g, const float *u, float *y, size_t n) {
 extern "C" int slcu_swiglu(const float *g, const float *u, float *y, size_t n, char *msg, size_t msglen) {
     if (!n) return 0;
     size_t blocks = (n + 255) / 256;
-    k_swiglu<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256>>>(g, u, y, n);
+    k_swiglu<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, SLS>>>(g, u, y, n);
     return launched(msg, msglen, "swiglu launch");
 }
 
@@ -118,7 +127,7 @@ extern "C" int slcu_swiglu_clamped(const float *gu, const float *bias, float lim
                                    size_t msglen) {
     if (n_tok <= 0 || I <= 0) return 0;
     size_t blocks = ((size_t)n_tok * I + 255) / 256;
-    k_swiglu_clamped<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256>>>(gu, bias, limit, act, n_tok, I);
+    k_swiglu_clamped<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, SLS>>>(gu, bias, limit, act, n_tok, I);
     return launched(msg, msglen, "clamped swiglu launch");
 }
 
@@ -157,6 +166,31 @@ __device__ int rt_argmax(const float *p, int E, float taken, float *rv, int *ri)
     const int best = ri[32];
     __syncthreads(); /* rv / ri reused by the next round */
     return best;
+}
+
+/* kinds 0 and 1 after the choice (one thread): top-k-then-softmax's softmax over the k, or the renormalisation */
+__device__ void rt_weights(const slcu_router &r, float *tw) {
+    const int k = r.k;
+    if (r.kind == 1) {
+        const float mx = tw[0];
+        double sum = 0.0;
+        for (int s = 0; s < k; s++) tw[s] = expf(__fsub_rn(tw[s], mx)), sum += tw[s];
+        const float fsum = (float)sum;
+        for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], fsum);
+    } else if (r.norm_topk) {
+        float wsum = 0.0f;
+        for (int s = 0; s < k; s++) wsum = __fadd_rn(wsum, tw[s]);
+        for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], wsum);
+    }
+}
+
+__device__ void rt_sort(int k, int *te, float *tw) {
+    for (int s = 1; s < k; s++) { /* by expert index: the fixed combine order */
+        int e = te[s], i = s - 1;
+        float w = tw[s];
+        for (; i >= 0 && te[i] > e; i--) te[i + 1] = te[i], tw[i + 1] = tw[i];
+        te[i + 1] = e, tw[i + 1] = w;
+    }
 }
 
 __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float *logits, int *top_e, float *top_w) {
@@ -252,24 +286,56 @@ __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float
             __syncthreads();
         }
         if (tid) return;
-        if (r.kind == 1) {
-            const float mx = tw[0];
-            double sum = 0.0;
-            for (int s = 0; s < k; s++) tw[s] = expf(__fsub_rn(tw[s], mx)), sum += tw[s];
-            const float fsum = (float)sum;
-            for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], fsum);
-        } else if (r.norm_topk) {
-            float wsum = 0.0f;
-            for (int s = 0; s < k; s++) wsum = __fadd_rn(wsum, tw[s]);
-            for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], wsum);
+        rt_weights(r, tw);
+    }
+    rt_sort(k, te, tw);
+}
+
+/* Kinds 0 and 1 on one warp (decode: one token a CTA, no block barriers): the same choice as k_route (the
+ * argmax rounds, ties to the lower index) and the same operations, but for the softmax's double sum: per lane
+ * over e = lane mod 32 in order, then a shuffle tree (k_route: 128 partitions), so the weights agree with
+ * k_route's to rounding. Both paths of the CUDA backend (route, moe_resident) call slcu_route, so they choose
+ * alike (streamed == resident). */
+__global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *logits, int *top_e, float *top_w) {
+    __shared__ float p[RT_MAXE];
+    const int t = blockIdx.x, E = r.E, k = r.k, lane = threadIdx.x;
+    const float *lg = logits + (size_t)t * E;
+    int *te = top_e + (size_t)t * k;
+    float *tw = top_w + (size_t)t * k;
+    const float taken = r.kind == 1 ? -INFINITY : -1.0f;
+    if (r.kind == 1) {
+        for (int e = lane; e < E; e += 32) p[e] = lg[e];
+    } else {
+        float mx = -INFINITY;
+        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
+        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        double sum = 0.0;
+        for (int e = lane; e < E; e += 32) {
+            p[e] = expf(__fsub_rn(lg[e], mx));
+            sum += p[e];
         }
+        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float fsum = (float)sum;
+        for (int e = lane; e < E; e += 32) p[e] = __fdiv_rn(p[e], fsum);
     }
-    for (int s = 1; s < k; s++) { /* by expert index: the fixed combine order */
-        int e = te[s], i = s - 1;
-        float w = tw[s];
-        for (; i >= 0 && te[i] > e; i--) te[i + 1] = te[i], tw[i + 1] = tw[i];
-        te[i + 1] = e, tw[i + 1] = w;
+    __syncwarp();
+    for (int s = 0; s < k; s++) {
+        float v = 0.f;
+        int i = -1;
+        for (int e = lane; e < E; e += 32)
+            if (p[e] != taken) rt_better(v, i, p[e], e);
+        for (int o = 16; o; o >>= 1) {
+            const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+            const int i2 = __shfl_xor_sync(0xffffffffu, i, o);
+            rt_better(v, i, v2, i2);
+        }
+        if (i < 0) i = 0;
+        if (!lane) te[s] = i, tw[s] = p[i], p[i] = taken;
+        __syncwarp();
     }
+    if (lane) return;
+    rt_weights(r, tw);
+    rt_sort(k, te, tw);
 }
 
 extern "C" int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
@@ -280,7 +346,8 @@ extern "C" int slcu_route(const slcu_router *r, const float *logits, int n_tok, 
                          r->topk_group < 1 || r->topk_group > r->n_group))
         return bad(msg, msglen, "router: n_group / topk_group do not fit the experts");
     if (n_tok <= 0) return 0;
-    k_route<<<n_tok, RT_THREADS>>>(*r, logits, top_e, top_w);
+    if (r->kind == 2 || !slcu_decode_kernels) k_route<<<n_tok, RT_THREADS, 0, SLS>>>(*r, logits, top_e, top_w);
+    else k_route_warp<<<n_tok, 32, 0, SLS>>>(*r, logits, top_e, top_w);
     return launched(msg, msglen, "router launch");
 }
 
@@ -299,7 +366,7 @@ extern "C" int slcu_combine(const float *y, const float *w, int k, const float *
                             int H, char *msg, size_t msglen) {
     if (n_tok <= 0 || H <= 0) return 0;
     dim3 grid((unsigned)((H + 255) / 256), (unsigned)n_tok);
-    k_combine<<<grid, 256>>>(y, w, k, sh, sg, out, H);
+    k_combine<<<grid, 256, 0, SLS>>>(y, w, k, sh, sg, out, H);
     return launched(msg, msglen, "combine launch");
 }
 
@@ -370,9 +437,186 @@ __global__ void k_kv_append(const slcu_attn p) {
     }
 }
 
-static int attn_smem_max;
+/* ---- decode attention (a few tokens): k_attention's arithmetic per (token, head), bitwise, with the work
+ * spread over a CTA of AD_THREADS: a score's 8 lanes are 8 threads (lane jj sums columns c = jj mod 8 in
+ * increasing order; shuffles xor 1, 2, 4 are dot_scalar's tree), the max over all threads (a max does
+ * not depend on its order), the double sum over k_attention's 128 partitions and tree, the weights
+ * e_p / sum in parallel. The V sum keeps its chain, o[d] += w_p v_p[d] in increasing position, on the
+ * first hd threads; the other warps compute the products w_p v_p[d] of the next AD_PV / hd positions into
+ * the other half of a double buffer meanwhile. ---- */
+#define AD_THREADS 512
+#define AD_PV 8192 /* floats of one buffer of V products */
+#define AD_MAX_TOK 8 /* up to this many tokens a call: the decode kernel (bitwise k_attention's) */
+
+/* HD > 0: the head size known at compile time (every load of the row in flight at once); 0: hd */
+template <int HD>
+__device__ __forceinline__ float ad_dot(const float *qs, const float *kr, int hd, int jj) {
+    float acc = 0.0f;
+    if (HD) {
+#pragma unroll
+        for (int c = 0; c < HD; c += 8) acc = __fadd_rn(acc, __fmul_rn(qs[c + jj], kr[c + jj]));
+    } else {
+#pragma unroll 4
+        for (int c = jj; c < hd; c += 8) acc = __fadd_rn(acc, __fmul_rn(qs[c], kr[c]));
+    }
+    acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 1));
+    acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 2));
+    return __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, 4));
+}
+
+/* key or value row i of the kv head's positions p0 ..: the cache's, or (fused: one token appending its row) the
+ * new row itself for the last */
+__device__ __forceinline__ const float *ad_row(const slcu_attn &p, const float *cache, const float *nw, int p0, int i,
+                                               int n_keys, int kvh, bool fused) {
+    if (fused && i == n_keys - 1) return nw + (size_t)kvh * p.hd;
+    return cache + (size_t)((p0 + i) % p.cap) * (p.n_kv * p.hd) + (size_t)kvh * p.hd;
+}
+
+/* sc[i] = q . k_i * scale, i < n_keys: a warp takes 8 keys a pass (two per 8 lanes), passes uniform in the warp */
+template <int HD>
+__device__ void ad_scores(const slcu_attn &p, const float *qs, float *sc, int p0, int n_keys, int kvh, bool fused) {
+    const int hd = p.hd, lane = threadIdx.x & 31, jj = lane & 7, g = lane >> 3;
+    for (int base = (int)(threadIdx.x >> 5) * 8; base < n_keys; base += AD_THREADS / 32 * 8) {
+        const int i0 = base + g, i1 = base + 4 + g;
+        const float *k0 = ad_row(p, p.k_cache, p.k, p0, min(i0, n_keys - 1), n_keys, kvh, fused);
+        const float *k1 = ad_row(p, p.k_cache, p.k, p0, min(i1, n_keys - 1), n_keys, kvh, fused);
+        const float d0 = ad_dot<HD>(qs, k0, hd, jj), d1 = ad_dot<HD>(qs, k1, hd, jj);
+        if (jj == 0 && i0 < n_keys) sc[i0] = __fmul_rn(d0, p.scale);
+        if (jj == 0 && i1 < n_keys) sc[i1] = __fmul_rn(d1, p.scale);
+    }
+}
+
+/* the products w_i v_i[d] of positions c0 .. c0 + nk - 1 into pv [nk][hd]: producer warp wp (of nw) takes keys
+ * wp, wp + nw, ..., four at a time with every load in flight first (HD: the head size at compile time, or 0) */
+template <int HD>
+__device__ void ad_products(const slcu_attn &p, const float *w, float *pv, int p0, int c0, int nk, int n_keys, int kvh,
+                            int wp, int nw, bool fused) {
+    const int hd = HD ? HD : p.hd, lane = threadIdx.x & 31;
+    if (!HD) {
+        for (int kk = wp; kk < nk; kk += nw) {
+            const float wi = w[c0 + kk], *vr = ad_row(p, p.v_cache, p.v, p0, c0 + kk, n_keys, kvh, fused);
+            for (int dd = lane; dd < hd; dd += 32) pv[kk * hd + dd] = __fmul_rn(wi, vr[dd]);
+        }
+        return;
+    }
+    constexpr int PER = HD ? HD / 32 : 1;
+    for (int k0 = wp; k0 < nk; k0 += 4 * nw) {
+        float v[4][PER];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int kk = min(k0 + u * nw, nk - 1);
+            const float *vr = ad_row(p, p.v_cache, p.v, p0, c0 + kk, n_keys, kvh, fused);
+#pragma unroll
+            for (int e = 0; e < PER; e++) v[u][e] = vr[lane + 32 * e];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int kk = k0 + u * nw;
+            if (kk >= nk) break;
+            const float wi = w[c0 + kk];
+#pragma unroll
+            for (int e = 0; e < PER; e++) pv[kk * hd + lane + 32 * e] = __fmul_rn(wi, v[u][e]);
+        }
+    }
+}
+
+/* one chunk's products by the producer warps (the head size as a template argument where it is common) */
+__device__ __forceinline__ void ad_fill(const slcu_attn &p, const float *w, float *pv, int p0, int c0, int nk, int n_keys,
+                                        int kvh, int wp, int nw, bool fused) {
+    if (p.hd == 128) ad_products<128>(p, w, pv, p0, c0, nk, n_keys, kvh, wp, nw, fused);
+    else if (p.hd == 64) ad_products<64>(p, w, pv, p0, c0, nk, n_keys, kvh, wp, nw, fused);
+    else ad_products<0>(p, w, pv, p0, c0, nk, n_keys, kvh, wp, nw, fused);
+}
+
+/* max, exp, the double sum (k_attention's partitions and tree), then sc[i] = e_i / sum; every thread calls it */
+__device__ void ad_softmax(const slcu_attn &p, float *sc, int n_keys, int h, double *part, float *red) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float m = -INFINITY;
+    for (int i = tid; i < n_keys; i += AD_THREADS) m = fmaxf(m, sc[i]);
+    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (!lane) red[warp] = m;
+    __syncthreads();
+    float mx = p.sinks ? p.sinks[h] : -INFINITY;
+    for (int w = 0; w < AD_THREADS / 32; w++) mx = fmaxf(mx, red[w]);
+    for (int i = tid; i < n_keys; i += AD_THREADS) sc[i] = expf(__fsub_rn(sc[i], mx));
+    __syncthreads();
+    if (tid < AT_THREADS) {
+        double s = 0.0;
+        for (int i = tid; i < n_keys; i += AT_THREADS) s += sc[i];
+        part[tid] = s;
+    }
+    __syncthreads();
+    for (int w = AT_THREADS / 2; w > 0; w >>= 1) {
+        if (tid < w) part[tid] += part[tid + w];
+        __syncthreads();
+    }
+    const float fsum = (float)(part[0] + (p.sinks ? (double)expf(__fsub_rn(p.sinks[h], mx)) : 0.0));
+    for (int i = tid; i < n_keys; i += AD_THREADS) sc[i] = __fdiv_rn(sc[i], fsum);
+    __syncthreads();
+}
+
+/* fused: one token whose new K/V rows are read from p.k / p.v and stored by the first query head of each KV head
+ * (no k_kv_append launch; no CTA reads that cache row: its position is read from the new row, and the other
+ * positions' rows are other rows of the ring, as maxk <= cap) */
+__global__ void __launch_bounds__(AD_THREADS) k_attn_dec(slcu_attn p, bool fused, const int *pd, slcu_act qa) {
+    if (pd) p.pos0 = *pd; /* a recorded step: its one token's position */
+    extern __shared__ float ad_smem[]; /* pv [2][AD_PV] | sc [n_keys] */
+    __shared__ double part[AT_THREADS];
+    __shared__ float qs[1024], red[AD_THREADS / 32];
+    float *pv = ad_smem, *sc = ad_smem + 2 * AD_PV;
+    const int t = blockIdx.x / p.n_heads, h = blockIdx.x % p.n_heads, hd = p.hd, tid = threadIdx.x;
+    const int pos = p.pos0 + t, p0 = p.window > 0 && pos >= p.window ? pos - p.window + 1 : 0, n_keys = pos + 1 - p0;
+    const int kvh = h / (p.n_heads / p.n_kv);
+    const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride;
+    for (int i = tid; i < hd; i += AD_THREADS) qs[i] = qv[i];
+    __syncthreads();
+    if (fused && h % (p.n_heads / p.n_kv) == 0) {
+        const size_t dst = (size_t)(pos % p.cap) * (p.n_kv * hd) + (size_t)kvh * hd;
+        for (int i = tid; i < hd; i += AD_THREADS)
+            p.k_cache[dst + i] = p.k[(size_t)kvh * hd + i], p.v_cache[dst + i] = p.v[(size_t)kvh * hd + i];
+    }
+    if (hd == 128) ad_scores<128>(p, qs, sc, p0, n_keys, kvh, fused);
+    else if (hd == 64) ad_scores<64>(p, qs, sc, p0, n_keys, kvh, fused);
+    else ad_scores<0>(p, qs, sc, p0, n_keys, kvh, fused);
+    __syncthreads();
+    ad_softmax(p, sc, n_keys, h, part, red);
+    const int cw = (hd + 31) / 32, wp = (tid >> 5) - cw, nw = AD_THREADS / 32 - cw, kc = AD_PV / hd;
+    const int nch = (n_keys + kc - 1) / kc;
+    if (wp >= 0) ad_fill(p, sc, pv, p0, 0, min(kc, n_keys), n_keys, kvh, wp, nw, fused);
+    __syncthreads();
+    float acc = 0.0f;
+    for (int c = 0; c < nch; c++) {
+        const int c0 = c * kc, nk = min(kc, n_keys - c0);
+        if (wp >= 0) {
+            if (c + 1 < nch)
+                ad_fill(p, sc, pv + ((c + 1) & 1) * AD_PV, p0, c0 + kc, min(kc, n_keys - c0 - kc), n_keys, kvh, wp, nw, fused);
+        } else if (tid < hd) {
+            const float *b = pv + (c & 1) * AD_PV + tid;
+#pragma unroll 8
+            for (int i = 0; i < nk; i++) acc = __fadd_rn(acc, b[i * hd]);
+        }
+        __syncthreads();
+    }
+    if (tid < hd) {
+        const float v = p.gated ? __fmul_rn(acc, sigm(qv[hd + tid])) : acc;
+        p.out[(size_t)t * p.ldo + (size_t)h * hd + tid] = v;
+        if (qa.q) quant_lane(v, h * hd + tid, tid & 31, qa); /* one token: its row's int8 form, head h's blocks */
+    }
+    if (qa.q) {
+        __syncthreads();
+        quant_sums(qa, p.n_heads * hd / 32, h * hd / 32, hd / 32, tid, AD_THREADS);
+    }
+}
+
+static int attn_smem_max, dec_smem_max, attn_force;
+
+extern "C" void slcu_attn_force(int kernel) { attn_force = kernel; }
 
 extern "C" int slcu_attention(const slcu_attn *a, char *msg, size_t msglen) {
+    return slcu_attention_q(a, NULL, msg, msglen) < 0 ? -1 : 0;
+}
+
+extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *msg, size_t msglen) {
     if (a->hd <= 0 || a->hd > 1024 || a->n_kv <= 0 || a->n_heads % a->n_kv || a->cap <= 0 || a->pos0 < 0)
         return bad(msg, msglen, "attention: head_dim must be 1..1024, n_heads a multiple of n_kv, cap positive");
     if (a->n <= 0) return 0;
@@ -384,15 +628,31 @@ extern "C" int slcu_attention(const slcu_attn *a, char *msg, size_t msglen) {
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
         attn_smem_max = optin - (int)(AT_THREADS * sizeof(double) + 1024 * sizeof(float) + 64);
+        dec_smem_max = attn_smem_max - (int)(AD_THREADS / 32 * sizeof(float));
         cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, attn_smem_max);
+        cudaFuncSetAttribute(k_attn_dec, cudaFuncAttributeMaxDynamicSharedMemorySize, dec_smem_max);
     }
-    const size_t smem = (size_t)maxk * sizeof(float);
+    if (step_pos && (a->n != 1 || !a->k || step_keys < maxk))
+        return bad(msg, msglen, "attention: a recorded step has one token appending its row");
+    const int wk = a->window > 0 && a->window < a->cap ? a->window : a->cap; /* the most keys any position reads */
+    const size_t smem = (size_t)(step_pos ? min(wk, step_keys) : maxk) * sizeof(float);
+    const size_t dsmem = smem + 2 * AD_PV * sizeof(float);
+    const int dec = attn_force ? attn_force == 2 : slcu_decode_kernels && a->n <= AD_MAX_TOK;
+    if (dec && a->hd <= AD_THREADS - 32 && dsmem <= (size_t)dec_smem_max) {
+        const bool fused = a->k && a->n == 1;
+        if (a->k && !fused) k_kv_append<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a);
+        slcu_act qa = {};
+        if (oq && a->n == 1 && a->hd % 128 == 0 && oq->n_tok == 1 && oq->cols == a->n_heads * a->hd) qa = *oq;
+        k_attn_dec<<<a->n * a->n_heads, AD_THREADS, dsmem, SLS>>>(*a, fused, step_pos, qa);
+        return qa.q ? (launched(msg, msglen, "attention launch") ? -1 : 1) : launched(msg, msglen, "attention launch");
+    }
+    if (step_pos) return bad(msg, msglen, "attention: a recorded step needs the decode kernel");
     if (smem > (size_t)attn_smem_max) {
         if (msg && msglen) snprintf(msg, msglen, "attention: %d keys do not fit the device's shared memory (%d at most)", maxk, attn_smem_max / 4);
         return -1;
     }
-    if (a->k) k_kv_append<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256>>>(*a);
-    k_attention<<<a->n * a->n_heads, AT_THREADS, smem>>>(*a);
+    if (a->k) k_kv_append<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a);
+    k_attention<<<a->n * a->n_heads, AT_THREADS, smem, SLS>>>(*a);
     return launched(msg, msglen, "attention launch");
 }
 
@@ -478,10 +738,10 @@ extern "C" int slcu_dn_step(const float *conv_out, const float *gates, const flo
     /* 32 state columns a CTA (columns are independent): nv * dv / 32 CTAs, enough to fill the device */
     const dim3 grid((unsigned)nv, (unsigned)((dv + 31) / 32));
     const unsigned th = 32;
-    if (dn_generic) k_dn_step<<<grid, th, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
-    else if (dk == 128) k_dn_step_reg<128><<<grid, th>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
-    else if (dk == 64) k_dn_step_reg<64><<<grid, th>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
-    else k_dn_step<<<grid, th, 2 * (size_t)dk * sizeof(float)>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
+    if (dn_generic) k_dn_step<<<grid, th, 2 * (size_t)dk * sizeof(float), SLS>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
+    else if (dk == 128) k_dn_step_reg<128><<<grid, th, 0, SLS>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
+    else if (dk == 64) k_dn_step_reg<64><<<grid, th, 0, SLS>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
+    else k_dn_step<<<grid, th, 2 * (size_t)dk * sizeof(float), SLS>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
     return launched(msg, msglen, "deltanet launch");
 }
 
@@ -514,7 +774,7 @@ extern "C" int slcu_dn_conv(const slcu_dn *d, char *msg, size_t msglen) {
         return bad(msg, msglen, "deltanet conv: needs conv_k >= 1 and nv a multiple of nk");
     if (d->n <= 0) return 0;
     const int cq = 2 * d->nk * d->dk + d->nv * d->dv;
-    k_dn_conv<<<dim3((unsigned)((cq + 255) / 256), (unsigned)d->n + 1), 256>>>(*d);
+    k_dn_conv<<<dim3((unsigned)((cq + 255) / 256), (unsigned)d->n + 1), 256, 0, SLS>>>(*d);
     return launched(msg, msglen, "deltanet conv launch");
 }
 
@@ -552,9 +812,9 @@ __global__ void k_dn_l2norm(float *conv, int nk, int dk, size_t cq, float qscale
 extern "C" int slcu_dn_gates(const slcu_dn *d, char *msg, size_t msglen) {
     if (d->nk <= 0 || d->nv <= 0 || d->nv % d->nk || d->dk <= 0) return bad(msg, msglen, "deltanet gates: nv must be a multiple of nk");
     if (d->n <= 0) return 0;
-    k_dn_gate_vals<<<d->n, 128>>>(*d);
+    k_dn_gate_vals<<<d->n, 128, 0, SLS>>>(*d);
     const size_t cq = (size_t)2 * d->nk * d->dk + (size_t)d->nv * d->dv;
-    k_dn_l2norm<<<d->n * 2 * d->nk, 128>>>(d->conv_out, d->nk, d->dk, cq, 1.0f / sqrtf((float)d->dk));
+    k_dn_l2norm<<<d->n * 2 * d->nk, 128, 0, SLS>>>(d->conv_out, d->nk, d->dk, cq, 1.0f / sqrtf((float)d->dk));
     return launched(msg, msglen, "deltanet gates launch");
 }
 
@@ -569,7 +829,7 @@ __global__ void k_dn_gate_z(float *out, size_t ldo, const float *z, int nv, int 
 extern "C" int slcu_dn_norm(const slcu_dn *d, char *msg, size_t msglen) {
     if (d->n <= 0) return 0;
     if (slcu_rmsnorm(d->out, d->out, d->n, d->ldo, d->nv, (size_t)d->dv, d->dv, d->norm_w, 0.0f, d->eps, msg, msglen)) return -1;
-    k_dn_gate_z<<<dim3((unsigned)((d->nv * d->dv + 255) / 256), (unsigned)d->n), 256>>>(d->out, d->ldo, d->z, d->nv, d->dv);
+    k_dn_gate_z<<<dim3((unsigned)((d->nv * d->dv + 255) / 256), (unsigned)d->n), 256, 0, SLS>>>(d->out, d->ldo, d->z, d->nv, d->dv);
     return launched(msg, msglen, "deltanet norm launch");
 }
 

@@ -1,0 +1,225 @@
+/*
+ * cuda_fused.cu — the one-row kernels of a decode step that make the row's int8 form where its floats are computed
+ * (cuda.h slcu_rmsnorm_q, slcu_swiglu_q, slcu_add_norm_q): each does the separate kernels' operations in their
+ * order (cuda_ops.cu k_rmsnorm, k_swiglu, k_combine; backend_cuda_rt.cu k_add) and cuda_i8.cu act_quant's on
+ * the same floats (cuda_quant.cuh), so every output is bitwise what the separate launches give.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_quant.cuh"
+
+static int bad(char *msg, size_t n, const char *what) {
+    if (msg && n) snprintf(msg, n, "%s", what);
+    return -1;
+}
+static int launched(char *msg, size_t n, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return 0;
+    if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
+    return -1;
+}
+
+__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
+/* ---- one row's rmsnorm with its int8 form (kern_act's, as cuda_i8.cu act_quant makes it). A CTA of RN_THREADS
+ * loads the row into shared memory (its loads in flight together); then k_rmsnorm's operations: thread t < 256
+ * sums the squares of i = t, t + 256, ... in order (double), the same tree of 256; then every warp quantizes the
+ * blocks it holds (lane = column) by act_quant's operations on the same floats: bitwise a separate norm and
+ * quantisation. dim <= RN_MAXD. ---- */
+#define RN_THREADS 1024
+#define RN_MAXD 8192
+
+/* y = norm(xs) (xs: the row in shared memory) and, when a.q, its int8 form; every thread calls it */
+__device__ void norm_q_tail(const float *xs, float *y, int n, const float *w, float w_off, float eps, const slcu_act &a,
+                            double *part) {
+    const int tid = threadIdx.x;
+    if (tid < 256) {
+        double ss = 0.0;
+        for (int i = tid; i < n; i += 256) ss += (double)xs[i] * (double)xs[i];
+        part[tid] = ss;
+    }
+    __syncthreads();
+    for (int o = 128; o > 0; o >>= 1) {
+        if (tid < o) part[tid] += part[tid + o];
+        __syncthreads();
+    }
+    const float inv = (float)(1.0 / sqrt(part[0] / (double)n + (double)eps));
+    for (int i = tid; i < n; i += RN_THREADS) { /* i / 32 = the block, the same in the whole warp */
+        const float v = __fmul_rn(__fmul_rn(xs[i], inv), __fadd_rn(w_off, w[i]));
+        y[i] = v;
+        if (a.q) quant_lane(v, i, tid & 31, a);
+    }
+    if (!a.q) return;
+    __syncthreads();
+    quant_sums(a, n / 32, 0, n / 32, tid, RN_THREADS);
+}
+
+__global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float *y, int n, const float *w, float w_off,
+                                                          float eps, slcu_act a) {
+    __shared__ double part[256];
+    __shared__ float xs[RN_MAXD];
+    for (int i = threadIdx.x; i < n; i += RN_THREADS) xs[i] = x[i];
+    __syncthreads();
+    norm_q_tail(xs, y, n, w, w_off, eps, a, part);
+}
+
+extern "C" int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w, float w_off, float eps, const slcu_act *a,
+                              char *msg, size_t msglen) {
+    if (dim <= 0 || dim % 32 || dim > RN_MAXD || a->n_tok != 1 || a->cols != dim)
+        return bad(msg, msglen, "rmsnorm_q: one row of 32k columns, at most 8192");
+    k_rmsnorm_q<<<1, RN_THREADS, 0, SLS>>>(x, y, dim, w, w_off, eps, *a);
+    return launched(msg, msglen, "rmsnorm launch");
+}
+
+/* SwiGLU of n_tok rows of I with the rows' int8 form (cuda_i8.cu act_quant's grid and operations on the same
+ * floats: bitwise a separate slcu_swiglu then slcu_act_quantize); y may be g. */
+__global__ void k_swiglu_q(const float *g, const float *u, float *y, int I, slcu_act a) {
+    const int t = blockIdx.y, nb = I / 32, ns = nb + nb / 2 + nb / 4, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int b = blockIdx.x * 4 + w;
+    __shared__ float s32[4];
+    if (b < nb) {
+        const size_t c = (size_t)t * I + (size_t)b * 32;
+        const float v = __fmul_rn(silu(g[c + lane]), u[c + lane]);
+        y[c + lane] = v;
+        float amax = fmaxf(0.0f, fabsf(v));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
+        const float rv = rintf(__fmul_rn(v, id));
+        const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
+        int sum = qi;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        a.q[c + lane] = (int8_t)qi;
+        const int c8 = lane & 7;
+        a.q4[c + (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
+        if (lane == 0) {
+            const float sb = __fmul_rn(db, (float)sum);
+            a.d[(size_t)t * nb + b] = db;
+            a.s[(size_t)t * ns + b] = sb;
+            s32[w] = sb;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < 2; i++) {
+            const int jj = 2 * blockIdx.x + i;
+            if (jj < nb / 2) a.s[(size_t)t * ns + nb + jj] = __fadd_rn(s32[2 * i], s32[2 * i + 1]);
+        }
+        if ((int)blockIdx.x < nb / 4)
+            a.s[(size_t)t * ns + nb + nb / 2 + blockIdx.x] = __fadd_rn(__fadd_rn(s32[0], s32[1]), __fadd_rn(s32[2], s32[3]));
+    }
+}
+
+extern "C" int slcu_swiglu_q(const float *g, const float *u, float *y, const slcu_act *a, char *msg, size_t msglen) {
+    if (a->cols <= 0 || a->cols % 32) return bad(msg, msglen, "swiglu_q: rows of a multiple of 32");
+    if (a->n_tok <= 0) return 0;
+    k_swiglu_q<<<dim3((unsigned)((a->cols / 32 + 3) / 4), (unsigned)a->n_tok), 128, 0, SLS>>>(g, u, y, a->cols, *a);
+    return launched(msg, msglen, "swiglu launch");
+}
+
+
+__device__ __forceinline__ float sigm(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+/* One CTA of RN_THREADS: [cout = the MoE combine of one token (k_combine's order, its k <= AN_MAXK loads in flight
+ * first)]; x += y or cout (k_add); then norm_q_tail (k_rmsnorm's operations, the int8 form when a.q). */
+#define AN_MAXK 16
+__global__ void __launch_bounds__(RN_THREADS) k_add_norm_q(const slcu_addnorm p, slcu_act a) {
+    __shared__ double part[256];
+    __shared__ float xs[RN_MAXD];
+    const int n = p.dim;
+    for (int i = threadIdx.x; i < n; i += RN_THREADS) {
+        float yv;
+        if (p.cy) {
+            float ys[AN_MAXK];
+#pragma unroll
+            for (int s = 0; s < AN_MAXK; s++) ys[s] = s < p.ck ? p.cy[(size_t)s * n + i] : 0.0f;
+            float o = 0.0f;
+#pragma unroll
+            for (int s = 0; s < AN_MAXK; s++)
+                if (s < p.ck) o = __fadd_rn(o, __fmul_rn(p.cw[s], ys[s]));
+            if (p.csh) o = __fadd_rn(o, __fmul_rn(p.csg ? sigm(p.csg[0]) : 1.0f, p.csh[i]));
+            p.cout[i] = o;
+            yv = o;
+        } else {
+            yv = p.y[i];
+        }
+        const float xv = __fadd_rn(p.x[i], yv);
+        p.x[i] = xv;
+        xs[i] = xv;
+    }
+    __syncthreads();
+    norm_q_tail(xs, p.h, n, p.w, p.w_off, p.eps, a, part);
+}
+
+extern "C" int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *msg, size_t msglen) {
+    if (p->dim <= 0 || p->dim > RN_MAXD || (p->cy && p->ck > AN_MAXK) || (a && (p->dim % 32 || a->n_tok != 1 || a->cols != p->dim)))
+        return bad(msg, msglen, "add_norm_q: one row of at most 8192 (a multiple of 32 for its int8 form), 16 experts");
+    slcu_act none = {};
+    k_add_norm_q<<<1, RN_THREADS, 0, SLS>>>(*p, a ? *a : none);
+    return launched(msg, msglen, "add + rmsnorm launch");
+}
+
+/* ---- per-head norm then RoPE of one token (slcu_norm_rope): a CTA of 256 per head, k_rmsnorm's sum and tree, the
+ * normed head kept in shared memory for k_rope's operations (the angle from pos, or the recorded step's) ---- */
+struct nr_args {
+    slcu_normrope p[2];
+    int n0; /* heads of part 0 */
+    int half;
+    float af;
+    int pos;
+    float f[512];
+};
+
+__global__ void __launch_bounds__(256) k_norm_rope(const __grid_constant__ nr_args A, const int *pd) {
+    __shared__ double part[256];
+    __shared__ float v0[1024];
+    const int part_i = (int)blockIdx.x >= A.n0, h = (int)blockIdx.x - (part_i ? A.n0 : 0), tid = threadIdx.x;
+    const slcu_normrope &p = A.p[part_i];
+    const float *xr = p.x + (size_t)h * p.hs;
+    float *yr = p.y + (size_t)h * p.hs;
+    const int n = p.dim, half = A.half, pos = pd ? *pd : A.pos;
+    double ss = 0.0;
+    for (int i = tid; i < n; i += 256) ss += (double)xr[i] * (double)xr[i];
+    part[tid] = ss;
+    __syncthreads();
+    for (int o = 128; o > 0; o >>= 1) {
+        if (tid < o) part[tid] += part[tid + o];
+        __syncthreads();
+    }
+    const float inv = (float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps));
+    for (int i = tid; i < n; i += 256) {
+        const float v = __fmul_rn(__fmul_rn(xr[i], inv), __fadd_rn(p.w_off, p.w[i]));
+        if (i < 2 * half) v0[i] = v;
+        else yr[i] = v;
+    }
+    __syncthreads();
+    for (int i = tid; i < half; i += 256) {
+        const float ang = __fmul_rn((float)pos, A.f[i]);
+        const float c = __fmul_rn(cosf(ang), A.af), s = __fmul_rn(sinf(ang), A.af);
+        const float a = v0[i], b = v0[i + half];
+        yr[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        yr[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    }
+}
+
+extern "C" int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, const float *inv_freq, float attn_factor, int pos,
+                              char *msg, size_t msglen) {
+    if (n_parts < 1 || n_parts > 2 || rot < 0 || rot % 2 || rot > 1024) return bad(msg, msglen, "norm_rope: 1 or 2 parts, rot even <= 1024");
+    nr_args A;
+    int heads = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if (p[i].dim <= 0 || p[i].dim < rot || p[i].n_heads <= 0) return bad(msg, msglen, "norm_rope: rot past the head");
+        A.p[i] = p[i];
+        heads += p[i].n_heads;
+    }
+    if (n_parts == 1) A.p[1] = p[0];
+    A.n0 = p[0].n_heads, A.half = rot / 2, A.af = attn_factor, A.pos = pos;
+    memcpy(A.f, inv_freq, (size_t)rot / 2 * sizeof(float));
+    k_norm_rope<<<heads, 256, 0, SLS>>>(A, slcu_step_pos());
+    return launched(msg, msglen, "norm + rope launch");
+}
