@@ -439,9 +439,9 @@ TEST(mxfp4_layout_round_trip) {
     for (int i = 0; i < rows * cols; i++) w[i] = MXFP4_VALUES[(i * 7) % 16] * ldexpf(1.0f, (i / 32) % 5 - 3);
     for (int b = 0; b < rows * cols / 32; b++) w[b * 32 + 5] = 6.0f * ldexpf(1.0f, b % 5 - 3); /* the block max */
     CHECK(q_mat_bytes(DT_MXFP4, rows, cols, 32, DT_NONE) == (uint64_t)rows * cols / 2 + (uint64_t)rows * cols / 32);
-    char why[128];
-    CHECK(q_check(DT_MXFP4, cols, 32, DT_NONE, why, sizeof why) == 0);
-    CHECK(q_check(DT_MXFP4, 48, 32, DT_NONE, why, sizeof why) == -1 && strstr(why, "48"));
+    sl_error why = {0};
+    CHECK(q_check(DT_MXFP4, cols, 32, DT_NONE, &why) == SL_OK);
+    CHECK(q_check(DT_MXFP4, 48, 32, DT_NONE, &why) == SL_EINVAL && strstr(why.msg, "48"));
     uint8_t data[3 * 48 + 3 * 3];
     q_quantize(DT_MXFP4, w, rows, cols, 32, DT_NONE, 0, data);
     sl_mat m;

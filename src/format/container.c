@@ -178,22 +178,22 @@ sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, s
 
 /* ---- quantized entries ---- */
 
-int slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, sl_dtype *sdt, uint32_t *seed,
-                        char *why, size_t whylen) {
+sl_status slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, sl_dtype *sdt, uint32_t *seed,
+                              sl_error *err) {
     *group = 0;
     *sdt = DT_NONE;
     *seed = 0;
-    if (!q_is_quant(dt)) return 0;
+    if (!q_is_quant(dt)) return SL_OK;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "group"), *sd = cJSON_GetObjectItemCaseSensitive(o, "scale_dtype");
     const cJSON *se = cJSON_GetObjectItemCaseSensitive(o, "seed");
-    if (!cJSON_IsNumber(g) || !cJSON_IsString(sd)) {
-        snprintf(why, whylen, "%s entry lacks 'group' or 'scale_dtype'", dt_name(dt));
-        return -1;
-    }
+    if (!cJSON_IsNumber(g) || !cJSON_IsString(sd))
+        return sl_err(err, SL_EFORMAT, "%s entry lacks 'group' or 'scale_dtype'", dt_name(dt));
     *group = g->valueint;
     *sdt = dt == DT_MXFP4 ? DT_NONE : dt_from_name(sd->valuestring); /* mxfp4: E8M0 bytes */
     if (cJSON_IsNumber(se) && se->valuedouble >= 0 && se->valuedouble < 4294967296.0) *seed = (uint32_t)se->valuedouble;
-    return q_check(dt, cols, *group, *sdt, why, whylen);
+    if (!q_check(dt, cols, *group, *sdt, err)) return SL_OK;
+    if (err) err->status = SL_EFORMAT; /* a manifest's entry: the file is malformed */
+    return SL_EFORMAT;
 }
 
 void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t seed) {
@@ -348,11 +348,14 @@ static sl_status read_tensor(slc_file *f, const cJSON *it, int i, slc_tensor *t,
     t->name = strdup(nm->valuestring);
     f->n_tensors++;
     if (!t->name) return sl_err(err, SL_ENOMEM, "out of memory");
-    char why[160];
-    if ((q_is_quant(t->dtype) && t->ndim != 2) ||
-        slc_quant_from_json(it, t->dtype, t->shape[1], &t->group, &t->sdtype, &t->seed, why, sizeof why))
-        return sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' (%s): %s", path, t->name, dt_name(t->dtype),
-                      q_is_quant(t->dtype) && t->ndim != 2 ? "a quantized tensor must be 2-D" : why);
+    if (q_is_quant(t->dtype) && t->ndim != 2)
+        return sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' (%s): a quantized tensor must be 2-D", path,
+                      t->name, dt_name(t->dtype));
+    sl_status st = slc_quant_from_json(it, t->dtype, t->shape[1], &t->group, &t->sdtype, &t->seed, err);
+    if (st) {
+        sl_err_prefix(err, "%s: manifest: tensor '%s' (%s)", path, t->name, dt_name(t->dtype));
+        return st;
+    }
     if (t->size != q_mat_bytes(t->dtype, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, t->group, t->sdtype) ||
         !in_range(t->off, t->size, h->backbone_off, h->backbone_off + h->backbone_len))
         return sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' has a size or offset outside the backbone section", path, t->name);
@@ -383,10 +386,13 @@ static sl_status read_part(slc_file *f, const cJSON *o, int p, sl_error *err) {
     pp->size = num_u64(o, "size", &bad);
     int64_t want[2];
     arch_expert_shape(&f->cfg, p, want);
-    char why[160];
-    if (!bad && slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, why, sizeof why))
-        return sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s (%s): %s", path, arch_expert_part_name(&f->cfg, p),
-                      dt_name(pp->dtype), why);
+    sl_status st = bad ? SL_OK
+                       : slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, err);
+    if (st) {
+        sl_err_prefix(err, "%s: manifest: expert part %s (%s)", path, arch_expert_part_name(&f->cfg, p),
+                      dt_name(pp->dtype));
+        return st;
+    }
     if (bad || pp->shape[0] != want[0] || pp->shape[1] != want[1] ||
         (arch_expert_part_is_vec(&f->cfg, p) && (pp->dtype != DT_F32 || pp->off % 4)) ||
         pp->size != q_mat_bytes(pp->dtype, pp->shape[0], pp->shape[1], pp->group, pp->sdtype) ||

@@ -105,9 +105,10 @@ const uint8_t *slc_expert_block(const slc_file *f, const sl_expert *e);
 const slc_blob *slc_find_blob(const slc_file *f, const char *name);
 
 /* Reads the quantization fields of a tensor or expert-part entry with dtype dt of `cols` columns into
- * *group, *sdt, *seed (zero for plain dtypes). Returns 0, or -1 with the reason in why. */
-int slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, sl_dtype *sdt, uint32_t *seed,
-                        char *why, size_t whylen);
+ * *group, *sdt, *seed (zero for plain dtypes). SL_OK, or SL_EFORMAT with the reason in err, for the caller to
+ * prefix with the entry's name. */
+sl_status slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, sl_dtype *sdt, uint32_t *seed,
+                              sl_error *err);
 /* Adds "group", "scale_dtype" (and "seed" for q3) to an entry when dt is quantized. */
 void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t seed);
 

@@ -69,9 +69,8 @@ static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const ch
     }
     sl_quant q = role_mode(p, role);
     sl_dtype qd = quant_dtype(q);
-    char why[128];
     if (qd != DT_NONE && matrix && t->ndim == 2 &&
-        !q_check(qd, t->shape[1], p->group, p->scale_f16 ? DT_F16 : DT_BF16, why, sizeof why)) {
+        !q_check(qd, t->shape[1], p->group, p->scale_f16 ? DT_F16 : DT_BF16, NULL)) {
         g.dt = qd;
         g.group = p->group;
         g.sdt = p->scale_f16 ? DT_F16 : DT_BF16;
@@ -90,14 +89,17 @@ sl_status pack_derive(hf_ckpt *ck, const hf_tensor *t, const pack_tgt *tgt, void
         return hf_read(ck, t, tgt->dt, dst, err);
     }
     if (!q_is_quant(tgt->dt)) return hf_read(ck, t, tgt->dt, dst, err);
-    char why[128];
-    if (t->ndim != 2 || q_check(tgt->dt, t->shape[1], tgt->group, tgt->sdt, why, sizeof why))
-        return sl_err(err, SL_EINVAL, "tensor '%s' cannot be stored as %s: %s", t->name, dt_name(tgt->dt),
-                      t->ndim != 2 ? "not a matrix" : why);
+    if (t->ndim != 2)
+        return sl_err(err, SL_EINVAL, "tensor '%s' cannot be stored as %s: not a matrix", t->name, dt_name(tgt->dt));
+    sl_status st = q_check(tgt->dt, t->shape[1], tgt->group, tgt->sdt, err);
+    if (st) {
+        sl_err_prefix(err, "tensor '%s' cannot be stored as %s", t->name, dt_name(tgt->dt));
+        return st;
+    }
     size_t n = (size_t)t->shape[0] * (size_t)t->shape[1];
     float *tmp = malloc(n * sizeof(float) + 1);
     if (!tmp) return sl_err(err, SL_ENOMEM, "out of memory quantizing '%s'", t->name);
-    sl_status st = hf_read(ck, t, DT_F32, tmp, err);
+    st = hf_read(ck, t, DT_F32, tmp, err);
     if (!st) q_quantize(tgt->dt, tmp, (int)t->shape[0], (int)t->shape[1], tgt->group, tgt->sdt, tgt->seed, dst);
     free(tmp);
     return st;

@@ -7,6 +7,7 @@
  * verify --source re-derive byte-identical data).
  */
 #include "quant/quant.h"
+#include "util/err.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -53,28 +54,19 @@ uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtyp
     return codes + ng * dt_size(sdt) * (dt == DT_Q3 ? 1 : 2);
 }
 
-int q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, char *why, size_t whylen) {
-    if (!q_is_quant(dt)) return 0;
-    if (dt == DT_MXFP4) {
-        if (cols <= 0 || cols % 32) {
-            snprintf(why, whylen, "mxfp4 blocks of 32 do not divide the row of %lld columns", (long long)cols);
-            return -1;
-        }
-        return 0;
-    }
-    if (group != 32 && group != 64 && group != 128) {
-        snprintf(why, whylen, "group size %d is not 32, 64 or 128", group);
-        return -1;
-    }
-    if (sdt != DT_F16 && sdt != DT_BF16 && sdt != DT_F32) {
-        snprintf(why, whylen, "scale type %s is not f16, bf16 or f32", dt_name(sdt));
-        return -1;
-    }
-    if (cols <= 0 || cols % group) {
-        snprintf(why, whylen, "group size %d does not divide the row of %lld columns", group, (long long)cols);
-        return -1;
-    }
-    return 0;
+sl_status q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, sl_error *err) {
+    if (!q_is_quant(dt)) return SL_OK;
+    if (dt == DT_MXFP4)
+        return cols <= 0 || cols % 32
+                   ? sl_err(err, SL_EINVAL, "mxfp4 blocks of 32 do not divide the row of %lld columns", (long long)cols)
+                   : SL_OK;
+    if (group != 32 && group != 64 && group != 128)
+        return sl_err(err, SL_EINVAL, "group size %d is not 32, 64 or 128", group);
+    if (sdt != DT_F16 && sdt != DT_BF16 && sdt != DT_F32)
+        return sl_err(err, SL_EINVAL, "scale type %s is not f16, bf16 or f32", dt_name(sdt));
+    if (cols <= 0 || cols % group)
+        return sl_err(err, SL_EINVAL, "group size %d does not divide the row of %lld columns", group, (long long)cols);
+    return SL_OK;
 }
 
 void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt,

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "sluice.h"
 #include "util/tensor.h"
 #include "util/dtype.h"
 
@@ -52,9 +53,10 @@ static inline int q_is_quant(sl_dtype dt) { return dt == DT_Q8 || dt == DT_Q4 ||
  * quantized ones (group, sdt ignored for plain types). */
 uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtype sdt);
 
-/* Checks that (dt, group, sdt) can hold a matrix with `cols` columns. Returns 0, or -1 with a reason in
- * why (e.g. "group 48 is not 32, 64 or 128", "group 64 does not divide 96 columns"). */
-int q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, char *why, size_t whylen);
+/* Checks that (dt, group, sdt) can hold a matrix with `cols` columns. SL_OK, or SL_EINVAL with the reason in
+ * err (may be NULL; e.g. "group size 48 is not 32, 64 or 128", "group size 64 does not divide the row of 96
+ * columns"), for the caller to prefix with the tensor's name. */
+sl_status q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, sl_error *err);
 
 /* Points m at a matrix stored at data in the layout above (any dtype). Cannot fail. */
 void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt,
