@@ -177,34 +177,34 @@ static inline void i8_row_tail(const sl_mat *m, const uint16_t *h, int j, int ng
 
 static inline __m256 i8_zero(void) { return _mm256_setzero_ps(); }
 
-static inline i8w i8_loadw(sl_dtype dt, const i8_blk *B, int i, int c0, int h, int gsh) {
+static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c0, int h, int gsh) {
     const int k = c0 / 32;
-    const uint8_t *p = B->qr[i] + (dt == DT_Q8 ? c0 : c0 / 2) + 32 * h;
+    const uint8_t *p = q + (dt == DT_Q8 ? c0 : c0 / 2) + 32 * h;
     i8w w;
     if (dt == DT_Q8) {
         w.hi = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)p), _mm256_set1_epi8((char)0x80));
         w.lo = _mm256_abs_epi8(w.hi);
-        w.sv = _mm256_set1_ps(B->sf[i][(k + h) >> gsh]);
+        w.sv = _mm256_set1_ps(sf[(k + h) >> gsh]);
     } else {
         const __m256i c = _mm256_loadu_si256((const __m256i *)p), m4 = _mm256_set1_epi8(15);
         w.lo = _mm256_and_si256(c, m4);
         w.hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), m4);
-        w.sv = gsh ? _mm256_set1_ps(B->sf[i][(k + 2 * h) >> gsh]) : i8_pair(&B->sf[i][k + 2 * h]);
+        w.sv = gsh ? _mm256_set1_ps(sf[(k + 2 * h) >> gsh]) : i8_pair(&sf[k + 2 * h]);
     }
     return w;
 }
 
-static inline i8x i8_loadx(sl_dtype dt, const kern_act *a, const i8_blk *B, size_t tt, int c0, int h) {
-    const float *d = a->d + tt * (size_t)B->nb + c0 / 32;
+static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0, int h) {
+    const int8_t *p = xq + c0 + 32 * h;
+    d += c0 / 32;
     i8x x;
     if (dt == DT_Q8) {
-        x.xe = _mm256_loadu_si256((const __m256i *)(a->q + tt * (size_t)B->cols + c0 + 32 * h));
+        x.xe = _mm256_loadu_si256((const __m256i *)p);
         x.xo = i8_xs128(x.xe);
         x.dv = _mm256_set1_ps(d[h]);
     } else {
-        const int8_t *xq = a->q4 + tt * (size_t)B->cols + c0 + 32 * h;
-        x.xe = _mm256_loadu_si256((const __m256i *)xq);
-        x.xo = _mm256_loadu_si256((const __m256i *)(xq + 64));
+        x.xe = _mm256_loadu_si256((const __m256i *)p);
+        x.xo = _mm256_loadu_si256((const __m256i *)(p + 64));
         x.dv = i8_pair(d + 2 * h);
     }
     return x;

@@ -98,16 +98,15 @@ static inline void i8_row_tail(const sl_mat *m, const uint16_t *h, int j, int ng
 static inline __m512 i8_zero(void) { return _mm512_setzero_ps(); }
 
 /* q8 lanes hold 4 columns (a step is blocks k, k+1), q4 lanes 8 (blocks k .. k+3). */
-static inline i8w i8_loadw(sl_dtype dt, const i8_blk *B, int i, int c0, int p, int gsh) {
+static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c0, int p, int gsh) {
     const int k = c0 / 32; /* first block of the step */
-    const float *sf = B->sf[i];
     i8w w;
     if (dt == DT_Q8) {
-        w.lo = _mm512_loadu_si512(B->qr[i] + c0);
+        w.lo = _mm512_loadu_si512(q + c0);
         w.hi = _mm512_setzero_si512();
         w.sv = gsh ? _mm512_set1_ps(sf[k >> gsh]) : i8_x8(&sf[k]);
     } else {
-        const __m512i c = _mm512_loadu_si512(B->qr[i] + c0 / 2), m4 = _mm512_set1_epi8(15);
+        const __m512i c = _mm512_loadu_si512(q + c0 / 2), m4 = _mm512_set1_epi8(15);
         w.lo = _mm512_and_si512(c, m4);
         w.hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
         w.sv = gsh == 0 ? i8_x4(&sf[k]) : gsh == 1 ? i8_x8(&sf[k >> 1]) : _mm512_set1_ps(sf[k >> 2]);
@@ -115,17 +114,16 @@ static inline i8w i8_loadw(sl_dtype dt, const i8_blk *B, int i, int c0, int p, i
     return w;
 }
 
-static inline i8x i8_loadx(sl_dtype dt, const kern_act *a, const i8_blk *B, size_t tt, int c0, int p) {
-    const float *d = a->d + tt * (size_t)B->nb + c0 / 32;
+static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0, int p) {
+    d += c0 / 32;
     i8x x;
     if (dt == DT_Q8) {
-        x.xe = _mm512_loadu_si512(a->q + tt * (size_t)B->cols + c0);
+        x.xe = _mm512_loadu_si512(xq + c0);
         x.xo = _mm512_setzero_si512();
         x.dv = i8_x8(d);
     } else {
-        const int8_t *xq = a->q4 + tt * (size_t)B->cols + c0;
-        x.xe = _mm512_loadu_si512(xq);
-        x.xo = _mm512_loadu_si512(xq + 64);
+        x.xe = _mm512_loadu_si512(xq + c0);
+        x.xo = _mm512_loadu_si512(xq + c0 + 64);
         x.dv = i8_x4(d);
     }
     return x;

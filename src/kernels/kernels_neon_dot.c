@@ -58,33 +58,31 @@ static inline void i8_prefetch(const void *p) { (void)p; }
 
 static inline float32x4_t i8_zero(void) { return vdupq_n_f32(0.0f); }
 
-static inline i8w i8_loadw(sl_dtype dt, const i8_blk *B, int i, int c0, int v, int gsh) {
+static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c0, int v, int gsh) {
     const int b = c0 / 32 + (dt == DT_Q8 ? v / 2 : v);
     i8w w;
     if (dt == DT_Q8) {
-        w.lo = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(B->qr[i] + c0 + 16 * v), vdupq_n_u8(0x80)));
+        w.lo = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(q + c0 + 16 * v), vdupq_n_u8(0x80)));
         w.hi = w.lo;
     } else {
-        const uint8x16_t c = vld1q_u8(B->qr[i] + c0 / 2 + 16 * v);
+        const uint8x16_t c = vld1q_u8(q + c0 / 2 + 16 * v);
         w.lo = vreinterpretq_s8_u8(vandq_u8(c, vdupq_n_u8(15)));
         w.hi = vreinterpretq_s8_u8(vshrq_n_u8(c, 4));
     }
-    w.sc = B->sf[i][b >> gsh];
+    w.sc = sf[b >> gsh];
     return w;
 }
 
-static inline i8x i8_loadx(sl_dtype dt, const kern_act *a, const i8_blk *B, size_t tt, int c0, int v) {
+static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0, int v) {
     const int b = c0 / 32 + (dt == DT_Q8 ? v / 2 : v);
     i8x x;
-    x.d = a->d[tt * (size_t)B->nb + (size_t)b];
+    x.d = d[b];
+    x.xe = vld1q_s8(xq + c0 + 16 * v);
     if (dt == DT_Q8) {
-        x.xe = vld1q_s8(a->q + tt * (size_t)B->cols + (size_t)(c0 + 16 * v));
         x.xo = x.xe;
         x.base = vshlq_n_s32(vdotq_s32(vdupq_n_s32(0), x.xe, vdupq_n_s8(1)), 7);
     } else {
-        const int8_t *xq = a->q4 + tt * (size_t)B->cols + (size_t)(c0 + 16 * v);
-        x.xe = vld1q_s8(xq);
-        x.xo = vld1q_s8(xq + 64);
+        x.xo = vld1q_s8(xq + c0 + 16 * v + 64);
         x.base = vdupq_n_s32(0);
     }
     return x;

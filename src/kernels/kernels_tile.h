@@ -35,11 +35,14 @@
 #define TILE_KTOK 32
 #define TILE_RB 4
 
-static inline tile_acc tile_zero(void);
-static inline const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0, int nc, float *buf);
-static inline void tile_dot4(const float *const *wr, const float *x, int n, tile_acc *acc);
-static inline float tile_sum(tile_acc v);
-static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1);
+/* The pieces are always inlined: each table's loops are then whole, as if written out in its file. */
+#define TILE_PIECE static inline __attribute__((always_inline))
+TILE_PIECE tile_acc tile_zero(void);
+TILE_PIECE const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0, int nc, float *buf);
+TILE_PIECE void tile_dot4(const float *const *wr, const float *x, int n, tile_acc *acc);
+TILE_PIECE float tile_sum(tile_acc v);
+TILE_PIECE int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1);
+#undef TILE_PIECE
 
 static inline __attribute__((always_inline)) void tile_mm(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
                                                             float *y, size_t ldy, int n_tok, int r0, int r1) {

@@ -20,8 +20,8 @@
  * lanes), i8w (a row's codes and scales for one part of a step), i8x (a token's codes and block scales for one
  * part) before the #include, and these pieces (static inline, declared below) anywhere in the file:
  *   i8_zero()                                a part's lanes at zero
- *   i8_loadw(dt, B, i, c0, p, gsh)           row i's codes and scales, part p of the step at column c0
- *   i8_loadx(dt, a, B, tt, c0, p)            token tt's codes and block scales for the same part
+ *   i8_loadw(dt, q, sf, c0, p, gsh)          a row's codes q and scales sf (f32), part p of the step at column c0
+ *   i8_loadx(dt, xq, d, c0, p)               a token's codes xq (a->q or a->q4) and block scales d, the same part
  *   i8_fma(dt, w, x, acc)                    acc + (float)(exact integer dot of w and x) * (scale * d), per lane
  *   i8_store(acc, a16)                       the I8_PARTS parts of an output into a16[16]
  *   i8_row_f32(m, p, r, ng, out)             row r's ng scales or biases (p) of m as f32
@@ -57,17 +57,21 @@ typedef struct {
     float sf[I8_RB][I8_MAXG];
 } i8_blk;
 
-static inline i8v i8_zero(void);
-static inline i8w i8_loadw(sl_dtype dt, const i8_blk *B, int i, int c0, int p, int gsh);
-static inline i8x i8_loadx(sl_dtype dt, const kern_act *a, const i8_blk *B, size_t tt, int c0, int p);
-static inline i8v i8_fma(sl_dtype dt, i8w w, i8x x, i8v acc);
-static inline void i8_store(const i8v *acc, float *a16);
-static inline void i8_row_f32(const sl_mat *m, const void *p, int r, int ng, float *out);
-static inline void i8_prefetch(const void *p);
-static inline void i8_fin4(sl_dtype dt, const i8_blk *B, const sl_mat *w, const kern_act *a, int r, int t0, int nt,
-                           i8v (*acc)[I8_RB][I8_PARTS], float *y, size_t ldy);
+/* The pieces are always inlined: each table's loops are then whole, as if written out in its file (a small
+ * piece left as a call could even be dropped: GCC finds a lone prefetch free of side effects). */
+#define I8_PIECE static inline __attribute__((always_inline))
+I8_PIECE i8v i8_zero(void);
+I8_PIECE i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c0, int p, int gsh);
+I8_PIECE i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0, int p);
+I8_PIECE i8v i8_fma(sl_dtype dt, i8w w, i8x x, i8v acc);
+I8_PIECE void i8_store(const i8v *acc, float *a16);
+I8_PIECE void i8_row_f32(const sl_mat *m, const void *p, int r, int ng, float *out);
+I8_PIECE void i8_prefetch(const void *p);
+I8_PIECE void i8_fin4(sl_dtype dt, const i8_blk *B, const sl_mat *w, const kern_act *a, int r, int t0, int nt,
+                      i8v (*acc)[I8_RB][I8_PARTS], float *y, size_t ldy);
+#undef I8_PIECE
 
-static inline void i8_blk_init(i8_blk *B, sl_dtype dt, const sl_mat *w, int r, int nr) {
+static inline __attribute__((always_inline)) void i8_blk_init(i8_blk *B, sl_dtype dt, const sl_mat *w, int r, int nr) {
     B->cols = w->cols;
     B->g = w->group;
     B->ng = B->cols / B->g;
@@ -136,22 +140,31 @@ static inline void i8_fin_rows(sl_dtype dt, const i8_blk *B, const sl_mat *w, co
     }
 }
 
+/* Token tt's codes in the order dt's kernels read them (kernels.h kern_act: q4 order for q4). */
+static inline const int8_t *i8_xrow(sl_dtype dt, const kern_act *a, size_t tt) {
+    return (dt == DT_Q8 ? a->q : a->q4) + tt * (size_t)a->cols;
+}
+
 /* One token's steps up to the last whole one for rows [0, nr) of B, row after row, each row's lanes in registers
  * (gsh a constant in each caller); acc[i] receives them. Returns the first column not done. */
 static inline __attribute__((always_inline)) int i8_rows_1tok(sl_dtype dt, const i8_blk *B, const kern_act *a,
                                                                 size_t tt, int nr, size_t pf, i8v (*acc)[I8_PARTS],
                                                                 const int gsh) {
     const int step = dt == DT_Q8 ? 64 : 128, last = B->cols / step * step;
+    const int8_t *xq = i8_xrow(dt, a, tt);
+    const float *d = a->d + tt * (size_t)B->nb;
 #pragma GCC unroll 1
     for (int i = 0; i < nr; i++) {
+        const uint8_t *q = B->qr[i];
+        const float *sf = B->sf[i];
         i8v ac[I8_PARTS];
 #pragma GCC unroll 4
         for (int p = 0; p < I8_PARTS; p++) ac[p] = i8_zero();
         for (int c = 0; c < last; c += step) {
-            i8_prefetch(B->qr[i] + (dt == DT_Q8 ? c : c / 2) + pf); /* one 64-byte line per step */
+            i8_prefetch(q + (dt == DT_Q8 ? c : c / 2) + pf); /* one 64-byte line per step */
 #pragma GCC unroll 4
             for (int p = 0; p < I8_PARTS; p++)
-                ac[p] = i8_fma(dt, i8_loadw(dt, B, i, c, p, gsh), i8_loadx(dt, a, B, tt, c, p), ac[p]);
+                ac[p] = i8_fma(dt, i8_loadw(dt, q, sf, c, p, gsh), i8_loadx(dt, xq, d, c, p), ac[p]);
         }
 #pragma GCC unroll 4
         for (int p = 0; p < I8_PARTS; p++) acc[i][p] = ac[p];
@@ -165,17 +178,21 @@ static inline __attribute__((always_inline)) void i8_step_part(sl_dtype dt, cons
                                                                  i8v (*acc)[I8_RB][I8_PARTS]) {
     if (I8_ROWS_OUTER) { /* the tokens' activations once, then one row's codes at a time against all of them */
         i8x X[I8_KTOK];
-        for (int t = 0; t < nt; t++) X[t] = i8_loadx(dt, a, B, (size_t)(t0 + t), c0, p);
+        for (int t = 0; t < nt; t++) {
+            const size_t tt = (size_t)(t0 + t);
+            X[t] = i8_loadx(dt, i8_xrow(dt, a, tt), a->d + tt * (size_t)B->nb, c0, p);
+        }
         for (int i = 0; i < I8_RB; i++) {
-            const i8w W = i8_loadw(dt, B, i, c0, p, B->gsh);
+            const i8w W = i8_loadw(dt, B->qr[i], B->sf[i], c0, p, B->gsh);
             for (int t = 0; t < nt; t++) acc[t][i][p] = i8_fma(dt, W, X[t], acc[t][i][p]);
         }
     } else { /* the block's codes once, then each token's activations against them */
         i8w W[I8_RB];
 #pragma GCC unroll 4
-        for (int i = 0; i < I8_RB; i++) W[i] = i8_loadw(dt, B, i, c0, p, B->gsh);
+        for (int i = 0; i < I8_RB; i++) W[i] = i8_loadw(dt, B->qr[i], B->sf[i], c0, p, B->gsh);
         for (int t = 0; t < nt; t++) {
-            const i8x X = i8_loadx(dt, a, B, (size_t)(t0 + t), c0, p);
+            const size_t tt = (size_t)(t0 + t);
+            const i8x X = i8_loadx(dt, i8_xrow(dt, a, tt), a->d + tt * (size_t)B->nb, c0, p);
 #pragma GCC unroll 4
             for (int i = 0; i < I8_RB; i++) acc[t][i][p] = i8_fma(dt, W[i], X, acc[t][i][p]);
         }
@@ -211,22 +228,23 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
     else i8_fin_rows(dt, &B, w, a, r, nr, t0, nt, c0, acc, y, ldy);
 }
 
-/* One kern_matmul_i8_fn per weight type: token blocks x row blocks of i8_block, which is a function of its own
- * (noinline: its ~50 KB frame is not held by the caller; wide_q4_kernel_on_a_small_stack runs on 64 KiB), with
- * nt == 1 a constant in its decode copy. */
+/* One kern_matmul_i8_fn per weight type: token blocks of row blocks of i8_block. A token block's row loop is a
+ * function of its own (noinline: i8_block's ~37 KB frame is not held by the caller;
+ * wide_q4_kernel_on_a_small_stack runs on 64 KiB), i8_block inlined in it, with nt == 1 a constant in its decode
+ * copy. */
 #define I8_MM_FN(DT)                                                                                          \
-    static __attribute__((noinline, unused)) void i8_block_##DT(const sl_mat *w, const kern_act *a, float *y,  \
-                                                                size_t ldy, int r, int nr, int t0, int nt) {   \
-        if (nt == 1) i8_block(DT, w, a, y, ldy, r, nr, t0, 1);                                                \
-        else i8_block(DT, w, a, y, ldy, r, nr, t0, nt);                                                       \
+    static __attribute__((noinline, unused)) void i8_rows_##DT(const sl_mat *w, const kern_act *a, float *y,   \
+                                                               size_t ldy, int r0, int r1, int t0, int nt) {  \
+        for (int r = r0; r < r1; r += I8_RB) {                                                                \
+            const int nr = r1 - r < I8_RB ? r1 - r : I8_RB;                                                   \
+            if (nt == 1) i8_block(DT, w, a, y, ldy, r, nr, t0, 1);                                            \
+            else i8_block(DT, w, a, y, ldy, r, nr, t0, nt);                                                   \
+        }                                                                                                     \
     }                                                                                                         \
     static __attribute__((unused)) void i8_mm_##DT(const sl_mat *w, const kern_act *a, float *y, size_t ldy,  \
                                                    int r0, int r1) {                                          \
-        for (int t0 = 0; t0 < a->n_tok; t0 += I8_KTOK) {                                                      \
-            const int nt = a->n_tok - t0 < I8_KTOK ? a->n_tok - t0 : I8_KTOK;                                 \
-            for (int r = r0; r < r1; r += I8_RB)                                                              \
-                i8_block_##DT(w, a, y, ldy, r, r1 - r < I8_RB ? r1 - r : I8_RB, t0, nt);                      \
-        }                                                                                                     \
+        for (int t0 = 0; t0 < a->n_tok; t0 += I8_KTOK)                                                        \
+            i8_rows_##DT(w, a, y, ldy, r0, r1, t0, a->n_tok - t0 < I8_KTOK ? a->n_tok - t0 : I8_KTOK);        \
     }
 I8_MM_FN(DT_Q8)
 I8_MM_FN(DT_Q4)
