@@ -318,7 +318,6 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, uint8_t *ws, const floa
                 .accm = (__m512 *)(void *)(ws + I8P_WS_ACC), .y = y, .ldy = ldy, .xs = (size_t)S * 128,
                 .pf = (size_t)I8_PFB * I8_RB * (size_t)B->cols / 2, .r = r, .nr = nr, .t0 = t0, .nt = nt, .S = S};
     R.fast = S * 128 == B->cols && nr == I8_RB && st;
-    i8_prefetch_scales(w, B, r);
     _Alignas(64) float bm[I8_RB][I8P_TB];
     if (R.fast) i8p_bias_block(&R, st, bm);
     for (int s0 = 0; s0 < S; s0 += I8P_KC) {

@@ -12,9 +12,9 @@
  * few registers holds one row's codes, not the block's). One token (decode): rows one after another, each row's
  * lanes in registers over all its steps, so the row block is read front to back as one stream (the hardware
  * prefetcher follows one stream far better than I8_RB rows side by side: ~35 GB/s against ~15 on 2 threads,
- * docs/PERFORMANCE.md), with the group size a constant. The codes, and the next blocks' scales and biases, are
- * prefetched I8_PFB row blocks ahead. Every output's lanes take the same FMAs in the same order either way, so the
- * result depends only on its row and token (kernels.h).
+ * docs/PERFORMANCE.md), with the group size a constant. The codes are prefetched I8_PFB row blocks ahead. Every
+ * output's lanes take the same FMAs in the same order either way, so the result depends only on its row and token
+ * (kernels.h).
  *
  * The including file defines I8_KTOK, I8_PARTS, I8_ROWS_OUTER and the types i8v (one part's 16 / I8_PARTS float
  * lanes), i8w (a row's codes and scales for one part of a step), i8x (a token's codes and block scales for one
@@ -85,17 +85,6 @@ static inline __attribute__((always_inline)) void i8_blk_init(i8_blk *B, sl_dtyp
         if (i < nr) i8_row_f32(w, w->scales, ri, B->ng, B->sf[i]);
         else memcpy(B->sf[i], B->sf[0], (size_t)B->ng * sizeof(float));
     }
-}
-
-/* Prefetches the scales (and the biases unless implied) of the row block I8_PFB blocks after the one at r, as the
- * codes are: their own streams. */
-static inline __attribute__((always_inline)) void i8_prefetch_scales(const sl_mat *w, const i8_blk *B, int r) {
-    const int rp = r + I8_PFB * I8_RB;
-    if (rp + I8_RB > w->rows) return;
-    const size_t ss = w->sdtype == DT_F32 ? 4 : 2, o = (size_t)rp * (size_t)B->ng * ss;
-    const size_t n = (size_t)I8_RB * (size_t)B->ng * ss;
-    for (size_t k = 0; k < n; k += 64) i8_prefetch((const char *)w->scales + o + k);
-    for (size_t k = 0; !w->bias_implied && k < n; k += 64) i8_prefetch((const char *)w->biases + o + k);
 }
 
 /* Row i's biases as f32: computed from its scales when the matrix's are implied (sl_mat.bias_implied: the same
@@ -205,7 +194,10 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
     i8_blk B;
     i8_blk_init(&B, dt, w, r, nr);
     const int cols = B.cols, step = dt == DT_Q8 ? 64 : 128;
-    i8_prefetch_scales(w, &B, r);
+    /* Only the codes are prefetched. The kernels this driver replaced also asked for the next blocks' scales and
+     * biases, through a plain static inline function holding only _mm_prefetch, which GCC found free of side
+     * effects and dropped, so they never ran; run, they cost 4-6% on a cache-resident one-token q4 matrix (AVX-512,
+     * [1024 x 4096]). Whether they pay from DRAM is to be measured on a quiet machine. */
     i8v acc[I8_KTOK][I8_RB][I8_PARTS];
     for (int t = 0; t < nt; t++)
 #pragma GCC unroll 4
