@@ -350,6 +350,7 @@ typedef struct sl_tokenizer sl_tokenizer;
 /* Loads a tokenizer from a tokenizer.json file (tokenizer_config.json and chat_template.jinja beside it
  * are read when present: chat template, EOS token), from a .sluice container (the same files, stored
  * as blobs by sl_pack) or from a GGUF file's tokenizer.ggml.* metadata (docs/TEXT.md). Byte-level BPE only (Qwen, GPT-2 style); anything else is SL_EUNSUPPORTED.
+ * A file that is none of these (its first non-blank byte not '{') fails as .sluice containers do (SL_EFORMAT, "bad magic").
  * *out is freed with sl_tokenizer_free. A tokenizer may be used from several threads at once. */
 sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err);
 /* The same from memory: tokenizer.json text (len bytes), tokenizer_config.json text (NUL-terminated

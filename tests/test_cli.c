@@ -54,6 +54,11 @@ TEST(cli_errors_are_one_clear_line) {
     ok = rc == 1 && strstr(o, "README.md: not a .sluice container") && strchr(o, '\n') == o + strlen(o) - 1;
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
+    /* a text file given as a model: the same words as info, not the tokenizer's "not valid JSON" (issue 30) */
+    rc = test_sh(1, &o, "%s run -m README.md -p hi -n 1", bin());
+    ok = rc == 1 && strstr(o, "README.md: not a .sluice container (bad magic)") && strchr(o, '\n') == o + strlen(o) - 1;
+    CHECKF(ok, "rc %d: %s", rc, o);
+    free(o);
     rc = test_sh(1, &o, "%s frobnicate", bin());
     CHECKF(rc == 2 && strstr(o, "unknown command"), "rc %d: %s", rc, o);
     free(o);

@@ -473,6 +473,14 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
         n = strlen(json);
     } else {
         if ((st = fio_read_file(path, &json, &n, err))) return st;
+        size_t k = 0;
+        while (k < n && (json[k] == ' ' || json[k] == '\t' || json[k] == '\r' || json[k] == '\n')) k++;
+        if (k == n || json[k] != '{') { /* not a tokenizer.json either: say what a model file must be */
+            free(json);
+            slc_file f;
+            if ((st = slc_open(path, &f, err)) == SL_OK) { slc_close(&f); st = sl_err(err, SL_EFORMAT, "%s: not a model", path); }
+            return st;
+        }
         cfg = read_sibling(path, "tokenizer_config.json");
         tmpl = read_sibling(path, "chat_template.jinja");
     }
