@@ -43,6 +43,13 @@ TEST(cli_errors_are_one_clear_line) {
     int ok = rc != 0 && strstr(o, "does-not-exist") && strstr(o, "config.json") && !test_exists(test_path("%s/x.sluice", test_tmpdir()));
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
+    /* a file that is neither a checkpoint directory nor a GGUF file: named as such, not ".../config.json:
+     * Not a directory" (issue 30) */
+    rc = test_sh(1, &o, "%s pack README.md -o %s/x.sluice", bin(), test_tmpdir());
+    ok = rc == 1 && strstr(o, "README.md: neither a checkpoint directory") && strstr(o, "nor a GGUF file") &&
+         !strstr(o, "Not a directory") && !test_exists(test_path("%s/x.sluice", test_tmpdir()));
+    CHECKF(ok, "rc %d: %s", rc, o);
+    free(o);
     /* a file too short to hold a header, and a long enough one with the wrong magic: exit 1, one line
      * naming the file and what is wrong with it */
     rc = test_sh(1, &o, "%s info tests/data/qwen3_next/config.json", bin());

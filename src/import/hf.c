@@ -677,6 +677,11 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
         if (!(st = hf_open_gguf(ck, dir, err))) st = validate(ck, err);
         goto done;
     }
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) { /* a file, but not a GGUF one */
+        st = sl_err(err, SL_EFORMAT, "%s: neither a checkpoint directory (config.json and *.safetensors) nor a GGUF file", dir);
+        goto done;
+    }
     if ((st = read_config(ck, dir, err)) || (st = open_shards(ck, dir, err))) goto done;
     for (int f = 0; f < ck->n_files; f++)
         for (int i = 0; i < ck->files[f].n; i++)
