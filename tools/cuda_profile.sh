@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pc
 grep -m1 "model name" /proc/cpuinfo; nproc
 full=$dir/work/q30.sluice
 small=$dir/work/q30-L${LAYERS:-4}.sluice
-[ -f "$full" ] || "$stage/sluice" synth --shape qwen3-30b-a3b --quant q4 -o "$full" 2>&1 | tail -1
+[ -n "${SKIP_TIMED:-}" ] || [ -f "$full" ] || "$stage/sluice" synth --shape qwen3-30b-a3b --quant q4 -o "$full" 2>&1 | tail -1
 [ -f "$small" ] || "$stage/sluice" synth --shape qwen3-30b-a3b --quant q4 --layers "${LAYERS:-4}" -o "$small" 2>&1 | tail -1
 summ() { # a per-kernel table from ncu's CSV: calls, total ms, share
     python3 - "$1" <<'PY'
@@ -43,7 +43,7 @@ for k, (n, ms) in sorted(t.items(), key=lambda kv: -kv[1][1]):
 print(f'{"total":48s} {sum(x[0] for x in t.values()):7d} {tot:9.3f}')
 PY
 }
-for b in ${BINS:-sluice}; do
+for b in $([ -n "${SKIP_TIMED:-}" ] || echo ${BINS:-sluice}); do
     echo "== $b: timed, all layers (--gpu --resident, model routing)"
     for p in 1 512; do
         "$stage/$b" bench -m "$full" --gpu --resident --prompt $p --gen 64 --decode random 2>&1 | tail -2
