@@ -20,13 +20,16 @@ typedef struct {
     int hist, n, all;
 } seq_plan;
 
-static const seq_plan plans[NSEQ] = {
+static const seq_plan plans_mixed[NSEQ] = {
     {0, 70, 1},  /* a prompt longer than a micro-batch, every row's logits */
     {0, 5, 0},   /* a short prompt, last row only */
     {20, 1, 0},  /* a decode step */
     {9, 1, 1},   /* another decode step */
     {64, 3, 0},  /* a second chunk of a prompt */
 };
+/* every row in one micro-batch (continuous batching's decode steps): forward.c's joint attention pass */
+static const seq_plan plans_decode[NSEQ] = {{20, 1, 0}, {9, 1, 1}, {64, 3, 0}, {0, 5, 1}, {33, 1, 0}};
+static const seq_plan *plans = plans_mixed;
 
 static void fill_tokens(int32_t *t, int n, int V, unsigned salt) {
     unsigned x = 2166136261u ^ salt;
@@ -114,6 +117,11 @@ static void batch_vs_alone(const char *fixture, int streamed) {
 
 FIXTURE_TEST(batch_equals_alone_resident) { batch_vs_alone(arg, 0); }
 FIXTURE_TEST(batch_equals_alone_streamed) { batch_vs_alone(arg, 1); }
+FIXTURE_TEST(batch_of_decode_steps_equals_alone) {
+    plans = plans_decode;
+    batch_vs_alone(arg, 0);
+    plans = plans_mixed;
+}
 
 /* Decode steps of four sequences: the batch reads each chosen expert once, so fewer expert reads than
  * four separate steps through the same (tiny) cache. */

@@ -19,6 +19,7 @@ wait
 cf="-std=c11 -ffp-contract=off -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -Iinclude -D_GNU_SOURCE -ffunction-sections -fdata-sections"
 cc $cf -mavx2 -mfma -mf16c -c src/kernels/kernels_avx2.c -o "$b/k_avx2.o"
 cc $cf -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -c src/kernels/kernels_avx512.c -o "$b/k_avx512.o"
+cc $cf -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -c src/kernels/kernels_avx512_i8p.c -o "$b/k_avx512_i8p.o"
 cc $cf -mavx2 -c src/kernels/mxfp4_avx2.c -o "$b/m_avx2.o"
 cc $cf -mavx512f -c src/kernels/mxfp4_avx512.c -o "$b/m_avx512.o"
 cc $cf tests/cuda/test_cuda.c src/quant/quant.c src/util/dtype.c src/kernels/mxfp4.c src/kernels/kernels_scalar.c \

@@ -283,6 +283,12 @@ struct sl_backend {
      * + s * ldy); *w_dev: the weights in backend memory. 1 done, 0 not taken (nothing queued), or < 0. */
     int (*moe_resident)(sl_backend *be, const be_route *r, const sl_expert_src *xs, const be_ffn *f,
                         const float **w_dev);
+    /* optional: the routed experts of a layer-major MoE block on the device, with no host round trip: r's n
+     * rows (r->logits [n][E]) routed, each expert of the layer (every one resident: xs->get; SwiGLU, q8/q4,
+     * int8 activations) over the rows that chose it, and out [n][H] = the k slots' weighted sum in slot order
+     * (combine's, shared expert not included). h [n][H]: the block's normed input. Bitwise route() + an ffn per
+     * expert + combine_rows over ascending experts. 1 done, 0 not taken (nothing queued), or < 0. */
+    int (*moe_wide)(sl_backend *be, const be_route *r, const sl_expert_src *xs, const float *h, int inter, float *out);
     void (*combine)(sl_backend *be, const be_combine *c);
     /* Layer-major combine of one expert: out[tok[j]] += top_w[tok[j]*k + slot[j]] * y[j], j < cnt, in
      * increasing j (tok, slot, top_w HOST; out [..][H], y [cnt][H]). */

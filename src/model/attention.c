@@ -20,12 +20,17 @@
 #include "family/rope.h"
 #include "model/fwd_internal.h"
 
-int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0) {
+/* Items' rows of ws->h together (see fwd_internal.h fwd_attention_items): q/k/v, biases, q/k norms and o over
+ * every row in one op each; the cache hint, RoPE and the attention op per item (its positions, its cache). */
+int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const int *pos0s, int n_items,
+                        const sl_config *cfg, const sl_layer_w *lw, int layer) {
     sl_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden, ldq = (size_t)ws->n_big;
     const int nh = cfg->n_heads, nkv = cfg->n_kv_heads, hd = cfg->head_dim, rot = cfg->rot_dim;
     const int gated = cfg->gated_attn, qstride = gated ? 2 * hd : hd, kvrow = nkv * hd;
     const float w_off = cfg->zero_centred_norm ? 1.0f : 0.0f;
+    int n = 0;
+    for (int i = 0; i < n_items; i++) n += ns[i];
 
     kern_act hx; /* quantized once for q, k and v */
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, H, n, (int)H);
@@ -37,9 +42,11 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
         be->add_bias(be, ws->k, (size_t)kvrow, lw->k_bias, n, kvrow);
         be->add_bias(be, ws->v, (size_t)kvrow, lw->v_bias, n, kvrow);
     }
-    if (be->hint && pos0 > 0) { /* the attention op reads the cached rows: fetched during q/k norm and RoPE */
-        size_t bytes = (size_t)(pos0 < sq->kv_cap[layer] ? pos0 : sq->kv_cap[layer]) * (size_t)kvrow * sizeof(float);
-        if (bytes > FWD_HINT_BYTES / 2) bytes = FWD_HINT_BYTES / 2; /* more is not fetched in the gap */
+    for (int i = 0; be->hint && i < n_items; i++) { /* the attention op reads the cached rows: fetched during q/k norm and RoPE */
+        const fwd_seq *sq = sqs[i];
+        if (pos0s[i] <= 0) continue;
+        size_t bytes = (size_t)(pos0s[i] < sq->kv_cap[layer] ? pos0s[i] : sq->kv_cap[layer]) * (size_t)kvrow * sizeof(float);
+        if (bytes > FWD_HINT_BYTES / 2 / (size_t)n_items) bytes = FWD_HINT_BYTES / 2 / (size_t)n_items; /* more is not fetched in the gap */
         const void *p[2] = {sq->k_cache[layer], sq->v_cache[layer]};
         const size_t b2[2] = {bytes, bytes};
         be->hint(be, p, b2, 2);
@@ -55,19 +62,25 @@ int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_
         be->rmsnorm(be, ws->big, ws->big, n, ldq, nh, (size_t)qstride, hd, lw->q_norm, w_off, cfg->eps);
         be->rmsnorm(be, ws->k, ws->k, n, (size_t)kvrow, nkv, (size_t)hd, hd, lw->k_norm, w_off, cfg->eps);
     }
-    be->rope(be, ws->big, n, ldq, nh, (size_t)qstride, rot, inv_freq, attn_factor, pos0, 0);
-    be->rope(be, ws->k, n, (size_t)kvrow, nkv, (size_t)hd, rot, inv_freq, attn_factor, pos0, 0);
-
-    const be_attn a = {.q = ws->big, .ldq = ldq, .qstride = qstride, .gated = gated, .k = ws->k, .v = ws->v,
-                       .ldkv = (size_t)kvrow, .k_cache = sq->k_cache[layer], .v_cache = sq->v_cache[layer],
-                       .cap = sq->kv_cap[layer], .n = n, .pos0 = pos0, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
-                       .window = cfg->layer_sliding[layer] ? cfg->sliding_window : 0,
-                       .sinks = cfg->attn_sinks ? lw->sinks : NULL, .scale = 1.0f / sqrtf((float)hd), .out = ws->mix,
-                       .ldo = (size_t)ws->n_mix};
-    be->attention(be, &a);
+    for (int i = 0, r0 = 0; i < n_items; r0 += ns[i], i++) {
+        float *q = ws->big + (size_t)r0 * ldq, *k = ws->k + (size_t)r0 * kvrow, *v = ws->v + (size_t)r0 * kvrow;
+        be->rope(be, q, ns[i], ldq, nh, (size_t)qstride, rot, inv_freq, attn_factor, pos0s[i], 0);
+        be->rope(be, k, ns[i], (size_t)kvrow, nkv, (size_t)hd, rot, inv_freq, attn_factor, pos0s[i], 0);
+        const be_attn a = {.q = q, .ldq = ldq, .qstride = qstride, .gated = gated, .k = k, .v = v, .ldkv = (size_t)kvrow,
+                           .k_cache = sqs[i]->k_cache[layer], .v_cache = sqs[i]->v_cache[layer],
+                           .cap = sqs[i]->kv_cap[layer], .n = ns[i], .pos0 = pos0s[i], .n_heads = nh, .n_kv_heads = nkv,
+                           .head_dim = hd, .window = cfg->layer_sliding[layer] ? cfg->sliding_window : 0,
+                           .sinks = cfg->attn_sinks ? lw->sinks : NULL, .scale = 1.0f / sqrtf((float)hd),
+                           .out = ws->mix + (size_t)r0 * ws->n_mix, .ldo = (size_t)ws->n_mix};
+        be->attention(be, &a);
+    }
     fwd_hint_mat(ws, &lw->o); /* during the gate and o's int8 input */
 
     fwd_matmul(ws, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n, FWD_ACT_MID);
     if (lw->o_bias) be->add_bias(be, ws->out, H, lw->o_bias, n, (int)H);
     return 0;
+}
+
+int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0) {
+    return fwd_attention_items(ws, &sq, &n, &pos0, 1, cfg, lw, layer);
 }

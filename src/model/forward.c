@@ -13,8 +13,9 @@
  *    "one at a time" bitwise with the recurrent DeltaNet and to ~1e-6 with the chunked one.
  *  - nothing is allocated per token: scratch lives in the workspace, the backend's per-thread scratch is
  *    reserved at fwd_ws_new (and again, idempotently, before each evaluation).
- *  - the backend's sticky error is read after every block (be_check: without waiting for the device where
- *    the backend can), and a micro-batch syncs (be_sync) before it commits, so a failing op fails the
+ *  - the backend's sticky error is read after every block of a micro-batch step (be_check: without waiting for
+ *    the device where the backend can) and once at the end of a layer-major pass, and a micro-batch syncs
+ *    (be_sync) before it commits, so a failing op fails the
  *    evaluation before its state is committed.
  *
  * Sections: helpers, state, weight validation, fwd_eval.
@@ -220,12 +221,12 @@ sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
 }
 
 void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int n, int cols) {
-    kern_act_init(a, ws->act[slot], x, ldx, n, cols, ws->int8 && n <= FWD_BATCH && cols <= ws->act_cols);
+    kern_act_init(a, ws->act[slot], x, ldx, n, cols, ws->int8 && n <= ws->mb && cols <= ws->act_cols);
 }
 
 void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot) {
-    for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
-        int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+    for (int r0 = 0; r0 < n; r0 += ws->mb) {
+        int nb = n - r0 < ws->mb ? n - r0 : ws->mb;
         kern_act a;
         fwd_act(ws, &a, slot, x + (size_t)r0 * ldx, ldx, nb, w->cols);
         be_matmul(ws->be, w, &a, y + (size_t)r0 * ldy, ldy);
@@ -269,6 +270,10 @@ fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx, sl_backend *be) {
     const size_t B = FWD_BATCH, H = (size_t)cfg->hidden;
     ws->be = be;
     ws->int8 = 1;
+    ws->mb = FWD_BATCH;
+    const char *mr = getenv("SLUICE_MIX_ROWS");
+    ws->mix_rows = mr ? atoi(mr) : be->is_host ? FWD_BATCH : FWD_MIX_ROWS;
+    ws->mix_rows = ws->mix_rows < FWD_BATCH ? FWD_BATCH : ws->mix_rows > 1024 ? 1024 : ws->mix_rows;
     ws->n_ctx = n_ctx;
     ws->shape = *cfg;
     ws->chunked = 1;
@@ -561,6 +566,71 @@ static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const
 
 /* One layer-major pass's buffers: backend memory for the rows' floats, host memory for routing (fwd_wide's
  * index arrays and weights) and the rollback records. */
+/* A layer-major pass's wider buffers for softmax attention (ws->mix_rows rows where ws's hold FWD_BATCH): the
+ * block input h, q/k/v, the mixer output, out and the IN and MID int8 slots, swapped into ws around a layer's
+ * attention and MoE router (mix_swap) so that fwd_attention runs unchanged over micro-batches of that size. Every
+ * op's row depends on its own row only: the same bits as FWD_BATCH at a time, in fewer and fuller launches. */
+typedef struct mix_set {
+    float *h, *big, *k, *v, *mix, *out;
+    void *act[2];
+    size_t bytes[8];
+    int rows;
+} mix_set;
+
+static void mix_set_free(fwd_ws *ws, mix_set *m) {
+    void *p[8] = {m->h, m->big, m->k, m->v, m->mix, m->out, m->act[0], m->act[1]};
+    for (int i = 0; i < 8; i++) ws->be->free(ws->be, p[i], m->bytes[i], BE_BUF_DEVICE);
+    memset(m, 0, sizeof *m);
+}
+
+/* 0 (m->rows 0: FWD_BATCH micro-batches do), or SL_ENOMEM. rows: the longest item's. */
+static sl_status mix_set_new(fwd_ws *ws, const sl_config *cfg, int rows, mix_set *m) {
+    memset(m, 0, sizeof *m);
+    if (rows > ws->mix_rows) rows = ws->mix_rows;
+    if (rows <= FWD_BATCH || cfg->kv_lora > 0 || !any_layer(cfg, 0)) return SL_OK;
+    const size_t R = (size_t)rows, kvrow = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim, f = sizeof(float);
+    const size_t b[8] = {R * (size_t)cfg->hidden * f, R * (size_t)ws->n_big * f, R * kvrow * f, R * kvrow * f,
+                         R * (size_t)ws->n_mix * f, R * (size_t)cfg->hidden * f, kern_act_bytes(rows, ws->act_cols),
+                         kern_act_bytes(rows, ws->act_cols)};
+    void *p[8];
+    for (int i = 0; i < 8; i++) p[i] = ws->be->alloc(ws->be, b[i], BE_BUF_DEVICE);
+    *m = (mix_set){p[0], p[1], p[2], p[3], p[4], p[5], {p[6], p[7]}, {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]}, rows};
+    for (int i = 0; i < 8; i++)
+        if (!p[i]) {
+            mix_set_free(ws, m);
+            return SL_ENOMEM;
+        }
+    return SL_OK;
+}
+
+/* ws's micro-batch buffers <-> m's (twice: back as they were). */
+static void mix_swap(fwd_ws *ws, mix_set *m) {
+    float *t;
+    void *a;
+#define SWAP(x, y) (t = (x), (x) = (y), (y) = t)
+    SWAP(ws->h, m->h), SWAP(ws->big, m->big), SWAP(ws->k, m->k), SWAP(ws->v, m->v), SWAP(ws->mix, m->mix);
+    SWAP(ws->out, m->out);
+#undef SWAP
+    a = ws->act[FWD_ACT_IN], ws->act[FWD_ACT_IN] = m->act[0], m->act[0] = a;
+    a = ws->act[FWD_ACT_MID], ws->act[FWD_ACT_MID] = m->act[1], m->act[1] = a;
+    int r = ws->mb;
+    ws->mb = m->rows, m->rows = r;
+}
+
+/* Layer l's attention over every item's rows at once, where they fit one micro-batch (a batch of decode steps,
+ * continuous batching): fwd_attention_items, each row bitwise its sequence's own pass. 1 done, 0 not this case. */
+static int joint_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int l, const fwd_item *it, int n_items,
+                       int n, float *X) {
+    if (n_items < 2 || n > FWD_BATCH || cfg->layer_linear[l] || cfg->kv_lora > 0) return 0;
+    fwd_seq *sqs[FWD_BATCH];
+    int ns[FWD_BATCH], p0[FWD_BATCH];
+    for (int i = 0; i < n_items; i++) sqs[i] = it[i].sq, ns[i] = it[i].n, p0[i] = it[i].sq->n_past;
+    fwd_norm_rows(ws, X, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, cfg->hidden);
+    fwd_attention_items(ws, sqs, ns, p0, n_items, cfg, lw, l);
+    ws->be->add(ws->be, X, ws->out, (size_t)n * (size_t)cfg->hidden);
+    return 1;
+}
+
 typedef struct multi_pass {
     const fwd_item *it;
     int n_items, n, n_last, n_lg, traced;
@@ -574,6 +644,7 @@ typedef struct multi_pass {
     unsigned char *orig;
     int *row0;                     /* [n_items] the item's first row */
     float *last_rows, *last_logits; /* [n_last][H], [n_lg][V]: the gathered last rows of last-token items */
+    mix_set ms;                     /* wider attention micro-batches (a device backend's) */
 } multi_pass;
 
 #define DEV(bytes) be->alloc(be, (bytes), BE_BUF_DEVICE)
@@ -680,8 +751,11 @@ static sl_status multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w 
     const int o = mp->orig[(size_t)i * L + l], pos0 = sq->n_past;
     int rc = 0;
     if (!lin && n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) rc = save_ring(be, sq, l, sv, err);
-    for (int r0 = 0, b = 0; r0 < n && !rc; r0 += FWD_BATCH, b++) {
-        int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+    const int wmix = mp->ms.rows && !lin && cfg->kv_lora <= 0 && n > FWD_BATCH && sq->kv_cap[l] >= sq->n_ctx;
+    const int step = wmix ? mp->ms.rows : FWD_BATCH;
+    if (wmix) mix_swap(ws, &mp->ms); /* back after the loop, which does not return early for these layers */
+    for (int r0 = 0, b = 0; r0 < n && !rc; r0 += step, b++) {
+        int nb = n - r0 < step ? n - r0 : step;
         fwd_norm_rows(ws, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
         if (lin && b > 0) {
             if (b == 1) {
@@ -697,7 +771,6 @@ static sl_status multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w 
         rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, nb)
              : cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, nb, pos0 + r0)
                                 : fwd_attention(ws, sq, cfg, lw, l, nb, pos0 + r0);
-        if (!rc) rc = be_sync(ws->be, err);
         if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
             float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
             sq->conv[l][0] = sq->conv[l][1];
@@ -708,6 +781,7 @@ static sl_status multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w 
         }
         if (!rc) add_rows(ws, Xi + (size_t)r0 * H, ws->out, (size_t)nb * H);
     }
+    if (wmix) mix_swap(ws, &mp->ms);
     return rc;
 }
 
@@ -724,9 +798,10 @@ static sl_status multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w
         int nl = l + 1;
         while (nl < L && !cfg->layer_moe[nl]) nl++;
         fwd_norm_rows(ws, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, mp->HN, n, (int)H);
+        if (mp->ms.rows) mix_swap(ws, &mp->ms); /* the router's rows through the wider IN slot (ws->mb) */
         rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, X, mp->HN, mp->O, &mp->wb,
                           err);
-        if (!rc) rc = be_sync(ws->be, err);
+        if (mp->ms.rows) mix_swap(ws, &mp->ms);
         if (!rc) add_rows(ws, X, mp->O, (size_t)n * H);
         return rc;
     }
@@ -734,7 +809,6 @@ static sl_status multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
         fwd_norm_rows(ws, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
         rc = fwd_dense_mlp(ws, cfg, lw, nb);
-        if (!rc) rc = be_sync(ws->be, err);
         if (!rc) add_rows(ws, X + (size_t)r0 * H, ws->out, (size_t)nb * H);
     }
     return rc;
@@ -811,17 +885,24 @@ static void multi_finish(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, 
 static sl_status eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
                             const fwd_item *it, int n_items, sl_error *err) {
     multi_pass mp;
-    int rc = multi_alloc(ws->be, cfg, it, n_items, &mp, err);
+    int rc = multi_alloc(ws->be, cfg, it, n_items, &mp, err), max_n = 0;
+    for (int i = 0; i < n_items; i++) max_n = it[i].n > max_n ? it[i].n : max_n;
+    if (!rc && mix_set_new(ws, cfg, max_n, &mp.ms)) rc = sl_err(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp.n);
     if (rc) goto done;
     multi_begin(ws, cfg, w, experts, &mp);
     for (int l = 0; l < cfg->n_layers && !rc; l++) {
-        for (int i = 0; i < n_items && !rc; i++) rc = multi_mixer(ws, cfg, &w->layers[l], l, &mp, i, err);
+        const int joint = joint_mixer(ws, cfg, &w->layers[l], l, it, n_items, mp.n, mp.X);
+        for (int i = 0; i < n_items && !rc && !joint; i++) rc = multi_mixer(ws, cfg, &w->layers[l], l, &mp, i, err);
         if (!rc) rc = multi_ffn(ws, cfg, w, experts, l, &mp, err);
+        if (!rc) rc = be_check(ws->be, err); /* a failure so far, without waiting for the device */
+        if (!rc && mp.traced) rc = be_sync(ws->be, err); /* the hook reads X */
         if (!rc && mp.traced) ws->trace(ws->trace_ctx, l + 1, it[0].sq->n_past, mp.n, mp.X);
     }
+    if (!rc) rc = be_sync(ws->be, err); /* the pass's sticky error, read once before anything is committed */
     multi_settle(ws->be, cfg, &mp, !rc);
     if (!rc) multi_finish(ws, cfg, w, &mp);
 done:
+    mix_set_free(ws, &mp.ms);
     multi_free(ws->be, cfg, &mp);
     return rc;
 }

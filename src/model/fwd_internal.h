@@ -27,6 +27,7 @@
 #include "model/model.h"
 
 #define FWD_BATCH 64  /* tokens per micro-batch; also the DeltaNet chunk length */
+#define FWD_MIX_ROWS 512 /* a device backend's attention micro-batch in a layer-major pass (fwd_ws mix_rows) */
 
 /* Optional trace hook (tests): called after the embedding (layer 0), after each layer l (layer l+1)
  * and after the final norm (layer n_layers+1) with the hidden states x [n][H] of positions
@@ -74,6 +75,10 @@ struct fwd_ws {
                         0: the exact f32 kernels (sl_model_params.exact) */
     void *act[3];    /* kern_act storage for B rows of act_cols: FWD_ACT_IN, FWD_ACT_GATHER, FWD_ACT_MID */
     int act_cols;
+    int mb;          /* rows the micro-batch buffers below (and act) hold now: FWD_BATCH, or mix_rows while a
+                        layer-major pass's attention runs through its wider set (forward.c mix_set) */
+    int mix_rows;    /* rows of a layer-major pass's attention micro-batch: FWD_BATCH on a host backend, more on a
+                        device one (fewer launches, fuller GEMMs); SLUICE_MIX_ROWS sets it (tests) */
     int n_ctx;       /* longest context a sequence evaluated with it may have (attention score rows) */
     sl_config shape;
     int chunked;
@@ -127,7 +132,7 @@ struct fwd_ws {
  * shared and of every expert), an expert's gathered tokens, and a block's inner vector (o_proj's,
  * out_proj's, down's input). */
 enum { FWD_ACT_IN = 0, FWD_ACT_GATHER = 1, FWD_ACT_MID = 2 };
-/* a describes x [n][cols] (n <= FWD_BATCH) in slot; quantized on first use by a q8/q4 matrix. */
+/* a describes x [n][cols] (n <= ws->mb) in slot; quantized on first use by a q8/q4 matrix. */
 void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int n, int cols);
 /* How much a hint names: more than a waiting core prefetches in the caller's serial work between two parallel
  * ops of a decode step (norms, the int8 form, RoPE, routing: ~5-20 us at ~20-40 GB/s). */
@@ -136,7 +141,7 @@ void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int 
  * scales and biases as far as FWD_HINT_BYTES goes. NULL or absent w: nothing. A hint only: no result
  * depends on it. */
 void fwd_hint_mat(fwd_ws *ws, const sl_mat *w);
-/* y = W x for n rows of x (any n: FWD_BATCH rows at a time), x quantized once for this one matrix. */
+/* y = W x for n rows of x (any n: ws->mb rows at a time), x quantized once for this one matrix. */
 void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot);
 /* KV rows a saved state keeps of attention layer l at n_past positions: all, or a sliding layer's last
  * sliding_window - 1 (what the next query reads besides its own). */
@@ -147,6 +152,11 @@ int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past);
  * reads after the block (be_sync). The MoE blocks return SL_OK or an error with err filled (an expert, the
  * expert source, routing). */
 int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0);
+/* fwd_attention of several sequences' rows at once: item i's ns[i] rows follow item i-1's in ws->h (and
+ * ws->out), at positions pos0s[i].. of sqs[i]; sum of ns <= FWD_BATCH. The projections run over every row in
+ * one op each, RoPE and the attention op per item: each row bitwise fwd_attention of its item alone. */
+int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const int *pos0s, int n_items,
+                        const sl_config *cfg, const sl_layer_w *lw, int layer);
 /* Multi-head latent attention (cfg->kv_lora > 0), the same contract as fwd_attention. */
 int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0);
 /* Floats of per-thread scratch fwd_mla needs with contexts of n_ctx (0 when cfg is not MLA). */

@@ -399,25 +399,41 @@ void fwd_moe_hint_first(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
     hint_next_wide(ws, cfg, lw, layer, experts, n, x, E, wb);
 }
 
-/* The MoE block over n tokens at once (layer-major prefill): every expert the n tokens chose is fetched
- * once, in ascending order, and its output is added straight into each of its tokens' rows of out, so
- * no per-(token, slot) buffer is needed. Per token that is the same sequence of operations as
- * fwd_moe's ((0 + w_a y_a) + w_b y_b) + ... over ascending experts, then the gated shared expert, and
- * every matmul row depends only on its own token, so the result is bitwise fwd_moe's, chunk by chunk.
- * h: [n][H] normed input; out: [n][H]. next_lw / next_layer: the next MoE layer (NULL: none) and x [n][H]
- * the residual h was normed from, for the prefetch hint. Scratch: wb (sized for n), and ws's micro-batch
- * buffers. */
-sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-                       int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
-                       const fwd_wide *wb, sl_error *err) {
-    sl_backend *be = ws->be;
-    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
-    for (int r0 = 0; r0 < n; r0 += FWD_BATCH) { /* FWD_BATCH rows at a time through the int8 slot */
+/* The shared expert of a layer-major block over h's n rows, into wb->sh_y (FWD_BATCH rows at a time). */
+static void shared_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int n, const float *h,
+                        const fwd_wide *wb) {
+    const int H = cfg->hidden;
+    if (!lw->sh_gate.data) return;
+    for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
         kern_act a;
         fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
-        router_logits(ws, cfg, lw, h + (size_t)r0 * H, nb, &a, wb->router + (size_t)r0 * E);
+        swiglu_ffn(ws, cfg, &lw->sh_gate, &lw->sh_up, &lw->sh_down, &a, cfg->shared_inter, wb->sh_y + (size_t)r0 * H);
     }
+}
+
+/* The routed experts of a layer-major block on the backend's device (backend.h moe_wide): resident experts,
+ * int8 activations, SwiGLU. 1 done (out written), 0 not taken, < 0 failed. */
+static int wide_on_device(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
+                          const sl_expert_src *experts, int n, const float *h, float *out, const fwd_wide *wb,
+                          sl_error *err) {
+    if (!ws->be->moe_wide || experts->begin || !ws->int8 || cfg->moe_inter > ws->act_cols ||
+        cfg->expert_kind == SL_EXPERT_GPTOSS)
+        return 0;
+    const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = wb->router, .bias = lw->router_bias};
+    int rc = ws->be->moe_wide(ws->be, &r, experts, h, cfg->moe_inter, out);
+    if (rc < 0) sl_err(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
+    return rc;
+}
+
+/* fwd_moe_wide's routed experts through the backend's ops: routed on the host's copy of the choice, grouped
+ * here, every expert fetched once in ascending order (streamed or resident), its rows in FWD_BATCH pieces,
+ * each output added into its token's row of out; the shared expert (wb->sh_y) while the first reads fly. */
+static sl_status routed_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
+                             const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, int n,
+                             const float *x, const float *h, float *out, const fwd_wide *wb, sl_error *err) {
+    sl_backend *be = ws->be;
+    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     int rc = route(ws, cfg, lw, layer, wb->router, n, wb->top_e, wb->top_w, err);
     if (rc) return rc;
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
@@ -443,13 +459,7 @@ sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, i
         return rc;
     }
     if (experts->begin) hint_next_wide(ws, cfg, next_lw, next_layer, experts, n, x, n_list, wb);
-    if (lw->sh_gate.data) /* while the first reads are in flight */
-        for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
-            int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-            kern_act a;
-            fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
-            swiglu_ffn(ws, cfg, &lw->sh_gate, &lw->sh_up, &lw->sh_down, &a, cfg->shared_inter, wb->sh_y + (size_t)r0 * H);
-        }
+    shared_wide(ws, cfg, lw, n, h, wb); /* while the first reads are in flight */
     be->zero(be, out, (size_t)n * H * sizeof(float));
     for (int i = 0; i < n_list && !rc; i++) {
         int e = ws->e_list[i], got = e;
@@ -478,14 +488,40 @@ sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, i
         if (experts->begin) experts->release(experts->ctx, got);
     }
     if (experts->begin) experts->end(experts->ctx);
-    if (rc) return rc < 0 ? rc : SL_EIO;
+    return rc < 0 ? rc : rc ? SL_EIO : SL_OK;
+}
+
+/* The MoE block over n tokens at once (layer-major prefill): every expert the n tokens chose is fetched
+ * once, in ascending order, and its output is added straight into each of its tokens' rows of out, so
+ * no per-(token, slot) buffer is needed. Per token that is the same sequence of operations as
+ * fwd_moe's ((0 + w_a y_a) + w_b y_b) + ... over ascending experts, then the gated shared expert, and
+ * every matmul row depends only on its own token, so the result is bitwise fwd_moe's, chunk by chunk.
+ * A backend with moe_wide runs resident experts on its device instead, grouped there (the same sums).
+ * h: [n][H] normed input; out: [n][H]. next_lw / next_layer: the next MoE layer (NULL: none) and x [n][H]
+ * the residual h was normed from, for the prefetch hint. Scratch: wb (sized for n), and ws's micro-batch
+ * buffers (the router's rows ws->mb at a time). */
+sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
+                       int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
+                       const fwd_wide *wb, sl_error *err) {
+    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
+    for (int r0 = 0; r0 < n; r0 += ws->mb) { /* ws->mb rows at a time through the int8 slot */
+        int nb = n - r0 < ws->mb ? n - r0 : ws->mb;
+        kern_act a;
+        fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
+        router_logits(ws, cfg, lw, h + (size_t)r0 * H, nb, &a, wb->router + (size_t)r0 * E);
+    }
+    int rc = wide_on_device(ws, cfg, lw, layer, experts, n, h, out, wb, err);
+    if (rc < 0) return rc;
+    if (rc) shared_wide(ws, cfg, lw, n, h, wb);
+    else if ((rc = routed_wide(ws, cfg, lw, layer, next_lw, next_layer, experts, n, x, h, out, wb, err)))
+        return rc;
     if (lw->sh_gate.data) {
         if (lw->sh_expert_gate.data) fwd_matmul(ws, &lw->sh_expert_gate, h, (size_t)H, wb->sg, 1, n, FWD_ACT_IN);
         const be_combine c = {.n = n, .k = k, .H = H, .sh_y = wb->sh_y, .sh_gate = lw->sh_expert_gate.data ? wb->sg : NULL,
                               .out = out};
-        be->combine(be, &c);
+        ws->be->combine(ws->be, &c);
     }
-    return 0;
+    return SL_OK;
 }
 
 int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int n) {

@@ -129,6 +129,9 @@ static void run_mm(void *c) { /* set it % sets of the matrices: each call reads 
     }
 }
 
+
+static void bench_moe_wide(const mat *gu, const mat *dn, float *dx);
+
 static void bench_i8(double copy_gbs) {
     char msg[256];
     const sl_dtype dts[2] = {DT_Q4, DT_Q8};
@@ -158,14 +161,17 @@ static void bench_i8(double copy_gbs) {
                    bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / copy_gbs);
         }
         const int gt[] = {16, 64, 256, 1024, 2048};
-        for (int ti = 0; ti < 5; ti++) {
-            slcu_mm m = {a.d, &da, NULL, gt[ti], dy, (size_t)4096, NULL, NULL};
-            m.w.rows = 4096;
-            mmrun r = {&m, 1, 1, SETS, 0, rows};
-            float ms = slcu_time(run_mm, &r, 10);
-            printf("%-4s %6d x %-5d %4d tok  %7.3f ms %6.1f TOPS %6.0f GB/s\n", dt_name(dts[k]), 4096, cols, gt[ti], ms,
-                   2.0 * 4096 * cols * gt[ti] / (ms * 1e-3) / 1e12, (double)a.bytes / SETS / 4 / (ms * 1e-3) / 1e9);
-        }
+        for (int v = 1; v <= 2; v++)
+            for (int ti = 0; ti < 5; ti++) {
+                slcu_i8_gemm(v);
+                slcu_mm m = {a.d, &da, NULL, gt[ti], dy, (size_t)4096, NULL, NULL};
+                m.w.rows = 4096;
+                mmrun r = {&m, 1, 1, SETS, 0, rows};
+                float ms = slcu_time(run_mm, &r, 10);
+                printf("%-4s %6d x %-5d %4d tok  %7.3f ms %6.1f TOPS %6.0f GB/s  (GEMM %d)\n", dt_name(dts[k]), 4096, cols, gt[ti], ms,
+                       2.0 * 4096 * cols * gt[ti] / (ms * 1e-3) / 1e12, (double)a.bytes / SETS / 4 / (ms * 1e-3) / 1e9, v);
+            }
+        slcu_i8_gemm(0);
         free_mat(&a);
     }
     /* the one-token matvec on the 30B shape's dense matrices (q4 g64 bf16): o, q|k|v, the LM head */
@@ -228,6 +234,7 @@ static void bench_i8(double copy_gbs) {
                pre ? "prefill" : "decode ", ne, nt, ms1, b1 / (ms1 * 1e-3) / 1e9, ms2, b2 / (ms2 * 1e-3) / 1e9,
                (b1 + b2) / ((ms1 + ms2) * 1e-3) / 1e9, ops / ((ms1 + ms2) * 1e-3) / 1e12);
     }
+    bench_moe_wide(&gu, &dn, dx); /* test_cuda_prefill.c */
     free_mat(&gu), free_mat(&dn);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf), slcu_free(didx);
 }
@@ -342,10 +349,11 @@ static void check_i8(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
     for (size_t i = 0; i < (size_t)N * rows; i++) worst = nanmax(worst, fabs(alone[i] - ref[i]) / maxref);
     CK(worst <= 1e-5, "%s g%d %s %dx%d: int8 relative error %.3g against the CPU", dt_name(dt), group, dt_name(sdt), rows, cols, worst);
     const int ns_[] = {1, 2, 3, 5, 8, 13, 16, 17, 40, 100};
-    for (int force = 0; force < 3; force++)
+    for (int force = 0; force < 5; force++) /* 3, 4: the GEMM forced, kernel 1 (registers) and 2 (cp.async) */
         for (unsigned k = 0; k < sizeof ns_ / sizeof *ns_; k++) {
             const int n = ns_[k];
-            slcu_i8_force(force);
+            slcu_i8_force(force < 3 ? force : 2);
+            slcu_i8_gemm(force < 3 ? 0 : force - 2);
             poison(dy, (size_t)n * rows * 4);
             slcu_mm m = {a.d, &da, NULL, n, dy, (size_t)rows, NULL, NULL};
             CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
@@ -355,6 +363,7 @@ static void check_i8(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
             free(yy);
         }
     slcu_i8_force(0);
+    slcu_i8_gemm(0);
     /* grouped: three segments of rows (matvec, GEMM, matvec) in one call */
     slcu_mm g3[3] = {{a.d, &da, drows, 3, dy, (size_t)rows, NULL, NULL},
                      {a.d, &da, drows + 3, 40, dy + (size_t)3 * rows, (size_t)rows, NULL, NULL},
@@ -387,6 +396,9 @@ static void check_i8(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
     slcu_free(dx), slcu_free(dy), slcu_free(drows), slcu_free(abuf);
     free_mat(&a);
 }
+
+
+
 
 /* ---- the other ops against the CPU code (kernels_scalar.c's table; transcriptions of the static
  * functions of attention.c, deltanet.c and moe.c, marked as such) ---- */
@@ -493,6 +505,8 @@ static void check_fused(void) {
     printf("ok   fused one-row kernels (rmsnorm, swiglu, attention, [combine +] add + rmsnorm, with the int8 form; norm + rope): bitwise\n");
     slcu_free(b1), slcu_free(b2), slcu_free(dx), slcu_free(dw), slcu_free(dy), slcu_free(dy2);
 }
+
+#include "test_cuda_prefill.c" /* issue 24's prefill paths: check_moe, check_attn_prefill, bench_moe_wide */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -946,6 +960,11 @@ int main(int argc, char **argv) {
     }
     check_i8(DT_Q4, 768, 2048, 64, DT_BF16);
     check_i8(DT_Q8, 129, 768, 128, DT_F16);
+    check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16);
+    check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
+    check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
+    check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);
+    check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);
     check_ops();
     check_mixers();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");

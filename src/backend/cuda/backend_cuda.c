@@ -67,6 +67,9 @@ typedef struct cu_ctx {
         int rot, pos;
         float af, freq[512];
     } pend;
+    void *mw;                 /* moe_wide's device scratch (slcu_moe_layer's) */
+    size_t mw_cap;
+    int embed_host, moe_wide_off; /* SLUICE_CUDA_EMBED=0: embed on the host; SLUICE_CUDA_MOE=0: no moe_wide */
 } cu_ctx;
 
 static cu_ctx *cu_of(sl_backend *be) { return be->ctx; }
@@ -261,6 +264,7 @@ static void cu_destroy(sl_backend *be) {
     slcu_sync(MSG(be));
     slcb_queue_free(c->q);
     slcb_graphs_free(c->gr);
+    slcu_free(c->mw);
     slcb_free(c->up_host, 1);
     slcb_free(c->up_dev, 0);
     slcu_free(c->rt);
@@ -274,11 +278,19 @@ static void cu_destroy(sl_backend *be) {
 }
 
 
-/* Row tokens[t] of the device table, fetched and dequantised on the host as the CPU backend does. */
+static slcu_mat mat_of(const sl_mat *w);
+/* Row tokens[t] of the device table: slcu_embed, or (SLUICE_CUDA_EMBED=0, a bad id) fetched and dequantised on the
+ * host as the CPU backend does. */
 static void cu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     c->nq_y = NULL;
+    int ok = !c->embed_host && n > 0; /* the rows gathered and dequantised on the device (slcu_embed), the ids by the ring */
+    for (int t = 0; ok && t < n; t++) ok = tokens[t] >= 0 && tokens[t] < table->rows; /* else the host path reports it */
+    const int *d = ok ? dev_upload(be, tokens, (size_t)n * sizeof(int32_t)) : NULL;
+    const slcu_mat dm = mat_of(table);
+    if (ok && d && slcu_embed(&dm, d, n, x, ldx, MSG(be))) cu_fail(be, SL_EUNSUPPORTED, c->tmp);
+    if (ok) return;
     const sl_dtype dt = table->dtype;
     const int quant = dt == DT_Q8 || dt == DT_Q4, cols = table->cols;
     if (!quant && dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) {
@@ -816,6 +828,28 @@ static int cu_moe_resident(sl_backend *be, const be_route *r, const sl_expert_sr
     return 1;
 }
 
+/* backend.h moe_wide: slcu_moe_layer routes into device memory, groups and runs the layer's experts (layer_tab's
+ * table) and sums the slots: bitwise cu_route + cu_ffn per expert + combine_rows (the same kernels' arithmetic on
+ * the same codes for each row; slots in expert order). */
+static int cu_moe_wide(sl_backend *be, const be_route *r, const sl_expert_src *xs, const float *h, int inter,
+                       float *out) {
+    pend_flush(be);
+    cu_ctx *c = cu_of(be);
+    c->nq_y = NULL;
+    const sl_config *cfg = r->cfg;
+    slcu_router rr;
+    sl_expert ex0;
+    if (c->moe_wide_off || c->step || r->n < 1 || !router_of(cfg, r->bias, &rr)) return 0;
+    const int ok = layer_tab(be, xs, r->layer, cfg->n_experts, &ex0);
+    int *de = ok > 0 ? route_buf(be, (size_t)r->n * (size_t)cfg->n_experts_used) : NULL;
+    if (ok < 0 || (ok && !de)) return cu_sync(be);
+    const slcu_moe mo = {.n = r->n, .k = cfg->n_experts_used, .E = cfg->n_experts, .H = cfg->hidden, .I = inter, .h = h,
+                         .top_e = de, .tab = ok ? c->tab[r->layer].dev : NULL, .gate = mat_of(&ex0.gate),
+                         .up = mat_of(&ex0.up), .down = mat_of(&ex0.down)};
+    const int rc = ok ? slcu_moe_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be)) : 0;
+    return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
+}
+
 static void combine_now(sl_backend *be, const be_combine *cb) {
     if (cb->w_dev) {
         CU(be, slcu_combine(cb->y, cb->w_dev, cb->k, cb->sh_y, cb->sh_gate, cb->out, cb->n, cb->H, MSG(be)));
@@ -939,6 +973,7 @@ sl_backend *be_cuda_new(sl_pool *pool) {
         .ffn = cu_ffn,
         .ffn_multi = cu_ffn_multi,
         .moe_resident = cu_moe_resident,
+        .moe_wide = cu_moe_wide,
         .combine = cu_combine,
         .combine_rows = cu_combine_rows,
     };
@@ -954,6 +989,9 @@ sl_backend *be_cuda_new(sl_pool *pool) {
     if (slcu_decode_kernels && (!g || strcmp(g, "0"))) c->gr = slcb_graphs_new();
     g = getenv("SLUICE_CUDA_NQ");
     c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
+    /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64) */
+    c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
+    c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
     return be;
 }
 

@@ -96,6 +96,26 @@ int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen);
 /* Forces one kernel for every size, for tests and benchmarks: 0 automatic (GEMM from 16 tokens), 1 matvec,
  * 2 GEMM. */
 void slcu_i8_force(int kernel);
+/* The GEMM kernel, for tests and benchmarks: 1 the register-prefetch one, 2 (default; 0 back to the default,
+ * which the environment's SLUICE_CUDA_GEMM=1 changes) the cp.async-staged one. Both give the same bits. */
+void slcu_i8_gemm(int version);
+
+/* The routed experts of a layer-major MoE block (prefill), all on the device: the n k (token, slot) pairs of
+ * top_e grouped by expert (no host round trip), h's rows quantised once, gate and up of every expert over its
+ * rows in one launch, one SwiGLU and one quantisation over the n k mid rows, every down in a second launch;
+ * output row t k + s of y is token t's slot s. Each row is bitwise the same expert's slcu_matmul_i8 calls
+ * (the canonical order: a token's result depends on nothing else in the batch). */
+typedef struct slcu_moe {
+    int n, k, E, H, I;
+    const float *h;          /* [n][H] the block's input rows (device) */
+    const int *top_e;        /* device [n][k] expert ids (slcu_route's) */
+    const void *const *tab;  /* device [3][E][3]: gate, up, down of each expert: data, scales, biases */
+    slcu_mat gate, up, down; /* the shapes and types every expert shares (data pointers unused) */
+    void *work;              /* slcu_moe_bytes(n, k, E, H, I) bytes of device memory */
+    float *y;                /* [n k][H] */
+} slcu_moe;
+size_t slcu_moe_bytes(int n, int k, int E, int H, int I);
+int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen);
 
 /* ---- the other ops of a decode step (cuda_ops.cu), f32 in device memory --------------------------------
  * Each mirrors the CPU code named (src/kernels/kernels_plain.h and the files of src/model/) operation by operation;
@@ -165,6 +185,12 @@ typedef struct slcu_router {
 } slcu_router;
 int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
                size_t msglen);
+/* A layer-major MoE block's routed part: r's choice for logits [n][E] into m->top_e and top_w (device [n][k]),
+ * slcu_moe_ffn (m->work and m->y carved from *buf, grown to what n needs: a sync first, the old one may be in
+ * use), out [n][H] = slcu_combine of the slots. 1 done, 0 not its case (m's shapes or types: nothing queued),
+ * -1 failed (message). */
+int slcu_moe_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
+                   size_t *cap, char *msg, size_t msglen);
 /* out[t] = ((0 + w_0 y_0) + w_1 y_1) + ... over the k slots (moe.c fwd_moe), then + sigmoid(sg[t]) * sh[t]
  * when sh is given (sg NULL: gate 1). y [n_tok][k][H], w [n_tok][k], out/sh [n_tok][H], sg [n_tok]. */
 int slcu_combine(const float *y, const float *w, int k, const float *sh, const float *sg, float *out, int n_tok,
@@ -196,6 +222,10 @@ int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *msg, size_t m
  * both compute the same operations in the same order, bitwise. Tests: 0 automatic, 1 the batch kernel, 2
  * the decode kernel wherever it fits (head_dim <= 480, the keys in shared memory). */
 void slcu_attn_force(int kernel);
+/* cuda_fattn.cu: the attention of a's n tokens (their K/V rows already in the cache), bitwise slcu_attention's
+ * per (token, head), a CTA per (token, KV head) over K/V tiles in shared memory; slcu_attention's path from 9
+ * tokens. 1 launched, 0 not its case (shapes, a context past shared memory), -1 failed (message). */
+int slcu_attention_prefill(const slcu_attn *a, char *msg, size_t msglen);
 
 /* The Gated DeltaNet token recurrence (backend.h dn_step, deltanet.c head_recurrent) for n tokens: per
  * value head h and token t, with a = exp(g):  S = a S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q.
@@ -268,6 +298,9 @@ extern int slcu_decode_kernels;
  * max_keys positions. NULL, 0: as usual. */
 void slcu_set_step(const int *pos_dev, int max_keys);
 const int *slcu_step_pos(void); /* pos_dev while a step is recorded, else NULL */
+/* ---- cuda_embed.cu: x[t * ldx ..] = row tokens[t] of table (f32 / bf16 / f16 / q8 / q4, device; tokens device, each
+ * checked by the caller), bitwise quant.c q_row_to_f32. ---- */
+int slcu_embed(const slcu_mat *table, const int *tokens, int n, float *x, size_t ldx, char *msg, size_t msglen);
 
 /* Device time of fn(ctx) in ms, the mean of reps calls after one warm-up, by CUDA events (benchmarks). */
 float slcu_time(void (*fn)(void *), void *ctx, int reps);

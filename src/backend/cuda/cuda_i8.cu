@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
@@ -112,6 +113,7 @@ struct ijob {
     const int8_t *xq; /* the activation's q (q8) or q4 (q4) codes */
     const float *d, *s;
     const int *rows;
+    const int *yrows;       /* y's row of token t (NULL: t) */
     const void *const *tab; /* device [E][3] codes, scales, biases; with sel: the matrix is tab[*sel] */
     const int *sel;
     float *y;
@@ -359,8 +361,8 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ij
     if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
 }
 
-#define GM 64 /* rows per CTA */
-#define GN 64 /* tokens per CTA */
+#define GM 64 /* rows per CTA of gemm_i8 */
+#define GN 64 /* tokens per CTA of gemm_i8 */
 
 __device__ __forceinline__ void mma_u8s8(int *c, const unsigned *a, const unsigned *b) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
@@ -401,18 +403,39 @@ __device__ __forceinline__ void gemm_load(const ijob &j, int b, int gshift, cons
     }
 }
 
-/* 128 threads, warps 2 x 2 over a 64 x 64 tile, each 32 rows (2 m16) x 32 tokens (4 n8). */
-template <int DT, int SDT>
-__global__ void __launch_bounds__(128) gemm_i8(const __grid_constant__ ijobs J) {
-    ijob j = resolve(J.j[find_job(J)]);
+/* int -> float exactly for |i| < 2^22 (a block's I_b is at most 32 * 255 * 127 < 2^20): 1.5 * 2^23 + i is
+ * representable, and the subtraction is exact. An integer add and an FADD instead of I2F, which sm_90 runs at a
+ * quarter of the FP32 rate; the value is (float)i bit for bit. */
+__device__ __forceinline__ float i2f_exact(int i) { return __fsub_rn(__int_as_float(0x4B400000 + i), 12582912.0f); }
+
+/* y's cells of this thread's fragments (row g / g + 8 of each m16, tokens 2 tig, 2 tig + 1 of each n8): acc + accb. */
+__device__ __forceinline__ void tile_store(const ijob &j, int wr, int wt, int g, int tig, const float (&acc)[2][4][4],
+                                           const float (&accb)[2][4][4]) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int r = wr + mi * 16 + (q >> 1) * 8 + g, t = wt + ni * 8 + 2 * tig + (q & 1);
+                if (r < j.nrows && t < j.n_tok)
+                    j.y[(size_t)(j.yrows ? __ldg(j.yrows + t) : t) * j.ldy + r] = __fadd_rn(acc[mi][ni][q], accb[mi][ni][q]);
+            }
+}
+
+/* The output tile of 4 warps, each 32 rows (2 m16) x 32 tokens (4 n8): WN warps along the tokens, 4 / WN
+ * along the rows (WN 2: 64 x 64, WN 1: 128 rows x 32 tokens, the shape of a MoE prefill's expert segments).
+ * rt, tt: the row and token tile. */
+template <int DT, int SDT, int WN>
+__device__ __forceinline__ void gemm_tile(ijob j, int rt, int tt) {
     j.sdt = SDT; /* known here: the conversions below need no branch */
-    const int tile = (int)blockIdx.x - j.tile0, rt = tile / j.ttiles, tt = tile % j.ttiles;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    const int wr = rt * GM + (warp >> 1) * 32, wt = tt * GN + (warp & 1) * 32;
+    const int wr = rt * (128 / WN) + (warp / WN) * 32, wt = tt * (32 * WN) + (warp % WN) * 32;
     const int cols = j.cols, nb = cols / 32, ng = cols / j.group, ns = nb + nb / 2 + nb / 4;
     const int rb = DT == DT_Q4 ? cols / 2 : cols;
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
     const int bmask = j.group / 32 - 1;
+    if (wr >= j.nrows || wt >= j.n_tok) return; /* a warp past the matrix or the segment: nothing to store */
     const uint8_t *pa[2][2];
     size_t sb[2][2];
 #pragma unroll
@@ -468,22 +491,165 @@ __global__ void __launch_bounds__(128) gemm_i8(const __grid_constant__ ijobs J) 
                 mma_u8s8(c, cur.a[mi], cur.b[ni]);
 #pragma unroll
                 for (int q = 0; q < 4; q++) { /* c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8 */
-                    acc[mi][ni][q] = __fmaf_rn((float)c[q], __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
+                    acc[mi][ni][q] = __fmaf_rn(i2f_exact(c[q]), __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
                     if (first) accb[mi][ni][q] = __fmaf_rn(bw[mi][q >> 1], sg[ni][q & 1], accb[mi][ni][q]);
                 }
             }
         cur = nxt;
     }
+    tile_store(j, wr, wt, g, tig, acc, accb);
+}
+
+/* gemm_tile's arithmetic on operands staged in shared memory: every block's codes (the tile's rows and
+ * tokens), the raw scale and bias words of its rows and the d and s of its tokens travel by cp.async,
+ * PSTAGES blocks ahead, so that each warp's loads are shared-memory reads and many blocks' global loads are in
+ * flight at once (gemm_tile keeps one block ahead in registers: latency-bound at 254 registers). The same
+ * fragments, the same per-block fold: bitwise gemm_tile. */
+#define PSTAGES 4
+template <int R, int T, int BB>
+struct pstage {
+    uint8_t a[R][BB]; /* the block's codes of each row of the tile */
+    int8_t b[T][32];  /* its activation codes of each token */
+    unsigned sw[R], bw[R];
+    float d[T], s[T];
+};
+
+/* One staged block into a warp's 32 x 32 accumulators: gemm_tile's fragments and fold, from shared memory. par: the
+ * 16-bit halves of the rows' scale / bias words at block 0 (gemm_tile2), flip: (b >> gshift) & 1, first: a group's
+ * first block (its biases). */
+template <int DT, int SDT, int R, int T, int BB>
+__device__ __forceinline__ void tile2_fold(const pstage<R, T, BB> &P, int lr0, int lt0, int g, int tig, unsigned par,
+                                       unsigned flip, bool first, float (&acc)[2][4][4], float (&accb)[2][4][4]) {
+    unsigned a[2][4], bf[4][2];
+    float sw[2][2], bw[2][2], dd[4][2], sg[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        const int l0 = lr0 + mi * 16 + g;
+        if (DT == DT_Q4) {
+            const unsigned u0 = *(const unsigned *)&P.a[l0][4 * tig], u1 = *(const unsigned *)&P.a[l0 + 8][4 * tig];
+            const unsigned M = 0x0f0f0f0fu;
+            a[mi][0] = u0 & M, a[mi][1] = u1 & M, a[mi][2] = (u0 >> 4) & M, a[mi][3] = (u1 >> 4) & M;
+        } else {
+            const uint2 u0 = *(const uint2 *)&P.a[l0][8 * tig], u1 = *(const uint2 *)&P.a[l0 + 8][8 * tig];
+            a[mi][0] = u0.x, a[mi][1] = u1.x, a[mi][2] = u0.y, a[mi][3] = u1.y;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const unsigned pb = par >> (2 * (2 * mi + hh));
+            sw[mi][hh] = raw_sw(P.sw[l0 + hh * 8], (pb ^ flip) & 1u, SDT), bw[mi][hh] = raw_sw(P.bw[l0 + hh * 8], ((pb >> 1) ^ flip) & 1u, SDT);
+        }
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        const uint2 v = *(const uint2 *)&P.b[lt0 + ni * 8 + g][8 * tig];
+        bf[ni][0] = v.x, bf[ni][1] = v.y;
+        const float2 d2 = *(const float2 *)&P.d[lt0 + ni * 8 + 2 * tig], s2 = *(const float2 *)&P.s[lt0 + ni * 8 + 2 * tig];
+        dd[ni][0] = d2.x, dd[ni][1] = d2.y, sg[ni][0] = s2.x, sg[ni][1] = s2.y;
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            int c[4];
+            mma_u8s8(c, a[mi], bf[ni]);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                acc[mi][ni][q] = __fmaf_rn(i2f_exact(c[q]), __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
+                if (first) accb[mi][ni][q] = __fmaf_rn(bw[mi][q >> 1], sg[ni][q & 1], accb[mi][ni][q]);
+            }
+        }
+}
+
+template <int DT, int SDT, int WN>
+__device__ __forceinline__ void gemm_tile2(ijob j, int rt, int tt) {
+    constexpr int R = 128 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32, AC = R * BB / 16; /* A's 16-byte chunks */
+    __shared__ __align__(16) pstage<R, T, BB> st[PSTAGES];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
+    const int r0 = rt * R, t0 = tt * T, lr0 = (warp / WN) * 32, lt0 = (warp % WN) * 32;
+    const int cols = j.cols, nb = cols / 32, ng = cols / j.group, ns = nb + nb / 2 + nb / 4, rb = DT == DT_Q4 ? cols / 2 : cols;
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1;
+    constexpr int ssz = SDT == DT_F32 ? 4 : 2;
+    /* this thread's copies: A chunks tid and tid + 128; B chunk tid (< 2T); d (tid < T) or s (T <= tid < 2T) of
+     * token tid % T; the scale (tid < R) or bias (R <= tid < 2R, WN 2; both, WN 1) word of row tid % R */
+    const uint8_t *asrc[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int q = tid + 128 * h, i = q / (BB / 16) % R;
+        asrc[h] = j.codes + (size_t)min(r0 + i, j.nrows - 1) * rb + (q % (BB / 16)) * 16;
+    }
+    const int brow = act_row(j, t0 + (tid >> 1) % T), trow = act_row(j, t0 + tid % T);
+    const int8_t *bsrc = j.xq + (size_t)brow * cols + (tid & 1) * 16;
+    const size_t srow = (size_t)min(r0 + tid % R, j.nrows - 1) * ng;
+    auto issue = [&](int b) {
+        if (b < nb) {
+            pstage<R, T, BB> &P = st[b % PSTAGES];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if (tid + 128 * h < AC) cp16(&P.a[0][0] + (size_t)(tid + 128 * h) * 16, asrc[h] + (size_t)b * BB, true);
+            if (tid < 2 * T) cp16(&P.b[0][0] + (size_t)tid * 16, bsrc + (size_t)b * 32, true);
+            if (tid < T) cp4(&P.d[tid], j.d + (size_t)trow * nb + b);
+            else if (tid < 2 * T) cp4(&P.s[tid - T], j.s + (size_t)trow * ns + soff + (b >> gshift));
+            const size_t gi = srow + (size_t)(b >> gshift);
+            const uintptr_t sa = ((uintptr_t)j.scales + gi * ssz) & ~(uintptr_t)3, ba = ((uintptr_t)j.biases + gi * ssz) & ~(uintptr_t)3;
+            if (WN == 1) cp4(&P.sw[tid], (const void *)sa), cp4(&P.bw[tid], (const void *)ba);
+            else if (tid < R) cp4(&P.sw[tid], (const void *)sa);
+            else cp4(&P.bw[tid - R], (const void *)ba);
+        }
+        asm volatile("cp.async.commit_group;");
+    };
+    float acc[2][4][4], accb[2][4][4];
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int r = wr + mi * 16 + (q >> 1) * 8 + g, t = wt + ni * 8 + 2 * tig + (q & 1);
-                if (r < j.nrows && t < j.n_tok) j.y[(size_t)t * j.ldy + r] = __fadd_rn(acc[mi][ni][q], accb[mi][ni][q]);
-            }
+            for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f, accb[mi][ni][c] = 0.f;
+    /* which half of its staged word holds a 16-bit scale / bias of this thread's fragment row mi, hh at block 0
+     * (bits 2 (2 mi + hh) and + 1); at block b that parity flips with (b >> gshift) & 1 (cv_sw's choice) */
+    unsigned par = 0;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const size_t gi = (size_t)min(r0 + lr0 + mi * 16 + hh * 8 + g, j.nrows - 1) * ng;
+            par |= (unsigned)((((uintptr_t)j.scales >> 1) + gi) & 1) << (2 * (2 * mi + hh));
+            par |= (unsigned)((((uintptr_t)j.biases >> 1) + gi) & 1) << (2 * (2 * mi + hh) + 1);
+        }
+#pragma unroll 1
+    for (int k = 0; k < PSTAGES - 1; k++) issue(k);
+#pragma unroll 1
+    for (int b = 0; b < nb; b++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(PSTAGES - 2));
+        __syncthreads(); /* block b has landed for every thread; stage (b - 1) % PSTAGES is read by no one now */
+        issue(b + PSTAGES - 1);
+        const pstage<R, T, BB> &P = st[b % PSTAGES];
+        tile2_fold<DT, SDT, R, T, BB>(P, lr0, lt0, g, tig, par, (unsigned)(b >> gshift) & 1u, !(b & bmask), acc, accb);
+    }
+    asm volatile("cp.async.wait_group 0;");
+    const int wr = r0 + lr0, wt = t0 + lt0;
+    tile_store(j, wr, wt, g, tig, acc, accb);
 }
+
+/* 128 threads over a 64 x 64 tile of one job; V 1 gemm_tile, 2 gemm_tile2 (the same bits). */
+template <int DT, int SDT, int V>
+__global__ void __launch_bounds__(128, V == 2 ? 4 : 1) gemm_i8(const __grid_constant__ ijobs J) {
+    const ijob j = resolve(J.j[find_job(J)]);
+    const int tile = (int)blockIdx.x - j.tile0;
+    if (V == 2) gemm_tile2<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
+    else gemm_tile<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
+}
+
+/* The GEMM kernel of both launchers: 2 (gemm_tile2) unless SLUICE_CUDA_GEMM=1 or slcu_i8_gemm says otherwise. */
+static int gemm_ver;
+static int gemm_version(void) {
+    if (!gemm_ver) {
+        const char *e = getenv("SLUICE_CUDA_GEMM");
+        gemm_ver = e && e[0] == '1' ? 1 : 2;
+    }
+    return gemm_ver;
+}
+extern "C" void slcu_i8_gemm(int v) { gemm_ver = v == 1 ? 1 : v == 2 ? 2 : 0; }
 
 static int force_kernel;
 extern "C" void slcu_i8_force(int kernel) { force_kernel = kernel; }
@@ -505,11 +671,13 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
     }
     if (!tiles) return cudaSuccess;
     if (gemm) {
-#define GE(D) (sdt == DT_F32 ? gemm_i8<D, DT_F32><<<tiles, 128, 0, SLS>>>(*J) : sdt == DT_BF16 ? gemm_i8<D, DT_BF16><<<tiles, 128, 0, SLS>>>(*J) \
-                                                                  : gemm_i8<D, DT_F16><<<tiles, 128, 0, SLS>>>(*J))
+#define GE1(D, V) (sdt == DT_F32 ? gemm_i8<D, DT_F32, V><<<tiles, 128, 0, SLS>>>(*J) : sdt == DT_BF16 ? gemm_i8<D, DT_BF16, V><<<tiles, 128, 0, SLS>>>(*J) \
+                                                                        : gemm_i8<D, DT_F16, V><<<tiles, 128, 0, SLS>>>(*J))
+#define GE(D) (gemm_version() == 2 ? GE1(D, 2) : GE1(D, 1))
         if (dt == DT_Q4) GE(DT_Q4);
         else GE(DT_Q8);
 #undef GE
+#undef GE1
     } else {
 #define MV1(D, NT, S) mv_i8<D, NT, S><<<tiles, 32, 0, SLS>>>(*J)
 #define MV(D, NT) (sdt == DT_F32 ? MV1(D, NT, DT_F32) : sdt == DT_BF16 ? MV1(D, NT, DT_BF16) : MV1(D, NT, DT_F16))
@@ -569,7 +737,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
                     ijob &j = J.j[J.n++];
                     j.codes = (const uint8_t *)m->w.data, j.scales = m->w.scales, j.biases = m->w.biases;
                     j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = m->rows;
-                    j.tab = m->tab, j.sel = m->sel;
+                    j.tab = m->tab, j.sel = m->sel, j.yrows = NULL;
                     j.y = m->y, j.ldy = m->ldy;
                     j.nrows = m->w.rows, j.cols = m->w.cols, j.group = m->w.group, j.sdt = m->w.sdtype, j.n_tok = m->n_tok;
                     if (m->n_tok > max_tok) max_tok = m->n_tok;
@@ -582,6 +750,191 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
             }
         }
     return 0;
+}
+
+/* ---- the experts of a layer-major MoE block (slcu_moe_ffn) ----------------------------------------------
+ * k_moe_group sorts the n k (token, slot) pairs by expert on the device (one CTA: counts, exclusive sums of the
+ * counts and of their 32-token tiles, a scatter); gemm_seg then runs every expert's rows through gemm_tile in
+ * one launch: CTA (row tile, token tile, matrix) finds its expert by a binary search over the tile sums. A
+ * pair's place within its expert's segment depends on the atomics' order, which no result does: every row's
+ * output depends only on its own activation row (cuda.h's canonical order). */
+#define SEG_TOK 32 /* tokens per CTA of gemm_seg (gemm_tile WN 1: 128 rows x 32 tokens) */
+
+__global__ void __launch_bounds__(1024) k_moe_group(const int *__restrict__ top_e, int nk, int k, int E, int *off,
+                                                    int *toff, int *tok, int *cell) {
+    __shared__ int cnt[1024], cur[1024];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+        const int e = top_e[i];
+        if ((unsigned)e < (unsigned)E) atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) { /* warp 0: lane l sums a run of experts, a warp scan gives each run's start */
+        const int lane = threadIdx.x, per = (E + 31) / 32, e0 = min(lane * per, E), e1 = min(e0 + per, E);
+        int a = 0, t = 0;
+        for (int e = e0; e < e1; e++) a += cnt[e], t += (cnt[e] + SEG_TOK - 1) / SEG_TOK;
+        int ia = a, it = t;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int va = __shfl_up_sync(0xffffffffu, ia, o), vt = __shfl_up_sync(0xffffffffu, it, o);
+            if (lane >= o) ia += va, it += vt;
+        }
+        a = ia - a, t = it - t;
+        for (int e = e0; e < e1; e++) {
+            off[e] = a, toff[e] = t, cur[e] = a;
+            a += cnt[e], t += (cnt[e] + SEG_TOK - 1) / SEG_TOK;
+        }
+        if (lane == 31) off[E] = ia, toff[E] = it;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+        const int e = top_e[i];
+        if ((unsigned)e >= (unsigned)E) continue;
+        const int p = atomicAdd(&cur[e], 1);
+        tok[p] = i / k, cell[p] = i;
+    }
+}
+
+/* One gemm_seg launch: matrix z of every expert (tab + (z E + e) 3: data, scales, biases) over its segment. */
+struct segjob {
+    const void *const *tab;
+    const int *off, *toff; /* [E + 1]: each expert's first sorted pair and first token tile */
+    const int *tok;        /* the activation row of sorted pair p, or NULL: row p */
+    const int *yrows;      /* y's row of sorted pair p, or NULL: row p */
+    const int8_t *xq;
+    const float *d, *s;
+    float *y[2];
+    size_t ldy;
+    int nrows, cols, group, E;
+};
+
+template <int DT, int SDT, int V>
+__global__ void __launch_bounds__(128, V == 2 ? 4 : 1) gemm_seg(const __grid_constant__ segjob S) {
+    const int tt = blockIdx.y;
+    if (tt >= __ldg(S.toff + S.E)) return;
+    int lo = 0, hi = S.E - 1; /* the last expert whose tiles start at or before tt (empty ones share a start) */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (__ldg(S.toff + mid) <= tt) lo = mid;
+        else hi = mid - 1;
+    }
+    const int e = lo, o = __ldg(S.off + e), nb = S.cols / 32, ns = nb + nb / 2 + nb / 4;
+    const void *const *p = S.tab + ((size_t)blockIdx.z * S.E + e) * 3;
+    ijob j;
+    j.codes = (const uint8_t *)p[0], j.scales = p[1], j.biases = p[2];
+    j.tab = NULL, j.sel = NULL;
+    j.rows = S.tok ? S.tok + o : NULL;
+    j.xq = S.tok ? S.xq : S.xq + (size_t)o * S.cols;
+    j.d = S.tok ? S.d : S.d + (size_t)o * nb;
+    j.s = S.tok ? S.s : S.s + (size_t)o * ns;
+    j.yrows = S.yrows ? S.yrows + o : NULL;
+    j.y = S.yrows ? S.y[blockIdx.z] : S.y[blockIdx.z] + (size_t)o * S.ldy;
+    j.ldy = S.ldy;
+    j.nrows = S.nrows, j.cols = S.cols, j.group = S.group, j.sdt = SDT, j.n_tok = __ldg(S.off + e + 1) - o;
+    j.tile0 = 0, j.ttiles = 1;
+    if (V == 2) gemm_tile2<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
+    else gemm_tile<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
+}
+
+static cudaError_t launch_seg(const slcu_mat *w, const segjob &S, int nk, int nmat) {
+    const int ty = (nk + SEG_TOK - 1) / SEG_TOK + (S.E < nk ? S.E : nk); /* at most one partial tile an expert */
+    const dim3 grid((unsigned)((w->rows + 127) / 128), (unsigned)ty, (unsigned)nmat);
+#define SG1(D, V) (w->sdtype == DT_F32 ? gemm_seg<D, DT_F32, V><<<grid, 128, 0, SLS>>>(S) : w->sdtype == DT_BF16 ? gemm_seg<D, DT_BF16, V><<<grid, 128, 0, SLS>>>(S) \
+                                                                             : gemm_seg<D, DT_F16, V><<<grid, 128, 0, SLS>>>(S))
+#define SG(D) (gemm_version() == 2 ? SG1(D, 2) : SG1(D, 1))
+    if (w->dtype == DT_Q4) SG(DT_Q4);
+    else SG(DT_Q8);
+#undef SG
+#undef SG1
+    return cudaGetLastError();
+}
+
+/* slcu_moe's work buffer: ints off, toff [E + 1], tok, cell [n k]; g, u [n k][I]; the int8 forms of h and of
+ * the mid rows. */
+struct moe_work {
+    int *off, *toff, *tok, *cell;
+    float *g, *u;
+    void *xa, *ma;
+};
+static size_t moe_carve(const slcu_moe *m, moe_work *w) {
+    const size_t nk = (size_t)m->n * m->k, E1 = (size_t)m->E + 1;
+    const size_t sz[8] = {E1 * 4, E1 * 4, nk * 4, nk * 4, nk * m->I * 4, nk * m->I * 4, slcu_act_bytes(m->n, m->H),
+                          slcu_act_bytes((int)nk, m->I)};
+    uint8_t *p = (uint8_t *)m->work;
+    void *at[8];
+    size_t tot = 0;
+    for (int i = 0; i < 8; i++) at[i] = p ? p + tot : NULL, tot += rnd256(sz[i]);
+    if (w) *w = (moe_work){(int *)at[0], (int *)at[1], (int *)at[2], (int *)at[3], (float *)at[4], (float *)at[5], at[6], at[7]};
+    return tot;
+}
+
+extern "C" size_t slcu_moe_bytes(int n, int k, int E, int H, int I) {
+    slcu_moe m;
+    memset(&m, 0, sizeof m);
+    m.n = n > 0 ? n : 0, m.k = k > 0 ? k : 0, m.E = E > 0 ? E : 0, m.H = H > 0 ? H : 0, m.I = I > 0 ? I : 0;
+    return moe_carve(&m, NULL);
+}
+
+static const char *moe_why(const slcu_moe *m) {
+    const slcu_mat *w[3] = {&m->gate, &m->up, &m->down};
+    const int rows[3] = {m->I, m->I, m->H}, cols[3] = {m->H, m->H, m->I};
+    if (m->n < 0 || m->k < 1 || m->E < 1 || m->E > 1024 || m->H % 32 || m->I % 32 || m->H <= 0 || m->I <= 0)
+        return "n, k, E (1 .. 1024), H and I (multiples of 32) out of range";
+    if (!m->work || !m->h || !m->top_e || !m->tab || !m->y) return "a NULL buffer";
+    for (int i = 0; i < 3; i++)
+        if ((w[i]->dtype != DT_Q8 && w[i]->dtype != DT_Q4) || w[i]->rows != rows[i] || w[i]->cols != cols[i] ||
+            (w[i]->group != 32 && w[i]->group != 64 && w[i]->group != 128) ||
+            (w[i]->sdtype != DT_F32 && w[i]->sdtype != DT_F16 && w[i]->sdtype != DT_BF16))
+            return "a matrix is not q8/q4 of the FFN's shape with a group of 32, 64 or 128";
+    if (m->up.dtype != m->gate.dtype || m->up.sdtype != m->gate.sdtype || m->up.group != m->gate.group)
+        return "gate and up differ in type";
+    return NULL;
+}
+
+extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) {
+    const char *why = moe_why(m);
+    if (why) {
+        if (msg && msglen) snprintf(msg, msglen, "MoE experts on the device: %s", why);
+        return -1;
+    }
+    if (!m->n) return 0;
+    const int nk = m->n * m->k;
+    moe_work w;
+    moe_carve(m, &w);
+    slcu_act xa, ma;
+    if (slcu_act_bind(&xa, w.xa, m->n, m->H, msg, msglen) || slcu_act_quantize(&xa, m->h, (size_t)m->H, msg, msglen)) return -1;
+    k_moe_group<<<1, 1024, 0, SLS>>>(m->top_e, nk, m->k, m->E, w.off, w.toff, w.tok, w.cell);
+    segjob S = {m->tab, w.off, w.toff, w.tok, NULL, m->gate.dtype == DT_Q4 ? xa.q4 : xa.q, xa.d, xa.s, {w.g, w.u},
+                (size_t)m->I, m->I, m->H, m->gate.group, m->E};
+    cudaError_t e = launch_seg(&m->gate, S, nk, 2);
+    if (e != cudaSuccess) return fail(msg, msglen, "MoE gate/up launch", e);
+    if (slcu_swiglu(w.g, w.u, w.g, (size_t)nk * m->I, msg, msglen)) return -1;
+    if (slcu_act_bind(&ma, w.ma, nk, m->I, msg, msglen) || slcu_act_quantize(&ma, w.g, (size_t)m->I, msg, msglen)) return -1;
+    segjob D = {m->tab + (size_t)6 * m->E, w.off, w.toff, NULL, w.cell, m->down.dtype == DT_Q4 ? ma.q4 : ma.q, ma.d, ma.s,
+                {m->y, m->y}, (size_t)m->H, m->H, m->I, m->down.group, m->E};
+    e = launch_seg(&m->down, D, nk, 1);
+    return e == cudaSuccess ? 0 : fail(msg, msglen, "MoE down launch", e);
+}
+
+extern "C" int slcu_moe_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out,
+                              void **buf, size_t *cap, char *msg, size_t msglen) {
+    slcu_moe mo = *m;
+    mo.work = mo.y = (float *)1; /* moe_why checks the shapes and types; the buffers come below */
+    if (moe_why(&mo) || !mo.tab) return 0;
+    const size_t wb = slcu_moe_bytes(m->n, m->k, m->E, m->H, m->I), need = wb + (size_t)m->n * m->k * m->H * sizeof(float);
+    if (need > *cap) {
+        if (slcu_sync(msg, msglen)) return -1;
+        slcu_free(*buf);
+        *cap = 0;
+        if (!(*buf = slcu_alloc(need, msg, msglen))) return -1;
+        *cap = need;
+    }
+    mo.work = *buf, mo.y = (float *)((uint8_t *)*buf + wb);
+    if (slcu_route(r, logits, m->n, (int *)m->top_e, top_w, msg, msglen) || slcu_moe_ffn(&mo, msg, msglen) ||
+        slcu_combine(mo.y, top_w, m->k, NULL, NULL, out, m->n, m->H, msg, msglen))
+        return -1;
+    return 1;
 }
 
 extern "C" float slcu_time(void (*fn)(void *), void *ctx, int reps) {

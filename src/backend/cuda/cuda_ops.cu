@@ -652,6 +652,8 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
         return -1;
     }
     if (a->k) k_kv_append<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a);
+    const int pf = a->n > 8 ? slcu_attention_prefill(a, msg, msglen) : 0; /* many tokens: cuda_fattn.cu, the same bits */
+    if (pf) return pf < 0 ? -1 : 0;
     k_attention<<<a->n * a->n_heads, AT_THREADS, smem, SLS>>>(*a);
     return launched(msg, msglen, "attention launch");
 }

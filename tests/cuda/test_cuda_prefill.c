@@ -1,0 +1,169 @@
+/*
+ * test_cuda_prefill.c — issue 24's prefill paths in test_cuda (included by test_cuda.c, whose helpers it uses):
+ * slcu_moe_ffn (a layer-major MoE block's experts grouped on the device) against each expert's own calls, the
+ * prefill attention (cuda_fattn.cu) against the tokens one at a time, both bitwise; and the MoE layer's bench.
+ */
+
+typedef struct { slcu_moe m; } moerun;
+static void run_moe(void *c) {
+    char msg[256];
+    slcu_moe_ffn(&((moerun *)c)->m, msg, sizeof msg);
+}
+
+/* The 30B shape's MoE layer (q4 g64: gate/up 768 x 2048, down 2048 x 768) through slcu_moe_ffn: 512 tokens x 8 of
+ * 128 experts, grouped on the device, with either GEMM kernel. */
+static void bench_moe_wide(const mat *gu, const mat *dn, float *dx) {
+    char msg[256];
+    enum { NT = 512, K = 8, E = 128 };
+    int *te = malloc(NT * K * sizeof(int));
+    for (int t = 0; t < NT; t++)
+        for (int s = 0; s < K; s++) te[t * K + s] = s * 16 + (int)(urand() * 16); /* ascending, distinct */
+    const void **tab = malloc((size_t)9 * E * sizeof(void *));
+    for (int e = 0; e < E; e++)
+        for (int i = 0; i < 3; i++) {
+            const uint8_t *base = i < 2 ? gu->d.data : dn->d.data, *sc = i < 2 ? gu->d.scales : dn->d.scales;
+            const uint8_t *bi = i < 2 ? gu->d.biases : dn->d.biases;
+            const size_t r0 = i < 2 ? (size_t)(2 * e + i) * 768 : (size_t)e * 2048, rb = i < 2 ? 1024 : 384, sb = i < 2 ? 64 : 24;
+            const void **p = tab + ((size_t)i * E + e) * 3;
+            p[0] = base + r0 * rb, p[1] = sc + r0 * sb, p[2] = bi + r0 * sb;
+        }
+    int *dte = slcu_alloc(NT * K * sizeof(int), msg, sizeof msg);
+    void *dtab = slcu_alloc((size_t)9 * E * sizeof(void *), msg, sizeof msg), *work = slcu_alloc(slcu_moe_bytes(NT, K, E, 2048, 768), msg, sizeof msg);
+    float *my = slcu_alloc((size_t)NT * K * 2048 * 4, msg, sizeof msg);
+    slcu_upload(dte, te, NT * K * sizeof(int), msg, sizeof msg), slcu_upload(dtab, tab, (size_t)9 * E * sizeof(void *), msg, sizeof msg);
+    slcu_mat g0 = gu->d, d0 = dn->d;
+    g0.rows = 768, d0.rows = 2048;
+    moerun mr = {{NT, K, E, 2048, 768, dx, dte, (const void *const *)dtab, g0, g0, d0, work, my}};
+    for (int v = 1; v <= 2; v++) {
+        slcu_i8_gemm(v);
+        float ms = slcu_time(run_moe, &mr, 20);
+        printf("MoE prefill, slcu_moe_ffn (grouped on the device, GEMM %d), %d tokens x %d of %d experts: %6.3f ms %5.1f TOPS\n", v,
+               NT, K, E, ms, 2.0 * 3 * 768 * 2048 * NT * K / (ms * 1e-3) / 1e12);
+    }
+    slcu_i8_gemm(0);
+    free(te), free(tab);
+    slcu_free(dte), slcu_free(dtab), slcu_free(work), slcu_free(my);
+}
+
+/* ---- slcu_moe_ffn (a layer-major MoE block's experts, grouped on the device) against each expert's own
+ * slcu_matmul_i8 / slcu_swiglu / quantisation calls over its rows: bitwise, every (token, slot) cell ---- */
+static slcu_mat sub_mat(const mat *a, int r0, int rows) { /* rows r0 .. r0 + rows - 1 of a */
+    slcu_mat m = a->d;
+    const size_t rb = (size_t)a->d.cols / (a->d.dtype == DT_Q4 ? 2 : 1), sb = (size_t)(a->d.cols / a->d.group) * dt_size(a->d.sdtype);
+    m.data = (const uint8_t *)a->d.data + (size_t)r0 * rb;
+    m.scales = (const uint8_t *)a->d.scales + (size_t)r0 * sb, m.biases = (const uint8_t *)a->d.biases + (size_t)r0 * sb;
+    m.rows = rows;
+    return m;
+}
+
+/* expert e's reference outputs into ref's cells (t k + s) of the pairs that chose it */
+static void moe_ref_expert(const slcu_mat *gm, const slcu_mat *um, const slcu_mat *dm, const slcu_act *xa, const int *pair,
+                           int cnt, int H, int I, float *ref) {
+    char msg[256] = "";
+    int *rows = malloc((size_t)cnt * sizeof(int));
+    for (int i = 0; i < cnt; i++) rows[i] = pair[i] / 1000;
+    int *drows = dev_copy(rows, (size_t)cnt * sizeof(int), msg);
+    float *g = slcu_alloc((size_t)cnt * I * 8, msg, sizeof msg), *y = slcu_alloc((size_t)cnt * H * 4, msg, sizeof msg);
+    void *mbuf = slcu_alloc(slcu_act_bytes(cnt, I), msg, sizeof msg);
+    slcu_mm mm[2] = {{*gm, xa, drows, cnt, g, (size_t)I, NULL, NULL}, {*um, xa, drows, cnt, g + (size_t)cnt * I, (size_t)I, NULL, NULL}};
+    slcu_act ma;
+    CK(!slcu_matmul_i8(mm, 2, msg, sizeof msg) && !slcu_swiglu(g, g + (size_t)cnt * I, g, (size_t)cnt * I, msg, sizeof msg) &&
+       !slcu_act_bind(&ma, mbuf, cnt, I, msg, sizeof msg) && !slcu_act_quantize(&ma, g, (size_t)I, msg, sizeof msg), "%s", msg);
+    slcu_mm dn = {*dm, &ma, NULL, cnt, y, (size_t)H, NULL, NULL};
+    CK(!slcu_matmul_i8(&dn, 1, msg, sizeof msg), "%s", msg);
+    float *hy = dl(y, (size_t)cnt * H);
+    for (int i = 0; i < cnt; i++) memcpy(ref + (size_t)(pair[i] % 1000) * H, hy + (size_t)i * H, (size_t)H * 4);
+    free(hy), free(rows);
+    slcu_free(drows), slcu_free(g), slcu_free(y), slcu_free(mbuf);
+}
+
+static void check_moe(int n, int k, int E, int H, int I, sl_dtype gdt, int gg, sl_dtype gsdt, sl_dtype ddt, int dg, sl_dtype dsdt) {
+    char msg[256] = "";
+    mat gu, dn;
+    if (make_mat(&gu, gdt, 2 * E * I, H, gg, gsdt, msg) || make_mat(&dn, ddt, E * H, I, dg, dsdt, msg)) { CK(0, "%s", msg); return; }
+    float *h = malloc((size_t)n * H * 4), *ref = malloc((size_t)n * k * H * 4);
+    for (size_t i = 0; i < (size_t)n * H; i++) h[i] = nrand() * (i / H % 5 == 2 ? 30.f : 1.f);
+    int *te = malloc((size_t)n * k * sizeof(int));
+    for (int t = 0; t < n; t++) { /* k distinct of experts 0 .. E-2, ascending; even tokens take expert 0 */
+        int s = 0;
+        for (int e = 0; e < E - 1 && s < k; e++)
+            if ((e == 0 && t % 2 == 0) || urand() < (double)(k - s) / (E - 1 - e)) te[t * k + s++] = e;
+        for (int e = E - 2; s < k; e--) { /* fill up from the top, keeping ascending order unique */
+            int used = 0;
+            for (int j = 0; j < s; j++) used |= te[t * k + j] == e;
+            if (!used) te[t * k + s++] = e;
+        }
+        for (int a = 0; a < k; a++) /* sort */
+            for (int b = a + 1, x; b < k; b++)
+                if (te[t * k + b] < te[t * k + a]) x = te[t * k + a], te[t * k + a] = te[t * k + b], te[t * k + b] = x;
+    }
+    const void **tab = malloc((size_t)9 * E * sizeof(void *));
+    for (int e = 0; e < E; e++) {
+        const slcu_mat m3[3] = {sub_mat(&gu, 2 * e * I, I), sub_mat(&gu, (2 * e + 1) * I, I), sub_mat(&dn, e * H, H)};
+        for (int i = 0; i < 3; i++) {
+            const void **p = tab + ((size_t)i * E + e) * 3;
+            p[0] = m3[i].data, p[1] = m3[i].scales, p[2] = m3[i].biases;
+        }
+    }
+    float *dh = dev_copy(h, (size_t)n * H * 4, msg), *dy = slcu_alloc((size_t)n * k * H * 4, msg, sizeof msg);
+    int *dte = dev_copy(te, (size_t)n * k * sizeof(int), msg);
+    void *dtab = dev_copy(tab, (size_t)9 * E * sizeof(void *), msg), *work = slcu_alloc(slcu_moe_bytes(n, k, E, H, I), msg, sizeof msg);
+    slcu_moe m = {n, k, E, H, I, dh, dte, (const void *const *)dtab, sub_mat(&gu, 0, I), sub_mat(&gu, I, I), sub_mat(&dn, 0, H), work, dy};
+    float *y[2];
+    for (int v = 0; v < 2; v++) { /* both GEMM kernels */
+        slcu_i8_gemm(v + 1);
+        poison(dy, (size_t)n * k * H * 4);
+        CK(!slcu_moe_ffn(&m, msg, sizeof msg), "%s", msg);
+        y[v] = dl(dy, (size_t)n * k * H);
+    }
+    slcu_i8_gemm(0);
+    /* the reference: h's rows quantised once, each expert's calls over its pairs (t * 1000 + t k + s) */
+    slcu_act xa;
+    void *abuf = slcu_alloc(slcu_act_bytes(n, H), msg, sizeof msg);
+    CK(!slcu_act_bind(&xa, abuf, n, H, msg, sizeof msg) && !slcu_act_quantize(&xa, dh, (size_t)H, msg, sizeof msg), "%s", msg);
+    int *pair = malloc((size_t)n * k * sizeof(int)), maxc = 0;
+    for (int e = 0, cnt = 0; e < E; e++, cnt = 0) {
+        for (int i = 0; i < n * k; i++) cnt += te[i] == e ? (pair[cnt] = i / k * 1000 + i, 1) : 0;
+        slcu_mat g3[3] = {sub_mat(&gu, 2 * e * I, I), sub_mat(&gu, (2 * e + 1) * I, I), sub_mat(&dn, e * H, H)};
+        if (cnt) moe_ref_expert(&g3[0], &g3[1], &g3[2], &xa, pair, cnt, H, I, ref), maxc = cnt > maxc ? cnt : maxc;
+    }
+    for (int v = 0; v < 2; v++)
+        CK(!memcmp(y[v], ref, (size_t)n * k * H * 4), "MoE on the device (%s %s, n %d k %d E %d, GEMM %d): a cell differs from its expert's calls",
+           dt_name(gdt), dt_name(ddt), n, k, E, v + 1);
+    printf("ok   MoE experts grouped on the device: %s g%d / %s g%d, %d tokens x %d of %d experts (largest %d rows): bitwise\n",
+           dt_name(gdt), gg, dt_name(ddt), dg, n, k, E, maxc);
+    free(h), free(ref), free(te), free(tab), free(y[0]), free(y[1]), free(pair);
+    slcu_free(dh), slcu_free(dy), slcu_free(dte), slcu_free(dtab), slcu_free(work), slcu_free(abuf);
+    free_mat(&gu), free_mat(&dn);
+}
+
+/* ---- attention of many tokens at once (cuda_fattn.cu, from 9 tokens) against the same tokens one at a time
+ * (k_attention's path): bitwise, every output ---- */
+static void check_attn_prefill(int T, int NH, int NKV, int HD, int cap, int window, int pos0, int sinks, int gated) {
+    char msg[256] = "";
+    const int ROW = NKV * HD, qs = gated ? 2 * HD : HD;
+    float *hq, *hk, *hv, *hs, *hn;
+    float *dq = rnd_dev((size_t)T * NH * qs, 1, &hq, msg), *dk = rnd_dev((size_t)cap * ROW, 1, &hk, msg);
+    float *dv = rnd_dev((size_t)cap * ROW, 1, &hv, msg), *dsk = rnd_dev(NH, 1, &hs, msg);
+    float *dnew = rnd_dev((size_t)T * 2 * ROW, 1, &hn, msg), *dout = slcu_alloc((size_t)T * NH * HD * 4, msg, sizeof msg);
+    slcu_attn ap = {dq, (size_t)NH * qs, qs, gated, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
+                    window, sinks ? dsk : NULL, 1.0f / sqrtf((float)HD), dout, (size_t)NH * HD};
+    poison(dout, (size_t)T * NH * HD * 4);
+    for (int t = 0; t < T; t++) { /* one at a time: k_attention */
+        slcu_attn one = ap;
+        one.q = dq + (size_t)t * NH * qs, one.k = dnew + (size_t)t * 2 * ROW, one.v = one.k + ROW;
+        one.n = 1, one.pos0 = pos0 + t, one.out = dout + (size_t)t * NH * HD;
+        CK(!slcu_attention(&one, msg, sizeof msg), "%s", msg);
+    }
+    float *ref = dl(dout, (size_t)T * NH * HD);
+    slcu_upload(dk, hk, (size_t)cap * ROW * 4, msg, sizeof msg), slcu_upload(dv, hv, (size_t)cap * ROW * 4, msg, sizeof msg);
+    poison(dout, (size_t)T * NH * HD * 4);
+    CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);
+    float *y = dl(dout, (size_t)T * NH * HD);
+    CK(!memcmp(y, ref, (size_t)T * NH * HD * 4), "prefill attention (%d tokens at %d, %d/%d heads, hd %d, window %d): differs from token by token",
+       T, pos0, NH, NKV, HD, window);
+    printf("ok   attention of %d tokens at once (from position %d, %d/%d heads, hd %d, window %d%s%s) == token by token, bitwise\n", T,
+           pos0, NH, NKV, HD, window, sinks ? ", sinks" : "", gated ? ", gated" : "");
+    free(hq), free(hk), free(hv), free(hs), free(hn), free(ref), free(y);
+    slcu_free(dq), slcu_free(dk), slcu_free(dv), slcu_free(dsk), slcu_free(dnew), slcu_free(dout);
+}
