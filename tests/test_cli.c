@@ -66,6 +66,22 @@ TEST(cli_errors_are_one_clear_line) {
     ok = rc == 1 && strstr(o, "README.md: not a .sluice container (bad magic)") && strchr(o, '\n') == o + strlen(o) - 1;
     CHECKF(ok, "rc %d: %s", rc, o);
     free(o);
+    /* numeric options out of range: refused with the accepted range named (issue 30) */
+    static const char *const bad[][2] = {
+        {"-p hi -n -5", "option '-n' must be a whole number between 1 and "},
+        {"-p hi --temp -1", "option '--temp' must be between 0 and "},
+        {"-p hi --top-k 1.5", "option '--top-k' must be a whole number between 0 and "},
+        {"-p hi --min-p 1.5", "option '--min-p' must be between 0 and 1, not '1.5'"},
+        {"-p hi --threads 0", "option '--threads' must be a whole number between 1 and "},
+        {"--tokens 1 -n -5", "option '-n' must be a whole number between 1 and "},
+        {"--tokens 1 --io-depth 0", "option '--io-depth' must be a whole number between 1 and "},
+        {"-p hi -n x", "option '-n': 'x' is not a number"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        rc = test_sh(1, &o, "%s run -m models/demo.sluice %s", bin(), bad[k][0]);
+        CHECKF(rc == 1 && strstr(o, bad[k][1]) && strchr(o, '\n') == o + strlen(o) - 1, "%s -> rc %d: %s", bad[k][0], rc, o);
+        free(o);
+    }
     rc = test_sh(1, &o, "%s frobnicate", bin());
     CHECKF(rc == 2 && strstr(o, "unknown command"), "rc %d: %s", rc, o);
     free(o);

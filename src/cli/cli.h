@@ -73,6 +73,9 @@ int cli_default_model(const char *cmd, const char **path);
  * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
  * bad value prints the error and sets *bad = 1. A valued option without its value is not one (0). */
 int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad);
+/* Parses v, the value of the numeric option opt, into *out: 0, or 1 after printing "option 'OPT' must be
+ * between LO and HI" (opts.c holds each option's range) or that it is not a number. */
+int cli_num(const char *cmd, const char *opt, const char *v, double *out);
 /* The --stats line (stderr). n_gen tokens were generated, the first from the prefill's logits, so decode
  * tok/s is (n_gen - 1) / decode_s. */
 void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s);

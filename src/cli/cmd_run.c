@@ -31,8 +31,12 @@ static int parse(const char *cmd, int argc, char **argv, run_args *a) {
         if ((!strcmp(s, "-m") || !strcmp(s, "--model")) && more) a->model = argv[++i];
         else if (!strcmp(s, "--tokens") && more) a->tokens = argv[++i];
         else if (!strcmp(s, "--out") && more) a->out = argv[++i];
-        else if ((!strcmp(s, "-n") || !strcmp(s, "--max-tokens")) && more) a->n_gen = atoi(argv[++i]);
-        else if (!strcmp(s, "--temp") && more) a->temp = atof(argv[++i]);
+        else if ((!strcmp(s, "-n") || !strcmp(s, "--max-tokens") || !strcmp(s, "--temp")) && more) {
+            double x;
+            if (cli_num(cmd, s, argv[++i], &x)) return 1;
+            if (strcmp(s, "--temp")) a->n_gen = (int)x;
+            else a->temp = x;
+        }
         else if (!strcmp(s, "--ids")) a->ids = 1;
         else if (!strcmp(s, "--stats")) a->stats = 1;
         else return cli_bad_option(cmd, argc, argv, i);

@@ -12,8 +12,6 @@
 
 #include "cli/cli.h"
 
-static long strtol_10(const char *s, char **end) { return strtol(s, end, 10); }
-
 /* Reads all of stdin into a malloc'ed buffer; NULL on error. */
 char *cli_read_stdin(size_t *len) {
     size_t cap = 1 << 16, n = 0, k;
@@ -184,18 +182,18 @@ int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     char *end = NULL;
 #define NEED() do { if (!v) return -cli_bad_option(cmd, argc, argv, *i); (*i)++; } while (0)
-#define NUM(dst, conv) do { NEED(); dst = conv(v, &end); if (end == v || *end) { cli_fail(cmd, "option '%s': '%s' is not a number", s, v); return -1; } } while (0)
+#define NUM(dst) do { double x_; NEED(); if (cli_num(cmd, s, v, &x_)) return -1; dst = x_; } while (0)
     if (!strcmp(s, "-m") || !strcmp(s, "--model")) { NEED(); o->model = v; }
     else if (!strcmp(s, "-p") || !strcmp(s, "--prompt")) { NEED(); o->prompt = v; }
     else if (!strcmp(s, "--system")) { NEED(); o->system = v; }
-    else if (!strcmp(s, "-n") || !strcmp(s, "--max-tokens")) { long x; NUM(x, strtol_10); o->n_gen = (int)x; }
-    else if (!strcmp(s, "--temp")) NUM(o->sp.temp, strtof);
-    else if (!strcmp(s, "--top-k")) { long x; NUM(x, strtol_10); o->sp.top_k = (int)x; }
-    else if (!strcmp(s, "--top-p")) NUM(o->sp.top_p, strtof);
-    else if (!strcmp(s, "--min-p")) NUM(o->sp.min_p, strtof);
-    else if (!strcmp(s, "--repeat-penalty")) NUM(o->sp.repeat_penalty, strtof);
-    else if (!strcmp(s, "--presence-penalty")) NUM(o->sp.presence_penalty, strtof);
-    else if (!strcmp(s, "--repeat-last-n")) { long x; NUM(x, strtol_10); o->sp.repeat_last_n = (int)x; }
+    else if (!strcmp(s, "-n") || !strcmp(s, "--max-tokens")) NUM(o->n_gen);
+    else if (!strcmp(s, "--temp")) NUM(o->sp.temp);
+    else if (!strcmp(s, "--top-k")) NUM(o->sp.top_k);
+    else if (!strcmp(s, "--top-p")) NUM(o->sp.top_p);
+    else if (!strcmp(s, "--min-p")) NUM(o->sp.min_p);
+    else if (!strcmp(s, "--repeat-penalty")) NUM(o->sp.repeat_penalty);
+    else if (!strcmp(s, "--presence-penalty")) NUM(o->sp.presence_penalty);
+    else if (!strcmp(s, "--repeat-last-n")) NUM(o->sp.repeat_last_n);
     else if (!strcmp(s, "--seed")) { NEED(); o->sp.seed = strtoull(v, &end, 10); o->seed_set = 1; if (end == v || *end) { cli_fail(cmd, "--seed: '%s' is not a number", v); return -1; } }
     else if (!strcmp(s, "--stop")) {
         NEED();
@@ -216,10 +214,6 @@ int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *
     }
 #undef NUM
 #undef NEED
-    if (o->n_gen < 0 || o->sp.top_k < 0 || o->sp.top_p < 0 || o->sp.top_p > 1 || o->sp.min_p < 0 || o->sp.min_p > 1 || o->sp.repeat_last_n < 0) {
-        cli_fail(cmd, "option '%s' is out of range", s);
-        return -1;
-    }
     return 1;
 }
 

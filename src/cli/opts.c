@@ -81,11 +81,40 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         else if (!strcmp(v, "off")) p->prefetch = -1;
         else { *bad = cli_fail(cmd, "--prefetch: '%s' (auto, on, off)", v); return 1; }
     } else if (!strcmp(s, "--pin")) p->pin_profile = v;
-    else if (!strcmp(s, "--threads")) p->n_threads = atoi(v);
-    else if (!strcmp(s, "--io-depth")) p->io_depth = atoi(v);
-    else return 0;
+    else if (!strcmp(s, "--threads") || !strcmp(s, "--io-depth")) {
+        double x;
+        if (cli_num(cmd, s, v, &x)) { *bad = 1; return 1; }
+        *(!strcmp(s, "--threads") ? &p->n_threads : &p->io_depth) = (int)x;
+    } else return 0;
     (*i)++;
     return 1;
+}
+
+/* ---- numeric options --------------------------------------------------------------------------- */
+
+/* The one place that knows each numeric option's accepted range (and whether it takes only whole
+ * numbers); cli_num checks against it, so every message names the range. The bounds are what the
+ * library takes (include/sluice.h: sl_sampler_params, sl_model_params) and a sane ceiling beyond that. */
+typedef struct { const char *name; double lo, hi; int whole; } num_range;
+static const num_range num_ranges[] = {
+    {"-n", 1, 1 << 20, 1},          {"--max-tokens", 1, 1 << 20, 1},   {"--temp", 0, 100, 0},
+    {"--top-k", 0, 1 << 20, 1},     {"--top-p", 0, 1, 0},              {"--min-p", 0, 1, 0},
+    {"--repeat-penalty", -100, 100, 0}, {"--presence-penalty", -100, 100, 0}, {"--repeat-last-n", 0, 1 << 20, 1},
+    {"--threads", 1, 1024, 1},      {"--io-depth", 1, 4096, 1},
+};
+
+int cli_num(const char *cmd, const char *opt, const char *v, double *out) {
+    const num_range *r = NULL;
+    for (size_t k = 0; k < sizeof num_ranges / sizeof *num_ranges; k++)
+        if (!strcmp(num_ranges[k].name, opt)) r = &num_ranges[k];
+    char *end = NULL;
+    double x = strtod(v, &end);
+    if (end == v || *end || x != x) return cli_fail(cmd, "option '%s': '%s' is not a number", opt, v);
+    if (r && (x < r->lo || x > r->hi || (r->whole && x != (double)(long long)x)))
+        return cli_fail(cmd, "option '%s' must be %sbetween %.10g and %.10g, not '%s'", opt, r->whole ? "a whole number " : "",
+                        r->lo, r->hi, v);
+    *out = x;
+    return 0;
 }
 
 /* ---- default model ----------------------------------------------------------------------------- */
