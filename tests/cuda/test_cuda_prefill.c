@@ -61,7 +61,7 @@ static void moe_ref_expert(const slcu_mat *gm, const slcu_mat *um, const slcu_ma
                            int cnt, int H, int I, float *ref) {
     char msg[256] = "";
     int *rows = malloc((size_t)cnt * sizeof(int));
-    for (int i = 0; i < cnt; i++) rows[i] = pair[i] / 1000;
+    for (int i = 0; i < cnt; i++) rows[i] = pair[i] / 100000;
     int *drows = dev_copy(rows, (size_t)cnt * sizeof(int), msg);
     float *g = slcu_alloc((size_t)cnt * I * 8, msg, sizeof msg), *y = slcu_alloc((size_t)cnt * H * 4, msg, sizeof msg);
     void *mbuf = slcu_alloc(slcu_act_bytes(cnt, I), msg, sizeof msg);
@@ -72,7 +72,7 @@ static void moe_ref_expert(const slcu_mat *gm, const slcu_mat *um, const slcu_ma
     slcu_mm dn = {*dm, &ma, NULL, cnt, y, (size_t)H, NULL, NULL};
     CK(!slcu_matmul_i8(&dn, 1, msg, sizeof msg), "%s", msg);
     float *hy = dl(y, (size_t)cnt * H);
-    for (int i = 0; i < cnt; i++) memcpy(ref + (size_t)(pair[i] % 1000) * H, hy + (size_t)i * H, (size_t)H * 4);
+    for (int i = 0; i < cnt; i++) memcpy(ref + (size_t)(pair[i] % 100000) * H, hy + (size_t)i * H, (size_t)H * 4);
     free(hy), free(rows);
     slcu_free(drows), slcu_free(g), slcu_free(y), slcu_free(mbuf);
 }
@@ -117,13 +117,13 @@ static void check_moe(int n, int k, int E, int H, int I, sl_dtype gdt, int gg, s
         y[v] = dl(dy, (size_t)n * k * H);
     }
     slcu_i8_gemm(0);
-    /* the reference: h's rows quantised once, each expert's calls over its pairs (t * 1000 + t k + s) */
+    /* the reference: h's rows quantised once, each expert's calls over its pairs (t * 100000 + t k + s) */
     slcu_act xa;
     void *abuf = slcu_alloc(slcu_act_bytes(n, H), msg, sizeof msg);
     CK(!slcu_act_bind(&xa, abuf, n, H, msg, sizeof msg) && !slcu_act_quantize(&xa, dh, (size_t)H, msg, sizeof msg), "%s", msg);
     int *pair = malloc((size_t)n * k * sizeof(int)), maxc = 0;
     for (int e = 0, cnt = 0; e < E; e++, cnt = 0) {
-        for (int i = 0; i < n * k; i++) cnt += te[i] == e ? (pair[cnt] = i / k * 1000 + i, 1) : 0;
+        for (int i = 0; i < n * k; i++) cnt += te[i] == e ? (pair[cnt] = i / k * 100000 + i, 1) : 0;
         slcu_mat g3[3] = {sub_mat(&gu, 2 * e * I, I), sub_mat(&gu, (2 * e + 1) * I, I), sub_mat(&dn, e * H, H)};
         if (cnt) moe_ref_expert(&g3[0], &g3[1], &g3[2], &xa, pair, cnt, H, I, ref), maxc = cnt > maxc ? cnt : maxc;
     }

@@ -285,7 +285,7 @@ static void cu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens,
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     c->nq_y = NULL;
-    int ok = !c->embed_host && n > 0; /* the rows gathered and dequantised on the device (slcu_embed), the ids by the ring */
+    int ok = !c->embed_host && !c->step && n > 0; /* on the device (slcu_embed, the ids by the ring), not in a recorded step */
     for (int t = 0; ok && t < n; t++) ok = tokens[t] >= 0 && tokens[t] < table->rows; /* else the host path reports it */
     const int *d = ok ? dev_upload(be, tokens, (size_t)n * sizeof(int32_t)) : NULL;
     const slcu_mat dm = mat_of(table);
