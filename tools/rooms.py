@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The rooms of src/ (its folders) and what they include of each other: issue 23's folder loops and arrows up.
 
-A file's room is its first folder under src/ (src/model/arch/x.c is in model). Every `#include "room/..."` of
+A file's room is its first folder under src/ (src/family/arch/x.c is in family). Every `#include "room/..."` of
 src/*.c, *.h, *.cu is an edge from the file's room to that room ("sluice.h", the public header, and includes
 without a folder are no edge). Two counts come out:
   - folder loops: the elementary cycles of the room graph (a -> b -> a is one; the rooms of each cycle listed);
