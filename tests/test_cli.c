@@ -129,8 +129,12 @@ TEST(cli_run_and_logits) {
     /* logits of the whole reference prompt: every row bitwise what the library gives in process, and
      * within 1e-4 (relative to the row's largest) of transformers' */
     const char *lf = test_path("%s/logits.f32", test_tmpdir());
-    rc = test_sh(1, &o, "%s logits -m %s --tokens %s --out %s", bin(), m, toks, lf);
+    rc = test_sh(1, &o, "%s logits -m %s --tokens %s -o %s", bin(), m, toks, lf); /* -o as every command (issue 30) */
     CHECKF(rc == 0, "rc %d: %s", rc, o);
+    free(o);
+    const char *lf2 = test_path("%s/logits2.f32", test_tmpdir()); /* --out stays an alias */
+    rc = test_sh(1, &o, "%s logits -m %s --tokens 1 --out %s", bin(), m, lf2);
+    CHECKF(rc == 0 && test_exists(lf2), "rc %d: %s", rc, o);
     free(o);
     int32_t ids[256];
     int nt = test_ref_ids("qwen3_next", "tokens", ids, 256);

@@ -30,7 +30,7 @@ static int parse(const char *cmd, int argc, char **argv, run_args *a) {
         }
         if ((!strcmp(s, "-m") || !strcmp(s, "--model")) && more) a->model = argv[++i];
         else if (!strcmp(s, "--tokens") && more) a->tokens = argv[++i];
-        else if (!strcmp(s, "--out") && more) a->out = argv[++i];
+        else if ((!strcmp(s, "-o") || !strcmp(s, "--out")) && more) a->out = argv[++i];
         else if ((!strcmp(s, "-n") || !strcmp(s, "--max-tokens") || !strcmp(s, "--temp")) && more) {
             double x;
             if (cli_num(cmd, s, argv[++i], &x)) return 1;
@@ -100,7 +100,7 @@ int cmd_logits(int argc, char **argv) {
     run_args a;
     int bad = parse("logits", argc, argv, &a);
     if (bad) return bad;
-    if (!a.out) return cli_fail("logits", "no output: pass --out FILE");
+    if (!a.out) return cli_fail("logits", "no output: pass -o FILE");
     int32_t *toks = NULL;
     int n = cli_parse_tokens(a.tokens, &toks);
     if (n <= 0) return cli_fail("logits", "--tokens must be a comma-separated list of token ids");

@@ -109,7 +109,7 @@ static const cli_opt chat_opts[] = {
 static const cli_opt logits_opts[] = {
     DEFAULT_MODEL_OPT,
     {"--tokens", "IDS", "comma-separated token ids to evaluate (required)"},
-    {"--out", "FILE", "where to write the logits (required)"},
+    {"-o, --out", "FILE", "where to write the logits (required)"},
     END_OPTS,
 };
 
@@ -255,10 +255,10 @@ const cli_command cli_commands[] = {
      "tok/s counts every evaluated token, scored or not.",
      perplexity_opts, "sluice perplexity -f heldout.txt --ctx 512 --json", CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"logits", "write the logits of every position of token ids to a file", cmd_logits,
-     "[-m MODEL.sluice] --tokens IDS --out FILE [OPTION]...",
+     "[-m MODEL.sluice] --tokens IDS -o FILE [OPTION]...",
      "Evaluates the token ids in one pass and writes the logits of every position as little-endian float32 "
      "[n_tokens][vocab], under a temporary name renamed when complete.",
-     logits_opts, "sluice logits -m qwen3-next.sluice --tokens 9707,11,1879 --out logits.f32",
+     logits_opts, "sluice logits -m qwen3-next.sluice --tokens 9707,11,1879 -o logits.f32",
      CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"profile", "record which experts token ids route to, for --pin", cmd_profile,
      "[-m MODEL.sluice] --tokens IDS -o PROFILE [OPTION]...",
