@@ -247,3 +247,13 @@ TEST(cli_synth_bench_profile) {
     CHECKF(rc != 0 && strstr(o, "qwen3-next-80b-a3b"), "rc %d: %s", rc, o);
     free(o);
 }
+
+/* tokenize without -m falls back to the default model as run does (issue 30): the demo model of the tree */
+TEST(cli_tokenize_default_model) {
+    char *a = NULL, *b = NULL;
+    int ra = test_sh(1, &a, "env -u SLUICE_MODEL %s tokenize 'Hello, world'", bin());
+    int rb = test_sh(1, &b, "%s tokenize -m models/demo.sluice 'Hello, world'", bin());
+    CHECKF(ra == 0 && rb == 0 && !strcmp(a, b) && a[0] >= '0' && a[0] <= '9', "rc %d %d: '%s' vs '%s'", ra, rb, a, b);
+    free(a);
+    free(b);
+}

@@ -122,7 +122,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!text) text = s;
         else return cli_fail("tokenize", "one TEXT argument at most (quote it, or pipe it on stdin)");
     }
-    if (!model) return cli_fail("tokenize", "no tokenizer: pass -m MODEL.sluice or --tokenizer tokenizer.json");
+    if (!model && cli_default_model("tokenize", &model)) return 1; /* as run does */
     sl_tokenizer *tok = NULL;
     if (cli_load_tokenizer("tokenize", model, &tok)) return 1;
     char *in = NULL, *out = NULL;

@@ -150,9 +150,9 @@ static const cli_opt synth_opts[] = {
 };
 
 static const cli_opt tokenize_opts[] = {
-    {"-m, --model", "MODEL", "a .sluice container that holds a tokenizer (required, or --tokenizer)"},
+    {"-m, --model", "MODEL", "a .sluice container that holds a tokenizer (default: see below)"},
     {"--tokenizer", "FILE", "a tokenizer.json, with the tokenizer_config.json and chat_template.jinja "
-                            "beside it, or a GGUF file's tokenizer (required, or -m)"},
+                            "beside it, or a GGUF file's tokenizer, instead of -m (default: none)"},
     {"--decode", NULL, "the input is token ids, space- or comma-separated: print their text"},
     {"--no-special", NULL, "tokenize special-token text such as <|im_end|> as plain text (default: "
                            "recognised)"},
@@ -238,10 +238,10 @@ const cli_command cli_commands[] = {
      "answer, Ctrl-D leaves.",
      chat_opts, "sluice chat --system \"You are terse.\" -n 128", CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"tokenize", "text to token ids, or ids to text", cmd_tokenize,
-     "(-m MODEL.sluice | --tokenizer FILE) [OPTION]... [TEXT]",
+     "[-m MODEL.sluice | --tokenizer FILE] [OPTION]... [TEXT]",
      "Prints the token ids of TEXT, or of stdin when there is no TEXT, space-separated, as Hugging Face "
      "tokenizers' encode gives them (no BOS or EOS added); with --decode, the text of ids.",
-     tokenize_opts, "sluice tokenize -m qwen3-next.sluice \"Hello, world\"", 0},
+     tokenize_opts, "sluice tokenize -m qwen3-next.sluice \"Hello, world\"", CLI_DEFAULT_MODEL},
     {"perplexity", "perplexity and bits per byte of a text file", cmd_perplexity,
      "[-m MODEL.sluice] -f FILE [--ctx N] [OPTION]...",
      "Measures how well the model predicts a text, as llama.cpp's llama-perplexity does. The whole file is "
