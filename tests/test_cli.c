@@ -257,3 +257,31 @@ TEST(cli_tokenize_default_model) {
     free(a);
     free(b);
 }
+
+/* chat: /help lists the slash commands (was "unknown command"), an unknown one points at /help, chat --help
+ * lists --save, --load and /save, and Ctrl-D on a terminal leaves a newline (issue 30) */
+TEST(cli_chat_help_and_eof) {
+    char *o = NULL;
+    int rc = test_sh(1, &o, "printf '/help\\n/bogus\\n' | %s chat -m models/demo.sluice -n 2 --temp 0", bin());
+    int ok = rc == 0 && strstr(o, "/save FILE") && strstr(o, "/think on|off") && strstr(o, "/quit") &&
+             strstr(o, "unknown command /bogus (/help lists them)");
+    CHECKF(ok, "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "%s chat --help", bin());
+    CHECKF(rc == 0 && strstr(o, "--save FILE") && strstr(o, "--load FILE") && strstr(o, "/save FILE") && strstr(o, "/help"),
+           "rc %d: %s", rc, o);
+    free(o);
+    /* Ctrl-D at the prompt of a terminal (a pty): the output ends with a newline */
+    rc = test_sh(1, &o, "python3 -c \"import pty,os,sys,time\n"
+                        "pid,fd=pty.fork()\n"
+                        "if pid==0: os.execv('%s',['sluice','chat','-m','models/demo.sluice','-n','2'])\n"
+                        "time.sleep(1); os.write(fd,b'\\x04'); out=b''\n"
+                        "while True:\n"
+                        "  try: d=os.read(fd,4096)\n"
+                        "  except OSError: break\n"
+                        "  if not d: break\n"
+                        "  out+=d\n"
+                        "sys.stdout.write('END' if out.endswith(b'\\n') else 'NOEOL '+repr(out[-20:]))\"", bin());
+    CHECKF(rc == 0 && !strcmp(o, "END"), "rc %d: %s", rc, o);
+    free(o);
+}

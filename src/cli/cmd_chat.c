@@ -35,6 +35,16 @@ static int print_piece(void *user, int32_t id, const char *text, size_t len) {
     return g_stop;
 }
 
+/* What /help prints: the commands at the prompt. */
+static const char chat_help[] =
+    "/reset          start the conversation over\n"
+    "/stats          speed, cache and memory of the last answer\n"
+    "/think on|off   the chat template's thinking switch\n"
+    "/system TEXT    set the system message (empty: clear it) and start over\n"
+    "/save FILE      write the conversation to FILE (sluice chat --load FILE goes on from it)\n"
+    "/help           this list\n"
+    "/quit, /exit    leave (as Ctrl-D does); Ctrl-C stops an answer\n";
+
 /* One line of input (malloc'ed, no newline) or NULL at end of input. */
 static char *read_line(int tty) {
     if (tty) {
@@ -236,12 +246,13 @@ int cmd_chat(int argc, char **argv) {
     if (load && load_state(&c, load)) goto out;
     int tty = isatty(0);
     c.tty_out = isatty(1);
-    if (tty) printf("sluice chat — /reset, /stats, /think on|off, /system TEXT, /save FILE, /quit; Ctrl-C stops an answer\n");
+    if (tty) printf("sluice chat — /help lists the commands; Ctrl-C stops an answer, Ctrl-D leaves\n");
     char *line;
     while ((line = read_line(tty))) {
         if (!strcmp(line, "/quit") || !strcmp(line, "/exit")) { free(line); break; }
         if (!strcmp(line, "/reset")) { reset(&c); printf("[conversation reset]\n"); }
         else if (!strcmp(line, "/stats")) stats(&c);
+        else if (!strcmp(line, "/help") || !strcmp(line, "/?")) fputs(chat_help, stdout);
         else if (!strncmp(line, "/save ", 6) && line[6]) {
             if (!save_state(&c, line + 6)) printf("[conversation saved to %s]\n", line + 6);
         }
@@ -254,11 +265,12 @@ int cmd_chat(int argc, char **argv) {
             c.o.system = c.sys;
             reset(&c);
             printf("[system prompt %s; conversation reset]\n", c.sys ? "set" : "cleared");
-        } else if (line[0] == '/') printf("unknown command %s (/reset, /stats, /think on|off, /system TEXT, /save FILE, /quit)\n", line);
+        } else if (line[0] == '/') printf("unknown command %s (/help lists them)\n", line);
         else if (*line) turn(&c, line);
         fflush(stdout);
         free(line);
     }
+    if (tty) printf("\n"); /* Ctrl-D at the prompt: leave the shell's prompt on a line of its own */
     rc = 0;
 out:
     free(c.sys);

@@ -102,6 +102,10 @@ static const cli_opt chat_opts[] = {
     DEFAULT_MODEL_OPT,
     CHAT_OPTS,
     {"-n, --max-tokens", "N", "generate at most N tokens per answer (default: 256)"},
+    {"--save", "FILE", "write the conversation to FILE after every turn, so a later --load goes on from it "
+                       "(default: not saved)"},
+    {"--load", "FILE", "start from a conversation written by --save or /save, without evaluating it again "
+                       "(default: an empty conversation)"},
     SAMPLING_OPTS,
     END_OPTS,
 };
@@ -234,8 +238,8 @@ const cli_command cli_commands[] = {
     {"chat", "talk with the model, one turn after another", cmd_chat, "[-m MODEL.sluice] [OPTION]...",
      "An interactive conversation in the model's chat template, read line by line from stdin (with line "
      "editing on a terminal). The model's state is kept between turns, so earlier turns are never evaluated "
-     "again. At the prompt: /reset, /stats, /think on|off, /system TEXT, /quit. Ctrl-C stops the current "
-     "answer, Ctrl-D leaves.",
+     "again. At the prompt: /reset, /stats, /think on|off, /system TEXT, /save FILE (what --save writes), "
+     "/help (this list), /quit. Ctrl-C stops the current answer, Ctrl-D leaves.",
      chat_opts, "sluice chat --system \"You are terse.\" -n 128", CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"tokenize", "text to token ids, or ids to text", cmd_tokenize,
      "[-m MODEL.sluice | --tokenizer FILE] [OPTION]... [TEXT]",
