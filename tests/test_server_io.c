@@ -43,7 +43,7 @@ static void *do_call(void *arg) {
     if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
         char req[4096];
         int rl = snprintf(req, sizeof req,
-                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                           "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
                           strlen(c->body), c->body);
         ssize_t sent;

@@ -51,6 +51,7 @@ int cmd_serve(int argc, char **argv) {
     srv_params p = srv_params_default();
     sl_model_params mp = sl_model_params_default();
     const char *specs[MAX_MODELS];
+    const char *cors[MAX_MODELS];
     int n_specs = 0, bad = 0;
     const char *key = getenv("SLUICE_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -85,6 +86,11 @@ int cmd_serve(int argc, char **argv) {
             if (b < 0) return cli_fail("serve", "--state-cache: bad size '%s' (e.g. 512M, 2G; 0 is off)", v);
             p.sched.state_cache_bytes = (uint64_t)b;
         } else if (!strcmp(a, "--state-dir")) p.sched.state_dir = v;
+        else if (!strcmp(a, "--cors")) {
+            if (p.n_cors == MAX_MODELS) return cli_fail("serve", "at most %d --cors origins", MAX_MODELS);
+            cors[p.n_cors++] = v;
+            p.cors = cors;
+        }
         else
             return cli_bad_option("serve", argc, argv, i);
         i++;

@@ -184,7 +184,12 @@ static const cli_opt serve_opts[] = {
     {"--host", "HOST", "the address to listen on (default: 127.0.0.1, this machine only)"},
     {"--port", "PORT", "the TCP port; 0 picks a free one (default: 8080)"},
     {"--api-key", "KEY", "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on /v1/... and /metrics "
-                         "(default: $SLUICE_API_KEY if set, else none)"},
+                         "(default: $SLUICE_API_KEY if set, else none); without a key, a request whose Host is not "
+                         "localhost, 127.0.0.1, [::1] or --host (any IP with 0.0.0.0 or ::) gets 421 (DNS rebinding); "
+                         "with one, any Host is answered"},
+    {"--cors", "ORIGIN", "answer browser requests from ORIGIN (e.g. http://localhost:3000; * for any) with CORS "
+                         "headers, and its OPTIONS preflights with 204; repeatable. A request with another "
+                         "foreign Origin gets 403 (default: only the server's own page)"},
     {"--max-body", "SIZE", "the largest request body, K/M suffixes; larger ones get 413 (default: 1M)"},
     {"--parallel", "N", "sequences evaluated together, per model (default: 16)"},
     {"--queue", "N", "requests waiting for a slot, per model, beyond which new ones get 503 (default: 64)"},

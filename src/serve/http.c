@@ -93,6 +93,12 @@ double srv_model_tps(const model_slot *ms) {
 
 _Thread_local int srv_quiet_close;
 
+void srv_add_cors(struct MHD_Response *resp, const req *r) {
+    if (!r->cors) return;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, r->cors);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+}
+
 enum MHD_Result srv_reply(struct MHD_Connection *c, req *r, int status, const char *type, char *body, size_t len,
                           int take) {
     struct MHD_Response *resp =
@@ -105,6 +111,12 @@ enum MHD_Result srv_reply(struct MHD_Connection *c, req *r, int status, const ch
     if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->note[0] ? r->note : "GET");
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 204) { /* a CORS preflight */
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", r->note[0] ? r->note : "Authorization, Content-Type, x-api-key, anthropic-version");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    srv_add_cors(resp, r);
     r->status = status;
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
@@ -155,6 +167,70 @@ static int authorized(const srv_server *s, struct MHD_Connection *c) {
     return ok;
 }
 
+/* ---- Host and Origin: DNS rebinding and cross-origin browser requests ---- */
+
+/* The host part of a Host header ("name:port", "[v6]:port", a bare name or v6), brackets removed. */
+static void host_part(const char *h, char *out, size_t n) {
+    if (*h == '[') {
+        const char *e = strchr(h, ']');
+        snprintf(out, n, "%.*s", (int)(e ? (size_t)(e - h - 1) : strlen(h + 1)), h + 1);
+        return;
+    }
+    const char *colon = strchr(h, ':');
+    if (colon && strchr(colon + 1, ':')) colon = NULL; /* a bare IPv6 */
+    snprintf(out, n, "%.*s", (int)(colon ? (size_t)(colon - h) : strlen(h)), h);
+}
+
+/* A Host a DNS-rebinding page cannot send: localhost, a loopback literal, the bound address, or, bound
+ * to every address (0.0.0.0, ::), any IP literal (rebinding needs a name). No Host (HTTP/1.0): allowed. */
+static int host_ok(const srv_server *s, const char *host) {
+    if (!host) return 1;
+    char h[256];
+    host_part(host, h, sizeof h);
+    if (!strcasecmp(h, "localhost") || !strcmp(h, "127.0.0.1") || !strcmp(h, "::1") || !strcasecmp(h, s->p.host)) return 1;
+    struct in6_addr a6;
+    struct in_addr a4;
+    int literal = inet_pton(AF_INET, h, &a4) == 1 || inet_pton(AF_INET6, h, &a6) == 1;
+    return literal && (!strcmp(s->p.host, "0.0.0.0") || !strcmp(s->p.host, "::"));
+}
+
+/* An Origin header is allowed when absent (no browser's cross-origin request), the server's own
+ * ("http://" + Host: its page), or one of --cors (then *cors is it, answered with CORS headers). */
+static int origin_ok(const srv_server *s, const char *origin, const char *host, const char **cors) {
+    *cors = NULL;
+    if (!origin) return 1;
+    for (int i = 0; i < s->p.n_cors; i++)
+        if (!strcmp(s->p.cors[i], origin) || !strcmp(s->p.cors[i], "*")) {
+            *cors = origin;
+            return 1;
+        }
+    return host && !strncmp(origin, "http://", 7) && !strcasecmp(origin + 7, host);
+}
+
+/* Refuses a foreign Host (421, keyless servers only) or Origin (403), and answers a CORS preflight
+ * (OPTIONS from an allowed origin: 204). Returns 1 when answered (*done: what answering returned), else 0. */
+static int cross_site(struct MHD_Connection *c, req *r, const char *method, enum MHD_Result *done) {
+    const srv_server *s = r->s;
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    if (!s->api_key && !host_ok(s, host)) {
+        *done = srv_fail(c, r, 421, "misdirected_request", "Host '%.100s' is not this server's (DNS rebinding?): use localhost, "
+                         "127.0.0.1 or the address it listens on, or set --api-key", host);
+        return 1;
+    }
+    if (!origin_ok(s, origin, host, &r->cors)) {
+        *done = srv_fail(c, r, 403, "forbidden_origin", "Origin '%.100s' is not allowed: start the server with --cors ORIGIN to allow it", origin);
+        return 1;
+    }
+    if (r->cors && !strcmp(method, "OPTIONS")) {
+        const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        if (want && strlen(want) < sizeof r->note) snprintf(r->note, sizeof r->note, "%s", want);
+        *done = srv_reply(c, r, 204, "text/plain", (char *)"", 0, 0);
+        return 1;
+    }
+    return 0;
+}
+
 enum { DISCARD_MAX = 64 << 20 };
 
 /* The checks that need no body, on the headers: the route, its method, the key, the body's announced
@@ -165,6 +241,8 @@ static enum MHD_Result on_headers(struct MHD_Connection *c, req *r, const char *
     const srv_route *rt = srv_route_of(url, &rest);
     r->route = rt;
     r->api = rt && rt->api ? rt->api : &api_openai_chat; /* no API's: OpenAI's errors */
+    enum MHD_Result done;
+    if (cross_site(c, r, method, &done)) return done;
     if (!rt) return srv_fail(c, r, 404, "not_found", "no such endpoint: %s %.200s", method, url);
     int head = !strcmp(method, "HEAD") && !strcmp(rt->method, "GET");
     if (strcmp(method, rt->method) && !head) {

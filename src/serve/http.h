@@ -73,8 +73,9 @@ typedef struct req {
     size_t seen; /* body bytes received, kept or not */
     int too_big;
     gen *g;
+    const char *cors; /* the Origin allowed by --cors (answered with CORS headers), or NULL */
     char model[64];
-    char note[48];  /* 405: the method allowed */
+    char note[128]; /* 405: the method allowed; 204: the preflight's headers allowed */
     char method[12];
     char url[120];
 } req;
@@ -83,6 +84,8 @@ typedef struct req {
  * Returns libmicrohttpd's answer (MHD_NO: the connection is closed). */
 enum MHD_Result srv_reply(struct MHD_Connection *c, req *r, int status, const char *type, char *body, size_t len,
                           int take);
+/* Adds the CORS headers of r (none unless its Origin is one --cors allows). */
+void srv_add_cors(struct MHD_Response *resp, const req *r);
 /* A JSON body (taken; NULL: out of memory, answered 500). */
 enum MHD_Result srv_reply_json(struct MHD_Connection *c, req *r, int status, char *json);
 /* An error in r->api's shape. */

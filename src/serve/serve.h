@@ -34,6 +34,10 @@ typedef struct srv_params {
                                "Authorization: Bearer KEY" or "x-api-key: KEY" */
     size_t max_body;        /* largest request body in bytes; default 1 MiB */
     int max_connections;    /* open connections at most (one thread each); default 256 */
+    const char *const *cors; /* n_cors origins ("http://app.example:3000", or "*": any) whose browser requests
+                                are answered, with CORS headers and preflights; other foreign origins get 403.
+                                Without an api_key, a Host that is not this server's gets 421 (DNS rebinding) */
+    int n_cors;
     srv_sched_params sched; /* each model's scheduler (slots, queue, context per sequence) */
     srv_log_fn log;         /* may be NULL */
     void *log_user;

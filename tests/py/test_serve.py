@@ -35,7 +35,7 @@ def raw_post(port, path, body):
     """Sends a request on a socket of its own and returns the socket, unread."""
     data = json.dumps(body).encode()
     k = socket.create_connection(("127.0.0.1", port))
-    k.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    k.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
               % (path.encode(), len(data), data))
     return k  # the anthropic client has no sampling arguments of its own: sent as extra fields
 
@@ -374,6 +374,43 @@ def test_api_key(keyed):
     s, _, b = keyed.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 5000}]},
                             {"Authorization": f"Bearer {KEY}"})
     assert s == 413 and error_of(b)["code"] == "request_too_large"
+
+
+def test_host_and_origin(demo, keyed, tmp_path):
+    """DNS rebinding (a foreign Host: 421 on a keyless server) and cross-origin browser requests (a foreign
+    Origin: 403), unless --cors allows the origin, which also gets CORS headers and its preflight."""
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    for host in ["evil.example", "evil.example:%d" % demo.port, "localhost.evil.example", "10.0.0.1"]:
+        s, _, b = demo.request("POST", "/v1/chat/completions", chat, {"Host": host})
+        assert s == 421 and error_of(b)["code"] == "misdirected_request", (host, b)
+    for host in ["localhost:%d" % demo.port, "127.0.0.1", "[::1]:%d" % demo.port, "LOCALHOST"]:
+        assert demo.request("GET", "/health", headers={"Host": host})[0] == 200, host
+    # a keyed server answers any Host (the key is the check)
+    assert keyed.request("GET", "/v1/models", headers={"Host": "evil.example", "Authorization": f"Bearer {KEY}"})[0] == 200
+    # a cross-origin "simple" POST (text/plain) is refused before it generates
+    s, _, b = demo.request("POST", "/v1/chat/completions", json.dumps(chat).encode(),
+                           {"Origin": "http://evil.example", "Content-Type": "text/plain"})
+    assert s == 403 and error_of(b)["code"] == "forbidden_origin"
+    s, h, _ = demo.request("POST", "/v1/chat/completions", chat, {"Origin": f"http://127.0.0.1:{demo.port}"})
+    assert s == 200 and h.get("Access-Control-Allow-Origin") is None  # the server's own page
+    assert demo.request("OPTIONS", "/v1/chat/completions", headers={"Origin": "http://app.example"})[0] == 403
+    assert demo.request("OPTIONS", "/v1/chat/completions")[0] == 405
+    srv = Server(tmp_path, "-m", DEMO, "--cors", "http://app.example", "--cors", "http://localhost:3000")
+    try:
+        s, h, _ = srv.request("OPTIONS", "/v1/chat/completions", headers={
+            "Origin": "http://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type, authorization"})
+        assert s == 204 and h["Access-Control-Allow-Origin"] == "http://app.example"
+        assert "POST" in h["Access-Control-Allow-Methods"]
+        assert h["Access-Control-Allow-Headers"] == "content-type, authorization"
+        for origin in ["http://app.example", "http://localhost:3000"]:
+            s, h, b = srv.request("POST", "/v1/chat/completions", chat, {"Origin": origin})
+            assert s == 200 and h["Access-Control-Allow-Origin"] == origin and json.loads(b)["choices"]
+        s, h, b = srv.request("POST", "/v1/chat/completions", {**chat, "stream": True}, {"Origin": "http://app.example"})
+        assert s == 200 and h["Access-Control-Allow-Origin"] == "http://app.example" and b"data: [DONE]" in b
+        assert srv.request("POST", "/v1/chat/completions", chat, {"Origin": "http://evil.example"})[0] == 403
+    finally:
+        assert srv.stop() == 0, srv.stderr()
 
 
 def test_models_by_name(keyed):
