@@ -218,8 +218,17 @@ TEST(serve_parse_refusals) {
         {API_MESSAGES, "{\"max_tokens\": 5, \"system\": 3, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", "system"},
         {API_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"name\": \"f\"}]}", "tools"},
         {API_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"thinking\": {\"type\": \"sometimes\"}}", "thinking"},
-        {API_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop_sequences\": \"x\\u0000\", \"top_k\": -1}", "top_k"},
+        {API_MESSAGES, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop_sequences\": \"x\\u0000\", \"top_k\": -1}", "stop_sequences"},
+        /* a NUL in text would cut the prompt there (issue 29): 400 naming the field */
+        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\u0000b\"}]}", "messages[0].content"},
+        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"\\u0000\"}]}]}", "messages[0].content[0].text"},
+        {API_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", \"b\\u0000\"]}", "stop[1]"},
+        {API_MESSAGES, "{\"max_tokens\": 5, \"system\": \"s\\u0000\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", "system"},
     };
+    api_gen ok;
+    api_error oe;
+    CHECKF(parse(API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\\\\u0000\"}]}", &ok, &oe) == 0, "%s", oe.message);
+    api_gen_free(&ok);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         api_gen g;
         api_error e;
@@ -307,6 +316,16 @@ TEST(serve_error_objects) {
         cJSON_Delete(jo);
         cJSON_Delete(ja);
     }
+    /* 500-class messages name a model's file, never its folder (issue 29); others are left whole */
+    api_error e;
+    api_fail(&e, 500, NULL, NULL, "generation failed: cannot read '/home/ann/models/next.sluice': I/O error (/tmp/x)");
+    char *o = api_error_json(&e, 0), *a = api_error_json(&e, 1);
+    CHECKF(strstr(o, "cannot read 'next.sluice': I/O error (x)") && !strstr(o, "/home") && !strstr(a, "/home"), "%s", o);
+    free(o);
+    free(a);
+    api_fail(&e, 404, NULL, NULL, "no such endpoint: GET /v2/x");
+    CHECK((o = api_error_json(&e, 0)) && strstr(o, "GET /v2/x"));
+    free(o);
     CHECK(!strcmp(api_error_type(401, 0), "authentication_error") && !strcmp(api_error_type(404, 1), "not_found_error"));
     CHECK(!strcmp(api_error_type(413, 1), "request_too_large") && !strcmp(api_error_type(503, 1), "overloaded_error"));
     CHECK(!strcmp(api_error_type(500, 0), "server_error") && !strcmp(api_error_type(500, 1), "api_error"));

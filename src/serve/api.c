@@ -31,10 +31,28 @@ int api_fail(api_error *e, int status, const char *param, const char *code, cons
     return -1;
 }
 
+void api_scrub_paths(char *msg) {
+    char *w = msg;
+    for (const char *p = msg; *p;) {
+        int start = *p == '/' && (p == msg || strchr(" \t'\"(=", p[-1]));
+        if (!start) { *w++ = *p++; continue; }
+        const char *end = p, *base = p + 1;
+        for (; *end && !strchr(" \t'\",:)", *end); end++)
+            if (*end == '/') base = end + 1;
+        memmove(w, base, (size_t)(end - base)); /* w <= base: copies left */
+        w += end - base;
+        p = end;
+    }
+    *w = 0;
+}
+
 cJSON *api_error_message(const api_error *e) {
     tok_buf b = {0};
     cJSON *s = NULL;
-    if (!tok_utf8_lossy(&b, e->message, strlen(e->message)) && !tok_buf_put(&b, "", 1)) s = cJSON_CreateString(b.p);
+    char msg[sizeof e->message];
+    snprintf(msg, sizeof msg, "%s", e->message);
+    if (e->status >= 500) api_scrub_paths(msg); /* a model's file name, never where it lives */
+    if (!tok_utf8_lossy(&b, msg, strlen(msg)) && !tok_buf_put(&b, "", 1)) s = cJSON_CreateString(b.p);
     free(b.p);
     return s;
 }
@@ -73,11 +91,59 @@ void api_gen_free(api_gen *g) {
     memset(g, 0, sizeof *g);
 }
 
+/* The path of the first string (key or value) of a that differs from b's, as "messages[0].content";
+ * 0 when none does. a and b have the same shape. */
+static int diff_path(const cJSON *a, const cJSON *b, char *path, size_t n, size_t at) {
+    if (cJSON_IsString(a)) return strcmp(a->valuestring, b->valuestring) != 0;
+    int i = 0;
+    for (const cJSON *x = a->child, *y = b->child; x && y; x = x->next, y = y->next, i++) {
+        int m = cJSON_IsArray(a) ? snprintf(path + at, n - at, "[%d]", i)
+                                 : snprintf(path + at, n - at, "%s%s", at ? "." : "", y->string ? y->string : "");
+        size_t next = m < 0 ? at : at + (size_t)m < n ? at + (size_t)m : n - 1;
+        if ((x->string && strcmp(x->string, y->string)) || diff_path(x, y, path, n, next)) return 1;
+    }
+    return 0;
+}
+
+/* A "\u0000" escape in a JSON text (cJSON would end the string there, silently cutting a prompt):
+ * 400 naming the field (found by parsing a copy with \u0001 in its place and comparing). Returns
+ * 0 when there is none, -1 with e filled. */
+static int nul_escape(const cJSON *root, const char *body, size_t len, api_error *e) {
+    char *copy = NULL;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (body[i] != '\\') continue;
+        if (body[i + 1] == 'u' && i + 5 < len && !memcmp(body + i + 2, "0000", 4)) {
+            if (!(copy = malloc(len))) return api_fail(e, 500, NULL, NULL, "out of memory");
+            break;
+        }
+        i++; /* the escaped character */
+    }
+    if (!copy) return 0;
+    memcpy(copy, body, len);
+    for (size_t i = 0; i + 5 < len; i++) {
+        if (copy[i] != '\\') continue;
+        if (copy[i + 1] == 'u' && !memcmp(copy + i + 2, "0000", 4)) copy[i + 5] = '1';
+        i++;
+    }
+    cJSON *alt = cJSON_ParseWithLength(copy, len);
+    free(copy);
+    char path[64] = "";
+    if (alt) diff_path(root, alt, path, sizeof path, 0);
+    cJSON_Delete(alt);
+    return api_fail(e, 400, path, "invalid_value", "%s%sholds a NUL character (\\u0000), which no text may", path[0] ? path : "",
+                    path[0] ? " " : "the body ");
+}
+
 cJSON *api_parse_root(api_gen *g, const char *body, size_t len, api_error *e) {
     /* JSON is UTF-8 (RFC 8259 §8.1); cJSON would pass other bytes on into prompts */
     size_t bad = tok_utf8_invalid_at(body, len);
     if (bad < len) {
         api_fail(e, 400, NULL, "invalid_json", "the body is not valid UTF-8 (at byte %zu)", bad);
+        return NULL;
+    }
+    const char *nul = memchr(body, 0, len);
+    if (nul) { /* JSON text holds none (RFC 8259 §7: control characters are escaped) */
+        api_fail(e, 400, NULL, "invalid_json", "the body holds a NUL byte (at byte %zu)", (size_t)(nul - body));
         return NULL;
     }
     cJSON *root = cJSON_ParseWithLength(body, len);
@@ -93,6 +159,7 @@ cJSON *api_parse_root(api_gen *g, const char *body, size_t len, api_error *e) {
         api_fail(e, 400, NULL, "invalid_json", "the body must be a JSON object");
         return NULL;
     }
+    if (nul_escape(root, body, len, e)) return NULL;
     return root;
 }
 

@@ -47,6 +47,9 @@ const char *api_error_type(int status, int anthropic);
 /* The message of e as a cJSON string, made valid UTF-8 (it may quote request text); NULL when out of
  * memory. */
 struct cJSON *api_error_message(const api_error *e);
+/* Shortens every absolute path in msg to its last component, in place: 500-class messages (which
+ * quote the engine's errors, such as a failed expert read) name a model's file, never its folder. */
+void api_scrub_paths(char *msg);
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 

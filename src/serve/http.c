@@ -233,6 +233,16 @@ static int cross_site(struct MHD_Connection *c, req *r, const char *method, enum
 
 enum { DISCARD_MAX = 64 << 20 };
 
+/* Collects the Content-Length headers: cl[0] the first, cl[1] one that differs from it. */
+static enum MHD_Result each_length(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    const char **cl = cls;
+    (void)kind;
+    if (!key || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) return MHD_YES;
+    if (!cl[0]) cl[0] = value ? value : "";
+    else if (strcmp(cl[0], value ? value : "")) cl[1] = value ? value : "";
+    return MHD_YES;
+}
+
 /* The checks that need no body, on the headers: the route, its method, the key, the body's announced
  * size. Returns MHD_YES to read the body, or what answering the request returned. */
 static enum MHD_Result on_headers(struct MHD_Connection *c, req *r, const char *url, const char *method) {
@@ -254,8 +264,11 @@ static enum MHD_Result on_headers(struct MHD_Connection *c, req *r, const char *
     /* A body over the limit is read and dropped, and answered 413 at its end: a client still sending
      * when the connection closed would see a reset instead of the answer. Beyond DISCARD_MAX it is
      * answered at once and the connection closed. */
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
+    const char *cls[2] = {NULL, NULL};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, each_length, cls);
+    if (cls[1]) /* which is the body's? (RFC 9112 §6.3: a request smuggling vector) */
+        return srv_fail(c, r, 400, "invalid_request", "two different Content-Length headers ('%.20s', '%.20s')", cls[0], cls[1]);
+    unsigned long long len = cls[0] ? strtoull(cls[0], NULL, 10) : 0;
     if (len > s->p.max_body + DISCARD_MAX)
         return srv_fail(c, r, 413, "request_too_large", "the request body (%llu bytes) is larger than the limit of %zu bytes", len, s->p.max_body);
     r->too_big = len > s->p.max_body;

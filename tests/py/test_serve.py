@@ -327,6 +327,11 @@ def test_bad_requests(demo):
         ("DELETE", "/v1/models", None, 405, None),
         ("GET", "/v2/everything", None, 404, None),
         ("POST", "/v1/chat/completions", b"{" + b" " * (1 << 21) + b"}", 413, None),
+        # a NUL would cut the prompt there: 400 naming the field (escaped) or the byte (raw)
+        ("POST", "/v1/chat/completions", {**good, "messages": [{"role": "user", "content": "Ruth\u0000 2"}]}, 400,
+         "messages[0].content"),
+        ("POST", "/v1/completions", {"model": "demo", "prompt": "a\u0000"}, 400, "prompt"),
+        ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "a\x00b"}]}', 400, None),
     ]
     for method, path, body, status, param in cases:
         s, h, b = demo.request(method, path, body)
@@ -350,6 +355,19 @@ def test_bad_requests(demo):
     assert s == 404 and error_of(b, True)["type"] == "not_found_error"
     with pytest.raises(anthropic.BadRequestError):
         ant(demo).messages.create(model="demo", max_tokens=5, messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}])
+    with pytest.raises(anthropic.BadRequestError, match="system"):
+        ant(demo).messages.create(model="demo", max_tokens=5, system="be\u0000", messages=RUTH)
+    # two different Content-Length headers: which is the body? (request smuggling) 400, never the first
+    body = json.dumps(good).encode()
+    for lengths in [(len(body), 2), (2, len(body))]:
+        k = socket.create_connection(("127.0.0.1", demo.port))
+        k.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n%s" % (*lengths, body))
+        k.settimeout(20)
+        head = k.recv(65536)
+        k.close()
+        assert head.startswith(b"HTTP/1.1 400"), head[:200]
+        assert b"Content-Length" in head, head
     # and it keeps serving
     assert chat(demo, max_tokens=3).usage.completion_tokens == 3
 
