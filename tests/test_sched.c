@@ -5,10 +5,13 @@
  * the next; a full queue says SL_EBUSY; a long prompt does not stall a short request; bad requests are
  * refused at submit.
  */
+#include <dirent.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "serve/sched.h"
 #include "sluice.h"
@@ -392,7 +395,9 @@ TEST(sched_prefix_cache_hit_equals_cold) {
     run_one(cold, p, 350, 12, &c_cold);
     srv_sched_free(cold);
     pp.state_cache_bytes = 64u << 20;
-    pp.state_dir = test_path("%s/states", test_tmpdir());
+    static char dir[1024]; /* test_path's buffers rotate: a copy of its own */
+    snprintf(dir, sizeof dir, "%s", test_path("%s/states", test_tmpdir()));
+    pp.state_dir = dir;
     CHECK(mkdir(pp.state_dir, 0755) == 0);
     CHECK(srv_sched_new(m, tok, &pp, &warm, &err) == SL_OK);
     run_one(warm, p, 200, 4, &c1);   /* keeps the state after 192 tokens */
@@ -400,7 +405,27 @@ TEST(sched_prefix_cache_hit_equals_cold) {
     srv_sched_stats st;
     srv_sched_stats_get(warm, &st);
     srv_sched_free(warm);
+    /* the state files hold conversations: 0600; a restart removes only its own temporaries (issue 29) */
+    int n_states = 0;
+    DIR *d = opendir(pp.state_dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        struct stat sb;
+        if (!strstr(de->d_name, ".state") || stat(test_path("%s/%s", pp.state_dir, de->d_name), &sb)) continue;
+        n_states++;
+        CHECKF((sb.st_mode & 0777) == 0600, "%s: mode %o (want 600)", de->d_name, (unsigned)(sb.st_mode & 0777));
+    }
+    if (d) closedir(d);
+    CHECK(n_states == 2);
+    static const char *planted[] = {"0123456789abcdef.state.tmp.2000000000", "notes.txt.tmp.2000000000",
+                                    "0123456789abcdef.tmp.2000000000", "0123456789abcdeg.state.tmp.2000000000"};
+    for (int i = 0; i < 4; i++) {
+        FILE *f = fopen(test_path("%s/%s", pp.state_dir, planted[i]), "w");
+        CHECK(f && fclose(f) == 0);
+    }
     CHECK(srv_sched_new(m, tok, &pp, &again, &err) == SL_OK); /* reads the states the first left */
+    for (int i = 0; i < 4; i++)
+        CHECKF((access(test_path("%s/%s", pp.state_dir, planted[i]), F_OK) == 0) == (i > 0), "%s %s", planted[i],
+               i ? "was removed: not ours" : "was left");
     run_one(again, p, 350, 12, &c3);
     srv_sched_free(again);
     sl_tokenizer_free(tok);

@@ -124,11 +124,6 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (p.sched.state_dir) { /* the temporaries of state files a killed server left */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s/", p.sched.state_dir);
-        cli_remove_stale("serve", dir);
-    }
     if (srv_server_new(&p, models, n, &srv, &err)) { cli_fail("serve", "%s", err.msg); goto out; }
     for (int i = 0; i < n; i++) {
         int ctx = sl_model_n_ctx(opened[i]);

@@ -197,7 +197,7 @@ static const cli_opt serve_opts[] = {
     {"--state-cache", "SIZE", "keep sequence states of prompt prefixes within SIZE, so a conversation's next "
                               "turn does not evaluate its history again (default: 0, off)"},
     {"--state-dir", "DIR", "with --state-cache, also keep the states as files in DIR, read back at the next "
-                           "start (default: memory only)"},
+                           "start; files mode 0600, and start-up removes only its own dead temporaries (default: memory only)"},
     END_OPTS,
 };
 

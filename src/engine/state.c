@@ -103,7 +103,7 @@ sl_status sl_session_save_file(const sl_session *s, const char *path, const void
         goto done;
     }
     sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
-    fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600); /* it holds a conversation */
     st = fd < 0 ? sl_err(err, errno == ENOSPC ? SL_ENOSPC : SL_EIO, "%s: %s", tmp, strerror(errno))
                 : fio_pwrite_all(fd, b, n, 0, tmp, err);
     if (fd >= 0 && st) close(fd);

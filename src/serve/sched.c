@@ -315,11 +315,33 @@ static void pc_lookup(srv_sched *s, sreq *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A name of ours: 16 hex digits and ".state" (pc_path). */
+static int pc_name(const char *nm) {
+    for (int i = 0; i < 16; i++)
+        if (!strchr("0123456789abcdef", nm[i]) || !nm[i]) return 0;
+    return !strncmp(nm + 16, ".state", 6);
+}
+
+/* The temporaries of state files a killed server left ("<16 hex>.state.tmp.<dead pid>", written by
+ * sl_session_save_file): only those; other programs' "*.tmp.<pid>" in the folder are theirs. */
+static void pc_remove_temps(srv_sched *s) {
+    DIR *d = opendir(s->state_dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!pc_name(de->d_name) || strncmp(de->d_name + 22, ".tmp.", 5)) continue;
+        char *p = malloc(strlen(s->state_dir) + 24);
+        if (!p) break;
+        sprintf(p, "%s/%.22s", s->state_dir, de->d_name);
+        fio_remove_stale_temps(p, NULL); /* "<p>.tmp.<pid>" of a dead pid */
+        free(p);
+    }
+    closedir(d);
+}
+
 /* The states a previous scheduler left in state_dir; damaged or foreign files are skipped. */
 static void pc_load_dir(srv_sched *s) {
-    char *dir = fio_join(s->state_dir, ""); /* "<dir>/": its files' temporaries a killed server left */
-    if (dir) fio_remove_stale_temps(dir, NULL);
-    free(dir);
+    pc_remove_temps(s);
     DIR *d = opendir(s->state_dir);
     if (!d) return;
     sl_session *tmp = NULL;
