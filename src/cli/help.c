@@ -284,8 +284,8 @@ const cli_command cli_commands[] = {
      CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"serve", "an OpenAI- and Anthropic-compatible HTTP server, with a chat page", cmd_serve,
      "[-m [NAME=]MODEL.sluice]... [--port PORT] [OPTION]...",
-     "Serves the models over HTTP: POST /v1/chat/completions, /v1/completions (OpenAI) and /v1/messages "
-     "(Anthropic), streamed as server-sent events or whole; GET /v1/models, /health, /metrics (Prometheus) "
+     "Serves the models over HTTP: POST /v1/chat/completions, /v1/completions (OpenAI) and /v1/messages, "
+     "/v1/messages/count_tokens (Anthropic), streamed as server-sent events or whole; GET /v1/models, /health, /metrics (Prometheus) "
      "and a chat page at /. Requests to a model share its forward passes (continuous batching): up to "
      "--parallel sequences are evaluated together, the others wait in a queue. One line per request is "
      "printed to stderr; SIGINT or SIGTERM stops the server. docs/SERVER.md lists the fields supported.",

@@ -14,6 +14,7 @@
  *
  * Sections: generations; the prompt; the endpoint.
  */
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <pthread.h>
@@ -366,20 +367,25 @@ static sl_status gen_submit(gen *g, sl_error *err) {
     return st;
 }
 
-/* Parses the body, finds the model, builds the prompt and readies the answer's parser, id and stream.
- * Returns 0, or -1 with e. */
-static int gen_prepare(struct MHD_Connection *c, req *r, gen *g, api_error *e) {
+/* Parses body (len bytes) in g's dialect and finds its model. Returns 0, or -1 with e. */
+static int gen_parse(req *r, gen *g, const char *body, size_t len, api_error *e) {
     srv_server *s = r->s;
-    const char *body = r->body.p ? r->body.p : "";
-    if (g->api->parse(body, r->body.n, &g->g, e)) return -1;
+    if (g->api->parse(body, len, &g->g, e)) return -1;
     if (!(g->ms = srv_find_model(s, g->g.model))) {
         snprintf(r->model, sizeof r->model, "%s", g->g.model);
         return api_fail(e, 404, NULL, "model_not_found", "The model '%.100s' does not exist (served: %s%s)", g->g.model,
                         s->models[0].name, s->n_models > 1 ? ", ..." : "");
     }
     snprintf(r->model, sizeof r->model, "%s", g->ms->name);
+    return 0;
+}
+
+/* Parses the body, finds the model, builds the prompt and readies the answer's parser, id and stream.
+ * Returns 0, or -1 with e. */
+static int gen_prepare(struct MHD_Connection *c, req *r, gen *g, api_error *e) {
+    const char *body = r->body.p ? r->body.p : "";
     int think;
-    if (build_prompt(g, &think, e)) return -1;
+    if (gen_parse(r, g, body, r->body.n, e) || build_prompt(g, &think, e)) return -1;
     out_init(&g->op, think, g->g.tools != NULL);
     if (!g->g.seed_set) g->g.sp.seed = random_seed();
     api_new_id(g->meta.id, sizeof g->meta.id, g->api->id_prefix);
@@ -435,6 +441,40 @@ enum MHD_Result gen_endpoint(struct MHD_Connection *c, req *r, const char *rest)
         return MHD_NO;
     }
     return answer_whole(c, r, g);
+}
+
+enum MHD_Result gen_count_tokens(struct MHD_Connection *c, req *r, const char *rest) {
+    (void)rest;
+    api_error e;
+    memset(&e, 0, sizeof e);
+    gen *g = gen_new(r, r->route->api);
+    if (!g) return srv_fail(c, r, 500, NULL, "out of memory");
+    /* a count has no max_tokens, which the dialect's parser wants (any: only the prompt is built): put
+     * one first in the object, the rest of the text as sent (its checks see it all) */
+    const char *in = r->body.p ? r->body.p : "";
+    size_t n = r->body.n;
+    cJSON *j = cJSON_ParseWithLength(in, n);
+    int add = cJSON_IsObject(j) && !cJSON_GetObjectItemCaseSensitive(j, "max_tokens");
+    cJSON_Delete(j);
+    char *body = NULL;
+    if (add) {
+        size_t at = (size_t)((const char *)memchr(in, '{', n) - in) + 1, k = at;
+        while (k < n && strchr(" \t\r\n", in[k])) k++;
+        const char *ins = k < n && in[k] == '}' ? "\"max_tokens\":1" : "\"max_tokens\":1,";
+        if (!(body = malloc(n + 16))) return srv_fail(c, r, 500, NULL, "out of memory");
+        memcpy(body, in, at);
+        memcpy(body + at, ins, strlen(ins));
+        memcpy(body + at + strlen(ins), in + at, n - at);
+        in = body;
+        n += strlen(ins);
+    }
+    int think, bad = gen_parse(r, g, in, n, &e);
+    free(body);
+    if (bad || build_prompt(g, &think, &e)) return srv_reply_error(c, r, &e);
+    char out[48];
+    snprintf(out, sizeof out, "{\"input_tokens\":%d}", g->n_prompt_tokens);
+    char *o = strdup(out);
+    return srv_reply_json(c, r, 200, o);
 }
 
 void gen_request_over(gen *g, int dropped, gen_report *out) {

@@ -122,6 +122,10 @@ const srv_route *srv_routes(int *n);
  * submits it; then waits for the whole answer here, or hands a streamed response to libmicrohttpd. */
 enum MHD_Result gen_endpoint(struct MHD_Connection *c, req *r, const char *rest);
 
+/* Anthropic's count_tokens: the prompt tokens the same request would use, {"input_tokens": N}, from
+ * the route's dialect's parser and the prompt builder of gen_endpoint; nothing is generated. */
+enum MHD_Result gen_count_tokens(struct MHD_Connection *c, req *r, const char *rest);
+
 /* What a request's log line says of its generation. */
 typedef struct gen_report {
     int submitted, gone, stream;

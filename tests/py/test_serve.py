@@ -266,6 +266,31 @@ def test_messages(demo):
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
 
 
+def test_count_tokens(demo, keyed):
+    """Anthropic's count_tokens: the input tokens of the same messages (system, tools, history), as the
+    usage of a real /v1/messages call says; nothing is generated; refusals as /v1/messages's."""
+    a = ant(demo)
+    tools = [{"name": "get_verse", "description": "Look a verse up",
+              "input_schema": {"type": "object", "properties": {"ref": {"type": "string"}}}}]
+    history = RUTH + [{"role": "assistant", "content": "Which verse?"}, {"role": "user", "content": "Verse 3."}]
+    for kw in [{"messages": RUTH}, {"messages": RUTH, "system": "You read scripture."},
+               {"messages": history, "tools": tools}]:
+        n = a.messages.count_tokens(model="demo", **kw).input_tokens
+        m = a.messages.create(model="demo", max_tokens=1, **kw)
+        assert n == m.usage.input_tokens and n > 5, (kw, n, m.usage)
+    s, _, b = demo.request("POST", "/v1/messages/count_tokens", {"messages": RUTH, "max_tokens": 7})
+    assert s == 200 and json.loads(b) == {"input_tokens": a.messages.count_tokens(model="demo", messages=RUTH).input_tokens}
+    s, _, b = demo.request("POST", "/v1/messages/count_tokens", {"messages": []})
+    assert s == 400 and error_of(b, True)["type"] == "invalid_request_error"
+    s, _, b = demo.request("POST", "/v1/messages/count_tokens", {"model": "claude-9", "messages": RUTH})
+    assert s == 404 and error_of(b, True)["type"] == "not_found_error"
+    s, _, b = demo.request("POST", "/v1/messages/count_tokens", b"{}")
+    assert s == 400 and "messages" in error_of(b, True)["message"]
+    assert demo.request("GET", "/v1/messages/count_tokens")[0] == 405
+    assert keyed.request("POST", "/v1/messages/count_tokens", {"messages": RUTH})[0] == 401
+    assert ant(keyed, key=KEY).messages.count_tokens(model="demo", messages=RUTH).input_tokens > 5
+
+
 def test_tools_and_history(demo):
     tools = [{"type": "function", "function": {"name": "get_verse", "description": "Look a verse up",
                                                 "parameters": {"type": "object", "properties": {"ref": {"type": "string"}}}}}]
