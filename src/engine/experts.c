@@ -32,7 +32,7 @@ static int expert_implied(sl_expert *ex, int set) {
     return all;
 }
 
-static int resident_get(void *ctx, int layer, int expert, sl_expert *out) {
+static sl_status resident_get(void *ctx, int layer, int expert, sl_expert *out) {
     sl_model *m = ctx;
     int slot = cfg_moe_slot(&m->cfg, layer);
     if (slot < 0 || expert < 0 || expert >= m->cfg.n_experts) return SL_EINVAL;

@@ -330,7 +330,7 @@ static void hint_issue(cache *c) {
     if (started) c->io->ops->flush(c->io);
 }
 
-static int ordered_next(cache *c, int *expert, sl_expert *out) {
+static sl_status ordered_next(cache *c, int *expert, sl_expert *out) {
     if (c->pos >= c->n_list) return fail(c, SL_EINVAL, "expert cache: more next() calls than experts requested");
     int e = c->list[c->pos], key = c->mslot * c->E + e;
     for (;;) {
@@ -374,7 +374,7 @@ static int ordered_next(cache *c, int *expert, sl_expert *out) {
     }
 }
 
-static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered) {
+static sl_status c_begin(void *ctx, int layer, const int *experts, int n, int ordered) {
     cache *c = ctx;
     int ms = cfg_moe_slot(c->cfg, layer);
     if (ms < 0) return fail(c, SL_EINVAL, "layer %d has no routed experts", layer);
@@ -461,7 +461,7 @@ static int c_begin(void *ctx, int layer, const int *experts, int n, int ordered)
     return rc ? fail(c, SL_EIO, "cannot start expert reads: %s", strerror(-rc)) : 0;
 }
 
-static int c_next(void *ctx, int *expert, sl_expert *out) {
+static sl_status c_next(void *ctx, int *expert, sl_expert *out) {
     cache *c = ctx;
     if (c->ordered) return ordered_next(c, expert, out);
     for (;;) {
@@ -587,7 +587,7 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n, int orde
 }
 
 /* Blocking single fetch (not used by the forward pass when begin() exists; kept for tools). */
-static int c_get(void *ctx, int layer, int expert, sl_expert *out) {
+static sl_status c_get(void *ctx, int layer, int expert, sl_expert *out) {
     cache *c = ctx;
     int rc = c_begin(c, layer, &expert, 1, 0);
     int e = -1;

@@ -171,7 +171,7 @@ static int fetch_miss(tier *t, int *e) {
 
 /* ---- the streaming protocol ---- */
 
-static int t_begin(void *ctx, int layer, const int *experts, int n, int ordered) {
+static sl_status t_begin(void *ctx, int layer, const int *experts, int n, int ordered) {
     tier *t = ctx;
     int ms = cfg_moe_slot(t->cfg, layer);
     if (ms < 0) return fail(t, SL_EINVAL, "layer %d has no routed experts", layer);
@@ -207,7 +207,7 @@ static int t_begin(void *ctx, int layer, const int *experts, int n, int ordered)
     return 0;
 }
 
-static int t_next(void *ctx, int *expert, sl_expert *out) {
+static sl_status t_next(void *ctx, int *expert, sl_expert *out) {
     tier *t = ctx;
     if (t->ordered) {
         if (t->pos >= t->n_list) return fail(t, SL_EINVAL, "device expert tier: more next() calls than experts requested");
@@ -266,7 +266,7 @@ static void t_prefetch(void *ctx, int layer, const int *experts, int n, int orde
     if (np) t->lo.prefetch(t->lo.ctx, layer, t->pf, np, ordered);
 }
 
-static int t_get(void *ctx, int layer, int expert, sl_expert *out) {
+static sl_status t_get(void *ctx, int layer, int expert, sl_expert *out) {
     int rc = t_begin(ctx, layer, &expert, 1, 0);
     int e = -1;
     if (!rc) rc = t_next(ctx, &e, out);

@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "sluice.h"
 #include "util/dtype.h"
 
 typedef struct sl_mat {
@@ -44,8 +45,10 @@ typedef struct sl_expert {
 
 /* Where routed experts come from.
  *
- * Simple providers (everything resident) set get(): it fills *out for (layer, expert) and returns 0
- * or a negative sl_status.
+ * Simple providers (everything resident) set get(): it fills *out for (layer, expert) and returns SL_OK
+ * or an error. get, begin and next return an sl_status; the text of the provider's last error is errmsg()'s
+ * (the handle's message, as SQLite's sqlite3_errmsg: these are the hot path, called per expert), which the
+ * MoE block copies into its sl_error with the layer and expert (model/moe.c).
  *
  * Streaming providers also set begin/next/release/end; the MoE block then drives them per layer:
  *   begin(layer, experts, n, in_order)
@@ -60,9 +63,9 @@ typedef struct sl_expert {
  * The MoE block keeps each expert's output in its own slot and sums in a fixed order, so the order
  * of delivery never changes a bit. errmsg() returns the provider's message for its last error. */
 typedef struct sl_expert_src {
-    int (*get)(void *ctx, int layer, int expert, sl_expert *out);
-    int (*begin)(void *ctx, int layer, const int *experts, int n, int in_order);
-    int (*next)(void *ctx, int *expert, sl_expert *out);
+    sl_status (*get)(void *ctx, int layer, int expert, sl_expert *out);
+    sl_status (*begin)(void *ctx, int layer, const int *experts, int n, int in_order);
+    sl_status (*next)(void *ctx, int *expert, sl_expert *out);
     void (*release)(void *ctx, int expert);
     void (*end)(void *ctx);
     const char *(*errmsg)(void *ctx);
