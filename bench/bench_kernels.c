@@ -45,7 +45,7 @@ typedef struct {
 } rate;
 
 /* read bandwidth of a 512 MiB buffer, best of 5 */
-static rate mem_bw(sl_pool *pool) {
+static rate mem_bw(pool_t *pool) {
     size_t bytes = (size_t)512 << 20, n = bytes / 8;
     uint64_t *p = malloc(bytes);
     rate r = {0, 0};
@@ -55,9 +55,9 @@ static rate mem_bw(sl_pool *pool) {
     rd_job j = {p, 0};
     for (int k = 0; k < 5; k++) {
         double t = clk_now_s(), c = clk_cpu_s();
-        sl_pool_for(pool, n / 1024, 1024, rd_part, &j);
+        pool_for(pool, n / 1024, 1024, rd_part, &j);
         t = clk_now_s() - t;
-        c = (clk_cpu_s() - c) / sl_pool_size(pool);
+        c = (clk_cpu_s() - c) / pool_size(pool);
         if (t < best) best = t;
         if (c < bestc) bestc = c;
     }
@@ -70,20 +70,20 @@ static rate mem_bw(sl_pool *pool) {
 
 typedef struct {
     const kern_ops *ops;
-    const sl_mat *m;
+    const tn_mat *m;
     const float *x;
     kern_act *a; /* NULL: kern_matmul (exact) */
     float *y;
 } mm_case;
 
-static rate time_mm(const mm_case *c, sl_pool *pool, uint64_t bytes) {
+static rate time_mm(const mm_case *c, pool_t *pool, uint64_t bytes) {
     double best = 1e9, bestc = 1e9;
     for (int it = 0; it < 5; it++) {
         double t = clk_now_s(), cc = clk_cpu_s();
         if (c->a) kern_matmul_act(c->ops, pool, c->m, c->a, c->y, (size_t)c->m->rows);
         else kern_matmul(c->ops, pool, c->m, c->x, (size_t)c->m->cols, c->y, (size_t)c->m->rows, 1);
         t = clk_now_s() - t;
-        cc = (clk_cpu_s() - cc) / sl_pool_size(pool);
+        cc = (clk_cpu_s() - cc) / pool_size(pool);
         if (t < best) best = t;
         if (cc < bestc) bestc = cc;
     }
@@ -127,7 +127,7 @@ static int listed(const char *list, const char *name) {
 
 /* y = W x for T tokens of an [rows x cols] matrix through the default table's kernels (int8 when i8) on pool
  * (NULL: one thread, inline): G multiply-adds per CPU second, or with a pool per wall second */
-static double prefill_rate(sl_pool *pool, int rows, int cols, int T, sl_dtype dt, int i8) {
+static double prefill_rate(pool_t *pool, int rows, int cols, int T, dt_type dt, int i8) {
     float *w = malloc((size_t)rows * cols * sizeof(float)), *x = malloc((size_t)T * cols * sizeof(float));
     float *y = malloc((size_t)T * rows * sizeof(float));
     void *data = malloc(q_mat_bytes(dt, rows, cols, 64, DT_BF16)), *abuf = malloc(kern_act_bytes(T, cols));
@@ -136,7 +136,7 @@ static double prefill_rate(sl_pool *pool, int rows, int cols, int T, sl_dtype dt
     for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = (float)(i % 17) / 17.0f - 0.4f;
     if (q_is_quant(dt)) q_quantize(dt, w, rows, cols, 64, DT_BF16, 1, data);
     else dt_from_f32(dt, w, data, (size_t)rows * cols);
-    sl_mat m;
+    tn_mat m;
     q_mat_bind(&m, data, dt, rows, cols, 64, DT_BF16, 1);
     kern_act a;
     kern_act_init(&a, abuf, x, (size_t)cols, T, cols, i8);
@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
         else if (pos < 2) *(pos++ ? &cols : &rows) = atoi(argv[i]);
     }
     if (ncpu < 1) ncpu = 1;
-    sl_pool *p1 = sl_pool_new(1), *pn = sl_pool_new(ncpu);
+    pool_t *p1 = pool_new(1), *pn = pool_new(ncpu);
     rate m1 = mem_bw(p1), mn = mem_bw(pn);
     printf("memory read loop: %.1f GB/s (1 thread), %.1f GB/s (%d threads); per CPU second: %.1f, %.1f\n", m1.wall,
            mn.wall, ncpu, m1.cpu, mn.cpu);
@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     for (int i = 0; i < cols; i++) x[i] = (float)(i % 17) / 17.0f;
     const char *names[] = {"scalar", "avx2", "avx512", "neon"};
-    const sl_dtype dts[] = {DT_F32, DT_BF16, DT_F16, DT_Q8, DT_Q4, DT_Q3};
+    const dt_type dts[] = {DT_F32, DT_BF16, DT_F16, DT_Q8, DT_Q4, DT_Q3};
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
         if (!listed(dtypes, dt_name(dts[d]))) continue;
         uint64_t bytes = q_mat_bytes(dts[d], rows, cols, 64, DT_BF16);
@@ -188,7 +188,7 @@ int main(int argc, char **argv) {
         if (!data) return 1;
         if (q_is_quant(dts[d])) q_quantize(dts[d], w, rows, cols, 64, DT_BF16, 1, data);
         else dt_from_f32(dts[d], w, data, (size_t)rows * cols);
-        sl_mat m;
+        tn_mat m;
         q_mat_bind(&m, data, dts[d], rows, cols, 64, DT_BF16, 1);
         for (int k = 0; k < 4; k++) {
             const kern_ops *ops = kern_ops_by_name(names[k]);
@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
     free(x);
     free(y);
     free(abuf);
-    sl_pool_free(p1);
-    sl_pool_free(pn);
+    pool_free(p1);
+    pool_free(pn);
     return 0;
 }

@@ -4,7 +4,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *s = fuzz_str(data, size);
-    sl_config c;
+    fam_config c;
     sl_error err;
     hf_parse_config(s, "config.json", &c, &err);
     free(s);

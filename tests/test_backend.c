@@ -19,7 +19,7 @@ static float frand(void) { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
  * formula on each slice, and write nothing between the slices. */
 TEST(backend_layout_ops_match_rows) {
     srand(test_seed());
-    sl_backend *be = be_cpu_new(kern_scalar_ops(), NULL);
+    be_backend *be = be_cpu_new(kern_scalar_ops(), NULL);
     CHECK(be);
     enum { T = 3, NH = 4, HS = 20, DIM = 16, LD = NH * HS + 5, ROT = 8 };
     float x[T * LD], y[T * LD], w[DIM], ref[DIM], inv[ROT / 2];
@@ -69,9 +69,9 @@ TEST(backend_layout_ops_match_rows) {
 /* route: the hint's plain top-k in the order taken, -1 past the finite logits; the model's softmax
  * router sorted by expert index with weights summing to 1 (norm_topk). */
 TEST(backend_route_kinds) {
-    sl_backend *be = be_cpu_new(NULL, NULL);
+    be_backend *be = be_cpu_new(NULL, NULL);
     CHECK(be);
-    sl_config cfg;
+    fam_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.n_experts = 6;
     cfg.n_experts_used = 3;
@@ -99,7 +99,7 @@ TEST(backend_route_kinds) {
 /* A backend this build cannot give: one clear error, SL_EUNSUPPORTED, from be_open and from a model
  * opened with it; nothing crashes, nothing leaks. */
 TEST(backend_gpu_refused_clearly) {
-    sl_backend *be = (sl_backend *)1;
+    be_backend *be = (be_backend *)1;
     sl_error be_err = {0};
     sl_status rc = be_open(SL_BACKEND_CUDA, NULL, &be, &be_err);
     const char *msg = be_err.msg;
@@ -131,7 +131,7 @@ TEST(backend_missing_op_refused_at_open) {
         slc_file f;
         sl_error err = {0};
         CHECKF(slc_open(test_packed(cases[i].fixture), &f, &err) == SL_OK, "%s: %s", cases[i].fixture, err.msg);
-        sl_backend *be = be_cpu_new(NULL, NULL);
+        be_backend *be = be_cpu_new(NULL, NULL);
         fwd_ws *ws = be ? fwd_ws_new(&f.cfg, 64, be) : NULL;
         CHECK(ws);
         sl_error ops_err = {0};

@@ -292,7 +292,7 @@ TEST(info_json_describes_container) {
 /* ---- config spellings ---- */
 
 TEST(config_spellings) {
-    sl_config c;
+    fam_config c;
     sl_error err = {0};
     const char *a = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
                     "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":4,\"moe_intermediate_size\":4,"
@@ -330,7 +330,7 @@ TEST(rope_yarn_inv_freq) {
         0.0183781441f, 0.012447956f, 0.0083345091f, 0.00550000044f, 0.00356199732f, 0.00224936521f, 0.00137051346f,
         0.000790569407f, 0.000414990413f, 0.00017782794f, 3.3338034e-05f, 2.49999994e-05f, 1.87473543e-05f,
         1.40585325e-05f, 1.05424142e-05f, 7.90569447e-06f, 5.92843435e-06f, 4.44569832e-06f, 3.33380353e-06f};
-    sl_config c;
+    fam_config c;
     sl_error err = {0};
     const char *g = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":10,\"hidden_size\":8,\"num_hidden_layers\":2,"
                     "\"num_attention_heads\":2,\"num_key_value_heads\":1,\"head_dim\":64,\"moe_intermediate_size\":4,"
@@ -609,7 +609,7 @@ TEST(synth_shapes_have_released_sizes) {
             const arch_shape *sh = &arch_list[f]->shapes[k];
             if (!strncmp(sh->name, "tiny", 4)) continue; /* a test shape (tiny, tiny-wide...), not a release */
             CHECKF(sh->params > 0, "shape %s of %s has no published parameter count", sh->name, arch_list[f]->name);
-            sl_config c;
+            fam_config c;
             sl_error err = {0};
             CHECKF(synth_config(sh->name, 0, &c, &err) == SL_OK, "%s: %s", sh->name, err.msg);
             arch_tensor *at = NULL;
@@ -629,7 +629,7 @@ TEST(synth_shapes_have_released_sizes) {
             checked++;
         }
     CHECK(checked >= 18);
-    sl_config c;
+    fam_config c;
     sl_error err = {0};
     CHECK(synth_config("no-such-model", 0, &c, &err) == SL_EINVAL && strstr(err.msg, "mixtral-8x7b"));
 }
@@ -713,7 +713,7 @@ TEST(deepseek_v3_config) {
                        "\"q_lora_rank\": %s, \"kv_lora_rank\": 12, \"qk_nope_head_dim\": 6, \"qk_rope_head_dim\": 4, "
                        "\"v_head_dim\": 5%s}";
     char txt[1024];
-    sl_config c;
+    fam_config c;
     sl_error err = {0};
     snprintf(txt, sizeof txt, base, "deepseek_v3", 2, "10", "");
     CHECKF(hf_parse_config(txt, "config.json", &c, &err) == SL_OK, "%s", err.msg);
@@ -752,7 +752,7 @@ TEST(deepseek_v3_release_config) {
         "\"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"}, "
         "\"attention_bias\": false, \"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": \"e4m3\", "
         "\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}}";
-    sl_config c;
+    fam_config c;
     sl_error err = {0};
     CHECKF(hf_parse_config(txt, "config.json", &c, &err) == SL_OK, "%s", err.msg);
     CHECK(c.n_layers == 61 && c.n_experts == 256 && c.n_experts_used == 8 && c.n_group == 8 && c.topk_group == 4);
@@ -762,7 +762,7 @@ TEST(deepseek_v3_release_config) {
     CHECK(c.rope_type == SL_ROPE_YARN && c.rope_factor == 40 && c.rope_orig_max_pos == 4096 && c.yarn_mscale_all_dim == 1);
     double m = 0.1 * log(40.0) + 1.0;
     CHECKF(fabs(c.attn_scale - m * m / sqrt(192.0)) < 1e-15, "attn_scale %.17g", c.attn_scale);
-    sl_config s;
+    fam_config s;
     CHECK(synth_config("deepseek-v3", 0, &s, &err) == SL_OK);
     CHECK(s.attn_scale == c.attn_scale && s.rope_factor == c.rope_factor && s.yarn_beta_fast == 32 &&
           s.q_lora == c.q_lora && s.kv_lora == c.kv_lora && s.max_pos == c.max_pos && s.head_dim == c.head_dim);
@@ -770,7 +770,7 @@ TEST(deepseek_v3_release_config) {
 
 /* A model_type no family serves is refused with the list of those served; each family's own is taken. */
 TEST(unknown_model_type_lists_the_supported) {
-    sl_config c;
+    fam_config c;
     sl_error err = {0};
     const char *llama = "{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8}";
     CHECK(hf_parse_config(llama, "config.json", &c, &err) == SL_EUNSUPPORTED);
@@ -815,9 +815,9 @@ TEST(mxfp4_dequant_matches_transformers) {
             sha256_init(&ctx);
             for (uint32_t e = 0; e < f.h.n_experts; e++) {
                 CHECK(pread(f.fd, blk, f.block_bytes, (off_t)slc_expert_offset(&f, (int)s, (int)e)) == (ssize_t)f.block_bytes);
-                sl_expert ex;
+                tn_expert ex;
                 slc_bind_expert(&f, blk, &ex);
-                const sl_mat *m = which ? &ex.down : &ex.gate_up;
+                const tn_mat *m = which ? &ex.down : &ex.gate_up;
                 CHECK(m->dtype == DT_MXFP4 && m->cols <= 4096);
                 for (int r = 0; r < m->rows; r++) {
                     q_row_to_f32(m, r, row);
@@ -847,7 +847,7 @@ TEST(gpt_oss_config_and_yarn_match_transformers) {
         const char *fx = k ? "gpt_oss_mxfp4" : "gpt_oss";
         char *ctext = test_read(test_path("tests/data/%s/config.json", fx), NULL), *rtext = test_read(test_path("tests/data/%s/ref.json", fx), NULL);
         CHECK(ctext && rtext);
-        sl_config c;
+        fam_config c;
         sl_error err = {0};
         sl_status st = hf_parse_config(ctext, fx, &c, &err);
         cJSON *ref = cJSON_Parse(rtext);
@@ -873,7 +873,7 @@ TEST(gpt_oss_config_and_yarn_match_transformers) {
                        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":16,\"intermediate_size\":32,"
                        "\"num_local_experts\":4,\"num_experts_per_tok\":2,";
     char cfg[1024];
-    sl_config c;
+    fam_config c;
     sl_error err = {0};
     snprintf(cfg, sizeof cfg, "%s\"layer_types\":[\"sliding_attention\",\"chunked_attention\"],\"sliding_window\":8}", base);
     CHECK(hf_parse_config(cfg, "lt", &c, &err) == SL_ECONFIG && strstr(err.msg, "layer_types[1]"));
@@ -924,7 +924,7 @@ TEST(synth_same_file_for_any_thread_count) {
         CHECK(slc_open(test_path("%s/synth-thr-0.sluice", test_tmpdir()), &f, &err) == SL_OK);
         uint8_t *blk = malloc(f.h.expert_stride);
         CHECK(fio_pread_all(f.fd, blk, f.h.expert_stride, slc_expert_offset(&f, 1, 7), "x", &err) == SL_OK);
-        sl_expert ex;
+        tn_expert ex;
         slc_bind_expert(&f, blk, &ex);
         int cols = ex.down.cols, neg = 0, pos = 0, bad = 0;
         float row[4096], lim = (qs[qi] == SL_QUANT_Q4 ? 1.25f : 1.0f) / sqrtf((float)cols) * 1.001f;

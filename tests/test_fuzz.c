@@ -38,7 +38,7 @@ static void replay_hf_config(const char *path, const char *data, size_t len) {
     char *s = malloc(len + 1);
     memcpy(s, data, len);
     s[len] = 0;
-    sl_config c;
+    fam_config c;
     sl_error err = {0};
     sl_status st = hf_parse_config(s, path, &c, &err);
     CHECKF(st == SL_OK || !strncmp(err.msg, path, strlen(path)), "%s: status %d, message '%s'", path, st, err.msg);

@@ -209,7 +209,7 @@ TEST(gguf_a_log_round_trip) {
         float e = expf((float)(s >> 8) / (float)(1u << 24));
         a[i] = -(i % 3 == 0 ? e : nextafterf(e, i % 3 == 1 ? INFINITY : 0.0f));
     }
-    sl_config c;
+    fam_config c;
     memset(&c, 0, sizeof c);
     c.lin_nv = N;
     int64_t bad = arch_gguf_a_log(&c, a, x);

@@ -25,7 +25,7 @@ static float grand(void) { /* roughly Gaussian */
 }
 
 /* A random [rows][cols] matrix of dtype dt (group 32/64/128 for quantized types); returns the bytes. */
-static void *make_mat(sl_dtype dt, int rows, int cols, int group, sl_mat *m) {
+static void *make_mat(dt_type dt, int rows, int cols, int group, tn_mat *m) {
     size_t n = (size_t)rows * cols;
     float *w = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) w[i] = grand() * 0.1f;
@@ -42,7 +42,7 @@ static void fill(float *x, size_t n) {
 }
 
 /* y = W x over n_tok tokens with ops; y poisoned first, every element must be written */
-static float *run_mm(const kern_ops *ops, sl_pool *pool, const sl_mat *m, const float *x, int n_tok, int step) {
+static float *run_mm(const kern_ops *ops, pool_t *pool, const tn_mat *m, const float *x, int n_tok, int step) {
     float *y = malloc((size_t)n_tok * m->rows * sizeof(float));
     for (size_t i = 0; i < (size_t)n_tok * m->rows; i++) y[i] = NAN;
     for (int t = 0; t < n_tok; t += step) {
@@ -53,7 +53,7 @@ static float *run_mm(const kern_ops *ops, sl_pool *pool, const sl_mat *m, const 
 }
 
 /* y = W x through the int8-activation path (kern_matmul_act), step tokens per call. */
-static float *run_mm_i8(const kern_ops *ops, sl_pool *pool, const sl_mat *m, const float *x, int n_tok, int step) {
+static float *run_mm_i8(const kern_ops *ops, pool_t *pool, const tn_mat *m, const float *x, int n_tok, int step) {
     float *y = malloc((size_t)n_tok * m->rows * sizeof(float));
     void *buf = malloc(kern_act_bytes(step, m->cols));
     for (size_t i = 0; i < (size_t)n_tok * m->rows; i++) y[i] = NAN;
@@ -107,7 +107,7 @@ TEST(kernels_simd_match_scalar_oracle) {
     fprintf(stderr, "    tables checked: %s\n", report);
     const unsigned seed = test_seed();
     rng = 0x1234567ull ^ ((uint64_t)seed << 24);
-    sl_pool *pool = sl_pool_new(3);
+    pool_t *pool = pool_new(3);
     static const int plain_cols[] = {1, 7, 13, 100, 257, 300};
     static const int q_cols[] = {32, 96, 160, 384};
     static const int rows_l[] = {1, 5, 13};
@@ -119,15 +119,15 @@ TEST(kernels_simd_match_scalar_oracle) {
         for (int dt = DT_F32; dt < DT_COUNT; dt++) {
             if (dt == DT_F8E4M3) continue;
             /* mxfp4 goes through kern_matmul to kernels/mxfp4.c, with the table's own dot */
-            CHECKF(ops->matmul[dt] || dt == DT_MXFP4, "%s has no matmul for %s", ops->name, dt_name((sl_dtype)dt));
-            int q = q_is_quant((sl_dtype)dt);
+            CHECKF(ops->matmul[dt] || dt == DT_MXFP4, "%s has no matmul for %s", ops->name, dt_name((dt_type)dt));
+            int q = q_is_quant((dt_type)dt);
             for (int ci = 0; ci < (q ? 4 : 6); ci++)
                 for (int gi = 0; gi < (q ? 3 : 1); gi++) {
                     int cols = q ? q_cols[ci] : plain_cols[ci], group = 32 << gi;
                     if (q && cols % group) continue;
                     int rows = rows_l[(ci + gi) % 3], n_tok = ci % 2 ? 3 : 33;
-                    sl_mat m;
-                    void *data = make_mat((sl_dtype)dt, rows, cols, group, &m);
+                    tn_mat m;
+                    void *data = make_mat((dt_type)dt, rows, cols, group, &m);
                     float *x = malloc((size_t)n_tok * cols * sizeof(float));
                     fill(x, (size_t)n_tok * cols);
                     float *ref = run_mm(sc, NULL, &m, x, n_tok, n_tok);
@@ -149,9 +149,9 @@ TEST(kernels_simd_match_scalar_oracle) {
                     free(x);
                     free(data);
                     CHECKF(ok, "%s %s rows %d cols %d group %d: error %.3g vs the oracle (seed %u)", ops->name,
-                           dt_name((sl_dtype)dt), rows, cols, group, worst, seed);
+                           dt_name((dt_type)dt), rows, cols, group, worst, seed);
                     CHECKF(det, "%s %s rows %d cols %d: batch != token-by-token (seed %u)", ops->name,
-                           dt_name((sl_dtype)dt), rows, cols, seed);
+                           dt_name((dt_type)dt), rows, cols, seed);
                     if (worst > worst_all[ti]) worst_all[ti] = worst;
                     per_table[ti]++;
                     checked++;
@@ -159,7 +159,7 @@ TEST(kernels_simd_match_scalar_oracle) {
         }
         fprintf(stderr, "    %s: %d cases, worst error %.2g (bound 1e-5)\n", ops->name, per_table[ti], worst_all[ti]);
     }
-    sl_pool_free(pool);
+    pool_free(pool);
     for (int ti = 0; ti < 3; ti++)
         CHECKF(!tabs[ti] || per_table[ti] == per_table[3], "%s ran %d cases, scalar %d", names[ti], per_table[ti],
                per_table[3]);
@@ -171,12 +171,12 @@ TEST(quant_round_trip_error) {
     float *w = malloc(sizeof(float) * rows * cols), *back = malloc(sizeof(float) * cols);
     for (int i = 0; i < rows * cols; i++) w[i] = grand();
     /* relative RMS error bounds for Gaussian weights; measured ~0.004 / 0.07-0.09 / 0.18 */
-    const struct { sl_dtype dt; int group; double max_err; } cases[] = {
+    const struct { dt_type dt; int group; double max_err; } cases[] = {
         {DT_Q8, 64, 0.01}, {DT_Q4, 32, 0.11}, {DT_Q4, 128, 0.13}, {DT_Q3, 32, 0.22}, {DT_Q3, 128, 0.22}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         void *data = malloc(q_mat_bytes(cases[k].dt, rows, cols, cases[k].group, DT_F16));
         q_quantize(cases[k].dt, w, rows, cols, cases[k].group, DT_F16, 5, data);
-        sl_mat m;
+        tn_mat m;
         q_mat_bind(&m, data, cases[k].dt, rows, cols, cases[k].group, DT_F16, 5);
         double se = 0, ss = 0;
         for (int r = 0; r < rows; r++) {
@@ -444,7 +444,7 @@ TEST(mxfp4_layout_round_trip) {
     CHECK(q_check(DT_MXFP4, 48, 32, DT_NONE, &why) == SL_EINVAL && strstr(why.msg, "48"));
     uint8_t data[3 * 48 + 3 * 3];
     q_quantize(DT_MXFP4, w, rows, cols, 32, DT_NONE, 0, data);
-    sl_mat m;
+    tn_mat m;
     q_mat_bind(&m, data, DT_MXFP4, rows, cols, 32, DT_NONE, 0);
     CHECK(m.scales == data + rows * cols / 2 && m.group == 32);
     for (int r = 0; r < rows; r++) {
@@ -558,18 +558,18 @@ TEST(kernels_int8_bitwise_oracle) {
     rng = 0x51ce5eedull ^ seed;
     const kern_ops *sc = kern_scalar_ops();
     const kern_ops *tabs[4] = {sc, kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
-    sl_pool *pool = sl_pool_new(3);
+    pool_t *pool = pool_new(3);
     /* 2176 and 4224: the AVX-512 prefill kernel's column chunks (16 steps of 128 and a short one) and, at group 32,
      * its per-output bias pass (more than 128 groups) */
     static const int cols_l[] = {32, 96, 160, 256, 448, 384, 2176, 64, 4224};
     static const int rows_l[] = {5, 1, 13, 8};
-    static const sl_dtype sdts[] = {DT_BF16, DT_F16, DT_F32};
+    static const dt_type sdts[] = {DT_BF16, DT_F16, DT_F32};
     int cases = 0;
     double worst = 0;
     for (int dq = 0; dq < 2; dq++)
         for (int ci = 0; ci < 9; ci++)
             for (int gi = 0; gi < 3; gi++) {
-                sl_dtype dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
+                dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
                 int cols = cols_l[ci], group = 32 << gi;
                 if (cols % group) continue;
                 /* 70 tokens: two token blocks of the AVX-512 q4 prefill kernel (36 + 34); 64: one whole block, so
@@ -580,7 +580,7 @@ TEST(kernels_int8_bitwise_oracle) {
                 for (size_t i = 0; i < n; i++) w[i] = grand() * 0.1f + (i % 7 == 0 ? 0.05f : 0.0f);
                 void *data = malloc(q_mat_bytes(dt, rows, cols, group, sdt));
                 q_quantize(dt, w, rows, cols, group, sdt, 1, data);
-                sl_mat m;
+                tn_mat m;
                 q_mat_bind(&m, data, dt, rows, cols, group, sdt, 1);
                 float *x = malloc((size_t)n_tok * cols * sizeof(float));
                 fill(x, (size_t)n_tok * cols);
@@ -627,7 +627,7 @@ TEST(kernels_int8_bitwise_oracle) {
                 free(data);
                 free(w);
             }
-    sl_pool_free(pool);
+    pool_free(pool);
     fprintf(stderr, "    %d table cases bitwise equal to the oracle; worst error / bound %.2f\n", cases, worst);
     CHECK(cases >= 40);
 }
@@ -640,16 +640,16 @@ TEST(kernels_swiglu_multi_bitwise) {
     unsigned seed = test_seed();
     rng = 0x5e1a5ull ^ ((uint64_t)seed << 8);
     const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
-    sl_pool *pools[3] = {NULL, sl_pool_new(2), sl_pool_new(3)};
+    pool_t *pools[3] = {NULL, pool_new(2), pool_new(3)};
     static const int inters[] = {32, 96, 128, 384, 800};
     enum { NE = 3, H = 256 };
     int cases = 0;
     for (int dq = 0; dq < 2; dq++)
         for (int ii = 0; ii < 5; ii++) {
-            const sl_dtype dt = dq ? DT_Q4 : DT_Q8;
+            const dt_type dt = dq ? DT_Q4 : DT_Q8;
             const int I = inters[ii];
             void *data[2 * NE];
-            sl_mat m[2 * NE];
+            tn_mat m[2 * NE];
             float *w = malloc((size_t)I * H * sizeof(float));
             for (int k = 0; k < 2 * NE; k++) {
                 fill(w, (size_t)I * H);
@@ -691,12 +691,12 @@ TEST(kernels_swiglu_multi_bitwise) {
                     CHECK(mid.ready == 1);
                     CHECKF(!memcmp(g, rg, nf * sizeof(float)) && !memcmp(u, ru, nf * sizeof(float)),
                            "%s %s inter %d threads %d: SwiGLU values differ", tabs[ti]->name, dt_name(dt), I,
-                           sl_pool_size(pools[pi]));
+                           pool_size(pools[pi]));
                     const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4; /* kernels.h kern_act */
                     CHECKF(!memcmp(mid.q, ref.q, nf) && !memcmp(mid.q4, ref.q4, nf) &&
                                !memcmp(mid.d, ref.d, NE * nb * sizeof(float)) && !memcmp(mid.s, ref.s, NE * ns * sizeof(float)),
                            "%s %s inter %d threads %d: int8 form differs", tabs[ti]->name, dt_name(dt), I,
-                           sl_pool_size(pools[pi]));
+                           pool_size(pools[pi]));
                     cases++;
                 }
             /* refused: outputs not rows of one [n][inter] buffer, or a matrix the int8 kernels do not take */
@@ -721,7 +721,7 @@ TEST(kernels_swiglu_multi_bitwise) {
             for (int k = 0; k < 2 * NE; k++) free(data[k]);
             free(w), free(g), free(u), free(rg), free(ru), free(mb), free(rb), free(xbuf), free(rxbuf);
         }
-    for (int i = 1; i < 3; i++) sl_pool_free(pools[i]);
+    for (int i = 1; i < 3; i++) pool_free(pools[i]);
     CHECK(cases >= 20);
 }
 
@@ -732,17 +732,17 @@ TEST(kernels_swiglu_multi_tokens_bitwise) {
     unsigned seed = test_seed();
     rng = 0x7e1a5ull ^ ((uint64_t)seed << 8);
     const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
-    sl_pool *pools[3] = {NULL, sl_pool_new(2), sl_pool_new(3)};
+    pool_t *pools[3] = {NULL, pool_new(2), pool_new(3)};
     static const int inters[] = {96, 384, 800};
     static const int toks[] = {2, 37, 64};
     enum { H = 256 };
     int cases = 0;
     for (int dq = 0; dq < 2; dq++)
         for (int ii = 0; ii < 3; ii++) {
-            const sl_dtype dt = dq ? DT_Q4 : DT_Q8;
+            const dt_type dt = dq ? DT_Q4 : DT_Q8;
             const int I = inters[ii], T = toks[ii];
             void *data[2];
-            sl_mat m[2];
+            tn_mat m[2];
             float *w = malloc((size_t)I * H * sizeof(float));
             for (int k = 0; k < 2; k++) {
                 fill(w, (size_t)I * H);
@@ -779,13 +779,13 @@ TEST(kernels_swiglu_multi_tokens_bitwise) {
                     CHECK(mid.ready == 1);
                     CHECKF(!memcmp(g, rg, nf * sizeof(float)) && !memcmp(u, ru, nf * sizeof(float)),
                            "%s %s inter %d tokens %d threads %d: SwiGLU values differ", tabs[ti]->name, dt_name(dt), I,
-                           T, sl_pool_size(pools[pi]));
+                           T, pool_size(pools[pi]));
                     const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4; /* kernels.h kern_act */
                     CHECKF(!memcmp(mid.q, ref.q, nf) && !memcmp(mid.q4, ref.q4, nf) &&
                                !memcmp(mid.d, ref.d, (size_t)T * nb * sizeof(float)) &&
                                !memcmp(mid.s, ref.s, (size_t)T * ns * sizeof(float)),
                            "%s %s inter %d tokens %d threads %d: int8 form differs", tabs[ti]->name, dt_name(dt), I, T,
-                           sl_pool_size(pools[pi]));
+                           pool_size(pools[pi]));
                     cases++;
                 }
             /* refused: two experts over a T-token act */
@@ -800,11 +800,11 @@ TEST(kernels_swiglu_multi_tokens_bitwise) {
             for (int k = 0; k < 2; k++) free(data[k]);
             free(w), free(x), free(g), free(u), free(rg), free(ru), free(mb), free(rb), free(xbuf), free(rxbuf);
         }
-    for (int i = 1; i < 3; i++) sl_pool_free(pools[i]);
+    for (int i = 1; i < 3; i++) pool_free(pools[i]);
     CHECK(cases >= 12);
 }
 
-/* sl_mat.bias_implied (GGUF Q8_0 / Q4_0: every bias -128 / -8 times its scale): q_biases_implied finds it
+/* tn_mat.bias_implied (GGUF Q8_0 / Q4_0: every bias -128 / -8 times its scale): q_biases_implied finds it
  * bit for bit (a +0 bias where the product is -0 is not implied), and a table that computes the biases from
  * the scales instead of reading them gives the oracle's bits, for every group, scale type, short row blocks,
  * token blocks, thread splits and token-by-token calls. */
@@ -812,13 +812,13 @@ TEST(kernels_int8_implied_biases) {
     unsigned seed = test_seed();
     rng = 0xb1a5ull ^ seed;
     const kern_ops *tabs[4] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
-    sl_pool *pool = sl_pool_new(3);
-    static const sl_dtype sdts[] = {DT_F16, DT_BF16, DT_F32};
+    pool_t *pool = pool_new(3);
+    static const dt_type sdts[] = {DT_F16, DT_BF16, DT_F32};
     int cases = 0;
     for (int dq = 0; dq < 2; dq++)
         for (int gi = 0; gi < 3; gi++)
             for (int ci = 0; ci < 3; ci++) {
-                const sl_dtype dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(gi + ci) % 3];
+                const dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(gi + ci) % 3];
                 const int group = 32 << gi, cols = ci == 0 ? 128 : ci == 1 ? (group == 32 ? 288 : 256) : 512, rows = ci == 1 ? 7 : 16;
                 const int n_tok = ci == 0 ? 1 : ci == 1 ? 5 : 19;
                 const float z = dq ? -8.0f : -128.0f;
@@ -827,7 +827,7 @@ TEST(kernels_int8_implied_biases) {
                 for (size_t i = 0; i < n; i++) w[i] = grand() * 0.1f;
                 uint8_t *data = malloc(q_mat_bytes(dt, rows, cols, group, sdt));
                 q_quantize(dt, w, rows, cols, group, sdt, 1, data);
-                sl_mat m;
+                tn_mat m;
                 q_mat_bind(&m, data, dt, rows, cols, group, sdt, 1);
                 const size_t ss = dt_size(sdt);
                 uint8_t *sc = (uint8_t *)(uintptr_t)m.scales, *bi = (uint8_t *)(uintptr_t)m.biases;
@@ -842,11 +842,11 @@ TEST(kernels_int8_implied_biases) {
                 float *x = malloc((size_t)n_tok * cols * sizeof(float));
                 fill(x, (size_t)n_tok * cols);
                 float *ref = run_mm_i8(tabs[0], NULL, &m, x, n_tok, n_tok);
-                sl_mat mi = m;
+                tn_mat mi = m;
                 mi.bias_implied = 1;
                 for (int ti = 0; ti < 8; ti++) { /* each table with the flag, then reading the same biases */
                     if (!tabs[ti % 4]) continue;
-                    const sl_mat *mm = ti < 4 ? &mi : &m;
+                    const tn_mat *mm = ti < 4 ? &mi : &m;
                     float *got = run_mm_i8(tabs[ti % 4], pool, mm, x, n_tok, n_tok);
                     float *one = run_mm_i8(tabs[ti % 4], NULL, mm, x, n_tok, 1);
                     for (int i = 0; i < n_tok * rows; i++) {
@@ -873,7 +873,7 @@ TEST(kernels_int8_implied_biases) {
                 free(data);
                 free(w);
             }
-    sl_pool_free(pool);
+    pool_free(pool);
     fprintf(stderr, "    %d table cases with implied biases bitwise equal to the oracle\n", cases);
     CHECK(cases >= 36);
 }

@@ -730,9 +730,9 @@ TEST(profile_roundtrip_and_pin) {
 /* A prefetch read that fails (I/O error or corruption) is never reported by itself: unclaimed, it is
  * dropped; claimed by a request meanwhile, it is read again as that request's read. Driven through the
  * cache API directly, on a fault that hits only the first read of layer 2 expert 7. */
-static int demand(sl_expert_src *src, int layer, int e) {
+static int demand(tn_expert_src *src, int layer, int e) {
     int got = -1, rc = src->begin(src->ctx, layer, &e, 1, 0);
-    sl_expert ex;
+    tn_expert ex;
     if (!rc) rc = src->next(src->ctx, &got, &ex);
     if (!rc) src->release(src->ctx, got);
     src->end(src->ctx);
@@ -762,7 +762,7 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         if (kind % 2) fc.corrupt_every = 1;
         else fc.fail_every = 1;
         fc.max_faults = 1;
-        sl_backend *be = be_cpu_new(NULL, NULL);
+        be_backend *be = be_cpu_new(NULL, NULL);
         CHECK(be != NULL);
         cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 2, be};
         cache *c = cache_make(&cc, &why);
@@ -771,7 +771,7 @@ TEST(failed_prefetch_is_quiet_and_retried) {
             be_close(be);
         }
         CHECKF(c, "%s", why.msg);
-        sl_expert_src src = cache_source(c);
+        tn_expert_src src = cache_source(c);
         int seven = 7, rc = 0;
         src.prefetch(src.ctx, 2, &seven, 1, 1); /* this read fails or comes back corrupted */
         if (kind >= 2) rc = demand(&src, 2, 5); /* unclaimed: the failure lands while serving expert 5 */
@@ -820,12 +820,12 @@ TEST(corrupt_block_on_disk_caught_on_the_io_thread) {
         }
         io->chunk = 4096; /* the 24 KiB blocks in 6 pieces, 3 chains */
         io->chains = 3;
-        sl_backend *be = be_cpu_new(NULL, NULL);
+        be_backend *be = be_cpu_new(NULL, NULL);
         CHECK(be != NULL);
         cache_cfg cc = {&f, &f.cfg, io, 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 0, be};
         cache *c = cache_make(&cc, &why);
         CHECKF(c, "%s", why.msg);
-        sl_expert_src es = cache_source(c);
+        tn_expert_src es = cache_source(c);
         const int bad = demand(&es, 2, 5);
         char msg[600];
         snprintf(msg, sizeof msg, "%s", es.errmsg(es.ctx));
@@ -848,12 +848,12 @@ TEST(corrupt_block_on_disk_caught_on_the_io_thread) {
 
 /* An ordered (layer-major) request over `list`, with a hint for the next layer given right after begin
  * as the forward pass gives it; every expert must arrive in list order with its data bound. */
-static int ordered_run(sl_expert_src *src, int layer, const int *list, int n, int hint_layer, const int *hint, int n_hint) {
+static int ordered_run(tn_expert_src *src, int layer, const int *list, int n, int hint_layer, const int *hint, int n_hint) {
     int rc = src->begin(src->ctx, layer, list, n, 1);
     if (!rc && hint) src->prefetch(src->ctx, hint_layer, hint, n_hint, 1);
     for (int i = 0; !rc && i < n; i++) {
         int got = -1;
-        sl_expert ex;
+        tn_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = src->next(src->ctx, &got, &ex);
         if (!rc && (got != list[i] || !ex.gate.data)) rc = -100;
@@ -885,7 +885,7 @@ TEST(ordered_hint_read_ahead_and_its_failures_are_quiet) {
         if (kind % 2) fc.corrupt_every = 1;
         else fc.fail_every = 1;
         fc.max_faults = 1;
-        sl_backend *be = be_cpu_new(NULL, NULL);
+        be_backend *be = be_cpu_new(NULL, NULL);
         CHECK(be != NULL);
         cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1, be};
         cache *c = cache_make(&cc, &why);
@@ -894,7 +894,7 @@ TEST(ordered_hint_read_ahead_and_its_failures_are_quiet) {
             be_close(be);
         }
         CHECKF(c, "%s", why.msg);
-        sl_expert_src src = cache_source(c);
+        tn_expert_src src = cache_source(c);
         const int l1[3] = {0, 3, 5}, hint[3] = {5, 7, 9}, l2[3] = {5, 7, 9}, l2_skip[2] = {5, 9};
         int rc = ordered_run(&src, 0, l1, 3, 2, hint, 3);
         cache_stats before;
@@ -1278,9 +1278,9 @@ TEST(uniform_routing_hit_rate_is_the_slot_fraction) {
  * failed and h->c is NULL. */
 typedef struct {
     slc_file f;
-    sl_backend *be;
+    be_backend *be;
     cache *c;
-    sl_expert_src src;
+    tn_expert_src src;
 } hint_rig;
 
 static void hint_rig_open(hint_rig *h) {
@@ -1315,7 +1315,7 @@ TEST(hint_between_requests_reads_ahead) {
     hint_rig_open(&h);
     if (!h.c) return;
     cache *c = h.c;
-    sl_expert_src src = h.src;
+    tn_expert_src src = h.src;
     const int hint[2] = {3, 5}, want[3] = {3, 5, 7};
     src.prefetch(src.ctx, 2, hint, 2, 1); /* slot 1 = model layer 2 (layer 1 is dense) */
     cache_stats before;
@@ -1323,7 +1323,7 @@ TEST(hint_between_requests_reads_ahead) {
     int rc = src.begin(src.ctx, 2, want, 3, 1), bad = 0;
     for (int i = 0; i < 3 && !rc; i++) {
         int got = -1;
-        sl_expert ex;
+        tn_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = src.next(src.ctx, &got, &ex);
         if (!rc) {
@@ -1351,7 +1351,7 @@ TEST(decode_guess_between_requests_is_scored_not_read) {
     hint_rig_open(&h);
     if (!h.c) return;
     cache *c = h.c;
-    sl_expert_src src = h.src;
+    tn_expert_src src = h.src;
     const int hint[2] = {3, 5};
     src.prefetch(src.ctx, 2, hint, 2, 0);
     cache_stats guess;

@@ -47,7 +47,7 @@ static struct {
     } q[MAXQ];
     uint64_t first, next; /* fences first .. next-1 are queued copies, oldest first */
     int max_inflight, marks;
-    int (*sync)(sl_backend *);
+    int (*sync)(be_backend *);
 } late;
 
 static void pass_upto(uint64_t f) {
@@ -58,7 +58,7 @@ static void pass_upto(uint64_t f) {
     }
 }
 
-static uint64_t late_copy_async(sl_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
+static uint64_t late_copy_async(be_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
     (void)be, (void)after; /* the compute is synchronous here: every fence from mark() has passed */
     if (late.next - late.first >= MAXQ) pass_upto(late.first);
     int i = (int)(late.next % MAXQ);
@@ -71,13 +71,13 @@ static uint64_t late_copy_async(sl_backend *be, void *dst, const void *src, size
     return late.next++;
 }
 
-static uint64_t late_mark(sl_backend *be) {
+static uint64_t late_mark(be_backend *be) {
     (void)be;
     late.marks++;
     return late.next > 1 ? late.next - 1 : 1;
 }
 
-static int late_fence_done(sl_backend *be, uint64_t f, int wait) {
+static int late_fence_done(be_backend *be, uint64_t f, int wait) {
     (void)be;
     if (f < late.first) return 1;
     if (!wait && ++late.q[f % MAXQ].asks < 3) return 0;
@@ -85,20 +85,20 @@ static int late_fence_done(sl_backend *be, uint64_t f, int wait) {
     return 1;
 }
 
-static int late_sync(sl_backend *be) {
+static int late_sync(be_backend *be) {
     pass_upto(late.next);
     return late.sync(be);
 }
 
 /* Every expert of each request arrives once, with the file's block (compared once the request ended, when
  * every copy has passed). */
-static int request(sl_expert_src *src, const slc_file *f, int layer, int ms, const int *list, int n, int ordered,
+static int request(tn_expert_src *src, const slc_file *f, int layer, int ms, const int *list, int n, int ordered,
                    uint8_t *want, char *why, size_t whylen) {
     const uint8_t *got[64];
     int seen[64];
     int rc = src->begin(src->ctx, layer, list, n, ordered);
     for (int i = 0; !rc && i < n; i++) {
-        sl_expert ex;
+        tn_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = src->next(src->ctx, &seen[i], &ex);
         if (!rc) {
@@ -140,9 +140,9 @@ TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
     for (int ci = 0; ci < 4; ci++) {
         char why[512] = "";
         sl_error se = {0};
-        sl_backend *cpu = be_cpu_new(NULL, NULL);
+        be_backend *cpu = be_cpu_new(NULL, NULL);
         CHECK(cpu);
-        sl_backend fake = *cpu; /* the CPU's ops and context, a late copy engine */
+        be_backend fake = *cpu; /* the CPU's ops and context, a late copy engine */
         memset(&late, 0, sizeof late);
         late.first = late.next = 1;
         late.sync = cpu->sync;
@@ -159,7 +159,7 @@ TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
         tier_cfg tc = {&fake, &f, &f.cfg, cache_source(c), (uint64_t)(L * E / 3 + 1) * f.h.expert_stride, slots[ci]};
         tier *t = tier_make(&tc, &se);
         CHECKF(t, "%s", se.msg);
-        sl_expert_src src = tier_source(t);
+        tn_expert_src src = tier_source(t);
         int rc = 0;
         for (int r = 0; !rc && r < 60; r++) {
             int layer = rand() % L, ms = cfg_moe_slot(&f.cfg, layer), n = 0, list[64];

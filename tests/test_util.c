@@ -53,36 +53,36 @@ static void fill_idx(void *ctx, size_t b, size_t e) {
 }
 
 /* An error message is one line: control bytes from a name read out of a file become '?' (fuzzed GGUF headers
- * put a newline into an architecture name), in sl_err and in sl_err_prefix's prefix. */
+ * put a newline into an architecture name), in err_set and in err_prefix's prefix. */
 TEST(error_messages_are_one_line) {
     sl_error e = {0};
-    CHECK(sl_err(&e, SL_EFORMAT, "arch '%s' bad", "qwen3\nmo\x1b[2J\x7f") == SL_EFORMAT);
+    CHECK(err_set(&e, SL_EFORMAT, "arch '%s' bad", "qwen3\nmo\x1b[2J\x7f") == SL_EFORMAT);
     CHECKF(!strcmp(e.msg, "arch 'qwen3?mo?[2J?' bad"), "got '%s'", e.msg);
-    CHECK(sl_err_prefix(&e, "file\t%s", "a\rb") == SL_EFORMAT);
+    CHECK(err_prefix(&e, "file\t%s", "a\rb") == SL_EFORMAT);
     CHECKF(!strcmp(e.msg, "file?a?b: arch 'qwen3?mo?[2J?' bad"), "got '%s'", e.msg);
-    CHECK(sl_err(&e, SL_EIO, "caf\xc3\xa9 ok") == SL_EIO && !strcmp(e.msg, "caf\xc3\xa9 ok")); /* UTF-8 kept */
+    CHECK(err_set(&e, SL_EIO, "caf\xc3\xa9 ok") == SL_EIO && !strcmp(e.msg, "caf\xc3\xa9 ok")); /* UTF-8 kept */
 }
 
 TEST(threadpool_covers_each_index_once) {
     for (int t = 1; t <= 4; t++) {
-        sl_pool *p = sl_pool_new(t);
-        CHECK(p && sl_pool_size(p) == t);
+        pool_t *p = pool_new(t);
+        CHECK(p && pool_size(p) == t);
         for (size_t n = 1; n < 200; n += 37) {
             int *v = calloc(n, sizeof *v);
-            sl_pool_for(p, n, 1, fill_idx, v);
-            sl_pool_for(p, n, 7, fill_idx, v);
+            pool_for(p, n, 1, fill_idx, v);
+            pool_for(p, n, 7, fill_idx, v);
             int ok = 1;
             for (size_t i = 0; i < n; i++) ok &= v[i] == 2 * ((int)i + 1);
             free(v);
-            if (!ok) sl_pool_free(p);
+            if (!ok) pool_free(p);
             CHECKF(ok, "threads %d n %zu", t, n);
         }
-        sl_pool_free(p);
+        pool_free(p);
     }
-    sl_pool_for(NULL, 3, 1, fill_idx, (int[3]){0});
+    pool_for(NULL, 3, 1, fill_idx, (int[3]){0});
 }
 
-/* sl_pool_for_any: ranges claimed by any thread. Each index is covered exactly once (fill_any adds, so a
+/* pool_for_any: ranges claimed by any thread. Each index is covered exactly once (fill_any adds, so a
  * range run twice or skipped shows), every range starts at a multiple of the grain and is a multiple of it
  * long but the last; static and dynamic jobs interleave back to back on one pool (a worker late for one job
  * must not run a range of the next). */
@@ -100,27 +100,27 @@ static void fill_any(void *ctx, size_t b, size_t e) {
 
 TEST(threadpool_any_covers_each_index_once) {
     for (int t = 1; t <= 4; t++) {
-        sl_pool *p = sl_pool_new(t);
+        pool_t *p = pool_new(t);
         CHECK(p);
         for (int round = 0; round < 310; round++) { /* the last 10: past the pool's largest chunk */
             size_t n = round < 300 ? 1 + (size_t)(round * 97 % 3000) : 40000 + (size_t)round * 131,
                    grain = 1 + (size_t)(round % 9);
             int *v = calloc(n, sizeof *v);
             any_ctx c = {v, grain, n, 0};
-            sl_pool_for_any(p, n, grain, fill_any, &c);
-            sl_pool_for(p, n, 1, fill_idx, v); /* a static job right after a dynamic one */
-            sl_pool_for_any(p, n, grain, fill_any, &c);
+            pool_for_any(p, n, grain, fill_any, &c);
+            pool_for(p, n, 1, fill_idx, v); /* a static job right after a dynamic one */
+            pool_for_any(p, n, grain, fill_any, &c);
             int ok = !atomic_load(&c.bad);
             for (size_t i = 0; i < n; i++) ok &= v[i] == 3 * ((int)i + 1);
             free(v);
-            if (!ok) sl_pool_free(p);
+            if (!ok) pool_free(p);
             CHECKF(ok, "threads %d n %zu grain %zu", t, n, grain);
         }
-        sl_pool_free(p);
+        pool_free(p);
     }
     int one[3] = {0};
     any_ctx c = {one, 1, 3, 0};
-    sl_pool_for_any(NULL, 3, 1, fill_any, &c);
+    pool_for_any(NULL, 3, 1, fill_any, &c);
     CHECK(one[0] == 1 && one[2] == 3);
 }
 
@@ -144,11 +144,11 @@ static void guided_part(void *ctx, size_t b, size_t e) {
 
 TEST(threadpool_any_chunks_shrink_and_jobs_stay_apart) {
     for (int t = 2; t <= 3; t++) {
-        sl_pool *p = sl_pool_new(t);
+        pool_t *p = pool_new(t);
         CHECK(p);
         const size_t n = 151936, grain = 32; /* an LM head's rows, claimed in row blocks */
         guided_ctx g = {calloc(n, sizeof(atomic_int)), n, grain, 0, 0, 0, 1};
-        sl_pool_for_any(p, n, grain, guided_part, &g);
+        pool_for_any(p, n, grain, guided_part, &g);
         int ok = !atomic_load(&g.bad);
         for (size_t i = 0; i < n; i++) ok &= atomic_load(&g.hits[i]) == 1;
         CHECKF(ok, "threads %d: every row once", t);
@@ -160,7 +160,7 @@ TEST(threadpool_any_chunks_shrink_and_jobs_stay_apart) {
         atomic_int *hits = calloc((size_t)JOBS * N, sizeof *hits);
         for (int k = 0; k < JOBS; k++) {
             c[k] = (guided_ctx){hits + (size_t)k * N, N, 1 + (size_t)(k % 3), 0, 0, 0, k + 1};
-            sl_pool_for_any(p, N, c[k].grain, guided_part, &c[k]);
+            pool_for_any(p, N, c[k].grain, guided_part, &c[k]);
         }
         ok = 1;
         for (int k = 0; k < JOBS; k++) {
@@ -170,14 +170,14 @@ TEST(threadpool_any_chunks_shrink_and_jobs_stay_apart) {
         CHECKF(ok, "threads %d: %d back-to-back jobs, each item once with its own job's tag", t, JOBS);
         free(c);
         free(hits);
-        sl_pool_free(p);
+        pool_free(p);
     }
 }
 
 /* A worker late for a dynamic job (nobody waits for it) must never take a later static job's parameters for
  * that job's: with more threads than cores, workers are preempted anywhere, between loading the generation and
  * reading its slot too, while the caller runs dynamic, dynamic, static jobs back to back (the static job reuses
- * the first one's slot). Every static job's items are each done exactly once, and done when sl_pool_for
+ * the first one's slot). Every static job's items are each done exactly once, and done when pool_for
  * returns; nothing runs a part twice later. */
 typedef struct {
     atomic_int *hits;
@@ -198,26 +198,26 @@ static void noop_part(void *ctx, size_t b, size_t e) {
 TEST(threadpool_late_worker_never_reads_a_refilled_slot) {
     enum { ROUNDS = 3000, N = 64 };
     for (int t = 4; t <= 8; t += 4) {
-        sl_pool *p = sl_pool_new(t);
+        pool_t *p = pool_new(t);
         CHECK(p);
         atomic_int *hits = calloc((size_t)ROUNDS * N, sizeof *hits);
         CHECK(hits);
         int ok = 1;
         for (int r = 0; r < ROUNDS && ok; r++) {
-            sl_pool_for_any(p, 2, 1, noop_part, NULL);
-            sl_pool_for_any(p, 2, 1, noop_part, NULL);
+            pool_for_any(p, 2, 1, noop_part, NULL);
+            pool_for_any(p, 2, 1, noop_part, NULL);
             count_ctx c = {hits + (size_t)r * N, N};
-            sl_pool_for(p, N, 1, count_part, &c);
+            pool_for(p, N, 1, count_part, &c);
             for (int i = 0; i < N; i++) ok &= atomic_load(&c.hits[i]) == 1;
         }
-        sl_pool_free(p); /* joins the workers: a part run twice late would show now */
+        pool_free(p); /* joins the workers: a part run twice late would show now */
         for (size_t i = 0; i < (size_t)ROUNDS * N; i++) ok &= atomic_load(&hits[i]) <= 1;
         free(hits);
         CHECKF(ok, "threads %d: each static job's items once, done at its return", t);
     }
 }
 
-/* sl_pool_hint: hints before jobs (the workers prefetch while the caller works alone), several in a row,
+/* pool_hint: hints before jobs (the workers prefetch while the caller works alone), several in a row,
  * while the workers sleep, with NULL and empty ranges, more ranges than SL_POOL_HINT_MAX and ranges far larger
  * than a gap, on pools of 1-8 threads: every job still covers each index once, no byte of the hinted memory
  * changes, and a pool with a hint outstanding is freed cleanly. Without a pool or arguments it does nothing. */
@@ -233,14 +233,14 @@ TEST(threadpool_hints_change_nothing) {
     unsigned char *buf = malloc(BUF);
     CHECK(buf);
     for (size_t i = 0; i < BUF; i++) buf[i] = (unsigned char)(i * 131 + 7);
-    sl_pool_hint(NULL, NULL, NULL, 1);
+    pool_hint(NULL, NULL, NULL, 1);
     static int *kept[400];
     static size_t kept_n[400];
     static const int threads[] = {1, 2, 3, 4, 8};
     for (int ti = 0; ti < 5; ti++) {
-        sl_pool *p = sl_pool_new(threads[ti]);
+        pool_t *p = pool_new(threads[ti]);
         CHECK(p);
-        sl_pool_hint(p, NULL, NULL, 2);
+        pool_hint(p, NULL, NULL, 2);
         int ok = 1;
         for (int round = 0; round < 400 && ok; round++) {
             const void *hp[SL_POOL_HINT_MAX + 2];
@@ -251,22 +251,22 @@ TEST(threadpool_hints_change_nothing) {
                 hp[k] = k == 1 && round % 5 == 0 ? NULL : buf + off;
                 hl[k] = round % 11 == 0 ? BUF / 2 : round % 7 == 0 ? 0 : (size_t)(1 + round * 977 % 300000);
             }
-            sl_pool_hint(p, hp, hl, nh);
-            if (round % 3 == 0) sl_pool_hint(p, hp, hl, nh > 1 ? nh - 1 : 1); /* a later one replaces it */
+            pool_hint(p, hp, hl, nh);
+            if (round % 3 == 0) pool_hint(p, hp, hl, nh > 1 ? nh - 1 : 1); /* a later one replaces it */
             if (round % 4 == 1) spin_us(20 + round % 40); /* the caller's serial work: workers prefetch */
             if (round % 50 == 7) spin_us(3000);          /* longer than any spin: workers asleep */
             size_t n = 1 + (size_t)(round * 389 % 5000), grain = 1 + (size_t)(round % 5);
             int *v = calloc(n, sizeof *v);
             any_ctx c = {v, grain, n, 0};
-            if (round % 2) sl_pool_for_any(p, n, grain, fill_any, &c);
-            else sl_pool_for(p, n, grain, fill_idx, v);
+            if (round % 2) pool_for_any(p, n, grain, fill_any, &c);
+            else pool_for(p, n, grain, fill_idx, v);
             for (size_t i = 0; i < n; i++) ok &= v[i] == (int)i + 1;
             ok &= !atomic_load(&c.bad);
             kept[round] = v, kept_n[round] = n; /* looked at again once the pool is gone: nothing ran twice late */
             if (!ok) fprintf(stderr, "    threads %d round %d: a job's items not each once\n", threads[ti], round);
         }
-        sl_pool_hint(p, (const void *[]){buf}, (size_t[]){BUF}, 1); /* outstanding when the pool goes */
-        sl_pool_free(p);
+        pool_hint(p, (const void *[]){buf}, (size_t[]){BUF}, 1); /* outstanding when the pool goes */
+        pool_free(p);
         for (int r = 0; r < 400; r++) {
             for (size_t i = 0; kept[r] && i < kept_n[r]; i++) ok &= kept[r][i] == (int)i + 1;
             free(kept[r]);
@@ -280,20 +280,20 @@ TEST(threadpool_hints_change_nothing) {
     CHECKF(same, "a hint changed the hinted memory");
 }
 
-/* sl_pool_thread: inside a job every call gets an index below the pool's size that no other call running at
+/* pool_thread: inside a job every call gets an index below the pool's size that no other call running at
  * the same time holds (a busy flag per index), and both the caller (0) and the workers take part; jobs come
  * back to back (the spinning hand-off), after a pause longer than any spin (workers asleep), and with the
  * workers' share slower than the caller's (the caller waits, then sleeps). */
 typedef struct {
-    sl_pool *p;
+    pool_t *p;
     atomic_int busy[8], seen[8], bad;
     int slow_us;
 } tid_ctx;
 
 static void tid_part(void *ctx, size_t b, size_t e) {
     tid_ctx *c = ctx;
-    int id = sl_pool_thread(c->p);
-    if (id < 0 || id >= sl_pool_size(c->p) || atomic_exchange(&c->busy[id], 1)) {
+    int id = pool_thread(c->p);
+    if (id < 0 || id >= pool_size(c->p) || atomic_exchange(&c->busy[id], 1)) {
         atomic_store(&c->bad, 1);
         return;
     }
@@ -309,7 +309,7 @@ static void tid_part(void *ctx, size_t b, size_t e) {
 
 TEST(threadpool_thread_index_is_unique_per_running_call) {
     for (int t = 1; t <= 4; t++) {
-        sl_pool *p = sl_pool_new(t);
+        pool_t *p = pool_new(t);
         CHECK(p);
         tid_ctx c = {.p = p};
         int workers_seen = 0;
@@ -319,16 +319,16 @@ TEST(threadpool_thread_index_is_unique_per_running_call) {
                 struct timespec ts = {0, 2000000}; /* 2 ms: every worker is asleep */
                 nanosleep(&ts, NULL);
             }
-            sl_pool_for_any(p, 4096, 1, tid_part, &c);
-            sl_pool_for(p, 64, 1, tid_part, &c);
+            pool_for_any(p, 4096, 1, tid_part, &c);
+            pool_for(p, 64, 1, tid_part, &c);
             for (int i = 1; i < t; i++) workers_seen += atomic_load(&c.seen[i]);
         }
         CHECKF(!atomic_load(&c.bad), "threads %d: an index out of range or held twice at once", t);
         CHECKF(t == 1 || workers_seen > 0, "threads %d: no worker ever ran a part", t);
-        CHECK(sl_pool_thread(p) == 0); /* the caller */
-        sl_pool_free(p);
+        CHECK(pool_thread(p) == 0); /* the caller */
+        pool_free(p);
     }
-    CHECK(sl_pool_thread(NULL) == 0);
+    CHECK(pool_thread(NULL) == 0);
 }
 
 /* The rooms of src/ (its folders), lowest first: a file may include its own room's headers and those of the

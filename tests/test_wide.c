@@ -106,7 +106,7 @@ TEST(wide_models_streamed_batched_threads_prefill_bitwise) {
 }
 
 typedef struct {
-    const sl_mat *w;
+    const tn_mat *w;
     kern_act *a;
     float *y;
     int rc;
@@ -127,7 +127,7 @@ TEST(wide_q4_kernel_on_a_small_stack) {
     unsigned u = 12345u;
     for (int i = 0; i < (R + T) * C; i++) u = u * 1103515245u + 12345u, wf[i] = (float)((u >> 9) % 2001u) / 1000 - 1;
     q_quantize(DT_Q4, wf, R, C, 32, DT_BF16, 0, data);
-    sl_mat w;
+    tn_mat w;
     q_mat_bind(&w, data, DT_Q4, R, C, 32, DT_BF16, 0);
     kern_act a, ar;
     kern_act_init(&a, ab, x, C, T, C, 1);

@@ -28,7 +28,7 @@ int main(void) {
     static const int plain_cols[] = {1, 7, 13, 100, 257, 300}, q_cols[] = {32, 96, 160, 384}, rows_l[] = {1, 5, 13};
     for (int dt = DT_F32; dt < DT_COUNT; dt++) {
         if (dt == DT_F8E4M3) continue;
-        int q = q_is_quant((sl_dtype)dt);
+        int q = q_is_quant((dt_type)dt);
         for (int ci = 0; ci < (q ? 4 : 6); ci++)
             for (int gi = 0; gi < (q ? 3 : 1); gi++) {
                 int cols = q ? q_cols[ci] : plain_cols[ci], group = 32 << gi, rows = rows_l[(ci + gi) % 3], nt = 3;
@@ -38,11 +38,11 @@ int main(void) {
                       *b = malloc((size_t)nt * rows * 4), *one = malloc((size_t)nt * rows * 4);
                 for (size_t i = 0; i < n; i++) w[i] = frand() * 0.1f;
                 for (int i = 0; i < nt * cols; i++) x[i] = frand();
-                void *data = malloc(q_mat_bytes((sl_dtype)dt, rows, cols, group, DT_BF16) + 64);
-                if (q) q_quantize((sl_dtype)dt, w, rows, cols, group, DT_BF16, 7, data);
-                else dt_from_f32((sl_dtype)dt, w, data, n);
-                sl_mat m;
-                q_mat_bind(&m, data, (sl_dtype)dt, rows, cols, group, DT_BF16, 7);
+                void *data = malloc(q_mat_bytes((dt_type)dt, rows, cols, group, DT_BF16) + 64);
+                if (q) q_quantize((dt_type)dt, w, rows, cols, group, DT_BF16, 7, data);
+                else dt_from_f32((dt_type)dt, w, data, n);
+                tn_mat m;
+                q_mat_bind(&m, data, (dt_type)dt, rows, cols, group, DT_BF16, 7);
                 for (int i = 0; i < nt * rows; i++) a[i] = b[i] = one[i] = NAN; /* every element must be written */
                 kern_matmul(sc, NULL, &m, x, cols, a, rows, nt);
                 kern_matmul(ne, NULL, &m, x, cols, b, rows, nt);
@@ -60,7 +60,7 @@ int main(void) {
                 if (ok && det) pass++;
                 else {
                     fail++;
-                    printf("FAIL neon %s rows %d cols %d group %d:%s%s\n", dt_name((sl_dtype)dt), rows, cols, group,
+                    printf("FAIL neon %s rows %d cols %d group %d:%s%s\n", dt_name((dt_type)dt), rows, cols, group,
                            ok ? "" : " error vs the oracle above 1e-5", det ? "" : " batch != token by token");
                 }
                 free(w); free(x); free(a); free(b); free(one); free(data);
@@ -85,12 +85,12 @@ int main(void) {
     int has_dot = ne->matmul_i8[DT_Q8] && ne->matmul_i8[DT_Q4];
     if (want_dot && atoi(want_dot) != has_dot) { fail++; printf("FAIL: SDOT kernels %s, NEON_DOT=%s\n", has_dot ? "on" : "off", want_dot); }
     static const int i8_cols[] = {32, 64, 96, 160, 256, 384, 448, 2048}, i8_nt[] = {1, 3, 37};
-    static const sl_dtype sdts[] = {DT_BF16, DT_F16, DT_F32};
+    static const dt_type sdts[] = {DT_BF16, DT_F16, DT_F32};
     int i8_cases = 0;
     for (int dq = 0; dq < 2; dq++)
         for (int ci = 0; ci < 8; ci++)
             for (int gi = 0; gi < 3; gi++) {
-                sl_dtype dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
+                dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
                 int cols = i8_cols[ci], group = 32 << gi, rows = rows_l[(ci + gi) % 3] + 2, nt = i8_nt[(ci + gi + dq) % 3];
                 if (cols % group) continue;
                 size_t n = (size_t)rows * cols;
@@ -102,7 +102,7 @@ int main(void) {
                 void *data = malloc(q_mat_bytes(dt, rows, cols, group, sdt) + 64);
                 void *abuf = malloc(kern_act_bytes(nt, cols)), *abuf1 = malloc(kern_act_bytes(1, cols));
                 q_quantize(dt, w, rows, cols, group, sdt, 7, data);
-                sl_mat m;
+                tn_mat m;
                 q_mat_bind(&m, data, dt, rows, cols, group, sdt, 7);
                 for (int i = 0; i < nt * rows; i++) a[i] = b[i] = one[i] = NAN;
                 kern_act ka;

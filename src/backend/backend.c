@@ -12,37 +12,37 @@
 #include "backend/cuda/cuda.h"
 #endif
 
-sl_status be_open(int kind, sl_pool *pool, sl_backend **out, sl_error *err) {
+sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err) {
     *out = NULL;
     if (kind == SL_BACKEND_CPU) {
         *out = be_cpu_new(NULL, pool);
-        return *out ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory for the CPU backend");
+        return *out ? SL_OK : err_set(err, SL_ENOMEM, "out of memory for the CPU backend");
     }
-    if (kind != SL_BACKEND_CUDA) return sl_err(err, SL_EINVAL, "backend %d: neither SL_BACKEND_CPU nor SL_BACKEND_CUDA", kind);
+    if (kind != SL_BACKEND_CUDA) return err_set(err, SL_EINVAL, "backend %d: neither SL_BACKEND_CPU nor SL_BACKEND_CUDA", kind);
 #ifdef SL_CUDA
     char msg[256]; /* the CUDA runtime's side (.cu) keeps C++-friendly char buffers: its one crossing */
-    if (slcu_init(msg, sizeof msg)) return sl_err(err, SL_EUNSUPPORTED, "%s", msg); /* "no usable CUDA device ..." */
+    if (slcu_init(msg, sizeof msg)) return err_set(err, SL_EUNSUPPORTED, "%s", msg); /* "no usable CUDA device ..." */
     *out = be_cuda_new(pool);
-    return *out ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory for the CUDA backend");
+    return *out ? SL_OK : err_set(err, SL_ENOMEM, "out of memory for the CUDA backend");
 #else
-    return sl_err(err, SL_EUNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");
+    return err_set(err, SL_EUNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");
 #endif
 }
 
-void be_close(sl_backend *be) {
+void be_close(be_backend *be) {
     if (be) be->destroy(be);
 }
 
-sl_status be_check_mat(const sl_backend *be, const sl_mat *m) {
+sl_status be_check_mat(const be_backend *be, const tn_mat *m) {
     return m->dtype > DT_NONE && m->dtype < DT_COUNT && be->matmul[m->dtype] ? SL_OK : SL_EUNSUPPORTED;
 }
 
-sl_status be_sync(sl_backend *be, sl_error *err) {
+sl_status be_sync(be_backend *be, sl_error *err) {
     sl_status st = be->sync(be);
-    return st ? sl_err(err, st, "%s backend: %s", be->name, be->errmsg(be)) : SL_OK;
+    return st ? err_set(err, st, "%s backend: %s", be->name, be->errmsg(be)) : SL_OK;
 }
 
-sl_status be_check(sl_backend *be, sl_error *err) {
+sl_status be_check(be_backend *be, sl_error *err) {
     sl_status st = be->check ? be->check(be) : be->sync(be);
-    return st ? sl_err(err, st, "%s backend: %s", be->name, be->errmsg(be)) : SL_OK;
+    return st ? err_set(err, st, "%s backend: %s", be->name, be->errmsg(be)) : SL_OK;
 }

@@ -11,7 +11,7 @@
  * Memory. "Backend memory" is what alloc(BE_BUF_DEVICE) returns (host memory for the CPU backend, VRAM for
  * CUDA). Every float * an op reads or writes is backend memory unless its comment says HOST; index arrays
  * (tokens, expert ids, token lists) and routing weights are always HOST memory, as are the RoPE frequency
- * table. Weights (sl_mat, sl_expert, the f32 vectors of the model) point into backend memory. When
+ * table. Weights (tn_mat, tn_expert, the f32 vectors of the model) point into backend memory. When
  * is_host is 1 the backend's memory is host memory, so the forward pass may hand it the caller's
  * buffers (logits) directly.
  Errors. Compute ops return nothing: a failing op records the first failure, and sync() returns it (SL_OK
@@ -43,7 +43,7 @@
 #include "util/tensor.h"
 #include "util/threadpool.h"
 
-typedef struct sl_backend sl_backend;
+typedef struct be_backend be_backend;
 
 /* alloc flags */
 enum {
@@ -56,7 +56,7 @@ enum {
 /* copy directions */
 enum { BE_H2D = 0, BE_D2H = 1, BE_D2D = 2 };
 
-/* Expert FFN kinds (config.h sl_expert_kind) */
+/* Expert FFN kinds (config.h tn_expert_kind) */
 enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1 };
 
 /* Full (softmax) attention of one micro-batch with its KV cache (attention op). q/k already have their
@@ -93,7 +93,7 @@ typedef struct be_mla {
     size_t ldq;
     const float *ckv; /* [n][r + dr] */
     float *cache;     /* [n_ctx][r + dr] */
-    const sl_mat *kv_b; /* [n_heads * (dn + dv)][r] */
+    const tn_mat *kv_b; /* [n_heads * (dn + dv)][r] */
     int n, pos0, n_heads, r, dr, dn, dv;
     float scale;
     float *q_abs; /* [n][n_heads][r + dr] out (scratch for the caller) */
@@ -136,7 +136,7 @@ typedef struct be_dn {
  * weights. hint: instead, the plain top-k of the logits in the order taken (-1 past the last finite
  * one) for the next layer's prefetch; top_w is not touched (may be NULL). logits are clobbered. */
 typedef struct be_route {
-    const sl_config *cfg;
+    const fam_config *cfg;
     int layer, n, hint;
     float *logits;       /* [n][E] */
     const float *bias;   /* [E] e_score_correction_bias, or NULL */
@@ -151,7 +151,7 @@ typedef struct be_route {
 typedef struct be_ffn {
     int kind;
     float limit;          /* BE_FFN_GPTOSS's swiglu_limit */
-    const sl_expert *w;   /* its parts: gate, up, down, or gate_up, down and the two biases */
+    const tn_expert *w;   /* its parts: gate, up, down, or gate_up, down and the two biases */
     kern_act *x;          /* [n][H] input, n = x->n_tok <= 64 */
     int inter;            /* I */
     float *g, *u;         /* [n][inter] scratch each (GPTOSS: g [n][2I]) */
@@ -174,42 +174,42 @@ typedef struct be_combine {
     float *out;           /* [n][H] */
 } be_combine;
 
-struct sl_backend {
+struct be_backend {
     const char *name; /* "cpu", "cuda" */
     int is_host;      /* backend memory is host memory */
     void *ctx;
 
     /* ---- buffers ---- */
     /* n bytes of memory of the given kind (BE_BUF_*), or NULL. Not zeroed. */
-    void *(*alloc)(sl_backend *be, size_t bytes, int flags);
+    void *(*alloc)(be_backend *be, size_t bytes, int flags);
     /* Frees what alloc returned with the same bytes and flags; NULL is a no-op. */
-    void (*free)(sl_backend *be, void *p, size_t bytes, int flags);
+    void (*free)(be_backend *be, void *p, size_t bytes, int flags);
     /* Copies bytes (BE_H2D: src host, dst backend memory; BE_D2H; BE_D2D); ordered with the compute ops.
      * Pinned memory counts as host memory. */
-    void (*copy)(sl_backend *be, void *dst, const void *src, size_t bytes, int dir);
+    void (*copy)(be_backend *be, void *dst, const void *src, size_t bytes, int dir);
     /* p[0 .. bytes) = 0 (backend memory). */
-    void (*zero)(sl_backend *be, void *p, size_t bytes);
+    void (*zero)(be_backend *be, void *p, size_t bytes);
     /* Waits for the queued work; SL_OK, or the first failure since the last sync (cleared; its message stays
      * in errmsg() until the next failure). be_sync brings it across the layer boundary as an sl_error. */
-    sl_status (*sync)(sl_backend *be);
+    sl_status (*sync)(be_backend *be);
     /* Optional (NULL: sync): the first failure recorded so far (cleared, as sync), without waiting for the
      * queued work, whose own failures show at the next sync. The forward pass checks between the blocks of
      * a step and syncs once before it commits the step's state, so a failure still leaves the sequence as
      * it was. */
-    sl_status (*check)(sl_backend *be);
+    sl_status (*check)(be_backend *be);
     /* Optional (NULL: none): a one-token step recorded once and replayed (a CUDA graph). step_begin(key, pos):
      * 1 when the ops up to step_end are recorded or skipped rather than run (key: names the buffers the step
      * reads, the workspace's and the sequence's, never reused for others; pos: its token's position), 0 when
      * they run as usual. step_end(ok) runs the step; returns 0, or 1 when nothing of it ran (it could not be
      * recorded, or ok was 0): the caller runs the step again without step_begin. Host results (route) cannot
      * be read inside a recorded step. */
-    int (*step_begin)(sl_backend *be, uint64_t key, int pos);
-    int (*step_end)(sl_backend *be, int ok);
-    const char *(*errmsg)(sl_backend *be);
+    int (*step_begin)(be_backend *be, uint64_t key, int pos);
+    int (*step_end)(be_backend *be, int ok);
+    const char *(*errmsg)(be_backend *be);
     /* Makes room for the ops' per-thread scratch of up to slot_floats floats (attention scores over a
      * context, the DeltaNet chunk matrices, one dequantised row); idempotent. SL_OK or SL_ENOMEM. */
-    sl_status (*reserve)(sl_backend *be, size_t slot_floats);
-    void (*destroy)(sl_backend *be);
+    sl_status (*reserve)(be_backend *be, size_t slot_floats);
+    void (*destroy)(be_backend *be);
 
     /* ---- copies that overlap the compute ops (optional: NULL where copies are synchronous, the CPU) ----
      * A fence (> 0) names a point on one of the backend's queues; 0 is a fence already passed. */
@@ -217,82 +217,82 @@ struct sl_backend {
      * fence `after` (from mark(), or 0) are done, and every compute op queued after this call waits for it.
      * src (pinned memory reads fastest) must stay unchanged until the returned fence has passed. Returns
      * that fence, or 0 with the failure recorded for sync(). */
-    uint64_t (*copy_async)(sl_backend *be, void *dst, const void *src, size_t bytes, uint64_t after);
+    uint64_t (*copy_async)(be_backend *be, void *dst, const void *src, size_t bytes, uint64_t after);
     /* A fence after the compute ops queued so far; 0 with the failure recorded for sync(). */
-    uint64_t (*mark)(sl_backend *be);
+    uint64_t (*mark)(be_backend *be);
     /* 1 once fence f has passed, else 0; wait: first block until it has. A failure is recorded for sync()
      * and counts as passed. */
-    int (*fence_done)(sl_backend *be, uint64_t f, int wait);
+    int (*fence_done)(be_backend *be, uint64_t f, int wait);
 
     /* ---- dense ops ---- */
     /* x[t] (t < n) = row tokens[t] (HOST) of table as f32, any dtype. */
-    void (*embed)(sl_backend *be, const sl_mat *table, const int32_t *tokens, int n, float *x, size_t ldx);
+    void (*embed)(be_backend *be, const tn_mat *table, const int32_t *tokens, int n, float *x, size_t ldx);
     /* y[t*ldy + r] = (W x_t)[r] for every row r of w and token t < x->n_tok, x in its int8 form when x->int8
      * and w is q8/q4 (kernels.h kern_matmul_act), else the exact kernels. Indexed by w->dtype; NULL: the
      * backend lacks that type (be_check_mat refuses such a model at open). */
-    void (*matmul[DT_COUNT])(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy);
+    void (*matmul[DT_COUNT])(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy);
     /* The n products of mm in one hand-off (q/k/v; gate and up): bitwise each matmul alone. */
-    void (*matmul_multi)(sl_backend *be, const kern_mm *mm, int n);
+    void (*matmul_multi)(be_backend *be, const kern_mm *mm, int n);
     /* dst := rows idx[0..n) (HOST) of src's int8 form, x_rows their floats [n][src->cols] (kernels.h
      * kern_act_gather); buf: kern_act_bytes(n, cols) bytes of backend memory. */
-    void (*act_gather)(sl_backend *be, kern_act *dst, void *buf, kern_act *src, const int *idx, int n,
+    void (*act_gather)(be_backend *be, kern_act *dst, void *buf, kern_act *src, const int *idx, int n,
                        const float *x_rows);
     /* Per token t < n_tok and head h < n_heads, the dim floats at x + t*ld + h*head_stride: y (the same
      * layout, may alias x) = (w_off + w) * x / sqrt(mean(x^2) + eps), the mean accumulated in double. */
-    void (*rmsnorm)(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads,
+    void (*rmsnorm)(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads,
                     size_t head_stride, int dim, const float *w, float w_off, float eps);
     /* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
      * position pos0 + t: angle = pos * inv_freq[i] (f32; inv_freq HOST [rot/2], family/rope.h), cos and sin
      * times attn_factor. interleave: the pairs (x_2i, x_2i+1) are de-interleaved into halves first
      * (transformers' apply_rotary_pos_emb_interleave). */
-    void (*rope)(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
+    void (*rope)(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                  const float *inv_freq, float attn_factor, int pos0, int interleave);
     /* x[i] += y[i], i < n. */
-    void (*add)(sl_backend *be, float *x, const float *y, size_t n);
+    void (*add)(be_backend *be, float *x, const float *y, size_t n);
     /* x[t*ld + i] += b[i], t < n_rows, i < cols. */
-    void (*add_bias)(sl_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols);
+    void (*add_bias)(be_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols);
     /* dst row (didx ? didx[i] : i) := src row (sidx ? sidx[i] : i), i < n, cols floats each; didx, sidx
      * HOST or NULL; rows of dst and src do not overlap. */
-    void (*copy_rows)(sl_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
+    void (*copy_rows)(be_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
                       const int *sidx, int n, int cols);
     /* optional (NULL: none), a hint: the next parallel op reads these n byte ranges of backend memory first
      * (the start of a weight, a KV cache); the backend may bring them into its caches while the host prepares
-     * that op (CPU: the pool's waiting workers prefetch them, threadpool.h sl_pool_hint). No result depends on
+     * that op (CPU: the pool's waiting workers prefetch them, threadpool.h pool_hint). No result depends on
      * it: it reads nothing into any result and changes no byte. */
-    void (*hint)(sl_backend *be, const void *const *p, const size_t *bytes, int n);
+    void (*hint)(be_backend *be, const void *const *p, const size_t *bytes, int n);
 
     /* ---- mixers ---- */
-    void (*attention)(sl_backend *be, const be_attn *a);
-    void (*mla)(sl_backend *be, const be_mla *a);
-    void (*dn_conv)(sl_backend *be, const be_dn *d);
-    void (*dn_gates)(sl_backend *be, const be_dn *d);
-    void (*dn_step)(sl_backend *be, const be_dn *d);
-    void (*dn_chunk)(sl_backend *be, const be_dn *d);
-    void (*dn_norm)(sl_backend *be, const be_dn *d);
+    void (*attention)(be_backend *be, const be_attn *a);
+    void (*mla)(be_backend *be, const be_mla *a);
+    void (*dn_conv)(be_backend *be, const be_dn *d);
+    void (*dn_gates)(be_backend *be, const be_dn *d);
+    void (*dn_step)(be_backend *be, const be_dn *d);
+    void (*dn_chunk)(be_backend *be, const be_dn *d);
+    void (*dn_norm)(be_backend *be, const be_dn *d);
 
     /* ---- MoE ---- */
     /* Fills r->top_e / top_w on the host; returns as sync() does (it syncs to read them). */
-    sl_status (*route)(sl_backend *be, const be_route *r);
-    void (*ffn)(sl_backend *be, const be_ffn *f);
+    sl_status (*route)(be_backend *be, const be_route *r);
+    void (*ffn)(be_backend *be, const be_ffn *f);
     /* n SwiGLU experts over one token, every f[i].x the same one-token activation: gate and up of all in
      * one hand-off, then every down, bitwise each ffn alone. f[i].g must be f[0].g + i * inter (the down
      * inputs form one activation of n rows, in f[0].mid_buf, kern_act_bytes(n, inter) bytes). */
-    void (*ffn_multi)(sl_backend *be, const be_ffn *f, int n);
+    void (*ffn_multi)(be_backend *be, const be_ffn *f, int n);
     /* optional: r's one token routed and its k experts (every one of the layer resident: xs->get) run on
      * the device, as ffn_multi on route()'s choice would (f: the first's args; slot s: g, u + s * inter, y
      * + s * ldy); *w_dev: the weights in backend memory. 1 done, 0 not taken (nothing queued), or < 0. */
-    int (*moe_resident)(sl_backend *be, const be_route *r, const sl_expert_src *xs, const be_ffn *f,
+    int (*moe_resident)(be_backend *be, const be_route *r, const tn_expert_src *xs, const be_ffn *f,
                         const float **w_dev);
     /* optional: the routed experts of a layer-major MoE block on the device, with no host round trip: r's n
      * rows (r->logits [n][E]) routed, each expert of the layer (every one resident: xs->get; SwiGLU, q8/q4,
      * int8 activations) over the rows that chose it, and out [n][H] = the k slots' weighted sum in slot order
      * (combine's, shared expert not included). h [n][H]: the block's normed input. Bitwise route() + an ffn per
      * expert + combine_rows over ascending experts. 1 done, 0 not taken (nothing queued), or < 0. */
-    int (*moe_wide)(sl_backend *be, const be_route *r, const sl_expert_src *xs, const float *h, int inter, float *out);
-    void (*combine)(sl_backend *be, const be_combine *c);
+    int (*moe_wide)(be_backend *be, const be_route *r, const tn_expert_src *xs, const float *h, int inter, float *out);
+    void (*combine)(be_backend *be, const be_combine *c);
     /* Layer-major combine of one expert: out[tok[j]] += top_w[tok[j]*k + slot[j]] * y[j], j < cnt, in
      * increasing j (tok, slot, top_w HOST; out [..][H], y [cnt][H]). */
-    void (*combine_rows)(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot,
+    void (*combine_rows)(be_backend *be, float *out, int H, int k, const int *tok, const int *slot,
                          const float *top_w, const float *y, int cnt);
 };
 
@@ -300,21 +300,21 @@ struct sl_backend {
  * (kern_default_ops) on pool (borrowed; outlives the backend). SL_BACKEND_CUDA: SL_EUNSUPPORTED with "built
  * without CUDA ..." in a build without it, "no usable CUDA device ..." where there is none. SL_OK, or an error
  * with err filled and *out NULL. */
-sl_status be_open(int kind, sl_pool *pool, sl_backend **out, sl_error *err);
-void be_close(sl_backend *be); /* NULL: no-op */
+sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err);
+void be_close(be_backend *be); /* NULL: no-op */
 /* The CPU backend on a given kernel table (tests). */
-sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool);
+be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool);
 
 /* y = W x through the table's entry for w's dtype; w was checked (be_check_mat) when the model opened. */
-static inline void be_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy) {
+static inline void be_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy) {
     be->matmul[w->dtype](be, w, x, y, ldy);
 }
 /* SL_OK when the backend has a matmul for m's dtype, else SL_EUNSUPPORTED. */
-sl_status be_check_mat(const sl_backend *be, const sl_mat *m);
+sl_status be_check_mat(const be_backend *be, const tn_mat *m);
 /* The sticky error across the layer boundary: be->sync(be); on a failure err = "<name> backend: <errmsg>"
  * with sync's status. */
-sl_status be_sync(sl_backend *be, sl_error *err);
+sl_status be_sync(be_backend *be, sl_error *err);
 /* be->check's status (be->sync where it has none) as an sl_error: the failures so far, without waiting. */
-sl_status be_check(sl_backend *be, sl_error *err);
+sl_status be_check(be_backend *be, sl_error *err);
 
 #endif

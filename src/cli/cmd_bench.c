@@ -142,7 +142,7 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
         free(toks);
         free(lg);
         sl_model_close(m);
-        return sl_err(err, SL_ENOMEM, "out of memory");
+        return err_set(err, SL_ENOMEM, "out of memory");
     }
     if (feed == FEED_AUTO) feed = sl_model_synthetic(m) ? FEED_RANDOM : FEED_GREEDY;
     r->random_ids = feed == FEED_RANDOM;
@@ -169,7 +169,7 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
     sl_sampler_free(greedy);
     t2 = clk_now_s();
     if (rc || no_sampler) {
-        rc = sl_err(err, rc ? rc : SL_ENOMEM, "%s", rc ? sl_session_errmsg(s) : "out of memory");
+        rc = err_set(err, rc ? rc : SL_ENOMEM, "%s", rc ? sl_session_errmsg(s) : "out of memory");
     } else {
         sl_stats st;
         sl_model_stats(m, &st);

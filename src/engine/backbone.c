@@ -1,6 +1,6 @@
 /*
  * backbone.c — a model's backbone: the section read into RAM (on 2 MiB pages), every tensor's checksum checked,
- * each tensor of the family table bound to its sl_weights field (matrices stay in their stored dtype and point
+ * each tensor of the family table bound to its fam_weights field (matrices stay in their stored dtype and point
  * into the buffer; vectors become f32), and for a backend whose memory is not the host's the section moved
  * there in one copy. See handles.h.
  */
@@ -24,31 +24,31 @@ void *engine_huge_alloc(uint64_t n) {
     return p;
 }
 
-/* Binds one backbone tensor of the family table (family/tensors.h) to its sl_weights field. */
+/* Binds one backbone tensor of the family table (family/tensors.h) to its fam_weights field. */
 static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
     const slc_tensor *t = slc_find(&m->f, at->name);
-    if (!t) return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is missing from the container", m->f.path, at->name);
+    if (!t) return err_set(err, SL_EFORMAT, "%s: tensor '%s' is missing from the container", m->f.path, at->name);
     if (t->ndim != at->ndim || t->shape[0] != at->shape[0] || (at->ndim == 2 && t->shape[1] != at->shape[1]))
-        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has shape [%lld,%lld] but the config implies [%lld,%lld]",
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s' has shape [%lld,%lld] but the config implies [%lld,%lld]",
                       m->f.path, at->name, (long long)t->shape[0], (long long)t->shape[1], (long long)at->shape[0],
                       (long long)at->shape[1]);
     const uint8_t *data = m->backbone + (t->off - m->f.h.backbone_off);
-    if (at->layer >= m->cfg.n_layers) return sl_err(err, SL_EFORMAT, "%s: unexpected tensor '%s'", m->f.path, at->name);
+    if (at->layer >= m->cfg.n_layers) return err_set(err, SL_EFORMAT, "%s: unexpected tensor '%s'", m->f.path, at->name);
     void *dst = at->layer >= 0 ? (char *)&m->w.layers[at->layer] + at->field : (char *)&m->w + at->field;
     int vec = !at->matrix;
     if (vec && q_is_quant(t->dtype))
-        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is a vector but has quantized dtype %s", m->f.path, at->name,
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s' is a vector but has quantized dtype %s", m->f.path, at->name,
                       dt_name(t->dtype));
     if (vec) {
         size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
         float *v = malloc(n * sizeof(float));
-        if (!v) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!v) return err_set(err, SL_ENOMEM, "out of memory");
         dt_to_f32(t->dtype, data, v, n);
         if (!m->be->is_host) { /* the vector lives in the backend's memory (the CUDA backend: VRAM) */
             float *dv = m->be->alloc(m->be, n * sizeof(float), BE_BUF_DEVICE);
             if (dv) m->be->copy(m->be, dv, v, n * sizeof(float), BE_H2D);
             free(v);
-            if (!dv) return sl_err(err, SL_ENOMEM, "out of %s backend memory for tensor '%s'", m->be->name, at->name);
+            if (!dv) return err_set(err, SL_ENOMEM, "out of %s backend memory for tensor '%s'", m->be->name, at->name);
             v = dv;
             m->vec_bytes[m->n_vecs] = n * sizeof(float);
         }
@@ -56,7 +56,7 @@ static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
         *(float **)dst = v;
     } else {
         q_mat_bind(dst, data, t->dtype, (int)t->shape[0], (int)t->shape[1], t->group, t->sdtype, t->seed);
-        ((sl_mat *)dst)->bias_implied = q_biases_implied(dst);
+        ((tn_mat *)dst)->bias_implied = q_biases_implied(dst);
     }
     return SL_OK;
 }
@@ -70,18 +70,18 @@ static void rebase(const void **p, const uint8_t *from, uint64_t len, uint8_t *t
 /* A backend whose memory is not the host's (CUDA): the backbone section goes there in one copy and every
  * matrix of the family table is pointed at it; the host copy is freed. */
 static sl_status upload_backbone(sl_model *m, const arch_tensor *at, int n, sl_error *err) {
-    sl_backend *be = m->be;
+    be_backend *be = m->be;
     const uint64_t len = m->f.h.backbone_len;
     m->backbone_dev = be->alloc(be, len + 1, BE_BUF_DEVICE);
     if (!m->backbone_dev)
-        return sl_err(err, SL_ENOMEM, "%s: out of %s backend memory for %llu backbone bytes", m->f.path, be->name,
+        return err_set(err, SL_ENOMEM, "%s: out of %s backend memory for %llu backbone bytes", m->f.path, be->name,
                       (unsigned long long)len);
     be->copy(be, m->backbone_dev, m->backbone, len, BE_H2D);
     sl_status st = be_sync(be, err);
     if (st) return st;
     for (int i = 0; i < n; i++) {
         if (!at[i].matrix || at[i].layer >= m->cfg.n_layers) continue;
-        sl_mat *mm = (sl_mat *)(at[i].layer >= 0 ? (char *)&m->w.layers[at[i].layer] + at[i].field
+        tn_mat *mm = (tn_mat *)(at[i].layer >= 0 ? (char *)&m->w.layers[at[i].layer] + at[i].field
                                                  : (char *)&m->w + at[i].field);
         rebase(&mm->data, m->backbone, len, m->backbone_dev);
         rebase(&mm->scales, m->backbone, len, m->backbone_dev);
@@ -97,7 +97,7 @@ sl_status engine_load_backbone(sl_model *m, const char *path, const arch_tensor 
     m->vec_bytes = calloc(n > 0 ? (size_t)n : 1, sizeof *m->vec_bytes);
     m->backbone = engine_huge_alloc(m->f.h.backbone_len + 1);
     if (n < 0 || !m->vecs || !m->vec_bytes || !m->backbone) {
-        return sl_err(err, SL_ENOMEM, "%s: out of memory loading %llu backbone bytes", path,
+        return err_set(err, SL_ENOMEM, "%s: out of memory loading %llu backbone bytes", path,
                       (unsigned long long)m->f.h.backbone_len);
     }
     sl_status st = fio_pread_all(m->f.fd, m->backbone, m->f.h.backbone_len, m->f.h.backbone_off, path, err);
@@ -107,7 +107,7 @@ sl_status engine_load_backbone(sl_model *m, const char *path, const arch_tensor 
     for (int i = 0; i < m->f.n_tensors; i++) {
         const slc_tensor *t = &m->f.t[i];
         if (XXH3_64bits(m->backbone + (t->off - m->f.h.backbone_off), t->size) != t->hash)
-            return sl_err(err, SL_ECHECKSUM, "%s: backbone tensor '%s' fails its checksum (file offset %llu)", path,
+            return err_set(err, SL_ECHECKSUM, "%s: backbone tensor '%s' fails its checksum (file offset %llu)", path,
                           t->name, (unsigned long long)t->off);
     }
     for (int i = 0; i < n; i++)

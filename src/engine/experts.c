@@ -1,5 +1,5 @@
 /*
- * experts.c — a model's expert source (sl_expert_src, util/tensor.h): all resident (--resident, the exactness
+ * experts.c — a model's expert source (tn_expert_src, util/tensor.h): all resident (--resident, the exactness
  * reference: every block read and checked at open, on the device when the backend's memory is not the host's),
  * or streamed through the expert cache (stream/cache.c) from a second descriptor opened with O_DIRECT where the
  * filesystem allows it, with the hottest experts of a routing profile pinned. See handles.h.
@@ -21,8 +21,8 @@
 
 /* The q8/q4 matrices of an expert: all of them have implied biases (q_biases_implied) when set is -1 (returns
  * whether they do); set 0 / 1 marks them so. */
-static int expert_implied(sl_expert *ex, int set) {
-    sl_mat *const ms[4] = {&ex->gate, &ex->up, &ex->down, &ex->gate_up};
+static int expert_implied(tn_expert *ex, int set) {
+    tn_mat *const ms[4] = {&ex->gate, &ex->up, &ex->down, &ex->gate_up};
     int all = 1;
     for (int i = 0; i < 4; i++) {
         if (ms[i]->dtype != DT_Q8 && ms[i]->dtype != DT_Q4) continue;
@@ -32,7 +32,7 @@ static int expert_implied(sl_expert *ex, int set) {
     return all;
 }
 
-static sl_status resident_get(void *ctx, int layer, int expert, sl_expert *out) {
+static sl_status resident_get(void *ctx, int layer, int expert, tn_expert *out) {
     sl_model *m = ctx;
     int slot = cfg_moe_slot(&m->cfg, layer);
     if (slot < 0 || expert < 0 || expert >= m->cfg.n_experts) return SL_EINVAL;
@@ -46,7 +46,7 @@ sl_status engine_open_resident(sl_model *m, const char *path, sl_error *err) {
     m->experts = engine_huge_alloc(m->f.h.expert_len + 1);
     m->expert_implied = calloc(n_blocks ? n_blocks : 1, 1);
     if (!m->experts || !m->expert_implied)
-        return sl_err(err, SL_ENOMEM, "%s: out of memory loading %llu expert bytes", path,
+        return err_set(err, SL_ENOMEM, "%s: out of memory loading %llu expert bytes", path,
                       (unsigned long long)m->f.h.expert_len);
     sl_status st = fio_pread_all(m->f.fd, m->experts, m->f.h.expert_len, m->f.h.expert_off, path, err);
     if (st) return st;
@@ -55,16 +55,16 @@ sl_status engine_open_resident(sl_model *m, const char *path, sl_error *err) {
             uint64_t off = slc_expert_offset(&m->f, (int)s, (int)e);
             if (XXH3_64bits(m->experts + (off - m->f.h.expert_off), m->f.block_bytes) !=
                 m->f.expert_hash[(size_t)s * m->f.h.n_experts + e])
-                return sl_err(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file "
+                return err_set(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file "
                               "offset %llu)", path, m->f.moe_layers[s], e, (unsigned long long)off);
-            sl_expert ex;
+            tn_expert ex;
             slc_bind_expert(&m->f, m->experts + (off - m->f.h.expert_off), &ex);
             m->expert_implied[(size_t)s * m->f.h.n_experts + e] = (uint8_t)expert_implied(&ex, -1);
         }
     if (!m->be->is_host) { /* all resident on the device: the section in one copy, bound there */
         uint8_t *dev = m->be->alloc(m->be, m->f.h.expert_len + 1, BE_BUF_DEVICE);
         if (!dev)
-            return sl_err(err, SL_ENOMEM, "%s: out of %s backend memory for %llu resident expert bytes", path,
+            return err_set(err, SL_ENOMEM, "%s: out of %s backend memory for %llu resident expert bytes", path,
                           m->be->name, (unsigned long long)m->f.h.expert_len);
         m->be->copy(m->be, dev, m->experts, m->f.h.expert_len, BE_H2D);
         free(m->experts);
@@ -102,7 +102,7 @@ static sl_status load_pins(sl_model *m, const char *path, sl_error *err) {
     if (st) goto done;
     if (sscanf(txt, "sluice-profile 1 layers %d experts %d%n", &nl, &ne, &off) != 2 ||
         nl != (int)m->f.h.n_moe_layers || ne != m->cfg.n_experts) {
-        st = sl_err(err, SL_EFORMAT, "%s: not a routing profile of this model (expected %u MoE layers x %d experts)",
+        st = err_set(err, SL_EFORMAT, "%s: not a routing profile of this model (expected %u MoE layers x %d experts)",
                     path, m->f.h.n_moe_layers, m->cfg.n_experts);
         goto done;
     }
@@ -127,7 +127,7 @@ static sl_status load_pins(sl_model *m, const char *path, sl_error *err) {
         cnt[n++] = c;
     }
     if (!keys || !cnt) {
-        st = sl_err(err, SL_ENOMEM, "out of memory");
+        st = err_set(err, SL_ENOMEM, "out of memory");
         goto done;
     }
     /* hottest first (insertion sort is fine for profile sizes; stable) */
@@ -136,7 +136,7 @@ static sl_status load_pins(sl_model *m, const char *path, sl_error *err) {
             unsigned long long tc = cnt[j]; cnt[j] = cnt[j - 1]; cnt[j - 1] = tc;
             int tk = keys[j]; keys[j] = keys[j - 1]; keys[j - 1] = tk;
         }
-    if ((st = cache_pin(m->cache, keys, (int)n, 0.5, err))) sl_err_prefix(err, "%s: pinning", path);
+    if ((st = cache_pin(m->cache, keys, (int)n, 0.5, err))) err_prefix(err, "%s: pinning", path);
 done:
     free(txt);
     free(keys);
@@ -167,7 +167,7 @@ static sl_status open_stream_fd(sl_model *m, const char *path, const sl_model_pa
     }
     if (m->stream_fd < 0) m->stream_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (m->stream_fd < 0)
-        return sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
+        return err_set(err, err_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
     m->io_mode = direct && !*dontneed ? "direct" : *dontneed ? "buffered+dontneed" : "buffered";
     return SL_OK;
 }
@@ -198,7 +198,7 @@ static sl_status open_io(sl_model *m, const sl_model_params *p, const io_fault_c
     }
     m->io_engine = io->ops->name;
     if (fault && !(io = io_fault_engine_new(io, fault))) /* which destroys io when it fails */
-        return sl_err(err, SL_ENOMEM, "out of memory");
+        return err_set(err, SL_ENOMEM, "out of memory");
     *out = io;
     return SL_OK;
 }
@@ -213,7 +213,7 @@ sl_status engine_open_stream(sl_model *m, const char *path, const sl_model_param
     uint64_t budget = p->cache_bytes;
     if (budget > m->f.h.expert_len) budget = m->f.h.expert_len; /* more than every expert buys nothing */
     if (budget > avail) { /* the arena is touched at open: past available memory that is an OOM kill */
-        st = sl_err(err, SL_ENOMEM, "expert cache of %.1f GiB requested but only %.1f GiB of memory is available",
+        st = err_set(err, SL_ENOMEM, "expert cache of %.1f GiB requested but only %.1f GiB of memory is available",
                     (double)budget / 1073741824.0, (double)avail / 1073741824.0);
         goto done;
     }

@@ -24,8 +24,8 @@
 
 struct sl_model {
     slc_file f;
-    sl_config cfg;
-    sl_weights w;
+    fam_config cfg;
+    fam_weights w;
     uint8_t *backbone;    /* the backbone section, 4096-aligned */
     float **vecs;         /* owned f32 vectors (backend memory: vec_bytes each when the backend is not the host) */
     size_t *vec_bytes;
@@ -38,9 +38,9 @@ struct sl_model {
     tier *tier;           /* the device tier over src (vram_bytes > 0), or NULL */
     int stream_fd;        /* descriptor the cache reads from (-1 when resident) */
     const char *io_engine, *io_mode;
-    sl_expert_src src;
-    sl_pool *pool;
-    sl_backend *be;       /* what computes (src/backend/backend.h); the workspace, states and cache slots are its */
+    tn_expert_src src;
+    pool_t *pool;
+    be_backend *be;       /* what computes (src/backend/backend.h); the workspace, states and cache slots are its */
     fwd_ws *ws;           /* the evaluation workspace; mu makes evaluations take turns in it */
     pthread_mutex_t mu;
     double eval_s;

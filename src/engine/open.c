@@ -23,20 +23,20 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     const sl_model_params *p = params ? params : &defp;
     sl_model *m = calloc(1, sizeof *m);
     arch_tensor *at = NULL;
-    if (!m) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!m) return err_set(err, SL_ENOMEM, "out of memory");
     m->stream_fd = -1;
     pthread_mutex_init(&m->mu, NULL);
     sl_status st = slc_open(path, &m->f, err); /* on failure m->f is closed: sl_model_close may run */
     if (st) goto fail;
     m->cfg = m->f.cfg;
     if (p->routing != SL_ROUTING_MODEL && p->routing != SL_ROUTING_UNIFORM) {
-        st = sl_err(err, SL_EINVAL, "routing %d: neither SL_ROUTING_MODEL nor SL_ROUTING_UNIFORM", (int)p->routing);
+        st = err_set(err, SL_EINVAL, "routing %d: neither SL_ROUTING_MODEL nor SL_ROUTING_UNIFORM", (int)p->routing);
         goto fail;
     }
     m->cfg.uniform_routing = p->routing == SL_ROUTING_UNIFORM;
     m->cfg.routing_seed = p->routing_seed;
-    m->pool = sl_pool_new(p->n_threads);
-    if (!m->pool) { st = sl_err(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
+    m->pool = pool_new(p->n_threads);
+    if (!m->pool) { st = err_set(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
     /* the backend first: --gpu without a usable one fails before anything is read */
     if ((st = be_open(p->backend, m->pool, &m->be, err))) goto fail;
     int n = arch_backbone_tensors(&m->cfg, &at);
@@ -54,7 +54,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
         m->src = tier_source(m->tier);
     }
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
-    if (!m->ws) { st = sl_err(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
+    if (!m->ws) { st = err_set(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     fwd_ws_set_int8(m->ws, !p->exact);
     /* a backend without an op these layers call refuses the model now, not at its first evaluation */
     if ((st = fwd_check_ops(m->ws, &m->cfg, err))) goto fail;
@@ -88,7 +88,7 @@ void sl_model_close(sl_model *m) {
     tier_free(m->tier); /* before the cache it reads from and the backend that owns its slots */
     cache_free(m->cache);
     be_close(m->be);
-    sl_pool_free(m->pool);
+    pool_free(m->pool);
     if (m->stream_fd >= 0) close(m->stream_fd);
     slc_close(&m->f);
     pthread_mutex_destroy(&m->mu);

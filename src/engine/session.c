@@ -20,7 +20,7 @@ sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
     s->sq = fwd_seq_new(&m->cfg, n_ctx, m->be);
     if (!s->sq) {
         free(s);
-        return sl_err(&m->err, SL_ENOMEM, "out of memory for a session of %d positions", n_ctx);
+        return err_set(&m->err, SL_ENOMEM, "out of memory for a session of %d positions", n_ctx);
     }
     *out = s;
     return SL_OK;
@@ -55,14 +55,14 @@ sl_status sl_batch_eval(sl_model *m, const sl_batch_item *items, int n_items) {
     uint64_t n_tok = 0;
     sl_status r = SL_OK;
     if (n_items < 1 || !items || !fi) {
-        r = n_items < 1 || !items ? sl_err(&m->err, SL_EINVAL, "sl_batch_eval: no items")
-                                  : sl_err(&m->err, SL_ENOMEM, "out of memory");
+        r = n_items < 1 || !items ? err_set(&m->err, SL_EINVAL, "sl_batch_eval: no items")
+                                  : err_set(&m->err, SL_ENOMEM, "out of memory");
         goto done;
     }
     for (int i = 0; i < n_items; i++) {
         const sl_batch_item *b = &items[i];
         if (!b->session || b->session->m != m) {
-            r = sl_err(&m->err, SL_EINVAL, "batch item %d: %s", i,
+            r = err_set(&m->err, SL_EINVAL, "batch item %d: %s", i,
                        b->session ? "the session belongs to another model" : "NULL session");
             goto done;
         }

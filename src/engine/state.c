@@ -66,22 +66,22 @@ sl_status sl_session_save(const sl_session *s, void **blob, size_t *len) {
 static sl_status state_load(sl_session *s, const void *blob, size_t len, const char *what, const void **extra,
                             size_t *extra_len, sl_error *err) {
     state_hdr h;
-    if (len < sizeof h + 8) return sl_err(err, SL_EFORMAT, "%s: not a sluice session state (%zu bytes)", what, len);
+    if (len < sizeof h + 8) return err_set(err, SL_EFORMAT, "%s: not a sluice session state (%zu bytes)", what, len);
     memcpy(&h, blob, sizeof h);
     uint64_t x;
     memcpy(&x, (const char *)blob + len - 8, 8);
     if (memcmp(h.magic, STATE_MAGIC, 8) || h.version != STATE_VERSION)
-        return sl_err(err, SL_EFORMAT, "%s: not a sluice session state (bad magic or version)", what);
+        return err_set(err, SL_EFORMAT, "%s: not a sluice session state (bad magic or version)", what);
     if (h.state_len > len || h.extra_len > len || sizeof h + h.state_len + h.extra_len + 8 != len)
-        return sl_err(err, SL_EFORMAT, "%s: session state is truncated or has trailing bytes", what);
-    if (XXH3_64bits(blob, len - 8) != x) return sl_err(err, SL_ECHECKSUM, "%s: session state fails its checksum", what);
+        return err_set(err, SL_EFORMAT, "%s: session state is truncated or has trailing bytes", what);
+    if (XXH3_64bits(blob, len - 8) != x) return err_set(err, SL_ECHECKSUM, "%s: session state fails its checksum", what);
     if (h.model_id != model_id(s->m) || h.n_layers != s->m->cfg.n_layers)
-        return sl_err(err, SL_EMISMATCH, "%s: the session state was saved with another model", what);
+        return err_set(err, SL_EMISMATCH, "%s: the session state was saved with another model", what);
     sl_status st = fwd_seq_load(s->sq, h.n_past, (const char *)blob + sizeof h, h.state_len);
     if (st == SL_ERANGE)
-        return sl_err(err, st, "%s: the saved state has %d positions, more than the session's %d", what, h.n_past,
+        return err_set(err, st, "%s: the saved state has %d positions, more than the session's %d", what, h.n_past,
                       s->n_ctx);
-    if (st) return sl_err(err, st, "%s: the session state does not match the model's layout", what);
+    if (st) return err_set(err, st, "%s: the session state does not match the model's layout", what);
     if (extra) *extra = (const char *)blob + sizeof h + h.state_len;
     if (extra_len) *extra_len = h.extra_len;
     return SL_OK;
@@ -99,12 +99,12 @@ sl_status sl_session_save_file(const sl_session *s, const char *path, const void
     int fd = -1;
     sl_status st = SL_OK;
     if (state_blob(s, extra, extra_len, &b, &n) || !(tmp = malloc(strlen(path) + 32))) {
-        st = sl_err(err, SL_ENOMEM, "out of memory");
+        st = err_set(err, SL_ENOMEM, "out of memory");
         goto done;
     }
     sprintf(tmp, "%s.tmp.%d", path, (int)getpid());
     fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600); /* it holds a conversation */
-    st = fd < 0 ? sl_err(err, errno == ENOSPC ? SL_ENOSPC : SL_EIO, "%s: %s", tmp, strerror(errno))
+    st = fd < 0 ? err_set(err, errno == ENOSPC ? SL_ENOSPC : SL_EIO, "%s: %s", tmp, strerror(errno))
                 : fio_pwrite_all(fd, b, n, 0, tmp, err);
     if (fd >= 0 && st) close(fd);
     if (fd >= 0 && !st) st = fio_commit(fd, n, tmp, path, err);
@@ -125,7 +125,7 @@ sl_status sl_session_load_file(sl_session *s, const char *path, void **extra, si
     if (st || (st = state_load(s, b, n, path, &x, &xl, err))) goto done;
     if (extra && xl) {
         if (!(*extra = malloc(xl + 1))) {
-            st = sl_err(err, SL_ENOMEM, "out of memory");
+            st = err_set(err, SL_ENOMEM, "out of memory");
             goto done;
         }
         memcpy(*extra, x, xl);

@@ -108,16 +108,16 @@ sl_status sl_model_expert_counts(sl_model *m, int layer, uint64_t *out, int n, i
 }
 
 sl_status sl_model_write_profile(const sl_model *m, const char *path, sl_error *err) {
-    if (!m->cache) return sl_err(err, SL_EINVAL, "routing profiles need a streaming model (not --resident)");
+    if (!m->cache) return err_set(err, SL_EINVAL, "routing profiles need a streaming model (not --resident)");
     const uint64_t *r = cache_route_counts(m->cache);
     size_t tl = strlen(path) + 32;
     char *tmp = malloc(tl);
     sl_status st = SL_OK;
-    if (!tmp) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!tmp) return err_set(err, SL_ENOMEM, "out of memory");
     snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) {
-        st = sl_err(err, sl_status_from_errno(errno), "%s: %s", tmp, strerror(errno));
+        st = err_set(err, err_from_errno(errno), "%s: %s", tmp, strerror(errno));
         goto done;
     }
     int E = m->cfg.n_experts;
@@ -129,7 +129,7 @@ sl_status sl_model_write_profile(const sl_model *m, const char *path, sl_error *
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
         unlink(tmp);
-        st = sl_err(err, SL_EIO, "%s: cannot write the profile", path);
+        st = err_set(err, SL_EIO, "%s: cannot write the profile", path);
     }
 done:
     free(tmp);

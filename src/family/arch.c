@@ -18,7 +18,7 @@ const arch_desc *const arch_list[] = {
 #undef SL_FAMILY
     NULL};
 
-const arch_desc *arch_get(sl_arch id) {
+const arch_desc *arch_get(fam_arch id) {
     for (int i = 0; arch_list[i]; i++)
         if (arch_list[i]->id == id) return arch_list[i];
     return NULL;
@@ -64,7 +64,7 @@ const char *arch_hf_type_list(void) {
     return buf;
 }
 
-void arch_set_traits(sl_config *c) {
+void arch_set_traits(fam_config *c) {
     const arch_desc *d = arch_get(c->arch);
     if (!d) return;
     c->router = d->router;
@@ -76,17 +76,17 @@ void arch_set_traits(sl_config *c) {
     c->attn_sinks = d->attn_sinks;
 }
 
-int arch_n_parts(const sl_config *c) {
+int arch_n_parts(const fam_config *c) {
     const arch_desc *d = arch_get(c->arch);
     return !d ? 0 : d->n_parts ? d->n_parts : 3;
 }
 
-const arch_pdef *arch_part(const sl_config *c, int p) {
+const arch_pdef *arch_part(const fam_config *c, int p) {
     const arch_desc *d = arch_get(c->arch);
     return d && p >= 0 && p < arch_n_parts(c) ? &d->parts[p] : NULL;
 }
 
-int64_t arch_dim_value(const sl_config *c, arch_dim d) {
+int64_t arch_dim_value(const fam_config *c, arch_dim d) {
     const int64_t hd = c->head_dim, nk = c->lin_nk, nv = c->lin_nv, dk = c->lin_dk, dv = c->lin_dv;
     switch (d) {
     case AD_NONE: return 0;
@@ -120,7 +120,7 @@ int64_t arch_dim_value(const sl_config *c, arch_dim d) {
     return 0;
 }
 
-int arch_applies(const sl_config *c, arch_when when, int l) {
+int arch_applies(const fam_config *c, arch_when when, int l) {
     switch (when) {
     case AW_GLOBAL: return 1;
     case AW_UNTIED: return !c->tie_embeddings;

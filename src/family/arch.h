@@ -5,9 +5,9 @@
  * A family declares
  *   - the Hugging Face model_type names it serves and its config hook (family fields of config.json);
  *   - its traits: router kind, q/k norm kind, zero-centred norms, gated attention, ... (copied into
- *     sl_config, so the forward pass reads the config, never the family);
+ *     fam_config, so the forward pass reads the config, never the family);
  *   - its tensor table: canonical name, on-disk name when it differs, which layers have it, shape in
- *     terms of the config (arch_dim), kind (matrix / f32 vector), the sl_weights / sl_layer_w field it
+ *     terms of the config (arch_dim), kind (matrix / f32 vector), the fam_weights / fam_layer_w field it
  *     binds to, and its role for quantisation (backbone, router);
  *   - its routed-expert parts (canonical and on-disk names, shapes);
  *   - the released models' real dimensions for `sluice synth`.
@@ -74,7 +74,7 @@ typedef enum {
     AW_SINKS,     /* full-attention layers of a config with attention sinks (cfg->attn_sinks) */
 } arch_when;
 
-enum { AK_MAT = 0, AK_VEC = 1 };         /* sl_mat in its stored dtype / float * converted to f32 at load */
+enum { AK_MAT = 0, AK_VEC = 1 };         /* tn_mat in its stored dtype / float * converted to f32 at load */
 enum { AR_BACKBONE = 0, AR_ROUTER = 1 }; /* quantisation role (pack keeps routers at >= 8 bits) */
 
 typedef struct arch_tdef {
@@ -83,7 +83,7 @@ typedef struct arch_tdef {
     arch_when when;
     arch_dim rows, cols;
     int kind;          /* AK_MAT / AK_VEC */
-    size_t field;      /* offsetof in sl_weights (AW_GLOBAL / AW_UNTIED) or sl_layer_w */
+    size_t field;      /* offsetof in fam_weights (AW_GLOBAL / AW_UNTIED) or fam_layer_w */
     int role;          /* AR_* */
     const char *gguf;  /* the GGUF (llama.cpp) name, relative to "blk.N." for layer tensors, with its ".weight" /
                         * ".bias" suffix; NULL: the family cannot be imported from GGUF */
@@ -95,7 +95,7 @@ typedef struct arch_pdef {
     const char *name;  /* canonical: gate_proj, up_proj, down_proj; gpt-oss gate_up_proj, gate_up_proj_bias, ... */
     const char *disk;  /* on-disk name when it differs (Mixtral: w1, w3, w2), else NULL */
     arch_dim rows, cols; /* cols AD_ONE for a bias */
-    size_t field;      /* offsetof in sl_expert (an sl_mat, or a const float * for a bias) */
+    size_t field;      /* offsetof in tn_expert (an tn_mat, or a const float * for a bias) */
     int kind;          /* AK_MAT (0) / AK_VEC */
     int disk_t;        /* 1: the fused on-disk stack is [E, cols, rows] (x @ W, gpt-oss), read transposed */
     const char *gguf;  /* the GGUF name of the stacked tensor [E][rows][cols], relative to "blk.N.", or NULL */
@@ -137,11 +137,11 @@ void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) __attribute__((format(
 /* Common HF conventions a hook may use: layer_types / full_attention_interval into layer_linear (the
  * DeltaNet families); decoder_sparse_step / mlp_only_layers into layer_moe, reading intermediate_size
  * into dense_inter when a layer is dense. */
-void hfc_linear_layers(hfc *c, sl_config *o);
-void hfc_sparse_layers(hfc *c, sl_config *o);
+void hfc_linear_layers(hfc *c, fam_config *o);
+void hfc_sparse_layers(hfc *c, fam_config *o);
 /* layer_types of full_attention / sliding_attention into layer_sliding, sliding_window into o->sliding_window
  * (required when a layer slides). */
-void hfc_sliding_layers(hfc *c, sl_config *o);
+void hfc_sliding_layers(hfc *c, fam_config *o);
 
 /* The GGUF metadata reader a family's gguf_config hook works with (implemented in family/gguf_meta.c). Keys are
  * "<general.architecture>.<suffix>" (llama.cpp's convert_hf_to_gguf.py writes them; gguf-py constants.py Keys).
@@ -200,18 +200,18 @@ typedef struct arch_gguf_xf {
     int part;           /* 1: a routed-expert part */
     /* perm[r] = the source row of output row r (rows of src[0], then src[1]); a vector is n_rows rows of one
      * element. NULL: in order */
-    void (*rows)(const sl_config *c, int64_t n_rows, int64_t *perm);
+    void (*rows)(const fam_config *c, int64_t n_rows, int64_t *perm);
     /* dst[rows * cols] from src (every source element, in order, f32); NULL: none */
-    int64_t (*f32)(const sl_config *c, const float *src, float *dst); /* returns -1, or the index of a source
+    int64_t (*f32)(const fam_config *c, const float *src, float *dst); /* returns -1, or the index of a source
                                                                        * element it cannot map (an error) */
 } arch_gguf_xf;
 
 typedef struct arch_desc {
-    sl_arch id;
+    fam_arch id;
     const char *name;              /* the container's "arch" */
     const char *const *hf_types;   /* model_type values served, NULL-terminated */
     const char *text_config_type;  /* model_type whose fields live under "text_config" (VLM wrapper), or NULL */
-    /* traits, copied into every sl_config of the family */
+    /* traits, copied into every fam_config of the family */
     int router;                    /* SL_ROUTER_* */
     int qk_norm;                   /* SL_QK_NORM_* */
     int zero_centred_norm, gated_attn, split_lin_proj;
@@ -220,7 +220,7 @@ typedef struct arch_desc {
                                     * other families attention_bias = true is refused */
     /* the family's fields of config.json (after the common ones: vocab, dims, heads, experts, rope, eps,
      * tie); sets moe_inter, norm_topk, shared_inter, linear-attention dims, layer kinds. */
-    void (*config)(hfc *c, sl_config *o);
+    void (*config)(hfc *c, fam_config *o);
     const arch_tdef *tensors;
     int n_tensors;
     const arch_pdef *parts;        /* n_parts of them */
@@ -234,7 +234,7 @@ typedef struct arch_desc {
     int n_shapes;
     /* optional: the family's fields of a synth shape that arch_shape does not hold (DeepSeek-V3's MLA
      * dimensions), set into c after the common ones; NULL for most families */
-    void (*shape_config)(const arch_shape *sh, sl_config *c);
+    void (*shape_config)(const arch_shape *sh, fam_config *c);
     /* general.architecture of the family's GGUF files (llama.cpp's llm_arch names), or NULL: no GGUF import */
     const char *gguf_arch;
     /* The family's GGUF metadata as config.json fields (after the common ones family/gguf_meta.c writes:
@@ -246,7 +246,7 @@ typedef struct arch_desc {
     const arch_gguf_xf *gguf_xf;
     int n_gguf_xf;
     /* 1: the family's GGUF files hold its zero-centred norms shifted (1 + w: llama.cpp's converter adds 1), read
-     * as plain weights (sl_config norms_shifted) */
+     * as plain weights (fam_config norms_shifted) */
     int gguf_norms_shifted;
 } arch_desc;
 
@@ -254,7 +254,7 @@ typedef struct arch_desc {
 extern const arch_desc *const arch_list[];
 
 /* The family of an id / container name / HF model_type; NULL when unknown. */
-const arch_desc *arch_get(sl_arch id);
+const arch_desc *arch_get(fam_arch id);
 const arch_desc *arch_by_name(const char *name);
 const arch_desc *arch_by_hf_type(const char *model_type);
 const arch_desc *arch_by_gguf(const char *gguf_arch);
@@ -263,15 +263,15 @@ const char *arch_gguf_list(void);
 /* "a, b, c": every HF model_type served (for messages). Static storage. */
 const char *arch_hf_type_list(void);
 /* Sets the family's traits in c (c->arch must be set). */
-void arch_set_traits(sl_config *c);
+void arch_set_traits(fam_config *c);
 
 /* The size a dimension has under c. */
-int64_t arch_dim_value(const sl_config *c, arch_dim d);
+int64_t arch_dim_value(const fam_config *c, arch_dim d);
 /* The routed-expert parts of c's family: count, and part p (NULL when out of range). */
-int arch_n_parts(const sl_config *c);
-const arch_pdef *arch_part(const sl_config *c, int p);
+int arch_n_parts(const fam_config *c);
+const arch_pdef *arch_part(const fam_config *c, int p);
 
 /* Whether a tensor of `when` exists at layer l (l ignored for AW_GLOBAL / AW_UNTIED). */
-int arch_applies(const sl_config *c, arch_when when, int layer);
+int arch_applies(const fam_config *c, arch_when when, int layer);
 
 #endif

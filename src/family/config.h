@@ -20,7 +20,7 @@ typedef enum {
 #define SL_FAMILY(name, NAME) SL_ARCH_##NAME,
 #include "family/arch/families.h"
 #undef SL_FAMILY
-} sl_arch;
+} fam_arch;
 
 /* How router logits become the k expert weights (moe.c). */
 enum {
@@ -53,8 +53,8 @@ enum {
     SL_QK_NORM_ALL = 2,  /* over the whole projection before the split into heads (OLMoE) */
 };
 
-typedef struct sl_config {
-    sl_arch arch;
+typedef struct fam_config {
+    fam_arch arch;
     int vocab;
     int hidden;       /* H */
     int n_layers;     /* L */
@@ -128,9 +128,9 @@ typedef struct sl_config {
     int attn_sinks;      /* per-head sink logits in the softmax denominator (lw->sinks) */
     int expert_kind;     /* SL_EXPERT_* */
     double swiglu_limit; /* SL_EXPERT_GPTOSS clamp (7.0) */
-} sl_config;
+} fam_config;
 
-/* The scalar fields of sl_config as the manifest stores them: X(name, type, presence) with type I (int),
+/* The scalar fields of fam_config as the manifest stores them: X(name, type, presence) with type I (int),
  * D (double) or F (float); presence R (required) or O (optional: absent in containers written before
  * the field existed, which then get the family's trait, or 0). container.c writes and reads them,
  * `sluice info` prints them. */
@@ -154,19 +154,19 @@ typedef struct sl_config {
 /* Whether n_group, topk_group and routed_scale make sense for c's experts under SL_ROUTER_SIGMOID_GROUP:
  * 1 <= n_group <= SL_ROUTER_MAX_GROUPS dividing E <= SL_ROUTER_MAX_EXPERTS into groups of >= 2, 1 <= topk_group
  * <= n_group, k <= the experts of topk_group groups, routed_scale finite and > 0. Cannot fail. */
-int cfg_groups_ok(const sl_config *c);
+int cfg_groups_ok(const fam_config *c);
 /* Whether c's MLA dimensions (kv_lora > 0) make sense: q_lora >= 0, qk_nope >= 0, rot_dim > 0 even,
  * head_dim = qk_nope + rot_dim, v_head_dim > 0, n_kv_heads = n_heads, no gated attention, q/k/v bias or q/k norm,
  * attn_scale finite and >= 0. Cannot fail. 1 when c is not MLA. */
-int cfg_mla_ok(const sl_config *c);
+int cfg_mla_ok(const fam_config *c);
 /* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA), else n_kv_heads * head_dim
  * (per K and per V). */
-int cfg_kv_row(const sl_config *c);
+int cfg_kv_row(const fam_config *c);
 /* Number of MoE layers; expert-layer slot of layer l (or -1 for dense). */
-int cfg_n_moe_layers(const sl_config *c);
-int cfg_moe_slot(const sl_config *c, int layer);
+int cfg_n_moe_layers(const fam_config *c);
+int cfg_moe_slot(const fam_config *c, int layer);
 /* The family's container name ("none" if unknown) / the id of a container name (SL_ARCH_NONE). */
-const char *cfg_arch_name(sl_arch a);
-sl_arch cfg_arch_from_name(const char *name);
+const char *cfg_arch_name(fam_arch a);
+fam_arch cfg_arch_from_name(const char *name);
 
 #endif

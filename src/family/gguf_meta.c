@@ -59,7 +59,7 @@ static void vfail(meta *x, sl_status st, const char *fmt, va_list ap) {
     if (x->st) return;
     char msg[500];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    x->st = sl_err(x->err, st, "%s: %s", x->f->path, msg);
+    x->st = err_set(x->err, st, "%s: %s", x->f->path, msg);
 }
 
 static void fail(meta *x, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -170,7 +170,7 @@ static void set_item(meta *x, const char *field, cJSON *v) {
     cJSON *o = field_home(x, field, &name);
     if (!o || !v) {
         cJSON_Delete(v);
-        if (!x->st) x->st = sl_err(x->err, SL_ENOMEM, "out of memory");
+        if (!x->st) x->st = err_set(x->err, SL_ENOMEM, "out of memory");
         return;
     }
     if (cJSON_GetObjectItemCaseSensitive(o, name)) cJSON_ReplaceItemInObjectCaseSensitive(o, name, v);
@@ -301,13 +301,13 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     *out = NULL;
     meta x = {m, &m->files[0], NULL, NULL, err, SL_OK};
     x.arch = gguf_kv_str(x.f, "general.architecture");
-    if (!x.arch) return sl_err(err, SL_ECONFIG, "%s: missing metadata key 'general.architecture'", x.f->path);
+    if (!x.arch) return err_set(err, SL_ECONFIG, "%s: missing metadata key 'general.architecture'", x.f->path);
     const arch_desc *a = arch_by_gguf(x.arch);
     if (!a)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: %s)", x.f->path,
+        return err_set(err, SL_EUNSUPPORTED, "%s: GGUF architecture '%s' is not supported (supported: %s)", x.f->path,
                       x.arch, arch_gguf_list());
-    if (!a->gguf_config) return sl_err(err, SL_EUNSUPPORTED, "%s: GGUF import of %s is not implemented", x.f->path, a->name);
-    if (!(x.c = cJSON_CreateObject())) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!a->gguf_config) return err_set(err, SL_EUNSUPPORTED, "%s: GGUF import of %s is not implemented", x.f->path, a->name);
+    if (!(x.c = cJSON_CreateObject())) return err_set(err, SL_ENOMEM, "out of memory");
     arch_gguf_common g = {0};
     g.arch = x.arch;
     g.check_value_length = 1;
@@ -317,7 +317,7 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     if (!x.st && g.check_value_length && g.value_length != g.head_dim)
         fail(&x, SL_EUNSUPPORTED, "attention.value_length (%d) differs from key_length (%d)", g.value_length,
              g.head_dim);
-    if (!x.st && !(*out = cJSON_PrintUnformatted(x.c))) x.st = sl_err(err, SL_ENOMEM, "out of memory");
+    if (!x.st && !(*out = cJSON_PrintUnformatted(x.c))) x.st = err_set(err, SL_ENOMEM, "out of memory");
     cJSON_Delete(x.c);
     return x.st;
 }

@@ -1,5 +1,5 @@
 /*
- * hf_config.c — Hugging Face config.json -> sl_config.
+ * hf_config.c — Hugging Face config.json -> fam_config.
  *
  * The model_type picks the family (family/arch.h); the fields every family shares are read here, the
  * family's own by its config hook through the hfc_* reader. Accepts every spelling docs/MATH.md (Config) lists:
@@ -36,11 +36,11 @@ static const cJSON *field(const cfgctx *c, const char *name) {
 static int get_int(cfgctx *c, const char *name, int required, int def) {
     const cJSON *v = field(c, name);
     if (!v) {
-        if (required && !c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: missing required field '%s'", c->path, name);
+        if (required && !c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: missing required field '%s'", c->path, name);
         return def;
     }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9) {
-        if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' must be a non-negative integer", c->path, name);
+        if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' must be a non-negative integer", c->path, name);
         return def;
     }
     return (int)v->valuedouble;
@@ -51,7 +51,7 @@ static double get_num(cfgctx *c, const cJSON *obj, const char *name, double def,
     if (found) *found = 0;
     if (!v || cJSON_IsNull(v)) return def;
     if (!cJSON_IsNumber(v)) {
-        if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' must be a number", c->path, name);
+        if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' must be a number", c->path, name);
         return def;
     }
     if (found) *found = 1;
@@ -62,7 +62,7 @@ static int get_bool(cfgctx *c, const char *name, int def) {
     const cJSON *v = field(c, name);
     if (!v) return def;
     if (!cJSON_IsBool(v)) {
-        if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' must be true or false", c->path, name);
+        if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' must be true or false", c->path, name);
         return def;
     }
     return cJSON_IsTrue(v);
@@ -77,7 +77,7 @@ int hfc_has(hfc *c, const char *name) { return field(c, name) != NULL; }
 int hfc_product(hfc *c, const char *name, int a, int b) {
     int64_t p = (int64_t)a * b; /* both are 0..1e9 (get_int): no overflow in 64 bits */
     if (p <= 1000000000) return (int)p;
-    if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' (%d) times %d is out of range", c->path, name, a, b);
+    if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' (%d) times %d is out of range", c->path, name, a, b);
     return 0;
 }
 
@@ -86,7 +86,7 @@ double hfc_num(hfc *c, const char *name, double def, int *found) {
     if (found) *found = 0;
     if (!v) return def;
     if (!cJSON_IsNumber(v)) {
-        if (!c->st) c->st = sl_err(c->err, SL_ECONFIG, "%s: field '%s' must be a number", c->path, name);
+        if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' must be a number", c->path, name);
         return def;
     }
     if (found) *found = 1;
@@ -100,12 +100,12 @@ void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    c->st = sl_err(c->err, st, "%s: %s", c->path, msg);
+    c->st = err_set(c->err, st, "%s: %s", c->path, msg);
 }
 
 /* layer_types, when config.json has it, into flags: 1 for `kind`, 0 for full attention. Returns 1 when
  * read, 0 when absent, -1 on an error (recorded in c). */
-static int layer_types(hfc *c, const sl_config *o, const char *kind, uint8_t *flags) {
+static int layer_types(hfc *c, const fam_config *o, const char *kind, uint8_t *flags) {
     const cJSON *lt = field(c, "layer_types");
     if (!lt) return 0;
     if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
@@ -125,7 +125,7 @@ static int layer_types(hfc *c, const sl_config *o, const char *kind, uint8_t *fl
     return 1;
 }
 
-void hfc_linear_layers(hfc *c, sl_config *o) {
+void hfc_linear_layers(hfc *c, fam_config *o) {
     if (c->st) return;
     int got = layer_types(c, o, "linear_attention", o->layer_linear);
     if (got) return;
@@ -137,7 +137,7 @@ void hfc_linear_layers(hfc *c, sl_config *o) {
     for (int i = 0; i < o->n_layers; i++) o->layer_linear[i] = (i + 1) % iv != 0;
 }
 
-void hfc_sliding_layers(hfc *c, sl_config *o) {
+void hfc_sliding_layers(hfc *c, fam_config *o) {
     if (c->st) return;
     int any = 0, got = layer_types(c, o, "sliding_attention", o->layer_sliding);
     if (got < 0) return;
@@ -149,7 +149,7 @@ void hfc_sliding_layers(hfc *c, sl_config *o) {
     if (!c->st && o->sliding_window < 1) hfc_fail(c, SL_ECONFIG, "sliding_window must be >= 1");
 }
 
-void hfc_sparse_layers(hfc *c, sl_config *o) {
+void hfc_sparse_layers(hfc *c, fam_config *o) {
     if (c->st) return;
     int step = get_int(c, "decoder_sparse_step", 0, 1);
     const cJSON *mo = field(c, "mlp_only_layers");
@@ -171,7 +171,7 @@ void hfc_sparse_layers(hfc *c, sl_config *o) {
 /* rope_type 'yarn' (transformers' modeling_rope_utils.py _compute_yarn_parameters): factor, original_max_position_embeddings
  * (default max_position_embeddings), beta_fast, beta_slow, mscale, mscale_all_dim, truncate (default true),
  * attention_factor. Needs o->max_pos. */
-static void yarn_fields(hfc *c, const cJSON *rp, sl_config *o) {
+static void yarn_fields(hfc *c, const cJSON *rp, fam_config *o) {
     int found = 0;
     o->rope_type = SL_ROPE_YARN;
     double omp = get_num(c, rp, "original_max_position_embeddings", o->max_pos, &found);
@@ -197,7 +197,7 @@ static void yarn_fields(hfc *c, const cJSON *rp, sl_config *o) {
 
 /* The fields every family reads the same way: vocabulary, dimensions, heads, experts, eps, RoPE, tied
  * embeddings. */
-static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
+static void common_fields(hfc *c, const arch_desc *a, fam_config *o) {
     const char *path = c->path;
     sl_error *err = c->err;
     o->vocab = get_int(c, "vocab_size", 1, 0);
@@ -211,13 +211,13 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
     int ne = get_int(c, "num_experts", 0, -1), nle = get_int(c, "num_local_experts", 0, -1);
     int nre = get_int(c, "n_routed_experts", 0, -1); /* GLM-4.5, DeepSeek-V3 */
     if (!c->st && ne >= 0 && nle >= 0 && ne != nle)
-        c->st = sl_err(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree", path, ne, nle);
+        c->st = err_set(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree", path, ne, nle);
     if (ne < 0) ne = nle;
     if (!c->st && ne >= 0 && nre >= 0 && ne != nre)
-        c->st = sl_err(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'n_routed_experts' (%d) disagree", path, ne, nre);
+        c->st = err_set(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'n_routed_experts' (%d) disagree", path, ne, nre);
     if (ne < 0) ne = nre;
     if (!c->st && ne < 0)
-        c->st = sl_err(err, SL_ECONFIG, "%s: missing required field 'num_experts' (or 'num_local_experts', "
+        c->st = err_set(err, SL_ECONFIG, "%s: missing required field 'num_experts' (or 'num_local_experts', "
                        "'n_routed_experts')", path);
     o->n_experts = ne;
     {
@@ -231,7 +231,7 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
     double th1 = get_num(c, c->t, "rope_theta", 10000.0, &f1);
     double th2 = get_num(c, cJSON_IsObject(rp) ? rp : NULL, "rope_theta", 10000.0, &f2);
     if (!c->st && f1 && f2 && th1 != th2)
-        c->st = sl_err(err, SL_ECONFIG, "%s: 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) disagree", path,
+        c->st = err_set(err, SL_ECONFIG, "%s: 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) disagree", path,
                        th1, th2);
     o->rope_theta = f1 ? th1 : th2;
     if (cJSON_IsObject(rp)) {
@@ -240,7 +240,7 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
         if (cJSON_IsString(rt) && !strcmp(rt->valuestring, "yarn"))
             yarn_fields(c, rp, o);
         else if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") && !c->st)
-            c->st = sl_err(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default' and 'yarn')", path,
+            c->st = err_set(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default' and 'yarn')", path,
                            rt->valuestring);
     }
     double prf = a->prf_default;
@@ -248,12 +248,12 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
     double p1 = get_num(c, c->t, "partial_rotary_factor", prf, &fp1);
     double p2 = get_num(c, cJSON_IsObject(rp) ? rp : NULL, "partial_rotary_factor", prf, &fp2);
     if (!c->st && fp1 && fp2 && p1 != p2)
-        c->st = sl_err(err, SL_ECONFIG, "%s: 'partial_rotary_factor' (%g) and 'rope_parameters.partial_rotary_factor' "
+        c->st = err_set(err, SL_ECONFIG, "%s: 'partial_rotary_factor' (%g) and 'rope_parameters.partial_rotary_factor' "
                        "(%g) disagree", path, p1, p2);
     prf = fp1 ? p1 : p2;
     /* checked before the conversion: a factor far out of range does not fit an int (fuzz/regress/hf_config) */
     if (!c->st && !(prf >= 0 && prf <= 1))
-        c->st = sl_err(err, SL_ECONFIG, "%s: partial_rotary_factor = %g (must be in [0, 1])", path, prf);
+        c->st = err_set(err, SL_ECONFIG, "%s: partial_rotary_factor = %g (must be in [0, 1])", path, prf);
     o->rot_dim = prf >= 0 && prf <= 1 ? (int)(o->head_dim * prf) : 0;
     o->tie_embeddings = get_bool(c, "tie_word_embeddings", 0);
     if (cJSON_GetObjectItemCaseSensitive(c->root, "tie_word_embeddings") && c->t != c->root) {
@@ -262,26 +262,26 @@ static void common_fields(hfc *c, const arch_desc *a, sl_config *o) {
         if (cJSON_IsBool(tv)) o->tie_embeddings = cJSON_IsTrue(tv);
     }
     if (!a->reads_attention_bias && get_bool(c, "attention_bias", 0) && !c->st)
-        c->st = sl_err(err, SL_EUNSUPPORTED, "%s: attention_bias = true is not supported", path);
+        c->st = err_set(err, SL_EUNSUPPORTED, "%s: attention_bias = true is not supported", path);
 }
 
-sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl_error *err) {
+sl_status hf_parse_config(const char *text, const char *path, fam_config *out, sl_error *err) {
     memset(out, 0, sizeof *out);
     cJSON *root = cJSON_Parse(text);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return sl_err(err, SL_ECONFIG, "%s: not a JSON object", path);
+        return err_set(err, SL_ECONFIG, "%s: not a JSON object", path);
     }
     hfc c = {root, root, path, err, SL_OK};
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (!cJSON_IsString(mt)) {
         cJSON_Delete(root);
-        return sl_err(err, SL_ECONFIG, "%s: missing required field 'model_type'", path);
+        return err_set(err, SL_ECONFIG, "%s: missing required field 'model_type'", path);
     }
     const char *type = mt->valuestring;
     const arch_desc *a = arch_by_hf_type(type);
     if (!a) {
-        sl_status st = sl_err(err, SL_EUNSUPPORTED, "%s: unsupported model_type '%s' (supported: %s)", path, type,
+        sl_status st = err_set(err, SL_EUNSUPPORTED, "%s: unsupported model_type '%s' (supported: %s)", path, type,
                               arch_hf_type_list());
         cJSON_Delete(root);
         return st;
@@ -291,17 +291,17 @@ sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl
     if (a->text_config_type && !strcmp(type, a->text_config_type)) {
         const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
         if (!cJSON_IsObject(tc)) {
-            sl_status st = sl_err(err, SL_ECONFIG, "%s: model_type %s needs a 'text_config' object", path, type);
+            sl_status st = err_set(err, SL_ECONFIG, "%s: model_type %s needs a 'text_config' object", path, type);
             cJSON_Delete(root); /* after the message: type points into root */
             return st;
         }
         c.t = tc;
     }
-    sl_config *o = out;
+    fam_config *o = out;
     common_fields(&c, a, o);
     if (c.st) goto done;
     if (o->n_layers < 1 || o->n_layers > SL_MAX_LAYERS) {
-        c.st = sl_err(err, SL_ECONFIG, "%s: num_hidden_layers = %d (must be 1..%d)", path, o->n_layers, SL_MAX_LAYERS);
+        c.st = err_set(err, SL_ECONFIG, "%s: num_hidden_layers = %d (must be 1..%d)", path, o->n_layers, SL_MAX_LAYERS);
         goto done;
     }
     for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = 1;
@@ -310,7 +310,7 @@ sl_status hf_parse_config(const char *text, const char *path, sl_config *out, sl
     int any_linear = 0;
     for (int i = 0; i < o->n_layers; i++) any_linear |= o->layer_linear[i];
     /* consistency */
-#define BAD(...) do { c.st = sl_err(err, SL_ECONFIG, __VA_ARGS__); goto done; } while (0)
+#define BAD(...) do { c.st = err_set(err, SL_ECONFIG, __VA_ARGS__); goto done; } while (0)
     if (o->vocab < 1 || o->hidden < 1 || o->n_heads < 1 || o->head_dim < 1) BAD("%s: vocab_size, hidden_size, num_attention_heads and head_dim must be positive", path);
     if (o->n_kv_heads < 1 || o->n_heads % o->n_kv_heads) BAD("%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)", path, o->n_heads, o->n_kv_heads);
     if (o->n_experts < 1) BAD("%s: num_experts must be positive", path);

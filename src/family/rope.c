@@ -17,7 +17,7 @@ static double correction_dim(double num_rot, int dim, double base, double max_po
     return (dim * log(max_pos / (num_rot * 2 * M_PI))) / (2 * log(base));
 }
 
-int rope_freqs(const sl_config *c, float *inv_freq, float *attn_factor) {
+int rope_freqs(const fam_config *c, float *inv_freq, float *attn_factor) {
     const int dim = c->rot_dim, half = dim / 2 < SL_ROPE_MAX_FREQS ? dim / 2 : SL_ROPE_MAX_FREQS;
     const float base = (float)c->rope_theta;
     if (c->rope_type != SL_ROPE_YARN) {

@@ -15,7 +15,7 @@
 
 /* inv_freq [rot_dim / 2] and the factor cos and sin are multiplied by (transformers' attention_scaling: 1 for
  * the default table), both in float32 as transformers computes them. Returns the number of frequencies. */
-int rope_freqs(const sl_config *c, float *inv_freq, float *attn_factor);
+int rope_freqs(const fam_config *c, float *inv_freq, float *attn_factor);
 
 /* YaRN's get_mscale(scale, mscale): 1 for scale <= 1, else 0.1 * mscale * ln(scale) + 1 (DeepSeek-V3 also
  * scales its softmax by it). */

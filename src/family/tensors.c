@@ -12,7 +12,7 @@ typedef struct {
     int n, cap, oom;
 } list;
 
-static void add(list *l, const sl_config *c, const arch_tdef *d, int layer) {
+static void add(list *l, const fam_config *c, const arch_tdef *d, int layer) {
     if (l->oom) return;
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 64;
@@ -37,7 +37,7 @@ static int is_global(const arch_tdef *d) { return d->when == AW_GLOBAL || d->whe
 
 /* Container order: the model-wide tensors listed before the first layer tensor, then layer by layer
  * the layer tensors in table order, then the remaining model-wide tensors. */
-int arch_backbone_tensors(const sl_config *c, arch_tensor **out) {
+int arch_backbone_tensors(const fam_config *c, arch_tensor **out) {
     const arch_desc *a = arch_get(c->arch);
     if (!a) return -1;
     list l = {0};
@@ -59,7 +59,7 @@ int arch_backbone_tensors(const sl_config *c, arch_tensor **out) {
     return l.n;
 }
 
-void arch_expert_shape(const sl_config *c, int part, int64_t shape[2]) {
+void arch_expert_shape(const fam_config *c, int part, int64_t shape[2]) {
     const arch_pdef *p = arch_part(c, part);
     if (!p) {
         shape[0] = shape[1] = 0;
@@ -69,12 +69,12 @@ void arch_expert_shape(const sl_config *c, int part, int64_t shape[2]) {
     shape[1] = arch_dim_value(c, p->cols);
 }
 
-const char *arch_expert_part_name(const sl_config *c, int part) {
+const char *arch_expert_part_name(const fam_config *c, int part) {
     const arch_pdef *p = arch_part(c, part);
     return p ? p->name : "?";
 }
 
-int arch_expert_part_is_vec(const sl_config *c, int part) {
+int arch_expert_part_is_vec(const fam_config *c, int part) {
     const arch_pdef *p = arch_part(c, part);
     return p && p->kind == AK_VEC;
 }

@@ -1,6 +1,6 @@
 /*
  * weights.h — a model's weights in memory, as the family tables bind them (family/arch.h: each tensor's
- * arch_tdef.field is an offsetof in sl_weights or sl_layer_w, each expert part's an offsetof in sl_expert,
+ * arch_tdef.field is an offsetof in fam_weights or fam_layer_w, each expert part's an offsetof in tn_expert,
  * util/tensor.h) and the forward pass (model/model.h) reads them.
  *
  * Matrices stay in their stored dtype and point into the resident backbone buffer; small vectors (norms, A_log,
@@ -13,44 +13,44 @@
 #include "family/config.h"
 #include "util/tensor.h"
 
-typedef struct sl_layer_w {
+typedef struct fam_layer_w {
     float *attn_norm, *ffn_norm; /* input_layernorm, post_attention_layernorm [H] */
 
     /* full attention: q is [nh*hd, H] (qwen3_moe) or [2*nh*hd, H] (gated: per head [query|gate]) */
-    sl_mat q, k, v, o;
+    tn_mat q, k, v, o;
     float *q_norm, *k_norm; /* [hd] per head, or [nh*hd] / [nkv*hd] over the projection (cfg->qk_norm) */
     float *q_bias, *k_bias, *v_bias; /* [nh*hd], [nkv*hd], [nkv*hd] when cfg->attn_bias (Qwen2-MoE), else NULL */
     /* multi-head latent attention (cfg->kv_lora > 0; mla.c): q is q_proj [nh*(dn+dr), H] when q_lora = 0, else
      * q_a [q_lora, H], q_a_norm [q_lora], q_b [nh*(dn+dr), q_lora]; kv_a [kv_lora+dr, H], kv_a_norm [kv_lora],
      * kv_b [nh*(dn+dv), kv_lora]; o [H, nh*dv] */
-    sl_mat q_a, q_b, kv_a, kv_b;
+    tn_mat q_a, q_b, kv_a, kv_b;
     float *q_a_norm, *kv_a_norm;
     float *o_bias;                   /* [H] o_proj bias (gpt-oss), else NULL */
     float *sinks;                    /* [nh] per-head sink logits when cfg->attn_sinks (gpt-oss), else NULL */
 
     /* Gated DeltaNet */
-    sl_mat qkvz, ba;         /* qwen3_next: grouped per key head (docs/MATH.md, Gated DeltaNet: Projections) */
-    sl_mat qkv, z, b, a;     /* qwen3_5_moe: flat */
+    tn_mat qkvz, ba;         /* qwen3_next: grouped per key head (docs/MATH.md, Gated DeltaNet: Projections) */
+    tn_mat qkv, z, b, a;     /* qwen3_5_moe: flat */
     float *conv_w;           /* [Cq][K] */
     float *dt_bias, *A_log;  /* [nv] */
     float *lin_norm;         /* [dv], plain weight */
-    sl_mat lin_out;          /* [H, nv*dv] */
+    tn_mat lin_out;          /* [H, nv*dv] */
 
     /* MoE */
-    sl_mat router;                        /* [E, H] */
+    tn_mat router;                        /* [E, H] */
     float *router_bias;                   /* [E] e_score_correction_bias (SL_ROUTER_SIGMOID_GROUP), else NULL */
     float *router_lbias;                  /* [E] the router Linear's bias, added to its logits (gpt-oss), else NULL */
-    sl_mat sh_gate, sh_up, sh_down;       /* shared expert (Next, 3.5) */
-    sl_mat sh_expert_gate;                /* [1, H] */
+    tn_mat sh_gate, sh_up, sh_down;       /* shared expert (Next, 3.5) */
+    tn_mat sh_expert_gate;                /* [1, H] */
     /* dense MLP */
-    sl_mat mlp_gate, mlp_up, mlp_down;
-} sl_layer_w;
+    tn_mat mlp_gate, mlp_up, mlp_down;
+} fam_layer_w;
 
-typedef struct sl_weights {
-    sl_mat embed;      /* [V, H] */
-    sl_mat lm_head;    /* [V, H]; equals embed when tied */
+typedef struct fam_weights {
+    tn_mat embed;      /* [V, H] */
+    tn_mat lm_head;    /* [V, H]; equals embed when tied */
     float *final_norm; /* [H] */
-    sl_layer_w layers[SL_MAX_LAYERS];
-} sl_weights;
+    fam_layer_w layers[SL_MAX_LAYERS];
+} fam_weights;
 
 #endif

@@ -69,13 +69,13 @@ void slc_header_encode(const slc_header *h, uint8_t *b) {
 
 sl_status slc_header_decode(const uint8_t *b, slc_header *h, const char *path, sl_error *err) {
     if (memcmp(b, SLC_MAGIC, 8))
-        return sl_err(err, SL_EFORMAT, "%s: not a .sluice container (bad magic)", path);
+        return err_set(err, SL_EFORMAT, "%s: not a .sluice container (bad magic)", path);
     if (get64(b + SLC_HEADER_BYTES - 8) != XXH3_64bits(b, SLC_HEADER_BYTES - 8))
-        return sl_err(err, SL_ECHECKSUM, "%s: header checksum mismatch (file offset 0)", path);
+        return err_set(err, SL_ECHECKSUM, "%s: header checksum mismatch (file offset 0)", path);
     memset(h, 0, sizeof *h);
     h->version = get32(b + 8);
     if (h->version != SLC_VERSION || get32(b + 12) != SLC_HEADER_BYTES)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: container version %u is not supported (this build reads %d)", path,
+        return err_set(err, SL_EUNSUPPORTED, "%s: container version %u is not supported (this build reads %d)", path,
                       h->version, SLC_VERSION);
     h->file_size = get64(b + 16);
     h->manifest_off = get64(b + 24);
@@ -97,7 +97,7 @@ sl_status slc_header_decode(const uint8_t *b, slc_header *h, const char *path, s
 
 /* ---- config JSON ---- */
 
-cJSON *slc_config_to_json(const sl_config *c) {
+cJSON *slc_config_to_json(const fam_config *c) {
     cJSON *j = cJSON_CreateObject();
     if (!j) return NULL;
     cJSON_AddStringToObject(j, "arch", cfg_arch_name(c->arch));
@@ -130,29 +130,29 @@ static int cfg_field(const cJSON *j, const char *name, int required, double *v) 
 #define CFG_CAST_D (double)
 #define CFG_CAST_F (float)
 
-sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, sl_error *err) {
+sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, sl_error *err) {
     memset(c, 0, sizeof *c);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "arch");
     if (!cJSON_IsString(a) || (c->arch = cfg_arch_from_name(a->valuestring)) == SL_ARCH_NONE)
-        return sl_err(err, SL_EFORMAT, "%s: manifest: unknown architecture", path);
+        return err_set(err, SL_EFORMAT, "%s: manifest: unknown architecture", path);
     arch_set_traits(c); /* what containers written before a trait was stored get */
 #define X(name, type, presence)                                                                        \
     {                                                                                                  \
         double v = (double)c->name;                                                                    \
         if (cfg_field(j, #name, #presence[0] == 'R', &v))                                              \
-            return sl_err(err, SL_EFORMAT, "%s: manifest: config lacks '%s'", path, #name);            \
+            return err_set(err, SL_EFORMAT, "%s: manifest: config lacks '%s'", path, #name);            \
         c->name = CFG_CAST_##type v;                                                                   \
     }
     SL_CONFIG_FIELDS(X)
 #undef X
     c->norms_shifted = c->norms_shifted != 0;
     if (c->norms_shifted && c->zero_centred_norm)
-        return sl_err(err, SL_EFORMAT, "%s: manifest: norms_shifted and zero_centred_norm are both set", path);
+        return err_set(err, SL_EFORMAT, "%s: manifest: norms_shifted and zero_centred_norm are both set", path);
     const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
     const cJSON *lm = cJSON_GetObjectItemCaseSensitive(j, "layer_moe");
     if (c->n_layers < 1 || c->n_layers > SL_MAX_LAYERS || cJSON_GetArraySize(lt) != c->n_layers ||
         cJSON_GetArraySize(lm) != c->n_layers)
-        return sl_err(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
+        return err_set(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
     int any_linear = 0, any_sliding = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const cJSON *t = cJSON_GetArrayItem(lt, l);
@@ -172,13 +172,13 @@ sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, s
         (any_sliding && c->sliding_window < 1) || c->expert_kind < SL_EXPERT_SWIGLU || c->expert_kind > SL_EXPERT_GPTOSS ||
         (c->expert_kind == SL_EXPERT_GPTOSS && !(c->swiglu_limit > 0)) ||
         (any_linear && (c->lin_nk < 1 || c->lin_nv % c->lin_nk || c->conv_k < 1)))
-        return sl_err(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);
+        return err_set(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);
     return SL_OK;
 }
 
 /* ---- quantized entries ---- */
 
-sl_status slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, sl_dtype *sdt, uint32_t *seed,
+sl_status slc_quant_from_json(const cJSON *o, dt_type dt, int64_t cols, int *group, dt_type *sdt, uint32_t *seed,
                               sl_error *err) {
     *group = 0;
     *sdt = DT_NONE;
@@ -187,7 +187,7 @@ sl_status slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *gr
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "group"), *sd = cJSON_GetObjectItemCaseSensitive(o, "scale_dtype");
     const cJSON *se = cJSON_GetObjectItemCaseSensitive(o, "seed");
     if (!cJSON_IsNumber(g) || !cJSON_IsString(sd))
-        return sl_err(err, SL_EFORMAT, "%s entry lacks 'group' or 'scale_dtype'", dt_name(dt));
+        return err_set(err, SL_EFORMAT, "%s entry lacks 'group' or 'scale_dtype'", dt_name(dt));
     *group = g->valueint;
     *sdt = dt == DT_MXFP4 ? DT_NONE : dt_from_name(sd->valuestring); /* mxfp4: E8M0 bytes */
     if (cJSON_IsNumber(se) && se->valuedouble >= 0 && se->valuedouble < 4294967296.0) *seed = (uint32_t)se->valuedouble;
@@ -196,7 +196,7 @@ sl_status slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *gr
     return SL_EFORMAT;
 }
 
-void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t seed) {
+void slc_quant_to_json(cJSON *o, dt_type dt, int group, dt_type sdt, uint32_t seed) {
     if (!q_is_quant(dt)) return;
     cJSON_AddNumberToObject(o, "group", group);
     cJSON_AddStringToObject(o, "scale_dtype", dt == DT_MXFP4 ? "e8m0" : dt_name(sdt));
@@ -223,7 +223,7 @@ cJSON *slc_tensor_to_json(const slc_tensor *t) {
     return o;
 }
 
-cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t block_bytes, const slc_part *parts) {
+cJSON *slc_experts_to_json(const slc_header *h, const fam_config *c, uint64_t block_bytes, const slc_part *parts) {
     cJSON *ex = cJSON_CreateObject();
     if (!ex) return NULL;
     cJSON_AddNumberToObject(ex, "n_experts", c->n_experts);
@@ -284,26 +284,26 @@ static sl_status open_header(slc_file *f, sl_error *err) {
     uint8_t hb[SLC_HEADER_BYTES];
     sl_status st;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) return sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
+    if (f->fd < 0) return err_set(err, err_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(f->fd, &sb) != 0) return sl_err(err, SL_EIO, "%s: cannot stat", path);
+    if (fstat(f->fd, &sb) != 0) return err_set(err, SL_EIO, "%s: cannot stat", path);
     uint64_t fsize = (uint64_t)sb.st_size;
     if (fsize < SLC_HEADER_BYTES)
-        return sl_err(err, SL_EFORMAT, "%s: %llu bytes, too short for a .sluice container", path, (unsigned long long)fsize);
+        return err_set(err, SL_EFORMAT, "%s: %llu bytes, too short for a .sluice container", path, (unsigned long long)fsize);
     if ((st = fio_pread_all(f->fd, hb, SLC_HEADER_BYTES, 0, path, err))) return st;
     if ((st = slc_header_decode(hb, &f->h, path, err))) return st;
     const slc_header *h = &f->h;
     if (h->file_size != fsize)
-        return sl_err(err, SL_EFORMAT, "%s: file is %llu bytes but its header says %llu (truncated or appended to)", path,
+        return err_set(err, SL_EFORMAT, "%s: file is %llu bytes but its header says %llu (truncated or appended to)", path,
                       (unsigned long long)fsize, (unsigned long long)h->file_size);
     if (!in_range(h->manifest_off, h->manifest_len, SLC_HEADER_BYTES, fsize) || !in_range(h->backbone_off, h->backbone_len, SLC_HEADER_BYTES, fsize) ||
         !in_range(h->expert_off, h->expert_len, SLC_HEADER_BYTES, fsize) || !in_range(h->hash_off, h->hash_len, SLC_HEADER_BYTES, fsize) ||
         !in_range(h->blob_off, h->blob_len, SLC_HEADER_BYTES, fsize) || h->manifest_len > (1ull << 31))
-        return sl_err(err, SL_EFORMAT, "%s: header: a section lies outside the file", path);
+        return err_set(err, SL_EFORMAT, "%s: header: a section lies outside the file", path);
     if (h->expert_stride % SLC_ALIGN || h->expert_off % SLC_ALIGN ||
         h->expert_len != (uint64_t)h->n_moe_layers * h->n_experts * h->expert_stride ||
         h->hash_len != (uint64_t)h->n_moe_layers * h->n_experts * 8)
-        return sl_err(err, SL_EFORMAT, "%s: header: inconsistent expert section", path);
+        return err_set(err, SL_EFORMAT, "%s: header: inconsistent expert section", path);
     return SL_OK;
 }
 
@@ -313,18 +313,18 @@ static sl_status read_manifest(slc_file *f, sl_error *err) {
     const slc_header *h = &f->h;
     sl_status st;
     char *mtxt = malloc(h->manifest_len + 1);
-    if (!mtxt) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!mtxt) return err_set(err, SL_ENOMEM, "out of memory");
     if ((st = fio_pread_all(f->fd, mtxt, h->manifest_len, h->manifest_off, path, err))) goto out;
     mtxt[h->manifest_len] = 0;
     if (XXH3_64bits(mtxt, h->manifest_len) != h->manifest_hash) {
-        st = sl_err(err, SL_ECHECKSUM, "%s: manifest checksum mismatch (file offset %llu)", path, (unsigned long long)h->manifest_off);
+        st = err_set(err, SL_ECHECKSUM, "%s: manifest checksum mismatch (file offset %llu)", path, (unsigned long long)h->manifest_off);
         goto out;
     }
     f->manifest = cJSON_ParseWithLength(mtxt, h->manifest_len);
-    if (!cJSON_IsObject(f->manifest)) { st = sl_err(err, SL_EFORMAT, "%s: manifest is not a JSON object", path); goto out; }
+    if (!cJSON_IsObject(f->manifest)) { st = err_set(err, SL_EFORMAT, "%s: manifest is not a JSON object", path); goto out; }
     if ((st = slc_config_from_json(cJSON_GetObjectItemCaseSensitive(f->manifest, "config"), &f->cfg, path, err))) goto out;
     if ((uint32_t)cfg_n_moe_layers(&f->cfg) != h->n_moe_layers || h->n_experts != (uint32_t)f->cfg.n_experts)
-        st = sl_err(err, SL_EFORMAT, "%s: header expert layout (%u layers x %u experts) does not match the config", path,
+        st = err_set(err, SL_EFORMAT, "%s: header expert layout (%u layers x %u experts) does not match the config", path,
                     h->n_moe_layers, h->n_experts);
 out:
     free(mtxt);
@@ -344,21 +344,21 @@ static sl_status read_tensor(slc_file *f, const cJSON *it, int i, slc_tensor *t,
         !cJSON_IsString(hs) || slc_hash_parse(hs->valuestring, &t->hash)) bad = 1;
     t->off = num_u64(it, "offset", &bad);
     t->size = num_u64(it, "size", &bad);
-    if (bad) return sl_err(err, SL_EFORMAT, "%s: manifest: malformed tensor entry %d", path, i);
+    if (bad) return err_set(err, SL_EFORMAT, "%s: manifest: malformed tensor entry %d", path, i);
     t->name = strdup(nm->valuestring);
     f->n_tensors++;
-    if (!t->name) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!t->name) return err_set(err, SL_ENOMEM, "out of memory");
     if (q_is_quant(t->dtype) && t->ndim != 2)
-        return sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' (%s): a quantized tensor must be 2-D", path,
+        return err_set(err, SL_EFORMAT, "%s: manifest: tensor '%s' (%s): a quantized tensor must be 2-D", path,
                       t->name, dt_name(t->dtype));
     sl_status st = slc_quant_from_json(it, t->dtype, t->shape[1], &t->group, &t->sdtype, &t->seed, err);
     if (st) {
-        sl_err_prefix(err, "%s: manifest: tensor '%s' (%s)", path, t->name, dt_name(t->dtype));
+        err_prefix(err, "%s: manifest: tensor '%s' (%s)", path, t->name, dt_name(t->dtype));
         return st;
     }
     if (t->size != q_mat_bytes(t->dtype, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, t->group, t->sdtype) ||
         !in_range(t->off, t->size, h->backbone_off, h->backbone_off + h->backbone_len))
-        return sl_err(err, SL_EFORMAT, "%s: manifest: tensor '%s' has a size or offset outside the backbone section", path, t->name);
+        return err_set(err, SL_EFORMAT, "%s: manifest: tensor '%s' has a size or offset outside the backbone section", path, t->name);
     return SL_OK;
 }
 
@@ -366,9 +366,9 @@ static sl_status read_tensor(slc_file *f, const cJSON *it, int i, slc_tensor *t,
 static sl_status read_tensors(slc_file *f, sl_error *err) {
     const cJSON *tt = cJSON_GetObjectItemCaseSensitive(f->manifest, "tensors"), *it;
     sl_status st;
-    if (!cJSON_IsArray(tt)) return sl_err(err, SL_EFORMAT, "%s: manifest has no tensor table", f->path);
+    if (!cJSON_IsArray(tt)) return err_set(err, SL_EFORMAT, "%s: manifest has no tensor table", f->path);
     f->t = calloc((size_t)cJSON_GetArraySize(tt) + 1, sizeof *f->t);
-    if (!f->t) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!f->t) return err_set(err, SL_ENOMEM, "out of memory");
     cJSON_ArrayForEach(it, tt)
         if ((st = read_tensor(f, it, f->n_tensors, &f->t[f->n_tensors], err))) return st;
     return SL_OK;
@@ -389,7 +389,7 @@ static sl_status read_part(slc_file *f, const cJSON *o, int p, sl_error *err) {
     sl_status st = bad ? SL_OK
                        : slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, err);
     if (st) {
-        sl_err_prefix(err, "%s: manifest: expert part %s (%s)", path, arch_expert_part_name(&f->cfg, p),
+        err_prefix(err, "%s: manifest: expert part %s (%s)", path, arch_expert_part_name(&f->cfg, p),
                       dt_name(pp->dtype));
         return st;
     }
@@ -397,7 +397,7 @@ static sl_status read_part(slc_file *f, const cJSON *o, int p, sl_error *err) {
         (arch_expert_part_is_vec(&f->cfg, p) && (pp->dtype != DT_F32 || pp->off % 4)) ||
         pp->size != q_mat_bytes(pp->dtype, pp->shape[0], pp->shape[1], pp->group, pp->sdtype) ||
         pp->off + pp->size > f->h.expert_stride)
-        return sl_err(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_name(&f->cfg, p));
+        return err_set(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_name(&f->cfg, p));
     if (pp->off + pp->size > f->block_bytes) f->block_bytes = pp->off + pp->size;
     return SL_OK;
 }
@@ -411,13 +411,13 @@ static sl_status read_experts(slc_file *f, sl_error *err) {
     sl_status st;
     f->n_parts = arch_n_parts(&f->cfg);
     if (cJSON_GetArraySize(pa) != f->n_parts || cJSON_GetArraySize(ly) != (int)h->n_moe_layers)
-        return sl_err(err, SL_EFORMAT, "%s: manifest: malformed expert layout", f->path);
+        return err_set(err, SL_EFORMAT, "%s: manifest: malformed expert layout", f->path);
     f->moe_layers = calloc(h->n_moe_layers + 1, sizeof *f->moe_layers);
-    if (!f->moe_layers) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!f->moe_layers) return err_set(err, SL_ENOMEM, "out of memory");
     for (uint32_t s = 0; s < h->n_moe_layers; s++) {
         f->moe_layers[s] = cJSON_GetArrayItem(ly, (int)s)->valueint;
         if (cfg_moe_slot(&f->cfg, f->moe_layers[s]) != (int)s)
-            return sl_err(err, SL_EFORMAT, "%s: manifest: expert layer list does not match the config", f->path);
+            return err_set(err, SL_EFORMAT, "%s: manifest: expert layer list does not match the config", f->path);
     }
     for (int p = 0; p < f->n_parts; p++)
         if ((st = read_part(f, cJSON_GetArrayItem(pa, p), p, err))) return st;
@@ -429,7 +429,7 @@ static sl_status read_blobs(slc_file *f, sl_error *err) {
     const slc_header *h = &f->h;
     const cJSON *bl = cJSON_GetObjectItemCaseSensitive(f->manifest, "blobs"), *it;
     f->blobs = calloc((size_t)cJSON_GetArraySize(bl) + 1, sizeof *f->blobs);
-    if (!f->blobs) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!f->blobs) return err_set(err, SL_ENOMEM, "out of memory");
     cJSON_ArrayForEach(it, bl) {
         slc_blob *b = &f->blobs[f->n_blobs];
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name"), *hs = cJSON_GetObjectItemCaseSensitive(it, "xxh3");
@@ -437,10 +437,10 @@ static sl_status read_blobs(slc_file *f, sl_error *err) {
         b->off = num_u64(it, "offset", &bad);
         b->size = num_u64(it, "size", &bad);
         if (bad || !in_range(b->off, b->size, h->blob_off, h->blob_off + h->blob_len))
-            return sl_err(err, SL_EFORMAT, "%s: manifest: malformed blob entry", f->path);
+            return err_set(err, SL_EFORMAT, "%s: manifest: malformed blob entry", f->path);
         b->name = strdup(nm->valuestring);
         f->n_blobs++;
-        if (!b->name) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!b->name) return err_set(err, SL_ENOMEM, "out of memory");
     }
     return SL_OK;
 }
@@ -451,7 +451,7 @@ static sl_status read_hashes(slc_file *f, sl_error *err) {
     size_t nh = (size_t)h->n_moe_layers * h->n_experts;
     sl_status st;
     f->expert_hash = malloc(nh * 8 + 8);
-    if (!f->expert_hash) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!f->expert_hash) return err_set(err, SL_ENOMEM, "out of memory");
     if ((st = fio_pread_all(f->fd, f->expert_hash, nh * 8, h->hash_off, f->path, err))) return st;
     for (size_t i = 0; i < nh; i++) f->expert_hash[i] = get64((const uint8_t *)&f->expert_hash[i]);
     return SL_OK;
@@ -464,7 +464,7 @@ sl_status slc_open(const char *path, slc_file *f, sl_error *err) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     f->path = strdup(path);
-    if (!f->path) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!f->path) return err_set(err, SL_ENOMEM, "out of memory");
     sl_status st = SL_OK;
     for (size_t i = 0; i < sizeof stages / sizeof *stages && !st; i++) st = stages[i](f, err);
     if (st) slc_close(f);
@@ -486,7 +486,7 @@ void slc_close(slc_file *f) {
     f->fd = -1;
 }
 
-void slc_bind_expert(const slc_file *f, const uint8_t *block, sl_expert *out) {
+void slc_bind_expert(const slc_file *f, const uint8_t *block, tn_expert *out) {
     memset(out, 0, sizeof *out);
     for (int p = 0; p < f->n_parts; p++) {
         const slc_part *pp = &f->parts[p];
@@ -495,14 +495,14 @@ void slc_bind_expert(const slc_file *f, const uint8_t *block, sl_expert *out) {
         if (d->kind == AK_VEC) /* a bias, stored f32 (checked at open) */
             *(const float **)dst = (const float *)(const void *)(block + pp->off);
         else
-            q_mat_bind((sl_mat *)dst, block + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group,
+            q_mat_bind((tn_mat *)dst, block + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group,
                        pp->sdtype, pp->seed);
     }
 }
 
-_Static_assert(offsetof(sl_mat, data) == 0, "slc_expert_block reads a matrix part's data through its first member");
+_Static_assert(offsetof(tn_mat, data) == 0, "slc_expert_block reads a matrix part's data through its first member");
 
-const uint8_t *slc_expert_block(const slc_file *f, const sl_expert *e) {
+const uint8_t *slc_expert_block(const slc_file *f, const tn_expert *e) {
     const arch_pdef *d = arch_part(&f->cfg, 0);
     /* a matrix part's first member is its data pointer, a bias part is the pointer itself */
     const uint8_t *p0 = *(const uint8_t *const *)(const void *)((const char *)e + d->field);

@@ -42,23 +42,23 @@ typedef struct slc_header {
 
 typedef struct slc_tensor {
     char *name;
-    sl_dtype dtype;
+    dt_type dtype;
     int ndim;
     int64_t shape[2];
     uint64_t off, size; /* absolute offset, bytes */
     uint64_t hash;
     /* quantized dtypes (q8/q4/q3): manifest "group", "scale_dtype", "seed" */
     int group;
-    sl_dtype sdtype;
+    dt_type sdtype;
     uint32_t seed;
 } slc_tensor;
 
 typedef struct slc_part {
-    sl_dtype dtype;
+    dt_type dtype;
     int64_t shape[2];
     uint64_t off, size; /* offset inside the block */
     int group;          /* quantized dtypes, as in slc_tensor */
-    sl_dtype sdtype;
+    dt_type sdtype;
     uint32_t seed;
 } slc_part;
 
@@ -71,7 +71,7 @@ typedef struct slc_file {
     int fd;
     char *path;
     slc_header h;
-    sl_config cfg;
+    fam_config cfg;
     cJSON *manifest;
     int n_tensors;
     slc_tensor *t;
@@ -99,27 +99,27 @@ static inline uint64_t slc_expert_offset(const slc_file *f, int slot, int e) {
 }
 const slc_tensor *slc_find(const slc_file *f, const char *name);
 /* Points out's gate / up / down at an expert block held in memory (block = its first byte). */
-void slc_bind_expert(const slc_file *f, const uint8_t *block, sl_expert *out);
+void slc_bind_expert(const slc_file *f, const uint8_t *block, tn_expert *out);
 /* The block an expert bound by slc_bind_expert lies in (its first part's address less that part's offset). */
-const uint8_t *slc_expert_block(const slc_file *f, const sl_expert *e);
+const uint8_t *slc_expert_block(const slc_file *f, const tn_expert *e);
 const slc_blob *slc_find_blob(const slc_file *f, const char *name);
 
 /* Reads the quantization fields of a tensor or expert-part entry with dtype dt of `cols` columns into
  * *group, *sdt, *seed (zero for plain dtypes). SL_OK, or SL_EFORMAT with the reason in err, for the caller to
  * prefix with the entry's name. */
-sl_status slc_quant_from_json(const cJSON *o, sl_dtype dt, int64_t cols, int *group, sl_dtype *sdt, uint32_t *seed,
+sl_status slc_quant_from_json(const cJSON *o, dt_type dt, int64_t cols, int *group, dt_type *sdt, uint32_t *seed,
                               sl_error *err);
 /* Adds "group", "scale_dtype" (and "seed" for q3) to an entry when dt is quantized. */
-void slc_quant_to_json(cJSON *o, sl_dtype dt, int group, sl_dtype sdt, uint32_t seed);
+void slc_quant_to_json(cJSON *o, dt_type dt, int group, dt_type sdt, uint32_t seed);
 
 /* Manifest entries as slc_open reads them back: one backbone tensor; the "experts" object (the
  * layers list comes from c->layer_moe). NULL on allocation failure. */
 cJSON *slc_tensor_to_json(const slc_tensor *t);
-cJSON *slc_experts_to_json(const slc_header *h, const sl_config *c, uint64_t block_bytes, const slc_part *parts);
+cJSON *slc_experts_to_json(const slc_header *h, const fam_config *c, uint64_t block_bytes, const slc_part *parts);
 
 /* Normalised config <-> manifest JSON. */
-cJSON *slc_config_to_json(const sl_config *c);
-sl_status slc_config_from_json(const cJSON *j, sl_config *c, const char *path, sl_error *err);
+cJSON *slc_config_to_json(const fam_config *c);
+sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, sl_error *err);
 
 /* xxh3-64 as 16 lowercase hex digits and back. */
 void slc_hash_hex(uint64_t h, char out[17]);

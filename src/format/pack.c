@@ -42,7 +42,7 @@ static const char *quant_name(sl_quant q) {
     return q >= SL_QUANT_KEEP && q <= SL_QUANT_Q3 ? n[q] : "same";
 }
 
-static sl_dtype quant_dtype(sl_quant q) {
+static dt_type quant_dtype(sl_quant q) {
     return q == SL_QUANT_Q8 ? DT_Q8 : q == SL_QUANT_Q4 ? DT_Q4 : q == SL_QUANT_Q3 ? DT_Q3 : DT_NONE;
 }
 
@@ -68,7 +68,7 @@ static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const ch
         return g;
     }
     sl_quant q = role_mode(p, role);
-    sl_dtype qd = quant_dtype(q);
+    dt_type qd = quant_dtype(q);
     if (qd != DT_NONE && matrix && t->ndim == 2 &&
         !q_check(qd, t->shape[1], p->group, p->scale_f16 ? DT_F16 : DT_BF16, NULL)) {
         g.dt = qd;
@@ -84,21 +84,21 @@ static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const ch
 sl_status pack_derive(hf_ckpt *ck, const hf_tensor *t, const pack_tgt *tgt, void *dst, sl_error *err) {
     if (q_is_quant(t->src_dtype)) {
         if (tgt->dt != t->src_dtype || tgt->group != t->q_group || tgt->sdt != t->q_sdtype)
-            return sl_err(err, SL_EMISMATCH, "tensor '%s' is %s group %d in the source, %s group %d in the container",
+            return err_set(err, SL_EMISMATCH, "tensor '%s' is %s group %d in the source, %s group %d in the container",
                           t->name, dt_name(t->src_dtype), t->q_group, dt_name(tgt->dt), tgt->group);
         return hf_read(ck, t, tgt->dt, dst, err);
     }
     if (!q_is_quant(tgt->dt)) return hf_read(ck, t, tgt->dt, dst, err);
     if (t->ndim != 2)
-        return sl_err(err, SL_EINVAL, "tensor '%s' cannot be stored as %s: not a matrix", t->name, dt_name(tgt->dt));
+        return err_set(err, SL_EINVAL, "tensor '%s' cannot be stored as %s: not a matrix", t->name, dt_name(tgt->dt));
     sl_status st = q_check(tgt->dt, t->shape[1], tgt->group, tgt->sdt, err);
     if (st) {
-        sl_err_prefix(err, "tensor '%s' cannot be stored as %s", t->name, dt_name(tgt->dt));
+        err_prefix(err, "tensor '%s' cannot be stored as %s", t->name, dt_name(tgt->dt));
         return st;
     }
     size_t n = (size_t)t->shape[0] * (size_t)t->shape[1];
     float *tmp = malloc(n * sizeof(float) + 1);
-    if (!tmp) return sl_err(err, SL_ENOMEM, "out of memory quantizing '%s'", t->name);
+    if (!tmp) return err_set(err, SL_ENOMEM, "out of memory quantizing '%s'", t->name);
     st = hf_read(ck, t, DT_F32, tmp, err);
     if (!st) q_quantize(tgt->dt, tmp, (int)t->shape[0], (int)t->shape[1], tgt->group, tgt->sdt, tgt->seed, dst);
     free(tmp);
@@ -110,7 +110,7 @@ static uint64_t tgt_bytes(const pack_tgt *g, int ndim, const int64_t *shape) {
 }
 
 
-sl_dtype pack_target_dtype(sl_quant q, sl_dtype src, int matrix) {
+dt_type pack_target_dtype(sl_quant q, dt_type src, int matrix) {
     switch (q) {
     case SL_QUANT_F32: return DT_F32;
     case SL_QUANT_BF16: return matrix ? DT_BF16 : DT_F32;
@@ -134,10 +134,10 @@ static sl_status wr(writer *w, const void *buf, size_t n, uint64_t off, sl_error
         if (r < 0) {
             if (errno == EINTR) continue;
             int e = errno;
-            return sl_err(err, sl_status_from_errno(e), "%s: write of %zu bytes at offset %llu failed: %s", w->path,
+            return err_set(err, err_from_errno(e), "%s: write of %zu bytes at offset %llu failed: %s", w->path,
                           n, (unsigned long long)off, strerror(e));
         }
-        if (r == 0) return sl_err(err, SL_EIO, "%s: write made no progress", w->path);
+        if (r == 0) return err_set(err, SL_EIO, "%s: write made no progress", w->path);
         b += r;
         n -= (size_t)r;
         off += (uint64_t)r;
@@ -148,7 +148,7 @@ static sl_status wr(writer *w, const void *buf, size_t n, uint64_t off, sl_error
 static sl_status progress(writer *w, uint64_t add, sl_error *err) {
     w->done += add;
     if (w->p->progress && w->p->progress(w->p->progress_user, w->done, w->total))
-        return sl_err(err, SL_ECANCELED, "pack canceled");
+        return err_set(err, SL_ECANCELED, "pack canceled");
     return SL_OK;
 }
 
@@ -160,17 +160,17 @@ static void add_hash(cJSON *o, uint64_t h) {
 
 static sl_status hash_file(const char *path, uint64_t *out, sl_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return err_set(err, err_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
     XXH3_state_t *s = XXH3_createState();
     size_t cap = 8u << 20;
     char *buf = malloc(cap);
     sl_status st = SL_OK;
-    if (!s || !buf) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+    if (!s || !buf) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
     XXH3_64bits_reset(s);
     for (;;) {
         ssize_t r = read(fd, buf, cap);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) { st = sl_err(err, SL_EIO, "%s: read failed: %s", path, strerror(errno)); goto out; }
+        if (r < 0) { st = err_set(err, SL_EIO, "%s: read failed: %s", path, strerror(errno)); goto out; }
         if (r == 0) break;
         XXH3_64bits_update(s, buf, (size_t)r);
     }
@@ -193,7 +193,7 @@ typedef struct {
     const char *src_dir, *out_path;
     const pack_io *io;
     hf_ckpt *ck;
-    const sl_config *c;
+    const fam_config *c;
     arch_tensor *at; /* the backbone's tensors */
     int n_at;
     pack_tgt *tdt;   /* [n_at] how each is stored */
@@ -213,20 +213,20 @@ typedef struct {
 
 static sl_status check_params(const sl_pack_params *p, sl_error *err) {
     if (p->quant < SL_QUANT_KEEP || p->quant > SL_QUANT_Q3)
-        return sl_err(err, SL_EINVAL, "unknown quantization mode %d", (int)p->quant);
+        return err_set(err, SL_EINVAL, "unknown quantization mode %d", (int)p->quant);
     const sl_quant roles[3] = {p->quant_experts, p->quant_backbone, p->quant_router};
     for (int i = 0; i < 3; i++)
         if (roles[i] < SL_QUANT_SAME || roles[i] > SL_QUANT_Q3)
-            return sl_err(err, SL_EINVAL, "unknown quantization mode %d", (int)roles[i]);
+            return err_set(err, SL_EINVAL, "unknown quantization mode %d", (int)roles[i]);
     if (p->group != 32 && p->group != 64 && p->group != 128)
-        return sl_err(err, SL_EINVAL, "quantization group size %d is not 32, 64 or 128", p->group);
+        return err_set(err, SL_EINVAL, "quantization group size %d is not 32, 64 or 128", p->group);
     return SL_OK;
 }
 
 /* The plan of the backbone: the manifest's start, each tensor's storage and offset. */
 static sl_status plan_backbone(pack_job *j, sl_error *err) {
-    const sl_config *c = j->c;
-    if ((j->n_at = arch_backbone_tensors(c, &j->at)) < 0) return sl_err(err, SL_ENOMEM, "out of memory");
+    const fam_config *c = j->c;
+    if ((j->n_at = arch_backbone_tensors(c, &j->at)) < 0) return err_set(err, SL_ENOMEM, "out of memory");
     j->man = cJSON_CreateObject();
     cJSON_AddNumberToObject(j->man, "format_version", SLC_VERSION);
     cJSON_AddStringToObject(j->man, "sluice_version", SL_VERSION_STRING);
@@ -237,7 +237,7 @@ static sl_status plan_backbone(pack_job *j, sl_error *err) {
     uint64_t off = j->h.backbone_off;
     j->tdt = calloc((size_t)j->n_at + 1, sizeof *j->tdt);
     j->toff = calloc((size_t)j->n_at + 1, sizeof *j->toff);
-    if (!j->man || !j->tt || !j->tdt || !j->toff) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!j->man || !j->tt || !j->tdt || !j->toff) return err_set(err, SL_ENOMEM, "out of memory");
     for (int i = 0; i < j->n_at; i++) {
         const arch_tensor *a = &j->at[i];
         j->tdt[i] = target_for(j->p, hf_find(j->ck, a->name), a->name, a->matrix, a->router);
@@ -254,7 +254,7 @@ static sl_status plan_backbone(pack_job *j, sl_error *err) {
 /* How expert part `part` is stored: as its source when every layer's experts agree on a quantized
  * layout, f32 when they mix plain dtypes; refused when they mix quantized ones. */
 static sl_status plan_part(pack_job *j, int part, sl_error *err) {
-    const sl_config *c = j->c;
+    const fam_config *c = j->c;
     const hf_tensor *first = NULL;
     int mixed = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -271,7 +271,7 @@ static sl_status plan_part(pack_job *j, int part, sl_error *err) {
     char pn[64];
     snprintf(pn, sizeof pn, "experts.%s", arch_expert_part_name(c, part));
     if (first && mixed && q_is_quant(first->src_dtype))
-        return sl_err(err, SL_EUNSUPPORTED, "%s: routed experts' %s mix quantization settings across layers; "
+        return err_set(err, SL_EUNSUPPORTED, "%s: routed experts' %s mix quantization settings across layers; "
                       "an expert block needs one layout", j->src_dir, arch_expert_part_name(c, part));
     pack_tgt *g = &j->edt[part];
     if (first) *g = target_for(j->p, first, pn, 1, 2);
@@ -314,7 +314,7 @@ static sl_status open_temp(pack_job *j, sl_error *err) {
     j->w = (writer){j->fd, j->tmp, j->io, j->p, 0, j->h.backbone_len + j->h.expert_len};
     size_t bufsz = (size_t)(j->max_tensor > j->h.expert_stride ? j->max_tensor : j->h.expert_stride);
     j->buf = aligned_alloc(SLC_ALIGN, slc_round_up(bufsz, SLC_ALIGN));
-    if (!j->buf) return sl_err(err, SL_ENOMEM, "out of memory (%zu-byte buffer)", bufsz);
+    if (!j->buf) return err_set(err, SL_ENOMEM, "out of memory (%zu-byte buffer)", bufsz);
     return SL_OK;
 }
 
@@ -338,11 +338,11 @@ static sl_status write_backbone(pack_job *j, sl_error *err) {
 /* Each expert's block (its parts at their offsets, zero between), its hash, then the hash table and the
  * manifest's "experts". */
 static sl_status write_experts(pack_job *j, sl_error *err) {
-    const sl_config *c = j->c;
+    const fam_config *c = j->c;
     const slc_header *h = &j->h;
     const int E = j->E;
     sl_status st;
-    if (!(j->ehash = calloc((size_t)j->n_moe * (size_t)E + 1, 8))) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!(j->ehash = calloc((size_t)j->n_moe * (size_t)E + 1, 8))) return err_set(err, SL_ENOMEM, "out of memory");
     for (int l = 0, s = 0; l < c->n_layers; l++) {
         if (!c->layer_moe[l]) continue;
         for (int e = 0; e < E; e++) {
@@ -438,7 +438,7 @@ static sl_status commit(pack_job *j, sl_error *err) {
     uint8_t hdr[SLC_HEADER_BYTES];
     sl_status st;
     char *mtxt = cJSON_PrintUnformatted(j->man);
-    if (!mtxt) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!mtxt) return err_set(err, SL_ENOMEM, "out of memory");
     h->manifest_off = slc_round_up(h->blob_off + h->blob_len, 8);
     h->manifest_len = strlen(mtxt);
     h->manifest_hash = XXH3_64bits(mtxt, h->manifest_len);

@@ -22,13 +22,13 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
 
 /* The dtype a tensor is stored in for a given non-quantized pack mode. */
 #include "util/dtype.h"
-sl_dtype pack_target_dtype(sl_quant q, sl_dtype src, int matrix);
+dt_type pack_target_dtype(sl_quant q, dt_type src, int matrix);
 
 /* How one tensor is stored: dtype and, for quantized dtypes, group, scale dtype and q3 seed. */
 typedef struct pack_tgt {
-    sl_dtype dt;
+    dt_type dt;
     int group;
-    sl_dtype sdt;
+    dt_type sdt;
     uint32_t seed;
 } pack_tgt;
 

@@ -113,7 +113,7 @@ static const vtab *vtab_for(vtab *t, float a) {
 }
 
 /* n values of dtype dt (f32 or bf16), n a multiple of 16 (whole 32-byte steps of 16-bit pieces). */
-static void stream_values(stream *r, const vtab *t, sl_dtype dt, void *dst, size_t n) {
+static void stream_values(stream *r, const vtab *t, dt_type dt, void *dst, size_t n) {
     uint16_t piece[16];
     for (size_t i = 0; i < n; i += 16) {
         stream_bytes(r, (uint8_t *)piece, sizeof piece);
@@ -163,7 +163,7 @@ static void sink_flush(sink *k, int last) {
 static uint8_t *sink_take(sink *k, size_t n) {
     if (k->len + n > k->cap) sink_flush(k, 0);
     if (!k->st && k->len + n > k->cap)
-        k->st = sl_err(k->err, SL_EINVAL, "synth: a row of %zu bytes does not fit the %zu-byte buffer", n, k->cap);
+        k->st = err_set(k->err, SL_EINVAL, "synth: a row of %zu bytes does not fit the %zu-byte buffer", n, k->cap);
     if (k->st) return NULL;
     uint8_t *p = k->buf + k->len;
     k->len += n;
@@ -178,7 +178,7 @@ static uint8_t *sink_take(sink *k, size_t n) {
  * the unit Gaussian's, docs/QUANT.md; a uniform ±a weight has deviation a/sqrt(3)). Nothing is
  * quantized: the codes are the random draws. Streams (unit, sec) for codes or values and (unit, sec + 1)
  * for the scales, drawn again for the biases. Every row is a whole number of bytes of u32 words. */
-static void emit_mat(sink *k, vtab *vt, uint64_t seed, uint64_t unit, int sec, sl_dtype dt, int64_t rows,
+static void emit_mat(sink *k, vtab *vt, uint64_t seed, uint64_t unit, int sec, dt_type dt, int64_t rows,
                      int64_t cols, int group) {
     const float a = 1.0f / sqrtf((float)cols);
     stream r = stream_open(seed, unit, (uint64_t)sec);
@@ -220,7 +220,7 @@ static void emit_mat(sink *k, vtab *vt, uint64_t seed, uint64_t unit, int sec, s
 
 /* An f32 vector: norm weights 0 for zero-centred families and 1 otherwise, A_log = log(U(1,16)),
  * dt_bias 0, conv1d ±0.5, biases 0. */
-static void emit_vec(sink *k, uint64_t seed, uint64_t unit, const char *name, const sl_config *c, size_t n) {
+static void emit_vec(sink *k, uint64_t seed, uint64_t unit, const char *name, const fam_config *c, size_t n) {
     uint64_t s = seed ^ (unit * 0xd1b54a32d192ed03ull);
     for (size_t i = 0; i < n; i += 1024) {
         size_t m = n - i < 1024 ? n - i : 1024;
@@ -240,21 +240,21 @@ static void emit_vec(sink *k, uint64_t seed, uint64_t unit, const char *name, co
 }
 
 /* dtype of a backbone tensor: vectors f32; routers bf16 when the rest is quantized; else mdt. */
-static sl_dtype tensor_dtype(const arch_tensor *t, sl_dtype mdt, int group) {
+static dt_type tensor_dtype(const arch_tensor *t, dt_type mdt, int group) {
     if (!t->matrix) return DT_F32;
     if (q_is_quant(mdt) && t->router) return DT_BF16;
     if (q_is_quant(mdt) && t->shape[1] % group) return DT_BF16;
     return mdt;
 }
 
-static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layers, sl_config *c, sl_error *err) {
+static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layers, fam_config *c, sl_error *err) {
     memset(c, 0, sizeof *c);
     c->arch = a->id;
     arch_set_traits(c);
     c->vocab = sh->vocab;
     c->hidden = sh->hidden;
     c->n_layers = layers > 0 ? layers : sh->layers;
-    if (c->n_layers > SL_MAX_LAYERS) return sl_err(err, SL_EINVAL, "--layers %d is too many", c->n_layers);
+    if (c->n_layers > SL_MAX_LAYERS) return err_set(err, SL_EINVAL, "--layers %d is too many", c->n_layers);
     c->n_heads = sh->heads;
     c->n_kv_heads = sh->kv_heads;
     c->head_dim = sh->head_dim;
@@ -297,7 +297,7 @@ static sl_status make_config(const arch_desc *a, const arch_shape *sh, int layer
     return SL_OK;
 }
 
-sl_status synth_config(const char *shape_name, int layers, sl_config *out, sl_error *err) {
+sl_status synth_config(const char *shape_name, int layers, fam_config *out, sl_error *err) {
     const arch_shape *sh = NULL;
     const arch_desc *a = NULL;
     for (int i = 0; arch_list[i] && !sh; i++)
@@ -306,7 +306,7 @@ sl_status synth_config(const char *shape_name, int layers, sl_config *out, sl_er
                 sh = &arch_list[i]->shapes[k];
                 a = arch_list[i];
             }
-    if (!sh) return sl_err(err, SL_EINVAL, "unknown shape '%s' (known: %s)", shape_name, sl_synth_shapes());
+    if (!sh) return err_set(err, SL_EINVAL, "unknown shape '%s' (known: %s)", shape_name, sl_synth_shapes());
     return make_config(a, sh, layers, out, err);
 }
 
@@ -316,10 +316,10 @@ sl_status synth_config(const char *shape_name, int layers, sl_config *out, sl_er
  * blocks (batch_blocks consecutive blocks each); a worker takes the next unit, generates it and writes
  * it with pwrite, so any number of workers writes the same bytes. */
 typedef struct {
-    const sl_config *c;
+    const fam_config *c;
     const arch_tensor *at;
     int n_at;
-    sl_dtype mdt;
+    dt_type mdt;
     int group;                /* of the quantized matrices */
     uint64_t seed;
     const char *path;
@@ -330,7 +330,7 @@ typedef struct {
     int n_parts;
     int64_t psh[ARCH_MAX_PARTS][2];
     uint64_t poff[ARCH_MAX_PARTS], psz[ARCH_MAX_PARTS], block;
-    sl_dtype pdt[ARCH_MAX_PARTS];
+    dt_type pdt[ARCH_MAX_PARTS];
     int pvec[ARCH_MAX_PARTS];
     uint64_t n_blocks, batch_blocks, n_units;
     size_t buf_bytes;         /* a writer's buffer: SYNTH_BUF, or one expert block when that is larger */
@@ -344,7 +344,7 @@ typedef struct {
     sl_error err;
 } synth_job;
 
-static sl_dtype tensor_dtype(const arch_tensor *t, sl_dtype mdt, int group);
+static dt_type tensor_dtype(const arch_tensor *t, dt_type mdt, int group);
 
 static sl_status write_unit(synth_job *j, uint64_t u, uint8_t *buf, XXH3_state_t *hs, vtab *vt, sl_error *err) {
     sink k = {buf, j->buf_bytes, 0, 0, 0, j->dfd, NULL, j->path, err, SL_OK, &j->done};
@@ -391,7 +391,7 @@ static void *worker(void *arg) {
     uint8_t *buf = aligned_alloc(SLC_ALIGN, j->buf_bytes);
     XXH3_state_t *hs = XXH3_createState();
     vtab vt = {-1.0f, malloc(65536 * sizeof(float)), malloc(65536 * sizeof(uint16_t))};
-    if (!buf || !hs || !vt.f32 || !vt.bf16) st = sl_err(&err, SL_ENOMEM, "out of memory");
+    if (!buf || !hs || !vt.f32 || !vt.bf16) st = err_set(&err, SL_ENOMEM, "out of memory");
     while (!st && !j->stop) {
         uint64_t u = j->next++;
         if (u >= j->n_units) break;
@@ -432,7 +432,7 @@ static sl_status run_workers(synth_job *j, int n_threads, uint64_t total, sl_pro
             break;
         }
     }
-    if (!started) return sl_err(err, SL_ENOMEM, "synth: cannot start a worker thread");
+    if (!started) return err_set(err, SL_ENOMEM, "synth: cannot start a worker thread");
     int canceled = 0;
     pthread_mutex_lock(&j->mu);
     while (j->running > 0) {
@@ -452,8 +452,8 @@ static sl_status run_workers(synth_job *j, int n_threads, uint64_t total, sl_pro
         *err = j->err;
         return j->st;
     }
-    if (canceled) return sl_err(err, SL_ECANCELED, "canceled");
-    if (progress && progress(user, total, total)) return sl_err(err, SL_ECANCELED, "canceled");
+    if (canceled) return err_set(err, SL_ECANCELED, "canceled");
+    if (progress && progress(user, total, total)) return err_set(err, SL_ECANCELED, "canceled");
     return SL_OK;
 }
 
@@ -472,8 +472,8 @@ sl_status sl_synth_threads(const char *shape_name, int layers, sl_quant quant, u
 /* One synthetic container's state across synth_write's stages; synth_free releases it all and removes
  * an uncommitted temporary file. */
 typedef struct {
-    sl_config c;
-    sl_dtype mdt;            /* the matrices' dtype */
+    fam_config c;
+    dt_type mdt;            /* the matrices' dtype */
     int group;
     uint64_t seed;           /* as asked (0: the default stream) */
     arch_tensor *at;
@@ -489,7 +489,7 @@ typedef struct {
 
 /* Where everything goes: the backbone tensors, an expert block's parts, the header's sections. */
 static sl_status synth_plan(synth_out *o, sl_error *err) {
-    const sl_config *c = &o->c;
+    const fam_config *c = &o->c;
     synth_job *j = &o->j;
     slc_header *h = &o->h;
     h->version = SLC_VERSION;
@@ -510,7 +510,7 @@ static sl_status synth_plan(synth_out *o, sl_error *err) {
         j->pvec[p] = arch_expert_part_is_vec(c, p);
         j->pdt[p] = j->pvec[p] ? DT_F32 : o->mdt; /* biases: f32 (zeros) */
         if (q_is_quant(j->pdt[p]) && j->psh[p][1] % o->group)
-            return sl_err(err, SL_EINVAL, "synth: group %d does not divide an expert's %lld columns", o->group,
+            return err_set(err, SL_EINVAL, "synth: group %d does not divide an expert's %lld columns", o->group,
                           (long long)j->psh[p][1]);
         j->block = slc_round_up(j->block, SLC_TENSOR_ALIGN);
         j->poff[p] = j->block;
@@ -531,7 +531,7 @@ static sl_status synth_plan(synth_out *o, sl_error *err) {
 
 /* The temporary file (never an existing one), an O_DIRECT descriptor of it where allowed, its space. */
 static sl_status synth_open(synth_out *o, const char *out_path, sl_error *err) {
-    if (!(o->hashes = malloc(o->h.hash_len + 8))) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!(o->hashes = malloc(o->h.hash_len + 8))) return err_set(err, SL_ENOMEM, "out of memory");
     sl_status st = fio_create_temp(out_path, &o->tmp, &o->fd, err);
     if (st) return st;
     /* tensors and expert blocks bypass the page cache where the file system allows it (they start on
@@ -583,7 +583,7 @@ static char *synth_manifest(const synth_out *o, const char *shape_name) {
     cJSON *tt = cJSON_AddArrayToObject(man, "tensors");
     for (int i = 0; i < o->n_at; i++) {
         arch_tensor *t = &o->at[i];
-        sl_dtype dt = tensor_dtype(t, o->mdt, o->group);
+        dt_type dt = tensor_dtype(t, o->mdt, o->group);
         uint64_t b = q_mat_bytes(dt, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, o->group, DT_BF16);
         slc_tensor te = {t->name, dt, t->ndim, {t->shape[0], t->shape[1]}, o->toff[i], b, o->thash[i],
                          o->group, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(t->name, strlen(t->name)) : 0};
@@ -615,7 +615,7 @@ static sl_status synth_commit(synth_out *o, const char *shape_name, const char *
     sl_status st;
     if (h->hash_len && (st = fio_pwrite_all(o->fd, o->hashes, h->hash_len, h->hash_off, o->tmp, err))) return st;
     char *mtxt = synth_manifest(o, shape_name);
-    if (!mtxt) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!mtxt) return err_set(err, SL_ENOMEM, "out of memory");
     h->manifest_off = slc_round_up(h->blob_off, 8);
     h->manifest_len = strlen(mtxt);
     h->manifest_hash = XXH3_64bits(mtxt, h->manifest_len);
@@ -654,7 +654,7 @@ static void synth_free(synth_out *o) {
 sl_status synth_write(const char *shape_name, int layers, sl_quant quant, int group, uint64_t seed, int n_threads,
                       const char *out_path, sl_progress_fn progress, void *user, sl_error *err) {
     if ((group != 32 && group != 64 && group != 128) || (group != SYNTH_GROUP && quant != SL_QUANT_Q8 && quant != SL_QUANT_Q4))
-        return sl_err(err, SL_EINVAL, "synth: group %d (32, 64 or 128; q8 / q4)", group);
+        return err_set(err, SL_EINVAL, "synth: group %d (32, 64 or 128; q8 / q4)", group);
     synth_out o;
     memset(&o, 0, sizeof o);
     o.fd = o.dfd = -1;
@@ -664,11 +664,11 @@ sl_status synth_write(const char *shape_name, int layers, sl_quant quant, int gr
           : quant == SL_QUANT_Q3 ? DT_Q3 : DT_BF16;
     o.group = group;
     o.seed = seed;
-    if ((o.n_at = arch_backbone_tensors(&o.c, &o.at)) < 0) return sl_err(err, SL_ENOMEM, "out of memory");
+    if ((o.n_at = arch_backbone_tensors(&o.c, &o.at)) < 0) return err_set(err, SL_ENOMEM, "out of memory");
     o.toff = malloc(((size_t)o.n_at + 1) * sizeof *o.toff);
     o.thash = malloc(((size_t)o.n_at + 1) * sizeof *o.thash);
     if (!o.toff || !o.thash) {
-        st = sl_err(err, SL_ENOMEM, "out of memory");
+        st = err_set(err, SL_ENOMEM, "out of memory");
         goto fail;
     }
     if ((st = synth_plan(&o, err)) || (st = synth_open(&o, out_path, err))) goto fail;

@@ -9,7 +9,7 @@
 
 /* The config of shape `name` (one of sl_synth_shapes(); a family's arch_shape) with `layers` layers (0: the
  * released count). SL_EINVAL for an unknown shape or too many layers. */
-sl_status synth_config(const char *name, int layers, sl_config *out, sl_error *err);
+sl_status synth_config(const char *name, int layers, fam_config *out, sl_error *err);
 
 /* sl_synth_threads with q8 / q4 groups of 32, 64 (its) or 128 columns. */
 sl_status synth_write(const char *name, int layers, sl_quant quant, int group, uint64_t seed, int n_threads,

@@ -17,14 +17,14 @@
 static sl_status check_source(slc_file *f, hf_ckpt *ck, const char *name, const pack_tgt *tgt, const void *have,
                               uint64_t bytes, void *scratch, uint64_t file_off, sl_error *err) {
     const hf_tensor *t = hf_find(ck, name);
-    if (!t) return sl_err(err, SL_EMISMATCH, "%s: tensor '%s' is not in the source checkpoint", f->path, name);
+    if (!t) return err_set(err, SL_EMISMATCH, "%s: tensor '%s' is not in the source checkpoint", f->path, name);
     sl_status st = pack_derive(ck, t, tgt, scratch, err); /* quantized the way pack does: deterministic */
     if (st) return st;
     if (memcmp(scratch, have, bytes)) {
         const uint8_t *a = have, *b = scratch;
         uint64_t i = 0;
         while (a[i] == b[i]) i++;
-        return sl_err(err, SL_EMISMATCH, "%s: tensor '%s' differs from the source at file offset %llu", f->path, name,
+        return err_set(err, SL_EMISMATCH, "%s: tensor '%s' differs from the source at file offset %llu", f->path, name,
                       (unsigned long long)(file_off + i));
     }
     return SL_OK;
@@ -38,9 +38,9 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
     if (st) return st;
     if (source_dir) {
         if ((st = hf_open(source_dir, &ck, err))) goto out;
-        const sl_config *a = hf_config(ck), *b = &f.cfg;
+        const fam_config *a = hf_config(ck), *b = &f.cfg;
         if (a->arch != b->arch || a->n_layers != b->n_layers || a->hidden != b->hidden || a->n_experts != b->n_experts) {
-            st = sl_err(err, SL_EMISMATCH, "%s: the source %s describes a different model", path, source_dir);
+            st = err_set(err, SL_EMISMATCH, "%s: the source %s describes a different model", path, source_dir);
             goto out;
         }
     }
@@ -49,20 +49,20 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
         if (f.t[i].size > maxb) maxb = f.t[i].size;
     buf = malloc(maxb + 1);
     scratch = malloc(maxb + 1);
-    if (!buf || !scratch) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+    if (!buf || !scratch) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
     uint64_t total = f.h.backbone_len + f.h.expert_len, done = 0;
     for (int i = 0; i < f.n_tensors; i++) {
         slc_tensor *t = &f.t[i];
         if ((st = fio_pread_all(f.fd, buf, t->size, t->off, path, err))) goto out;
         if (XXH3_64bits(buf, t->size) != t->hash) {
-            st = sl_err(err, SL_ECHECKSUM, "%s: backbone tensor '%s' fails its checksum (file offset %llu, %llu bytes)",
+            st = err_set(err, SL_ECHECKSUM, "%s: backbone tensor '%s' fails its checksum (file offset %llu, %llu bytes)",
                         path, t->name, (unsigned long long)t->off, (unsigned long long)t->size);
             goto out;
         }
         pack_tgt tg = {t->dtype, t->group, t->sdtype, t->seed};
         if (ck && (st = check_source(&f, ck, t->name, &tg, buf, t->size, scratch, t->off, err))) goto out;
         done += t->size;
-        if (progress && progress(user, done, total)) { st = sl_err(err, SL_ECANCELED, "verify canceled"); goto out; }
+        if (progress && progress(user, done, total)) { st = err_set(err, SL_ECANCELED, "verify canceled"); goto out; }
     }
     for (uint32_t s = 0; s < f.h.n_moe_layers; s++) {
         int layer = f.moe_layers[s];
@@ -70,7 +70,7 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
             uint64_t off = slc_expert_offset(&f, (int)s, (int)e);
             if ((st = fio_pread_all(f.fd, buf, f.block_bytes, off, path, err))) goto out;
             if (XXH3_64bits(buf, f.block_bytes) != f.expert_hash[(size_t)s * f.h.n_experts + e]) {
-                st = sl_err(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file offset "
+                st = err_set(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file offset "
                             "%llu, %llu bytes)", path, layer, e, (unsigned long long)off, (unsigned long long)f.block_bytes);
                 goto out;
             }
@@ -80,21 +80,21 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
                 pack_tgt tg = {f.parts[p].dtype, f.parts[p].group, f.parts[p].sdtype, f.parts[p].seed};
                 if ((st = check_source(&f, ck, nm, &tg, buf + f.parts[p].off, f.parts[p].size, scratch,
                                        off + f.parts[p].off, err))) {
-                    sl_err_prefix(err, "expert block (layer %d, expert %u)", layer, e);
+                    err_prefix(err, "expert block (layer %d, expert %u)", layer, e);
                     goto out;
                 }
             }
             done += f.h.expert_stride;
-            if (progress && progress(user, done, total)) { st = sl_err(err, SL_ECANCELED, "verify canceled"); goto out; }
+            if (progress && progress(user, done, total)) { st = err_set(err, SL_ECANCELED, "verify canceled"); goto out; }
         }
     }
     for (int i = 0; i < f.n_blobs; i++) {
         slc_blob *b = &f.blobs[i];
         char *data = malloc(b->size + 1);
-        if (!data) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        if (!data) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
         st = fio_pread_all(f.fd, data, b->size, b->off, path, err);
         if (!st && XXH3_64bits(data, b->size) != b->hash)
-            st = sl_err(err, SL_ECHECKSUM, "%s: embedded file '%s' fails its checksum (file offset %llu)", path, b->name,
+            st = err_set(err, SL_ECHECKSUM, "%s: embedded file '%s' fails its checksum (file offset %llu)", path, b->name,
                         (unsigned long long)b->off);
         free(data);
         if (st) goto out;
@@ -131,7 +131,7 @@ sl_status sl_info_json(const char *path, char **out_json, sl_error *err) {
     for (int d = DT_F32; d < DT_COUNT; d++) {
         uint64_t b = 0;
         for (int i = 0; i < f.n_tensors; i++) b += (int)f.t[i].dtype == d ? f.t[i].size : 0;
-        if (b) cJSON_AddNumberToObject(bd, dt_name((sl_dtype)d), (double)b);
+        if (b) cJSON_AddNumberToObject(bd, dt_name((dt_type)d), (double)b);
     }
     cJSON_AddItemReferenceToObject(j, "pack", cJSON_GetObjectItemCaseSensitive(f.manifest, "pack"));
     cJSON_AddItemReferenceToObject(j, "source", cJSON_GetObjectItemCaseSensitive(f.manifest, "source"));
@@ -140,5 +140,5 @@ sl_status sl_info_json(const char *path, char **out_json, sl_error *err) {
     *out_json = cJSON_Print(j);
     cJSON_Delete(j);
     slc_close(&f);
-    return *out_json ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
+    return *out_json ? SL_OK : err_set(err, SL_ENOMEM, "out of memory");
 }

@@ -53,7 +53,7 @@ static const ggml_tinfo TYPES[] = {
 
 const char *gguf_type_name(uint32_t type) { return type < N_TYPES ? TYPES[type].name : NULL; }
 
-int gguf_type_target(uint32_t type, sl_dtype *dt, int *group, sl_dtype *sdt) {
+int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
     *group = 0;
     *sdt = DT_NONE;
     switch (type) {
@@ -93,7 +93,7 @@ typedef struct {
 
 static sl_status rd(rdr *r, void *dst, uint64_t n) {
     if (n > r->f->size || r->pos > r->f->size - n)
-        return sl_err(r->err, SL_EFORMAT, "%s: truncated at byte %llu reading %s (%llu bytes needed, file has %llu)",
+        return err_set(r->err, SL_EFORMAT, "%s: truncated at byte %llu reading %s (%llu bytes needed, file has %llu)",
                       r->f->path, (unsigned long long)r->pos, r->what, (unsigned long long)n,
                       (unsigned long long)r->f->size);
     uint8_t *d = dst;
@@ -137,10 +137,10 @@ static sl_status rd_str(rdr *r, char **out, uint64_t *len) {
     sl_status st = rd_u64(r, &n);
     if (st) return st;
     if (n > GGUF_MAX_STR || n > r->f->size - r->pos)
-        return sl_err(r->err, SL_EFORMAT, "%s: %s: string length %llu at byte %llu runs past the end of the file",
+        return err_set(r->err, SL_EFORMAT, "%s: %s: string length %llu at byte %llu runs past the end of the file",
                       r->f->path, r->what, (unsigned long long)n, (unsigned long long)(r->pos - 8));
     char *s = malloc((size_t)n + 1);
-    if (!s) return sl_err(r->err, SL_ENOMEM, "out of memory");
+    if (!s) return err_set(r->err, SL_ENOMEM, "out of memory");
     if ((st = rd(r, s, n))) {
         free(s);
         return st;
@@ -193,13 +193,13 @@ static sl_status skip_value(rdr *r, uint32_t t, int depth) {
         sl_status st = rd_u64(r, &n);
         if (st) return st;
         if (n > r->f->size - r->pos)
-            return sl_err(r->err, SL_EFORMAT, "%s: %s: string of %llu bytes runs past the end of the file", r->f->path,
+            return err_set(r->err, SL_EFORMAT, "%s: %s: string of %llu bytes runs past the end of the file", r->f->path,
                           r->what, (unsigned long long)n);
         r->pos += n;
         return SL_OK;
     }
     if (t == GGUF_ARRAY) {
-        if (depth > 8) return sl_err(r->err, SL_EFORMAT, "%s: %s: arrays nested too deeply", r->f->path, r->what);
+        if (depth > 8) return err_set(r->err, SL_EFORMAT, "%s: %s: arrays nested too deeply", r->f->path, r->what);
         uint32_t et;
         uint64_t n;
         sl_status st = rd_u32(r, &et);
@@ -207,25 +207,25 @@ static sl_status skip_value(rdr *r, uint32_t t, int depth) {
         if (st) return st;
         int es = scalar_size(et);
         if (!es && et != GGUF_STRING && et != GGUF_ARRAY)
-            return sl_err(r->err, SL_EFORMAT, "%s: %s: unknown array element type %u", r->f->path, r->what, et);
+            return err_set(r->err, SL_EFORMAT, "%s: %s: unknown array element type %u", r->f->path, r->what, et);
         if (es) {
             if (n > (r->f->size - r->pos) / (uint64_t)es)
-                return sl_err(r->err, SL_EFORMAT, "%s: %s: array of %llu elements runs past the end of the file",
+                return err_set(r->err, SL_EFORMAT, "%s: %s: array of %llu elements runs past the end of the file",
                               r->f->path, r->what, (unsigned long long)n);
             r->pos += n * (uint64_t)es;
             return SL_OK;
         }
         if (n > r->f->size - r->pos) /* every element takes at least one byte */
-            return sl_err(r->err, SL_EFORMAT, "%s: %s: array of %llu elements runs past the end of the file",
+            return err_set(r->err, SL_EFORMAT, "%s: %s: array of %llu elements runs past the end of the file",
                           r->f->path, r->what, (unsigned long long)n);
         for (uint64_t i = 0; i < n; i++)
             if ((st = skip_value(r, et, depth + 1))) return st;
         return SL_OK;
     }
     int es = scalar_size(t);
-    if (!es) return sl_err(r->err, SL_EFORMAT, "%s: %s: unknown value type %u", r->f->path, r->what, t);
+    if (!es) return err_set(r->err, SL_EFORMAT, "%s: %s: unknown value type %u", r->f->path, r->what, t);
     if ((uint64_t)es > r->f->size - r->pos)
-        return sl_err(r->err, SL_EFORMAT, "%s: truncated at byte %llu reading %s", r->f->path,
+        return err_set(r->err, SL_EFORMAT, "%s: truncated at byte %llu reading %s", r->f->path,
                       (unsigned long long)r->pos, r->what);
     r->pos += (uint64_t)es;
     return SL_OK;
@@ -242,12 +242,12 @@ static sl_status read_kv(rdr *r, gguf_kv *kv) {
         if ((st = rd(r, b, (uint64_t)es))) return st;
         scalar_decode(t, b, kv);
         if (t == GGUF_BOOL && kv->v.u > 1)
-            return sl_err(r->err, SL_EFORMAT, "%s: %s: bool value %llu is not 0 or 1", r->f->path, r->what,
+            return err_set(r->err, SL_EFORMAT, "%s: %s: bool value %llu is not 0 or 1", r->f->path, r->what,
                           (unsigned long long)kv->v.u);
         return SL_OK;
     }
     if (t == GGUF_STRING) return rd_str(r, &kv->str, &kv->str_len);
-    if (t != GGUF_ARRAY) return sl_err(r->err, SL_EFORMAT, "%s: %s: unknown value type %u", r->f->path, r->what, t);
+    if (t != GGUF_ARRAY) return err_set(r->err, SL_EFORMAT, "%s: %s: unknown value type %u", r->f->path, r->what, t);
     uint32_t et;
     uint64_t n;
     if ((st = rd_u32(r, &et)) || (st = rd_u64(r, &n))) return st;
@@ -256,16 +256,16 @@ static sl_status read_kv(rdr *r, gguf_kv *kv) {
     es = scalar_size(et);
     if (es) {
         if (n > (r->f->size - r->pos) / (uint64_t)es)
-            return sl_err(r->err, SL_EFORMAT, "%s: %s: array of %llu elements runs past the end of the file",
+            return err_set(r->err, SL_EFORMAT, "%s: %s: array of %llu elements runs past the end of the file",
                           r->f->path, r->what, (unsigned long long)n);
         kv->arr = malloc((size_t)(n * (uint64_t)es) + 1);
-        if (!kv->arr) return sl_err(r->err, SL_ENOMEM, "out of memory");
+        if (!kv->arr) return err_set(r->err, SL_ENOMEM, "out of memory");
         return rd(r, kv->arr, n * (uint64_t)es);
     }
     if (et != GGUF_STRING && et != GGUF_ARRAY)
-        return sl_err(r->err, SL_EFORMAT, "%s: %s: unknown array element type %u", r->f->path, r->what, et);
+        return err_set(r->err, SL_EFORMAT, "%s: %s: unknown array element type %u", r->f->path, r->what, et);
     if (n > (r->f->size - r->pos) / 8) /* a string or an array takes at least 8 bytes */
-        return sl_err(r->err, SL_EFORMAT, "%s: %s: array of %llu elements runs past the end of the file", r->f->path,
+        return err_set(r->err, SL_EFORMAT, "%s: %s: array of %llu elements runs past the end of the file", r->f->path,
                       r->what, (unsigned long long)n);
     if (et == GGUF_ARRAY) {
         kv->nested = 1;
@@ -276,7 +276,7 @@ static sl_status read_kv(rdr *r, gguf_kv *kv) {
     char **v = calloc((size_t)n + 1, sizeof *v);
     kv->lens = calloc((size_t)n + 1, sizeof *kv->lens);
     kv->arr = v;
-    if (!v || !kv->lens) return sl_err(r->err, SL_ENOMEM, "out of memory");
+    if (!v || !kv->lens) return err_set(r->err, SL_ENOMEM, "out of memory");
     for (uint64_t i = 0; i < n; i++)
         if ((st = rd_str(r, &v[i], &kv->lens[i]))) return st;
     return SL_OK;
@@ -317,14 +317,14 @@ static sl_status read_header(rdr *r) {
     sl_status st;
     snprintf(r->what, sizeof r->what, "the magic");
     if ((st = rd(r, magic, 4))) return st;
-    if (memcmp(magic, "GGUF", 4)) return sl_err(err, SL_EFORMAT, "%s: not a GGUF file (magic is not 'GGUF')", f->path);
+    if (memcmp(magic, "GGUF", 4)) return err_set(err, SL_EFORMAT, "%s: not a GGUF file (magic is not 'GGUF')", f->path);
     snprintf(r->what, sizeof r->what, "the version");
     if ((st = rd_u32(r, &f->version))) return st;
     if ((f->version & 0xffffu) == 0 && f->version != 0) /* byte-swapped: written on a big-endian machine */
-        return sl_err(err, SL_EUNSUPPORTED, "%s: a big-endian GGUF file (version %u byte-swapped); only little-endian "
+        return err_set(err, SL_EUNSUPPORTED, "%s: a big-endian GGUF file (version %u byte-swapped); only little-endian "
                       "files are supported", f->path, __builtin_bswap32(f->version));
     if (f->version != 2 && f->version != 3)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)", f->path, f->version);
+        return err_set(err, SL_EUNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)", f->path, f->version);
     snprintf(r->what, sizeof r->what, "the tensor count");
     if ((st = rd_u64(r, &f->n_tensors))) return st;
     snprintf(r->what, sizeof r->what, "the metadata count");
@@ -333,7 +333,7 @@ static sl_status read_header(rdr *r) {
     if (f->n_kv > f->size / 13 || f->n_tensors > f->size / 24) {
         uint64_t nk = f->n_kv, nt = f->n_tensors;
         f->n_kv = f->n_tensors = 0;
-        return sl_err(err, SL_EFORMAT, "%s: truncated or corrupt: the header claims %llu metadata entries and %llu tensors, more than a %llu-byte "
+        return err_set(err, SL_EFORMAT, "%s: truncated or corrupt: the header claims %llu metadata entries and %llu tensors, more than a %llu-byte "
                       "file can hold", f->path, (unsigned long long)nk, (unsigned long long)nt, (unsigned long long)f->size);
     }
     return SL_OK;
@@ -350,13 +350,13 @@ static sl_status read_metadata(rdr *r) {
         if ((st = read_kv(r, &f->kv[i]))) return st;
         for (uint64_t j = 0; j < i; j++)
             if (!strcmp(f->kv[j].key, f->kv[i].key))
-                return sl_err(r->err, SL_EFORMAT, "%s: metadata key '%s' appears twice", f->path, f->kv[i].key);
+                return err_set(r->err, SL_EFORMAT, "%s: metadata key '%s' appears twice", f->path, f->kv[i].key);
     }
     f->alignment = 32;
     const gguf_kv *al = gguf_kv_find(f, "general.alignment");
     if (al) {
         if (al->type != GGUF_U32 || al->v.u == 0 || (al->v.u & (al->v.u - 1)))
-            return sl_err(r->err, SL_EFORMAT, "%s: general.alignment must be a u32 power of two", f->path);
+            return err_set(r->err, SL_EFORMAT, "%s: general.alignment must be a u32 power of two", f->path);
         f->alignment = (uint32_t)al->v.u;
     }
     return SL_OK;
@@ -374,7 +374,7 @@ static sl_status read_tensor_info(rdr *r, uint64_t i) {
     snprintf(r->what, sizeof r->what, "tensor '%.120s'", t->name);
     if ((st = rd_u32(r, &t->n_dims))) return st;
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
-        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has %u dimensions (1 to %d)", f->path, t->name, t->n_dims,
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s' has %u dimensions (1 to %d)", f->path, t->name, t->n_dims,
                       GGUF_MAX_DIMS);
     uint64_t nel = 1;
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
@@ -382,7 +382,7 @@ static sl_status read_tensor_info(rdr *r, uint64_t i) {
         uint64_t v;
         if ((st = rd_u64(r, &v))) return st;
         if (v == 0 || v > (1ull << 40) || nel > (1ull << 50) / v)
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s': dimension %u is %llu", f->path, t->name, d,
+            return err_set(err, SL_EFORMAT, "%s: tensor '%s': dimension %u is %llu", f->path, t->name, d,
                           (unsigned long long)v);
         t->ne[d] = (int64_t)v;
         nel *= v;
@@ -390,18 +390,18 @@ static sl_status read_tensor_info(rdr *r, uint64_t i) {
     uint64_t rel;
     if ((st = rd_u32(r, &t->type)) || (st = rd_u64(r, &rel))) return st;
     if (!gguf_type_name(t->type) || !TYPES[t->type].bytes)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' has unknown type %u", f->path, t->name, t->type);
+        return err_set(err, SL_EUNSUPPORTED, "%s: tensor '%s' has unknown type %u", f->path, t->name, t->type);
     if (t->ne[0] % TYPES[t->type].blk)
-        return sl_err(err, SL_EFORMAT, "%s: tensor '%s': row of %lld elements is not a whole number of %s blocks "
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s': row of %lld elements is not a whole number of %s blocks "
                       "(%d)", f->path, t->name, (long long)t->ne[0], TYPES[t->type].name, TYPES[t->type].blk);
     if (rel % f->alignment)
-        return sl_err(err, SL_EFORMAT, "%s: tensor '%s': offset %llu is not a multiple of the alignment %u", f->path,
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s': offset %llu is not a multiple of the alignment %u", f->path,
                       t->name, (unsigned long long)rel, f->alignment);
     t->bytes = type_row_bytes(t->type, t->ne[0]) * (nel / (uint64_t)t->ne[0]);
     t->off = rel; /* made absolute by place_data */
     for (uint64_t j = 0; j < i; j++)
         if (!strcmp(f->t[j].name, t->name))
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s' appears twice", f->path, t->name);
+            return err_set(err, SL_EFORMAT, "%s: tensor '%s' appears twice", f->path, t->name);
     return SL_OK;
 }
 
@@ -413,7 +413,7 @@ static sl_status place_data(gguf_file *f, uint64_t pos, sl_error *err) {
     sl_status st = SL_OK;
     f->data_off = (pos + f->alignment - 1) / f->alignment * f->alignment;
     if (nt && f->data_off > f->size) {
-        st = sl_err(err, SL_EFORMAT, "%s: truncated: the data section would start at byte %llu of %llu", f->path,
+        st = err_set(err, SL_EFORMAT, "%s: truncated: the data section would start at byte %llu of %llu", f->path,
                     (unsigned long long)f->data_off, (unsigned long long)f->size);
         goto done;
     }
@@ -421,7 +421,7 @@ static sl_status place_data(gguf_file *f, uint64_t pos, sl_error *err) {
     for (uint64_t i = 0; i < nt; i++) {
         gguf_tensor *t = &f->t[i];
         if (t->off > room || t->bytes > room - t->off) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s': data [%llu, %llu) runs past the end of the file (%llu bytes "
+            st = err_set(err, SL_EFORMAT, "%s: tensor '%s': data [%llu, %llu) runs past the end of the file (%llu bytes "
                         "of data; truncated file?)", f->path, t->name, (unsigned long long)t->off,
                         (unsigned long long)(t->off + t->bytes), (unsigned long long)room);
             goto done;
@@ -429,12 +429,12 @@ static sl_status place_data(gguf_file *f, uint64_t pos, sl_error *err) {
         t->off += f->data_off;
     }
     order = malloc(((size_t)nt + 1) * sizeof *order);
-    if (!order) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!order) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     for (uint64_t i = 0; i < nt; i++) order[i] = &f->t[i];
     qsort(order, (size_t)nt, sizeof *order, cmp_toff);
     for (uint64_t i = 1; i < nt; i++)
         if (order[i]->off < order[i - 1]->off + order[i - 1]->bytes) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensors '%s' and '%s' overlap", f->path, order[i - 1]->name,
+            st = err_set(err, SL_EFORMAT, "%s: tensors '%s' and '%s' overlap", f->path, order[i - 1]->name,
                         order[i]->name);
             goto done;
         }
@@ -446,7 +446,7 @@ done:
 sl_status gguf_open_file(const char *path, gguf_file *f, sl_error *err) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    if (!(f->path = strdup(path))) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!(f->path = strdup(path))) return err_set(err, SL_ENOMEM, "out of memory");
     const char *sl = strrchr(f->path, '/');
     f->name = sl ? sl + 1 : f->path;
     rdr r = {f, 0, NULL, 0, 0, err, "the header"};
@@ -454,19 +454,19 @@ sl_status gguf_open_file(const char *path, gguf_file *f, sl_error *err) {
     struct stat sb;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
-        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
+        st = err_set(err, err_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
         goto done;
     }
     if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = sl_err(err, SL_EFORMAT, "%s: not a regular file", path);
+        st = err_set(err, SL_EFORMAT, "%s: not a regular file", path);
         goto done;
     }
     f->size = (uint64_t)sb.st_size;
-    if (!(r.buf = malloc(RBUF))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!(r.buf = malloc(RBUF))) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     if ((st = read_header(&r))) goto done;
     f->kv = calloc((size_t)f->n_kv + 1, sizeof *f->kv);
     f->t = calloc((size_t)f->n_tensors + 1, sizeof *f->t);
-    if (!f->kv || !f->t) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!f->kv || !f->t) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     if ((st = read_metadata(&r))) goto done;
     for (uint64_t i = 0; i < f->n_tensors && !st; i++) st = read_tensor_info(&r, i);
     if (!st) st = place_data(f, r.pos, err);
@@ -541,13 +541,13 @@ static int64_t kv_int(const gguf_kv *kv) {
  * first of the splits of one prefix) into first[cap]. */
 static sl_status first_file(const char *path, char *first, size_t cap, sl_error *err) {
     struct stat sb;
-    if (stat(path, &sb) != 0) return sl_err(err, sl_status_from_errno(errno), "%s: %s", path, strerror(errno));
+    if (stat(path, &sb) != 0) return err_set(err, err_from_errno(errno), "%s: %s", path, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) {
         snprintf(first, cap, "%s", path);
         return SL_OK;
     }
     DIR *d = opendir(path);
-    if (!d) return sl_err(err, sl_status_from_errno(errno), "%s: cannot open directory: %s", path, strerror(errno));
+    if (!d) return err_set(err, err_from_errno(errno), "%s: cannot open directory: %s", path, strerror(errno));
     struct dirent *de;
     char single[1024] = "", pfx[1024] = "", p[1024];
     int n_single = 0, n_first = 0, no, cnt;
@@ -564,9 +564,9 @@ static sl_status first_file(const char *path, char *first, size_t cap, sl_error 
         }
     }
     closedir(d);
-    if (n_single + n_first == 0) return sl_err(err, SL_ENOENT, "%s: no .gguf file", path);
+    if (n_single + n_first == 0) return err_set(err, SL_ENOENT, "%s: no .gguf file", path);
     if (n_single + n_first > 1)
-        return sl_err(err, SL_EINVAL, "%s: holds more than one GGUF model; name the file (or the first split)", path);
+        return err_set(err, SL_EINVAL, "%s: holds more than one GGUF model; name the file (or the first split)", path);
     snprintf(first, cap, "%s/%s", path, n_first ? pfx : single);
     return SL_OK;
 }
@@ -579,19 +579,19 @@ static sl_status check_splits(const gguf_model *m, int64_t count, sl_error *err)
         const gguf_file *f = &m->files[i];
         int64_t sn = kv_int(gguf_kv_find(f, "split.no"));
         if (count > 1 && sn != i)
-            return sl_err(err, SL_EFORMAT, "%s: split.no is %lld, expected %d", f->path, (long long)sn, i);
+            return err_set(err, SL_EFORMAT, "%s: split.no is %lld, expected %d", f->path, (long long)sn, i);
         total += f->n_tensors;
     }
     const gguf_kv *ktc = gguf_kv_find(&m->files[0], "split.tensors.count");
     if (count > 1 && ktc && kv_int(ktc) != (int64_t)total)
-        return sl_err(err, SL_EFORMAT, "%s: split.tensors.count is %lld but the %lld splits hold %llu tensors",
+        return err_set(err, SL_EFORMAT, "%s: split.tensors.count is %lld but the %lld splits hold %llu tensors",
                       m->files[0].path, (long long)kv_int(ktc), (long long)count, (unsigned long long)total);
     for (int i = 1; i < m->n_files; i++) /* a tensor name is unique across the splits */
         for (uint64_t a = 0; a < m->files[i].n_tensors; a++)
             for (int j = 0; j < i; j++)
                 for (uint64_t b = 0; b < m->files[j].n_tensors; b++)
                     if (!strcmp(m->files[i].t[a].name, m->files[j].t[b].name))
-                        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is also in %s", m->files[i].path,
+                        return err_set(err, SL_EFORMAT, "%s: tensor '%s' is also in %s", m->files[i].path,
                                       m->files[i].t[a].name, m->files[j].name);
     return SL_OK;
 }
@@ -605,30 +605,30 @@ sl_status gguf_open_model(const char *path, gguf_model *m, sl_error *err) {
     base = base ? base + 1 : first;
     int no = 0, cnt = 0, is_split = split_name(base, prefix, sizeof prefix, &no, &cnt);
     if (is_split && no != 1) {
-        st = sl_err(err, SL_EINVAL, "%s: split %d of %d; name the first split (-00001-of-%05d.gguf)", first, no, cnt,
+        st = err_set(err, SL_EINVAL, "%s: split %d of %d; name the first split (-00001-of-%05d.gguf)", first, no, cnt,
                     cnt);
         goto done;
     }
-    if (!(m->files = calloc(1, sizeof *m->files))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!(m->files = calloc(1, sizeof *m->files))) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     if ((st = gguf_open_file(first, &m->files[0], err))) goto done;
     m->n_files = 1;
     const gguf_kv *kc = gguf_kv_find(&m->files[0], "split.count");
     int64_t count = kc ? kv_int(kc) : 1;
     if (count < 1 || count > 99999) {
-        st = sl_err(err, SL_EFORMAT, "%s: split.count must be an integer 1..99999", first);
+        st = err_set(err, SL_EFORMAT, "%s: split.count must be an integer 1..99999", first);
         goto done;
     }
     if (count > 1 && !is_split) {
-        st = sl_err(err, SL_EFORMAT, "%s: split.count is %lld but the name is not <name>-00001-of-%05lld.gguf", first,
+        st = err_set(err, SL_EFORMAT, "%s: split.count is %lld but the name is not <name>-00001-of-%05lld.gguf", first,
                     (long long)count, (long long)count);
         goto done;
     }
     if (is_split && count != cnt) {
-        st = sl_err(err, SL_EFORMAT, "%s: split.count is %lld but the name says %d", first, (long long)count, cnt);
+        st = err_set(err, SL_EFORMAT, "%s: split.count is %lld but the name says %d", first, (long long)count, cnt);
         goto done;
     }
     gguf_file *nf = realloc(m->files, (size_t)count * sizeof *nf);
-    if (!nf) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!nf) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     m->files = nf;
     size_t dl = (size_t)(base - first);
     for (int64_t i = 1; i < count; i++) {
@@ -766,21 +766,21 @@ static int decode_block(uint32_t type, const uint8_t *b, blk_dec *o, const char 
     return 0;
 }
 
-static void put_scale(sl_dtype sdt, void *base, size_t i, float v) {
+static void put_scale(dt_type sdt, void *base, size_t i, float v) {
     if (sdt == DT_F32) ((float *)base)[i] = v;
     else ((uint16_t *)base)[i] = f32_to_f16(v);
 }
 
 /* F32 / F16 / BF16 rows as `to` (one of those), each row copied or through f32. */
-static sl_status convert_float(uint32_t type, sl_dtype from, const uint8_t *s, int64_t rows, int64_t cols,
-                               const int64_t *perm, sl_dtype to, void *dst, const char *name, sl_error *err) {
+static sl_status convert_float(uint32_t type, dt_type from, const uint8_t *s, int64_t rows, int64_t cols,
+                               const int64_t *perm, dt_type to, void *dst, const char *name, sl_error *err) {
     if (to != DT_F32 && to != DT_F16 && to != DT_BF16)
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be read as %s", name, TYPES[type].name,
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be read as %s", name, TYPES[type].name,
                       dt_name(to));
     uint64_t rb = type_row_bytes(type, cols);
     size_t osz = dt_size(to);
     float *tmp = from == to ? NULL : malloc((size_t)cols * sizeof(float));
-    if (from != to && !tmp) return sl_err(err, SL_ENOMEM, "out of memory converting '%s'", name);
+    if (from != to && !tmp) return err_set(err, SL_ENOMEM, "out of memory converting '%s'", name);
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t *sr = s + (uint64_t)(perm ? perm[r] : r) * rb;
         uint8_t *dr = (uint8_t *)dst + (uint64_t)r * (uint64_t)cols * osz;
@@ -818,12 +818,12 @@ static void convert_mxfp4(const uint8_t *s, int64_t rows, int64_t cols, const in
 /* Block-quantised rows decoded block by block: into the container's q8 / q4 layout (codes | scales | biases,
  * group and sdt the caller checked) when `to` is one, else dequantised to f32 and stored as `to`. */
 static sl_status convert_blocks(uint32_t type, const uint8_t *s, int64_t rows, int64_t cols, const int64_t *perm,
-                                sl_dtype to, int group, sl_dtype sdt, void *dst, const char *name, sl_error *err) {
+                                dt_type to, int group, dt_type sdt, void *dst, const char *name, sl_error *err) {
     const int quant_out = to == DT_Q8 || to == DT_Q4;
     const int blk = TYPES[type].blk, bb = TYPES[type].bytes, nb = (int)(cols / blk);
     const uint64_t rb = type_row_bytes(type, cols);
     float *row = quant_out ? NULL : malloc((size_t)cols * sizeof(float));
-    if (!quant_out && !row) return sl_err(err, SL_ENOMEM, "out of memory converting '%s'", name);
+    if (!quant_out && !row) return err_set(err, SL_ENOMEM, "out of memory converting '%s'", name);
     int bits = to == DT_Q8 ? 8 : 4;
     uint64_t crow = (uint64_t)cols * (uint64_t)bits / 8, ng = quant_out ? (uint64_t)(cols / group) : 0;
     uint8_t *codes = dst, *scales = codes + crow * (uint64_t)rows;
@@ -836,7 +836,7 @@ static sl_status convert_blocks(uint32_t type, const uint8_t *s, int64_t rows, i
         for (int k = 0; k < nb; k++) {
             const char *why = NULL;
             if (decode_block(type, sr + (size_t)k * (size_t)bb, &d, &why)) {
-                st = sl_err(err, SL_EFORMAT, "tensor '%s' (%s): row %lld block %d: %s", name, TYPES[type].name,
+                st = err_set(err, SL_EFORMAT, "tensor '%s' (%s): row %lld block %d: %s", name, TYPES[type].name,
                             (long long)r, k, why);
                 goto done;
             }
@@ -850,7 +850,7 @@ static sl_status convert_blocks(uint32_t type, const uint8_t *s, int64_t rows, i
                     size_t gi = (size_t)((uint64_t)r * ng + (uint64_t)(c0 / d.group + g));
                     if (sdt == DT_F16 && (f16_to_f32(f32_to_f16(d.scale[g])) != d.scale[g] ||
                                           f16_to_f32(f32_to_f16(d.bias[g])) != d.bias[g])) {
-                        st = sl_err(err, SL_EFORMAT, "tensor '%s' (%s): row %lld block %d: scale %g / bias %g do "
+                        st = err_set(err, SL_EFORMAT, "tensor '%s' (%s): row %lld block %d: scale %g / bias %g do "
                                     "not fit f16", name, TYPES[type].name, (long long)r, k, d.scale[g], d.bias[g]);
                         goto done;
                     }
@@ -873,19 +873,19 @@ done:
     return st;
 }
 
-sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t cols, const int64_t *perm, sl_dtype to,
-                       int group, sl_dtype sdt, void *dst, const char *name, sl_error *err) {
+sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t cols, const int64_t *perm, dt_type to,
+                       int group, dt_type sdt, void *dst, const char *name, sl_error *err) {
     if (type >= N_TYPES || !TYPES[type].bytes)
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': unknown GGUF type %u", name, type);
-    sl_dtype own, own_sdt;
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s': unknown GGUF type %u", name, type);
+    dt_type own, own_sdt;
     int own_group;
     if (gguf_type_target(type, &own, &own_group, &own_sdt))
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
                       name, TYPES[type].name, gguf_supported_types());
     if (TYPES[type].blk == 1) return convert_float(type, own, src, rows, cols, perm, to, dst, name, err);
     if (to == DT_MXFP4) {
         if (type != GGML_MXFP4)
-            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held as mxfp4", name, TYPES[type].name);
+            return err_set(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held as mxfp4", name, TYPES[type].name);
         convert_mxfp4(src, rows, cols, perm, dst);
         return SL_OK;
     }
@@ -893,9 +893,9 @@ sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t col
     if (quant_out && (!q_is_quant(own) || q_bits(to) < q_bits(own) || group != own_group ||
                       (own == DT_MXFP4 && to != DT_Q8) ||
                       (sdt != own_sdt && sdt != DT_F32)))
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held exactly as %s group %d with %s scales", name,
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held exactly as %s group %d with %s scales", name,
                       TYPES[type].name, dt_name(to), group, dt_name(sdt));
     if (!quant_out && to != DT_F32 && to != DT_F16 && to != DT_BF16)
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be read as %s", name, TYPES[type].name, dt_name(to));
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be read as %s", name, TYPES[type].name, dt_name(to));
     return convert_blocks(type, src, rows, cols, perm, to, group, sdt, dst, name, err);
 }

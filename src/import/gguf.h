@@ -42,7 +42,7 @@ int gguf_is_model(const char *path);
 const char *gguf_type_name(uint32_t type);
 /* The container dtype a GGUF type is stored as (docs/FORMAT.md): for block types DT_Q8 / DT_Q4 with its
  * group and scale dtype. Returns 0, or -1 for a type sluice does not import. */
-int gguf_type_target(uint32_t type, sl_dtype *dt, int *group, sl_dtype *sdt);
+int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt);
 /* "F32, F16, ..." — the types gguf_type_target accepts. */
 const char *gguf_supported_types(void);
 
@@ -51,8 +51,8 @@ const char *gguf_supported_types(void);
  * layout (codes | scales | biases, quant/quant.h) that holds the type exactly: its own from gguf_type_target,
  * or a wider one (q4 -> q8 codes, f16 -> f32 scales; same group), which lets one expert part mix types.
  * perm, when not NULL, gives the source row of each output row. `name` names the tensor in messages. */
-sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t cols, const int64_t *perm, sl_dtype to,
-                       int group, sl_dtype sdt, void *dst, const char *name, sl_error *err);
+sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t cols, const int64_t *perm, dt_type to,
+                       int group, dt_type sdt, void *dst, const char *name, sl_error *err);
 
 /* tokenizer.json and tokenizer_config.json rebuilt from tokenizer.ggml.* and tokenizer.chat_template
  * (gpt2 BPE); *tok and *cfg NULL (and SL_OK) when the file has no tokenizer. */

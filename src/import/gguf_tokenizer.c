@@ -54,23 +54,23 @@ sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_er
     const char *model = gguf_kv_str(f, "tokenizer.ggml.model");
     if (!model) return SL_OK;
     if (strcmp(model, "gpt2"))
-        return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.model '%s' is not supported (gpt2 byte-level BPE only)",
+        return err_set(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.model '%s' is not supported (gpt2 byte-level BPE only)",
                       f->path, model);
     const gguf_kv *tk = gguf_kv_find(f, "tokenizer.ggml.tokens"), *mg = gguf_kv_find(f, "tokenizer.ggml.merges");
     const gguf_kv *ty = gguf_kv_find(f, "tokenizer.ggml.token_type");
     if (!tk || tk->type != GGUF_ARRAY || tk->arr_type != GGUF_STRING)
-        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.tokens is missing or not an array of strings", f->path);
+        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.tokens is missing or not an array of strings", f->path);
     if (!mg || mg->type != GGUF_ARRAY || mg->arr_type != GGUF_STRING)
-        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.merges is missing or not an array of strings", f->path);
+        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.merges is missing or not an array of strings", f->path);
     if (ty && (ty->type != GGUF_ARRAY || ty->arr_type != GGUF_I32 || ty->n != tk->n))
-        return sl_err(err, SL_EFORMAT, "%s: tokenizer.ggml.token_type must be an i32 array of one entry per token", f->path);
+        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.token_type must be an i32 array of one entry per token", f->path);
     const char *pre = gguf_kv_str(f, "tokenizer.ggml.pre");
     if (!pre) pre = "gpt-2";
     int pi = -1;
     for (size_t i = 0; i < sizeof PRE / sizeof *PRE; i++)
         if (!strcmp(PRE[i].pre, pre)) pi = (int)i;
     if (pi < 0)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
+        return err_set(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
                       "llama-bpe, glm4, gpt-4o, deepseek-v3, gpt-2, olmo)", f->path, pre);
     char **toks = tk->arr, **merges = mg->arr;
     cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
@@ -139,7 +139,7 @@ sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_er
         free(*tok);
         free(*cfg);
         *tok = *cfg = NULL;
-        return sl_err(err, SL_ENOMEM, "out of memory");
+        return err_set(err, SL_ENOMEM, "out of memory");
     }
     return SL_OK;
 }

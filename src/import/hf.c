@@ -99,7 +99,7 @@ static sl_status list_files(hf_ckpt *ck, char ***names, int *n, cJSON **index, s
     *n = 0;
     *index = NULL;
     char *ipath = fio_join(ck->dir, "model.safetensors.index.json");
-    if (!ipath) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!ipath) return err_set(err, SL_ENOMEM, "out of memory");
     struct stat sb;
     sl_status st = SL_OK;
     if (stat(ipath, &sb) == 0) {
@@ -110,28 +110,28 @@ static sl_status list_files(hf_ckpt *ck, char ***names, int *n, cJSON **index, s
         const cJSON *wm = cJSON_GetObjectItemCaseSensitive(ix, "weight_map");
         if (!cJSON_IsObject(wm)) {
             cJSON_Delete(ix);
-            st = sl_err(err, SL_EFORMAT, "%s: no 'weight_map' object", ipath);
+            st = err_set(err, SL_EFORMAT, "%s: no 'weight_map' object", ipath);
             goto out;
         }
         const cJSON *it;
         char **v = calloc((size_t)cJSON_GetArraySize(wm) + 1, sizeof *v);
         if (!v) {
             cJSON_Delete(ix);
-            st = sl_err(err, SL_ENOMEM, "out of memory");
+            st = err_set(err, SL_ENOMEM, "out of memory");
             goto out;
         }
         cJSON_ArrayForEach(it, wm) {
             if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {
-                st = sl_err(err, SL_EFORMAT, "%s: bad file name for tensor '%s'", ipath, it->string);
+                st = err_set(err, SL_EFORMAT, "%s: bad file name for tensor '%s'", ipath, it->string);
                 break;
             }
             int seen = 0;
             for (int i = 0; i < *n; i++) seen |= !strcmp(v[i], it->valuestring);
             if (seen) continue;
             char *p = fio_join(ck->dir, it->valuestring);
-            if (!p) { st = sl_err(err, SL_ENOMEM, "out of memory"); break; }
+            if (!p) { st = err_set(err, SL_ENOMEM, "out of memory"); break; }
             if (stat(p, &sb) != 0) {
-                st = sl_err(err, SL_ENOENT, "%s: shard '%s' (named in model.safetensors.index.json for tensor '%s') "
+                st = err_set(err, SL_ENOENT, "%s: shard '%s' (named in model.safetensors.index.json for tensor '%s') "
                             "is missing", ck->dir, it->valuestring, it->string);
                 free(p);
                 break;
@@ -146,7 +146,7 @@ static sl_status list_files(hf_ckpt *ck, char ***names, int *n, cJSON **index, s
     }
     DIR *d = opendir(ck->dir);
     if (!d) {
-        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot open directory: %s", ck->dir, strerror(errno));
+        st = err_set(err, err_from_errno(errno), "%s: cannot open directory: %s", ck->dir, strerror(errno));
         goto out;
     }
     struct dirent *de;
@@ -154,13 +154,13 @@ static sl_status list_files(hf_ckpt *ck, char ***names, int *n, cJSON **index, s
     while ((de = readdir(d))) {
         if (!ends_with(de->d_name, ".safetensors")) continue;
         char **nv = realloc(v, (size_t)(*n + 1) * sizeof *v);
-        if (!nv) { st = sl_err(err, SL_ENOMEM, "out of memory"); break; }
+        if (!nv) { st = err_set(err, SL_ENOMEM, "out of memory"); break; }
         v = nv;
         v[(*n)++] = strdup(de->d_name);
     }
     closedir(d);
     *names = v;
-    if (!st && *n == 0) st = sl_err(err, SL_ENOENT, "%s: no .safetensors files", ck->dir);
+    if (!st && *n == 0) st = err_set(err, SL_ENOENT, "%s: no .safetensors files", ck->dir);
     /* deterministic order */
     for (int i = 1; i < *n; i++)
         for (int j = i; j > 0 && strcmp(v[j - 1], v[j]) > 0; j--) {
@@ -184,7 +184,7 @@ static const st_entry *find_any(hf_ckpt *ck, const char *name, int *file);
  * MXFP4 matrix's *_blocks [E, rows, cols/32, 16] (its *_scales, [E, rows, cols/32], attached later; the
  * *_scales entry itself is skipped here). Registers one slice per expert. */
 static sl_status add_stacked_part(hf_ckpt *ck, int fi, const st_entry *e, int l, const char *name, sl_error *err) {
-    const sl_config *c = &ck->cfg;
+    const fam_config *c = &ck->cfg;
     char part[40];
     snprintf(part, sizeof part, "%s", name);
     int blocks = ends_with(part, "_blocks"), scales = ends_with(part, "_scales");
@@ -192,7 +192,7 @@ static sl_status add_stacked_part(hf_ckpt *ck, int fi, const st_entry *e, int l,
     int p = part_index(ck, part);
     if (p < 0 || l < 0 || l >= c->n_layers) return SL_OK;
     const arch_pdef *pd = arch_part(c, p);
-    if (scales) return pd->kind == AK_MAT ? SL_OK : sl_err(err, SL_EFORMAT, "tensor '%s': a bias has no scales", e->name);
+    if (scales) return pd->kind == AK_MAT ? SL_OK : err_set(err, SL_EFORMAT, "tensor '%s': a bias has no scales", e->name);
     int64_t E = c->n_experts, sh[2];
     arch_expert_shape(c, p, sh);
     const int64_t R = sh[0], C = sh[1];
@@ -202,7 +202,7 @@ static sl_status add_stacked_part(hf_ckpt *ck, int fi, const st_entry *e, int l,
         ok = pd->kind == AK_MAT && ck->mxfp4 && !strcmp(e->dtype_str, "U8") && C % 32 == 0 && e->ndim == 4 &&
              e->shape[0] == E && e->shape[1] == R && e->shape[2] == C / 32 && e->shape[3] == 16;
         if (!ok)
-            return sl_err(err, SL_EFORMAT, "tensor '%s' must be U8 [%lld, %lld, %lld, 16] MXFP4 blocks (with "
+            return err_set(err, SL_EFORMAT, "tensor '%s' must be U8 [%lld, %lld, %lld, 16] MXFP4 blocks (with "
                           "quantization_config.quant_method mxfp4)", e->name, (long long)E, (long long)R,
                           (long long)(C / 32));
         slice = (uint64_t)R * (uint64_t)C / 2;
@@ -211,20 +211,20 @@ static sl_status add_stacked_part(hf_ckpt *ck, int fi, const st_entry *e, int l,
         ok = pd->kind == AK_VEC ? e->ndim == 2 && e->shape[0] == E && e->shape[1] == R
                                 : e->ndim == 3 && e->shape[0] == E && e->shape[1] == a && e->shape[2] == b;
         if (!ok)
-            return sl_err(err, SL_EFORMAT, pd->kind == AK_VEC ? "tensor '%s' must be [%lld, %lld]"
+            return err_set(err, SL_EFORMAT, pd->kind == AK_VEC ? "tensor '%s' must be [%lld, %lld]"
                                                               : "tensor '%s' must be [%lld, %lld, %lld]",
                           e->name, (long long)E, (long long)a, (long long)b);
         if (e->dtype == DT_NONE || e->dtype == DT_F8E4M3)
-            return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported for stacked experts", e->name,
+            return err_set(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported for stacked experts", e->name,
                           e->dtype_str);
         slice = (uint64_t)R * (uint64_t)C * dt_size(e->dtype);
     }
     for (int x = 0; x < E; x++) {
         hf_t *t = hf_push(ck);
-        if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!t) return err_set(err, SL_ENOMEM, "out of memory");
         char nm[128];
         snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, pd->name);
-        if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!(t->pub.name = strdup(nm))) return err_set(err, SL_ENOMEM, "out of memory");
         t->file = fi;
         t->ent = e;
         t->off = e->off + (uint64_t)x * slice;
@@ -256,7 +256,7 @@ static sl_status attach_mxfp4(hf_ckpt *ck, sl_error *err) {
         const int64_t R = t->pub.shape[0], G = t->pub.shape[1] / 32;
         if (!se || strcmp(se->dtype_str, "U8") || se->ndim != 3 || se->shape[0] != e->shape[0] || se->shape[1] != R ||
             se->shape[2] != G)
-            return sl_err(err, SL_EFORMAT, "%s: MXFP4 tensor '%s' needs '%s' U8 [%lld, %lld, %lld]",
+            return err_set(err, SL_EFORMAT, "%s: MXFP4 tensor '%s' needs '%s' U8 [%lld, %lld, %lld]",
                           ck->files[t->file].name, e->name, sn, (long long)e->shape[0], (long long)R, (long long)G);
         t->qs_file = t->qb_file = sf;
         t->qs_len = (uint64_t)R * (uint64_t)G;
@@ -270,21 +270,21 @@ static sl_status attach_mxfp4(hf_ckpt *ck, sl_error *err) {
 /* MLX stacked experts: layers.l.mlp.switch_mlp.<part> [E, out, in (or packed u32 words)], one slice per expert. */
 static sl_status add_mlx_stack(hf_ckpt *ck, int fi, const st_entry *e, int l, const char *part, int u32,
                                sl_error *err) {
-    const sl_config *c = &ck->cfg;
+    const fam_config *c = &ck->cfg;
     int p = part_index(ck, part);
     if (p < 0 || l < 0 || l >= c->n_layers) return SL_OK;
     if (e->ndim != 3 || e->shape[0] != c->n_experts)
-        return sl_err(err, SL_EFORMAT, "tensor '%s' must be [%d, out, in] (stacked experts), has %d dims", e->name,
+        return err_set(err, SL_EFORMAT, "tensor '%s' must be [%d, out, in] (stacked experts), has %d dims", e->name,
                       c->n_experts, e->ndim);
     size_t es = u32 ? 4 : dt_size(e->dtype);
-    if (!es) return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported", e->name, e->dtype_str);
+    if (!es) return err_set(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported", e->name, e->dtype_str);
     uint64_t slice = (uint64_t)e->shape[1] * (uint64_t)e->shape[2] * es;
     for (int x = 0; x < c->n_experts; x++) {
         hf_t *t = hf_push(ck);
-        if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!t) return err_set(err, SL_ENOMEM, "out of memory");
         char nm[128];
         snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
-        if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!(t->pub.name = strdup(nm))) return err_set(err, SL_ENOMEM, "out of memory");
         t->file = fi;
         t->ent = e;
         t->off = e->off + (uint64_t)x * slice;
@@ -304,11 +304,11 @@ static sl_status add_mlx_stack(hf_ckpt *ck, int fi, const st_entry *e, int l, co
 /* One expert's part stored alone: layers.l.mlp.experts.x.<part>. */
 static sl_status add_expert_part(hf_ckpt *ck, int fi, const st_entry *e, int l, int ex, const char *part,
                                  sl_error *err) {
-    const sl_config *c = &ck->cfg;
+    const fam_config *c = &ck->cfg;
     int p = part_index(ck, part);
     if (p < 0 || l < 0 || l >= c->n_layers || ex < 0 || ex >= c->n_experts) return SL_OK;
     hf_t *t = hf_push(ck);
-    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!t) return err_set(err, SL_ENOMEM, "out of memory");
     char nm[128];
     snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, ex, arch_expert_part_name(&ck->cfg, p));
     t->pub.name = strdup(nm);
@@ -322,35 +322,35 @@ static sl_status add_expert_part(hf_ckpt *ck, int fi, const st_entry *e, int l, 
     t->pub.expert_layer = l;
     t->pub.expert = ex;
     t->pub.expert_part = p;
-    return t->pub.name ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
+    return t->pub.name ? SL_OK : err_set(err, SL_ENOMEM, "out of memory");
 }
 
 /* Fused SwiGLU experts: layers.l.mlp.experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows)
  * or .down_proj [E, H, I], one slice per expert and part. */
 static sl_status add_fused(hf_ckpt *ck, int fi, const st_entry *e, int l, int up, sl_error *err) {
-    const sl_config *c = &ck->cfg;
+    const fam_config *c = &ck->cfg;
     if (l < 0 || l >= c->n_layers) return SL_OK;
     int64_t E = c->n_experts, I = c->moe_inter, H = c->hidden;
     int64_t want0 = E, want1 = up ? 2 * I : H, want2 = up ? H : I;
     if (e->ndim != 3 || e->shape[0] != want0 || e->shape[1] != want1 || e->shape[2] != want2)
-        return sl_err(err, SL_EFORMAT, "tensor '%s' has shape [%lld,%lld,%lld], config implies [%lld,%lld,%lld]",
+        return err_set(err, SL_EFORMAT, "tensor '%s' has shape [%lld,%lld,%lld], config implies [%lld,%lld,%lld]",
                       e->name, (long long)e->shape[0], (long long)(e->ndim > 1 ? e->shape[1] : 0),
                       (long long)(e->ndim > 2 ? e->shape[2] : 0), (long long)want0, (long long)want1,
                       (long long)want2);
     if (e->dtype == DT_NONE || e->dtype == DT_F8E4M3)
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported for fused experts", e->name,
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s': dtype %s is not supported for fused experts", e->name,
                       e->dtype_str);
     size_t es = dt_size(e->dtype);
     uint64_t part_bytes = (uint64_t)I * (uint64_t)H * es;
     for (int x = 0; x < E; x++) {
         for (int k = 0; k < (up ? 2 : 1); k++) {
             hf_t *t = hf_push(ck);
-            if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+            if (!t) return err_set(err, SL_ENOMEM, "out of memory");
             int p = up ? k : 2;
             char nm[128];
             snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(&ck->cfg, p));
             t->pub.name = strdup(nm);
-            if (!t->pub.name) return sl_err(err, SL_ENOMEM, "out of memory");
+            if (!t->pub.name) return err_set(err, SL_ENOMEM, "out of memory");
             t->file = fi;
             t->ent = e;
             t->off = e->off + (uint64_t)x * (up ? 2 : 1) * part_bytes + (uint64_t)k * part_bytes;
@@ -370,9 +370,9 @@ static sl_status add_fused(hf_ckpt *ck, int fi, const st_entry *e, int l, int up
 /* A backbone tensor under its canonical name `base` (conv1d kernels [Cq,1,K] / MLX [Cq,K,1] taken as [Cq,K]). */
 static sl_status add_plain(hf_ckpt *ck, int fi, const st_entry *e, const char *base, int u32, sl_error *err) {
     hf_t *t = hf_push(ck);
-    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!t) return err_set(err, SL_ENOMEM, "out of memory");
     t->pub.name = strdup(base);
-    if (!t->pub.name) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!t->pub.name) return err_set(err, SL_ENOMEM, "out of memory");
     t->file = fi;
     t->ent = e;
     t->off = e->off;
@@ -439,27 +439,27 @@ static sl_status check_tensor(hf_ckpt *ck, hf_t *t, int ndim, const int64_t *sha
         char a[96], b[96];
         fmt_shape(a, sizeof a, t->pub.ndim, t->pub.shape);
         fmt_shape(b, sizeof b, ndim, shape);
-        return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has shape %s, config implies %s", file, t->ent->name, a, b);
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s' has shape %s, config implies %s", file, t->ent->name, a, b);
     }
     if (t->pub.src_dtype == DT_NONE)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16, F8_E4M3)",
+        return err_set(err, SL_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (supported: F32, F16, BF16, F8_E4M3)",
                       file, t->ent->name, t->ent->dtype_str);
     if (t->pub.src_dtype == DT_F8E4M3) {
         if (!ck->fp8 || ndim != 2)
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is F8_E4M3 but config.json declares no fp8 "
+            return err_set(err, SL_EFORMAT, "%s: tensor '%s' is F8_E4M3 but config.json declares no fp8 "
                           "quantization_config", file, t->ent->name);
         /* find its weight_scale_inv among all files */
         char want[300];
         size_t nl = strlen(t->ent->name);
         if (!ends_with(t->ent->name, ".weight") || nl + 8 >= sizeof want)
-            return sl_err(err, SL_EFORMAT, "%s: FP8 tensor '%s' is not a .weight", file, t->ent->name);
+            return err_set(err, SL_EFORMAT, "%s: FP8 tensor '%s' is not a .weight", file, t->ent->name);
         snprintf(want, sizeof want, "%.*s.weight_scale_inv", (int)(nl - 7), t->ent->name);
         const st_entry *s = NULL;
         for (int f = 0; f < ck->n_files && !s; f++) s = st_find(&ck->files[f], want);
         int64_t br = (shape[0] + ck->blk_r - 1) / ck->blk_r, bc = (shape[1] + ck->blk_c - 1) / ck->blk_c;
-        if (!s) return sl_err(err, SL_EFORMAT, "%s: FP8 tensor '%s' has no '%s'", file, t->ent->name, want);
+        if (!s) return err_set(err, SL_EFORMAT, "%s: FP8 tensor '%s' has no '%s'", file, t->ent->name, want);
         if (s->ndim != 2 || s->shape[0] != br || s->shape[1] != bc || (s->dtype != DT_F32 && s->dtype != DT_BF16))
-            return sl_err(err, SL_EFORMAT, "tensor '%s' must be F32 or BF16 of shape [%lld,%lld] (blocks of %dx%d)",
+            return err_set(err, SL_EFORMAT, "tensor '%s' must be F32 or BF16 of shape [%lld,%lld] (blocks of %dx%d)",
                           want, (long long)br, (long long)bc, ck->blk_r, ck->blk_c);
         t->scale = s;
     }
@@ -485,7 +485,7 @@ static sl_status attach_mlx(hf_ckpt *ck, sl_error *err) {
         const st_entry *e = t->ent;
         const char *file = ck->files[t->file].name;
         if (!ck->mlx.bits)
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is U32 but config.json has no MLX 'quantization'", file,
+            return err_set(err, SL_EFORMAT, "%s: tensor '%s' is U32 but config.json has no MLX 'quantization'", file,
                           e->name);
         char module[300], sn[310], bn[310];
         snprintf(module, sizeof module, "%.*s", (int)(strlen(e->name) - 7), e->name);
@@ -493,14 +493,14 @@ static sl_status attach_mlx(hf_ckpt *ck, sl_error *err) {
         snprintf(bn, sizeof bn, "%s.biases", module);
         const st_entry *se = find_any(ck, sn, &t->qs_file), *be = find_any(ck, bn, &t->qb_file);
         if (!se || !be)
-            return sl_err(err, SL_EFORMAT, "%s: MLX-quantized tensor '%s' has no '%s'", file, e->name, se ? bn : sn);
+            return err_set(err, SL_EFORMAT, "%s: MLX-quantized tensor '%s' has no '%s'", file, e->name, se ? bn : sn);
         int bits, group;
         mlx_module_params(&ck->mlx, module, &bits, &group);
         int64_t cols;
         sl_status st = mlx_check_module(e->name, bits, group, e->ndim, e->shape, se->ndim, se->shape, be->ndim,
                                         be->shape, se->dtype, be->dtype, &cols, err);
         if (st) {
-            sl_err_prefix(err, "%s", file);
+            err_prefix(err, "%s", file);
             return st;
         }
         t->pub.src_dtype = bits == 8 ? DT_Q8 : DT_Q4;
@@ -524,12 +524,12 @@ sl_status hf_blob(hf_ckpt *ck, const char *name, char **data, size_t *len, sl_er
                         : !strcmp(name, "tokenizer.json") ? ck->tok_json
                         : !strcmp(name, "tokenizer_config.json") ? ck->tok_cfg : NULL;
         if (!s) return SL_OK;
-        if (!(*data = strdup(s))) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!(*data = strdup(s))) return err_set(err, SL_ENOMEM, "out of memory");
         *len = strlen(s);
         return SL_OK;
     }
     char *bp = fio_join(ck->dir, name);
-    if (!bp) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!bp) return err_set(err, SL_ENOMEM, "out of memory");
     sl_status st = access(bp, F_OK) == 0 ? fio_read_file(bp, data, len, err) : SL_OK;
     free(bp);
     return st;
@@ -538,15 +538,15 @@ sl_status hf_blob(hf_ckpt *ck, const char *name, char **data, size_t *len, sl_er
 int hf_is_gguf(const hf_ckpt *ck) { return ck->gm.n_files > 0; }
 
 static sl_status validate(hf_ckpt *ck, sl_error *err) {
-    const sl_config *c = &ck->cfg;
+    const fam_config *c = &ck->cfg;
     arch_tensor *at = NULL;
     int n = arch_backbone_tensors(c, &at);
-    if (n < 0) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (n < 0) return err_set(err, SL_ENOMEM, "out of memory");
     sl_status st = SL_OK;
     for (int i = 0; i < n && !st; i++) {
         hf_t *t = find_t(ck, at[i].name);
         if (!t) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensor '%s' (canonical name '%s') is missing from the checkpoint",
+            st = err_set(err, SL_EFORMAT, "%s: tensor '%s' (canonical name '%s') is missing from the checkpoint",
                         ck->dir, at[i].name, at[i].name);
             break;
         }
@@ -556,14 +556,14 @@ static sl_status validate(hf_ckpt *ck, sl_error *err) {
     if (st) return st;
     size_t ne = (size_t)c->n_layers * (size_t)c->n_experts * ARCH_MAX_PARTS;
     ck->experts = calloc(ne, sizeof *ck->experts);
-    if (!ck->experts) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!ck->experts) return err_set(err, SL_ENOMEM, "out of memory");
     for (int i = 0; i < ck->n; i++) {
         hf_t *t = &ck->t[i];
         if (t->pub.expert_layer < 0) continue;
         size_t k = ((size_t)t->pub.expert_layer * (size_t)c->n_experts + (size_t)t->pub.expert) * ARCH_MAX_PARTS +
                    (size_t)t->pub.expert_part;
         if (ck->experts[k])
-            return sl_err(err, SL_EFORMAT, "%s: expert tensor '%s' appears twice (per-expert and fused?)", ck->dir,
+            return err_set(err, SL_EFORMAT, "%s: expert tensor '%s' appears twice (per-expert and fused?)", ck->dir,
                           t->pub.name);
         ck->experts[k] = t;
     }
@@ -573,7 +573,7 @@ static sl_status validate(hf_ckpt *ck, sl_error *err) {
             for (int p = 0; p < arch_n_parts(c); p++) {
                 hf_t *t = ck->experts[((size_t)l * (size_t)c->n_experts + (size_t)e) * ARCH_MAX_PARTS + (size_t)p];
                 if (!t)
-                    return sl_err(err, SL_EFORMAT, "%s: expert tensor 'layers.%d.mlp.experts.%d.%s' is missing "
+                    return err_set(err, SL_EFORMAT, "%s: expert tensor 'layers.%d.mlp.experts.%d.%s' is missing "
                                   "(neither per-expert nor fused experts.gate_up_proj/down_proj)",
                                   ck->dir, l, e, arch_expert_part_name(&ck->cfg, p));
                 int64_t sh[2];
@@ -584,12 +584,12 @@ static sl_status validate(hf_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
-/* config.json of the directory into ck (its text, the sl_config, quantization_config: FP8 blocks or gpt-oss's
+/* config.json of the directory into ck (its text, the fam_config, quantization_config: FP8 blocks or gpt-oss's
  * MXFP4 experts, MLX "quantization"). */
 static sl_status read_config(hf_ckpt *ck, const char *dir, sl_error *err) {
     cJSON *cfgjson = NULL;
     char *cpath = fio_join(dir, "config.json");
-    sl_status st = cpath ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
+    sl_status st = cpath ? SL_OK : err_set(err, SL_ENOMEM, "out of memory");
     if (!st) st = fio_read_file(cpath, &ck->config_text, NULL, err);
     if (!st) st = hf_parse_config(ck->config_text, cpath, &ck->cfg, err);
     if (!st) {
@@ -600,7 +600,7 @@ static sl_status read_config(hf_ckpt *ck, const char *dir, sl_error *err) {
             if (!strcmp(m->valuestring, "mxfp4") && ck->cfg.arch == SL_ARCH_GPT_OSS) {
                 ck->mxfp4 = 1; /* the experts' *_blocks / *_scales (add_stacked_part); the rest is plain */
             } else if (strcmp(m->valuestring, "fp8")) {
-                st = sl_err(err, SL_EUNSUPPORTED, "%s: quantization_config.quant_method '%s' is not supported (fp8; "
+                st = err_set(err, SL_EUNSUPPORTED, "%s: quantization_config.quant_method '%s' is not supported (fp8; "
                             "mxfp4 for gpt_oss)", cpath, m->valuestring);
             } else {
                 const cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
@@ -611,7 +611,7 @@ static sl_status read_config(hf_ckpt *ck, const char *dir, sl_error *err) {
                     ck->blk_c = cJSON_GetArrayItem(b, 1)->valueint;
                 }
                 if (ck->blk_r < 1 || ck->blk_c < 1)
-                    st = sl_err(err, SL_ECONFIG, "%s: bad quantization_config.weight_block_size", cpath);
+                    st = err_set(err, SL_ECONFIG, "%s: bad quantization_config.weight_block_size", cpath);
             }
         }
     }
@@ -635,10 +635,10 @@ static sl_status open_shards(hf_ckpt *ck, const char *dir, sl_error *err) {
     sl_status st = list_files(ck, &names, &n_names, &index, err);
     if (st) goto done;
     ck->files = calloc((size_t)n_names, sizeof *ck->files);
-    if (!ck->files) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!ck->files) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     for (int i = 0; i < n_names; i++) {
         char *p = fio_join(dir, names[i]);
-        if (!p) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+        if (!p) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
         st = st_open(p, &ck->files[i], err);
         free(p);
         if (st) goto done;
@@ -650,7 +650,7 @@ static sl_status open_shards(hf_ckpt *ck, const char *dir, sl_error *err) {
             for (int i = 0; i < ck->n_files; i++) {
                 if (strcmp(ck->files[i].name, it->valuestring)) continue;
                 if (!st_find(&ck->files[i], it->string)) {
-                    st = sl_err(err, SL_EFORMAT, "%s: tensor '%s' is named in model.safetensors.index.json but "
+                    st = err_set(err, SL_EFORMAT, "%s: tensor '%s' is named in model.safetensors.index.json but "
                                 "not in the file", ck->files[i].path, it->string);
                     goto done;
                 }
@@ -668,9 +668,9 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
     *out = NULL;
     hf_ckpt *ck = calloc(1, sizeof *ck);
     sl_status st = SL_OK;
-    if (!ck) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!ck) return err_set(err, SL_ENOMEM, "out of memory");
     if (!(ck->dir = strdup(dir))) {
-        st = sl_err(err, SL_ENOMEM, "out of memory");
+        st = err_set(err, SL_ENOMEM, "out of memory");
         goto done;
     }
     if (gguf_is_model(dir)) {
@@ -679,14 +679,14 @@ sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err) {
     }
     struct stat sb;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) { /* a file, but not a GGUF one */
-        st = sl_err(err, SL_EFORMAT, "%s: neither a checkpoint directory (config.json and *.safetensors) nor a GGUF file", dir);
+        st = err_set(err, SL_EFORMAT, "%s: neither a checkpoint directory (config.json and *.safetensors) nor a GGUF file", dir);
         goto done;
     }
     if ((st = read_config(ck, dir, err)) || (st = open_shards(ck, dir, err))) goto done;
     for (int f = 0; f < ck->n_files; f++)
         for (int i = 0; i < ck->files[f].n; i++)
             if ((st = add_entry(ck, f, &ck->files[f].e[i], err))) {
-                sl_err_prefix(err, "%s", ck->files[f].path);
+                err_prefix(err, "%s", ck->files[f].path);
                 goto done;
             }
     if ((st = attach_mlx(ck, err)) || (st = attach_mxfp4(ck, err))) goto done;
@@ -716,7 +716,7 @@ void hf_close(hf_ckpt *ck) {
     free(ck);
 }
 
-const sl_config *hf_config(const hf_ckpt *ck) { return &ck->cfg; }
+const fam_config *hf_config(const hf_ckpt *ck) { return &ck->cfg; }
 int hf_n_tensors(const hf_ckpt *ck) { return ck->n; }
 const hf_tensor *hf_tensor_at(const hf_ckpt *ck, int i) { return &ck->t[i].pub; }
 int hf_n_files(const hf_ckpt *ck) { return ck->n_files; }
@@ -745,7 +745,7 @@ const hf_tensor *hf_find(const hf_ckpt *ck, const char *name) {
 static sl_status transpose(float *w, int64_t R, int64_t C, const char *name, sl_error *err) {
     const size_t n = (size_t)R * (size_t)C;
     float *tr = malloc(n * sizeof(float) + 1);
-    if (!tr) return sl_err(err, SL_ENOMEM, "out of memory reading '%s'", name);
+    if (!tr) return err_set(err, SL_ENOMEM, "out of memory reading '%s'", name);
     for (int64_t r = 0; r < R; r++)
         for (int64_t c = 0; c < C; c++) tr[r * C + c] = w[c * R + r];
     memcpy(w, tr, n * sizeof(float));
@@ -763,7 +763,7 @@ static sl_status fp8_scale(hf_ckpt *ck, const hf_t *t, float *w, sl_error *err) 
     float *sc = malloc(ns * sizeof(float));
     sl_status st = SL_OK;
     if (!sraw || !sc) {
-        st = sl_err(err, SL_ENOMEM, "out of memory");
+        st = err_set(err, SL_ENOMEM, "out of memory");
         goto done;
     }
     if ((st = fio_pread_all(sf->fd, sraw, t->scale->len, t->scale->off, sf->path, err))) goto done;
@@ -778,10 +778,10 @@ done:
 }
 
 /* An MLX-quantized tensor as it is stored: codes, then its scales and biases (quant/quant.h's layout). */
-static sl_status read_mlx(hf_ckpt *ck, const hf_t *t, sl_dtype to, uint8_t *d, sl_error *err) {
+static sl_status read_mlx(hf_ckpt *ck, const hf_t *t, dt_type to, uint8_t *d, sl_error *err) {
     const st_file *f = &ck->files[t->file];
     if (to != t->pub.src_dtype)
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is MLX-quantized (%s); it is imported as it is", t->pub.name,
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s' is MLX-quantized (%s); it is imported as it is", t->pub.name,
                       dt_name(t->pub.src_dtype));
     sl_status st = fio_pread_all(f->fd, d, t->len, t->off, f->path, err);
     if (!st) st = fio_pread_all(ck->files[t->qs_file].fd, d + t->len, t->qs_len, t->qs_off, ck->files[t->qs_file].path, err);
@@ -790,7 +790,7 @@ static sl_status read_mlx(hf_ckpt *ck, const hf_t *t, sl_dtype to, uint8_t *d, s
     return st;
 }
 
-sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_error *err) {
+sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, dt_type to, void *dst, sl_error *err) {
     const hf_t *t = (const hf_t *)pub;
     if (t->gg) return hf_read_gguf(ck, t, to, dst, err);
     if (q_is_quant(pub->src_dtype)) return read_mlx(ck, t, to, dst, err);
@@ -801,7 +801,7 @@ sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, sl_dtype to, void *dst, sl_
     void *raw = malloc(t->len ? t->len : 1);
     float *tmp = (to == DT_F32) ? dst : malloc(n * sizeof(float) + 1);
     sl_status st = SL_OK;
-    if (!raw || !tmp) { st = sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
+    if (!raw || !tmp) { st = err_set(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
     if ((st = fio_pread_all(f->fd, raw, t->len, t->off, f->path, err))) goto out;
     dt_to_f32(pub->src_dtype, raw, tmp, n);
     if (t->transposed && (st = transpose(tmp, pub->shape[0], pub->shape[1], pub->name, err))) goto out;

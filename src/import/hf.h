@@ -26,7 +26,7 @@ typedef struct hf_ckpt hf_ckpt;
 
 typedef struct hf_tensor {
     char *name;        /* canonical name */
-    sl_dtype src_dtype;/* dtype on disk (DT_F8E4M3 for FP8) */
+    dt_type src_dtype;/* dtype on disk (DT_F8E4M3 for FP8) */
     int ndim;
     int64_t shape[4];  /* canonical shape (conv1d: [Cq][K]; expert slices: 2-D) */
     int expert_layer;  /* >= 0 for routed expert parts */
@@ -34,17 +34,17 @@ typedef struct hf_tensor {
     int expert_part;   /* index in the family's parts (0 gate, 1 up, 2 down for SwiGLU experts) */
     /* MLX-quantized sources (src_dtype DT_Q8 / DT_Q4, shape the logical [out, in]): */
     int q_group;
-    sl_dtype q_sdtype; /* dtype of scales and biases */
+    dt_type q_sdtype; /* dtype of scales and biases */
 } hf_tensor;
 
 /* Opens a checkpoint directory (or a GGUF model: a .gguf file, the first of its splits, or a directory holding
- * them; import/gguf.h): parses config.json into an sl_config, reads every safetensors header
+ * them; import/gguf.h): parses config.json into an fam_config, reads every safetensors header
  * and validates it against its file (offsets in range, no overlap, shape x dtype = byte size) and
  * against the config (every tensor the architecture needs is present with the right shape). */
 sl_status hf_open(const char *dir, hf_ckpt **out, sl_error *err);
 void hf_close(hf_ckpt *ck);
 
-const sl_config *hf_config(const hf_ckpt *ck);
+const fam_config *hf_config(const hf_ckpt *ck);
 int hf_n_tensors(const hf_ckpt *ck);
 const hf_tensor *hf_tensor_at(const hf_ckpt *ck, int i);
 const hf_tensor *hf_find(const hf_ckpt *ck, const char *canon_name);
@@ -53,7 +53,7 @@ const hf_tensor *hf_find(const hf_ckpt *ck, const char *canon_name);
  * block scales), into dst (elements x dt_size(to) bytes). An MLX-quantized tensor is read only as its own
  * dtype: codes, scales, biases in the layout of quant/quant.h (q_mat_bytes bytes); other `to` give
  * SL_EUNSUPPORTED. */
-sl_status hf_read(hf_ckpt *ck, const hf_tensor *t, sl_dtype to, void *dst, sl_error *err);
+sl_status hf_read(hf_ckpt *ck, const hf_tensor *t, dt_type to, void *dst, sl_error *err);
 
 /* A file the container keeps as a blob (format/pack.c pack_blob_names): the checkpoint directory's file, or
  * for a GGUF source the one rebuilt from its metadata (config.json, tokenizer.json, tokenizer_config.json).

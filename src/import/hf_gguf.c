@@ -22,7 +22,7 @@
 
 /* How tensor t of GGUF type `type` is read for a row of kind `kind` (AK_*): the container dtype. */
 static int gguf_src_dtype(hf_t *t, uint32_t type, int kind) {
-    sl_dtype dt, sdt;
+    dt_type dt, sdt;
     int group;
     if (gguf_type_target(type, &dt, &group, &sdt)) return -1;
     if (kind == AK_VEC && q_is_quant(dt)) dt = DT_F32, group = 0, sdt = DT_NONE; /* vectors are read as f32 */
@@ -35,14 +35,14 @@ static int gguf_src_dtype(hf_t *t, uint32_t type, int kind) {
 }
 
 static sl_status gguf_type_err(const gguf_file *f, const gguf_tensor *g, sl_error *err) {
-    return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
+    return err_set(err, SL_EUNSUPPORTED, "%s: tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
                   f->path, g->name, gguf_type_name(g->type), gguf_supported_types());
 }
 
 /* Registers GGUF tensor g (file fi, entry e) under its canonical name, or ignores it. */
 static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_tensor *g, const st_entry *e,
                           sl_error *err) {
-    const sl_config *c = &ck->cfg;
+    const fam_config *c = &ck->cfg;
     const gguf_file *f = &ck->gm.files[fi];
     int l = -1, nr = 0;
     const char *rel = g->name;
@@ -59,20 +59,20 @@ static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_te
             arch_expert_shape(c, p, sh);
             if (pd->kind == AK_VEC) { /* a bias stack [E][rows] */
                 if (g->n_dims != 2 || g->ne[1] != c->n_experts || g->ne[0] != sh[0])
-                    return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld], config implies [%lld, %d] "
+                    return err_set(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld], config implies [%lld, %d] "
                                   "(innermost first)", f->path, g->name, (long long)g->ne[0], (long long)g->ne[1],
                                   (long long)sh[0], c->n_experts);
             } else if (g->n_dims != 3 || g->ne[2] != c->n_experts || g->ne[1] != sh[0] || g->ne[0] != sh[1])
-                return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld, %lld], config implies [%lld, %lld, "
+                return err_set(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld, %lld], config implies [%lld, %lld, "
                               "%d] (innermost first)", f->path, g->name, (long long)g->ne[0], (long long)g->ne[1],
                               (long long)g->ne[2], (long long)sh[1], (long long)sh[0], c->n_experts);
             uint64_t slice = g->bytes / (uint64_t)c->n_experts;
             for (int x = 0; x < c->n_experts; x++) {
                 hf_t *t = hf_push(ck);
-                if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+                if (!t) return err_set(err, SL_ENOMEM, "out of memory");
                 char nm[128];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(c, p));
-                if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+                if (!(t->pub.name = strdup(nm))) return err_set(err, SL_ENOMEM, "out of memory");
                 t->file = fi;
                 t->ent = e;
                 t->off = g->off + (uint64_t)x * slice;
@@ -96,11 +96,11 @@ static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_te
     }
     if (!d) return SL_OK; /* not read: rope_freqs, MTP tensors, ... */
     hf_t *t = hf_push(ck);
-    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!t) return err_set(err, SL_ENOMEM, "out of memory");
     char nm[160];
     if (l >= 0) snprintf(nm, sizeof nm, "layers.%d.%s", l, d->name);
     else snprintf(nm, sizeof nm, "%s", d->name);
-    if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!(t->pub.name = strdup(nm))) return err_set(err, SL_ENOMEM, "out of memory");
     t->file = fi;
     t->ent = e;
     t->off = g->off;
@@ -138,7 +138,7 @@ static int is_float_type(uint32_t type) { return type == GGML_F32 || type == GGM
  * dtype (arch.h arch_gguf_xf). */
 static sl_status xf_tensor(hf_ckpt *ck, const arch_gguf_xf *r, int kind, const gguf_tensor *const g[2],
                            const int fi[2], int n_src, int x, hf_t *t, sl_error *err) {
-    const sl_config *c = &ck->cfg;
+    const fam_config *c = &ck->cfg;
     const int64_t rows = t->pub.shape[0], cols = t->pub.ndim == 1 ? 1 : t->pub.shape[1];
     const char *path = ck->gm.files[fi[0]].path;
     int64_t total = 0, src_rows = 0;
@@ -151,7 +151,7 @@ static sl_status xf_tensor(hf_ckpt *ck, const arch_gguf_xf *r, int kind, const g
         uint64_t off = g[s]->off;
         if (x >= 0) { /* an expert's slice of the stack */
             if (g[s]->ne[g[s]->n_dims - 1] != c->n_experts || g[s]->n_dims < 2)
-                return sl_err(err, SL_EFORMAT, "%s: tensor '%s' is not a stack of %d experts (outermost dimension %lld)",
+                return err_set(err, SL_EFORMAT, "%s: tensor '%s' is not a stack of %d experts (outermost dimension %lld)",
                               path, g[s]->name, c->n_experts, (long long)g[s]->ne[g[s]->n_dims - 1]);
             nel /= (uint64_t)c->n_experts;
             len /= (uint64_t)c->n_experts;
@@ -159,7 +159,7 @@ static sl_status xf_tensor(hf_ckpt *ck, const arch_gguf_xf *r, int kind, const g
         }
         int64_t sc = cols == 1 ? 1 : g[s]->ne[0]; /* a vector: rows of one element */
         if (cols == 1 && !is_float_type(g[s]->type))
-            return sl_err(err, SL_EUNSUPPORTED, "%s: tensor '%s' is %s; sluice reads it only as F32, F16 or BF16", path,
+            return err_set(err, SL_EUNSUPPORTED, "%s: tensor '%s' is %s; sluice reads it only as F32, F16 or BF16", path,
                           g[s]->name, gguf_type_name(g[s]->type));
         t->src_cols[s] = sc;
         t->src_rows[s] = (int64_t)nel / sc;
@@ -176,23 +176,23 @@ static sl_status xf_tensor(hf_ckpt *ck, const arch_gguf_xf *r, int kind, const g
             t->len2 = len;
             t->gg_type2 = g[1]->type;
         }
-        sl_dtype dt, sdt;
+        dt_type dt, sdt;
         int grp;
         if (gguf_type_target(g[s]->type, &dt, &grp, &sdt)) return gguf_type_err(&ck->gm.files[fi[s]], g[s], err);
     }
     int same = n_src == 1 || t->gg_type == t->gg_type2;
     if (r->f32) {
         if (total != rows * cols)
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s'%s%s hold %lld elements; '%s' needs %lld", path, g[0]->name,
+            return err_set(err, SL_EFORMAT, "%s: tensor '%s'%s%s hold %lld elements; '%s' needs %lld", path, g[0]->name,
                           n_src > 1 ? " and " : "", n_src > 1 ? g[1]->name : "", (long long)total, t->pub.name,
                           (long long)(rows * cols));
     } else {
         for (int s = 0; s < n_src; s++)
             if (t->src_cols[s] != cols)
-                return sl_err(err, SL_EFORMAT, "%s: tensor '%s' has rows of %lld, '%s' needs %lld", path, g[s]->name,
+                return err_set(err, SL_EFORMAT, "%s: tensor '%s' has rows of %lld, '%s' needs %lld", path, g[s]->name,
                               (long long)t->src_cols[s], t->pub.name, (long long)cols);
         if (src_rows != rows)
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s'%s%s hold %lld rows; '%s' needs %lld", path, g[0]->name,
+            return err_set(err, SL_EFORMAT, "%s: tensor '%s'%s%s hold %lld rows; '%s' needs %lld", path, g[0]->name,
                           n_src > 1 ? " and " : "", n_src > 1 ? g[1]->name : "", (long long)src_rows, t->pub.name,
                           (long long)rows);
     }
@@ -207,7 +207,7 @@ static sl_status xf_tensor(hf_ckpt *ck, const arch_gguf_xf *r, int kind, const g
 
 /* Registers the tensors of the family's gguf_xf rules, for every layer whose GGUF file has the first source. */
 static sl_status gguf_add_xf(hf_ckpt *ck, const arch_desc *a, sl_error *err) {
-    const sl_config *c = &ck->cfg;
+    const fam_config *c = &ck->cfg;
     for (int k = 0; k < a->n_gguf_xf; k++) {
         const arch_gguf_xf *r = &a->gguf_xf[k];
         int kind = AK_MAT, part = -1;
@@ -234,15 +234,15 @@ static sl_status gguf_add_xf(hf_ckpt *ck, const arch_desc *a, sl_error *err) {
             int fi[2] = {0, 0}, n_src = r->src[1] ? 2 : 1;
             if (!(g[0] = gguf_find(ck, l, r->src[0], &fi[0]))) continue; /* a layer without it, or missing: validate() */
             if (n_src == 2 && !(g[1] = gguf_find(ck, l, r->src[1], &fi[1])))
-                return sl_err(err, SL_EFORMAT, "%s: tensor 'blk.%d.%s' is missing (with 'blk.%d.%s' it makes '%s')",
+                return err_set(err, SL_EFORMAT, "%s: tensor 'blk.%d.%s' is missing (with 'blk.%d.%s' it makes '%s')",
                               ck->gm.files[fi[0]].path, l, r->src[1], l, r->src[0], r->name);
             for (int x = r->part ? 0 : -1; x < (r->part ? c->n_experts : 0); x++) {
                 hf_t *t = hf_push(ck);
-                if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+                if (!t) return err_set(err, SL_ENOMEM, "out of memory");
                 char nm[160];
                 if (r->part) snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, r->name);
                 else snprintf(nm, sizeof nm, "layers.%d.%s", l, r->name);
-                if (!(t->pub.name = strdup(nm))) return sl_err(err, SL_ENOMEM, "out of memory");
+                if (!(t->pub.name = strdup(nm))) return err_set(err, SL_ENOMEM, "out of memory");
                 t->ent = NULL;
                 for (int j = 0; j < ck->files[fi[0]].n && !t->ent; j++)
                     if (!strcmp(ck->files[fi[0]].e[j].name, g[0]->name)) t->ent = &ck->files[fi[0]].e[j];
@@ -304,22 +304,22 @@ sl_status hf_open_gguf(hf_ckpt *ck, const char *path, sl_error *err) {
         ck->cfg.norms_shifted = 1;
     }
     ck->files = calloc((size_t)ck->gm.n_files, sizeof *ck->files);
-    if (!ck->files) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!ck->files) return err_set(err, SL_ENOMEM, "out of memory");
     for (int i = 0; i < ck->gm.n_files; i++) {
         const gguf_file *g = &ck->gm.files[i];
         st_file *sf = &ck->files[i];
         sf->fd = g->fd; /* owned by ck->gm */
         sf->size = g->size;
-        if (!(sf->path = strdup(g->path))) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!(sf->path = strdup(g->path))) return err_set(err, SL_ENOMEM, "out of memory");
         const char *sl = strrchr(sf->path, '/');
         sf->name = sl ? (char *)sl + 1 : sf->path;
         sf->e = calloc((size_t)g->n_tensors + 1, sizeof *sf->e);
-        if (!sf->e) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!sf->e) return err_set(err, SL_ENOMEM, "out of memory");
         ck->n_files++;
         for (uint64_t j = 0; j < g->n_tensors; j++) {
             const gguf_tensor *gt = &g->t[j];
             st_entry *e = &sf->e[sf->n];
-            if (!(e->name = strdup(gt->name))) return sl_err(err, SL_ENOMEM, "out of memory");
+            if (!(e->name = strdup(gt->name))) return err_set(err, SL_ENOMEM, "out of memory");
             sf->n++;
             snprintf(e->dtype_str, sizeof e->dtype_str, "%s", gguf_type_name(gt->type));
             e->ndim = (int)gt->n_dims;
@@ -337,7 +337,7 @@ sl_status hf_open_gguf(hf_ckpt *ck, const char *path, sl_error *err) {
 /* A tensor of a gguf_xf rule: its sources read back to back, rows reordered by the rule (in the GGUF type when
  * it needs no more), else dequantised to f32 (gguf_convert: gguf-py's values) and rewritten by the rule's f32
  * hook, then converted to `to`. */
-static sl_status read_gguf_xf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst, sl_error *err) {
+static sl_status read_gguf_xf(hf_ckpt *ck, const hf_t *t, dt_type to, void *dst, sl_error *err) {
     const hf_tensor *pub = &t->pub;
     const arch_gguf_xf *r = t->xf;
     const int64_t rows = pub->shape[0], cols = pub->ndim == 1 ? 1 : pub->shape[1], n = rows * cols;
@@ -346,19 +346,19 @@ static sl_status read_gguf_xf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst
     int64_t *perm = NULL;
     float *f = NULL, *g = NULL;
     sl_status st = SL_OK;
-    if (!raw) return sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name);
+    if (!raw) return err_set(err, SL_ENOMEM, "out of memory reading '%s'", pub->name);
     if ((st = fio_pread_all(ck->files[t->file].fd, raw, t->len, t->off, path, err))) goto out;
     if (t->xf_n > 1 && (st = fio_pread_all(ck->files[t->file2].fd, raw + t->len, t->len2, t->off2,
                                            ck->files[t->file2].path, err)))
         goto out;
     if (r->rows) {
-        if (!(perm = malloc((size_t)rows * sizeof *perm))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        if (!(perm = malloc((size_t)rows * sizeof *perm))) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
         r->rows(&ck->cfg, rows, perm);
         uint8_t *seen = calloc((size_t)rows, 1); /* a permutation: every source row exactly once */
-        if (!seen) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        if (!seen) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
         for (int64_t i = 0; i < rows && !st; i++)
             if (perm[i] < 0 || perm[i] >= rows || seen[perm[i]]++)
-                st = sl_err(err, SL_EFORMAT, "tensor '%s': its %lld rows do not regroup under this config (row %lld)",
+                st = err_set(err, SL_EFORMAT, "tensor '%s': its %lld rows do not regroup under this config (row %lld)",
                             pub->name, (long long)rows, (long long)i);
         free(seen);
         if (st) goto out;
@@ -369,13 +369,13 @@ static sl_status read_gguf_xf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst
         goto out;
     }
     if (to != DT_F32 && to != DT_F16 && to != DT_BF16) {
-        st = sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is imported from GGUF as %s, not %s", pub->name,
+        st = err_set(err, SL_EUNSUPPORTED, "tensor '%s' is imported from GGUF as %s, not %s", pub->name,
                     dt_name(pub->src_dtype), dt_name(to));
         goto out;
     }
     f = malloc((size_t)n * sizeof *f);
     g = malloc((size_t)n * sizeof *g);
-    if (!f || !g) { st = sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
+    if (!f || !g) { st = err_set(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
     int64_t at = 0;
     const uint8_t *sp = raw;
     for (int s = 0; s < t->xf_n; s++) { /* each source to f32, back to back */
@@ -392,14 +392,14 @@ static sl_status read_gguf_xf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst
     if (r->f32) {
         int64_t bad = r->f32(&ck->cfg, g, f);
         if (bad >= 0) {
-            st = sl_err(err, SL_EFORMAT, "tensor '%s': source element %lld (%g) cannot be mapped back", pub->name,
+            st = err_set(err, SL_EFORMAT, "tensor '%s': source element %lld (%g) cannot be mapped back", pub->name,
                         (long long)bad, (double)g[bad]);
             goto out;
         }
     } else memcpy(f, g, (size_t)n * sizeof *f);
     dt_from_f32(to, f, dst, (size_t)n);
 out:
-    if (st) sl_err_prefix(err, "%s", path);
+    if (st) err_prefix(err, "%s", path);
     free(g);
     free(f);
     free(perm);
@@ -407,21 +407,21 @@ out:
     return st;
 }
 
-sl_status hf_read_gguf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst, sl_error *err) {
+sl_status hf_read_gguf(hf_ckpt *ck, const hf_t *t, dt_type to, void *dst, sl_error *err) {
     const hf_tensor *pub = &t->pub;
     const st_file *f = &ck->files[t->file];
     int64_t rows = pub->ndim == 1 ? 1 : pub->shape[0], cols = pub->ndim == 1 ? pub->shape[0] : pub->shape[1];
     for (int i = 2; i < pub->ndim; i++) rows *= pub->shape[i - 1], cols = pub->shape[pub->ndim - 1];
     if (q_is_quant(to) && (to != pub->src_dtype))
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s' is imported from GGUF as %s, not %s", pub->name,
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s' is imported from GGUF as %s, not %s", pub->name,
                       dt_name(pub->src_dtype), dt_name(to));
     if (t->xf) return read_gguf_xf(ck, t, to, dst, err);
     uint8_t *raw = malloc(t->len ? t->len : 1);
     sl_status st = SL_OK;
-    if (!raw) return sl_err(err, SL_ENOMEM, "out of memory reading '%s'", pub->name);
+    if (!raw) return err_set(err, SL_ENOMEM, "out of memory reading '%s'", pub->name);
     if ((st = fio_pread_all(f->fd, raw, t->len, t->off, f->path, err))) goto out;
     st = gguf_convert(t->gg_type, raw, rows, cols, NULL, to, pub->q_group, pub->q_sdtype, dst, t->ent->name, err);
-    if (st) sl_err_prefix(err, "%s", f->path);
+    if (st) err_prefix(err, "%s", f->path);
 out:
     free(raw);
     return st;

@@ -37,7 +37,7 @@ typedef struct hf_t {
 struct hf_ckpt {
     char *dir;
     char *config_text;
-    sl_config cfg;
+    fam_config cfg;
     int fp8, blk_r, blk_c;
     int n_files;
     st_file *files;
@@ -58,6 +58,6 @@ hf_t *hf_push(hf_ckpt *ck);
  * ck: config, tokenizer, files and tensors. What it makes is ck's (hf_close). */
 sl_status hf_open_gguf(hf_ckpt *ck, const char *path, sl_error *err);
 /* Reads GGUF tensor t converted to `to` into dst (hf_read's contract). */
-sl_status hf_read_gguf(hf_ckpt *ck, const hf_t *t, sl_dtype to, void *dst, sl_error *err);
+sl_status hf_read_gguf(hf_ckpt *ck, const hf_t *t, dt_type to, void *dst, sl_error *err);
 
 #endif

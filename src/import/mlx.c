@@ -11,10 +11,10 @@
 
 static sl_status check_params(const char *path, const char *where, int bits, int group, sl_error *err) {
     if (bits != 4 && bits != 8)
-        return sl_err(err, SL_EUNSUPPORTED, "%s: %s: MLX %d-bit quantization is not supported (4 and 8 bits only)",
+        return err_set(err, SL_EUNSUPPORTED, "%s: %s: MLX %d-bit quantization is not supported (4 and 8 bits only)",
                       path, where, bits);
     if (group != 32 && group != 64 && group != 128)
-        return sl_err(err, SL_ECONFIG, "%s: %s: MLX group size %d is not supported (32, 64 or 128)", path, where,
+        return err_set(err, SL_ECONFIG, "%s: %s: MLX group size %d is not supported (32, 64 or 128)", path, where,
                       group);
     return SL_OK;
 }
@@ -38,7 +38,7 @@ sl_status mlx_parse_quant(const cJSON *root, const char *path, mlx_quant *out, s
     if (!cJSON_IsObject(q)) return SL_OK;
     const cJSON *mode = cJSON_GetObjectItemCaseSensitive(q, "mode");
     if (cJSON_IsString(mode) && strcmp(mode->valuestring, "affine"))
-        return sl_err(err, SL_EUNSUPPORTED, "%s: quantization mode '%s' is not supported (affine only)", path,
+        return err_set(err, SL_EUNSUPPORTED, "%s: quantization mode '%s' is not supported (affine only)", path,
                       mode->valuestring);
     out->bits = get_int(q, "bits", 4);
     out->group = get_int(q, "group_size", 64);
@@ -53,7 +53,7 @@ sl_status mlx_parse_quant(const cJSON *root, const char *path, mlx_quant *out, s
     }
     if (st) return st;
     out->overrides = cJSON_Duplicate(q, 1);
-    return out->overrides ? SL_OK : sl_err(err, SL_ENOMEM, "out of memory");
+    return out->overrides ? SL_OK : err_set(err, SL_ENOMEM, "out of memory");
 }
 
 void mlx_quant_free(mlx_quant *q) {
@@ -75,17 +75,17 @@ static void fmt(char *b, size_t n, int nd, const int64_t *s) {
 }
 
 sl_status mlx_check_module(const char *name, int bits, int group, int ndim, const int64_t *wshape, int sndim,
-                           const int64_t *sshape, int bndim, const int64_t *bshape, sl_dtype sdt, sl_dtype bdt,
+                           const int64_t *sshape, int bndim, const int64_t *bshape, dt_type sdt, dt_type bdt,
                            int64_t *cols, sl_error *err) {
     if (sdt != DT_F16 && sdt != DT_BF16 && sdt != DT_F32)
-        return sl_err(err, SL_EUNSUPPORTED, "tensor '%s': scales must be F16, BF16 or F32", name);
-    if (bdt != sdt) return sl_err(err, SL_EFORMAT, "tensor '%s': biases and scales have different dtypes", name);
+        return err_set(err, SL_EUNSUPPORTED, "tensor '%s': scales must be F16, BF16 or F32", name);
+    if (bdt != sdt) return err_set(err, SL_EFORMAT, "tensor '%s': biases and scales have different dtypes", name);
     if ((bits != 4 && bits != 8) || group <= 0 || ndim < 1 || ndim > 3)
-        return sl_err(err, SL_EFORMAT, "tensor '%s': %d-bit, group %d, %d-D: not an MLX-quantized weight", name, bits,
+        return err_set(err, SL_EFORMAT, "tensor '%s': %d-bit, group %d, %d-D: not an MLX-quantized weight", name, bits,
                       group, ndim);
     int64_t c = wshape[ndim - 1] * 32 / bits;
     if (c % group)
-        return sl_err(err, SL_EFORMAT, "tensor '%s': group size %d does not divide the row of %lld columns (%d-bit)",
+        return err_set(err, SL_EFORMAT, "tensor '%s': group size %d does not divide the row of %lld columns (%d-bit)",
                       name, group, (long long)c, bits);
     int64_t want[3];
     for (int i = 0; i < ndim; i++) want[i] = wshape[i];
@@ -99,7 +99,7 @@ sl_status mlx_check_module(const char *name, int bits, int group, int ndim, cons
             char a[96], b[96];
             fmt(a, sizeof a, gnd[k], got[k]);
             fmt(b, sizeof b, ndim, want);
-            return sl_err(err, SL_EFORMAT, "tensor '%s': %s have shape %s, expected %s for %d-bit, group %d", name,
+            return err_set(err, SL_EFORMAT, "tensor '%s': %s have shape %s, expected %s for %d-bit, group %d", name,
                           k ? "biases" : "scales", a, b, bits, group);
         }
     }

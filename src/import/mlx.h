@@ -31,7 +31,7 @@ void mlx_module_params(const mlx_quant *q, const char *module, int *bits, int *g
  * biases of `sshape` / `bshape`, scale dtype sdt. On success sets *cols (logical input dim) and returns
  * SL_OK; otherwise SL_EFORMAT / SL_EUNSUPPORTED with a message naming `name`. */
 sl_status mlx_check_module(const char *name, int bits, int group, int ndim, const int64_t *wshape,
-                           int sndim, const int64_t *sshape, int bndim, const int64_t *bshape, sl_dtype sdt,
-                           sl_dtype bdt, int64_t *cols, sl_error *err);
+                           int sndim, const int64_t *sshape, int bndim, const int64_t *bshape, dt_type sdt,
+                           dt_type bdt, int64_t *cols, sl_error *err);
 
 #endif

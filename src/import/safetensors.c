@@ -30,31 +30,31 @@ static sl_status parse_entry(st_file *f, const cJSON *it, uint64_t data_off, st_
     const cJSON *of = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
     if (!cJSON_IsObject(it) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) ||
         cJSON_GetArraySize(of) != 2)
-        return sl_err(err, SL_EFORMAT, "%s: tensor '%s': header entry lacks dtype, shape or data_offsets", f->path, nm);
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s': header entry lacks dtype, shape or data_offsets", f->path, nm);
     e->name = strdup(nm);
-    if (!e->name) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!e->name) return err_set(err, SL_ENOMEM, "out of memory");
     snprintf(e->dtype_str, sizeof e->dtype_str, "%s", dt->valuestring);
     e->dtype = dt_from_safetensors(dt->valuestring);
     e->ndim = cJSON_GetArraySize(sh);
-    if (e->ndim > 8) return sl_err(err, SL_EFORMAT, "%s: tensor '%s': %d dimensions", f->path, nm, e->ndim);
+    if (e->ndim > 8) return err_set(err, SL_EFORMAT, "%s: tensor '%s': %d dimensions", f->path, nm, e->ndim);
     uint64_t n = 1;
     for (int i = 0; i < e->ndim; i++) {
         const cJSON *d = cJSON_GetArrayItem(sh, i);
         if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e15)
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s': bad shape", f->path, nm);
+            return err_set(err, SL_EFORMAT, "%s: tensor '%s': bad shape", f->path, nm);
         e->shape[i] = (int64_t)d->valuedouble;
         if (e->shape[i] && n > UINT64_MAX / (uint64_t)e->shape[i])
-            return sl_err(err, SL_EFORMAT, "%s: tensor '%s': shape has more elements than fit 64 bits", f->path, nm);
+            return err_set(err, SL_EFORMAT, "%s: tensor '%s': shape has more elements than fit 64 bits", f->path, nm);
         n *= (uint64_t)e->shape[i];
     }
     const cJSON *b = cJSON_GetArrayItem(of, 0), *en = cJSON_GetArrayItem(of, 1);
     /* bounded before the conversion to an integer (a value past 2^64 would be undefined: fuzz/regress/safetensors) */
     if (!cJSON_IsNumber(b) || !cJSON_IsNumber(en) || b->valuedouble < 0 || en->valuedouble < b->valuedouble ||
         en->valuedouble > 9007199254740992.0)
-        return sl_err(err, SL_EFORMAT, "%s: tensor '%s': bad data_offsets", f->path, nm);
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s': bad data_offsets", f->path, nm);
     uint64_t bo = (uint64_t)b->valuedouble, eo = (uint64_t)en->valuedouble;
     if (data_off + eo > f->size)
-        return sl_err(err, SL_EFORMAT,
+        return err_set(err, SL_EFORMAT,
                       "%s: tensor '%s': data [%llu, %llu) runs past the end of the file (%llu bytes of data; "
                       "truncated file?)",
                       f->path, nm, (unsigned long long)bo, (unsigned long long)eo,
@@ -68,7 +68,7 @@ static sl_status parse_entry(st_file *f, const cJSON *it, uint64_t data_off, st_
     else if (!strcmp(e->dtype_str, "U8") || !strcmp(e->dtype_str, "I8") || !strcmp(e->dtype_str, "BOOL")) es = 1;
     else if (!strcmp(e->dtype_str, "I16") || !strcmp(e->dtype_str, "U16")) es = 2;
     if (es && n * es != e->len)
-        return sl_err(err, SL_EFORMAT,
+        return err_set(err, SL_EFORMAT,
                       "%s: tensor '%s': shape and dtype %s need %llu bytes but data_offsets span %llu",
                       f->path, nm, e->dtype_str, (unsigned long long)(n * es), (unsigned long long)e->len);
     return SL_OK;
@@ -81,23 +81,23 @@ sl_status st_open(const char *path, st_file *f, sl_error *err) {
     cJSON *root = NULL;
     sl_status st = SL_OK;
     f->path = strdup(path);
-    if (!f->path) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!f->path) return err_set(err, SL_ENOMEM, "out of memory");
     const char *slash = strrchr(f->path, '/');
     f->name = slash ? (char *)slash + 1 : f->path;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
-        st = sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
+        st = err_set(err, err_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     struct stat sb;
     if (fstat(f->fd, &sb) != 0) {
-        st = sl_err(err, SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
+        st = err_set(err, SL_EIO, "%s: cannot stat: %s", path, strerror(errno));
         goto fail;
     }
     f->size = (uint64_t)sb.st_size;
     uint8_t lenb[8];
     if (f->size < 8) {
-        st = sl_err(err, SL_EFORMAT, "%s: %llu bytes, too short for a safetensors header", path,
+        st = err_set(err, SL_EFORMAT, "%s: %llu bytes, too short for a safetensors header", path,
                     (unsigned long long)f->size);
         goto fail;
     }
@@ -105,26 +105,26 @@ sl_status st_open(const char *path, st_file *f, sl_error *err) {
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lenb[i];
     if (hlen > ST_MAX_HEADER || 8 + hlen > f->size) {
-        st = sl_err(err, SL_EFORMAT, "%s: header length %llu does not fit in the file (%llu bytes; truncated?)",
+        st = err_set(err, SL_EFORMAT, "%s: header length %llu does not fit in the file (%llu bytes; truncated?)",
                     path, (unsigned long long)hlen, (unsigned long long)f->size);
         goto fail;
     }
     hdr = malloc(hlen + 1);
     if (!hdr) {
-        st = sl_err(err, SL_ENOMEM, "%s: out of memory for a %llu-byte header", path, (unsigned long long)hlen);
+        st = err_set(err, SL_ENOMEM, "%s: out of memory for a %llu-byte header", path, (unsigned long long)hlen);
         goto fail;
     }
     if ((st = fio_pread_all(f->fd, hdr, hlen, 8, path, err))) goto fail;
     hdr[hlen] = 0;
     root = cJSON_ParseWithLength(hdr, hlen);
     if (!cJSON_IsObject(root)) {
-        st = sl_err(err, SL_EFORMAT, "%s: header is not a JSON object", path);
+        st = err_set(err, SL_EFORMAT, "%s: header is not a JSON object", path);
         goto fail;
     }
     int cap = cJSON_GetArraySize(root);
     f->e = calloc((size_t)(cap > 0 ? cap : 1), sizeof *f->e);
     if (!f->e) {
-        st = sl_err(err, SL_ENOMEM, "out of memory");
+        st = err_set(err, SL_ENOMEM, "out of memory");
         goto fail;
     }
     const cJSON *it;
@@ -137,14 +137,14 @@ sl_status st_open(const char *path, st_file *f, sl_error *err) {
     /* overlap check on a sorted copy (entries stay in header order for the caller) */
     st_entry *s = malloc((size_t)(f->n > 0 ? f->n : 1) * sizeof *s);
     if (!s) {
-        st = sl_err(err, SL_ENOMEM, "out of memory");
+        st = err_set(err, SL_ENOMEM, "out of memory");
         goto fail;
     }
     memcpy(s, f->e, (size_t)f->n * sizeof *s);
     qsort(s, (size_t)f->n, sizeof *s, cmp_off);
     for (int i = 1; i < f->n; i++) {
         if (s[i].off < s[i - 1].off + s[i - 1].len) {
-            st = sl_err(err, SL_EFORMAT, "%s: tensors '%s' and '%s' overlap in the file", path, s[i - 1].name,
+            st = err_set(err, SL_EFORMAT, "%s: tensors '%s' and '%s' overlap in the file", path, s[i - 1].name,
                         s[i].name);
             free(s);
             goto fail;

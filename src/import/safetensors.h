@@ -16,7 +16,7 @@
 typedef struct st_entry {
     char *name;
     char dtype_str[16]; /* as written, e.g. "BF16" */
-    sl_dtype dtype;     /* DT_NONE for dtypes we do not convert (U32, I64, ...) */
+    dt_type dtype;     /* DT_NONE for dtypes we do not convert (U32, I64, ...) */
     int ndim;
     int64_t shape[8];
     uint64_t off; /* absolute file offset */

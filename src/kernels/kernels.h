@@ -34,7 +34,7 @@
  * writes y[t*ldy + r] = sum_c w[r][c] * x[t*ldx + c] for r in [r0, r1).
  * DT_Q3 entries receive x already rotated (q3_rotate; kern_matmul does it) and use the stored
  * rotated weights scale * Q3_LEVELS[code] directly. */
-typedef void (*kern_matmul_fn)(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok,
+typedef void (*kern_matmul_fn)(const tn_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok,
                                int r0, int r1);
 
 /* An activation matrix x [n_tok][cols] (row stride ldx) and its int8 form, made once (on first use by a
@@ -68,11 +68,11 @@ typedef struct kern_act {
  * then for each group j in order: accb[j%8] = fma(bias_j, s<group>_j, accb[j%8]);
  * y = lanes(h) + lanes(accb), h[i] = acc[i] + acc[i+8], lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
  * So a result depends only on its own row and token: thread split, batching and streaming never change it. */
-typedef void (*kern_matmul_i8_fn)(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 
 typedef struct kern_ops {
     const char *name;
-    kern_matmul_fn matmul[DT_COUNT]; /* indexed by sl_dtype: F32, F16, BF16, Q8, Q4, Q3; others NULL */
+    kern_matmul_fn matmul[DT_COUNT]; /* indexed by dt_type: F32, F16, BF16, Q8, Q4, Q3; others NULL */
     kern_matmul_i8_fn matmul_i8[DT_COUNT]; /* Q8, Q4; NULL: the scalar oracle's (same result, slower) */
     /* sum_i a[i] * b[i] in the lane order above. */
     float (*dot)(const float *a, const float *b, int n);
@@ -111,8 +111,8 @@ const kern_ops *kern_avx512_ops(void);
 const kern_ops *kern_neon_ops(void);
 /* The NEON table's int8-activation kernels with Armv8.2's SDOT (kernels_neon_dot.c; AArch64 builds only, used
  * when the CPU has the dot product). */
-void kern_neon_dot_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
-void kern_neon_dot_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+void kern_neon_dot_q8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+void kern_neon_dot_q4(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 /* Best table for this CPU: AVX-512, then AVX2+FMA, then NEON, then scalar; the environment variable
  * SLUICE_KERNELS=scalar|avx2|avx512|neon picks one (ignored if unavailable). Never NULL. */
 const kern_ops *kern_default_ops(void);
@@ -122,7 +122,7 @@ const kern_ops *kern_ops_by_name(const char *name);
 /* y[t*ldy + r] = (W x_t)[r] for all rows of w and t < n_tok, split over rows on pool (NULL: inline).
  * Returns 0, SL_EINVAL when w has no data or a dtype the table lacks, SL_ENOMEM when the rotated copy
  * of x for a q3 matrix cannot be allocated. Not reentrant per pool. */
-int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
+int kern_matmul(const kern_ops *ops, pool_t *pool, const tn_mat *w, const float *x, size_t ldx, float *y,
                 size_t ldy, int n_tok);
 
 /* kern_act's pair and quad sums s64, s128 from the block sums s32 (s[0 .. nb)) and the q4 order of the codes q
@@ -145,11 +145,11 @@ void kern_act_prepare_row(kern_act *a, int t);
  * floats, row stride cols); buf as for kern_act_init. Bitwise what preparing x_rows would give. */
 void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, int n, const float *x_rows);
 /* y = W x over a's tokens: the int8-activation kernels for q8/q4 when a->int8, else kern_matmul. */
-int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_act *a, float *y, size_t ldy);
+int kern_matmul_act(const kern_ops *ops, pool_t *pool, const tn_mat *w, kern_act *a, float *y, size_t ldy);
 
 /* One matrix of kern_matmul_multi: y = W x over a's tokens. */
 typedef struct kern_mm {
-    const sl_mat *w;
+    const tn_mat *w;
     kern_act *a;
     float *y;
     size_t ldy;
@@ -157,7 +157,7 @@ typedef struct kern_mm {
 /* kern_matmul_act of n matrices in one parallel-for over all their rows (q/k/v, gate and up, every expert
  * of a decode step): one thread hand-off instead of n, the same result bitwise (each output row is
  * computed by the same kernel call whatever the split). Returns 0 or the first failing matrix's status. */
-int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int n);
+int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int n);
 /* One token's gate and up products of n experts with their SwiGLU, in one parallel-for (a decode step's
  * experts; cpu_moe.c): g[i], u[i] the gate and up of expert i over the same one-token act, their outputs rows
  * i of [n][inter] floats; mid describes those gate rows, [n][inter] (x = g[0].y), and receives silu(gate) * up
@@ -168,7 +168,7 @@ int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int
  * tokens, one hand-off where the products, the SwiGLU and the int8 form took three. Bitwise kern_matmul_multi
  * of the 2n matrices, ops->swiglu of each row and kern_act_prepare_row. SL_EUNSUPPORTED (nothing done) unless
  * every matrix takes the int8 kernels (kern_matmul_act) and the layout is as said. */
-int kern_swiglu_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid);
+int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid);
 /* Columns c0 .. c1 of token t's int8 form of a (a->int8; c0 a multiple of 128, c1 one too or a->cols), bitwise
  * what kern_act_prepare writes there; disjoint slices may be filled by several threads at once. */
 void kern_act_prepare_cols(kern_act *a, int t, int c0, int c1);

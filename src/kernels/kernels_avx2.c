@@ -26,11 +26,11 @@ typedef __m256 tile_acc;
 
 /* ---- dequantisation --------------------------------------------------------------------------- */
 
-static inline __m256 scale8(const sl_mat *m, size_t i) { return _mm256_set1_ps(q_scale_at(m->scales, m->sdtype, i)); }
-static inline __m256 bias8(const sl_mat *m, size_t i) { return _mm256_set1_ps(q_scale_at(m->biases, m->sdtype, i)); }
+static inline __m256 scale8(const tn_mat *m, size_t i) { return _mm256_set1_ps(q_scale_at(m->scales, m->sdtype, i)); }
+static inline __m256 bias8(const tn_mat *m, size_t i) { return _mm256_set1_ps(q_scale_at(m->biases, m->sdtype, i)); }
 
 /* [nc] f32 weights of row r from column c0: a pointer into m for f32, else dequantised into buf. */
-static inline __attribute__((always_inline)) const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0,
+static inline __attribute__((always_inline)) const float *tile_load(dt_type dt, const tn_mat *m, int r, int c0,
                                                                       int nc, float *buf) {
     const size_t off = (size_t)r * (size_t)m->cols + (size_t)c0;
     if (dt == DT_F32) return (const float *)m->data + off;
@@ -129,7 +129,7 @@ static inline float lanes_sum(__m256 v) {
 
 static inline float tile_sum(__m256 v) { return lanes_sum(v); }
 static inline __m256 tile_zero(void) { return _mm256_setzero_ps(); }
-static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
+static inline int tile_one_token(dt_type dt, const tn_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
 
 /* ---- int8-activation matmul (kernels.h: kern_matmul_act): kernels_tile_i8.h's driver over these pieces ---- */
 
@@ -171,13 +171,13 @@ static inline __m256i i8_xs128(__m256i x) {
     return _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), x), _mm256_set1_epi16(1)), 7);
 }
 
-static inline void i8_row_tail(const sl_mat *m, const uint16_t *h, int j, int ng, float *out) {
+static inline void i8_row_tail(const tn_mat *m, const uint16_t *h, int j, int ng, float *out) {
     for (; j < ng; j++) out[j] = q_scale_at(h, m->sdtype, (size_t)j);
 }
 
 static inline __m256 i8_zero(void) { return _mm256_setzero_ps(); }
 
-static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c0, int h, int gsh) {
+static inline i8w i8_loadw(dt_type dt, const uint8_t *q, const float *sf, int c0, int h, int gsh) {
     const int k = c0 / 32;
     const uint8_t *p = q + (dt == DT_Q8 ? c0 : c0 / 2) + 32 * h;
     i8w w;
@@ -194,7 +194,7 @@ static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c
     return w;
 }
 
-static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0, int h) {
+static inline i8x i8_loadx(dt_type dt, const int8_t *xq, const float *d, int c0, int h) {
     const int8_t *p = xq + c0 + 32 * h;
     d += c0 / 32;
     i8x x;
@@ -210,7 +210,7 @@ static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0
     return x;
 }
 
-static inline __m256 i8_fma(sl_dtype dt, i8w w, i8x x, __m256 acc) {
+static inline __m256 i8_fma(dt_type dt, i8w w, i8x x, __m256 acc) {
     const __m256i I = dt == DT_Q8 ? i8_dot8(w.lo, w.hi, x.xe, x.xo) : i8_dot4(w.lo, x.xe, w.hi, x.xo);
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(w.sv, x.dv), acc);
 }
@@ -222,7 +222,7 @@ static inline void i8_store(const __m256 *acc, float *a16) {
 
 /* The 4 rows' outputs of each token at once: h[l] = acc[l] + acc[l + 8], the bias lanes of each row (its biases
  * converted once for all the tokens), the lane trees of the 4 by hadd. */
-static inline void i8_fin4(sl_dtype dt, const i8_blk *B, const sl_mat *w, const kern_act *a, int r, int t0, int nt,
+static inline void i8_fin4(dt_type dt, const i8_blk *B, const tn_mat *w, const kern_act *a, int r, int t0, int nt,
                            __m256 (*acc)[I8_RB][I8_PARTS], float *y, size_t ldy) {
     __m256 b[I8_KTOK][I8_RB];
     for (int i = 0; i < I8_RB; i++) { /* one row's biases at a time: 8 KB of frame, not 32 */

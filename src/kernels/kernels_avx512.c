@@ -29,11 +29,11 @@ typedef __m512 tile_acc;
 
 /* ---- dequantisation --------------------------------------------------------------------------- */
 
-static inline __m512 scale16(const sl_mat *m, size_t i) { return _mm512_set1_ps(q_scale_at(m->scales, m->sdtype, i)); }
-static inline __m512 bias16(const sl_mat *m, size_t i) { return _mm512_set1_ps(q_scale_at(m->biases, m->sdtype, i)); }
+static inline __m512 scale16(const tn_mat *m, size_t i) { return _mm512_set1_ps(q_scale_at(m->scales, m->sdtype, i)); }
+static inline __m512 bias16(const tn_mat *m, size_t i) { return _mm512_set1_ps(q_scale_at(m->biases, m->sdtype, i)); }
 
 /* [nc] f32 weights of row r from column c0: a pointer into m for f32, else dequantised into buf. */
-static inline __attribute__((always_inline)) const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0,
+static inline __attribute__((always_inline)) const float *tile_load(dt_type dt, const tn_mat *m, int r, int c0,
                                                                       int nc, float *buf) {
     const size_t off = (size_t)r * (size_t)m->cols + (size_t)c0;
     if (dt == DT_F32) return (const float *)m->data + off;
@@ -151,7 +151,7 @@ static inline float lanes_sum(__m512 v) {
  * do). Each row takes the same FMAs in the same order as tile_mm (a masked tail adds 0 * 0 to the unused lanes there
  * too), so the same bits; row after row, the rows are one stream front to back, which the hardware prefetcher
  * follows far better than TILE_RB rows side by side (kernels_tile_i8.h). */
-static inline __attribute__((always_inline)) void mm_1tok(sl_dtype dt, const sl_mat *w, const float *x, float *y,
+static inline __attribute__((always_inline)) void mm_1tok(dt_type dt, const tn_mat *w, const float *x, float *y,
                                                             int r0, int r1) {
     const int cols = w->cols;
     const size_t pf = (size_t)3 * TILE_RB * (size_t)cols * 2;
@@ -181,7 +181,7 @@ static inline __attribute__((always_inline)) void mm_1tok(sl_dtype dt, const sl_
     }
 }
 
-static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1) {
+static inline int tile_one_token(dt_type dt, const tn_mat *w, const float *x, float *y, int r0, int r1) {
     if (dt != DT_F32 && dt != DT_F16 && dt != DT_BF16) return 0;
     mm_1tok(dt, w, x, y, r0, r1);
     return 1;
@@ -193,7 +193,7 @@ static inline __m512 tile_zero(void) { return _mm512_setzero_ps(); }
 /* ---- int8-activation matmul (kernels.h: kern_matmul_act): kernels_tile_i8.h's driver over kernels_avx512.h's
  * pieces; q4 over several tokens first tries the prefill kernel (kernels_avx512_i8p.c) ---------------------- */
 
-static void mmi8_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+static void mmi8_q4(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
     if (!kern_avx512_q4_prefill(w, a, y, ldy, r0, r1)) return;
     i8_mm_DT_Q4(w, a, y, ldy, r0, r1);
 }

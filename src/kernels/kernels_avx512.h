@@ -44,7 +44,7 @@ static inline __m512 i8_x4(const float *p) {
 static inline __m256 i8_half(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
 
 /* i8_bias over row r's biases read in place (the same conversions and FMAs). */
-static inline __m256 i8_bias_row(const sl_mat *w, int r, int ng, const float *xs) {
+static inline __m256 i8_bias_row(const tn_mat *w, int r, int ng, const float *xs) {
     const size_t o = (size_t)r * (size_t)ng;
     __m256 acc = _mm256_setzero_ps();
     int j = 0;
@@ -73,7 +73,7 @@ static inline __m256 i8_bias_row(const sl_mat *w, int r, int ng, const float *xs
 }
 
 /* i8_bias_row with the biases computed from the row's f32 scales sf: zb * sf[j] (zb = -128 / -8), the values a
- * matrix with sl_mat.bias_implied stores, so the same FMAs on the same values; the biases are never read. */
+ * matrix with tn_mat.bias_implied stores, so the same FMAs on the same values; the biases are never read. */
 static inline __m256 i8_bias_sf(const float *sf, float zb, int ng, const float *xs) {
     const __m256 z = _mm256_set1_ps(zb);
     __m256 acc = _mm256_setzero_ps();
@@ -87,7 +87,7 @@ static inline __m256 i8_bias_sf(const float *sf, float zb, int ng, const float *
     return acc;
 }
 
-static inline void i8_row_tail(const sl_mat *m, const uint16_t *h, int j, int ng, float *out) {
+static inline void i8_row_tail(const tn_mat *m, const uint16_t *h, int j, int ng, float *out) {
     const __mmask8 mk = (__mmask8)((1u << (ng - j)) - 1u);
     __m128i v = _mm_maskz_loadu_epi16(mk, h + j);
     _mm256_mask_storeu_ps(out + j, mk, m->sdtype == DT_BF16
@@ -98,7 +98,7 @@ static inline void i8_row_tail(const sl_mat *m, const uint16_t *h, int j, int ng
 static inline __m512 i8_zero(void) { return _mm512_setzero_ps(); }
 
 /* q8 lanes hold 4 columns (a step is blocks k, k+1), q4 lanes 8 (blocks k .. k+3). */
-static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c0, int p, int gsh) {
+static inline i8w i8_loadw(dt_type dt, const uint8_t *q, const float *sf, int c0, int p, int gsh) {
     const int k = c0 / 32; /* first block of the step */
     i8w w;
     if (dt == DT_Q8) {
@@ -114,7 +114,7 @@ static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c
     return w;
 }
 
-static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0, int p) {
+static inline i8x i8_loadx(dt_type dt, const int8_t *xq, const float *d, int c0, int p) {
     d += c0 / 32;
     i8x x;
     if (dt == DT_Q8) {
@@ -129,7 +129,7 @@ static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0
     return x;
 }
 
-static inline __m512 i8_fma(sl_dtype dt, i8w w, i8x x, __m512 acc) {
+static inline __m512 i8_fma(dt_type dt, i8w w, i8x x, __m512 acc) {
     const __m512i z = _mm512_setzero_si512();
     const __m512i I = dt == DT_Q8 ? _mm512_dpbusd_epi32(z, w.lo, x.xe)
                                   : _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, w.lo, x.xe), w.hi, x.xo);
@@ -140,7 +140,7 @@ static inline void i8_store(const __m512 *acc, float *a16) { _mm512_storeu_ps(a1
 
 /* The 4 rows' outputs of each token at once: the halves, the bias lanes (biases read in place, or computed from
  * the scales when implied), the lane trees of the 4 by hadd. */
-static inline void i8_fin4(sl_dtype dt, const i8_blk *B, const sl_mat *w, const kern_act *a, int r, int t0, int nt,
+static inline void i8_fin4(dt_type dt, const i8_blk *B, const tn_mat *w, const kern_act *a, int r, int t0, int nt,
                            __m512 (*acc)[I8_RB][I8_PARTS], float *y, size_t ldy) {
     const float zb = dt == DT_Q8 ? -128.0f : -8.0f;
     for (int t = 0; t < nt; t++) {
@@ -159,6 +159,6 @@ static inline void i8_fin4(sl_dtype dt, const i8_blk *B, const sl_mat *w, const 
 
 /* kernels_avx512_i8p.c: kern_matmul_act's rows [r0, r1) of a q4 matrix over a->n_tok > 1 tokens, bitwise i8_mm_DT_Q4.
  * -1 (nothing written) where it does not apply (one token, fewer than 128 or too many columns, no workspace). */
-int kern_avx512_q4_prefill(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+int kern_avx512_q4_prefill(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 
 #endif

@@ -193,7 +193,7 @@ static inline __attribute__((always_inline)) void i8p_tile(const uint8_t *U, con
 /* One row block of i8p_rows: rows [r, r+nr) (nr <= 4) against tokens [t0, t0+nt) (nt <= I8P_TB) of a q4 matrix with
  * S >= 1 full steps, its state in the workspace. */
 typedef struct {
-    const sl_mat *w;
+    const tn_mat *w;
     const kern_act *a;
     const i8_blk *B;
     const uint8_t *xp;  /* the tokens' permuted q4 codes ([token][step][128]) */
@@ -308,7 +308,7 @@ static void i8p_rest(const i8p_rb *R, float (*bm)[I8P_TB], float *bi) {
 
 /* Rows [r, r+nr) against tokens [t0, t0+nt) (i8p_rb); st: the tokens' group sums transposed, or NULL (too many
  * groups for that pass). */
-static void i8p_rows(const sl_mat *w, const kern_act *a, uint8_t *ws, const float *st, float *y, size_t ldy, int r,
+static void i8p_rows(const tn_mat *w, const kern_act *a, uint8_t *ws, const float *st, float *y, size_t ldy, int r,
                      int nr, int t0, int nt) {
     i8_blk *B = (i8_blk *)(void *)(ws + I8P_WS_BLK);
     i8_blk_init(B, DT_Q4, w, r, nr);
@@ -329,7 +329,7 @@ static void i8p_rows(const sl_mat *w, const kern_act *a, uint8_t *ws, const floa
 }
 
 /* kernels_avx512.h: blocks of tokens whose permuted codes fit I8P_XB bytes. */
-int kern_avx512_q4_prefill(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+int kern_avx512_q4_prefill(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
     if (a->n_tok < 2 || w->cols < 128 || w->cols > I8P_XB / 2) return -1;
     uint8_t *ws = i8p_ws();
     if (!ws) return -1;

@@ -29,10 +29,10 @@ static inline __m128 i8_tree4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 /* The last ng - j (< 8) f16 / bf16 values h[j .. ng) of a row as f32 into out[j .. ng): each x86 file's own
  * (AVX-512: masked loads; AVX2: one by one), the same exact conversions. */
-static inline void i8_row_tail(const sl_mat *m, const uint16_t *h, int j, int ng, float *out);
+static inline void i8_row_tail(const tn_mat *m, const uint16_t *h, int j, int ng, float *out);
 
 /* Row r's ng scales (or biases) of m as f32 into out. */
-static inline __attribute__((always_inline)) void i8_row_f32(const sl_mat *m, const void *p, int r, int ng,
+static inline __attribute__((always_inline)) void i8_row_f32(const tn_mat *m, const void *p, int r, int ng,
                                                              float *out) {
     const size_t o = (size_t)r * (size_t)ng;
     int j = 0;

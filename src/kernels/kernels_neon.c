@@ -35,7 +35,7 @@ typedef struct {
 
 /* ---- dequantisation --------------------------------------------------------------------------- */
 
-static inline __attribute__((always_inline)) const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0,
+static inline __attribute__((always_inline)) const float *tile_load(dt_type dt, const tn_mat *m, int r, int c0,
                                                                       int nc, float *buf) {
     const size_t off = (size_t)r * (size_t)m->cols + (size_t)c0;
     if (dt == DT_F32) return (const float *)m->data + off;
@@ -125,7 +125,7 @@ static inline float tile_sum(tile_acc v) {
 }
 
 static inline tile_acc tile_zero(void) { return (tile_acc){vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; }
-static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
+static inline int tile_one_token(dt_type dt, const tn_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
 
 /* ---- small vector kernels --------------------------------------------------------------------- */
 

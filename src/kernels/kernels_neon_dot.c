@@ -38,7 +38,7 @@ typedef struct {
 #include "kernels/kernels_tile_i8.h"
 
 /* Row r's ng scales (or biases) as f32: exact conversions, as q_scale_at. */
-static inline void i8_row_f32(const sl_mat *m, const void *p, int r, int ng, float *out) {
+static inline void i8_row_f32(const tn_mat *m, const void *p, int r, int ng, float *out) {
     const size_t o = (size_t)r * (size_t)ng;
     if (m->sdtype == DT_F32) {
         memcpy(out, (const float *)p + o, (size_t)ng * sizeof(float));
@@ -58,7 +58,7 @@ static inline void i8_prefetch(const void *p) { (void)p; }
 
 static inline float32x4_t i8_zero(void) { return vdupq_n_f32(0.0f); }
 
-static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c0, int v, int gsh) {
+static inline i8w i8_loadw(dt_type dt, const uint8_t *q, const float *sf, int c0, int v, int gsh) {
     const int b = c0 / 32 + (dt == DT_Q8 ? v / 2 : v);
     i8w w;
     if (dt == DT_Q8) {
@@ -73,7 +73,7 @@ static inline i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c
     return w;
 }
 
-static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0, int v) {
+static inline i8x i8_loadx(dt_type dt, const int8_t *xq, const float *d, int c0, int v) {
     const int b = c0 / 32 + (dt == DT_Q8 ? v / 2 : v);
     i8x x;
     x.d = d[b];
@@ -88,7 +88,7 @@ static inline i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0
     return x;
 }
 
-static inline float32x4_t i8_fma(sl_dtype dt, i8w w, i8x x, float32x4_t acc) {
+static inline float32x4_t i8_fma(dt_type dt, i8w w, i8x x, float32x4_t acc) {
     const int32x4_t I = dt == DT_Q8 ? vdotq_s32(x.base, w.lo, x.xe)
                                     : vdotq_s32(vdotq_s32(vdupq_n_s32(0), w.lo, x.xe), w.hi, x.xo);
     return vfmaq_f32(acc, vcvtq_f32_s32(I), vdupq_n_f32(w.sc * x.d));
@@ -99,16 +99,16 @@ static inline void i8_store(const float32x4_t *acc, float *a16) {
 }
 
 /* A whole block's outputs one by one (the canonical C of kernels_tile_i8.h). */
-static inline void i8_fin4(sl_dtype dt, const i8_blk *B, const sl_mat *w, const kern_act *a, int r, int t0, int nt,
+static inline void i8_fin4(dt_type dt, const i8_blk *B, const tn_mat *w, const kern_act *a, int r, int t0, int nt,
                            float32x4_t (*acc)[I8_RB][I8_PARTS], float *y, size_t ldy) {
     i8_fin_rows(dt, B, w, a, r, I8_RB, t0, nt, B->cols, acc, y, ldy);
 }
 
-void kern_neon_dot_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+void kern_neon_dot_q8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
     i8_mm_DT_Q8(w, a, y, ldy, r0, r1);
 }
 
-void kern_neon_dot_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+void kern_neon_dot_q4(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
     i8_mm_DT_Q4(w, a, y, ldy, r0, r1);
 }
 

@@ -65,7 +65,7 @@ static inline void plain_swiglu(const float *g, const float *u, float *y, int n)
 
 /* The lanes of an int8 kernel's short last step (columns c0 .. cols; kernels_i8_x86.h, kernels_neon_dot.c), one
  * by one in the canonical arithmetic, into acc[16]; sf: the row's scales as f32. */
-static inline void plain_i8_tail(sl_dtype dt, const uint8_t *q, const float *sf, int g, const int8_t *xq,
+static inline void plain_i8_tail(dt_type dt, const uint8_t *q, const float *sf, int g, const int8_t *xq,
                                  const float *d, int c0, int cols, float *acc) {
     const int per = dt == DT_Q8 ? 4 : 8;
     for (int l = 0; c0 + per * l < cols; l++) {

@@ -62,7 +62,7 @@ static inline float b2f(uint16_t h) {
 /* Returns [nc] f32 values of row r starting at column c0: a pointer into w for f32, else buf.
  * Quantized rows are dequantised group by group (c0 and nc are multiples of the group: KCHUNK is a
  * multiple of 128 and the group divides cols); q3 yields the rotated weights scale * level. */
-static inline __attribute__((always_inline)) const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0,
+static inline __attribute__((always_inline)) const float *tile_load(dt_type dt, const tn_mat *m, int r, int c0,
                                                                       int nc, float *buf) {
     const int cols = m->cols;
     size_t off = (size_t)r * (size_t)cols + (size_t)c0;
@@ -158,11 +158,11 @@ static inline float lanes_sum(const float *a) {
 
 static inline float tile_sum(tile_acc v) { return lanes_sum(v.l); }
 
-static inline int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
+static inline int tile_one_token(dt_type dt, const tn_mat *w, const float *x, float *y, int r0, int r1) { return 0; }
 
 /* ---- int8-activation matmul (the oracle of kernels.h's canonical order) ------------------------ */
 
-static float mmi8_one(sl_dtype dt, const sl_mat *w, int r, const kern_act *a, int t) {
+static float mmi8_one(dt_type dt, const tn_mat *w, int r, const kern_act *a, int t) {
     const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
     const int8_t *xq = a->q + (size_t)t * (size_t)cols;
     const float *d = a->d + (size_t)t * (size_t)nb;
@@ -190,12 +190,12 @@ static float mmi8_one(sl_dtype dt, const sl_mat *w, int r, const kern_act *a, in
     return lanes_sum(h) + lanes_sum(accb);
 }
 
-static void mmi8_q8(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+static void mmi8_q8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
     for (int t = 0; t < a->n_tok; t++)
         for (int r = r0; r < r1; r++) y[(size_t)t * ldy + (size_t)r] = mmi8_one(DT_Q8, w, r, a, t);
 }
 
-static void mmi8_q4(const sl_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+static void mmi8_q4(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
     for (int t = 0; t < a->n_tok; t++)
         for (int r = r0; r < r1; r++) y[(size_t)t * ldy + (size_t)r] = mmi8_one(DT_Q4, w, r, a, t);
 }
@@ -248,7 +248,7 @@ const kern_ops *kern_default_ops(void) {
 
 typedef struct {
     kern_matmul_fn fn;
-    const sl_mat *w;
+    const tn_mat *w;
     const float *x;
     float *y;
     size_t ldx, ldy;
@@ -260,7 +260,7 @@ static void mm_part(void *ctx, size_t begin, size_t end) {
     j->fn(j->w, j->x, j->ldx, j->y, j->ldy, j->n_tok, (int)begin, (int)end);
 }
 
-int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
+int kern_matmul(const kern_ops *ops, pool_t *pool, const tn_mat *w, const float *x, size_t ldx, float *y,
                 size_t ldy, int n_tok) {
     if (w->dtype == DT_MXFP4) return mxfp4_matmul(ops, pool, w, x, ldx, y, ldy, n_tok); /* kernels/mxfp4.c */
     if (!w->data || w->dtype <= DT_NONE || w->dtype >= DT_COUNT || !ops->matmul[w->dtype]) return SL_EINVAL;
@@ -279,7 +279,7 @@ int kern_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float
      * grain a multiple of RB so row blocks are full */
     size_t work = (size_t)w->cols * (size_t)n_tok;
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
-    sl_pool_for_any(pool, (size_t)w->rows, grain, mm_part, &j);
+    pool_for_any(pool, (size_t)w->rows, grain, mm_part, &j);
     free(xr);
     return 0;
 }
@@ -382,9 +382,9 @@ static void act_part(void *ctx, size_t b, size_t e) {
 
 /* kern_act_prepare with the tokens split over pool (NULL: inline): a prefill's activations are quantized on
  * every thread, not on the caller alone while the others wait; each token's bits are the same either way. */
-static void act_prepare_on(kern_act *a, sl_pool *pool) {
+static void act_prepare_on(kern_act *a, pool_t *pool) {
     if (!a->int8 || a->ready) return;
-    sl_pool_for(pool, (size_t)(a->n_tok > 0 ? a->n_tok : 0), 8, act_part, a);
+    pool_for(pool, (size_t)(a->n_tok > 0 ? a->n_tok : 0), 8, act_part, a);
     a->ready = 1;
 }
 
@@ -420,7 +420,7 @@ void kern_act_gather(kern_act *dst, void *buf, kern_act *src, const int *idx, in
 
 typedef struct {
     kern_matmul_i8_fn fn;
-    const sl_mat *w;
+    const tn_mat *w;
     const kern_act *a;
     float *y;
     size_t ldy;
@@ -446,7 +446,7 @@ void kern_act_row(kern_act *dst, kern_act *src, int t) {
 
 /* The kernel kern_matmul_act would run for w over a, or NULL when it needs more than a row range (q3's
  * rotated copy of x, a bad matrix). */
-static int mm_use_i8(const sl_mat *w, const kern_act *a) {
+static int mm_use_i8(const tn_mat *w, const kern_act *a) {
     return a->int8 && (w->dtype == DT_Q8 || w->dtype == DT_Q4) && w->cols == a->cols && w->group > 0 &&
            w->group % 32 == 0 && w->cols % w->group == 0;
 }
@@ -460,7 +460,7 @@ typedef struct {
 
 /* The int8 kernel for w: ops' own, or the scalar one for rows of more than 2048 groups (the SIMD tables hold
  * a row's scales on the stack: kernels_i8_x86.h, I8_MAXG groups). */
-static kern_matmul_i8_fn i8_kernel(const kern_ops *ops, const sl_mat *w) {
+static kern_matmul_i8_fn i8_kernel(const kern_ops *ops, const tn_mat *w) {
     return ops->matmul_i8[w->dtype] && w->cols / w->group <= 2048 ? ops->matmul_i8[w->dtype] : scalar_ops.matmul_i8[w->dtype];
 }
 
@@ -478,13 +478,13 @@ static void multi_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
-int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int n) {
+int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int n) {
     enum { MULTI_MAX = 64 };
     size_t row0[MULTI_MAX + 1];
     int simple = n <= MULTI_MAX;
     row0[0] = 0;
     for (int i = 0; simple && i < n; i++) {
-        const sl_mat *w = mm[i].w;
+        const tn_mat *w = mm[i].w;
         simple = w->data && w->dtype > DT_NONE && w->dtype < DT_COUNT && ops->matmul[w->dtype] && w->dtype != DT_Q3 &&
                  mm[i].a->n_tok == mm[0].a->n_tok && w->rows >= 0;
         row0[i + 1] = row0[i] + (size_t)(w->rows > 0 ? w->rows : 0);
@@ -506,7 +506,7 @@ int kern_matmul_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *mm, int
     work = work / (size_t)n * (size_t)mm[0].a->n_tok; /* per row, on average */
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
     multi_job j = {ops, mm, n, row0};
-    sl_pool_for_any(pool, row0[n], grain, multi_part, &j);
+    pool_for_any(pool, row0[n], grain, multi_part, &j);
     return 0;
 }
 
@@ -539,7 +539,7 @@ static void swiglu_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
-int kern_swiglu_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid) {
+int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid) {
     if (n < 1 || !mid || mid->cols < 1) return SL_EUNSUPPORTED;
     const int inter = mid->cols, T = g[0].a->n_tok;
     /* n experts of one token, their rows i of [n][inter]; or one expert of T tokens, rows t of [T][inter] */
@@ -555,13 +555,13 @@ int kern_swiglu_multi(const kern_ops *ops, sl_pool *pool, const kern_mm *g, cons
     act_prepare_on(g[0].a, pool);
     const int blocks = (inter + SWIGLU_ROWS - 1) / SWIGLU_ROWS;
     swiglu_job j = {ops, g, u, mid, inter, blocks};
-    sl_pool_for_any(pool, (size_t)n * (size_t)blocks, 1, swiglu_part, &j);
+    pool_for_any(pool, (size_t)n * (size_t)blocks, 1, swiglu_part, &j);
     mid->ready = mid->int8;
     return 0;
 }
 
-int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_act *a, float *y, size_t ldy) {
-    sl_dtype dt = w->dtype;
+int kern_matmul_act(const kern_ops *ops, pool_t *pool, const tn_mat *w, kern_act *a, float *y, size_t ldy) {
+    dt_type dt = w->dtype;
     if (!a->int8 || (dt != DT_Q8 && dt != DT_Q4) || !w->data || w->cols != a->cols || w->group <= 0 ||
         w->group % 32 || w->cols % w->group)
         return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
@@ -570,6 +570,6 @@ int kern_matmul_act(const kern_ops *ops, sl_pool *pool, const sl_mat *w, kern_ac
     mmi8_job j = {i8_kernel(ops, w), w, a, y, ldy};
     size_t work = (size_t)w->cols * (size_t)a->n_tok;
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
-    sl_pool_for_any(pool, (size_t)w->rows, grain, mmi8_part, &j);
+    pool_for_any(pool, (size_t)w->rows, grain, mmi8_part, &j);
     return 0;
 }

@@ -38,13 +38,13 @@
 /* The pieces are always inlined: each table's loops are then whole, as if written out in its file. */
 #define TILE_PIECE static inline __attribute__((always_inline))
 TILE_PIECE tile_acc tile_zero(void);
-TILE_PIECE const float *tile_load(sl_dtype dt, const sl_mat *m, int r, int c0, int nc, float *buf);
+TILE_PIECE const float *tile_load(dt_type dt, const tn_mat *m, int r, int c0, int nc, float *buf);
 TILE_PIECE void tile_dot4(const float *const *wr, const float *x, int n, tile_acc *acc);
 TILE_PIECE float tile_sum(tile_acc v);
-TILE_PIECE int tile_one_token(sl_dtype dt, const sl_mat *w, const float *x, float *y, int r0, int r1);
+TILE_PIECE int tile_one_token(dt_type dt, const tn_mat *w, const float *x, float *y, int r0, int r1);
 #undef TILE_PIECE
 
-static inline __attribute__((always_inline)) void tile_mm(sl_dtype dt, const sl_mat *w, const float *x, size_t ldx,
+static inline __attribute__((always_inline)) void tile_mm(dt_type dt, const tn_mat *w, const float *x, size_t ldx,
                                                             float *y, size_t ldy, int n_tok, int r0, int r1) {
     if (n_tok == 1 && tile_one_token(dt, w, x, y, r0, r1)) return;
     const int cols = w->cols;
@@ -70,7 +70,7 @@ static inline __attribute__((always_inline)) void tile_mm(sl_dtype dt, const sl_
 
 /* One kern_matmul_fn per weight type: the driver above with its dtype a constant. */
 #define TILE_MM_FN(DT)                                                                                             \
-    static void tile_mm_##DT(const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, \
+    static void tile_mm_##DT(const tn_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok, int r0, \
                              int r1) {                                                                             \
         tile_mm(DT, w, x, ldx, y, ldy, n_tok, r0, r1);                                                             \
     }

@@ -61,17 +61,17 @@ typedef struct {
  * piece left as a call could even be dropped: GCC finds a lone prefetch free of side effects). */
 #define I8_PIECE static inline __attribute__((always_inline))
 I8_PIECE i8v i8_zero(void);
-I8_PIECE i8w i8_loadw(sl_dtype dt, const uint8_t *q, const float *sf, int c0, int p, int gsh);
-I8_PIECE i8x i8_loadx(sl_dtype dt, const int8_t *xq, const float *d, int c0, int p);
-I8_PIECE i8v i8_fma(sl_dtype dt, i8w w, i8x x, i8v acc);
+I8_PIECE i8w i8_loadw(dt_type dt, const uint8_t *q, const float *sf, int c0, int p, int gsh);
+I8_PIECE i8x i8_loadx(dt_type dt, const int8_t *xq, const float *d, int c0, int p);
+I8_PIECE i8v i8_fma(dt_type dt, i8w w, i8x x, i8v acc);
 I8_PIECE void i8_store(const i8v *acc, float *a16);
-I8_PIECE void i8_row_f32(const sl_mat *m, const void *p, int r, int ng, float *out);
+I8_PIECE void i8_row_f32(const tn_mat *m, const void *p, int r, int ng, float *out);
 I8_PIECE void i8_prefetch(const void *p);
-I8_PIECE void i8_fin4(sl_dtype dt, const i8_blk *B, const sl_mat *w, const kern_act *a, int r, int t0, int nt,
+I8_PIECE void i8_fin4(dt_type dt, const i8_blk *B, const tn_mat *w, const kern_act *a, int r, int t0, int nt,
                       i8v (*acc)[I8_RB][I8_PARTS], float *y, size_t ldy);
 #undef I8_PIECE
 
-static inline __attribute__((always_inline)) void i8_blk_init(i8_blk *B, sl_dtype dt, const sl_mat *w, int r, int nr) {
+static inline __attribute__((always_inline)) void i8_blk_init(i8_blk *B, dt_type dt, const tn_mat *w, int r, int nr) {
     B->cols = w->cols;
     B->g = w->group;
     B->ng = B->cols / B->g;
@@ -87,9 +87,9 @@ static inline __attribute__((always_inline)) void i8_blk_init(i8_blk *B, sl_dtyp
     }
 }
 
-/* Row i's biases as f32: computed from its scales when the matrix's are implied (sl_mat.bias_implied: the same
+/* Row i's biases as f32: computed from its scales when the matrix's are implied (tn_mat.bias_implied: the same
  * values bit for bit, never read), else read. */
-static inline void i8_bias_f32(sl_dtype dt, const i8_blk *B, const sl_mat *w, int r, int i, float *bi) {
+static inline void i8_bias_f32(dt_type dt, const i8_blk *B, const tn_mat *w, int r, int i, float *bi) {
     if (w->bias_implied) {
         const float zb = dt == DT_Q8 ? -128.0f : -8.0f;
         for (int j = 0; j < B->ng; j++) bi[j] = zb * B->sf[i][j];
@@ -104,7 +104,7 @@ static inline float i8_lanes8(const float *a) {
 /* Output (row i of B, token tt) from its 16 lanes acc16: the short last step from column c0 lane by lane, the
  * bias lanes (lane j % 8, in group order) over the row's biases bi, and the final sums, in plain C (the canonical
  * order: the same bits as any table's vectors). */
-static inline float i8_out(sl_dtype dt, const i8_blk *B, const kern_act *a, const float *bi, int i, size_t tt, int c0,
+static inline float i8_out(dt_type dt, const i8_blk *B, const kern_act *a, const float *bi, int i, size_t tt, int c0,
                            float *acc16) {
     const int cols = B->cols;
     plain_i8_tail(dt, B->qr[i], B->sf[i], B->g, a->q + tt * (size_t)cols, a->d + tt * (size_t)B->nb, c0, cols, acc16);
@@ -116,7 +116,7 @@ static inline float i8_out(sl_dtype dt, const i8_blk *B, const kern_act *a, cons
 }
 
 /* The outputs of rows [r, r+nr) x tokens [t0, t0+nt) from their lanes, steps done up to column c0, one by one. */
-static inline void i8_fin_rows(sl_dtype dt, const i8_blk *B, const sl_mat *w, const kern_act *a, int r, int nr,
+static inline void i8_fin_rows(dt_type dt, const i8_blk *B, const tn_mat *w, const kern_act *a, int r, int nr,
                                int t0, int nt, int c0, i8v (*acc)[I8_RB][I8_PARTS], float *y, size_t ldy) {
     for (int i = 0; i < nr; i++) {
         float bi[I8_MAXG], a16[16];
@@ -130,13 +130,13 @@ static inline void i8_fin_rows(sl_dtype dt, const i8_blk *B, const sl_mat *w, co
 }
 
 /* Token tt's codes in the order dt's kernels read them (kernels.h kern_act: q4 order for q4). */
-static inline const int8_t *i8_xrow(sl_dtype dt, const kern_act *a, size_t tt) {
+static inline const int8_t *i8_xrow(dt_type dt, const kern_act *a, size_t tt) {
     return (dt == DT_Q8 ? a->q : a->q4) + tt * (size_t)a->cols;
 }
 
 /* One token's steps up to the last whole one for rows [0, nr) of B, row after row, each row's lanes in registers
  * (gsh a constant in each caller); acc[i] receives them. Returns the first column not done. */
-static inline __attribute__((always_inline)) int i8_rows_1tok(sl_dtype dt, const i8_blk *B, const kern_act *a,
+static inline __attribute__((always_inline)) int i8_rows_1tok(dt_type dt, const i8_blk *B, const kern_act *a,
                                                                 size_t tt, int nr, size_t pf, i8v (*acc)[I8_PARTS],
                                                                 const int gsh) {
     const int step = dt == DT_Q8 ? 64 : 128, last = B->cols / step * step;
@@ -162,7 +162,7 @@ static inline __attribute__((always_inline)) int i8_rows_1tok(sl_dtype dt, const
 }
 
 /* Part p of the step at c0 for rows 0 .. I8_RB-1 of B and nt tokens from t0. */
-static inline __attribute__((always_inline)) void i8_step_part(sl_dtype dt, const i8_blk *B, const kern_act *a,
+static inline __attribute__((always_inline)) void i8_step_part(dt_type dt, const i8_blk *B, const kern_act *a,
                                                                  int t0, int nt, int c0, int p,
                                                                  i8v (*acc)[I8_RB][I8_PARTS]) {
     if (I8_ROWS_OUTER) { /* the tokens' activations once, then one row's codes at a time against all of them */
@@ -189,7 +189,7 @@ static inline __attribute__((always_inline)) void i8_step_part(sl_dtype dt, cons
 }
 
 /* Rows [r, r+nr) (nr <= I8_RB) x tokens [t0, t0+nt) (nt <= I8_KTOK). */
-static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl_mat *w, const kern_act *a, float *y,
+static inline __attribute__((always_inline)) void i8_block(dt_type dt, const tn_mat *w, const kern_act *a, float *y,
                                                              size_t ldy, int r, int nr, int t0, int nt) {
     i8_blk B;
     i8_blk_init(&B, dt, w, r, nr);
@@ -225,7 +225,7 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
  * wide_q4_kernel_on_a_small_stack runs on 64 KiB), i8_block inlined in it, with nt == 1 a constant in its decode
  * copy. */
 #define I8_MM_FN(DT)                                                                                          \
-    static __attribute__((noinline, unused)) void i8_rows_##DT(const sl_mat *w, const kern_act *a, float *y,   \
+    static __attribute__((noinline, unused)) void i8_rows_##DT(const tn_mat *w, const kern_act *a, float *y,   \
                                                                size_t ldy, int r0, int r1, int t0, int nt) {  \
         for (int r = r0; r < r1; r += I8_RB) {                                                                \
             const int nr = r1 - r < I8_RB ? r1 - r : I8_RB;                                                   \
@@ -233,7 +233,7 @@ static inline __attribute__((always_inline)) void i8_block(sl_dtype dt, const sl
             else i8_block(DT, w, a, y, ldy, r, nr, t0, nt);                                                   \
         }                                                                                                     \
     }                                                                                                         \
-    static __attribute__((unused)) void i8_mm_##DT(const sl_mat *w, const kern_act *a, float *y, size_t ldy,  \
+    static __attribute__((unused)) void i8_mm_##DT(const tn_mat *w, const kern_act *a, float *y, size_t ldy,  \
                                                    int r0, int r1) {                                          \
         for (int t0 = 0; t0 < a->n_tok; t0 += I8_KTOK)                                                        \
             i8_rows_##DT(w, a, y, ldy, r0, r1, t0, a->n_tok - t0 < I8_KTOK ? a->n_tok - t0 : I8_KTOK);        \

@@ -20,7 +20,7 @@ mxfp4_row_fn mxfp4_row_for(const kern_ops *ops) {
 typedef struct {
     const kern_ops *ops;
     mxfp4_row_fn row;
-    const sl_mat *w;
+    const tn_mat *w;
     const float *x;
     float *y;
     size_t ldx, ldy;
@@ -46,13 +46,13 @@ static void mx_part(void *ctx, size_t begin, size_t end) {
     if (buf != stack) free(buf);
 }
 
-int mxfp4_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
+int mxfp4_matmul(const kern_ops *ops, pool_t *pool, const tn_mat *w, const float *x, size_t ldx, float *y,
                  size_t ldy, int n_tok) {
     if (!w->data || !w->scales || w->cols <= 0 || w->cols % 32) return SL_EINVAL;
     if (n_tok <= 0 || w->rows <= 0) return 0;
     mx_job j = {ops, mxfp4_row_for(ops), w, x, y, ldx, ldy, n_tok};
     size_t work = (size_t)w->cols * (size_t)n_tok;
     size_t grain = work >= 65536 ? 4 : (65536 / (work ? work : 1) + 3) / 4 * 4;
-    sl_pool_for_any(pool, (size_t)w->rows, grain, mx_part, &j);
+    pool_for_any(pool, (size_t)w->rows, grain, mx_part, &j);
     return 0;
 }

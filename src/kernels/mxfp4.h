@@ -30,7 +30,7 @@ mxfp4_row_fn mxfp4_row_neon(void);
 mxfp4_row_fn mxfp4_row_for(const kern_ops *ops);
 
 /* kern_matmul for a DT_MXFP4 matrix (same contract and return values). */
-int mxfp4_matmul(const kern_ops *ops, sl_pool *pool, const sl_mat *w, const float *x, size_t ldx, float *y,
+int mxfp4_matmul(const kern_ops *ops, pool_t *pool, const tn_mat *w, const float *x, size_t ldx, float *y,
                  size_t ldy, int n_tok);
 
 #endif

@@ -23,8 +23,8 @@
 /* Items' rows of ws->h together (see fwd_internal.h fwd_attention_items): q/k/v, biases, q/k norms and o over
  * every row in one op each; the cache hint, RoPE and the attention op per item (its positions, its cache). */
 int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const int *pos0s, int n_items,
-                        const sl_config *cfg, const sl_layer_w *lw, int layer) {
-    sl_backend *be = ws->be;
+                        const fam_config *cfg, const fam_layer_w *lw, int layer) {
+    be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden, ldq = (size_t)ws->n_big;
     const int nh = cfg->n_heads, nkv = cfg->n_kv_heads, hd = cfg->head_dim, rot = cfg->rot_dim;
     const int gated = cfg->gated_attn, qstride = gated ? 2 * hd : hd, kvrow = nkv * hd;
@@ -81,6 +81,6 @@ int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const in
     return 0;
 }
 
-int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0) {
+int fwd_attention(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0) {
     return fwd_attention_items(ws, &sq, &n, &pos0, 1, cfg, lw, layer);
 }

@@ -19,8 +19,8 @@
 
 #include "model/fwd_internal.h"
 
-int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n) {
-    sl_backend *be = ws->be;
+int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n) {
+    be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
     const int r = nv / nk, cq = 2 * nk * dk + nv * dv, zd = nv * dv;

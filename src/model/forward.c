@@ -46,7 +46,7 @@ static uint64_t next_uid(void) {
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
-static int any_layer(const sl_config *cfg, int linear) {
+static int any_layer(const fam_config *cfg, int linear) {
     for (int l = 0; l < cfg->n_layers; l++)
         if (!!cfg->layer_linear[l] == linear) return 1;
     return 0;
@@ -56,7 +56,7 @@ static int any_layer(const sl_config *cfg, int linear) {
 
 /* Floats one thread needs: attention scores over the context, or the DeltaNet chunk matrices
  * (deltanet.c: 3*C*C + C*(3*dk + 3*dv) + 4*C + 4*dv with C = FWD_BATCH, rounded up generously). */
-static size_t slot_floats(const sl_config *cfg, int n_ctx) {
+static size_t slot_floats(const fam_config *cfg, int n_ctx) {
     size_t c = FWD_BATCH, dk = (size_t)cfg->lin_dk, dv = (size_t)cfg->lin_dv;
     size_t dn = 4 * c * c + c * (4 * dk + 4 * dv) + 8 * c + 8 * dv + 8 * dk;
     size_t at = (size_t)n_ctx, mla = fwd_mla_slot_floats(cfg, n_ctx);
@@ -69,7 +69,7 @@ static size_t kv_bytes(const fwd_seq *sq, int l) {
     return (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(&sq->shape) * sizeof(float);
 }
 
-fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx, sl_backend *be) {
+fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_seq *sq = calloc(1, sizeof *sq);
     if (!sq) return NULL;
@@ -111,7 +111,7 @@ fail:
 
 void fwd_seq_free(fwd_seq *sq) {
     if (!sq) return;
-    sl_backend *be = sq->be;
+    be_backend *be = sq->be;
     for (int l = 0; l < SL_MAX_LAYERS; l++) {
         be->free(be, sq->k_cache[l], kv_bytes(sq, l), BE_BUF_DEVICE);
         be->free(be, sq->v_cache[l], kv_bytes(sq, l), BE_BUF_DEVICE);
@@ -141,7 +141,7 @@ void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
 /* State bytes: per layer, the current DeltaNet conv and recurrent state, or the KV rows in use (MLA: the
  * compressed rows only). */
 size_t fwd_seq_state_bytes(const fwd_seq *sq) {
-    const sl_config *c = &sq->shape;
+    const fam_config *c = &sq->shape;
     size_t kvrow = (size_t)cfg_kv_row(c), n = 0, per = c->kv_lora > 0 ? 1 : 2;
     for (int l = 0; l < sq->n_layers; l++)
         n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : per * (size_t)fwd_kv_keep(sq, l, sq->n_past) * kvrow;
@@ -149,7 +149,7 @@ size_t fwd_seq_state_bytes(const fwd_seq *sq) {
 }
 
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past) {
-    const sl_config *c = &sq->shape;
+    const fam_config *c = &sq->shape;
     if (!c->layer_sliding[layer] || c->sliding_window < 1) return n_past;
     return n_past < c->sliding_window - 1 ? n_past : c->sliding_window - 1;
 }
@@ -173,7 +173,7 @@ static size_t kv_rows_io(const fwd_seq *sq, int l, int n_past, char *p, int to_s
 }
 
 void fwd_seq_save(const fwd_seq *sq, void *buf) {
-    const sl_config *c = &sq->shape;
+    const fam_config *c = &sq->shape;
     char *p = buf;
 #define PUT(src, nf)                                                   \
     do {                                                               \
@@ -192,7 +192,7 @@ void fwd_seq_save(const fwd_seq *sq, void *buf) {
 }
 
 sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
-    const sl_config *c = &sq->shape;
+    const fam_config *c = &sq->shape;
     if (n_past < 0 || n_past > sq->n_ctx) return SL_ERANGE;
     int old = sq->n_past;
     sq->n_past = n_past;
@@ -224,7 +224,7 @@ void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int 
     kern_act_init(a, ws->act[slot], x, ldx, n, cols, ws->int8 && n <= ws->mb && cols <= ws->act_cols);
 }
 
-void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot) {
+void fwd_matmul(fwd_ws *ws, const tn_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot) {
     for (int r0 = 0; r0 < n; r0 += ws->mb) {
         int nb = n - r0 < ws->mb ? n - r0 : ws->mb;
         kern_act a;
@@ -233,7 +233,7 @@ void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *
     }
 }
 
-void fwd_hint_mat(fwd_ws *ws, const sl_mat *w) {
+void fwd_hint_mat(fwd_ws *ws, const tn_mat *w) {
     if (!ws->be->hint || !w || !w->data || w->rows < 1 || w->cols < 1) return;
     const int bits = q_bits(w->dtype);
     const size_t code = bits ? (size_t)w->cols * (size_t)bits / 8 : (size_t)w->cols * dt_size(w->dtype);
@@ -252,7 +252,7 @@ void fwd_hint_mat(fwd_ws *ws, const sl_mat *w) {
 
 /* The LM head over rows normed rows ws->h [rows][H] into the caller's (host) logits [rows][V]: straight
  * there when the backend's memory is the host's, else through ws->lg. rows <= FWD_BATCH. */
-static void emit_logits(fwd_ws *ws, const sl_mat *head, int rows, float *logits) {
+static void emit_logits(fwd_ws *ws, const tn_mat *head, int rows, float *logits) {
     const size_t H = (size_t)ws->shape.hidden, V = (size_t)ws->shape.vocab;
     if (ws->be->is_host) {
         fwd_matmul(ws, head, ws->h, H, logits, V, rows, FWD_ACT_IN);
@@ -262,7 +262,7 @@ static void emit_logits(fwd_ws *ws, const sl_mat *head, int rows, float *logits)
     ws->be->copy(ws->be, logits, ws->lg, (size_t)rows * V * sizeof(float), BE_D2H);
 }
 
-fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx, sl_backend *be) {
+fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return NULL;
@@ -368,32 +368,32 @@ void fwd_ws_set_chunked(fwd_ws *ws, int chunked) { ws->chunked = chunked; }
 void fwd_ws_set_prefetch(fwd_ws *ws, int on) { ws->prefetch = on; }
 void fwd_ws_set_int8(fwd_ws *ws, int on) { ws->int8 = on; }
 
-static sl_status check_ops(const sl_backend *be, const sl_config *c, sl_error *err);
-sl_status fwd_check_ops(const fwd_ws *ws, const sl_config *cfg, sl_error *err) {
+static sl_status check_ops(const be_backend *be, const fam_config *c, sl_error *err);
+sl_status fwd_check_ops(const fwd_ws *ws, const fam_config *cfg, sl_error *err) {
     return check_ops(ws->be, cfg, err);
 }
 
 /* ---- weight validation ------------------------------------------------------------------------ */
 
-static sl_status check_mat(const sl_backend *be, const sl_mat *m, int rows, int cols, int layer, const char *name,
+static sl_status check_mat(const be_backend *be, const tn_mat *m, int rows, int cols, int layer, const char *name,
                            sl_error *err) {
-    if (!m->data) return sl_err(err, SL_EINVAL, "layer %d: weight %s missing", layer, name);
+    if (!m->data) return err_set(err, SL_EINVAL, "layer %d: weight %s missing", layer, name);
     if ((m->dtype != DT_F32 && m->dtype != DT_F16 && m->dtype != DT_BF16 && !q_is_quant(m->dtype)) ||
         (q_is_quant(m->dtype) && (!m->scales || m->group <= 0 || m->cols % m->group))) {
-        return sl_err(err, SL_EINVAL, "layer %d: weight %s has unsupported dtype %s", layer, name, dt_name(m->dtype));
+        return err_set(err, SL_EINVAL, "layer %d: weight %s has unsupported dtype %s", layer, name, dt_name(m->dtype));
     }
     if (m->rows != rows || m->cols != cols)
-        return sl_err(err, SL_EINVAL, "layer %d: weight %s is [%d, %d], expected [%d, %d]", layer, name, m->rows,
+        return err_set(err, SL_EINVAL, "layer %d: weight %s is [%d, %d], expected [%d, %d]", layer, name, m->rows,
                       m->cols, rows, cols);
     if (be_check_mat(be, m))
-        return sl_err(err, SL_EUNSUPPORTED, "layer %d: weight %s is %s, which the %s backend cannot multiply", layer,
+        return err_set(err, SL_EUNSUPPORTED, "layer %d: weight %s is %s, which the %s backend cannot multiply", layer,
                       name, dt_name(m->dtype), be->name);
     return 0;
 }
 
 static sl_status check_vec(const float *v, int layer, const char *name, sl_error *err) {
     if (v) return 0;
-    return sl_err(err, SL_EINVAL, "layer %d: weight %s missing", layer, name);
+    return err_set(err, SL_EINVAL, "layer %d: weight %s missing", layer, name);
 }
 
 #define CK(expr)                   \
@@ -402,8 +402,8 @@ static sl_status check_vec(const float *v, int layer, const char *name, sl_error
         if (rc_) return rc_;       \
     } while (0)
 
-static sl_status check_config(const sl_config *c, sl_error *err) {
-    if (!arch_get(c->arch)) return sl_err(err, SL_EINVAL, "unknown architecture %d", (int)c->arch);
+static sl_status check_config(const fam_config *c, sl_error *err) {
+    if (!arch_get(c->arch)) return err_set(err, SL_EINVAL, "unknown architecture %d", (int)c->arch);
     int ok = c->vocab > 0 && c->hidden > 0 && c->n_layers > 0 && c->n_layers <= SL_MAX_LAYERS;
     if (ok && any_layer(c, 0))
         ok = c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0 && c->head_dim > 0 &&
@@ -428,11 +428,11 @@ static sl_status check_config(const sl_config *c, sl_error *err) {
         else
             ok = c->dense_inter > 0;
     }
-    return ok ? SL_OK : sl_err(err, SL_EINVAL, "inconsistent model configuration");
+    return ok ? SL_OK : err_set(err, SL_EINVAL, "inconsistent model configuration");
 }
 
 /* Every backbone weight the family's table gives this config: present, and of the implied shape. */
-static sl_status check_weights(const sl_backend *be, const sl_config *c, const sl_weights *w, sl_error *err) {
+static sl_status check_weights(const be_backend *be, const fam_config *c, const fam_weights *w, sl_error *err) {
     const arch_desc *a = arch_get(c->arch);
     for (int k = 0; k < a->n_tensors; k++) {
         const arch_tdef *d = &a->tensors[k];
@@ -444,7 +444,7 @@ static sl_status check_weights(const sl_backend *be, const sl_config *c, const s
                 CK(check_vec(*(float *const *)(base + d->field), l, d->name, err));
             } else {
                 int rows = (int)arch_dim_value(c, d->rows), cols = (int)arch_dim_value(c, d->cols);
-                CK(check_mat(be, (const sl_mat *)(base + d->field), rows, cols, l, d->name, err));
+                CK(check_mat(be, (const tn_mat *)(base + d->field), rows, cols, l, d->name, err));
             }
         }
     }
@@ -454,7 +454,7 @@ static sl_status check_weights(const sl_backend *be, const sl_config *c, const s
 /* ---- fwd_eval --------------------------------------------------------------------------------- */
 
 /* Every field that sizes a state buffer must match the config the state was made for. */
-static int same_shape(const sl_config *a, const sl_config *b) {
+static int same_shape(const fam_config *a, const fam_config *b) {
     if (a->vocab != b->vocab || a->hidden != b->hidden || a->n_layers != b->n_layers || a->n_heads != b->n_heads ||
         a->n_kv_heads != b->n_kv_heads || a->head_dim != b->head_dim || a->gated_attn != b->gated_attn ||
         a->n_experts != b->n_experts || a->n_experts_used != b->n_experts_used || a->moe_inter != b->moe_inter ||
@@ -471,13 +471,13 @@ static int same_shape(const sl_config *a, const sl_config *b) {
 static void add_rows(fwd_ws *ws, float *x, const float *y, size_t n) { ws->be->add(ws->be, x, y, n); }
 
 /* The first matrix layer l's mixer multiplies (its q of softmax attention), for a hint; NULL for the others. */
-static const sl_mat *first_mat(const sl_config *cfg, const sl_layer_w *lw, int l) {
+static const tn_mat *first_mat(const fam_config *cfg, const fam_layer_w *lw, int l) {
     return !cfg->layer_linear[l] && cfg->kv_lora <= 0 ? &lw->q : NULL;
 }
 
 /* A one-token step of a model with softmax attention only, its layers recorded by the backend (backend.h
  * step_begin): 1 when the backend records or replays it. */
-static int step_begin(fwd_ws *ws, const fwd_seq *sq, const sl_config *cfg, int n, int graph) {
+static int step_begin(fwd_ws *ws, const fwd_seq *sq, const fam_config *cfg, int n, int graph) {
     if (!graph || n != 1 || ws->trace || !ws->be->step_begin || cfg->kv_lora > 0 || any_layer(cfg, 1)) return 0;
     return ws->be->step_begin(ws->be, ws->uid << 32 ^ sq->uid, sq->n_past);
 }
@@ -489,19 +489,19 @@ static int step_end(fwd_ws *ws, int ok) { return ws->be->step_end(ws->be, ok) ? 
 /* One micro-batch of n tokens at positions sq->n_past..; commits the recurrent state and n_past on
  * success. logits_out: NULL or [n][V] rows to fill (all_rows) / [V] for the last row. graph: the layers of a
  * one-token step may be recorded (step_begin); FWD_RERUN: they were not run, call again with graph 0. */
-static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w,
-                            const sl_expert_src *experts, const int32_t *tokens, int n, float *logits_out, int all_rows,
+static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_weights *w,
+                            const tn_expert_src *experts, const int32_t *tokens, int n, float *logits_out, int all_rows,
                             int graph, sl_error *err) {
-    sl_backend *be = ws->be;
+    be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int pos0 = sq->n_past;
-    const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
+    const tn_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
     be->embed(be, &w->embed, tokens, n, ws->x, H);
     if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, ws->x);
     const int graphed = step_begin(ws, sq, cfg, n, graph);
 
     for (int l = 0; l < cfg->n_layers; l++) {
-        const sl_layer_w *lw = &w->layers[l];
+        const fam_layer_w *lw = &w->layers[l];
         int rc;
         fwd_norm_rows(ws, ws->x, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
         if (cfg->layer_linear[l])
@@ -584,7 +584,7 @@ static void mix_set_free(fwd_ws *ws, mix_set *m) {
 }
 
 /* 0 (m->rows 0: FWD_BATCH micro-batches do), or SL_ENOMEM. rows: the longest item's. */
-static sl_status mix_set_new(fwd_ws *ws, const sl_config *cfg, int rows, mix_set *m) {
+static sl_status mix_set_new(fwd_ws *ws, const fam_config *cfg, int rows, mix_set *m) {
     memset(m, 0, sizeof *m);
     if (rows > ws->mix_rows) rows = ws->mix_rows;
     if (rows <= FWD_BATCH || cfg->kv_lora > 0 || !any_layer(cfg, 0)) return SL_OK;
@@ -619,7 +619,7 @@ static void mix_swap(fwd_ws *ws, mix_set *m) {
 
 /* Layer l's attention over every item's rows at once, where they fit one micro-batch (a batch of decode steps,
  * continuous batching): fwd_attention_items, each row bitwise its sequence's own pass. 1 done, 0 not this case. */
-static int joint_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int l, const fwd_item *it, int n_items,
+static int joint_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int l, const fwd_item *it, int n_items,
                        int n, float *X) {
     if (n_items < 2 || n > FWD_BATCH || cfg->layer_linear[l] || cfg->kv_lora > 0) return 0;
     fwd_seq *sqs[FWD_BATCH];
@@ -651,7 +651,7 @@ typedef struct multi_pass {
 #define UNDEV(p, bytes) be->free(be, (p), (bytes), BE_BUF_DEVICE)
 
 /* Every buffer of the pass; mp is zeroed first, so multi_free may follow any failure. 0 or SL_ENOMEM. */
-static sl_status multi_alloc(sl_backend *be, const sl_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
+static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
                              sl_error *err) {
     const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
     const size_t V = (size_t)cfg->vocab, L = (size_t)cfg->n_layers;
@@ -678,13 +678,13 @@ static sl_status multi_alloc(sl_backend *be, const sl_config *cfg, const fwd_ite
     if (!mp->X || !mp->HN || !mp->O || !wb->router || !wb->top_e || !wb->top_w || !wb->e_tok || !wb->e_slot ||
         !wb->sh_y || !wb->sg || !mp->saved || !mp->orig || !mp->row0 ||
         (mp->n_last && (!mp->last_rows || !mp->last_logits))) {
-        return sl_err(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp->n);
+        return err_set(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp->n);
     }
     return 0;
 }
 
 /* The one cleanup path of the pass: frees what multi_alloc made (NULL pointers are no-ops). */
-static void multi_free(sl_backend *be, const sl_config *cfg, multi_pass *mp) {
+static void multi_free(be_backend *be, const fam_config *cfg, multi_pass *mp) {
     const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, V = (size_t)cfg->vocab, n = (size_t)mp->n;
     UNDEV(mp->X, mp->nH);
     UNDEV(mp->HN, mp->nH);
@@ -705,9 +705,9 @@ static void multi_free(sl_backend *be, const sl_config *cfg, multi_pass *mp) {
 
 /* Each item's rows embedded and its DeltaNet slots recorded (the rollback's reference); the first MoE layer's
  * reads start now, under its mixer's compute. Cannot fail (a backend failure is sticky: the first sync). */
-static void multi_begin(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+static void multi_begin(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                         multi_pass *mp) {
-    sl_backend *be = ws->be;
+    be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int L = cfg->n_layers;
     const fwd_item *it = mp->it;
@@ -726,12 +726,12 @@ static void multi_begin(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, c
 }
 
 /* A copy of sliding layer l's KV ring (k and v) into sv[0..1], for multi_settle to put back on failure. */
-static sl_status save_ring(sl_backend *be, fwd_seq *sq, int l, float **sv, sl_error *err) {
+static sl_status save_ring(be_backend *be, fwd_seq *sq, int l, float **sv, sl_error *err) {
     const size_t ring = kv_bytes(sq, l);
     for (int k2 = 0; k2 < 2; k2++) {
         const float *src = k2 ? sq->v_cache[l] : sq->k_cache[l];
         if (!src) continue;
-        if (!(sv[k2] = DEV(ring))) return sl_err(err, SL_ENOMEM, "out of memory for a copy of the KV ring");
+        if (!(sv[k2] = DEV(ring))) return err_set(err, SL_ENOMEM, "out of memory for a copy of the KV ring");
         be->copy(be, sv[k2], src, ring, BE_D2D);
     }
     return 0;
@@ -740,9 +740,9 @@ static sl_status save_ring(sl_backend *be, fwd_seq *sq, int l, float **sv, sl_er
 /* Layer l's mixer over item i's rows, micro-batch by micro-batch. A DeltaNet layer's second and later
  * micro-batches read the newest state (slot o^1) and write into a buffer that is not the original (kept in
  * sv for multi_settle); the newest state ends in slot o^1. */
-static sl_status multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int l, multi_pass *mp, int i,
+static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int l, multi_pass *mp, int i,
                              sl_error *err) {
-    sl_backend *be = ws->be;
+    be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int L = cfg->n_layers, lin = cfg->layer_linear[l], n = mp->it[i].n;
     fwd_seq *sq = mp->it[i].sq;
@@ -764,7 +764,7 @@ static sl_status multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w 
                 sq->conv[l][o] = DEV(sq->conv_floats * sizeof(float));
                 sq->ssm[l][o] = DEV(sq->ssm_floats * sizeof(float));
                 if (!sq->conv[l][o] || !sq->ssm[l][o])
-                    return sl_err(err, SL_ENOMEM, "out of memory for DeltaNet state");
+                    return err_set(err, SL_ENOMEM, "out of memory for DeltaNet state");
             }
             sq->lin_cur[l] = (unsigned char)(o ^ 1);
         }
@@ -787,9 +787,9 @@ static sl_status multi_mixer(fwd_ws *ws, const sl_config *cfg, const sl_layer_w 
 
 /* Layer l's FFN over all rows of all items: the MoE block at once (fwd_moe_wide), a dense MLP by
  * micro-batches. */
-static sl_status multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts, int l,
+static sl_status multi_ffn(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts, int l,
                            multi_pass *mp, sl_error *err) {
-    const sl_layer_w *lw = &w->layers[l];
+    const fam_layer_w *lw = &w->layers[l];
     const size_t H = (size_t)cfg->hidden;
     const int L = cfg->n_layers, n = mp->n;
     float *X = mp->X;
@@ -816,7 +816,7 @@ static sl_status multi_ffn(fwd_ws *ws, const sl_config *cfg, const sl_weights *w
 
 /* Puts every original buffer back in its slot and commits (ok) or rolls back each sequence: the newest
  * DeltaNet state (on success) is in slot o^1; a sliding layer's saved ring is copied back on failure. */
-static void multi_settle(sl_backend *be, const sl_config *cfg, multi_pass *mp, int ok) {
+static void multi_settle(be_backend *be, const fam_config *cfg, multi_pass *mp, int ok) {
     const int L = cfg->n_layers;
     for (int i = 0; i < mp->n_items; i++) {
         fwd_seq *sq = mp->it[i].sq;
@@ -844,10 +844,10 @@ static void multi_settle(sl_backend *be, const sl_config *cfg, multi_pass *mp, i
 
 /* After a committed pass: every sequence's position advanced, the logits asked for written: all rows of an
  * all_logits item by micro-batches, the last rows of the others gathered into one LM-head pass. */
-static void multi_finish(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, multi_pass *mp) {
-    sl_backend *be = ws->be;
+static void multi_finish(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, multi_pass *mp) {
+    be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab;
-    const sl_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
+    const tn_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
     const fwd_item *it = mp->it;
     int j = 0;
     for (int i = 0; i < mp->n_items; i++) {
@@ -882,12 +882,12 @@ static void multi_finish(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, 
 #undef DEV
 #undef UNDEV
 
-static sl_status eval_multi(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+static sl_status eval_multi(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                             const fwd_item *it, int n_items, sl_error *err) {
     multi_pass mp;
     int rc = multi_alloc(ws->be, cfg, it, n_items, &mp, err), max_n = 0;
     for (int i = 0; i < n_items; i++) max_n = it[i].n > max_n ? it[i].n : max_n;
-    if (!rc && mix_set_new(ws, cfg, max_n, &mp.ms)) rc = sl_err(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp.n);
+    if (!rc && mix_set_new(ws, cfg, max_n, &mp.ms)) rc = err_set(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp.n);
     if (rc) goto done;
     multi_begin(ws, cfg, w, experts, &mp);
     for (int l = 0; l < cfg->n_layers && !rc; l++) {
@@ -908,23 +908,23 @@ done:
 }
 
 /* The checks of one sequence's part of an evaluation; nothing is touched before they pass. */
-static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const sl_config *cfg, const int32_t *tokens, int n,
+static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const fam_config *cfg, const int32_t *tokens, int n,
                            sl_error *err) {
-    if (!sq || !tokens) return sl_err(err, SL_EINVAL, "NULL sequence or tokens");
-    if (n < 1) return sl_err(err, SL_EINVAL, "n_tokens %d < 1", n);
+    if (!sq || !tokens) return err_set(err, SL_EINVAL, "NULL sequence or tokens");
+    if (n < 1) return err_set(err, SL_EINVAL, "n_tokens %d < 1", n);
     if (!same_shape(cfg, &ws->shape) || !same_shape(cfg, &sq->shape) || sq->n_ctx > ws->n_ctx)
-        return sl_err(err, SL_EINVAL, "configuration differs from the one the state was made for");
+        return err_set(err, SL_EINVAL, "configuration differs from the one the state was made for");
     if (n > sq->n_ctx - sq->n_past)
-        return sl_err(err, SL_ERANGE, "context full: %d tokens past + %d new > n_ctx %d", sq->n_past, n, sq->n_ctx);
+        return err_set(err, SL_ERANGE, "context full: %d tokens past + %d new > n_ctx %d", sq->n_past, n, sq->n_ctx);
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= cfg->vocab)
-            return sl_err(err, SL_ERANGE, "token %d at index %d out of range [0, %d)", tokens[i], i, cfg->vocab);
+            return err_set(err, SL_ERANGE, "token %d at index %d out of range [0, %d)", tokens[i], i, cfg->vocab);
     }
     return 0;
 }
 
 /* Every op of the backend's table this config's layers call (backend.h: a backend may leave some NULL). */
-static sl_status check_ops(const sl_backend *be, const sl_config *c, sl_error *err) {
+static sl_status check_ops(const be_backend *be, const fam_config *c, sl_error *err) {
     const char *missing = NULL;
     if (any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
     else if (any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
@@ -932,25 +932,25 @@ static sl_status check_ops(const sl_backend *be, const sl_config *c, sl_error *e
         missing = !be->dn_conv ? "dn_conv" : !be->dn_gates ? "dn_gates" : !be->dn_step ? "dn_step" : !be->dn_chunk ? "dn_chunk" : "dn_norm";
     if (!missing) return 0;
     const arch_desc *a = arch_get(c->arch);
-    return sl_err(err, SL_EUNSUPPORTED, "the %s backend has no %s op yet, which %s models need", be->name, missing,
+    return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s op yet, which %s models need", be->name, missing,
                   a ? a->name : "these");
 }
 
 /* The checks of the model side: configuration, weights, expert source, per-thread scratch. */
-static sl_status check_model(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+static sl_status check_model(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                              sl_error *err) {
     CK(check_config(cfg, err));
     CK(check_ops(ws->be, cfg, err));
     CK(check_weights(ws->be, cfg, w, err));
     if (cfg_n_moe_layers(cfg) > 0 && (!experts || !experts->get))
-        return sl_err(err, SL_EINVAL, "no expert source for a model with MoE layers");
-    if (ws->be->reserve(ws->be, ws->slot_floats)) return sl_err(err, SL_ENOMEM, "out of memory for per-thread scratch");
+        return err_set(err, SL_EINVAL, "no expert source for a model with MoE layers");
+    if (ws->be->reserve(ws->be, ws->slot_floats)) return err_set(err, SL_ENOMEM, "out of memory for per-thread scratch");
     return 0;
 }
 
-sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                    const int32_t *tokens, int n, float *logits, int all_logits, sl_error *err) {
-    if (!ws || !cfg || !w) return sl_err(err, SL_EINVAL, "fwd_eval: NULL argument");
+    if (!ws || !cfg || !w) return err_set(err, SL_EINVAL, "fwd_eval: NULL argument");
     CK(check_seq(ws, sq, cfg, tokens, n, err));
     CK(check_model(ws, cfg, w, experts, err));
     CK(be_sync(ws->be, err)); /* nothing left over from an earlier call */
@@ -975,16 +975,16 @@ sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weigh
     return 0;
 }
 
-sl_status fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+sl_status fwd_eval_batch(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                          const fwd_item *items, int n_items, sl_error *err) {
     if (!ws || !cfg || !w || !items || n_items < 1)
-        return sl_err(err, SL_EINVAL, "fwd_eval_batch: NULL argument or no items");
+        return err_set(err, SL_EINVAL, "fwd_eval_batch: NULL argument or no items");
     for (int i = 0; i < n_items; i++) {
         int rc = check_seq(ws, items[i].sq, cfg, items[i].tokens, items[i].n, err);
         for (int j = 0; !rc && j < i; j++)
-            if (items[j].sq == items[i].sq) rc = sl_err(err, SL_EINVAL, "the same sequence as item %d", j);
+            if (items[j].sq == items[i].sq) rc = err_set(err, SL_EINVAL, "the same sequence as item %d", j);
         if (rc) {
-            if (err) sl_err_prefix(err, "batch item %d", i);
+            if (err) err_prefix(err, "batch item %d", i);
             return rc;
         }
     }

@@ -42,16 +42,16 @@ void fwd_ws_set_chunked(fwd_ws *ws, int chunked);
 void fwd_ws_set_int8(fwd_ws *ws, int on);
 /* 0 when ws's backend has every op cfg's layers call, else SL_EUNSUPPORTED naming the op and the family
  * (a model opens with it refused rather than failing at its first evaluation). */
-sl_status fwd_check_ops(const fwd_ws *ws, const sl_config *cfg, sl_error *err);
+sl_status fwd_check_ops(const fwd_ws *ws, const fam_config *cfg, sl_error *err);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
 void fwd_ws_set_prefetch(fwd_ws *ws, int on);
 
 /* A sequence's state. */
 struct fwd_seq {
-    sl_backend *be; /* whose memory the buffers are (borrowed) */
+    be_backend *be; /* whose memory the buffers are (borrowed) */
     int n_ctx, n_past;
     int n_layers;
-    sl_config shape; /* the config the buffers were sized for; fwd_eval checks every sizing field */
+    fam_config shape; /* the config the buffers were sized for; fwd_eval checks every sizing field */
     /* full attention: [n_ctx][nkv][hd] each, NULL for DeltaNet layers; MLA (cfg->kv_lora > 0): k_cache is
      * [n_ctx][kv_lora + rot_dim] (normed compressed KV | RoPE key), v_cache NULL (mla.c) */
     float *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];
@@ -69,7 +69,7 @@ struct fwd_seq {
 
 /* The per-model workspace. */
 struct fwd_ws {
-    sl_backend *be;  /* borrowed; outlives the workspace */
+    be_backend *be;  /* borrowed; outlives the workspace */
     uint64_t uid;    /* unique in the process (as fwd_seq's) */
     int int8;        /* 1 (default): q8/q4 matrices multiply int8-quantized activations (kern_matmul_act);
                         0: the exact f32 kernels (sl_model_params.exact) */
@@ -80,7 +80,7 @@ struct fwd_ws {
     int mix_rows;    /* rows of a layer-major pass's attention micro-batch: FWD_BATCH on a host backend, more on a
                         device one (fewer launches, fuller GEMMs); SLUICE_MIX_ROWS sets it (tests) */
     int n_ctx;       /* longest context a sequence evaluated with it may have (attention score rows) */
-    sl_config shape;
+    fam_config shape;
     int chunked;
 
     fwd_trace_fn trace;
@@ -120,7 +120,7 @@ struct fwd_ws {
     int *pf_list;      /* [E] experts predicted for the next MoE layer (prefetch hint) */
     unsigned char *pf_mark; /* [E] */
     int prefetch;      /* 1 (default): hint the next MoE layer's experts to a streaming provider */
-    const sl_mat *ffn_next; /* a decode step: the first matrix after this FFN (the next layer's q, the LM head),
+    const tn_mat *ffn_next; /* a decode step: the first matrix after this FFN (the next layer's q, the LM head),
                                hinted before the FFN's serial tail (fwd_hint_mat) */
     int n_ffn;
     /* the backend buffers above, to give back (alloc's bytes) */
@@ -140,9 +140,9 @@ void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int 
 /* Hints the backend (backend.h hint) that the next parallel op starts with matrix w's first rows: their codes,
  * scales and biases as far as FWD_HINT_BYTES goes. NULL or absent w: nothing. A hint only: no result
  * depends on it. */
-void fwd_hint_mat(fwd_ws *ws, const sl_mat *w);
+void fwd_hint_mat(fwd_ws *ws, const tn_mat *w);
 /* y = W x for n rows of x (any n: ws->mb rows at a time), x quantized once for this one matrix. */
-void fwd_matmul(fwd_ws *ws, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot);
+void fwd_matmul(fwd_ws *ws, const tn_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot);
 /* KV rows a saved state keeps of attention layer l at n_past positions: all, or a sliding layer's last
  * sliding_window - 1 (what the next query reads besides its own). */
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past);
@@ -151,17 +151,17 @@ int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past);
  * The mixers cannot fail themselves (0): their ops' failures are the backend's sticky error, which the caller
  * reads after the block (be_sync). The MoE blocks return SL_OK or an error with err filled (an expert, the
  * expert source, routing). */
-int fwd_attention(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0);
+int fwd_attention(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0);
 /* fwd_attention of several sequences' rows at once: item i's ns[i] rows follow item i-1's in ws->h (and
  * ws->out), at positions pos0s[i].. of sqs[i]; sum of ns <= FWD_BATCH. The projections run over every row in
  * one op each, RoPE and the attention op per item: each row bitwise fwd_attention of its item alone. */
 int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const int *pos0s, int n_items,
-                        const sl_config *cfg, const sl_layer_w *lw, int layer);
+                        const fam_config *cfg, const fam_layer_w *lw, int layer);
 /* Multi-head latent attention (cfg->kv_lora > 0), the same contract as fwd_attention. */
-int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0);
+int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0);
 /* Floats of per-thread scratch fwd_mla needs with contexts of n_ctx (0 when cfg is not MLA). */
-size_t fwd_mla_slot_floats(const sl_config *cfg, int n_ctx);
-int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n);
+size_t fwd_mla_slot_floats(const fam_config *cfg, int n_ctx);
+int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */
 typedef struct fwd_wide {
     float *router;    /* [n][E] */
@@ -172,17 +172,17 @@ typedef struct fwd_wide {
     float *sg;        /* [n] */
 } fwd_wide;
 
-sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-                       int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
+sl_status fwd_moe_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
+                       int next_layer, const tn_expert_src *experts, int n, const float *x, const float *h, float *out,
                        const fwd_wide *wb, sl_error *err);
 
 /* Before a layer-major pass's first mixer: the first MoE layer's (layer) expert hint to a streaming provider
  * (x: the pass's embeddings [n][H]); only starts reads. Scratch as fwd_moe_wide's hint. */
-void fwd_moe_hint_first(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                        const sl_expert_src *experts, int n, const float *x, const fwd_wide *wb);
-int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-            int next_layer, const sl_expert_src *experts, int n, sl_error *err);
-int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int n);
+void fwd_moe_hint_first(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                        const tn_expert_src *experts, int n, const float *x, const fwd_wide *wb);
+int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
+            int next_layer, const tn_expert_src *experts, int n, sl_error *err);
+int fwd_dense_mlp(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int n);
 
 /* RMSNorm of n rows [n][dim] in place or into y; zero-centred adds 1 to w. */
 void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,

@@ -33,15 +33,15 @@
 
 #define MLA_NORM_EPS 1e-6f /* DeepseekV3RMSNorm(q_lora_rank) / (kv_lora_rank): the default eps */
 
-size_t fwd_mla_slot_floats(const sl_config *cfg, int n_ctx) {
+size_t fwd_mla_slot_floats(const fam_config *cfg, int n_ctx) {
     if (cfg->kv_lora <= 0) return 0;
     return (size_t)n_ctx + (size_t)cfg->kv_lora + 16; /* scores, or one dequantised kv_b row */
 }
 
 /* Rows row0 .. row0+n-1 of m as a matrix of their own (any dtype; quant.h's layout: codes, scales and biases
  * are row-major, so a row range is a range of each). Pointer arithmetic only: valid in any backend's memory. */
-static sl_mat rows_view(const sl_mat *m, int row0, int n) {
-    sl_mat v = *m;
+static tn_mat rows_view(const tn_mat *m, int row0, int n) {
+    tn_mat v = *m;
     const int bits = q_bits(m->dtype);
     v.rows = n;
     if (!bits) {
@@ -56,14 +56,14 @@ static sl_mat rows_view(const sl_mat *m, int row0, int n) {
 }
 
 /* y = W x with the exact (f32-activation) kernels, as MLA has always multiplied. */
-static void mm_exact(sl_backend *be, const sl_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n) {
+static void mm_exact(be_backend *be, const tn_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n) {
     kern_act a;
     kern_act_init(&a, NULL, x, ldx, n, w->cols, 0);
     be_matmul(be, w, &a, y, ldy);
 }
 
-int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw, int layer, int n, int pos0) {
-    sl_backend *be = ws->be;
+int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0) {
+    be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden, ldq = (size_t)ws->n_big;
     const int nh = cfg->n_heads, r = cfg->kv_lora, dr = cfg->rot_dim, dn = cfg->qk_nope, dv = cfg->v_head_dim;
     const int qh = dn + dr, row = r + dr, ql = cfg->q_lora;
@@ -90,7 +90,7 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_layer_w *lw,
     be->mla(be, &a);
     /* out_h = W_uv_h lat_h (rows h*(dn+dv)+dn .. +dv of kv_b) for every token, head by head */
     for (int h = 0; h < nh; h++) {
-        sl_mat wuv = rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
+        tn_mat wuv = rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
         mm_exact(be, &wuv, ws->mla_lat + (size_t)h * r, (size_t)nh * r, ws->mix + (size_t)h * dv, (size_t)ws->n_mix, n);
     }
     mm_exact(be, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);

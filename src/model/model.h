@@ -1,9 +1,9 @@
 /*
  * model.h — the forward pass (internal): sequences, workspaces, evaluation.
  *
- * The weights it reads (sl_weights, sl_layer_w) are laid out in family/weights.h, a room below: the family
+ * The weights it reads (fam_weights, fam_layer_w) are laid out in family/weights.h, a room below: the family
  * tables bind tensors to their fields. The engine (src/engine/backbone.c) fills them from a container. Routed
- * experts are reached through an sl_expert_src (util/tensor.h, with sl_mat and sl_expert) so the streaming
+ * experts are reached through an tn_expert_src (util/tensor.h, with tn_mat and tn_expert) so the streaming
  * engine can replace the all-resident table without touching the math.
  */
 #ifndef SL_MODEL_H
@@ -18,10 +18,10 @@
  * evaluations borrow (fwd_internal.h). */
 typedef struct fwd_seq fwd_seq;
 typedef struct fwd_ws fwd_ws;
-typedef struct sl_backend sl_backend;
+typedef struct be_backend be_backend;
 
 /* A sequence's state in be's memory (be borrowed: it outlives the state). NULL when out of memory. */
-fwd_seq *fwd_seq_new(const sl_config *cfg, int n_ctx, sl_backend *be);
+fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be);
 void fwd_seq_free(fwd_seq *sq);
 void fwd_seq_reset(fwd_seq *sq);
 int fwd_seq_n_past(const fwd_seq *sq);
@@ -38,14 +38,14 @@ sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len);
 
 /* A workspace for sequences of up to n_ctx positions, computing on be (borrowed: it outlives the
  * workspace; src/backend/backend.h). */
-fwd_ws *fwd_ws_new(const sl_config *cfg, int n_ctx, sl_backend *be);
+fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be);
 void fwd_ws_free(fwd_ws *ws);
 
 /* Evaluates n tokens at positions n_past..n_past+n-1 of sq, appending to its state, with ws's scratch.
  * logits: NULL, or [n][V] when all_logits, else [V] (last token).
  * SL_OK, or an error with err (may be NULL) naming what failed: a bad argument or token, a weight, an expert
  * (layer, expert, the source's message: file offset, errno), the backend ("<name> backend: ..."). */
-sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                    const int32_t *tokens, int n, float *logits, int all_logits, sl_error *err);
 
 /* One sequence's part of a batched evaluation. */
@@ -61,7 +61,7 @@ typedef struct fwd_item {
  * expert chosen by several sequences is fetched once. Each sequence's result is bitwise what fwd_eval
  * gives it alone. Any bad item is refused (err names it) before anything runs; a failure during the
  * pass leaves every sequence as it was. A sequence may appear once. */
-sl_status fwd_eval_batch(fwd_ws *ws, const sl_config *cfg, const sl_weights *w, const sl_expert_src *experts,
+sl_status fwd_eval_batch(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                          const fwd_item *items, int n_items, sl_error *err);
 
 #endif

@@ -22,7 +22,7 @@
 #include "util/err.h"
 
 /* The backend's FFN op over x's rows for expert parts ex, as cfg->expert_kind says; y [n][H]. */
-static be_ffn ffn_of(fwd_ws *ws, const sl_config *cfg, const sl_expert *ex, kern_act *x, int inter, float *y) {
+static be_ffn ffn_of(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, kern_act *x, int inter, float *y) {
     return (be_ffn){.kind = cfg->expert_kind == SL_EXPERT_GPTOSS ? BE_FFN_GPTOSS : BE_FFN_SWIGLU,
                     .limit = (float)cfg->swiglu_limit, .w = ex, .x = x, .inter = inter, .g = ws->ffn_g, .u = ws->ffn_u,
                     .mid_buf = ws->act[FWD_ACT_MID], .int8 = ws->int8 && x->n_tok <= FWD_BATCH && inter <= ws->act_cols,
@@ -30,9 +30,9 @@ static be_ffn ffn_of(fwd_ws *ws, const sl_config *cfg, const sl_expert *ex, kern
 }
 
 /* A SwiGLU FFN of the backbone (shared expert, dense MLP) over x into y [n][H]. */
-static void swiglu_ffn(fwd_ws *ws, const sl_config *cfg, const sl_mat *gate, const sl_mat *up, const sl_mat *down,
+static void swiglu_ffn(fwd_ws *ws, const fam_config *cfg, const tn_mat *gate, const tn_mat *up, const tn_mat *down,
                        kern_act *x, int inter, float *y) {
-    sl_expert ex = {.gate = *gate, .up = *up, .down = *down};
+    tn_expert ex = {.gate = *gate, .up = *up, .down = *down};
     be_ffn f = ffn_of(ws, cfg, &ex, x, inter, y);
     f.kind = BE_FFN_SWIGLU;
     ws->be->ffn(ws->be, &f);
@@ -40,7 +40,7 @@ static void swiglu_ffn(fwd_ws *ws, const sl_config *cfg, const sl_mat *gate, con
 
 /* The logits of n rows' router (with its Linear bias, gpt-oss) into out [n][E]: of hx when given (its
  * int8 form shared with the experts), else of h [n][H] (exact kernels: the prefetch hint). */
-static void router_logits(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, const float *h, int n, kern_act *hx,
+static void router_logits(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, const float *h, int n, kern_act *hx,
                           float *out) {
     const int H = cfg->hidden, E = cfg->n_experts;
     kern_act exact;
@@ -53,46 +53,46 @@ static void router_logits(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw
 }
 
 /* Routes n rows: logits [n][E] (clobbered) into top_e / top_w [n][k] on the host. */
-static sl_status route(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, float *logits, int n,
+static sl_status route(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, float *logits, int n,
                        int *top_e, float *top_w, sl_error *err) {
     const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = logits, .bias = lw->router_bias,
                         .top_e = top_e, .top_w = top_w};
     sl_status st = ws->be->route(ws->be, &r);
-    return st ? sl_err(err, st, "layer %d: routing: %s", layer, ws->be->errmsg(ws->be)) : SL_OK;
+    return st ? err_set(err, st, "layer %d: routing: %s", layer, ws->be->errmsg(ws->be)) : SL_OK;
 }
 
-static sl_status check_mat_part(const sl_backend *be, const sl_mat *m, int rows, int cols, const char *name, int layer,
+static sl_status check_mat_part(const be_backend *be, const tn_mat *m, int rows, int cols, const char *name, int layer,
                                 int e, sl_error *err) {
     if (!m->data || m->rows != rows || m->cols != cols || m->dtype <= DT_NONE || m->dtype >= DT_COUNT ||
         m->dtype == DT_F8E4M3 || (q_is_quant(m->dtype) && (!m->scales || m->group <= 0 || m->cols % m->group))) {
-        return sl_err(err, SL_EINVAL,
+        return err_set(err, SL_EINVAL,
                       "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16/q8/q4/q3/mxfp4", layer, e,
                       name, m->data ? dt_name(m->dtype) : "missing", m->rows, m->cols, rows, cols);
     }
     if (be_check_mat(be, m))
-        return sl_err(err, SL_EUNSUPPORTED, "layer %d expert %d: %s is %s, which the %s backend cannot multiply", layer,
+        return err_set(err, SL_EUNSUPPORTED, "layer %d expert %d: %s is %s, which the %s backend cannot multiply", layer,
                       e, name, dt_name(m->dtype), be->name);
     return 0;
 }
 
-static sl_status check_expert_kind(const sl_backend *be, const sl_config *cfg, const sl_expert *ex, int layer, int e,
+static sl_status check_expert_kind(const be_backend *be, const fam_config *cfg, const tn_expert *ex, int layer, int e,
                                    sl_error *err) {
     const int I = cfg->moe_inter, H = cfg->hidden;
     if (cfg->expert_kind != SL_EXPERT_GPTOSS) {
-        const sl_mat *m[3] = {&ex->gate, &ex->up, &ex->down};
+        const tn_mat *m[3] = {&ex->gate, &ex->up, &ex->down};
         const int rows[3] = {I, I, H}, cols[3] = {H, H, I};
         static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
         for (int i = 0; i < 3; i++) {
             if (!m[i]->data || m[i]->rows != rows[i] || m[i]->cols != cols[i] || m[i]->dtype <= DT_NONE ||
                 m[i]->dtype >= DT_COUNT || m[i]->dtype == DT_F8E4M3 ||
                 (q_is_quant(m[i]->dtype) && (!m[i]->scales || m[i]->group <= 0 || m[i]->cols % m[i]->group))) {
-                return sl_err(err, SL_EINVAL,
+                return err_set(err, SL_EINVAL,
                               "layer %d expert %d: %s is %s [%d, %d], expected [%d, %d] f32/f16/bf16/q8/q4/q3", layer,
                               e, names[i], m[i]->data ? dt_name(m[i]->dtype) : "missing", m[i]->rows, m[i]->cols,
                               rows[i], cols[i]);
             }
             if (be_check_mat(be, m[i]))
-                return sl_err(err, SL_EUNSUPPORTED,
+                return err_set(err, SL_EUNSUPPORTED,
                               "layer %d expert %d: %s is %s, which the %s backend cannot multiply", layer, e, names[i],
                               dt_name(m[i]->dtype), be->name);
         }
@@ -101,16 +101,16 @@ static sl_status check_expert_kind(const sl_backend *be, const sl_config *cfg, c
     int rc = check_mat_part(be, &ex->gate_up, 2 * I, H, "gate_up_proj", layer, e, err);
     if (!rc) rc = check_mat_part(be, &ex->down, H, I, "down_proj", layer, e, err);
     if (!rc && (!ex->gate_up_bias || !ex->down_bias))
-        rc = sl_err(err, SL_EINVAL, "layer %d expert %d: %s missing", layer, e,
+        rc = err_set(err, SL_EINVAL, "layer %d expert %d: %s missing", layer, e,
                     ex->gate_up_bias ? "down_proj_bias" : "gate_up_proj_bias");
     return rc;
 }
 
 /* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. hx: the
  * block's input ws->h, whose int8 form every expert reuses (gathered when the expert has a subset). */
-static sl_status apply_expert(fwd_ws *ws, const sl_config *cfg, int layer, int e, const sl_expert *ex, kern_act *hx,
+static sl_status apply_expert(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, kern_act *hx,
                               sl_error *err) {
-    sl_backend *be = ws->be;
+    be_backend *be = ws->be;
     const int H = cfg->hidden, k = cfg->n_experts_used;
     int rc = check_expert_kind(be, cfg, ex, layer, e, err);
     if (rc) return rc;
@@ -137,7 +137,7 @@ static sl_status apply_expert(fwd_ws *ws, const sl_config *cfg, int layer, int e
 }
 
 /* The shared expert's SwiGLU output (before its sigmoid gate) into sh_y. */
-static void shared_expert(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, kern_act *hx) {
+static void shared_expert(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, kern_act *hx) {
     if (!lw->sh_gate.data) return;
     swiglu_ffn(ws, cfg, &lw->sh_gate, &lw->sh_up, &lw->sh_down, hx, cfg->shared_inter, ws->sh_y);
 }
@@ -148,7 +148,7 @@ static void shared_expert(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw
  * the device tier's hits): gate and up of every one in one hand-off, then every down in another (the
  * ffn_multi op), instead of three hand-offs per expert. Per expert the same kernels on the same rows as
  * apply_expert, so bitwise the same outputs, each in its slot's cell of exp_out. */
-static sl_status fused_ffn(fwd_ws *ws, const sl_config *cfg, int layer, const int *es, const sl_expert *ex, int n,
+static sl_status fused_ffn(fwd_ws *ws, const fam_config *cfg, int layer, const int *es, const tn_expert *ex, int n,
                            kern_act *hx, sl_error *err) {
     const int H = cfg->hidden, I = cfg->moe_inter;
     be_ffn f[FUSED_MAX];
@@ -166,31 +166,31 @@ static sl_status fused_ffn(fwd_ws *ws, const sl_config *cfg, int layer, const in
 }
 
 /* Resident experts of a decode step: fetched (pointers into the expert section), then fused_ffn. */
-static sl_status run_fused(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
+static sl_status run_fused(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *experts, int n_list,
                            kern_act *hx, sl_error *err) {
-    sl_expert ex[FUSED_MAX];
+    tn_expert ex[FUSED_MAX];
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
         memset(&ex[i], 0, sizeof ex[i]);
         int rc = experts->get(experts->ctx, layer, e, &ex[i]);
         if (rc)
-            return sl_err(err, rc < 0 ? rc : SL_EIO, "layer %d expert %d: %s", layer, e,
+            return err_set(err, rc < 0 ? rc : SL_EIO, "layer %d expert %d: %s", layer, e,
                           experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
     }
     return fused_ffn(ws, cfg, layer, ws->e_list, ex, n_list, hx, err);
 }
 
-static sl_status run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const sl_expert_src *experts, int n_list,
+static sl_status run_resident(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *experts, int n_list,
                               kern_act *hx, sl_error *err) {
     if (hx->n_tok == 1 && n_list <= FUSED_MAX && n_list <= FWD_BATCH && cfg->expert_kind != SL_EXPERT_GPTOSS)
         return run_fused(ws, cfg, layer, experts, n_list, hx, err);
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
-        sl_expert ex;
+        tn_expert ex;
         memset(&ex, 0, sizeof ex);
         int rc = experts->get(experts->ctx, layer, e, &ex);
         if (rc)
-            return sl_err(err, rc < 0 ? rc : SL_EIO, "layer %d expert %d: %s", layer, e,
+            return err_set(err, rc < 0 ? rc : SL_EIO, "layer %d expert %d: %s", layer, e,
                           experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
         if ((rc = apply_expert(ws, cfg, layer, e, &ex, hx, err))) return rc;
     }
@@ -205,8 +205,8 @@ static sl_status run_resident(fwd_ws *ws, const sl_config *cfg, int layer, const
  * Only for small batches (decode): a prefill chunk's union would be most experts. Uses ffn_x, router
  * and top_e as scratch (all free here: the layer's routing is in e_list, e_tok, e_slot and top_w). */
 #define PREFETCH_MAX_TOKENS 4
-static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_lw, int next_layer,
-                      const sl_expert_src *experts, int n) {
+static void hint_next(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *next_lw, int next_layer,
+                      const tn_expert_src *experts, int n) {
     if (!ws->prefetch || !experts->prefetch || !next_lw || n > PREFETCH_MAX_TOKENS || !next_lw->router.data) return;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     fwd_norm_rows(ws, ws->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x, n, H);
@@ -228,8 +228,8 @@ static void hint_next(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_l
     experts->prefetch(experts->ctx, next_layer, ws->pf_list, np, 0);
 }
 
-static sl_status run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                              const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, int n,
+static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                              const fam_layer_w *next_lw, int next_layer, const tn_expert_src *experts, int n,
                               int n_list, kern_act *hx, sl_error *err) {
     int rc = experts->begin(experts->ctx, layer, ws->e_list, n_list, 0), from_src = rc != 0;
     if (!rc) hint_next(ws, cfg, next_lw, next_layer, experts, n);
@@ -243,7 +243,7 @@ static sl_status run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w
         if (r > FUSED_MAX) r = FUSED_MAX;
         if (r >= 2) {
             int es[FUSED_MAX], got = 0;
-            sl_expert ex[FUSED_MAX];
+            tn_expert ex[FUSED_MAX];
             for (; got < r; got++) {
                 memset(&ex[got], 0, sizeof ex[got]);
                 if ((rc = experts->next(experts->ctx, &es[got], &ex[got]))) break;
@@ -255,7 +255,7 @@ static sl_status run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w
             continue;
         }
         int e = -1;
-        sl_expert ex;
+        tn_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = experts->next(experts->ctx, &e, &ex);
         if ((from_src = rc != 0)) break;
@@ -264,14 +264,14 @@ static sl_status run_streamed(fwd_ws *ws, const sl_config *cfg, const sl_layer_w
         i++;
     }
     const sl_status st = rc < 0 ? rc : rc ? SL_EIO : SL_OK; /* a failed apply_expert has filled err already */
-    if (st && from_src) sl_err(err, st, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+    if (st && from_src) err_set(err, st, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
     experts->end(experts->ctx);
     return st;
 }
 
 /* Routes the n rows on the host and runs their experts (streamed or resident), outputs in exp_out. */
-static sl_status route_and_run(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                               const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, int n,
+static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                               const fam_layer_w *next_lw, int next_layer, const tn_expert_src *experts, int n,
                                kern_act *hx, sl_error *err) {
     const int E = cfg->n_experts, k = cfg->n_experts_used;
     int rc = route(ws, cfg, lw, layer, ws->router, n, ws->top_e, ws->top_w, err);
@@ -304,8 +304,8 @@ static sl_status route_and_run(fwd_ws *ws, const sl_config *cfg, const sl_layer_
 }
 
 /* A resident one-token step routed on the device (backend.h moe_resident): 1 done (*w_dev), 0 not taken. */
-static int moe_on_device(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                         const sl_expert_src *experts, int n, kern_act *hx, const float **w_dev, sl_error *err) {
+static int moe_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                         const tn_expert_src *experts, int n, kern_act *hx, const float **w_dev, sl_error *err) {
     const int k = cfg->n_experts_used, I = cfg->moe_inter;
     if (!ws->be->moe_resident || experts->begin || n != 1 || !ws->int8 || k > FUSED_MAX || k > FWD_BATCH ||
         I > ws->act_cols || cfg->expert_kind == SL_EXPERT_GPTOSS)
@@ -313,13 +313,13 @@ static int moe_on_device(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw,
     const be_route r = {.cfg = cfg, .layer = layer, .n = 1, .logits = ws->router, .bias = lw->router_bias};
     const be_ffn f = ffn_of(ws, cfg, NULL, hx, I, ws->exp_out);
     int rc = ws->be->moe_resident(ws->be, &r, experts, &f, w_dev);
-    if (rc < 0) sl_err(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
+    if (rc < 0) err_set(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
     return rc;
 }
 
-int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-            int next_layer, const sl_expert_src *experts, int n, sl_error *err) {
-    sl_backend *be = ws->be;
+int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
+            int next_layer, const tn_expert_src *experts, int n, sl_error *err) {
+    be_backend *be = ws->be;
     const int H = cfg->hidden, k = cfg->n_experts_used;
 
     kern_act hx; /* ws->h, quantized once for the router, the shared expert and every routed expert */
@@ -352,8 +352,8 @@ int fwd_moe(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, c
  * hint_next does for a decode step. It only starts reads: no result depends on it. Scratch: ffn_x, the
  * gather activation slot, wb->router and wb->top_e (free once this layer is routed and grouped), pf_list,
  * pf_mark. */
-static void hint_next_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *next_lw, int next_layer,
-                           const sl_expert_src *experts, int n, const float *x, int n_list, const fwd_wide *wb) {
+static void hint_next_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *next_lw, int next_layer,
+                           const tn_expert_src *experts, int n, const float *x, int n_list, const fwd_wide *wb) {
     if (!ws->prefetch || !experts->prefetch || !next_lw || !next_lw->router.data || !x) return;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     int np = 0;
@@ -386,8 +386,8 @@ static void hint_next_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *n
  * shape, docs/PERFORMANCE.md "At scale" §3). When n draws of k experts from E are expected to take at least
  * 90% of them (E (1 - (1 - k/E)^n); 512 tokens of the 30B shape: all 128), every expert; otherwise
  * nothing (see below). */
-void fwd_moe_hint_first(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                        const sl_expert_src *experts, int n, const float *x, const fwd_wide *wb) {
+void fwd_moe_hint_first(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                        const tn_expert_src *experts, int n, const float *x, const fwd_wide *wb) {
     if (!experts->begin || n < 1) return;
     const int E = cfg->n_experts, k = cfg->n_experts_used;
     double miss = 1.0;
@@ -400,7 +400,7 @@ void fwd_moe_hint_first(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
 }
 
 /* The shared expert of a layer-major block over h's n rows, into wb->sh_y (FWD_BATCH rows at a time). */
-static void shared_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int n, const float *h,
+static void shared_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int n, const float *h,
                         const fwd_wide *wb) {
     const int H = cfg->hidden;
     if (!lw->sh_gate.data) return;
@@ -414,25 +414,25 @@ static void shared_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, 
 
 /* The routed experts of a layer-major block on the backend's device (backend.h moe_wide): resident experts,
  * int8 activations, SwiGLU. 1 done (out written), 0 not taken, < 0 failed. */
-static int wide_on_device(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                          const sl_expert_src *experts, int n, const float *h, float *out, const fwd_wide *wb,
+static int wide_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                          const tn_expert_src *experts, int n, const float *h, float *out, const fwd_wide *wb,
                           sl_error *err) {
     if (!ws->be->moe_wide || experts->begin || !ws->int8 || cfg->moe_inter > ws->act_cols ||
         cfg->expert_kind == SL_EXPERT_GPTOSS)
         return 0;
     const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = wb->router, .bias = lw->router_bias};
     int rc = ws->be->moe_wide(ws->be, &r, experts, h, cfg->moe_inter, out);
-    if (rc < 0) sl_err(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
+    if (rc < 0) err_set(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
     return rc;
 }
 
 /* fwd_moe_wide's routed experts through the backend's ops: routed on the host's copy of the choice, grouped
  * here, every expert fetched once in ascending order (streamed or resident), its rows in FWD_BATCH pieces,
  * each output added into its token's row of out; the shared expert (wb->sh_y) while the first reads fly. */
-static sl_status routed_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer,
-                             const sl_layer_w *next_lw, int next_layer, const sl_expert_src *experts, int n,
+static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                             const fam_layer_w *next_lw, int next_layer, const tn_expert_src *experts, int n,
                              const float *x, const float *h, float *out, const fwd_wide *wb, sl_error *err) {
-    sl_backend *be = ws->be;
+    be_backend *be = ws->be;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     int rc = route(ws, cfg, lw, layer, wb->router, n, wb->top_e, wb->top_w, err);
     if (rc) return rc;
@@ -454,7 +454,7 @@ static sl_status routed_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w 
         }
     rc = experts->begin ? experts->begin(experts->ctx, layer, ws->e_list, n_list, 1) : 0;
     if (rc) {
-        sl_err(err, rc, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+        err_set(err, rc, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
         if (experts->end) experts->end(experts->ctx);
         return rc;
     }
@@ -463,16 +463,16 @@ static sl_status routed_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w 
     be->zero(be, out, (size_t)n * H * sizeof(float));
     for (int i = 0; i < n_list && !rc; i++) {
         int e = ws->e_list[i], got = e;
-        sl_expert ex;
+        tn_expert ex;
         memset(&ex, 0, sizeof ex);
         rc = experts->begin ? experts->next(experts->ctx, &got, &ex) : experts->get(experts->ctx, layer, e, &ex);
         if (rc) {
-            sl_err(err, rc < 0 ? rc : SL_EIO, "%s",
+            err_set(err, rc < 0 ? rc : SL_EIO, "%s",
                    experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
             break;
         }
         if (got != e)
-            rc = sl_err(err, SL_EINVAL, "layer %d: expert source delivered expert %d out of order (expected %d)", layer,
+            rc = err_set(err, SL_EINVAL, "layer %d: expert source delivered expert %d out of order (expected %d)", layer,
                         got, e);
         if (!rc) rc = check_expert_kind(be, cfg, &ex, layer, e, err);
         int start = e > 0 ? ws->e_count[e - 1] : 0, end = ws->e_count[e];
@@ -500,8 +500,8 @@ static sl_status routed_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w 
  * h: [n][H] normed input; out: [n][H]. next_lw / next_layer: the next MoE layer (NULL: none) and x [n][H]
  * the residual h was normed from, for the prefetch hint. Scratch: wb (sized for n), and ws's micro-batch
  * buffers (the router's rows ws->mb at a time). */
-sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int layer, const sl_layer_w *next_lw,
-                       int next_layer, const sl_expert_src *experts, int n, const float *x, const float *h, float *out,
+sl_status fwd_moe_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
+                       int next_layer, const tn_expert_src *experts, int n, const float *x, const float *h, float *out,
                        const fwd_wide *wb, sl_error *err) {
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     for (int r0 = 0; r0 < n; r0 += ws->mb) { /* ws->mb rows at a time through the int8 slot */
@@ -524,7 +524,7 @@ sl_status fwd_moe_wide(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, i
     return SL_OK;
 }
 
-int fwd_dense_mlp(fwd_ws *ws, const sl_config *cfg, const sl_layer_w *lw, int n) {
+int fwd_dense_mlp(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int n) {
     kern_act hx;
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)cfg->hidden, n, cfg->hidden);
     swiglu_ffn(ws, cfg, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, &hx, cfg->dense_inter, ws->out);

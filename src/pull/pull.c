@@ -97,7 +97,7 @@ static int is_hex(const char *s, size_t n) {
 /* mkdir -p of the directory part of path (everything before its last '/'). */
 sl_status pull_mkdir_parents(const char *path, sl_error *err) {
     char *p = strdup(path);
-    if (!p) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!p) return err_set(err, SL_ENOMEM, "out of memory");
     char *last = strrchr(p, '/');
     sl_status st = SL_OK;
     if (last && last != p) {
@@ -107,7 +107,7 @@ sl_status pull_mkdir_parents(const char *path, sl_error *err) {
                 char c = *q;
                 *q = 0;
                 if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                    st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create the directory: %s", p, strerror(errno));
+                    st = err_set(err, err_from_errno(errno), "%s: cannot create the directory: %s", p, strerror(errno));
                     break;
                 }
                 *q = c;
@@ -144,7 +144,7 @@ int pull_account(puller *pl, int64_t d_done, int64_t d_total) {
     if (d_done > 0) pl->res.bytes_fetched += (uint64_t)d_done;
     int cancel = pl->progress && !pl->stop && pl->progress(pl->user, pl->done, pl->total > pl->done ? pl->total : pl->done);
     if (cancel && !pl->stop) {
-        sl_err(&pl->err, SL_ECANCELED, "canceled");
+        err_set(&pl->err, SL_ECANCELED, "canceled");
         pl->stop = 1;
     }
     int s = pl->stop;
@@ -179,25 +179,25 @@ static sl_status parse_listing(puller *pl, const char *json, sl_error *err) {
     sl_status st = SL_OK;
     const cJSON *sha = cJSON_GetObjectItemCaseSensitive(j, "sha"), *sib = cJSON_GetObjectItemCaseSensitive(j, "siblings");
     if (!cJSON_IsString(sha) || !is_hex(sha->valuestring, 40) || !cJSON_IsArray(sib)) {
-        st = sl_err(err, SL_EFORMAT, "%s: the hub's answer has no commit \"sha\" of 40 hex digits or no \"siblings\"",
+        st = err_set(err, SL_EFORMAT, "%s: the hub's answer has no commit \"sha\" of 40 hex digits or no \"siblings\"",
                     pl->p->repo);
         goto done;
     }
     snprintf(pl->commit, sizeof pl->commit, "%s", sha->valuestring);
     int n = cJSON_GetArraySize(sib);
     pl->files = calloc((size_t)(n > 0 ? n : 1), sizeof *pl->files);
-    if (!pl->files) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!pl->files) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     const cJSON *s;
     cJSON_ArrayForEach(s, sib) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "rfilename");
         if (!cJSON_IsString(name)) continue;
         if (!pull_path_safe(name->valuestring)) {
-            st = sl_err(err, SL_EFORMAT, "%s: the hub lists a file name that is not a safe relative path: '%.200s'",
+            st = err_set(err, SL_EFORMAT, "%s: the hub lists a file name that is not a safe relative path: '%.200s'",
                         pl->p->repo, name->valuestring);
             goto done;
         }
         pfile *f = &pl->files[pl->n_files];
-        if (!(f->name = strdup(name->valuestring))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+        if (!(f->name = strdup(name->valuestring))) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
         pl->n_files++;
         const cJSON *size = cJSON_GetObjectItemCaseSensitive(s, "size"), *blob = cJSON_GetObjectItemCaseSensitive(s, "blobId");
         const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(s, "lfs");
@@ -225,7 +225,7 @@ static sl_status fetch_listing(puller *pl, CURL *c, sl_error *err) {
     char *erev = pull_url_escape(c, rev, 0), *url = erev ? pull_asprintf("%s/api/models/%s/revision/%s?blobs=true", pl->endpoint,
                                                                  pl->p->repo, erev) : NULL;
     free(erev);
-    if (!url) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!url) return err_set(err, SL_ENOMEM, "out of memory");
     hasher none = {0};
     xfer x = {.pl = pl, .fd = -1, .h = &none};
     sl_status st = SL_OK;
@@ -244,7 +244,7 @@ static sl_status fetch_listing(puller *pl, CURL *c, sl_error *err) {
         }
         if (pull_stopped(pl)) { st = pl->err.status ? pl->err.status : SL_ECANCELED; *err = pl->err; break; }
         if (++failures > pl->retries) {
-            st = rc != CURLE_OK ? sl_err(err, SL_EIO, "%s: cannot list the repository at %s: %s", pl->p->repo, pl->endpoint,
+            st = rc != CURLE_OK ? err_set(err, SL_EIO, "%s: cannot list the repository at %s: %s", pl->p->repo, pl->endpoint,
                                          curl_easy_strerror(rc))
                                 : pull_http_error(pl, &x, pl->p->repo, err);
             break;
@@ -264,7 +264,7 @@ static void *worker(void *arg) {
     CURL *c = curl_easy_init();
     if (!c) {
         sl_error e;
-        sl_err(&e, SL_ENOMEM, "cannot start a curl handle");
+        err_set(&e, SL_ENOMEM, "cannot start a curl handle");
         fail_pull(pl, &e);
         return NULL;
     }
@@ -332,7 +332,7 @@ static sl_status select_shards(puller *pl, const pfile *index, sl_error *err) {
     cJSON *j = cJSON_Parse(txt);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map"), *e;
     if (!cJSON_IsObject(wm)) {
-        st = sl_err(err, SL_EFORMAT, "%s: model.safetensors.index.json has no \"weight_map\"", pl->p->repo);
+        st = err_set(err, SL_EFORMAT, "%s: model.safetensors.index.json has no \"weight_map\"", pl->p->repo);
     } else {
         for (int i = 0; i < pl->n_files; i++) {
             pfile *f = &pl->files[i];
@@ -375,10 +375,10 @@ static char *find_token(const sl_pull_params *p) {
 /* Sets each file's final, temporary and link paths. */
 static sl_status lay_out(puller *pl, char **out_dir, sl_error *err) {
     if (pl->p->out_dir) {
-        if (!(*out_dir = strdup(pl->p->out_dir))) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!(*out_dir = strdup(pl->p->out_dir))) return err_set(err, SL_ENOMEM, "out of memory");
     } else {
         char *root = cache_root(pl->p);
-        if (!root) return sl_err(err, SL_EINVAL, "no cache directory: set HF_HOME (or HOME), or give an output directory");
+        if (!root) return err_set(err, SL_EINVAL, "no cache directory: set HF_HOME (or HOME), or give an output directory");
         char *folder = malloc(strlen(pl->p->repo) + 16); /* models--ORG--NAME: the one '/' becomes "--" */
         if (folder) {
             size_t k = (size_t)sprintf(folder, "models--");
@@ -392,7 +392,7 @@ static sl_status lay_out(puller *pl, char **out_dir, sl_error *err) {
         free(folder);
         free(root);
         *out_dir = pl->repo_dir ? pull_asprintf("%s/snapshots/%s", pl->repo_dir, pl->commit) : NULL;
-        if (!*out_dir) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!*out_dir) return err_set(err, SL_ENOMEM, "out of memory");
         pl->cache_layout = 1;
     }
     for (int i = 0; i < pl->n_files; i++) {
@@ -407,7 +407,7 @@ static sl_status lay_out(puller *pl, char **out_dir, sl_error *err) {
             f->final_path = fio_join(*out_dir, f->name);
         }
         f->tmp_path = f->final_path ? pull_asprintf("%s.incomplete", f->final_path) : NULL;
-        if (!f->final_path || !f->tmp_path || (pl->cache_layout && !f->link_path)) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!f->final_path || !f->tmp_path || (pl->cache_layout && !f->link_path)) return err_set(err, SL_ENOMEM, "out of memory");
     }
     return SL_OK;
 }
@@ -423,7 +423,7 @@ static sl_status link_snapshot(puller *pl, sl_error *err) {
         const char *blob = strrchr(f->final_path, '/') + 1;
         size_t cap = (size_t)depth * 3 + strlen(blob) + 8;
         char *target = malloc(cap), want[4096];
-        if (!target) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (!target) return err_set(err, SL_ENOMEM, "out of memory");
         target[0] = 0;
         for (int d = 0; d < depth; d++) strcat(target, "../");
         strcat(target, "blobs/");
@@ -436,7 +436,7 @@ static sl_status link_snapshot(puller *pl, sl_error *err) {
             if (!st) {
                 unlink(f->link_path);
                 if (symlink(target, f->link_path) != 0)
-                    st = sl_err(err, sl_status_from_errno(errno), "%s: cannot link %s: %s", f->name, f->link_path, strerror(errno));
+                    st = err_set(err, err_from_errno(errno), "%s: cannot link %s: %s", f->name, f->link_path, strerror(errno));
             }
         }
         free(target);
@@ -445,10 +445,10 @@ static sl_status link_snapshot(puller *pl, sl_error *err) {
     const char *rev = pl->p->revision ? pl->p->revision : "main";
     if (!strcmp(rev, pl->commit) || !pull_path_safe(rev)) return SL_OK;
     char *ref = pull_asprintf("%s/refs/%s", pl->repo_dir, rev), *tmp = ref ? pull_asprintf("%s.tmp.%d", ref, (int)getpid()) : NULL;
-    sl_status st = !ref || !tmp ? sl_err(err, SL_ENOMEM, "out of memory") : pull_mkdir_parents(ref, err);
+    sl_status st = !ref || !tmp ? err_set(err, SL_ENOMEM, "out of memory") : pull_mkdir_parents(ref, err);
     if (!st) {
         int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0) st = sl_err(err, sl_status_from_errno(errno), "%s: %s", tmp, strerror(errno));
+        if (fd < 0) st = err_set(err, err_from_errno(errno), "%s: %s", tmp, strerror(errno));
         else if (!(st = fio_pwrite_all(fd, pl->commit, strlen(pl->commit), 0, tmp, err)))
             st = fio_commit(fd, strlen(pl->commit), tmp, ref, err);
         else close(fd);
@@ -479,7 +479,7 @@ sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *u
                   sl_pull_result *res, sl_error *err) {
     *out_dir = NULL;
     if (!params || !repo_name_ok(params->repo))
-        return sl_err(err, SL_EINVAL, "'%s' is not a repository name (ORG/NAME: letters, digits, '-', '_', '.')",
+        return err_set(err, SL_EINVAL, "'%s' is not a repository name (ORG/NAME: letters, digits, '-', '_', '.')",
                       params && params->repo ? params->repo : "");
     puller pl;
     memset(&pl, 0, sizeof pl);
@@ -493,15 +493,15 @@ sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *u
     CURL *c = NULL;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         pthread_mutex_destroy(&pl.mu);
-        return sl_err(err, SL_EIO, "cannot initialise libcurl");
+        return err_set(err, SL_EIO, "cannot initialise libcurl");
     }
     const char *ep = params->endpoint ? params->endpoint : env("HF_ENDPOINT") ? env("HF_ENDPOINT") : "https://huggingface.co";
     pl.endpoint = strdup(ep);
     pl.token = find_token(params);
-    if (!pl.endpoint || !pl.token || !(c = curl_easy_init())) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!pl.endpoint || !pl.token || !(c = curl_easy_init())) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     for (size_t n = strlen(pl.endpoint); n > 0 && pl.endpoint[n - 1] == '/'; n--) pl.endpoint[n - 1] = 0;
     if (strncmp(pl.endpoint, "http://", 7) && strncmp(pl.endpoint, "https://", 8)) {
-        st = sl_err(err, SL_EINVAL, "endpoint '%s' is not an http:// or https:// URL (HF_ENDPOINT)", pl.endpoint);
+        st = err_set(err, SL_EINVAL, "endpoint '%s' is not an http:// or https:// URL (HF_ENDPOINT)", pl.endpoint);
         goto done;
     }
     if ((st = fetch_listing(&pl, c, err))) goto done;
@@ -514,12 +514,12 @@ sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *u
         pl.res.n_files += f->selected;
     }
     if (pl.res.n_files == 0) {
-        st = sl_err(err, SL_ENOENT, "%s: no file at %s matches %s", params->repo, pl.commit,
+        st = err_set(err, SL_ENOENT, "%s: no file at %s matches %s", params->repo, pl.commit,
                     params->n_include ? "the --include patterns" : "what sluice pack reads (config.json, *.safetensors)");
         goto done;
     }
     if ((st = lay_out(&pl, &dir, err))) goto done;
-    if (!(pl.queue = malloc((size_t)pl.n_files * sizeof *pl.queue))) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto done; }
+    if (!(pl.queue = malloc((size_t)pl.n_files * sizeof *pl.queue))) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
     if (index >= 0) { /* the index first: it says which *.safetensors are the model's */
         if ((st = run_workers(&pl, index, 1, err))) goto done;
         if ((st = select_shards(&pl, &pl.files[index], err))) goto done;

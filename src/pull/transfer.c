@@ -64,7 +64,7 @@ static void hash_final(hasher *h, char *out) {
 static sl_status hash_fd(hasher *h, int fd, uint64_t len, const char *what, sl_error *err) {
     enum { CHUNK = 1 << 20 };
     uint8_t *buf = malloc(CHUNK);
-    if (!buf) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!buf) return err_set(err, SL_ENOMEM, "out of memory");
     sl_status st = SL_OK;
     for (uint64_t off = 0; off < len && !st;) {
         size_t n = len - off < CHUNK ? (size_t)(len - off) : CHUNK;
@@ -234,23 +234,23 @@ sl_status pull_http_error(puller *pl, const xfer *x, const char *what, sl_error 
     const char *detail = x->err_msg[0] ? x->err_msg : "";
     if (x->status == 401 || x->status == 403) {
         if (!strcmp(x->err_code, "RepoNotFound"))
-            return sl_err(err, SL_ENOENT, "%s: repository not found at %s (HTTP %ld; if it is private, set HF_TOKEN "
+            return err_set(err, SL_ENOENT, "%s: repository not found at %s (HTTP %ld; if it is private, set HF_TOKEN "
                           "to a token that can read it)", repo, pl->endpoint, x->status);
         if (pl->token && *pl->token)
-            return sl_err(err, SL_EINVAL, "%s: access denied (HTTP %ld%s%s): the token in HF_TOKEN cannot read it; "
+            return err_set(err, SL_EINVAL, "%s: access denied (HTTP %ld%s%s): the token in HF_TOKEN cannot read it; "
                           "for a gated model accept its terms on the model page", what, x->status, *detail ? ": " : "",
                           detail);
-        return sl_err(err, SL_EINVAL, "%s: access denied (HTTP %ld): the repository is gated or private; set HF_TOKEN to "
+        return err_set(err, SL_EINVAL, "%s: access denied (HTTP %ld): the repository is gated or private; set HF_TOKEN to "
                       "a token that can read it (https://huggingface.co/settings/tokens)", what, x->status);
     }
     if (x->status == 404) {
         if (!strcmp(x->err_code, "RevisionNotFound"))
-            return sl_err(err, SL_ENOENT, "%s: revision '%s' not found", repo, rev);
+            return err_set(err, SL_ENOENT, "%s: revision '%s' not found", repo, rev);
         if (!strcmp(x->err_code, "EntryNotFound"))
-            return sl_err(err, SL_ENOENT, "%s: not found in %s at %s", what, repo, pl->commit);
-        return sl_err(err, SL_ENOENT, "%s: not found at %s (HTTP 404%s%s)", what, pl->endpoint, *detail ? ": " : "", detail);
+            return err_set(err, SL_ENOENT, "%s: not found in %s at %s", what, repo, pl->commit);
+        return err_set(err, SL_ENOENT, "%s: not found at %s (HTTP 404%s%s)", what, pl->endpoint, *detail ? ": " : "", detail);
     }
-    return sl_err(err, SL_EIO, "%s: HTTP %ld from the server%s%s", what, x->status, *detail ? ": " : "", detail);
+    return err_set(err, SL_EIO, "%s: HTTP %ld from the server%s%s", what, x->status, *detail ? ": " : "", detail);
 }
 
 /* 1 for answers worth retrying: the server's trouble, not the request's. */
@@ -300,9 +300,9 @@ static sl_status already_present(puller *pl, const pfile *f, int *present, sl_er
  * under its temporary name. */
 static sl_status commit_file(int fd, uint64_t size, const pfile *f, sl_error *err) {
     if (ftruncate(fd, (off_t)size) != 0 || fsync(fd) != 0)
-        return sl_err(err, sl_status_from_errno(errno), "%s: cannot finish %s: %s", f->name, f->tmp_path, strerror(errno));
+        return err_set(err, err_from_errno(errno), "%s: cannot finish %s: %s", f->name, f->tmp_path, strerror(errno));
     if (rename(f->tmp_path, f->final_path) != 0)
-        return sl_err(err, sl_status_from_errno(errno), "%s: cannot rename %s to %s: %s", f->name, f->tmp_path,
+        return err_set(err, err_from_errno(errno), "%s: cannot rename %s to %s: %s", f->name, f->tmp_path,
                       f->final_path, strerror(errno));
     return SL_OK;
 }
@@ -340,7 +340,7 @@ static sl_status dl_lock(dl *d, int *present, sl_error *err) {
     sl_status st;
     for (;;) {
         d->fd = open(f->tmp_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (d->fd < 0) return sl_err(err, sl_status_from_errno(errno), "%s: cannot create %s: %s", f->name, f->tmp_path, strerror(errno));
+        if (d->fd < 0) return err_set(err, err_from_errno(errno), "%s: cannot create %s: %s", f->name, f->tmp_path, strerror(errno));
         while (flock(d->fd, LOCK_EX) != 0 && errno == EINTR) {}
         struct stat a, b;
         if (fstat(d->fd, &a) == 0 && stat(f->tmp_path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) return SL_OK;
@@ -363,7 +363,7 @@ static sl_status dl_resume(dl *d, sl_error *err) {
     if (fstat(d->fd, &sb) != 0 || sb.st_size <= 0) return SL_OK;
     uint64_t have = (uint64_t)sb.st_size;
     if (f->have_size && have > f->size) {
-        if (ftruncate(d->fd, 0) != 0) return sl_err(err, sl_status_from_errno(errno), "%s: %s", f->tmp_path, strerror(errno));
+        if (ftruncate(d->fd, 0) != 0) return err_set(err, err_from_errno(errno), "%s: %s", f->tmp_path, strerror(errno));
         return SL_OK;
     }
     if ((st = hash_fd(&d->h, d->fd, have, f->tmp_path, err))) return st;
@@ -377,7 +377,7 @@ static sl_status dl_resume(dl *d, sl_error *err) {
 static sl_status dl_restart(dl *d, uint64_t needed, sl_error *err) {
     d->x.off = 0;
     hash_reset(&d->h, d->h.kind, d->f->size);
-    if (ftruncate(d->fd, 0) != 0) return sl_err(err, sl_status_from_errno(errno), "%s: %s", d->f->tmp_path, strerror(errno));
+    if (ftruncate(d->fd, 0) != 0) return err_set(err, err_from_errno(errno), "%s: %s", d->f->tmp_path, strerror(errno));
     pull_account(d->pl, 0, (int64_t)needed);
     return SL_OK;
 }
@@ -406,7 +406,7 @@ static sl_status dl_get(dl *d, CURLcode *rc, int *again, sl_error *err) {
     }
     if (x->write_errno) {
         int e = x->write_errno;
-        return sl_err(err, sl_status_from_errno(e), "%s: cannot write %s: %s", f->name, f->tmp_path, strerror(e));
+        return err_set(err, err_from_errno(e), "%s: cannot write %s: %s", f->name, f->tmp_path, strerror(e));
     }
     if (pull_stopped(d->pl)) return dl_stopped(d, err);
     if (*rc == CURLE_OK && x->http_error && x->status == 416) {
@@ -434,9 +434,9 @@ static sl_status dl_check(dl *d, int *done, sl_error *err) {
         return st;
     }
     if (!x->bad_range && ++d->corrupt >= PULL_MAX_CORRUPT) {
-        sl_status st = x->overflow ? sl_err(err, SL_ECHECKSUM, "%s: the server sent more than its %" PRIu64 " bytes, %d times",
+        sl_status st = x->overflow ? err_set(err, SL_ECHECKSUM, "%s: the server sent more than its %" PRIu64 " bytes, %d times",
                                             f->name, f->size, d->corrupt)
-                                   : sl_err(err, SL_ECHECKSUM, "%s: %s mismatch, %d downloads in a row (expected %s)", f->name,
+                                   : err_set(err, SL_ECHECKSUM, "%s: %s mismatch, %d downloads in a row (expected %s)", f->name,
                                             kind == 1 ? "sha256" : kind == 2 ? "git blob id" : "size", d->corrupt,
                                             kind == 1 ? f->sha256 : kind == 2 ? f->blob_id : "its listed size");
         unlink(f->tmp_path); /* known bad: nothing to resume from */
@@ -471,9 +471,9 @@ static sl_status dl_run(dl *d, sl_error *err) {
         /* a broken connection, a timeout, a 5xx: resume; only attempts that got nothing count */
         d->failures = x->got > 0 ? 0 : d->failures + 1;
         if (d->failures > d->pl->retries || attempt >= PULL_MAX_ATTEMPTS)
-            return rc != CURLE_OK ? sl_err(err, SL_EIO, "%s: %s (%d attempts)", f->name, curl_easy_strerror(rc), attempt + 1)
+            return rc != CURLE_OK ? err_set(err, SL_EIO, "%s: %s (%d attempts)", f->name, curl_easy_strerror(rc), attempt + 1)
                    : x->http_error ? pull_http_error(d->pl, x, f->name, err)
-                                   : sl_err(err, SL_EIO, "%s: the server's answer ended early (%d attempts)", f->name,
+                                   : err_set(err, SL_EIO, "%s: the server's answer ended early (%d attempts)", f->name,
                                             attempt + 1);
         TALLY(d->pl, n_retries);
         if (d->failures) pull_sleep_s(pull_backoff_s(d->failures));
@@ -494,7 +494,7 @@ sl_status pull_fetch_file(puller *pl, CURL *c, pfile *f, sl_error *err) {
     char *epath = pull_url_escape(c, f->name, 1);
     d.url = epath ? pull_asprintf("%s/%s/resolve/%s/%s", pl->endpoint, pl->p->repo, pl->commit, epath) : NULL;
     free(epath);
-    if (!d.url) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!d.url) return err_set(err, SL_ENOMEM, "out of memory");
     if ((st = pull_mkdir_parents(f->tmp_path, err)) || (st = dl_lock(&d, &present, err)) || present) goto done;
     hash_reset(&d.h, hash_kind(f), f->size);
     d.x = (xfer){.pl = pl, .fd = d.fd, .h = &d.h, .limit = f->have_size ? f->size : 0};

@@ -35,7 +35,7 @@ void mxfp4_row_scalar(const uint8_t *codes, const uint8_t *scales, int cols, flo
 
 /* ---- layout ---------------------------------------------------------------------------------- */
 
-int q_bits(sl_dtype dt) {
+int q_bits(dt_type dt) {
     switch (dt) {
     case DT_Q8: return 8;
     case DT_Q4: return 4;
@@ -45,7 +45,7 @@ int q_bits(sl_dtype dt) {
     }
 }
 
-uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtype sdt) {
+uint64_t q_mat_bytes(dt_type dt, int64_t rows, int64_t cols, int group, dt_type sdt) {
     int b = q_bits(dt);
     if (!b) return (uint64_t)rows * (uint64_t)cols * dt_size(dt);
     if (dt == DT_MXFP4) return (uint64_t)rows * (uint64_t)(cols / 2) + (uint64_t)rows * (uint64_t)(cols / 32);
@@ -54,22 +54,22 @@ uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtyp
     return codes + ng * dt_size(sdt) * (dt == DT_Q3 ? 1 : 2);
 }
 
-sl_status q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, sl_error *err) {
+sl_status q_check(dt_type dt, int64_t cols, int group, dt_type sdt, sl_error *err) {
     if (!q_is_quant(dt)) return SL_OK;
     if (dt == DT_MXFP4)
         return cols <= 0 || cols % 32
-                   ? sl_err(err, SL_EINVAL, "mxfp4 blocks of 32 do not divide the row of %lld columns", (long long)cols)
+                   ? err_set(err, SL_EINVAL, "mxfp4 blocks of 32 do not divide the row of %lld columns", (long long)cols)
                    : SL_OK;
     if (group != 32 && group != 64 && group != 128)
-        return sl_err(err, SL_EINVAL, "group size %d is not 32, 64 or 128", group);
+        return err_set(err, SL_EINVAL, "group size %d is not 32, 64 or 128", group);
     if (sdt != DT_F16 && sdt != DT_BF16 && sdt != DT_F32)
-        return sl_err(err, SL_EINVAL, "scale type %s is not f16, bf16 or f32", dt_name(sdt));
+        return err_set(err, SL_EINVAL, "scale type %s is not f16, bf16 or f32", dt_name(sdt));
     if (cols <= 0 || cols % group)
-        return sl_err(err, SL_EINVAL, "group size %d does not divide the row of %lld columns", group, (long long)cols);
+        return err_set(err, SL_EINVAL, "group size %d does not divide the row of %lld columns", group, (long long)cols);
     return SL_OK;
 }
 
-void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt,
+void q_mat_bind(tn_mat *m, const void *data, dt_type dt, int rows, int cols, int group, dt_type sdt,
                 uint32_t seed) {
     memset(m, 0, sizeof *m);
     m->data = data;
@@ -108,7 +108,7 @@ static void implied_init(void) {
             }
 }
 
-int q_biases_implied(const sl_mat *m) {
+int q_biases_implied(const tn_mat *m) {
     if ((m->dtype != DT_Q8 && m->dtype != DT_Q4) || !m->scales || !m->biases || m->group <= 0) return 0;
     const float z = m->dtype == DT_Q8 ? -128.0f : -8.0f;
     const size_t ng = (size_t)m->rows * (size_t)(m->cols / m->group);
@@ -203,7 +203,7 @@ static void q3_unrotate_group(float *t, int c0, int group, uint32_t seed) {
 
 /* ---- dequantisation -------------------------------------------------------------------------- */
 
-void q_row_to_f32(const sl_mat *m, int r, float *out) {
+void q_row_to_f32(const tn_mat *m, int r, float *out) {
     const int cols = m->cols, bits = q_bits(m->dtype);
     if (!bits) {
         dt_to_f32(m->dtype, (const uint8_t *)m->data + (size_t)r * (size_t)cols * dt_size(m->dtype), out, (size_t)cols);
@@ -230,13 +230,13 @@ void q_row_to_f32(const sl_mat *m, int r, float *out) {
 
 /* ---- quantisation ---------------------------------------------------------------------------- */
 
-static float round_to(sl_dtype sdt, float v) {
+static float round_to(dt_type sdt, float v) {
     if (sdt == DT_BF16) return bf16_to_f32(f32_to_bf16(v));
     if (sdt == DT_F16) return f16_to_f32(f32_to_f16(v));
     return v;
 }
 
-static void store(void *p, sl_dtype sdt, size_t i, float v) {
+static void store(void *p, dt_type sdt, size_t i, float v) {
     if (sdt == DT_F32) ((float *)p)[i] = v;
     else if (sdt == DT_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v);
     else ((uint16_t *)p)[i] = f32_to_f16(v);
@@ -244,7 +244,7 @@ static void store(void *p, sl_dtype sdt, size_t i, float v) {
 
 /* MLX's affine scheme (mlx/ops.cpp affine_quantize): the extreme of larger magnitude is the bias and is
  * exactly representable; scale from the range over 2^bits - 1 steps. */
-static void affine_group(const float *w, int n, int bits, sl_dtype sdt, float *os, float *ob, uint8_t *row,
+static void affine_group(const float *w, int n, int bits, dt_type sdt, float *os, float *ob, uint8_t *row,
                          int c0) {
     const float n_bins = (float)((1 << bits) - 1);
     float mn = w[0], mx = w[0];
@@ -283,7 +283,7 @@ static inline unsigned q3_nearest(float u) {
 
 /* Rotated group v [n]: picks the scale (multiples of the RMS, rounded to sdt) with the least squared
  * error, then the nearest level for each value. */
-static void q3_group(const float *v, int n, sl_dtype sdt, float *os, uint8_t *row, int c0) {
+static void q3_group(const float *v, int n, dt_type sdt, float *os, uint8_t *row, int c0) {
     double ss = 0;
     for (int i = 0; i < n; i++) ss += (double)v[i] * v[i];
     float rms = (float)sqrt(ss / n);
@@ -305,7 +305,7 @@ static void q3_group(const float *v, int n, sl_dtype sdt, float *os, uint8_t *ro
 
 static void mxfp4_quantize(const float *w, int rows, int cols, uint8_t *out);
 
-void q_quantize(sl_dtype dt, const float *w, int rows, int cols, int group, sl_dtype sdt, uint32_t seed,
+void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
                 void *out) {
     if (dt == DT_MXFP4) {
         mxfp4_quantize(w, rows, cols, out);
@@ -313,7 +313,7 @@ void q_quantize(sl_dtype dt, const float *w, int rows, int cols, int group, sl_d
     }
     const int bits = q_bits(dt), ng = cols / group;
     const size_t row_bytes = (size_t)cols * (size_t)bits / 8;
-    sl_mat m;
+    tn_mat m;
     q_mat_bind(&m, out, dt, rows, cols, group, sdt, seed);
     memset(out, 0, (size_t)q_mat_bytes(dt, rows, cols, group, sdt));
     float v[128];

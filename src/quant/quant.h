@@ -46,39 +46,39 @@ static inline float mxfp4_scale(uint8_t s) {
 void mxfp4_row_scalar(const uint8_t *codes, const uint8_t *scales, int cols, float *out);
 
 /* Bits per code of a quantized dtype, 0 for other types. */
-int q_bits(sl_dtype dt);
-static inline int q_is_quant(sl_dtype dt) { return dt == DT_Q8 || dt == DT_Q4 || dt == DT_Q3 || dt == DT_MXFP4; }
+int q_bits(dt_type dt);
+static inline int q_is_quant(dt_type dt) { return dt == DT_Q8 || dt == DT_Q4 || dt == DT_Q3 || dt == DT_MXFP4; }
 
 /* Bytes of a [rows][cols] matrix of dtype dt: rows*cols*dt_size for plain types, the layout above for
  * quantized ones (group, sdt ignored for plain types). */
-uint64_t q_mat_bytes(sl_dtype dt, int64_t rows, int64_t cols, int group, sl_dtype sdt);
+uint64_t q_mat_bytes(dt_type dt, int64_t rows, int64_t cols, int group, dt_type sdt);
 
 /* Checks that (dt, group, sdt) can hold a matrix with `cols` columns. SL_OK, or SL_EINVAL with the reason in
  * err (may be NULL; e.g. "group size 48 is not 32, 64 or 128", "group size 64 does not divide the row of 96
  * columns"), for the caller to prefix with the tensor's name. */
-sl_status q_check(sl_dtype dt, int64_t cols, int group, sl_dtype sdt, sl_error *err);
+sl_status q_check(dt_type dt, int64_t cols, int group, dt_type sdt, sl_error *err);
 
 /* Points m at a matrix stored at data in the layout above (any dtype). Cannot fail. */
-void q_mat_bind(sl_mat *m, const void *data, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt,
+void q_mat_bind(tn_mat *m, const void *data, dt_type dt, int rows, int cols, int group, dt_type sdt,
                 uint32_t seed);
 
 /* 1 when m is q8/q4 and every bias equals, bit for bit, -2^(bits-1) * its scale computed in f32 (-128 / -8
- * times the scale: what GGUF Q8_0 / Q4_0 import to), so kernels may take sl_mat.bias_implied; 0 otherwise.
+ * times the scale: what GGUF Q8_0 / Q4_0 import to), so kernels may take tn_mat.bias_implied; 0 otherwise.
  * Reads every scale and bias once. Cannot fail. */
-int q_biases_implied(const sl_mat *m);
+int q_biases_implied(const tn_mat *m);
 
 /* Row r of m as f32 in the original (unrotated) domain: out[cols]. Works for every dtype. */
-void q_row_to_f32(const sl_mat *m, int r, float *out);
+void q_row_to_f32(const tn_mat *m, int r, float *out);
 
 /* Quantizes w [rows][cols] f32 into out (q_mat_bytes(dt, ...) bytes). q_check must have passed. */
-void q_quantize(sl_dtype dt, const float *w, int rows, int cols, int group, sl_dtype sdt, uint32_t seed,
+void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
                 void *out);
 
 /* out[c] = (R x)[c] for a row of cols values, group by group (out may not alias x). */
 void q3_rotate(const float *x, int cols, int group, uint32_t seed, float *out);
 
 /* One scale (or bias) of sdtype at index i. */
-static inline float q_scale_at(const void *p, sl_dtype sdt, size_t i) {
+static inline float q_scale_at(const void *p, dt_type sdt, size_t i) {
     if (sdt == DT_F32) return ((const float *)p)[i];
     uint16_t h = ((const uint16_t *)p)[i];
     return sdt == DT_BF16 ? bf16_to_f32(h) : f16_to_f32(h);

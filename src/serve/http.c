@@ -381,7 +381,7 @@ static int listen_on(const char *host, int port, int *bound, sl_error *err) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     int rc = getaddrinfo(host, ps, &hints, &ai);
-    if (rc) { sl_err(err, SL_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(rc)); return -1; }
+    if (rc) { err_set(err, SL_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(rc)); return -1; }
     int fd = -1, e = 0;
     for (struct addrinfo *a = ai; a; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -394,7 +394,7 @@ static int listen_on(const char *host, int port, int *bound, sl_error *err) {
         fd = -1;
     }
     freeaddrinfo(ai);
-    if (fd < 0) { sl_err(err, sl_status_from_errno(e), "cannot listen on %s:%d: %s", host, port, strerror(e)); return -1; }
+    if (fd < 0) { err_set(err, err_from_errno(e), "cannot listen on %s:%d: %s", host, port, strerror(e)); return -1; }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     *bound = port;
@@ -405,12 +405,12 @@ static int listen_on(const char *host, int port, int *bound, sl_error *err) {
 
 sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int n_models, srv_server **out, sl_error *err) {
     *out = NULL;
-    if (n_models < 1) return sl_err(err, SL_EINVAL, "no model to serve");
+    if (n_models < 1) return err_set(err, SL_EINVAL, "no model to serve");
     for (int i = 0; i < n_models; i++)
         for (int k = 0; k < i; k++)
-            if (!strcmp(models[i].name, models[k].name)) return sl_err(err, SL_EINVAL, "two models are named '%s'", models[i].name);
+            if (!strcmp(models[i].name, models[k].name)) return err_set(err, SL_EINVAL, "two models are named '%s'", models[i].name);
     srv_server *s = calloc(1, sizeof *s);
-    if (!s) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!s) return err_set(err, SL_ENOMEM, "out of memory");
     s->p = p ? *p : srv_params_default();
     if (!s->p.host) s->p.host = "127.0.0.1";
     if (!s->p.max_body) s->p.max_body = 1 << 20;
@@ -432,7 +432,7 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
         int mc = sl_model_n_ctx(ms->m);
         ms->n_ctx = s->p.sched.n_ctx > 0 && s->p.sched.n_ctx < mc ? s->p.sched.n_ctx : mc;
         if ((st = srv_sched_new(ms->m, ms->tok, &s->p.sched, &ms->sched, err))) {
-            sl_err_prefix(err, "model '%s'", ms->name);
+            err_prefix(err, "model '%s'", ms->name);
             goto fail;
         }
         s->n_models = i + 1;
@@ -443,7 +443,7 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
                             MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
-    if (!s->d) { st = sl_err(err, SL_EIO, "cannot start the HTTP server on %s:%d", s->p.host, s->port); goto fail; }
+    if (!s->d) { st = err_set(err, SL_EIO, "cannot start the HTTP server on %s:%d", s->p.host, s->port); goto fail; }
     fd = -1; /* libmicrohttpd's now */
     if (pthread_create(&s->sampler, NULL, sampler_main, s) == 0) s->sampler_run = 1;
     *out = s;

@@ -372,8 +372,8 @@ static void pc_load_dir(srv_sched *s) {
 /* A new active request's session and sampler (scheduler thread, without mu). */
 static sl_status activate(srv_sched *s, sreq *r, sl_error *err) {
     if (!r->sess && sl_session_new(s->m, s->n_ctx, &r->sess))
-        return sl_err(err, SL_ENOMEM, "out of memory for a session of %d positions", s->n_ctx);
-    if (sl_sampler_new(&r->p.sampling, s->V, &r->smp)) return sl_err(err, SL_ENOMEM, "out of memory");
+        return err_set(err, SL_ENOMEM, "out of memory for a session of %d positions", s->n_ctx);
+    if (sl_sampler_new(&r->p.sampling, s->V, &r->smp)) return err_set(err, SL_ENOMEM, "out of memory");
     for (int i = 0; i < r->n_prompt; i++) sl_sampler_accept(r->smp, r->prompt[i]);
     if (s->p.state_cache_bytes) {
         pc_lookup(s, r);
@@ -504,7 +504,7 @@ sl_status srv_sched_new(sl_model *m, const sl_tokenizer *tok, const srv_sched_pa
                         sl_error *err) {
     *out = NULL;
     srv_sched *s = calloc(1, sizeof *s);
-    if (!s) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!s) return err_set(err, SL_ENOMEM, "out of memory");
     s->m = m;
     s->tok = tok;
     s->p = p ? *p : srv_sched_params_default();
@@ -522,18 +522,18 @@ sl_status srv_sched_new(sl_model *m, const sl_tokenizer *tok, const srv_sched_pa
     pthread_cond_init(&s->cv, NULL);
     if (!s->active || !s->spare || !s->items || !s->item_req) {
         srv_sched_free(s);
-        return sl_err(err, SL_ENOMEM, "out of memory");
+        return err_set(err, SL_ENOMEM, "out of memory");
     }
     if (p && p->state_dir && p->state_cache_bytes) {
         if (!(s->state_dir = strdup(p->state_dir))) {
             srv_sched_free(s);
-            return sl_err(err, SL_ENOMEM, "out of memory");
+            return err_set(err, SL_ENOMEM, "out of memory");
         }
         pc_load_dir(s);
     }
     if (pthread_create(&s->th, NULL, loop, s)) {
         srv_sched_free(s);
-        return sl_err(err, SL_ENOMEM, "cannot start the scheduler thread");
+        return err_set(err, SL_ENOMEM, "cannot start the scheduler thread");
     }
     s->started = 1;
     *out = s;
@@ -576,15 +576,15 @@ void srv_sched_free(srv_sched *s) {
 }
 
 sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void *user, uint64_t *id, sl_error *err) {
-    if (!rq || !emit || rq->n_prompt < 1 || !rq->prompt) return sl_err(err, SL_EINVAL, "empty prompt: nothing to generate from");
+    if (!rq || !emit || rq->n_prompt < 1 || !rq->prompt) return err_set(err, SL_EINVAL, "empty prompt: nothing to generate from");
     if (rq->n_prompt > s->n_ctx)
-        return sl_err(err, SL_ERANGE, "the prompt of %d tokens does not fit the context of %d positions", rq->n_prompt,
+        return err_set(err, SL_ERANGE, "the prompt of %d tokens does not fit the context of %d positions", rq->n_prompt,
                       s->n_ctx);
     for (int i = 0; i < rq->n_prompt; i++)
         if (rq->prompt[i] < 0 || rq->prompt[i] >= s->V)
-            return sl_err(err, SL_ERANGE, "token %d at index %d is out of range [0, %d)", rq->prompt[i], i, s->V);
+            return err_set(err, SL_ERANGE, "token %d at index %d is out of range [0, %d)", rq->prompt[i], i, s->V);
     sreq *r = calloc(1, sizeof *r);
-    if (!r) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!r) return err_set(err, SL_ENOMEM, "out of memory");
     r->p = *rq;
     r->n_prompt = rq->n_prompt;
     r->prompt = malloc((size_t)rq->n_prompt * sizeof *r->prompt);
@@ -608,7 +608,7 @@ sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void
     }
     if (!ok) {
         req_free(r);
-        return sl_err(err, SL_ENOMEM, "out of memory");
+        return err_set(err, SL_ENOMEM, "out of memory");
     }
     r->emit = emit;
     r->user = user;
@@ -619,7 +619,7 @@ sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void
         s->st.rejected++;
         pthread_mutex_unlock(&s->mu);
         req_free(r);
-        return sl_err(err, SL_EBUSY, "the server is busy: %d requests are queued (the limit)", s->p.max_queue);
+        return err_set(err, SL_EBUSY, "the server is busy: %d requests are queued (the limit)", s->p.max_queue);
     }
     r->id = ++s->next_id;
     if (s->q_tail) s->q_tail->link = r;

@@ -40,12 +40,12 @@ typedef struct slot {
 
 struct cache {
     const slc_file *f;
-    const sl_config *cfg;
+    const fam_config *cfg;
     io_engine *io;
     int E, n_slots, n_keys, depth, verify, dontneed, prefetch;
     cache_policy policy;
     slot *slots;
-    sl_backend *be;    /* the slots' memory */
+    be_backend *be;    /* the slots' memory */
     uint8_t *arena;    /* pinned memory of be: every slot */
     size_t arena_bytes;
     int *map;          /* [n_keys] -> slot or -1 */
@@ -79,7 +79,7 @@ struct cache {
     sl_error err; /* the current request's failure (status 0: none): the source's errmsg, cache_pin's */
 };
 
-#define fail(c, st, ...) sl_err(&(c)->err, (st), __VA_ARGS__)
+#define fail(c, st, ...) err_set(&(c)->err, (st), __VA_ARGS__)
 
 /* Clears the request's failure (a hint's that is not taken, or the last request's). */
 static void clear_err(cache *c) {
@@ -268,7 +268,7 @@ static sl_status complete_one(cache *c, int *done_slot) {
 
 /* ---- streaming protocol ---- */
 
-static void fill_expert(const cache *c, const slot *s, sl_expert *out) { slc_bind_expert(c->f, s->buf, out); }
+static void fill_expert(const cache *c, const slot *s, tn_expert *out) { slc_bind_expert(c->f, s->buf, out); }
 
 /* Ordered requests (prefill over many tokens: the caller accumulates each expert's output straight
  * into its tokens, so experts must arrive in list order). Nothing is reserved up front; the head of the
@@ -330,7 +330,7 @@ static void hint_issue(cache *c) {
     if (started) c->io->ops->flush(c->io);
 }
 
-static sl_status ordered_next(cache *c, int *expert, sl_expert *out) {
+static sl_status ordered_next(cache *c, int *expert, tn_expert *out) {
     if (c->pos >= c->n_list) return fail(c, SL_EINVAL, "expert cache: more next() calls than experts requested");
     int e = c->list[c->pos], key = c->mslot * c->E + e;
     for (;;) {
@@ -461,7 +461,7 @@ static sl_status c_begin(void *ctx, int layer, const int *experts, int n, int or
     return rc ? fail(c, SL_EIO, "cannot start expert reads: %s", strerror(-rc)) : 0;
 }
 
-static sl_status c_next(void *ctx, int *expert, sl_expert *out) {
+static sl_status c_next(void *ctx, int *expert, tn_expert *out) {
     cache *c = ctx;
     if (c->ordered) return ordered_next(c, expert, out);
     for (;;) {
@@ -541,7 +541,7 @@ static const char *c_errmsg(void *ctx) { return ((cache *)ctx)->err.msg; }
 /* Prefetch hint: start reading experts of `layer` that are neither cached nor in flight, into free or
  * evictable slots, while the I/O depth allows. Never evicts what the current request holds, never
  * waits, and does nothing while the current request still has misses to submit. The caller says which
- * kind of hint it is (sl_expert_src.prefetch): a decode step's guess is scored even when it comes between
+ * kind of hint it is (tn_expert_src.prefetch): a decode step's guess is scored even when it comes between
  * requests (a device tier that served a whole step from its slots never opened one here). */
 static void c_prefetch(void *ctx, int layer, const int *experts, int n, int ordered) {
     cache *c = ctx;
@@ -587,7 +587,7 @@ static void c_prefetch(void *ctx, int layer, const int *experts, int n, int orde
 }
 
 /* Blocking single fetch (not used by the forward pass when begin() exists; kept for tools). */
-static sl_status c_get(void *ctx, int layer, int expert, sl_expert *out) {
+static sl_status c_get(void *ctx, int layer, int expert, tn_expert *out) {
     cache *c = ctx;
     int rc = c_begin(c, layer, &expert, 1, 0);
     int e = -1;
@@ -597,8 +597,8 @@ static sl_status c_get(void *ctx, int layer, int expert, sl_expert *out) {
     return rc;
 }
 
-sl_expert_src cache_source(cache *c) {
-    sl_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c_prefetch, c, NULL};
+tn_expert_src cache_source(cache *c) {
+    tn_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c_prefetch, c, NULL};
     return s;
 }
 
@@ -609,7 +609,7 @@ sl_status cache_new(const cache_cfg *cfg, cache **out, sl_error *err) {
     cache *c = calloc(1, sizeof *c);
     if (!c) {
         io_destroy(cfg->io);
-        return sl_err(err, SL_ENOMEM, "out of memory");
+        return err_set(err, SL_ENOMEM, "out of memory");
     }
     c->f = cfg->file;
     c->cfg = cfg->cfg;
@@ -649,7 +649,7 @@ sl_status cache_new(const cache_cfg *cfg, cache **out, sl_error *err) {
     if (!c->slots || !c->arena || !c->map || !c->rstate || !c->ready || !c->queued || !c->pred || !c->list || !c->wl || !c->wl_mark || !c->l_hits || !c->l_miss ||
         !c->l_bytes || !c->routes) {
         cache_free(c);
-        return sl_err(err, SL_ENOMEM, "out of memory for an expert cache of %llu slots of %llu bytes",
+        return err_set(err, SL_ENOMEM, "out of memory for an expert cache of %llu slots of %llu bytes",
                       (unsigned long long)n, (unsigned long long)stride);
     }
     for (int i = 0; i < c->n_keys; i++) c->map[i] = -1;
@@ -750,5 +750,5 @@ static sl_status pin_keys(cache *c, const int *keys, int n_keys, double max_frac
 
 sl_status cache_pin(cache *c, const int *keys, int n_keys, double max_fraction, sl_error *err) {
     sl_status st = pin_keys(c, keys, n_keys, max_fraction);
-    return st ? sl_err(err, st, "%s", c->err.msg) : SL_OK;
+    return st ? err_set(err, st, "%s", c->err.msg) : SL_OK;
 }

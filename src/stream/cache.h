@@ -1,6 +1,6 @@
 /*
  * cache.h — the expert cache: a pool of stride-sized, 4096-aligned slots inside a byte budget, filled
- * through an I/O engine (stream/io.h), exposed to the forward pass as a streaming sl_expert_src. The slots
+ * through an I/O engine (stream/io.h), exposed to the forward pass as a streaming tn_expert_src. The slots
  * are one allocation of the backend's pinned memory (src/backend/backend.h), so a backend decides where
  * they live.
  *
@@ -26,7 +26,7 @@ typedef enum { CACHE_LRU = 0, CACHE_LFU = 1 } cache_policy;
 
 typedef struct cache_cfg {
     const slc_file *file;  /* layout, parts, hashes (borrowed; outlives the cache) */
-    const sl_config *cfg;  /* borrowed */
+    const fam_config *cfg;  /* borrowed */
     io_engine *io;         /* owned by the cache from cache_new on, even on failure */
     uint64_t budget;       /* bytes for slots; at least one slot is always made */
     cache_policy policy;
@@ -34,7 +34,7 @@ typedef struct cache_cfg {
     int dontneed;          /* posix_fadvise(DONTNEED) after each read (buffered mode) */
     int prefetch;          /* 1: score hints and act on them once they prove accurate (>= 80%); 2: always
                               act on them (tests); 0: ignore them */
-    sl_backend *be;        /* whose pinned memory the slots are (alloc BE_BUF_PINNED; borrowed: outlives the
+    be_backend *be;        /* whose pinned memory the slots are (alloc BE_BUF_PINNED; borrowed: outlives the
                               cache) */
 } cache_cfg;
 
@@ -57,7 +57,7 @@ typedef struct cache cache;
 sl_status cache_new(const cache_cfg *cfg, cache **out, sl_error *err);
 void cache_free(cache *c);
 /* The streaming expert source backed by this cache (ctx = c). */
-sl_expert_src cache_source(cache *c);
+tn_expert_src cache_source(cache *c);
 void cache_get_stats(const cache *c, cache_stats *out);
 /* Per-layer counters: hits, misses, bytes read of model layer l (0 for dense layers). */
 void cache_layer_stats(const cache *c, int layer, uint64_t *hits, uint64_t *misses, uint64_t *bytes);

@@ -132,7 +132,7 @@ static const io_ops pread_ops = {"pread", p_submit, p_flush, p_wait, p_destroy, 
 sl_status io_pread_engine_new(int fd, int n_threads, io_engine **out, sl_error *err) {
     *out = NULL;
     pread_engine *p = calloc(1, sizeof *p);
-    if (!p) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!p) return err_set(err, SL_ENOMEM, "out of memory");
     if (n_threads < 1) n_threads = 1;
     if (n_threads > 64) n_threads = 64;
     p->base.ops = &pread_ops;
@@ -144,7 +144,7 @@ sl_status io_pread_engine_new(int fd, int n_threads, io_engine **out, sl_error *
     for (int i = 0; i < n_threads; i++) {
         if (pthread_create(&p->th[i], NULL, worker, p) != 0) {
             p_destroy(&p->base);
-            return sl_err(err, SL_ENOMEM, "cannot start I/O threads");
+            return err_set(err, SL_ENOMEM, "cannot start I/O threads");
         }
         p->n_threads++;
     }

@@ -435,12 +435,12 @@ static const io_ops uring_ops = {"io_uring", u_submit, u_flush, u_wait, u_destro
 sl_status io_uring_engine_new(int fd, int depth, io_engine **out, sl_error *err) {
     *out = NULL;
     uring_engine *u = calloc(1, sizeof *u);
-    if (!u) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!u) return err_set(err, SL_ENOMEM, "out of memory");
     if (depth < 1) depth = 1;
     u->jobs = calloc(JOB_CAP, sizeof *u->jobs);
     if (!u->jobs) {
         free(u);
-        return sl_err(err, SL_ENOMEM, "out of memory");
+        return err_set(err, SL_ENOMEM, "out of memory");
     }
     for (int i = 0; i < JOB_CAP; i++) u->jobs[i].next_free = i + 1 < JOB_CAP ? i + 1 : -1;
     /* room for a flush's pieces: depth reads of up to 16 pieces (more are submitted in turns); ring_setup adds
@@ -454,12 +454,12 @@ sl_status io_uring_engine_new(int fd, int depth, io_engine **out, sl_error *err)
     sl_status st = SL_OK;
     u->kick_fd = eventfd(0, EFD_CLOEXEC);
     if (u->kick_fd < 0) {
-        st = sl_err(err, sl_status_from_errno(errno), "cannot make the io_uring thread's eventfd: %s",
+        st = err_set(err, err_from_errno(errno), "cannot make the io_uring thread's eventfd: %s",
                     strerror(errno));
         goto fail;
     }
     if (pthread_create(&u->reaper, NULL, reap, u) != 0) {
-        st = sl_err(err, SL_ENOMEM, "cannot start the io_uring thread");
+        st = err_set(err, SL_ENOMEM, "cannot start the io_uring thread");
         goto fail;
     }
     u->reaper_up = 1;
@@ -468,7 +468,7 @@ sl_status io_uring_engine_new(int fd, int depth, io_engine **out, sl_error *err)
     const int rc = u->setup;
     pthread_mutex_unlock(&u->mu);
     if (rc < 0) {
-        st = sl_err(err, SL_EUNSUPPORTED, "io_uring is not available: %s", strerror(-rc));
+        st = err_set(err, SL_EUNSUPPORTED, "io_uring is not available: %s", strerror(-rc));
         goto fail;
     }
     *out = &u->base;

@@ -26,10 +26,10 @@ typedef struct tslot {
 } tslot;
 
 struct tier {
-    sl_backend *be;
+    be_backend *be;
     const slc_file *f;
-    const sl_config *cfg;
-    sl_expert_src lo;
+    const fam_config *cfg;
+    tn_expert_src lo;
     int E, n_keys, n_slots;
     size_t stride, block;
     tslot *slots;
@@ -54,7 +54,7 @@ struct tier {
     sl_error err; /* the current request's failure: the source's errmsg */
 };
 
-#define fail(t, st, ...) sl_err(&(t)->err, (st), __VA_ARGS__)
+#define fail(t, st, ...) err_set(&(t)->err, (st), __VA_ARGS__)
 
 /* ---- slots and eviction ---- */
 
@@ -70,7 +70,7 @@ static int victim(tier *t) {
     return best;
 }
 
-static void deliver(tier *t, int si, int e, int *expert, sl_expert *out) {
+static void deliver(tier *t, int si, int e, int *expert, tn_expert *out) {
     tslot *s = &t->slots[si];
     s->tick = ++t->tick;
     if (t->async && !s->used) { /* the compute about to be queued reads it */
@@ -112,7 +112,7 @@ static void settle(tier *t, int all) {
  * slot (its fence) and before the compute queued next; the host slot is kept until the copy's fence has
  * passed (settle), so the next expert's read and copy run while this one computes. Returns the slot or a
  * negative status. */
-static int promote(tier *t, int e, const sl_expert *hx) {
+static int promote(tier *t, int e, const tn_expert *hx) {
     const uint8_t *block = slc_expert_block(t->f, hx);
     int v = victim(t);
     if (v < 0) {
@@ -154,7 +154,7 @@ static int promote(tier *t, int e, const sl_expert *hx) {
 
 /* The next miss from the host source, promoted: its expert in *e, its device slot returned. */
 static int fetch_miss(tier *t, int *e) {
-    sl_expert hx;
+    tn_expert hx;
     int rc;
     if (t->lo_left <= 0) return fail(t, SL_EINVAL, "device expert tier: more next() calls than experts requested");
     if (t->async) settle(t, 0); /* slots whose copies are done can take the next reads */
@@ -207,7 +207,7 @@ static sl_status t_begin(void *ctx, int layer, const int *experts, int n, int or
     return 0;
 }
 
-static sl_status t_next(void *ctx, int *expert, sl_expert *out) {
+static sl_status t_next(void *ctx, int *expert, tn_expert *out) {
     tier *t = ctx;
     if (t->ordered) {
         if (t->pos >= t->n_list) return fail(t, SL_EINVAL, "device expert tier: more next() calls than experts requested");
@@ -266,7 +266,7 @@ static void t_prefetch(void *ctx, int layer, const int *experts, int n, int orde
     if (np) t->lo.prefetch(t->lo.ctx, layer, t->pf, np, ordered);
 }
 
-static sl_status t_get(void *ctx, int layer, int expert, sl_expert *out) {
+static sl_status t_get(void *ctx, int layer, int expert, tn_expert *out) {
     int rc = t_begin(ctx, layer, &expert, 1, 0);
     int e = -1;
     if (!rc) rc = t_next(ctx, &e, out);
@@ -287,8 +287,8 @@ static int t_ready(void *ctx) {
     return n;
 }
 
-sl_expert_src tier_source(tier *t) {
-    sl_expert_src s = {t_get, t_begin, t_next, t_release, t_end, t_errmsg, t_prefetch, t, t_ready};
+tn_expert_src tier_source(tier *t) {
+    tn_expert_src s = {t_get, t_begin, t_next, t_release, t_end, t_errmsg, t_prefetch, t, t_ready};
     return s;
 }
 
@@ -297,7 +297,7 @@ sl_expert_src tier_source(tier *t) {
 sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     *out = NULL;
     tier *t = calloc(1, sizeof *t);
-    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!t) return err_set(err, SL_ENOMEM, "out of memory");
     t->be = cfg->be;
     t->f = cfg->file;
     t->cfg = cfg->cfg;
@@ -332,7 +332,7 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
     if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
         !t->pf || !t->arena) {
-        sl_err(err, SL_ENOMEM, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
+        err_set(err, SL_ENOMEM, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
                t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
         return SL_ENOMEM;

@@ -1,6 +1,6 @@
 /*
  * tier.h — a device tier of expert slots (VRAM on the CUDA backend) over a host expert source (the RAM
- * cache of stream/cache.h over the SSD), exposed to the forward pass as a streaming sl_expert_src whose
+ * cache of stream/cache.h over the SSD), exposed to the forward pass as a streaming tn_expert_src whose
  * experts point into the device's memory (issue 13: VRAM over RAM over SSD).
  *
  * Policy (docs/CUDA.md "Tiers"):
@@ -30,10 +30,10 @@
 #include "util/tensor.h"
 
 typedef struct tier_cfg {
-    sl_backend *be;        /* the device's backend: slots from alloc(BE_BUF_DEVICE), blocks in by copy(BE_H2D) */
+    be_backend *be;        /* the device's backend: slots from alloc(BE_BUF_DEVICE), blocks in by copy(BE_H2D) */
     const slc_file *file;  /* layout (borrowed) */
-    const sl_config *cfg;  /* borrowed */
-    sl_expert_src lower;   /* the host source (borrowed; outlives the tier); its experts are in host memory */
+    const fam_config *cfg;  /* borrowed */
+    tn_expert_src lower;   /* the host source (borrowed; outlives the tier); its experts are in host memory */
     uint64_t budget;       /* device bytes for slots; at least one slot is always made */
     int lower_slots;       /* the host source's slots it may evict (unpinned), or 0: it has none (resident) */
 } tier_cfg;
@@ -47,7 +47,7 @@ typedef struct tier tier;
 /* SL_OK with *out the tier (tier_free), or SL_ENOMEM with *out NULL and err naming the memory that ran out. */
 sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err);
 void tier_free(tier *t);
-sl_expert_src tier_source(tier *t);
+tn_expert_src tier_source(tier *t);
 void tier_get_stats(const tier *t, tier_stats *out);
 void tier_reset_stats(tier *t); /* the counters, not slots and bytes */
 

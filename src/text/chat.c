@@ -115,21 +115,21 @@ enum { FLAVOUR_CHATML, FLAVOUR_QWEN3, FLAVOUR_QWEN3_ALWAYS_THINK };
 
 static int render_tool_calls(tok_buf *b, const char *json, int content_nonempty, sl_error *err, sl_status *st) {
     cJSON *a = cJSON_Parse(json);
-    if (!cJSON_IsArray(a)) { cJSON_Delete(a); *st = sl_err(err, SL_EINVAL, "tool_calls must be a JSON array"); return -1; }
+    if (!cJSON_IsArray(a)) { cJSON_Delete(a); *st = err_set(err, SL_EINVAL, "tool_calls must be a JSON array"); return -1; }
     int i = 0, r = 0;
     for (const cJSON *e = a->child; e && !r; e = e->next, i++) {
         if ((i == 0 && content_nonempty) || i > 0) r |= tok_buf_puts(b, "\n");
         const cJSON *f = cJSON_GetObjectItem(e, "function"), *tc = e;
         if (f && !cJSON_IsNull(f) && !cJSON_IsFalse(f)) tc = f;
         const cJSON *name = cJSON_GetObjectItem(tc, "name"), *args = cJSON_GetObjectItem(tc, "arguments");
-        if (!cJSON_IsString(name)) { *st = sl_err(err, SL_EINVAL, "tool_calls[%d] has no name", i); r = -1; break; }
+        if (!cJSON_IsString(name)) { *st = err_set(err, SL_EINVAL, "tool_calls[%d] has no name", i); r = -1; break; }
         r |= tok_buf_puts(b, "<tool_call>\n{\"name\": \"") | tok_buf_puts(b, name->valuestring) |
              tok_buf_puts(b, "\", \"arguments\": ");
         if (cJSON_IsString(args)) r |= tok_buf_puts(b, args->valuestring);
         else if (args) r |= chat_json_dumps(b, args);
-        else { *st = sl_err(err, SL_EINVAL, "tool_calls[%d] has no arguments", i); r = -1; break; }
+        else { *st = err_set(err, SL_EINVAL, "tool_calls[%d] has no arguments", i); r = -1; break; }
         r |= tok_buf_puts(b, "}\n</tool_call>");
-        if (r && !*st) *st = sl_err(err, SL_ENOMEM, "out of memory");
+        if (r && !*st) *st = err_set(err, SL_ENOMEM, "out of memory");
     }
     cJSON_Delete(a);
     return r;
@@ -201,14 +201,14 @@ sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n
     *out = NULL;
     sl_chat_params p = params ? *params : sl_chat_params_default();
     const char *tmpl = tok_chat_template(tok);
-    if (!*tmpl) return sl_err(err, SL_EUNSUPPORTED, "the tokenizer has no chat template (tokenizer_config.json chat_template or chat_template.jinja)");
-    if (!strstr(tmpl, "<|im_start|>")) return sl_err(err, SL_EUNSUPPORTED, "the chat template is not ChatML (<|im_start|>); only Qwen-style templates are supported");
+    if (!*tmpl) return err_set(err, SL_EUNSUPPORTED, "the tokenizer has no chat template (tokenizer_config.json chat_template or chat_template.jinja)");
+    if (!strstr(tmpl, "<|im_start|>")) return err_set(err, SL_EUNSUPPORTED, "the chat template is not ChatML (<|im_start|>); only Qwen-style templates are supported");
     int flavour = strstr(tmpl, "enable_thinking") ? FLAVOUR_QWEN3 : strstr(tmpl, "<think>") ? FLAVOUR_QWEN3_ALWAYS_THINK : FLAVOUR_CHATML;
     int qwen25_default = strstr(tmpl, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.") != NULL;
     for (int i = 0; i < n; i++) {
         const char *r = msgs[i].role ? msgs[i].role : "";
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
-            return sl_err(err, SL_EINVAL, "message %d: unknown role '%s' (system, user, assistant or tool)", i, r);
+            return err_set(err, SL_EINVAL, "message %d: unknown role '%s' (system, user, assistant or tool)", i, r);
     }
     tok_buf b = {0};
     cJSON *tools = NULL;
@@ -218,7 +218,7 @@ sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n
     int sys0 = n > 0 && !strcmp(msgs[0].role, "system");
     if (p.tools) {
         tools = cJSON_Parse(p.tools);
-        if (!cJSON_IsArray(tools)) { st = sl_err(err, SL_EINVAL, "tools must be a JSON array of tool definitions"); goto fail; }
+        if (!cJSON_IsArray(tools)) { st = err_set(err, SL_EINVAL, "tools must be a JSON array of tool definitions"); goto fail; }
     }
     r |= put_system(&b, tools, sys0 ? C(0) : NULL, qwen25_default);
     /* the last user turn that is not a tool response (later assistant turns keep their reasoning) */
@@ -249,7 +249,7 @@ sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n
         if (flavour == FLAVOUR_QWEN3_ALWAYS_THINK) r |= tok_buf_puts(&b, "<think>\n");
     }
 #undef C
-    if (r || tok_buf_put(&b, "", 0)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if (r || tok_buf_put(&b, "", 0)) { st = err_set(err, SL_ENOMEM, "out of memory"); goto fail; }
     cJSON_Delete(tools);
     *out = b.p;
     return SL_OK;

@@ -22,7 +22,7 @@ sl_status sl_detokenize(const sl_tokenizer *tok, const int32_t *ids, int n, int 
     for (int i = 0; i < n; i++) {
         size_t len;
         const char *p = tok_piece(tok, ids[i], &len);
-        if (!p) { st = sl_err(err, SL_ERANGE, "token id %d is not in the vocabulary (%d ids)", ids[i], tok->n_vocab); goto out; }
+        if (!p) { st = err_set(err, SL_ERANGE, "token id %d is not in the vocabulary (%d ids)", ids[i], tok->n_vocab); goto out; }
         if (skip_special && sl_tokenizer_is_special(tok, ids[i])) continue;
         if (tok_buf_put(&raw, p, len)) goto oom;
     }
@@ -32,7 +32,7 @@ sl_status sl_detokenize(const sl_tokenizer *tok, const int32_t *ids, int n, int 
     txt.p = NULL;
     goto out;
 oom:
-    st = sl_err(err, SL_ENOMEM, "out of memory");
+    st = err_set(err, SL_ENOMEM, "out of memory");
 out:
     free(raw.p);
     free(txt.p);

@@ -133,19 +133,19 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
     r.last_token = -1;
     r.n_prompt = n_prompt;
     r.stop = SL_STOP_LENGTH;
-    if (n_prompt < 1) return sl_err(err, SL_EINVAL, "empty prompt: nothing to generate from");
+    if (n_prompt < 1) return err_set(err, SL_EINVAL, "empty prompt: nothing to generate from");
     int n_ctx = sl_model_n_ctx(m), past = sl_session_n_past(s);
     if (past + n_prompt > n_ctx)
-        return sl_err(err, SL_ERANGE, "the prompt of %d tokens does not fit the context (%d tokens already in the session, %d positions)",
+        return err_set(err, SL_ERANGE, "the prompt of %d tokens does not fit the context (%d tokens already in the session, %d positions)",
                       n_prompt, past, n_ctx);
     int V = sl_model_n_vocab(m);
     float *logits = malloc((size_t)V * sizeof *logits);
     textgen g;
     sl_status st = textgen_init(&g, tok, &p);
-    if (!logits || st) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+    if (!logits || st) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
     double t0 = clk_now_s();
-    if ((st = sl_session_eval(s, prompt, n_prompt, logits, 0))) { sl_err(err, st, "%s", sl_session_errmsg(s)); goto out; }
+    if ((st = sl_session_eval(s, prompt, n_prompt, logits, 0))) { err_set(err, st, "%s", sl_session_errmsg(s)); goto out; }
     double t1 = clk_now_s();
     r.prefill_s = t1 - t0;
     while (p.max_tokens > 0) {
@@ -157,7 +157,7 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
         size_t len;
         sl_stop_reason why = SL_STOP_LENGTH;
         int end = textgen_push(&g, id, sl_session_n_past(s) < n_ctx, &text, &len, &why);
-        if (end < 0) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        if (end < 0) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
         int stop_cb = cb ? cb(user, id, text, len) : 0;
         if (end) {
             r.stop = why;
@@ -168,11 +168,11 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
         if (stop_cb) {
             r.stop = SL_STOP_CALLBACK;
             const char *f = textgen_flush(&g, &len);
-            if (!f) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+            if (!f) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
             if (len) cb(user, -1, f, len);
             break;
         }
-        if ((st = sl_session_eval(s, &id, 1, logits, 0))) { sl_err(err, st, "%s", sl_session_errmsg(s)); goto out; }
+        if ((st = sl_session_eval(s, &id, 1, logits, 0))) { err_set(err, st, "%s", sl_session_errmsg(s)); goto out; }
     }
     r.decode_s = clk_now_s() - t1;
 out:

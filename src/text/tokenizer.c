@@ -194,14 +194,14 @@ static int added_cmp(const void *a, const void *b) {
 
 static sl_status compile_split(sl_tokenizer *t, const char *pattern, sl_error *err) {
     if (t->n_re == TOK_MAX_SPLITS)
-        return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: more than %d Split pre-tokenizers", TOK_MAX_SPLITS);
+        return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: more than %d Split pre-tokenizers", TOK_MAX_SPLITS);
     int ec;
     PCRE2_SIZE eo;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre-tokenizer regex at offset %zu: %s", (size_t)eo,
+        return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: pre-tokenizer regex at offset %zu: %s", (size_t)eo,
                       (char *)msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
@@ -214,35 +214,35 @@ static sl_status compile_split(sl_tokenizer *t, const char *pattern, sl_error *e
 static sl_status load_pre_tokenizer(sl_tokenizer *t, const cJSON *pt, sl_error *err) {
     int byte_level = 0;
     const cJSON *type = cJSON_GetObjectItem(pt, "type");
-    if (!cJSON_IsString(type)) return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer has no type");
+    if (!cJSON_IsString(type)) return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer has no type");
     const cJSON *list = NULL;
     if (!strcmp(type->valuestring, "Sequence")) list = cJSON_GetObjectItem(pt, "pretokenizers");
     int n = list ? cJSON_GetArraySize(list) : 1;
     for (int i = 0; i < n; i++) {
         const cJSON *p = list ? cJSON_GetArrayItem(list, i) : pt;
         const char *ty = cJSON_GetStringValue(cJSON_GetObjectItem(p, "type"));
-        if (!ty) return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer without a type");
-        if (byte_level) return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer '%s' after ByteLevel is not supported", ty);
+        if (!ty) return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer without a type");
+        if (byte_level) return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer '%s' after ByteLevel is not supported", ty);
         if (!strcmp(ty, "Split")) {
             const cJSON *pat = cJSON_GetObjectItem(p, "pattern");
             const char *re = cJSON_GetStringValue(cJSON_GetObjectItem(pat, "Regex"));
             const char *beh = cJSON_GetStringValue(cJSON_GetObjectItem(p, "behavior"));
             if (!re || (beh && strcmp(beh, "Isolated")) || cJSON_IsTrue(cJSON_GetObjectItem(p, "invert")))
-                return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: only Split pre-tokenizers with a Regex "
+                return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: only Split pre-tokenizers with a Regex "
                                                     "pattern, behavior Isolated and invert false are supported");
             sl_status st = compile_split(t, re, err);
             if (st) return st;
         } else if (!strcmp(ty, "ByteLevel")) {
             byte_level = 1;
             if (cJSON_IsTrue(cJSON_GetObjectItem(p, "add_prefix_space")))
-                return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: ByteLevel add_prefix_space is not supported");
+                return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: ByteLevel add_prefix_space is not supported");
             if (!cJSON_IsFalse(cJSON_GetObjectItem(p, "use_regex"))) { /* the GPT-2 regex, on the pieces so far */
                 sl_status st = compile_split(t, GPT2_REGEX, err);
                 if (st) return st;
             }
-        } else return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer '%s' is not supported", ty);
+        } else return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: pre_tokenizer '%s' is not supported", ty);
     }
-    if (!byte_level) return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: only ByteLevel BPE tokenizers are supported");
+    if (!byte_level) return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: only ByteLevel BPE tokenizers are supported");
     return SL_OK;
 }
 
@@ -256,11 +256,11 @@ static sl_status load_model(sl_tokenizer *t, const cJSON *root, sl_error *err) {
     const cJSON *model = cJSON_GetObjectItem(root, "model");
     const char *mt = cJSON_GetStringValue(cJSON_GetObjectItem(model, "type"));
     if (!model || (mt && strcmp(mt, "BPE")))
-        return sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: model type '%s' is not supported (BPE only)", mt ? mt : "?");
+        return err_set(err, SL_EUNSUPPORTED, "tokenizer.json: model type '%s' is not supported (BPE only)", mt ? mt : "?");
     const cJSON *vocab = cJSON_GetObjectItem(model, "vocab"), *merges = cJSON_GetObjectItem(model, "merges");
     const cJSON *added = cJSON_GetObjectItem(root, "added_tokens");
     if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
-        return sl_err(err, SL_EFORMAT, "tokenizer.json: model.vocab must be an object and model.merges an array");
+        return err_set(err, SL_EFORMAT, "tokenizer.json: model.vocab must be an object and model.merges an array");
     t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItem(model, "ignore_merges"));
     /* ids: vocab and added tokens; the vocabulary size is the largest id + 1 */
     int max_id = -1, n_v = cJSON_GetArraySize(vocab), n_a = cJSON_GetArraySize(added);
@@ -268,14 +268,14 @@ static sl_status load_model(sl_tokenizer *t, const cJSON *root, sl_error *err) {
     sl_status st = SL_OK;
     for (const cJSON *e = vocab->child; e; e = e->next) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e8)
-            return sl_err(err, SL_EFORMAT, "tokenizer.json: vocab entry '%s' has a bad id", e->string);
+            return err_set(err, SL_EFORMAT, "tokenizer.json: vocab entry '%s' has a bad id", e->string);
         if (e->valueint > max_id) max_id = e->valueint;
     }
     for (int i = 0; i < n_a; i++) {
         const cJSON *a = cJSON_GetArrayItem(added, i), *id = cJSON_GetObjectItem(a, "id");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > 1e8 ||
             !cJSON_IsString(cJSON_GetObjectItem(a, "content")))
-            return sl_err(err, SL_EFORMAT, "tokenizer.json: added_tokens[%d] needs an id and a content", i);
+            return err_set(err, SL_EFORMAT, "tokenizer.json: added_tokens[%d] needs an id and a content", i);
         if (id->valueint > max_id) max_id = id->valueint;
     }
     t->n_vocab = max_id + 1;
@@ -284,10 +284,10 @@ static sl_status load_model(sl_tokenizer *t, const cJSON *root, sl_error *err) {
     t->dec_off = malloc(((size_t)t->n_vocab + 1) * sizeof *t->dec_off);
     t->added = calloc((size_t)n_a + 1, sizeof *t->added);
     if (!strs || !t->flags || !t->dec_off || !t->added || smap_init(&t->vocab, (size_t)(n_v + n_a)))
-        { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
     for (const cJSON *e = vocab->child; e; e = e->next) {
         strs[e->valueint] = e->string;
-        if (smap_put(&t->vocab, e->string, strlen(e->string), e->valueint)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        if (smap_put(&t->vocab, e->string, strlen(e->string), e->valueint)) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
     }
     for (int i = 0; i < n_a; i++) {
         const cJSON *a = cJSON_GetArrayItem(added, i);
@@ -300,7 +300,7 @@ static sl_status load_model(sl_tokenizer *t, const cJSON *root, sl_error *err) {
         x->s = strdup(s);
         x->len = strlen(s);
         x->id = id;
-        if (!x->s || smap_put(&t->vocab, s, x->len, id)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        if (!x->s || smap_put(&t->vocab, s, x->len, id)) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
         t->added_first[(unsigned char)s[0]] = 1;
     }
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, added_cmp);
@@ -309,7 +309,7 @@ static sl_status load_model(sl_tokenizer *t, const cJSON *root, sl_error *err) {
     byte_level_tables(t->b2u, u2b);
     for (int i = 0; i < t->n_vocab; i++) {
         t->dec_off[i] = (uint32_t)t->dec.n;
-        if (strs[i] && set_piece(t, i, strs[i], t->flags[i] & TOK_ADDED, u2b)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        if (strs[i] && set_piece(t, i, strs[i], t->flags[i] & TOK_ADDED, u2b)) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
         if (strs[i]) t->flags[i] |= TOK_PRESENT;
     }
     t->dec_off[t->n_vocab] = (uint32_t)t->dec.n;
@@ -324,7 +324,7 @@ static sl_status load_model(sl_tokenizer *t, const cJSON *root, sl_error *err) {
     while (cap < (size_t)n_m * 2 + 2) cap *= 2;
     t->merges.e = calloc(cap, sizeof *t->merges.e);
     t->merges.cap = cap;
-    if (!t->merges.e) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+    if (!t->merges.e) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
     tok_buf cat = {0};
     int rank = 0;
     for (const cJSON *m = merges->child; m; m = m->next, rank++) {
@@ -332,16 +332,16 @@ static sl_status load_model(sl_tokenizer *t, const cJSON *root, sl_error *err) {
         size_t la, lb;
         if (cJSON_IsString(m)) {
             const char *sp = strchr(m->valuestring, ' ');
-            if (!sp) { free(cat.p); st = sl_err(err, SL_EFORMAT, "tokenizer.json: merge %d '%s' has no space", rank, m->valuestring); goto out; }
+            if (!sp) { free(cat.p); st = err_set(err, SL_EFORMAT, "tokenizer.json: merge %d '%s' has no space", rank, m->valuestring); goto out; }
             a = m->valuestring, la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
         } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
             a = m->child->valuestring, la = strlen(a), b = m->child->next->valuestring, lb = strlen(b);
-        } else { free(cat.p); st = sl_err(err, SL_EFORMAT, "tokenizer.json: merge %d is neither \"a b\" nor [\"a\", \"b\"]", rank); goto out; }
+        } else { free(cat.p); st = err_set(err, SL_EFORMAT, "tokenizer.json: merge %d is neither \"a b\" nor [\"a\", \"b\"]", rank); goto out; }
         int32_t ia = smap_get(&t->vocab, a, la), ib = smap_get(&t->vocab, b, lb);
         cat.n = 0;
-        if (tok_buf_put(&cat, a, la) || tok_buf_put(&cat, b, lb)) { free(cat.p); st = sl_err(err, SL_ENOMEM, "out of memory"); goto out; }
+        if (tok_buf_put(&cat, a, la) || tok_buf_put(&cat, b, lb)) { free(cat.p); st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
         int32_t ic = smap_get(&t->vocab, cat.p, cat.n);
-        if (ia < 0 || ib < 0 || ic < 0) { free(cat.p); st = sl_err(err, SL_EFORMAT, "tokenizer.json: merge %d ('%.*s' + '%.*s') uses a token missing from the vocabulary", rank, (int)la, a, (int)lb, b); goto out; }
+        if (ia < 0 || ib < 0 || ic < 0) { free(cat.p); st = err_set(err, SL_EFORMAT, "tokenizer.json: merge %d ('%.*s' + '%.*s') uses a token missing from the vocabulary", rank, (int)la, a, (int)lb, b); goto out; }
         pmap_put(&t->merges, ia, ib, rank, ic);
     }
     free(cat.p);
@@ -369,11 +369,11 @@ sl_status sl_tokenizer_from_json(const char *json, size_t len, const char *confi
                                  sl_tokenizer **out, sl_error *err) {
     *out = NULL;
     sl_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!t) return err_set(err, SL_ENOMEM, "out of memory");
     pthread_mutex_init(&t->lock, NULL);
     cJSON *root = cJSON_ParseWithLength(json, len), *cfg = NULL;
     sl_status st = SL_OK;
-    if (!root) { st = sl_err(err, SL_EFORMAT, "tokenizer.json: not valid JSON"); goto fail; }
+    if (!root) { st = err_set(err, SL_EFORMAT, "tokenizer.json: not valid JSON"); goto fail; }
     const cJSON *norm = cJSON_GetObjectItem(root, "normalizer");
     if (norm && !cJSON_IsNull(norm)) { /* NFC, or a Sequence of NFCs (an empty one: none, as DeepSeek-V3's) */
         const char *ty = cJSON_GetStringValue(cJSON_GetObjectItem(norm, "type")), *bad = NULL;
@@ -386,17 +386,17 @@ sl_status sl_tokenizer_from_json(const char *json, size_t len, const char *confi
                 t->nfc = 1;
             }
         } else bad = ty ? ty : "?";
-        if (bad) { st = sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: normalizer '%s' is not supported (NFC only)", bad); goto fail; }
+        if (bad) { st = err_set(err, SL_EUNSUPPORTED, "tokenizer.json: normalizer '%s' is not supported (NFC only)", bad); goto fail; }
     }
     const cJSON *dec = cJSON_GetObjectItem(root, "decoder");
     const char *dty = cJSON_GetStringValue(cJSON_GetObjectItem(dec, "type"));
-    if (dec && !cJSON_IsNull(dec) && (!dty || strcmp(dty, "ByteLevel"))) { st = sl_err(err, SL_EUNSUPPORTED, "tokenizer.json: decoder '%s' is not supported (ByteLevel only)", dty ? dty : "?"); goto fail; }
+    if (dec && !cJSON_IsNull(dec) && (!dty || strcmp(dty, "ByteLevel"))) { st = err_set(err, SL_EUNSUPPORTED, "tokenizer.json: decoder '%s' is not supported (ByteLevel only)", dty ? dty : "?"); goto fail; }
     if ((st = load_model(t, root, err))) goto fail;
     if ((st = load_pre_tokenizer(t, cJSON_GetObjectItem(root, "pre_tokenizer"), err))) goto fail;
-    if (smap_init(&t->cache, 1024)) { st = sl_err(err, SL_ENOMEM, "out of memory"); goto fail; }
+    if (smap_init(&t->cache, 1024)) { st = err_set(err, SL_ENOMEM, "out of memory"); goto fail; }
     if (config_json) {
         cfg = cJSON_Parse(config_json);
-        if (!cfg) { st = sl_err(err, SL_EFORMAT, "tokenizer_config.json: not valid JSON"); goto fail; }
+        if (!cfg) { st = err_set(err, SL_EFORMAT, "tokenizer_config.json: not valid JSON"); goto fail; }
         if (!template_text) t->chat_template = template_from_config(cfg);
         const char *eos = token_text(cJSON_GetObjectItem(cfg, "eos_token"));
         if (eos) t->eos_text = strdup(eos);
@@ -424,7 +424,7 @@ static char *read_blob(const slc_file *f, const char *name, sl_error *err, sl_st
     const slc_blob *b = slc_find_blob(f, name);
     if (!b) return NULL;
     char *p = malloc(b->size + 1);
-    if (!p) { *st = sl_err(err, SL_ENOMEM, "out of memory"); return NULL; }
+    if (!p) { *st = err_set(err, SL_ENOMEM, "out of memory"); return NULL; }
     if ((*st = fio_pread_all(f->fd, p, b->size, b->off, f->path, err))) { free(p); return NULL; }
     p[b->size] = 0;
     return p;
@@ -450,7 +450,7 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
     size_t n = 0;
     sl_status st = SL_OK;
     FILE *fp = fopen(path, "rb");
-    if (!fp) return sl_err(err, sl_status_from_errno(errno), "%s: %s", path, strerror(errno));
+    if (!fp) return err_set(err, err_from_errno(errno), "%s: %s", path, strerror(errno));
     size_t got = fread(magic, 1, sizeof magic, fp);
     fclose(fp);
     if (got >= 4 && !memcmp(magic, "GGUF", 4)) { /* a GGUF file: tokenizer.ggml.* (import/gguf_tokenizer.c) */
@@ -459,13 +459,13 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
         st = gguf_tokenizer_json(&gm, &json, &cfg, err);
         gguf_close_model(&gm);
         if (st) return st;
-        if (!json) return sl_err(err, SL_ENOENT, "%s: the GGUF file has no tokenizer (tokenizer.ggml.model)", path);
+        if (!json) return err_set(err, SL_ENOENT, "%s: the GGUF file has no tokenizer (tokenizer.ggml.model)", path);
         n = strlen(json);
     } else if (got == sizeof magic && !memcmp(magic, SLC_MAGIC, 8)) { /* a container: the tokenizer files are blobs */
         slc_file f;
         if ((st = slc_open(path, &f, err))) return st;
         json = read_blob(&f, "tokenizer.json", err, &st);
-        if (!json && !st) st = sl_err(err, SL_ENOENT, "%s: the container has no tokenizer.json (pack a checkpoint directory that has one)", path);
+        if (!json && !st) st = err_set(err, SL_ENOENT, "%s: the container has no tokenizer.json (pack a checkpoint directory that has one)", path);
         if (!st) cfg = read_blob(&f, "tokenizer_config.json", err, &st);
         if (!st) tmpl = read_blob(&f, "chat_template.jinja", err, &st);
         slc_close(&f);
@@ -478,14 +478,14 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
         if (k == n || json[k] != '{') { /* not a tokenizer.json either: say what a model file must be */
             free(json);
             slc_file f;
-            if ((st = slc_open(path, &f, err)) == SL_OK) { slc_close(&f); st = sl_err(err, SL_EFORMAT, "%s: not a model", path); }
+            if ((st = slc_open(path, &f, err)) == SL_OK) { slc_close(&f); st = err_set(err, SL_EFORMAT, "%s: not a model", path); }
             return st;
         }
         cfg = read_sibling(path, "tokenizer_config.json");
         tmpl = read_sibling(path, "chat_template.jinja");
     }
     st = sl_tokenizer_from_json(json, n, cfg, tmpl, out, err);
-    if (st) sl_err_prefix(err, "%s", path);
+    if (st) err_prefix(err, "%s", path);
 out:
     free(json);
     free(cfg);
@@ -554,7 +554,7 @@ static int bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids) {
  * next regex, the last level's pieces to BPE. md holds one match (its offsets are read before recursing). */
 static sl_status split_piece(sl_tokenizer *t, int lvl, const char *s, size_t n, pcre2_match_data *md,
                              pcre2_match_context *mc, tok_ids *ids, sl_error *err) {
-    if (lvl == t->n_re) return n && bpe_word(t, s, n, ids) ? sl_err(err, SL_ENOMEM, "out of memory") : SL_OK;
+    if (lvl == t->n_re) return n && bpe_word(t, s, n, ids) ? err_set(err, SL_ENOMEM, "out of memory") : SL_OK;
     sl_status st = SL_OK;
     size_t pos = 0;
     while (pos < n && !st) {
@@ -566,7 +566,7 @@ static sl_status split_piece(sl_tokenizer *t, int lvl, const char *s, size_t n, 
         } else if (rc != PCRE2_ERROR_NOMATCH) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            return sl_err(err, SL_EINVAL, "pre-tokenizer regex failed at byte %zu: %s", pos, (char *)msg);
+            return err_set(err, SL_EINVAL, "pre-tokenizer regex failed at byte %zu: %s", pos, (char *)msg);
         }
         if (a > pos) st = split_piece(t, lvl + 1, s + pos, a - pos, md, mc, ids, err); /* unmatched gap */
         if (!st && b > a) st = split_piece(t, lvl + 1, s + a, b - a, md, mc, ids, err);
@@ -591,21 +591,21 @@ static sl_status encode_piece(sl_tokenizer *t, const char *s, size_t n, tok_ids 
         if (!ascii) {
             utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfc,
                                               UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-            if (k < 0) return sl_err(err, SL_EINVAL, "text normalisation failed: %s", utf8proc_errmsg(k));
+            if (k < 0) return err_set(err, SL_EINVAL, "text normalisation failed: %s", utf8proc_errmsg(k));
             s = (const char *)nfc;
             n = (size_t)k;
         }
     }
     sl_status st = SL_OK;
     if (!t->n_re) {
-        if (n && bpe_word(t, s, n, ids)) st = sl_err(err, SL_ENOMEM, "out of memory");
+        if (n && bpe_word(t, s, n, ids)) st = err_set(err, SL_ENOMEM, "out of memory");
         free(nfc);
         return st;
     }
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
     pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
-    if (!md || !mc || !js) st = sl_err(err, SL_ENOMEM, "out of memory");
+    if (!md || !mc || !js) st = err_set(err, SL_ENOMEM, "out of memory");
     else {
         pcre2_jit_stack_assign(mc, NULL, js);
         st = split_piece(t, 0, s, n, md, mc, ids, err);
@@ -648,15 +648,15 @@ sl_status sl_tokenize(const sl_tokenizer *tok, const char *text, size_t len, int
     tok_buf fixed = {0};
     tok_ids ids = {0};
     sl_status st = SL_OK;
-    if (len > (size_t)INT32_MAX / 2) return sl_err(err, SL_ERANGE, "text of %zu bytes is too long to tokenize", len);
+    if (len > (size_t)INT32_MAX / 2) return err_set(err, SL_ERANGE, "text of %zu bytes is too long to tokenize", len);
     if (!tok_utf8_valid(text, len)) {
         if (flags & SL_TOKENIZE_STRICT_UTF8) {
             size_t at = tok_utf8_complete_prefix(text, len);
             for (size_t i = 0; i < len; i++)
                 if (!tok_utf8_valid(text, i + 1) && tok_utf8_complete_prefix(text, i + 1) == i + 1) { at = i; break; }
-            return sl_err(err, SL_EINVAL, "text is not valid UTF-8 (near byte %zu)", at);
+            return err_set(err, SL_EINVAL, "text is not valid UTF-8 (near byte %zu)", at);
         }
-        if (tok_utf8_lossy(&fixed, text, len)) return sl_err(err, SL_ENOMEM, "out of memory");
+        if (tok_utf8_lossy(&fixed, text, len)) return err_set(err, SL_ENOMEM, "out of memory");
         text = fixed.p;
         len = fixed.n;
     }
@@ -676,7 +676,7 @@ sl_status sl_tokenize(const sl_tokenizer *tok, const char *text, size_t len, int
     *out_n = ids.n;
     return SL_OK;
 oom:
-    st = sl_err(err, SL_ENOMEM, "out of memory");
+    st = err_set(err, SL_ENOMEM, "out of memory");
 fail:
     free(fixed.p);
     free(ids.p);

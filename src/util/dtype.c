@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-size_t dt_size(sl_dtype t) {
+size_t dt_size(dt_type t) {
     switch (t) {
     case DT_F32: return 4;
     case DT_F16: return 2;
@@ -13,7 +13,7 @@ size_t dt_size(sl_dtype t) {
     }
 }
 
-const char *dt_name(sl_dtype t) {
+const char *dt_name(dt_type t) {
     switch (t) {
     case DT_F32: return "f32";
     case DT_F16: return "f16";
@@ -27,13 +27,13 @@ const char *dt_name(sl_dtype t) {
     }
 }
 
-sl_dtype dt_from_name(const char *s) {
+dt_type dt_from_name(const char *s) {
     for (int t = DT_F32; t < DT_COUNT; t++)
-        if (strcmp(s, dt_name((sl_dtype)t)) == 0) return (sl_dtype)t;
+        if (strcmp(s, dt_name((dt_type)t)) == 0) return (dt_type)t;
     return DT_NONE;
 }
 
-sl_dtype dt_from_safetensors(const char *s) {
+dt_type dt_from_safetensors(const char *s) {
     if (!strcmp(s, "F32")) return DT_F32;
     if (!strcmp(s, "F16")) return DT_F16;
     if (!strcmp(s, "BF16")) return DT_BF16;
@@ -93,7 +93,7 @@ float f8e4m3_to_f32(uint8_t v) {
     return s ? -r : r;
 }
 
-void dt_to_f32(sl_dtype from, const void *src, float *dst, size_t n) {
+void dt_to_f32(dt_type from, const void *src, float *dst, size_t n) {
     switch (from) {
     case DT_F32: memcpy(dst, src, n * 4); break;
     case DT_F16: for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(((const uint16_t *)src)[i]); break;
@@ -103,7 +103,7 @@ void dt_to_f32(sl_dtype from, const void *src, float *dst, size_t n) {
     }
 }
 
-void dt_from_f32(sl_dtype to, const float *src, void *dst, size_t n) {
+void dt_from_f32(dt_type to, const float *src, void *dst, size_t n) {
     switch (to) {
     case DT_F32: memcpy(dst, src, n * 4); break;
     case DT_F16: for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_f16(src[i]); break;

@@ -21,12 +21,12 @@ typedef enum {
     DT_Q3 = 7,  /* 3-bit rotated Lloyd-Max codebook */
     DT_MXFP4 = 8, /* OCP MX FP4 (E2M1) in blocks of 32 with an E8M0 scale each, gpt-oss's released layout */
     DT_COUNT
-} sl_dtype;
+} dt_type;
 
-size_t dt_size(sl_dtype t);          /* bytes per element; 0 for quantized types (see q_mat_bytes) */
-const char *dt_name(sl_dtype t);     /* "f32", "f16", "bf16", "f8e4m3", "q8", "q4", "q3", "mxfp4" */
-sl_dtype dt_from_name(const char *s);        /* our names; DT_NONE if unknown */
-sl_dtype dt_from_safetensors(const char *s); /* "F32", "F16", "BF16", "F8_E4M3"; DT_NONE if unknown */
+size_t dt_size(dt_type t);          /* bytes per element; 0 for quantized types (see q_mat_bytes) */
+const char *dt_name(dt_type t);     /* "f32", "f16", "bf16", "f8e4m3", "q8", "q4", "q3", "mxfp4" */
+dt_type dt_from_name(const char *s);        /* our names; DT_NONE if unknown */
+dt_type dt_from_safetensors(const char *s); /* "F32", "F16", "BF16", "F8_E4M3"; DT_NONE if unknown */
 
 static inline float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -48,8 +48,8 @@ uint16_t f32_to_f16(float f);
 float f8e4m3_to_f32(uint8_t v);
 
 /* Converts n elements of type `from` at src into f32 at dst. */
-void dt_to_f32(sl_dtype from, const void *src, float *dst, size_t n);
+void dt_to_f32(dt_type from, const void *src, float *dst, size_t n);
 /* Converts n f32 values into `to` (F32, F16, BF16). */
-void dt_from_f32(sl_dtype to, const float *src, void *dst, size_t n);
+void dt_from_f32(dt_type to, const float *src, void *dst, size_t n);
 
 #endif

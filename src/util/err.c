@@ -22,7 +22,7 @@ static void one_line(char *s) {
         if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
 }
 
-sl_status sl_err(sl_error *err, sl_status st, const char *fmt, ...) {
+sl_status err_set(sl_error *err, sl_status st, const char *fmt, ...) {
     if (!err) return st;
     err->status = st;
     va_list ap;
@@ -33,7 +33,7 @@ sl_status sl_err(sl_error *err, sl_status st, const char *fmt, ...) {
     return st;
 }
 
-sl_status sl_err_prefix(sl_error *err, const char *fmt, ...) {
+sl_status err_prefix(sl_error *err, const char *fmt, ...) {
     if (!err) return SL_EINVAL;
     char pre[256], joined[sizeof pre + sizeof err->msg + 2];
     va_list ap;
@@ -49,7 +49,7 @@ sl_status sl_err_prefix(sl_error *err, const char *fmt, ...) {
     return err->status;
 }
 
-sl_status sl_status_from_errno(int e) {
+sl_status err_from_errno(int e) {
     switch (e) {
     case ENOSPC:
     case EDQUOT: return SL_ENOSPC;
@@ -59,7 +59,7 @@ sl_status sl_status_from_errno(int e) {
     }
 }
 
-void sl_assert_fail(const char *cond, const char *file, int line) {
+void err_assert_fail(const char *cond, const char *file, int line) {
     fprintf(stderr, "sluice: assertion failed: %s (%s:%d)\n", cond, file, line);
     abort();
 }

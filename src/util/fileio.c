@@ -19,11 +19,11 @@ sl_status fio_pread_all(int fd, void *buf, size_t len, uint64_t off, const char 
         ssize_t r = pread(fd, p, len, (off_t)off);
         if (r < 0) {
             if (errno == EINTR) continue;
-            return sl_err(err, sl_status_from_errno(errno), "%s: read of %zu bytes at offset %llu failed: %s", what,
+            return err_set(err, err_from_errno(errno), "%s: read of %zu bytes at offset %llu failed: %s", what,
                           len, (unsigned long long)off, strerror(errno));
         }
         if (r == 0)
-            return sl_err(err, SL_EFORMAT, "%s: unexpected end of file at offset %llu (%zu bytes short)", what,
+            return err_set(err, SL_EFORMAT, "%s: unexpected end of file at offset %llu (%zu bytes short)", what,
                           (unsigned long long)off, len);
         p += r;
         len -= (size_t)r;
@@ -38,10 +38,10 @@ sl_status fio_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, cons
         ssize_t r = pwrite(fd, p, len, (off_t)off);
         if (r < 0) {
             if (errno == EINTR) continue;
-            return sl_err(err, sl_status_from_errno(errno), "%s: write of %zu bytes at offset %llu failed: %s", what,
+            return err_set(err, err_from_errno(errno), "%s: write of %zu bytes at offset %llu failed: %s", what,
                           len, (unsigned long long)off, strerror(errno));
         }
-        if (r == 0) return sl_err(err, SL_EIO, "%s: write made no progress at offset %llu", what, (unsigned long long)off);
+        if (r == 0) return err_set(err, SL_EIO, "%s: write made no progress at offset %llu", what, (unsigned long long)off);
         p += r;
         len -= (size_t)r;
         off += (uint64_t)r;
@@ -51,16 +51,16 @@ sl_status fio_pwrite_all(int fd, const void *buf, size_t len, uint64_t off, cons
 
 sl_status fio_read_file(const char *path, char **out, size_t *out_len, sl_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sl_err(err, sl_status_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return err_set(err, err_from_errno(errno), "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return sl_err(err, SL_EIO, "%s: not a regular file", path);
+        return err_set(err, SL_EIO, "%s: not a regular file", path);
     }
     char *buf = malloc((size_t)sb.st_size + 1);
     if (!buf) {
         close(fd);
-        return sl_err(err, SL_ENOMEM, "%s: out of memory reading %lld bytes", path, (long long)sb.st_size);
+        return err_set(err, SL_ENOMEM, "%s: out of memory reading %lld bytes", path, (long long)sb.st_size);
     }
     sl_status st = fio_pread_all(fd, buf, (size_t)sb.st_size, 0, path, err);
     close(fd);
@@ -77,11 +77,11 @@ sl_status fio_read_file(const char *path, char **out, size_t *out_len, sl_error 
 sl_status fio_create_temp(const char *dst, char **tmp, int *fd, sl_error *err) {
     size_t tl = strlen(dst) + 32;
     *fd = -1;
-    if (!(*tmp = malloc(tl))) return sl_err(err, SL_ENOMEM, "out of memory");
+    if (!(*tmp = malloc(tl))) return err_set(err, SL_ENOMEM, "out of memory");
     snprintf(*tmp, tl, "%s.tmp.%ld", dst, (long)getpid());
     *fd = open(*tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
     if (*fd >= 0) return SL_OK;
-    sl_status st = sl_err(err, sl_status_from_errno(errno), "%s: cannot create: %s", *tmp, strerror(errno));
+    sl_status st = err_set(err, err_from_errno(errno), "%s: cannot create: %s", *tmp, strerror(errno));
     free(*tmp);
     *tmp = NULL; /* not ours to remove */
     return st;
@@ -91,12 +91,12 @@ sl_status fio_commit(int fd, uint64_t size, const char *tmp, const char *dst, sl
     if (ftruncate(fd, (off_t)size) != 0 || fsync(fd) != 0) {
         int e = errno;
         close(fd);
-        return sl_err(err, sl_status_from_errno(e), "%s: cannot finish the file: %s", tmp, strerror(e));
+        return err_set(err, err_from_errno(e), "%s: cannot finish the file: %s", tmp, strerror(e));
     }
     if (close(fd) != 0)
-        return sl_err(err, sl_status_from_errno(errno), "%s: close failed: %s", tmp, strerror(errno));
+        return err_set(err, err_from_errno(errno), "%s: close failed: %s", tmp, strerror(errno));
     if (rename(tmp, dst) != 0)
-        return sl_err(err, sl_status_from_errno(errno), "%s: cannot rename to %s: %s", tmp, dst, strerror(errno));
+        return err_set(err, err_from_errno(errno), "%s: cannot rename to %s: %s", tmp, dst, strerror(errno));
     return SL_OK;
 }
 

@@ -1,6 +1,6 @@
 /*
- * tensor.h — the types every room shares to describe weights: a matrix in its stored layout (sl_mat),
- * one routed expert's parts (sl_expert), and where routed experts come from (sl_expert_src).
+ * tensor.h — the types every room shares to describe weights: a matrix in its stored layout (tn_mat),
+ * one routed expert's parts (tn_expert), and where routed experts come from (tn_expert_src).
  *
  * They live at the bottom of the house, beside dtype.h, because the kernels, the quantisers, the
  * expert cache, the container and the backends all take them, and none of those may include the model
@@ -8,7 +8,7 @@
  * lower_rooms_stay_below_the_model fails when a lower room includes the forward pass again.
  *
  * Shapes follow PyTorch: a matrix is [rows = out][cols = in] row-major and computes y = W x. The
- * pointers of an sl_mat point into memory of the backend that computes with it (src/backend/backend.h):
+ * pointers of an tn_mat point into memory of the backend that computes with it (src/backend/backend.h):
  * host memory for the CPU backend.
  */
 #ifndef SL_TENSOR_H
@@ -19,29 +19,29 @@
 #include "sluice.h"
 #include "util/dtype.h"
 
-typedef struct sl_mat {
+typedef struct tn_mat {
     const void *data; /* NULL: absent; quantized types: the codes, [rows][cols*bits/8] bytes */
-    sl_dtype dtype;   /* DT_F32, DT_F16, DT_BF16, or quantized DT_Q8 / DT_Q4 / DT_Q3 / DT_MXFP4 */
+    dt_type dtype;   /* DT_F32, DT_F16, DT_BF16, or quantized DT_Q8 / DT_Q4 / DT_Q3 / DT_MXFP4 */
     int rows, cols;
     /* quantized types only (src/quant/quant.h; q_mat_bind fills them from one contiguous tensor) */
     const void *scales; /* [rows][cols/group] of sdtype */
     const void *biases; /* [rows][cols/group] of sdtype (q8/q4); NULL for q3 */
     int group;          /* 32, 64 or 128 */
-    sl_dtype sdtype;    /* DT_F16, DT_BF16 or DT_F32 */
+    dt_type sdtype;    /* DT_F16, DT_BF16 or DT_F32 */
     uint32_t seed;      /* q3: seed of the randomised Hadamard rotation */
     /* q8/q4: 1 when every bias is, bit for bit, -2^(bits-1) times its scale (GGUF Q8_0 / Q4_0; set by
      * q_biases_implied's caller): a kernel may compute the biases from the scales instead of reading them,
      * the same values, so the same bits, and 10% (q4) / 6% (q8) fewer bytes streamed. 0: read them. */
     int bias_implied;
-} sl_mat;
+} tn_mat;
 
 /* One routed expert: gate, up [I, H]; down [H, I] (SL_EXPERT_SWIGLU); or gate_up [2I, H] (rows interleaved
  * gate, up), down [H, I] and the biases gate_up_bias [2I], down_bias [H] (SL_EXPERT_GPTOSS). Absent parts NULL. */
-typedef struct sl_expert {
-    sl_mat gate, up, down;
-    sl_mat gate_up;
+typedef struct tn_expert {
+    tn_mat gate, up, down;
+    tn_mat gate_up;
     const float *gate_up_bias, *down_bias;
-} sl_expert;
+} tn_expert;
 
 /* Where routed experts come from.
  *
@@ -62,10 +62,10 @@ typedef struct sl_expert {
  *   end()                     closes the layer; after an error it cancels and drains outstanding reads.
  * The MoE block keeps each expert's output in its own slot and sums in a fixed order, so the order
  * of delivery never changes a bit. errmsg() returns the provider's message for its last error. */
-typedef struct sl_expert_src {
-    sl_status (*get)(void *ctx, int layer, int expert, sl_expert *out);
+typedef struct tn_expert_src {
+    sl_status (*get)(void *ctx, int layer, int expert, tn_expert *out);
     sl_status (*begin)(void *ctx, int layer, const int *experts, int n, int in_order);
-    sl_status (*next)(void *ctx, int *expert, sl_expert *out);
+    sl_status (*next)(void *ctx, int *expert, tn_expert *out);
     void (*release)(void *ctx, int expert);
     void (*end)(void *ctx);
     const char *(*errmsg)(void *ctx);
@@ -80,6 +80,6 @@ typedef struct sl_expert_src {
      * reads them (the device tier's hits: stream/tier.c), so the caller may take them without waiting and
      * hold them together until it releases them (model/moe.c runs them as one grouped FFN). */
     int (*ready)(void *ctx);
-} sl_expert_src;
+} tn_expert_src;
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * threadpool.c — see threadpool.h. A job is a (fn, ctx, n, chunk) tuple published under the mutex with a
- * generation counter. A static job (sl_pool_for) gives thread i the i-th chunk and waits for every worker; a
- * dynamic one (sl_pool_for_any) lets every thread claim chunks from `ticket` = (generation << 32 | next
+ * generation counter. A static job (pool_for) gives thread i the i-th chunk and waits for every worker; a
+ * dynamic one (pool_for_any) lets every thread claim chunks from `ticket` = (generation << 32 | next
  * chunk), so a claim can only take a chunk of the job the claimer read (a worker that wakes late for a
  * finished job claims nothing), and waits for the chunks to be done, not for the workers.
  *
@@ -44,7 +44,7 @@
 #define POOL_SPIN_NS 50000L /* 50 us: longer than most gaps of a decode step, short against a token */
 #endif
 
-/* sl_pool_hint's prefetches: __builtin_prefetch's locality. 0 (prefetchnta): in a microbenchmark (a 4 MiB
+/* pool_hint's prefetches: __builtin_prefetch's locality. 0 (prefetchnta): in a microbenchmark (a 4 MiB
  * dynamic job after 10-30 us of the caller's serial work, the hint's first 0.25-2 MiB, in-process alternation)
  * it took 4-18 us off the job, against 0-20 us for 3 (T0) and ~2 us for 1 (T2). */
 #ifndef POOL_HINT_LOCALITY
@@ -71,17 +71,17 @@
 /* A job's parameters. Two slots, by generation parity: the caller fills the slot of the next generation
  * while a late worker may still read the other, and workers read a slot without the mutex. */
 typedef struct {
-    _Atomic(sl_pool_fn) fn;
+    _Atomic(pool_fn) fn;
     _Atomic(void *) ctx;
     atomic_size_t items;  /* static: items; dynamic: units of `unit` items (the last one may be short) */
     atomic_size_t chunk;  /* static: items per thread; dynamic: the largest chunk, in units */
     atomic_size_t minc;   /* dynamic: the smallest chunk, in units */
     atomic_size_t unit;   /* dynamic: items per unit (the grain) */
     atomic_size_t total;  /* dynamic: items */
-    atomic_int dynamic;   /* sl_pool_for_any's */
+    atomic_int dynamic;   /* pool_for_any's */
 } job_slot;
 
-struct sl_pool {
+struct pool_t {
     int n;
     pthread_t *th;
     pthread_mutex_t mu;
@@ -94,7 +94,7 @@ struct sl_pool {
     atomic_int pending;      /* static: workers that have not finished their part */
     _Atomic uint64_t ticket; /* dynamic: (uint32_t)gen << 32 | the next unit to claim */
     atomic_size_t finished;  /* dynamic: units done */
-    /* sl_pool_hint's ranges: a sequence lock (odd while the caller writes them), the generation they were
+    /* pool_hint's ranges: a sequence lock (odd while the caller writes them), the generation they were
      * given after (a worker takes them only while waiting after that one: they are for the next job) */
     _Atomic unsigned long hint_seq, hint_gen;
     _Atomic(uintptr_t) hint_p[SL_POOL_HINT_MAX];
@@ -103,7 +103,7 @@ struct sl_pool {
 };
 
 /* Spins until done(p, arg) or POOL_SPIN_NS pass; returns done's last answer. */
-static int spin_until(int (*done)(sl_pool *, uintptr_t), sl_pool *p, uintptr_t arg) {
+static int spin_until(int (*done)(pool_t *, uintptr_t), pool_t *p, uintptr_t arg) {
     if (done(p, arg)) return 1;
     const uint64_t end = clk_now_ns() + POOL_SPIN_NS;
     for (;;) {
@@ -115,21 +115,21 @@ static int spin_until(int (*done)(sl_pool *, uintptr_t), sl_pool *p, uintptr_t a
     }
 }
 
-static int gen_moved(sl_pool *p, uintptr_t seen) {
+static int gen_moved(pool_t *p, uintptr_t seen) {
     return atomic_load_explicit(&p->gen, memory_order_acquire) != (unsigned long)seen ||
            atomic_load_explicit(&p->quit, memory_order_relaxed);
 }
-static int static_done(sl_pool *p, uintptr_t unused) {
+static int static_done(pool_t *p, uintptr_t unused) {
     (void)unused;
     return atomic_load_explicit(&p->pending, memory_order_acquire) == 0;
 }
-static int units_done(sl_pool *p, uintptr_t n_units) {
+static int units_done(pool_t *p, uintptr_t n_units) {
     return atomic_load_explicit(&p->finished, memory_order_acquire) >= (size_t)n_units;
 }
 
 /* The caller's wait for the job's end (cond true): spin, then sleep on done; the worker that ends the job
  * wakes it when `waiting` says it sleeps (both sides order their store before their load: seq_cst). */
-static void wait_end(sl_pool *p, int (*cond)(sl_pool *, uintptr_t), uintptr_t arg) {
+static void wait_end(pool_t *p, int (*cond)(pool_t *, uintptr_t), uintptr_t arg) {
     if (spin_until(cond, p, arg)) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->waiting, 1);
@@ -139,7 +139,7 @@ static void wait_end(sl_pool *p, int (*cond)(sl_pool *, uintptr_t), uintptr_t ar
 }
 
 /* The worker that ended the job: wakes the caller if it sleeps. */
-static void end_job(sl_pool *p) {
+static void end_job(pool_t *p) {
     if (!atomic_load(&p->waiting)) return;
     pthread_mutex_lock(&p->mu);
     pthread_cond_signal(&p->done);
@@ -149,7 +149,7 @@ static void end_job(sl_pool *p) {
 /* Makes generation g current: its slot is filled; wakes sleeping workers. The slot's and the counters'
  * stores come before the seq_cst store of gen, and a worker reads them after loading gen; a worker that
  * increments sleepers before its last look at gen is seen here, or sees g (both seq_cst). */
-static void publish(sl_pool *p, unsigned long g) {
+static void publish(pool_t *p, unsigned long g) {
     atomic_store(&p->gen, g);
     if (atomic_load(&p->sleepers)) {
         pthread_mutex_lock(&p->mu);
@@ -171,7 +171,7 @@ static size_t chunk_at(size_t b, size_t n, size_t threads, size_t minc, size_t m
  * thread that finishes the last one wakes the caller. A slot read while the caller refills it for a later
  * generation is never used: the ticket then no longer holds gen (the caller moves the ticket on before it
  * refills a slot), so the claim fails. */
-static void run_dynamic(sl_pool *p, uint32_t gen, sl_pool_fn fn, void *ctx, size_t n, size_t unit, size_t total,
+static void run_dynamic(pool_t *p, uint32_t gen, pool_fn fn, void *ctx, size_t n, size_t unit, size_t total,
                         size_t minc, size_t maxc) {
     const size_t threads = (size_t)p->n;
     uint64_t t = atomic_load(&p->ticket);
@@ -191,7 +191,7 @@ static void run_dynamic(sl_pool *p, uint32_t gen, sl_pool_fn fn, void *ctx, size
  * at the generation before every block: a job published meanwhile waits at most one block's prefetches. */
 #define HINT_BLOCK 2048
 
-static int prefetch_ranges(sl_pool *p, unsigned long seen, int id, const uintptr_t *hp, const size_t *hl, int hn) {
+static int prefetch_ranges(pool_t *p, unsigned long seen, int id, const uintptr_t *hp, const size_t *hl, int hn) {
     const size_t workers = (size_t)p->n - 1, me = (size_t)id - 1;
     size_t blk = 0;
     for (int r = 0; r < hn; r++)
@@ -208,7 +208,7 @@ static int prefetch_ranges(sl_pool *p, unsigned long seen, int id, const uintptr
 /* A worker's wait for the generation after seen: spin_until's, and meanwhile it prefetches its share of a hint
  * given after seen that it has not taken yet (*taken: the last hint's sequence number it took). 1 when the
  * generation moved, 0 when POOL_SPIN_NS passed. */
-static int worker_spin(sl_pool *p, unsigned long seen, int id, unsigned long *taken) {
+static int worker_spin(pool_t *p, unsigned long seen, int id, unsigned long *taken) {
     if (gen_moved(p, (uintptr_t)seen)) return 1;
     const uint64_t end = clk_now_ns() + POOL_SPIN_NS;
     for (;;) {
@@ -236,7 +236,7 @@ static int worker_spin(sl_pool *p, unsigned long seen, int id, unsigned long *ta
 }
 
 typedef struct {
-    sl_pool *p;
+    pool_t *p;
     int id;
 } worker_arg;
 
@@ -249,15 +249,15 @@ static void run_part(const job_slot *s, int id) {
     atomic_load(&s->fn)(atomic_load(&s->ctx), b, e);
 }
 
-/* The pool this thread works for and its index there (sl_pool_thread); NULL in every other thread. */
-static _Thread_local const sl_pool *tl_pool;
+/* The pool this thread works for and its index there (pool_thread); NULL in every other thread. */
+static _Thread_local const pool_t *tl_pool;
 static _Thread_local int tl_id;
 
-int sl_pool_thread(const sl_pool *p) { return p && tl_pool == p ? tl_id : 0; }
+int pool_thread(const pool_t *p) { return p && tl_pool == p ? tl_id : 0; }
 
 static void *worker(void *arg) {
     worker_arg *wa = arg;
-    sl_pool *p = wa->p;
+    pool_t *p = wa->p;
     int id = wa->id;
     free(wa);
     tl_pool = p;
@@ -291,13 +291,13 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-sl_pool *sl_pool_new(int n_threads) {
+pool_t *pool_new(int n_threads) {
     if (n_threads <= 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = c > 0 ? (int)c : 1;
     }
     if (n_threads > 256) n_threads = 256;
-    sl_pool *p = calloc(1, sizeof *p);
+    pool_t *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
@@ -305,13 +305,13 @@ sl_pool *sl_pool_new(int n_threads) {
     pthread_cond_init(&p->done, NULL);
     if (n_threads > 1) {
         p->th = calloc((size_t)n_threads, sizeof *p->th);
-        if (!p->th) { sl_pool_free(p); return NULL; }
+        if (!p->th) { pool_free(p); return NULL; }
         for (int i = 1; i < n_threads; i++) {
             worker_arg *wa = malloc(sizeof *wa);
             if (!wa || (wa->p = p, wa->id = i, pthread_create(&p->th[i], NULL, worker, wa)) != 0) {
                 free(wa);
                 p->n = i; /* only threads 1..i-1 exist */
-                sl_pool_free(p);
+                pool_free(p);
                 return NULL;
             }
         }
@@ -319,7 +319,7 @@ sl_pool *sl_pool_new(int n_threads) {
     return p;
 }
 
-void sl_pool_free(sl_pool *p) {
+void pool_free(pool_t *p) {
     if (!p) return;
     if (p->th) {
         pthread_mutex_lock(&p->mu);
@@ -335,9 +335,9 @@ void sl_pool_free(sl_pool *p) {
     free(p);
 }
 
-int sl_pool_size(const sl_pool *p) { return p ? p->n : 1; }
+int pool_size(const pool_t *p) { return p ? p->n : 1; }
 
-void sl_pool_for(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ctx) {
+void pool_for(pool_t *p, size_t n, size_t grain, pool_fn fn, void *ctx) {
     if (n == 0) return;
     if (grain < 1) grain = 1;
     if (!p || p->n == 1 || n <= grain) {
@@ -359,7 +359,7 @@ void sl_pool_for(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ctx) {
     wait_end(p, static_done, 0);
 }
 
-void sl_pool_for_any(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ctx) {
+void pool_for_any(pool_t *p, size_t n, size_t grain, pool_fn fn, void *ctx) {
     if (n == 0) return;
     if (grain < 1) grain = 1;
     if (!p || p->n == 1 || n <= grain) {
@@ -400,7 +400,7 @@ void sl_pool_for_any(sl_pool *p, size_t n, size_t grain, sl_pool_fn fn, void *ct
     wait_end(p, units_done, (uintptr_t)units);
 }
 
-void sl_pool_hint(sl_pool *p, const void *const *ptr, const size_t *bytes, int n) {
+void pool_hint(pool_t *p, const void *const *ptr, const size_t *bytes, int n) {
     if (!p || p->n < 2 || n <= 0 || !ptr || !bytes) return;
     if (n > SL_POOL_HINT_MAX) n = SL_POOL_HINT_MAX;
     const unsigned long s = atomic_load(&p->hint_seq); /* only the caller writes it */

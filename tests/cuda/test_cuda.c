@@ -31,9 +31,9 @@ static float nrand(void) { return (float)(sqrt(-2 * log(urand() + 1e-300)) * cos
 static int failures, fast_fill; /* fast_fill: uniform weights for the benchmarks' large matrices */
 #define CK(c, ...) do { if (!(c)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
-typedef struct { void *host, *dev; size_t bytes; sl_mat m; slcu_mat d; } mat;
+typedef struct { void *host, *dev; size_t bytes; tn_mat m; slcu_mat d; } mat;
 
-static int make_mat(mat *o, sl_dtype dt, int rows, int cols, int group, sl_dtype sdt, char *msg) {
+static int make_mat(mat *o, dt_type dt, int rows, int cols, int group, dt_type sdt, char *msg) {
     memset(o, 0, sizeof *o);
     float *w = malloc((size_t)rows * cols * sizeof(float));
     for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = fast_fill ? (float)(urand() - 0.5) * 0.1f : nrand() * 0.05f;
@@ -54,7 +54,7 @@ static int make_mat(mat *o, sl_dtype dt, int rows, int cols, int group, sl_dtype
 
 static void free_mat(mat *o) { slcu_free(o->dev); free(o->host); }
 
-static void check_case(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
+static void check_case(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     char msg[256] = "";
     mat a;
     if (make_mat(&a, dt, rows, cols, group, sdt, msg)) { CK(0, "%s", msg); return; }
@@ -134,7 +134,7 @@ static void bench_moe_wide(const mat *gu, const mat *dn, float *dx);
 
 static void bench_i8(double copy_gbs) {
     char msg[256];
-    const sl_dtype dts[2] = {DT_Q4, DT_Q8};
+    const dt_type dts[2] = {DT_Q4, DT_Q8};
     enum { SETS = 2, MAXN = 2048 };
     float *dx = slcu_alloc((size_t)MAXN * 8192 * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)MAXN * 16384 * 4, msg, sizeof msg);
     float *hx = malloc((size_t)MAXN * 8192 * 4);
@@ -260,7 +260,7 @@ static void bench(int i8_only) {
         return;
     }
     printf("%-6s %-14s %6s %10s %8s\n", "dtype", "matrix", "tokens", "GB/s", "of copy");
-    const struct { sl_dtype dt; int rows, cols; } cs[] = {{DT_Q4, 16384, 8192}, {DT_Q8, 16384, 8192}, {DT_BF16, 16384, 8192}, {DT_F32, 8192, 8192}};
+    const struct { dt_type dt; int rows, cols; } cs[] = {{DT_Q4, 16384, 8192}, {DT_Q8, 16384, 8192}, {DT_BF16, 16384, 8192}, {DT_F32, 8192, 8192}};
     for (unsigned k = 0; k < sizeof cs / sizeof *cs; k++) {
         mat a;
         if (make_mat(&a, cs[k].dt, cs[k].rows, cs[k].cols, 64, DT_BF16, msg)) { printf("%s\n", msg); continue; }
@@ -305,7 +305,7 @@ static float *dl(const void *d, size_t n) { /* n floats (or bytes / 4) back from
     return h;
 }
 
-static void check_i8(sl_dtype dt, int rows, int cols, int group, sl_dtype sdt) {
+static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     char msg[256] = "";
     mat a;
     if (make_mat(&a, dt, rows, cols, group, sdt, msg)) { CK(0, "%s", msg); return; }
@@ -551,7 +551,7 @@ static void check_ops(void) {
         free(hg), free(hb), free(ref), free(y), slcu_free(dg), slcu_free(db), slcu_free(da);
     }
     for (int inter = 0; inter < 2; inter++) { /* rope: partial (32 of 64 dims), YaRN, heads at 2 hd (gated), far positions */
-        sl_config c;
+        fam_config c;
         memset(&c, 0, sizeof c);
         c.rot_dim = 32, c.rope_theta = 1e6, c.max_pos = 131072, c.rope_type = SL_ROPE_YARN, c.rope_factor = 32, c.rope_orig_max_pos = 4096;
         float inv[SL_ROPE_MAX_FREQS], af;
@@ -836,7 +836,7 @@ static void check_mixers(void) {
     for (int qz = 0; qz < 3; qz++) { /* MLA with kv_b f32, q4 (g32, bf16 scales), q8 (g64, f16); 3 tokens after 37 */
         enum { T = 3, NH = 4, R = 64, DR = 16, DN = 32, DV = 24, ROW = R + DR, QH = DN + DR, P0 = 37 };
         mat kvb;
-        const sl_dtype dt = qz == 0 ? DT_F32 : qz == 1 ? DT_Q4 : DT_Q8;
+        const dt_type dt = qz == 0 ? DT_F32 : qz == 1 ? DT_Q4 : DT_Q8;
         if (make_mat(&kvb, dt, NH * (DN + DV), R, qz == 2 ? 64 : 32, qz == 1 ? DT_BF16 : qz == 2 ? DT_F16 : DT_F32, msg)) {
             CK(0, "%s", msg);
             continue;
@@ -946,7 +946,7 @@ int main(int argc, char **argv) {
     check_case(DT_F16, 333, 1024, 0, DT_F32);
     check_case(DT_BF16, 64, 100, 0, DT_F32);
     const int groups[] = {32, 64, 128};
-    const sl_dtype sdts[] = {DT_F16, DT_BF16, DT_F32};
+    const dt_type sdts[] = {DT_F16, DT_BF16, DT_F32};
     for (int g = 0; g < 3; g++)
         for (int s = 0; s < 3; s++) {
             check_case(DT_Q8, 300, 1024, groups[g], sdts[s]);

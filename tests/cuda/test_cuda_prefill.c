@@ -77,7 +77,7 @@ static void moe_ref_expert(const slcu_mat *gm, const slcu_mat *um, const slcu_ma
     slcu_free(drows), slcu_free(g), slcu_free(y), slcu_free(mbuf);
 }
 
-static void check_moe(int n, int k, int E, int H, int I, sl_dtype gdt, int gg, sl_dtype gsdt, sl_dtype ddt, int dg, sl_dtype dsdt) {
+static void check_moe(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt_type gsdt, dt_type ddt, int dg, dt_type dsdt) {
     char msg[256] = "";
     mat gu, dn;
     if (make_mat(&gu, gdt, 2 * E * I, H, gg, gsdt, msg) || make_mat(&dn, ddt, E * H, I, dg, dsdt, msg)) { CK(0, "%s", msg); return; }

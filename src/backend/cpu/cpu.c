@@ -5,7 +5,7 @@
  * The mixers are in cpu_mix.c, routing, FFNs and combine in cpu_moe.c.
  *
  * Every op runs to completion before it returns (sync only reports), on the pool the backend was made with
- * (one sl_pool_for at a time: the model serialises evaluations).
+ * (one pool_for at a time: the model serialises evaluations).
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,9 +18,9 @@
 #include "sluice.h"
 #include "util/err.h"
 
-void cpu_fail(sl_backend *be, sl_status status, const char *what) {
+void cpu_fail(be_backend *be, sl_status status, const char *what) {
     cpu_ctx *c = cpu_of(be);
-    if (!c->err.status) sl_err(&c->err, status, "%s", what);
+    if (!c->err.status) err_set(&c->err, status, "%s", what);
 }
 
 /* ---- buffers ---------------------------------------------------------------------------------- */
@@ -29,7 +29,7 @@ void cpu_fail(sl_backend *be, sl_status status, const char *what) {
  * front. Reads into never-touched pages cost a page fault and a zeroing per 4 KiB inside the I/O path
  * (measured: a cold 8 GiB expert cache decoded at 0.6 tok/s against 1.6 tok/s warm), so the budget is paid
  * at allocation, as the memory it is. */
-static void *cpu_alloc(sl_backend *be, size_t bytes, int flags) {
+static void *cpu_alloc(be_backend *be, size_t bytes, int flags) {
     (void)be;
     if (flags & BE_BUF_PINNED) {
         if (!bytes) bytes = 1;
@@ -42,36 +42,36 @@ static void *cpu_alloc(sl_backend *be, size_t bytes, int flags) {
     return malloc(bytes ? bytes : 1);
 }
 
-static void cpu_free(sl_backend *be, void *p, size_t bytes, int flags) {
+static void cpu_free(be_backend *be, void *p, size_t bytes, int flags) {
     (void)be;
     if (!p) return;
     if (flags & BE_BUF_PINNED) munmap(p, bytes ? bytes : 1);
     else free(p);
 }
 
-static void cpu_copy(sl_backend *be, void *dst, const void *src, size_t bytes, int dir) {
+static void cpu_copy(be_backend *be, void *dst, const void *src, size_t bytes, int dir) {
     (void)be;
     (void)dir;
     if (bytes) memcpy(dst, src, bytes);
 }
 
-static void cpu_zero(sl_backend *be, void *p, size_t bytes) {
+static void cpu_zero(be_backend *be, void *p, size_t bytes) {
     (void)be;
     if (bytes) memset(p, 0, bytes);
 }
 
-static sl_status cpu_sync(sl_backend *be) {
+static sl_status cpu_sync(be_backend *be) {
     cpu_ctx *c = cpu_of(be);
     sl_status st = c->err.status;
     c->err.status = SL_OK;
     return st;
 }
 
-static const char *cpu_errmsg(sl_backend *be) { return cpu_of(be)->err.msg; }
+static const char *cpu_errmsg(be_backend *be) { return cpu_of(be)->err.msg; }
 
-static sl_status cpu_reserve(sl_backend *be, size_t slot_floats) {
+static sl_status cpu_reserve(be_backend *be, size_t slot_floats) {
     cpu_ctx *c = cpu_of(be);
-    int n = sl_pool_size(c->pool);
+    int n = pool_size(c->pool);
     if (n < 1) n = 1;
     if (slot_floats <= c->slot_floats && n <= c->n_slots) return SL_OK;
     size_t sf = slot_floats > c->slot_floats ? slot_floats : c->slot_floats;
@@ -85,7 +85,7 @@ static sl_status cpu_reserve(sl_backend *be, size_t slot_floats) {
     return SL_OK;
 }
 
-static void cpu_destroy(sl_backend *be) {
+static void cpu_destroy(be_backend *be) {
     if (!be) return;
     cpu_ctx *c = cpu_of(be);
     free(c->scratch);
@@ -97,24 +97,24 @@ static void cpu_destroy(sl_backend *be) {
 
 /* ---- dense ops -------------------------------------------------------------------------------- */
 
-static void cpu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
+static void cpu_embed(be_backend *be, const tn_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
     (void)be;
     for (int t = 0; t < n; t++) q_row_to_f32(table, tokens[t], x + (size_t)t * ldx); /* any dtype, quantized too */
 }
 
-static void cpu_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy) {
+static void cpu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy) {
     cpu_ctx *c = cpu_of(be);
     int rc = kern_matmul_act(c->ops, c->pool, w, x, y, ldy);
     if (rc) cpu_fail(be, rc, rc == SL_ENOMEM ? "out of memory in a matmul" : "matmul of an unsupported matrix");
 }
 
-static void cpu_matmul_multi(sl_backend *be, const kern_mm *mm, int n) {
+static void cpu_matmul_multi(be_backend *be, const kern_mm *mm, int n) {
     cpu_ctx *c = cpu_of(be);
     int rc = kern_matmul_multi(c->ops, c->pool, mm, n);
     if (rc) cpu_fail(be, rc, rc == SL_ENOMEM ? "out of memory in a matmul" : "matmul of an unsupported matrix");
 }
 
-static void cpu_act_gather(sl_backend *be, kern_act *dst, void *buf, kern_act *src, const int *idx, int n,
+static void cpu_act_gather(be_backend *be, kern_act *dst, void *buf, kern_act *src, const int *idx, int n,
                            const float *x_rows) {
     (void)be;
     kern_act_gather(dst, buf, src, idx, n, x_rows);
@@ -139,11 +139,11 @@ static void norm_part(void *ctx, size_t b, size_t e) {
 
 /* Rows of a prefill on the pool (each row the same ops): 512 rows of 2048 were ~2% of a prefill's time on the
  * calling thread alone. */
-static void cpu_rmsnorm(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
+static void cpu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
                         int dim, const float *w, float w_off, float eps) {
     norm_job j = {cpu_of(be)->ops, x, w, y, w_off, eps, ld, head_stride, n_heads, dim};
     const size_t grain = (size_t)(n_heads * dim >= 16384 ? 4 : 65536 / (n_heads * dim > 0 ? n_heads * dim : 1));
-    sl_pool_for(cpu_of(be)->pool, (size_t)(n_tok > 0 ? n_tok : 0), grain, norm_part, &j);
+    pool_for(cpu_of(be)->pool, (size_t)(n_tok > 0 ? n_tok : 0), grain, norm_part, &j);
 }
 
 /* cos and sin of position pos for NeoX RoPE, computed in f32 as HF does: angle = pos * inv_freq (f32), cos and
@@ -209,7 +209,7 @@ static int rope_memo(cpu_ctx *c, int n, int rot, const float *inv_freq, float at
     return 1;
 }
 
-static void cpu_rope(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
+static void cpu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                      const float *inv_freq, float attn_factor, int pos0, int interleave) {
     cpu_ctx *ctx = cpu_of(be);
     const int memo = rope_memo(ctx, n_tok, rot, inv_freq, attn_factor, pos0);
@@ -226,12 +226,12 @@ static void cpu_rope(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads
     }
 }
 
-static void cpu_add(sl_backend *be, float *x, const float *y, size_t n) {
+static void cpu_add(be_backend *be, float *x, const float *y, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-static void cpu_add_bias(sl_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
+static void cpu_add_bias(be_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
     (void)be;
     for (int t = 0; t < n_rows; t++) {
         float *r = x + (size_t)t * ld;
@@ -239,7 +239,7 @@ static void cpu_add_bias(sl_backend *be, float *x, size_t ld, const float *b, in
     }
 }
 
-static void cpu_copy_rows(sl_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
+static void cpu_copy_rows(be_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
                           const int *sidx, int n, int cols) {
     (void)be;
     for (int i = 0; i < n; i++)
@@ -247,14 +247,14 @@ static void cpu_copy_rows(sl_backend *be, float *dst, size_t ldd, const int *did
                (size_t)cols * sizeof(float));
 }
 
-static void cpu_hint(sl_backend *be, const void *const *p, const size_t *bytes, int n) {
-    sl_pool_hint(cpu_of(be)->pool, p, bytes, n);
+static void cpu_hint(be_backend *be, const void *const *p, const size_t *bytes, int n) {
+    pool_hint(cpu_of(be)->pool, p, bytes, n);
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */
 
-sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool) {
-    sl_backend *be = calloc(1, sizeof *be);
+be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
+    be_backend *be = calloc(1, sizeof *be);
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c) {
         free(be);
@@ -263,7 +263,7 @@ sl_backend *be_cpu_new(const kern_ops *ops, sl_pool *pool) {
     }
     c->ops = ops ? ops : kern_default_ops();
     c->pool = pool;
-    *be = (sl_backend){
+    *be = (be_backend){
         .name = "cpu",
         .is_host = 1,
         .ctx = c,

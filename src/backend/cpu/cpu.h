@@ -15,7 +15,7 @@
 
 typedef struct cpu_ctx {
     const kern_ops *ops;
-    sl_pool *pool;
+    pool_t *pool;
     float *scratch;      /* [n_slots][slot_floats]: per-thread scratch of the mixers (reserve) */
     size_t slot_floats;
     int n_slots;
@@ -26,23 +26,23 @@ typedef struct cpu_ctx {
     sl_error err;        /* the first failure since the last sync (status SL_OK: none); msg: errmsg() */
 } cpu_ctx;
 
-static inline cpu_ctx *cpu_of(sl_backend *be) { return be->ctx; }
+static inline cpu_ctx *cpu_of(be_backend *be) { return be->ctx; }
 /* Records a failure (the first since the last sync wins). */
-void cpu_fail(sl_backend *be, sl_status status, const char *what);
+void cpu_fail(be_backend *be, sl_status status, const char *what);
 
-void cpu_attention(sl_backend *be, const be_attn *a);
-void cpu_mla(sl_backend *be, const be_mla *a);
-void cpu_dn_conv(sl_backend *be, const be_dn *d);
-void cpu_dn_gates(sl_backend *be, const be_dn *d);
-void cpu_dn_step(sl_backend *be, const be_dn *d);
-void cpu_dn_chunk(sl_backend *be, const be_dn *d);
-void cpu_dn_norm(sl_backend *be, const be_dn *d);
+void cpu_attention(be_backend *be, const be_attn *a);
+void cpu_mla(be_backend *be, const be_mla *a);
+void cpu_dn_conv(be_backend *be, const be_dn *d);
+void cpu_dn_gates(be_backend *be, const be_dn *d);
+void cpu_dn_step(be_backend *be, const be_dn *d);
+void cpu_dn_chunk(be_backend *be, const be_dn *d);
+void cpu_dn_norm(be_backend *be, const be_dn *d);
 
-sl_status cpu_route(sl_backend *be, const be_route *r);
-void cpu_ffn(sl_backend *be, const be_ffn *f);
-void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n);
-void cpu_combine(sl_backend *be, const be_combine *c);
-void cpu_combine_rows(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot, const float *top_w,
+sl_status cpu_route(be_backend *be, const be_route *r);
+void cpu_ffn(be_backend *be, const be_ffn *f);
+void cpu_ffn_multi(be_backend *be, const be_ffn *f, int n);
+void cpu_combine(be_backend *be, const be_combine *c);
+void cpu_combine_rows(be_backend *be, float *out, int H, int k, const int *tok, const int *slot, const float *top_w,
                       const float *y, int cnt);
 
 #endif

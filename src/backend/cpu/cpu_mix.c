@@ -26,7 +26,7 @@ typedef struct {
     int group, kvrow;
 } attn_job;
 
-/* (token, head) items begin..end; called any number of times per thread (sl_pool_for_any), each thread's
+/* (token, head) items begin..end; called any number of times per thread (pool_for_any), each thread's
  * scores in its own scratch slot. A KV head's query heads of one token whose items are all in the range go
  * together, as many as the slot holds scores for (kern_dot_rows_q, kern_axpy_rows_q: each key and value row
  * loaded once for several heads); every head's scores, softmax and sum are the same operations either way. */
@@ -34,7 +34,7 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
     attn_job *j = ctx;
     const be_attn *a = j->a;
     const kern_ops *ops = j->ops;
-    float *sc0 = j->c->scratch + (size_t)sl_pool_thread(j->c->pool) * j->c->slot_floats;
+    float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
     const int hd = a->head_dim;
     for (size_t it = begin; it < end;) {
         int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
@@ -77,7 +77,7 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
-void cpu_attention(sl_backend *be, const be_attn *a) {
+void cpu_attention(be_backend *be, const be_attn *a) {
     cpu_ctx *c = cpu_of(be);
     const int hd = a->head_dim, kvrow = a->n_kv_heads * hd;
     for (int t = 0; t < a->n; t++) {
@@ -91,7 +91,7 @@ void cpu_attention(sl_backend *be, const be_attn *a) {
      * other query heads find them in its cache, where half-group claims had both threads fetch them; whole
      * heads only when there are enough for two claims per thread */
     const size_t items = (size_t)a->n * (size_t)a->n_heads, kv_items = (size_t)a->n * (size_t)a->n_kv_heads;
-    sl_pool_for_any(c->pool, items, kv_items >= 2 * (size_t)sl_pool_size(c->pool) ? (size_t)j.group : 1, attn_part, &j);
+    pool_for_any(c->pool, items, kv_items >= 2 * (size_t)pool_size(c->pool) ? (size_t)j.group : 1, attn_part, &j);
     if (a->gated) {
         for (int t = 0; t < a->n; t++)
             for (int h = 0; h < a->n_heads; h++) {
@@ -112,7 +112,7 @@ typedef struct {
 } mla_job;
 
 /* Row `row` of kv_b as f32: the stored row itself for f32 matrices, else dequantised into buf. */
-static const float *kvb_row(const sl_mat *m, int row, float *buf) {
+static const float *kvb_row(const tn_mat *m, int row, float *buf) {
     if (m->dtype == DT_F32) return (const float *)m->data + (size_t)row * (size_t)m->cols;
     q_row_to_f32(m, row, buf);
     return buf;
@@ -168,21 +168,21 @@ static void attend_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
-void cpu_mla(sl_backend *be, const be_mla *a) {
+void cpu_mla(be_backend *be, const be_mla *a) {
     cpu_ctx *c = cpu_of(be);
     const size_t row = (size_t)(a->r + a->dr);
     for (int t = 0; t < a->n; t++)
         memcpy(a->cache + (size_t)(a->pos0 + t) * row, a->ckv + (size_t)t * row, row * sizeof(float));
     mla_job j = {.a = a, .ops = c->ops, .c = c};
     atomic_init(&j.next_slot, 0);
-    sl_pool_for(c->pool, (size_t)a->n_heads, 1, absorb_part, &j);
+    pool_for(c->pool, (size_t)a->n_heads, 1, absorb_part, &j);
     atomic_init(&j.next_slot, 0);
-    sl_pool_for(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attend_part, &j);
+    pool_for(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attend_part, &j);
 }
 
 /* ---- Gated DeltaNet --------------------------------------------------------------------------- */
 
-void cpu_dn_conv(sl_backend *be, const be_dn *d) {
+void cpu_dn_conv(be_backend *be, const be_dn *d) {
     (void)be;
     const int n = d->n, K = d->conv_k, cq = 2 * d->nk * d->dk + d->nv * d->dv;
     const float *cs_in = d->conv_in_state;
@@ -216,7 +216,7 @@ static void l2norm(float *x, int n, float scale) {
     for (int i = 0; i < n; i++) x[i] = (x[i] * inv) * scale;
 }
 
-void cpu_dn_gates(sl_backend *be, const be_dn *d) {
+void cpu_dn_gates(be_backend *be, const be_dn *d) {
     (void)be;
     const int nk = d->nk, nv = d->nv, dk = d->dk, r = nv / nk, cq = 2 * nk * dk + nv * d->dv;
     const float qscale = 1.0f / sqrtf((float)dk);
@@ -367,7 +367,7 @@ static void dn_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
-static void dn_run(sl_backend *be, const be_dn *d, int chunked) {
+static void dn_run(be_backend *be, const be_dn *d, int chunked) {
     cpu_ctx *c = cpu_of(be);
     if (chunked && d->n > DN_CHUNK) {
         cpu_fail(be, SL_EINVAL, "dn_chunk: more than 64 tokens");
@@ -375,13 +375,13 @@ static void dn_run(sl_backend *be, const be_dn *d, int chunked) {
     }
     dn_job j = {.d = d, .ops = c->ops, .c = c, .chunked = chunked};
     atomic_init(&j.next_slot, 0);
-    sl_pool_for(c->pool, (size_t)d->nv, 1, dn_part, &j);
+    pool_for(c->pool, (size_t)d->nv, 1, dn_part, &j);
 }
 
-void cpu_dn_step(sl_backend *be, const be_dn *d) { dn_run(be, d, 0); }
-void cpu_dn_chunk(sl_backend *be, const be_dn *d) { dn_run(be, d, 1); }
+void cpu_dn_step(be_backend *be, const be_dn *d) { dn_run(be, d, 0); }
+void cpu_dn_chunk(be_backend *be, const be_dn *d) { dn_run(be, d, 1); }
 
-void cpu_dn_norm(sl_backend *be, const be_dn *d) {
+void cpu_dn_norm(be_backend *be, const be_dn *d) {
     const kern_ops *ops = cpu_of(be)->ops;
     const int nv = d->nv, dv = d->dv, zd = nv * dv;
     for (int t = 0; t < d->n; t++)

@@ -36,7 +36,7 @@ static void top_k(float *x, int E, int k, float taken, int *top_e, float *top_v)
  * of its top-2 b, the topk_group best groups are kept, and the k best b among their experts are taken (ties go
  * to the lower index). Weights are the chosen experts' unbiased p, divided by (their sum + 1e-20) when renorm,
  * times routed_scale. bias NULL: all zero. cfg_groups_ok(cfg) holds (checked at open). */
-static void route_sigmoid_group(const sl_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
+static void route_sigmoid_group(const fam_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
                                 float *p) {
     const int E = cfg->n_experts, k = cfg->n_experts_used, G = cfg->n_group, per = E / G;
     for (int e = 0; e < E; e++) p[e] = kern_sigmoid(logits[e]);
@@ -89,7 +89,7 @@ static void route_sigmoid_group(const sl_config *cfg, const float *bias, const f
  * seeded with a hash of (routing_seed, layer, the token's router logits), weights 1/k, in ascending
  * expert order. A function of the token's own logits, so streamed == resident and batch == alone hold
  * as for the model's routers; distinct tokens draw independently. k <= E (checked at open). */
-static void route_uniform(const sl_config *cfg, int layer, const float *logits, int *top_e, float *top_w) {
+static void route_uniform(const fam_config *cfg, int layer, const float *logits, int *top_e, float *top_w) {
     const int E = cfg->n_experts, k = cfg->n_experts_used;
     uint64_t s = XXH3_64bits_withSeed(logits, (size_t)E * sizeof(float),
                                       cfg->routing_seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(layer + 1)));
@@ -110,7 +110,7 @@ static void route_uniform(const sl_config *cfg, int layer, const float *logits, 
 
 /* Routes one token (config.h SL_ROUTER_*): p [E] is scratch (may alias logits); bias: the layer's
  * e_score_correction_bias [E] or NULL. */
-static void route_token(const sl_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
+static void route_token(const fam_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
                         float *p) {
     const int E = cfg->n_experts, k = cfg->n_experts_used, kind = cfg->router, renorm = cfg->norm_topk;
     if (kind == SL_ROUTER_SIGMOID_GROUP) {
@@ -173,8 +173,8 @@ static void hint_token(float *lg, int E, int k, int *top_e) {
     for (; s < k; s++) top_e[s] = -1;
 }
 
-sl_status cpu_route(sl_backend *be, const be_route *r) {
-    const sl_config *cfg = r->cfg;
+sl_status cpu_route(be_backend *be, const be_route *r) {
+    const fam_config *cfg = r->cfg;
     const int E = cfg->n_experts, k = cfg->n_experts_used;
     for (int t = 0; t < r->n; t++) {
         float *lg = r->logits + (size_t)t * E;
@@ -190,7 +190,7 @@ sl_status cpu_route(sl_backend *be, const be_route *r) {
 /* ---- FFNs ------------------------------------------------------------------------------------- */
 
 /* y = down(a) for a [n][cols] (the mid activation of f, its own int8 form). */
-static void ffn_down(sl_backend *be, const be_ffn *f, const sl_mat *down, const float *a, int cols) {
+static void ffn_down(be_backend *be, const be_ffn *f, const tn_mat *down, const float *a, int cols) {
     kern_act m;
     kern_act_init(&m, f->mid_buf, a, (size_t)cols, f->x->n_tok, down->cols, f->int8);
     be->matmul[down->dtype](be, down, &m, f->y, f->ldy);
@@ -209,11 +209,11 @@ static void swiglu_part(void *ctx, size_t b, size_t e) {
         j->ops->swiglu(j->g + t * (size_t)j->inter, j->u + t * (size_t)j->inter, j->g + t * (size_t)j->inter, j->inter);
 }
 
-static void swiglu_ffn(sl_backend *be, const be_ffn *f) {
+static void swiglu_ffn(be_backend *be, const be_ffn *f) {
     cpu_ctx *c = cpu_of(be);
     const int n = f->x->n_tok, inter = f->inter;
     const kern_mm gu[2] = {{&f->w->gate, f->x, f->g, (size_t)inter}, {&f->w->up, f->x, f->u, (size_t)inter}};
-    const sl_mat *down = &f->w->down;
+    const tn_mat *down = &f->w->down;
     kern_act mid; /* the down projection's input: silu(gate) * up in place of the gate's products */
     kern_act_init(&mid, f->mid_buf, f->g, (size_t)inter, n, down->cols, f->int8);
     /* the int8 kernels: the products, the SwiGLU and the int8 form of the down input in one hand-off, 128 rows an
@@ -222,19 +222,19 @@ static void swiglu_ffn(sl_backend *be, const be_ffn *f) {
      * The one hand-off has only inter / 128 items (6 for the 30B shape): on a pool with more threads than that,
      * some would idle through it while the products' ~inter / 4 row ranges keep them all busy */
     const int items = (inter + 127) / 128;
-    if (down->cols != inter || items < sl_pool_size(c->pool) ||
+    if (down->cols != inter || items < pool_size(c->pool) ||
         kern_swiglu_multi(c->ops, c->pool, &gu[0], &gu[1], 1, &mid)) {
         be->matmul_multi(be, gu, 2);
         swiglu_job j = {c->ops, f->g, f->u, inter};
-        sl_pool_for(c->pool, (size_t)n, 8, swiglu_part, &j);
+        pool_for(c->pool, (size_t)n, 8, swiglu_part, &j);
     }
     be->matmul[down->dtype](be, down, &mid, f->y, f->ldy);
 }
 
-static void gptoss_ffn(sl_backend *be, const be_ffn *f) {
+static void gptoss_ffn(be_backend *be, const be_ffn *f) {
     const float alpha = 1.702f, limit = f->limit;
     const int n = f->x->n_tok, I = f->inter, H = f->w->down.rows;
-    const sl_expert *ex = f->w;
+    const tn_expert *ex = f->w;
     float *gu = f->g, *act = f->u;
     be->matmul[ex->gate_up.dtype](be, &ex->gate_up, f->x, gu, (size_t)(2 * I));
     for (int t = 0; t < n; t++) {
@@ -253,7 +253,7 @@ static void gptoss_ffn(sl_backend *be, const be_ffn *f) {
         for (int i = 0; i < H; i++) f->y[(size_t)t * f->ldy + i] += ex->down_bias[i];
 }
 
-void cpu_ffn(sl_backend *be, const be_ffn *f) {
+void cpu_ffn(be_backend *be, const be_ffn *f) {
     if (f->kind == BE_FFN_GPTOSS) gptoss_ffn(be, f);
     else swiglu_ffn(be, f);
 }
@@ -277,7 +277,7 @@ static void mid_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
-void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
+void cpu_ffn_multi(be_backend *be, const be_ffn *f, int n) {
     cpu_ctx *c = cpu_of(be);
     if (n > FUSED_MAX || (n > 0 && f[0].x->n_tok != 1)) {
         for (int i = 0; i < n; i++) cpu_ffn(be, &f[i]);
@@ -302,7 +302,7 @@ void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
         }
         be->matmul_multi(be, mm, 2 * n);
         mid_job mj = {f, c->ops, &ga, I};
-        sl_pool_for_any(c->pool, (size_t)n, 1, mid_part, &mj);
+        pool_for_any(c->pool, (size_t)n, 1, mid_part, &mj);
         ga.ready = ga.int8;
     }
     for (int i = 0; i < n; i++) {
@@ -314,7 +314,7 @@ void cpu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
 
 /* ---- combine ---------------------------------------------------------------------------------- */
 
-void cpu_combine(sl_backend *be, const be_combine *c) {
+void cpu_combine(be_backend *be, const be_combine *c) {
     const kern_ops *ops = cpu_of(be)->ops;
     const int H = c->H, k = c->k;
     for (int t = 0; t < c->n; t++) {
@@ -331,7 +331,7 @@ void cpu_combine(sl_backend *be, const be_combine *c) {
     }
 }
 
-void cpu_combine_rows(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot, const float *top_w,
+void cpu_combine_rows(be_backend *be, float *out, int H, int k, const int *tok, const int *slot, const float *top_w,
                       const float *y, int cnt) {
     const kern_ops *ops = cpu_of(be)->ops;
     for (int j = 0; j < cnt; j++) {

@@ -24,7 +24,7 @@
 #define SLACK 1024 /* past every device allocation: slcu_act_bytes exceeds kern_act_bytes by < 1 KiB */
 
 typedef struct cu_ctx {
-    sl_backend *cpu;          /* routes, on host logits */
+    be_backend *cpu;          /* routes, on host logits */
     int status;               /* first failure since the last sync */
     char msg[256], tmp[256];
     void *host;               /* scratch: route logits, an embedding row */
@@ -72,18 +72,18 @@ typedef struct cu_ctx {
     int embed_host, moe_wide_off; /* SLUICE_CUDA_EMBED=0: embed on the host; SLUICE_CUDA_MOE=0: no moe_wide */
 } cu_ctx;
 
-static cu_ctx *cu_of(sl_backend *be) { return be->ctx; }
+static cu_ctx *cu_of(be_backend *be) { return be->ctx; }
 
-static void cu_fail(sl_backend *be, int status, const char *what) {
+static void cu_fail(be_backend *be, int status, const char *what) {
     cu_ctx *c = cu_of(be);
     if (c->status) return;
     c->status = status;
     snprintf(c->msg, sizeof c->msg, "%s", what);
 }
 
-static void pend_flush(sl_backend *be);
-static int add_norm(sl_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps);
-static int hold_norm(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
+static void pend_flush(be_backend *be);
+static int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps);
+static int hold_norm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
                      const float *w, float w_off, float eps);
 
 /* a replayed step's ops are in its graph: the op returns at once. Then the held-back ops go first; SKIP also ends
@@ -107,7 +107,7 @@ static int hold_norm(sl_backend *be, const float *x, float *y, int n_tok, size_t
         if ((call) != 0) cu_fail(be, SL_EIO, cu_of(be)->tmp); \
     } while (0)
 
-static void *host_scratch(sl_backend *be, size_t bytes) {
+static void *host_scratch(be_backend *be, size_t bytes) {
     cu_ctx *c = cu_of(be);
     if (bytes > c->host_cap) {
         void *p = realloc(c->host, bytes);
@@ -125,7 +125,7 @@ static void *host_scratch(sl_backend *be, size_t bytes) {
  * copied asynchronously from its pinned staging twin, so the host does not wait for the queue (a blocking
  * copy here made every expert of a decode step wait for the one before, and the tier's copies with it).
  * A piece is reused only after a full sync: on wrap-around, or after sync() (cu_sync resets the ring). */
-static void *dev_upload(sl_backend *be, const void *src, size_t bytes) {
+static void *dev_upload(be_backend *be, const void *src, size_t bytes) {
     cu_ctx *c = cu_of(be);
     const size_t need = (bytes + 255) & ~(size_t)255;
     if (c->up_off + need > c->up_cap) {
@@ -159,50 +159,50 @@ static void *dev_upload(sl_backend *be, const void *src, size_t bytes) {
 }
 
 
-static void *cu_alloc(sl_backend *be, size_t bytes, int flags) {
+static void *cu_alloc(be_backend *be, size_t bytes, int flags) {
     (void)be;
     return (flags & BE_BUF_PINNED) ? slcb_alloc(bytes, 1) : slcb_alloc(bytes + SLACK, 0);
 }
 
-static void cu_free(sl_backend *be, void *p, size_t bytes, int flags) {
+static void cu_free(be_backend *be, void *p, size_t bytes, int flags) {
     pend_flush(be);
     (void)be, (void)bytes;
     slcb_free(p, flags & BE_BUF_PINNED);
 }
 
-static void cu_copy(sl_backend *be, void *dst, const void *src, size_t bytes, int dir) {
+static void cu_copy(be_backend *be, void *dst, const void *src, size_t bytes, int dir) {
     pend_flush(be);
     cu_of(be)->nq_y = NULL;
     CU(be, slcb_copy(dst, src, bytes, dir != BE_D2D, MSG(be)));
 }
 
 /* copy_async / mark / fence_done (backend.h): the copy queue of backend_cuda_rt.cu */
-static uint64_t cu_copy_async(sl_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
+static uint64_t cu_copy_async(be_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
     pend_flush(be);
     uint64_t f = slcb_copy_async(cu_of(be)->q, dst, src, bytes, after, MSG(be));
     if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
     return f;
 }
 
-static uint64_t cu_mark(sl_backend *be) {
+static uint64_t cu_mark(be_backend *be) {
     pend_flush(be);
     uint64_t f = slcb_mark(cu_of(be)->q, MSG(be));
     if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
     return f;
 }
 
-static int cu_fence_done(sl_backend *be, uint64_t f, int wait) {
+static int cu_fence_done(be_backend *be, uint64_t f, int wait) {
     int rc = slcb_fence_done(cu_of(be)->q, f, wait, MSG(be));
     if (rc < 0) cu_fail(be, SL_EIO, cu_of(be)->tmp);
     return rc != 0;
 }
 
-static void cu_zero(sl_backend *be, void *p, size_t bytes) {
+static void cu_zero(be_backend *be, void *p, size_t bytes) {
     SKIP(be);
     CU(be, slcb_zero(p, bytes, MSG(be)));
 }
 
-static sl_status cu_sync(sl_backend *be) {
+static sl_status cu_sync(be_backend *be) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     if (slcu_sync(MSG(be))) cu_fail(be, SL_EIO, c->tmp);
@@ -215,7 +215,7 @@ static sl_status cu_sync(sl_backend *be) {
 /* backend.h check: the failures recorded so far (each launch's own error is read as it is queued), no wait:
  * a fault of queued work shows at the next cu_sync, which the forward pass calls before it commits a step. The
  * upload ring is not reset here: its pieces are reused after a full sync only. */
-static sl_status cu_check(sl_backend *be) {
+static sl_status cu_check(be_backend *be) {
     if (!slcu_decode_kernels) return cu_sync(be); /* SLUICE_CUDA_DECODE=0: a wait after every block, as before */
     cu_ctx *c = cu_of(be);
     sl_status st = c->status;
@@ -226,7 +226,7 @@ static sl_status cu_check(sl_backend *be) {
 /* backend.h step_begin / step_end over backend_cuda_rt.cu's recorded steps; the position buckets of STEP_KEYS
  * keep the attention's shared memory for the keys of that bucket (a new bucket is recorded anew). */
 #define STEP_KEYS 1024
-static int cu_step_begin(sl_backend *be, uint64_t key, int pos) {
+static int cu_step_begin(be_backend *be, uint64_t key, int pos) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     if (!c->gr || c->status || c->step || pos < 0) return 0;
@@ -237,7 +237,7 @@ static int cu_step_begin(sl_backend *be, uint64_t key, int pos) {
     return 1;
 }
 
-static int cu_step_end(sl_backend *be, int ok) {
+static int cu_step_end(be_backend *be, int ok) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     if (!c->step) return 0;
@@ -250,14 +250,14 @@ static int cu_step_end(sl_backend *be, int ok) {
     return r > 0;
 }
 
-static const char *cu_errmsg(sl_backend *be) { return cu_of(be)->msg; }
+static const char *cu_errmsg(be_backend *be) { return cu_of(be)->msg; }
 
-static sl_status cu_reserve(sl_backend *be, size_t slot_floats) {
+static sl_status cu_reserve(be_backend *be, size_t slot_floats) {
     (void)be, (void)slot_floats; /* the kernels size their own shared memory */
     return 0;
 }
 
-static void cu_destroy(sl_backend *be) {
+static void cu_destroy(be_backend *be) {
     if (!be) return;
     cu_ctx *c = cu_of(be);
     pend_flush(be);
@@ -278,10 +278,10 @@ static void cu_destroy(sl_backend *be) {
 }
 
 
-static slcu_mat mat_of(const sl_mat *w);
+static slcu_mat mat_of(const tn_mat *w);
 /* Row tokens[t] of the device table: slcu_embed, or (SLUICE_CUDA_EMBED=0, a bad id) fetched and dequantised on the
  * host as the CPU backend does. */
-static void cu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
+static void cu_embed(be_backend *be, const tn_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     c->nq_y = NULL;
@@ -291,7 +291,7 @@ static void cu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens,
     const slcu_mat dm = mat_of(table);
     if (ok && d && slcu_embed(&dm, d, n, x, ldx, MSG(be))) cu_fail(be, SL_EUNSUPPORTED, c->tmp);
     if (ok) return;
-    const sl_dtype dt = table->dtype;
+    const dt_type dt = table->dtype;
     const int quant = dt == DT_Q8 || dt == DT_Q4, cols = table->cols;
     if (!quant && dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) {
         snprintf(MSG(be), "the CUDA backend cannot embed from a %s table", dt_name(dt));
@@ -310,7 +310,7 @@ static void cu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens,
             cu_fail(be, SL_ERANGE, "embed: a token outside the vocabulary");
             return;
         }
-        sl_mat one = *table;
+        tn_mat one = *table;
         one.rows = 1;
         one.data = codes;
         if (slcb_copy(codes, (const uint8_t *)table->data + r * code_b, code_b, 1, MSG(be))) break;
@@ -328,13 +328,13 @@ static void cu_embed(sl_backend *be, const sl_mat *table, const int32_t *tokens,
     if (n > 0) cu_fail(be, SL_EIO, c->tmp);
 }
 
-static slcu_mat mat_of(const sl_mat *w) {
+static slcu_mat mat_of(const tn_mat *w) {
     return (slcu_mat){.data = w->data, .scales = w->scales, .biases = w->biases, .dtype = w->dtype,
                       .sdtype = w->sdtype, .rows = w->rows, .cols = w->cols, .group = w->group};
 }
 
 /* x's int8 form on the device, quantized on first use. 0, or -1 (recorded). */
-static int act_ready(sl_backend *be, kern_act *x, slcu_act *a) {
+static int act_ready(be_backend *be, kern_act *x, slcu_act *a) {
     cu_ctx *c = cu_of(be);
     if (x->ready && (x->q != (int8_t *)c->nq_buf || x == c->nq_owner)) {
         *a = (slcu_act){.n_tok = x->n_tok, .cols = x->cols, .q = x->q, .q4 = x->q4, .d = x->d, .s = x->s};
@@ -358,11 +358,11 @@ static int act_ready(sl_backend *be, kern_act *x, slcu_act *a) {
     return 0;
 }
 
-static int int8_path(const sl_mat *w, const kern_act *x) {
+static int int8_path(const tn_mat *w, const kern_act *x) {
     return x->int8 && x->buf && (w->dtype == DT_Q8 || w->dtype == DT_Q4) && x->cols % 32 == 0 && w->group % 32 == 0;
 }
 
-static void cu_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, size_t ldy) {
+static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy) {
     SKIP_MM(be);
     if (y == cu_of(be)->nq_y) cu_of(be)->nq_y = NULL; /* (after its reads: the stream orders them) */
     if (x->n_tok <= 0) return;
@@ -390,7 +390,7 @@ static void cu_matmul(sl_backend *be, const sl_mat *w, kern_act *x, float *y, si
 
 /* The int8 ones in one slcu_matmul_i8 call (k and v beside q, not after it; bitwise each alone), the rest alone. */
 #define MM_GROUP 16
-static void cu_matmul_multi(sl_backend *be, const kern_mm *mm, int n) {
+static void cu_matmul_multi(be_backend *be, const kern_mm *mm, int n) {
     SKIP_MM(be);
     for (int i = 0; i < n; i++)
         if (mm[i].y == cu_of(be)->nq_y) cu_of(be)->nq_y = NULL;
@@ -411,14 +411,14 @@ static void cu_matmul_multi(sl_backend *be, const kern_mm *mm, int n) {
 }
 
 /* The gathered rows' own int8 form, made when a matrix reads it: bitwise the gather. */
-static void cu_act_gather(sl_backend *be, kern_act *dst, void *buf, kern_act *src, const int *idx, int n,
+static void cu_act_gather(be_backend *be, kern_act *dst, void *buf, kern_act *src, const int *idx, int n,
                           const float *x_rows) {
     (void)be, (void)idx;
     kern_act_init(dst, buf, x_rows, (size_t)src->cols, n, src->cols, src->int8);
 }
 
 /* room for one row's int8 form in nq_buf (grown outside recorded steps only); 1 when there is */
-static int nq_room(sl_backend *be, int dim) {
+static int nq_room(be_backend *be, int dim) {
     cu_ctx *c = cu_of(be);
     const size_t need = slcu_act_bytes(1, dim);
     if (need <= c->nq_cap) return 1;
@@ -430,7 +430,7 @@ static int nq_room(sl_backend *be, int dim) {
 }
 
 /* One row (a decode step's norms before a matmul): the norm's kernel makes its int8 form too (nq_*). */
-static void cu_rmsnorm(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
+static void cu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
                        int dim, const float *w, float w_off, float eps) {
     cu_ctx *c = cu_of(be);
     if (c->step == 1) return;
@@ -452,7 +452,7 @@ static int nr_match(const cu_ctx *c, int i, const float *x, int n_tok, int n_hea
     return !inter && n_tok == 1 && x == p->y && n_heads == p->n_heads && hs == p->hs && rot <= p->dim && rot <= 1024;
 }
 
-static void cu_rope(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
+static void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                     const float *inv_freq, float attn_factor, int pos0, int interleave) {
     cu_ctx *c = cu_of(be);
     if (c->step == 1) return;
@@ -479,7 +479,7 @@ static void cu_rope(sl_backend *be, float *x, int n_tok, size_t ld, int n_heads,
 }
 
 /* one token's per-head norm (q's, then k's) held for the RoPE after it; 0 when it does not fit */
-static int hold_norm(sl_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
+static int hold_norm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
                      const float *w, float w_off, float eps) {
     cu_ctx *c = cu_of(be);
     const int k = c->pend.kind;
@@ -494,7 +494,7 @@ static int hold_norm(sl_backend *be, const float *x, float *y, int n_tok, size_t
 }
 
 /* x += y: held back (pend) when it is one row that a norm may follow; after a held combine into y, joined to it */
-static void cu_add(sl_backend *be, float *x, const float *y, size_t n) {
+static void cu_add(be_backend *be, float *x, const float *y, size_t n) {
     cu_ctx *c = cu_of(be);
     if (c->step == 1) return;
     if (c->pend.kind == 2 && c->pend.cb.out == y && n == (size_t)c->pend.cb.H) {
@@ -510,12 +510,12 @@ static void cu_add(sl_backend *be, float *x, const float *y, size_t n) {
     CU(be, slcb_add(x, y, n, MSG(be)));
 }
 
-static void cu_add_bias(sl_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
+static void cu_add_bias(be_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
     SKIP(be);
     CU(be, slcb_add_bias(x, ld, b, n_rows, cols, MSG(be)));
 }
 
-static void cu_copy_rows(sl_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
+static void cu_copy_rows(be_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
                          const int *sidx, int n, int cols) {
     SKIP(be);
     if (n <= 0) return;
@@ -531,7 +531,7 @@ static void cu_copy_rows(sl_backend *be, float *dst, size_t ldd, const int *didx
 }
 
 
-static void cu_attention(sl_backend *be, const be_attn *a) {
+static void cu_attention(be_backend *be, const be_attn *a) {
     SKIP(be);
     const slcu_attn s = {.q = a->q, .ldq = a->ldq, .qstride = a->qstride, .gated = a->gated, .k = a->k, .v = a->v,
                          .ldkv = a->ldkv, .k_cache = a->k_cache, .v_cache = a->v_cache, .cap = a->cap, .n = a->n,
@@ -549,7 +549,7 @@ static void cu_attention(sl_backend *be, const be_attn *a) {
     CU(be, slcu_attention(&s, MSG(be)));
 }
 
-static void cu_mla(sl_backend *be, const be_mla *a) {
+static void cu_mla(be_backend *be, const be_mla *a) {
     SKIP(be);
     const slcu_mla s = {.q = a->q, .ldq = a->ldq, .ckv = a->ckv, .cache = a->cache, .kv_b = mat_of(a->kv_b), .n = a->n,
                         .pos0 = a->pos0, .n_heads = a->n_heads, .r = a->r, .dr = a->dr, .dn = a->dn, .dv = a->dv,
@@ -565,33 +565,33 @@ static slcu_dn dn_of(const be_dn *d) {
                      .out = d->out, .ldo = d->ldo, .z = d->z, .norm_w = d->norm_w, .eps = d->eps};
 }
 
-static void cu_dn_conv(sl_backend *be, const be_dn *d) {
+static void cu_dn_conv(be_backend *be, const be_dn *d) {
     SKIP(be);
     const slcu_dn s = dn_of(d);
     CU(be, slcu_dn_conv(&s, MSG(be)));
 }
 
-static void cu_dn_gates(sl_backend *be, const be_dn *d) {
+static void cu_dn_gates(be_backend *be, const be_dn *d) {
     SKIP(be);
     const slcu_dn s = dn_of(d);
     CU(be, slcu_dn_gates(&s, MSG(be)));
 }
 
 /* dn_step and dn_chunk: the token recurrence (backend.h lets dn_chunk be ~1e-6 of dn_step; here it is dn_step) */
-static void cu_dn_step(sl_backend *be, const be_dn *d) {
+static void cu_dn_step(be_backend *be, const be_dn *d) {
     SKIP(be);
     CU(be, slcu_dn_step(d->conv_out, d->gates, d->ssm_in, d->ssm_out, d->out, d->ldo, d->n, d->nk, d->nv, d->dk, d->dv,
                         MSG(be)));
 }
 
-static void cu_dn_norm(sl_backend *be, const be_dn *d) {
+static void cu_dn_norm(be_backend *be, const be_dn *d) {
     SKIP(be);
     const slcu_dn s = dn_of(d);
     CU(be, slcu_dn_norm(&s, MSG(be)));
 }
 
 /* cfg's router on the device (slcu_route: cpu_moe.c route_token's rules), or 0: uniform routing (XXH3). */
-static int router_of(const sl_config *cfg, const float *bias, slcu_router *r) {
+static int router_of(const fam_config *cfg, const float *bias, slcu_router *r) {
     if (cfg->uniform_routing || cfg->n_experts > 1024 || cfg->n_experts_used < 1 || cfg->n_experts_used > cfg->n_experts)
         return 0;
     if (cfg->router == SL_ROUTER_SIGMOID_GROUP && (cfg->n_group < 1 || cfg->n_group > 64 || !cfg_groups_ok(cfg))) return 0;
@@ -601,7 +601,7 @@ static int router_of(const sl_config *cfg, const float *bias, slcu_router *r) {
     return 1;
 }
 
-static int *route_buf(sl_backend *be, size_t nk) {
+static int *route_buf(be_backend *be, size_t nk) {
     cu_ctx *c = cu_of(be);
     if (nk > c->rt_cap) {
         if (slcu_sync(MSG(be))) return cu_fail(be, SL_EIO, c->tmp), NULL; /* queued work may read the old one */
@@ -616,7 +616,7 @@ static int *route_buf(sl_backend *be, size_t nk) {
 
 /* The device router's choice, copied back (so streamed steps weigh experts as moe_resident does); a hint or
  * uniform routing: the logits come back and the CPU backend's rule chooses. */
-static sl_status cu_route(sl_backend *be, const be_route *r) {
+static sl_status cu_route(be_backend *be, const be_route *r) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     slcu_router rr;
@@ -650,17 +650,17 @@ static sl_status cu_route(sl_backend *be, const be_route *r) {
 }
 
 /* y = down(a), a [n][cols] the FFN's mid activation with its own int8 form (mid_buf) */
-static void ffn_down(sl_backend *be, const be_ffn *f, const sl_mat *down, const float *a, int cols) {
+static void ffn_down(be_backend *be, const be_ffn *f, const tn_mat *down, const float *a, int cols) {
     kern_act m;
     kern_act_init(&m, f->mid_buf, a, (size_t)cols, f->x->n_tok, down->cols, f->int8);
     cu_matmul(be, down, &m, f->y, f->ldy);
 }
 
-static void cu_ffn(sl_backend *be, const be_ffn *f) {
+static void cu_ffn(be_backend *be, const be_ffn *f) {
     SKIP(be);
     const int n = f->x->n_tok, I = f->inter;
     if (f->kind == BE_FFN_GPTOSS) {
-        const sl_expert *ex = f->w;
+        const tn_expert *ex = f->w;
         cu_matmul(be, &ex->gate_up, f->x, f->g, (size_t)(2 * I));
         CU(be, slcu_swiglu_clamped(f->g, ex->gate_up_bias, f->limit, f->u, n, I, MSG(be)));
         ffn_down(be, f, &ex->down, f->u, I);
@@ -674,7 +674,7 @@ static void cu_ffn(sl_backend *be, const be_ffn *f) {
 }
 
 /* g = silu(g) u over n rows of I, and their int8 form in mid_buf (one kernel), bound in *m. 0, or -1 (recorded). */
-static int swiglu_mid(sl_backend *be, float *g, const float *u, void *mid_buf, int n, int I, slcu_act *m) {
+static int swiglu_mid(be_backend *be, float *g, const float *u, void *mid_buf, int n, int I, slcu_act *m) {
     if (slcu_act_bind(m, mid_buf, n, I, MSG(be)) ||
         (cu_of(be)->nq_off ? slcu_swiglu(g, u, g, (size_t)n * I, MSG(be)) || slcu_act_quantize(m, g, (size_t)I, MSG(be))
                            : slcu_swiglu_q(g, u, g, m, MSG(be)))) {
@@ -692,7 +692,7 @@ static int multi_i8(const be_ffn *f, int n) {
     if (n < 2 || n > MULTI_MAX || f[0].x->n_tok != 1) return 0;
     const int I = f[0].inter;
     for (int i = 0; i < n; i++) {
-        const sl_mat *dn = &f[i].w->down;
+        const tn_mat *dn = &f[i].w->down;
         if (f[i].kind != BE_FFN_SWIGLU || f[i].x != f[0].x || f[i].inter != I || !f[i].int8 ||
             f[i].g != f[0].g + (size_t)i * I || f[i].u != f[0].u + (size_t)i * I || !int8_path(&f[i].w->gate, f[0].x) ||
             !int8_path(&f[i].w->up, f[0].x) || (dn->dtype != DT_Q8 && dn->dtype != DT_Q4) || dn->group % 32 || I % 32)
@@ -707,7 +707,7 @@ static int multi_i8(const be_ffn *f, int n) {
  * call computes each matrix as a separate one does (cuda.h's canonical order, the same kernel for one
  * token), SwiGLU is element-wise and quantization per row. Otherwise each expert alone in turn (one
  * stream: the scratch is free again for the next). */
-static void cu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
+static void cu_ffn_multi(be_backend *be, const be_ffn *f, int n) {
     SKIP(be);
     if (!multi_i8(f, n)) {
         for (int i = 0; i < n; i++) {
@@ -736,14 +736,14 @@ static void cu_ffn_multi(sl_backend *be, const be_ffn *f, int n) {
     CU(be, slcu_matmul_i8(mm, n, MSG(be)));
 }
 
-static int same_mat(const sl_mat *a, const sl_mat *b) {
+static int same_mat(const tn_mat *a, const tn_mat *b) {
     return a->dtype == b->dtype && a->sdtype == b->sdtype && a->rows == b->rows && a->cols == b->cols &&
            a->group == b->group && !a->scales == !b->scales && !a->biases == !b->biases;
 }
 
 /* Layer L's device table [gate, up, down][E][data, scales, biases], built on first use: 1, 0 (experts
  * unlike expert 0, in *ex0: the host path) or -1 (recorded). */
-static int layer_tab(sl_backend *be, const sl_expert_src *xs, int L, int E, sl_expert *ex0) {
+static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_expert *ex0) {
     cu_ctx *c = cu_of(be);
     memset(ex0, 0, sizeof *ex0);
     if (L < 0 || xs->get(xs->ctx, L, 0, ex0)) return 0; /* the host path reports it */
@@ -760,10 +760,10 @@ static int layer_tab(sl_backend *be, const sl_expert_src *xs, int L, int E, sl_e
     if (!h) return -1;
     int ok = 1;
     for (int e = 0; e < E && ok; e++) {
-        sl_expert ex;
+        tn_expert ex;
         memset(&ex, 0, sizeof ex);
         if (xs->get(xs->ctx, L, e, &ex)) return 0;
-        const sl_mat *m[3] = {&ex.gate, &ex.up, &ex.down}, *m0[3] = {&ex0->gate, &ex0->up, &ex0->down};
+        const tn_mat *m[3] = {&ex.gate, &ex.up, &ex.down}, *m0[3] = {&ex0->gate, &ex0->up, &ex0->down};
         for (int i = 0; i < 3; i++) {
             ok &= m[i]->data && same_mat(m[i], m0[i]);
             const void **p = h + ((size_t)i * E + e) * 3;
@@ -781,19 +781,19 @@ static int layer_tab(sl_backend *be, const sl_expert_src *xs, int L, int E, sl_e
 
 /* backend.h moe_resident: cu_ffn_multi's int8 launches (multi_i8's case; else 0) on slcu_route's choice in
  * device memory, each job's matrices read from the layer's table at its id: bitwise cu_route + ffn_multi. */
-static int cu_moe_resident(sl_backend *be, const be_route *r, const sl_expert_src *xs, const be_ffn *f,
+static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_src *xs, const be_ffn *f,
                            const float **w_dev) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
-    const sl_config *cfg = r->cfg;
+    const fam_config *cfg = r->cfg;
     const int k = cfg->n_experts_used, E = cfg->n_experts, I = f->inter;
     slcu_router rr;
-    sl_expert ex0;
+    tn_expert ex0;
     if (f->kind != BE_FFN_SWIGLU || f->x->n_tok != 1 || !f->int8 || k > MULTI_MAX || I % 32 ||
         !router_of(cfg, r->bias, &rr))
         return 0;
     int ok = layer_tab(be, xs, r->layer, E, &ex0);
-    const sl_mat *dn = &ex0.down;
+    const tn_mat *dn = &ex0.down;
     if (ok < 0) return cu_sync(be);
     if (!ok || !int8_path(&ex0.gate, f->x) || !int8_path(&ex0.up, f->x) || (dn->dtype != DT_Q8 && dn->dtype != DT_Q4) ||
         dn->group % 32 || ex0.gate.rows != I || ex0.up.rows != I || dn->cols != I)
@@ -831,14 +831,14 @@ static int cu_moe_resident(sl_backend *be, const be_route *r, const sl_expert_sr
 /* backend.h moe_wide: slcu_moe_layer routes into device memory, groups and runs the layer's experts (layer_tab's
  * table) and sums the slots: bitwise cu_route + cu_ffn per expert + combine_rows (the same kernels' arithmetic on
  * the same codes for each row; slots in expert order). */
-static int cu_moe_wide(sl_backend *be, const be_route *r, const sl_expert_src *xs, const float *h, int inter,
+static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *xs, const float *h, int inter,
                        float *out) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     c->nq_y = NULL;
-    const sl_config *cfg = r->cfg;
+    const fam_config *cfg = r->cfg;
     slcu_router rr;
-    sl_expert ex0;
+    tn_expert ex0;
     if (c->moe_wide_off || c->step || r->n < 1 || !router_of(cfg, r->bias, &rr)) return 0;
     const int ok = layer_tab(be, xs, r->layer, cfg->n_experts, &ex0);
     int *de = ok > 0 ? route_buf(be, (size_t)r->n * (size_t)cfg->n_experts_used) : NULL;
@@ -850,7 +850,7 @@ static int cu_moe_wide(sl_backend *be, const be_route *r, const sl_expert_src *x
     return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
 }
 
-static void combine_now(sl_backend *be, const be_combine *cb) {
+static void combine_now(be_backend *be, const be_combine *cb) {
     if (cb->w_dev) {
         CU(be, slcu_combine(cb->y, cb->w_dev, cb->k, cb->sh_y, cb->sh_gate, cb->out, cb->n, cb->H, MSG(be)));
     } else if (cb->w) {
@@ -863,7 +863,7 @@ static void combine_now(sl_backend *be, const be_combine *cb) {
 }
 
 /* one token's combine on device weights is held back (pend): the residual add and norm after it may join it */
-static void cu_combine(sl_backend *be, const be_combine *cb) {
+static void cu_combine(be_backend *be, const be_combine *cb) {
     SKIP(be);
     if (cb->n <= 0) return;
     if (cb->n == 1 && cb->w_dev && !cu_of(be)->nq_off) {
@@ -873,7 +873,7 @@ static void cu_combine(sl_backend *be, const be_combine *cb) {
     combine_now(be, cb);
 }
 
-static void pend_flush(sl_backend *be) {
+static void pend_flush(be_backend *be) {
     cu_ctx *c = cu_of(be);
     const int k = c->pend.kind;
     c->pend.kind = 0;
@@ -890,7 +890,7 @@ static void pend_flush(sl_backend *be) {
 }
 
 /* the held add (and combine) of x's row, then the norm of x, in one kernel; 0 when they do not fit together */
-static int add_norm(sl_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps) {
+static int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps) {
     cu_ctx *c = cu_of(be);
     if (!(c->pend.kind & 1) || c->pend.x != x || c->pend.n != (size_t)dim || dim > 8192) return 0;
     const be_combine *cb = &c->pend.cb;
@@ -908,7 +908,7 @@ static int add_norm(sl_backend *be, const float *x, float *y, int dim, const flo
     return 1;
 }
 
-static void cu_combine_rows(sl_backend *be, float *out, int H, int k, const int *tok, const int *slot,
+static void cu_combine_rows(be_backend *be, float *out, int H, int k, const int *tok, const int *slot,
                             const float *top_w, const float *y, int cnt) {
     SKIP(be);
     if (cnt <= 0) return;
@@ -927,8 +927,8 @@ static void cu_combine_rows(sl_backend *be, float *out, int H, int k, const int 
 }
 
 
-sl_backend *be_cuda_new(sl_pool *pool) {
-    sl_backend *be = calloc(1, sizeof *be);
+be_backend *be_cuda_new(pool_t *pool) {
+    be_backend *be = calloc(1, sizeof *be);
     cu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c || !(c->cpu = be_cpu_new(NULL, pool)) || !(c->q = slcb_queue_new(c->tmp, sizeof c->tmp))) {
         if (c) be_close(c->cpu);
@@ -936,7 +936,7 @@ sl_backend *be_cuda_new(sl_pool *pool) {
         free(c);
         return NULL;
     }
-    *be = (sl_backend){
+    *be = (be_backend){
         .name = "cuda",
         .is_host = 0,
         .ctx = c,

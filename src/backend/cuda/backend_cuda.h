@@ -12,9 +12,9 @@ extern "C" {
 #endif
 
 /* The table, after slcu_init; pool: the routing CPU backend's. NULL: no memory. */
-struct sl_backend;
-struct sl_pool;
-struct sl_backend *be_cuda_new(struct sl_pool *pool);
+struct be_backend;
+struct pool_t;
+struct be_backend *be_cuda_new(struct pool_t *pool);
 
 /* VRAM (pinned 0), or page-locked host memory kernels can read (pinned 1, cudaHostAlloc); NULL: none. */
 void *slcb_alloc(size_t bytes, int pinned);

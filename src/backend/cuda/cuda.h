@@ -20,12 +20,12 @@ extern "C" {
 
 #include "util/dtype.h" /* a C header: its functions have C linkage */
 
-/* A matrix in device memory: the sl_mat fields the kernels read (src/model/model.h). */
+/* A matrix in device memory: the tn_mat fields the kernels read (src/model/model.h). */
 typedef struct slcu_mat {
     const void *data;   /* f32/bf16/f16 [rows][cols], or the q8/q4 codes [rows][cols*bits/8] */
     const void *scales; /* q8/q4: [rows][cols/group] of sdtype */
     const void *biases; /* q8/q4: [rows][cols/group] of sdtype */
-    sl_dtype dtype, sdtype;
+    dt_type dtype, sdtype;
     int rows, cols, group;
 } slcu_mat;
 

@@ -36,7 +36,7 @@ extern "C" int slcu_embed(const slcu_mat *table, const int *tokens, int n, float
     const int dt = table->dtype, q = dt == DT_Q8 || dt == DT_Q4;
     if ((!q && dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) || (q && (!table->scales || !table->biases || table->group <= 0 ||
                                                                       table->cols % table->group))) {
-        if (msg && msglen) snprintf(msg, msglen, "the CUDA backend cannot embed from a %s table", dt_name((sl_dtype)dt));
+        if (msg && msglen) snprintf(msg, msglen, "the CUDA backend cannot embed from a %s table", dt_name((dt_type)dt));
         return -1;
     }
     if (n <= 0 || table->cols <= 0) return 0;

@@ -25,7 +25,7 @@ static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
     return -1;
 }
 
-__device__ __forceinline__ float scale_at(const void *p, sl_dtype sdt, size_t i) {
+__device__ __forceinline__ float scale_at(const void *p, dt_type sdt, size_t i) {
     if (sdt == DT_F32) return ((const float *)p)[i];
     unsigned short h = ((const unsigned short *)p)[i];
     if (sdt == DT_BF16) return __uint_as_float((unsigned)h << 16);
@@ -68,7 +68,7 @@ __device__ __forceinline__ unsigned word_of(const uint4 &v, int k) { return k ==
 template <int DT, int NT, int R>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, NT >= 4 ? 2 : 4)
 matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
-       sl_dtype sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int nt) {
+       dt_type sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int nt) {
     const int lane = threadIdx.x & 31, r0 = (blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5)) * R;
     if (r0 >= rows) return;
     const int P = piece<DT>::n, WV = piece<DT>::w;
@@ -153,7 +153,7 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
 
 /* Columns that do not fill 16-byte pieces (a row of f32 whose length is not a multiple of 4, ...):
  * one thread per (row, token), plain loads, the same kind of fixed order. */
-__global__ void matvec_plain(const uint8_t *data, sl_dtype dt, int rows, int cols, const float *x, float *y, int nt) {
+__global__ void matvec_plain(const uint8_t *data, dt_type dt, int rows, int cols, const float *x, float *y, int nt) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * nt) return;
     const int r = i % rows, t = i / rows;

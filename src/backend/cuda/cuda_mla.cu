@@ -20,7 +20,7 @@ static int bad(char *msg, size_t n, const char *what) {
     return -1;
 }
 
-__device__ __forceinline__ float sc_at(const void *p, sl_dtype sdt, size_t i) {
+__device__ __forceinline__ float sc_at(const void *p, dt_type sdt, size_t i) {
     if (sdt == DT_F32) return ((const float *)p)[i];
     const unsigned short h = ((const unsigned short *)p)[i];
     if (sdt == DT_BF16) return __uint_as_float((unsigned)h << 16);

@@ -10,9 +10,9 @@
 #include "family/arch.h"
 #include "family/weights.h"
 
-#define LW(f) offsetof(sl_layer_w, f)
-#define GW(f) offsetof(sl_weights, f)
-#define EW(f) offsetof(sl_expert, f)
+#define LW(f) offsetof(fam_layer_w, f)
+#define GW(f) offsetof(fam_weights, f)
+#define EW(f) offsetof(tn_expert, f)
 
 #define T_EMBED {"embed_tokens", NULL, AW_GLOBAL, AD_V, AD_H, AK_MAT, GW(embed), AR_BACKBONE, "token_embd.weight"}
 #define T_HEAD                                                                                       \
@@ -73,12 +73,12 @@ extern const arch_pdef arch_swiglu_parts[3];
 /* The DeltaNet families' GGUF (llama.cpp qwen3next / qwen35moe, written by convert_hf_to_gguf.py's Qwen3NextModel):
  * their metadata hook, and A = -exp(A_log) taken back to A_log (an f32 hook of arch_gguf_xf). */
 void arch_qwen_next_gguf_config(ggm *m, arch_gguf_common *g);
-int64_t arch_gguf_a_log(const sl_config *c, const float *src, float *dst);
+int64_t arch_gguf_a_log(const fam_config *c, const float *src, float *dst);
 
 /* Config hooks shared by the Qwen families. */
-void arch_qwen_moe_config(hfc *c, sl_config *o);   /* Qwen3-MoE, Qwen2-MoE: norm_topk_prob, sparse layers */
-void arch_qwen_next_config(hfc *c, sl_config *o);  /* Qwen3-Next / 3.5: + shared expert, DeltaNet */
+void arch_qwen_moe_config(hfc *c, fam_config *o);   /* Qwen3-MoE, Qwen2-MoE: norm_topk_prob, sparse layers */
+void arch_qwen_next_config(hfc *c, fam_config *o);  /* Qwen3-Next / 3.5: + shared expert, DeltaNet */
 /* DeepSeek-V3's MoE block (deepseek_v3.c; GLM-4.5, dots.llm1): group router fields, first dense layers */
-void arch_group_moe_config(hfc *c, sl_config *o, int first_dense_default);
+void arch_group_moe_config(hfc *c, fam_config *o, int first_dense_default);
 
 #endif

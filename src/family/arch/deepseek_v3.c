@@ -18,7 +18,7 @@
 
 /* DeepseekV3Attention.scaling: qk_head_dim ** -0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 when the
  * rope type is not the default and mscale_all_dim is set (in double, as Python computes it). */
-static double mla_scale(const sl_config *o) {
+static double mla_scale(const fam_config *o) {
     double s = o->head_dim > 0 ? pow((double)o->head_dim, -0.5) : 0.0;
     if (o->rope_type == SL_ROPE_YARN && o->yarn_mscale_all_dim != 0) {
         double factor = o->rope_factor > 0 ? o->rope_factor : (double)o->max_pos / o->rope_orig_max_pos;
@@ -31,7 +31,7 @@ static double mla_scale(const sl_config *o) {
 /* The MoE block of DeepSeek-V3 that GLM-4.5 and dots.llm1 reuse (modeling_deepseek_v3.py DeepseekV3MoE,
  * DeepseekV3TopkRouter): the sigmoid group router's n_group / topk_group / routed_scaling_factor, checked to
  * fit the experts, and the first first_k_dense_replace layers dense MLPs of intermediate_size. */
-void arch_group_moe_config(hfc *c, sl_config *o, int first_dense_default) {
+void arch_group_moe_config(hfc *c, fam_config *o, int first_dense_default) {
     o->n_group = hfc_int(c, "n_group", 0, 1);
     o->topk_group = hfc_int(c, "topk_group", 0, 1);
     o->routed_scale = hfc_num(c, "routed_scaling_factor", 1.0, NULL);
@@ -47,7 +47,7 @@ void arch_group_moe_config(hfc *c, sl_config *o, int first_dense_default) {
                  SL_ROUTER_MAX_EXPERTS);
 }
 
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
     o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
@@ -102,7 +102,7 @@ static const arch_shape shapes[] = {
 /* Both releases: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128,
  * rope_interleave (the default); YaRN rope_scaling from 4096 positions, mscale = mscale_all_dim = 1: factor 40,
  * beta_fast 32, beta_slow 1 (DeepSeek-V3), factor 32, beta_fast 1, beta_slow 1 (Kimi-K2). */
-static void shape_config(const arch_shape *sh, sl_config *c) {
+static void shape_config(const arch_shape *sh, fam_config *c) {
     const int kimi = !strcmp(sh->name, "kimi-k2");
     c->rope_type = SL_ROPE_YARN;
     c->rope_factor = kimi ? 32 : 40;
@@ -167,7 +167,7 @@ static void gguf_config(ggm *m, arch_gguf_common *g) {
 }
 
 /* kv_b_proj [heads * (nope + v)][kv_lora] from attn_k_b [heads][kv_lora][nope] then attn_v_b [heads][v][kv_lora] */
-static int64_t kv_b(const sl_config *c, const float *src, float *dst) {
+static int64_t kv_b(const fam_config *c, const float *src, float *dst) {
     const int64_t nh = c->n_heads, L = c->kv_lora, np = c->qk_nope, v = c->v_head_dim;
     const float *kb = src, *vb = src + nh * L * np;
     for (int64_t h = 0; h < nh; h++) {

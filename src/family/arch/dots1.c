@@ -10,7 +10,7 @@
  */
 #include "family/arch/common.h"
 
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 0);
     o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 1, 0), o->moe_inter);

@@ -16,7 +16,7 @@
  */
 #include "family/arch/common.h"
 
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* the experts' width: gpt-oss has no dense MLP */
     o->norm_topk = 1;
     o->attn_bias = hfc_bool(c, "attention_bias", 1);
@@ -54,7 +54,7 @@ static const arch_pdef parts[] = {
  * default) unless attention.sliding_window_pattern says otherwise. The file has no key for YaRN's truncate: false, as every gpt-oss release has it. ---- */
 
 /* gate_up_proj row 2i is ffn_gate_exps row i, 2i + 1 ffn_up_exps row i */
-static void gate_up_rows(const sl_config *c, int64_t rows, int64_t *perm) {
+static void gate_up_rows(const fam_config *c, int64_t rows, int64_t *perm) {
     (void)c;
     for (int64_t r = 0; r < rows; r++) perm[r] = r % 2 ? rows / 2 + r / 2 : r / 2;
 }

@@ -9,7 +9,7 @@
  */
 #include "family/arch/common.h"
 
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* the experts' width: Mixtral has no dense MLP */
     o->norm_topk = 1;
     /* modeling_mixtral.py: config.sliding_window, when not null, is every layer's window (transformers'
@@ -70,8 +70,8 @@ static void unpermute(int64_t rows, int heads, int64_t *perm) {
         perm[r] = h * hd + 2 * j + i;
     }
 }
-static void q_rows(const sl_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_heads, perm); }
-static void k_rows(const sl_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_kv_heads, perm); }
+static void q_rows(const fam_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_heads, perm); }
+static void k_rows(const fam_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_kv_heads, perm); }
 
 static const arch_gguf_xf gguf_xf[] = {
     {"self_attn.q_proj", {"attn_q.weight", NULL}, 0, q_rows, NULL},

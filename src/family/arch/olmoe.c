@@ -6,7 +6,7 @@
  */
 #include "family/arch/common.h"
 
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     o->moe_inter = hfc_int(c, "intermediate_size", 1, 0); /* every layer is MoE: the experts' width */
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 0);
     if (hfc_has(c, "clip_qkv")) hfc_fail(c, SL_EUNSUPPORTED, "clip_qkv is not supported (only null)");

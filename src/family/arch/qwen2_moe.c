@@ -7,7 +7,7 @@
  */
 #include "family/arch/common.h"
 
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     arch_qwen_moe_config(c, o); /* moe_intermediate_size, norm_topk_prob, sparse layers */
     o->shared_inter = hfc_int(c, "shared_expert_intermediate_size", 1, 0);
     o->attn_bias = hfc_bool(c, "qkv_bias", 1); /* 4.x checkpoints have no such field: always biased */

@@ -6,7 +6,7 @@
  */
 #include "family/arch/common.h"
 
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     arch_qwen_next_config(c, o);
     o->norm_topk = 1; /* the text config has no norm_topk_prob: routing always renormalises */
     for (int i = 0; i < o->n_layers; i++) o->layer_moe[i] = 1;
@@ -34,25 +34,25 @@ static const arch_tdef tensors[] = {
 
 /* The GGUF row of HF row o of a tensor whose rows from `base` on are nv value heads of hd rows: HF row
  * base + (g*r + j)*hd + i is GGUF row base + (j*nk + g)*hd + i; -1 when the shape does not fit the config. */
-static int64_t v_src(const sl_config *c, int64_t rows, int64_t base, int64_t hd, int64_t o) {
+static int64_t v_src(const fam_config *c, int64_t rows, int64_t base, int64_t hd, int64_t o) {
     const int64_t nk = c->lin_nk, nv = c->lin_nv, r = nk > 0 ? nv / nk : 0;
     if (nk < 1 || r * nk != nv || base + nv * hd != rows) return -1;
     if (o < base) return o;
     int64_t w = o - base, h = w / hd, i = w % hd, g = h / r, j = h % r;
     return base + (j * nk + g) * hd + i;
 }
-static void qkv_rows(const sl_config *c, int64_t rows, int64_t *perm) {
+static void qkv_rows(const fam_config *c, int64_t rows, int64_t *perm) {
     for (int64_t o = 0; o < rows; o++) perm[o] = v_src(c, rows, 2 * (int64_t)c->lin_nk * c->lin_dk, c->lin_dv, o);
 }
-static void z_rows(const sl_config *c, int64_t rows, int64_t *perm) {
+static void z_rows(const fam_config *c, int64_t rows, int64_t *perm) {
     for (int64_t o = 0; o < rows; o++) perm[o] = v_src(c, rows, 0, c->lin_dv, o);
 }
-static void head_rows(const sl_config *c, int64_t rows, int64_t *perm) {
+static void head_rows(const fam_config *c, int64_t rows, int64_t *perm) {
     for (int64_t o = 0; o < rows; o++) perm[o] = v_src(c, rows, 0, 1, o);
 }
 
 /* out_proj [hidden][nv*dv]: its columns back from tiled to grouped value heads */
-static int64_t out_cols(const sl_config *c, const float *src, float *dst) {
+static int64_t out_cols(const fam_config *c, const float *src, float *dst) {
     const int64_t H = c->hidden, n = (int64_t)c->lin_nv * c->lin_dv;
     for (int64_t o = 0; o < n; o++) {
         int64_t p = v_src(c, n, 0, c->lin_dv, o);

@@ -13,7 +13,7 @@ const arch_pdef arch_swiglu_parts[3] = {
     {"down_proj", NULL, AD_H, AD_I, EW(down), AK_MAT, 0, "ffn_down_exps.weight"},
 };
 
-void arch_qwen_moe_config(hfc *c, sl_config *o) {
+void arch_qwen_moe_config(hfc *c, fam_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 0);
     hfc_sparse_layers(c, o);
@@ -22,7 +22,7 @@ void arch_qwen_moe_config(hfc *c, sl_config *o) {
 /* configuration_qwen3_moe.py keeps sliding_window only with use_sliding_window; Qwen3MoeModel is MixtralModel
  * (modular_qwen3_moe.py), whose mask slides on every layer when the window is set. A window covering the
  * context is full attention. */
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     arch_qwen_moe_config(c, o);
     if (!hfc_bool(c, "use_sliding_window", 0) || !hfc_has(c, "sliding_window")) return;
     int w = hfc_int(c, "sliding_window", 1, 0);

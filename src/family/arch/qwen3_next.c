@@ -8,7 +8,7 @@
 
 #include "family/arch/common.h"
 
-void arch_qwen_next_config(hfc *c, sl_config *o) {
+void arch_qwen_next_config(hfc *c, fam_config *o) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->shared_inter = hfc_int(c, "shared_expert_intermediate_size", 1, 0);
     o->lin_nk = hfc_int(c, "linear_num_key_heads", 1, 0);
@@ -19,7 +19,7 @@ void arch_qwen_next_config(hfc *c, sl_config *o) {
     hfc_linear_layers(c, o);
 }
 
-static void config(hfc *c, sl_config *o) {
+static void config(hfc *c, fam_config *o) {
     arch_qwen_next_config(c, o);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
     hfc_sparse_layers(c, o);
@@ -72,7 +72,7 @@ void arch_qwen_next_gguf_config(ggm *m, arch_gguf_common *g) {
 
 /* A = -exp(A_log) back to A_log: the float x whose -expf(x) is A (the DeltaNet layer computes -expf(A_log),
  * model/deltanet.c), searched next to logf(-A); where no float gives A exactly, the nearest. */
-int64_t arch_gguf_a_log(const sl_config *c, const float *src, float *dst) {
+int64_t arch_gguf_a_log(const fam_config *c, const float *src, float *dst) {
     for (int64_t i = 0; i < c->lin_nv; i++) {
         const float y = -src[i];
         if (!(y > 0) || !isfinite(y)) return i;
@@ -91,7 +91,7 @@ int64_t arch_gguf_a_log(const sl_config *c, const float *src, float *dst) {
 
 /* in_proj_qkvz's rows (per key head g: q [dk], k [dk], v [r dv], z [r dv], r = nv / nk) from attn_qkv then
  * attn_gate */
-static void qkvz_rows(const sl_config *c, int64_t rows, int64_t *perm) {
+static void qkvz_rows(const fam_config *c, int64_t rows, int64_t *perm) {
     const int64_t nk = c->lin_nk, nv = c->lin_nv, dk = c->lin_dk, dv = c->lin_dv;
     const int64_t r = nk > 0 ? nv / nk : 0, G = 2 * dk + 2 * r * dv;
     for (int64_t o = 0; o < rows; o++) {
