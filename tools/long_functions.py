@@ -15,9 +15,10 @@ for f in files:
         m = sig.match(l) if l and not l[0].isspace() and not l.startswith(('#', '/', '*', '}')) else None
         if m and not re.match(r'(typedef|struct|enum|union|return)\b', l):
             j = i  # the line that opens the body
-            while j < len(lines) and not lines[j].rstrip().endswith('{') and not lines[j].rstrip().endswith(';'):
+            code = lambda x: re.sub(r'/\*.*?\*/|//.*$', '', x).rstrip()  # the line without its comments
+            while j < len(lines) and not code(lines[j]).endswith('{') and not code(lines[j]).endswith(';'):
                 j += 1
-            if j < len(lines) and lines[j].rstrip().endswith('{') and '=' not in lines[j].split('(')[0]:
+            if j < len(lines) and code(lines[j]).endswith('{') and '=' not in lines[j].split('(')[0]:
                 k = j + 1
                 while k < len(lines) and lines[k] != '}':
                     k += 1

@@ -1,13 +1,13 @@
 /*
  * backend_cuda.c — the CUDA backend's table (src/backend/backend.h; issue 13 §2): the ops over the kernels of
- * cuda.h and backend_cuda.h, all queued on the default stream in the forward pass's order. Built with
+ * cuda.h and backend_cuda.h, queued on one stream (SLS) in the forward pass's order. Built with
  * `make CUDA=1` (SL_CUDA); be_open makes it. docs/CUDA.md says what it does and lacks: q3 matmuls stay NULL
  * (be_check_mat refuses such a model at open); dn_chunk runs the token recurrence (dn_step's kernel).
  * copy() to or from the host returns once done (a caller may reuse its buffer); copy_async queues a host ->
  * device copy on the copy stream of backend_cuda_rt.cu, ordered by events (the tier's promotions). A
  * kern_act's int8 form is made on the device in slcu_act's layout on first use.
  * route chooses on the device and copies the choice back; moe_resident keeps it there (docs/CUDA.md
- * "Routing on the device"). embed dequantises rows on the host.
+ * "Routing on the device"). embed runs on the device (cuda_embed.cu; on the host in a recorded step).
  */
 #ifdef SL_CUDA
 
@@ -158,7 +158,6 @@ static void *dev_upload(be_backend *be, const void *src, size_t bytes) {
     return d;
 }
 
-
 static void *cu_alloc(be_backend *be, size_t bytes, int flags) {
     (void)be;
     return (flags & BE_BUF_PINNED) ? slcb_alloc(bytes, 1) : slcb_alloc(bytes + SLACK, 0);
@@ -276,7 +275,6 @@ static void cu_destroy(be_backend *be) {
     free(c);
     free(be);
 }
-
 
 static slcu_mat mat_of(const tn_mat *w);
 /* Row tokens[t] of the device table: slcu_embed, or (SLUICE_CUDA_EMBED=0, a bad id) fetched and dequantised on the
@@ -529,7 +527,6 @@ static void cu_copy_rows(be_backend *be, float *dst, size_t ldd, const int *didx
     if (!d) return;
     CU(be, slcb_copy_rows(dst, ldd, d, src, lds, d + n, n, cols, MSG(be)));
 }
-
 
 static void cu_attention(be_backend *be, const be_attn *a) {
     SKIP(be);
@@ -925,7 +922,6 @@ static void cu_combine_rows(be_backend *be, float *out, int H, int k, const int 
     if (!d) return;
     CU(be, slcb_axpy_rows(out, H, (const int *)d, (const float *)(d + b), y, cnt, MSG(be)));
 }
-
 
 be_backend *be_cuda_new(pool_t *pool) {
     be_backend *be = calloc(1, sizeof *be);
