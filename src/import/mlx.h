@@ -1,5 +1,5 @@
 /*
- * mlx.h — MLX / mlx-lm checkpoints (MODELS.md §5): the "quantization" block of config.json and the
+ * mlx.h — MLX / mlx-lm checkpoints (docs/QUANT.md, MLX checkpoints): the "quantization" block of config.json and the
  * shape rules of an affine-quantized module (weight uint32 [..., out, in*bits/32], scales and biases
  * [..., out, in/group]). The tensors themselves are registered by hf.c, which calls these helpers.
  */

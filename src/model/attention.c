@@ -1,6 +1,6 @@
 /*
  * attention.c — full (softmax) attention for qwen3_moe and the gated variant of qwen3_next/qwen3_5_moe
- * (MODELS.md 3.3); gpt-oss's sliding-window layers (the last sliding_window positions, the query's own
+ * (docs/MATH.md, Attention); gpt-oss's sliding-window layers (the last sliding_window positions, the query's own
  * included, as transformers' sliding_window_causal mask) and per-head sink logits (one more entry of the
  * softmax's max and denominator, modeling_gpt_oss.py eager_attention_forward), o_proj's bias. Position p's K/V
  * are row p % kv_cap of the layer's cache: a ring for sliding layers (fwd_internal.h), the identity otherwise.

@@ -1,5 +1,5 @@
 /*
- * deltanet.c — Gated DeltaNet mixer of qwen3_next / qwen3_5_moe (MODELS.md 3.5).
+ * deltanet.c — Gated DeltaNet mixer of qwen3_next / qwen3_5_moe (docs/MATH.md, Gated DeltaNet).
  *
  * Per micro-batch of n tokens, each step ops of the backend (src/backend/backend.h: dn_conv, dn_gates,
  * dn_step or dn_chunk, dn_norm, where the arithmetic lives):

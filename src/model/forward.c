@@ -1,5 +1,5 @@
 /*
- * forward.c — the forward pass's skeleton: state lifetime, validation, the decoder loop (MODELS.md 3.1),
+ * forward.c — the forward pass's skeleton: state lifetime, validation, the decoder loop (docs/MATH.md, Decoder),
  * norms and the LM head. The mixers live in attention.c / deltanet.c / mla.c, the FFNs in moe.c;
  * fwd_internal.h describes the state layout they share. Every computation is an op of the workspace's
  * backend (src/backend/backend.h; the CPU one is the oracle), called at block level; the buffers are

@@ -1,6 +1,6 @@
 /*
  * moe.c — feed-forward blocks: routed MoE with optional gated shared expert, and the dense SwiGLU MLP
- * (MODELS.md 3.4).
+ * (docs/MATH.md, Mixture of experts).
  *
  * Routing per token (cfg->router): softmax over all E router logits (f32, sum in double), top-k by
  * repeated argmax (ties go to the lower expert index), weights renormalised when cfg->norm_topk (Qwen,
