@@ -19,6 +19,7 @@
 #include "sluice.h"
 #include "stream/cache.h"
 #include "stream/io.h"
+#include "stream_rig.h"
 #include "test.h"
 
 typedef struct {
@@ -26,21 +27,11 @@ typedef struct {
     int n;
 } toks_t;
 
-/* The stream constructors as expressions: NULL on failure, why filled. */
+/* The io_uring engine as an expression, beside stream_rig.h's pread_new and cache_make. */
 static io_engine *uring_new(int fd, int depth, sl_error *why) {
     io_engine *e;
     io_uring_engine_new(fd, depth, &e, why);
     return e;
-}
-static io_engine *pread_new(int fd, int n_threads, sl_error *why) {
-    io_engine *e;
-    io_pread_engine_new(fd, n_threads, &e, why);
-    return e;
-}
-static cache *cache_make(const cache_cfg *cc, sl_error *why) {
-    cache *c;
-    cache_new(cc, &c, why);
-    return c;
 }
 
 static int load_tokens(const char *fixture, toks_t *t) {

@@ -17,21 +17,12 @@
 #include "stream/cache.h"
 #include "stream/io.h"
 #include "stream/tier.h"
+#include "stream_rig.h"
 #include "test.h"
 
 #define MAXQ 256
 
-/* The stream constructors as expressions: NULL on failure, why filled. */
-static io_engine *pread_new(int fd, int n_threads, sl_error *why) {
-    io_engine *e;
-    io_pread_engine_new(fd, n_threads, &e, why);
-    return e;
-}
-static cache *cache_make(const cache_cfg *cc, sl_error *why) {
-    cache *c;
-    cache_new(cc, &c, why);
-    return c;
-}
+/* The tier as an expression, beside stream_rig.h's pread_new and cache_make. */
 static tier *tier_make(const tier_cfg *tc, sl_error *why) {
     tier *t;
     tier_new(tc, &t, why);
