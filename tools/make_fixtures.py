@@ -809,8 +809,21 @@ MAKERS = {
 }
 
 
+def family_modules():
+    """Makers of the families added one module each: tools/fixtures/NAME.py defines MAKERS = {fixture: fn(d)}
+    and imports what it shares from this file (`from make_fixtures import randomise, write_refs, ...`)."""
+    import importlib, pkgutil
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    found = {}
+    for mod in pkgutil.iter_modules([os.path.join(here, "fixtures")]):
+        found.update(importlib.import_module("fixtures." + mod.name).MAKERS)
+    return found
+
+
 def main():
     outdir = sys.argv[1]
+    MAKERS.update(family_modules())
     names = sys.argv[2:] or list(MAKERS)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     print("transformers", transformers.__version__, "torch", torch.__version__, flush=True)
