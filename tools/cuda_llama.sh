@@ -17,6 +17,8 @@
 #          LLAMA_PART=0 skips all this (the tier rows alone); LAYERS, ROUNDS (2), STOP_AT (520: no round starts later, in seconds from the start), JOBS, LLAMA_BIN and
 #          GPU_FLAG (a rehearsal here: LLAMA_BIN=/work/llama.cpp/build/bin GPU_FLAG= LAYERS=1 ROUNDS=1).
 #          Steps already done on the machine's disk (a warm second call) are skipped: the build resumes.
+#          WAIT_FOR=FILE holds the GPU steps (greedy, rounds) until FILE exists: a caller runs its own GPU
+#          tests during the build and touches FILE when done.
 #          CPU_THREADS (e.g. "2 4 8 16"; empty: the CUDA comparison above) makes it the CPU comparison on that
 #          machine's host cores instead: llama.cpp built without CUDA (GGML_NATIVE), then per round and per
 #          thread count T, alternating: OMP_WAIT_POLICY=active llama-bench -ngl 0 -t T -p 128 -n 64 -r 3 against
@@ -120,6 +122,12 @@ if [ -n "$build_pid" ]; then
 fi
 "$lb/llama-bench" --version >>"$raw/machine.txt" 2>&1 || true
 save
+
+# WAIT_FOR=FILE: the GPU stays another program's until FILE exists (a caller's tests run during the build)
+if [ -n "${WAIT_FOR:-}" ]; then
+    while [ ! -e "$WAIT_FOR" ]; do sleep 2; done
+    echo "WAIT_FOR met at $(el) s" | tee -a "$raw/steps.txt"
+fi
 
 # 2. greedy text, both engines
 : >"$raw/greedy.txt"
