@@ -1,5 +1,5 @@
 /*
- * forward.c — the forward pass's skeleton: state lifetime, validation, the decoder loop (docs/MATH.md, Decoder),
+ * forward.c — the forward pass's skeleton: workspace, validation, the decoder loop (docs/MATH.md, Decoder),
  * norms and the LM head. The mixers live in attention.c / deltanet.c / mla.c, the FFNs in moe.c;
  * fwd_internal.h describes the state layout they share. Every computation is an op of the workspace's
  * backend (src/backend/backend.h; the CPU one is the oracle), called at block level; the buffers are
@@ -18,7 +18,7 @@
  *    (be_sync) before it commits, so a failing op fails the
  *    evaluation before its state is committed.
  *
- * Sections: helpers, state, weight validation, fwd_eval.
+ * Sections: helpers, workspace, weight validation, fwd_eval; a sequence's state lives in state.c.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,21 +38,18 @@ void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred,
     ws->be->rmsnorm(ws->be, x, y, n_rows, (size_t)dim, 1, 0, dim, w, zero_centred ? 1.0f : 0.0f, eps);
 }
 
-/* A process-wide unique id for a workspace or a sequence (their buffers, for step_begin's key). */
-static uint64_t next_uid(void) {
+uint64_t fwd_next_uid(void) {
     static _Atomic uint64_t n;
     return atomic_fetch_add(&n, 1) + 1;
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
-static int any_layer(const fam_config *cfg, int linear) {
+int fwd_any_layer(const fam_config *cfg, int linear) {
     for (int l = 0; l < cfg->n_layers; l++)
         if (!!cfg->layer_linear[l] == linear) return 1;
     return 0;
 }
-
-/* ---- state ------------------------------------------------------------------------------------ */
 
 /* Floats one thread needs: attention scores over the context, or the DeltaNet chunk matrices
  * (deltanet.c: 3*C*C + C*(3*dk + 3*dv) + 4*C + 4*dv with C = FWD_BATCH, rounded up generously). */
@@ -62,162 +59,6 @@ static size_t slot_floats(const fam_config *cfg, int n_ctx) {
     size_t at = (size_t)n_ctx, mla = fwd_mla_slot_floats(cfg, n_ctx);
     if (mla > at) at = mla;
     return (dn > at ? dn : at) + 16;
-}
-
-/* Bytes of each state buffer of layer l (fwd_seq_free gives them back with these). */
-static size_t kv_bytes(const fwd_seq *sq, int l) {
-    return (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(&sq->shape) * sizeof(float);
-}
-
-fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
-    if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
-    fwd_seq *sq = calloc(1, sizeof *sq);
-    if (!sq) return NULL;
-    sq->uid = next_uid();
-    sq->be = be;
-    sq->n_ctx = n_ctx;
-    sq->n_layers = cfg->n_layers;
-    sq->shape = *cfg;
-    sq->wide = 1;
-    int has_lin = any_layer(cfg, 1);
-    int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
-    int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
-    const int mla = cfg->kv_lora > 0;
-    size_t kvrow = (size_t)cfg_kv_row(cfg);
-    sq->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
-    sq->ssm_floats = (size_t)imax(nv * dk * dv, 1);
-    for (int l = 0; l < cfg->n_layers; l++) {
-        if (cfg->layer_linear[l]) {
-            for (int s = 0; s < 2; s++) {
-                sq->conv[l][s] = be->alloc(be, sq->conv_floats * sizeof(float), BE_BUF_DEVICE);
-                sq->ssm[l][s] = be->alloc(be, sq->ssm_floats * sizeof(float), BE_BUF_DEVICE);
-                if (!sq->conv[l][s] || !sq->ssm[l][s]) goto fail;
-                be->zero(be, sq->conv[l][s], sq->conv_floats * sizeof(float));
-                be->zero(be, sq->ssm[l][s], sq->ssm_floats * sizeof(float));
-            }
-        } else {
-            long ring = (long)cfg->sliding_window - 1 + FWD_BATCH;
-            sq->kv_cap[l] = cfg->layer_sliding[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
-            sq->k_cache[l] = be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
-            sq->v_cache[l] = mla ? NULL : be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
-            if (!sq->k_cache[l] || (!mla && !sq->v_cache[l])) goto fail;
-        }
-    }
-    return sq;
-fail:
-    fwd_seq_free(sq);
-    return NULL;
-}
-
-void fwd_seq_free(fwd_seq *sq) {
-    if (!sq) return;
-    be_backend *be = sq->be;
-    for (int l = 0; l < SL_MAX_LAYERS; l++) {
-        be->free(be, sq->k_cache[l], kv_bytes(sq, l), BE_BUF_DEVICE);
-        be->free(be, sq->v_cache[l], kv_bytes(sq, l), BE_BUF_DEVICE);
-        for (int s = 0; s < 2; s++) {
-            be->free(be, sq->conv[l][s], sq->conv_floats * sizeof(float), BE_BUF_DEVICE);
-            be->free(be, sq->ssm[l][s], sq->ssm_floats * sizeof(float), BE_BUF_DEVICE);
-        }
-    }
-    free(sq);
-}
-
-void fwd_seq_reset(fwd_seq *sq) {
-    if (!sq) return;
-    sq->n_past = 0;
-    /* KV rows need no clearing (only rows < n_past are read); recurrent state restarts at zero */
-    for (int l = 0; l < sq->n_layers; l++) {
-        if (!sq->conv[l][0]) continue;
-        sq->lin_cur[l] = 0;
-        sq->be->zero(sq->be, sq->conv[l][0], sq->conv_floats * sizeof(float));
-        sq->be->zero(sq->be, sq->ssm[l][0], sq->ssm_floats * sizeof(float));
-    }
-}
-
-int fwd_seq_n_past(const fwd_seq *sq) { return sq ? sq->n_past : 0; }
-void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
-
-/* State bytes: per layer, the current DeltaNet conv and recurrent state, or the KV rows in use (MLA: the
- * compressed rows only). */
-size_t fwd_seq_state_bytes(const fwd_seq *sq) {
-    const fam_config *c = &sq->shape;
-    size_t kvrow = (size_t)cfg_kv_row(c), n = 0, per = c->kv_lora > 0 ? 1 : 2;
-    for (int l = 0; l < sq->n_layers; l++)
-        n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : per * (size_t)fwd_kv_keep(sq, l, sq->n_past) * kvrow;
-    return n * sizeof(float);
-}
-
-int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past) {
-    const fam_config *c = &sq->shape;
-    if (!c->layer_sliding[layer] || c->sliding_window < 1) return n_past;
-    return n_past < c->sliding_window - 1 ? n_past : c->sliding_window - 1;
-}
-
-/* Copies the KV rows of positions n_past - keep .. n_past - 1 of layer l between the cache (ring slots) and a
- * state buffer p; to_state: cache -> p. Returns the bytes moved. */
-static size_t kv_rows_io(const fwd_seq *sq, int l, int n_past, char *p, int to_state) {
-    const size_t kvrow = (size_t)cfg_kv_row(&sq->shape), rb = kvrow * sizeof(float);
-    const int keep = fwd_kv_keep(sq, l, n_past), cap = sq->kv_cap[l];
-    size_t moved = 0;
-    float *const caches[2] = {sq->k_cache[l], sq->v_cache[l]};
-    for (int k = 0; k < 2; k++) {
-        if (!caches[k]) continue;
-        for (int pos = n_past - keep; pos < n_past; pos++, moved += rb) {
-            char *row = (char *)(caches[k] + (size_t)(pos % cap) * kvrow);
-            if (to_state) sq->be->copy(sq->be, p + moved, row, rb, BE_D2H);
-            else sq->be->copy(sq->be, row, p + moved, rb, BE_H2D);
-        }
-    }
-    return moved;
-}
-
-void fwd_seq_save(const fwd_seq *sq, void *buf) {
-    const fam_config *c = &sq->shape;
-    char *p = buf;
-#define PUT(src, nf)                                                   \
-    do {                                                               \
-        sq->be->copy(sq->be, p, (src), (nf) * sizeof(float), BE_D2H);  \
-        p += (nf) * sizeof(float);                                     \
-    } while (0)
-    for (int l = 0; l < sq->n_layers; l++) {
-        if (c->layer_linear[l]) {
-            PUT(sq->conv[l][sq->lin_cur[l]], sq->conv_floats);
-            PUT(sq->ssm[l][sq->lin_cur[l]], sq->ssm_floats);
-        } else {
-            p += kv_rows_io(sq, l, sq->n_past, p, 1);
-        }
-    }
-#undef PUT
-}
-
-sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
-    const fam_config *c = &sq->shape;
-    if (n_past < 0 || n_past > sq->n_ctx) return SL_ERANGE;
-    int old = sq->n_past;
-    sq->n_past = n_past;
-    size_t want = fwd_seq_state_bytes(sq);
-    if (len != want) {
-        sq->n_past = old;
-        return SL_EFORMAT;
-    }
-    const char *p = buf;
-#define GET(dst, nf)                                                   \
-    do {                                                               \
-        sq->be->copy(sq->be, (dst), p, (nf) * sizeof(float), BE_H2D);  \
-        p += (nf) * sizeof(float);                                     \
-    } while (0)
-    for (int l = 0; l < sq->n_layers; l++) {
-        if (c->layer_linear[l]) {
-            sq->lin_cur[l] = 0;
-            GET(sq->conv[l][0], sq->conv_floats);
-            GET(sq->ssm[l][0], sq->ssm_floats);
-        } else {
-            p += kv_rows_io(sq, l, n_past, (char *)p, 0);
-        }
-    }
-#undef GET
-    return 0;
 }
 
 void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int n, int cols) {
@@ -266,7 +107,7 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_ws *ws = calloc(1, sizeof *ws);
     if (!ws) return NULL;
-    ws->uid = next_uid();
+    ws->uid = fwd_next_uid();
     const size_t B = FWD_BATCH, H = (size_t)cfg->hidden;
     ws->be = be;
     ws->int8 = 1;
@@ -278,7 +119,7 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     ws->shape = *cfg;
     ws->chunked = 1;
 
-    int has_attn = any_layer(cfg, 0), has_lin = any_layer(cfg, 1);
+    int has_attn = fwd_any_layer(cfg, 0), has_lin = fwd_any_layer(cfg, 1);
     int nh = cfg->n_heads, hd = cfg->head_dim, nkv = cfg->n_kv_heads;
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
     int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
@@ -405,10 +246,10 @@ static sl_status check_vec(const float *v, int layer, const char *name, sl_error
 static sl_status check_config(const fam_config *c, sl_error *err) {
     if (!arch_get(c->arch)) return err_set(err, SL_EINVAL, "unknown architecture %d", (int)c->arch);
     int ok = c->vocab > 0 && c->hidden > 0 && c->n_layers > 0 && c->n_layers <= SL_MAX_LAYERS;
-    if (ok && any_layer(c, 0))
+    if (ok && fwd_any_layer(c, 0))
         ok = c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0 && c->head_dim > 0 &&
              c->rot_dim >= 0 && c->rot_dim <= c->head_dim && c->rot_dim <= 1024 && c->rot_dim % 2 == 0;
-    if (ok && any_layer(c, 1))
+    if (ok && fwd_any_layer(c, 1))
         ok = c->lin_nk > 0 && c->lin_nv > 0 && c->lin_nv % c->lin_nk == 0 && c->lin_dk > 0 && c->lin_dv > 0 &&
              c->conv_k >= 1;
     ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX ||
@@ -478,7 +319,7 @@ static const tn_mat *first_mat(const fam_config *cfg, const fam_layer_w *lw, int
 /* A one-token step of a model with softmax attention only, its layers recorded by the backend (backend.h
  * step_begin): 1 when the backend records or replays it. */
 static int step_begin(fwd_ws *ws, const fwd_seq *sq, const fam_config *cfg, int n, int graph) {
-    if (!graph || n != 1 || ws->trace || !ws->be->step_begin || cfg->kv_lora > 0 || any_layer(cfg, 1)) return 0;
+    if (!graph || n != 1 || ws->trace || !ws->be->step_begin || cfg->kv_lora > 0 || fwd_any_layer(cfg, 1)) return 0;
     return ws->be->step_begin(ws->be, ws->uid << 32 ^ sq->uid, sq->n_past);
 }
 
@@ -587,7 +428,7 @@ static void mix_set_free(fwd_ws *ws, mix_set *m) {
 static sl_status mix_set_new(fwd_ws *ws, const fam_config *cfg, int rows, mix_set *m) {
     memset(m, 0, sizeof *m);
     if (rows > ws->mix_rows) rows = ws->mix_rows;
-    if (rows <= FWD_BATCH || cfg->kv_lora > 0 || !any_layer(cfg, 0)) return SL_OK;
+    if (rows <= FWD_BATCH || cfg->kv_lora > 0 || !fwd_any_layer(cfg, 0)) return SL_OK;
     const size_t R = (size_t)rows, kvrow = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim, f = sizeof(float);
     const size_t b[8] = {R * (size_t)cfg->hidden * f, R * (size_t)ws->n_big * f, R * kvrow * f, R * kvrow * f,
                          R * (size_t)ws->n_mix * f, R * (size_t)cfg->hidden * f, kern_act_bytes(rows, ws->act_cols),
@@ -727,7 +568,7 @@ static void multi_begin(fwd_ws *ws, const fam_config *cfg, const fam_weights *w,
 
 /* A copy of sliding layer l's KV ring (k and v) into sv[0..1], for multi_settle to put back on failure. */
 static sl_status save_ring(be_backend *be, fwd_seq *sq, int l, float **sv, sl_error *err) {
-    const size_t ring = kv_bytes(sq, l);
+    const size_t ring = fwd_kv_bytes(sq, l);
     for (int k2 = 0; k2 < 2; k2++) {
         const float *src = k2 ? sq->v_cache[l] : sq->k_cache[l];
         if (!src) continue;
@@ -823,7 +664,7 @@ static void multi_settle(be_backend *be, const fam_config *cfg, multi_pass *mp, 
         for (int l = 0; l < L; l++) {
             float **sv = mp->saved + ((size_t)i * L + l) * 2;
             if (!cfg->layer_linear[l]) { /* a sliding layer's ring: put back on failure */
-                const size_t ring = kv_bytes(sq, l);
+                const size_t ring = fwd_kv_bytes(sq, l);
                 for (int k2 = 0; k2 < 2; k2++) {
                     if (sv[k2] && !ok) be->copy(be, k2 ? sq->v_cache[l] : sq->k_cache[l], sv[k2], ring, BE_D2D);
                     UNDEV(sv[k2], ring);
@@ -926,9 +767,9 @@ static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const fam_config
 /* Every op of the backend's table this config's layers call (backend.h: a backend may leave some NULL). */
 static sl_status check_ops(const be_backend *be, const fam_config *c, sl_error *err) {
     const char *missing = NULL;
-    if (any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
-    else if (any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
-    else if (any_layer(c, 1) && (!be->dn_conv || !be->dn_gates || !be->dn_step || !be->dn_chunk || !be->dn_norm))
+    if (fwd_any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
+    else if (fwd_any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
+    else if (fwd_any_layer(c, 1) && (!be->dn_conv || !be->dn_gates || !be->dn_step || !be->dn_chunk || !be->dn_norm))
         missing = !be->dn_conv ? "dn_conv" : !be->dn_gates ? "dn_gates" : !be->dn_step ? "dn_step" : !be->dn_chunk ? "dn_chunk" : "dn_norm";
     if (!missing) return 0;
     const arch_desc *a = arch_get(c->arch);

@@ -143,6 +143,12 @@ void fwd_act(fwd_ws *ws, kern_act *a, int slot, const float *x, size_t ldx, int 
 void fwd_hint_mat(fwd_ws *ws, const tn_mat *w);
 /* y = W x for n rows of x (any n: ws->mb rows at a time), x quantized once for this one matrix. */
 void fwd_matmul(fwd_ws *ws, const tn_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, int slot);
+/* A process-wide unique id for a workspace or a sequence (their buffers, for step_begin's key). */
+uint64_t fwd_next_uid(void);
+/* Whether any layer of cfg is a DeltaNet layer (linear 1) / a softmax or MLA attention layer (linear 0). */
+int fwd_any_layer(const fam_config *cfg, int linear);
+/* Bytes of each KV buffer of layer l (fwd_seq_free gives them back with these; state.c). */
+size_t fwd_kv_bytes(const fwd_seq *sq, int l);
 /* KV rows a saved state keeps of attention layer l at n_past positions: all, or a sliding layer's last
  * sliding_window - 1 (what the next query reads besides its own). */
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past);

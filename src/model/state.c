@@ -1,0 +1,166 @@
+/*
+ * state.c — a sequence's state (fwd_internal.h fwd_seq): its buffers' lifetime, the KV rows and DeltaNet state
+ * a saved state holds, and their save and load (model.h). Moved out of forward.c, which keeps the evaluation.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/fwd_internal.h"
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+size_t fwd_kv_bytes(const fwd_seq *sq, int l) {
+    return (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(&sq->shape) * sizeof(float);
+}
+
+fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
+    if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
+    fwd_seq *sq = calloc(1, sizeof *sq);
+    if (!sq) return NULL;
+    sq->uid = fwd_next_uid();
+    sq->be = be;
+    sq->n_ctx = n_ctx;
+    sq->n_layers = cfg->n_layers;
+    sq->shape = *cfg;
+    sq->wide = 1;
+    int has_lin = fwd_any_layer(cfg, 1);
+    int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
+    int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
+    const int mla = cfg->kv_lora > 0;
+    size_t kvrow = (size_t)cfg_kv_row(cfg);
+    sq->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
+    sq->ssm_floats = (size_t)imax(nv * dk * dv, 1);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        if (cfg->layer_linear[l]) {
+            for (int s = 0; s < 2; s++) {
+                sq->conv[l][s] = be->alloc(be, sq->conv_floats * sizeof(float), BE_BUF_DEVICE);
+                sq->ssm[l][s] = be->alloc(be, sq->ssm_floats * sizeof(float), BE_BUF_DEVICE);
+                if (!sq->conv[l][s] || !sq->ssm[l][s]) goto fail;
+                be->zero(be, sq->conv[l][s], sq->conv_floats * sizeof(float));
+                be->zero(be, sq->ssm[l][s], sq->ssm_floats * sizeof(float));
+            }
+        } else {
+            long ring = (long)cfg->sliding_window - 1 + FWD_BATCH;
+            sq->kv_cap[l] = cfg->layer_sliding[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
+            sq->k_cache[l] = be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
+            sq->v_cache[l] = mla ? NULL : be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
+            if (!sq->k_cache[l] || (!mla && !sq->v_cache[l])) goto fail;
+        }
+    }
+    return sq;
+fail:
+    fwd_seq_free(sq);
+    return NULL;
+}
+
+void fwd_seq_free(fwd_seq *sq) {
+    if (!sq) return;
+    be_backend *be = sq->be;
+    for (int l = 0; l < SL_MAX_LAYERS; l++) {
+        be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
+        be->free(be, sq->v_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
+        for (int s = 0; s < 2; s++) {
+            be->free(be, sq->conv[l][s], sq->conv_floats * sizeof(float), BE_BUF_DEVICE);
+            be->free(be, sq->ssm[l][s], sq->ssm_floats * sizeof(float), BE_BUF_DEVICE);
+        }
+    }
+    free(sq);
+}
+
+void fwd_seq_reset(fwd_seq *sq) {
+    if (!sq) return;
+    sq->n_past = 0;
+    /* KV rows need no clearing (only rows < n_past are read); recurrent state restarts at zero */
+    for (int l = 0; l < sq->n_layers; l++) {
+        if (!sq->conv[l][0]) continue;
+        sq->lin_cur[l] = 0;
+        sq->be->zero(sq->be, sq->conv[l][0], sq->conv_floats * sizeof(float));
+        sq->be->zero(sq->be, sq->ssm[l][0], sq->ssm_floats * sizeof(float));
+    }
+}
+
+int fwd_seq_n_past(const fwd_seq *sq) { return sq ? sq->n_past : 0; }
+void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
+
+/* State bytes: per layer, the current DeltaNet conv and recurrent state, or the KV rows in use (MLA: the
+ * compressed rows only). */
+size_t fwd_seq_state_bytes(const fwd_seq *sq) {
+    const fam_config *c = &sq->shape;
+    size_t kvrow = (size_t)cfg_kv_row(c), n = 0, per = c->kv_lora > 0 ? 1 : 2;
+    for (int l = 0; l < sq->n_layers; l++)
+        n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : per * (size_t)fwd_kv_keep(sq, l, sq->n_past) * kvrow;
+    return n * sizeof(float);
+}
+
+int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past) {
+    const fam_config *c = &sq->shape;
+    if (!c->layer_sliding[layer] || c->sliding_window < 1) return n_past;
+    return n_past < c->sliding_window - 1 ? n_past : c->sliding_window - 1;
+}
+
+/* Copies the KV rows of positions n_past - keep .. n_past - 1 of layer l between the cache (ring slots) and a
+ * state buffer p; to_state: cache -> p. Returns the bytes moved. */
+static size_t kv_rows_io(const fwd_seq *sq, int l, int n_past, char *p, int to_state) {
+    const size_t kvrow = (size_t)cfg_kv_row(&sq->shape), rb = kvrow * sizeof(float);
+    const int keep = fwd_kv_keep(sq, l, n_past), cap = sq->kv_cap[l];
+    size_t moved = 0;
+    float *const caches[2] = {sq->k_cache[l], sq->v_cache[l]};
+    for (int k = 0; k < 2; k++) {
+        if (!caches[k]) continue;
+        for (int pos = n_past - keep; pos < n_past; pos++, moved += rb) {
+            char *row = (char *)(caches[k] + (size_t)(pos % cap) * kvrow);
+            if (to_state) sq->be->copy(sq->be, p + moved, row, rb, BE_D2H);
+            else sq->be->copy(sq->be, row, p + moved, rb, BE_H2D);
+        }
+    }
+    return moved;
+}
+
+void fwd_seq_save(const fwd_seq *sq, void *buf) {
+    const fam_config *c = &sq->shape;
+    char *p = buf;
+#define PUT(src, nf)                                                   \
+    do {                                                               \
+        sq->be->copy(sq->be, p, (src), (nf) * sizeof(float), BE_D2H);  \
+        p += (nf) * sizeof(float);                                     \
+    } while (0)
+    for (int l = 0; l < sq->n_layers; l++) {
+        if (c->layer_linear[l]) {
+            PUT(sq->conv[l][sq->lin_cur[l]], sq->conv_floats);
+            PUT(sq->ssm[l][sq->lin_cur[l]], sq->ssm_floats);
+        } else {
+            p += kv_rows_io(sq, l, sq->n_past, p, 1);
+        }
+    }
+#undef PUT
+}
+
+sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
+    const fam_config *c = &sq->shape;
+    if (n_past < 0 || n_past > sq->n_ctx) return SL_ERANGE;
+    int old = sq->n_past;
+    sq->n_past = n_past;
+    size_t want = fwd_seq_state_bytes(sq);
+    if (len != want) {
+        sq->n_past = old;
+        return SL_EFORMAT;
+    }
+    const char *p = buf;
+#define GET(dst, nf)                                                   \
+    do {                                                               \
+        sq->be->copy(sq->be, (dst), p, (nf) * sizeof(float), BE_H2D);  \
+        p += (nf) * sizeof(float);                                     \
+    } while (0)
+    for (int l = 0; l < sq->n_layers; l++) {
+        if (c->layer_linear[l]) {
+            sq->lin_cur[l] = 0;
+            GET(sq->conv[l][0], sq->conv_floats);
+            GET(sq->ssm[l][0], sq->ssm_floats);
+        } else {
+            p += kv_rows_io(sq, l, n_past, (char *)p, 0);
+        }
+    }
+#undef GET
+    return 0;
+}
+
