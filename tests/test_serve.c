@@ -199,7 +199,9 @@ TEST(serve_parse_refusals) {
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"seed\": 1.5}", "seed"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"frequency_penalty\": 0.5}", "frequency_penalty"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true}", "logprobs"},
-        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_object\"}}", "response_format"},
+        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"xml\"}}", "response_format.type"},
+        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"string\", \"pattern\": \"a\"}}}}", "response_format.json_schema.schema"},
+        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", "tool_choice"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream_options\": {\"include_usage\": 1}}", "stream_options.include_usage"},
@@ -236,6 +238,46 @@ TEST(serve_parse_refusals) {
         CHECKF(r == -1 && e.status == 400 && e.message[0] && !strcmp(e.param, bad[i].param),
                "%s: r %d status %d param '%s' (want '%s'): %s", bad[i].body, r, e.status, e.param, bad[i].param, e.message);
         api_gen_free(&g);
+    }
+}
+
+/* Structured outputs: a grammar for json_object / json_schema / output_config and forced tool calls,
+ * thinking off; no grammar for text, auto and none. */
+TEST(serve_parse_structured_outputs) {
+    static const struct { api_kind k; const char *extra; int grammar; } rows[] = {
+        {API_CHAT, "\"response_format\": {\"type\": \"text\"}", 0},
+        {API_CHAT, "\"response_format\": {\"type\": \"json_object\"}", 1},
+        {API_CHAT, "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}", 1},
+        {API_CHAT, "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"auto\"", 0},
+        {API_CHAT, "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\"", 1},
+        {API_CHAT, "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"f\"}}", 1},
+        {API_COMPLETION, "\"response_format\": {\"type\": \"json_object\"}", 1},
+        {API_MESSAGES, "\"output_config\": {\"format\": {\"type\": \"json_schema\", \"schema\": {\"type\": \"object\"}}}, \"thinking\": {\"type\": \"enabled\"}", 1},
+        {API_MESSAGES, "\"tools\": [{\"name\": \"f\", \"input_schema\": {\"type\": \"object\"}}], \"tool_choice\": {\"type\": \"any\"}", 1},
+        {API_MESSAGES, "\"tools\": [{\"name\": \"f\", \"input_schema\": {\"type\": \"object\"}}], \"tool_choice\": {\"type\": \"auto\"}", 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char body[1024];
+        const char *head = rows[i].k == API_COMPLETION ? "\"prompt\": \"x\"" : "\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]";
+        snprintf(body, sizeof body, "{%s, %s}", head, rows[i].extra);
+        api_gen g;
+        api_error e;
+        CHECKF(api_dialect_of(rows[i].k)->parse(body, strlen(body), &g, &e) == 0, "row %zu: %s", i, e.message);
+        int ok = (g.grammar != NULL) == rows[i].grammar && (!g.grammar || g.enable_thinking == 0);
+        api_gen_free(&g);
+        CHECKF(ok, "row %zu", i);
+    }
+    /* a named tool that is not there; a schema keyword that is not supported, in a tool */
+    const char *bad[] = {
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"number\", \"maximum\": 3}}}}}], \"tool_choice\": \"required\"}"};
+    const char *needle[] = {"'g'", "'maximum' is not supported (at /properties/n)"};
+    for (int i = 0; i < 2; i++) {
+        api_gen g;
+        api_error e;
+        int r = oai_parse_chat(bad[i], strlen(bad[i]), &g, &e);
+        api_gen_free(&g);
+        CHECKF(r == -1 && e.status == 400 && strstr(e.message, needle[i]), "%d: %s", i, e.message);
     }
 }
 

@@ -87,6 +87,7 @@ void api_gen_free(api_gen *g) {
     free(g->owned);
     free(g->msgs);
     free(g->prompt_ids);
+    gr_grammar_free(g->grammar);
     cJSON_Delete(g->root);
     memset(g, 0, sizeof *g);
 }

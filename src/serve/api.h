@@ -80,6 +80,8 @@ typedef struct api_gen {
     const char *stop[API_MAX_STOP];
     int n_stop;
     int stream, include_usage;
+    /* structured outputs: the grammar every token must keep the answer in (constrain.c), or NULL */
+    gr_grammar *grammar;
     /* owned */
     void *root;                /* the cJSON tree */
     char **owned;
@@ -111,6 +113,13 @@ int api_str(const struct cJSON *o, const char *key, const char **out, api_error 
 int api_common(api_gen *g, const struct cJSON *root, const char *stop_key, api_error *e);
 /* Parses body into a JSON object (g->root). Returns it, or NULL with e filled (400). */
 struct cJSON *api_parse_root(api_gen *g, const char *body, size_t len, api_error *e);
+
+/* Structured outputs (constrain.c): g->grammar for a JSON Schema (schema NULL: any JSON object), or
+ * for a forced tool call to the tool named name (NULL: any of g->tools, which must be set). Thinking is
+ * turned off (enable_thinking 0). Returns 0, or -1 with e (400 naming param: an unsupported schema
+ * keyword, an unknown tool). */
+int api_json_grammar(api_gen *g, const struct cJSON *schema, const char *param, api_error *e);
+int api_tool_grammar(api_gen *g, const char *name, const char *param, api_error *e);
 
 /* ---- the answer parser ------------------------------------------------------------------------- */
 

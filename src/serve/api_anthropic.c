@@ -156,7 +156,29 @@ static int tools(api_gen *g, const cJSON *root, api_error *e) {
         return api_fail(e, 500, NULL, NULL, "out of memory");
     }
     cJSON_Delete(out);
+    /* "any" or {"type": "tool", "name"}: a call forced by constrained decoding (constrain.c) */
+    if (cJSON_IsString(ct) && !strcmp(ct->valuestring, "any")) return api_tool_grammar(g, NULL, "tool_choice", e);
+    if (cJSON_IsString(ct) && !strcmp(ct->valuestring, "tool")) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(choice, "name");
+        if (!cJSON_IsString(nm)) return api_fail(e, 400, "tool_choice", NULL, "tool_choice.name: a string is required");
+        return api_tool_grammar(g, nm->valuestring, "tool_choice", e);
+    }
     return 0;
+}
+
+/* Structured outputs: output_config.format (or the beta's output_format), {"type": "json_schema",
+ * "schema"}, by constrained decoding (constrain.c). */
+static int output_format(api_gen *g, const cJSON *root, api_error *e) {
+    const cJSON *oc = cJSON_GetObjectItemCaseSensitive(root, "output_config");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(oc, "format");
+    const char *param = "output_config.format";
+    if (!f || cJSON_IsNull(f)) f = cJSON_GetObjectItemCaseSensitive(root, "output_format"), param = "output_format";
+    if (!f || cJSON_IsNull(f)) return 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "type"), *schema = cJSON_GetObjectItemCaseSensitive(f, "schema");
+    if (!cJSON_IsString(t) || strcmp(t->valuestring, "json_schema") || !cJSON_IsObject(schema))
+        return api_fail(e, 400, param, NULL, "%s: {\"type\": \"json_schema\", \"schema\": {...}} is required", param);
+    if (g->grammar) return api_fail(e, 400, param, NULL, "a forced tool call and an output format cannot be combined");
+    return api_json_grammar(g, schema, param, e);
 }
 
 int ant_parse_messages(const char *body, size_t len, api_gen *g, api_error *e) {
@@ -183,13 +205,13 @@ int ant_parse_messages(const char *body, size_t len, api_gen *g, api_error *e) {
         if (message(&l, m, i, e)) { free(l.v); return -1; }
     g->msgs = l.v;
     g->n_msgs = l.n;
-    if (tools(g, root, e)) return -1;
+    if (tools(g, root, e) || output_format(g, root, e)) return -1;
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(root, "thinking");
     if (th && !cJSON_IsNull(th)) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(th, "type");
         if (!cJSON_IsString(t) || (strcmp(t->valuestring, "enabled") && strcmp(t->valuestring, "disabled")))
             return api_fail(e, 400, "thinking", NULL, "thinking.type must be \"enabled\" or \"disabled\"");
-        g->enable_thinking = !strcmp(t->valuestring, "enabled");
+        g->enable_thinking = !strcmp(t->valuestring, "enabled") && !g->grammar; /* constrained: no thinking */
     }
     return 0;
 }

@@ -6,7 +6,7 @@
  * (oai_error_json, oai_models_json; a Responses dialect would share them).
  *
  * Supported request fields are listed in docs/SERVER.md; fields that change what a client gets and
- * that sluice cannot honour (n > 1, logprobs, a JSON response_format, frequency_penalty != 0, image
+ * that sluice cannot honour (n > 1, logprobs, an unsupported JSON Schema keyword, frequency_penalty != 0, image
  * parts, suffix, best_of > 1) are refused with 400 rather than ignored; other unknown fields
  * ("user", "store", "metadata", "parallel_tool_calls", ...) are ignored.
  *
@@ -21,6 +21,27 @@
 #include "serve/api.h"
 
 /* ---- shared request fields --------------------------------------------------------------------- */
+
+/* response_format: "text", "json_object" (any object) or "json_schema" ({"name", "schema", "strict"}),
+ * the last two by constrained decoding (constrain.c). */
+static int response_format(api_gen *g, const cJSON *rf, api_error *e) {
+    if (!rf || cJSON_IsNull(rf)) return 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsObject(rf) || !cJSON_IsString(t))
+        return api_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
+    if (!strcmp(t->valuestring, "text")) return 0;
+    if (!strcmp(t->valuestring, "json_object")) return api_json_grammar(g, NULL, "response_format", e);
+    if (strcmp(t->valuestring, "json_schema"))
+        return api_fail(e, 400, "response_format.type", "invalid_value",
+                        "response_format '%.40s' is not supported (text, json_object, json_schema)", t->valuestring);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    if (!cJSON_IsObject(js))
+        return api_fail(e, 400, "response_format.json_schema", "invalid_type", "'response_format.json_schema' must be an object");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema))
+        return api_fail(e, 400, "response_format.json_schema.schema", "invalid_type", "the schema must be an object");
+    return api_json_grammar(g, schema, "response_format.json_schema.schema", e);
+}
 
 /* n, logprobs, stream_options, response_format: the fields both endpoints refuse or read alike. */
 static int oai_common(api_gen *g, const cJSON *root, api_error *e) {
@@ -41,16 +62,7 @@ static int oai_common(api_gen *g, const cJSON *root, api_error *e) {
             return -1;
         }
     }
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
-    if (rf && !cJSON_IsNull(rf)) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
-        if (!cJSON_IsObject(rf) || !cJSON_IsString(t))
-            return api_fail(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a 'type'");
-        if (strcmp(t->valuestring, "text"))
-            return api_fail(e, 400, "response_format", "unsupported_parameter",
-                            "response_format '%.40s' is not supported (only 'text')", t->valuestring);
-    }
-    return 0;
+    return response_format(g, cJSON_GetObjectItemCaseSensitive(root, "response_format"), e);
 }
 
 /* ---- chat requests ----------------------------------------------------------------------------- */
@@ -123,9 +135,31 @@ static int chat_message(api_gen *g, const cJSON *m, int i, sl_chat_msg *out, api
     return 0;
 }
 
+/* tool_choice: "auto" (or absent), "required" (a call to any tool) or {"type": "function", "function":
+ * {"name"}} (that one): the last two by constrained decoding. */
+static int tool_choice(api_gen *g, const cJSON *choice, api_error *e) {
+    const char *name = NULL;
+    if (cJSON_IsString(choice)) {
+        if (!strcmp(choice->valuestring, "auto")) return 0;
+        if (strcmp(choice->valuestring, "required"))
+            return api_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' must be none, auto, required or a function");
+    } else if (cJSON_IsObject(choice)) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(choice, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name");
+        if (!cJSON_IsString(nm))
+            return api_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        name = nm->valuestring;
+    } else return 0;
+    if (g->grammar)
+        return api_fail(e, 400, "tool_choice", "invalid_value", "a forced tool call and a JSON response_format cannot be combined");
+    return api_tool_grammar(g, name, "tool_choice", e);
+}
+
 /* tools (OpenAI form, passed to the template as they are) and tool_choice ("none" drops them). */
 static int chat_tools(api_gen *g, const cJSON *root, api_error *e) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools"), *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    if ((!t || cJSON_IsNull(t)) && (cJSON_IsObject(choice) || (cJSON_IsString(choice) && !strcmp(choice->valuestring, "required"))))
+        return api_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' forces a tool call, but there are no tools");
     if (!t || cJSON_IsNull(t)) return 0;
     if (!cJSON_IsArray(t)) return api_fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
     int i = 0;
@@ -136,12 +170,11 @@ static int chat_tools(api_gen *g, const cJSON *root, api_error *e) {
             return api_fail(e, 400, "tools", "invalid_value",
                             "tools[%d] must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}", i);
     }
-    const cJSON *choice = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
     if (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")) return 0;
     if (choice && !cJSON_IsNull(choice) && !cJSON_IsString(choice) && !cJSON_IsObject(choice))
         return api_fail(e, 400, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
     if (i && !(g->tools = api_gen_own(g, cJSON_PrintUnformatted(t)))) return api_fail(e, 500, NULL, NULL, "out of memory");
-    return 0;
+    return tool_choice(g, choice, e);
 }
 
 static int max_tokens(api_gen *g, const cJSON *root, const char *key, api_error *e) {
@@ -174,6 +207,7 @@ int oai_parse_chat(const char *body, size_t len, api_gen *g, api_error *e) {
         return api_fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
     if (api_bool(kw, "enable_thinking", &g->enable_thinking, e) < 0 || api_bool(root, "enable_thinking", &g->enable_thinking, e) < 0)
         return -1;
+    if (g->grammar) g->enable_thinking = 0; /* constrained: the grammar covers the whole answer */
     return 0;
 }
 

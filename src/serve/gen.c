@@ -50,6 +50,7 @@ struct gen {
     int submitted, canceled;
     int fd; /* the client's socket, polled for a hang-up */
     api_gen g;
+    gr_state *grammar;      /* structured outputs: where the answer is in g.grammar (the scheduler's) */
     int32_t *prompt;
     int n_prompt_tokens;
     char *echo;             /* completions with echo: the prompt's text */
@@ -82,6 +83,7 @@ static void gen_release(gen *g) {
     free(g->ids);
     free(g->prompt);
     free(g->echo);
+    gr_state_free(g->grammar);
     api_gen_free(&g->g);
     out_free(&g->op);
     api_result_free(&g->res);
@@ -358,6 +360,8 @@ static sl_status gen_submit(gen *g, sl_error *err) {
     rq.stop = g->g.stop;
     rq.n_stop = g->g.n_stop;
     rq.skip_special = 1;
+    rq.grammar = g->grammar;
+    rq.vocab = g->ms->vocab;
     gen_ref(g); /* the scheduler's, from a successful submit on */
     pthread_rwlock_rdlock(&s->mu);
     sl_status st = s->quitting ? SL_ECANCELED : srv_submit(g->ms->sched, &rq, gen_emit, g, &g->id, err);
@@ -386,6 +390,10 @@ static int gen_prepare(struct MHD_Connection *c, req *r, gen *g, api_error *e) {
     const char *body = r->body.p ? r->body.p : "";
     int think;
     if (gen_parse(r, g, body, r->body.n, e) || build_prompt(g, &think, e)) return -1;
+    if (g->g.grammar) {
+        if (!g->ms->vocab) return api_fail(e, 400, NULL, "unsupported_model", "the model '%s' has no tokenizer: no structured outputs", g->ms->name);
+        if (gr_state_new(g->g.grammar, &g->grammar)) return api_fail(e, 500, NULL, NULL, "out of memory");
+    }
     out_init(&g->op, think, g->g.tools != NULL);
     if (!g->g.seed_set) g->g.sp.seed = random_seed();
     api_new_id(g->meta.id, sizeof g->meta.id, g->api->id_prefix);

@@ -436,6 +436,8 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
             goto fail;
         }
         s->n_models = i + 1;
+        /* structured outputs mask with the tokens' bytes (text/grammar.h) */
+        if (ms->tok && (st = gr_vocab_new(ms->tok, sl_model_n_vocab(ms->m), &ms->vocab, err))) goto fail;
     }
     if ((fd = listen_on(s->p.host, s->p.port, &s->port, err)) < 0) { st = err ? err->status : SL_EIO; goto fail; }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG,
@@ -475,7 +477,10 @@ void srv_server_free(srv_server *s) {
     pthread_rwlock_unlock(&s->mu);
     if (s->d) MHD_stop_daemon(s->d);
     if (s->models)
-        for (int i = 0; i < s->n_models; i++) free(s->models[i].name);
+        for (int i = 0; i < s->n_models; i++) {
+            free(s->models[i].name);
+            gr_vocab_free(s->models[i].vocab);
+        }
     free(s->models);
     free(s->api_key);
     pthread_cond_destroy(&s->sampler_cv);

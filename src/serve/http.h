@@ -27,6 +27,7 @@ typedef struct model_slot {
     sl_model *m;
     const sl_tokenizer *tok;
     srv_sched *sched;
+    gr_vocab *vocab; /* the tokens by their bytes, for structured outputs; NULL without a tokenizer */
     int n_ctx; /* positions per sequence */
     double tps_t[TPS_SAMPLES];
     uint64_t tps_n[TPS_SAMPLES];

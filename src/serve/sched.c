@@ -192,10 +192,16 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
     return 0;
 }
 
-/* Samples from the request's logits, as sl_generate does. */
+/* Samples from the request's logits, as sl_generate does; with a grammar, from the tokens it allows
+ * (the others' logits -inf), which it then accepts. */
 static int sample_and_deliver(srv_sched *s, sreq *r) {
+    if (r->p.grammar && gr_mask(r->p.grammar, r->p.vocab, r->logits) < 0) {
+        finish(s, r, SL_ENOMEM, "out of memory", SL_STOP_LENGTH);
+        return 1;
+    }
     int32_t id = sl_sampler_sample(r->smp, r->logits);
     sl_sampler_accept(r->smp, id);
+    if (r->p.grammar) gr_accept_token(r->p.grammar, r->p.vocab, id);
     return deliver(s, r, id);
 }
 

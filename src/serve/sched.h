@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "sluice.h"
+#include "text/grammar.h"
 
 typedef struct srv_sched srv_sched;
 
@@ -52,6 +53,11 @@ typedef struct srv_request {
     const char *const *stop; /* copied */
     int n_stop;
     int skip_special;        /* 1: special tokens are not delivered as text */
+    /* NULL, or the grammar the answer must follow: each step's logits are masked with it before
+     * sampling (gr_mask) and the sampled token accepted into it. Used on the scheduler thread until
+     * the done event; the caller keeps it and frees it after. */
+    gr_state *grammar;
+    const gr_vocab *vocab;   /* with grammar: the model's tokens by their bytes */
 } srv_request;
 
 typedef struct srv_event {

@@ -117,7 +117,7 @@ static int string_rule(jsc *c, int min, int max) {
     return r;
 }
 
-/* -?(0|[1-9][0-9]{0,15}), then for numbers (\.[0-9]{1,16})?([eE][-+]?[0-9]{1,3})? */
+/* -?(0|[1-9][0-9]{0,14}) (15 digits: what a double holds exactly, and cJSON prints back as they were), then for numbers (\.[0-9]{1,16})?([eE][-+]?[0-9]{1,3})? */
 static int number_rule(jsc *c, int integer) {
     int *memo = integer ? &c->integer : &c->num;
     if (*memo >= 0) return *memo;
@@ -128,7 +128,7 @@ static int number_rule(jsc *c, int integer) {
     gr_lit(b, ip, "0");
     gr_alt(b, ip);
     gr_ref(b, ip, nz);
-    gr_ref(b, ip, gr_repeat(b, digit, 0, 15));
+    gr_ref(b, ip, gr_repeat(b, digit, 0, 14));
     int minus = gr_rule(b);
     gr_lit(b, minus, "-");
     gr_alt(b, minus);

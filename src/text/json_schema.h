@@ -17,7 +17,7 @@
  *
  * The texts: objects and arrays with optional whitespace (none, one space, or a newline and up to 32
  * spaces) after "{", "[", "," and ":" and before "}", "]", ","; strings of valid UTF-8 and JSON
- * escapes; numbers of at most 16 integer digits, 16 fraction digits and 3 exponent digits (integers:
+ * escapes; numbers of at most 15 integer digits, 16 fraction digits and 3 exponent digits (integers:
  * no fraction or exponent); no whitespace before or after the whole value.
  */
 #ifndef SL_TEXT_JSON_SCHEMA_H

@@ -151,7 +151,7 @@ int32_t sl_sampler_sample(sl_sampler *s, float *logits) {
     struct cand *c = s->cand;
     int n = 0;
     for (int v = 0; v < V; v++)
-        if (!isnan(logits[v])) c[n++] = (struct cand){logits[v], v};
+        if (!isnan(logits[v]) && logits[v] != -INFINITY) c[n++] = (struct cand){logits[v], v}; /* -inf: masked */
     if (n == 0) return 0;
     int k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
     top_k_select(c, n, k);

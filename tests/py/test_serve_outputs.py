@@ -1,0 +1,159 @@
+"""`sluice serve`'s structured outputs with the official `openai` and `anthropic` clients, on the demo
+model (a small model trained on scripture, which knows nothing of JSON: whatever it writes under a
+schema must still parse and validate, which only the constrained decoding can give): OpenAI
+response_format json_schema (raw and from a pydantic model through the client's parse helper) and
+json_object, Anthropic output_config.format, forced tool calls in both APIs, validated with
+`jsonschema`; unsupported schemas refused with 400 naming the keyword; constrained requests in a batch
+equal to the same requests alone."""
+import json
+import threading
+from typing import List, Literal, Optional
+
+import jsonschema
+import openai
+import pydantic
+import pytest
+
+from test_serve import DEMO, RUTH, Server, ant, error_of, oai
+
+VERSE = {"type": "object", "additionalProperties": False, "required": ["book", "chapter", "ok", "tags"],
+         "properties": {"book": {"type": "string", "enum": ["Ruth", "Job", "Mark"]}, "chapter": {"type": "integer"},
+                        "ok": {"type": "boolean"}, "note": {"type": ["string", "null"], "maxLength": 12},
+                        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 1,
+                                 "maxItems": 3}}}
+NESTED = {"$defs": {"ref": {"type": "object", "additionalProperties": False, "required": ["book", "verse"],
+                            "properties": {"book": {"const": "Ruth"}, "verse": {"type": "number"}}}},
+          "type": "object", "additionalProperties": False, "required": ["refs", "next"],
+          "properties": {"refs": {"type": "array", "items": {"$ref": "#/$defs/ref"}, "maxItems": 2},
+                         "next": {"anyOf": [{"$ref": "#/$defs/ref"}, {"type": "null"}]}}}
+TOOLS = [{"type": "function", "function": {"name": "get_verse", "description": "Look a verse up",
+                                           "parameters": {"type": "object", "additionalProperties": False,
+                                                          "required": ["chapter", "verse"],
+                                                          "properties": {"chapter": {"type": "integer"},
+                                                                         "verse": {"type": "integer"}}}}},
+         {"type": "function", "function": {"name": "search", "parameters": {
+             "type": "object", "properties": {"words": {"type": "string", "maxLength": 10}}, "required": ["words"]}}}]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve-outputs"), "-m", DEMO)
+    yield s
+    assert s.stop() == 0, s.stderr()
+
+
+def schema_format(schema, name="answer"):
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
+def ask(server, **kw):
+    args = dict(model="demo", messages=RUTH, max_tokens=300, temperature=0)
+    args.update(kw)
+    return oai(server).chat.completions.create(**args)
+
+
+def test_json_schema_validates(demo):
+    """Greedy and sampled answers under a schema parse and validate; streamed equals whole."""
+    for schema in (VERSE, NESTED):
+        for kw in ({}, {"temperature": 1.0, "seed": 1}, {"temperature": 1.0, "seed": 2}, {"temperature": 1.5, "seed": 3}):
+            r = ask(demo, response_format=schema_format(schema), **kw)
+            c = r.choices[0]
+            assert c.finish_reason == "stop", (kw, c)
+            jsonschema.validate(json.loads(c.message.content), schema)
+    whole = ask(demo, response_format=schema_format(VERSE), temperature=1.0, seed=5).choices[0].message.content
+    parts = [ch.choices[0].delta.content or "" for ch in ask(demo, response_format=schema_format(VERSE), temperature=1.0,
+                                                             seed=5, stream=True) if ch.choices]
+    assert "".join(parts) == whole
+
+
+def test_json_object_and_pydantic(demo):
+    r = ask(demo, response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop" and isinstance(json.loads(r.choices[0].message.content), dict)
+
+    class Verse(pydantic.BaseModel):
+        book: Literal["Ruth", "Job"]
+        chapter: int
+        amen: bool
+        where: Optional[Literal["here", "there"]]
+        words: List[Literal["grace", "field"]]
+
+    p = oai(demo).chat.completions.parse(model="demo", messages=RUTH, max_tokens=300, temperature=0,
+                                         response_format=Verse)
+    v = p.choices[0].message.parsed
+    assert isinstance(v, Verse) and v.book in ("Ruth", "Job")
+
+
+def test_anthropic_output_format(demo):
+    schema = {"type": "object", "properties": {"book": {"enum": ["Ruth", "Job"]}, "verses": {
+        "type": "array", "items": {"type": "integer"}, "maxItems": 4}}, "required": ["book", "verses"],
+              "additionalProperties": False}
+    m = ant(demo).messages.create(model="demo", max_tokens=300, messages=RUTH, extra_body={"temperature": 0},
+                                  output_config={"format": {"type": "json_schema", "schema": schema}})
+    assert m.stop_reason == "end_turn" and m.content[0].type == "text"
+    jsonschema.validate(json.loads(m.content[0].text), schema)
+    # the beta's output_format, as a raw request
+    s, _, b = demo.request("POST", "/v1/messages", {"max_tokens": 300, "messages": RUTH, "temperature": 0,
+                                                    "output_format": {"type": "json_schema", "schema": schema}})
+    assert s == 200
+    jsonschema.validate(json.loads(json.loads(b)["content"][0]["text"]), schema)
+
+
+def test_forced_tool_calls(demo):
+    """tool_choice naming a function, or "required": the answer is a call whose arguments validate."""
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for choice, want in (({"type": "function", "function": {"name": "get_verse"}}, "get_verse"),
+                         ({"type": "function", "function": {"name": "search"}}, "search"), ("required", None)):
+        for kw in ({}, {"temperature": 1.0, "seed": 4}):
+            r = ask(demo, tools=TOOLS, tool_choice=choice, **kw)
+            c = r.choices[0]
+            assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1, c
+            f = c.message.tool_calls[0].function
+            assert want in (None, f.name) and f.name in by_name
+            jsonschema.validate(json.loads(f.arguments), by_name[f.name])
+    # Anthropic: {"type": "tool", "name"} and {"type": "any"}
+    atools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    for choice in ({"type": "tool", "name": "get_verse"}, {"type": "any"}):
+        m = ant(demo).messages.create(model="demo", max_tokens=300, messages=RUTH, tools=atools, tool_choice=choice,
+                                      extra_body={"temperature": 0})
+        use = [b for b in m.content if b.type == "tool_use"]
+        assert m.stop_reason == "tool_use" and len(use) == 1
+        jsonschema.validate(use[0].input, by_name[use[0].name])
+    # a name that is not a tool
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(demo, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert "nope" in str(e.value)
+
+
+def test_unsupported_schemas_refused(demo):
+    cases = [({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]+$"}}}, "'pattern'",
+              "/properties/id"),
+             ({"type": "integer", "minimum": 1}, "'minimum'", "(at /)"),
+             ({"type": "object", "properties": {"d": {"type": "string", "format": "date-time"}}}, "'format'", "/properties/d"),
+             ({"$ref": "#/$defs/none"}, "names nothing", "")]
+    for schema, keyword, where in cases:
+        s, _, b = demo.request("POST", "/v1/chat/completions", {"messages": RUTH, "response_format": schema_format(schema)})
+        err = error_of(b)
+        assert s == 400 and keyword in err["message"] and where in err["message"], err
+        assert err["param"] == "response_format.json_schema.schema" and err["type"] == "invalid_request_error"
+    s, _, b = demo.request("POST", "/v1/chat/completions", {"messages": RUTH, "response_format": {"type": "yaml"}})
+    assert s == 400 and error_of(b)["param"] == "response_format.type"
+    s, _, b = demo.request("POST", "/v1/messages", {"max_tokens": 9, "messages": RUTH, "output_config": {
+        "format": {"type": "json_schema", "schema": {"type": "string", "pattern": "x"}}}})
+    assert s == 400 and "'pattern'" in error_of(b, True)["message"]
+    assert ask(demo, max_tokens=3).choices[0].finish_reason == "length"  # the server goes on
+
+
+def test_constrained_batch_equals_alone(demo):
+    """Constrained sequences sampled together in batched steps give what each gives alone."""
+    def one(seed, out, i):
+        out[i] = ask(demo, response_format=schema_format(VERSE), temperature=1.0, seed=seed).choices[0].message.content
+    alone = [None] * 6
+    for i in range(6):
+        one(10 + i, alone, i)
+    together = [None] * 6
+    ts = [threading.Thread(target=one, args=(10 + i, together, i)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert together == alone and len(set(alone)) > 1
