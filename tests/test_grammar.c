@@ -195,8 +195,8 @@ static int mask_is_exact(const gr_grammar *g, gr_state *st, const gr_vocab *v, c
 
 TEST(grammar_mask_walks) {
     static const char *schemas[] = {
-        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},\"age\":{\"type\":\"integer\"},"
-        "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}",
+        ("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},\"age\":{\"type\":\"integer\"},"
+         "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}"),
         "{\"type\":\"array\",\"items\":{\"enum\":[\"ab\",null,12]},\"maxItems\":4}",
         "{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"string\",\"maxLength\":3}]}",
     };
