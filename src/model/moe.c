@@ -504,12 +504,16 @@ sl_status fwd_moe_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw,
                        int next_layer, const tn_expert_src *experts, int n, const float *x, const float *h, float *out,
                        const fwd_wide *wb, sl_error *err) {
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
-    for (int r0 = 0; r0 < n; r0 += ws->mb) { /* ws->mb rows at a time through the int8 slot */
-        int nb = n - r0 < ws->mb ? n - r0 : ws->mb;
-        kern_act a;
-        fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
-        router_logits(ws, cfg, lw, h + (size_t)r0 * H, nb, &a, wb->router + (size_t)r0 * E);
-    }
+    if (!q_bits(lw->router.dtype)) /* a float router has no int8 form: every row in one call (on a device, a
+                                    * launch per ws->mb rows cost 64 times the work at 512 rows) */
+        router_logits(ws, cfg, lw, h, n, NULL, wb->router);
+    else
+        for (int r0 = 0; r0 < n; r0 += ws->mb) { /* ws->mb rows at a time through the int8 slot */
+            int nb = n - r0 < ws->mb ? n - r0 : ws->mb;
+            kern_act a;
+            fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
+            router_logits(ws, cfg, lw, h + (size_t)r0 * H, nb, &a, wb->router + (size_t)r0 * E);
+        }
     int rc = wide_on_device(ws, cfg, lw, layer, experts, n, h, out, wb, err);
     if (rc < 0) return rc;
     if (rc) shared_wide(ws, cfg, lw, n, h, wb);

@@ -2,7 +2,8 @@
  * cuda_mat.cu — matrix kernels of the CUDA tier (cuda.h): y = W x for up to 8 tokens per pass, W in the
  * container's layouts (f32, bf16, f16, MLX group-affine q8 / q4: src/quant/quant.h).
  *
- * One warp per output row, ROWS_PER_BLOCK warps per block. A lane reads 16 bytes of the row at a time
+ * One warp per 1 or 4 output rows (launch: RPW), ROWS_PER_BLOCK warps per block; every token of a call in one
+ * launch, MAXT a pass (gridDim.y). A lane reads 16 bytes of the row at a time
  * (32 q4 codes, 16 q8 codes, 8 bf16/f16, 4 f32: coalesced across the warp, several loads in flight),
  * multiplies them with the matching x values of every token and keeps one partial sum per token; the
  * 32 partial sums are then added by a fixed butterfly. For q8/q4 a 16-byte piece never straddles a
@@ -68,9 +69,13 @@ __device__ __forceinline__ unsigned word_of(const uint4 &v, int k) { return k ==
 template <int DT, int NT, int R>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, NT >= 4 ? 2 : 4)
 matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
-       dt_type sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int nt) {
+       dt_type sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int n) {
     const int lane = threadIdx.x & 31, r0 = (blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5)) * R;
     if (r0 >= rows) return;
+    /* blockIdx.y: tokens [MAXT y, MAXT y + MAXT) of the n in one launch, each pass's arithmetic as alone */
+    const int nt = min(MAXT, n - (int)blockIdx.y * MAXT);
+    x += (size_t)blockIdx.y * MAXT * cols;
+    y += (size_t)blockIdx.y * MAXT * rows;
     const int P = piece<DT>::n, WV = piece<DT>::w;
     const bool quant = DT == DT_Q8 || DT == DT_Q4;
     const size_t row_bytes = DT == DT_Q4 ? (size_t)cols / 2 : DT == DT_Q8 ? (size_t)cols : (size_t)cols * (DT == DT_F32 ? 4 : 2);
@@ -168,17 +173,23 @@ __global__ void matvec_plain(const uint8_t *data, dt_type dt, int rows, int cols
     y[(size_t)t * rows + r] = acc;
 }
 
-#define RPW 4 /* rows per warp */
+/* Rows per warp: 4 (each x load serves 4 rows), or 1 where 4 would leave most SMs idle (a router's 128 rows:
+ * 8 blocks). R changes which warp sums a row, never the order of its sums: bitwise either way. */
+#define RPW 4
+#define RPW_SMALL_ROWS 2048
+/* n tokens in one launch (gridDim.y passes of MAXT; the last may be shorter: NT from the first pass) */
 template <int DT>
-static void launch(const slcu_mat *w, const float *x, float *y, int nt) {
-    const int per_block = ROWS_PER_BLOCK * RPW;
-    dim3 grid((unsigned)((w->rows + per_block - 1) / per_block)), block(32 * ROWS_PER_BLOCK);
+static void launch(const slcu_mat *w, const float *x, float *y, int n) {
+    const int r = w->rows < RPW_SMALL_ROWS ? 1 : RPW, per_block = ROWS_PER_BLOCK * r, nt = n < MAXT ? n : MAXT;
+    dim3 grid((unsigned)((w->rows + per_block - 1) / per_block), (unsigned)((n + MAXT - 1) / MAXT)), block(32 * ROWS_PER_BLOCK);
     const uint8_t *d = (const uint8_t *)w->data;
-#define L(NT) matvec<DT, NT, RPW><<<grid, block, 0, SLS>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, nt)
-    if (nt == 1) L(1);
-    else if (nt == 2) L(2);
-    else if (nt <= 4) L(4);
-    else L(8);
+#define L(NT, R) matvec<DT, NT, R><<<grid, block, 0, SLS>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, n)
+#define LR(NT) (r == 1 ? L(NT, 1) : L(NT, RPW))
+    if (nt == 1) LR(1);
+    else if (nt == 2) LR(2);
+    else if (nt <= 4) LR(4);
+    else LR(8);
+#undef LR
 #undef L
 }
 
@@ -204,19 +215,15 @@ extern "C" int slcu_matmul(const slcu_mat *w, const float *x, float *y, int n, c
         return -1;
     }
     if (timing) cudaEventRecord(ev0);
-    for (int t0 = 0; t0 < n; t0 += MAXT) {
-        const int nt = n - t0 < MAXT ? n - t0 : MAXT;
-        const float *xt = x + (size_t)t0 * w->cols;
-        float *yt = y + (size_t)t0 * w->rows;
-        if (w->cols % P && !quant) {
-            const int th = 128, tot = w->rows * nt;
-            matvec_plain<<<(tot + th - 1) / th, th, 0, SLS>>>((const uint8_t *)w->data, w->dtype, w->rows, w->cols, xt, yt, nt);
-        } else if (w->dtype == DT_F32) launch<DT_F32>(w, xt, yt, nt);
-        else if (w->dtype == DT_BF16) launch<DT_BF16>(w, xt, yt, nt);
-        else if (w->dtype == DT_F16) launch<DT_F16>(w, xt, yt, nt);
-        else if (w->dtype == DT_Q8) launch<DT_Q8>(w, xt, yt, nt);
-        else launch<DT_Q4>(w, xt, yt, nt);
-    }
+    if (w->cols % P && !quant) {
+        const int th = 128;
+        const size_t tot = (size_t)w->rows * (size_t)n;
+        matvec_plain<<<(unsigned)((tot + th - 1) / th), th, 0, SLS>>>((const uint8_t *)w->data, w->dtype, w->rows, w->cols, x, y, n);
+    } else if (w->dtype == DT_F32) launch<DT_F32>(w, x, y, n);
+    else if (w->dtype == DT_BF16) launch<DT_BF16>(w, x, y, n);
+    else if (w->dtype == DT_F16) launch<DT_F16>(w, x, y, n);
+    else if (w->dtype == DT_Q8) launch<DT_Q8>(w, x, y, n);
+    else launch<DT_Q4>(w, x, y, n);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return fail(msg, msglen, "matmul launch", e);
     if (timing) {
