@@ -50,7 +50,7 @@ typedef struct cu_ctx {
     const float *nq_y;
     int nq_dim;
     const kern_act *nq_owner;
-    int nq_off;               /* 1 unless SLUICE_CUDA_NQ=1: the norms alone, nothing held */
+    int nq_off;               /* SLUICE_CUDA_NQ=0: the norms alone, nothing held */
     /* a one-row add (kind bit 1) and the combine before it (bit 2), held back so that the rmsnorm after them
      * runs in their kernel (slcu_add_norm_q); any other entry point launches them first (pend_flush), so the
      * queue's order is the calls' order */
@@ -603,7 +603,6 @@ static int *route_buf(be_backend *be, size_t nk) {
     if (nk > c->rt_cap) {
         if (slcu_sync(MSG(be))) return cu_fail(be, SL_EIO, c->tmp), NULL; /* queued work may read the old one */
         slcu_free(c->rt);
-    slcb_free(c->nq_buf, 0);
         c->rt_cap = 0;
         if (!(c->rt = slcu_alloc(nk * (sizeof(int) + sizeof(float)), MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), NULL;
         c->rt_cap = nk;
@@ -976,16 +975,15 @@ be_backend *be_cuda_new(pool_t *pool) {
     be->matmul[DT_F32] = be->matmul[DT_BF16] = be->matmul[DT_F16] = be->matmul[DT_Q8] = be->matmul[DT_Q4] = cu_matmul;
     be->matmul[DT_MXFP4] = cu_matmul;
     /* switches, each back to what came before it: SLUICE_CUDA_DECODE=0 all of issue 24's decode work (the
-     * kernels of cuda.h slcu_decode_kernels, the wait after every block, and the two below). Opt-in only, OFF by
-     * default: SLUICE_CUDA_GRAPH=1 the recorded steps, SLUICE_CUDA_NQ=1 the joined ops (a norm's int8 form, the
-     * held add / combine / q-k norms): on the H100 (2026-12-06) the fixture model test failed with them on
-     * (greedy decodes and a later model's first launch: "rmsnorm launch: invalid argument") and passed without */
+     * kernels of cuda.h slcu_decode_kernels, the wait after every block, and the two below). The joined ops (a
+     * norm's int8 form, the held add / combine / q-k norms) are on unless SLUICE_CUDA_NQ=0; the recorded steps
+     * are opt-in, SLUICE_CUDA_GRAPH=1 (on the H100 they were slower at depth 512: docs/CUDA.md). */
     const char *g = getenv("SLUICE_CUDA_DECODE");
     slcu_decode_kernels = !(g && !strcmp(g, "0"));
     g = getenv("SLUICE_CUDA_GRAPH");
     if (slcu_decode_kernels && g && !strcmp(g, "1")) c->gr = slcb_graphs_new();
     g = getenv("SLUICE_CUDA_NQ");
-    c->nq_off = !slcu_decode_kernels || !(g && !strcmp(g, "1"));
+    c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
     /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
