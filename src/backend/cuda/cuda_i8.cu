@@ -188,6 +188,30 @@ __device__ __forceinline__ void cp16(void *dst, const void *src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
 }
 
+/* One 32-column block's integer dot: q4 codes w0 (16 bytes, low nibbles first) or q8 codes w0, w1 (32 bytes)
+ * against the block's int8 activation x0, x1 (32 bytes), in one fixed dp4a order (both matvec kernels). */
+template <int DT>
+__device__ __forceinline__ int dot_block(const uint4 &w0, const uint4 &w1, const uint4 &x0, const uint4 &x1) {
+    int I = 0;
+    if (DT == DT_Q4) {
+        const unsigned M = 0x0f0f0f0fu;
+        I = __dp4a((int)(w0.x & M), (int)x0.x, I);
+        I = __dp4a((int)((w0.x >> 4) & M), (int)x0.y, I);
+        I = __dp4a((int)(w0.y & M), (int)x0.z, I);
+        I = __dp4a((int)((w0.y >> 4) & M), (int)x0.w, I);
+        I = __dp4a((int)(w0.z & M), (int)x1.x, I);
+        I = __dp4a((int)((w0.z >> 4) & M), (int)x1.y, I);
+        I = __dp4a((int)(w0.w & M), (int)x1.z, I);
+        I = __dp4a((int)((w0.w >> 4) & M), (int)x1.w, I);
+    } else {
+        I = dp4a_us(w0.x, (int)x0.x, I), I = dp4a_us(w0.y, (int)x0.y, I);
+        I = dp4a_us(w0.z, (int)x0.z, I), I = dp4a_us(w0.w, (int)x0.w, I);
+        I = dp4a_us(w1.x, (int)x1.x, I), I = dp4a_us(w1.y, (int)x1.y, I);
+        I = dp4a_us(w1.z, (int)x1.z, I), I = dp4a_us(w1.w, (int)x1.w, I);
+    }
+    return I;
+}
+
 template <int DT, int NT, int SDT>
 __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
     const ijob j = resolve(J.j[find_job(J)]); /* a copy: registers, not a parameter load at every use */
@@ -255,30 +279,12 @@ __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
                     sw = raw_sw(ssc[k % MV_STAGES][0][lane][o >> 2], o & 2, SDT);
                     bw = raw_sw(ssc[k % MV_STAGES][1][lane][ob >> 2], ob & 2, SDT);
                 }
-                uint4 w0 = *(const uint4 *)(w + bi * BB), w1;
-                if (DT == DT_Q8) w1 = *(const uint4 *)(w + bi * BB + 16);
+                const uint4 w0 = *(const uint4 *)(w + bi * BB), w1 = DT == DT_Q8 ? *(const uint4 *)(w + bi * BB + 16) : w0;
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
                     if (t >= nt) break;
                     const uint4 *xa = (const uint4 *)(xq + (size_t)ar[t] * cols + (size_t)b * 32);
-                    const uint4 x0 = __ldg(xa), x1 = __ldg(xa + 1);
-                    int I = 0;
-                    if (DT == DT_Q4) {
-                        const unsigned M = 0x0f0f0f0fu;
-                        I = __dp4a((int)(w0.x & M), (int)x0.x, I);
-                        I = __dp4a((int)((w0.x >> 4) & M), (int)x0.y, I);
-                        I = __dp4a((int)(w0.y & M), (int)x0.z, I);
-                        I = __dp4a((int)((w0.y >> 4) & M), (int)x0.w, I);
-                        I = __dp4a((int)(w0.z & M), (int)x1.x, I);
-                        I = __dp4a((int)((w0.z >> 4) & M), (int)x1.y, I);
-                        I = __dp4a((int)(w0.w & M), (int)x1.z, I);
-                        I = __dp4a((int)((w0.w >> 4) & M), (int)x1.w, I);
-                    } else {
-                        I = dp4a_us(w0.x, (int)x0.x, I), I = dp4a_us(w0.y, (int)x0.y, I);
-                        I = dp4a_us(w0.z, (int)x0.z, I), I = dp4a_us(w0.w, (int)x0.w, I);
-                        I = dp4a_us(w1.x, (int)x1.x, I), I = dp4a_us(w1.y, (int)x1.y, I);
-                        I = dp4a_us(w1.z, (int)x1.z, I), I = dp4a_us(w1.w, (int)x1.w, I);
-                    }
+                    const int I = dot_block<DT>(w0, w1, __ldg(xa), __ldg(xa + 1));
                     const float a1 = __fmaf_rn((float)I, __fmul_rn(sw, __ldg(xd + (size_t)ar[t] * nb + b)), acc[t]);
                     const float a2 = __fmaf_rn(bw, __ldg(xs + (size_t)ar[t] * ns + soff + (b >> gshift)), accb[t]);
                     acc[t] = bu < nb ? a1 : acc[t];
@@ -324,25 +330,8 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ij
             const int rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
             const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * (DT == DT_Q4 ? 16 : 32);
             const uint4 *xa = (const uint4 *)(xq + (size_t)b * 32);
-            const uint4 w0 = __ldg((const uint4 *)w), x0 = __ldg(xa), x1 = __ldg(xa + 1);
-            int I = 0;
-            if (DT == DT_Q4) {
-                const unsigned M = 0x0f0f0f0fu;
-                I = __dp4a((int)(w0.x & M), (int)x0.x, I);
-                I = __dp4a((int)((w0.x >> 4) & M), (int)x0.y, I);
-                I = __dp4a((int)(w0.y & M), (int)x0.z, I);
-                I = __dp4a((int)((w0.y >> 4) & M), (int)x0.w, I);
-                I = __dp4a((int)(w0.z & M), (int)x1.x, I);
-                I = __dp4a((int)((w0.z >> 4) & M), (int)x1.y, I);
-                I = __dp4a((int)(w0.w & M), (int)x1.z, I);
-                I = __dp4a((int)((w0.w >> 4) & M), (int)x1.w, I);
-            } else {
-                const uint4 w1 = __ldg((const uint4 *)w + 1);
-                I = dp4a_us(w0.x, (int)x0.x, I), I = dp4a_us(w0.y, (int)x0.y, I);
-                I = dp4a_us(w0.z, (int)x0.z, I), I = dp4a_us(w0.w, (int)x0.w, I);
-                I = dp4a_us(w1.x, (int)x1.x, I), I = dp4a_us(w1.y, (int)x1.y, I);
-                I = dp4a_us(w1.z, (int)x1.z, I), I = dp4a_us(w1.w, (int)x1.w, I);
-            }
+            const uint4 w0 = __ldg((const uint4 *)w), w1 = DT == DT_Q8 ? __ldg((const uint4 *)w + 1) : w0;
+            const int I = dot_block<DT>(w0, w1, __ldg(xa), __ldg(xa + 1));
             const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
             const float sw = cv_sw(ld_sw(j.scales, SDT, e), j.scales, SDT, e);
             sI[bl * MV1_LD + rl] = (float)I;
