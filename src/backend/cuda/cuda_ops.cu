@@ -298,10 +298,10 @@ __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float
  * alike (streamed == resident). */
 __global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *logits, int *top_e, float *top_w) {
     __shared__ float p[RT_MAXE];
+    __shared__ int te[RT_MAXE]; /* the choice staged here: lane 0's weights and sort were dependent global accesses */
+    __shared__ float tw[RT_MAXE];
     const int t = blockIdx.x, E = r.E, k = r.k, lane = threadIdx.x;
     const float *lg = logits + (size_t)t * E;
-    int *te = top_e + (size_t)t * k;
-    float *tw = top_w + (size_t)t * k;
     const float taken = r.kind == 1 ? -INFINITY : -1.0f;
     if (r.kind == 1) {
         for (int e = lane; e < E; e += 32) p[e] = lg[e];
@@ -333,9 +333,9 @@ __global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *l
         if (!lane) te[s] = i, tw[s] = p[i], p[i] = taken;
         __syncwarp();
     }
-    if (lane) return;
-    rt_weights(r, tw);
-    rt_sort(k, te, tw);
+    if (!lane) rt_weights(r, tw), rt_sort(k, te, tw);
+    __syncwarp();
+    for (int s = lane; s < k; s += 32) top_e[(size_t)t * k + s] = te[s], top_w[(size_t)t * k + s] = tw[s];
 }
 
 extern "C" int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
