@@ -487,7 +487,7 @@ __device__ void ad_scores(const slcu_attn &p, const float *qs, float *sc, int p0
 }
 
 /* the products w_i v_i[d] of positions c0 .. c0 + nk - 1 into pv [nk][hd]: producer warp wp (of nw) takes keys
- * wp, wp + nw, ..., four at a time with every load in flight first (HD: the head size at compile time, or 0) */
+ * wp, wp + nw, ..., eight at a time with every load in flight first (HD: the head size at compile time, or 0) */
 template <int HD>
 __device__ void ad_products(const slcu_attn &p, const float *w, float *pv, int p0, int c0, int nk, int n_keys, int kvh,
                             int wp, int nw, bool fused) {
@@ -499,18 +499,18 @@ __device__ void ad_products(const slcu_attn &p, const float *w, float *pv, int p
         }
         return;
     }
-    constexpr int PER = HD ? HD / 32 : 1;
-    for (int k0 = wp; k0 < nk; k0 += 4 * nw) {
-        float v[4][PER];
+    constexpr int PER = HD ? HD / 32 : 1, U = 8; /* rows in flight a lane: a chunk of 64 in one round trip */
+    for (int k0 = wp; k0 < nk; k0 += U * nw) {
+        float v[U][PER];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < U; u++) {
             const int kk = min(k0 + u * nw, nk - 1);
             const float *vr = ad_row(p, p.v_cache, p.v, p0, c0 + kk, n_keys, kvh, fused);
 #pragma unroll
             for (int e = 0; e < PER; e++) v[u][e] = vr[lane + 32 * e];
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < U; u++) {
             const int kk = k0 + u * nw;
             if (kk >= nk) break;
             const float wi = w[c0 + kk];
