@@ -83,22 +83,50 @@ typedef struct be_attn {
 } be_attn;
 
 /* Multi-head latent attention of one micro-batch with its compressed cache (mla op; src/model/mla.c has
- * the algebra). Stores ckv's n rows [c (r) | k_pe (dr)] (normed, roped) at cache rows pos0 .. pos0+n-1;
+ * the algebra). Stores ckv's n rows (ldc floats each: [c (r) | k_pe (dr)] normed and roped, then whatever
+ * else the row holds) at cache rows pos0 .. pos0+n-1;
  * builds the absorbed queries q_abs[t][h] = [W_uk_h^T q_nope (r) | q_pe (dr)] (W_uk_h = rows h*(dn+dv) ..
  * +dn of kv_b, each row taken as f32 once and added in row order); then per (t, h) scores q_abs . cache_p
- * * scale over positions 0 .. pos0+t, softmax (f32, sum in double), and lat[t][h] = the weighted sum of
- * the cached c rows in increasing position. */
+ * * scale over positions 0 .. pos0+t (with sel: only the positions of token t's row of sel), softmax (f32, sum in
+ * double), and lat[t][h] = the weighted sum of the cached c rows in increasing position. */
 typedef struct be_mla {
     const float *q; /* [n][ldq], head h at h * (dn + dr): [q_nope (dn) | q_pe (dr)] */
     size_t ldq;
-    const float *ckv; /* [n][r + dr] */
-    float *cache;     /* [n_ctx][r + dr] */
+    const float *ckv; /* [n][ldc] */
+    float *cache;     /* [n_ctx][ldc] */
+    int ldc;          /* floats of a cache row, >= r + dr */
+    /* NULL, or DSA's choice (dsa_select): token t attends to positions sel[t * sel_ld + i], i < min(sel_k, pos0+t+1),
+     * ascending */
+    const int32_t *sel;
+    int sel_ld, sel_k;
     const tn_mat *kv_b; /* [n_heads * (dn + dv)][r] */
     int n, pos0, n_heads, r, dr, dn, dv;
     float scale;
     float *q_abs; /* [n][n_heads][r + dr] out (scratch for the caller) */
     float *lat;   /* [n][n_heads][r] out */
 } be_mla;
+
+/* DeepSeek sparse attention's indexer (dsa_select op; src/model/mla.c, after transformers'
+ * models/deepseek_v32/modeling_deepseek_v32.py DeepseekV32Indexer): stores the n new index keys (k [n][ldk], dim
+ * floats each, normed and roped) at cache rows pos0 .. pos0+n-1 (offset koff of rows of ldc floats); then for
+ * every token t at pos = pos0+t the score of each position p <= pos,
+ *   s_p = sum_h (w[t][h] * wscale) * relu(scale * q[t][h] . key_p)   (heads in order, f32; the dot in double),
+ * and sel[t * sel_ld ..] = the min(topk, pos+1) positions of the highest scores, ascending (a tie at the cut goes
+ * to the lower position). */
+typedef struct be_dsa {
+    const float *q;   /* [n][ldq]: head h at h * dim */
+    size_t ldq;
+    const float *w;   /* [n][ldw]: the heads' weights (weights_proj x) */
+    size_t ldw;
+    const float *k;   /* [n][ldk] */
+    size_t ldk;
+    float *cache;     /* [n_ctx][ldc]: the key of position p at p * ldc + koff */
+    int ldc, koff;
+    int n, pos0, heads, dim, topk;
+    float scale, wscale;
+    int32_t *sel;     /* [n][sel_ld] out */
+    int sel_ld;
+} be_dsa;
 
 /* One Gated DeltaNet layer's micro-batch (docs/MATH.md, Gated DeltaNet; src/model/deltanet.c); the five
  * dn_* ops read and write the fields their comments name. cq = 2*nk*dk + nv*dv; value head h reads key
@@ -247,6 +275,10 @@ struct be_backend {
      * (transformers' apply_rotary_pos_emb_interleave). */
     void (*rope)(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                  const float *inv_freq, float attn_factor, int pos0, int interleave);
+    /* optional (NULL: none; DSA models need it): LayerNorm of n_tok rows x [n_tok][ld] into y (same layout, may
+     * alias x): y = (x - mean) / sqrt(var + eps) * w + b over dim floats, mean and (biased) variance in double. */
+    void (*layernorm)(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int dim, const float *w,
+                      const float *b, float eps);
     /* x[i] += y[i], i < n. */
     void (*add)(be_backend *be, float *x, const float *y, size_t n);
     /* x[t*ld + i] += b[i], t < n_rows, i < cols. */
@@ -264,6 +296,7 @@ struct be_backend {
     /* ---- mixers ---- */
     void (*attention)(be_backend *be, const be_attn *a);
     void (*mla)(be_backend *be, const be_mla *a);
+    void (*dsa_select)(be_backend *be, const be_dsa *d); /* optional (NULL: none; DSA models need it) */
     void (*dn_conv)(be_backend *be, const be_dn *d);
     void (*dn_gates)(be_backend *be, const be_dn *d);
     void (*dn_step)(be_backend *be, const be_dn *d);

@@ -116,6 +116,9 @@ int64_t arch_dim_value(const fam_config *c, arch_dim d) {
     case AD_KVLORA: return c->kv_lora;
     case AD_KVB: return (int64_t)c->n_heads * (c->qk_nope + c->v_head_dim);
     case AD_OMLA: return (int64_t)c->n_heads * c->v_head_dim;
+    case AD_DSAQ: return (int64_t)c->dsa_heads * c->dsa_dim;
+    case AD_DSAD: return c->dsa_dim;
+    case AD_DSAH: return c->dsa_heads;
     }
     return 0;
 }
@@ -135,6 +138,7 @@ int arch_applies(const fam_config *c, arch_when when, int l) {
     case AW_Q_LORA: return !c->layer_linear[l] && c->kv_lora > 0 && c->q_lora > 0;
     case AW_Q_FULL: return !c->layer_linear[l] && c->kv_lora > 0 && c->q_lora == 0;
     case AW_SINKS: return !c->layer_linear[l] && c->attn_sinks;
+    case AW_DSA: return !c->layer_linear[l] && c->kv_lora > 0 && c->dsa_topk > 0 && !c->layer_dsa_shared[l];
     }
     return 0;
 }

@@ -55,6 +55,9 @@ typedef enum {
     AD_KVLORA,   /* MLA kv_lora */
     AD_KVB,      /* MLA kv_b_proj rows n_heads * (qk_nope + v_head_dim) */
     AD_OMLA,     /* MLA o_proj cols n_heads * v_head_dim */
+    AD_DSAQ,     /* DSA indexer query rows dsa_heads * dsa_dim */
+    AD_DSAD,     /* DSA indexer key width dsa_dim */
+    AD_DSAH,     /* DSA indexer heads dsa_heads */
 } arch_dim;
 
 /* Which layers (or the model as a whole) have a tensor. */
@@ -72,6 +75,7 @@ typedef enum {
     AW_Q_LORA,    /* full-attention layers of an MLA config with q_lora > 0 (q_a_proj, q_a_layernorm, q_b_proj) */
     AW_Q_FULL,    /* full-attention layers of an MLA config with q_lora = 0 (one q_proj) */
     AW_SINKS,     /* full-attention layers of a config with attention sinks (cfg->attn_sinks) */
+    AW_DSA,       /* MLA layers with a DSA indexer of their own (dsa_topk > 0, not layer_dsa_shared) */
 } arch_when;
 
 enum { AK_MAT = 0, AK_VEC = 1 };         /* tn_mat in its stored dtype / float * converted to f32 at load */
@@ -138,6 +142,9 @@ void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) __attribute__((format(
  * DeltaNet families); decoder_sparse_step / mlp_only_layers into layer_moe, reading intermediate_size
  * into dense_inter when a layer is dense. */
 void hfc_linear_layers(hfc *c, fam_config *o);
+/* A per-layer list of strings `name` (n_layers of them, each `zero` or `one`) into flags (1 for `one`): 1 when
+ * read, 0 when absent or null (flags untouched) or on an error (recorded). */
+int hfc_layer_flags(hfc *c, const fam_config *o, const char *name, const char *zero, const char *one, uint8_t *flags);
 void hfc_sparse_layers(hfc *c, fam_config *o);
 /* layer_types of full_attention / sliding_attention into layer_sliding, sliding_window into o->sliding_window
  * (required when a layer slides). */

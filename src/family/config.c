@@ -13,15 +13,24 @@ int cfg_groups_ok(const fam_config *c) {
            isfinite(c->routed_scale) && c->routed_scale > 0;
 }
 
+static int dsa_ok(const fam_config *c) {
+    if (c->dsa_topk <= 0) return c->dsa_topk == 0 && c->dsa_heads == 0 && c->dsa_dim == 0;
+    return c->q_lora > 0 && c->dsa_heads >= 1 && c->dsa_heads <= 4096 && c->dsa_dim >= c->rot_dim &&
+           c->dsa_dim % 2 == 0 && c->dsa_dim <= 4096 && !c->layer_dsa_shared[0];
+}
+
 int cfg_mla_ok(const fam_config *c) {
-    if (c->kv_lora <= 0) return c->kv_lora == 0 && c->q_lora == 0;
+    if (c->kv_lora <= 0) return c->kv_lora == 0 && c->q_lora == 0 && c->dsa_topk == 0;
+    if (!dsa_ok(c)) return 0;
     return c->q_lora >= 0 && c->qk_nope >= 0 && c->rot_dim > 0 && c->rot_dim % 2 == 0 && c->rot_dim <= 1024 &&
            c->head_dim == c->qk_nope + c->rot_dim && c->v_head_dim > 0 && c->n_kv_heads == c->n_heads &&
            !c->gated_attn && !c->attn_bias && c->qk_norm == SL_QK_NORM_NONE && isfinite(c->attn_scale) &&
            c->attn_scale >= 0;
 }
 
-int cfg_kv_row(const fam_config *c) { return c->kv_lora > 0 ? c->kv_lora + c->rot_dim : c->n_kv_heads * c->head_dim; }
+int cfg_kv_row(const fam_config *c) {
+    return c->kv_lora > 0 ? c->kv_lora + c->rot_dim + (c->dsa_topk > 0 ? c->dsa_dim : 0) : c->n_kv_heads * c->head_dim;
+}
 
 int cfg_n_moe_layers(const fam_config *c) {
     int n = 0;

@@ -128,6 +128,14 @@ typedef struct fam_config {
     int attn_sinks;      /* per-head sink logits in the softmax denominator (lw->sinks) */
     int expert_kind;     /* SL_EXPERT_* */
     double swiglu_limit; /* SL_EXPERT_GPTOSS clamp (7.0) */
+    /* DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5; 0 otherwise; model/mla.c): an MLA layer's query attends only
+     * to the dsa_topk cached positions its indexer scores highest. dsa_topk > 0 turns it on (with kv_lora > 0 and
+     * q_lora > 0); a layer's cache row then also holds the indexer's key (dsa_dim floats). */
+    int dsa_topk;        /* index_topk */
+    int dsa_heads;       /* index_n_heads */
+    int dsa_dim;         /* index_head_dim (its first rot_dim dims rotated) */
+    int dsa_interleave;  /* the indexer's RoPE on adjacent pairs (GLM-5), else rotate-half (DeepSeek-V3.2) */
+    uint8_t layer_dsa_shared[SL_MAX_LAYERS]; /* 1: no indexer of its own, the previous indexed layer's choice (GLM) */
 } fam_config;
 
 /* The scalar fields of fam_config as the manifest stores them: X(name, type, presence) with type I (int),
@@ -146,7 +154,8 @@ typedef struct fam_config {
     X(yarn_truncate, I, O) X(rope_attn_factor, D, O)   \
     X(q_lora, I, O) X(kv_lora, I, O) X(qk_nope, I, O)                \
     X(v_head_dim, I, O) X(rope_interleave, I, O) X(attn_scale, D, O) \
-    X(sliding_window, I, O) X(attn_sinks, I, O) X(expert_kind, I, O) X(swiglu_limit, D, O)
+    X(sliding_window, I, O) X(attn_sinks, I, O) X(expert_kind, I, O) X(swiglu_limit, D, O)                \
+    X(dsa_topk, I, O) X(dsa_heads, I, O) X(dsa_dim, I, O) X(dsa_interleave, I, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024
@@ -157,10 +166,11 @@ typedef struct fam_config {
 int cfg_groups_ok(const fam_config *c);
 /* Whether c's MLA dimensions (kv_lora > 0) make sense: q_lora >= 0, qk_nope >= 0, rot_dim > 0 even,
  * head_dim = qk_nope + rot_dim, v_head_dim > 0, n_kv_heads = n_heads, no gated attention, q/k/v bias or q/k norm,
- * attn_scale finite and >= 0. Cannot fail. 1 when c is not MLA. */
+ * attn_scale finite and >= 0; with DSA (dsa_topk > 0) q_lora > 0, dsa_heads >= 1, dsa_dim even in rot_dim..4096
+ * and layer 0 with an indexer of its own. Cannot fail. 1 when c is neither MLA nor DSA. */
 int cfg_mla_ok(const fam_config *c);
-/* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA), else n_kv_heads * head_dim
- * (per K and per V). */
+/* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA; + dsa_dim with DSA), else
+ * n_kv_heads * head_dim (per K and per V). */
 int cfg_kv_row(const fam_config *c);
 /* Number of MoE layers; expert-layer slot of layer l (or -1 for dense). */
 int cfg_n_moe_layers(const fam_config *c);

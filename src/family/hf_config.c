@@ -125,6 +125,26 @@ static int layer_types(hfc *c, const fam_config *o, const char *kind, uint8_t *f
     return 1;
 }
 
+int hfc_layer_flags(hfc *c, const fam_config *o, const char *name, const char *zero, const char *one, uint8_t *flags) {
+    const cJSON *lt = field(c, name);
+    if (c->st || !lt || cJSON_IsNull(lt)) return 0;
+    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != o->n_layers) {
+        hfc_fail(c, SL_ECONFIG, "'%s' has %d entries but num_hidden_layers is %d", name,
+                 cJSON_IsArray(lt) ? cJSON_GetArraySize(lt) : -1, o->n_layers);
+        return 0;
+    }
+    for (int i = 0; i < o->n_layers; i++) {
+        const cJSON *e = cJSON_GetArrayItem(lt, i);
+        const int z = cJSON_IsString(e) && !strcmp(e->valuestring, zero), n1 = cJSON_IsString(e) && !strcmp(e->valuestring, one);
+        if (!z && !n1) {
+            hfc_fail(c, SL_ECONFIG, "%s[%d] must be '%s' or '%s'", name, i, zero, one);
+            return 0;
+        }
+        flags[i] = (uint8_t)n1;
+    }
+    return 1;
+}
+
 void hfc_linear_layers(hfc *c, fam_config *o) {
     if (c->st) return;
     int got = layer_types(c, o, "linear_attention", o->layer_linear);

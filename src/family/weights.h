@@ -25,6 +25,10 @@ typedef struct fam_layer_w {
      * kv_b [nh*(dn+dv), kv_lora]; o [H, nh*dv] */
     tn_mat q_a, q_b, kv_a, kv_b;
     float *q_a_norm, *kv_a_norm;
+    /* the DSA indexer of an MLA layer (cfg->dsa_topk > 0, not layer_dsa_shared; mla.c): wq_b [dsa_heads*dsa_dim, q_lora],
+     * wk [dsa_dim, H], k_norm LayerNorm weight and bias [dsa_dim], weights_proj [dsa_heads, H] */
+    tn_mat dsa_wq_b, dsa_wk, dsa_wproj;
+    float *dsa_k_norm, *dsa_k_norm_b;
     float *o_bias;                   /* [H] o_proj bias (gpt-oss), else NULL */
     float *sinks;                    /* [nh] per-head sink logits when cfg->attn_sinks (gpt-oss), else NULL */
 

@@ -112,6 +112,10 @@ cJSON *slc_config_to_json(const fam_config *c) {
                                                                           : "full_attention"));
         cJSON_AddItemToArray(lm, cJSON_CreateBool(c->layer_moe[l]));
     }
+    if (c->dsa_topk > 0) { /* DSA layers without an indexer of their own (GLM-5's shared ones) */
+        cJSON *ls = cJSON_AddArrayToObject(j, "layer_dsa_shared");
+        for (int l = 0; l < c->n_layers; l++) cJSON_AddItemToArray(ls, cJSON_CreateBool(c->layer_dsa_shared[l]));
+    }
     return j;
 }
 
@@ -162,6 +166,10 @@ sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, 
         c->layer_moe[l] = cJSON_IsTrue(cJSON_GetArrayItem(lm, l));
         any_linear |= c->layer_linear[l];
     }
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "layer_dsa_shared"); /* optional: written with DSA */
+    if (ls && cJSON_GetArraySize(ls) != c->n_layers)
+        return err_set(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
+    for (int l = 0; ls && l < c->n_layers; l++) c->layer_dsa_shared[l] = cJSON_IsTrue(cJSON_GetArrayItem(ls, l));
     if (c->vocab < 1 || c->hidden < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads ||
         c->head_dim < 1 || c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
         c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SIGMOID_GROUP ||

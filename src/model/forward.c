@@ -184,6 +184,7 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     }
 #undef ALLOC
 #undef DEV
+    if (fwd_mla_ws_alloc(ws, cfg)) goto fail;
     ws->slot_floats = slot_floats(cfg, n_ctx);
     if (be->reserve(be, ws->slot_floats)) goto fail;
     return ws;
@@ -303,7 +304,8 @@ static int same_shape(const fam_config *a, const fam_config *b) {
         a->lin_nv != b->lin_nv || a->lin_dk != b->lin_dk || a->lin_dv != b->lin_dv || a->conv_k != b->conv_k ||
         a->split_lin_proj != b->split_lin_proj || a->rot_dim != b->rot_dim || a->q_lora != b->q_lora ||
         a->kv_lora != b->kv_lora || a->qk_nope != b->qk_nope || a->v_head_dim != b->v_head_dim ||
-        a->expert_kind != b->expert_kind)
+        a->expert_kind != b->expert_kind || a->dsa_topk != b->dsa_topk || a->dsa_dim != b->dsa_dim ||
+        memcmp(a->layer_dsa_shared, b->layer_dsa_shared, sizeof a->layer_dsa_shared))
         return 0;
     return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear) && a->sliding_window == b->sliding_window &&
            !memcmp(a->layer_sliding, b->layer_sliding, sizeof a->layer_sliding); /* the KV rings' size */
@@ -768,6 +770,7 @@ static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const fam_config
 static sl_status check_ops(const be_backend *be, const fam_config *c, sl_error *err) {
     const char *missing = NULL;
     if (fwd_any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
+    else if (c->dsa_topk > 0 && (!be->dsa_select || !be->layernorm)) missing = !be->dsa_select ? "dsa_select" : "layernorm";
     else if (fwd_any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
     else if (fwd_any_layer(c, 1) && (!be->dn_conv || !be->dn_gates || !be->dn_step || !be->dn_chunk || !be->dn_norm))
         missing = !be->dn_conv ? "dn_conv" : !be->dn_gates ? "dn_gates" : !be->dn_step ? "dn_step" : !be->dn_chunk ? "dn_chunk" : "dn_norm";

@@ -63,6 +63,11 @@ struct fwd_seq {
     float *conv[SL_MAX_LAYERS][2], *ssm[SL_MAX_LAYERS][2];
     unsigned char lin_cur[SL_MAX_LAYERS];
     size_t conv_floats, ssm_floats; /* per layer and slot */
+    /* DSA (cfg->dsa_topk > 0; mla.c): the indexer's choice [dsa_sel_rows][dsa_topk], rows by position when layers
+     * share a choice (dsa_sel_rows = n_ctx), else by token of the micro-batch; scratch, never saved */
+    int32_t *dsa_sel;
+    int dsa_sel_rows;
+    size_t dsa_sel_bytes;
     int wide;        /* 1 (default): evaluate more than FWD_BATCH tokens layer-major (eval_wide) */
     uint64_t uid;    /* unique in the process: names its buffers to a backend that records steps (step_begin) */
 };
@@ -100,6 +105,7 @@ struct fwd_ws {
     float *gates;    /* [B][2*nv]: beta (first nv), g (log decay) */
     float *mla_q;    /* MLA: [B][nh][kv_lora + rot_dim] absorbed queries (mla.c) */
     float *mla_lat;  /* MLA: [B][nh][kv_lora] attention-weighted latents */
+    float *dsa_q, *dsa_w; /* DSA: [B][dsa_heads * dsa_dim] indexer queries, [B][dsa_heads] their weights (mla.c) */
     float *lg;       /* [B][V] logits before they go to the host (backends whose memory is not the host's) */
     size_t slot_floats; /* per-thread scratch the mixers need (the backend's reserve) */
     int n_big, n_mix;
@@ -124,7 +130,7 @@ struct fwd_ws {
                                hinted before the FFN's serial tail (fwd_hint_mat) */
     int n_ffn;
     /* the backend buffers above, to give back (alloc's bytes) */
-    struct { void *p; size_t bytes; } dev[32];
+    struct { void *p; size_t bytes; } dev[40];
     int n_dev;
 };
 
@@ -167,6 +173,11 @@ int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const in
 int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0);
 /* Floats of per-thread scratch fwd_mla needs with contexts of n_ctx (0 when cfg is not MLA). */
 size_t fwd_mla_slot_floats(const fam_config *cfg, int n_ctx);
+/* DSA's buffers (nothing for a config without): a sequence's choice rows (sq->n_ctx, sq->be set), the workspace's
+ * indexer queries and weights (appended to ws->dev). 0, or -1 out of memory (the caller's free releases them). */
+int fwd_mla_seq_alloc(fwd_seq *sq, const fam_config *cfg);
+void fwd_mla_seq_free(fwd_seq *sq);
+int fwd_mla_ws_alloc(fwd_ws *ws, const fam_config *cfg);
 int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */
 typedef struct fwd_wide {

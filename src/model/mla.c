@@ -21,9 +21,19 @@
  * arithmetic depends only on its own token, head and the cache, never on the batch or the thread count.
  * The low-rank norms (q_a_layernorm, kv_a_layernorm) use transformers' default eps 1e-6, not rms_norm_eps.
  *
- * Layouts: ws->big [B][n_big] queries (per head dn + dr), ws->v [B][q_lora] the q_a output, ws->k [B][r + dr],
- * ws->mla_q [B][nh][r + dr] absorbed queries, ws->mla_lat [B][nh][r] latent sums, cache [n_ctx][r + dr],
- * ws->mix [B][n_mix] holds [nh][dv]; per-thread scratch: scores [n_ctx] or one dequantised kv_b row [r].
+ * DeepSeek sparse attention (cfg->dsa_topk > 0: DeepSeek-V3.2, GLM-5; transformers' DeepseekV32Indexer and
+ * GlmMoeDsaIndexer): before the attention, the layer's indexer scores every cached position p <= pos for each
+ * query (dsa_index below, backend dsa_select) and the attention's softmax and sum run over the dsa_topk positions
+ * of the highest scores only (all of them while pos < dsa_topk), in increasing position order; transformers masks
+ * the others with the dtype's minimum, whose exp is 0, so the two agree wherever no two scores tie at the cut.
+ * The indexer's key of each position is kept in the cache row after [c | k_pe]. A layer without an indexer
+ * (layer_dsa_shared) attends to the positions the last indexed layer chose for the same query.
+ *
+ * Layouts: ws->big [B][n_big] queries (per head dn + dr), ws->v [B][q_lora] the q_a output, ws->k [B][row] (row =
+ * cfg_kv_row: r + dr, + dsa_dim with DSA), ws->mla_q [B][nh][r + dr] absorbed queries, ws->mla_lat [B][nh][r]
+ * latent sums, cache [n_ctx][row], ws->mix [B][n_mix] holds [nh][dv], ws->dsa_q [B][dsa_heads][dsa_dim],
+ * ws->dsa_w [B][dsa_heads], sq->dsa_sel the choice; per-thread scratch: scores [n_ctx] or one dequantised kv_b
+ * row [r] (dsa_select: scores and their copy, 2 n_ctx).
  */
 #include <math.h>
 
@@ -35,7 +45,44 @@
 
 size_t fwd_mla_slot_floats(const fam_config *cfg, int n_ctx) {
     if (cfg->kv_lora <= 0) return 0;
-    return (size_t)n_ctx + (size_t)cfg->kv_lora + 16; /* scores, or one dequantised kv_b row */
+    size_t f = (size_t)n_ctx + (size_t)cfg->kv_lora + 16; /* scores, or one dequantised kv_b row */
+    if (cfg->dsa_topk > 0 && 2 * (size_t)n_ctx + 16 > f) f = 2 * (size_t)n_ctx + 16; /* dsa_select: scores and a copy */
+    return f;
+}
+
+/* Rows of a sequence's DSA choice: one per position when a layer reuses an earlier layer's choice (it must outlive
+ * that layer's pass over the whole input), else one micro-batch's, rewritten by each indexed layer. */
+static int dsa_sel_rows(const fam_config *cfg, int n_ctx) {
+    for (int l = 0; l < cfg->n_layers; l++)
+        if (cfg->layer_dsa_shared[l]) return n_ctx;
+    return n_ctx < FWD_BATCH ? n_ctx : FWD_BATCH;
+}
+
+int fwd_mla_seq_alloc(fwd_seq *sq, const fam_config *cfg) {
+    if (cfg->kv_lora <= 0 || cfg->dsa_topk <= 0) return 0;
+    sq->dsa_sel_rows = dsa_sel_rows(cfg, sq->n_ctx);
+    sq->dsa_sel_bytes = (size_t)sq->dsa_sel_rows * (size_t)cfg->dsa_topk * sizeof(int32_t);
+    sq->dsa_sel = sq->be->alloc(sq->be, sq->dsa_sel_bytes, BE_BUF_DEVICE);
+    return sq->dsa_sel ? 0 : -1;
+}
+
+void fwd_mla_seq_free(fwd_seq *sq) {
+    if (sq->dsa_sel) sq->be->free(sq->be, sq->dsa_sel, sq->dsa_sel_bytes, BE_BUF_DEVICE);
+    sq->dsa_sel = NULL;
+}
+
+int fwd_mla_ws_alloc(fwd_ws *ws, const fam_config *cfg) {
+    if (cfg->kv_lora <= 0 || cfg->dsa_topk <= 0) return 0;
+    const size_t b[2] = {(size_t)FWD_BATCH * (size_t)cfg->dsa_heads * (size_t)cfg->dsa_dim * sizeof(float),
+                         (size_t)FWD_BATCH * (size_t)cfg->dsa_heads * sizeof(float)};
+    float **p[2] = {&ws->dsa_q, &ws->dsa_w};
+    for (int i = 0; i < 2; i++) {
+        if (ws->n_dev >= (int)(sizeof ws->dev / sizeof ws->dev[0]) || !(*p[i] = ws->be->alloc(ws->be, b[i], BE_BUF_DEVICE)))
+            return -1;
+        ws->dev[ws->n_dev].p = *p[i];
+        ws->dev[ws->n_dev++].bytes = b[i];
+    }
+    return 0;
 }
 
 /* Rows row0 .. row0+n-1 of m as a matrix of their own (any dtype; quant.h's layout: codes, scales and biases
@@ -62,11 +109,39 @@ static void mm_exact(be_backend *be, const tn_mat *w, const float *x, size_t ldx
     be_matmul(be, w, &a, y, ldy);
 }
 
+/* DSA's indexer of layer `layer` over the micro-batch (cfg->dsa_topk > 0; transformers' DeepseekV32Indexer /
+ * GlmMoeDsaIndexer): its key k = rope(LayerNorm(wk h)) into the cache row's tail (ws->k rows of ldc floats, at
+ * r + dr), its queries q = rope(wq_b q_resid) per head (q_resid = ws->v, the normed q_a output), the heads' weights
+ * weights_proj h, then dsa_select's choice into sel. RoPE over the first rot_dim dims of the key and of each query
+ * head, adjacent pairs (GLM-5) or halves (DeepSeek-V3.2). A layer without an indexer of its own (GLM-5's shared
+ * ones) keeps the choice an earlier layer left in sel, and zeros in its rows' key part. */
+static void dsa_index(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0,
+                      const float *inv_freq, float attn_factor, int32_t *sel) {
+    be_backend *be = ws->be;
+    const int r = cfg->kv_lora, dr = cfg->rot_dim, ldc = cfg_kv_row(cfg), nih = cfg->dsa_heads, dim = cfg->dsa_dim;
+    float *key = ws->k + r + dr;
+    if (cfg->layer_dsa_shared[layer]) {
+        for (int t = 0; t < n; t++) be->zero(be, key + (size_t)t * ldc, (size_t)dim * sizeof(float));
+        return;
+    }
+    mm_exact(be, &lw->dsa_wk, ws->h, (size_t)cfg->hidden, key, (size_t)ldc, n);
+    be->layernorm(be, key, key, n, (size_t)ldc, dim, lw->dsa_k_norm, lw->dsa_k_norm_b, MLA_NORM_EPS);
+    be->rope(be, key, n, (size_t)ldc, 1, 0, dr, inv_freq, attn_factor, pos0, cfg->dsa_interleave);
+    mm_exact(be, &lw->dsa_wq_b, ws->v, (size_t)cfg->q_lora, ws->dsa_q, (size_t)nih * dim, n);
+    be->rope(be, ws->dsa_q, n, (size_t)nih * dim, nih, (size_t)dim, dr, inv_freq, attn_factor, pos0, cfg->dsa_interleave);
+    mm_exact(be, &lw->dsa_wproj, ws->h, (size_t)cfg->hidden, ws->dsa_w, (size_t)nih, n);
+    const be_dsa d = {.q = ws->dsa_q, .ldq = (size_t)nih * dim, .w = ws->dsa_w, .ldw = (size_t)nih, .k = key,
+                      .ldk = (size_t)ldc, .cache = sq->k_cache[layer], .ldc = ldc, .koff = r + dr, .n = n, .pos0 = pos0,
+                      .heads = nih, .dim = dim, .topk = cfg->dsa_topk, .scale = (float)(1.0 / sqrt((double)dim)),
+                      .wscale = (float)(1.0 / sqrt((double)nih)), .sel = sel, .sel_ld = cfg->dsa_topk};
+    be->dsa_select(be, &d);
+}
+
 int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0) {
     be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden, ldq = (size_t)ws->n_big;
     const int nh = cfg->n_heads, r = cfg->kv_lora, dr = cfg->rot_dim, dn = cfg->qk_nope, dv = cfg->v_head_dim;
-    const int qh = dn + dr, row = r + dr, ql = cfg->q_lora;
+    const int qh = dn + dr, row = cfg_kv_row(cfg), ql = cfg->q_lora, dsa = cfg->dsa_topk > 0;
 
     if (ql > 0) {
         mm_exact(be, &lw->q_a, ws->h, H, ws->v, (size_t)ql, n);
@@ -82,8 +157,12 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *l
     be->rmsnorm(be, ws->k, ws->k, n, (size_t)row, 1, 0, r, lw->kv_a_norm, 0.0f, MLA_NORM_EPS);
     be->rope(be, ws->k + r, n, (size_t)row, 1, 0, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
     be->rope(be, ws->big + dn, n, ldq, nh, (size_t)qh, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
+    /* the choice's rows: token t's at t (one micro-batch's), or at its position when layers share it */
+    int32_t *sel = !dsa ? NULL : sq->dsa_sel + (size_t)(sq->dsa_sel_rows == sq->n_ctx ? pos0 : 0) * cfg->dsa_topk;
+    if (dsa) dsa_index(ws, sq, cfg, lw, layer, n, pos0, inv_freq, attn_factor, sel);
 
-    const be_mla a = {.q = ws->big, .ldq = ldq, .ckv = ws->k, .cache = sq->k_cache[layer], .kv_b = &lw->kv_b, .n = n,
+    const be_mla a = {.q = ws->big, .ldq = ldq, .ckv = ws->k, .cache = sq->k_cache[layer], .ldc = row, .sel = sel,
+                      .sel_ld = cfg->dsa_topk, .sel_k = cfg->dsa_topk, .kv_b = &lw->kv_b, .n = n,
                       .pos0 = pos0, .n_heads = nh, .r = r, .dr = dr, .dn = dn, .dv = dv,
                       .scale = (float)(cfg->attn_scale > 0 ? cfg->attn_scale : 1.0 / sqrt((double)cfg->head_dim)),
                       .q_abs = ws->mla_q, .lat = ws->mla_lat};

@@ -47,6 +47,7 @@ fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
             if (!sq->k_cache[l] || (!mla && !sq->v_cache[l])) goto fail;
         }
     }
+    if (fwd_mla_seq_alloc(sq, cfg)) goto fail;
     return sq;
 fail:
     fwd_seq_free(sq);
@@ -56,6 +57,7 @@ fail:
 void fwd_seq_free(fwd_seq *sq) {
     if (!sq) return;
     be_backend *be = sq->be;
+    fwd_mla_seq_free(sq);
     for (int l = 0; l < SL_MAX_LAYERS; l++) {
         be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
         be->free(be, sq->v_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);

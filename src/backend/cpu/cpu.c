@@ -286,6 +286,8 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .hint = cpu_hint,
         .attention = cpu_attention,
         .mla = cpu_mla,
+        .dsa_select = cpu_dsa_select,
+        .layernorm = cpu_layernorm,
         .dn_conv = cpu_dn_conv,
         .dn_gates = cpu_dn_gates,
         .dn_step = cpu_dn_step,

@@ -32,6 +32,9 @@ void cpu_fail(be_backend *be, sl_status status, const char *what);
 
 void cpu_attention(be_backend *be, const be_attn *a);
 void cpu_mla(be_backend *be, const be_mla *a);
+void cpu_dsa_select(be_backend *be, const be_dsa *d);
+void cpu_layernorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int dim, const float *w,
+                   const float *b, float eps);
 void cpu_dn_conv(be_backend *be, const be_dn *d);
 void cpu_dn_gates(be_backend *be, const be_dn *d);
 void cpu_dn_step(be_backend *be, const be_dn *d);

@@ -140,21 +140,25 @@ static void absorb_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
-/* One (token, head) per item: scores against cached rows 0..pos, softmax, the weighted sum of the cached
- * latents into lat[t][h]. */
+/* One (token, head) per item: scores against cached rows 0..pos (with sel: the chosen ones), softmax, the weighted
+ * sum of the cached latents into lat[t][h]. */
 static void attend_part(void *ctx, size_t begin, size_t end) {
     mla_job *j = ctx;
     const be_mla *a = j->a;
     const kern_ops *ops = j->ops;
     float *sc = j->c->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * j->c->slot_floats;
     const int r = a->r, row = r + a->dr;
+    const size_t ldc = (size_t)a->ldc;
     for (size_t it = begin; it < end; it++) {
         int t = (int)(it / (size_t)a->n_heads);
         int n_keys = a->pos0 + t + 1;
+        const int32_t *sel = a->sel ? a->sel + (size_t)t * a->sel_ld : NULL;
+        if (sel && n_keys > a->sel_k) n_keys = a->sel_k;
+#define KEY(p) (a->cache + (size_t)(sel ? sel[p] : (p)) * ldc)
         const float *qc = a->q_abs + it * (size_t)row;
         float mx = -INFINITY;
         for (int p = 0; p < n_keys; p++) {
-            sc[p] = ops->dot(qc, a->cache + (size_t)p * row, row) * a->scale;
+            sc[p] = ops->dot(qc, KEY(p), row) * a->scale;
             if (sc[p] > mx) mx = sc[p];
         }
         double sum = 0.0;
@@ -164,13 +168,14 @@ static void attend_part(void *ctx, size_t begin, size_t end) {
         }
         float fsum = (float)sum, *lat = a->lat + it * (size_t)r;
         memset(lat, 0, (size_t)r * sizeof(float));
-        for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, a->cache + (size_t)p * row, lat, r);
+        for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, KEY(p), lat, r);
+#undef KEY
     }
 }
 
 void cpu_mla(be_backend *be, const be_mla *a) {
     cpu_ctx *c = cpu_of(be);
-    const size_t row = (size_t)(a->r + a->dr);
+    const size_t row = (size_t)a->ldc;
     for (int t = 0; t < a->n; t++)
         memcpy(a->cache + (size_t)(a->pos0 + t) * row, a->ckv + (size_t)t * row, row * sizeof(float));
     mla_job j = {.a = a, .ops = c->ops, .c = c};

@@ -548,6 +548,7 @@ static void cu_attention(be_backend *be, const be_attn *a) {
 
 static void cu_mla(be_backend *be, const be_mla *a) {
     SKIP(be);
+    if (a->sel || a->ldc != a->r + a->dr) { cu_fail(be, SL_EUNSUPPORTED, "mla: no CUDA kernel for DSA's sparse choice"); return; }
     const slcu_mla s = {.q = a->q, .ldq = a->ldq, .ckv = a->ckv, .cache = a->cache, .kv_b = mat_of(a->kv_b), .n = a->n,
                         .pos0 = a->pos0, .n_heads = a->n_heads, .r = a->r, .dr = a->dr, .dn = a->dn, .dv = a->dv,
                         .scale = a->scale, .q_abs = a->q_abs, .lat = a->lat};

@@ -65,6 +65,28 @@
     {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, "ffn_up_shexp.weight"},     \
     {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, "ffn_down_shexp.weight"}
 
+/* Multi-head latent attention (DeepSeek-V3's; also DeepSeek-V3.2, GLM-5): q_proj or q_a / q_a_layernorm / q_b,
+ * kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj. Older GGUF converters wrote kv_b_proj whole (attn_kv_b);
+ * today's split it (ARCH_MLA_KV_B_XF). */
+#define T_MLA                                                                                        \
+    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, "attn_q.weight"},                      \
+    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, "attn_q_a.weight"},               \
+    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, "attn_q_a_norm.weight"}, \
+    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, "attn_q_b.weight"},            \
+    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, "attn_kv_a_mqa.weight"},  \
+    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, "attn_kv_a_norm.weight"}, \
+    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, "attn_kv_b.weight"},         \
+    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, "attn_output.weight"}
+#define ARCH_MLA_KV_B_XF {"self_attn.kv_b_proj", {"attn_k_b.weight", "attn_v_b.weight"}, 0, NULL, arch_mla_kv_b}
+/* The DeepSeek sparse-attention indexer of a layer with one of its own (DeepSeek-V3.2, GLM-5; llama.cpp's
+ * LLM_TENSOR_INDEXER_* names) */
+#define T_DSA_INDEXER                                                                                \
+    {"self_attn.indexer.wq_b", NULL, AW_DSA, AD_DSAQ, AD_QLORA, AK_MAT, LW(dsa_wq_b), AR_BACKBONE, "indexer.attn_q_b.weight"}, \
+    {"self_attn.indexer.wk", NULL, AW_DSA, AD_DSAD, AD_H, AK_MAT, LW(dsa_wk), AR_BACKBONE, "indexer.attn_k.weight"},        \
+    {"self_attn.indexer.k_norm", NULL, AW_DSA, AD_DSAD, AD_NONE, AK_VEC, LW(dsa_k_norm), AR_BACKBONE, "indexer.k_norm.weight"}, \
+    {"self_attn.indexer.k_norm.bias", NULL, AW_DSA, AD_DSAD, AD_NONE, AK_VEC, LW(dsa_k_norm_b), AR_BACKBONE, "indexer.k_norm.bias"}, \
+    {"self_attn.indexer.weights_proj", NULL, AW_DSA, AD_DSAH, AD_H, AK_MAT, LW(dsa_wproj), AR_BACKBONE, "indexer.proj.weight"}
+
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* SwiGLU experts: gate_proj, up_proj [I, H]; down_proj [H, I]. */
@@ -80,5 +102,16 @@ void arch_qwen_moe_config(hfc *c, fam_config *o);   /* Qwen3-MoE, Qwen2-MoE: nor
 void arch_qwen_next_config(hfc *c, fam_config *o);  /* Qwen3-Next / 3.5: + shared expert, DeltaNet */
 /* DeepSeek-V3's MoE block (deepseek_v3.c; GLM-4.5, dots.llm1): group router fields, first dense layers */
 void arch_group_moe_config(hfc *c, fam_config *o, int first_dense_default);
+/* MLA (deepseek_v3.c): config.json's fields, a synth shape's dimensions (q_lora, kv_lora, qk_nope, qk_rope, v; RoPE
+ * on adjacent pairs), the GGUF keys (llama.cpp deepseek2) with DeepSeek-V3's MoE keys, and kv_b_proj from attn_k_b
+ * and attn_v_b (an f32 hook of arch_gguf_xf) */
+void arch_mla_config(hfc *c, fam_config *o);
+void arch_mla_shape(fam_config *c, int q_lora, int kv_lora, int nope, int rope, int v);
+void arch_mla_gguf_config(ggm *m, arch_gguf_common *g);
+int64_t arch_mla_kv_b(const fam_config *c, const float *src, float *dst);
+/* DeepSeek sparse attention (deepseek_v32.c; GLM-5): index_topk, index_n_heads, index_head_dim, the indexer's
+ * RoPE kind; and its GGUF keys (attention.indexer.*) */
+void arch_dsa_config(hfc *c, fam_config *o, int interleave);
+void arch_dsa_gguf_config(ggm *m, arch_gguf_common *g);
 
 #endif

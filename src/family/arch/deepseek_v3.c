@@ -47,12 +47,9 @@ void arch_group_moe_config(hfc *c, fam_config *o, int first_dense_default) {
                  SL_ROUTER_MAX_EXPERTS);
 }
 
-static void config(hfc *c, fam_config *o) {
-    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
-    o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
-    o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
-    arch_group_moe_config(c, o, 0);
-    /* MLA. q_lora_rank null (or absent): one q_proj (DeepSeek-V2-Lite's layout) */
+/* MLA's fields (DeepseekV3Attention; DeepSeek-V3.2 and GLM-5 share them). q_lora_rank null (or absent): one q_proj
+ * (DeepSeek-V2-Lite's layout). */
+void arch_mla_config(hfc *c, fam_config *o) {
     o->q_lora = hfc_has(c, "q_lora_rank") ? hfc_int(c, "q_lora_rank", 1, 0) : 0;
     o->kv_lora = hfc_int(c, "kv_lora_rank", 1, 0);
     o->qk_nope = hfc_int(c, "qk_nope_head_dim", 1, 0);
@@ -72,18 +69,18 @@ static void config(hfc *c, fam_config *o) {
     o->attn_scale = mla_scale(o);
 }
 
+static void config(hfc *c, fam_config *o) {
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
+    o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
+    arch_group_moe_config(c, o, 0);
+    arch_mla_config(c, o);
+}
+
 static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM,
-    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, "attn_q.weight"},
-    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, "attn_q_a.weight"},
-    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, "attn_q_a_norm.weight"},
-    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, "attn_q_b.weight"},
-    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, "attn_kv_a_mqa.weight"},
-    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, "attn_kv_a_norm.weight"},
-    /* older converters wrote kv_b_proj whole (attn_kv_b); today's split it (gguf_xf below) */
-    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, "attn_kv_b.weight"},
-    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, "attn_output.weight"},
+    T_MLA,
     T_POST_NORM, T_ROUTER,
     T_GROUP_MOE,
     T_DENSE_MLP,
@@ -102,6 +99,17 @@ static const arch_shape shapes[] = {
 /* Both releases: q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128,
  * rope_interleave (the default); YaRN rope_scaling from 4096 positions, mscale = mscale_all_dim = 1: factor 40,
  * beta_fast 32, beta_slow 1 (DeepSeek-V3), factor 32, beta_fast 1, beta_slow 1 (Kimi-K2). */
+void arch_mla_shape(fam_config *c, int q_lora, int kv_lora, int nope, int rope, int v) {
+    c->q_lora = q_lora;
+    c->kv_lora = kv_lora;
+    c->qk_nope = nope;
+    c->rot_dim = rope;
+    c->v_head_dim = v;
+    c->head_dim = c->qk_nope + c->rot_dim;
+    c->rope_interleave = 1;
+    c->attn_scale = mla_scale(c);
+}
+
 static void shape_config(const arch_shape *sh, fam_config *c) {
     const int kimi = !strcmp(sh->name, "kimi-k2");
     c->rope_type = SL_ROPE_YARN;
@@ -111,14 +119,7 @@ static void shape_config(const arch_shape *sh, fam_config *c) {
     c->yarn_beta_slow = 1;
     c->yarn_mscale = c->yarn_mscale_all_dim = 1.0;
     c->yarn_truncate = 1;
-    c->q_lora = 1536;
-    c->kv_lora = 512;
-    c->qk_nope = 128;
-    c->rot_dim = 64;
-    c->v_head_dim = 128;
-    c->head_dim = c->qk_nope + c->rot_dim;
-    c->rope_interleave = 1;
-    c->attn_scale = mla_scale(c);
+    arch_mla_shape(c, 1536, 512, 128, 64, 128);
 }
 
 /* ---- GGUF (llama.cpp deepseek2): convert_hf_to_gguf.py DeepseekV2Model (llama.cpp conversion/deepseek.py) writes
@@ -130,7 +131,7 @@ static void shape_config(const arch_shape *sh, fam_config *c) {
  * = mscale_all_dim, as both releases have it), rope_interleave (llama.cpp's deepseek2 always rotates adjacent
  * pairs: true), the multi-token-prediction layer (skipped by the converter). ---- */
 
-static void gguf_config(ggm *m, arch_gguf_common *g) {
+void arch_mla_gguf_config(ggm *m, arch_gguf_common *g) {
     g->check_value_length = 0; /* key/value_length are the compressed cache's widths */
     const int heads = ggm_count(m, "attention.head_count", 1, 0, NULL);
     const int rope = ggm_count(m, "rope.dimension_count", 1, 0, NULL);
@@ -146,6 +147,14 @@ static void gguf_config(ggm *m, arch_gguf_common *g) {
     ggm_set_num(m, "kv_lora_rank", ggm_count(m, "attention.kv_lora_rank", 1, 0, NULL));
     int qf = 0, q = ggm_count(m, "attention.q_lora_rank", 0, 0, &qf);
     if (qf && q > 0) ggm_set_num(m, "q_lora_rank", q);
+    ggm_set_bool(m, "rope_interleave", 1);
+    int lf = 0;
+    double lm = ggm_num(m, "rope.scaling.yarn_log_multiplier", 0, 0, &lf);
+    if (lf) {
+        ggm_set_num(m, "rope_parameters.mscale_all_dim", lm / 0.1);
+        ggm_set_num(m, "rope_parameters.mscale", lm / 0.1);
+    }
+    /* DeepSeek-V3's MoE keys */
     ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
     if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
     ggm_set_num(m, "n_shared_experts", ggm_num(m, "expert_shared_count", 0, 0, NULL));
@@ -154,20 +163,17 @@ static void gguf_config(ggm *m, arch_gguf_common *g) {
     ggm_set_num(m, "n_group", ggm_num(m, "expert_group_count", 0, 1, NULL));
     ggm_set_num(m, "topk_group", ggm_num(m, "expert_group_used_count", 0, 1, NULL));
     ggm_set_num(m, "first_k_dense_replace", ggm_num(m, "leading_dense_block_count", 0, g->first_dense, NULL));
-    ggm_set_bool(m, "rope_interleave", 1);
+}
+
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    arch_mla_gguf_config(m, g);
     if (ggm_num(m, "expert_gating_func", 0, 0, NULL) == 0 && !ggm_has(m, g->l_moe, "exp_probs_b.bias"))
         ggm_fail(m, SL_EUNSUPPORTED, "no expert_gating_func and no exp_probs_b: DeepSeek-V2's softmax routing, which "
                  "sluice does not serve (DeepSeek-V3 / Kimi-K2's sigmoid routing only)");
-    int lf = 0;
-    double lm = ggm_num(m, "rope.scaling.yarn_log_multiplier", 0, 0, &lf);
-    if (lf) {
-        ggm_set_num(m, "rope_parameters.mscale_all_dim", lm / 0.1);
-        ggm_set_num(m, "rope_parameters.mscale", lm / 0.1);
-    }
 }
 
 /* kv_b_proj [heads * (nope + v)][kv_lora] from attn_k_b [heads][kv_lora][nope] then attn_v_b [heads][v][kv_lora] */
-static int64_t kv_b(const fam_config *c, const float *src, float *dst) {
+int64_t arch_mla_kv_b(const fam_config *c, const float *src, float *dst) {
     const int64_t nh = c->n_heads, L = c->kv_lora, np = c->qk_nope, v = c->v_head_dim;
     const float *kb = src, *vb = src + nh * L * np;
     for (int64_t h = 0; h < nh; h++) {
@@ -181,7 +187,7 @@ static int64_t kv_b(const fam_config *c, const float *src, float *dst) {
 }
 
 static const arch_gguf_xf gguf_xf[] = {
-    {"self_attn.kv_b_proj", {"attn_k_b.weight", "attn_v_b.weight"}, 0, NULL, kv_b},
+    ARCH_MLA_KV_B_XF,
 };
 
 static const char *const hf_types[] = {"deepseek_v3", "kimi_k2", NULL};
