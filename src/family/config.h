@@ -30,6 +30,9 @@ enum {
      * with the highest sum of their top-2 biased scores; weights the unbiased scores of the chosen, divided by
      * their sum when norm_topk, times routed_scale (GLM-4.5, DeepSeek-V3) */
     SL_ROUTER_SIGMOID_GROUP = 2,
+    /* softmax over all E; experts chosen by p + e_score_correction_bias, weighted by their unbiased p divided by
+     * max(their sum, 1e-12) (ERNIE 4.5's Ernie4_5_MoeTopKRouter) */
+    SL_ROUTER_SOFTMAX_BIAS = 3,
 };
 
 /* What a routed expert computes (moe.c). */
@@ -93,6 +96,7 @@ typedef struct fam_config {
 
     int router;    /* SL_ROUTER_* */
     int qk_norm;   /* SL_QK_NORM_* */
+    int qk_norm_after_rope; /* SL_QK_NORM_HEAD applied after RoPE (HunYuan), else before */
     int attn_bias; /* q_proj, k_proj, v_proj have biases (Qwen2-MoE, GLM-4.5) */
 
     /* SL_ROUTER_SIGMOID_GROUP only (0 otherwise) */
@@ -155,7 +159,7 @@ typedef struct fam_config {
     X(q_lora, I, O) X(kv_lora, I, O) X(qk_nope, I, O)                \
     X(v_head_dim, I, O) X(rope_interleave, I, O) X(attn_scale, D, O) \
     X(sliding_window, I, O) X(attn_sinks, I, O) X(expert_kind, I, O) X(swiglu_limit, D, O)                \
-    X(dsa_topk, I, O) X(dsa_heads, I, O) X(dsa_dim, I, O) X(dsa_interleave, I, O)
+    X(dsa_topk, I, O) X(dsa_heads, I, O) X(dsa_dim, I, O) X(dsa_interleave, I, O) X(qk_norm_after_rope, I, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024

@@ -39,6 +39,14 @@ static int get_int(cfgctx *c, const char *name, int required, int def) {
         if (required && !c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: missing required field '%s'", c->path, name);
         return def;
     }
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) > 0) { /* a per-layer list of one value (HunYuan's moe_topk) */
+        const cJSON *e0 = cJSON_GetArrayItem(v, 0), *e;
+        cJSON_ArrayForEach(e, v) if (!cJSON_IsNumber(e) || !cJSON_IsNumber(e0) || e->valuedouble != e0->valuedouble) {
+            if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' varies per layer (not supported)", c->path, name);
+            return def;
+        }
+        v = e0;
+    }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9) {
         if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' must be a non-negative integer", c->path, name);
         return def;
@@ -191,6 +199,19 @@ void hfc_sparse_layers(hfc *c, fam_config *o) {
 /* rope_type 'yarn' (transformers' modeling_rope_utils.py _compute_yarn_parameters): factor, original_max_position_embeddings
  * (default max_position_embeddings), beta_fast, beta_slow, mscale, mscale_all_dim, truncate (default true),
  * attention_factor. Needs o->max_pos. */
+/* rope_type "dynamic" with a fixed alpha (HunYuan's checkpoints; transformers' modeling_hunyuan_v1_moe.py
+ * compute_ntk_alpha_rope_parameters): the base stretched to rope_theta * alpha^(head_dim / (head_dim - 2)), in double
+ * as Python computes it; a factor other than 1 (true dynamic NTK, which depends on the sequence length) is refused. */
+static void ntk_alpha(hfc *c, const cJSON *rp, fam_config *o) {
+    int fa = 0;
+    const double alpha = get_num(c, rp, "alpha", 1.0, &fa), factor = get_num(c, rp, "factor", 1.0, NULL);
+    if (!fa || factor != 1.0 || !(alpha > 0) || o->head_dim <= 2) {
+        hfc_fail(c, SL_EUNSUPPORTED, "rope_type 'dynamic' is supported with a fixed alpha and factor 1 only (HunYuan's)");
+        return;
+    }
+    o->rope_theta *= pow(alpha, (double)o->head_dim / (o->head_dim - 2));
+}
+
 static void yarn_fields(hfc *c, const cJSON *rp, fam_config *o) {
     int found = 0;
     o->rope_type = SL_ROPE_YARN;
@@ -227,8 +248,12 @@ static void common_fields(hfc *c, const arch_desc *a, fam_config *o) {
     o->n_kv_heads = get_int(c, "num_key_value_heads", 0, o->n_heads);
     o->head_dim = get_int(c, "head_dim", 0, o->n_heads ? o->hidden / (o->n_heads ? o->n_heads : 1) : 0);
     o->max_pos = get_int(c, "max_position_embeddings", 0, 32768);
-    o->n_experts_used = get_int(c, "num_experts_per_tok", 1, 0);
+    o->n_experts_used = get_int(c, "num_experts_per_tok", 0, -1);
+    if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "moe_k", 0, -1); /* ERNIE 4.5's name */
+    if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "moe_topk", 0, -1); /* HunYuan's */
+    if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "num_experts_per_tok", 1, 0); /* the error names it */
     int ne = get_int(c, "num_experts", 0, -1), nle = get_int(c, "num_local_experts", 0, -1);
+    if (ne < 0) ne = get_int(c, "moe_num_experts", 0, -1); /* ERNIE 4.5's name */
     int nre = get_int(c, "n_routed_experts", 0, -1); /* GLM-4.5, DeepSeek-V3 */
     if (!c->st && ne >= 0 && nle >= 0 && ne != nle)
         c->st = err_set(err, SL_ECONFIG, "%s: 'num_experts' (%d) and 'num_local_experts' (%d) disagree", path, ne, nle);
@@ -259,6 +284,8 @@ static void common_fields(hfc *c, const arch_desc *a, fam_config *o) {
         if (!rt) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
         if (cJSON_IsString(rt) && !strcmp(rt->valuestring, "yarn"))
             yarn_fields(c, rp, o);
+        else if (cJSON_IsString(rt) && !strcmp(rt->valuestring, "dynamic"))
+            ntk_alpha(c, rp, o);
         else if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") && !c->st)
             c->st = err_set(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default' and 'yarn')", path,
                            rt->valuestring);

@@ -42,7 +42,7 @@ typedef struct fam_layer_w {
 
     /* MoE */
     tn_mat router;                        /* [E, H] */
-    float *router_bias;                   /* [E] e_score_correction_bias (SL_ROUTER_SIGMOID_GROUP), else NULL */
+    float *router_bias;                   /* [E] e_score_correction_bias (SL_ROUTER_SIGMOID_GROUP, _SOFTMAX_BIAS), else NULL */
     float *router_lbias;                  /* [E] the router Linear's bias, added to its logits (gpt-oss), else NULL */
     tn_mat sh_gate, sh_up, sh_down;       /* shared expert (Next, 3.5) */
     tn_mat sh_expert_gate;                /* [1, H] */

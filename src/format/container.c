@@ -172,7 +172,7 @@ sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, 
     for (int l = 0; ls && l < c->n_layers; l++) c->layer_dsa_shared[l] = cJSON_IsTrue(cJSON_GetArrayItem(ls, l));
     if (c->vocab < 1 || c->hidden < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads ||
         c->head_dim < 1 || c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
-        c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SIGMOID_GROUP ||
+        c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SOFTMAX_BIAS ||
         (c->router == SL_ROUTER_SIGMOID_GROUP && !cfg_groups_ok(c)) ||
         c->qk_norm < 0 || c->qk_norm > SL_QK_NORM_ALL || !cfg_mla_ok(c) ||
         c->rope_type < SL_ROPE_DEFAULT || c->rope_type > SL_ROPE_YARN ||

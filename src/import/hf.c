@@ -388,6 +388,10 @@ static sl_status add_plain(hf_ckpt *ck, int fi, const st_entry *e, const char *b
     } else if (ends_with(base, "linear_attn.conv1d") && e->ndim == 3 && e->shape[2] == 1) { /* MLX [Cq,K,1] */
         t->pub.ndim = 2;
         t->pub.shape[2] = 0;
+    } else if (ends_with(base, "e_score_correction_bias") && e->ndim == 2 && e->shape[0] == 1) { /* ERNIE's [1,E] */
+        t->pub.ndim = 1;
+        t->pub.shape[0] = e->shape[1];
+        t->pub.shape[1] = 0;
     }
     return SL_OK;
 }

@@ -7,7 +7,9 @@
  *
  * Per micro-batch, each step an op of the backend (src/backend/backend.h): project q (+gate), k, v for all
  * tokens; biases; q/k RMSNorm as cfg->qk_norm says (per head, over the whole projection, or none; 1+w when
- * zero-centred) and partial NeoX RoPE; then the attention op appends the K/V rows to the cache at their
+ * zero-centred) and partial NeoX RoPE (on adjacent pairs when cfg->rope_interleave: ERNIE 4.5, whose q and k are
+ * then permuted alike, which leaves every q.k as it was; per-head norms after RoPE when cfg->qk_norm_after_rope:
+ * HunYuan); then the attention op appends the K/V rows to the cache at their
  * positions and, per (token, head): scores against cache rows 0..pos, f32 softmax, weighted sum of V in
  * increasing position order; gate with sigmoid; then o_proj. Each result depends only on its own token and
  * position, never on the batch.
@@ -58,14 +60,18 @@ int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const in
     if (cfg->qk_norm == SL_QK_NORM_ALL) { /* over the whole projection (OLMoE), before the split into heads */
         be->rmsnorm(be, ws->big, ws->big, n, ldq, 1, 0, nh * hd, lw->q_norm, w_off, cfg->eps);
         be->rmsnorm(be, ws->k, ws->k, n, (size_t)kvrow, 1, 0, kvrow, lw->k_norm, w_off, cfg->eps);
-    } else if (cfg->qk_norm == SL_QK_NORM_HEAD) {
+    } else if (cfg->qk_norm == SL_QK_NORM_HEAD && !cfg->qk_norm_after_rope) {
         be->rmsnorm(be, ws->big, ws->big, n, ldq, nh, (size_t)qstride, hd, lw->q_norm, w_off, cfg->eps);
         be->rmsnorm(be, ws->k, ws->k, n, (size_t)kvrow, nkv, (size_t)hd, hd, lw->k_norm, w_off, cfg->eps);
     }
     for (int i = 0, r0 = 0; i < n_items; r0 += ns[i], i++) {
         float *q = ws->big + (size_t)r0 * ldq, *k = ws->k + (size_t)r0 * kvrow, *v = ws->v + (size_t)r0 * kvrow;
-        be->rope(be, q, ns[i], ldq, nh, (size_t)qstride, rot, inv_freq, attn_factor, pos0s[i], 0);
-        be->rope(be, k, ns[i], (size_t)kvrow, nkv, (size_t)hd, rot, inv_freq, attn_factor, pos0s[i], 0);
+        be->rope(be, q, ns[i], ldq, nh, (size_t)qstride, rot, inv_freq, attn_factor, pos0s[i], cfg->rope_interleave);
+        be->rope(be, k, ns[i], (size_t)kvrow, nkv, (size_t)hd, rot, inv_freq, attn_factor, pos0s[i], cfg->rope_interleave);
+        if (cfg->qk_norm == SL_QK_NORM_HEAD && cfg->qk_norm_after_rope) { /* HunYuan: per head, after RoPE */
+            be->rmsnorm(be, q, q, ns[i], ldq, nh, (size_t)qstride, hd, lw->q_norm, w_off, cfg->eps);
+            be->rmsnorm(be, k, k, ns[i], (size_t)kvrow, nkv, (size_t)hd, hd, lw->k_norm, w_off, cfg->eps);
+        }
         const be_attn a = {.q = q, .ldq = ldq, .qstride = qstride, .gated = gated, .k = k, .v = v, .ldkv = (size_t)kvrow,
                            .k_cache = sqs[i]->k_cache[layer], .v_cache = sqs[i]->v_cache[layer],
                            .cap = sqs[i]->kv_cap[layer], .n = ns[i], .pos0 = pos0s[i], .n_heads = nh, .n_kv_heads = nkv,

@@ -253,7 +253,7 @@ static sl_status check_config(const fam_config *c, sl_error *err) {
     if (ok && fwd_any_layer(c, 1))
         ok = c->lin_nk > 0 && c->lin_nv > 0 && c->lin_nv % c->lin_nk == 0 && c->lin_dk > 0 && c->lin_dv > 0 &&
              c->conv_k >= 1;
-    ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX ||
+    ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX || c->router == SL_ROUTER_SOFTMAX_BIAS ||
                 (c->router == SL_ROUTER_SIGMOID_GROUP && cfg_groups_ok(c))) &&
          c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL &&
          !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)) && /* attention.c: q rows [nh*hd] */

@@ -108,6 +108,20 @@ static void route_uniform(const fam_config *cfg, int layer, const float *logits,
     for (int i = 0; i < k; i++) top_w[i] = 1.0f / (float)k;
 }
 
+/* p = softmax(logits) over E, f32 with the sum in double. */
+static void route_softmax(const float *logits, int E, float *p) {
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++)
+        if (logits[e] > mx) mx = logits[e];
+    double sum = 0.0;
+    for (int e = 0; e < E; e++) {
+        p[e] = expf(logits[e] - mx);
+        sum += p[e];
+    }
+    const float fsum = (float)sum;
+    for (int e = 0; e < E; e++) p[e] /= fsum;
+}
+
 /* Routes one token (config.h SL_ROUTER_*): p [E] is scratch (may alias logits); bias: the layer's
  * e_score_correction_bias [E] or NULL. */
 static void route_token(const fam_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
@@ -126,17 +140,16 @@ static void route_token(const fam_config *cfg, const float *bias, const float *l
         }
         const float fsum = (float)sum;
         for (int s = 0; s < k; s++) top_w[s] /= fsum;
+    } else if (kind == SL_ROUTER_SOFTMAX_BIAS) { /* softmax; top-k of p + bias; the chosen p over their sum */
+        float b[SL_ROUTER_MAX_EXPERTS];
+        route_softmax(logits, E, p);
+        for (int e = 0; e < E; e++) b[e] = bias ? p[e] + bias[e] : p[e];
+        top_k(b, E, k, -INFINITY, top_e, top_w);
+        float wsum = 0.0f;
+        for (int s = 0; s < k; s++) wsum += top_w[s] = p[top_e[s]];
+        for (int s = 0; s < k; s++) top_w[s] /= wsum > 1e-12f ? wsum : 1e-12f;
     } else { /* softmax over all E, then top-k, renormalised on request */
-        float mx = -INFINITY;
-        for (int e = 0; e < E; e++)
-            if (logits[e] > mx) mx = logits[e];
-        double sum = 0.0;
-        for (int e = 0; e < E; e++) {
-            p[e] = expf(logits[e] - mx);
-            sum += p[e];
-        }
-        const float fsum = (float)sum;
-        for (int e = 0; e < E; e++) p[e] /= fsum;
+        route_softmax(logits, E, p);
         top_k(p, E, k, -1.0f, top_e, top_w);
         if (renorm) {
             float wsum = 0.0f;

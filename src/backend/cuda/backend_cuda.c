@@ -592,6 +592,7 @@ static void cu_dn_norm(be_backend *be, const be_dn *d) {
 static int router_of(const fam_config *cfg, const float *bias, slcu_router *r) {
     if (cfg->uniform_routing || cfg->n_experts > 1024 || cfg->n_experts_used < 1 || cfg->n_experts_used > cfg->n_experts)
         return 0;
+    if (cfg->router == SL_ROUTER_SOFTMAX_BIAS) return 0; /* no device rule: the CPU backend's chooses */
     if (cfg->router == SL_ROUTER_SIGMOID_GROUP && (cfg->n_group < 1 || cfg->n_group > 64 || !cfg_groups_ok(cfg))) return 0;
     *r = (slcu_router){.kind = cfg->router, .E = cfg->n_experts, .k = cfg->n_experts_used, .norm_topk = cfg->norm_topk,
                        .n_group = cfg->n_group, .topk_group = cfg->topk_group, .routed_scale = (float)cfg->routed_scale,
