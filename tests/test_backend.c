@@ -148,3 +148,58 @@ TEST(backend_missing_op_refused_at_open) {
         slc_close(&f);
     }
 }
+
+/* dsa_select (DeepSeek sparse attention's indexer, backend.h be_dsa): each token's choice is the top-k positions of
+ * sum_h (w_h * wscale) * relu(scale * q_h . key_p) over p <= pos, ascending, every position while pos < topk, a tie at
+ * the cut to the lower position; the new keys are stored in the cache rows' tail. layernorm against its formula. */
+TEST(backend_dsa_select_and_layernorm) {
+    srand(test_seed());
+    be_backend *be = be_cpu_new(kern_scalar_ops(), NULL);
+    CHECK(be);
+    enum { N = 4, P0 = 9, CTX = P0 + N, H = 3, D = 6, K = 5, LDC = D + 2 };
+    CHECK(be->reserve(be, 2 * CTX + 16) == SL_OK);
+    float q[N * H * D], w[N * H], k[N * D], cache[CTX * LDC], ln[N * D];
+    int32_t sel[N * K];
+    for (int i = 0; i < N * H * D; i++) q[i] = frand();
+    for (int i = 0; i < N * H; i++) w[i] = frand();
+    for (int i = 0; i < N * D; i++) k[i] = frand();
+    for (int i = 0; i < CTX * LDC; i++) cache[i] = frand();
+    memcpy(cache + 3 * LDC + 2, cache + 7 * LDC + 2, D * sizeof(float)); /* positions 3 and 7: equal scores */
+    const be_dsa d = {.q = q, .ldq = H * D, .w = w, .ldw = H, .k = k, .ldk = D, .cache = cache, .ldc = LDC, .koff = 2,
+                      .n = N, .pos0 = P0, .heads = H, .dim = D, .topk = K, .scale = 0.5f, .wscale = 0.25f, .sel = sel,
+                      .sel_ld = K};
+    be->dsa_select(be, &d);
+    CHECK(be->sync(be) == SL_OK);
+    CHECK(!memcmp(cache + (P0 + 1) * LDC + 2, k + D, D * sizeof(float)));
+    for (int t = 0; t < N; t++) {
+        double s[CTX];
+        for (int p = 0; p <= P0 + t; p++) {
+            s[p] = 0;
+            for (int h = 0; h < H; h++) {
+                double dot = 0;
+                for (int i = 0; i < D; i++) dot += (double)q[(t * H + h) * D + i] * cache[p * LDC + 2 + i];
+                s[p] += w[t * H + h] * 0.25 * (dot > 0 ? dot * 0.5 : 0);
+            }
+        }
+        for (int i = 0; i < K; i++) { /* the i-th chosen beats (or ties, from a higher position) every unchosen */
+            const int a = sel[t * K + i];
+            CHECKF(a >= 0 && a <= P0 + t && (i == 0 || a > sel[t * K + i - 1]), "token %d slot %d: %d", t, i, a);
+            for (int p = 0, j = 0; p <= P0 + t; p++) {
+                while (j < K && sel[t * K + j] < p) j++;
+                if (j < K && sel[t * K + j] == p) continue;
+                CHECKF(s[a] > s[p] + 1e-6 || (fabs(s[a] - s[p]) <= 1e-6 && a < p), "token %d: %d (%g) over %d (%g)", t, a,
+                       s[a], p, s[p]);
+            }
+        }
+    }
+    const float lw[D] = {1, 2, 0.5f, -1, 3, 1}, lb[D] = {0, 1, -1, 0.5f, 0, 2};
+    be->layernorm(be, k, ln, N, D, D, lw, lb, 1e-6f);
+    for (int t = 0; t < N; t++) {
+        double m = 0, v = 0;
+        for (int i = 0; i < D; i++) m += k[t * D + i] / (double)D;
+        for (int i = 0; i < D; i++) v += (k[t * D + i] - m) * (k[t * D + i] - m) / D;
+        for (int i = 0; i < D; i++)
+            CHECK(fabs(ln[t * D + i] - ((k[t * D + i] - m) / sqrt(v + 1e-6) * lw[i] + lb[i])) < 1e-5);
+    }
+    be_close(be);
+}
