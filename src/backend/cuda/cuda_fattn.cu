@@ -28,9 +28,7 @@ __device__ __forceinline__ float fa_sigm(float x) { return __fdiv_rn(1.0f, __fad
  * over the threads) into sc [G][nk_max], after q into qs [G][hd]. */
 __device__ __forceinline__ void fa_scores(const slcu_attn &p, int t, int kvh, int G, int nk, int p0, int nk_max, float *sc,
                                           float *qs, float *tile) {
-    const int hd = p.hd, kvrow = p.n_kv * hd, tid = threadIdx.x, ts = hd + 4; /* ts: rows 16-byte aligned; lane l reads
-                                                                                 * row l, a quarter-warp's 16-byte loads
-                                                                                 * in distinct banks */
+    const int hd = p.hd, kvrow = p.n_kv * hd, tid = threadIdx.x, ts = hd + 1; /* ts: lane l reads row l, no conflicts */
     for (int i = tid; i < G * hd; i += FA_THREADS) {
         const int g = i / hd, c = i % hd;
         qs[i] = p.q[(size_t)t * p.ldq + (size_t)(kvh * G + g) * p.qstride + c];
@@ -46,21 +44,13 @@ __device__ __forceinline__ void fa_scores(const slcu_attn &p, int t, int kvh, in
         for (int i = tid; i < G * FA_KT; i += FA_THREADS) {
             const int g = i / FA_KT, r = i % FA_KT;
             if (r >= kn) continue;
-            const float4 *qv = (const float4 *)(qs + (size_t)g * hd), *kr = (const float4 *)(tile + r * ts);
+            const float *qv = qs + (size_t)g * hd, *kr = tile + r * ts;
             float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            int c = 0; /* column c into acc[c % 8], in increasing c (hd % 4 == 0: four at a time) */
-            for (; c + 8 <= hd; c += 8) {
-                const float4 qa = qv[c / 4], qb = qv[c / 4 + 1], ka = kr[c / 4], kb = kr[c / 4 + 1];
-                acc[0] = __fadd_rn(acc[0], __fmul_rn(qa.x, ka.x)), acc[1] = __fadd_rn(acc[1], __fmul_rn(qa.y, ka.y));
-                acc[2] = __fadd_rn(acc[2], __fmul_rn(qa.z, ka.z)), acc[3] = __fadd_rn(acc[3], __fmul_rn(qa.w, ka.w));
-                acc[4] = __fadd_rn(acc[4], __fmul_rn(qb.x, kb.x)), acc[5] = __fadd_rn(acc[5], __fmul_rn(qb.y, kb.y));
-                acc[6] = __fadd_rn(acc[6], __fmul_rn(qb.z, kb.z)), acc[7] = __fadd_rn(acc[7], __fmul_rn(qb.w, kb.w));
-            }
-            if (c < hd) {
-                const float4 qa = qv[c / 4], ka = kr[c / 4];
-                acc[0] = __fadd_rn(acc[0], __fmul_rn(qa.x, ka.x)), acc[1] = __fadd_rn(acc[1], __fmul_rn(qa.y, ka.y));
-                acc[2] = __fadd_rn(acc[2], __fmul_rn(qa.z, ka.z)), acc[3] = __fadd_rn(acc[3], __fmul_rn(qa.w, ka.w));
-            }
+            int c = 0;
+            for (; c + 8 <= hd; c += 8)
+#pragma unroll
+                for (int jj = 0; jj < 8; jj++) acc[jj] = __fadd_rn(acc[jj], __fmul_rn(qv[c + jj], kr[c + jj]));
+            for (; c < hd; c++) acc[c & 7] = __fadd_rn(acc[c & 7], __fmul_rn(qv[c], kr[c]));
             const float d = __fadd_rn(__fadd_rn(__fadd_rn(acc[0], acc[1]), __fadd_rn(acc[2], acc[3])),
                                       __fadd_rn(__fadd_rn(acc[4], acc[5]), __fadd_rn(acc[6], acc[7])));
             sc[(size_t)g * nk_max + k0 + r] = __fmul_rn(d, p.scale);
@@ -107,41 +97,7 @@ __device__ __forceinline__ void fa_softmax(const slcu_attn &p, int kvh, int G, i
     }
 }
 
-/* One V tile (kn rows of hd) into the thread's chains, chain m = output column c = tid + FA_THREADS m of head
- * c / hd: acc[m] += w[c / hd][r] v[r][c % hd] in increasing r. The weights four rows at a time (rows of sc are
- * 16-byte aligned: nk_max % 4 == 0); where FA_THREADS % hd == 0 every chain of a thread is the same column of
- * another head, so each V value is loaded once for all of them. */
-__device__ __forceinline__ void fa_vsum(float (&acc)[FA_MAXC], const float *sc, const float *tile, int kn, int nk_max,
-                                        int hd, int G) {
-    const int tid = threadIdx.x, nm = (G * hd - tid + FA_THREADS - 1) / FA_THREADS; /* chains of this thread */
-    int r = 0;
-    if (FA_THREADS % hd == 0) {
-        const float *vc = tile + tid % hd;
-        for (; r + 4 <= kn; r += 4) {
-            const float v0 = vc[r * hd], v1 = vc[(r + 1) * hd], v2 = vc[(r + 2) * hd], v3 = vc[(r + 3) * hd];
-#pragma unroll
-            for (int m = 0; m < FA_MAXC; m++) {
-                if (m >= nm) break;
-                const float4 w = *(const float4 *)(sc + (size_t)((tid + FA_THREADS * m) / hd) * nk_max + r);
-                float a = acc[m];
-                a = __fadd_rn(a, __fmul_rn(w.x, v0)), a = __fadd_rn(a, __fmul_rn(w.y, v1));
-                a = __fadd_rn(a, __fmul_rn(w.z, v2)), a = __fadd_rn(a, __fmul_rn(w.w, v3));
-                acc[m] = a;
-            }
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < FA_MAXC; m++) { /* the rest (every row where a thread's chains are different columns) */
-        if (m >= nm) break;
-        const int c = tid + FA_THREADS * m;
-        const float *wr = sc + (size_t)(c / hd) * nk_max, *vc = tile + c % hd;
-        float a = acc[m];
-        for (int q = r; q < kn; q++) a = __fadd_rn(a, __fmul_rn(wr[q], vc[q * hd]));
-        acc[m] = a;
-    }
-}
-
-/* dynamic shared memory: part [G][128] doubles, sc [G][nk_max] floats, q [G][hd], tile [FA_KT][hd + 4] */
+/* dynamic shared memory: part [G][128] doubles, sc [G][nk_max] floats, q [G][hd], tile [FA_KT][hd + 1] */
 __global__ void __launch_bounds__(FA_THREADS) k_attn_prefill(const slcu_attn p, int nk_max) {
     extern __shared__ double fa_smem[];
     const int G = p.n_heads / p.n_kv, hd = p.hd, kvrow = p.n_kv * hd, tid = threadIdx.x;
@@ -163,7 +119,15 @@ __global__ void __launch_bounds__(FA_THREADS) k_attn_prefill(const slcu_attn p, 
             tile[r * hd + c] = p.v_cache[(size_t)((p0 + k0 + r) % p.cap) * kvrow + (size_t)kvh * hd + c];
         }
         __syncthreads();
-        fa_vsum(acc, sc + k0, tile, kn, nk_max, hd, G);
+#pragma unroll
+        for (int m = 0; m < FA_MAXC; m++) {
+            const int c = tid + FA_THREADS * m;
+            if (c >= G * hd) break;
+            const float *wr = sc + (size_t)(c / hd) * nk_max + k0, *vc = tile + c % hd;
+            float a = acc[m];
+            for (int r = 0; r < kn; r++) a = __fadd_rn(a, __fmul_rn(wr[r], vc[r * hd]));
+            acc[m] = a;
+        }
     }
 #pragma unroll
     for (int m = 0; m < FA_MAXC; m++) {
@@ -186,9 +150,7 @@ extern "C" int slcu_attention_prefill(const slcu_attn *a, char *msg, size_t msgl
     if (fa_off || a->n <= 0 || a->n_kv <= 0 || a->n_heads % a->n_kv || a->hd <= 0 || a->hd > FA_HDMAX) return 0;
     const int G = a->n_heads / a->n_kv;
     if ((size_t)G * a->hd > (size_t)FA_THREADS * FA_MAXC || G > FA_THREADS / 32 * 8) return 0;
-    if (a->hd % 4) return 0; /* the 16-byte loads of q, K rows and weights */
-    const int last = a->pos0 + a->n - 1, nk = a->window > 0 && a->window < last + 1 ? a->window : last + 1;
-    const int nk_max = (nk + 3) & ~3; /* sc's rows 16-byte aligned */
+    const int last = a->pos0 + a->n - 1, nk_max = a->window > 0 && a->window < last + 1 ? a->window : last + 1;
     if (!fa_smem_max) {
         int dev = 0, optin = 0;
         cudaGetDevice(&dev);
@@ -197,7 +159,7 @@ extern "C" int slcu_attention_prefill(const slcu_attn *a, char *msg, size_t msgl
         cudaFuncSetAttribute(k_attn_prefill, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_smem_max);
     }
     const size_t smem = (size_t)G * 128 * sizeof(double) + ((size_t)G * nk_max + (size_t)G * a->hd +
-                                                           (size_t)FA_KT * (a->hd + 4)) * sizeof(float);
+                                                           (size_t)FA_KT * (a->hd + 1)) * sizeof(float);
     if (smem > (size_t)fa_smem_max) return 0;
     k_attn_prefill<<<a->n * a->n_kv, FA_THREADS, smem, SLS>>>(*a, nk_max);
     cudaError_t e = cudaGetLastError();
