@@ -44,7 +44,8 @@ def to_f32(arr, dtype):
 
 
 GGUF_ARCH = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama",
-             "glm4_moe": "glm4moe"}
+             "glm4_moe": "glm4moe", "minimax_m2": "minimax-m2", "ernie4_5_moe": "ernie4_5-moe",
+             "hunyuan_v1_moe": "hunyuan-moe"}
 
 # HF module path (after "model.layers.N.") -> llama.cpp name (gguf-py constants.py TENSOR_NAMES)
 LAYER_NAMES = {
@@ -65,6 +66,14 @@ LAYER_NAMES = {
     "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
     "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
     "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+    "block_sparse_moe.e_score_correction_bias": "exp_probs_b.bias",  # MiniMax-M2
+    "mlp.moe_statics.e_score_correction_bias": "exp_probs_b.bias",  # ERNIE 4.5 ([1, E]: ne [E, 1])
+    "mlp.gate.wg.weight": "ffn_gate_inp.weight",  # HunYuan
+    "mlp.shared_mlp.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_mlp.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_mlp.down_proj.weight": "ffn_down_shexp.weight",
+    "self_attn.query_layernorm.weight": "attn_q_norm.weight",
+    "self_attn.key_layernorm.weight": "attn_k_norm.weight",
 }
 PARTS = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
          "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
@@ -87,7 +96,9 @@ def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, de
     L = cfg["num_hidden_layers"]
     heads, kvh = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     hd = cfg.get("head_dim") or cfg["hidden_size"] // heads
-    E = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+    E = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts") or cfg.get("moe_num_experts")
+    used = cfg.get("num_experts_per_tok") or cfg.get("moe_k") or cfg.get("moe_topk")
+    used = used[0] if isinstance(used, list) else used
     rope = cfg.get("rope_parameters") or {}
     nextn = cfg.get("num_nextn_predict_layers", 0) if family == "glm4_moe" else 0
     w.add_block_count(L + nextn)
@@ -98,10 +109,13 @@ def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, de
     w.add_head_count_kv(kvh)
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_freq_base(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    base = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    if rope.get("rope_type") == "dynamic":  # HunYuan: conversion/hunyuan.py writes the alpha-stretched base
+        base = base * rope["alpha"] ** (hd / (hd - 2))
+    w.add_rope_freq_base(base)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_expert_count(E)
-    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_used_count(used)
     if cfg.get("moe_intermediate_size"):
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if family == "qwen2_moe":
@@ -111,6 +125,17 @@ def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, de
         w.add_expert_weights_norm(bool(cfg.get("norm_topk_prob", False)))
     if family == "mixtral":
         w.add_rope_dimension_count(hd)
+    if family == "minimax_m2":  # conversion/minimax.py MiniMaxM2Model
+        w.add_expert_feed_forward_length(cfg["intermediate_size"])
+        w.add_rope_dimension_count(int(hd * rope.get("partial_rotary_factor", 1.0)))
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if family == "ernie4_5_moe":  # conversion/ernie.py Ernie4_5MoeModel
+        w.add_leading_dense_block_count(cfg["moe_layer_start_index"])
+        w.add_interleave_moe_layer_step(cfg["moe_layer_interval"])
+        w.add_expert_shared_count(cfg["moe_num_shared_experts"])
+    if family == "hunyuan_v1_moe":  # conversion/hunyuan.py HunYuanMoEModel
+        w.add_expert_feed_forward_length(cfg["intermediate_size"])
+        w.add_expert_shared_count(1)
     if family == "glm4_moe":
         w.add_rope_dimension_count(int(hd * cfg.get("partial_rotary_factor", 0.5)))
         w.add_expert_shared_count(cfg["n_shared_experts"])
@@ -200,7 +225,7 @@ def logits(model, toks, out):
     return np.fromfile(out, dtype=np.float32)
 
 
-FAMILIES = ["qwen3_moe", "qwen2_moe", "olmoe", "mixtral", "glm4_moe"]
+FAMILIES = ["qwen3_moe", "qwen2_moe", "olmoe", "mixtral", "glm4_moe", "minimax_m2", "ernie4_5_moe", "hunyuan_v1_moe"]
 
 
 @pytest.fixture(scope="module")
