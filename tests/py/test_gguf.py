@@ -45,7 +45,7 @@ def to_f32(arr, dtype):
 
 GGUF_ARCH = {"qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe", "olmoe": "olmoe", "mixtral": "llama",
              "glm4_moe": "glm4moe", "minimax_m2": "minimax-m2", "ernie4_5_moe": "ernie4_5-moe",
-             "hunyuan_v1_moe": "hunyuan-moe"}
+             "hunyuan_v1_moe": "hunyuan-moe", "glm_moe_dsa": "glm-dsa", "deepseek_v32": "deepseek32"}
 
 # HF module path (after "model.layers.N.") -> llama.cpp name (gguf-py constants.py TENSOR_NAMES)
 LAYER_NAMES = {
@@ -74,6 +74,13 @@ LAYER_NAMES = {
     "mlp.shared_mlp.down_proj.weight": "ffn_down_shexp.weight",
     "self_attn.query_layernorm.weight": "attn_q_norm.weight",
     "self_attn.key_layernorm.weight": "attn_k_norm.weight",
+    # MLA and the DSA indexer (conversion/deepseek.py DeepseekV2Model, DeepseekV32Model; conversion/glm.py GlmMoeDsaModel)
+    "self_attn.q_a_proj.weight": "attn_q_a.weight", "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+    "self_attn.q_b_proj.weight": "attn_q_b.weight", "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+    "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+    "self_attn.indexer.wq_b.weight": "indexer.attn_q_b.weight", "self_attn.indexer.wk.weight": "indexer.attn_k.weight",
+    "self_attn.indexer.k_norm.weight": "indexer.k_norm.weight", "self_attn.indexer.k_norm.bias": "indexer.k_norm.bias",
+    "self_attn.indexer.weights_proj.weight": "indexer.proj.weight",
 }
 PARTS = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
          "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
@@ -133,6 +140,31 @@ def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, de
         w.add_leading_dense_block_count(cfg["moe_layer_start_index"])
         w.add_interleave_moe_layer_step(cfg["moe_layer_interval"])
         w.add_expert_shared_count(cfg["moe_num_shared_experts"])
+    if family in ("glm_moe_dsa", "deepseek_v32"):  # MLA as llama.cpp's deepseek2 runs it, the indexer's keys
+        nope, rdim, vdim, kvl = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
+        w.add_head_count_kv(1)
+        w.add_key_length(kvl + rdim)
+        w.add_value_length(kvl)
+        w.add_key_length_mla(nope + rdim)
+        w.add_value_length_mla(vdim)
+        w.add_q_lora_rank(cfg["q_lora_rank"])
+        w.add_kv_lora_rank(kvl)
+        w.add_rope_dimension_count(rdim)
+        if rope.get("rope_type") == "yarn":
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(rope["factor"])
+            w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+            w.add_rope_scaling_yarn_log_mul(0.1 * rope["mscale_all_dim"])
+        w.add_expert_shared_count(cfg["n_shared_experts"])
+        w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+        w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+        w.add_expert_weights_norm(cfg["norm_topk_prob"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_expert_group_count(cfg["n_group"])
+        w.add_expert_group_used_count(cfg["topk_group"])
+        w.add_indexer_head_count(cfg["index_n_heads"])
+        w.add_indexer_key_length(cfg["index_head_dim"])
+        w.add_indexer_top_k(cfg["index_topk"])
     if family == "hunyuan_v1_moe":  # conversion/hunyuan.py HunYuanMoEModel
         w.add_expert_feed_forward_length(cfg["intermediate_size"])
         w.add_expert_shared_count(1)
@@ -195,6 +227,12 @@ def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, de
                 e, part = int(parts[-3]), parts[-2]
                 experts.setdefault((l, PARTS[part]), {})[e] = (arr, dtype)
                 continue
+            if rest == "self_attn.kv_b_proj.weight":  # split per head: attn_k_b [h][kv_lora][nope], attn_v_b [h][v][kv_lora]
+                nope, vdim = cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+                kvb = arr.reshape(heads, nope + vdim, arr.shape[-1])
+                add(f"blk.{l}.attn_k_b.weight", np.ascontiguousarray(kvb[:, :nope, :].transpose(0, 2, 1)), dtype)
+                add(f"blk.{l}.attn_v_b.weight", np.ascontiguousarray(kvb[:, nope:, :]), dtype)
+                continue
             if family == "glm4_moe" and rest == "post_attention_layernorm.weight":
                 name = "post_attention_norm.weight"
             else:
@@ -225,7 +263,8 @@ def logits(model, toks, out):
     return np.fromfile(out, dtype=np.float32)
 
 
-FAMILIES = ["qwen3_moe", "qwen2_moe", "olmoe", "mixtral", "glm4_moe", "minimax_m2", "ernie4_5_moe", "hunyuan_v1_moe"]
+FAMILIES = ["qwen3_moe", "qwen2_moe", "olmoe", "mixtral", "glm4_moe", "minimax_m2", "ernie4_5_moe", "hunyuan_v1_moe",
+            "glm_moe_dsa", "deepseek_v32"]
 
 
 @pytest.fixture(scope="module")
