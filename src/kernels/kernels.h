@@ -207,6 +207,20 @@ static inline void kern_axpy_rows_q(const kern_ops *ops, const float *a, size_t 
         for (int i = 0; i < nq; i++) kern_axpy_rows(ops, a + (size_t)i * lda, n, x, ldx, y + (size_t)i * ldy, d);
 }
 
+/* ---- the CUDA backend's arithmetic on the host (kernels_dev.c; issue 25's hybrid step) ----
+ * kern_matmul_i8_dev: y[t*ldy + r] (r0 <= r < r1, t < a->n_tok; a ready) of a q8/q4 matrix in cuda.h's canonical
+ * order (per 32-column block acc = fma(I_b, scale * d_b, acc); per group accb = fma(bias, s, accb); acc + accb),
+ * bitwise the device's slcu_matmul_i8. kern_swiglu_dev: y = silu(g) * u with canon_exp.h's e^x, bitwise the
+ * device's SwiGLU. kern_ffn_dev: a SwiGLU expert over x's tokens (int8; prepared here) on pool (NULL: inline):
+ * g, u [n][inter] scratch, mid_buf kern_act_bytes(n, inter) bytes, y [n][ldy]; bitwise the CUDA backend's ffn of
+ * the same expert; SL_EUNSUPPORTED (nothing done) unless kern_ffn_dev_ok (q8/q4 parts with biases, groups of
+ * 32 / 64 / 128, inter a multiple of 32) and x->int8. */
+void kern_matmul_i8_dev(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+void kern_swiglu_dev(const float *g, const float *u, float *y, int n);
+int kern_ffn_dev_ok(const tn_expert *ex, int inter);
+int kern_ffn_dev(pool_t *pool, const tn_expert *ex, kern_act *x, int inter, float *g, float *u, void *mid_buf,
+                 float *y, size_t ldy);
+
 static inline float kern_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float kern_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

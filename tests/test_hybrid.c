@@ -1,0 +1,166 @@
+/*
+ * test_hybrid.c — issue 25's hybrid step, here without a GPU: the device arithmetic on the host
+ * (src/kernels/kernels_dev.c, canon_exp.h) against cuda.h's order written out plainly, and against the CPU's own
+ * kernels to rounding. That the device computes the same bits is tests/cuda/test_cuda.c's check on the GPU
+ * machine; that any VRAM / RAM split with experts run where they lie gives the all-resident logits bitwise is
+ * tests/test_stream.c's tiered_equals_resident (the hybrid rows).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/canon_exp.h"
+#include "kernels/kernels.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static uint64_t hy_rng;
+static float hy_rand(void) { /* uniform in [-1, 1) */
+    hy_rng = hy_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((hy_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* ulps between two finite floats of the same sign */
+static int64_t ulps(float a, float b) { return llabs((int64_t)f2u(a) - (int64_t)f2u(b)); }
+
+/* canon_expf within 2 ulp of e^x (glibc's expf, itself within 1) over the float range, its ends and specials */
+TEST(hybrid_canon_expf_accuracy) {
+    int64_t worst = 0;
+    float at = 0;
+    for (float x = -103.0f; x < 88.7f; x += 0.0137f) {
+        float got = canon_expf(x), want = expf(x);
+        if (want < 1.2e-38f) continue; /* subnormal results: checked below by value */
+        int64_t u = ulps(got, want);
+        if (u > worst) worst = u, at = x;
+    }
+    CHECKF(worst <= 2, "canon_expf off expf by %lld ulp at %.9g", (long long)worst, at);
+    CHECK(canon_expf(0.0f) == 1.0f);
+    CHECK(isinf(canon_expf(89.0f)) && canon_expf(-104.0f) == 0.0f && isnan(canon_expf(NAN)));
+    CHECK(fabsf(canon_expf(-100.0f) - expf(-100.0f)) <= 2e-45f * 4);
+    CHECK(canon_silu(-200.0f) == -0.0f && canon_silu(200.0f) == 200.0f);
+    fprintf(stderr, "    canon_expf: worst %lld ulp of expf\n", (long long)worst);
+}
+
+/* cuda.h's order for one output, as its text says it */
+static float plain_dev(const tn_mat *w, int r, const kern_act *a, int t) {
+    const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
+    const int soff = g == 32 ? 0 : g == 64 ? nb : nb + nb / 2;
+    float acc = 0, accb = 0;
+    for (int b = 0; b < nb; b++) {
+        int32_t I = 0;
+        for (int c = 32 * b; c < 32 * b + 32; c++) {
+            const uint8_t *q = (const uint8_t *)w->data;
+            int code = w->dtype == DT_Q8 ? q[(size_t)r * cols + c] : (q[((size_t)r * cols + c) / 2] >> (c & 1) * 4) & 15;
+            I += code * a->q[(size_t)t * cols + c];
+        }
+        float sd = q_scale_at(w->scales, w->sdtype, (size_t)r * ng + (size_t)(32 * b / g)) * a->d[(size_t)t * nb + b];
+        acc = fmaf((float)I, sd, acc);
+    }
+    for (int j = 0; j < ng; j++)
+        accb = fmaf(q_scale_at(w->biases, w->sdtype, (size_t)r * ng + j), a->s[(size_t)t * ns + soff + j], accb);
+    return acc + accb;
+}
+
+static void *hy_mat(dt_type dt, int rows, int cols, int group, dt_type sdt, tn_mat *m) {
+    size_t n = (size_t)rows * cols;
+    float *w = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) w[i] = hy_rand() * 0.1f + (i % 7 == 0 ? 0.05f : 0.0f);
+    void *data = malloc(q_mat_bytes(dt, rows, cols, group, sdt));
+    q_quantize(dt, w, rows, cols, group, sdt, 1, data);
+    q_mat_bind(m, data, dt, rows, cols, group, sdt, 1);
+    free(w);
+    return data;
+}
+
+/* kern_matmul_i8_dev bitwise plain_dev, q8 / q4, every group and scale type; within int8 rounding of the CPU's
+ * own int8 kernels (another float order) */
+TEST(hybrid_matmul_dev_is_cuda_order) {
+    hy_rng = 0x5eed ^ test_seed();
+    static const int cols_l[] = {32, 96, 384, 2048};
+    static const dt_type sdts[] = {DT_BF16, DT_F16, DT_F32};
+    int cases = 0;
+    for (int dq = 0; dq < 2; dq++)
+        for (int ci = 0; ci < 4; ci++)
+            for (int gi = 0; gi < 3; gi++) {
+                const int cols = cols_l[ci], group = 32 << gi, rows = 9, n_tok = 1 + ci;
+                if (cols % group) continue;
+                const dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
+                tn_mat m;
+                void *data = hy_mat(dt, rows, cols, group, sdt, &m);
+                float *x = malloc((size_t)n_tok * cols * sizeof(float)), y[5 * 9], cpu[5 * 9];
+                for (int i = 0; i < n_tok * cols; i++) x[i] = hy_rand() * 2.0f;
+                void *buf = malloc(kern_act_bytes(n_tok, cols));
+                kern_act a;
+                kern_act_init(&a, buf, x, (size_t)cols, n_tok, cols, 1);
+                kern_act_prepare(&a);
+                kern_matmul_i8_dev(&m, &a, y, (size_t)rows, 0, rows);
+                CHECK(!kern_matmul_act(kern_scalar_ops(), NULL, &m, &a, cpu, (size_t)rows));
+                for (int t = 0; t < n_tok; t++)
+                    for (int r = 0; r < rows; r++) {
+                        float want = plain_dev(&m, r, &a, t), got = y[t * rows + r];
+                        CHECKF(!memcmp(&got, &want, 4), "%s cols %d group %d sdt %s: row %d token %d %.9g != %.9g",
+                               dt_name(dt), cols, group, dt_name(sdt), r, t, got, want);
+                        CHECKF(fabsf(got - cpu[t * rows + r]) <= 1e-5f * (1.0f + fabsf(got)), "%s: %.9g vs CPU %.9g",
+                               dt_name(dt), got, cpu[t * rows + r]);
+                    }
+                free(buf);
+                free(x);
+                free(data);
+                cases++;
+            }
+    CHECK(cases >= 16);
+}
+
+/* kern_ffn_dev: the plain order's gate, up, canon SwiGLU, the mid rows' int8 form and down, bitwise, on a pool of
+ * any size; refused for what it does not cover */
+TEST(hybrid_ffn_dev_bitwise) {
+    hy_rng = 0xffe1 ^ test_seed();
+    const int H = 256, I = 96, n = 3;
+    tn_expert ex;
+    memset(&ex, 0, sizeof ex);
+    void *d0 = hy_mat(DT_Q4, I, H, 64, DT_BF16, &ex.gate), *d1 = hy_mat(DT_Q4, I, H, 64, DT_BF16, &ex.up),
+         *d2 = hy_mat(DT_Q8, H, I, 32, DT_F16, &ex.down);
+    float x[3 * 256], g[3 * 96], u[3 * 96], y[3 * 256], pg[3 * 96], pu[3 * 96];
+    for (int i = 0; i < n * H; i++) x[i] = hy_rand() * 3.0f;
+    void *xb = malloc(kern_act_bytes(n, H)), *mb = malloc(kern_act_bytes(n, I)), *pb = malloc(kern_act_bytes(n, I));
+    pool_t *pool = pool_new(3);
+    for (int pi = 0; pi < 2; pi++) {
+        kern_act a;
+        kern_act_init(&a, xb, x, (size_t)H, n, H, 1);
+        CHECK(kern_ffn_dev(pi ? pool : NULL, &ex, &a, I, g, u, mb, y, (size_t)H) == SL_OK);
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < I; r++) {
+                pg[t * I + r] = plain_dev(&ex.gate, r, &a, t);
+                pu[t * I + r] = plain_dev(&ex.up, r, &a, t);
+                pg[t * I + r] = canon_silu(pg[t * I + r]) * pu[t * I + r];
+            }
+        kern_act m;
+        kern_act_init(&m, pb, pg, (size_t)I, n, I, 1);
+        kern_act_prepare(&m);
+        for (int t = 0; t < n; t++)
+            for (int r = 0; r < H; r++) {
+                float want = plain_dev(&ex.down, r, &m, t);
+                CHECKF(!memcmp(&y[t * H + r], &want, 4), "pool %d: token %d row %d %.9g != %.9g", pi, t, r, y[t * H + r],
+                       want);
+            }
+    }
+    kern_act a;
+    kern_act_init(&a, xb, x, (size_t)H, n, H, 0);
+    CHECK(kern_ffn_dev(NULL, &ex, &a, I, g, u, mb, y, (size_t)H) == SL_EUNSUPPORTED); /* f32 activations */
+    ex.down.dtype = DT_F32;
+    kern_act_init(&a, xb, x, (size_t)H, n, H, 1);
+    CHECK(!kern_ffn_dev_ok(&ex, I) && kern_ffn_dev(NULL, &ex, &a, I, g, u, mb, y, (size_t)H) == SL_EUNSUPPORTED);
+    pool_free(pool);
+    free(xb);
+    free(mb);
+    free(pb);
+    free(d0);
+    free(d1);
+    free(d2);
+}
