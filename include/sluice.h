@@ -224,6 +224,12 @@ typedef struct sl_model_params {
                                over the file, each promoted by one copy; 0 (default): none. On the CPU
                                backend the tier is a second cache in host memory, which is how the tests show
                                that any VRAM / RAM split gives the logits of all-resident bitwise */
+    int hybrid;             /* the hybrid step with a device tier (issue 25, docs/CUDA.md): a decode step's miss
+                               that does not pay its copy up (the tier's decayed use counts) runs on the host's
+                               threads from the RAM cache, in the device's arithmetic (bitwise the same logits),
+                               while the device runs the experts it holds. 0 (default): on where the backend
+                               has a device (--gpu) and vram_bytes > 0; 1: on (with a tier: on the CPU backend
+                               the tests' stand-in); -1: off (every miss copied up) */
 } sl_model_params;
 
 sl_model_params sl_model_params_default(void);
@@ -261,6 +267,7 @@ typedef struct sl_stats {
     uint64_t tier_hits, tier_misses; /* device tier (vram_bytes > 0): experts found there / copied in */
     uint64_t tier_bytes_copied;   /* host -> device bytes of those copies */
     uint64_t tier_slots, tier_bytes; /* its slots and their bytes */
+    uint64_t tier_host;           /* the hybrid step: experts computed on the host where they lie, not copied */
     double engine_verify_s;       /* time the I/O engines' own threads spent checking expert checksums (CPU
                                      time taken beside the forward pass; verify_s is the evaluating thread's) */
     double io_busy_s;             /* time with at least one expert read in flight (submit to completion) */
@@ -272,6 +279,10 @@ void sl_model_reset_stats(sl_model *model);
 /* Per-layer expert counters of model layer `layer` (zeros for dense layers). */
 sl_status sl_model_layer_stats(const sl_model *model, int layer, uint64_t *hits, uint64_t *misses,
                                uint64_t *bytes);
+/* Where model layer `layer`'s experts ran since open, with a device tier (vram_bytes; zeros without one or for a
+ * dense layer): found in the tier (vram), copied up to it (copied), computed on the host where they lay (host:
+ * the hybrid step). */
+sl_status sl_model_layer_where(const sl_model *model, int layer, uint64_t *vram, uint64_t *copied, uint64_t *host);
 /* Routing counts of model layer `layer` since open: out[e] (e < n) = how many expert requests of that
  * layer chose expert e (one per step that routed any token to it). *n_experts (may be NULL) gets the
  * layer's expert count, 0 for a dense layer. Counted by the expert cache: a resident model gives

@@ -158,24 +158,28 @@ FIXTURE_TEST(tiered_equals_resident) {
      * large cache, a large tier over a small cache, all of it over resident experts */
     const uint64_t split[][2] = {{used * stride, stride}, {3 * stride, total / 2}, {total, 2 * stride}, {total / 4, 0},
                                  {total, 0}};
+    uint64_t host = 0;
     for (size_t c = 0; c < sizeof split / sizeof *split; c++)
-        for (int si = 0; si < 2; si++) {
+        for (int si = 0; si < 4; si++) { /* si & 1: the step; si & 2: the hybrid step (docs/CUDA.md) */
             sl_model_params mp = sl_model_params_default();
             mp.vram_bytes = split[c][0];
             if (split[c][1]) mp.cache_bytes = split[c][1];
             else mp.resident = 1;
             mp.n_threads = 1 + (int)(c + (size_t)si) % 2;
+            mp.hybrid = si & 2 ? 1 : -1;
             sl_model *m = NULL;
-            float *got = run(path, &mp, NULL, &t, steps[si], msg, &m);
-            CHECKF(got, "vram %llu ram %llu step %d: %s", (unsigned long long)split[c][0], (unsigned long long)split[c][1],
-                   steps[si], msg);
-            int same = !memcmp(got, refs[si], bytes);
+            float *got = run(path, &mp, NULL, &t, steps[si & 1], msg, &m);
+            CHECKF(got, "vram %llu ram %llu step %d hybrid %d: %s", (unsigned long long)split[c][0],
+                   (unsigned long long)split[c][1], steps[si & 1], mp.hybrid, msg);
+            int same = !memcmp(got, refs[si & 1], bytes);
             free(got);
             sl_stats st;
             sl_model_stats(m, &st);
             sl_model_close(m);
-            CHECKF(same, "vram %llu ram %llu step %d: logits differ from --resident", (unsigned long long)split[c][0],
-                   (unsigned long long)split[c][1], steps[si]);
+            CHECKF(same, "vram %llu ram %llu step %d hybrid %d: logits differ from --resident",
+                   (unsigned long long)split[c][0], (unsigned long long)split[c][1], steps[si & 1], mp.hybrid);
+            CHECKF(mp.hybrid > 0 || !st.tier_host, "hybrid off: %llu experts on the host", (unsigned long long)st.tier_host);
+            host += st.tier_host;
             CHECKF(st.tier_slots >= 1 && st.tier_misses > 0 && st.tier_bytes_copied > 0,
                    "vram %llu: tier slots %llu misses %llu copied %llu", (unsigned long long)split[c][0],
                    (unsigned long long)st.tier_slots, (unsigned long long)st.tier_misses,
@@ -185,6 +189,7 @@ FIXTURE_TEST(tiered_equals_resident) {
                        (unsigned long long)st.tier_hits, (unsigned long long)st.tier_misses,
                        (unsigned long long)st.tier_slots);
         }
+    CHECKF(host > 0, "the hybrid step ran no expert on the host"); /* the token-by-token runs' small tiers do */
     for (int i = 0; i < 2; i++) free(refs[i]);
 }
 

@@ -147,7 +147,8 @@ TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
         cache *c = cache_make(&cc, &se);
         CHECKF(c, "%s", se.msg);
         /* the tier holds a third of the experts: hits, misses and evictions in every layer */
-        tier_cfg tc = {&fake, &f, &f.cfg, cache_source(c), (uint64_t)(L * E / 3 + 1) * f.h.expert_stride, slots[ci]};
+        tier_cfg tc = {.be = &fake, .file = &f, .cfg = &f.cfg, .lower = cache_source(c),
+                       .budget = (uint64_t)(L * E / 3 + 1) * f.h.expert_stride, .lower_slots = slots[ci]};
         tier *t = tier_make(&tc, &se);
         CHECKF(t, "%s", se.msg);
         tn_expert_src src = tier_source(t);

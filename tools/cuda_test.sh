@@ -22,7 +22,7 @@ cc $cf -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -c s
 cc $cf -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -c src/kernels/kernels_avx512_i8p.c -o "$b/k_avx512_i8p.o"
 cc $cf -mavx2 -c src/kernels/mxfp4_avx2.c -o "$b/m_avx2.o"
 cc $cf -mavx512f -c src/kernels/mxfp4_avx512.c -o "$b/m_avx512.o"
-cc $cf tests/cuda/test_cuda.c src/quant/quant.c src/util/dtype.c src/kernels/mxfp4.c src/kernels/kernels_scalar.c \
+cc $cf tests/cuda/test_cuda.c src/quant/quant.c src/util/dtype.c src/kernels/mxfp4.c src/kernels/kernels_scalar.c src/kernels/kernels_dev.c \
     src/kernels/kernels_neon.c src/kernels/mxfp4_neon.c src/family/rope.c src/util/threadpool.c "$b"/k_*.o "$b"/m_*.o "${objs[@]}" \
     -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart -lstdc++ -lm -Wl,--gc-sections -o "$b/test_cuda"
 "$b/test_cuda" "$@"

@@ -12,6 +12,16 @@
 #include "backend/cuda/cuda.h"
 #endif
 
+#ifdef SL_CUDA
+/* The CUDA backend's ffn_host (backend.h): a q8/q4 SwiGLU expert on int8 activations in the device's arithmetic
+ * on the host's threads (kernels_dev.c), bitwise its ffn; anything else is refused. */
+static sl_status cuda_ffn_host(be_backend *be, pool_t *pool, const be_ffn *f) {
+    (void)be;
+    if (f->kind != BE_FFN_SWIGLU || !f->int8 || !f->x->int8) return SL_EUNSUPPORTED;
+    return kern_ffn_dev(pool, f->w, f->x, f->inter, f->g, f->u, f->mid_buf, f->y, f->ldy);
+}
+#endif
+
 sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err) {
     *out = NULL;
     if (kind == SL_BACKEND_CPU) {
@@ -23,6 +33,7 @@ sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err) {
     char msg[256]; /* the CUDA runtime's side (.cu) keeps C++-friendly char buffers: its one crossing */
     if (slcu_init(msg, sizeof msg)) return err_set(err, SL_EUNSUPPORTED, "%s", msg); /* "no usable CUDA device ..." */
     *out = be_cuda_new(pool);
+    if (*out) (*out)->ffn_host = cuda_ffn_host;
     return *out ? SL_OK : err_set(err, SL_ENOMEM, "out of memory for the CUDA backend");
 #else
     return err_set(err, SL_EUNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");

@@ -311,6 +311,13 @@ struct be_backend {
      * one hand-off, then every down, bitwise each ffn alone. f[i].g must be f[0].g + i * inter (the down
      * inputs form one activation of n rows, in f[0].mid_buf, kern_act_bytes(n, inter) bytes). */
     void (*ffn_multi)(be_backend *be, const be_ffn *f, int n);
+    /* optional (NULL: none): f's expert with its parts in HOST memory (a RAM cache slot: tn_expert.host), over
+     * f->x (a HOST kern_act) on pool, the host's threads, into HOST f->y with HOST scratch g, u, mid_buf;
+     * bitwise what ffn gives for the same expert in backend memory (the hybrid step, docs/CUDA.md). Nothing is
+     * queued. SL_OK, or SL_EUNSUPPORTED (nothing done) for an expert it cannot compute so. CPU: its ffn. CUDA
+     * (backend.c): kernels_dev.c's kern_ffn_dev, the device's arithmetic, for q8/q4 SwiGLU experts on int8
+     * activations. */
+    sl_status (*ffn_host)(be_backend *be, pool_t *pool, const be_ffn *f);
     /* optional: r's one token routed and its k experts (every one of the layer resident: xs->get) run on
      * the device, as ffn_multi on route()'s choice would (f: the first's args; slot s: g, u + s * inter, y
      * + s * ldy); *w_dev: the weights in backend memory. 1 done, 0 not taken (nothing queued), or < 0. */

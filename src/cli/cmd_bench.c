@@ -11,6 +11,21 @@
 #include "cli/cli.h"
 #include "util/err.h"
 
+/* Where each MoE layer's experts ran (the device tier; the hybrid step's host share): one line. */
+static void print_where(sl_model *m, const sl_stats *st) {
+    uint64_t all = st->tier_hits + st->tier_misses + st->tier_host;
+    fprintf(stderr, "stats: experts ran on the device %.1f%% (found %.1f%%, copied up %.1f%%), on the CPU where they "
+            "lay %.1f%% (hybrid); per layer device-found/copied/CPU:", all ? 100.0 * (double)(st->tier_hits + st->tier_misses) / (double)all : 0.0,
+            all ? 100.0 * (double)st->tier_hits / (double)all : 0.0, all ? 100.0 * (double)st->tier_misses / (double)all : 0.0,
+            all ? 100.0 * (double)st->tier_host / (double)all : 0.0);
+    for (int l = 0; l < sl_model_n_layers(m); l++) {
+        uint64_t v, c, h;
+        sl_model_layer_where(m, l, &v, &c, &h);
+        if (v + c + h) fprintf(stderr, " %d:%llu/%llu/%llu", l, (unsigned long long)v, (unsigned long long)c, (unsigned long long)h);
+    }
+    fputc('\n', stderr);
+}
+
 void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s) {
     sl_stats st;
     sl_model_stats(m, &st);
@@ -40,10 +55,11 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
         char tb[32], cp[32];
         fmt_bytes(tb, sizeof tb, (double)st.tier_bytes);
         fmt_bytes(cp, sizeof cp, (double)st.tier_bytes_copied);
-        uint64_t treq = st.tier_hits + st.tier_misses;
+        uint64_t treq = st.tier_hits + st.tier_misses + st.tier_host;
         fprintf(stderr, "stats: device tier %s (%llu slots), hit rate %.1f%%, copied in %s (%.1f MiB/token)\n", tb,
                 (unsigned long long)st.tier_slots, treq ? 100.0 * (double)st.tier_hits / (double)treq : 100.0, cp,
                 st.tokens ? (double)st.tier_bytes_copied / (double)st.tokens / 1048576.0 : 0.0);
+        print_where(m, &st);
     }
 }
 
@@ -107,6 +123,7 @@ typedef struct {
     double prefetch_accuracy;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
     double tier_hit_rate, tier_bytes_per_token, tier_prefill_bytes; /* the device tier (--vram): decode, prompt */
+    double tier_host_frac; /* decode: experts computed on the CPU where they lay (the hybrid step) */
     uint64_t tier_bytes;
     const char *engine, *mode;
     int random_ids; /* decode fed random ids (else greedy) */
@@ -199,7 +216,9 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
         r->prefetch_used = st.prefetch_used - sp.prefetch_used;
         r->prefetch_accuracy = st.prefetch_accuracy;
         uint64_t th = st.tier_hits - sp.tier_hits, tm = st.tier_misses - sp.tier_misses;
-        r->tier_hit_rate = th + tm ? (double)th / (double)(th + tm) : 0;
+        const uint64_t tx = st.tier_host - sp.tier_host;
+        r->tier_hit_rate = th + tm + tx ? (double)th / (double)(th + tm + tx) : 0;
+        r->tier_host_frac = th + tm + tx ? (double)tx / (double)(th + tm + tx) : 0;
         r->tier_bytes_per_token = n_gen > 0 ? (double)(st.tier_bytes_copied - sp.tier_bytes_copied) / n_gen : 0;
         r->tier_prefill_bytes = (double)(sp.tier_bytes_copied - s0.tier_bytes_copied);
         r->tier_bytes = st.tier_bytes;
@@ -212,6 +231,11 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
             cJSON_AddNumberToObject(o, "hits", (double)h);
             cJSON_AddNumberToObject(o, "misses", (double)mi);
             cJSON_AddNumberToObject(o, "bytes_read", (double)b);
+            uint64_t tv, tc, th_;
+            sl_model_layer_where(m, l, &tv, &tc, &th_);
+            cJSON_AddNumberToObject(o, "device_found", (double)tv);
+            cJSON_AddNumberToObject(o, "device_copied", (double)tc);
+            cJSON_AddNumberToObject(o, "host", (double)th_);
             cJSON_AddItemToArray(r->layers, o);
         }
     }
@@ -256,6 +280,7 @@ static cJSON *bench_row_json(const sl_model_params *p, bench_row *r, int n_promp
     cJSON_AddNumberToObject(o, "prefetch_accuracy", r->prefetch_accuracy);
     cJSON_AddNumberToObject(o, "vram_bytes", (double)r->tier_bytes);
     cJSON_AddNumberToObject(o, "vram_hit_rate", r->tier_hit_rate);
+    cJSON_AddNumberToObject(o, "hybrid_host_fraction", r->tier_host_frac);
     cJSON_AddNumberToObject(o, "vram_copied_bytes_per_token", r->tier_bytes_per_token);
     cJSON_AddNumberToObject(o, "vram_prefill_copied_bytes", r->tier_prefill_bytes);
     cJSON_AddItemToObject(o, "layers", r->layers);

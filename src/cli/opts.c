@@ -39,6 +39,9 @@ const cli_opt cli_model_opts[] = {
                       "quantized to int8 per 32 values, as llama.cpp; docs/QUANT.md)"},
     {"--vram", "SIZE", "the device tier's expert budget: experts in use are copied from the RAM cache (--cache) "
                        "into this many bytes of the backend's memory, VRAM with --gpu (default: none)"},
+    {"--hybrid", "MODE", "with --vram: a decode step's expert the device tier does not take runs on the CPU threads "
+                         "from the RAM cache, bitwise the GPU's result: auto (on with --gpu), on or off (every "
+                         "miss copied to the device) (default: auto)"},
     {"--gpu", NULL, "compute on the GPU (the CUDA backend of a make CUDA=1 build; every family runs there; "
                     "q3 weights are refused with the weight named) (default: the CPU)"},
     {NULL, NULL, NULL},
@@ -61,6 +64,11 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         long long b = cli_parse_size(v);
         if (b <= 0) { *bad = cli_fail(cmd, "--vram: bad size '%s' (e.g. 4G)", v); return 1; }
         p->vram_bytes = (uint64_t)b;
+    } else if (!strcmp(s, "--hybrid")) {
+        if (!strcmp(v, "auto")) p->hybrid = 0;
+        else if (!strcmp(v, "on")) p->hybrid = 1;
+        else if (!strcmp(v, "off")) p->hybrid = -1;
+        else { *bad = cli_fail(cmd, "--hybrid: '%s' (auto, on, off)", v); return 1; }
     } else if (!strcmp(s, "--io")) {
         if (!strcmp(v, "auto")) p->io_mode = SL_IO_AUTO;
         else if (!strcmp(v, "direct")) p->io_mode = SL_IO_DIRECT;

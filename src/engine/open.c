@@ -16,6 +16,20 @@ sl_model_params sl_model_params_default(void) {
     return p;
 }
 
+/* The hybrid step (sluice.h hybrid; docs/CUDA.md): asked for, or by default with a device backend; and only where
+ * the backend can run an expert on the host as on the device (a device backend: SwiGLU experts on int8
+ * activations, kernels_dev.c). */
+static int hybrid_on(const sl_model *m, const sl_model_params *p) {
+    if (!m->be->ffn_host || p->hybrid < 0 || (p->hybrid == 0 && m->be->is_host)) return 0;
+    return m->be->is_host || (!p->exact && m->cfg.expert_kind != SL_EXPERT_GPTOSS);
+}
+
+/* tier_cfg.host_ok: an expert's parts the backend's ffn_host takes (a device backend: q8/q4 with biases) */
+static int host_ok(void *ctx, const tn_expert *ex) {
+    const sl_model *m = ctx;
+    return m->be->is_host || kern_ffn_dev_ok(ex, m->cfg.moe_inter);
+}
+
 sl_status model_open_ex(const char *path, const sl_model_params *params, const io_fault_cfg *fault, sl_model **out,
                         sl_error *err) {
     *out = NULL;
@@ -44,18 +58,25 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     st = p->resident ? engine_open_resident(m, path, err) : engine_open_stream(m, path, p, fault, err);
     if (st) goto fail;
     if (p->vram_bytes > 0) { /* the device tier over the RAM cache (or the resident experts) */
-        tier_cfg tc = {m->be, &m->f, &m->cfg, m->src, p->vram_bytes, 0};
+        tier_cfg tc = {.be = m->be, .file = &m->f, .cfg = &m->cfg, .lower = m->src, .budget = p->vram_bytes};
         if (m->cache) { /* the RAM slots the tier may keep while their copies run (tier.h) */
             cache_stats cs;
             cache_get_stats(m->cache, &cs);
             tc.lower_slots = cs.slots > cs.pinned ? (int)(cs.slots - cs.pinned) : 1;
         }
+        tc.hybrid = hybrid_on(m, p);
+        tc.host_ok = host_ok;
+        tc.host_ctx = m;
         if ((st = tier_new(&tc, &m->tier, err))) goto fail;
         m->src = tier_source(m->tier);
     }
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
     if (!m->ws) { st = err_set(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     fwd_ws_set_int8(m->ws, !p->exact);
+    if (m->tier && hybrid_on(m, p) && fwd_ws_set_hybrid(m->ws, m->pool)) {
+        st = err_set(err, SL_ENOMEM, "%s: out of memory for the hybrid step's host buffers", path);
+        goto fail;
+    }
     /* a backend without an op these layers call refuses the model now, not at its first evaluation */
     if ((st = fwd_check_ops(m->ws, &m->cfg, err))) goto fail;
     free(at);

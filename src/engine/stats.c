@@ -64,6 +64,7 @@ sl_status sl_model_stats(sl_model *m, sl_stats *o) {
         o->tier_bytes_copied = ts.bytes_copied;
         o->tier_slots = ts.slots;
         o->tier_bytes = ts.slots * ts.slot_bytes;
+        o->tier_host = ts.host;
     }
     o->eval_s = m->eval_s;
     o->tokens = m->tokens;
@@ -91,6 +92,13 @@ sl_status sl_model_layer_stats(const sl_model *m, int layer, uint64_t *hits, uin
     *hits = *misses = *bytes = 0;
     if (layer < 0 || layer >= m->cfg.n_layers) return SL_ERANGE;
     if (m->cache) cache_layer_stats(m->cache, layer, hits, misses, bytes);
+    return SL_OK;
+}
+
+sl_status sl_model_layer_where(const sl_model *m, int layer, uint64_t *vram, uint64_t *copied, uint64_t *host) {
+    *vram = *copied = *host = 0;
+    if (layer < 0 || layer >= m->cfg.n_layers) return SL_ERANGE;
+    if (m->tier) tier_layer_stats(m->tier, cfg_moe_slot(&m->cfg, layer), vram, copied, host);
     return SL_OK;
 }
 

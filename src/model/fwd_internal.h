@@ -43,6 +43,17 @@ void fwd_ws_set_int8(fwd_ws *ws, int on);
 /* 0 when ws's backend has every op cfg's layers call, else SL_EUNSUPPORTED naming the op and the family
  * (a model opens with it refused rather than failing at its first evaluation). */
 sl_status fwd_check_ops(const fwd_ws *ws, const fam_config *cfg, sl_error *err);
+/* The hybrid step (moe_hybrid.c, docs/CUDA.md): experts the source hands out in host memory (tn_expert.host) run
+ * on pool through the backend's ffn_host. pool NULL: off (default). SL_OK or SL_ENOMEM (then off). */
+sl_status fwd_ws_set_hybrid(fwd_ws *ws, pool_t *pool);
+void fwd_hybrid_free(fwd_ws *ws);
+/* A MoE block's request (n rows, misses: experts not yet in backend memory): the rows come down when any may
+ * run on the host, before the device's experts are queued. */
+void fwd_hy_begin(fwd_ws *ws, int n, int misses);
+/* Expert e (ex.host) over its rows of the block on the host; its outputs wait in host memory for fwd_hy_end. */
+sl_status fwd_hy_run(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, sl_error *err);
+/* The host experts' outputs up, into their cells of exp_out (before the combine). */
+void fwd_hy_end(fwd_ws *ws);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
 void fwd_ws_set_prefetch(fwd_ws *ws, int on);
 
@@ -129,6 +140,7 @@ struct fwd_ws {
     const tn_mat *ffn_next; /* a decode step: the first matrix after this FFN (the next layer's q, the LM head),
                                hinted before the FFN's serial tail (fwd_hint_mat) */
     int n_ffn;
+    struct fwd_hybrid *hy; /* the hybrid step's host side (moe_hybrid.c), NULL: off */
     /* the backend buffers above, to give back (alloc's bytes) */
     struct { void *p; size_t bytes; } dev[40];
     int n_dev;

@@ -233,6 +233,7 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
                               int n_list, kern_act *hx, sl_error *err) {
     int rc = experts->begin(experts->ctx, layer, ws->e_list, n_list, 0), from_src = rc != 0;
     if (!rc) hint_next(ws, cfg, next_lw, next_layer, experts, n);
+    if (!rc) fwd_hy_begin(ws, n, n_list - (experts->ready ? experts->ready(experts->ctx) : 0));
     if (!rc) shared_expert(ws, cfg, lw, hx);
     /* a decode step's experts that are already in the backend's memory (the device tier's hits, which it
      * hands out first) run together as resident ones do (fused_ffn); the rest one at a time as they land */
@@ -259,10 +260,12 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
         memset(&ex, 0, sizeof ex);
         rc = experts->next(experts->ctx, &e, &ex);
         if ((from_src = rc != 0)) break;
-        rc = apply_expert(ws, cfg, layer, e, &ex, hx, err);
+        if (!ex.host) rc = apply_expert(ws, cfg, layer, e, &ex, hx, err);
+        else if (!(rc = check_expert_kind(ws->be, cfg, &ex, layer, e, err))) rc = fwd_hy_run(ws, cfg, layer, e, &ex, err);
         experts->release(experts->ctx, e);
         i++;
     }
+    if (!rc) fwd_hy_end(ws);
     const sl_status st = rc < 0 ? rc : rc ? SL_EIO : SL_OK; /* a failed apply_expert has filled err already */
     if (st && from_src) err_set(err, st, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
     experts->end(experts->ctx);

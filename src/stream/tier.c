@@ -6,6 +6,7 @@
  */
 #include "stream/tier.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 #include "util/err.h"
 
 #define TIER_HOLD 8 /* host slots kept for copies in flight, at most */
+#define TIER_HALF 32.0f /* hybrid: the half-life of an expert's use count, in tokens (passes over the layers) */
+#define TIER_AGAIN 1.5f /* hybrid: a count this high after a use means it was used before, recently: promote */
 
 typedef struct tslot {
     uint8_t *buf; /* device memory, stride bytes */
@@ -52,22 +55,54 @@ struct tier {
     int *pf;                      /* [E] prefetch: the hinted experts not in a device slot */
     tier_stats st;
     sl_error err; /* the current request's failure: the source's errmsg */
+    /* the hybrid step (tier.h) */
+    int hybrid, last_ms;
+    int (*host_ok)(void *ctx, const tn_expert *ex);
+    void *host_ctx;
+    float *freq;        /* [n_keys] decayed use counts, as of ... */
+    uint32_t *fseen;    /* [n_keys] ... this token */
+    uint32_t tok;       /* passes over the MoE layers so far */
+    uint8_t *hostd;     /* [E] handed out where it lies in the current request, not yet released */
+    uint64_t *l_st;     /* [n_moe][3]: hits, copied, host */
 };
 
 #define fail(t, st, ...) err_set(&(t)->err, (st), __VA_ARGS__)
 
 /* ---- slots and eviction ---- */
 
-/* A free slot, else the least recently used unreferenced one; -1 when every slot is held. */
+/* hybrid: key's decayed use count now */
+static float score(const tier *t, int key) {
+    return t->freq[key] * exp2f(-(float)(t->tok - t->fseen[key]) / TIER_HALF);
+}
+
+/* hybrid: one more use of key, this token */
+static void use(tier *t, int key) {
+    t->freq[key] = score(t, key) + 1.0f;
+    t->fseen[key] = t->tok;
+}
+
+/* A free slot, else the least recently used unreferenced one (hybrid: the lowest use count, then the least
+ * recently used); -1 when every slot is held. */
 static int victim(tier *t) {
     int best = -1;
+    float bs = 0;
     for (int i = 0; i < t->n_slots; i++) {
         tslot *s = &t->slots[i];
         if (s->key < 0) return i;
         if (s->refs > 0) continue;
-        if (best < 0 || s->tick < t->slots[best].tick) best = i;
+        float sc = t->hybrid ? score(t, s->key) : 0;
+        if (best < 0 || sc < bs || (sc == bs && s->tick < t->slots[best].tick)) best = i, bs = sc;
     }
     return best;
+}
+
+/* hybrid: whether the miss key pays its copy: a free slot, or used before and hotter than the slot it evicts */
+static int pays(tier *t, int key) {
+    int v = victim(t);
+    if (v < 0) return 0;
+    if (t->slots[v].key < 0) return 1;
+    float sc = score(t, key);
+    return sc >= TIER_AGAIN && sc > score(t, t->slots[v].key);
 }
 
 static void deliver(tier *t, int si, int e, int *expert, tn_expert *out) {
@@ -149,24 +184,54 @@ static int promote(tier *t, int e, const tn_expert *hx) {
     t->map[key] = v;
     t->st.misses++;
     t->st.bytes_copied += t->block;
+    t->l_st[3 * t->mslot + 1]++;
     return v;
+}
+
+/* The next miss from the host source, in host memory: its expert in *e, its parts in *hx. */
+static int fetch_lower(tier *t, int *e, tn_expert *hx) {
+    int rc;
+    if (t->lo_left <= 0) return fail(t, SL_EINVAL, "device expert tier: more next() calls than experts requested");
+    if (t->async) settle(t, 0); /* slots whose copies are done can take the next reads */
+    if (t->lo.begin) {
+        rc = t->lo.next(t->lo.ctx, e, hx);
+    } else { /* a resident host source: get() in list order */
+        *e = t->miss[t->miss_next++];
+        rc = t->lo.get(t->lo.ctx, t->layer, *e, hx);
+    }
+    if (rc) return fail(t, rc, "%s", t->lo.errmsg ? t->lo.errmsg(t->lo.ctx) : "the host expert source failed");
+    t->lo_left--;
+    return 0;
 }
 
 /* The next miss from the host source, promoted: its expert in *e, its device slot returned. */
 static int fetch_miss(tier *t, int *e) {
     tn_expert hx;
-    int rc;
-    if (t->lo_left <= 0) return fail(t, SL_EINVAL, "device expert tier: more next() calls than experts requested");
-    if (t->async) settle(t, 0); /* slots whose copies are done can take the next reads */
-    if (t->lo.begin) {
-        rc = t->lo.next(t->lo.ctx, e, &hx);
-    } else { /* a resident host source: get() in list order */
-        *e = t->miss[t->miss_next++];
-        rc = t->lo.get(t->lo.ctx, t->layer, *e, &hx);
+    memset(&hx, 0, sizeof hx);
+    int rc = fetch_lower(t, e, &hx);
+    return rc ? rc : promote(t, *e, &hx);
+}
+
+/* hybrid, unordered: the next miss, promoted when it pays (pays()), else handed out where it lies (host 1) */
+static int next_hybrid(tier *t, int *expert, tn_expert *out) {
+    int e = -1;
+    tn_expert hx;
+    memset(&hx, 0, sizeof hx);
+    int rc = fetch_lower(t, &e, &hx);
+    if (rc) return rc;
+    if (!pays(t, t->mslot * t->E + e) && (!t->host_ok || t->host_ok(t->host_ctx, &hx))) {
+        *out = hx;
+        out->host = 1;
+        *expert = e;
+        t->hostd[e] = 1;
+        t->st.host++;
+        t->l_st[3 * t->mslot + 2]++;
+        return 0;
     }
-    if (rc) return fail(t, rc, "%s", t->lo.errmsg ? t->lo.errmsg(t->lo.ctx) : "the host expert source failed");
-    t->lo_left--;
-    return promote(t, *e, &hx);
+    int si = promote(t, e, &hx);
+    if (si < 0) return si;
+    deliver(t, si, e, expert, out);
+    return 0;
 }
 
 /* ---- the streaming protocol ---- */
@@ -176,6 +241,8 @@ static sl_status t_begin(void *ctx, int layer, const int *experts, int n, int or
     int ms = cfg_moe_slot(t->cfg, layer);
     if (ms < 0) return fail(t, SL_EINVAL, "layer %d has no routed experts", layer);
     if (n > t->E) return fail(t, SL_EINVAL, "layer %d: %d experts requested of %d", layer, n, t->E);
+    if (ms <= t->last_ms) t->tok++; /* a new pass over the layers */
+    t->last_ms = ms;
     t->layer = layer;
     t->mslot = ms;
     t->ordered = ordered;
@@ -188,10 +255,13 @@ static sl_status t_begin(void *ctx, int layer, const int *experts, int n, int or
     for (int i = 0; i < n; i++) {
         int e = experts[i], si = t->map[ms * t->E + e];
         t->dev[e] = si >= 0;
+        t->hostd[e] = 0;
+        if (t->hybrid) use(t, ms * t->E + e);
         if (si >= 0) {
             t->slots[si].refs++;
             t->hits[t->n_hits++] = e;
             t->st.hits++;
+            t->l_st[3 * ms]++;
         } else {
             t->miss[t->n_miss++] = e;
         }
@@ -228,6 +298,7 @@ static sl_status t_next(void *ctx, int *expert, tn_expert *out) {
         deliver(t, t->map[t->mslot * t->E + e], e, expert, out);
         return 0;
     }
+    if (t->hybrid) return next_hybrid(t, expert, out);
     int e = -1, si = fetch_miss(t, &e);
     if (si < 0) return si;
     deliver(t, si, e, expert, out);
@@ -236,6 +307,11 @@ static sl_status t_next(void *ctx, int *expert, tn_expert *out) {
 
 static void t_release(void *ctx, int expert) {
     tier *t = ctx;
+    if (expert >= 0 && expert < t->E && t->hostd[expert]) { /* handed out where it lies: its host slot back */
+        t->hostd[expert] = 0;
+        if (t->lo.release) t->lo.release(t->lo.ctx, expert);
+        return;
+    }
     int si = t->map[t->mslot * t->E + expert];
     if (si >= 0 && t->slots[si].refs > 0) t->slots[si].refs--;
 }
@@ -250,6 +326,7 @@ static void t_end(void *ctx) {
     if (t->lo_begun && t->lo.end) t->lo.end(t->lo.ctx);
     t->lo_begun = 0;
     for (int i = 0; i < t->n_slots; i++) t->slots[i].refs = 0;
+    memset(t->hostd, 0, (size_t)t->E);
     t->active = 0;
 }
 
@@ -267,7 +344,7 @@ static void t_prefetch(void *ctx, int layer, const int *experts, int n, int orde
 }
 
 static sl_status t_get(void *ctx, int layer, int expert, tn_expert *out) {
-    int rc = t_begin(ctx, layer, &expert, 1, 0);
+    int rc = t_begin(ctx, layer, &expert, 1, 1); /* in order: a miss is promoted (its caller wants device memory) */
     int e = -1;
     if (!rc) rc = t_next(ctx, &e, out);
     if (!rc) t_release(ctx, e);
@@ -322,6 +399,14 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->pend_f = malloc((size_t)E * sizeof *t->pend_f);
     t->used = malloc((size_t)E * sizeof *t->used);
     t->pf = malloc((size_t)E * sizeof *t->pf);
+    t->hybrid = cfg->hybrid;
+    t->host_ok = cfg->host_ok;
+    t->host_ctx = cfg->host_ctx;
+    t->last_ms = 1 << 30;
+    t->freq = calloc((size_t)(t->n_keys > 0 ? t->n_keys : 1), sizeof *t->freq);
+    t->fseen = calloc((size_t)(t->n_keys > 0 ? t->n_keys : 1), sizeof *t->fseen);
+    t->hostd = calloc((size_t)E, 1);
+    t->l_st = calloc((size_t)3 * (cfg->file->h.n_moe_layers > 0 ? cfg->file->h.n_moe_layers : 1), sizeof *t->l_st);
     t->async = t->be->copy_async && t->be->mark && t->be->fence_done;
 #ifdef SL_TIER_SYNC /* tools/cuda_bench.sh's baseline: every copy waited for */
     t->async = 0;
@@ -331,7 +416,7 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->hold = cfg->lower_slots <= 0 ? E : cfg->lower_slots / 2 < TIER_HOLD ? cfg->lower_slots / 2 : TIER_HOLD;
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
     if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
-        !t->pf || !t->arena) {
+        !t->pf || !t->freq || !t->fseen || !t->hostd || !t->l_st || !t->arena) {
         err_set(err, SL_ENOMEM, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
                t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
@@ -362,11 +447,22 @@ void tier_free(tier *t) {
     free(t->pend_f);
     free(t->used);
     free(t->pf);
+    free(t->freq);
+    free(t->fseen);
+    free(t->hostd);
+    free(t->l_st);
     free(t);
 }
 
 void tier_get_stats(const tier *t, tier_stats *out) { *out = t->st; }
 
 void tier_reset_stats(tier *t) {
-    t->st.hits = t->st.misses = t->st.bytes_copied = 0;
+    t->st.hits = t->st.misses = t->st.bytes_copied = t->st.host = 0;
+}
+
+void tier_layer_stats(const tier *t, int moe_slot, uint64_t *hits, uint64_t *copied, uint64_t *host) {
+    const int ok = moe_slot >= 0 && moe_slot < (int)t->f->h.n_moe_layers;
+    *hits = ok ? t->l_st[3 * moe_slot] : 0;
+    *copied = ok ? t->l_st[3 * moe_slot + 1] : 0;
+    *host = ok ? t->l_st[3 * moe_slot + 2] : 0;
 }

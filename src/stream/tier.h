@@ -17,6 +17,14 @@
  *  - prefetch hints go to the host source (reads from the SSD ahead of need), not to the device;
  *  - results: the device copy is the block byte for byte, bound by slc_bind_expert like a RAM slot, so any
  *    VRAM and RAM budget gives the logits of all-resident bitwise (tests/test_tier.c).
+ *
+ * The hybrid step (hybrid = 1; issue 25, docs/CUDA.md "The hybrid step"): in a decode-like (unordered) request
+ * a miss is promoted only when it pays: a free slot, or its per-expert decayed use count (half-life TIER_HALF
+ * tokens) says it was used before (the second use promotes) and beats the coldest unheld slot's, which it
+ * evicts. Any other miss is handed out where it lies, in the host source's slot (tn_expert.host = 1, host_ok
+ * permitting), for the caller to compute on the host's threads (be_backend.ffn_host, bitwise the device's);
+ * release() hands that slot back. Layer-major (ordered) requests promote every miss as above: a prefill
+ * chunk's experts stream through the device once each.
  * Single-threaded like the cache: one layer request at a time.
  */
 #ifndef SL_TIER_H
@@ -36,10 +44,15 @@ typedef struct tier_cfg {
     tn_expert_src lower;   /* the host source (borrowed; outlives the tier); its experts are in host memory */
     uint64_t budget;       /* device bytes for slots; at least one slot is always made */
     int lower_slots;       /* the host source's slots it may evict (unpinned), or 0: it has none (resident) */
+    int hybrid;            /* 1: the hybrid step (above) */
+    /* hybrid: may this expert (host memory) be computed on the host? NULL: any */
+    int (*host_ok)(void *ctx, const tn_expert *ex);
+    void *host_ctx;
 } tier_cfg;
 
 typedef struct tier_stats {
     uint64_t hits, misses, bytes_copied, slots, slot_bytes;
+    uint64_t host; /* hybrid: experts handed out where they lie (not copied) */
 } tier_stats;
 
 typedef struct tier tier;
@@ -50,5 +63,7 @@ void tier_free(tier *t);
 tn_expert_src tier_source(tier *t);
 void tier_get_stats(const tier *t, tier_stats *out);
 void tier_reset_stats(tier *t); /* the counters, not slots and bytes */
+/* Per MoE slot (cfg_moe_slot) since open: experts found in the device tier, copied in, computed on the host. */
+void tier_layer_stats(const tier *t, int moe_slot, uint64_t *hits, uint64_t *copied, uint64_t *host);
 
 #endif

@@ -41,6 +41,8 @@ typedef struct tn_expert {
     tn_mat gate, up, down;
     tn_mat gate_up;
     const float *gate_up_bias, *down_bias;
+    int host; /* 1: the parts lie in host memory on a device backend (the device tier's hybrid step hands out a
+                 miss where it lies, for the host's threads: stream/tier.h); 0: in the backend's memory */
 } tn_expert;
 
 /* Where routed experts come from.

@@ -507,6 +507,7 @@ static void check_fused(void) {
 }
 
 #include "test_cuda_prefill.c" /* issue 24's prefill paths: check_moe, check_attn_prefill, bench_moe_wide */
+#include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -967,6 +968,7 @@ int main(int argc, char **argv) {
     check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);
     check_ops();
     check_mixers();
+    check_hybrid();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
     if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
     return failures ? 1 : 0;

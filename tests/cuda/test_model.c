@@ -130,15 +130,20 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
        * resident experts the grouped one: all bitwise the same, through a small tier and one of every expert */
         sl_model *big = open_model(path, 1, 0, 2, &err);
         float *d_small = eval_all(gst, toks, n, 1), *d_big = big ? eval_all(big, toks, n, 1) : NULL;
-        sl_stats sb;
+        sl_stats sb, ss;
         memset(&sb, 0, sizeof sb);
         if (big) sl_model_stats(big, &sb);
+        sl_model_stats(gst, &ss);
         const int s1 = d_small && l1 && !memcmp(d_small, l1, (size_t)n * V * sizeof(float));
         const int s2 = d_big && l1 && !memcmp(d_big, l1, (size_t)n * V * sizeof(float));
-        printf("  %-10s %-3s decode streamed == resident: small tier %s, whole tier %s (tier hits %llu, misses %llu)\n",
-               name, quant ? "q4" : "f32", s1 ? "bitwise" : "DIFFERS", s2 ? "bitwise" : "DIFFERS",
+        printf("  %-10s %-3s decode streamed == resident: small tier %s (hybrid: %llu experts on the host, %llu copied "
+               "up), whole tier %s (tier hits %llu, misses %llu)\n", name, quant ? "q4" : "f32", s1 ? "bitwise" : "DIFFERS",
+               (unsigned long long)ss.tier_host, (unsigned long long)ss.tier_misses, s2 ? "bitwise" : "DIFFERS",
                (unsigned long long)sb.tier_hits, (unsigned long long)sb.tier_misses);
         CHECKF(s1 && s2, "%s: token-by-token decode streamed through a device tier differs from all-resident", name);
+        /* issue 25: q4 SwiGLU experts on int8 activations run on the host in the hybrid step (gpt-oss: copied up) */
+        CHECKF(!quant || ss.tier_host > 0 || strstr(name, "gpt_oss"), "%s: the hybrid step ran no expert on the host",
+               name);
         CHECKF(sb.tier_hits > sb.tier_misses, "%s: the whole tier hit %llu times, missed %llu", name,
                (unsigned long long)sb.tier_hits, (unsigned long long)sb.tier_misses);
         free(d_small);

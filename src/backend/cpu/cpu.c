@@ -296,6 +296,7 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .route = cpu_route,
         .ffn = cpu_ffn,
         .ffn_multi = cpu_ffn_multi,
+        .ffn_host = cpu_ffn_host,
         .combine = cpu_combine,
         .combine_rows = cpu_combine_rows,
     };

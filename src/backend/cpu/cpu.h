@@ -44,6 +44,7 @@ void cpu_dn_norm(be_backend *be, const be_dn *d);
 sl_status cpu_route(be_backend *be, const be_route *r);
 void cpu_ffn(be_backend *be, const be_ffn *f);
 void cpu_ffn_multi(be_backend *be, const be_ffn *f, int n);
+sl_status cpu_ffn_host(be_backend *be, pool_t *pool, const be_ffn *f); /* cpu_ffn: the host is the device */
 void cpu_combine(be_backend *be, const be_combine *c);
 void cpu_combine_rows(be_backend *be, float *out, int H, int k, const int *tok, const int *slot, const float *top_w,
                       const float *y, int cnt);

@@ -271,6 +271,12 @@ void cpu_ffn(be_backend *be, const be_ffn *f) {
     else swiglu_ffn(be, f);
 }
 
+sl_status cpu_ffn_host(be_backend *be, pool_t *pool, const be_ffn *f) {
+    (void)pool; /* the backend's own, the same threads */
+    cpu_ffn(be, f);
+    return SL_OK;
+}
+
 #define FUSED_MAX 32 /* kern_matmul_multi holds 64 matrices: gate and up of 32 experts */
 
 /* The mid activations of a decode step's experts, one expert per item: silu(gate) * up into gate, then its

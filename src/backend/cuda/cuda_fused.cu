@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_quant.cuh"
+#include "kernels/canon_exp.h"
 
 static int bad(char *msg, size_t n, const char *what) {
     if (msg && n) snprintf(msg, n, "%s", what);
@@ -23,7 +24,6 @@ static int launched(char *msg, size_t n, const char *what) {
     return -1;
 }
 
-__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
 
 /* ---- one row's rmsnorm with its int8 form (kern_act's, as cuda_i8.cu act_quant makes it). A CTA of RN_THREADS
  * loads the row into shared memory (its loads in flight together); then k_rmsnorm's operations: thread t < 256
@@ -83,7 +83,7 @@ __global__ void k_swiglu_q(const float *g, const float *u, float *y, int I, slcu
     __shared__ float s32[4];
     if (b < nb) {
         const size_t c = (size_t)t * I + (size_t)b * 32;
-        const float v = __fmul_rn(silu(g[c + lane]), u[c + lane]);
+        const float v = __fmul_rn(canon_silu(g[c + lane]), u[c + lane]); /* k_swiglu's (canon_exp.h) */
         y[c + lane] = v;
         float amax = fmaxf(0.0f, fabsf(v));
 #pragma unroll

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_quant.cuh"
+#include "kernels/canon_exp.h"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
     if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
@@ -97,9 +98,11 @@ extern "C" int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t hea
 }
 
 /* ---- SwiGLU ---- */
+/* canon_silu (kernels/canon_exp.h), not CUDA's expf: the host computes the same bits for an expert it runs in
+ * the hybrid step (kernels_dev.c kern_swiglu_dev) */
 __global__ void k_swiglu(const float *g, const float *u, float *y, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = __fmul_rn(silu(g[i]), u[i]);
+        y[i] = __fmul_rn(canon_silu(g[i]), u[i]);
 }
 
 extern "C" int slcu_swiglu(const float *g, const float *u, float *y, size_t n, char *msg, size_t msglen) {

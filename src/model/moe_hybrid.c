@@ -1,0 +1,103 @@
+/*
+ * moe_hybrid.c — the hybrid step's host side (issue 25; docs/CUDA.md "The hybrid step"): the experts of a decode
+ * step that the device tier hands out where they lie (tn_expert.host: a RAM cache slot, stream/tier.h) run on the
+ * host's threads through the backend's ffn_host (bitwise its ffn on the device), while the device runs the
+ * experts it holds. Per MoE layer: the block's input rows come down once (kilobytes) before anything is queued
+ * on the device, each host expert's outputs gather in host memory, and they go up in one copy and land in
+ * their (token, slot) cells of exp_out before the combine; the combine sums the cells in the fixed order
+ * (moe.c), so where an expert ran never changes a bit.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/fwd_internal.h"
+#include "sluice.h"
+#include "util/err.h"
+
+typedef struct fwd_hybrid {
+    pool_t *pool;  /* the host's threads (ffn_host) */
+    float *h;      /* [B][H] host copy of the block's input rows (ws->h) */
+    float *x;      /* [B][H] one expert's rows */
+    void *xbuf;    /* kern_act_bytes(B, H): their int8 form */
+    float *g, *u;  /* [B][I] */
+    void *mid;     /* kern_act_bytes(B, I) */
+    float *y;      /* [B k][H] this layer's host outputs, ... */
+    int *cell;     /* [B k] ... their cells of exp_out (row t k + s) */
+    int n;         /* rows in y */
+    float *dev;    /* backend memory [B k][H]: the upload */
+    size_t dev_bytes;
+} fwd_hybrid;
+
+sl_status fwd_ws_set_hybrid(fwd_ws *ws, pool_t *pool) {
+    fwd_hybrid_free(ws);
+    if (!pool) return SL_OK;
+    const size_t B = FWD_BATCH, H = (size_t)ws->shape.hidden, I = (size_t)(ws->shape.moe_inter > 0 ? ws->shape.moe_inter : 1);
+    const size_t k = (size_t)(ws->shape.n_experts_used > 0 ? ws->shape.n_experts_used : 1);
+    fwd_hybrid *hy = calloc(1, sizeof *hy);
+    if (!hy) return SL_ENOMEM;
+    ws->hy = hy;
+    hy->pool = pool;
+    hy->h = malloc(B * H * sizeof(float));
+    hy->x = malloc(B * H * sizeof(float));
+    hy->xbuf = malloc(kern_act_bytes((int)B, (int)H));
+    hy->g = malloc(B * I * sizeof(float));
+    hy->u = malloc(B * I * sizeof(float));
+    hy->mid = malloc(kern_act_bytes((int)B, (int)I));
+    hy->y = malloc(B * k * H * sizeof(float));
+    hy->cell = malloc(B * k * sizeof(int));
+    hy->dev_bytes = B * k * H * sizeof(float);
+    hy->dev = ws->be->alloc(ws->be, hy->dev_bytes, BE_BUF_DEVICE);
+    if (!hy->h || !hy->x || !hy->xbuf || !hy->g || !hy->u || !hy->mid || !hy->y || !hy->cell || !hy->dev) {
+        fwd_hybrid_free(ws);
+        return SL_ENOMEM;
+    }
+    return SL_OK;
+}
+
+void fwd_hybrid_free(fwd_ws *ws) {
+    fwd_hybrid *hy = ws->hy;
+    if (!hy) return;
+    if (hy->dev) ws->be->free(ws->be, hy->dev, hy->dev_bytes, BE_BUF_DEVICE);
+    void *bufs[] = {hy->h, hy->x, hy->xbuf, hy->g, hy->u, hy->mid, hy->y, hy->cell};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(hy);
+    ws->hy = NULL;
+}
+
+void fwd_hy_begin(fwd_ws *ws, int n, int misses) {
+    fwd_hybrid *hy = ws->hy;
+    if (!hy) return;
+    hy->n = 0;
+    if (misses > 0) /* before the device's experts are queued: the copy waits for nothing but the block's input */
+        ws->be->copy(ws->be, hy->h, ws->h, (size_t)n * (size_t)ws->shape.hidden * sizeof(float), BE_D2H);
+}
+
+sl_status fwd_hy_run(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, sl_error *err) {
+    fwd_hybrid *hy = ws->hy;
+    const int H = cfg->hidden, I = cfg->moe_inter, k = cfg->n_experts_used;
+    if (!hy || !ws->be->ffn_host)
+        return err_set(err, SL_EINVAL, "layer %d expert %d: handed out in host memory without the hybrid step", layer, e);
+    const int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start;
+    for (int i = 0; i < cnt; i++)
+        memcpy(hy->x + (size_t)i * H, hy->h + (size_t)ws->e_tok[start + i] * H, (size_t)H * sizeof(float));
+    kern_act a;
+    kern_act_init(&a, hy->xbuf, hy->x, (size_t)H, cnt, H, ws->int8);
+    const be_ffn f = {.kind = cfg->expert_kind == SL_EXPERT_GPTOSS ? BE_FFN_GPTOSS : BE_FFN_SWIGLU,
+                      .limit = (float)cfg->swiglu_limit, .w = ex, .x = &a, .inter = I, .g = hy->g, .u = hy->u,
+                      .mid_buf = hy->mid, .int8 = ws->int8 && I <= ws->act_cols, .y = hy->y + (size_t)hy->n * H,
+                      .ldy = (size_t)H};
+    sl_status st = ws->be->ffn_host(ws->be, hy->pool, &f);
+    if (st) return err_set(err, st, "layer %d expert %d: the %s backend cannot run it on the host", layer, e, ws->be->name);
+    for (int i = 0; i < cnt; i++) hy->cell[hy->n + i] = ws->e_tok[start + i] * k + ws->e_slot[start + i];
+    hy->n += cnt;
+    return SL_OK;
+}
+
+void fwd_hy_end(fwd_ws *ws) {
+    fwd_hybrid *hy = ws->hy;
+    if (!hy || !hy->n) return;
+    const int H = ws->shape.hidden;
+    ws->be->copy(ws->be, hy->dev, hy->y, (size_t)hy->n * (size_t)H * sizeof(float), BE_H2D);
+    ws->be->copy_rows(ws->be, ws->exp_out, (size_t)H, hy->cell, hy->dev, (size_t)H, NULL, hy->n, H);
+    hy->n = 0;
+}
