@@ -223,7 +223,10 @@ typedef struct sl_model_params {
                                slots of the backend's memory (VRAM with SL_BACKEND_CUDA) over the RAM cache
                                over the file, each promoted by one copy; 0 (default): none. On the CPU
                                backend the tier is a second cache in host memory, which is how the tests show
-                               that any VRAM / RAM split gives the logits of all-resident bitwise */
+                               that any VRAM / RAM split gives the logits of all-resident bitwise.
+                               SL_VRAM_AUTO: the device's free memory once the backbone is in, less a reserve
+                               for the sessions (the larger of 2 GiB and a tenth of the card), at most the
+                               expert section; none on a backend without device memory (the CPU) */
     int hybrid;             /* the hybrid step with a device tier (issue 25, docs/CUDA.md): a decode step's miss
                                that does not pay its copy up (the tier's decayed use counts) runs on the host's
                                threads from the RAM cache, in the device's arithmetic (bitwise the same logits),
@@ -231,6 +234,8 @@ typedef struct sl_model_params {
                                has a device (--gpu) and vram_bytes > 0; 1: on (with a tier: on the CPU backend
                                the tests' stand-in); -1: off (every miss copied up) */
 } sl_model_params;
+
+#define SL_VRAM_AUTO UINT64_MAX /* sl_model_params.vram_bytes: choose from the device's free memory */
 
 sl_model_params sl_model_params_default(void);
 

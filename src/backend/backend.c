@@ -20,6 +20,13 @@ static sl_status cuda_ffn_host(be_backend *be, pool_t *pool, const be_ffn *f) {
     if (f->kind != BE_FFN_SWIGLU || !f->int8 || !f->x->int8) return SL_EUNSUPPORTED;
     return kern_ffn_dev(pool, f->w, f->x, f->inter, f->g, f->u, f->mid_buf, f->y, f->ldy);
 }
+
+static void cuda_mem_info(be_backend *be, uint64_t *free_bytes, uint64_t *total_bytes) {
+    (void)be;
+    char name[8];
+    *free_bytes = *total_bytes = 0;
+    slcu_device_info(name, sizeof name, total_bytes, free_bytes);
+}
 #endif
 
 sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err) {
@@ -33,7 +40,7 @@ sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err) {
     char msg[256]; /* the CUDA runtime's side (.cu) keeps C++-friendly char buffers: its one crossing */
     if (slcu_init(msg, sizeof msg)) return err_set(err, SL_EUNSUPPORTED, "%s", msg); /* "no usable CUDA device ..." */
     *out = be_cuda_new(pool);
-    if (*out) (*out)->ffn_host = cuda_ffn_host;
+    if (*out) (*out)->ffn_host = cuda_ffn_host, (*out)->mem_info = cuda_mem_info;
     return *out ? SL_OK : err_set(err, SL_ENOMEM, "out of memory for the CUDA backend");
 #else
     return err_set(err, SL_EUNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");

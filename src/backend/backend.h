@@ -318,6 +318,8 @@ struct be_backend {
      * (backend.c): kernels_dev.c's kern_ffn_dev, the device's arithmetic, for q8/q4 SwiGLU experts on int8
      * activations. */
     sl_status (*ffn_host)(be_backend *be, pool_t *pool, const be_ffn *f);
+    /* optional (NULL: no device memory of its own): the device's free and total bytes now. */
+    void (*mem_info)(be_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
     /* optional: r's one token routed and its k experts (every one of the layer resident: xs->get) run on
      * the device, as ffn_multi on route()'s choice would (f: the first's args; slot s: g, u + s * inter, y
      * + s * ldy); *w_dev: the weights in backend memory. 1 done, 0 not taken (nothing queued), or < 0. */

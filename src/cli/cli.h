@@ -73,6 +73,9 @@ int cli_default_model(const char *cmd, const char **path);
  * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
  * bad value prints the error and sets *bad = 1. A valued option without its value is not one (0). */
 int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad);
+/* run / serve / chat with --gpu and none of --vram, --cache, --resident: the split chosen at open (SL_VRAM_AUTO: the
+ * card's free memory for the device tier; the RAM cache's default: half of the available RAM) */
+void cli_gpu_split(sl_model_params *p);
 /* Parses v, the value of the numeric option opt, into *out: 0, or 1 after printing "option 'OPT' must be
  * between LO and HI" (opts.c holds each option's range) or that it is not a number. */
 int cli_num(const char *cmd, const char *opt, const char *v, double *out);

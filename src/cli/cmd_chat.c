@@ -240,6 +240,7 @@ int cmd_chat(int argc, char **argv) {
     sa.sa_handler = on_sigint; /* no SA_RESTART: a blocked read returns and the loop goes on */
     sigaction(SIGINT, &sa, NULL);
     if (cli_load_tokenizer("chat", c.o.model, &c.tok)) goto out;
+    cli_gpu_split(&c.o.mp);
     if (sl_model_open(c.o.model, &c.o.mp, &c.m, &err)) { cli_fail("chat", "%s", err.msg); goto out; }
     if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail("chat", "out of memory"); goto out; }
     c.pending = -1;

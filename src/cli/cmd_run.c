@@ -48,7 +48,9 @@ static int parse(const char *cmd, int argc, char **argv, run_args *a) {
 
 static int open_model(const char *cmd, const run_args *a, sl_model **m) {
     sl_error err = {0};
-    if (sl_model_open(a->model, &a->mp, m, &err)) return cli_fail(cmd, "%s", err.msg);
+    sl_model_params mp = a->mp;
+    cli_gpu_split(&mp);
+    if (sl_model_open(a->model, &mp, m, &err)) return cli_fail(cmd, "%s", err.msg);
     return 0;
 }
 

@@ -113,6 +113,7 @@ int cmd_serve(int argc, char **argv) {
         paths[n] = path;
         if (!names[n][0]) { cli_fail("serve", "-m %s: an empty model name", specs[n]); goto out; }
         if (cli_load_tokenizer("serve", path, &toks[n])) goto out;
+        cli_gpu_split(&mp);
         if (sl_model_open(path, &mp, &opened[n], &err)) { cli_fail("serve", "%s", err.msg); goto out; }
         models[n] = (srv_model_entry){names[n], opened[n], toks[n]};
     }

@@ -273,6 +273,7 @@ int cmd_run_text(int argc, char **argv) {
     const char *src = text ? text : o.prompt;
     if (sl_tokenize(tok, src, strlen(src), 0, &ids, &n, &err)) { cli_fail("run", "%s", err.msg); goto out; }
     if (n == 0) { cli_fail("run", "the prompt is empty: nothing to generate from"); goto out; }
+    cli_gpu_split(&o.mp);
     if (sl_model_open(o.model, &o.mp, &m, &err)) { cli_fail("run", "%s", err.msg); goto out; }
     if (sl_session_new(m, 0, &s) || sl_sampler_new(&o.sp, sl_model_n_vocab(m), &smp)) { cli_fail("run", "out of memory"); goto out; }
     if (sl_tokenizer_n_vocab(tok) > sl_model_n_vocab(m)) {

@@ -38,7 +38,8 @@ const cli_opt cli_model_opts[] = {
     {"--exact", NULL, "q8/q4 weights multiply f32 activations, the reference arithmetic (default: activations "
                       "quantized to int8 per 32 values, as llama.cpp; docs/QUANT.md)"},
     {"--vram", "SIZE", "the device tier's expert budget: experts in use are copied from the RAM cache (--cache) "
-                       "into this many bytes of the backend's memory, VRAM with --gpu (default: none)"},
+                       "into this many bytes of the backend's memory, VRAM with --gpu, or auto: the card's free memory less "
+                       "a reserve (default: none; run, chat and serve --gpu without --vram, --cache or --resident: auto)"},
     {"--hybrid", "MODE", "with --vram: a decode step's expert the device tier does not take runs on the CPU threads "
                          "from the RAM cache, bitwise the GPU's result: auto (on with --gpu), on or off (every "
                          "miss copied to the device) (default: auto)"},
@@ -46,6 +47,10 @@ const cli_opt cli_model_opts[] = {
                     "q3 weights are refused with the weight named) (default: the CPU)"},
     {NULL, NULL, NULL},
 };
+
+void cli_gpu_split(sl_model_params *p) {
+    if (p->backend == SL_BACKEND_CUDA && !p->resident && !p->vram_bytes && !p->cache_bytes) p->vram_bytes = SL_VRAM_AUTO;
+}
 
 int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad) {
     const char *s = argv[*i];
@@ -61,6 +66,7 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         if (b <= 0) { *bad = cli_fail(cmd, "--cache: bad size '%s' (e.g. 512M, 4G)", v); return 1; }
         p->cache_bytes = (uint64_t)b;
     } else if (!strcmp(s, "--vram")) {
+        if (!strcmp(v, "auto")) { p->vram_bytes = SL_VRAM_AUTO; return 1; }
         long long b = cli_parse_size(v);
         if (b <= 0) { *bad = cli_fail(cmd, "--vram: bad size '%s' (e.g. 4G)", v); return 1; }
         p->vram_bytes = (uint64_t)b;

@@ -24,6 +24,17 @@ static int hybrid_on(const sl_model *m, const sl_model_params *p) {
     return m->be->is_host || (!p->exact && m->cfg.expert_kind != SL_EXPERT_GPTOSS);
 }
 
+/* SL_VRAM_AUTO (sluice.h): the device's free memory now (the backbone is in), less the larger of 2 GiB and a tenth
+ * of the card for the sessions' KV caches and the workspace, at most the expert section; 0 without device memory. */
+static uint64_t vram_auto(const sl_model *m) {
+    uint64_t fr = 0, tot = 0;
+    if (!m->be->mem_info || m->be->is_host) return 0;
+    m->be->mem_info(m->be, &fr, &tot);
+    const uint64_t reserve = tot / 10 > ((uint64_t)2 << 30) ? tot / 10 : (uint64_t)2 << 30;
+    const uint64_t v = fr > reserve ? fr - reserve : 0;
+    return v < m->f.h.expert_stride ? 0 : v > m->f.h.expert_len ? m->f.h.expert_len : v;
+}
+
 /* tier_cfg.host_ok: an expert's parts the backend's ffn_host takes (a device backend: q8/q4 with biases) */
 static int host_ok(void *ctx, const tn_expert *ex) {
     const sl_model *m = ctx;
@@ -57,8 +68,9 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     if ((st = engine_load_backbone(m, path, at, n, err))) goto fail;
     st = p->resident ? engine_open_resident(m, path, err) : engine_open_stream(m, path, p, fault, err);
     if (st) goto fail;
-    if (p->vram_bytes > 0) { /* the device tier over the RAM cache (or the resident experts) */
-        tier_cfg tc = {.be = m->be, .file = &m->f, .cfg = &m->cfg, .lower = m->src, .budget = p->vram_bytes};
+    const uint64_t vram = p->vram_bytes == SL_VRAM_AUTO ? vram_auto(m) : p->vram_bytes;
+    if (vram > 0) { /* the device tier over the RAM cache (or the resident experts) */
+        tier_cfg tc = {.be = m->be, .file = &m->f, .cfg = &m->cfg, .lower = m->src, .budget = vram};
         if (m->cache) { /* the RAM slots the tier may keep while their copies run (tier.h) */
             cache_stats cs;
             cache_get_stats(m->cache, &cs);

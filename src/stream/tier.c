@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sluice.h"
+#include "util/clock.h"
 #include "util/err.h"
 
 #define TIER_HOLD 8 /* host slots kept for copies in flight, at most */
@@ -64,6 +65,11 @@ struct tier {
     uint32_t tok;       /* passes over the MoE layers so far */
     uint8_t *hostd;     /* [E] handed out where it lies in the current request, not yet released */
     uint64_t *l_st;     /* [n_moe][3]: hits, copied, host */
+    /* the cost model (device backends): seconds a byte computed on the host (measured) and copied up (measured at
+     * tier_new), and this request's queues so far on each */
+    int cost;
+    double cpu_spb, pcie_spb, q_cpu, q_pcie;
+    double *host_t0;    /* [E] when a host expert was handed out */
 };
 
 #define fail(t, st, ...) err_set(&(t)->err, (st), __VA_ARGS__)
@@ -96,13 +102,36 @@ static int victim(tier *t) {
     return best;
 }
 
-/* hybrid: whether the miss key pays its copy: a free slot, or used before and hotter than the slot it evicts */
+/* hybrid: whether the miss key pays its copy: a free slot, or used before and hotter than the slot it evicts;
+ * or (the cost model) the copy up ends before the host would, given this request's queues on each, and the slot
+ * it takes is colder than key. The queue that takes it grows by its estimate. */
 static int pays(tier *t, int key) {
-    int v = victim(t);
+    int v = victim(t), up;
     if (v < 0) return 0;
-    if (t->slots[v].key < 0) return 1;
-    float sc = score(t, key);
-    return sc >= TIER_AGAIN && sc > score(t, t->slots[v].key);
+    float sc = score(t, key), sv = t->slots[v].key < 0 ? -1.0f : score(t, t->slots[v].key);
+    const double c_up = t->pcie_spb * (double)t->block, c_cpu = t->cpu_spb * (double)t->block;
+    if (sv < 0 || (sc >= TIER_AGAIN && sc > sv)) up = 1;
+    else up = t->cost && sc > sv && t->q_pcie + c_up < t->q_cpu + c_cpu;
+    if (up) t->q_pcie += c_up;
+    else t->q_cpu += c_cpu;
+    return up;
+}
+
+/* The cost model's host -> device rate: the best of three waited copies of one block from pinned memory. */
+static void measure_pcie(tier *t) {
+    void *h = t->be->alloc(t->be, t->block, BE_BUF_PINNED);
+    if (!h) return;
+    memset(h, 0, t->block);
+    double best = 0;
+    for (int i = 0; i < 3; i++) {
+        double t0 = clk_now_s();
+        t->be->copy(t->be, t->slots[0].buf, h, t->block, BE_H2D);
+        if (t->be->sync(t->be)) break;
+        double dt = clk_now_s() - t0;
+        if (best <= 0 || dt < best) best = dt;
+    }
+    t->be->free(t->be, h, t->block, BE_BUF_PINNED);
+    if (best > 0) t->pcie_spb = best / (double)t->block;
 }
 
 static void deliver(tier *t, int si, int e, int *expert, tn_expert *out) {
@@ -219,11 +248,12 @@ static int next_hybrid(tier *t, int *expert, tn_expert *out) {
     memset(&hx, 0, sizeof hx);
     int rc = fetch_lower(t, &e, &hx);
     if (rc) return rc;
-    if (!pays(t, t->mslot * t->E + e) && (!t->host_ok || t->host_ok(t->host_ctx, &hx))) {
+    if ((!t->host_ok || t->host_ok(t->host_ctx, &hx)) && !pays(t, t->mslot * t->E + e)) {
         *out = hx;
         out->host = 1;
         *expert = e;
         t->hostd[e] = 1;
+        t->host_t0[e] = clk_now_s();
         t->st.host++;
         t->l_st[3 * t->mslot + 2]++;
         return 0;
@@ -242,6 +272,7 @@ static sl_status t_begin(void *ctx, int layer, const int *experts, int n, int or
     if (ms < 0) return fail(t, SL_EINVAL, "layer %d has no routed experts", layer);
     if (n > t->E) return fail(t, SL_EINVAL, "layer %d: %d experts requested of %d", layer, n, t->E);
     if (ms <= t->last_ms) t->tok++; /* a new pass over the layers */
+    t->q_cpu = t->q_pcie = 0;
     t->last_ms = ms;
     t->layer = layer;
     t->mslot = ms;
@@ -310,6 +341,8 @@ static void t_release(void *ctx, int expert) {
     if (expert >= 0 && expert < t->E && t->hostd[expert]) { /* handed out where it lies: its host slot back */
         t->hostd[expert] = 0;
         if (t->lo.release) t->lo.release(t->lo.ctx, expert);
+        const double spb = (clk_now_s() - t->host_t0[expert]) / (double)t->block; /* its compute, measured */
+        t->cpu_spb = 0.8 * t->cpu_spb + 0.2 * spb;
         return;
     }
     int si = t->map[t->mslot * t->E + expert];
@@ -406,6 +439,10 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->freq = calloc((size_t)(t->n_keys > 0 ? t->n_keys : 1), sizeof *t->freq);
     t->fseen = calloc((size_t)(t->n_keys > 0 ? t->n_keys : 1), sizeof *t->fseen);
     t->hostd = calloc((size_t)E, 1);
+    t->host_t0 = calloc((size_t)E, sizeof *t->host_t0);
+    t->cost = cfg->hybrid && !cfg->be->is_host;
+    t->cpu_spb = 1.0 / 10e9; /* until measured: 10 GB/s of weights on the host's threads, */
+    t->pcie_spb = 1.0 / 25e9; /* 25 GB/s over PCIe */
     t->l_st = calloc((size_t)3 * (cfg->file->h.n_moe_layers > 0 ? cfg->file->h.n_moe_layers : 1), sizeof *t->l_st);
     t->async = t->be->copy_async && t->be->mark && t->be->fence_done;
 #ifdef SL_TIER_SYNC /* tools/cuda_bench.sh's baseline: every copy waited for */
@@ -416,7 +453,7 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->hold = cfg->lower_slots <= 0 ? E : cfg->lower_slots / 2 < TIER_HOLD ? cfg->lower_slots / 2 : TIER_HOLD;
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
     if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
-        !t->pf || !t->freq || !t->fseen || !t->hostd || !t->l_st || !t->arena) {
+        !t->pf || !t->freq || !t->fseen || !t->hostd || !t->l_st || !t->host_t0 || !t->arena) {
         err_set(err, SL_ENOMEM, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
                t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
@@ -429,6 +466,7 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     }
     t->st.slots = n;
     t->st.slot_bytes = t->stride;
+    if (t->cost) measure_pcie(t);
     *out = t;
     return SL_OK;
 }
@@ -451,6 +489,7 @@ void tier_free(tier *t) {
     free(t->fseen);
     free(t->hostd);
     free(t->l_st);
+    free(t->host_t0);
     free(t);
 }
 

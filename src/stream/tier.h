@@ -21,7 +21,11 @@
  * The hybrid step (hybrid = 1; issue 25, docs/CUDA.md "The hybrid step"): in a decode-like (unordered) request
  * a miss is promoted only when it pays: a free slot, or its per-expert decayed use count (half-life TIER_HALF
  * tokens) says it was used before (the second use promotes) and beats the coldest unheld slot's, which it
- * evicts. Any other miss is handed out where it lies, in the host source's slot (tn_expert.host = 1, host_ok
+ * evicts; or, on a device backend, when the cost model says the copy ends first: each request queues its misses
+ * on the host (seconds a byte of the host's expert compute, measured per expert) or on the copy up (a block's
+ * waited copy, measured at tier_new), each miss where its estimated finish is earlier, taking only a slot colder
+ * than itself (uniform routing splits the misses; skewed routing keeps its hot experts). Any other miss is
+ * handed out where it lies, in the host source's slot (tn_expert.host = 1, host_ok
  * permitting), for the caller to compute on the host's threads (be_backend.ffn_host, bitwise the device's);
  * release() hands that slot back. Layer-major (ordered) requests promote every miss as above: a prefill
  * chunk's experts stream through the device once each.
