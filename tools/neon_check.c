@@ -20,6 +20,58 @@ static float frand(void) {
     return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 }
 
+/* The GGUF block types (quant/kquant.h) on random valid blocks: the NEON table's exact matmul within 1e-5 * sum|w x|
+ * of the oracle's, its int8 one bitwise the oracle's, each as a batch and token by token. */
+static void kq_check(const kern_ops *sc, const kern_ops *ne, int *pass, int *fail) {
+    static const dt_type types[] = {DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_NL, DT_IQ4_XS};
+    uint64_t st = 5;
+    for (int k = 0; k < 7; k++)
+        for (int v = 0; v < 2; v++) {
+            const dt_type dt = types[k];
+            const int cols = dt == DT_IQ4_NL ? 32 * (3 + 4 * v) : 256 * (1 + 2 * v), rows = 3 + 4 * v, nt = v ? 37 : 3;
+            size_t bytes = q_mat_bytes(dt, rows, cols, kq_blk(dt), DT_NONE);
+            uint8_t *data = malloc(bytes);
+            kq_random(dt, data, bytes / (size_t)kq_bytes(dt), &st);
+            tn_mat m;
+            q_mat_bind(&m, data, dt, rows, cols, kq_blk(dt), DT_NONE, 0);
+            float *x = malloc((size_t)nt * cols * 4), *y[2][3], *wr = malloc((size_t)cols * 4);
+            for (int i = 0; i < nt * cols; i++) x[i] = frand();
+            void *abuf = malloc(kern_act_bytes(nt, cols));
+            int ok = 1;
+            for (int i8 = 0; i8 < 2; i8++) {
+                for (int j = 0; j < 3; j++) { /* oracle, neon batch, neon token by token */
+                    y[i8][j] = malloc((size_t)nt * rows * 4);
+                    for (int i = 0; i < nt * rows; i++) y[i8][j][i] = NAN;
+                    const kern_ops *o = j ? ne : sc;
+                    for (int t0 = 0; t0 < nt; t0 += j == 2 ? 1 : nt) {
+                        int n = j == 2 ? 1 : nt;
+                        kern_act ka;
+                        kern_act_init(&ka, abuf, x + (size_t)t0 * cols, (size_t)cols, n, cols, 1);
+                        if (i8) kern_matmul_act(o, NULL, &m, &ka, y[i8][j] + (size_t)t0 * rows, (size_t)rows);
+                        else kern_matmul(o, NULL, &m, x + (size_t)t0 * cols, (size_t)cols, y[i8][j] + (size_t)t0 * rows, (size_t)rows, n);
+                    }
+                }
+                for (int i = 0; i < nt * rows; i++) {
+                    q_row_to_f32(&m, i % rows, wr);
+                    double mag = 0;
+                    for (int c = 0; c < cols; c++) mag += fabs((double)wr[c] * x[(size_t)(i / rows) * cols + c]);
+                    double e = fabs((double)y[i8][1][i] - y[i8][0][i]);
+                    ok &= i8 ? !memcmp(&y[i8][1][i], &y[i8][0][i], 4) : e <= 1e-5 * mag;
+                    ok &= !memcmp(&y[i8][1][i], &y[i8][2][i], 4) && y[i8][0][i] == y[i8][0][i];
+                }
+            }
+            if (ok) (*pass)++;
+            else {
+                (*fail)++;
+                printf("FAIL neon %s rows %d cols %d: not the oracle's (exact within 1e-5, int8 bitwise)\n", dt_name(dt),
+                       rows, cols);
+            }
+            for (int i8 = 0; i8 < 2; i8++)
+                for (int j = 0; j < 3; j++) free(y[i8][j]);
+            free(x); free(wr); free(abuf); free(data);
+        }
+}
+
 int main(void) {
     const kern_ops *sc = kern_scalar_ops(), *ne = kern_neon_ops();
     if (!ne) { printf("no NEON table on this build\n0 passed, 1 failed\n"); return 1; }
@@ -27,7 +79,7 @@ int main(void) {
     double worst = 0;
     static const int plain_cols[] = {1, 7, 13, 100, 257, 300}, q_cols[] = {32, 96, 160, 384}, rows_l[] = {1, 5, 13};
     for (int dt = DT_F32; dt < DT_COUNT; dt++) {
-        if (dt == DT_F8E4M3) continue;
+        if (dt == DT_F8E4M3 || kq_is((dt_type)dt)) continue; /* the GGUF block types: kq_check below */
         int q = q_is_quant((dt_type)dt);
         for (int ci = 0; ci < (q ? 4 : 6); ci++)
             for (int gi = 0; gi < (q ? 3 : 1); gi++) {
@@ -125,6 +177,7 @@ int main(void) {
                 free(w); free(x); free(a); free(b); free(one); free(data); free(abuf); free(abuf1);
             }
     printf("neon: %d int8-activation cases bitwise the oracle (%s kernels)\n", i8_cases, has_dot ? "SDOT" : "the oracle's");
+    kq_check(sc, ne, &pass, &fail);
     float u[37], v[37];
     for (int i = 0; i < 37; i++) { u[i] = frand(); v[i] = frand(); }
     if (fabsf(ne->dot(u, v, 37) - sc->dot(u, v, 37)) < 1e-5f) pass++; else { fail++; printf("FAIL dot\n"); }

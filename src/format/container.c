@@ -197,7 +197,8 @@ sl_status slc_quant_from_json(const cJSON *o, dt_type dt, int64_t cols, int *gro
     if (!cJSON_IsNumber(g) || !cJSON_IsString(sd))
         return err_set(err, SL_EFORMAT, "%s entry lacks 'group' or 'scale_dtype'", dt_name(dt));
     *group = g->valueint;
-    *sdt = dt == DT_MXFP4 ? DT_NONE : dt_from_name(sd->valuestring); /* mxfp4: E8M0 bytes */
+    /* mxfp4: E8M0 bytes; the GGUF block types: scales inside the blocks */
+    *sdt = dt == DT_MXFP4 || kq_is(dt) ? DT_NONE : dt_from_name(sd->valuestring);
     if (cJSON_IsNumber(se) && se->valuedouble >= 0 && se->valuedouble < 4294967296.0) *seed = (uint32_t)se->valuedouble;
     if (!q_check(dt, cols, *group, *sdt, err)) return SL_OK;
     if (err) err->status = SL_EFORMAT; /* a manifest's entry: the file is malformed */
@@ -207,7 +208,7 @@ sl_status slc_quant_from_json(const cJSON *o, dt_type dt, int64_t cols, int *gro
 void slc_quant_to_json(cJSON *o, dt_type dt, int group, dt_type sdt, uint32_t seed) {
     if (!q_is_quant(dt)) return;
     cJSON_AddNumberToObject(o, "group", group);
-    cJSON_AddStringToObject(o, "scale_dtype", dt == DT_MXFP4 ? "e8m0" : dt_name(sdt));
+    cJSON_AddStringToObject(o, "scale_dtype", dt == DT_MXFP4 ? "e8m0" : kq_is(dt) ? "in-block" : dt_name(sdt));
     if (dt == DT_Q3) cJSON_AddNumberToObject(o, "seed", (double)seed);
 }
 

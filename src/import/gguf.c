@@ -53,7 +53,9 @@ static const ggml_tinfo TYPES[] = {
 
 const char *gguf_type_name(uint32_t type) { return type < N_TYPES ? TYPES[type].name : NULL; }
 
-int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
+/* The container layout that holds a type exactly by up-conversion (q4 / q8 codes, f32 scales, group 32), for
+ * expert parts that mix types across layers and for the types kept as such below. */
+int gguf_type_wide(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
     *group = 0;
     *sdt = DT_NONE;
     switch (type) {
@@ -67,11 +69,26 @@ int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
     case GGML_MXFP4: *dt = DT_MXFP4; *group = 32; return 0; /* the container's own mxfp4 (quant/quant.h) */
     case GGML_Q6_K: *dt = DT_F32; return 0; /* groups of 16 with their own scale: f32 is the lossless home */
     }
+    if (kq_from_ggml(type) != DT_NONE) { /* Q2_K, Q3_K, IQ4_*: f32 */
+        *dt = DT_F32;
+        return 0;
+    }
     *dt = DT_NONE;
     return -1;
 }
 
-const char *gguf_supported_types(void) { return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, MXFP4"; }
+int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
+    dt_type k = kq_from_ggml(type);
+    if (k == DT_NONE) return gguf_type_wide(type, dt, group, sdt);
+    *dt = k; /* kept as GGUF stores it (quant/kquant.h) */
+    *group = kq_blk(k);
+    *sdt = DT_NONE;
+    return 0;
+}
+
+const char *gguf_supported_types(void) {
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4";
+}
 
 static uint64_t type_row_bytes(uint32_t type, int64_t ne0) {
     const ggml_tinfo *ti = &TYPES[type];
@@ -833,6 +850,12 @@ static sl_status convert_blocks(uint32_t type, const uint8_t *s, int64_t rows, i
     blk_dec d;
     for (int64_t r = 0; r < rows; r++) {
         const uint8_t *sr = s + (uint64_t)(perm ? perm[r] : r) * rb;
+        const dt_type kq = quant_out ? DT_NONE : kq_from_ggml(type);
+        if (kq != DT_NONE) { /* quant/kquant.c: bitwise gguf-py's dequantize */
+            kq_row_to_f32(kq, sr, (int)cols, row);
+            dt_from_f32(to, row, (uint8_t *)dst + (uint64_t)r * (uint64_t)cols * osz, (size_t)cols);
+            continue;
+        }
         for (int k = 0; k < nb; k++) {
             const char *why = NULL;
             if (decode_block(type, sr + (size_t)k * (size_t)bb, &d, &why)) {
@@ -883,6 +906,16 @@ sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t col
         return err_set(err, SL_EUNSUPPORTED, "tensor '%s' has GGUF type %s, which sluice does not import (supported: %s)",
                       name, TYPES[type].name, gguf_supported_types());
     if (TYPES[type].blk == 1) return convert_float(type, own, src, rows, cols, perm, to, dst, name, err);
+    if (kq_is(to)) {
+        if (own != to || cols % kq_blk(to))
+            return err_set(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held as %s", name, TYPES[type].name,
+                          dt_name(to));
+        const uint64_t rb = type_row_bytes(type, cols);
+        for (int64_t r = 0; r < rows; r++) /* the blocks as they are */
+            memcpy((uint8_t *)dst + (uint64_t)r * rb, (const uint8_t *)src + (uint64_t)(perm ? perm[r] : r) * rb, (size_t)rb);
+        return SL_OK;
+    }
+    if (kq_is(own)) gguf_type_wide(type, &own, &own_group, &own_sdt); /* to f32 or a wider layout: decoded below */
     if (to == DT_MXFP4) {
         if (type != GGML_MXFP4)
             return err_set(err, SL_EUNSUPPORTED, "tensor '%s' (%s) cannot be held as mxfp4", name, TYPES[type].name);

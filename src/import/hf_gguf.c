@@ -274,9 +274,12 @@ static void gguf_unify_parts(hf_ckpt *ck) {
             if (!first) first = t;
             same &= t->pub.src_dtype == first->pub.src_dtype && t->pub.q_group == first->pub.q_group &&
                     t->pub.q_sdtype == first->pub.q_sdtype;
-            quant &= q_is_quant(t->pub.src_dtype) && t->pub.q_group == 32;
-            q8 |= t->pub.src_dtype == DT_Q8 || t->pub.src_dtype == DT_MXFP4; /* MXFP4 is exact as q8 g32 f32 */
-            f32s |= t->pub.q_sdtype == DT_F32 || t->pub.src_dtype == DT_MXFP4;
+            dt_type dt, sdt; /* the layout holding this layer's type by up-conversion (a GGUF block type's q4/q8/f32) */
+            int group;
+            if (gguf_type_wide(t->gg_type, &dt, &group, &sdt)) dt = t->pub.src_dtype, group = 0, sdt = DT_NONE;
+            quant &= q_is_quant(dt) && group == 32;
+            q8 |= dt == DT_Q8 || dt == DT_MXFP4; /* MXFP4 is exact as q8 g32 f32 */
+            f32s |= sdt == DT_F32 || dt == DT_MXFP4;
             n++;
         }
         if (!n || same) continue;

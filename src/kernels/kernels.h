@@ -72,8 +72,8 @@ typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, 
 
 typedef struct kern_ops {
     const char *name;
-    kern_matmul_fn matmul[DT_COUNT]; /* indexed by dt_type: F32, F16, BF16, Q8, Q4, Q3; others NULL */
-    kern_matmul_i8_fn matmul_i8[DT_COUNT]; /* Q8, Q4; NULL: the scalar oracle's (same result, slower) */
+    kern_matmul_fn matmul[DT_COUNT]; /* indexed by dt_type: F32, F16, BF16, Q8, Q4, Q3, the GGUF block types */
+    kern_matmul_i8_fn matmul_i8[DT_COUNT]; /* Q8, Q4, the GGUF block types; NULL: the scalar oracle's (same bits) */
     /* sum_i a[i] * b[i] in the lane order above. */
     float (*dot)(const float *a, const float *b, int n);
     /* y[i] += a * x[i]. */
@@ -113,6 +113,9 @@ const kern_ops *kern_neon_ops(void);
  * when the CPU has the dot product). */
 void kern_neon_dot_q8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 void kern_neon_dot_q4(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+/* The int8-activation matmul of the GGUF block types (DT_Q2_K .. DT_IQ4_XS, quant/kquant.h), the scalar oracle of
+ * kquant_i8.c (its canonical arithmetic there); any table without its own uses it. */
+void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 /* Best table for this CPU: AVX-512, then AVX2+FMA, then NEON, then scalar; the environment variable
  * SLUICE_KERNELS=scalar|avx2|avx512|neon picks one (ignored if unavailable). Never NULL. */
 const kern_ops *kern_default_ops(void);

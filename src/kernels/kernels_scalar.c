@@ -218,7 +218,9 @@ static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, f
 static const kern_ops scalar_ops = {
     .name = "scalar",
     .matmul = TILE_MATMUL,
-    .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4},
+    .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4, [DT_Q2_K] = kern_kq_i8, [DT_Q3_K] = kern_kq_i8,
+                  [DT_Q4_K] = kern_kq_i8, [DT_Q5_K] = kern_kq_i8, [DT_Q6_K] = kern_kq_i8, [DT_IQ4_NL] = kern_kq_i8,
+                  [DT_IQ4_XS] = kern_kq_i8},
     .dot = dot_scalar,
     .act_row = act_row,
     .axpy = plain_axpy,
@@ -446,8 +448,10 @@ void kern_act_row(kern_act *dst, kern_act *src, int t) {
 
 /* The kernel kern_matmul_act would run for w over a, or NULL when it needs more than a row range (q3's
  * rotated copy of x, a bad matrix). */
+static int i8_dtype(dt_type dt) { return dt == DT_Q8 || dt == DT_Q4 || kq_is(dt); }
+
 static int mm_use_i8(const tn_mat *w, const kern_act *a) {
-    return a->int8 && (w->dtype == DT_Q8 || w->dtype == DT_Q4) && w->cols == a->cols && w->group > 0 &&
+    return a->int8 && i8_dtype(w->dtype) && w->cols == a->cols && w->group > 0 &&
            w->group % 32 == 0 && w->cols % w->group == 0;
 }
 
@@ -562,7 +566,7 @@ int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const
 
 int kern_matmul_act(const kern_ops *ops, pool_t *pool, const tn_mat *w, kern_act *a, float *y, size_t ldy) {
     dt_type dt = w->dtype;
-    if (!a->int8 || (dt != DT_Q8 && dt != DT_Q4) || !w->data || w->cols != a->cols || w->group <= 0 ||
+    if (!a->int8 || !i8_dtype(dt) || !w->data || w->cols != a->cols || w->group <= 0 ||
         w->group % 32 || w->cols % w->group)
         return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
     if (a->n_tok <= 0 || w->rows <= 0) return 0;

@@ -30,6 +30,7 @@
 #include <stddef.h>
 
 #include "kernels/kernels.h"
+#include "quant/kquant.h"
 
 #define TILE_KCHUNK 256
 #define TILE_KTOK 32
@@ -43,6 +44,14 @@ TILE_PIECE void tile_dot4(const float *const *wr, const float *x, int n, tile_ac
 TILE_PIECE float tile_sum(tile_acc v);
 TILE_PIECE int tile_one_token(dt_type dt, const tn_mat *w, const float *x, float *y, int r0, int r1);
 #undef TILE_PIECE
+
+/* A GGUF block type's [nc] values from column c0 (whole blocks: c0 a multiple of TILE_KCHUNK, which every block
+ * length divides), dequantised by the oracle (quant/kquant.c), so every table multiplies the same f32 weights. */
+static inline const float *tile_kq_load(dt_type dt, const tn_mat *m, int r, int c0, int nc, float *buf) {
+    const uint8_t *row = (const uint8_t *)m->data + (size_t)r * kq_row_bytes(dt, m->cols);
+    kq_row_to_f32(dt, row + (size_t)(c0 / kq_blk(dt)) * (size_t)kq_bytes(dt), nc, buf);
+    return buf;
+}
 
 static inline __attribute__((always_inline)) void tile_mm(dt_type dt, const tn_mat *w, const float *x, size_t ldx,
                                                             float *y, size_t ldy, int n_tok, int r0, int r1) {
@@ -59,7 +68,9 @@ static inline __attribute__((always_inline)) void tile_mm(dt_type dt, const tn_m
             for (int c0 = 0; c0 < cols; c0 += TILE_KCHUNK) {
                 const int nc = cols - c0 < TILE_KCHUNK ? cols - c0 : TILE_KCHUNK;
                 const float *wr[TILE_RB];
-                for (int i = 0; i < TILE_RB; i++) wr[i] = i < nr ? tile_load(dt, w, r + i, c0, nc, buf[i]) : wr[0];
+                for (int i = 0; i < TILE_RB; i++)
+                    wr[i] = i >= nr ? wr[0] : kq_is(dt) ? tile_kq_load(dt, w, r + i, c0, nc, buf[i])
+                                                        : tile_load(dt, w, r + i, c0, nc, buf[i]);
                 for (int t = 0; t < nt; t++) tile_dot4(wr, x + (size_t)(t0 + t) * ldx + c0, nc, acc[t]);
             }
             for (int t = 0; t < nt; t++)
@@ -80,13 +91,22 @@ TILE_MM_FN(DT_BF16)
 TILE_MM_FN(DT_Q8)
 TILE_MM_FN(DT_Q4)
 TILE_MM_FN(DT_Q3)
+TILE_MM_FN(DT_Q2_K)
+TILE_MM_FN(DT_Q3_K)
+TILE_MM_FN(DT_Q4_K)
+TILE_MM_FN(DT_Q5_K)
+TILE_MM_FN(DT_Q6_K)
+TILE_MM_FN(DT_IQ4_NL)
+TILE_MM_FN(DT_IQ4_XS)
 #undef TILE_MM_FN
 
 /* kern_ops.matmul of a table built on this driver. */
 #define TILE_MATMUL                                                                                              \
     {                                                                                                            \
         [DT_F32] = tile_mm_DT_F32, [DT_F16] = tile_mm_DT_F16, [DT_BF16] = tile_mm_DT_BF16, [DT_Q8] = tile_mm_DT_Q8, \
-        [DT_Q4] = tile_mm_DT_Q4, [DT_Q3] = tile_mm_DT_Q3                                                         \
+        [DT_Q4] = tile_mm_DT_Q4, [DT_Q3] = tile_mm_DT_Q3, [DT_Q2_K] = tile_mm_DT_Q2_K, [DT_Q3_K] = tile_mm_DT_Q3_K,   \
+        [DT_Q4_K] = tile_mm_DT_Q4_K, [DT_Q5_K] = tile_mm_DT_Q5_K, [DT_Q6_K] = tile_mm_DT_Q6_K,                       \
+        [DT_IQ4_NL] = tile_mm_DT_IQ4_NL, [DT_IQ4_XS] = tile_mm_DT_IQ4_XS                                         \
     }
 
 #endif

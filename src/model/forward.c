@@ -77,7 +77,7 @@ void fwd_matmul(fwd_ws *ws, const tn_mat *w, const float *x, size_t ldx, float *
 void fwd_hint_mat(fwd_ws *ws, const tn_mat *w) {
     if (!ws->be->hint || !w || !w->data || w->rows < 1 || w->cols < 1) return;
     const int bits = q_bits(w->dtype);
-    const size_t code = bits ? (size_t)w->cols * (size_t)bits / 8 : (size_t)w->cols * dt_size(w->dtype);
+    const size_t code = q_row_code_bytes(w->dtype, w->cols); /* GGUF block types: scales included */
     size_t sc = 0, bi = 0; /* a row's scales and biases ([rows][cols/group], quant.h) */
     if (bits && w->dtype != DT_MXFP4 && w->scales && w->group > 0) {
         sc = (size_t)(w->cols / w->group) * dt_size(w->sdtype);

@@ -91,6 +91,10 @@ static tn_mat rows_view(const tn_mat *m, int row0, int n) {
     tn_mat v = *m;
     const int bits = q_bits(m->dtype);
     v.rows = n;
+    if (kq_is(m->dtype)) { /* rows of whole blocks, scales inside */
+        v.data = v.scales = (const uint8_t *)m->data + (size_t)row0 * kq_row_bytes(m->dtype, m->cols);
+        return v;
+    }
     if (!bits) {
         v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * dt_size(m->dtype);
         return v;

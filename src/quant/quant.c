@@ -46,6 +46,7 @@ int q_bits(dt_type dt) {
 }
 
 uint64_t q_mat_bytes(dt_type dt, int64_t rows, int64_t cols, int group, dt_type sdt) {
+    if (kq_is(dt)) return (uint64_t)rows * (uint64_t)kq_row_bytes(dt, cols);
     int b = q_bits(dt);
     if (!b) return (uint64_t)rows * (uint64_t)cols * dt_size(dt);
     if (dt == DT_MXFP4) return (uint64_t)rows * (uint64_t)(cols / 2) + (uint64_t)rows * (uint64_t)(cols / 32);
@@ -56,6 +57,11 @@ uint64_t q_mat_bytes(dt_type dt, int64_t rows, int64_t cols, int group, dt_type 
 
 sl_status q_check(dt_type dt, int64_t cols, int group, dt_type sdt, sl_error *err) {
     if (!q_is_quant(dt)) return SL_OK;
+    if (kq_is(dt))
+        return cols <= 0 || cols % kq_blk(dt) || group != kq_blk(dt)
+                   ? err_set(err, SL_EINVAL, "%s blocks of %d do not divide the row of %lld columns (group %d)",
+                             dt_name(dt), kq_blk(dt), (long long)cols, group)
+                   : SL_OK;
     if (dt == DT_MXFP4)
         return cols <= 0 || cols % 32
                    ? err_set(err, SL_EINVAL, "mxfp4 blocks of 32 do not divide the row of %lld columns", (long long)cols)
@@ -76,6 +82,11 @@ void q_mat_bind(tn_mat *m, const void *data, dt_type dt, int rows, int cols, int
     m->dtype = dt;
     m->rows = rows;
     m->cols = cols;
+    if (kq_is(dt)) { /* the scales are inside the blocks */
+        m->scales = data;
+        m->group = kq_blk(dt);
+        return;
+    }
     int b = q_bits(dt);
     if (!b) return;
     if (dt == DT_MXFP4) {
@@ -205,6 +216,10 @@ static void q3_unrotate_group(float *t, int c0, int group, uint32_t seed) {
 
 void q_row_to_f32(const tn_mat *m, int r, float *out) {
     const int cols = m->cols, bits = q_bits(m->dtype);
+    if (kq_is(m->dtype)) {
+        kq_row_to_f32(m->dtype, (const uint8_t *)m->data + (size_t)r * kq_row_bytes(m->dtype, cols), cols, out);
+        return;
+    }
     if (!bits) {
         dt_to_f32(m->dtype, (const uint8_t *)m->data + (size_t)r * (size_t)cols * dt_size(m->dtype), out, (size_t)cols);
         return;

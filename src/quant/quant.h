@@ -16,6 +16,8 @@
  * a byte, the even column in the low nibble, then scales [rows][cols/32] of E8M0 bytes (sdtype DT_NONE, group
  * 32 always): w[r][c] = MXFP4_VALUES[code] * 2^(scale - 127), exactly as convert_moe_packed_tensors computes it
  * (the scalar decoder below; the SIMD ones and the matmul in kernels/mxfp4.h).
+ * GGUF block types (DT_Q2_K .. DT_IQ4_XS, quant/kquant.h): the GGUF rows as they are, scales inside the blocks;
+ * bound with scales = data, biases NULL, group = the block's length, sdtype DT_NONE. Import only.
  */
 #ifndef SL_QUANT_H
 #define SL_QUANT_H
@@ -27,6 +29,7 @@
 #include "sluice.h"
 #include "util/tensor.h"
 #include "util/dtype.h"
+#include "quant/kquant.h"
 
 /* Lloyd-Max reconstruction levels of the unit Gaussian, 8 levels, code order. */
 extern const float Q3_LEVELS[8];
@@ -45,9 +48,17 @@ static inline float mxfp4_scale(uint8_t s) {
 /* out[cols] (cols a multiple of 32) from a row's codes [cols/2] and scales [cols/32]. */
 void mxfp4_row_scalar(const uint8_t *codes, const uint8_t *scales, int cols, float *out);
 
-/* Bits per code of a quantized dtype, 0 for other types. */
+/* Bits per code of a quantized dtype, 0 for other types (the GGUF block types included: kq_row_bytes). */
 int q_bits(dt_type dt);
-static inline int q_is_quant(dt_type dt) { return dt == DT_Q8 || dt == DT_Q4 || dt == DT_Q3 || dt == DT_MXFP4; }
+static inline int q_is_quant(dt_type dt) {
+    return dt == DT_Q8 || dt == DT_Q4 || dt == DT_Q3 || dt == DT_MXFP4 || kq_is(dt);
+}
+/* Bytes of one row's codes (plain types: the row; GGUF block types: the row's blocks, scales included). */
+static inline size_t q_row_code_bytes(dt_type dt, int64_t cols) {
+    if (kq_is(dt)) return kq_row_bytes(dt, cols);
+    int b = q_bits(dt);
+    return b ? (size_t)cols * (size_t)b / 8 : (size_t)cols * dt_size(dt);
+}
 
 /* Bytes of a [rows][cols] matrix of dtype dt: rows*cols*dt_size for plain types, the layout above for
  * quantized ones (group, sdt ignored for plain types). */
@@ -70,7 +81,8 @@ int q_biases_implied(const tn_mat *m);
 /* Row r of m as f32 in the original (unrotated) domain: out[cols]. Works for every dtype. */
 void q_row_to_f32(const tn_mat *m, int r, float *out);
 
-/* Quantizes w [rows][cols] f32 into out (q_mat_bytes(dt, ...) bytes). q_check must have passed. */
+/* Quantizes w [rows][cols] f32 into out (q_mat_bytes(dt, ...) bytes). q_check must have passed; dt is q8, q4, q3
+ * or mxfp4 (the GGUF block types are import only). */
 void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
                 void *out);
 

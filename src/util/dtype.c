@@ -23,6 +23,13 @@ const char *dt_name(dt_type t) {
     case DT_Q4: return "q4";
     case DT_Q3: return "q3";
     case DT_MXFP4: return "mxfp4";
+    case DT_Q2_K: return "q2_k";
+    case DT_Q3_K: return "q3_k";
+    case DT_Q4_K: return "q4_k";
+    case DT_Q5_K: return "q5_k";
+    case DT_Q6_K: return "q6_k";
+    case DT_IQ4_NL: return "iq4_nl";
+    case DT_IQ4_XS: return "iq4_xs";
     default: return "none";
     }
 }

@@ -20,11 +20,20 @@ typedef enum {
     DT_Q4 = 6,  /* 4-bit group-affine, MLX layout */
     DT_Q3 = 7,  /* 3-bit rotated Lloyd-Max codebook */
     DT_MXFP4 = 8, /* OCP MX FP4 (E2M1) in blocks of 32 with an E8M0 scale each, gpt-oss's released layout */
+    /* GGUF block types kept as llama.cpp stores them (src/quant/kquant.h): rows of whole blocks, scales inside */
+    DT_Q2_K = 9,
+    DT_Q3_K = 10,
+    DT_Q4_K = 11,
+    DT_Q5_K = 12,
+    DT_Q6_K = 13,
+    DT_IQ4_NL = 14,
+    DT_IQ4_XS = 15,
     DT_COUNT
 } dt_type;
 
 size_t dt_size(dt_type t);          /* bytes per element; 0 for quantized types (see q_mat_bytes) */
-const char *dt_name(dt_type t);     /* "f32", "f16", "bf16", "f8e4m3", "q8", "q4", "q3", "mxfp4" */
+const char *dt_name(dt_type t);     /* "f32", "f16", "bf16", "f8e4m3", "q8", "q4", "q3", "mxfp4", "q2_k", ...
+                                       "q6_k", "iq4_nl", "iq4_xs" */
 dt_type dt_from_name(const char *s);        /* our names; DT_NONE if unknown */
 dt_type dt_from_safetensors(const char *s); /* "F32", "F16", "BF16", "F8_E4M3"; DT_NONE if unknown */
 

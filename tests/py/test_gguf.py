@@ -410,9 +410,20 @@ def random_blocks(qtype, rows, cols, rng):
         b[:, 0:2], b[:, 2:4] = f16(n), f16(n)
     elif qtype == QT.Q6_K:
         b[:, 208:210] = f16(n)
+    elif qtype == QT.Q2_K:
+        b[:, 80:82], b[:, 82:84] = f16(n), f16(n)
+    elif qtype == QT.Q3_K:
+        b[:, 108:110] = f16(n)
+    elif qtype in (QT.IQ4_NL, QT.IQ4_XS):
+        b[:, 0:2] = f16(n)
     elif qtype == QT.MXFP4:
         b[:, 0] = rng.integers(100, 135, size=n, dtype=np.uint8)
     return b.reshape(rows, cols // bs * ts)
+
+
+# the container dtypes that hold GGUF blocks as they are
+KQ = {"q2_k": QT.Q2_K, "q3_k": QT.Q3_K, "q4_k": QT.Q4_K, "q5_k": QT.Q5_K, "q6_k": QT.Q6_K, "iq4_nl": QT.IQ4_NL,
+      "iq4_xs": QT.IQ4_XS}
 
 
 def container(path):
@@ -435,6 +446,11 @@ def container_f32(raw, t, base=0):
         if dt == "f16":
             return np.frombuffer(raw, np.float16, n, off).astype(np.float32).reshape(rows, cols)
         return (np.frombuffer(raw, np.uint16, n, off).astype(np.uint32) << 16).view(np.float32).reshape(rows, cols)
+    if dt in KQ:  # the GGUF rows as they are (src/quant/kquant.h): gguf-py decodes them
+        qt = KQ[dt]
+        bs, ts = gguf.GGML_QUANT_SIZES[qt]
+        b = np.frombuffer(raw, np.uint8, rows * cols // bs * ts, off).reshape(rows, -1)
+        return gguf.quants.dequantize(b, qt).astype(np.float32).reshape(rows, cols)
     if dt == "mxfp4":  # codes [rows][cols/2] (even column low), then E8M0 scales [rows][cols/32]
         c = np.frombuffer(raw, np.uint8, rows * cols // 2, off)
         c = np.stack([c & 15, c >> 4], axis=-1).reshape(rows, cols)
@@ -455,7 +471,8 @@ def container_f32(raw, t, base=0):
     return np.repeat(s, g, axis=1) * q + np.repeat(bi, g, axis=1)
 
 
-ALL_TYPES = [QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.MXFP4]
+ALL_TYPES = [QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.MXFP4, QT.Q2_K,
+             QT.Q3_K, QT.IQ4_NL, QT.IQ4_XS]
 
 
 def write_typed_model(path, types, rng, dequant=False):
@@ -540,20 +557,9 @@ CANON = {"token_embd.weight": "embed_tokens", "output.weight": "lm_head", "attn_
          "attn_output.weight": "self_attn.o_proj", "ffn_gate_inp.weight": "mlp.gate"}
 
 
-@pytest.mark.parametrize("rot", range(3))
-def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
-    """Every imported type (random valid blocks where gguf-py cannot quantise), tensor by tensor: the
-    container's bytes, decoded by its documented layout, equal gguf.quants.dequantize bit for bit (but for
-    the sign of zero); routed
-    experts too (mixed types in one part take a common exact layout); and the model's logits equal those of
-    an F32 GGUF of gguf-py's dequantisation, bitwise."""
-    rng = np.random.default_rng(7 + rot)
-    types = ALL_TYPES[rot:] + ALL_TYPES[:rot]
-    g = str(tmp_path / "t.gguf")
-    ref = write_typed_model(g, types, rng)
-    assert {qt for _, qt in ref.values()} >= set(ALL_TYPES)
-    p = str(tmp_path / "t.sluice")
-    run(["pack", g, "-o", p])
+def check_tensors(p, ref):
+    """Every matrix of container p decoded by its documented layout against ref (write_typed_model's): the
+    backbone's and every expert's; returns how many were compared."""
     raw, man = container(p)
     tens = {t["name"]: t for t in man["tensors"]}
     checked = 0
@@ -576,6 +582,24 @@ def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
                 got = container_f32(raw, ex["parts"][pi], base)
                 assert same(got, deq[e]), (l, e, part, qt.name)
                 checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("rot", range(3))
+def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
+    """Every imported type (random valid blocks where gguf-py cannot quantise), tensor by tensor: the
+    container's bytes, decoded by its documented layout, equal gguf.quants.dequantize bit for bit (but for
+    the sign of zero); routed
+    experts too (mixed types in one part take a common exact layout); and the model's logits equal those of
+    an F32 GGUF of gguf-py's dequantisation, bitwise."""
+    rng = np.random.default_rng(7 + rot)
+    types = ALL_TYPES[rot:] + ALL_TYPES[:rot]
+    g = str(tmp_path / "t.gguf")
+    ref = write_typed_model(g, types, rng)
+    assert {qt for _, qt in ref.values()} >= set(ALL_TYPES)
+    p = str(tmp_path / "t.sluice")
+    run(["pack", g, "-o", p])
+    checked = check_tensors(p, ref)
     assert checked == 2 + 2 * 5 + 2 * 3 * 4
     dq = str(tmp_path / "dq.gguf")
     write_typed_model(dq, types, np.random.default_rng(7 + rot), dequant=True)
@@ -585,6 +609,42 @@ def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
     a = logits(p, toks, str(tmp_path / "a.f32"))
     b = logits(pd, toks, str(tmp_path / "b.f32"))
     assert np.isfinite(a).all() and np.array_equal(a, b), np.abs(a - b).max()
+
+
+KQ_TYPES = [QT.Q4_K, QT.Q6_K, QT.Q5_K, QT.Q3_K, QT.Q2_K, QT.IQ4_XS, QT.IQ4_NL]
+
+
+@pytest.mark.parametrize("qt", KQ_TYPES, ids=[t.name for t in KQ_TYPES])
+def test_kquant_types_kept_native(qt, tmp_path):
+    """A model whose every matrix is one k-quant / IQ4 type (random valid blocks) packs keeping the type
+    (backbone and experts; the container about the GGUF's size), every tensor decodes bit for bit as gguf-py's
+    dequantize, the exact kernels' logits equal those of an F32 GGUF of that dequantisation bitwise, and the
+    default int8 activations stay close to them."""
+    rng = np.random.default_rng(11)
+    g = str(tmp_path / "k.gguf")
+    ref = write_typed_model(g, [qt], rng)
+    p = str(tmp_path / "k.sluice")
+    run(["pack", g, "-o", p])
+    info = json.loads(run(["info", p, "--json"]).stdout)
+    name = qt.name.lower()
+    assert set(info["backbone_dtypes"]) <= {name, "f32"} and name in info["backbone_dtypes"], info["backbone_dtypes"]
+    assert info["experts"]["dtype"] == name, info["experts"]
+    gs, cs = os.path.getsize(g), os.path.getsize(p)
+    assert cs < 1.05 * gs + 64 * 1024, (gs, cs)  # headers, alignment and the tokenizer-free blobs only
+    assert check_tensors(p, ref) == 2 + 2 * 5 + 2 * 3 * 4
+    dq = str(tmp_path / "dq.gguf")
+    write_typed_model(dq, [qt], np.random.default_rng(11), dequant=True)
+    pd = str(tmp_path / "dq.sluice")
+    run(["pack", dq, "-o", pd])
+    toks = list(range(0, 256, 7))
+    a = logits(p, toks, str(tmp_path / "a.f32"))
+    b = logits(pd, toks, str(tmp_path / "b.f32"))
+    assert np.isfinite(a).all() and np.array_equal(a, b), np.abs(a - b).max()
+    out = str(tmp_path / "i8.f32")
+    run(["logits", "-m", p, "--tokens", ",".join(map(str, toks)), "--out", out])
+    c = np.fromfile(out, dtype=np.float32)
+    rel = per_token_rel(c, a, 256)
+    assert np.median(rel) < 0.05, rel
 
 
 # ---- tokenizer from GGUF metadata -------------------------------------------------------------------------

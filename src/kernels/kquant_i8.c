@@ -1,0 +1,53 @@
+/*
+ * kquant_i8.c — the int8-activation matmul of the GGUF block types (quant/kquant.h), scalar: the oracle of the
+ * SIMD ones (kquant_i8_<isa>.c) and the kernel of every table that has none.
+ *
+ * Canonical arithmetic (docs/QUANT.md "GGUF block types"), llama.cpp's vec_dot_q*_K_q8_K with the house's
+ * activations (kern_act: int8 per 32 values with scale xd_b, as ggml's q8_0, rather than q8_K's one scale per 256):
+ * per output, 8 float lanes acc[] and accm[], zero; for each block of 32 columns b (global index, lane b % 8), in
+ * order, with isum / msum the block's integer sums (kquant.h kq_sums: exact) and d / dmin its f16 scales:
+ *   acc[b % 8]  = fma((float)isum_b, d * xd_b, acc[b % 8]);
+ *   accm[b % 8] = fma((float)msum_b, dmin * xd_b, accm[b % 8]);
+ * y = lanes(acc) - lanes(accm), lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)). A result depends only on its row
+ * and token (kernels.h's determinism contract); a SIMD table computes the integer sums its own way and the float
+ * part lane for lane as here, so it gives the same bits.
+ */
+#include "kernels/kernels.h"
+
+#include <math.h>
+
+#include "quant/kquant.h"
+
+static float lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
+
+/* rows [r0, r1) of w against every token of a; a block is unpacked once per row and used for all tokens */
+void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    const dt_type dt = w->dtype;
+    const int cols = w->cols, blk = kq_blk(dt), nbk = blk / 32, nk = cols / blk, T = a->n_tok;
+    const size_t rb = kq_row_bytes(dt, cols), bb = (size_t)kq_bytes(dt);
+    enum { KTOK = 8 };
+    for (int t0 = 0; t0 < T; t0 += KTOK) {
+        const int nt = T - t0 < KTOK ? T - t0 : KTOK;
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+            float acc[KTOK][8] = {{0}}, accm[KTOK][8] = {{0}};
+            for (int k = 0; k < nk; k++) {
+                kq_unpacked u;
+                kq_unpack(dt, row + (size_t)k * bb, &u);
+                for (int t = 0; t < nt; t++) {
+                    const size_t tt = (size_t)(t0 + t);
+                    const int8_t *q = a->q + tt * (size_t)cols + (size_t)k * (size_t)blk;
+                    const float *xd = a->d + tt * (size_t)(cols / 32) + (size_t)k * (size_t)nbk;
+                    int32_t is[8], ms[8];
+                    kq_sums(&u, q, is, ms);
+                    for (int b = 0; b < nbk; b++) {
+                        const int l = (k * nbk + b) % 8;
+                        acc[t][l] = fmaf((float)is[b], u.d * xd[b], acc[t][l]);
+                        accm[t][l] = fmaf((float)ms[b], u.dmin * xd[b], accm[t][l]);
+                    }
+                }
+            }
+            for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * ldy + (size_t)r] = lanes8(acc[t]) - lanes8(accm[t]);
+        }
+    }
+}

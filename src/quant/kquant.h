@@ -1,0 +1,73 @@
+/*
+ * kquant.h — llama.cpp's k-quant and 4-bit i-quant blocks kept as GGUF stores them (DT_Q2_K .. DT_IQ4_XS,
+ * util/dtype.h): the layout, the dequantiser (the oracle: bitwise gguf-py's gguf.quants.dequantize) and the
+ * integer sums of the int8-activation matmul (kernels/kquant_i8.c; docs/QUANT.md "GGUF block types").
+ *
+ * Layout of a [rows][cols] matrix: rows back to back, each cols / kq_blk(dt) blocks of kq_bytes(dt) bytes,
+ * byte for byte the GGUF tensor's row (llama.cpp ggml-common.h block_q2_K .. block_iq4_xs). Scales live inside
+ * the blocks, so a tn_mat of these types has scales == data, biases NULL, group == kq_blk(dt) and sdtype
+ * DT_NONE (quant.h q_mat_bind). Blocks hold 256 values (32 for IQ4_NL), which the row length must be a multiple
+ * of. Values (e: index in the block, d / dmin the block's f16 scales as f32, every product rounded to f32 in
+ * this order, no fused multiply-add: gguf-py's numpy order):
+ *   Q2_K  (84 B)   sc[16] qs[64] d dmin      q = qs[32(e/128) + e%32] >> 2((e%128)/32) & 3;
+ *                                           w = (d * (sc[e/16] & 15)) * q - dmin * (sc[e/16] >> 4)
+ *   Q3_K  (110 B)  hmask[32] qs[64] sc[12] d q = (qs bits as Q2_K) - 4 * !(hmask[e%32] >> (e/32) & 1);
+ *                                           w = (d * s) * q, s the 6-bit scale of e/16 less 32
+ *   Q4_K  (144 B)  d dmin sc[12] qs[128]     8 sub-blocks of 32 with 6-bit scale a and min m (get_scale_min_k4);
+ *                                           q = qs[32(j/2) + e%32] >> 4(j%2) & 15, j = e/32; w = (d * a) * q - dmin * m
+ *   Q5_K  (176 B)  d dmin sc[12] qh[32] qs[128]  as Q4_K, q |= (qh[e%32] >> j & 1) << 4
+ *   Q6_K  (210 B)  ql[128] qh[64] sc[16] d   q = (ql nibble | qh 2 bits << 4) - 32; w = (d * sc[e/16]) * q
+ *   IQ4_NL (18 B)  d qs[16]                  w = d * KV[nibble], elements 0-15 low nibbles, 16-31 high
+ *   IQ4_XS (136 B) d sh(u16) sl[4] qs[128]   8 sub-blocks of 32, 6-bit scale less 32; w = (d * s) * KV[nibble]
+ */
+#ifndef SL_KQUANT_H
+#define SL_KQUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/dtype.h"
+
+/* IQ4_NL's 16 levels (llama.cpp kvalues_iq4nl, gguf-py IQ4_NL.kvalues). */
+extern const int8_t KQ_IQ4_LEVELS[16];
+
+static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_IQ4_XS; }
+/* Values per block (256, or 32 for IQ4_NL) and bytes per block; 0 for other types. */
+int kq_blk(dt_type dt);
+int kq_bytes(dt_type dt);
+/* Bytes of one row of cols values (cols a multiple of kq_blk). */
+static inline size_t kq_row_bytes(dt_type dt, int64_t cols) {
+    return kq_blk(dt) ? (size_t)(cols / kq_blk(dt)) * (size_t)kq_bytes(dt) : 0;
+}
+/* The container dtype of a GGUF type id (ggml_type: Q2_K = 10 ... IQ4_XS = 23), DT_NONE if not one of these;
+ * and back. */
+dt_type kq_from_ggml(uint32_t ggml_type);
+uint32_t kq_to_ggml(dt_type dt);
+
+/* One block's kq_blk(dt) values as f32 (the layout above; bitwise gguf-py). Cannot fail. */
+void kq_block_to_f32(dt_type dt, const uint8_t *blk, float *out);
+/* n values (a multiple of kq_blk) of a row from its start: n / kq_blk blocks. */
+void kq_row_to_f32(dt_type dt, const uint8_t *row, int n, float *out);
+
+/* n_blocks random but valid blocks of dt at out (for tests and benchmarks): random code and scale bytes, the f16
+ * scales finite, of either sign, magnitudes 2^-12 .. 2^-3. *state is the generator's state. Cannot fail. */
+void kq_random(dt_type dt, uint8_t *out, size_t n_blocks, uint64_t *state);
+
+/* A block unpacked: value codes qv as the formula multiplies them (Q6_K's q - 32, Q3_K's signed q, IQ4's level),
+ * per group of gs values (16 or 32) an integer scale sc and min mn (0 where the type has none), the f16 scales
+ * as f32; n values. */
+typedef struct {
+    int8_t qv[256];
+    int16_t sc[16], mn[16];
+    int gs, n, has_min;
+    float d, dmin; /* dmin 0 when !has_min */
+} kq_unpacked;
+/* Unpacks one block. Cannot fail. */
+void kq_unpack(dt_type dt, const uint8_t *blk, kq_unpacked *u);
+
+/* The integer part of one block against int8 activations q (u->n values, column order), per 32 values b
+ * (kernels/kquant_i8.c's canonical arithmetic, docs/QUANT.md); exact integer arithmetic:
+ *   isum[b] = sum_i sc(i) * qv_i * q_i,   msum[b] = sum_i mn(i) * q_i. */
+void kq_sums(const kq_unpacked *u, const int8_t *q, int32_t *isum, int32_t *msum);
+
+#endif

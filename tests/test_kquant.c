@@ -1,0 +1,145 @@
+/*
+ * test_kquant.c — the GGUF block types kept native (quant/kquant.h: Q2_K .. Q6_K, IQ4_NL, IQ4_XS) in the kernels:
+ * every table's exact matmul against the scalar oracle, every table's int8-activation matmul bitwise the oracle
+ * (kernels/kquant_i8.c), batch equal to token by token, and the int8 result within its rounding bound of the
+ * exact one, on random valid blocks (kq_random). Their values against gguf-py's dequantize are checked by
+ * tests/py/test_gguf.py (test_kquant_types_kept_native, test_every_type_reads_back_as_gguf_py_dequantises).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "quant/quant.h"
+#include "test.h"
+
+static const dt_type KQ_TYPES[] = {DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_NL, DT_IQ4_XS};
+#define N_KQ_TYPES (int)(sizeof KQ_TYPES / sizeof *KQ_TYPES)
+
+static uint64_t rng;
+static float frand(void) { /* uniform [-1, 1) */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+/* y[n_tok][rows], NaN-poisoned, through kern_matmul (exact) or kern_matmul_act (int8), step tokens per call */
+static float *mm(const kern_ops *ops, pool_t *pool, const tn_mat *m, const float *x, int n_tok, int step, int int8) {
+    float *y = malloc((size_t)n_tok * (size_t)m->rows * sizeof(float));
+    void *buf = malloc(kern_act_bytes(step, m->cols));
+    for (size_t i = 0; i < (size_t)n_tok * (size_t)m->rows; i++) y[i] = NAN;
+    for (int t = 0; t < n_tok; t += step) {
+        int k = n_tok - t < step ? n_tok - t : step;
+        const float *xt = x + (size_t)t * (size_t)m->cols;
+        float *yt = y + (size_t)t * (size_t)m->rows;
+        if (int8) {
+            kern_act a;
+            kern_act_init(&a, buf, xt, (size_t)m->cols, k, m->cols, 1);
+            kern_matmul_act(ops, pool, m, &a, yt, (size_t)m->rows);
+        } else kern_matmul(ops, pool, m, xt, (size_t)m->cols, yt, (size_t)m->rows, k);
+    }
+    free(buf);
+    return y;
+}
+
+/* One matrix of dt, [rows][cols], against every table: see the file comment (a failure returns early; the caller
+ * sees test_failed()). Exact kernels: |table - oracle| <= 1e-5 * sum|w x| (FMA rounding only). */
+static void one_case(dt_type dt, int rows, int cols, int n_tok, pool_t *pool, unsigned seed, int *cases,
+                     double *worst_exact, double *worst_i8) {
+    const kern_ops *sc = kern_scalar_ops();
+    const kern_ops *tabs[4] = {sc, kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    size_t bytes = q_mat_bytes(dt, rows, cols, kq_blk(dt), DT_NONE);
+    uint8_t *data = malloc(bytes);
+    kq_random(dt, data, bytes / (size_t)kq_bytes(dt), &rng);
+    tn_mat m;
+    q_mat_bind(&m, data, dt, rows, cols, kq_blk(dt), DT_NONE, 0);
+    float *x = malloc((size_t)n_tok * (size_t)cols * sizeof(float)), *wr = malloc((size_t)cols * sizeof(float));
+    for (int i = 0; i < n_tok * cols; i++) x[i] = frand() * (i % 5 ? 1.0f : 3.0f);
+    x[0] = 0.0f;
+    float *ref = mm(sc, NULL, &m, x, n_tok, n_tok, 0), *ref8 = mm(sc, NULL, &m, x, n_tok, n_tok, 1);
+    double *mags = malloc((size_t)n_tok * (size_t)rows * sizeof(double)); /* sum |w x| per output */
+    /* the exact oracle against a plain double sum of the dequantised row; int8 within its rounding bound */
+    for (int t = 0; t < n_tok; t++)
+        for (int r = 0; r < rows; r++) {
+            q_row_to_f32(&m, r, wr);
+            double s = 0, sw = 0, mag = 0, ax = 0;
+            for (int c = 0; c < cols; c++) {
+                double xv = x[(size_t)t * (size_t)cols + (size_t)c];
+                s += (double)wr[c] * xv;
+                sw += fabs(wr[c]);
+                mag += fabs(wr[c] * xv);
+                if (fabs(xv) > ax) ax = fabs(xv);
+            }
+            double e = fabs(ref[(size_t)t * (size_t)rows + (size_t)r] - s) / (mag + 1e-30);
+            double e8 = fabs(ref8[(size_t)t * (size_t)rows + (size_t)r] - ref[(size_t)t * (size_t)rows + (size_t)r]),
+                   bound = 0.5 / 127 * ax * sw * 1.01 + 1e-6;
+            CHECKF(e <= 1e-4, "%s rows %d cols %d: exact oracle off the dequantised dot by %.3g (seed %u)", dt_name(dt),
+                   rows, cols, e, seed);
+            CHECKF(e8 <= bound, "%s rows %d cols %d: int8 off the exact result by %.3g > %.3g (seed %u)", dt_name(dt),
+                   rows, cols, e8, bound, seed);
+            mags[(size_t)t * (size_t)rows + (size_t)r] = mag;
+            if (e > *worst_exact) *worst_exact = e;
+            if (e8 / bound > *worst_i8) *worst_i8 = e8 / bound;
+        }
+    for (int ti = 0; ti < 4; ti++) {
+        if (!tabs[ti]) continue;
+        for (int int8 = 0; int8 < 2; int8++) {
+            float *got = mm(tabs[ti], pool, &m, x, n_tok, n_tok, int8), *one = mm(tabs[ti], NULL, &m, x, n_tok, 1, int8);
+            const float *want = int8 ? ref8 : ref;
+            for (int i = 0; i < n_tok * rows; i++) {
+                double e = fabs((double)got[i] - want[i]) / (mags[i] + 1e-30);
+                /* int8: bitwise (integer sums, the same float order); exact: FMA rounding only (kernels.h) */
+                CHECKF(int8 ? !memcmp(&got[i], &want[i], 4) : e <= 1e-5, "%s %s%s rows %d cols %d: out %d %.9g vs "
+                       "oracle %.9g (seed %u)", tabs[ti]->name, dt_name(dt), int8 ? ".i8" : "", rows, cols, i, got[i],
+                       want[i], seed);
+                CHECKF(!memcmp(&got[i], &one[i], 4), "%s %s%s rows %d cols %d: batch != token by token (seed %u)",
+                       tabs[ti]->name, dt_name(dt), int8 ? ".i8" : "", rows, cols, seed);
+            }
+            free(got);
+            free(one);
+            (*cases)++;
+        }
+    }
+    free(ref);
+    free(ref8);
+    free(mags);
+    free(x);
+    free(wr);
+    free(data);
+}
+
+TEST(kquant_kernels_match_oracle) {
+    unsigned seed = test_seed();
+    rng = 0x6b71756eull ^ ((uint64_t)seed << 20);
+    pool_t *pool = pool_new(3);
+    static const int rows_l[] = {1, 5, 13, 8}, nblk[] = {1, 2, 3, 9}, toks[] = {1, 3, 37, 70};
+    int cases = 0;
+    double we = 0, wi = 0;
+    for (int k = 0; k < N_KQ_TYPES; k++)
+        for (int i = 0; i < 4; i++) {
+            const dt_type dt = KQ_TYPES[k];
+            /* IQ4_NL: rows of 32-wide blocks, also not a multiple of 256 (a short last chunk of the tile driver) */
+            const int cols = dt == DT_IQ4_NL ? 32 * (nblk[i] * 3 + 1) : 256 * nblk[i];
+            one_case(dt, rows_l[(i + k) % 4], cols, toks[(i + k) % 4], pool, seed, &cases, &we, &wi);
+            if (test_failed()) break;
+        }
+    pool_free(pool);
+    fprintf(stderr, "    %d table cases; exact oracle vs a double sum worst %.2g (bound 1e-4), int8 worst error / bound %.2f\n", cases,
+            we, wi);
+    CHECK(cases >= N_KQ_TYPES * 4 * 2 * 2);
+}
+
+/* The layout helpers agree with each other and with GGUF's block sizes (gguf-py constants.py). */
+TEST(kquant_layout) {
+    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136};
+    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23};
+    for (int k = 0; k < N_KQ_TYPES; k++) {
+        dt_type dt = KQ_TYPES[k];
+        CHECKF(kq_bytes(dt) == want_bytes[k], "%s: %d bytes a block", dt_name(dt), kq_bytes(dt));
+        CHECK(kq_from_ggml(ggml[k]) == dt && kq_to_ggml(dt) == ggml[k]);
+        CHECK(q_is_quant(dt) && dt_from_name(dt_name(dt)) == dt);
+        CHECK(q_mat_bytes(dt, 3, 512, kq_blk(dt), DT_NONE) == 3u * (512u / (unsigned)kq_blk(dt)) * (unsigned)kq_bytes(dt));
+        CHECK(q_check(dt, 512, kq_blk(dt), DT_NONE, NULL) == SL_OK);
+        CHECK(q_check(dt, dt == DT_IQ4_NL ? 48 : 384, kq_blk(dt), DT_NONE, NULL) != SL_OK);
+    }
+    CHECK(kq_blk(DT_Q4) == 0 && !kq_is(DT_MXFP4) && kq_from_ggml(2) == DT_NONE);
+}
