@@ -816,7 +816,7 @@ TEST(mxfp4_dequant_matches_transformers) {
             for (uint32_t e = 0; e < f.h.n_experts; e++) {
                 CHECK(pread(f.fd, blk, f.block_bytes, (off_t)slc_expert_offset(&f, (int)s, (int)e)) == (ssize_t)f.block_bytes);
                 tn_expert ex;
-                slc_bind_expert(&f, blk, &ex);
+                slc_bind_expert(&f, (int)s, blk, &ex);
                 const tn_mat *m = which ? &ex.down : &ex.gate_up;
                 CHECK(m->dtype == DT_MXFP4 && m->cols <= 4096);
                 for (int r = 0; r < m->rows; r++) {
@@ -925,7 +925,7 @@ TEST(synth_same_file_for_any_thread_count) {
         uint8_t *blk = malloc(f.h.expert_stride);
         CHECK(fio_pread_all(f.fd, blk, f.h.expert_stride, slc_expert_offset(&f, 1, 7), "x", &err) == SL_OK);
         tn_expert ex;
-        slc_bind_expert(&f, blk, &ex);
+        slc_bind_expert(&f, 1, blk, &ex);
         int cols = ex.down.cols, neg = 0, pos = 0, bad = 0;
         float row[4096], lim = (qs[qi] == SL_QUANT_Q4 ? 1.25f : 1.0f) / sqrtf((float)cols) * 1.001f;
         for (int r = 0; r < ex.down.rows; r++) {

@@ -36,7 +36,7 @@ static sl_status resident_get(void *ctx, int layer, int expert, tn_expert *out) 
     sl_model *m = ctx;
     int slot = cfg_moe_slot(&m->cfg, layer);
     if (slot < 0 || expert < 0 || expert >= m->cfg.n_experts) return SL_EINVAL;
-    slc_bind_expert(&m->f, m->experts + (slc_expert_offset(&m->f, slot, expert) - m->f.h.expert_off), out);
+    slc_bind_expert(&m->f, slot, m->experts + (slc_expert_offset(&m->f, slot, expert) - m->f.h.expert_off), out);
     if (m->expert_implied[(size_t)slot * (size_t)m->cfg.n_experts + (size_t)expert]) expert_implied(out, 1);
     return SL_OK;
 }
@@ -53,12 +53,12 @@ sl_status engine_open_resident(sl_model *m, const char *path, sl_error *err) {
     for (uint32_t s = 0; s < m->f.h.n_moe_layers; s++)
         for (uint32_t e = 0; e < m->f.h.n_experts; e++) {
             uint64_t off = slc_expert_offset(&m->f, (int)s, (int)e);
-            if (XXH3_64bits(m->experts + (off - m->f.h.expert_off), m->f.block_bytes) !=
+            if (XXH3_64bits(m->experts + (off - m->f.h.expert_off), slc_block_bytes(&m->f, (int)s)) !=
                 m->f.expert_hash[(size_t)s * m->f.h.n_experts + e])
                 return err_set(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file "
                               "offset %llu)", path, m->f.moe_layers[s], e, (unsigned long long)off);
             tn_expert ex;
-            slc_bind_expert(&m->f, m->experts + (off - m->f.h.expert_off), &ex);
+            slc_bind_expert(&m->f, (int)s, m->experts + (off - m->f.h.expert_off), &ex);
             m->expert_implied[(size_t)s * m->f.h.n_experts + e] = (uint8_t)expert_implied(&ex, -1);
         }
     if (!m->be->is_host) { /* all resident on the device: the section in one copy, bound there */

@@ -232,6 +232,18 @@ cJSON *slc_tensor_to_json(const slc_tensor *t) {
     return o;
 }
 
+static cJSON *part_to_json(const fam_config *c, int p, const slc_part *pp) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "name", arch_expert_part_name(c, p));
+    cJSON_AddStringToObject(o, "dtype", dt_name(pp->dtype));
+    slc_quant_to_json(o, pp->dtype, pp->group, pp->sdtype, pp->seed);
+    add_shape(o, 2, pp->shape);
+    cJSON_AddNumberToObject(o, "offset", (double)pp->off);
+    cJSON_AddNumberToObject(o, "size", (double)pp->size);
+    return o;
+}
+
 cJSON *slc_experts_to_json(const slc_header *h, const fam_config *c, uint64_t block_bytes, const slc_part *parts) {
     cJSON *ex = cJSON_CreateObject();
     if (!ex) return NULL;
@@ -244,17 +256,23 @@ cJSON *slc_experts_to_json(const slc_header *h, const fam_config *c, uint64_t bl
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer_moe[l]) cJSON_AddItemToArray(ly, cJSON_CreateNumber(l));
     cJSON *pa = cJSON_AddArrayToObject(ex, "parts");
-    for (int p = 0; p < arch_n_parts(c); p++) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(pa, o);
-        cJSON_AddStringToObject(o, "name", arch_expert_part_name(c, p));
-        cJSON_AddStringToObject(o, "dtype", dt_name(parts[p].dtype));
-        slc_quant_to_json(o, parts[p].dtype, parts[p].group, parts[p].sdtype, parts[p].seed);
-        add_shape(o, 2, parts[p].shape);
-        cJSON_AddNumberToObject(o, "offset", (double)parts[p].off);
-        cJSON_AddNumberToObject(o, "size", (double)parts[p].size);
-    }
+    for (int p = 0; p < arch_n_parts(c); p++) cJSON_AddItemToArray(pa, part_to_json(c, p, &parts[p]));
     return ex;
+}
+
+void slc_slots_to_json(cJSON *ex, const fam_config *c, const slc_slot *slots, int n_slots) {
+    cJSON *it, *sa = cJSON_AddArrayToObject(ex, "slots");
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(ex, "parts"))
+        cJSON_ReplaceItemInObjectCaseSensitive(it, "dtype", cJSON_CreateString("per-layer"));
+    for (int s = 0; s < n_slots; s++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(sa, o);
+        cJSON_AddNumberToObject(o, "offset", (double)slots[s].off);
+        cJSON_AddNumberToObject(o, "stride", (double)slots[s].stride);
+        cJSON_AddNumberToObject(o, "block_bytes", (double)slots[s].bytes);
+        cJSON *pa = cJSON_AddArrayToObject(o, "parts");
+        for (int p = 0; p < arch_n_parts(c); p++) cJSON_AddItemToArray(pa, part_to_json(c, p, &slots[s].parts[p]));
+    }
 }
 
 /* ---- open ---- */
@@ -310,7 +328,7 @@ static sl_status open_header(slc_file *f, sl_error *err) {
         !in_range(h->blob_off, h->blob_len, SLC_HEADER_BYTES, fsize) || h->manifest_len > (1ull << 31))
         return err_set(err, SL_EFORMAT, "%s: header: a section lies outside the file", path);
     if (h->expert_stride % SLC_ALIGN || h->expert_off % SLC_ALIGN ||
-        h->expert_len != (uint64_t)h->n_moe_layers * h->n_experts * h->expert_stride ||
+        h->expert_len % SLC_ALIGN || h->expert_len > (uint64_t)h->n_moe_layers * h->n_experts * h->expert_stride ||
         h->hash_len != (uint64_t)h->n_moe_layers * h->n_experts * 8)
         return err_set(err, SL_EFORMAT, "%s: header: inconsistent expert section", path);
     return SL_OK;
@@ -383,11 +401,12 @@ static sl_status read_tensors(slc_file *f, sl_error *err) {
     return SL_OK;
 }
 
-/* Expert part p of the layout: its dtype, shape (the config's), quantization and place in a block. */
-static sl_status read_part(slc_file *f, const cJSON *o, int p, sl_error *err) {
+/* Expert part p of a layout into *pp: its dtype, shape (the config's), quantization and place in a block of
+ * `stride` bytes; *used grows to the part's end. */
+static sl_status read_part(slc_file *f, const cJSON *o, int p, slc_part *pp, uint64_t stride, uint64_t *used,
+                           sl_error *err) {
     const char *path = f->path;
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
-    slc_part *pp = &f->parts[p];
     int bad = 0, nd = 0;
     if (!cJSON_IsString(dt) || (pp->dtype = dt_from_name(dt->valuestring)) == DT_NONE || pp->dtype == DT_F8E4M3 ||
         get_shape(cJSON_GetObjectItemCaseSensitive(o, "shape"), pp->shape, &nd) || nd != 2) bad = 1;
@@ -405,9 +424,42 @@ static sl_status read_part(slc_file *f, const cJSON *o, int p, sl_error *err) {
     if (bad || pp->shape[0] != want[0] || pp->shape[1] != want[1] ||
         (arch_expert_part_is_vec(&f->cfg, p) && (pp->dtype != DT_F32 || pp->off % 4)) ||
         pp->size != q_mat_bytes(pp->dtype, pp->shape[0], pp->shape[1], pp->group, pp->sdtype) ||
-        pp->off + pp->size > f->h.expert_stride)
+        pp->off + pp->size > stride)
         return err_set(err, SL_EFORMAT, "%s: manifest: expert part %s does not match the config", path, arch_expert_part_name(&f->cfg, p));
-    if (pp->off + pp->size > f->block_bytes) f->block_bytes = pp->off + pp->size;
+    if (pp->off + pp->size > *used) *used = pp->off + pp->size;
+    return SL_OK;
+}
+
+/* experts.slots: one layout per MoE slot, the slots' blocks back to back in slot order, filling the section. */
+static sl_status read_slots(slc_file *f, const cJSON *sa, sl_error *err) {
+    const slc_header *h = &f->h;
+    if (cJSON_GetArraySize(sa) != (int)h->n_moe_layers || !(f->slots = calloc(h->n_moe_layers + 1, sizeof *f->slots)))
+        return cJSON_GetArraySize(sa) != (int)h->n_moe_layers
+                   ? err_set(err, SL_EFORMAT, "%s: manifest: experts.slots does not list every MoE layer", f->path)
+                   : err_set(err, SL_ENOMEM, "out of memory");
+    uint64_t at = 0;
+    for (uint32_t s = 0; s < h->n_moe_layers; s++) {
+        const cJSON *o = cJSON_GetArrayItem(sa, (int)s), *pa = cJSON_GetObjectItemCaseSensitive(o, "parts");
+        slc_slot *sl = &f->slots[s];
+        int bad = cJSON_GetArraySize(pa) != f->n_parts;
+        sl->off = num_u64(o, "offset", &bad);
+        sl->stride = num_u64(o, "stride", &bad);
+        uint64_t bytes = num_u64(o, "block_bytes", &bad);
+        if (bad || sl->off != at || sl->stride % SLC_ALIGN || sl->stride > h->expert_stride || bytes > sl->stride ||
+            sl->stride * h->n_experts > h->expert_len - at)
+            return err_set(err, SL_EFORMAT, "%s: manifest: malformed experts.slots entry %u", f->path, s);
+        for (int p = 0; p < f->n_parts; p++) {
+            sl_status st = read_part(f, cJSON_GetArrayItem(pa, p), p, &sl->parts[p], sl->stride, &sl->bytes, err);
+            if (st) return st;
+        }
+        if (sl->bytes != bytes || sl->parts[0].off != 0)
+            return err_set(err, SL_EFORMAT, "%s: manifest: experts.slots entry %u: block_bytes does not match its parts",
+                          f->path, s);
+        if (sl->bytes > f->block_bytes) f->block_bytes = sl->bytes;
+        at += sl->stride * h->n_experts;
+    }
+    if (at != h->expert_len) return err_set(err, SL_EFORMAT, "%s: manifest: experts.slots do not fill the expert section", f->path);
+    memcpy(f->parts, f->slots[0].parts, sizeof f->parts);
     return SL_OK;
 }
 
@@ -428,8 +480,13 @@ static sl_status read_experts(slc_file *f, sl_error *err) {
         if (cfg_moe_slot(&f->cfg, f->moe_layers[s]) != (int)s)
             return err_set(err, SL_EFORMAT, "%s: manifest: expert layer list does not match the config", f->path);
     }
+    const cJSON *sa = cJSON_GetObjectItemCaseSensitive(ex, "slots");
+    if (sa) return h->n_moe_layers ? read_slots(f, sa, err) : err_set(err, SL_EFORMAT, "%s: manifest: slots without MoE layers", f->path);
+    if (h->expert_len != (uint64_t)h->n_moe_layers * h->n_experts * h->expert_stride) /* one layout: one stride */
+        return err_set(err, SL_EFORMAT, "%s: header: inconsistent expert section", f->path);
     for (int p = 0; p < f->n_parts; p++)
-        if ((st = read_part(f, cJSON_GetArrayItem(pa, p), p, err))) return st;
+        if ((st = read_part(f, cJSON_GetArrayItem(pa, p), p, &f->parts[p], h->expert_stride, &f->block_bytes, err)))
+            return st;
     return SL_OK;
 }
 
@@ -488,6 +545,7 @@ void slc_close(slc_file *f) {
     free(f->t);
     free(f->blobs);
     free(f->moe_layers);
+    free(f->slots);
     free(f->expert_hash);
     cJSON_Delete(f->manifest);
     free(f->path);
@@ -495,10 +553,10 @@ void slc_close(slc_file *f) {
     f->fd = -1;
 }
 
-void slc_bind_expert(const slc_file *f, const uint8_t *block, tn_expert *out) {
+void slc_bind_expert(const slc_file *f, int slot, const uint8_t *block, tn_expert *out) {
     memset(out, 0, sizeof *out);
     for (int p = 0; p < f->n_parts; p++) {
-        const slc_part *pp = &f->parts[p];
+        const slc_part *pp = &slc_parts(f, slot)[p];
         const arch_pdef *d = arch_part(&f->cfg, p);
         char *dst = (char *)out + d->field;
         if (d->kind == AK_VEC) /* a bias, stored f32 (checked at open) */

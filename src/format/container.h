@@ -62,6 +62,14 @@ typedef struct slc_part {
     uint32_t seed;
 } slc_part;
 
+/* The expert blocks of one MoE layer when the layout differs by layer (a GGUF whose part types vary by layer, as
+ * llama-quantize's Q4_K_M gives ffn_down_exps Q6_K in some layers and Q4_K in the others): its parts, where its
+ * blocks start (relative to the expert section), its stride and used bytes. */
+typedef struct slc_slot {
+    slc_part parts[ARCH_MAX_PARTS];
+    uint64_t off, stride, bytes;
+} slc_slot;
+
 typedef struct slc_blob {
     char *name;
     uint64_t off, size, hash;
@@ -76,9 +84,11 @@ typedef struct slc_file {
     int n_tensors;
     slc_tensor *t;
     int *moe_layers;       /* [n_moe_layers]: model layer of each slot */
-    slc_part parts[ARCH_MAX_PARTS]; /* n_parts of them (the family's, family/arch.h) */
+    slc_part parts[ARCH_MAX_PARTS]; /* n_parts of them (the family's, family/arch.h); slot 0's when slots is set */
     int n_parts;
-    uint64_t block_bytes;  /* used bytes of an expert block (<= stride) */
+    uint64_t block_bytes;  /* used bytes of an expert block (<= stride); the largest slot's when slots is set */
+    slc_slot *slots;       /* [n_moe_layers] when the layout differs by MoE layer (manifest experts.slots), else
+                              NULL: every slot has parts[], h.expert_stride, block_bytes. Use the accessors below. */
     uint64_t *expert_hash; /* [n_moe_layers * E] */
     int n_blobs;
     slc_blob *blobs;
@@ -95,11 +105,20 @@ sl_status slc_open(const char *path, slc_file *f, sl_error *err);
 void slc_close(slc_file *f);
 
 static inline uint64_t slc_expert_offset(const slc_file *f, int slot, int e) {
+    if (f->slots) return f->h.expert_off + f->slots[slot].off + (uint64_t)e * f->slots[slot].stride;
     return f->h.expert_off + ((uint64_t)slot * f->h.n_experts + (uint64_t)e) * f->h.expert_stride;
 }
+/* An expert block's stride, used bytes and parts in MoE slot `slot` (h.expert_stride is the largest stride). */
+static inline uint64_t slc_slot_stride(const slc_file *f, int slot) {
+    return f->slots ? f->slots[slot].stride : f->h.expert_stride;
+}
+static inline uint64_t slc_block_bytes(const slc_file *f, int slot) {
+    return f->slots ? f->slots[slot].bytes : f->block_bytes;
+}
+static inline const slc_part *slc_parts(const slc_file *f, int slot) { return f->slots ? f->slots[slot].parts : f->parts; }
 const slc_tensor *slc_find(const slc_file *f, const char *name);
-/* Points out's gate / up / down at an expert block held in memory (block = its first byte). */
-void slc_bind_expert(const slc_file *f, const uint8_t *block, tn_expert *out);
+/* Points out's gate / up / down at an expert block of MoE slot `slot` held in memory (block = its first byte). */
+void slc_bind_expert(const slc_file *f, int slot, const uint8_t *block, tn_expert *out);
 /* The block an expert bound by slc_bind_expert lies in (its first part's address less that part's offset). */
 const uint8_t *slc_expert_block(const slc_file *f, const tn_expert *e);
 const slc_blob *slc_find_blob(const slc_file *f, const char *name);
@@ -116,6 +135,9 @@ void slc_quant_to_json(cJSON *o, dt_type dt, int group, dt_type sdt, uint32_t se
  * layers list comes from c->layer_moe). NULL on allocation failure. */
 cJSON *slc_tensor_to_json(const slc_tensor *t);
 cJSON *slc_experts_to_json(const slc_header *h, const fam_config *c, uint64_t block_bytes, const slc_part *parts);
+/* Adds experts.slots to an "experts" object (the per-slot layouts, n_moe_layers of them); its "parts" then name
+ * dtype "per-layer", which readers without slots refuse. */
+void slc_slots_to_json(cJSON *ex, const fam_config *c, const slc_slot *slots, int n_slots);
 
 /* Normalised config <-> manifest JSON. */
 cJSON *slc_config_to_json(const fam_config *c);

@@ -187,6 +187,14 @@ out:
 /* pack_run's stages, in order (the file's first comment), each given the job and returning SL_OK or an
  * error with err; the first error ends the pack and job_free removes the temporary file. */
 
+/* The expert blocks of one MoE layer: each part's target and place (at.parts[p].off / size), the block's used
+ * bytes and stride, and where the layer's blocks start in the expert section (at.off; per-slot layouts only). */
+typedef struct {
+    pack_tgt edt[ARCH_MAX_PARTS];
+    slc_slot at;
+    const hf_tensor *src; /* the part being planned: this layer's first expert's tensor */
+} pk_slot;
+
 /* One pack's state across its stages; everything it holds is freed by job_free. */
 typedef struct {
     const sl_pack_params *p;
@@ -200,8 +208,8 @@ typedef struct {
     uint64_t *toff;  /* [n_at] where */
     uint64_t max_tensor;
     int n_moe, E, n_parts;
-    pack_tgt edt[ARCH_MAX_PARTS]; /* an expert block's parts: how, where, how many bytes */
-    uint64_t poff[ARCH_MAX_PARTS], psz[ARCH_MAX_PARTS], block;
+    pk_slot *sl;     /* [n_moe] each MoE layer's expert block: how its parts are stored, where, its stride */
+    int per_slot;    /* the layouts differ by layer: the manifest lists them (experts.slots) */
     slc_header h;
     cJSON *man, *tt; /* the manifest and its "tensors" array */
     char *tmp;       /* "<out>.tmp.<pid>", ours to remove until committed */
@@ -251,39 +259,49 @@ static sl_status plan_backbone(pack_job *j, sl_error *err) {
     return SL_OK;
 }
 
-/* How expert part `part` is stored: as its source when every layer's experts agree on a quantized
- * layout, f32 when they mix plain dtypes; refused when they mix quantized ones. */
+static int same_layout(const hf_tensor *a, const hf_tensor *b) {
+    return a->src_dtype == b->src_dtype && a->q_group == b->q_group && a->q_sdtype == b->q_sdtype;
+}
+
+/* How expert part `part` is stored in each MoE layer: as its source, layer by layer (a GGUF's types may differ
+ * by layer: the blocks of each layer then have their own layout, experts.slots); when the experts of one layer
+ * differ, f32 for plain dtypes in every layer, refused for quantized ones. */
 static sl_status plan_part(pack_job *j, int part, sl_error *err) {
     const fam_config *c = j->c;
     const hf_tensor *first = NULL;
-    int mixed = 0;
-    for (int l = 0; l < c->n_layers; l++) {
+    int mixed = 0; /* within a layer */
+    for (int l = 0, s = 0; l < c->n_layers; l++) {
         if (!c->layer_moe[l]) continue;
+        j->sl[s].src = NULL;
         for (int e = 0; e < j->E; e++) {
             char nm[96];
             snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_name(c, part));
             const hf_tensor *t = hf_find(j->ck, nm);
             if (!first) first = t;
-            else if (t->src_dtype != first->src_dtype || t->q_group != first->q_group || t->q_sdtype != first->q_sdtype)
-                mixed = 1;
+            if (!j->sl[s].src) j->sl[s].src = t;
+            else if (!same_layout(t, j->sl[s].src)) mixed = 1;
         }
+        s++;
     }
+    if (first && mixed && q_is_quant(first->src_dtype))
+        return err_set(err, SL_EUNSUPPORTED, "%s: routed experts' %s mix quantization settings within a layer; "
+                      "an expert block needs one layout", j->src_dir, arch_expert_part_name(c, part));
     char pn[64];
     snprintf(pn, sizeof pn, "experts.%s", arch_expert_part_name(c, part));
-    if (first && mixed && q_is_quant(first->src_dtype))
-        return err_set(err, SL_EUNSUPPORTED, "%s: routed experts' %s mix quantization settings across layers; "
-                      "an expert block needs one layout", j->src_dir, arch_expert_part_name(c, part));
-    pack_tgt *g = &j->edt[part];
-    if (first) *g = target_for(j->p, first, pn, 1, 2);
-    else *g = (pack_tgt){DT_F32, 0, DT_NONE, 0};
-    if (mixed && !q_is_quant(g->dt)) g->dt = DT_F32;
-    if (arch_expert_part_is_vec(c, part)) *g = (pack_tgt){DT_F32, 0, DT_NONE, 0}; /* biases: f32, bound as is */
     int64_t sh[2];
     arch_expert_shape(c, part, sh);
-    j->block = slc_round_up(j->block, SLC_TENSOR_ALIGN);
-    j->poff[part] = j->block;
-    j->psz[part] = tgt_bytes(g, 2, sh);
-    j->block += j->psz[part];
+    for (int s = 0; s < (j->n_moe ? j->n_moe : 1); s++) { /* no MoE layer: slot 0 still gives the manifest's parts */
+        pack_tgt *g = &j->sl[s].edt[part];
+        const hf_tensor *src = mixed ? first : j->sl[s].src;
+        if (src) *g = target_for(j->p, src, pn, 1, 2);
+        else *g = (pack_tgt){DT_F32, 0, DT_NONE, 0};
+        if (mixed && !q_is_quant(g->dt)) g->dt = DT_F32;
+        if (arch_expert_part_is_vec(c, part)) *g = (pack_tgt){DT_F32, 0, DT_NONE, 0}; /* biases: f32, bound as is */
+        slc_slot *at = &j->sl[s].at;
+        at->bytes = slc_round_up(at->bytes, SLC_TENSOR_ALIGN);
+        at->parts[part] = (slc_part){g->dt, {sh[0], sh[1]}, at->bytes, tgt_bytes(g, 2, sh), g->group, g->sdt, g->seed};
+        at->bytes += at->parts[part].size;
+    }
     return SL_OK;
 }
 
@@ -293,14 +311,22 @@ static sl_status plan_experts(pack_job *j, sl_error *err) {
     j->n_moe = cfg_n_moe_layers(j->c);
     j->E = j->c->n_experts;
     j->n_parts = arch_n_parts(j->c);
+    if (!(j->sl = calloc((size_t)j->n_moe + 1, sizeof *j->sl))) return err_set(err, SL_ENOMEM, "out of memory");
     for (int part = 0; part < j->n_parts; part++)
         if ((st = plan_part(j, part, err))) return st;
     slc_header *h = &j->h;
     h->n_moe_layers = (uint32_t)j->n_moe;
     h->n_experts = (uint32_t)j->E;
-    h->expert_stride = slc_round_up(j->block, SLC_ALIGN);
+    h->expert_len = 0;
+    for (int s = 0; s < (j->n_moe ? j->n_moe : 1); s++) {
+        slc_slot *at = &j->sl[s].at;
+        at->stride = slc_round_up(at->bytes, SLC_ALIGN);
+        at->off = h->expert_len;
+        if (j->n_moe) h->expert_len += (uint64_t)j->E * at->stride;
+        if (at->stride > h->expert_stride) h->expert_stride = at->stride;
+        if (memcmp(at->parts, j->sl[0].at.parts, sizeof at->parts)) j->per_slot = 1;
+    }
     h->expert_off = slc_round_up(h->backbone_off + h->backbone_len, SLC_ALIGN);
-    h->expert_len = (uint64_t)j->n_moe * (uint64_t)j->E * h->expert_stride;
     h->hash_off = h->expert_off + h->expert_len;
     h->hash_len = (uint64_t)j->n_moe * (uint64_t)j->E * 8;
     h->blob_off = h->hash_off + h->hash_len;
@@ -336,44 +362,52 @@ static sl_status write_backbone(pack_job *j, sl_error *err) {
 }
 
 /* Each expert's block (its parts at their offsets, zero between), its hash, then the hash table and the
- * manifest's "experts". */
+ * manifest's "experts" (with experts.slots when the layouts differ by layer). */
 static sl_status write_experts(pack_job *j, sl_error *err) {
     const fam_config *c = j->c;
     const slc_header *h = &j->h;
     const int E = j->E;
     sl_status st;
     if (!(j->ehash = calloc((size_t)j->n_moe * (size_t)E + 1, 8))) return err_set(err, SL_ENOMEM, "out of memory");
+    uint64_t bytes = 0;
     for (int l = 0, s = 0; l < c->n_layers; l++) {
         if (!c->layer_moe[l]) continue;
+        const pk_slot *sl = &j->sl[s];
+        if (sl->at.bytes > bytes) bytes = sl->at.bytes;
         for (int e = 0; e < E; e++) {
-            memset(j->buf, 0, h->expert_stride);
+            memset(j->buf, 0, sl->at.stride);
             for (int part = 0; part < j->n_parts; part++) {
                 char nm[96];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_name(c, part));
-                if ((st = pack_derive(j->ck, hf_find(j->ck, nm), &j->edt[part], j->buf + j->poff[part], err))) return st;
+                if ((st = pack_derive(j->ck, hf_find(j->ck, nm), &sl->edt[part], j->buf + sl->at.parts[part].off, err)))
+                    return st;
             }
-            uint64_t hsh = XXH3_64bits(j->buf, j->block);
+            uint64_t hsh = XXH3_64bits(j->buf, sl->at.bytes);
             uint8_t *hp = (uint8_t *)&j->ehash[(size_t)s * E + e];
             for (int k = 0; k < 8; k++) hp[k] = (uint8_t)(hsh >> (8 * k));
-            if ((st = wr(&j->w, j->buf, h->expert_stride, h->expert_off + ((uint64_t)s * E + e) * h->expert_stride, err)))
+            if ((st = wr(&j->w, j->buf, sl->at.stride, h->expert_off + sl->at.off + (uint64_t)e * sl->at.stride, err)))
                 return st;
-            if ((st = progress(&j->w, h->expert_stride, err))) return st;
+            if ((st = progress(&j->w, sl->at.stride, err))) return st;
         }
         s++;
     }
     if (h->hash_len && (st = wr(&j->w, j->ehash, h->hash_len, h->hash_off, err))) return st;
-    slc_part parts[ARCH_MAX_PARTS];
-    for (int part = 0; part < j->n_parts; part++) {
-        int64_t sh[2];
-        arch_expert_shape(c, part, sh);
-        const pack_tgt *g = &j->edt[part];
-        parts[part] = (slc_part){g->dt, {sh[0], sh[1]}, j->poff[part], j->psz[part], g->group, g->sdt, g->seed};
+    if (!j->n_moe) bytes = j->sl[0].at.bytes;
+    cJSON *ex = slc_experts_to_json(h, c, bytes, j->sl[0].at.parts);
+    if (ex && j->per_slot) {
+        slc_slot *sv = malloc((size_t)j->n_moe * sizeof *sv);
+        if (!sv) {
+            cJSON_Delete(ex);
+            return err_set(err, SL_ENOMEM, "out of memory");
+        }
+        for (int s = 0; s < j->n_moe; s++) sv[s] = j->sl[s].at;
+        slc_slots_to_json(ex, c, sv, j->n_moe);
+        free(sv);
     }
-    cJSON_AddItemToObject(j->man, "experts", slc_experts_to_json(h, c, j->block, parts));
+    cJSON_AddItemToObject(j->man, "experts", ex);
     return SL_OK;
 }
 
-/* The checkpoint's blobs (pack_blob_names) that exist, one after the other from blob_off. */
 static sl_status write_blobs(pack_job *j, sl_error *err) {
     sl_status st;
     cJSON *bl = cJSON_AddArrayToObject(j->man, "blobs");
@@ -464,6 +498,7 @@ static void job_free(pack_job *j) {
     free(j->tmp);
     free(j->buf);
     free(j->ehash);
+    free(j->sl);
     free(j->tdt);
     free(j->toff);
     free(j->at);

@@ -67,24 +67,25 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
     for (uint32_t s = 0; s < f.h.n_moe_layers; s++) {
         int layer = f.moe_layers[s];
         for (uint32_t e = 0; e < f.h.n_experts; e++) {
-            uint64_t off = slc_expert_offset(&f, (int)s, (int)e);
-            if ((st = fio_pread_all(f.fd, buf, f.block_bytes, off, path, err))) goto out;
-            if (XXH3_64bits(buf, f.block_bytes) != f.expert_hash[(size_t)s * f.h.n_experts + e]) {
+            const uint64_t off = slc_expert_offset(&f, (int)s, (int)e), bb = slc_block_bytes(&f, (int)s);
+            const slc_part *parts = slc_parts(&f, (int)s);
+            if ((st = fio_pread_all(f.fd, buf, bb, off, path, err))) goto out;
+            if (XXH3_64bits(buf, bb) != f.expert_hash[(size_t)s * f.h.n_experts + e]) {
                 st = err_set(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %u) fails its checksum (file offset "
-                            "%llu, %llu bytes)", path, layer, e, (unsigned long long)off, (unsigned long long)f.block_bytes);
+                            "%llu, %llu bytes)", path, layer, e, (unsigned long long)off, (unsigned long long)bb);
                 goto out;
             }
             for (int p = 0; ck && p < f.n_parts; p++) {
                 char nm[96];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%u.%s", layer, e, arch_expert_part_name(&f.cfg, p));
-                pack_tgt tg = {f.parts[p].dtype, f.parts[p].group, f.parts[p].sdtype, f.parts[p].seed};
-                if ((st = check_source(&f, ck, nm, &tg, buf + f.parts[p].off, f.parts[p].size, scratch,
-                                       off + f.parts[p].off, err))) {
+                pack_tgt tg = {parts[p].dtype, parts[p].group, parts[p].sdtype, parts[p].seed};
+                if ((st = check_source(&f, ck, nm, &tg, buf + parts[p].off, parts[p].size, scratch, off + parts[p].off,
+                                       err))) {
                     err_prefix(err, "expert block (layer %d, expert %u)", layer, e);
                     goto out;
                 }
             }
-            done += f.h.expert_stride;
+            done += slc_slot_stride(&f, (int)s);
             if (progress && progress(user, done, total)) { st = err_set(err, SL_ECANCELED, "verify canceled"); goto out; }
         }
     }
@@ -122,6 +123,12 @@ sl_status sl_info_json(const char *path, char **out_json, sl_error *err) {
     cJSON_AddNumberToObject(ex, "stride", (double)f.h.expert_stride);
     cJSON_AddNumberToObject(ex, "block_bytes", (double)f.block_bytes);
     cJSON_AddStringToObject(ex, "dtype", dt_name(f.parts[0].dtype));
+    cJSON *pd = cJSON_AddObjectToObject(ex, "part_dtypes"); /* each part's dtypes over the MoE layers, in slot order */
+    for (int p = 0; p < f.n_parts; p++) {
+        cJSON *a = cJSON_AddArrayToObject(pd, arch_expert_part_name(&f.cfg, p));
+        for (uint32_t s = 0; s < (f.slots ? f.h.n_moe_layers : 1); s++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(dt_name(slc_parts(&f, (int)s)[p].dtype)));
+    }
     cJSON_AddNumberToObject(j, "file_bytes", (double)f.h.file_size);
     cJSON_AddNumberToObject(j, "backbone_bytes", (double)f.h.backbone_len);
     cJSON_AddNumberToObject(j, "expert_bytes", (double)f.h.expert_len);

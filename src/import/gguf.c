@@ -63,6 +63,8 @@ int gguf_type_wide(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
     case GGML_F16: *dt = DT_F16; return 0;
     case GGML_BF16: *dt = DT_BF16; return 0;
     case GGML_Q8_0: *dt = DT_Q8; *group = 32; *sdt = DT_F16; return 0;
+    /* llama-quantize's fallbacks for rows that are not whole 256-blocks: 5-bit codes in q8 */
+    case GGML_Q5_0: case GGML_Q5_1: *dt = DT_Q8; *group = 32; *sdt = DT_F16; return 0;
     case GGML_Q4_0: case GGML_Q4_1: *dt = DT_Q4; *group = 32; *sdt = DT_F16; return 0;
     case GGML_Q4_K: *dt = DT_Q4; *group = 32; *sdt = DT_F32; return 0;
     case GGML_Q5_K: *dt = DT_Q8; *group = 32; *sdt = DT_F32; return 0;
@@ -87,7 +89,7 @@ int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
 }
 
 const char *gguf_supported_types(void) {
-    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4";
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4";
 }
 
 static uint64_t type_row_bytes(uint32_t type, int64_t ne0) {
@@ -722,6 +724,19 @@ static int decode_block(uint32_t type, const uint8_t *b, blk_dec *o, const char 
         for (int i = 0; i < 16; i++) {
             o->code[i] = b[4 + i] & 0xF;
             o->code[i + 16] = b[4 + i] >> 4;
+        }
+        break;
+    }
+    case GGML_Q5_0: case GGML_Q5_1: { /* d (, m) f16, qh u32 (bit i: element i's fifth bit), qs[16] as Q4_0's */
+        const int one = type == GGML_Q5_1;
+        const uint8_t *qh = b + 2 + 2 * one, *qs = qh + 4;
+        const uint32_t h = le32(qh);
+        o->group = 32;
+        o->scale[0] = h2f(b);
+        o->bias[0] = one ? h2f(b + 2) : -16.0f * o->scale[0];
+        for (int i = 0; i < 16; i++) {
+            o->code[i] = (uint8_t)((qs[i] & 0xF) | ((h >> i) & 1) << 4);
+            o->code[i + 16] = (uint8_t)((qs[i] >> 4) | ((h >> (i + 16)) & 1) << 4);
         }
         break;
     }

@@ -4,7 +4,7 @@
  * names (family/arch.h), the tensors llama.cpp's converter rewrote put back by the family's gguf_xf rules, and
  * their reading, converted by gguf_convert. See hf_internal.h.
  *
- * Sections: registering tensors (gguf_add, the gguf_xf rules, one layout per expert part), opening
+ * Sections: registering tensors (gguf_add, the gguf_xf rules), opening
  * (hf_open_gguf), reading (hf_read_gguf).
  */
 #include <stdio.h>
@@ -262,37 +262,6 @@ static sl_status gguf_add_xf(hf_ckpt *ck, const arch_desc *a, sl_error *err) {
     return SL_OK;
 }
 
-/* One layout per routed-expert part (an expert block has one): where GGUF types differ across layers (a
- * Q4_K_M file's ffn_down), every expert of the part takes the narrowest layout holding them all exactly. */
-static void gguf_unify_parts(hf_ckpt *ck) {
-    for (int p = 0; p < arch_n_parts(&ck->cfg); p++) {
-        int n = 0, quant = 1, q8 = 0, f32s = 0, same = 1;
-        hf_t *first = NULL;
-        for (int i = 0; i < ck->n; i++) {
-            hf_t *t = &ck->t[i];
-            if (t->pub.expert_layer < 0 || t->pub.expert_part != p) continue;
-            if (!first) first = t;
-            same &= t->pub.src_dtype == first->pub.src_dtype && t->pub.q_group == first->pub.q_group &&
-                    t->pub.q_sdtype == first->pub.q_sdtype;
-            dt_type dt, sdt; /* the layout holding this layer's type by up-conversion (a GGUF block type's q4/q8/f32) */
-            int group;
-            if (gguf_type_wide(t->gg_type, &dt, &group, &sdt)) dt = t->pub.src_dtype, group = 0, sdt = DT_NONE;
-            quant &= q_is_quant(dt) && group == 32;
-            q8 |= dt == DT_Q8 || dt == DT_MXFP4; /* MXFP4 is exact as q8 g32 f32 */
-            f32s |= sdt == DT_F32 || dt == DT_MXFP4;
-            n++;
-        }
-        if (!n || same) continue;
-        for (int i = 0; i < ck->n; i++) {
-            hf_t *t = &ck->t[i];
-            if (t->pub.expert_layer < 0 || t->pub.expert_part != p) continue;
-            t->pub.src_dtype = quant ? (q8 ? DT_Q8 : DT_Q4) : DT_F32;
-            t->pub.q_group = quant ? 32 : 0;
-            t->pub.q_sdtype = quant ? (f32s ? DT_F32 : DT_F16) : DT_NONE;
-        }
-    }
-}
-
 sl_status hf_open_gguf(hf_ckpt *ck, const char *path, sl_error *err) {
     sl_status st = gguf_open_model(path, &ck->gm, err);
     if (st) return st;
@@ -332,9 +301,9 @@ sl_status hf_open_gguf(hf_ckpt *ck, const char *path, sl_error *err) {
             if ((st = gguf_add(ck, a, i, gt, e, err))) return st;
         }
     }
-    if ((st = gguf_add_xf(ck, a, err))) return st;
-    gguf_unify_parts(ck);
-    return SL_OK;
+    /* an expert part whose GGUF type differs by layer (Q4_K_M's ffn_down_exps) keeps each layer's type: the
+     * container gives each MoE layer its own block layout (format/pack.c plan_part) */
+    return gguf_add_xf(ck, a, err);
 }
 
 /* A tensor of a gguf_xf rule: its sources read back to back, rows reordered by the rule (in the GGUF type when

@@ -151,13 +151,13 @@ static uint64_t key_offset(const cache *c, int key) {
 
 static sl_status submit_rest(cache *c, int i) {
     slot *s = &c->slots[i];
-    uint64_t stride = c->f->h.expert_stride;
+    uint64_t stride = slc_slot_stride(c->f, s->key / c->E);
     s->req.off = key_offset(c, s->key) + s->done;
     s->req.len = (uint32_t)(stride - s->done);
     s->req.buf = s->buf + s->done;
     s->req.user = s;
     /* a read of the whole block is checksummed by the engine, off this thread (io.h) */
-    s->req.hash_len = c->verify && s->done == 0 ? (uint32_t)c->f->block_bytes : 0;
+    s->req.hash_len = c->verify && s->done == 0 ? (uint32_t)slc_block_bytes(c->f, s->key / c->E) : 0;
     s->req.hashed = 0;
     int rc = c->io->ops->submit(c->io, &s->req);
     if (rc) return fail(c, SL_EIO, "cannot submit a read: %s", strerror(-rc));
@@ -240,17 +240,19 @@ static sl_status complete_one(cache *c, int *done_slot) {
     }
     s->done += (uint64_t)r->res;
     c->st.bytes_read += (uint64_t)r->res;
-    if (s->done < c->f->h.expert_stride) {
+    if (s->done < slc_slot_stride(c->f, s->key / c->E)) {
         c->st.retries++;
         return submit_rest(c, i);
     }
-    if (c->dontneed) posix_fadvise(c->io->fd, (off_t)key_offset(c, s->key), (off_t)c->f->h.expert_stride, POSIX_FADV_DONTNEED);
+    if (c->dontneed)
+        posix_fadvise(c->io->fd, (off_t)key_offset(c, s->key), (off_t)slc_slot_stride(c->f, s->key / c->E), POSIX_FADV_DONTNEED);
     if (c->verify) {
         uint64_t h = r->hash;
         if (r->hashed) c->st.engine_hash_ns += r->hash_ns;
-        if (!r->hashed || r->buf != s->buf || r->hash_len != c->f->block_bytes) { /* a short read was resumed */
+        const uint64_t bb = slc_block_bytes(c->f, s->key / c->E);
+        if (!r->hashed || r->buf != s->buf || r->hash_len != bb) { /* a short read was resumed */
             uint64_t t1 = clk_now_ns();
-            h = XXH3_64bits(s->buf, c->f->block_bytes);
+            h = XXH3_64bits(s->buf, bb);
             c->st.verify_ns += clk_now_ns() - t1;
         }
         if (h != c->f->expert_hash[s->key] && s->from_prefetch) return prefetch_failed(c, i);
@@ -268,7 +270,7 @@ static sl_status complete_one(cache *c, int *done_slot) {
 
 /* ---- streaming protocol ---- */
 
-static void fill_expert(const cache *c, const slot *s, tn_expert *out) { slc_bind_expert(c->f, s->buf, out); }
+static void fill_expert(const cache *c, const slot *s, tn_expert *out) { slc_bind_expert(c->f, s->key / c->E, s->buf, out); }
 
 /* Ordered requests (prefill over many tokens: the caller accumulates each expert's output straight
  * into its tokens, so experts must arrive in list order). Nothing is reserved up front; the head of the
@@ -370,7 +372,8 @@ static sl_status ordered_next(cache *c, int *expert, tn_expert *out) {
             return fail(c, SL_ENOMEM, "expert cache: all %d slots are in use (budget too small for this request)", c->n_slots);
         int done = -1;
         if ((rc = complete_one(c, &done))) return rc;
-        if (done >= 0) c->l_bytes[c->f->moe_layers[c->slots[done].key / c->E]] += c->f->h.expert_stride;
+        if (done >= 0)
+            c->l_bytes[c->f->moe_layers[c->slots[done].key / c->E]] += slc_slot_stride(c->f, c->slots[done].key / c->E);
     }
 }
 
@@ -497,7 +500,7 @@ static sl_status c_next(void *ctx, int *expert, tn_expert *out) {
                 c->rstate[e] = R_READY;
                 c->ready[c->n_ready++] = e;
             }
-            c->l_bytes[c->f->moe_layers[key / c->E]] += c->f->h.expert_stride;
+            c->l_bytes[c->f->moe_layers[key / c->E]] += slc_slot_stride(c->f, key / c->E);
         }
     }
 }

@@ -141,7 +141,7 @@ static void deliver(tier *t, int si, int e, int *expert, tn_expert *out) {
         s->used = 1;
         t->used[t->n_used++] = si;
     }
-    slc_bind_expert(t->f, s->buf, out);
+    slc_bind_expert(t->f, s->key / t->E, s->buf, out);
     *expert = e;
 }
 

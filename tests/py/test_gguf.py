@@ -364,9 +364,9 @@ def test_bad_gguf(tmp_path):
     open(b, "wb").write(bad)
     assert "unknown type 77" in pack_fails(tmp_path, b, t.name)
     bad = bytearray(raw)
-    bad[pos:pos + 4] = struct.pack("<I", 6)  # Q5_0: known, not imported
+    bad[pos:pos + 4] = struct.pack("<I", 9)  # Q8_1: known, not imported
     open(b, "wb").write(bad)
-    assert "supported: F32, F16" in pack_fails(tmp_path, b, f"tensor '{t.name}' has GGUF type Q5_0, which sluice does not import")
+    assert "supported: F32, F16" in pack_fails(tmp_path, b, f"tensor '{t.name}' has GGUF type Q8_1, which sluice does not import")
     bad = bytearray(raw)
     i = raw.index(b"qwen3moe")
     bad[i:i + 8] = b"qwen9moe"
@@ -402,9 +402,9 @@ def random_blocks(qtype, rows, cols, rng):
     def f16(n):
         return (rng.standard_normal(n) * 0.02).astype(np.float16).view(np.uint8).reshape(n, 2)
     n = b.shape[0]
-    if qtype in (QT.Q8_0, QT.Q4_0):
+    if qtype in (QT.Q8_0, QT.Q4_0, QT.Q5_0):
         b[:, 0:2] = f16(n)
-    elif qtype == QT.Q4_1:
+    elif qtype in (QT.Q4_1, QT.Q5_1):
         b[:, 0:2], b[:, 2:4] = f16(n), f16(n)
     elif qtype in (QT.Q4_K, QT.Q5_K):
         b[:, 0:2], b[:, 2:4] = f16(n), f16(n)
@@ -471,7 +471,7 @@ def container_f32(raw, t, base=0):
     return np.repeat(s, g, axis=1) * q + np.repeat(bi, g, axis=1)
 
 
-ALL_TYPES = [QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.MXFP4, QT.Q2_K,
+ALL_TYPES = [QT.F32, QT.F16, QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.MXFP4, QT.Q2_K,
              QT.Q3_K, QT.IQ4_NL, QT.IQ4_XS]
 
 
@@ -575,11 +575,14 @@ def check_tensors(p, ref):
         checked += 1
     ex = man["experts"]
     for s, l in enumerate(ex["layers"]):
+        # one layout for every layer, or each layer its own (experts.slots: types that differ by layer)
+        sl = ex["slots"][s] if "slots" in ex else {"offset": s * ex["n_experts"] * ex["stride"], "stride": ex["stride"],
+                                                   "parts": ex["parts"]}
         for pi, part in enumerate(("gate", "up", "down")):
             deq, qt = ref[f"blk.{l}.ffn_{part}_exps.weight"]
             for e in range(deq.shape[0]):
-                base = ex["offset"] + (s * ex["n_experts"] + e) * ex["stride"]
-                got = container_f32(raw, ex["parts"][pi], base)
+                base = ex["offset"] + sl["offset"] + e * sl["stride"]
+                got = container_f32(raw, sl["parts"][pi], base)
                 assert same(got, deq[e]), (l, e, part, qt.name)
                 checked += 1
     return checked
@@ -589,9 +592,9 @@ def check_tensors(p, ref):
 def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
     """Every imported type (random valid blocks where gguf-py cannot quantise), tensor by tensor: the
     container's bytes, decoded by its documented layout, equal gguf.quants.dequantize bit for bit (but for
-    the sign of zero); routed
-    experts too (mixed types in one part take a common exact layout); and the model's logits equal those of
-    an F32 GGUF of gguf-py's dequantisation, bitwise."""
+    the sign of zero); routed experts too (a part whose type differs by layer keeps each layer's type: one
+    block layout per layer, experts.slots); and the model's logits equal those of an F32 GGUF of gguf-py's
+    dequantisation, bitwise."""
     rng = np.random.default_rng(7 + rot)
     types = ALL_TYPES[rot:] + ALL_TYPES[:rot]
     g = str(tmp_path / "t.gguf")
@@ -609,6 +612,13 @@ def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
     a = logits(p, toks, str(tmp_path / "a.f32"))
     b = logits(pd, toks, str(tmp_path / "b.f32"))
     assert np.isfinite(a).all() and np.array_equal(a, b), np.abs(a - b).max()
+    r = run(["verify", p, "--source", g])  # every tensor and expert part re-derived from the GGUF, byte for byte
+    assert b"every tensor equals the source" in r.stdout + r.stderr
+    # streamed through a cache of a few blocks, O_DIRECT reads of each layer's own stride; and resident
+    for opts in (["--cache", "600K", "--io", "direct"], ["--resident"]):
+        out = str(tmp_path / "c.f32")
+        run(["logits", "-m", p, "--exact", "--tokens", ",".join(map(str, toks)), "--out", out] + opts)
+        assert np.array_equal(np.fromfile(out, dtype=np.float32), a), opts
 
 
 KQ_TYPES = [QT.Q4_K, QT.Q6_K, QT.Q5_K, QT.Q3_K, QT.Q2_K, QT.IQ4_XS, QT.IQ4_NL]
