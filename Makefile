@@ -69,6 +69,8 @@ $(BUILD)/src/kernels/kernels_avx2.o: CFLAGS_EXTRA := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
 $(BUILD)/src/kernels/kernels_avx512.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
 $(BUILD)/src/kernels/kernels_avx512_i8p.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
+$(BUILD)/src/kernels/kquant_avx2.o: CFLAGS_EXTRA := -mavx2 -mfma -mf16c
+$(BUILD)/src/kernels/kquant_avx512.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
 $(BUILD)/src/kernels/mxfp4_avx2.o: CFLAGS_EXTRA := -mavx2
 $(BUILD)/src/kernels/mxfp4_avx512.o: CFLAGS_EXTRA := -mavx512f
 endif

@@ -11,6 +11,7 @@
  * q8.i8 / q4.i8 are the int8-activation kernels (kern_matmul_act, the default in a model), x quantized
  * once before timing as a decode step does once for all the matrices that read it.
  * Usage: build/bench_kernels [rows cols] [--threads N] [--tables avx512,avx2] [--dtypes q4,q8]
+ *   (the GGUF block types q2_k .. iq4_xs run only when --dtypes names them)
  *   --threads N   the "all" columns and a second prefill figure with N threads (default: every CPU)
  *   --tables, --dtypes   only those kernel tables / weight types (names as printed; default: all)
  * So an old and a new build of the kernels can be compared on the shapes that matter, alternately, in one run.
@@ -180,23 +181,28 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)rows * cols; i++) w[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     for (int i = 0; i < cols; i++) x[i] = (float)(i % 17) / 17.0f;
     const char *names[] = {"scalar", "avx2", "avx512", "neon"};
-    const dt_type dts[] = {DT_F32, DT_BF16, DT_F16, DT_Q8, DT_Q4, DT_Q3};
+    /* the GGUF block types (quant/kquant.h) on random valid blocks: only when listed in --dtypes */
+    const dt_type dts[] = {DT_F32, DT_BF16, DT_F16, DT_Q8, DT_Q4, DT_Q3, DT_Q4_K, DT_Q6_K, DT_Q5_K, DT_Q3_K,
+                           DT_Q2_K, DT_IQ4_XS, DT_IQ4_NL};
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
-        if (!listed(dtypes, dt_name(dts[d]))) continue;
-        uint64_t bytes = q_mat_bytes(dts[d], rows, cols, 64, DT_BF16);
+        const int kq = kq_is(dts[d]), group = kq ? kq_blk(dts[d]) : 64;
+        if (!listed(dtypes, dt_name(dts[d])) || (kq && !dtypes)) continue;
+        uint64_t bytes = q_mat_bytes(dts[d], rows, cols, group, DT_BF16);
         void *data = malloc(bytes);
         if (!data) return 1;
-        if (q_is_quant(dts[d])) q_quantize(dts[d], w, rows, cols, 64, DT_BF16, 1, data);
+        uint64_t st = 1;
+        if (kq) kq_random(dts[d], data, bytes / (uint64_t)kq_bytes(dts[d]), &st);
+        else if (q_is_quant(dts[d])) q_quantize(dts[d], w, rows, cols, 64, DT_BF16, 1, data);
         else dt_from_f32(dts[d], w, data, (size_t)rows * cols);
         tn_mat m;
-        q_mat_bind(&m, data, dts[d], rows, cols, 64, DT_BF16, 1);
+        q_mat_bind(&m, data, dts[d], rows, cols, group, DT_BF16, 1);
         for (int k = 0; k < 4; k++) {
             const kern_ops *ops = kern_ops_by_name(names[k]);
             if (!ops || !listed(tables, names[k])) continue;
             kern_act a;
             kern_act_init(&a, abuf, x, (size_t)cols, 1, cols, 1);
             kern_act_prepare(&a);
-            int i8 = dts[d] == DT_Q8 || dts[d] == DT_Q4;
+            int i8 = dts[d] == DT_Q8 || dts[d] == DT_Q4 || kq;
             for (int v = 0; v <= i8; v++) {
                 mm_case c = {ops, &m, x, v ? &a : NULL, y};
                 rate r1 = time_mm(&c, p1, bytes), rn = time_mm(&c, pn, bytes);

@@ -24,7 +24,10 @@
  * --shipped-only needs no master: it compares the shipped model's int8 kernels against its exact ones.
  *
  * Usage: build/demo_eval [--src DIR] [--text FILE] [--shipped FILE] [--tmp DIR] [--windows N]
- *                        [--threads N] [--json] [--shipped-only]
+ *                        [--threads N] [--json] [--shipped-only] [--model NAME=FILE ... [--int8]]
+ * --model (repeatable) evaluates the f32 pack of --src and the given models instead of the modes: a .sluice as it
+ * is, a .gguf packed keeping its types (llama-quantize's files: docs/QUANT.md "Against llama.cpp"); exact kernels,
+ * or the default int8 ones with --int8.
  * Defaults: build/demo/out/hf, models/demo/heldout.txt, models/demo.sluice, $TMPDIR or /tmp, every
  * window, threads 0 (= online cores). Markdown on stdout (JSON with --json); progress on stderr.
  *
@@ -55,30 +58,34 @@ typedef struct {
     int group;
     int shipped;                /* 1: not packed here: the --shipped file */
     int int8;                   /* 1: the default int8-activation kernels for q8/q4; 0: exact (sl_model_params.exact) */
+    const char *path;           /* --model: this .sluice, or this GGUF packed as it is (its types kept) */
 } mode;
 
 static const mode ALL_MODES[] = {
-    {"f32", SL_QUANT_F32, SL_QUANT_F32, 64, 0, 0},
-    {"bf16", SL_QUANT_BF16, SL_QUANT_BF16, 64, 0, 0},
-    {"q8 g64", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 0},
-    {"q4 g32", SL_QUANT_Q4, SL_QUANT_Q4, 32, 0, 0},
-    {"q4 g64", SL_QUANT_Q4, SL_QUANT_Q4, 64, 0, 0},
-    {"q4 g128", SL_QUANT_Q4, SL_QUANT_Q4, 128, 0, 0},
-    {"q3 g64", SL_QUANT_Q3, SL_QUANT_Q3, 64, 0, 0},
-    {"q4 experts, q8 rest, g64", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 0},
-    {"q3 experts, q8 rest, g64", SL_QUANT_Q3, SL_QUANT_Q8, 64, 0, 0},
-    {"q8 g64, int8 activations", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 1},
-    {"q4 experts, q8 rest, g64, int8 activations", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 1},
-    {"shipped demo.sluice (MLX import: q4 experts, q8 rest, g64)", 0, 0, 0, 1, 0},
-    {"shipped demo.sluice, int8 activations", 0, 0, 0, 1, 1},
+    {"f32", SL_QUANT_F32, SL_QUANT_F32, 64, 0, 0, NULL},
+    {"bf16", SL_QUANT_BF16, SL_QUANT_BF16, 64, 0, 0, NULL},
+    {"q8 g64", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 0, NULL},
+    {"q4 g32", SL_QUANT_Q4, SL_QUANT_Q4, 32, 0, 0, NULL},
+    {"q4 g64", SL_QUANT_Q4, SL_QUANT_Q4, 64, 0, 0, NULL},
+    {"q4 g128", SL_QUANT_Q4, SL_QUANT_Q4, 128, 0, 0, NULL},
+    {"q3 g64", SL_QUANT_Q3, SL_QUANT_Q3, 64, 0, 0, NULL},
+    {"q4 experts, q8 rest, g64", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 0, NULL},
+    {"q3 experts, q8 rest, g64", SL_QUANT_Q3, SL_QUANT_Q8, 64, 0, 0, NULL},
+    {"q8 g64, int8 activations", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 1, NULL},
+    {"q4 experts, q8 rest, g64, int8 activations", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 1, NULL},
+    {"shipped demo.sluice (MLX import: q4 experts, q8 rest, g64)", 0, 0, 0, 1, 0, NULL},
+    {"shipped demo.sluice, int8 activations", 0, 0, 0, 1, 1, NULL},
 };
 /* --shipped-only (no BF16 master here): the shipped model with exact kernels is the reference */
 static const mode SHIPPED_MODES[] = {
-    {"shipped demo.sluice, exact kernels (the reference)", 0, 0, 0, 1, 0},
-    {"shipped demo.sluice, int8 activations (the default)", 0, 0, 0, 1, 1},
+    {"shipped demo.sluice, exact kernels (the reference)", 0, 0, 0, 1, 0, NULL},
+    {"shipped demo.sluice, int8 activations (the default)", 0, 0, 0, 1, 1, NULL},
 };
 static const mode *MODES = ALL_MODES;
 static int N_MODES = (int)(sizeof ALL_MODES / sizeof *ALL_MODES);
+/* --model NAME=PATH (repeatable): f32 of --src, then each model (exact kernels; --int8: the default ones) */
+#define MAX_MODES 32
+static mode GIVEN[MAX_MODES];
 
 typedef struct {
     sl_model *m;
@@ -143,7 +150,7 @@ typedef struct {
 
 static int usage(void) {
     fprintf(stderr, "usage: demo_eval [--src DIR] [--text FILE] [--shipped FILE] [--tmp DIR] [--windows N] "
-                    "[--threads N] [--json] [--shipped-only]\n");
+                    "[--threads N] [--json] [--shipped-only] [--model NAME=FILE.gguf|FILE.sluice ... [--int8]]\n");
     return 2;
 }
 
@@ -164,6 +171,19 @@ static int parse(int argc, char **argv, args *a) {
             N_MODES = (int)(sizeof SHIPPED_MODES / sizeof *SHIPPED_MODES);
         }
         else if (!strcmp(s, "--json")) a->json = 1;
+        else if (!strcmp(s, "--int8"))
+            for (int k = 1; k < MAX_MODES; k++) GIVEN[k].int8 = 1;
+        else if (!strcmp(s, "--model") && more && strchr(argv[i + 1], '=') && N_MODES < MAX_MODES) {
+            if (MODES != GIVEN) { /* the first: f32 of --src is the reference */
+                GIVEN[0] = ALL_MODES[0];
+                MODES = GIVEN;
+                N_MODES = 1;
+            }
+            char *nv = argv[++i], *eq = strchr(nv, '=');
+            *eq = 0;
+            GIVEN[N_MODES].name = nv;
+            GIVEN[N_MODES++].path = eq + 1;
+        }
         else return usage();
     }
     return 0;
@@ -175,8 +195,15 @@ static int open_mode(const args *a, int mi, const char *dir, model_run *r, sl_to
     const mode *md = &MODES[mi];
     char path[1200];
     sl_error err = {0};
+    size_t pl = md->path ? strlen(md->path) : 0;
     if (md->shipped) snprintf(path, sizeof path, "%s", a->shipped);
-    else {
+    else if (md->path && (pl < 5 || strcmp(md->path + pl - 5, ".gguf"))) snprintf(path, sizeof path, "%s", md->path);
+    else if (md->path) { /* a GGUF: packed with its types kept */
+        snprintf(path, sizeof path, "%s/mode%d.sluice", dir, mi);
+        sl_pack_params p = sl_pack_params_default();
+        p.hash_sources = 0;
+        if (sl_pack(md->path, path, &p, &err)) { fprintf(stderr, "demo_eval: %s: %s\n", md->name, err.msg); return 1; }
+    } else {
         snprintf(path, sizeof path, "%s/mode%d.sluice", dir, mi);
         sl_pack_params p = sl_pack_params_default();
         p.quant = md->backbone;
@@ -196,7 +223,7 @@ static int open_mode(const args *a, int mi, const char *dir, model_run *r, sl_to
     int rc = sl_model_open(path, &mp, &r->m, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "demo_eval: %s\n", err.msg);
     if (!rc && sl_session_new(r->m, WIN, &r->s)) { fprintf(stderr, "demo_eval: %s\n", sl_model_errmsg(r->m)); rc = 1; }
-    if (!md->shipped) unlink(path);
+    if (!md->shipped && (!md->path || strcmp(path, md->path))) unlink(path); /* a pack made here */
     return rc;
 }
 
@@ -276,7 +303,7 @@ int main(int argc, char **argv) {
     args a;
     if (parse(argc, argv, &a)) return 2;
     double t_start = now_s();
-    model_run runs[sizeof ALL_MODES / sizeof *ALL_MODES];
+    model_run runs[MAX_MODES];
     memset(runs, 0, sizeof runs);
     sl_tokenizer *tok = NULL, *tok_shipped = NULL;
     int32_t *ids = NULL, *ids_shipped = NULL;
@@ -295,9 +322,10 @@ int main(int argc, char **argv) {
     }
     if (isatty(2)) fputc('\n', stderr);
     ids = tokenize_file(tok, a.text, &n_ids, &text_bytes);
-    ids_shipped = ids ? tokenize_file(tok_shipped, a.text, &n_shipped, &unused) : NULL;
-    if (!ids_shipped) goto out;
-    if (n_shipped != n_ids || memcmp(ids, ids_shipped, (size_t)n_ids * sizeof *ids)) {
+    if (!ids) goto out;
+    ids_shipped = tok_shipped ? tokenize_file(tok_shipped, a.text, &n_shipped, &unused) : NULL;
+    if (tok_shipped && !ids_shipped) goto out;
+    if (tok_shipped && (n_shipped != n_ids || memcmp(ids, ids_shipped, (size_t)n_ids * sizeof *ids))) {
         fprintf(stderr, "demo_eval: the shipped model's tokenizer gives other ids than the master's\n");
         goto out;
     }

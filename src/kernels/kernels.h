@@ -116,6 +116,9 @@ void kern_neon_dot_q4(const tn_mat *w, const kern_act *a, float *y, size_t ldy, 
 /* The int8-activation matmul of the GGUF block types (DT_Q2_K .. DT_IQ4_XS, quant/kquant.h), the scalar oracle of
  * kquant_i8.c (its canonical arithmetic there); any table without its own uses it. */
 void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+/* The same with AVX2 integer dots (kquant_avx2.c, kquant_avx512.c: kquant_x86.h): bitwise kern_kq_i8. */
+void kern_kq_i8_avx2(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+void kern_kq_i8_avx512(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 /* Best table for this CPU: AVX-512, then AVX2+FMA, then NEON, then scalar; the environment variable
  * SLUICE_KERNELS=scalar|avx2|avx512|neon picks one (ignored if unavailable). Never NULL. */
 const kern_ops *kern_default_ops(void);

@@ -1,0 +1,190 @@
+/*
+ * kquant_x86.h — the int8-activation matmul of the GGUF block types with AVX2 integer dots, written once for the
+ * AVX2 and AVX-512 tables (kquant_avx2.c, kquant_avx512.c include it under their own flags). Internal to
+ * src/kernels/.
+ *
+ * The canonical arithmetic is kquant_i8.c's (the oracle): per 32 columns b an exact integer isum_b (and msum_b),
+ * then acc[b % 8] = fma((float)isum_b, d * xd_b, acc[b % 8]) and the same for the mins, y = lanes(acc) -
+ * lanes(accm). Here a superblock's 8 blocks are the 8 lanes of one __m256: the integer sums come out as 8 int32
+ * lanes (vpmaddubsw pairs, vpmaddwd by the group scales, a horizontal-add transpose), then one cvtdq2ps, one mul
+ * (d * xd) and one vfmadd per superblock, lane b the oracle's lane b: the same bits. A block is unpacked once per
+ * row into int8 values (as the formula multiplies them) and int16 scales per element pair, then dotted with each
+ * token of a block of KQ_TOK tokens. IQ4_NL (blocks of 32) takes 8 blocks at a time; the last cols % 256 columns
+ * run the oracle's scalar steps on their lanes.
+ */
+#ifndef SL_KQUANT_X86_H
+#define SL_KQUANT_X86_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "quant/kquant.h"
+
+#define KQ_TOK 8
+
+/* 8 blocks of 32 unpacked: v[256] int8 values; per block b 16 int16 scales (one per element pair: lane i of
+ * vpmaddubsw's output) in s16[b], mins in m16[b]; d / dmin per lane (block) */
+typedef struct {
+    __m256i v[8], s16[8], m16[8];
+    __m256 d, dmin;
+    int has_min;
+} kq_sb;
+
+static inline __m256i kq_bcast16(const int16_t *sc, int gs, int b) {
+    if (gs == 32) return _mm256_set1_epi16(sc[b]);
+    /* groups of 16: the first 8 pairs take scale 2b, the last 8 scale 2b + 1 */
+    return _mm256_setr_epi16(sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b],
+                             sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1],
+                             sc[2 * b + 1], sc[2 * b + 1]);
+}
+
+static inline float kq_h2f(const uint8_t *p) { return f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+/* Q4_K / Q5_K values with vector ops; scales and mins as kquant.c's scale_min_k4 */
+static inline void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
+    const uint8_t *q = b + 4, *qs = dt == DT_Q4_K ? b + 16 : b + 48;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i qh = dt == DT_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        o->v[2 * p] = _mm256_and_si256(x, m4);
+        o->v[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+    }
+    if (dt == DT_Q5_K)
+        for (int j = 0; j < 8; j++) /* bit j of qh[l] is element 32 j + l's fifth bit */
+            o->v[j] = _mm256_or_si256(o->v[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4));
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        if (j < 4) sc = q[j] & 63, m = q[j + 4] & 63;
+        else sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        o->s16[j] = _mm256_set1_epi16((int16_t)sc);
+        o->m16[j] = _mm256_set1_epi16((int16_t)m);
+    }
+    o->d = _mm256_set1_ps(kq_h2f(b));
+    o->dmin = _mm256_set1_ps(kq_h2f(b + 2));
+    o->has_min = 1;
+}
+
+/* Q6_K values (ql nibble | qh two bits << 4) - 32 with vector ops */
+static inline void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; h++) {
+        __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h)), l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+        __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+        for (int j = 0; j < 4; j++) {
+            __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3), 4);
+            o->v[4 * h + j] = _mm256_sub_epi8(_mm256_or_si256(lo[j], hi), k32);
+        }
+    }
+    int16_t sc[16];
+    for (int g = 0; g < 16; g++) sc[g] = (int8_t)b[192 + g];
+    for (int j = 0; j < 8; j++) o->s16[j] = kq_bcast16(sc, 16, j);
+    o->d = _mm256_set1_ps(kq_h2f(b + 208));
+    o->dmin = _mm256_setzero_ps();
+    o->has_min = 0;
+}
+
+/* the other types through the oracle's scalar unpacking (kquant.c), 8 IQ4_NL blocks at a time */
+static inline void kq_unpack_any(dt_type dt, const uint8_t *b, kq_sb *o) {
+    if (dt == DT_Q4_K || dt == DT_Q5_K) { kq_unpack_q45(dt, b, o); return; }
+    if (dt == DT_Q6_K) { kq_unpack_q6(b, o); return; }
+    kq_unpacked u;
+    float d[8], dm[8];
+    const int nb = dt == DT_IQ4_NL ? 8 : 1, per = 256 / nb;
+    for (int k = 0; k < nb; k++) {
+        kq_unpack(dt, b + (size_t)k * (size_t)kq_bytes(dt), &u);
+        for (int j = 0; j < per / 32; j++) {
+            const int at = k * (per / 32) + j;
+            o->v[at] = _mm256_loadu_si256((const __m256i *)(u.qv + 32 * j));
+            o->s16[at] = kq_bcast16(u.sc, u.gs, j);
+            o->m16[at] = kq_bcast16(u.mn, u.gs, j);
+            d[at] = u.d;
+            dm[at] = u.dmin;
+        }
+    }
+    o->d = _mm256_loadu_ps(d);
+    o->dmin = _mm256_loadu_ps(dm);
+    o->has_min = u.has_min;
+}
+
+/* 8 vectors of 8 int32 -> one vector of their 8 sums, lane b the sum of x[b] (exact: integer adds) */
+static inline __m256i kq_hsum8(const __m256i *x) {
+    __m256i a = _mm256_hadd_epi32(x[0], x[1]), b = _mm256_hadd_epi32(x[2], x[3]);
+    __m256i c = _mm256_hadd_epi32(x[4], x[5]), d = _mm256_hadd_epi32(x[6], x[7]);
+    __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d); /* [0 1 2 3 | 0 1 2 3] halves, [4..7 | 4..7] */
+    __m256i lo = _mm256_permute2x128_si256(ab, cd, 0x20), hi = _mm256_permute2x128_si256(ab, cd, 0x31);
+    return _mm256_add_epi32(lo, hi);
+}
+
+/* isum (and msum) of the 8 blocks against one token's 256 int8 activations q */
+static inline void kq_dot_sb(const kq_sb *u, const int8_t *q, __m256i *isum, __m256i *msum) {
+    __m256i pi[8], pm[8];
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int b = 0; b < 8; b++) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
+        /* |v| * sign(x, v): u8 x s8 pairs, no saturation (|v| <= 127, |x| <= 127) */
+        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(u->v[b], u->v[b]), _mm256_sign_epi8(x, u->v[b]));
+        pi[b] = _mm256_madd_epi16(p, u->s16[b]);
+        if (u->has_min) pm[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, x), u->m16[b]);
+    }
+    *isum = kq_hsum8(pi);
+    *msum = u->has_min ? kq_hsum8(pm) : _mm256_setzero_si256();
+}
+
+static inline float kq_lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
+
+/* the last cols % 256 columns (IQ4_NL only): the oracle's steps, block by block on lane b % 8 */
+static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int c0, float *acc, float *accm) {
+    const int cols = w->cols;
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * kq_row_bytes(w->dtype, cols);
+    for (int c = c0; c < cols; c += 32) {
+        kq_unpacked u;
+        int32_t is, ms;
+        kq_unpack(w->dtype, row + (size_t)(c / 32) * (size_t)kq_bytes(w->dtype), &u);
+        kq_sums(&u, a->q + (size_t)t * (size_t)cols + (size_t)c, &is, &ms);
+        const float xd = a->d[(size_t)t * (size_t)(cols / 32) + (size_t)(c / 32)];
+        const int l = (c / 32) % 8;
+        acc[l] = fmaf((float)is, u.d * xd, acc[l]);
+        accm[l] = fmaf((float)ms, u.dmin * xd, accm[l]);
+    }
+}
+
+static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    const dt_type dt = w->dtype;
+    const int cols = w->cols, T = a->n_tok, nsb = cols / 256;
+    const size_t rb = kq_row_bytes(dt, cols), sbb = (size_t)kq_bytes(dt) * (size_t)(256 / kq_blk(dt));
+    for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
+        const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+            __m256 acc[KQ_TOK], accm[KQ_TOK];
+            for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+            for (int k = 0; k < nsb; k++) {
+                kq_sb u;
+                kq_unpack_any(dt, row + (size_t)k * sbb, &u);
+                for (int t = 0; t < nt; t++) {
+                    const size_t tt = (size_t)(t0 + t);
+                    __m256i is, ms;
+                    kq_dot_sb(&u, a->q + tt * (size_t)cols + (size_t)k * 256, &is, &ms);
+                    const __m256 xd = _mm256_loadu_ps(a->d + tt * (size_t)(cols / 32) + (size_t)k * 8);
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(u.d, xd), acc[t]);
+                    if (u.has_min) accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(u.dmin, xd), accm[t]);
+                }
+            }
+            for (int t = 0; t < nt; t++) {
+                float fa[8], fm[8];
+                _mm256_storeu_ps(fa, acc[t]);
+                _mm256_storeu_ps(fm, accm[t]);
+                if (nsb * 256 < cols) kq_tail(w, a, r, t0 + t, nsb * 256, fa, fm);
+                y[(size_t)(t0 + t) * ldy + (size_t)r] = kq_lanes8(fa) - kq_lanes8(fm);
+            }
+        }
+    }
+}
+
+#endif
