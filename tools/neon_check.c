@@ -135,6 +135,7 @@ int main(void) {
      * cortex-a53) none, and kern_matmul_act runs the oracle's. NEON_DOT=0/1 says which to expect. */
     const char *want_dot = getenv("NEON_DOT");
     int has_dot = ne->matmul_i8[DT_Q8] && ne->matmul_i8[DT_Q4];
+    if (!ne->matmul_i8[DT_Q4_K]) { fail++; printf("FAIL: the NEON table has no q4_k int8 kernel\n"); }
     if (want_dot && atoi(want_dot) != has_dot) { fail++; printf("FAIL: SDOT kernels %s, NEON_DOT=%s\n", has_dot ? "on" : "off", want_dot); }
     static const int i8_cols[] = {32, 64, 96, 160, 256, 384, 448, 2048}, i8_nt[] = {1, 3, 37};
     static const dt_type sdts[] = {DT_BF16, DT_F16, DT_F32};

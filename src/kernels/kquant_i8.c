@@ -20,8 +20,9 @@
 
 static float lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
-/* rows [r0, r1) of w against every token of a; a block is unpacked once per row and used for all tokens */
-void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+/* rows [r0, r1) of w against every token of a, the integer sums by `sums` (kq_sums or a SIMD one giving the same
+ * integers); a block is unpacked once per row and used for all tokens */
+void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1, kq_sums_fn sums) {
     const dt_type dt = w->dtype;
     const int cols = w->cols, blk = kq_blk(dt), nbk = blk / 32, nk = cols / blk, T = a->n_tok;
     const size_t rb = kq_row_bytes(dt, cols), bb = (size_t)kq_bytes(dt);
@@ -39,7 +40,7 @@ void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0
                     const int8_t *q = a->q + tt * (size_t)cols + (size_t)k * (size_t)blk;
                     const float *xd = a->d + tt * (size_t)(cols / 32) + (size_t)k * (size_t)nbk;
                     int32_t is[8], ms[8];
-                    kq_sums(&u, q, is, ms);
+                    sums(&u, q, is, ms);
                     for (int b = 0; b < nbk; b++) {
                         const int l = (k * nbk + b) % 8;
                         acc[t][l] = fmaf((float)is[b], u.d * xd[b], acc[t][l]);
@@ -50,4 +51,8 @@ void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0
             for (int t = 0; t < nt; t++) y[(size_t)(t0 + t) * ldy + (size_t)r] = lanes8(acc[t]) - lanes8(accm[t]);
         }
     }
+}
+
+void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    kern_kq_i8_rows(w, a, y, ldy, r0, r1, kq_sums);
 }

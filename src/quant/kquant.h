@@ -56,7 +56,7 @@ void kq_random(dt_type dt, uint8_t *out, size_t n_blocks, uint64_t *state);
 /* A block unpacked: value codes qv as the formula multiplies them (Q6_K's q - 32, Q3_K's signed q, IQ4's level),
  * per group of gs values (16 or 32) an integer scale sc and min mn (0 where the type has none), the f16 scales
  * as f32; n values. */
-typedef struct {
+typedef struct kq_unpacked {
     int8_t qv[256];
     int16_t sc[16], mn[16];
     int gs, n, has_min;
