@@ -77,6 +77,11 @@ def to_hf(model, d):
             cfg.pop("quantization", None)
             cfg.pop("quantization_config", None)
             cfg["dtype"] = "float32"
+            # the converter writes full_attention_interval (default 4); the demo's is 3 (layer_types)
+            lt = cfg.get("layer_types", [])
+            full = [i for i, t in enumerate(lt) if t == "full_attention"]
+            if full and all(i % (full[0] + 1) == full[0] for i in full):
+                cfg["full_attention_interval"] = full[0] + 1
             data = json.dumps(cfg, indent=2).encode()
         open(os.path.join(d, b["name"]), "wb").write(data)
     out = {}

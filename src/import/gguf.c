@@ -695,6 +695,19 @@ static float e8m0_half(uint8_t e) {
     return f;
 }
 
+/* Q5_0 / Q5_1: d (, m) f16, qh u32 (bit i: element i's fifth bit), qs[16] as Q4_0's; w = d q - 16 d, or d q + m */
+static void decode_q5(int one, const uint8_t *b, blk_dec *o) {
+    const uint8_t *qh = b + 2 + 2 * one, *qs = qh + 4;
+    const uint32_t h = le32(qh);
+    o->group = 32;
+    o->scale[0] = h2f(b);
+    o->bias[0] = one ? h2f(b + 2) : -16.0f * o->scale[0];
+    for (int i = 0; i < 16; i++) {
+        o->code[i] = (uint8_t)((qs[i] & 0xF) | ((h >> i) & 1) << 4);
+        o->code[i + 16] = (uint8_t)((qs[i] >> 4) | ((h >> (i + 16)) & 1) << 4);
+    }
+}
+
 /* Decodes one block; returns 0, or -1 with *why when its values cannot be held exactly (a non-finite scale). */
 static int decode_block(uint32_t type, const uint8_t *b, blk_dec *o, const char **why) {
     switch (type) {
@@ -727,19 +740,7 @@ static int decode_block(uint32_t type, const uint8_t *b, blk_dec *o, const char 
         }
         break;
     }
-    case GGML_Q5_0: case GGML_Q5_1: { /* d (, m) f16, qh u32 (bit i: element i's fifth bit), qs[16] as Q4_0's */
-        const int one = type == GGML_Q5_1;
-        const uint8_t *qh = b + 2 + 2 * one, *qs = qh + 4;
-        const uint32_t h = le32(qh);
-        o->group = 32;
-        o->scale[0] = h2f(b);
-        o->bias[0] = one ? h2f(b + 2) : -16.0f * o->scale[0];
-        for (int i = 0; i < 16; i++) {
-            o->code[i] = (uint8_t)((qs[i] & 0xF) | ((h >> i) & 1) << 4);
-            o->code[i + 16] = (uint8_t)((qs[i] >> 4) | ((h >> (i + 16)) & 1) << 4);
-        }
-        break;
-    }
+    case GGML_Q5_0: case GGML_Q5_1: decode_q5(type == GGML_Q5_1, b, o); break;
     case GGML_Q4_K: case GGML_Q5_K: {
         float d = h2f(b), dmin = h2f(b + 2);
         const uint8_t *sc = b + 4, *qh = b + 16, *qs = type == GGML_Q4_K ? b + 16 : b + 48;
