@@ -57,6 +57,7 @@ void api_scrub_paths(char *msg);
 typedef enum { API_CHAT = 0, API_COMPLETION = 1, API_MESSAGES = 2, API_N_KINDS } api_kind;
 
 #define API_MAX_STOP 16
+#define API_MAX_N 16 /* choices per request */
 
 /* A generation request, as parsed from any of the three APIs. Strings point into the parsed JSON or
  * into storage the request owns; everything lives until api_gen_free. */
@@ -80,6 +81,8 @@ typedef struct api_gen {
     const char *stop[API_MAX_STOP];
     int n_stop;
     int stream, include_usage;
+    int logprobs;              /* 0: none; 1 + k: each token's log-probability and its k top alternatives */
+    int n;                     /* choices (OpenAI's n), >= 1; choice i is sampled with seed + i */
     /* structured outputs: the grammar every token must keep the answer in (constrain.c), or NULL */
     gr_grammar *grammar;
     /* owned */
@@ -236,6 +239,25 @@ void *api_text(const char *s, size_t n);
 /* Appends one SSE event ("event: NAME\n" when name is non-NULL, "data: JSON\n\n") of the cJSON value
  * j (which it deletes). Returns 0 or -1. */
 int api_sse(tok_buf *out, const char *name, void *j);
+
+/* ---- logprobs (logprobs.c) -------------------------------------------------------------------- */
+
+/* A generated token and its log-probabilities, as the scheduler reported them. */
+typedef struct api_token_lp {
+    int32_t id;
+    srv_logprob lp;
+} api_token_lp;
+
+/* The logprobs object of a choice for tokens t[0..n) (special tokens left out): chat's {"content": [{"token",
+ * "logprob", "bytes", "top_logprobs"}], "refusal": null} (kind API_CHAT), completions' {"tokens",
+ * "token_logprobs", "top_logprobs", "text_offset"} (API_COMPLETION; offset: where t[0]'s text starts in
+ * the choice's text). NULL when out of memory. */
+struct cJSON *api_logprobs_json(api_kind kind, const sl_tokenizer *tok, const api_token_lp *t, int n, size_t offset);
+/* body (a whole response, malloc'ed; freed) with choices[0].logprobs set to lp (taken). The new body,
+ * NULL when out of memory. */
+char *api_with_logprobs(char *body, struct cJSON *lp);
+/* A chunk that carries only logprobs (lp, taken), in the stream's OpenAI shape. 0 or -1. */
+int api_stream_logprobs(api_stream *s, struct cJSON *lp);
 
 /* ---- dialects ---------------------------------------------------------------------------------- */
 

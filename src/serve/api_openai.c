@@ -6,7 +6,7 @@
  * (oai_error_json, oai_models_json; a Responses dialect would share them).
  *
  * Supported request fields are listed in docs/SERVER.md; fields that change what a client gets and
- * that sluice cannot honour (n > 1, logprobs, an unsupported JSON Schema keyword, frequency_penalty != 0, image
+ * that sluice cannot honour (n > 1 streamed, an unsupported JSON Schema keyword, frequency_penalty != 0, image
  * parts, suffix, best_of > 1) are refused with 400 rather than ignored; other unknown fields
  * ("user", "store", "metadata", "parallel_tool_calls", ...) are ignored.
  *
@@ -43,17 +43,29 @@ static int response_format(api_gen *g, const cJSON *rf, api_error *e) {
     return api_json_grammar(g, schema, "response_format.json_schema.schema", e);
 }
 
+/* Chat: logprobs (a boolean) and top_logprobs (0..20, only with logprobs); completions: logprobs, the
+ * number of top alternatives (0..20; OpenAI's limit is 5). */
+static int logprobs(api_gen *g, const cJSON *root, api_error *e) {
+    long long k = 0;
+    if (g->kind == API_COMPLETION) {
+        int r = api_int(root, "logprobs", 0, SRV_MAX_TOP_LOGPROBS, &k, e);
+        if (r > 0) g->logprobs = 1 + (int)k;
+        return r < 0 ? -1 : 0;
+    }
+    int on = 0;
+    if (api_bool(root, "logprobs", &on, e) < 0 || api_int(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &k, e) < 0) return -1;
+    if (k > 0 && !on) return api_fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs' true");
+    if (on) g->logprobs = 1 + (int)k;
+    return 0;
+}
+
 /* n, logprobs, stream_options, response_format: the fields both endpoints refuse or read alike. */
 static int oai_common(api_gen *g, const cJSON *root, api_error *e) {
     long long n = 1;
-    if (api_common(g, root, "stop", e) < 0 || api_int(root, "n", 1, 1e9, &n, e) < 0) return -1;
-    if (n != 1) return api_fail(e, 400, "n", "unsupported_parameter", "only n = 1 is supported");
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
-    if (cJSON_IsTrue(lp) || (cJSON_IsNumber(lp) && lp->valuedouble > 0))
-        return api_fail(e, 400, "logprobs", "unsupported_parameter", "logprobs are not supported");
-    const cJSON *tlp = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
-    if (cJSON_IsNumber(tlp) && tlp->valuedouble > 0)
-        return api_fail(e, 400, "top_logprobs", "unsupported_parameter", "logprobs are not supported");
+    if (api_common(g, root, "stop", e) < 0 || api_int(root, "n", 1, API_MAX_N, &n, e) < 0) return -1;
+    if (n > 1 && g->stream) return api_fail(e, 400, "n", "unsupported_parameter", "n > 1 is supported without stream only");
+    g->n = (int)n;
+    if (logprobs(g, root, e)) return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so)) return api_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");

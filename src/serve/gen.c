@@ -40,6 +40,8 @@ struct gen {
     tok_buf pending;
     int32_t *ids;
     int n_ids, cap_ids;
+    api_token_lp *lps;      /* with logprobs: each token's */
+    int n_lps, cap_lps;
     int done, oom;
     sl_status status;
     char errmsg[256];
@@ -59,10 +61,13 @@ struct gen {
     api_stream as;
     api_meta meta;
     size_t delivered;       /* bytes of generated text taken from pending */
+    int lp_sent;            /* entries of lps already streamed */
+    size_t lp_offset;       /* completions: where the next streamed token's text starts */
     size_t sent;            /* bytes of as.out handed to libmicrohttpd */
     int finished;           /* the closing events are in as.out */
     int gone;               /* the client went away */
     double polled;          /* when its socket was last polled */
+    gen *next;              /* n > 1: the next choice's generation (the request holds a reference to each) */
 };
 
 #define POLL_S 0.05 /* how often a waiting connection looks for a hang-up */
@@ -81,6 +86,7 @@ static void gen_release(gen *g) {
     if (!last) return;
     free(g->pending.p);
     free(g->ids);
+    free(g->lps);
     free(g->prompt);
     free(g->echo);
     gr_state_free(g->grammar);
@@ -115,6 +121,15 @@ static int gen_emit(void *user, const srv_event *ev) {
                 if (v) g->ids = v, g->cap_ids = cap;
             }
             if (g->n_ids < g->cap_ids) g->ids[g->n_ids++] = ev->id;
+        }
+        if (ev->id >= 0 && ev->logprob) {
+            if (g->n_lps == g->cap_lps) {
+                int cap = g->cap_lps ? 2 * g->cap_lps : 64;
+                api_token_lp *v = realloc(g->lps, (size_t)cap * sizeof *v);
+                if (v) g->lps = v, g->cap_lps = cap;
+                else g->oom = stop = 1;
+            }
+            if (g->n_lps < g->cap_lps) g->lps[g->n_lps++] = (api_token_lp){ev->id, *ev->logprob};
         }
     }
     pthread_cond_signal(&g->cv);
@@ -175,6 +190,27 @@ static void gen_error(const gen *g, api_error *e) {
     else api_fail(e, 500, NULL, NULL, "generation failed: %s", g->errmsg);
 }
 
+/* A streamed answer's logprobs: one chunk with the entries that came since the last. 0 or -1. */
+static int stream_logprobs(gen *g) {
+    if (!g->g.logprobs || !g->g.stream) return 0;
+    pthread_mutex_lock(&g->mu);
+    int n = g->n_lps - g->lp_sent;
+    api_token_lp *t = n > 0 ? malloc((size_t)n * sizeof *t) : NULL;
+    if (t) memcpy(t, g->lps + g->lp_sent, (size_t)n * sizeof *t);
+    pthread_mutex_unlock(&g->mu);
+    if (n <= 0) return 0;
+    if (!t) return -1;
+    g->lp_sent += n;
+    cJSON *lp = api_logprobs_json(g->g.kind, g->ms->tok, t, n, g->lp_offset);
+    for (int i = 0; i < n; i++) {
+        size_t len = 0;
+        if (!sl_tokenizer_is_special(g->ms->tok, t[i].id)) tok_piece(g->ms->tok, t[i].id, &len);
+        g->lp_offset += len;
+    }
+    free(t);
+    return api_stream_logprobs(&g->as, lp);
+}
+
 /* Waits for more of the answer and turns it into output: SSE bytes (streamed) or the collected result.
  * Returns 1 while the answer goes on, 0 when it has ended (g->finished; streamed: the closing events
  * are written), -1 when the client went away (the generation is canceled) or memory ran out. */
@@ -205,7 +241,7 @@ static int gen_pump(gen *g) {
     g->delivered += text.n;
     int r = out_push(&g->op, text.p, text.n, fn, user);
     free(text.p);
-    if (r) goto oom;
+    if (r || stream_logprobs(g)) goto oom;
     if (!done) return 1;
     if (out_end(&g->op, fn, user)) goto oom;
     g->finished = 1;
@@ -322,19 +358,58 @@ static int build_prompt(gen *g, int *think, api_error *e) {
 
 /* ---- the endpoint ------------------------------------------------------------------------------ */
 
-/* The whole answer of a non-streamed request, once its generation has ended. */
-static enum MHD_Result answer_whole(struct MHD_Connection *c, req *r, gen *g) {
-    api_error e;
-    if (g->status != SL_OK || g->oom) {
-        gen_error(g, &e);
-        return srv_reply_error(c, r, &e);
-    }
+/* The response body of a generation that ended well (malloc'ed; NULL when out of memory). */
+static char *whole_body(gen *g) {
     api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused};
-    return srv_reply_json(c, r, 200, g->api->response(&g->meta, &g->res, &d));
+    char *body = g->api->response(&g->meta, &g->res, &d);
+    if (g->g.logprobs) /* the scheduler is done with g: its tokens are all here */
+        body = api_with_logprobs(body, api_logprobs_json(g->g.kind, g->ms->tok, g->lps, g->n_lps, g->echo ? strlen(g->echo) : 0));
+    return body;
 }
 
-/* A generation for r, its first reference r's (r->g). NULL when out of memory. */
-static gen *gen_new(req *r, const api_dialect *api) {
+/* body (taken) with the choice of x's body appended as choice i, its generated tokens added to the
+ * usage. NULL when out of memory. */
+static char *add_choice(char *body, gen *x, int i) {
+    char *b = whole_body(x), *out = NULL;
+    cJSON *j = body ? cJSON_Parse(body) : NULL, *k = b ? cJSON_Parse(b) : NULL;
+    free(body);
+    free(b);
+    cJSON *choices = cJSON_GetObjectItemCaseSensitive(j, "choices");
+    cJSON *c = cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(k, "choices"), 0);
+    cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "usage");
+    if (choices && c) {
+        cJSON_ReplaceItemInObjectCaseSensitive(c, "index", cJSON_CreateNumber(i));
+        cJSON_AddItemToArray(choices, c);
+        c = NULL;
+        static const char *const keys[] = {"completion_tokens", "total_tokens"};
+        for (int q = 0; q < 2; q++) {
+            cJSON *v = cJSON_GetObjectItemCaseSensitive(u, keys[q]);
+            if (cJSON_IsNumber(v)) cJSON_SetNumberValue(v, v->valuedouble + x->n_generated);
+        }
+        out = cJSON_PrintUnformatted(j);
+    }
+    cJSON_Delete(c);
+    cJSON_Delete(j);
+    cJSON_Delete(k);
+    return out;
+}
+
+/* The whole answer of a non-streamed request, once its generations have ended: one choice each. */
+static enum MHD_Result answer_whole(struct MHD_Connection *c, req *r, gen *g) {
+    api_error e;
+    for (gen *x = g; x; x = x->next)
+        if (x->status != SL_OK || x->oom) {
+            gen_error(x, &e);
+            return srv_reply_error(c, r, &e);
+        }
+    char *body = whole_body(g);
+    int i = 1;
+    for (gen *x = g->next; x; x = x->next) body = add_choice(body, x, i++);
+    return srv_reply_json(c, r, 200, body);
+}
+
+/* A generation of r's dialect, its first reference the request's. NULL when out of memory. */
+static gen *gen_alloc(req *r, const api_dialect *api) {
     gen *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     pthread_mutex_init(&g->mu, NULL);
@@ -343,7 +418,13 @@ static gen *gen_new(req *r, const api_dialect *api) {
     g->api = api;
     g->refs = 1; /* the request's */
     g->fd = -1;
-    r->g = g;
+    return g;
+}
+
+/* A generation for r (r->g). NULL when out of memory. */
+static gen *gen_new(req *r, const api_dialect *api) {
+    gen *g = gen_alloc(r, api);
+    if (g) r->g = g;
     return g;
 }
 
@@ -362,6 +443,7 @@ static sl_status gen_submit(gen *g, sl_error *err) {
     rq.skip_special = 1;
     rq.grammar = g->grammar;
     rq.vocab = g->ms->vocab;
+    rq.logprobs = g->g.logprobs;
     gen_ref(g); /* the scheduler's, from a successful submit on */
     pthread_rwlock_rdlock(&s->mu);
     sl_status st = s->quitting ? SL_ECANCELED : srv_submit(g->ms->sched, &rq, gen_emit, g, &g->id, err);
@@ -390,6 +472,7 @@ static int gen_prepare(struct MHD_Connection *c, req *r, gen *g, api_error *e) {
     const char *body = r->body.p ? r->body.p : "";
     int think;
     if (gen_parse(r, g, body, r->body.n, e) || build_prompt(g, &think, e)) return -1;
+    g->lp_offset = g->echo ? strlen(g->echo) : 0;
     if (g->g.grammar) {
         if (!g->ms->vocab) return api_fail(e, 400, NULL, "unsupported_model", "the model '%s' has no tokenizer: no structured outputs", g->ms->name);
         if (gr_state_new(g->g.grammar, &g->grammar)) return api_fail(e, 500, NULL, NULL, "out of memory");
@@ -423,30 +506,60 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, req *r, gen *g) {
     return ok;
 }
 
+/* n > 1: the other choices' generations, chained after g, each from the same body with seed + i.
+ * Returns 0, or -1 with e. */
+static int gen_siblings(struct MHD_Connection *c, req *r, gen *g, api_error *e) {
+    gen *last = g;
+    for (int i = 1; i < g->g.n; i++) {
+        gen *x = gen_alloc(r, g->api);
+        if (!x) return api_fail(e, 500, NULL, NULL, "out of memory");
+        last->next = x;
+        last = x;
+        if (gen_prepare(c, r, x, e)) return -1;
+        x->g.sp.seed = g->g.sp.seed + (uint64_t)i;
+        x->meta = g->meta;
+    }
+    return 0;
+}
+
+/* Submits g (and its siblings), with a completion's echo first in each answer. 0, or -1 when it
+ * answered with an error (*res: the answer's result). */
+static int submit_all(struct MHD_Connection *c, req *r, gen *g, enum MHD_Result *res) {
+    for (gen *x = g; x; x = x->next) {
+        sl_error err = {0};
+        sl_status st = gen_submit(x, &err);
+        if (st == SL_EBUSY) *res = srv_fail(c, r, 503, "server_overloaded", "the server is busy (%s): retry later", err.msg);
+        else if (st == SL_ECANCELED) *res = srv_fail(c, r, 503, NULL, "the server is stopping");
+        else if (st == SL_ERANGE) *res = srv_fail(c, r, 400, "context_length_exceeded", "%s", err.msg);
+        else if (st) *res = srv_fail(c, r, st == SL_EINVAL ? 400 : 500, NULL, "%s", err.msg);
+        /* a completion's echo: the answer starts with the prompt */
+        else if (x->echo && (x->g.stream ? api_stream_piece(&x->as, OUT_CONTENT, x->echo, strlen(x->echo), NULL)
+                                         : api_result_add(&x->res, OUT_CONTENT, x->echo, strlen(x->echo), NULL)))
+            *res = srv_fail(c, r, 500, NULL, "out of memory");
+        else continue;
+        return -1;
+    }
+    return 0;
+}
+
 enum MHD_Result gen_endpoint(struct MHD_Connection *c, req *r, const char *rest) {
     (void)rest;
     api_error e;
     memset(&e, 0, sizeof e);
     gen *g = gen_new(r, r->route->api);
     if (!g) return srv_fail(c, r, 500, NULL, "out of memory");
-    if (gen_prepare(c, r, g, &e)) return srv_reply_error(c, r, &e);
-    sl_error err = {0};
-    sl_status st = gen_submit(g, &err);
-    if (st == SL_EBUSY) return srv_fail(c, r, 503, "server_overloaded", "the server is busy (%s): retry later", err.msg);
-    if (st == SL_ECANCELED) return srv_fail(c, r, 503, NULL, "the server is stopping");
-    if (st == SL_ERANGE) return srv_fail(c, r, 400, "context_length_exceeded", "%s", err.msg);
-    if (st) return srv_fail(c, r, st == SL_EINVAL ? 400 : 500, NULL, "%s", err.msg);
-    /* a completion's echo: the answer starts with the prompt */
-    if (g->echo && (g->g.stream ? api_stream_piece(&g->as, OUT_CONTENT, g->echo, strlen(g->echo), NULL)
-                                : api_result_add(&g->res, OUT_CONTENT, g->echo, strlen(g->echo), NULL)))
-        return srv_fail(c, r, 500, NULL, "out of memory");
+    if (gen_prepare(c, r, g, &e) || gen_siblings(c, r, g, &e)) return srv_reply_error(c, r, &e);
+    enum MHD_Result res;
+    if (submit_all(c, r, g, &res)) return res;
     if (g->g.stream) return answer_stream(c, r, g);
-    int k;
-    while ((k = gen_pump(g)) > 0) {}
-    if (k < 0) { /* the client left (or no memory): nothing to answer */
-        if (!g->gone) return srv_fail(c, r, 500, NULL, "out of memory");
-        srv_quiet_close = 1; /* libmicrohttpd logs the MHD_NO below as an internal error: it is not one */
-        return MHD_NO;
+    for (gen *x = g; x; x = x->next) {
+        int k;
+        while ((k = gen_pump(x)) > 0) {}
+        if (k < 0) { /* the client left (or no memory): nothing to answer */
+            if (!x->gone) return srv_fail(c, r, 500, NULL, "out of memory");
+            srv_quiet_close = 1; /* libmicrohttpd logs the MHD_NO below as an internal error: it is not one */
+            return MHD_NO;
+        }
     }
     return answer_whole(c, r, g);
 }
@@ -490,12 +603,16 @@ void gen_request_over(gen *g, int dropped, gen_report *out) {
     out->gone = dropped || g->gone;
     out->submitted = g->submitted;
     out->stream = g->g.stream;
-    if (g->submitted && !g->finished) gen_cancel(g);
-    if (g->submitted) {
-        pthread_mutex_lock(&g->mu);
-        out->n_generated = g->done ? g->n_generated : g->n_ids; /* a canceled one may not have ended yet */
-        pthread_mutex_unlock(&g->mu);
-        out->n_prompt = g->n_prompt_tokens;
+    out->n_prompt = g->submitted ? g->n_prompt_tokens : 0;
+    while (g) { /* each choice's generation */
+        gen *next = g->next;
+        if (g->submitted && !g->finished) gen_cancel(g);
+        if (g->submitted) {
+            pthread_mutex_lock(&g->mu);
+            out->n_generated += g->done ? g->n_generated : g->n_ids; /* a canceled one may not have ended yet */
+            pthread_mutex_unlock(&g->mu);
+        }
+        gen_release(g);
+        g = next;
     }
-    gen_release(g);
 }

@@ -18,6 +18,7 @@
 #include "util/fileio.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,8 @@ typedef struct sreq {
     textgen tg;
     int tg_ok;
     float *logits;    /* [V] */
+    float *lp_logits; /* [V] with logprobs: the logits as they were before sampling */
+    srv_logprob lp;   /* with logprobs: the last sampled token's */
     int32_t next;     /* sampled, to be evaluated in the next step (-1: none) */
     int snap_at;      /* prefix cache: keep the state when the prompt reaches this position (0: never) */
     int n_reused;     /* prompt positions restored from the prefix cache */
@@ -114,6 +117,7 @@ static void req_free(sreq *r) {
     free(r->stop);
     free(r->prompt);
     free(r->logits);
+    free(r->lp_logits);
     sl_sampler_free(r->smp);
     if (r->tg_ok) textgen_free(&r->tg);
     free(r);
@@ -179,6 +183,7 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
     ev.id = id;
     ev.text = text;
     ev.len = len;
+    ev.logprob = r->p.logprobs > 0 ? &r->lp : NULL;
     int stop_cb = canceled ? 1 : r->emit(r->user, &ev);
     if (end) {
         finish(s, r, SL_OK, NULL, why);
@@ -192,6 +197,34 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
     return 0;
 }
 
+/* The k most likely ids of x[V] (-inf never), most likely first, ties to the lower id, into out;
+ * their count. */
+static int top_ids(const float *x, int V, int k, int32_t *out) {
+    int n = 0;
+    if (k <= 0) return 0;
+    for (int v = 0; v < V; v++) {
+        if (x[v] == -INFINITY || x[v] != x[v] || (n == k && x[v] <= x[out[n - 1]])) continue;
+        int j = n < k ? n++ : n - 1;
+        while (j > 0 && x[v] > x[out[j - 1]]) out[j] = out[j - 1], j--;
+        out[j] = v;
+    }
+    return n;
+}
+
+/* r->lp of the token id, from the logits saved before sampling (r->lp_logits). */
+static void logprob_of(sreq *r, int V, int32_t id) {
+    const float *x = r->lp_logits;
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+    double sum = 0;
+    for (int v = 0; v < V; v++)
+        if (x[v] != -INFINITY) sum += exp((double)x[v] - mx);
+    double lse = mx + log(sum);
+    r->lp.logprob = (float)(x[id] - lse);
+    r->lp.n_top = top_ids(x, V, r->p.logprobs - 1, r->lp.top_id);
+    for (int i = 0; i < r->lp.n_top; i++) r->lp.top_logprob[i] = (float)(x[r->lp.top_id[i]] - lse);
+}
+
 /* Samples from the request's logits, as sl_generate does; with a grammar, from the tokens it allows
  * (the others' logits -inf), which it then accepts. */
 static int sample_and_deliver(srv_sched *s, sreq *r) {
@@ -199,7 +232,9 @@ static int sample_and_deliver(srv_sched *s, sreq *r) {
         finish(s, r, SL_ENOMEM, "out of memory", SL_STOP_LENGTH);
         return 1;
     }
+    if (r->p.logprobs > 0) memcpy(r->lp_logits, r->logits, (size_t)s->V * sizeof *r->logits);
     int32_t id = sl_sampler_sample(r->smp, r->logits);
+    if (r->p.logprobs > 0) logprob_of(r, s->V, id);
     sl_sampler_accept(r->smp, id);
     if (r->p.grammar) gr_accept_token(r->p.grammar, r->p.vocab, id);
     return deliver(s, r, id);
@@ -596,7 +631,11 @@ sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void
     r->prompt = malloc((size_t)rq->n_prompt * sizeof *r->prompt);
     r->logits = malloc((size_t)s->V * sizeof *r->logits);
     r->stop = rq->n_stop > 0 ? calloc((size_t)rq->n_stop, sizeof *r->stop) : NULL;
-    int ok = r->prompt && r->logits && (rq->n_stop <= 0 || r->stop);
+    if (rq->logprobs > 0) {
+        r->p.logprobs = rq->logprobs > SRV_MAX_TOP_LOGPROBS + 1 ? SRV_MAX_TOP_LOGPROBS + 1 : rq->logprobs;
+        r->lp_logits = malloc((size_t)s->V * sizeof *r->lp_logits);
+    }
+    int ok = r->prompt && r->logits && (rq->n_stop <= 0 || r->stop) && (rq->logprobs <= 0 || r->lp_logits);
     for (int i = 0; ok && i < rq->n_stop; i++) {
         r->stop[i] = strdup(rq->stop[i] ? rq->stop[i] : "");
         ok = r->stop[i] != NULL;

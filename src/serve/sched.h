@@ -45,6 +45,17 @@ typedef struct srv_sched_params {
 
 srv_sched_params srv_sched_params_default(void);
 
+#define SRV_MAX_TOP_LOGPROBS 20
+
+/* A generated token's log-probability under the model (log-softmax of its logits after a grammar's
+ * mask, before the sampler's penalties and temperature) and the most likely tokens' at its step. */
+typedef struct srv_logprob {
+    float logprob;
+    int n_top;
+    int32_t top_id[SRV_MAX_TOP_LOGPROBS]; /* most likely first (ties: lower id) */
+    float top_logprob[SRV_MAX_TOP_LOGPROBS];
+} srv_logprob;
+
 typedef struct srv_request {
     const int32_t *prompt; /* copied by srv_submit */
     int n_prompt;
@@ -58,6 +69,7 @@ typedef struct srv_request {
      * the done event; the caller keeps it and frees it after. */
     gr_state *grammar;
     const gr_vocab *vocab;   /* with grammar: the model's tokens by their bytes */
+    int logprobs;            /* 0: none; 1 + k: each token's srv_logprob with k (<= 20) top entries */
 } srv_request;
 
 typedef struct srv_event {
@@ -65,6 +77,7 @@ typedef struct srv_event {
     int32_t id;          /* the token (done = 0); -1 for a last flush of held-back text */
     const char *text;    /* text that became final with it (may be empty); valid during the call */
     size_t len;
+    const srv_logprob *logprob; /* the token's (done = 0, id >= 0, logprobs asked), else NULL */
     /* done = 1: */
     sl_status status;    /* SL_OK, or why the request failed (message in errmsg) */
     const char *errmsg;

@@ -4,7 +4,8 @@ schema must still parse and validate, which only the constrained decoding can gi
 response_format json_schema (raw and from a pydantic model through the client's parse helper) and
 json_object, Anthropic output_config.format, forced tool calls in both APIs, validated with
 `jsonschema`; unsupported schemas refused with 400 naming the keyword; constrained requests in a batch
-equal to the same requests alone."""
+equal to the same requests alone. Then logprobs (chat and completions, whole and streamed: the greedy
+token is the top one) and n choices (choice i is seed + i alone)."""
 import json
 import threading
 from typing import List, Literal, Optional
@@ -157,3 +158,63 @@ def test_constrained_batch_equals_alone(demo):
     for t in ts:
         t.join()
     assert together == alone and len(set(alone)) > 1
+
+
+# ---- logprobs and n -----------------------------------------------------------------------------------
+
+
+def test_logprobs_chat(demo):
+    """Greedy: each token is the top one of its step, with the same log-probability; the alternatives are
+    sorted and their probabilities sum to at most 1; streamed logprobs equal whole ones."""
+    r = ask(demo, max_tokens=20, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) >= 15
+    for e in content:
+        top = [t.logprob for t in e.top_logprobs]
+        assert len(top) == 3 and e.top_logprobs[0].token == e.token and top[0] == e.logprob <= 0
+        assert top == sorted(top, reverse=True) and sum(2.718281828 ** t for t in top) <= 1.0001
+        assert bytes(e.bytes).decode(errors="replace") == e.token
+    assert content[-1].token in r.choices[0].message.content
+    # sampled: the drawn token's log-probability is at most the best one's
+    s = ask(demo, max_tokens=20, logprobs=True, top_logprobs=1, temperature=1.0, seed=3)
+    assert all(e.logprob <= e.top_logprobs[0].logprob for e in s.choices[0].logprobs.content)
+    streamed = []
+    for ch in ask(demo, max_tokens=20, logprobs=True, top_logprobs=3, stream=True):
+        if ch.choices and ch.choices[0].logprobs:
+            streamed += ch.choices[0].logprobs.content
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    # without logprobs: null, as before
+    assert ask(demo, max_tokens=2).choices[0].logprobs is None
+
+
+def test_logprobs_completions(demo):
+    c = oai(demo)
+    r = c.completions.create(model="demo", prompt="And it came to pass", max_tokens=12, temperature=0, logprobs=2,
+                             echo=True)
+    lp = r.choices[0].logprobs
+    text = r.choices[0].text
+    assert text.startswith("And it came to pass") and "".join(lp.tokens) == text[len("And it came to pass"):]
+    assert lp.text_offset[0] == len("And it came to pass")
+    for tok, p, top, off in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, lp.text_offset):
+        assert max(top.values()) == p == top[tok] and len(top) <= 2 and text[off:].startswith(tok)
+
+
+def test_n_choices(demo):
+    """n choices: greedy ones equal; sampled choice i is what seed + i gives alone."""
+    r = ask(demo, max_tokens=16, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2] and len({c.message.content for c in r.choices}) == 1
+    one = ask(demo, max_tokens=16)
+    assert r.usage.completion_tokens == 3 * one.usage.completion_tokens
+    assert r.usage.prompt_tokens == one.usage.prompt_tokens
+    s = ask(demo, max_tokens=16, n=3, temperature=1.0, seed=7)
+    alone = [ask(demo, max_tokens=16, temperature=1.0, seed=7 + i).choices[0].message.content for i in range(3)]
+    assert [c.message.content for c in s.choices] == alone and len(set(alone)) > 1
+    p = oai(demo).completions.create(model="demo", prompt="And it came to pass", max_tokens=8, temperature=1.0, seed=9,
+                                     n=2, logprobs=1)
+    assert [c.index for c in p.choices] == [0, 1] and all(c.logprobs.tokens for c in p.choices)
+    # constrained choices are each valid
+    v = ask(demo, n=2, response_format=schema_format(VERSE), temperature=1.0, seed=1)
+    for c in v.choices:
+        jsonschema.validate(json.loads(c.message.content), VERSE)
+    s, _, b = demo.request("POST", "/v1/chat/completions", {"messages": RUTH, "n": 2, "stream": True})
+    assert s == 400 and error_of(b)["param"] == "n"
