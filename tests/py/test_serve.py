@@ -340,7 +340,8 @@ def test_bad_requests(demo):
         ("POST", "/v1/chat/completions", {**good, "messages": "hello"}, 400, "messages"),
         ("POST", "/v1/chat/completions", {**good, "temperature": "warm"}, 400, "temperature"),
         ("POST", "/v1/chat/completions", {**good, "max_tokens": -3}, 400, "max_tokens"),
-        ("POST", "/v1/chat/completions", {**good, "n": 3}, 400, "n"),
+        ("POST", "/v1/chat/completions", {**good, "n": 3, "stream": True}, 400, "n"),
+        ("POST", "/v1/chat/completions", {**good, "n": 17}, 400, "n"),
         ("POST", "/v1/chat/completions", {**good, "frequency_penalty": 0.7}, 400, "frequency_penalty"),
         ("POST", "/v1/chat/completions", {**good, "stop": [1, 2]}, 400, "stop"),
         ("POST", "/v1/chat/completions", {**good, "messages": [{"role": "pope", "content": "x"}]}, 400, "messages[0]"),
@@ -370,7 +371,7 @@ def test_bad_requests(demo):
     # the clients see them as their own exceptions
     c = oai(demo)
     with pytest.raises(openai.BadRequestError):
-        c.chat.completions.create(model="demo", messages=RUTH, n=2)
+        c.chat.completions.create(model="demo", messages=RUTH, n=17)
     with pytest.raises(openai.NotFoundError):
         c.chat.completions.create(model="no-such-model", messages=RUTH)
     # Anthropic's shape on /v1/messages
