@@ -337,7 +337,11 @@ void api_stream_init(api_stream *s, api_kind kind, const api_meta *m, int includ
 void api_stream_free(api_stream *s) {
     if (!s) return;
     free(s->out.p);
+    free(s->acc.p);
+    cJSON_Delete(s->items);
     memset(&s->out, 0, sizeof s->out);
+    memset(&s->acc, 0, sizeof s->acc);
+    s->items = NULL;
 }
 
 int api_stream_begin(api_stream *s) {
@@ -366,6 +370,7 @@ const api_dialect *api_dialect_of(api_kind kind) {
         [API_CHAT] = &api_openai_chat,
         [API_COMPLETION] = &api_openai_completions,
         [API_MESSAGES] = &api_anthropic_messages,
+        [API_RESPONSES] = &api_openai_responses,
     };
     return by_kind[kind];
 }

@@ -54,7 +54,7 @@ void api_scrub_paths(char *msg);
 /* ---- requests ---------------------------------------------------------------------------------- */
 
 /* Which API a request came in (its dialect, below); new APIs take the next value. */
-typedef enum { API_CHAT = 0, API_COMPLETION = 1, API_MESSAGES = 2, API_N_KINDS } api_kind;
+typedef enum { API_CHAT = 0, API_COMPLETION = 1, API_MESSAGES = 2, API_RESPONSES = 3, API_N_KINDS } api_kind;
 
 #define API_MAX_STOP 16
 #define API_MAX_N 16 /* choices per request */
@@ -97,6 +97,7 @@ typedef struct api_gen {
 int oai_parse_chat(const char *body, size_t len, api_gen *g, api_error *e);
 int oai_parse_completion(const char *body, size_t len, api_gen *g, api_error *e);
 int ant_parse_messages(const char *body, size_t len, api_gen *g, api_error *e);
+int resp_parse(const char *body, size_t len, api_gen *g, api_error *e);
 void api_gen_free(api_gen *g);
 /* Copies s[0..n) into storage g owns (NUL-terminated); NULL when out of memory. */
 char *api_gen_strndup(api_gen *g, const char *s, size_t n);
@@ -216,6 +217,12 @@ typedef struct api_stream {
     int block;         /* Anthropic: index of the open content block, -1 if none */
     int block_kind;    /* ... its out_kind */
     int n_blocks, n_calls;
+    /* Responses: the events' sequence number, the open item's id and text so far, the items done (a
+     * cJSON array, for the final response) */
+    int seq;
+    char item_id[48];
+    tok_buf acc;
+    void *items;
     tok_buf out;
 } api_stream;
 
@@ -307,7 +314,7 @@ const char *oai_error_type(int status);
 char *oai_models_json(const api_model_info *m, int n);
 char *oai_model_json(const api_model_info *m);
 
-extern const api_dialect api_openai_chat, api_openai_completions, api_anthropic_messages;
+extern const api_dialect api_openai_chat, api_openai_completions, api_anthropic_messages, api_openai_responses;
 
 /* The dialect of a kind. Static; kind must be a value of api_kind. */
 const api_dialect *api_dialect_of(api_kind kind);

@@ -147,6 +147,7 @@ static const srv_route routes[] = {
     {"POST", "/v1/completions",      0, 0, &api_openai_completions, gen_endpoint},
     {"POST", "/v1/messages",         0, 0, &api_anthropic_messages, gen_endpoint},
     {"POST", "/v1/messages/count_tokens", 0, 0, &api_anthropic_messages, gen_count_tokens},
+    {"POST", "/v1/responses",        0, 0, &api_openai_responses,   gen_endpoint},
 };
 
 const srv_route *srv_routes(int *n) {
