@@ -207,7 +207,8 @@ def forward_logits(model, ids):
         out = model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=False)
     logits = out.logits[0].float().numpy()
     hs = out.hidden_states
-    hidden = np.stack([h[0].float().numpy() for h in hs])
+    # [n][H] per layer (a hyper-connection family's layers give [n][streams][H]: its first stream)
+    hidden = np.stack([h[0].float().reshape(h.shape[1], -1)[:, :hs[0].shape[-1]].numpy() for h in hs])
     return logits, hidden
 
 

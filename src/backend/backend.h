@@ -57,7 +57,7 @@ enum {
 enum { BE_H2D = 0, BE_D2H = 1, BE_D2D = 2 };
 
 /* Expert FFN kinds (config.h tn_expert_kind) */
-enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1 };
+enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1, BE_FFN_SWIGLU_CLAMP = 2 };
 
 /* Full (softmax) attention of one micro-batch with its KV cache (attention op). q/k already have their
  * biases, q/k norms and RoPE. The op first stores the n new K/V rows at positions pos0 .. pos0+n-1 (row
@@ -80,7 +80,67 @@ typedef struct be_attn {
     float scale;
     float *out;          /* [n][ldo]; head h's output at h * hd */
     size_t ldo;
+    /* optional (DeepSeek-V4; one KV head): keys that are also values after the cache's, rows [*][head_dim]
+     * (compressed entries); token t at pos sees entries 0 .. (pos + 1) / extra_rate - 1, all of them, or with
+     * extra_idx only its extra_k indices that are >= 0 (ascending); scored, weighted and summed after the
+     * cache's keys, in that order. NULL: none */
+    const float *extra;
+    int extra_rate;
+    const int *extra_idx; /* [n][extra_k] */
+    int extra_k;
 } be_attn;
+
+/* DeepSeek-V4's hyper-connection weights of n tokens (hc_mix op; model/hc.c has the algebra): mix holds the
+ * products of fn with the RMS-normed flattened streams; out in place: pre (hc) = sigmoid(m * scale[0] + base) +
+ * eps, post (hc) = 2 sigmoid(m * scale[1] + base), comb (hc x hc, row j = input stream) = softmax over each row
+ * of m * scale[2] + base, + eps, its columns normalised, then iters - 1 times its rows and its columns (Sinkhorn,
+ * "+ eps" in every denominator); head (hc_head): pre only, from scale[0]. y = sum_j pre_j x_j (streams j of H). */
+typedef struct be_hc {
+    int n, hc, H, iters, head;
+    float eps;
+    const float *x;     /* [n][hc * H] */
+    float *mix;         /* [n][ldm] */
+    size_t ldm;
+    const float *base, *scale;
+    float *y;           /* [n][H] */
+} be_hc;
+
+/* A compressor's entries (compress op; model/dsv4.c): windows w0 .. w0 + n_win - 1 of rate positions, position p's
+ * projections in ring row p % cap as [kv (c d) | gate (c d)] (c = 2 with overlap, else 1). Entry w, per feature i
+ * < d: a softmax over its slots of gate + ape[slot] weighting kv, the slots being (overlap) the previous window's
+ * first halves [kv[i], gate[i] + ape[s][i]] (none for w = 0) then this window's second halves [kv[d+i], gate[d+i]
+ * + ape[s][d+i]], else this window's [kv[i], gate[i] + ape[s][i]]; then RMSNorm (norm_w, eps), then RoPE on
+ * adjacent pairs of the last rot dims at position w * rate; into out + w * ldo. */
+typedef struct be_cmp {
+    const float *ring;
+    int cap;
+    size_t ldr;
+    int d, overlap, rate, w0, n_win;
+    const float *ape;     /* [rate][c d] */
+    const float *norm_w;
+    float eps;
+    int rot;
+    const float *inv_freq; /* HOST [rot / 2] */
+    float attn_factor;
+    float *out;
+    size_t ldo;
+} be_cmp;
+
+/* An indexer's choice of keys (index_topk op; DeepSeek-V4's lightning indexer, the DSA indexers): token t (at
+ * pos0 + t) sees keys 0 .. (pos + 1) / rate - 1; their score sum_h (w[t][h] w_scale) (relu(q[t][h] . k) scale)
+ * (heads in order, f32); idx[t] = the topk best (ties to the lower index; all of them when fewer), ascending,
+ * -1 after. */
+typedef struct be_index {
+    const float *q;     /* [n][ldq], head h at h * d */
+    size_t ldq;
+    const float *w;     /* [n][ldw] */
+    size_t ldw;
+    const float *keys;  /* [*][ldk] */
+    size_t ldk;
+    int n, pos0, n_heads, d, rate, topk;
+    float scale, w_scale;
+    int *idx;           /* [n][topk] */
+} be_index;
 
 /* Multi-head latent attention of one micro-batch with its compressed cache (mla op; src/model/mla.c has
  * the algebra). Stores ckv's n rows (ldc floats each: [c (r) | k_pe (dr)] normed and roped, then whatever
@@ -168,6 +228,10 @@ typedef struct be_route {
     int layer, n, hint;
     float *logits;       /* [n][E] */
     const float *bias;   /* [E] e_score_correction_bias, or NULL */
+    /* SL_ROUTER_SQRTSOFTPLUS on a hash layer: the rows' token ids (HOST [n]) and the layer's tid2eid [V][k]
+     * (expert ids as floats); NULL otherwise */
+    const int32_t *tokens;
+    const float *tid2eid;
     int *top_e;          /* HOST [n][k] */
     float *top_w;        /* HOST [n][k] */
 } be_route;
@@ -271,8 +335,10 @@ struct be_backend {
                     size_t head_stride, int dim, const float *w, float w_off, float eps);
     /* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
      * position pos0 + t: angle = pos * inv_freq[i] (f32; inv_freq HOST [rot/2], family/rope.h), cos and sin
-     * times attn_factor. interleave: the pairs (x_2i, x_2i+1) are de-interleaved into halves first
-     * (transformers' apply_rotary_pos_emb_interleave). */
+     * times attn_factor. interleave 1: the pairs (x_2i, x_2i+1) are de-interleaved into halves first
+     * (transformers' apply_rotary_pos_emb_interleave); 2: the pairs rotate in place (DeepSeek-V4's
+     * apply_rotary_pos_emb); 3: as 2 with -sin, the inverse rotation. A backend without hc_mix (V4) sees 0 and 1
+     * only. */
     void (*rope)(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                  const float *inv_freq, float attn_factor, int pos0, int interleave);
     /* optional (NULL: none; DSA models need it): LayerNorm of n_tok rows x [n_tok][ld] into y (same layout, may
@@ -302,6 +368,12 @@ struct be_backend {
     void (*dn_step)(be_backend *be, const be_dn *d);
     void (*dn_chunk)(be_backend *be, const be_dn *d);
     void (*dn_norm)(be_backend *be, const be_dn *d);
+    /* DeepSeek-V4 (optional: NULL where the backend lacks them, and such models are refused at open) */
+    void (*hc_mix)(be_backend *be, const be_hc *h);
+    /* x[t] (hc streams of H) := post_k out[t] + sum_j comb[j][k] x_j for stream k (mix: hc_mix's output [n][ldm]) */
+    void (*hc_post)(be_backend *be, float *x, const float *out, const float *mix, size_t ldm, int n, int hc, int H);
+    void (*compress)(be_backend *be, const be_cmp *c);
+    void (*index_topk)(be_backend *be, const be_index *x);
 
     /* ---- MoE ---- */
     /* Fills r->top_e / top_w on the host; returns as sync() does (it syncs to read them). */

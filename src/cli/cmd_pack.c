@@ -92,7 +92,9 @@ int cmd_info(int argc, char **argv) {
            num(c, "shared_inter"), num(c, "dense_inter"), num(c, "norm_topk") ? "yes" : "no");
     if (cJSON_GetObjectItemCaseSensitive(c, "router")) /* containers of before the family tables lack them */
         printf("routing     %s; q/k norm %s; q/k/v bias %s\n",
-               num(c, "router") == 2 ? "sigmoid, bias-corrected group-limited top-k"
+               num(c, "router") == 4   ? "sqrt-softplus, bias-corrected top-k (hash layers: tid2eid)"
+               : num(c, "router") == 3 ? "softmax, bias-corrected top-k"
+               : num(c, "router") == 2 ? "sigmoid, bias-corrected group-limited top-k"
                : num(c, "router") == 1 ? "top-k of the logits, softmax over them" : "softmax, top-k",
                num(c, "qk_norm") == 2 ? "over the projection" : num(c, "qk_norm") == 1 ? "per head" : "none",
                num(c, "attn_bias") ? "yes" : "no");
@@ -101,6 +103,11 @@ int cmd_info(int argc, char **argv) {
                "per position and layer\n", num(c, "q_lora"), num(c, "kv_lora"), num(c, "qk_nope"), num(c, "rot_dim"),
                num(c, "v_head_dim"), num(c, "rope_interleave") ? "interleaved" : "rotate-half",
                num(c, "kv_lora") + num(c, "rot_dim"));
+    if (num(c, "hc_mult") > 0)
+        printf("deepseek-v4 %.0f hyper-connection streams (%.0f Sinkhorn steps), q_lora %.0f, output %.0f groups of %.0f, "
+               "window %.0f, CSA rate %.0f (indexer %.0f x %.0f, top %.0f), HCA rate %.0f\n", num(c, "hc_mult"),
+               num(c, "hc_iters"), num(c, "q_lora"), num(c, "o_groups"), num(c, "o_lora"), num(c, "sliding_window"),
+               num(c, "csa_rate"), num(c, "idx_heads"), num(c, "idx_dim"), num(c, "idx_topk"), num(c, "hca_rate"));
     if (num(c, "lin_nk") > 0)
         printf("deltanet    key heads %.0f x %.0f, value heads %.0f x %.0f, conv kernel %.0f\n", num(c, "lin_nk"),
                num(c, "lin_dk"), num(c, "lin_nv"), num(c, "lin_dv"), num(c, "conv_k"));

@@ -119,6 +119,20 @@ int64_t arch_dim_value(const fam_config *c, arch_dim d) {
     case AD_DSAQ: return (int64_t)c->dsa_heads * c->dsa_dim;
     case AD_DSAD: return c->dsa_dim;
     case AD_DSAH: return c->dsa_heads;
+    case AD_K: return c->n_experts_used;
+    case AD_3: return 3;
+    case AD_HC: return c->hc_mult;
+    case AD_HCMIX: return (int64_t)(2 + c->hc_mult) * c->hc_mult;
+    case AD_HCH: return (int64_t)c->hc_mult * c->hidden;
+    case AD_OA: return (int64_t)c->o_groups * c->o_lora;
+    case AD_OAIN: return c->o_groups > 0 ? (int64_t)c->n_heads * hd / c->o_groups : 0;
+    case AD_2HD: return 2 * hd;
+    case AD_CSAR: return c->csa_rate;
+    case AD_HCAR: return c->hca_rate;
+    case AD_IDXD: return c->idx_dim;
+    case AD_2IDXD: return 2 * (int64_t)c->idx_dim;
+    case AD_IDXH: return c->idx_heads;
+    case AD_IDXQ: return (int64_t)c->idx_heads * c->idx_dim;
     }
     return 0;
 }
@@ -139,6 +153,11 @@ int arch_applies(const fam_config *c, arch_when when, int l) {
     case AW_Q_FULL: return !c->layer_linear[l] && c->kv_lora > 0 && c->q_lora == 0;
     case AW_SINKS: return !c->layer_linear[l] && c->attn_sinks;
     case AW_DSA: return !c->layer_linear[l] && c->kv_lora > 0 && c->dsa_topk > 0 && !c->layer_dsa_shared[l];
+    case AW_CSA: return c->layer_compress[l] == SL_CMP_CSA;
+    case AW_HCA: return c->layer_compress[l] == SL_CMP_HCA;
+    case AW_CMP: return c->layer_compress[l] != SL_CMP_NONE;
+    case AW_HASH: return c->layer_moe[l] && c->layer_hash[l];
+    case AW_TOPK: return c->layer_moe[l] && !c->layer_hash[l];
     }
     return 0;
 }

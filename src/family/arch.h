@@ -58,6 +58,20 @@ typedef enum {
     AD_DSAQ,     /* DSA indexer query rows dsa_heads * dsa_dim */
     AD_DSAD,     /* DSA indexer key width dsa_dim */
     AD_DSAH,     /* DSA indexer heads dsa_heads */
+    AD_K,        /* n_experts_used */
+    AD_3,        /* 3 */
+    AD_HC,       /* V4 hc_mult */
+    AD_HCMIX,    /* V4 hyper-connection mixes (2 + hc_mult) * hc_mult */
+    AD_HCH,      /* V4 residual width hc_mult * hidden */
+    AD_OA,       /* V4 o_groups * o_lora */
+    AD_OAIN,     /* V4 a group's input n_heads * head_dim / o_groups */
+    AD_2HD,      /* 2 * head_dim (V4 CSA compressor) */
+    AD_CSAR,     /* csa_rate */
+    AD_HCAR,     /* hca_rate */
+    AD_IDXD,     /* idx_dim */
+    AD_2IDXD,    /* 2 * idx_dim */
+    AD_IDXH,     /* idx_heads */
+    AD_IDXQ,     /* idx_heads * idx_dim */
 } arch_dim;
 
 /* Which layers (or the model as a whole) have a tensor. */
@@ -76,6 +90,11 @@ typedef enum {
     AW_Q_FULL,    /* full-attention layers of an MLA config with q_lora = 0 (one q_proj) */
     AW_SINKS,     /* full-attention layers of a config with attention sinks (cfg->attn_sinks) */
     AW_DSA,       /* MLA layers with a DSA indexer of their own (dsa_topk > 0, not layer_dsa_shared) */
+    AW_CSA,       /* V4 compressed-sparse-attention layers */
+    AW_HCA,       /* V4 heavily-compressed-attention layers */
+    AW_CMP,       /* V4 layers with either compressor */
+    AW_HASH,      /* MoE layers routed by tid2eid (V4 hash layers) */
+    AW_TOPK,      /* MoE layers routed by their scores (not hash) */
 } arch_when;
 
 enum { AK_MAT = 0, AK_VEC = 1 };         /* tn_mat in its stored dtype / float * converted to f32 at load */
@@ -146,6 +165,18 @@ void hfc_linear_layers(hfc *c, fam_config *o);
  * read, 0 when absent or null (flags untouched) or on an error (recorded). */
 int hfc_layer_flags(hfc *c, const fam_config *o, const char *name, const char *zero, const char *one, uint8_t *flags);
 void hfc_sparse_layers(hfc *c, fam_config *o);
+/* A string field, or NULL when absent (an error when not a string). */
+const char *hfc_str(hfc *c, const char *name);
+/* A list of n strings, each mapped to out[i] by map (a kind >= 0, or -1: an error naming it); 1 when read, 0 when
+ * absent or wrong. */
+int hfc_strs(hfc *c, const char *name, int n, uint8_t *out, int (*map)(const char *));
+/* The first n entries of a list of non-negative integers; 1 when read, 0 when absent or wrong. */
+int hfc_ints(hfc *c, const char *name, int n, int *out);
+/* The integer object.name, or def when absent. */
+int hfc_sub_int(hfc *c, const char *object, const char *name, int def);
+/* rope_parameters.<sub> (transformers' per-kind rope dicts, DeepSeek-V4's "compress"): its rope_type and YaRN fields
+ * into o's (config.h), when present. */
+void hfc_rope_sub(hfc *c, const char *sub, fam_config *o);
 /* layer_types of full_attention / sliding_attention into layer_sliding, sliding_window into o->sliding_window
  * (required when a layer slides). */
 void hfc_sliding_layers(hfc *c, fam_config *o);

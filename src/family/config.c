@@ -20,13 +20,33 @@ static int dsa_ok(const fam_config *c) {
 }
 
 int cfg_mla_ok(const fam_config *c) {
-    if (c->kv_lora <= 0) return c->kv_lora == 0 && c->q_lora == 0 && c->dsa_topk == 0;
+    if (c->kv_lora <= 0) return c->kv_lora == 0 && (c->q_lora == 0 || c->hc_mult > 0) && c->dsa_topk == 0; /* V4's q_lora */
     if (!dsa_ok(c)) return 0;
     return c->q_lora >= 0 && c->qk_nope >= 0 && c->rot_dim > 0 && c->rot_dim % 2 == 0 && c->rot_dim <= 1024 &&
            c->head_dim == c->qk_nope + c->rot_dim && c->v_head_dim > 0 && c->n_kv_heads == c->n_heads &&
            !c->gated_attn && !c->attn_bias && c->qk_norm == SL_QK_NORM_NONE && isfinite(c->attn_scale) &&
            c->attn_scale >= 0;
 }
+
+int cfg_dsv4_ok(const fam_config *c) {
+    if (c->hc_mult <= 0) return c->hc_mult == 0;
+    int ok = c->hc_mult <= 16 && c->hc_iters >= 1 && c->hc_iters <= 1000 && isfinite(c->hc_eps) && c->hc_eps >= 0 &&
+             c->n_kv_heads == 1 && c->kv_lora == 0 && c->q_lora > 0 && c->o_groups >= 1 && c->o_lora >= 1 &&
+             c->n_heads % c->o_groups == 0 && c->rot_dim >= 2 && c->sliding_window >= 1 && c->swiglu_limit > 0 &&
+             c->router == SL_ROUTER_SQRTSOFTPLUS && c->expert_kind == SL_EXPERT_SWIGLU_CLAMP &&
+             isfinite(c->routed_scale) && c->routed_scale > 0 && c->rope_theta_c > 0 && c->n_experts <= SL_ROUTER_MAX_EXPERTS &&
+             c->n_experts_used <= 64;
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        const int k = c->layer_compress[l];
+        ok = c->layer_sliding[l] && !c->layer_linear[l] && c->layer_moe[l] && k <= SL_CMP_HCA &&
+             (k != SL_CMP_HCA || (c->hca_rate >= 2 && c->hca_rate <= 4096)) &&
+             (k != SL_CMP_CSA || (c->csa_rate >= 2 && c->csa_rate <= 4096 && c->idx_heads >= 1 && c->idx_dim >= c->rot_dim &&
+                                  c->idx_dim % 2 == 0 && c->idx_topk >= 1));
+    }
+    return ok;
+}
+
+int cfg_res_width(const fam_config *c) { return c->hc_mult > 0 ? c->hc_mult * c->hidden : c->hidden; }
 
 int cfg_kv_row(const fam_config *c) {
     return c->kv_lora > 0 ? c->kv_lora + c->rot_dim + (c->dsa_topk > 0 ? c->dsa_dim : 0) : c->n_kv_heads * c->head_dim;

@@ -33,6 +33,10 @@ enum {
     /* softmax over all E; experts chosen by p + e_score_correction_bias, weighted by their unbiased p divided by
      * max(their sum, 1e-12) (ERNIE 4.5's Ernie4_5_MoeTopKRouter) */
     SL_ROUTER_SOFTMAX_BIAS = 3,
+    /* DeepSeek-V4: scores sqrt(softplus(logit)); experts the top-k of score + e_score_correction_bias, or on a
+     * hash layer (layer_hash) the row tid2eid[token]; weights the scores of the chosen divided by their sum
+     * (+ 1e-20), times routed_scale (modeling_deepseek_v4.py DeepseekV4TopKRouter, DeepseekV4HashRouter) */
+    SL_ROUTER_SQRTSOFTPLUS = 4,
 };
 
 /* What a routed expert computes (moe.c). */
@@ -41,6 +45,15 @@ enum {
     /* gpt-oss: gu = gate_up x + b (rows interleaved: gate even, up odd), g = min(gate, limit), u = clamp(up, +-limit),
      * down((u + 1) * g * sigmoid(1.702 g)) + b */
     SL_EXPERT_GPTOSS = 1,
+    /* DeepSeek-V4 (routed and shared experts): down(silu(min(gate x, limit)) * clamp(up x, +-limit)) */
+    SL_EXPERT_SWIGLU_CLAMP = 2,
+};
+
+/* DeepSeek-V4 attention layers besides the sliding window (fam_config layer_compress). */
+enum {
+    SL_CMP_NONE = 0,
+    SL_CMP_CSA = 1, /* compressed sparse attention: overlapping windows of csa_rate, an indexer keeps idx_topk */
+    SL_CMP_HCA = 2, /* heavily compressed attention: windows of hca_rate, every closed one seen */
 };
 
 /* RoPE frequency table (family/rope.h). */
@@ -131,7 +144,7 @@ typedef struct fam_config {
     int sliding_window;  /* keys a sliding layer's query sees, itself included (transformers: kv > q - window) */
     int attn_sinks;      /* per-head sink logits in the softmax denominator (lw->sinks) */
     int expert_kind;     /* SL_EXPERT_* */
-    double swiglu_limit; /* SL_EXPERT_GPTOSS clamp (7.0) */
+    double swiglu_limit; /* SL_EXPERT_GPTOSS (7.0) / SL_EXPERT_SWIGLU_CLAMP clamp */
     /* DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5; 0 otherwise; model/mla.c): an MLA layer's query attends only
      * to the dsa_topk cached positions its indexer scores highest. dsa_topk > 0 turns it on (with kv_lora > 0 and
      * q_lora > 0); a layer's cache row then also holds the indexer's key (dsa_dim floats). */
@@ -140,6 +153,21 @@ typedef struct fam_config {
     int dsa_dim;         /* index_head_dim (its first rot_dim dims rotated) */
     int dsa_interleave;  /* the indexer's RoPE on adjacent pairs (GLM-5), else rotate-half (DeepSeek-V3.2) */
     uint8_t layer_dsa_shared[SL_MAX_LAYERS]; /* 1: no indexer of its own, the previous indexed layer's choice (GLM) */
+
+    /* DeepSeek-V4 (model/dsv4.c, model/hc.c; 0 otherwise). hc_mult > 0 turns its block on: the residual is
+     * hc_mult streams of H (hyper-connections mixed by hc_iters Sinkhorn steps), attention is q through
+     * q_lora (q_a, q_a_norm, q_b) with a per-head unweighted norm, one KV head that is key and value, RoPE on
+     * adjacent pairs of the last rot_dim of each head (undone on the output), sinks, every layer sliding, the
+     * output through o_groups groups of o_lora. */
+    int hc_mult, hc_iters;
+    double hc_eps;
+    int o_groups, o_lora;
+    int csa_rate, hca_rate;             /* compression rates of SL_CMP_CSA / SL_CMP_HCA layers */
+    int idx_heads, idx_dim, idx_topk;   /* CSA's indexer */
+    double rope_theta_c; /* the compressed layers' RoPE base (the rope_type / yarn fields are theirs); the sliding
+                          * layers rotate with rope_theta, default table */
+    uint8_t layer_compress[SL_MAX_LAYERS]; /* SL_CMP_* */
+    uint8_t layer_hash[SL_MAX_LAYERS];     /* 1: the MoE layer's experts are tid2eid[token] */
 } fam_config;
 
 /* The scalar fields of fam_config as the manifest stores them: X(name, type, presence) with type I (int),
@@ -159,7 +187,9 @@ typedef struct fam_config {
     X(q_lora, I, O) X(kv_lora, I, O) X(qk_nope, I, O)                \
     X(v_head_dim, I, O) X(rope_interleave, I, O) X(attn_scale, D, O) \
     X(sliding_window, I, O) X(attn_sinks, I, O) X(expert_kind, I, O) X(swiglu_limit, D, O)                \
-    X(dsa_topk, I, O) X(dsa_heads, I, O) X(dsa_dim, I, O) X(dsa_interleave, I, O) X(qk_norm_after_rope, I, O)
+    X(dsa_topk, I, O) X(dsa_heads, I, O) X(dsa_dim, I, O) X(dsa_interleave, I, O) X(qk_norm_after_rope, I, O)   \
+    X(hc_mult, I, O) X(hc_iters, I, O) X(hc_eps, D, O) X(o_groups, I, O) X(o_lora, I, O) X(csa_rate, I, O)   \
+    X(hca_rate, I, O) X(idx_heads, I, O) X(idx_dim, I, O) X(idx_topk, I, O) X(rope_theta_c, D, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024
@@ -175,6 +205,14 @@ int cfg_groups_ok(const fam_config *c);
 int cfg_mla_ok(const fam_config *c);
 /* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA; + dsa_dim with DSA), else
  * n_kv_heads * head_dim (per K and per V). */
+/* Whether c's DeepSeek-V4 fields (hc_mult > 0) make sense: a single KV head of head_dim, q_lora > 0, o_groups
+ * dividing the heads, rates >= 1 (>= 2 where a layer compresses), the indexer's dims with a CSA layer, every layer
+ * sliding and MoE, rot_dim <= idx_dim, E <= SL_ROUTER_MAX_EXPERTS, k <= 64. Cannot fail. 1 when c is not V4. */
+int cfg_dsv4_ok(const fam_config *c);
+/* The residual stream's floats per token: hc_mult * hidden (V4), else hidden. */
+int cfg_res_width(const fam_config *c);
+/* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA), else n_kv_heads * head_dim
+ * (per K and per V). */
 int cfg_kv_row(const fam_config *c);
 /* Number of MoE layers; expert-layer slot of layer l (or -1 for dense). */
 int cfg_n_moe_layers(const fam_config *c);

@@ -177,6 +177,75 @@ void hfc_sliding_layers(hfc *c, fam_config *o) {
     if (!c->st && o->sliding_window < 1) hfc_fail(c, SL_ECONFIG, "sliding_window must be >= 1");
 }
 
+static void yarn_fields(hfc *c, const cJSON *rp, fam_config *o);
+
+const char *hfc_str(hfc *c, const char *name) {
+    const cJSON *v = field(c, name);
+    if (v && !cJSON_IsString(v)) {
+        hfc_fail(c, SL_ECONFIG, "field '%s' must be a string", name);
+        return NULL;
+    }
+    return v ? v->valuestring : NULL;
+}
+
+int hfc_strs(hfc *c, const char *name, int n, uint8_t *out, int (*map)(const char *)) {
+    const cJSON *a = field(c, name);
+    if (!a || c->st) return 0;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n) {
+        hfc_fail(c, SL_ECONFIG, "'%s' must be a list of %d entries (num_hidden_layers)", name, n);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(a, i);
+        int v = cJSON_IsString(e) ? map(e->valuestring) : -1;
+        if (v < 0) {
+            hfc_fail(c, SL_ECONFIG, "%s[%d] is not a kind sluice knows", name, i);
+            return 0;
+        }
+        out[i] = (uint8_t)v;
+    }
+    return 1;
+}
+
+int hfc_ints(hfc *c, const char *name, int n, int *out) {
+    const cJSON *a = field(c, name);
+    if (!a || c->st) return 0;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < n) {
+        hfc_fail(c, SL_ECONFIG, "'%s' must be a list of at least %d entries (num_hidden_layers)", name, n);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble > 1e9) {
+            hfc_fail(c, SL_ECONFIG, "%s[%d] must be a non-negative integer", name, i);
+            return 0;
+        }
+        out[i] = (int)e->valuedouble;
+    }
+    return 1;
+}
+
+int hfc_sub_int(hfc *c, const char *object, const char *name, int def) {
+    const cJSON *o = field(c, object), *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
+    if (!v || cJSON_IsNull(v)) return def;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9) {
+        hfc_fail(c, SL_ECONFIG, "'%s.%s' must be a non-negative integer", object, name);
+        return def;
+    }
+    return (int)v->valuedouble;
+}
+
+void hfc_rope_sub(hfc *c, const char *sub, fam_config *o) {
+    const cJSON *rp = field(c, "rope_parameters");
+    const cJSON *s = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, sub) : NULL;
+    if (!cJSON_IsObject(s) || c->st) return;
+    const cJSON *rt = cJSON_GetObjectItemCaseSensitive(s, "rope_type");
+    if (cJSON_IsString(rt) && !strcmp(rt->valuestring, "yarn")) yarn_fields(c, s, o);
+    else if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default"))
+        hfc_fail(c, SL_EUNSUPPORTED, "rope_parameters.%s.rope_type '%s' is not supported (only 'default' and 'yarn')",
+                 sub, rt->valuestring);
+}
+
 void hfc_sparse_layers(hfc *c, fam_config *o) {
     if (c->st) return;
     int step = get_int(c, "decoder_sparse_step", 0, 1);

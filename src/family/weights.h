@@ -48,12 +48,26 @@ typedef struct fam_layer_w {
     tn_mat sh_expert_gate;                /* [1, H] */
     /* dense MLP */
     tn_mat mlp_gate, mlp_up, mlp_down;
+
+    /* DeepSeek-V4 (cfg->hc_mult > 0; model/dsv4.c, model/hc.c). Attention: q_a, q_a_norm, q_b as MLA's; k the
+     * kv_proj [hd, H] and k_norm its norm [hd]; o the o_b_proj [H, o_groups*o_lora]; o_a [o_groups*o_lora,
+     * nh*hd/o_groups], group g's rows g*o_lora.. */
+    tn_mat o_a;
+    tn_mat hc_fn[2];             /* attention's, the FFN's hyper-connection [(2+hc)*hc, hc*H] */
+    float *hc_base[2], *hc_scale[2]; /* [(2+hc)*hc], [3] */
+    /* the compressor (CSA: [2hd, H] kv and gate, ape [csa_rate][2hd]; HCA: [hd, H], [hca_rate][hd]), its norm [hd];
+     * CSA's indexer: its own compressor at idx_dim, q_b [idx_heads*idx_dim, q_lora], weights [idx_heads, H] */
+    tn_mat cmp_kv, cmp_gate, idx_kv, idx_gate, idx_q_b, idx_w;
+    float *cmp_ape, *cmp_norm, *idx_ape, *idx_norm;
+    float *tid2eid;              /* a hash layer's [V][k] expert ids (as floats) */
 } fam_layer_w;
 
 typedef struct fam_weights {
     tn_mat embed;      /* [V, H] */
     tn_mat lm_head;    /* [V, H]; equals embed when tied */
     float *final_norm; /* [H] */
+    tn_mat hc_head_fn;               /* V4: the last collapse of the streams [hc, hc*H] */
+    float *hc_head_base, *hc_head_scale; /* [hc], [1] */
     fam_layer_w layers[SL_MAX_LAYERS];
 } fam_weights;
 

@@ -116,6 +116,13 @@ cJSON *slc_config_to_json(const fam_config *c) {
         cJSON *ls = cJSON_AddArrayToObject(j, "layer_dsa_shared");
         for (int l = 0; l < c->n_layers; l++) cJSON_AddItemToArray(ls, cJSON_CreateBool(c->layer_dsa_shared[l]));
     }
+    if (c->hc_mult > 0) { /* DeepSeek-V4's per-layer kinds (absent for every other family) */
+        cJSON *lc = cJSON_AddArrayToObject(j, "layer_compress"), *lh = cJSON_AddArrayToObject(j, "layer_hash");
+        for (int l = 0; l < c->n_layers; l++) {
+            cJSON_AddItemToArray(lc, cJSON_CreateNumber(c->layer_compress[l]));
+            cJSON_AddItemToArray(lh, cJSON_CreateBool(c->layer_hash[l]));
+        }
+    }
     return j;
 }
 
@@ -170,14 +177,22 @@ sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, 
     if (ls && cJSON_GetArraySize(ls) != c->n_layers)
         return err_set(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
     for (int l = 0; ls && l < c->n_layers; l++) c->layer_dsa_shared[l] = cJSON_IsTrue(cJSON_GetArrayItem(ls, l));
+    const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "layer_compress"), *lh = cJSON_GetObjectItemCaseSensitive(j, "layer_hash");
+    if ((lc || lh) && (cJSON_GetArraySize(lc) != c->n_layers || cJSON_GetArraySize(lh) != c->n_layers))
+        return err_set(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
+    for (int l = 0; lc && l < c->n_layers; l++) {
+        const cJSON *k = cJSON_GetArrayItem(lc, l);
+        c->layer_compress[l] = (uint8_t)(cJSON_IsNumber(k) && k->valuedouble >= 0 && k->valuedouble <= SL_CMP_HCA ? k->valueint : 255);
+        c->layer_hash[l] = cJSON_IsTrue(cJSON_GetArrayItem(lh, l));
+    }
     if (c->vocab < 1 || c->hidden < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads ||
         c->head_dim < 1 || c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
-        c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SOFTMAX_BIAS ||
+        c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SQRTSOFTPLUS || !cfg_dsv4_ok(c) ||
         (c->router == SL_ROUTER_SIGMOID_GROUP && !cfg_groups_ok(c)) ||
         c->qk_norm < 0 || c->qk_norm > SL_QK_NORM_ALL || !cfg_mla_ok(c) ||
         c->rope_type < SL_ROPE_DEFAULT || c->rope_type > SL_ROPE_YARN ||
         (c->rope_type == SL_ROPE_YARN && (c->rope_orig_max_pos < 1 || !(c->rope_factor > 0) || c->rope_attn_factor < 0)) ||
-        (any_sliding && c->sliding_window < 1) || c->expert_kind < SL_EXPERT_SWIGLU || c->expert_kind > SL_EXPERT_GPTOSS ||
+        (any_sliding && c->sliding_window < 1) || c->expert_kind < SL_EXPERT_SWIGLU || c->expert_kind > SL_EXPERT_SWIGLU_CLAMP ||
         (c->expert_kind == SL_EXPERT_GPTOSS && !(c->swiglu_limit > 0)) ||
         (any_linear && (c->lin_nk < 1 || c->lin_nv % c->lin_nk || c->conv_k < 1)))
         return err_set(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);

@@ -381,6 +381,8 @@ static sl_status add_plain(hf_ckpt *ck, int fi, const st_entry *e, const char *b
     t->pub.ndim = e->ndim;
     memcpy(t->pub.shape, e->shape, sizeof t->pub.shape);
     t->mlx_u32 = u32;
+    t->ints = !strcmp(e->dtype_str, "I64") ? 8 : !strcmp(e->dtype_str, "I32") ? 4 : 0; /* integer ids (tid2eid) */
+    if (t->ints) t->pub.src_dtype = DT_F32; /* the values it reads as */
     if (ends_with(base, "linear_attn.conv1d") && e->ndim == 3 && e->shape[1] == 1) { /* [Cq,1,K] -> [Cq,K] */
         t->pub.ndim = 2;
         t->pub.shape[1] = e->shape[2];
@@ -415,7 +417,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         return add_mlx_stack(ck, fi, e, l, part, u32, err);
     if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z0-9_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0)
         return add_expert_part(ck, fi, e, l, ex, part, err);
-    if (ck->cfg.expert_kind != SL_EXPERT_SWIGLU &&
+    if (ck->cfg.expert_kind == SL_EXPERT_GPTOSS &&
         sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0)
         return add_stacked_part(ck, fi, e, l, part, err);
     if (sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0 &&
@@ -801,13 +803,24 @@ sl_status hf_read(hf_ckpt *ck, const hf_tensor *pub, dt_type to, void *dst, sl_e
     const st_file *f = &ck->files[t->file];
     size_t n = 1;
     for (int i = 0; i < pub->ndim; i++) n *= (size_t)pub->shape[i];
-    if (pub->src_dtype == to && !t->scale && !t->transposed) return fio_pread_all(f->fd, dst, t->len, t->off, f->path, err);
+    if (pub->src_dtype == to && !t->scale && !t->transposed && !t->ints)
+        return fio_pread_all(f->fd, dst, t->len, t->off, f->path, err);
     void *raw = malloc(t->len ? t->len : 1);
     float *tmp = (to == DT_F32) ? dst : malloc(n * sizeof(float) + 1);
     sl_status st = SL_OK;
     if (!raw || !tmp) { st = err_set(err, SL_ENOMEM, "out of memory reading '%s'", pub->name); goto out; }
     if ((st = fio_pread_all(f->fd, raw, t->len, t->off, f->path, err))) goto out;
-    dt_to_f32(pub->src_dtype, raw, tmp, n);
+    if (t->ints && t->len != n * (size_t)t->ints) {
+        st = err_set(err, SL_EFORMAT, "tensor '%s': %zu bytes for %zu integers", pub->name, (size_t)t->len, n);
+        goto out;
+    }
+    for (size_t i = 0; t->ints && i < n; i++) { /* little-endian ids, exact as floats below 2^24 */
+        int64_t v = 0;
+        memcpy(&v, (const char *)raw + i * (size_t)t->ints, (size_t)t->ints); /* I32: the low half, sign below */
+        if (t->ints == 4) v = (int32_t)(uint32_t)v;
+        tmp[i] = (float)v;
+    }
+    if (!t->ints) dt_to_f32(pub->src_dtype, raw, tmp, n);
     if (t->transposed && (st = transpose(tmp, pub->shape[0], pub->shape[1], pub->name, err))) goto out;
     if (t->scale && (st = fp8_scale(ck, t, tmp, err))) goto out;
     if (to != DT_F32) dt_from_f32(to, tmp, dst, n);

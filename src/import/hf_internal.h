@@ -19,6 +19,7 @@ typedef struct hf_t {
     const st_entry *ent;   /* the on-disk entry (for fused experts: the whole stack) */
     uint64_t off, len;     /* bytes of this tensor (a slice for fused experts) */
     const st_entry *scale; /* FP8 weight_scale_inv, or NULL */
+    int ints;              /* 8 / 4: an I64 / I32 tensor (DeepSeek-V4's tid2eid), read as f32 values */
     int mlx_u32;           /* an MLX uint32 weight: scales and biases attached by attach_mlx() */
     int qs_file, qb_file;  /* MLX scales / biases: file and byte range of this tensor's slice */
     uint64_t qs_off, qs_len, qb_off, qb_len;

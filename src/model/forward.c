@@ -56,7 +56,8 @@ int fwd_any_layer(const fam_config *cfg, int linear) {
 static size_t slot_floats(const fam_config *cfg, int n_ctx) {
     size_t c = FWD_BATCH, dk = (size_t)cfg->lin_dk, dv = (size_t)cfg->lin_dv;
     size_t dn = 4 * c * c + c * (4 * dk + 4 * dv) + 8 * c + 8 * dv + 8 * dk;
-    size_t at = (size_t)n_ctx, mla = fwd_mla_slot_floats(cfg, n_ctx);
+    size_t at = (size_t)n_ctx + (cfg->hc_mult > 0 ? (size_t)n_ctx / 2 + 16 : 0); /* V4: + compressed entries */
+    size_t mla = fwd_mla_slot_floats(cfg, n_ctx);
     if (mla > at) at = mla;
     return (dn > at ? dn : at) + 16;
 }
@@ -103,6 +104,12 @@ static void emit_logits(fwd_ws *ws, const tn_mat *head, int rows, float *logits)
     ws->be->copy(ws->be, logits, ws->lg, (size_t)rows * V * sizeof(float), BE_D2H);
 }
 
+/* p[0 .. n) = 1.0f (backend memory). */
+static void fill_ones(be_backend *be, float *p, size_t n) {
+    const float one = 1.0f;
+    for (size_t i = 0; i < n; i++) be->copy(be, p + i, &one, sizeof one, BE_H2D);
+}
+
 fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_ws *ws = calloc(1, sizeof *ws);
@@ -145,7 +152,16 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
         ws->dev[ws->n_dev].p = (ptr);                                              \
         ws->dev[ws->n_dev++].bytes = bytes_;                                       \
     } while (0)
-    DEV(ws->x, B * H);
+    const size_t R = (size_t)cfg_res_width(cfg), v4 = cfg->hc_mult > 0, cmpd = (size_t)imax(hd, cfg->idx_dim);
+    DEV(ws->x, B * R);
+    DEV(ws->ones, v4 ? imax((int)R, hd) : 1);
+    DEV(ws->hc_tmp, v4 ? B * R : 1);
+    DEV(ws->hc_mix, B * (size_t)fwd_hc_ldm(cfg));
+    DEV(ws->cmp, v4 ? B * 4 * cmpd : 1);
+    DEV(ws->iq, v4 ? B * (size_t)imax(cfg->idx_heads * cfg->idx_dim, 1) : 1);
+    DEV(ws->iw, v4 ? B * (size_t)imax(cfg->idx_heads, 1) : 1);
+    DEV(ws->oa, v4 ? B * (size_t)imax(cfg->o_groups * cfg->o_lora, 1) : 1);
+    DEV(ws->isel, v4 ? B * (size_t)imax(cfg->idx_topk, 1) : 1);
     DEV(ws->h, B * H);
     DEV(ws->out, B * H);
     DEV(ws->big, B * ws->n_big);
@@ -177,6 +193,7 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     if (!be->is_host) DEV(ws->lg, B * (size_t)cfg->vocab);
     ws->prefetch = 1;
     ws->act_cols = imax(imax((int)H, ws->n_mix), ws->n_ffn);
+    if (v4) fill_ones(be, ws->ones, (size_t)imax((int)R, hd)); /* the unweighted norms' weight */
     for (int i = 0; i < 3; i++) {
         unsigned char *a;
         DEV(a, kern_act_bytes((int)B, ws->act_cols));
@@ -255,13 +272,16 @@ static sl_status check_config(const fam_config *c, sl_error *err) {
         ok = c->lin_nk > 0 && c->lin_nv > 0 && c->lin_nv % c->lin_nk == 0 && c->lin_dk > 0 && c->lin_dv > 0 &&
              c->conv_k >= 1;
     ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX || c->router == SL_ROUTER_SOFTMAX_BIAS ||
-                (c->router == SL_ROUTER_SIGMOID_GROUP && cfg_groups_ok(c))) &&
+                (c->router == SL_ROUTER_SIGMOID_GROUP && cfg_groups_ok(c)) ||
+                (c->router == SL_ROUTER_SQRTSOFTPLUS && c->hc_mult > 0)) &&
+         cfg_dsv4_ok(c) && (c->hc_mult == 0 || c->idx_topk <= 4096) && /* cpu_mix.c extra_list */
          c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL &&
          !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)) && /* attention.c: q rows [nh*hd] */
          (c->rope_type == SL_ROPE_DEFAULT || (c->rope_type == SL_ROPE_YARN && c->rope_orig_max_pos > 0 &&
                                               c->rope_factor > 0 && c->rope_attn_factor >= 0)) &&
          cfg_mla_ok(c) &&
-         (c->expert_kind == SL_EXPERT_SWIGLU || (c->expert_kind == SL_EXPERT_GPTOSS && c->swiglu_limit > 0));
+         (c->expert_kind == SL_EXPERT_SWIGLU || (c->expert_kind == SL_EXPERT_GPTOSS && c->swiglu_limit > 0) ||
+          (c->expert_kind == SL_EXPERT_SWIGLU_CLAMP && c->swiglu_limit > 0));
     for (int l = 0; ok && l < c->n_layers; l++)
         if (c->layer_sliding[l]) ok = !c->layer_linear[l] && c->sliding_window >= 1;
 
@@ -306,23 +326,33 @@ static int same_shape(const fam_config *a, const fam_config *b) {
         a->split_lin_proj != b->split_lin_proj || a->rot_dim != b->rot_dim || a->q_lora != b->q_lora ||
         a->kv_lora != b->kv_lora || a->qk_nope != b->qk_nope || a->v_head_dim != b->v_head_dim ||
         a->expert_kind != b->expert_kind || a->dsa_topk != b->dsa_topk || a->dsa_dim != b->dsa_dim ||
-        memcmp(a->layer_dsa_shared, b->layer_dsa_shared, sizeof a->layer_dsa_shared))
+        memcmp(a->layer_dsa_shared, b->layer_dsa_shared, sizeof a->layer_dsa_shared) || a->hc_mult != b->hc_mult ||
+        a->csa_rate != b->csa_rate || a->hca_rate != b->hca_rate || a->idx_dim != b->idx_dim ||
+        a->idx_heads != b->idx_heads || a->idx_topk != b->idx_topk || a->o_groups != b->o_groups ||
+        a->o_lora != b->o_lora || memcmp(a->layer_compress, b->layer_compress, sizeof a->layer_compress))
         return 0;
     return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear) && a->sliding_window == b->sliding_window &&
            !memcmp(a->layer_sliding, b->layer_sliding, sizeof a->layer_sliding); /* the KV rings' size */
 }
 
-static void add_rows(fwd_ws *ws, float *x, const float *y, size_t n) { ws->be->add(ws->be, x, y, n); }
-
 /* The first matrix layer l's mixer multiplies (its q of softmax attention), for a hint; NULL for the others. */
 static const tn_mat *first_mat(const fam_config *cfg, const fam_layer_w *lw, int l) {
-    return !cfg->layer_linear[l] && cfg->kv_lora <= 0 ? &lw->q : NULL;
+    return cfg->hc_mult > 0 ? &lw->q_a : !cfg->layer_linear[l] && cfg->kv_lora <= 0 ? &lw->q : NULL;
+}
+
+/* Layer l's mixer over ws->h's n rows (positions pos0..) into ws->out. */
+static int mixer(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int l, int n, int pos0) {
+    if (cfg->layer_linear[l]) return fwd_deltanet(ws, sq, cfg, lw, l, n);
+    if (cfg->hc_mult > 0) return fwd_dsv4_attention(ws, sq, cfg, lw, l, n, pos0);
+    return cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, n, pos0) : fwd_attention(ws, sq, cfg, lw, l, n, pos0);
 }
 
 /* A one-token step of a model with softmax attention only, its layers recorded by the backend (backend.h
  * step_begin): 1 when the backend records or replays it. */
 static int step_begin(fwd_ws *ws, const fwd_seq *sq, const fam_config *cfg, int n, int graph) {
-    if (!graph || n != 1 || ws->trace || !ws->be->step_begin || cfg->kv_lora > 0 || fwd_any_layer(cfg, 1)) return 0;
+    if (!graph || n != 1 || ws->trace || !ws->be->step_begin || cfg->kv_lora > 0 || cfg->hc_mult > 0 ||
+        fwd_any_layer(cfg, 1))
+        return 0;
     return ws->be->step_begin(ws->be, ws->uid << 32 ^ sq->uid, sq->n_past);
 }
 
@@ -336,31 +366,27 @@ static int step_end(fwd_ws *ws, int ok) { return ws->be->step_end(ws->be, ok) ? 
 static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_weights *w,
                             const tn_expert_src *experts, const int32_t *tokens, int n, float *logits_out, int all_rows,
                             int graph, sl_error *err) {
-    be_backend *be = ws->be;
-    const size_t H = (size_t)cfg->hidden;
     const int pos0 = sq->n_past;
     const tn_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
-    be->embed(be, &w->embed, tokens, n, ws->x, H);
+    fwd_embed_rows(ws, cfg, w, tokens, n, ws->x);
+    ws->tok = tokens;
     if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, ws->x);
     const int graphed = step_begin(ws, sq, cfg, n, graph);
 
     for (int l = 0; l < cfg->n_layers; l++) {
         const fam_layer_w *lw = &w->layers[l];
         int rc;
-        fwd_norm_rows(ws, ws->x, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
-        if (cfg->layer_linear[l])
-            rc = fwd_deltanet(ws, sq, cfg, lw, l, n);
-        else
-            rc = cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, n, pos0) : fwd_attention(ws, sq, cfg, lw, l, n, pos0);
+        fwd_block_in_rows(ws, cfg, lw, 0, ws->x, n, ws->hc_tmp, ws->hc_mix, ws->h);
+        rc = mixer(ws, sq, cfg, lw, l, n, pos0);
         if (!rc) rc = be_check(ws->be, err);
         if (rc) return graphed ? step_end(ws, 0) : rc;
         /* the caller's serial work until the FFN's first matmul: the other threads bring its start into the
          * caches meanwhile; likewise the FFN's tail before the next layer's q/k/v (or the LM head) */
         fwd_hint_mat(ws, cfg->layer_moe[l] ? &lw->router : &lw->mlp_gate);
-        add_rows(ws, ws->x, ws->out, (size_t)n * H);
+        fwd_block_out_rows(ws, cfg, ws->x, ws->out, ws->hc_mix, n);
         ws->ffn_next = l + 1 < cfg->n_layers ? first_mat(cfg, &w->layers[l + 1], l + 1) : logits_out ? head : NULL;
 
-        fwd_norm_rows(ws, ws->x, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, (int)H);
+        fwd_block_in_rows(ws, cfg, lw, 1, ws->x, n, ws->hc_tmp, ws->hc_mix, ws->h);
         if (cfg->layer_moe[l]) {
             int nl = l + 1;
             while (nl < cfg->n_layers && !cfg->layer_moe[nl]) nl++;
@@ -372,14 +398,14 @@ static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, cons
         fwd_hint_mat(ws, ws->ffn_next); /* unless the FFN did, before its own tail */
         ws->ffn_next = NULL;
         if (rc) return graphed ? step_end(ws, 0) : rc;
-        add_rows(ws, ws->x, ws->out, (size_t)n * H);
+        fwd_block_out_rows(ws, cfg, ws->x, ws->out, ws->hc_mix, n);
         if (ws->trace) ws->trace(ws->trace_ctx, l + 1, pos0, n, ws->x);
     }
     if (graphed && step_end(ws, 1)) return FWD_RERUN;
 
     if (logits_out) {
         int first = all_rows ? 0 : n - 1, rows = n - first;
-        fwd_norm_rows(ws, ws->x + first * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, rows, (int)H);
+        fwd_final_rows(ws, cfg, w, ws->x + (size_t)first * (size_t)cfg_res_width(cfg), rows, ws->h);
         if (ws->trace) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + first, rows, ws->h);
         emit_logits(ws, head, rows, logits_out);
     }
@@ -407,6 +433,7 @@ static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, cons
  * Stages: multi_alloc (the pass's buffers), multi_begin (embed), per layer multi_mixer and multi_ffn,
  * multi_settle (snapshot put back: commit or roll back), multi_finish (positions and logits), multi_free. */
 #define WIDE_MAX 1024
+#define FWD_SAVED 4 /* rings a pass may save per (item, layer): ring_of */
 
 /* One layer-major pass's buffers: backend memory for the rows' floats, host memory for routing (fwd_wide's
  * index arrays and weights) and the rollback records. */
@@ -431,7 +458,7 @@ static void mix_set_free(fwd_ws *ws, mix_set *m) {
 static sl_status mix_set_new(fwd_ws *ws, const fam_config *cfg, int rows, mix_set *m) {
     memset(m, 0, sizeof *m);
     if (rows > ws->mix_rows) rows = ws->mix_rows;
-    if (rows <= FWD_BATCH || cfg->kv_lora > 0 || !fwd_any_layer(cfg, 0)) return SL_OK;
+    if (rows <= FWD_BATCH || cfg->kv_lora > 0 || cfg->hc_mult > 0 || !fwd_any_layer(cfg, 0)) return SL_OK;
     const size_t R = (size_t)rows, kvrow = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim, f = sizeof(float);
     const size_t b[8] = {R * (size_t)cfg->hidden * f, R * (size_t)ws->n_big * f, R * kvrow * f, R * kvrow * f,
                          R * (size_t)ws->n_mix * f, R * (size_t)cfg->hidden * f, kern_act_bytes(rows, ws->act_cols),
@@ -465,7 +492,7 @@ static void mix_swap(fwd_ws *ws, mix_set *m) {
  * continuous batching): fwd_attention_items, each row bitwise its sequence's own pass. 1 done, 0 not this case. */
 static int joint_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int l, const fwd_item *it, int n_items,
                        int n, float *X) {
-    if (n_items < 2 || n > FWD_BATCH || cfg->layer_linear[l] || cfg->kv_lora > 0) return 0;
+    if (n_items < 2 || n > FWD_BATCH || cfg->layer_linear[l] || cfg->kv_lora > 0 || cfg->hc_mult > 0) return 0;
     fwd_seq *sqs[FWD_BATCH];
     int ns[FWD_BATCH], p0[FWD_BATCH];
     for (int i = 0; i < n_items; i++) sqs[i] = it[i].sq, ns[i] = it[i].n, p0[i] = it[i].sq->n_past;
@@ -478,8 +505,10 @@ static int joint_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw,
 typedef struct multi_pass {
     const fwd_item *it;
     int n_items, n, n_last, n_lg, traced;
-    size_t nH;          /* bytes of n rows of H floats */
-    float *X, *HN, *O;  /* [n][H]: the residual stream, its norm, the MoE output */
+    size_t nH, nR;      /* bytes of n rows of H floats, of the residual's (cfg_res_width) */
+    float *X, *HN, *O;  /* [n][R], [n][H], [n][H]: the residual stream, its norm, the MoE output */
+    float *HT, *HM;     /* V4: [n][R] the normed streams, [n][fwd_hc_ldm] the FFN's hyper-connection (else NULL) */
+    int32_t *tok;       /* [n] HOST: every row's token (hash routing) */
     fwd_wide wb;
     /* per (item, layer): the original DeltaNet buffers a multi-micro-batch item displaced, and its slot; for a
      * sliding layer's KV ring that more than one micro-batch writes, a copy of the ring (k, v): those writes
@@ -507,20 +536,25 @@ static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_it
         mp->n_last += it[i].logits && !it[i].all_logits;
     }
     mp->n_lg = mp->n_last < FWD_BATCH ? mp->n_last : FWD_BATCH;
-    const size_t n = (size_t)mp->n, nH = mp->nH = n * H * sizeof(float);
-    mp->X = DEV(nH);
+    const size_t n = (size_t)mp->n, nH = mp->nH = n * H * sizeof(float), R = (size_t)cfg_res_width(cfg);
+    mp->nR = n * R * sizeof(float);
+    mp->X = DEV(mp->nR);
+    mp->HT = cfg->hc_mult > 0 ? DEV(mp->nR) : NULL;
+    mp->HM = cfg->hc_mult > 0 ? DEV(n * (size_t)fwd_hc_ldm(cfg) * sizeof(float)) : NULL;
+    mp->tok = malloc(n * sizeof(int32_t));
     mp->HN = DEV(nH);
     mp->O = DEV(nH);
     mp->wb = (fwd_wide){DEV(n * E * sizeof(float)), malloc(n * k * sizeof(int)), malloc(n * k * sizeof(float)),
                         malloc(n * k * sizeof(int)), malloc(n * k * sizeof(int)), DEV(nH), DEV(n * sizeof(float))};
-    mp->saved = calloc((size_t)n_items * L * 2, sizeof *mp->saved);
+    mp->saved = calloc((size_t)n_items * L * FWD_SAVED, sizeof *mp->saved);
     mp->orig = malloc((size_t)n_items * L);
     mp->row0 = malloc((size_t)n_items * sizeof(int));
-    mp->last_rows = mp->n_last ? DEV((size_t)mp->n_last * H * sizeof(float)) : NULL;
+    mp->last_rows = mp->n_last ? DEV((size_t)mp->n_last * R * sizeof(float)) : NULL;
     mp->last_logits = mp->n_last ? DEV((size_t)mp->n_lg * V * sizeof(float)) : NULL;
     const fwd_wide *wb = &mp->wb;
     if (!mp->X || !mp->HN || !mp->O || !wb->router || !wb->top_e || !wb->top_w || !wb->e_tok || !wb->e_slot ||
-        !wb->sh_y || !wb->sg || !mp->saved || !mp->orig || !mp->row0 ||
+        !wb->sh_y || !wb->sg || !mp->saved || !mp->orig || !mp->row0 || !mp->tok ||
+        (cfg->hc_mult > 0 && (!mp->HT || !mp->HM)) ||
         (mp->n_last && (!mp->last_rows || !mp->last_logits))) {
         return err_set(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp->n);
     }
@@ -529,8 +563,11 @@ static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_it
 
 /* The one cleanup path of the pass: frees what multi_alloc made (NULL pointers are no-ops). */
 static void multi_free(be_backend *be, const fam_config *cfg, multi_pass *mp) {
-    const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, V = (size_t)cfg->vocab, n = (size_t)mp->n;
-    UNDEV(mp->X, mp->nH);
+    const size_t R = (size_t)cfg_res_width(cfg), E = (size_t)cfg->n_experts, V = (size_t)cfg->vocab, n = (size_t)mp->n;
+    UNDEV(mp->X, mp->nR);
+    UNDEV(mp->HT, mp->nR);
+    UNDEV(mp->HM, n * (size_t)fwd_hc_ldm(cfg) * sizeof(float));
+    free(mp->tok);
     UNDEV(mp->HN, mp->nH);
     UNDEV(mp->O, mp->nH);
     UNDEV(mp->wb.router, n * E * sizeof(float));
@@ -543,7 +580,7 @@ static void multi_free(be_backend *be, const fam_config *cfg, multi_pass *mp) {
     free(mp->saved);
     free(mp->orig);
     free(mp->row0);
-    UNDEV(mp->last_rows, (size_t)mp->n_last * H * sizeof(float));
+    UNDEV(mp->last_rows, (size_t)mp->n_last * R * sizeof(float));
     UNDEV(mp->last_logits, (size_t)mp->n_lg * V * sizeof(float));
 }
 
@@ -551,14 +588,14 @@ static void multi_free(be_backend *be, const fam_config *cfg, multi_pass *mp) {
  * reads start now, under its mixer's compute. Cannot fail (a backend failure is sticky: the first sync). */
 static void multi_begin(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                         multi_pass *mp) {
-    be_backend *be = ws->be;
-    const size_t H = (size_t)cfg->hidden;
+    const size_t R = (size_t)cfg_res_width(cfg);
     const int L = cfg->n_layers;
     const fwd_item *it = mp->it;
     for (int i = 0, r = 0; i < mp->n_items; r += it[i].n, i++) {
         mp->row0[i] = r;
         for (int l = 0; l < L; l++) mp->orig[(size_t)i * L + l] = it[i].sq->lin_cur[l];
-        be->embed(be, &w->embed, it[i].tokens, it[i].n, mp->X + (size_t)r * H, H);
+        fwd_embed_rows(ws, cfg, w, it[i].tokens, it[i].n, mp->X + (size_t)r * R);
+        memcpy(mp->tok + r, it[i].tokens, (size_t)it[i].n * sizeof(int32_t));
     }
     mp->traced = ws->trace && mp->n_items == 1; /* the hook follows one sequence's positions */
     for (int l = 0; l < L; l++)
@@ -569,11 +606,18 @@ static void multi_begin(fwd_ws *ws, const fam_config *cfg, const fam_weights *w,
     if (mp->traced) ws->trace(ws->trace_ctx, 0, it[0].sq->n_past, mp->n, mp->X);
 }
 
-/* A copy of sliding layer l's KV ring (k and v) into sv[0..1], for multi_settle to put back on failure. */
+/* The rings of layer l a pass over more than one micro-batch may overwrite, slot k2 < FWD_SAVED: the KV ring's
+ * k and v, V4's compressor and indexer rings (NULL: none), and their bytes. */
+static float *ring_of(const fwd_seq *sq, int l, int k2, size_t *bytes) {
+    *bytes = k2 < 2 ? fwd_kv_bytes(sq, l) : sq->cmp_ring[l] ? fwd_dsv4_ring_bytes(sq, l, k2 - 2) : 0;
+    return k2 == 0 ? sq->k_cache[l] : k2 == 1 ? sq->v_cache[l] : k2 == 2 ? sq->cmp_ring[l] : sq->idx_ring[l];
+}
+
+/* A copy of sliding layer l's rings (ring_of) into sv[0..FWD_SAVED), for multi_settle to put back on failure. */
 static sl_status save_ring(be_backend *be, fwd_seq *sq, int l, float **sv, sl_error *err) {
-    const size_t ring = fwd_kv_bytes(sq, l);
-    for (int k2 = 0; k2 < 2; k2++) {
-        const float *src = k2 ? sq->v_cache[l] : sq->k_cache[l];
+    for (int k2 = 0; k2 < FWD_SAVED; k2++) {
+        size_t ring;
+        const float *src = ring_of(sq, l, k2, &ring);
         if (!src) continue;
         if (!(sv[k2] = DEV(ring))) return err_set(err, SL_ENOMEM, "out of memory for a copy of the KV ring");
         be->copy(be, sv[k2], src, ring, BE_D2D);
@@ -587,11 +631,11 @@ static sl_status save_ring(be_backend *be, fwd_seq *sq, int l, float **sv, sl_er
 static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int l, multi_pass *mp, int i,
                              sl_error *err) {
     be_backend *be = ws->be;
-    const size_t H = (size_t)cfg->hidden;
     const int L = cfg->n_layers, lin = cfg->layer_linear[l], n = mp->it[i].n;
     fwd_seq *sq = mp->it[i].sq;
-    float *Xi = mp->X + (size_t)mp->row0[i] * H;
-    float **sv = mp->saved + ((size_t)i * L + l) * 2;
+    const size_t R = (size_t)cfg_res_width(cfg);
+    float *Xi = mp->X + (size_t)mp->row0[i] * R;
+    float **sv = mp->saved + ((size_t)i * L + l) * FWD_SAVED;
     const int o = mp->orig[(size_t)i * L + l], pos0 = sq->n_past;
     int rc = 0;
     if (!lin && n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) rc = save_ring(be, sq, l, sv, err);
@@ -600,7 +644,7 @@ static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_
     if (wmix) mix_swap(ws, &mp->ms); /* back after the loop, which does not return early for these layers */
     for (int r0 = 0, b = 0; r0 < n && !rc; r0 += step, b++) {
         int nb = n - r0 < step ? n - r0 : step;
-        fwd_norm_rows(ws, Xi + (size_t)r0 * H, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+        fwd_block_in_rows(ws, cfg, lw, 0, Xi + (size_t)r0 * R, nb, ws->hc_tmp, ws->hc_mix, ws->h);
         if (lin && b > 0) {
             if (b == 1) {
                 sv[0] = sq->conv[l][o];
@@ -612,9 +656,7 @@ static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_
             }
             sq->lin_cur[l] = (unsigned char)(o ^ 1);
         }
-        rc = lin ? fwd_deltanet(ws, sq, cfg, lw, l, nb)
-             : cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, nb, pos0 + r0)
-                                : fwd_attention(ws, sq, cfg, lw, l, nb, pos0 + r0);
+        rc = mixer(ws, sq, cfg, lw, l, nb, pos0 + r0);
         if (lin && b > 0) { /* the newest state is now in slot o: move it to slot o^1 */
             float *tc = sq->conv[l][0], *ts = sq->ssm[l][0];
             sq->conv[l][0] = sq->conv[l][1];
@@ -623,7 +665,7 @@ static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_
             sq->ssm[l][1] = ts;
             sq->lin_cur[l] = (unsigned char)o;
         }
-        if (!rc) add_rows(ws, Xi + (size_t)r0 * H, ws->out, (size_t)nb * H);
+        if (!rc) fwd_block_out_rows(ws, cfg, Xi + (size_t)r0 * R, ws->out, ws->hc_mix, nb);
     }
     if (wmix) mix_swap(ws, &mp->ms);
     return rc;
@@ -634,26 +676,28 @@ static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_
 static sl_status multi_ffn(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts, int l,
                            multi_pass *mp, sl_error *err) {
     const fam_layer_w *lw = &w->layers[l];
-    const size_t H = (size_t)cfg->hidden;
+    const size_t R = (size_t)cfg_res_width(cfg);
     const int L = cfg->n_layers, n = mp->n;
     float *X = mp->X;
     int rc = 0;
+    ws->tok = mp->tok;
     if (cfg->layer_moe[l]) {
         int nl = l + 1;
         while (nl < L && !cfg->layer_moe[nl]) nl++;
-        fwd_norm_rows(ws, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, mp->HN, n, (int)H);
+        fwd_block_in_rows(ws, cfg, lw, 1, X, n, mp->HT, mp->HM, mp->HN);
         if (mp->ms.rows) mix_swap(ws, &mp->ms); /* the router's rows through the wider IN slot (ws->mb) */
-        rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, X, mp->HN, mp->O, &mp->wb,
-                          err);
+        /* the next layer's hint norms rows of H: V4's streams are not, its block input is */
+        rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, cfg->hc_mult > 0 ? mp->HN : X,
+                          mp->HN, mp->O, &mp->wb, err);
         if (mp->ms.rows) mix_swap(ws, &mp->ms);
-        if (!rc) add_rows(ws, X, mp->O, (size_t)n * H);
+        if (!rc) fwd_block_out_rows(ws, cfg, X, mp->O, mp->HM, n);
         return rc;
     }
     for (int r0 = 0; r0 < n && !rc; r0 += FWD_BATCH) {
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
-        fwd_norm_rows(ws, X + (size_t)r0 * H, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+        fwd_block_in_rows(ws, cfg, lw, 1, X + (size_t)r0 * R, nb, ws->hc_tmp, ws->hc_mix, ws->h);
         rc = fwd_dense_mlp(ws, cfg, lw, nb);
-        if (!rc) add_rows(ws, X + (size_t)r0 * H, ws->out, (size_t)nb * H);
+        if (!rc) fwd_block_out_rows(ws, cfg, X + (size_t)r0 * R, ws->out, ws->hc_mix, nb);
     }
     return rc;
 }
@@ -665,11 +709,12 @@ static void multi_settle(be_backend *be, const fam_config *cfg, multi_pass *mp, 
     for (int i = 0; i < mp->n_items; i++) {
         fwd_seq *sq = mp->it[i].sq;
         for (int l = 0; l < L; l++) {
-            float **sv = mp->saved + ((size_t)i * L + l) * 2;
-            if (!cfg->layer_linear[l]) { /* a sliding layer's ring: put back on failure */
-                const size_t ring = fwd_kv_bytes(sq, l);
-                for (int k2 = 0; k2 < 2; k2++) {
-                    if (sv[k2] && !ok) be->copy(be, k2 ? sq->v_cache[l] : sq->k_cache[l], sv[k2], ring, BE_D2D);
+            float **sv = mp->saved + ((size_t)i * L + l) * FWD_SAVED;
+            if (!cfg->layer_linear[l]) { /* a sliding layer's rings: put back on failure */
+                for (int k2 = 0; k2 < FWD_SAVED; k2++) {
+                    size_t ring;
+                    float *dst = ring_of(sq, l, k2, &ring);
+                    if (sv[k2] && !ok) be->copy(be, dst, sv[k2], ring, BE_D2D);
                     UNDEV(sv[k2], ring);
                 }
                 continue;
@@ -690,7 +735,7 @@ static void multi_settle(be_backend *be, const fam_config *cfg, multi_pass *mp, 
  * all_logits item by micro-batches, the last rows of the others gathered into one LM-head pass. */
 static void multi_finish(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, multi_pass *mp) {
     be_backend *be = ws->be;
-    const size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab;
+    const size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab, R = (size_t)cfg_res_width(cfg);
     const tn_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
     const fwd_item *it = mp->it;
     int j = 0;
@@ -698,22 +743,21 @@ static void multi_finish(fwd_ws *ws, const fam_config *cfg, const fam_weights *w
         const int pos0 = it[i].sq->n_past;
         it[i].sq->n_past += it[i].n;
         if (!it[i].logits) continue;
-        const float *Xi = mp->X + (size_t)mp->row0[i] * H;
+        const float *Xi = mp->X + (size_t)mp->row0[i] * R;
         if (!it[i].all_logits) { /* gathered: one LM-head pass for every sequence's last row */
-            be->copy(be, mp->last_rows + (size_t)j++ * H, Xi + (size_t)(it[i].n - 1) * H, H * sizeof(float), BE_D2D);
+            be->copy(be, mp->last_rows + (size_t)j++ * R, Xi + (size_t)(it[i].n - 1) * R, R * sizeof(float), BE_D2D);
             continue;
         }
         for (int r0 = 0; r0 < it[i].n; r0 += FWD_BATCH) {
             int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
-            fwd_norm_rows(ws, Xi + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb, (int)H);
+            fwd_final_rows(ws, cfg, w, Xi + (size_t)r0 * R, nb, ws->h);
             if (mp->traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
             emit_logits(ws, head, nb, it[i].logits + (size_t)r0 * V);
         }
     }
     for (int r0 = 0, i = 0; r0 < mp->n_last; r0 += FWD_BATCH) {
         int nb = mp->n_last - r0 < FWD_BATCH ? mp->n_last - r0 : FWD_BATCH;
-        fwd_norm_rows(ws, mp->last_rows + (size_t)r0 * H, w->final_norm, cfg->zero_centred_norm, cfg->eps, ws->h, nb,
-                      (int)H);
+        fwd_final_rows(ws, cfg, w, mp->last_rows + (size_t)r0 * R, nb, ws->h);
         if (mp->traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past - 1, nb, ws->h);
         fwd_matmul(ws, head, ws->h, H, mp->last_logits, V, nb, FWD_ACT_IN);
         for (int r = 0; r < nb; r++, i++) {
@@ -770,7 +814,12 @@ static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const fam_config
 /* Every op of the backend's table this config's layers call (backend.h: a backend may leave some NULL). */
 static sl_status check_ops(const be_backend *be, const fam_config *c, sl_error *err) {
     const char *missing = NULL;
-    if (fwd_any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
+    int csa = 0, cmp = 0;
+    for (int l = 0; l < c->n_layers; l++) csa |= c->layer_compress[l] == SL_CMP_CSA, cmp |= c->layer_compress[l] != 0;
+    if (c->hc_mult > 0 && (!be->hc_mix || !be->hc_post)) missing = !be->hc_mix ? "hc_mix" : "hc_post";
+    else if (cmp && !be->compress) missing = "compress";
+    else if (csa && !be->index_topk) missing = "index_topk";
+    else if (fwd_any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
     else if (c->dsa_topk > 0 && (!be->dsa_select || !be->layernorm)) missing = !be->dsa_select ? "dsa_select" : "layernorm";
     else if (fwd_any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
     else if (fwd_any_layer(c, 1) && (!be->dn_conv || !be->dn_gates || !be->dn_step || !be->dn_chunk || !be->dn_norm))

@@ -79,6 +79,9 @@ struct fwd_seq {
     int32_t *dsa_sel;
     int dsa_sel_rows;
     size_t dsa_sel_bytes;
+    /* DeepSeek-V4 compressed layers (dsv4.c): the compressor's projections ring and its entries; CSA's
+     * indexer's likewise; NULL elsewhere */
+    float *cmp_ring[SL_MAX_LAYERS], *cmp_ent[SL_MAX_LAYERS], *idx_ring[SL_MAX_LAYERS], *idx_ent[SL_MAX_LAYERS];
     int wide;        /* 1 (default): evaluate more than FWD_BATCH tokens layer-major (eval_wide) */
     uint64_t uid;    /* unique in the process: names its buffers to a backend that records steps (step_begin) */
 };
@@ -141,8 +144,16 @@ struct fwd_ws {
                                hinted before the FFN's serial tail (fwd_hint_mat) */
     int n_ffn;
     struct fwd_hybrid *hy; /* the hybrid step's host side (moe_hybrid.c), NULL: off */
+    /* DeepSeek-V4 (hc.c, dsv4.c; 1-float placeholders elsewhere): ones [max(hc*H, hd)] (the unweighted norms'
+     * weight), hc_tmp [B][hc*H] the normed streams, hc_mix [B][(2+hc)*hc] a block's pre | post | comb, cmp
+     * [B][2*2*max(hd, idx_dim)] a compressor's projections, iq [B][idx_heads*idx_dim], iw [B][idx_heads],
+     * isel [B][idx_topk] the indexer's choice, oa [B][o_groups*o_lora]; tok: the token ids of the FFN's rows
+     * (HOST, hash routing), set by the caller */
+    float *ones, *hc_tmp, *hc_mix, *cmp, *iq, *iw, *oa;
+    int *isel;
+    const int32_t *tok;
     /* the backend buffers above, to give back (alloc's bytes) */
-    struct { void *p; size_t bytes; } dev[40];
+    struct { void *p; size_t bytes; } dev[56];
     int n_dev;
 };
 
@@ -212,6 +223,30 @@ void fwd_moe_hint_first(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw
 int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
             int next_layer, const tn_expert_src *experts, int n, sl_error *err);
 int fwd_dense_mlp(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int n);
+
+/* The residual around a block (hc.c): X [n][cfg_res_width] rows. block_in: the block's normed input y [n][H]
+ * (ffn: the FFN's norm, else attention's), for V4 through the layer's hyper-connection (tmp [n][hc*H] scratch;
+ * mix [n][fwd_hc_ldm] keeps pre | post | comb for block_out). block_out: X += out, or V4's expansion. embed: the
+ * token rows into X (V4: into every stream). final: the last norm of X's rows into y [n][H] (V4: hc_head's
+ * collapse first, through ws->hc_tmp / hc_mix: n <= FWD_BATCH). */
+void fwd_block_in_rows(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int ffn, const float *X, int n,
+                       float *tmp, float *mix, float *y);
+void fwd_block_out_rows(fwd_ws *ws, const fam_config *cfg, float *X, const float *out, const float *mix, int n);
+void fwd_embed_rows(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const int32_t *tokens, int n, float *X);
+void fwd_final_rows(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const float *X, int n, float *y);
+/* Floats per token of a hyper-connection's mixes: (2 + hc) * hc (1 when none). */
+static inline int fwd_hc_ldm(const fam_config *c) { return c->hc_mult > 0 ? (2 + c->hc_mult) * c->hc_mult : 1; }
+
+/* DeepSeek-V4's attention (dsv4.c), the same contract as fwd_attention; its compressor state in a sequence:
+ * alloc / free of layer l's buffers (alloc: 0 or -1), the bytes of a ring (idx: the indexer's), and the state's
+ * io of layer l at n_past (p NULL: only counts; to_state: sequence -> p), returning the bytes. */
+int fwd_dsv4_attention(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0);
+int fwd_dsv4_alloc(fwd_seq *sq, int l);
+void fwd_dsv4_free(fwd_seq *sq, int l);
+size_t fwd_dsv4_ring_bytes(const fwd_seq *sq, int l, int idx);
+size_t fwd_dsv4_state_io(const fwd_seq *sq, int l, int n_past, char *p, int to_state);
+/* Rows row0 .. row0+n-1 of m as a matrix of their own (mla.c; pointer arithmetic, any dtype). */
+tn_mat fwd_rows_view(const tn_mat *m, int row0, int n);
 
 /* RMSNorm of n rows [n][dim] in place or into y; zero-centred adds 1 to w. */
 void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,

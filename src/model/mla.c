@@ -87,7 +87,7 @@ int fwd_mla_ws_alloc(fwd_ws *ws, const fam_config *cfg) {
 
 /* Rows row0 .. row0+n-1 of m as a matrix of their own (any dtype; quant.h's layout: codes, scales and biases
  * are row-major, so a row range is a range of each). Pointer arithmetic only: valid in any backend's memory. */
-static tn_mat rows_view(const tn_mat *m, int row0, int n) {
+tn_mat fwd_rows_view(const tn_mat *m, int row0, int n) {
     tn_mat v = *m;
     const int bits = q_bits(m->dtype);
     v.rows = n;
@@ -173,7 +173,7 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *l
     be->mla(be, &a);
     /* out_h = W_uv_h lat_h (rows h*(dn+dv)+dn .. +dv of kv_b) for every token, head by head */
     for (int h = 0; h < nh; h++) {
-        tn_mat wuv = rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
+        tn_mat wuv = fwd_rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
         mm_exact(be, &wuv, ws->mla_lat + (size_t)h * r, (size_t)nh * r, ws->mix + (size_t)h * dv, (size_t)ws->n_mix, n);
     }
     mm_exact(be, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);

@@ -23,7 +23,9 @@
 
 /* The backend's FFN op over x's rows for expert parts ex, as cfg->expert_kind says; y [n][H]. */
 static be_ffn ffn_of(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, kern_act *x, int inter, float *y) {
-    return (be_ffn){.kind = cfg->expert_kind == SL_EXPERT_GPTOSS ? BE_FFN_GPTOSS : BE_FFN_SWIGLU,
+    return (be_ffn){.kind = cfg->expert_kind == SL_EXPERT_GPTOSS          ? BE_FFN_GPTOSS
+                            : cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP
+                                                                         : BE_FFN_SWIGLU,
                     .limit = (float)cfg->swiglu_limit, .w = ex, .x = x, .inter = inter, .g = ws->ffn_g, .u = ws->ffn_u,
                     .mid_buf = ws->act[FWD_ACT_MID], .int8 = ws->int8 && x->n_tok <= FWD_BATCH && inter <= ws->act_cols,
                     .y = y, .ldy = (size_t)cfg->hidden};
@@ -34,7 +36,7 @@ static void swiglu_ffn(fwd_ws *ws, const fam_config *cfg, const tn_mat *gate, co
                        kern_act *x, int inter, float *y) {
     tn_expert ex = {.gate = *gate, .up = *up, .down = *down};
     be_ffn f = ffn_of(ws, cfg, &ex, x, inter, y);
-    f.kind = BE_FFN_SWIGLU;
+    f.kind = cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP : BE_FFN_SWIGLU; /* V4's shared is clamped */
     ws->be->ffn(ws->be, &f);
 }
 
@@ -56,7 +58,7 @@ static void router_logits(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *
 static sl_status route(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, float *logits, int n,
                        int *top_e, float *top_w, sl_error *err) {
     const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = logits, .bias = lw->router_bias,
-                        .top_e = top_e, .top_w = top_w};
+                        .tokens = ws->tok, .tid2eid = lw->tid2eid, .top_e = top_e, .top_w = top_w};
     sl_status st = ws->be->route(ws->be, &r);
     return st ? err_set(err, st, "layer %d: routing: %s", layer, ws->be->errmsg(ws->be)) : SL_OK;
 }
@@ -209,7 +211,9 @@ static void hint_next(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *next
                       const tn_expert_src *experts, int n) {
     if (!ws->prefetch || !experts->prefetch || !next_lw || n > PREFETCH_MAX_TOKENS || !next_lw->router.data) return;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
-    fwd_norm_rows(ws, ws->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x, n, H);
+    /* V4: ws->x holds the streams; its block input ws->h is a row of H to norm */
+    fwd_norm_rows(ws, cfg->hc_mult > 0 ? ws->h : ws->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x,
+                  n, H);
     router_logits(ws, cfg, next_lw, ws->ffn_x, n, NULL, ws->router);
     int *te = ws->top_e;
     const be_route r = {.cfg = cfg, .layer = next_layer, .n = n, .hint = 1, .logits = ws->router, .top_e = te};

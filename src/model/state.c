@@ -26,7 +26,7 @@ fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     int has_lin = fwd_any_layer(cfg, 1);
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
     int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
-    const int mla = cfg->kv_lora > 0;
+    const int mla = cfg->kv_lora > 0 || cfg->hc_mult > 0; /* one cache: MLA's compressed rows, V4's key = value */
     size_t kvrow = (size_t)cfg_kv_row(cfg);
     sq->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
     sq->ssm_floats = (size_t)imax(nv * dk * dv, 1);
@@ -44,7 +44,7 @@ fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
             sq->kv_cap[l] = cfg->layer_sliding[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
             sq->k_cache[l] = be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
             sq->v_cache[l] = mla ? NULL : be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
-            if (!sq->k_cache[l] || (!mla && !sq->v_cache[l])) goto fail;
+            if (!sq->k_cache[l] || (!mla && !sq->v_cache[l]) || fwd_dsv4_alloc(sq, l)) goto fail;
         }
     }
     if (fwd_mla_seq_alloc(sq, cfg)) goto fail;
@@ -61,6 +61,7 @@ void fwd_seq_free(fwd_seq *sq) {
     for (int l = 0; l < SL_MAX_LAYERS; l++) {
         be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
         be->free(be, sq->v_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
+        fwd_dsv4_free(sq, l);
         for (int s = 0; s < 2; s++) {
             be->free(be, sq->conv[l][s], sq->conv_floats * sizeof(float), BE_BUF_DEVICE);
             be->free(be, sq->ssm[l][s], sq->ssm_floats * sizeof(float), BE_BUF_DEVICE);
@@ -85,13 +86,15 @@ int fwd_seq_n_past(const fwd_seq *sq) { return sq ? sq->n_past : 0; }
 void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
 
 /* State bytes: per layer, the current DeltaNet conv and recurrent state, or the KV rows in use (MLA: the
- * compressed rows only). */
+ * compressed rows only; V4: its one cache, and each compressor's ring rows and entries). */
 size_t fwd_seq_state_bytes(const fwd_seq *sq) {
     const fam_config *c = &sq->shape;
-    size_t kvrow = (size_t)cfg_kv_row(c), n = 0, per = c->kv_lora > 0 ? 1 : 2;
-    for (int l = 0; l < sq->n_layers; l++)
+    size_t kvrow = (size_t)cfg_kv_row(c), n = 0, per = c->kv_lora > 0 || c->hc_mult > 0 ? 1 : 2, b = 0;
+    for (int l = 0; l < sq->n_layers; l++) {
         n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : per * (size_t)fwd_kv_keep(sq, l, sq->n_past) * kvrow;
-    return n * sizeof(float);
+        b += fwd_dsv4_state_io(sq, l, sq->n_past, NULL, 0); /* V4's compressors: their ring rows and entries */
+    }
+    return n * sizeof(float) + b;
 }
 
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past) {
@@ -132,6 +135,7 @@ void fwd_seq_save(const fwd_seq *sq, void *buf) {
             PUT(sq->ssm[l][sq->lin_cur[l]], sq->ssm_floats);
         } else {
             p += kv_rows_io(sq, l, sq->n_past, p, 1);
+            p += fwd_dsv4_state_io(sq, l, sq->n_past, p, 1);
         }
     }
 #undef PUT
@@ -160,6 +164,7 @@ sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
             GET(sq->ssm[l][0], sq->ssm_floats);
         } else {
             p += kv_rows_io(sq, l, n_past, (char *)p, 0);
+            p += fwd_dsv4_state_io(sq, l, n_past, (char *)p, 0);
         }
     }
 #undef GET

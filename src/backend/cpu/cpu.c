@@ -149,7 +149,7 @@ static void cpu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, siz
 /* cos and sin of position pos for NeoX RoPE, computed in f32 as HF does: angle = pos * inv_freq (f32), cos and
  * sin times the table's attention factor (YaRN's attention_scaling, 1 otherwise). c, s: [rot/2]; once per
  * position for all its heads. */
-static void rope_cs(int rot, const float *inv_freq, float attn_factor, int pos, float *c, float *s) {
+void cpu_rope_cs(int rot, const float *inv_freq, float attn_factor, int pos, float *c, float *s) {
     for (int i = 0; i < rot / 2; i++) {
         float ang = (float)pos * inv_freq[i];
         c[i] = cosf(ang) * attn_factor;
@@ -159,8 +159,16 @@ static void rope_cs(int rot, const float *inv_freq, float attn_factor, int pos, 
 
 /* NeoX rotate-half RoPE on the first rot dims of x with rope_cs's c, s; interleaved pairs de-interleaved first
  * (MLA, transformers' apply_rotary_pos_emb_interleave). */
-static void rope_one(float *x, int rot, const float *c, const float *s, int interleave) {
+void cpu_rope_one(float *x, int rot, const float *c, const float *s, int interleave) {
     const int half = rot / 2;
+    if (interleave >= 2) { /* DeepSeek-V4: adjacent pairs in place; 3: the inverse rotation (-sin) */
+        for (int i = 0; i < half; i++) {
+            const float a = x[2 * i], b = x[2 * i + 1], si = interleave == 3 ? -s[i] : s[i];
+            x[2 * i] = a * c[i] - b * si;
+            x[2 * i + 1] = b * c[i] + a * si;
+        }
+        return;
+    }
     if (interleave) {
         float tmp[1024]; /* rot <= 1024: model/forward.c checks rot_dim */
         for (int i = 0; i < half; i++) {
@@ -200,7 +208,7 @@ static int rope_memo(cpu_ctx *c, int n, int rot, const float *inv_freq, float at
         !memcmp(c->rope_inv, inv_freq, (size_t)half * sizeof(float)))
         return 1;
     for (int t = 0; t < n; t++)
-        rope_cs(rot, inv_freq, attn_factor, pos0 + t, c->rope_c + (size_t)t * 512, c->rope_s + (size_t)t * 512);
+        cpu_rope_cs(rot, inv_freq, attn_factor, pos0 + t, c->rope_c + (size_t)t * 512, c->rope_s + (size_t)t * 512);
     memcpy(c->rope_inv, inv_freq, (size_t)half * sizeof(float));
     c->rope_n = n;
     c->rope_pos0 = pos0;
@@ -220,9 +228,9 @@ static void cpu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads
             c = ctx->rope_c + (size_t)t * 512;
             s = ctx->rope_s + (size_t)t * 512;
         } else {
-            rope_cs(rot, inv_freq, attn_factor, pos0 + t, c1, s1);
+            cpu_rope_cs(rot, inv_freq, attn_factor, pos0 + t, c1, s1);
         }
-        for (int h = 0; h < n_heads; h++) rope_one(x + (size_t)t * ld + (size_t)h * head_stride, rot, c, s, interleave);
+        for (int h = 0; h < n_heads; h++) cpu_rope_one(x + (size_t)t * ld + (size_t)h * head_stride, rot, c, s, interleave);
     }
 }
 
@@ -293,6 +301,10 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .dn_step = cpu_dn_step,
         .dn_chunk = cpu_dn_chunk,
         .dn_norm = cpu_dn_norm,
+        .hc_mix = cpu_hc_mix,
+        .hc_post = cpu_hc_post,
+        .compress = cpu_compress,
+        .index_topk = cpu_index_topk,
         .route = cpu_route,
         .ffn = cpu_ffn,
         .ffn_multi = cpu_ffn_multi,

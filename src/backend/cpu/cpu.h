@@ -30,7 +30,17 @@ static inline cpu_ctx *cpu_of(be_backend *be) { return be->ctx; }
 /* Records a failure (the first since the last sync wins). */
 void cpu_fail(be_backend *be, sl_status status, const char *what);
 
+/* RoPE's cos and sin of position pos (backend.h rope: angle = pos * inv_freq in f32, times attn_factor) into c, s
+ * [rot / 2]; one head's rotation of x's first rot dims (interleave as backend.h rope). */
+void cpu_rope_cs(int rot, const float *inv_freq, float attn_factor, int pos, float *c, float *s);
+void cpu_rope_one(float *x, int rot, const float *c, const float *s, int interleave);
+
 void cpu_attention(be_backend *be, const be_attn *a);
+/* DeepSeek-V4 (cpu_dsv4.c) */
+void cpu_hc_mix(be_backend *be, const be_hc *h);
+void cpu_hc_post(be_backend *be, float *x, const float *out, const float *mix, size_t ldm, int n, int hc, int H);
+void cpu_compress(be_backend *be, const be_cmp *c);
+void cpu_index_topk(be_backend *be, const be_index *x);
 void cpu_mla(be_backend *be, const be_mla *a);
 void cpu_dsa_select(be_backend *be, const be_dsa *d);
 void cpu_layernorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int dim, const float *w,

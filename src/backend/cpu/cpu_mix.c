@@ -26,6 +26,20 @@ typedef struct {
     int group, kvrow;
 } attn_job;
 
+/* The extra keys token t sees (backend.h be_attn extra): with extra_idx their indices into xs (extra_k <= 4096:
+ * model/dsv4.c checks idx_topk), ascending; else the count of the run 0 .. n - 1 (xs untouched). */
+static int extra_list(const be_attn *a, int t, int *xs) {
+    if (!a->extra) return 0;
+    const int vis = (a->pos0 + t + 1) / a->extra_rate;
+    if (!a->extra_idx) return vis;
+    int n = 0;
+    for (int i = 0; i < a->extra_k && n < 4096; i++) {
+        const int e = a->extra_idx[(size_t)t * a->extra_k + i];
+        if (e >= 0 && e < vis) xs[n++] = e;
+    }
+    return n;
+}
+
 /* (token, head) items begin..end; called any number of times per thread (pool_for_any), each thread's
  * scores in its own scratch slot. A KV head's query heads of one token whose items are all in the range go
  * together, as many as the slot holds scores for (kern_dot_rows_q, kern_axpy_rows_q: each key and value row
@@ -40,9 +54,10 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
         int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
         const int pos = a->pos0 + t, p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
         const int n_keys = pos + 1 - p0; /* keys p0 .. pos, scores sc[0 .. n_keys) */
-        int nq = 1; /* heads h .. h + nq - 1, of one KV head; head i's scores at sc0 + i * n_keys */
+        int xs[4096], n_x = extra_list(a, t, xs); /* the extra keys, scores sc[n_keys .. + n_x) */
+        int nq = 1; /* heads h .. h + nq - 1, of one KV head; head i's scores at sc0 + i * (n_keys + n_x) */
         if (h % j->group == 0 && it + (size_t)j->group <= end) {
-            const size_t fit = j->c->slot_floats / (size_t)n_keys;
+            const size_t fit = j->c->slot_floats / (size_t)(n_keys + n_x);
             nq = fit < (size_t)j->group ? (int)fit : j->group;
             if (nq < 1) nq = 1;
         }
@@ -50,29 +65,39 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
         const float *kb = a->k_cache + (size_t)(h / j->group) * hd, *vb = a->v_cache + (size_t)(h / j->group) * hd;
         /* the keys' rows in order: at most two runs of consecutive cache rows (a ring wraps once) */
         const int s0 = p0 % a->cap, n1 = n_keys < a->cap - s0 ? n_keys : a->cap - s0;
-        const size_t ld = (size_t)j->kvrow, ldsc = (size_t)n_keys;
+        const size_t ld = (size_t)j->kvrow, ldsc = (size_t)(n_keys + n_x);
         kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, kb + (size_t)s0 * ld, ld, n1, hd, sc0, ldsc);
         if (n_keys > n1) kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, kb, ld, n_keys - n1, hd, sc0 + n1, ldsc);
+        for (int x = 0; a->extra_idx && x < n_x; x++)
+            kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, a->extra + (size_t)xs[x] * hd, (size_t)hd, 1, hd,
+                            sc0 + n_keys + x, ldsc);
+        if (!a->extra_idx && n_x > 0)
+            kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, a->extra, (size_t)hd, n_x, hd, sc0 + n_keys, ldsc);
         for (int i = 0; i < nq; i++) {
             float *sc = sc0 + (size_t)i * ldsc;
-            const int hh = h + i;
+            const int hh = h + i, nk = n_keys + n_x;
             float mx = a->sinks ? a->sinks[hh] : -INFINITY; /* the sink is one more logit (gpt-oss), its value dropped */
-            for (int p = 0; p < n_keys; p++) {
+            for (int p = 0; p < nk; p++) {
                 sc[p] *= a->scale;
                 if (sc[p] > mx) mx = sc[p];
             }
             double sum = a->sinks ? (double)expf(a->sinks[hh] - mx) : 0.0;
-            for (int p = 0; p < n_keys; p++) {
+            for (int p = 0; p < nk; p++) {
                 sc[p] = expf(sc[p] - mx);
                 sum += sc[p];
             }
             float fsum = (float)sum;
-            for (int p = 0; p < n_keys; p++) sc[p] /= fsum;
+            for (int p = 0; p < nk; p++) sc[p] /= fsum;
         }
         float *o = a->out + (size_t)t * a->ldo + (size_t)h * hd; /* heads h .. h + nq - 1: rows of hd */
         memset(o, 0, (size_t)nq * (size_t)hd * sizeof(float));
         kern_axpy_rows_q(ops, sc0, ldsc, nq, n1, vb + (size_t)s0 * ld, ld, o, (size_t)hd, hd);
         if (n_keys > n1) kern_axpy_rows_q(ops, sc0 + n1, ldsc, nq, n_keys - n1, vb, ld, o, (size_t)hd, hd);
+        for (int x = 0; a->extra_idx && x < n_x; x++)
+            kern_axpy_rows_q(ops, sc0 + n_keys + x, ldsc, nq, 1, a->extra + (size_t)xs[x] * hd, (size_t)hd, o,
+                             (size_t)hd, hd);
+        if (!a->extra_idx && n_x > 0)
+            kern_axpy_rows_q(ops, sc0 + n_keys, ldsc, nq, n_x, a->extra, (size_t)hd, o, (size_t)hd, hd);
         it += (size_t)nq;
     }
 }

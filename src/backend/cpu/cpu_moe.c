@@ -122,12 +122,38 @@ static void route_softmax(const float *logits, int E, float *p) {
     for (int e = 0; e < E; e++) p[e] /= fsum;
 }
 
+/* SL_ROUTER_SQRTSOFTPLUS for one token (modeling_deepseek_v4.py DeepseekV4TopKRouter / DeepseekV4HashRouter):
+ * p [E] = sqrt(softplus(logit)) (may alias logits; softplus as torch's: x beyond 20 is x), the experts ids[0..k)
+ * (a hash layer's tid2eid row) or the top-k of p + bias (f32; ties to the lower index), weights their p / (sum +
+ * 1e-20) times routed_scale. */
+static void route_sqrtsoftplus(const fam_config *cfg, const float *bias, const float *ids, const float *logits,
+                               int *top_e, float *top_w, float *p) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used;
+    float b[SL_ROUTER_MAX_EXPERTS];
+    for (int e = 0; e < E; e++) {
+        const float x = logits[e];
+        p[e] = sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+        b[e] = bias ? p[e] + bias[e] : p[e];
+    }
+    if (ids) {
+        for (int s = 0; s < k; s++) top_e[s] = (int)ids[s];
+    } else {
+        float v[64];
+        top_k(b, E, k, -INFINITY, top_e, v);
+    }
+    float sum = 0.0f;
+    for (int s = 0; s < k; s++) sum += (top_w[s] = p[top_e[s]]);
+    for (int s = 0; s < k; s++) top_w[s] = top_w[s] / (sum + 1e-20f) * (float)cfg->routed_scale;
+}
+
 /* Routes one token (config.h SL_ROUTER_*): p [E] is scratch (may alias logits); bias: the layer's
  * e_score_correction_bias [E] or NULL. */
-static void route_token(const fam_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
-                        float *p) {
+static void route_token(const fam_config *cfg, const float *bias, const float *ids, const float *logits, int *top_e,
+                        float *top_w, float *p) {
     const int E = cfg->n_experts, k = cfg->n_experts_used, kind = cfg->router, renorm = cfg->norm_topk;
-    if (kind == SL_ROUTER_SIGMOID_GROUP) {
+    if (kind == SL_ROUTER_SQRTSOFTPLUS) {
+        route_sqrtsoftplus(cfg, bias, ids, logits, top_e, top_w, p);
+    } else if (kind == SL_ROUTER_SIGMOID_GROUP) {
         route_sigmoid_group(cfg, bias, logits, top_e, top_w, p);
     } else if (kind == SL_ROUTER_TOPK_SOFTMAX) { /* top-k of the logits, then softmax over those k */
         for (int e = 0; e < E; e++) p[e] = logits[e];
@@ -193,9 +219,16 @@ sl_status cpu_route(be_backend *be, const be_route *r) {
         float *lg = r->logits + (size_t)t * E;
         int *te = r->top_e + (size_t)t * k;
         float *tw = r->top_w + (size_t)t * k;
-        if (r->hint) hint_token(lg, E, k, te);
+        const float *ids = r->tid2eid && r->tokens ? r->tid2eid + (size_t)r->tokens[t] * (size_t)k : NULL;
+        for (int s = 0; ids && s < k; s++)
+            if (!(ids[s] >= 0 && ids[s] < (float)E && ids[s] == floorf(ids[s]))) {
+                cpu_fail(be, SL_EFORMAT, "tid2eid names an expert out of range");
+                return be->sync(be);
+            }
+        if (r->hint && ids) for (int s = 0; s < k; s++) te[s] = (int)ids[s]; /* a hash layer's choice is known */
+        else if (r->hint) hint_token(lg, E, k, te);
         else if (cfg->uniform_routing) route_uniform(cfg, r->layer, lg, te, tw);
-        else route_token(cfg, r->bias, lg, te, tw, lg);
+        else route_token(cfg, r->bias, ids, lg, te, tw, lg);
     }
     return be->sync(be);
 }
@@ -266,8 +299,28 @@ static void gptoss_ffn(be_backend *be, const be_ffn *f) {
         for (int i = 0; i < H; i++) f->y[(size_t)t * f->ldy + i] += ex->down_bias[i];
 }
 
+/* BE_FFN_SWIGLU_CLAMP (modeling_deepseek_v4.py DeepseekV4Experts._apply_gate, DeepseekV4MLP): gate clamped above
+ * at limit, up to [-limit, limit], then the SwiGLU kernel and down. */
+static void clamp_ffn(be_backend *be, const be_ffn *f) {
+    const kern_ops *ops = cpu_of(be)->ops;
+    const int n = f->x->n_tok, I = f->inter;
+    const float limit = f->limit;
+    const kern_mm gu[2] = {{&f->w->gate, f->x, f->g, (size_t)I}, {&f->w->up, f->x, f->u, (size_t)I}};
+    be->matmul_multi(be, gu, 2);
+    for (int t = 0; t < n; t++) {
+        float *g = f->g + (size_t)t * I, *u = f->u + (size_t)t * I;
+        for (int i = 0; i < I; i++) {
+            g[i] = g[i] > limit ? limit : g[i];
+            u[i] = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+        }
+        ops->swiglu(g, u, g, I);
+    }
+    ffn_down(be, f, &f->w->down, f->g, I);
+}
+
 void cpu_ffn(be_backend *be, const be_ffn *f) {
     if (f->kind == BE_FFN_GPTOSS) gptoss_ffn(be, f);
+    else if (f->kind == BE_FFN_SWIGLU_CLAMP) clamp_ffn(be, f);
     else swiglu_ffn(be, f);
 }
 
@@ -298,7 +351,7 @@ static void mid_part(void *ctx, size_t begin, size_t end) {
 
 void cpu_ffn_multi(be_backend *be, const be_ffn *f, int n) {
     cpu_ctx *c = cpu_of(be);
-    if (n > FUSED_MAX || (n > 0 && f[0].x->n_tok != 1)) {
+    if (n > FUSED_MAX || (n > 0 && (f[0].x->n_tok != 1 || f[0].kind != BE_FFN_SWIGLU))) {
         for (int i = 0; i < n; i++) cpu_ffn(be, &f[i]);
         return;
     }

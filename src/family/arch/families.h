@@ -3,6 +3,7 @@
  * (the fam_arch ids) and arch.c (the registry). */
 SL_FAMILY(deepseek_v3, DEEPSEEK_V3)
 SL_FAMILY(deepseek_v32, DEEPSEEK_V32)
+SL_FAMILY(deepseek_v4, DEEPSEEK_V4)
 SL_FAMILY(dots1, DOTS1)
 SL_FAMILY(ernie4_5_moe, ERNIE4_5_MOE)
 SL_FAMILY(glm4_moe, GLM4_MOE)
