@@ -197,6 +197,7 @@ typedef struct be_dn {
      * conv_out, the new state (the last K-1 pre-conv rows) into conv_out_state */
     const float *conv_in;        /* [n][cq] pre-conv q | k | v */
     const float *conv_w;         /* [cq][K] */
+    const float *conv_parts[3];  /* or (conv_w NULL) q's, k's, v's kernels [nk*dk | nk*dk | nv*dv][K] (Kimi) */
     const float *conv_in_state;  /* [K-1][cq] */
     float *conv_out_state;       /* [K-1][cq] */
     float *conv_out;             /* [n][cq]; dn_gates normalises its q, k in place */
@@ -213,6 +214,11 @@ typedef struct be_dn {
     float *ssm_out;              /* [nv][dk][dv] leaving state */
     float *out;                  /* [n][ldo], value head h at h * dv */
     size_t ldo;
+    /* Kimi Delta Attention (kda; the kda_gates op instead of dn_gates): ba [n][nv + nv*dk] holds b then the forget
+     * gate's f per channel; gates [n][nv + nv*dk] gets beta = sigmoid(b) then g = -exp(A_log[h]) softplus(f +
+     * dt_bias[h*dk + i]) per channel (dt_bias [nv*dk]); dn_step decays S's row i by exp(g_i), not one exp(g) per
+     * head; dn_norm gates with sigmoid(z), not silu(z) */
+    int kda;
     /* dn_norm: per value head, out = rmsnorm(out) (plain weight norm_w [dv], eps) * silu(z) */
     const float *z;              /* [n][nv*dv] */
     const float *norm_w;
@@ -368,6 +374,7 @@ struct be_backend {
     void (*dn_step)(be_backend *be, const be_dn *d);
     void (*dn_chunk)(be_backend *be, const be_dn *d);
     void (*dn_norm)(be_backend *be, const be_dn *d);
+    void (*kda_gates)(be_backend *be, const be_dn *d); /* optional: Kimi Delta Attention (be_dn kda) */
     /* DeepSeek-V4 (optional: NULL where the backend lacks them, and such models are refused at open) */
     void (*hc_mix)(be_backend *be, const be_hc *h);
     /* x[t] (hc streams of H) := post_k out[t] + sum_j comb[j][k] x_j for stream k (mix: hc_mix's output [n][ldm]) */

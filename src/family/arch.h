@@ -174,6 +174,8 @@ int hfc_strs(hfc *c, const char *name, int n, uint8_t *out, int (*map)(const cha
 int hfc_ints(hfc *c, const char *name, int n, int *out);
 /* The integer object.name, or def when absent. */
 int hfc_sub_int(hfc *c, const char *object, const char *name, int def);
+/* Up to n entries of the integer list object.name into out: how many (0 when absent or wrong). */
+int hfc_sub_ints(hfc *c, const char *object, const char *name, int n, int *out);
 /* rope_parameters.<sub> (transformers' per-kind rope dicts, DeepSeek-V4's "compress"): its rope_type and YaRN fields
  * into o's (config.h), when present. */
 void hfc_rope_sub(hfc *c, const char *sub, fam_config *o);

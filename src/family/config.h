@@ -97,6 +97,10 @@ typedef struct fam_config {
     int zero_centred_norm; /* (1 + w) RMSNorm for every norm except linear_attn.norm */
     int gated_attn;        /* q_proj emits [query|gate] per head; sigmoid output gate */
     int split_lin_proj;    /* qwen3_5: in_proj_qkv/z/b/a instead of in_proj_qkvz/ba */
+    /* Kimi Delta Attention on the linear layers (model/kda.c): q, k, v projections and three conv kernels, a forget
+     * gate per channel (nv * dk: -exp(A_log) softplus(f_b f_a x + dt_bias)), the output norm gated by sigmoid */
+    int kda;
+    int mla_nope;          /* MLA without RoPE (Kimi Linear): the rot_dim part of q and of the key enters unrotated */
 
     uint8_t layer_linear[SL_MAX_LAYERS]; /* 1: Gated DeltaNet, 0: full attention */
     uint8_t layer_moe[SL_MAX_LAYERS];    /* 1: routed experts, 0: dense MLP */
@@ -189,7 +193,8 @@ typedef struct fam_config {
     X(sliding_window, I, O) X(attn_sinks, I, O) X(expert_kind, I, O) X(swiglu_limit, D, O)                \
     X(dsa_topk, I, O) X(dsa_heads, I, O) X(dsa_dim, I, O) X(dsa_interleave, I, O) X(qk_norm_after_rope, I, O)   \
     X(hc_mult, I, O) X(hc_iters, I, O) X(hc_eps, D, O) X(o_groups, I, O) X(o_lora, I, O) X(csa_rate, I, O)   \
-    X(hca_rate, I, O) X(idx_heads, I, O) X(idx_dim, I, O) X(idx_topk, I, O) X(rope_theta_c, D, O)
+    X(hca_rate, I, O) X(idx_heads, I, O) X(idx_dim, I, O) X(idx_topk, I, O) X(rope_theta_c, D, O) X(kda, I, O)    \
+    X(mla_nope, I, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024

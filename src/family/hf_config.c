@@ -235,6 +235,22 @@ int hfc_sub_int(hfc *c, const char *object, const char *name, int def) {
     return (int)v->valuedouble;
 }
 
+int hfc_sub_ints(hfc *c, const char *object, const char *name, int n, int *out) {
+    const cJSON *o = field(c, object), *a = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
+    if (!cJSON_IsArray(a) || c->st) return 0;
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        if (k >= n) break;
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble > 1e9) {
+            hfc_fail(c, SL_ECONFIG, "%s.%s[%d] must be a non-negative integer", object, name, k);
+            return 0;
+        }
+        out[k++] = (int)e->valuedouble;
+    }
+    return k;
+}
+
 void hfc_rope_sub(hfc *c, const char *sub, fam_config *o) {
     const cJSON *rp = field(c, "rope_parameters");
     const cJSON *s = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, sub) : NULL;
@@ -320,6 +336,7 @@ static void common_fields(hfc *c, const arch_desc *a, fam_config *o) {
     o->n_experts_used = get_int(c, "num_experts_per_tok", 0, -1);
     if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "moe_k", 0, -1); /* ERNIE 4.5's name */
     if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "moe_topk", 0, -1); /* HunYuan's */
+    if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "num_experts_per_token", 0, -1); /* Kimi Linear's */
     if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "num_experts_per_tok", 1, 0); /* the error names it */
     int ne = get_int(c, "num_experts", 0, -1), nle = get_int(c, "num_local_experts", 0, -1);
     if (ne < 0) ne = get_int(c, "moe_num_experts", 0, -1); /* ERNIE 4.5's name */

@@ -38,6 +38,10 @@ typedef struct fam_layer_w {
     float *conv_w;           /* [Cq][K] */
     float *dt_bias, *A_log;  /* [nv] */
     float *lin_norm;         /* [dv], plain weight */
+    /* Kimi Delta Attention (cfg->kda): q, k, v [nv*dv, H] in q, k, v; b [nv, H]; dt_bias [nv*dk]; the conv kernels of
+     * q, k, v [nv*dk][K] each; the forget gate's f_a [dk, H], f_b [nv*dk, dk], the output gate's g_a, g_b alike */
+    float *conv_parts[3];
+    tn_mat kda_fa, kda_fb, kda_ga, kda_gb;
     tn_mat lin_out;          /* [H, nv*dv] */
 
     /* MoE */

@@ -383,7 +383,7 @@ static sl_status add_plain(hf_ckpt *ck, int fi, const st_entry *e, const char *b
     t->mlx_u32 = u32;
     t->ints = !strcmp(e->dtype_str, "I64") ? 8 : !strcmp(e->dtype_str, "I32") ? 4 : 0; /* integer ids (tid2eid) */
     if (t->ints) t->pub.src_dtype = DT_F32; /* the values it reads as */
-    if (ends_with(base, "linear_attn.conv1d") && e->ndim == 3 && e->shape[1] == 1) { /* [Cq,1,K] -> [Cq,K] */
+    if (ends_with(base, "conv1d") && e->ndim == 3 && e->shape[1] == 1) { /* [Cq,1,K] -> [Cq,K] (Kimi: q/k/v_conv1d) */
         t->pub.ndim = 2;
         t->pub.shape[1] = e->shape[2];
         t->pub.shape[2] = 0;
@@ -394,6 +394,10 @@ static sl_status add_plain(hf_ckpt *ck, int fi, const st_entry *e, const char *b
         t->pub.ndim = 1;
         t->pub.shape[0] = e->shape[1];
         t->pub.shape[1] = 0;
+    } else if (ends_with(base, "A_log") && e->ndim == 4 && e->shape[0] == 1 && e->shape[1] == 1 && e->shape[3] == 1) {
+        t->pub.ndim = 1; /* Kimi Linear's [1, 1, heads, 1] */
+        t->pub.shape[0] = e->shape[2];
+        t->pub.shape[1] = t->pub.shape[2] = t->pub.shape[3] = 0;
     }
     return SL_OK;
 }

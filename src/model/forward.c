@@ -133,6 +133,7 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     ws->n_big = 1;
     if (has_attn) ws->n_big = imax(ws->n_big, nh * hd * (cfg->gated_attn ? 2 : 1));
     if (has_lin && !cfg->split_lin_proj) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
+    const int lg = cfg->kda ? nv + nv * dk : 2 * nv; /* a token's b|a (KDA: b|f) and gates */
     ws->n_mix = imax(has_attn ? imax(nh * hd, nh * cfg->v_head_dim) : 1, has_lin ? nv * dv : 1);
     ws->n_ffn = imax(imax(cfg->moe_inter, cfg->shared_inter), imax(cfg->dense_inter, 1));
     if (cfg->expert_kind == SL_EXPERT_GPTOSS) ws->n_ffn = imax(ws->n_ffn, 2 * cfg->moe_inter); /* fused gate_up rows */
@@ -173,8 +174,8 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     DEV(ws->conv_in, B * imax(cq, 1));
     DEV(ws->conv_out, B * imax(cq, 1));
     DEV(ws->z, B * imax(nv * dv, 1));
-    DEV(ws->ba, B * imax(2 * nv, 1));
-    DEV(ws->gates, B * imax(2 * nv, 1));
+    DEV(ws->ba, B * imax(lg, 1));
+    DEV(ws->gates, B * imax(lg, 1));
     DEV(ws->router, B * E);
     ALLOC(ws->top_e, B * k);
     ALLOC(ws->top_w, B * k);
@@ -325,7 +326,7 @@ static int same_shape(const fam_config *a, const fam_config *b) {
         a->lin_nv != b->lin_nv || a->lin_dk != b->lin_dk || a->lin_dv != b->lin_dv || a->conv_k != b->conv_k ||
         a->split_lin_proj != b->split_lin_proj || a->rot_dim != b->rot_dim || a->q_lora != b->q_lora ||
         a->kv_lora != b->kv_lora || a->qk_nope != b->qk_nope || a->v_head_dim != b->v_head_dim ||
-        a->expert_kind != b->expert_kind || a->dsa_topk != b->dsa_topk || a->dsa_dim != b->dsa_dim ||
+        a->expert_kind != b->expert_kind || a->kda != b->kda || a->dsa_topk != b->dsa_topk || a->dsa_dim != b->dsa_dim ||
         memcmp(a->layer_dsa_shared, b->layer_dsa_shared, sizeof a->layer_dsa_shared) || a->hc_mult != b->hc_mult ||
         a->csa_rate != b->csa_rate || a->hca_rate != b->hca_rate || a->idx_dim != b->idx_dim ||
         a->idx_heads != b->idx_heads || a->idx_topk != b->idx_topk || a->o_groups != b->o_groups ||
@@ -342,7 +343,7 @@ static const tn_mat *first_mat(const fam_config *cfg, const fam_layer_w *lw, int
 
 /* Layer l's mixer over ws->h's n rows (positions pos0..) into ws->out. */
 static int mixer(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int l, int n, int pos0) {
-    if (cfg->layer_linear[l]) return fwd_deltanet(ws, sq, cfg, lw, l, n);
+    if (cfg->layer_linear[l]) return cfg->kda ? fwd_kda(ws, sq, cfg, lw, l, n) : fwd_deltanet(ws, sq, cfg, lw, l, n);
     if (cfg->hc_mult > 0) return fwd_dsv4_attention(ws, sq, cfg, lw, l, n, pos0);
     return cfg->kv_lora > 0 ? fwd_mla(ws, sq, cfg, lw, l, n, pos0) : fwd_attention(ws, sq, cfg, lw, l, n, pos0);
 }
@@ -819,6 +820,7 @@ static sl_status check_ops(const be_backend *be, const fam_config *c, sl_error *
     if (c->hc_mult > 0 && (!be->hc_mix || !be->hc_post)) missing = !be->hc_mix ? "hc_mix" : "hc_post";
     else if (cmp && !be->compress) missing = "compress";
     else if (csa && !be->index_topk) missing = "index_topk";
+    else if (c->kda && fwd_any_layer(c, 1) && !be->kda_gates) missing = "kda_gates";
     else if (fwd_any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
     else if (c->dsa_topk > 0 && (!be->dsa_select || !be->layernorm)) missing = !be->dsa_select ? "dsa_select" : "layernorm";
     else if (fwd_any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";

@@ -202,6 +202,8 @@ int fwd_mla_seq_alloc(fwd_seq *sq, const fam_config *cfg);
 void fwd_mla_seq_free(fwd_seq *sq);
 int fwd_mla_ws_alloc(fwd_ws *ws, const fam_config *cfg);
 int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n);
+/* Kimi Delta Attention (cfg->kda; kda.c), the same contract and state as fwd_deltanet. */
+int fwd_kda(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */
 typedef struct fwd_wide {
     float *router;    /* [n][E] */

@@ -159,8 +159,10 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *l
     float inv_freq[SL_ROPE_MAX_FREQS], attn_factor;
     rope_freqs(cfg, inv_freq, &attn_factor); /* over rot_dim = qk_rope_head_dim: the default table or YaRN */
     be->rmsnorm(be, ws->k, ws->k, n, (size_t)row, 1, 0, r, lw->kv_a_norm, 0.0f, MLA_NORM_EPS);
-    be->rope(be, ws->k + r, n, (size_t)row, 1, 0, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
-    be->rope(be, ws->big + dn, n, ldq, nh, (size_t)qh, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
+    if (!cfg->mla_nope) { /* Kimi Linear's MLA: no position encoding at all */
+        be->rope(be, ws->k + r, n, (size_t)row, 1, 0, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
+        be->rope(be, ws->big + dn, n, ldq, nh, (size_t)qh, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
+    }
     /* the choice's rows: token t's at t (one micro-batch's), or at its position when layers share it */
     int32_t *sel = !dsa ? NULL : sq->dsa_sel + (size_t)(sq->dsa_sel_rows == sq->n_ctx ? pos0 : 0) * cfg->dsa_topk;
     if (dsa) dsa_index(ws, sq, cfg, lw, layer, n, pos0, inv_freq, attn_factor, sel);

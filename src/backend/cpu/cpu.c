@@ -301,6 +301,7 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .dn_step = cpu_dn_step,
         .dn_chunk = cpu_dn_chunk,
         .dn_norm = cpu_dn_norm,
+        .kda_gates = cpu_kda_gates,
         .hc_mix = cpu_hc_mix,
         .hc_post = cpu_hc_post,
         .compress = cpu_compress,

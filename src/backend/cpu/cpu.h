@@ -50,6 +50,7 @@ void cpu_dn_gates(be_backend *be, const be_dn *d);
 void cpu_dn_step(be_backend *be, const be_dn *d);
 void cpu_dn_chunk(be_backend *be, const be_dn *d);
 void cpu_dn_norm(be_backend *be, const be_dn *d);
+void cpu_kda_gates(be_backend *be, const be_dn *d);
 
 sl_status cpu_route(be_backend *be, const be_route *r);
 void cpu_ffn(be_backend *be, const be_ffn *f);

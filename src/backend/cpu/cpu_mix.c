@@ -220,7 +220,8 @@ void cpu_dn_conv(be_backend *be, const be_dn *d) {
     for (int t = 0; t < n; t++) {
         float *y = d->conv_out + (size_t)t * cq;
         for (int c = 0; c < cq; c++) {
-            const float *wc = d->conv_w + (size_t)c * K;
+            const int qk = d->nk * d->dk, part = c < qk ? 0 : c < 2 * qk ? 1 : 2;
+            const float *wc = d->conv_w ? d->conv_w + (size_t)c * K : d->conv_parts[part] + (size_t)(c - part * qk) * K;
             float acc = 0.0f;
             for (int i = 0; i < K; i++) {
                 int s = t - K + 1 + i;
@@ -273,6 +274,29 @@ void cpu_dn_gates(be_backend *be, const be_dn *d) {
     }
 }
 
+void cpu_kda_gates(be_backend *be, const be_dn *d) {
+    (void)be;
+    const int nk = d->nk, nv = d->nv, dk = d->dk, cq = 2 * nk * dk + nv * d->dv, lg = nv + nv * dk;
+    const float qscale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < d->n; t++) {
+        const float *ba = d->ba + (size_t)t * lg;
+        float *gt = d->gates + (size_t)t * lg;
+        for (int h = 0; h < nv; h++) {
+            gt[h] = kern_sigmoid(ba[h]);
+            const float decay = expf(d->A_log[h]);
+            for (int i = 0; i < dk; i++) {
+                const int c = h * dk + i;
+                gt[nv + c] = -decay * softplus(ba[nv + c] + d->dt_bias[c]);
+            }
+        }
+        float *c = d->conv_out + (size_t)t * cq;
+        for (int g = 0; g < nk; g++) {
+            l2norm(c + (size_t)g * dk, dk, qscale);
+            l2norm(c + (size_t)(nk + g) * dk, dk, 1.0f);
+        }
+    }
+}
+
 typedef struct {
     const be_dn *d;
     const kern_ops *ops;
@@ -294,14 +318,17 @@ static inline const float *tok_v(const be_dn *d, int t, int h) {
 static void head_recurrent(const be_dn *d, const kern_ops *ops, int h, float *S, float *tmp) {
     const int dk = d->dk, dv = d->dv, nv = d->nv;
     float *m = tmp;
+    const size_t lg = d->kda ? (size_t)nv + (size_t)nv * dk : (size_t)2 * nv; /* a token's gates */
     for (int t = 0; t < d->n; t++) {
         const float *q = tok_q(d, t, h), *k = tok_k(d, t, h), *v = tok_v(d, t, h);
-        const float beta = d->gates[(size_t)t * 2 * nv + h];
-        const float alpha = expf(d->gates[(size_t)t * 2 * nv + nv + h]);
+        const float *gt = d->gates + (size_t)t * lg;
+        const float beta = gt[h];
+        const float alpha = d->kda ? 0.0f : expf(gt[nv + h]);
         memset(m, 0, (size_t)dv * sizeof(float));
         for (int i = 0; i < dk; i++) {
             float *row = S + (size_t)i * dv;
-            for (int e = 0; e < dv; e++) row[e] *= alpha;
+            const float a = d->kda ? expf(gt[nv + h * dk + i]) : alpha; /* KDA: a decay per key dimension */
+            for (int e = 0; e < dv; e++) row[e] *= a;
             ops->axpy(k[i], row, m, dv);
         }
         for (int e = 0; e < dv; e++) m[e] = (v[e] - m[e]) * beta;
@@ -419,6 +446,6 @@ void cpu_dn_norm(be_backend *be, const be_dn *d) {
             float *o = d->out + (size_t)t * d->ldo + (size_t)h * dv;
             const float *z = d->z + (size_t)t * zd + (size_t)h * dv;
             ops->rmsnorm(o, d->norm_w, 0.0f, d->eps, o, dv);
-            for (int e = 0; e < dv; e++) o[e] *= kern_silu(z[e]);
+            for (int e = 0; e < dv; e++) o[e] *= d->kda ? kern_sigmoid(z[e]) : kern_silu(z[e]);
         }
 }

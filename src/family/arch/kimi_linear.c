@@ -1,0 +1,153 @@
+/*
+ * kimi_linear.c — Kimi Linear (model_type kimi_linear; moonshotai/Kimi-Linear-48B-A3B), after transformers'
+ * src/transformers/models/kimi_linear/modeling_kimi_linear.py and configuration_kimi_linear.py (5.25):
+ *   - linear_attention layers: Kimi Delta Attention (model/kda.c): q, k, v projections through one causal
+ *     depthwise conv (three kernels on disk) and SiLU, q and k L2-normalised (q times dk^-1/2), a forget gate per
+ *     channel g = -exp(A_log) softplus(f_b(f_a x) + dt_bias), beta = sigmoid(b_proj x), the delta rule with that
+ *     per-key-dimension decay, RMSNorm per head times sigmoid(g_b(g_a x)), o_proj;
+ *   - full_attention layers: multi-head latent attention without RoPE (mla.c with mla_nope: the qk_rope_head_dim
+ *     part of q and of the shared key enters unrotated);
+ *   - dense SwiGLU MLPs on the mlp_layer_types "dense" layers (first_k_dense_replace), else MoE: DeepSeek-V3's
+ *     sigmoid group router with its score-correction bias, routed_scaling_factor, and a plain shared expert of
+ *     moe_intermediate_size * num_shared_experts.
+ * On disk: the release's names (block_sparse_moe.*, experts.N.w1/w2/w3, self_attn.q_conv1d ...); config.json with
+ * the release's keys (num_experts_per_token, num_expert_group, moe_renormalize, num_shared_experts,
+ * linear_attn_config) or transformers' own.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "family/arch/common.h"
+
+static int lin_kind(const char *s) {
+    return !strcmp(s, "linear_attention") ? 1 : !strcmp(s, "full_attention") ? 0 : -1;
+}
+static int mlp_kind(const char *s) { return !strcmp(s, "sparse") ? 1 : !strcmp(s, "dense") ? 0 : -1; }
+
+/* layer_types, else linear_attn_config's 1-based full_attn_layers (else every 4th from layer 4); mlp_layer_types,
+ * else the first first_k_dense_replace (1) dense. */
+static void layer_kinds(hfc *c, fam_config *o) {
+    const int n = o->n_layers;
+    if (!hfc_strs(c, "layer_types", n, o->layer_linear, lin_kind)) {
+        int full[SL_MAX_LAYERS] = {0}, got = hfc_sub_ints(c, "linear_attn_config", "full_attn_layers", n, full);
+        for (int l = 0; l < n; l++) o->layer_linear[l] = !(l && l % 4 == 0);
+        if (got > 0) {
+            for (int l = 0; l < n; l++) o->layer_linear[l] = 1;
+            for (int i = 0; i < got; i++)
+                if (full[i] >= 1 && full[i] <= n) o->layer_linear[full[i] - 1] = 0;
+        }
+    }
+    if (!hfc_strs(c, "mlp_layer_types", n, o->layer_moe, mlp_kind)) {
+        const int fd = hfc_int(c, "first_k_dense_replace", 0, 1);
+        for (int l = 0; l < n; l++) o->layer_moe[l] = l >= fd;
+    }
+    for (int l = 0; l < n; l++)
+        if (!o->layer_moe[l]) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
+}
+
+static void config(hfc *c, fam_config *o) {
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    const int ns = hfc_has(c, "num_shared_experts") ? hfc_int(c, "num_shared_experts", 0, 1)
+                                                    : hfc_int(c, "n_shared_experts", 0, 1);
+    o->shared_inter = hfc_product(c, "num_shared_experts", ns, o->moe_inter);
+    o->norm_topk = hfc_has(c, "moe_renormalize") ? hfc_bool(c, "moe_renormalize", 1) : hfc_bool(c, "norm_topk_prob", 1);
+    o->n_group = hfc_has(c, "num_expert_group") ? hfc_int(c, "num_expert_group", 0, 1) : hfc_int(c, "n_group", 0, 1);
+    o->topk_group = hfc_int(c, "topk_group", 0, 1);
+    o->routed_scale = hfc_num(c, "routed_scaling_factor", 2.446, NULL);
+    /* MLA without RoPE */
+    o->q_lora = hfc_has(c, "q_lora_rank") ? hfc_int(c, "q_lora_rank", 1, 0) : 0;
+    o->kv_lora = hfc_int(c, "kv_lora_rank", 1, 0);
+    o->qk_nope = hfc_int(c, "qk_nope_head_dim", 1, 0);
+    o->rot_dim = hfc_int(c, "qk_rope_head_dim", 1, 0);
+    o->v_head_dim = hfc_int(c, "v_head_dim", 1, 0);
+    o->head_dim = o->qk_nope + o->rot_dim;
+    o->attn_scale = 1.0 / sqrt((double)o->head_dim);
+    o->mla_nope = 1;
+    if (o->n_kv_heads != o->n_heads)
+        hfc_fail(c, SL_ECONFIG, "num_key_value_heads (%d) must equal num_attention_heads (%d) for MLA", o->n_kv_heads,
+                 o->n_heads);
+    /* Kimi Delta Attention: as many key as value heads, head_dim each */
+    o->kda = 1;
+    o->lin_nk = o->lin_nv = hfc_sub_int(c, "linear_attn_config", "num_heads", hfc_int(c, "linear_num_heads", 0, 32));
+    o->lin_dk = o->lin_dv = hfc_sub_int(c, "linear_attn_config", "head_dim", hfc_int(c, "linear_head_dim", 0, 128));
+    o->conv_k = hfc_sub_int(c, "linear_attn_config", "short_conv_kernel_size", hfc_int(c, "linear_conv_kernel_dim", 0, 4));
+    layer_kinds(c, o);
+    if (!cfg_groups_ok(o))
+        hfc_fail(c, SL_ECONFIG, "num_expert_group %d, topk_group %d do not fit %d experts, %d per token", o->n_group,
+                 o->topk_group, o->n_experts, o->n_experts_used);
+}
+
+#define KDA(name, f, rows, cols, kind) {"self_attn." name, NULL, AW_LINEAR, rows, cols, kind, LW(f), AR_BACKBONE, NULL}
+
+static const arch_tdef tensors[] = {
+    T_EMBED,
+    T_IN_NORM,
+    /* full attention: MLA */
+    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, NULL},
+    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, NULL},
+    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, NULL},
+    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, NULL},
+    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, NULL},
+    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, NULL},
+    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, NULL},
+    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, NULL},
+    /* linear attention: KDA */
+    KDA("q_proj", q, AD_NVDV, AD_H, AK_MAT), KDA("k_proj", k, AD_NVDV, AD_H, AK_MAT), KDA("v_proj", v, AD_NVDV, AD_H, AK_MAT),
+    KDA("q_conv1d", conv_parts[0], AD_NVDV, AD_CONVK, AK_VEC), KDA("k_conv1d", conv_parts[1], AD_NVDV, AD_CONVK, AK_VEC),
+    KDA("v_conv1d", conv_parts[2], AD_NVDV, AD_CONVK, AK_VEC),
+    KDA("f_a_proj", kda_fa, AD_DV, AD_H, AK_MAT), KDA("f_b_proj", kda_fb, AD_NVDV, AD_DV, AK_MAT),
+    KDA("g_a_proj", kda_ga, AD_DV, AD_H, AK_MAT), KDA("g_b_proj", kda_gb, AD_NVDV, AD_DV, AK_MAT),
+    KDA("b_proj", b, AD_NV, AD_H, AK_MAT), KDA("A_log", A_log, AD_NV, AD_NONE, AK_VEC),
+    KDA("dt_bias", dt_bias, AD_NVDV, AD_NONE, AK_VEC), KDA("o_norm", lin_norm, AD_DV, AD_NONE, AK_VEC),
+    KDA("o_proj", lin_out, AD_H, AD_NVDV, AK_MAT),
+    T_POST_NORM, T_ROUTER,
+    T_GROUP_MOE,
+    T_DENSE_MLP,
+    T_HEAD,
+};
+
+static const arch_pdef parts[3] = {
+    {"gate_proj", "w1", AD_I, AD_H, EW(gate), AK_MAT, 0, NULL},
+    {"up_proj", "w3", AD_I, AD_H, EW(up), AK_MAT, 0, NULL},
+    {"down_proj", "w2", AD_H, AD_I, EW(down), AK_MAT, 0, NULL},
+};
+
+static const char *const renames[] = {"block_sparse_moe.", "mlp.", NULL};
+
+/* moonshotai/Kimi-Linear-48B-A3B-Instruct config.json: 27 layers (MLA at the 1-based full_attn_layers 4, 8, ..., 24,
+ * 27, KDA elsewhere), the first dense; 49.1B parameters in the release's tensors (the card rounds them to 48B) */
+static const arch_shape shapes[] = {
+    {"kimi-linear-48b", 163840, 2304, 27, 32, 32, 192, 256, 8, 1024, 1024, 32, 32, 128, 128, 4, 1048576, 10000, 1.0,
+     1, 0, 9216, 1, 1, 1, 2.446, 0, 0, 0.0, 0, 49.1e9},
+};
+
+static void shape_config(const arch_shape *sh, fam_config *c) {
+    (void)sh;
+    c->kv_lora = 512;
+    c->qk_nope = 128;
+    c->rot_dim = 64;
+    c->v_head_dim = 128;
+    c->head_dim = 192;
+    c->attn_scale = 1.0 / sqrt(192.0);
+    c->mla_nope = 1;
+    c->kda = 1;
+    c->conv_k = 4;
+    for (int l = 0; l < c->n_layers; l++) c->layer_linear[l] = !((l + 1) % 4 == 0 || l == c->n_layers - 1);
+}
+
+/* llama.cpp's kimi-linear GGUF: not imported yet (its KDA tensors' layout unread here), refused by name */
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_fail(m, SL_EUNSUPPORTED, "'%s' GGUF files (Kimi Linear) are not imported yet: use the safetensors release",
+             g->arch);
+}
+
+static const char *const hf_types[] = {"kimi_linear", NULL};
+
+const arch_desc arch_kimi_linear = {
+    .id = SL_ARCH_KIMI_LINEAR, .name = "kimi_linear", .hf_types = hf_types,
+    .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
+    .config = config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .renames = renames,
+    .shapes = shapes, .n_shapes = N_OF(shapes), .shape_config = shape_config,
+    .gguf_arch = "kimi-linear", .gguf_config = gguf_config,
+};
