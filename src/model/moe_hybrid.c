@@ -82,7 +82,9 @@ sl_status fwd_hy_run(fwd_ws *ws, const fam_config *cfg, int layer, int e, const 
         memcpy(hy->x + (size_t)i * H, hy->h + (size_t)ws->e_tok[start + i] * H, (size_t)H * sizeof(float));
     kern_act a;
     kern_act_init(&a, hy->xbuf, hy->x, (size_t)H, cnt, H, ws->int8);
-    const be_ffn f = {.kind = cfg->expert_kind == SL_EXPERT_GPTOSS ? BE_FFN_GPTOSS : BE_FFN_SWIGLU,
+    const be_ffn f = {.kind = cfg->expert_kind == SL_EXPERT_GPTOSS          ? BE_FFN_GPTOSS
+                              : cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP
+                                                                           : BE_FFN_SWIGLU,
                       .limit = (float)cfg->swiglu_limit, .w = ex, .x = &a, .inter = I, .g = hy->g, .u = hy->u,
                       .mid_buf = hy->mid, .int8 = ws->int8 && I <= ws->act_cols, .y = hy->y + (size_t)hy->n * H,
                       .ldy = (size_t)H};
