@@ -89,10 +89,75 @@ static inline void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
     o->has_min = 0;
 }
 
-/* the other types through the oracle's scalar unpacking (kquant.c), 8 IQ4_NL blocks at a time */
+/* Q2_K / Q3_K values with vector ops (2-bit codes: element 32 (4h + s) + l at qs[32 h + l] >> 2 s; Q3_K less 4 where
+ * hmask[l] bit 4h + s is clear); scales and mins as kquant.c's */
+static inline void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
+    const int q3 = dt == DT_Q3_K;
+    const uint8_t *qs = q3 ? b + 32 : b + 16;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i hm = q3 ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+        for (int s = 0; s < 4; s++) {
+            __m256i v = _mm256_and_si256(_mm256_srli_epi16(x, 2 * s), m3);
+            if (q3) { /* 4 * (1 - bit) taken away */
+                __m256i bit = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one);
+                v = _mm256_sub_epi8(v, _mm256_slli_epi16(_mm256_xor_si256(bit, one), 2));
+            }
+            o->v[4 * h + s] = v;
+        }
+    }
+    int16_t sc[16], mn[16];
+    if (q3) {
+        const uint8_t *c = b + 96;
+        for (int g = 0; g < 16; g++)
+            sc[g] = (int16_t)((((c[g % 8] >> (4 * (g / 8))) & 0xF) | ((c[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32);
+    } else
+        for (int g = 0; g < 16; g++) sc[g] = b[g] & 15, mn[g] = b[g] >> 4;
+    for (int j = 0; j < 8; j++) {
+        o->s16[j] = kq_bcast16(sc, 16, j);
+        if (!q3) o->m16[j] = kq_bcast16(mn, 16, j);
+    }
+    o->d = _mm256_set1_ps(kq_h2f(q3 ? b + 108 : b + 80));
+    o->dmin = q3 ? _mm256_setzero_ps() : _mm256_set1_ps(kq_h2f(b + 82));
+    o->has_min = !q3;
+}
+
+/* 16 bytes of IQ4 nibbles (elements 0-15 low, 16-31 high) as the 32 levels */
+static inline __m256i kq_iq4_levels(const uint8_t *q16) {
+    const __m256i lv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)KQ_IQ4_LEVELS));
+    const __m128i x = _mm_loadu_si128((const __m128i *)q16), m4 = _mm_set1_epi8(0x0F);
+    const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+    return _mm256_shuffle_epi8(lv, idx);
+}
+
+/* IQ4_XS (one superblock) and IQ4_NL (8 blocks of 32) with vector lookups; scales as kquant.c's */
+static inline void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
+    float d[8];
+    for (int j = 0; j < 8; j++) {
+        if (dt == DT_IQ4_NL) {
+            o->v[j] = kq_iq4_levels(b + 18 * j + 2);
+            o->s16[j] = _mm256_set1_epi16(1);
+            d[j] = kq_h2f(b + 18 * j);
+        } else {
+            const unsigned sh = (unsigned)(b[2] | b[3] << 8);
+            const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (int)(((sh >> (2 * j)) & 3) << 4);
+            o->v[j] = kq_iq4_levels(b + 8 + 16 * j);
+            o->s16[j] = _mm256_set1_epi16((int16_t)(ls - 32));
+            d[j] = kq_h2f(b);
+        }
+    }
+    o->d = _mm256_loadu_ps(d);
+    o->dmin = _mm256_setzero_ps();
+    o->has_min = 0;
+}
+
+/* any type: the vector unpackings above; kq_unpack (the oracle's) would do too */
 static inline void kq_unpack_any(dt_type dt, const uint8_t *b, kq_sb *o) {
     if (dt == DT_Q4_K || dt == DT_Q5_K) { kq_unpack_q45(dt, b, o); return; }
     if (dt == DT_Q6_K) { kq_unpack_q6(b, o); return; }
+    if (dt == DT_Q2_K || dt == DT_Q3_K) { kq_unpack_q23(dt, b, o); return; }
+    if (dt == DT_IQ4_NL || dt == DT_IQ4_XS) { kq_unpack_iq4(dt, b, o); return; }
     kq_unpacked u;
     float d[8], dm[8];
     const int nb = dt == DT_IQ4_NL ? 8 : 1, per = 256 / nb;
