@@ -27,7 +27,7 @@ typedef struct jsc {
     const cJSON *doc; /* the whole schema: what "#" and "#/..." refer to */
     sl_error *err;
     int failed;
-    int ws, chr, str, num, integer, value, nest;
+    int ws, chr, bytechr, esc, str, num, integer, value, nest;
     struct {
         const char *ref;
         int rule;
@@ -103,13 +103,33 @@ static int chr(jsc *c) {
     gr_lit(b, e, "u");
     for (int j = 0; j < 4; j++) gr_ref(b, e, hex);
     gr_ref(b, r, e);
+    c->esc = e;
+    return r;
+}
+
+/* One byte of a JSON string that need not count characters: printable ASCII but '"' and '\\', any
+ * byte that may appear in UTF-8 (0x80-0xbf, 0xc2-0xf4), or an escape (chr's). Two alternatives where
+ * chr has ten: inside an unbounded string nearly every token is allowed, and the mask's cost there is
+ * that of the stacks per byte (Qwen3's vocabulary: 330 ms a token with chr, see the notes). The bytes
+ * then come from the tokens, which are pieces of UTF-8 text. */
+static int byte_chr(jsc *c) {
+    if (c->bytechr >= 0) return c->bytechr;
+    if (chr(c) < 0) return -1; /* makes c->esc */
+    int r = c->bytechr = gr_rule(c->b);
+    uint32_t bits[8] = {0};
+    for (int k = 0x20; k < 0x100; k++)
+        if (k != '"' && k != '\\' && k != 0xc0 && k != 0xc1 && k < 0xf5) bits[k >> 5] |= 1u << (k & 31);
+    gr_set(c->b, r, bits);
+    gr_alt(c->b, r);
+    gr_lit(c->b, r, "\\");
+    gr_ref(c->b, r, c->esc);
     return r;
 }
 
 /* A string of min..max characters (max < 0: any number). */
 static int string_rule(jsc *c, int min, int max) {
     if (min == 0 && max < 0 && c->str >= 0) return c->str;
-    int r = gr_rule(c->b), body = gr_repeat(c->b, chr(c), min, max);
+    int r = gr_rule(c->b), body = gr_repeat(c->b, min == 0 && max < 0 ? byte_chr(c) : chr(c), min, max);
     gr_lit(c->b, r, "\"");
     gr_ref(c->b, r, body);
     gr_lit(c->b, r, "\"");
@@ -556,7 +576,7 @@ int js_schema_rule(gr_builder *b, const cJSON *schema, sl_error *err) {
     c->b = b;
     c->doc = schema;
     c->err = err;
-    c->ws = c->chr = c->str = c->num = c->integer = c->value = -1;
+    c->ws = c->chr = c->bytechr = c->esc = c->str = c->num = c->integer = c->value = -1;
     int r = schema ? schema_rule(c, schema) : value_rule(c);
     if (r < 0 && !c->failed) fail(c, SL_ENOMEM, "", "");
     free(c);

@@ -16,8 +16,9 @@
  * not be guaranteed to validate.
  *
  * The texts: objects and arrays with optional whitespace (none, one space, or a newline and up to 32
- * spaces) after "{", "[", "," and ":" and before "}", "]", ","; strings of valid UTF-8 and JSON
- * escapes; numbers of at most 15 integer digits, 16 fraction digits and 3 exponent digits (integers:
+ * spaces) after "{", "[", "," and ":" and before "}", "]", ","; strings of JSON escapes and UTF-8
+ * (well-formed, counted in characters, under minLength / maxLength; without them any byte that UTF-8
+ * uses, which the tokens' text supplies, for a mask ~3.5x cheaper); numbers of at most 15 integer digits, 16 fraction digits and 3 exponent digits (integers:
  * no fraction or exponent); no whitespace before or after the whole value.
  */
 #ifndef SL_TEXT_JSON_SCHEMA_H
