@@ -194,6 +194,18 @@ typedef enum { SL_ROUTING_MODEL = 0, SL_ROUTING_UNIFORM = 1 } sl_routing;
 /* The backend that computes (src/backend/backend.h). */
 typedef enum { SL_BACKEND_CPU = 0, SL_BACKEND_CUDA = 1 } sl_backend_kind;
 
+/* How a session's attention KV cache stores its rows (docs/PERFORMANCE.md has the bytes and the quality of
+ * each): f32 (the exact reference), f16 / bf16 (each value rounded to nearest even), q8 (per head, blocks of
+ * 32 values: int8 codes and one f16 scale each, round(x / d) with d = max|x| / 127: llama.cpp's q8_0). Attention
+ * computes in f32 on the stored values, so every exactness property (streamed == resident, a sequence in a
+ * batch == alone, prefill == token by token, any thread count) holds bitwise at each type. MLA's compressed
+ * cache and the DeltaNet states stay f32 whatever the type. */
+typedef enum { SL_KV_F32 = 0, SL_KV_F16 = 1, SL_KV_BF16 = 2, SL_KV_Q8 = 3, SL_KV_COUNT } sl_kv_type;
+/* "f32", "f16", "bf16", "q8"; "?" for another value. */
+const char *sl_kv_type_name(sl_kv_type t);
+/* The type a name (as sl_kv_type_name gives) stands for, or -1. */
+int sl_kv_type_from_name(const char *name);
+
 typedef struct sl_model_params {
     int n_threads;          /* 0 = number of online cores */
     int resident;           /* 1: read every expert at open (the exactness reference) */
@@ -233,6 +245,11 @@ typedef struct sl_model_params {
                                while the device runs the experts it holds. 0 (default): on where the backend
                                has a device (--gpu) and vram_bytes > 0; 1: on (with a tier: on the CPU backend
                                the tests' stand-in); -1: off (every miss copied up) */
+    int n_ctx;              /* positions of a session made with n_ctx 0 (sl_session_new); 0: the model's
+                               context; more than the model's: SL_ERANGE at open */
+    sl_kv_type kv_type;     /* the sessions' KV cache (above); the library default is SL_KV_F32 (the exact
+                               reference), the command line's f16. A backend without the type refuses it at
+                               open, naming it (SL_EUNSUPPORTED) */
 } sl_model_params;
 
 #define SL_VRAM_AUTO UINT64_MAX /* sl_model_params.vram_bytes: choose from the device's free memory */
@@ -301,9 +318,18 @@ const char *sl_model_synthetic(const sl_model *model);
 
 int sl_model_n_vocab(const sl_model *model);
 int sl_model_n_ctx(const sl_model *model); /* maximum positions */
+/* The KV cache type of the model's sessions (sl_model_params.kv_type). */
+sl_kv_type sl_model_kv_type(const sl_model *model);
+/* Bytes of a session's state at n_ctx positions (<= 0 or past the model's: its maximum): the KV caches of every
+ * attention layer (a sliding layer's ring only) and the DeltaNet states. A session starts small and grows
+ * toward this as its positions fill (so a server can refuse a context up front that would not fit). */
+uint64_t sl_model_kv_bytes(const sl_model *model, int n_ctx);
 
 /* A session holds the per-sequence state: KV cache (attention layers), conv and recurrent state
  * (DeltaNet layers). One session is used by one thread at a time. */
+/* n_ctx: the positions it may hold (<= 0: sl_model_params.n_ctx, or the model's context; at most the model's).
+ * Its KV caches start at a page and grow as positions fill, so memory follows the positions used; a session
+ * whose next evaluation would pass n_ctx is refused with SL_ERANGE "context full". */
 sl_status sl_session_new(sl_model *model, int n_ctx, sl_session **out);
 void sl_session_free(sl_session *session);
 void sl_session_reset(sl_session *session);

@@ -129,7 +129,7 @@ TEST(cli_run_and_logits) {
     /* logits of the whole reference prompt: every row bitwise what the library gives in process, and
      * within 1e-4 (relative to the row's largest) of transformers' */
     const char *lf = test_path("%s/logits.f32", test_tmpdir());
-    rc = test_sh(1, &o, "%s logits -m %s --tokens %s -o %s", bin(), m, toks, lf); /* -o as every command (issue 30) */
+    rc = test_sh(1, &o, "%s logits -m %s --tokens %s -o %s --kv f32", bin(), m, toks, lf); /* -o as every command (issue 30) */
     CHECKF(rc == 0, "rc %d: %s", rc, o);
     free(o);
     const char *lf2 = test_path("%s/logits2.f32", test_tmpdir()); /* --out stays an alias */

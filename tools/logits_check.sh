@@ -26,7 +26,7 @@ for d in tests/data/*/; do
     run() { # name, model, options...
         local name=$1 model=$2
         shift 2
-        "$bin" logits -m "$model" --tokens "$toks" --out "$work/out.f32" --threads 2 "$@" >/dev/null
+        "$bin" logits -m "$model" --tokens "$toks" --out "$work/out.f32" --threads 2 --kv f32 "$@" >/dev/null
         echo "$f $name $(sha256sum <"$work/out.f32" | cut -c1-64)" >>"$out"
     }
     run f32-resident "$work/$f.f32.sluice" --resident

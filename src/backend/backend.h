@@ -66,13 +66,20 @@ enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1, BE_FFN_SWIGLU_CLAMP = 2 };
  * sum in double and, with sinks, sinks[h] as one more logit (in the max and the denominator, its value
  * dropped: modeling_gpt_oss.py eager_attention_forward), the weighted sum of V rows in increasing position,
  * and, gated, times sigmoid(gate) element-wise. KV head of query head h: h / (n_heads / n_kv_heads). */
+/* Rows a backend decodes at a time from a KV cache that is not f32: the attention op's per-thread scratch
+ * (reserve) holds BE_KV_TILE * head_dim floats of them besides the scores (model/forward.c slot_floats). */
+#define BE_KV_TILE 64
 typedef struct be_attn {
     const float *q; /* [n][ldq]; head h at h * qstride: query [hd], then (gated) gate [hd] */
     size_t ldq;
     int qstride, gated;
     const float *k, *v; /* new rows [n][ldkv], KV head g at g * hd */
     size_t ldkv;
-    float *k_cache, *v_cache; /* [cap][n_kv_heads * hd] each */
+    /* [cap] rows each of n_kv_heads heads stored as kv_type (quant/kv.h: head g at g * kv_head_bytes(kv_type,
+     * hd)); the op encodes the new rows (kv_encode_head) and computes on the decoded values (kv_decode_heads),
+     * the new rows' included, so the result is the f32 op's on the cache's values */
+    void *k_cache, *v_cache;
+    sl_kv_type kv_type;
     int cap;
     int n, pos0, n_heads, n_kv_heads, head_dim;
     int window;          /* > 0: a sliding layer of this many positions (the query's own included) */
@@ -276,6 +283,8 @@ struct be_backend {
     const char *name; /* "cpu", "cuda" */
     int is_host;      /* backend memory is host memory */
     void *ctx;
+    unsigned kv_types; /* the KV cache types (sluice.h sl_kv_type) its attention op takes: bit 1u << t; 0 means
+                          SL_KV_F32 only. A model opened with another is refused, naming the type */
 
     /* ---- buffers ---- */
     /* n bytes of memory of the given kind (BE_BUF_*), or NULL. Not zeroed. */

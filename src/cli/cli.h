@@ -76,6 +76,9 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
 /* run / serve / chat with --gpu and none of --vram, --cache, --resident: the split chosen at open (SL_VRAM_AUTO: the
  * card's free memory for the device tier; the RAM cache's default: half of the available RAM) */
 void cli_gpu_split(sl_model_params *p);
+/* The command line's model parameters before its options: the library's defaults (sl_model_params_default)
+ * but the KV cache, f16 (f32 once --gpu is given without --kv). */
+sl_model_params cli_model_params(void);
 /* Parses v, the value of the numeric option opt, into *out: 0, or 1 after printing "option 'OPT' must be
  * between LO and HI" (opts.c holds each option's range) or that it is not a number. */
 int cli_num(const char *cmd, const char *opt, const char *v, double *out);

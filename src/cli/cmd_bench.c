@@ -302,7 +302,7 @@ int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0, feed = FEED_AUTO, warm = 1;
     uint64_t caches[16], seed = 42;
-    sl_model_params mp = sl_model_params_default();
+    sl_model_params mp = cli_model_params();
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && more) path = argv[++i];
@@ -364,7 +364,7 @@ int cmd_bench(int argc, char **argv) {
 int cmd_profile(int argc, char **argv) {
     const char *path = NULL, *out = NULL, *tokens = NULL;
     int bad = 0;
-    sl_model_params mp = sl_model_params_default();
+    sl_model_params mp = cli_model_params();
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && more) path = argv[++i];

@@ -31,11 +31,11 @@ typedef struct {
 static int parse(int argc, char **argv, ppl_args *a) {
     memset(a, 0, sizeof *a);
     a->ctx = 512;
-    a->mp = sl_model_params_default();
+    a->mp = cli_model_params();
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int more = i + 1 < argc, bad = 0;
-        if (cli_model_opt(argc, argv, &i, &a->mp, "perplexity", &bad)) {
+        if (strcmp(s, "--ctx") && cli_model_opt(argc, argv, &i, &a->mp, "perplexity", &bad)) { /* --ctx: windows */
             if (bad) return 1;
         } else if ((!strcmp(s, "-m") || !strcmp(s, "--model")) && more) a->model = argv[++i];
         else if ((!strcmp(s, "-f") || !strcmp(s, "--file")) && more) a->file = argv[++i];

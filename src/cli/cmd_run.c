@@ -20,7 +20,7 @@ typedef struct {
 static int parse(const char *cmd, int argc, char **argv, run_args *a) {
     memset(a, 0, sizeof *a);
     a->n_gen = 16;
-    a->mp = sl_model_params_default();
+    a->mp = cli_model_params();
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int more = i + 1 < argc, bad = 0;

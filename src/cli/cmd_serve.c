@@ -47,15 +47,62 @@ static int count_opt(const char *opt, const char *v, int min) {
     return (int)x;
 }
 
+/* MemAvailable of /proc/meminfo in bytes, 0 when it cannot be read. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* 0 when every model's --parallel sequences at their full --ctx fit in the memory available now (the KV caches
+ * grow as positions fill: refused up front, not at a request's 3000th token), else 1 after saying what to
+ * lower. */
+static int kv_room(sl_model *const *m, int n, const srv_params *p) {
+    const uint64_t avail = mem_available();
+    const int par = p->sched.max_active > 0 ? p->sched.max_active : 16;
+    uint64_t need = 0;
+    for (int i = 0; i < n; i++) {
+        int ctx = sl_model_n_ctx(m[i]);
+        ctx = p->sched.n_ctx > 0 && p->sched.n_ctx < ctx ? p->sched.n_ctx : ctx;
+        need += (uint64_t)par * sl_model_kv_bytes(m[i], ctx);
+    }
+    if (!avail || need <= avail) return 0;
+    char a[32], b[32];
+    fmt_bytes(a, sizeof a, (double)need);
+    fmt_bytes(b, sizeof b, (double)avail);
+    return cli_fail("serve", "%d sequences at --ctx %d need %s of KV cache, more than the %s of memory available: "
+                    "lower --ctx or --parallel, or store the cache in fewer bytes (--kv q8)", par,
+                    p->sched.n_ctx > 0 ? p->sched.n_ctx : sl_model_n_ctx(m[0]), a, b);
+}
+
+/* One line on stderr: the model's name, file, context and KV cache. */
+static void print_model(sl_model *m, const char *name, const char *path, const srv_params *p) {
+    int ctx = sl_model_n_ctx(m);
+    ctx = p->sched.n_ctx > 0 && p->sched.n_ctx < ctx ? p->sched.n_ctx : ctx;
+    char kvb[32];
+    fmt_bytes(kvb, sizeof kvb, (double)sl_model_kv_bytes(m, ctx));
+    fprintf(stderr, "model %s: %s (%d positions per sequence, %s KV cache: %s at the full context)\n", name, path, ctx,
+            sl_kv_type_name(sl_model_kv_type(m)), kvb);
+}
+
 int cmd_serve(int argc, char **argv) {
     srv_params p = srv_params_default();
-    sl_model_params mp = sl_model_params_default();
+    sl_model_params mp = cli_model_params();
     const char *specs[MAX_MODELS];
     const char *cors[MAX_MODELS];
     int n_specs = 0, bad = 0;
     const char *key = getenv("SLUICE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--ctx") && v) { /* the sequences' context: the scheduler's, not the model option's */
+            if ((p.sched.n_ctx = count_opt(a, v, 2)) < 0) return 1;
+            i++;
+            continue;
+        }
         if (cli_model_opt(argc, argv, &i, &mp, "serve", &bad)) {
             if (bad) return 1;
             continue;
@@ -79,8 +126,6 @@ int cmd_serve(int argc, char **argv) {
             if ((p.sched.max_active = count_opt(a, v, 1)) < 0) return 1;
         } else if (!strcmp(a, "--queue")) {
             if ((p.sched.max_queue = count_opt(a, v, 0)) < 0) return 1;
-        } else if (!strcmp(a, "--ctx")) {
-            if ((p.sched.n_ctx = count_opt(a, v, 2)) < 0) return 1;
         } else if (!strcmp(a, "--state-cache")) {
             long long b = cli_parse_size(v);
             if (b < 0) return cli_fail("serve", "--state-cache: bad size '%s' (e.g. 512M, 2G; 0 is off)", v);
@@ -125,12 +170,9 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (kv_room(opened, n, &p)) goto out;
     if (srv_server_new(&p, models, n, &srv, &err)) { cli_fail("serve", "%s", err.msg); goto out; }
-    for (int i = 0; i < n; i++) {
-        int ctx = sl_model_n_ctx(opened[i]);
-        fprintf(stderr, "model %s: %s (%d positions per sequence)\n", names[i], paths[i],
-                p.sched.n_ctx > 0 && p.sched.n_ctx < ctx ? p.sched.n_ctx : ctx);
-    }
+    for (int i = 0; i < n; i++) print_model(opened[i], names[i], paths[i], &p);
     int v6 = strchr(p.host, ':') != NULL;
     fprintf(stderr, "listening on http://%s%s%s:%d\n", v6 ? "[" : "", p.host, v6 ? "]" : "", srv_server_port(srv));
     fflush(stderr);

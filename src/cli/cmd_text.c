@@ -174,7 +174,7 @@ void cli_text_opts_init(cli_text_opts *o) {
     o->think = -1;
     o->sp = sl_sampler_params_default();
     o->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    o->mp = sl_model_params_default();
+    o->mp = cli_model_params();
 }
 
 int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *i) {

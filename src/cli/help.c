@@ -193,7 +193,9 @@ static const cli_opt serve_opts[] = {
     {"--max-body", "SIZE", "the largest request body, K/M suffixes; larger ones get 413 (default: 1M)"},
     {"--parallel", "N", "sequences evaluated together, per model (default: 16)"},
     {"--queue", "N", "requests waiting for a slot, per model, beyond which new ones get 503 (default: 64)"},
-    {"--ctx", "N", "context positions of each sequence (default: the model's)"},
+    {"--ctx", "N", "context positions of each sequence, a request's prompt and max_tokens within it (400 "
+                   "otherwise); each sequence's KV cache grows with the positions it uses, and the start refuses a "
+                   "--ctx whose --parallel sequences would not fit in memory (default: the model's)"},
     {"--state-cache", "SIZE", "keep sequence states of prompt prefixes within SIZE, so a conversation's next "
                               "turn does not evaluate its history again (default: 0, off)"},
     {"--state-dir", "DIR", "with --state-cache, also keep the states as files in DIR, read back at the next "

@@ -1,7 +1,7 @@
 /*
  * opts.c — what the commands that open a model share: the model options (--cache, --resident, --io,
- * --engine, --policy, --pin, --prefetch, --no-verify, --threads, --io-depth, --exact, --gpu), parsed by cli_model_opt
- * and described, once, by cli_model_opts for every command's --help; and the default model that
+ * --engine, --policy, --pin, --prefetch, --no-verify, --threads, --io-depth, --exact, --gpu, --kv, --ctx),
+ * parsed by cli_model_opt and described, once, by cli_model_opts for every command's --help; and the default model that
  * run, chat, logits, profile, bench and perplexity open when no -m is given (cli_default_model).
  *
  * Sections: model options (help table, parser); default model.
@@ -18,7 +18,7 @@
 /* ---- model options ----------------------------------------------------------------------------- */
 
 /* The one description of the model options; cli_model_opt below parses the same names, and each
- * default here is what sl_model_params_default() leaves to the library. */
+ * default here is what cli_model_params() gives (the library's defaults but for --kv). */
 const cli_opt cli_model_opts[] = {
     {"--cache", "SIZE", "expert cache budget, K/M/G/T suffixes in powers of 1024 (default: half of the "
                         "available memory, at most the expert section)"},
@@ -45,11 +45,24 @@ const cli_opt cli_model_opts[] = {
                          "miss copied to the device) (default: auto)"},
     {"--gpu", NULL, "compute on the GPU (the CUDA backend of a make CUDA=1 build; every family runs there; "
                     "q3 weights are refused with the weight named) (default: the CPU)"},
+    {"--kv", "TYPE", "the attention KV cache: f32 (exact), f16, bf16 or q8 (8.5 bits a value, llama.cpp's q8_0); "
+                     "docs/PERFORMANCE.md has each one's bytes and quality (default: f16; f32 with --gpu)"},
+    {"--ctx", "N", "positions a sequence may hold, at most the model's; the KV cache grows with the positions used "
+                   "up to it (default: the model's context)"},
     {NULL, NULL, NULL},
 };
 
 void cli_gpu_split(sl_model_params *p) {
     if (p->backend == SL_BACKEND_CUDA && !p->resident && !p->vram_bytes && !p->cache_bytes) p->vram_bytes = SL_VRAM_AUTO;
+}
+
+static int kv_given; /* --kv was on the command line (one command a process): --gpu keeps it */
+
+sl_model_params cli_model_params(void) {
+    sl_model_params p = sl_model_params_default();
+    p.kv_type = SL_KV_F16;
+    kv_given = 0;
+    return p;
 }
 
 int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad) {
@@ -59,7 +72,11 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
     if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
     if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
     if (!strcmp(s, "--exact")) { p->exact = 1; return 1; }
-    if (!strcmp(s, "--gpu")) { p->backend = SL_BACKEND_CUDA; return 1; }
+    if (!strcmp(s, "--gpu")) { /* the CUDA backend's attention takes f32 caches only (so far) */
+        p->backend = SL_BACKEND_CUDA;
+        if (!kv_given) p->kv_type = SL_KV_F32;
+        return 1;
+    }
     if (!more) return 0;
     if (!strcmp(s, "--cache")) {
         long long b = cli_parse_size(v);
@@ -94,6 +111,15 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         else if (!strcmp(v, "on")) p->prefetch = 1;
         else if (!strcmp(v, "off")) p->prefetch = -1;
         else { *bad = cli_fail(cmd, "--prefetch: '%s' (auto, on, off)", v); return 1; }
+    } else if (!strcmp(s, "--kv")) {
+        int t = sl_kv_type_from_name(v);
+        if (t < 0) { *bad = cli_fail(cmd, "--kv: '%s' (f32, f16, bf16, q8)", v); return 1; }
+        p->kv_type = (sl_kv_type)t;
+        kv_given = 1;
+    } else if (!strcmp(s, "--ctx")) {
+        double x;
+        if (cli_num(cmd, s, v, &x)) { *bad = 1; return 1; }
+        p->n_ctx = (int)x;
     } else if (!strcmp(s, "--pin")) p->pin_profile = v;
     else if (!strcmp(s, "--threads") || !strcmp(s, "--io-depth")) {
         double x;
@@ -114,7 +140,7 @@ static const num_range num_ranges[] = {
     {"-n", 1, 1 << 20, 1},          {"--max-tokens", 1, 1 << 20, 1},   {"--temp", 0, 100, 0},
     {"--top-k", 0, 1 << 20, 1},     {"--top-p", 0, 1, 0},              {"--min-p", 0, 1, 0},
     {"--repeat-penalty", -100, 100, 0}, {"--presence-penalty", -100, 100, 0}, {"--repeat-last-n", 0, 1 << 20, 1},
-    {"--threads", 1, 1024, 1},      {"--io-depth", 1, 4096, 1},
+    {"--threads", 1, 1024, 1},      {"--io-depth", 1, 4096, 1},        {"--ctx", 2, 1 << 24, 1},
 };
 
 int cli_num(const char *cmd, const char *opt, const char *v, double *out) {

@@ -42,6 +42,8 @@ struct sl_model {
     pool_t *pool;
     be_backend *be;       /* what computes (src/backend/backend.h); the workspace, states and cache slots are its */
     fwd_ws *ws;           /* the evaluation workspace; mu makes evaluations take turns in it */
+    sl_kv_type kv_type;   /* its sessions' KV caches (sl_model_params.kv_type) */
+    int n_ctx;            /* positions of a session made with n_ctx 0 (sl_model_params.n_ctx, or cfg.max_pos) */
     pthread_mutex_t mu;
     double eval_s;
     uint64_t tokens;

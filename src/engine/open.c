@@ -41,6 +41,37 @@ static int host_ok(void *ctx, const tn_expert *ex) {
     return m->be->is_host || kern_ffn_dev_ok(ex, m->cfg.moe_inter);
 }
 
+const char *sl_kv_type_name(sl_kv_type t) {
+    static const char *const names[SL_KV_COUNT] = {"f32", "f16", "bf16", "q8"};
+    return (int)t >= 0 && t < SL_KV_COUNT ? names[t] : "?";
+}
+
+int sl_kv_type_from_name(const char *name) {
+    for (int t = 0; name && t < SL_KV_COUNT; t++)
+        if (!strcmp(name, sl_kv_type_name((sl_kv_type)t))) return t;
+    return -1;
+}
+
+/* m->kv_type := t when it is a type and m's backend takes it for the model's attention layers (MLA's cache
+ * and DeltaNet states are f32 whatever t is); else SL_EINVAL / SL_EUNSUPPORTED naming it. */
+static sl_status check_kv_type(sl_model *m, sl_kv_type t, sl_error *err) {
+    if ((int)t < 0 || t >= SL_KV_COUNT) return err_set(err, SL_EINVAL, "KV cache type %d: not a type", (int)t);
+    const unsigned have = m->be->kv_types ? m->be->kv_types : 1u << SL_KV_F32;
+    const int plain_attn = fwd_any_layer(&m->cfg, 0) && m->cfg.kv_lora <= 0;
+    if (plain_attn && !(have & (1u << t)))
+        return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s KV cache yet (--kv f32)", m->be->name,
+                       sl_kv_type_name(t));
+    m->kv_type = t;
+    return SL_OK;
+}
+
+uint64_t sl_model_kv_bytes(const sl_model *m, int n_ctx) {
+    if (n_ctx <= 0 || n_ctx > m->cfg.max_pos) n_ctx = m->cfg.max_pos;
+    return fwd_seq_mem_bytes(&m->cfg, n_ctx, m->kv_type);
+}
+
+sl_kv_type sl_model_kv_type(const sl_model *m) { return m->kv_type; }
+
 sl_status model_open_ex(const char *path, const sl_model_params *params, const io_fault_cfg *fault, sl_model **out,
                         sl_error *err) {
     *out = NULL;
@@ -64,6 +95,13 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     if (!m->pool) { st = err_set(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
     /* the backend first: --gpu without a usable one fails before anything is read */
     if ((st = be_open(p->backend, m->pool, &m->be, err))) goto fail;
+    if ((st = check_kv_type(m, p->kv_type, err))) goto fail;
+    if (p->n_ctx > m->cfg.max_pos) {
+        st = err_set(err, SL_ERANGE, "a context of %d positions is longer than the model's context of %d", p->n_ctx,
+                     m->cfg.max_pos);
+        goto fail;
+    }
+    m->n_ctx = p->n_ctx > 0 ? p->n_ctx : m->cfg.max_pos;
     int n = arch_backbone_tensors(&m->cfg, &at);
     if ((st = engine_load_backbone(m, path, at, n, err))) goto fail;
     st = p->resident ? engine_open_resident(m, path, err) : engine_open_stream(m, path, p, fault, err);

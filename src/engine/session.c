@@ -12,12 +12,13 @@
 
 sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
     *out = NULL;
+    if (n_ctx <= 0) n_ctx = m->n_ctx;
     if (n_ctx <= 0 || n_ctx > m->cfg.max_pos) n_ctx = m->cfg.max_pos;
     sl_session *s = calloc(1, sizeof *s);
     if (!s) return SL_ENOMEM;
     s->m = m;
     s->n_ctx = n_ctx;
-    s->sq = fwd_seq_new(&m->cfg, n_ctx, m->be);
+    s->sq = fwd_seq_new(&m->cfg, n_ctx, m->kv_type, m->be);
     if (!s->sq) {
         free(s);
         return err_set(&m->err, SL_ENOMEM, "out of memory for a session of %d positions", n_ctx);

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sluice.h"
 #include "util/tensor.h"
 #include "util/dtype.h"
 #include "util/threadpool.h"
@@ -97,6 +98,9 @@ typedef struct kern_ops {
      * into q, q4 [cols], d [cols/32], s [ns]. NULL: the scalar table's. kern_act_prepare uses the default
      * table's. */
     void (*act_row)(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s);
+    /* n KV cache heads of hd values (quant/kv.h), head i at src + i * ld bytes, into dst + i * ldd floats: bitwise
+     * kv_decode_heads (its conversions are exact). NULL: kv_decode_heads. */
+    void (*kv_decode)(sl_kv_type t, const void *src, size_t ld, int n, int hd, float *dst, size_t ldd);
     /* y = (w_off + w) * x / sqrt(mean(x^2) + eps); mean accumulated in double. y may alias x. */
     void (*rmsnorm)(const float *x, const float *w, float w_off, float eps, float *y, int n);
     /* y[i] = silu(g[i]) * u[i]; y may alias g or u. */

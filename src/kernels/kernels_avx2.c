@@ -251,6 +251,8 @@ static float dot_v(const float *a, const float *b, int n) {
     return lanes_sum(acc);
 }
 
+#include "kernels/kv_x86.h"
+
 /* ---- table ------------------------------------------------------------------------------------ */
 
 static const kern_ops avx2_ops = {
@@ -260,6 +262,7 @@ static const kern_ops avx2_ops = {
                   [DT_IQ4_NL] = kern_kq_i8_avx2, [DT_IQ4_XS] = kern_kq_i8_avx2},
     .dot = dot_v,
     .axpy = plain_axpy,
+    .kv_decode = kv_decode_x86,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
 };

@@ -433,6 +433,8 @@ static void act_row_v(const float *x, int cols, int8_t *q, int8_t *q4, float *d,
     kern_act_sums_q4(cols, q, q4, s);
 }
 
+#include "kernels/kv_x86.h"
+
 /* ---- table ------------------------------------------------------------------------------------ */
 
 static const kern_ops avx512_ops = {
@@ -447,6 +449,7 @@ static const kern_ops avx512_ops = {
     .dot_rows = dot_rows_v,
     .dot_rows_q = dot_rows_q_v,
     .axpy_rows_q = axpy_rows_q_v,
+    .kv_decode = kv_decode_x86,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
 };

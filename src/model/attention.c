@@ -15,7 +15,8 @@
  * position, never on the batch.
  *
  * Layouts: big [B][n_big] holds q_proj rows, per head [query (hd) | gate (hd)] when gated, else
- * [query (hd)]; k, v [B][nkv*hd]; cache [n_ctx][nkv][hd]; mix [B][n_mix] holds [nh][hd] outputs.
+ * [query (hd)]; k, v [B][nkv*hd]; cache [kv_cap][nkv] heads of the sequence's kv_type (quant/kv.h); mix
+ * [B][n_mix] holds [nh][hd] outputs.
  */
 #include <math.h>
 
@@ -47,7 +48,7 @@ int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const in
     for (int i = 0; be->hint && i < n_items; i++) { /* the attention op reads the cached rows: fetched during q/k norm and RoPE */
         const fwd_seq *sq = sqs[i];
         if (pos0s[i] <= 0) continue;
-        size_t bytes = (size_t)(pos0s[i] < sq->kv_cap[layer] ? pos0s[i] : sq->kv_cap[layer]) * (size_t)kvrow * sizeof(float);
+        size_t bytes = (size_t)(pos0s[i] < sq->kv_cap[layer] ? pos0s[i] : sq->kv_cap[layer]) * fwd_kv_row_bytes(sq);
         if (bytes > FWD_HINT_BYTES / 2 / (size_t)n_items) bytes = FWD_HINT_BYTES / 2 / (size_t)n_items; /* more is not fetched in the gap */
         const void *p[2] = {sq->k_cache[layer], sq->v_cache[layer]};
         const size_t b2[2] = {bytes, bytes};
@@ -73,7 +74,7 @@ int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const in
             be->rmsnorm(be, k, k, ns[i], (size_t)kvrow, nkv, (size_t)hd, hd, lw->k_norm, w_off, cfg->eps);
         }
         const be_attn a = {.q = q, .ldq = ldq, .qstride = qstride, .gated = gated, .k = k, .v = v, .ldkv = (size_t)kvrow,
-                           .k_cache = sqs[i]->k_cache[layer], .v_cache = sqs[i]->v_cache[layer],
+                           .k_cache = sqs[i]->k_cache[layer], .v_cache = sqs[i]->v_cache[layer], .kv_type = sqs[i]->kv_type,
                            .cap = sqs[i]->kv_cap[layer], .n = ns[i], .pos0 = pos0s[i], .n_heads = nh, .n_kv_heads = nkv,
                            .head_dim = hd, .window = cfg->layer_sliding[layer] ? cfg->sliding_window : 0,
                            .sinks = cfg->attn_sinks ? lw->sinks : NULL, .scale = 1.0f / sqrtf((float)hd),

@@ -57,6 +57,7 @@ static size_t slot_floats(const fam_config *cfg, int n_ctx) {
     size_t c = FWD_BATCH, dk = (size_t)cfg->lin_dk, dv = (size_t)cfg->lin_dv;
     size_t dn = 4 * c * c + c * (4 * dk + 4 * dv) + 8 * c + 8 * dv + 8 * dk;
     size_t at = (size_t)n_ctx + (cfg->hc_mult > 0 ? (size_t)n_ctx / 2 + 16 : 0); /* V4: + compressed entries */
+    at += (size_t)BE_KV_TILE * (size_t)cfg->head_dim;
     size_t mla = fwd_mla_slot_floats(cfg, n_ctx);
     if (mla > at) at = mla;
     return (dn > at ? dn : at) + 16;
@@ -639,8 +640,8 @@ static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_
     float **sv = mp->saved + ((size_t)i * L + l) * FWD_SAVED;
     const int o = mp->orig[(size_t)i * L + l], pos0 = sq->n_past;
     int rc = 0;
-    if (!lin && n > FWD_BATCH && sq->kv_cap[l] < sq->n_ctx) rc = save_ring(be, sq, l, sv, err);
-    const int wmix = mp->ms.rows && !lin && cfg->kv_lora <= 0 && n > FWD_BATCH && sq->kv_cap[l] >= sq->n_ctx;
+    if (!lin && n > FWD_BATCH && fwd_kv_ring(sq, l)) rc = save_ring(be, sq, l, sv, err);
+    const int wmix = mp->ms.rows && !lin && cfg->kv_lora <= 0 && n > FWD_BATCH && !fwd_kv_ring(sq, l);
     const int step = wmix ? mp->ms.rows : FWD_BATCH;
     if (wmix) mix_swap(ws, &mp->ms); /* back after the loop, which does not return early for these layers */
     for (int r0 = 0, b = 0; r0 < n && !rc; r0 += step, b++) {
@@ -812,6 +813,13 @@ static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const fam_config
     return 0;
 }
 
+/* The KV caches grown for n more positions (fwd_seq_reserve); growing changes no result. */
+static sl_status reserve_kv(fwd_seq *sq, int n, sl_error *err) {
+    if (!fwd_seq_reserve(sq, sq->n_past + n)) return 0;
+    return err_set(err, SL_ENOMEM, "out of memory for the KV cache at %d positions (%zu bytes a position)",
+                   sq->n_past + n, fwd_kv_row_bytes(sq));
+}
+
 /* Every op of the backend's table this config's layers call (backend.h: a backend may leave some NULL). */
 static sl_status check_ops(const be_backend *be, const fam_config *c, sl_error *err) {
     const char *missing = NULL;
@@ -849,6 +857,7 @@ sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_wei
     if (!ws || !cfg || !w) return err_set(err, SL_EINVAL, "fwd_eval: NULL argument");
     CK(check_seq(ws, sq, cfg, tokens, n, err));
     CK(check_model(ws, cfg, w, experts, err));
+    CK(reserve_kv(sq, n, err));
     CK(be_sync(ws->be, err)); /* nothing left over from an earlier call */
 
     /* many tokens: layer-major chunks of up to WIDE_MAX (each expert read once per layer per chunk);
@@ -885,6 +894,13 @@ sl_status fwd_eval_batch(fwd_ws *ws, const fam_config *cfg, const fam_weights *w
         }
     }
     CK(check_model(ws, cfg, w, experts, err));
+    for (int i = 0; i < n_items; i++) {
+        int rc = reserve_kv(items[i].sq, items[i].n, err);
+        if (rc) {
+            if (err) err_prefix(err, "batch item %d", i);
+            return rc;
+        }
+    }
     CK(be_sync(ws->be, err));
     return eval_multi(ws, cfg, w, experts, items, n_items, err);
 }

@@ -27,6 +27,7 @@
 #include "model/model.h"
 
 #define FWD_BATCH 64  /* tokens per micro-batch; also the DeltaNet chunk length */
+#define FWD_KV_PAGE 256 /* KV cache rows a sequence's caches grow by at least (fwd_seq_reserve) */
 #define FWD_MIX_ROWS 512 /* a device backend's attention micro-batch in a layer-major pass (fwd_ws mix_rows) */
 
 /* Optional trace hook (tests): called after the embedding (layer 0), after each layer l (layer l+1)
@@ -63,12 +64,18 @@ struct fwd_seq {
     int n_ctx, n_past;
     int n_layers;
     fam_config shape; /* the config the buffers were sized for; fwd_eval checks every sizing field */
-    /* full attention: [n_ctx][nkv][hd] each, NULL for DeltaNet layers; MLA (cfg->kv_lora > 0): k_cache is
-     * [n_ctx][kv_lora + rot_dim] (normed compressed KV | RoPE key), v_cache NULL (mla.c) */
-    float *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];
-    /* rows of each attention layer's cache: n_ctx, or for a sliding layer (gpt-oss) a ring of
+    /* full attention: [kv_cap] rows of fwd_kv_row_bytes each ([nkv] heads of kv_type, quant/kv.h), NULL for
+     * DeltaNet layers; MLA (cfg->kv_lora > 0): k_cache is [kv_cap][kv_lora + rot_dim] f32 (normed compressed
+     * KV | RoPE key), v_cache NULL (mla.c) */
+    void *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];
+    sl_kv_type kv_type; /* of the attention caches (SL_KV_F32 for MLA) */
+    /* rows each attention layer's cache may reach: n_ctx, or for a sliding layer (gpt-oss) a ring of
      * min(n_ctx, sliding_window - 1 + FWD_BATCH) rows, position p in row p % kv_cap: a micro-batch's writes
      * never reach the rows its first query (or a retry of it) reads. fwd_kv_keep says how many a state keeps. */
+    int kv_max[SL_MAX_LAYERS];
+    /* rows allocated now: the cache grows with the positions used (fwd_seq_reserve, in pages of FWD_KV_PAGE
+     * rows, at least doubling) up to kv_max; until it reaches kv_max no position is at or past kv_cap, so the
+     * ring's p % kv_cap is the identity while it grows */
     int kv_cap[SL_MAX_LAYERS];
     /* DeltaNet: conv [K-1][Cq] (pre-conv inputs, oldest first), ssm [nv][dk][dv]; two slots each */
     float *conv[SL_MAX_LAYERS][2], *ssm[SL_MAX_LAYERS][2];
@@ -178,6 +185,10 @@ uint64_t fwd_next_uid(void);
 int fwd_any_layer(const fam_config *cfg, int linear);
 /* Bytes of each KV buffer of layer l (fwd_seq_free gives them back with these; state.c). */
 size_t fwd_kv_bytes(const fwd_seq *sq, int l);
+/* Bytes of one cache row (one position) of any attention layer of sq. */
+size_t fwd_kv_row_bytes(const fwd_seq *sq);
+/* 1 when attention layer l's cache is a ring (a sliding layer whose window is shorter than the context). */
+int fwd_kv_ring(const fwd_seq *sq, int l);
 /* KV rows a saved state keeps of attention layer l at n_past positions: all, or a sliding layer's last
  * sliding_window - 1 (what the next query reads besides its own). */
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past);

@@ -20,8 +20,15 @@ typedef struct fwd_seq fwd_seq;
 typedef struct fwd_ws fwd_ws;
 typedef struct be_backend be_backend;
 
-/* A sequence's state in be's memory (be borrowed: it outlives the state). NULL when out of memory. */
-fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be);
+/* A sequence's state in be's memory (be borrowed: it outlives the state), its attention KV caches of kv_type
+ * (MLA's stay f32). NULL when out of memory or kv_type is not a type. The caches start at one page and grow
+ * with the positions used (fwd_seq_reserve), so a long n_ctx costs only what is used. */
+fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, be_backend *be);
+/* Grows the KV caches to hold positions 0 .. n_pos - 1 (n_pos <= n_ctx); fwd_eval calls it itself. SL_OK, or
+ * SL_ENOMEM with sq unchanged. Buffers move: a backend's recorded steps of sq are not replayed after. */
+sl_status fwd_seq_reserve(fwd_seq *sq, int n_pos);
+/* The KV bytes (the caches at n_pos positions, DeltaNet states) a sequence of cfg takes at kv_type. */
+size_t fwd_seq_mem_bytes(const fam_config *cfg, int n_pos, sl_kv_type kv_type);
 void fwd_seq_free(fwd_seq *sq);
 void fwd_seq_reset(fwd_seq *sq);
 int fwd_seq_n_past(const fwd_seq *sq);

@@ -6,15 +6,75 @@
 #include <string.h>
 
 #include "model/fwd_internal.h"
+#include "quant/kv.h"
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
-size_t fwd_kv_bytes(const fwd_seq *sq, int l) {
-    return (size_t)sq->kv_cap[l] * (size_t)cfg_kv_row(&sq->shape) * sizeof(float);
+static size_t row_bytes(const fam_config *c, sl_kv_type t) {
+    if (c->kv_lora > 0 || c->hc_mult > 0) return (size_t)cfg_kv_row(c) * sizeof(float); /* MLA, V4: f32 */
+    return (size_t)c->n_kv_heads * kv_head_bytes(t, c->head_dim);
 }
 
-fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
+size_t fwd_kv_row_bytes(const fwd_seq *sq) { return row_bytes(&sq->shape, sq->kv_type); }
+
+size_t fwd_seq_mem_bytes(const fam_config *c, int n_pos, sl_kv_type t) {
+    const int has_lin = fwd_any_layer(c, 1);
+    const size_t cq = has_lin ? (size_t)(2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv) : 0;
+    const size_t conv = (size_t)(c->conv_k > 1 ? c->conv_k - 1 : 1) * (cq > 1 ? cq : 1);
+    const size_t ssm = (size_t)imax(c->lin_nv * c->lin_dk * c->lin_dv, 1), rb = row_bytes(c, t);
+    size_t n = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        long ring = (long)c->sliding_window - 1 + FWD_BATCH;
+        int rows = c->layer_sliding[l] && c->sliding_window > 0 && ring < n_pos ? (int)ring : n_pos;
+        n += c->layer_linear[l] ? 2 * (conv + ssm) * sizeof(float) : (c->kv_lora > 0 || c->hc_mult > 0 ? 1u : 2u) * (size_t)rows * rb;
+    }
+    return n;
+}
+
+size_t fwd_kv_bytes(const fwd_seq *sq, int l) { return (size_t)sq->kv_cap[l] * fwd_kv_row_bytes(sq); }
+
+int fwd_kv_ring(const fwd_seq *sq, int l) { return sq->kv_max[l] < sq->n_ctx; }
+
+/* Layer l's caches at cap rows (cap > kv_cap[l]): new buffers holding rows 0 .. min(n_past, kv_cap) - 1 of the
+ * old ones (positions below kv_cap sit at their own rows: a cache that can still grow has never wrapped).
+ * SL_ENOMEM leaves the layer as it was. */
+static sl_status kv_grow(fwd_seq *sq, int l, int cap) {
+    be_backend *be = sq->be;
+    const size_t rb = fwd_kv_row_bytes(sq), keep = (size_t)(sq->n_past < sq->kv_cap[l] ? sq->n_past : sq->kv_cap[l]);
+    const int two = sq->shape.kv_lora <= 0 && sq->shape.hc_mult <= 0; /* one cache: MLA's rows, V4's key = value */
+    void *nk = be->alloc(be, (size_t)cap * rb, BE_BUF_DEVICE), *nv = two ? be->alloc(be, (size_t)cap * rb, BE_BUF_DEVICE) : NULL;
+    if (!nk || (two && !nv)) {
+        be->free(be, nk, (size_t)cap * rb, BE_BUF_DEVICE);
+        be->free(be, nv, (size_t)cap * rb, BE_BUF_DEVICE);
+        return SL_ENOMEM;
+    }
+    if (keep) be->copy(be, nk, sq->k_cache[l], keep * rb, BE_D2D);
+    if (keep && two) be->copy(be, nv, sq->v_cache[l], keep * rb, BE_D2D);
+    be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
+    be->free(be, sq->v_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
+    sq->k_cache[l] = nk;
+    sq->v_cache[l] = nv;
+    sq->kv_cap[l] = cap;
+    return SL_OK;
+}
+
+sl_status fwd_seq_reserve(fwd_seq *sq, int n_pos) {
+    int moved = 0;
+    for (int l = 0; l < sq->n_layers; l++) {
+        if (sq->shape.layer_linear[l] || sq->kv_cap[l] >= sq->kv_max[l] || sq->kv_cap[l] >= n_pos) continue;
+        long want = imax(n_pos, imax(FWD_KV_PAGE, 2 * sq->kv_cap[l]));
+        want = (want + FWD_KV_PAGE - 1) / FWD_KV_PAGE * FWD_KV_PAGE;
+        sl_status st = kv_grow(sq, l, want < sq->kv_max[l] ? (int)want : sq->kv_max[l]);
+        if (st) return st;
+        moved = 1;
+    }
+    if (moved) sq->uid = fwd_next_uid(); /* other buffers: a recorded step (step_begin) must not replay */
+    return SL_OK;
+}
+
+fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, be_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
+    if ((int)kv_type < 0 || kv_type >= SL_KV_COUNT) return NULL;
     fwd_seq *sq = calloc(1, sizeof *sq);
     if (!sq) return NULL;
     sq->uid = fwd_next_uid();
@@ -22,12 +82,11 @@ fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     sq->n_ctx = n_ctx;
     sq->n_layers = cfg->n_layers;
     sq->shape = *cfg;
+    sq->kv_type = cfg->kv_lora > 0 || cfg->hc_mult > 0 ? SL_KV_F32 : kv_type; /* MLA, V4 (dsv4.c): f32 only */
     sq->wide = 1;
     int has_lin = fwd_any_layer(cfg, 1);
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
     int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
-    const int mla = cfg->kv_lora > 0 || cfg->hc_mult > 0; /* one cache: MLA's compressed rows, V4's key = value */
-    size_t kvrow = (size_t)cfg_kv_row(cfg);
     sq->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
     sq->ssm_floats = (size_t)imax(nv * dk * dv, 1);
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -41,13 +100,12 @@ fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, be_backend *be) {
             }
         } else {
             long ring = (long)cfg->sliding_window - 1 + FWD_BATCH;
-            sq->kv_cap[l] = cfg->layer_sliding[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
-            sq->k_cache[l] = be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
-            sq->v_cache[l] = mla ? NULL : be->alloc(be, (size_t)sq->kv_cap[l] * kvrow * sizeof(float), BE_BUF_DEVICE);
-            if (!sq->k_cache[l] || (!mla && !sq->v_cache[l]) || fwd_dsv4_alloc(sq, l)) goto fail;
+            sq->kv_max[l] = cfg->layer_sliding[l] && cfg->sliding_window > 0 && ring < n_ctx ? (int)ring : n_ctx;
+            if (fwd_dsv4_alloc(sq, l)) goto fail;
         }
     }
     if (fwd_mla_seq_alloc(sq, cfg)) goto fail;
+    if (fwd_seq_reserve(sq, 1)) goto fail; /* the first page */
     return sq;
 fail:
     fwd_seq_free(sq);
@@ -89,12 +147,13 @@ void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
  * compressed rows only; V4: its one cache, and each compressor's ring rows and entries). */
 size_t fwd_seq_state_bytes(const fwd_seq *sq) {
     const fam_config *c = &sq->shape;
-    size_t kvrow = (size_t)cfg_kv_row(c), n = 0, per = c->kv_lora > 0 || c->hc_mult > 0 ? 1 : 2, b = 0;
+    size_t rb = fwd_kv_row_bytes(sq), n = 0, per = c->kv_lora > 0 || c->hc_mult > 0 ? 1 : 2;
     for (int l = 0; l < sq->n_layers; l++) {
-        n += c->layer_linear[l] ? sq->conv_floats + sq->ssm_floats : per * (size_t)fwd_kv_keep(sq, l, sq->n_past) * kvrow;
-        b += fwd_dsv4_state_io(sq, l, sq->n_past, NULL, 0); /* V4's compressors: their ring rows and entries */
+        n += c->layer_linear[l] ? (sq->conv_floats + sq->ssm_floats) * sizeof(float)
+                                : per * (size_t)fwd_kv_keep(sq, l, sq->n_past) * rb;
+        n += fwd_dsv4_state_io(sq, l, sq->n_past, NULL, 0); /* V4's compressors: their ring rows and entries */
     }
-    return n * sizeof(float) + b;
+    return n;
 }
 
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past) {
@@ -106,14 +165,14 @@ int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past) {
 /* Copies the KV rows of positions n_past - keep .. n_past - 1 of layer l between the cache (ring slots) and a
  * state buffer p; to_state: cache -> p. Returns the bytes moved. */
 static size_t kv_rows_io(const fwd_seq *sq, int l, int n_past, char *p, int to_state) {
-    const size_t kvrow = (size_t)cfg_kv_row(&sq->shape), rb = kvrow * sizeof(float);
+    const size_t rb = fwd_kv_row_bytes(sq);
     const int keep = fwd_kv_keep(sq, l, n_past), cap = sq->kv_cap[l];
     size_t moved = 0;
-    float *const caches[2] = {sq->k_cache[l], sq->v_cache[l]};
+    void *const caches[2] = {sq->k_cache[l], sq->v_cache[l]};
     for (int k = 0; k < 2; k++) {
         if (!caches[k]) continue;
         for (int pos = n_past - keep; pos < n_past; pos++, moved += rb) {
-            char *row = (char *)(caches[k] + (size_t)(pos % cap) * kvrow);
+            char *row = (char *)caches[k] + (size_t)(pos % cap) * rb;
             if (to_state) sq->be->copy(sq->be, p + moved, row, rb, BE_D2H);
             else sq->be->copy(sq->be, row, p + moved, rb, BE_H2D);
         }
@@ -144,6 +203,7 @@ void fwd_seq_save(const fwd_seq *sq, void *buf) {
 sl_status fwd_seq_load(fwd_seq *sq, int n_past, const void *buf, size_t len) {
     const fam_config *c = &sq->shape;
     if (n_past < 0 || n_past > sq->n_ctx) return SL_ERANGE;
+    if (fwd_seq_reserve(sq, n_past)) return SL_ENOMEM; /* before anything changes */
     int old = sq->n_past;
     sq->n_past = n_past;
     size_t want = fwd_seq_state_bytes(sq);

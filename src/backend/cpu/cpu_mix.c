@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "quant/kv.h"
 #include "quant/quant.h"
 
 #define DN_CHUNK 64 /* the chunked form's row length of its scratch matrices (backend.h: n <= 64) */
@@ -24,6 +25,8 @@ typedef struct {
     const kern_ops *ops;
     cpu_ctx *c;
     int group, kvrow;
+    size_t row_bytes, head_bytes; /* a cache row's, one head's (quant/kv.h) */
+    int block, ldsc; /* attn_block_part: tokens a block, score row stride (the last token's keys) */
 } attn_job;
 
 /* The extra keys token t sees (backend.h be_attn extra): with extra_idx their indices into xs (extra_k <= 4096:
@@ -40,16 +43,76 @@ static int extra_list(const be_attn *a, int t, int *xs) {
     return n;
 }
 
+/* The table's KV decoder, or the scalar one (bitwise the same). */
+static void kv_decode(const kern_ops *ops, sl_kv_type t, const void *src, size_t ld, int n, int hd, float *dst,
+                      size_t ldd) {
+    if (ops->kv_decode) ops->kv_decode(t, src, ld, n, hd, dst, ldd);
+    else kv_decode_heads(t, src, ld, n, hd, dst, ldd);
+}
+
+/* Scores sc[i * ldsc + p] = q_i . key (p0 + p) for nq query heads (q_i = q + i * qstride) and p < n_keys, the
+ * keys of KV head g: straight from an f32 cache (at most two runs of rows: a ring wraps once), else decoded
+ * BE_KV_TILE rows at a time into tile; each score the same dot of the same values either way. */
+static void attn_scores(const attn_job *j, const float *q, int nq, int g, int p0, int n_keys, float *sc, size_t ldsc,
+                        float *tile) {
+    const be_attn *a = j->a;
+    const int hd = a->head_dim, cap = a->cap;
+    if (a->kv_type == SL_KV_F32) {
+        const float *kb = (const float *)a->k_cache + (size_t)g * hd;
+        const int s0 = p0 % cap, n1 = n_keys < cap - s0 ? n_keys : cap - s0;
+        const size_t ld = (size_t)j->kvrow;
+        kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, kb + (size_t)s0 * ld, ld, n1, hd, sc, ldsc);
+        if (n_keys > n1) kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, kb, ld, n_keys - n1, hd, sc + n1, ldsc);
+        return;
+    }
+    const char *kb = (const char *)a->k_cache + (size_t)g * j->head_bytes;
+    for (int p = 0; p < n_keys;) {
+        const int s = (p0 + p) % cap, run = n_keys - p < cap - s ? n_keys - p : cap - s;
+        const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
+        kv_decode(j->ops, a->kv_type, kb + (size_t)s * j->row_bytes, j->row_bytes, nt, hd, tile, (size_t)hd);
+        kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, tile, (size_t)hd, nt, hd, sc + p, ldsc);
+        p += nt;
+    }
+}
+
+/* o_i (rows of hd, o + i * hd) = sum over p < n_keys of w[i * ldw + p] * value (p0 + p) of KV head g, in
+ * increasing p, o zeroed first: one axpy_rows_q over consecutive rows equals the same over their split in runs
+ * (kernels.h), so a decoded tile at a time gives the f32 cache's sums of the same values. */
+static void attn_values(const attn_job *j, const float *w, size_t ldw, int nq, int g, int p0, int n_keys, float *o,
+                        float *tile) {
+    const be_attn *a = j->a;
+    const int hd = a->head_dim, cap = a->cap;
+    memset(o, 0, (size_t)nq * (size_t)hd * sizeof(float));
+    if (a->kv_type == SL_KV_F32) {
+        const float *vb = (const float *)a->v_cache + (size_t)g * hd;
+        const int s0 = p0 % cap, n1 = n_keys < cap - s0 ? n_keys : cap - s0;
+        const size_t ld = (size_t)j->kvrow;
+        kern_axpy_rows_q(j->ops, w, ldw, nq, n1, vb + (size_t)s0 * ld, ld, o, (size_t)hd, hd);
+        if (n_keys > n1) kern_axpy_rows_q(j->ops, w + n1, ldw, nq, n_keys - n1, vb, ld, o, (size_t)hd, hd);
+        return;
+    }
+    const char *vb = (const char *)a->v_cache + (size_t)g * j->head_bytes;
+    for (int p = 0; p < n_keys;) {
+        const int s = (p0 + p) % cap, run = n_keys - p < cap - s ? n_keys - p : cap - s;
+        const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
+        kv_decode(j->ops, a->kv_type, vb + (size_t)s * j->row_bytes, j->row_bytes, nt, hd, tile, (size_t)hd);
+        kern_axpy_rows_q(j->ops, w + p, ldw, nq, nt, tile, (size_t)hd, o, (size_t)hd, hd);
+        p += nt;
+    }
+}
+
 /* (token, head) items begin..end; called any number of times per thread (pool_for_any), each thread's
- * scores in its own scratch slot. A KV head's query heads of one token whose items are all in the range go
- * together, as many as the slot holds scores for (kern_dot_rows_q, kern_axpy_rows_q: each key and value row
- * loaded once for several heads); every head's scores, softmax and sum are the same operations either way. */
+ * scores in its own scratch slot (and, for a cache that is not f32, its last BE_KV_TILE * hd floats the
+ * decoded rows). A KV head's query heads of one token whose items are all in the range go together, as many
+ * as the slot holds scores for (kern_dot_rows_q, kern_axpy_rows_q: each key and value row loaded once for
+ * several heads); every head's scores, softmax and sum are the same operations either way. */
 static void attn_part(void *ctx, size_t begin, size_t end) {
     attn_job *j = ctx;
     const be_attn *a = j->a;
-    const kern_ops *ops = j->ops;
     float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
     const int hd = a->head_dim;
+    const size_t tile_floats = a->kv_type == SL_KV_F32 ? 0 : (size_t)BE_KV_TILE * (size_t)hd;
+    float *tile = sc0 + (j->c->slot_floats - tile_floats);
     for (size_t it = begin; it < end;) {
         int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
         const int pos = a->pos0 + t, p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
@@ -57,22 +120,18 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
         int xs[4096], n_x = extra_list(a, t, xs); /* the extra keys, scores sc[n_keys .. + n_x) */
         int nq = 1; /* heads h .. h + nq - 1, of one KV head; head i's scores at sc0 + i * (n_keys + n_x) */
         if (h % j->group == 0 && it + (size_t)j->group <= end) {
-            const size_t fit = j->c->slot_floats / (size_t)(n_keys + n_x);
+            const size_t fit = (j->c->slot_floats - tile_floats) / (size_t)(n_keys + n_x);
             nq = fit < (size_t)j->group ? (int)fit : j->group;
             if (nq < 1) nq = 1;
         }
         const float *q = a->q + (size_t)t * a->ldq + (size_t)h * a->qstride;
-        const float *kb = a->k_cache + (size_t)(h / j->group) * hd, *vb = a->v_cache + (size_t)(h / j->group) * hd;
-        /* the keys' rows in order: at most two runs of consecutive cache rows (a ring wraps once) */
-        const int s0 = p0 % a->cap, n1 = n_keys < a->cap - s0 ? n_keys : a->cap - s0;
-        const size_t ld = (size_t)j->kvrow, ldsc = (size_t)(n_keys + n_x);
-        kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, kb + (size_t)s0 * ld, ld, n1, hd, sc0, ldsc);
-        if (n_keys > n1) kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, kb, ld, n_keys - n1, hd, sc0 + n1, ldsc);
+        const size_t ldsc = (size_t)(n_keys + n_x);
+        attn_scores(j, q, nq, h / j->group, p0, n_keys, sc0, ldsc, tile);
         for (int x = 0; a->extra_idx && x < n_x; x++)
-            kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, a->extra + (size_t)xs[x] * hd, (size_t)hd, 1, hd,
+            kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, a->extra + (size_t)xs[x] * hd, (size_t)hd, 1, hd,
                             sc0 + n_keys + x, ldsc);
         if (!a->extra_idx && n_x > 0)
-            kern_dot_rows_q(ops, q, (size_t)a->qstride, nq, a->extra, (size_t)hd, n_x, hd, sc0 + n_keys, ldsc);
+            kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, a->extra, (size_t)hd, n_x, hd, sc0 + n_keys, ldsc);
         for (int i = 0; i < nq; i++) {
             float *sc = sc0 + (size_t)i * ldsc;
             const int hh = h + i, nk = n_keys + n_x;
@@ -90,33 +149,139 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
             for (int p = 0; p < nk; p++) sc[p] /= fsum;
         }
         float *o = a->out + (size_t)t * a->ldo + (size_t)h * hd; /* heads h .. h + nq - 1: rows of hd */
-        memset(o, 0, (size_t)nq * (size_t)hd * sizeof(float));
-        kern_axpy_rows_q(ops, sc0, ldsc, nq, n1, vb + (size_t)s0 * ld, ld, o, (size_t)hd, hd);
-        if (n_keys > n1) kern_axpy_rows_q(ops, sc0 + n1, ldsc, nq, n_keys - n1, vb, ld, o, (size_t)hd, hd);
+        attn_values(j, sc0, ldsc, nq, h / j->group, p0, n_keys, o, tile);
         for (int x = 0; a->extra_idx && x < n_x; x++)
-            kern_axpy_rows_q(ops, sc0 + n_keys + x, ldsc, nq, 1, a->extra + (size_t)xs[x] * hd, (size_t)hd, o,
+            kern_axpy_rows_q(j->ops, sc0 + n_keys + x, ldsc, nq, 1, a->extra + (size_t)xs[x] * hd, (size_t)hd, o,
                              (size_t)hd, hd);
         if (!a->extra_idx && n_x > 0)
-            kern_axpy_rows_q(ops, sc0 + n_keys, ldsc, nq, n_x, a->extra, (size_t)hd, o, (size_t)hd, hd);
+            kern_axpy_rows_q(j->ops, sc0 + n_keys, ldsc, nq, n_x, a->extra, (size_t)hd, o, (size_t)hd, hd);
         it += (size_t)nq;
+    }
+}
+
+/* The keys p0 .. pos of the token t (its window), as attn_part computes them. */
+static void key_range(const be_attn *a, int t, int *p0, int *n_keys) {
+    const int pos = a->pos0 + t;
+    *p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
+    *n_keys = pos + 1 - *p0;
+}
+
+/* Rows nt of the cache from position p (no ring wrap inside: the caller splits there) as f32: the f32 cache's own
+ * rows (*ld = its row floats), else decoded into tile (*ld = hd). */
+static const float *kv_rows(const attn_job *j, const void *cache, int g, int p, int nt, float *tile, size_t *ld) {
+    const be_attn *a = j->a;
+    const int s = p % a->cap, hd = a->head_dim;
+    if (a->kv_type == SL_KV_F32) {
+        *ld = (size_t)j->kvrow;
+        return (const float *)cache + (size_t)s * j->kvrow + (size_t)g * hd;
+    }
+    *ld = (size_t)hd;
+    kv_decode(j->ops, a->kv_type, (const char *)cache + (size_t)s * j->row_bytes + (size_t)g * j->head_bytes,
+              j->row_bytes, nt, hd, tile, (size_t)hd);
+    return tile;
+}
+
+/* Items (KV head g, block of j->block tokens) of a micro-batch: every key and value tile (BE_KV_TILE rows, cut
+ * at the ring's wrap) is read, or decoded, once for the block's tokens and the group's query heads, where
+ * attn_part reads every row once per token (flash attention's tiling; the scores of a row are kept whole, so
+ * the softmax is attn_part's). Each (token, head)'s scores, softmax and weighted sum are attn_part's operations
+ * on the same values in the same order (kernels.h: a dot per score; axpy_rows_q over consecutive rows equals
+ * it over their split), so the result is bitwise attn_part's. Scores: [block][group][ldsc] in the slot. */
+static void attn_block_part(void *ctx, size_t begin, size_t end) {
+    attn_job *j = ctx;
+    const be_attn *a = j->a;
+    const int hd = a->head_dim, G = j->group, nblk = (a->n + j->block - 1) / j->block;
+    float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
+    float *tile = sc0 + (j->c->slot_floats - (size_t)BE_KV_TILE * (size_t)hd);
+    for (size_t it = begin; it < end; it++) {
+        const int g = (int)(it / (size_t)nblk), t0 = (int)(it % (size_t)nblk) * j->block;
+        const int t1 = t0 + j->block < a->n ? t0 + j->block : a->n;
+        int lo, hi, p0, nk;
+        key_range(a, t0, &lo, &nk);
+        key_range(a, t1 - 1, &p0, &nk);
+        hi = p0 + nk; /* keys lo .. hi - 1 cover the block's */
+        const size_t ldsc = (size_t)j->ldsc;
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1) { /* the softmax of each (token, head) over its own keys, as attn_part's */
+                for (int t = t0; t < t1; t++) {
+                    key_range(a, t, &p0, &nk);
+                    for (int i = 0; i < G; i++) {
+                        float *sc = sc0 + ((size_t)(t - t0) * G + i) * ldsc;
+                        const int hh = g * G + i;
+                        float mx = a->sinks ? a->sinks[hh] : -INFINITY;
+                        for (int p = 0; p < nk; p++) {
+                            sc[p] *= a->scale;
+                            if (sc[p] > mx) mx = sc[p];
+                        }
+                        double sum = a->sinks ? (double)expf(a->sinks[hh] - mx) : 0.0;
+                        for (int p = 0; p < nk; p++) {
+                            sc[p] = expf(sc[p] - mx);
+                            sum += sc[p];
+                        }
+                        float fsum = (float)sum;
+                        for (int p = 0; p < nk; p++) sc[p] /= fsum;
+                    }
+                    memset(a->out + (size_t)t * a->ldo + (size_t)g * G * hd, 0, (size_t)G * (size_t)hd * sizeof(float));
+                }
+            }
+            for (int p = lo; p < hi;) {
+                const int s = p % a->cap, run = hi - p < a->cap - s ? hi - p : a->cap - s;
+                const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
+                size_t ld;
+                const float *rows = kv_rows(j, pass == 0 ? a->k_cache : a->v_cache, g, p, nt, tile, &ld);
+                for (int t = t0; t < t1; t++) {
+                    key_range(a, t, &p0, &nk);
+                    const int b = p > p0 ? p : p0, e = p + nt < p0 + nk ? p + nt : p0 + nk;
+                    if (b >= e) continue;
+                    float *sc = sc0 + (size_t)(t - t0) * G * ldsc + (size_t)(b - p0);
+                    const float *r = rows + (size_t)(b - p) * ld;
+                    if (pass == 0)
+                        kern_dot_rows_q(j->ops, a->q + (size_t)t * a->ldq + (size_t)g * G * a->qstride,
+                                        (size_t)a->qstride, G, r, ld, e - b, hd, sc, ldsc);
+                    else
+                        kern_axpy_rows_q(j->ops, sc, ldsc, G, e - b, r, ld,
+                                         a->out + (size_t)t * a->ldo + (size_t)g * G * hd, (size_t)hd, hd);
+                }
+                p += nt;
+            }
+        }
     }
 }
 
 void cpu_attention(be_backend *be, const be_attn *a) {
     cpu_ctx *c = cpu_of(be);
     const int hd = a->head_dim, kvrow = a->n_kv_heads * hd;
+    const size_t hb = kv_head_bytes(a->kv_type, hd), rb = hb * (size_t)a->n_kv_heads;
     for (int t = 0; t < a->n; t++) {
         const size_t slot = (size_t)((a->pos0 + t) % a->cap);
-        memcpy(a->k_cache + slot * kvrow, a->k + (size_t)t * a->ldkv, (size_t)kvrow * sizeof(float));
-        memcpy(a->v_cache + slot * kvrow, a->v + (size_t)t * a->ldkv, (size_t)kvrow * sizeof(float));
+        for (int g = 0; g < a->n_kv_heads; g++) {
+            const size_t src = (size_t)t * a->ldkv + (size_t)g * hd, dst = slot * rb + (size_t)g * hb;
+            kv_encode_head(a->kv_type, a->k + src, hd, (char *)a->k_cache + dst);
+            kv_encode_head(a->kv_type, a->v + src, hd, (char *)a->v_cache + dst);
+        }
     }
-    attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow};
+    attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow,
+                  .row_bytes = rb, .head_bytes = hb};
+    int p0, nk;
+    key_range(a, a->n - 1, &p0, &nk);
+    const size_t room = c->slot_floats - (size_t)BE_KV_TILE * (size_t)hd, per = (size_t)j.group * (size_t)nk;
+    const int bmax = (int)(room / per < (size_t)a->n ? room / per : (size_t)a->n);
+    if (a->n > 1 && bmax >= 1 && !a->extra) { /* blocks of tokens per KV head, enough for two per thread where tokens allow */
+        const int threads2 = 2 * pool_size(c->pool), per_head = (threads2 + a->n_kv_heads - 1) / a->n_kv_heads;
+        const int want = (a->n + per_head - 1) / per_head;
+        j.block = want < bmax ? want : bmax;
+        j.ldsc = nk;
+        const size_t items = (size_t)a->n_kv_heads * (size_t)((a->n + j.block - 1) / j.block);
+        pool_for_any(c->pool, items, 1, attn_block_part, &j);
+        goto gate;
+    }
     /* claimed dynamically: a thread the system delays holds up only the heads it holds; a KV head's query
      * heads at a time (items t * n_heads + h), so one thread reads each KV head's rows from memory and its
      * other query heads find them in its cache, where half-group claims had both threads fetch them; whole
      * heads only when there are enough for two claims per thread */
     const size_t items = (size_t)a->n * (size_t)a->n_heads, kv_items = (size_t)a->n * (size_t)a->n_kv_heads;
     pool_for_any(c->pool, items, kv_items >= 2 * (size_t)pool_size(c->pool) ? (size_t)j.group : 1, attn_part, &j);
+gate:
     if (a->gated) {
         for (int t = 0; t < a->n; t++)
             for (int h = 0; h < a->n_heads; h++) {

@@ -1,0 +1,313 @@
+/*
+ * test_kv.c — the KV cache types and the context (issue 28): at each type (f16, bf16, q8) on every fixture,
+ * streamed == resident, prefill == token by token, a sequence in a batch == alone and a saved state's
+ * continuation, all bitwise; f16 / bf16 / q8 logits within stated bounds of f32's; the row encodings against
+ * their definitions (quant/kv.h); a state of another type refused; the caches growing with the positions used
+ * (prefill == token by token across the page boundaries); --ctx (sl_model_params.n_ctx) and "context full".
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/fwd_internal.h"
+#include "quant/kv.h"
+#include "sluice.h"
+#include "test.h"
+#include "util/dtype.h"
+
+static int kv_exact; /* open_kv's models take the exact kernels (sl_model_params.exact) */
+
+static sl_model *open_kv(const char *fixture, sl_kv_type t, int streamed, int n_ctx) {
+    sl_model_params p = sl_model_params_default();
+    p.kv_type = t;
+    p.n_ctx = n_ctx;
+    p.n_threads = 2;
+    p.exact = kv_exact;
+    p.resident = !streamed;
+    if (streamed) p.cache_bytes = 160 << 10;
+    sl_model *m = NULL;
+    sl_error err = {0};
+    const char *path = strchr(fixture, '/') ? fixture : test_packed(fixture);
+    if (!path || sl_model_open(path, &p, &m, &err)) fprintf(stderr, "    open %s: %s\n", fixture, err.msg);
+    return m;
+}
+
+#define DEMO_PATH "models/demo.sluice"
+#define NP 70 /* prompt: more than one micro-batch (FWD_BATCH) */
+
+/* The prompt's logits [NP][V] at type t: prefill (mode 0), token by token (1), or in a batch beside another
+ * sequence (2); NULL on a failure. */
+static float *run(sl_model *m, const int32_t *prompt, int mode) {
+    const int V = sl_model_n_vocab(m);
+    float *lg = malloc((size_t)NP * V * sizeof(float)), *other = malloc((size_t)NP * V * sizeof(float));
+    sl_session *s = NULL, *o = NULL;
+    int ok = lg && other && !sl_session_new(m, 0, &s) && !sl_session_new(m, 0, &o);
+    if (ok && mode == 0) ok = !sl_session_eval(s, prompt, NP, lg, 1);
+    for (int i = 0; ok && mode == 1 && i < NP; i++) ok = !sl_session_eval(s, prompt + i, 1, lg + (size_t)i * V, 0);
+    if (ok && mode == 2) {
+        ok = !sl_session_eval(o, prompt + 3, 5, NULL, 0);
+        int32_t rev[NP];
+        for (int i = 0; i < NP; i++) rev[i] = prompt[NP - 1 - i];
+        const sl_batch_item it[2] = {{o, rev, NP, other, 1}, {s, prompt, NP, lg, 1}};
+        ok = ok && !sl_batch_eval(m, it, 2);
+    }
+    sl_session_free(s);
+    sl_session_free(o);
+    free(other);
+    if (!ok) free(lg);
+    return ok ? lg : NULL;
+}
+
+FIXTURE_TEST(kv_types_keep_every_exactness_property) {
+    int32_t prompt[NP];
+    sl_model *m32 = open_kv(arg, SL_KV_F32, 0, 0);
+    CHECK(m32);
+    const int V = sl_model_n_vocab(m32);
+    const size_t bytes = (size_t)NP * V * sizeof(float);
+    for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 37 + 11) % V);
+    /* DeltaNet's chunked prefill is not its token recurrence bitwise (fwd_internal.h): that property is kept
+     * where f32 has it */
+    float *p32 = run(m32, prompt, 0), *t32 = run(m32, prompt, 1);
+    const int tok_same = p32 && t32 && !memcmp(p32, t32, bytes);
+    free(p32), free(t32);
+    sl_model_close(m32);
+    for (int t = SL_KV_F16; t < SL_KV_COUNT && !test_failed(); t++) {
+        sl_model *r = open_kv(arg, (sl_kv_type)t, 0, 0), *st = open_kv(arg, (sl_kv_type)t, 1, 0);
+        float *a = r ? run(r, prompt, 0) : NULL, *b = r ? run(r, prompt, 1) : NULL, *c = r ? run(r, prompt, 2) : NULL;
+        float *d = st ? run(st, prompt, 0) : NULL;
+        const char *tn = sl_kv_type_name((sl_kv_type)t);
+        if (!a || !b || !c || !d) test_fail(__FILE__, __LINE__, "%s kv %s: an evaluation failed", arg, tn);
+        else if (tok_same && memcmp(a, b, bytes)) test_fail(__FILE__, __LINE__, "%s kv %s: prefill != token by token", arg, tn);
+        else if (memcmp(a, c, bytes)) test_fail(__FILE__, __LINE__, "%s kv %s: in a batch != alone", arg, tn);
+        else if (memcmp(a, d, bytes)) test_fail(__FILE__, __LINE__, "%s kv %s: streamed != resident", arg, tn);
+        free(a), free(b), free(c), free(d);
+        sl_model_close(r);
+        sl_model_close(st);
+    }
+}
+
+/* Mean KL(p_f32 || p) over rows j0 .. n-1 of logits [n][V], f32's log-probs in ref (filled when fill). */
+static double mean_kl(const float *lg, int j0, int n, int V, double *ref, int fill) {
+    double kl = 0;
+    for (int j = j0; j < n; j++) {
+        const float *row = lg + (size_t)j * V;
+        double mx = row[0], z = 0;
+        for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+        for (int v = 0; v < V; v++) z += exp(row[v] - mx);
+        double *r = ref + (size_t)(j - j0) * V;
+        for (int v = 0; v < V; v++) {
+            const double lp = row[v] - mx - log(z);
+            if (fill) r[v] = lp;
+            else kl += exp(r[v]) * (r[v] - lp);
+        }
+    }
+    return kl / (n - j0);
+}
+
+/* The trained demo model (models/demo/README.md) on held-out text, exact kernels: mean KL(f32 || type) over the
+ * second half of a 1024-token window within twice what it measured (f16 9.6e-6, bf16 1.5e-4, q8 1.2e-4; the
+ * issue's bounds are f16 1e-5, q8 1e-3). With int8 activations (the default) the int8 rounding of the next
+ * matrices' inputs amplifies any difference: f16 5.5e-4 there (docs/PERFORMANCE.md). The fixtures' random
+ * weights say nothing of quality (their attention logits swing wildly). */
+TEST(kv_types_demo_kl) {
+    enum { W = 1024 };
+    const double bound[SL_KV_COUNT] = {0, 2e-5, 3e-4, 3e-4};
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    size_t len = 0;
+    char *text = test_read("models/demo/heldout.txt", &len);
+    int32_t *ids = NULL;
+    int n = 0;
+    CHECK(text && !sl_tokenizer_load(DEMO_PATH, &tok, &err));
+    CHECK(!sl_tokenize(tok, text, len < 20000 ? len : 20000, SL_TOKENIZE_NO_SPECIAL, &ids, &n, &err) && n >= W);
+    double *ref = NULL;
+    for (int t = SL_KV_F32; t < SL_KV_COUNT && !test_failed(); t++) {
+        kv_exact = 1;
+        sl_model *m = open_kv(DEMO_PATH, (sl_kv_type)t, 0, 0);
+        kv_exact = 0;
+        CHECK(m);
+        const int V = sl_model_n_vocab(m);
+        float *lg = malloc((size_t)W * V * sizeof(float));
+        if (!ref) ref = malloc((size_t)W / 2 * V * sizeof(double));
+        sl_session *s = NULL;
+        int ok = lg && ref && !sl_session_new(m, W, &s) && !sl_session_eval(s, ids, W, lg, 1);
+        const double kl = ok ? mean_kl(lg, W / 2, W, V, ref, t == SL_KV_F32) : 1;
+        if (getenv("KV_PRINT")) fprintf(stderr, "    demo %s: mean KL %.3g\n", sl_kv_type_name((sl_kv_type)t), kl);
+        sl_session_free(s);
+        free(lg);
+        sl_model_close(m);
+        CHECKF(ok && kl <= bound[t], "kv %s: mean KL %.3g > %.3g", sl_kv_type_name((sl_kv_type)t), kl, bound[t]);
+    }
+    free(ref), free(ids), free(text);
+    sl_tokenizer_free(tok);
+}
+
+/* A state saved at q8 continues bitwise in a fresh session of the same type; a model of another type refuses it
+ * naming both types. */
+TEST(kv_state_records_its_type) {
+    sl_model *m = open_kv("qwen3_moe", SL_KV_Q8, 0, 0), *f = open_kv("qwen3_moe", SL_KV_F16, 0, 0);
+    CHECK(m && f);
+    const int V = sl_model_n_vocab(m);
+    int32_t prompt[40], t = 5;
+    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((i * 13 + 1) % V);
+    sl_session *a = NULL, *b = NULL, *c = NULL;
+    CHECK(!sl_session_new(m, 0, &a) && !sl_session_new(m, 0, &b) && !sl_session_new(f, 0, &c));
+    void *blob = NULL;
+    size_t len = 0;
+    CHECK(!sl_session_eval(a, prompt, 40, NULL, 0) && !sl_session_save(a, &blob, &len));
+    CHECKF(sl_session_load(b, blob, len) == SL_OK, "%s", sl_session_errmsg(b));
+    float *l1 = malloc((size_t)V * sizeof(float)), *l2 = malloc((size_t)V * sizeof(float));
+    int same = !sl_session_eval(a, &t, 1, l1, 0) && !sl_session_eval(b, &t, 1, l2, 0) && !memcmp(l1, l2, V * sizeof(float));
+    int refused = sl_session_load(c, blob, len) == SL_EMISMATCH && strstr(sl_session_errmsg(c), "q8 KV cache") &&
+                  strstr(sl_session_errmsg(c), "f16");
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", sl_session_errmsg(c));
+    free(l1), free(l2), free(blob);
+    sl_session_free(a), sl_session_free(b), sl_session_free(c);
+    sl_model_close(m), sl_model_close(f);
+    CHECK(same);
+    CHECKF(refused, "%s", msg);
+}
+
+/* The encodings against their definitions on random heads of several lengths (a short last q8 block too). */
+TEST(kv_row_encodings) {
+    srand(test_seed());
+    const int hds[] = {8, 24, 32, 40, 128};
+    for (int k = 0; k < 5; k++) {
+        const int hd = hds[k];
+        float x[128], y[128];
+        unsigned char buf[512];
+        for (int i = 0; i < hd; i++) x[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * (float)(1 << (rand() % 8));
+        for (int t = 0; t < SL_KV_COUNT; t++) {
+            for (int i = 0; i < hd; i++) y[i] = NAN;
+            kv_encode_head((sl_kv_type)t, x, hd, buf);
+            kv_decode_heads((sl_kv_type)t, buf, 0, 1, hd, y, 0);
+            for (int i = 0; i < hd; i++) {
+                float want = t == SL_KV_F32 ? x[i] : t == SL_KV_F16 ? f16_to_f32(f32_to_f16(x[i]))
+                             : t == SL_KV_BF16 ? bf16_to_f32(f32_to_bf16(x[i])) : 0;
+                if (t == SL_KV_Q8) { /* codes from 1 / (max / 127), values from its f16 (ggml's way): half a step
+                                      * plus up to 127 times the scale's rounding, and a whole number of steps */
+                    const int b0 = i / KV_Q8_BLOCK * KV_Q8_BLOCK, b1 = b0 + KV_Q8_BLOCK < hd ? b0 + KV_Q8_BLOCK : hd;
+                    float amax = 0;
+                    for (int j = b0; j < b1; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+                    const float dq = amax / 127.0f, d = f16_to_f32(f32_to_f16(dq));
+                    CHECKF(fabsf(y[i] - x[i]) <= 0.5f * d + 127.0f * fabsf(d - dq) + 1e-5f * fabsf(x[i]) &&
+                               fabsf(y[i] / d - roundf(y[i] / d)) < 1e-3f,
+                           "seed %u hd %d q8 [%d]: %g for %g (d %g)", test_seed(), hd, i, y[i], x[i], d);
+                } else {
+                    CHECKF(y[i] == want, "seed %u hd %d %s [%d]: %g, want %g", test_seed(), hd,
+                           sl_kv_type_name((sl_kv_type)t), i, y[i], want);
+                }
+            }
+            CHECK(kv_head_bytes((sl_kv_type)t, hd) <= sizeof buf);
+        }
+    }
+    CHECK(kv_head_bytes(SL_KV_Q8, 128) == 4 * 34 && kv_head_bytes(SL_KV_F16, 128) == 256);
+}
+
+/* The caches grow with the positions used: a session of the model's whole context holds a page at first, more as
+ * it fills (fwd_seq_reserve), and prefill == token by token across the page boundaries (FWD_KV_PAGE). */
+TEST(kv_cache_grows_with_positions) {
+    sl_model *m = open_kv("qwen3_moe", SL_KV_F16, 0, 0);
+    CHECK(m);
+    const int V = sl_model_n_vocab(m), n = FWD_KV_PAGE + 70;
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
+    CHECK(p && a && b);
+    for (int i = 0; i < n; i++) p[i] = (int32_t)((i * 29 + 7) % V);
+    sl_session *s = NULL, *u = NULL;
+    CHECK(!sl_session_new(m, 0, &s) && !sl_session_new(m, 0, &u));
+    CHECK(!sl_session_eval(s, p, n, a, 0));
+    int ok = 1;
+    for (int i = 0; ok && i < n; i++) ok = !sl_session_eval(u, p + i, 1, b, 0);
+    ok = ok && !memcmp(a, b, (size_t)V * sizeof(float));
+    const uint64_t full = sl_model_kv_bytes(m, 0), part = sl_model_kv_bytes(m, FWD_KV_PAGE);
+    const int pages = sl_model_n_ctx(m) / FWD_KV_PAGE;
+    sl_session_free(s), sl_session_free(u);
+    free(p), free(a), free(b);
+    sl_model_close(m);
+    CHECKF(ok, "prefill of %d tokens != token by token", n);
+    CHECKF(full == (uint64_t)pages * part, "%llu vs %llu", (unsigned long long)full, (unsigned long long)part);
+}
+
+/* fwd_seq directly: a page at first, doubling, at most n_ctx. */
+TEST(kv_seq_pages) {
+    fam_config c;
+    memset(&c, 0, sizeof c);
+    c.n_layers = 2, c.hidden = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+    be_backend *be = be_cpu_new(NULL, NULL);
+    fwd_seq *sq = be ? fwd_seq_new(&c, 3000, SL_KV_Q8, be) : NULL;
+    CHECK(sq);
+    int ok = sq->kv_cap[0] == FWD_KV_PAGE && fwd_kv_row_bytes(sq) == 2 * kv_head_bytes(SL_KV_Q8, 16);
+    ok = ok && !fwd_seq_reserve(sq, 300) && sq->kv_cap[0] == 2 * FWD_KV_PAGE;
+    ok = ok && !fwd_seq_reserve(sq, 2900) && sq->kv_cap[0] == 3000 && sq->kv_cap[1] == 3000;
+    fwd_seq_free(sq);
+    be_close(be);
+    CHECK(ok);
+}
+
+/* --ctx: sessions of sl_model_params.n_ctx positions, "context full" past it; longer than the model's refused. */
+TEST(kv_ctx_param_and_context_full) {
+    sl_model *m = open_kv("qwen3_moe", SL_KV_F16, 0, 16), *big = NULL;
+    CHECK(m);
+    int32_t p[17] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17};
+    sl_session *s = NULL;
+    CHECK(!sl_session_new(m, 0, &s));
+    CHECK(!sl_session_eval(s, p, 10, NULL, 0));
+    sl_status st = sl_session_eval(s, p, 7, NULL, 0);
+    int full = st == SL_ERANGE && strstr(sl_session_errmsg(s), "context full") && sl_session_n_past(s) == 10;
+    sl_session_free(s);
+    sl_model_close(m);
+    CHECK(full);
+    sl_model_params mp = sl_model_params_default();
+    mp.n_ctx = 100000;
+    sl_error err = {0};
+    CHECK(sl_model_open(test_packed("qwen3_moe"), &mp, &big, &err) == SL_ERANGE && !big);
+    CHECKF(strstr(err.msg, "longer than the model's context of 4096"), "%s", err.msg);
+}
+
+/* The command line: --kv names the types it takes, --ctx past the model's or a prompt past --ctx is one clear
+ * error. */
+TEST(kv_cli_options) {
+    char *o = NULL;
+    int rc = test_sh(1, &o, "build/sluice logits -m %s --tokens 1,2,3 -o /dev/null --kv f8", DEMO_PATH);
+    CHECKF(rc != 0 && strstr(o, "--kv: 'f8' (f32, f16, bf16, q8)"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "build/sluice logits -m %s --tokens 1,2,3 -o /dev/null --ctx 2", DEMO_PATH);
+    CHECKF(rc != 0 && strstr(o, "context full"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "build/sluice run -m %s --tokens 1,2,3 -n 2 --ctx 9000", DEMO_PATH);
+    CHECKF(rc != 0 && strstr(o, "longer than the model's context of 4096"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "build/sluice logits -m %s --tokens 1,2,3 -o /dev/null --kv q8 --ctx 3", DEMO_PATH);
+    CHECKF(rc == 0, "rc %d: %s", rc, o);
+    free(o);
+}
+
+/* Every kernel table's KV decoder (kern_ops.kv_decode) is bitwise the scalar one, for each type and head length
+ * (ragged tails, a short q8 block), on random values with a stride between heads. */
+TEST(kernel_kv_decode_bitwise_scalar) {
+    srand(test_seed() ^ 0x5eed);
+    const char *names[] = {"scalar", "avx2", "avx512", "neon"};
+    const int hds[] = {8, 24, 40, 64, 128};
+    float x[128], want[3 * 128], got[3 * 128];
+    unsigned char buf[3 * 300];
+    for (int k = 0; k < 4; k++) {
+        const kern_ops *ops = kern_ops_by_name(names[k]);
+        if (!ops || !ops->kv_decode) continue;
+        for (int h = 0; h < 5; h++)
+            for (int t = 0; t < SL_KV_COUNT; t++) {
+                const int hd = hds[h];
+                const size_t ld = kv_head_bytes((sl_kv_type)t, hd) + 6;
+                for (int i = 0; i < 3; i++) {
+                    for (int c = 0; c < hd; c++) x[c] = ((float)rand() / (float)RAND_MAX - 0.5f) * 20.0f;
+                    kv_encode_head((sl_kv_type)t, x, hd, buf + (size_t)i * ld);
+                }
+                for (int i = 0; i < 3 * 128; i++) want[i] = got[i] = NAN;
+                kv_decode_heads((sl_kv_type)t, buf, ld, 3, hd, want, 128);
+                ops->kv_decode((sl_kv_type)t, buf, ld, 3, hd, got, 128);
+                CHECKF(!memcmp(want, got, sizeof want), "seed %u: %s kv_decode %s hd %d differs", test_seed(), names[k],
+                       sl_kv_type_name((sl_kv_type)t), hd);
+            }
+    }
+}
