@@ -56,7 +56,12 @@ int fwd_any_layer(const fam_config *cfg, int linear) {
 static size_t slot_floats(const fam_config *cfg, int n_ctx) {
     size_t c = FWD_BATCH, dk = (size_t)cfg->lin_dk, dv = (size_t)cfg->lin_dv;
     size_t dn = 4 * c * c + c * (4 * dk + 4 * dv) + 8 * c + 8 * dv + 8 * dk;
-    size_t at = (size_t)n_ctx + (cfg->hc_mult > 0 ? (size_t)n_ctx / 2 + 16 : 0); /* V4: + compressed entries */
+    /* attention: scores of a block of up to FWD_BATCH tokens x a KV head's query heads over the context (as many
+     * as 4M floats hold; backend/cpu/cpu_mix.c attn_block_part), and BE_KV_TILE decoded rows */
+    const size_t group = (size_t)(cfg->n_kv_heads > 0 ? cfg->n_heads / cfg->n_kv_heads : 1);
+    size_t at = (size_t)FWD_BATCH * group * (size_t)n_ctx;
+    at = (at < ((size_t)1 << 22) ? at : (size_t)1 << 22) + (size_t)n_ctx;
+    at += cfg->hc_mult > 0 ? (size_t)n_ctx / 2 + 16 : 0; /* V4: + compressed entries */
     at += (size_t)BE_KV_TILE * (size_t)cfg->head_dim;
     size_t mla = fwd_mla_slot_floats(cfg, n_ctx);
     if (mla > at) at = mla;
