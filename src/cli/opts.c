@@ -42,7 +42,7 @@ const cli_opt cli_model_opts[] = {
                        "a reserve (default: none; run, chat and serve --gpu without --vram, --cache or --resident: auto)"},
     {"--hybrid", "MODE", "with --vram: a decode step's expert the device tier does not take runs on the CPU threads "
                          "from the RAM cache, bitwise the GPU's result: auto (on with --gpu), on or off (every "
-                         "miss copied to the device) (default: auto)"},
+                         "miss copied to the device) (default: auto, which is off for now: slower on the H100, docs/CUDA.md)"},
     {"--gpu", NULL, "compute on the GPU (the CUDA backend of a make CUDA=1 build; every family runs there; "
                     "q3 weights are refused with the weight named) (default: the CPU)"},
     {"--kv", "TYPE", "the attention KV cache: f32 (exact), f16, bf16 or q8 (8.5 bits a value, llama.cpp's q8_0); "

@@ -16,11 +16,11 @@ sl_model_params sl_model_params_default(void) {
     return p;
 }
 
-/* The hybrid step (sluice.h hybrid; docs/CUDA.md): asked for, or by default with a device backend; and only where
+/* The hybrid step (sluice.h hybrid; docs/CUDA.md): when asked for (auto is off for now), and only where
  * the backend can run an expert on the host as on the device (a device backend: SwiGLU experts on int8
  * activations, kernels_dev.c). */
 static int hybrid_on(const sl_model *m, const sl_model_params *p) {
-    if (!m->be->ffn_host || p->hybrid < 0 || (p->hybrid == 0 && m->be->is_host)) return 0;
+    if (!m->be->ffn_host || p->hybrid <= 0) return 0; /* auto is off: slower on the H100 (docs/CUDA.md) */
     return m->be->is_host || (!p->exact && m->cfg.expert_kind != SL_EXPERT_GPTOSS);
 }
 
