@@ -219,7 +219,16 @@ done:
     return st;
 }
 
-/* GETs the listing, with retries on network errors and 5xx. */
+/* 1 when the listing's request never reached a server: the host name did not resolve, nothing accepted
+ * the connection, or the connection timed out before any answer. The listing is the pull's first
+ * request, so this means no network (or a wrong HF_ENDPOINT), which retries do not mend; a file's
+ * transfer later on is retried instead (transfer.c), as a connection that worked once may come back. */
+static int unreachable(CURLcode rc, const xfer *x) {
+    if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_COULDNT_CONNECT) return 1;
+    return rc == CURLE_OPERATION_TIMEDOUT && x->status == 0;
+}
+
+/* GETs the listing, with retries on 5xx and on broken answers (not when no server answered at all). */
 static sl_status fetch_listing(puller *pl, CURL *c, sl_error *err) {
     const char *rev = pl->p->revision ? pl->p->revision : "main";
     char *erev = pull_url_escape(c, rev, 0), *url = erev ? pull_asprintf("%s/api/models/%s/revision/%s?blobs=true", pl->endpoint,
@@ -243,6 +252,11 @@ static sl_status fetch_listing(puller *pl, CURL *c, sl_error *err) {
             break;
         }
         if (pull_stopped(pl)) { st = pl->err.status ? pl->err.status : SL_ECANCELED; *err = pl->err; break; }
+        if (unreachable(rc, &x)) { /* no network: say so at once rather than after a minute of retries */
+            st = err_set(err, SL_EIO, "%s: cannot reach %s (%s): check the network connection, or set HF_ENDPOINT to a hub "
+                        "that can be reached", pl->p->repo, pl->endpoint, curl_easy_strerror(rc));
+            break;
+        }
         if (++failures > pl->retries) {
             st = rc != CURLE_OK ? err_set(err, SL_EIO, "%s: cannot list the repository at %s: %s", pl->p->repo, pl->endpoint,
                                          curl_easy_strerror(rc))

@@ -454,3 +454,22 @@ def test_two_pulls_of_one_directory_at_once(hub, tmp_path):
         assert p.returncode == 0, e.decode()
         assert o.decode().splitlines()[-1] == str(out)
     assert_files(out, h.repos["acme/tiny-moe"], DEFAULT)
+
+
+def test_unreachable_hub_fails_at_once(tmp_path):
+    # no server behind the endpoint (a port just closed): one line naming the endpoint, no minute of retries
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    import subprocess
+    from conftest import sluice_bin
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"))
+    t0 = time.monotonic()
+    r = subprocess.run([sluice_bin(), "pull", "acme/tiny-moe", "-o", str(tmp_path / "m")], capture_output=True,
+                       timeout=60, env=env)
+    took = time.monotonic() - t0
+    err = r.stderr.decode()
+    assert r.returncode == 1 and len(err.splitlines()) == 1, err
+    assert f"cannot reach http://127.0.0.1:{port}" in err and "check the network" in err, err
+    assert took < 5, took  # was 16 s of silent retries
