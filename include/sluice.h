@@ -175,6 +175,13 @@ typedef struct sl_pull_result {
 sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *user, char **out_dir,
                   sl_pull_result *res, sl_error *err);
 
+/* Lists the files of a repository at a revision: the listing sl_pull starts with (params' repo, revision,
+ * endpoint and token; the other fields are not used), with the same errors. *names (malloc'ed; the caller
+ * frees it) gets every repository path, each NUL-terminated, an empty string after the last; commit (may
+ * be NULL) the revision's commit. Nothing is written to disk. For a caller that picks files to pull
+ * (sl_pull_params.include), such as one GGUF file among a repository's quantizations. */
+sl_status sl_pull_list(const sl_pull_params *params, char **names, char commit[48], sl_error *err);
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Models and sessions                                                                            */
 

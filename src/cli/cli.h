@@ -25,6 +25,9 @@ int cmd_synth(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv); /* cmd_perplexity.c */
 int cmd_serve(int argc, char **argv);      /* cmd_serve.c */
+int cmd_ls(int argc, char **argv);         /* cmd_store.c */
+int cmd_rm(int argc, char **argv);
+int cmd_show(int argc, char **argv);
 
 /* ---- help (help.c) and the options commands share (opts.c) ---- */
 
@@ -69,6 +72,10 @@ extern const char *cli_default_model_doc; /* the lookup of cli_default_model, in
  * /proc/self/exe). Returns 0 with *path set (static storage, or the environment's), or 1 after printing
  * one line naming the places searched. */
 int cli_default_model(const char *cmd, const char **path);
+/* The model a command opens: *model NULL -> cli_default_model; a model of the store, ORG/NAME[:TAG] that is
+ * not a file (store.c) -> its container there, downloaded and packed first when absent; else *model as it
+ * is. Returns 0 with *model set, or 1 after printing why. */
+int cli_model_path(const char *cmd, const char **model);
 /* Parses one model option (--cache, --resident, --io, --engine, --policy, --pin, --no-verify,
  * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
  * bad value prints the error and sets *bad = 1. A valued option without its value is not one (0). */

@@ -329,7 +329,7 @@ int cmd_bench(int argc, char **argv) {
             if (bad) return 1;
         } else return cli_bad_option("bench", argc, argv, i);
     }
-    if (!path && cli_default_model("bench", &path)) return 1;
+    if (cli_model_path("bench", &path)) return 1;
     if (n_cache == 0) caches[n_cache++] = mp.cache_bytes;
     mp.routing_seed = seed;
     cJSON *arr = cJSON_CreateArray();
@@ -375,7 +375,7 @@ int cmd_profile(int argc, char **argv) {
         } else return cli_bad_option("profile", argc, argv, i);
     }
     if (!out || !tokens) return cli_fail("profile", "usage: sluice profile [-m MODEL.sluice] --tokens 1,2,3 -o PROFILE");
-    if (!path && cli_default_model("profile", &path)) return 1;
+    if (cli_model_path("profile", &path)) return 1;
     if (mp.resident) return cli_fail("profile", "--resident models do not count routing; drop --resident");
     int32_t *toks = NULL;
     int n = cli_parse_tokens(tokens, &toks);

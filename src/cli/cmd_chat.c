@@ -225,12 +225,12 @@ int cmd_chat(int argc, char **argv) {
             i++;
             continue;
         }
-        int r = cli_text_opt("chat", &c.o, argc, argv, &i);
+        int r = cli_text_opt(argv[0], &c.o, argc, argv, &i);
         if (r < 0) return -r;
-        if (r == 0 || c.o.prompt) return cli_bad_option("chat", argc, argv, r ? i - 1 : i); /* -p: run's */
+        if (r == 0 || c.o.prompt) return cli_bad_option(argv[0], argc, argv, r ? i - 1 : i); /* -p: run's */
     }
-    if (!c.o.model && cli_default_model("chat", &c.o.model)) return 1;
-    if (c.o.n_gen < 1) return cli_fail("chat", "-n must be at least 1");
+    if (cli_model_path(argv[0], &c.o.model)) return 1;
+    if (c.o.n_gen < 1) return cli_fail(argv[0], "-n must be at least 1");
     int rc = 1;
     sl_error err = {0};
     /* before the model opens, so Ctrl-C never ends the program (while it opens, it counts as one at the
@@ -239,10 +239,10 @@ int cmd_chat(int argc, char **argv) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint; /* no SA_RESTART: a blocked read returns and the loop goes on */
     sigaction(SIGINT, &sa, NULL);
-    if (cli_load_tokenizer("chat", c.o.model, &c.tok)) goto out;
+    if (cli_load_tokenizer(argv[0], c.o.model, &c.tok)) goto out;
     cli_gpu_split(&c.o.mp);
-    if (sl_model_open(c.o.model, &c.o.mp, &c.m, &err)) { cli_fail("chat", "%s", err.msg); goto out; }
-    if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail("chat", "out of memory"); goto out; }
+    if (sl_model_open(c.o.model, &c.o.mp, &c.m, &err)) { cli_fail(argv[0], "%s", err.msg); goto out; }
+    if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail(argv[0], "out of memory"); goto out; }
     c.pending = -1;
     if (load && load_state(&c, load)) goto out;
     int tty = isatty(0);

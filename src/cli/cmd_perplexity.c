@@ -49,7 +49,7 @@ static int parse(int argc, char **argv, ppl_args *a) {
         else return cli_bad_option("perplexity", argc, argv, i);
     }
     if (!a->file) return cli_fail("perplexity", "no text: pass -f FILE (see 'sluice perplexity --help')");
-    if (!a->model && cli_default_model("perplexity", &a->model)) return 1;
+    if (cli_model_path("perplexity", &a->model)) return 1;
     return 0;
 }
 

@@ -39,10 +39,11 @@ static int parse(const char *cmd, int argc, char **argv, run_args *a) {
         }
         else if (!strcmp(s, "--ids")) a->ids = 1;
         else if (!strcmp(s, "--stats")) a->stats = 1;
+        else if (s[0] != '-' && !a->model) a->model = s; /* sluice run MODEL --tokens ... */
         else return cli_bad_option(cmd, argc, argv, i);
     }
     if (!a->tokens) return cli_fail(cmd, "no input: pass %s--tokens 1,2,3", strcmp(cmd, "run") ? "" : "-p TEXT or ");
-    if (!a->model && cli_default_model(cmd, &a->model)) return 1;
+    if (cli_model_path(cmd, &a->model)) return 1;
     return 0;
 }
 
@@ -55,8 +56,12 @@ static int open_model(const char *cmd, const run_args *a, sl_model **m) {
 }
 
 int cmd_run(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) /* text prompts: cmd_text.c */
+    int tokens = 0;
+    for (int i = 1; i < argc; i++) { /* text prompts: cmd_text.c */
         if (!strcmp(argv[i], "-p") || !strcmp(argv[i], "--prompt")) return cmd_run_text(argc, argv);
+        tokens |= !strcmp(argv[i], "--tokens");
+    }
+    if (!tokens) return cmd_chat(argc, argv); /* no prompt: a conversation, as `ollama run NAME` */
     run_args a;
     int bad = parse("run", argc, argv, &a);
     if (bad) return bad;

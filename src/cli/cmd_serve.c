@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/store.h"
 #include "serve/serve.h"
 
 enum { MAX_MODELS = 16 };
@@ -20,7 +21,8 @@ static void print_line(void *user, const char *line) {
     fflush(stderr);
 }
 
-/* Splits "NAME=PATH" (NAME without '/') or "PATH" (NAME: the file name without .sluice). */
+/* Splits "NAME=PATH" (NAME without '/') or "PATH" (NAME: the file name without .sluice; a model of the
+ * store, ORG/NAME[:TAG], is served under that name: cmd_serve). */
 static void name_path(const char *arg, char *name, size_t n, const char **path) {
     const char *eq = strchr(arg, '=');
     if (eq && eq > arg && !memchr(arg, '/', (size_t)(eq - arg))) {
@@ -34,6 +36,20 @@ static void name_path(const char *arg, char *name, size_t n, const char **path) 
     if (bl > 7 && !strcmp(base + bl - 7, ".sluice")) bl -= 7;
     snprintf(name, n, "%.*s", (int)bl, base);
     *path = arg;
+}
+
+/* Opens the model of one -m: its name, path (a model of the store is fetched first: cli_model_path),
+ * tokenizer and model. 0, or 1 printed (what was opened is the caller's to free). */
+static int open_model(const char *spec, const sl_model_params *mp, char *name, size_t n, const char **path, sl_model **m,
+                      sl_tokenizer **tok) {
+    sl_error err = {0};
+    name_path(spec, name, n, path);
+    if (*path == spec && store_is_name(spec)) snprintf(name, n, "%s", spec); /* ORG/NAME[:QUANT] */
+    if (cli_model_path("serve", path)) return 1;
+    if (!name[0]) return cli_fail("serve", "-m %s: an empty model name", spec);
+    if (cli_load_tokenizer("serve", *path, tok)) return 1;
+    if (sl_model_open(*path, mp, m, &err)) return cli_fail("serve", "%s", err.msg);
+    return 0;
 }
 
 /* A positive integer option's value, or -1 (printed). */
@@ -107,11 +123,14 @@ int cmd_serve(int argc, char **argv) {
             if (bad) return 1;
             continue;
         }
-        if (!v) return cli_bad_option("serve", argc, argv, i);
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (a[0] != '-' || ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v)) { /* sluice serve ORG/NAME */
             if (n_specs == MAX_MODELS) return cli_fail("serve", "at most %d models", MAX_MODELS);
-            specs[n_specs++] = v;
-        } else if (!strcmp(a, "--host")) p.host = v;
+            specs[n_specs++] = a[0] != '-' ? a : v;
+            i += a[0] == '-';
+            continue;
+        }
+        if (!v) return cli_bad_option("serve", argc, argv, i);
+        if (!strcmp(a, "--host")) p.host = v;
         else if (!strcmp(a, "--port")) {
             char *end;
             long x = strtol(v, &end, 10);
@@ -153,13 +172,8 @@ int cmd_serve(int argc, char **argv) {
     srv_server *srv = NULL;
     sl_error err = {0};
     for (; n < n_specs; n++) {
-        const char *path;
-        name_path(specs[n], names[n], sizeof names[n], &path);
-        paths[n] = path;
-        if (!names[n][0]) { cli_fail("serve", "-m %s: an empty model name", specs[n]); goto out; }
-        if (cli_load_tokenizer("serve", path, &toks[n])) goto out;
         cli_gpu_split(&mp);
-        if (sl_model_open(path, &mp, &opened[n], &err)) { cli_fail("serve", "%s", err.msg); goto out; }
+        if (open_model(specs[n], &mp, names[n], sizeof names[n], &paths[n], &opened[n], &toks[n])) goto out;
         models[n] = (srv_model_entry){names[n], opened[n], toks[n]};
     }
     /* SIGINT / SIGTERM are taken by sigwait below: blocked here, before any thread starts, so every

@@ -122,7 +122,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!text) text = s;
         else return cli_fail("tokenize", "one TEXT argument at most (quote it, or pipe it on stdin)");
     }
-    if (!model && cli_default_model("tokenize", &model)) return 1; /* as run does */
+    if (cli_model_path("tokenize", &model)) return 1; /* as run does */
     sl_tokenizer *tok = NULL;
     if (cli_load_tokenizer("tokenize", model, &tok)) return 1;
     char *in = NULL, *out = NULL;
@@ -207,6 +207,7 @@ int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *
     } else if (!strcmp(s, "--chat")) o->chat = 1;
     else if (!strcmp(s, "--stats")) o->stats = 1;
     else if (!strcmp(s, "--ids")) o->ids = 1;
+    else if (s[0] != '-' && !o->model) o->model = s; /* sluice run ORG/NAME, sluice chat MODEL.sluice */
     else {
         int bad = 0;
         if (!cli_model_opt(argc, argv, i, &o->mp, cmd, &bad)) return 0;
@@ -253,7 +254,7 @@ int cmd_run_text(int argc, char **argv) {
         if (r < 0) return -r;
         if (r == 0) return cli_bad_option("run", argc, argv, i);
     }
-    if (!o.model && cli_default_model("run", &o.model)) return 1;
+    if (cli_model_path("run", &o.model)) return 1;
     if (o.n_gen < 1) return cli_fail("run", "-n must be at least 1");
     sl_model *m = NULL;
     sl_session *s = NULL;

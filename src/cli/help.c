@@ -17,7 +17,8 @@
 
 /* ---- option tables ----------------------------------------------------------------------------- */
 
-#define MODEL_OPT(what) {"-m, --model", "MODEL", "the .sluice container " what}
+#define MODEL_OPT(what) {"-m, --model", "MODEL", "the .sluice container, or a model of the store, ORG/NAME[:QUANT] " \
+                                                   "(downloaded and packed the first time) " what}
 #define DEFAULT_MODEL_OPT MODEL_OPT("(default: see 'Default model' below)")
 #define END_OPTS {NULL, NULL, NULL}
 
@@ -178,8 +179,9 @@ static const cli_opt perplexity_opts[] = {
 };
 
 static const cli_opt serve_opts[] = {
-    {"-m, --model", "[NAME=]MODEL", "a .sluice container to serve, under NAME (default NAME: the file name "
-                                    "without .sluice); repeatable, requests pick one by their \"model\" field, "
+    {"-m, --model", "[NAME=]MODEL", "a .sluice container, or a model of the store (ORG/NAME[:QUANT], as for "
+                                    "run), to serve under NAME (default NAME: the file name without .sluice, or "
+                                    "ORG/NAME[:QUANT]); also without -m; repeatable, requests pick one by their \"model\" field, "
                                     "the first is the default (default: see 'Default model' below)"},
     {"--host", "HOST", "the address to listen on (default: 127.0.0.1, this machine only)"},
     {"--port", "PORT", "the TCP port; 0 picks a free one (default: 8080)"},
@@ -235,18 +237,26 @@ const cli_command cli_commands[] = {
      "tensor again from the checkpoint and compares it byte for byte. A failure names the first bad tensor "
      "or expert and exits with status 1.",
      verify_opts, "sluice verify qwen3-next.sluice --source ~/models/Qwen3-Next-80B-A3B-Instruct", 0},
-    {"run", "generate text from a prompt, or greedy tokens from token ids", cmd_run,
-     "[-m MODEL.sluice] -p TEXT [OPTION]...\n[-m MODEL.sluice] --tokens IDS [OPTION]...",
+    {"run", "generate text from a prompt, or talk with a model (ORG/NAME: downloaded the first time)", cmd_run,
+     "[MODEL] -p TEXT [OPTION]...\n[MODEL] --tokens IDS [OPTION]...\n[MODEL] [OPTION]...",
      "Generates from a text prompt (-p), printing the text as it is produced, or from token ids (--tokens), "
-     "printing greedy token ids. Generation stops at an end-of-generation token (EOS, <|im_end|>), at a "
-     "--stop string, after -n tokens, or at Ctrl-C. -p needs a container packed with its tokenizer.",
-     run_opts, "sluice run -p \"In the beginning\" -n 64 --temp 0.7 --seed 1 --stats",
+     "printing greedy token ids; with neither, starts a conversation, as 'sluice chat' does. Generation stops "
+     "at an end-of-generation token (EOS, <|im_end|>), at a --stop string, after -n tokens, or at Ctrl-C. -p "
+     "needs a container packed with its tokenizer.\n"
+     "MODEL (or -m MODEL) is a .sluice file, or a Hugging Face repository, ORG/NAME[:QUANT]: the first time, it "
+     "is downloaded and packed into the model store ($SLUICE_HOME, else $XDG_CACHE_HOME/sluice, else "
+     "~/.cache/sluice), later runs open it there without the network. QUANT of a safetensors checkpoint: keep, "
+     "f32, bf16, q8, or q4 / q3 (the routed experts in 4 / 3 bits, the rest q8) (default: keep for a checkpoint "
+     "quantized already, else q4); of a GGUF repository: the quantization in its file names, e.g. Q4_K_M "
+     "(default: Q4_K_M, else Q4_0, else Q8_0). 'sluice ls', 'show' and 'rm' manage the store.",
+     run_opts, "sluice run Qwen/Qwen3-30B-A3B -p \"Why is the sky blue?\" --chat --cache 8G",
      CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
-    {"chat", "talk with the model, one turn after another", cmd_chat, "[-m MODEL.sluice] [OPTION]...",
+    {"chat", "talk with the model, one turn after another", cmd_chat, "[MODEL] [OPTION]...",
      "An interactive conversation in the model's chat template, read line by line from stdin (with line "
      "editing on a terminal). The model's state is kept between turns, so earlier turns are never evaluated "
      "again. At the prompt: /reset, /stats, /think on|off, /system TEXT, /save FILE (what --save writes), "
-     "/help (this list), /quit. Ctrl-C stops the current answer, Ctrl-D leaves.",
+     "/help (this list), /quit. Ctrl-C stops the current answer, Ctrl-D leaves. MODEL (or -m MODEL): a "
+     ".sluice file or a model of the store, ORG/NAME[:QUANT], as for run.",
      chat_opts, "sluice chat --system \"You are terse.\" -n 128", CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
     {"tokenize", "text to token ids, or ids to text", cmd_tokenize,
      "[-m MODEL.sluice | --tokenizer FILE] [OPTION]... [TEXT]",
@@ -293,6 +303,19 @@ const cli_command cli_commands[] = {
      "printed to stderr; SIGINT or SIGTERM stops the server. docs/SERVER.md lists the fields supported.",
      serve_opts, "sluice serve -m qwen3-next.sluice --port 8080 --cache 8G --parallel 8",
      CLI_MODEL_OPTS | CLI_DEFAULT_MODEL},
+    {"ls", "list the models of the store", cmd_ls, "[OPTION]...",
+     "Lists the models that 'sluice run ORG/NAME' downloaded and packed into the store ($SLUICE_HOME, else "
+     "$XDG_CACHE_HOME/sluice, else ~/.cache/sluice): name, quantization, size on disk and when it was last "
+     "used.",
+     NULL, "sluice ls", 0},
+    {"show", "where a model of the store came from, and what it is", cmd_show, "ORG/NAME[:QUANT]...",
+     "Prints where the model came from (hub, repository, commit, format, when), how it was packed and when "
+     "it was last used, then what 'sluice info' says of its container (family, dimensions, layers, sizes) "
+     "and where that file is. Without :QUANT, every quantization of the model in the store.",
+     NULL, "sluice show Qwen/Qwen3-30B-A3B", 0},
+    {"rm", "remove a model from the store", cmd_rm, "ORG/NAME[:QUANT]...",
+     "Removes the model's container and record from the store; without :QUANT, every quantization of it.",
+     NULL, "sluice rm Qwen/Qwen3-30B-A3B:q8", 0},
     {"synth", "write a container of a released model's shape with random weights", cmd_synth,
      "--shape NAME -o MODEL.sluice [OPTION]...",
      "Writes a container of a released model's real dimensions filled with seeded random weights, so that "
@@ -392,10 +415,13 @@ void cli_help_main(FILE *f) {
         {"HF_TOKEN", NULL, "the Hugging Face token that pull sends to the hub (gated and private models)"},
         {"HF_ENDPOINT", NULL, "the hub that pull downloads from (default: https://huggingface.co)"},
         {"HF_HOME", NULL, "pull's cache is $HF_HOME/hub (default: ~/.cache/huggingface/hub)"},
+        {"SLUICE_HOME", NULL, "the model store of run ORG/NAME, ls, show and rm (default: $XDG_CACHE_HOME/sluice, "
+                              "else ~/.cache/sluice)"},
         END_OPTS,
     };
     for (const cli_opt *o = env; o->flags; o++) opt_line(f, o);
     fprintf(f, "\nExamples:\n"
+               "  sluice run Qwen/Qwen3-30B-A3B          # download, pack into the store, talk\n"
                "  sluice pack ~/models/Qwen3-Next-80B-A3B-Instruct -o qwen3-next.sluice --quant q4\n"
                "  sluice run -m qwen3-next.sluice -p \"Why is the sky blue?\" --chat --cache 8G --stats\n"
                "  sluice chat\n");

@@ -489,35 +489,81 @@ static int repo_name_ok(const char *r) {
     return !strstr(r, "..");
 }
 
-sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *user, char **out_dir,
-                  sl_pull_result *res, sl_error *err) {
-    *out_dir = NULL;
+/* The part of a pull before the listing: the name checked, the endpoint and token found, libcurl and one
+ * handle started (*c). puller_end undoes it, whatever was reached. */
+static sl_status puller_start(puller *pl, const sl_pull_params *params, CURL **c, sl_error *err) {
+    memset(pl, 0, sizeof *pl);
+    *c = NULL;
     if (!params || !repo_name_ok(params->repo))
         return err_set(err, SL_EINVAL, "'%s' is not a repository name (ORG/NAME: letters, digits, '-', '_', '.')",
                       params && params->repo ? params->repo : "");
-    puller pl;
-    memset(&pl, 0, sizeof pl);
-    pl.p = params;
-    pl.progress = progress;
-    pl.user = user;
-    pl.retries = params->retries > 0 ? params->retries : PULL_DEFAULT_RETRIES;
-    pthread_mutex_init(&pl.mu, NULL);
-    char *dir = NULL;
-    sl_status st = SL_OK;
-    CURL *c = NULL;
+    pl->p = params;
+    pl->retries = params->retries > 0 ? params->retries : PULL_DEFAULT_RETRIES;
+    pthread_mutex_init(&pl->mu, NULL);
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        pthread_mutex_destroy(&pl.mu);
+        pthread_mutex_destroy(&pl->mu);
+        pl->p = NULL;
         return err_set(err, SL_EIO, "cannot initialise libcurl");
     }
     const char *ep = params->endpoint ? params->endpoint : env("HF_ENDPOINT") ? env("HF_ENDPOINT") : "https://huggingface.co";
-    pl.endpoint = strdup(ep);
-    pl.token = find_token(params);
-    if (!pl.endpoint || !pl.token || !(c = curl_easy_init())) { st = err_set(err, SL_ENOMEM, "out of memory"); goto done; }
-    for (size_t n = strlen(pl.endpoint); n > 0 && pl.endpoint[n - 1] == '/'; n--) pl.endpoint[n - 1] = 0;
-    if (strncmp(pl.endpoint, "http://", 7) && strncmp(pl.endpoint, "https://", 8)) {
-        st = err_set(err, SL_EINVAL, "endpoint '%s' is not an http:// or https:// URL (HF_ENDPOINT)", pl.endpoint);
-        goto done;
+    pl->endpoint = strdup(ep);
+    pl->token = find_token(params);
+    if (!pl->endpoint || !pl->token || !(*c = curl_easy_init())) return err_set(err, SL_ENOMEM, "out of memory");
+    for (size_t n = strlen(pl->endpoint); n > 0 && pl->endpoint[n - 1] == '/'; n--) pl->endpoint[n - 1] = 0;
+    if (strncmp(pl->endpoint, "http://", 7) && strncmp(pl->endpoint, "https://", 8))
+        return err_set(err, SL_EINVAL, "endpoint '%s' is not an http:// or https:// URL (HF_ENDPOINT)", pl->endpoint);
+    return SL_OK;
+}
+
+static void puller_end(puller *pl, CURL *c) {
+    if (!pl->p) return; /* puller_start stopped before anything was started */
+    for (int i = 0; i < pl->n_files; i++) {
+        free(pl->files[i].name);
+        free(pl->files[i].final_path);
+        free(pl->files[i].tmp_path);
+        free(pl->files[i].link_path);
     }
+    free(pl->files);
+    free(pl->queue);
+    free(pl->endpoint);
+    if (pl->token) explicit_bzero(pl->token, strlen(pl->token));
+    free(pl->token);
+    free(pl->repo_dir);
+    if (c) curl_easy_cleanup(c);
+    curl_global_cleanup();
+    pthread_mutex_destroy(&pl->mu);
+}
+
+sl_status sl_pull_list(const sl_pull_params *params, char **names, char commit[48], sl_error *err) {
+    *names = NULL;
+    puller pl;
+    CURL *c;
+    sl_status st = puller_start(&pl, params, &c, err);
+    if (!st) st = fetch_listing(&pl, c, err);
+    size_t len = 1;
+    for (int i = 0; !st && i < pl.n_files; i++) len += strlen(pl.files[i].name) + 1;
+    char *out = st ? NULL : malloc(len), *w = out;
+    if (!st && !out) st = err_set(err, SL_ENOMEM, "out of memory");
+    for (int i = 0; !st && i < pl.n_files; i++) w = stpcpy(w, pl.files[i].name) + 1;
+    if (!st) {
+        *w = 0;
+        *names = out;
+        if (commit) snprintf(commit, 48, "%s", pl.commit);
+    }
+    puller_end(&pl, c);
+    return st;
+}
+
+sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *user, char **out_dir,
+                  sl_pull_result *res, sl_error *err) {
+    *out_dir = NULL;
+    puller pl;
+    CURL *c;
+    char *dir = NULL;
+    sl_status st = puller_start(&pl, params, &c, err);
+    pl.progress = progress;
+    pl.user = user;
+    if (st) goto done;
     if ((st = fetch_listing(&pl, c, err))) goto done;
     snprintf(pl.res.commit, sizeof pl.res.commit, "%s", pl.commit);
     int index = -1;
@@ -548,20 +594,6 @@ done:
     if (res) *res = pl.res;
     if (st == SL_OK) *out_dir = dir;
     else free(dir);
-    for (int i = 0; i < pl.n_files; i++) {
-        free(pl.files[i].name);
-        free(pl.files[i].final_path);
-        free(pl.files[i].tmp_path);
-        free(pl.files[i].link_path);
-    }
-    free(pl.files);
-    free(pl.queue);
-    free(pl.endpoint);
-    if (pl.token) explicit_bzero(pl.token, strlen(pl.token));
-    free(pl.token);
-    free(pl.repo_dir);
-    if (c) curl_easy_cleanup(c);
-    curl_global_cleanup();
-    pthread_mutex_destroy(&pl.mu);
+    puller_end(&pl, c);
     return st;
 }
