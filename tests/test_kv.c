@@ -291,7 +291,7 @@ TEST(kernel_kv_decode_bitwise_scalar) {
     const char *names[] = {"scalar", "avx2", "avx512", "neon"};
     const int hds[] = {8, 24, 40, 64, 128};
     float x[128], want[3 * 128], got[3 * 128];
-    unsigned char buf[3 * 300];
+    unsigned char buf[3 * (128 * 4 + 6)]; /* three heads of the widest type (f32, hd 128) at ld = bytes + 6 */
     for (int k = 0; k < 4; k++) {
         const kern_ops *ops = kern_ops_by_name(names[k]);
         if (!ops || !ops->kv_decode) continue;
