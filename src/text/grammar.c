@@ -210,7 +210,8 @@ sl_status gr_compile(const gr_builder *b, int root, gr_grammar **out, sl_error *
         g->rule_alt[i] = a;
         for (int k = 0; k < b->r[i].n; k++) {
             g->alt[a++] = at;
-            memcpy(g->e + at, b->r[i].alts[k].p, (size_t)b->r[i].alts[k].n * sizeof *g->e);
+            if (b->r[i].alts[k].n) /* an empty alternative has no elements (p may be NULL) */
+                memcpy(g->e + at, b->r[i].alts[k].p, (size_t)b->r[i].alts[k].n * sizeof *g->e);
             at += b->r[i].alts[k].n;
             g->e[at++] = (gel){E_END, 0};
         }
