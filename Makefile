@@ -169,13 +169,22 @@ $(BUILD)/sluice.1: $(BUILD)/sluice tools/gen_man.sh
 	@tools/setup.sh man
 	tools/gen_man.sh $@ $(BUILD)/sluice
 
-install: all $(BUILD)/sluice.1
-	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/share/sluice $(PREFIX)/share/man/man1
+# make install installs sluice, never packages: tools/setup.sh only checks there (SLUICE_NO_SETUP) and names
+# what is missing; without help2man the man page is left out, saying so.
+ifneq ($(filter install,$(MAKECMDGOALS)),)
+export SLUICE_NO_SETUP := 1
+endif
+install: all
+	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/share/sluice $(PREFIX)/share/doc/sluice
 	install -m 755 $(BUILD)/sluice $(PREFIX)/bin/
 	install -m 644 $(BUILD)/libsluice.a $(PREFIX)/lib/
 	install -m 644 include/sluice.h $(PREFIX)/include/
 	install -m 644 $(DEMO) $(PREFIX)/share/sluice/demo.sluice
-	install -m 644 $(BUILD)/sluice.1 $(PREFIX)/share/man/man1/sluice.1
+	install -m 644 docs/*.md $(PREFIX)/share/doc/sluice/
+	@if command -v help2man >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory $(BUILD)/sluice.1 && install -d $(PREFIX)/share/man/man1 && \
+		install -m 644 $(BUILD)/sluice.1 $(PREFIX)/share/man/man1/sluice.1; \
+	else echo "make install: help2man is not installed, so the man page is not (apt-get install help2man, then make install again)" >&2; fi
 
 clean:
 	rm -rf build

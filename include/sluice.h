@@ -199,7 +199,13 @@ typedef enum { SL_POLICY_LRU = 0, SL_POLICY_LFU = 1 } sl_cache_policy;
 typedef enum { SL_ROUTING_MODEL = 0, SL_ROUTING_UNIFORM = 1 } sl_routing;
 
 /* The backend that computes (src/backend/backend.h). */
-typedef enum { SL_BACKEND_CPU = 0, SL_BACKEND_CUDA = 1 } sl_backend_kind;
+typedef enum {
+    SL_BACKEND_CPU = 0,
+    SL_BACKEND_CUDA = 1,
+    SL_BACKEND_AUTO = 2, /* CUDA where this build has it, a device is usable and the model opens there (the
+                            family's ops, the weights' types, the memory); else the CPU. The command line's
+                            default; sl_model_backend says which one it became */
+} sl_backend_kind;
 
 /* How a session's attention KV cache stores its rows (docs/PERFORMANCE.md has the bytes and the quality of
  * each): f32 (the exact reference), f16 / bf16 (each value rounded to nearest even), q8 (per head, blocks of
@@ -256,12 +262,21 @@ typedef struct sl_model_params {
                                context; more than the model's: SL_ERANGE at open */
     sl_kv_type kv_type;     /* the sessions' KV cache (above); the library default is SL_KV_F32 (the exact
                                reference), the command line's f16. A backend without the type refuses it at
-                               open, naming it (SL_EUNSUPPORTED) */
+                               open, naming it (SL_EUNSUPPORTED), unless kv_fallback */
+    int kv_fallback;        /* 1: kv_type is a preference: a backend whose attention has no such cache (the CUDA
+                               backend's f16 / bf16 / q8, so far) takes f32, the exact type every backend has,
+                               instead of refusing the model (the command line without --kv); 0 (default):
+                               refused. With SL_BACKEND_AUTO and 0, a type the GPU lacks computes on the CPU */
 } sl_model_params;
 
 #define SL_VRAM_AUTO UINT64_MAX /* sl_model_params.vram_bytes: choose from the device's free memory */
 
 sl_model_params sl_model_params_default(void);
+/* The backend an open model computes on: SL_BACKEND_CPU or SL_BACKEND_CUDA (what SL_BACKEND_AUTO became). */
+sl_backend_kind sl_model_backend(const sl_model *model);
+/* Why SL_BACKEND_AUTO computes on the CPU although this build has a usable GPU: the GPU's refusal of the model
+ * (e.g. "the cuda backend has no f16 KV cache yet (--kv f32)"); "" when it did not fall back. */
+const char *sl_model_backend_note(const sl_model *model);
 
 /* Opens a container: backbone and experts into RAM. On error *out is NULL and err says why. */
 sl_status sl_model_open(const char *path, const sl_model_params *params, sl_model **out, sl_error *err);

@@ -119,6 +119,12 @@ TEST(backend_gpu_refused_clearly) {
     p.backend = (sl_backend_kind)7;
     st = sl_model_open(test_packed("qwen3_moe"), &p, &m, &err);
     CHECKF(st == SL_EINVAL && !m && strstr(err.msg, "backend 7"), "%d: %s", st, err.msg);
+    /* auto (the command line's default): the GPU where there is one, else the CPU, no error */
+    p.backend = SL_BACKEND_AUTO;
+    st = sl_model_open(test_packed("qwen3_moe"), &p, &m, &err);
+    sl_backend_kind want = be_usable(SL_BACKEND_CUDA) ? SL_BACKEND_CUDA : SL_BACKEND_CPU;
+    CHECKF(st == SL_OK && m && sl_model_backend(m) == want, "%d: %s", st, err.msg);
+    sl_model_close(m);
 }
 
 /* A backend that leaves an op NULL (the CUDA backend has no MLA and no DeltaNet yet) refuses, at open, a

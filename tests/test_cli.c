@@ -98,6 +98,14 @@ TEST(cli_gpu_is_one_clear_error) {
 #endif
     CHECKF(rc == 1 && named && strchr(o, '\n') == o + strlen(o) - 1, "rc %d: %s", rc, o);
     free(o);
+    /* --cpu, and the default (auto: the CPU where no GPU is usable), run; --cpu's help names the default */
+    rc = test_sh(1, &o, "%s run -m models/demo.sluice --cpu -p hi -n 1 --temp 0 && %s run -m models/demo.sluice -p hi -n 1 "
+                 "--temp 0", bin(), bin());
+    CHECKF(rc == 0, "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(0, &o, "%s run --help", bin());
+    CHECKF(rc == 0 && strstr(o, "  --cpu ") && strstr(o, "(default: auto"), "rc %d: %s", rc, o);
+    free(o);
 }
 
 TEST(cli_run_and_logits) {
@@ -225,6 +233,16 @@ TEST(cli_synth_bench_profile) {
         CHECKF(ok, "warm-up %d: rc %d: %s", w, rc, o);
         free(o);
     }
+    /* bench's and synth's numbers are checked as every command's are (opts.c cli_num): the range named */
+    rc = test_sh(1, &o, "%s bench -m %s --gen x2", bin(), m);
+    CHECKF(rc == 1 && strstr(o, "option '--gen': 'x2' is not a number"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "%s bench -m %s --prompt -3", bin(), m);
+    CHECKF(rc == 1 && strstr(o, "option '--prompt' must be a whole number between 0 and 1048576, not '-3'"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "%s synth --shape tiny --layers 1.5 -o %s/never.sluice", bin(), test_tmpdir());
+    CHECKF(rc == 1 && strstr(o, "option '--layers' must be a whole number between 0 and 65536, not '1.5'"), "rc %d: %s", rc, o);
+    free(o);
     rc = test_sh(1, &o, "%s bench -m %s --routing sideways", bin(), m);
     CHECKF(rc != 0 && strstr(o, "--routing 'sideways'"), "rc %d: %s", rc, o);
     free(o);

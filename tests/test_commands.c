@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "sluice.h"
 #include "test.h"
@@ -399,5 +400,36 @@ TEST(cmd_man_page) {
     /* it renders without warnings */
     rc = test_sh(0, &o, "man --warnings -E UTF-8 -l %s 2>&1 >/dev/null", man);
     CHECKF(rc == 0 && !*o, "rc %d: %s", rc, o);
+    free(o);
+}
+
+/* make install installs sluice and nothing else: no apt-get (a fake one on PATH records any call), the docs
+ * the help texts and the man page name under PREFIX/share/doc/sluice, and the man page saying where they
+ * are (issue 30: it ran apt on its own, and pointed at docs it did not install). */
+TEST(cmd_make_install_runs_no_apt) {
+    char *o = NULL, build[PATH_MAX];
+    snprintf(build, sizeof build, "%s", sluice());
+    *strrchr(build, '/') = 0; /* the build folder of the binary under test: already built */
+    const char *fake = test_path("%s/fakebin", test_tmpdir()), *prefix = test_path("%s/prefix", test_tmpdir());
+    const char *calls = test_path("%s/apt-calls", test_tmpdir());
+    int rc = test_sh(1, &o, "mkdir -p %s && for t in apt-get apt sudo; do printf '#!/bin/sh\\necho \"$0 $*\" >>%s\\nexit 1\\n' "
+                     "> %s/$t && chmod +x %s/$t; done", fake, calls, fake, fake);
+    CHECKF(rc == 0, "%s", o);
+    free(o);
+    rc = test_sh(1, &o, "env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PATH=%s:$PATH make -s install BUILD=%s PREFIX=%s 2>&1", fake,
+                 build, prefix);
+    CHECKF(rc == 0, "make install: rc %d: %s", rc, o);
+    free(o);
+    CHECKF(access(calls, F_OK) != 0, "make install called apt: %s", test_read(calls, NULL));
+    CHECK(access(test_path("%s/bin/sluice", prefix), X_OK) == 0);
+    CHECK(access(test_path("%s/share/sluice/demo.sluice", prefix), R_OK) == 0);
+    CHECK(access(test_path("%s/share/doc/sluice/PULL.md", prefix), R_OK) == 0);
+    CHECK(access(test_path("%s/share/doc/sluice/SERVER.md", prefix), R_OK) == 0);
+    if (test_sh(0, &o, "command -v help2man >/dev/null 2>&1") == 0) {
+        char *page = test_read(test_path("%s/share/man/man1/sluice.1", prefix), NULL);
+        CHECKF(page && strstr(page, ".SH \"SEE ALSO\"") && strstr(page, "share/doc/sluice") && strstr(page, "PULL.md"),
+               "man page: %.300s", page ? page : "(none)");
+        free(page);
+    }
     free(o);
 }

@@ -76,7 +76,7 @@ layers=${LAYERS:-48}; rounds=${ROUNDS:-2}; jobs=${JOBS:-$(( $(nproc) > 3 ? $(npr
 gg="$work/q30-L$layers.gguf"; sp="$work/q30-L$layers.sluice"
 lb=${LLAMA_BIN:-$dir/llama/build/bin} # LLAMA_BIN: built already (a rehearsal here: the CPU build, GPU_FLAG=)
 cpu_t=${CPU_THREADS:-}
-if [ -n "$cpu_t" ]; then gpu=; ngl=0; else gpu=${GPU_FLAG---gpu}; ngl=99; fi
+if [ -n "$cpu_t" ]; then gpu=--cpu; ngl=0; else gpu=${GPU_FLAG---gpu}; ngl=99; fi # --cpu: auto would take the GPU
 {
     echo "date: $(date -u +%FT%TZ)  sluice: $(cat "$dir/py/COMMIT")  $(cat "$dir/py/VERSION")"
     uname -r; nproc; grep -m1 "model name" /proc/cpuinfo || true
@@ -165,9 +165,9 @@ if [ -n "$cpu_t" ]; then
             [ "$(el)" -lt "${STOP_AT:-520}" ] || { echo "round $r, $t threads: skipped at $(el) s (STOP_AT)"; break 2; }
             OMP_WAIT_POLICY=active "$lb/llama-bench" -m "$gg" -ngl 0 -t "$t" -p 128 -n 64 -r 3 -o json \
                 >"$raw/cpu_llama.$r.$t.json" 2>"$raw/cpu_llama.$r.$t.err" || echo "llama-bench failed: $(tail -2 "$raw/cpu_llama.$r.$t.err")"
-            "$sl" bench -m "$sp" --resident --threads "$t" --prompt 1 --gen 64 --json >"$raw/cpu_sluice.d.$r.$t.json" \
+            "$sl" bench -m "$sp" --cpu --resident --threads "$t" --prompt 1 --gen 64 --json >"$raw/cpu_sluice.d.$r.$t.json" \
                 2>"$raw/cpu_sluice.d.$r.$t.err" || echo "sluice bench failed: $(tail -2 "$raw/cpu_sluice.d.$r.$t.err")"
-            "$sl" bench -m "$sp" --resident --threads "$t" --prompt 128 --gen 1 --json >"$raw/cpu_sluice.p.$r.$t.json" \
+            "$sl" bench -m "$sp" --cpu --resident --threads "$t" --prompt 128 --gen 1 --json >"$raw/cpu_sluice.p.$r.$t.json" \
                 2>"$raw/cpu_sluice.p.$r.$t.err" || echo "sluice bench failed: $(tail -2 "$raw/cpu_sluice.p.$r.$t.err")"
             echo "round $r, $t threads done at $(el) s"
         done

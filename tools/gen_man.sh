@@ -81,6 +81,12 @@ to_roff='
             "$bin" "$c" --help | awk '/^Examples?:$/ { on = 1; next } on && /^  / { sub(/^  /, ""); print; next } on { exit }'
         done
     } | awk '!seen[$0]++' | perl -ne 'chomp; s/\\/\\e/g; s/-/\\-/g; s/^([.\x27])/\\&$1/; print ".PP\n.nf\n$_\n.fi\n"'
+    # the docs/*.md the help texts name: make install puts them in PREFIX/share/doc/sluice
+    printf '[SEE ALSO]\n'
+    printf 'The documents named above as docs/NAME.md are installed by make install in\n'
+    printf '.IR PREFIX /share/doc/sluice/NAME.md\n'
+    printf '(/usr/local/share/doc/sluice by default), and are in the docs folder of the source tree:\n'
+    printf '%s\n' "$(ls "$(dirname "$0")/../docs/" | grep '\.md$' | tr '\n' ' ' | sed 's/ $//; s/ /, /g')."
 } >"$inc"
 
 help2man --no-info --section=1 \

@@ -47,6 +47,16 @@ sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err) {
 #endif
 }
 
+int be_usable(int kind) {
+    if (kind == SL_BACKEND_CPU) return 1;
+#ifdef SL_CUDA
+    char msg[256];
+    return kind == SL_BACKEND_CUDA && slcu_init(msg, sizeof msg) == 0;
+#else
+    return 0;
+#endif
+}
+
 void be_close(be_backend *be) {
     if (be) be->destroy(be);
 }

@@ -432,6 +432,8 @@ struct be_backend {
  * with err filled and *out NULL. */
 sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err);
 void be_close(be_backend *be); /* NULL: no-op */
+/* 1 when be_open(kind) would find what it needs: the CPU always; CUDA in a build with it and a usable device. */
+int be_usable(int kind);
 /* The CPU backend on a given kernel table (tests). */
 be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool);
 

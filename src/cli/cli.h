@@ -76,6 +76,9 @@ int cli_default_model(const char *cmd, const char **path);
  * not a file (store.c) -> its container there, downloaded and packed first when absent; else *model as it
  * is. Returns 0 with *model set, or 1 after printing why. */
 int cli_model_path(const char *cmd, const char **model);
+/* Once a model is open with SL_BACKEND_AUTO: on a terminal, one line when it computes on the GPU; one line
+ * (terminal or not) when a usable GPU refused it, saying why (sl_model_backend_note). */
+void cli_say_backend(const char *cmd, const sl_model *m, const sl_model_params *p);
 /* Parses one model option (--cache, --resident, --io, --engine, --policy, --pin, --no-verify,
  * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
  * bad value prints the error and sets *bad = 1. A valued option without its value is not one (0). */
@@ -84,14 +87,15 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
  * card's free memory for the device tier; the RAM cache's default: half of the available RAM) */
 void cli_gpu_split(sl_model_params *p);
 /* The command line's model parameters before its options: the library's defaults (sl_model_params_default)
- * but the KV cache, f16 (f32 once --gpu is given without --kv). */
+ * but the backend, SL_BACKEND_AUTO (the GPU where there is one; --gpu, --cpu), and the KV cache: f16, or f32
+ * on a backend without f16 caches (kv_fallback; --kv gives the type and insists on it). */
 sl_model_params cli_model_params(void);
 /* Parses v, the value of the numeric option opt, into *out: 0, or 1 after printing "option 'OPT' must be
  * between LO and HI" (opts.c holds each option's range) or that it is not a number. */
 int cli_num(const char *cmd, const char *opt, const char *v, double *out);
 /* The --stats line (stderr). n_gen tokens were generated, the first from the prefill's logits, so decode
- * tok/s is (n_gen - 1) / decode_s. */
-void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s);
+ * tok/s is (n_gen - 1) / decode_s; stop (may be NULL) is why generation ended, said after the counts. */
+void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s, const char *stop);
 /* Text helpers (cmd_text.c): whole stdin (malloc'ed, NUL-terminated; NULL on error); tokenizer load
  * with the message printed (returns 1 on failure). */
 char *cli_read_stdin(size_t *len);

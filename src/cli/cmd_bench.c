@@ -26,7 +26,7 @@ static void print_where(sl_model *m, const sl_stats *st) {
     fputc('\n', stderr);
 }
 
-void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s) {
+void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, double decode_s, const char *stop) {
     sl_stats st;
     sl_model_stats(m, &st);
     char rd[32], rss[32], bb[32], cb[32], pc[32];
@@ -37,10 +37,10 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
     fmt_bytes(pc, sizeof pc, (double)st.page_cache_bytes);
     uint64_t req = st.hits + st.misses;
     fprintf(stderr,
-            "stats: %d prompt + %d generated tokens; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
+            "stats: %d prompt + %d generated tokens%s%s%s; prefill %.1f tok/s, decode %.2f tok/s; cache %s (%llu slots, "
             "%s), hit rate %.1f%%, read %s (%.1f MiB/token), io wait %.0f%%, disk busy %.0f%% (depth %.1f), checksums %.1f ms/token (%.1f on the I/O threads), prefetch "
             "%llu reads (%llu used, predictions %.0f%% right%s); peak RSS %s, backbone %s, page cache %s; io %s/%s\n",
-            n_prompt, n_gen, prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 && n_gen > 1 ? (n_gen - 1) / decode_s : 0.0, cb,
+            n_prompt, n_gen, stop ? " (stop: " : "", stop ? stop : "", stop ? ")" : "", prefill_s > 0 ? n_prompt / prefill_s : 0.0, decode_s > 0 && n_gen > 1 ? (n_gen - 1) / decode_s : 0.0, cb,
             (unsigned long long)st.cache_slots, st.resident ? "resident" : "streamed",
             req ? 100.0 * (double)st.hits / (double)req : 100.0, rd,
             st.tokens ? (double)st.bytes_read / (double)st.tokens / 1048576.0 : 0.0,
@@ -74,8 +74,11 @@ int cmd_synth(int argc, char **argv) {
         int more = i + 1 < argc;
         if (!strcmp(argv[i], "--shape") && more) shape = argv[++i];
         else if (!strcmp(argv[i], "--arch") && more) i++; /* implied by the shape */
-        else if (!strcmp(argv[i], "--layers") && more) layers = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && more) threads = atoi(argv[++i]);
+        else if ((!strcmp(argv[i], "--layers") || !strcmp(argv[i], "--threads")) && more) {
+            double x;
+            if (cli_num("synth", argv[i], argv[i + 1], &x)) return 1;
+            *(!strcmp(argv[i++], "--layers") ? &layers : &threads) = (int)x;
+        }
         else if (!strcmp(argv[i], "-o") && more) out = argv[++i];
         else if (!strcmp(argv[i], "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--quant") && more) {
@@ -306,12 +309,18 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && more) path = argv[++i];
-        else if (!strcmp(argv[i], "--prompt") && more) n_prompt = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--gen") && more) n_gen = atoi(argv[++i]);
+        else if ((!strcmp(argv[i], "--prompt") || !strcmp(argv[i], "--gen")) && more) {
+            double x;
+            if (cli_num("bench", argv[i], argv[i + 1], &x)) return 1;
+            *(!strcmp(argv[i++], "--gen") ? &n_gen : &n_prompt) = (int)x;
+        }
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--no-warmup")) warm = 0;
-        else if (!strcmp(argv[i], "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--routing") && more) {
+        else if (!strcmp(argv[i], "--seed") && more) {
+            char *end;
+            seed = strtoull(argv[++i], &end, 10);
+            if (end == argv[i] || *end) return cli_fail("bench", "--seed: '%s' is not a whole number", argv[i]);
+        } else if (!strcmp(argv[i], "--routing") && more) {
             const char *v = argv[++i];
             if (!strcmp(v, "uniform")) mp.routing = SL_ROUTING_UNIFORM;
             else if (!strcmp(v, "model")) mp.routing = SL_ROUTING_MODEL;

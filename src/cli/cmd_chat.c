@@ -28,9 +28,34 @@
 static volatile sig_atomic_t g_stop;
 static void on_sigint(int sig) { (void)sig; g_stop = 1; }
 
+/* How an answer is shown: a <think> block as thinking (dimmed on a terminal), an empty one (a template's
+ * or the model's "<think>\n\n</think>") not at all, nor the blank lines after it. */
+typedef struct view {
+    int tty;      /* stdout is a terminal */
+    int thinking; /* inside <think> */
+    int shown;    /* ... and something of it was printed */
+    int skip_ws;  /* drop whitespace until the answer's first text */
+} view;
+
+static int blank(const char *t, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (t[i] != ' ' && t[i] != '\n' && t[i] != '\r' && t[i] != '\t') return 0;
+    return 1;
+}
+
 static int print_piece(void *user, int32_t id, const char *text, size_t len) {
     (void)id;
-    cli_write_text(text, len, *(const int *)user);
+    view *v = user;
+    if (len == 7 && !memcmp(text, "<think>", 7)) {
+        v->thinking = 1, v->shown = 0;
+    } else if (len == 8 && !memcmp(text, "</think>", 8)) {
+        if (v->shown) fputs(v->tty ? "\033[0m\n" : "</think>\n", stdout);
+        v->thinking = 0, v->skip_ws = 1;
+    } else if (!((v->thinking && !v->shown) || v->skip_ws) || !blank(text, len)) {
+        if (v->thinking && !v->shown) fputs(v->tty ? "\033[2m" : "<think>", stdout), v->shown = 1;
+        v->skip_ws = 0;
+        cli_write_text(text, len, v->tty);
+    }
     fflush(stdout);
     return g_stop;
 }
@@ -143,12 +168,17 @@ static void turn(chat *c, const char *line) {
     gp.n_stop = c->o.n_stop;
     g_stop = 0;
     sl_gen_result r;
-    if (sl_generate(c->m, c->s, c->tok, c->smp, ids, n, &gp, print_piece, &c->tty_out, &r, &err)) {
-        printf("\n");
+    view v = {c->tty_out, 0, 0, 0};
+    if (sl_generate(c->m, c->s, c->tok, c->smp, ids, n, &gp, print_piece, &v, &r, &err)) {
+        printf(v.tty && v.thinking && v.shown ? "\033[0m\n" : "\n");
         cli_fail("chat", "%s%s", err.msg, err.status == SL_ERANGE ? " (use /reset to start over)" : "");
         goto out;
     }
-    printf(r.stop == SL_STOP_CALLBACK ? "\n[stopped]\n" : "\n");
+    if (v.tty && v.thinking && v.shown) fputs("\033[0m", stdout); /* cut while thinking */
+    if (r.stop == SL_STOP_CALLBACK) printf("\n[stopped]\n");
+    else if (r.stop == SL_STOP_LENGTH && r.n_generated >= c->o.n_gen) printf("\n[cut at %d tokens: -n sets the limit]\n", r.n_generated);
+    else if (r.stop == SL_STOP_LENGTH) printf("\n[cut: the context is full; /reset starts over]\n");
+    else printf("\n");
     c->last = r;
     c->last_prompt = n;
     c->turns++;
@@ -242,6 +272,7 @@ int cmd_chat(int argc, char **argv) {
     if (cli_load_tokenizer(argv[0], c.o.model, &c.tok)) goto out;
     cli_gpu_split(&c.o.mp);
     if (sl_model_open(c.o.model, &c.o.mp, &c.m, &err)) { cli_fail(argv[0], "%s", err.msg); goto out; }
+    cli_say_backend(argv[0], c.m, &c.o.mp);
     if (sl_session_new(c.m, 0, &c.s) || sl_sampler_new(&c.o.sp, sl_model_n_vocab(c.m), &c.smp)) { cli_fail(argv[0], "out of memory"); goto out; }
     c.pending = -1;
     if (load && load_state(&c, load)) goto out;

@@ -52,6 +52,7 @@ static int open_model(const char *cmd, const run_args *a, sl_model **m) {
     sl_model_params mp = a->mp;
     cli_gpu_split(&mp);
     if (sl_model_open(a->model, &mp, m, &err)) return cli_fail(cmd, "%s", err.msg);
+    cli_say_backend(cmd, *m, &mp);
     return 0;
 }
 
@@ -93,7 +94,7 @@ int cmd_run(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     double t2 = clk_now_s();
-    if (a.stats) cli_print_stats(m, n, a.n_gen, t1 - t0, t2 - t1);
+    if (a.stats) cli_print_stats(m, n, a.n_gen, t1 - t0, t2 - t1, NULL);
     rc = 0;
 out:
     free(logits);

@@ -49,6 +49,7 @@ static int open_model(const char *spec, const sl_model_params *mp, char *name, s
     if (!name[0]) return cli_fail("serve", "-m %s: an empty model name", spec);
     if (cli_load_tokenizer("serve", *path, tok)) return 1;
     if (sl_model_open(*path, mp, m, &err)) return cli_fail("serve", "%s", err.msg);
+    cli_say_backend("serve", *m, mp);
     return 0;
 }
 

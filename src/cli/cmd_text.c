@@ -276,6 +276,7 @@ int cmd_run_text(int argc, char **argv) {
     if (n == 0) { cli_fail("run", "the prompt is empty: nothing to generate from"); goto out; }
     cli_gpu_split(&o.mp);
     if (sl_model_open(o.model, &o.mp, &m, &err)) { cli_fail("run", "%s", err.msg); goto out; }
+    cli_say_backend("run", m, &o.mp);
     if (sl_session_new(m, 0, &s) || sl_sampler_new(&o.sp, sl_model_n_vocab(m), &smp)) { cli_fail("run", "out of memory"); goto out; }
     if (sl_tokenizer_n_vocab(tok) > sl_model_n_vocab(m)) {
         cli_fail("run", "the tokenizer has %d ids but the model only %d", sl_tokenizer_n_vocab(tok), sl_model_n_vocab(m));
@@ -293,10 +294,7 @@ int cmd_run_text(int argc, char **argv) {
     fflush(stdout); /* the text before the stats lines on stderr, also through a pipe */
     if (o.stats) {
         static const char *why[] = {"end of text", "stop string", "length", "interrupted"};
-        fprintf(stderr, "tokens: %d prompt, %d generated; prefill %.1f tok/s, decode %.1f tok/s; stop: %s\n", res.n_prompt,
-                res.n_generated, res.prefill_s > 0 ? res.n_prompt / res.prefill_s : 0.0,
-                res.decode_s > 0 && res.n_generated > 1 ? (res.n_generated - 1) / res.decode_s : 0.0, why[res.stop]);
-        cli_print_stats(m, res.n_prompt, res.n_generated, res.prefill_s, res.decode_s);
+        cli_print_stats(m, res.n_prompt, res.n_generated, res.prefill_s, res.decode_s, why[res.stop]); /* one line */
     }
     rc = 0;
 out:

@@ -41,28 +41,43 @@ const cli_opt cli_model_opts[] = {
                        "into this many bytes of the backend's memory, VRAM with --gpu, or auto: the card's free memory less "
                        "a reserve (default: none; run, chat and serve --gpu without --vram, --cache or --resident: auto)"},
     {"--hybrid", "MODE", "with --vram: a decode step's expert the device tier does not take runs on the CPU threads "
-                         "from the RAM cache, bitwise the GPU's result: auto (on with --gpu), on or off (every "
-                         "miss copied to the device) (default: auto, which is off for now: slower on the H100, docs/CUDA.md)"},
-    {"--gpu", NULL, "compute on the GPU (the CUDA backend of a make CUDA=1 build; every family runs there; "
-                    "q3 weights are refused with the weight named) (default: the CPU)"},
+                         "from the RAM cache, bitwise the GPU's result: auto (on when computing on the GPU), on or off "
+                         "(every miss copied to the device) (default: auto, which is off for now: slower on the H100, "
+                         "docs/CUDA.md)"},
+    {"--gpu", NULL, "compute on the GPU, and fail saying why where it cannot: a build without CUDA, no usable "
+                    "device, or what the model needs that the CUDA backend lacks (q3 weights are refused with the "
+                    "weight named) (default: auto: the GPU of a make CUDA=1 build when there is one and the model "
+                    "opens there, else the CPU)"},
+    {"--cpu", NULL, "compute on the CPU, even where a GPU could (default: auto, as for --gpu)"},
     {"--kv", "TYPE", "the attention KV cache: f32 (exact), f16, bf16 or q8 (8.5 bits a value, llama.cpp's q8_0); "
-                     "docs/PERFORMANCE.md has each one's bytes and quality (default: f16; f32 with --gpu)"},
+                     "docs/PERFORMANCE.md has each one's bytes and quality; a type the GPU lacks computes on the "
+                     "CPU unless --gpu is given (default: f16, or f32 on a backend without f16 caches: the GPU's "
+                     "so far, docs/CUDA.md)"},
     {"--ctx", "N", "positions a sequence may hold, at most the model's; the KV cache grows with the positions used "
                    "up to it (default: the model's context)"},
     {NULL, NULL, NULL},
 };
 
-void cli_gpu_split(sl_model_params *p) {
-    if (p->backend == SL_BACKEND_CUDA && !p->resident && !p->vram_bytes && !p->cache_bytes) p->vram_bytes = SL_VRAM_AUTO;
+void cli_gpu_split(sl_model_params *p) { /* auto too: SL_VRAM_AUTO is none where the CPU ends up computing */
+    if ((p->backend == SL_BACKEND_CUDA || p->backend == SL_BACKEND_AUTO) && !p->resident && !p->vram_bytes && !p->cache_bytes)
+        p->vram_bytes = SL_VRAM_AUTO;
 }
-
-static int kv_given; /* --kv was on the command line (one command a process): --gpu keeps it */
 
 sl_model_params cli_model_params(void) {
     sl_model_params p = sl_model_params_default();
-    p.kv_type = SL_KV_F16;
-    kv_given = 0;
+    p.backend = SL_BACKEND_AUTO; /* the library's default is the CPU; the command's is the GPU where there is one */
+    p.kv_type = SL_KV_F16;       /* half the bytes of f32 (docs/PERFORMANCE.md); --kv chooses, and insists */
+    p.kv_fallback = 1;           /* a backend without f16 caches (the GPU's, so far) takes f32 */
     return p;
+}
+
+void cli_say_backend(const char *cmd, const sl_model *m, const sl_model_params *p) {
+    if (p->backend != SL_BACKEND_AUTO) return;
+    const char *why = sl_model_backend_note(m);
+    if (sl_model_backend(m) == SL_BACKEND_CUDA && isatty(2))
+        fprintf(stderr, "sluice %s: computing on the GPU (--cpu computes on the CPU)\n", cmd);
+    else if (why[0]) /* a GPU is there but refused the model: the user expects it, so say why, terminal or not */
+        fprintf(stderr, "sluice %s: computing on the CPU: the GPU cannot take this model: %s\n", cmd, why);
 }
 
 int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad) {
@@ -72,11 +87,8 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
     if (!strcmp(s, "--resident")) { p->resident = 1; return 1; }
     if (!strcmp(s, "--no-verify")) { p->no_verify = 1; return 1; }
     if (!strcmp(s, "--exact")) { p->exact = 1; return 1; }
-    if (!strcmp(s, "--gpu")) { /* the CUDA backend's attention takes f32 caches only (so far) */
-        p->backend = SL_BACKEND_CUDA;
-        if (!kv_given) p->kv_type = SL_KV_F32;
-        return 1;
-    }
+    if (!strcmp(s, "--gpu")) { p->backend = SL_BACKEND_CUDA; return 1; }
+    if (!strcmp(s, "--cpu")) { p->backend = SL_BACKEND_CPU; return 1; }
     if (!more) return 0;
     if (!strcmp(s, "--cache")) {
         long long b = cli_parse_size(v);
@@ -115,7 +127,7 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         int t = sl_kv_type_from_name(v);
         if (t < 0) { *bad = cli_fail(cmd, "--kv: '%s' (f32, f16, bf16, q8)", v); return 1; }
         p->kv_type = (sl_kv_type)t;
-        kv_given = 1;
+        p->kv_fallback = 0;
     } else if (!strcmp(s, "--ctx")) {
         double x;
         if (cli_num(cmd, s, v, &x)) { *bad = 1; return 1; }
@@ -141,6 +153,7 @@ static const num_range num_ranges[] = {
     {"--top-k", 0, 1 << 20, 1},     {"--top-p", 0, 1, 0},              {"--min-p", 0, 1, 0},
     {"--repeat-penalty", -100, 100, 0}, {"--presence-penalty", -100, 100, 0}, {"--repeat-last-n", 0, 1 << 20, 1},
     {"--threads", 1, 1024, 1},      {"--io-depth", 1, 4096, 1},        {"--ctx", 2, 1 << 24, 1},
+    {"--prompt", 0, 1 << 20, 1},    {"--gen", 0, 1 << 20, 1},            {"--layers", 0, 1 << 16, 1}, /* bench, synth */
 };
 
 int cli_num(const char *cmd, const char *opt, const char *v, double *out) {

@@ -48,6 +48,7 @@ struct sl_model {
     double eval_s;
     uint64_t tokens;
     sl_error err; /* the last failure of a call without an sl_error of its own (sl_model_errmsg) */
+    char backend_note[256]; /* SL_BACKEND_AUTO on the CPU with a usable GPU: the GPU's refusal (sl_model_backend_note) */
 };
 
 struct sl_session {

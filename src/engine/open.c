@@ -3,6 +3,7 @@
  * backend, the backbone (backbone.c), the expert source (experts.c), the device tier over it, the evaluation
  * workspace; and the model's accessors. Sessions run in session.c. See handles.h for what a model holds.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,14 +54,19 @@ int sl_kv_type_from_name(const char *name) {
 }
 
 /* m->kv_type := t when it is a type and m's backend takes it for the model's attention layers (MLA's cache
- * and DeltaNet states are f32 whatever t is); else SL_EINVAL / SL_EUNSUPPORTED naming it. */
-static sl_status check_kv_type(sl_model *m, sl_kv_type t, sl_error *err) {
+ * and DeltaNet states are f32 whatever t is), or f32 when it does not and the caller allows it (fallback);
+ * else SL_EINVAL / SL_EUNSUPPORTED naming it. Which types a backend takes is its kv_types (backend.h), the
+ * one statement of it. */
+static sl_status check_kv_type(sl_model *m, sl_kv_type t, int fallback, sl_error *err) {
     if ((int)t < 0 || t >= SL_KV_COUNT) return err_set(err, SL_EINVAL, "KV cache type %d: not a type", (int)t);
     const unsigned have = m->be->kv_types ? m->be->kv_types : 1u << SL_KV_F32;
     const int plain_attn = fwd_any_layer(&m->cfg, 0) && m->cfg.kv_lora <= 0;
-    if (plain_attn && !(have & (1u << t)))
-        return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s KV cache yet (--kv f32)", m->be->name,
-                       sl_kv_type_name(t));
+    if (plain_attn && !(have & (1u << t))) {
+        if (fallback) t = SL_KV_F32;
+        else
+            return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s KV cache yet (--kv f32)", m->be->name,
+                           sl_kv_type_name(t));
+    }
     m->kv_type = t;
     return SL_OK;
 }
@@ -95,7 +101,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     if (!m->pool) { st = err_set(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
     /* the backend first: --gpu without a usable one fails before anything is read */
     if ((st = be_open(p->backend, m->pool, &m->be, err))) goto fail;
-    if ((st = check_kv_type(m, p->kv_type, err))) goto fail;
+    if ((st = check_kv_type(m, p->kv_type, p->kv_fallback, err))) goto fail;
     if (p->n_ctx > m->cfg.max_pos) {
         st = err_set(err, SL_ERANGE, "a context of %d positions is longer than the model's context of %d", p->n_ctx,
                      m->cfg.max_pos);
@@ -139,7 +145,23 @@ fail:
 }
 
 sl_status sl_model_open(const char *path, const sl_model_params *params, sl_model **out, sl_error *err) {
-    return model_open_ex(path, params, NULL, out, err);
+    if (!params || params->backend != SL_BACKEND_AUTO) return model_open_ex(path, params, NULL, out, err);
+    /* auto: the GPU when it can take the model (a refusal there is no error: the CPU takes it) */
+    sl_model_params p = *params;
+    sl_error gpu_err;
+    p.backend = SL_BACKEND_CUDA;
+    const int gpu = be_usable(SL_BACKEND_CUDA);
+    if (gpu && model_open_ex(path, &p, NULL, out, &gpu_err) == SL_OK) return SL_OK;
+    p.backend = SL_BACKEND_CPU;
+    sl_status st = model_open_ex(path, &p, NULL, out, err);
+    if (!st && gpu) snprintf((*out)->backend_note, sizeof (*out)->backend_note, "%s", gpu_err.msg);
+    return st;
+}
+
+const char *sl_model_backend_note(const sl_model *m) { return m->backend_note; }
+
+sl_backend_kind sl_model_backend(const sl_model *m) {
+    return strcmp(m->be->name, "cuda") ? SL_BACKEND_CPU : SL_BACKEND_CUDA;
 }
 
 void sl_model_close(sl_model *m) {

@@ -50,3 +50,11 @@ def test_bad_state_files(tmp_path, tiny_model):
     nodir = tmp_path / "no" / "such" / "x.state"
     r = run(ARGS + ["--save", str(nodir)], input=f"{T1}\n".encode(), check=False)
     assert b"x.state" in r.stderr and not nodir.exists()
+
+
+def test_an_answer_cut_at_the_limit_says_so():
+    # an answer that reaches -n ends with a mark (it ended mid-sentence with none); one that ends by
+    # itself, or by Ctrl-C ([stopped]), does not get it
+    out = run(["chat", "-m", DEMO, "-n", "5", "--temp", "0", "--think", "off"], input=f"{T1}\n".encode()).stdout.decode()
+    assert out.endswith("\n[cut at 5 tokens: -n sets the limit]\n"), out
+    assert out.count("[cut at") == 1

@@ -37,6 +37,8 @@ def test_sampling_flags_and_stats(tiny_model):
     r = gen(tiny_model, "-p", "x", "-n", "8", "--seed", "1", "--top-k", "5", "--top-p", "0.9", "--min-p", "0.1",
             "--repeat-penalty", "1.3", "--presence-penalty", "0.5", "--ids", "--stats")
     assert len(r.stdout.split()) == 8 and b"8 generated" in r.stderr and b"stop: length" in r.stderr
+    # one stats line (there were two, saying the token counts and speeds twice)
+    assert len(r.stderr.splitlines()) == 1 and r.stderr.count(b"generated") == 1, r.stderr
     r = gen(tiny_model, "-p", "x", "--top-p", "2", check=False)
     assert r.returncode == 1 and b"option '--top-p' must be between 0 and 1, not '2'" in r.stderr
 
@@ -72,9 +74,9 @@ def test_chat_prompt_and_think(tiny_model):
     r = gen(tiny_model, "-p", "Hi", "--chat", "--think", "off", "-n", "4", "--stats", "--temp", "0")
     # the prompt is the rendered template: <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>...
     assert b"prompt" in r.stderr
-    n_off = int(r.stderr.split(b"tokens: ")[1].split()[0])
+    n_off = int(r.stderr.split(b"stats: ")[1].split()[0])
     r = gen(tiny_model, "-p", "Hi", "--chat", "-n", "4", "--stats", "--temp", "0")
-    n_on = int(r.stderr.split(b"tokens: ")[1].split()[0])
+    n_on = int(r.stderr.split(b"stats: ")[1].split()[0])
     assert n_off > n_on
 
 
