@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from conftest import sluice_bin
+from conftest import ROOT, sluice_bin
 from test_pull import SHARDS, Hub
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from test_gguf import gguf_tokenizer_writer, write_gguf  # noqa: E402
 
-TOK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data/tiny_tokenizer")
+TOK = os.path.join(ROOT, "tests/data/tiny_tokenizer")
 
 
 @pytest.fixture
@@ -212,3 +212,34 @@ def test_serve_a_model_of_the_store_under_its_name(hub, tmp_path):
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
     assert store_files(tmp_path) == ["models/acme/tiny-moe/q8.json", "models/acme/tiny-moe/q8.sluice"]
+
+
+def readme_commands(heading):
+    """The command lines of the first sh block after README.md's heading, comments dropped."""
+    import shlex
+    text = open(os.path.join(ROOT, "README.md")).read()
+    block = text.split("\n## " + heading + "\n", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+
+
+def test_readme_commands_as_written(hub, tmp_path):
+    # README.md's first two blocks, run as written against the mock hub (the tiny fixture under the name
+    # the README uses): `make` is the suite's own build; build/sluice and sluice are the binary under test
+    from test_pull import repo_files
+    h = hub(break_first=False)
+    h.repos["Qwen/Qwen3-30B-A3B"] = repo_files()
+    h.commits["Qwen/Qwen3-30B-A3B"] = hashlib.sha1(b"Qwen/Qwen3-30B-A3B").hexdigest()
+    env = env_for(tmp_path, h.url)
+    env["HOME"] = str(tmp_path)
+    ran = 0
+    for heading, stdin in [("Get a model, run it", b"Hello\n"), ("Your own model in three commands", None)]:
+        for argv in readme_commands(heading):
+            if argv == ["make"]:
+                continue
+            assert argv[0] in ("build/sluice", "sluice"), argv
+            argv = [sluice_bin()] + [a.replace("~", str(tmp_path)) for a in argv[1:]]
+            r = subprocess.run(argv, input=stdin, capture_output=True, timeout=120, env=env, cwd=str(tmp_path))
+            assert r.returncode == 0, (argv, r.stderr.decode(errors="replace"))
+            ran += 1
+    assert ran == 4
+    assert (tmp_path / "store/models/Qwen/Qwen3-30B-A3B/q4.sluice").exists() and (tmp_path / "q30.sluice").exists()
