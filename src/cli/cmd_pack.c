@@ -125,7 +125,13 @@ int cmd_info(int argc, char **argv) {
     printf("bytes       backbone %.1f MiB, experts %.1f MiB\n", num(j, "backbone_bytes") / 1048576.0,
            num(j, "expert_bytes") / 1048576.0);
     const cJSON *pk = cJSON_GetObjectItemCaseSensitive(j, "pack"), *q = cJSON_GetObjectItemCaseSensitive(pk, "quant");
-    printf("quant       %s", cJSON_IsString(q) ? q->valuestring : "?");
+    const cJSON *qe = cJSON_GetObjectItemCaseSensitive(pk, "experts"), *qb = cJSON_GetObjectItemCaseSensitive(pk, "backbone");
+    const cJSON *qr = cJSON_GetObjectItemCaseSensitive(pk, "router");
+    if (cJSON_IsString(qe) && cJSON_IsString(qb) && cJSON_IsString(qr)) /* the modes per role (quantized packs) */
+        printf("quant       experts %s, backbone %s, router %s, group %.0f", qe->valuestring, qb->valuestring,
+               qr->valuestring, num(pk, "group"));
+    else
+        printf("quant       %s", cJSON_IsString(q) ? q->valuestring : "?");
     const cJSON *bd = cJSON_GetObjectItemCaseSensitive(j, "backbone_dtypes"), *it;
     printf(" (backbone:");
     cJSON_ArrayForEach(it, bd) printf(" %s %.1f MiB", it->string, it->valuedouble / 1048576.0);

@@ -217,7 +217,8 @@ const cli_command cli_commands[] = {
      "checked against the hub's size and sha256 (git blob id for small files), and renamed only then; a "
      "file that fails its check is fetched again. Files already complete are not downloaded again. "
      "HF_TOKEN (or the token file of huggingface-cli login) is sent to the hub as a bearer token, never to "
-     "the host a download is redirected to; gated and private models need it. docs/PULL.md has the details.",
+     "the host a download is redirected to; gated and private models need it. docs/PULL.md has the details. "
+     "To download, pack and run in one step, into a store that ls, show and rm manage: sluice run ORG/NAME.",
      pull_opts, "sluice pull Qwen/Qwen3-30B-A3B -o ~/models/Qwen3-30B-A3B", 0},
     {"pack", "pack a Hugging Face checkpoint into a .sluice container", cmd_pack,
      "SRC_DIR -o MODEL.sluice [OPTION]...",
