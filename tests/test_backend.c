@@ -124,7 +124,43 @@ TEST(backend_gpu_refused_clearly) {
     st = sl_model_open(test_packed("qwen3_moe"), &p, &m, &err);
     sl_backend_kind want = be_usable(SL_BACKEND_CUDA) ? SL_BACKEND_CUDA : SL_BACKEND_CPU;
     CHECKF(st == SL_OK && m && sl_model_backend(m) == want, "%d: %s", st, err.msg);
+    CHECKF(!strcmp(sl_model_backend_note(m), ""), "note '%s'", sl_model_backend_note(m));
     sl_model_close(m);
+}
+
+/* Which KV cache types a backend takes is said once (be_kv_takes): the CPU every type, a backend whose kv_types
+ * is 0 (the CUDA backend so far) f32 only. The command line's default (f16, kv_fallback) opens with f16 where the
+ * backend has it and f32 where not; a type given with --kv (no fallback) is refused by a backend without it, so
+ * auto computes on the CPU and says why (sl_model_backend_note) where a GPU is usable. */
+TEST(backend_kv_types_one_rule) {
+    be_backend *cpu = be_cpu_new(NULL, NULL);
+    CHECK(cpu);
+    for (int t = 0; t < SL_KV_COUNT; t++) CHECKF(be_kv_takes(cpu, (sl_kv_type)t), "cpu takes %d", t);
+    CHECK(!be_kv_takes(cpu, SL_KV_COUNT) && !be_kv_takes(cpu, (sl_kv_type)-1));
+    be_backend f32_only = {.name = "f32 only"};
+    CHECK(be_kv_takes(&f32_only, SL_KV_F32) && !be_kv_takes(&f32_only, SL_KV_F16) && !be_kv_takes(&f32_only, SL_KV_Q8));
+    be_close(cpu);
+    const int gpu = be_usable(SL_BACKEND_CUDA);
+    for (int fallback = 0; fallback < 2; fallback++) {
+        sl_model_params p = sl_model_params_default();
+        p.backend = SL_BACKEND_AUTO;
+        p.kv_type = SL_KV_F16;
+        p.kv_fallback = fallback;
+        sl_model *m = NULL;
+        sl_error err = {0};
+        sl_status st = sl_model_open(test_packed("qwen3_moe"), &p, &m, &err);
+        CHECKF(st == SL_OK && m, "%d: %s", st, err.msg);
+        if (!m) continue;
+        const int on_gpu = sl_model_backend(m) == SL_BACKEND_CUDA;
+        const sl_kv_type kv = sl_model_kv_type(m);
+        const char *note = sl_model_backend_note(m);
+        if (!on_gpu || !fallback) CHECKF(kv == SL_KV_F16, "fallback %d, gpu %d: kv %d", fallback, on_gpu, (int)kv);
+        else CHECKF(kv == SL_KV_F16 || kv == SL_KV_F32, "kv %d", (int)kv);
+        if (gpu && fallback) CHECKF(on_gpu && !note[0], "auto on a GPU: cpu, '%s'", note); /* qwen3_moe runs there */
+        if (gpu && !on_gpu) CHECKF(strstr(note, "f16"), "the GPU refused --kv f16, saying '%s'", note);
+        if (!gpu) CHECKF(!note[0], "no GPU, yet a note '%s'", note);
+        sl_model_close(m);
+    }
 }
 
 /* A backend that leaves an op NULL (the CUDA backend has no MLA and no DeltaNet yet) refuses, at open, a

@@ -57,6 +57,11 @@ int be_usable(int kind) {
 #endif
 }
 
+int be_kv_takes(const be_backend *be, sl_kv_type t) {
+    const unsigned have = be->kv_types ? be->kv_types : 1u << SL_KV_F32;
+    return (int)t >= 0 && t < SL_KV_COUNT && (have >> t & 1u);
+}
+
 void be_close(be_backend *be) {
     if (be) be->destroy(be);
 }

@@ -434,6 +434,9 @@ sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err);
 void be_close(be_backend *be); /* NULL: no-op */
 /* 1 when be_open(kind) would find what it needs: the CPU always; CUDA in a build with it and a usable device. */
 int be_usable(int kind);
+/* 1 when be's attention op takes KV caches of type t (its kv_types; 0 there means f32 only), else 0: the one
+ * statement of it, which sl_model_open's refusal or f32 fallback (sl_model_params.kv_fallback) follows. */
+int be_kv_takes(const be_backend *be, sl_kv_type t);
 /* The CPU backend on a given kernel table (tests). */
 be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool);
 

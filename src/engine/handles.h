@@ -48,7 +48,8 @@ struct sl_model {
     double eval_s;
     uint64_t tokens;
     sl_error err; /* the last failure of a call without an sl_error of its own (sl_model_errmsg) */
-    char backend_note[256]; /* SL_BACKEND_AUTO on the CPU with a usable GPU: the GPU's refusal (sl_model_backend_note) */
+    /* SL_BACKEND_AUTO on the CPU with a usable GPU: the GPU's refusal (sl_model_backend_note), else "" */
+    char backend_note[sizeof ((sl_error *)0)->msg];
 };
 
 struct sl_session {

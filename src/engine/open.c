@@ -55,13 +55,11 @@ int sl_kv_type_from_name(const char *name) {
 
 /* m->kv_type := t when it is a type and m's backend takes it for the model's attention layers (MLA's cache
  * and DeltaNet states are f32 whatever t is), or f32 when it does not and the caller allows it (fallback);
- * else SL_EINVAL / SL_EUNSUPPORTED naming it. Which types a backend takes is its kv_types (backend.h), the
- * one statement of it. */
+ * else SL_EINVAL / SL_EUNSUPPORTED naming it. Which types a backend takes: be_kv_takes (backend.c). */
 static sl_status check_kv_type(sl_model *m, sl_kv_type t, int fallback, sl_error *err) {
     if ((int)t < 0 || t >= SL_KV_COUNT) return err_set(err, SL_EINVAL, "KV cache type %d: not a type", (int)t);
-    const unsigned have = m->be->kv_types ? m->be->kv_types : 1u << SL_KV_F32;
     const int plain_attn = fwd_any_layer(&m->cfg, 0) && m->cfg.kv_lora <= 0;
-    if (plain_attn && !(have & (1u << t))) {
+    if (plain_attn && !be_kv_takes(m->be, t)) {
         if (fallback) t = SL_KV_F32;
         else
             return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s KV cache yet (--kv f32)", m->be->name,
