@@ -7,7 +7,7 @@ writes, some mid-write, some after its rename), each on the same output, then ru
   - `sluice pack` and `sluice synth` are deterministic, so a final file that exists must equal,
     byte for byte, the one an undisturbed run writes;
   - `sluice chat --save` (a session state after every turn): the file, when there, loads;
-  - `sluice pull` (tests/py/test_pull.py's mock hub): every file under its final name has the hub's bytes,
+  - `sluice pull` (tests/py/mock_hub.py): every file under its final name has the hub's bytes,
     and the last run finishes from what the killed ones left (.incomplete files are resumed, not stale).
 """
 import glob
@@ -21,7 +21,7 @@ import time
 import pytest
 
 from conftest import ROOT, run, sluice_bin
-from test_pull import Hub, repo_files
+from mock_hub import Hub, hub_env, repo_files
 
 DEMO = os.path.join(ROOT, "models/demo.sluice")
 KILLS = 20
@@ -135,7 +135,7 @@ def test_pull_killed_at_random_moments(tmp_path):
     try:
         files = repo_files()
         dest = str(tmp_path / "dl")
-        env = dict(os.environ, HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"))
+        env = hub_env(tmp_path, hub.url)
         args = ["pull", "acme/tiny-moe", "-o", dest]
         rng = random.Random(14)
         t0 = time.monotonic()

@@ -1,53 +1,24 @@
 """The model store (src/cli/store.c): `sluice run ORG/NAME[:QUANT]` downloads from a mock Hugging Face Hub
-on 127.0.0.1 (test_pull.py's Hub: the qwen3_moe fixture with a tokenizer, and a repository of GGUF files
-written here by test_gguf.py's writer), packs into $SLUICE_HOME and runs; again without the hub; then
+on 127.0.0.1 (mock_hub.py: the qwen3_moe fixture with a tokenizer, and a repository of GGUF files written here by
+test_gguf.py's writer), packs into $SLUICE_HOME and runs; again without the hub; then
 `ls`, `show`, `rm`. Also: a download killed mid-transfer resumes (Range) on the next run, a file that
 fails its sha256 is refused and nothing enters the store, a hub that cannot be reached is one line."""
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
 
 from conftest import ROOT, sluice_bin
-from test_pull import SHARDS, Hub
+from mock_hub import SHARDS, add_repo, closed_port_url, hub, hub_env, repo_files, sluice_at  # noqa: F401
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from test_gguf import gguf_tokenizer_writer, write_gguf  # noqa: E402
 
 TOK = os.path.join(ROOT, "tests/data/tiny_tokenizer")
-
-
-@pytest.fixture
-def hub():
-    hubs = []
-
-    def make(**kw):
-        hubs.append(Hub(**kw))
-        return hubs[-1]
-
-    yield make
-    for h in hubs:
-        h.close()
-
-
-def env_for(tmp_path, url):
-    env = dict(os.environ, SLUICE_HOME=str(tmp_path / "store"), HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"))
-    for k in ("HF_TOKEN", "HF_HUB_CACHE", "SLUICE_MODEL", "XDG_CACHE_HOME"):
-        env.pop(k, None)
-    return env
-
-
-def sl(tmp_path, url, args, check=True, timeout=120):
-    r = subprocess.run([sluice_bin()] + args, capture_output=True, timeout=timeout, env=env_for(tmp_path, url),
-                       stdin=subprocess.DEVNULL)
-    if check:
-        assert r.returncode == 0, (args, r.stderr.decode(errors="replace"))
-    return r
 
 
 def store_files(tmp_path):
@@ -58,18 +29,10 @@ def store_files(tmp_path):
     return sorted(out)
 
 
-def closed_port_url():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
-
-
 def test_run_org_name_pulls_packs_runs_then_offline_ls_show_rm(hub, tmp_path):
     h = hub(seed=3, break_first=True)  # every file's first answer cut mid-body: resumed with Range
     args = ["--tokens", "1,2,3", "-n", "6"]
-    r = sl(tmp_path, h.url, ["run", "acme/tiny-moe"] + args)
+    r = sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe"] + args)
     err = r.stderr.decode()
     assert "acme/tiny-moe is not in the store" in err and "packed" in err and "routed experts q4, the rest q8" in err, err
     ids = r.stdout.decode().split()
@@ -78,40 +41,40 @@ def test_run_org_name_pulls_packs_runs_then_offline_ls_show_rm(hub, tmp_path):
     assert any(e.get("range") for e in h.log)  # the cut answers were resumed
     # the same text as the container opened by path, and a second run needs no hub at all
     path = str(tmp_path / "store/models/acme/tiny-moe/q4.sluice")
-    assert sl(tmp_path, h.url, ["run", "-m", path] + args).stdout == r.stdout
+    assert sluice_at(tmp_path, h.url, ["run", "-m", path] + args).stdout == r.stdout
     h.close()
     off = closed_port_url()
-    r2 = sl(tmp_path, off, ["run", "acme/tiny-moe"] + args)
+    r2 = sluice_at(tmp_path, off, ["run", "acme/tiny-moe"] + args)
     assert r2.stdout == r.stdout and r2.stderr == b"", r2.stderr
-    assert sl(tmp_path, off, ["run", "-m", "acme/tiny-moe:q4", "-p", "hello", "-n", "3", "--temp", "0"]).stdout
+    assert sluice_at(tmp_path, off, ["run", "-m", "acme/tiny-moe:q4", "-p", "hello", "-n", "3", "--temp", "0"]).stdout
     # ls, show
-    ls = sl(tmp_path, off, ["ls"]).stdout.decode().splitlines()
+    ls = sluice_at(tmp_path, off, ["ls"]).stdout.decode().splitlines()
     assert ls[0].split() == ["NAME", "QUANT", "SIZE", "LAST", "USED"] and len(ls) == 2, ls
     assert ls[1].split()[:2] == ["acme/tiny-moe", "q4"] and "just now" in ls[1], ls
-    show = sl(tmp_path, off, ["show", "acme/tiny-moe"]).stdout.decode()
+    show = sluice_at(tmp_path, off, ["show", "acme/tiny-moe"]).stdout.decode()
     commit = hashlib.sha1(b"acme/tiny-moe").hexdigest()
     for want in ["name        acme/tiny-moe:q4", f"/acme/tiny-moe at commit {commit[:12]} (safetensors)",
                  "packed      routed experts q4, the rest q8", "arch        qwen3_moe", f"file        {path}"]:
         assert want in show, (want, show)
     # a quantization not in the store, with the hub gone: one line saying so
-    r = sl(tmp_path, off, ["run", "acme/tiny-moe:q8"] + args, check=False)
+    r = sluice_at(tmp_path, off, ["run", "acme/tiny-moe:q8"] + args, check=False)
     lines = r.stderr.decode().splitlines()
     assert r.returncode == 1 and "cannot reach" in lines[-1] and len(lines) == 2, lines
     # rm
-    r = sl(tmp_path, off, ["rm", "acme/tiny-moe"])
+    r = sluice_at(tmp_path, off, ["rm", "acme/tiny-moe"])
     assert r.stdout.decode().startswith("removed acme/tiny-moe:q4 (")
     assert store_files(tmp_path) == [] and not (tmp_path / "store/models/acme").exists()
-    r = sl(tmp_path, off, ["rm", "acme/tiny-moe"], check=False)
+    r = sluice_at(tmp_path, off, ["rm", "acme/tiny-moe"], check=False)
     assert r.returncode == 1 and b"acme/tiny-moe is not in the store" in r.stderr
-    r = sl(tmp_path, off, ["show", "not-a-name"], check=False)
+    r = sluice_at(tmp_path, off, ["show", "not-a-name"], check=False)
     assert r.returncode == 1 and b"is not a model name" in r.stderr
-    r = sl(tmp_path, off, ["ls"])
+    r = sluice_at(tmp_path, off, ["ls"])
     assert r.stdout == b"" and b"no models in" in r.stderr
 
 
 def test_killed_download_resumes_and_bad_checksum_is_refused(hub, tmp_path):
     h = hub(break_first=False, corrupt_always={SHARDS[1]})
-    r = sl(tmp_path, h.url, ["run", "acme/tiny-moe", "--tokens", "1", "-n", "1"], check=False)
+    r = sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe", "--tokens", "1", "-n", "1"], check=False)
     err = r.stderr.decode()
     assert r.returncode == 1 and SHARDS[1] in err and "sha256 mismatch" in err, err
     assert not [f for f in store_files(tmp_path) if f.startswith("models/")], store_files(tmp_path)
@@ -119,7 +82,7 @@ def test_killed_download_resumes_and_bad_checksum_is_refused(hub, tmp_path):
     # the next run downloads the file that failed (and any the failure stopped), not those already verified
     h.close()
     h = hub(break_first=False)
-    sl(tmp_path, h.url, ["run", "acme/tiny-moe", "--tokens", "1", "-n", "1"])
+    sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe", "--tokens", "1", "-n", "1"])
     got = {e["file"] for e in h.log if "file" in e}
     assert SHARDS[1] in got and SHARDS[0] not in got, got
     # a run killed mid-download: the next one resumes the partial file with a Range request
@@ -127,7 +90,7 @@ def test_killed_download_resumes_and_bad_checksum_is_refused(hub, tmp_path):
     h.reset()
     h.delay = 0.05  # 4 KiB per 50 ms: a 400 KB shard takes 5 s
     p = subprocess.Popen([sluice_bin(), "run", "acme/tiny-moe", "--tokens", "1", "-n", "1"],
-                         env=env_for(tmp_path, h.url), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         env=hub_env(tmp_path, h.url), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     for _ in range(200):
         time.sleep(0.05)
         if any("file" in e for e in h.log):
@@ -139,7 +102,7 @@ def test_killed_download_resumes_and_bad_checksum_is_refused(hub, tmp_path):
     assert part, store_files(tmp_path)
     h.delay = 0
     h.reset()
-    sl(tmp_path, h.url, ["run", "acme/tiny-moe", "--tokens", "1", "-n", "1"])
+    sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe", "--tokens", "1", "-n", "1"])
     assert any(e.get("range") and e["status"] == 206 for e in h.log), h.log
     assert store_files(tmp_path) == ["models/acme/tiny-moe/q4.json", "models/acme/tiny-moe/q4.sluice"]
 
@@ -153,41 +116,40 @@ def test_gguf_repository_picks_one_quantization(hub, tmp_path):
         files[name] = p.read_bytes()
     files["mmproj-tiny-moe-f16.gguf"] = b"not a model"
     files["README.md"] = b"# tiny GGUF\n"
-    h.repos["acme/tiny-moe-GGUF"] = files
-    h.commits["acme/tiny-moe-GGUF"] = hashlib.sha1(b"acme/tiny-moe-GGUF").hexdigest()
-    r = sl(tmp_path, h.url, ["run", "acme/tiny-moe-GGUF", "-p", "hello", "-n", "3", "--temp", "0"])
+    add_repo(h, "acme/tiny-moe-GGUF", files)
+    r = sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe-GGUF", "-p", "hello", "-n", "3", "--temp", "0"])
     assert {e["file"] for e in h.log if "file" in e} == {"tiny-moe-Q4_0.gguf"}  # Q4_0: no Q4_K_M here
     assert store_files(tmp_path) == ["models/acme/tiny-moe-GGUF/Q4_0.json", "models/acme/tiny-moe-GGUF/Q4_0.sluice"]
     h.reset()
-    sl(tmp_path, h.url, ["run", "acme/tiny-moe-GGUF:q8_0", "--tokens", "1,2", "-n", "2"])
+    sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe-GGUF:q8_0", "--tokens", "1,2", "-n", "2"])
     assert {e["file"] for e in h.log if "file" in e} == {"tiny-moe-Q8_0.gguf"}
-    show = sl(tmp_path, h.url, ["show", "acme/tiny-moe-GGUF:Q8_0"]).stdout.decode()
+    show = sluice_at(tmp_path, h.url, ["show", "acme/tiny-moe-GGUF:Q8_0"]).stdout.decode()
     assert "(gguf: tiny-moe-Q8_0.gguf)" in show and "q8" in show, show
-    ls = sl(tmp_path, h.url, ["ls"]).stdout.decode()
+    ls = sluice_at(tmp_path, h.url, ["ls"]).stdout.decode()
     assert "Q4_0" in ls and "Q8_0" in ls
-    r = sl(tmp_path, h.url, ["run", "acme/tiny-moe-GGUF:Q5_K", "--tokens", "1"], check=False)
+    r = sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe-GGUF:Q5_K", "--tokens", "1"], check=False)
     assert r.returncode == 1 and b"has no GGUF file of quantization Q5_K; it has: Q4_0, Q8_0" in r.stderr, r.stderr
-    r = sl(tmp_path, h.url, ["run", "acme/tiny-moe-GGUF:q4", "--tokens", "1"], check=False)
+    r = sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe-GGUF:q4", "--tokens", "1"], check=False)
     assert r.returncode == 1 and b"holds GGUF files" in r.stderr, r.stderr
-    r = sl(tmp_path, h.url, ["run", "acme/tiny-moe:Q4_K_M", "--tokens", "1"], check=False)
+    r = sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe:Q4_K_M", "--tokens", "1"], check=False)
     assert r.returncode == 1 and b"holds a safetensors checkpoint" in r.stderr, r.stderr
-    r = sl(tmp_path, h.url, ["rm", "acme/tiny-moe-GGUF:Q8_0"])
+    r = sluice_at(tmp_path, h.url, ["rm", "acme/tiny-moe-GGUF:Q8_0"])
     assert store_files(tmp_path) == ["models/acme/tiny-moe-GGUF/Q4_0.json", "models/acme/tiny-moe-GGUF/Q4_0.sluice"]
 
 
 def test_store_errors_are_one_line(hub, tmp_path):
     h = hub(break_first=False)
-    r = sl(tmp_path, h.url, ["run", "acme/missing", "--tokens", "1"], check=False)
+    r = sluice_at(tmp_path, h.url, ["run", "acme/missing", "--tokens", "1"], check=False)
     lines = r.stderr.decode().splitlines()
     assert r.returncode == 1 and "acme/missing: repository not found" in lines[-1] and len(lines) == 2, lines
     t0 = time.monotonic()
-    r = sl(tmp_path, closed_port_url(), ["chat", "acme/tiny-moe"], check=False)
+    r = sluice_at(tmp_path, closed_port_url(), ["chat", "acme/tiny-moe"], check=False)
     lines = r.stderr.decode().splitlines()
     assert r.returncode == 1 and "cannot reach" in lines[-1] and len(lines) == 2, lines
     assert time.monotonic() - t0 < 5
     # a name that is a file stays a file; a .sluice name that is not there is not looked up on the hub
     h.reset()
-    r = sl(tmp_path, h.url, ["run", "-m", "acme/tiny.sluice", "--tokens", "1"], check=False)
+    r = sluice_at(tmp_path, h.url, ["run", "-m", "acme/tiny.sluice", "--tokens", "1"], check=False)
     assert r.returncode == 1 and b"not in the store" not in r.stderr and b"acme/tiny.sluice" in r.stderr, r.stderr
     assert h.log == []
 
@@ -196,7 +158,7 @@ def test_serve_a_model_of_the_store_under_its_name(hub, tmp_path):
     import json
     import urllib.request
     h = hub(break_first=False)
-    p = subprocess.Popen([sluice_bin(), "serve", "acme/tiny-moe:q8", "--port", "0"], env=env_for(tmp_path, h.url),
+    p = subprocess.Popen([sluice_bin(), "serve", "acme/tiny-moe:q8", "--port", "0"], env=hub_env(tmp_path, h.url),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         url = None
@@ -225,11 +187,9 @@ def readme_commands(heading):
 def test_readme_commands_as_written(hub, tmp_path):
     # README.md's first two blocks, run as written against the mock hub (the tiny fixture under the name
     # the README uses): `make` is the suite's own build; build/sluice and sluice are the binary under test
-    from test_pull import repo_files
     h = hub(break_first=False)
-    h.repos["Qwen/Qwen3-30B-A3B"] = repo_files()
-    h.commits["Qwen/Qwen3-30B-A3B"] = hashlib.sha1(b"Qwen/Qwen3-30B-A3B").hexdigest()
-    env = env_for(tmp_path, h.url)
+    add_repo(h, "Qwen/Qwen3-30B-A3B", repo_files())
+    env = hub_env(tmp_path, h.url)
     env["HOME"] = str(tmp_path)
     ran = 0
     for heading, stdin in [("Get a model, run it", b"Hello\n"), ("Your own model in three commands", None)]:
