@@ -181,6 +181,8 @@ install: all
 	install -m 644 include/sluice.h $(PREFIX)/include/
 	install -m 644 $(DEMO) $(PREFIX)/share/sluice/demo.sluice
 	install -m 644 docs/*.md $(PREFIX)/share/doc/sluice/
+	install -d $(PREFIX)/share/bash-completion/completions
+	$(BUILD)/sluice completion bash > $(PREFIX)/share/bash-completion/completions/sluice
 	@if command -v help2man >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory $(BUILD)/sluice.1 && install -d $(PREFIX)/share/man/man1 && \
 		install -m 644 $(BUILD)/sluice.1 $(PREFIX)/share/man/man1/sluice.1; \

@@ -26,7 +26,7 @@ static const char *sluice(void) {
 }
 
 static const char *const commands[] = {"pull", "pack",   "info",    "verify", "run",   "chat",     "tokenize", "ls", "show", "rm",
-                                       "perplexity", "logits", "profile", "bench", "serve", "synth", NULL};
+                                       "perplexity", "logits", "profile", "bench", "serve", "synth", "completion", NULL};
 static const char *const model_commands[] = {"run", "chat", "perplexity", "logits", "profile", "bench", "serve", NULL};
 
 /* The tiny Qwen3-Next fixture packed with the tiny tokenizer (256 byte-level ids), once per run. */
@@ -425,6 +425,9 @@ TEST(cmd_make_install_runs_no_apt) {
     CHECK(access(test_path("%s/share/sluice/demo.sluice", prefix), R_OK) == 0);
     CHECK(access(test_path("%s/share/doc/sluice/PULL.md", prefix), R_OK) == 0);
     CHECK(access(test_path("%s/share/doc/sluice/SERVER.md", prefix), R_OK) == 0);
+    char *comp = test_read(test_path("%s/share/bash-completion/completions/sluice", prefix), NULL);
+    CHECKF(comp && strstr(comp, "complete -o filenames -F _sluice sluice"), "%s", comp ? comp : "(no completion file)");
+    free(comp);
     if (test_sh(0, &o, "command -v help2man >/dev/null 2>&1") == 0) {
         char *page = test_read(test_path("%s/share/man/man1/sluice.1", prefix), NULL);
         CHECKF(page && strstr(page, ".SH \"SEE ALSO\"") && strstr(page, "share/doc/sluice") && strstr(page, "PULL.md"),

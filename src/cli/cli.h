@@ -25,6 +25,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv); /* cmd_perplexity.c */
 int cmd_serve(int argc, char **argv);      /* cmd_serve.c */
+int cmd_completion(int argc, char **argv); /* completion.c */
 int cmd_ls(int argc, char **argv);         /* cmd_store.c */
 int cmd_rm(int argc, char **argv);
 int cmd_show(int argc, char **argv);

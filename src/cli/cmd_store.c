@@ -16,41 +16,6 @@
 #include "cli/store.h"
 #include "util/fileio.h"
 
-/* Every model of the store, sorted by name then tag: *out malloc'ed; returns the count (0 when the
- * store is empty or absent). */
-static int scan_all(const char *root, store_entry **out) {
-    *out = NULL;
-    char models[4200];
-    store_pathf(models, sizeof models, "%s/models", root);
-    struct dirent **orgs = NULL;
-    int n = 0, no = scandir(models, &orgs, NULL, alphasort);
-    for (int i = 0; i < no; i++) {
-        char od[4400];
-        store_pathf(od, sizeof od, "%s/%s", models, orgs[i]->d_name);
-        struct dirent **reps = NULL;
-        int nr = orgs[i]->d_name[0] == '.' ? 0 : scandir(od, &reps, NULL, alphasort);
-        for (int k = 0; k < nr; k++) {
-            char repo[600], dir[4600];
-            store_pathf(repo, sizeof repo, "%s/%s", orgs[i]->d_name, reps[k]->d_name);
-            store_pathf(dir, sizeof dir, "%s/%s", od, reps[k]->d_name);
-            store_entry *e = NULL;
-            int m = reps[k]->d_name[0] == '.' ? 0 : store_scan_dir(dir, repo, &e);
-            store_entry *all = m ? realloc(*out, (size_t)(n + m) * sizeof *all) : *out;
-            if (all) {
-                memcpy(all + n, e, (size_t)m * sizeof *e);
-                *out = all;
-                n += m;
-            }
-            free(e);
-            free(reps[k]);
-        }
-        free(reps);
-        free(orgs[i]);
-    }
-    free(orgs);
-    return n;
-}
-
 /* "just now", "5 minutes ago", ... or the date. */
 static void ago(time_t t, char *out, size_t n) {
     double s = difftime(time(NULL), t);
@@ -71,7 +36,7 @@ int cmd_ls(int argc, char **argv) {
     char root[4096];
     if (open_store("ls", root, sizeof root)) return 1;
     store_entry *e;
-    int n = scan_all(root, &e);
+    int n = store_scan_all(root, &e);
     if (n == 0) {
         fprintf(stderr, "sluice ls: no models in %s yet; 'sluice run ORG/NAME' downloads one\n", root);
         return 0;
@@ -93,15 +58,25 @@ int cmd_ls(int argc, char **argv) {
  * returned; -1 (printed) when spec is not a name. */
 static int find(const char *cmd, const char *root, const char *spec, store_entry **out) {
     store_ref r;
+    char full[600], near[1024];
     *out = NULL;
-    if (store_parse(spec, &r)) return cli_fail(cmd, "'%s' is not a model name (ORG/NAME or ORG/NAME:QUANT; 'sluice ls' "
-                                               "lists the store)", spec), -1;
+    if (store_parse(spec, &r)) {
+        if (strchr(spec, '/') || !spec[0] || spec[0] == '.')
+            return cli_fail(cmd, "'%s' is not a model name (ORG/NAME or ORG/NAME:QUANT; 'sluice ls' lists the store)",
+                            spec), -1;
+        if (store_resolve_word(cmd, root, spec, 0, full, sizeof full) || store_parse(full, &r)) return -1;
+        spec = full; /* NAME alone, of one model of the store */
+    }
     char dir[4400];
     store_model_dir(root, r.repo, dir, sizeof dir);
     int n = store_scan_dir(dir, r.repo, out), k = 0;
     for (int i = 0; i < n; i++)
         if (!r.tag[0] || !strcmp((*out)[i].tag, r.tag)) (*out)[k++] = (*out)[i];
-    if (k == 0) cli_fail(cmd, "%s is not in the store (%s); 'sluice ls' lists what is", spec, root);
+    if (k == 0) {
+        store_suggest(root, spec, near, sizeof near);
+        cli_fail(cmd, "%s is not in the store (%s); %s%s", spec, root, near[0] ? "there: " : "'sluice ls' lists what is",
+                 near);
+    }
     return k;
 }
 

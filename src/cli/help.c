@@ -317,6 +317,12 @@ const cli_command cli_commands[] = {
     {"rm", "remove a model from the store", cmd_rm, "ORG/NAME[:QUANT]...",
      "Removes the model's container and record from the store; without :QUANT, every quantization of it.",
      NULL, "sluice rm Qwen/Qwen3-30B-A3B:q8", 0},
+    {"completion", "print a shell completion script (bash, zsh)", cmd_completion, "bash|zsh",
+     "Prints a script that completes sluice's commands, options, option values, the models of the store and "
+     "files, written from the same tables as --help. Load it in the running shell with 'source <(sluice "
+     "completion bash)' (zsh: 'source <(sluice completion zsh)'); make install puts the bash one in "
+     "PREFIX/share/bash-completion/completions/sluice, which bash-completion loads by itself.",
+     NULL, "sluice completion bash > ~/.local/share/bash-completion/completions/sluice", 0},
     {"synth", "write a container of a released model's shape with random weights", cmd_synth,
      "--shape NAME -o MODEL.sluice [OPTION]...",
      "Writes a container of a released model's real dimensions filled with seeded random weights, so that "

@@ -174,6 +174,92 @@ int store_scan_dir(const char *dir, const char *repo, store_entry **out) {
     return n;
 }
 
+int store_scan_all(const char *root, store_entry **out) {
+    *out = NULL;
+    char models[4200];
+    store_pathf(models, sizeof models, "%s/models", root);
+    struct dirent **orgs = NULL;
+    int n = 0, no = scandir(models, &orgs, NULL, alphasort);
+    for (int i = 0; i < no; i++) {
+        char od[4400];
+        store_pathf(od, sizeof od, "%s/%s", models, orgs[i]->d_name);
+        struct dirent **reps = NULL;
+        int nr = orgs[i]->d_name[0] == '.' ? 0 : scandir(od, &reps, NULL, alphasort);
+        for (int k = 0; k < nr; k++) {
+            char repo[600], dir[4600];
+            store_pathf(repo, sizeof repo, "%s/%s", orgs[i]->d_name, reps[k]->d_name);
+            store_pathf(dir, sizeof dir, "%s/%s", od, reps[k]->d_name);
+            store_entry *e = NULL;
+            int m = reps[k]->d_name[0] == '.' ? 0 : store_scan_dir(dir, repo, &e);
+            store_entry *all = m ? realloc(*out, (size_t)(n + m) * sizeof *all) : *out;
+            if (all) {
+                memcpy(all + n, e, (size_t)m * sizeof *e);
+                *out = all;
+                n += m;
+            }
+            free(e);
+            free(reps[k]);
+        }
+        free(reps);
+        free(orgs[i]);
+    }
+    free(orgs);
+    return n;
+}
+
+/* ---- names without their ORG, and names that are not there ----------------------------------------- */
+
+/* The NAME of ORG/NAME. */
+static const char *name_part(const char *repo) {
+    const char *s = strrchr(repo, '/');
+    return s ? s + 1 : repo;
+}
+
+int store_short_name(const char *root, const char *spec, char *full, size_t n) {
+    char name[256], tag[64] = "";
+    const char *colon = strchr(spec, ':');
+    store_pathf(name, sizeof name, "%.*s", colon ? (int)(colon - spec) : (int)strlen(spec), spec);
+    if (colon) store_pathf(tag, sizeof tag, "%s", colon + 1);
+    store_entry *e;
+    int n_all = store_scan_all(root, &e), k = 0;
+    const char *hit = NULL;
+    for (int i = 0; i < n_all; i++) {
+        if (strcasecmp(name_part(e[i].repo), name)) continue;
+        if (!hit || strcmp(hit, e[i].repo)) k++; /* sorted by name: one repository's tags are together */
+        hit = e[i].repo;
+        store_pathf(full, n, "%s%s%s", e[i].repo, tag[0] ? ":" : "", tag); /* a tag not there yet: fetched */
+    }
+    free(e);
+    return k;
+}
+
+int store_resolve_word(const char *cmd, const char *root, const char *word, int files, char *full, size_t n) {
+    int k = store_short_name(root, word, full, n);
+    if (k == 1) return 0;
+    char near[1024];
+    store_suggest(root, word, near, sizeof near);
+    if (k > 1) return cli_fail(cmd, "%s names models of %d organisations in the store (%s): give ORG/NAME", word, k, near);
+    return cli_fail(cmd, "%s: %sno model of the store is called so; a model is named ORG/NAME[:QUANT] (e.g. "
+                    "Qwen/Qwen3-30B-A3B)%s%s", word, files ? "no such file, and " : "",
+                    near[0] ? "; in the store: " : "; 'sluice ls' lists the store", near);
+}
+
+void store_suggest(const char *root, const char *spec, char *out, size_t n) {
+    char word[256];
+    const char *colon = strchr(spec, ':'), *w = name_part(spec);
+    store_pathf(word, sizeof word, "%.*s", colon && colon > w ? (int)(colon - w) : (int)strlen(w), w);
+    store_entry *e;
+    int n_all = store_scan_all(root, &e), shown = 0;
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < n_all && shown < 4 && word[0]; i++) {
+        if (!strcasestr(e[i].repo, word) || len + strlen(e[i].repo) + 70 > n) continue;
+        len += (size_t)snprintf(out + len, n - len, "%s%s:%s", shown ? ", " : "", e[i].repo, e[i].tag);
+        shown++;
+    }
+    free(e);
+}
+
 /* ---- what to download ---------------------------------------------------------------------------- */
 
 enum { MAX_PICK = 64 };
@@ -460,9 +546,22 @@ static int store_get(const char *cmd, store_ref *r, char **out) {
 static char *kept[64]; /* the paths cli_model_path handed out, reachable until exit */
 static int n_kept;
 
+/* A word that is neither a file there nor ORG/NAME: no '/', no .sluice / .gguf ending. */
+static int bare_word(const char *s) {
+    size_t n = strlen(s);
+    struct stat sb;
+    return *s && !strchr(s, '/') && s[0] != '.' && s[0] != '-' && stat(s, &sb) != 0 &&
+           !(n > 7 && !strcmp(s + n - 7, ".sluice")) && !(n > 5 && !strcmp(s + n - 5, ".gguf"));
+}
+
 int cli_model_path(const char *cmd, const char **model) {
     if (!*model) return cli_default_model(cmd, model);
-    if (!store_is_name(*model)) return 0;
+    char root[4096], full[600];
+    if (!store_is_name(*model)) { /* a path: the library names what is wrong with it; a bare NAME: the store's */
+        if (!bare_word(*model) || store_root(root, sizeof root)) return 0;
+        if (store_resolve_word(cmd, root, *model, 1, full, sizeof full)) return 1;
+        *model = full;
+    }
     store_ref r;
     char *path = NULL;
     store_parse(*model, &r);

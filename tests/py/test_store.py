@@ -66,7 +66,7 @@ def test_run_org_name_pulls_packs_runs_then_offline_ls_show_rm(hub, tmp_path):
     assert store_files(tmp_path) == [] and not (tmp_path / "store/models/acme").exists()
     r = sluice_at(tmp_path, off, ["rm", "acme/tiny-moe"], check=False)
     assert r.returncode == 1 and b"acme/tiny-moe is not in the store" in r.stderr
-    r = sluice_at(tmp_path, off, ["show", "not-a-name"], check=False)
+    r = sluice_at(tmp_path, off, ["show", "not/a/name"], check=False)
     assert r.returncode == 1 and b"is not a model name" in r.stderr
     r = sluice_at(tmp_path, off, ["ls"])
     assert r.stdout == b"" and b"no models in" in r.stderr
@@ -203,3 +203,44 @@ def test_readme_commands_as_written(hub, tmp_path):
             ran += 1
     assert ran == 4
     assert (tmp_path / "store/models/Qwen/Qwen3-30B-A3B/q4.sluice").exists() and (tmp_path / "q30.sluice").exists()
+
+
+def test_short_names_near_names_and_completion(hub, tmp_path):
+    """NAME alone stands for the one ORG/NAME of the store (Ollama's short names); a word that names no file and no
+    model says what a model name is and which models of the store come close; sluice completion bash completes
+    commands, option values and the store's models."""
+    h = hub(break_first=False)
+    args = ["--tokens", "1,2,3", "-n", "4"]
+    want = sluice_at(tmp_path, h.url, ["run", "acme/tiny-moe"] + args).stdout
+    h.close()
+    off = closed_port_url()
+    r = sluice_at(tmp_path, off, ["run", "TINY-moe"] + args)
+    assert r.stdout == want and r.stderr == b"", r.stderr
+    assert "name        acme/tiny-moe:q4" in sluice_at(tmp_path, off, ["show", "tiny-moe"]).stdout.decode()
+    r = sluice_at(tmp_path, off, ["run", "tiny"] + args, check=False)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and err.count("\n") == 1, err
+    assert "tiny: no such file, and no model of the store is called so" in err and "ORG/NAME[:QUANT]" in err, err
+    assert err.rstrip().endswith("in the store: acme/tiny-moe:q4"), err
+    r = sluice_at(tmp_path, off, ["rm", "acme/tiny-moe:q8"], check=False)
+    assert r.returncode == 1 and b"acme/tiny-moe:q8 is not in the store" in r.stderr, r.stderr
+    assert r.stderr.rstrip().endswith(b"there: acme/tiny-moe:q4"), r.stderr
+    # a NAME of two organisations: ambiguous, said so
+    src, dst = tmp_path / "store/models/acme", tmp_path / "store/models/other"
+    import shutil
+    shutil.copytree(src, dst)
+    r = sluice_at(tmp_path, off, ["run", "tiny-moe"] + args, check=False)
+    assert r.returncode == 1 and b"names models of 2 organisations" in r.stderr, r.stderr
+    # the completion script, as bash-completion would call it
+    script = sluice_at(tmp_path, off, ["completion", "bash"]).stdout.decode()
+    env = hub_env(tmp_path, off)
+    env["PATH"] = os.path.dirname(sluice_bin()) + ":" + env["PATH"]
+    probe = script + """
+t() { COMP_WORDS=("$@"); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); COMPREPLY=(); _sluice; echo "${COMPREPLY[*]}"; }
+t sluice ch; t sluice run --kv ""; t sluice run ac; t sluice chat -m o; t sluice pack d --quant q4
+"""
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, env=env, cwd=str(tmp_path), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().splitlines() == ["chat", "f32 f16 bf16 q8", "acme/tiny-moe", "other/tiny-moe", "q4"], out
+    r = sluice_at(tmp_path, off, ["completion", "fish"], check=False)
+    assert r.returncode == 1 and b"bash|zsh" in r.stderr
