@@ -3,7 +3,7 @@
  * submitted together give exactly the tokens and text sl_generate gives each alone (greedy and sampled,
  * prompts of several chunks, stop strings), resident and streamed; a canceled request frees its slot for
  * the next; a full queue says SL_EBUSY; a long prompt does not stall a short request; bad requests are
- * refused at submit.
+ * refused at submit; a thinking block is not searched for stop strings and a budget closes it.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -169,7 +169,7 @@ static void sched_vs_generate(int streamed) {
     for (int i = 0; i < NREQ; i++) {
         collect_init(&batched[i]);
         const char *stop[1] = {reqs[i].stop};
-        srv_request r = {prompts[i], reqs[i].n_prompt, sampling(i), reqs[i].max_tokens, stop, reqs[i].stop ? 1 : 0, 1, NULL, NULL, 0};
+        srv_request r = {prompts[i], reqs[i].n_prompt, sampling(i), reqs[i].max_tokens, stop, reqs[i].stop ? 1 : 0, 1, NULL, NULL, 0, 0, 0};
         CHECKF(srv_submit(sch, &r, on_event, &batched[i], NULL, &err) == SL_OK, "%s", err.msg);
     }
     for (int i = 0; i < NREQ; i++) wait_done(&batched[i]);
@@ -226,7 +226,7 @@ TEST(sched_cancel_frees_the_slot) {
     collect_init(&b);
     collect_init(&c);
     a.cancel_after = 3; /* emit's non-zero return cancels */
-    srv_request r = {p, 4, sl_sampler_params_default(), 1000, NULL, 0, 1, NULL, NULL, 0};
+    srv_request r = {p, 4, sl_sampler_params_default(), 1000, NULL, 0, 1, NULL, NULL, 0, 0, 0};
     uint64_t idb = 0;
     sl_error err;
     CHECK(srv_submit(s, &r, on_event, &a, NULL, &err) == SL_OK);
@@ -261,7 +261,7 @@ TEST(sched_cancel_racing_the_end_is_safe) {
     for (int i = 0; i < 60; i++) {
         collect c;
         collect_init(&c);
-        srv_request r = {p, 2, sl_sampler_params_default(), 1 + i % 3, NULL, 0, 1, NULL, NULL, 0};
+        srv_request r = {p, 2, sl_sampler_params_default(), 1 + i % 3, NULL, 0, 1, NULL, NULL, 0, 0, 0};
         uint64_t id = 0;
         sl_error err;
         CHECK(srv_submit(s, &r, on_event, &c, &id, &err) == SL_OK);
@@ -295,7 +295,7 @@ TEST(sched_full_queue_is_busy) {
     collect c[3];
     for (int i = 0; i < 3; i++) collect_init(&c[i]);
     /* the first takes the one slot for a while: 4000 prompt tokens, 64 a step */
-    srv_request r = {p, 4000, sl_sampler_params_default(), 50, NULL, 0, 1, NULL, NULL, 0};
+    srv_request r = {p, 4000, sl_sampler_params_default(), 50, NULL, 0, 1, NULL, NULL, 0, 0, 0};
     uint64_t id[3] = {0};
     sl_error err;
     CHECK(srv_submit(s, &r, on_event, &c[0], &id[0], &err) == SL_OK);
@@ -329,8 +329,8 @@ TEST(sched_long_prompt_does_not_stall_a_short_one) {
     collect L, S;
     collect_init(&L);
     collect_init(&S);
-    srv_request rl = {longp, 640, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0};
-    srv_request rs = {longp, 3, sl_sampler_params_default(), 6, NULL, 0, 1, NULL, NULL, 0};
+    srv_request rl = {longp, 640, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0};
+    srv_request rs = {longp, 3, sl_sampler_params_default(), 6, NULL, 0, 1, NULL, NULL, 0, 0, 0};
     CHECK(srv_submit(s, &rl, on_event, &L, NULL, &err) == SL_OK);
     CHECK(srv_submit(s, &rs, on_event, &S, NULL, &err) == SL_OK);
     wait_done(&L);
@@ -354,7 +354,7 @@ TEST(sched_refuses_bad_requests) {
     collect_init(&c);
     int32_t p[2] = {1, 99999};
     sl_error err;
-    srv_request r = {p, 0, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0};
+    srv_request r = {p, 0, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0};
     CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_EINVAL);
     r.n_prompt = 2;
     CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_ERANGE && strstr(err.msg, "99999"));
@@ -371,7 +371,7 @@ TEST(sched_refuses_bad_requests) {
 /* One request through a scheduler; returns its collect (done). */
 static void run_one(srv_sched *s, const int32_t *p, int n, int max_tokens, collect *c) {
     collect_init(c);
-    srv_request r = {p, n, sl_sampler_params_default(), max_tokens, NULL, 0, 1, NULL, NULL, 0};
+    srv_request r = {p, n, sl_sampler_params_default(), max_tokens, NULL, 0, 1, NULL, NULL, 0, 0, 0};
     r.sampling.temp = 0;
     sl_error err;
     if (srv_submit(s, &r, on_event, c, NULL, &err) == SL_OK) wait_done(c);
@@ -459,4 +459,61 @@ TEST(sched_ids_only_model_matches_transformers_greedy) {
     CHECKF(c.end.status == SL_OK && c.n == 8 && c.len == 0 && c.end.stop == SL_STOP_LENGTH, "status %d, %d ids",
            c.end.status, c.n);
     CHECKF(!memcmp(c.ids, greedy, 8 * sizeof(int32_t)), "greedy ids differ from transformers'");
+}
+
+/* Runs one greedy request of `text` (special tokens recognised) with thinking mode think, a budget,
+ * max_tokens and a stop string (or NULL). */
+static void run_think(srv_sched *s, const sl_tokenizer *tok, const char *text, int think, int budget, int max_tokens,
+                      const char *stop, collect *c) {
+    int32_t *ids = NULL;
+    int n = 0;
+    sl_error err;
+    collect_init(c);
+    if (sl_tokenize(tok, text, strlen(text), 0, &ids, &n, &err)) return;
+    srv_request r = {ids, n, sl_sampler_params_default(), max_tokens, &stop, stop ? 1 : 0, 1, NULL, NULL, 0, think, budget};
+    r.sampling.temp = 0;
+    if (srv_submit(s, &r, on_event, c, NULL, &err) == SL_OK) wait_done(c);
+    free(ids);
+}
+
+/* A prompt that ends inside a <think> block (the demo model goes on with scripture there, no
+ * </think> for a long while): stop strings are not looked for inside the block, and a budget closes it
+ * with "\n</think>\n\n" after that many tokens, the answer following within max_tokens (which counts
+ * the block too); n_thinking counts the block's tokens. */
+TEST(sched_thinking_budget_and_stops) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    srv_sched *s = one_slot(m, &tok, 4, 256);
+    CHECK(s);
+    const char *p = "<|im_start|>user\nRead me Ruth chapter 2.<|im_end|>\n<|im_start|>assistant\n<think>\nAnd the";
+    int32_t *close = NULL;
+    int n_close = 0;
+    sl_error err;
+    CHECK(sl_tokenize(tok, "\n</think>\n\n", 11, 0, &close, &n_close, &err) == SL_OK && n_close > 0);
+    collect free_run, budget, stops;
+    int total = 6 + n_close + 8; /* 6 thinking tokens, the closing tag's, 8 of the answer */
+    run_think(s, tok, p, 0, 0, 30, NULL, &free_run); /* no thinking mode: the plain continuation */
+    run_think(s, tok, p, 2, 6, total, NULL, &budget);
+    const char *word = "Moses"; /* in the block and in the answer */
+    run_think(s, tok, p, 2, 6, total, word, &stops);
+    srv_sched_free(s);
+    sl_model_close(m);
+    sl_tokenizer_free(tok);
+    CHECKF(!strstr(free_run.text, "</think>") && free_run.n == 30, "the model closed the block itself: %s", free_run.text);
+    /* the budget: the free run's first 6 tokens, the closing tag's, then 8 answer tokens */
+    CHECKF(budget.end.status == SL_OK && budget.end.stop == SL_STOP_LENGTH && budget.n == total,
+           "%d tokens, stop %d", budget.n, budget.end.stop);
+    CHECK(!memcmp(budget.ids, free_run.ids, 6 * sizeof *budget.ids));
+    CHECK(!memcmp(budget.ids + 6, close, (size_t)n_close * sizeof *close));
+    CHECKF(budget.end.n_thinking == 6 + n_close && budget.end.n_generated == budget.n, "thinking %d of %d",
+           budget.end.n_thinking, budget.end.n_generated);
+    CHECK(strstr(budget.text, "</think>\n\n") != NULL);
+    /* a stop string met inside the block does not end it; the answer is cut before its first one */
+    const char *ans = strstr(budget.text, "</think>");
+    const char *in_block = strstr(budget.text, word), *in_answer = ans ? strstr(ans, word) : NULL;
+    CHECKF(in_block && in_block < ans && in_answer, "'%s' not in both parts of: %s", word, budget.text);
+    CHECKF(stops.end.stop == SL_STOP_STRING && stops.len == (size_t)(in_answer - budget.text) &&
+           !memcmp(stops.text, budget.text, stops.len), "stop %d: %s", stops.end.stop, stops.text);
+    free(close);
 }

@@ -389,7 +389,7 @@ static api_result sample_result(void) {
 TEST(serve_whole_responses) {
     api_meta m = {"chatcmpl-1", "demo", 1700000000};
     api_result r = sample_result();
-    api_done d = {SL_STOP_EOG, NULL, 10, 5, 2};
+    api_done d = {SL_STOP_EOG, NULL, 10, 5, 2, 0};
     char *s = oai_chat_response(&m, &r, &d);
     cJSON *j = cJSON_Parse(s);
     const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), *msg = cJSON_GetObjectItem(c, "message");
@@ -406,7 +406,7 @@ TEST(serve_whole_responses) {
     free(s);
     cJSON_Delete(j);
 
-    api_done ds = {SL_STOP_STRING, "Amen", 10, 5, 0};
+    api_done ds = {SL_STOP_STRING, "Amen", 10, 5, 0, 0};
     s = ant_message_response(&m, &r, &ds);
     j = cJSON_Parse(s);
     const cJSON *ct = cJSON_GetObjectItem(j, "content");
@@ -422,7 +422,7 @@ TEST(serve_whole_responses) {
     free(s);
     cJSON_Delete(j);
 
-    api_done dl = {SL_STOP_LENGTH, NULL, 3, 16, 0};
+    api_done dl = {SL_STOP_LENGTH, NULL, 3, 16, 0, 0};
     s = oai_completion_response(&m, "abc", 3, &dl);
     j = cJSON_Parse(s);
     c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
@@ -472,7 +472,7 @@ TEST(serve_stream_openai) {
     out_call c = {"f", "{}"};
     CHECK(api_stream_piece(&s, OUT_REASONING, "r", 1, NULL) == 0 && api_stream_piece(&s, OUT_CONTENT, "a", 1, NULL) == 0);
     CHECK(api_stream_piece(&s, OUT_TOOL_CALL, NULL, 0, &c) == 0 && api_stream_piece(&s, OUT_TOOL_CALL, NULL, 0, &c) == 0);
-    api_done d = {SL_STOP_EOG, NULL, 7, 4, 0};
+    api_done d = {SL_STOP_EOG, NULL, 7, 4, 0, 0};
     CHECK(api_stream_end(&s, &d) == 0 && tok_buf_put(&s.out, "", 1) == 0);
     cJSON *ev[16];
     int done, n = sse_events(s.out.p, ev, 16, &done);
@@ -514,7 +514,7 @@ TEST(serve_stream_anthropic) {
     out_call c = {"f", "{\"a\":1}"};
     CHECK(api_stream_piece(&s, OUT_REASONING, "r1", 2, NULL) == 0 && api_stream_piece(&s, OUT_REASONING, "r2", 2, NULL) == 0);
     CHECK(api_stream_piece(&s, OUT_CONTENT, "t", 1, NULL) == 0 && api_stream_piece(&s, OUT_TOOL_CALL, NULL, 0, &c) == 0);
-    api_done d = {SL_STOP_EOG, NULL, 9, 6, 0};
+    api_done d = {SL_STOP_EOG, NULL, 9, 6, 0, 0};
     CHECK(api_stream_end(&s, &d) == 0 && tok_buf_put(&s.out, "", 1) == 0);
     static const char *const want[] = {"message_start", "ping", "content_block_start", "content_block_delta",
                                        "content_block_delta", "content_block_stop", "content_block_start",
@@ -541,7 +541,7 @@ TEST(serve_stream_anthropic) {
     api_stream_free(&s);
     /* nothing generated: still one (empty) text block */
     api_stream_init(&s, API_MESSAGES, &m, 0, 9);
-    api_done dl = {SL_STOP_LENGTH, NULL, 9, 0, 0};
+    api_done dl = {SL_STOP_LENGTH, NULL, 9, 0, 0, 0};
     CHECK(api_stream_end(&s, &dl) == 0 && tok_buf_put(&s.out, "", 1) == 0);
     CHECKF(strstr(s.out.p, "\"content_block\":{\"type\":\"text\",\"text\":\"\"}") && strstr(s.out.p, "\"stop_reason\":\"max_tokens\""), "%s", s.out.p);
     api_stream_free(&s);

@@ -246,6 +246,9 @@ int api_common(api_gen *g, const cJSON *root, const char *stop_key, api_error *e
         return api_fail(e, 400, "frequency_penalty", "unsupported_parameter",
                         "'frequency_penalty' is not supported (only 0): use presence_penalty, or repeat_penalty "
                         "(llama.cpp's multiplicative penalty)");
+    /* an extension: the thinking block's budget (Anthropic's thinking.budget_tokens) */
+    if ((r = api_int(root, "max_thinking_tokens", 1, 1e9, &k, e)) < 0) return -1;
+    if (r) g->think_budget = (int)k;
     /* seed: any integer a double holds, negative ones as their two's complement */
     if ((r = api_num(root, "seed", -9.2e18, 1.8e19, &x, e)) < 0) return -1;
     if (r && x != floor(x)) return api_fail(e, 400, "seed", "invalid_type", "'seed' must be an integer");

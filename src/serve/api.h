@@ -77,7 +77,8 @@ typedef struct api_gen {
     /* all */
     sl_sampler_params sp;
     int seed_set;
-    int max_tokens;            /* 0: not given */
+    int max_tokens;            /* 0: not given; the thinking block's tokens count too, as in both APIs */
+    int think_budget;          /* 0: none; the thinking block's tokens, after which it is closed */
     const char *stop[API_MAX_STOP];
     int n_stop;
     int stream, include_usage;
@@ -170,6 +171,7 @@ typedef struct api_done {
     sl_stop_reason stop;
     const char *stop_sequence; /* the stop string that ended it (SL_STOP_STRING), or NULL */
     int n_prompt, n_generated, n_reused;
+    int n_thinking; /* of n_generated, the thinking block's (OpenAI's reasoning_tokens) */
 } api_done;
 
 typedef struct api_call {

@@ -8,8 +8,9 @@
  * "\n"); an assistant's thinking block -> its reasoning, its tool_use blocks -> tool_calls; a user's
  * tool_result blocks -> "tool" messages (before the rest of that turn); tools {name, description,
  * input_schema} -> the template's {"type": "function", "function": {name, description, parameters}};
- * thinking {"type": "enabled" | "disabled"} -> enable_thinking. Answers: reasoning -> a thinking block
- * (empty signature), content -> a text block, each tool call -> a tool_use block.
+ * thinking {"type": "enabled" | "disabled", "budget_tokens"} -> enable_thinking, think_budget.
+ * Answers: reasoning -> a thinking block (empty signature), content -> a text block, each tool call
+ * -> a tool_use block.
  *
  * Sections: requests; responses; streams; errors and models; the dialect.
  */
@@ -212,6 +213,10 @@ int ant_parse_messages(const char *body, size_t len, api_gen *g, api_error *e) {
         if (!cJSON_IsString(t) || (strcmp(t->valuestring, "enabled") && strcmp(t->valuestring, "disabled")))
             return api_fail(e, 400, "thinking", NULL, "thinking.type must be \"enabled\" or \"disabled\"");
         g->enable_thinking = !strcmp(t->valuestring, "enabled") && !g->grammar; /* constrained: no thinking */
+        long long b;
+        int r = api_int(th, "budget_tokens", 1, 1e9, &b, e);
+        if (r < 0) return snprintf(e->param, sizeof e->param, "thinking.budget_tokens"), -1;
+        if (r) g->think_budget = (int)b;
     }
     return 0;
 }

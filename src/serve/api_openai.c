@@ -276,6 +276,8 @@ static cJSON *usage(const api_done *d) {
     cJSON_AddNumberToObject(u, "total_tokens", d->n_prompt + d->n_generated);
     cJSON_AddNumberToObject(det, "cached_tokens", d->n_reused);
     cJSON_AddItemToObject(u, "prompt_tokens_details", det);
+    cJSON *cd = cJSON_AddObjectToObject(u, "completion_tokens_details");
+    if (cd) cJSON_AddNumberToObject(cd, "reasoning_tokens", d->n_thinking);
     return u;
 }
 

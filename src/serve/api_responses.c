@@ -268,7 +268,7 @@ static void resp_finish(cJSON *j, const api_done *d, cJSON *output) {
     cJSON_AddNumberToObject(in, "cached_tokens", d->n_reused);
     cJSON_AddItemToObject(u, "input_tokens_details", in);
     cJSON_AddNumberToObject(u, "output_tokens", d->n_generated);
-    cJSON_AddNumberToObject(out, "reasoning_tokens", 0);
+    cJSON_AddNumberToObject(out, "reasoning_tokens", d->n_thinking);
     cJSON_AddItemToObject(u, "output_tokens_details", out);
     cJSON_AddNumberToObject(u, "total_tokens", d->n_prompt + d->n_generated);
     cJSON_ReplaceItemInObjectCaseSensitive(j, "usage", u);

@@ -46,8 +46,9 @@ struct gen {
     sl_status status;
     char errmsg[256];
     sl_stop_reason stop;
-    int n_prompt, n_generated, n_reused;
+    int n_prompt, n_generated, n_reused, n_thinking;
     /* the connection's thread only */
+    int think;              /* the answer's thinking mode (out_init's, srv_request's) */
     uint64_t id;
     int submitted, canceled;
     int fd; /* the client's socket, polled for a hang-up */
@@ -112,6 +113,7 @@ static int gen_emit(void *user, const srv_event *ev) {
         g->n_prompt = ev->n_prompt;
         g->n_generated = ev->n_generated;
         g->n_reused = ev->n_reused;
+        g->n_thinking = ev->n_thinking;
     } else {
         if (ev->len && tok_buf_put(&g->pending, ev->text, ev->len)) g->oom = stop = 1;
         if (ev->id >= 0) {
@@ -251,7 +253,7 @@ static int gen_pump(gen *g) {
         gen_error(g, &e);
         return api_stream_error(&g->as, &e) ? -1 : 0;
     }
-    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused};
+    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused, g->n_thinking};
     return api_stream_end(&g->as, &d) ? -1 : 0;
 oom:
     g->oom = 1;
@@ -360,7 +362,7 @@ static int build_prompt(gen *g, int *think, api_error *e) {
 
 /* The response body of a generation that ended well (malloc'ed; NULL when out of memory). */
 static char *whole_body(gen *g) {
-    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused};
+    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused, g->n_thinking};
     char *body = g->api->response(&g->meta, &g->res, &d);
     if (g->g.logprobs) /* the scheduler is done with g: its tokens are all here */
         body = api_with_logprobs(body, api_logprobs_json(g->g.kind, g->ms->tok, g->lps, g->n_lps, g->echo ? strlen(g->echo) : 0));
@@ -444,6 +446,8 @@ static sl_status gen_submit(gen *g, sl_error *err) {
     rq.grammar = g->grammar;
     rq.vocab = g->ms->vocab;
     rq.logprobs = g->g.logprobs;
+    rq.think = g->think;
+    rq.think_budget = g->g.think_budget; /* 0: none (max_tokens bounds the block with the answer) */
     gen_ref(g); /* the scheduler's, from a successful submit on */
     pthread_rwlock_rdlock(&s->mu);
     sl_status st = s->quitting ? SL_ECANCELED : srv_submit(g->ms->sched, &rq, gen_emit, g, &g->id, err);
@@ -478,6 +482,7 @@ static int gen_prepare(struct MHD_Connection *c, req *r, gen *g, api_error *e) {
         if (gr_state_new(g->g.grammar, &g->grammar)) return api_fail(e, 500, NULL, NULL, "out of memory");
     }
     out_init(&g->op, think, g->g.tools != NULL);
+    g->think = think;
     if (!g->g.seed_set) g->g.sp.seed = random_seed();
     api_new_id(g->meta.id, sizeof g->meta.id, g->api->id_prefix);
     g->meta.model = g->ms->name;

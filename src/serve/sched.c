@@ -50,6 +50,8 @@ typedef struct sreq {
     float *lp_logits; /* [V] with logprobs: the logits as they were before sampling */
     srv_logprob lp;   /* with logprobs: the last sampled token's */
     int32_t next;     /* sampled, to be evaluated in the next step (-1: none) */
+    int32_t *force;   /* with a thinking budget: the ids of "\n</think>\n\n", generated when it is spent */
+    int n_force, i_force; /* i_force: how many of them were generated (0 until the budget is spent) */
     int snap_at;      /* prefix cache: keep the state when the prompt reaches this position (0: never) */
     int n_reused;     /* prompt positions restored from the prefix cache */
     int canceled;
@@ -116,6 +118,7 @@ static void req_free(sreq *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->prompt);
+    free(r->force);
     free(r->logits);
     free(r->lp_logits);
     sl_sampler_free(r->smp);
@@ -152,6 +155,7 @@ static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_
     ev.stop = why;
     ev.n_prompt = r->n_prompt;
     ev.n_generated = r->tg_ok ? r->tg.n_generated : 0;
+    ev.n_thinking = r->tg_ok ? r->tg.n_thinking : 0;
     ev.n_reused = r->n_reused;
     ev.queued_s = (r->t_start ? r->t_start : t) - r->t_submit;
     ev.ttft_s = r->t_first ? r->t_first - r->t_submit : 0;
@@ -233,7 +237,10 @@ static int sample_and_deliver(srv_sched *s, sreq *r) {
         return 1;
     }
     if (r->p.logprobs > 0) memcpy(r->lp_logits, r->logits, (size_t)s->V * sizeof *r->logits);
-    int32_t id = sl_sampler_sample(r->smp, r->logits);
+    /* a spent thinking budget: the block's closing tag instead of what the model would say */
+    int forcing = r->n_force && r->i_force < r->n_force &&
+                  (r->i_force > 0 || (r->tg.phase == TG_THINK && r->tg.n_thinking >= r->p.think_budget));
+    int32_t id = forcing ? r->force[r->i_force++] : sl_sampler_sample(r->smp, r->logits);
     if (r->p.logprobs > 0) logprob_of(r, s->V, id);
     sl_sampler_accept(r->smp, id);
     if (r->p.grammar) gr_accept_token(r->p.grammar, r->p.vocab, id);
@@ -650,6 +657,12 @@ sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void
         gp.skip_special = rq->skip_special;
         ok = textgen_init(&r->tg, s->tok, &gp) == SL_OK;
         r->tg_ok = ok;
+        if (ok) textgen_think(&r->tg, rq->think);
+        if (ok && rq->think && rq->think_budget > 0 && s->tok && !rq->grammar) {
+            sl_error e2 = {0};
+            static const char close_tag[] = "\n</think>\n\n";
+            ok = sl_tokenize(s->tok, close_tag, sizeof close_tag - 1, 0, &r->force, &r->n_force, &e2) == SL_OK;
+        }
     }
     if (!ok) {
         req_free(r);

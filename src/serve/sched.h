@@ -70,6 +70,13 @@ typedef struct srv_request {
     gr_state *grammar;
     const gr_vocab *vocab;   /* with grammar: the model's tokens by their bytes */
     int logprobs;            /* 0: none; 1 + k: each token's srv_logprob with k (<= 20) top entries */
+    /* Thinking: 0 the answer has none; 1 it may open with a <think>...</think> block; 2 it starts inside
+     * one (the prompt ends with <think>). Stop strings then apply to what follows the block
+     * (textgen_think; max_tokens counts the block too), and with think_budget > 0 the block is closed
+     * after that many tokens: "\n</think>\n\n" is generated in place of sampled tokens, and the
+     * answer follows. */
+    int think;
+    int think_budget;
 } srv_request;
 
 typedef struct srv_event {
@@ -84,6 +91,7 @@ typedef struct srv_event {
     sl_stop_reason stop;
     int n_prompt, n_generated;
     int n_reused;        /* prompt tokens whose state came from the prefix cache (not evaluated) */
+    int n_thinking;      /* of n_generated, the thinking block's (its tags and the spaces after it) */
     double queued_s, ttft_s, total_s; /* waiting for a slot; submit to first token; submit to end */
 } srv_event;
 

@@ -59,6 +59,75 @@ sl_status textgen_init(textgen *g, const sl_tokenizer *tok, const sl_gen_params 
     return sl_detok_new(tok, p->skip_special, &g->d) ? SL_ENOMEM : SL_OK;
 }
 
+void textgen_think(textgen *g, int mode) {
+    g->phase = mode == 2 ? TG_THINK : mode == 1 ? TG_MAYBE : TG_ANSWER;
+    g->scan_from = g->mark = 0;
+}
+
+static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
+
+/* The first index >= i of s[0..n) that is not a space (n if none). */
+static size_t skip_space(const char *s, size_t i, size_t n) {
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n')) i++;
+    return i;
+}
+
+/* Moves the thinking phase on over the text held (textgen.h). */
+static void think_advance(textgen *g) {
+    const char *s = g->hold.p;
+    size_t n = g->hold.n, ol = sizeof THINK_OPEN - 1, cl = sizeof THINK_CLOSE - 1;
+    if (!n) return;
+    for (;;) {
+        if (g->phase == TG_MAYBE) {
+            size_t i = skip_space(s, 0, n), k = n - i;
+            if (k < ol && !memcmp(s + i, THINK_OPEN, k)) return; /* still undecided */
+            if (k >= ol && !memcmp(s + i, THINK_OPEN, ol)) {
+                g->phase = TG_THINK;
+                g->mark = i + ol;
+                g->n_thinking += g->n_maybe;
+                continue;
+            }
+            g->phase = TG_ANSWER;
+            g->scan_from = i;
+        } else if (g->phase == TG_THINK) {
+            const char *f = n > g->mark ? memmem(s + g->mark, n - g->mark, THINK_CLOSE, cl) : NULL;
+            if (!f) return;
+            g->phase = TG_AFTER;
+            g->mark = (size_t)(f - s) + cl;
+            continue;
+        } else if (g->phase == TG_AFTER) {
+            size_t i = skip_space(s, g->mark, n);
+            g->mark = i;
+            if (i == n) return;
+            g->phase = TG_ANSWER;
+            g->scan_from = i;
+        }
+        return;
+    }
+}
+
+/* Bytes at the front of hold that can be handed out: in the answer, all but a tail that could begin
+ * a stop string; inside the block, all but a tail that could begin </think>; nothing while a <think>
+ * may still open the text. */
+static size_t givable(const textgen *g) {
+    const char *s = g->hold.p;
+    size_t n = g->hold.n, keep = 0;
+    if (g->phase == TG_MAYBE || !n) return 0;
+    if (g->phase == TG_ANSWER)
+        keep = g->n_stop ? stop_overlap(s + g->scan_from, n - g->scan_from, g->stop, g->n_stop) : 0;
+    else if (g->phase == TG_THINK)
+        for (size_t k = n - g->mark < sizeof THINK_CLOSE - 2 ? n - g->mark : sizeof THINK_CLOSE - 2; k > 0 && !keep; k--)
+            if (!memcmp(s + n - k, THINK_CLOSE, k)) keep = k;
+    return n - keep;
+}
+
+/* Offset of the first stop string in the answer's part of hold, or -1 (none, or not in the answer). */
+static long answer_stop(const textgen *g) {
+    if (g->phase != TG_ANSWER || !g->n_stop || !g->hold.n) return -1;
+    long at = stop_find(g->hold.p + g->scan_from, g->hold.n - g->scan_from, g->stop, g->n_stop);
+    return at < 0 ? -1 : at + (long)g->scan_from;
+}
+
 void textgen_free(textgen *g) {
     sl_detok_free(g->d);
     free(g->hold.p);
@@ -77,6 +146,8 @@ static void unshift(textgen *g) {
     if (!g->shift) return;
     memmove(g->hold.p, g->hold.p + g->shift, g->hold.n - g->shift);
     g->hold.n -= g->shift;
+    g->scan_from = g->scan_from > g->shift ? g->scan_from - g->shift : 0;
+    g->mark = g->mark > g->shift ? g->mark - g->shift : 0;
     g->shift = 0;
 }
 
@@ -85,7 +156,12 @@ static int hand_out_all(textgen *g, const char **text, size_t *len) {
     size_t fl = 0;
     const char *f = g->d ? sl_detok_flush(g->d, &fl) : "";
     if (!f || tok_buf_put(&g->hold, f, fl)) return -1;
-    long at = g->n_stop ? stop_find(g->hold.p, g->hold.n, g->stop, g->n_stop) : -1;
+    think_advance(g);
+    if (g->phase == TG_MAYBE) { /* ended before a <think> could open it: all of it is the answer */
+        g->phase = TG_ANSWER;
+        g->scan_from = skip_space(g->hold.p, 0, g->hold.n);
+    }
+    long at = answer_stop(g);
     *text = hand_out(g, at >= 0 ? (size_t)at : g->hold.n, len);
     g->shift = g->hold.n;
     return 0;
@@ -102,7 +178,10 @@ int textgen_push(textgen *g, int32_t id, int room, const char **text, size_t *le
     n = 0;
     const char *t = g->d ? sl_detok_push(g->d, id, &n) : "";
     if (!t || tok_buf_put(&g->hold, t, n)) return -1;
-    long at = g->n_stop ? stop_find(g->hold.p, g->hold.n, g->stop, g->n_stop) : -1;
+    think_advance(g);
+    if (g->phase == TG_MAYBE) g->n_maybe++;
+    else if (g->phase != TG_ANSWER) g->n_thinking++;
+    long at = answer_stop(g);
     if (at >= 0) {
         *why = SL_STOP_STRING;
         *text = hand_out(g, (size_t)at, len);
@@ -113,8 +192,7 @@ int textgen_push(textgen *g, int32_t id, int room, const char **text, size_t *le
         *why = SL_STOP_LENGTH;
         return hand_out_all(g, text, len) ? -1 : 1;
     }
-    size_t keep = g->n_stop ? stop_overlap(g->hold.p, g->hold.n, g->stop, g->n_stop) : 0;
-    *text = hand_out(g, g->hold.n - keep, len);
+    *text = hand_out(g, givable(g), len);
     return 0;
 }
 

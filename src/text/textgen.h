@@ -17,13 +17,29 @@ typedef struct textgen {
     size_t shift;             /* bytes at its front handed out by the last call */
     const char *const *stop;  /* borrowed */
     int n_stop;
-    int max_tokens;           /* <= 0: no limit */
+    int max_tokens;           /* <= 0: no limit (thinking included) */
     int n_generated;
+    /* Thinking (textgen_think): stop strings apply to the answer, not to a <think> block opening the
+     * text. phase: TG_ANSWER (stop strings apply from hold[scan_from]), TG_MAYBE (a <think>
+     * may still open the text: everything is held), TG_THINK (inside the block), TG_AFTER (after
+     * </think>, before the answer's first non-space byte). mark: where the next tag search begins. */
+    int phase;
+    size_t scan_from, mark;
+    int n_thinking;           /* tokens generated before the answer began (the block and its tags) */
+    int n_maybe;              /* tokens taken in TG_MAYBE (thinking if a <think> opens the text) */
 } textgen;
+
+enum { TG_ANSWER = 0, TG_MAYBE, TG_THINK, TG_AFTER };
 
 /* tok may be NULL (a model without a tokenizer): ids only, no text and no end-of-generation token. */
 sl_status textgen_init(textgen *g, const sl_tokenizer *tok, const sl_gen_params *p);
 void textgen_free(textgen *g);
+/* Sets how the text may open (right after textgen_init): 0 no thinking (the default: stop strings
+ * apply from the first byte), 1 the text may open with a <think>...</think> block, 2 it starts inside
+ * one (the prompt ended with <think>). Stop strings are then looked for from the answer's first
+ * non-space byte after </think> on, and n_thinking counts the tokens before it (max_tokens still
+ * counts all); the block's text is handed out as it comes (only a possible </think> held back). */
+void textgen_think(textgen *g, int mode);
 
 /* Takes a sampled token. *text / *len: the text that became final with it (valid until the next call).
  * Returns 1 when generation ends here (*why says why; on SL_STOP_EOG / SL_STOP_LENGTH the rest of the

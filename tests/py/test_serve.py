@@ -228,6 +228,40 @@ def test_stop_strings(demo):
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop and m.content[0].text == full[:full.index(stop)]
 
 
+def test_stop_strings_skip_thinking(demo):
+    """The demo model opens every answer with an (empty) <think> block: a stop string that is in the
+    block ("\n") must not end the answer there; the block's tokens are reported as reasoning_tokens
+    (and count against max_tokens, as both APIs say)."""
+    full = chat(demo, max_tokens=60).choices[0].message.content
+    first_line = full.split("\n")[0]
+    assert first_line and first_line != full
+    for stream in (False, True):
+        kw = dict(model="demo", messages=RUTH, max_tokens=60, temperature=0, stop=["\n"])
+        if stream:
+            parts = oai(demo).chat.completions.create(stream=True, **kw)
+            text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
+        else:
+            r = oai(demo).chat.completions.create(**kw)
+            text = r.choices[0].message.content
+            assert r.choices[0].finish_reason == "stop"
+        assert text == first_line, (stream, text)
+    m = ant(demo).messages.create(model="demo", max_tokens=60, messages=RUTH, stop_sequences=["\n"], extra_body=GREEDY)
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == "\n" and m.content[-1].text == first_line
+    r = chat(demo, max_tokens=8)
+    think = r.usage.completion_tokens_details.reasoning_tokens
+    assert 0 < think < 8 and r.usage.completion_tokens == 8 and r.choices[0].finish_reason == "length"
+    assert r.choices[0].message.content and full.startswith(r.choices[0].message.content)
+    # without thinking nothing is reasoning
+    r = chat(demo, max_tokens=5, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert r.usage.completion_tokens == 5 and r.usage.completion_tokens_details.reasoning_tokens == 0
+    # a budget out of range is refused, naming its field
+    st, _, b = demo.request("POST", "/v1/messages", {"model": "demo", "max_tokens": 8, "messages": RUTH,
+                                                     "thinking": {"type": "enabled", "budget_tokens": 0}})
+    assert st == 400 and b"budget_tokens" in b
+    st, _, b = demo.request("POST", "/v1/chat/completions", {"model": "demo", "messages": RUTH, "max_thinking_tokens": -1})
+    assert st == 400 and b"max_thinking_tokens" in b
+
+
 def test_completions(demo, tmp_path):
     c = oai(demo)
     r = c.completions.create(model="demo", prompt="And it came to pass", max_tokens=16, temperature=0)
