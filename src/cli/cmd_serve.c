@@ -1,7 +1,9 @@
 /*
  * cmd_serve.c — `sluice serve`: opens the models (-m [NAME=]PATH, repeatable; the default model
  * without one), starts the HTTP server (src/serve/serve.h) and prints one line per request to stderr
- * until SIGINT or SIGTERM, which stop it cleanly (generations in flight end, connections close).
+ * until SIGINT or SIGTERM, which stop it cleanly: new generations get 503 while those in flight have
+ * up to --drain seconds to finish (a second signal cuts that short); then the rest end (an error event
+ * or a 503), connections close.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -12,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/store.h"
 #include "serve/serve.h"
+#include "util/clock.h"
 
 enum { MAX_MODELS = 16 };
 
@@ -106,12 +109,33 @@ static void print_model(sl_model *m, const char *name, const char *path, const s
             sl_kv_type_name(sl_model_kv_type(m)), kvb);
 }
 
+/* Waits for SIGINT / SIGTERM (blocked in set), then drains: new generations are refused while those
+ * in flight get up to drain seconds, or until a second signal. */
+static void serve_until_signal(srv_server *srv, const sigset_t *set, double drain) {
+    int sig = 0;
+    sigwait(set, &sig);
+    int n = srv_server_drain(srv);
+    fprintf(stderr, "sluice serve: %s, stopping", sig == SIGINT ? "interrupted" : "terminated");
+    if (n && drain > 0)
+        fprintf(stderr, " (%d request%s in flight: up to %g s to finish; another signal stops them now)", n, n == 1 ? "" : "s",
+                drain);
+    fprintf(stderr, "\n");
+    fflush(stderr);
+    double end = clk_now_s() + drain;
+    while (srv_server_in_flight(srv) > 0 && clk_now_s() < end) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        if (sigtimedwait(set, NULL, &ts) > 0) break;
+    }
+    if ((n = srv_server_in_flight(srv)) > 0) fprintf(stderr, "sluice serve: ending %d request%s still in flight\n", n, n == 1 ? "" : "s");
+}
+
 int cmd_serve(int argc, char **argv) {
     srv_params p = srv_params_default();
     sl_model_params mp = cli_model_params();
     const char *specs[MAX_MODELS];
     const char *cors[MAX_MODELS];
     int n_specs = 0, bad = 0;
+    double drain = 5;
     const char *key = getenv("SLUICE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -150,6 +174,10 @@ int cmd_serve(int argc, char **argv) {
             long long b = cli_parse_size(v);
             if (b < 0) return cli_fail("serve", "--state-cache: bad size '%s' (e.g. 512M, 2G; 0 is off)", v);
             p.sched.state_cache_bytes = (uint64_t)b;
+        } else if (!strcmp(a, "--drain")) {
+            char *end;
+            drain = strtod(v, &end);
+            if (end == v || *end || !(drain >= 0 && drain <= 3600)) return cli_fail("serve", "--drain: '%s' is not a number of seconds (0 to 3600)", v);
         } else if (!strcmp(a, "--state-dir")) p.sched.state_dir = v;
         else if (!strcmp(a, "--cors")) {
             if (p.n_cors == MAX_MODELS) return cli_fail("serve", "at most %d --cors origins", MAX_MODELS);
@@ -191,9 +219,7 @@ int cmd_serve(int argc, char **argv) {
     int v6 = strchr(p.host, ':') != NULL;
     fprintf(stderr, "listening on http://%s%s%s:%d\n", v6 ? "[" : "", p.host, v6 ? "]" : "", srv_server_port(srv));
     fflush(stderr);
-    int sig = 0;
-    sigwait(&set, &sig);
-    fprintf(stderr, "sluice serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+    serve_until_signal(srv, &set, drain);
     rc = 0;
 out:
     srv_server_free(srv);

@@ -193,6 +193,9 @@ static const cli_opt serve_opts[] = {
                          "headers, and its OPTIONS preflights with 204; repeatable. A request with another "
                          "foreign Origin gets 403 (default: only the server's own page)"},
     {"--max-body", "SIZE", "the largest request body, K/M suffixes; larger ones get 413 (default: 1M)"},
+    {"--drain", "SECONDS", "on SIGTERM / SIGINT, new generations get 503 and /health 503 while the requests in "
+                           "flight have up to SECONDS to finish (a second signal ends them at once); those "
+                           "still running then end with an error event or a 503 (default: 5; 0: at once)"},
     {"--parallel", "N", "sequences evaluated together, per model (default: 16)"},
     {"--queue", "N", "requests waiting for a slot, per model, beyond which new ones get 503 (default: 64)"},
     {"--ctx", "N", "context positions of each sequence, a request's prompt and max_tokens within it (400 "

@@ -551,6 +551,7 @@ enum MHD_Result gen_endpoint(struct MHD_Connection *c, req *r, const char *rest)
     (void)rest;
     api_error e;
     memset(&e, 0, sizeof e);
+    if (srv_is_draining(r->s)) return srv_fail(c, r, 503, "server_shutting_down", "the server is shutting down: retry later, or elsewhere");
     gen *g = gen_new(r, r->route->api);
     if (!g) return srv_fail(c, r, 500, NULL, "out of memory");
     if (gen_prepare(c, r, g, &e) || gen_siblings(c, r, g, &e)) return srv_reply_error(c, r, &e);

@@ -285,6 +285,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->s = s;
         r->t0 = clk_now_s();
         *con_cls = r;
+        pthread_mutex_lock(&s->stat_mu);
+        s->in_flight++;
+        pthread_mutex_unlock(&s->stat_mu);
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->url, sizeof r->url, "%s", url);
         return on_headers(c, r, url, method);
@@ -321,6 +324,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     int cls_ = r->status / 100;
     if (cls_ >= 1 && cls_ <= 5) s->by_class[cls_]++;
     if (g.gone && g.submitted) s->disconnects++;
+    s->in_flight--;
     pthread_mutex_unlock(&s->stat_mu);
     char tokens[64] = "";
     if (g.submitted) snprintf(tokens, sizeof tokens, " %d+%d tokens", g.n_prompt, g.n_generated);
@@ -458,6 +462,28 @@ fail:
 
 int srv_server_port(const srv_server *s) { return s->port; }
 
+int srv_is_draining(srv_server *s) {
+    pthread_mutex_lock(&s->stat_mu);
+    int d = s->draining;
+    pthread_mutex_unlock(&s->stat_mu);
+    return d;
+}
+
+int srv_server_drain(srv_server *s) {
+    pthread_mutex_lock(&s->stat_mu);
+    s->draining = 1;
+    int n = s->in_flight;
+    pthread_mutex_unlock(&s->stat_mu);
+    return n;
+}
+
+int srv_server_in_flight(srv_server *s) {
+    pthread_mutex_lock(&s->stat_mu);
+    int n = s->in_flight;
+    pthread_mutex_unlock(&s->stat_mu);
+    return n;
+}
+
 void srv_server_free(srv_server *s) {
     if (!s) return;
     if (s->sampler_run) {
@@ -475,6 +501,14 @@ void srv_server_free(srv_server *s) {
         s->models[i].sched = NULL;
     }
     pthread_rwlock_unlock(&s->mu);
+    /* the connections' threads write the ends of the generations just canceled (an error event, a 503)
+     * before libmicrohttpd shuts their sockets: up to 2 s (a client that stopped reading, a body never
+     * finished) */
+    double end = clk_now_s() + 2;
+    while (s->d && srv_server_in_flight(s) > 0 && clk_now_s() < end) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (s->d) MHD_stop_daemon(s->d);
     if (s->models)
         for (int i = 0; i < s->n_models; i++) {

@@ -48,10 +48,15 @@ struct srv_server {
     pthread_mutex_t stat_mu; /* counters below, the tok/s samples, the log */
     uint64_t by_class[6], disconnects;
     int connections;
+    int in_flight; /* requests begun and not yet completed (answered, or their connection gone) */
+    int draining;  /* srv_server_drain: new generations get 503, /health says "draining" */
     pthread_t sampler;
     pthread_cond_t sampler_cv;
     int sampler_run, sampler_stop;
 };
+
+/* Whether srv_server_drain was called (under stat_mu). */
+int srv_is_draining(srv_server *s);
 
 /* The model a request names (NULL: the first one), or NULL when none has that name. */
 const model_slot *srv_find_model(const srv_server *s, const char *name);

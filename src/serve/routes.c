@@ -31,12 +31,13 @@ static enum MHD_Result ep_page(struct MHD_Connection *c, req *r, const char *res
 static enum MHD_Result ep_health(struct MHD_Connection *c, req *r, const char *rest) {
     (void)rest;
     cJSON *j = cJSON_CreateObject(), *m = cJSON_CreateArray();
-    cJSON_AddStringToObject(j, "status", "ok");
+    int draining = srv_is_draining(r->s); /* a load balancer stops sending here */
+    cJSON_AddStringToObject(j, "status", draining ? "draining" : "ok");
     for (int i = 0; i < r->s->n_models; i++) cJSON_AddItemToArray(m, cJSON_CreateString(r->s->models[i].name));
     cJSON_AddItemToObject(j, "models", m);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
-    return srv_reply_json(c, r, 200, s);
+    return srv_reply_json(c, r, draining ? 503 : 200, s);
 }
 
 /* The dialect whose shape /v1/models answers in: Anthropic's for a request with anthropic-version

@@ -52,6 +52,12 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
                          sl_error *err);
 /* The port bound (the one chosen when params.port was 0). */
 int srv_server_port(const srv_server *s);
+/* Begins a graceful stop: from now on a new generation request gets 503 (Retry-After) and /health 503
+ * {"status": "draining"}; the requests in flight go on. Returns how many are in flight. */
+int srv_server_drain(srv_server *s);
+/* Requests in flight: begun (headers read) and not yet completed (the whole answer written, or the
+ * connection gone). A drain waits for it to reach 0 before srv_server_free. */
+int srv_server_in_flight(srv_server *s);
 /* Stops accepting, ends every generation in flight (their clients get an error event or 503), joins
  * the threads and frees the server. The models and tokenizers stay open. Accepts NULL. */
 void srv_server_free(srv_server *s);

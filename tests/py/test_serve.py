@@ -597,6 +597,67 @@ def test_full_queue_is_503(tmp_path):
     assert "stopping" in s.stderr()
 
 
+def send_closing(port, path, body, hold_last=0):
+    """A request with "Connection: close" on a socket of its own (read it with read_all); hold_last > 0
+    keeps that many bytes of the body back (the request stays in flight until they are sent)."""
+    data = json.dumps(body).encode()
+    k = socket.create_connection(("127.0.0.1", port))
+    k.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(data), data[:len(data) - hold_last]))
+    return k, data[len(data) - hold_last:]
+
+
+def read_all(k, timeout=30):
+    k.settimeout(timeout)
+    out = b""
+    while True:
+        b = k.recv(65536)
+        if not b:
+            break
+        out += b
+    k.close()
+    return out
+
+
+def test_sigterm_drains_in_flight_requests(tmp_path):
+    s = Server(tmp_path, "-m", DEMO, "--drain", "60")
+    # held in flight by its last body byte, so the drain cannot end before the checks below
+    held, rest = send_closing(s.port, "/v1/chat/completions", {"model": "demo", "messages": RUTH, "max_tokens": 2}, 1)
+    k, _ = send_closing(s.port, "/v1/completions", {**LONG, "max_tokens": 120, "seed": 5, "stream": True})
+    s.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 1)
+    s.p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while s.get("/health")[0] != 503:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert json.loads(s.get("/health")[1])["status"] == "draining"
+    st, h, b = s.request("POST", "/v1/chat/completions", {"model": "demo", "messages": RUTH, "max_tokens": 2})
+    assert st == 503 and h["Retry-After"] == "1" and error_of(b)["code"] == "server_shutting_down"
+    out = read_all(k)  # the stream in flight ends as it would have: all its tokens, then [DONE]
+    assert out.startswith(b"HTTP/1.1 200") and out.rstrip().endswith(b"0") and b"data: [DONE]" in out, out[-300:]
+    assert b'"finish_reason":"length"' in out and b'"error"' not in out
+    held.sendall(rest)  # the held request is a generation: refused while draining
+    assert read_all(held).startswith(b"HTTP/1.1 503")
+    assert s.p.wait(timeout=20) == 0
+    s.log.close()
+    assert "2 requests in flight" in s.stderr() and "ending" not in s.stderr()
+
+
+def test_sigterm_drain_deadline_ends_the_rest(tmp_path):
+    s = Server(tmp_path, "-m", DEMO, "--drain", "0.3")
+    ks = [send_closing(s.port, "/v1/completions", {**LONG, "stream": stream})[0] for stream in (True, False)]
+    s.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 2)
+    t0 = time.monotonic()
+    s.p.send_signal(signal.SIGTERM)
+    streamed, whole = (read_all(k) for k in ks)
+    assert s.p.wait(timeout=20) == 0 and time.monotonic() - t0 < 10
+    s.log.close()
+    assert streamed.startswith(b"HTTP/1.1 200") and b"event: error" not in streamed  # OpenAI's shape: data: {"error"
+    assert b'"error"' in streamed.split(b"\r\n\r\n", 1)[1]
+    assert whole.startswith(b"HTTP/1.1 503") and b"stopping" in whole
+    assert "ending 2 requests still in flight" in s.stderr()
+
+
 def test_metrics(demo):
     chat(demo, max_tokens=8)
     m = demo.metrics()
