@@ -187,6 +187,25 @@ TEST(verify_catches_flipped_expert_bit) {
     CHECKF(strstr(err.msg, want), "%s", err.msg);
 }
 
+/* The tokenizer's files in a container are checked on every load, not only by verify: a flipped bit
+ * in tokenizer.json is SL_ECHECKSUM naming it (it used to give different text, exit 0). */
+TEST(tokenizer_load_catches_flipped_blob_bit) {
+    const char *p = test_path("%s/flip-blob.sluice", test_tmpdir());
+    CHECK(test_copy_file("models/demo.sluice", p) == 0);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(p, &f, &err) == SL_OK);
+    const slc_blob *b = slc_find_blob(&f, "tokenizer.json");
+    uint64_t off = b ? b->off + b->size / 2 : 0;
+    slc_close(&f);
+    CHECK(off);
+    flip_bit(p, off);
+    sl_tokenizer *tok = NULL;
+    sl_status st = sl_tokenizer_load(p, &tok, &err);
+    CHECKF(st == SL_ECHECKSUM && !tok && strstr(err.msg, "'tokenizer.json'"), "status %d: %s", st, err.msg);
+    sl_tokenizer_free(tok);
+}
+
 TEST(verify_catches_flipped_backbone_bit) {
     const char *src = test_packed("qwen3_5_moe");
     CHECK(src);

@@ -602,3 +602,20 @@ const slc_blob *slc_find_blob(const slc_file *f, const char *name) {
         if (!strcmp(f->blobs[i].name, name)) return &f->blobs[i];
     return NULL;
 }
+
+sl_status slc_read_blob(const slc_file *f, const slc_blob *b, char **out, sl_error *err) {
+    *out = NULL;
+    char *p = b->size < SIZE_MAX ? malloc((size_t)b->size + 1) : NULL;
+    if (!p) return err_set(err, SL_ENOMEM, "out of memory");
+    sl_status st = fio_pread_all(f->fd, p, (size_t)b->size, b->off, f->path, err);
+    if (!st && XXH3_64bits(p, (size_t)b->size) != b->hash)
+        st = err_set(err, SL_ECHECKSUM, "%s: embedded file '%s' fails its checksum (file offset %llu): the file is damaged",
+                     f->path, b->name, (unsigned long long)b->off);
+    if (st) {
+        free(p);
+        return st;
+    }
+    p[b->size] = 0;
+    *out = p;
+    return SL_OK;
+}

@@ -122,6 +122,9 @@ void slc_bind_expert(const slc_file *f, int slot, const uint8_t *block, tn_exper
 /* The block an expert bound by slc_bind_expert lies in (its first part's address less that part's offset). */
 const uint8_t *slc_expert_block(const slc_file *f, const tn_expert *e);
 const slc_blob *slc_find_blob(const slc_file *f, const char *name);
+/* Reads blob b whole into *out (malloc'ed, NUL-terminated after size bytes) and checks it against the
+ * manifest's xxh3: SL_ECHECKSUM (naming it) when a byte of it changed. */
+sl_status slc_read_blob(const slc_file *f, const slc_blob *b, char **out, sl_error *err);
 
 /* Reads the quantization fields of a tensor or expert-part entry with dtype dt of `cols` columns into
  * *group, *sdt, *seed (zero for plain dtypes). SL_OK, or SL_EFORMAT with the reason in err, for the caller to

@@ -90,13 +90,8 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
         }
     }
     for (int i = 0; i < f.n_blobs; i++) {
-        slc_blob *b = &f.blobs[i];
-        char *data = malloc(b->size + 1);
-        if (!data) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
-        st = fio_pread_all(f.fd, data, b->size, b->off, path, err);
-        if (!st && XXH3_64bits(data, b->size) != b->hash)
-            st = err_set(err, SL_ECHECKSUM, "%s: embedded file '%s' fails its checksum (file offset %llu)", path, b->name,
-                        (unsigned long long)b->off);
+        char *data = NULL;
+        st = slc_read_blob(&f, &f.blobs[i], &data, err);
         free(data);
         if (st) goto out;
     }

@@ -422,11 +422,8 @@ fail:
 
 static char *read_blob(const slc_file *f, const char *name, sl_error *err, sl_status *st) {
     const slc_blob *b = slc_find_blob(f, name);
-    if (!b) return NULL;
-    char *p = malloc(b->size + 1);
-    if (!p) { *st = err_set(err, SL_ENOMEM, "out of memory"); return NULL; }
-    if ((*st = fio_pread_all(f->fd, p, b->size, b->off, f->path, err))) { free(p); return NULL; }
-    p[b->size] = 0;
+    char *p = NULL;
+    if (b) *st = slc_read_blob(f, b, &p, err); /* checked: a flipped bit would change the text silently */
     return p;
 }
 
