@@ -81,6 +81,37 @@ char *api_gen_own(api_gen *g, char *s) {
 
 char *api_gen_strndup(api_gen *g, const char *s, size_t n) { return api_gen_own(g, strndup(s, n)); }
 
+sl_chat_msg *api_msg_push(sl_chat_msg **v, int *n, int *cap, const char *role) {
+    if (*n == *cap) {
+        int c = *cap ? 2 * *cap : 8;
+        sl_chat_msg *w = realloc(*v, (size_t)c * sizeof *w);
+        if (!w) return NULL;
+        *v = w;
+        *cap = c;
+    }
+    sl_chat_msg *m = &(*v)[(*n)++];
+    memset(m, 0, sizeof *m);
+    m->role = role;
+    return m;
+}
+
+int api_join_parts(api_gen *g, const cJSON *c, const char *param, api_part_check check, int by_index,
+                   const char **out, api_error *e) {
+    tok_buf b = {0};
+    int i = 0, r = 0;
+    for (const cJSON *x = c->child; x; x = x->next, i++) {
+        if ((r = check(x, param, i, e))) break;
+        const char *s = cJSON_GetObjectItemCaseSensitive(x, "text")->valuestring;
+        if (((by_index ? i > 0 : b.n > 0) && tok_buf_puts(&b, "\n")) || tok_buf_puts(&b, s)) {
+            r = api_fail(e, 500, NULL, NULL, "out of memory");
+            break;
+        }
+    }
+    if (!r && !(*out = api_gen_strndup(g, b.p ? b.p : "", b.n))) r = api_fail(e, 500, NULL, NULL, "out of memory");
+    free(b.p);
+    return r;
+}
+
 void api_gen_free(api_gen *g) {
     if (!g) return;
     for (int i = 0; i < g->n_owned; i++) free(g->owned[i]);

@@ -104,6 +104,15 @@ void api_gen_free(api_gen *g);
 char *api_gen_strndup(api_gen *g, const char *s, size_t n);
 /* Takes ownership of s (malloc'ed; freed with g). Returns s, or NULL (s freed) when out of memory. */
 char *api_gen_own(api_gen *g, char *s);
+/* Appends a zeroed message of role to the growing array *v (*n in use, *cap allocated). NULL when out
+ * of memory. */
+sl_chat_msg *api_msg_push(sl_chat_msg **v, int *n, int *cap, const char *role);
+/* The "text" of each part of the array c joined with "\n" into storage g owns (*out): every part is
+ * first checked by check (0, or -1 with e naming param[i]); by_index 1: a "\n" before every part but
+ * the first; 0: only once some text came before. Returns 0, or -1 with e (500 when out of memory). */
+typedef int (*api_part_check)(const struct cJSON *part, const char *param, int i, api_error *e);
+int api_join_parts(api_gen *g, const struct cJSON *c, const char *param, api_part_check check, int by_index,
+                   const char **out, api_error *e);
 
 /* Helpers of the parsers (api.c). Each reads o[key] when present: 0 when absent or null (out
  * untouched), 1 when read, -1 with e filled (400 naming key) when of the wrong type or outside

@@ -30,37 +30,21 @@ typedef struct {
     int n, cap;
 } msg_list;
 
-static sl_chat_msg *add_msg(msg_list *l, const char *role) {
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 8;
-        sl_chat_msg *v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v) return NULL;
-        l->v = v;
-        l->cap = cap;
-    }
-    sl_chat_msg *m = &l->v[l->n++];
-    memset(m, 0, sizeof *m);
-    m->role = role;
-    return m;
+static sl_chat_msg *add_msg(msg_list *l, const char *role) { return api_msg_push(&l->v, &l->n, &l->cap, role); }
+
+/* A text block (the only block type joined into a message's text). */
+static int text_block(const cJSON *x, const char *param, int i, api_error *e) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type"), *s = cJSON_GetObjectItemCaseSensitive(x, "text");
+    if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(s))
+        return api_fail(e, 400, param, NULL, "%s[%d] must be a text block", param, i);
+    return 0;
 }
 
 /* Text of a string or an array of text blocks (other block types refused). */
 static int blocks_text(api_gen *g, const cJSON *c, const char *param, const char **out, api_error *e) {
     if (cJSON_IsString(c)) { *out = c->valuestring; return 0; }
     if (!cJSON_IsArray(c)) return api_fail(e, 400, param, NULL, "%s must be a string or an array of text blocks", param);
-    tok_buf b = {0};
-    int i = 0, r = 0;
-    for (const cJSON *x = c->child; x; x = x->next, i++) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type"), *s = cJSON_GetObjectItemCaseSensitive(x, "text");
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(s)) {
-            r = api_fail(e, 400, param, NULL, "%s[%d] must be a text block", param, i);
-            break;
-        }
-        if ((b.n && tok_buf_puts(&b, "\n")) || tok_buf_puts(&b, s->valuestring)) { r = api_fail(e, 500, NULL, NULL, "out of memory"); break; }
-    }
-    if (!r && !(*out = api_gen_strndup(g, b.p ? b.p : "", b.n))) r = api_fail(e, 500, NULL, NULL, "out of memory");
-    free(b.p);
-    return r;
+    return api_join_parts(g, c, param, text_block, 0, out, e);
 }
 
 /* One message of the request, as one or more chat messages. */

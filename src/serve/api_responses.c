@@ -45,38 +45,23 @@ static int flush_calls(item_list *l) {
 }
 
 static sl_chat_msg *add_msg(item_list *l, const char *role) {
-    if (flush_calls(l)) return NULL;
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 8;
-        sl_chat_msg *v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v) return NULL;
-        l->v = v;
-        l->cap = cap;
-    }
-    sl_chat_msg *m = &l->v[l->n++];
-    memset(m, 0, sizeof *m);
-    m->role = role;
-    return m;
+    return flush_calls(l) ? NULL : api_msg_push(&l->v, &l->n, &l->cap, role);
+}
+
+/* An input_text / output_text / text part. */
+static int input_text_part(const cJSON *x, const char *param, int i, api_error *e) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type"), *s = cJSON_GetObjectItemCaseSensitive(x, "text");
+    const char *ty = cJSON_IsString(t) ? t->valuestring : "";
+    if ((strcmp(ty, "input_text") && strcmp(ty, "output_text") && strcmp(ty, "text")) || !cJSON_IsString(s))
+        return api_fail(e, 400, param, "unsupported_content", "%s[%d]: content of type '%.40s' is not supported (only text)", param, i, ty);
+    return 0;
 }
 
 /* A message's content: a string, or an array of input_text / output_text / text parts (joined). */
 static int parts_text(api_gen *g, const cJSON *c, const char *param, const char **out, api_error *e) {
     if (cJSON_IsString(c)) { *out = c->valuestring; return 0; }
     if (!cJSON_IsArray(c)) return api_fail(e, 400, param, "invalid_type", "'%s' must be a string or an array of parts", param);
-    tok_buf b = {0};
-    int i = 0, r = 0;
-    for (const cJSON *x = c->child; x; x = x->next, i++) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type"), *s = cJSON_GetObjectItemCaseSensitive(x, "text");
-        const char *ty = cJSON_IsString(t) ? t->valuestring : "";
-        if ((strcmp(ty, "input_text") && strcmp(ty, "output_text") && strcmp(ty, "text")) || !cJSON_IsString(s)) {
-            r = api_fail(e, 400, param, "unsupported_content", "%s[%d]: content of type '%.40s' is not supported (only text)", param, i, ty);
-            break;
-        }
-        if ((i && tok_buf_puts(&b, "\n")) || tok_buf_puts(&b, s->valuestring)) { r = api_fail(e, 500, NULL, NULL, "out of memory"); break; }
-    }
-    if (!r && !(*out = api_gen_strndup(g, b.p ? b.p : "", b.n))) r = api_fail(e, 500, NULL, NULL, "out of memory");
-    free(b.p);
-    return r;
+    return api_join_parts(g, c, param, input_text_part, 1, out, e);
 }
 
 /* A function_call item: one more call of the assistant message that ends the list (a new one when the
