@@ -80,6 +80,7 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
     const bool quant = DT == DT_Q8 || DT == DT_Q4;
     const size_t row_bytes = DT == DT_Q4 ? (size_t)cols / 2 : DT == DT_Q8 ? (size_t)cols : (size_t)cols * (DT == DT_F32 ? 4 : 2);
     const int npieces = cols / P, ng = quant ? cols / group : 0;
+    const bool x16 = !((uintptr_t)x & 15); /* cols % 4 == 0 here: every token's pieces are 16-byte aligned too */
     float acc[R][NT];
 #pragma unroll
     for (int i = 0; i < R; i++)
@@ -99,6 +100,13 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
             }
         }
         const float *xp = x + (size_t)p * P;
+        /* f32 (a word is one value): each token's 4 x values of the piece in one 16-byte load, before the words */
+        float4 x4[DT == DT_F32 ? NT : 1];
+        if (DT == DT_F32 && x16) {
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                if (t < nt) x4[t] = __ldg((const float4 *)(xp + (size_t)t * cols));
+        }
         /* word by word: its codes unpacked once for every token */
         float d[R][NT], sx[NT];
 #pragma unroll
@@ -117,7 +125,9 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
                 if (t >= nt) break;
                 float xv[WV < 4 ? 4 : WV];
                 const float *xt = xp + (size_t)t * cols + k * WV;
-                if (WV >= 4) {
+                if (DT == DT_F32 && x16) {
+                    xv[0] = k == 0 ? x4[t].x : k == 1 ? x4[t].y : k == 2 ? x4[t].z : x4[t].w;
+                } else if (WV >= 4) {
 #pragma unroll
                     for (int j = 0; j < WV; j += 4) {
                         const float4 q = __ldg((const float4 *)(xt + j));
@@ -173,14 +183,18 @@ __global__ void matvec_plain(const uint8_t *data, dt_type dt, int rows, int cols
     y[(size_t)t * rows + r] = acc;
 }
 
-/* Rows per warp: 4 (each x load serves 4 rows), or 1 where 4 would leave most SMs idle (a router's 128 rows:
- * 8 blocks). R changes which warp sums a row, never the order of its sums: bitwise either way. */
+/* Rows per warp: 4 (each x load serves 4 rows), or 1 where 4 would leave most SMs idle (a router's 128 rows for a
+ * few tokens: 8 blocks a pass). Many tokens (a prefill's router: 512 tokens are 64 passes) fill the device with 4,
+ * where 1 read every x value once per row from L2 (the router took 141 us a layer at 512 tokens). R changes which
+ * warp sums a row, never the order of its sums: bitwise either way. */
 #define RPW 4
 #define RPW_SMALL_ROWS 2048
+#define RPW_MIN_CTAS 264 /* 2 CTAs of 4 warps per SM of an H100 */
 /* n tokens in one launch (gridDim.y passes of MAXT; the last may be shorter: NT from the first pass) */
 template <int DT>
 static void launch(const slcu_mat *w, const float *x, float *y, int n) {
-    const int r = w->rows < RPW_SMALL_ROWS ? 1 : RPW, per_block = ROWS_PER_BLOCK * r, nt = n < MAXT ? n : MAXT;
+    const long ctas4 = (long)((w->rows + ROWS_PER_BLOCK * RPW - 1) / (ROWS_PER_BLOCK * RPW)) * ((n + MAXT - 1) / MAXT);
+    const int r = w->rows < RPW_SMALL_ROWS && ctas4 < RPW_MIN_CTAS ? 1 : RPW, per_block = ROWS_PER_BLOCK * r, nt = n < MAXT ? n : MAXT;
     dim3 grid((unsigned)((w->rows + per_block - 1) / per_block), (unsigned)((n + MAXT - 1) / MAXT)), block(32 * ROWS_PER_BLOCK);
     const uint8_t *d = (const uint8_t *)w->data;
 #define L(NT, R) matvec<DT, NT, R><<<grid, block, 0, SLS>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, n)

@@ -1,0 +1,277 @@
+/*
+ * cuda_gemm.cuh — the int8 GEMM tiles of cuda_i8.cu (included there, after its job table and helpers: ijob, act_row,
+ * ld_sw / raw_sw / cv_sw, cp4 / cp16). Every tile computes cuda.h's canonical order per output: per 32-column block b
+ * in order, I_b exact from mma.sync m16n8k32 (u8 codes x s8 activations), acc = fma((float)I_b, s_g * d_b, acc); per
+ * group accb = fma(bias_j, s_j, accb); y = acc + accb. So gemm_tile, gemm_tile2 and gemm_tile3 give the same bits,
+ * and the same as the matvecs.
+ */
+#define GM 64 /* rows per CTA of gemm_i8 */
+#define GN 64 /* tokens per CTA of gemm_i8 */
+
+__device__ __forceinline__ void mma_u8s8(int *c, const unsigned *a, const unsigned *b) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+/* One block's operands of a GEMM thread: A fragments of its 4 rows, B of its 4 token columns, the raw scale
+ * and bias words of its rows. */
+struct gstage {
+    unsigned a[2][4], b[4][2], s[2][2], bi[2][2];
+};
+template <int DT>
+__device__ __forceinline__ void gemm_load(const ijob &j, int b, int gshift, const uint8_t *const (&pa)[2][2],
+                                          const int8_t *const (&pb)[4], const size_t (&sb)[2][2], gstage &st) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        if (DT == DT_Q4) {
+            const unsigned u0 = __ldg((const unsigned *)(pa[mi][0] + (size_t)b * 16));
+            const unsigned u1 = __ldg((const unsigned *)(pa[mi][1] + (size_t)b * 16));
+            const unsigned M = 0x0f0f0f0fu;
+            st.a[mi][0] = u0 & M, st.a[mi][1] = u1 & M, st.a[mi][2] = (u0 >> 4) & M, st.a[mi][3] = (u1 >> 4) & M;
+        } else {
+            const uint2 u0 = __ldg((const uint2 *)(pa[mi][0] + (size_t)b * 32));
+            const uint2 u1 = __ldg((const uint2 *)(pa[mi][1] + (size_t)b * 32));
+            st.a[mi][0] = u0.x, st.a[mi][1] = u1.x, st.a[mi][2] = u0.y, st.a[mi][3] = u1.y;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            st.s[mi][hh] = ld_sw(j.scales, j.sdt, sb[mi][hh] + (size_t)(b >> gshift));
+            st.bi[mi][hh] = ld_sw(j.biases, j.sdt, sb[mi][hh] + (size_t)(b >> gshift));
+        }
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        const uint2 v = __ldg((const uint2 *)(pb[ni] + (size_t)b * 32));
+        st.b[ni][0] = v.x, st.b[ni][1] = v.y;
+    }
+}
+
+/* int -> float exactly for |i| < 2^22 (a block's I_b is at most 32 * 255 * 127 < 2^20): 1.5 * 2^23 + i is
+ * representable, and the subtraction is exact. An integer add and an FADD instead of I2F, which sm_90 runs at a
+ * quarter of the FP32 rate; the value is (float)i bit for bit. */
+__device__ __forceinline__ float i2f_exact(int i) { return __fsub_rn(__int_as_float(0x4B400000 + i), 12582912.0f); }
+
+/* y's cells of this thread's fragments (row g / g + 8 of each m16, tokens 2 tig, 2 tig + 1 of each n8): acc + accb. */
+__device__ __forceinline__ void tile_store(const ijob &j, int wr, int wt, int g, int tig, const float (&acc)[2][4][4],
+                                           const float (&accb)[2][4][4]) {
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int r = wr + mi * 16 + (q >> 1) * 8 + g, t = wt + ni * 8 + 2 * tig + (q & 1);
+                if (r < j.nrows && t < j.n_tok)
+                    j.y[(size_t)(j.yrows ? __ldg(j.yrows + t) : t) * j.ldy + r] = __fadd_rn(acc[mi][ni][q], accb[mi][ni][q]);
+            }
+}
+
+/* The output tile of 4 warps, each 32 rows (2 m16) x 32 tokens (4 n8): WN warps along the tokens, 4 / WN
+ * along the rows (WN 2: 64 x 64, WN 1: 128 rows x 32 tokens, the shape of a MoE prefill's expert segments).
+ * rt, tt: the row and token tile. */
+template <int DT, int SDT, int WN>
+__device__ __forceinline__ void gemm_tile(ijob j, int rt, int tt) {
+    j.sdt = SDT; /* known here: the conversions below need no branch */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const int wr = rt * (128 / WN) + (warp / WN) * 32, wt = tt * (32 * WN) + (warp % WN) * 32;
+    const int cols = j.cols, nb = cols / 32, ng = cols / j.group, ns = nb + nb / 2 + nb / 4;
+    const int rb = DT == DT_Q4 ? cols / 2 : cols;
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1;
+    if (wr >= j.nrows || wt >= j.n_tok) return; /* a warp past the matrix or the segment: nothing to store */
+    const uint8_t *pa[2][2];
+    size_t sb[2][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            int r = wr + mi * 16 + hh * 8 + g;
+            r = r < j.nrows ? r : j.nrows - 1;
+            pa[mi][hh] = j.codes + (size_t)r * rb + (DT == DT_Q4 ? 4 : 8) * tig;
+            sb[mi][hh] = (size_t)r * ng;
+        }
+    const int8_t *pb[4];
+    int ca[4][2]; /* the activation rows of the outputs' tokens */
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        pb[ni] = j.xq + (size_t)act_row(j, wt + ni * 8 + g) * cols + 8 * tig;
+        ca[ni][0] = act_row(j, wt + ni * 8 + 2 * tig);
+        ca[ni][1] = act_row(j, wt + ni * 8 + 2 * tig + 1);
+    }
+    float acc[2][4][4], accb[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f, accb[mi][ni][c] = 0.f;
+    gstage cur, nxt;
+    gemm_load<DT>(j, 0, gshift, pa, pb, sb, cur);
+#pragma unroll 2
+    for (int b = 0; b < nb; b++) {
+        gemm_load<DT>(j, b + 1 < nb ? b + 1 : b, gshift, pa, pb, sb, nxt); /* the next block's, in flight meanwhile */
+        const bool first = !(b & bmask); /* a group's first block: its biases */
+        float sw[2][2], bw[2][2], dd[4][2], sg[4][2];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const size_t gi = sb[mi][hh] + (size_t)(b >> gshift);
+                sw[mi][hh] = cv_sw(cur.s[mi][hh], j.scales, j.sdt, gi), bw[mi][hh] = cv_sw(cur.bi[mi][hh], j.biases, j.sdt, gi);
+            }
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                dd[ni][e] = __ldg(j.d + (size_t)ca[ni][e] * nb + b);
+                sg[ni][e] = __ldg(j.s + (size_t)ca[ni][e] * ns + soff + (b >> gshift));
+            }
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int c[4];
+                mma_u8s8(c, cur.a[mi], cur.b[ni]);
+#pragma unroll
+                for (int q = 0; q < 4; q++) { /* c0, c1: row g, tokens 2 tig, 2 tig + 1; c2, c3: row g + 8 */
+                    acc[mi][ni][q] = __fmaf_rn(i2f_exact(c[q]), __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
+                    if (first) accb[mi][ni][q] = __fmaf_rn(bw[mi][q >> 1], sg[ni][q & 1], accb[mi][ni][q]);
+                }
+            }
+        cur = nxt;
+    }
+    tile_store(j, wr, wt, g, tig, acc, accb);
+}
+
+/* gemm_tile's arithmetic on operands staged in shared memory: every block's codes (the tile's rows and
+ * tokens), the raw scale and bias words of its rows and the d and s of its tokens travel by cp.async,
+ * PSTAGES blocks ahead, so that each warp's loads are shared-memory reads and many blocks' global loads are in
+ * flight at once (gemm_tile keeps one block ahead in registers: latency-bound at 254 registers). The same
+ * fragments, the same per-block fold: bitwise gemm_tile. */
+#define PSTAGES 4
+template <int R, int T, int BB>
+struct pstage {
+    uint8_t a[R][BB]; /* the block's codes of each row of the tile */
+    int8_t b[T][32];  /* its activation codes of each token */
+    unsigned sw[R], bw[R];
+    float d[T], s[T];
+};
+
+/* One staged block into a warp's 32 x 32 accumulators: gemm_tile's fragments and fold, from shared memory. par: the
+ * 16-bit halves of the rows' scale / bias words at block 0 (gemm_tile2), flip: (b >> gshift) & 1, first: a group's
+ * first block (its biases). */
+template <int DT, int SDT, int R, int T, int BB>
+__device__ __forceinline__ void tile2_fold(const pstage<R, T, BB> &P, int lr0, int lt0, int g, int tig, unsigned par,
+                                       unsigned flip, bool first, float (&acc)[2][4][4], float (&accb)[2][4][4]) {
+    unsigned a[2][4], bf[4][2];
+    float sw[2][2], bw[2][2], dd[4][2], sg[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        const int l0 = lr0 + mi * 16 + g;
+        if (DT == DT_Q4) {
+            const unsigned u0 = *(const unsigned *)&P.a[l0][4 * tig], u1 = *(const unsigned *)&P.a[l0 + 8][4 * tig];
+            const unsigned M = 0x0f0f0f0fu;
+            a[mi][0] = u0 & M, a[mi][1] = u1 & M, a[mi][2] = (u0 >> 4) & M, a[mi][3] = (u1 >> 4) & M;
+        } else {
+            const uint2 u0 = *(const uint2 *)&P.a[l0][8 * tig], u1 = *(const uint2 *)&P.a[l0 + 8][8 * tig];
+            a[mi][0] = u0.x, a[mi][1] = u1.x, a[mi][2] = u0.y, a[mi][3] = u1.y;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const unsigned pb = par >> (2 * (2 * mi + hh));
+            sw[mi][hh] = raw_sw(P.sw[l0 + hh * 8], (pb ^ flip) & 1u, SDT), bw[mi][hh] = raw_sw(P.bw[l0 + hh * 8], ((pb >> 1) ^ flip) & 1u, SDT);
+        }
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        const uint2 v = *(const uint2 *)&P.b[lt0 + ni * 8 + g][8 * tig];
+        bf[ni][0] = v.x, bf[ni][1] = v.y;
+        const float2 d2 = *(const float2 *)&P.d[lt0 + ni * 8 + 2 * tig], s2 = *(const float2 *)&P.s[lt0 + ni * 8 + 2 * tig];
+        dd[ni][0] = d2.x, dd[ni][1] = d2.y, sg[ni][0] = s2.x, sg[ni][1] = s2.y;
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            int c[4];
+            mma_u8s8(c, a[mi], bf[ni]);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                acc[mi][ni][q] = __fmaf_rn(i2f_exact(c[q]), __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
+                if (first) accb[mi][ni][q] = __fmaf_rn(bw[mi][q >> 1], sg[ni][q & 1], accb[mi][ni][q]);
+            }
+        }
+}
+
+template <int DT, int SDT, int WN>
+__device__ __forceinline__ void gemm_tile2(ijob j, int rt, int tt) {
+    constexpr int R = 128 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32, AC = R * BB / 16; /* A's 16-byte chunks */
+    __shared__ __align__(16) pstage<R, T, BB> st[PSTAGES];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
+    const int r0 = rt * R, t0 = tt * T, lr0 = (warp / WN) * 32, lt0 = (warp % WN) * 32;
+    const int cols = j.cols, nb = cols / 32, ng = cols / j.group, ns = nb + nb / 2 + nb / 4, rb = DT == DT_Q4 ? cols / 2 : cols;
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1;
+    constexpr int ssz = SDT == DT_F32 ? 4 : 2;
+    /* this thread's copies: A chunks tid and tid + 128; B chunk tid (< 2T); d (tid < T) or s (T <= tid < 2T) of
+     * token tid % T; the scale (tid < R) or bias (R <= tid < 2R, WN 2; both, WN 1) word of row tid % R */
+    const uint8_t *asrc[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int q = tid + 128 * h, i = q / (BB / 16) % R;
+        asrc[h] = j.codes + (size_t)min(r0 + i, j.nrows - 1) * rb + (q % (BB / 16)) * 16;
+    }
+    const int brow = act_row(j, t0 + (tid >> 1) % T), trow = act_row(j, t0 + tid % T);
+    const int8_t *bsrc = j.xq + (size_t)brow * cols + (tid & 1) * 16;
+    const size_t srow = (size_t)min(r0 + tid % R, j.nrows - 1) * ng;
+    auto issue = [&](int b) {
+        if (b < nb) {
+            pstage<R, T, BB> &P = st[b % PSTAGES];
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if (tid + 128 * h < AC) cp16(&P.a[0][0] + (size_t)(tid + 128 * h) * 16, asrc[h] + (size_t)b * BB, true);
+            if (tid < 2 * T) cp16(&P.b[0][0] + (size_t)tid * 16, bsrc + (size_t)b * 32, true);
+            if (tid < T) cp4(&P.d[tid], j.d + (size_t)trow * nb + b);
+            else if (tid < 2 * T) cp4(&P.s[tid - T], j.s + (size_t)trow * ns + soff + (b >> gshift));
+            const size_t gi = srow + (size_t)(b >> gshift);
+            const uintptr_t sa = ((uintptr_t)j.scales + gi * ssz) & ~(uintptr_t)3, ba = ((uintptr_t)j.biases + gi * ssz) & ~(uintptr_t)3;
+            if (WN == 1) cp4(&P.sw[tid], (const void *)sa), cp4(&P.bw[tid], (const void *)ba);
+            else if (tid < R) cp4(&P.sw[tid], (const void *)sa);
+            else cp4(&P.bw[tid - R], (const void *)ba);
+        }
+        asm volatile("cp.async.commit_group;");
+    };
+    float acc[2][4][4], accb[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f, accb[mi][ni][c] = 0.f;
+    /* which half of its staged word holds a 16-bit scale / bias of this thread's fragment row mi, hh at block 0
+     * (bits 2 (2 mi + hh) and + 1); at block b that parity flips with (b >> gshift) & 1 (cv_sw's choice) */
+    unsigned par = 0;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const size_t gi = (size_t)min(r0 + lr0 + mi * 16 + hh * 8 + g, j.nrows - 1) * ng;
+            par |= (unsigned)((((uintptr_t)j.scales >> 1) + gi) & 1) << (2 * (2 * mi + hh));
+            par |= (unsigned)((((uintptr_t)j.biases >> 1) + gi) & 1) << (2 * (2 * mi + hh) + 1);
+        }
+#pragma unroll 1
+    for (int k = 0; k < PSTAGES - 1; k++) issue(k);
+#pragma unroll 1
+    for (int b = 0; b < nb; b++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(PSTAGES - 2));
+        __syncthreads(); /* block b has landed for every thread; stage (b - 1) % PSTAGES is read by no one now */
+        issue(b + PSTAGES - 1);
+        const pstage<R, T, BB> &P = st[b % PSTAGES];
+        tile2_fold<DT, SDT, R, T, BB>(P, lr0, lt0, g, tig, par, (unsigned)(b >> gshift) & 1u, !(b & bmask), acc, accb);
+    }
+    asm volatile("cp.async.wait_group 0;");
+    const int wr = r0 + lr0, wt = t0 + lt0;
+    tile_store(j, wr, wt, g, tig, acc, accb);
+}
+
