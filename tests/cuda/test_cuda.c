@@ -161,7 +161,7 @@ static void bench_i8(double copy_gbs) {
                    bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / copy_gbs);
         }
         const int gt[] = {16, 64, 256, 1024, 2048};
-        for (int v = 1; v <= 2; v++)
+        for (int v = 1; v <= 3; v++)
             for (int ti = 0; ti < 5; ti++) {
                 slcu_i8_gemm(v);
                 slcu_mm m = {a.d, &da, NULL, gt[ti], dy, (size_t)4096, NULL, NULL};
@@ -349,7 +349,7 @@ static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     for (size_t i = 0; i < (size_t)N * rows; i++) worst = nanmax(worst, fabs(alone[i] - ref[i]) / maxref);
     CK(worst <= 1e-5, "%s g%d %s %dx%d: int8 relative error %.3g against the CPU", dt_name(dt), group, dt_name(sdt), rows, cols, worst);
     const int ns_[] = {1, 2, 3, 5, 8, 13, 16, 17, 40, 100};
-    for (int force = 0; force < 5; force++) /* 3, 4: the GEMM forced, kernel 1 (registers) and 2 (cp.async) */
+    for (int force = 0; force < 6; force++) /* 3, 4, 5: the GEMM forced, kernel 1 (registers), 2 and 3 (cp.async) */
         for (unsigned k = 0; k < sizeof ns_ / sizeof *ns_; k++) {
             const int n = ns_[k];
             slcu_i8_force(force < 3 ? force : 2);
@@ -961,6 +961,10 @@ int main(int argc, char **argv) {
     }
     check_i8(DT_Q4, 768, 2048, 64, DT_BF16);
     check_i8(DT_Q8, 129, 768, 128, DT_F16);
+    check_i8(DT_Q4, 100, 160, 32, DT_BF16); /* 5 blocks: gemm_tile3's last stage partly past the row */
+    check_i8(DT_Q8, 70, 96, 32, DT_F32);
+    check_many_tokens(DT_F32, 128, 2048, 300); /* a prefill's router: 4 rows a warp */
+    check_many_tokens(DT_F32, 100, 68, 40);
     check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16);
     check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);

@@ -34,7 +34,7 @@ static void bench_moe_wide(const mat *gu, const mat *dn, float *dx) {
     slcu_mat g0 = gu->d, d0 = dn->d;
     g0.rows = 768, d0.rows = 2048;
     moerun mr = {{NT, K, E, 2048, 768, dx, dte, (const void *const *)dtab, g0, g0, d0, work, my}};
-    for (int v = 1; v <= 2; v++) {
+    for (int v = 1; v <= 3; v++) {
         slcu_i8_gemm(v);
         float ms = slcu_time(run_moe, &mr, 20);
         printf("MoE prefill, slcu_moe_ffn (grouped on the device, GEMM %d), %d tokens x %d of %d experts: %6.3f ms %5.1f TOPS\n", v,
@@ -43,6 +43,26 @@ static void bench_moe_wide(const mat *gu, const mat *dn, float *dx) {
     slcu_i8_gemm(0);
     free(te), free(tab);
     slcu_free(dte), slcu_free(dtab), slcu_free(work), slcu_free(my);
+}
+
+/* ---- the exact matvec of many tokens in one call (a prefill's router: 4 rows a warp from ~264 CTAs) against its
+ * tokens one at a time, bitwise ---- */
+static void check_many_tokens(dt_type dt, int rows, int cols, int n) {
+    char msg[256] = "";
+    mat a;
+    if (make_mat(&a, dt, rows, cols, 64, DT_BF16, msg)) { CK(0, "%s", msg); return; }
+    float *dx = rnd_dev((size_t)n * cols, 1, NULL, msg), *dy = slcu_alloc((size_t)n * rows * 4, msg, sizeof msg);
+    poison(dy, (size_t)n * rows * 4);
+    for (int t = 0; t < n; t++) CK(!slcu_matmul(&a.d, dx + (size_t)t * cols, dy + (size_t)t * rows, 1, msg, sizeof msg), "%s", msg);
+    float *one = dl(dy, (size_t)n * rows);
+    poison(dy, (size_t)n * rows * 4);
+    CK(!slcu_matmul(&a.d, dx, dy, n, msg, sizeof msg), "%s", msg);
+    float *all = dl(dy, (size_t)n * rows);
+    CK(!memcmp(one, all, (size_t)n * rows * 4), "%s %d x %d, %d tokens in one call: differs from one at a time", dt_name(dt), rows, cols, n);
+    printf("ok   %-4s %5d x %-5d %d tokens in one call == one at a time, bitwise\n", dt_name(dt), rows, cols, n);
+    free(one), free(all);
+    slcu_free(dx), slcu_free(dy);
+    free_mat(&a);
 }
 
 /* ---- slcu_moe_ffn (a layer-major MoE block's experts, grouped on the device) against each expert's own
@@ -109,8 +129,8 @@ static void check_moe(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt
     int *dte = dev_copy(te, (size_t)n * k * sizeof(int), msg);
     void *dtab = dev_copy(tab, (size_t)9 * E * sizeof(void *), msg), *work = slcu_alloc(slcu_moe_bytes(n, k, E, H, I), msg, sizeof msg);
     slcu_moe m = {n, k, E, H, I, dh, dte, (const void *const *)dtab, sub_mat(&gu, 0, I), sub_mat(&gu, I, I), sub_mat(&dn, 0, H), work, dy};
-    float *y[2];
-    for (int v = 0; v < 2; v++) { /* both GEMM kernels */
+    float *y[3];
+    for (int v = 0; v < 3; v++) { /* every GEMM kernel */
         slcu_i8_gemm(v + 1);
         poison(dy, (size_t)n * k * H * 4);
         CK(!slcu_moe_ffn(&m, msg, sizeof msg), "%s", msg);
@@ -127,12 +147,12 @@ static void check_moe(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt
         slcu_mat g3[3] = {sub_mat(&gu, 2 * e * I, I), sub_mat(&gu, (2 * e + 1) * I, I), sub_mat(&dn, e * H, H)};
         if (cnt) moe_ref_expert(&g3[0], &g3[1], &g3[2], &xa, pair, cnt, H, I, ref), maxc = cnt > maxc ? cnt : maxc;
     }
-    for (int v = 0; v < 2; v++)
+    for (int v = 0; v < 3; v++)
         CK(!memcmp(y[v], ref, (size_t)n * k * H * 4), "MoE on the device (%s %s, n %d k %d E %d, GEMM %d): a cell differs from its expert's calls",
            dt_name(gdt), dt_name(ddt), n, k, E, v + 1);
     printf("ok   MoE experts grouped on the device: %s g%d / %s g%d, %d tokens x %d of %d experts (largest %d rows): bitwise\n",
            dt_name(gdt), gg, dt_name(ddt), dg, n, k, E, maxc);
-    free(h), free(ref), free(te), free(tab), free(y[0]), free(y[1]), free(pair);
+    free(h), free(ref), free(te), free(tab), free(y[0]), free(y[1]), free(y[2]), free(pair);
     slcu_free(dh), slcu_free(dy), slcu_free(dte), slcu_free(dtab), slcu_free(work), slcu_free(abuf);
     free_mat(&gu), free_mat(&dn);
 }

@@ -275,3 +275,171 @@ __device__ __forceinline__ void gemm_tile2(ijob j, int rt, int tt) {
     tile_store(j, wr, wt, g, tig, acc, accb);
 }
 
+
+/* gemm_tile3: gemm_tile2's fragments and fold with fewer instructions and waits a block (the same bits):
+ * - K3 blocks (128 columns) a stage, S3 stages in flight: one cp.async wait and one barrier per K3 blocks, where
+ *   gemm_tile2 had one a block;
+ * - the mma's C operand is 0x4B400000 (1.5 * 2^23 as an int), so its result is i2f_exact's integer sum and the
+ *   conversion to float is one FADD (i2f_exact: an integer add and an FADD);
+ * - the staged rows padded (80 / 160 bytes) so that every fragment load hits 32 distinct banks;
+ * - a warp with no rows or no tokens in the tile skips the fold (its copies and barriers stay).
+ * Dynamic shared memory: S3 * sizeof(qstage) (58-92 KiB), set by the launchers (g3_bytes). */
+#define K3 4
+#define S3 3
+template <int R, int T, int BB>
+struct qstage {
+    uint8_t a[R][K3 * BB + (BB == 16 ? 16 : 32)]; /* the stage's codes of each row of the tile */
+    int8_t b[T][K3 * 32 + 32];                    /* its activation codes of each token */
+    unsigned sw[K3][R], bw[K3][R];                /* per block, the raw scale / bias word of each row */
+    float d[K3][T], s[K3][T];                     /* per block, each token's d and its group's s */
+};
+template <int DT, int WN>
+static constexpr int g3_bytes() { return S3 * (int)sizeof(qstage<128 / WN, 32 * WN, DT == DT_Q4 ? 16 : 32>); }
+
+extern __shared__ __align__(16) uint8_t g3_smem[];
+
+__device__ __forceinline__ void mma_u8s8_m(int *c, const unsigned *a, const unsigned *b) { /* C = 1.5 * 2^23's bits */
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0x4B400000));
+}
+
+/* Block kb of a staged stage into a warp's 32 x 32 accumulators: tile2_fold's fragments and arithmetic. */
+template <int DT, int SDT, int R, int T, int BB>
+__device__ __forceinline__ void tile3_fold(const qstage<R, T, BB> &P, int kb, int lr0, int lt0, int g, int tig, unsigned par,
+                                           unsigned flip, bool first, float (&acc)[2][4][4], float (&accb)[2][4][4]) {
+    unsigned a[2][4], bf[4][2];
+    float sw[2][2], bw[2][2], dd[4][2], sg[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        const int l0 = lr0 + mi * 16 + g;
+        if (DT == DT_Q4) {
+            const unsigned u0 = *(const unsigned *)&P.a[l0][kb * 16 + 4 * tig], u1 = *(const unsigned *)&P.a[l0 + 8][kb * 16 + 4 * tig];
+            const unsigned M = 0x0f0f0f0fu;
+            a[mi][0] = u0 & M, a[mi][1] = u1 & M, a[mi][2] = (u0 >> 4) & M, a[mi][3] = (u1 >> 4) & M;
+        } else {
+            const uint2 u0 = *(const uint2 *)&P.a[l0][kb * 32 + 8 * tig], u1 = *(const uint2 *)&P.a[l0 + 8][kb * 32 + 8 * tig];
+            a[mi][0] = u0.x, a[mi][1] = u1.x, a[mi][2] = u0.y, a[mi][3] = u1.y;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const unsigned pb = par >> (2 * (2 * mi + hh));
+            sw[mi][hh] = raw_sw(P.sw[kb][l0 + hh * 8], (pb ^ flip) & 1u, SDT);
+            bw[mi][hh] = raw_sw(P.bw[kb][l0 + hh * 8], ((pb >> 1) ^ flip) & 1u, SDT);
+        }
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        const uint2 v = *(const uint2 *)&P.b[lt0 + ni * 8 + g][kb * 32 + 8 * tig];
+        bf[ni][0] = v.x, bf[ni][1] = v.y;
+        const float2 d2 = *(const float2 *)&P.d[kb][lt0 + ni * 8 + 2 * tig], s2 = *(const float2 *)&P.s[kb][lt0 + ni * 8 + 2 * tig];
+        dd[ni][0] = d2.x, dd[ni][1] = d2.y, sg[ni][0] = s2.x, sg[ni][1] = s2.y;
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            int c[4];
+            mma_u8s8_m(c, a[mi], bf[ni]);
+#pragma unroll
+            for (int q = 0; q < 4; q++) { /* (float)I_b = (1.5 * 2^23 + I_b) - 1.5 * 2^23, exact */
+                const float fi = __fsub_rn(__int_as_float(c[q]), 12582912.0f);
+                acc[mi][ni][q] = __fmaf_rn(fi, __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
+                if (first) accb[mi][ni][q] = __fmaf_rn(bw[mi][q >> 1], sg[ni][q & 1], accb[mi][ni][q]);
+            }
+        }
+}
+
+/* One stage (blocks K3 s .. K3 s + K3 - 1) of the tile into shared memory by cp.async; this thread's share: A chunks
+ * tid + 128 h (row q / AC, chunk q % AC), B chunks (token q / 8), d / s of token tid % T at block tid / T + h 128 / T,
+ * the scale / bias words of row tid % R at block tid / R + h 128 / R. Past the last block: zeros or a clamped copy,
+ * never folded. */
+template <int DT, int SDT, int WN>
+__device__ __forceinline__ void tile3_issue(const ijob &j, int s, int r0, const int (&brow)[WN * 2], int trow, size_t srow) {
+    constexpr int R = 128 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32, AC = K3 * BB / 16, ssz = SDT == DT_F32 ? 4 : 2;
+    qstage<R, T, BB> &P = ((qstage<R, T, BB> *)g3_smem)[s % S3];
+    const int tid = threadIdx.x, cols = j.cols, nb = cols / 32, ns = nb + nb / 2 + nb / 4, rb = DT == DT_Q4 ? cols / 2 : cols;
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int b0 = s * K3;
+    {
+        const int c = tid % AC, ok = b0 + c * 16 / BB < nb;
+#pragma unroll
+        for (int h = 0; h < R * AC / 128; h++) {
+            const int i = tid / AC + h * (128 / AC);
+            cp16(&P.a[i][c * 16], j.codes + (size_t)min(r0 + i, j.nrows - 1) * rb + (ok ? (size_t)b0 * BB + c * 16 : 0), ok);
+        }
+    }
+    {
+        const int c = tid % 8, ok = b0 + c / 2 < nb;
+#pragma unroll
+        for (int h = 0; h < T * 8 / 128; h++)
+            cp16(&P.b[tid / 8 + h * 16][c * 16], j.xq + (size_t)brow[h] * cols + (ok ? (size_t)b0 * 32 + c * 16 : 0), ok);
+    }
+#pragma unroll
+    for (int h = 0; h < T * K3 / 128; h++) {
+        const int kb = tid / T + h * (128 / T), b = min(b0 + kb, nb - 1);
+        cp4(&P.d[kb][tid % T], j.d + (size_t)trow * nb + b);
+        cp4(&P.s[kb][tid % T], j.s + (size_t)trow * ns + soff + (b >> gshift));
+    }
+#pragma unroll
+    for (int h = 0; h < R * K3 / 128; h++) {
+        const int kb = tid / R + h * (128 / R), b = min(b0 + kb, nb - 1);
+        const size_t gi = srow + (size_t)(b >> gshift);
+        cp4(&P.sw[kb][tid % R], (const void *)(((uintptr_t)j.scales + gi * ssz) & ~(uintptr_t)3));
+        cp4(&P.bw[kb][tid % R], (const void *)(((uintptr_t)j.biases + gi * ssz) & ~(uintptr_t)3));
+    }
+    asm volatile("cp.async.commit_group;");
+}
+
+/* The tile of 4 warps (WN as gemm_tile: 64 x 64 or 128 rows x 32 tokens) over S3 stages of K3 blocks. */
+template <int DT, int SDT, int WN>
+__device__ __forceinline__ void gemm_tile3(ijob j, int rt, int tt) {
+    constexpr int R = 128 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
+    const int r0 = rt * R, t0 = tt * T, lr0 = (warp / WN) * 32, lt0 = (warp % WN) * 32;
+    const int nb = j.cols / 32, ng = j.cols / j.group, gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, bmask = j.group / 32 - 1;
+    const int nst = (nb + K3 - 1) / K3;
+    const bool live = r0 + lr0 < j.nrows && t0 + lt0 < j.n_tok;
+    int brow[WN * 2];
+#pragma unroll
+    for (int h = 0; h < WN * 2; h++) brow[h] = act_row(j, t0 + tid / 8 + h * 16);
+    const int trow = act_row(j, t0 + tid % T);
+    const size_t srow = (size_t)min(r0 + tid % R, j.nrows - 1) * ng;
+    float acc[2][4][4], accb[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f, accb[mi][ni][c] = 0.f;
+    unsigned par = 0; /* as gemm_tile2: the half of a staged word that holds a 16-bit scale / bias at block 0 */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const size_t gi = (size_t)min(r0 + lr0 + mi * 16 + hh * 8 + g, j.nrows - 1) * ng;
+            par |= (unsigned)((((uintptr_t)j.scales >> 1) + gi) & 1) << (2 * (2 * mi + hh));
+            par |= (unsigned)((((uintptr_t)j.biases >> 1) + gi) & 1) << (2 * (2 * mi + hh) + 1);
+        }
+#pragma unroll 1
+    for (int s = 0; s < S3 - 1; s++) {
+        if (s < nst) tile3_issue<DT, SDT, WN>(j, s, r0, brow, trow, srow);
+        else asm volatile("cp.async.commit_group;");
+    }
+#pragma unroll 1
+    for (int s = 0; s < nst; s++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(S3 - 2));
+        __syncthreads(); /* stage s has landed for every thread; stage s - 1's buffer is read by no one now */
+        if (s + S3 - 1 < nst) tile3_issue<DT, SDT, WN>(j, s + S3 - 1, r0, brow, trow, srow);
+        else asm volatile("cp.async.commit_group;");
+        const qstage<R, T, BB> &P = ((const qstage<R, T, BB> *)g3_smem)[s % S3];
+        if (live)
+#pragma unroll 1
+            for (int kb = 0; kb < K3 && s * K3 + kb < nb; kb++) {
+                const int b = s * K3 + kb;
+                tile3_fold<DT, SDT, R, T, BB>(P, kb, lr0, lt0, g, tig, par, (unsigned)(b >> gshift) & 1u, !(b & bmask), acc, accb);
+            }
+    }
+    asm volatile("cp.async.wait_group 0;");
+    tile_store(j, r0 + lr0, t0 + lt0, g, tig, acc, accb);
+}

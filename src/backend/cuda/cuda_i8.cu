@@ -54,6 +54,27 @@ extern "C" int slcu_act_bind(slcu_act *a, void *buf, int n_tok, int cols, char *
     return 0;
 }
 
+/* Block b (32 columns from xr) of a token by one warp, lane = column: its codes into q / q4 (qr: the token's row),
+ * d[b], s32 = s[b]; returns the block sum s32 (on every lane). kern_act's act_row operation by operation. */
+__device__ __forceinline__ float quant_block(float v, int b, int lane, int8_t *qr, int8_t *q4r, float *dr, float *sr) {
+    float amax = fmaxf(0.0f, fabsf(v)); /* fmaxf drops a NaN, as the CPU's running fmaxf from 0 does */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
+    const float rv = rintf(__fmul_rn(v, id)); /* NaN (from Inf or NaN inputs) becomes 0 */
+    const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
+    int sum = qi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const size_t c = (size_t)b * 32;
+    qr[c + lane] = (int8_t)qi;
+    const int c8 = lane & 7;
+    q4r[c + (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
+    const float sb = __fmul_rn(db, (float)sum);
+    if (lane == 0) dr[b] = db, sr[b] = sb;
+    return sb;
+}
+
 /* grid (ceil(nb/4), n_tok), 128 threads: warp w quantizes block 4 blockIdx.x + w of token blockIdx.y, lane
  * = column; thread 0 then adds the block sums into s64 / s128 as act_row does. */
 __global__ void act_quant(const float *__restrict__ x, size_t ldx, int cols, int8_t *__restrict__ q,
@@ -62,26 +83,9 @@ __global__ void act_quant(const float *__restrict__ x, size_t ldx, int cols, int
     const int b = blockIdx.x * 4 + w;
     __shared__ float s32[4];
     if (b < nb) {
-        const float v = x[(size_t)t * ldx + (size_t)b * 32 + lane];
-        float amax = fmaxf(0.0f, fabsf(v)); /* fmaxf drops a NaN, as the CPU's running fmaxf from 0 does */
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
-        const float rv = rintf(__fmul_rn(v, id)); /* NaN (from Inf or NaN inputs) becomes 0 */
-        const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
-        int sum = qi;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const size_t c = (size_t)t * cols + (size_t)b * 32;
-        q[c + lane] = (int8_t)qi;
-        const int c8 = lane & 7;
-        q4[c + (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
-        if (lane == 0) {
-            const float sb = __fmul_rn(db, (float)sum);
-            d[(size_t)t * nb + b] = db;
-            s[(size_t)t * ns + b] = sb;
-            s32[w] = sb;
-        }
+        const float sb = quant_block(x[(size_t)t * ldx + (size_t)b * 32 + lane], b, lane, q + (size_t)t * cols,
+                                     q4 + (size_t)t * cols, d + (size_t)t * nb, s + (size_t)t * ns);
+        if (lane == 0) s32[w] = sb;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -94,11 +98,39 @@ __global__ void act_quant(const float *__restrict__ x, size_t ldx, int cols, int
     }
 }
 
+/* The same for many tokens (a prefill's rows): a CTA per token, warp w takes the row's quads of 4 blocks w, w + 8, ...
+ * and lane 0 adds each quad's s64 / s128 as act_quant's thread 0 does. act_quant launched a CTA of 128 per 4 blocks
+ * (8192 for 512 x 2048: 14 us on the H100, CTA launches more than bytes). */
+__global__ void __launch_bounds__(256) act_quant_rows(const float *__restrict__ x, size_t ldx, int cols, int8_t *__restrict__ q,
+                                                      int8_t *__restrict__ q4, float *__restrict__ d, float *__restrict__ s) {
+    const int t = blockIdx.x, nb = cols / 32, ns = nb + nb / 2 + nb / 4, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const float *xr = x + (size_t)t * ldx;
+    int8_t *qr = q + (size_t)t * cols, *q4r = q4 + (size_t)t * cols;
+    float *dr = d + (size_t)t * nb, *sr = s + (size_t)t * ns;
+    for (int qd = threadIdx.x >> 5; qd * 4 < nb; qd += nw) {
+        float v[4], sb[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = qd * 4 + i < nb ? xr[(size_t)(qd * 4 + i) * 32 + lane] : 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            if (qd * 4 + i < nb) sb[i] = quant_block(v[i], qd * 4 + i, lane, qr, q4r, dr, sr);
+        if (lane == 0) {
+            for (int i = 0; i < 2; i++)
+                if (2 * qd + i < nb / 2) sr[nb + 2 * qd + i] = __fadd_rn(sb[2 * i], sb[2 * i + 1]);
+            if (qd < nb / 4) sr[nb + nb / 2 + qd] = __fadd_rn(__fadd_rn(sb[0], sb[1]), __fadd_rn(sb[2], sb[3]));
+        }
+    }
+}
+
 extern "C" int slcu_act_quantize(const slcu_act *a, const float *x, size_t ldx, char *msg, size_t msglen) {
     if (a->n_tok <= 0) return 0;
-    const int nb = a->cols / 32;
-    dim3 grid((unsigned)((nb + 3) / 4), (unsigned)a->n_tok);
-    act_quant<<<grid, 128, 0, SLS>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
+    const int nb = a->cols / 32, quads = (nb + 3) / 4;
+    if (a->n_tok >= 16) {
+        act_quant_rows<<<(unsigned)a->n_tok, 32 * (quads < 8 ? quads : 8), 0, SLS>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
+    } else {
+        dim3 grid((unsigned)quads, (unsigned)a->n_tok);
+        act_quant<<<grid, 128, 0, SLS>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
+    }
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : fail(msg, msglen, "activation quantisation launch", e);
 }
@@ -402,25 +434,40 @@ __global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ij
 
 #include "backend/cuda/cuda_gemm.cuh"
 
-/* 128 threads over a 64 x 64 tile of one job; V 1 gemm_tile, 2 gemm_tile2 (the same bits). */
+/* 128 threads over a 64 x 64 tile of one job; V 1 gemm_tile, 2 gemm_tile2, 3 gemm_tile3 (the same bits). */
+#define GEMM_MINB(V) (V == 2 ? 4 : V == 3 ? 3 : 1)
 template <int DT, int SDT, int V>
-__global__ void __launch_bounds__(128, V == 2 ? 4 : 1) gemm_i8(const __grid_constant__ ijobs J) {
+__global__ void __launch_bounds__(128, GEMM_MINB(V)) gemm_i8(const __grid_constant__ ijobs J) {
     const ijob j = resolve(J.j[find_job(J)]);
     const int tile = (int)blockIdx.x - j.tile0;
-    if (V == 2) gemm_tile2<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
+    if constexpr (V == 3) gemm_tile3<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
+    else if constexpr (V == 2) gemm_tile2<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
     else gemm_tile<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
 }
 
-/* The GEMM kernel of both launchers: 2 (gemm_tile2) unless SLUICE_CUDA_GEMM=1 or slcu_i8_gemm says otherwise. */
+/* The GEMM kernel of both launchers: 2 (gemm_tile2) unless SLUICE_CUDA_GEMM=1 / =3 or slcu_i8_gemm says otherwise. */
 static int gemm_ver;
 static int gemm_version(void) {
     if (!gemm_ver) {
         const char *e = getenv("SLUICE_CUDA_GEMM");
-        gemm_ver = e && e[0] == '1' ? 1 : 2;
+        gemm_ver = e && (e[0] == '1' || e[0] == '3') && !e[1] ? e[0] - '0' : 2;
     }
     return gemm_ver;
 }
-extern "C" void slcu_i8_gemm(int v) { gemm_ver = v == 1 ? 1 : v == 2 ? 2 : 0; }
+extern "C" void slcu_i8_gemm(int v) { gemm_ver = v >= 1 && v <= 3 ? v : 0; }
+
+/* gemm_tile3's stages take dynamic shared memory above the 48 KiB that needs no opt-in: the attribute, once per
+ * kernel (each instance of these launchers has its own flag). */
+static void dyn_smem(const void *k, int dyn, int *set) {
+    if (dyn > 48 * 1024 && !*set) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn), *set = 1;
+}
+template <int D, int S, int V>
+static void ge_launch(int tiles, const ijobs &J) {
+    static int set;
+    const int dyn = V == 3 ? g3_bytes<D, 2>() : 0;
+    dyn_smem((const void *)gemm_i8<D, S, V>, dyn, &set);
+    gemm_i8<D, S, V><<<tiles, 128, dyn, SLS>>>(J);
+}
 
 static int force_kernel;
 extern "C" void slcu_i8_force(int kernel) { force_kernel = kernel; }
@@ -442,9 +489,9 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
     }
     if (!tiles) return cudaSuccess;
     if (gemm) {
-#define GE1(D, V) (sdt == DT_F32 ? gemm_i8<D, DT_F32, V><<<tiles, 128, 0, SLS>>>(*J) : sdt == DT_BF16 ? gemm_i8<D, DT_BF16, V><<<tiles, 128, 0, SLS>>>(*J) \
-                                                                        : gemm_i8<D, DT_F16, V><<<tiles, 128, 0, SLS>>>(*J))
-#define GE(D) (gemm_version() == 2 ? GE1(D, 2) : GE1(D, 1))
+#define GE1(D, V) (sdt == DT_F32 ? ge_launch<D, DT_F32, V>(tiles, *J) : sdt == DT_BF16 ? ge_launch<D, DT_BF16, V>(tiles, *J) \
+                                                                  : ge_launch<D, DT_F16, V>(tiles, *J))
+#define GE(D) (gemm_version() == 3 ? GE1(D, 3) : gemm_version() == 2 ? GE1(D, 2) : GE1(D, 1))
         if (dt == DT_Q4) GE(DT_Q4);
         else GE(DT_Q8);
 #undef GE
@@ -587,7 +634,7 @@ struct segjob {
 };
 
 template <int DT, int SDT, int V>
-__global__ void __launch_bounds__(128, V == 2 ? 4 : 1) gemm_seg(const __grid_constant__ segjob S) {
+__global__ void __launch_bounds__(128, GEMM_MINB(V)) gemm_seg(const __grid_constant__ segjob S) {
     const int tt = blockIdx.y;
     if (tt >= __ldg(S.toff + S.E)) return;
     int lo = 0, hi = S.E - 1; /* the last expert whose tiles start at or before tt (empty ones share a start) */
@@ -610,16 +657,24 @@ __global__ void __launch_bounds__(128, V == 2 ? 4 : 1) gemm_seg(const __grid_con
     j.ldy = S.ldy;
     j.nrows = S.nrows, j.cols = S.cols, j.group = S.group, j.sdt = SDT, j.n_tok = __ldg(S.off + e + 1) - o;
     j.tile0 = 0, j.ttiles = 1;
-    if (V == 2) gemm_tile2<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
+    if constexpr (V == 3) gemm_tile3<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
+    else if constexpr (V == 2) gemm_tile2<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
     else gemm_tile<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
 }
 
+template <int D, int SD, int V>
+static void sg_launch(dim3 grid, const segjob &S) {
+    static int set;
+    const int dyn = V == 3 ? g3_bytes<D, 1>() : 0;
+    dyn_smem((const void *)gemm_seg<D, SD, V>, dyn, &set);
+    gemm_seg<D, SD, V><<<grid, 128, dyn, SLS>>>(S);
+}
 static cudaError_t launch_seg(const slcu_mat *w, const segjob &S, int nk, int nmat) {
     const int ty = (nk + SEG_TOK - 1) / SEG_TOK + (S.E < nk ? S.E : nk); /* at most one partial tile an expert */
     const dim3 grid((unsigned)((w->rows + 127) / 128), (unsigned)ty, (unsigned)nmat);
-#define SG1(D, V) (w->sdtype == DT_F32 ? gemm_seg<D, DT_F32, V><<<grid, 128, 0, SLS>>>(S) : w->sdtype == DT_BF16 ? gemm_seg<D, DT_BF16, V><<<grid, 128, 0, SLS>>>(S) \
-                                                                             : gemm_seg<D, DT_F16, V><<<grid, 128, 0, SLS>>>(S))
-#define SG(D) (gemm_version() == 2 ? SG1(D, 2) : SG1(D, 1))
+#define SG1(D, V) (w->sdtype == DT_F32 ? sg_launch<D, DT_F32, V>(grid, S) : w->sdtype == DT_BF16 ? sg_launch<D, DT_BF16, V>(grid, S) \
+                                                                   : sg_launch<D, DT_F16, V>(grid, S))
+#define SG(D) (gemm_version() == 3 ? SG1(D, 3) : gemm_version() == 2 ? SG1(D, 2) : SG1(D, 1))
     if (w->dtype == DT_Q4) SG(DT_Q4);
     else SG(DT_Q8);
 #undef SG

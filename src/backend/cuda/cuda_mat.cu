@@ -127,6 +127,9 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
                 const float *xt = xp + (size_t)t * cols + k * WV;
                 if (DT == DT_F32 && x16) {
                     xv[0] = k == 0 ? x4[t].x : k == 1 ? x4[t].y : k == 2 ? x4[t].z : x4[t].w;
+                } else if (WV == 2 && x16) { /* bf16 / f16: the word's two x values in one 8-byte load */
+                    const float2 q = __ldg((const float2 *)xt);
+                    xv[0] = q.x, xv[1] = q.y;
                 } else if (WV >= 4) {
 #pragma unroll
                     for (int j = 0; j < WV; j += 4) {
