@@ -455,7 +455,7 @@ static void check_fused(void) {
         float *dq = rnd_dev((size_t)NH * 2 * HD, 1, NULL, msg), *dk = rnd_dev((size_t)cap * row, 1, NULL, msg);
         float *dv = rnd_dev((size_t)cap * row, 1, NULL, msg), *dn = rnd_dev((size_t)2 * row, 1, NULL, msg);
         slcu_attn ap = {dq, (size_t)NH * 2 * HD, 2 * HD, 1, dn, dn + row, 2 * row, dk, dv, cap, 1, pos0, NH, 2, HD,
-                        0, NULL, 0.088f, dy, NH * HD};
+                        0, NULL, 0.088f, dy, NH * HD, 0};
         slcu_act_bind(&a1, b1, 1, NH * HD, msg, sizeof msg), slcu_act_bind(&a2, b2, 1, NH * HD, msg, sizeof msg);
         CK(slcu_attention_q(&ap, &a1, msg, sizeof msg) == 1, "attention_q did not quantise: %s", msg);
         ap.out = dy2;
@@ -508,6 +508,7 @@ static void check_fused(void) {
 
 #include "test_cuda_prefill.c" /* issue 24's prefill paths: check_moe, check_attn_prefill, bench_moe_wide */
 #include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
+#include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -687,7 +688,7 @@ static void check_ops(void) {
                     for (int d = 0; d < HD; d++) o[d] *= kern_sigmoid(q[HD + d]);
             }
         slcu_attn ap = {dq, (size_t)NH * 2 * HD, 2 * HD, sliding, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
-                        window, sliding ? dsk : NULL, scale, dout, NH * HD};
+                        window, sliding ? dsk : NULL, scale, dout, NH * HD, 0};
         poison(dout, (size_t)T * NH * HD * 4);
         slcu_attn_force(1); /* the batch kernel */
         CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);
@@ -970,6 +971,7 @@ int main(int argc, char **argv) {
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
     check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);
     check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);
+    check_attn_f16();
     check_ops();
     check_mixers();
     check_hybrid();

@@ -167,7 +167,7 @@ static void check_attn_prefill(int T, int NH, int NKV, int HD, int cap, int wind
     float *dv = rnd_dev((size_t)cap * ROW, 1, &hv, msg), *dsk = rnd_dev(NH, 1, &hs, msg);
     float *dnew = rnd_dev((size_t)T * 2 * ROW, 1, &hn, msg), *dout = slcu_alloc((size_t)T * NH * HD * 4, msg, sizeof msg);
     slcu_attn ap = {dq, (size_t)NH * qs, qs, gated, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
-                    window, sinks ? dsk : NULL, 1.0f / sqrtf((float)HD), dout, (size_t)NH * HD};
+                    window, sinks ? dsk : NULL, 1.0f / sqrtf((float)HD), dout, (size_t)NH * HD, 0};
     poison(dout, (size_t)T * NH * HD * 4);
     for (int t = 0; t < T; t++) { /* one at a time: k_attention */
         slcu_attn one = ap;

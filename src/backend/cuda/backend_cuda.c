@@ -530,15 +530,16 @@ static void cu_copy_rows(be_backend *be, float *dst, size_t ldd, const int *didx
 
 static void cu_attention(be_backend *be, const be_attn *a) {
     SKIP(be);
-    if (a->kv_type != SL_KV_F32) { cu_fail(be, SL_EUNSUPPORTED, "no f16/bf16/q8 KV cache on CUDA yet (--kv f32)"); return; }
+    if (a->kv_type != SL_KV_F32 && a->kv_type != SL_KV_F16) { cu_fail(be, SL_EUNSUPPORTED, "no bf16/q8 KV cache on CUDA"); return; }
     const slcu_attn s = {.q = a->q, .ldq = a->ldq, .qstride = a->qstride, .gated = a->gated, .k = a->k, .v = a->v,
                          .ldkv = a->ldkv, .k_cache = a->k_cache, .v_cache = a->v_cache, .cap = a->cap, .n = a->n,
                          .pos0 = a->pos0, .n_heads = a->n_heads, .n_kv = a->n_kv_heads, .hd = a->head_dim,
-                         .window = a->window, .sinks = a->sinks, .scale = a->scale, .out = a->out, .ldo = a->ldo};
+                         .window = a->window, .sinks = a->sinks, .scale = a->scale, .out = a->out, .ldo = a->ldo,
+                         .f16 = a->kv_type == SL_KV_F16};
     cu_ctx *c = cu_of(be);
     const int cols = a->n_heads * a->head_dim;
     slcu_act q;
-    if (!c->nq_off && a->n == 1 && a->head_dim % 128 == 0 && nq_room(be, cols) && !slcu_act_bind(&q, c->nq_buf, 1, cols, MSG(be))) {
+    if (!c->nq_off && !s.f16 && a->n == 1 && a->head_dim % 128 == 0 && nq_room(be, cols) && !slcu_act_bind(&q, c->nq_buf, 1, cols, MSG(be))) {
         const int r = slcu_attention_q(&s, &q, MSG(be)); /* one token: its output's int8 form for o too (nq_*) */
         if (r < 0) cu_fail(be, SL_EIO, c->tmp);
         if (r == 1) c->nq_y = a->out, c->nq_dim = cols, c->nq_owner = NULL;
@@ -980,16 +981,17 @@ be_backend *be_cuda_new(pool_t *pool) {
     /* switches, each back to what came before it: SLUICE_CUDA_DECODE=0 all of issue 24's decode work (the
      * kernels of cuda.h slcu_decode_kernels, the wait after every block, and the two below). The joined ops (a
      * norm's int8 form, the held add / combine / q-k norms) are on unless SLUICE_CUDA_NQ=0; the recorded steps
-     * are opt-in, SLUICE_CUDA_GRAPH=1 (on the H100 they were slower at depth 512: docs/CUDA.md). */
+     * are opt-in, SLUICE_CUDA_GRAPH=1 (slower on the H100 at depth 512: docs/CUDA.md); f16 KV caches
+     * (cuda_flash.cu) too, SLUICE_CUDA_KV16=1, until a device run proves them. */
     const char *g = getenv("SLUICE_CUDA_DECODE");
     slcu_decode_kernels = !(g && !strcmp(g, "0"));
-    g = getenv("SLUICE_CUDA_GRAPH");
-    if (slcu_decode_kernels && g && !strcmp(g, "1")) c->gr = slcb_graphs_new();
+    if (slcu_decode_kernels && (g = getenv("SLUICE_CUDA_GRAPH")) && !strcmp(g, "1")) c->gr = slcb_graphs_new();
     g = getenv("SLUICE_CUDA_NQ");
     c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
     /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
+    be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "1") ? 1u << SL_KV_F16 : 0);
     return be;
 }
 

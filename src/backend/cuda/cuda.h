@@ -212,6 +212,7 @@ typedef struct slcu_attn {
     float scale;
     float *out; /* [n][ldo], head h at h * hd */
     size_t ldo;
+    int f16; /* the caches hold halves ([cap][n_kv * hd] __half; quant/kv.h's f16 rows): cuda_flash.cu */
 } slcu_attn;
 int slcu_attention(const slcu_attn *a, char *msg, size_t msglen);
 /* slcu_attention, and for one token whose head_dim is a multiple of 128, with the decode kernel, the output
@@ -226,6 +227,13 @@ void slcu_attn_force(int kernel);
  * per (token, head), a CTA per (token, KV head) over K/V tiles in shared memory; slcu_attention's path from 9
  * tokens. 1 launched, 0 not its case (shapes, a context past shared memory), -1 failed (message). */
 int slcu_attention_prefill(const slcu_attn *a, char *msg, size_t msglen);
+/* cuda_flash.cu: slcu_attention of an f16 cache (a->f16; head_dim <= 256) on tensor cores, in its own order (the
+ * file's head comment): the same bits per (token, head) in its prefill and decode kernels, whatever the batch.
+ * pd / max_keys: a recorded step's position on the device and bound on its keys (NULL, 0: none). 0 or -1. */
+int slcu_attention_f16(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen);
+/* Tests: 0 automatic (up to 8 tokens the decode pair, more the prefill kernel), 1 always the prefill kernel, 2
+ * always the decode pair (SLUICE_CUDA_FA16 sets it too). */
+void slcu_fa16_force(int mode);
 
 /* The Gated DeltaNet token recurrence (backend.h dn_step, deltanet.c head_recurrent) for n tokens: per
  * value head h and token t, with a = exp(g):  S = a S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q.

@@ -626,6 +626,11 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
     const int last = a->pos0 + a->n - 1, maxk = a->window > 0 && a->window < last + 1 ? a->window : last + 1;
     if (maxk > a->cap || (a->window > 0 && a->n > a->cap - a->window + 1))
         return bad(msg, msglen, "attention: the cache has fewer rows than the positions need");
+    if (a->f16) { /* cuda_flash.cu: its own order; no int8 form of the output */
+        if (step_pos && (a->n != 1 || !a->k || step_keys < maxk))
+            return bad(msg, msglen, "attention: a recorded step has one token appending its row");
+        return slcu_attention_f16(a, step_pos, step_keys, msg, msglen) < 0 ? -1 : 0;
+    }
     if (!attn_smem_max) {
         int dev = 0, optin = 0;
         cudaGetDevice(&dev);

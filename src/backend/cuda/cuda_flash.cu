@@ -1,0 +1,419 @@
+/*
+ * cuda_flash.cu — attention over an f16 KV cache on tensor cores (--kv f16 with --gpu; issues 24 and 28).
+ *
+ * The order of every (token, head) — the same in the prefill and the decode kernels, so token by token ==
+ * prefill and a sequence in a batch == alone stay bitwise:
+ *   - the positions are cut in fixed chunks of FA16_C = 64 (positions 64c .. 64c + 63, absolute); a chunk that
+ *     holds none of the row's keys (p0 .. pos) is skipped;
+ *   - per chunk: scores s = (q16 . k) * scale by mma.sync m16n8k16 (q rounded to f16, f32 accumulation over
+ *     head_dim in 16-column steps), keys outside p0 .. pos masked; m = the chunk's max; e = exp(s - m) in f32;
+ *     l = their sum in a fixed order (a thread's 16 in increasing key, then the quad's xor 1, xor 2 tree);
+ *     o = P16 V by mma (e rounded to f16, f32 accumulation over the chunk's 64 keys in 16-key steps);
+ *   - the chunks folded in increasing order: M' = max(M, m), a = exp(M - M'), b = exp(m - M'),
+ *     L = l b + L a, O = o b + O a (f32, explicit roundings; M, L, O start at -inf, 0, 0);
+ *   - sinks: M' = max(M, sink), a = exp(M - M'), L = L a + exp(sink - M'), O = O a; out = O / L, gated times
+ *     sigmoid(gate).
+ * Each row's result depends on its own query and the cache's values only (an mma's output element reads its own
+ * row of A; a masked key's product is an exact zero). The prefill kernel (k_fa16_fold) folds the chunks in
+ * registers, a CTA per 64 rows (token, query head) of a KV head; the decode kernels (k_fa16_part, k_fa16_comb)
+ * give every chunk a warp of its own (all SMs at depth) and fold the chunks' (m, l, o) in a second kernel with
+ * the same operations. Rows of a KV head: r = t * G + g (token t, query head kvh * G + g).
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda.h"
+
+#define FA16_C 64 /* keys per chunk: the fixed split of the positions */
+
+__device__ __forceinline__ void f16_ldm4(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void f16_ldm4t(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void f16_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t f16_pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+__device__ __forceinline__ float f16_sigm(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+/* the keys p0 .. pos of row r (token r / G): lo > hi for a padding row */
+__device__ __forceinline__ void f16_range(const slcu_attn &p, int r, int nrows, int G, int &lo, int &hi) {
+    if (r >= nrows) { lo = 1, hi = 0; return; }
+    const int pos = p.pos0 + r / G;
+    lo = p.window > 0 && pos >= p.window ? pos - p.window + 1 : 0, hi = pos;
+}
+
+/* the fold of one chunk's (m, l) into (M, L): a, b scale O and o */
+__device__ __forceinline__ void f16_fold(float &M, float &L, float m, float l, float &a, float &b) {
+    const float Mn = fmaxf(M, m);
+    a = expf(__fsub_rn(M, Mn)), b = expf(__fsub_rn(m, Mn));
+    L = __fmaf_rn(l, b, __fmul_rn(L, a));
+    M = Mn;
+}
+__device__ __forceinline__ float f16_mix(float O, float o, float a, float b) { return __fmaf_rn(o, b, __fmul_rn(O, a)); }
+
+/* The end of a row: its sink, the quotient, the gate. */
+__device__ __forceinline__ float f16_final(const slcu_attn &p, int h, float M, float L, float O, const float *gate) {
+    if (p.sinks) {
+        const float Mn = fmaxf(M, p.sinks[h]), a = expf(__fsub_rn(M, Mn));
+        L = __fadd_rn(__fmul_rn(L, a), expf(__fsub_rn(p.sinks[h], Mn)));
+        O = __fmul_rn(O, a);
+    }
+    const float v = __fdiv_rn(O, L);
+    return gate ? __fmul_rn(v, f16_sigm(*gate)) : v;
+}
+
+/* rows (the CTA's or a warp's) of q into qs [nr][HDP + 8] halves, zero past hd and past the rows */
+template <int HDP>
+__device__ void f16_load_q(const slcu_attn &p, __half *qs, int r0, int nr, int nrows, int G, int kvh, int tid, int nthr) {
+    for (int i = tid; i < nr * HDP; i += nthr) {
+        const int r = i / HDP, d = i % HDP, R = r0 + r;
+        float x = 0.0f;
+        if (R < nrows && d < p.hd) x = p.q[(size_t)(R / G) * p.ldq + (size_t)(kvh * G + R % G) * p.qstride + d];
+        qs[r * (HDP + 8) + d] = __float2half_rn(x);
+    }
+}
+
+/* K and V of positions c0 .. c0 + 63 into ks, vs [64][HDP + 8], zero outside plo .. phi and past hd */
+template <int HDP>
+__device__ void f16_load_kv(const slcu_attn &p, __half *ks, __half *vs, int c0, int plo, int phi, int kvh, int tid,
+                            int nthr) {
+    const __half *kc = (const __half *)p.k_cache, *vc = (const __half *)p.v_cache;
+    const size_t row = (size_t)p.n_kv * p.hd;
+    if (p.hd % 8 == 0) {
+        constexpr int U = HDP / 8;
+        for (int i = tid; i < FA16_C * U; i += nthr) {
+            const int r = i / U, u = i % U, pp = c0 + r;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+            if (pp >= plo && pp <= phi && u * 8 < p.hd) {
+                const size_t off = (size_t)(pp % p.cap) * row + (size_t)kvh * p.hd + (size_t)u * 8;
+                kv = *(const uint4 *)(kc + off), vv = *(const uint4 *)(vc + off);
+            }
+            *(uint4 *)(ks + r * (HDP + 8) + u * 8) = kv;
+            *(uint4 *)(vs + r * (HDP + 8) + u * 8) = vv;
+        }
+        return;
+    }
+    for (int i = tid; i < FA16_C * HDP; i += nthr) {
+        const int r = i / HDP, d = i % HDP, pp = c0 + r;
+        __half kx = __float2half_rn(0.0f), vx = kx;
+        if (pp >= plo && pp <= phi && d < p.hd) {
+            const size_t off = (size_t)(pp % p.cap) * row + (size_t)kvh * p.hd + d;
+            kx = kc[off], vx = vc[off];
+        }
+        ks[r * (HDP + 8) + d] = kx, vs[r * (HDP + 8) + d] = vx;
+    }
+}
+
+/* A warp's 16 rows (qs) against the chunk of keys c0 .. c0 + 63 (ks): per thread rows g = lane / 4 and g + 8
+ * (valid keys lo[i] .. hi[i]); out the rows' chunk max m and sum l and the weights as PV's A fragments. */
+template <int HDP>
+__device__ __forceinline__ void f16_scores(const __half *qs, const __half *ks, int c0, const int lo[2], const int hi[2],
+                                           float scale, float m[2], float l[2], uint32_t pa[4][4]) {
+    constexpr int S = HDP + 8;
+    const int lane = threadIdx.x & 31, tig = lane & 3;
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HDP / 16; kk++) {
+        uint32_t a[4];
+        f16_ldm4(a, qs + (lane & 15) * S + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt += 2) {
+            uint32_t b[4];
+            f16_ldm4(b, ks + (nt * 8 + (lane >> 4) * 8 + (lane & 7)) * S + kk * 16 + ((lane >> 3) & 1) * 8);
+            f16_mma(s[nt], a, b[0], b[1]);
+            f16_mma(s[nt + 1], a, b[2], b[3]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int kp = c0 + nt * 8 + tig * 2 + j;
+                const float v = kp >= lo[i] && kp <= hi[i] ? __fmul_rn(s[nt][2 * i + j], scale) : -INFINITY;
+                s[nt][2 * i + j] = v;
+                mx = fmaxf(mx, v);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float v = s[nt][2 * i + j];
+                const float e = v == -INFINITY ? 0.0f : expf(__fsub_rn(v, mx));
+                s[nt][2 * i + j] = e;
+                sum = __fadd_rn(sum, e);
+            }
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+        m[i] = mx, l[i] = sum;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        pa[kk][0] = f16_pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = f16_pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = f16_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = f16_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+}
+
+/* o [DB / 8][4] = P V for the dims d0 .. d0 + DB - 1 (vs [64][HDP + 8]) */
+template <int HDP, int DB>
+__device__ __forceinline__ void f16_pv(const uint32_t pa[4][4], const __half *vs, int d0, float o[DB / 8][4]) {
+    constexpr int S = HDP + 8;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int nt = 0; nt < DB / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int nt = 0; nt < DB / 8; nt += 2) {
+            uint32_t b[4];
+            f16_ldm4t(b, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * S + d0 + nt * 8 + (lane >> 4) * 8);
+            f16_mma(o[nt], pa[kk], b[0], b[1]);
+            f16_mma(o[nt + 1], pa[kk], b[2], b[3]);
+        }
+}
+
+#define FA16_FW 4 /* warps of the prefill kernel: 64 rows a CTA */
+
+/* Prefill: a CTA per 64 rows of KV head blockIdx.y, the chunks in order folded in registers. Shared memory:
+ * qs [64][HDP + 8], ks and vs [64][HDP + 8] halves. */
+template <int HDP>
+__global__ void __launch_bounds__(FA16_FW * 32) k_fa16_fold(const slcu_attn p) {
+    constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
+    extern __shared__ uint4 f16_smem[];
+    __half *qs = (__half *)f16_smem, *ks = qs + FA16_FW * 16 * S, *vs = ks + FA16_C * S;
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y, r0 = blockIdx.x * FA16_FW * 16;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
+    int lo[2], hi[2], clo, chi, wlo, whi, d;
+    f16_range(p, r0 + warp * 16 + g, nrows, G, lo[0], hi[0]);
+    f16_range(p, r0 + warp * 16 + g + 8, nrows, G, lo[1], hi[1]);
+    f16_range(p, r0, nrows, G, clo, d);                                           /* the CTA's first key */
+    f16_range(p, min(r0 + FA16_FW * 16, nrows) - 1, nrows, G, d, chi);            /* and last */
+    f16_range(p, r0 + warp * 16, nrows, G, wlo, d);                               /* the warp's */
+    f16_range(p, min(r0 + warp * 16 + 16, max(nrows, r0 + warp * 16 + 1)) - 1, nrows, G, d, whi);
+    f16_load_q<HDP>(p, qs, r0, FA16_FW * 16, nrows, G, kvh, tid, FA16_FW * 32);
+    float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[HDP / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < HDP / 8; nt++) O[nt][0] = O[nt][1] = O[nt][2] = O[nt][3] = 0.0f;
+    for (int c = clo / FA16_C; c <= chi / FA16_C; c++) {
+        const int c0 = c * FA16_C;
+        __syncthreads(); /* the previous chunk is read (and qs written) */
+        f16_load_kv<HDP>(p, ks, vs, c0, clo, chi, kvh, tid, FA16_FW * 32);
+        __syncthreads();
+        if (wlo > whi || c0 > whi || c0 + FA16_C - 1 < wlo) continue; /* none of the warp's rows has a key here */
+        float m[2], l[2], a[2], b[2];
+        uint32_t pa[4][4];
+        f16_scores<HDP>(qs + warp * 16 * S, ks, c0, lo, hi, p.scale, m, l, pa);
+        bool on[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            on[i] = lo[i] <= hi[i] && c0 <= hi[i] && c0 + FA16_C - 1 >= lo[i];
+            if (on[i]) f16_fold(M[i], L[i], m[i], l[i], a[i], b[i]);
+        }
+#pragma unroll
+        for (int d0 = 0; d0 < HDP; d0 += DB) {
+            float o[DB / 8][4];
+            f16_pv<HDP, DB>(pa, vs, d0, o);
+#pragma unroll
+            for (int nt = 0; nt < DB / 8; nt++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (on[j >> 1]) O[d0 / 8 + nt][j] = f16_mix(O[d0 / 8 + nt][j], o[nt][j], a[j >> 1], b[j >> 1]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int R = r0 + warp * 16 + g + 8 * i;
+        if (R >= nrows) continue;
+        const int t = R / G, h = kvh * G + R % G;
+        const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride;
+#pragma unroll
+        for (int nt = 0; nt < HDP / 8; nt++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int dd = nt * 8 + tig * 2 + j;
+                if (dd < p.hd)
+                    p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] =
+                        f16_final(p, h, M[i], L[i], O[nt][2 * i + j], p.gated ? qv + p.hd + dd : NULL);
+            }
+    }
+}
+
+/* Decode: warp w of CTA (x, kvh, z) takes chunk cfirst + 4x + w for rows 16z .. 16z + 15 of KV head kvh and writes
+ * its (m, l) to ml [R][nchs][2] and o to po [R][nchs][HDP] (R = kvh * nrows + row). Shared memory per warp: qs
+ * [16][HDP + 8], ks and vs [64][HDP + 8]. pd: the position from the device (a recorded step). */
+template <int HDP, int W>
+__global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml) {
+    if (pd) p.pos0 = *pd;
+    constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
+    extern __shared__ uint4 f16_smem[];
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y, r0 = blockIdx.z * 16;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    __half *qs = (__half *)f16_smem + (size_t)warp * (16 + 2 * FA16_C) * S, *ks = qs + 16 * S, *vs = ks + FA16_C * S;
+    int lo[2], hi[2], clo, chi, base, d;
+    f16_range(p, r0 + g, nrows, G, lo[0], hi[0]);
+    f16_range(p, r0 + g + 8, nrows, G, lo[1], hi[1]);
+    f16_range(p, 0, nrows, G, base, d); /* chunk ci is base / 64 + ci for every tile (k_fa16_comb's numbering) */
+    f16_range(p, r0, nrows, G, clo, d);
+    f16_range(p, min(r0 + 16, nrows) - 1, nrows, G, d, chi);
+    const int ci = blockIdx.x * W + warp, c0 = (base / FA16_C + ci) * FA16_C;
+    if (ci >= nchs || c0 > chi || c0 + FA16_C - 1 < clo) return; /* warp-uniform; no block barrier below */
+    f16_load_q<HDP>(p, qs, r0, 16, nrows, G, kvh, lane, 32);
+    f16_load_kv<HDP>(p, ks, vs, c0, clo, chi, kvh, lane, 32);
+    __syncwarp();
+    float m[2], l[2];
+    uint32_t pa[4][4];
+    f16_scores<HDP>(qs, ks, c0, lo, hi, p.scale, m, l, pa);
+    if (tig == 0)
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+            if (r0 + g + 8 * i < nrows) {
+                float *q = ml + ((size_t)(kvh * nrows + r0 + g + 8 * i) * nchs + ci) * 2;
+                q[0] = m[i], q[1] = l[i];
+            }
+#pragma unroll
+    for (int d0 = 0; d0 < HDP; d0 += DB) {
+        float o[DB / 8][4];
+        f16_pv<HDP, DB>(pa, vs, d0, o);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int R = r0 + g + 8 * i;
+            if (R >= nrows) continue;
+            float *q = po + ((size_t)(kvh * nrows + R) * nchs + ci) * HDP + d0 + tig * 2;
+#pragma unroll
+            for (int nt = 0; nt < DB / 8; nt++) *(float2 *)(q + nt * 8) = make_float2(o[nt][2 * i], o[nt][2 * i + 1]);
+        }
+    }
+}
+
+/* Decode, second kernel: a CTA per row (kvh * nrows + r), the chunks folded in order as k_fa16_fold does. */
+__global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml) {
+    if (pd) p.pos0 = *pd;
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.x / nrows, r = blockIdx.x % nrows;
+    int lo, hi, clo, d;
+    f16_range(p, r, nrows, G, lo, hi);
+    f16_range(p, 0, nrows, G, clo, d);
+    const int t = r / G, h = kvh * G + r % G;
+    const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride, *mr = ml + (size_t)blockIdx.x * nchs * 2;
+    const float *orow = po + (size_t)blockIdx.x * nchs * hdp;
+    for (int dd = threadIdx.x; dd < p.hd; dd += blockDim.x) {
+        float M = -INFINITY, L = 0.0f, O = 0.0f, a, b;
+        for (int ci = 0; ci < nchs; ci++) {
+            const int c0 = (clo / FA16_C + ci) * FA16_C;
+            if (c0 > hi) break;
+            if (c0 + FA16_C - 1 < lo) continue;
+            f16_fold(M, L, mr[2 * ci], mr[2 * ci + 1], a, b);
+            O = f16_mix(O, orow[(size_t)ci * hdp + dd], a, b);
+        }
+        p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + dd : NULL);
+    }
+}
+
+__global__ void k_kv_append16(slcu_attn p, const int *pd) {
+    if (pd) p.pos0 = *pd;
+    const int t = blockIdx.y, row = p.n_kv * p.hd;
+    const size_t dst = (size_t)((p.pos0 + t) % p.cap) * row;
+    __half *kc = (__half *)p.k_cache, *vc = (__half *)p.v_cache;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < row; i += gridDim.x * blockDim.x) {
+        kc[dst + i] = __float2half_rn(p.k[(size_t)t * p.ldkv + i]);
+        vc[dst + i] = __float2half_rn(p.v[(size_t)t * p.ldkv + i]);
+    }
+}
+
+/* the partials of the decode kernels (process lifetime, grown outside a capture) */
+static float *f16_part;
+static size_t f16_part_cap;
+static int f16_mode = -1; /* SLUICE_CUDA_FA16: 0 automatic, 1 always the prefill kernel, 2 always the decode pair */
+
+extern "C" void slcu_fa16_force(int mode) { f16_mode = mode; }
+
+static int f16_fail(char *msg, size_t msglen, const char *what, cudaError_t e) {
+    if (msg && msglen) snprintf(msg, msglen, "f16 attention: %s%s%s", what, e ? ": " : "", e ? cudaGetErrorString(e) : "");
+    return -1;
+}
+
+template <int HDP>
+static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
+    constexpr int S = HDP + 8, PW = HDP >= 256 ? 2 : 4;
+    static int init;
+    const size_t fsm = (size_t)(FA16_FW * 16 + 2 * FA16_C) * S * 2, psm = (size_t)PW * (16 + 2 * FA16_C) * S * 2;
+    if (!init) {
+        cudaFuncSetAttribute(k_fa16_fold<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fsm);
+        cudaFuncSetAttribute(k_fa16_part<HDP, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psm);
+        init = 1;
+    }
+    const int G = a->n_heads / a->n_kv, nrows = a->n * G;
+    const int dec = f16_mode == 2 || (f16_mode != 1 && (pd || a->n <= 8));
+    if (!dec) {
+        k_fa16_fold<HDP><<<dim3((unsigned)((nrows + FA16_FW * 16 - 1) / (FA16_FW * 16)), (unsigned)a->n_kv), FA16_FW * 32,
+                           fsm, SLS>>>(*a);
+        cudaError_t e = cudaGetLastError();
+        return e ? f16_fail(msg, msglen, "launch", e) : 0;
+    }
+    /* chunks: those of the first row's first key .. the last row's last (max_keys: a recorded step's bound) */
+    const int last = a->pos0 + a->n - 1, first = a->window > 0 && a->pos0 >= a->window ? a->pos0 - a->window + 1 : 0;
+    const int nchs = pd ? (max_keys + a->n - 1 + FA16_C - 1) / FA16_C + 1 : last / FA16_C - first / FA16_C + 1;
+    const size_t need = (size_t)a->n_heads * a->n * nchs * (HDP + 2);
+    if (need > f16_part_cap) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(SLS, &cs);
+        if (cs != cudaStreamCaptureStatusNone) return f16_fail(msg, msglen, "partials grow inside a recorded step", cudaSuccess);
+        if (f16_part) cudaFree(f16_part);
+        f16_part = NULL, f16_part_cap = 0;
+        const size_t cap = need + need / 2 > ((size_t)4 << 20) ? need + need / 2 : (size_t)4 << 20; /* 16 MiB at least:
+                                                          a recorded step's bound fits without growing in a capture */
+        cudaError_t e = cudaMalloc(&f16_part, cap * sizeof(float));
+        if (e) return f16_fail(msg, msglen, "partials", e);
+        f16_part_cap = cap;
+    }
+    float *po = f16_part, *ml = f16_part + (size_t)a->n_heads * a->n * nchs * HDP;
+    k_fa16_part<HDP, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
+                           PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
+    k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, HDP,
+                                                                                                   po, ml);
+    cudaError_t e = cudaGetLastError();
+    return e ? f16_fail(msg, msglen, "launch", e) : 0;
+}
+
+/* cuda.h: the new rows appended (f16), then the attention of a's n tokens; 0 or -1 (message) */
+extern "C" int slcu_attention_f16(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
+    if (f16_mode < 0) {
+        const char *e = getenv("SLUICE_CUDA_FA16");
+        f16_mode = e ? atoi(e) : 0;
+    }
+    if (a->hd > 256) return f16_fail(msg, msglen, "head_dim above 256", cudaSuccess);
+    if (pd && (a->n != 1 || !a->k)) return f16_fail(msg, msglen, "a recorded step has one token appending its row", cudaSuccess);
+    if (a->k) {
+        k_kv_append16<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
+    }
+    if (a->hd <= 16) return f16_launch<16>(a, pd, max_keys, msg, msglen);
+    if (a->hd <= 32) return f16_launch<32>(a, pd, max_keys, msg, msglen);
+    if (a->hd <= 64) return f16_launch<64>(a, pd, max_keys, msg, msglen);
+    if (a->hd <= 128) return f16_launch<128>(a, pd, max_keys, msg, msglen);
+    return f16_launch<256>(a, pd, max_keys, msg, msglen);
+}

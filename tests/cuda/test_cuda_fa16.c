@@ -1,0 +1,94 @@
+/* ---- attention over an f16 KV cache on tensor cores (cuda_flash.cu): the prefill kernel and the decode pair,
+ * all tokens at once and one at a time, bitwise the same; against attention in double on the cache's values
+ * (q and the weights rounded to f16 as the kernels do) within 3e-3 ---- */
+static void fa16_ref(const float *q, const uint16_t *kc, const uint16_t *vc, const float *sinks, int T, int NH, int NKV,
+                     int HD, int cap, int window, int pos0, int gated, float scale, float *out) {
+    const int qs = gated ? 2 * HD : HD, ROW = NKV * HD;
+    double *sc = malloc(sizeof(double) * (size_t)(pos0 + T));
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *qv = q + ((size_t)t * NH + h) * qs;
+            const int pos = pos0 + t, p0 = window > 0 && pos >= window ? pos - window + 1 : 0, kvh = h / (NH / NKV);
+            double mx = sinks ? sinks[h] : -INFINITY, sum = 0;
+            for (int p = p0; p <= pos; p++) {
+                double d = 0;
+                for (int c = 0; c < HD; c++)
+                    d += (double)f16_to_f32(f32_to_f16(qv[c])) * f16_to_f32(kc[(size_t)(p % cap) * ROW + kvh * HD + c]);
+                sc[p - p0] = d * scale;
+                if (sc[p - p0] > mx) mx = sc[p - p0];
+            }
+            for (int p = p0; p <= pos; p++) sc[p - p0] = exp(sc[p - p0] - mx), sum += sc[p - p0];
+            if (sinks) sum += exp(sinks[h] - mx);
+            for (int d = 0; d < HD; d++) {
+                double o = 0;
+                for (int p = p0; p <= pos; p++) o += sc[p - p0] * f16_to_f32(vc[(size_t)(p % cap) * ROW + kvh * HD + d]);
+                o /= sum;
+                if (gated) o /= 1 + exp(-(double)qv[HD + d]);
+                out[((size_t)t * NH + h) * HD + d] = (float)o;
+            }
+        }
+    free(sc);
+}
+
+/* out of T tokens: mode (slcu_fa16_force), all at once (one) or one at a time */
+static float *fa16_run(const slcu_attn *ap, int mode, int one, int qs) {
+    char msg[256] = "";
+    const int T = ap->n, row = ap->n_heads * ap->hd;
+    poison(ap->out, (size_t)T * row * 4);
+    slcu_fa16_force(mode);
+    for (int t = 0; t < T; t += one ? 1 : T) {
+        slcu_attn a = *ap;
+        if (one) {
+            a.q += (size_t)t * ap->ldq, a.k += (size_t)t * ap->ldkv, a.v += (size_t)t * ap->ldkv;
+            a.n = 1, a.pos0 += t, a.out += (size_t)t * ap->ldo;
+        }
+        CK(!slcu_attention(&a, msg, sizeof msg), "%s", msg);
+    }
+    slcu_fa16_force(0);
+    (void)qs;
+    return dl(ap->out, (size_t)T * row);
+}
+
+static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int pos0, int sinks, int gated) {
+    char msg[256] = "";
+    const int ROW = NKV * HD, qs = gated ? 2 * HD : HD;
+    float *hq, *hs, *hn;
+    float *dq = rnd_dev((size_t)T * NH * qs, 1, &hq, msg), *dsk = rnd_dev(NH, 1, &hs, msg);
+    float *dnew = rnd_dev((size_t)T * 2 * ROW, 1, &hn, msg), *dout = slcu_alloc((size_t)T * NH * HD * 4, msg, sizeof msg);
+    uint16_t *hk = malloc((size_t)cap * ROW * 2), *hv = malloc((size_t)cap * ROW * 2);
+    for (size_t i = 0; i < (size_t)cap * ROW; i++) hk[i] = f32_to_f16(nrand()), hv[i] = f32_to_f16(nrand());
+    for (int t = 0; t < T; t++) /* the new rows as the append stores them */
+        for (int i = 0; i < ROW; i++) {
+            const size_t r = (size_t)((pos0 + t) % cap) * ROW + i;
+            hk[r] = f32_to_f16(hn[(size_t)t * 2 * ROW + i]), hv[r] = f32_to_f16(hn[(size_t)t * 2 * ROW + ROW + i]);
+        }
+    void *dk = slcu_alloc((size_t)cap * ROW * 2, msg, sizeof msg), *dv = slcu_alloc((size_t)cap * ROW * 2, msg, sizeof msg);
+    slcu_upload(dk, hk, (size_t)cap * ROW * 2, msg, sizeof msg), slcu_upload(dv, hv, (size_t)cap * ROW * 2, msg, sizeof msg);
+    const float scale = 1.0f / sqrtf((float)HD);
+    const slcu_attn ap = {dq, (size_t)NH * qs, qs, gated, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
+                          window, sinks ? dsk : NULL, scale, dout, (size_t)NH * HD, 1};
+    float *ref = malloc((size_t)T * NH * HD * 4);
+    fa16_ref(hq, hk, hv, sinks ? hs : NULL, T, NH, NKV, HD, cap, window, pos0, gated, scale, ref);
+    float *y1 = fa16_run(&ap, 1, 0, qs), *y2 = fa16_run(&ap, 2, 0, qs), *y3 = fa16_run(&ap, 0, 1, qs);
+    float *y4 = fa16_run(&ap, 1, 1, qs);
+    const size_t nb = (size_t)T * NH * HD * 4;
+    char name[128];
+    snprintf(name, sizeof name, "f16 attention %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
+             sinks ? " sinks" : "", gated ? " gated" : "");
+    OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 3e-3);
+    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb),
+       "%s: prefill kernel / decode pair / token by token differ (%d %d %d)", name, !memcmp(y1, y2, nb),
+       !memcmp(y1, y3, nb), !memcmp(y1, y4, nb));
+    free(hq), free(hs), free(hn), free(hk), free(hv), free(ref), free(y1), free(y2), free(y3), free(y4);
+    slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
+}
+
+static void check_attn_f16(void) {
+    check_fa16(40, 8, 2, 128, 400, 0, 150, 0, 1);
+    check_fa16(20, 8, 2, 64, 300, 50, 250, 1, 0); /* a ring, wrapped, with sinks */
+    check_fa16(12, 4, 4, 8, 100, 0, 30, 0, 0);    /* head_dim 8 (padded to 16) */
+    check_fa16(9, 6, 2, 20, 64, 0, 0, 0, 1);      /* head_dim 20: element loads */
+    check_fa16(10, 32, 4, 256, 200, 0, 100, 1, 1);
+    check_fa16(16, 32, 4, 128, 4096, 0, 3000, 0, 0); /* at depth: 48 chunks */
+    check_fa16(3, 16, 16, 128, 1100, 0, 1000, 0, 0); /* no GQA */
+}
