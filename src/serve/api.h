@@ -228,6 +228,9 @@ typedef struct api_stream {
     int block;         /* Anthropic: index of the open content block, -1 if none */
     int block_kind;    /* ... its out_kind */
     int n_blocks, n_calls;
+    /* OpenAI n > 1 streamed: this choice's index in its chunks; hold_close: the end writes the finish
+     * chunk only (the usage chunk of all choices and [DONE] come once, from oai_stream_close) */
+    int choice, hold_close;
     /* Responses: the events' sequence number, the open item's id and text so far, the items done (a
      * cJSON array, for the final response) */
     int seq;
@@ -249,6 +252,9 @@ int api_stream_piece(void *user, out_kind kind, const char *text, size_t len, co
 int api_stream_end(api_stream *s, const api_done *d);
 /* An error after the stream began: OpenAI `data: {"error": ...}` then [DONE]; Anthropic `event: error`. */
 int api_stream_error(api_stream *s, const api_error *e);
+/* OpenAI chat / completions: the closing events after the finish chunks of n choices (hold_close):
+ * the usage chunk when asked (d: their sum), then [DONE]. Returns 0 or -1 (out of memory). */
+int oai_stream_close(api_stream *s, const api_done *d);
 void api_stream_free(api_stream *s);
 
 /* A cJSON string of s[0..n) (s may be NULL: ""); NULL when out of memory. */

@@ -6,7 +6,7 @@
  * (oai_error_json, oai_models_json; a Responses dialect would share them).
  *
  * Supported request fields are listed in docs/SERVER.md; fields that change what a client gets and
- * that sluice cannot honour (n > 1 streamed, an unsupported JSON Schema keyword, frequency_penalty != 0, image
+ * that sluice cannot honour (an unsupported JSON Schema keyword, frequency_penalty != 0, image
  * parts, suffix, best_of > 1) are refused with 400 rather than ignored; other unknown fields
  * ("user", "store", "metadata", "parallel_tool_calls", ...) are ignored.
  *
@@ -63,7 +63,6 @@ static int logprobs(api_gen *g, const cJSON *root, api_error *e) {
 static int oai_common(api_gen *g, const cJSON *root, api_error *e) {
     long long n = 1;
     if (api_common(g, root, "stop", e) < 0 || api_int(root, "n", 1, API_MAX_N, &n, e) < 0) return -1;
-    if (n > 1 && g->stream) return api_fail(e, 400, "n", "unsupported_parameter", "n > 1 is supported without stream only");
     g->n = (int)n;
     if (logprobs(g, root, e)) return -1;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
@@ -362,7 +361,7 @@ static int chunk(api_stream *s, const char *object, cJSON *c, const char *finish
 /* chat.completion.chunk: delta (owned; NULL: {}) and finish_reason. */
 static int chat_chunk(api_stream *s, cJSON *delta, const char *finish_reason) {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", s->choice);
     cJSON_AddItemToObject(c, "delta", delta ? delta : cJSON_CreateObject());
     return chunk(s, "chat.completion.chunk", c, finish_reason);
 }
@@ -371,12 +370,13 @@ static int chat_chunk(api_stream *s, cJSON *delta, const char *finish_reason) {
 static int text_chunk(api_stream *s, const char *text, size_t len, const char *finish_reason) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToObject(c, "text", api_text(text, len));
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", s->choice);
     return chunk(s, "text_completion", c, finish_reason);
 }
 
 /* The closing events after the finish chunk: the usage chunk when asked, then [DONE]. */
 static int stream_close(api_stream *s, const char *object, const api_done *d) {
+    if (s->hold_close) return 0;
     if (s->include_usage) {
         cJSON *j = head(&s->meta, object);
         cJSON_AddItemToObject(j, "choices", cJSON_CreateArray());
@@ -384,6 +384,11 @@ static int stream_close(api_stream *s, const char *object, const api_done *d) {
         if (api_sse(&s->out, NULL, j)) return -1;
     }
     return tok_buf_puts(&s->out, "data: [DONE]\n\n");
+}
+
+int oai_stream_close(api_stream *s, const api_done *d) {
+    s->hold_close = 0;
+    return stream_close(s, s->kind == API_COMPLETION ? "text_completion" : "chat.completion.chunk", d);
 }
 
 static int chat_stream_begin(api_stream *s) {

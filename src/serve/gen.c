@@ -69,6 +69,8 @@ struct gen {
     int gone;               /* the client went away */
     double polled;          /* when its socket was last polled */
     gen *next;              /* n > 1: the next choice's generation (the request holds a reference to each) */
+    gen *turn;              /* n > 1 streamed (the first choice's): the choice to wait for next */
+    int closed;             /* n > 1 streamed: the closing events of all the choices are written */
 };
 
 #define POLL_S 0.05 /* how often a waiting connection looks for a hang-up */
@@ -261,31 +263,67 @@ oom:
     return -1;
 }
 
+/* Hands out up to max bytes of x's SSE output; 0 when it has none. */
+static size_t take_out(gen *x, char *buf, size_t max) {
+    size_t k = x->as.out.n - x->sent < max ? x->as.out.n - x->sent : max;
+    memcpy(buf, x->as.out.p + x->sent, k);
+    x->sent += k;
+    if (x->sent == x->as.out.n) x->sent = x->as.out.n = 0;
+    return k;
+}
+
+/* n > 1 streamed, every choice finished: the usage chunk of them all and [DONE] (after the first
+ * choice's output); an error in one ends the stream after its error event, the others canceled. */
+static int close_choices(gen *g) {
+    api_done sum = {g->stop, NULL, g->n_prompt, 0, g->n_reused, 0};
+    g->closed = 1;
+    for (gen *x = g; x; x = x->next) {
+        if (x->status != SL_OK || x->oom) return 0; /* its error event ended with [DONE] */
+        sum.n_generated += x->n_generated;
+        sum.n_thinking += x->n_thinking;
+    }
+    return oai_stream_close(&g->as, &sum);
+}
+
 /* libmicrohttpd's content reader of a streamed answer: blocks (this connection's thread) until there
- * are bytes to send. */
+ * are bytes to send. With n > 1 the choices' events are interleaved, each choice's whole, waiting
+ * for each in turn. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     gen *g = cls;
     (void)pos;
     for (;;) {
-        if (g->sent < g->as.out.n) {
-            size_t k = g->as.out.n - g->sent < max ? g->as.out.n - g->sent : max;
-            memcpy(buf, g->as.out.p + g->sent, k);
-            g->sent += k;
-            if (g->sent == g->as.out.n) g->sent = g->as.out.n = 0;
-            return (ssize_t)k;
+        int all = 1;
+        for (gen *x = g; x; x = x->next) {
+            if (x->sent < x->as.out.n) return (ssize_t)take_out(x, buf, max);
+            all &= x->finished;
+            if (x->finished && (x->status != SL_OK || x->oom) && g->next && !g->closed) { /* one failed: end */
+                for (gen *y = g; y; y = y->next) gen_cancel(y);
+                g->closed = 1;
+            }
         }
-        if (g->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (gen_pump(g) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (g->closed || (all && !g->next)) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (all) {
+            if (close_choices(g) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        gen *x = g->turn ? g->turn : g;
+        while (x->finished) x = x->next ? x->next : g;
+        g->turn = x->next ? x->next : g;
+        if (gen_pump(x) < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
 }
 
 static void stream_free(void *cls) {
     gen *g = cls;
-    if (!g->finished) { /* the connection ended before the answer did */
-        g->gone = 1;
-        gen_cancel(g);
+    for (gen *x = g; x; x = x->next)
+        if (!x->finished) { /* the connection ended before the answer did */
+            x->gone = 1;
+            gen_cancel(x);
+        }
+    for (gen *x = g, *next; x; x = next) { /* the response's references */
+        next = x->next;
+        gen_release(x);
     }
-    gen_release(g);
 }
 
 /* ---- the prompt -------------------------------------------------------------------------------- */
@@ -500,7 +538,7 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, req *r, gen *g) {
         gen_cancel(g);
         return MHD_NO;
     }
-    gen_ref(g); /* the response's, dropped by stream_free */
+    for (gen *x = g; x; x = x->next) gen_ref(x); /* the response's, dropped by stream_free */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
@@ -522,8 +560,11 @@ static int gen_siblings(struct MHD_Connection *c, req *r, gen *g, api_error *e) 
         last = x;
         if (gen_prepare(c, r, x, e)) return -1;
         x->g.sp.seed = g->g.sp.seed + (uint64_t)i;
-        x->meta = g->meta;
+        x->meta = x->as.meta = g->meta;
+        x->as.choice = i;
+        x->as.hold_close = 1; /* streamed: one usage chunk and [DONE] for all (close_choices) */
     }
+    g->as.hold_close = g->g.n > 1;
     return 0;
 }
 

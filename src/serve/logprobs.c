@@ -115,7 +115,7 @@ int api_stream_logprobs(api_stream *s, cJSON *lp) {
     cJSON_AddNumberToObject(j, "created", (double)s->meta.created);
     cJSON_AddStringToObject(j, "model", s->meta.model);
     cJSON *choices = cJSON_AddArrayToObject(j, "choices");
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", s->choice);
     if (s->kind == API_COMPLETION) cJSON_AddStringToObject(c, "text", "");
     else cJSON_AddItemToObject(c, "delta", cJSON_CreateObject());
     cJSON_AddItemToObject(c, "logprobs", lp);

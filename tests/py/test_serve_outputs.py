@@ -5,7 +5,7 @@ response_format json_schema (raw and from a pydantic model through the client's 
 json_object, Anthropic output_config.format, forced tool calls in both APIs, validated with
 `jsonschema`; unsupported schemas refused with 400 naming the keyword; constrained requests in a batch
 equal to the same requests alone. Then logprobs (chat and completions, whole and streamed: the greedy
-token is the top one) and n choices (choice i is seed + i alone)."""
+token is the top one) and n choices, whole and streamed (choice i is seed + i alone)."""
 import json
 import threading
 from typing import List, Literal, Optional
@@ -216,5 +216,34 @@ def test_n_choices(demo):
     v = ask(demo, n=2, response_format=schema_format(VERSE), temperature=1.0, seed=1)
     for c in v.choices:
         jsonschema.validate(json.loads(c.message.content), VERSE)
-    s, _, b = demo.request("POST", "/v1/chat/completions", {"messages": RUTH, "n": 2, "stream": True})
-    assert s == 400 and error_of(b)["param"] == "n"
+
+
+def test_n_choices_streamed(demo):
+    """n choices streamed: each chunk names its choice; choice i's deltas joined are the whole answer's
+    choice i; one usage chunk (summed) and one [DONE] at the end."""
+    whole = ask(demo, max_tokens=12, n=3, temperature=1.0, seed=7)
+    chunks = list(oai(demo).chat.completions.create(model="demo", messages=RUTH, max_tokens=12, n=3, temperature=1.0,
+                                                    seed=7, stream=True, stream_options={"include_usage": True}))
+    text, finish = ["", "", ""], [None] * 3
+    for c in chunks[:-1]:
+        assert len(c.choices) == 1 and c.usage is None and len({c.id for c in chunks}) == 1
+        k = c.choices[0]
+        assert finish[k.index] is None  # nothing after a choice's finish chunk
+        text[k.index] += k.delta.content or ""
+        finish[k.index] = k.finish_reason
+    assert text == [c.message.content for c in whole.choices] and len(set(text)) > 1
+    assert finish == [c.finish_reason for c in whole.choices]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    # completions, with logprobs: per choice too
+    args = dict(model="demo", prompt="And it came to pass", max_tokens=6, temperature=1.0, seed=9, n=2, logprobs=1)
+    w = oai(demo).completions.create(**args)
+    got = ["", ""]
+    toks = [[], []]
+    for c in oai(demo).completions.create(stream=True, **args):
+        got[c.choices[0].index] += c.choices[0].text
+        if c.choices[0].logprobs:
+            toks[c.choices[0].index] += c.choices[0].logprobs.tokens
+    assert got == [c.text for c in w.choices] and toks == [c.logprobs.tokens for c in w.choices]
+    # the raw stream ends with exactly one [DONE]
+    st, _, b = demo.request("POST", "/v1/chat/completions", {"messages": RUTH, "n": 2, "max_tokens": 3, "stream": True})
+    assert st == 200 and b.count(b"data: [DONE]") == 1 and b.rstrip().endswith(b"data: [DONE]")
