@@ -109,6 +109,52 @@ static void print_model(sl_model *m, const char *name, const char *path, const s
             sl_kv_type_name(sl_model_kv_type(m)), kvb);
 }
 
+/* A server option a with its value v into p (cors: room for the --cors origins; *drain, *key). Returns
+ * 0, 1 when it was bad (said), -1 when a is no server option. */
+static int server_opt(const char *a, const char *v, srv_params *p, const char **cors, double *drain, const char **key) {
+    if (!strcmp(a, "--host")) p->host = v;
+    else if (!strcmp(a, "--port")) {
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (end == v || *end || x < 0 || x > 65535) return cli_fail("serve", "--port: '%s' is not a port (0 to 65535)", v);
+        p->port = (int)x;
+    } else if (!strcmp(a, "--api-key")) *key = v;
+    else if (!strcmp(a, "--max-body")) {
+        long long b = cli_parse_size(v);
+        if (b <= 0) return cli_fail("serve", "--max-body: bad size '%s' (e.g. 512K, 4M)", v);
+        p->max_body = (size_t)b;
+    } else if (!strcmp(a, "--parallel")) {
+        if ((p->sched.max_active = count_opt(a, v, 1)) < 0) return 1;
+    } else if (!strcmp(a, "--queue")) {
+        if ((p->sched.max_queue = count_opt(a, v, 0)) < 0) return 1;
+    } else if (!strcmp(a, "--state-cache")) {
+        long long b = cli_parse_size(v);
+        if (b < 0) return cli_fail("serve", "--state-cache: bad size '%s' (e.g. 512M, 2G; 0 is off)", v);
+        p->sched.state_cache_bytes = (uint64_t)b;
+    } else if (!strcmp(a, "--max-connections")) {
+        if ((p->max_connections = count_opt(a, v, 1)) < 0) return 1;
+    } else if (!strcmp(a, "--max-connections-per-ip")) {
+        if ((p->per_ip_connections = count_opt(a, v, 1)) < 0) return 1;
+    } else if (!strcmp(a, "--read-timeout")) {
+        char *end;
+        p->read_timeout = strtod(v, &end);
+        if (end == v || *end || !(p->read_timeout >= 0.1 && p->read_timeout <= 3600))
+            return cli_fail("serve", "--read-timeout: '%s' is not a number of seconds (0.1 to 3600)", v);
+    } else if (!strcmp(a, "--drain")) {
+        char *end;
+        *drain = strtod(v, &end);
+        if (end == v || *end || !(*drain >= 0 && *drain <= 3600)) return cli_fail("serve", "--drain: '%s' is not a number of seconds (0 to 3600)", v);
+    } else if (!strcmp(a, "--state-dir")) p->sched.state_dir = v;
+    else if (!strcmp(a, "--cors")) {
+        if (p->n_cors == MAX_MODELS) return cli_fail("serve", "at most %d --cors origins", MAX_MODELS);
+        cors[p->n_cors++] = v;
+        p->cors = cors;
+    }
+    else
+        return -1;
+    return 0;
+}
+
 /* Waits for SIGINT / SIGTERM (blocked in set), then drains: new generations are refused while those
  * in flight get up to drain seconds, or until a second signal. */
 static void serve_until_signal(srv_server *srv, const sigset_t *set, double drain) {
@@ -155,37 +201,9 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         if (!v) return cli_bad_option("serve", argc, argv, i);
-        if (!strcmp(a, "--host")) p.host = v;
-        else if (!strcmp(a, "--port")) {
-            char *end;
-            long x = strtol(v, &end, 10);
-            if (end == v || *end || x < 0 || x > 65535) return cli_fail("serve", "--port: '%s' is not a port (0 to 65535)", v);
-            p.port = (int)x;
-        } else if (!strcmp(a, "--api-key")) key = v;
-        else if (!strcmp(a, "--max-body")) {
-            long long b = cli_parse_size(v);
-            if (b <= 0) return cli_fail("serve", "--max-body: bad size '%s' (e.g. 512K, 4M)", v);
-            p.max_body = (size_t)b;
-        } else if (!strcmp(a, "--parallel")) {
-            if ((p.sched.max_active = count_opt(a, v, 1)) < 0) return 1;
-        } else if (!strcmp(a, "--queue")) {
-            if ((p.sched.max_queue = count_opt(a, v, 0)) < 0) return 1;
-        } else if (!strcmp(a, "--state-cache")) {
-            long long b = cli_parse_size(v);
-            if (b < 0) return cli_fail("serve", "--state-cache: bad size '%s' (e.g. 512M, 2G; 0 is off)", v);
-            p.sched.state_cache_bytes = (uint64_t)b;
-        } else if (!strcmp(a, "--drain")) {
-            char *end;
-            drain = strtod(v, &end);
-            if (end == v || *end || !(drain >= 0 && drain <= 3600)) return cli_fail("serve", "--drain: '%s' is not a number of seconds (0 to 3600)", v);
-        } else if (!strcmp(a, "--state-dir")) p.sched.state_dir = v;
-        else if (!strcmp(a, "--cors")) {
-            if (p.n_cors == MAX_MODELS) return cli_fail("serve", "at most %d --cors origins", MAX_MODELS);
-            cors[p.n_cors++] = v;
-            p.cors = cors;
-        }
-        else
-            return cli_bad_option("serve", argc, argv, i);
+        int r = server_opt(a, v, &p, cors, &drain, &key);
+        if (r > 0) return 1;
+        if (r < 0) return cli_bad_option("serve", argc, argv, i);
         i++;
     }
     if (!n_specs && cli_default_model("serve", &specs[n_specs++])) return 1;

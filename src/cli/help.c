@@ -193,6 +193,12 @@ static const cli_opt serve_opts[] = {
                          "headers, and its OPTIONS preflights with 204; repeatable. A request with another "
                          "foreign Origin gets 403 (default: only the server's own page)"},
     {"--max-body", "SIZE", "the largest request body, K/M suffixes; larger ones get 413 (default: 1M)"},
+    {"--max-connections", "N", "open connections at most, one thread each; more are refused (default: 256)"},
+    {"--max-connections-per-ip", "N", "open connections from one IP address at most; more are refused (default: "
+                                      "--max-connections / 4; no limit of its own with --host 127.0.0.1, localhost or ::1)"},
+    {"--read-timeout", "SECONDS", "a request's headers and body must arrive within SECONDS of the connection's start "
+                                  "or of its previous request's end, else the connection is closed (slow clients "
+                                  "cannot hold every connection; also ends idle keep-alives) (default: 30)"},
     {"--drain", "SECONDS", "on SIGTERM / SIGINT, new generations get 503 and /health 503 while the requests in "
                            "flight have up to SECONDS to finish (a second signal ends them at once); those "
                            "still running then end with an error event or a 503 (default: 5; 0: at once)"},

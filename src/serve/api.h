@@ -350,6 +350,7 @@ typedef struct api_model_metrics {
 typedef struct api_http_metrics {
     uint64_t by_class[6];     /* [k]: statuses k00..k99 (k = 1..5) */
     uint64_t disconnects;     /* clients that left before their answer was complete */
+    uint64_t slow_closed;     /* connections closed for reading a request longer than read_timeout */
     int connections;          /* open now */
     double uptime_s;
 } api_http_metrics;

@@ -361,6 +361,9 @@ static int chat_prompt(gen *g, int *think, api_error *e) {
     sl_chat_params cp = sl_chat_params_default();
     cp.enable_thinking = q->enable_thinking;
     cp.tools = q->tools;
+    if (q->n_msgs > ms->n_ctx) /* each message renders to a token at least: refused before the template runs */
+        return api_fail(e, 400, g->api->prompt_param, "context_length_exceeded",
+                        "%d messages cannot fit the context of %d positions (each takes a token at least)", q->n_msgs, ms->n_ctx);
     sl_status st = sl_chat_format(ms->tok, q->msgs, q->n_msgs, &cp, &text, &err);
     if (st == SL_EUNSUPPORTED)
         return api_fail(e, 400, NULL, "unsupported_model", "the model '%s' cannot format chats (%s): use /v1/completions", ms->name, err.msg);

@@ -53,11 +53,48 @@ const model_slot *srv_find_model(const srv_server *s, const char *name) {
     return NULL;
 }
 
-/* Records every model's generated-token count once a second, for tok/s. */
+/* An open connection (libmicrohttpd's socket context): whether it is reading a request (headers and
+ * body) and since when. A connection reading for longer than read_timeout (one header byte a second,
+ * a body that never ends, an idle keep-alive) is shut down by the sampler thread, so slow clients
+ * cannot hold every connection. */
+typedef struct conn {
+    int fd, reading, reaped;
+    double since;
+    struct conn *prev, *next;
+} conn;
+
+static conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Marks c's connection reading (1: from now on, waiting for a request) or not (the body is in). */
+static void conn_reading(srv_server *s, struct MHD_Connection *c, int reading) {
+    conn *k = conn_of(c);
+    if (!k) return;
+    pthread_mutex_lock(&s->stat_mu);
+    if (reading && !k->reading) k->since = clk_now_s();
+    k->reading = reading;
+    pthread_mutex_unlock(&s->stat_mu);
+}
+
+/* Shuts down the connections reading for too long (stat_mu held); their threads then close them. */
+static void reap_slow(srv_server *s) {
+    double t = clk_now_s();
+    for (conn *k = s->conns; k; k = k->next)
+        if (k->reading && !k->reaped && t - k->since > s->p.read_timeout) {
+            k->reaped = 1;
+            shutdown(k->fd, SHUT_RDWR);
+            s->slow_closed++;
+        }
+}
+
+/* Records every model's generated-token count once a second, for tok/s; closes slow connections. */
 static void *sampler_main(void *arg) {
     srv_server *s = arg;
     pthread_mutex_lock(&s->stat_mu);
     while (!s->sampler_stop) {
+        reap_slow(s);
         pthread_mutex_unlock(&s->stat_mu);
         for (int i = 0; i < s->n_models; i++) {
             srv_sched_stats st;
@@ -290,6 +327,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_mutex_unlock(&s->stat_mu);
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->url, sizeof r->url, "%s", url);
+        conn_reading(s, c, 1); /* (a no-op unless the request came right after another) */
         return on_headers(c, r, url, method);
     }
     if (*upload_size) { /* a piece of the body */
@@ -301,6 +339,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    conn_reading(s, c, 0); /* the body is in */
     if (r->status) return MHD_YES; /* answered on the headers */
     if (r->too_big)
         return srv_fail(c, r, 413, "request_too_large", "the request body (%zu bytes) is larger than the limit of %zu bytes", r->seen,
@@ -334,18 +373,37 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
           clk_now_s() - r->t0, g.stream ? " stream" : "", g.gone && g.submitted ? " (client gone)" : "");
     free(r->body.p);
     free(r);
+    conn_reading(s, c, 1); /* the next request's deadline runs from now */
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
     srv_server *s = cls;
-    (void)socket_context;
+    conn *k = NULL;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         int one = 1;
         if (ci) setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* SSE events go out at once */
-    }
+        if (ci && (k = calloc(1, sizeof *k))) {
+            k->fd = ci->connect_fd;
+            k->reading = 1;
+            k->since = clk_now_s();
+        }
+        *socket_context = k;
+    } else
+        k = *socket_context;
     pthread_mutex_lock(&s->stat_mu);
     s->connections += toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
+    if (k && toe == MHD_CONNECTION_NOTIFY_STARTED) { /* link it */
+        k->next = s->conns;
+        if (s->conns) s->conns->prev = k;
+        s->conns = k;
+    } else if (k) { /* unlink and free it */
+        if (k->prev) k->prev->next = k->next;
+        else s->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        free(k);
+        *socket_context = NULL;
+    }
     pthread_mutex_unlock(&s->stat_mu);
 }
 
@@ -371,6 +429,7 @@ srv_params srv_params_default(void) {
     p.port = 8080;
     p.max_body = 1 << 20;
     p.max_connections = 256;
+    p.read_timeout = 30;
     p.sched = srv_sched_params_default();
     return p;
 }
@@ -419,6 +478,11 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
     if (!s->p.host) s->p.host = "127.0.0.1";
     if (!s->p.max_body) s->p.max_body = 1 << 20;
     if (s->p.max_connections < 1) s->p.max_connections = 256;
+    if (s->p.per_ip_connections < 1) { /* listening on loopback only: every client is this machine's */
+        int local = !strcmp(s->p.host, "127.0.0.1") || !strcmp(s->p.host, "localhost") || !strcmp(s->p.host, "::1");
+        s->p.per_ip_connections = local || s->p.max_connections < 4 ? s->p.max_connections : s->p.max_connections / 4;
+    }
+    if (!(s->p.read_timeout > 0)) s->p.read_timeout = 30;
     pthread_rwlock_init(&s->mu, NULL);
     pthread_mutex_init(&s->stat_mu, NULL);
     pthread_cond_init(&s->sampler_cv, NULL);
@@ -448,7 +512,8 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
                             0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                             MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)s->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
+                            (unsigned)s->p.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)s->p.per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
     if (!s->d) { st = err_set(err, SL_EIO, "cannot start the HTTP server on %s:%d", s->p.host, s->port); goto fail; }
     fd = -1; /* libmicrohttpd's now */
     if (pthread_create(&s->sampler, NULL, sampler_main, s) == 0) s->sampler_run = 1;

@@ -46,9 +46,10 @@ struct srv_server {
     pthread_rwlock_t mu; /* the schedulers: read to use them, write to free them */
     int quitting;
     pthread_mutex_t stat_mu; /* counters below, the tok/s samples, the log */
-    uint64_t by_class[6], disconnects;
+    uint64_t by_class[6], disconnects, slow_closed; /* slow_closed: connections shut for read_timeout */
     int connections;
     int in_flight; /* requests begun and not yet completed (answered, or their connection gone) */
+    struct conn *conns; /* open connections, for the read deadline (under stat_mu) */
     int draining;  /* srv_server_drain: new generations get 503, /health says "draining" */
     pthread_t sampler;
     pthread_cond_t sampler_cv;

@@ -153,6 +153,8 @@ int api_metrics_text(tok_buf *b, const api_http_metrics *h, const api_model_metr
     }
     r |= header(b, "http_disconnects_total", "counter", "Clients that left before their answer was complete.");
     r |= sample(b, "http_disconnects_total", NULL, (double)h->disconnects);
+    r |= header(b, "http_slow_closed_total", "counter", "Connections closed for sending a request slower than --read-timeout.");
+    r |= sample(b, "http_slow_closed_total", NULL, (double)h->slow_closed);
     r |= header(b, "http_connections", "gauge", "Open HTTP connections.");
     r |= sample(b, "http_connections", NULL, h->connections);
     r |= header(b, "peak_rss_bytes", "gauge", "Peak resident memory of the process.");

@@ -93,6 +93,7 @@ static enum MHD_Result ep_metrics(struct MHD_Connection *c, req *r, const char *
     for (int i = 0; i < s->n_models; i++) mm[i].tok_per_s = srv_model_tps(&s->models[i]);
     memcpy(h.by_class, s->by_class, sizeof h.by_class);
     h.disconnects = s->disconnects;
+    h.slow_closed = s->slow_closed;
     h.connections = s->connections;
     pthread_mutex_unlock(&s->stat_mu);
     h.uptime_s = clk_now_s() - s->t0;

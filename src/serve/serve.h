@@ -34,6 +34,11 @@ typedef struct srv_params {
                                "Authorization: Bearer KEY" or "x-api-key: KEY" */
     size_t max_body;        /* largest request body in bytes; default 1 MiB */
     int max_connections;    /* open connections at most (one thread each); default 256 */
+    int per_ip_connections; /* open connections from one IP address at most; default max_connections / 4,
+                               or max_connections when host is a loopback address */
+    double read_timeout;    /* seconds a request's headers and body may take to arrive, counted from the
+                               connection's start or the end of its previous request (so also the idle
+                               time of a kept-alive connection); a slower one is closed. Default 30 */
     const char *const *cors; /* n_cors origins ("http://app.example:3000", or "*": any) whose browser requests
                                 are answered, with CORS headers and preflights; other foreign origins get 403.
                                 Without an api_key, a Host that is not this server's gets 421 (DNS rebinding) */

@@ -657,6 +657,52 @@ def test_sigterm_drain_deadline_ends_the_rest(tmp_path):
     assert "ending 2 requests still in flight" in s.stderr()
 
 
+def test_slow_and_many_connections(tmp_path):
+    """A client that sends its request a byte at a time (slowloris), or connects and says nothing, is
+    closed after --read-timeout; one address cannot hold more than --max-connections-per-ip connections;
+    a conversation of more messages than context positions is refused before the template runs."""
+    s = Server(tmp_path, "-m", DEMO, "--read-timeout", "1", "--max-connections-per-ip", "4", "--ctx", "256")
+    try:
+        t0 = time.monotonic()
+        slow = socket.create_connection(("127.0.0.1", s.port))
+        slow.settimeout(10)
+        closed_at = None
+        for ch in b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000\r\n\r\n" + b"x" * 2000:
+            try:
+                slow.sendall(bytes([ch]))
+            except OSError:
+                closed_at = time.monotonic() - t0
+                break
+            time.sleep(0.05)
+            if time.monotonic() - t0 > 8:
+                break
+        if closed_at is None:  # the kernel may take the bytes after the close: the read says it
+            slow.settimeout(5)
+            assert slow.recv(100) == b"" and time.monotonic() - t0 < 8
+        slow.close()
+        assert s.metrics()["sluice_http_slow_closed_total"] == 1
+        idle = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(4)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", s.port))  # the fifth from this address: closed at once
+        extra.settimeout(5)
+        try:
+            extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert extra.recv(100) == b""
+        except ConnectionResetError:
+            pass
+        for k in idle:  # they say nothing: closed after the timeout
+            k.settimeout(5)
+            assert k.recv(100) == b""
+            k.close()
+        assert s.get("/health")[0] == 200 and s.metrics()["sluice_http_slow_closed_total"] == 5
+        many = [{"role": "user", "content": "hi"}] * 300
+        st, _, b = s.request("POST", "/v1/chat/completions", {"model": "demo", "messages": many, "max_tokens": 2})
+        assert st == 400 and error_of(b)["code"] == "context_length_exceeded" and b"300 messages" in b
+        assert chat(s, max_tokens=2).usage.completion_tokens == 2
+    finally:
+        assert s.stop() == 0
+
+
 def test_metrics(demo):
     chat(demo, max_tokens=8)
     m = demo.metrics()
