@@ -131,6 +131,9 @@ static void run_mm(void *c) { /* set it % sets of the matrices: each call reads 
 
 
 static void bench_moe_wide(const mat *gu, const mat *dn, float *dx);
+static void bench_mv_rows(const mat *gu, const mat *dn, float *dx, float *dy, void *abuf, void *dbuf);
+static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, const int *idx, int N, const float *alone, float *dy,
+                          const void *dtab, const void *dsel);
 
 static void bench_i8(double copy_gbs) {
     char msg[256];
@@ -234,6 +237,7 @@ static void bench_i8(double copy_gbs) {
                pre ? "prefill" : "decode ", ne, nt, ms1, b1 / (ms1 * 1e-3) / 1e9, ms2, b2 / (ms2 * 1e-3) / 1e9,
                (b1 + b2) / ((ms1 + ms2) * 1e-3) / 1e9, ops / ((ms1 + ms2) * 1e-3) / 1e12);
     }
+    bench_mv_rows(&gu, &dn, dx, dy, abuf, dbuf); /* test_cuda_mv.c */
     bench_moe_wide(&gu, &dn, dx); /* test_cuda_prefill.c */
     free_mat(&gu), free_mat(&dn);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf), slcu_free(didx);
@@ -389,6 +393,7 @@ static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     gok = 1;
     for (int t = 0; t < 44; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
     CK(gok, "%s: matrices from a device table differ from the same matrices passed directly", dt_name(dt));
+    check_mv_rows(&a, &da, drows, idx, N, alone, dy, dtab, dsel); /* test_cuda_mv.c */
     slcu_free(dtab), slcu_free(dsel);
     printf("ok   %-4s int8 group %-3d scales %-4s %5d x %-5d  max rel err %.2e against the CPU's int8\n", dt_name(dt), group,
            dt_name(sdt), rows, cols, worst);
@@ -396,9 +401,6 @@ static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     slcu_free(dx), slcu_free(dy), slcu_free(drows), slcu_free(abuf);
     free_mat(&a);
 }
-
-
-
 
 /* ---- the other ops against the CPU code (kernels_scalar.c's table; transcriptions of the static
  * functions of attention.c, deltanet.c and moe.c, marked as such) ---- */
@@ -509,6 +511,7 @@ static void check_fused(void) {
 #include "test_cuda_prefill.c" /* issue 24's prefill paths: check_moe, check_attn_prefill, bench_moe_wide */
 #include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
+#include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -966,6 +969,7 @@ int main(int argc, char **argv) {
     check_i8(DT_Q8, 70, 96, 32, DT_F32);
     check_many_tokens(DT_F32, 128, 2048, 300); /* a prefill's router: 4 rows a warp */
     check_many_tokens(DT_F32, 100, 68, 40);
+    check_i8(DT_Q4, 257, 4096, 32, DT_BF16); /* several chunks at every row count (cuda_mv.cu) */
     check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16);
     check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
@@ -977,5 +981,6 @@ int main(int argc, char **argv) {
     check_hybrid();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
     if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
+    if (argc > 1 && !strcmp(argv[1], "--bench-mv")) bench_mv();
     return failures ? 1 : 0;
 }

@@ -99,6 +99,12 @@ void slcu_i8_force(int kernel);
 /* The GEMM kernel, for tests and benchmarks: 1 the register-prefetch one, 2 (default; 0 back to the default,
  * which the environment's SLUICE_CUDA_GEMM=1 changes) the cp.async-staged one. Both give the same bits. */
 void slcu_i8_gemm(int version);
+/* Rows a CTA of the one-token matvec takes (cuda_mv.cu; the same bits whichever), for tests and benchmarks: 4, 8,
+ * 16 or 32, -1 its own choice by the launch's rows ("auto"), 0 back to the environment's SLUICE_CUDA_MVR (16 unset). */
+void slcu_i8_mv_rows(int rows);
+/* The one-token matvec kernel (cuda_mv.cu; the same bits), for tests and benchmarks: 1 mv1_i8, 2 mv1b_i8 (every load
+ * of a thread in flight at once), 0 back to the environment's SLUICE_CUDA_MV1 (1 unset). */
+void slcu_i8_mv1_kernel(int version);
 
 /* The routed experts of a layer-major MoE block (prefill), all on the device: the n k (token, slot) pairs of
  * top_e grouped by expert (no host round trip), h's rows quantised once, gate and up of every expert over its

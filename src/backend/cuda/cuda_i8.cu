@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_i8.cuh"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
     if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
@@ -137,69 +138,6 @@ extern "C" int slcu_act_quantize(const slcu_act *a, const float *x, size_t ldx, 
 
 /* ---- the matmuls ---------------------------------------------------------------------------------------- */
 
-#define MAXJ 32 /* matrices per launch (the job table is a kernel parameter) */
-
-struct ijob {
-    const uint8_t *codes;
-    const void *scales, *biases;
-    const int8_t *xq; /* the activation's q (q8) or q4 (q4) codes */
-    const float *d, *s;
-    const int *rows;
-    const int *yrows;       /* y's row of token t (NULL: t) */
-    const void *const *tab; /* device [E][3] codes, scales, biases; with sel: the matrix is tab[*sel] */
-    const int *sel;
-    float *y;
-    size_t ldy;
-    int nrows, cols, group, sdt, n_tok, tile0, ttiles;
-};
-struct ijobs {
-    ijob j[MAXJ];
-    int n;
-};
-
-__device__ __forceinline__ int dp4a_us(unsigned a, int b, int c) { /* unsigned bytes of a times signed bytes of b */
-    int d;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
-__device__ __forceinline__ int find_job(const ijobs &J) {
-    int k = 0;
-    while (k + 1 < J.n && (int)blockIdx.x >= J.j[k + 1].tile0) k++;
-    return k;
-}
-
-/* A job of the device-side table (slcu_mm tab / sel): its matrix's pointers, read on the device. */
-__device__ __forceinline__ ijob resolve(ijob j) {
-    if (j.tab) {
-        const void *const *p = j.tab + (size_t)3 * __ldg(j.sel);
-        j.codes = (const uint8_t *)p[0], j.scales = p[1], j.biases = p[2];
-    }
-    return j;
-}
-
-__device__ __forceinline__ int act_row(const ijob &j, int t) {
-    if (t >= j.n_tok) t = 0; /* a missing token repeats the first; never stored */
-    return j.rows ? __ldg(j.rows + t) : t;
-}
-
-/* A scale or bias as one aligned 32-bit load (no branch on its type, so loads can be batched ahead), then
- * its value. */
-__device__ __forceinline__ unsigned ld_sw(const void *p, int sdt, size_t i) {
-    const uintptr_t a = sdt == DT_F32 ? (uintptr_t)((const float *)p + i) : (uintptr_t)((const unsigned short *)p + i);
-    return __ldg((const unsigned *)(a & ~(uintptr_t)3));
-}
-__device__ __forceinline__ float raw_sw(unsigned w, int hi, int sdt) { /* the value in word w (hi: upper half) */
-    if (sdt == DT_F32) return __uint_as_float(w);
-    const unsigned h = hi ? w >> 16 : w & 0xffffu;
-    return sdt == DT_BF16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
-}
-__device__ __forceinline__ float cv_sw(unsigned w, const void *p, int sdt, size_t i) {
-    if (sdt == DT_F32) return __uint_as_float(w);
-    const unsigned h = ((uintptr_t)((const unsigned short *)p + i) & 2) ? w >> 16 : w & 0xffffu;
-    return sdt == DT_BF16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
-}
-
 /* One warp, 32 rows, a thread a row. The rows' codes stream through shared memory in tiles of MV_TILE bytes
  * a row, MV_STAGES deep (cp.async, coalesced: 16 lanes cover 256 contiguous bytes), so that each thread
  * folds its own row's blocks in order with no shuffles, and the activation loads are the same address
@@ -211,38 +149,6 @@ __device__ __forceinline__ float cv_sw(unsigned w, const void *p, int sdt, size_
 #define MV_BPT (MV_TILE / 16) /* q4 blocks per tile (q8: half) */
 #define MV_SW 17              /* 32-bit words of a tile's scales of a row, at most: 16 f32 + 1 (odd: no conflicts) */
 
-__device__ __forceinline__ void cp4(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src));
-}
-__device__ __forceinline__ void cp16(void *dst, const void *src, bool ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
-}
-
-/* One 32-column block's integer dot: q4 codes w0 (16 bytes, low nibbles first) or q8 codes w0, w1 (32 bytes)
- * against the block's int8 activation x0, x1 (32 bytes), in one fixed dp4a order (both matvec kernels). */
-template <int DT>
-__device__ __forceinline__ int dot_block(const uint4 &w0, const uint4 &w1, const uint4 &x0, const uint4 &x1) {
-    int I = 0;
-    if (DT == DT_Q4) {
-        const unsigned M = 0x0f0f0f0fu;
-        I = __dp4a((int)(w0.x & M), (int)x0.x, I);
-        I = __dp4a((int)((w0.x >> 4) & M), (int)x0.y, I);
-        I = __dp4a((int)(w0.y & M), (int)x0.z, I);
-        I = __dp4a((int)((w0.y >> 4) & M), (int)x0.w, I);
-        I = __dp4a((int)(w0.z & M), (int)x1.x, I);
-        I = __dp4a((int)((w0.z >> 4) & M), (int)x1.y, I);
-        I = __dp4a((int)(w0.w & M), (int)x1.z, I);
-        I = __dp4a((int)((w0.w >> 4) & M), (int)x1.w, I);
-    } else {
-        I = dp4a_us(w0.x, (int)x0.x, I), I = dp4a_us(w0.y, (int)x0.y, I);
-        I = dp4a_us(w0.z, (int)x0.z, I), I = dp4a_us(w0.w, (int)x0.w, I);
-        I = dp4a_us(w1.x, (int)x1.x, I), I = dp4a_us(w1.y, (int)x1.y, I);
-        I = dp4a_us(w1.z, (int)x1.z, I), I = dp4a_us(w1.w, (int)x1.w, I);
-    }
-    return I;
-}
 
 template <int DT, int NT, int SDT>
 __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
@@ -333,105 +239,6 @@ __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
     }
 }
 
-/* One token (mv1_i8), and 2 to 8 (mvn_i8, NT of them: its general case; the one-token kernel kept apart, since
- * the general loop ran one token 28% slower on the H100): a CTA of MV1_THREADS takes MV1_ROWS rows. Per chunk of up to MV1_KC / NT
- * blocks, every thread takes (row, block) pairs, consecutive threads consecutive blocks of a row (coalesced code
- * loads, each block's codes loaded once for all NT tokens), and stages each token's exact I_b as a float and its
- * scale product s_g * d_b (and the row's group biases) in shared memory; then thread (t, i) folds row i's chunk
- * for token t in block order, acc = fma(I_b, s_g d_b, acc), and its biases, accb = fma(bias_j, s_j, accb):
- * mv_i8's operations in mv_i8's order, so bitwise its results (and a token's the same in any batch), with the
- * loads of a row spread over the CTA instead of one thread. */
-#define MV1_ROWS 16
-#define MV1_THREADS 256
-#define MV1_KC 128
-#define MV1_LD (MV1_ROWS + 1) /* odd: the staging stores of consecutive blocks hit different banks */
-#define MV1_MAXT 8 /* up to 8 tokens (a batch of decode steps): NT of them staged, 16 x NT fold threads */
-
-template <int DT, int SDT>
-__global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ijobs J) {
-    const ijob j = resolve(J.j[find_job(J)]);
-    __shared__ float sI[MV1_KC * MV1_LD], sM[MV1_KC * MV1_LD], sB[MV1_KC * MV1_LD];
-    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * MV1_ROWS, cols = j.cols, nb = cols / 32;
-    const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(MV1_ROWS, j.nrows - r0);
-    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
-    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
-    const int8_t *xq = j.xq + (size_t)ar * cols;
-    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff;
-    float acc = 0.f, accb = 0.f;
-    for (int kb0 = 0; kb0 < nb; kb0 += MV1_KC) {
-        const int kcn = min(MV1_KC, nb - kb0), np = nr * kcn;
-#pragma unroll 4
-        for (int q = tid; q < np; q += MV1_THREADS) {
-            const int rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
-            const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * (DT == DT_Q4 ? 16 : 32);
-            const uint4 *xa = (const uint4 *)(xq + (size_t)b * 32);
-            const uint4 w0 = __ldg((const uint4 *)w), x0 = __ldg(xa), x1 = __ldg(xa + 1);
-            const int I = dot_block<DT>(w0, DT == DT_Q8 ? __ldg((const uint4 *)w + 1) : w0, x0, x1);
-            const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
-            const float sw = cv_sw(ld_sw(j.scales, SDT, e), j.scales, SDT, e);
-            sI[bl * MV1_LD + rl] = (float)I;
-            sM[bl * MV1_LD + rl] = __fmul_rn(sw, __ldg(xd + b));
-            if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
-        }
-        __syncthreads();
-        if (tid < nr) {
-#pragma unroll 8
-            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(sI[bl * MV1_LD + tid], sM[bl * MV1_LD + tid], acc);
-            for (int gl = 0; gl < (kcn >> gshift); gl++)
-                accb = __fmaf_rn(sB[gl * MV1_LD + tid], __ldg(xs + (kb0 >> gshift) + gl), accb);
-        }
-        __syncthreads();
-    }
-    if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
-}
-
-template <int DT, int SDT, int NT>
-__global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ijobs J) {
-    constexpr int KC = MV1_KC / NT; /* blocks a chunk: NT tokens' staging in the room of one's */
-    const ijob j = resolve(J.j[find_job(J)]);
-    __shared__ float sI[NT * KC * MV1_LD], sM[NT * KC * MV1_LD], sB[KC * MV1_LD];
-    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * MV1_ROWS, cols = j.cols, nb = cols / 32;
-    const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(MV1_ROWS, j.nrows - r0), nt = min(NT, j.n_tok);
-    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
-    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols;
-    int ar[NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) ar[t] = act_row(j, t);
-    /* the fold: thread (token ft, row fr) sums row fr for token ft */
-    const int fr = tid % MV1_ROWS, ft = tid / MV1_ROWS, folds = fr < nr && ft < nt;
-    const float *xs = j.s + (size_t)act_row(j, ft < nt ? ft : 0) * ns + soff;
-    float acc = 0.f, accb = 0.f;
-    for (int kb0 = 0; kb0 < nb; kb0 += KC) {
-        const int kcn = min(KC, nb - kb0), np = nr * kcn;
-#pragma unroll 4
-        for (int q = tid; q < np; q += MV1_THREADS) {
-            const int rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
-            const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * (DT == DT_Q4 ? 16 : 32);
-            const uint4 w0 = __ldg((const uint4 *)w), w1 = DT == DT_Q8 ? __ldg((const uint4 *)w + 1) : w0;
-            const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
-            const float sw = cv_sw(ld_sw(j.scales, SDT, e), j.scales, SDT, e);
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t >= nt) break;
-                const uint4 *xa = (const uint4 *)(j.xq + (size_t)ar[t] * cols + (size_t)b * 32);
-                sI[(t * KC + bl) * MV1_LD + rl] = (float)dot_block<DT>(w0, w1, __ldg(xa), __ldg(xa + 1));
-                sM[(t * KC + bl) * MV1_LD + rl] = __fmul_rn(sw, __ldg(j.d + (size_t)ar[t] * nb + b));
-            }
-            if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
-        }
-        __syncthreads();
-        if (folds) {
-            const float *si = sI + (size_t)ft * KC * MV1_LD + fr, *sm = sM + (size_t)ft * KC * MV1_LD + fr;
-#pragma unroll 8
-            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(si[bl * MV1_LD], sm[bl * MV1_LD], acc);
-            for (int gl = 0; gl < (kcn >> gshift); gl++)
-                accb = __fmaf_rn(sB[gl * MV1_LD + fr], __ldg(xs + (kb0 >> gshift) + gl), accb);
-        }
-        __syncthreads();
-    }
-    if (folds) j.y[(size_t)ft * j.ldy + r0 + fr] = __fadd_rn(acc, accb);
-}
-
 #include "backend/cuda/cuda_gemm.cuh"
 
 /* 128 threads over a 64 x 64 tile of one job; V 1 gemm_tile, 2 gemm_tile2, 3 gemm_tile3 (the same bits). */
@@ -475,6 +282,8 @@ extern "C" void slcu_i8_force(int kernel) { force_kernel = kernel; }
 /* One launch of the jobs of one (dtype, kernel) class. */
 static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok) {
     int tiles = 0;
+    const int mv1 = !gemm && max_tok <= 8 && slcu_decode_kernels; /* cuda_mv.cu's kernels */
+    const int rows = mv1 ? mv_tile_rows(J, max_tok) : MV_ROWS;
     for (int i = 0; i < J->n; i++) {
         ijob &j = J->j[i];
         j.tile0 = tiles;
@@ -482,7 +291,6 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
             j.ttiles = (j.n_tok + GN - 1) / GN;
             tiles += (j.nrows + GM - 1) / GM * j.ttiles;
         } else {
-            const int rows = max_tok <= MV1_MAXT && slcu_decode_kernels ? MV1_ROWS : MV_ROWS;
             j.ttiles = 1;
             tiles += (j.nrows + rows - 1) / rows;
         }
@@ -499,15 +307,8 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
     } else {
 #define MV1(D, NT, S) mv_i8<D, NT, S><<<tiles, 32, 0, SLS>>>(*J)
 #define MV(D, NT) (sdt == DT_F32 ? MV1(D, NT, DT_F32) : sdt == DT_BF16 ? MV1(D, NT, DT_BF16) : MV1(D, NT, DT_F16))
-#define ONE0(D) (sdt == DT_F32 ? mv1_i8<D, DT_F32><<<tiles, MV1_THREADS, 0, SLS>>>(*J) \
-                 : sdt == DT_BF16 ? mv1_i8<D, DT_BF16><<<tiles, MV1_THREADS, 0, SLS>>>(*J) : mv1_i8<D, DT_F16><<<tiles, MV1_THREADS, 0, SLS>>>(*J))
-#define ONE1(D, NT) (sdt == DT_F32 ? mvn_i8<D, DT_F32, NT><<<tiles, MV1_THREADS, 0, SLS>>>(*J) \
-                     : sdt == DT_BF16 ? mvn_i8<D, DT_BF16, NT><<<tiles, MV1_THREADS, 0, SLS>>>(*J) \
-                                      : mvn_i8<D, DT_F16, NT><<<tiles, MV1_THREADS, 0, SLS>>>(*J))
-#define ONE(D) (max_tok <= 1 ? ONE0(D) : max_tok <= 2 ? ONE1(D, 2) : max_tok <= 4 ? ONE1(D, 4) : ONE1(D, 8))
-        if (max_tok <= MV1_MAXT && slcu_decode_kernels) {
-            if (dt == DT_Q4) ONE(DT_Q4);
-            else ONE(DT_Q8);
+        if (mv1) {
+            return mv_launch(dt, sdt, max_tok, rows, tiles, J);
         } else if (dt == DT_Q4) {
             if (max_tok <= 1) MV(DT_Q4, 1);
             else if (max_tok <= 2) MV(DT_Q4, 2);
@@ -519,9 +320,6 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
             else if (max_tok <= 4) MV(DT_Q8, 4);
             else MV(DT_Q8, 8);
         }
-#undef ONE
-#undef ONE1
-#undef ONE0
 #undef MV1
 #undef MV
     }

@@ -86,6 +86,9 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
     for (int i = 0; i < R; i++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
+    /* unrolled: a lane's next pieces' loads go out before this one's sums (the order of the sums is unchanged); a
+     * router's 2048 columns are 8 pieces a lane, which the loop waited for one after the other */
+#pragma unroll 4
     for (int p = lane; p < npieces; p += 32) {
         uint4 wv[R];
         float s[R], b[R];

@@ -1,0 +1,116 @@
+/*
+ * cuda_i8.cuh — the int8 matmuls' job table and device helpers, shared by cuda_i8.cu (mv_i8, the GEMMs) and
+ * cuda_mv.cu (the one-token and few-token matvecs of decode). Only for src/backend/cuda/.
+ */
+#ifndef SL_CUDA_I8_CUH
+#define SL_CUDA_I8_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda.h"
+
+#define MAXJ 32 /* matrices per launch (the job table is a kernel parameter) */
+
+struct ijob {
+    const uint8_t *codes;
+    const void *scales, *biases;
+    const int8_t *xq; /* the activation's q (q8) or q4 (q4) codes */
+    const float *d, *s;
+    const int *rows;
+    const int *yrows;       /* y's row of token t (NULL: t) */
+    const void *const *tab; /* device [E][3] codes, scales, biases; with sel: the matrix is tab[*sel] */
+    const int *sel;
+    float *y;
+    size_t ldy;
+    int nrows, cols, group, sdt, n_tok, tile0, ttiles;
+};
+struct ijobs {
+    ijob j[MAXJ];
+    int n;
+};
+
+static __device__ __forceinline__ int dp4a_us(unsigned a, int b, int c) { /* unsigned bytes of a times signed bytes of b */
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+static __device__ __forceinline__ int find_job(const ijobs &J) {
+    int k = 0;
+    while (k + 1 < J.n && (int)blockIdx.x >= J.j[k + 1].tile0) k++;
+    return k;
+}
+
+/* A job of the device-side table (slcu_mm tab / sel): its matrix's pointers, read on the device. */
+static __device__ __forceinline__ ijob resolve(ijob j) {
+    if (j.tab) {
+        const void *const *p = j.tab + (size_t)3 * __ldg(j.sel);
+        j.codes = (const uint8_t *)p[0], j.scales = p[1], j.biases = p[2];
+    }
+    return j;
+}
+
+static __device__ __forceinline__ int act_row(const ijob &j, int t) {
+    if (t >= j.n_tok) t = 0; /* a missing token repeats the first; never stored */
+    return j.rows ? __ldg(j.rows + t) : t;
+}
+
+/* A scale or bias as one aligned 32-bit load (no branch on its type, so loads can be batched ahead), then
+ * its value. */
+static __device__ __forceinline__ unsigned ld_sw(const void *p, int sdt, size_t i) {
+    const uintptr_t a = sdt == DT_F32 ? (uintptr_t)((const float *)p + i) : (uintptr_t)((const unsigned short *)p + i);
+    return __ldg((const unsigned *)(a & ~(uintptr_t)3));
+}
+static __device__ __forceinline__ float raw_sw(unsigned w, int hi, int sdt) { /* the value in word w (hi: upper half) */
+    if (sdt == DT_F32) return __uint_as_float(w);
+    const unsigned h = hi ? w >> 16 : w & 0xffffu;
+    return sdt == DT_BF16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+}
+static __device__ __forceinline__ float cv_sw(unsigned w, const void *p, int sdt, size_t i) {
+    if (sdt == DT_F32) return __uint_as_float(w);
+    const unsigned h = ((uintptr_t)((const unsigned short *)p + i) & 2) ? w >> 16 : w & 0xffffu;
+    return sdt == DT_BF16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+}
+
+/* One 32-column block's integer dot: q4 codes w0 (16 bytes, low nibbles first) or q8 codes w0, w1 (32 bytes)
+ * against the block's int8 activation x0, x1 (32 bytes), in one fixed dp4a order (both matvec kernels). */
+template <int DT>
+static __device__ __forceinline__ int dot_block(const uint4 &w0, const uint4 &w1, const uint4 &x0, const uint4 &x1) {
+    int I = 0;
+    if (DT == DT_Q4) {
+        const unsigned M = 0x0f0f0f0fu;
+        I = __dp4a((int)(w0.x & M), (int)x0.x, I);
+        I = __dp4a((int)((w0.x >> 4) & M), (int)x0.y, I);
+        I = __dp4a((int)(w0.y & M), (int)x0.z, I);
+        I = __dp4a((int)((w0.y >> 4) & M), (int)x0.w, I);
+        I = __dp4a((int)(w0.z & M), (int)x1.x, I);
+        I = __dp4a((int)((w0.z >> 4) & M), (int)x1.y, I);
+        I = __dp4a((int)(w0.w & M), (int)x1.z, I);
+        I = __dp4a((int)((w0.w >> 4) & M), (int)x1.w, I);
+    } else {
+        I = dp4a_us(w0.x, (int)x0.x, I), I = dp4a_us(w0.y, (int)x0.y, I);
+        I = dp4a_us(w0.z, (int)x0.z, I), I = dp4a_us(w0.w, (int)x0.w, I);
+        I = dp4a_us(w1.x, (int)x1.x, I), I = dp4a_us(w1.y, (int)x1.y, I);
+        I = dp4a_us(w1.z, (int)x1.z, I), I = dp4a_us(w1.w, (int)x1.w, I);
+    }
+    return I;
+}
+
+/* cp.async of 4 bytes, and of 16 (zero-filled unless ok) */
+static __device__ __forceinline__ void cp4(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src));
+}
+static __device__ __forceinline__ void cp16(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+
+/* cuda_mv.cu: rows a CTA of the one-token matvec takes for the jobs of one launch (its tiles), and the launch of
+ * mv1_i8 (max_tok 1) or mvn_i8 (2 to 8 tokens) over J with J->j[].tile0 set for those rows. */
+int mv_tile_rows(const ijobs *J, int max_tok);
+cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J);
+
+#endif

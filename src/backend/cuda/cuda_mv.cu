@@ -1,0 +1,328 @@
+/*
+ * cuda_mv.cu — the int8 matvecs of a decode step (cuda.h's canonical order): mv1_i8 for one token, mvn_i8 for 2 to 8
+ * (continuous batching), launched by cuda_i8.cu slcu_matmul_i8 (launch_class) over its job table (cuda_i8.cuh). How
+ * many rows a CTA of mv1_i8 takes (mv_tile_rows) changes which CTA computes a row, not a row's operations, so every
+ * choice gives the same bits (test_cuda checks each against the default).
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_i8.cuh"
+
+/* One token (mv1_i8), and 2 to 8 (mvn_i8, NT of them: its general case; the one-token kernel kept apart, since
+ * the general loop ran one token 28% slower on the H100): a CTA of MV1_THREADS takes R rows (mvn_i8: MV1_ROWS). Per chunk of up to
+ * MV1_PAIRS / R blocks (mvn_i8: MV1_KC / NT)
+ * blocks, every thread takes (row, block) pairs, consecutive threads consecutive blocks of a row (coalesced code
+ * loads, each block's codes loaded once for all NT tokens), and stages each token's exact I_b as a float and its
+ * scale product s_g * d_b (and the row's group biases) in shared memory; then thread (t, i) folds row i's chunk
+ * for token t in block order, acc = fma(I_b, s_g d_b, acc), and its biases, accb = fma(bias_j, s_j, accb):
+ * mv_i8's operations in mv_i8's order, so bitwise its results (and a token's the same in any batch), with the
+ * loads of a row spread over the CTA instead of one thread. */
+#define MV1_ROWS 16
+#define MV1_THREADS 256
+#define MV1_KC 128
+#define MV1_LD (MV1_ROWS + 1) /* odd: the staging stores of consecutive blocks hit different banks */
+#define MV1_PAIRS 2048 /* (row, block) pairs a chunk of mv1_i8: R rows x 2048 / R blocks */
+#define MV1_MAXT 8 /* up to 8 tokens (a batch of decode steps): NT of them staged, 16 x NT fold threads */
+
+template <int DT, int SDT, int R>
+__global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ijobs J) {
+    const ijob j = resolve(J.j[find_job(J)]);
+    constexpr int KC = MV1_PAIRS / R, LD = R + 1; /* blocks a chunk; LD odd: staging stores of consecutive blocks hit different banks */
+    __shared__ float sI[KC * LD], sM[KC * LD], sB[KC * LD];
+    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
+    const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
+    const int8_t *xq = j.xq + (size_t)ar * cols;
+    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff;
+    float acc = 0.f, accb = 0.f;
+    for (int kb0 = 0; kb0 < nb; kb0 += KC) {
+        const int kcn = min(KC, nb - kb0), np = nr * kcn;
+#pragma unroll 4
+        for (int q = tid; q < np; q += MV1_THREADS) {
+            const int rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
+            const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * (DT == DT_Q4 ? 16 : 32);
+            const uint4 *xa = (const uint4 *)(xq + (size_t)b * 32);
+            const uint4 w0 = __ldg((const uint4 *)w), x0 = __ldg(xa), x1 = __ldg(xa + 1);
+            const int I = dot_block<DT>(w0, DT == DT_Q8 ? __ldg((const uint4 *)w + 1) : w0, x0, x1);
+            const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+            const float sw = cv_sw(ld_sw(j.scales, SDT, e), j.scales, SDT, e);
+            sI[bl * LD + rl] = (float)I;
+            sM[bl * LD + rl] = __fmul_rn(sw, __ldg(xd + b));
+            if (!(b & bmask)) sB[(bl >> gshift) * LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
+        }
+        __syncthreads();
+        if (tid < nr) {
+#pragma unroll 8
+            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(sI[bl * LD + tid], sM[bl * LD + tid], acc);
+            for (int gl = 0; gl < (kcn >> gshift); gl++)
+                accb = __fmaf_rn(sB[gl * LD + tid], __ldg(xs + (kb0 >> gshift) + gl), accb);
+        }
+        __syncthreads();
+    }
+    if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
+}
+
+/* mv1_i8's operations on the same values in the same order (so bitwise its results), with every global load of a
+ * thread's pairs in flight at once: a chunk's codes, scale and bias words go to registers (P pairs a thread) and
+ * the activation's codes and block scales of the chunk to shared memory before any is used. mv1_i8's loop
+ * waited for each pair's codes before it asked for the next pair's (and for the scales after the codes): some
+ * eight dependent round trips a thread where this has one (SLUICE_CUDA_MV1=2; slcu_i8_mv1_kernel). */
+template <int DT, int SDT, int R>
+__global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ ijobs J) {
+    constexpr int KC = MV1_PAIRS / R < 256 ? MV1_PAIRS / R : 256, LD = R + 1, P = R * KC / MV1_THREADS;
+    constexpr int BB = DT == DT_Q4 ? 16 : 32; /* code bytes a block */
+    const ijob j = resolve(J.j[find_job(J)]);
+    __shared__ float sI[KC * LD], sM[KC * LD], sB[KC * LD], sd[KC];
+    __shared__ uint4 sx[KC * 2];
+    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
+    const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
+    const int8_t *xq = j.xq + (size_t)ar * cols;
+    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff;
+    float acc = 0.f, accb = 0.f;
+    for (int kb0 = 0; kb0 < nb; kb0 += KC) {
+        const int kcn = min(KC, nb - kb0), np = nr * kcn;
+        uint4 w0[P], w1[P];
+        unsigned sw[P], bw[P];
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int q = tid + k * MV1_THREADS, rl = q / kcn, b = kb0 + q - rl * kcn, r = r0 + rl;
+            sw[k] = bw[k] = 0;
+            if (q < np) {
+                const uint4 *w = (const uint4 *)(j.codes + (size_t)r * rb + (size_t)b * BB);
+                w0[k] = __ldg(w);
+                if (DT == DT_Q8) w1[k] = __ldg(w + 1);
+                const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+                sw[k] = ld_sw(j.scales, SDT, e);
+                if (!(b & bmask)) bw[k] = ld_sw(j.biases, SDT, e);
+            }
+        }
+        for (int i = tid; i < 2 * kcn; i += MV1_THREADS) sx[i] = __ldg((const uint4 *)(xq + (size_t)kb0 * 32) + i);
+        for (int i = tid; i < kcn; i += MV1_THREADS) sd[i] = __ldg(xd + kb0 + i);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int q = tid + k * MV1_THREADS, rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
+            if (q < np) {
+                const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+                const int I = dot_block<DT>(w0[k], DT == DT_Q8 ? w1[k] : w0[k], sx[2 * bl], sx[2 * bl + 1]);
+                sI[bl * LD + rl] = (float)I;
+                sM[bl * LD + rl] = __fmul_rn(cv_sw(sw[k], j.scales, SDT, e), sd[bl]);
+                if (!(b & bmask)) sB[(bl >> gshift) * LD + rl] = cv_sw(bw[k], j.biases, SDT, e);
+            }
+        }
+        __syncthreads();
+        if (tid < nr) {
+#pragma unroll 8
+            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(sI[bl * LD + tid], sM[bl * LD + tid], acc);
+            for (int gl = 0; gl < (kcn >> gshift); gl++)
+                accb = __fmaf_rn(sB[gl * LD + tid], __ldg(xs + (kb0 >> gshift) + gl), accb);
+        }
+        __syncthreads();
+    }
+    if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
+}
+
+/* mv1_i8's operations on the same values in the same order (so bitwise its results) with every load of a chunk in
+ * flight at once and none in registers: a chunk of MV1C_NP (row, block) pairs' codes, scale and bias words, and
+ * the activation's codes and block scales, go to shared memory by cp.async; after one wait each thread computes
+ * its pairs' I_b, s_g d_b and biases (P of them, in registers), then stores them where the codes were for the
+ * fold (SLUICE_CUDA_MV1=3). */
+#define MV1C_NP(DT) ((DT) == DT_Q4 ? 1024 : 512)
+template <int DT, int SDT, int R>
+__global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
+    constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
+    constexpr int ssz = SDT == DT_F32 ? 4 : 2;
+    static_assert(3 * KC * LD * 4 <= NP * BB, "the fold's staging fits where the codes were");
+    const ijob j = resolve(J.j[find_job(J)]);
+    __shared__ __align__(16) uint8_t sc[NP * BB]; /* codes, then sI | sM | sB */
+    __shared__ unsigned ssw[NP], sbw[NP];
+    __shared__ __align__(16) uint4 sx[KC * 2];
+    __shared__ float sd[KC];
+    float *sI = (float *)sc, *sM = sI + KC * LD, *sB = sM + KC * LD;
+    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
+    const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
+    const int8_t *xq = j.xq + (size_t)ar * cols;
+    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff;
+    float acc = 0.f, accb = 0.f;
+    for (int kb0 = 0; kb0 < nb; kb0 += KC) {
+        const int kcn = min(KC, nb - kb0), np = nr * kcn;
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int q = tid + k * MV1_THREADS, rl = q / kcn, b = kb0 + q - rl * kcn, r = r0 + rl;
+            if (q < np) {
+                const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * BB;
+                cp16(sc + (size_t)q * BB, w, true);
+                if (DT == DT_Q8) cp16(sc + (size_t)q * BB + 16, w + 16, true);
+                const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+                cp4(&ssw[q], (const void *)(((uintptr_t)j.scales + e * ssz) & ~(uintptr_t)3));
+                if (!(b & bmask)) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
+            }
+        }
+        for (int i = tid; i < 2 * kcn; i += MV1_THREADS) cp16(&sx[i], xq + (size_t)kb0 * 32 + (size_t)i * 16, true);
+        for (int i = tid; i < kcn; i += MV1_THREADS) cp4(&sd[i], xd + kb0 + i);
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+        float vI[P], vM[P], vB[P];
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int q = tid + k * MV1_THREADS, rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
+            vI[k] = vM[k] = vB[k] = 0.f;
+            if (q < np) {
+                const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+                const uint4 *w = (const uint4 *)(sc + (size_t)q * BB);
+                vI[k] = (float)dot_block<DT>(w[0], DT == DT_Q8 ? w[1] : w[0], sx[2 * bl], sx[2 * bl + 1]);
+                vM[k] = __fmul_rn(cv_sw(ssw[q], j.scales, SDT, e), sd[bl]);
+                if (!(b & bmask)) vB[k] = cv_sw(sbw[q], j.biases, SDT, e);
+            }
+        }
+        __syncthreads(); /* the codes are read: their room takes the fold's staging */
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int q = tid + k * MV1_THREADS, rl = q / kcn, bl = q - rl * kcn;
+            if (q < np) {
+                sI[bl * LD + rl] = vI[k], sM[bl * LD + rl] = vM[k];
+                if (!((kb0 + bl) & bmask)) sB[(bl >> gshift) * LD + rl] = vB[k];
+            }
+        }
+        __syncthreads();
+        if (tid < nr) {
+#pragma unroll 8
+            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(sI[bl * LD + tid], sM[bl * LD + tid], acc);
+            for (int gl = 0; gl < (kcn >> gshift); gl++)
+                accb = __fmaf_rn(sB[gl * LD + tid], __ldg(xs + (kb0 >> gshift) + gl), accb);
+        }
+        __syncthreads();
+    }
+    if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
+}
+
+template <int DT, int SDT, int NT>
+__global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ijobs J) {
+    constexpr int KC = MV1_KC / NT; /* blocks a chunk: NT tokens' staging in the room of one's */
+    const ijob j = resolve(J.j[find_job(J)]);
+    __shared__ float sI[NT * KC * MV1_LD], sM[NT * KC * MV1_LD], sB[KC * MV1_LD];
+    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * MV1_ROWS, cols = j.cols, nb = cols / 32;
+    const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(MV1_ROWS, j.nrows - r0), nt = min(NT, j.n_tok);
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols;
+    int ar[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) ar[t] = act_row(j, t);
+    /* the fold: thread (token ft, row fr) sums row fr for token ft */
+    const int fr = tid % MV1_ROWS, ft = tid / MV1_ROWS, folds = fr < nr && ft < nt;
+    const float *xs = j.s + (size_t)act_row(j, ft < nt ? ft : 0) * ns + soff;
+    float acc = 0.f, accb = 0.f;
+    for (int kb0 = 0; kb0 < nb; kb0 += KC) {
+        const int kcn = min(KC, nb - kb0), np = nr * kcn;
+#pragma unroll 4
+        for (int q = tid; q < np; q += MV1_THREADS) {
+            const int rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
+            const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * (DT == DT_Q4 ? 16 : 32);
+            const uint4 w0 = __ldg((const uint4 *)w), w1 = DT == DT_Q8 ? __ldg((const uint4 *)w + 1) : w0;
+            const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+            const float sw = cv_sw(ld_sw(j.scales, SDT, e), j.scales, SDT, e);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                const uint4 *xa = (const uint4 *)(j.xq + (size_t)ar[t] * cols + (size_t)b * 32);
+                sI[(t * KC + bl) * MV1_LD + rl] = (float)dot_block<DT>(w0, w1, __ldg(xa), __ldg(xa + 1));
+                sM[(t * KC + bl) * MV1_LD + rl] = __fmul_rn(sw, __ldg(j.d + (size_t)ar[t] * nb + b));
+            }
+            if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
+        }
+        __syncthreads();
+        if (folds) {
+            const float *si = sI + (size_t)ft * KC * MV1_LD + fr, *sm = sM + (size_t)ft * KC * MV1_LD + fr;
+#pragma unroll 8
+            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(si[bl * MV1_LD], sm[bl * MV1_LD], acc);
+            for (int gl = 0; gl < (kcn >> gshift); gl++)
+                accb = __fmaf_rn(sB[gl * MV1_LD + fr], __ldg(xs + (kb0 >> gshift) + gl), accb);
+        }
+        __syncthreads();
+    }
+    if (folds) j.y[(size_t)ft * j.ldy + r0 + fr] = __fadd_rn(acc, accb);
+}
+
+/* Rows a CTA of mv1_i8 takes: 16 (MV1_ROWS) unless SLUICE_CUDA_MVR says 4, 8, 16 or 32, or "auto" (or
+ * slcu_i8_mv_rows for tests): then the fewest of 4 .. 32 that keep the launch within MV_WAVE CTAs, so a small matrix
+ * (the o projection: 2048 rows) spreads over every SM and a large group (8 experts' gate and up: 12288 rows) runs in
+ * one wave of CTAs instead of two; a launch of more rows (the LM head) keeps 16. */
+static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8 */
+extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 3 ? v : 0; }
+static int mv1_version(void) {
+    if (!mv1_kernel) {
+        const char *e = getenv("SLUICE_CUDA_MV1");
+        mv1_kernel = e && (e[0] == '2' || e[0] == '3') ? e[0] - '0' : 1;
+    }
+    return mv1_kernel;
+}
+#define MV_WAVE 640
+static int mv_rows_mode = -2; /* -2 unread; -1 auto; else the rows */
+extern "C" void slcu_i8_mv_rows(int rows) { mv_rows_mode = rows == -1 || rows == 4 || rows == 8 || rows == 16 || rows == 32 ? rows : -2; }
+
+int mv_tile_rows(const ijobs *J, int max_tok) {
+    if (max_tok > 1) return MV1_ROWS;
+    if (mv_rows_mode == -2) {
+        const char *e = getenv("SLUICE_CUDA_MVR");
+        const int v = e ? atoi(e) : 0;
+        mv_rows_mode = e && !strcmp(e, "auto") ? -1 : v == 4 || v == 8 || v == 32 ? v : MV1_ROWS;
+    }
+    if (mv_rows_mode > 0) return mv_rows_mode;
+    const int wave = mv1_version() == 3 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
+    for (int r = 4; r <= 32; r *= 2) {
+        int tiles = 0;
+        for (int i = 0; i < J->n; i++) tiles += (J->j[i].nrows + r - 1) / r;
+        if (tiles <= wave) return r;
+    }
+    return MV1_ROWS;
+}
+
+
+template <int DT, int SDT, int R>
+static void mv_r(int tiles, const ijobs *J) {
+    if (mv1_version() == 3) mv1c_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    else if (mv1_version() == 2) mv1b_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    else mv1_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+}
+
+template <int DT, int SDT>
+static void mv_one(int rows, int tiles, const ijobs *J) {
+    if (rows == 4) mv_r<DT, SDT, 4>(tiles, J);
+    else if (rows == 8) mv_r<DT, SDT, 8>(tiles, J);
+    else if (rows == 32) mv_r<DT, SDT, 32>(tiles, J);
+    else mv_r<DT, SDT, MV1_ROWS>(tiles, J);
+}
+
+template <int DT, int SDT>
+static void mv_n(int max_tok, int tiles, const ijobs *J) {
+    if (max_tok <= 2) mvn_i8<DT, SDT, 2><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    else if (max_tok <= 4) mvn_i8<DT, SDT, 4><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    else mvn_i8<DT, SDT, 8><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+}
+
+template <int DT>
+static void mv_dt(int sdt, int max_tok, int rows, int tiles, const ijobs *J) {
+    if (max_tok <= 1) {
+        if (sdt == DT_F32) mv_one<DT, DT_F32>(rows, tiles, J);
+        else if (sdt == DT_BF16) mv_one<DT, DT_BF16>(rows, tiles, J);
+        else mv_one<DT, DT_F16>(rows, tiles, J);
+    } else {
+        if (sdt == DT_F32) mv_n<DT, DT_F32>(max_tok, tiles, J);
+        else if (sdt == DT_BF16) mv_n<DT, DT_BF16>(max_tok, tiles, J);
+        else mv_n<DT, DT_F16>(max_tok, tiles, J);
+    }
+}
+
+cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J) {
+    if (dt == DT_Q4) mv_dt<DT_Q4>(sdt, max_tok, rows, tiles, J);
+    else mv_dt<DT_Q8>(sdt, max_tok, rows, tiles, J);
+    return cudaGetLastError();
+}

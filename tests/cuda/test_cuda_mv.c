@@ -1,0 +1,108 @@
+/*
+ * test_cuda_mv.c — issue 24's decode matvec in test_cuda (included by test_cuda.c, whose helpers it uses): the
+ * one-token matvec's time a call on the Qwen3-30B-A3B decode step's shapes (q4 g64 bf16) for each number of rows a
+ * CTA takes (cuda_mv.cu; check_i8 checks that each gives the default's bits).
+ */
+
+/* check_i8's one token with every kernel and row count a CTA of the one-token matvec may take (cuda_mv.cu), directly
+ * and through the device table (dtab / dsel: entry 1 holds a): the same bits as alone (the default's) */
+static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, const int *idx, int N, const float *alone, float *dy,
+                          const void *dtab, const void *dsel) {
+    char msg[256] = "";
+    const int rows = a->d.rows, cols = a->d.cols;
+    const dt_type dt = a->d.dtype;
+    float *yy = NULL;
+    int gok;
+    const int mvr[] = {4, 8, 16, 32, -1};
+    for (unsigned k = 0; k < 3 * sizeof mvr / sizeof *mvr; k++) { /* and each kernel: mv1_i8, mv1b_i8, mv1c_i8 */
+        slcu_i8_mv_rows(mvr[k % 5]);
+        slcu_i8_mv1_kernel(1 + (int)k / 5);
+        for (int via = 0; via < 2; via++) {
+            poison(dy, (size_t)N * rows * 4);
+            for (int t = 0; t < N; t++) {
+                slcu_mm m = {a->d, da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows, NULL, NULL};
+                if (via) m.w.data = m.w.scales = m.w.biases = NULL, m.tab = (const void *const *)dtab, m.sel = (const int *)dsel;
+                CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
+            }
+            free(yy);
+            yy = dl(dy, (size_t)N * rows);
+            gok = 1;
+            for (int t = 0; t < N; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
+            CK(gok, "%s %dx%d: one token, kernel %d with %d rows a CTA%s, differs from the default", dt_name(dt), rows, cols,
+               1 + (int)k / 5, mvr[k % 5], via ? " (device table)" : "");
+        }
+    }
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
+    free(yy);
+}
+
+static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, void *abuf, void *dbuf) {
+    char msg[256];
+    const mat gu = *gu_, dn = *dn_;
+    const int dshape[2][2] = {{2048, 4096}, {5120, 2048}};
+    slcu_act da, dd;
+    slcu_act_bind(&dd, dbuf, 1, 768, msg, sizeof msg), slcu_act_quantize(&dd, dx, 768, msg, sizeof msg);
+    /* the one-token matvec's rows a CTA (cuda_mv.cu) on the decode step's shapes: microseconds a call */
+    printf("one-token matvec, us a call by rows a CTA (16 the default, -1 auto): o 2048x4096 | qkv 5120x2048 | 8 experts "
+           "gate+up | down\n");
+    const int mvr[] = {16, 4, 8, 32, -1};
+    for (int k = 0; k < 15; k++) { /* kernel 1 + k / 5 (cuda_mv.cu: mv1_i8, mv1b_i8, mv1c_i8) */
+        slcu_i8_mv_rows(mvr[k % 5]);
+        slcu_i8_mv1_kernel(1 + k / 5);
+        float us[4];
+        for (int sh = 0; sh < 2; sh++) {
+            const int rows = dshape[sh][0], cols = dshape[sh][1];
+            mat a;
+            if (make_mat(&a, DT_Q4, rows * 8, cols, 64, DT_BF16, msg)) { printf("%s\n", msg); break; }
+            slcu_act_bind(&da, abuf, 1, cols, msg, sizeof msg);
+            slcu_act_quantize(&da, dx, (size_t)cols, msg, sizeof msg);
+            slcu_mm m = {a.d, &da, NULL, 1, dy, (size_t)rows, NULL, NULL};
+            m.w.rows = rows;
+            mmrun r = {&m, 1, 1, 8, 0, rows};
+            us[sh] = 1e3f * slcu_time(run_mm, &r, 50);
+            free_mat(&a);
+        }
+        slcu_mm m1[16], m2[8];
+        for (int e = 0; e < 8; e++) {
+            const int ex = (e * 13) % 16;
+            for (int h = 0; h < 2; h++) {
+                slcu_mm *m = &m1[2 * e + h];
+                *m = (slcu_mm){gu.d, &da, NULL, 1, dy + (size_t)(2 * e + h) * 768, 768, NULL, NULL};
+                const size_t r0 = (size_t)(2 * ex + h) * 768;
+                m->w.rows = 768, m->w.data = (const uint8_t *)gu.d.data + r0 * 1024;
+                m->w.scales = (const uint8_t *)gu.d.scales + r0 * 64, m->w.biases = (const uint8_t *)gu.d.biases + r0 * 64;
+            }
+            slcu_mm *m = &m2[e];
+            *m = (slcu_mm){dn.d, &dd, NULL, 1, dy + (size_t)e * 2048, 2048, NULL, NULL};
+            const size_t r0 = (size_t)ex * 2048;
+            m->w.rows = 2048, m->w.data = (const uint8_t *)dn.d.data + r0 * 384;
+            m->w.scales = (const uint8_t *)dn.d.scales + r0 * 24, m->w.biases = (const uint8_t *)dn.d.biases + r0 * 24;
+        }
+        slcu_act_bind(&da, abuf, 1, 2048, msg, sizeof msg), slcu_act_quantize(&da, dx, 2048, msg, sizeof msg);
+        mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r2 = {m2, 8, 32, 8, 0, 16 * 2048};
+        us[2] = 1e3f * slcu_time(run_mm, &r1, 50), us[3] = 1e3f * slcu_time(run_mm, &r2, 50);
+        printf("  kernel %d rows %3d: %7.2f | %7.2f | %7.2f | %7.2f   layer sum %7.2f us\n", 1 + k / 5, mvr[k % 5], us[0], us[1], us[2], us[3],
+               us[0] + us[1] + us[2] + us[3]);
+    }
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
+}
+
+/* --bench-mv: bench_mv_rows alone (its matrices made here) */
+static void bench_mv(void) {
+    char msg[256];
+    fast_fill = 1;
+    mat gu, dn;
+    if (make_mat(&gu, DT_Q4, 128 * 2 * 768, 2048, 64, DT_BF16, msg) || make_mat(&dn, DT_Q4, 128 * 2048, 768, 64, DT_BF16, msg)) {
+        printf("%s\n", msg);
+        return;
+    }
+    float *dx = slcu_alloc((size_t)8192 * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)16384 * 4, msg, sizeof msg);
+    float *hx = malloc((size_t)8192 * 4);
+    for (int i = 0; i < 8192; i++) hx[i] = nrand();
+    slcu_upload(dx, hx, (size_t)8192 * 4, msg, sizeof msg);
+    free(hx);
+    void *abuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg), *dbuf = slcu_alloc(slcu_act_bytes(1, 768), msg, sizeof msg);
+    bench_mv_rows(&gu, &dn, dx, dy, abuf, dbuf);
+    free_mat(&gu), free_mat(&dn);
+    slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf);
+}
