@@ -219,6 +219,9 @@ const char *sl_kv_type_name(sl_kv_type t);
 /* The type a name (as sl_kv_type_name gives) stands for, or -1. */
 int sl_kv_type_from_name(const char *name);
 
+/* The transport to expert ranks (src/dist/remote.h; made by the command line under mpirun). */
+typedef struct sl_remote sl_remote;
+
 typedef struct sl_model_params {
     int n_threads;          /* 0 = number of online cores */
     int resident;           /* 1: read every expert at open (the exactness reference) */
@@ -267,6 +270,11 @@ typedef struct sl_model_params {
                                backend's f16 / bf16 / q8, so far) takes f32, the exact type every backend has,
                                instead of refusing the model (the command line without --kv); 0 (default):
                                refused. With SL_BACKEND_AUTO and 0, a type the GPU lacks computes on the CPU */
+    sl_remote *remote;      /* NULL (default): every expert in this process. Else the endpoint of rank 0 of a
+                               transport whose ranks 1..N-1 hold the experts (the command line's under mpirun -np N;
+                               docs/SCALE.md): this process keeps the backbone only, each MoE layer's chosen experts
+                               run on the ranks owning them (shares by pin_profile's load when given, else by
+                               count), and the logits are bitwise one process's. Borrowed; outlives the model */
 } sl_model_params;
 
 #define SL_VRAM_AUTO UINT64_MAX /* sl_model_params.vram_bytes: choose from the device's free memory */
@@ -332,6 +340,23 @@ sl_status sl_model_layer_where(const sl_model *model, int layer, uint64_t *vram,
  * layer's expert count, 0 for a dense layer. Counted by the expert cache: a resident model gives
  * zeros. Thread-safe. */
 sl_status sl_model_expert_counts(sl_model *model, int layer, uint64_t *out, int n, int *n_experts);
+/* A rank of a model whose experts live in other processes (sl_model_params.remote): what it holds and did. */
+typedef struct sl_rank_stats {
+    char host[64];
+    int32_t rank, resident;
+    uint64_t experts;             /* expert blocks it holds (its share; rank 0: none) */
+    uint64_t expert_bytes;        /* their bytes (resident), or its cache's budget (streamed) */
+    uint64_t peak_rss;            /* of its process */
+    uint64_t requests;            /* layer requests served (rank 0: sent to every rank) */
+    uint64_t pairs;               /* (row, expert) outputs computed (rank 0: received) */
+    uint64_t bytes_in, bytes_out; /* over the network */
+    double compute_s, wait_s;     /* computing requests / idle waiting for one (rank 0: waiting for replies) */
+    uint64_t tokens;              /* rank 0: tokens evaluated */
+} sl_rank_stats;
+/* Ranks of the model's transport (1 when every expert is in this process). */
+int sl_model_n_ranks(const sl_model *model);
+/* Rank r's figures (0: this process; others asked over the transport now). SL_EIO naming a rank that fails. */
+sl_status sl_model_rank_stats(sl_model *model, int rank, sl_rank_stats *out, sl_error *err);
 /* Writes the routing counts since open as a profile for `pin_profile`. */
 sl_status sl_model_write_profile(const sl_model *model, const char *path, sl_error *err);
 int sl_model_n_layers(const sl_model *model);

@@ -338,7 +338,7 @@ TEST(threadpool_thread_index_is_unique_per_running_call) {
  * format: the container; backend: the ops table; stream: the expert cache and its I/O; model: the forward
  * pass; engine: the public API; text, pull, serve, cli: what people use. */
 static const char *const ROOMS[] = {"util",   "quant",  "kernels", "family", "import", "format", "backend",
-                                    "stream", "model",  "engine",  "text",   "pull",   "serve",  "cli"};
+                                    "stream", "dist",   "model",   "engine", "text",   "pull",   "serve", "cli"};
 enum { N_ROOMS = sizeof ROOMS / sizeof ROOMS[0] };
 
 static int room_rank(const char *name, size_t len) {

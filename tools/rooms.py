@@ -15,7 +15,7 @@ import os, re, subprocess, sys
 from collections import defaultdict
 
 # Lowest first; a room may include its own files and the rooms before it. Keep in step with tests/test_util.c.
-ORDER = ['util', 'quant', 'kernels', 'family', 'import', 'format', 'backend', 'stream', 'model', 'engine',
+ORDER = ['util', 'quant', 'kernels', 'family', 'import', 'format', 'backend', 'stream', 'dist', 'model', 'engine',
          'text', 'pull', 'serve', 'cli']
 
 

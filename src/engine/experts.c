@@ -36,7 +36,12 @@ static sl_status resident_get(void *ctx, int layer, int expert, tn_expert *out) 
     sl_model *m = ctx;
     int slot = cfg_moe_slot(&m->cfg, layer);
     if (slot < 0 || expert < 0 || expert >= m->cfg.n_experts) return SL_EINVAL;
-    slc_bind_expert(&m->f, slot, m->experts + (slc_expert_offset(&m->f, slot, expert) - m->f.h.expert_off), out);
+    uint64_t off = slc_expert_offset(&m->f, slot, expert) - m->f.h.expert_off;
+    if (m->share_off) { /* an expert rank's share (engine_open_share) */
+        off = m->share_off[(size_t)slot * (size_t)m->cfg.n_experts + (size_t)expert];
+        if (off == UINT64_MAX) return SL_EINVAL;
+    }
+    slc_bind_expert(&m->f, slot, m->experts + off, out);
     if (m->expert_implied[(size_t)slot * (size_t)m->cfg.n_experts + (size_t)expert]) expert_implied(out, 1);
     return SL_OK;
 }
@@ -231,4 +236,53 @@ sl_status engine_open_stream(sl_model *m, const char *path, const sl_model_param
 done:
     io_destroy(io);
     return st;
+}
+
+/* ---- an expert rank's share ---- */
+
+/* The blocks of (slot, e) with own[slot * E + e] set, read and checked into one buffer (m->experts), each
+ * expert's offset there in m->share_off (UINT64_MAX: not held); runs of held experts of a slot (contiguous in
+ * the file) are read with one call each. m->share_experts / share_bytes say what is held. */
+sl_status engine_open_share(sl_model *m, const char *path, const uint8_t *own, sl_error *err) {
+    const size_t E = m->f.h.n_experts, n_blocks = (size_t)m->f.h.n_moe_layers * E;
+    uint64_t total = 0;
+    m->share_off = malloc((n_blocks ? n_blocks : 1) * sizeof *m->share_off);
+    m->expert_implied = calloc(n_blocks ? n_blocks : 1, 1);
+    if (!m->share_off || !m->expert_implied) return err_set(err, SL_ENOMEM, "out of memory");
+    for (size_t b = 0; b < n_blocks; b++) {
+        m->share_off[b] = UINT64_MAX;
+        if (own[b]) total += slc_slot_stride(&m->f, (int)(b / E));
+    }
+    if (!(m->experts = engine_huge_alloc(total + 1)))
+        return err_set(err, SL_ENOMEM, "%s: out of memory loading a share of %llu expert bytes", path,
+                       (unsigned long long)total);
+    uint64_t at = 0;
+    for (uint32_t s = 0; s < m->f.h.n_moe_layers; s++) {
+        const uint64_t stride = slc_slot_stride(&m->f, (int)s);
+        for (size_t e = 0; e < E;) {
+            size_t run = 0;
+            while (e + run < E && own[s * E + e + run]) run++;
+            if (!run) { e++; continue; }
+            sl_status st = fio_pread_all(m->f.fd, m->experts + at, run * stride, slc_expert_offset(&m->f, (int)s, (int)e),
+                                         path, err);
+            if (st) return st;
+            for (size_t i = 0; i < run; i++, at += stride) {
+                const size_t b = s * E + e + i;
+                if (XXH3_64bits(m->experts + at, slc_block_bytes(&m->f, (int)s)) != m->f.expert_hash[b])
+                    return err_set(err, SL_ECHECKSUM, "%s: expert block (layer %d, expert %zu) fails its checksum", path,
+                                   m->f.moe_layers[s], e + i);
+                tn_expert ex;
+                slc_bind_expert(&m->f, (int)s, m->experts + at, &ex);
+                m->expert_implied[b] = (uint8_t)expert_implied(&ex, -1);
+                m->share_off[b] = at;
+                m->share_experts++;
+            }
+            e += run;
+        }
+    }
+    m->share_bytes = total;
+    m->src.get = resident_get;
+    m->src.ctx = m;
+    m->io_engine = m->io_mode = "resident";
+    return SL_OK;
 }

@@ -34,6 +34,10 @@ struct sl_model {
     uint8_t *experts;     /* the whole expert section (resident; in the backend's memory when experts_dev) */
     int experts_dev;
     uint8_t *expert_implied; /* [n_moe_layers][n_experts] (resident): 1 when every q8/q4 part's biases are implied */
+    uint64_t *share_off;  /* an expert rank's resident share: [n_moe_layers][n_experts] offsets in experts, or
+                             UINT64_MAX for an expert another rank holds (engine_open_share); NULL otherwise */
+    uint64_t share_experts, share_bytes;
+    struct rx_client *remote; /* rank 0 of experts on other ranks (sl_model_params.remote; remote.c), or NULL */
     cache *cache;         /* streaming mode */
     tier *tier;           /* the device tier over src (vram_bytes > 0), or NULL */
     int stream_fd;        /* descriptor the cache reads from (-1 when resident) */
@@ -74,5 +78,10 @@ sl_status engine_load_backbone(sl_model *m, const char *path, const arch_tensor 
 sl_status engine_open_resident(sl_model *m, const char *path, sl_error *err);
 sl_status engine_open_stream(sl_model *m, const char *path, const sl_model_params *p, const io_fault_cfg *fault,
                              sl_error *err);
+/* An expert rank's resident share (experts.c): the blocks own[slot * E + e] marks, read and checked. */
+sl_status engine_open_share(sl_model *m, const char *path, const uint8_t *own, sl_error *err);
+/* Rank 0 of a model whose experts live on p->remote's other ranks (remote.c): their shares opened there (by
+ * p->pin_profile's load when given, else by count), m->remote and an expert source that holds nothing here. */
+sl_status engine_open_remote(sl_model *m, const char *path, const sl_model_params *p, sl_error *err);
 
 #endif

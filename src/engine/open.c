@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist/remote.h"
 #include "engine/handles.h"
 #include "util/err.h"
 
@@ -108,9 +109,11 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     m->n_ctx = p->n_ctx > 0 ? p->n_ctx : m->cfg.max_pos;
     int n = arch_backbone_tensors(&m->cfg, &at);
     if ((st = engine_load_backbone(m, path, at, n, err))) goto fail;
-    st = p->resident ? engine_open_resident(m, path, err) : engine_open_stream(m, path, p, fault, err);
+    st = p->remote     ? engine_open_remote(m, path, p, err) /* the experts on other ranks (remote.c) */
+         : p->resident ? engine_open_resident(m, path, err)
+                       : engine_open_stream(m, path, p, fault, err);
     if (st) goto fail;
-    const uint64_t vram = p->vram_bytes == SL_VRAM_AUTO ? vram_auto(m) : p->vram_bytes;
+    const uint64_t vram = p->remote ? 0 : p->vram_bytes == SL_VRAM_AUTO ? vram_auto(m) : p->vram_bytes;
     if (vram > 0) { /* the device tier over the RAM cache (or the resident experts) */
         tier_cfg tc = {.be = m->be, .file = &m->f, .cfg = &m->cfg, .lower = m->src, .budget = vram};
         if (m->cache) { /* the RAM slots the tier may keep while their copies run (tier.h) */
@@ -127,6 +130,10 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
     if (!m->ws) { st = err_set(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     fwd_ws_set_int8(m->ws, !p->exact);
+    if (m->remote && fwd_ws_set_remote(m->ws, m->remote)) {
+        st = err_set(err, SL_ENOMEM, "%s: out of memory for the expert ranks' buffers", path);
+        goto fail;
+    }
     if (m->tier && hybrid_on(m, p) && fwd_ws_set_hybrid(m->ws, m->pool)) {
         st = err_set(err, SL_ENOMEM, "%s: out of memory for the hybrid step's host buffers", path);
         goto fail;
@@ -176,6 +183,8 @@ void sl_model_close(sl_model *m) {
     if (m->experts_dev) m->be->free(m->be, m->experts, m->f.h.expert_len + 1, BE_BUF_DEVICE);
     else free(m->experts);
     free(m->expert_implied);
+    free(m->share_off);
+    rx_client_free(m->remote); /* the ranks drop their shares */
     tier_free(m->tier); /* before the cache it reads from and the backend that owns its slots */
     cache_free(m->cache);
     be_close(m->be);

@@ -222,6 +222,7 @@ void fwd_ws_free(fwd_ws *ws) {
     void *bufs[] = {ws->top_e, ws->top_w, ws->e_count, ws->e_tok, ws->e_slot, ws->e_list, ws->pf_list, ws->pf_mark};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     fwd_hybrid_free(ws);
+    fwd_remote_free(ws);
     for (int i = 0; i < ws->n_dev; i++) ws->be->free(ws->be, ws->dev[i].p, ws->dev[i].bytes, BE_BUF_DEVICE);
     free(ws);
 }

@@ -55,6 +55,30 @@ void fwd_hy_begin(fwd_ws *ws, int n, int misses);
 sl_status fwd_hy_run(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, sl_error *err);
 /* The host experts' outputs up, into their cells of exp_out (before the combine). */
 void fwd_hy_end(fwd_ws *ws);
+/* Experts on other ranks (moe_remote.c, dist/remote.h; docs/SCALE.md): client (borrowed) NULL: off. SL_OK or
+ * SL_ENOMEM. */
+struct rx_client;
+sl_status fwd_ws_set_remote(fwd_ws *ws, struct rx_client *client);
+void fwd_remote_free(fwd_ws *ws);
+/* Rank 0, a routed and grouped MoE block (ws->e_list, ws->e_count as each expert's end, e_tok the pairs' rows of
+ * h [n][H]): one request per rank out. Then, after the caller's own work (the shared expert), the replies: into
+ * their (token, slot) cells of exp_out (a micro-batch: _cells, ws->e_tok / e_slot) or added expert by expert into
+ * out [n][H] (a layer-major pass: _wide, wb's pairs and weights). SL_OK, or SL_EIO naming the rank and host. */
+sl_status fwd_rm_send(fwd_ws *ws, const fam_config *cfg, int layer, const float *h, int n, int n_list,
+                      const int *e_tok, sl_error *err);
+sl_status fwd_rm_recv_cells(fwd_ws *ws, const fam_config *cfg, int n_list, sl_error *err);
+struct fwd_wide;
+sl_status fwd_rm_recv_wide(fwd_ws *ws, const fam_config *cfg, int n_list, const struct fwd_wide *wb, float *out,
+                           sl_error *err);
+/* An expert rank: request msg (len bytes, dist/remote.h RX_MOE) computed with src's experts into y [pairs][H]
+ * (host). SL_OK, SL_EFORMAT for a malformed request, or the expert source's or an expert's error. */
+sl_status fwd_rm_serve(fwd_ws *ws, const fam_config *cfg, const tn_expert_src *src, const void *msg, size_t len,
+                       float *y, sl_error *err);
+/* moe.c's expert FFN op over x's rows into y [n][H] (cfg's expert kind, moe_inter), and its check of an expert's
+ * parts (shapes, types the backend multiplies): SL_OK or an error naming layer, expert and part. */
+be_ffn fwd_expert_ffn(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, kern_act *x, float *y);
+sl_status fwd_check_expert(const be_backend *be, const fam_config *cfg, const tn_expert *ex, int layer, int e,
+                           sl_error *err);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
 void fwd_ws_set_prefetch(fwd_ws *ws, int on);
 
@@ -151,6 +175,7 @@ struct fwd_ws {
                                hinted before the FFN's serial tail (fwd_hint_mat) */
     int n_ffn;
     struct fwd_hybrid *hy; /* the hybrid step's host side (moe_hybrid.c), NULL: off */
+    struct fwd_remote *rm; /* experts on other ranks (moe_remote.c), NULL: off */
     /* DeepSeek-V4 (hc.c, dsv4.c; 1-float placeholders elsewhere): ones [max(hc*H, hd)] (the unweighted norms'
      * weight), hc_tmp [B][hc*H] the normed streams, hc_mix [B][(2+hc)*hc] a block's pre | post | comb, cmp
      * [B][2*2*max(hd, idx_dim)] a compressor's projections, iq [B][idx_heads*idx_dim], iw [B][idx_heads],
@@ -216,14 +241,15 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer
 /* Kimi Delta Attention (cfg->kda; kda.c), the same contract and state as fwd_deltanet. */
 int fwd_kda(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */
-typedef struct fwd_wide {
+struct fwd_wide {
     float *router;    /* [n][E] */
     int *top_e;       /* [n][k] */
     float *top_w;     /* [n][k] */
     int *e_tok, *e_slot; /* [n*k] */
     float *sh_y;      /* [n][H] */
     float *sg;        /* [n] */
-} fwd_wide;
+};
+typedef struct fwd_wide fwd_wide;
 
 sl_status fwd_moe_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
                        int next_layer, const tn_expert_src *experts, int n, const float *x, const float *h, float *out,

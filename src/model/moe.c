@@ -31,6 +31,10 @@ static be_ffn ffn_of(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, ker
                     .y = y, .ldy = (size_t)cfg->hidden};
 }
 
+be_ffn fwd_expert_ffn(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, kern_act *x, float *y) {
+    return ffn_of(ws, cfg, ex, x, cfg->moe_inter, y);
+}
+
 /* A SwiGLU FFN of the backbone (shared expert, dense MLP) over x into y [n][H]. */
 static void swiglu_ffn(fwd_ws *ws, const fam_config *cfg, const tn_mat *gate, const tn_mat *up, const tn_mat *down,
                        kern_act *x, int inter, float *y) {
@@ -106,6 +110,11 @@ static sl_status check_expert_kind(const be_backend *be, const fam_config *cfg, 
         rc = err_set(err, SL_EINVAL, "layer %d expert %d: %s missing", layer, e,
                     ex->gate_up_bias ? "down_proj_bias" : "gate_up_proj_bias");
     return rc;
+}
+
+sl_status fwd_check_expert(const be_backend *be, const fam_config *cfg, const tn_expert *ex, int layer, int e,
+                           sl_error *err) {
+    return check_expert_kind(be, cfg, ex, layer, e, err);
 }
 
 /* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. hx: the
@@ -305,6 +314,11 @@ static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_laye
         if (ws->e_count[e] > start) ws->e_list[n_list++] = e;
         start = ws->e_count[e];
     }
+    if (ws->rm) { /* the experts on other ranks (moe_remote.c); the shared expert here while they compute */
+        if ((rc = fwd_rm_send(ws, cfg, layer, ws->h, n, n_list, ws->e_tok, err))) return rc;
+        shared_expert(ws, cfg, lw, hx);
+        return fwd_rm_recv_cells(ws, cfg, n_list, err);
+    }
     rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, n, n_list, hx, err)
                         : run_resident(ws, cfg, layer, experts, n_list, hx, err);
     return rc;
@@ -314,7 +328,7 @@ static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_laye
 static int moe_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
                          const tn_expert_src *experts, int n, kern_act *hx, const float **w_dev, sl_error *err) {
     const int k = cfg->n_experts_used, I = cfg->moe_inter;
-    if (!ws->be->moe_resident || experts->begin || n != 1 || !ws->int8 || k > FUSED_MAX || k > FWD_BATCH ||
+    if (!ws->be->moe_resident || experts->begin || ws->rm || n != 1 || !ws->int8 || k > FUSED_MAX || k > FWD_BATCH ||
         I > ws->act_cols || cfg->expert_kind == SL_EXPERT_GPTOSS)
         return 0;
     const be_route r = {.cfg = cfg, .layer = layer, .n = 1, .logits = ws->router, .bias = lw->router_bias};
@@ -336,7 +350,7 @@ int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
     int rc = moe_on_device(ws, cfg, lw, layer, experts, n, &hx, &w_dev, err);
     if (!rc) rc = route_and_run(ws, cfg, lw, layer, next_lw, next_layer, experts, n, &hx, err);
     if (rc < 0 || (rc > 0 && !w_dev)) return rc;
-    if (!experts->begin) shared_expert(ws, cfg, lw, &hx);
+    if (!experts->begin && !ws->rm) shared_expert(ws, cfg, lw, &hx);
     float *sg = NULL;
     if (lw->sh_gate.data && lw->sh_expert_gate.data) {
         sg = ws->ffn_x; /* free here: [n] gate logits */
@@ -424,7 +438,7 @@ static void shared_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw
 static int wide_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
                           const tn_expert_src *experts, int n, const float *h, float *out, const fwd_wide *wb,
                           sl_error *err) {
-    if (!ws->be->moe_wide || experts->begin || !ws->int8 || cfg->moe_inter > ws->act_cols ||
+    if (!ws->be->moe_wide || experts->begin || ws->rm || !ws->int8 || cfg->moe_inter > ws->act_cols ||
         cfg->expert_kind == SL_EXPERT_GPTOSS)
         return 0;
     const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = wb->router, .bias = lw->router_bias};
@@ -459,6 +473,12 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
             wb->e_tok[at] = t;
             wb->e_slot[at] = s;
         }
+    if (ws->rm) { /* the experts on other ranks, added in the same order (moe_remote.c) */
+        if ((rc = fwd_rm_send(ws, cfg, layer, h, n, n_list, wb->e_tok, err))) return rc;
+        shared_wide(ws, cfg, lw, n, h, wb);
+        be->zero(be, out, (size_t)n * H * sizeof(float));
+        return fwd_rm_recv_wide(ws, cfg, n_list, wb, out, err);
+    }
     rc = experts->begin ? experts->begin(experts->ctx, layer, ws->e_list, n_list, 1) : 0;
     if (rc) {
         err_set(err, rc, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
