@@ -55,6 +55,26 @@ endif
 
 all: $(BUILD)/sluice $(BUILD)/libsluice.a
 
+# Open MPI (issue 31, docs/SCALE.md: mpirun -np N sluice ... puts the experts on ranks 1..N-1): found with
+# pkg-config (Debian's libopenmpi-dev, which tools/setup.sh test and ci install), used when found; MPI=0 builds
+# without it, MPI=1 fails when it is missing. Only src/dist/mpi.c includes mpi.h; without MPI it answers "built
+# without MPI". A stamp per choice rebuilds mpi.o when the choice changes in one build folder.
+ifneq ($(MPI),0)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
+endif
+ifeq ($(MPI)$(MPI_LIBS),1)
+$(error MPI=1 but Open MPI was not found by pkg-config ompi-c (apt-get install libopenmpi-dev openmpi-bin))
+endif
+MPI_STAMP := $(BUILD)/.mpi-$(if $(MPI_LIBS),on,off)
+$(MPI_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.mpi-* && touch $@
+$(BUILD)/src/dist/mpi.o: $(MPI_STAMP)
+ifneq ($(MPI_LIBS),)
+$(BUILD)/src/dist/mpi.o: CFLAGS_EXTRA := $(MPI_CFLAGS) -DSL_MPI=1
+LDLIBS += $(MPI_LIBS)
+endif
+
 # What the build and the tests need is installed by tools/setup.sh (the one package list; a no-op in well
 # under a second when everything is there). Every object waits for it.
 setup-build:

@@ -4,7 +4,8 @@
 # `ci`. With everything present it makes no network call and returns in well under a second.
 #
 #   tools/setup.sh build   Debian packages the C build needs (apt-get; sudo when not root)
-#   tools/setup.sh test    build + the Python test dependencies, in a project venv (build/venv)
+#   tools/setup.sh test    build + Open MPI (mpirun -np 3 in make test) + the Python test dependencies, in a
+#                          project venv (build/venv)
 #   tools/setup.sh man     build + help2man (make install generates the man page)
 #   tools/setup.sh bench   test + what `make bench-scale` (tools/bench_scale.py) adds: fio (the SSD bound),
 #                          cmake, ninja and g++ (it builds llama.cpp from the llama-cpp-python sdist), and
@@ -23,6 +24,9 @@ VENV=${VENV:-build/venv}
 
 deb_build=(make gcc pkg-config liburing-dev libxxhash-dev libcjson-dev libpcre2-dev libutf8proc-dev libedit-dev
            libmicrohttpd-dev libcurl4-openssl-dev nettle-dev)
+# Open MPI (issue 31, docs/SCALE.md): the build uses it when pkg-config finds it (MPI=0: without); make test runs
+# mpirun -np 3 (tests/py/test_mpi.py), so test and ci install it; a plain build does not need it
+deb_mpi=(libopenmpi-dev openmpi-bin)
 deb_bench=(fio cmake ninja-build g++)
 deb_ci=(clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user help2man chromium chromium-driver)
 # The references of the Python tests: HF tokenizers and jinja2; the official openai and anthropic clients
@@ -43,10 +47,10 @@ py_import="import tokenizers, jinja2, pytest, openai, anthropic, selenium, gguf,
 
 case "$mode" in
     build) debs=("${deb_build[@]}") ;;
-    test) debs=("${deb_build[@]}") ;;
+    test) debs=("${deb_build[@]}" "${deb_mpi[@]}") ;;
     man) debs=("${deb_build[@]}" help2man) ;;
-    bench) debs=("${deb_build[@]}" "${deb_bench[@]}") ;;
-    ci) debs=("${deb_build[@]}" "${deb_ci[@]}") ;;
+    bench) debs=("${deb_build[@]}" "${deb_mpi[@]}" "${deb_bench[@]}") ;;
+    ci) debs=("${deb_build[@]}" "${deb_mpi[@]}" "${deb_ci[@]}") ;;
     *) echo "usage: tools/setup.sh build|test|man|bench|ci" >&2; exit 2 ;;
 esac
 

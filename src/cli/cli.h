@@ -91,6 +91,9 @@ void cli_gpu_split(sl_model_params *p);
  * but the backend, SL_BACKEND_AUTO (the GPU where there is one; --gpu, --cpu), and the KV cache: f16, or f32
  * on a backend without f16 caches (kv_fallback; --kv gives the type and insists on it). */
 sl_model_params cli_model_params(void);
+/* Under mpirun (main.c): rank 0's endpoint, which cli_model_params puts in every model's parameters (the experts
+ * on ranks 1..N-1; docs/SCALE.md). */
+void cli_set_remote(sl_remote *t);
 /* Parses v, the value of the numeric option opt, into *out: 0, or 1 after printing "option 'OPT' must be
  * between LO and HI" (opts.c holds each option's range) or that it is not a number. */
 int cli_num(const char *cmd, const char *opt, const char *v, double *out);

@@ -131,7 +131,42 @@ typedef struct {
     const char *engine, *mode;
     int random_ids; /* decode fed random ids (else greedy) */
     cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
+    cJSON *ranks;  /* experts on other ranks (mpirun): each rank's figures since open (owned by the row), or NULL */
 } bench_row;
+
+/* Each rank's figures (sl_rank_stats) of a model whose experts live on other ranks: a JSON array, NULL when the
+ * model runs in this process only. Network bytes per token divide by rank 0's tokens (prompt and decode, warm-up
+ * included: every token since open). */
+static cJSON *bench_ranks(sl_model *m, sl_error *err) {
+    const int n = sl_model_n_ranks(m);
+    if (n < 2) return NULL;
+    cJSON *a = cJSON_CreateArray();
+    uint64_t tokens = 0;
+    for (int r = 0; r < n; r++) {
+        sl_rank_stats rs;
+        if (sl_model_rank_stats(m, r, &rs, err)) {
+            cJSON_Delete(a);
+            return NULL;
+        }
+        if (r == 0) tokens = rs.tokens;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", r);
+        cJSON_AddStringToObject(o, "host", rs.host);
+        cJSON_AddNumberToObject(o, "experts", (double)rs.experts);
+        cJSON_AddNumberToObject(o, "expert_bytes", (double)rs.expert_bytes);
+        cJSON_AddStringToObject(o, "experts_held", r == 0 ? "none (backbone)" : rs.resident ? "resident" : "streamed");
+        cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rs.peak_rss);
+        cJSON_AddNumberToObject(o, "requests", (double)rs.requests);
+        cJSON_AddNumberToObject(o, "expert_outputs", (double)rs.pairs);
+        cJSON_AddNumberToObject(o, "compute_s", rs.compute_s);
+        cJSON_AddNumberToObject(o, "wait_s", rs.wait_s);
+        cJSON_AddNumberToObject(o, "net_bytes_in", (double)rs.bytes_in);
+        cJSON_AddNumberToObject(o, "net_bytes_out", (double)rs.bytes_out);
+        cJSON_AddNumberToObject(o, "net_bytes_per_token", tokens ? (double)(rs.bytes_in + rs.bytes_out) / (double)tokens : 0);
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
 
 /* Decode feeds: the argmax of the last logits, or random token ids (as llama-bench does: a random
  * model's greedy text loops, so its routing repeats and the cache looks better than it is). */
@@ -242,6 +277,7 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
             cJSON_AddItemToArray(r->layers, o);
         }
     }
+    if (!rc && sl_model_n_ranks(m) > 1 && !(r->ranks = bench_ranks(m, err))) rc = err->status ? err->status : SL_ENOMEM;
     sl_session_free(s);
     free(toks);
     free(lg);
@@ -288,6 +324,8 @@ static cJSON *bench_row_json(const sl_model_params *p, bench_row *r, int n_promp
     cJSON_AddNumberToObject(o, "vram_prefill_copied_bytes", r->tier_prefill_bytes);
     cJSON_AddItemToObject(o, "layers", r->layers);
     r->layers = NULL;
+    if (r->ranks) cJSON_AddItemToObject(o, "ranks", r->ranks);
+    r->ranks = NULL;
     return o;
 }
 
@@ -295,10 +333,25 @@ static cJSON *bench_row_json(const sl_model_params *p, bench_row *r, int n_promp
 static void bench_row_print(const sl_model_params *p, const bench_row *r) {
     printf("%-10.0f %-8s %-6s %10.1f %10.2f %7.1f%% %12.1f %10.0f %7.0f%% %9.0fM %9.0fM\n",
            (double)r->cache_bytes / 1048576.0, p->policy == SL_POLICY_LFU ? "lfu" : "lru",
-           !strcmp(r->mode, "direct") ? "direct" : !strcmp(r->mode, "resident") ? "ram" : "buf", r->prefill_tps,
+           !strcmp(r->mode, "direct") ? "direct" : !strcmp(r->mode, "resident") ? "ram" : !strcmp(r->mode, "remote") ? "remote" : "buf", r->prefill_tps,
            r->decode_tps, 100 * r->hit_rate, r->bytes_per_token / 1048576.0, r->read_mbps, 100 * r->io_wait_frac,
            (double)r->peak_rss / 1048576.0, (double)r->page_cache_growth / 1048576.0);
     fflush(stdout);
+}
+
+/* The ranks' figures under a table row (mpirun): one line each. */
+static void bench_ranks_print(const cJSON *ranks) {
+    const cJSON *o;
+    cJSON_ArrayForEach(o, ranks) {
+        double v[8];
+        static const char *const k[8] = {"rank", "experts", "expert_bytes", "peak_rss_bytes", "compute_s", "wait_s",
+                                          "net_bytes_per_token", "requests"};
+        for (int i = 0; i < 8; i++) v[i] = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k[i]));
+        printf("  rank %.0f (%s): %.0f experts, %.0f MiB, peak RSS %.0f MiB, compute %.2f s, wait %.2f s, "
+               "%.0f requests, %.0f network bytes/token\n", v[0],
+               cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "host")), v[1], v[2] / 1048576.0,
+               v[3] / 1048576.0, v[4], v[5], v[7], v[6]);
+    }
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -356,8 +409,9 @@ int cmd_bench(int argc, char **argv) {
             return cli_fail("bench", "%s", err.msg);
         }
         if (json) cJSON_AddItemToArray(arr, bench_row_json(&p, &r, n_prompt, n_gen, seed));
-        else bench_row_print(&p, &r);
+        else bench_row_print(&p, &r), bench_ranks_print(r.ranks);
         cJSON_Delete(r.layers);
+        cJSON_Delete(r.ranks);
     }
     if (json) {
         char *t = cJSON_Print(arr);

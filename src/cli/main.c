@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "dist/remote.h"
+#include "engine/engine.h"
 
 int cli_fail(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -110,7 +112,37 @@ long long cli_parse_size(const char *s) {
     return (long long)(v * (double)mul);
 }
 
+static int dispatch(int argc, char **argv);
+
+/* Started by mpirun with several ranks (docs/SCALE.md): rank 0 runs the command with the experts on ranks
+ * 1..N-1, which serve it (engine_expert_rank) until it ends. A rank that failed or went silent ends the job with
+ * MPI_Abort once rank 0 has said which (never a hang at MPI_Finalize). */
+static int mpi_main(int argc, char **argv) {
+    sl_error err = {0};
+    rx_transport *t = NULL;
+    if (rx_mpi_new(&argc, &argv, &t, &err)) {
+        fprintf(stderr, "sluice: started by mpirun with %s ranks, but %s\n", getenv("OMPI_COMM_WORLD_SIZE") ?
+                getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE"), err.msg);
+        return 1;
+    }
+    if (t->rank > 0) {
+        const sl_status st = engine_expert_rank(t, &err);
+        if (st) fprintf(stderr, "sluice (expert rank %d on %s): %s\n", t->rank, t->ops->host(t, t->rank), err.msg);
+        rx_mpi_end(t, st == SL_OK);
+        return st ? 1 : 0;
+    }
+    cli_set_remote(t);
+    const int rc = dispatch(argc, argv);
+    rx_mpi_end(t, !t->failed);
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    if (rx_mpi_launched()) return mpi_main(argc, argv);
+    return dispatch(argc, argv);
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         cli_help_main(stderr);
         return 2;

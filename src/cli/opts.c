@@ -63,11 +63,16 @@ void cli_gpu_split(sl_model_params *p) { /* auto too: SL_VRAM_AUTO is none where
         p->vram_bytes = SL_VRAM_AUTO;
 }
 
+static sl_remote *remote; /* rank 0's endpoint under mpirun (main.c), or NULL */
+
+void cli_set_remote(sl_remote *t) { remote = t; }
+
 sl_model_params cli_model_params(void) {
     sl_model_params p = sl_model_params_default();
     p.backend = SL_BACKEND_AUTO; /* the library's default is the CPU; the command's is the GPU where there is one */
     p.kv_type = SL_KV_F16;       /* half the bytes of f32 (docs/PERFORMANCE.md); --kv chooses, and insists */
     p.kv_fallback = 1;           /* a backend without f16 caches (the GPU's, so far) takes f32 */
+    p.remote = remote;           /* under mpirun: the experts on ranks 1..N-1 */
     return p;
 }
 

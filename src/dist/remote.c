@@ -76,6 +76,7 @@ struct rx_client {
     size_t rows_cap;
     double timeout_s;
     rx_rank_stats self;
+    char dead[sizeof((sl_error *)0)->msg]; /* the failure that broke the transport (t->failed): every later layer fails with it */
 };
 
 static double env_seconds(const char *name, double dflt) {
@@ -206,6 +207,7 @@ static sl_status layer_failed(rx_client *c, const rx_layer *q, sl_error *err) {
     sl_status st = err ? err->status : SL_EIO;
     for (int r = 1; r < c->t->size; r++) c->peer[r].sent = 0;
     if (err) err_prefix(err, "layer %d", q->layer);
+    if (c->t->failed && !c->dead[0]) snprintf(c->dead, sizeof c->dead, "%s", err ? err->msg : "an expert rank failed");
     return st;
 }
 
@@ -263,6 +265,9 @@ sl_status rx_client_send(rx_client *c, const rx_layer *q, sl_error *err) {
     if (q->H != c->H || q->slot < 0 || q->slot >= c->n_slots)
         return err_set(err, SL_EINVAL, "layer %d: a request of hidden %d, slot %d (model: %d, %d slots)", q->layer,
                        q->H, q->slot, c->H, c->n_slots);
+    if (c->t->failed) /* a rank that failed once is not asked again: the job must be restarted */
+        return err_set(err, SL_EIO, "the expert ranks cannot be used since an earlier failure (%s)",
+                       c->dead[0] ? c->dead : "an expert rank failed");
     if (!grow((void **)&c->row_of, &c->rows_cap, (size_t)q->n * sizeof(int)))
         return err_set(err, SL_ENOMEM, "out of memory");
     sl_status st = SL_OK;
