@@ -3,8 +3,8 @@
  * (dist/loop.c): the expert ranks are threads running engine_expert_rank with shares of their own, rank 0 the
  * backbone. Every fixture's logits through them are bitwise one process's (prefill layer-major, in micro-batches
  * and token by token, then greedy decode steps; ranks resident and streamed); the partition balances counts and
- * profile loads; a rank that stops answering fails the evaluation with its rank named, never a hang.
- * tests/py/test_mpi.py runs the same over Open MPI (mpirun -np 3).
+ * profile loads, and a profile given to a model moves its shares; a rank that stops answering fails the
+ * evaluation with its rank named, never a hang. tests/py/test_mpi.py runs the same over Open MPI (mpirun -np 3).
  */
 #include <math.h>
 #include <pthread.h>
@@ -14,6 +14,7 @@
 
 #include "dist/remote.h"
 #include "engine/engine.h"
+#include "format/container.h"
 #include "sluice.h"
 #include "test.h"
 
@@ -228,4 +229,46 @@ TEST(remote_open_names_the_rank_and_its_error) {
     rx_client_free(c);
     CHECK(st != SL_OK && !c);
     CHECKF(strstr(err.msg, "expert rank 1") && strstr(err.msg, "nonexistent"), "%s", err.msg);
+}
+
+/* Shares from a routing profile (sl_model_params.pin_profile): expert 0 of every MoE layer far the hottest, so
+ * rank 1 takes it alone and rank 2 every other expert; the logits stay one process's. */
+TEST(remote_profile_balances_the_load) {
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    const int S = (int)f.h.n_moe_layers, E = (int)f.h.n_experts;
+    char *prof = malloc(64 + (size_t)S * E * 32), *p = prof;
+    p += sprintf(p, "sluice-profile 1 layers %d experts %d\n", S, E);
+    for (int s = 0; s < S; s++)
+        for (int e = 0; e < E; e++) p += sprintf(p, "%d %d %d\n", f.moe_layers[s], e, e == 0 ? 100000 : 1);
+    slc_close(&f);
+    const char *pf = test_path("%s/remote-profile.txt", test_tmpdir());
+    CHECK(test_write(pf, prof, strlen(prof)) == 0);
+    free(prof);
+    toks_t t;
+    CHECK((t.n = test_ref_ids("qwen3_moe", "tokens", t.tokens, 256)) > 0);
+    sl_model_params one = sl_model_params_default();
+    one.resident = 1;
+    one.n_threads = 1;
+    char msg[1024] = "";
+    size_t n = 0;
+    float *ref = eval_all(path, &one, &t, 13, msg, &n);
+    CHECKF(ref, "%s", msg);
+    ranks_t r;
+    CHECK(ranks_start(&r) == 0);
+    sl_model_params mp = one;
+    mp.remote = r.ends[0];
+    mp.pin_profile = pf;
+    sl_rank_stats rs[RANKS];
+    float *got = eval_stats(path, &mp, &t, 13, msg, NULL, rs);
+    ranks_stop(&r);
+    const int same = got && !memcmp(got, ref, n * sizeof(float));
+    free(ref);
+    free(got);
+    CHECKF(same, "%s", msg[0] ? msg : "logits differ from one process");
+    CHECKF(rs[1].experts == (uint64_t)S && rs[2].experts == (uint64_t)S * (E - 1), "rank 1 holds %llu, rank 2 %llu",
+           (unsigned long long)rs[1].experts, (unsigned long long)rs[2].experts);
 }
