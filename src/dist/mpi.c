@@ -121,8 +121,8 @@ sl_status rx_mpi_new(int *argc, char ***argv, rx_transport **out, sl_error *err)
         return err_set(err, SL_ENOMEM, "out of memory");
     }
     MPI_Get_processor_name(me, &n);
-    char mine[HOST_MAX] = "";
-    snprintf(mine, sizeof mine, "%s", me);
+    char mine[HOST_MAX] = ""; /* the name cut to HOST_MAX - 1 bytes */
+    memcpy(mine, me, strnlen(me, HOST_MAX - 1));
     int rc = MPI_Allgather(mine, HOST_MAX, MPI_CHAR, c->hosts, HOST_MAX, MPI_CHAR, MPI_COMM_WORLD);
     if (rc != MPI_SUCCESS) {
         free(c->hosts);
