@@ -30,8 +30,8 @@ static void fa16_ref(const float *q, const uint16_t *kc, const uint16_t *vc, con
     free(sc);
 }
 
-/* out of T tokens: mode (slcu_fa16_force), all at once (one) or one at a time */
-static float *fa16_run(const slcu_attn *ap, int mode, int one, int qs) {
+/* out of T tokens: mode (slcu_fa16_force), all at once (one) or one at a time; f32: slcu_attention_f32 */
+static float *fa16_run(const slcu_attn *ap, int mode, int one, int f32) {
     char msg[256] = "";
     const int T = ap->n, row = ap->n_heads * ap->hd;
     poison(ap->out, (size_t)T * row * 4);
@@ -42,10 +42,9 @@ static float *fa16_run(const slcu_attn *ap, int mode, int one, int qs) {
             a.q += (size_t)t * ap->ldq, a.k += (size_t)t * ap->ldkv, a.v += (size_t)t * ap->ldkv;
             a.n = 1, a.pos0 += t, a.out += (size_t)t * ap->ldo;
         }
-        CK(!slcu_attention(&a, msg, sizeof msg), "%s", msg);
+        CK(!(f32 ? slcu_attention_f32(&a, NULL, 0, msg, sizeof msg) : slcu_attention(&a, msg, sizeof msg)), "%s", msg);
     }
     slcu_fa16_force(0);
-    (void)qs;
     return dl(ap->out, (size_t)T * row);
 }
 
@@ -69,8 +68,8 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
                           window, sinks ? dsk : NULL, scale, dout, (size_t)NH * HD, 1};
     float *ref = malloc((size_t)T * NH * HD * 4);
     fa16_ref(hq, hk, hv, sinks ? hs : NULL, T, NH, NKV, HD, cap, window, pos0, gated, scale, ref);
-    float *y1 = fa16_run(&ap, 1, 0, qs), *y2 = fa16_run(&ap, 2, 0, qs), *y3 = fa16_run(&ap, 0, 1, qs);
-    float *y4 = fa16_run(&ap, 1, 1, qs);
+    float *y1 = fa16_run(&ap, 1, 0, 0), *y2 = fa16_run(&ap, 2, 0, 0), *y3 = fa16_run(&ap, 0, 1, 0);
+    float *y4 = fa16_run(&ap, 1, 1, 0);
     const size_t nb = (size_t)T * NH * HD * 4;
     char name[128];
     snprintf(name, sizeof name, "f16 attention %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
@@ -83,7 +82,40 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }
 
+/* the same over an f32 cache (slcu_attention_f32): bitwise between its kernels, within 1e-5 of k_attention's order */
+static void check_fa32(int T, int NH, int NKV, int HD, int cap, int window, int pos0, int sinks, int gated) {
+    char msg[256] = "";
+    const int ROW = NKV * HD, qs = gated ? 2 * HD : HD;
+    float *dq = rnd_dev((size_t)T * NH * qs, 1, NULL, msg), *dsk = rnd_dev(NH, 1, NULL, msg);
+    float *dnew = rnd_dev((size_t)T * 2 * ROW, 1, NULL, msg), *dout = slcu_alloc((size_t)T * NH * HD * 4, msg, sizeof msg);
+    float *dk = rnd_dev((size_t)cap * ROW, 1, NULL, msg), *dv = rnd_dev((size_t)cap * ROW, 1, NULL, msg);
+    const slcu_attn ap = {dq, (size_t)NH * qs, qs, gated, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
+                          window, sinks ? dsk : NULL, 1.0f / sqrtf((float)HD), dout, (size_t)NH * HD, 0};
+    poison(dout, (size_t)T * NH * HD * 4);
+    slcu_attn_force(1); /* k_attention, all at once (the rows appended first: the same cache for every run) */
+    CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);
+    slcu_attn_force(0);
+    float *ref = dl(dout, (size_t)T * NH * HD);
+    float *y1 = fa16_run(&ap, 1, 0, 1), *y2 = fa16_run(&ap, 2, 0, 1), *y3 = fa16_run(&ap, 0, 1, 1);
+    float *y4 = fa16_run(&ap, 1, 1, 1);
+    const size_t nb = (size_t)T * NH * HD * 4;
+    char name[128];
+    snprintf(name, sizeof name, "f32 flash %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
+             sinks ? " sinks" : "", gated ? " gated" : "");
+    OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 1e-5);
+    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb),
+       "%s: prefill kernel / decode pair / token by token differ (%d %d %d)", name, !memcmp(y1, y2, nb),
+       !memcmp(y1, y3, nb), !memcmp(y1, y4, nb));
+    free(ref), free(y1), free(y2), free(y3), free(y4);
+    slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
+}
+
 static void check_attn_f16(void) {
+    check_fa32(40, 8, 2, 128, 400, 0, 150, 0, 1);
+    check_fa32(20, 8, 2, 64, 300, 50, 250, 1, 0);
+    check_fa32(9, 6, 2, 20, 64, 0, 0, 0, 1);
+    check_fa32(10, 32, 4, 256, 200, 0, 100, 1, 1);
+    check_fa32(16, 32, 4, 128, 4096, 0, 3000, 0, 0);
     check_fa16(40, 8, 2, 128, 400, 0, 150, 0, 1);
     check_fa16(20, 8, 2, 64, 300, 50, 250, 1, 0); /* a ring, wrapped, with sinks */
     check_fa16(12, 4, 4, 8, 100, 0, 30, 0, 0);    /* head_dim 8 (padded to 16) */

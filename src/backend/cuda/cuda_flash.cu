@@ -50,6 +50,14 @@ __device__ __forceinline__ uint32_t f16_pack(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
     return *(const uint32_t *)&h;
 }
+/* 16 bytes global -> shared without a register round trip, or 16 zero bytes (ok false: src is not read) */
+__device__ __forceinline__ void fl_cp16(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void fl_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fl_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ float f16_sigm(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 
 /* the keys p0 .. pos of row r (token r / G): lo > hi for a padding row */
@@ -90,7 +98,8 @@ __device__ void f16_load_q(const slcu_attn &p, __half *qs, int r0, int nr, int n
     }
 }
 
-/* K and V of positions c0 .. c0 + 63 into ks, vs [64][HDP + 8], zero outside plo .. phi and past hd */
+/* K and V of positions c0 .. c0 + 63 into ks, vs [64][HDP + 8], zero outside plo .. phi and past hd: cp.async
+ * (the caller commits and waits) where head_dim % 8 == 0, else element loads */
 template <int HDP>
 __device__ void f16_load_kv(const slcu_attn &p, __half *ks, __half *vs, int c0, int plo, int phi, int kvh, int tid,
                             int nthr) {
@@ -100,13 +109,10 @@ __device__ void f16_load_kv(const slcu_attn &p, __half *ks, __half *vs, int c0, 
         constexpr int U = HDP / 8;
         for (int i = tid; i < FA16_C * U; i += nthr) {
             const int r = i / U, u = i % U, pp = c0 + r;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-            if (pp >= plo && pp <= phi && u * 8 < p.hd) {
-                const size_t off = (size_t)(pp % p.cap) * row + (size_t)kvh * p.hd + (size_t)u * 8;
-                kv = *(const uint4 *)(kc + off), vv = *(const uint4 *)(vc + off);
-            }
-            *(uint4 *)(ks + r * (HDP + 8) + u * 8) = kv;
-            *(uint4 *)(vs + r * (HDP + 8) + u * 8) = vv;
+            const bool ok = pp >= plo && pp <= phi && u * 8 < p.hd;
+            const size_t off = ok ? (size_t)(pp % p.cap) * row + (size_t)kvh * p.hd + (size_t)u * 8 : 0;
+            fl_cp16(ks + r * (HDP + 8) + u * 8, kc + off, ok);
+            fl_cp16(vs + r * (HDP + 8) + u * 8, vc + off, ok);
         }
         return;
     }
@@ -206,7 +212,7 @@ template <int HDP>
 __global__ void __launch_bounds__(FA16_FW * 32) k_fa16_fold(const slcu_attn p) {
     constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
     extern __shared__ uint4 f16_smem[];
-    __half *qs = (__half *)f16_smem, *ks = qs + FA16_FW * 16 * S, *vs = ks + FA16_C * S;
+    __half *qs = (__half *)f16_smem, *kv0 = qs + FA16_FW * 16 * S; /* two buffers of K [64][S] then V [64][S] */
     const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y, r0 = blockIdx.x * FA16_FW * 16;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
     int lo[2], hi[2], clo, chi, wlo, whi, d;
@@ -220,11 +226,20 @@ __global__ void __launch_bounds__(FA16_FW * 32) k_fa16_fold(const slcu_attn p) {
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[HDP / 8][4];
 #pragma unroll
     for (int nt = 0; nt < HDP / 8; nt++) O[nt][0] = O[nt][1] = O[nt][2] = O[nt][3] = 0.0f;
+    f16_load_kv<HDP>(p, kv0, kv0 + FA16_C * S, clo / FA16_C * FA16_C, clo, chi, kvh, tid, FA16_FW * 32);
+    fl_cp_commit();
     for (int c = clo / FA16_C; c <= chi / FA16_C; c++) {
         const int c0 = c * FA16_C;
-        __syncthreads(); /* the previous chunk is read (and qs written) */
-        f16_load_kv<HDP>(p, ks, vs, c0, clo, chi, kvh, tid, FA16_FW * 32);
-        __syncthreads();
+        __half *ks = kv0 + (c & 1) * 2 * FA16_C * S, *vs = ks + FA16_C * S, *nk = kv0 + (~c & 1) * 2 * FA16_C * S;
+        __syncthreads();        /* the other buffer (the previous chunk's) is read */
+        if (c < chi / FA16_C) { /* the next chunk's tiles into it while this one computes */
+            f16_load_kv<HDP>(p, nk, nk + FA16_C * S, c0 + FA16_C, clo, chi, kvh, tid, FA16_FW * 32);
+            fl_cp_commit();
+            fl_cp_wait<1>();
+        } else {
+            fl_cp_wait<0>();
+        }
+        __syncthreads(); /* this chunk's tiles (and qs) are in */
         if (wlo > whi || c0 > whi || c0 + FA16_C - 1 < wlo) continue; /* none of the warp's rows has a key here */
         float m[2], l[2], a[2], b[2];
         uint32_t pa[4][4];
@@ -285,6 +300,8 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
     if (ci >= nchs || c0 > chi || c0 + FA16_C - 1 < clo) return; /* warp-uniform; no block barrier below */
     f16_load_q<HDP>(p, qs, r0, 16, nrows, G, kvh, lane, 32);
     f16_load_kv<HDP>(p, ks, vs, c0, clo, chi, kvh, lane, 32);
+    fl_cp_commit();
+    fl_cp_wait<0>();
     __syncwarp();
     float m[2], l[2];
     uint32_t pa[4][4];
@@ -311,24 +328,33 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
     }
 }
 
-/* Decode, second kernel: a CTA per row (kvh * nrows + r), the chunks folded in order as k_fa16_fold does. */
+/* Decode, second kernel: a CTA per row (kvh * nrows + r), the chunks folded in order as k_fa16_fold does; each
+ * thread loads FA_CB chunks' values at once (all in flight), then folds them in order. */
+#define FA_CB 16
 __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml) {
     if (pd) p.pos0 = *pd;
     const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.x / nrows, r = blockIdx.x % nrows;
     int lo, hi, clo, d;
     f16_range(p, r, nrows, G, lo, hi);
     f16_range(p, 0, nrows, G, clo, d);
-    const int t = r / G, h = kvh * G + r % G;
+    const int t = r / G, h = kvh * G + r % G, cb0 = clo / FA16_C;
+    /* the row's chunks: ci0 .. ci1 (the others hold none of its keys) */
+    const int ci0 = max(lo / FA16_C - cb0, 0), ci1 = min(hi / FA16_C - cb0, nchs - 1);
     const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride, *mr = ml + (size_t)blockIdx.x * nchs * 2;
     const float *orow = po + (size_t)blockIdx.x * nchs * hdp;
     for (int dd = threadIdx.x; dd < p.hd; dd += blockDim.x) {
         float M = -INFINITY, L = 0.0f, O = 0.0f, a, b;
-        for (int ci = 0; ci < nchs; ci++) {
-            const int c0 = (clo / FA16_C + ci) * FA16_C;
-            if (c0 > hi) break;
-            if (c0 + FA16_C - 1 < lo) continue;
-            f16_fold(M, L, mr[2 * ci], mr[2 * ci + 1], a, b);
-            O = f16_mix(O, orow[(size_t)ci * hdp + dd], a, b);
+        for (int c = ci0; c <= ci1; c += FA_CB) {
+            float mv[FA_CB], lv[FA_CB], ov[FA_CB];
+#pragma unroll
+            for (int u = 0; u < FA_CB; u++)
+                if (c + u <= ci1) mv[u] = mr[2 * (c + u)], lv[u] = mr[2 * (c + u) + 1], ov[u] = orow[(size_t)(c + u) * hdp + dd];
+#pragma unroll
+            for (int u = 0; u < FA_CB; u++)
+                if (c + u <= ci1) {
+                    f16_fold(M, L, mv[u], lv[u], a, b);
+                    O = f16_mix(O, ov[u], a, b);
+                }
         }
         p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + dd : NULL);
     }
@@ -345,53 +371,279 @@ __global__ void k_kv_append16(slcu_attn p, const int *pd) {
     }
 }
 
-/* the partials of the decode kernels (process lifetime, grown outside a capture) */
-static float *f16_part;
-static size_t f16_part_cap;
-static int f16_mode = -1; /* SLUICE_CUDA_FA16: 0 automatic, 1 always the prefill kernel, 2 always the decode pair */
+/* ---- f32 caches (SLUICE_CUDA_FA32=1): the same chunks and fold in f32 SIMT arithmetic. Per (row, chunk):
+ * s = (q . k in four chains, c mod 4, fma in increasing c; (a0 + a1) + (a2 + a3)) * scale over the row's keys of
+ * the chunk, m their max, e = exp(s - m), l = the warp's butterfly sum of (e_lane + e_lane+32), o[d] = fma chain
+ * of e_k v_k[d] over the row's keys in increasing position. ---- */
+#define FA32_RW 8 /* rows a warp */
 
-extern "C" void slcu_fa16_force(int mode) { f16_mode = mode; }
+/* rows of q (8 a warp) into qs [nr][HP] (HP: hd rounded up to 4, zero past hd and past the rows) */
+__device__ void f32_load_q(const slcu_attn &p, float *qs, int HP, int r0, int nr, int nrows, int G, int kvh, int tid, int nthr) {
+    for (int i = tid; i < nr * HP; i += nthr) {
+        const int r = i / HP, d = i % HP, R = r0 + r;
+        qs[i] = R < nrows && d < p.hd ? p.q[(size_t)(R / G) * p.ldq + (size_t)(kvh * G + R % G) * p.qstride + d] : 0.0f;
+    }
+}
+
+/* K or V of positions c0 .. c0 + 63 into t [64][HP + 4], zero outside plo .. phi and past hd: cp.async (the caller
+ * commits and waits) where head_dim % 4 == 0, else element loads */
+__device__ void f32_load_t(const slcu_attn &p, const float *cache, float *t, int HP, int c0, int plo, int phi, int kvh,
+                           int tid, int nthr) {
+    const size_t row = (size_t)p.n_kv * p.hd;
+    if (p.hd % 4 == 0) {
+        const int U = HP / 4;
+        for (int i = tid; i < FA16_C * U; i += nthr) {
+            const int r = i / U, u = i % U, pp = c0 + r;
+            const bool ok = pp >= plo && pp <= phi;
+            fl_cp16(t + r * (HP + 4) + u * 4, cache + (ok ? (size_t)(pp % p.cap) * row + (size_t)kvh * p.hd + u * 4 : 0), ok);
+        }
+        return;
+    }
+    for (int i = tid; i < FA16_C * HP; i += nthr) {
+        const int r = i / HP, d = i % HP, pp = c0 + r;
+        t[r * (HP + 4) + d] = pp >= plo && pp <= phi && d < p.hd ? cache[(size_t)(pp % p.cap) * row + (size_t)kvh * p.hd + d] : 0.0f;
+    }
+}
+
+/* scores of one row (q [HP]) against the chunk's keys (kt [64][HP + 4]): the row's m, l; its weights into e [64] */
+__device__ __forceinline__ void f32_scores(const float *q, const float *kt, int HP, int c0, int lo, int hi, float scale,
+                                           float &m, float &l, float *e) {
+    const int lane = threadIdx.x & 31;
+    const float *k0 = kt + lane * (HP + 4), *k1 = kt + (lane + 32) * (HP + 4);
+    float a[4] = {0, 0, 0, 0}, b[4] = {0, 0, 0, 0};
+    for (int c = 0; c < HP; c += 4) {
+        const float4 qv = *(const float4 *)(q + c), x = *(const float4 *)(k0 + c), y = *(const float4 *)(k1 + c);
+        a[0] = __fmaf_rn(qv.x, x.x, a[0]), a[1] = __fmaf_rn(qv.y, x.y, a[1]);
+        a[2] = __fmaf_rn(qv.z, x.z, a[2]), a[3] = __fmaf_rn(qv.w, x.w, a[3]);
+        b[0] = __fmaf_rn(qv.x, y.x, b[0]), b[1] = __fmaf_rn(qv.y, y.y, b[1]);
+        b[2] = __fmaf_rn(qv.z, y.z, b[2]), b[3] = __fmaf_rn(qv.w, y.w, b[3]);
+    }
+    const int p0 = c0 + lane, p1 = c0 + lane + 32;
+    const float s0 = p0 >= lo && p0 <= hi ? __fmul_rn(__fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3])), scale) : -INFINITY;
+    const float s1 = p1 >= lo && p1 <= hi ? __fmul_rn(__fadd_rn(__fadd_rn(b[0], b[1]), __fadd_rn(b[2], b[3])), scale) : -INFINITY;
+    float mx = fmaxf(s0, s1);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float e0 = s0 == -INFINITY ? 0.0f : expf(__fsub_rn(s0, mx)), e1 = s1 == -INFINITY ? 0.0f : expf(__fsub_rn(s1, mx));
+    float sum = __fadd_rn(e0, e1);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+    e[lane] = e0, e[lane + 32] = e1;
+    m = mx, l = sum;
+}
+
+/* o[j] (dims lane + 32 j) = the chain of e_k v_k over the row's keys of the chunk, in increasing position */
+template <int NJ>
+__device__ __forceinline__ void f32_pv(const float *e, const float *vt, int HP, int c0, int lo, int hi, float o[NJ]) {
+    const int lane = threadIdx.x & 31, kb = max(lo - c0, 0), ke = min(hi - c0, FA16_C - 1);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) o[j] = 0.0f;
+    for (int k = kb; k <= ke; k++) {
+        const float w = e[k], *v = vt + k * (HP + 4) + lane;
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+            if (lane + 32 * j < HP) o[j] = __fmaf_rn(w, v[32 * j], o[j]);
+    }
+}
+
+/* the keys of the 8 rows r0 .. r0 + 7 (registers; the same in every lane) */
+__device__ __forceinline__ void f32_ranges(const slcu_attn &p, int r0, int nrows, int G, int lo[FA32_RW], int hi[FA32_RW]) {
+#pragma unroll
+    for (int i = 0; i < FA32_RW; i++) f16_range(p, r0 + i, nrows, G, lo[i], hi[i]);
+}
+__device__ __forceinline__ bool f32_on(int lo, int hi, int c0) { return lo <= hi && c0 <= hi && c0 + FA16_C - 1 >= lo; }
+
+#define FA32_FW 8 /* warps of the f32 prefill kernel: 64 rows a CTA */
+
+/* Prefill, f32 cache: a CTA per 64 rows of KV head blockIdx.y (8 a warp), the chunks folded in order. Shared
+ * memory: qs [64][HP], the K and V tiles [64][HP + 4], the weights es [64][64]. */
+template <int NJ>
+__global__ void __launch_bounds__(FA32_FW * 32) k_fa32_fold(const slcu_attn p) {
+    extern __shared__ float4 f32_smem[];
+    const int HP = (p.hd + 3) & ~3, G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y;
+    const int r0 = blockIdx.x * FA32_FW * FA32_RW, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wr = r0 + warp * FA32_RW; /* the warp's first row */
+    float *qs = (float *)f32_smem, *kt = qs + FA32_FW * FA32_RW * HP, *vt = kt + FA16_C * (HP + 4);
+    float *es = vt + FA16_C * (HP + 4);
+    int lo[FA32_RW], hi[FA32_RW], clo, chi, d;
+    f32_ranges(p, wr, nrows, G, lo, hi);
+    f16_range(p, r0, nrows, G, clo, d);
+    f16_range(p, min(r0 + FA32_FW * FA32_RW, nrows) - 1, nrows, G, d, chi);
+    f32_load_q(p, qs, HP, r0, FA32_FW * FA32_RW, nrows, G, kvh, tid, FA32_FW * 32);
+    float M[FA32_RW], L[FA32_RW], O[FA32_RW][NJ];
+#pragma unroll
+    for (int i = 0; i < FA32_RW; i++) {
+        M[i] = -INFINITY, L[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) O[i][j] = 0.0f;
+    }
+    for (int c = clo / FA16_C; c <= chi / FA16_C; c++) {
+        const int c0 = c * FA16_C;
+        float m[FA32_RW], l[FA32_RW];
+        __syncthreads(); /* the tiles are read (and qs written) */
+        f32_load_t(p, p.k_cache, kt, HP, c0, clo, chi, kvh, tid, FA32_FW * 32);
+        fl_cp_commit();
+        f32_load_t(p, p.v_cache, vt, HP, c0, clo, chi, kvh, tid, FA32_FW * 32);
+        fl_cp_commit();
+        fl_cp_wait<1>(); /* K */
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < FA32_RW; i++)
+            if (f32_on(lo[i], hi[i], c0))
+                f32_scores(qs + (warp * FA32_RW + i) * HP, kt, HP, c0, lo[i], hi[i], p.scale, m[i], l[i],
+                           es + (warp * FA32_RW + i) * FA16_C);
+        fl_cp_wait<0>(); /* V */
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < FA32_RW; i++) {
+            if (!f32_on(lo[i], hi[i], c0)) continue;
+            float o[NJ], a, b;
+            f32_pv<NJ>(es + (warp * FA32_RW + i) * FA16_C, vt, HP, c0, lo[i], hi[i], o);
+            f16_fold(M[i], L[i], m[i], l[i], a, b);
+#pragma unroll
+            for (int j = 0; j < NJ; j++) O[i][j] = f16_mix(O[i][j], o[j], a, b);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < FA32_RW; i++) {
+        const int R = wr + i;
+        if (R >= nrows) break;
+        const int t = R / G, h = kvh * G + R % G;
+        const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int dd = lane + 32 * j;
+            if (dd < p.hd)
+                p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = f16_final(p, h, M[i], L[i], O[i][j], p.gated ? qv + p.hd + dd : NULL);
+        }
+    }
+}
+
+/* Decode, f32 cache: warp w of CTA (x, kvh, z) takes chunk base / 64 + W x + w of rows 8z .. 8z + 7 (k_fa16_part's
+ * layout of the partials, o at a stride of 32 NJ). Shared memory per warp: qs [8][HP], kt and vt [64][HP + 4], es [8][64]. */
+template <int NJ, int W>
+__global__ void __launch_bounds__(W * 32) k_fa32_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml) {
+    if (pd) p.pos0 = *pd;
+    extern __shared__ float4 f32_smem[];
+    const int HP = (p.hd + 3) & ~3, G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y, r0 = blockIdx.z * FA32_RW;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float *qs = (float *)f32_smem + (size_t)warp * (FA32_RW * HP + 2 * FA16_C * (HP + 4) + FA32_RW * FA16_C);
+    float *kt = qs + FA32_RW * HP, *vt = kt + FA16_C * (HP + 4), *es = vt + FA16_C * (HP + 4);
+    int lo[FA32_RW], hi[FA32_RW], clo, chi, base, d;
+    f32_ranges(p, r0, nrows, G, lo, hi);
+    f16_range(p, 0, nrows, G, base, d);
+    f16_range(p, r0, nrows, G, clo, d);
+    f16_range(p, min(r0 + FA32_RW, nrows) - 1, nrows, G, d, chi);
+    const int ci = blockIdx.x * W + warp, c0 = (base / FA16_C + ci) * FA16_C;
+    if (ci >= nchs || c0 > chi || c0 + FA16_C - 1 < clo) return; /* warp-uniform; no block barrier below */
+    f32_load_q(p, qs, HP, r0, FA32_RW, nrows, G, kvh, lane, 32);
+    f32_load_t(p, p.k_cache, kt, HP, c0, clo, chi, kvh, lane, 32);
+    fl_cp_commit();
+    f32_load_t(p, p.v_cache, vt, HP, c0, clo, chi, kvh, lane, 32);
+    fl_cp_commit();
+    fl_cp_wait<1>();
+    __syncwarp();
+    float m[FA32_RW], l[FA32_RW];
+#pragma unroll
+    for (int i = 0; i < FA32_RW; i++)
+        if (f32_on(lo[i], hi[i], c0)) {
+            f32_scores(qs + i * HP, kt, HP, c0, lo[i], hi[i], p.scale, m[i], l[i], es + i * FA16_C);
+            if (lane == 0) {
+                float *q = ml + ((size_t)(kvh * nrows + r0 + i) * nchs + ci) * 2;
+                q[0] = m[i], q[1] = l[i];
+            }
+        }
+    fl_cp_wait<0>();
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < FA32_RW; i++) {
+        if (!f32_on(lo[i], hi[i], c0)) continue;
+        float o[NJ];
+        f32_pv<NJ>(es + i * FA16_C, vt, HP, c0, lo[i], hi[i], o);
+        float *q = po + ((size_t)(kvh * nrows + r0 + i) * nchs + ci) * (32 * NJ) + lane;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) q[32 * j] = o[j];
+    }
+}
+
+__global__ void k_kv_append32(slcu_attn p, const int *pd) {
+    if (pd) p.pos0 = *pd;
+    const int t = blockIdx.y, row = p.n_kv * p.hd;
+    const size_t dst = (size_t)((p.pos0 + t) % p.cap) * row;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < row; i += gridDim.x * blockDim.x) {
+        p.k_cache[dst + i] = p.k[(size_t)t * p.ldkv + i];
+        p.v_cache[dst + i] = p.v[(size_t)t * p.ldkv + i];
+    }
+}
+
+
+/* the partials of the decode kernels (process lifetime, grown outside a capture) */
+static float *fl_part;
+static size_t fl_part_cap;
+static int fl_mode = -1; /* SLUICE_CUDA_FLASH_MODE: 0 automatic, 1 always the prefill kernel, 2 always the decode pair */
+
+extern "C" void slcu_fa16_force(int mode) { fl_mode = mode; }
+
+static void fl_env(void) {
+    if (fl_mode >= 0) return;
+    const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
+    fl_mode = e ? atoi(e) : 0;
+}
 
 static int f16_fail(char *msg, size_t msglen, const char *what, cudaError_t e) {
-    if (msg && msglen) snprintf(msg, msglen, "f16 attention: %s%s%s", what, e ? ": " : "", e ? cudaGetErrorString(e) : "");
+    if (msg && msglen) snprintf(msg, msglen, "flash attention: %s%s%s", what, e ? ": " : "", e ? cudaGetErrorString(e) : "");
     return -1;
+}
+
+/* the decode pair (every chunk its warp) or the prefill kernel: the same bits, so any rule does */
+static int fl_decode(const slcu_attn *a, const int *pd) { return fl_mode == 2 || (fl_mode != 1 && (pd || a->n <= 8)); }
+
+/* chunks of the decode pair: those of the first row's first key .. the last row's last (a recorded step: the most
+ * its max_keys can span) */
+static int fl_chunks(const slcu_attn *a, const int *pd, int max_keys) {
+    const int last = a->pos0 + a->n - 1, first = a->window > 0 && a->pos0 >= a->window ? a->pos0 - a->window + 1 : 0;
+    return pd ? (max_keys + a->n - 1 + FA16_C - 1) / FA16_C + 1 : last / FA16_C - first / FA16_C + 1;
+}
+
+/* po [rows][nchs][hdp] and ml [rows][nchs][2] for a's rows (n * n_heads) */
+static int fl_partials(const slcu_attn *a, int nchs, int hdp, float **po, float **ml, char *msg, size_t msglen) {
+    const size_t need = (size_t)a->n_heads * a->n * nchs * (hdp + 2);
+    if (need > fl_part_cap) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(SLS, &cs);
+        if (cs != cudaStreamCaptureStatusNone) return f16_fail(msg, msglen, "partials grow inside a recorded step", cudaSuccess);
+        if (fl_part) cudaFree(fl_part);
+        fl_part = NULL, fl_part_cap = 0;
+        /* 16 MiB at least: a recorded step's bound fits without growing inside a capture */
+        const size_t cap = need + need / 2 > ((size_t)4 << 20) ? need + need / 2 : (size_t)4 << 20;
+        cudaError_t e = cudaMalloc(&fl_part, cap * sizeof(float));
+        if (e) return f16_fail(msg, msglen, "partials", e);
+        fl_part_cap = cap;
+    }
+    *po = fl_part, *ml = fl_part + (size_t)a->n_heads * a->n * nchs * hdp;
+    return 0;
 }
 
 template <int HDP>
 static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
     constexpr int S = HDP + 8, PW = HDP >= 256 ? 2 : 4;
     static int init;
-    const size_t fsm = (size_t)(FA16_FW * 16 + 2 * FA16_C) * S * 2, psm = (size_t)PW * (16 + 2 * FA16_C) * S * 2;
+    const size_t fsm = (size_t)(FA16_FW * 16 + 4 * FA16_C) * S * 2, psm = (size_t)PW * (16 + 2 * FA16_C) * S * 2;
     if (!init) {
         cudaFuncSetAttribute(k_fa16_fold<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fsm);
         cudaFuncSetAttribute(k_fa16_part<HDP, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psm);
         init = 1;
     }
     const int G = a->n_heads / a->n_kv, nrows = a->n * G;
-    const int dec = f16_mode == 2 || (f16_mode != 1 && (pd || a->n <= 8));
-    if (!dec) {
+    if (!fl_decode(a, pd)) {
         k_fa16_fold<HDP><<<dim3((unsigned)((nrows + FA16_FW * 16 - 1) / (FA16_FW * 16)), (unsigned)a->n_kv), FA16_FW * 32,
                            fsm, SLS>>>(*a);
         cudaError_t e = cudaGetLastError();
         return e ? f16_fail(msg, msglen, "launch", e) : 0;
     }
-    /* chunks: those of the first row's first key .. the last row's last (max_keys: a recorded step's bound) */
-    const int last = a->pos0 + a->n - 1, first = a->window > 0 && a->pos0 >= a->window ? a->pos0 - a->window + 1 : 0;
-    const int nchs = pd ? (max_keys + a->n - 1 + FA16_C - 1) / FA16_C + 1 : last / FA16_C - first / FA16_C + 1;
-    const size_t need = (size_t)a->n_heads * a->n * nchs * (HDP + 2);
-    if (need > f16_part_cap) {
-        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-        cudaStreamIsCapturing(SLS, &cs);
-        if (cs != cudaStreamCaptureStatusNone) return f16_fail(msg, msglen, "partials grow inside a recorded step", cudaSuccess);
-        if (f16_part) cudaFree(f16_part);
-        f16_part = NULL, f16_part_cap = 0;
-        const size_t cap = need + need / 2 > ((size_t)4 << 20) ? need + need / 2 : (size_t)4 << 20; /* 16 MiB at least:
-                                                          a recorded step's bound fits without growing in a capture */
-        cudaError_t e = cudaMalloc(&f16_part, cap * sizeof(float));
-        if (e) return f16_fail(msg, msglen, "partials", e);
-        f16_part_cap = cap;
-    }
-    float *po = f16_part, *ml = f16_part + (size_t)a->n_heads * a->n * nchs * HDP;
+    float *po, *ml;
+    const int nchs = fl_chunks(a, pd, max_keys);
+    if (fl_partials(a, nchs, HDP, &po, &ml, msg, msglen)) return -1;
     k_fa16_part<HDP, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
                            PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
     k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, HDP,
@@ -402,18 +654,58 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
 
 /* cuda.h: the new rows appended (f16), then the attention of a's n tokens; 0 or -1 (message) */
 extern "C" int slcu_attention_f16(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
-    if (f16_mode < 0) {
-        const char *e = getenv("SLUICE_CUDA_FA16");
-        f16_mode = e ? atoi(e) : 0;
-    }
+    fl_env();
     if (a->hd > 256) return f16_fail(msg, msglen, "head_dim above 256", cudaSuccess);
     if (pd && (a->n != 1 || !a->k)) return f16_fail(msg, msglen, "a recorded step has one token appending its row", cudaSuccess);
-    if (a->k) {
-        k_kv_append16<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
-    }
+    if (a->k) k_kv_append16<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
     if (a->hd <= 16) return f16_launch<16>(a, pd, max_keys, msg, msglen);
     if (a->hd <= 32) return f16_launch<32>(a, pd, max_keys, msg, msglen);
     if (a->hd <= 64) return f16_launch<64>(a, pd, max_keys, msg, msglen);
     if (a->hd <= 128) return f16_launch<128>(a, pd, max_keys, msg, msglen);
     return f16_launch<256>(a, pd, max_keys, msg, msglen);
+}
+
+template <int NJ>
+static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
+    constexpr int PW = 2;
+    const int HP = (a->hd + 3) & ~3;
+    const size_t fsm = (size_t)(FA32_FW * FA32_RW * HP + 2 * FA16_C * (HP + 4) + FA32_FW * FA32_RW * FA16_C) * 4;
+    const size_t psm = (size_t)PW * (FA32_RW * HP + 2 * FA16_C * (HP + 4) + FA32_RW * FA16_C) * 4;
+    static int init;
+    if (!init) { /* the most any head_dim of this NJ takes */
+        const int hp = 32 * NJ;
+        cudaFuncSetAttribute(k_fa32_fold<NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (FA32_FW * FA32_RW * hp + 2 * FA16_C * (hp + 4) + FA32_FW * FA32_RW * FA16_C) * 4);
+        cudaFuncSetAttribute(k_fa32_part<NJ, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             PW * (FA32_RW * hp + 2 * FA16_C * (hp + 4) + FA32_RW * FA16_C) * 4);
+        init = 1;
+    }
+    const int G = a->n_heads / a->n_kv, nrows = a->n * G;
+    if (!fl_decode(a, pd)) {
+        k_fa32_fold<NJ><<<dim3((unsigned)((nrows + FA32_FW * FA32_RW - 1) / (FA32_FW * FA32_RW)), (unsigned)a->n_kv),
+                          FA32_FW * 32, fsm, SLS>>>(*a);
+        cudaError_t e = cudaGetLastError();
+        return e ? f16_fail(msg, msglen, "launch", e) : 0;
+    }
+    float *po, *ml;
+    const int nchs = fl_chunks(a, pd, max_keys);
+    if (fl_partials(a, nchs, 32 * NJ, &po, &ml, msg, msglen)) return -1;
+    k_fa32_part<NJ, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + FA32_RW - 1) / FA32_RW)),
+                          PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
+    k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, 32 * NJ,
+                                                                                                   po, ml);
+    cudaError_t e = cudaGetLastError();
+    return e ? f16_fail(msg, msglen, "launch", e) : 0;
+}
+
+/* cuda.h: the new rows appended, then the attention of a's n tokens over an f32 cache in the chunked order */
+extern "C" int slcu_attention_f32(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
+    fl_env();
+    if (a->hd > 256) return f16_fail(msg, msglen, "head_dim above 256", cudaSuccess);
+    if (pd && (a->n != 1 || !a->k)) return f16_fail(msg, msglen, "a recorded step has one token appending its row", cudaSuccess);
+    if (a->k) k_kv_append32<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
+    if (a->hd <= 32) return f32_launch<1>(a, pd, max_keys, msg, msglen);
+    if (a->hd <= 64) return f32_launch<2>(a, pd, max_keys, msg, msglen);
+    if (a->hd <= 128) return f32_launch<4>(a, pd, max_keys, msg, msglen);
+    return f32_launch<8>(a, pd, max_keys, msg, msglen);
 }
