@@ -33,6 +33,23 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
         }
     }
     slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
+    /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8), through the row indirection and the table too */
+    const int nts[] = {2, 3, 5, 8};
+    for (int k = 0; k < 2 * 4 * 2; k++) {
+        const int n = nts[k % 4], via = k / 4 % 2;
+        slcu_i8_mvn_kernel(1 + k / 8);
+        poison(dy, (size_t)n * rows * 4);
+        slcu_mm m = {a->d, da, via ? drows : NULL, n, dy, (size_t)rows, NULL, NULL};
+        if (via) m.w.data = m.w.scales = m.w.biases = NULL, m.tab = (const void *const *)dtab, m.sel = (const int *)dsel;
+        CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
+        free(yy);
+        yy = dl(dy, (size_t)n * rows);
+        gok = 1;
+        for (int t = 0; t < n; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)(via ? idx[t] : t) * rows, (size_t)rows * 4);
+        CK(gok, "%s %dx%d: %d tokens, kernel %d%s, differ from alone", dt_name(dt), rows, cols, n, 1 + k / 8,
+           via ? " (rows, device table)" : "");
+    }
+    slcu_i8_mvn_kernel(0);
     free(yy);
 }
 
@@ -84,6 +101,24 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
         printf("  kernel %d rows %3d: %7.2f | %7.2f | %7.2f | %7.2f   layer sum %7.2f us\n", 1 + k / 5, mvr[k % 5], us[0], us[1], us[2], us[3],
                us[0] + us[1] + us[2] + us[3]);
     }
+    printf("2-8 tokens (batched decode), us a call on q|k|v 5120x2048, mvn_i8 | mvnc_i8:");
+    for (int n = 2; n <= 8; n *= 2) {
+        mat a;
+        if (make_mat(&a, DT_Q4, 5120 * 8, 2048, 64, DT_BF16, msg)) { printf("%s\n", msg); break; }
+        slcu_act_bind(&da, abuf, n, 2048, msg, sizeof msg), slcu_act_quantize(&da, dx, 2048, msg, sizeof msg);
+        float us2[2];
+        for (int v = 0; v < 2; v++) {
+            slcu_i8_mvn_kernel(1 + v);
+            slcu_mm m = {a.d, &da, NULL, n, dy, 5120, NULL, NULL};
+            m.w.rows = 5120;
+            mmrun r = {&m, 1, 1, 8, 0, 5120};
+            us2[v] = 1e3f * slcu_time(run_mm, &r, 50);
+        }
+        printf("  %d tok %.2f | %.2f", n, us2[0], us2[1]);
+        free_mat(&a);
+    }
+    printf("\n");
+    slcu_i8_mvn_kernel(0);
     slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
 }
 
@@ -96,12 +131,12 @@ static void bench_mv(void) {
         printf("%s\n", msg);
         return;
     }
-    float *dx = slcu_alloc((size_t)8192 * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)16384 * 4, msg, sizeof msg);
-    float *hx = malloc((size_t)8192 * 4);
-    for (int i = 0; i < 8192; i++) hx[i] = nrand();
-    slcu_upload(dx, hx, (size_t)8192 * 4, msg, sizeof msg);
+    float *dx = slcu_alloc((size_t)8 * 8192 * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)8 * 16384 * 4, msg, sizeof msg);
+    float *hx = malloc((size_t)8 * 8192 * 4);
+    for (int i = 0; i < 8 * 8192; i++) hx[i] = nrand();
+    slcu_upload(dx, hx, (size_t)8 * 8192 * 4, msg, sizeof msg);
     free(hx);
-    void *abuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg), *dbuf = slcu_alloc(slcu_act_bytes(1, 768), msg, sizeof msg);
+    void *abuf = slcu_alloc(slcu_act_bytes(8, 8192), msg, sizeof msg), *dbuf = slcu_alloc(slcu_act_bytes(1, 768), msg, sizeof msg);
     bench_mv_rows(&gu, &dn, dx, dy, abuf, dbuf);
     free_mat(&gu), free_mat(&dn);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf);

@@ -105,6 +105,9 @@ void slcu_i8_mv_rows(int rows);
 /* The one-token matvec kernel (cuda_mv.cu; the same bits), for tests and benchmarks: 1 mv1_i8, 2 mv1b_i8 (every load
  * of a thread in flight at once), 0 back to the environment's SLUICE_CUDA_MV1 (1 unset). */
 void slcu_i8_mv1_kernel(int version);
+/* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by
+ * cp.async), 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */
+void slcu_i8_mvn_kernel(int version);
 
 /* The routed experts of a layer-major MoE block (prefill), all on the device: the n k (token, slot) pairs of
  * top_e grouped by expert (no host round trip), h's rows quantised once, gate and up of every expert over its

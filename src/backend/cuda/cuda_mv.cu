@@ -251,6 +251,80 @@ __global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ij
     if (folds) j.y[(size_t)ft * j.ldy + r0 + fr] = __fadd_rn(acc, accb);
 }
 
+/* mvn_i8's operations on the same values in the same order (bitwise its results) with a chunk's loads in flight at
+ * once, as mv1c_i8: the chunk's codes, scale and bias words and the NT tokens' activation codes and block scales go
+ * to shared memory by cp.async, one wait, then each thread stages its pairs' NT I_b and s_g d_b for the fold
+ * (SLUICE_CUDA_MVN=2; slcu_i8_mvn_kernel). Chunks of at most 32 blocks (shared memory). */
+template <int DT, int SDT, int NT>
+__global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ ijobs J) {
+    constexpr int BB = DT == DT_Q4 ? 16 : 32, KC = MV1_KC / NT < 32 ? MV1_KC / NT : 32, NP = MV1_ROWS * KC;
+    constexpr int P = (NP + MV1_THREADS - 1) / MV1_THREADS, ssz = SDT == DT_F32 ? 4 : 2;
+    const ijob j = resolve(J.j[find_job(J)]);
+    __shared__ __align__(16) uint8_t sc[NP * BB];
+    __shared__ unsigned ssw[NP], sbw[NP];
+    __shared__ __align__(16) uint4 sx[NT * KC * 2];
+    __shared__ float sd[NT * KC], sI[NT * KC * MV1_LD], sM[NT * KC * MV1_LD], sB[KC * MV1_LD];
+    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * MV1_ROWS, cols = j.cols, nb = cols / 32;
+    const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(MV1_ROWS, j.nrows - r0), nt = min(NT, j.n_tok);
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols;
+    const int fr = tid % MV1_ROWS, ft = tid / MV1_ROWS, folds = fr < nr && ft < nt;
+    const float *xs = j.s + (size_t)act_row(j, ft < nt ? ft : 0) * ns + soff;
+    float acc = 0.f, accb = 0.f;
+    for (int kb0 = 0; kb0 < nb; kb0 += KC) {
+        const int kcn = min(KC, nb - kb0), np = nr * kcn;
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int q = tid + k * MV1_THREADS, rl = q / kcn, b = kb0 + q - rl * kcn, r = r0 + rl;
+            if (q < np) {
+                const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * BB;
+                cp16(sc + (size_t)q * BB, w, true);
+                if (DT == DT_Q8) cp16(sc + (size_t)q * BB + 16, w + 16, true);
+                const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+                cp4(&ssw[q], (const void *)(((uintptr_t)j.scales + e * ssz) & ~(uintptr_t)3));
+                if (!(b & bmask)) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
+            }
+        }
+        for (int i = tid; i < nt * 2 * kcn; i += MV1_THREADS) {
+            const int t = i / (2 * kcn), c = i - t * 2 * kcn;
+            cp16(&sx[t * 2 * KC + c], j.xq + (size_t)act_row(j, t) * cols + (size_t)kb0 * 32 + (size_t)c * 16, true);
+        }
+        for (int i = tid; i < nt * kcn; i += MV1_THREADS) {
+            const int t = i / kcn, c = i - t * kcn;
+            cp4(&sd[t * KC + c], j.d + (size_t)act_row(j, t) * nb + kb0 + c);
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < P; k++) {
+            const int q = tid + k * MV1_THREADS, rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
+            if (q < np) {
+                const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+                const uint4 *w = (const uint4 *)(sc + (size_t)q * BB);
+                const uint4 w0 = w[0], w1 = DT == DT_Q8 ? w[1] : w[0];
+                const float sw = cv_sw(ssw[q], j.scales, SDT, e);
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    if (t >= nt) break;
+                    sI[(t * KC + bl) * MV1_LD + rl] = (float)dot_block<DT>(w0, w1, sx[t * 2 * KC + 2 * bl], sx[t * 2 * KC + 2 * bl + 1]);
+                    sM[(t * KC + bl) * MV1_LD + rl] = __fmul_rn(sw, sd[t * KC + bl]);
+                }
+                if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = cv_sw(sbw[q], j.biases, SDT, e);
+            }
+        }
+        __syncthreads();
+        if (folds) {
+            const float *si = sI + (size_t)ft * KC * MV1_LD + fr, *sm = sM + (size_t)ft * KC * MV1_LD + fr;
+#pragma unroll 8
+            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(si[bl * MV1_LD], sm[bl * MV1_LD], acc);
+            for (int gl = 0; gl < (kcn >> gshift); gl++)
+                accb = __fmaf_rn(sB[gl * MV1_LD + fr], __ldg(xs + (kb0 >> gshift) + gl), accb);
+        }
+        __syncthreads();
+    }
+    if (folds) j.y[(size_t)ft * j.ldy + r0 + fr] = __fadd_rn(acc, accb);
+}
+
 /* Rows a CTA of mv1_i8 takes: 16 (MV1_ROWS) unless SLUICE_CUDA_MVR says 4, 8, 16 or 32, or "auto" (or
  * slcu_i8_mv_rows for tests): then the fewest of 4 .. 32 that keep the launch within MV_WAVE CTAs, so a small matrix
  * (the o projection: 2048 rows) spreads over every SM and a large group (8 experts' gate and up: 12288 rows) runs in
@@ -301,11 +375,27 @@ static void mv_one(int rows, int tiles, const ijobs *J) {
     else mv_r<DT, SDT, MV1_ROWS>(tiles, J);
 }
 
+static int mvn_kernel; /* 0 unread; 1 mvn_i8, 2 mvnc_i8 */
+extern "C" void slcu_i8_mvn_kernel(int v) { mvn_kernel = v == 1 || v == 2 ? v : 0; }
+static int mvn_version(void) {
+    if (!mvn_kernel) {
+        const char *e = getenv("SLUICE_CUDA_MVN");
+        mvn_kernel = e && e[0] == '2' ? 2 : 1;
+    }
+    return mvn_kernel;
+}
+
+template <int DT, int SDT, int NT>
+static void mv_nt(int tiles, const ijobs *J) {
+    if (mvn_version() == 2) mvnc_i8<DT, SDT, NT><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    else mvn_i8<DT, SDT, NT><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+}
+
 template <int DT, int SDT>
 static void mv_n(int max_tok, int tiles, const ijobs *J) {
-    if (max_tok <= 2) mvn_i8<DT, SDT, 2><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
-    else if (max_tok <= 4) mvn_i8<DT, SDT, 4><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
-    else mvn_i8<DT, SDT, 8><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    if (max_tok <= 2) mv_nt<DT, SDT, 2>(tiles, J);
+    else if (max_tok <= 4) mv_nt<DT, SDT, 4>(tiles, J);
+    else mv_nt<DT, SDT, 8>(tiles, J);
 }
 
 template <int DT>
