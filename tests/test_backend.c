@@ -163,12 +163,26 @@ TEST(backend_kv_types_one_rule) {
     }
 }
 
-/* A backend that leaves an op NULL (the CUDA backend has no MLA and no DeltaNet yet) refuses, at open, a
- * model whose layers call it, naming the op and the family; a full table accepts it. */
+/* Leaves be's op `op` NULL (the ops the cases below name). */
+static void drop_op(be_backend *be, const char *op) {
+    if (!strcmp(op, "mla")) be->mla = NULL;
+    else if (!strcmp(op, "attention")) be->attention = NULL;
+    else if (!strcmp(op, "scale")) be->scale = NULL;
+    else if (!strcmp(op, "row_scale")) be->row_scale = NULL;
+    else if (!strcmp(op, "short_conv")) be->short_conv = NULL;
+    else if (!strcmp(op, "mamba2")) be->mamba2 = NULL;
+    else be->dn_chunk = NULL;
+}
+
+/* A backend that leaves an op NULL (the CUDA backend has no MLA and no DeltaNet yet, nor the ops of issue 26's
+ * families: scale, softcap, row_scale, short_conv, mamba2) refuses, at open, a model whose layers call it, naming
+ * the op and the family; a full table accepts it. */
 TEST(backend_missing_op_refused_at_open) {
     static const struct {
         const char *fixture, *op;
-    } cases[] = {{"qwen3_next", "dn_chunk"}, {"deepseek_v3", "mla"}, {"qwen3_moe", "attention"}};
+    } cases[] = {{"qwen3_next", "dn_chunk"}, {"deepseek_v3", "mla"}, {"qwen3_moe", "attention"}, {"gemma4", "scale"},
+                 {"llama4", "row_scale"}, {"mimo_v2_flash", "scale"}, {"lfm2_moe", "short_conv"},
+                 {"longcat_flash", "row_scale"}, {"granitemoehybrid", "mamba2"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         slc_file f;
         sl_error err = {0};
@@ -179,9 +193,7 @@ TEST(backend_missing_op_refused_at_open) {
         sl_error ops_err = {0};
         const char *msg = ops_err.msg;
         CHECKF(fwd_check_ops(ws, &f.cfg, &ops_err) == 0, "%s with every op: %s", cases[i].fixture, msg);
-        if (!strcmp(cases[i].op, "mla")) be->mla = NULL;
-        else if (!strcmp(cases[i].op, "attention")) be->attention = NULL;
-        else be->dn_chunk = NULL;
+        drop_op(be, cases[i].op);
         int rc = fwd_check_ops(ws, &f.cfg, &ops_err);
         CHECKF(rc == SL_EUNSUPPORTED && strstr(msg, cases[i].op) && strstr(msg, cases[i].fixture), "%s: %d %s",
                cases[i].fixture, rc, msg);

@@ -189,6 +189,10 @@ TEST(gguf_every_family_has_its_architecture) {
     int n = 0;
     for (int i = 0; arch_list[i]; i++, n++) {
         const arch_desc *a = arch_list[i];
+        if (!a->gguf_arch && a->id == SL_ARCH_LONGCAT_FLASH) { /* llama.cpp has no architecture for it */
+            n--;
+            continue;
+        }
         CHECKF(a->gguf_arch && a->gguf_config, "%s has no GGUF import", a->name);
         CHECKF(arch_by_gguf(a->gguf_arch) == a, "%s: '%s' maps elsewhere", a->name, a->gguf_arch);
         CHECKF(strstr(arch_gguf_list(), a->gguf_arch), "%s missing from '%s'", a->gguf_arch, arch_gguf_list());

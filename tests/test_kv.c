@@ -238,7 +238,7 @@ TEST(kv_seq_pages) {
     be_backend *be = be_cpu_new(NULL, NULL);
     fwd_seq *sq = be ? fwd_seq_new(&c, 3000, SL_KV_Q8, be) : NULL;
     CHECK(sq);
-    int ok = sq->kv_cap[0] == FWD_KV_PAGE && fwd_kv_row_bytes(sq) == 2 * kv_head_bytes(SL_KV_Q8, 16);
+    int ok = sq->kv_cap[0] == FWD_KV_PAGE && fwd_kv_row_bytes(sq, 0, 0) == 2 * kv_head_bytes(SL_KV_Q8, 16);
     ok = ok && !fwd_seq_reserve(sq, 300) && sq->kv_cap[0] == 2 * FWD_KV_PAGE;
     ok = ok && !fwd_seq_reserve(sq, 2900) && sq->kv_cap[0] == 3000 && sq->kv_cap[1] == 3000;
     fwd_seq_free(sq);

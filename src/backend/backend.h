@@ -57,12 +57,13 @@ enum {
 enum { BE_H2D = 0, BE_D2H = 1, BE_D2D = 2 };
 
 /* Expert FFN kinds (config.h tn_expert_kind) */
-enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1, BE_FFN_SWIGLU_CLAMP = 2 };
+enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1, BE_FFN_SWIGLU_CLAMP = 2, BE_FFN_GEGLU = 3, BE_FFN_SWIGLU_FUSED = 4 };
 
 /* Full (softmax) attention of one micro-batch with its KV cache (attention op). q/k already have their
  * biases, q/k norms and RoPE. The op first stores the n new K/V rows at positions pos0 .. pos0+n-1 (row
  * p % cap of the caches), then for every (token t, head h): scores q . k_p * scale against positions
- * p0 .. pos (pos = pos0 + t; p0 = pos - window + 1 for a sliding layer, else 0), softmax in f32 with its
+ * p0 .. pos (pos = pos0 + t; p0 = pos - window + 1 for a sliding layer, pos - pos % chunk for a chunked one,
+ * else 0), softmax in f32 with its
  * sum in double and, with sinks, sinks[h] as one more logit (in the max and the denominator, its value
  * dropped: modeling_gpt_oss.py eager_attention_forward), the weighted sum of V rows in increasing position,
  * and, gated, times sigmoid(gate) element-wise. KV head of query head h: h / (n_heads / n_kv_heads). */
@@ -73,19 +74,22 @@ typedef struct be_attn {
     const float *q; /* [n][ldq]; head h at h * qstride: query [hd], then (gated) gate [hd] */
     size_t ldq;
     int qstride, gated;
-    const float *k, *v; /* new rows [n][ldkv], KV head g at g * hd */
-    size_t ldkv;
-    /* [cap] rows each of n_kv_heads heads stored as kv_type (quant/kv.h: head g at g * kv_head_bytes(kv_type,
-     * hd)); the op encodes the new rows (kv_encode_head) and computes on the decoded values (kv_decode_heads),
-     * the new rows' included, so the result is the f32 op's on the cache's values */
+    const float *k, *v; /* new rows [n][ldkv] / [n][ldv], KV head g at g * hd / g * vd */
+    size_t ldkv, ldv;    /* ldv 0: ldkv */
+    int v_dim;           /* vd, a value head's size (MiMo-V2-Flash: below hd); 0: hd. out's heads are vd apart */
+    /* [cap] rows each of n_kv_heads heads stored as kv_type (quant/kv.h: K head g at g * kv_head_bytes(kv_type,
+     * hd), V head g at g * kv_head_bytes(kv_type, vd)); the op encodes the new rows (kv_encode_head) and computes
+     * on the decoded values (kv_decode_heads), the new rows' included, so the result is the f32 op's on the
+     * cache's values */
     void *k_cache, *v_cache;
     sl_kv_type kv_type;
     int cap;
     int n, pos0, n_heads, n_kv_heads, head_dim;
     int window;          /* > 0: a sliding layer of this many positions (the query's own included) */
+    int chunk;           /* > 0 (window 0): a chunked layer, keys of the query's chunk of this many positions */
     const float *sinks;  /* [n_heads] sink logits, or NULL */
     float scale;
-    float *out;          /* [n][ldo]; head h's output at h * hd */
+    float *out;          /* [n][ldo]; head h's output at h * vd */
     size_t ldo;
     /* optional (DeepSeek-V4; one KV head): keys that are also values after the cache's, rows [*][head_dim]
      * (compressed entries); token t at pos sees entries 0 .. (pos + 1) / extra_rate - 1, all of them, or with
@@ -232,6 +236,43 @@ typedef struct be_dn {
     float eps;
 } be_dn;
 
+/* One LFM2 short-convolution micro-batch (short_conv op; modeling_lfm2_moe.py Lfm2MoeShortConv): bcx rows are
+ * in_proj's [B | C | x] (ch each); per channel c, u = B * x (written over x), y_t = sum_j w[c][j] u_{t-K+1+j} with
+ * u of the positions before the batch from state_in (K-1 rows, oldest first), out = C * y; state_out the last K-1
+ * rows of u. */
+typedef struct be_sconv {
+    int n, ch, k;
+    float *bcx;              /* [n][ldb] */
+    size_t ldb;
+    const float *w;          /* [ch][k] */
+    const float *state_in;   /* [k-1][ch] */
+    float *state_out;        /* [k-1][ch] */
+    float *out;              /* [n][ldo] */
+    size_t ldo;
+} be_sconv;
+
+/* One Mamba2 micro-batch (mamba2 op; modeling_granitemoehybrid.py GraniteMoeHybridMambaLayer, its torch path): in
+ * rows [gate (nh hd) | x B C (ch = nh hd + 2 G N) | dt (nh)]; x B C through the causal depthwise conv (K taps, bias)
+ * and SiLU into conv_out (state: the last K-1 pre-conv rows); per head h (group h / (nh / G)): dt = softplus(dt +
+ * dt_bias), S = exp(dt * -exp(A_log)) S + dt x B^T, y = S C + D x; then y * silu(gate), RMS-normed per group of
+ * nh hd / G with norm_w, into out. S [nh][hd][N] from ssm_in to ssm_out. */
+typedef struct be_mamba {
+    int n, nh, hd, g, ns, k;
+    const float *in;         /* [n][ldi] */
+    size_t ldi;
+    const float *conv_w, *conv_b; /* [ch][k], [ch] */
+    const float *conv_in_state;   /* [k-1][ch] */
+    float *conv_out_state;        /* [k-1][ch] */
+    float *conv_out;              /* [n][ch] scratch */
+    const float *A_log, *dt_bias, *D; /* [nh] */
+    const float *ssm_in;          /* [nh][hd][ns] */
+    float *ssm_out;
+    const float *norm_w;          /* [nh hd] */
+    float eps;
+    float *out;                   /* [n][ldo] */
+    size_t ldo;
+} be_mamba;
+
 /* Routing of n rows (route op): cfg->router's rule (config.h; moe.c's comment has each) or cfg's uniform
  * routing, per row. top_e/top_w [n][k] (HOST) get the chosen experts sorted by expert index and their
  * weights. hint: instead, the plain top-k of the logits in the order taken (-1 past the last finite
@@ -245,11 +286,14 @@ typedef struct be_route {
      * (expert ids as floats); NULL otherwise */
     const int32_t *tokens;
     const float *tid2eid;
+    const float *expert_scale; /* [E] the chosen experts' weights times these, last (Gemma 4), or NULL */
     int *top_e;          /* HOST [n][k] */
     float *top_w;        /* HOST [n][k] */
 } be_route;
 
-/* One FFN over x's rows (ffn op): BE_FFN_SWIGLU y = down(silu(gate x) * up x); BE_FFN_GPTOSS
+/* One FFN over x's rows (ffn op): BE_FFN_SWIGLU y = down(silu(gate x) * up x); BE_FFN_GEGLU y = down(gelu_tanh(gate
+ * x) * up x), gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma 4); BE_FFN_SWIGLU_FUSED
+ * gu = gate_up x [n][2I] (g scratch), y = down(silu(gu[:I]) * gu[I:]) (Llama 4); BE_FFN_GPTOSS
  * (modeling_gpt_oss.py GptOssExperts) gu = gate_up x + gate_up_bias, rows interleaved (gate even, up odd),
  * gate clamped above at limit, up to [-limit, limit], act = (up + 1) * gate * sigmoid(1.702 gate), y =
  * down act + down_bias. down's input is an activation of its own (mid_buf, int8 as x's rule: kernels.h). */
@@ -362,6 +406,13 @@ struct be_backend {
                       const float *b, float eps);
     /* x[i] += y[i], i < n. */
     void (*add)(be_backend *be, float *x, const float *y, size_t n);
+    /* optional (NULL: the families that need it are refused): x[i] *= s, i < n; or, sv not NULL, x[i] *= sv[0] (sv
+     * in backend memory: a loaded weight) */
+    void (*scale)(be_backend *be, float *x, size_t n, float s, const float *sv);
+    /* optional (as scale): x[i] = tanh(x[i] / cap) * cap, i < n (a logit softcap) */
+    void (*softcap)(be_backend *be, float *x, size_t n, float cap);
+    /* optional (as scale): x[t*ld + i] *= s[t], t < n_rows, i < cols; s HOST [n_rows] */
+    void (*row_scale)(be_backend *be, float *x, size_t ld, int n_rows, int cols, const float *s);
     /* x[t*ld + i] += b[i], t < n_rows, i < cols. */
     void (*add_bias)(be_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols);
     /* dst row (didx ? didx[i] : i) := src row (sidx ? sidx[i] : i), i < n, cols floats each; didx, sidx
@@ -390,6 +441,8 @@ struct be_backend {
     void (*hc_post)(be_backend *be, float *x, const float *out, const float *mix, size_t ldm, int n, int hc, int H);
     void (*compress)(be_backend *be, const be_cmp *c);
     void (*index_topk)(be_backend *be, const be_index *x);
+    void (*short_conv)(be_backend *be, const be_sconv *s); /* optional (NULL: LFM2 refused) */
+    void (*mamba2)(be_backend *be, const be_mamba *m);     /* optional (NULL: Granite hybrid refused) */
 
     /* ---- MoE ---- */
     /* Fills r->top_e / top_w on the host; returns as sync() does (it syncs to read them). */

@@ -133,6 +133,15 @@ int64_t arch_dim_value(const fam_config *c, arch_dim d) {
     case AD_2IDXD: return 2 * (int64_t)c->idx_dim;
     case AD_IDXH: return c->idx_heads;
     case AD_IDXQ: return (int64_t)c->idx_heads * c->idx_dim;
+    case AD_QOWN: return (int64_t)c->n_heads * c->full_head_dim;
+    case AD_KVOWN: return (int64_t)(c->full_kv_heads > 0 ? c->full_kv_heads : c->n_kv_heads) * c->full_head_dim;
+    case AD_HDOWN: return c->full_head_dim;
+    case AD_3H: return 3 * (int64_t)c->hidden;
+    case AD_MAMBA_IN: return 2 * nv * dv + 2 * nk * dk + nv;
+    case AD_2IS: return 2 * (int64_t)c->shared_inter;
+    case AD_EZ: return (int64_t)c->n_experts + c->zero_experts;
+    case AD_VKV: return (int64_t)c->n_kv_heads * c->v_head_dim;
+    case AD_VKVOWN: return (int64_t)(c->full_kv_heads > 0 ? c->full_kv_heads : c->n_kv_heads) * c->v_head_dim;
     }
     return 0;
 }
@@ -158,6 +167,9 @@ int arch_applies(const fam_config *c, arch_when when, int l) {
     case AW_CMP: return c->layer_compress[l] != SL_CMP_NONE;
     case AW_HASH: return c->layer_moe[l] && c->layer_hash[l];
     case AW_TOPK: return c->layer_moe[l] && !c->layer_hash[l];
+    case AW_ATTN_STD: return !c->layer_linear[l] && !cfg_attn_at(c, l).own;
+    case AW_ATTN_OWN: return !c->layer_linear[l] && cfg_attn_at(c, l).own;
+    case AW_V_OWN: return !c->layer_linear[l] && cfg_attn_at(c, l).own && !c->k_eq_v;
     }
     return 0;
 }

@@ -72,6 +72,15 @@ typedef enum {
     AD_2IDXD,    /* 2 * idx_dim */
     AD_IDXH,     /* idx_heads */
     AD_IDXQ,     /* idx_heads * idx_dim */
+    AD_QOWN,     /* n_heads * full_head_dim (the layers with their own dims: cfg_attn_at) */
+    AD_KVOWN,    /* full_kv_heads * full_head_dim */
+    AD_HDOWN,    /* full_head_dim */
+    AD_VKV,      /* n_kv_heads * v_head_dim (MiMo's value heads; attention layers with the config's dims) */
+    AD_VKVOWN,   /* full_kv_heads * v_head_dim (the layers with their own dims) */
+    AD_3H,       /* 3 * hidden (LFM2's short-conv in_proj: B | C | x) */
+    AD_EZ,       /* n_experts + zero_experts (LongCat-Flash's router rows) */
+    AD_MAMBA_IN, /* Mamba2's in_proj rows: gate (nv dv) | x B C (2 nk dk + nv dv) | dt (nv) */
+    AD_2IS,      /* 2 * shared_inter (a fused shared gate | up) */
 } arch_dim;
 
 /* Which layers (or the model as a whole) have a tensor. */
@@ -95,6 +104,9 @@ typedef enum {
     AW_CMP,       /* V4 layers with either compressor */
     AW_HASH,      /* MoE layers routed by tid2eid (V4 hash layers) */
     AW_TOPK,      /* MoE layers routed by their scores (not hash) */
+    AW_ATTN_STD,  /* attention layers with the config's head dims (cfg_attn_at: not own) */
+    AW_ATTN_OWN,  /* attention layers with their own head dims (Gemma 4's full layers) */
+    AW_V_OWN,     /* those of them with a v_proj (not k_eq_v) */
 } arch_when;
 
 enum { AK_MAT = 0, AK_VEC = 1 };         /* tn_mat in its stored dtype / float * converted to f32 at load */
@@ -156,6 +168,14 @@ double hfc_num(hfc *c, const char *name, double def, int *found);
 /* a * b where a is the field `name` (a count times a width): an error naming it when the product passes 1e9 */
 int hfc_product(hfc *c, const char *name, int a, int b);
 int hfc_has(hfc *c, const char *name); /* present and not null */
+/* A number / string at a dotted path of objects ("rope_parameters.full_attention.rope_theta"); def / NULL when
+ * absent or null, an error when of another type. The string lives as long as the config. */
+double hfc_path_num(hfc *c, const char *path, double def, int *found);
+const char *hfc_path_str(hfc *c, const char *path);
+/* 1 when the value at path is a string ("auto" where a number may stand). */
+int hfc_path_is_str(hfc *c, const char *path);
+/* The number of elements of the array at path, or -1 when it is absent or not an array. */
+int hfc_array_size(hfc *c, const char *path);
 void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Common HF conventions a hook may use: layer_types / full_attention_interval into layer_linear (the
  * DeltaNet families); decoder_sparse_step / mlp_only_layers into layer_moe, reading intermediate_size
@@ -285,6 +305,10 @@ typedef struct arch_desc {
      * in_proj_qkvz, ...), or NULL */
     const arch_gguf_xf *gguf_xf;
     int n_gguf_xf;
+    /* optional: an on-disk layer-relative name of layer `layer` that belongs to another layer of sluice's (LongCat-
+     * Flash's two sublayers per layer: "self_attn.1.q_a_proj" of layer N is layer 2N + 1's "self_attn.q_a_proj"):
+     * writes the canonical rest into out and returns its layer; NULL: names map to their own layer */
+    int (*layer_name)(int layer, const char *rest, char *out, size_t cap);
     /* 1: the family's GGUF files hold its zero-centred norms shifted (1 + w: llama.cpp's converter adds 1), read
      * as plain weights (fam_config norms_shifted) */
     int gguf_norms_shifted;

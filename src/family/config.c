@@ -48,9 +48,41 @@ int cfg_dsv4_ok(const fam_config *c) {
 
 int cfg_res_width(const fam_config *c) { return c->hc_mult > 0 ? c->hc_mult * c->hidden : c->hidden; }
 
-int cfg_kv_row(const fam_config *c) {
-    return c->kv_lora > 0 ? c->kv_lora + c->rot_dim + (c->dsa_topk > 0 ? c->dsa_dim : 0) : c->n_kv_heads * c->head_dim;
+cfg_attn cfg_attn_at(const fam_config *c, int l) {
+    const int vd = c->kv_lora == 0 && c->v_head_dim > 0 ? c->v_head_dim : 0;
+    if (c->full_head_dim > 0 && l >= 0 && l < c->n_layers && !c->layer_sliding[l])
+        return (cfg_attn){c->full_kv_heads > 0 ? c->full_kv_heads : c->n_kv_heads, c->full_head_dim,
+                          c->full_rope_prop ? c->full_head_dim : c->full_rot_dim, 1, vd ? vd : c->full_head_dim};
+    return (cfg_attn){c->n_kv_heads, c->head_dim, c->rot_dim, 0, vd ? vd : c->head_dim};
 }
+
+int cfg_v_row_at(const fam_config *c, int l) {
+    if (c->kv_lora > 0 || c->hc_mult > 0) return 0; /* MLA, DeepSeek-V4: one cache */
+    const cfg_attn a = cfg_attn_at(c, l);
+    return a.n_kv_heads * a.v_dim;
+}
+
+int cfg_v_row(const fam_config *c) {
+    int m = 0;
+    for (int l = 0; l < c->n_layers && l < SL_MAX_LAYERS; l++)
+        if (cfg_v_row_at(c, l) > m) m = cfg_v_row_at(c, l);
+    return m;
+}
+
+int cfg_kv_row_at(const fam_config *c, int l) {
+    if (c->kv_lora > 0) return c->kv_lora + c->rot_dim + (c->dsa_topk > 0 ? c->dsa_dim : 0);
+    const cfg_attn a = cfg_attn_at(c, l);
+    return a.n_kv_heads * a.head_dim;
+}
+
+int cfg_kv_row(const fam_config *c) {
+    int m = c->kv_lora > 0 ? cfg_kv_row_at(c, 0) : c->n_kv_heads * c->head_dim;
+    for (int l = 0; c->full_head_dim > 0 && l < c->n_layers && l < SL_MAX_LAYERS; l++)
+        if (cfg_kv_row_at(c, l) > m) m = cfg_kv_row_at(c, l);
+    return m;
+}
+
+int cfg_router_rows(const fam_config *c) { return c->n_experts + c->zero_experts; }
 
 int cfg_n_moe_layers(const fam_config *c) {
     int n = 0;

@@ -37,6 +37,10 @@ enum {
      * hash layer (layer_hash) the row tid2eid[token]; weights the scores of the chosen divided by their sum
      * (+ 1e-20), times routed_scale (modeling_deepseek_v4.py DeepseekV4TopKRouter, DeepseekV4HashRouter) */
     SL_ROUTER_SQRTSOFTPLUS = 4,
+    SL_ROUTER_TOPK_SIGMOID = 5, /* top-k of the logits, each weight the sigmoid of its logit (Llama 4) */
+    /* softmax over the experts and the zero (identity) ones after them, the top-k of p + e_score_correction_bias
+     * chosen, weights their p times routed_scale, no renormalisation (LongCat-Flash) */
+    SL_ROUTER_SOFTMAX_ZERO = 6,
 };
 
 /* What a routed expert computes (moe.c). */
@@ -47,6 +51,10 @@ enum {
     SL_EXPERT_GPTOSS = 1,
     /* DeepSeek-V4 (routed and shared experts): down(silu(min(gate x, limit)) * clamp(up x, +-limit)) */
     SL_EXPERT_SWIGLU_CLAMP = 2,
+    SL_EXPERT_GEGLU = 3, /* down(gelu_tanh(gate x) * up x) (Gemma 4: hidden_activation gelu_pytorch_tanh) */
+    /* gu = gate_up x (one matrix [2I, H]: the gate's I rows, then the up's), down(silu(gu[:I]) * gu[I:]) (Llama 4's
+     * experts.gate_up_proj [E, H, 2I], x @ W) */
+    SL_EXPERT_SWIGLU_FUSED = 4,
 };
 
 /* DeepSeek-V4 attention layers besides the sliding window (fam_config layer_compress). */
@@ -60,6 +68,7 @@ enum {
 enum {
     SL_ROPE_DEFAULT = 0, /* inv_freq = theta^(-2i/rot) */
     SL_ROPE_YARN = 1,    /* YaRN: interpolation blended in by a ramp over the correction range, cos/sin scaled */
+    SL_ROPE_LLAMA3 = 2,  /* Llama 3.1's: long wavelengths divided by the factor, a smooth blend between (rope.c) */
 };
 
 /* Where attention's q/k RMSNorm applies. */
@@ -172,6 +181,44 @@ typedef struct fam_config {
                           * layers rotate with rope_theta, default table */
     uint8_t layer_compress[SL_MAX_LAYERS]; /* SL_CMP_* */
     uint8_t layer_hash[SL_MAX_LAYERS];     /* 1: the MoE layer's experts are tid2eid[token] */
+    /* Gemma 4 (0 elsewhere; model/block.c). Full-attention layers (not layer_sliding) may have their own head_dim,
+     * KV heads and RoPE: full_head_dim > 0 turns that on; their RoPE is then proportional (theta full_rope_theta,
+     * the first full_rot_dim / 2 of full_head_dim / 2 frequencies base^(-2i/full_head_dim), the rest 0, over the
+     * whole head). k_eq_v: a full layer has no v_proj, its values are the raw k projection (before k_norm, RoPE). */
+    int full_head_dim, full_kv_heads, full_rot_dim, k_eq_v;
+    double full_rope_theta;
+    int full_rope_prop;   /* 1: that RoPE proportional (Gemma 4), 0: the default table over full_rot_dim (MiMo) */
+    /* LFM2: the linear layers (layer_linear) are short convolutions (model/shortconv.c) of conv_k taps over hidden
+     * channels; router_norm_eps: SL_ROUTER_SIGMOID_GROUP's renormalisation epsilon (0: 1e-20) */
+    int short_conv;
+    double router_norm_eps;
+    /* LongCat-Flash: zero_experts identity experts after the n_experts real ones (router rows n_experts +
+     * zero_experts; a chosen one adds its weight times the token); moe_shortcut: layers come in pairs, the MoE of
+     * the first (layer_moe) runs on its FFN input beside its dense MLP and is added after the second's FFN;
+     * mla_q_scale / mla_kv_scale: MLA's queries (after q_b) and normed latent times these (0: none) */
+    int zero_experts, moe_shortcut;
+    double mla_q_scale, mla_kv_scale;
+    /* Granite 4.0 hybrid: the linear layers are Mamba2 (the mamba2 op; lin_nk groups, lin_dk state size, lin_nv
+     * heads of lin_dv, conv_k); residual_scale: each block's output times it before the residual add
+     * (residual_multiplier); logit_scale: the logits times it (1 / logits_scaling); 0: none */
+    int mamba;
+    double residual_scale, logit_scale;
+    double attn_v_scale;  /* values times this after their projection (MiMo attention_value_scale); 0: none */
+    int v_norm;           /* values RMS-normed per head, without a weight */
+    int dense_act_geglu;  /* the dense MLP (and the one beside the experts) is GeGLU (gelu_tanh) */
+    int ffn_beside;       /* MoE layers: a dense MLP of dense_inter beside the experts, each with its own norms */
+    int sandwich_norm;    /* post_attention norm on the mixer's output, a post-FFN norm on the FFN's (Gemma) */
+    double embed_scale;   /* embeddings times this (sqrt(hidden), as f32); 0: none */
+    double logit_softcap; /* logits = tanh(logits / cap) * cap; 0: none */
+
+    /* Llama 4 (0 elsewhere). attn_chunk > 0: the sliding layers attend within chunks of attn_chunk positions (keys
+     * of the query's own chunk up to itself) instead of a window. nope_full: the full-attention layers have no RoPE
+     * and no q/k norm; there, when attn_floor_scale > 0, queries times log1p(floor((pos + 1) / attn_floor_scale)) *
+     * attn_temp + 1 (temperature tuning). The q/k norm after RoPE (qk_norm_after_rope) is weightless when the table
+     * has no q_norm. moe_scale_input: a routed expert's input is the token times its weight (combined with weight 1).
+     * rope_low_freq / rope_high_freq: SL_ROPE_LLAMA3's low_freq_factor / high_freq_factor. */
+    int attn_chunk, nope_full, moe_scale_input;
+    double attn_floor_scale, attn_temp, rope_low_freq, rope_high_freq;
 } fam_config;
 
 /* The scalar fields of fam_config as the manifest stores them: X(name, type, presence) with type I (int),
@@ -194,7 +241,15 @@ typedef struct fam_config {
     X(dsa_topk, I, O) X(dsa_heads, I, O) X(dsa_dim, I, O) X(dsa_interleave, I, O) X(qk_norm_after_rope, I, O)   \
     X(hc_mult, I, O) X(hc_iters, I, O) X(hc_eps, D, O) X(o_groups, I, O) X(o_lora, I, O) X(csa_rate, I, O)   \
     X(hca_rate, I, O) X(idx_heads, I, O) X(idx_dim, I, O) X(idx_topk, I, O) X(rope_theta_c, D, O) X(kda, I, O)    \
-    X(mla_nope, I, O)
+    X(mla_nope, I, O)   \
+    X(full_head_dim, I, O) X(full_kv_heads, I, O) X(full_rot_dim, I, O) X(k_eq_v, I, O)                    \
+    X(full_rope_theta, D, O) X(v_norm, I, O) X(dense_act_geglu, I, O) X(ffn_beside, I, O)                  \
+    X(sandwich_norm, I, O) X(embed_scale, D, O) X(logit_softcap, D, O)                                     \
+    X(attn_chunk, I, O) X(nope_full, I, O) X(moe_scale_input, I, O)                                         \
+    X(attn_floor_scale, D, O) X(attn_temp, D, O) X(rope_low_freq, D, O) X(rope_high_freq, D, O)           \
+    X(full_rope_prop, I, O) X(attn_v_scale, D, O) X(short_conv, I, O) X(router_norm_eps, D, O)              \
+    X(zero_experts, I, O) X(moe_shortcut, I, O) X(mla_q_scale, D, O) X(mla_kv_scale, D, O)                 \
+    X(mamba, I, O) X(residual_scale, D, O) X(logit_scale, D, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024
@@ -208,17 +263,29 @@ int cfg_groups_ok(const fam_config *c);
  * attn_scale finite and >= 0; with DSA (dsa_topk > 0) q_lora > 0, dsa_heads >= 1, dsa_dim even in rot_dim..4096
  * and layer 0 with an indexer of its own. Cannot fail. 1 when c is neither MLA nor DSA. */
 int cfg_mla_ok(const fam_config *c);
-/* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA; + dsa_dim with DSA), else
- * n_kv_heads * head_dim (per K and per V). */
 /* Whether c's DeepSeek-V4 fields (hc_mult > 0) make sense: a single KV head of head_dim, q_lora > 0, o_groups
  * dividing the heads, rates >= 1 (>= 2 where a layer compresses), the indexer's dims with a CSA layer, every layer
  * sliding and MoE, rot_dim <= idx_dim, E <= SL_ROUTER_MAX_EXPERTS, k <= 64. Cannot fail. 1 when c is not V4. */
 int cfg_dsv4_ok(const fam_config *c);
 /* The residual stream's floats per token: hc_mult * hidden (V4), else hidden. */
 int cfg_res_width(const fam_config *c);
-/* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA), else n_kv_heads * head_dim
- * (per K and per V). */
+/* Floats of one position of an attention layer's cache: kv_lora + rot_dim (MLA; + dsa_dim with DSA), else
+ * n_kv_heads * head_dim (per K and per V); the largest over the layers (a buffer for any layer). cfg_kv_row_at:
+ * layer l's. */
 int cfg_kv_row(const fam_config *c);
+int cfg_kv_row_at(const fam_config *c, int l);
+/* Floats of one position of a layer's V cache: n_kv_heads * the value head (v_head_dim when set, MiMo, else
+ * head_dim); 0 for MLA and DeepSeek-V4 (no V cache). cfg_v_row: the largest over the layers. */
+int cfg_v_row(const fam_config *c);
+int cfg_v_row_at(const fam_config *c, int l);
+/* Attention layer l's heads: KV heads, head_dim, rotated dims (full_head_dim's layers: Gemma 4's full ones). */
+typedef struct cfg_attn {
+    int n_kv_heads, head_dim, rot_dim, own; /* own: the full layers' dims (their RoPE: full_rope_theta) */
+    int v_dim;                              /* a value head's size */
+} cfg_attn;
+cfg_attn cfg_attn_at(const fam_config *c, int l);
+/* Router rows: the experts and the zero (identity) experts after them. */
+int cfg_router_rows(const fam_config *c);
 /* Number of MoE layers; expert-layer slot of layer l (or -1 for dense). */
 int cfg_n_moe_layers(const fam_config *c);
 int cfg_moe_slot(const fam_config *c, int layer);

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "family/arch.h"
@@ -99,6 +100,56 @@ double hfc_num(hfc *c, const char *name, double def, int *found) {
     }
     if (found) *found = 1;
     return v->valuedouble;
+}
+
+/* The value at a dotted path ("rope_parameters.full_attention.rope_theta", "layer_types.3": an array's element) under
+ * the text config, else the root. */
+static const cJSON *at_path(const cfgctx *c, const char *path) {
+    char key[64];
+    const char *p = path, *dot = strchr(p, '.');
+    size_t n = dot ? (size_t)(dot - p) : strlen(p);
+    if (n >= sizeof key) return NULL;
+    memcpy(key, p, n);
+    key[n] = 0;
+    const cJSON *v = field(c, key);
+    while (v && dot) {
+        p = dot + 1;
+        dot = strchr(p, '.');
+        n = dot ? (size_t)(dot - p) : strlen(p);
+        if (n >= sizeof key || (!cJSON_IsObject(v) && !cJSON_IsArray(v))) return NULL;
+        memcpy(key, p, n);
+        key[n] = 0;
+        v = cJSON_IsArray(v) ? cJSON_GetArrayItem(v, atoi(key)) : cJSON_GetObjectItemCaseSensitive(v, key);
+    }
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+double hfc_path_num(hfc *c, const char *path, double def, int *found) {
+    const cJSON *v = at_path(c, path);
+    if (found) *found = 0;
+    if (!v) return def;
+    if (!cJSON_IsNumber(v)) {
+        if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' must be a number", c->path, path);
+        return def;
+    }
+    if (found) *found = 1;
+    return v->valuedouble;
+}
+
+int hfc_path_is_str(hfc *c, const char *path) { return cJSON_IsString(at_path(c, path)); }
+
+int hfc_array_size(hfc *c, const char *path) {
+    const cJSON *v = at_path(c, path);
+    return cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+}
+
+const char *hfc_path_str(hfc *c, const char *path) {
+    const cJSON *v = at_path(c, path);
+    if (v && !cJSON_IsString(v)) {
+        if (!c->st) c->st = err_set(c->err, SL_ECONFIG, "%s: field '%s' must be a string", c->path, path);
+        return NULL;
+    }
+    return v ? v->valuestring : NULL;
 }
 
 void hfc_fail(hfc *c, sl_status st, const char *fmt, ...) {
@@ -321,6 +372,22 @@ static void yarn_fields(hfc *c, const cJSON *rp, fam_config *o) {
         hfc_fail(c, SL_ECONFIG, "rope 'beta_fast' and 'beta_slow' must be positive");
 }
 
+/* rope_type 'llama3' (modeling_rope_utils.py _compute_llama3_parameters): factor, low_freq_factor,
+ * high_freq_factor, original_max_position_embeddings, all required. */
+static void llama3_fields(hfc *c, const cJSON *rp, fam_config *o) {
+    int f1 = 0, f2 = 0, f3 = 0, f4 = 0;
+    o->rope_type = SL_ROPE_LLAMA3;
+    o->rope_factor = get_num(c, rp, "factor", 0, &f1);
+    o->rope_low_freq = get_num(c, rp, "low_freq_factor", 0, &f2);
+    o->rope_high_freq = get_num(c, rp, "high_freq_factor", 0, &f3);
+    double omp = get_num(c, rp, "original_max_position_embeddings", 0, &f4);
+    o->rope_orig_max_pos = omp >= 1 && omp <= 1e9 && omp == floor(omp) ? (int)omp : 0;
+    if (!c->st && (!f1 || !f2 || !f3 || !f4 || !(o->rope_factor > 0) || !(o->rope_low_freq > 0) ||
+                   !(o->rope_high_freq > o->rope_low_freq) || o->rope_orig_max_pos < 1))
+        hfc_fail(c, SL_ECONFIG, "rope 'llama3' needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                 "original_max_position_embeddings");
+}
+
 /* The fields every family reads the same way: vocabulary, dimensions, heads, experts, eps, RoPE, tied
  * embeddings. */
 static void common_fields(hfc *c, const arch_desc *a, fam_config *o) {
@@ -328,7 +395,8 @@ static void common_fields(hfc *c, const arch_desc *a, fam_config *o) {
     sl_error *err = c->err;
     o->vocab = get_int(c, "vocab_size", 1, 0);
     o->hidden = get_int(c, "hidden_size", 1, 0);
-    o->n_layers = get_int(c, "num_hidden_layers", 1, 0);
+    const int by_num_layers = !field(c, "num_hidden_layers") && field(c, "num_layers"); /* LongCat-Flash */
+    o->n_layers = get_int(c, by_num_layers ? "num_layers" : "num_hidden_layers", 1, 0);
     o->n_heads = get_int(c, "num_attention_heads", 1, 0);
     o->n_kv_heads = get_int(c, "num_key_value_heads", 0, o->n_heads);
     o->head_dim = get_int(c, "head_dim", 0, o->n_heads ? o->hidden / (o->n_heads ? o->n_heads : 1) : 0);
@@ -337,6 +405,7 @@ static void common_fields(hfc *c, const arch_desc *a, fam_config *o) {
     if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "moe_k", 0, -1); /* ERNIE 4.5's name */
     if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "moe_topk", 0, -1); /* HunYuan's */
     if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "num_experts_per_token", 0, -1); /* Kimi Linear's */
+    if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "top_k_experts", 0, -1); /* Gemma 4's */
     if (o->n_experts_used < 0) o->n_experts_used = get_int(c, "num_experts_per_tok", 1, 0); /* the error names it */
     int ne = get_int(c, "num_experts", 0, -1), nle = get_int(c, "num_local_experts", 0, -1);
     if (ne < 0) ne = get_int(c, "moe_num_experts", 0, -1); /* ERNIE 4.5's name */
@@ -372,9 +441,11 @@ static void common_fields(hfc *c, const arch_desc *a, fam_config *o) {
             yarn_fields(c, rp, o);
         else if (cJSON_IsString(rt) && !strcmp(rt->valuestring, "dynamic"))
             ntk_alpha(c, rp, o);
+        else if (cJSON_IsString(rt) && !strcmp(rt->valuestring, "llama3"))
+            llama3_fields(c, rp, o);
         else if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") && !c->st)
-            c->st = err_set(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default' and 'yarn')", path,
-                           rt->valuestring);
+            c->st = err_set(err, SL_EUNSUPPORTED, "%s: rope_type '%s' is not supported (only 'default', 'yarn', "
+                           "'dynamic' and 'llama3')", path, rt->valuestring);
     }
     double prf = a->prf_default;
     int fp1 = 0, fp2 = 0;
@@ -452,7 +523,7 @@ sl_status hf_parse_config(const char *text, const char *path, fam_config *out, s
     if (o->rot_dim < 0 || o->rot_dim > o->head_dim || o->rot_dim % 2) BAD("%s: partial_rotary_factor gives %d rotary dims of head_dim %d (must be even and <= head_dim)", path, o->rot_dim, o->head_dim);
     if (!(o->rope_theta > 0)) BAD("%s: rope_theta must be positive", path);
     if (!(o->eps > 0)) BAD("%s: rms_norm_eps must be positive", path);
-    if (any_linear) {
+    if (any_linear && !o->short_conv) {
         if (o->lin_nk < 1 || o->lin_nv < 1 || o->lin_dk < 1 || o->lin_dv < 1 || o->conv_k < 1) BAD("%s: linear attention dimensions must be positive", path);
         if (o->lin_nv % o->lin_nk) BAD("%s: linear_num_value_heads (%d) is not a multiple of linear_num_key_heads (%d)", path, o->lin_nv, o->lin_nk);
     }

@@ -17,12 +17,29 @@ static double correction_dim(double num_rot, int dim, double base, double max_po
     return (dim * log(max_pos / (num_rot * 2 * M_PI))) / (2 * log(base));
 }
 
+/* _compute_llama3_parameters on the default table (f32 tensor ops, Python-side scalars in double): wavelengths
+ * above old_context / low_freq_factor divided by the factor, below old_context / high_freq_factor kept, between a
+ * blend by smooth = (old_context / wavelen - low) / (high - low). */
+static void llama3(const fam_config *c, float *inv_freq, int half) {
+    const double factor = c->rope_factor, low = c->rope_low_freq, high = c->rope_high_freq;
+    const double old = c->rope_orig_max_pos, low_wl = old / low, high_wl = old / high;
+    for (int i = 0; i < half; i++) {
+        const float f = inv_freq[i], wavelen = (float)(2 * M_PI) / f;
+        float v = wavelen > (float)low_wl ? f / (float)factor : f;
+        const float smooth = ((float)old / wavelen - (float)low) / (float)(high - low);
+        const float smoothed = (1.0f - smooth) * v / (float)factor + smooth * v;
+        if (!(wavelen < (float)high_wl) && !(wavelen > (float)low_wl)) v = smoothed;
+        inv_freq[i] = v;
+    }
+}
+
 int rope_freqs(const fam_config *c, float *inv_freq, float *attn_factor) {
     const int dim = c->rot_dim, half = dim / 2 < SL_ROPE_MAX_FREQS ? dim / 2 : SL_ROPE_MAX_FREQS;
     const float base = (float)c->rope_theta;
     if (c->rope_type != SL_ROPE_YARN) {
         for (int i = 0; i < half; i++) inv_freq[i] = 1.0f / powf(base, (float)(2 * i) / (float)dim);
         *attn_factor = 1.0f;
+        if (c->rope_type == SL_ROPE_LLAMA3) llama3(c, inv_freq, half);
         return half;
     }
     /* factor: given, else max_position_embeddings / original_max_position_embeddings */
@@ -55,5 +72,22 @@ int rope_freqs(const fam_config *c, float *inv_freq, float *attn_factor) {
         inv_freq[i] = a + b;
     }
     *attn_factor = (float)af;
+    return half;
+}
+
+int rope_freqs_at(const fam_config *c, int l, float *inv_freq, float *attn_factor) {
+    const cfg_attn a = cfg_attn_at(c, l);
+    if (!a.own) return rope_freqs(c, inv_freq, attn_factor);
+    if (!c->full_rope_prop) { /* the default table over full_rot_dim, full_rope_theta (MiMo-V2-Flash's full layers) */
+        fam_config f = *c;
+        f.rot_dim = c->full_rot_dim;
+        f.rope_theta = c->full_rope_theta;
+        return rope_freqs(&f, inv_freq, attn_factor);
+    }
+    const int dim = a.head_dim, half = dim / 2 < SL_ROPE_MAX_FREQS ? dim / 2 : SL_ROPE_MAX_FREQS;
+    const float base = (float)c->full_rope_theta;
+    for (int i = 0; i < half; i++)
+        inv_freq[i] = 2 * i < c->full_rot_dim ? 1.0f / powf(base, (float)(2 * i) / (float)dim) : 0.0f;
+    *attn_factor = 1.0f;
     return half;
 }

@@ -64,6 +64,18 @@ typedef struct fam_layer_w {
     tn_mat cmp_kv, cmp_gate, idx_kv, idx_gate, idx_q_b, idx_w;
     float *cmp_ape, *cmp_norm, *idx_ape, *idx_norm;
     float *tid2eid;              /* a hash layer's [V][k] expert ids (as floats) */
+    /* Gemma 4 (cfg->sandwich_norm, ffn_beside; model/block.c), else NULL: the mixer's output norm, the FFN's
+     * output norm; the experts' own input norm (pre 2) and the two branches' output norms (post 1: the dense
+     * MLP's, post 2: the experts'); the router's input norm weight (router.scale) and per-expert weight scale;
+     * the layer's output scale [1] */
+    float *post_attn_norm, *post_ffn_norm;
+    float *ffn_norm2, *post_ffn_norm1, *post_ffn_norm2;
+    float *router_norm, *expert_scale;
+    float *layer_scalar;
+    /* Granite 4.0 hybrid: Mamba2's conv bias [conv channels] and D [heads]; the shared MLP's fused gate | up
+     * [2 Is, H] (shared_mlp.input_linear) */
+    float *conv_b, *ssm_D;
+    tn_mat sh_gate_up;
 } fam_layer_w;
 
 typedef struct fam_weights {

@@ -187,14 +187,15 @@ sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, 
     }
     if (c->vocab < 1 || c->hidden < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads ||
         c->head_dim < 1 || c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
-        c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SQRTSOFTPLUS || !cfg_dsv4_ok(c) ||
+        c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SOFTMAX_ZERO || !cfg_dsv4_ok(c) ||
         (c->router == SL_ROUTER_SIGMOID_GROUP && !cfg_groups_ok(c)) ||
         c->qk_norm < 0 || c->qk_norm > SL_QK_NORM_ALL || !cfg_mla_ok(c) ||
-        c->rope_type < SL_ROPE_DEFAULT || c->rope_type > SL_ROPE_YARN ||
+        c->rope_type < SL_ROPE_DEFAULT || c->rope_type > SL_ROPE_LLAMA3 ||
         (c->rope_type == SL_ROPE_YARN && (c->rope_orig_max_pos < 1 || !(c->rope_factor > 0) || c->rope_attn_factor < 0)) ||
-        (any_sliding && c->sliding_window < 1) || c->expert_kind < SL_EXPERT_SWIGLU || c->expert_kind > SL_EXPERT_SWIGLU_CLAMP ||
+        (any_sliding && c->sliding_window < 1) || c->expert_kind < SL_EXPERT_SWIGLU || c->expert_kind > SL_EXPERT_SWIGLU_FUSED ||
         (c->expert_kind == SL_EXPERT_GPTOSS && !(c->swiglu_limit > 0)) ||
-        (any_linear && (c->lin_nk < 1 || c->lin_nv % c->lin_nk || c->conv_k < 1)))
+        (any_linear && !c->short_conv && (c->lin_nk < 1 || c->lin_nv % c->lin_nk || c->conv_k < 1)) ||
+        (any_linear && c->short_conv && c->conv_k < 2))
         return err_set(err, SL_EFORMAT, "%s: manifest: inconsistent model dimensions", path);
     return SL_OK;
 }

@@ -74,9 +74,24 @@ static int part_index(const hf_ckpt *ck, const char *s) {
 static void canon_layer_name(const hf_ckpt *ck, char *base, size_t cap) {
     const arch_desc *a = arch_get(ck->cfg.arch);
     int l, n = 0;
-    if (!a || sscanf(base, "layers.%d.%n", &l, &n) != 1 || n == 0) return;
+    if (a && (sscanf(base, "layers.%d.%n", &l, &n) != 1 || n == 0)) { /* a model-wide tensor: the table's disk names */
+        for (int k = 0; k < a->n_tensors; k++)
+            if ((a->tensors[k].when == AW_GLOBAL || a->tensors[k].when == AW_UNTIED) && a->tensors[k].disk &&
+                !strcmp(base, a->tensors[k].disk)) {
+                snprintf(base, cap, "%s", a->tensors[k].name);
+                break;
+            }
+        return;
+    }
+    if (!a) return;
     char rest[256];
     snprintf(rest, sizeof rest, "%s", base + n);
+    if (a->layer_name) { /* a sublayer of sluice's own numbering (LongCat-Flash) */
+        char mapped[256];
+        l = a->layer_name(l, rest, mapped, sizeof mapped);
+        snprintf(rest, sizeof rest, "%s", mapped);
+        n = snprintf(base, cap, "layers.%d.", l);
+    }
     for (const char *const *r = a->renames; r && r[0]; r += 2)
         if (!strncmp(rest, r[0], strlen(r[0]))) {
             char tmp[256];
@@ -421,7 +436,7 @@ static sl_status add_entry(hf_ckpt *ck, int fi, const st_entry *e, sl_error *err
         return add_mlx_stack(ck, fi, e, l, part, u32, err);
     if (sscanf(base, "layers.%d.mlp.experts.%d.%31[a-z0-9_]%n", &l, &ex, part, &nread) == 3 && base[nread] == 0)
         return add_expert_part(ck, fi, e, l, ex, part, err);
-    if (ck->cfg.expert_kind == SL_EXPERT_GPTOSS &&
+    if ((ck->cfg.expert_kind == SL_EXPERT_GPTOSS || ck->cfg.expert_kind == SL_EXPERT_SWIGLU_FUSED) &&
         sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0)
         return add_stacked_part(ck, fi, e, l, part, err);
     if (sscanf(base, "layers.%d.mlp.experts.%31[a-z_]%n", &l, part, &nread) == 2 && base[nread] == 0 &&

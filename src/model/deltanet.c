@@ -14,12 +14,49 @@
  *      slot lin_cur to slot 1-lin_cur;
  *   5. gated RMSNorm per head (plain w, times silu(z)), out_proj.
  * Value head h reads key/query head h / (nv/nk) (HF repeat_interleave).
+ * LFM2's short convolutions take these layers' place and conv state (short_conv below).
  */
 #include <string.h>
 
 #include "model/fwd_internal.h"
 
+/* LFM2's short convolution (cfg->short_conv), in the DeltaNet layers' place and state (conv slots lin_cur -> 1 -
+ * lin_cur; its recurrent state unused): in_proj [3H, H] (lw->qkv) into big [n][B | C | x], the short_conv op into
+ * mix, out_proj (lw->lin_out). */
+static int short_conv(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n) {
+    const size_t H = (size_t)cfg->hidden;
+    fwd_matmul(ws, &lw->qkv, ws->h, H, ws->big, (size_t)ws->n_big, n, FWD_ACT_IN);
+    const int cur = sq->lin_cur[layer];
+    const be_sconv s = {.n = n, .ch = cfg->hidden, .k = cfg->conv_k, .bcx = ws->big, .ldb = (size_t)ws->n_big,
+                        .w = lw->conv_w, .state_in = sq->conv[layer][cur], .state_out = sq->conv[layer][cur ^ 1],
+                        .out = ws->mix, .ldo = (size_t)ws->n_mix};
+    ws->be->short_conv(ws->be, &s);
+    fwd_matmul(ws, &lw->lin_out, ws->mix, (size_t)ws->n_mix, ws->out, H, n, FWD_ACT_MID);
+    return 0;
+}
+
+/* Granite 4.0 hybrid's Mamba2 (cfg->mamba), in the DeltaNet layers' place and state (lin dims: groups, state,
+ * heads, head size): in_proj (lw->qkv) into big, the mamba2 op (conv state and S from slot lin_cur to 1 - lin_cur)
+ * into mix, out_proj (lw->lin_out). */
+static int mamba2(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n) {
+    const size_t H = (size_t)cfg->hidden;
+    fwd_matmul(ws, &lw->qkv, ws->h, H, ws->big, (size_t)ws->n_big, n, FWD_ACT_IN);
+    const int cur = sq->lin_cur[layer];
+    const be_mamba m = {.n = n, .nh = cfg->lin_nv, .hd = cfg->lin_dv, .g = cfg->lin_nk, .ns = cfg->lin_dk,
+                        .k = cfg->conv_k, .in = ws->big, .ldi = (size_t)ws->n_big, .conv_w = lw->conv_w,
+                        .conv_b = lw->conv_b, .conv_in_state = sq->conv[layer][cur],
+                        .conv_out_state = sq->conv[layer][cur ^ 1], .conv_out = ws->conv_out, .A_log = lw->A_log,
+                        .dt_bias = lw->dt_bias, .D = lw->ssm_D, .ssm_in = sq->ssm[layer][cur],
+                        .ssm_out = sq->ssm[layer][cur ^ 1], .norm_w = lw->lin_norm, .eps = cfg->eps, .out = ws->mix,
+                        .ldo = (size_t)ws->n_mix};
+    ws->be->mamba2(ws->be, &m);
+    fwd_matmul(ws, &lw->lin_out, ws->mix, (size_t)ws->n_mix, ws->out, H, n, FWD_ACT_MID);
+    return 0;
+}
+
 int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n) {
+    if (cfg->short_conv) return short_conv(ws, sq, cfg, lw, layer, n);
+    if (cfg->mamba) return mamba2(ws, sq, cfg, lw, layer, n);
     be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden;
     const int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;

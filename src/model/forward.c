@@ -58,11 +58,18 @@ static size_t slot_floats(const fam_config *cfg, int n_ctx) {
     size_t dn = 4 * c * c + c * (4 * dk + 4 * dv) + 8 * c + 8 * dv + 8 * dk;
     /* attention: scores of a block of up to FWD_BATCH tokens x a KV head's query heads over the context (as many
      * as 4M floats hold; backend/cpu/cpu_mix.c attn_block_part), and BE_KV_TILE decoded rows */
-    const size_t group = (size_t)(cfg->n_kv_heads > 0 ? cfg->n_heads / cfg->n_kv_heads : 1);
+    size_t group = 1, hd = (size_t)cfg->head_dim; /* the largest over the layers (cfg_attn_at: Gemma 4, MiMo) */
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const cfg_attn a = cfg_attn_at(cfg, l);
+        const size_t g = (size_t)(a.n_kv_heads > 0 ? cfg->n_heads / a.n_kv_heads : 1);
+        group = g > group ? g : group;
+        hd = (size_t)a.head_dim > hd ? (size_t)a.head_dim : hd;
+        hd = (size_t)a.v_dim > hd ? (size_t)a.v_dim : hd;
+    }
     size_t at = (size_t)FWD_BATCH * group * (size_t)n_ctx;
     at = (at < ((size_t)1 << 22) ? at : (size_t)1 << 22) + (size_t)n_ctx;
     at += cfg->hc_mult > 0 ? (size_t)n_ctx / 2 + 16 : 0; /* V4: + compressed entries */
-    at += (size_t)BE_KV_TILE * (size_t)cfg->head_dim;
+    at += (size_t)BE_KV_TILE * hd;
     size_t mla = fwd_mla_slot_floats(cfg, n_ctx);
     if (mla > at) at = mla;
     return (dn > at ? dn : at) + 16;
@@ -104,9 +111,11 @@ static void emit_logits(fwd_ws *ws, const tn_mat *head, int rows, float *logits)
     const size_t H = (size_t)ws->shape.hidden, V = (size_t)ws->shape.vocab;
     if (ws->be->is_host) {
         fwd_matmul(ws, head, ws->h, H, logits, V, rows, FWD_ACT_IN);
+        fwd_softcap(ws, &ws->shape, logits, rows);
         return;
     }
     fwd_matmul(ws, head, ws->h, H, ws->lg, V, rows, FWD_ACT_IN);
+    fwd_softcap(ws, &ws->shape, ws->lg, rows);
     ws->be->copy(ws->be, logits, ws->lg, (size_t)rows * V * sizeof(float), BE_D2H);
 }
 
@@ -133,7 +142,7 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     ws->chunked = 1;
 
     int has_attn = fwd_any_layer(cfg, 0), has_lin = fwd_any_layer(cfg, 1);
-    int nh = cfg->n_heads, hd = cfg->head_dim, nkv = cfg->n_kv_heads;
+    int nh = cfg->n_heads, hd = imax(cfg->head_dim, cfg->full_head_dim), nkv = cfg->n_kv_heads;
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
     int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
     ws->n_big = 1;
@@ -141,11 +150,17 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     if (has_lin && !cfg->split_lin_proj) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
     const int lg = cfg->kda ? nv + nv * dk : 2 * nv; /* a token's b|a (KDA: b|f) and gates */
     ws->n_mix = imax(has_attn ? imax(nh * hd, nh * cfg->v_head_dim) : 1, has_lin ? nv * dv : 1);
-    ws->n_ffn = imax(imax(cfg->moe_inter, cfg->shared_inter), imax(cfg->dense_inter, 1));
-    if (cfg->expert_kind == SL_EXPERT_GPTOSS) ws->n_ffn = imax(ws->n_ffn, 2 * cfg->moe_inter); /* fused gate_up rows */
-    int E = imax(cfg->n_experts, 1), k = imax(cfg->n_experts_used, 1);
+    if (has_lin && cfg->mamba) ws->n_big = imax(ws->n_big, 2 * nv * dv + 2 * nk * dk + nv); /* Mamba2's in_proj */
+    if (has_lin && cfg->short_conv) { /* LFM2: in_proj's B | C | x, the conv's output */
+        ws->n_big = imax(ws->n_big, 3 * (int)H);
+        ws->n_mix = imax(ws->n_mix, (int)H);
+    }
+    ws->n_ffn = imax(imax(cfg->moe_inter, 2 * cfg->shared_inter), imax(cfg->dense_inter, 1)); /* 2: fused shared */
+    if (cfg->expert_kind == SL_EXPERT_GPTOSS || cfg->expert_kind == SL_EXPERT_SWIGLU_FUSED)
+        ws->n_ffn = imax(ws->n_ffn, 2 * cfg->moe_inter); /* fused gate_up rows */
+    int E = imax(cfg_router_rows(cfg), 1), k = imax(cfg->n_experts_used, 1); /* router rows (zero experts too) */
     /* k, v: [B][nkv*hd] each; MLA: k the kv_a output [B][kv_lora + rot_dim], v the q_a output [B][q_lora] */
-    int kvrow = imax(nkv * hd, cfg_kv_row(cfg)), vrow = imax(nkv * hd, cfg->q_lora);
+    int kvrow = imax(nkv * hd, cfg_kv_row(cfg)), vrow = imax(imax(nkv * hd, cfg_v_row(cfg)), cfg->q_lora);
 /* host memory: index arrays and routing weights; backend memory (DEV): every float buffer */
 #define ALLOC(p, n)                                      \
     do {                                                 \
@@ -198,6 +213,9 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     ALLOC(ws->pf_list, E);
     ALLOC(ws->pf_mark, E);
     if (!be->is_host) DEV(ws->lg, B * (size_t)cfg->vocab);
+    DEV(ws->zeros, hd); /* the weight of a norm without one (v_norm: 1 + 0) */
+    DEV(ws->sc, cfg->moe_shortcut ? B * H : 1); /* LongCat-Flash's shortcut MoE output */
+    be->zero(be, ws->zeros, (size_t)hd * sizeof(float));
     ws->prefetch = 1;
     ws->act_cols = imax(imax((int)H, ws->n_mix), ws->n_ffn);
     if (v4) fill_ones(be, ws->ones, (size_t)imax((int)R, hd)); /* the unweighted norms' weight */
@@ -276,20 +294,35 @@ static sl_status check_config(const fam_config *c, sl_error *err) {
     if (ok && fwd_any_layer(c, 0))
         ok = c->n_heads > 0 && c->n_kv_heads > 0 && c->n_heads % c->n_kv_heads == 0 && c->head_dim > 0 &&
              c->rot_dim >= 0 && c->rot_dim <= c->head_dim && c->rot_dim <= 1024 && c->rot_dim % 2 == 0;
-    if (ok && fwd_any_layer(c, 1))
+    if (ok && fwd_any_layer(c, 1) && c->short_conv) ok = c->conv_k >= 2;
+    else if (ok && fwd_any_layer(c, 1))
         ok = c->lin_nk > 0 && c->lin_nv > 0 && c->lin_nv % c->lin_nk == 0 && c->lin_dk > 0 && c->lin_dv > 0 &&
              c->conv_k >= 1;
-    ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX || c->router == SL_ROUTER_SOFTMAX_BIAS ||
-                (c->router == SL_ROUTER_SIGMOID_GROUP && cfg_groups_ok(c)) ||
+    ok = ok && (c->router == SL_ROUTER_SOFTMAX_TOPK || c->router == SL_ROUTER_TOPK_SOFTMAX ||
+                c->router == SL_ROUTER_SOFTMAX_BIAS || c->router == SL_ROUTER_TOPK_SIGMOID ||
+                c->router == SL_ROUTER_SOFTMAX_ZERO || (c->router == SL_ROUTER_SIGMOID_GROUP && cfg_groups_ok(c)) ||
                 (c->router == SL_ROUTER_SQRTSOFTPLUS && c->hc_mult > 0)) &&
          cfg_dsv4_ok(c) && (c->hc_mult == 0 || c->idx_topk <= 4096) && /* cpu_mix.c extra_list */
          c->qk_norm >= SL_QK_NORM_NONE && c->qk_norm <= SL_QK_NORM_ALL &&
          !(c->gated_attn && (c->attn_bias || c->qk_norm == SL_QK_NORM_ALL)) && /* attention.c: q rows [nh*hd] */
          (c->rope_type == SL_ROPE_DEFAULT || (c->rope_type == SL_ROPE_YARN && c->rope_orig_max_pos > 0 &&
-                                              c->rope_factor > 0 && c->rope_attn_factor >= 0)) &&
+                                              c->rope_factor > 0 && c->rope_attn_factor >= 0) ||
+          (c->rope_type == SL_ROPE_LLAMA3 && c->rope_orig_max_pos > 0 && c->rope_factor > 0 &&
+           c->rope_high_freq > c->rope_low_freq && c->rope_low_freq > 0)) &&
+         c->attn_chunk >= 0 && !(c->attn_floor_scale < 0) &&
+         !(c->attn_chunk > 0 && c->sliding_window != c->attn_chunk) &&
          cfg_mla_ok(c) &&
-         (c->expert_kind == SL_EXPERT_SWIGLU || (c->expert_kind == SL_EXPERT_GPTOSS && c->swiglu_limit > 0) ||
-          (c->expert_kind == SL_EXPERT_SWIGLU_CLAMP && c->swiglu_limit > 0));
+         (c->expert_kind == SL_EXPERT_SWIGLU || c->expert_kind == SL_EXPERT_GEGLU ||
+          c->expert_kind == SL_EXPERT_SWIGLU_FUSED ||
+          (c->expert_kind == SL_EXPERT_GPTOSS && c->swiglu_limit > 0) ||
+          (c->expert_kind == SL_EXPERT_SWIGLU_CLAMP && c->swiglu_limit > 0)) &&
+         (c->full_head_dim == 0 ||
+          (c->full_head_dim > 0 && c->full_head_dim <= 1024 && c->full_head_dim % 2 == 0 && c->full_kv_heads >= 0 &&
+           c->full_rot_dim >= 0 && c->full_rot_dim <= c->full_head_dim && c->kv_lora == 0 && !c->gated_attn &&
+           c->n_heads % (c->full_kv_heads > 0 ? c->full_kv_heads : c->n_kv_heads) == 0)) &&
+         !(c->kv_lora == 0 && c->v_head_dim > 0 && (c->gated_attn || c->k_eq_v || c->v_norm)) && /* vd = hd there */
+         (!c->ffn_beside || c->dense_inter > 0) && (!c->moe_shortcut || c->dense_inter > 0) && c->zero_experts >= 0 &&
+         (c->router != SL_ROUTER_SOFTMAX_ZERO || c->routed_scale > 0);
     for (int l = 0; ok && l < c->n_layers; l++)
         if (c->layer_sliding[l]) ok = !c->layer_linear[l] && c->sliding_window >= 1;
 
@@ -337,7 +370,8 @@ static int same_shape(const fam_config *a, const fam_config *b) {
         memcmp(a->layer_dsa_shared, b->layer_dsa_shared, sizeof a->layer_dsa_shared) || a->hc_mult != b->hc_mult ||
         a->csa_rate != b->csa_rate || a->hca_rate != b->hca_rate || a->idx_dim != b->idx_dim ||
         a->idx_heads != b->idx_heads || a->idx_topk != b->idx_topk || a->o_groups != b->o_groups ||
-        a->o_lora != b->o_lora || memcmp(a->layer_compress, b->layer_compress, sizeof a->layer_compress))
+        a->o_lora != b->o_lora || memcmp(a->layer_compress, b->layer_compress, sizeof a->layer_compress) ||
+        a->full_head_dim != b->full_head_dim || a->full_kv_heads != b->full_kv_heads)
         return 0;
     return !memcmp(a->layer_linear, b->layer_linear, sizeof a->layer_linear) && a->sliding_window == b->sliding_window &&
            !memcmp(a->layer_sliding, b->layer_sliding, sizeof a->layer_sliding); /* the KV rings' size */
@@ -378,6 +412,7 @@ static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, cons
     const tn_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
     fwd_embed_rows(ws, cfg, w, tokens, n, ws->x);
     ws->tok = tokens;
+    fwd_embed_scale(ws, cfg, ws->x, n);
     if (ws->trace) ws->trace(ws->trace_ctx, 0, pos0, n, ws->x);
     const int graphed = step_begin(ws, sq, cfg, n, graph);
 
@@ -391,22 +426,29 @@ static sl_status eval_batch(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, cons
         /* the caller's serial work until the FFN's first matmul: the other threads bring its start into the
          * caches meanwhile; likewise the FFN's tail before the next layer's q/k/v (or the LM head) */
         fwd_hint_mat(ws, cfg->layer_moe[l] ? &lw->router : &lw->mlp_gate);
+        fwd_post_norm(ws, cfg, lw->post_attn_norm, ws->out, n);
         fwd_block_out_rows(ws, cfg, ws->x, ws->out, ws->hc_mix, n);
         ws->ffn_next = l + 1 < cfg->n_layers ? first_mat(cfg, &w->layers[l + 1], l + 1) : logits_out ? head : NULL;
 
-        fwd_block_in_rows(ws, cfg, lw, 1, ws->x, n, ws->hc_tmp, ws->hc_mix, ws->h);
-        if (cfg->layer_moe[l]) {
-            int nl = l + 1;
-            while (nl < cfg->n_layers && !cfg->layer_moe[nl]) nl++;
-            rc = fwd_moe(ws, cfg, lw, l, nl < cfg->n_layers ? &w->layers[nl] : NULL, nl, experts, n, err);
+        int nl = l + 1;
+        while (nl < cfg->n_layers && !cfg->layer_moe[nl]) nl++;
+        const fam_layer_w *nlw = nl < cfg->n_layers ? &w->layers[nl] : NULL;
+        if (cfg->layer_moe[l] && cfg->ffn_beside) {
+            rc = fwd_ffn_beside(ws, cfg, lw, l, nlw, nl, experts, n, err);
+        } else if (cfg->moe_shortcut) {
+            rc = fwd_ffn_shortcut(ws, cfg, lw, l, nlw, nl, experts, n, err);
+        } else {
+            fwd_block_in_rows(ws, cfg, lw, 1, ws->x, n, ws->hc_tmp, ws->hc_mix, ws->h);
+            rc = cfg->layer_moe[l] ? fwd_moe(ws, cfg, lw, l, nlw, nl, experts, n, err) : fwd_dense_mlp(ws, cfg, lw, n);
+            if (!rc) fwd_post_norm(ws, cfg, lw->post_ffn_norm, ws->out, n);
         }
-        else
-            rc = fwd_dense_mlp(ws, cfg, lw, n);
         if (!rc) rc = be_check(ws->be, err);
         fwd_hint_mat(ws, ws->ffn_next); /* unless the FFN did, before its own tail */
         ws->ffn_next = NULL;
         if (rc) return graphed ? step_end(ws, 0) : rc;
         fwd_block_out_rows(ws, cfg, ws->x, ws->out, ws->hc_mix, n);
+        fwd_shortcut_end(ws, cfg, l, ws->x, ws->sc, n);
+        fwd_layer_end(ws, cfg, lw, ws->x, n);
         if (ws->trace) ws->trace(ws->trace_ctx, l + 1, pos0, n, ws->x);
     }
     if (graphed && step_end(ws, 1)) return FWD_RERUN;
@@ -467,8 +509,9 @@ static sl_status mix_set_new(fwd_ws *ws, const fam_config *cfg, int rows, mix_se
     memset(m, 0, sizeof *m);
     if (rows > ws->mix_rows) rows = ws->mix_rows;
     if (rows <= FWD_BATCH || cfg->kv_lora > 0 || cfg->hc_mult > 0 || !fwd_any_layer(cfg, 0)) return SL_OK;
-    const size_t R = (size_t)rows, kvrow = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim, f = sizeof(float);
-    const size_t b[8] = {R * (size_t)cfg->hidden * f, R * (size_t)ws->n_big * f, R * kvrow * f, R * kvrow * f,
+    const size_t R = (size_t)rows, kvrow = (size_t)cfg_kv_row(cfg), f = sizeof(float);
+    const size_t b[8] = {R * (size_t)cfg->hidden * f, R * (size_t)ws->n_big * f, R * kvrow * f,
+                         R * (size_t)cfg_v_row(cfg) * f,
                          R * (size_t)ws->n_mix * f, R * (size_t)cfg->hidden * f, kern_act_bytes(rows, ws->act_cols),
                          kern_act_bytes(rows, ws->act_cols)};
     void *p[8];
@@ -506,6 +549,7 @@ static int joint_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw,
     for (int i = 0; i < n_items; i++) sqs[i] = it[i].sq, ns[i] = it[i].n, p0[i] = it[i].sq->n_past;
     fwd_norm_rows(ws, X, lw->attn_norm, cfg->zero_centred_norm, cfg->eps, ws->h, n, cfg->hidden);
     fwd_attention_items(ws, sqs, ns, p0, n_items, cfg, lw, l);
+    fwd_post_norm(ws, cfg, lw->post_attn_norm, ws->out, n);
     ws->be->add(ws->be, X, ws->out, (size_t)n * (size_t)cfg->hidden);
     return 1;
 }
@@ -517,6 +561,7 @@ typedef struct multi_pass {
     float *X, *HN, *O;  /* [n][R], [n][H], [n][H]: the residual stream, its norm, the MoE output */
     float *HT, *HM;     /* V4: [n][R] the normed streams, [n][fwd_hc_ldm] the FFN's hyper-connection (else NULL) */
     int32_t *tok;       /* [n] HOST: every row's token (hash routing) */
+    float *SC;          /* [n][H]: LongCat-Flash's shortcut MoE output, from a pair's first layer to its second */
     fwd_wide wb;
     /* per (item, layer): the original DeltaNet buffers a multi-micro-batch item displaced, and its slot; for a
      * sliding layer's KV ring that more than one micro-batch writes, a copy of the ring (k, v): those writes
@@ -534,7 +579,7 @@ typedef struct multi_pass {
 /* Every buffer of the pass; mp is zeroed first, so multi_free may follow any failure. 0 or SL_ENOMEM. */
 static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
                              sl_error *err) {
-    const size_t H = (size_t)cfg->hidden, E = (size_t)cfg->n_experts, k = (size_t)cfg->n_experts_used;
+    const size_t H = (size_t)cfg->hidden, E = (size_t)cfg_router_rows(cfg), k = (size_t)cfg->n_experts_used;
     const size_t V = (size_t)cfg->vocab, L = (size_t)cfg->n_layers;
     memset(mp, 0, sizeof *mp);
     mp->it = it;
@@ -552,6 +597,7 @@ static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_it
     mp->tok = malloc(n * sizeof(int32_t));
     mp->HN = DEV(nH);
     mp->O = DEV(nH);
+    mp->SC = cfg->moe_shortcut ? DEV(nH) : NULL;
     mp->wb = (fwd_wide){DEV(n * E * sizeof(float)), malloc(n * k * sizeof(int)), malloc(n * k * sizeof(float)),
                         malloc(n * k * sizeof(int)), malloc(n * k * sizeof(int)), DEV(nH), DEV(n * sizeof(float))};
     mp->saved = calloc((size_t)n_items * L * FWD_SAVED, sizeof *mp->saved);
@@ -560,7 +606,7 @@ static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_it
     mp->last_rows = mp->n_last ? DEV((size_t)mp->n_last * R * sizeof(float)) : NULL;
     mp->last_logits = mp->n_last ? DEV((size_t)mp->n_lg * V * sizeof(float)) : NULL;
     const fwd_wide *wb = &mp->wb;
-    if (!mp->X || !mp->HN || !mp->O || !wb->router || !wb->top_e || !wb->top_w || !wb->e_tok || !wb->e_slot ||
+    if (!mp->X || !mp->HN || !mp->O || (cfg->moe_shortcut && !mp->SC) || !wb->router || !wb->top_e || !wb->top_w || !wb->e_tok || !wb->e_slot ||
         !wb->sh_y || !wb->sg || !mp->saved || !mp->orig || !mp->row0 || !mp->tok ||
         (cfg->hc_mult > 0 && (!mp->HT || !mp->HM)) ||
         (mp->n_last && (!mp->last_rows || !mp->last_logits))) {
@@ -571,13 +617,14 @@ static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_it
 
 /* The one cleanup path of the pass: frees what multi_alloc made (NULL pointers are no-ops). */
 static void multi_free(be_backend *be, const fam_config *cfg, multi_pass *mp) {
-    const size_t R = (size_t)cfg_res_width(cfg), E = (size_t)cfg->n_experts, V = (size_t)cfg->vocab, n = (size_t)mp->n;
+    const size_t R = (size_t)cfg_res_width(cfg), E = (size_t)cfg_router_rows(cfg), V = (size_t)cfg->vocab, n = (size_t)mp->n;
     UNDEV(mp->X, mp->nR);
     UNDEV(mp->HT, mp->nR);
     UNDEV(mp->HM, n * (size_t)fwd_hc_ldm(cfg) * sizeof(float));
     free(mp->tok);
     UNDEV(mp->HN, mp->nH);
     UNDEV(mp->O, mp->nH);
+    UNDEV(mp->SC, mp->nH);
     UNDEV(mp->wb.router, n * E * sizeof(float));
     free(mp->wb.top_e);
     free(mp->wb.top_w);
@@ -604,6 +651,7 @@ static void multi_begin(fwd_ws *ws, const fam_config *cfg, const fam_weights *w,
         for (int l = 0; l < L; l++) mp->orig[(size_t)i * L + l] = it[i].sq->lin_cur[l];
         fwd_embed_rows(ws, cfg, w, it[i].tokens, it[i].n, mp->X + (size_t)r * R);
         memcpy(mp->tok + r, it[i].tokens, (size_t)it[i].n * sizeof(int32_t));
+        fwd_embed_scale(ws, cfg, mp->X + (size_t)r * R, it[i].n);
     }
     mp->traced = ws->trace && mp->n_items == 1; /* the hook follows one sequence's positions */
     for (int l = 0; l < L; l++)
@@ -617,7 +665,7 @@ static void multi_begin(fwd_ws *ws, const fam_config *cfg, const fam_weights *w,
 /* The rings of layer l a pass over more than one micro-batch may overwrite, slot k2 < FWD_SAVED: the KV ring's
  * k and v, V4's compressor and indexer rings (NULL: none), and their bytes. */
 static float *ring_of(const fwd_seq *sq, int l, int k2, size_t *bytes) {
-    *bytes = k2 < 2 ? fwd_kv_bytes(sq, l) : sq->cmp_ring[l] ? fwd_dsv4_ring_bytes(sq, l, k2 - 2) : 0;
+    *bytes = k2 < 2 ? fwd_kv_bytes(sq, l, k2) : sq->cmp_ring[l] ? fwd_dsv4_ring_bytes(sq, l, k2 - 2) : 0;
     return k2 == 0 ? sq->k_cache[l] : k2 == 1 ? sq->v_cache[l] : k2 == 2 ? sq->cmp_ring[l] : sq->idx_ring[l];
 }
 
@@ -673,6 +721,7 @@ static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_
             sq->ssm[l][1] = ts;
             sq->lin_cur[l] = (unsigned char)o;
         }
+        if (!rc) fwd_post_norm(ws, cfg, lw->post_attn_norm, ws->out, nb);
         if (!rc) fwd_block_out_rows(ws, cfg, Xi + (size_t)r0 * R, ws->out, ws->hc_mix, nb);
     }
     if (wmix) mix_swap(ws, &mp->ms);
@@ -684,29 +733,46 @@ static sl_status multi_mixer(fwd_ws *ws, const fam_config *cfg, const fam_layer_
 static sl_status multi_ffn(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts, int l,
                            multi_pass *mp, sl_error *err) {
     const fam_layer_w *lw = &w->layers[l];
-    const size_t R = (size_t)cfg_res_width(cfg);
+    const size_t R = (size_t)cfg_res_width(cfg), H = (size_t)cfg->hidden;
     const int L = cfg->n_layers, n = mp->n;
     float *X = mp->X;
     int rc = 0;
     ws->tok = mp->tok;
-    if (cfg->layer_moe[l]) {
+    if (cfg->layer_moe[l] && cfg->moe_shortcut) { /* LongCat-Flash: the MoE into mp->SC, then the dense MLP below */
         int nl = l + 1;
         while (nl < L && !cfg->layer_moe[nl]) nl++;
-        fwd_block_in_rows(ws, cfg, lw, 1, X, n, mp->HT, mp->HM, mp->HN);
-        if (mp->ms.rows) mix_swap(ws, &mp->ms); /* the router's rows through the wider IN slot (ws->mb) */
-        /* the next layer's hint norms rows of H: V4's streams are not, its block input is */
-        rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, cfg->hc_mult > 0 ? mp->HN : X,
-                          mp->HN, mp->O, &mp->wb, err);
-        if (mp->ms.rows) mix_swap(ws, &mp->ms);
-        if (!rc) fwd_block_out_rows(ws, cfg, X, mp->O, mp->HM, n);
+        fwd_norm_rows(ws, X, lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, mp->HN, n, (int)H);
+        rc = fwd_moe_wide(ws, cfg, lw, l, nl < L ? &w->layers[nl] : NULL, nl, experts, n, X, mp->HN, mp->SC, &mp->wb,
+                          err);
+    } else if (cfg->layer_moe[l]) {
+        int nl = l + 1;
+        while (nl < L && !cfg->layer_moe[nl]) nl++;
+        const fam_layer_w *nlw = nl < L ? &w->layers[nl] : NULL;
+        if (cfg->ffn_beside) {
+            rc = fwd_ffn_beside_wide(ws, cfg, lw, l, nlw, nl, experts, n, X, mp->HN, mp->O, &mp->wb, err);
+            if (!rc) ws->be->add(ws->be, X, mp->O, (size_t)n * H);
+        } else {
+            fwd_block_in_rows(ws, cfg, lw, 1, X, n, mp->HT, mp->HM, mp->HN);
+            if (mp->ms.rows) mix_swap(ws, &mp->ms); /* the router's rows through the wider IN slot (ws->mb) */
+            /* the next layer's hint norms rows of H: V4's streams are not, its block input is */
+            rc = fwd_moe_wide(ws, cfg, lw, l, nlw, nl, experts, n, cfg->hc_mult > 0 ? mp->HN : X, mp->HN, mp->O, &mp->wb,
+                              err);
+            if (mp->ms.rows) mix_swap(ws, &mp->ms);
+            if (!rc) fwd_post_norm(ws, cfg, lw->post_ffn_norm, mp->O, n);
+            if (!rc) fwd_block_out_rows(ws, cfg, X, mp->O, mp->HM, n);
+        }
+        if (!rc) fwd_layer_end(ws, cfg, lw, X, n);
         return rc;
     }
     for (int r0 = 0; r0 < n && !rc; r0 += FWD_BATCH) {
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
         fwd_block_in_rows(ws, cfg, lw, 1, X + (size_t)r0 * R, nb, ws->hc_tmp, ws->hc_mix, ws->h);
         rc = fwd_dense_mlp(ws, cfg, lw, nb);
+        if (!rc) fwd_post_norm(ws, cfg, lw->post_ffn_norm, ws->out, nb);
         if (!rc) fwd_block_out_rows(ws, cfg, X + (size_t)r0 * R, ws->out, ws->hc_mix, nb);
     }
+    if (!rc) fwd_shortcut_end(ws, cfg, l, X, mp->SC, n);
+    if (!rc) fwd_layer_end(ws, cfg, lw, X, n);
     return rc;
 }
 
@@ -768,6 +834,7 @@ static void multi_finish(fwd_ws *ws, const fam_config *cfg, const fam_weights *w
         fwd_final_rows(ws, cfg, w, mp->last_rows + (size_t)r0 * R, nb, ws->h);
         if (mp->traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past - 1, nb, ws->h);
         fwd_matmul(ws, head, ws->h, H, mp->last_logits, V, nb, FWD_ACT_IN);
+        fwd_softcap(ws, cfg, mp->last_logits, nb);
         for (int r = 0; r < nb; r++, i++) {
             while (!it[i].logits || it[i].all_logits) i++;
             be->copy(be, it[i].logits, mp->last_logits + (size_t)r * V, V * sizeof(float), BE_D2H);
@@ -822,8 +889,11 @@ static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const fam_config
 /* The KV caches grown for n more positions (fwd_seq_reserve); growing changes no result. */
 static sl_status reserve_kv(fwd_seq *sq, int n, sl_error *err) {
     if (!fwd_seq_reserve(sq, sq->n_past + n)) return 0;
+    size_t per = 0; /* every attention layer's K and V row */
+    for (int l = 0; l < sq->n_layers; l++)
+        per += sq->shape.layer_linear[l] ? 0 : fwd_kv_row_bytes(sq, l, 0) + fwd_kv_row_bytes(sq, l, 1);
     return err_set(err, SL_ENOMEM, "out of memory for the KV cache at %d positions (%zu bytes a position)",
-                   sq->n_past + n, fwd_kv_row_bytes(sq));
+                   sq->n_past + n, per);
 }
 
 /* Every op of the backend's table this config's layers call (backend.h: a backend may leave some NULL). */
@@ -838,8 +908,25 @@ static sl_status check_ops(const be_backend *be, const fam_config *c, sl_error *
     else if (fwd_any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
     else if (c->dsa_topk > 0 && (!be->dsa_select || !be->layernorm)) missing = !be->dsa_select ? "dsa_select" : "layernorm";
     else if (fwd_any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
-    else if (fwd_any_layer(c, 1) && (!be->dn_conv || !be->dn_gates || !be->dn_step || !be->dn_chunk || !be->dn_norm))
+    else if (fwd_any_layer(c, 1) && c->short_conv && !be->short_conv) missing = "short_conv";
+    else if (fwd_any_layer(c, 1) && c->mamba && !be->mamba2) missing = "mamba2";
+    else if (fwd_any_layer(c, 1) && !c->short_conv && !c->mamba &&
+             (!be->dn_conv || !be->dn_gates || !be->dn_step || !be->dn_chunk || !be->dn_norm))
         missing = !be->dn_conv ? "dn_conv" : !be->dn_gates ? "dn_gates" : !be->dn_step ? "dn_step" : !be->dn_chunk ? "dn_chunk" : "dn_norm";
+    /* Gemma 4 (model/block.c): a backend without scale has none of its other pieces either (GeGLU, the router's
+     * own norm and per-expert scale): refused here by the op named */
+    if (!missing && (c->embed_scale > 0 || c->sandwich_norm || c->ffn_beside || c->expert_kind == SL_EXPERT_GEGLU ||
+                     c->attn_v_scale > 0 || (c->kv_lora == 0 && c->v_head_dim > 0)) &&
+        !be->scale)
+        missing = "scale";
+    if (!missing && c->logit_softcap > 0 && !be->softcap) missing = "softcap";
+    if (!missing && (c->residual_scale > 0 || c->logit_scale > 0) && !be->scale) missing = "scale";
+    /* Llama 4: the experts' input scaling and the NoPE layers' temperature; a backend without row_scale has none of
+     * its other pieces either (chunked attention, the fused SwiGLU experts, the top-k sigmoid router) */
+    if (!missing && (c->moe_scale_input || c->attn_floor_scale > 0 || c->attn_chunk > 0 || c->zero_experts > 0 ||
+                     c->mla_q_scale > 0 || c->mla_kv_scale > 0 || c->router == SL_ROUTER_SOFTMAX_ZERO ||
+                     c->expert_kind == SL_EXPERT_SWIGLU_FUSED || c->router == SL_ROUTER_TOPK_SIGMOID) && !be->row_scale)
+        missing = "row_scale";
     if (!missing) return 0;
     const arch_desc *a = arch_get(c->arch);
     return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s op yet, which %s models need", be->name, missing,

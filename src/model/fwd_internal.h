@@ -152,6 +152,8 @@ struct fwd_ws {
     float *mla_lat;  /* MLA: [B][nh][kv_lora] attention-weighted latents */
     float *dsa_q, *dsa_w; /* DSA: [B][dsa_heads * dsa_dim] indexer queries, [B][dsa_heads] their weights (mla.c) */
     float *lg;       /* [B][V] logits before they go to the host (backends whose memory is not the host's) */
+    float *zeros;    /* [max head_dim] zeros: the weight (1 + 0) of a norm without one (Gemma 4's v_norm) */
+    float *sc;       /* [B][H] LongCat-Flash's shortcut MoE output (cfg->moe_shortcut), else 1 float */
     size_t slot_floats; /* per-thread scratch the mixers need (the backend's reserve) */
     int n_big, n_mix;
 
@@ -208,10 +210,11 @@ void fwd_matmul(fwd_ws *ws, const tn_mat *w, const float *x, size_t ldx, float *
 uint64_t fwd_next_uid(void);
 /* Whether any layer of cfg is a DeltaNet layer (linear 1) / a softmax or MLA attention layer (linear 0). */
 int fwd_any_layer(const fam_config *cfg, int linear);
-/* Bytes of each KV buffer of layer l (fwd_seq_free gives them back with these; state.c). */
-size_t fwd_kv_bytes(const fwd_seq *sq, int l);
-/* Bytes of one cache row (one position) of any attention layer of sq. */
-size_t fwd_kv_row_bytes(const fwd_seq *sq);
+/* Bytes of one cache row (one position) of attention layer l's K (v 0) / V (v 1) cache: its KV heads of its head
+ * dims (cfg_attn_at) in the sequence's kv_type, or MLA's / V4's f32 row (no V cache: 0). */
+size_t fwd_kv_row_bytes(const fwd_seq *sq, int l, int v);
+/* Bytes of layer l's K (v 0) / V (v 1) cache (fwd_seq_free gives them back with these; state.c). */
+size_t fwd_kv_bytes(const fwd_seq *sq, int l, int v);
 /* 1 when attention layer l's cache is a ring (a sliding layer whose window is shorter than the context). */
 int fwd_kv_ring(const fwd_seq *sq, int l);
 /* KV rows a saved state keeps of attention layer l at n_past positions: all, or a sliding layer's last
@@ -290,5 +293,27 @@ tn_mat fwd_rows_view(const tn_mat *m, int row0, int n);
 /* RMSNorm of n rows [n][dim] in place or into y; zero-centred adds 1 to w. */
 void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,
                    int dim);
+
+/* model/block.c, the pieces some families add around a layer's blocks (Gemma 4): embeddings times
+ * cfg->embed_scale; out (n rows) RMS-normed in place with w (plain weight) when w is given (sandwich norms); x
+ * times lw->layer_scalar when the layer has one; logits [n][V] tanh-capped when cfg->logit_softcap > 0. */
+void fwd_embed_scale(fwd_ws *ws, const fam_config *cfg, float *x, int n);
+void fwd_post_norm(fwd_ws *ws, const fam_config *cfg, const float *w, float *out, int n);
+void fwd_layer_end(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, float *x, int n);
+void fwd_softcap(fwd_ws *ws, const fam_config *cfg, float *logits, int n);
+/* A MoE layer with a dense MLP beside the experts (cfg->ffn_beside): ws->out = post(post1(mlp(pre(ws->x))) +
+ * post2(moe(pre2(ws->x)))) for n <= FWD_BATCH rows (sh_y scratch); the layer-major form over n rows of x into out
+ * (hn: the experts' normed input, wb->sh_y scratch). As fwd_moe / fwd_moe_wide return. */
+int fwd_ffn_beside(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
+                   int next_layer, const tn_expert_src *experts, int n, sl_error *err);
+/* LongCat-Flash (cfg->moe_shortcut): ws->x's n rows normed into ws->h; a MoE layer's experts into sc, then (every
+ * layer) the dense MLP into ws->out. fwd_shortcut_end: after the layer's FFN was added, x += sc where l is the
+ * second of a pair (its previous layer has the MoE). */
+int fwd_ffn_shortcut(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
+                     int next_layer, const tn_expert_src *experts, int n, sl_error *err);
+void fwd_shortcut_end(fwd_ws *ws, const fam_config *cfg, int layer, float *x, const float *sc, int n);
+int fwd_ffn_beside_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                        const fam_layer_w *next_lw, int next_layer, const tn_expert_src *experts, int n, const float *x,
+                        float *hn, float *out, const fwd_wide *wb, sl_error *err);
 
 #endif

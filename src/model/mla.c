@@ -141,6 +141,17 @@ static void dsa_index(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_
     be->dsa_select(be, &d);
 }
 
+/* LongCat-Flash's LoRA scales (modeling_longcat_flash.py LongcatFlashMLA): the queries (q_b's output, every
+ * dim) times mla_q_scale, the normed latent (not the RoPE key) times mla_kv_scale; n <= FWD_BATCH rows. */
+static void lora_scales(fwd_ws *ws, const fam_config *cfg, int n) {
+    float s[FWD_BATCH];
+    const int row = cfg_kv_row(cfg), qcols = cfg->n_heads * (cfg->qk_nope + cfg->rot_dim); /* as fwd_mla's ws->k */
+    for (int t = 0; t < n; t++) s[t] = (float)cfg->mla_q_scale;
+    if (cfg->mla_q_scale > 0) ws->be->row_scale(ws->be, ws->big, (size_t)ws->n_big, n, qcols, s);
+    for (int t = 0; t < n; t++) s[t] = (float)cfg->mla_kv_scale;
+    if (cfg->mla_kv_scale > 0) ws->be->row_scale(ws->be, ws->k, (size_t)row, n, cfg->kv_lora, s);
+}
+
 int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0) {
     be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden, ldq = (size_t)ws->n_big;
@@ -159,6 +170,7 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *l
     float inv_freq[SL_ROPE_MAX_FREQS], attn_factor;
     rope_freqs(cfg, inv_freq, &attn_factor); /* over rot_dim = qk_rope_head_dim: the default table or YaRN */
     be->rmsnorm(be, ws->k, ws->k, n, (size_t)row, 1, 0, r, lw->kv_a_norm, 0.0f, MLA_NORM_EPS);
+    if (cfg->mla_q_scale > 0 || cfg->mla_kv_scale > 0) lora_scales(ws, cfg, n);
     if (!cfg->mla_nope) { /* Kimi Linear's MLA: no position encoding at all */
         be->rope(be, ws->k + r, n, (size_t)row, 1, 0, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);
         be->rope(be, ws->big + dn, n, ldq, nh, (size_t)qh, dr, inv_freq, attn_factor, pos0, cfg->rope_interleave);

@@ -14,6 +14,7 @@
  * weights stream once per micro-batch); each output lands in the token's slot of exp_out, so the
  * order in which a provider delivers experts cannot change the result.
  */
+#include <math.h>
 #include <string.h>
 
 #include "model/fwd_internal.h"
@@ -23,9 +24,11 @@
 
 /* The backend's FFN op over x's rows for expert parts ex, as cfg->expert_kind says; y [n][H]. */
 static be_ffn ffn_of(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, kern_act *x, int inter, float *y) {
-    return (be_ffn){.kind = cfg->expert_kind == SL_EXPERT_GPTOSS          ? BE_FFN_GPTOSS
-                            : cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP
-                                                                         : BE_FFN_SWIGLU,
+    const int kind = cfg->expert_kind == SL_EXPERT_GPTOSS ? BE_FFN_GPTOSS
+                     : cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP
+                     : cfg->expert_kind == SL_EXPERT_GEGLU ? BE_FFN_GEGLU
+                     : cfg->expert_kind == SL_EXPERT_SWIGLU_FUSED ? BE_FFN_SWIGLU_FUSED : BE_FFN_SWIGLU;
+    return (be_ffn){.kind = kind,
                     .limit = (float)cfg->swiglu_limit, .w = ex, .x = x, .inter = inter, .g = ws->ffn_g, .u = ws->ffn_u,
                     .mid_buf = ws->act[FWD_ACT_MID], .int8 = ws->int8 && x->n_tok <= FWD_BATCH && inter <= ws->act_cols,
                     .y = y, .ldy = (size_t)cfg->hidden};
@@ -35,20 +38,53 @@ be_ffn fwd_expert_ffn(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, ke
     return ffn_of(ws, cfg, ex, x, cfg->moe_inter, y);
 }
 
-/* A SwiGLU FFN of the backbone (shared expert, dense MLP) over x into y [n][H]. */
+/* A SwiGLU (GeGLU: cfg->dense_act_geglu) FFN of the backbone (shared expert, dense MLP) over x into y [n][H]. */
 static void swiglu_ffn(fwd_ws *ws, const fam_config *cfg, const tn_mat *gate, const tn_mat *up, const tn_mat *down,
                        kern_act *x, int inter, float *y) {
     tn_expert ex = {.gate = *gate, .up = *up, .down = *down};
     be_ffn f = ffn_of(ws, cfg, &ex, x, inter, y);
-    f.kind = cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP : BE_FFN_SWIGLU; /* V4's shared is clamped */
+    f.kind = cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP /* V4's shared is clamped */
+             : cfg->dense_act_geglu ? BE_FFN_GEGLU : BE_FFN_SWIGLU;
+    ws->be->ffn(ws->be, &f);
+}
+
+/* Gemma 4's router input (lw->router_norm): x's rows RMS-normed with router.scale times hidden^-0.5, FWD_BATCH
+ * rows at a time through ws->ffn_x, then their logits (exact kernels) into out [n][E]. */
+static void router_own_norm(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, const float *x, int n,
+                            float *out) {
+    const int H = cfg->hidden, E = cfg_router_rows(cfg);
+    for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
+        const int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
+        fwd_norm_rows(ws, x + (size_t)r0 * H, lw->router_norm, 0, cfg->eps, ws->ffn_x, nb, H);
+        ws->be->scale(ws->be, ws->ffn_x, (size_t)nb * H, 1.0f / sqrtf((float)H), NULL);
+        kern_act a;
+        kern_act_init(&a, NULL, ws->ffn_x, (size_t)H, nb, H, 0);
+        be_matmul(ws->be, &lw->router, &a, out + (size_t)r0 * E, (size_t)E);
+    }
+}
+
+/* The shared expert over x into y [n][H]: its gate, up and down, or (Granite) one fused gate | up and down. */
+static void shared_ffn(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, kern_act *x, float *y) {
+    if (!lw->sh_gate_up.data) {
+        swiglu_ffn(ws, cfg, &lw->sh_gate, &lw->sh_up, &lw->sh_down, x, cfg->shared_inter, y);
+        return;
+    }
+    tn_expert ex = {.gate_up = lw->sh_gate_up, .down = lw->sh_down};
+    be_ffn f = ffn_of(ws, cfg, &ex, x, cfg->shared_inter, y);
+    f.kind = BE_FFN_SWIGLU_FUSED;
     ws->be->ffn(ws->be, &f);
 }
 
 /* The logits of n rows' router (with its Linear bias, gpt-oss) into out [n][E]: of hx when given (its
- * int8 form shared with the experts), else of h [n][H] (exact kernels: the prefetch hint). */
-static void router_logits(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, const float *h, int n, kern_act *hx,
-                          float *out) {
-    const int H = cfg->hidden, E = cfg->n_experts;
+ * int8 form shared with the experts), else of h [n][H] (exact kernels: the prefetch hint); of the residual x [n][H]
+ * through the router's own norm when it has one (Gemma 4). */
+static void router_logits(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, const float *x, const float *h,
+                          int n, kern_act *hx, float *out) {
+    const int H = cfg->hidden, E = cfg_router_rows(cfg); /* LongCat-Flash: its zero experts' rows too */
+    if (lw->router_norm) {
+        router_own_norm(ws, cfg, lw, x, n, out);
+        return;
+    }
     kern_act exact;
     if (!hx) {
         kern_act_init(&exact, NULL, h, (size_t)H, n, H, 0);
@@ -62,7 +98,8 @@ static void router_logits(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *
 static sl_status route(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, float *logits, int n,
                        int *top_e, float *top_w, sl_error *err) {
     const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = logits, .bias = lw->router_bias,
-                        .tokens = ws->tok, .tid2eid = lw->tid2eid, .top_e = top_e, .top_w = top_w};
+                        .tokens = ws->tok, .tid2eid = lw->tid2eid, .expert_scale = lw->expert_scale, .top_e = top_e,
+                        .top_w = top_w};
     sl_status st = ws->be->route(ws->be, &r);
     return st ? err_set(err, st, "layer %d: routing: %s", layer, ws->be->errmsg(ws->be)) : SL_OK;
 }
@@ -84,6 +121,10 @@ static sl_status check_mat_part(const be_backend *be, const tn_mat *m, int rows,
 static sl_status check_expert_kind(const be_backend *be, const fam_config *cfg, const tn_expert *ex, int layer, int e,
                                    sl_error *err) {
     const int I = cfg->moe_inter, H = cfg->hidden;
+    if (cfg->expert_kind == SL_EXPERT_SWIGLU_FUSED) {
+        int rc = check_mat_part(be, &ex->gate_up, 2 * I, H, "gate_up_proj", layer, e, err);
+        return rc ? rc : check_mat_part(be, &ex->down, H, I, "down_proj", layer, e, err);
+    }
     if (cfg->expert_kind != SL_EXPERT_GPTOSS) {
         const tn_mat *m[3] = {&ex->gate, &ex->up, &ex->down};
         const int rows[3] = {I, I, H}, cols[3] = {H, H, I};
@@ -117,6 +158,22 @@ sl_status fwd_check_expert(const be_backend *be, const fam_config *cfg, const tn
     return check_expert_kind(be, cfg, ex, layer, e, err);
 }
 
+/* Llama 4's routed input (cfg->moe_scale_input): rows tok[0..cnt) of h (cnt <= FWD_BATCH) into ws->ffn_x, each
+ * times its (token, slot) weight of top_w [..][k] (HOST), their activation into *a (the gather slot); those weights
+ * then set to 1, what the combine multiplies the expert's output by (each (token, slot) is one expert's). */
+static void scaled_rows(fwd_ws *ws, const fam_config *cfg, const float *h, const int *tok, const int *slot, int cnt,
+                        float *top_w, kern_act *a) {
+    const int H = cfg->hidden, k = cfg->n_experts_used;
+    float s[FWD_BATCH];
+    for (int i = 0; i < cnt; i++) {
+        s[i] = top_w[(size_t)tok[i] * k + slot[i]];
+        top_w[(size_t)tok[i] * k + slot[i]] = 1.0f;
+    }
+    ws->be->copy_rows(ws->be, ws->ffn_x, (size_t)H, NULL, h, (size_t)H, tok, cnt, H);
+    ws->be->row_scale(ws->be, ws->ffn_x, (size_t)H, cnt, H, s);
+    fwd_act(ws, a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, cnt, H);
+}
+
 /* Runs expert e over the tokens routed to it; outputs land in their (token, slot) cells of exp_out. hx: the
  * block's input ws->h, whose int8 form every expert reuses (gathered when the expert has a subset). */
 static sl_status apply_expert(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, kern_act *hx,
@@ -128,7 +185,11 @@ static sl_status apply_expert(fwd_ws *ws, const fam_config *cfg, int layer, int 
     int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start, all = cnt == hx->n_tok;
     for (int i = 0; all && i < cnt; i++) all = ws->e_tok[start + i] == i;
     kern_act gx, *x = hx; /* every token of the batch, in order (a decode step): hx itself */
-    if (!all) {
+    if (cfg->moe_scale_input) { /* Llama 4: the rows times their weights, a fresh activation */
+        scaled_rows(ws, cfg, ws->h, ws->e_tok + start, ws->e_slot + start, cnt, ws->top_w, &gx);
+        x = &gx;
+        all = 0;
+    } else if (!all) {
         be->copy_rows(be, ws->ffn_x, (size_t)H, NULL, ws->h, (size_t)H, ws->e_tok + start, cnt, H);
         be->act_gather(be, &gx, ws->act[FWD_ACT_GATHER], hx, ws->e_tok + start, cnt, ws->ffn_x);
         x = &gx;
@@ -149,8 +210,8 @@ static sl_status apply_expert(fwd_ws *ws, const fam_config *cfg, int layer, int 
 
 /* The shared expert's SwiGLU output (before its sigmoid gate) into sh_y. */
 static void shared_expert(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, kern_act *hx) {
-    if (!lw->sh_gate.data) return;
-    swiglu_ffn(ws, cfg, &lw->sh_gate, &lw->sh_up, &lw->sh_down, hx, cfg->shared_inter, ws->sh_y);
+    if (!lw->sh_gate.data && !lw->sh_gate_up.data) return;
+    shared_ffn(ws, cfg, lw, hx, ws->sh_y);
 }
 
 #define FUSED_MAX 32 /* experts of one decode step run together (backend.h ffn_multi) */
@@ -193,7 +254,8 @@ static sl_status run_fused(fwd_ws *ws, const fam_config *cfg, int layer, const t
 
 static sl_status run_resident(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *experts, int n_list,
                               kern_act *hx, sl_error *err) {
-    if (hx->n_tok == 1 && n_list <= FUSED_MAX && n_list <= FWD_BATCH && cfg->expert_kind != SL_EXPERT_GPTOSS)
+    if (hx->n_tok == 1 && n_list <= FUSED_MAX && n_list <= FWD_BATCH && cfg->expert_kind == SL_EXPERT_SWIGLU &&
+        !cfg->moe_scale_input)
         return run_fused(ws, cfg, layer, experts, n_list, hx, err);
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
@@ -221,9 +283,9 @@ static void hint_next(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *next
     if (!ws->prefetch || !experts->prefetch || !next_lw || n > PREFETCH_MAX_TOKENS || !next_lw->router.data) return;
     const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
     /* V4: ws->x holds the streams; its block input ws->h is a row of H to norm */
-    fwd_norm_rows(ws, cfg->hc_mult > 0 ? ws->h : ws->x, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x,
-                  n, H);
-    router_logits(ws, cfg, next_lw, ws->ffn_x, n, NULL, ws->router);
+    const float *xr = cfg->hc_mult > 0 ? ws->h : ws->x;
+    fwd_norm_rows(ws, xr, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x, n, H);
+    router_logits(ws, cfg, next_lw, xr, ws->ffn_x, n, NULL, ws->router);
     int *te = ws->top_e;
     const be_route r = {.cfg = cfg, .layer = next_layer, .n = n, .hint = 1, .logits = ws->router, .top_e = te};
     if (ws->be->route(ws->be, &r)) return; /* only a hint */
@@ -233,7 +295,7 @@ static void hint_next(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *next
         for (int s = 0; s < k; s++) {
             int e = te[(size_t)t * k + s];
             if (e < 0) break;
-            if (!ws->pf_mark[e]) {
+            if (e < E && !ws->pf_mark[e]) { /* (a zero expert has nothing to read) */
                 ws->pf_mark[e] = 1;
                 ws->pf_list[np++] = e;
             }
@@ -250,7 +312,7 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
     if (!rc) shared_expert(ws, cfg, lw, hx);
     /* a decode step's experts that are already in the backend's memory (the device tier's hits, which it
      * hands out first) run together as resident ones do (fused_ffn); the rest one at a time as they land */
-    const int fuse = hx->n_tok == 1 && experts->ready && cfg->expert_kind != SL_EXPERT_GPTOSS;
+    const int fuse = hx->n_tok == 1 && experts->ready && cfg->expert_kind == SL_EXPERT_SWIGLU && !cfg->moe_scale_input;
     for (int i = 0; !rc && i < n_list;) {
         int r = fuse ? experts->ready(experts->ctx) : 0;
         if (r > n_list - i) r = n_list - i;
@@ -285,6 +347,20 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
     return st;
 }
 
+/* LongCat-Flash's zero experts: each (token, slot) that chose one (index >= E) gets the token's row of ws->h in its
+ * cell of exp_out, which the combine weighs as any expert's output. */
+static void zero_cells(fwd_ws *ws, const fam_config *cfg, int n) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used, H = cfg->hidden;
+    int cell[FWD_BATCH * 8], tok[FWD_BATCH * 8], m = 0;
+    for (int t = 0; t < n; t++)
+        for (int s = 0; s < k; s++)
+            if (ws->top_e[(size_t)t * k + s] >= E && m < FWD_BATCH * 8) {
+                cell[m] = t * k + s;
+                tok[m++] = t;
+            }
+    if (m) ws->be->copy_rows(ws->be, ws->exp_out, (size_t)H, cell, ws->h, (size_t)H, tok, m, H);
+}
+
 /* Routes the n rows on the host and runs their experts (streamed or resident), outputs in exp_out. */
 static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
                                const fam_layer_w *next_lw, int next_layer, const tn_expert_src *experts, int n,
@@ -292,9 +368,11 @@ static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_laye
     const int E = cfg->n_experts, k = cfg->n_experts_used;
     int rc = route(ws, cfg, lw, layer, ws->router, n, ws->top_e, ws->top_w, err);
     if (rc) return rc;
+    if (cfg->zero_experts) zero_cells(ws, cfg, n);
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++)
-        for (int s = 0; s < k; s++) ws->e_count[ws->top_e[(size_t)t * k + s]]++;
+        for (int s = 0; s < k; s++)
+            if (ws->top_e[(size_t)t * k + s] < E) ws->e_count[ws->top_e[(size_t)t * k + s]]++;
     /* group (token, slot) pairs by expert: e_count becomes each expert's start offset */
     int off = 0;
     for (int e = 0; e < E; e++) {
@@ -304,7 +382,9 @@ static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_laye
     }
     for (int t = 0; t < n; t++)
         for (int s = 0; s < k; s++) {
-            int e = ws->top_e[(size_t)t * k + s], at = ws->e_count[e]++;
+            int e = ws->top_e[(size_t)t * k + s];
+            if (e >= E) continue; /* a zero expert: its cell holds the token (zero_cells) */
+            int at = ws->e_count[e]++;
             ws->e_tok[at] = t;
             ws->e_slot[at] = s;
         }
@@ -329,7 +409,9 @@ static int moe_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *l
                          const tn_expert_src *experts, int n, kern_act *hx, const float **w_dev, sl_error *err) {
     const int k = cfg->n_experts_used, I = cfg->moe_inter;
     if (!ws->be->moe_resident || experts->begin || ws->rm || n != 1 || !ws->int8 || k > FUSED_MAX || k > FWD_BATCH ||
-        I > ws->act_cols || cfg->expert_kind == SL_EXPERT_GPTOSS)
+        I > ws->act_cols || cfg->expert_kind == SL_EXPERT_GPTOSS || cfg->expert_kind > SL_EXPERT_SWIGLU_CLAMP ||
+        lw->router_norm || cfg->moe_scale_input || cfg->router == SL_ROUTER_TOPK_SIGMOID ||
+        cfg->router == SL_ROUTER_SOFTMAX_ZERO || cfg->zero_experts)
         return 0;
     const be_route r = {.cfg = cfg, .layer = layer, .n = 1, .logits = ws->router, .bias = lw->router_bias};
     const be_ffn f = ffn_of(ws, cfg, NULL, hx, I, ws->exp_out);
@@ -345,7 +427,7 @@ int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
 
     kern_act hx; /* ws->h, quantized once for the router, the shared expert and every routed expert */
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)H, n, H);
-    router_logits(ws, cfg, lw, ws->h, n, &hx, ws->router);
+    router_logits(ws, cfg, lw, ws->x, ws->h, n, &hx, ws->router);
     const float *w_dev = NULL;
     int rc = moe_on_device(ws, cfg, lw, layer, experts, n, &hx, &w_dev, err);
     if (!rc) rc = route_and_run(ws, cfg, lw, layer, next_lw, next_layer, experts, n, &hx, err);
@@ -357,7 +439,8 @@ int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
         be_matmul(be, &lw->sh_expert_gate, &hx, sg, 1);
     }
     const be_combine c = {.n = n, .k = k, .H = H, .w = w_dev ? NULL : ws->top_w, .w_dev = w_dev, .y = ws->exp_out,
-                          .sh_y = lw->sh_gate.data ? ws->sh_y : NULL, .sh_gate = sg, .out = ws->out};
+                          .sh_y = lw->sh_gate.data || lw->sh_gate_up.data ? ws->sh_y : NULL, .sh_gate = sg,
+                          .out = ws->out};
     fwd_hint_mat(ws, ws->ffn_next); /* the combine, the residual and the next norm run alone (forward.c) */
     ws->ffn_next = NULL;
     be->combine(be, &c);
@@ -386,7 +469,8 @@ static void hint_next_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w 
             fwd_norm_rows(ws, x + (size_t)r0 * H, next_lw->ffn_norm, cfg->zero_centred_norm, cfg->eps, ws->ffn_x, nb, H);
             kern_act a;
             fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, nb, H);
-            router_logits(ws, cfg, next_lw, ws->ffn_x, nb, &a, wb->router + (size_t)r0 * E);
+            router_logits(ws, cfg, next_lw, x + (size_t)r0 * H, ws->ffn_x, nb, &a,
+                          wb->router + (size_t)r0 * cfg_router_rows(cfg));
         }
         /* top-k of the logits (for the sigmoid router an approximation): the route op's hint, into wb->top_e
          * (free once this layer is grouped) */
@@ -394,7 +478,9 @@ static void hint_next_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w 
         if (ws->be->route(ws->be, &r)) return; /* only a hint */
         memset(ws->pf_mark, 0, (size_t)E);
         for (int t = 0; t < n; t++)
-            for (int s = 0; s < k && wb->top_e[(size_t)t * k + s] >= 0; s++) ws->pf_mark[wb->top_e[(size_t)t * k + s]] = 1;
+            for (int s = 0; s < k && wb->top_e[(size_t)t * k + s] >= 0; s++)
+                if (wb->top_e[(size_t)t * k + s] < E) /* not a zero expert */
+                    ws->pf_mark[wb->top_e[(size_t)t * k + s]] = 1;
         for (int e = 0; e < E; e++)
             if (ws->pf_mark[e]) ws->pf_list[np++] = e;
     }
@@ -424,12 +510,12 @@ void fwd_moe_hint_first(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw
 static void shared_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int n, const float *h,
                         const fwd_wide *wb) {
     const int H = cfg->hidden;
-    if (!lw->sh_gate.data) return;
+    if (!lw->sh_gate.data && !lw->sh_gate_up.data) return;
     for (int r0 = 0; r0 < n; r0 += FWD_BATCH) {
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
         kern_act a;
         fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
-        swiglu_ffn(ws, cfg, &lw->sh_gate, &lw->sh_up, &lw->sh_down, &a, cfg->shared_inter, wb->sh_y + (size_t)r0 * H);
+        shared_ffn(ws, cfg, lw, &a, wb->sh_y + (size_t)r0 * H);
     }
 }
 
@@ -439,12 +525,36 @@ static int wide_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *
                           const tn_expert_src *experts, int n, const float *h, float *out, const fwd_wide *wb,
                           sl_error *err) {
     if (!ws->be->moe_wide || experts->begin || ws->rm || !ws->int8 || cfg->moe_inter > ws->act_cols ||
-        cfg->expert_kind == SL_EXPERT_GPTOSS)
+        cfg->expert_kind == SL_EXPERT_GPTOSS || cfg->expert_kind > SL_EXPERT_SWIGLU_CLAMP || lw->router_norm ||
+        cfg->moe_scale_input || cfg->router == SL_ROUTER_TOPK_SIGMOID || cfg->router == SL_ROUTER_SOFTMAX_ZERO ||
+        cfg->zero_experts)
         return 0;
     const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = wb->router, .bias = lw->router_bias};
     int rc = ws->be->moe_wide(ws->be, &r, experts, h, cfg->moe_inter, out);
     if (rc < 0) err_set(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
     return rc;
+}
+
+/* LongCat-Flash's zero experts in a layer-major block, after every real one (so each token's sum takes them last,
+ * as transformers adds its identity output): zero expert z's (token, slot) pairs, FWD_BATCH at a time, their rows
+ * of h gathered into ffn_y and added into out with their weights. */
+static void zero_wide(fwd_ws *ws, const fam_config *cfg, int n, const float *h, float *out, const fwd_wide *wb) {
+    const int E = cfg->n_experts, k = cfg->n_experts_used, H = cfg->hidden;
+    for (int z = E; z < E + cfg->zero_experts; z++) {
+        int tok[FWD_BATCH], slot[FWD_BATCH], m = 0;
+        for (int t = 0; t <= n; t++) {
+            for (int s = 0; t < n && s < k; s++)
+                if (wb->top_e[(size_t)t * k + s] == z) {
+                    tok[m] = t;
+                    slot[m++] = s;
+                }
+            if (m && (m > FWD_BATCH - k || t == n)) {
+                ws->be->copy_rows(ws->be, ws->ffn_y, (size_t)H, NULL, h, (size_t)H, tok, m, H);
+                ws->be->combine_rows(ws->be, out, H, k, tok, slot, wb->top_w, ws->ffn_y, m);
+                m = 0;
+            }
+        }
+    }
 }
 
 /* fwd_moe_wide's routed experts through the backend's ops: routed on the host's copy of the choice, grouped
@@ -459,7 +569,8 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
     if (rc) return rc;
     memset(ws->e_count, 0, (size_t)E * sizeof(int));
     for (int t = 0; t < n; t++)
-        for (int s = 0; s < k; s++) ws->e_count[wb->top_e[(size_t)t * k + s]]++;
+        for (int s = 0; s < k; s++)
+            if (wb->top_e[(size_t)t * k + s] < E) ws->e_count[wb->top_e[(size_t)t * k + s]]++;
     int off = 0, n_list = 0;
     for (int e = 0; e < E; e++) {
         int c = ws->e_count[e];
@@ -469,7 +580,9 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
     }
     for (int t = 0; t < n; t++)
         for (int s = 0; s < k; s++) {
-            int e = wb->top_e[(size_t)t * k + s], at = ws->e_count[e]++;
+            int e = wb->top_e[(size_t)t * k + s];
+            if (e >= E) continue; /* a zero expert: zero_wide, after the real ones */
+            int at = ws->e_count[e]++;
             wb->e_tok[at] = t;
             wb->e_slot[at] = s;
         }
@@ -505,9 +618,13 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
         int start = e > 0 ? ws->e_count[e - 1] : 0, end = ws->e_count[e];
         for (int c0 = start; !rc && c0 < end; c0 += FWD_BATCH) {
             int cnt = end - c0 < FWD_BATCH ? end - c0 : FWD_BATCH;
-            be->copy_rows(be, ws->ffn_x, (size_t)H, NULL, h, (size_t)H, wb->e_tok + c0, cnt, H);
             kern_act a;
-            fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, cnt, H);
+            if (cfg->moe_scale_input) {
+                scaled_rows(ws, cfg, h, wb->e_tok + c0, wb->e_slot + c0, cnt, wb->top_w, &a);
+            } else {
+                be->copy_rows(be, ws->ffn_x, (size_t)H, NULL, h, (size_t)H, wb->e_tok + c0, cnt, H);
+                fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, cnt, H);
+            }
             const be_ffn f = ffn_of(ws, cfg, &ex, &a, cfg->moe_inter, ws->ffn_y);
             be->ffn(be, &f);
             be->combine_rows(be, out, H, k, wb->e_tok + c0, wb->e_slot + c0, wb->top_w, ws->ffn_y, cnt);
@@ -515,6 +632,7 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
         if (experts->begin) experts->release(experts->ctx, got);
     }
     if (experts->begin) experts->end(experts->ctx);
+    if (!rc && cfg->zero_experts) zero_wide(ws, cfg, n, h, out, wb);
     return rc < 0 ? rc : rc ? SL_EIO : SL_OK;
 }
 
@@ -530,23 +648,24 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
 sl_status fwd_moe_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer, const fam_layer_w *next_lw,
                        int next_layer, const tn_expert_src *experts, int n, const float *x, const float *h, float *out,
                        const fwd_wide *wb, sl_error *err) {
-    const int H = cfg->hidden, E = cfg->n_experts, k = cfg->n_experts_used;
+    const int H = cfg->hidden, k = cfg->n_experts_used;
     if (!q_bits(lw->router.dtype)) /* a float router has no int8 form: every row in one call (on a device, a
                                     * launch per ws->mb rows cost 64 times the work at 512 rows) */
-        router_logits(ws, cfg, lw, h, n, NULL, wb->router);
+        router_logits(ws, cfg, lw, x, h, n, NULL, wb->router);
     else
         for (int r0 = 0; r0 < n; r0 += ws->mb) { /* ws->mb rows at a time through the int8 slot */
             int nb = n - r0 < ws->mb ? n - r0 : ws->mb;
             kern_act a;
             fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
-            router_logits(ws, cfg, lw, h + (size_t)r0 * H, nb, &a, wb->router + (size_t)r0 * E);
+            router_logits(ws, cfg, lw, x + (size_t)r0 * H, h + (size_t)r0 * H, nb, &a,
+                          wb->router + (size_t)r0 * cfg_router_rows(cfg));
         }
     int rc = wide_on_device(ws, cfg, lw, layer, experts, n, h, out, wb, err);
     if (rc < 0) return rc;
     if (rc) shared_wide(ws, cfg, lw, n, h, wb);
     else if ((rc = routed_wide(ws, cfg, lw, layer, next_lw, next_layer, experts, n, x, h, out, wb, err)))
         return rc;
-    if (lw->sh_gate.data) {
+    if (lw->sh_gate.data || lw->sh_gate_up.data) {
         if (lw->sh_expert_gate.data) fwd_matmul(ws, &lw->sh_expert_gate, h, (size_t)H, wb->sg, 1, n, FWD_ACT_IN);
         const be_combine c = {.n = n, .k = k, .H = H, .sh_y = wb->sh_y, .sh_gate = lw->sh_expert_gate.data ? wb->sg : NULL,
                               .out = out};

@@ -10,28 +10,30 @@
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
-static size_t row_bytes(const fam_config *c, sl_kv_type t) {
-    if (c->kv_lora > 0 || c->hc_mult > 0) return (size_t)cfg_kv_row(c) * sizeof(float); /* MLA, V4: f32 */
-    return (size_t)c->n_kv_heads * kv_head_bytes(t, c->head_dim);
+/* Layer l's K (v 0) / V (v 1) cache row bytes (fwd_kv_row_bytes) for c and t. */
+static size_t row_bytes(const fam_config *c, sl_kv_type t, int l, int v) {
+    if (c->kv_lora > 0 || c->hc_mult > 0) return v ? 0 : (size_t)cfg_kv_row_at(c, l) * sizeof(float); /* MLA, V4 */
+    const cfg_attn a = cfg_attn_at(c, l); /* Gemma 4's full layers, MiMo's values: their own head dims */
+    return (size_t)a.n_kv_heads * kv_head_bytes(t, v ? a.v_dim : a.head_dim);
 }
 
-size_t fwd_kv_row_bytes(const fwd_seq *sq) { return row_bytes(&sq->shape, sq->kv_type); }
+size_t fwd_kv_row_bytes(const fwd_seq *sq, int l, int v) { return row_bytes(&sq->shape, sq->kv_type, l, v); }
 
 size_t fwd_seq_mem_bytes(const fam_config *c, int n_pos, sl_kv_type t) {
     const int has_lin = fwd_any_layer(c, 1);
     const size_t cq = has_lin ? (size_t)(2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv) : 0;
     const size_t conv = (size_t)(c->conv_k > 1 ? c->conv_k - 1 : 1) * (cq > 1 ? cq : 1);
-    const size_t ssm = (size_t)imax(c->lin_nv * c->lin_dk * c->lin_dv, 1), rb = row_bytes(c, t);
+    const size_t ssm = (size_t)imax(c->lin_nv * c->lin_dk * c->lin_dv, 1);
     size_t n = 0;
     for (int l = 0; l < c->n_layers; l++) {
         long ring = (long)c->sliding_window - 1 + FWD_BATCH;
         int rows = c->layer_sliding[l] && c->sliding_window > 0 && ring < n_pos ? (int)ring : n_pos;
-        n += c->layer_linear[l] ? 2 * (conv + ssm) * sizeof(float) : (c->kv_lora > 0 || c->hc_mult > 0 ? 1u : 2u) * (size_t)rows * rb;
+        n += c->layer_linear[l] ? 2 * (conv + ssm) * sizeof(float) : (size_t)rows * (row_bytes(c, t, l, 0) + row_bytes(c, t, l, 1));
     }
     return n;
 }
 
-size_t fwd_kv_bytes(const fwd_seq *sq, int l) { return (size_t)sq->kv_cap[l] * fwd_kv_row_bytes(sq); }
+size_t fwd_kv_bytes(const fwd_seq *sq, int l, int v) { return (size_t)sq->kv_cap[l] * fwd_kv_row_bytes(sq, l, v); }
 
 int fwd_kv_ring(const fwd_seq *sq, int l) { return sq->kv_max[l] < sq->n_ctx; }
 
@@ -40,18 +42,19 @@ int fwd_kv_ring(const fwd_seq *sq, int l) { return sq->kv_max[l] < sq->n_ctx; }
  * SL_ENOMEM leaves the layer as it was. */
 static sl_status kv_grow(fwd_seq *sq, int l, int cap) {
     be_backend *be = sq->be;
-    const size_t rb = fwd_kv_row_bytes(sq), keep = (size_t)(sq->n_past < sq->kv_cap[l] ? sq->n_past : sq->kv_cap[l]);
-    const int two = sq->shape.kv_lora <= 0 && sq->shape.hc_mult <= 0; /* one cache: MLA's rows, V4's key = value */
-    void *nk = be->alloc(be, (size_t)cap * rb, BE_BUF_DEVICE), *nv = two ? be->alloc(be, (size_t)cap * rb, BE_BUF_DEVICE) : NULL;
+    const size_t rb = fwd_kv_row_bytes(sq, l, 0), vrb = fwd_kv_row_bytes(sq, l, 1);
+    const size_t keep = (size_t)(sq->n_past < sq->kv_cap[l] ? sq->n_past : sq->kv_cap[l]);
+    const int two = vrb > 0; /* one cache: MLA's rows, V4's key = value */
+    void *nk = be->alloc(be, (size_t)cap * rb, BE_BUF_DEVICE), *nv = two ? be->alloc(be, (size_t)cap * vrb, BE_BUF_DEVICE) : NULL;
     if (!nk || (two && !nv)) {
         be->free(be, nk, (size_t)cap * rb, BE_BUF_DEVICE);
-        be->free(be, nv, (size_t)cap * rb, BE_BUF_DEVICE);
+        be->free(be, nv, (size_t)cap * vrb, BE_BUF_DEVICE);
         return SL_ENOMEM;
     }
     if (keep) be->copy(be, nk, sq->k_cache[l], keep * rb, BE_D2D);
-    if (keep && two) be->copy(be, nv, sq->v_cache[l], keep * rb, BE_D2D);
-    be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
-    be->free(be, sq->v_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
+    if (keep && two) be->copy(be, nv, sq->v_cache[l], keep * vrb, BE_D2D);
+    be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l, 0), BE_BUF_DEVICE);
+    be->free(be, sq->v_cache[l], fwd_kv_bytes(sq, l, 1), BE_BUF_DEVICE);
     sq->k_cache[l] = nk;
     sq->v_cache[l] = nv;
     sq->kv_cap[l] = cap;
@@ -86,7 +89,7 @@ fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, be_ba
     sq->wide = 1;
     int has_lin = fwd_any_layer(cfg, 1);
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
-    int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
+    int cq = !has_lin ? 0 : cfg->short_conv ? cfg->hidden : 2 * nk * dk + nv * dv; /* LFM2: the conv over hidden */
     sq->conv_floats = (size_t)(cfg->conv_k > 1 ? cfg->conv_k - 1 : 1) * (size_t)imax(cq, 1);
     sq->ssm_floats = (size_t)imax(nv * dk * dv, 1);
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -117,8 +120,8 @@ void fwd_seq_free(fwd_seq *sq) {
     be_backend *be = sq->be;
     fwd_mla_seq_free(sq);
     for (int l = 0; l < SL_MAX_LAYERS; l++) {
-        be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
-        be->free(be, sq->v_cache[l], fwd_kv_bytes(sq, l), BE_BUF_DEVICE);
+        be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l, 0), BE_BUF_DEVICE);
+        be->free(be, sq->v_cache[l], fwd_kv_bytes(sq, l, 1), BE_BUF_DEVICE);
         fwd_dsv4_free(sq, l);
         for (int s = 0; s < 2; s++) {
             be->free(be, sq->conv[l][s], sq->conv_floats * sizeof(float), BE_BUF_DEVICE);
@@ -147,10 +150,11 @@ void fwd_seq_set_wide(fwd_seq *sq, int on) { sq->wide = on; }
  * compressed rows only; V4: its one cache, and each compressor's ring rows and entries). */
 size_t fwd_seq_state_bytes(const fwd_seq *sq) {
     const fam_config *c = &sq->shape;
-    size_t rb = fwd_kv_row_bytes(sq), n = 0, per = c->kv_lora > 0 || c->hc_mult > 0 ? 1 : 2;
+    size_t n = 0;
     for (int l = 0; l < sq->n_layers; l++) {
+        const size_t row = fwd_kv_row_bytes(sq, l, 0) + fwd_kv_row_bytes(sq, l, 1); /* K and V (MLA, V4: K only) */
         n += c->layer_linear[l] ? (sq->conv_floats + sq->ssm_floats) * sizeof(float)
-                                : per * (size_t)fwd_kv_keep(sq, l, sq->n_past) * rb;
+                                : (size_t)fwd_kv_keep(sq, l, sq->n_past) * row;
         n += fwd_dsv4_state_io(sq, l, sq->n_past, NULL, 0); /* V4's compressors: their ring rows and entries */
     }
     return n;
@@ -159,18 +163,19 @@ size_t fwd_seq_state_bytes(const fwd_seq *sq) {
 int fwd_kv_keep(const fwd_seq *sq, int layer, int n_past) {
     const fam_config *c = &sq->shape;
     if (!c->layer_sliding[layer] || c->sliding_window < 1) return n_past;
+    if (c->attn_chunk > 0) return n_past % c->attn_chunk; /* the positions of the next query's chunk */
     return n_past < c->sliding_window - 1 ? n_past : c->sliding_window - 1;
 }
 
 /* Copies the KV rows of positions n_past - keep .. n_past - 1 of layer l between the cache (ring slots) and a
  * state buffer p; to_state: cache -> p. Returns the bytes moved. */
 static size_t kv_rows_io(const fwd_seq *sq, int l, int n_past, char *p, int to_state) {
-    const size_t rb = fwd_kv_row_bytes(sq);
     const int keep = fwd_kv_keep(sq, l, n_past), cap = sq->kv_cap[l];
     size_t moved = 0;
     void *const caches[2] = {sq->k_cache[l], sq->v_cache[l]};
     for (int k = 0; k < 2; k++) {
         if (!caches[k]) continue;
+        const size_t rb = fwd_kv_row_bytes(sq, l, k);
         for (int pos = n_past - keep; pos < n_past; pos++, moved += rb) {
             char *row = (char *)caches[k] + (size_t)(pos % cap) * rb;
             if (to_state) sq->be->copy(sq->be, p + moved, row, rb, BE_D2H);

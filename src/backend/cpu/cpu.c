@@ -239,6 +239,23 @@ static void cpu_add(be_backend *be, float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+static void cpu_scale(be_backend *be, float *x, size_t n, float s, const float *sv) {
+    (void)be;
+    const float m = sv ? sv[0] : s;
+    for (size_t i = 0; i < n; i++) x[i] *= m;
+}
+
+static void cpu_softcap(be_backend *be, float *x, size_t n, float cap) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i] / cap) * cap;
+}
+
+static void cpu_row_scale(be_backend *be, float *x, size_t ld, int n_rows, int cols, const float *s) {
+    (void)be;
+    for (int t = 0; t < n_rows; t++)
+        for (int i = 0; i < cols; i++) x[(size_t)t * ld + (size_t)i] *= s[t];
+}
+
 static void cpu_add_bias(be_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
     (void)be;
     for (int t = 0; t < n_rows; t++) {
@@ -291,6 +308,9 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .rope = cpu_rope,
         .add = cpu_add,
         .add_bias = cpu_add_bias,
+        .scale = cpu_scale,
+        .softcap = cpu_softcap,
+        .row_scale = cpu_row_scale,
         .copy_rows = cpu_copy_rows,
         .hint = cpu_hint,
         .attention = cpu_attention,
@@ -307,6 +327,8 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .hc_post = cpu_hc_post,
         .compress = cpu_compress,
         .index_topk = cpu_index_topk,
+        .short_conv = cpu_short_conv,
+        .mamba2 = cpu_mamba2,
         .route = cpu_route,
         .ffn = cpu_ffn,
         .ffn_multi = cpu_ffn_multi,

@@ -51,6 +51,8 @@ void cpu_dn_step(be_backend *be, const be_dn *d);
 void cpu_dn_chunk(be_backend *be, const be_dn *d);
 void cpu_dn_norm(be_backend *be, const be_dn *d);
 void cpu_kda_gates(be_backend *be, const be_dn *d);
+void cpu_short_conv(be_backend *be, const be_sconv *s);
+void cpu_mamba2(be_backend *be, const be_mamba *m);
 
 sl_status cpu_route(be_backend *be, const be_route *r);
 void cpu_ffn(be_backend *be, const be_ffn *f);

@@ -24,8 +24,8 @@ typedef struct {
     const be_attn *a;
     const kern_ops *ops;
     cpu_ctx *c;
-    int group, kvrow;
-    size_t row_bytes, head_bytes; /* a cache row's, one head's (quant/kv.h) */
+    int group, kvrow, vrow, vd; /* f32 row floats of K / V, a value head's size (be_attn v_dim) */
+    size_t row_bytes, head_bytes, vrow_bytes, vhead_bytes; /* K's cache row and head, V's (quant/kv.h) */
     int block, ldsc; /* attn_block_part: tokens a block, score row stride (the last token's keys) */
 } attn_job;
 
@@ -75,30 +75,38 @@ static void attn_scores(const attn_job *j, const float *q, int nq, int g, int p0
     }
 }
 
-/* o_i (rows of hd, o + i * hd) = sum over p < n_keys of w[i * ldw + p] * value (p0 + p) of KV head g, in
+/* o_i (rows of vd, o + i * vd) = sum over p < n_keys of w[i * ldw + p] * value (p0 + p) of KV head g, in
  * increasing p, o zeroed first: one axpy_rows_q over consecutive rows equals the same over their split in runs
  * (kernels.h), so a decoded tile at a time gives the f32 cache's sums of the same values. */
 static void attn_values(const attn_job *j, const float *w, size_t ldw, int nq, int g, int p0, int n_keys, float *o,
                         float *tile) {
     const be_attn *a = j->a;
-    const int hd = a->head_dim, cap = a->cap;
-    memset(o, 0, (size_t)nq * (size_t)hd * sizeof(float));
+    const int vd = j->vd, cap = a->cap;
+    memset(o, 0, (size_t)nq * (size_t)vd * sizeof(float));
     if (a->kv_type == SL_KV_F32) {
-        const float *vb = (const float *)a->v_cache + (size_t)g * hd;
+        const float *vb = (const float *)a->v_cache + (size_t)g * vd;
         const int s0 = p0 % cap, n1 = n_keys < cap - s0 ? n_keys : cap - s0;
-        const size_t ld = (size_t)j->kvrow;
-        kern_axpy_rows_q(j->ops, w, ldw, nq, n1, vb + (size_t)s0 * ld, ld, o, (size_t)hd, hd);
-        if (n_keys > n1) kern_axpy_rows_q(j->ops, w + n1, ldw, nq, n_keys - n1, vb, ld, o, (size_t)hd, hd);
+        const size_t ld = (size_t)j->vrow;
+        kern_axpy_rows_q(j->ops, w, ldw, nq, n1, vb + (size_t)s0 * ld, ld, o, (size_t)vd, vd);
+        if (n_keys > n1) kern_axpy_rows_q(j->ops, w + n1, ldw, nq, n_keys - n1, vb, ld, o, (size_t)vd, vd);
         return;
     }
-    const char *vb = (const char *)a->v_cache + (size_t)g * j->head_bytes;
+    const char *vb = (const char *)a->v_cache + (size_t)g * j->vhead_bytes;
     for (int p = 0; p < n_keys;) {
         const int s = (p0 + p) % cap, run = n_keys - p < cap - s ? n_keys - p : cap - s;
         const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
-        kv_decode(j->ops, a->kv_type, vb + (size_t)s * j->row_bytes, j->row_bytes, nt, hd, tile, (size_t)hd);
-        kern_axpy_rows_q(j->ops, w + p, ldw, nq, nt, tile, (size_t)hd, o, (size_t)hd, hd);
+        kv_decode(j->ops, a->kv_type, vb + (size_t)s * j->vrow_bytes, j->vrow_bytes, nt, vd, tile, (size_t)vd);
+        kern_axpy_rows_q(j->ops, w + p, ldw, nq, nt, tile, (size_t)vd, o, (size_t)vd, vd);
         p += nt;
     }
+}
+
+/* The keys p0 .. pos of the token t at pos = pos0 + t: its window (p0 = pos - window + 1), its chunk (p0 = pos -
+ * pos % chunk) or every position before it. */
+static void key_range(const be_attn *a, int t, int *p0, int *n_keys) {
+    const int pos = a->pos0 + t;
+    *p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : a->chunk > 0 ? pos - pos % a->chunk : 0;
+    *n_keys = pos + 1 - *p0;
 }
 
 /* (token, head) items begin..end; called any number of times per thread (pool_for_any), each thread's
@@ -110,13 +118,13 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
     attn_job *j = ctx;
     const be_attn *a = j->a;
     float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
-    const int hd = a->head_dim;
-    const size_t tile_floats = a->kv_type == SL_KV_F32 ? 0 : (size_t)BE_KV_TILE * (size_t)hd;
+    const int hd = a->head_dim, vd = j->vd;
+    const size_t tile_floats = a->kv_type == SL_KV_F32 ? 0 : (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd);
     float *tile = sc0 + (j->c->slot_floats - tile_floats);
     for (size_t it = begin; it < end;) {
         int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
-        const int pos = a->pos0 + t, p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
-        const int n_keys = pos + 1 - p0; /* keys p0 .. pos, scores sc[0 .. n_keys) */
+        int p0, n_keys; /* keys p0 .. pos, scores sc[0 .. n_keys) */
+        key_range(a, t, &p0, &n_keys);
         int xs[4096], n_x = extra_list(a, t, xs); /* the extra keys, scores sc[n_keys .. + n_x) */
         int nq = 1; /* heads h .. h + nq - 1, of one KV head; head i's scores at sc0 + i * (n_keys + n_x) */
         if (h % j->group == 0 && it + (size_t)j->group <= end) {
@@ -148,9 +156,9 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
             float fsum = (float)sum;
             for (int p = 0; p < nk; p++) sc[p] /= fsum;
         }
-        float *o = a->out + (size_t)t * a->ldo + (size_t)h * hd; /* heads h .. h + nq - 1: rows of hd */
+        float *o = a->out + (size_t)t * a->ldo + (size_t)h * vd; /* heads h .. h + nq - 1: rows of vd */
         attn_values(j, sc0, ldsc, nq, h / j->group, p0, n_keys, o, tile);
-        for (int x = 0; a->extra_idx && x < n_x; x++)
+        for (int x = 0; a->extra_idx && x < n_x; x++) /* V4's extra keys are values of hd (its vd = hd) */
             kern_axpy_rows_q(j->ops, sc0 + n_keys + x, ldsc, nq, 1, a->extra + (size_t)xs[x] * hd, (size_t)hd, o,
                              (size_t)hd, hd);
         if (!a->extra_idx && n_x > 0)
@@ -159,25 +167,19 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
-/* The keys p0 .. pos of the token t (its window), as attn_part computes them. */
-static void key_range(const be_attn *a, int t, int *p0, int *n_keys) {
-    const int pos = a->pos0 + t;
-    *p0 = a->window > 0 && pos >= a->window ? pos - a->window + 1 : 0;
-    *n_keys = pos + 1 - *p0;
-}
-
-/* Rows nt of the cache from position p (no ring wrap inside: the caller splits there) as f32: the f32 cache's own
- * rows (*ld = its row floats), else decoded into tile (*ld = hd). */
-static const float *kv_rows(const attn_job *j, const void *cache, int g, int p, int nt, float *tile, size_t *ld) {
+/* Rows nt of the K (v 0) or V (v 1) cache from position p (no ring wrap inside: the caller splits there) as f32:
+ * the f32 cache's own rows (*ld = its row floats), else decoded into tile (*ld = the head's size). */
+static const float *kv_rows(const attn_job *j, int v, int g, int p, int nt, float *tile, size_t *ld) {
     const be_attn *a = j->a;
-    const int s = p % a->cap, hd = a->head_dim;
+    const int s = p % a->cap, d = v ? j->vd : a->head_dim, row = v ? j->vrow : j->kvrow;
+    const size_t rb = v ? j->vrow_bytes : j->row_bytes, hb = v ? j->vhead_bytes : j->head_bytes;
+    const void *cache = v ? a->v_cache : a->k_cache;
     if (a->kv_type == SL_KV_F32) {
-        *ld = (size_t)j->kvrow;
-        return (const float *)cache + (size_t)s * j->kvrow + (size_t)g * hd;
+        *ld = (size_t)row;
+        return (const float *)cache + (size_t)s * row + (size_t)g * d;
     }
-    *ld = (size_t)hd;
-    kv_decode(j->ops, a->kv_type, (const char *)cache + (size_t)s * j->row_bytes + (size_t)g * j->head_bytes,
-              j->row_bytes, nt, hd, tile, (size_t)hd);
+    *ld = (size_t)d;
+    kv_decode(j->ops, a->kv_type, (const char *)cache + (size_t)s * rb + (size_t)g * hb, rb, nt, d, tile, (size_t)d);
     return tile;
 }
 
@@ -190,9 +192,9 @@ static const float *kv_rows(const attn_job *j, const void *cache, int g, int p, 
 static void attn_block_part(void *ctx, size_t begin, size_t end) {
     attn_job *j = ctx;
     const be_attn *a = j->a;
-    const int hd = a->head_dim, G = j->group, nblk = (a->n + j->block - 1) / j->block;
+    const int hd = a->head_dim, vd = j->vd, G = j->group, nblk = (a->n + j->block - 1) / j->block;
     float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
-    float *tile = sc0 + (j->c->slot_floats - (size_t)BE_KV_TILE * (size_t)hd);
+    float *tile = sc0 + (j->c->slot_floats - (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd));
     for (size_t it = begin; it < end; it++) {
         const int g = (int)(it / (size_t)nblk), t0 = (int)(it % (size_t)nblk) * j->block;
         const int t1 = t0 + j->block < a->n ? t0 + j->block : a->n;
@@ -221,14 +223,14 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
                         float fsum = (float)sum;
                         for (int p = 0; p < nk; p++) sc[p] /= fsum;
                     }
-                    memset(a->out + (size_t)t * a->ldo + (size_t)g * G * hd, 0, (size_t)G * (size_t)hd * sizeof(float));
+                    memset(a->out + (size_t)t * a->ldo + (size_t)g * G * vd, 0, (size_t)G * (size_t)vd * sizeof(float));
                 }
             }
             for (int p = lo; p < hi;) {
                 const int s = p % a->cap, run = hi - p < a->cap - s ? hi - p : a->cap - s;
                 const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
                 size_t ld;
-                const float *rows = kv_rows(j, pass == 0 ? a->k_cache : a->v_cache, g, p, nt, tile, &ld);
+                const float *rows = kv_rows(j, pass, g, p, nt, tile, &ld);
                 for (int t = t0; t < t1; t++) {
                     key_range(a, t, &p0, &nk);
                     const int b = p > p0 ? p : p0, e = p + nt < p0 + nk ? p + nt : p0 + nk;
@@ -240,7 +242,7 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
                                         (size_t)a->qstride, G, r, ld, e - b, hd, sc, ldsc);
                     else
                         kern_axpy_rows_q(j->ops, sc, ldsc, G, e - b, r, ld,
-                                         a->out + (size_t)t * a->ldo + (size_t)g * G * hd, (size_t)hd, hd);
+                                         a->out + (size_t)t * a->ldo + (size_t)g * G * vd, (size_t)vd, vd);
                 }
                 p += nt;
             }
@@ -250,21 +252,28 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
 
 void cpu_attention(be_backend *be, const be_attn *a) {
     cpu_ctx *c = cpu_of(be);
-    const int hd = a->head_dim, kvrow = a->n_kv_heads * hd;
-    const size_t hb = kv_head_bytes(a->kv_type, hd), rb = hb * (size_t)a->n_kv_heads;
+    const int hd = a->head_dim, kvrow = a->n_kv_heads * hd, vd = a->v_dim > 0 ? a->v_dim : hd;
+    const size_t hb = kv_head_bytes(a->kv_type, hd), rb = hb * (size_t)a->n_kv_heads, ldv = a->ldv ? a->ldv : a->ldkv;
+    const size_t vhb = kv_head_bytes(a->kv_type, vd), vrb = vhb * (size_t)a->n_kv_heads;
     for (int t = 0; t < a->n; t++) {
         const size_t slot = (size_t)((a->pos0 + t) % a->cap);
         for (int g = 0; g < a->n_kv_heads; g++) {
-            const size_t src = (size_t)t * a->ldkv + (size_t)g * hd, dst = slot * rb + (size_t)g * hb;
-            kv_encode_head(a->kv_type, a->k + src, hd, (char *)a->k_cache + dst);
-            kv_encode_head(a->kv_type, a->v + src, hd, (char *)a->v_cache + dst);
+            kv_encode_head(a->kv_type, a->k + (size_t)t * a->ldkv + (size_t)g * hd, hd,
+                           (char *)a->k_cache + slot * rb + (size_t)g * hb);
+            kv_encode_head(a->kv_type, a->v + (size_t)t * ldv + (size_t)g * vd, vd,
+                           (char *)a->v_cache + slot * vrb + (size_t)g * vhb);
         }
     }
     attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow,
-                  .row_bytes = rb, .head_bytes = hb};
-    int p0, nk;
-    key_range(a, a->n - 1, &p0, &nk);
-    const size_t room = c->slot_floats - (size_t)BE_KV_TILE * (size_t)hd, per = (size_t)j.group * (size_t)nk;
+                  .vrow = a->n_kv_heads * vd, .vd = vd, .row_bytes = rb, .head_bytes = hb, .vrow_bytes = vrb,
+                  .vhead_bytes = vhb};
+    int p0, nk = 0; /* the most keys a token of the batch sees (a chunked layer's: not always the last's) */
+    for (int t = a->chunk > 0 ? 0 : a->n - 1, m; t < a->n; t++) {
+        key_range(a, t, &p0, &m);
+        if (m > nk) nk = m;
+    }
+    const size_t room = c->slot_floats - (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd);
+    const size_t per = (size_t)j.group * (size_t)nk;
     const int bmax = (int)(room / per < (size_t)a->n ? room / per : (size_t)a->n);
     if (a->n > 1 && bmax >= 1 && !a->extra) { /* blocks of tokens per KV head, enough for two per thread where tokens allow */
         const int threads2 = 2 * pool_size(c->pool), per_head = (threads2 + a->n_kv_heads - 1) / a->n_kv_heads;
@@ -286,7 +295,7 @@ gate:
         for (int t = 0; t < a->n; t++)
             for (int h = 0; h < a->n_heads; h++) {
                 const float *gate = a->q + (size_t)t * a->ldq + (size_t)h * a->qstride + hd;
-                float *o = a->out + (size_t)t * a->ldo + (size_t)h * hd;
+                float *o = a->out + (size_t)t * a->ldo + (size_t)h * vd; /* (gated: vd = hd) */
                 for (int d = 0; d < hd; d++) o[d] *= kern_sigmoid(gate[d]);
             }
     }
@@ -613,4 +622,78 @@ void cpu_dn_norm(be_backend *be, const be_dn *d) {
             ops->rmsnorm(o, d->norm_w, 0.0f, d->eps, o, dv);
             for (int e = 0; e < dv; e++) o[e] *= d->kda ? kern_sigmoid(z[e]) : kern_silu(z[e]);
         }
+}
+
+/* ---- LFM2 short convolution ------------------------------------------------------------------- */
+
+void cpu_short_conv(be_backend *be, const be_sconv *s) {
+    (void)be;
+    const int ch = s->ch, K = s->k, n = s->n;
+    for (int t = 0; t < n; t++) { /* u = B * x over x */
+        float *r = s->bcx + (size_t)t * s->ldb;
+        for (int c = 0; c < ch; c++) r[2 * ch + c] = r[c] * r[2 * ch + c];
+    }
+#define U(p, c) ((p) < 0 ? s->state_in[(size_t)(K - 1 + (p)) * ch + (c)] : s->bcx[(size_t)(p) * s->ldb + 2 * ch + (c)])
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < ch; c++) {
+            float y = 0.0f;
+            for (int j = 0; j < K; j++) y += s->w[(size_t)c * K + j] * U(t - K + 1 + j, c);
+            s->out[(size_t)t * s->ldo + c] = s->bcx[(size_t)t * s->ldb + ch + c] * y;
+        }
+    for (int i = 0; i < K - 1; i++) /* the last K-1 rows of [state; u] */
+        for (int c = 0; c < ch; c++) s->state_out[(size_t)i * ch + c] = U(n - (K - 1) + i, c);
+#undef U
+}
+
+/* ---- Mamba2 ----------------------------------------------------------------------------------- */
+
+/* softplus as torch computes it (threshold 20: x itself above). */
+static float softplus_t(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* The causal depthwise conv1d with bias and SiLU over x B C, and the new conv state (be_mamba). */
+static void mamba_conv(const be_mamba *m, int ch) {
+    const int K = m->k, n = m->n, gi = m->nh * m->hd;
+#define U(p, c) ((p) < 0 ? m->conv_in_state[(size_t)(K - 1 + (p)) * ch + (c)] : m->in[(size_t)(p) * m->ldi + gi + (c)])
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < ch; c++) {
+            float y = m->conv_b ? m->conv_b[c] : 0.0f;
+            for (int j = 0; j < K; j++) y += m->conv_w[(size_t)c * K + j] * U(t - K + 1 + j, c);
+            m->conv_out[(size_t)t * ch + c] = kern_silu(y);
+        }
+    for (int i = 0; i < K - 1; i++)
+        for (int c = 0; c < ch; c++) m->conv_out_state[(size_t)i * ch + c] = U(n - (K - 1) + i, c);
+#undef U
+}
+
+void cpu_mamba2(be_backend *be, const be_mamba *m) {
+    (void)be;
+    const int nh = m->nh, hd = m->hd, G = m->g, N = m->ns, I = nh * hd, ch = I + 2 * G * N, per = nh / G;
+    mamba_conv(m, ch);
+    float *S = m->ssm_out;
+    memcpy(S, m->ssm_in, (size_t)nh * hd * N * sizeof(float));
+    for (int t = 0; t < m->n; t++) {
+        const float *xc = m->conv_out + (size_t)t * ch, *row = m->in + (size_t)t * m->ldi;
+        float *o = m->out + (size_t)t * m->ldo;
+        for (int h = 0; h < nh; h++) {
+            const float dt = softplus_t(row[I + ch + h] + m->dt_bias[h]), A = -expf(m->A_log[h]), dA = expf(dt * A);
+            const float *B = xc + I + (h / per) * N, *C = xc + I + G * N + (h / per) * N, *x = xc + (size_t)h * hd;
+            for (int p = 0; p < hd; p++) {
+                float *s = S + ((size_t)h * hd + p) * N, y = 0.0f;
+                const float dx = dt * x[p];
+                for (int j = 0; j < N; j++) {
+                    s[j] = s[j] * dA + dx * B[j];
+                    y += s[j] * C[j];
+                }
+                o[(size_t)h * hd + p] = y + m->D[h] * x[p];
+            }
+        }
+        const int gs = I / G; /* the gated RMSNorm per group */
+        for (int i = 0; i < I; i++) o[i] *= kern_silu(row[i]);
+        for (int g = 0; g < G; g++) {
+            double ss = 0.0;
+            for (int i = 0; i < gs; i++) ss += (double)o[g * gs + i] * (double)o[g * gs + i];
+            const float inv = (float)(1.0 / sqrt(ss / gs + (double)m->eps));
+            for (int i = 0; i < gs; i++) o[g * gs + i] = m->norm_w[g * gs + i] * (o[g * gs + i] * inv);
+        }
+    }
 }

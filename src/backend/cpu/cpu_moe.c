@@ -78,11 +78,40 @@ static void route_sigmoid_group(const fam_config *cfg, const float *bias, const 
     if (cfg->norm_topk) {
         float wsum = 0.0f;
         for (int s = 0; s < k; s++) wsum += top_w[s];
-        wsum += 1e-20f;
+        wsum += cfg->router_norm_eps > 0 ? (float)cfg->router_norm_eps : 1e-20f; /* LFM2: 1e-6 */
         for (int s = 0; s < k; s++) top_w[s] /= wsum;
     }
     const float scale = (float)cfg->routed_scale;
     for (int s = 0; s < k; s++) top_w[s] *= scale;
+}
+
+/* SL_ROUTER_SOFTMAX_ZERO over R logits (LongCat-Flash's real and zero experts): softmax (f32, the sum in double)
+ * into p, the k largest p + bias chosen (ties: the lower index; bias NULL: none), weights their p times
+ * routed_scale. p may alias logits. */
+static void route_softmax_bias(const fam_config *cfg, const float *bias, const float *logits, int *top_e, float *top_w,
+                               float *p, int R) {
+    const int k = cfg->n_experts_used;
+    float mx = -INFINITY;
+    for (int e = 0; e < R; e++)
+        if (logits[e] > mx) mx = logits[e];
+    double sum = 0.0;
+    for (int e = 0; e < R; e++) {
+        p[e] = expf(logits[e] - mx);
+        sum += p[e];
+    }
+    const float fsum = (float)sum, scale = (float)cfg->routed_scale;
+    for (int e = 0; e < R; e++) p[e] /= fsum;
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < R; e++) {
+            int used = 0;
+            for (int j = 0; j < s; j++) used |= top_e[j] == e;
+            if (used) continue;
+            if (best < 0 || (bias ? p[e] + bias[e] : p[e]) > (bias ? p[best] + bias[best] : p[best])) best = e;
+        }
+        top_e[s] = best;
+        top_w[s] = p[best] * scale;
+    }
 }
 
 /* Uniform routing (sl_routing, cfg->uniform_routing): k distinct experts drawn uniformly by splitmix64
@@ -150,11 +179,17 @@ static void route_sqrtsoftplus(const fam_config *cfg, const float *bias, const f
  * e_score_correction_bias [E] or NULL. */
 static void route_token(const fam_config *cfg, const float *bias, const float *ids, const float *logits, int *top_e,
                         float *top_w, float *p) {
-    const int E = cfg->n_experts, k = cfg->n_experts_used, kind = cfg->router, renorm = cfg->norm_topk;
+    const int E = cfg_router_rows(cfg), k = cfg->n_experts_used, kind = cfg->router, renorm = cfg->norm_topk;
     if (kind == SL_ROUTER_SQRTSOFTPLUS) {
         route_sqrtsoftplus(cfg, bias, ids, logits, top_e, top_w, p);
     } else if (kind == SL_ROUTER_SIGMOID_GROUP) {
         route_sigmoid_group(cfg, bias, logits, top_e, top_w, p);
+    } else if (kind == SL_ROUTER_SOFTMAX_ZERO) { /* LongCat-Flash: softmax, top-k of p + bias, weights p * scale */
+        route_softmax_bias(cfg, bias, logits, top_e, top_w, p, E);
+    } else if (kind == SL_ROUTER_TOPK_SIGMOID) { /* top-k of the logits, each weight its sigmoid (Llama 4) */
+        for (int e = 0; e < E; e++) p[e] = logits[e];
+        top_k(p, E, k, -INFINITY, top_e, top_w);
+        for (int s = 0; s < k; s++) top_w[s] = kern_sigmoid(top_w[s]);
     } else if (kind == SL_ROUTER_TOPK_SOFTMAX) { /* top-k of the logits, then softmax over those k */
         for (int e = 0; e < E; e++) p[e] = logits[e];
         top_k(p, E, k, -INFINITY, top_e, top_w);
@@ -214,7 +249,7 @@ static void hint_token(float *lg, int E, int k, int *top_e) {
 
 sl_status cpu_route(be_backend *be, const be_route *r) {
     const fam_config *cfg = r->cfg;
-    const int E = cfg->n_experts, k = cfg->n_experts_used;
+    const int E = cfg_router_rows(cfg), k = cfg->n_experts_used; /* the logits' rows: zero experts too */
     for (int t = 0; t < r->n; t++) {
         float *lg = r->logits + (size_t)t * E;
         int *te = r->top_e + (size_t)t * k;
@@ -229,6 +264,8 @@ sl_status cpu_route(be_backend *be, const be_route *r) {
         else if (r->hint) hint_token(lg, E, k, te);
         else if (cfg->uniform_routing) route_uniform(cfg, r->layer, lg, te, tw);
         else route_token(cfg, r->bias, ids, lg, te, tw, lg);
+        if (!r->hint && r->expert_scale && !cfg->uniform_routing)
+            for (int s = 0; s < k; s++) tw[s] *= r->expert_scale[te[s]];
     }
     return be->sync(be);
 }
@@ -318,8 +355,33 @@ static void clamp_ffn(be_backend *be, const be_ffn *f) {
     ffn_down(be, f, &f->w->down, f->g, I);
 }
 
+/* gelu_tanh(gate) * up (torch's GELU(approximate="tanh"), f32), then down. */
+static void geglu_ffn(be_backend *be, const be_ffn *f) {
+    const int n = f->x->n_tok, I = f->inter;
+    const kern_mm gu[2] = {{&f->w->gate, f->x, f->g, (size_t)I}, {&f->w->up, f->x, f->u, (size_t)I}};
+    be->matmul_multi(be, gu, 2);
+    const float beta = 0.7978845608028654f, kappa = 0.044715f; /* sqrt(2 / pi) */
+    for (size_t i = 0; i < (size_t)n * (size_t)I; i++) {
+        const float g = f->g[i], inner = beta * (g + kappa * g * g * g);
+        f->g[i] = 0.5f * g * (1.0f + tanhf(inner)) * f->u[i];
+    }
+    ffn_down(be, f, &f->w->down, f->g, I);
+}
+
+/* gu = gate_up x [n][2I] into g; silu(gate) * up into u, then down. */
+static void swiglu_fused_ffn(be_backend *be, const be_ffn *f) {
+    const int n = f->x->n_tok, I = f->inter;
+    be->matmul[f->w->gate_up.dtype](be, &f->w->gate_up, f->x, f->g, (size_t)(2 * I));
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < I; i++)
+            f->u[(size_t)t * I + i] = kern_silu(f->g[(size_t)t * 2 * I + i]) * f->g[(size_t)t * 2 * I + I + i];
+    ffn_down(be, f, &f->w->down, f->u, I);
+}
+
 void cpu_ffn(be_backend *be, const be_ffn *f) {
     if (f->kind == BE_FFN_GPTOSS) gptoss_ffn(be, f);
+    else if (f->kind == BE_FFN_SWIGLU_FUSED) swiglu_fused_ffn(be, f);
+    else if (f->kind == BE_FFN_GEGLU) geglu_ffn(be, f);
     else if (f->kind == BE_FFN_SWIGLU_CLAMP) clamp_ffn(be, f);
     else swiglu_ffn(be, f);
 }
