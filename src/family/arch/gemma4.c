@@ -67,7 +67,8 @@ static void full_dims(hfc *c, fam_config *o) {
 static void rope(hfc *c, fam_config *o) {
     const char *st = hfc_path_str(c, "rope_parameters.sliding_attention.rope_type");
     const char *ft = hfc_path_str(c, "rope_parameters.full_attention.rope_type");
-    if (st && strcmp(st, "default")) hfc_fail(c, SL_EUNSUPPORTED, "sliding layers' rope_type '%s' is not supported", st);
+    if (st && strcmp(st, "default"))
+        hfc_fail(c, SL_EUNSUPPORTED, "sliding layers' rope_type '%s' is not supported", st);
     if (ft && strcmp(ft, "default") && strcmp(ft, "proportional"))
         hfc_fail(c, SL_EUNSUPPORTED, "full layers' rope_type '%s' is not supported", ft);
     o->rope_theta = hfc_path_num(c, "rope_parameters.sliding_attention.rope_theta", 10000.0, NULL);

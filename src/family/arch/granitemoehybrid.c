@@ -29,7 +29,8 @@ static void mamba_config(hfc *c, fam_config *o) {
     const int inter = (int)(expand * o->hidden);
     const int given = hfc_has(c, "mamba_d_head") && !hfc_path_is_str(c, "mamba_d_head"); /* else "auto" */
     o->lin_dv = given ? hfc_int(c, "mamba_d_head", 0, 0) : o->lin_nv > 0 ? inter / o->lin_nv : 0;
-    if (o->lin_nv * o->lin_dv != inter) hfc_fail(c, SL_ECONFIG, "mamba_n_heads * mamba_d_head != mamba_expand * hidden");
+    if (o->lin_nv * o->lin_dv != inter)
+        hfc_fail(c, SL_ECONFIG, "mamba_n_heads * mamba_d_head != mamba_expand * hidden");
     if (hfc_bool(c, "mamba_proj_bias", 0)) hfc_fail(c, SL_EUNSUPPORTED, "mamba_proj_bias is not supported");
     if (!hfc_bool(c, "mamba_conv_bias", 1)) hfc_fail(c, SL_EUNSUPPORTED, "a Mamba2 conv without bias is not supported");
     /* [0.0, {"__float__": "Infinity"}] as transformers writes the default (JSON has no infinity) */

@@ -59,7 +59,8 @@ static int layer_name(int layer, const char *rest, char *out, size_t cap) {
             return 2 * layer + j;
         }
         const size_t nl = strlen(norms[i]);
-        if (!strncmp(rest, norms[i], nl) && sscanf(rest + nl, "%d%n", &j, &n) == 1 && !rest[nl + n] && j >= 0 && j < 2) {
+        if (!strncmp(rest, norms[i], nl) && sscanf(rest + nl, "%d%n", &j, &n) == 1 && !rest[nl + n] && j >= 0 &&
+            j < 2) {
             snprintf(out, cap, "%.*s", (int)nl - 1, norms[i]);
             return 2 * layer + j;
         }
