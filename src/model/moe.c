@@ -351,14 +351,18 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
  * cell of exp_out, which the combine weighs as any expert's output. */
 static void zero_cells(fwd_ws *ws, const fam_config *cfg, int n) {
     const int E = cfg->n_experts, k = cfg->n_experts_used, H = cfg->hidden;
-    int cell[FWD_BATCH * 8], tok[FWD_BATCH * 8], m = 0;
+    int cell[FWD_BATCH], tok[FWD_BATCH], m = 0;
     for (int t = 0; t < n; t++)
-        for (int s = 0; s < k; s++)
-            if (ws->top_e[(size_t)t * k + s] >= E && m < FWD_BATCH * 8) {
+        for (int s = 0; s < k; s++) {
+            if (ws->top_e[(size_t)t * k + s] >= E) {
                 cell[m] = t * k + s;
                 tok[m++] = t;
             }
-    if (m) ws->be->copy_rows(ws->be, ws->exp_out, (size_t)H, cell, ws->h, (size_t)H, tok, m, H);
+            if (m == FWD_BATCH || (m && t == n - 1 && s == k - 1)) { /* FWD_BATCH cells a copy */
+                ws->be->copy_rows(ws->be, ws->exp_out, (size_t)H, cell, ws->h, (size_t)H, tok, m, H);
+                m = 0;
+            }
+        }
 }
 
 /* Routes the n rows on the host and runs their experts (streamed or resident), outputs in exp_out. */
