@@ -40,7 +40,7 @@ sl_status fwd_ws_set_hybrid(fwd_ws *ws, pool_t *pool) {
     hy->h = malloc(B * H * sizeof(float));
     hy->x = malloc(B * H * sizeof(float));
     hy->xbuf = malloc(kern_act_bytes((int)B, (int)H));
-    hy->g = malloc(B * I * sizeof(float));
+    hy->g = malloc(2 * B * I * sizeof(float)); /* 2: a fused gate_up's rows (gpt-oss, Llama 4) */
     hy->u = malloc(B * I * sizeof(float));
     hy->mid = malloc(kern_act_bytes((int)B, (int)I));
     hy->y = malloc(B * k * H * sizeof(float));
@@ -80,11 +80,18 @@ sl_status fwd_hy_run(fwd_ws *ws, const fam_config *cfg, int layer, int e, const 
     const int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start;
     for (int i = 0; i < cnt; i++)
         memcpy(hy->x + (size_t)i * H, hy->h + (size_t)ws->e_tok[start + i] * H, (size_t)H * sizeof(float));
+    for (int i = 0; cfg->moe_scale_input && i < cnt; i++) { /* Llama 4: the rows times their weights (moe.c) */
+        float *w = ws->top_w + (size_t)ws->e_tok[start + i] * k + ws->e_slot[start + i];
+        for (int j = 0; j < H; j++) hy->x[(size_t)i * H + j] *= *w;
+        *w = 1.0f;
+    }
     kern_act a;
     kern_act_init(&a, hy->xbuf, hy->x, (size_t)H, cnt, H, ws->int8);
-    const be_ffn f = {.kind = cfg->expert_kind == SL_EXPERT_GPTOSS          ? BE_FFN_GPTOSS
-                              : cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP
-                                                                           : BE_FFN_SWIGLU,
+    const int kind = cfg->expert_kind == SL_EXPERT_GPTOSS ? BE_FFN_GPTOSS
+                     : cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP
+                     : cfg->expert_kind == SL_EXPERT_GEGLU ? BE_FFN_GEGLU
+                     : cfg->expert_kind == SL_EXPERT_SWIGLU_FUSED ? BE_FFN_SWIGLU_FUSED : BE_FFN_SWIGLU;
+    const be_ffn f = {.kind = kind,
                       .limit = (float)cfg->swiglu_limit, .w = ex, .x = &a, .inter = I, .g = hy->g, .u = hy->u,
                       .mid_buf = hy->mid, .int8 = ws->int8 && I <= ws->act_cols, .y = hy->y + (size_t)hy->n * H,
                       .ldy = (size_t)H};
