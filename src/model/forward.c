@@ -125,6 +125,25 @@ static void fill_ones(be_backend *be, float *p, size_t n) {
     for (size_t i = 0; i < n; i++) be->copy(be, p + i, &one, sizeof one, BE_H2D);
 }
 
+/* The widths of ws's big (q_proj / in_proj rows), mix (the mixer's output) and ffn (an FFN's inner rows)
+ * buffers for cfg's layers; hd: the widest head. */
+static void ws_widths(fwd_ws *ws, const fam_config *cfg, int has_attn, int has_lin, int hd) {
+    const int nh = cfg->n_heads, nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
+    const int H = cfg->hidden;
+    ws->n_big = 1;
+    if (has_attn) ws->n_big = imax(ws->n_big, nh * hd * (cfg->gated_attn ? 2 : 1));
+    if (has_lin && !cfg->split_lin_proj) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
+    ws->n_mix = imax(has_attn ? imax(nh * hd, nh * cfg->v_head_dim) : 1, has_lin ? nv * dv : 1);
+    if (has_lin && cfg->mamba) ws->n_big = imax(ws->n_big, 2 * nv * dv + 2 * nk * dk + nv); /* Mamba2's in_proj */
+    if (has_lin && cfg->short_conv) { /* LFM2: in_proj's B | C | x, the conv's output */
+        ws->n_big = imax(ws->n_big, 3 * H);
+        ws->n_mix = imax(ws->n_mix, H);
+    }
+    ws->n_ffn = imax(imax(cfg->moe_inter, 2 * cfg->shared_inter), imax(cfg->dense_inter, 1)); /* 2: fused shared */
+    if (cfg->expert_kind == SL_EXPERT_GPTOSS || cfg->expert_kind == SL_EXPERT_SWIGLU_FUSED)
+        ws->n_ffn = imax(ws->n_ffn, 2 * cfg->moe_inter); /* fused gate_up rows */
+}
+
 fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
     fwd_ws *ws = calloc(1, sizeof *ws);
@@ -145,19 +164,8 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     int nh = cfg->n_heads, hd = imax(cfg->head_dim, cfg->full_head_dim), nkv = cfg->n_kv_heads;
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
     int cq = has_lin ? 2 * nk * dk + nv * dv : 0;
-    ws->n_big = 1;
-    if (has_attn) ws->n_big = imax(ws->n_big, nh * hd * (cfg->gated_attn ? 2 : 1));
-    if (has_lin && !cfg->split_lin_proj) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
+    ws_widths(ws, cfg, has_attn, has_lin, hd);
     const int lg = cfg->kda ? nv + nv * dk : 2 * nv; /* a token's b|a (KDA: b|f) and gates */
-    ws->n_mix = imax(has_attn ? imax(nh * hd, nh * cfg->v_head_dim) : 1, has_lin ? nv * dv : 1);
-    if (has_lin && cfg->mamba) ws->n_big = imax(ws->n_big, 2 * nv * dv + 2 * nk * dk + nv); /* Mamba2's in_proj */
-    if (has_lin && cfg->short_conv) { /* LFM2: in_proj's B | C | x, the conv's output */
-        ws->n_big = imax(ws->n_big, 3 * (int)H);
-        ws->n_mix = imax(ws->n_mix, (int)H);
-    }
-    ws->n_ffn = imax(imax(cfg->moe_inter, 2 * cfg->shared_inter), imax(cfg->dense_inter, 1)); /* 2: fused shared */
-    if (cfg->expert_kind == SL_EXPERT_GPTOSS || cfg->expert_kind == SL_EXPERT_SWIGLU_FUSED)
-        ws->n_ffn = imax(ws->n_ffn, 2 * cfg->moe_inter); /* fused gate_up rows */
     int E = imax(cfg_router_rows(cfg), 1), k = imax(cfg->n_experts_used, 1); /* router rows (zero experts too) */
     /* k, v: [B][nkv*hd] each; MLA: k the kv_a output [B][kv_lora + rot_dim], v the q_a output [B][q_lora] */
     int kvrow = imax(nkv * hd, cfg_kv_row(cfg)), vrow = imax(imax(nkv * hd, cfg_v_row(cfg)), cfg->q_lora);
