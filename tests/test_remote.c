@@ -138,6 +138,11 @@ FIXTURE_TEST(remote_equals_one_process) {
         sl_rank_stats rs[RANKS];
         float *got = eval_stats(path, &mp, &t, steps[c], msg, &n, rs);
         const int stopped = ranks_stop(&r);
+        if (!got && strstr(msg, "remote experts do not take")) { /* Llama 4: refused at open, saying why */
+            printf("     %s: %s\n", arg, msg);
+            free(ref);
+            break;
+        }
         const int same = got && !memcmp(got, ref, n * sizeof(float)), got_ok = got != NULL;
         free(ref);
         free(got);

@@ -130,6 +130,10 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     m->ws = fwd_ws_new(&m->cfg, m->cfg.max_pos, m->be);
     if (!m->ws) { st = err_set(err, SL_ENOMEM, "%s: out of memory for the evaluation workspace", path); goto fail; }
     fwd_ws_set_int8(m->ws, !p->exact);
+    if (m->remote && m->cfg.moe_scale_input) { /* the ranks would need each (token, expert) pair's weight */
+        st = err_set(err, SL_EUNSUPPORTED, "%s: remote experts do not take Llama 4's scaled expert input yet", path);
+        goto fail;
+    }
     if (m->remote && fwd_ws_set_remote(m->ws, m->remote)) {
         st = err_set(err, SL_ENOMEM, "%s: out of memory for the expert ranks' buffers", path);
         goto fail;

@@ -594,7 +594,9 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
         if ((rc = fwd_rm_send(ws, cfg, layer, h, n, n_list, wb->e_tok, err))) return rc;
         shared_wide(ws, cfg, lw, n, h, wb);
         be->zero(be, out, (size_t)n * H * sizeof(float));
-        return fwd_rm_recv_wide(ws, cfg, n_list, wb, out, err);
+        rc = fwd_rm_recv_wide(ws, cfg, n_list, wb, out, err);
+        if (!rc && cfg->zero_experts) zero_wide(ws, cfg, n, h, out, wb); /* after the real ones, as below */
+        return rc;
     }
     rc = experts->begin ? experts->begin(experts->ctx, layer, ws->e_list, n_list, 1) : 0;
     if (rc) {

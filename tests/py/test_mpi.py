@@ -71,6 +71,8 @@ def test_logits_bitwise_every_fixture(packs, tmp_path):
         one, three = tmp_path / f"{f}.1.f32", tmp_path / f"{f}.3.f32"
         run(args + ["--out", str(one)])
         r = mpirun(args + ["--out", str(three)])
+        if r.returncode != 0 and b"remote experts do not take" in r.stderr:
+            continue  # Llama 4: refused at open, saying why (engine/open.c)
         assert r.returncode == 0, f"{f}: {r.stderr.decode(errors='replace')}"
         a, b = one.read_bytes(), three.read_bytes()
         assert len(a) > 0 and a == b, f"{f} ({' '.join(mode)}): logits differ over 3 ranks"
