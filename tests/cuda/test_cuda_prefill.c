@@ -65,6 +65,28 @@ static void check_many_tokens(dt_type dt, int rows, int cols, int n) {
     free_mat(&a);
 }
 
+/* ---- rmsnorm of many rows (a warp per row from 64 rows) against the rows one at a time (a CTA per row), bitwise,
+ * in place and not: n tokens of nh heads of dim at stride hs in rows of ld ---- */
+static void check_rmsnorm_rows(int n, int nh, int dim, size_t hs, size_t ld) {
+    char msg[256] = "";
+    const size_t tot = (size_t)n * ld;
+    float *hx, *dx = rnd_dev(tot, 3, &hx, msg), *dw = rnd_dev((size_t)dim, 1, NULL, msg), *dy = slcu_alloc(tot * 4, msg, sizeof msg);
+    slcu_upload(dy, hx, tot * 4, msg, sizeof msg);
+    for (int t = 0; t < n; t++)
+        CK(!slcu_rmsnorm(dx + (size_t)t * ld, dy + (size_t)t * ld, 1, ld, nh, hs, dim, dw, 1.0f, 1e-6f, msg, sizeof msg), "%s", msg);
+    float *one = dl(dy, tot);
+    slcu_upload(dy, hx, tot * 4, msg, sizeof msg);
+    CK(!slcu_rmsnorm(dx, dy, n, ld, nh, hs, dim, dw, 1.0f, 1e-6f, msg, sizeof msg), "%s", msg);
+    float *all = dl(dy, tot);
+    CK(!slcu_rmsnorm(dx, dx, n, ld, nh, hs, dim, dw, 1.0f, 1e-6f, msg, sizeof msg), "%s", msg); /* in place */
+    float *inpl = dl(dx, tot);
+    CK(!memcmp(one, all, tot * 4) && !memcmp(one, inpl, tot * 4), "rmsnorm of %d x %d heads of %d at once differs from one token at a time",
+       n, nh, dim);
+    printf("ok   rmsnorm of %d tokens x %d heads of %d at once == one at a time, bitwise\n", n, nh, dim);
+    free(hx), free(one), free(all), free(inpl);
+    slcu_free(dx), slcu_free(dw), slcu_free(dy);
+}
+
 /* ---- slcu_moe_ffn (a layer-major MoE block's experts, grouped on the device) against each expert's own
  * slcu_matmul_i8 / slcu_swiglu / quantisation calls over its rows: bitwise, every (token, slot) cell ---- */
 static slcu_mat sub_mat(const mat *a, int r0, int rows) { /* rows r0 .. r0 + rows - 1 of a */

@@ -24,6 +24,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_i8.cuh"
+#include "kernels/canon_exp.h"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
     if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
@@ -101,17 +102,23 @@ __global__ void act_quant(const float *__restrict__ x, size_t ldx, int cols, int
 
 /* The same for many tokens (a prefill's rows): a CTA per token, warp w takes the row's quads of 4 blocks w, w + 8, ...
  * and lane 0 adds each quad's s64 / s128 as act_quant's thread 0 does. act_quant launched a CTA of 128 per 4 blocks
- * (8192 for 512 x 2048: 14 us on the H100, CTA launches more than bytes). */
-__global__ void __launch_bounds__(256) act_quant_rows(const float *__restrict__ x, size_t ldx, int cols, int8_t *__restrict__ q,
-                                                      int8_t *__restrict__ q4, float *__restrict__ d, float *__restrict__ s) {
+ * (8192 for 512 x 2048: 14 us on the H100, CTA launches more than bytes). SW: the values are SwiGLU's of gate x and
+ * up u (k_swiglu's operations, canon_silu), quantised where they are computed (never stored as floats). */
+template <bool SW>
+__global__ void __launch_bounds__(256) act_quant_rows(const float *__restrict__ x, const float *__restrict__ u, size_t ldx, int cols,
+                                                      int8_t *__restrict__ q, int8_t *__restrict__ q4, float *__restrict__ d,
+                                                      float *__restrict__ s) {
     const int t = blockIdx.x, nb = cols / 32, ns = nb + nb / 2 + nb / 4, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    const float *xr = x + (size_t)t * ldx;
+    const float *xr = x + (size_t)t * ldx, *ur = SW ? u + (size_t)t * ldx : NULL;
     int8_t *qr = q + (size_t)t * cols, *q4r = q4 + (size_t)t * cols;
     float *dr = d + (size_t)t * nb, *sr = s + (size_t)t * ns;
     for (int qd = threadIdx.x >> 5; qd * 4 < nb; qd += nw) {
         float v[4], sb[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int i = 0; i < 4; i++) v[i] = qd * 4 + i < nb ? xr[(size_t)(qd * 4 + i) * 32 + lane] : 0.f;
+        for (int i = 0; i < 4; i++) {
+            const size_t c = (size_t)(qd * 4 + i) * 32 + lane;
+            v[i] = qd * 4 + i >= nb ? 0.f : SW ? __fmul_rn(canon_silu(xr[c]), ur[c]) : xr[c];
+        }
 #pragma unroll
         for (int i = 0; i < 4; i++)
             if (qd * 4 + i < nb) sb[i] = quant_block(v[i], qd * 4 + i, lane, qr, q4r, dr, sr);
@@ -123,11 +130,22 @@ __global__ void __launch_bounds__(256) act_quant_rows(const float *__restrict__ 
     }
 }
 
+/* SLUICE_CUDA_ROWS=1 (off by default until a device run proves it): the MoE block's SwiGLU quantised in the same
+ * pass (act_quant_rows<true>) and cuda_ops.cu's rmsnorm a warp per row for many rows. Bitwise either way. */
+static int rows_kernels(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("SLUICE_CUDA_ROWS");
+        v = e && e[0] == '1';
+    }
+    return v;
+}
+
 extern "C" int slcu_act_quantize(const slcu_act *a, const float *x, size_t ldx, char *msg, size_t msglen) {
     if (a->n_tok <= 0) return 0;
     const int nb = a->cols / 32, quads = (nb + 3) / 4;
     if (a->n_tok >= 16) {
-        act_quant_rows<<<(unsigned)a->n_tok, 32 * (quads < 8 ? quads : 8), 0, SLS>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
+        act_quant_rows<false><<<(unsigned)a->n_tok, 32 * (quads < 8 ? quads : 8), 0, SLS>>>(x, NULL, ldx, a->cols, a->q, a->q4, a->d, a->s);
     } else {
         dim3 grid((unsigned)quads, (unsigned)a->n_tok);
         act_quant<<<grid, 128, 0, SLS>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
@@ -539,8 +557,13 @@ extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) {
                 (size_t)m->I, m->I, m->H, m->gate.group, m->E};
     cudaError_t e = launch_seg(&m->gate, S, nk, 2);
     if (e != cudaSuccess) return fail(msg, msglen, "MoE gate/up launch", e);
-    if (slcu_swiglu(w.g, w.u, w.g, (size_t)nk * m->I, msg, msglen)) return -1;
-    if (slcu_act_bind(&ma, w.ma, nk, m->I, msg, msglen) || slcu_act_quantize(&ma, w.g, (size_t)m->I, msg, msglen)) return -1;
+    if (slcu_act_bind(&ma, w.ma, nk, m->I, msg, msglen)) return -1;
+    if (rows_kernels()) { /* SwiGLU and its int8 form in one pass, a CTA a row (the mid floats are not stored) */
+        const int quads = (m->I / 32 + 3) / 4;
+        act_quant_rows<true><<<(unsigned)nk, 32 * (quads < 8 ? quads : 8), 0, SLS>>>(w.g, w.u, (size_t)m->I, m->I, ma.q, ma.q4, ma.d, ma.s);
+        if ((e = cudaGetLastError()) != cudaSuccess) return fail(msg, msglen, "MoE SwiGLU launch", e);
+    } else if (slcu_swiglu(w.g, w.u, w.g, (size_t)nk * m->I, msg, msglen) || slcu_act_quantize(&ma, w.g, (size_t)m->I, msg, msglen))
+        return -1;
     segjob D = {m->tab + (size_t)6 * m->E, w.off, w.toff, NULL, w.cell, m->down.dtype == DT_Q4 ? ma.q4 : ma.q, ma.d, ma.s,
                 {m->y, m->y}, (size_t)m->H, m->H, m->I, m->down.group, m->E};
     e = launch_seg(&m->down, D, nk, 1);

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
@@ -51,11 +52,47 @@ __global__ void k_rmsnorm(const float *x, float *y, size_t ld, int n_heads, size
     for (int i = threadIdx.x; i < n; i += 256) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), __fadd_rn(w_off, w[i]));
 }
 
+/* k_rmsnorm's arithmetic with a warp per (token, head) row, for many rows (a prefill's norms: 512 rows of 2048, or
+ * 512 x 32 heads of 128, where k_rmsnorm launched a CTA of 256 per row). Lane l stands for k_rmsnorm's threads
+ * l + 32 k (k < 8): the same double sums in the same order (fma as nvcc contracts k_rmsnorm's `ss += x * x`), the
+ * same tree (128, 64, 32 within the lane, 16 .. 1 across lanes), the same inverse and products: bitwise. */
+__global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, float *y, size_t ld, int n_heads, size_t hs, int n, int rows,
+                                                    const float *w, float w_off, float eps) {
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const size_t off = (size_t)(row / n_heads) * ld + (size_t)(row % n_heads) * hs;
+    const float *xr = x + off;
+    float *yr = y + off;
+    double ss[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        ss[k] = 0.0;
+        for (int i = lane + 32 * k; i < n; i += 256) {
+            const double v = (double)xr[i];
+            ss[k] = __fma_rn(v, v, ss[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) ss[k] = __dadd_rn(ss[k], ss[k + 4]);
+#pragma unroll
+    for (int k = 0; k < 2; k++) ss[k] = __dadd_rn(ss[k], ss[k + 2]);
+    double v = __dadd_rn(ss[0], ss[1]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_down_sync(0xffffffffu, v, o));
+    v = __shfl_sync(0xffffffffu, v, 0);
+    const float inv = (float)(1.0 / sqrt(v / (double)n + (double)eps));
+    for (int i = lane; i < n; i += 32) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), __fadd_rn(w_off, w[i]));
+}
+
 extern "C" int slcu_rmsnorm(const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride, int dim,
                             const float *w, float w_off, float eps, char *msg, size_t msglen) {
     if (dim <= 0 || n_heads <= 0) return bad(msg, msglen, "rmsnorm: no columns or heads");
     if (n_tok <= 0) return 0;
-    k_rmsnorm<<<n_tok * n_heads, 256, 0, SLS>>>(x, y, ld, n_heads, head_stride, dim, w, w_off, eps);
+    const int rows = n_tok * n_heads;
+    static int on = -1; /* SLUICE_CUDA_ROWS=1 (cuda_i8.cu rows_kernels): off by default until a device run */
+    if (on < 0) on = getenv("SLUICE_CUDA_ROWS") && getenv("SLUICE_CUDA_ROWS")[0] == '1';
+    if (rows >= 64 && on) k_rmsnorm_rows<<<(rows + 7) / 8, 256, 0, SLS>>>(x, y, ld, n_heads, head_stride, dim, rows, w, w_off, eps);
+    else k_rmsnorm<<<rows, 256, 0, SLS>>>(x, y, ld, n_heads, head_stride, dim, w, w_off, eps);
     return launched(msg, msglen, "rmsnorm launch");
 }
 
