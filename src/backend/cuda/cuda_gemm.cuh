@@ -304,12 +304,13 @@ __device__ __forceinline__ void mma_u8s8_m(int *c, const unsigned *a, const unsi
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0x4B400000));
 }
 
-/* Block kb of a staged stage into a warp's 32 x 32 accumulators: tile2_fold's fragments and arithmetic. */
+/* Block kb of a staged stage into a warp's 32 x 32 accumulators: tile2_fold's fragments and arithmetic. Only the
+ * first nlive groups of 8 tokens (the rest are past the segment: a MoE expert's last tile is often mostly empty). */
 template <int DT, int SDT, int R, int T, int BB>
 __device__ __forceinline__ void tile3_fold(const qstage<R, T, BB> &P, int kb, int lr0, int lt0, int g, int tig, unsigned par,
-                                           unsigned flip, bool first, float (&acc)[2][4][4], float (&accb)[2][4][4]) {
+                                           unsigned flip, bool first, int nlive, float (&acc)[2][4][4], float (&accb)[2][4][4]) {
     unsigned a[2][4], bf[4][2];
-    float sw[2][2], bw[2][2], dd[4][2], sg[4][2];
+    float sw[2][2], dd[4][2];
 #pragma unroll
     for (int mi = 0; mi < 2; mi++) {
         const int l0 = lr0 + mi * 16 + g;
@@ -325,27 +326,42 @@ __device__ __forceinline__ void tile3_fold(const qstage<R, T, BB> &P, int kb, in
         for (int hh = 0; hh < 2; hh++) {
             const unsigned pb = par >> (2 * (2 * mi + hh));
             sw[mi][hh] = raw_sw(P.sw[kb][l0 + hh * 8], (pb ^ flip) & 1u, SDT);
-            bw[mi][hh] = raw_sw(P.bw[kb][l0 + hh * 8], ((pb >> 1) ^ flip) & 1u, SDT);
         }
     }
 #pragma unroll
     for (int ni = 0; ni < 4; ni++) {
+        if (ni >= nlive) break;
         const uint2 v = *(const uint2 *)&P.b[lt0 + ni * 8 + g][kb * 32 + 8 * tig];
         bf[ni][0] = v.x, bf[ni][1] = v.y;
-        const float2 d2 = *(const float2 *)&P.d[kb][lt0 + ni * 8 + 2 * tig], s2 = *(const float2 *)&P.s[kb][lt0 + ni * 8 + 2 * tig];
-        dd[ni][0] = d2.x, dd[ni][1] = d2.y, sg[ni][0] = s2.x, sg[ni][1] = s2.y;
+        const float2 d2 = *(const float2 *)&P.d[kb][lt0 + ni * 8 + 2 * tig];
+        dd[ni][0] = d2.x, dd[ni][1] = d2.y;
     }
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) {
+            if (ni >= nlive) break;
             int c[4];
             mma_u8s8_m(c, a[mi], bf[ni]);
 #pragma unroll
             for (int q = 0; q < 4; q++) { /* (float)I_b = (1.5 * 2^23 + I_b) - 1.5 * 2^23, exact */
                 const float fi = __fsub_rn(__int_as_float(c[q]), 12582912.0f);
                 acc[mi][ni][q] = __fmaf_rn(fi, __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
-                if (first) accb[mi][ni][q] = __fmaf_rn(bw[mi][q >> 1], sg[ni][q & 1], accb[mi][ni][q]);
+            }
+        }
+    if (!first) return; /* a group's first block: its biases times the tokens' group sums (accb's own chain) */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const unsigned pb = par >> (2 * (2 * mi + hh));
+            const float bw = raw_sw(P.bw[kb][lr0 + mi * 16 + g + hh * 8], ((pb >> 1) ^ flip) & 1u, SDT);
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                if (ni >= nlive) break;
+                const float2 s2 = *(const float2 *)&P.s[kb][lt0 + ni * 8 + 2 * tig];
+                accb[mi][ni][2 * hh] = __fmaf_rn(bw, s2.x, accb[mi][ni][2 * hh]);
+                accb[mi][ni][2 * hh + 1] = __fmaf_rn(bw, s2.y, accb[mi][ni][2 * hh + 1]);
             }
         }
 }
@@ -400,6 +416,7 @@ __device__ __forceinline__ void gemm_tile3(ijob j, int rt, int tt) {
     const int nb = j.cols / 32, ng = j.cols / j.group, gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, bmask = j.group / 32 - 1;
     const int nst = (nb + K3 - 1) / K3;
     const bool live = r0 + lr0 < j.nrows && t0 + lt0 < j.n_tok;
+    const int nlive = min(4, (j.n_tok - t0 - lt0 + 7) / 8); /* groups of 8 tokens with a token of the job */
     int brow[WN * 2];
 #pragma unroll
     for (int h = 0; h < WN * 2; h++) brow[h] = act_row(j, t0 + tid / 8 + h * 16);
@@ -437,7 +454,7 @@ __device__ __forceinline__ void gemm_tile3(ijob j, int rt, int tt) {
 #pragma unroll 1
             for (int kb = 0; kb < K3 && s * K3 + kb < nb; kb++) {
                 const int b = s * K3 + kb;
-                tile3_fold<DT, SDT, R, T, BB>(P, kb, lr0, lt0, g, tig, par, (unsigned)(b >> gshift) & 1u, !(b & bmask), acc, accb);
+                tile3_fold<DT, SDT, R, T, BB>(P, kb, lr0, lt0, g, tig, par, (unsigned)(b >> gshift) & 1u, !(b & bmask), nlive, acc, accb);
             }
     }
     asm volatile("cp.async.wait_group 0;");
