@@ -973,6 +973,8 @@ int main(int argc, char **argv) {
     check_rmsnorm_rows(100, 1, 2048, 2048, 2048);
     check_rmsnorm_rows(70, 8, 128, 160, 1300); /* heads at a stride, a gap after them */
     check_rmsnorm_rows(9, 8, 300, 300, 2400);
+    check_rope_rows(80, 8, 128, 64, 0);
+    check_rope_rows(20, 4, 128, 128, 1);
     check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16);
     check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);

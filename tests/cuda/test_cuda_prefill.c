@@ -87,6 +87,25 @@ static void check_rmsnorm_rows(int n, int nh, int dim, size_t hs, size_t ld) {
     slcu_free(dx), slcu_free(dw), slcu_free(dy);
 }
 
+/* ---- RoPE of many rows (a warp per row with SLUICE_CUDA_ROWS=1) against one token at a time, bitwise ---- */
+static void check_rope_rows(int n, int nh, int hd, int rot, int inter) {
+    char msg[256] = "";
+    const size_t ld = (size_t)nh * hd + 16, tot = (size_t)n * ld;
+    float fq[512];
+    for (int i = 0; i < rot / 2; i++) fq[i] = powf(10000.f, -2.f * i / rot);
+    float *hx, *dx = rnd_dev(tot, 2, &hx, msg);
+    for (int t = 0; t < n; t++)
+        CK(!slcu_rope(dx + (size_t)t * ld, 1, ld, nh, hd, rot, fq, 1.1f, 300 + t, inter, msg, sizeof msg), "%s", msg);
+    float *one = dl(dx, tot);
+    slcu_upload(dx, hx, tot * 4, msg, sizeof msg);
+    CK(!slcu_rope(dx, n, ld, nh, hd, rot, fq, 1.1f, 300, inter, msg, sizeof msg), "%s", msg);
+    float *all = dl(dx, tot);
+    CK(!memcmp(one, all, tot * 4), "rope of %d x %d heads (rot %d, interleave %d) at once differs from one token at a time", n, nh, rot, inter);
+    printf("ok   rope of %d tokens x %d heads (rot %d of %d, interleave %d) at once == one at a time, bitwise\n", n, nh, rot, hd, inter);
+    free(hx), free(one), free(all);
+    slcu_free(dx);
+}
+
 /* ---- slcu_moe_ffn (a layer-major MoE block's experts, grouped on the device) against each expert's own
  * slcu_matmul_i8 / slcu_swiglu / quantisation calls over its rows: bitwise, every (token, slot) cell ---- */
 static slcu_mat sub_mat(const mat *a, int r0, int rows) { /* rows r0 .. r0 + rows - 1 of a */

@@ -123,6 +123,33 @@ __global__ void k_rope(float *x, size_t ld, int n_heads, size_t hs, int half, co
     }
 }
 
+/* k_rope with a warp per (token, head) row for many rows (a prefill: 512 x 32 heads, where k_rope launched a CTA of 64
+ * per row): lane l takes pairs l, l + 32, ... (half <= 512: 16 a lane), reads them all, then writes (in place, the
+ * interleaved pairs too); the same operations on the same values: bitwise k_rope. */
+__global__ void __launch_bounds__(256) k_rope_rows(float *x, size_t ld, int n_heads, size_t hs, int half, const __grid_constant__ rope_freq fr,
+                                                 float af, int pos0, int inter, int rows) {
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const int t = row / n_heads;
+    float *v = x + (size_t)t * ld + (size_t)(row % n_heads) * hs;
+    float av[16], bv[16];
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        const int i = lane + 32 * k;
+        if (i < half) av[k] = inter ? v[2 * i] : v[i], bv[k] = inter ? v[2 * i + 1] : v[i + half];
+    }
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        const int i = lane + 32 * k;
+        if (i >= half) break;
+        const float ang = __fmul_rn((float)(pos0 + t), fr.f[i]);
+        const float c = __fmul_rn(cosf(ang), af), s = __fmul_rn(sinf(ang), af);
+        v[i] = __fsub_rn(__fmul_rn(av[k], c), __fmul_rn(bv[k], s));
+        v[i + half] = __fadd_rn(__fmul_rn(bv[k], c), __fmul_rn(av[k], s));
+    }
+}
+
 extern "C" int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot, const float *inv_freq,
                          float attn_factor, int pos0, int interleave, char *msg, size_t msglen) {
     if (rot < 0 || rot % 2 || rot > 1024 || n_heads <= 0) return bad(msg, msglen, "rope: rot must be even, at most 1024");
@@ -130,7 +157,12 @@ extern "C" int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t hea
     rope_freq fr;
     memcpy(fr.f, inv_freq, (size_t)rot / 2 * sizeof(float));
     if (step_pos && n_tok != 1) return bad(msg, msglen, "rope: a recorded step has one token");
-    k_rope<<<n_tok * n_heads, 64, 0, SLS>>>(x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, step_pos);
+    static int on = -1; /* SLUICE_CUDA_ROWS=1 (cuda_i8.cu rows_kernels): off by default until a device run */
+    if (on < 0) on = getenv("SLUICE_CUDA_ROWS") && getenv("SLUICE_CUDA_ROWS")[0] == '1';
+    const int rows = n_tok * n_heads;
+    if (on && rows >= 64 && !step_pos)
+        k_rope_rows<<<(rows + 7) / 8, 256, 0, SLS>>>(x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, rows);
+    else k_rope<<<rows, 64, 0, SLS>>>(x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, step_pos);
     return launched(msg, msglen, "rope launch");
 }
 
