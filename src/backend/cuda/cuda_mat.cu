@@ -60,7 +60,9 @@ template <int DT> __device__ __forceinline__ void unpack_word(unsigned u, float 
     }
 }
 
-__device__ __forceinline__ unsigned word_of(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+__device__ __forceinline__ unsigned word_of(const uint4 &v, int k) {
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
 
 /* A warp computes R rows for up to NT tokens: each lane takes 16-byte pieces of the R rows at the same
  * columns, so that every x value it loads serves R rows (x, not the weights, is what the loads are
@@ -81,11 +83,7 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
     const size_t row_bytes = DT == DT_Q4 ? (size_t)cols / 2 : DT == DT_Q8 ? (size_t)cols : (size_t)cols * (DT == DT_F32 ? 4 : 2);
     const int npieces = cols / P, ng = quant ? cols / group : 0;
     const bool x16 = !((uintptr_t)x & 15); /* cols % 4 == 0 here: every token's pieces are 16-byte aligned too */
-    float acc[R][NT];
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
+    float acc[R][NT] = {};
     /* unrolled: a lane's next pieces' loads go out before this one's sums (the order of the sums is unchanged); a
      * router's 2048 columns are 8 pieces a lane, which the loop waited for one after the other */
 #pragma unroll 4
@@ -105,11 +103,9 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
         const float *xp = x + (size_t)p * P;
         /* f32 (a word is one value): each token's 4 x values of the piece in one 16-byte load, before the words */
         float4 x4[DT == DT_F32 ? NT : 1];
-        if (DT == DT_F32 && x16) {
 #pragma unroll
-            for (int t = 0; t < NT; t++)
-                if (t < nt) x4[t] = __ldg((const float4 *)(xp + (size_t)t * cols));
-        }
+        for (int t = 0; t < (DT == DT_F32 ? NT : 0); t++)
+            if (t < nt && x16) x4[t] = __ldg((const float4 *)(xp + (size_t)t * cols));
         /* word by word: its codes unpacked once for every token */
         float d[R][NT], sx[NT];
 #pragma unroll
@@ -128,12 +124,12 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
                 if (t >= nt) break;
                 float xv[WV < 4 ? 4 : WV];
                 const float *xt = xp + (size_t)t * cols + k * WV;
-                if (DT == DT_F32 && x16) {
-                    xv[0] = k == 0 ? x4[t].x : k == 1 ? x4[t].y : k == 2 ? x4[t].z : x4[t].w;
-                } else if (WV == 2 && x16) { /* bf16 / f16: the word's two x values in one 8-byte load */
+                if (DT == DT_F32 && x16) xv[0] = k == 0 ? x4[t].x : k == 1 ? x4[t].y : k == 2 ? x4[t].z : x4[t].w;
+                else if (WV == 2 && x16) { /* bf16 / f16: the word's two x values in one 8-byte load */
                     const float2 q = __ldg((const float2 *)xt);
                     xv[0] = q.x, xv[1] = q.y;
-                } else if (WV >= 4) {
+                }
+                else if (WV >= 4) {
 #pragma unroll
                     for (int j = 0; j < WV; j += 4) {
                         const float4 q = __ldg((const float4 *)(xt + j));
