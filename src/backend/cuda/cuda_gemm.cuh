@@ -407,8 +407,9 @@ __device__ __forceinline__ void tile3_issue(const ijob &j, int s, int r0, const 
     asm volatile("cp.async.commit_group;");
 }
 
-/* The tile of 4 warps (WN as gemm_tile: 64 x 64 or 128 rows x 32 tokens) over S3 stages of K3 blocks. */
-template <int DT, int SDT, int WN>
+/* The tile of 4 warps (WN as gemm_tile: 64 x 64 or 128 rows x 32 tokens) over S3 stages of K3 blocks. U: the stage's
+ * K3 blocks unrolled (the next block's fragment loads overlap this one's mma and fold; SLUICE_CUDA_GEMM=4). */
+template <int DT, int SDT, int WN, bool U = false>
 __device__ __forceinline__ void gemm_tile3(ijob j, int rt, int tt) {
     constexpr int R = 128 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
@@ -450,7 +451,14 @@ __device__ __forceinline__ void gemm_tile3(ijob j, int rt, int tt) {
         if (s + S3 - 1 < nst) tile3_issue<DT, SDT, WN>(j, s + S3 - 1, r0, brow, trow, srow);
         else asm volatile("cp.async.commit_group;");
         const qstage<R, T, BB> &P = ((const qstage<R, T, BB> *)g3_smem)[s % S3];
-        if (live)
+        if (live && U) {
+#pragma unroll
+            for (int kb = 0; kb < K3; kb++) {
+                const int b = s * K3 + kb;
+                if (b >= nb) break;
+                tile3_fold<DT, SDT, R, T, BB>(P, kb, lr0, lt0, g, tig, par, (unsigned)(b >> gshift) & 1u, !(b & bmask), nlive, acc, accb);
+            }
+        } else if (live)
 #pragma unroll 1
             for (int kb = 0; kb < K3 && s * K3 + kb < nb; kb++) {
                 const int b = s * K3 + kb;
