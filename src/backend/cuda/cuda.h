@@ -96,8 +96,9 @@ int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen);
 /* Forces one kernel for every size, for tests and benchmarks: 0 automatic (GEMM from 16 tokens), 1 matvec,
  * 2 GEMM. */
 void slcu_i8_force(int kernel);
-/* The GEMM kernel, for tests and benchmarks: 1 the register-prefetch one, 2 (default; 0 back to the default,
- * which the environment's SLUICE_CUDA_GEMM=1 changes) the cp.async-staged one. Both give the same bits. */
+/* The GEMM kernel, for tests and benchmarks: 1 the register-prefetch one, 2 the cp.async-staged one, 3 (default; 0
+ * back to the default, which the environment's SLUICE_CUDA_GEMM=1..4 changes) 4-block stages, 4 the same unrolled.
+ * All give the same bits. */
 void slcu_i8_gemm(int version);
 /* Rows a CTA of the one-token matvec takes (cuda_mv.cu; the same bits whichever), for tests and benchmarks: 4, 8,
  * 16 or 32, -1 its own choice by the launch's rows ("auto"), 0 back to the environment's SLUICE_CUDA_MVR (16 unset). */
