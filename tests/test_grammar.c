@@ -199,6 +199,7 @@ TEST(grammar_mask_walks) {
          "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}"),
         "{\"type\":\"array\",\"items\":{\"enum\":[\"ab\",null,12]},\"maxItems\":4}",
         "{\"anyOf\":[{\"type\":\"number\"},{\"type\":\"string\",\"maxLength\":3}]}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}", /* unbounded strings: the mask cache's hits */
     };
     const char *p[V_TEST];
     size_t len[V_TEST];
@@ -245,4 +246,35 @@ TEST(grammar_mask_walks) {
     }
     gr_vocab_free(v);
     CHECKF(ended >= 10, "only %d walks ended", ended);
+}
+
+/* Inside an unbounded string every token leaves the same set of stacks: gr_mask walks the vocabulary
+ * once for it and reuses the result (exact: the same mask as brute force), until the string ends. */
+TEST(grammar_mask_cache_in_strings) {
+    const char *p[V_TEST];
+    size_t len[V_TEST];
+    char bytes[95];
+    gr_vocab *v = test_vocab(p, len, bytes);
+    sl_error err;
+    gr_grammar *g = schema_grammar("{\"type\":\"string\"}", &err);
+    gr_state *st = NULL;
+    CHECK(v && g && gr_state_new(g, &st) == SL_OK);
+    const char *steps[] = {"\"", "ab", "Ruth", "\xc3", "\xa9", "name", "\\\"", "é", "\""};
+    char text[64] = "";
+    size_t n = 0;
+    uint64_t hits[9];
+    for (int i = 0; i < 9; i++) {
+        CHECK(gr_accept(st, steps[i], strlen(steps[i])) == 0);
+        memcpy(text + n, steps[i], strlen(steps[i]));
+        n += strlen(steps[i]);
+        CHECKF(mask_is_exact(g, st, v, p, len, text, n), "after %.*s", (int)n, text);
+        hits[i] = gr_mask_hits(st);
+    }
+    /* after the opening quote: walked; "ab", "Ruth", the cut é's bytes, "name", the escaped quote and é:
+     * the same set each time (the byte class of an unbounded string); the closing quote: a new set */
+    CHECKF(hits[0] == 0 && hits[7] == 7 && hits[8] == 7, "hits %llu %llu %llu", (unsigned long long)hits[0],
+           (unsigned long long)hits[7], (unsigned long long)hits[8]);
+    gr_state_free(st);
+    gr_grammar_free(g);
+    gr_vocab_free(v);
 }

@@ -226,6 +226,20 @@ sl_status gr_compile(const gr_builder *b, int root, gr_grammar **out, sl_error *
 
 /* ---- sets of stacks ---------------------------------------------------------------------------- */
 
+/* gr_mask's results for the last few sets of stacks, least recently used first out: inside a long
+ * string every token leaves the same set (the string's byte class on top), so the walk over the
+ * vocabulary is done once for it, not once per token. The mask depends on nothing else. */
+#define GR_MASK_CACHE 4
+
+typedef struct mask_entry {
+    const struct gr_vocab *v;
+    int32_t *set; /* a copy of the set (NULL: empty entry) */
+    size_t n;
+    uint8_t *ok;  /* [n_vocab] */
+    int allowed;
+    uint64_t used;
+} mask_entry;
+
 struct gr_state {
     const gr_grammar *g;
     int32_t *cur;  /* the set after the accepted bytes */
@@ -237,6 +251,8 @@ struct gr_state {
     size_t *doff;  /* [max_len + 1] the set after each prefix length (gr_mask) */
     int n_ok, n_doff;
     int oom, ended;
+    mask_entry cache[GR_MASK_CACHE];
+    uint64_t clock, hits;
 };
 
 /* Adds the stack work[0..len) to the set at off (the arena's last), unless it is there. 0 or -1. */
@@ -362,6 +378,10 @@ void gr_state_free(gr_state *st) {
     free(st->a);
     free(st->ok);
     free(st->doff);
+    for (int i = 0; i < GR_MASK_CACHE; i++) {
+        free(st->cache[i].set);
+        free(st->cache[i].ok);
+    }
     free(st);
 }
 
@@ -539,7 +559,51 @@ static int walk(gr_state *st, const gr_vocab *v) {
     return allowed;
 }
 
+/* The cache entry of the current set, or NULL. */
+static mask_entry *cache_find(gr_state *st, const gr_vocab *v) {
+    for (int i = 0; i < GR_MASK_CACHE; i++) {
+        mask_entry *e = &st->cache[i];
+        if (e->set && e->v == v && e->n == st->n_cur && !memcmp(e->set, st->cur, st->n_cur * sizeof *st->cur)) {
+            e->used = ++st->clock;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* Keeps st->ok (allowed tokens) as the current set's entry, in the least recently used one. Out of
+ * memory: nothing is kept (the cache is an optimisation). */
+static void cache_put(gr_state *st, const gr_vocab *v, int allowed) {
+    mask_entry *e = &st->cache[0];
+    for (int i = 1; i < GR_MASK_CACHE; i++)
+        if (st->cache[i].used < e->used) e = &st->cache[i];
+    int32_t *set = realloc(e->set, st->n_cur * sizeof *set);
+    if (set) e->set = set;
+    uint8_t *ok = set ? realloc(e->ok, (size_t)v->V) : NULL;
+    if (ok) e->ok = ok;
+    if (!set || !ok) {
+        e->used = 0;
+        e->n = (size_t)-1; /* never matches */
+        return;
+    }
+    memcpy(e->set, st->cur, st->n_cur * sizeof *set);
+    e->v = v;
+    e->n = st->n_cur;
+    memcpy(e->ok, st->ok, (size_t)v->V);
+    e->allowed = allowed;
+    e->used = ++st->clock;
+}
+
+uint64_t gr_mask_hits(const gr_state *st) { return st->hits; }
+
 int gr_mask(gr_state *st, const gr_vocab *v, float *logits) {
+    mask_entry *hit = st->ended ? NULL : cache_find(st, v);
+    if (hit) {
+        st->hits++;
+        for (int id = 0; id < v->V; id++)
+            if (!hit->ok[id]) logits[id] = -INFINITY;
+        return hit->allowed;
+    }
     if (st->n_ok < v->V) {
         uint8_t *p = realloc(st->ok, (size_t)v->V);
         if (!p) { st->oom = 1; return -1; }
@@ -558,6 +622,7 @@ int gr_mask(gr_state *st, const gr_vocab *v, float *logits) {
     if (allowed == 0 || gr_complete(st))
         for (int i = 0; i < v->n_eog; i++)
             if (v->eog_own[i] >= 0 && v->eog_own[i] < v->V && !st->ok[v->eog_own[i]]) st->ok[v->eog_own[i]] = 1, allowed++;
+    if (!st->ended) cache_put(st, v, allowed);
     for (int id = 0; id < v->V; id++)
         if (!st->ok[id]) logits[id] = -INFINITY;
     return allowed;

@@ -93,6 +93,9 @@ void gr_vocab_free(gr_vocab *v);
  * (a grammar that wants a byte no token has), the end-of-generation tokens are. Returns the number of
  * tokens allowed, or -1 when memory ran out (logits unchanged). */
 int gr_mask(gr_state *st, const gr_vocab *v, float *logits);
+/* How many gr_mask calls reused an earlier result: the mask of a set of stacks met again (every token
+ * inside a long string leaves the same one) is kept, for the last 4 sets, and not walked again. */
+uint64_t gr_mask_hits(const gr_state *st);
 /* Accepts a sampled token (its bytes; an end-of-generation token ends the text). 0, or -1 when st
  * refuses it or memory ran out. */
 int gr_accept_token(gr_state *st, const gr_vocab *v, int32_t id);
