@@ -140,6 +140,13 @@ static int server_opt(const char *a, const char *v, srv_params *p, const char **
         p->read_timeout = strtod(v, &end);
         if (end == v || *end || !(p->read_timeout >= 0.1 && p->read_timeout <= 3600))
             return cli_fail("serve", "--read-timeout: '%s' is not a number of seconds (0.1 to 3600)", v);
+    } else if (!strcmp(a, "--max-tokens")) {
+        if ((p->max_tokens = count_opt(a, v, 1)) < 0) return 1;
+    } else if (!strcmp(a, "--timeout")) {
+        char *end;
+        p->timeout = strtod(v, &end);
+        if (end == v || *end || !(p->timeout > 0 && p->timeout <= 86400))
+            return cli_fail("serve", "--timeout: '%s' is not a number of seconds (above 0, at most 86400)", v);
     } else if (!strcmp(a, "--drain")) {
         char *end;
         *drain = strtod(v, &end);

@@ -199,6 +199,10 @@ static const cli_opt serve_opts[] = {
     {"--read-timeout", "SECONDS", "a request's headers and body must arrive within SECONDS of the connection's start "
                                   "or of its previous request's end, else the connection is closed (slow clients "
                                   "cannot hold every connection; also ends idle keep-alives) (default: 30)"},
+    {"--max-tokens", "N", "no answer is longer than N tokens: a request asking more, or nothing, gets N "
+                          "(finish_reason length) (default: none, the context's end)"},
+    {"--timeout", "SECONDS", "a generation still running SECONDS after its request arrived ends at its next token, "
+                             "as max_tokens would end it (finish_reason length) (default: none)"},
     {"--drain", "SECONDS", "on SIGTERM / SIGINT, new generations get 503 and /health 503 while the requests in "
                            "flight have up to SECONDS to finish (a second signal ends them at once); those "
                            "still running then end with an error event or a 503 (default: 5; 0: at once)"},

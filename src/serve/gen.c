@@ -481,6 +481,8 @@ static sl_status gen_submit(gen *g, sl_error *err) {
     rq.n_prompt = g->n_prompt_tokens;
     rq.sampling = g->g.sp;
     rq.max_tokens = g->g.max_tokens;
+    if (s->p.max_tokens > 0 && (rq.max_tokens <= 0 || rq.max_tokens > s->p.max_tokens)) rq.max_tokens = s->p.max_tokens;
+    rq.deadline = s->p.timeout > 0 ? clk_now_s() + s->p.timeout : 0;
     rq.stop = g->g.stop;
     rq.n_stop = g->g.n_stop;
     rq.skip_special = 1;

@@ -197,6 +197,14 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
         finish(s, r, SL_ECANCELED, "canceled", SL_STOP_CALLBACK);
         return 1;
     }
+    if (r->p.deadline > 0 && clk_now_s() >= r->p.deadline) { /* out of time: ends as max_tokens would */
+        ev.id = -1;
+        ev.logprob = NULL;
+        ev.text = textgen_flush(&r->tg, &ev.len);
+        if (ev.text && ev.len) r->emit(r->user, &ev);
+        finish(s, r, ev.text ? SL_OK : SL_ENOMEM, ev.text ? NULL : "out of memory", SL_STOP_LENGTH);
+        return 1;
+    }
     r->next = id;
     return 0;
 }

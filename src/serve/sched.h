@@ -77,6 +77,9 @@ typedef struct srv_request {
      * answer follows. */
     int think;
     int think_budget;
+    /* clk_now_s() time after which the request ends at its next token, as max_tokens would end it
+     * (SL_STOP_LENGTH, the text held back delivered); 0: none */
+    double deadline;
 } srv_request;
 
 typedef struct srv_event {

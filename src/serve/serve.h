@@ -43,6 +43,9 @@ typedef struct srv_params {
                                 are answered, with CORS headers and preflights; other foreign origins get 403.
                                 Without an api_key, a Host that is not this server's gets 421 (DNS rebinding) */
     int n_cors;
+    int max_tokens;         /* > 0: no answer is longer (a request asking more, or nothing, gets this many) */
+    double timeout;         /* > 0: a generation still running this many seconds after its request arrived
+                               ends at its next token, as max_tokens would end it */
     srv_sched_params sched; /* each model's scheduler (slots, queue, context per sequence) */
     srv_log_fn log;         /* may be NULL */
     void *log_user;

@@ -703,6 +703,29 @@ def test_slow_and_many_connections(tmp_path):
         assert s.stop() == 0
 
 
+def test_max_tokens_and_timeout_limits(tmp_path):
+    """--max-tokens caps every answer (asked for more or for nothing); --timeout ends a generation that
+    runs too long as max_tokens would (finish_reason length, the text so far), streamed or whole."""
+    s = Server(tmp_path, "-m", DEMO, "--max-tokens", "5")
+    try:
+        r = oai(s).chat.completions.create(model="demo", messages=RUTH, temperature=0)  # no max_tokens at all
+        assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
+        assert chat(s, max_tokens=50).usage.completion_tokens == 5 and chat(s, max_tokens=3).usage.completion_tokens == 3
+    finally:
+        assert s.stop() == 0
+    s = Server(tmp_path, "-m", DEMO, "--timeout", "1.5")
+    try:
+        t0 = time.monotonic()
+        r = oai(s).completions.create(**{**LONG, "max_tokens": 3000})
+        assert r.choices[0].finish_reason == "length" and 0 < r.usage.completion_tokens < 3000, r.usage
+        assert r.choices[0].text and time.monotonic() - t0 < 10
+        parts = list(oai(s).completions.create(stream=True, **{**LONG, "max_tokens": 3000}))
+        assert parts[-1].choices[0].finish_reason == "length" and "".join(p.choices[0].text for p in parts)
+        assert chat(s, max_tokens=4).usage.completion_tokens == 4  # a short one is not affected
+    finally:
+        assert s.stop() == 0
+
+
 def test_metrics(demo):
     chat(demo, max_tokens=8)
     m = demo.metrics()
