@@ -373,9 +373,11 @@ void api_stream_free(api_stream *s) {
     free(s->out.p);
     free(s->acc.p);
     cJSON_Delete(s->items);
+    free(s->output);
     memset(&s->out, 0, sizeof s->out);
     memset(&s->acc, 0, sizeof s->acc);
     s->items = NULL;
+    s->output = NULL;
 }
 
 int api_stream_begin(api_stream *s) {

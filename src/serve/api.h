@@ -237,6 +237,7 @@ typedef struct api_stream {
     char item_id[48];
     tok_buf acc;
     void *items;
+    char *output;      /* Responses, once ended: the output items (JSON array text), for the response store */
     tok_buf out;
 } api_stream;
 

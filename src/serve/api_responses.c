@@ -200,9 +200,9 @@ int resp_parse(const char *body, size_t len, api_gen *g, api_error *e) {
     if (api_int(root, "max_output_tokens", 1, 1e9, &mt, e) < 0) return -1;
     g->max_tokens = (int)mt;
     const cJSON *prev = cJSON_GetObjectItemCaseSensitive(root, "previous_response_id");
-    if (prev && !cJSON_IsNull(prev))
+    if (prev && !cJSON_IsNull(prev)) /* the server puts the kept conversation in input first (gen.c resp_splice) */
         return api_fail(e, 400, "previous_response_id", "unsupported_parameter",
-                        "previous_response_id is not supported (responses are not stored): send the conversation as input");
+                        "previous_response_id is resolved by the server, not by the parser");
     if (input_messages(g, root, e) || resp_tools(g, root, e) || text_format(g, root, e)) return -1;
     const cJSON *effort = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "reasoning"), "effort");
     if (cJSON_IsString(effort)) g->enable_thinking = strcmp(effort->valuestring, "none") && strcmp(effort->valuestring, "minimal");
@@ -424,6 +424,8 @@ static int resp_stream_end(api_stream *s, const api_done *d) {
     cJSON *r = resp_head(&s->meta, "completed"), *j = cJSON_CreateObject();
     resp_finish(r, d, s->items);
     s->items = NULL;
+    free(s->output);
+    s->output = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(r, "output"));
     cJSON_AddItemToObject(j, "response", r);
     return put(s, d->stop == SL_STOP_LENGTH ? "response.incomplete" : "response.completed", j);
 }

@@ -69,6 +69,7 @@ struct gen {
     int gone;               /* the client went away */
     double polled;          /* when its socket was last polled */
     gen *next;              /* n > 1: the next choice's generation (the request holds a reference to each) */
+    char *conv;             /* Responses: the input items (JSON array text, kept ones first) to keep with the output */
     gen *turn;              /* n > 1 streamed (the first choice's): the choice to wait for next */
     int closed;             /* n > 1 streamed: the closing events of all the choices are written */
 };
@@ -92,6 +93,7 @@ static void gen_release(gen *g) {
     free(g->lps);
     free(g->prompt);
     free(g->echo);
+    free(g->conv);
     gr_state_free(g->grammar);
     api_gen_free(&g->g);
     out_free(&g->op);
@@ -215,6 +217,8 @@ static int stream_logprobs(gen *g) {
     return api_stream_logprobs(&g->as, lp);
 }
 
+static void resp_keep(gen *g, const char *output);
+
 /* Waits for more of the answer and turns it into output: SSE bytes (streamed) or the collected result.
  * Returns 1 while the answer goes on, 0 when it has ended (g->finished; streamed: the closing events
  * are written), -1 when the client went away (the generation is canceled) or memory ran out. */
@@ -256,7 +260,9 @@ static int gen_pump(gen *g) {
         return api_stream_error(&g->as, &e) ? -1 : 0;
     }
     api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused, g->n_thinking};
-    return api_stream_end(&g->as, &d) ? -1 : 0;
+    if (api_stream_end(&g->as, &d)) return -1;
+    if (g->conv) resp_keep(g, g->as.output); /* Responses: for a later previous_response_id */
+    return 0;
 oom:
     g->oom = 1;
     gen_cancel(g);
@@ -448,6 +454,13 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, req *r, gen *g) {
     char *body = whole_body(g);
     int i = 1;
     for (gen *x = g->next; x; x = x->next) body = add_choice(body, x, i++);
+    if (g->conv && body) { /* Responses: kept for a later previous_response_id */
+        cJSON *j = cJSON_Parse(body);
+        char *out = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "output"));
+        resp_keep(g, out);
+        free(out);
+        cJSON_Delete(j);
+    }
     return srv_reply_json(c, r, 200, body);
 }
 
@@ -501,9 +514,75 @@ static sl_status gen_submit(gen *g, sl_error *err) {
 }
 
 /* Parses body (len bytes) in g's dialect and finds its model. Returns 0, or -1 with e. */
+/* Responses: the request's input as items (a string is one user message), after the items kept for
+ * its previous_response_id; g->conv gets them (unless store is false) and *out the body with them as
+ * its input (malloc'ed; NULL: the body as it is). Returns 0, or -1 with e (400: an unknown id). */
+static int resp_splice(gen *g, const char *body, size_t len, char **out, api_error *e) {
+    *out = NULL;
+    cJSON *j = cJSON_ParseWithLength(body, len), *items = NULL;
+    const cJSON *prev = cJSON_GetObjectItemCaseSensitive(j, "previous_response_id");
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(j, "input"), *store = cJSON_GetObjectItemCaseSensitive(j, "store");
+    int r = 0;
+    if (!cJSON_IsObject(j) || !(cJSON_IsString(in) || cJSON_IsArray(in))) goto done; /* the parser says what is wrong */
+    if (cJSON_IsString(prev)) {
+        char *kept = resp_store_get(g->s->responses, prev->valuestring);
+        if (!kept || !(items = cJSON_Parse(kept)))
+            r = api_fail(e, 400, "previous_response_id", "previous_response_not_found", "Previous response with id '%.60s' not found.",
+                         prev->valuestring);
+        free(kept);
+        if (r) goto done;
+    } else if (!(items = cJSON_CreateArray()))
+        goto oom;
+    if (cJSON_IsString(in)) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "type", "message");
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", in->valuestring);
+        cJSON_AddItemToArray(items, m);
+    } else
+        for (const cJSON *x = in->child; x; x = x->next) cJSON_AddItemToArray(items, cJSON_Duplicate(x, 1));
+    if (!cJSON_IsFalse(store) && !(g->conv = cJSON_PrintUnformatted(items))) goto oom;
+    if (cJSON_IsString(prev)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(j, "previous_response_id");
+        cJSON_ReplaceItemInObjectCaseSensitive(j, "input", items);
+        items = NULL;
+        if (!(*out = cJSON_PrintUnformatted(j))) goto oom;
+    }
+done:
+    cJSON_Delete(items);
+    cJSON_Delete(j);
+    return r;
+oom:
+    r = api_fail(e, 500, NULL, NULL, "out of memory");
+    goto done;
+}
+
+/* Responses: keeps the conversation (g->conv) with output, the answer's output items (JSON text of an
+ * array), under the response's id, for a later previous_response_id. Out of memory: not kept. */
+static void resp_keep(gen *g, const char *output) {
+    cJSON *items = g->conv && output ? cJSON_Parse(g->conv) : NULL, *o = items ? cJSON_Parse(output) : NULL;
+    for (cJSON *x = o ? o->child : NULL; x; x = x->next) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(x, "type");
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "reasoning")) /* the template renders thinking itself */
+            cJSON_AddItemToArray(items, cJSON_Duplicate(x, 1));
+    }
+    char *text = o ? cJSON_PrintUnformatted(items) : NULL;
+    if (text) resp_store_put(g->s->responses, g->meta.id, text);
+    free(text);
+    cJSON_Delete(o);
+    cJSON_Delete(items);
+}
+
 static int gen_parse(req *r, gen *g, const char *body, size_t len, api_error *e) {
     srv_server *s = r->s;
-    if (g->api->parse(body, len, &g->g, e)) return -1;
+    char *spliced = NULL;
+    if (g->api->kind == API_RESPONSES) {
+        if (resp_splice(g, body, len, &spliced, e)) return -1;
+        if (spliced) body = spliced, len = strlen(spliced);
+    }
+    int bad = g->api->parse(body, len, &g->g, e);
+    free(spliced);
+    if (bad) return -1;
     if (!(g->ms = srv_find_model(s, g->g.model))) {
         snprintf(r->model, sizeof r->model, "%s", g->g.model);
         return api_fail(e, 404, NULL, "model_not_found", "The model '%.100s' does not exist (served: %s%s)", g->g.model,

@@ -491,6 +491,7 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
     sl_status st = SL_ENOMEM;
     int fd = -1;
     if (s->p.api_key && *s->p.api_key && !(s->api_key = strdup(s->p.api_key))) goto fail;
+    if (!(s->responses = resp_store_new(s->p.response_store > 0 ? s->p.response_store : 64u << 20))) goto fail;
     if (!(s->models = calloc((size_t)n_models, sizeof *s->models))) goto fail;
     for (int i = 0; i < n_models; i++) {
         model_slot *ms = &s->models[i];
@@ -582,6 +583,7 @@ void srv_server_free(srv_server *s) {
         }
     free(s->models);
     free(s->api_key);
+    resp_store_free(s->responses);
     pthread_cond_destroy(&s->sampler_cv);
     pthread_mutex_destroy(&s->stat_mu);
     pthread_rwlock_destroy(&s->mu);

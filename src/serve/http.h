@@ -18,6 +18,16 @@
 #include "serve/api.h"
 #include "serve/serve.h"
 
+/* The Responses kept for previous_response_id (resp_store.c): id -> the conversation's input items
+ * (a JSON array's text), the least recently used dropped beyond max_bytes. Thread-safe. */
+typedef struct resp_store resp_store;
+resp_store *resp_store_new(size_t max_bytes);
+void resp_store_free(resp_store *s);
+/* Keeps a copy of items under id. 0, or -1 when out of memory. */
+int resp_store_put(resp_store *s, const char *id, const char *items);
+/* A malloc'ed copy of the items kept under id, or NULL (none, or out of memory). */
+char *resp_store_get(resp_store *s, const char *id);
+
 /* ---- the server and its models (http.c) ------------------------------------------------------- */
 
 enum { TPS_SAMPLES = 8 }; /* one a second: tok/s is measured over the last few seconds */
@@ -50,6 +60,7 @@ struct srv_server {
     int connections;
     int in_flight; /* requests begun and not yet completed (answered, or their connection gone) */
     struct conn *conns; /* open connections, for the read deadline (under stat_mu) */
+    resp_store *responses; /* /v1/responses kept for previous_response_id */
     int draining;  /* srv_server_drain: new generations get 503, /health says "draining" */
     pthread_t sampler;
     pthread_cond_t sampler_cv;

@@ -43,6 +43,7 @@ typedef struct srv_params {
                                 are answered, with CORS headers and preflights; other foreign origins get 403.
                                 Without an api_key, a Host that is not this server's gets 421 (DNS rebinding) */
     int n_cors;
+    size_t response_store;  /* bytes of /v1/responses conversations kept for previous_response_id; 0: 64 MiB */
     int max_tokens;         /* > 0: no answer is longer (a request asking more, or nothing, gets this many) */
     double timeout;         /* > 0: a generation still running this many seconds after its request arrived
                                ends at its next token, as max_tokens would end it */

@@ -2,7 +2,8 @@
 demo model: the same greedy text as chat completions for the same conversation (instructions, input
 as a string or as items), streamed events in order with consecutive sequence numbers whose deltas make
 the whole text, the client's stream helper, function tools (a forced call, then its output sent back as
-input items), text.format json_schema, and the refusals."""
+input items), text.format json_schema, previous_response_id (a conversation continued from a kept
+response equals the same conversation sent whole; store false keeps nothing), and the refusals."""
 import json
 
 import jsonschema
@@ -102,6 +103,29 @@ def test_responses_refusals(demo):
         s, _, b = demo.request("POST", "/v1/responses", body)
         e = error_of(b)
         assert s == status and (param is None or e["param"] == param), (body, s, e)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.BadRequestError) as ex:
         create(demo, previous_response_id="resp_0")
+    assert ex.value.code == "previous_response_not_found"
     assert demo.request("GET", "/v1/responses")[0] == 405
+
+
+def test_previous_response_id(demo):
+    """Turn 2 by previous_response_id gives what the whole conversation (turn 1's input and output items,
+    then turn 2's input) gives as input; instructions are not carried over (as OpenAI's); a chain of
+    three works, streamed too; a response made with store false cannot be continued."""
+    t1 = create(demo, instructions="Answer briefly.")
+    t2 = create(demo, previous_response_id=t1.id, input="And chapter 3?")
+    whole = create(demo, input=[{"role": "user", "content": "Read me Ruth chapter 2."},
+                                {"role": "assistant", "content": t1.output_text},
+                                {"role": "user", "content": "And chapter 3?"}])
+    assert t2.output_text == whole.output_text and t2.usage.input_tokens == whole.usage.input_tokens
+    assert t2.usage.input_tokens > t1.usage.input_tokens
+    events = list(oai(demo).responses.create(model="demo", input="Go on.", max_output_tokens=8, temperature=0,
+                                             previous_response_id=t2.id, stream=True))
+    t3 = events[-1].response  # response.incomplete (max_output_tokens): kept all the same
+    t4 = create(demo, previous_response_id=t3.id, input=[{"role": "user", "content": "Amen."}], max_output_tokens=4)
+    assert t4.usage.input_tokens > t3.usage.input_tokens > t2.usage.input_tokens
+    n = create(demo, store=False)
+    with pytest.raises(openai.BadRequestError):
+        create(demo, previous_response_id=n.id)
+
