@@ -101,10 +101,10 @@ void slcu_i8_force(int kernel);
  * All give the same bits. */
 void slcu_i8_gemm(int version);
 /* Rows a CTA of the one-token matvec takes (cuda_mv.cu; the same bits whichever), for tests and benchmarks: 4, 8,
- * 16 or 32, -1 its own choice by the launch's rows ("auto"), 0 back to the environment's SLUICE_CUDA_MVR (16 unset). */
+ * 16 or 32, -1 its own choice by the launch's rows ("auto"), 0 back to the environment's SLUICE_CUDA_MVR (auto unset). */
 void slcu_i8_mv_rows(int rows);
 /* The one-token matvec kernel (cuda_mv.cu; the same bits), for tests and benchmarks: 1 mv1_i8, 2 mv1b_i8 (every load
- * of a thread in flight at once), 0 back to the environment's SLUICE_CUDA_MV1 (1 unset). */
+ * of a thread in flight at once), 0 back to the environment's SLUICE_CUDA_MV1 (3 unset). */
 void slcu_i8_mv1_kernel(int version);
 /* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by
  * cp.async), 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */

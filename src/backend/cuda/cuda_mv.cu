@@ -325,8 +325,8 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
     if (folds) j.y[(size_t)ft * j.ldy + r0 + fr] = __fadd_rn(acc, accb);
 }
 
-/* Rows a CTA of mv1_i8 takes: 16 (MV1_ROWS) unless SLUICE_CUDA_MVR says 4, 8, 16 or 32, or "auto" (or
- * slcu_i8_mv_rows for tests): then the fewest of 4 .. 32 that keep the launch within MV_WAVE CTAs, so a small matrix
+/* Rows a CTA of the one-token matvec takes: SLUICE_CUDA_MVR's 4, 8, 16 or 32 (or slcu_i8_mv_rows for tests), else
+ * "auto": the fewest of 4 .. 32 that keep the launch within one wave of CTAs on an H100, so a small matrix
  * (the o projection: 2048 rows) spreads over every SM and a large group (8 experts' gate and up: 12288 rows) runs in
  * one wave of CTAs instead of two; a launch of more rows (the LM head) keeps 16. */
 static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8 */
@@ -334,7 +334,7 @@ extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 3 ? v : 
 static int mv1_version(void) {
     if (!mv1_kernel) {
         const char *e = getenv("SLUICE_CUDA_MV1");
-        mv1_kernel = e && (e[0] == '2' || e[0] == '3') ? e[0] - '0' : 1;
+        mv1_kernel = e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2 */
     }
     return mv1_kernel;
 }
@@ -347,7 +347,7 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
     if (mv_rows_mode == -2) {
         const char *e = getenv("SLUICE_CUDA_MVR");
         const int v = e ? atoi(e) : 0;
-        mv_rows_mode = e && !strcmp(e, "auto") ? -1 : v == 4 || v == 8 || v == 32 ? v : MV1_ROWS;
+        mv_rows_mode = v == 4 || v == 8 || v == 16 || v == 32 ? v : -1; /* auto unless SLUICE_CUDA_MVR=4|8|16|32 */
     }
     if (mv_rows_mode > 0) return mv_rows_mode;
     const int wave = mv1_version() == 3 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
