@@ -170,7 +170,8 @@ typedef struct sl_pull_result {
  * that holds the files, ready for sl_pack; res (may be NULL) says what was done. Errors: SL_EINVAL for a
  * bad repository name or a refused token (401/403: the message says to set HF_TOKEN), SL_ENOENT for a
  * repository, revision or file not found (404), SL_EIO for network errors after the retries,
- * SL_ECHECKSUM for a file still wrong after its re-downloads, SL_ENOSPC for a full disk; the message
+ * SL_ECHECKSUM for a file still wrong after its re-downloads, SL_ENOSPC for a full disk, or before any
+ * download when the bytes still needed exceed the free space where they go (both named); the message
  * names the file. Never a partial file under a final name. */
 sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *user, char **out_dir,
                   sl_pull_result *res, sl_error *err);

@@ -49,7 +49,8 @@ int cmd_pull(int argc, char **argv) {
     sl_error err = {0};
     sl_status st = sl_pull(&p, quiet ? NULL : cli_progress_cb, &pr, &dir, &res, &err);
     if (!quiet) cli_progress_end(&pr);
-    if (st) return cli_fail("pull", "%s", err.msg);
+    if (st) return cli_fail("pull", "%s%s", err.msg, st == SL_ENOSPC ? ": free some space, or download elsewhere "
+                                                                       "(-o DIR, or HF_HOME)" : "");
     if (!quiet) {
         char got[32];
         human_bytes(res.bytes_fetched, got, sizeof got);

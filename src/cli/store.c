@@ -459,7 +459,8 @@ static int pull_into(const char *cmd, sl_pull_params *pp) {
     sl_status st = sl_pull(pp, cli_progress_cb, &pr, &dir, &res, &err);
     cli_progress_end(&pr);
     free(dir);
-    if (st) return cli_fail(cmd, "%s", err.msg);
+    if (st) return cli_fail(cmd, "%s%s", err.msg, st == SL_ENOSPC ? ": free some space, or set SLUICE_HOME to a folder "
+                                                                   "on a larger disk" : "");
     char got[32];
     fmt_bytes(got, sizeof got, (double)res.bytes_fetched);
     fprintf(stderr, "sluice %s: %d files, %d downloaded (%s)%s, %d already present; %.1f s\n", cmd, res.n_files,
@@ -479,7 +480,9 @@ static int pack_into(const char *cmd, const char *src, const char *path, const c
     cli_remove_stale(cmd, path);
     sl_status st = sl_pack(src, path, &p, &err);
     cli_progress_end(&pr);
-    if (st) return cli_fail(cmd, "%s", err.msg);
+    if (st) /* the download stays (fetch_model removes it only once packed) */
+        return cli_fail(cmd, "%s (the download stays in %s: the same command again packs it, downloading nothing)",
+                        err.msg, src);
     fprintf(stderr, "sluice %s: packed %s (%s) in %.1f s\n", cmd, path, *packed, clk_now_s() - pr.t0);
     return 0;
 }

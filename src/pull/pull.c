@@ -36,11 +36,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "pull/pull_int.h"
 #include "util/err.h"
 #include "util/fileio.h"
+#include "util/fmt.h"
 
 /* ---- small helpers ------------------------------------------------------------------------------ */
 
@@ -554,6 +556,39 @@ sl_status sl_pull_list(const sl_pull_params *params, char **names, char commit[4
     return st;
 }
 
+/* Before the selected files are downloaded: the bytes they still need (a final file of the hub's size counts
+ * as there, a partial one's bytes as written) against the free space of the file system they go to (the
+ * nearest folder of the first one's path that exists). SL_ENOSPC naming both when they do not fit: at once,
+ * not after hours of downloading; a file system that cannot tell (statvfs fails) is trusted. */
+static sl_status check_room(const puller *pl, sl_error *err) {
+    uint64_t need = 0;
+    const char *where = NULL;
+    for (int i = 0; i < pl->n_files; i++) {
+        const pfile *f = &pl->files[i];
+        struct stat sb;
+        if (!f->selected) continue;
+        if (!where) where = f->tmp_path;
+        if (stat(f->final_path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == f->size) continue;
+        uint64_t have = stat(f->tmp_path, &sb) == 0 && (uint64_t)sb.st_size <= f->size ? (uint64_t)sb.st_size : 0;
+        need += f->size - have;
+    }
+    char dir[4096];
+    struct statvfs vf;
+    snprintf(dir, sizeof dir, "%s", where ? where : "");
+    for (char *slash; (slash = strrchr(dir, '/'));) { /* the nearest folder there */
+        *slash = 0;
+        if (statvfs(dir[0] ? dir : "/", &vf) == 0) break;
+    }
+    if (!where || !strchr(where, '/') || statvfs(dir[0] ? dir : "/", &vf) != 0) return SL_OK;
+    const uint64_t avail = (uint64_t)vf.f_bavail * (uint64_t)vf.f_frsize;
+    if (need <= avail) return SL_OK;
+    char a[32], b[32];
+    fmt_bytes(a, sizeof a, (double)need);
+    fmt_bytes(b, sizeof b, (double)avail);
+    return err_set(err, SL_ENOSPC, "%s: the download needs %s more in %s, where %s are free", pl->p->repo, a,
+                   dir[0] ? dir : "/", b);
+}
+
 sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *user, char **out_dir,
                   sl_pull_result *res, sl_error *err) {
     *out_dir = NULL;
@@ -587,6 +622,7 @@ sl_status sl_pull(const sl_pull_params *params, sl_progress_fn progress, void *u
         pl.res.n_files = 1;
         for (int i = 0; i < pl.n_files; i++) pl.res.n_files += pl.files[i].selected;
     }
+    if ((st = check_room(&pl, err))) goto done;
     if ((st = run_workers(&pl, 0, pl.n_files, err))) goto done;
     if (index >= 0) pl.files[index].selected = 1;
     if (pl.cache_layout && (st = link_snapshot(&pl, err))) goto done;

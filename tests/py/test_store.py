@@ -244,3 +244,31 @@ t sluice ch; t sluice run --kv ""; t sluice run ac; t sluice chat -m o; t sluice
     assert out.stdout.decode().splitlines() == ["chat", "f32 f16 bf16 q8", "acme/tiny-moe", "other/tiny-moe", "q4"], out
     r = sluice_at(tmp_path, off, ["completion", "fish"], check=False)
     assert r.returncode == 1 and b"bash|zsh" in r.stderr
+
+
+def test_no_room_for_the_download_fails_before_it(hub, tmp_path):
+    """A store (or pull -o folder) on a file system without room for the download: one line at once naming
+    what is needed and what is free, before any shard is downloaded (a real 256 KiB tmpfs; root only)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("mounting a tmpfs needs root: " + r.stderr.decode(errors="replace").strip())
+    try:
+        h = hub(break_first=False)
+        env = hub_env(tmp_path, h.url)
+        env["SLUICE_HOME"] = str(mnt / "store")
+        r = subprocess.run([sluice_bin(), "run", "acme/tiny-moe", "--tokens", "1"], capture_output=True, env=env,
+                           stdin=subprocess.DEVNULL, timeout=60)
+        lines = r.stderr.decode().splitlines()
+        assert r.returncode == 1 and len(lines) == 2, lines
+        assert "acme/tiny-moe: the download needs" in lines[1] and "are free" in lines[1], lines
+        assert "set SLUICE_HOME to a folder on a larger disk" in lines[1], lines
+        fetched = {e["file"] for e in h.log if "file" in e}
+        assert fetched <= {"model.safetensors.index.json"}, fetched  # the index says which shards: then refused
+        r = subprocess.run([sluice_bin(), "pull", "acme/tiny-moe", "-o", str(mnt / "dl")], capture_output=True, env=env,
+                           timeout=60)
+        err = r.stderr.decode()
+        assert r.returncode == 1 and "the download needs" in err and "-o DIR, or HF_HOME" in err, err
+    finally:
+        subprocess.run(["umount", str(mnt)])
