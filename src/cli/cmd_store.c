@@ -59,7 +59,12 @@ int cmd_ls(int argc, char **argv) {
 static int find(const char *cmd, const char *root, const char *spec, store_entry **out) {
     store_ref r;
     char full[600], near[1024];
+    struct stat sb;
     *out = NULL;
+    if (stat(spec, &sb) == 0) /* a file (or folder) named as a model: say what takes files */
+        return cli_fail(cmd, "%s is a path here, not a model of the store (%s)", spec,
+                        !strcmp(cmd, "show") ? "'sluice info FILE' describes a container" : "the store holds what "
+                        "'sluice run ORG/NAME' put there; 'sluice ls' lists it"), -1;
     if (store_parse(spec, &r)) {
         if (strchr(spec, '/') || !spec[0] || spec[0] == '.')
             return cli_fail(cmd, "'%s' is not a model name (ORG/NAME or ORG/NAME:QUANT; 'sluice ls' lists the store)",
