@@ -3,9 +3,9 @@
  * --help (help.c cli_commands, opts.c cli_model_opts), so a new command or option completes without an edit
  * here. It completes command names; a command's options (its own and, where it takes them, the model options);
  * the values of the options that take a word from a list (--kv, --io, --quant, ...: value_words below, or an
- * arg written "a|b"); models of the store (`sluice ls`, ORG/NAME: a :QUANT is typed, since bash breaks words
- * at ':') and .sluice / .gguf files for -m and for the MODEL argument of run, chat, serve, show and rm; files
- * for options whose value is a file or a folder and for the other commands' arguments.
+ * arg written "a|b"); models of the store (`sluice ls`: ORG/NAME and NAME alone; a :QUANT is typed, since
+ * bash breaks words at ':') and .sluice / .gguf files for -m and for the MODEL argument of run, chat, serve,
+ * show and rm; files for options whose value is a file or a folder and for the other commands' arguments.
  *
  * bash: `source <(sluice completion bash)`, or the file make install puts in
  * PREFIX/share/bash-completion/completions/sluice. zsh: `source <(sluice completion zsh)` (bashcompinit).
@@ -98,7 +98,7 @@ static void write_bash(FILE *f) {
     fputs("# bash completion for sluice, written by 'sluice completion bash' from its --help tables\n"
           "_sluice_models() {\n"
           "    local names\n"
-          "    names=$(sluice ls 2>/dev/null | awk 'NR > 1 { print $1 }')\n"
+          "    names=$(sluice ls 2>/dev/null | awk 'NR > 1 { print $1; n = $1; sub(/.*\\//, \"\", n); print n }')\n"
           "    COMPREPLY=($(compgen -W \"$names\" -- \"$cur\") $(compgen -f -X '!*.sluice' -- \"$cur\")\n"
           "               $(compgen -f -X '!*.gguf' -- \"$cur\") $(compgen -d -- \"$cur\"))\n"
           "}\n"
