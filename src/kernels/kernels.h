@@ -56,6 +56,13 @@ typedef struct kern_act {
                        high nibbles of 64 bytes of q4 codes dot with contiguous bytes */
     float *d;       /* [n_tok][nb] block scales, nb = cols / 32 */
     float *s;       /* [n_tok][ns] s32[nb], s64[nb/2], s128[nb/4]; ns = nb + nb/2 + nb/4 */
+    /* The k-quants' form (quant/kquant.h kq_act_k: every GGUF block type but IQ4_NL), llama.cpp's q8_K
+     * (ggml-quants.c quantize_row_q8_K_ref), made on first use by such a matrix when cols % 256 == 0: per token
+     * and block of 256 columns, max the first value of the largest |x|, iscale = -127 / max,
+     * q_c = min(127, round-to-nearest-even(iscale * x_c)), d = 1 / iscale (q and d 0 when max is 0). */
+    int ready_k;    /* qk, dk below are filled */
+    int8_t *qk;     /* [n_tok][cols] q8_K codes, column order */
+    float *dk;      /* [n_tok][nb] the d of each block of 256, once for each of its 8 blocks of 32 */
     void *buf;      /* the caller's storage */
 } kern_act;
 
@@ -68,7 +75,9 @@ typedef struct kern_act {
  *   acc[l] = fma((float)I, sd, acc[l]);
  * then for each group j in order: accb[j%8] = fma(bias_j, s<group>_j, accb[j%8]);
  * y = lanes(h) + lanes(accb), h[i] = acc[i] + acc[i+8], lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
- * So a result depends only on its own row and token: thread split, batching and streaming never change it. */
+ * So a result depends only on its own row and token: thread split, batching and streaming never change it.
+ * A GGUF block type's (kquant_i8.c: its own canonical arithmetic) reads the q8_K form qk / dk (a->ready_k) when
+ * kq_act_k(dtype), else q / d. */
 typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 
 typedef struct kern_ops {
@@ -154,6 +163,9 @@ void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok
 /* Fills a's int8 form if a->int8 and it is not yet filled (idempotent; cols % 32 == 0 required, else
  * a->int8 is cleared and the exact kernels are used). */
 void kern_act_prepare(kern_act *a);
+/* Fills a's q8_K form (qk, dk) if a->int8 and cols % 256 == 0 and not yet done; kern_matmul_act and the other
+ * entry points do it for the matrices that read it, a direct caller of a k-quant int8 kernel must. */
+void kern_act_prepare_kq(kern_act *a);
 /* Fills token t's rows of a's int8 form (a->int8, t < a->n_tok), bitwise what kern_act_prepare writes there,
  * for callers that fill the rows in parallel (disjoint t: thread-safe); they set a->ready once every row is
  * filled. Cannot fail. */

@@ -294,8 +294,9 @@ static int act_ns(int nb) { return nb + nb / 2 + nb / 4; }
 
 size_t kern_act_bytes(int n_tok, int cols) {
     size_t n = (size_t)(n_tok > 0 ? n_tok : 0), c = (size_t)(cols > 0 ? cols : 0), nb = c / 32;
-    return 2 * act_round(n * c) + act_round(n * nb * sizeof(float)) + act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) +
-           ACT_ALIGN;
+    /* q, q4, d, s, then the q8_K form qk, dk (at the end: the first four keep their offsets) */
+    return 3 * act_round(n * c) + 2 * act_round(n * nb * sizeof(float)) +
+           act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) + ACT_ALIGN;
 }
 
 static void act_carve(kern_act *a, void *buf) {
@@ -310,6 +311,10 @@ static void act_carve(kern_act *a, void *buf) {
     a->d = (float *)p;
     p += act_round(n * nb * sizeof(float));
     a->s = (float *)p;
+    p += act_round(n * (size_t)act_ns((int)nb) * sizeof(float));
+    a->qk = (int8_t *)p;
+    p += act_round(n * c);
+    a->dk = (float *)p;
 }
 
 void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok, int cols, int int8) {
@@ -362,6 +367,41 @@ static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, f
     kern_act_sums_q4(cols, q, q4, s);
 }
 
+/* One token's q8_K form (kernels.h kern_act qk / dk; llama.cpp ggml-quants.c quantize_row_q8_K_ref, whose
+ * nearest_int is the same round-to-nearest-even by adding 1.5 * 2^23) of cols % 256 == 0 values. */
+static void act_row_k(const float *x, int cols, int8_t *q, float *d) {
+    for (int k = 0; k < cols / 256; k++) {
+        const float *xb = x + 256 * k;
+        float max = 0.0f, amax = 0.0f;
+        for (int i = 0; i < 256; i++) {
+            float v = fabsf(xb[i]);
+            if (v > amax) amax = v, max = xb[i];
+        }
+        const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+        for (int i = 0; i < 256; i++) {
+            float rv = (iscale * xb[i] + 0x1.8p23f) - 0x1.8p23f;
+            int v = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0; /* -128 cannot occur */
+            q[256 * k + i] = (int8_t)v;
+        }
+        for (int b = 0; b < 8; b++) d[8 * k + b] = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    }
+}
+
+static void act_k_part(void *ctx, size_t b, size_t e) {
+    kern_act *a = ctx;
+    const size_t c = (size_t)a->cols, nb = c / 32;
+    for (size_t t = b; t < e; t++) act_row_k(a->x + t * a->ldx, a->cols, a->qk + t * c, a->dk + t * nb);
+}
+
+/* The q8_K form on pool (NULL: inline), once. */
+static void act_prepare_k_on(kern_act *a, pool_t *pool) {
+    if (!a->int8 || a->ready_k || a->cols % 256) return;
+    pool_for(pool, (size_t)(a->n_tok > 0 ? a->n_tok : 0), 8, act_k_part, a);
+    a->ready_k = 1;
+}
+
+void kern_act_prepare_kq(kern_act *a) { act_prepare_k_on(a, NULL); }
+
 typedef void (*act_row_fn)(const float *, int, int8_t *, int8_t *, float *, float *);
 
 static act_row_fn act_fn(void) {
@@ -391,6 +431,12 @@ static void act_prepare_on(kern_act *a, pool_t *pool) {
 }
 
 void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
+
+/* The form w's int8 kernel reads (kernels.h kern_matmul_i8_fn). */
+static void act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
+    if (kq_act_k(w->dtype)) act_prepare_k_on(a, pool);
+    else act_prepare_on(a, pool);
+}
 
 void kern_act_prepare_row(kern_act *a, int t) { act_part(a, (size_t)t, (size_t)t + 1); }
 
@@ -444,6 +490,8 @@ void kern_act_row(kern_act *dst, kern_act *src, int t) {
     dst->q4 = src->q4 + tt * c;
     dst->d = src->d + tt * nb;
     dst->s = src->s + tt * ns;
+    dst->qk = src->qk + tt * c; /* filled now or on first use by dst's k-quant matrix (from dst->x) */
+    dst->dk = src->dk + tt * nb;
 }
 
 /* The kernel kern_matmul_act would run for w over a, or NULL when it needs more than a row range (q3's
@@ -452,7 +500,7 @@ static int i8_dtype(dt_type dt) { return dt == DT_Q8 || dt == DT_Q4 || kq_is(dt)
 
 static int mm_use_i8(const tn_mat *w, const kern_act *a) {
     return a->int8 && i8_dtype(w->dtype) && w->cols == a->cols && w->group > 0 &&
-           w->group % 32 == 0 && w->cols % w->group == 0;
+           w->group % 32 == 0 && w->cols % w->group == 0 && (!kq_act_k(w->dtype) || w->cols % 256 == 0);
 }
 
 typedef struct {
@@ -504,7 +552,7 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
     if (n == 0 || mm[0].a->n_tok <= 0 || row0[n] == 0) return 0;
     size_t work = 0;
     for (int i = 0; i < n; i++) {
-        if (mm_use_i8(mm[i].w, mm[i].a)) act_prepare_on(mm[i].a, pool);
+        if (mm_use_i8(mm[i].w, mm[i].a)) act_prepare_for(mm[i].a, mm[i].w, pool);
         work += (size_t)mm[i].w->cols;
     }
     work = work / (size_t)n * (size_t)mm[0].a->n_tok; /* per row, on average */
@@ -556,7 +604,10 @@ int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const
                 return SL_EUNSUPPORTED;
     }
     if (mid->x != g[0].y || mid->ldx != (size_t)inter || (mid->int8 && inter % 32)) return SL_EUNSUPPORTED;
-    act_prepare_on(g[0].a, pool);
+    for (int i = 0; i < n; i++) {
+        act_prepare_for(g[0].a, g[i].w, pool);
+        act_prepare_for(g[0].a, u[i].w, pool);
+    }
     const int blocks = (inter + SWIGLU_ROWS - 1) / SWIGLU_ROWS;
     swiglu_job j = {ops, g, u, mid, inter, blocks};
     pool_for_any(pool, (size_t)n * (size_t)blocks, 1, swiglu_part, &j);
@@ -565,12 +616,9 @@ int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const
 }
 
 int kern_matmul_act(const kern_ops *ops, pool_t *pool, const tn_mat *w, kern_act *a, float *y, size_t ldy) {
-    dt_type dt = w->dtype;
-    if (!a->int8 || !i8_dtype(dt) || !w->data || w->cols != a->cols || w->group <= 0 ||
-        w->group % 32 || w->cols % w->group)
-        return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
+    if (!w->data || !mm_use_i8(w, a)) return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
     if (a->n_tok <= 0 || w->rows <= 0) return 0;
-    act_prepare_on(a, pool);
+    act_prepare_for(a, w, pool);
     mmi8_job j = {i8_kernel(ops, w), w, a, y, ldy};
     size_t work = (size_t)w->cols * (size_t)a->n_tok;
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;

@@ -223,6 +223,8 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
     const dt_type dt = w->dtype;
     const int cols = w->cols, T = a->n_tok, nsb = cols / 256;
     const size_t rb = kq_row_bytes(dt, cols), sbb = (size_t)kq_bytes(dt) * (size_t)(256 / kq_blk(dt));
+    const int8_t *aq = kq_act_k(dt) ? a->qk : a->q; /* kernels.h kern_matmul_i8_fn: the form dt reads */
+    const float *ad = kq_act_k(dt) ? a->dk : a->d;
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
         for (int r = r0; r < r1; r++) {
@@ -235,8 +237,8 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
                 for (int t = 0; t < nt; t++) {
                     const size_t tt = (size_t)(t0 + t);
                     __m256i is, ms;
-                    kq_dot_sb(&u, a->q + tt * (size_t)cols + (size_t)k * 256, &is, &ms);
-                    const __m256 xd = _mm256_loadu_ps(a->d + tt * (size_t)(cols / 32) + (size_t)k * 8);
+                    kq_dot_sb(&u, aq + tt * (size_t)cols + (size_t)k * 256, &is, &ms);
+                    const __m256 xd = _mm256_loadu_ps(ad + tt * (size_t)(cols / 32) + (size_t)k * 8);
                     acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(u.d, xd), acc[t]);
                     if (u.has_min) accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(u.dmin, xd), accm[t]);
                 }
