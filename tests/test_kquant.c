@@ -1,5 +1,6 @@
 /*
- * test_kquant.c — the GGUF block types kept native (quant/kquant.h: Q2_K .. Q6_K, IQ4_NL, IQ4_XS) in the kernels:
+ * test_kquant.c — the GGUF block types kept native (quant/kquant.h: Q2_K .. Q6_K, IQ4_NL, IQ4_XS, the grid i-quants
+ * IQ2_XXS .. IQ1_M) in the kernels:
  * every table's exact matmul against the scalar oracle, every table's int8-activation matmul bitwise the oracle
  * (kernels/kquant_i8.c), batch equal to token by token, and the int8 result within its rounding bound of the
  * exact one, on random valid blocks (kq_random). Their values against gguf-py's dequantize are checked by
@@ -13,7 +14,8 @@
 #include "quant/quant.h"
 #include "test.h"
 
-static const dt_type KQ_TYPES[] = {DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_NL, DT_IQ4_XS};
+static const dt_type KQ_TYPES[] = {DT_Q2_K,    DT_Q3_K,   DT_Q4_K,  DT_Q5_K,    DT_Q6_K,  DT_IQ4_NL, DT_IQ4_XS, DT_IQ2_XXS,
+                                   DT_IQ2_XS,  DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M};
 #define N_KQ_TYPES (int)(sizeof KQ_TYPES / sizeof *KQ_TYPES)
 
 static uint64_t rng;
@@ -130,8 +132,8 @@ TEST(kquant_kernels_match_oracle) {
 
 /* The layout helpers agree with each other and with GGUF's block sizes (gguf-py constants.py). */
 TEST(kquant_layout) {
-    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136};
-    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23};
+    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136, 66, 74, 82, 98, 110, 50, 56};
+    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23, 16, 17, 22, 18, 21, 19, 29};
     for (int k = 0; k < N_KQ_TYPES; k++) {
         dt_type dt = KQ_TYPES[k];
         CHECKF(kq_bytes(dt) == want_bytes[k], "%s: %d bytes a block", dt_name(dt), kq_bytes(dt));

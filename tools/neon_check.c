@@ -23,7 +23,8 @@ static float frand(void) {
 /* The GGUF block types (quant/kquant.h) on random valid blocks: the NEON table's exact matmul within 1e-5 * sum|w x|
  * of the oracle's, its int8 one bitwise the oracle's, each as a batch and token by token. */
 static void kq_check(const kern_ops *sc, const kern_ops *ne, int *pass, int *fail) {
-    static const dt_type types[] = {DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_NL, DT_IQ4_XS};
+    static const dt_type types[] = {DT_Q2_K,    DT_Q3_K,   DT_Q4_K,  DT_Q5_K,    DT_Q6_K,  DT_IQ4_NL, DT_IQ4_XS,
+                                    DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S,  DT_IQ1_M};
     uint64_t st = 5;
     for (int k = 0; k < 7; k++)
         for (int v = 0; v < 2; v++) {

@@ -71,7 +71,7 @@ int gguf_type_wide(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
     case GGML_MXFP4: *dt = DT_MXFP4; *group = 32; return 0; /* the container's own mxfp4 (quant/quant.h) */
     case GGML_Q6_K: *dt = DT_F32; return 0; /* groups of 16 with their own scale: f32 is the lossless home */
     }
-    if (kq_from_ggml(type) != DT_NONE) { /* Q2_K, Q3_K, IQ4_*: f32 */
+    if (kq_from_ggml(type) != DT_NONE) { /* Q2_K, Q3_K, IQ*: f32 */
         *dt = DT_F32;
         return 0;
     }
@@ -89,7 +89,8 @@ int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
 }
 
 const char *gguf_supported_types(void) {
-    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4";
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, "
+           "IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, MXFP4";
 }
 
 static uint64_t type_row_bytes(uint32_t type, int64_t ne0) {

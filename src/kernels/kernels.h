@@ -79,6 +79,11 @@ typedef struct kern_act {
  * A GGUF block type's (kquant_i8.c: its own canonical arithmetic) reads the q8_K form qk / dk (a->ready_k) when
  * kq_act_k(dtype), else q / d. */
 typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+/* matmul_i8 entries of every GGUF block type (quant/kquant.h kq_is) set to fn */
+#define KQ_I8_ENTRIES(fn)                                                                                          \
+    [DT_Q2_K] = fn, [DT_Q3_K] = fn, [DT_Q4_K] = fn, [DT_Q5_K] = fn, [DT_Q6_K] = fn, [DT_IQ4_NL] = fn, [DT_IQ4_XS] = fn, \
+    [DT_IQ2_XXS] = fn, [DT_IQ2_XS] = fn, [DT_IQ2_S] = fn, [DT_IQ3_XXS] = fn, [DT_IQ3_S] = fn, [DT_IQ1_S] = fn,        \
+    [DT_IQ1_M] = fn
 
 typedef struct kern_ops {
     const char *name;

@@ -258,8 +258,7 @@ static float dot_v(const float *a, const float *b, int n) {
 static const kern_ops avx2_ops = {
     .name = "avx2",
     .matmul = TILE_MATMUL,
-    .matmul_i8 = {[DT_Q8] = i8_mm_DT_Q8, [DT_Q4] = i8_mm_DT_Q4, [DT_Q2_K] = kern_kq_i8_avx2, [DT_Q3_K] = kern_kq_i8_avx2, [DT_Q4_K] = kern_kq_i8_avx2, [DT_Q5_K] = kern_kq_i8_avx2, [DT_Q6_K] = kern_kq_i8_avx2,
-                  [DT_IQ4_NL] = kern_kq_i8_avx2, [DT_IQ4_XS] = kern_kq_i8_avx2},
+    .matmul_i8 = {[DT_Q8] = i8_mm_DT_Q8, [DT_Q4] = i8_mm_DT_Q4, KQ_I8_ENTRIES(kern_kq_i8_avx2)},
     .dot = dot_v,
     .axpy = plain_axpy,
     .kv_decode = kv_decode_x86,

@@ -143,9 +143,7 @@ static float dot_v(const float *a, const float *b, int n) {
 static const kern_ops neon_ops = {
     .name = "neon",
     .matmul = TILE_MATMUL,
-    .matmul_i8 = {[DT_Q2_K] = kern_kq_i8_neon, [DT_Q3_K] = kern_kq_i8_neon, [DT_Q4_K] = kern_kq_i8_neon,
-                  [DT_Q5_K] = kern_kq_i8_neon, [DT_Q6_K] = kern_kq_i8_neon, [DT_IQ4_NL] = kern_kq_i8_neon,
-                  [DT_IQ4_XS] = kern_kq_i8_neon},
+    .matmul_i8 = {KQ_I8_ENTRIES(kern_kq_i8_neon)},
     .dot = dot_v,
     .axpy = plain_axpy,
     .rmsnorm = plain_rmsnorm,
@@ -155,9 +153,7 @@ static const kern_ops neon_ops = {
 static const kern_ops neon_dot_ops = {
     .name = "neon",
     .matmul = TILE_MATMUL,
-    .matmul_i8 = {[DT_Q8] = kern_neon_dot_q8, [DT_Q4] = kern_neon_dot_q4, [DT_Q2_K] = kern_kq_i8_neon, [DT_Q3_K] = kern_kq_i8_neon, [DT_Q4_K] = kern_kq_i8_neon,
-                  [DT_Q5_K] = kern_kq_i8_neon, [DT_Q6_K] = kern_kq_i8_neon, [DT_IQ4_NL] = kern_kq_i8_neon,
-                  [DT_IQ4_XS] = kern_kq_i8_neon},
+    .matmul_i8 = {[DT_Q8] = kern_neon_dot_q8, [DT_Q4] = kern_neon_dot_q4, KQ_I8_ENTRIES(kern_kq_i8_neon)},
     .dot = dot_v,
     .axpy = plain_axpy,
     .rmsnorm = plain_rmsnorm,

@@ -218,9 +218,7 @@ static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, f
 static const kern_ops scalar_ops = {
     .name = "scalar",
     .matmul = TILE_MATMUL,
-    .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4, [DT_Q2_K] = kern_kq_i8, [DT_Q3_K] = kern_kq_i8,
-                  [DT_Q4_K] = kern_kq_i8, [DT_Q5_K] = kern_kq_i8, [DT_Q6_K] = kern_kq_i8, [DT_IQ4_NL] = kern_kq_i8,
-                  [DT_IQ4_XS] = kern_kq_i8},
+    .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4, KQ_I8_ENTRIES(kern_kq_i8)},
     .dot = dot_scalar,
     .act_row = act_row,
     .axpy = plain_axpy,

@@ -98,6 +98,13 @@ TILE_MM_FN(DT_Q5_K)
 TILE_MM_FN(DT_Q6_K)
 TILE_MM_FN(DT_IQ4_NL)
 TILE_MM_FN(DT_IQ4_XS)
+TILE_MM_FN(DT_IQ2_XXS)
+TILE_MM_FN(DT_IQ2_XS)
+TILE_MM_FN(DT_IQ2_S)
+TILE_MM_FN(DT_IQ3_XXS)
+TILE_MM_FN(DT_IQ3_S)
+TILE_MM_FN(DT_IQ1_S)
+TILE_MM_FN(DT_IQ1_M)
 #undef TILE_MM_FN
 
 /* kern_ops.matmul of a table built on this driver. */
@@ -106,7 +113,9 @@ TILE_MM_FN(DT_IQ4_XS)
         [DT_F32] = tile_mm_DT_F32, [DT_F16] = tile_mm_DT_F16, [DT_BF16] = tile_mm_DT_BF16, [DT_Q8] = tile_mm_DT_Q8, \
         [DT_Q4] = tile_mm_DT_Q4, [DT_Q3] = tile_mm_DT_Q3, [DT_Q2_K] = tile_mm_DT_Q2_K, [DT_Q3_K] = tile_mm_DT_Q3_K,   \
         [DT_Q4_K] = tile_mm_DT_Q4_K, [DT_Q5_K] = tile_mm_DT_Q5_K, [DT_Q6_K] = tile_mm_DT_Q6_K,                       \
-        [DT_IQ4_NL] = tile_mm_DT_IQ4_NL, [DT_IQ4_XS] = tile_mm_DT_IQ4_XS                                         \
+        [DT_IQ4_NL] = tile_mm_DT_IQ4_NL, [DT_IQ4_XS] = tile_mm_DT_IQ4_XS, [DT_IQ2_XXS] = tile_mm_DT_IQ2_XXS,          \
+        [DT_IQ2_XS] = tile_mm_DT_IQ2_XS, [DT_IQ2_S] = tile_mm_DT_IQ2_S, [DT_IQ3_XXS] = tile_mm_DT_IQ3_XXS,           \
+        [DT_IQ3_S] = tile_mm_DT_IQ3_S, [DT_IQ1_S] = tile_mm_DT_IQ1_S, [DT_IQ1_M] = tile_mm_DT_IQ1_M                  \
     }
 
 #endif

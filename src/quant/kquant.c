@@ -16,7 +16,9 @@ static const struct {
     int blk, bytes;
 } KQ[] = {
     {DT_Q2_K, 10, 256, 84},  {DT_Q3_K, 11, 256, 110}, {DT_Q4_K, 12, 256, 144},  {DT_Q5_K, 13, 256, 176},
-    {DT_Q6_K, 14, 256, 210}, {DT_IQ4_NL, 20, 32, 18}, {DT_IQ4_XS, 23, 256, 136},
+    {DT_Q6_K, 14, 256, 210}, {DT_IQ4_NL, 20, 32, 18}, {DT_IQ4_XS, 23, 256, 136}, {DT_IQ2_XXS, 16, 256, 66},
+    {DT_IQ2_XS, 17, 256, 74}, {DT_IQ2_S, 22, 256, 82}, {DT_IQ3_XXS, 18, 256, 98}, {DT_IQ3_S, 21, 256, 110},
+    {DT_IQ1_S, 19, 256, 50}, {DT_IQ1_M, 29, 256, 56},
 };
 #define N_KQ (sizeof KQ / sizeof *KQ)
 
@@ -143,7 +145,8 @@ void kq_unpack(dt_type dt, const uint8_t *b, kq_unpacked *u) {
     case DT_Q2_K: case DT_Q3_K: unpack_q2_q3(dt, b, u); break;
     case DT_Q4_K: case DT_Q5_K: unpack_q4_q5(dt, b, u); break;
     case DT_Q6_K: unpack_q6(b, u); break;
-    default: unpack_iq4(dt, b, u); break;
+    case DT_IQ4_NL: case DT_IQ4_XS: unpack_iq4(dt, b, u); break;
+    default: kq_unpack_iq(dt, b, u); break;
     }
 }
 
@@ -190,6 +193,7 @@ static void f16_fields(dt_type dt, int *d, int *dmin) {
     case DT_Q3_K: *d = 108; break;
     case DT_Q4_K: case DT_Q5_K: *d = 0; *dmin = 2; break;
     case DT_Q6_K: *d = 208; break;
+    case DT_IQ1_M: *d = -1; break; /* its d: the top nibbles of the four u16 at 48 (kq_random) */
     default: *d = 0; break;
     }
 }
@@ -208,10 +212,14 @@ void kq_random(dt_type dt, uint8_t *out, size_t n_blocks, uint64_t *state) {
         for (size_t i = 0; i < bytes; i++) b[i] = (uint8_t)next(state);
         const int at[2] = {fd, fm};
         for (int j = 0; j < 2; j++) {
-            if (at[j] < 0) continue;
+            if (at[j] < 0 && !(dt == DT_IQ1_M && j == 0)) continue;
             uint64_t v = next(state);
             /* exponent 3 .. 12 (2^-12 .. 2^-3), random mantissa and sign */
             uint16_t h = (uint16_t)(((v >> 20) & 1) << 15 | (3 + (v >> 10) % 10) << 10 | (v & 0x3ff));
+            if (dt == DT_IQ1_M) {
+                for (int i = 0; i < 4; i++) b[49 + 2 * i] = (uint8_t)((b[49 + 2 * i] & 0x0F) | ((h >> (4 * i)) & 0xF) << 4);
+                continue;
+            }
             b[at[j]] = (uint8_t)h;
             b[at[j] + 1] = (uint8_t)(h >> 8);
         }

@@ -19,6 +19,9 @@
  *   Q6_K  (210 B)  ql[128] qh[64] sc[16] d   q = (ql nibble | qh 2 bits << 4) - 32; w = (d * sc[e/16]) * q
  *   IQ4_NL (18 B)  d qs[16]                  w = d * KV[nibble], elements 0-15 low nibbles, 16-31 high
  *   IQ4_XS (136 B) d sh(u16) sl[4] qs[128]   8 sub-blocks of 32, 6-bit scale less 32; w = (d * s) * KV[nibble]
+ *   IQ2_XXS (66 B), IQ2_XS (74 B), IQ2_S (82 B), IQ3_XXS (98 B), IQ3_S (110 B), IQ1_S (50 B), IQ1_M (56 B): values
+ *   from lattice grids (8 or 4 values an index), sign bits and 3/4-bit scales per 16 or 32; kquant_iq.c gives each
+ *   layout and how its value is (d' * sc) * qv with integers sc, qv, as below.
  */
 #ifndef SL_KQUANT_H
 #define SL_KQUANT_H
@@ -31,7 +34,7 @@
 /* IQ4_NL's 16 levels (llama.cpp kvalues_iq4nl, gguf-py IQ4_NL.kvalues). */
 extern const int8_t KQ_IQ4_LEVELS[16];
 
-static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_IQ4_XS; }
+static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_IQ1_M; }
 /* Whether dt's int8 kernels take llama.cpp's q8_K activations (one scale per 256 values: kernels.h kern_act qk /
  * dk), as its vec_dot_type is GGML_TYPE_Q8_K (ggml-cpu.c type_traits_cpu); IQ4_NL's is q8_0 (per 32: q / d). */
 static inline int kq_act_k(dt_type dt) { return kq_is(dt) && dt != DT_IQ4_NL; }
@@ -42,7 +45,7 @@ int kq_bytes(dt_type dt);
 static inline size_t kq_row_bytes(dt_type dt, int64_t cols) {
     return kq_blk(dt) ? (size_t)(cols / kq_blk(dt)) * (size_t)kq_bytes(dt) : 0;
 }
-/* The container dtype of a GGUF type id (ggml_type: Q2_K = 10 ... IQ4_XS = 23), DT_NONE if not one of these;
+/* The container dtype of a GGUF type id (ggml_type: Q2_K = 10 ... IQ4_XS = 23, IQ1_M = 29), DT_NONE if not one of these;
  * and back. */
 dt_type kq_from_ggml(uint32_t ggml_type);
 uint32_t kq_to_ggml(dt_type dt);
@@ -67,6 +70,8 @@ typedef struct kq_unpacked {
 } kq_unpacked;
 /* Unpacks one block. Cannot fail. */
 void kq_unpack(dt_type dt, const uint8_t *blk, kq_unpacked *u);
+/* The grid i-quants' part of kq_unpack (kquant_iq.c: dt one of DT_IQ2_XXS .. DT_IQ1_M; sets gs, sc, qv, d). */
+void kq_unpack_iq(dt_type dt, const uint8_t *blk, kq_unpacked *u);
 
 /* The integer part of one block against int8 activations q (u->n values, column order), per 32 values b
  * (kernels/kquant_i8.c's canonical arithmetic, docs/QUANT.md); exact integer arithmetic:

@@ -30,6 +30,13 @@ const char *dt_name(dt_type t) {
     case DT_Q6_K: return "q6_k";
     case DT_IQ4_NL: return "iq4_nl";
     case DT_IQ4_XS: return "iq4_xs";
+    case DT_IQ2_XXS: return "iq2_xxs";
+    case DT_IQ2_XS: return "iq2_xs";
+    case DT_IQ2_S: return "iq2_s";
+    case DT_IQ3_XXS: return "iq3_xxs";
+    case DT_IQ3_S: return "iq3_s";
+    case DT_IQ1_S: return "iq1_s";
+    case DT_IQ1_M: return "iq1_m";
     default: return "none";
     }
 }

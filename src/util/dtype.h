@@ -28,12 +28,19 @@ typedef enum {
     DT_Q6_K = 13,
     DT_IQ4_NL = 14,
     DT_IQ4_XS = 15,
+    DT_IQ2_XXS = 16, /* the grid i-quants (quant/kquant_iq.c) */
+    DT_IQ2_XS = 17,
+    DT_IQ2_S = 18,
+    DT_IQ3_XXS = 19,
+    DT_IQ3_S = 20,
+    DT_IQ1_S = 21,
+    DT_IQ1_M = 22,
     DT_COUNT
 } dt_type;
 
 size_t dt_size(dt_type t);          /* bytes per element; 0 for quantized types (see q_mat_bytes) */
 const char *dt_name(dt_type t);     /* "f32", "f16", "bf16", "f8e4m3", "q8", "q4", "q3", "mxfp4", "q2_k", ...
-                                       "q6_k", "iq4_nl", "iq4_xs" */
+                                       "q6_k", "iq4_nl", "iq4_xs", "iq2_xxs", ... "iq1_m" */
 dt_type dt_from_name(const char *s);        /* our names; DT_NONE if unknown */
 dt_type dt_from_safetensors(const char *s); /* "F32", "F16", "BF16", "F8_E4M3"; DT_NONE if unknown */
 
