@@ -8,6 +8,7 @@
 #             activations) against sluice run --exact on the file (the same weights, f32 activations).
 # -nr (no weight repacking): this VM advertises AMX but faults on it. Local only (CI does not build llama.cpp): LLAMA_BIN names a CPU build's bin directory
 # (cmake -DGGML_NATIVE=ON -DLLAMA_CURL=OFF; targets llama-quantize llama-completion).
+# IMATRIX=FILE (llama-imatrix's output) is passed to llama-quantize, which needs one for IQ1_*, IQ2_XXS, IQ2_XS.
 # Usage: tools/llama_quant_compare.sh WORKDIR [TYPE ...]   (default types: Q4_K_M Q3_K_M Q2_K Q6_K IQ4_XS)
 set -euo pipefail
 work=${1:?a work directory}
@@ -23,7 +24,8 @@ mkdir -p "$work"
 prompts=("In the beginning God created" "And the LORD spake unto Moses, saying")
 for t in $types; do
     g="$work/demo-$t.gguf" s="$work/demo-$t.sluice"
-    [ -f "$g" ] || "$lb/llama-quantize" "$work/demo-f32.gguf" "$g" "$t" >"$work/quantize-$t.log" 2>&1
+    [ -f "$g" ] || "$lb/llama-quantize" ${IMATRIX:+--imatrix "$IMATRIX"} "$work/demo-f32.gguf" "$g" "$t" \
+        >"$work/quantize-$t.log" 2>&1
     "$sl" pack "$g" -o "$s" >/dev/null
     parts=$("$sl" info "$s" --json | "$py" -c 'import json,sys; j=json.load(sys.stdin); print(" ".join(sorted(set(j["backbone_dtypes"]))), "| experts", json.dumps(j["experts"].get("part_dtypes")))')
     echo "$t: gguf $(stat -c %s "$g") B, sluice $(stat -c %s "$s") B; backbone $parts"
