@@ -63,6 +63,12 @@ typedef struct kern_act {
     int ready_k;    /* qk, dk below are filled */
     int8_t *qk;     /* [n_tok][cols] q8_K codes, column order */
     float *dk;      /* [n_tok][nb] the d of each block of 256, once for each of its 8 blocks of 32 */
+    /* IQ4_NL's form, llama.cpp's q8_0 as its x86 build makes it (ggml-cpu arch/x86/quants.c quantize_row_q8_0),
+     * made on first use by such a matrix: per block of 32, d = max|x| / 127 rounded to f16 (the block's stored
+     * scale), q_c = round-to-nearest-even(x_c * (127 / max|x|)) (0 when max is 0). */
+    int ready_0;    /* q0, d0 below are filled */
+    int8_t *q0;     /* [n_tok][cols] */
+    float *d0;      /* [n_tok][nb] d as the f16 value */
     void *buf;      /* the caller's storage */
 } kern_act;
 
@@ -77,7 +83,7 @@ typedef struct kern_act {
  * y = lanes(h) + lanes(accb), h[i] = acc[i] + acc[i+8], lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
  * So a result depends only on its own row and token: thread split, batching and streaming never change it.
  * A GGUF block type's (kquant_i8.c: its own canonical arithmetic) reads the q8_K form qk / dk (a->ready_k) when
- * kq_act_k(dtype), else q / d. */
+ * kq_act_k(dtype), else (IQ4_NL) the q8_0 form q0 / d0 (a->ready_0). */
 typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 /* matmul_i8 entries of every GGUF block type (quant/kquant.h kq_is) set to fn */
 #define KQ_I8_ENTRIES(fn)                                                                                          \
@@ -168,8 +174,9 @@ void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok
 /* Fills a's int8 form if a->int8 and it is not yet filled (idempotent; cols % 32 == 0 required, else
  * a->int8 is cleared and the exact kernels are used). */
 void kern_act_prepare(kern_act *a);
-/* Fills a's q8_K form (qk, dk) if a->int8 and cols % 256 == 0 and not yet done; kern_matmul_act and the other
- * entry points do it for the matrices that read it, a direct caller of a k-quant int8 kernel must. */
+/* Fills a's q8_K form (qk, dk) if a->int8 and cols % 256 == 0, and its q8_0 form (q0, d0), if not yet done;
+ * kern_matmul_act and the other entry points do it for the matrices that read them, a direct caller of a GGUF
+ * block type's int8 kernel must. */
 void kern_act_prepare_kq(kern_act *a);
 /* Fills token t's rows of a's int8 form (a->int8, t < a->n_tok), bitwise what kern_act_prepare writes there,
  * for callers that fill the rows in parallel (disjoint t: thread-safe); they set a->ready once every row is

@@ -292,8 +292,9 @@ static int act_ns(int nb) { return nb + nb / 2 + nb / 4; }
 
 size_t kern_act_bytes(int n_tok, int cols) {
     size_t n = (size_t)(n_tok > 0 ? n_tok : 0), c = (size_t)(cols > 0 ? cols : 0), nb = c / 32;
-    /* q, q4, d, s, then the q8_K form qk, dk (at the end: the first four keep their offsets) */
-    return 3 * act_round(n * c) + 2 * act_round(n * nb * sizeof(float)) +
+    /* q, q4, d, s, then the q8_K form qk, dk and the q8_0 form q0, d0 (at the end: the first four keep their
+     * offsets) */
+    return 4 * act_round(n * c) + 3 * act_round(n * nb * sizeof(float)) +
            act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) + ACT_ALIGN;
 }
 
@@ -313,6 +314,10 @@ static void act_carve(kern_act *a, void *buf) {
     a->qk = (int8_t *)p;
     p += act_round(n * c);
     a->dk = (float *)p;
+    p += act_round(n * nb * sizeof(float));
+    a->q0 = (int8_t *)p;
+    p += act_round(n * c);
+    a->d0 = (float *)p;
 }
 
 void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok, int cols, int int8) {
@@ -385,20 +390,48 @@ static void act_row_k(const float *x, int cols, int8_t *q, float *d) {
     }
 }
 
+/* One token's q8_0 form (kern_act q0 / d0: llama.cpp's x86 quantize_row_q8_0) of cols % 32 == 0 values. */
+static void act_row_0(const float *x, int cols, int8_t *q, float *d) {
+    for (int b = 0; b < cols / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            float v = fabsf(xb[i]);
+            amax = v > amax ? v : amax;
+        }
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) {
+            float rv = (xb[i] * id + 0x1.8p23f) - 0x1.8p23f;
+            q[32 * b + i] = (int8_t)(rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0);
+        }
+        d[b] = f16_to_f32(f32_to_f16(amax / 127.0f));
+    }
+}
+
 static void act_k_part(void *ctx, size_t b, size_t e) {
     kern_act *a = ctx;
     const size_t c = (size_t)a->cols, nb = c / 32;
     for (size_t t = b; t < e; t++) act_row_k(a->x + t * a->ldx, a->cols, a->qk + t * c, a->dk + t * nb);
 }
 
-/* The q8_K form on pool (NULL: inline), once. */
-static void act_prepare_k_on(kern_act *a, pool_t *pool) {
-    if (!a->int8 || a->ready_k || a->cols % 256) return;
-    pool_for(pool, (size_t)(a->n_tok > 0 ? a->n_tok : 0), 8, act_k_part, a);
-    a->ready_k = 1;
+static void act_0_part(void *ctx, size_t b, size_t e) {
+    kern_act *a = ctx;
+    const size_t c = (size_t)a->cols, nb = c / 32;
+    for (size_t t = b; t < e; t++) act_row_0(a->x + t * a->ldx, a->cols, a->q0 + t * c, a->d0 + t * nb);
 }
 
-void kern_act_prepare_kq(kern_act *a) { act_prepare_k_on(a, NULL); }
+/* The q8_K form (k) or the q8_0 form (!k) on pool (NULL: inline), once. */
+static void act_prepare_k_on(kern_act *a, pool_t *pool, int k) {
+    if (!a->int8 || (k ? a->ready_k || a->cols % 256 : a->ready_0)) return;
+    pool_for(pool, (size_t)(a->n_tok > 0 ? a->n_tok : 0), 8, k ? act_k_part : act_0_part, a);
+    if (k) a->ready_k = 1;
+    else a->ready_0 = 1;
+}
+
+void kern_act_prepare_kq(kern_act *a) {
+    act_prepare_k_on(a, NULL, 1);
+    act_prepare_k_on(a, NULL, 0);
+}
 
 typedef void (*act_row_fn)(const float *, int, int8_t *, int8_t *, float *, float *);
 
@@ -432,7 +465,7 @@ void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
 
 /* The form w's int8 kernel reads (kernels.h kern_matmul_i8_fn). */
 static void act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
-    if (kq_act_k(w->dtype)) act_prepare_k_on(a, pool);
+    if (kq_is(w->dtype)) act_prepare_k_on(a, pool, kq_act_k(w->dtype));
     else act_prepare_on(a, pool);
 }
 
@@ -488,8 +521,10 @@ void kern_act_row(kern_act *dst, kern_act *src, int t) {
     dst->q4 = src->q4 + tt * c;
     dst->d = src->d + tt * nb;
     dst->s = src->s + tt * ns;
-    dst->qk = src->qk + tt * c; /* filled now or on first use by dst's k-quant matrix (from dst->x) */
+    dst->qk = src->qk + tt * c; /* the GGUF types' forms: filled now or on first use by dst's matrix (dst->x) */
     dst->dk = src->dk + tt * nb;
+    dst->q0 = src->q0 + tt * c;
+    dst->d0 = src->d0 + tt * nb;
 }
 
 /* The kernel kern_matmul_act would run for w over a, or NULL when it needs more than a row range (q3's

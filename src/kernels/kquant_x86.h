@@ -211,8 +211,8 @@ static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int
         kq_unpacked u;
         int32_t is, ms;
         kq_unpack(w->dtype, row + (size_t)(c / 32) * (size_t)kq_bytes(w->dtype), &u);
-        kq_sums(&u, a->q + (size_t)t * (size_t)cols + (size_t)c, &is, &ms);
-        const float xd = a->d[(size_t)t * (size_t)(cols / 32) + (size_t)(c / 32)];
+        kq_sums(&u, a->q0 + (size_t)t * (size_t)cols + (size_t)c, &is, &ms);
+        const float xd = a->d0[(size_t)t * (size_t)(cols / 32) + (size_t)(c / 32)];
         const int l = (c / 32) % 8;
         acc[l] = fmaf((float)is, u.d * xd, acc[l]);
         accm[l] = fmaf((float)ms, u.dmin * xd, accm[l]);
@@ -223,8 +223,8 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
     const dt_type dt = w->dtype;
     const int cols = w->cols, T = a->n_tok, nsb = cols / 256;
     const size_t rb = kq_row_bytes(dt, cols), sbb = (size_t)kq_bytes(dt) * (size_t)(256 / kq_blk(dt));
-    const int8_t *aq = kq_act_k(dt) ? a->qk : a->q; /* kernels.h kern_matmul_i8_fn: the form dt reads */
-    const float *ad = kq_act_k(dt) ? a->dk : a->d;
+    const int8_t *aq = kq_act_k(dt) ? a->qk : a->q0; /* kernels.h kern_matmul_i8_fn: the form dt reads */
+    const float *ad = kq_act_k(dt) ? a->dk : a->d0;
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
         for (int r = r0; r < r1; r++) {

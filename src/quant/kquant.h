@@ -36,7 +36,7 @@ extern const int8_t KQ_IQ4_LEVELS[16];
 
 static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_IQ1_M; }
 /* Whether dt's int8 kernels take llama.cpp's q8_K activations (one scale per 256 values: kernels.h kern_act qk /
- * dk), as its vec_dot_type is GGML_TYPE_Q8_K (ggml-cpu.c type_traits_cpu); IQ4_NL's is q8_0 (per 32: q / d). */
+ * dk), as its vec_dot_type is GGML_TYPE_Q8_K (ggml-cpu.c type_traits_cpu); IQ4_NL's is q8_0 (per 32: q0 / d0). */
 static inline int kq_act_k(dt_type dt) { return kq_is(dt) && dt != DT_IQ4_NL; }
 /* Values per block (256, or 32 for IQ4_NL) and bytes per block; 0 for other types. */
 int kq_blk(dt_type dt);
