@@ -87,10 +87,15 @@
     {"self_attn.indexer.k_norm.bias", NULL, AW_DSA, AD_DSAD, AD_NONE, AK_VEC, LW(dsa_k_norm_b), AR_BACKBONE, "indexer.k_norm.bias"}, \
     {"self_attn.indexer.weights_proj", NULL, AW_DSA, AD_DSAH, AD_H, AK_MAT, LW(dsa_wproj), AR_BACKBONE, "indexer.proj.weight"}
 
+/* A DSA family's tensors (DeepSeek-V3.2, GLM-5): MLA with the indexer, DeepSeek-V3's MoE block, first dense layers */
+#define T_DSA_MODEL T_EMBED, T_IN_NORM, T_MLA, T_DSA_INDEXER, T_POST_NORM, T_ROUTER, T_GROUP_MOE, T_DENSE_MLP, T_HEAD
+
 #define N_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* SwiGLU experts: gate_proj, up_proj [I, H]; down_proj [H, I]. */
 extern const arch_pdef arch_swiglu_parts[3];
+/* The same under Mixtral's disk names w1 (gate), w3 (up), w2 (down) (mixtral.c; MiniMax-M2, LFM2-MoE). */
+extern const arch_pdef arch_w13_parts[3];
 
 /* The DeltaNet families' GGUF (llama.cpp qwen3next / qwen35moe, written by convert_hf_to_gguf.py's Qwen3NextModel):
  * their metadata hook, and A = -exp(A_log) taken back to A_log (an f32 hook of arch_gguf_xf). */
@@ -102,6 +107,9 @@ void arch_qwen_moe_config(hfc *c, fam_config *o);   /* Qwen3-MoE, Qwen2-MoE: nor
 void arch_qwen_next_config(hfc *c, fam_config *o);  /* Qwen3-Next / 3.5: + shared expert, DeltaNet */
 /* DeepSeek-V3's MoE block (deepseek_v3.c; GLM-4.5, dots.llm1): group router fields, first dense layers */
 void arch_group_moe_config(hfc *c, fam_config *o, int first_dense_default);
+/* its GGUF keys (llama.cpp deepseek2, dots1): expert_shared_count, expert_weights_scale / _norm, expert_group_count /
+ * _used_count, leading_dense_block_count, the expert and dense widths */
+void arch_group_moe_gguf_config(ggm *m, arch_gguf_common *g);
 /* MLA (deepseek_v3.c): config.json's fields, a synth shape's dimensions (q_lora, kv_lora, qk_nope, qk_rope, v; RoPE
  * on adjacent pairs), the GGUF keys (llama.cpp deepseek2) with DeepSeek-V3's MoE keys, and kv_b_proj from attn_k_b
  * and attn_v_b (an f32 hook of arch_gguf_xf) */
@@ -112,6 +120,8 @@ int64_t arch_mla_kv_b(const fam_config *c, const float *src, float *dst);
 /* DeepSeek sparse attention (deepseek_v32.c; GLM-5): index_topk, index_n_heads, index_head_dim, the indexer's
  * RoPE kind; and its GGUF keys (attention.indexer.*) */
 void arch_dsa_config(hfc *c, fam_config *o, int interleave);
+/* the whole config of a DSA family (DeepSeek-V3.2, GLM-5: interleave 1): DeepSeek-V3's MoE, MLA, DSA */
+void arch_dsa_model_config(hfc *c, fam_config *o, int interleave);
 void arch_dsa_gguf_config(ggm *m, arch_gguf_common *g);
 
 #endif

@@ -154,7 +154,10 @@ void arch_mla_gguf_config(ggm *m, arch_gguf_common *g) {
         ggm_set_num(m, "rope_parameters.mscale_all_dim", lm / 0.1);
         ggm_set_num(m, "rope_parameters.mscale", lm / 0.1);
     }
-    /* DeepSeek-V3's MoE keys */
+    arch_group_moe_gguf_config(m, g);
+}
+
+void arch_group_moe_gguf_config(ggm *m, arch_gguf_common *g) {
     ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
     if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
     ggm_set_num(m, "n_shared_experts", ggm_num(m, "expert_shared_count", 0, 0, NULL));

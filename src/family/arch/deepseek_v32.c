@@ -42,25 +42,19 @@ void arch_dsa_config(hfc *c, fam_config *o, int interleave) {
     }
 }
 
-static void config(hfc *c, fam_config *o) {
+static void config(hfc *c, fam_config *o) { arch_dsa_model_config(c, o, 0); }
+
+/* DeepSeek-V3's MoE fields (norm_topk_prob, shared experts, groups, 3 first dense layers), MLA's and DSA's. */
+void arch_dsa_model_config(hfc *c, fam_config *o, int interleave) {
     o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
     o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
     o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
     arch_group_moe_config(c, o, 3);
     arch_mla_config(c, o);
-    arch_dsa_config(c, o, 0);
+    arch_dsa_config(c, o, interleave);
 }
 
-static const arch_tdef tensors[] = {
-    T_EMBED,
-    T_IN_NORM,
-    T_MLA,
-    T_DSA_INDEXER,
-    T_POST_NORM, T_ROUTER,
-    T_GROUP_MOE,
-    T_DENSE_MLP,
-    T_HEAD,
-};
+static const arch_tdef tensors[] = {T_DSA_MODEL};
 
 /* deepseek-ai/DeepSeek-V3.2 config.json: DeepSeek-V3's dimensions (deepseek_v3.c) and an indexer of 64 heads of 128,
  * top 2048. The card's 685B counts the 14B multi-token-prediction module, as DeepSeek-V3's 671B + 14B does; without

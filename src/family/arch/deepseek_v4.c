@@ -93,17 +93,18 @@ static void config(hfc *c, fam_config *o) {
 
 #define LV(name, disk, when, rows, cols, f) {name, disk, when, rows, cols, AK_VEC, LW(f), AR_BACKBONE, NULL}
 #define LM(name, disk, when, rows, cols, f, role) {name, disk, when, rows, cols, AK_MAT, LW(f), role, NULL}
+/* the hyper-connection mixer of the attention (k attn, i 0) or the FFN (ffn, 1): fn, base, scale */
+#define LHC(k, i)                                                                                    \
+    LM(#k "_hc.fn", "hc_" #k "_fn", AW_EVERY, AD_HCMIX, AD_HCH, hc_fn[i], AR_ROUTER),                    \
+    LV(#k "_hc.base", "hc_" #k "_base", AW_EVERY, AD_HCMIX, AD_NONE, hc_base[i]),                        \
+    LV(#k "_hc.scale", "hc_" #k "_scale", AW_EVERY, AD_3, AD_NONE, hc_scale[i])
 
 static const arch_tdef tensors[] = {
     {"embed_tokens", NULL, AW_GLOBAL, AD_V, AD_H, AK_MAT, GW(embed), AR_BACKBONE, NULL},
     LV("input_layernorm", "attn_norm", AW_EVERY, AD_H, AD_NONE, attn_norm),
     LV("post_attention_layernorm", "ffn_norm", AW_EVERY, AD_H, AD_NONE, ffn_norm),
-    LM("attn_hc.fn", "hc_attn_fn", AW_EVERY, AD_HCMIX, AD_HCH, hc_fn[0], AR_ROUTER),
-    LV("attn_hc.base", "hc_attn_base", AW_EVERY, AD_HCMIX, AD_NONE, hc_base[0]),
-    LV("attn_hc.scale", "hc_attn_scale", AW_EVERY, AD_3, AD_NONE, hc_scale[0]),
-    LM("ffn_hc.fn", "hc_ffn_fn", AW_EVERY, AD_HCMIX, AD_HCH, hc_fn[1], AR_ROUTER),
-    LV("ffn_hc.base", "hc_ffn_base", AW_EVERY, AD_HCMIX, AD_NONE, hc_base[1]),
-    LV("ffn_hc.scale", "hc_ffn_scale", AW_EVERY, AD_3, AD_NONE, hc_scale[1]),
+    LHC(attn, 0),
+    LHC(ffn, 1),
     LM("self_attn.q_a_proj", "attn.wq_a", AW_EVERY, AD_QLORA, AD_H, q_a, AR_BACKBONE),
     LV("self_attn.q_a_norm", "attn.q_norm", AW_EVERY, AD_QLORA, AD_NONE, q_a_norm),
     LM("self_attn.q_b_proj", "attn.wq_b", AW_EVERY, AD_Q, AD_QLORA, q_b, AR_BACKBONE),

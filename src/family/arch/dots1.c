@@ -46,16 +46,7 @@ static const arch_shape shapes[] = {
  * router's keys (expert_shared_count, expert_weights_scale, expert_weights_norm, expert_group_count /
  * _used_count, leading_dense_block_count), the tensors as Qwen3's and DeepSeek-V3's are named. The converter
  * writes no sliding window (llama.cpp runs every dots1 layer over the whole context): the import does the same. */
-static void gguf_config(ggm *m, arch_gguf_common *g) {
-    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
-    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
-    ggm_set_num(m, "n_shared_experts", ggm_num(m, "expert_shared_count", 0, 0, NULL));
-    ggm_set_num(m, "routed_scaling_factor", ggm_num(m, "expert_weights_scale", 0, 1.0, NULL));
-    ggm_set_bool(m, "norm_topk_prob", g->wnorm_found && g->wnorm != 0);
-    ggm_set_num(m, "n_group", ggm_num(m, "expert_group_count", 0, 1, NULL));
-    ggm_set_num(m, "topk_group", ggm_num(m, "expert_group_used_count", 0, 1, NULL));
-    ggm_set_num(m, "first_k_dense_replace", ggm_num(m, "leading_dense_block_count", 0, g->first_dense, NULL));
-}
+static void gguf_config(ggm *m, arch_gguf_common *g) { arch_group_moe_gguf_config(m, g); }
 
 static const char *const hf_types[] = {"dots1", NULL};
 

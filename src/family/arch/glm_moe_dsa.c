@@ -9,25 +9,9 @@
  */
 #include "family/arch/common.h"
 
-static void config(hfc *c, fam_config *o) {
-    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
-    o->norm_topk = hfc_bool(c, "norm_topk_prob", 1);
-    o->shared_inter = hfc_product(c, "n_shared_experts", hfc_int(c, "n_shared_experts", 0, 1), o->moe_inter);
-    arch_group_moe_config(c, o, 3);
-    arch_mla_config(c, o);
-    arch_dsa_config(c, o, 1);
-}
+static void config(hfc *c, fam_config *o) { arch_dsa_model_config(c, o, 1); }
 
-static const arch_tdef tensors[] = {
-    T_EMBED,
-    T_IN_NORM,
-    T_MLA,
-    T_DSA_INDEXER,
-    T_POST_NORM, T_ROUTER,
-    T_GROUP_MOE,
-    T_DENSE_MLP,
-    T_HEAD,
-};
+static const arch_tdef tensors[] = {T_DSA_MODEL};
 
 /* zai-org/GLM-5 (configuration_glm_moe_dsa.py's defaults are its config): 78 layers (3 dense of 12288), hidden
  * 6144, 64 heads, q_lora 2048, kv_lora 512, qk_nope 192, qk_rope 64, v 256, 256 experts of 2048 top-8 plus one

@@ -67,12 +67,6 @@ static const arch_tdef tensors[] = {
     {"lm_head", NULL, AW_UNTIED, AD_V, AD_H, AK_MAT, GW(lm_head), AR_BACKBONE, "output.weight"},
 };
 
-static const arch_pdef parts[] = {
-    {"gate_proj", "w1", AD_I, AD_H, EW(gate), AK_MAT, 0, "ffn_gate_exps.weight"},
-    {"up_proj", "w3", AD_I, AD_H, EW(up), AK_MAT, 0, "ffn_up_exps.weight"},
-    {"down_proj", "w2", AD_H, AD_I, EW(down), AK_MAT, 0, "ffn_down_exps.weight"},
-};
-
 /* conv.conv first: the kernel under the name whose [C, 1, K] layout the import flattens */
 static const char *const renames[] = {"conv.conv", "linear_attn.conv1d", "conv.", "short_conv.", "feed_forward.", "mlp.",
                                       NULL};
@@ -108,7 +102,7 @@ const arch_desc arch_lfm2_moe = {
     .id = SL_ARCH_LFM2_MOE, .name = "lfm2_moe", .hf_types = hf_types,
     .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_HEAD, .prf_default = 1.0,
     .config = config,
-    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .n_parts = N_OF(parts), .renames = renames,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_w13_parts, .renames = renames,
     .shapes = shapes, .n_shapes = N_OF(shapes), .shape_config = shape_config,
     .gguf_arch = "lfm2moe", .gguf_config = gguf_config,
 };

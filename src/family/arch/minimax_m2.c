@@ -34,12 +34,6 @@ static const arch_tdef tensors[] = {
     T_HEAD,
 };
 
-static const arch_pdef parts[3] = {
-    {"gate_proj", "w1", AD_I, AD_H, EW(gate), AK_MAT, 0, "ffn_gate_exps.weight"},
-    {"up_proj", "w3", AD_I, AD_H, EW(up), AK_MAT, 0, "ffn_up_exps.weight"},
-    {"down_proj", "w2", AD_H, AD_I, EW(down), AK_MAT, 0, "ffn_down_exps.weight"},
-};
-
 static const char *const renames[] = {"block_sparse_moe.", "mlp.", NULL};
 
 /* MiniMaxAI/MiniMax-M2 config.json: 62 layers, hidden 3072, 48 heads (8 KV) of 128, rotary_dim 64, 256 experts of
@@ -61,6 +55,6 @@ const arch_desc arch_minimax_m2 = {
     .id = SL_ARCH_MINIMAX_M2, .name = "minimax_m2", .hf_types = hf_types,
     .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_ALL, .prf_default = 1.0,
     .config = config,
-    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .renames = renames,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_w13_parts, .renames = renames,
     .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_config = gguf_config, .gguf_arch = "minimax-m2",
 };

@@ -30,7 +30,7 @@ static const arch_tdef tensors[] = {
     T_HEAD,
 };
 
-static const arch_pdef parts[3] = {
+const arch_pdef arch_w13_parts[3] = {
     {"gate_proj", "w1", AD_I, AD_H, EW(gate), AK_MAT, 0, "ffn_gate_exps.weight"},
     {"up_proj", "w3", AD_I, AD_H, EW(up), AK_MAT, 0, "ffn_up_exps.weight"},
     {"down_proj", "w2", AD_H, AD_I, EW(down), AK_MAT, 0, "ffn_down_exps.weight"},
@@ -84,7 +84,7 @@ const arch_desc arch_mixtral = {
     .id = SL_ARCH_MIXTRAL, .name = "mixtral", .hf_types = hf_types,
     .router = SL_ROUTER_TOPK_SOFTMAX, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
     .config = config,
-    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .renames = renames,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_w13_parts, .renames = renames,
     .shapes = shapes, .n_shapes = N_OF(shapes), .gguf_config = gguf_config, .gguf_arch = "llama",
     .gguf_xf = gguf_xf, .n_gguf_xf = N_OF(gguf_xf),
 };
