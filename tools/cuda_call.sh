@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tools/cuda_call.sh: the lead's one-call comparison of a main build against llama.cpp on the GPU machine (issue 24).
+# Made here (the bundle DIR, carried as an ignored path): DIR/bundle.tar.xz = stage/ (sluice, lib/) as tools/cuda_bench.sh
+# prepare makes it (MPI=0 MODEL_TEST=0 SYNC_BIN=0), DIR/t.tar.xz = t/ (test_cuda, test_model from tests/cuda/ linked against
+# build/cuda/libsluice.a, lib/, VERSION), DIR/llama.tar.xz + cuda_llama.sh + bench_scale.py from tools/cuda_llama.sh prepare,
+# DIR/switches (env assignments for sluice's runs, may be empty). There: MT_KV=f16 bash DIR/cuda_call.sh.
+# Lead's final call C (issues 24, 28, 25): main's CUDA build (t/VERSION) — kernel tests and the fixture model test
+# of every family on main's defaults — while llama.cpp (llama-cpp-python 0.3.36's, ggml 0.25.3) builds for sm_90a
+# and tools/bench_scale.py writes the 48-layer Qwen3-30B-A3B-shaped Q4_0 GGUF and sluice packs it
+# (tools/cuda_llama.sh with ROUNDS=0: build, GGUF, pack, greedy text of both); then two rounds alternated:
+# llama-bench -ngl 99 -fa 1 -p 512 -n 64 -d 0,512,8192 -r 2 against sluice bench --gpu --resident --prompt D
+# --gen 64 --decode random (D = 1, 512, 8192) with SX (DIR/switches) and
+# --kv KV (f16, llama.cpp's default); round 1 also sluice's default KV at D = 1, 512; then bench_serve 1 / 8 streams.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
+T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+S=$o/summary.txt
+SX=$(cat "$here/switches" 2>/dev/null); KV=${KV:-f16}
+mkdir -p "$here/stage" && tar -xJf "$here/bundle.tar.xz" -C "$here/stage"
+tar -xJf "$here/t.tar.xz" -C "$here"
+rm -f "$here/tests.done"
+( OUT=$o WAIT_FOR=$here/tests.done ROUNDS=0 bash "$here/cuda_llama.sh" run "$here" >"$o/llama_run.log" 2>&1 ) &
+lp=$!
+w=/tmp/lc; rm -rf "$w"; mkdir -p "$w/mt" "$w/logs"; log=$w/logs
+fin() { tar czf "$o/logs.tar.gz" -C "$w" logs; echo "=== summary"; cat "$S"; }
+trap fin EXIT
+sl=$here/stage/sluice
+{ echo "call C: $(date -u +%FT%TZ) $(cat "$here/t/VERSION") switches: [$SX] kv $KV"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm --format=csv,noheader; } >"$S" 2>&1
+export LD_LIBRARY_PATH=$here/stage/lib:$here/t/lib
+timeout 60 "$here/t/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?
+echo "test_cuda rc=$rc: $(tail -1 "$log/test_cuda.log") [$(el) s]" >>"$S"; grep -m 20 FAIL "$log/test_cuda.log" >>"$S"
+names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1"
+for n in $names; do
+  keep=; [ "$n" = gpt_oss_mxfp4 ] && keep="--quant-experts keep"
+  "$sl" pack "tests/data/$n" -o "$w/mt/$n.sluice" --quant f32 $keep >/dev/null 2>>"$log/pack.log"
+  "$sl" pack "tests/data/$n" -o "$w/mt/$n.q4.sluice" --quant q4 --group 32 >/dev/null 2>>"$log/pack.log"
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*r["tokens"]); print(*r["greedy"])' \
+      "tests/data/$n/ref.json" >"$w/mt/$n.ref"
+  cp "tests/data/$n/ref_logits.f32" "$w/mt/$n.logits"
+done
+mt() { local tag=$1; shift
+  env "$@" timeout 100 "$here/t/test_model" "$w/mt" $names >"$log/model_test.$tag.log" 2>&1; local rc=$?
+  echo "model_test $tag ($*) rc=$rc: $(tail -1 "$log/model_test.$tag.log") [$(el) s]" >>"$S"
+  grep -m 12 -i "fail" "$log/model_test.$tag.log" >>"$S"; }
+mt default
+[ -n "$SX" ] && mt switches $SX
+[ -n "${MT_KV:-}" ] && mt kv $SX SLUICE_TEST_KV=$MT_KV
+echo "tests done [$(el) s]" >>"$S"
+touch "$here/tests.done"
+wait $lp; echo "llama part (build, GGUF, pack, greedy) rc=$? [$(el) s]" >>"$S"
+grep -A3 "^prompt" "$o/llama.txt" 2>/dev/null | head -12 >>"$S"; grep -E "write_gguf|pack|build done" "$here/raw/steps.txt" >>"$S" 2>/dev/null
+lb=$here/llama/build/bin; gg=$here/work/q30-L48.gguf; sp=$here/work/q30-L48.sluice
+row() { python3 - "$1" <<'PY' 2>/dev/null || echo "failed: $(tail -c 200 "$2" | tr '\n' ' ')"
+import json, sys
+t = open(sys.argv[1]).read(); r = json.loads(t[t.index("["):])[0]
+print("prefill %.1f decode %.2f" % (r["prefill_tok_s"], r["decode_tok_s"]))
+PY
+}
+lrow() { python3 - "$1" <<'PY' 2>/dev/null || echo "failed"
+import json, sys
+t = open(sys.argv[1]).read(); r = json.loads(t[t.index("["):])
+print(" ".join("p%d/n%d/d%d %.1f" % (x["n_prompt"], x["n_gen"], x.get("n_depth", 0), x["avg_ts"]) for x in r))
+PY
+}
+if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
+  for r in 1 2; do
+    [ "$(el)" -lt ${R2:-360} ] || break
+    timeout 120 "$lb/llama-bench" -m "$gg" -ngl 99 -fa 1 -p 512 -n 64 -d 0,512,8192 -r 2 -o json >"$log/llama.$r.json" 2>"$log/llama.$r.err"
+    echo "llama.cpp r$r: $(lrow "$log/llama.$r.json") [$(el) s]" >>"$S"
+    for p in 1 512 8192; do
+      env $SX timeout 60 "$sl" bench -m "$sp" --gpu --resident --kv $KV --prompt $p --gen 64 --decode random --json \
+        >"$log/s.$p.$r.json" 2>"$log/s.$p.$r.err"
+      echo "sluice kv $KV r$r p$p: $(row "$log/s.$p.$r.json" "$log/s.$p.$r.err") [$(el) s]" >>"$S"
+    done
+    if [ $r = 1 ]; then for p in 1 512; do
+      timeout 60 "$sl" bench -m "$sp" --gpu --resident --prompt $p --gen 64 --decode random --json \
+        >"$log/d.$p.json" 2>"$log/d.$p.err"
+      echo "sluice defaults (no switches, default kv) p$p: $(row "$log/d.$p.json" "$log/d.$p.err") [$(el) s]" >>"$S"
+    done; fi
+  done
+  if [ "$(el)" -lt 530 ]; then
+    env $SX timeout $(( 565 - $(el) )) "$here/t/bench_serve" "$sp" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 >"$log/serve.txt" 2>&1
+    echo "serve (48 layers, switches): $(grep -E '^\| (1|8) \|' "$log/serve.txt" | tr '\n' ' ') [$(el) s]" >>"$S"
+  fi
+else
+  echo "no GGUF/pack or no llama-bench: $(tail -5 "$o/llama_run.log" | tr '\n' ' ')" >>"$S"
+fi
+echo "end [$(el) s]" >>"$S"
