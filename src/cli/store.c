@@ -192,7 +192,7 @@ int store_scan_all(const char *root, store_entry **out) {
             store_entry *e = NULL;
             int m = reps[k]->d_name[0] == '.' ? 0 : store_scan_dir(dir, repo, &e);
             store_entry *all = m ? realloc(*out, (size_t)(n + m) * sizeof *all) : *out;
-            if (all) {
+            if (all && m) { /* m == 0: e is NULL, nothing to copy (memcpy from NULL is undefined even for 0 bytes) */
                 memcpy(all + n, e, (size_t)m * sizeof *e);
                 *out = all;
                 n += m;
