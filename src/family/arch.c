@@ -154,6 +154,8 @@ int arch_applies(const fam_config *c, arch_when when, int l) {
     case AW_ATTN: return !c->layer_linear[l];
     case AW_ATTN_BIAS: return !c->layer_linear[l] && c->attn_bias;
     case AW_LINEAR: return c->layer_linear[l];
+    case AW_LIN_QKVZ: return c->layer_linear[l] && !c->qkvz_split;
+    case AW_LIN_SPLIT: return c->layer_linear[l] && c->qkvz_split;
     case AW_MOE: return c->layer_moe[l];
     case AW_SHARED: return c->layer_moe[l] && c->shared_inter > 0;
     case AW_DENSE: return !c->layer_moe[l];

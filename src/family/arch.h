@@ -91,6 +91,11 @@ typedef enum {
     AW_ATTN,      /* full-attention layers */
     AW_ATTN_BIAS, /* full-attention layers of a config with attn_bias */
     AW_LINEAR,    /* Gated DeltaNet layers */
+    /* Gated DeltaNet layers of a config without qkvz_split (qwen3_next's fused in_proj_qkvz). A GGUF import sets
+     * qkvz_split when the two sources of such a tensor's gguf_xf rule differ in type in some layer: the tensor is
+     * then absent and the AW_LIN_SPLIT tensors whose gguf names are those sources take each as it is */
+    AW_LIN_QKVZ,
+    AW_LIN_SPLIT, /* Gated DeltaNet layers of a config with qkvz_split (the halves in_proj_qkv, in_proj_z) */
     AW_MOE,       /* layers with routed experts */
     AW_SHARED,    /* MoE layers of a config with a shared expert (shared_inter > 0) */
     AW_DENSE,     /* dense-MLP layers */
@@ -252,7 +257,8 @@ typedef struct arch_gguf_common {
  * concatenated element by element (a transposition, a column order, a value map). The result has the table's
  * shape (the arch_tdef of that name, or the expert part's shape); its dtype is the sources' when they share
  * one and no f32 hook runs, the sources' float type when they share one and `f32` rewrites a matrix (a hook on
- * a matrix only moves values), else f32. GGUF names that are sources of a rule are not read directly. */
+ * a matrix only moves values), else f32. GGUF names that are sources of a rule are not read directly where the
+ * rule's tensor exists (arch_applies at that layer; a part's always). */
 typedef struct arch_gguf_xf {
     const char *name;   /* canonical name, relative to "layers.N." (part: the expert part's name) */
     const char *src[2]; /* GGUF names relative to "blk.N.", with suffix; src[1] NULL for one source. For a part,

@@ -106,6 +106,10 @@ typedef struct fam_config {
     int zero_centred_norm; /* (1 + w) RMSNorm for every norm except linear_attn.norm */
     int gated_attn;        /* q_proj emits [query|gate] per head; sigmoid output gate */
     int split_lin_proj;    /* qwen3_5: in_proj_qkv/z/b/a instead of in_proj_qkvz/ba */
+    /* qwen3_next: in_proj_qkvz held as its two halves, in_proj_qkv (rows q | k | v, the conv channels' order) and
+     * in_proj_z, each in its own dtype (a GGUF whose attn_qkv and attn_gate types differ: import/hf_gguf.c);
+     * in_proj_ba stays grouped */
+    int qkvz_split;
     /* Kimi Delta Attention on the linear layers (model/kda.c): q, k, v projections and three conv kernels, a forget
      * gate per channel (nv * dk: -exp(A_log) softplus(f_b f_a x + dt_bias)), the output norm gated by sigmoid */
     int kda;
@@ -249,7 +253,7 @@ typedef struct fam_config {
     X(attn_floor_scale, D, O) X(attn_temp, D, O) X(rope_low_freq, D, O) X(rope_high_freq, D, O)           \
     X(full_rope_prop, I, O) X(attn_v_scale, D, O) X(short_conv, I, O) X(router_norm_eps, D, O)              \
     X(zero_experts, I, O) X(moe_shortcut, I, O) X(mla_q_scale, D, O) X(mla_kv_scale, D, O)                 \
-    X(mamba, I, O) X(residual_scale, D, O) X(logit_scale, D, O)
+    X(mamba, I, O) X(residual_scale, D, O) X(logit_scale, D, O) X(qkvz_split, I, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024

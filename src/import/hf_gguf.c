@@ -39,6 +39,20 @@ static sl_status gguf_type_err(const gguf_file *f, const gguf_tensor *g, sl_erro
                   f->path, g->name, gguf_type_name(g->type), gguf_supported_types());
 }
 
+/* The table entry of rule r's tensor (NULL for a part's rule, or when the table has none). */
+static const arch_tdef *xf_tdef(const arch_desc *a, const arch_gguf_xf *r) {
+    for (int i = 0; !r->part && i < a->n_tensors; i++)
+        if (!strcmp(a->tensors[i].name, r->name)) return &a->tensors[i];
+    return NULL;
+}
+
+/* Whether rule r makes its tensor at layer l (a part's rule: always; a tensor the config does not have there, as
+ * in_proj_qkvz under qkvz_split: no, and its sources are then read as what the table names them). */
+static int xf_applies(const fam_config *c, const arch_desc *a, const arch_gguf_xf *r, int l) {
+    const arch_tdef *d = xf_tdef(a, r);
+    return !d || arch_applies(c, d->when, l);
+}
+
 /* Registers GGUF tensor g (file fi, entry e) under its canonical name, or ignores it. */
 static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_tensor *g, const st_entry *e,
                           sl_error *err) {
@@ -51,7 +65,8 @@ static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_te
         rel = g->name + nr;
         for (int k = 0; k < a->n_gguf_xf; k++) /* read by its rule (gguf_add_xf) */
             for (int s = 0; s < 2; s++)
-                if (a->gguf_xf[k].src[s] && !strcmp(rel, a->gguf_xf[k].src[s])) return SL_OK;
+                if (a->gguf_xf[k].src[s] && !strcmp(rel, a->gguf_xf[k].src[s]) && xf_applies(c, a, &a->gguf_xf[k], l))
+                    return SL_OK;
         for (int p = 0; p < arch_n_parts(c); p++) {
             const arch_pdef *pd = arch_part(c, p);
             if (!pd->gguf || strcmp(rel, pd->gguf)) continue;
@@ -220,9 +235,7 @@ static sl_status gguf_add_xf(hf_ckpt *ck, const arch_desc *a, sl_error *err) {
             kind = arch_part(c, part)->kind;
             arch_expert_shape(c, part, sh);
         } else {
-            const arch_tdef *d = NULL;
-            for (int i = 0; i < a->n_tensors && !d; i++)
-                if (!strcmp(a->tensors[i].name, r->name)) d = &a->tensors[i];
+            const arch_tdef *d = xf_tdef(a, r);
             if (!d) continue;
             kind = d->kind;
             sh[0] = arch_dim_value(c, d->rows);
@@ -232,6 +245,7 @@ static sl_status gguf_add_xf(hf_ckpt *ck, const arch_desc *a, sl_error *err) {
         for (int l = 0; l < c->n_layers; l++) {
             const gguf_tensor *g[2] = {NULL, NULL};
             int fi[2] = {0, 0}, n_src = r->src[1] ? 2 : 1;
+            if (!xf_applies(c, a, r, l)) continue; /* its sources registered as themselves (gguf_add) */
             if (!(g[0] = gguf_find(ck, l, r->src[0], &fi[0]))) continue; /* a layer without it, or missing: validate() */
             if (n_src == 2 && !(g[1] = gguf_find(ck, l, r->src[1], &fi[1])))
                 return err_set(err, SL_EFORMAT, "%s: tensor 'blk.%d.%s' is missing (with 'blk.%d.%s' it makes '%s')",
@@ -262,6 +276,21 @@ static sl_status gguf_add_xf(hf_ckpt *ck, const arch_desc *a, sl_error *err) {
     return SL_OK;
 }
 
+/* qkvz_split (config.h) when the two sources of the rule of an AW_LIN_QKVZ tensor (arch.h) differ in GGUF type in
+ * some layer: joined they would be f32 (4x the bytes, and f32 activations where llama.cpp multiplies each in its
+ * own type). */
+static void gguf_choose_split(hf_ckpt *ck, const arch_desc *a) {
+    for (int k = 0; k < a->n_gguf_xf; k++) {
+        const arch_gguf_xf *r = &a->gguf_xf[k];
+        const arch_tdef *d = xf_tdef(a, r);
+        for (int l = 0; d && d->when == AW_LIN_QKVZ && r->src[1] && l < ck->cfg.n_layers; l++) {
+            int f0, f1;
+            const gguf_tensor *g0 = gguf_find(ck, l, r->src[0], &f0), *g1 = gguf_find(ck, l, r->src[1], &f1);
+            if (g0 && g1 && g0->type != g1->type) ck->cfg.qkvz_split = 1;
+        }
+    }
+}
+
 sl_status hf_open_gguf(hf_ckpt *ck, const char *path, sl_error *err) {
     sl_status st = gguf_open_model(path, &ck->gm, err);
     if (st) return st;
@@ -275,6 +304,7 @@ sl_status hf_open_gguf(hf_ckpt *ck, const char *path, sl_error *err) {
         ck->cfg.zero_centred_norm = 0;
         ck->cfg.norms_shifted = 1;
     }
+    gguf_choose_split(ck, a);
     ck->files = calloc((size_t)ck->gm.n_files, sizeof *ck->files);
     if (!ck->files) return err_set(err, SL_ENOMEM, "out of memory");
     for (int i = 0; i < ck->gm.n_files; i++) {

@@ -3,7 +3,8 @@
  *
  * Per micro-batch of n tokens, each step ops of the backend (src/backend/backend.h: dn_conv, dn_gates,
  * dn_step or dn_chunk, dn_norm, where the arithmetic lives):
- *   1. projections -> conv_in [n][Cq] = q|k|v (Next: regrouped from in_proj_qkvz), z [n][nv*dv],
+ *   1. projections -> conv_in [n][Cq] = q|k|v (Next: regrouped from in_proj_qkvz, or its halves in_proj_qkv and
+ *      in_proj_z under qkvz_split), z [n][nv*dv],
  *      ba [n][2nv] (Next: raw grouped b|a per key head; Qwen3.5: b then a);
  *   2. causal depthwise conv1d + SiLU over [conv state (K-1 rows); conv_in] -> conv_out; the new conv
  *      state (last K-1 pre-conv rows) goes to the other slot;
@@ -69,6 +70,10 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer
         const kern_mm mm[4] = {{&lw->qkv, &hx, ws->conv_in, (size_t)cq}, {&lw->z, &hx, ws->z, (size_t)zd},
                                {&lw->b, &hx, ws->ba, (size_t)2 * nv}, {&lw->a, &hx, ws->ba + nv, (size_t)2 * nv}};
         be->matmul_multi(be, mm, 4);
+    } else if (cfg->qkvz_split) { /* Next's in_proj_qkvz as its halves, in_proj_ba grouped */
+        const kern_mm mm[3] = {{&lw->qkv, &hx, ws->conv_in, (size_t)cq}, {&lw->z, &hx, ws->z, (size_t)zd},
+                               {&lw->ba, &hx, ws->ba, (size_t)2 * nv}};
+        be->matmul_multi(be, mm, 3);
     } else {
         /* in_proj_qkvz block g: [q_g (dk) | k_g (dk) | v heads g*r.. (r*dv) | z same heads (r*dv)] */
         const int bs = 2 * dk + 2 * r * dv;

@@ -132,7 +132,7 @@ static void ws_widths(fwd_ws *ws, const fam_config *cfg, int has_attn, int has_l
     const int H = cfg->hidden;
     ws->n_big = 1;
     if (has_attn) ws->n_big = imax(ws->n_big, nh * hd * (cfg->gated_attn ? 2 : 1));
-    if (has_lin && !cfg->split_lin_proj) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
+    if (has_lin && !cfg->split_lin_proj && !cfg->qkvz_split) ws->n_big = imax(ws->n_big, 2 * nk * dk + 2 * nv * dv);
     ws->n_mix = imax(has_attn ? imax(nh * hd, nh * cfg->v_head_dim) : 1, has_lin ? nv * dv : 1);
     if (has_lin && cfg->mamba) ws->n_big = imax(ws->n_big, 2 * nv * dv + 2 * nk * dk + nv); /* Mamba2's in_proj */
     if (has_lin && cfg->short_conv) { /* LFM2: in_proj's B | C | x, the conv's output */

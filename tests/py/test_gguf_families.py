@@ -260,10 +260,11 @@ def stays_f32(name, a):
             or not name.endswith(".weight"))
 
 
-def write(family, path, qtype=None, dequant=False):
+def write(family, path, qtype=None, dequant=False, by_suffix=None):
     """The GGUF: matrices in the fixture's own type (qtype None: --outtype bf16 / f32), or quantised to qtype by
     gguf-py where their rows are whole blocks (else F16, as the converter falls back); dequant: gguf-py's
-    dequantisation written as F32. MXFP4 experts as they are. Returns {name: (written array, type)}."""
+    dequantisation written as F32. by_suffix: {name suffix: type} overriding qtype (llama-quantize's mixes).
+    MXFP4 experts as they are. Returns {name: (written array, type)}."""
     cfg, root = text_cfg(family)
     native = QT.BF16 if root.get("dtype") == "bfloat16" else QT.F32
     w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[ARCH[family]])
@@ -276,6 +277,7 @@ def write(family, path, qtype=None, dequant=False):
             continue
         a = np.ascontiguousarray(a, dtype=np.float32)
         t = QT.F32 if stays_f32(name, a) else (qtype or native)
+        t = next((q for sfx, q in (by_suffix or {}).items() if name.endswith(sfx)), t)
         if t in (QT.Q8_0, QT.Q4_0) and a.shape[-1] % 32:
             t = QT.F16
         if t == QT.F32:
@@ -423,6 +425,46 @@ def test_q8_gguf_reads_back_as_gguf_py_dequantises(tmp_path):
         assert np.isfinite(a).all() and np.array_equal(a, b), (family, np.abs(a - b).max())
         r = run(["verify", p, "--source", g])
         assert b"every tensor equals the source" in r.stdout + r.stderr, family
+
+
+def test_qkvz_halves_of_two_types_kept(tmp_path):
+    """qwen3_next whose attn_qkv and attn_gate differ in type (llama-quantize's Q2_K gives them Q3_K and Q2_K): the
+    halves kept as in_proj_qkv and in_proj_z (qkvz_split), each in its type, no f32; logits bitwise those of the
+    F32 GGUF of the same dequantised values (held fused), and verify --source re-derives both. One type for both:
+    one in_proj_qkvz as before."""
+    mix = {"attn_qkv.weight": QT.Q8_0, "attn_gate.weight": QT.Q4_0}
+    g = str(tmp_path / "mix.gguf")
+    write("qwen3_next", g, qtype=QT.Q8_0, by_suffix=mix)
+    p = str(tmp_path / "mix.sluice")
+    run(["pack", g, "-o", p])
+    raw, man = container(p)
+    tens = {t["name"]: t for t in man["tensors"]}
+    assert man["config"]["qkvz_split"] == 1
+    lin = [l for l, t in enumerate(man["config"]["layer_types"]) if t == "linear_attention"]
+    assert lin and not any("in_proj_qkvz" in n for n in tens)
+    for l in lin:
+        assert tens[f"layers.{l}.linear_attn.in_proj_qkv"]["dtype"] == "q8", tens[f"layers.{l}.linear_attn.in_proj_qkv"]
+        assert tens[f"layers.{l}.linear_attn.in_proj_z"]["dtype"] == "q4"
+    assert not any(t["dtype"] == "f32" and len(t["shape"]) == 2 and t["shape"][1] > 1 and "linear_attn.in_proj" in n
+                   for n, t in tens.items())
+    dq = str(tmp_path / "dq.gguf")
+    write("qwen3_next", dq, qtype=QT.Q8_0, by_suffix=mix, dequant=True)
+    pd = str(tmp_path / "dq.sluice")
+    run(["pack", dq, "-o", pd])
+    assert container(pd)[1]["config"]["qkvz_split"] == 0
+    toks = ref_tokens("qwen3_next")
+    a = logits(p, toks, str(tmp_path / "a.f32"))
+    b = logits(pd, toks, str(tmp_path / "b.f32"))
+    assert np.isfinite(a).all() and np.array_equal(a, b), np.abs(a - b).max()
+    r = run(["verify", p, "--source", g])
+    assert b"every tensor equals the source" in r.stdout + r.stderr
+    run(["run", "-m", p, "--tokens", ",".join(map(str, toks[:4])), "-n", "4", "--temp", "0"])  # int8 kernels
+    one = str(tmp_path / "one.gguf")
+    write("qwen3_next", one, qtype=QT.Q8_0)
+    po = str(tmp_path / "one.sluice")
+    run(["pack", one, "-o", po])
+    names = {t["name"]: t["dtype"] for t in container(po)[1]["tensors"]}
+    assert names[f"layers.{lin[0]}.linear_attn.in_proj_qkvz"] == "q8" and not any(n.endswith("in_proj_z") for n in names)
 
 
 def test_q4_experts_mxfp4_kept(tmp_path):

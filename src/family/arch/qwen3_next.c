@@ -28,7 +28,10 @@ static void config(hfc *c, fam_config *o) {
 static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM,
-    {"linear_attn.in_proj_qkvz", NULL, AW_LINEAR, AD_QKVZ, AD_H, AK_MAT, LW(qkvz), AR_BACKBONE, NULL},
+    {"linear_attn.in_proj_qkvz", NULL, AW_LIN_QKVZ, AD_QKVZ, AD_H, AK_MAT, LW(qkvz), AR_BACKBONE, NULL},
+    /* or its halves, each in its own type (qkvz_split: a GGUF whose attn_qkv and attn_gate types differ) */
+    {"linear_attn.in_proj_qkv", NULL, AW_LIN_SPLIT, AD_CQ, AD_H, AK_MAT, LW(qkv), AR_BACKBONE, "attn_qkv.weight"},
+    {"linear_attn.in_proj_z", NULL, AW_LIN_SPLIT, AD_NVDV, AD_H, AK_MAT, LW(z), AR_BACKBONE, "attn_gate.weight"},
     {"linear_attn.in_proj_ba", NULL, AW_LINEAR, AD_2NV, AD_H, AK_MAT, LW(ba), AR_BACKBONE, "ssm_ba.weight"},
     T_DELTANET_TAIL,
     T_ATTN_QKVO, T_QK_NORM_HEAD,
@@ -40,7 +43,9 @@ static const arch_tdef tensors[] = {
  * every norm weight but linear_attn.norm's (gguf_norms_shifted), writes A = -exp(A_log) (ssm_a), dt_bias as
  * ssm_dt.bias, conv1d squeezed to [channels][kernel], in_proj_ba as it is (ssm_ba), and splits in_proj_qkvz, whose
  * rows are grouped by key head ([q | k | v | z] per key head), into attn_qkv ([all q | all k | all v]) and
- * attn_gate (all z). ---- */
+ * attn_gate (all z). llama-quantize may give those two different types (Q2_K: Q3_K and Q2_K); the import then
+ * sets qkvz_split and keeps each as it is (in_proj_qkv's rows are the conv channels' order q | k | v, in_proj_z's
+ * the value heads'), each in its own type, where regrouping them into one tensor would need f32. ---- */
 
 static const char *const LT[2] = {"full_attention", "linear_attention"};
 
