@@ -9,8 +9,9 @@
  * lanes (vpmaddubsw pairs, vpmaddwd by the group scales, a horizontal-add transpose), then one cvtdq2ps, one mul
  * (d * xd) and one vfmadd per superblock, lane b the oracle's lane b: the same bits. A block is unpacked once per
  * row into int8 values (as the formula multiplies them) and int16 scales per element pair, then dotted with each
- * token of a block of KQ_TOK tokens. IQ4_NL (blocks of 32) takes 8 blocks at a time; the last cols % 256 columns
- * run the oracle's scalar steps on their lanes.
+ * token of a block of KQ_TOK tokens. Every type is unpacked with vector ops (the grid i-quants in kquant_iq_x86.h).
+ * IQ4_NL (blocks of 32) takes 8 blocks at a time; the last cols % 256 columns run the oracle's scalar steps on their
+ * lanes.
  */
 #ifndef SL_KQUANT_X86_H
 #define SL_KQUANT_X86_H
@@ -33,15 +34,17 @@ typedef struct {
     int has_min;
 } kq_sb;
 
-static inline __m256i kq_bcast16(const int16_t *sc, int gs, int b) {
-    if (gs == 32) return _mm256_set1_epi16(sc[b]);
-    /* groups of 16: the first 8 pairs take scale 2b, the last 8 scale 2b + 1 */
-    return _mm256_setr_epi16(sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b], sc[2 * b],
-                             sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1], sc[2 * b + 1],
-                             sc[2 * b + 1], sc[2 * b + 1]);
+/* the scales of values 32 j .. 32 j + 31 per element pair from 16 int8 scales of groups of 16 (sc8, signed): lanes
+ * 0-7 (values 0-15) take scale 2 j, lanes 8-15 scale 2 j + 1 */
+static inline __m256i kq_pairs16(__m128i sc8, int j) {
+    const __m128i idx = _mm_add_epi8(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm_set1_epi8((char)(2 * j)));
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, idx));
 }
 
 static inline float kq_h2f(const uint8_t *p) { return f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+/* the grid i-quants' unpacking (needs kq_sb and kq_h2f above) */
+#include "kernels/kquant_iq_x86.h"
 
 /* Q4_K / Q5_K values with vector ops; scales and mins as kquant.c's scale_min_k4 */
 static inline void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
@@ -81,9 +84,8 @@ static inline void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
             o->v[4 * h + j] = _mm256_sub_epi8(_mm256_or_si256(lo[j], hi), k32);
         }
     }
-    int16_t sc[16];
-    for (int g = 0; g < 16; g++) sc[g] = (int8_t)b[192 + g];
-    for (int j = 0; j < 8; j++) o->s16[j] = kq_bcast16(sc, 16, j);
+    const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
+    for (int j = 0; j < 8; j++) o->s16[j] = kq_pairs16(sc, j);
     o->d = _mm256_set1_ps(kq_h2f(b + 208));
     o->dmin = _mm256_setzero_ps();
     o->has_min = 0;
@@ -107,16 +109,24 @@ static inline void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
             o->v[4 * h + s] = v;
         }
     }
-    int16_t sc[16], mn[16];
-    if (q3) {
-        const uint8_t *c = b + 96;
-        for (int g = 0; g < 16; g++)
-            sc[g] = (int16_t)((((c[g % 8] >> (4 * (g / 8))) & 0xF) | ((c[8 + g % 4] >> (2 * (g / 4))) & 3) << 4) - 32);
-    } else
-        for (int g = 0; g < 16; g++) sc[g] = b[g] & 15, mn[g] = b[g] >> 4;
+    __m128i sc, mn = _mm_setzero_si128();
+    if (q3) { /* 6-bit scales less 32 as 16 int8 (llama.cpp ggml-cpu/arch/x86/quants.c ggml_vec_dot_q3_K_q8_K's aux) */
+        uint32_t aux[4];
+        memcpy(aux, b + 96, 12);
+        const uint32_t t = aux[2], m2 = 0x0f0f0f0f, m1 = 0x03030303;
+        aux[2] = ((aux[0] >> 4) & m2) | (((t >> 4) & m1) << 4);
+        aux[3] = ((aux[1] >> 4) & m2) | (((t >> 6) & m1) << 4);
+        aux[0] = (aux[0] & m2) | ((t & m1) << 4);
+        aux[1] = (aux[1] & m2) | (((t >> 2) & m1) << 4);
+        sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)aux), _mm_set1_epi8(32));
+    } else {
+        const __m128i x = _mm_loadu_si128((const __m128i *)b), m4 = _mm_set1_epi8(0x0F);
+        sc = _mm_and_si128(x, m4);
+        mn = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
+    }
     for (int j = 0; j < 8; j++) {
-        o->s16[j] = kq_bcast16(sc, 16, j);
-        if (!q3) o->m16[j] = kq_bcast16(mn, 16, j);
+        o->s16[j] = kq_pairs16(sc, j);
+        if (!q3) o->m16[j] = kq_pairs16(mn, j);
     }
     o->d = _mm256_set1_ps(kq_h2f(q3 ? b + 108 : b + 80));
     o->dmin = q3 ? _mm256_setzero_ps() : _mm256_set1_ps(kq_h2f(b + 82));
@@ -152,29 +162,13 @@ static inline void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
     o->has_min = 0;
 }
 
-/* any type: the vector unpackings above; kq_unpack (the oracle's) would do too */
-static inline void kq_unpack_any(dt_type dt, const uint8_t *b, kq_sb *o) {
-    if (dt == DT_Q4_K || dt == DT_Q5_K) { kq_unpack_q45(dt, b, o); return; }
-    if (dt == DT_Q6_K) { kq_unpack_q6(b, o); return; }
-    if (dt == DT_Q2_K || dt == DT_Q3_K) { kq_unpack_q23(dt, b, o); return; }
-    if (dt == DT_IQ4_NL || dt == DT_IQ4_XS) { kq_unpack_iq4(dt, b, o); return; }
-    kq_unpacked u;
-    float d[8], dm[8];
-    const int nb = dt == DT_IQ4_NL ? 8 : 1, per = 256 / nb;
-    for (int k = 0; k < nb; k++) {
-        kq_unpack(dt, b + (size_t)k * (size_t)kq_bytes(dt), &u);
-        for (int j = 0; j < per / 32; j++) {
-            const int at = k * (per / 32) + j;
-            o->v[at] = _mm256_loadu_si256((const __m256i *)(u.qv + 32 * j));
-            o->s16[at] = kq_bcast16(u.sc, u.gs, j);
-            o->m16[at] = kq_bcast16(u.mn, u.gs, j);
-            d[at] = u.d;
-            dm[at] = u.dmin;
-        }
-    }
-    o->d = _mm256_loadu_ps(d);
-    o->dmin = _mm256_loadu_ps(dm);
-    o->has_min = u.has_min;
+/* any type: the vector unpackings above (grid: kq_iq_grid(dt), used by the grid i-quants only) */
+static inline void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    if (dt == DT_Q4_K || dt == DT_Q5_K) kq_unpack_q45(dt, b, o);
+    else if (dt == DT_Q6_K) kq_unpack_q6(b, o);
+    else if (dt == DT_Q2_K || dt == DT_Q3_K) kq_unpack_q23(dt, b, o);
+    else if (dt == DT_IQ4_NL || dt == DT_IQ4_XS) kq_unpack_iq4(dt, b, o);
+    else kq_unpack_grid_iq(dt, b, grid, o);
 }
 
 /* 8 vectors of 8 int32 -> one vector of their 8 sums, lane b the sum of x[b] (exact: integer adds) */
@@ -225,6 +219,7 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
     const size_t rb = kq_row_bytes(dt, cols), sbb = (size_t)kq_bytes(dt) * (size_t)(256 / kq_blk(dt));
     const int8_t *aq = kq_act_k(dt) ? a->qk : a->q0; /* kernels.h kern_matmul_i8_fn: the form dt reads */
     const float *ad = kq_act_k(dt) ? a->dk : a->d0;
+    const int8_t *grid = kq_iq_grid(dt);
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
         for (int r = r0; r < r1; r++) {
@@ -233,7 +228,7 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
             for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
             for (int k = 0; k < nsb; k++) {
                 kq_sb u;
-                kq_unpack_any(dt, row + (size_t)k * sbb, &u);
+                kq_unpack_any(dt, row + (size_t)k * sbb, grid, &u);
                 for (int t = 0; t < nt; t++) {
                     const size_t tt = (size_t)(t0 + t);
                     __m256i is, ms;

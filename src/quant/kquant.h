@@ -72,6 +72,10 @@ typedef struct kq_unpacked {
 void kq_unpack(dt_type dt, const uint8_t *blk, kq_unpacked *u);
 /* The grid i-quants' part of kq_unpack (kquant_iq.c: dt one of DT_IQ2_XXS .. DT_IQ1_M; sets gs, sc, qv, d). */
 void kq_unpack_iq(dt_type dt, const uint8_t *blk, kq_unpacked *u);
+/* The grid of a grid i-quant as kq_unpack_iq uses it (expanded on first use; thread-safe), for the SIMD unpackers:
+ * entry i's values at grid + W i, W = 4 for IQ3_XXS / IQ3_S, else 8 (IQ1_S and IQ1_M share one grid of -1 / 0 / 1;
+ * the others hold gguf-py's positive grid values); NULL for any other type. */
+const int8_t *kq_iq_grid(dt_type dt);
 
 /* The integer part of one block against int8 activations q (u->n values, column order), per 32 values b
  * (kernels/kquant_i8.c's canonical arithmetic, docs/QUANT.md); exact integer arithmetic:

@@ -165,6 +165,19 @@ static void unpack_iq1m(const uint8_t *b, kq_unpacked *u) {
     }
 }
 
+const int8_t *kq_iq_grid(dt_type dt) {
+    pthread_once(&grids_once, grids_init);
+    switch (dt) {
+    case DT_IQ2_XXS: return &g_iq2xxs[0][0];
+    case DT_IQ2_XS: return &g_iq2xs[0][0];
+    case DT_IQ2_S: return &g_iq2s[0][0];
+    case DT_IQ3_XXS: return &g_iq3xxs[0][0];
+    case DT_IQ3_S: return &g_iq3s[0][0];
+    case DT_IQ1_S: case DT_IQ1_M: return &g_iq1s[0][0];
+    default: return NULL;
+    }
+}
+
 void kq_unpack_iq(dt_type dt, const uint8_t *b, kq_unpacked *u) {
     pthread_once(&grids_once, grids_init);
     switch (dt) {

@@ -1,0 +1,199 @@
+/*
+ * kquant_iq_x86.h — the grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) unpacked with AVX2 ops
+ * into kquant_x86.h's kq_sb: the same integers as kquant_iq.c's scalar unpacking (the oracle; layouts there and in
+ * llama.cpp ggml-quants.c dequantize_row_iq*). Per 32 values: four 8-value grid entries (eight 4-value ones for
+ * IQ3) gathered as 64-bit (32-bit) lanes from kq_iq_grid's table, signs applied by a byte mask made from the four
+ * sign bytes (vpshufb + vpcmpeqb), IQ1's 8 grid + delta by adds; the integer scales as kq_unpack_iq's. Included by
+ * kquant_x86.h only (under its flags). Internal to src/kernels/.
+ */
+#ifndef SL_KQUANT_IQ_X86_H
+#define SL_KQUANT_IQ_X86_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant/kquant.h"
+
+static inline uint64_t kq_g8(const int8_t *grid, unsigned i) {
+    uint64_t v;
+    memcpy(&v, grid + 8 * (size_t)i, 8);
+    return v;
+}
+
+static inline uint32_t kq_g4(const int8_t *grid, unsigned i) {
+    uint32_t v;
+    memcpy(&v, grid + 4 * (size_t)i, 4);
+    return v;
+}
+
+static inline uint32_t kq_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static inline unsigned kq_u16(const uint8_t *p) { return (unsigned)(p[0] | p[1] << 8); }
+
+/* four 8-value grid entries, values 8 l .. 8 l + 7 from entry i[l] */
+static inline __m256i kq_grid4(const int8_t *grid, unsigned i0, unsigned i1, unsigned i2, unsigned i3) {
+    return _mm256_set_epi64x((long long)kq_g8(grid, i3), (long long)kq_g8(grid, i2), (long long)kq_g8(grid, i1),
+                             (long long)kq_g8(grid, i0));
+}
+
+/* g with value 8 l + j negated where bit j of sign byte l of s4 is set (the oracle's put8) */
+static inline __m256i kq_apply_signs(__m256i g, uint32_t s4) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                          3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), shuf);
+    const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(x, bits), bits); /* 0xFF where negative */
+    return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
+}
+
+/* ksigns_iq2xs (ggml-common.h) of four 7-bit sign indices, one in each byte of x (bit 7 clear): each with an eighth
+ * bit that makes its count of set bits even (per-byte parity folded into bit 0 by shifts: a byte's bits 0-3 never
+ * take bits of the next byte) */
+static inline uint32_t kq_even_signs(uint32_t x) {
+    uint32_t p = x ^ (x >> 4);
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return x | (p & 0x01010101u) << 7;
+}
+
+/* the same for four 7-bit sign indices in the low 28 bits of aux (IQ2_XXS, IQ3_XXS) */
+static inline uint32_t kq_ksigns4(uint32_t aux) {
+    return kq_even_signs((aux & 0x7Fu) | (aux << 1 & 0x7F00u) | (aux << 2 & 0x7F0000u) | (aux << 3 & 0x7F000000u));
+}
+
+/* one scale per 16 values: lanes 0-7 (values 0-15) lo, lanes 8-15 hi */
+static inline __m256i kq_sc2(int lo, int hi) { return _mm256_set_m128i(_mm_set1_epi16((int16_t)hi), _mm_set1_epi16((int16_t)lo)); }
+
+static inline void kq_iq_finish(kq_sb *o, float d) {
+    o->d = _mm256_set1_ps(d);
+    o->dmin = _mm256_setzero_ps();
+    o->has_min = 0;
+}
+
+/* IQ2_XXS: per 32 values four grid bytes, a u32 of four 7-bit sign indices and ls (kquant_iq.c unpack_iq2xxs) */
+static inline void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    for (int ib = 0; ib < 8; ib++) {
+        const uint8_t *q = b + 2 + 8 * ib;
+        const uint32_t aux = kq_u32(q + 4);
+        o->v[ib] = kq_apply_signs(kq_grid4(grid, q[0], q[1], q[2], q[3]), kq_ksigns4(aux));
+        o->s16[ib] = _mm256_set1_epi16((int16_t)(2 * (aux >> 28) + 1));
+    }
+    kq_iq_finish(o, kq_h2f(b) * 0.125f);
+}
+
+/* IQ2_XS: u16 per 8 values (9-bit grid index, 7-bit sign index), two 4-bit ls per 32 (unpack_iq2xs) */
+static inline void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    for (int ib = 0; ib < 8; ib++) {
+        uint64_t w; /* four u16: grid index in bits 0-8, sign index in 9-15 */
+        memcpy(&w, b + 2 + 8 * ib, 8);
+        const uint64_t si = (w >> 9) & 0x007F007F007F007Full;
+        const uint32_t s4 = (uint32_t)((si & 0x7F) | (si >> 8 & 0x7F00) | (si >> 16 & 0x7F0000) | (si >> 24 & 0x7F000000));
+        o->v[ib] = kq_apply_signs(kq_grid4(grid, (unsigned)(w & 511), (unsigned)(w >> 16 & 511), (unsigned)(w >> 32 & 511),
+                                           (unsigned)(w >> 48 & 511)),
+                                  kq_even_signs(s4));
+        o->s16[ib] = kq_sc2(2 * (b[66 + ib] & 15) + 1, 2 * (b[66 + ib] >> 4) + 1);
+    }
+    kq_iq_finish(o, kq_h2f(b) * 0.125f);
+}
+
+/* IQ2_S: grid index low bytes, 2 high bits each from qh, plain sign bytes, two 4-bit ls per 32 (unpack_iq2s) */
+static inline void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    const uint8_t *qs = b + 2, *sg = b + 34, *qh = b + 66, *sc = b + 74;
+    for (int ib = 0; ib < 8; ib++) {
+        const unsigned h = qh[ib];
+        const uint8_t *q = qs + 4 * ib;
+        o->v[ib] = kq_apply_signs(kq_grid4(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300),
+                                           q[3] | (h << 2 & 0x300)),
+                                  kq_u32(sg + 4 * ib));
+        o->s16[ib] = kq_sc2(2 * (sc[ib] & 15) + 1, 2 * (sc[ib] >> 4) + 1);
+    }
+    kq_iq_finish(o, kq_h2f(b) * 0.125f);
+}
+
+/* IQ3_XXS: eight 4-value grid bytes and a u32 of four 7-bit sign indices and ls per 32 (unpack_iq3xxs) */
+static inline void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    for (int ib = 0; ib < 8; ib++) {
+        const uint8_t *q = b + 2 + 8 * ib;
+        const uint32_t aux = kq_u32(b + 66 + 4 * ib);
+        const __m256i g = _mm256_i32gather_epi32((const int *)grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), 4);
+        o->v[ib] = kq_apply_signs(g, kq_ksigns4(aux));
+        o->s16[ib] = _mm256_set1_epi16((int16_t)(2 * (aux >> 28) + 1));
+    }
+    kq_iq_finish(o, kq_h2f(b) * 0.25f);
+}
+
+/* IQ3_S: 4-value grid index low bytes with a ninth bit each from qh, plain sign bytes, a 4-bit ls per 32
+ * (unpack_iq3s: index k of the 8 takes bit k of qh[ib]) */
+static inline void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
+    const __m256i k07 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
+    for (int ib = 0; ib < 8; ib++) {
+        const uint8_t *q = qs + 8 * ib;
+        const unsigned h = qh[ib];
+        const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)h), k07), one), 8);
+        const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), hi);
+        o->v[ib] = kq_apply_signs(_mm256_i32gather_epi32((const int *)grid, idx, 4), kq_u32(sg + 4 * ib));
+        o->s16[ib] = _mm256_set1_epi16((int16_t)(2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 15) + 1));
+    }
+    kq_iq_finish(o, kq_h2f(b));
+}
+
+/* 8 g + delta for IQ1's grid values g (-1 / 0 / 1): three doublings, one add (exact in int8) */
+static inline __m256i kq_iq1_vals(__m256i g, __m256i delta) {
+    g = _mm256_add_epi8(g, g);
+    g = _mm256_add_epi8(g, g);
+    return _mm256_add_epi8(_mm256_add_epi8(g, g), delta);
+}
+
+/* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s) */
+static inline void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    for (int ib = 0; ib < 8; ib++) {
+        const unsigned qh = kq_u16(b + 34 + 2 * ib);
+        const uint8_t *q = b + 2 + 4 * ib;
+        const __m256i g = kq_grid4(grid, q[0] | (qh & 7) << 8, q[1] | (qh >> 3 & 7) << 8, q[2] | (qh >> 6 & 7) << 8,
+                                   q[3] | (qh >> 9 & 7) << 8);
+        o->v[ib] = kq_iq1_vals(g, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
+        o->s16[ib] = _mm256_set1_epi16((int16_t)(2 * ((qh >> 12) & 7) + 1));
+    }
+    kq_iq_finish(o, kq_h2f(b) * 0.125f);
+}
+
+/* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
+ * top nibbles make the f16 d (unpack_iq1m) */
+static inline void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    const uint8_t *qs = b, *qh = b + 32;
+    unsigned sc[4];
+    for (int i = 0; i < 4; i++) sc[i] = kq_u16(b + 48 + 2 * i);
+    for (int ib = 0; ib < 8; ib++) {
+        const unsigned h0 = qh[2 * ib] & 15, h1 = qh[2 * ib] >> 4, h2 = qh[2 * ib + 1] & 15, h3 = qh[2 * ib + 1] >> 4;
+        const uint8_t *q = qs + 4 * ib;
+        const __m256i g = kq_grid4(grid, q[0] | (h0 & 7) << 8, q[1] | (h1 & 7) << 8, q[2] | (h2 & 7) << 8, q[3] | (h3 & 7) << 8);
+        /* delta -1 (0xFF) where bit 3 of nibble l is set, else 1: a byte mask from bits 3 / 7 of qh[2 ib + l / 2] */
+        const __m256i sel = _mm256_setr_epi64x(0x0808080808080808LL, (long long)0x8080808080808080ull, 0x0808080808080808LL,
+                                               (long long)0x8080808080808080ull);
+        const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                              1, 1, 1, 1);
+        const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi16((int16_t)kq_u16(qh + 2 * ib)), shuf);
+        const __m256i delta = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel), sel), _mm256_set1_epi8(1));
+        o->v[ib] = kq_iq1_vals(g, delta);
+        const unsigned s = sc[ib / 2] >> (6 * (ib % 2));
+        o->s16[ib] = kq_sc2(2 * (s & 7) + 1, 2 * ((s >> 3) & 7) + 1);
+    }
+    const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000));
+    kq_iq_finish(o, f16_to_f32(dh) * 0.125f);
+}
+
+/* a grid i-quant superblock (grid: kq_iq_grid(dt)) */
+static inline void kq_unpack_grid_iq(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    switch (dt) {
+    case DT_IQ2_XXS: kq_unpack_iq2xxs(b, grid, o); break;
+    case DT_IQ2_XS: kq_unpack_iq2xs(b, grid, o); break;
+    case DT_IQ2_S: kq_unpack_iq2s(b, grid, o); break;
+    case DT_IQ3_XXS: kq_unpack_iq3xxs(b, grid, o); break;
+    case DT_IQ3_S: kq_unpack_iq3s(b, grid, o); break;
+    case DT_IQ1_S: kq_unpack_iq1s(b, grid, o); break;
+    default: kq_unpack_iq1m(b, grid, o); break;
+    }
+}
+
+#endif
