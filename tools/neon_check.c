@@ -26,7 +26,7 @@ static void kq_check(const kern_ops *sc, const kern_ops *ne, int *pass, int *fai
     static const dt_type types[] = {DT_Q2_K,    DT_Q3_K,   DT_Q4_K,  DT_Q5_K,    DT_Q6_K,  DT_IQ4_NL, DT_IQ4_XS,
                                     DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S,  DT_IQ1_M};
     uint64_t st = 5;
-    for (int k = 0; k < 7; k++)
+    for (int k = 0; k < (int)(sizeof types / sizeof *types); k++)
         for (int v = 0; v < 2; v++) {
             const dt_type dt = types[k];
             const int cols = dt == DT_IQ4_NL ? 32 * (3 + 4 * v) : 256 * (1 + 2 * v), rows = 3 + 4 * v, nt = v ? 37 : 3;

@@ -140,11 +140,13 @@ void kern_neon_dot_q4(const tn_mat *w, const kern_act *a, float *y, size_t ldy, 
 /* The int8-activation matmul of the GGUF block types (DT_Q2_K .. DT_IQ4_XS, quant/kquant.h), the scalar oracle of
  * kquant_i8.c (its canonical arithmetic there); any table without its own uses it. */
 void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
-/* kern_kq_i8's loop with another function for a block's integer sums (quant/kquant.h kq_sums' contract: the same
- * integers), kquant_neon.c's. */
+/* kern_kq_i8's loop with other functions for a block's unpacking and integer sums (quant/kquant.h kq_unpack's and
+ * kq_sums' contracts: the same integers), kquant_neon.c's. */
 struct kq_unpacked;
+typedef void (*kq_unpack_fn)(dt_type dt, const uint8_t *blk, struct kq_unpacked *u);
 typedef void (*kq_sums_fn)(const struct kq_unpacked *u, const int8_t *q, int32_t *isum, int32_t *msum);
-void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1, kq_sums_fn sums);
+void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1, kq_unpack_fn unpack,
+                     kq_sums_fn sums);
 /* The NEON table's (kquant_neon.c: the integer sums with NEON widening multiplies; AArch64 only). */
 void kern_kq_i8_neon(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 /* The same with AVX2 integer dots (kquant_avx2.c, kquant_avx512.c: kquant_x86.h): bitwise kern_kq_i8. */

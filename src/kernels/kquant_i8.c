@@ -21,9 +21,10 @@
 
 static float lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
-/* rows [r0, r1) of w against every token of a, the integer sums by `sums` (kq_sums or a SIMD one giving the same
- * integers); a block is unpacked once per row and used for all tokens */
-void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1, kq_sums_fn sums) {
+/* rows [r0, r1) of w against every token of a, a block unpacked by `unpack` (kq_unpack or a SIMD one giving the same
+ * integers) once per row and used for all tokens, the integer sums by `sums` (kq_sums or a SIMD one, likewise) */
+void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1, kq_unpack_fn unpack,
+                     kq_sums_fn sums) {
     const dt_type dt = w->dtype;
     const int cols = w->cols, blk = kq_blk(dt), nbk = blk / 32, nk = cols / blk, T = a->n_tok;
     const size_t rb = kq_row_bytes(dt, cols), bb = (size_t)kq_bytes(dt);
@@ -37,7 +38,7 @@ void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, i
             float acc[KTOK][8] = {{0}}, accm[KTOK][8] = {{0}};
             for (int k = 0; k < nk; k++) {
                 kq_unpacked u;
-                kq_unpack(dt, row + (size_t)k * bb, &u);
+                unpack(dt, row + (size_t)k * bb, &u);
                 for (int t = 0; t < nt; t++) {
                     const size_t tt = (size_t)(t0 + t);
                     const int8_t *q = aq + tt * (size_t)cols + (size_t)k * (size_t)blk;
@@ -57,5 +58,5 @@ void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, i
 }
 
 void kern_kq_i8(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
-    kern_kq_i8_rows(w, a, y, ldy, r0, r1, kq_sums);
+    kern_kq_i8_rows(w, a, y, ldy, r0, r1, kq_unpack, kq_sums);
 }

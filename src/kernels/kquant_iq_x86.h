@@ -13,22 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/kquant_iq_bits.h"
 #include "quant/kquant.h"
-
-static inline uint64_t kq_g8(const int8_t *grid, unsigned i) {
-    uint64_t v;
-    memcpy(&v, grid + 8 * (size_t)i, 8);
-    return v;
-}
-
-static inline uint32_t kq_g4(const int8_t *grid, unsigned i) {
-    uint32_t v;
-    memcpy(&v, grid + 4 * (size_t)i, 4);
-    return v;
-}
-
-static inline uint32_t kq_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static inline unsigned kq_u16(const uint8_t *p) { return (unsigned)(p[0] | p[1] << 8); }
 
 /* four 8-value grid entries, values 8 l .. 8 l + 7 from entry i[l] */
 static inline __m256i kq_grid4(const int8_t *grid, unsigned i0, unsigned i1, unsigned i2, unsigned i3) {
@@ -44,21 +30,6 @@ static inline __m256i kq_apply_signs(__m256i g, uint32_t s4) {
     const __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), shuf);
     const __m256i m = _mm256_cmpeq_epi8(_mm256_and_si256(x, bits), bits); /* 0xFF where negative */
     return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
-}
-
-/* ksigns_iq2xs (ggml-common.h) of four 7-bit sign indices, one in each byte of x (bit 7 clear): each with an eighth
- * bit that makes its count of set bits even (per-byte parity folded into bit 0 by shifts: a byte's bits 0-3 never
- * take bits of the next byte) */
-static inline uint32_t kq_even_signs(uint32_t x) {
-    uint32_t p = x ^ (x >> 4);
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return x | (p & 0x01010101u) << 7;
-}
-
-/* the same for four 7-bit sign indices in the low 28 bits of aux (IQ2_XXS, IQ3_XXS) */
-static inline uint32_t kq_ksigns4(uint32_t aux) {
-    return kq_even_signs((aux & 0x7Fu) | (aux << 1 & 0x7F00u) | (aux << 2 & 0x7F0000u) | (aux << 3 & 0x7F000000u));
 }
 
 /* one scale per 16 values: lanes 0-7 (values 0-15) lo, lanes 8-15 hi */

@@ -1,14 +1,16 @@
 /*
  * kquant_neon.c — the GGUF block types' int8-activation matmul for the NEON table: kquant_i8.c's loop (the oracle's
  * float order) with a block's integer sums by NEON widening multiplies (vmull_s8, pairwise adds), which are exact,
- * so the result is bitwise the oracle's. Plain Armv8.0 NEON: both NEON tables (with and without the dot product)
- * use it.
+ * so the result is bitwise the oracle's. The grid i-quants (IQ2_XXS .. IQ1_M) are unpacked with NEON ops too
+ * (kquant_iq_neon.h: the same integers as quant/kquant_iq.c's oracle); the other types by kq_unpack. Plain Armv8.0
+ * NEON: both NEON tables (with and without the dot product) use it.
  */
 #include "kernels/kernels.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
 
+#include "kernels/kquant_iq_neon.h"
 #include "quant/kquant.h"
 
 /* sum of v[i] * x[i] over 16 values, and sum of x[i] (exact in int32) */
@@ -34,7 +36,7 @@ static void sums_neon(const kq_unpacked *u, const int8_t *q, int32_t *isum, int3
 }
 
 void kern_kq_i8_neon(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
-    kern_kq_i8_rows(w, a, y, ldy, r0, r1, sums_neon);
+    kern_kq_i8_rows(w, a, y, ldy, r0, r1, nq_unpack, sums_neon);
 }
 #else
 void kern_kq_i8_neon(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
