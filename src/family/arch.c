@@ -44,7 +44,7 @@ const arch_desc *arch_by_gguf(const char *gguf_arch) {
 }
 
 const char *arch_gguf_list(void) {
-    static char buf[256];
+    static char buf[512];
     if (buf[0]) return buf;
     size_t n = 0;
     for (int i = 0; arch_list[i] && n < sizeof buf; i++)
