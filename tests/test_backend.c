@@ -171,6 +171,8 @@ static void drop_op(be_backend *be, const char *op) {
     else if (!strcmp(op, "row_scale")) be->row_scale = NULL;
     else if (!strcmp(op, "short_conv")) be->short_conv = NULL;
     else if (!strcmp(op, "mamba2")) be->mamba2 = NULL;
+    else if (!strcmp(op, "head_gate")) be->head_gate = NULL;
+    else if (!strcmp(op, "kda_gates")) be->kda_gates = NULL;
     else be->dn_chunk = NULL;
 }
 
@@ -182,7 +184,8 @@ TEST(backend_missing_op_refused_at_open) {
         const char *fixture, *op;
     } cases[] = {{"qwen3_next", "dn_chunk"}, {"deepseek_v3", "mla"}, {"qwen3_moe", "attention"}, {"gemma4", "scale"},
                  {"llama4", "row_scale"}, {"mimo_v2_flash", "scale"}, {"lfm2_moe", "short_conv"},
-                 {"longcat_flash", "row_scale"}, {"granitemoehybrid", "mamba2"}};
+                 {"longcat_flash", "row_scale"}, {"granitemoehybrid", "mamba2"}, {"bailing_hybrid", "head_gate"},
+                 {"bailing_hybrid", "kda_gates"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         slc_file f;
         sl_error err = {0};
@@ -255,5 +258,81 @@ TEST(backend_dsa_select_and_layernorm) {
         for (int i = 0; i < D; i++)
             CHECK(fabs(ln[t * D + i] - ((k[t * D + i] - m) / sqrt(v + 1e-6) * lw[i] + lb[i])) < 1e-5);
     }
+    be_close(be);
+}
+
+/* Bailing hybrid's pieces (modeling_bailing_hybrid.py) against their formulas: head_gate (each head's dim floats
+ * times sigmoid of its gate, nothing else written), kda_gates' bounded gate g = lower * sigmoid(exp(A_log) (f +
+ * dt_bias)) with beta = sigmoid(b), and BE_FFN_SWIGLU_CLIP y = down(min(silu(gate x), L) * clamp(up x, +-L)). */
+TEST(backend_bailing_ops) {
+    srand(test_seed());
+    be_backend *be = be_cpu_new(kern_scalar_ops(), NULL);
+    CHECK(be);
+    enum { T = 3, NH = 3, HS = 7, DIM = 5, LD = NH * HS + 2, LDG = NH + 1 };
+    float x[T * LD], y[T * LD], g[T * LDG];
+    for (int i = 0; i < T * LD; i++) x[i] = y[i] = frand();
+    for (int i = 0; i < T * LDG; i++) g[i] = 4 * frand();
+    be->head_gate(be, y, LD, HS, DIM, g, LDG, T, NH);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < LD; i++) {
+            const int h = i / HS, in = h < NH && i % HS < DIM;
+            const double want = in ? x[t * LD + i] / (1.0 + exp(-(double)g[t * LDG + h])) : x[t * LD + i];
+            bad += fabs(y[t * LD + i] - want) > 1e-6 * (1 + fabs(want)) || (!in && y[t * LD + i] != x[t * LD + i]);
+        }
+    CHECKF(bad == 0, "%d head_gate values wrong (seed %u)", bad, test_seed());
+    enum { N = 2, NV = 2, DK = 4, LG = NV + NV * DK, CQ = 3 * NV * DK };
+    float ba[N * LG], gates[N * LG], conv[N * CQ], A_log[NV], dt[NV * DK];
+    for (int i = 0; i < N * LG; i++) ba[i] = 3 * frand();
+    for (int i = 0; i < N * CQ; i++) conv[i] = frand();
+    for (int i = 0; i < NV; i++) A_log[i] = frand();
+    for (int i = 0; i < NV * DK; i++) dt[i] = frand();
+    const be_dn d = {.n = N, .nk = NV, .nv = NV, .dk = DK, .dv = DK, .ba = ba, .A_log = A_log, .dt_bias = dt,
+                     .gates = gates, .conv_out = conv, .kda = 1, .kda_lower = -5.0f};
+    be->kda_gates(be, &d);
+    for (int t = 0; t < N; t++)
+        for (int h = 0; h < NV; h++) {
+            bad += fabs(gates[t * LG + h] - 1 / (1 + exp(-(double)ba[t * LG + h]))) > 1e-6;
+            for (int i = 0; i < DK; i++) {
+                const int c = NV + h * DK + i;
+                const double want = -5.0 / (1 + exp(-exp((double)A_log[h]) * ((double)ba[t * LG + c] + dt[h * DK + i])));
+                bad += fabs(gates[t * LG + c] - want) > 1e-5;
+            }
+        }
+    CHECKF(bad == 0, "%d kda_gates values wrong (seed %u)", bad, test_seed());
+    enum { H = 6, I = 5 };
+    float wg[I * H], wu[I * H], wd[H * I], xin[N * H], gs[N * I], us[N * I], out[N * H];
+    for (int i = 0; i < I * H; i++) wg[i] = 2 * frand(), wu[i] = 2 * frand(), wd[i] = frand();
+    for (int i = 0; i < N * H; i++) xin[i] = frand();
+    const tn_expert ex = {.gate = {.data = wg, .dtype = DT_F32, .rows = I, .cols = H},
+                          .up = {.data = wu, .dtype = DT_F32, .rows = I, .cols = H},
+                          .down = {.data = wd, .dtype = DT_F32, .rows = H, .cols = I}};
+    kern_act a;
+    kern_act_init(&a, NULL, xin, H, N, H, 0);
+    void *mid = malloc(kern_act_bytes(N, I));
+    const float L = 0.6f;
+    const be_ffn f = {.kind = BE_FFN_SWIGLU_CLIP, .limit = L, .w = &ex, .x = &a, .inter = I, .g = gs, .u = us,
+                      .mid_buf = mid, .y = out, .ldy = H};
+    be->ffn(be, &f);
+    int clipped = 0;
+    for (int t = 0; t < N; t++) {
+        double m[I];
+        for (int j = 0; j < I; j++) {
+            double gv = 0, uv = 0;
+            for (int k = 0; k < H; k++) gv += (double)wg[j * H + k] * xin[t * H + k], uv += (double)wu[j * H + k] * xin[t * H + k];
+            const double sg = gv / (1 + exp(-gv));
+            clipped += sg > L || fabs(uv) > L;
+            m[j] = (sg > L ? L : sg) * (uv > L ? L : uv < -L ? -L : uv);
+        }
+        for (int k = 0; k < H; k++) {
+            double want = 0;
+            for (int j = 0; j < I; j++) want += (double)wd[k * I + j] * m[j];
+            bad += fabs(out[t * H + k] - want) > 1e-5 * (1 + fabs(want));
+        }
+    }
+    CHECKF(bad == 0 && clipped > 0, "%d clipped SwiGLU outputs wrong, %d entries clipped (seed %u)", bad, clipped,
+           test_seed());
+    CHECK(be->sync(be) == 0);
+    free(mid);
     be_close(be);
 }

@@ -225,9 +225,9 @@ def greedy(model, ids, n):
     return new
 
 
-def write_refs(model, d, seed, extra):
+def write_refs(model, d, seed, extra, n_tokens=T_PROMPT):
     rng = np.random.default_rng(seed)
-    ids = [int(x) for x in rng.integers(0, V, T_PROMPT)]
+    ids = [int(x) for x in rng.integers(0, V, n_tokens)]
     logits, hidden = forward_logits(model, ids)
     g = greedy(model, ids, N_GREEDY)
     logits.astype("<f4").tofile(os.path.join(d, "ref_logits.f32"))

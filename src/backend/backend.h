@@ -57,7 +57,8 @@ enum {
 enum { BE_H2D = 0, BE_D2H = 1, BE_D2D = 2 };
 
 /* Expert FFN kinds (config.h tn_expert_kind) */
-enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1, BE_FFN_SWIGLU_CLAMP = 2, BE_FFN_GEGLU = 3, BE_FFN_SWIGLU_FUSED = 4 };
+enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1, BE_FFN_SWIGLU_CLAMP = 2, BE_FFN_GEGLU = 3, BE_FFN_SWIGLU_FUSED = 4,
+       BE_FFN_SWIGLU_CLIP = 5 };
 
 /* Full (softmax) attention of one micro-batch with its KV cache (attention op). q/k already have their
  * biases, q/k norms and RoPE. The op first stores the n new K/V rows at positions pos0 .. pos0+n-1 (row
@@ -228,8 +229,10 @@ typedef struct be_dn {
     /* Kimi Delta Attention (kda; the kda_gates op instead of dn_gates): ba [n][nv + nv*dk] holds b then the forget
      * gate's f per channel; gates [n][nv + nv*dk] gets beta = sigmoid(b) then g = -exp(A_log[h]) softplus(f +
      * dt_bias[h*dk + i]) per channel (dt_bias [nv*dk]); dn_step decays S's row i by exp(g_i), not one exp(g) per
-     * head; dn_norm gates with sigmoid(z), not silu(z) */
+     * head; dn_norm gates with sigmoid(z), not silu(z). kda_lower < 0 (Bailing hybrid's bounded gate): g =
+     * kda_lower * sigmoid(exp(A_log[h]) (f + dt_bias[h*dk + i])) instead */
     int kda;
+    float kda_lower;
     /* dn_norm: per value head, out = rmsnorm(out) (plain weight norm_w [dv], eps) * silu(z) */
     const float *z;              /* [n][nv*dv] */
     const float *norm_w;
@@ -296,10 +299,12 @@ typedef struct be_route {
  * gu = gate_up x [n][2I] (g scratch), y = down(silu(gu[:I]) * gu[I:]) (Llama 4); BE_FFN_GPTOSS
  * (modeling_gpt_oss.py GptOssExperts) gu = gate_up x + gate_up_bias, rows interleaved (gate even, up odd),
  * gate clamped above at limit, up to [-limit, limit], act = (up + 1) * gate * sigmoid(1.702 gate), y =
- * down act + down_bias. down's input is an activation of its own (mid_buf, int8 as x's rule: kernels.h). */
+ * down act + down_bias; BE_FFN_SWIGLU_CLIP (modeling_bailing_hybrid.py BailingHybridExperts._apply_gate) y =
+ * down(min(silu(gate x), limit) * clamp(up x, +-limit)). down's input is an activation of its own (mid_buf, int8
+ * as x's rule: kernels.h). */
 typedef struct be_ffn {
     int kind;
-    float limit;          /* BE_FFN_GPTOSS's swiglu_limit */
+    float limit;          /* BE_FFN_GPTOSS's swiglu_limit, the clamp's, the clip's */
     const tn_expert *w;   /* its parts: gate, up, down, or gate_up, down and the two biases */
     kern_act *x;          /* [n][H] input, n = x->n_tok <= 64 */
     int inter;            /* I */
@@ -413,6 +418,10 @@ struct be_backend {
     void (*softcap)(be_backend *be, float *x, size_t n, float cap);
     /* optional (as scale): x[t*ld + i] *= s[t], t < n_rows, i < cols; s HOST [n_rows] */
     void (*row_scale)(be_backend *be, float *x, size_t ld, int n_rows, int cols, const float *s);
+    /* optional (as scale; Bailing hybrid's gated MLA): x[t*ld + h*hs + i] *= sigmoid(g[t*ldg + h]) (f32), t < n_rows,
+     * h < heads, i < dim */
+    void (*head_gate)(be_backend *be, float *x, size_t ld, size_t hs, int dim, const float *g, size_t ldg, int n_rows,
+                      int heads);
     /* x[t*ld + i] += b[i], t < n_rows, i < cols. */
     void (*add_bias)(be_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols);
     /* dst row (didx ? didx[i] : i) := src row (sidx ? sidx[i] : i), i < n, cols floats each; didx, sidx

@@ -197,6 +197,9 @@ const char *hfc_str(hfc *c, const char *name);
 int hfc_strs(hfc *c, const char *name, int n, uint8_t *out, int (*map)(const char *));
 /* The first n entries of a list of non-negative integers; 1 when read, 0 when absent or wrong. */
 int hfc_ints(hfc *c, const char *name, int n, int *out);
+/* A list of exactly n numbers >= 0 (per-layer limits) into out; 1 when read, 0 when absent or null, or wrong (then
+ * recorded). */
+int hfc_nums(hfc *c, const char *name, int n, float *out);
 /* The integer object.name, or def when absent. */
 int hfc_sub_int(hfc *c, const char *object, const char *name, int def);
 /* Up to n entries of the integer list object.name into out: how many (0 when absent or wrong). */

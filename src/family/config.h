@@ -55,6 +55,10 @@ enum {
     /* gu = gate_up x (one matrix [2I, H]: the gate's I rows, then the up's), down(silu(gu[:I]) * gu[I:]) (Llama 4's
      * experts.gate_up_proj [E, H, 2I], x @ W) */
     SL_EXPERT_SWIGLU_FUSED = 4,
+    /* Bailing hybrid (Ling 3; modeling_bailing_hybrid.py BailingHybridExperts, BailingHybridMLP: limit_after_act):
+     * down(min(silu(gate x), limit) * clamp(up x, +-limit)) with the layer's limit, layer_clip for the routed
+     * experts, layer_sh_clip for the shared one; a limit of 0 is plain SwiGLU. The dense MLP is never clipped. */
+    SL_EXPERT_SWIGLU_CLIP = 5,
 };
 
 /* DeepSeek-V4 attention layers besides the sliding window (fam_config layer_compress). */
@@ -113,6 +117,12 @@ typedef struct fam_config {
     /* Kimi Delta Attention on the linear layers (model/kda.c): q, k, v projections and three conv kernels, a forget
      * gate per channel (nv * dk: -exp(A_log) softplus(f_b f_a x + dt_bias)), the output norm gated by sigmoid */
     int kda;
+    /* Bailing hybrid's KDA (kda_lower < 0): the bounded forget gate g = kda_lower * sigmoid(exp(A_log[h]) (f +
+     * dt_bias)) instead of Kimi's -exp(A_log) softplus(f + dt_bias), f one full-rank f_proj (and the output gate one
+     * g_proj) instead of the low-rank pairs; 0: Kimi's */
+    double kda_lower;
+    /* MLA's output times sigmoid(g_proj x) per head before o_proj (Bailing hybrid's gated MLA; the head_gate op) */
+    int attn_head_gate;
     int mla_nope;          /* MLA without RoPE (Kimi Linear): the rot_dim part of q and of the key enters unrotated */
 
     uint8_t layer_linear[SL_MAX_LAYERS]; /* 1: Gated DeltaNet, 0: full attention */
@@ -223,6 +233,8 @@ typedef struct fam_config {
      * rope_low_freq / rope_high_freq: SL_ROPE_LLAMA3's low_freq_factor / high_freq_factor. */
     int attn_chunk, nope_full, moe_scale_input;
     double attn_floor_scale, attn_temp, rope_low_freq, rope_high_freq;
+    /* SL_EXPERT_SWIGLU_CLIP's per-layer limits (>= 0; 0: none): the routed experts', the shared expert's */
+    float layer_clip[SL_MAX_LAYERS], layer_sh_clip[SL_MAX_LAYERS];
 } fam_config;
 
 /* The scalar fields of fam_config as the manifest stores them: X(name, type, presence) with type I (int),
@@ -253,7 +265,8 @@ typedef struct fam_config {
     X(attn_floor_scale, D, O) X(attn_temp, D, O) X(rope_low_freq, D, O) X(rope_high_freq, D, O)           \
     X(full_rope_prop, I, O) X(attn_v_scale, D, O) X(short_conv, I, O) X(router_norm_eps, D, O)              \
     X(zero_experts, I, O) X(moe_shortcut, I, O) X(mla_q_scale, D, O) X(mla_kv_scale, D, O)                 \
-    X(mamba, I, O) X(residual_scale, D, O) X(logit_scale, D, O) X(qkvz_split, I, O)
+    X(mamba, I, O) X(residual_scale, D, O) X(logit_scale, D, O) X(qkvz_split, I, O) X(kda_lower, D, O)          \
+    X(attn_head_gate, I, O)
 
 /* Bounds of SL_ROUTER_SIGMOID_GROUP (moe.c's scratch). */
 #define SL_ROUTER_MAX_EXPERTS 1024

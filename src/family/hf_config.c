@@ -276,6 +276,24 @@ int hfc_ints(hfc *c, const char *name, int n, int *out) {
     return 1;
 }
 
+int hfc_nums(hfc *c, const char *name, int n, float *out) {
+    const cJSON *a = field(c, name);
+    if (!a || cJSON_IsNull(a) || c->st) return 0;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n) {
+        hfc_fail(c, SL_ECONFIG, "'%s' must be a list of %d numbers (num_hidden_layers)", name, n);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0) || e->valuedouble > 1e30) {
+            hfc_fail(c, SL_ECONFIG, "%s[%d] must be a number >= 0", name, i);
+            return 0;
+        }
+        out[i] = (float)e->valuedouble;
+    }
+    return 1;
+}
+
 int hfc_sub_int(hfc *c, const char *object, const char *name, int def) {
     const cJSON *o = field(c, object), *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, name) : NULL;
     if (!v || cJSON_IsNull(v)) return def;

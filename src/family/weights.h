@@ -42,6 +42,10 @@ typedef struct fam_layer_w {
      * q, k, v [nv*dk][K] each; the forget gate's f_a [dk, H], f_b [nv*dk, dk], the output gate's g_a, g_b alike */
     float *conv_parts[3];
     tn_mat kda_fa, kda_fb, kda_ga, kda_gb;
+    /* Bailing hybrid's KDA: the full-rank forget gate f_proj [nv*dk, H] and output gate g_proj [nv*dv, H] instead */
+    tn_mat kda_f, kda_g;
+    /* Bailing hybrid's gated MLA: g_proj [nh, H], each head's output times sigmoid of its row (cfg->attn_head_gate) */
+    tn_mat head_gate;
     tn_mat lin_out;          /* [H, nv*dv] */
 
     /* MoE */

@@ -123,7 +123,30 @@ cJSON *slc_config_to_json(const fam_config *c) {
             cJSON_AddItemToArray(lh, cJSON_CreateBool(c->layer_hash[l]));
         }
     }
+    if (c->expert_kind == SL_EXPERT_SWIGLU_CLIP) { /* Bailing hybrid's per-layer SwiGLU limits */
+        cJSON *lc = cJSON_AddArrayToObject(j, "layer_clip"), *ls = cJSON_AddArrayToObject(j, "layer_sh_clip");
+        for (int l = 0; l < c->n_layers; l++) {
+            cJSON_AddItemToArray(lc, cJSON_CreateNumber(c->layer_clip[l]));
+            cJSON_AddItemToArray(ls, cJSON_CreateNumber(c->layer_sh_clip[l]));
+        }
+    }
     return j;
+}
+
+/* SL_EXPERT_SWIGLU_CLIP's per-layer limits (required with it): 0, or -1 when absent, short or not >= 0. */
+static int clip_lists(const cJSON *j, fam_config *c) {
+    if (c->expert_kind != SL_EXPERT_SWIGLU_CLIP) return 0;
+    const cJSON *lc = cJSON_GetObjectItemCaseSensitive(j, "layer_clip"), *ls = cJSON_GetObjectItemCaseSensitive(j, "layer_sh_clip");
+    if (cJSON_GetArraySize(lc) != c->n_layers || cJSON_GetArraySize(ls) != c->n_layers) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        const cJSON *a = cJSON_GetArrayItem(lc, l), *b = cJSON_GetArrayItem(ls, l);
+        if (!cJSON_IsNumber(a) || !cJSON_IsNumber(b) || !(a->valuedouble >= 0) || !(b->valuedouble >= 0) ||
+            a->valuedouble > 1e30 || b->valuedouble > 1e30)
+            return -1;
+        c->layer_clip[l] = (float)a->valuedouble;
+        c->layer_sh_clip[l] = (float)b->valuedouble;
+    }
+    return 0;
 }
 
 /* Reads field `name` of j into *v; 0, or -1 when a required field is missing or not a number (an
@@ -185,6 +208,7 @@ sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, 
         c->layer_compress[l] = (uint8_t)(cJSON_IsNumber(k) && k->valuedouble >= 0 && k->valuedouble <= SL_CMP_HCA ? k->valueint : 255);
         c->layer_hash[l] = cJSON_IsTrue(cJSON_GetArrayItem(lh, l));
     }
+    if (clip_lists(j, c)) return err_set(err, SL_EFORMAT, "%s: manifest: layer lists do not match n_layers", path);
     if (c->vocab < 1 || c->hidden < 1 || c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads ||
         c->head_dim < 1 || c->n_experts < 1 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
         c->rot_dim > c->head_dim || c->rot_dim % 2 || c->router < 0 || c->router > SL_ROUTER_SOFTMAX_ZERO || !cfg_dsv4_ok(c) ||
@@ -192,7 +216,7 @@ sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, 
         c->qk_norm < 0 || c->qk_norm > SL_QK_NORM_ALL || !cfg_mla_ok(c) ||
         c->rope_type < SL_ROPE_DEFAULT || c->rope_type > SL_ROPE_LLAMA3 ||
         (c->rope_type == SL_ROPE_YARN && (c->rope_orig_max_pos < 1 || !(c->rope_factor > 0) || c->rope_attn_factor < 0)) ||
-        (any_sliding && c->sliding_window < 1) || c->expert_kind < SL_EXPERT_SWIGLU || c->expert_kind > SL_EXPERT_SWIGLU_FUSED ||
+        (any_sliding && c->sliding_window < 1) || c->expert_kind < SL_EXPERT_SWIGLU || c->expert_kind > SL_EXPERT_SWIGLU_CLIP ||
         (c->expert_kind == SL_EXPERT_GPTOSS && !(c->swiglu_limit > 0)) ||
         (any_linear && !c->short_conv && (c->lin_nk < 1 || c->lin_nv % c->lin_nk || c->conv_k < 1)) ||
         (any_linear && c->short_conv && c->conv_k < 2))

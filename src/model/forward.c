@@ -202,7 +202,7 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     DEV(ws->mla_lat, cfg->kv_lora > 0 ? B * (size_t)nh * (size_t)cfg->kv_lora : 1);
     DEV(ws->conv_in, B * imax(cq, 1));
     DEV(ws->conv_out, B * imax(cq, 1));
-    DEV(ws->z, B * imax(nv * dv, 1));
+    DEV(ws->z, B * imax(imax(nv * dv, 1), cfg->attn_head_gate ? nh : 1)); /* KDA's output gate, MLA's head gate */
     DEV(ws->ba, B * imax(lg, 1));
     DEV(ws->gates, B * imax(lg, 1));
     DEV(ws->router, B * E);
@@ -316,7 +316,7 @@ static sl_status check_config(const fam_config *c, sl_error *err) {
          !(c->attn_chunk > 0 && c->sliding_window != c->attn_chunk) &&
          cfg_mla_ok(c) &&
          (c->expert_kind == SL_EXPERT_SWIGLU || c->expert_kind == SL_EXPERT_GEGLU ||
-          c->expert_kind == SL_EXPERT_SWIGLU_FUSED ||
+          c->expert_kind == SL_EXPERT_SWIGLU_FUSED || c->expert_kind == SL_EXPERT_SWIGLU_CLIP ||
           (c->expert_kind == SL_EXPERT_GPTOSS && c->swiglu_limit > 0) ||
           (c->expert_kind == SL_EXPERT_SWIGLU_CLAMP && c->swiglu_limit > 0)) &&
          (c->full_head_dim == 0 ||
@@ -325,11 +325,14 @@ static sl_status check_config(const fam_config *c, sl_error *err) {
            c->n_heads % (c->full_kv_heads > 0 ? c->full_kv_heads : c->n_kv_heads) == 0)) &&
          !(c->kv_lora == 0 && c->v_head_dim > 0 && (c->gated_attn || c->k_eq_v || c->v_norm)) && /* vd = hd there */
          (!c->ffn_beside || c->dense_inter > 0) && (!c->moe_shortcut || c->dense_inter > 0) && c->zero_experts >= 0 &&
-         (c->router != SL_ROUTER_SOFTMAX_ZERO || c->routed_scale > 0);
+         (c->router != SL_ROUTER_SOFTMAX_ZERO || c->routed_scale > 0) && c->kda_lower <= 0 &&
+         !(c->attn_head_gate && c->kv_lora <= 0); /* the head gate: MLA's (mla.c) */
     for (int l = 0; ok && l < c->n_layers; l++)
         if (c->layer_sliding[l]) ok = !c->layer_linear[l] && c->sliding_window >= 1;
 
     for (int l = 0; ok && l < c->n_layers; l++) {
+        ok = c->layer_clip[l] >= 0 && c->layer_sh_clip[l] >= 0; /* NaN too */
+        if (!ok) break;
         if (c->layer_moe[l])
             ok = c->n_experts > 0 && c->n_experts_used > 0 && c->n_experts_used <= c->n_experts && c->moe_inter > 0;
         else

@@ -74,9 +74,12 @@ sl_status fwd_rm_recv_wide(fwd_ws *ws, const fam_config *cfg, int n_list, const 
  * (host). SL_OK, SL_EFORMAT for a malformed request, or the expert source's or an expert's error. */
 sl_status fwd_rm_serve(fwd_ws *ws, const fam_config *cfg, const tn_expert_src *src, const void *msg, size_t len,
                        float *y, sl_error *err);
-/* moe.c's expert FFN op over x's rows into y [n][H] (cfg's expert kind, moe_inter), and its check of an expert's
- * parts (shapes, types the backend multiplies): SL_OK or an error naming layer, expert and part. */
-be_ffn fwd_expert_ffn(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, kern_act *x, float *y);
+/* moe.c's expert FFN op over x's rows into y [n][H] (cfg's expert kind with layer's limit, moe_inter), and its check
+ * of an expert's parts (shapes, types the backend multiplies): SL_OK or an error naming layer, expert and part. */
+be_ffn fwd_expert_ffn(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert *ex, kern_act *x, float *y);
+/* The backend FFN kind (BE_FFN_*) of cfg->expert_kind and its limit into *limit: layer `layer`'s routed experts
+ * (shared 0) or shared expert (shared 1); Bailing hybrid's clip with the layer's limit, plain SwiGLU where it is 0. */
+int fwd_ffn_kind(const fam_config *cfg, int layer, int shared, float *limit);
 sl_status fwd_check_expert(const be_backend *be, const fam_config *cfg, const tn_expert *ex, int layer, int e,
                            sl_error *err);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
@@ -145,7 +148,7 @@ struct fwd_ws {
     float *mix;      /* [B][n_mix]: attention / DeltaNet output before o_proj / out_proj */
     float *conv_in;  /* [B][Cq] pre-conv q|k|v */
     float *conv_out; /* [B][Cq] */
-    float *z;        /* [B][nv*dv] */
+    float *z;        /* [B][nv*dv]; MLA's head gate (attn_head_gate) [B][nh] */
     float *ba;       /* [B][2*nv]: Next raw grouped b|a, or Qwen3.5 b (first nv) and a */
     float *gates;    /* [B][2*nv]: beta (first nv), g (log decay) */
     float *mla_q;    /* MLA: [B][nh][kv_lora + rot_dim] absorbed queries (mla.c) */

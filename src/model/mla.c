@@ -20,6 +20,9 @@
  * The same quantities as transformers' in another association: within ~1e-6 of it, not bitwise. Each item's
  * arithmetic depends only on its own token, head and the cache, never on the batch or the thread count.
  * The low-rank norms (q_a_layernorm, kv_a_layernorm) use transformers' default eps 1e-6, not rms_norm_eps.
+ * Bailing hybrid's gated MLA (cfg->attn_head_gate; modeling_bailing_hybrid.py BailingHybridAttention): before o_proj
+ * each head's output is multiplied by sigmoid(g_proj x)'s entry for that head (the head_gate op; g_proj's n_heads
+ * rows in ws->z).
  *
  * DeepSeek sparse attention (cfg->dsa_topk > 0: DeepSeek-V3.2, GLM-5; transformers' DeepseekV32Indexer and
  * GlmMoeDsaIndexer): before the attention, the layer's indexer scores every cached position p <= pos for each
@@ -189,6 +192,10 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *l
     for (int h = 0; h < nh; h++) {
         tn_mat wuv = fwd_rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
         mm_exact(be, &wuv, ws->mla_lat + (size_t)h * r, (size_t)nh * r, ws->mix + (size_t)h * dv, (size_t)ws->n_mix, n);
+    }
+    if (cfg->attn_head_gate) { /* Bailing hybrid: each head's output times sigmoid(g_proj x)'s entry (ws->z) */
+        mm_exact(be, &lw->head_gate, ws->h, H, ws->z, (size_t)nh, n);
+        be->head_gate(be, ws->mix, (size_t)ws->n_mix, (size_t)dv, dv, ws->z, (size_t)nh, n, nh);
     }
     mm_exact(be, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
     return 0;

@@ -22,29 +22,43 @@
 #include "sluice.h"
 #include "util/err.h"
 
-/* The backend's FFN op over x's rows for expert parts ex, as cfg->expert_kind says; y [n][H]. */
-static be_ffn ffn_of(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, kern_act *x, int inter, float *y) {
-    const int kind = cfg->expert_kind == SL_EXPERT_GPTOSS ? BE_FFN_GPTOSS
-                     : cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP
-                     : cfg->expert_kind == SL_EXPERT_GEGLU ? BE_FFN_GEGLU
-                     : cfg->expert_kind == SL_EXPERT_SWIGLU_FUSED ? BE_FFN_SWIGLU_FUSED : BE_FFN_SWIGLU;
-    return (be_ffn){.kind = kind,
-                    .limit = (float)cfg->swiglu_limit, .w = ex, .x = x, .inter = inter, .g = ws->ffn_g, .u = ws->ffn_u,
+int fwd_ffn_kind(const fam_config *cfg, int layer, int shared, float *limit) {
+    *limit = (float)cfg->swiglu_limit;
+    switch (cfg->expert_kind) {
+    case SL_EXPERT_GPTOSS: return BE_FFN_GPTOSS;
+    case SL_EXPERT_SWIGLU_CLAMP: return BE_FFN_SWIGLU_CLAMP;
+    case SL_EXPERT_GEGLU: return BE_FFN_GEGLU;
+    case SL_EXPERT_SWIGLU_FUSED: return BE_FFN_SWIGLU_FUSED;
+    case SL_EXPERT_SWIGLU_CLIP:
+        *limit = shared ? cfg->layer_sh_clip[layer] : cfg->layer_clip[layer];
+        return *limit > 0 ? BE_FFN_SWIGLU_CLIP : BE_FFN_SWIGLU;
+    default: return BE_FFN_SWIGLU;
+    }
+}
+
+/* The backend's FFN op over x's rows for layer `layer`'s expert parts ex, as cfg->expert_kind says; y [n][H]. */
+static be_ffn ffn_of(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert *ex, kern_act *x, int inter,
+                     float *y) {
+    float limit;
+    const int kind = fwd_ffn_kind(cfg, layer, 0, &limit);
+    return (be_ffn){.kind = kind, .limit = limit, .w = ex, .x = x, .inter = inter, .g = ws->ffn_g, .u = ws->ffn_u,
                     .mid_buf = ws->act[FWD_ACT_MID], .int8 = ws->int8 && x->n_tok <= FWD_BATCH && inter <= ws->act_cols,
                     .y = y, .ldy = (size_t)cfg->hidden};
 }
 
-be_ffn fwd_expert_ffn(fwd_ws *ws, const fam_config *cfg, const tn_expert *ex, kern_act *x, float *y) {
-    return ffn_of(ws, cfg, ex, x, cfg->moe_inter, y);
+be_ffn fwd_expert_ffn(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert *ex, kern_act *x, float *y) {
+    return ffn_of(ws, cfg, layer, ex, x, cfg->moe_inter, y);
 }
 
-/* A SwiGLU (GeGLU: cfg->dense_act_geglu) FFN of the backbone (shared expert, dense MLP) over x into y [n][H]. */
-static void swiglu_ffn(fwd_ws *ws, const fam_config *cfg, const tn_mat *gate, const tn_mat *up, const tn_mat *down,
-                       kern_act *x, int inter, float *y) {
+/* A SwiGLU (GeGLU: cfg->dense_act_geglu) FFN of the backbone over x into y [n][H]: layer `layer`'s shared expert
+ * (shared 1: V4's clamp, Bailing hybrid's clip of the layer) or dense MLP (shared 0: never clipped). */
+static void swiglu_ffn(fwd_ws *ws, const fam_config *cfg, int layer, int shared, const tn_mat *gate, const tn_mat *up,
+                       const tn_mat *down, kern_act *x, int inter, float *y) {
     tn_expert ex = {.gate = *gate, .up = *up, .down = *down};
-    be_ffn f = ffn_of(ws, cfg, &ex, x, inter, y);
+    be_ffn f = ffn_of(ws, cfg, layer, &ex, x, inter, y);
     f.kind = cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP /* V4's shared is clamped */
              : cfg->dense_act_geglu ? BE_FFN_GEGLU : BE_FFN_SWIGLU;
+    if (cfg->expert_kind == SL_EXPERT_SWIGLU_CLIP && shared) f.kind = fwd_ffn_kind(cfg, layer, 1, &f.limit);
     ws->be->ffn(ws->be, &f);
 }
 
@@ -64,13 +78,13 @@ static void router_own_norm(fwd_ws *ws, const fam_config *cfg, const fam_layer_w
 }
 
 /* The shared expert over x into y [n][H]: its gate, up and down, or (Granite) one fused gate | up and down. */
-static void shared_ffn(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, kern_act *x, float *y) {
+static void shared_ffn(fwd_ws *ws, const fam_config *cfg, int layer, const fam_layer_w *lw, kern_act *x, float *y) {
     if (!lw->sh_gate_up.data) {
-        swiglu_ffn(ws, cfg, &lw->sh_gate, &lw->sh_up, &lw->sh_down, x, cfg->shared_inter, y);
+        swiglu_ffn(ws, cfg, layer, 1, &lw->sh_gate, &lw->sh_up, &lw->sh_down, x, cfg->shared_inter, y);
         return;
     }
     tn_expert ex = {.gate_up = lw->sh_gate_up, .down = lw->sh_down};
-    be_ffn f = ffn_of(ws, cfg, &ex, x, cfg->shared_inter, y);
+    be_ffn f = ffn_of(ws, cfg, layer, &ex, x, cfg->shared_inter, y);
     f.kind = BE_FFN_SWIGLU_FUSED;
     ws->be->ffn(ws->be, &f);
 }
@@ -195,11 +209,11 @@ static sl_status apply_expert(fwd_ws *ws, const fam_config *cfg, int layer, int 
         x = &gx;
     }
     if (all && cnt == 1) { /* one token (a decode step): straight into its cell, no copy of the row after */
-        const be_ffn f = ffn_of(ws, cfg, ex, x, cfg->moe_inter, ws->exp_out + (size_t)ws->e_slot[start] * H);
+        const be_ffn f = ffn_of(ws, cfg, layer, ex, x, cfg->moe_inter, ws->exp_out + (size_t)ws->e_slot[start] * H);
         be->ffn(be, &f);
         return 0;
     }
-    const be_ffn f = ffn_of(ws, cfg, ex, x, cfg->moe_inter, ws->ffn_y);
+    const be_ffn f = ffn_of(ws, cfg, layer, ex, x, cfg->moe_inter, ws->ffn_y);
     be->ffn(be, &f);
     /* (token, slot) cells: row t * k + s of exp_out [B*k][H] */
     int cell[FWD_BATCH];
@@ -209,9 +223,9 @@ static sl_status apply_expert(fwd_ws *ws, const fam_config *cfg, int layer, int 
 }
 
 /* The shared expert's SwiGLU output (before its sigmoid gate) into sh_y. */
-static void shared_expert(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, kern_act *hx) {
+static void shared_expert(fwd_ws *ws, const fam_config *cfg, int layer, const fam_layer_w *lw, kern_act *hx) {
     if (!lw->sh_gate.data && !lw->sh_gate_up.data) return;
-    shared_ffn(ws, cfg, lw, hx, ws->sh_y);
+    shared_ffn(ws, cfg, layer, lw, hx, ws->sh_y);
 }
 
 #define FUSED_MAX 32 /* experts of one decode step run together (backend.h ffn_multi) */
@@ -228,7 +242,7 @@ static sl_status fused_ffn(fwd_ws *ws, const fam_config *cfg, int layer, const i
         int e = es[i], rc = check_expert_kind(ws->be, cfg, &ex[i], layer, e, err);
         if (rc) return rc;
         int s = ws->e_slot[e > 0 ? ws->e_count[e - 1] : 0]; /* token 0's slot for e */
-        f[i] = ffn_of(ws, cfg, &ex[i], hx, I, ws->exp_out + (size_t)s * H);
+        f[i] = ffn_of(ws, cfg, layer, &ex[i], hx, I, ws->exp_out + (size_t)s * H);
         f[i].g = ws->ffn_g + (size_t)i * I;
         f[i].u = ws->ffn_u + (size_t)i * I;
         f[i].int8 = ws->int8 && n <= FWD_BATCH && I <= ws->act_cols;
@@ -309,7 +323,7 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
     int rc = experts->begin(experts->ctx, layer, ws->e_list, n_list, 0), from_src = rc != 0;
     if (!rc) hint_next(ws, cfg, next_lw, next_layer, experts, n);
     if (!rc) fwd_hy_begin(ws, n, n_list - (experts->ready ? experts->ready(experts->ctx) : 0));
-    if (!rc) shared_expert(ws, cfg, lw, hx);
+    if (!rc) shared_expert(ws, cfg, layer, lw, hx);
     /* a decode step's experts that are already in the backend's memory (the device tier's hits, which it
      * hands out first) run together as resident ones do (fused_ffn); the rest one at a time as they land */
     const int fuse = hx->n_tok == 1 && experts->ready && cfg->expert_kind == SL_EXPERT_SWIGLU && !cfg->moe_scale_input;
@@ -400,7 +414,7 @@ static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_laye
     }
     if (ws->rm) { /* the experts on other ranks (moe_remote.c); the shared expert here while they compute */
         if ((rc = fwd_rm_send(ws, cfg, layer, ws->h, n, n_list, ws->e_tok, err))) return rc;
-        shared_expert(ws, cfg, lw, hx);
+        shared_expert(ws, cfg, layer, lw, hx);
         return fwd_rm_recv_cells(ws, cfg, n_list, err);
     }
     rc = experts->begin ? run_streamed(ws, cfg, lw, layer, next_lw, next_layer, experts, n, n_list, hx, err)
@@ -418,7 +432,7 @@ static int moe_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *l
         cfg->router == SL_ROUTER_SOFTMAX_ZERO || cfg->zero_experts)
         return 0;
     const be_route r = {.cfg = cfg, .layer = layer, .n = 1, .logits = ws->router, .bias = lw->router_bias};
-    const be_ffn f = ffn_of(ws, cfg, NULL, hx, I, ws->exp_out);
+    const be_ffn f = ffn_of(ws, cfg, layer, NULL, hx, I, ws->exp_out);
     int rc = ws->be->moe_resident(ws->be, &r, experts, &f, w_dev);
     if (rc < 0) err_set(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
     return rc;
@@ -436,7 +450,7 @@ int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
     int rc = moe_on_device(ws, cfg, lw, layer, experts, n, &hx, &w_dev, err);
     if (!rc) rc = route_and_run(ws, cfg, lw, layer, next_lw, next_layer, experts, n, &hx, err);
     if (rc < 0 || (rc > 0 && !w_dev)) return rc;
-    if (!experts->begin && !ws->rm) shared_expert(ws, cfg, lw, &hx);
+    if (!experts->begin && !ws->rm) shared_expert(ws, cfg, layer, lw, &hx);
     float *sg = NULL;
     if (lw->sh_gate.data && lw->sh_expert_gate.data) {
         sg = ws->ffn_x; /* free here: [n] gate logits */
@@ -511,7 +525,7 @@ void fwd_moe_hint_first(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw
 }
 
 /* The shared expert of a layer-major block over h's n rows, into wb->sh_y (FWD_BATCH rows at a time). */
-static void shared_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int n, const float *h,
+static void shared_wide(fwd_ws *ws, const fam_config *cfg, int layer, const fam_layer_w *lw, int n, const float *h,
                         const fwd_wide *wb) {
     const int H = cfg->hidden;
     if (!lw->sh_gate.data && !lw->sh_gate_up.data) return;
@@ -519,7 +533,7 @@ static void shared_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw
         int nb = n - r0 < FWD_BATCH ? n - r0 : FWD_BATCH;
         kern_act a;
         fwd_act(ws, &a, FWD_ACT_IN, h + (size_t)r0 * H, (size_t)H, nb, H);
-        shared_ffn(ws, cfg, lw, &a, wb->sh_y + (size_t)r0 * H);
+        shared_ffn(ws, cfg, layer, lw, &a, wb->sh_y + (size_t)r0 * H);
     }
 }
 
@@ -592,7 +606,7 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
         }
     if (ws->rm) { /* the experts on other ranks, added in the same order (moe_remote.c) */
         if ((rc = fwd_rm_send(ws, cfg, layer, h, n, n_list, wb->e_tok, err))) return rc;
-        shared_wide(ws, cfg, lw, n, h, wb);
+        shared_wide(ws, cfg, layer, lw, n, h, wb);
         be->zero(be, out, (size_t)n * H * sizeof(float));
         rc = fwd_rm_recv_wide(ws, cfg, n_list, wb, out, err);
         if (!rc && cfg->zero_experts) zero_wide(ws, cfg, n, h, out, wb); /* after the real ones, as below */
@@ -605,7 +619,7 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
         return rc;
     }
     if (experts->begin) hint_next_wide(ws, cfg, next_lw, next_layer, experts, n, x, n_list, wb);
-    shared_wide(ws, cfg, lw, n, h, wb); /* while the first reads are in flight */
+    shared_wide(ws, cfg, layer, lw, n, h, wb); /* while the first reads are in flight */
     be->zero(be, out, (size_t)n * H * sizeof(float));
     for (int i = 0; i < n_list && !rc; i++) {
         int e = ws->e_list[i], got = e;
@@ -631,7 +645,7 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
                 be->copy_rows(be, ws->ffn_x, (size_t)H, NULL, h, (size_t)H, wb->e_tok + c0, cnt, H);
                 fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, cnt, H);
             }
-            const be_ffn f = ffn_of(ws, cfg, &ex, &a, cfg->moe_inter, ws->ffn_y);
+            const be_ffn f = ffn_of(ws, cfg, layer, &ex, &a, cfg->moe_inter, ws->ffn_y);
             be->ffn(be, &f);
             be->combine_rows(be, out, H, k, wb->e_tok + c0, wb->e_slot + c0, wb->top_w, ws->ffn_y, cnt);
         }
@@ -668,7 +682,7 @@ sl_status fwd_moe_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw,
         }
     int rc = wide_on_device(ws, cfg, lw, layer, experts, n, h, out, wb, err);
     if (rc < 0) return rc;
-    if (rc) shared_wide(ws, cfg, lw, n, h, wb);
+    if (rc) shared_wide(ws, cfg, layer, lw, n, h, wb);
     else if ((rc = routed_wide(ws, cfg, lw, layer, next_lw, next_layer, experts, n, x, h, out, wb, err)))
         return rc;
     if (lw->sh_gate.data || lw->sh_gate_up.data) {
@@ -683,6 +697,6 @@ sl_status fwd_moe_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw,
 int fwd_dense_mlp(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int n) {
     kern_act hx;
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)cfg->hidden, n, cfg->hidden);
-    swiglu_ffn(ws, cfg, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, &hx, cfg->dense_inter, ws->out);
+    swiglu_ffn(ws, cfg, 0, 0, &lw->mlp_gate, &lw->mlp_up, &lw->mlp_down, &hx, cfg->dense_inter, ws->out);
     return 0;
 }

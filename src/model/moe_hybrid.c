@@ -87,12 +87,10 @@ sl_status fwd_hy_run(fwd_ws *ws, const fam_config *cfg, int layer, int e, const 
     }
     kern_act a;
     kern_act_init(&a, hy->xbuf, hy->x, (size_t)H, cnt, H, ws->int8);
-    const int kind = cfg->expert_kind == SL_EXPERT_GPTOSS ? BE_FFN_GPTOSS
-                     : cfg->expert_kind == SL_EXPERT_SWIGLU_CLAMP ? BE_FFN_SWIGLU_CLAMP
-                     : cfg->expert_kind == SL_EXPERT_GEGLU ? BE_FFN_GEGLU
-                     : cfg->expert_kind == SL_EXPERT_SWIGLU_FUSED ? BE_FFN_SWIGLU_FUSED : BE_FFN_SWIGLU;
+    float limit;
+    const int kind = fwd_ffn_kind(cfg, layer, 0, &limit);
     const be_ffn f = {.kind = kind,
-                      .limit = (float)cfg->swiglu_limit, .w = ex, .x = &a, .inter = I, .g = hy->g, .u = hy->u,
+                      .limit = limit, .w = ex, .x = &a, .inter = I, .g = hy->g, .u = hy->u,
                       .mid_buf = hy->mid, .int8 = ws->int8 && I <= ws->act_cols, .y = hy->y + (size_t)hy->n * H,
                       .ldy = (size_t)H};
     sl_status st = ws->be->ffn_host(ws->be, hy->pool, &f);

@@ -154,7 +154,7 @@ static sl_status serve_expert(fwd_ws *ws, const fam_config *cfg, int layer, int 
             be->copy(be, ws->ffn_x + (size_t)i * H, x + (size_t)row[c0 + i] * H, (size_t)H * sizeof(float), BE_H2D);
         kern_act a;
         fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, nb, H);
-        const be_ffn f = fwd_expert_ffn(ws, cfg, ex, &a, ws->ffn_y);
+        const be_ffn f = fwd_expert_ffn(ws, cfg, layer, ex, &a, ws->ffn_y);
         be->ffn(be, &f);
         be->copy(be, y + (size_t)c0 * H, ws->ffn_y, (size_t)nb * H * sizeof(float), BE_D2H);
         st = be_sync(be, err);

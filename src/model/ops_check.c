@@ -18,6 +18,7 @@ sl_status fwd_check_ops(const fwd_ws *ws, const fam_config *c, sl_error *err) {
     else if (csa && !be->index_topk) missing = "index_topk";
     else if (c->kda && fwd_any_layer(c, 1) && !be->kda_gates) missing = "kda_gates";
     else if (fwd_any_layer(c, 0) && c->kv_lora > 0 && !be->mla) missing = "mla";
+    else if (fwd_any_layer(c, 0) && c->attn_head_gate && !be->head_gate) missing = "head_gate";
     else if (c->dsa_topk > 0 && (!be->dsa_select || !be->layernorm)) missing = !be->dsa_select ? "dsa_select" : "layernorm";
     else if (fwd_any_layer(c, 0) && c->kv_lora <= 0 && !be->attention) missing = "attention";
     else if (fwd_any_layer(c, 1) && c->short_conv && !be->short_conv) missing = "short_conv";
@@ -39,6 +40,8 @@ sl_status fwd_check_ops(const fwd_ws *ws, const fam_config *c, sl_error *err) {
                      c->mla_q_scale > 0 || c->mla_kv_scale > 0 || c->router == SL_ROUTER_SOFTMAX_ZERO ||
                      c->expert_kind == SL_EXPERT_SWIGLU_FUSED || c->router == SL_ROUTER_TOPK_SIGMOID) && !be->row_scale)
         missing = "row_scale";
+    /* Bailing hybrid: a backend without head_gate has none of its other pieces either (the clipped SwiGLU) */
+    if (!missing && c->expert_kind == SL_EXPERT_SWIGLU_CLIP && !be->head_gate) missing = "head_gate";
     if (!missing) return 0;
     const arch_desc *a = arch_get(c->arch);
     return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s op yet, which %s models need", be->name, missing,

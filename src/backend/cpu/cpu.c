@@ -256,6 +256,17 @@ static void cpu_row_scale(be_backend *be, float *x, size_t ld, int n_rows, int c
         for (int i = 0; i < cols; i++) x[(size_t)t * ld + (size_t)i] *= s[t];
 }
 
+static void cpu_head_gate(be_backend *be, float *x, size_t ld, size_t hs, int dim, const float *g, size_t ldg,
+                          int n_rows, int heads) {
+    (void)be;
+    for (int t = 0; t < n_rows; t++)
+        for (int h = 0; h < heads; h++) {
+            const float s = kern_sigmoid(g[(size_t)t * ldg + (size_t)h]);
+            float *r = x + (size_t)t * ld + (size_t)h * hs;
+            for (int i = 0; i < dim; i++) r[i] *= s;
+        }
+}
+
 static void cpu_add_bias(be_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
     (void)be;
     for (int t = 0; t < n_rows; t++) {
@@ -311,6 +322,7 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .scale = cpu_scale,
         .softcap = cpu_softcap,
         .row_scale = cpu_row_scale,
+        .head_gate = cpu_head_gate,
         .copy_rows = cpu_copy_rows,
         .hint = cpu_hint,
         .attention = cpu_attention,

@@ -455,7 +455,8 @@ void cpu_kda_gates(be_backend *be, const be_dn *d) {
             const float decay = expf(d->A_log[h]);
             for (int i = 0; i < dk; i++) {
                 const int c = h * dk + i;
-                gt[nv + c] = -decay * softplus(ba[nv + c] + d->dt_bias[c]);
+                gt[nv + c] = d->kda_lower < 0 ? d->kda_lower * kern_sigmoid(decay * (ba[nv + c] + d->dt_bias[c]))
+                                              : -decay * softplus(ba[nv + c] + d->dt_bias[c]);
             }
         }
         float *c = d->conv_out + (size_t)t * cq;

@@ -355,6 +355,20 @@ static void clamp_ffn(be_backend *be, const be_ffn *f) {
     ffn_down(be, f, &f->w->down, f->g, I);
 }
 
+/* BE_FFN_SWIGLU_CLIP (modeling_bailing_hybrid.py BailingHybridExperts._apply_gate, limit_after_act): silu(gate)
+ * clamped above at limit, up to [-limit, limit], their product, then down. */
+static void clip_ffn(be_backend *be, const be_ffn *f) {
+    const int n = f->x->n_tok, I = f->inter;
+    const float limit = f->limit;
+    const kern_mm gu[2] = {{&f->w->gate, f->x, f->g, (size_t)I}, {&f->w->up, f->x, f->u, (size_t)I}};
+    be->matmul_multi(be, gu, 2);
+    for (size_t i = 0; i < (size_t)n * (size_t)I; i++) {
+        const float g = kern_silu(f->g[i]), u = f->u[i];
+        f->g[i] = (g > limit ? limit : g) * (u > limit ? limit : u < -limit ? -limit : u);
+    }
+    ffn_down(be, f, &f->w->down, f->g, I);
+}
+
 /* gelu_tanh(gate) * up (torch's GELU(approximate="tanh"), f32), then down. */
 static void geglu_ffn(be_backend *be, const be_ffn *f) {
     const int n = f->x->n_tok, I = f->inter;
@@ -383,6 +397,7 @@ void cpu_ffn(be_backend *be, const be_ffn *f) {
     else if (f->kind == BE_FFN_SWIGLU_FUSED) swiglu_fused_ffn(be, f);
     else if (f->kind == BE_FFN_GEGLU) geglu_ffn(be, f);
     else if (f->kind == BE_FFN_SWIGLU_CLAMP) clamp_ffn(be, f);
+    else if (f->kind == BE_FFN_SWIGLU_CLIP) clip_ffn(be, f);
     else swiglu_ffn(be, f);
 }
 

@@ -1,0 +1,152 @@
+/*
+ * bailing_hybrid.c — Bailing hybrid / Ling 3 (model_type bailing_hybrid; inclusionAI's Ling-3.0 checkpoints), after
+ * transformers' src/transformers/models/bailing_hybrid/modeling_bailing_hybrid.py and
+ * configuration_bailing_hybrid.py (5.25):
+ *   - linear_attention layers: Kimi Delta Attention (model/kda.c) with a bounded forget gate, g = kda_lower_bound *
+ *     sigmoid(exp(A_log) (f_proj x + dt_bias)) per channel (kda_safe_gate, the default; else Kimi's -exp(A_log)
+ *     softplus(f_proj x + dt_bias)), full-rank f_proj and output gate g_proj (sigmoid-gated RMSNorm per head), the
+ *     q, k, v projections through one causal depthwise conv + SiLU (three kernels on disk, as Kimi's), o = dense;
+ *     num_attention_heads heads of head_dim (config.json's head_dim is the KDA head: transformers'
+ *     linear_head_dim = head_dim before its __post_init__ overwrites head_dim with qk_rope_head_dim);
+ *   - full_attention layers (every layer_group_size-th): DeepSeek-V3's multi-head latent attention (mla.c; q_proj
+ *     or the q LoRA, RoPE on adjacent pairs always) whose heads' outputs are each multiplied by sigmoid(g_proj x)
+ *     (one entry per head) before dense (cfg->attn_head_gate, the head_gate op);
+ *   - the first first_k_dense_replace layers (or mlp_layer_types "dense") a SwiGLU MLP of intermediate_size, the
+ *     rest MoE: DeepSeek-V3's sigmoid group router with its score-correction bias (expert_bias on disk),
+ *     routed_scaling_factor, SwiGLU experts plus a shared expert of moe_intermediate_size * num_shared_experts, both
+ *     clipped after the activation (SL_EXPERT_SWIGLU_CLIP) by their per-layer limits expert_swiglu_limit_list /
+ *     share_expert_swiglu_limit_list (0: none).
+ * On disk: the release's names (model.word_embeddings, layers.N.attention.*, attention.dense, q/k/v_conv1d,
+ * mlp.gate.expert_bias, mlp.experts.E.*), which transformers' conversion_mapping.py maps and save_pretrained writes
+ * back; config.json with the release's keys (num_experts, num_experts_per_token, num_expert_group, moe_renormalize,
+ * num_shared_experts, model_max_length) or transformers' own. The multi-token-prediction layers after
+ * num_hidden_layers are not read.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "family/arch/common.h"
+
+static int lin_kind(const char *s) {
+    return !strcmp(s, "linear_attention") ? 1 : !strcmp(s, "full_attention") ? 0 : -1;
+}
+static int mlp_kind(const char *s) { return !strcmp(s, "sparse") ? 1 : !strcmp(s, "dense") ? 0 : -1; }
+
+/* layer_types, else full attention at every layer_group_size-th (6); mlp_layer_types, else the first
+ * first_k_dense_replace (2) dense; the per-layer SwiGLU limits (absent: 0, none). */
+static void layer_kinds(hfc *c, fam_config *o) {
+    const int n = o->n_layers;
+    if (!hfc_strs(c, "layer_types", n, o->layer_linear, lin_kind)) {
+        const int g = hfc_int(c, "layer_group_size", 0, 6);
+        if (g < 1) hfc_fail(c, SL_ECONFIG, "layer_group_size must be positive");
+        for (int l = 0; g >= 1 && l < n; l++) o->layer_linear[l] = (l + 1) % g != 0;
+    }
+    if (!hfc_strs(c, "mlp_layer_types", n, o->layer_moe, mlp_kind)) {
+        const int fd = hfc_int(c, "first_k_dense_replace", 0, 2);
+        for (int l = 0; l < n; l++) o->layer_moe[l] = l >= fd;
+    }
+    for (int l = 0; l < n; l++)
+        if (!o->layer_moe[l]) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
+    if (!hfc_nums(c, "expert_swiglu_limit_list", n, o->layer_clip)) hfc_nums(c, "swiglu_limits", n, o->layer_clip);
+    if (!hfc_nums(c, "share_expert_swiglu_limit_list", n, o->layer_sh_clip))
+        hfc_nums(c, "swiglu_limits_shared", n, o->layer_sh_clip);
+}
+
+static void config(hfc *c, fam_config *o) {
+    if (hfc_has(c, "model_max_length")) o->max_pos = hfc_int(c, "model_max_length", 0, o->max_pos);
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    const int ns = hfc_has(c, "num_shared_experts") ? hfc_int(c, "num_shared_experts", 0, 1)
+                                                    : hfc_int(c, "n_shared_experts", 0, 1);
+    o->shared_inter = hfc_product(c, "num_shared_experts", ns, o->moe_inter);
+    o->norm_topk = hfc_has(c, "moe_renormalize") ? hfc_bool(c, "moe_renormalize", 1) : hfc_bool(c, "norm_topk_prob", 1);
+    o->n_group = hfc_has(c, "num_expert_group") ? hfc_int(c, "num_expert_group", 0, 8) : hfc_int(c, "n_group", 0, 8);
+    o->topk_group = hfc_int(c, "topk_group", 0, 4);
+    o->routed_scale = hfc_num(c, "routed_scaling_factor", 2.5, NULL);
+    /* KDA: as many key as value heads, config.json's head_dim each (read before MLA's dims replace head_dim) */
+    o->kda = 1;
+    o->lin_nk = o->lin_nv = o->n_heads;
+    o->lin_dk = o->lin_dv = hfc_int(c, "head_dim", 0, 128);
+    o->conv_k = hfc_int(c, "short_conv_kernel_size", 0, 4);
+    if (hfc_bool(c, "kda_safe_gate", 1)) {
+        o->kda_lower = hfc_num(c, "kda_lower_bound", -5.0, NULL);
+        if (!(o->kda_lower < 0 && o->kda_lower > -1e30))
+            hfc_fail(c, SL_ECONFIG, "kda_lower_bound = %g: the bounded KDA gate needs a negative bound", o->kda_lower);
+    }
+    arch_mla_config(c, o);
+    o->rope_interleave = 1; /* apply_rotary_pos_emb_interleave, whatever config.json says */
+    o->attn_head_gate = 1;
+    layer_kinds(c, o);
+    if (!cfg_groups_ok(o))
+        hfc_fail(c, SL_ECONFIG, "num_expert_group %d, topk_group %d do not fit %d experts, %d per token", o->n_group,
+                 o->topk_group, o->n_experts, o->n_experts_used);
+}
+
+#define KDA(name, f, rows, cols, kind) {"self_attn." name, NULL, AW_LINEAR, rows, cols, kind, LW(f), AR_BACKBONE, NULL}
+
+/* attention.* is renamed self_attn.* first (renames), then the whole names below */
+static const arch_tdef tensors[] = {
+    {"embed_tokens", "word_embeddings", AW_GLOBAL, AD_V, AD_H, AK_MAT, GW(embed), AR_BACKBONE, NULL},
+    T_IN_NORM,
+    /* full attention: gated MLA */
+    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, NULL},
+    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, NULL},
+    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, NULL},
+    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, NULL},
+    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, NULL},
+    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, NULL},
+    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, NULL},
+    {"self_attn.g_proj", NULL, AW_ATTN, AD_NH, AD_H, AK_MAT, LW(head_gate), AR_BACKBONE, NULL},
+    {"self_attn.o_proj", "self_attn.dense", AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, NULL},
+    /* linear attention: KDA with the bounded gate */
+    KDA("q_proj", q, AD_NVDV, AD_H, AK_MAT), KDA("k_proj", k, AD_NVDV, AD_H, AK_MAT), KDA("v_proj", v, AD_NVDV, AD_H, AK_MAT),
+    KDA("q_conv1d", conv_parts[0], AD_NVDV, AD_CONVK, AK_VEC), KDA("k_conv1d", conv_parts[1], AD_NVDV, AD_CONVK, AK_VEC),
+    KDA("v_conv1d", conv_parts[2], AD_NVDV, AD_CONVK, AK_VEC),
+    KDA("f_proj", kda_f, AD_NVDV, AD_H, AK_MAT), KDA("g_proj", kda_g, AD_NVDV, AD_H, AK_MAT),
+    KDA("b_proj", b, AD_NV, AD_H, AK_MAT), KDA("A_log", A_log, AD_NV, AD_NONE, AK_VEC),
+    KDA("dt_bias", dt_bias, AD_NVDV, AD_NONE, AK_VEC), KDA("o_norm", lin_norm, AD_DV, AD_NONE, AK_VEC),
+    {"self_attn.o_proj", "self_attn.dense", AW_LINEAR, AD_H, AD_NVDV, AK_MAT, LW(lin_out), AR_BACKBONE, NULL},
+    T_POST_NORM, T_ROUTER,
+    {"mlp.gate.e_score_correction_bias", "mlp.gate.expert_bias", AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, NULL},
+    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, NULL},
+    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, NULL},
+    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, NULL},
+    T_DENSE_MLP,
+    T_HEAD,
+};
+
+static const char *const renames[] = {"attention.", "self_attn.", NULL};
+
+/* transformers' BailingHybridConfig defaults (its docstring's checkpoint inclusionAI/Ling-3.0-Flash; llama.cpp's
+ * bailingmoe3 names this shape 124B-A5.1B): 42 layers (MLA at every 6th), the first 2 dense, 512 experts of 768,
+ * top 8 among 4 of 8 groups, MLA without q LoRA (kv_lora 512, nope 128, rope 64, v 128), KDA 32 heads of 128 */
+static const arch_shape shapes[] = {
+    {"ling-3.0-flash", 157184, 2560, 42, 32, 32, 192, 512, 8, 768, 768, 32, 32, 128, 128, 6, 262144, 6000000, 1.0,
+     1, 0, 6144, 2, 8, 4, 2.5, 0, 0, 0.0, 0, 124e9},
+};
+
+static void shape_config(const arch_shape *sh, fam_config *c) {
+    (void)sh;
+    arch_mla_shape(c, 0, 512, 128, 64, 128);
+    c->kda = 1;
+    c->kda_lower = -5.0;
+    c->attn_head_gate = 1;
+    c->conv_k = 4;
+}
+
+/* llama.cpp's bailingmoe3 GGUF: not imported yet (its KDA and per-layer clamp keys unread here), refused by name */
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    ggm_fail(m, SL_EUNSUPPORTED, "'%s' GGUF files (Bailing hybrid / Ling 3) are not imported yet: use the safetensors "
+             "release", g->arch);
+}
+
+static const char *const hf_types[] = {"bailing_hybrid", NULL};
+
+const arch_desc arch_bailing_hybrid = {
+    .id = SL_ARCH_BAILING_HYBRID, .name = "bailing_hybrid", .hf_types = hf_types,
+    .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
+    .config = config,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts, .n_parts = 3, .renames = renames,
+    .expert_kind = SL_EXPERT_SWIGLU_CLIP,
+    .shapes = shapes, .n_shapes = N_OF(shapes), .shape_config = shape_config,
+    .gguf_arch = "bailingmoe3", .gguf_config = gguf_config,
+};
