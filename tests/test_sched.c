@@ -169,7 +169,7 @@ static void sched_vs_generate(int streamed) {
     for (int i = 0; i < NREQ; i++) {
         collect_init(&batched[i]);
         const char *stop[1] = {reqs[i].stop};
-        srv_request r = {prompts[i], reqs[i].n_prompt, sampling(i), reqs[i].max_tokens, stop, reqs[i].stop ? 1 : 0, 1, NULL, NULL, 0, 0, 0, 0};
+        srv_request r = {prompts[i], reqs[i].n_prompt, sampling(i), reqs[i].max_tokens, stop, reqs[i].stop ? 1 : 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
         CHECKF(srv_submit(sch, &r, on_event, &batched[i], NULL, &err) == SL_OK, "%s", err.msg);
     }
     for (int i = 0; i < NREQ; i++) wait_done(&batched[i]);
@@ -226,7 +226,7 @@ TEST(sched_cancel_frees_the_slot) {
     collect_init(&b);
     collect_init(&c);
     a.cancel_after = 3; /* emit's non-zero return cancels */
-    srv_request r = {p, 4, sl_sampler_params_default(), 1000, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0};
+    srv_request r = {p, 4, sl_sampler_params_default(), 1000, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
     uint64_t idb = 0;
     sl_error err;
     CHECK(srv_submit(s, &r, on_event, &a, NULL, &err) == SL_OK);
@@ -261,7 +261,7 @@ TEST(sched_cancel_racing_the_end_is_safe) {
     for (int i = 0; i < 60; i++) {
         collect c;
         collect_init(&c);
-        srv_request r = {p, 2, sl_sampler_params_default(), 1 + i % 3, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0};
+        srv_request r = {p, 2, sl_sampler_params_default(), 1 + i % 3, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
         uint64_t id = 0;
         sl_error err;
         CHECK(srv_submit(s, &r, on_event, &c, &id, &err) == SL_OK);
@@ -295,7 +295,7 @@ TEST(sched_full_queue_is_busy) {
     collect c[3];
     for (int i = 0; i < 3; i++) collect_init(&c[i]);
     /* the first takes the one slot for a while: 4000 prompt tokens, 64 a step */
-    srv_request r = {p, 4000, sl_sampler_params_default(), 50, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0};
+    srv_request r = {p, 4000, sl_sampler_params_default(), 50, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
     uint64_t id[3] = {0};
     sl_error err;
     CHECK(srv_submit(s, &r, on_event, &c[0], &id[0], &err) == SL_OK);
@@ -329,8 +329,8 @@ TEST(sched_long_prompt_does_not_stall_a_short_one) {
     collect L, S;
     collect_init(&L);
     collect_init(&S);
-    srv_request rl = {longp, 640, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0};
-    srv_request rs = {longp, 3, sl_sampler_params_default(), 6, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0};
+    srv_request rl = {longp, 640, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+    srv_request rs = {longp, 3, sl_sampler_params_default(), 6, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
     CHECK(srv_submit(s, &rl, on_event, &L, NULL, &err) == SL_OK);
     CHECK(srv_submit(s, &rs, on_event, &S, NULL, &err) == SL_OK);
     wait_done(&L);
@@ -354,7 +354,7 @@ TEST(sched_refuses_bad_requests) {
     collect_init(&c);
     int32_t p[2] = {1, 99999};
     sl_error err;
-    srv_request r = {p, 0, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0};
+    srv_request r = {p, 0, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
     CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_EINVAL);
     r.n_prompt = 2;
     CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_ERANGE && strstr(err.msg, "99999"));
@@ -371,7 +371,7 @@ TEST(sched_refuses_bad_requests) {
 /* One request through a scheduler; returns its collect (done). */
 static void run_one(srv_sched *s, const int32_t *p, int n, int max_tokens, collect *c) {
     collect_init(c);
-    srv_request r = {p, n, sl_sampler_params_default(), max_tokens, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0};
+    srv_request r = {p, n, sl_sampler_params_default(), max_tokens, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
     r.sampling.temp = 0;
     sl_error err;
     if (srv_submit(s, &r, on_event, c, NULL, &err) == SL_OK) wait_done(c);
@@ -470,7 +470,7 @@ static void run_think(srv_sched *s, const sl_tokenizer *tok, const char *text, i
     sl_error err;
     collect_init(c);
     if (sl_tokenize(tok, text, strlen(text), 0, &ids, &n, &err)) return;
-    srv_request r = {ids, n, sl_sampler_params_default(), max_tokens, &stop, stop ? 1 : 0, 1, NULL, NULL, 0, think, budget, 0};
+    srv_request r = {ids, n, sl_sampler_params_default(), max_tokens, &stop, stop ? 1 : 0, 1, NULL, NULL, 0, think, budget, 0, 0};
     r.sampling.temp = 0;
     if (srv_submit(s, &r, on_event, c, NULL, &err) == SL_OK) wait_done(c);
     free(ids);
@@ -516,4 +516,81 @@ TEST(sched_thinking_budget_and_stops) {
     CHECKF(stops.end.stop == SL_STOP_STRING && stops.len == (size_t)(in_answer - budget.text) &&
            !memcmp(stops.text, budget.text, stops.len), "stop %d: %s", stops.end.stop, stops.text);
     free(close);
+}
+
+/* n choices of one request (srv_request.share_prompt_of): the prompt is evaluated once (the step rows
+ * are one prompt plus each choice's decoded tokens), and each choice gives what its seed gives alone.
+ * When the request evaluating the prompt is canceled first, the next one evaluates it for the rest;
+ * an unknown id or another prompt evaluates its own. */
+static void submit_choice(srv_sched *s, const int32_t *p, int n, uint64_t seed, uint64_t of, collect *c, uint64_t *id) {
+    collect_init(c);
+    srv_request r = {p, n, sl_sampler_params_default(), 10, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, of};
+    r.sampling.temp = 0.9f;
+    r.sampling.seed = seed;
+    sl_error err;
+    if (srv_submit(s, &r, on_event, c, id, &err) != SL_OK) c->done = 1, c->end.status = err.status;
+}
+
+static int same_tokens(const collect *a, const collect *b) {
+    return a->end.status == SL_OK && b->end.status == SL_OK && a->n == b->n && a->n > 0 &&
+           !memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)) && a->len == b->len && !memcmp(a->text, b->text, a->len);
+}
+
+TEST(sched_n_choices_share_the_prompt) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    CHECK(sl_tokenizer_load(DEMO, &tok, &err) == SL_OK);
+    static int32_t p[300], q[300];
+    CHECK(prompt_ids(tok, 3000, 300, p) > 0);
+    memcpy(q, p, sizeof q);
+    q[299] = p[298]; /* another prompt: its last token differs */
+    srv_sched_params pp = srv_sched_params_default();
+    pp.prefill_chunk = 64;
+    srv_sched *s = NULL;
+    CHECK(srv_sched_new(m, tok, &pp, &s, &err) == SL_OK);
+    enum { K = 4 };
+    collect alone[K], ch[K], other, stray;
+    for (int i = 0; i < K; i++) {
+        submit_choice(s, p, 300, 40 + (uint64_t)i, 0, &alone[i], NULL);
+        wait_done(&alone[i]);
+    }
+    srv_sched_stats st0, st1, st2;
+    srv_sched_stats_get(s, &st0);
+    uint64_t id0 = 0;
+    for (int i = 0; i < K; i++) submit_choice(s, p, 300, 40 + (uint64_t)i, id0, &ch[i], i ? NULL : &id0);
+    for (int i = 0; i < K; i++) wait_done(&ch[i]);
+    srv_sched_stats_get(s, &st1);
+    uint64_t decoded = 0;
+    for (int i = 0; i < K; i++) {
+        CHECKF(same_tokens(&ch[i], &alone[i]), "choice %d: %d tokens, status %d; alone %d", i, ch[i].n, ch[i].end.status,
+               alone[i].n);
+        decoded += (uint64_t)ch[i].n - 1; /* the last sampled token is never evaluated */
+    }
+    CHECKF(st1.step_rows - st0.step_rows == 300 + decoded, "rows %llu (want the prompt once: %llu)",
+           (unsigned long long)(st1.step_rows - st0.step_rows), (unsigned long long)(300 + decoded));
+    /* the one evaluating the prompt canceled: the others still share one evaluation between them */
+    submit_choice(s, p, 300, 99, 0, &ch[0], &id0);
+    for (int i = 1; i < K; i++) submit_choice(s, p, 300, 40 + (uint64_t)i, id0, &ch[i], NULL);
+    submit_choice(s, q, 300, 41, id0, &other, NULL);     /* another prompt: its own */
+    srv_cancel(s, id0);
+    submit_choice(s, p, 300, 42, 1u << 30, &stray, NULL); /* no such request: its own */
+    for (int i = 0; i < K; i++) wait_done(&ch[i]);
+    wait_done(&other);
+    wait_done(&stray);
+    srv_sched_stats_get(s, &st2);
+    CHECKF(ch[0].end.status == SL_ECANCELED, "canceled: status %d", ch[0].end.status);
+    for (int i = 1; i < K; i++) CHECKF(same_tokens(&ch[i], &alone[i]), "after the cancel, choice %d differs", i);
+    CHECK(same_tokens(&stray, &alone[2]));
+    CHECK(other.end.status == SL_OK && other.n == 10);
+    decoded = (uint64_t)other.n + (uint64_t)stray.n - 2;
+    for (int i = 1; i < K; i++) decoded += (uint64_t)ch[i].n - 1;
+    /* rows: what the canceled one evaluated (at most its prompt), one prompt for choices 1..3, other's and
+     * stray's (each choice its own would be 5 prompts at least) */
+    CHECKF(st2.step_rows - st1.step_rows <= 4 * 300 + decoded, "rows %llu > %llu",
+           (unsigned long long)(st2.step_rows - st1.step_rows), (unsigned long long)(4 * 300 + decoded));
+    srv_sched_free(s);
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
 }

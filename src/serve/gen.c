@@ -484,9 +484,10 @@ static gen *gen_new(req *r, const api_dialect *api) {
     return g;
 }
 
-/* Submits g's prompt to its model's scheduler; the scheduler holds a reference from then on. Returns
- * SL_OK, SL_ECANCELED (the server is stopping) or the scheduler's refusal with err. */
-static sl_status gen_submit(gen *g, sl_error *err) {
+/* Submits g's prompt to its model's scheduler; the scheduler holds a reference from then on. share:
+ * 0, or the id of the request's first choice, whose prompt evaluation g's starts from. Returns SL_OK,
+ * SL_ECANCELED (the server is stopping) or the scheduler's refusal with err. */
+static sl_status gen_submit(gen *g, uint64_t share, sl_error *err) {
     srv_server *s = g->s;
     srv_request rq;
     memset(&rq, 0, sizeof rq);
@@ -504,6 +505,7 @@ static sl_status gen_submit(gen *g, sl_error *err) {
     rq.logprobs = g->g.logprobs;
     rq.think = g->think;
     rq.think_budget = g->g.think_budget; /* 0: none (max_tokens bounds the block with the answer) */
+    rq.share_prompt_of = share;
     gen_ref(g); /* the scheduler's, from a successful submit on */
     pthread_rwlock_rdlock(&s->mu);
     sl_status st = s->quitting ? SL_ECANCELED : srv_submit(g->ms->sched, &rq, gen_emit, g, &g->id, err);
@@ -657,7 +659,7 @@ static int gen_siblings(struct MHD_Connection *c, req *r, gen *g, api_error *e) 
 static int submit_all(struct MHD_Connection *c, req *r, gen *g, enum MHD_Result *res) {
     for (gen *x = g; x; x = x->next) {
         sl_error err = {0};
-        sl_status st = gen_submit(x, &err);
+        sl_status st = gen_submit(x, x == g ? 0 : g->id, &err); /* the choices share g's prompt */
         if (st == SL_EBUSY) *res = srv_fail(c, r, 503, "server_overloaded", "the server is busy (%s): retry later", err.msg);
         else if (st == SL_ECANCELED) *res = srv_fail(c, r, 503, NULL, "the server is stopping");
         else if (st == SL_ERANGE) *res = srv_fail(c, r, 400, "context_length_exceeded", "%s", err.msg);

@@ -33,6 +33,19 @@
 
 #define FWD_CHUNK 64 /* sl_session_eval's micro-batch: prompt chunks are multiples of it */
 
+/* One prompt evaluated for several requests (srv_request.share_prompt_of): the one evaluating it (the
+ * leader) leaves its state and logits here after its prompt, the others start from copies. refs and
+ * leader are under mu; state, blob and logits belong to the scheduler thread. */
+typedef struct pshare {
+    int refs;              /* requests pointing here */
+    struct sreq *leader;   /* evaluating the prompt; NULL once it ended (the next waiting one takes over) */
+    int state;             /* 0: not yet; 1: blob and logits ready; -1: could not be kept (each its own) */
+    void *blob;            /* sl_session_save after the prompt */
+    size_t len;
+    float *logits;         /* [V] after the prompt, before any sampling */
+    int n_reused;          /* the leader's prompt positions from the prefix cache */
+} pshare;
+
 typedef struct sreq {
     uint64_t id;
     int32_t *prompt;
@@ -54,6 +67,10 @@ typedef struct sreq {
     int n_force, i_force; /* i_force: how many of them were generated (0 until the budget is spent) */
     int snap_at;      /* prefix cache: keep the state when the prompt reaches this position (0: never) */
     int n_reused;     /* prompt positions restored from the prefix cache */
+    pshare *share;    /* with share_prompt_of (or followed by such requests); under mu */
+    int prompt_done;  /* under mu: the prompt is evaluated (too late to start sharing it) */
+    int waiting;      /* this step: waits for the leader's prompt (share_take) */
+    int looked;       /* the prefix cache was looked up (cache_start) */
     int canceled;
     double t_submit, t_start, t_first;
     struct sreq *link;
@@ -126,6 +143,39 @@ static void req_free(sreq *r) {
     free(r);
 }
 
+/* r no longer takes part in its shared prompt (under mu); the last one frees it. */
+static void share_leave(sreq *r) {
+    pshare *f = r->share;
+    if (!f) return;
+    r->share = NULL;
+    if (f->leader == r) f->leader = NULL;
+    if (--f->refs) return;
+    free(f->blob);
+    free(f->logits);
+    free(f);
+}
+
+/* Makes r (being submitted, under mu) share the prompt of the request `of`, when that one is still
+ * queued or active, has not evaluated its prompt yet (unless it keeps it for others already) and has
+ * the same prompt. Without memory for it, r evaluates its own. */
+static void share_link(srv_sched *s, sreq *r, uint64_t of) {
+    sreq *l = NULL;
+    for (sreq *q = s->q_head; q && !l; q = q->link)
+        if (q->id == of) l = q;
+    for (int i = 0; i < s->n_active && !l; i++)
+        if (s->active[i] && s->active[i]->id == of) l = s->active[i];
+    if (!l || l->canceled || (l->prompt_done && !l->share) || l->n_prompt != r->n_prompt ||
+        memcmp(l->prompt, r->prompt, (size_t)r->n_prompt * sizeof *r->prompt))
+        return;
+    if (!l->share) {
+        if (!(l->share = calloc(1, sizeof *l->share))) return;
+        l->share->refs = 1;
+        l->share->leader = l;
+    }
+    r->share = l->share;
+    r->share->refs++;
+}
+
 /* Counts the request's end and returns its session to the spare list, then sends its done event, so
  * whoever the event wakes sees the counters already updated. Called without mu. */
 static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_stop_reason why) {
@@ -135,6 +185,7 @@ static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_
     else if (status == SL_ECANCELED) s->st.canceled++;
     else s->st.failed++;
     if (r->t_start) s->n_live--;
+    share_leave(r);
     /* the step works on a snapshot of the active list and writes it back later; until then another
      * thread (srv_cancel) must not find r there once it is freed */
     for (int i = 0; i < s->n_active; i++)
@@ -425,18 +476,70 @@ static void pc_load_dir(srv_sched *s) {
     sl_session_free(tmp);
 }
 
-/* A new active request's session and sampler (scheduler thread, without mu). */
+/* With the prefix cache: r starts from the longest kept prefix of its prompt, and keeps a state on the
+ * way (scheduler thread). */
+static void cache_start(srv_sched *s, sreq *r) {
+    if (!s->p.state_cache_bytes || r->looked) return;
+    r->looked = 1;
+    pc_lookup(s, r);
+    r->snap_at = r->n_prompt / FWD_CHUNK * FWD_CHUNK;
+    if (r->snap_at <= r->n_reused) r->snap_at = 0;
+}
+
+/* A new active request's session and sampler (scheduler thread, without mu). One that shares another's
+ * prompt looks the prefix cache up only when it has to evaluate the prompt itself (share_take). */
 static sl_status activate(srv_sched *s, sreq *r, sl_error *err) {
     if (!r->sess && sl_session_new(s->m, s->n_ctx, &r->sess))
         return err_set(err, SL_ENOMEM, "out of memory for a session of %d positions", s->n_ctx);
     if (sl_sampler_new(&r->p.sampling, s->V, &r->smp)) return err_set(err, SL_ENOMEM, "out of memory");
     for (int i = 0; i < r->n_prompt; i++) sl_sampler_accept(r->smp, r->prompt[i]);
-    if (s->p.state_cache_bytes) {
-        pc_lookup(s, r);
-        r->snap_at = r->n_prompt / FWD_CHUNK * FWD_CHUNK;
-        if (r->snap_at <= r->n_reused) r->snap_at = 0;
-    }
+    pthread_mutex_lock(&s->mu);
+    int follows = r->share && r->share->leader != r;
+    pthread_mutex_unlock(&s->mu);
+    if (!follows) cache_start(s, r);
     return SL_OK;
+}
+
+/* The leader r has evaluated its prompt: keeps the state and logits for the requests sharing it
+ * (before sampling changes the logits). */
+static void share_give(srv_sched *s, sreq *r) {
+    pthread_mutex_lock(&s->mu);
+    r->prompt_done = 1;
+    pshare *f = r->share && r->share->leader == r && !r->share->state ? r->share : NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!f) return;
+    f->logits = malloc((size_t)s->V * sizeof *f->logits);
+    if (!f->logits || sl_session_save(r->sess, &f->blob, &f->len) != SL_OK) {
+        f->state = -1; /* each evaluates its own */
+        return;
+    }
+    memcpy(f->logits, r->logits, (size_t)s->V * sizeof *f->logits);
+    f->n_reused = r->n_reused;
+    f->state = 1;
+}
+
+/* An active r that shares another's prompt and has not started: 1 while it waits for the leader's
+ * prompt (or leads now, the leader having ended first: then it evaluates it, 0); 2 when it starts from
+ * the leader's state now (its prompt done, the logits of its first token in r->logits); 0 otherwise
+ * (scheduler thread, without mu). */
+static int share_take(srv_sched *s, sreq *r) {
+    pthread_mutex_lock(&s->mu);
+    pshare *f = r->fed < r->n_prompt ? r->share : NULL;
+    int lead = 0;
+    if (f && !f->state && !f->leader) f->leader = r; /* the leader ended before its prompt did */
+    if (f) lead = f->leader == r;
+    pthread_mutex_unlock(&s->mu);
+    if (!f || f->state < 0 || (lead && !f->state)) {
+        if (lead) cache_start(s, r);
+        return 0;
+    }
+    if (!f->state) return 1;
+    if (sl_session_load(r->sess, f->blob, f->len) != SL_OK) return 0; /* evaluates its own */
+    memcpy(r->logits, f->logits, (size_t)s->V * sizeof *r->logits);
+    r->fed = r->n_prompt;
+    r->n_reused = f->n_reused;
+    r->snap_at = 0;
+    return 2;
 }
 
 static void step(srv_sched *s) {
@@ -464,13 +567,16 @@ static void step(srv_sched *s) {
             finish(s, r, err.status, err.msg, SL_STOP_LENGTH);
             act[i] = NULL;
             gone = 1;
+        } else if ((r->waiting = share_take(s, r)) == 2) { /* its prompt done: its first token now */
+            r->waiting = 0;
+            if (sample_and_deliver(s, r)) act[i] = NULL, gone = 1;
         }
     }
     /* decode rows first, then prompt chunks round-robin within the budget */
     int ni = 0, n_prefill = 0;
     for (int i = 0; i < n; i++) {
         sreq *r = act[i];
-        if (!r) continue;
+        if (!r || r->waiting) continue;
         if (r->fed < r->n_prompt) {
             n_prefill++;
             continue;
@@ -481,7 +587,7 @@ static void step(srv_sched *s) {
     int budget = s->p.prefill_chunk;
     for (int k = 0; k < n && n_prefill && budget > 0; k++) {
         sreq *r = act[(s->rr + k) % n];
-        if (!r || r->fed >= r->n_prompt) continue;
+        if (!r || r->waiting || r->fed >= r->n_prompt) continue;
         int share = budget / n_prefill > FWD_CHUNK ? budget / n_prefill : FWD_CHUNK;
         share -= share % FWD_CHUNK;
         int left = r->n_prompt - r->fed, c = left <= share ? left : share;
@@ -523,6 +629,7 @@ static void step(srv_sched *s) {
                 if (r->fed == r->snap_at && sl_session_save(r->sess, &blob, &len) == SL_OK)
                     pc_insert(s, r->prompt, r->fed, blob, len, 1, r->sess);
                 if (r->fed < r->n_prompt) continue;
+                share_give(s, r);
             }
             if (sample_and_deliver(s, r)) {
                 gone = 1;
@@ -688,6 +795,7 @@ sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void
         return err_set(err, SL_EBUSY, "the server is busy: %d requests are queued (the limit)", s->p.max_queue);
     }
     r->id = ++s->next_id;
+    if (rq->share_prompt_of) share_link(s, r, rq->share_prompt_of);
     if (s->q_tail) s->q_tail->link = r;
     else s->q_head = r;
     s->q_tail = r;

@@ -80,6 +80,11 @@ typedef struct srv_request {
     /* clk_now_s() time after which the request ends at its next token, as max_tokens would end it
      * (SL_STOP_LENGTH, the text held back delivered); 0: none */
     double deadline;
+    /* 0, or the id of a request submitted earlier to this scheduler with the same prompt (n choices of
+     * one request): this one waits for that one's prompt to be evaluated and starts from a copy of its
+     * state and logits (the prompt evaluated once); if that one ends or fails first, or the prompts
+     * differ, this one evaluates its own. Its tokens are the same either way. */
+    uint64_t share_prompt_of;
 } srv_request;
 
 typedef struct srv_event {

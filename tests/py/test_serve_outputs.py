@@ -218,6 +218,20 @@ def test_n_choices(demo):
         jsonschema.validate(json.loads(c.message.content), VERSE)
 
 
+def test_n_choices_share_the_prompt(demo):
+    """n choices evaluate the prompt once: the scheduler's evaluated rows grow by one prompt and the
+    choices' decoded tokens (each choice's last token is never evaluated), not n prompts."""
+    rows = 'sluice_batch_rows_total{model="demo"}'
+    args = dict(model="demo", prompt="And it came to pass, " * 100, max_tokens=4, temperature=1.0, seed=3)
+    before = demo.metrics()[rows]
+    r = oai(demo).completions.create(n=4, **args)
+    got = demo.metrics()[rows] - before
+    assert r.usage.prompt_tokens > 500 and len(r.choices) == 4
+    assert got == r.usage.prompt_tokens + r.usage.completion_tokens - 4, (got, r.usage)
+    alone = [oai(demo).completions.create(**dict(args, seed=3 + i)).choices[0].text for i in range(4)]
+    assert [c.text for c in r.choices] == alone
+
+
 def test_n_choices_streamed(demo):
     """n choices streamed: each chunk names its choice; choice i's deltas joined are the whole answer's
     choice i; one usage chunk (summed) and one [DONE] at the end."""
