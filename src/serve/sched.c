@@ -542,15 +542,10 @@ static int share_take(srv_sched *s, sreq *r) {
     return 2;
 }
 
-static void step(srv_sched *s) {
-    /* snapshot the active list; new arrivals wait for the next step */
-    pthread_mutex_lock(&s->mu);
-    admit(s);
-    int n = s->n_active;
-    sreq **act = s->item_req + s->p.max_active; /* second half of item_req: the snapshot */
-    memcpy(act, s->active, (size_t)n * sizeof *act);
-    pthread_mutex_unlock(&s->mu);
-
+/* The step's requests before their evaluation: the canceled ones end, new ones get a session and
+ * sampler, those sharing a prompt wait for it or start from it. Finished ones leave act (NULL); returns
+ * whether any did. */
+static int step_begin(srv_sched *s, sreq **act, int n) {
     int gone = 0;
     for (int i = 0; i < n; i++) {
         sreq *r = act[i];
@@ -572,6 +567,19 @@ static void step(srv_sched *s) {
             if (sample_and_deliver(s, r)) act[i] = NULL, gone = 1;
         }
     }
+    return gone;
+}
+
+static void step(srv_sched *s) {
+    /* snapshot the active list; new arrivals wait for the next step */
+    pthread_mutex_lock(&s->mu);
+    admit(s);
+    int n = s->n_active;
+    sreq **act = s->item_req + s->p.max_active; /* second half of item_req: the snapshot */
+    memcpy(act, s->active, (size_t)n * sizeof *act);
+    pthread_mutex_unlock(&s->mu);
+
+    int gone = step_begin(s, act, n);
     /* decode rows first, then prompt chunks round-robin within the budget */
     int ni = 0, n_prefill = 0;
     for (int i = 0; i < n; i++) {
