@@ -434,6 +434,9 @@ TEST(sched_prefix_cache_hit_equals_cold) {
     CHECKF(c1.end.n_reused == 0 && c2.end.n_reused == 192, "reused %d, then %d (want 0, 192)", c1.end.n_reused,
            c2.end.n_reused);
     CHECKF(c3.end.n_reused >= 192, "after a restart: reused %d (want >= 192)", c3.end.n_reused);
+    /* what each added to the cache: c1 its first 192, c2 192..320 (n_kept counts after n_reused) */
+    CHECKF(c_cold.end.n_kept == 0 && c1.end.n_kept == 192 && c2.end.n_kept == 128 && c3.end.n_reused + c3.end.n_kept == 320,
+           "kept %d %d %d %d", c_cold.end.n_kept, c1.end.n_kept, c2.end.n_kept, c3.end.n_kept);
     CHECK(st.state_hits == 1 && st.state_misses == 1 && st.reused_tokens == 192 && st.state_entries == 2);
     for (collect *c = &c2; c; c = c == &c2 ? &c3 : NULL)
         CHECKF(c->n == c_cold.n && !memcmp(c->ids, c_cold.ids, (size_t)c->n * sizeof(int32_t)) &&

@@ -388,7 +388,7 @@ static api_result sample_result(void) {
 TEST(serve_whole_responses) {
     api_meta m = {"chatcmpl-1", "demo", 1700000000};
     api_result r = sample_result();
-    api_done d = {SL_STOP_EOG, NULL, 10, 5, 2, 0};
+    api_done d = {SL_STOP_EOG, NULL, 10, 5, 2, 0, 0};
     char *s = oai_chat_response(&m, &r, &d);
     cJSON *j = cJSON_Parse(s);
     const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), *msg = cJSON_GetObjectItem(c, "message");
@@ -401,11 +401,12 @@ TEST(serve_whole_responses) {
     const cJSON *u = cJSON_GetObjectItem(j, "usage");
     CHECK(cJSON_GetObjectItem(u, "prompt_tokens")->valueint == 10 && cJSON_GetObjectItem(u, "completion_tokens")->valueint == 5 &&
           cJSON_GetObjectItem(u, "total_tokens")->valueint == 15);
+    CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(u, "prompt_tokens_details"), "cached_tokens")->valueint == 2);
     CHECK(!strcmp(cJSON_GetObjectItem(j, "object")->valuestring, "chat.completion") && cJSON_GetObjectItem(j, "created")->valuedouble == 1700000000);
     free(s);
     cJSON_Delete(j);
 
-    api_done ds = {SL_STOP_STRING, "Amen", 10, 5, 0, 0};
+    api_done ds = {SL_STOP_STRING, "Amen", 10, 5, 3, 0, 2}; /* 3 read from the prefix cache, 2 added to it */
     s = ant_message_response(&m, &r, &ds);
     j = cJSON_Parse(s);
     const cJSON *ct = cJSON_GetObjectItem(j, "content");
@@ -417,11 +418,14 @@ TEST(serve_whole_responses) {
     CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(tu, "input"), "q")->valuestring, "x"));
     CHECK(!strcmp(cJSON_GetObjectItem(j, "stop_reason")->valuestring, "stop_sequence") &&
           !strcmp(cJSON_GetObjectItem(j, "stop_sequence")->valuestring, "Amen"));
-    CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "input_tokens")->valueint == 10);
+    u = cJSON_GetObjectItem(j, "usage");
+    CHECKF(cJSON_GetObjectItem(u, "input_tokens")->valueint == 5 && cJSON_GetObjectItem(u, "cache_read_input_tokens")->valueint == 3 &&
+               cJSON_GetObjectItem(u, "cache_creation_input_tokens")->valueint == 2 && cJSON_GetObjectItem(u, "output_tokens")->valueint == 5,
+           "%s", s);
     free(s);
     cJSON_Delete(j);
 
-    api_done dl = {SL_STOP_LENGTH, NULL, 3, 16, 0, 0};
+    api_done dl = {SL_STOP_LENGTH, NULL, 3, 16, 0, 0, 0};
     s = oai_completion_response(&m, "abc", 3, &dl);
     j = cJSON_Parse(s);
     c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
@@ -471,7 +475,7 @@ TEST(serve_stream_openai) {
     out_call c = {"f", "{}"};
     CHECK(api_stream_piece(&s, OUT_REASONING, "r", 1, NULL) == 0 && api_stream_piece(&s, OUT_CONTENT, "a", 1, NULL) == 0);
     CHECK(api_stream_piece(&s, OUT_TOOL_CALL, NULL, 0, &c) == 0 && api_stream_piece(&s, OUT_TOOL_CALL, NULL, 0, &c) == 0);
-    api_done d = {SL_STOP_EOG, NULL, 7, 4, 0, 0};
+    api_done d = {SL_STOP_EOG, NULL, 7, 4, 0, 0, 0};
     CHECK(api_stream_end(&s, &d) == 0 && tok_buf_put(&s.out, "", 1) == 0);
     cJSON *ev[16];
     int done, n = sse_events(s.out.p, ev, 16, &done);
@@ -510,10 +514,11 @@ TEST(serve_stream_anthropic) {
     api_meta m = {"msg_3", "demo", 1};
     api_stream s;
     api_stream_init(&s, API_MESSAGES, &m, 0, 9);
+    s.n_reused = 4; /* known at the first piece (gen.c) */
     out_call c = {"f", "{\"a\":1}"};
     CHECK(api_stream_piece(&s, OUT_REASONING, "r1", 2, NULL) == 0 && api_stream_piece(&s, OUT_REASONING, "r2", 2, NULL) == 0);
     CHECK(api_stream_piece(&s, OUT_CONTENT, "t", 1, NULL) == 0 && api_stream_piece(&s, OUT_TOOL_CALL, NULL, 0, &c) == 0);
-    api_done d = {SL_STOP_EOG, NULL, 9, 6, 0, 0};
+    api_done d = {SL_STOP_EOG, NULL, 9, 6, 4, 0, 0};
     CHECK(api_stream_end(&s, &d) == 0 && tok_buf_put(&s.out, "", 1) == 0);
     static const char *const want[] = {"message_start", "ping", "content_block_start", "content_block_delta",
                                        "content_block_delta", "content_block_stop", "content_block_start",
@@ -527,7 +532,8 @@ TEST(serve_stream_anthropic) {
         CHECKF(!strcmp(cJSON_GetObjectItem(ev[i], "type")->valuestring, want[i]), "event %d: %s", i, s.out.p);
         if (index[i] >= 0) CHECKF(cJSON_GetObjectItem(ev[i], "index")->valueint == index[i], "event %d: %s", i, s.out.p);
     }
-    CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(ev[0], "message"), "usage"), "input_tokens")->valueint == 9);
+    const cJSON *u0 = cJSON_GetObjectItem(cJSON_GetObjectItem(ev[0], "message"), "usage");
+    CHECK(cJSON_GetObjectItem(u0, "input_tokens")->valueint == 5 && cJSON_GetObjectItem(u0, "cache_read_input_tokens")->valueint == 4);
     CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(ev[2], "content_block"), "type")->valuestring, "thinking"));
     CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(ev[4], "delta"), "thinking")->valuestring, "r2"));
     const cJSON *tu = cJSON_GetObjectItem(ev[9], "content_block");
@@ -536,11 +542,14 @@ TEST(serve_stream_anthropic) {
     const cJSON *md = ev[12];
     CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(md, "delta"), "stop_reason")->valuestring, "tool_use") &&
           cJSON_GetObjectItem(cJSON_GetObjectItem(md, "usage"), "output_tokens")->valueint == 6);
+    const cJSON *ud = cJSON_GetObjectItem(md, "usage"); /* cumulative: the input figures again */
+    CHECK(cJSON_GetObjectItem(ud, "input_tokens")->valueint == 5 && cJSON_GetObjectItem(ud, "cache_read_input_tokens")->valueint == 4 &&
+          cJSON_GetObjectItem(ud, "cache_creation_input_tokens")->valueint == 0);
     for (int i = 0; i < n; i++) cJSON_Delete(ev[i]);
     api_stream_free(&s);
     /* nothing generated: still one (empty) text block */
     api_stream_init(&s, API_MESSAGES, &m, 0, 9);
-    api_done dl = {SL_STOP_LENGTH, NULL, 9, 0, 0, 0};
+    api_done dl = {SL_STOP_LENGTH, NULL, 9, 0, 0, 0, 0};
     CHECK(api_stream_end(&s, &dl) == 0 && tok_buf_put(&s.out, "", 1) == 0);
     CHECKF(strstr(s.out.p, "\"content_block\":{\"type\":\"text\",\"text\":\"\"}") && strstr(s.out.p, "\"stop_reason\":\"max_tokens\""), "%s", s.out.p);
     api_stream_free(&s);

@@ -179,8 +179,10 @@ void out_free(out_parser *p);
 typedef struct api_done {
     sl_stop_reason stop;
     const char *stop_sequence; /* the stop string that ended it (SL_STOP_STRING), or NULL */
-    int n_prompt, n_generated, n_reused;
+    int n_prompt, n_generated;
+    int n_reused;   /* of n_prompt, those whose state came from the prefix cache (not evaluated) */
     int n_thinking; /* of n_generated, the thinking block's (OpenAI's reasoning_tokens) */
+    int n_kept;     /* of n_prompt, those after n_reused whose state this request added to the cache */
 } api_done;
 
 typedef struct api_call {
@@ -224,6 +226,7 @@ typedef struct api_stream {
     api_meta meta;
     int include_usage;
     int n_prompt;      /* known before the first token (Anthropic's message_start carries it) */
+    int n_reused, n_kept; /* as api_done's: set (gen.c) before the first piece, for message_start */
     int started;
     int block;         /* Anthropic: index of the open content block, -1 if none */
     int block_kind;    /* ... its out_kind */

@@ -222,9 +222,14 @@ static cJSON *input_of(const char *args) {
     return cJSON_CreateObject();
 }
 
-static cJSON *usage(int n_prompt, int n_generated) {
+/* Anthropic's usage: input_tokens are the prompt tokens neither read from nor written to the cache
+ * (the three add up to the prompt, as count_tokens counts it); reused: whose state came from the
+ * prefix cache (--state-cache); kept: whose state this request added to it. */
+static cJSON *usage(int n_prompt, int n_reused, int n_kept, int n_generated) {
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "input_tokens", n_prompt);
+    cJSON_AddNumberToObject(u, "input_tokens", n_prompt - n_reused - n_kept);
+    cJSON_AddNumberToObject(u, "cache_creation_input_tokens", n_kept);
+    cJSON_AddNumberToObject(u, "cache_read_input_tokens", n_reused);
     cJSON_AddNumberToObject(u, "output_tokens", n_generated);
     return u;
 }
@@ -269,7 +274,7 @@ char *ant_message_response(const api_meta *m, const api_result *r, const api_don
     cJSON_AddStringToObject(j, "stop_reason", ant_stop_reason(d->stop, r->n_calls > 0));
     if (d->stop == SL_STOP_STRING && d->stop_sequence) cJSON_AddStringToObject(j, "stop_sequence", d->stop_sequence);
     else cJSON_AddNullToObject(j, "stop_sequence");
-    cJSON_AddItemToObject(j, "usage", usage(d->n_prompt, d->n_generated));
+    cJSON_AddItemToObject(j, "usage", usage(d->n_prompt, d->n_reused, d->n_kept, d->n_generated));
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return s;
@@ -322,7 +327,7 @@ static int ant_stream_begin(api_stream *s) {
     cJSON_AddItemToObject(m, "content", cJSON_CreateArray());
     cJSON_AddNullToObject(m, "stop_reason");
     cJSON_AddNullToObject(m, "stop_sequence");
-    cJSON_AddItemToObject(m, "usage", usage(s->n_prompt, 0));
+    cJSON_AddItemToObject(m, "usage", usage(s->n_prompt, s->n_reused, s->n_kept, 0));
     cJSON_AddItemToObject(j, "message", m);
     if (put_event(s, j)) return -1;
     return put_event(s, ev("ping"));
@@ -351,13 +356,12 @@ static int ant_stream_piece(api_stream *s, out_kind kind, const char *text, size
 static int ant_stream_end(api_stream *s, const api_done *d) {
     if (s->n_blocks == 0 && block_start(s, block(OUT_CONTENT, "", 0, NULL, NULL, NULL))) return -1; /* an empty text block, as for a whole response */
     if (block_stop(s)) return -1;
-    cJSON *j = ev("message_delta"), *dl = cJSON_CreateObject(), *u = cJSON_CreateObject();
+    cJSON *j = ev("message_delta"), *dl = cJSON_CreateObject(), *u = usage(d->n_prompt, d->n_reused, d->n_kept, d->n_generated);
     cJSON_AddStringToObject(dl, "stop_reason", ant_stop_reason(d->stop, s->n_calls > 0));
     if (d->stop == SL_STOP_STRING && d->stop_sequence) cJSON_AddStringToObject(dl, "stop_sequence", d->stop_sequence);
     else cJSON_AddNullToObject(dl, "stop_sequence");
     cJSON_AddItemToObject(j, "delta", dl);
-    cJSON_AddNumberToObject(u, "output_tokens", d->n_generated);
-    cJSON_AddItemToObject(j, "usage", u);
+    cJSON_AddItemToObject(j, "usage", u); /* cumulative: the whole usage again */
     if (put_event(s, j)) return -1;
     return put_event(s, ev("message_stop"));
 }

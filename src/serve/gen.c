@@ -46,7 +46,7 @@ struct gen {
     sl_status status;
     char errmsg[256];
     sl_stop_reason stop;
-    int n_prompt, n_generated, n_reused, n_thinking;
+    int n_prompt, n_generated, n_reused, n_thinking, n_kept;
     /* the connection's thread only */
     int think;              /* the answer's thinking mode (out_init's, srv_request's) */
     uint64_t id;
@@ -116,9 +116,11 @@ static int gen_emit(void *user, const srv_event *ev) {
         g->stop = ev->stop;
         g->n_prompt = ev->n_prompt;
         g->n_generated = ev->n_generated;
-        g->n_reused = ev->n_reused;
         g->n_thinking = ev->n_thinking;
-    } else {
+    }
+    g->n_reused = ev->n_reused; /* on every event: a stream's first piece says it */
+    g->n_kept = ev->n_kept;
+    if (!ev->done) {
         if (ev->len && tok_buf_put(&g->pending, ev->text, ev->len)) g->oom = stop = 1;
         if (ev->id >= 0) {
             if (g->n_ids == g->cap_ids) {
@@ -245,6 +247,8 @@ static int gen_pump(gen *g) {
     text = g->pending; /* take it whole: the scheduler starts a new buffer */
     memset(&g->pending, 0, sizeof g->pending);
     int done = g->done;
+    g->as.n_reused = g->n_reused;
+    g->as.n_kept = g->n_kept;
     pthread_mutex_unlock(&g->mu);
     g->delivered += text.n;
     int r = out_push(&g->op, text.p, text.n, fn, user);
@@ -259,7 +263,7 @@ static int gen_pump(gen *g) {
         gen_error(g, &e);
         return api_stream_error(&g->as, &e) ? -1 : 0;
     }
-    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused, g->n_thinking};
+    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused, g->n_thinking, g->n_kept};
     if (api_stream_end(&g->as, &d)) return -1;
     if (g->conv) resp_keep(g, g->as.output); /* Responses: for a later previous_response_id */
     return 0;
@@ -281,7 +285,7 @@ static size_t take_out(gen *x, char *buf, size_t max) {
 /* n > 1 streamed, every choice finished: the usage chunk of them all and [DONE] (after the first
  * choice's output); an error in one ends the stream after its error event, the others canceled. */
 static int close_choices(gen *g) {
-    api_done sum = {g->stop, NULL, g->n_prompt, 0, g->n_reused, 0};
+    api_done sum = {g->stop, NULL, g->n_prompt, 0, g->n_reused, 0, g->n_kept};
     g->closed = 1;
     for (gen *x = g; x; x = x->next) {
         if (x->status != SL_OK || x->oom) return 0; /* its error event ended with [DONE] */
@@ -409,7 +413,7 @@ static int build_prompt(gen *g, int *think, api_error *e) {
 
 /* The response body of a generation that ended well (malloc'ed; NULL when out of memory). */
 static char *whole_body(gen *g) {
-    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused, g->n_thinking};
+    api_done d = {g->stop, g->stop == SL_STOP_STRING ? which_stop(g) : NULL, g->n_prompt, g->n_generated, g->n_reused, g->n_thinking, g->n_kept};
     char *body = g->api->response(&g->meta, &g->res, &d);
     if (g->g.logprobs) /* the scheduler is done with g: its tokens are all here */
         body = api_with_logprobs(body, api_logprobs_json(g->g.kind, g->ms->tok, g->lps, g->n_lps, g->echo ? strlen(g->echo) : 0));

@@ -67,6 +67,7 @@ typedef struct sreq {
     int n_force, i_force; /* i_force: how many of them were generated (0 until the budget is spent) */
     int snap_at;      /* prefix cache: keep the state when the prompt reaches this position (0: never) */
     int n_reused;     /* prompt positions restored from the prefix cache */
+    int n_kept;       /* prompt positions after those that this request's state added to the cache */
     pshare *share;    /* with share_prompt_of (or followed by such requests); under mu */
     int prompt_done;  /* under mu: the prompt is evaluated (too late to start sharing it) */
     int waiting;      /* this step: waits for the leader's prompt (share_take) */
@@ -208,6 +209,7 @@ static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_
     ev.n_generated = r->tg_ok ? r->tg.n_generated : 0;
     ev.n_thinking = r->tg_ok ? r->tg.n_thinking : 0;
     ev.n_reused = r->n_reused;
+    ev.n_kept = r->n_kept;
     ev.queued_s = (r->t_start ? r->t_start : t) - r->t_submit;
     ev.ttft_s = r->t_first ? r->t_first - r->t_submit : 0;
     ev.total_s = t - r->t_submit;
@@ -239,6 +241,8 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
     ev.text = text;
     ev.len = len;
     ev.logprob = r->p.logprobs > 0 ? &r->lp : NULL;
+    ev.n_reused = r->n_reused;
+    ev.n_kept = r->n_kept;
     int stop_cb = canceled ? 1 : r->emit(r->user, &ev);
     if (end) {
         finish(s, r, SL_OK, NULL, why);
@@ -361,18 +365,19 @@ static void pc_drop(srv_sched *s, pentry **link) {
     free(e);
 }
 
-/* Keeps blob (taken over) as the state after tokens[0..n); the least recently used go to make room. */
-static void pc_insert(srv_sched *s, const int32_t *tokens, int n, void *blob, size_t len, int persist, sl_session *sess) {
+/* Keeps blob (taken over) as the state after tokens[0..n); the least recently used go to make room.
+ * Returns 1 when it is a new entry, 0 when it was kept already or could not be. */
+static int pc_insert(srv_sched *s, const int32_t *tokens, int n, void *blob, size_t len, int persist, sl_session *sess) {
     uint64_t key = XXH3_64bits(tokens, (size_t)n * sizeof *tokens);
     for (pentry *e = s->pc; e; e = e->next)
         if (e->key == key && e->n == n && !memcmp(e->tokens, tokens, (size_t)n * sizeof *tokens)) {
             e->used = ++s->pc_clock;
             free(blob);
-            return;
+            return 0;
         }
     if (len > s->p.state_cache_bytes) {
         free(blob);
-        return;
+        return 0;
     }
     while (s->pc && s->pc_bytes + len > s->p.state_cache_bytes) {
         pentry **lru = &s->pc;
@@ -386,7 +391,7 @@ static void pc_insert(srv_sched *s, const int32_t *tokens, int n, void *blob, si
         free(e);
         free(t);
         free(blob);
-        return;
+        return 0;
     }
     memcpy(t, tokens, (size_t)n * sizeof *t);
     *e = (pentry){t, n, blob, len, ++s->pc_clock, key, s->pc};
@@ -399,6 +404,7 @@ static void pc_insert(srv_sched *s, const int32_t *tokens, int n, void *blob, si
         free(p);
     }
     pc_count(s);
+    return 1;
 }
 
 /* Starts r from the longest kept prefix of its prompt (at least one prompt token is left to evaluate,
@@ -634,8 +640,9 @@ static void step(srv_sched *s) {
                 r->fed += s->items[i].n_tokens;
                 void *blob = NULL;
                 size_t len = 0;
-                if (r->fed == r->snap_at && sl_session_save(r->sess, &blob, &len) == SL_OK)
-                    pc_insert(s, r->prompt, r->fed, blob, len, 1, r->sess);
+                if (r->fed == r->snap_at && sl_session_save(r->sess, &blob, &len) == SL_OK &&
+                    pc_insert(s, r->prompt, r->fed, blob, len, 1, r->sess))
+                    r->n_kept = r->fed - r->n_reused;
                 if (r->fed < r->n_prompt) continue;
                 share_give(s, r);
             }

@@ -93,12 +93,14 @@ typedef struct srv_event {
     const char *text;    /* text that became final with it (may be empty); valid during the call */
     size_t len;
     const srv_logprob *logprob; /* the token's (done = 0, id >= 0, logprobs asked), else NULL */
+    /* on every event (known from the first token on): */
+    int n_reused;        /* prompt tokens whose state came from the prefix cache (not evaluated) */
+    int n_kept;          /* prompt tokens after those whose state this request added to the prefix cache */
     /* done = 1: */
     sl_status status;    /* SL_OK, or why the request failed (message in errmsg) */
     const char *errmsg;
     sl_stop_reason stop;
     int n_prompt, n_generated;
-    int n_reused;        /* prompt tokens whose state came from the prefix cache (not evaluated) */
     int n_thinking;      /* of n_generated, the thinking block's (its tags and the spaces after it) */
     double queued_s, ttft_s, total_s; /* waiting for a slot; submit to first token; submit to end */
 } srv_event;

@@ -521,6 +521,48 @@ def test_prefix_cache(keyed, demo):
     assert m['sluice_prompt_tokens_reused_total{model="demo"}'] >= reused
 
 
+def test_prefix_cache_usage_in_every_api(keyed):
+    """Cached prompt tokens in each API's usage, the prefix cache's true figures: Anthropic's
+    cache_read_input_tokens / cache_creation_input_tokens (input_tokens the rest: the three add up to
+    count_tokens), whole and streamed; the Responses API's input_tokens_details.cached_tokens; OpenAI
+    completions' prompt_tokens_details.cached_tokens, also with n choices."""
+    a = ant(keyed, key=KEY)
+    system = "You keep the book of Ruth by heart, verse by verse. " * 10 + "Answer briefly."
+    turn1 = [{"role": "user", "content": "Read me Ruth chapter 1."}]
+    total1 = a.messages.count_tokens(model="demo", system=system, messages=turn1).input_tokens
+    r1 = a.messages.create(model="demo", system=system, messages=turn1, max_tokens=8, extra_body=GREEDY)
+    u = r1.usage
+    assert (u.cache_read_input_tokens, u.cache_creation_input_tokens) == (0, total1 // 64 * 64), u
+    assert u.input_tokens == total1 - u.cache_creation_input_tokens and total1 >= 128
+    turn2 = turn1 + [{"role": "assistant", "content": "".join(b.text for b in r1.content if b.type == "text") or "Amen."},
+                     {"role": "user", "content": "And chapter 2."}]
+    total2 = a.messages.count_tokens(model="demo", system=system, messages=turn2).input_tokens
+    u2 = a.messages.create(model="demo", system=system, messages=turn2, max_tokens=8, extra_body=GREEDY).usage
+    assert u2.cache_read_input_tokens == total1 // 64 * 64 and u2.cache_creation_input_tokens == total2 // 64 * 64 - total1 // 64 * 64
+    assert u2.input_tokens + u2.cache_read_input_tokens + u2.cache_creation_input_tokens == total2
+    # the same again, streamed: all of it kept now (read), nothing added; message_start says it already
+    with a.messages.stream(model="demo", system=system, messages=turn2, max_tokens=8, extra_body=GREEDY) as st:
+        events = list(st)
+        final = st.get_final_message()
+    start = next(e for e in events if e.type == "message_start").message.usage
+    assert start.cache_read_input_tokens == total2 // 64 * 64 and start.cache_creation_input_tokens == 0
+    assert final.usage.cache_read_input_tokens == total2 // 64 * 64 and final.usage.input_tokens == total2 % 64
+    # Responses: a follow-up's input_tokens_details.cached_tokens
+    c = oai(keyed, key=KEY)
+    text = "Behold, Boaz came from Bethlehem, and said unto the reapers, The LORD be with you. " * 6
+    p1 = c.responses.create(model="demo", input=text, max_output_tokens=4, temperature=0)
+    p2 = c.responses.create(model="demo", input=text + "And they answered him.", max_output_tokens=4, temperature=0)
+    assert p1.usage.input_tokens_details.cached_tokens == 0
+    assert p2.usage.input_tokens_details.cached_tokens == p1.usage.input_tokens // 64 * 64 > 0
+    # completions, n = 3: the choices share one prompt evaluation, which started from the cache
+    prompt = "And Naomi said unto her daughters in law, Go, return each to her mother's house. " * 6
+    q1 = c.completions.create(model="demo", prompt=prompt, max_tokens=4, temperature=0)
+    q2 = c.completions.create(model="demo", prompt=prompt + "The LORD deal kindly with you", max_tokens=4, n=3,
+                              temperature=1.0, seed=5)
+    assert q1.usage.prompt_tokens_details.cached_tokens == 0
+    assert q2.usage.prompt_tokens_details.cached_tokens == q1.usage.prompt_tokens // 64 * 64 > 0 and len(q2.choices) == 3
+
+
 # ---- load, disconnects, limits ---------------------------------------------------------------------
 
 
