@@ -530,13 +530,51 @@ void gr_vocab_free(gr_vocab *v) {
     free(v);
 }
 
-/* st->ok[id] = 1 for every token of v whose bytes continue a parse; the count, or -1. */
+/* The bytes that leave the current set (loaded at the arena's start) as it is, into loop[256 / 32]:
+ * inside a free string, every byte but the quote, the backslash and control bytes. A token made of
+ * them only continues a parse (the set never changes, and it is not empty). 0 or -1. */
+static int self_loops(gr_state *st, uint32_t loop[8]) {
+    size_t n = st->n_cur;
+    memset(loop, 0, 8 * sizeof *loop);
+    if (st->a[0] == 0) return 0;
+    for (int c = 0; c < 256; c++) {
+        long off = advance(st, 0, (uint8_t)c);
+        if (off < 0) return -1;
+        if (st->top - (size_t)off == n && !memcmp(st->a + off, st->a, n * sizeof *st->a)) loop[c >> 5] |= 1u << (c & 31);
+        st->top = n;
+    }
+    return 0;
+}
+
+/* 1 when every byte of t is in loop. */
+static int all_in(const vtok *t, const uint32_t loop[8]) {
+    for (uint32_t k = 0; k < t->len; k++) {
+        uint8_t c = (uint8_t)t->p[k];
+        if (!(loop[c >> 5] >> (c & 31) & 1)) return 0;
+    }
+    return 1;
+}
+
+/* st->ok[id] = 1 for every token of v whose bytes continue a parse; the count, or -1. Tokens of bytes
+ * that leave the set as it is (self_loops) are allowed without advancing: inside a string that is
+ * nearly the whole vocabulary, which the walk would otherwise advance byte by byte (Qwen3's 152k
+ * tokens: ~90 ms; docs/SERVER.md). */
 static int walk(gr_state *st, const gr_vocab *v) {
     int allowed = 0, valid = 0; /* doff[0 .. valid] hold the sets after t[i]'s prefixes */
-    if (load_cur(st) < 0) return -1;
+    uint32_t loop[8];
+    if (load_cur(st) < 0 || self_loops(st, loop) < 0) return -1;
+    int any_loop = 0;
+    for (int k = 0; k < 8; k++) any_loop |= loop[k] != 0;
     st->doff[0] = 0;
     for (int i = 0; i < v->n; i++) {
         const vtok *t = &v->t[i];
+        if (any_loop && all_in(t, loop)) {
+            /* doff stays the last walked token's: valid shrinks to what the tokens since share with it */
+            if ((int)v->lcp[i] < valid) valid = (int)v->lcp[i];
+            st->ok[t->id] = 1;
+            allowed++;
+            continue;
+        }
         int d = (int)v->lcp[i] < valid ? (int)v->lcp[i] : valid;
         /* the arena ends where the set at depth d does */
         size_t q = st->doff[d] + 1;
