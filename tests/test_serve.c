@@ -202,7 +202,7 @@ TEST(serve_parse_refusals) {
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs"},
         {API_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"xml\"}}", "response_format.type"},
-        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"string\", \"pattern\": \"a\"}}}}", "response_format.json_schema.schema"},
+        {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"string\", \"pattern\": \"(?!a)\"}}}}", "response_format.json_schema.schema"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", "tool_choice"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools"},
         {API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}", "tools"},
@@ -272,8 +272,8 @@ TEST(serve_parse_structured_outputs) {
     /* a named tool that is not there; a schema keyword that is not supported, in a tool */
     const char *bad[] = {
         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}",
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"number\", \"maximum\": 3}}}}}], \"tool_choice\": \"required\"}"};
-    const char *needle[] = {"'g'", "'maximum' is not supported (at /properties/n)"};
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"number\", \"multipleOf\": 3}}}}}], \"tool_choice\": \"required\"}"};
+    const char *needle[] = {"'g'", "'multipleOf' is not supported (at /properties/n)"};
     for (int i = 0; i < 2; i++) {
         api_gen g;
         api_error e;

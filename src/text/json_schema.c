@@ -12,10 +12,12 @@
 #include "text/json_schema.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "text/json_string.h"
 #include "util/err.h"
 
 #define JS_MAX_REFS 128
@@ -100,8 +102,7 @@ static int chr(jsc *c) {
     int e = gr_rule(b);
     gr_set(b, e, esc);
     gr_alt(b, e);
-    gr_lit(b, e, "u");
-    for (int j = 0; j < 4; j++) gr_ref(b, e, hex);
+    gr_ref(b, e, js_u_escape_rule(b, hex));
     gr_ref(b, r, e);
     c->esc = e;
     return r;
@@ -256,7 +257,8 @@ static int value_rule(jsc *c) {
 
 static const char *const known[] = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
-    "maxLength", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions",
+    "maxLength", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "pattern", "format",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     /* annotations: no effect on what validates */
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
     "writeOnly", NULL};
@@ -413,6 +415,78 @@ static int object_rule(jsc *c, const cJSON *s) {
     return r;
 }
 
+/* A string under pattern or format (json_string.c), or under minLength / maxLength. */
+static int string_type(jsc *c, const cJSON *s) {
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern"), *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    int min = count_of(c, s, "minLength", 0), max = count_of(c, s, "maxLength", -1);
+    if (c->failed) return -1;
+    if (max >= 0 && max < min) return fail(c, SL_EINVAL, "JSON Schema: '%s' is below minLength (at %s)", "maxLength");
+    if (!pat && !fmt) return string_rule(c, min, max);
+    const char *key = pat ? "pattern" : "format";
+    if ((pat && fmt) || min > 0 || max >= 0)
+        return fail(c, SL_EINVAL, "JSON Schema: '%s' together with another of pattern, format, minLength, maxLength is not supported (at %s)", key);
+    if (!cJSON_IsString(pat ? pat : fmt)) return fail(c, SL_EINVAL, "JSON Schema: '%s' must be a string (at %s)", key);
+    char why[160];
+    int r = pat ? js_pattern_rule(c->b, pat->valuestring, why, sizeof why) : js_format_rule(c->b, fmt->valuestring);
+    if (r >= 0) return r;
+    if (pat && !why[0]) return fail(c, SL_ENOMEM, "", "");
+    if (pat) return fail(c, SL_EINVAL, "JSON Schema: 'pattern': %s (at %s)", why);
+    return fail(c, SL_EINVAL, "JSON Schema: format '%s' is not supported (at %s)", fmt->valuestring);
+}
+
+/* The integers lo..hi that minimum / maximum / exclusiveMinimum / exclusiveMaximum allow (the
+ * exclusive ones as numbers, or as draft 4's booleans beside minimum / maximum); 0 when there are
+ * none of them, 1, or -1 (failed). */
+static int int_bounds(jsc *c, const cJSON *s, int64_t *lo, int64_t *hi) {
+    static const char *const key[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    double b[2] = {-1e300, 1e300};
+    int any = 0;
+    for (int k = 0; k < 4; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key[k]), *base = cJSON_GetObjectItemCaseSensitive(s, key[k & 2]);
+        if (!v || cJSON_IsFalse(v)) continue;
+        double x;
+        if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) x = v->valuedouble;
+        else if (cJSON_IsTrue(v) && (k & 1) && cJSON_IsNumber(base)) x = base->valuedouble; /* draft 4 */
+        else return fail(c, SL_EINVAL, "JSON Schema: '%s' must be a number (at %s)", key[k]);
+        /* the bound in integers: ceil / floor, one further when exclusive */
+        double i = k < 2 ? ((k & 1) ? floor(x) + 1 : ceil(x)) : ((k & 1) ? ceil(x) - 1 : floor(x));
+        if (k < 2 && i > b[0]) b[0] = i;
+        if (k >= 2 && i < b[1]) b[1] = i;
+        any = 1;
+    }
+    if (!any) return 0;
+    if (b[0] > b[1]) return fail(c, SL_EINVAL, "JSON Schema: no integer is within the bounds%s (at %s)", "");
+    if (b[0] > (double)JS_INT_MAX || b[1] < -(double)JS_INT_MAX)
+        return fail(c, SL_EINVAL, "JSON Schema: integers beyond %s digits are not supported (at %s)", "15");
+    *lo = b[0] < -(double)JS_INT_MAX ? -JS_INT_MAX : (int64_t)b[0];
+    *hi = b[1] > (double)JS_INT_MAX ? JS_INT_MAX : (int64_t)b[1];
+    return 1;
+}
+
+/* A number's bounds (integer values only), into js_number_range_rule's terms. 0 or -1 (failed). */
+static int num_bounds(jsc *c, const cJSON *s, js_bounds *o) {
+    static const char *const key[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    memset(o, 0, sizeof *o);
+    for (int k = 0; k < 4; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key[k]), *base = cJSON_GetObjectItemCaseSensitive(s, key[k & 2]);
+        if (!v || cJSON_IsFalse(v)) continue;
+        double x;
+        if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) x = v->valuedouble;
+        else if (cJSON_IsTrue(v) && (k & 1) && cJSON_IsNumber(base)) x = base->valuedouble; /* draft 4 */
+        else return fail(c, SL_EINVAL, "JSON Schema: '%s' must be a number (at %s)", key[k]);
+        if (x != floor(x) || fabs(x) > (double)JS_INT_MAX)
+            return fail(c, SL_EINVAL, "JSON Schema: '%s' on a number must be an integer of at most 15 digits (at %s)", key[k]);
+        int64_t i = (int64_t)x, hi = k >= 2, ex = k & 1;
+        int64_t *at = hi ? &o->hi : &o->lo;
+        int *has = hi ? &o->has_hi : &o->has_lo, *exc = hi ? &o->hi_ex : &o->lo_ex;
+        if (!*has || (hi ? i < *at : i > *at) || (i == *at && ex)) *at = i, *exc = (int)ex;
+        *has = 1;
+    }
+    if (o->has_lo && o->has_hi && (o->lo > o->hi || (o->lo == o->hi && (o->lo_ex || o->hi_ex))))
+        return fail(c, SL_EINVAL, "JSON Schema: no number is within the bounds%s (at %s)", "");
+    return 0;
+}
+
 static int type_rule(jsc *c, const cJSON *s, const char *type) {
     if (!strcmp(type, "object")) return object_rule(c, s);
     if (!strcmp(type, "array")) {
@@ -423,14 +497,20 @@ static int type_rule(jsc *c, const cJSON *s, const char *type) {
         int item = items ? sub_rule(c, items, "items", -1) : value_rule(c);
         return item < 0 ? -1 : array_rule(c, item, min, max);
     }
-    if (!strcmp(type, "string")) {
-        int min = count_of(c, s, "minLength", 0), max = count_of(c, s, "maxLength", -1);
-        if (c->failed) return -1;
-        if (max >= 0 && max < min) return fail(c, SL_EINVAL, "JSON Schema: '%s' is below minLength (at %s)", "maxLength");
-        return string_rule(c, min, max);
+    if (!strcmp(type, "string")) return string_type(c, s);
+    if (!strcmp(type, "number")) {
+        js_bounds nb;
+        if (num_bounds(c, s, &nb)) return -1;
+        int r = nb.has_lo || nb.has_hi ? js_number_range_rule(c->b, &nb) : number_rule(c, 0);
+        return r < 0 ? fail(c, SL_ENOMEM, "", "") : r;
     }
-    if (!strcmp(type, "number")) return number_rule(c, 0);
-    if (!strcmp(type, "integer")) return number_rule(c, 1);
+    if (!strcmp(type, "integer")) {
+        int64_t lo, hi;
+        int bounded = int_bounds(c, s, &lo, &hi);
+        if (bounded <= 0) return bounded < 0 ? -1 : number_rule(c, 1);
+        int r = js_int_range_rule(c->b, lo, hi);
+        return r < 0 ? fail(c, SL_ENOMEM, "", "") : r;
+    }
     if (!strcmp(type, "boolean")) {
         int r = literal_rule(c, "true");
         gr_alt(c->b, r);
@@ -539,6 +619,18 @@ static int combinator_rule(jsc *c, const cJSON *s) {
     return -2;
 }
 
+/* A schema without type, properties or items: a string when it has a string's keywords (any other
+ * value would validate too: a string is one that does), an integer with bounds likewise, else any. */
+static int untyped_rule(jsc *c, const cJSON *s) {
+    static const char *const str[] = {"pattern", "format", "minLength", "maxLength", NULL};
+    static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    for (int k = 0; str[k]; k++)
+        if (cJSON_GetObjectItemCaseSensitive(s, str[k])) return type_rule(c, s, "string");
+    for (int k = 0; num[k]; k++)
+        if (cJSON_GetObjectItemCaseSensitive(s, num[k])) return type_rule(c, s, "integer");
+    return value_rule(c);
+}
+
 static int schema_rule(jsc *c, const cJSON *s) {
     if (c->failed) return -1;
     if (cJSON_IsTrue(s)) return value_rule(c);
@@ -562,7 +654,7 @@ static int schema_rule(jsc *c, const cJSON *s) {
         else if (cJSON_GetObjectItemCaseSensitive(s, "properties") || cJSON_GetObjectItemCaseSensitive(s, "additionalProperties"))
             r = type_rule(c, s, "object");
         else if (cJSON_GetObjectItemCaseSensitive(s, "items")) r = type_rule(c, s, "array");
-        else r = value_rule(c);
+        else r = untyped_rule(c, s);
     }
     c->nest--;
     return c->failed ? -1 : r;

@@ -11,9 +11,13 @@
  * anyOf, oneOf (as anyOf), allOf of one schema, $ref to "#" or a JSON pointer in the same document
  * ("#/$defs/NAME", "#/definitions/NAME"; recursion allowed), $defs / definitions, and the annotations
  * title, description, default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly
- * (ignored). Anything else (pattern, format, minimum, maximum, multipleOf, uniqueItems, prefixItems,
- * not, if / then / else, patternProperties, ...) is refused naming the keyword, since the output could
- * not be guaranteed to validate.
+ * (ignored). Through text/json_string.c: pattern (a regular expression subset), format (date, time,
+ * date-time, uuid, email, ipv4), minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers
+ * (any bounds) and on numbers (integer-valued bounds); a string takes one of pattern, format or
+ * minLength / maxLength. A schema without a type but with a string's keywords is a string, with bounds
+ * an integer. Anything else (multipleOf, uniqueItems, prefixItems, not, if / then / else,
+ * patternProperties, other formats, non-integer bounds on numbers, ...) is refused naming the keyword,
+ * since the output could not be guaranteed to validate.
  *
  * The texts: objects and arrays with optional whitespace (none, one space, or a newline and up to 32
  * spaces) after "{", "[", "," and ":" and before "}", "]", ","; strings of JSON escapes and UTF-8

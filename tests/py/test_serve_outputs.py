@@ -6,8 +6,12 @@ json_object, Anthropic output_config.format, forced tool calls in both APIs, val
 `jsonschema`; unsupported schemas refused with 400 naming the keyword; constrained requests in a batch
 equal to the same requests alone. Then logprobs (chat and completions, whole and streamed: the greedy
 token is the top one) and n choices, whole and streamed (choice i is seed + i alone)."""
+import datetime
+import ipaddress
 import json
+import re
 import threading
+import uuid
 from typing import List, Literal, Optional
 
 import jsonschema
@@ -125,11 +129,44 @@ def test_forced_tool_calls(demo):
     assert "nope" in str(e.value)
 
 
+KEYWORDS = {"type": "object", "additionalProperties": False,
+            "required": ["code", "day", "at", "id", "mail", "ip", "chapter", "verse", "score", "ref"],
+            "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+                           "day": {"type": "string", "format": "date"},
+                           "at": {"type": "string", "format": "date-time"},
+                           "id": {"type": "string", "format": "uuid"},
+                           "mail": {"type": "string", "format": "email"},
+                           "ip": {"type": "string", "format": "ipv4"},
+                           "chapter": {"type": "integer", "minimum": 1, "maximum": 4},
+                           "verse": {"type": "integer", "exclusiveMinimum": -3, "exclusiveMaximum": 23},
+                           "score": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                           "ref": {"type": "string", "pattern": "^(Ruth|Boaz) \\d{1,2}:\\d{1,2}$"}}}
+
+
+def test_schema_keywords_pattern_format_bounds(demo):
+    """pattern, format and integer bounds: every sampled answer validates, as checked by Python itself
+    (re.search, datetime, uuid, ipaddress, the bounds)."""
+    for seed in range(4):
+        r = ask(demo, response_format=schema_format(KEYWORDS), temperature=1.0, seed=seed, max_tokens=600)
+        c = r.choices[0]
+        assert c.finish_reason == "stop", c
+        v = json.loads(c.message.content)
+        jsonschema.validate(v, KEYWORDS)  # pattern and the bounds (formats are annotations to it)
+        datetime.date.fromisoformat(v["day"])
+        datetime.datetime.fromisoformat(v["at"])
+        assert str(uuid.UUID(v["id"])) == v["id"].lower()
+        assert "@" in v["mail"] and "." in v["mail"].split("@")[1]
+        ipaddress.IPv4Address(v["ip"])
+        assert 1 <= v["chapter"] <= 4 and -3 < v["verse"] < 23 and 0 < v["score"] <= 1 and re.search(r"^(Ruth|Boaz) \d{1,2}:\d{1,2}$", v["ref"])
+
+
 def test_unsupported_schemas_refused(demo):
-    cases = [({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]+$"}}}, "'pattern'",
+    cases = [({"type": "object", "properties": {"id": {"type": "string", "pattern": "^(?=a)[a-z]+$"}}}, "lookaround",
               "/properties/id"),
-             ({"type": "integer", "minimum": 1}, "'minimum'", "(at /)"),
-             ({"type": "object", "properties": {"d": {"type": "string", "format": "date-time"}}}, "'format'", "/properties/d"),
+             ({"type": "number", "minimum": 0.5}, "'minimum' on a number must be an integer", "(at /)"),
+             ({"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}}, "format 'hostname'",
+              "/properties/d"),
+             ({"type": "object", "properties": {"n": {"multipleOf": 3}}}, "'multipleOf'", "/properties/n"),
              ({"$ref": "#/$defs/none"}, "names nothing", "")]
     for schema, keyword, where in cases:
         s, _, b = demo.request("POST", "/v1/chat/completions", {"messages": RUTH, "response_format": schema_format(schema)})
@@ -139,7 +176,7 @@ def test_unsupported_schemas_refused(demo):
     s, _, b = demo.request("POST", "/v1/chat/completions", {"messages": RUTH, "response_format": {"type": "yaml"}})
     assert s == 400 and error_of(b)["param"] == "response_format.type"
     s, _, b = demo.request("POST", "/v1/messages", {"max_tokens": 9, "messages": RUTH, "output_config": {
-        "format": {"type": "json_schema", "schema": {"type": "string", "pattern": "x"}}}})
+        "format": {"type": "json_schema", "schema": {"type": "string", "pattern": "(x)\\1"}}}})
     assert s == 400 and "'pattern'" in error_of(b, True)["message"]
     assert ask(demo, max_tokens=3).choices[0].finish_reason == "length"  # the server goes on
 

@@ -95,7 +95,7 @@ def test_responses_refusals(demo):
              ({"input": []}, 400, "input"),
              ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400,
               "input[0].content"),
-             ({"input": "x", "text": {"format": {"type": "json_schema", "name": "v", "schema": {"pattern": "a"}}}}, 400,
+             ({"input": "x", "text": {"format": {"type": "json_schema", "name": "v", "schema": {"pattern": "(?=a)"}}}}, 400,
               "text.format.schema"),
              ({"input": "x", "tool_choice": "required"}, 400, "tool_choice"),
              ({"input": "x", "model": "gpt-5"}, 404, None)]
