@@ -713,3 +713,52 @@ TEST(serve_route_lookup) {
     r = srv_route_of("/metrics", &rest);
     CHECK(r && !r->open);
 }
+
+/* 1 when text is a whole sentence of the request's grammar. */
+static int grammar_takes(const api_gen *g, const char *text) {
+    gr_state *st = NULL;
+    if (!g->grammar || gr_state_new(g->grammar, &st)) return -1;
+    int ok = gr_accept(st, text, strlen(text)) == 0 && gr_complete(st);
+    gr_state_free(st);
+    return ok;
+}
+
+/* tool_choice auto (or absent) with a strict tool: free text, or text then calls whose names are
+ * tools and whose strict arguments validate; nothing after the calls. Without a strict tool, or with a
+ * response_format, no grammar (the calls are not constrained). OpenAI and Anthropic forms. */
+TEST(serve_parse_strict_tools_auto) {
+#define VERSE_PARAMS "{\"type\": \"object\", \"properties\": {\"chapter\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 4}}, \"required\": [\"chapter\"], \"additionalProperties\": false}"
+    static const char *const bodies[] = {
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"verse\", \"strict\": true, \"parameters\": " VERSE_PARAMS "}}, {\"type\": \"function\", \"function\": {\"name\": \"search\"}}]}",
+        "{\"max_tokens\": 9, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": {\"type\": \"auto\"}, \"tools\": [{\"name\": \"verse\", \"strict\": true, \"input_schema\": " VERSE_PARAMS "}, {\"name\": \"search\", \"input_schema\": {\"type\": \"object\"}}]}"};
+    static const char *const yes[] = {
+        "", "Amen.", "I read <tool> and <tool_cal but no call",
+        "Let me look.<tool_call>\n{\"name\": \"verse\", \"arguments\": {\"chapter\": 2}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": [1, \"x\"]}}\n</tool_call>\n<tool_call>\n{\"name\": \"verse\", \"arguments\": {\"chapter\": 4}}\n</tool_call>"};
+    static const char *const no[] = {
+        "<tool_call>\n{\"name\": \"verse\", \"arguments\": {\"chapter\": 5}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"verse\", \"arguments\": {\"chapter\": 2, \"x\": 1}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"verse\", \"arguments\": {\"chapter\": 2}}\n</tool_call> and more text",
+        "<<tool_call>\n{\"name\": \"verse\"}"};
+    for (int k = 0; k < 2; k++) {
+        api_gen g;
+        api_error e;
+        CHECKF(parse(k ? API_MESSAGES : API_CHAT, bodies[k], &g, &e) == 0, "%d: %s", k, e.message);
+        CHECKF(g.grammar && g.enable_thinking == 0, "%d: no grammar", k);
+        for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) CHECKF(grammar_takes(&g, yes[i]) == 1, "%d: refused %s", k, yes[i]);
+        for (size_t i = 0; i < sizeof no / sizeof *no; i++) CHECKF(grammar_takes(&g, no[i]) == 0, "%d: took %s", k, no[i]);
+        api_gen_free(&g);
+    }
+    static const char *const free_[] = {
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"verse\", \"parameters\": " VERSE_PARAMS "}}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_object\"}, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"verse\", \"strict\": true, \"parameters\": " VERSE_PARAMS "}}]}"};
+    for (int k = 0; k < 2; k++) {
+        api_gen g;
+        api_error e;
+        CHECKF(parse(API_CHAT, free_[k], &g, &e) == 0, "%d: %s", k, e.message);
+        CHECKF(k ? grammar_takes(&g, "{}") == 1 : !g.grammar, "%d: the tools' grammar applies", k);
+        api_gen_free(&g);
+    }
+#undef VERSE_PARAMS
+}

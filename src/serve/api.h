@@ -134,6 +134,11 @@ struct cJSON *api_parse_root(api_gen *g, const char *body, size_t len, api_error
  * keyword, an unknown tool). */
 int api_json_grammar(api_gen *g, const struct cJSON *schema, const char *param, api_error *e);
 int api_tool_grammar(api_gen *g, const char *name, const char *param, api_error *e);
+/* tool_choice auto with a tool marked "strict" (function.strict true): g->grammar for free text that
+ * may end in calls (<tool_call> blocks), each to one of g->tools, a strict tool's arguments valid
+ * under its parameters (the others' any object); no text after the calls. Thinking off. Nothing
+ * without a strict tool, or when g->grammar is set already (a response_format's). 0 or -1 with e. */
+int api_tool_auto_grammar(api_gen *g, const char *param, api_error *e);
 
 /* ---- the answer parser ------------------------------------------------------------------------- */
 

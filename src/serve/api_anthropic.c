@@ -132,6 +132,7 @@ static int tools(api_gen *g, const cJSON *root, api_error *e) {
         cJSON_AddStringToObject(f, "name", name->valuestring);
         if (cJSON_IsString(desc)) cJSON_AddStringToObject(f, "description", desc->valuestring);
         cJSON_AddItemToObject(f, "parameters", cJSON_Duplicate(schema, 1));
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "strict"))) cJSON_AddTrueToObject(f, "strict");
         cJSON_AddStringToObject(w, "type", "function");
         cJSON_AddItemToObject(w, "function", f);
         cJSON_AddItemToArray(out, w);
@@ -148,7 +149,7 @@ static int tools(api_gen *g, const cJSON *root, api_error *e) {
         if (!cJSON_IsString(nm)) return api_fail(e, 400, "tool_choice", NULL, "tool_choice.name: a string is required");
         return api_tool_grammar(g, nm->valuestring, "tool_choice", e);
     }
-    return 0;
+    return api_tool_auto_grammar(g, "tools", e); /* auto: strict tools' calls valid, or free text */
 }
 
 /* Structured outputs: output_config.format (or the beta's output_format), {"type": "json_schema",

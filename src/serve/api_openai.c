@@ -150,8 +150,9 @@ static int chat_message(api_gen *g, const cJSON *m, int i, sl_chat_msg *out, api
  * {"name"}} (that one): the last two by constrained decoding. */
 static int tool_choice(api_gen *g, const cJSON *choice, api_error *e) {
     const char *name = NULL;
+    if (!choice || cJSON_IsNull(choice) || (cJSON_IsString(choice) && !strcmp(choice->valuestring, "auto")))
+        return api_tool_auto_grammar(g, "tools", e); /* strict tools: text or valid calls */
     if (cJSON_IsString(choice)) {
-        if (!strcmp(choice->valuestring, "auto")) return 0;
         if (strcmp(choice->valuestring, "required"))
             return api_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' must be none, auto, required or a function");
     } else if (cJSON_IsObject(choice)) {

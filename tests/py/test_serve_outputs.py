@@ -160,6 +160,23 @@ def test_schema_keywords_pattern_format_bounds(demo):
         assert 1 <= v["chapter"] <= 4 and -3 < v["verse"] < 23 and 0 < v["score"] <= 1 and re.search(r"^(Ruth|Boaz) \d{1,2}:\d{1,2}$", v["ref"])
 
 
+def test_strict_tools_with_auto(demo):
+    """tool_choice auto with a strict tool: the answer is free text or calls whose arguments validate
+    (the demo model rarely calls; the grammar itself is tests/test_serve.c serve_parse_strict_tools_auto)."""
+    strict = [dict(TOOLS[0], function=dict(TOOLS[0]["function"], strict=True)), TOOLS[1]]
+    for seed in range(3):
+        r = ask(demo, tools=strict, temperature=1.0, seed=seed, max_tokens=60)
+        c = r.choices[0]
+        assert c.finish_reason in ("stop", "length", "tool_calls")
+        for call in c.message.tool_calls or []:
+            if call.function.name == "get_verse":
+                jsonschema.validate(json.loads(call.function.arguments), TOOLS[0]["function"]["parameters"])
+        assert "<tool_call>" not in (c.message.content or "")
+    m = ant(demo).messages.create(model="demo", max_tokens=40, messages=RUTH, tools=[
+        {"name": "get_verse", "strict": True, "input_schema": TOOLS[0]["function"]["parameters"]}])
+    assert m.stop_reason in ("end_turn", "max_tokens", "tool_use")
+
+
 def test_unsupported_schemas_refused(demo):
     cases = [({"type": "object", "properties": {"id": {"type": "string", "pattern": "^(?=a)[a-z]+$"}}}, "lookaround",
               "/properties/id"),
