@@ -4,7 +4,8 @@
  * there and in llama.cpp ggml-quants.c dequantize_row_iq*). Per 32 values: four 8-value grid entries (eight 4-value
  * ones for IQ3) loaded as 64-bit halves from kq_iq_grid's table, signs applied by a byte mask (vtst of the sign
  * byte against its bits), IQ1's 8 grid + delta by a shift and an add; the integer scales and d as the oracle's.
- * Included by kquant_neon.c only (AArch64). Internal to src/kernels/.
+ * IQ4_NL / IQ4_XS's levels by table lookups (vqtbl1q). Included by kquant_neon.c only (AArch64). Internal to
+ * src/kernels/.
  */
 #ifndef SL_KQUANT_IQ_NEON_H
 #define SL_KQUANT_IQ_NEON_H
@@ -166,10 +167,36 @@ static inline void nq_iq1m(const uint8_t *b, const int8_t *grid, kq_unpacked *u)
     }
 }
 
-/* kq_unpack's contract (kernels.h kq_unpack_fn): the grid i-quants here, the other types by the oracle */
+/* 16 bytes of IQ4 nibbles (elements 0-15 low, 16-31 high) as their 32 levels (kquant.c unpack_iq4) */
+static inline void nq_iq4_levels(int8_t *qv, const uint8_t *q16) {
+    const int8x16_t lv = vld1q_s8(KQ_IQ4_LEVELS);
+    const uint8x16_t x = vld1q_u8(q16);
+    vst1q_s8(qv, vqtbl1q_s8(lv, vandq_u8(x, vdupq_n_u8(15))));
+    vst1q_s8(qv + 16, vqtbl1q_s8(lv, vshrq_n_u8(x, 4)));
+}
+
+/* IQ4_NL (one block of 32) and IQ4_XS: levels by table lookups, scales as kquant.c's unpack_iq4 */
+static inline void nq_iq4(dt_type dt, const uint8_t *b, kq_unpacked *u) {
+    u->gs = 32;
+    u->d = nq_h2f(b);
+    if (dt == DT_IQ4_NL) {
+        u->n = 32;
+        u->sc[0] = 1;
+        nq_iq4_levels(u->qv, b + 2);
+        return;
+    }
+    const unsigned sh = kq_u16(b + 2);
+    for (int j = 0; j < 8; j++) {
+        const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (int)(((sh >> (2 * j)) & 3) << 4);
+        u->sc[j] = (int16_t)(ls - 32);
+        nq_iq4_levels(u->qv + 32 * j, b + 8 + 16 * j);
+    }
+}
+
+/* kq_unpack's contract (kernels.h kq_unpack_fn): the grid i-quants and IQ4 here, the other types by the oracle */
 static void nq_unpack(dt_type dt, const uint8_t *b, kq_unpacked *u) {
     const int8_t *grid = kq_iq_grid(dt);
-    if (!grid) {
+    if (!grid && dt != DT_IQ4_NL && dt != DT_IQ4_XS) {
         kq_unpack(dt, b, u);
         return;
     }
@@ -178,6 +205,7 @@ static void nq_unpack(dt_type dt, const uint8_t *b, kq_unpacked *u) {
     u->n = 256;
     memset(u->mn, 0, sizeof u->mn);
     switch (dt) {
+    case DT_IQ4_NL: case DT_IQ4_XS: nq_iq4(dt, b, u); break;
     case DT_IQ2_XXS: nq_iq2xxs(b, grid, u); break;
     case DT_IQ2_XS: nq_iq2xs(b, grid, u); break;
     case DT_IQ2_S: nq_iq2s(b, grid, u); break;

@@ -1,7 +1,7 @@
 /*
  * kquant_neon.c — the GGUF block types' int8-activation matmul for the NEON table: kquant_i8.c's loop (the oracle's
  * float order) with a block's integer sums by NEON widening multiplies (vmull_s8, pairwise adds), which are exact,
- * so the result is bitwise the oracle's. The grid i-quants (IQ2_XXS .. IQ1_M) are unpacked with NEON ops too
+ * so the result is bitwise the oracle's. The grid i-quants (IQ2_XXS .. IQ1_M) and IQ4 are unpacked with NEON ops too
  * (kquant_iq_neon.h: the same integers as quant/kquant_iq.c's oracle); the other types by kq_unpack. Plain Armv8.0
  * NEON: both NEON tables (with and without the dot product) use it.
  */

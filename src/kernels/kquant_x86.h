@@ -197,19 +197,21 @@ static inline void kq_dot_sb(const kq_sb *u, const int8_t *q, __m256i *isum, __m
 
 static inline float kq_lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
-/* the last cols % 256 columns (IQ4_NL only): the oracle's steps, block by block on lane b % 8 */
-static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int c0, float *acc, float *accm) {
+/* the last cols % 256 columns (IQ4_NL only, which has no mins: accm stays zero): the oracle's steps block by block on
+ * lane b % 8, a block's integer sum (scale 1) by one vpmaddubsw / vpmaddwd and an exact horizontal add */
+static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int c0, float *acc) {
     const int cols = w->cols;
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * kq_row_bytes(w->dtype, cols);
     for (int c = c0; c < cols; c += 32) {
-        kq_unpacked u;
-        int32_t is, ms;
-        kq_unpack(w->dtype, row + (size_t)(c / 32) * (size_t)kq_bytes(w->dtype), &u);
-        kq_sums(&u, a->q0 + (size_t)t * (size_t)cols + (size_t)c, &is, &ms);
+        const uint8_t *blk = row + (size_t)(c / 32) * 18;
+        const __m256i v = kq_iq4_levels(blk + 2), x = _mm256_loadu_si256((const __m256i *)(a->q0 + (size_t)t * (size_t)cols + (size_t)c));
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)), _mm256_set1_epi16(1));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+        h = _mm_hadd_epi32(h, h);
+        h = _mm_hadd_epi32(h, h);
         const float xd = a->d0[(size_t)t * (size_t)(cols / 32) + (size_t)(c / 32)];
         const int l = (c / 32) % 8;
-        acc[l] = fmaf((float)is, u.d * xd, acc[l]);
-        accm[l] = fmaf((float)ms, u.dmin * xd, accm[l]);
+        acc[l] = fmaf((float)_mm_cvtsi128_si32(h), kq_h2f(blk) * xd, acc[l]);
     }
 }
 
@@ -242,7 +244,7 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
                 float fa[8], fm[8];
                 _mm256_storeu_ps(fa, acc[t]);
                 _mm256_storeu_ps(fm, accm[t]);
-                if (nsb * 256 < cols) kq_tail(w, a, r, t0 + t, nsb * 256, fa, fm);
+                if (nsb * 256 < cols) kq_tail(w, a, r, t0 + t, nsb * 256, fa);
                 y[(size_t)(t0 + t) * ldy + (size_t)r] = kq_lanes8(fa) - kq_lanes8(fm);
             }
         }
