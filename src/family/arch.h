@@ -220,6 +220,10 @@ typedef struct ggm ggm;
 double ggm_num(ggm *m, const char *suffix, int required, double def, int *found);
 /* ggm_num of a count or a size: a whole number in 0..2^30, else an error naming the key. */
 int ggm_count(ggm *m, const char *suffix, int required, int def, int *found);
+/* "<arch>.<suffix>" per layer into out[0..n): a per-layer array of n numbers or more (block_count's, the multi-token-
+ * prediction layers' last), or a scalar given to every layer; 1 when
+ * read, 0 when absent (out untouched) or on an error (recorded). */
+int ggm_layer_nums(ggm *m, const char *suffix, int n, double *out);
 /* Dimension d (innermost first) of tensor rel at layer (< 0: global); 0 when the file has no such tensor. */
 int64_t ggm_ne(ggm *m, int layer, const char *rel, int d);
 int ggm_has(ggm *m, int layer, const char *rel);

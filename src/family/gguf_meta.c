@@ -77,6 +77,32 @@ void ggm_fail(ggm *x, sl_status st, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* Element i of a numeric array kv as a number. */
+static double arr_num(const gguf_kv *kv, uint64_t i) {
+    int sz = kv->arr_type == GGUF_U8 || kv->arr_type == GGUF_I8 || kv->arr_type == GGUF_BOOL ? 1
+             : kv->arr_type == GGUF_U16 || kv->arr_type == GGUF_I16                        ? 2
+             : kv->arr_type == GGUF_U64 || kv->arr_type == GGUF_I64 || kv->arr_type == GGUF_F64 ? 8 : 4;
+    const uint8_t *p = (const uint8_t *)kv->arr + i * (uint64_t)sz;
+    uint64_t u = 0;
+    for (int b = 0; b < sz; b++) u |= (uint64_t)p[b] << (8 * b);
+    gguf_kv e = {0};
+    e.type = kv->arr_type;
+    if (e.type == GGUF_F32) { uint32_t w = (uint32_t)u; float f; memcpy(&f, &w, 4); e.v.f = f; }
+    else if (e.type == GGUF_F64) memcpy(&e.v.f, &u, 8);
+    else if (e.type == GGUF_I8) e.v.i = (int8_t)u;
+    else if (e.type == GGUF_I16) e.v.i = (int16_t)u;
+    else if (e.type == GGUF_I32) e.v.i = (int32_t)u;
+    else if (e.type == GGUF_I64) e.v.i = (int64_t)u;
+    else e.v.u = u;
+    double y = 0;
+    gguf_kv_num(&e, &y);
+    return y;
+}
+
+static int num_array(const gguf_kv *kv) {
+    return kv && kv->type == GGUF_ARRAY && !kv->nested && kv->n > 0 && kv->arr_type != GGUF_STRING;
+}
+
 double ggm_num(ggm *x, const char *suffix, int required, double def, int *found) {
     const gguf_kv *kv = kv_arch(x, suffix);
     double v = def;
@@ -86,39 +112,39 @@ double ggm_num(ggm *x, const char *suffix, int required, double def, int *found)
         if (required) fail(x, SL_ECONFIG, "missing metadata key '%s.%s'", x->arch, suffix);
         return def;
     }
-    if (kv->type == GGUF_ARRAY && !kv->nested && kv->n > 0 && kv->arr_type != GGUF_STRING) { /* per layer */
-        gguf_kv e = {0};
-        double first = 0;
-        int sz = kv->arr_type == GGUF_U8 || kv->arr_type == GGUF_I8 || kv->arr_type == GGUF_BOOL ? 1
-                 : kv->arr_type == GGUF_U16 || kv->arr_type == GGUF_I16                        ? 2
-                 : kv->arr_type == GGUF_U64 || kv->arr_type == GGUF_I64 || kv->arr_type == GGUF_F64 ? 8 : 4;
-        for (uint64_t i = 0; i < kv->n; i++) {
-            const uint8_t *p = (const uint8_t *)kv->arr + i * (uint64_t)sz;
-            uint64_t u = 0;
-            for (int b = 0; b < sz; b++) u |= (uint64_t)p[b] << (8 * b);
-            e.type = kv->arr_type;
-            if (e.type == GGUF_F32) { uint32_t w = (uint32_t)u; float f; memcpy(&f, &w, 4); e.v.f = f; }
-            else if (e.type == GGUF_F64) memcpy(&e.v.f, &u, 8);
-            else if (e.type == GGUF_I8) e.v.i = (int8_t)u;
-            else if (e.type == GGUF_I16) e.v.i = (int16_t)u;
-            else if (e.type == GGUF_I32) e.v.i = (int32_t)u;
-            else if (e.type == GGUF_I64) e.v.i = (int64_t)u;
-            else e.v.u = u;
-            double y;
-            gguf_kv_num(&e, &y);
-            if (i == 0) first = y;
-            else if (y != first) {
+    if (num_array(kv)) { /* per layer */
+        v = arr_num(kv, 0);
+        for (uint64_t i = 1; i < kv->n; i++)
+            if (arr_num(kv, i) != v) {
                 fail(x, SL_EUNSUPPORTED, "'%s.%s' differs between layers (not supported)", x->arch, suffix);
                 return def;
             }
-        }
-        v = first;
     } else if (!gguf_kv_num(kv, &v)) {
         fail(x, SL_ECONFIG, "metadata key '%s.%s' must be a number", x->arch, suffix);
         return def;
     }
     if (found) *found = 1;
     return v;
+}
+
+int ggm_layer_nums(ggm *x, const char *suffix, int n, double *out) {
+    const gguf_kv *kv = kv_arch(x, suffix);
+    double v;
+    if (x->st || !kv) return 0;
+    if (num_array(kv)) {
+        if (kv->n < (uint64_t)n) { /* more: the multi-token-prediction layers' entries follow */
+            fail(x, SL_ECONFIG, "'%s.%s' has %llu entries for %d layers", x->arch, suffix, (unsigned long long)kv->n, n);
+            return 0;
+        }
+        for (int i = 0; i < n; i++) out[i] = arr_num(kv, (uint64_t)i);
+        return 1;
+    }
+    if (!gguf_kv_num(kv, &v)) {
+        fail(x, SL_ECONFIG, "metadata key '%s.%s' must be a number or a per-layer array", x->arch, suffix);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) out[i] = v;
+    return 1;
 }
 
 int ggm_count(ggm *x, const char *suffix, int required, int def, int *found) {
@@ -194,6 +220,28 @@ const char *gguf_kv_str(const gguf_file *f, const char *key) {
     return kv && kv->type == GGUF_STRING ? kv->str : NULL;
 }
 
+/* attention.head_count_kv: a count, or a per-layer array whose layers without attention hold 0 (llama.cpp's LFM2 and
+ * Granite hybrid files; the family hook reads the layer kinds from it with ggm_layer_nums): the one count the
+ * attention layers share. */
+static int kv_head_count(meta *x, int heads) {
+    const gguf_kv *kv = kv_arch(x, "attention.head_count_kv");
+    if (!num_array(kv)) return ggm_count(x, "attention.head_count_kv", 0, heads, NULL);
+    double v = 0;
+    for (uint64_t i = 0; i < kv->n; i++) {
+        double y = arr_num(kv, i);
+        if (y != 0 && v != 0 && y != v) {
+            fail(x, SL_EUNSUPPORTED, "'%s.attention.head_count_kv' differs between layers (not supported)", x->arch);
+            return 0;
+        }
+        if (y != 0) v = y;
+    }
+    if (!(v >= 0 && v <= (double)(1 << 30) && v == floor(v))) {
+        fail(x, SL_ECONFIG, "metadata key '%s.attention.head_count_kv' holds %g, not a count", x->arch, v);
+        return 0;
+    }
+    return v > 0 ? (int)v : heads;
+}
+
 /* The keys every family shares (dimensions, heads, experts, context, eps, RoPE and its YaRN scaling, tied
  * embeddings) as config.json fields, into g what the family's hook needs of them. Errors go to x->st. */
 static void common_fields(meta *x, const arch_desc *a, arch_gguf_common *g) {
@@ -203,7 +251,7 @@ static void common_fields(meta *x, const arch_desc *a, arch_gguf_common *g) {
     int nextn = ggm_count(x, "nextn_predict_layers", 0, 0, NULL); /* multi-token-prediction layers, counted in block_count */
     int hidden = ggm_count(x, "embedding_length", 1, 0, NULL);
     int heads = ggm_count(x, "attention.head_count", 1, 0, NULL);
-    int kv_heads = ggm_count(x, "attention.head_count_kv", 0, heads, NULL);
+    int kv_heads = kv_head_count(x, heads);
     g->head_dim = ggm_count(x, "attention.key_length", 0, heads > 0 ? hidden / heads : 0, NULL);
     g->value_length = ggm_count(x, "attention.value_length", 0, g->head_dim, NULL);
     int experts = ggm_count(x, "expert_count", 0, 0, NULL);

@@ -28,6 +28,7 @@ static const struct {
                 "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 1, 0},
     {"llama-bpe", {LLAMA3_RE}, 0, 1},
     {"glm4", {LLAMA3_RE}, 0, 1}, /* GLM-4.5 / 4.6 */
+    {"lfm2", {LLAMA3_RE}, 0, 1}, /* LFM2 / LFM2-MoE (llama.cpp: the LLAMA3 type) */
     /* gpt-oss (o200k): llama.cpp's gpt-4o */
     {"gpt-4o", {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
                 "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
@@ -71,7 +72,7 @@ sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_er
         if (!strcmp(PRE[i].pre, pre)) pi = (int)i;
     if (pi < 0)
         return err_set(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
-                      "llama-bpe, glm4, gpt-4o, deepseek-v3, gpt-2, olmo)", f->path, pre);
+                      "llama-bpe, glm4, lfm2, gpt-4o, deepseek-v3, gpt-2, olmo)", f->path, pre);
     char **toks = tk->arr, **merges = mg->arr;
     cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
     cJSON_AddStringToObject(root, "version", "1.0");

@@ -733,21 +733,25 @@ def test_tokenizer_from_gguf_metadata_matches_hf(qwen_dir, tmp_path):
     assert tmpl.encode() in open(p, "rb").read() or json.dumps(tmpl)[1:-1].encode() in open(p, "rb").read()
 
 
-def hf_with_pre(tok_dir, regexes, nfc):
+def hf_with_pre(tok_dir, regexes, nfc, ignore_merges=False):
     """HF tokenizers' Tokenizer of tok_dir's vocabulary and merges with the pre-tokenizer a GGUF's tokenizer.ggml.pre
     names: those Split regexes in turn, then ByteLevel without its own regex (and NFC or no normalizer)."""
     from tokenizers import Tokenizer
     tj = json.load(open(os.path.join(tok_dir, "tokenizer.json")))
     tj["normalizer"] = {"type": "NFC"} if nfc else None
+    tj["model"]["ignore_merges"] = ignore_merges
     tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": False} for r in regexes] + [
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
     return Tokenizer.from_str(json.dumps(tj))
 
 
-# The HF originals of the pre-tokenizers llama.cpp names qwen35 (Qwen3.5) and gpt-4o (gpt-oss's o200k), from the
-# models' tokenizer.json (llama.cpp src/llama-vocab.cpp quotes them beside its adaptations)
+# The HF originals of the pre-tokenizers llama.cpp names qwen35 (Qwen3.5), gpt-4o (gpt-oss's o200k) and lfm2 (LFM2,
+# llama.cpp's LLAMA3 type: Llama 3's regex, merges ignored), from the models' tokenizer.json (llama.cpp
+# src/llama-vocab.cpp quotes them beside its adaptations)
 PRE_REGEX = {
+    "lfm2": ["(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
     "qwen35": ["(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
                "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
     "gpt-4o": ["[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
@@ -756,11 +760,11 @@ PRE_REGEX = {
 }
 
 
-@pytest.mark.parametrize("pre", ["qwen35", "gpt-4o"])
+@pytest.mark.parametrize("pre", ["qwen35", "gpt-4o", "lfm2"])
 def test_tokenizer_pre_types_of_the_new_families(pre, qwen_dir, tmp_path):
-    """tokenizer.ggml.pre qwen35 (Qwen3.5's GGUF) and gpt-4o (gpt-oss's) on Qwen3's vocabulary: the packed model's
-    ids equal HF tokenizers' with that pre-tokenizer."""
-    hf = hf_with_pre(qwen_dir, PRE_REGEX[pre], pre == "qwen35")
+    """tokenizer.ggml.pre qwen35 (Qwen3.5's GGUF), gpt-4o (gpt-oss's) and lfm2 (LFM2-MoE's) on Qwen3's vocabulary: the
+    packed model's ids equal HF tokenizers' with that pre-tokenizer."""
+    hf = hf_with_pre(qwen_dir, PRE_REGEX[pre], pre == "qwen35", ignore_merges=pre == "lfm2")
     g = str(tmp_path / "t.gguf")
     write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(qwen_dir, pre))
     p = str(tmp_path / "t.sluice")

@@ -93,9 +93,30 @@ static const arch_shape shapes[] = {
      1, 1.0, 1, 0, 0.0, 0, 8.3e9},
 };
 
+/* llama.cpp's lfm2moe GGUF (convert_hf_to_gguf.py conversion/lfm2.py LFM2MoeModel; the graph src/models/lfm2moe.cpp
+ * and lfm2.cpp): attention.head_count_kv per layer, 0 for a short-conv layer; leading_dense_block_count dense layers;
+ * shortconv.l_cache taps; conv.conv stored squeezed [H, K]; the final norm as token_embd_norm. The converter writes
+ * no routed_scaling_factor and llama.cpp's graph always renormalises the chosen sigmoid scores and scales them by
+ * expert_weights_scale, which it does not read for lfm2moe (0: no scaling): what the file means is a factor of 1
+ * (LFM2-8B-A1B's own value), whatever the checkpoint it came from said. */
 static void gguf_config(ggm *m, arch_gguf_common *g) {
-    (void)g;
-    ggm_fail(m, SL_EUNSUPPORTED, "LFM2-MoE GGUF files are not imported yet (pack the Hugging Face checkpoint)");
+    static const char *const kinds[] = {"conv", "full_attention"};
+    const char *types[SL_MAX_LAYERS];
+    double kvh[SL_MAX_LAYERS];
+    if (!ggm_layer_nums(m, "attention.head_count_kv", g->n_layers, kvh))
+        for (int l = 0; l < g->n_layers; l++) kvh[l] = 1; /* a scalar or none: every layer attends */
+    for (int l = 0; l < g->n_layers; l++) types[l] = kinds[kvh[l] != 0];
+    ggm_set_strs(m, "layer_types", types, g->n_layers);
+    ggm_set_num(m, "conv_L_cache", ggm_count(m, "shortconv.l_cache", 1, 0, NULL));
+    ggm_set_num(m, "norm_eps", ggm_num(m, "attention.layer_norm_rms_epsilon", 1, 0, NULL));
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    int dense = ggm_count(m, "leading_dense_block_count", 0, g->first_dense, NULL);
+    if (dense != g->first_dense)
+        ggm_fail(m, SL_ECONFIG, "leading_dense_block_count is %d but the first router is in layer %d", dense, g->l_moe);
+    ggm_set_num(m, "num_dense_layers", dense);
+    if (dense > 0 && g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    ggm_set_bool(m, "norm_topk_prob", 1);
+    ggm_set_num(m, "routed_scaling_factor", 1.0);
 }
 
 const arch_desc arch_lfm2_moe = {

@@ -1,0 +1,234 @@
+"""GGUF import of issue 26's families: lfm2_moe (llama.cpp lfm2moe). Each fixture of tests/data is written at test
+time as a GGUF the way llama.cpp's convert_hf_to_gguf.py --outtype f32 writes it (conversion/lfm2.py LFM2MoeModel;
+base.py TextModel's keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports
+torch and transformers, which CI does not install. test_writer_mirrors_llama_cpp_converter checks this writer
+against the converter itself where both are at hand (SLUICE_LLAMA_CPP: a llama.cpp source tree;
+SLUICE_LLAMA_CPP_PYTHON: a Python with torch and transformers).
+Reference: the safetensors pack of the same fixture, where llama.cpp's graph means what the checkpoint means; where
+it does not, of a fixture copy changed to what the GGUF file means (LFM2-MoE: routed_scaling_factor 1, see
+src/family/arch/lfm2_moe.c)."""
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from conftest import ROOT, run  # noqa: E402
+from test_gguf import gguf_tokenizer_writer, logits, ref_tokens  # noqa: E402
+from test_gguf_families import hf_tensors, text_cfg  # noqa: E402
+
+DATA = os.path.join(ROOT, "tests/data")
+ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE}
+# config.json changes that make the safetensors checkpoint mean what llama.cpp's file of it means
+MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0}}
+# tokenizer.ggml.pre the converter writes for each family's released tokenizer (conversion/base.py
+# get_vocab_base_pre)
+PRE = {"lfm2_moe": "lfm2"}
+FAMILIES = list(ARCH)
+
+
+def stack_experts(hf, key_of, n_experts):
+    """{(layer, part): [E, rows, cols]} from per-expert tensors; key_of(name) -> (layer, expert, part) or None. The
+    rest of hf as a list of (name, array)."""
+    experts, rest = {}, []
+    for k, (a, _) in hf.items():
+        ke = key_of(k)
+        if ke is None:
+            rest.append((k, a))
+            continue
+        l, e, part = ke
+        experts.setdefault((l, part), {})[e] = a
+    stacked = {key: np.stack([es[e] for e in range(n_experts)]) for key, es in sorted(experts.items())}
+    return stacked, rest
+
+
+def convert_lfm2_moe(cfg, hf, tmap):
+    """LFM2MoeModel.modify_tensors: conv.conv squeezed to [H, K], expert_bias named .bias, experts w1 / w3 / w2
+    stacked per layer (renamed layers.N.feed_forward.experts.wX before the name map)"""
+    def key_of(k):
+        p = k.split(".")
+        return (int(p[2]), int(p[5]), p[6]) if ".feed_forward.experts." in k else None
+    stacked, rest = stack_experts(hf, key_of, cfg["num_experts"])
+    out = []
+    for k, a in rest:
+        if "conv.conv" in k:
+            a = a.reshape(a.shape[0], a.shape[-1])
+        if k.endswith(".expert_bias"):
+            k += ".bias"
+        out.append((tmap.get_name(k, try_suffixes=(".weight", ".bias")), a))
+    for (l, part), a in stacked.items():
+        out.append((tmap.get_name(f"layers.{l}.feed_forward.experts.{part}.weight", try_suffixes=(".weight",)), a))
+    return out
+
+
+def meta_lfm2_moe(cfg, w):
+    """TextModel.set_gguf_parameters with head_count_kv per layer (0 for conv layers), then LFM2MoeModel's keys"""
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv([cfg["num_key_value_heads"] if t == "full_attention" else 0 for t in cfg["layer_types"]])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["norm_eps"])
+    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_leading_dense_block_count(cfg["num_dense_layers"])
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_shortconv_l_cache(cfg["conv_L_cache"])
+
+
+CONVERT = {"lfm2_moe": convert_lfm2_moe}
+META = {"lfm2_moe": meta_lfm2_moe}
+
+
+def write(family, path, tokenizer=True, drop=()):
+    """The fixture as an f32 GGUF (--outtype f32), with the tiny tokenizer under the family's pre-tokenizer name;
+    tensors named in drop left out. Returns [(name, array)] as written."""
+    cfg, _ = text_cfg(family)
+    tmap = gguf.get_tensor_name_map(ARCH[family], cfg["num_hidden_layers"])
+    tensors = CONVERT[family](cfg, hf_tensors(family), tmap)
+    w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[ARCH[family]])
+    META[family](cfg, w)
+    if tokenizer:
+        gguf_tokenizer_writer(os.path.join(DATA, "tiny_tokenizer"), PRE[family])(w)
+    for name, a in tensors:
+        assert name, family
+        if name not in drop:
+            w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tensors
+
+
+@pytest.fixture(scope="module")
+def st_packs(tmp_path_factory):
+    """The safetensors packs of the fixtures, changed to what the GGUF files mean (MEANS)"""
+    d = tmp_path_factory.mktemp("st")
+    out = {}
+    for fam in FAMILIES:
+        src = str(d / fam)
+        shutil.copytree(os.path.join(DATA, fam), src)
+        cfg = json.load(open(os.path.join(src, "config.json")))
+        cfg.update(MEANS.get(fam, {}))
+        json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
+        out[fam] = str(d / f"{fam}.sluice")
+        run(["pack", src, "-o", out[fam]])
+    return out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gguf_equals_safetensors_pack(family, st_packs, tmp_path):
+    """The f32 GGUF's logits over the fixture's 90 positions: those of the safetensors pack of what it means
+    (bitwise: the converter's rewrites are permutations, and f32 holds the bf16 weights exactly), so the same
+    greedy tokens; the tokenizer and chat template from the GGUF metadata generate text."""
+    g = str(tmp_path / "m.gguf")
+    write(family, g)
+    p = str(tmp_path / "m.sluice")
+    run(["pack", g, "-o", p])
+    toks = ref_tokens(family)
+    a = logits(p, toks, str(tmp_path / "a.f32"))
+    b = logits(st_packs[family], toks, str(tmp_path / "b.f32"))
+    assert a.shape == b.shape and np.isfinite(a).all()
+    assert np.array_equal(a, b), f"max relative difference {np.abs(a - b).max() / np.abs(b).max():.3g}"
+    V = json.loads(run(["info", p, "--json"]).stdout)["config"]["vocab"]
+    r = run(["run", p, "--tokens", ",".join(map(str, toks[:8])), "-n", "16"])
+    s = run(["run", st_packs[family], "--tokens", ",".join(map(str, toks[:8])), "-n", "16"])
+    assert r.stdout == s.stdout and r.stdout.split(), (r.stdout, s.stdout)
+    assert np.array_equal(a.reshape(-1, V).argmax(1), b.reshape(-1, V).argmax(1))
+    c = run(["run", p, "-p", "hi", "--chat", "-n", "4"])
+    assert c.returncode == 0
+
+
+def test_lfm2_moe_what_the_file_means(st_packs, tmp_path):
+    """llama.cpp's lfm2moe file has no routed_scaling_factor (its graph scales by none): the GGUF pack differs from
+    the checkpoint's own (1.5 in the fixture), and the layer kinds come from head_count_kv's zeros."""
+    g = str(tmp_path / "m.gguf")
+    write("lfm2_moe", g)
+    p = str(tmp_path / "m.sluice")
+    run(["pack", g, "-o", p])
+    info = json.loads(run(["info", p, "--json"]).stdout)
+    cfg, _ = text_cfg("lfm2_moe")
+    s = str(tmp_path / "own.sluice")
+    run(["pack", os.path.join(DATA, "lfm2_moe"), "-o", s])
+    toks = ref_tokens("lfm2_moe")
+    a = logits(p, toks, str(tmp_path / "a.f32"))
+    b = logits(s, toks, str(tmp_path / "b.f32"))
+    assert not np.array_equal(a, b)
+    own = json.loads(run(["info", s, "--json"]).stdout)["config"]
+    for k in ("layer_types", "layer_moe", "conv_k", "dense_inter", "moe_inter", "norm_topk", "eps"):
+        assert info["config"][k] == own[k], k
+    assert info["config"]["layer_types"][0] == "linear_attention"
+    assert (info["config"]["routed_scale"], own["routed_scale"]) == (1, cfg["routed_scaling_factor"]) != (1, 1)
+
+
+def test_lfm2_moe_bad_gguf(tmp_path):
+    """A conv layer without its kernel, and leading_dense_block_count against the routers, are clear errors."""
+    from test_gguf import pack_fails
+    g = str(tmp_path / "m.gguf")
+    write("lfm2_moe", g, drop=("blk.0.shortconv.conv.weight",))
+    pack_fails(tmp_path, g, "tensor 'layers.0.linear_attn.conv1d'")
+    cfg, _ = text_cfg("lfm2_moe")
+    cfg = dict(cfg, num_dense_layers=0)
+    tmap = gguf.get_tensor_name_map(ARCH["lfm2_moe"], cfg["num_hidden_layers"])
+    w = gguf.GGUFWriter(g, "lfm2moe")
+    meta_lfm2_moe(cfg, w)
+    for name, a in convert_lfm2_moe(cfg, hf_tensors("lfm2_moe"), tmap):
+        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    pack_fails(tmp_path, g, "leading_dense_block_count is 0 but the first router is in layer 1")
+
+
+def converter_gguf(lc, family, out, tmp):
+    """llama.cpp's own convert_hf_to_gguf.py --outtype f32 on the fixture and the tiny tokenizer (its hash names no
+    released tokenizer: get_vocab_base_pre answers the family's name)"""
+    d = os.path.join(tmp, "hf")
+    shutil.copytree(os.path.join(DATA, family), d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(DATA, "tiny_tokenizer", f), d)
+    code = ("import sys, runpy; sys.path.insert(0, %r); sys.path.insert(1, %r); import conversion.base as cb; "
+            "cb.TextModel.get_vocab_base_pre = lambda self, tok: %r; "
+            "sys.argv = ['convert_hf_to_gguf.py', %r, '--outtype', 'f32', '--outfile', %r]; "
+            "runpy.run_path(%r, run_name='__main__')") % (lc, os.path.join(lc, "gguf-py"), PRE[family], d, out,
+                                                          os.path.join(lc, "convert_hf_to_gguf.py"))
+    py = os.environ.get("SLUICE_LLAMA_CPP_PYTHON", sys.executable)
+    r = subprocess.run([py, "-c", code], capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_writer_mirrors_llama_cpp_converter(family, tmp_path):
+    """Where llama.cpp's source (SLUICE_LLAMA_CPP) and a Python with torch and transformers
+    (SLUICE_LLAMA_CPP_PYTHON, else this one) are at hand: the converter's file has this writer's tensors (names,
+    shapes, values) and its model keys (general.* and tokenizer.* aside)."""
+    lc = os.environ.get("SLUICE_LLAMA_CPP")
+    if not lc or not os.path.exists(os.path.join(lc, "convert_hf_to_gguf.py")):
+        pytest.skip("SLUICE_LLAMA_CPP (a llama.cpp source tree) not set")
+    theirs, ours = str(tmp_path / "c.gguf"), str(tmp_path / "w.gguf")
+    converter_gguf(lc, family, theirs, str(tmp_path))
+    write(family, ours)
+    rt, ro = gguf.GGUFReader(theirs), gguf.GGUFReader(ours)
+    tt = {t.name: np.array(t.data) for t in rt.tensors}
+    to = {t.name: np.array(t.data) for t in ro.tensors}
+    assert sorted(tt) == sorted(to)
+    for n in tt:
+        assert tt[n].shape == to[n].shape and np.array_equal(tt[n], to[n]), n
+
+    def keys(r):
+        return {k: f.contents() for k, f in r.fields.items()
+                if not k.startswith(("general.", "tokenizer.", "GGUF."))}
+    assert keys(rt) == keys(ro)
