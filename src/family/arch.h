@@ -227,6 +227,9 @@ int ggm_layer_nums(ggm *m, const char *suffix, int n, double *out);
 /* Dimension d (innermost first) of tensor rel at layer (< 0: global); 0 when the file has no such tensor. */
 int64_t ggm_ne(ggm *m, int layer, const char *rel, int d);
 int ggm_has(ggm *m, int layer, const char *rel);
+/* The n values of a small F32 tensor rel at layer (< 0: global) into out: 1 when read, 0 when the file has no such
+ * tensor; an error (recorded) when it is not F32 of n elements or cannot be read. */
+int ggm_f32(ggm *m, int layer, const char *rel, float *out, int64_t n);
 void ggm_fail(ggm *m, sl_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* config.json fields the hook writes ("rope_parameters.<name>" writes into that object); a later call for the
  * same field replaces the earlier value. */
@@ -245,6 +248,8 @@ typedef struct arch_gguf_common {
     int head_dim;          /* attention.key_length, else embedding_length / head_count */
     int value_length;      /* attention.value_length, else head_dim */
     int check_value_length; /* 1 (the default): value_length must equal head_dim; an MLA hook clears it */
+    int kv_heads_vary;     /* attention.head_count_kv's attention layers differ (the first one's is num_key_value_heads) */
+    int check_kv_heads;    /* 1 (the default): kv_heads_vary is refused; a hook that reads them per layer clears it */
     int l_moe;             /* the first layer with a router (blk.N.ffn_gate_inp.weight) */
     int first_dense;       /* layers before the first routed one */
     int rot_found;         /* rope.dimension_count was given (and written as partial_rotary_factor) */

@@ -22,6 +22,7 @@
 #include "family/arch.h"
 #include "family/gguf_meta.h"
 #include "util/err.h"
+#include "util/fileio.h"
 
 struct ggm {
     const gguf_model *m;
@@ -175,25 +176,45 @@ static const gguf_tensor *blk_tensor(meta *x, int l, const char *rel) {
 
 int ggm_has(ggm *x, int layer, const char *rel) { return blk_tensor(x, layer, rel) != NULL; }
 
+int ggm_f32(ggm *x, int layer, const char *rel, float *out, int64_t n) {
+    const gguf_tensor *t = blk_tensor(x, layer, rel);
+    if (x->st || !t) return 0;
+    if (t->type != 0 /* GGML F32 */ || t->bytes != (uint64_t)n * sizeof *out) {
+        fail(x, SL_EUNSUPPORTED, "tensor '%s' must be F32 of %lld elements", t->name, (long long)n);
+        return 0;
+    }
+    const gguf_file *f = NULL;
+    for (int i = 0; i < x->m->n_files && !f; i++)
+        if (t >= x->m->files[i].t && t < x->m->files[i].t + x->m->files[i].n_tensors) f = &x->m->files[i];
+    if (!f) return 0;
+    if ((x->st = fio_pread_all(f->fd, out, (size_t)t->bytes, t->off, f->path, x->err))) return 0;
+    return 1;
+}
+
 int64_t ggm_ne(ggm *x, int layer, const char *rel, int d) {
     const gguf_tensor *t = blk_tensor(x, layer, rel);
     return t && d >= 0 && d < 4 ? t->ne[d] : 0;
 }
 
-/* The object a field lives in ("rope_parameters.<name>": that object, created when absent) and the name in it. */
-static cJSON *field_home(meta *x, const char *field, const char **name) {
-    static const char rp[] = "rope_parameters.";
-    *name = field;
-    if (strncmp(field, rp, sizeof rp - 1)) return x->c;
-    *name = field + sizeof rp - 1;
-    cJSON *o = cJSON_GetObjectItemCaseSensitive(x->c, "rope_parameters");
-    if (!o) o = cJSON_AddObjectToObject(x->c, "rope_parameters");
+/* The object a field lives in and the name in it: "a.b.c" is c of object b of object a (created when absent). */
+static cJSON *field_home(meta *x, const char *field, const char **name, char *buf, size_t cap) {
+    cJSON *o = x->c;
+    snprintf(buf, cap, "%s", field);
+    char *p = buf, *dot;
+    while (o && (dot = strchr(p, '.'))) {
+        *dot = 0;
+        cJSON *c = cJSON_GetObjectItemCaseSensitive(o, p);
+        o = cJSON_IsObject(c) ? c : c ? NULL : cJSON_AddObjectToObject(o, p);
+        p = dot + 1;
+    }
+    *name = p;
     return o;
 }
 
 static void set_item(meta *x, const char *field, cJSON *v) {
     const char *name;
-    cJSON *o = field_home(x, field, &name);
+    char buf[160];
+    cJSON *o = field_home(x, field, &name, buf, sizeof buf);
     if (!o || !v) {
         cJSON_Delete(v);
         if (!x->st) x->st = err_set(x->err, SL_ENOMEM, "out of memory");
@@ -221,23 +242,21 @@ const char *gguf_kv_str(const gguf_file *f, const char *key) {
 }
 
 /* attention.head_count_kv: a count, or a per-layer array whose layers without attention hold 0 (llama.cpp's LFM2 and
- * Granite hybrid files; the family hook reads the layer kinds from it with ggm_layer_nums): the one count the
- * attention layers share. */
-static int kv_head_count(meta *x, int heads) {
+ * Granite hybrid files; the family hook reads the layer kinds from it with ggm_layer_nums): the first attention
+ * layer's count; g->kv_heads_vary when the attention layers' counts differ (Gemma 4's full layers: refused after
+ * the hook unless it cleared g->check_kv_heads, having read them per layer). */
+static int kv_head_count(meta *x, int heads, arch_gguf_common *g) {
     const gguf_kv *kv = kv_arch(x, "attention.head_count_kv");
     if (!num_array(kv)) return ggm_count(x, "attention.head_count_kv", 0, heads, NULL);
     double v = 0;
     for (uint64_t i = 0; i < kv->n; i++) {
         double y = arr_num(kv, i);
-        if (y != 0 && v != 0 && y != v) {
-            fail(x, SL_EUNSUPPORTED, "'%s.attention.head_count_kv' differs between layers (not supported)", x->arch);
+        if (!(y >= 0 && y <= (double)(1 << 30) && y == floor(y))) {
+            fail(x, SL_ECONFIG, "metadata key '%s.attention.head_count_kv' holds %g, not a count", x->arch, y);
             return 0;
         }
-        if (y != 0) v = y;
-    }
-    if (!(v >= 0 && v <= (double)(1 << 30) && v == floor(v))) {
-        fail(x, SL_ECONFIG, "metadata key '%s.attention.head_count_kv' holds %g, not a count", x->arch, v);
-        return 0;
+        if (y != 0 && v != 0 && y != v) g->kv_heads_vary = 1;
+        if (y != 0 && v == 0) v = y;
     }
     return v > 0 ? (int)v : heads;
 }
@@ -251,7 +270,7 @@ static void common_fields(meta *x, const arch_desc *a, arch_gguf_common *g) {
     int nextn = ggm_count(x, "nextn_predict_layers", 0, 0, NULL); /* multi-token-prediction layers, counted in block_count */
     int hidden = ggm_count(x, "embedding_length", 1, 0, NULL);
     int heads = ggm_count(x, "attention.head_count", 1, 0, NULL);
-    int kv_heads = kv_head_count(x, heads);
+    int kv_heads = kv_head_count(x, heads, g);
     g->head_dim = ggm_count(x, "attention.key_length", 0, heads > 0 ? hidden / heads : 0, NULL);
     g->value_length = ggm_count(x, "attention.value_length", 0, g->head_dim, NULL);
     int experts = ggm_count(x, "expert_count", 0, 0, NULL);
@@ -358,10 +377,12 @@ sl_status gguf_config_json(const gguf_model *m, char **out, sl_error *err) {
     if (!(x.c = cJSON_CreateObject())) return err_set(err, SL_ENOMEM, "out of memory");
     arch_gguf_common g = {0};
     g.arch = x.arch;
-    g.check_value_length = 1;
+    g.check_value_length = g.check_kv_heads = 1;
     common_fields(&x, a, &g);
     if (!x.st) layer_fields(&x, &g);
     if (!x.st) a->gguf_config(&x, &g);
+    if (!x.st && g.check_kv_heads && g.kv_heads_vary)
+        fail(&x, SL_EUNSUPPORTED, "'%s.attention.head_count_kv' differs between layers (not supported)", x.arch);
     if (!x.st && g.check_value_length && g.value_length != g.head_dim)
         fail(&x, SL_EUNSUPPORTED, "attention.value_length (%d) differs from key_length (%d)", g.value_length,
              g.head_dim);

@@ -53,6 +53,57 @@ static int xf_applies(const fam_config *c, const arch_desc *a, const arch_gguf_x
     return !d || arch_applies(c, d->when, l);
 }
 
+/* Expert part p of every expert of layer l from the stack g: of each expert's slice, piece `half` of `n_pieces`
+ * (rows are whole blocks, so a piece of rows is a piece of bytes). */
+static sl_status push_part(hf_ckpt *ck, int fi, const gguf_tensor *g, const st_entry *e, int l, int p, int half,
+                           int n_pieces, sl_error *err) {
+    const fam_config *c = &ck->cfg;
+    int64_t sh[2];
+    arch_expert_shape(c, p, sh);
+    uint64_t slice = g->bytes / (uint64_t)c->n_experts, piece = slice / (uint64_t)n_pieces;
+    for (int x = 0; x < c->n_experts; x++) {
+        hf_t *t = hf_push(ck);
+        if (!t) return err_set(err, SL_ENOMEM, "out of memory");
+        char nm[128];
+        snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(c, p));
+        if (!(t->pub.name = strdup(nm))) return err_set(err, SL_ENOMEM, "out of memory");
+        t->file = fi;
+        t->ent = e;
+        t->off = g->off + (uint64_t)x * slice + (uint64_t)half * piece;
+        t->len = piece;
+        t->pub.ndim = 2;
+        t->pub.shape[0] = sh[0];
+        t->pub.shape[1] = sh[1];
+        t->pub.expert_layer = l;
+        t->pub.expert = x;
+        t->pub.expert_part = p;
+        if (gguf_src_dtype(t, g->type, arch_part(c, p)->kind)) return gguf_type_err(&ck->gm.files[fi], g, err);
+    }
+    return SL_OK;
+}
+
+/* llama.cpp's fused ffn_gate_up_exps [E][2I][H] (Gemma 4: the checkpoint's experts.gate_up_proj as it is; its graph
+ * takes the first I rows as the gate, llama-graph.cpp build_moe_ffn): the gate_proj and up_proj parts. */
+static sl_status gguf_add_gate_up(hf_ckpt *ck, int fi, const gguf_tensor *g, const st_entry *e, int l, sl_error *err) {
+    const fam_config *c = &ck->cfg;
+    int pg = -1, pu = -1;
+    for (int p = 0; p < arch_n_parts(c); p++) {
+        if (!strcmp(arch_part(c, p)->name, "gate_proj")) pg = p;
+        if (!strcmp(arch_part(c, p)->name, "up_proj")) pu = p;
+    }
+    const char *path = ck->gm.files[fi].path;
+    if (pg < 0 || pu < 0)
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s': this family has no gate_proj / up_proj experts", path, g->name);
+    int64_t sh[2];
+    arch_expert_shape(c, pg, sh);
+    if (g->n_dims != 3 || g->ne[2] != c->n_experts || g->ne[1] != 2 * sh[0] || g->ne[0] != sh[1])
+        return err_set(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld, %lld], config implies [%lld, %lld, %d] "
+                      "(innermost first)", path, g->name, (long long)g->ne[0], (long long)g->ne[1], (long long)g->ne[2],
+                      (long long)sh[1], (long long)(2 * sh[0]), c->n_experts);
+    sl_status st = push_part(ck, fi, g, e, l, pg, 0, 2, err);
+    return st ? st : push_part(ck, fi, g, e, l, pu, 1, 2, err);
+}
+
 /* Registers GGUF tensor g (file fi, entry e) under its canonical name, or ignores it. */
 static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_tensor *g, const st_entry *e,
                           sl_error *err) {
@@ -81,27 +132,9 @@ static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_te
                 return err_set(err, SL_EFORMAT, "%s: tensor '%s' has dims [%lld, %lld, %lld], config implies [%lld, %lld, "
                               "%d] (innermost first)", f->path, g->name, (long long)g->ne[0], (long long)g->ne[1],
                               (long long)g->ne[2], (long long)sh[1], (long long)sh[0], c->n_experts);
-            uint64_t slice = g->bytes / (uint64_t)c->n_experts;
-            for (int x = 0; x < c->n_experts; x++) {
-                hf_t *t = hf_push(ck);
-                if (!t) return err_set(err, SL_ENOMEM, "out of memory");
-                char nm[128];
-                snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, x, arch_expert_part_name(c, p));
-                if (!(t->pub.name = strdup(nm))) return err_set(err, SL_ENOMEM, "out of memory");
-                t->file = fi;
-                t->ent = e;
-                t->off = g->off + (uint64_t)x * slice;
-                t->len = slice;
-                t->pub.ndim = 2;
-                t->pub.shape[0] = sh[0];
-                t->pub.shape[1] = sh[1];
-                t->pub.expert_layer = l;
-                t->pub.expert = x;
-                t->pub.expert_part = p;
-                if (gguf_src_dtype(t, g->type, pd->kind)) return gguf_type_err(f, g, err);
-            }
-            return SL_OK;
+            return push_part(ck, fi, g, e, l, p, 0, 1, err);
         }
+        if (!strcmp(rel, "ffn_gate_up_exps.weight")) return gguf_add_gate_up(ck, fi, g, e, l, err);
     }
     const arch_tdef *d = NULL;
     for (int k = 0; k < a->n_tensors && !d; k++) {

@@ -173,10 +173,94 @@ static const arch_shape shapes[] = {
      2112, 0, 0, 0, 0.0, 0, 1024, 0.0, 0, 24.65e9},
 };
 
-/* ---- GGUF (llama.cpp gemma4: convert_hf_to_gguf.py Gemma4Model, src/models/gemma4.cpp) ---- */
+/* ---- GGUF (llama.cpp gemma4: convert_hf_to_gguf.py conversion/gemma.py Gemma4Model, src/models/gemma4.cpp) ----
+ * Layer kinds from attention.sliding_window_pattern; key_length (value_length) the full layers' head dim and
+ * key_length_swa the sliding ones'; head_count_kv per layer; keys as values where a full layer has no attn_v; the
+ * sliding layers' RoPE freq_base_swa over rope.dimension_count_swa dims, the full layers' freq_base with rope_freqs,
+ * factors 1 for the rotated pairs and 1e30 (no rotation) for the rest: what transformers' proportional RoPE with
+ * partial_rotary_factor = rotated pairs * 2 / head dim computes (the converter writes that tensor from it). The
+ * experts' gate_up_proj stays fused (ffn_gate_up_exps, import/hf_gguf.c); router.scale as ffn_gate_inp.scale and
+ * per_expert_scale as ffn_down_exps.scale; norms plain (the converter's Gemma 4 norm shift is 0). */
+static void gguf_kv_heads(ggm *m, arch_gguf_common *g, const double *swa) {
+    double kvh[SL_MAX_LAYERS];
+    int kv[2] = {0, 0}, full = -1; /* [sliding, full] */
+    if (!ggm_layer_nums(m, "attention.head_count_kv", g->n_layers, kvh)) {
+        ggm_fail(m, SL_ECONFIG, "missing metadata key 'gemma4.attention.head_count_kv'");
+        return;
+    }
+    for (int l = 0; l < g->n_layers; l++) {
+        int s = swa[l] != 0;
+        if (!s && full < 0) full = l;
+        if (kv[!s] && kv[!s] != (int)kvh[l])
+            ggm_fail(m, SL_EUNSUPPORTED, "%s layers with differing KV head counts are not supported", s ? "sliding" : "full");
+        kv[!s] = (int)kvh[l];
+    }
+    g->check_kv_heads = 0;
+    ggm_set_num(m, "num_key_value_heads", kv[0] ? kv[0] : kv[1]);
+    const int k_eq_v = full >= 0 && !ggm_has(m, full, "attn_v.weight");
+    ggm_set_bool(m, "attention_k_eq_v", k_eq_v);
+    if (k_eq_v) ggm_set_num(m, "num_global_key_value_heads", kv[1]);
+    else if (kv[0] && kv[1] && kv[0] != kv[1])
+        ggm_fail(m, SL_EUNSUPPORTED, "full layers with values (attn_v) and KV heads of their own are not supported");
+}
+
+/* rope_freqs (full layers): the leading factors 1 rotate, the 1e30 after them do not. */
+static void gguf_rope(ggm *m, int hd_swa, int hd_full) {
+    float ff[512];
+    const int64_t n = ggm_ne(m, -1, "rope_freqs.weight", 0);
+    ggm_set_str(m, "rope_parameters.sliding_attention.rope_type", "default");
+    ggm_set_num(m, "rope_parameters.sliding_attention.rope_theta", ggm_num(m, "rope.freq_base_swa", 0, 10000.0, NULL));
+    ggm_set_num(m, "rope_parameters.full_attention.rope_theta", ggm_num(m, "rope.freq_base", 0, 1e6, NULL));
+    if (ggm_count(m, "rope.dimension_count_swa", 0, hd_swa, NULL) != hd_swa ||
+        ggm_count(m, "rope.dimension_count", 0, hd_full, NULL) != hd_full)
+        ggm_fail(m, SL_EUNSUPPORTED, "rope.dimension_count(_swa) other than the head dims is not supported");
+    if (n == 0) { /* no factors: every pair rotates */
+        ggm_set_str(m, "rope_parameters.full_attention.rope_type", "default");
+        return;
+    }
+    if (n != hd_full / 2 || n > (int64_t)(sizeof ff / sizeof *ff)) {
+        ggm_fail(m, SL_EFORMAT, "tensor 'rope_freqs.weight' has %lld factors; the full layers' head dim %d needs %d",
+                 (long long)n, hd_full, hd_full / 2);
+        return;
+    }
+    if (!ggm_f32(m, -1, "rope_freqs.weight", ff, n)) return;
+    int rot = 0;
+    while (rot < n && ff[rot] == 1.0f) rot++;
+    for (int64_t i = rot; i < n; i++)
+        if (!(ff[i] >= 1e29f))
+            ggm_fail(m, SL_EUNSUPPORTED, "rope_freqs factor %lld is %g: only 1 (rotated) then 1e30 (not) are supported",
+                     (long long)i, (double)ff[i]);
+    ggm_set_str(m, "rope_parameters.full_attention.rope_type", "proportional");
+    ggm_set_num(m, "rope_parameters.full_attention.partial_rotary_factor", 2.0 * rot / hd_full);
+}
+
 static void gguf_config(ggm *m, arch_gguf_common *g) {
-    ggm_fail(m, SL_EUNSUPPORTED, "Gemma 4 GGUF files are not imported yet (pack the Hugging Face checkpoint)");
-    (void)g;
+    static const char *const kinds[] = {"full_attention", "sliding_attention"};
+    const char *types[SL_MAX_LAYERS];
+    double swa[SL_MAX_LAYERS];
+    int any_swa = 0;
+    ggm_set_str(m, "model_type", "gemma4_text"); /* the text model's fields at the root */
+    if (!ggm_layer_nums(m, "attention.sliding_window_pattern", g->n_layers, swa))
+        for (int l = 0; l < g->n_layers; l++) swa[l] = 0;
+    for (int l = 0; l < g->n_layers; l++) types[l] = kinds[swa[l] != 0], any_swa |= swa[l] != 0;
+    ggm_set_strs(m, "layer_types", types, g->n_layers);
+    if (any_swa) ggm_set_num(m, "sliding_window", ggm_count(m, "attention.sliding_window", 1, 0, NULL));
+    const int hd_full = g->head_dim, hd_swa = ggm_count(m, "attention.key_length_swa", 0, hd_full, NULL);
+    if (g->value_length != hd_full || ggm_count(m, "attention.value_length_swa", 0, hd_swa, NULL) != hd_swa)
+        ggm_fail(m, SL_EUNSUPPORTED, "value_length(_swa) other than key_length(_swa) is not supported");
+    g->check_value_length = 0;
+    ggm_set_num(m, "head_dim", hd_swa);
+    ggm_set_num(m, "global_head_dim", hd_full);
+    gguf_kv_heads(m, g, swa);
+    gguf_rope(m, hd_swa, hd_full);
+    int found = 0;
+    const double cap = ggm_num(m, "final_logit_softcapping", 0, 0, &found);
+    if (found) ggm_set_num(m, "final_logit_softcapping", cap);
+    ggm_set_bool(m, "enable_moe_block", 1);
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    ggm_set_num(m, "num_kv_shared_layers", ggm_count(m, "attention.shared_kv_layers", 0, 0, NULL));
+    ggm_set_num(m, "hidden_size_per_layer_input", ggm_count(m, "embedding_length_per_layer_input", 0, 0, NULL));
 }
 
 const arch_desc arch_gemma4 = {
