@@ -237,6 +237,7 @@ void ggm_set_num(ggm *m, const char *field, double v);
 void ggm_set_bool(ggm *m, const char *field, int v);
 void ggm_set_str(ggm *m, const char *field, const char *v);
 void ggm_set_strs(ggm *m, const char *field, const char *const *v, int n); /* an array of n strings */
+void ggm_set_nums(ggm *m, const char *field, const double *v, int n);      /* an array of n numbers */
 struct arch_gguf_common;
 /* The routed experts' width (g->moe_inter), or an error naming expert_feed_forward_length when the file gives none. */
 double ggm_moe_inter(ggm *m, const struct arch_gguf_common *g);

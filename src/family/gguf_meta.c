@@ -230,6 +230,9 @@ void ggm_set_str(ggm *x, const char *field, const char *v) { set_item(x, field, 
 void ggm_set_strs(ggm *x, const char *field, const char *const *v, int n) {
     set_item(x, field, cJSON_CreateStringArray(v, n));
 }
+void ggm_set_nums(ggm *x, const char *field, const double *v, int n) {
+    set_item(x, field, n > 0 ? cJSON_CreateDoubleArray(v, n) : cJSON_CreateArray());
+}
 
 double ggm_moe_inter(ggm *x, const arch_gguf_common *g) {
     if (!g->moe_inter_found) fail(x, SL_ECONFIG, "missing metadata key '%s.expert_feed_forward_length'", x->arch);

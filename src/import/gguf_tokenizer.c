@@ -17,6 +17,10 @@
 #define LLAMA3_RE                                                                                                 \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|" \
     "\\s+(?!\\S)|\\s+"
+#define O200K_RE                                                                                                  \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 static const struct {
     const char *pre, *regex[3];
     int nfc, ignore_merges;
@@ -29,10 +33,9 @@ static const struct {
     {"llama-bpe", {LLAMA3_RE}, 0, 1},
     {"glm4", {LLAMA3_RE}, 0, 1}, /* GLM-4.5 / 4.6 */
     {"lfm2", {LLAMA3_RE}, 0, 1}, /* LFM2 / LFM2-MoE (llama.cpp: the LLAMA3 type) */
-    /* gpt-oss (o200k): llama.cpp's gpt-4o */
-    {"gpt-4o", {"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
-                "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
-                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
+    /* gpt-oss (o200k): llama.cpp's gpt-4o; Llama 4's llama4 is the same type there */
+    {"gpt-4o", {O200K_RE}, 0, 0},
+    {"llama4", {O200K_RE}, 0, 0},
     /* DeepSeek-V3 / R1: digits in runs of 1-3, CJK runs, then its own regex */
     {"deepseek-v3", {"\\p{N}{1,3}", "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
                      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}"
@@ -72,7 +75,7 @@ sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_er
         if (!strcmp(PRE[i].pre, pre)) pi = (int)i;
     if (pi < 0)
         return err_set(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
-                      "llama-bpe, glm4, lfm2, gpt-4o, deepseek-v3, gpt-2, olmo)", f->path, pre);
+                      "llama-bpe, glm4, lfm2, gpt-4o, llama4, deepseek-v3, gpt-2, olmo)", f->path, pre);
     char **toks = tk->arr, **merges = mg->arr;
     cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
     cJSON_AddStringToObject(root, "version", "1.0");

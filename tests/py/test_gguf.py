@@ -760,11 +760,12 @@ PRE_REGEX = {
 }
 
 
-@pytest.mark.parametrize("pre", ["qwen35", "gpt-4o", "lfm2"])
+@pytest.mark.parametrize("pre", ["qwen35", "gpt-4o", "lfm2", "llama4"])
 def test_tokenizer_pre_types_of_the_new_families(pre, qwen_dir, tmp_path):
-    """tokenizer.ggml.pre qwen35 (Qwen3.5's GGUF), gpt-4o (gpt-oss's) and lfm2 (LFM2-MoE's) on Qwen3's vocabulary: the
-    packed model's ids equal HF tokenizers' with that pre-tokenizer."""
-    hf = hf_with_pre(qwen_dir, PRE_REGEX[pre], pre == "qwen35", ignore_merges=pre == "lfm2")
+    """tokenizer.ggml.pre qwen35 (Qwen3.5's GGUF), gpt-4o (gpt-oss's), lfm2 (LFM2-MoE's) and llama4 (Llama 4's: gpt-4o's
+    type in llama.cpp) on Qwen3's vocabulary: the packed model's ids equal HF tokenizers' with that pre-tokenizer."""
+    hf = hf_with_pre(qwen_dir, PRE_REGEX["gpt-4o" if pre == "llama4" else pre], pre == "qwen35",
+                     ignore_merges=pre == "lfm2")
     g = str(tmp_path / "t.gguf")
     write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(qwen_dir, pre))
     p = str(tmp_path / "t.sluice")

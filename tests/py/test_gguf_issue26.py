@@ -1,12 +1,11 @@
-"""GGUF import of issue 26's families: lfm2_moe (llama.cpp lfm2moe), gemma4 (gemma4). Each fixture of tests/data is
-written at test time as a GGUF the way llama.cpp's convert_hf_to_gguf.py --outtype f32 writes it (conversion/lfm2.py
-LFM2MoeModel, gemma.py Gemma4Model; base.py TextModel's keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports
+"""GGUF import of issue 26's families: lfm2_moe (llama.cpp lfm2moe), gemma4 (gemma4), llama4 (llama4). Each fixture
+of tests/data is written at test time as a GGUF the way llama.cpp's convert_hf_to_gguf.py --outtype f32 writes it
+(conversion/lfm2.py LFM2MoeModel, gemma.py Gemma4Model, llama.py Llama4Model; base.py TextModel's keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports
 torch and transformers, which CI does not install. test_writer_mirrors_llama_cpp_converter checks this writer
 against the converter itself where both are at hand (SLUICE_LLAMA_CPP: a llama.cpp source tree;
 SLUICE_LLAMA_CPP_PYTHON: a Python with torch and transformers).
 Reference: the safetensors pack of the same fixture, where llama.cpp's graph means what the checkpoint means; where
-it does not, of a fixture copy changed to what the GGUF file means (LFM2-MoE: routed_scaling_factor 1, see
-src/family/arch/lfm2_moe.c)."""
+it does not, of a fixture copy changed to what the GGUF file means (MEANS; src/family/arch/lfm2_moe.c, llama4.c)."""
 import json
 import os
 import runpy
@@ -24,13 +23,17 @@ from test_gguf import gguf_tokenizer_writer, logits, ref_tokens  # noqa: E402
 from test_gguf_families import hf_tensors, text_cfg  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests/data")
-ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4}
+ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4}
 # config.json changes that make the safetensors checkpoint mean what llama.cpp's file of it means
-MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0}}
+# (Llama 4: llama.cpp's graph fixes chunks of 8192, NoPE every fourth layer, temperature floor 8192,
+# src/models/llama4.cpp)
+MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0},
+         "llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1,
+                    "layer_types": ["chunked_attention"] * 3, "no_rope_layers": [1, 1, 1]}}
 # tokenizer.ggml.pre the converter writes for each family's released tokenizer (conversion/base.py
 # get_vocab_base_pre); None: a tokenizer sluice does not read (Gemma 4's tokenizer.ggml.model gemma4, SentencePiece
 # style: the GGUF is written without one)
-PRE = {"lfm2_moe": "lfm2", "gemma4": None}
+PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4"}
 FAMILIES = list(ARCH)
 
 
@@ -148,14 +151,81 @@ def meta_gemma4(cfg, w):
     w.add_rope_dimension_count_swa(int(hd_swa * rope["sliding_attention"].get("partial_rotary_factor", 1.0)))
 
 
-CONVERT = {"lfm2_moe": convert_lfm2_moe, "gemma4": convert_gemma4}
-META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4}
+def llama3_factors(cfg):
+    """LlamaModel.generate_extra_tensors: rope_freqs of rope_type llama3, in torch's arithmetic (the frequencies
+    base ** (i / dim) in double rounded to f32, then every operation on those 0-d f32 tensors in f32, Python numbers
+    rounded to f32 first), or None"""
+    rope = cfg["rope_parameters"]
+    if rope.get("rope_type") != "llama3":
+        return None
+    dim, base, f32 = cfg["head_dim"], rope["rope_theta"], np.float32
+    e = np.arange(0, dim, 2, dtype=np.float32) / f32(dim)
+    freqs = f32(1.0) / (base ** e.astype(np.float64)).astype(np.float32)
+    f, lo, hi, old = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"], rope["original_max_position_embeddings"]
+    out = []
+    for freq in freqs:
+        wl = f32(2 * np.pi) / freq
+        if wl < old / hi:
+            out.append(f32(1))
+        elif wl > old / lo:
+            out.append(f32(f))
+        else:
+            sm = (f32(old) / wl - f32(lo)) / f32(hi - lo)
+            out.append(f32(1) / ((f32(1) - sm) / f32(f) + sm))
+    return np.array(out, np.float32)
 
 
-def write(family, path, tokenizer=True, drop=()):
+def convert_llama4(cfg, hf, tmap):
+    """Llama4Model (no q/k permutation): experts.gate_up_proj [E, H, 2I] transposed and split into gate / up,
+    down_proj transposed; rope_freqs of the llama3 scaling"""
+    out = []
+    for k, a in ((k.replace("language_model.model.", "model."), a) for k, (a, _) in hf.items()):
+        if "gate_up_proj" in k:
+            g, u = np.split(np.swapaxes(a, -1, -2), 2, axis=-2)
+            out.append((tmap.get_name(k.replace("gate_up_proj", "gate_proj.weight"), try_suffixes=(".weight",)), g))
+            out.append((tmap.get_name(k.replace("gate_up_proj", "up_proj.weight"), try_suffixes=(".weight",)), u))
+            continue
+        if k.endswith("down_proj"):
+            k, a = k + ".weight", np.swapaxes(a, -1, -2)
+        out.append((tmap.get_name(k, try_suffixes=(".weight", ".bias")), a))
+    ff = llama3_factors(cfg)
+    if ff is not None:
+        out.append(("rope_freqs.weight", ff))
+    return out
+
+
+def meta_llama4(cfg, w):
+    """TextModel's and LlamaModel's keys (intermediate_size is intermediate_size_mlp), Llama4Model's"""
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size_mlp"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_interleave_moe_layer_step(cfg["interleave_moe_layer_step"])
+    w.add_expert_feed_forward_length(cfg["intermediate_size"])
+
+
+CONVERT = {"lfm2_moe": convert_lfm2_moe, "gemma4": convert_gemma4, "llama4": convert_llama4}
+META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4}
+
+
+def write(family, path, tokenizer=True, drop=(), rope=None):
     """The fixture as an f32 GGUF (--outtype f32), with the tiny tokenizer under the family's pre-tokenizer name;
-    tensors named in drop left out. Returns [(name, array)] as written."""
+    tensors named in drop left out; rope: rope_parameters fields changed before converting. Returns [(name, array)]
+    as written."""
     cfg, _ = text_cfg(family)
+    if rope:
+        cfg = dict(cfg, rope_parameters=dict(cfg["rope_parameters"], **rope))
     tmap = gguf.get_tensor_name_map(ARCH[family], cfg["num_hidden_layers"])
     tensors = CONVERT[family](cfg, hf_tensors(family), tmap)
     w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[ARCH[family]])
@@ -182,7 +252,7 @@ def st_packs(tmp_path_factory):
         src = str(d / fam)
         shutil.copytree(os.path.join(DATA, fam), src)
         cfg = json.load(open(os.path.join(src, "config.json")))
-        cfg.update(MEANS.get(fam, {}))
+        cfg.get("text_config", cfg).update(MEANS.get(fam, {}))
         json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
         out[fam] = str(d / f"{fam}.sluice")
         run(["pack", src, "-o", out[fam]])
@@ -233,6 +303,41 @@ def test_lfm2_moe_what_the_file_means(st_packs, tmp_path):
         assert info["config"][k] == own[k], k
     assert info["config"]["layer_types"][0] == "linear_attention"
     assert (info["config"]["routed_scale"], own["routed_scale"]) == (1, cfg["routed_scaling_factor"]) != (1, 1)
+
+
+def pack_like(family, tmp_path, name, over):
+    """The safetensors pack of the fixture with its text config's fields changed (over)"""
+    src = str(tmp_path / name)
+    shutil.copytree(os.path.join(DATA, family), src)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    tc = cfg.get("text_config", cfg)
+    for k, v in over.items():
+        tc[k] = dict(tc[k], **v) if isinstance(v, dict) else v
+    json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
+    run(["pack", src, "-o", src + ".sluice"])
+    return src + ".sluice"
+
+
+# Llama-3 RoPE scaling as rope_freqs, read back as rope_parameters: three blended pairs (low 1, high 64, 8192
+# positions: solved from them); none, as Llama-4-Scout's low = high = 1 makes it (a kept / scaled boundary between
+# two pairs: the reference has high 2, the same factors, since transformers' config check wants high > low)
+@pytest.mark.parametrize("rope,ref", [
+    ({"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 64.0, "original_max_position_embeddings": 8192}, None),
+    ({"factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0, "original_max_position_embeddings": 512},
+     {"factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0, "original_max_position_embeddings": 512}),
+], ids=["blended", "scout"])
+def test_llama4_rope_freqs_read_back(rope, ref, tmp_path):
+    g = str(tmp_path / "m.gguf")
+    write("llama4", g, rope=rope)
+    p = str(tmp_path / "m.sluice")
+    run(["pack", g, "-o", p])
+    s = pack_like("llama4", tmp_path, "ref", dict(MEANS["llama4"], rope_parameters=ref or rope))
+    toks = ref_tokens("llama4")
+    a = logits(p, toks, str(tmp_path / "a.f32"))
+    b = logits(s, toks, str(tmp_path / "b.f32"))
+    assert np.isfinite(a).all() and np.abs(a - b).max() <= 1e-4 * np.abs(b).max(), np.abs(a - b).max()
+    V = 256
+    assert np.array_equal(a.reshape(-1, V).argmax(1), b.reshape(-1, V).argmax(1))
 
 
 def test_lfm2_moe_bad_gguf(tmp_path):

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "family/arch/common.h"
+#include "family/rope.h"
 
 /* moe_layers (indices), else every interleave_moe_layer_step-th layer (step - 1, 2 step - 1, ...). */
 static void moe_layers(hfc *c, fam_config *o) {
@@ -99,6 +100,11 @@ static const arch_pdef parts[] = {
 
 static const char *const renames[] = {"feed_forward.", "mlp.", NULL};
 
+/* Llama4Model.modify_tensors: gate_up_proj [E, H, 2I] transposed and split in two halves, the gate's first */
+static const arch_gguf_xf gguf_xf[] = {
+    {"gate_up_proj", {"ffn_gate_exps.weight", "ffn_up_exps.weight"}, 1, NULL, NULL},
+};
+
 static const char *const hf_types[] = {"llama4", "llama4_text", NULL};
 
 static void shape_config(const arch_shape *sh, fam_config *c) {
@@ -125,9 +131,97 @@ static const arch_shape shapes[] = {
      1.0, 0, 0, 16384, 0, 0, 0, 0.0, 0, 0, 0.0, 0, 400e9},
 };
 
+/* ---- GGUF (llama.cpp llama4: convert_hf_to_gguf.py conversion/llama.py Llama4Model, src/models/llama4.cpp) ----
+ * The file keeps little of the text config: llama.cpp's graph fixes the rest, which is what the file means. Every
+ * fourth layer (3, 7, ...) is NoPE and attends over the whole context, the others rotate and attend within chunks of
+ * 8192 (load_swa_pattern(ml, 4), n_no_rope_layer_step 4; sliding_window 0 would make every layer full, refused as
+ * for the checkpoint); temperature tuning floor 8192, scale 0.1; the q/k norm unless the model has 128 experts
+ * (Maverick). The MoE layers are those with a router (llama.cpp derives them from interleave_moe_layer_step and
+ * loads a file only where both agree). The experts' gate_up_proj comes split and transposed (ffn_gate_exps,
+ * ffn_up_exps: joined back, gate rows first), down_proj transposed (ffn_down_exps, read as it is). Llama-3 RoPE
+ * scaling comes as rope_freqs (LlamaModel.generate_extra_tensors), read back as rope_parameters (llama3_rope). */
+
+/* llama3 RoPE parameters that give the factors ff[0..n) of rope_freqs (1 for short wavelengths, `factor` for long
+ * ones, 1 / ((1 - smooth) / factor + smooth) between, smooth = (L / wavelen - low) / (high - low)): low 1 (every
+ * release's); L and high from the blended pairs (two or more: solved; one: high 4, llama3's default), else a
+ * whole L between the last kept and the first scaled wavelength. Checked by recomputing the factors. */
+static void llama3_rope(ggm *m, const float *ff, int n, double base, int dim) {
+    double wl[SL_ROPE_MAX_FREQS], fmax = 1, x[2] = {0, 0}, s[2] = {0, 0}, wl_u = 0, wl_f = INFINITY, L = 0, hf = 4;
+    int ns = 0;
+    for (int i = 0; i < n; i++) {
+        wl[i] = 2 * M_PI / (double)(1.0f / powf((float)base, (float)(2 * i) / (float)dim));
+        if (ff[i] > fmax) fmax = ff[i];
+    }
+    if (fmax == 1) return; /* no scaling */
+    for (int i = 0; i < n; i++) {
+        if (ff[i] == 1.0f) wl_u = wl[i];
+        else if (ff[i] == (float)fmax && wl[i] < wl_f) wl_f = wl[i];
+        else if (ff[i] != (float)fmax) {
+            const double si = (1 / (double)ff[i] - 1 / fmax) / (1 - 1 / fmax);
+            x[ns ? 1 : 0] = 1 / wl[i], s[ns ? 1 : 0] = si, ns++;
+        }
+    }
+    if (ns >= 2) { /* L x - s h = 1 at the first and last blended pair, h = high - 1 */
+        const double det = -x[0] * s[1] + x[1] * s[0];
+        L = (-s[1] + s[0]) / det, hf = 1 + (x[0] - x[1]) / det;
+    } else if (ns == 1) {
+        L = (1 + s[0] * (hf - 1)) / x[0];
+    } else if (wl_u == 0) { /* every pair scaled */
+        L = floor(wl_f / 2);
+    } else { /* no pair blended: a smooth range between the last kept pair and the first scaled one */
+        L = floor(sqrt(wl_u * (isinf(wl_f) ? 4 * wl_u : wl_f)));
+        hf = L > wl_u ? sqrt(L / wl_u) : 0;
+    }
+    L = floor(L + 0.5);
+    for (int i = 0; i < n && L >= 1 && hf > 1; i++) {
+        const double sm = (L / wl[i] - 1) / (hf - 1);
+        const double want = wl[i] < L / hf ? 1 : wl[i] > L ? fmax : 1 / ((1 - sm) / fmax + sm);
+        if (fabs(want - ff[i]) > 1e-4 * want) L = 0;
+    }
+    if (!(L >= 1 && hf > 1)) {
+        ggm_fail(m, SL_EUNSUPPORTED, "rope_freqs are not llama3 RoPE factors (of low_freq_factor 1)");
+        return;
+    }
+    ggm_set_str(m, "rope_parameters.rope_type", "llama3");
+    ggm_set_num(m, "rope_parameters.factor", fmax);
+    ggm_set_num(m, "rope_parameters.low_freq_factor", 1);
+    ggm_set_num(m, "rope_parameters.high_freq_factor", hf);
+    ggm_set_num(m, "rope_parameters.original_max_position_embeddings", L);
+}
+
 static void gguf_config(ggm *m, arch_gguf_common *g) {
-    (void)g;
-    ggm_fail(m, SL_EUNSUPPORTED, "Llama 4 GGUF files are not imported yet (pack the Hugging Face checkpoint)");
+    const char *kinds[SL_MAX_LAYERS];
+    double rope[SL_MAX_LAYERS], moe[SL_MAX_LAYERS];
+    int found = 0, n_moe = 0;
+    const double swa = ggm_num(m, "attention.sliding_window", 0, 8192, &found);
+    if (found && swa == 0)
+        ggm_fail(m, SL_EUNSUPPORTED, "attention.sliding_window 0 (no chunked layers) is not supported");
+    ggm_num(m, "attention.sliding_window_pattern", 0, 0, &found);
+    if (found) ggm_fail(m, SL_EUNSUPPORTED, "attention.sliding_window_pattern is not supported (llama.cpp's default only)");
+    ggm_set_str(m, "model_type", "llama4_text"); /* the text model's fields at the root */
+    for (int l = 0; l < g->n_layers; l++) {
+        rope[l] = (l + 1) % 4 != 0;
+        kinds[l] = rope[l] ? "chunked_attention" : "full_attention";
+        if (ggm_has(m, l, "ffn_gate_inp.weight")) moe[n_moe++] = l;
+    }
+    ggm_set_strs(m, "layer_types", kinds, g->n_layers);
+    ggm_set_nums(m, "no_rope_layers", rope, g->n_layers);
+    ggm_set_nums(m, "moe_layers", moe, n_moe);
+    ggm_set_num(m, "attention_chunk_size", 8192);
+    ggm_set_num(m, "floor_scale", 8192);
+    ggm_set_num(m, "attn_scale", 0.1);
+    ggm_set_bool(m, "use_qk_norm", ggm_count(m, "expert_count", 1, 0, NULL) != 128);
+    ggm_set_num(m, "intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size_mlp", g->ff);
+    const int dim = g->head_dim;
+    const int64_t n = ggm_ne(m, -1, "rope_freqs.weight", 0);
+    float ff[SL_ROPE_MAX_FREQS];
+    if (ggm_count(m, "rope.dimension_count", 0, dim, NULL) != dim)
+        ggm_fail(m, SL_EUNSUPPORTED, "rope.dimension_count other than the head dim is not supported");
+    if (n > 0 && (n != dim / 2 || n > SL_ROPE_MAX_FREQS))
+        ggm_fail(m, SL_EFORMAT, "tensor 'rope_freqs.weight' has %lld factors, not head_dim / 2 = %d", (long long)n, dim / 2);
+    else if (n > 0 && ggm_f32(m, -1, "rope_freqs.weight", ff, n))
+        llama3_rope(m, ff, (int)n, ggm_num(m, "rope.freq_base", 0, 10000.0, NULL), dim);
 }
 
 const arch_desc arch_llama4 = {
@@ -137,5 +231,5 @@ const arch_desc arch_llama4 = {
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .n_parts = N_OF(parts),
     .expert_kind = SL_EXPERT_SWIGLU_FUSED, .renames = renames,
     .shapes = shapes, .n_shapes = N_OF(shapes), .shape_config = shape_config,
-    .gguf_arch = "llama4", .gguf_config = gguf_config,
+    .gguf_arch = "llama4", .gguf_config = gguf_config, .gguf_xf = gguf_xf, .n_gguf_xf = N_OF(gguf_xf),
 };
