@@ -1,6 +1,7 @@
-"""GGUF import of issue 26's families: lfm2_moe (llama.cpp lfm2moe), gemma4 (gemma4), llama4 (llama4). Each fixture
-of tests/data is written at test time as a GGUF the way llama.cpp's convert_hf_to_gguf.py --outtype f32 writes it
-(conversion/lfm2.py LFM2MoeModel, gemma.py Gemma4Model, llama.py Llama4Model; base.py TextModel's keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports
+"""GGUF import of issue 26's families: lfm2_moe (llama.cpp lfm2moe), gemma4 (gemma4), llama4 (llama4),
+granitemoehybrid (granitehybrid). Each fixture of tests/data is written at test time as a GGUF the way llama.cpp's
+convert_hf_to_gguf.py --outtype f32 writes it (conversion/lfm2.py LFM2MoeModel, gemma.py Gemma4Model, llama.py
+Llama4Model, granite.py GraniteHybridModel; base.py TextModel's keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports
 torch and transformers, which CI does not install. test_writer_mirrors_llama_cpp_converter checks this writer
 against the converter itself where both are at hand (SLUICE_LLAMA_CPP: a llama.cpp source tree;
 SLUICE_LLAMA_CPP_PYTHON: a Python with torch and transformers).
@@ -23,7 +24,8 @@ from test_gguf import gguf_tokenizer_writer, logits, ref_tokens  # noqa: E402
 from test_gguf_families import hf_tensors, text_cfg  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests/data")
-ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4}
+ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4,
+        "granitemoehybrid": gguf.MODEL_ARCH.GRANITE_HYBRID}
 # config.json changes that make the safetensors checkpoint mean what llama.cpp's file of it means
 # (Llama 4: llama.cpp's graph fixes chunks of 8192, NoPE every fourth layer, temperature floor 8192,
 # src/models/llama4.cpp)
@@ -33,7 +35,10 @@ MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0},
 # tokenizer.ggml.pre the converter writes for each family's released tokenizer (conversion/base.py
 # get_vocab_base_pre); None: a tokenizer sluice does not read (Gemma 4's tokenizer.ggml.model gemma4, SentencePiece
 # style: the GGUF is written without one)
-PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4"}
+PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid": "gpt-2"}
+# the converter reads a release's layer_types (mamba / attention), not transformers 5.25's (the fixture's
+# linear_attention / full_attention: it would take every layer for Mamba2); its copy of the fixture gets the release's
+RELEASE = {"granitemoehybrid": {"layer_types": ["mamba", "attention"]}}
 FAMILIES = list(ARCH)
 
 
@@ -215,8 +220,81 @@ def meta_llama4(cfg, w):
     w.add_expert_feed_forward_length(cfg["intermediate_size"])
 
 
-CONVERT = {"lfm2_moe": convert_lfm2_moe, "gemma4": convert_gemma4, "llama4": convert_llama4}
-META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4}
+def granite_attn(cfg):
+    """the attention layers, as GraniteHybridModel.get_attn_layers finds them in a release's layer_types (mamba /
+    attention; transformers 5.25's full_attention, which it does not look for, counted the same here)"""
+    return [i for i, t in enumerate(cfg["layer_types"]) if t in ("attention", "full_attention")]
+
+
+def llama_permute(w, n_head):
+    """LlamaModel.permute: each head's rows regrouped for llama.cpp's interleaved RoPE"""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def convert_granitemoehybrid(cfg, hf, tmap):
+    """GraniteHybridModel: attention layers as GraniteMoeModel (q / k permuted), Mamba2 layers as Mamba2Model
+    (conv1d squeezed, A = -exp(A_log) and D as [n, 1], dt_bias as dt_proj.bias, the norm as [groups, inner /
+    groups]); input_linear (experts and shared MLP) split into gate and up"""
+    out, attn, ng = [], granite_attn(cfg), cfg["mamba_n_groups"]
+    for k, a in ((k, a) for k, (a, _) in hf.items()):
+        bid = int(k.split(".")[2]) if ".layers." in k else None
+        if k.endswith("input_linear.weight"):
+            g, u = np.split(a, 2, axis=-2)
+            kind = "exps" if "block_sparse_moe" in k else "shexp"
+            out += [(f"blk.{bid}.ffn_gate_{kind}.weight", g), (f"blk.{bid}.ffn_up_{kind}.weight", u)]
+            continue
+        k = k.replace(".dt_bias", ".dt_proj.bias")
+        name = tmap.get_name(k, try_suffixes=(".weight", ".bias"))
+        if bid in attn and k.endswith("q_proj.weight"):
+            a = llama_permute(a, cfg["num_attention_heads"])
+        elif bid in attn and k.endswith("k_proj.weight"):
+            a = llama_permute(a, cfg["num_key_value_heads"])
+        elif ".conv1d.weight" in k:
+            a = a.reshape(a.shape[0], a.shape[-1])
+        elif k.endswith(".A_log"):
+            a = -np.exp(a.astype(np.float64)).astype(np.float32).reshape(-1, 1)
+        elif k.endswith(".D"):
+            a = a.reshape(-1, 1)
+        elif ".mamba.norm." in k:
+            a = a.reshape(ng, -1)
+        out.append((name, a))
+    return out
+
+
+def meta_granitemoehybrid(cfg, w):
+    """GraniteMoeModel's keys (GraniteModel's multipliers), then the Mamba2 ones, head_count_kv per layer, no RoPE
+    (rope.scaling.finetuned false) and context 2**20 for a hybrid"""
+    attn = granite_attn(cfg)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_rope_dimension_count(cfg["hidden_size"] // cfg["num_attention_heads"])
+    w.add_attention_scale(cfg["attention_multiplier"])
+    w.add_embedding_scale(cfg["embedding_multiplier"])
+    w.add_residual_scale(cfg["residual_multiplier"])
+    w.add_logit_scale(cfg["logits_scaling"])
+    w.add_expert_shared_feed_forward_length(cfg["shared_intermediate_size"])
+    w.add_ssm_conv_kernel(cfg["mamba_d_conv"])
+    w.add_ssm_state_size(cfg["mamba_d_state"])
+    w.add_ssm_group_count(cfg["mamba_n_groups"])
+    w.add_ssm_inner_size(cfg["mamba_expand"] * cfg["hidden_size"])
+    w.add_ssm_time_step_rank(cfg["mamba_n_heads"])
+    w.add_head_count_kv([cfg["num_key_value_heads"] if i in attn else 0 for i in range(cfg["num_hidden_layers"])])
+    w.add_rope_scaling_finetuned(False)
+    w.add_context_length(2 ** 20)
+
+
+CONVERT = {"lfm2_moe": convert_lfm2_moe, "gemma4": convert_gemma4, "llama4": convert_llama4,
+           "granitemoehybrid": convert_granitemoehybrid}
+META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4,
+        "granitemoehybrid": meta_granitemoehybrid}
 
 
 def write(family, path, tokenizer=True, drop=(), rope=None):
@@ -365,6 +443,9 @@ def converter_gguf(lc, family, out, tmp):
     released tokenizer: get_vocab_base_pre answers the family's name)"""
     d = os.path.join(tmp, "hf")
     shutil.copytree(os.path.join(DATA, family), d)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg.get("text_config", cfg).update(RELEASE.get(family, {}))
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(DATA, "tiny_tokenizer", f), d)
     code = ("import sys, runpy; sys.path.insert(0, %r); sys.path.insert(1, %r); import conversion.base as cb; "

@@ -100,6 +100,9 @@ extern const arch_pdef arch_w13_parts[3];
 /* The DeltaNet families' GGUF (llama.cpp qwen3next / qwen35moe, written by convert_hf_to_gguf.py's Qwen3NextModel):
  * their metadata hook, and A = -exp(A_log) taken back to A_log (an f32 hook of arch_gguf_xf). */
 void arch_qwen_next_gguf_config(ggm *m, arch_gguf_common *g);
+/* q / k rows of llama.cpp's LlamaModel.permute (Mixtral, Granite) put back: rules of arch_gguf_xf (mixtral.c). */
+void arch_gguf_q_rows(const fam_config *c, int64_t rows, int64_t *perm);
+void arch_gguf_k_rows(const fam_config *c, int64_t rows, int64_t *perm);
 int64_t arch_gguf_a_log(const fam_config *c, const float *src, float *dst);
 
 /* Config hooks shared by the Qwen families. */

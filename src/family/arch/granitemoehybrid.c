@@ -65,7 +65,7 @@ static const arch_tdef tensors[] = {
     {"linear_attn.conv1d", NULL, AW_LINEAR, AD_CQ, AD_CONVK, AK_VEC, LW(conv_w), AR_BACKBONE, "ssm_conv1d.weight"},
     {"linear_attn.conv1d.bias", NULL, AW_LINEAR, AD_CQ, AD_NONE, AK_VEC, LW(conv_b), AR_BACKBONE, "ssm_conv1d.bias"},
     {"linear_attn.A_log", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(A_log), AR_BACKBONE, NULL},
-    {"linear_attn.D", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(ssm_D), AR_BACKBONE, "ssm_d.weight"},
+    {"linear_attn.D", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(ssm_D), AR_BACKBONE, "ssm_d"},
     {"linear_attn.dt_bias", NULL, AW_LINEAR, AD_NV, AD_NONE, AK_VEC, LW(dt_bias), AR_BACKBONE, "ssm_dt.bias"},
     {"linear_attn.norm", NULL, AW_LINEAR, AD_NVDV, AD_NONE, AK_VEC, LW(lin_norm), AR_BACKBONE, "ssm_norm.weight"},
     {"linear_attn.out_proj", NULL, AW_LINEAR, AD_H, AD_NVDV, AK_MAT, LW(lin_out), AR_BACKBONE, "ssm_out.weight"},
@@ -87,10 +87,55 @@ static const char *const renames[] = {
 
 static const char *const hf_types[] = {"granitemoehybrid", NULL};
 
+/* ---- GGUF (llama.cpp granitehybrid: convert_hf_to_gguf.py conversion/granite.py GraniteHybridModel, Mamba2Model;
+ * src/models/granite-hybrid.cpp) ----
+ * Layer kinds from attention.head_count_kv (0: a Mamba2 layer); the ssm.* keys (time_step_rank: the heads); the
+ * multipliers as attention.scale (absent: llama.cpp's 1/sqrt(head_dim)), embedding_scale, residual_scale,
+ * logit_scale (the divisor); RoPE only where rope.scaling.finetuned is true or absent (the converter writes false for
+ * the hybrid releases: NoPE). Rewrites undone: q/k rows of LlamaModel.permute (gguf_xf), A = -exp(A_log) (ssm_a),
+ * the shared MLP's input_linear split into ffn_gate_shexp + ffn_up_shexp (joined back), the experts' into
+ * ffn_gate_exps / ffn_up_exps (the parts as they are), conv1d squeezed, D and A as [n, 1], dt_bias as ssm_dt.bias,
+ * the norm as [groups, inner / groups] (one group: a vector). */
 static void gguf_config(ggm *m, arch_gguf_common *g) {
-    (void)g;
-    ggm_fail(m, SL_EUNSUPPORTED, "Granite hybrid GGUF files are not imported yet (pack the Hugging Face checkpoint)");
+    static const char *const kinds[] = {"linear_attention", "full_attention"};
+    const char *types[SL_MAX_LAYERS];
+    double kvh[SL_MAX_LAYERS], v;
+    int found = 0, mamba = -1;
+    if (!ggm_layer_nums(m, "attention.head_count_kv", g->n_layers, kvh))
+        for (int l = 0; l < g->n_layers; l++) kvh[l] = 1;
+    for (int l = 0; l < g->n_layers; l++) {
+        types[l] = kinds[kvh[l] != 0];
+        if (kvh[l] == 0 && mamba < 0) mamba = l;
+    }
+    ggm_set_strs(m, "layer_types", types, g->n_layers);
+    const int inner = ggm_count(m, "ssm.inner_size", mamba >= 0, 0, NULL);
+    const int heads = ggm_count(m, "ssm.time_step_rank", mamba >= 0, 1, NULL);
+    const int hidden = ggm_count(m, "embedding_length", 1, 1, NULL);
+    ggm_set_num(m, "mamba_d_conv", ggm_count(m, "ssm.conv_kernel", mamba >= 0, 4, NULL));
+    ggm_set_num(m, "mamba_d_state", ggm_count(m, "ssm.state_size", mamba >= 0, 256, NULL));
+    ggm_set_num(m, "mamba_n_groups", ggm_count(m, "ssm.group_count", mamba >= 0, 1, NULL));
+    if (mamba >= 0 && heads > 0 && hidden > 0) {
+        ggm_set_num(m, "mamba_n_heads", heads);
+        ggm_set_num(m, "mamba_d_head", inner / heads);
+        ggm_set_num(m, "mamba_expand", (double)inner / hidden);
+        ggm_set_bool(m, "mamba_conv_bias", ggm_has(m, mamba, "ssm_conv1d.bias"));
+    }
+    ggm_set_num(m, "attention_multiplier", ggm_num(m, "attention.scale", 0, 1.0 / sqrt((double)g->head_dim), NULL));
+    if ((v = ggm_num(m, "embedding_scale", 0, 0, &found)), found && v != 0) ggm_set_num(m, "embedding_multiplier", v);
+    if ((v = ggm_num(m, "residual_scale", 0, 0, &found)), found && v != 0) ggm_set_num(m, "residual_multiplier", v);
+    if ((v = ggm_num(m, "logit_scale", 0, 0, &found)), found && v != 0) ggm_set_num(m, "logits_scaling", v);
+    ggm_set_str(m, "position_embedding_type", ggm_num(m, "rope.scaling.finetuned", 0, 1, NULL) != 0 ? "rope" : "nope");
+    ggm_set_num(m, "intermediate_size", ggm_moe_inter(m, g));
+    const double sh_file = (double)ggm_ne(m, g->l_moe, "ffn_gate_shexp.weight", 1);
+    ggm_set_num(m, "shared_intermediate_size", ggm_num(m, "expert_shared_feed_forward_length", 0, sh_file, NULL));
 }
+
+static const arch_gguf_xf gguf_xf[] = {
+    {"self_attn.q_proj", {"attn_q.weight", NULL}, 0, arch_gguf_q_rows, NULL},
+    {"self_attn.k_proj", {"attn_k.weight", NULL}, 0, arch_gguf_k_rows, NULL},
+    {"linear_attn.A_log", {"ssm_a", NULL}, 0, NULL, arch_gguf_a_log},
+    {"mlp.shared_expert.gate_up_proj", {"ffn_gate_shexp.weight", "ffn_up_shexp.weight"}, 0, NULL, NULL},
+};
 
 /* No released shape for sluice synth yet: the releases' config.json (hidden size, Mamba2 dimensions) was not at
  * hand to reproduce their published counts. */
@@ -99,5 +144,5 @@ const arch_desc arch_granitemoehybrid = {
     .router = SL_ROUTER_TOPK_SOFTMAX, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
     .config = config,
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts, .renames = renames,
-    .gguf_arch = "granitehybrid", .gguf_config = gguf_config,
+    .gguf_arch = "granitehybrid", .gguf_config = gguf_config, .gguf_xf = gguf_xf, .n_gguf_xf = N_OF(gguf_xf),
 };

@@ -70,12 +70,12 @@ static void unpermute(int64_t rows, int heads, int64_t *perm) {
         perm[r] = h * hd + 2 * j + i;
     }
 }
-static void q_rows(const fam_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_heads, perm); }
-static void k_rows(const fam_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_kv_heads, perm); }
+void arch_gguf_q_rows(const fam_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_heads, perm); }
+void arch_gguf_k_rows(const fam_config *c, int64_t rows, int64_t *perm) { unpermute(rows, c->n_kv_heads, perm); }
 
 static const arch_gguf_xf gguf_xf[] = {
-    {"self_attn.q_proj", {"attn_q.weight", NULL}, 0, q_rows, NULL},
-    {"self_attn.k_proj", {"attn_k.weight", NULL}, 0, k_rows, NULL},
+    {"self_attn.q_proj", {"attn_q.weight", NULL}, 0, arch_gguf_q_rows, NULL},
+    {"self_attn.k_proj", {"attn_k.weight", NULL}, 0, arch_gguf_k_rows, NULL},
 };
 
 static const char *const hf_types[] = {"mixtral", NULL};
