@@ -21,7 +21,8 @@ gguf = pytest.importorskip("gguf")
 
 from conftest import ROOT, run  # noqa: E402
 from test_gguf import gguf_tokenizer_writer, logits, ref_tokens  # noqa: E402
-from test_gguf_families import hf_tensors, text_cfg  # noqa: E402
+from gguf import GGMLQuantizationType as QT  # noqa: E402
+from test_gguf_families import hf_tensors, stays_f32, text_cfg  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests/data")
 ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4,
@@ -297,10 +298,11 @@ META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4,
         "granitemoehybrid": meta_granitemoehybrid}
 
 
-def write(family, path, tokenizer=True, drop=(), rope=None):
+def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False):
     """The fixture as an f32 GGUF (--outtype f32), with the tiny tokenizer under the family's pre-tokenizer name;
-    tensors named in drop left out; rope: rope_parameters fields changed before converting. Returns [(name, array)]
-    as written."""
+    tensors named in drop left out; rope: rope_parameters fields changed before converting. q8: matrices Q8_0 where
+    their rows are whole blocks (else F16), what stays F32 as base.py prepare_tensors keeps it; dequant: those written
+    as gguf-py dequantises them, in F32. Returns [(name, array)] as converted."""
     cfg, _ = text_cfg(family)
     if rope:
         cfg = dict(cfg, rope_parameters=dict(cfg["rope_parameters"], **rope))
@@ -312,8 +314,19 @@ def write(family, path, tokenizer=True, drop=(), rope=None):
         gguf_tokenizer_writer(os.path.join(DATA, "tiny_tokenizer"), PRE[family])(w)
     for name, a in tensors:
         assert name, family
-        if name not in drop:
-            w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        if name in drop:
+            continue
+        if not q8 or stays_f32(name, a) or ".shortconv.conv" in name or name.endswith(".scale"):
+            w.add_tensor(name, a)
+        elif a.shape[-1] % 32:
+            w.add_tensor(name, a.astype(np.float16).astype(np.float32) if dequant else a.astype(np.float16))
+        else:
+            data = gguf.quants.quantize(a, QT.Q8_0)
+            if dequant:
+                w.add_tensor(name, np.ascontiguousarray(gguf.quants.dequantize(data, QT.Q8_0).reshape(a.shape), np.float32))
+            else:
+                w.add_tensor(name, data, raw_dtype=QT.Q8_0)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -359,6 +372,22 @@ def test_gguf_equals_safetensors_pack(family, st_packs, tmp_path):
     if PRE[family]:
         c = run(["run", p, "-p", "hi", "--chat", "-n", "4"])
         assert c.returncode == 0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_q8_gguf_equals_its_dequantisation(family, tmp_path):
+    """A Q8_0 GGUF (what the converter quantises) and the F32 GGUF of gguf-py's dequantisation of it give the same
+    logits bitwise: the rewrites undone (Gemma 4's fused gate_up halves, Llama 4's gate / up joined, Granite's q / k
+    rows and shared gate / up) keep the Q8_0 rows as they are."""
+    out = []
+    for dq in (False, True):
+        g, p = str(tmp_path / f"{dq}.gguf"), str(tmp_path / f"{dq}.sluice")
+        write(family, g, q8=True, dequant=dq)
+        run(["pack", g, "-o", p])
+        out.append(logits(p, ref_tokens(family), str(tmp_path / f"{dq}.f32")))
+    info = json.loads(run(["info", str(tmp_path / "False.sluice"), "--json"]).stdout)
+    assert info["experts"]["dtype"] == "q8", info["experts"]
+    assert np.isfinite(out[0]).all() and np.array_equal(out[0], out[1]), np.abs(out[0] - out[1]).max()
 
 
 def test_lfm2_moe_what_the_file_means(st_packs, tmp_path):
