@@ -391,7 +391,8 @@ static void yarn_fields(hfc *c, const cJSON *rp, fam_config *o) {
 }
 
 /* rope_type 'llama3' (modeling_rope_utils.py _compute_llama3_parameters): factor, low_freq_factor,
- * high_freq_factor, original_max_position_embeddings, all required. */
+ * high_freq_factor, original_max_position_embeddings, all required. high == low (Llama-4-Scout's config) leaves
+ * no blended band: transformers only warns of it (src/transformers/modeling_rope_utils.py _validate_llama3_rope_parameters). */
 static void llama3_fields(hfc *c, const cJSON *rp, fam_config *o) {
     int f1 = 0, f2 = 0, f3 = 0, f4 = 0;
     o->rope_type = SL_ROPE_LLAMA3;
@@ -401,8 +402,8 @@ static void llama3_fields(hfc *c, const cJSON *rp, fam_config *o) {
     double omp = get_num(c, rp, "original_max_position_embeddings", 0, &f4);
     o->rope_orig_max_pos = omp >= 1 && omp <= 1e9 && omp == floor(omp) ? (int)omp : 0;
     if (!c->st && (!f1 || !f2 || !f3 || !f4 || !(o->rope_factor > 0) || !(o->rope_low_freq > 0) ||
-                   !(o->rope_high_freq > o->rope_low_freq) || o->rope_orig_max_pos < 1))
-        hfc_fail(c, SL_ECONFIG, "rope 'llama3' needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                   !(o->rope_high_freq >= o->rope_low_freq) || o->rope_orig_max_pos < 1))
+        hfc_fail(c, SL_ECONFIG, "rope 'llama3' needs factor > 0, 0 < low_freq_factor <= high_freq_factor and "
                  "original_max_position_embeddings");
 }
 

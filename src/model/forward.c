@@ -311,7 +311,7 @@ static sl_status check_config(const fam_config *c, sl_error *err) {
          (c->rope_type == SL_ROPE_DEFAULT || (c->rope_type == SL_ROPE_YARN && c->rope_orig_max_pos > 0 &&
                                               c->rope_factor > 0 && c->rope_attn_factor >= 0) ||
           (c->rope_type == SL_ROPE_LLAMA3 && c->rope_orig_max_pos > 0 && c->rope_factor > 0 &&
-           c->rope_high_freq > c->rope_low_freq && c->rope_low_freq > 0)) &&
+           c->rope_high_freq >= c->rope_low_freq && c->rope_low_freq > 0)) &&
          c->attn_chunk >= 0 && !(c->attn_floor_scale < 0) &&
          !(c->attn_chunk > 0 && c->sliding_window != c->attn_chunk) &&
          cfg_mla_ok(c) &&

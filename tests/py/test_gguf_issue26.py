@@ -427,12 +427,14 @@ def pack_like(family, tmp_path, name, over):
 
 # Llama-3 RoPE scaling as rope_freqs, read back as rope_parameters: three blended pairs (low 1, high 64, 8192
 # positions: solved from them); none, as Llama-4-Scout's low = high = 1 makes it (a kept / scaled boundary between
-# two pairs: the reference has high 2, the same factors, since transformers' config check wants high > low)
+# two pairs), against the HF path given Scout's own parameters (transformers only warns of high == low) and
+# against high 2 (the same factors)
 @pytest.mark.parametrize("rope,ref", [
     ({"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 64.0, "original_max_position_embeddings": 8192}, None),
+    ({"factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0, "original_max_position_embeddings": 512}, None),
     ({"factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0, "original_max_position_embeddings": 512},
      {"factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0, "original_max_position_embeddings": 512}),
-], ids=["blended", "scout"])
+], ids=["blended", "scout", "scout-as-high-2"])
 def test_llama4_rope_freqs_read_back(rope, ref, tmp_path):
     g = str(tmp_path / "m.gguf")
     write("llama4", g, rope=rope)
