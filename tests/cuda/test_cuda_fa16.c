@@ -116,8 +116,12 @@ static void check_attn_f16(void) {
     check_fa32(9, 6, 2, 20, 64, 0, 0, 0, 1);
     check_fa32(10, 32, 4, 256, 200, 0, 100, 1, 1);
     check_fa32(16, 32, 4, 128, 4096, 0, 3000, 0, 0);
+    check_fa32(20, 8, 2, 64, 69, 50, 250, 1, 0); /* a ring of n + window - 1 rows, wrapped */
     check_fa16(40, 8, 2, 128, 400, 0, 150, 0, 1);
-    check_fa16(20, 8, 2, 64, 300, 50, 250, 1, 0); /* a ring, wrapped, with sinks */
+    check_fa16(20, 8, 2, 64, 300, 50, 250, 1, 0); /* with sinks; the first key 201: an odd first chunk (call C's NaN) */
+    check_fa16(20, 8, 2, 64, 69, 50, 250, 1, 0);  /* the same in a ring of n + window - 1 rows, wrapped */
+    check_fa16(40, 8, 2, 128, 400, 200, 300, 0, 1); /* keys 101 .. 339: chunks 1 .. 5, both buffers in turn */
+    check_fa16(26, 4, 2, 16, 71, 8, 64, 0, 0);    /* dots1's window layer, its second micro-batch (ring of 71) */
     check_fa16(12, 4, 4, 8, 100, 0, 30, 0, 0);    /* head_dim 8 (padded to 16) */
     check_fa16(9, 6, 2, 20, 64, 0, 0, 0, 1);      /* head_dim 20: element loads */
     check_fa16(10, 32, 4, 256, 200, 0, 100, 1, 1);

@@ -226,7 +226,11 @@ __global__ void __launch_bounds__(FA16_FW * 32) k_fa16_fold(const slcu_attn p) {
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, O[HDP / 8][4];
 #pragma unroll
     for (int nt = 0; nt < HDP / 8; nt++) O[nt][0] = O[nt][1] = O[nt][2] = O[nt][3] = 0.0f;
-    f16_load_kv<HDP>(p, kv0, kv0 + FA16_C * S, clo / FA16_C * FA16_C, clo, chi, kvh, tid, FA16_FW * 32);
+    { /* the first chunk's tiles into its own buffer: chunk c reads buffer c & 1 (an odd first chunk, a window's,
+       * read the unloaded buffer 1 before this: call C's NaN, w 50 at position 250) */
+        __half *fk = kv0 + ((clo / FA16_C) & 1) * 2 * FA16_C * S;
+        f16_load_kv<HDP>(p, fk, fk + FA16_C * S, clo / FA16_C * FA16_C, clo, chi, kvh, tid, FA16_FW * 32);
+    }
     fl_cp_commit();
     for (int c = clo / FA16_C; c <= chi / FA16_C; c++) {
         const int c0 = c * FA16_C;
@@ -595,6 +599,28 @@ static int f16_fail(char *msg, size_t msglen, const char *what, cudaError_t e) {
     return -1;
 }
 
+/* Lets kern take bytes of dynamic shared memory (*set: the most it was given so far; raised when a launch needs
+ * more): 0, or -1 with the bytes and the device's opt-in limit in msg. A refused attribute's error is taken off,
+ * or the next launch's cudaGetLastError would report it as its own (call C: k_fa32_part<8, 2> asked for 286,720
+ * bytes, 227 KiB = 232,448 at most on the H100, and k_fa32_fold's good launch after it read "invalid argument"). */
+template <typename K>
+static int fl_smem(K *kern, int *set, size_t bytes, char *msg, size_t msglen) {
+    if (bytes <= (size_t)*set) return 0;
+    const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess) {
+        *set = (int)bytes;
+        return 0;
+    }
+    (void)cudaGetLastError();
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (msg && msglen)
+        snprintf(msg, msglen, "flash attention: %zu bytes of shared memory a CTA, the device allows %d: %s", bytes, optin,
+                 cudaGetErrorString(e));
+    return -1;
+}
+
 /* the decode pair (every chunk its warp) or the prefill kernel: the same bits, so any rule does */
 static int fl_decode(const slcu_attn *a, const int *pd) { return fl_mode == 2 || (fl_mode != 1 && (pd || a->n <= 8)); }
 
@@ -627,15 +653,11 @@ static int fl_partials(const slcu_attn *a, int nchs, int hdp, float **po, float 
 template <int HDP>
 static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
     constexpr int S = HDP + 8, PW = HDP >= 256 ? 2 : 4;
-    static int init;
+    static int fset, pset; /* hd 256: 168,960 (two K/V buffers) and 152,064 bytes */
     const size_t fsm = (size_t)(FA16_FW * 16 + 4 * FA16_C) * S * 2, psm = (size_t)PW * (16 + 2 * FA16_C) * S * 2;
-    if (!init) {
-        cudaFuncSetAttribute(k_fa16_fold<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fsm);
-        cudaFuncSetAttribute(k_fa16_part<HDP, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psm);
-        init = 1;
-    }
     const int G = a->n_heads / a->n_kv, nrows = a->n * G;
     if (!fl_decode(a, pd)) {
+        if (fl_smem(k_fa16_fold<HDP>, &fset, fsm, msg, msglen)) return -1;
         k_fa16_fold<HDP><<<dim3((unsigned)((nrows + FA16_FW * 16 - 1) / (FA16_FW * 16)), (unsigned)a->n_kv), FA16_FW * 32,
                            fsm, SLS>>>(*a);
         cudaError_t e = cudaGetLastError();
@@ -644,6 +666,7 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
     float *po, *ml;
     const int nchs = fl_chunks(a, pd, max_keys);
     if (fl_partials(a, nchs, HDP, &po, &ml, msg, msglen)) return -1;
+    if (fl_smem(k_fa16_part<HDP, PW>, &pset, psm, msg, msglen)) return -1;
     k_fa16_part<HDP, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
                            PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
     k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, HDP,
@@ -667,21 +690,16 @@ extern "C" int slcu_attention_f16(const slcu_attn *a, const int *pd, int max_key
 
 template <int NJ>
 static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
-    constexpr int PW = 2;
+    /* a warp's K and V tiles are 2 x 64 (HP + 4) floats: hd 256 takes 143,360 bytes a warp in k_fa32_part, so one
+     * warp a CTA there (two asked 286,720: call C's launch failures); k_fa32_fold at hd 256: 215,040 bytes */
+    constexpr int PW = NJ >= 8 ? 1 : 2;
     const int HP = (a->hd + 3) & ~3;
     const size_t fsm = (size_t)(FA32_FW * FA32_RW * HP + 2 * FA16_C * (HP + 4) + FA32_FW * FA32_RW * FA16_C) * 4;
     const size_t psm = (size_t)PW * (FA32_RW * HP + 2 * FA16_C * (HP + 4) + FA32_RW * FA16_C) * 4;
-    static int init;
-    if (!init) { /* the most any head_dim of this NJ takes */
-        const int hp = 32 * NJ;
-        cudaFuncSetAttribute(k_fa32_fold<NJ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (FA32_FW * FA32_RW * hp + 2 * FA16_C * (hp + 4) + FA32_FW * FA32_RW * FA16_C) * 4);
-        cudaFuncSetAttribute(k_fa32_part<NJ, PW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             PW * (FA32_RW * hp + 2 * FA16_C * (hp + 4) + FA32_RW * FA16_C) * 4);
-        init = 1;
-    }
+    static int fset, pset;
     const int G = a->n_heads / a->n_kv, nrows = a->n * G;
     if (!fl_decode(a, pd)) {
+        if (fl_smem(k_fa32_fold<NJ>, &fset, fsm, msg, msglen)) return -1;
         k_fa32_fold<NJ><<<dim3((unsigned)((nrows + FA32_FW * FA32_RW - 1) / (FA32_FW * FA32_RW)), (unsigned)a->n_kv),
                           FA32_FW * 32, fsm, SLS>>>(*a);
         cudaError_t e = cudaGetLastError();
@@ -690,6 +708,7 @@ static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
     float *po, *ml;
     const int nchs = fl_chunks(a, pd, max_keys);
     if (fl_partials(a, nchs, 32 * NJ, &po, &ml, msg, msglen)) return -1;
+    if (fl_smem(k_fa32_part<NJ, PW>, &pset, psm, msg, msglen)) return -1;
     k_fa32_part<NJ, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + FA32_RW - 1) / FA32_RW)),
                           PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
     k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, 32 * NJ,
