@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whole fixture models on the GPU (tests/cuda/test_model.c, docs/CUDA.md). The GPU machine's image lacks the
 # Debian libraries sluice links and `sluice pack` needs, so the work is split:
-#   here:  tools/cuda_model_test.sh prepare DIR   builds the driver (make CUDA=1; the CUDA runtime linked
+#   here:  tools/cuda_model_test.sh prepare DIR   builds the driver and test_cuda (make CUDA=1; the CUDA runtime linked
 #          statically), packs each fixture f32 and q4 into DIR with its references, copies the three shared
 #          libraries the driver loads (cJSON, xxHash, liburing) into DIR/lib;
 #   there: tools/cuda_model_test.sh run DIR       runs it (exit 77: no usable CUDA device).
@@ -17,9 +17,11 @@ fi
 make -s -j2 build/sluice
 make -s -j2 CUDA=1 build/cuda/libsluice.a
 mkdir -p "$dir/lib"
-cc -Iinclude -Isrc -D_GNU_SOURCE -std=c11 -Wall -Wextra -Werror -O2 tests/cuda/test_model.c build/cuda/libsluice.a \
-    -Wl,--as-needed -lcjson -lxxhash -luring -lm -pthread -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static \
-    -ldl -lrt -lstdc++ -o "$dir/test_model"
+for t in test_model test_cuda; do # test_cuda too, for tools/cuda_flash_check.sh
+    cc -Iinclude -Isrc -D_GNU_SOURCE -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -O2 "tests/cuda/$t.c" \
+        build/cuda/libsluice.a -Wl,--as-needed -lcjson -lxxhash -luring -lm -pthread \
+        -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -ldl -lrt -lstdc++ -o "$dir/$t"
+done
 for l in libcjson.so.1 libxxhash.so.0 liburing.so.2; do cp -L "/lib/x86_64-linux-gnu/$l" "$dir/lib/"; done
 for n in $names; do
     keep=; [ "$n" = gpt_oss_mxfp4 ] && keep="--quant-experts keep" # the MXFP4 experts as released

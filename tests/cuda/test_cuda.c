@@ -945,6 +945,8 @@ int main(int argc, char **argv) {
     uint64_t tot = 0, fr = 0;
     slcu_device_info(name, sizeof name, &tot, &fr);
     printf("device: %s, %.1f GiB\n", name, tot / 1073741824.0);
+    const int fa16 = argc > 1 && !strcmp(argv[1], "--fa16"); /* tools/cuda_flash_check.sh: the flash attention alone */
+    if (fa16) goto flash;
     check_case(DT_F32, 257, 512, 0, DT_F32);
     check_case(DT_F32, 100, 70, 0, DT_F32); /* columns that do not fill 16-byte pieces */
     check_case(DT_BF16, 1000, 4096, 0, DT_F32);
@@ -980,10 +982,9 @@ int main(int argc, char **argv) {
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
     check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);
     check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);
+flash:
     check_attn_f16();
-    check_ops();
-    check_mixers();
-    check_hybrid();
+    if (!fa16) check_ops(), check_mixers(), check_hybrid();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
     if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
     if (argc > 1 && !strcmp(argv[1], "--bench-mv")) bench_mv();

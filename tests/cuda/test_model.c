@@ -121,6 +121,18 @@ static int greedy(sl_model *m, const int32_t *toks, int n, int32_t *got, int k) 
     return st ? -1 : 0;
 }
 
+/* f16 caches: the rows of a (GPU) past tol of b (CPU), each printed. q and the weights rounded to f16 (cuda_flash.cu)
+ * may tip a near-tied MoE choice of a row: the CPU's f16 cache with them rounded the same way moved dots1's row 68
+ * by 0.077 (every other row <= 7.3e-4; call C's GPU: 0.109), so run_model allows 1 row in 32 past tol. */
+static int rows_over(const float *a, const float *b, int n, int V, const char *name) {
+    int over = 0;
+    for (int t = 0; t < n; t++) {
+        const double e = rel_err(a + (size_t)t * V, b + (size_t)t * V, 1, V);
+        if (e > tol) printf("  %-10s     f16: row %d %.3g from the CPU's (a tipped choice?)\n", name, t, e), over++;
+    }
+    return over;
+}
+
 /* one packed model: resident CPU, resident GPU, streamed GPU with a tier */
 static void run_model(const char *path, const char *name, const int32_t *toks, int n, const float *ref,
                       const int32_t *ref_greedy, int n_greedy, int quant) {
@@ -178,7 +190,9 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
             CHECKF(test_kv != SL_KV_F32 || (first >= 1 && e_cpu <= 0.5), "%s: GPU int8 logits %.3g from the CPU backend's (rows 0-%d within "
                    "1e-5)", name, e_cpu, first - 1);
         } else {
-            CHECKF(e_cpu <= tol, "%s: GPU logits %.3g from the CPU backend's", name, e_cpu);
+            const int over = test_kv == SL_KV_F32 || e_cpu <= tol ? 0 : rows_over(lg, lc, n, V, name);
+            CHECKF(e_cpu <= tol || (test_kv != SL_KV_F32 && 32 * over <= n), "%s: GPU logits %.3g from the CPU "
+                   "backend's (f16 KV: %d of %d rows past %.0e)", name, e_cpu, over, n, tol);
         }
         if (!quant) CHECKF(e_ref <= tol || test_kv != SL_KV_F32, "%s: GPU logits %.3g from transformers'", name, e_ref);
         CHECKF(same, "%s: streamed with a device tier differs from all-resident on the GPU", name);
@@ -204,10 +218,7 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
         sl_model_close(ge);
         sl_model_close(ce);
     }
-    free(lc);
-    free(lg);
-    free(ls);
-    free(l1);
+    free(lc), free(lg), free(ls), free(l1);
     if (!quant && n_greedy > 0) {
         int32_t got[64];
         int rc = greedy(gpu, toks, n, got, n_greedy);
