@@ -16,13 +16,18 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 names=$(cd "$dir" && ls -- *.ref 2>/dev/null | sed 's/\.ref$//' | tr '\n' ' ')
 for f in test_cuda test_model; do
-    [ -x "$dir/$f" ] || { echo "cuda_flash_check: FAIL ($dir/$f missing: tools/cuda_model_test.sh prepare $dir)"; exit 1; }
+    [ -x "$dir/$f" ] && continue
+    echo "cuda_flash_check: FAIL ($dir/$f missing: tools/cuda_model_test.sh prepare DIR makes it)"
+    exit 1
 done
 [ -n "$names" ] || { echo "cuda_flash_check: FAIL (no packed fixtures in $dir)"; exit 1; }
 fail=0 parts=()
 timeout 300 "$dir/test_cuda" --fa16 >"$out/test_cuda.log" 2>&1
 rc=$?
-if [ $rc = 77 ]; then echo "cuda_flash_check: SKIP (no usable CUDA device: $(tail -1 "$out/test_cuda.log"))"; exit 77; fi
+if [ $rc = 77 ]; then
+    echo "cuda_flash_check: SKIP (no usable CUDA device: $(tail -1 "$out/test_cuda.log"))"
+    exit 77
+fi
 grep FAIL "$out/test_cuda.log" | grep -v '^FAIL: '
 [ $rc = 0 ] || fail=1
 parts+=("test_cuda --fa16: $(tail -1 "$out/test_cuda.log")")
