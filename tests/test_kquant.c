@@ -145,3 +145,136 @@ TEST(kquant_layout) {
     }
     CHECK(kq_blk(DT_Q4) == 0 && !kq_is(DT_MXFP4) && kq_from_ggml(2) == DT_NONE);
 }
+
+/* A GGUF Q8_0 / Q4_0 / Q5_0 (q8 or q4, biases -128 / -8 times the scale) or Q4_1 / Q5_1 (biases m) matrix as the import
+ * holds it, [rows][cols], f16 scales: random codes (q5's 32 levels in q8 when five) and scales. */
+static void *gguf_like(dt_type dt, int act, int five, int rows, int cols, tn_mat *m) {
+    const size_t ng = (size_t)rows * (size_t)(cols / 32), codes = (size_t)rows * (size_t)cols / (dt == DT_Q8 ? 1 : 2);
+    uint8_t *data = malloc(q_mat_bytes(dt, rows, cols, 32, DT_F16));
+    for (size_t i = 0; i < codes; i++) {
+        frand();
+        unsigned r = (unsigned)(rng >> 33);
+        data[i] = dt == DT_Q4 ? (uint8_t)r : five ? (uint8_t)(112 + r % 32) : (uint8_t)r;
+    }
+    uint16_t *sc = (uint16_t *)(data + codes), *bi = sc + ng;
+    for (size_t g = 0; g < ng; g++) {
+        float s = (0.5f + 0.5f * frand()) * 0.01f;
+        sc[g] = f32_to_f16(s);
+        bi[g] = act == TN_ACT_Q8_0 ? f32_to_f16((dt == DT_Q8 ? -128.0f : -8.0f) * f16_to_f32(sc[g]))
+                                   : f32_to_f16(frand() * 0.05f);
+    }
+    q_mat_bind(m, data, dt, rows, cols, 32, DT_F16, 0);
+    m->bias_implied = q_biases_implied(m);
+    m->act = act;
+    return data;
+}
+
+/* One token's form as llama.cpp's x86 build makes it (ggml-cpu arch/x86/quants.c quantize_row_q8_0 / _q8_1, written
+ * out again here): per 32, id = 127 / max|x|, q = round-half-even(x id), d = f16(max / 127), s = f16(max / 127 *
+ * sum q). */
+static void llama_q8_1(const float *x, int cols, int8_t *q, float *d, float *s) {
+    for (int b = 0; b < cols / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fabsf(x[32 * b + i]) > amax ? fabsf(x[32 * b + i]) : amax;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) sum += q[32 * b + i] = (int8_t)nearbyintf(x[32 * b + i] * id);
+        d[b] = f16_to_f32(f32_to_f16(amax / 127.0f));
+        s[b] = f16_to_f32(f32_to_f16(amax / 127.0f * (float)sum));
+    }
+}
+
+/* q8 / q4 matrices of GGUF Q8_0 .. Q5_1 (tn_mat.act): their int8 path reads llama.cpp's q8_0 / q8_1 activations
+ * (kern_act q0, d0, q04, s0 / s1: checked against llama_q8_1 above), every table bitwise the oracle, batch and
+ * token by token and inside kern_matmul_multi beside a house-form matrix on the same act; the oracle within float
+ * rounding of llama.cpp's block dot (ggml-cpu vec_dot_q4_0_q8_0 ..: d_w d_x sum((c - z) q) [+ m s] per block). */
+TEST(kquant_gguf_q8_q4_take_llama_activations) {
+    unsigned seed = test_seed();
+    rng = 0x71386f31ull ^ ((uint64_t)seed << 20);
+    const kern_ops *sc = kern_scalar_ops();
+    const kern_ops *tabs[4] = {sc, kern_avx2_ops(), kern_avx512_ops(), kern_neon_ops()};
+    pool_t *pool = pool_new(3);
+    static const int cols_l[] = {32, 96, 256, 2176}, toks[] = {1, 3, 37, 70};
+    int cases = 0;
+    double worst = 0;
+    for (int k = 0; k < 16 && !test_failed(); k++) {
+        const dt_type dt = k & 1 ? DT_Q4 : DT_Q8;
+        const int act = k & 2 ? TN_ACT_Q8_1 : TN_ACT_Q8_0, five = dt == DT_Q8 && (k & 4), cols = cols_l[k / 4];
+        const int rows = 1 + (k * 5) % 13, n_tok = toks[(k + k / 4) % 4];
+        tn_mat m, h;
+        void *data = gguf_like(dt, act, five, rows, cols, &m);
+        h = m;
+        h.act = TN_ACT_HOUSE;
+        float *x = malloc((size_t)n_tok * (size_t)cols * sizeof(float));
+        for (int i = 0; i < n_tok * cols; i++) x[i] = frand() * (i % 5 ? 1.0f : 3.0f);
+        x[0] = 0.0f;
+        for (int i = 0; i < 32 && cols >= 64; i++) x[32 + i] = 0.0f; /* a block of zeros: d = 0 */
+        float *ref = mm(sc, NULL, &m, x, n_tok, n_tok, 1);
+        /* the activations kern_matmul_act made against llama.cpp's, and the oracle against its block dot */
+        void *buf = malloc(kern_act_bytes(n_tok, cols));
+        int8_t *lq = malloc((size_t)cols);
+        float *ld = malloc((size_t)cols / 32 * sizeof(float)), *ls = malloc((size_t)cols / 32 * sizeof(float));
+        float *y = malloc((size_t)n_tok * (size_t)rows * sizeof(float)), *yh = malloc((size_t)n_tok * (size_t)rows * sizeof(float));
+        kern_act a;
+        kern_act_init(&a, buf, x, (size_t)cols, n_tok, cols, 1);
+        kern_mm two[2] = {{&m, &a, y, (size_t)rows}, {&h, &a, yh, (size_t)rows}};
+        CHECK(kern_matmul_multi(sc, pool, two, 2) == 0 && a.ready && a.ready_0);
+        const int nb = cols / 32, ns = nb + nb / 2 + nb / 4;
+        for (int t = 0; t < n_tok && !test_failed(); t++) {
+            llama_q8_1(x + (size_t)t * cols, cols, lq, ld, ls);
+            CHECKF(!memcmp(lq, a.q0 + (size_t)t * cols, (size_t)cols) && !memcmp(ld, a.d0 + (size_t)t * nb, (size_t)nb * 4) &&
+                   !memcmp(ls, a.s1 + (size_t)t * ns, (size_t)nb * 4), "cols %d token %d: not llama.cpp's q8_1 (seed %u)",
+                   cols, t, seed);
+            for (int b = 0; b < nb; b++) {
+                int sum = 0;
+                for (int i = 0; i < 32; i++) sum += lq[32 * b + i];
+                CHECK(!memcmp(&a.s0[(size_t)t * ns + b], &(float){ld[b] * (float)sum}, 4));
+            }
+            for (int r = 0; r < rows; r++) {
+                /* want: llama.cpp's sum over blocks in double; mag: the size of the house kernel's terms per block
+                 * (sum |code q|, which bounds its lanes' partial sums, and bias times the sum), against which its float
+                 * rounding is measured */
+                double want = 0, mag = 0;
+                for (int b = 0; b < nb; b++) {
+                    const float dw = f16_to_f32(((const uint16_t *)m.scales)[(size_t)r * nb + b]);
+                    const float mw = f16_to_f32(((const uint16_t *)m.biases)[(size_t)r * nb + b]);
+                    const int z = act == TN_ACT_Q8_1 ? 0 : dt == DT_Q8 ? 128 : 8;
+                    long I = 0, Ic = 0, S = 0;
+                    for (int i = 0; i < 32; i++) {
+                        const int c = 32 * b + i;
+                        const int code = dt == DT_Q8 ? ((const uint8_t *)m.data)[(size_t)r * cols + c]
+                                                     : (((const uint8_t *)m.data)[((size_t)r * cols + c) / 2] >> (c & 1) * 4) & 15;
+                        I += (long)(code - z) * lq[c];
+                        Ic += labs((long)code * lq[c]);
+                        S += lq[c];
+                    }
+                    want += (double)dw * ld[b] * (double)I + (act == TN_ACT_Q8_1 ? (double)mw * ls[b] : 0.0);
+                    mag += fabs((double)dw * ld[b] * (double)Ic) +
+                           fabs((double)mw * (act == TN_ACT_Q8_1 ? ls[b] : (double)ld[b] * (double)S));
+                }
+                const double e = fabs(ref[(size_t)t * rows + r] - want) / (mag + 1e-30);
+                CHECKF(e <= 1e-5, "%s act %d cols %d: oracle off llama.cpp's block dot by %.3g (seed %u)", dt_name(dt), act,
+                       cols, e, seed);
+                if (e > worst) worst = e;
+            }
+        }
+        CHECKF(!memcmp(y, ref, (size_t)n_tok * (size_t)rows * 4), "%s act %d: kern_matmul_multi != kern_matmul_act", dt_name(dt), act);
+        float *href = mm(sc, NULL, &h, x, n_tok, n_tok, 1);
+        CHECKF(!memcmp(yh, href, (size_t)n_tok * (size_t)rows * 4), "%s: the house-form matrix beside it changed", dt_name(dt));
+        for (int ti = 0; ti < 4; ti++) {
+            if (!tabs[ti]) continue;
+            float *got = mm(tabs[ti], pool, &m, x, n_tok, n_tok, 1), *one = mm(tabs[ti], NULL, &m, x, n_tok, 1, 1);
+            for (int i = 0; i < n_tok * rows; i++)
+                CHECKF(!memcmp(&got[i], &ref[i], 4) && !memcmp(&one[i], &ref[i], 4), "%s %s act %d cols %d: out %d %.9g / "
+                       "%.9g vs oracle %.9g (seed %u)", tabs[ti]->name, dt_name(dt), act, cols, i, got[i], one[i], ref[i], seed);
+            free(got);
+            free(one);
+            cases++;
+        }
+        free(href); free(ref); free(buf); free(lq); free(ld); free(ls); free(y); free(yh); free(x); free(data);
+    }
+    pool_free(pool);
+    fprintf(stderr, "    %d table cases bitwise the oracle; oracle vs llama.cpp's block dot worst %.2g (bound 1e-5)\n", cases,
+            worst);
+    CHECK(cases >= 32);
+}

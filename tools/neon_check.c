@@ -141,11 +141,13 @@ int main(void) {
     static const int i8_cols[] = {32, 64, 96, 160, 256, 384, 448, 2048}, i8_nt[] = {1, 3, 37};
     static const dt_type sdts[] = {DT_BF16, DT_F16, DT_F32};
     int i8_cases = 0;
+    /* act: the house's activations, or llama.cpp's q8_0 / q8_1 (tn_mat.act: GGUF Q8_0 .. Q5_1, group 32) */
     for (int dq = 0; dq < 2; dq++)
         for (int ci = 0; ci < 8; ci++)
-            for (int gi = 0; gi < 3; gi++) {
-                dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
-                int cols = i8_cols[ci], group = 32 << gi, rows = rows_l[(ci + gi) % 3] + 2, nt = i8_nt[(ci + gi + dq) % 3];
+            for (int ga = 0; ga < 5; ga++) {
+                const int gi = ga < 3 ? ga : 0, act = ga < 3 ? TN_ACT_HOUSE : ga - 2;
+                dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = act ? DT_F16 : sdts[(ci + gi) % 3];
+                int cols = i8_cols[ci], group = 32 << gi, rows = rows_l[(ci + ga) % 3] + 2, nt = i8_nt[(ci + ga + dq) % 3];
                 if (cols % group) continue;
                 size_t n = (size_t)rows * cols;
                 float *w = malloc(n * 4), *x = malloc((size_t)nt * cols * 4), *a = malloc((size_t)nt * rows * 4),
@@ -158,6 +160,7 @@ int main(void) {
                 q_quantize(dt, w, rows, cols, group, sdt, 7, data);
                 tn_mat m;
                 q_mat_bind(&m, data, dt, rows, cols, group, sdt, 7);
+                m.act = act;
                 for (int i = 0; i < nt * rows; i++) a[i] = b[i] = one[i] = NAN;
                 kern_act ka;
                 kern_act_init(&ka, abuf, x, (size_t)cols, nt, cols, 1);
@@ -173,8 +176,8 @@ int main(void) {
                 if (ok) pass++, i8_cases++;
                 else {
                     fail++;
-                    printf("FAIL neon %s.i8 rows %d cols %d group %d scales %s tokens %d: not bitwise the oracle\n",
-                           dt_name(dt), rows, cols, group, dt_name(sdt), nt);
+                    printf("FAIL neon %s.i8 rows %d cols %d group %d scales %s tokens %d act %d: not bitwise the oracle\n",
+                           dt_name(dt), rows, cols, group, dt_name(sdt), nt, act);
                 }
                 free(w); free(x); free(a); free(b); free(one); free(data); free(abuf); free(abuf1);
             }

@@ -57,6 +57,7 @@ static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
     } else {
         q_mat_bind(dst, data, t->dtype, (int)t->shape[0], (int)t->shape[1], t->group, t->sdtype, t->seed);
         ((tn_mat *)dst)->bias_implied = q_biases_implied(dst);
+        ((tn_mat *)dst)->act = t->act;
     }
     return SL_OK;
 }

@@ -226,14 +226,23 @@ sl_status slc_config_from_json(const cJSON *j, fam_config *c, const char *path, 
 
 /* ---- quantized entries ---- */
 
+static const char *const ACT_NAMES[] = {"house", "q8_0", "q8_1"};
+
 sl_status slc_quant_from_json(const cJSON *o, dt_type dt, int64_t cols, int *group, dt_type *sdt, uint32_t *seed,
-                              sl_error *err) {
+                              int *act, sl_error *err) {
     *group = 0;
     *sdt = DT_NONE;
     *seed = 0;
+    *act = TN_ACT_HOUSE;
     if (!q_is_quant(dt)) return SL_OK;
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "group"), *sd = cJSON_GetObjectItemCaseSensitive(o, "scale_dtype");
-    const cJSON *se = cJSON_GetObjectItemCaseSensitive(o, "seed");
+    const cJSON *se = cJSON_GetObjectItemCaseSensitive(o, "seed"), *ac = cJSON_GetObjectItemCaseSensitive(o, "act");
+    if (ac) { /* llama.cpp's activation form of a GGUF Q8_0 .. Q5_1 (tn_mat.act) */
+        *act = !cJSON_IsString(ac) || (dt != DT_Q8 && dt != DT_Q4) ? -1
+               : !strcmp(ac->valuestring, ACT_NAMES[TN_ACT_Q8_0]) ? TN_ACT_Q8_0
+               : !strcmp(ac->valuestring, ACT_NAMES[TN_ACT_Q8_1]) ? TN_ACT_Q8_1 : -1;
+        if (*act < 0) return err_set(err, SL_EFORMAT, "%s entry has an unknown 'act'", dt_name(dt));
+    }
     if (!cJSON_IsNumber(g) || !cJSON_IsString(sd))
         return err_set(err, SL_EFORMAT, "%s entry lacks 'group' or 'scale_dtype'", dt_name(dt));
     *group = g->valueint;
@@ -245,11 +254,13 @@ sl_status slc_quant_from_json(const cJSON *o, dt_type dt, int64_t cols, int *gro
     return SL_EFORMAT;
 }
 
-void slc_quant_to_json(cJSON *o, dt_type dt, int group, dt_type sdt, uint32_t seed) {
+void slc_quant_to_json(cJSON *o, dt_type dt, int group, dt_type sdt, uint32_t seed, int act) {
     if (!q_is_quant(dt)) return;
     cJSON_AddNumberToObject(o, "group", group);
     cJSON_AddStringToObject(o, "scale_dtype", dt == DT_MXFP4 ? "e8m0" : kq_is(dt) ? "in-block" : dt_name(sdt));
     if (dt == DT_Q3) cJSON_AddNumberToObject(o, "seed", (double)seed);
+    if ((dt == DT_Q8 || dt == DT_Q4) && (act == TN_ACT_Q8_0 || act == TN_ACT_Q8_1))
+        cJSON_AddStringToObject(o, "act", ACT_NAMES[act]);
 }
 
 static void add_shape(cJSON *o, int ndim, const int64_t *s) {
@@ -264,7 +275,7 @@ cJSON *slc_tensor_to_json(const slc_tensor *t) {
     slc_hash_hex(t->hash, hex);
     cJSON_AddStringToObject(o, "name", t->name);
     cJSON_AddStringToObject(o, "dtype", dt_name(t->dtype));
-    slc_quant_to_json(o, t->dtype, t->group, t->sdtype, t->seed);
+    slc_quant_to_json(o, t->dtype, t->group, t->sdtype, t->seed, t->act);
     add_shape(o, t->ndim, t->shape);
     cJSON_AddNumberToObject(o, "offset", (double)t->off);
     cJSON_AddNumberToObject(o, "size", (double)t->size);
@@ -277,7 +288,7 @@ static cJSON *part_to_json(const fam_config *c, int p, const slc_part *pp) {
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "name", arch_expert_part_name(c, p));
     cJSON_AddStringToObject(o, "dtype", dt_name(pp->dtype));
-    slc_quant_to_json(o, pp->dtype, pp->group, pp->sdtype, pp->seed);
+    slc_quant_to_json(o, pp->dtype, pp->group, pp->sdtype, pp->seed, pp->act);
     add_shape(o, 2, pp->shape);
     cJSON_AddNumberToObject(o, "offset", (double)pp->off);
     cJSON_AddNumberToObject(o, "size", (double)pp->size);
@@ -418,7 +429,7 @@ static sl_status read_tensor(slc_file *f, const cJSON *it, int i, slc_tensor *t,
     if (q_is_quant(t->dtype) && t->ndim != 2)
         return err_set(err, SL_EFORMAT, "%s: manifest: tensor '%s' (%s): a quantized tensor must be 2-D", path,
                       t->name, dt_name(t->dtype));
-    sl_status st = slc_quant_from_json(it, t->dtype, t->shape[1], &t->group, &t->sdtype, &t->seed, err);
+    sl_status st = slc_quant_from_json(it, t->dtype, t->shape[1], &t->group, &t->sdtype, &t->seed, &t->act, err);
     if (st) {
         err_prefix(err, "%s: manifest: tensor '%s' (%s)", path, t->name, dt_name(t->dtype));
         return st;
@@ -455,7 +466,8 @@ static sl_status read_part(slc_file *f, const cJSON *o, int p, slc_part *pp, uin
     int64_t want[2];
     arch_expert_shape(&f->cfg, p, want);
     sl_status st = bad ? SL_OK
-                       : slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, err);
+                       : slc_quant_from_json(o, pp->dtype, pp->shape[1], &pp->group, &pp->sdtype, &pp->seed, &pp->act,
+                                                             err);
     if (st) {
         err_prefix(err, "%s: manifest: expert part %s (%s)", path, arch_expert_part_name(&f->cfg, p),
                       dt_name(pp->dtype));
@@ -602,8 +614,11 @@ void slc_bind_expert(const slc_file *f, int slot, const uint8_t *block, tn_exper
         if (d->kind == AK_VEC) /* a bias, stored f32 (checked at open) */
             *(const float **)dst = (const float *)(const void *)(block + pp->off);
         else
+        {
             q_mat_bind((tn_mat *)dst, block + pp->off, pp->dtype, (int)pp->shape[0], (int)pp->shape[1], pp->group,
                        pp->sdtype, pp->seed);
+            ((tn_mat *)dst)->act = pp->act;
+        }
     }
 }
 

@@ -47,10 +47,11 @@ typedef struct slc_tensor {
     int64_t shape[2];
     uint64_t off, size; /* absolute offset, bytes */
     uint64_t hash;
-    /* quantized dtypes (q8/q4/q3): manifest "group", "scale_dtype", "seed" */
+    /* quantized dtypes (q8/q4/q3): manifest "group", "scale_dtype", "seed"; q8/q4 from GGUF: "act" (tn_mat.act) */
     int group;
     dt_type sdtype;
     uint32_t seed;
+    int act;
 } slc_tensor;
 
 typedef struct slc_part {
@@ -60,6 +61,7 @@ typedef struct slc_part {
     int group;          /* quantized dtypes, as in slc_tensor */
     dt_type sdtype;
     uint32_t seed;
+    int act;
 } slc_part;
 
 /* The expert blocks of one MoE layer when the layout differs by layer (a GGUF whose part types vary by layer, as
@@ -127,12 +129,13 @@ const slc_blob *slc_find_blob(const slc_file *f, const char *name);
 sl_status slc_read_blob(const slc_file *f, const slc_blob *b, char **out, sl_error *err);
 
 /* Reads the quantization fields of a tensor or expert-part entry with dtype dt of `cols` columns into
- * *group, *sdt, *seed (zero for plain dtypes). SL_OK, or SL_EFORMAT with the reason in err, for the caller to
- * prefix with the entry's name. */
+ * *group, *sdt, *seed, *act (zero for plain dtypes; act: "act" of a q8/q4 entry, "q8_0" or "q8_1", absent 0). SL_OK,
+ * or SL_EFORMAT with the reason in err, for the caller to prefix with the entry's name. */
 sl_status slc_quant_from_json(const cJSON *o, dt_type dt, int64_t cols, int *group, dt_type *sdt, uint32_t *seed,
-                              sl_error *err);
-/* Adds "group", "scale_dtype" (and "seed" for q3) to an entry when dt is quantized. */
-void slc_quant_to_json(cJSON *o, dt_type dt, int group, dt_type sdt, uint32_t seed);
+                              int *act, sl_error *err);
+/* Adds "group", "scale_dtype" (and "seed" for q3, "act" for a q8/q4 with act set) to an entry when dt is
+ * quantized. */
+void slc_quant_to_json(cJSON *o, dt_type dt, int group, dt_type sdt, uint32_t seed, int act);
 
 /* Manifest entries as slc_open reads them back: one backbone tensor; the "experts" object (the
  * layers list comes from c->layer_moe). NULL on allocation failure. */

@@ -60,11 +60,12 @@ static sl_quant role_mode(const sl_pack_params *p, int role) {
 /* How tensor t (canonical name `name`) is stored under params p. */
 /* role: 0 backbone, 1 router / shared-expert gate (the family table's AR_ROUTER), 2 routed experts */
 static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const char *name, int matrix, int role) {
-    pack_tgt g = {DT_NONE, 0, DT_NONE, 0};
-    if (q_is_quant(t->src_dtype)) { /* MLX: as it is */
+    pack_tgt g = {DT_NONE, 0, DT_NONE, 0, TN_ACT_HOUSE};
+    if (q_is_quant(t->src_dtype)) { /* MLX, GGUF: as it is */
         g.dt = t->src_dtype;
         g.group = t->q_group;
         g.sdt = t->q_sdtype;
+        g.act = t->q_act;
         return g;
     }
     sl_quant q = role_mode(p, role);
@@ -260,7 +261,7 @@ static sl_status plan_backbone(pack_job *j, sl_error *err) {
 }
 
 static int same_layout(const hf_tensor *a, const hf_tensor *b) {
-    return a->src_dtype == b->src_dtype && a->q_group == b->q_group && a->q_sdtype == b->q_sdtype;
+    return a->src_dtype == b->src_dtype && a->q_group == b->q_group && a->q_sdtype == b->q_sdtype && a->q_act == b->q_act;
 }
 
 /* How expert part `part` is stored in each MoE layer: as its source, layer by layer (a GGUF's types may differ
@@ -294,12 +295,13 @@ static sl_status plan_part(pack_job *j, int part, sl_error *err) {
         pack_tgt *g = &j->sl[s].edt[part];
         const hf_tensor *src = mixed ? first : j->sl[s].src;
         if (src) *g = target_for(j->p, src, pn, 1, 2);
-        else *g = (pack_tgt){DT_F32, 0, DT_NONE, 0};
+        else *g = (pack_tgt){DT_F32, 0, DT_NONE, 0, TN_ACT_HOUSE};
         if (mixed && !q_is_quant(g->dt)) g->dt = DT_F32;
-        if (arch_expert_part_is_vec(c, part)) *g = (pack_tgt){DT_F32, 0, DT_NONE, 0}; /* biases: f32, bound as is */
+        if (arch_expert_part_is_vec(c, part)) *g = (pack_tgt){DT_F32, 0, DT_NONE, 0, TN_ACT_HOUSE}; /* biases: f32, bound as is */
         slc_slot *at = &j->sl[s].at;
         at->bytes = slc_round_up(at->bytes, SLC_TENSOR_ALIGN);
-        at->parts[part] = (slc_part){g->dt, {sh[0], sh[1]}, at->bytes, tgt_bytes(g, 2, sh), g->group, g->sdt, g->seed};
+        at->parts[part] = (slc_part){g->dt, {sh[0], sh[1]}, at->bytes, tgt_bytes(g, 2, sh), g->group, g->sdt, g->seed,
+                                     g->act};
         at->bytes += at->parts[part].size;
     }
     return SL_OK;
@@ -354,7 +356,7 @@ static sl_status write_backbone(pack_job *j, sl_error *err) {
         uint64_t hsh = XXH3_64bits(j->buf, bytes);
         if ((st = wr(&j->w, j->buf, bytes, j->toff[i], err))) break;
         slc_tensor te = {a->name, j->tdt[i].dt, a->ndim, {a->shape[0], a->shape[1]}, j->toff[i], bytes, hsh,
-                         j->tdt[i].group, j->tdt[i].sdt, j->tdt[i].seed};
+                         j->tdt[i].group, j->tdt[i].sdt, j->tdt[i].seed, j->tdt[i].act};
         cJSON_AddItemToArray(j->tt, slc_tensor_to_json(&te));
         st = progress(&j->w, bytes, err);
     }

@@ -24,12 +24,14 @@ sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_para
 #include "util/dtype.h"
 dt_type pack_target_dtype(sl_quant q, dt_type src, int matrix);
 
-/* How one tensor is stored: dtype and, for quantized dtypes, group, scale dtype and q3 seed. */
+/* How one tensor is stored: dtype and, for quantized dtypes, group, scale dtype, q3 seed and the activation form of
+ * q8 / q4 from GGUF (tn_mat.act). */
 typedef struct pack_tgt {
     dt_type dt;
     int group;
     dt_type sdt;
     uint32_t seed;
+    int act;
 } pack_tgt;
 
 struct hf_ckpt;

@@ -586,14 +586,15 @@ static char *synth_manifest(const synth_out *o, const char *shape_name) {
         dt_type dt = tensor_dtype(t, o->mdt, o->group);
         uint64_t b = q_mat_bytes(dt, t->shape[0], t->ndim == 2 ? t->shape[1] : 1, o->group, DT_BF16);
         slc_tensor te = {t->name, dt, t->ndim, {t->shape[0], t->shape[1]}, o->toff[i], b, o->thash[i],
-                         o->group, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(t->name, strlen(t->name)) : 0};
+                         o->group, DT_BF16, dt == DT_Q3 ? (uint32_t)XXH3_64bits(t->name, strlen(t->name)) : 0,
+                         TN_ACT_HOUSE};
         cJSON_AddItemToArray(tt, slc_tensor_to_json(&te));
     }
     slc_part parts[ARCH_MAX_PARTS];
     for (int p = 0; p < j->n_parts; p++) {
         const char *pn = arch_expert_part_name(&o->c, p);
         parts[p] = (slc_part){j->pdt[p], {j->psh[p][0], j->psh[p][1]}, j->poff[p], j->psz[p], o->group, DT_BF16,
-                              j->pdt[p] == DT_Q3 ? (uint32_t)XXH3_64bits(pn, strlen(pn)) : 0};
+                              j->pdt[p] == DT_Q3 ? (uint32_t)XXH3_64bits(pn, strlen(pn)) : 0, TN_ACT_HOUSE};
     }
     cJSON_AddItemToObject(man, "experts", slc_experts_to_json(&o->h, &o->c, j->block, parts));
     cJSON_AddArrayToObject(man, "blobs");

@@ -59,7 +59,7 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
                         path, t->name, (unsigned long long)t->off, (unsigned long long)t->size);
             goto out;
         }
-        pack_tgt tg = {t->dtype, t->group, t->sdtype, t->seed};
+        pack_tgt tg = {t->dtype, t->group, t->sdtype, t->seed, t->act};
         if (ck && (st = check_source(&f, ck, t->name, &tg, buf, t->size, scratch, t->off, err))) goto out;
         done += t->size;
         if (progress && progress(user, done, total)) { st = err_set(err, SL_ECANCELED, "verify canceled"); goto out; }
@@ -78,7 +78,7 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
             for (int p = 0; ck && p < f.n_parts; p++) {
                 char nm[96];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%u.%s", layer, e, arch_expert_part_name(&f.cfg, p));
-                pack_tgt tg = {parts[p].dtype, parts[p].group, parts[p].sdtype, parts[p].seed};
+                pack_tgt tg = {parts[p].dtype, parts[p].group, parts[p].sdtype, parts[p].seed, parts[p].act};
                 if ((st = check_source(&f, ck, nm, &tg, buf + parts[p].off, parts[p].size, scratch, off + parts[p].off,
                                        err))) {
                     err_prefix(err, "expert block (layer %d, expert %u)", layer, e);

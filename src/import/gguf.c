@@ -88,6 +88,14 @@ int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
     return 0;
 }
 
+int gguf_type_act(uint32_t type) {
+    switch (type) { /* ggml-cpu/ggml-cpu.c type_traits_cpu: vec_dot_type */
+    case GGML_Q8_0: case GGML_Q4_0: case GGML_Q5_0: return TN_ACT_Q8_0;
+    case GGML_Q4_1: case GGML_Q5_1: return TN_ACT_Q8_1;
+    }
+    return TN_ACT_HOUSE;
+}
+
 const char *gguf_supported_types(void) {
     return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, IQ2_XXS, "
            "IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, MXFP4";

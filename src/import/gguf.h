@@ -47,6 +47,10 @@ int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt);
 /* The layout that holds a type by up-conversion: q4 / q8 group 32 with f32 scales for Q4_K / Q5_K (as for Q4_0 /
  * Q8_0 with f16 scales), f32 for Q6_K, Q3_K, Q2_K and IQ4_*; for expert parts whose type differs by layer. */
 int gguf_type_wide(uint32_t type, dt_type *dt, int *group, dt_type *sdt);
+/* The activation form llama.cpp multiplies a GGUF type's blocks with, for the q8 / q4 it is stored as (tn_mat.act,
+ * util/tensor.h): TN_ACT_Q8_0 for Q8_0, Q4_0, Q5_0, TN_ACT_Q8_1 for Q4_1, Q5_1 (their vec_dot_type), else
+ * TN_ACT_HOUSE. */
+int gguf_type_act(uint32_t type);
 /* "F32, F16, ..." — the types gguf_type_target accepts. */
 const char *gguf_supported_types(void);
 

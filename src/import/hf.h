@@ -35,6 +35,7 @@ typedef struct hf_tensor {
     /* MLX-quantized sources (src_dtype DT_Q8 / DT_Q4, shape the logical [out, in]): */
     int q_group;
     dt_type q_sdtype; /* dtype of scales and biases */
+    int q_act;        /* GGUF Q8_0 .. Q5_1 held as q8 / q4: tn_mat.act (import/gguf.h gguf_type_act); else 0 */
 } hf_tensor;
 
 /* Opens a checkpoint directory (or a GGUF model: a .gguf file, the first of its splits, or a directory holding

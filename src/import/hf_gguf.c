@@ -29,6 +29,7 @@ static int gguf_src_dtype(hf_t *t, uint32_t type, int kind) {
     t->pub.src_dtype = dt;
     t->pub.q_group = group;
     t->pub.q_sdtype = sdt;
+    t->pub.q_act = dt == DT_Q8 || dt == DT_Q4 ? gguf_type_act(type) : TN_ACT_HOUSE;
     t->gg = 1;
     t->gg_type = type;
     return 0;
@@ -249,6 +250,7 @@ static sl_status xf_tensor(hf_ckpt *ck, const arch_gguf_xf *r, int kind, const g
         t->pub.src_dtype = DT_F32;
         t->pub.q_group = 0;
         t->pub.q_sdtype = DT_NONE;
+        t->pub.q_act = TN_ACT_HOUSE;
     }
     return SL_OK;
 }

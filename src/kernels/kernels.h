@@ -66,9 +66,16 @@ typedef struct kern_act {
     /* IQ4_NL's form, llama.cpp's q8_0 as its x86 build makes it (ggml-cpu arch/x86/quants.c quantize_row_q8_0),
      * made on first use by such a matrix: per block of 32, d = max|x| / 127 rounded to f16 (the block's stored
      * scale), q_c = round-to-nearest-even(x_c * (127 / max|x|)) (0 when max is 0). */
-    int ready_0;    /* q0, d0 below are filled */
+    int ready_0;    /* q0, d0, q04, s0, s1 below are filled */
     int8_t *q0;     /* [n_tok][cols] */
     float *d0;      /* [n_tok][nb] d as the f16 value */
+    /* with it, for the q8/q4 matrices of a GGUF Q8_0 .. Q5_1 tensor (tn_mat.act), read as q, q4, d, s are by the house
+     * form's kernels: the same codes in q4 order, and the sums s32, s64, s128 (as s) of either form:
+     * s0 = d0 * (float)sum(q) (q8_0: llama.cpp uses no sum, this is the house kernels' bias term on its values),
+     * s1 = the f16 value of (max|x| / 127) * (float)sum(q) (llama.cpp's block_q8_1 s, ggml-cpu arch/x86/quants.c
+     * quantize_row_q8_1) */
+    int8_t *q04;    /* [n_tok][cols] */
+    float *s0, *s1; /* [n_tok][ns] each */
     void *buf;      /* the caller's storage */
 } kern_act;
 
@@ -83,7 +90,9 @@ typedef struct kern_act {
  * y = lanes(h) + lanes(accb), h[i] = acc[i] + acc[i+8], lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
  * So a result depends only on its own row and token: thread split, batching and streaming never change it.
  * A GGUF block type's (kquant_i8.c: its own canonical arithmetic) reads the q8_K form qk / dk (a->ready_k) when
- * kq_act_k(dtype), else (IQ4_NL) the q8_0 form q0 / d0 (a->ready_0). */
+ * kq_act_k(dtype), else (IQ4_NL) the q8_0 form q0 / d0 (a->ready_0). A q8/q4 matrix with tn_mat.act set gets the
+ * same kernel over a's llama.cpp form (q0, q04, d0, and s0 or s1 in place of q, q4, d, s): the same arithmetic on
+ * other codes, so every table still equals the oracle bitwise. */
 typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
 /* matmul_i8 entries of every GGUF block type (quant/kquant.h kq_is) set to fn */
 #define KQ_I8_ENTRIES(fn)                                                                                          \

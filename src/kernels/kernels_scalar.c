@@ -292,10 +292,10 @@ static int act_ns(int nb) { return nb + nb / 2 + nb / 4; }
 
 size_t kern_act_bytes(int n_tok, int cols) {
     size_t n = (size_t)(n_tok > 0 ? n_tok : 0), c = (size_t)(cols > 0 ? cols : 0), nb = c / 32;
-    /* q, q4, d, s, then the q8_K form qk, dk and the q8_0 form q0, d0 (at the end: the first four keep their
-     * offsets) */
-    return 4 * act_round(n * c) + 3 * act_round(n * nb * sizeof(float)) +
-           act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) + ACT_ALIGN;
+    /* q, q4, d, s, then the q8_K form qk, dk and the q8_0 form q0, d0, q04, s0, s1 (at the end: the first four
+     * keep their offsets) */
+    return 5 * act_round(n * c) + 3 * act_round(n * nb * sizeof(float)) +
+           3 * act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) + ACT_ALIGN;
 }
 
 static void act_carve(kern_act *a, void *buf) {
@@ -318,6 +318,12 @@ static void act_carve(kern_act *a, void *buf) {
     a->q0 = (int8_t *)p;
     p += act_round(n * c);
     a->d0 = (float *)p;
+    p += act_round(n * nb * sizeof(float));
+    a->q04 = (int8_t *)p;
+    p += act_round(n * c);
+    a->s0 = (float *)p;
+    p += act_round(n * (size_t)act_ns((int)nb) * sizeof(float));
+    a->s1 = (float *)p;
 }
 
 void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok, int cols, int int8) {
@@ -390,8 +396,9 @@ static void act_row_k(const float *x, int cols, int8_t *q, float *d) {
     }
 }
 
-/* One token's q8_0 form (kern_act q0 / d0: llama.cpp's x86 quantize_row_q8_0) of cols % 32 == 0 values. */
-static void act_row_0(const float *x, int cols, int8_t *q, float *d) {
+/* One token's q8_0 / q8_1 form (kern_act q0 / d0 / q04 / s0 / s1: llama.cpp's x86 quantize_row_q8_0 and
+ * quantize_row_q8_1, the same codes and d) of cols % 32 == 0 values. */
+static void act_row_0(const float *x, int cols, int8_t *q, float *d, int8_t *q4, float *s0, float *s1) {
     for (int b = 0; b < cols / 32; b++) {
         const float *xb = x + 32 * b;
         float amax = 0.0f;
@@ -399,13 +406,20 @@ static void act_row_0(const float *x, int cols, int8_t *q, float *d) {
             float v = fabsf(xb[i]);
             amax = v > amax ? v : amax;
         }
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f, db = amax / 127.0f;
+        int32_t sum = 0;
         for (int i = 0; i < 32; i++) {
             float rv = (xb[i] * id + 0x1.8p23f) - 0x1.8p23f;
-            q[32 * b + i] = (int8_t)(rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0);
+            int v = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
+            q[32 * b + i] = (int8_t)v;
+            sum += v;
         }
-        d[b] = f16_to_f32(f32_to_f16(amax / 127.0f));
+        d[b] = f16_to_f32(f32_to_f16(db));
+        s0[b] = d[b] * (float)sum;
+        s1[b] = f16_to_f32(f32_to_f16(db * (float)sum));
     }
+    kern_act_sums_q4(cols, q, q4, s1);
+    kern_act_sums_q4(cols, q, q4, s0);
 }
 
 static void act_k_part(void *ctx, size_t b, size_t e) {
@@ -417,10 +431,12 @@ static void act_k_part(void *ctx, size_t b, size_t e) {
 static void act_0_part(void *ctx, size_t b, size_t e) {
     kern_act *a = ctx;
     const size_t c = (size_t)a->cols, nb = c / 32;
-    for (size_t t = b; t < e; t++) act_row_0(a->x + t * a->ldx, a->cols, a->q0 + t * c, a->d0 + t * nb);
+    const size_t ns = (size_t)act_ns((int)nb);
+    for (size_t t = b; t < e; t++)
+        act_row_0(a->x + t * a->ldx, a->cols, a->q0 + t * c, a->d0 + t * nb, a->q04 + t * c, a->s0 + t * ns, a->s1 + t * ns);
 }
 
-/* The q8_K form (k) or the q8_0 form (!k) on pool (NULL: inline), once. */
+/* The q8_K form (k) or the q8_0 / q8_1 form (!k) on pool (NULL: inline), once. */
 static void act_prepare_k_on(kern_act *a, pool_t *pool, int k) {
     if (!a->int8 || (k ? a->ready_k || a->cols % 256 : a->ready_0)) return;
     pool_for(pool, (size_t)(a->n_tok > 0 ? a->n_tok : 0), 8, k ? act_k_part : act_0_part, a);
@@ -466,7 +482,20 @@ void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
 /* The form w's int8 kernel reads (kernels.h kern_matmul_i8_fn). */
 static void act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
     if (kq_is(w->dtype)) act_prepare_k_on(a, pool, kq_act_k(w->dtype));
+    else if (w->act != TN_ACT_HOUSE) act_prepare_k_on(a, pool, 0);
     else act_prepare_on(a, pool);
+}
+
+/* What a q8/q4 kernel reads for w: a itself, or (tn_mat.act) a copy in *tmp whose q, q4, d, s are a's llama.cpp
+ * form (kernels.h kern_matmul_i8_fn). */
+static const kern_act *act_view(const tn_mat *w, const kern_act *a, kern_act *tmp) {
+    if (w->act == TN_ACT_HOUSE || kq_is(w->dtype)) return a;
+    *tmp = *a;
+    tmp->q = a->q0;
+    tmp->q4 = a->q04;
+    tmp->d = a->d0;
+    tmp->s = w->act == TN_ACT_Q8_1 ? a->s1 : a->s0;
+    return tmp;
 }
 
 void kern_act_prepare_row(kern_act *a, int t) { act_part(a, (size_t)t, (size_t)t + 1); }
@@ -525,6 +554,9 @@ void kern_act_row(kern_act *dst, kern_act *src, int t) {
     dst->dk = src->dk + tt * nb;
     dst->q0 = src->q0 + tt * c;
     dst->d0 = src->d0 + tt * nb;
+    dst->q04 = src->q04 + tt * c;
+    dst->s0 = src->s0 + tt * ns;
+    dst->s1 = src->s1 + tt * ns;
 }
 
 /* The kernel kern_matmul_act would run for w over a, or NULL when it needs more than a row range (q3's
@@ -557,7 +589,8 @@ static void multi_part(void *ctx, size_t begin, size_t end) {
         int r0 = (int)((begin > b ? begin : b) - b), r1 = (int)((end < e ? end : e) - b);
         const kern_mm *m = &j->mm[i];
         if (mm_use_i8(m->w, m->a)) {
-            i8_kernel(j->ops, m->w)(m->w, m->a, m->y, m->ldy, r0, r1);
+            kern_act tmp;
+            i8_kernel(j->ops, m->w)(m->w, act_view(m->w, m->a, &tmp), m->y, m->ldy, r0, r1);
         } else
             j->ops->matmul[m->w->dtype](m->w, m->a->x, m->a->ldx, m->y, m->ldy, m->a->n_tok, r0, r1);
     }
@@ -613,7 +646,8 @@ static void swiglu_part(void *ctx, size_t begin, size_t end) {
         const int r1 = r0 + SWIGLU_ROWS < j->inter ? r0 + SWIGLU_ROWS : j->inter;
         const kern_mm *m[2] = {&j->g[i], &j->u[i]};
         for (int k = 0; k < 2; k++) { /* the kernel multi_part would run on these rows */
-            i8_kernel(j->ops, m[k]->w)(m[k]->w, m[k]->a, m[k]->y, m[k]->ldy, r0, r1);
+            kern_act tmp;
+            i8_kernel(j->ops, m[k]->w)(m[k]->w, act_view(m[k]->w, m[k]->a, &tmp), m[k]->y, m[k]->ldy, r0, r1);
         }
         const int T = j->g[i].a->n_tok; /* 1 (n experts), or the tokens of the one expert */
         for (int t = 0; t < T; t++) {
@@ -652,7 +686,8 @@ int kern_matmul_act(const kern_ops *ops, pool_t *pool, const tn_mat *w, kern_act
     if (!w->data || !mm_use_i8(w, a)) return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
     if (a->n_tok <= 0 || w->rows <= 0) return 0;
     act_prepare_for(a, w, pool);
-    mmi8_job j = {i8_kernel(ops, w), w, a, y, ldy};
+    kern_act tmp;
+    mmi8_job j = {i8_kernel(ops, w), w, act_view(w, a, &tmp), y, ldy};
     size_t work = (size_t)w->cols * (size_t)a->n_tok;
     size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
     pool_for_any(pool, (size_t)w->rows, grain, mmi8_part, &j);

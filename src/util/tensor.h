@@ -33,7 +33,13 @@ typedef struct tn_mat {
      * q_biases_implied's caller): a kernel may compute the biases from the scales instead of reading them,
      * the same values, so the same bits, and 10% (q4) / 6% (q8) fewer bytes streamed. 0: read them. */
     int bias_implied;
+    /* q8/q4: the form of the activations its int8 kernels read (kernels.h kern_act). TN_ACT_HOUSE: the house's (q, d,
+     * s: f32 d, x * (1/d)); TN_ACT_Q8_0 / TN_ACT_Q8_1: llama.cpp's q8_0 / q8_1 (q0, q04, d0 with s0 / s1), for the
+     * blocks of a GGUF Q8_0, Q4_0, Q5_0 / Q4_1, Q5_1 tensor (manifest "act"), as llama.cpp multiplies them */
+    int act;
 } tn_mat;
+
+enum { TN_ACT_HOUSE = 0, TN_ACT_Q8_0 = 1, TN_ACT_Q8_1 = 2 };
 
 /* One routed expert: gate, up [I, H]; down [H, I] (SL_EXPERT_SWIGLU); or gate_up [2I, H] (rows interleaved
  * gate, up), down [H, I] and the biases gate_up_bias [2I], down_bias [H] (SL_EXPERT_GPTOSS). Absent parts NULL. */

@@ -562,9 +562,14 @@ CANON = {"token_embd.weight": "embed_tokens", "output.weight": "lm_head", "attn_
          "attn_output.weight": "self_attn.o_proj", "ffn_gate_inp.weight": "mlp.gate"}
 
 
+# the activation form llama.cpp multiplies a type with (ggml-cpu.c vec_dot_type), which the q8 / q4 it is held as
+# records in its entry ("act": tn_mat.act; docs/FORMAT.md)
+ACT = {QT.Q8_0: "q8_0", QT.Q4_0: "q8_0", QT.Q5_0: "q8_0", QT.Q4_1: "q8_1", QT.Q5_1: "q8_1"}
+
+
 def check_tensors(p, ref):
     """Every matrix of container p decoded by its documented layout against ref (write_typed_model's): the
-    backbone's and every expert's; returns how many were compared."""
+    backbone's and every expert's, and its entry's "act"; returns how many were compared."""
     raw, man = container(p)
     tens = {t["name"]: t for t in man["tensors"]}
     checked = 0
@@ -577,6 +582,7 @@ def check_tensors(p, ref):
         cname = (f"layers.{name.split('.')[1]}." if name.startswith("blk.") else "") + CANON[rel]
         got = container_f32(raw, tens[cname])
         assert same(got, deq.reshape(got.shape)), (name, qt.name, tens[cname]["dtype"])
+        assert tens[cname].get("act") == ACT.get(qt), (name, qt.name, tens[cname])
         checked += 1
     ex = man["experts"]
     for s, l in enumerate(ex["layers"]):
@@ -585,6 +591,7 @@ def check_tensors(p, ref):
                                                    "parts": ex["parts"]}
         for pi, part in enumerate(("gate", "up", "down")):
             deq, qt = ref[f"blk.{l}.ffn_{part}_exps.weight"]
+            assert sl["parts"][pi].get("act") == ACT.get(qt), (l, part, qt.name, sl["parts"][pi])
             for e in range(deq.shape[0]):
                 base = ex["offset"] + sl["offset"] + e * sl["stride"]
                 got = container_f32(raw, sl["parts"][pi], base)
