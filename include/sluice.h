@@ -210,12 +210,15 @@ typedef enum {
 
 /* How a session's attention KV cache stores its rows (docs/PERFORMANCE.md has the bytes and the quality of
  * each): f32 (the exact reference), f16 / bf16 (each value rounded to nearest even), q8 (per head, blocks of
- * 32 values: int8 codes and one f16 scale each, round(x / d) with d = max|x| / 127: llama.cpp's q8_0). Attention
+ * 32 values: int8 codes and one f16 scale each, round(x / d) with d = max|x| / 127: llama.cpp's q8_0), q4
+ * (blocks of 32: 4-bit codes and one f16 scale, llama.cpp's q4_0), q4r (the head rotated by a fixed signed
+ * Walsh-Hadamard transform, then blocks of 32: 4-bit codes of a 16-level codebook and one fitted f16 scale:
+ * q4's bytes, less error; src/quant/kv.h). Attention
  * computes in f32 on the stored values, so every exactness property (streamed == resident, a sequence in a
  * batch == alone, prefill == token by token, any thread count) holds bitwise at each type. MLA's compressed
  * cache and the DeltaNet states stay f32 whatever the type. */
-typedef enum { SL_KV_F32 = 0, SL_KV_F16 = 1, SL_KV_BF16 = 2, SL_KV_Q8 = 3, SL_KV_COUNT } sl_kv_type;
-/* "f32", "f16", "bf16", "q8"; "?" for another value. */
+typedef enum { SL_KV_F32 = 0, SL_KV_F16 = 1, SL_KV_BF16 = 2, SL_KV_Q8 = 3, SL_KV_Q4 = 4, SL_KV_Q4R = 5, SL_KV_COUNT } sl_kv_type;
+/* "f32", "f16", "bf16", "q8", "q4", "q4r"; "?" for another value. */
 const char *sl_kv_type_name(sl_kv_type t);
 /* The type a name (as sl_kv_type_name gives) stands for, or -1. */
 int sl_kv_type_from_name(const char *name);

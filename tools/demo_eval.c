@@ -24,10 +24,13 @@
  * --shipped-only needs no master: it compares the shipped model's int8 kernels against its exact ones.
  *
  * Usage: build/demo_eval [--src DIR] [--text FILE] [--shipped FILE] [--tmp DIR] [--windows N]
- *                        [--threads N] [--json] [--shipped-only] [--model NAME=FILE ... [--int8]]
+ *                        [--threads N] [--json] [--shipped-only] [--model NAME=FILE ... [--int8]] [--kv T,...]
  * --model (repeatable) evaluates the f32 pack of --src and the given models instead of the modes: a .sluice as it
  * is, a .gguf packed keeping its types (llama-quantize's files: docs/QUANT.md "Against llama.cpp"); exact kernels,
  * or the default int8 ones with --int8.
+ * --kv TYPE,... evaluates the --shipped model (exact kernels; --int8: the default ones) with an f32 KV cache (the
+ * reference) and with each KV cache type listed (sluice.h sl_kv_type: f16, bf16, q8, q4, q4r): the KV type's own
+ * KL, as llama-perplexity --kl-divergence measures -ctk / -ctv (docs/PERFORMANCE.md).
  * Defaults: build/demo/out/hf, models/demo/heldout.txt, models/demo.sluice, $TMPDIR or /tmp, every
  * window, threads 0 (= online cores). Markdown on stdout (JSON with --json); progress on stderr.
  *
@@ -59,27 +62,28 @@ typedef struct {
     int shipped;                /* 1: not packed here: the --shipped file */
     int int8;                   /* 1: the default int8-activation kernels for q8/q4; 0: exact (sl_model_params.exact) */
     const char *path;           /* --model: this .sluice, or this GGUF packed as it is (its types kept) */
+    sl_kv_type kv;              /* the sessions' KV cache type (f32 but under --kv) */
 } mode;
 
 static const mode ALL_MODES[] = {
-    {"f32", SL_QUANT_F32, SL_QUANT_F32, 64, 0, 0, NULL},
-    {"bf16", SL_QUANT_BF16, SL_QUANT_BF16, 64, 0, 0, NULL},
-    {"q8 g64", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 0, NULL},
-    {"q4 g32", SL_QUANT_Q4, SL_QUANT_Q4, 32, 0, 0, NULL},
-    {"q4 g64", SL_QUANT_Q4, SL_QUANT_Q4, 64, 0, 0, NULL},
-    {"q4 g128", SL_QUANT_Q4, SL_QUANT_Q4, 128, 0, 0, NULL},
-    {"q3 g64", SL_QUANT_Q3, SL_QUANT_Q3, 64, 0, 0, NULL},
-    {"q4 experts, q8 rest, g64", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 0, NULL},
-    {"q3 experts, q8 rest, g64", SL_QUANT_Q3, SL_QUANT_Q8, 64, 0, 0, NULL},
-    {"q8 g64, int8 activations", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 1, NULL},
-    {"q4 experts, q8 rest, g64, int8 activations", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 1, NULL},
-    {"shipped demo.sluice (MLX import: q4 experts, q8 rest, g64)", 0, 0, 0, 1, 0, NULL},
-    {"shipped demo.sluice, int8 activations", 0, 0, 0, 1, 1, NULL},
+    {"f32", SL_QUANT_F32, SL_QUANT_F32, 64, 0, 0, NULL, SL_KV_F32},
+    {"bf16", SL_QUANT_BF16, SL_QUANT_BF16, 64, 0, 0, NULL, SL_KV_F32},
+    {"q8 g64", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32},
+    {"q4 g32", SL_QUANT_Q4, SL_QUANT_Q4, 32, 0, 0, NULL, SL_KV_F32},
+    {"q4 g64", SL_QUANT_Q4, SL_QUANT_Q4, 64, 0, 0, NULL, SL_KV_F32},
+    {"q4 g128", SL_QUANT_Q4, SL_QUANT_Q4, 128, 0, 0, NULL, SL_KV_F32},
+    {"q3 g64", SL_QUANT_Q3, SL_QUANT_Q3, 64, 0, 0, NULL, SL_KV_F32},
+    {"q4 experts, q8 rest, g64", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32},
+    {"q3 experts, q8 rest, g64", SL_QUANT_Q3, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32},
+    {"q8 g64, int8 activations", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 1, NULL, SL_KV_F32},
+    {"q4 experts, q8 rest, g64, int8 activations", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 1, NULL, SL_KV_F32},
+    {"shipped demo.sluice (MLX import: q4 experts, q8 rest, g64)", 0, 0, 0, 1, 0, NULL, SL_KV_F32},
+    {"shipped demo.sluice, int8 activations", 0, 0, 0, 1, 1, NULL, SL_KV_F32},
 };
 /* --shipped-only (no BF16 master here): the shipped model with exact kernels is the reference */
 static const mode SHIPPED_MODES[] = {
-    {"shipped demo.sluice, exact kernels (the reference)", 0, 0, 0, 1, 0, NULL},
-    {"shipped demo.sluice, int8 activations (the default)", 0, 0, 0, 1, 1, NULL},
+    {"shipped demo.sluice, exact kernels (the reference)", 0, 0, 0, 1, 0, NULL, SL_KV_F32},
+    {"shipped demo.sluice, int8 activations (the default)", 0, 0, 0, 1, 1, NULL, SL_KV_F32},
 };
 static const mode *MODES = ALL_MODES;
 static int N_MODES = (int)(sizeof ALL_MODES / sizeof *ALL_MODES);
@@ -150,13 +154,31 @@ typedef struct {
 
 static int usage(void) {
     fprintf(stderr, "usage: demo_eval [--src DIR] [--text FILE] [--shipped FILE] [--tmp DIR] [--windows N] "
-                    "[--threads N] [--json] [--shipped-only] [--model NAME=FILE.gguf|FILE.sluice ... [--int8]]\n");
+                    "[--threads N] [--json] [--shipped-only] [--model NAME=FILE.gguf|FILE.sluice ... [--int8]] "
+                    "[--kv TYPE,...]\n");
     return 2;
+}
+
+/* --kv T1,T2,...: the shipped model at an f32 KV cache, then at each type. 0, or -1 for an unknown type. */
+static int parse_kv(char *list) {
+    static char names[MAX_MODES][40];
+    GIVEN[0] = (mode){"shipped, kv f32 (the reference)", 0, 0, 0, 1, 0, NULL, SL_KV_F32};
+    MODES = GIVEN;
+    N_MODES = 1;
+    for (char *t = strtok(list, ","); t && N_MODES < MAX_MODES; t = strtok(NULL, ",")) {
+        const int k = sl_kv_type_from_name(t);
+        if (k < 0) { fprintf(stderr, "demo_eval: --kv: '%s' is not a KV cache type\n", t); return -1; }
+        snprintf(names[N_MODES], sizeof names[N_MODES], "shipped, kv %s", t);
+        GIVEN[N_MODES] = (mode){names[N_MODES], 0, 0, 0, 1, 0, NULL, (sl_kv_type)k};
+        N_MODES++;
+    }
+    return 0;
 }
 
 static int parse(int argc, char **argv, args *a) {
     const char *t = getenv("TMPDIR");
     *a = (args){"build/demo/out/hf", "models/demo/heldout.txt", "models/demo.sluice", t && *t ? t : "/tmp", 0, 0, 0};
+    int int8 = 0;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int more = i + 1 < argc;
@@ -171,8 +193,10 @@ static int parse(int argc, char **argv, args *a) {
             N_MODES = (int)(sizeof SHIPPED_MODES / sizeof *SHIPPED_MODES);
         }
         else if (!strcmp(s, "--json")) a->json = 1;
-        else if (!strcmp(s, "--int8"))
-            for (int k = 1; k < MAX_MODES; k++) GIVEN[k].int8 = 1;
+        else if (!strcmp(s, "--kv") && more) {
+            if (parse_kv(argv[++i])) return usage();
+        }
+        else if (!strcmp(s, "--int8")) int8 = 1;
         else if (!strcmp(s, "--model") && more && strchr(argv[i + 1], '=') && N_MODES < MAX_MODES) {
             if (MODES != GIVEN) { /* the first: f32 of --src is the reference */
                 GIVEN[0] = ALL_MODES[0];
@@ -186,6 +210,7 @@ static int parse(int argc, char **argv, args *a) {
         }
         else return usage();
     }
+    for (int k = GIVEN[0].kv == SL_KV_F32 && GIVEN[0].shipped ? 0 : 1; int8 && k < MAX_MODES; k++) GIVEN[k].int8 = 1;
     return 0;
 }
 
@@ -220,6 +245,7 @@ static int open_mode(const args *a, int mi, const char *dir, model_run *r, sl_to
     mp.resident = 1;
     mp.n_threads = a->threads;
     mp.exact = !md->int8;
+    mp.kv_type = md->kv;
     int rc = sl_model_open(path, &mp, &r->m, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "demo_eval: %s\n", err.msg);
     if (!rc && sl_session_new(r->m, WIN, &r->s)) { fprintf(stderr, "demo_eval: %s\n", sl_model_errmsg(r->m)); rc = 1; }

@@ -49,7 +49,8 @@ const cli_opt cli_model_opts[] = {
                     "weight named) (default: auto: the GPU of a make CUDA=1 build when there is one and the model "
                     "opens there, else the CPU)"},
     {"--cpu", NULL, "compute on the CPU, even where a GPU could (default: auto, as for --gpu)"},
-    {"--kv", "TYPE", "the attention KV cache: f32 (exact), f16, bf16 or q8 (8.5 bits a value, llama.cpp's q8_0); "
+    {"--kv", "TYPE", "the attention KV cache: f32 (exact), f16, bf16, q8 (8.5 bits a value, llama.cpp's q8_0), q4 "
+                     "(4.5 bits, llama.cpp's q4_0) or q4r (4.5 bits: rotated, half q4's error); "
                      "docs/PERFORMANCE.md has each one's bytes and quality; a type the GPU lacks computes on the "
                      "CPU unless --gpu is given (default: f16, or f32 on a backend without f16 caches: the GPU's "
                      "so far, docs/CUDA.md)"},
@@ -130,7 +131,7 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         else { *bad = cli_fail(cmd, "--prefetch: '%s' (auto, on, off)", v); return 1; }
     } else if (!strcmp(s, "--kv")) {
         int t = sl_kv_type_from_name(v);
-        if (t < 0) { *bad = cli_fail(cmd, "--kv: '%s' (f32, f16, bf16, q8)", v); return 1; }
+        if (t < 0) { *bad = cli_fail(cmd, "--kv: '%s' (f32, f16, bf16, q8, q4, q4r)", v); return 1; }
         p->kv_type = (sl_kv_type)t;
         p->kv_fallback = 0;
     } else if (!strcmp(s, "--ctx")) {

@@ -44,7 +44,7 @@ static int host_ok(void *ctx, const tn_expert *ex) {
 }
 
 const char *sl_kv_type_name(sl_kv_type t) {
-    static const char *const names[SL_KV_COUNT] = {"f32", "f16", "bf16", "q8"};
+    static const char *const names[SL_KV_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "q4r"};
     return (int)t >= 0 && t < SL_KV_COUNT ? names[t] : "?";
 }
 

@@ -1,7 +1,8 @@
 /*
  * kv_x86.h — decoding KV cache heads (quant/kv.h) with AVX2 + F16C, for the x86 tables (kernels_avx2.c,
  * kernels_avx512.c include it; both compile with -mavx2-level flags and -mf16c). The conversions are exact and
- * q8's value is one product q * d as in the scalar decoder, so the output is bitwise kv_decode_heads'.
+ * q8's / q4's value is one product of a level and the scale as in the scalar decoder, and q4r's rotation the
+ * scalar's additions in its order, so the output is bitwise kv_decode_heads'.
  */
 #ifndef SL_KV_X86_H
 #define SL_KV_X86_H
@@ -31,9 +32,67 @@ static inline void kv_q8_head_x86(const uint8_t *s, int hd, float *y) {
     }
 }
 
+/* Butterflies of strides 1, 2 and 4 on each 8 values of y [n] (n % 8 == 0), then kv_fwht's wider ones: each
+ * value the same additions and subtractions in the same order as kv_fwht (lane i takes x + partner, its
+ * partner's lane partner - x: a + b and a - b), so the result is bitwise kv_fwht's. */
+static inline void kv_fwht_x86(float *y, int n, int p) {
+    for (int i = 0; i < n; i += 8) {
+        __m256 x = _mm256_loadu_ps(y + i), q = _mm256_permute_ps(x, 0xB1);
+        x = _mm256_blend_ps(_mm256_add_ps(x, q), _mm256_sub_ps(q, x), 0xAA);
+        if (p > 2) q = _mm256_permute_ps(x, 0x4E), x = _mm256_blend_ps(_mm256_add_ps(x, q), _mm256_sub_ps(q, x), 0xCC);
+        if (p > 4) q = _mm256_permute2f128_ps(x, x, 1), x = _mm256_blend_ps(_mm256_add_ps(x, q), _mm256_sub_ps(q, x), 0xF0);
+        _mm256_storeu_ps(y + i, x);
+    }
+    for (int h = 8; h < p; h *= 2)
+        for (int r = 0; r < n; r += p)
+            for (int i = r; i < r + p; i += 2 * h)
+                for (int k = i; k < i + h; k += 8) {
+                    const __m256 a = _mm256_loadu_ps(y + k), b = _mm256_loadu_ps(y + k + h);
+                    _mm256_storeu_ps(y + k, _mm256_add_ps(a, b));
+                    _mm256_storeu_ps(y + k + h, _mm256_sub_ps(a, b));
+                }
+}
+
+/* A q4 (rot 0) or q4r (rot 1) head of hd values, hd % 32 == 0 and, for q4r, its run p >= 8 (kv.h): the
+ * levels (code - 8, or KV_Q4R_LEVEL[code] through two 8-entry permutes) times the scale, as the scalar decoder's
+ * one product, then q4r's inverse rotation and signs (an exclusive or of the sign bit: the scalar's negation). */
+static inline void kv_q4_head_x86(const uint8_t *s, int hd, float *y, int rot) {
+    const int nb = hd / KV_Q4_BLOCK, p = kv_q4r_run(hd) < 1024 ? kv_q4r_run(hd) : 1024;
+    const uint8_t *q = s + 2 * nb;
+    const __m256 lo8 = _mm256_loadu_ps(KV_Q4R_LEVEL), hi8 = _mm256_loadu_ps(KV_Q4R_LEVEL + 8);
+    const __m128i m4 = _mm_set1_epi8(15);
+    for (int b = 0; b < nb; b++, q += 16) {
+        uint16_t h;
+        memcpy(&h, s + 2 * b, 2);
+        const __m256 dv = _mm256_set1_ps(rot ? _cvtsh_ss(h) * (1.0f / (float)p) : _cvtsh_ss(h));
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)q);
+        const __m128i codes[2] = {_mm_and_si128(raw, m4), _mm_and_si128(_mm_srli_epi16(raw, 4), m4)};
+        for (int k = 0; k < 4; k++) {
+            const __m256i c = _mm256_cvtepu8_epi32(k & 1 ? _mm_srli_si128(codes[k >> 1], 8) : codes[k >> 1]);
+            __m256 l;
+            if (rot) l = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo8, c), _mm256_permutevar8x32_ps(hi8, c),
+                                          _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+            else l = _mm256_cvtepi32_ps(_mm256_sub_epi32(c, _mm256_set1_epi32(8)));
+            _mm256_storeu_ps(y + b * KV_Q4_BLOCK + 8 * k, _mm256_mul_ps(l, dv));
+        }
+    }
+    if (!rot) return;
+    kv_fwht_x86(y, hd, p);
+    for (int i = 0; i < hd; i += 8) {
+        const __m256i bits = _mm256_set1_epi32(kv_q4r_sign(i) | kv_q4r_sign(i + 1) << 1 | kv_q4r_sign(i + 2) << 2 |
+                                               kv_q4r_sign(i + 3) << 3 | kv_q4r_sign(i + 4) << 4 | kv_q4r_sign(i + 5) << 5 |
+                                               kv_q4r_sign(i + 6) << 6 | kv_q4r_sign(i + 7) << 7);
+        const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        const __m256i neg = _mm256_slli_epi32(_mm256_cmpeq_epi32(_mm256_and_si256(bits, lane), lane), 31);
+        _mm256_storeu_ps(y + i, _mm256_xor_ps(_mm256_loadu_ps(y + i), _mm256_castsi256_ps(neg)));
+    }
+}
+
 /* kern_ops.kv_decode: n heads of hd values, head i at src + i * ld bytes, into dst + i * ldd. */
 static void kv_decode_x86(sl_kv_type t, const void *src, size_t ld, int n, int hd, float *dst, size_t ldd) {
-    if (t != SL_KV_F16 && t != SL_KV_BF16 && t != SL_KV_Q8) {
+    const int q4 = t == SL_KV_Q4 || t == SL_KV_Q4R;
+    if ((t != SL_KV_F16 && t != SL_KV_BF16 && t != SL_KV_Q8 && !q4) ||
+        (q4 && (hd % KV_Q4_BLOCK || (t == SL_KV_Q4R && kv_q4r_run(hd) < 8)))) {
         kv_decode_heads(t, src, ld, n, hd, dst, ldd);
         return;
     }
@@ -42,6 +101,10 @@ static void kv_decode_x86(sl_kv_type t, const void *src, size_t ld, int n, int h
         float *y = dst + (size_t)i * ldd;
         if (t == SL_KV_Q8) {
             kv_q8_head_x86(s, hd, y);
+            continue;
+        }
+        if (q4) {
+            kv_q4_head_x86(s, hd, y, t == SL_KV_Q4R);
             continue;
         }
         int c = 0;
