@@ -19,7 +19,7 @@
 static const struct {
     const char *flag, *words;
 } value_words[] = {
-    {"--kv", "f32 f16 bf16 q8 q4 q4r"},           {"--io", "auto direct buffered"},
+    {"--kv", "f32 f16 bf16 q8 q4 q4r"},    {"--io", "auto direct buffered"},
     {"--engine", "auto uring pread"},      {"--policy", "lru lfu"},
     {"--prefetch", "auto on off"},         {"--hybrid", "auto on off"},
     {"--quant", "keep f32 bf16 q8 q4 q3"}, {"--quant-experts", "keep f32 bf16 q8 q4 q3"},

@@ -245,23 +245,34 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
+/* The new rows of tokens begin..end into the caches (kv_encode_head: each head from its own values only). */
+static void encode_part(void *ctx, size_t begin, size_t end) {
+    const attn_job *j = ctx;
+    const be_attn *a = j->a;
+    const int hd = a->head_dim, vd = j->vd;
+    const size_t ldv = a->ldv ? a->ldv : a->ldkv;
+    for (size_t t = begin; t < end; t++) {
+        const size_t slot = (size_t)((a->pos0 + (int)t) % a->cap);
+        for (int g = 0; g < a->n_kv_heads; g++) {
+            kv_encode_head(a->kv_type, a->k + t * a->ldkv + (size_t)g * hd, hd,
+                           (char *)a->k_cache + slot * j->row_bytes + (size_t)g * j->head_bytes);
+            kv_encode_head(a->kv_type, a->v + t * ldv + (size_t)g * vd, vd,
+                           (char *)a->v_cache + slot * j->vrow_bytes + (size_t)g * j->vhead_bytes);
+        }
+    }
+}
+
 void cpu_attention(be_backend *be, const be_attn *a) {
     cpu_ctx *c = cpu_of(be);
     const int hd = a->head_dim, kvrow = a->n_kv_heads * hd, vd = a->v_dim > 0 ? a->v_dim : hd;
-    const size_t hb = kv_head_bytes(a->kv_type, hd), rb = hb * (size_t)a->n_kv_heads, ldv = a->ldv ? a->ldv : a->ldkv;
+    const size_t hb = kv_head_bytes(a->kv_type, hd), rb = hb * (size_t)a->n_kv_heads;
     const size_t vhb = kv_head_bytes(a->kv_type, vd), vrb = vhb * (size_t)a->n_kv_heads;
-    for (int t = 0; t < a->n; t++) {
-        const size_t slot = (size_t)((a->pos0 + t) % a->cap);
-        for (int g = 0; g < a->n_kv_heads; g++) {
-            kv_encode_head(a->kv_type, a->k + (size_t)t * a->ldkv + (size_t)g * hd, hd,
-                           (char *)a->k_cache + slot * rb + (size_t)g * hb);
-            kv_encode_head(a->kv_type, a->v + (size_t)t * ldv + (size_t)g * vd, vd,
-                           (char *)a->v_cache + slot * vrb + (size_t)g * vhb);
-        }
-    }
     attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow,
                   .vrow = a->n_kv_heads * vd, .vd = vd, .row_bytes = rb, .head_bytes = hb, .vrow_bytes = vrb,
                   .vhead_bytes = vhb};
+    /* q4r's fit costs: the tokens' rows in parallel where no two of them share a ring slot */
+    if (a->kv_type == SL_KV_F32 || a->n == 1 || a->n > a->cap) encode_part(&j, 0, (size_t)a->n);
+    else pool_for(c->pool, (size_t)a->n, 1, encode_part, &j);
     int p0, nk = 0; /* the most keys a token of the batch sees (a chunked layer's: not always the last's) */
     for (int t = a->chunk > 0 ? 0 : a->n - 1, m; t < a->n; t++) {
         key_range(a, t, &p0, &m);
