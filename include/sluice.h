@@ -385,6 +385,17 @@ sl_status sl_session_new(sl_model *model, int n_ctx, sl_session **out);
 void sl_session_free(sl_session *session);
 void sl_session_reset(sl_session *session);
 int sl_session_n_past(const sl_session *session);
+/* The positions the session may hold (its n_ctx as made). */
+int sl_session_n_ctx(const sl_session *session);
+
+/* Context shifting (llama.cpp's --context-shift): drops the n_discard positions after the first n_keep and
+ * re-evaluates the tokens that remain from a reset state in one evaluation, so that the session is bitwise a
+ * fresh one that evaluated them (every family: recurrent states cannot drop tokens, and RoPE re-rotation of
+ * stored keys would not be exact). It costs a prefill of n_past - n_discard tokens. The session records the
+ * tokens it evaluated for this; SL_EUNSUPPORTED after sl_session_load (a state holds no tokens), SL_EINVAL for
+ * counts outside 0 <= n_keep, 1 <= n_discard, n_keep + n_discard <= n_past. A failed re-evaluation leaves the
+ * kept tokens it got through (sl_session_n_past). */
+sl_status sl_session_shift(sl_session *session, int n_keep, int n_discard);
 
 /* The session's last error message ("" if none). */
 const char *sl_session_errmsg(const sl_session *session);
@@ -544,6 +555,10 @@ typedef struct sl_gen_params {
     const char *const *stop;  /* stop strings, or NULL */
     int n_stop;
     int skip_special;         /* default 1: special tokens are not delivered as text */
+    int context_shift;        /* default 0: a full context ends generation (SL_STOP_LENGTH) and a prompt that does
+                                 not fit is SL_ERANGE; 1: sl_session_shift keeps n_keep and drops half of the rest
+                                 (or what the prompt needs, if more) */
+    int n_keep;               /* the first positions a shift keeps (default 0) */
 } sl_gen_params;
 
 sl_gen_params sl_gen_params_default(void);

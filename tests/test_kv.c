@@ -366,3 +366,91 @@ TEST(kernel_kv_decode_bitwise_scalar) {
             }
     }
 }
+
+/* Context shifting (sl_session_shift): after dropping positions n_keep .. n_keep + n_discard - 1, the session's
+ * next logits are bitwise those of a fresh session given the kept tokens in one evaluation, on an attention-only
+ * family and on a hybrid one (DeltaNet's recurrent state cannot drop tokens: it is rebuilt); bad counts and a
+ * loaded state (whose tokens are not known) are refused, the session unchanged. */
+FIXTURE_TEST(kv_context_shift_is_a_fresh_prefill) {
+    if (strcmp(arg, "qwen3_moe") && strcmp(arg, "qwen3_next")) return;
+    sl_model *m = open_kv(arg, SL_KV_Q4R, 0, 64);
+    CHECK(m);
+    const int V = sl_model_n_vocab(m), n = 60, keep = 5, drop = 27;
+    int32_t p[61], kept[61];
+    for (int i = 0; i <= n; i++) p[i] = (int32_t)((i * 31 + 3) % V);
+    int nk = 0;
+    for (int i = 0; i < n; i++)
+        if (i < keep || i >= keep + drop) kept[nk++] = p[i];
+    float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
+    sl_session *s = NULL, *f = NULL;
+    CHECK(a && b && !sl_session_new(m, 0, &s) && !sl_session_new(m, 0, &f));
+    int ok = !sl_session_eval(s, p, 20, NULL, 0);
+    for (int i = 20; ok && i < n; i++) ok = !sl_session_eval(s, p + i, 1, NULL, 0); /* recorded token by token too */
+    int bad = sl_session_shift(s, keep, n) == SL_EINVAL && sl_session_shift(s, -1, 3) == SL_EINVAL &&
+              sl_session_shift(s, keep, 0) == SL_EINVAL && sl_session_n_past(s) == n;
+    ok = ok && !sl_session_shift(s, keep, drop) && sl_session_n_past(s) == n - drop;
+    ok = ok && !sl_session_eval(s, &p[n], 1, a, 0) && !sl_session_eval(f, kept, nk, NULL, 0) &&
+         !sl_session_eval(f, &p[n], 1, b, 0) && !memcmp(a, b, (size_t)V * sizeof(float));
+    void *blob = NULL;
+    size_t len = 0;
+    int loaded = ok && !sl_session_save(f, &blob, &len) && !sl_session_load(s, blob, len) &&
+                 sl_session_shift(s, 0, 4) == SL_EUNSUPPORTED && strstr(sl_session_errmsg(s), "not known") &&
+                 sl_session_n_past(s) == nk + 1;
+    sl_session_reset(s); /* a reset session records again */
+    loaded = loaded && !sl_session_eval(s, p, 10, NULL, 0) && !sl_session_shift(s, 0, 4) && sl_session_n_past(s) == 6;
+    free(blob), free(a), free(b);
+    sl_session_free(s), sl_session_free(f);
+    sl_model_close(m);
+    CHECK(bad);
+    CHECKF(ok, "%s: the shifted session differs from a fresh prefill of the kept tokens", arg);
+    CHECK(loaded);
+}
+
+/* sl_generate with context_shift: a 16-position session generates all of max_tokens (shifting as it fills, never
+ * past its context) and takes a prompt longer than what is left; without it the length ends generation and the
+ * prompt is refused. */
+TEST(kv_generate_context_shift) {
+    sl_model *m = open_kv("qwen3_next", SL_KV_F16, 0, 16);
+    CHECK(m);
+    sl_sampler_params sp = sl_sampler_params_default();
+    sp.temp = 0;
+    sl_session *s = NULL;
+    sl_sampler *smp = NULL;
+    sl_error err = {0};
+    CHECK(!sl_session_new(m, 0, &s) && !sl_sampler_new(&sp, sl_model_n_vocab(m), &smp));
+    int32_t prompt[12] = {5, 9, 14, 2, 7, 11, 3, 8, 13, 6, 4, 10};
+    sl_gen_params gp = sl_gen_params_default();
+    gp.max_tokens = 40;
+    sl_gen_result r;
+    CHECK(sl_generate(m, s, NULL, smp, prompt, 10, &gp, NULL, NULL, &r, &err) == SL_OK);
+    const int plain = r.n_generated;
+    CHECK(sl_generate(m, s, NULL, smp, prompt, 12, &gp, NULL, NULL, &r, &err) == SL_ERANGE);
+    gp.context_shift = 1;
+    gp.n_keep = 2;
+    sl_session_reset(s);
+    sl_status st = sl_generate(m, s, NULL, smp, prompt, 10, &gp, NULL, NULL, &r, &err);
+    const int shifted = r.n_generated, past = sl_session_n_past(s);
+    st = st ? st : sl_generate(m, s, NULL, smp, prompt, 12, &gp, NULL, NULL, &r, &err);
+    sl_sampler_free(smp);
+    sl_session_free(s);
+    sl_model_close(m);
+    CHECKF(plain <= 7, "without a shift: %d tokens generated in 16 positions after a prompt of 10", plain);
+    CHECKF(st == SL_OK && shifted == 40 && past <= 16, "with a shift: %s; %d generated, %d positions", err.msg, shifted,
+           past);
+}
+
+/* The command line: run --context-shift generates past --ctx (token ids and text); without it, "context full". */
+TEST(kv_cli_context_shift) {
+    char *o = NULL;
+    int rc = test_sh(1, &o, "build/sluice run -m %s --tokens 1,2,3,4,5,6,7,8 -n 40 --ctx 24 --temp 0 --stats "
+                            "--context-shift --keep 2", DEMO_PATH);
+    CHECKF(rc == 0 && strstr(o, "8 prompt + 40 generated tokens"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "build/sluice run -m %s --tokens 1,2,3,4,5,6,7,8 -n 40 --ctx 24 --temp 0", DEMO_PATH);
+    CHECKF(rc != 0 && strstr(o, "context full"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "build/sluice run -m %s -p 'And the earth was without form' -n 40 --ctx 24 --temp 0 --stats "
+                        "--context-shift", DEMO_PATH);
+    CHECKF(rc == 0 && strstr(o, "+ 40 generated tokens"), "rc %d: %s", rc, o);
+    free(o);
+}

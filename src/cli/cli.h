@@ -114,6 +114,7 @@ typedef struct cli_text_opts {
     const char *stop[16];
     int n_stop, n_gen, stats, ids, chat, think; /* think: -1 template default, 0 off, 1 on */
     int seed_set;
+    int ctx_shift, n_keep; /* --context-shift, --keep (sl_gen_params context_shift, n_keep) */
     sl_sampler_params sp;
     sl_model_params mp; /* --cache, --resident, --io, ... (cli_model_opt) */
 } cli_text_opts;

@@ -164,6 +164,8 @@ static void turn(chat *c, const char *line) {
     if ((!first && add_text(c, c->need_end ? "<|im_end|>\n" : "\n", &ids, &n)) || add_text(c, text, &ids, &n)) goto out;
     sl_gen_params gp = sl_gen_params_default();
     gp.max_tokens = c->o.n_gen;
+    gp.context_shift = c->o.ctx_shift;
+    gp.n_keep = c->o.n_keep;
     gp.stop = c->o.stop;
     gp.n_stop = c->o.n_stop;
     g_stop = 0;

@@ -11,7 +11,7 @@
 
 typedef struct {
     const char *model, *tokens, *out;
-    int n_gen, ids, stats;
+    int n_gen, ids, stats, ctx_shift, n_keep; /* --context-shift, --keep */
     double temp;
     sl_model_params mp;
 } run_args;
@@ -31,12 +31,15 @@ static int parse(const char *cmd, int argc, char **argv, run_args *a) {
         if ((!strcmp(s, "-m") || !strcmp(s, "--model")) && more) a->model = argv[++i];
         else if (!strcmp(s, "--tokens") && more) a->tokens = argv[++i];
         else if ((!strcmp(s, "-o") || !strcmp(s, "--out")) && more) a->out = argv[++i];
-        else if ((!strcmp(s, "-n") || !strcmp(s, "--max-tokens") || !strcmp(s, "--temp")) && more) {
+        else if ((!strcmp(s, "-n") || !strcmp(s, "--max-tokens") || !strcmp(s, "--temp") || !strcmp(s, "--keep")) &&
+                 more) {
             double x;
             if (cli_num(cmd, s, argv[++i], &x)) return 1;
-            if (strcmp(s, "--temp")) a->n_gen = (int)x;
-            else a->temp = x;
+            if (!strcmp(s, "--temp")) a->temp = x;
+            else if (!strcmp(s, "--keep")) a->n_keep = (int)x;
+            else a->n_gen = (int)x;
         }
+        else if (!strcmp(s, "--context-shift")) a->ctx_shift = 1;
         else if (!strcmp(s, "--ids")) a->ids = 1;
         else if (!strcmp(s, "--stats")) a->stats = 1;
         else if (s[0] != '-' && !a->model) a->model = s; /* sluice run MODEL --tokens ... */
@@ -89,6 +92,9 @@ int cmd_run(int argc, char **argv) {
         fflush(stdout);
         if (i + 1 == a.n_gen) break;
         int32_t t = best;
+        const int past = sl_session_n_past(s), keep = a.n_keep < past ? a.n_keep : past;
+        if (a.ctx_shift && past == sl_session_n_ctx(s) && past - keep >= 2 &&
+            sl_session_shift(s, keep, (past - keep) / 2)) { printf("\n"); cli_fail("run", "%s", sl_session_errmsg(s)); goto out; }
         if (sl_session_eval(s, &t, 1, logits, 0)) { printf("\n"); cli_fail("run", "%s", sl_session_errmsg(s)); goto out; }
     }
     printf("\n");

@@ -205,6 +205,8 @@ int cli_text_opt(const char *cmd, cli_text_opts *o, int argc, char **argv, int *
         if (strcmp(v, "on") && strcmp(v, "off")) { cli_fail(cmd, "--think takes on or off"); return -1; }
         o->think = !strcmp(v, "on");
     } else if (!strcmp(s, "--chat")) o->chat = 1;
+    else if (!strcmp(s, "--context-shift")) o->ctx_shift = 1;
+    else if (!strcmp(s, "--keep")) NUM(o->n_keep);
     else if (!strcmp(s, "--stats")) o->stats = 1;
     else if (!strcmp(s, "--ids")) o->ids = 1;
     else if (s[0] != '-' && !o->model) o->model = s; /* sluice run ORG/NAME, sluice chat MODEL.sluice */
@@ -284,6 +286,8 @@ int cmd_run_text(int argc, char **argv) {
     }
     sl_gen_params gp = sl_gen_params_default();
     gp.max_tokens = o.n_gen;
+    gp.context_shift = o.ctx_shift;
+    gp.n_keep = o.n_keep;
     gp.stop = o.stop;
     gp.n_stop = o.n_stop;
     sl_gen_result res;

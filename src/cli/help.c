@@ -35,7 +35,11 @@
     {"--repeat-last-n", "N", "how many recent tokens the two penalties look at (default: 64)"},          \
     {"--seed", "S", "seed of the sampler: the same seed, prompt and model give the same text (default: "  \
                     "from the clock and the process id)"},                                                \
-    {"--stop", "STR", "stop before the text STR; repeatable, 16 at most (default: none)"}
+    {"--stop", "STR", "stop before the text STR; repeatable, 16 at most (default: none)"},                 \
+    {"--context-shift", NULL, "when the conversation outgrows --ctx, drop the oldest half of it after --keep "  \
+                              "tokens and re-evaluate the rest (exact, a prefill's cost) (default: off: a full "  \
+                              "context ends the answer, a prompt that does not fit is an error)"},              \
+    {"--keep", "N", "the first tokens a context shift keeps (default: 0)"}
 
 #define CHAT_OPTS                                                                                          \
     {"--system", "TEXT", "a system message (default: none)"},                                          \

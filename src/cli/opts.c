@@ -160,6 +160,7 @@ static const num_range num_ranges[] = {
     {"--repeat-penalty", -100, 100, 0}, {"--presence-penalty", -100, 100, 0}, {"--repeat-last-n", 0, 1 << 20, 1},
     {"--threads", 1, 1024, 1},      {"--io-depth", 1, 4096, 1},        {"--ctx", 2, 1 << 24, 1},
     {"--prompt", 0, 1 << 20, 1},    {"--gen", 0, 1 << 20, 1},            {"--layers", 0, 1 << 16, 1}, /* bench, synth */
+    {"--keep", 0, 1 << 24, 1},
 };
 
 int cli_num(const char *cmd, const char *opt, const char *v, double *out) {

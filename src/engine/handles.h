@@ -60,8 +60,15 @@ struct sl_session {
     sl_model *m;
     fwd_seq *sq;
     int n_ctx;
+    /* the tokens of its positions, for sl_session_shift (toks_ok 0: not known: after a load, or out of memory) */
+    int32_t *toks;
+    int n_toks, cap_toks, toks_ok;
     sl_error err; /* the last evaluation's or load's failure (sl_session_errmsg) */
 };
+
+/* The session's record of its tokens emptied (session.c): known 1 for a state of no positions, else 0 (a loaded
+ * state's tokens are not known, so sl_session_shift refuses it). */
+void session_forget_tokens(sl_session *s, int known);
 
 /* n bytes (freed with free()) on 2 MiB boundaries, asked to be backed by 2 MiB pages (backbone.c). NULL: no
  * memory. */

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/handles.h"
 #include "util/clock.h"
@@ -18,6 +19,7 @@ sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
     if (!s) return SL_ENOMEM;
     s->m = m;
     s->n_ctx = n_ctx;
+    s->toks_ok = 1;
     s->sq = fwd_seq_new(&m->cfg, n_ctx, m->kv_type, m->be);
     if (!s->sq) {
         free(s);
@@ -30,11 +32,58 @@ sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
 void sl_session_free(sl_session *s) {
     if (!s) return;
     fwd_seq_free(s->sq);
+    free(s->toks);
     free(s);
 }
 
-void sl_session_reset(sl_session *s) { fwd_seq_reset(s->sq); }
+void sl_session_reset(sl_session *s) {
+    fwd_seq_reset(s->sq);
+    s->n_toks = 0;
+    s->toks_ok = 1;
+}
 int sl_session_n_past(const sl_session *s) { return fwd_seq_n_past(s->sq); }
+int sl_session_n_ctx(const sl_session *s) { return s->n_ctx; }
+
+/* The session's positions grew from n_toks to n_past by tokens t: recorded (a failed growth: not known). */
+static void record(sl_session *s, const int32_t *t) {
+    const int n = fwd_seq_n_past(s->sq) - s->n_toks;
+    if (!s->toks_ok || n <= 0) return;
+    if (s->n_toks + n > s->cap_toks) {
+        int cap = s->cap_toks ? 2 * s->cap_toks : 256;
+        while (cap < s->n_toks + n) cap *= 2;
+        int32_t *g = realloc(s->toks, (size_t)cap * sizeof *g);
+        if (!g) {
+            s->toks_ok = 0;
+            return;
+        }
+        s->toks = g, s->cap_toks = cap;
+    }
+    memcpy(s->toks + s->n_toks, t, (size_t)n * sizeof *t);
+    s->n_toks += n;
+}
+
+void session_forget_tokens(sl_session *s, int known) {
+    s->n_toks = 0;
+    s->toks_ok = known;
+}
+
+sl_status sl_session_shift(sl_session *s, int n_keep, int n_discard) {
+    const int past = fwd_seq_n_past(s->sq);
+    s->err = (sl_error){SL_OK, ""};
+    if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > past)
+        return err_set(&s->err, SL_EINVAL, "context shift: keep %d and drop %d of %d positions", n_keep, n_discard, past);
+    if (!s->toks_ok || s->n_toks != past)
+        return err_set(&s->err, SL_EUNSUPPORTED, "context shift: the session's tokens are not known (a loaded state)");
+    const int n = past - n_discard;
+    int32_t *kept = malloc((size_t)(n > 0 ? n : 1) * sizeof *kept);
+    if (!kept) return err_set(&s->err, SL_ENOMEM, "out of memory");
+    memcpy(kept, s->toks, (size_t)n_keep * sizeof *kept);
+    memcpy(kept + n_keep, s->toks + n_keep + n_discard, (size_t)(n - n_keep) * sizeof *kept);
+    sl_session_reset(s);
+    sl_status st = n > 0 ? sl_session_eval(s, kept, n, NULL, 0) : SL_OK;
+    free(kept);
+    return st;
+}
 const char *sl_session_errmsg(const sl_session *s) { return s ? s->err.msg : ""; }
 void model_session_set_wide(sl_session *s, int on) { fwd_seq_set_wide(s->sq, on); }
 
@@ -44,6 +93,7 @@ sl_status sl_session_eval(sl_session *s, const int32_t *tokens, int n_tokens, fl
     pthread_mutex_lock(&m->mu);
     double t0 = clk_now_s();
     sl_status r = fwd_eval(m->ws, s->sq, &m->cfg, &m->w, &m->src, tokens, n_tokens, logits, all_logits, &s->err);
+    record(s, tokens); /* the chunks that went in, also when a later one failed */
     m->eval_s += clk_now_s() - t0;
     if (!r) m->tokens += (uint64_t)n_tokens;
     pthread_mutex_unlock(&m->mu);
@@ -75,7 +125,10 @@ sl_status sl_batch_eval(sl_model *m, const sl_batch_item *items, int n_items) {
     r = fwd_eval_batch(m->ws, &m->cfg, &m->w, &m->src, fi, n_items, &m->err);
     m->eval_s += clk_now_s() - t0;
     if (!r) m->tokens += n_tok;
-    for (int i = 0; i < n_items; i++) items[i].session->err = r ? m->err : (sl_error){SL_OK, ""};
+    for (int i = 0; i < n_items; i++) {
+        items[i].session->err = r ? m->err : (sl_error){SL_OK, ""};
+        record(items[i].session, items[i].tokens);
+    }
     pthread_mutex_unlock(&m->mu);
 done:
     if (fi != stack) free(fi);

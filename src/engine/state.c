@@ -87,6 +87,7 @@ static sl_status state_load(sl_session *s, const void *blob, size_t len, const c
         return err_set(err, st, "%s: the saved state has %d positions, more than the session's %d", what, h.n_past,
                       s->n_ctx);
     if (st) return err_set(err, st, "%s: the session state does not match the model's layout", what);
+    session_forget_tokens(s, h.n_past == 0); /* a state holds no tokens: no sl_session_shift after it */
     if (extra) *extra = (const char *)blob + sizeof h + h.state_len;
     if (extra_len) *extra_len = h.extra_len;
     return SL_OK;

@@ -202,6 +202,21 @@ const char *textgen_flush(textgen *g, size_t *len) {
     return hand_out_all(g, &text, len) ? NULL : text;
 }
 
+/* Room in s for n more tokens: already there, or (p->context_shift) made by sl_session_shift keeping p->n_keep and
+ * dropping half of the rest or what n needs, whichever is more. *room 1 when there is room, 0 when not (no shift,
+ * or not even dropping all but n_keep makes it); a failed shift's status (err says), else SL_OK. */
+static sl_status make_room(sl_session *s, const sl_gen_params *p, int n, int *room, sl_error *err) {
+    const int n_ctx = sl_session_n_ctx(s), past = sl_session_n_past(s);
+    *room = past + n <= n_ctx;
+    if (*room) return SL_OK;
+    const int keep = p->n_keep < 0 ? 0 : p->n_keep < past ? p->n_keep : past;
+    const int need = past + n - n_ctx, half = (past - keep) / 2, drop = need > half ? need : half;
+    if (!p->context_shift || drop > past - keep || drop < 1) return SL_OK;
+    sl_status st = sl_session_shift(s, keep, drop);
+    *room = !st;
+    return st ? err_set(err, st, "%s", sl_session_errmsg(s)) : SL_OK;
+}
+
 sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sampler *smp, const int32_t *prompt,
                       int n_prompt, const sl_gen_params *params, sl_token_fn cb, void *user, sl_gen_result *res,
                       sl_error *err) {
@@ -212,14 +227,16 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
     r.n_prompt = n_prompt;
     r.stop = SL_STOP_LENGTH;
     if (n_prompt < 1) return err_set(err, SL_EINVAL, "empty prompt: nothing to generate from");
-    int n_ctx = sl_model_n_ctx(m), past = sl_session_n_past(s);
-    if (past + n_prompt > n_ctx)
+    int n_ctx = sl_session_n_ctx(s), past = sl_session_n_past(s), room = 0;
+    sl_status st = make_room(s, &p, n_prompt, &room, err);
+    if (st) return st;
+    if (!room)
         return err_set(err, SL_ERANGE, "the prompt of %d tokens does not fit the context (%d tokens already in the session, %d positions)",
                       n_prompt, past, n_ctx);
     int V = sl_model_n_vocab(m);
     float *logits = malloc((size_t)V * sizeof *logits);
     textgen g;
-    sl_status st = textgen_init(&g, tok, &p);
+    st = textgen_init(&g, tok, &p);
     if (!logits || st) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
     for (int i = 0; i < n_prompt; i++) sl_sampler_accept(smp, prompt[i]);
     double t0 = clk_now_s();
@@ -234,13 +251,13 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
         const char *text;
         size_t len;
         sl_stop_reason why = SL_STOP_LENGTH;
-        int end = textgen_push(&g, id, sl_session_n_past(s) < n_ctx, &text, &len, &why);
+        int end = textgen_push(&g, id, p.context_shift || sl_session_n_past(s) < n_ctx, &text, &len, &why);
         if (end < 0) { st = err_set(err, SL_ENOMEM, "out of memory"); goto out; }
         int stop_cb = cb ? cb(user, id, text, len) : 0;
         if (end) {
             r.stop = why;
             /* the end-of-generation token goes into the session, so a following turn continues after it */
-            if (why == SL_STOP_EOG && sl_session_n_past(s) < n_ctx) sl_session_eval(s, &id, 1, NULL, 0);
+            if (why == SL_STOP_EOG && !(st = make_room(s, &p, 1, &room, err)) && room) sl_session_eval(s, &id, 1, NULL, 0);
             break;
         }
         if (stop_cb) {
@@ -250,6 +267,8 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
             if (len) cb(user, -1, f, len);
             break;
         }
+        if ((st = make_room(s, &p, 1, &room, err))) goto out;
+        if (!room) break; /* a shift cannot make room (n_keep): the length's end */
         if ((st = sl_session_eval(s, &id, 1, logits, 0))) { err_set(err, st, "%s", sl_session_errmsg(s)); goto out; }
     }
     r.decode_s = clk_now_s() - t1;
