@@ -396,6 +396,10 @@ int sl_session_n_ctx(const sl_session *session);
  * counts outside 0 <= n_keep, 1 <= n_discard, n_keep + n_discard <= n_past. A failed re-evaluation leaves the
  * kept tokens it got through (sl_session_n_past). */
 sl_status sl_session_shift(sl_session *session, int n_keep, int n_discard);
+/* Declares the tokens of a session's positions after sl_session_load (n_tokens == sl_session_n_past, else
+ * SL_EINVAL), so that sl_session_shift can take it: the caller knows what the state was made of (a prefix
+ * cache keyed by its tokens, say). */
+sl_status sl_session_set_tokens(sl_session *session, const int32_t *tokens, int n_tokens);
 
 /* The session's last error message ("" if none). */
 const char *sl_session_errmsg(const sl_session *session);

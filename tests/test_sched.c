@@ -597,3 +597,63 @@ TEST(sched_n_choices_share_the_prompt) {
     sl_tokenizer_free(tok);
     sl_model_close(m);
 }
+
+/* --context-shift (srv_sched_params context_shift): sequences of a 40-position context generate past it, each
+ * token the one sl_generate with context_shift gives alone (the same shifts at the same points: a shift is a
+ * fresh prefill of the kept tokens, and a batch row is its sequence alone); without it, the length ends them. */
+TEST(sched_context_shift_matches_generate) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    CHECKF(sl_tokenizer_load(DEMO, &tok, &err) == SL_OK, "%s", err.msg);
+    enum { N = 2, CTX = 40, KEEP = 4 };
+    static int32_t prompts[N][30];
+    const int n_prompt[N] = {20, 30}, max_tokens[N] = {60, 50};
+    static collect alone[N], batched[N];
+    for (int i = 0; i < N; i++) {
+        CHECK(prompt_ids(tok, 200 + 300 * i, n_prompt[i], prompts[i]) > 0);
+        collect_init(&alone[i]);
+        sl_session *s = NULL;
+        sl_sampler *smp = NULL;
+        sl_sampler_params sp = sampling(i); /* greedy, then sampled */
+        CHECK(sl_session_new(m, CTX, &s) == SL_OK && sl_sampler_new(&sp, sl_model_n_vocab(m), &smp) == SL_OK);
+        sl_gen_params gp = sl_gen_params_default();
+        gp.max_tokens = max_tokens[i];
+        gp.context_shift = 1;
+        gp.n_keep = KEEP;
+        CHECKF(sl_generate(m, s, tok, smp, prompts[i], n_prompt[i], &gp, gen_cb, &alone[i], NULL, &err) == SL_OK, "%s",
+               err.msg);
+        sl_sampler_free(smp);
+        sl_session_free(s);
+    }
+    for (int shift = 1; shift >= 0; shift--) {
+        srv_sched_params p = srv_sched_params_default();
+        p.n_ctx = CTX;
+        p.context_shift = shift;
+        p.n_keep = KEEP;
+        srv_sched *sch = NULL;
+        CHECKF(srv_sched_new(m, tok, &p, &sch, &err) == SL_OK, "%s", err.msg);
+        for (int i = 0; i < N; i++) {
+            collect_init(&batched[i]);
+            srv_request r = {prompts[i], n_prompt[i], sampling(i), max_tokens[i], NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+            CHECKF(srv_submit(sch, &r, on_event, &batched[i], NULL, &err) == SL_OK, "%s", err.msg);
+        }
+        for (int i = 0; i < N; i++) wait_done(&batched[i]);
+        srv_sched_free(sch);
+        for (int i = 0; i < N; i++) {
+            collect *a = &alone[i], *b = &batched[i];
+            if (shift)
+                CHECKF(b->end.status == SL_OK && a->n == b->n && a->n == max_tokens[i] &&
+                           !memcmp(a->ids, b->ids, (size_t)a->n * sizeof(int32_t)),
+                       "request %d: %d tokens alone, %d through the scheduler (status %d), or different ids", i, a->n,
+                       b->n, b->end.status);
+            else
+                CHECKF(b->end.status == SL_OK && b->end.stop == SL_STOP_LENGTH && b->n <= CTX - n_prompt[i] + 1,
+                       "request %d without a shift: %d tokens (status %d, stop %d)", i, b->n, b->end.status,
+                       b->end.stop);
+        }
+    }
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
+}

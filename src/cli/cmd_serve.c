@@ -201,6 +201,15 @@ int cmd_serve(int argc, char **argv) {
             if (bad) return 1;
             continue;
         }
+        if (!strcmp(a, "--context-shift")) {
+            p.sched.context_shift = 1;
+            continue;
+        }
+        if (!strcmp(a, "--keep") && v) {
+            if ((p.sched.n_keep = count_opt(a, v, 0)) < 0) return 1;
+            i++;
+            continue;
+        }
         if (a[0] != '-' || ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v)) { /* sluice serve ORG/NAME */
             if (n_specs == MAX_MODELS) return cli_fail("serve", "at most %d models", MAX_MODELS);
             specs[n_specs++] = a[0] != '-' ? a : v;

@@ -215,6 +215,10 @@ static const cli_opt serve_opts[] = {
     {"--ctx", "N", "context positions of each sequence, a request's prompt and max_tokens within it (400 "
                    "otherwise); each sequence's KV cache grows with the positions it uses, and the start refuses a "
                    "--ctx whose --parallel sequences would not fit in memory (default: the model's)"},
+    {"--context-shift", NULL, "a sequence that fills --ctx while generating drops the oldest half of its "
+                              "positions after --keep and goes on (re-evaluated: exact, a prefill's cost); "
+                              "max_tokens may then pass --ctx (default: off: the length ends it)"},
+    {"--keep", "N", "the first positions a context shift keeps (default: 0)"},
     {"--state-cache", "SIZE", "keep sequence states of prompt prefixes within SIZE, so a conversation's next "
                               "turn does not evaluate its history again (default: 0, off)"},
     {"--state-dir", "DIR", "with --state-cache, also keep the states as files in DIR, read back at the next "

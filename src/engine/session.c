@@ -67,6 +67,13 @@ void session_forget_tokens(sl_session *s, int known) {
     s->toks_ok = known;
 }
 
+sl_status sl_session_set_tokens(sl_session *s, const int32_t *t, int n) {
+    if (n != fwd_seq_n_past(s->sq) || n < 0) return err_set(&s->err, SL_EINVAL, "%d tokens for %d positions", n, fwd_seq_n_past(s->sq));
+    session_forget_tokens(s, 1);
+    record(s, t);
+    return s->toks_ok ? SL_OK : err_set(&s->err, SL_ENOMEM, "out of memory");
+}
+
 sl_status sl_session_shift(sl_session *s, int n_keep, int n_discard) {
     const int past = fwd_seq_n_past(s->sq);
     s->err = (sl_error){SL_OK, ""};

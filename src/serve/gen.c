@@ -396,8 +396,8 @@ static int build_prompt(gen *g, int *think, api_error *e) {
     *think = 0;
     if (g->api->chat ? chat_prompt(g, think, e) : text_prompt(g, e)) return -1;
     if (g->n_prompt_tokens < 1) return api_fail(e, 400, "prompt", "invalid_value", "the prompt is empty");
-    if (g->n_prompt_tokens + (q->max_tokens > 0 ? q->max_tokens : 1) > ms->n_ctx) {
-        if (q->max_tokens > 0)
+    if (g->n_prompt_tokens + (ms->context_shift ? 0 : q->max_tokens > 0 ? q->max_tokens : 1) > ms->n_ctx) {
+        if (q->max_tokens > 0 && !ms->context_shift)
             return api_fail(e, 400, param, "context_length_exceeded",
                             "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in "
                             "the prompt, %d for the completion). Please reduce the prompt or the completion length.",

@@ -500,6 +500,7 @@ sl_status srv_server_new(const srv_params *p, const srv_model_entry *models, int
         ms->tok = models[i].tok;
         int mc = sl_model_n_ctx(ms->m);
         ms->n_ctx = s->p.sched.n_ctx > 0 && s->p.sched.n_ctx < mc ? s->p.sched.n_ctx : mc;
+        ms->context_shift = s->p.sched.context_shift;
         if ((st = srv_sched_new(ms->m, ms->tok, &s->p.sched, &ms->sched, err))) {
             err_prefix(err, "model '%s'", ms->name);
             goto fail;

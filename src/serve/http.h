@@ -39,6 +39,7 @@ typedef struct model_slot {
     srv_sched *sched;
     gr_vocab *vocab; /* the tokens by their bytes, for structured outputs; NULL without a tokenizer */
     int n_ctx; /* positions per sequence */
+    int context_shift; /* the scheduler's (srv_sched_params): max_tokens may pass n_ctx */
     double tps_t[TPS_SAMPLES];
     uint64_t tps_n[TPS_SAMPLES];
     int tps_k; /* samples taken */

@@ -127,7 +127,7 @@ static void observe(uint64_t *bucket, double *sum, uint64_t *count, double v) {
 }
 
 srv_sched_params srv_sched_params_default(void) {
-    srv_sched_params p = {16, 64, 0, 256, 0, NULL};
+    srv_sched_params p = {16, 64, 0, 256, 0, NULL, 0, 0};
     return p;
 }
 
@@ -222,7 +222,7 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
     const char *text;
     size_t len;
     sl_stop_reason why = SL_STOP_LENGTH;
-    int room = sl_session_n_past(r->sess) < s->n_ctx;
+    int room = s->p.context_shift || sl_session_n_past(r->sess) < s->n_ctx;
     int end = textgen_push(&r->tg, id, room, &text, &len, &why);
     int first = !r->t_first;
     if (first) r->t_first = clk_now_s();
@@ -415,6 +415,7 @@ static void pc_lookup(srv_sched *s, sreq *r) {
         if (e->n < r->n_prompt && (!best || e->n > best->n) && !memcmp(e->tokens, r->prompt, (size_t)e->n * sizeof *r->prompt))
             best = e;
     if (best && sl_session_load(r->sess, best->blob, best->len) == SL_OK) {
+        sl_session_set_tokens(r->sess, r->prompt, best->n); /* for a context shift later (out of memory: none) */
         best->used = ++s->pc_clock;
         r->fed = r->n_reused = best->n;
     }
@@ -506,6 +507,17 @@ static sl_status activate(srv_sched *s, sreq *r, sl_error *err) {
     return SL_OK;
 }
 
+/* A generating sequence at n_ctx (context_shift): its oldest half after n_keep dropped (sl_session_shift). 1 when
+ * that failed and r is finished, else 0. */
+static int make_room(srv_sched *s, sreq *r) {
+    const int past = sl_session_n_past(r->sess), keep = s->p.n_keep < past ? s->p.n_keep : past;
+    if (past < s->n_ctx || past - keep < 2 || !sl_session_shift(r->sess, keep, (past - keep) / 2)) return 0;
+    char msg[sizeof ((sl_error *)0)->msg];
+    snprintf(msg, sizeof msg, "%s", sl_session_errmsg(r->sess));
+    finish(s, r, SL_ERANGE, msg, SL_STOP_LENGTH);
+    return 1;
+}
+
 /* The leader r has evaluated its prompt: keeps the state and logits for the requests sharing it
  * (before sampling changes the logits). */
 static void share_give(srv_sched *s, sreq *r) {
@@ -541,6 +553,7 @@ static int share_take(srv_sched *s, sreq *r) {
     }
     if (!f->state) return 1;
     if (sl_session_load(r->sess, f->blob, f->len) != SL_OK) return 0; /* evaluates its own */
+    sl_session_set_tokens(r->sess, r->prompt, r->n_prompt); /* for a context shift (out of memory: none) */
     memcpy(r->logits, f->logits, (size_t)s->V * sizeof *r->logits);
     r->fed = r->n_prompt;
     r->n_reused = f->n_reused;
@@ -593,6 +606,11 @@ static void step(srv_sched *s) {
         if (!r || r->waiting) continue;
         if (r->fed < r->n_prompt) {
             n_prefill++;
+            continue;
+        }
+        if (s->p.context_shift && make_room(s, r)) {
+            act[i] = NULL;
+            gone = 1;
             continue;
         }
         s->items[ni] = (sl_batch_item){r->sess, &r->next, 1, r->logits, 0};

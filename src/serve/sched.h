@@ -41,6 +41,9 @@ typedef struct srv_sched_params {
     /* With state_cache_bytes: kept states are also written to this directory (checksummed, temp name
      * then rename) and read back by the next scheduler on the same model. NULL = memory only. */
     const char *state_dir;
+    /* 1: a sequence that fills n_ctx while generating drops the oldest half of its positions after the first
+     * n_keep and goes on (sl_session_shift: a prefill of the rest, in the step); 0: the length ends it */
+    int context_shift, n_keep;
 } srv_sched_params;
 
 srv_sched_params srv_sched_params_default(void);
