@@ -68,7 +68,8 @@ void session_forget_tokens(sl_session *s, int known) {
 }
 
 sl_status sl_session_set_tokens(sl_session *s, const int32_t *t, int n) {
-    if (n != fwd_seq_n_past(s->sq) || n < 0) return err_set(&s->err, SL_EINVAL, "%d tokens for %d positions", n, fwd_seq_n_past(s->sq));
+    if (n != fwd_seq_n_past(s->sq) || n < 0)
+        return err_set(&s->err, SL_EINVAL, "%d tokens for a session of %d positions", n, fwd_seq_n_past(s->sq));
     session_forget_tokens(s, 1);
     record(s, t);
     return s->toks_ok ? SL_OK : err_set(&s->err, SL_ENOMEM, "out of memory");
@@ -78,7 +79,8 @@ sl_status sl_session_shift(sl_session *s, int n_keep, int n_discard) {
     const int past = fwd_seq_n_past(s->sq);
     s->err = (sl_error){SL_OK, ""};
     if (n_keep < 0 || n_discard < 1 || n_keep + n_discard > past)
-        return err_set(&s->err, SL_EINVAL, "context shift: keep %d and drop %d of %d positions", n_keep, n_discard, past);
+        return err_set(&s->err, SL_EINVAL, "context shift: keep %d and drop %d of %d positions", n_keep, n_discard,
+                       past);
     if (!s->toks_ok || s->n_toks != past)
         return err_set(&s->err, SL_EUNSUPPORTED, "context shift: the session's tokens are not known (a loaded state)");
     const int n = past - n_discard;

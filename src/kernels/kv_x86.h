@@ -39,8 +39,14 @@ static inline void kv_fwht_x86(float *y, int n, int p) {
     for (int i = 0; i < n; i += 8) {
         __m256 x = _mm256_loadu_ps(y + i), q = _mm256_permute_ps(x, 0xB1);
         x = _mm256_blend_ps(_mm256_add_ps(x, q), _mm256_sub_ps(q, x), 0xAA);
-        if (p > 2) q = _mm256_permute_ps(x, 0x4E), x = _mm256_blend_ps(_mm256_add_ps(x, q), _mm256_sub_ps(q, x), 0xCC);
-        if (p > 4) q = _mm256_permute2f128_ps(x, x, 1), x = _mm256_blend_ps(_mm256_add_ps(x, q), _mm256_sub_ps(q, x), 0xF0);
+        if (p > 2) {
+            q = _mm256_permute_ps(x, 0x4E);
+            x = _mm256_blend_ps(_mm256_add_ps(x, q), _mm256_sub_ps(q, x), 0xCC);
+        }
+        if (p > 4) {
+            q = _mm256_permute2f128_ps(x, x, 1);
+            x = _mm256_blend_ps(_mm256_add_ps(x, q), _mm256_sub_ps(q, x), 0xF0);
+        }
         _mm256_storeu_ps(y + i, x);
     }
     for (int h = 8; h < p; h *= 2)
@@ -79,9 +85,9 @@ static inline void kv_q4_head_x86(const uint8_t *s, int hd, float *y, int rot) {
     if (!rot) return;
     kv_fwht_x86(y, hd, p);
     for (int i = 0; i < hd; i += 8) {
-        const __m256i bits = _mm256_set1_epi32(kv_q4r_sign(i) | kv_q4r_sign(i + 1) << 1 | kv_q4r_sign(i + 2) << 2 |
-                                               kv_q4r_sign(i + 3) << 3 | kv_q4r_sign(i + 4) << 4 | kv_q4r_sign(i + 5) << 5 |
-                                               kv_q4r_sign(i + 6) << 6 | kv_q4r_sign(i + 7) << 7);
+        int sg = 0;
+        for (int k = 0; k < 8; k++) sg |= kv_q4r_sign(i + k) << k;
+        const __m256i bits = _mm256_set1_epi32(sg);
         const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
         const __m256i neg = _mm256_slli_epi32(_mm256_cmpeq_epi32(_mm256_and_si256(bits, lane), lane), 31);
         _mm256_storeu_ps(y + i, _mm256_xor_ps(_mm256_loadu_ps(y + i), _mm256_castsi256_ps(neg)));

@@ -608,7 +608,7 @@ static void step(srv_sched *s) {
             n_prefill++;
             continue;
         }
-        if (s->p.context_shift && make_room(s, r)) {
+        if (s->p.context_shift && make_room(s, r)) { /* finished: the shift failed */
             act[i] = NULL;
             gone = 1;
             continue;

@@ -257,7 +257,8 @@ sl_status sl_generate(sl_model *m, sl_session *s, const sl_tokenizer *tok, sl_sa
         if (end) {
             r.stop = why;
             /* the end-of-generation token goes into the session, so a following turn continues after it */
-            if (why == SL_STOP_EOG && !(st = make_room(s, &p, 1, &room, err)) && room) sl_session_eval(s, &id, 1, NULL, 0);
+            if (why == SL_STOP_EOG && !(st = make_room(s, &p, 1, &room, err)) && room)
+                sl_session_eval(s, &id, 1, NULL, 0);
             break;
         }
         if (stop_cb) {
