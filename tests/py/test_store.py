@@ -241,7 +241,7 @@ t sluice ch; t sluice run --kv ""; t sluice run ac; t sluice chat -m o; t sluice
 """
     out = subprocess.run(["bash", "-c", probe], capture_output=True, env=env, cwd=str(tmp_path), timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.decode().splitlines() == ["chat", "f32 f16 bf16 q8", "acme/tiny-moe", "other/tiny-moe", "q4"], out
+    assert out.stdout.decode().splitlines() == ["chat", "f32 f16 bf16 q8 q4 q4r", "acme/tiny-moe", "other/tiny-moe", "q4"], out
     r = sluice_at(tmp_path, off, ["show", str(tmp_path / "store/models/acme/tiny-moe/q4.sluice")], check=False)
     assert r.returncode == 1 and b"is a path here, not a model of the store ('sluice info FILE'" in r.stderr, r.stderr
     r = sluice_at(tmp_path, off, ["completion", "fish"], check=False)
