@@ -766,12 +766,16 @@ def test_max_tokens_and_timeout_limits(tmp_path):
     finally:
         assert s.stop() == 0
     s = Server(tmp_path, "-m", DEMO, "--timeout", "1.5")
+    # greedy: the demo continues this prompt for 3000 tokens without an end of text (`sluice run` -n 3000 --temp 0
+    # says "stop: length"), so only the timeout can end it; sampled at temperature 1 it sometimes ended early
+    # ("stop"), however fast the machine
+    endless = {**LONG, "max_tokens": 3000, "temperature": 0}
     try:
         t0 = time.monotonic()
-        r = oai(s).completions.create(**{**LONG, "max_tokens": 3000})
+        r = oai(s).completions.create(**endless)
         assert r.choices[0].finish_reason == "length" and 0 < r.usage.completion_tokens < 3000, r.usage
         assert r.choices[0].text and time.monotonic() - t0 < 10
-        parts = list(oai(s).completions.create(stream=True, **{**LONG, "max_tokens": 3000}))
+        parts = list(oai(s).completions.create(stream=True, **endless))
         assert parts[-1].choices[0].finish_reason == "length" and "".join(p.choices[0].text for p in parts)
         assert chat(s, max_tokens=4).usage.completion_tokens == 4  # a short one is not affected
     finally:
