@@ -442,7 +442,7 @@ def make_olmoe(d):
 
 def make_qwen2_moe(d):
     from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
-    cfg = Qwen2MoeConfig(vocab_size=V, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+    cfg = Qwen2MoeConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
                          num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=24,
                          shared_expert_intermediate_size=40, num_experts=16, num_experts_per_tok=4,
                          norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1], qkv_bias=True,
@@ -451,14 +451,15 @@ def make_qwen2_moe(d):
                          attn_implementation="eager")
     torch.manual_seed(8)
     m = Qwen2MoeForCausalLM(cfg).float().eval()
-    randomise(m, 808, zero_centred=False, std=0.12)
+    randomise(m, 808, zero_centred=False, std=0.17)  # hidden 32 (was 64, std 0.12): the same fan-in variance
+    scale_head(m, 2 ** 0.5)
     g = torch.Generator().manual_seed(809)
     with torch.no_grad():  # q/k/v biases large enough to matter
         for n, p in m.named_parameters():
             if n.endswith("_proj.bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.3)
     m.save_pretrained(d)
-    rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
+    rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 32))
     check_reload(Qwen2MoeForCausalLM, d, m, list(range(20)))
     write_refs(m, d, 88, {"arch": "qwen2_moe", "dtype": "F32"})
 
