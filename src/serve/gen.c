@@ -488,6 +488,24 @@ static gen *gen_new(req *r, const api_dialect *api) {
     return g;
 }
 
+/* Thinking the client did not turn on itself (enable_thinking not given: the template's default,
+ * e.g. Anthropic without "thinking", OpenAI chat without enable_thinking): max_tokens bounds the
+ * answer only, so that a short max_tokens still gets an answer, and the block gets its own budget:
+ * the request's (max_thinking_tokens), else the larger of 1024 and max_tokens, capped so that
+ * prompt, block, closing tag and answer fit the context (at least 1; a full context still ends the
+ * request). Thinking turned on keeps the APIs' definition: max_tokens counts the block too. */
+static void answer_budget(const gen *g, srv_request *rq) {
+    if (!rq->think || g->g.enable_thinking >= 0 || rq->max_tokens <= 0 || rq->grammar) return;
+    rq->answer_only = 1;
+    if (rq->think_budget > 0) return;
+    long long b = rq->max_tokens > 1024 ? rq->max_tokens : 1024;
+    if (!g->ms->context_shift) {
+        long long room = (long long)g->ms->n_ctx - g->n_prompt_tokens - rq->max_tokens - 8; /* 8: "\n</think>\n\n" */
+        if (b > room) b = room;
+    }
+    rq->think_budget = b < 1 ? 1 : (int)b;
+}
+
 /* Submits g's prompt to its model's scheduler; the scheduler holds a reference from then on. share:
  * 0, or the id of the request's first choice, whose prompt evaluation g's starts from. Returns SL_OK,
  * SL_ECANCELED (the server is stopping) or the scheduler's refusal with err. */
@@ -509,6 +527,7 @@ static sl_status gen_submit(gen *g, uint64_t share, sl_error *err) {
     rq.logprobs = g->g.logprobs;
     rq.think = g->think;
     rq.think_budget = g->g.think_budget; /* 0: none (max_tokens bounds the block with the answer) */
+    answer_budget(g, &rq);
     rq.share_prompt_of = share;
     gen_ref(g); /* the scheduler's, from a successful submit on */
     pthread_rwlock_rdlock(&s->mu);

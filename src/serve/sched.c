@@ -806,6 +806,7 @@ sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void
         ok = textgen_init(&r->tg, s->tok, &gp) == SL_OK;
         r->tg_ok = ok;
         if (ok) textgen_think(&r->tg, rq->think);
+        r->tg.answer_only = ok && rq->think && rq->answer_only;
         if (ok && rq->think && rq->think_budget > 0 && s->tok && !rq->grammar) {
             sl_error e2 = {0};
             static const char close_tag[] = "\n</think>\n\n";

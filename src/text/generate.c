@@ -188,7 +188,10 @@ int textgen_push(textgen *g, int32_t id, int room, const char **text, size_t *le
         g->shift = g->hold.n;
         return 1;
     }
-    if ((g->max_tokens > 0 && g->n_generated >= g->max_tokens) || !room) {
+    /* answer_only: the block's tokens (n_thinking) are not counted; while a <think> may still open
+     * the text (n_maybe pending) those are counted as the answer's */
+    int counted = g->answer_only ? g->n_generated - g->n_thinking : g->n_generated;
+    if ((g->max_tokens > 0 && counted >= g->max_tokens) || !room) {
         *why = SL_STOP_LENGTH;
         return hand_out_all(g, text, len) ? -1 : 1;
     }

@@ -17,7 +17,8 @@ typedef struct textgen {
     size_t shift;             /* bytes at its front handed out by the last call */
     const char *const *stop;  /* borrowed */
     int n_stop;
-    int max_tokens;           /* <= 0: no limit (thinking included) */
+    int max_tokens;           /* <= 0: no limit (thinking included, unless answer_only) */
+    int answer_only;          /* max_tokens counts the answer's tokens only (n_generated - n_thinking) */
     int n_generated;
     /* Thinking (textgen_think): stop strings apply to the answer, not to a <think> block opening the
      * text. phase: TG_ANSWER (stop strings apply from hold[scan_from]), TG_MAYBE (a <think>
@@ -37,8 +38,8 @@ void textgen_free(textgen *g);
 /* Sets how the text may open (right after textgen_init): 0 no thinking (the default: stop strings
  * apply from the first byte), 1 the text may open with a <think>...</think> block, 2 it starts inside
  * one (the prompt ended with <think>). Stop strings are then looked for from the answer's first
- * non-space byte after </think> on, and n_thinking counts the tokens before it (max_tokens still
- * counts all); the block's text is handed out as it comes (only a possible </think> held back). */
+ * non-space byte after </think> on, and n_thinking counts the tokens before it (max_tokens counts
+ * all, unless g->answer_only is set after this call); the block's text is handed out as it comes (only a possible </think> held back). */
 void textgen_think(textgen *g, int mode);
 
 /* Takes a sampled token. *text / *len: the text that became final with it (valid until the next call).

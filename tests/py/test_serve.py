@@ -231,7 +231,7 @@ def test_stop_strings(demo):
 def test_stop_strings_skip_thinking(demo):
     """The demo model opens every answer with an (empty) <think> block: a stop string that is in the
     block ("\n") must not end the answer there; the block's tokens are reported as reasoning_tokens
-    (and count against max_tokens, as both APIs say)."""
+    (max_tokens counts them only when the client turned thinking on, as both APIs say)."""
     full = chat(demo, max_tokens=60).choices[0].message.content
     first_line = full.split("\n")[0]
     assert first_line and first_line != full
@@ -247,10 +247,27 @@ def test_stop_strings_skip_thinking(demo):
         assert text == first_line, (stream, text)
     m = ant(demo).messages.create(model="demo", max_tokens=60, messages=RUTH, stop_sequences=["\n"], extra_body=GREEDY)
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == "\n" and m.content[-1].text == first_line
-    r = chat(demo, max_tokens=8)
-    think = r.usage.completion_tokens_details.reasoning_tokens
-    assert 0 < think < 8 and r.usage.completion_tokens == 8 and r.choices[0].finish_reason == "length"
-    assert r.choices[0].message.content and full.startswith(r.choices[0].message.content)
+    # thinking the client did not turn on (the template's default): max_tokens is the answer's, the
+    # block is bounded by its own budget; completion_tokens counts both
+    r = chat(demo, max_tokens=3)
+    u = r.usage
+    think = u.completion_tokens_details.reasoning_tokens
+    assert 0 < think and u.completion_tokens == think + 3 and r.choices[0].finish_reason == "length"
+    assert u.total_tokens == u.prompt_tokens + u.completion_tokens
+    short = r.choices[0].message.content
+    assert short and full.startswith(short)
+    m = ant(demo).messages.create(model="demo", max_tokens=3, messages=RUTH, extra_body=GREEDY)
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == think + 3 and m.content[-1].text == short
+    # a budget (max_thinking_tokens) ends the block: its closing tag generated, then the answer's 3
+    r = chat(demo, max_tokens=3, extra_body={"max_thinking_tokens": 1})
+    t1 = r.usage.completion_tokens_details.reasoning_tokens
+    assert t1 >= 1 and r.usage.completion_tokens == t1 + 3 and r.choices[0].message.content
+    # thinking turned on by the client: the APIs' definition, max_tokens counts the block too
+    r = chat(demo, max_tokens=think + 1, extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    assert r.usage.completion_tokens == think + 1 and r.usage.completion_tokens_details.reasoning_tokens == think
+    m = ant(demo).messages.create(model="demo", max_tokens=think + 1, messages=RUTH, extra_body=GREEDY,
+                                  thinking={"type": "enabled", "budget_tokens": think})
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == think + 1
     # without thinking nothing is reasoning
     r = chat(demo, max_tokens=5, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     assert r.usage.completion_tokens == 5 and r.usage.completion_tokens_details.reasoning_tokens == 0
