@@ -31,6 +31,9 @@ GREEDY = {"temperature": 0}
 LONG = {"model": "demo", "prompt": "And it came to pass, " * 150, "max_tokens": 2000, "temperature": 1.0}
 
 
+# the demo's empty thinking block (<think>, blank, </think>, blank): generated besides max_tokens' answer
+THINK = 4
+
 def raw_post(port, path, body):
     """Sends a request on a socket of its own and returns the socket, unread."""
     data = json.dumps(body).encode()
@@ -174,8 +177,8 @@ def test_chat_whole(demo):
     c = r.choices[0]
     assert r.object == "chat.completion" and r.model == "demo" and r.id.startswith("chatcmpl-")
     assert c.message.role == "assistant" and isinstance(c.message.content, str) and len(c.message.content) > 10
-    assert c.finish_reason == "length" and r.usage.completion_tokens == 24
-    assert r.usage.prompt_tokens > 5 and r.usage.total_tokens == r.usage.prompt_tokens + 24
+    assert c.finish_reason == "length" and r.usage.completion_tokens == THINK + 24
+    assert r.usage.prompt_tokens > 5 and r.usage.total_tokens == r.usage.prompt_tokens + THINK + 24
 
 
 def test_chat_stream_equals_whole(demo):
@@ -190,7 +193,7 @@ def test_chat_stream_equals_whole(demo):
         if ch.usage:
             usage = ch.usage
     assert "".join(parts) == whole and finish == "length"
-    assert usage.completion_tokens == 40 and usage.prompt_tokens > 5
+    assert usage.completion_tokens == THINK + 40 and usage.prompt_tokens > 5
 
 
 def test_sse_wire_format(demo):
@@ -303,13 +306,13 @@ def test_messages(demo):
     m = a.messages.create(model="demo", max_tokens=20, system="You read scripture.", messages=RUTH, extra_body=GREEDY)
     assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
     assert m.content[0].type == "text" and len(m.content[0].text) > 5
-    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 20 and m.usage.input_tokens > 5
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == THINK + 20 and m.usage.input_tokens > 5
     with a.messages.stream(model="demo", max_tokens=20, system="You read scripture.", messages=RUTH,
                            extra_body=GREEDY) as s:
         text = "".join(s.text_stream)
         final = s.get_final_message()
     assert text == m.content[0].text and final.content[0].text == text and final.stop_reason == "max_tokens"
-    assert final.usage.output_tokens == 20
+    assert final.usage.output_tokens == THINK + 20
     # the raw event sequence
     st, _, b = demo.request("POST", "/v1/messages", {"model": "demo", "max_tokens": 3, "messages": RUTH, "stream": True})
     names = re.findall(r"^event: (\w+)$", b.decode(), re.M)
@@ -445,7 +448,7 @@ def test_bad_requests(demo):
         assert head.startswith(b"HTTP/1.1 400"), head[:200]
         assert b"Content-Length" in head, head
     # and it keeps serving
-    assert chat(demo, max_tokens=3).usage.completion_tokens == 3
+    assert chat(demo, max_tokens=3).usage.completion_tokens == THINK + 3
 
 
 def test_api_key(keyed):
@@ -462,7 +465,7 @@ def test_api_key(keyed):
     assert s == 401 and error_of(b, True)["type"] == "authentication_error"
     assert [m.id for m in oai(keyed, key=KEY).models.list().data] == ["demo", "tiny"]
     m = ant(keyed, key=KEY).messages.create(model="demo", max_tokens=2, messages=RUTH)  # x-api-key
-    assert m.usage.output_tokens == 2
+    assert m.usage.output_tokens == THINK + 2
     assert keyed.get("/metrics")[0] == 401 and keyed.get("/metrics", {"Authorization": f"Bearer {KEY}"})[0] == 200
     # the body limit of this server: 4 KiB
     s, _, b = keyed.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 5000}]},
@@ -649,7 +652,7 @@ def test_full_queue_is_503(tmp_path):
         s.wait_metric('sluice_active_sequences{model="demo"}', lambda v: v == 0)
         s.wait_metric('sluice_queued_sequences{model="demo"}', lambda v: v == 0)
         assert s.metrics()['sluice_requests_rejected_total{model="demo"}'] == 1
-        assert chat(s, max_tokens=2).usage.completion_tokens == 2
+        assert chat(s, max_tokens=2).usage.completion_tokens == THINK + 2
     finally:
         assert s.stop() == 0
     assert "stopping" in s.stderr()
@@ -767,7 +770,7 @@ def test_slow_and_many_connections(tmp_path):
         many = [{"role": "user", "content": "hi"}] * 300
         st, _, b = s.request("POST", "/v1/chat/completions", {"model": "demo", "messages": many, "max_tokens": 2})
         assert st == 400 and error_of(b)["code"] == "context_length_exceeded" and b"300 messages" in b
-        assert chat(s, max_tokens=2).usage.completion_tokens == 2
+        assert chat(s, max_tokens=2).usage.completion_tokens == THINK + 2
     finally:
         assert s.stop() == 0
 
@@ -778,8 +781,9 @@ def test_max_tokens_and_timeout_limits(tmp_path):
     s = Server(tmp_path, "-m", DEMO, "--max-tokens", "5")
     try:
         r = oai(s).chat.completions.create(model="demo", messages=RUTH, temperature=0)  # no max_tokens at all
-        assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
-        assert chat(s, max_tokens=50).usage.completion_tokens == 5 and chat(s, max_tokens=3).usage.completion_tokens == 3
+        assert r.usage.completion_tokens == THINK + 5 and r.choices[0].finish_reason == "length"
+        assert chat(s, max_tokens=50).usage.completion_tokens == THINK + 5
+        assert chat(s, max_tokens=3).usage.completion_tokens == THINK + 3
     finally:
         assert s.stop() == 0
     s = Server(tmp_path, "-m", DEMO, "--timeout", "1.5")
@@ -794,7 +798,7 @@ def test_max_tokens_and_timeout_limits(tmp_path):
         assert r.choices[0].text and time.monotonic() - t0 < 10
         parts = list(oai(s).completions.create(stream=True, **endless))
         assert parts[-1].choices[0].finish_reason == "length" and "".join(p.choices[0].text for p in parts)
-        assert chat(s, max_tokens=4).usage.completion_tokens == 4  # a short one is not affected
+        assert chat(s, max_tokens=4).usage.completion_tokens == THINK + 4  # a short one is not affected
     finally:
         assert s.stop() == 0
 

@@ -15,7 +15,7 @@ import pydantic  # noqa: E402
 import pytest  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 
-from test_serve import DEMO, RUTH, Server, ant, oai  # noqa: E402
+from test_serve import DEMO, RUTH, THINK, Server, ant, oai  # noqa: E402
 
 ASK = RUTH[0]["content"]
 
@@ -45,7 +45,7 @@ def langchain(server, **kw):
 def test_langchain_invoke_and_stream(demo):
     want = official(demo)
     r = langchain(demo).invoke(ASK)
-    assert r.content == want and r.usage_metadata["output_tokens"] == 24
+    assert r.content == want and r.usage_metadata["output_tokens"] == THINK + 24
     assert r.usage_metadata["input_tokens"] == 16 and r.response_metadata["finish_reason"] == "length"
     assert "".join(c.content for c in langchain(demo).stream(ASK)) == want
 
@@ -63,7 +63,7 @@ def test_litellm_openai_provider(demo):
     args = dict(model="openai/demo", api_base=demo.base + "/v1", api_key="none", messages=RUTH, max_tokens=24,
                 temperature=0)
     r = litellm.completion(**args)
-    assert r.choices[0].message.content == want and r.usage.completion_tokens == 24
+    assert r.choices[0].message.content == want and r.usage.completion_tokens == THINK + 24
     chunks = litellm.completion(stream=True, **args)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
     r = litellm.completion(**{**args, "max_tokens": 200}, response_format=Verse)
@@ -75,4 +75,4 @@ def test_litellm_anthropic_provider(demo):
     r = litellm.completion(model="anthropic/demo", api_base=demo.base, api_key="none", messages=RUTH, max_tokens=24,
                            temperature=0)
     assert r.choices[0].message.content == want.content[-1].text
-    assert r.usage.completion_tokens == want.usage.output_tokens == 24
+    assert r.usage.completion_tokens == want.usage.output_tokens == THINK + 24

@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from test_serve import DEMO, RUTH, Server, error_of, oai
+from test_serve import DEMO, RUTH, THINK, Server, error_of, oai
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["book", "ok"],
           "properties": {"book": {"enum": ["Ruth", "Job"]}, "ok": {"type": "boolean"}}}
@@ -38,8 +38,8 @@ def test_responses_equal_chat(demo):
     assert r.object == "response" and r.id.startswith("resp_") and r.model == "demo"
     assert r.output_text == c.choices[0].message.content and len(r.output_text) > 5
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
-    assert r.usage.output_tokens == 24 and r.usage.input_tokens == c.usage.prompt_tokens
-    assert r.usage.total_tokens == r.usage.input_tokens + 24
+    assert r.usage.output_tokens == THINK + 24 and r.usage.input_tokens == c.usage.prompt_tokens
+    assert r.usage.total_tokens == r.usage.input_tokens + THINK + 24
     # instructions are the system message; items are the same conversation as the string
     sys = oai(demo).chat.completions.create(model="demo", max_tokens=24, temperature=0,
                                             messages=[{"role": "system", "content": "You read scripture."}] + RUTH)
@@ -60,7 +60,7 @@ def test_responses_stream_events(demo):
     assert text == whole.output_text
     done = [e for e in events if e.type == "response.output_text.done"]
     assert done[-1].text == text and events[-1].response.output_text == text
-    assert events[-1].response.usage.output_tokens == 30
+    assert events[-1].response.usage.output_tokens == THINK + 30
     # the client's helper, on an answer that ends by itself (a schema keeps it short)
     with oai(demo).responses.stream(model="demo", input="Read me Ruth chapter 2.", temperature=0,
                                     text={"format": {"type": "json_schema", "name": "v", "schema": SCHEMA}}) as s:
