@@ -77,7 +77,7 @@ typedef struct api_gen {
     /* all */
     sl_sampler_params sp;
     int seed_set;
-    int max_tokens;            /* 0: not given; the thinking block's tokens count too, as in both APIs */
+    int max_tokens;            /* 0: not given; counts the thinking block too when enable_thinking was given (gen.c answer_budget) */
     int think_budget;          /* 0: none; the thinking block's tokens, after which it is closed */
     const char *stop[API_MAX_STOP];
     int n_stop;

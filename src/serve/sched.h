@@ -75,7 +75,7 @@ typedef struct srv_request {
     int logprobs;            /* 0: none; 1 + k: each token's srv_logprob with k (<= 20) top entries */
     /* Thinking: 0 the answer has none; 1 it may open with a <think>...</think> block; 2 it starts inside
      * one (the prompt ends with <think>). Stop strings then apply to what follows the block
-     * (textgen_think; max_tokens counts the block too), and with think_budget > 0 the block is closed
+     * (textgen_think; max_tokens counts the block too unless answer_only), and with think_budget > 0 the block is closed
      * after that many tokens: "\n</think>\n\n" is generated in place of sampled tokens, and the
      * answer follows. */
     int think;
