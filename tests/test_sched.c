@@ -169,7 +169,7 @@ static void sched_vs_generate(int streamed) {
     for (int i = 0; i < NREQ; i++) {
         collect_init(&batched[i]);
         const char *stop[1] = {reqs[i].stop};
-        srv_request r = {prompts[i], reqs[i].n_prompt, sampling(i), reqs[i].max_tokens, stop, reqs[i].stop ? 1 : 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+        srv_request r = {prompts[i], reqs[i].n_prompt, sampling(i), reqs[i].max_tokens, stop, reqs[i].stop ? 1 : 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
         CHECKF(srv_submit(sch, &r, on_event, &batched[i], NULL, &err) == SL_OK, "%s", err.msg);
     }
     for (int i = 0; i < NREQ; i++) wait_done(&batched[i]);
@@ -226,7 +226,7 @@ TEST(sched_cancel_frees_the_slot) {
     collect_init(&b);
     collect_init(&c);
     a.cancel_after = 3; /* emit's non-zero return cancels */
-    srv_request r = {p, 4, sl_sampler_params_default(), 1000, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+    srv_request r = {p, 4, sl_sampler_params_default(), 1000, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
     uint64_t idb = 0;
     sl_error err;
     CHECK(srv_submit(s, &r, on_event, &a, NULL, &err) == SL_OK);
@@ -261,7 +261,7 @@ TEST(sched_cancel_racing_the_end_is_safe) {
     for (int i = 0; i < 60; i++) {
         collect c;
         collect_init(&c);
-        srv_request r = {p, 2, sl_sampler_params_default(), 1 + i % 3, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+        srv_request r = {p, 2, sl_sampler_params_default(), 1 + i % 3, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
         uint64_t id = 0;
         sl_error err;
         CHECK(srv_submit(s, &r, on_event, &c, &id, &err) == SL_OK);
@@ -295,7 +295,7 @@ TEST(sched_full_queue_is_busy) {
     collect c[3];
     for (int i = 0; i < 3; i++) collect_init(&c[i]);
     /* the first takes the one slot for a while: 4000 prompt tokens, 64 a step */
-    srv_request r = {p, 4000, sl_sampler_params_default(), 50, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+    srv_request r = {p, 4000, sl_sampler_params_default(), 50, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
     uint64_t id[3] = {0};
     sl_error err;
     CHECK(srv_submit(s, &r, on_event, &c[0], &id[0], &err) == SL_OK);
@@ -329,8 +329,8 @@ TEST(sched_long_prompt_does_not_stall_a_short_one) {
     collect L, S;
     collect_init(&L);
     collect_init(&S);
-    srv_request rl = {longp, 640, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
-    srv_request rs = {longp, 3, sl_sampler_params_default(), 6, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+    srv_request rl = {longp, 640, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+    srv_request rs = {longp, 3, sl_sampler_params_default(), 6, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
     CHECK(srv_submit(s, &rl, on_event, &L, NULL, &err) == SL_OK);
     CHECK(srv_submit(s, &rs, on_event, &S, NULL, &err) == SL_OK);
     wait_done(&L);
@@ -354,7 +354,7 @@ TEST(sched_refuses_bad_requests) {
     collect_init(&c);
     int32_t p[2] = {1, 99999};
     sl_error err;
-    srv_request r = {p, 0, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+    srv_request r = {p, 0, sl_sampler_params_default(), 4, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
     CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_EINVAL);
     r.n_prompt = 2;
     CHECK(srv_submit(s, &r, on_event, &c, NULL, &err) == SL_ERANGE && strstr(err.msg, "99999"));
@@ -371,7 +371,7 @@ TEST(sched_refuses_bad_requests) {
 /* One request through a scheduler; returns its collect (done). */
 static void run_one(srv_sched *s, const int32_t *p, int n, int max_tokens, collect *c) {
     collect_init(c);
-    srv_request r = {p, n, sl_sampler_params_default(), max_tokens, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+    srv_request r = {p, n, sl_sampler_params_default(), max_tokens, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
     r.sampling.temp = 0;
     sl_error err;
     if (srv_submit(s, &r, on_event, c, NULL, &err) == SL_OK) wait_done(c);
@@ -473,7 +473,7 @@ static void run_think(srv_sched *s, const sl_tokenizer *tok, const char *text, i
     sl_error err;
     collect_init(c);
     if (sl_tokenize(tok, text, strlen(text), 0, &ids, &n, &err)) return;
-    srv_request r = {ids, n, sl_sampler_params_default(), max_tokens, &stop, stop ? 1 : 0, 1, NULL, NULL, 0, think, budget, 0, 0};
+    srv_request r = {ids, n, sl_sampler_params_default(), max_tokens, &stop, stop ? 1 : 0, 1, NULL, NULL, 0, think, budget, 0, 0, 0};
     r.sampling.temp = 0;
     if (srv_submit(s, &r, on_event, c, NULL, &err) == SL_OK) wait_done(c);
     free(ids);
@@ -527,7 +527,7 @@ TEST(sched_thinking_budget_and_stops) {
  * an unknown id or another prompt evaluates its own. */
 static void submit_choice(srv_sched *s, const int32_t *p, int n, uint64_t seed, uint64_t of, collect *c, uint64_t *id) {
     collect_init(c);
-    srv_request r = {p, n, sl_sampler_params_default(), 10, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, of};
+    srv_request r = {p, n, sl_sampler_params_default(), 10, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, of, 0};
     r.sampling.temp = 0.9f;
     r.sampling.seed = seed;
     sl_error err;
@@ -636,7 +636,7 @@ TEST(sched_context_shift_matches_generate) {
         CHECKF(srv_sched_new(m, tok, &p, &sch, &err) == SL_OK, "%s", err.msg);
         for (int i = 0; i < N; i++) {
             collect_init(&batched[i]);
-            srv_request r = {prompts[i], n_prompt[i], sampling(i), max_tokens[i], NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+            srv_request r = {prompts[i], n_prompt[i], sampling(i), max_tokens[i], NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
             CHECKF(srv_submit(sch, &r, on_event, &batched[i], NULL, &err) == SL_OK, "%s", err.msg);
         }
         for (int i = 0; i < N; i++) wait_done(&batched[i]);

@@ -80,9 +80,6 @@ typedef struct srv_request {
      * answer follows. */
     int think;
     int think_budget;
-    /* with think: max_tokens counts only the answer after the block (textgen's answer_only); the
-     * block is then bounded by think_budget (which the caller sets) or the context */
-    int answer_only;
     /* clk_now_s() time after which the request ends at its next token, as max_tokens would end it
      * (SL_STOP_LENGTH, the text held back delivered); 0: none */
     double deadline;
@@ -91,6 +88,9 @@ typedef struct srv_request {
      * state and logits (the prompt evaluated once); if that one ends or fails first, or the prompts
      * differ, this one evaluates its own. Its tokens are the same either way. */
     uint64_t share_prompt_of;
+    /* with think: max_tokens counts only the answer after the block (textgen's answer_only); the
+     * block is then bounded by think_budget (which the caller sets) or the context */
+    int answer_only;
 } srv_request;
 
 typedef struct srv_event {
