@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
         int32_t prompts[16][4];
         for (int i = 0; i < B; i++) {
             for (int j = 0; j < 4; j++) prompts[i % 16][j] = (int32_t)((1000 + 7919 * (i * 4 + j)) % V);
-            srv_request r = {prompts[i % 16], 4, sl_sampler_params_default(), n_tok, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+            srv_request r = {prompts[i % 16], 4, sl_sampler_params_default(), n_tok, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
             r.sampling.temp = temp; /* sampled: greedy on random weights repeats one token, and so its experts */
             r.sampling.seed = (uint64_t)i + 1;
             if (srv_submit(s, &r, on_event, &t, NULL, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
             pthread_mutex_init(&t.mu, NULL);
             pthread_cond_init(&t.cv, NULL);
             t.pending = 1;
-            srv_request r = {conv, turn ? n_long + 32 : n_long, sl_sampler_params_default(), 2, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0};
+            srv_request r = {conv, turn ? n_long + 32 : n_long, sl_sampler_params_default(), 2, NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
             r.sampling.temp = 0;
             if (srv_submit(s, &r, on_event, &t, NULL, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
             wait_all(&t);
