@@ -1,6 +1,6 @@
 /*
  * test_kquant.c — the GGUF block types kept native (quant/kquant.h: Q2_K .. Q6_K, IQ4_NL, IQ4_XS, the grid i-quants
- * IQ2_XXS .. IQ1_M) in the kernels:
+ * IQ2_XXS .. IQ1_M) and sluice's own block type q2 (quant/q2.c) in the kernels:
  * every table's exact matmul against the scalar oracle, every table's int8-activation matmul bitwise the oracle
  * (kernels/kquant_i8.c), batch equal to token by token, and the int8 result within its rounding bound of the
  * exact one, on random valid blocks (kq_random). Their values against gguf-py's dequantize are checked by
@@ -15,7 +15,7 @@
 #include "test.h"
 
 static const dt_type KQ_TYPES[] = {DT_Q2_K,    DT_Q3_K,   DT_Q4_K,  DT_Q5_K,    DT_Q6_K,  DT_IQ4_NL, DT_IQ4_XS, DT_IQ2_XXS,
-                                   DT_IQ2_XS,  DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M};
+                                   DT_IQ2_XS,  DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M, DT_Q2};
 #define N_KQ_TYPES (int)(sizeof KQ_TYPES / sizeof *KQ_TYPES)
 
 static uint64_t rng;
@@ -59,17 +59,25 @@ static void one_case(dt_type dt, int rows, int cols, int n_tok, pool_t *pool, un
     x[0] = 0.0f;
     float *ref = mm(sc, NULL, &m, x, n_tok, n_tok, 0), *ref8 = mm(sc, NULL, &m, x, n_tok, n_tok, 1);
     double *mags = malloc((size_t)n_tok * (size_t)rows * sizeof(double)); /* sum |w x| per output */
-    /* the exact oracle against a plain double sum of the dequantised row; int8 within its rounding bound */
+    /* the exact oracle against a plain double sum of the dequantised row; int8 within its rounding bound (q2: of the
+     * rotated weights and activations it multiplies) */
+    float *xr = malloc((size_t)cols * sizeof(float)), *wq = malloc((size_t)cols * sizeof(float));
     for (int t = 0; t < n_tok; t++)
         for (int r = 0; r < rows; r++) {
             q_row_to_f32(&m, r, wr);
+            const float *xt = x + (size_t)t * (size_t)cols, *xb = xt, *wb = wr;
+            if (dt == DT_Q2) {
+                q2_rotate(xt, cols, xr);
+                kq_row_to_f32(dt, (const uint8_t *)data + (size_t)r * kq_row_bytes(dt, cols), cols, wq);
+                xb = xr, wb = wq;
+            }
             double s = 0, sw = 0, mag = 0, ax = 0;
             for (int c = 0; c < cols; c++) {
-                double xv = x[(size_t)t * (size_t)cols + (size_t)c];
+                double xv = xt[c];
                 s += (double)wr[c] * xv;
-                sw += fabs(wr[c]);
-                mag += fabs(wr[c] * xv);
-                if (fabs(xv) > ax) ax = fabs(xv);
+                sw += fabs(wb[c]);
+                mag += fabs(wr[c] * xv) + fabs(wb[c] * xb[c]);
+                if (fabs(xb[c]) > ax) ax = fabs(xb[c]);
             }
             double e = fabs(ref[(size_t)t * (size_t)rows + (size_t)r] - s) / (mag + 1e-30);
             double e8 = fabs(ref8[(size_t)t * (size_t)rows + (size_t)r] - ref[(size_t)t * (size_t)rows + (size_t)r]),
@@ -104,6 +112,8 @@ static void one_case(dt_type dt, int rows, int cols, int n_tok, pool_t *pool, un
     free(ref);
     free(ref8);
     free(mags);
+    free(xr);
+    free(wq);
     free(x);
     free(wr);
     free(data);
@@ -119,8 +129,9 @@ TEST(kquant_kernels_match_oracle) {
     for (int k = 0; k < N_KQ_TYPES; k++)
         for (int i = 0; i < 4; i++) {
             const dt_type dt = KQ_TYPES[k];
-            /* IQ4_NL: rows of 32-wide blocks, also not a multiple of 256 (a short last chunk of the tile driver) */
-            const int cols = dt == DT_IQ4_NL ? 32 * (nblk[i] * 3 + 1) : 256 * nblk[i];
+            /* IQ4_NL, q2: rows of 32- / 128-wide blocks, also not a multiple of 256 (a short last chunk of the tile
+             * driver, the SIMD kernels' tail) */
+            const int cols = dt == DT_IQ4_NL ? 32 * (nblk[i] * 3 + 1) : dt == DT_Q2 ? 128 * (2 * nblk[i] - (i & 1)) : 256 * nblk[i];
             one_case(dt, rows_l[(i + k) % 4], cols, toks[(i + k) % 4], pool, seed, &cases, &we, &wi);
             if (test_failed()) break;
         }
@@ -132,16 +143,16 @@ TEST(kquant_kernels_match_oracle) {
 
 /* The layout helpers agree with each other and with GGUF's block sizes (gguf-py constants.py). */
 TEST(kquant_layout) {
-    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136, 66, 74, 82, 98, 110, 50, 56};
-    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23, 16, 17, 22, 18, 21, 19, 29};
+    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136, 66, 74, 82, 98, 110, 50, 56, 34};
+    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23, 16, 17, 22, 18, 21, 19, 29, 0}; /* q2: none */
     for (int k = 0; k < N_KQ_TYPES; k++) {
         dt_type dt = KQ_TYPES[k];
         CHECKF(kq_bytes(dt) == want_bytes[k], "%s: %d bytes a block", dt_name(dt), kq_bytes(dt));
-        CHECK(kq_from_ggml(ggml[k]) == dt && kq_to_ggml(dt) == ggml[k]);
+        CHECK(kq_from_ggml(ggml[k]) == (ggml[k] ? dt : DT_NONE) && kq_to_ggml(dt) == ggml[k]);
         CHECK(q_is_quant(dt) && dt_from_name(dt_name(dt)) == dt);
         CHECK(q_mat_bytes(dt, 3, 512, kq_blk(dt), DT_NONE) == 3u * (512u / (unsigned)kq_blk(dt)) * (unsigned)kq_bytes(dt));
         CHECK(q_check(dt, 512, kq_blk(dt), DT_NONE, NULL) == SL_OK);
-        CHECK(q_check(dt, dt == DT_IQ4_NL ? 48 : 384, kq_blk(dt), DT_NONE, NULL) != SL_OK);
+        CHECK(q_check(dt, dt == DT_IQ4_NL ? 48 : dt == DT_Q2 ? 320 : 384, kq_blk(dt), DT_NONE, NULL) != SL_OK);
     }
     CHECK(kq_blk(DT_Q4) == 0 && !kq_is(DT_MXFP4) && kq_from_ggml(2) == DT_NONE);
 }

@@ -38,12 +38,12 @@ sl_pack_params sl_pack_params_default(void) {
 }
 
 static const char *quant_name(sl_quant q) {
-    static const char *const n[] = {"keep", "f32", "bf16", "q8", "q4", "q3"};
-    return q >= SL_QUANT_KEEP && q <= SL_QUANT_Q3 ? n[q] : "same";
+    static const char *const n[] = {"keep", "f32", "bf16", "q8", "q4", "q3", "q2"};
+    return q >= SL_QUANT_KEEP && q <= SL_QUANT_Q2 ? n[q] : "same";
 }
 
 static dt_type quant_dtype(sl_quant q) {
-    return q == SL_QUANT_Q8 ? DT_Q8 : q == SL_QUANT_Q4 ? DT_Q4 : q == SL_QUANT_Q3 ? DT_Q3 : DT_NONE;
+    return q == SL_QUANT_Q8 ? DT_Q8 : q == SL_QUANT_Q4 ? DT_Q4 : q == SL_QUANT_Q3 ? DT_Q3 : q == SL_QUANT_Q2 ? DT_Q2 : DT_NONE;
 }
 
 /* role: 0 backbone, 1 router / shared-expert gate, 2 routed experts */
@@ -52,7 +52,7 @@ static sl_quant role_mode(const sl_pack_params *p, int role) {
     if (role == 2) return p->quant_experts == SL_QUANT_SAME ? p->quant : p->quant_experts;
     if (role == 1) {
         if (p->quant_router != SL_QUANT_SAME) return p->quant_router;
-        return bb == SL_QUANT_Q4 || bb == SL_QUANT_Q3 ? SL_QUANT_Q8 : bb;
+        return bb == SL_QUANT_Q4 || bb == SL_QUANT_Q3 || bb == SL_QUANT_Q2 ? SL_QUANT_Q8 : bb;
     }
     return bb;
 }
@@ -70,11 +70,12 @@ static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const ch
     }
     sl_quant q = role_mode(p, role);
     dt_type qd = quant_dtype(q);
+    const int bq = kq_is(qd); /* q2: blocks of 128 with their f16 scales, whatever --group */
     if (qd != DT_NONE && matrix && t->ndim == 2 &&
-        !q_check(qd, t->shape[1], p->group, p->scale_f16 ? DT_F16 : DT_BF16, NULL)) {
+        !q_check(qd, t->shape[1], bq ? kq_blk(qd) : p->group, bq ? DT_NONE : p->scale_f16 ? DT_F16 : DT_BF16, NULL)) {
         g.dt = qd;
-        g.group = p->group;
-        g.sdt = p->scale_f16 ? DT_F16 : DT_BF16;
+        g.group = bq ? kq_blk(qd) : p->group;
+        g.sdt = bq ? DT_NONE : p->scale_f16 ? DT_F16 : DT_BF16;
         g.seed = qd == DT_Q3 ? (uint32_t)XXH3_64bits(name, strlen(name)) : 0;
         return g;
     }
@@ -221,11 +222,11 @@ typedef struct {
 } pack_job;
 
 static sl_status check_params(const sl_pack_params *p, sl_error *err) {
-    if (p->quant < SL_QUANT_KEEP || p->quant > SL_QUANT_Q3)
+    if (p->quant < SL_QUANT_KEEP || p->quant > SL_QUANT_Q2)
         return err_set(err, SL_EINVAL, "unknown quantization mode %d", (int)p->quant);
     const sl_quant roles[3] = {p->quant_experts, p->quant_backbone, p->quant_router};
     for (int i = 0; i < 3; i++)
-        if (roles[i] < SL_QUANT_SAME || roles[i] > SL_QUANT_Q3)
+        if (roles[i] < SL_QUANT_SAME || roles[i] > SL_QUANT_Q2)
             return err_set(err, SL_EINVAL, "unknown quantization mode %d", (int)roles[i]);
     if (p->group != 32 && p->group != 64 && p->group != 128)
         return err_set(err, SL_EINVAL, "quantization group size %d is not 32, 64 or 128", p->group);

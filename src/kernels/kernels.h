@@ -29,12 +29,13 @@
 #include "util/tensor.h"
 #include "util/dtype.h"
 #include "util/threadpool.h"
+#include "quant/kquant.h"
 
 /* w: [rows][cols] of the entry's dtype (quantized: codes, scales, biases as in quant/quant.h);
  * x: n_tok rows of stride ldx (floats), each [cols]; y: n_tok rows of stride ldy;
  * writes y[t*ldy + r] = sum_c w[r][c] * x[t*ldx + c] for r in [r0, r1).
  * DT_Q3 entries receive x already rotated (q3_rotate; kern_matmul does it) and use the stored
- * rotated weights scale * Q3_LEVELS[code] directly. */
+ * rotated weights scale * Q3_LEVELS[code] directly; DT_Q2 entries likewise (q2_rotate). */
 typedef void (*kern_matmul_fn)(const tn_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n_tok,
                                int r0, int r1);
 
@@ -77,7 +78,21 @@ typedef struct kern_act {
     int8_t *q04;    /* [n_tok][cols] */
     float *s0, *s1; /* [n_tok][ns] each */
     void *buf;      /* the caller's storage */
+    /* q2's form (quant/quant.h q2_rotate), made on first use by a q2 matrix when cols % 128 == 0: per token the
+     * rotated row v = q2_rotate(x), then per block of 32 of v, max = max|v|, d = max / 127,
+     * q_c = round-to-nearest-even(v_c * (127 / max)) (q and d 0 when max is 0). Every q2 matrix reads the same. */
+    int ready_r;    /* qr, dr below are filled */
+    int8_t *qr;     /* [n_tok][cols] */
+    float *dr;      /* [n_tok][nb] */
 } kern_act;
+
+/* The int8 form a block type's kernel reads (quant/kquant.h): q2's rotated one, q8_K, or q8_0 (IQ4_NL). */
+static inline const int8_t *kq_act_q(const kern_act *a, dt_type dt) {
+    return dt == DT_Q2 ? a->qr : kq_act_k(dt) ? a->qk : a->q0;
+}
+static inline const float *kq_act_d(const kern_act *a, dt_type dt) {
+    return dt == DT_Q2 ? a->dr : kq_act_k(dt) ? a->dk : a->d0;
+}
 
 /* The int8-activation matmul of a q8/q4 matrix: y[t*ldy + r] for r in [r0, r1), t < a->n_tok, a ready.
  * Canonical arithmetic, which every table reproduces bitwise (integer sums are exact; the float part is
@@ -90,7 +105,7 @@ typedef struct kern_act {
  * y = lanes(h) + lanes(accb), h[i] = acc[i] + acc[i+8], lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
  * So a result depends only on its own row and token: thread split, batching and streaming never change it.
  * A GGUF block type's (kquant_i8.c: its own canonical arithmetic) reads the q8_K form qk / dk (a->ready_k) when
- * kq_act_k(dtype), else (IQ4_NL) the q8_0 form q0 / d0 (a->ready_0). A q8/q4 matrix with tn_mat.act set gets the
+ * kq_act_k(dtype), else (IQ4_NL) the q8_0 form q0 / d0 (a->ready_0); q2 the rotated form qr / dr (a->ready_r). A q8/q4 matrix with tn_mat.act set gets the
  * same kernel over a's llama.cpp form (q0, q04, d0, and s0 or s1 in place of q, q4, d, s): the same arithmetic on
  * other codes, so every table still equals the oracle bitwise. */
 typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
@@ -98,7 +113,7 @@ typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, 
 #define KQ_I8_ENTRIES(fn)                                                                                          \
     [DT_Q2_K] = fn, [DT_Q3_K] = fn, [DT_Q4_K] = fn, [DT_Q5_K] = fn, [DT_Q6_K] = fn, [DT_IQ4_NL] = fn, [DT_IQ4_XS] = fn, \
     [DT_IQ2_XXS] = fn, [DT_IQ2_XS] = fn, [DT_IQ2_S] = fn, [DT_IQ3_XXS] = fn, [DT_IQ3_S] = fn, [DT_IQ1_S] = fn,        \
-    [DT_IQ1_M] = fn
+    [DT_IQ1_M] = fn, [DT_Q2] = fn
 
 typedef struct kern_ops {
     const char *name;
@@ -185,7 +200,8 @@ void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok
 /* Fills a's int8 form if a->int8 and it is not yet filled (idempotent; cols % 32 == 0 required, else
  * a->int8 is cleared and the exact kernels are used). */
 void kern_act_prepare(kern_act *a);
-/* Fills a's q8_K form (qk, dk) if a->int8 and cols % 256 == 0, and its q8_0 form (q0, d0), if not yet done;
+/* Fills a's q8_K form (qk, dk) if a->int8 and cols % 256 == 0, its q8_0 form (q0, d0), and its q2 form (qr, dr)
+ * if cols % 128 == 0, if not yet done;
  * kern_matmul_act and the other entry points do it for the matrices that read them, a direct caller of a GGUF
  * block type's int8 kernel must. */
 void kern_act_prepare_kq(kern_act *a);

@@ -267,11 +267,12 @@ int kern_matmul(const kern_ops *ops, pool_t *pool, const tn_mat *w, const float 
     if (n_tok <= 0 || w->rows <= 0) return 0;
     mm_job j = {ops->matmul[w->dtype], w, x, y, ldx, ldy, n_tok};
     float *xr = NULL;
-    if (w->dtype == DT_Q3) { /* rotate each token's x once; every row then dots with it */
+    if (w->dtype == DT_Q3 || w->dtype == DT_Q2) { /* rotate each token's x once; every row then dots with it */
         xr = malloc((size_t)n_tok * (size_t)w->cols * sizeof(float));
         if (!xr) return SL_ENOMEM;
         for (int t = 0; t < n_tok; t++)
-            q3_rotate(x + (size_t)t * ldx, w->cols, w->group, w->seed, xr + (size_t)t * (size_t)w->cols);
+            if (w->dtype == DT_Q2) q2_rotate(x + (size_t)t * ldx, w->cols, xr + (size_t)t * (size_t)w->cols);
+            else q3_rotate(x + (size_t)t * ldx, w->cols, w->group, w->seed, xr + (size_t)t * (size_t)w->cols);
         j.x = xr;
         j.ldx = (size_t)w->cols;
     }
@@ -293,8 +294,8 @@ static int act_ns(int nb) { return nb + nb / 2 + nb / 4; }
 size_t kern_act_bytes(int n_tok, int cols) {
     size_t n = (size_t)(n_tok > 0 ? n_tok : 0), c = (size_t)(cols > 0 ? cols : 0), nb = c / 32;
     /* q, q4, d, s, then the q8_K form qk, dk and the q8_0 form q0, d0, q04, s0, s1 (at the end: the first four
-     * keep their offsets) */
-    return 5 * act_round(n * c) + 3 * act_round(n * nb * sizeof(float)) +
+     * keep their offsets), then q2's qr, dr */
+    return 6 * act_round(n * c) + 4 * act_round(n * nb * sizeof(float)) +
            3 * act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) + ACT_ALIGN;
 }
 
@@ -324,6 +325,10 @@ static void act_carve(kern_act *a, void *buf) {
     a->s0 = (float *)p;
     p += act_round(n * (size_t)act_ns((int)nb) * sizeof(float));
     a->s1 = (float *)p;
+    p += act_round(n * (size_t)act_ns((int)nb) * sizeof(float));
+    a->qr = (int8_t *)p;
+    p += act_round(n * c);
+    a->dr = (float *)p;
 }
 
 void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok, int cols, int int8) {
@@ -422,6 +427,42 @@ static void act_row_0(const float *x, int cols, int8_t *q, float *d, int8_t *q4,
     kern_act_sums_q4(cols, q, q4, s0);
 }
 
+/* One token's q2 form (kern_act qr / dr) of cols % 128 == 0 values: each block of 128 rotated, then quantized per 32
+ * as act_row_0 does but with an f32 d. */
+static void act_row_r(const float *x, int cols, int8_t *q, float *d) {
+    float v[Q2_BLK];
+    for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
+        q_rotate_group(x + c0, c0, Q2_BLK, Q2_SEED, v);
+        for (int b = 0; b < Q2_BLK / 32; b++) {
+            const float *vb = v + 32 * b;
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float a = fabsf(vb[i]);
+                amax = a > amax ? a : amax;
+            }
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            for (int i = 0; i < 32; i++) {
+                float rv = (vb[i] * id + 0x1.8p23f) - 0x1.8p23f;
+                q[c0 + 32 * b + i] = (int8_t)(rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0);
+            }
+            d[(c0 + 32 * b) / 32] = amax / 127.0f;
+        }
+    }
+}
+
+static void act_r_part(void *ctx, size_t b, size_t e) {
+    kern_act *a = ctx;
+    const size_t c = (size_t)a->cols, nb = c / 32;
+    for (size_t t = b; t < e; t++) act_row_r(a->x + t * a->ldx, a->cols, a->qr + t * c, a->dr + t * nb);
+}
+
+/* The q2 form on pool (NULL: inline), once. */
+static void act_prepare_r_on(kern_act *a, pool_t *pool) {
+    if (!a->int8 || a->ready_r || a->cols % Q2_BLK) return;
+    pool_for(pool, (size_t)(a->n_tok > 0 ? a->n_tok : 0), 8, act_r_part, a);
+    a->ready_r = 1;
+}
+
 static void act_k_part(void *ctx, size_t b, size_t e) {
     kern_act *a = ctx;
     const size_t c = (size_t)a->cols, nb = c / 32;
@@ -447,6 +488,7 @@ static void act_prepare_k_on(kern_act *a, pool_t *pool, int k) {
 void kern_act_prepare_kq(kern_act *a) {
     act_prepare_k_on(a, NULL, 1);
     act_prepare_k_on(a, NULL, 0);
+    act_prepare_r_on(a, NULL);
 }
 
 typedef void (*act_row_fn)(const float *, int, int8_t *, int8_t *, float *, float *);
@@ -481,7 +523,8 @@ void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
 
 /* The form w's int8 kernel reads (kernels.h kern_matmul_i8_fn). */
 static void act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
-    if (kq_is(w->dtype)) act_prepare_k_on(a, pool, kq_act_k(w->dtype));
+    if (w->dtype == DT_Q2) act_prepare_r_on(a, pool);
+    else if (kq_is(w->dtype)) act_prepare_k_on(a, pool, kq_act_k(w->dtype));
     else if (w->act != TN_ACT_HOUSE) act_prepare_k_on(a, pool, 0);
     else act_prepare_on(a, pool);
 }
@@ -557,6 +600,8 @@ void kern_act_row(kern_act *dst, kern_act *src, int t) {
     dst->q04 = src->q04 + tt * c;
     dst->s0 = src->s0 + tt * ns;
     dst->s1 = src->s1 + tt * ns;
+    dst->qr = src->qr + tt * c;
+    dst->dr = src->dr + tt * nb;
 }
 
 /* The kernel kern_matmul_act would run for w over a, or NULL when it needs more than a row range (q3's
@@ -603,7 +648,9 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
     row0[0] = 0;
     for (int i = 0; simple && i < n; i++) {
         const tn_mat *w = mm[i].w;
+        /* q3, and q2 on f32 activations, need a rotated copy of x: kern_matmul's */
         simple = w->data && w->dtype > DT_NONE && w->dtype < DT_COUNT && ops->matmul[w->dtype] && w->dtype != DT_Q3 &&
+                 (w->dtype != DT_Q2 || mm_use_i8(w, mm[i].a)) &&
                  mm[i].a->n_tok == mm[0].a->n_tok && w->rows >= 0;
         row0[i + 1] = row0[i] + (size_t)(w->rows > 0 ? w->rows : 0);
     }

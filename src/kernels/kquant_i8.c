@@ -4,7 +4,8 @@
  *
  * Canonical arithmetic (docs/QUANT.md "GGUF block types"), llama.cpp's vec_dot_q*_K_q8_K on its activations:
  * kern_act's q8_K form (qk, dk: one scale per 256 values, llama.cpp's rounding) for every type but IQ4_NL, whose
- * vec_dot_type is q8_0 (kern_act's q0 / d0: per 32, d an f16); xd_b below is the scale of block of 32 b in that
+ * vec_dot_type is q8_0 (kern_act's q0 / d0: per 32, d an f16), and sluice's q2, which reads the rotated form (qr / dr,
+ * per 32); xd_b below is the scale of block of 32 b in that
  * form. Per output, 8 float lanes acc[] and accm[], zero; for each block of 32 columns b (global index, lane b % 8), in
  * order, with isum / msum the block's integer sums (kquant.h kq_sums: exact) and d / dmin its f16 scales:
  *   acc[b % 8]  = fma((float)isum_b, d * xd_b, acc[b % 8]);
@@ -28,8 +29,8 @@ void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, i
     const dt_type dt = w->dtype;
     const int cols = w->cols, blk = kq_blk(dt), nbk = blk / 32, nk = cols / blk, T = a->n_tok;
     const size_t rb = kq_row_bytes(dt, cols), bb = (size_t)kq_bytes(dt);
-    const int8_t *aq = kq_act_k(dt) ? a->qk : a->q0;
-    const float *ad = kq_act_k(dt) ? a->dk : a->d0;
+    const int8_t *aq = kq_act_q(a, dt);
+    const float *ad = kq_act_d(a, dt);
     enum { KTOK = 8 };
     for (int t0 = 0; t0 < T; t0 += KTOK) {
         const int nt = T - t0 < KTOK ? T - t0 : KTOK;

@@ -162,12 +162,36 @@ static inline void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
     o->has_min = 0;
 }
 
+/* q2 (two blocks of 128, quant/kquant.h): the 2-bit codes of 32 bytes, shifted by 0, 2, 4, 6, as the levels by one
+ * vpshufb each; scale 1, d per block on its 4 lanes */
+static inline __m256i kq_q2_levels(__m256i x, int p) {
+    const __m256i lut = _mm256_setr_epi8(-10, -3, 3, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -10, -3, 3, 10, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0);
+    return _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srl_epi16(x, _mm_cvtsi32_si128(2 * p)), _mm256_set1_epi8(3)));
+}
+
+static inline void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
+    float d[8];
+    for (int j = 0; j < 2; j++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(b + 34 * j));
+        for (int p = 0; p < 4; p++) {
+            o->v[4 * j + p] = kq_q2_levels(x, p);
+            o->s16[4 * j + p] = _mm256_set1_epi16(1);
+            d[4 * j + p] = kq_h2f(b + 34 * j + 32);
+        }
+    }
+    o->d = _mm256_loadu_ps(d);
+    o->dmin = _mm256_setzero_ps();
+    o->has_min = 0;
+}
+
 /* any type: the vector unpackings above (grid: kq_iq_grid(dt), used by the grid i-quants only) */
 static inline void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
     if (dt == DT_Q4_K || dt == DT_Q5_K) kq_unpack_q45(dt, b, o);
     else if (dt == DT_Q6_K) kq_unpack_q6(b, o);
     else if (dt == DT_Q2_K || dt == DT_Q3_K) kq_unpack_q23(dt, b, o);
     else if (dt == DT_IQ4_NL || dt == DT_IQ4_XS) kq_unpack_iq4(dt, b, o);
+    else if (dt == DT_Q2) kq_unpack_q2(b, o);
     else kq_unpack_grid_iq(dt, b, grid, o);
 }
 
@@ -197,21 +221,24 @@ static inline void kq_dot_sb(const kq_sb *u, const int8_t *q, __m256i *isum, __m
 
 static inline float kq_lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
-/* the last cols % 256 columns (IQ4_NL only, which has no mins: accm stays zero): the oracle's steps block by block on
- * lane b % 8, a block's integer sum (scale 1) by one vpmaddubsw / vpmaddwd and an exact horizontal add */
+/* the last cols % 256 columns (IQ4_NL and q2 only, which have no mins: accm stays zero): the oracle's steps block of
+ * 32 by block of 32 on lane b % 8, its integer sum (scale 1) by one vpmaddubsw / vpmaddwd and an exact horizontal add */
 static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int c0, float *acc) {
-    const int cols = w->cols;
+    const int cols = w->cols, q2 = w->dtype == DT_Q2;
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * kq_row_bytes(w->dtype, cols);
+    const int8_t *aq = kq_act_q(a, w->dtype);
+    const float *ad = kq_act_d(a, w->dtype);
     for (int c = c0; c < cols; c += 32) {
-        const uint8_t *blk = row + (size_t)(c / 32) * 18;
-        const __m256i v = kq_iq4_levels(blk + 2), x = _mm256_loadu_si256((const __m256i *)(a->q0 + (size_t)t * (size_t)cols + (size_t)c));
+        const uint8_t *blk = q2 ? row + (size_t)(c / 128) * 34 : row + (size_t)(c / 32) * 18;
+        const __m256i v = q2 ? kq_q2_levels(_mm256_loadu_si256((const __m256i *)blk), (c % 128) / 32) : kq_iq4_levels(blk + 2);
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + (size_t)t * (size_t)cols + (size_t)c));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)), _mm256_set1_epi16(1));
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
         h = _mm_hadd_epi32(h, h);
         h = _mm_hadd_epi32(h, h);
-        const float xd = a->d0[(size_t)t * (size_t)(cols / 32) + (size_t)(c / 32)];
+        const float xd = ad[(size_t)t * (size_t)(cols / 32) + (size_t)(c / 32)];
         const int l = (c / 32) % 8;
-        acc[l] = fmaf((float)_mm_cvtsi128_si32(h), kq_h2f(blk) * xd, acc[l]);
+        acc[l] = fmaf((float)_mm_cvtsi128_si32(h), kq_h2f(q2 ? blk + 32 : blk) * xd, acc[l]);
     }
 }
 
@@ -219,8 +246,8 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
     const dt_type dt = w->dtype;
     const int cols = w->cols, T = a->n_tok, nsb = cols / 256;
     const size_t rb = kq_row_bytes(dt, cols), sbb = (size_t)kq_bytes(dt) * (size_t)(256 / kq_blk(dt));
-    const int8_t *aq = kq_act_k(dt) ? a->qk : a->q0; /* kernels.h kern_matmul_i8_fn: the form dt reads */
-    const float *ad = kq_act_k(dt) ? a->dk : a->d0;
+    const int8_t *aq = kq_act_q(a, dt); /* kernels.h kern_matmul_i8_fn: the form dt reads */
+    const float *ad = kq_act_d(a, dt);
     const int8_t *grid = kq_iq_grid(dt);
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;

@@ -22,6 +22,10 @@
  *   IQ2_XXS (66 B), IQ2_XS (74 B), IQ2_S (82 B), IQ3_XXS (98 B), IQ3_S (110 B), IQ1_S (50 B), IQ1_M (56 B): values
  *   from lattice grids (8 or 4 values an index), sign bits and 3/4-bit scales per 16 or 32; kquant_iq.c gives each
  *   layout and how its value is (d' * sc) * qv with integers sc, qv, as below.
+ * DT_Q2 is sluice's own 2-bit type (quant/q2.c, docs/QUANT.md "q2"), not a GGUF one, kept here because it is a
+ * block type like these and runs their kernels: 128 rotated values a block,
+ *   Q2    (34 B)   qs[32] d                  q = qs[e % 32] >> 2(e / 32) & 3; w = d * Q2_LEVELS[q] (the rotated
+ *                                           weight: a matmul multiplies it by the rotated activations, q2_rotate)
  */
 #ifndef SL_KQUANT_H
 #define SL_KQUANT_H
@@ -34,11 +38,16 @@
 /* IQ4_NL's 16 levels (llama.cpp kvalues_iq4nl, gguf-py IQ4_NL.kvalues). */
 extern const int8_t KQ_IQ4_LEVELS[16];
 
-static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_IQ1_M; }
+/* 1 for the block types (the GGUF ones and sluice's q2) */
+static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_Q2; }
+/* q2's integer levels, code order: d * Q2_LEVELS[q] approximates the Lloyd-Max levels of N(0, 1), +-0.4528 and
+ * +-1.5104, at a common scale (3 : 10 against 1 : 3.336) */
+extern const int8_t Q2_LEVELS[4];
 /* Whether dt's int8 kernels take llama.cpp's q8_K activations (one scale per 256 values: kernels.h kern_act qk /
  * dk), as its vec_dot_type is GGML_TYPE_Q8_K (ggml-cpu.c type_traits_cpu); IQ4_NL's is q8_0 (per 32: q0 / d0). */
-static inline int kq_act_k(dt_type dt) { return kq_is(dt) && dt != DT_IQ4_NL; }
-/* Values per block (256, or 32 for IQ4_NL) and bytes per block; 0 for other types. */
+static inline int kq_act_k(dt_type dt) { return kq_is(dt) && dt != DT_IQ4_NL && dt != DT_Q2; }
+/* q2 reads neither: its activations are rotated first (kernels.h kern_act qr / dr). */
+/* Values per block (256, 32 for IQ4_NL, 128 for q2) and bytes per block; 0 for other types. */
 int kq_blk(dt_type dt);
 int kq_bytes(dt_type dt);
 /* Bytes of one row of cols values (cols a multiple of kq_blk). */
@@ -46,7 +55,7 @@ static inline size_t kq_row_bytes(dt_type dt, int64_t cols) {
     return kq_blk(dt) ? (size_t)(cols / kq_blk(dt)) * (size_t)kq_bytes(dt) : 0;
 }
 /* The container dtype of a GGUF type id (ggml_type: Q2_K = 10 ... IQ4_XS = 23, IQ1_M = 29), DT_NONE if not one of these;
- * and back. */
+ * and back (0 for q2, which has none). */
 dt_type kq_from_ggml(uint32_t ggml_type);
 uint32_t kq_to_ggml(dt_type dt);
 

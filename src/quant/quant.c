@@ -192,7 +192,7 @@ static void apply_signs(float *t, int c0, int n, uint32_t seed) {
 }
 
 /* t[group] = R x for the group of columns starting at c0 (x points at that group) */
-static void rotate_group(const float *x, int c0, int group, uint32_t seed, float *t) {
+void q_rotate_group(const float *x, int c0, int group, uint32_t seed, float *t) {
     const float norm = 1.0f / sqrtf((float)group);
     memcpy(t, x, (size_t)group * sizeof(float));
     apply_signs(t, c0, group, seed);
@@ -201,11 +201,11 @@ static void rotate_group(const float *x, int c0, int group, uint32_t seed, float
 }
 
 void q3_rotate(const float *x, int cols, int group, uint32_t seed, float *out) {
-    for (int c0 = 0; c0 < cols; c0 += group) rotate_group(x + c0, c0, group, seed, out + c0);
+    for (int c0 = 0; c0 < cols; c0 += group) q_rotate_group(x + c0, c0, group, seed, out + c0);
 }
 
 /* w = R^T v = D H v / sqrt(g) for one group (H symmetric) */
-static void q3_unrotate_group(float *t, int c0, int group, uint32_t seed) {
+void q_unrotate_group(float *t, int c0, int group, uint32_t seed) {
     fwht(t, group);
     const float norm = 1.0f / sqrtf((float)group);
     for (int i = 0; i < group; i++) t[i] *= norm;
@@ -218,6 +218,7 @@ void q_row_to_f32(const tn_mat *m, int r, float *out) {
     const int cols = m->cols, bits = q_bits(m->dtype);
     if (kq_is(m->dtype)) {
         kq_row_to_f32(m->dtype, (const uint8_t *)m->data + (size_t)r * kq_row_bytes(m->dtype, cols), cols, out);
+        if (m->dtype == DT_Q2) q2_unrotate(out, cols); /* the stored values are rotated */
         return;
     }
     if (!bits) {
@@ -235,7 +236,7 @@ void q_row_to_f32(const tn_mat *m, int r, float *out) {
         int c0 = g * m->group;
         if (m->dtype == DT_Q3) {
             for (int i = 0; i < m->group; i++) out[c0 + i] = s * Q3_LEVELS[get_code(row, 3, c0 + i)];
-            q3_unrotate_group(out + c0, c0, m->group, m->seed);
+            q_unrotate_group(out + c0, c0, m->group, m->seed);
         } else {
             float b = q_scale_at(m->biases, m->sdtype, (size_t)r * ng + g);
             for (int i = 0; i < m->group; i++) out[c0 + i] = s * (float)get_code(row, bits, c0 + i) + b;
@@ -326,6 +327,10 @@ void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_ty
         mxfp4_quantize(w, rows, cols, out);
         return;
     }
+    if (dt == DT_Q2) {
+        q2_quantize(w, rows, cols, out);
+        return;
+    }
     const int bits = q_bits(dt), ng = cols / group;
     const size_t row_bytes = (size_t)cols * (size_t)bits / 8;
     tn_mat m;
@@ -339,7 +344,7 @@ void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_ty
             int c0 = g * group;
             float s, b = 0;
             if (dt == DT_Q3) {
-                rotate_group(wr + c0, c0, group, seed, v);
+                q_rotate_group(wr + c0, c0, group, seed, v);
                 q3_group(v, group, sdt, &s, row, c0);
             } else {
                 affine_group(wr + c0, group, bits, sdt, &s, &b, row, c0);

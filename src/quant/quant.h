@@ -81,13 +81,27 @@ int q_biases_implied(const tn_mat *m);
 /* Row r of m as f32 in the original (unrotated) domain: out[cols]. Works for every dtype. */
 void q_row_to_f32(const tn_mat *m, int r, float *out);
 
-/* Quantizes w [rows][cols] f32 into out (q_mat_bytes(dt, ...) bytes). q_check must have passed; dt is q8, q4, q3
- * or mxfp4 (the GGUF block types are import only). */
+/* Quantizes w [rows][cols] f32 into out (q_mat_bytes(dt, ...) bytes). q_check must have passed; dt is q8, q4, q3,
+ * q2 or mxfp4 (the GGUF block types are import only). */
 void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
                 void *out);
 
 /* out[c] = (R x)[c] for a row of cols values, group by group (out may not alias x). */
 void q3_rotate(const float *x, int cols, int group, uint32_t seed, float *out);
+/* t[group] = R x for the one group of columns starting at column c0 (x points at it; t may not alias x), and back in
+ * place (t = R^T t). */
+void q_rotate_group(const float *x, int c0, int group, uint32_t seed, float *t);
+void q_unrotate_group(float *t, int c0, int group, uint32_t seed);
+
+/* q2 (quant/q2.c, docs/QUANT.md): blocks of Q2_BLK columns rotated by R (as q3's, group Q2_BLK) with the fixed seed
+ * Q2_SEED, 4 levels d * Q2_LEVELS[code] (quant/kquant.h), d an f16 per block. */
+#define Q2_BLK 128
+#define Q2_SEED 0x51320002u
+/* Quantizes w [rows][cols] (cols % Q2_BLK == 0) into out (kq_row_bytes(DT_Q2, cols) bytes a row). */
+void q2_quantize(const float *w, int rows, int cols, void *out);
+/* out[cols] = the rotation q2's kernels multiply by (q3_rotate with Q2_BLK, Q2_SEED); t back in place. */
+void q2_rotate(const float *x, int cols, float *out);
+void q2_unrotate(float *t, int cols);
 
 /* One scale (or bias) of sdtype at index i. */
 static inline float q_scale_at(const void *p, dt_type sdt, size_t i) {

@@ -37,6 +37,7 @@ const char *dt_name(dt_type t) {
     case DT_IQ3_S: return "iq3_s";
     case DT_IQ1_S: return "iq1_s";
     case DT_IQ1_M: return "iq1_m";
+    case DT_Q2: return "q2";
     default: return "none";
     }
 }

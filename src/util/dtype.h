@@ -35,6 +35,7 @@ typedef enum {
     DT_IQ3_S = 20,
     DT_IQ1_S = 21,
     DT_IQ1_M = 22,
+    DT_Q2 = 23, /* sluice's 2-bit: rotated blocks of 128, 4-level Lloyd-Max codebook (quant/kquant.h, q2.c) */
     DT_COUNT
 } dt_type;
 
