@@ -376,6 +376,15 @@ sl_kv_type sl_model_kv_type(const sl_model *model);
  * attention layer (a sliding layer's ring only) and the DeltaNet states. A session starts small and grows
  * toward this as its positions fill (so a server can refuse a context up front that would not fit). */
 uint64_t sl_model_kv_bytes(const sl_model *model, int n_ctx);
+/* A pool of KV pages the model's sessions share (the server's slots): from now on a session's attention caches grow
+ * (in pages of 256 positions, as they fill) only while all its sessions' caches together stay within `bytes`
+ * (0, the default: no limit; the DeltaNet states and MLA's extras are not counted). An evaluation that would need
+ * more is refused before anything changes with SL_EBUSY "the KV pool is full: ..."; sl_session_reserve asks
+ * ahead. A session's first page is always given. Set it before any session is made. */
+void sl_model_set_kv_pool(sl_model *model, uint64_t bytes);
+/* Bytes of KV cache the model's sessions hold now (counted with or without a limit); *limit (may be NULL): the
+ * pool's (0: none). */
+uint64_t sl_model_kv_pool_used(const sl_model *model, uint64_t *limit);
 
 /* A session holds the per-sequence state: KV cache (attention layers), conv and recurrent state
  * (DeltaNet layers). One session is used by one thread at a time. */
@@ -388,6 +397,13 @@ void sl_session_reset(sl_session *session);
 int sl_session_n_past(const sl_session *session);
 /* The positions the session may hold (its n_ctx as made). */
 int sl_session_n_ctx(const sl_session *session);
+/* Grows the session's KV caches to hold n_pos positions (an evaluation does it itself): SL_OK; SL_EBUSY when the
+ * model's KV pool has not the pages (sl_model_set_kv_pool) and SL_ENOMEM when memory lacks, both with nothing
+ * changed; SL_ERANGE past its n_ctx. A scheduler asks before a step, so that a sequence waits for pages. */
+sl_status sl_session_reserve(sl_session *session, int n_pos);
+/* Gives back the session's KV pages beyond those its positions use (one page a layer at least; a sliding layer's
+ * ring that wrapped keeps its rows): after sl_session_reset, a finished sequence's memory. Results do not change. */
+void sl_session_trim(sl_session *session);
 
 /* Context shifting (llama.cpp's --context-shift): drops the n_discard positions after the first n_keep and
  * re-evaluates the tokens that remain from a reset state in one evaluation, so that the session is bitwise a

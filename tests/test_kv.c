@@ -303,6 +303,70 @@ TEST(kv_seq_pages) {
     CHECK(ok);
 }
 
+/* A pool of pages: fwd_seq's pages count in it and come back (trim, free); under a limit a sequence grows by pages
+ * (not doubling) and a reserve past the limit is SL_EBUSY with nothing changed; a trimmed sequence computes the
+ * same. */
+TEST(kv_seq_pool_and_trim) {
+    fam_config c;
+    memset(&c, 0, sizeof c);
+    c.n_layers = 2, c.hidden = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+    be_backend *be = be_cpu_new(NULL, NULL);
+    fwd_kv_pool pool = {0, 0};
+    fwd_seq *a = be ? fwd_seq_new(&c, 3000, SL_KV_F16, be) : NULL, *b = be ? fwd_seq_new(&c, 3000, SL_KV_F16, be) : NULL;
+    CHECK(a && b);
+    const unsigned long long page = FWD_KV_PAGE * 2 * (fwd_kv_row_bytes(a, 0, 0) + fwd_kv_row_bytes(a, 0, 1));
+    fwd_seq_set_pool(a, &pool), fwd_seq_set_pool(b, &pool);
+    int ok = pool.used == 2 * page && !fwd_seq_reserve(a, 300) && pool.used == 3 * page; /* doubling: 512 rows */
+    ok = ok && !fwd_seq_reserve(a, 600) && a->kv_cap[0] == 4 * FWD_KV_PAGE && pool.used == 5 * page;
+    pool.limit = 7 * page;
+    ok = ok && !fwd_seq_reserve(b, 300) && !fwd_seq_reserve(b, 520) && b->kv_cap[0] == 3 * FWD_KV_PAGE &&
+         pool.used == 7 * page; /* page by page */
+    ok = ok && fwd_seq_reserve(b, 800) == SL_EBUSY && b->kv_cap[0] == 3 * FWD_KV_PAGE && pool.used == 7 * page;
+    a->n_past = 300; /* as if 300 positions were in: trim keeps their 2 pages */
+    fwd_seq_trim(a);
+    ok = ok && a->kv_cap[0] == 2 * FWD_KV_PAGE && pool.used == 5 * page && !fwd_seq_reserve(b, 800);
+    fwd_seq_reset(a), fwd_seq_trim(a);
+    ok = ok && a->kv_cap[1] == FWD_KV_PAGE && pool.used == 5 * page;
+    fwd_seq_free(b);
+    ok = ok && pool.used == page;
+    fwd_seq_free(a);
+    ok = ok && pool.used == 0;
+    be_close(be);
+    CHECK(ok);
+}
+
+/* Sessions: a trimmed session evaluates bitwise as a fresh one; the model's pool counts its sessions' pages;
+ * sl_session_reserve past the context is SL_ERANGE, past the pool SL_EBUSY (then an evaluation too, naming it). */
+TEST(kv_session_trim_and_pool) {
+    sl_model *m = open_kv("qwen3_moe", SL_KV_Q4R, 0, 0);
+    CHECK(m);
+    const int V = sl_model_n_vocab(m), n = 2 * FWD_KV_PAGE + 10;
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    float *a = malloc((size_t)V * sizeof(float)), *b = malloc((size_t)V * sizeof(float));
+    CHECK(p && a && b);
+    for (int i = 0; i < n; i++) p[i] = (int32_t)((i * 31 + 5) % V);
+    sl_session *s = NULL;
+    CHECK(!sl_session_new(m, 0, &s));
+    const uint64_t one = sl_model_kv_pool_used(m, NULL);
+    int ok = !sl_session_eval(s, p, n, a, 0) && sl_model_kv_pool_used(m, NULL) == 3 * one;
+    sl_session_reset(s), sl_session_trim(s);
+    ok = ok && sl_model_kv_pool_used(m, NULL) == one;
+    ok = ok && !sl_session_eval(s, p, 40, NULL, 0) && !sl_session_eval(s, p + 40, n - 40, b, 0);
+    ok = ok && !memcmp(a, b, (size_t)V * sizeof(float));
+    ok = ok && sl_session_reserve(s, sl_session_n_ctx(s) + 1) == SL_ERANGE;
+    sl_session_reset(s), sl_session_trim(s);
+    sl_model_set_kv_pool(m, 2 * one);
+    ok = ok && sl_session_reserve(s, FWD_KV_PAGE + 1) == SL_OK && sl_model_kv_pool_used(m, NULL) == 2 * one;
+    ok = ok && sl_session_reserve(s, 2 * FWD_KV_PAGE + 1) == SL_EBUSY && strstr(sl_session_errmsg(s), "KV pool");
+    sl_status st = sl_session_eval(s, p, n, NULL, 0);
+    ok = ok && st == SL_EBUSY && strstr(sl_session_errmsg(s), "KV pool is full") && sl_session_n_past(s) == 0;
+    sl_session_free(s);
+    ok = ok && sl_model_kv_pool_used(m, NULL) == 0;
+    free(p), free(a), free(b);
+    sl_model_close(m);
+    CHECK(ok);
+}
+
 /* --ctx: sessions of sl_model_params.n_ctx positions, "context full" past it; longer than the model's refused. */
 TEST(kv_ctx_param_and_context_full) {
     sl_model *m = open_kv("qwen3_moe", SL_KV_F16, 0, 16), *big = NULL;

@@ -657,3 +657,85 @@ TEST(sched_context_shift_matches_generate) {
     sl_tokenizer_free(tok);
     sl_model_close(m);
 }
+
+/* KV page pool (sl_model_set_kv_pool): requests that must wait for pages give exactly sl_generate's tokens alone;
+ * when every sequence waits, the newest ends with SL_EBUSY naming the pool and the oldest finishes; the pool's
+ * count goes back to nothing. */
+static void pool_run(sl_model *m, const sl_tokenizer *tok, int max_active, uint64_t pool, int n, int32_t (*prompts)[300],
+                     const int *n_prompt, const int *max_tokens, collect *out, srv_sched_stats *st) {
+    srv_sched_params p = srv_sched_params_default();
+    p.max_active = max_active;
+    sl_model_set_kv_pool(m, pool);
+    srv_sched *sch = NULL;
+    sl_error err = {0};
+    CHECKF(srv_sched_new(m, tok, &p, &sch, &err) == SL_OK, "%s", err.msg);
+    for (int i = 0; sch && i < n; i++) {
+        collect_init(&out[i]);
+        srv_request r = {prompts[i], n_prompt[i], sampling(i % 2), max_tokens[i], NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+        CHECKF(srv_submit(sch, &r, on_event, &out[i], NULL, &err) == SL_OK, "%s", err.msg);
+    }
+    for (int i = 0; sch && i < n; i++) wait_done(&out[i]);
+    memset(st, 0, sizeof *st);
+    if (sch) srv_sched_stats_get(sch, st);
+    srv_sched_free(sch);
+    uint64_t limit = 0;
+    CHECKF(sl_model_kv_pool_used(m, &limit) == 0 && limit == pool, "%llu bytes still held",
+           (unsigned long long)sl_model_kv_pool_used(m, NULL));
+}
+
+TEST(sched_kv_pool_waits_and_equals_generate) {
+    sl_model *m = open_demo(0);
+    CHECK(m);
+    sl_tokenizer *tok = NULL;
+    sl_error err = {0};
+    CHECKF(sl_tokenizer_load(DEMO, &tok, &err) == SL_OK, "%s", err.msg);
+    enum { N = 4 };
+    static int32_t prompts[N][300];
+    /* two sequences of 2 pages (a prompt past 256, or generating past it), two of one */
+    const int from[N] = {100, 1000, 700, 400}, n_prompt[N] = {280, 240, 30, 200}, max_tokens[N] = {40, 40, 8, 80};
+    static collect alone[N], pooled[N], stuck[2];
+    for (int i = 0; i < N; i++) {
+        CHECK(prompt_ids(tok, from[i], n_prompt[i], prompts[i]) > 0);
+        collect_init(&alone[i]);
+        sl_session *s = NULL;
+        sl_sampler *smp = NULL;
+        sl_sampler_params sp = sampling(i % 2);
+        CHECK(sl_session_new(m, 0, &s) == SL_OK && sl_sampler_new(&sp, sl_model_n_vocab(m), &smp) == SL_OK);
+        sl_gen_params gp = sl_gen_params_default();
+        gp.max_tokens = max_tokens[i];
+        CHECKF(sl_generate(m, s, tok, smp, prompts[i], n_prompt[i], &gp, gen_cb, &alone[i], NULL, &err) == SL_OK, "%s",
+               err.msg);
+        sl_sampler_free(smp);
+        sl_session_free(s);
+    }
+    const uint64_t page = sl_model_kv_bytes(m, 512) - sl_model_kv_bytes(m, 256); /* 256 positions, every layer */
+    /* two slots in 3 pages: a sequence of 2 pages and the other's first; the others wait for theirs */
+    srv_sched_stats st;
+    pool_run(m, tok, 2, 3 * page, N, prompts, n_prompt, max_tokens, pooled, &st);
+    printf("    alone %d %d %d %d tokens\n", alone[0].n, alone[1].n, alone[2].n, alone[3].n);
+    CHECKF(st.kv_waits > 0 && !st.kv_evicted, "%llu waits, %llu ended", (unsigned long long)st.kv_waits,
+           (unsigned long long)st.kv_evicted);
+    for (int i = 0; i < N; i++)
+        CHECKF(pooled[i].end.status == SL_OK && alone[i].n == pooled[i].n &&
+                   !memcmp(alone[i].ids, pooled[i].ids, (size_t)alone[i].n * sizeof(int32_t)),
+               "request %d: %d tokens alone, %d in the pool (status %d), or different ids", i, alone[i].n,
+               pooled[i].n, pooled[i].end.status);
+    /* two slots in 2 pages, both generating past their first page: both wait, the newest ends, the oldest goes on */
+    static int32_t p2[2][300];
+    memcpy(p2[0], prompts[1], sizeof p2[0]);
+    memcpy(p2[1], prompts[3], sizeof p2[1]);
+    const int np2[2] = {240, 200}, mt2[2] = {40, 80};
+    pool_run(m, tok, 2, 2 * page, 2, p2, np2, mt2, stuck, &st);
+    CHECK(st.kv_evicted == 1);
+    CHECKF(stuck[0].end.status == SL_OK && stuck[0].n > 256 - 240, "the oldest: status %d, %d tokens",
+           stuck[0].end.status, stuck[0].n);
+    CHECKF(stuck[1].end.status == SL_EBUSY && stuck[1].n == 256 - 200 + 1, "the newest: status %d after %d tokens",
+           stuck[1].end.status, stuck[1].n);
+    /* a prompt that cannot fit the pool at all ends the same way, alone */
+    const int np3[1] = {280}, mt3[1] = {4};
+    pool_run(m, tok, 1, page, 1, prompts, np3, mt3, stuck, &st);
+    CHECKF(stuck[0].end.status == SL_EBUSY && stuck[0].n == 0, "a prompt past the pool: status %d", stuck[0].end.status);
+    sl_model_set_kv_pool(m, 0);
+    sl_tokenizer_free(tok);
+    sl_model_close(m);
+}

@@ -78,35 +78,46 @@ static uint64_t mem_available(void) {
     return (uint64_t)kb * 1024;
 }
 
-/* 0 when every model's --parallel sequences at their full --ctx fit in the memory available now (the KV caches
- * grow as positions fill: refused up front, not at a request's 3000th token), else 1 after saying what to
- * lower. */
-static int kv_room(sl_model *const *m, int n, const srv_params *p) {
-    const uint64_t avail = mem_available();
+/* The sequences' context of model m (--ctx, at most the model's). */
+static int seq_ctx(sl_model *m, const srv_params *p) {
+    int ctx = sl_model_n_ctx(m);
+    return p->sched.n_ctx > 0 && p->sched.n_ctx < ctx ? p->sched.n_ctx : ctx;
+}
+
+/* Each model's pool of KV pages (sl_model_set_kv_pool), which its --parallel sequences share as they fill: pool
+ * bytes (--kv-pool) or, with 0, --parallel sequences at the full --ctx when that fits in three quarters of the
+ * memory available now (shared among the models), else that share: the sequences then take pages as they fill
+ * and wait for them (sched.c). 0, or 1 after saying what to lower when the pool cannot hold one sequence at its
+ * full --ctx besides the other slots' first pages (such a request could never finish). */
+static int kv_room(sl_model *const *m, int n, const srv_params *p, uint64_t pool, uint64_t *pools) {
+    const uint64_t share = mem_available() / 4 * 3 / (uint64_t)n;
     const int par = p->sched.max_active > 0 ? p->sched.max_active : 16;
-    uint64_t need = 0;
     for (int i = 0; i < n; i++) {
-        int ctx = sl_model_n_ctx(m[i]);
-        ctx = p->sched.n_ctx > 0 && p->sched.n_ctx < ctx ? p->sched.n_ctx : ctx;
-        need += (uint64_t)par * sl_model_kv_bytes(m[i], ctx);
+        const int ctx = seq_ctx(m[i], p);
+        const uint64_t one = sl_model_kv_bytes(m[i], ctx), page = (one - sl_model_kv_bytes(m[i], 1)) / (uint64_t)(ctx - 1) * 256;
+        const uint64_t all = (uint64_t)par * one, need = one + (uint64_t)(par - 1) * page;
+        const uint64_t got = pool ? pool : !share || all <= share ? all : share;
+        if (got < need) {
+            char a[32], b[32];
+            fmt_bytes(a, sizeof a, (double)need);
+            fmt_bytes(b, sizeof b, (double)got);
+            return cli_fail("serve", "a sequence at --ctx %d needs %s of KV cache (with the other %d slots' first page), "
+                            "more than the %s %s: lower --ctx or --parallel, or store the cache in fewer bytes "
+                            "(--kv q8)", ctx, a, par - 1, b, pool ? "of --kv-pool" : "of memory available for it");
+        }
+        sl_model_set_kv_pool(m[i], pools[i] = got);
     }
-    if (!avail || need <= avail) return 0;
-    char a[32], b[32];
-    fmt_bytes(a, sizeof a, (double)need);
-    fmt_bytes(b, sizeof b, (double)avail);
-    return cli_fail("serve", "%d sequences at --ctx %d need %s of KV cache, more than the %s of memory available: "
-                    "lower --ctx or --parallel, or store the cache in fewer bytes (--kv q8)", par,
-                    p->sched.n_ctx > 0 ? p->sched.n_ctx : sl_model_n_ctx(m[0]), a, b);
+    return 0;
 }
 
 /* One line on stderr: the model's name, file, context and KV cache. */
-static void print_model(sl_model *m, const char *name, const char *path, const srv_params *p) {
-    int ctx = sl_model_n_ctx(m);
-    ctx = p->sched.n_ctx > 0 && p->sched.n_ctx < ctx ? p->sched.n_ctx : ctx;
-    char kvb[32];
+static void print_model(sl_model *m, const char *name, const char *path, const srv_params *p, uint64_t pool) {
+    const int ctx = seq_ctx(m, p);
+    char kvb[32], pb[32];
     fmt_bytes(kvb, sizeof kvb, (double)sl_model_kv_bytes(m, ctx));
-    fprintf(stderr, "model %s: %s (%d positions per sequence, %s KV cache: %s at the full context)\n", name, path, ctx,
-            sl_kv_type_name(sl_model_kv_type(m)), kvb);
+    fmt_bytes(pb, sizeof pb, (double)pool);
+    fprintf(stderr, "model %s: %s (%d positions per sequence, %s KV cache: %s at the full context; the sequences "
+            "share a pool of %s)\n", name, path, ctx, sl_kv_type_name(sl_model_kv_type(m)), kvb, pb);
 }
 
 /* A server option a with its value v into p (cors: room for the --cors origins; *drain, *key). Returns
@@ -189,6 +200,7 @@ int cmd_serve(int argc, char **argv) {
     const char *cors[MAX_MODELS];
     int n_specs = 0, bad = 0;
     double drain = 5;
+    uint64_t kv_pool = 0; /* --kv-pool; 0: automatic (kv_room) */
     const char *key = getenv("SLUICE_API_KEY");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -199,6 +211,13 @@ int cmd_serve(int argc, char **argv) {
         }
         if (cli_model_opt(argc, argv, &i, &mp, "serve", &bad)) {
             if (bad) return 1;
+            continue;
+        }
+        if (!strcmp(a, "--kv-pool") && v) {
+            long long b = cli_parse_size(v);
+            if (b < 0) return cli_fail("serve", "--kv-pool: bad size '%s' (e.g. 512M, 2G; 0 is automatic)", v);
+            kv_pool = (uint64_t)b;
+            i++;
             continue;
         }
         if (!strcmp(a, "--context-shift")) {
@@ -231,6 +250,7 @@ int cmd_serve(int argc, char **argv) {
     char names[MAX_MODELS][256];
     const char *paths[MAX_MODELS];
     sl_model *opened[MAX_MODELS] = {0};
+    uint64_t pools[MAX_MODELS] = {0};
     sl_tokenizer *toks[MAX_MODELS] = {0};
     srv_server *srv = NULL;
     sl_error err = {0};
@@ -247,9 +267,9 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (kv_room(opened, n, &p)) goto out;
+    if (kv_room(opened, n, &p, kv_pool, pools)) goto out;
     if (srv_server_new(&p, models, n, &srv, &err)) { cli_fail("serve", "%s", err.msg); goto out; }
-    for (int i = 0; i < n; i++) print_model(opened[i], names[i], paths[i], &p);
+    for (int i = 0; i < n; i++) print_model(opened[i], names[i], paths[i], &p, pools[i]);
     int v6 = strchr(p.host, ':') != NULL;
     fprintf(stderr, "listening on http://%s%s%s:%d\n", v6 ? "[" : "", p.host, v6 ? "]" : "", srv_server_port(srv));
     fflush(stderr);

@@ -214,8 +214,13 @@ static const cli_opt serve_opts[] = {
     {"--parallel", "N", "sequences evaluated together, per model (default: 16)"},
     {"--queue", "N", "requests waiting for a slot, per model, beyond which new ones get 503 (default: 64)"},
     {"--ctx", "N", "context positions of each sequence, a request's prompt and max_tokens within it (400 "
-                   "otherwise); each sequence's KV cache grows with the positions it uses, and the start refuses a "
-                   "--ctx whose --parallel sequences would not fit in memory (default: the model's)"},
+                   "otherwise); each sequence's KV cache grows with the positions it uses, in pages of the pool the "
+                   "sequences share (--kv-pool) (default: the model's)"},
+    {"--kv-pool", "SIZE", "KV cache the --parallel sequences of a model share: a sequence takes pages (256 "
+                          "positions) as it fills and waits when there are none; if every sequence waits, the "
+                          "newest fails with an error and gives its pages back. The start refuses a pool that "
+                          "cannot hold one sequence at the full --ctx (default: 0, automatic: --parallel "
+                          "sequences at the full --ctx, at most 3/4 of the memory available)"},
     {"--context-shift", NULL, "a sequence that fills --ctx while generating drops the oldest half of its "
                               "positions after --keep and goes on (re-evaluated: exact, a prefill's cost); "
                               "max_tokens may then pass --ctx (default: off: the length ends it)"},

@@ -48,6 +48,7 @@ struct sl_model {
     fwd_ws *ws;           /* the evaluation workspace; mu makes evaluations take turns in it */
     sl_kv_type kv_type;   /* its sessions' KV caches (sl_model_params.kv_type) */
     int n_ctx;            /* positions of a session made with n_ctx 0 (sl_model_params.n_ctx, or cfg.max_pos) */
+    fwd_kv_pool kv_pool;  /* the KV bytes its sessions hold, and their limit (sl_model_set_kv_pool) */
     pthread_mutex_t mu;
     double eval_s;
     uint64_t tokens;

@@ -76,6 +76,11 @@ uint64_t sl_model_kv_bytes(const sl_model *m, int n_ctx) {
 }
 
 sl_kv_type sl_model_kv_type(const sl_model *m) { return m->kv_type; }
+void sl_model_set_kv_pool(sl_model *m, uint64_t bytes) { m->kv_pool.limit = bytes; }
+uint64_t sl_model_kv_pool_used(const sl_model *m, uint64_t *limit) {
+    if (limit) *limit = m->kv_pool.limit;
+    return m->kv_pool.used;
+}
 
 sl_status model_open_ex(const char *path, const sl_model_params *params, const io_fault_cfg *fault, sl_model **out,
                         sl_error *err) {

@@ -25,6 +25,7 @@ sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
         free(s);
         return err_set(&m->err, SL_ENOMEM, "out of memory for a session of %d positions", n_ctx);
     }
+    fwd_seq_set_pool(s->sq, &m->kv_pool);
     *out = s;
     return SL_OK;
 }
@@ -43,6 +44,24 @@ void sl_session_reset(sl_session *s) {
 }
 int sl_session_n_past(const sl_session *s) { return fwd_seq_n_past(s->sq); }
 int sl_session_n_ctx(const sl_session *s) { return s->n_ctx; }
+
+sl_status sl_session_reserve(sl_session *s, int n_pos) {
+    if (n_pos > s->n_ctx)
+        return err_set(&s->err, SL_ERANGE, "%d positions: more than the session's context of %d", n_pos, s->n_ctx);
+    pthread_mutex_lock(&s->m->mu); /* the backend's allocations, as an evaluation's */
+    sl_status st = fwd_seq_reserve(s->sq, n_pos);
+    pthread_mutex_unlock(&s->m->mu);
+    if (st == SL_EBUSY)
+        return err_set(&s->err, st, "the KV pool is full: %llu of its %llu bytes in use, %d positions need more",
+                       (unsigned long long)s->m->kv_pool.used, s->m->kv_pool.limit, n_pos);
+    return st ? err_set(&s->err, st, "out of memory for the KV cache at %d positions", n_pos) : SL_OK;
+}
+
+void sl_session_trim(sl_session *s) {
+    pthread_mutex_lock(&s->m->mu);
+    fwd_seq_trim(s->sq);
+    pthread_mutex_unlock(&s->m->mu);
+}
 
 /* The session's positions grew from n_toks to n_past by tokens t: recorded (a failed growth: not known). */
 static void record(sl_session *s, const int32_t *t) {

@@ -894,10 +894,14 @@ static sl_status check_seq(const fwd_ws *ws, const fwd_seq *sq, const fam_config
 
 /* The KV caches grown for n more positions (fwd_seq_reserve); growing changes no result. */
 static sl_status reserve_kv(fwd_seq *sq, int n, sl_error *err) {
-    if (!fwd_seq_reserve(sq, sq->n_past + n)) return 0;
+    sl_status st = fwd_seq_reserve(sq, sq->n_past + n);
+    if (!st) return 0;
     size_t per = 0; /* every attention layer's K and V row */
     for (int l = 0; l < sq->n_layers; l++)
         per += sq->shape.layer_linear[l] ? 0 : fwd_kv_row_bytes(sq, l, 0) + fwd_kv_row_bytes(sq, l, 1);
+    if (st == SL_EBUSY)
+        return err_set(err, SL_EBUSY, "the KV pool is full: %llu of its %llu bytes in use, %d positions need more "
+                       "(%zu bytes a position)", (unsigned long long)sq->pool->used, sq->pool->limit, sq->n_past + n, per);
     return err_set(err, SL_ENOMEM, "out of memory for the KV cache at %d positions (%zu bytes a position)",
                    sq->n_past + n, per);
 }

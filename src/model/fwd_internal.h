@@ -101,8 +101,8 @@ struct fwd_seq {
      * never reach the rows its first query (or a retry of it) reads. fwd_kv_keep says how many a state keeps. */
     int kv_max[SL_MAX_LAYERS];
     /* rows allocated now: the cache grows with the positions used (fwd_seq_reserve, in pages of FWD_KV_PAGE
-     * rows, at least doubling) up to kv_max; until it reaches kv_max no position is at or past kv_cap, so the
-     * ring's p % kv_cap is the identity while it grows */
+     * rows, at least doubling; by pages under a pool's limit) up to kv_max; until it reaches kv_max no position
+     * is at or past kv_cap, so the ring's p % kv_cap is the identity while it grows */
     int kv_cap[SL_MAX_LAYERS];
     /* DeltaNet: conv [K-1][Cq] (pre-conv inputs, oldest first), ssm [nv][dk][dv]; two slots each */
     float *conv[SL_MAX_LAYERS][2], *ssm[SL_MAX_LAYERS][2];
@@ -117,6 +117,7 @@ struct fwd_seq {
      * indexer's likewise; NULL elsewhere */
     float *cmp_ring[SL_MAX_LAYERS], *cmp_ent[SL_MAX_LAYERS], *idx_ring[SL_MAX_LAYERS], *idx_ent[SL_MAX_LAYERS];
     int wide;        /* 1 (default): evaluate more than FWD_BATCH tokens layer-major (eval_wide) */
+    fwd_kv_pool *pool; /* the budget its caches count in (fwd_seq_set_pool), or NULL */
     uint64_t uid;    /* unique in the process: names its buffers to a backend that records steps (step_begin) */
 };
 

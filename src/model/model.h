@@ -24,9 +24,26 @@ typedef struct be_backend be_backend;
  * (MLA's stay f32). NULL when out of memory or kv_type is not a type. The caches start at one page and grow
  * with the positions used (fwd_seq_reserve), so a long n_ctx costs only what is used. */
 fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, be_backend *be);
-/* Grows the KV caches to hold positions 0 .. n_pos - 1 (n_pos <= n_ctx); fwd_eval calls it itself. SL_OK, or
+/* A budget of KV cache bytes that the sequences of one model share (the server's slots: sl_model_set_kv_pool):
+ * used counts every attention cache's allocated rows (kv_cap x the K and V row bytes) of the sequences that
+ * joined it; limit 0 = none. A sequence grows its caches only while used stays within limit (one page at a
+ * time then, not doubling), so memory follows the positions actually used across sequences. */
+typedef struct fwd_kv_pool {
+    _Atomic unsigned long long used;
+    unsigned long long limit;
+} fwd_kv_pool;
+/* sq's caches from now on count in pool (NULL: none); what it holds now is added to it (a sequence's first
+ * page is always given, even past the limit). */
+void fwd_seq_set_pool(fwd_seq *sq, fwd_kv_pool *pool);
+/* Grows the KV caches to hold positions 0 .. n_pos - 1 (n_pos <= n_ctx); fwd_eval calls it itself. SL_OK,
+ * SL_EBUSY when its pool's limit has not the pages (then only what fits never is taken: nothing changes), or
  * SL_ENOMEM with sq unchanged. Buffers move: a backend's recorded steps of sq are not replayed after. */
 sl_status fwd_seq_reserve(fwd_seq *sq, int n_pos);
+/* Gives back the cache pages past those its positions need (at least one page a layer): a finished
+ * sequence's memory after fwd_seq_reset. A ring that wrapped keeps its rows. Results do not change. */
+void fwd_seq_trim(fwd_seq *sq);
+/* Bytes of KV cache sq holds now (what it counts in its pool). */
+size_t fwd_seq_kv_held(const fwd_seq *sq);
 /* The KV bytes (the caches at n_pos positions, DeltaNet states) a sequence of cfg takes at kv_type. */
 size_t fwd_seq_mem_bytes(const fam_config *cfg, int n_pos, sl_kv_type kv_type);
 void fwd_seq_free(fwd_seq *sq);

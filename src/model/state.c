@@ -2,6 +2,7 @@
  * state.c — a sequence's state (fwd_internal.h fwd_seq): its buffers' lifetime, the KV rows and DeltaNet state
  * a saved state holds, and their save and load (model.h). Moved out of forward.c, which keeps the evaluation.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,13 +38,41 @@ size_t fwd_kv_bytes(const fwd_seq *sq, int l, int v) { return (size_t)sq->kv_cap
 
 int fwd_kv_ring(const fwd_seq *sq, int l) { return sq->kv_max[l] < sq->n_ctx; }
 
-/* Layer l's caches at cap rows (cap > kv_cap[l]): new buffers holding rows 0 .. min(n_past, kv_cap) - 1 of the
- * old ones (positions below kv_cap sit at their own rows: a cache that can still grow has never wrapped).
- * SL_ENOMEM leaves the layer as it was. */
-static sl_status kv_grow(fwd_seq *sq, int l, int cap) {
+/* Takes n bytes from sq's pool (force: past its limit too); 0, or -1 when the limit has not room. */
+static int pool_take(fwd_seq *sq, size_t n, int force) {
+    fwd_kv_pool *p = sq->pool;
+    if (!p) return 0;
+    unsigned long long u = p->used;
+    do {
+        if (!force && p->limit && u + n > p->limit) return -1;
+    } while (!atomic_compare_exchange_weak(&p->used, &u, u + n));
+    return 0;
+}
+
+static void pool_give(fwd_seq *sq, size_t n) {
+    if (sq->pool) atomic_fetch_sub(&sq->pool->used, (unsigned long long)n);
+}
+
+size_t fwd_seq_kv_held(const fwd_seq *sq) {
+    size_t n = 0;
+    for (int l = 0; l < sq->n_layers; l++) n += fwd_kv_bytes(sq, l, 0) + fwd_kv_bytes(sq, l, 1);
+    return n;
+}
+
+void fwd_seq_set_pool(fwd_seq *sq, fwd_kv_pool *pool) {
+    pool_give(sq, fwd_seq_kv_held(sq));
+    sq->pool = pool;
+    pool_take(sq, fwd_seq_kv_held(sq), 1);
+}
+
+/* Layer l's caches at cap rows: new buffers holding rows 0 .. min(n_past, kv_cap, cap) - 1 of the old ones
+ * (positions below kv_cap sit at their own rows: a cache that can still grow has never wrapped; a smaller cap
+ * is asked for only where n_past <= cap). The pool is the caller's. SL_ENOMEM leaves the layer as it was. */
+static sl_status kv_resize(fwd_seq *sq, int l, int cap) {
     be_backend *be = sq->be;
     const size_t rb = fwd_kv_row_bytes(sq, l, 0), vrb = fwd_kv_row_bytes(sq, l, 1);
-    const size_t keep = (size_t)(sq->n_past < sq->kv_cap[l] ? sq->n_past : sq->kv_cap[l]);
+    size_t keep = (size_t)(sq->n_past < sq->kv_cap[l] ? sq->n_past : sq->kv_cap[l]);
+    keep = keep < (size_t)cap ? keep : (size_t)cap;
     const int two = vrb > 0; /* one cache: MLA's rows, V4's key = value */
     void *nk = be->alloc(be, (size_t)cap * rb, BE_BUF_DEVICE), *nv = two ? be->alloc(be, (size_t)cap * vrb, BE_BUF_DEVICE) : NULL;
     if (!nk || (two && !nv)) {
@@ -61,18 +90,58 @@ static sl_status kv_grow(fwd_seq *sq, int l, int cap) {
     return SL_OK;
 }
 
+static int page_up(long n) { return (int)((n + FWD_KV_PAGE - 1) / FWD_KV_PAGE * FWD_KV_PAGE); }
+
+/* The rows layer l grows to for n_pos positions (kv_cap when it needs none): doubling, or (min) only the
+ * pages it needs. */
+static int grow_to(const fwd_seq *sq, int l, int n_pos, int min) {
+    if (sq->shape.layer_linear[l] || sq->kv_cap[l] >= sq->kv_max[l] || sq->kv_cap[l] >= n_pos) return sq->kv_cap[l];
+    const int need = page_up(n_pos), want = min ? need : page_up(imax(need, 2 * sq->kv_cap[l]));
+    return want < sq->kv_max[l] ? want : sq->kv_max[l];
+}
+
+/* The bytes sq's caches grow by for n_pos positions (grow_to). */
+static size_t grow_bytes(const fwd_seq *sq, int n_pos, int min) {
+    size_t n = 0;
+    for (int l = 0; l < sq->n_layers; l++)
+        n += (size_t)(grow_to(sq, l, n_pos, min) - sq->kv_cap[l]) * (fwd_kv_row_bytes(sq, l, 0) + fwd_kv_row_bytes(sq, l, 1));
+    return n;
+}
+
 sl_status fwd_seq_reserve(fwd_seq *sq, int n_pos) {
+    int min = sq->pool && sq->pool->limit; /* under a limit: pages as needed, not doubling */
+    size_t add = grow_bytes(sq, n_pos, min);
+    if (!add) return SL_OK;
+    if (pool_take(sq, add, 0)) return SL_EBUSY;
     int moved = 0;
     for (int l = 0; l < sq->n_layers; l++) {
-        if (sq->shape.layer_linear[l] || sq->kv_cap[l] >= sq->kv_max[l] || sq->kv_cap[l] >= n_pos) continue;
-        long want = imax(n_pos, imax(FWD_KV_PAGE, 2 * sq->kv_cap[l]));
-        want = (want + FWD_KV_PAGE - 1) / FWD_KV_PAGE * FWD_KV_PAGE;
-        sl_status st = kv_grow(sq, l, want < sq->kv_max[l] ? (int)want : sq->kv_max[l]);
-        if (st) return st;
+        int cap = grow_to(sq, l, n_pos, min);
+        if (cap == sq->kv_cap[l]) continue;
+        size_t rb = fwd_kv_row_bytes(sq, l, 0) + fwd_kv_row_bytes(sq, l, 1), was = (size_t)sq->kv_cap[l] * rb;
+        if (kv_resize(sq, l, cap)) { /* the layers grown so far keep their rows; the rest goes back */
+            pool_give(sq, add);
+            if (moved) sq->uid = fwd_next_uid();
+            return SL_ENOMEM;
+        }
+        add -= (size_t)cap * rb - was;
         moved = 1;
     }
-    if (moved) sq->uid = fwd_next_uid(); /* other buffers: a recorded step (step_begin) must not replay */
+    sq->uid = fwd_next_uid(); /* other buffers: a recorded step (step_begin) must not replay */
     return SL_OK;
+}
+
+void fwd_seq_trim(fwd_seq *sq) {
+    int moved = 0;
+    for (int l = 0; l < sq->n_layers; l++) {
+        if (sq->shape.layer_linear[l] || !sq->k_cache[l] || sq->n_past > sq->kv_cap[l]) continue; /* a wrapped ring */
+        int want = page_up(imax(sq->n_past, 1));
+        want = want < sq->kv_max[l] ? want : sq->kv_max[l];
+        const size_t was = fwd_kv_bytes(sq, l, 0) + fwd_kv_bytes(sq, l, 1);
+        if (want >= sq->kv_cap[l] || kv_resize(sq, l, want)) continue; /* ENOMEM: keeps the bigger one */
+        pool_give(sq, was - fwd_kv_bytes(sq, l, 0) - fwd_kv_bytes(sq, l, 1));
+        moved = 1;
+    }
+    if (moved) sq->uid = fwd_next_uid();
 }
 
 fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, be_backend *be) {
@@ -118,6 +187,7 @@ fail:
 void fwd_seq_free(fwd_seq *sq) {
     if (!sq) return;
     be_backend *be = sq->be;
+    pool_give(sq, fwd_seq_kv_held(sq));
     fwd_mla_seq_free(sq);
     for (int l = 0; l < SL_MAX_LAYERS; l++) {
         be->free(be, sq->k_cache[l], fwd_kv_bytes(sq, l, 0), BE_BUF_DEVICE);

@@ -195,6 +195,8 @@ static void gen_error(const gen *g, api_error *e) {
     if (g->oom) api_fail(e, 500, NULL, NULL, "out of memory");
     else if (g->status == SL_ECANCELED) api_fail(e, 503, NULL, NULL, "the generation was canceled (the server is stopping)");
     else if (g->status == SL_ERANGE || g->status == SL_EINVAL) api_fail(e, 400, NULL, NULL, "%s", g->errmsg);
+    else if (g->status == SL_EBUSY) /* the KV pool ran out of pages (sched.c): another time may fit */
+        api_fail(e, 503, NULL, "server_overloaded", "the server is busy: %s", g->errmsg);
     else api_fail(e, 500, NULL, NULL, "generation failed: %s", g->errmsg);
 }
 

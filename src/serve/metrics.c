@@ -55,6 +55,10 @@ G(tps) { return m->tok_per_s; }
 G(steps) { return (double)m->sched.steps; }
 G(rows) { return (double)m->sched.step_rows; }
 G(busy) { return m->sched.busy_s; }
+G(kv_waits) { return (double)m->sched.kv_waits; }
+G(kv_evicted) { return (double)m->sched.kv_evicted; }
+G(kv_used) { return (double)m->sched.kv_pool_used; }
+G(kv_limit) { return (double)m->sched.kv_pool_limit; }
 G(hits) { return (double)m->model.hits; }
 G(misses) { return (double)m->model.misses; }
 G(hit_ratio) {
@@ -91,6 +95,10 @@ static const metric metrics[] = {
     {"batch_steps_total", "counter", "Batched forward steps run by the scheduler.", get_steps},
     {"batch_rows_total", "counter", "Tokens evaluated in the scheduler's steps.", get_rows},
     {"busy_seconds_total", "counter", "Time the scheduler spent inside batched evaluation.", get_busy},
+    {"kv_pool_bytes", "gauge", "KV cache bytes the sequences hold now (pages of the pool).", get_kv_used},
+    {"kv_pool_limit_bytes", "gauge", "KV cache bytes the sequences may share (--kv-pool; 0: no limit).", get_kv_limit},
+    {"kv_pool_waits_total", "counter", "Times a sequence waited a step for KV pages.", get_kv_waits},
+    {"kv_pool_evicted_total", "counter", "Requests ended because every sequence waited for KV pages.", get_kv_evicted},
     {"expert_cache_hits_total", "counter", "Expert requests served from the cache.", get_hits},
     {"expert_cache_misses_total", "counter", "Expert requests read from the model file.", get_misses},
     {"expert_cache_hit_ratio", "gauge", "Expert cache hits over all expert requests since start.", get_hit_ratio},

@@ -72,6 +72,7 @@ typedef struct sreq {
     int prompt_done;  /* under mu: the prompt is evaluated (too late to start sharing it) */
     int waiting;      /* this step: waits for the leader's prompt (share_take) */
     int looked;       /* the prefix cache was looked up (cache_start) */
+    int paged;        /* the pages of its whole prompt are reserved (KV pool: admit_pages) */
     int canceled;
     double t_submit, t_start, t_first;
     struct sreq *link;
@@ -177,11 +178,20 @@ static void share_link(srv_sched *s, sreq *r, uint64_t of) {
     r->share->refs++;
 }
 
-/* Counts the request's end and returns its session to the spare list, then sends its done event, so
- * whoever the event wakes sees the counters already updated. Called without mu. */
+/* Counts the request's end and returns its session to the spare list (its KV pages trimmed; freed instead under a
+ * KV pool's limit), then sends its done event, so whoever the event wakes sees the counters already updated.
+ * Called without mu. */
 static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_stop_reason why) {
     double t = clk_now_s();
+    uint64_t limit = 0;
+    if (r->sess) { /* its pages back: down to one a layer, or none under a pool's limit (the others may wait) */
+        sl_model_kv_pool_used(s->m, &limit);
+        sl_session_reset(r->sess);
+        sl_session_trim(r->sess);
+        if (limit) sl_session_free(r->sess), r->sess = NULL;
+    }
     pthread_mutex_lock(&s->mu);
+    if (r->sess) s->spare[s->n_spare++] = r->sess, r->sess = NULL;
     if (status == SL_OK) s->st.completed++;
     else if (status == SL_ECANCELED) s->st.canceled++;
     else s->st.failed++;
@@ -191,11 +201,6 @@ static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_
      * thread (srv_cancel) must not find r there once it is freed */
     for (int i = 0; i < s->n_active; i++)
         if (s->active[i] == r) s->active[i] = NULL;
-    if (r->sess) {
-        sl_session_reset(r->sess);
-        s->spare[s->n_spare++] = r->sess;
-        r->sess = NULL;
-    }
     pthread_mutex_unlock(&s->mu);
     srv_event ev;
     memset(&ev, 0, sizeof ev);
@@ -589,18 +594,24 @@ static int step_begin(srv_sched *s, sreq **act, int n) {
     return gone;
 }
 
-static void step(srv_sched *s) {
-    /* snapshot the active list; new arrivals wait for the next step */
-    pthread_mutex_lock(&s->mu);
-    admit(s);
-    int n = s->n_active;
-    sreq **act = s->item_req + s->p.max_active; /* second half of item_req: the snapshot */
-    memcpy(act, s->active, (size_t)n * sizeof *act);
-    pthread_mutex_unlock(&s->mu);
+/* The KV pages for r's next n positions (sl_session_reserve); a request whose prompt has not started takes its
+ * whole prompt's first, unless *hold (an earlier one waits for its own: first come, first served). 0, or 1 when the
+ * pool has them not now (r waits this step; *hold set for a new one). Other failures are left to the evaluation. */
+static int pages_for(sreq *r, int n, int *hold) {
+    if (!r->paged) {
+        const int ctx = sl_session_n_ctx(r->sess), want = r->n_prompt + 1 < ctx ? r->n_prompt + 1 : ctx;
+        if (*hold || sl_session_reserve(r->sess, want) == SL_EBUSY) return *hold = 1;
+        r->paged = 1;
+    }
+    return sl_session_reserve(r->sess, sl_session_n_past(r->sess) + n) == SL_EBUSY;
+}
 
-    int gone = step_begin(s, act, n);
-    /* decode rows first, then prompt chunks round-robin within the budget */
-    int ni = 0, n_prefill = 0;
+/* The step's rows into s->items: a token for every decoding sequence, then prompt chunks round-robin within the
+ * prefill budget; a sequence whose pages the KV pool cannot give now waits (counted in *waits). *stuck: the
+ * youngest such one, or NULL. Returns the item count. */
+static int build_step(srv_sched *s, sreq **act, int n, int *gone, sreq **stuck, int *waits) {
+    int ni = 0, n_prefill = 0, hold = 0;
+    *stuck = NULL;
     for (int i = 0; i < n; i++) {
         sreq *r = act[i];
         if (!r || r->waiting) continue;
@@ -610,7 +621,12 @@ static void step(srv_sched *s) {
         }
         if (s->p.context_shift && make_room(s, r)) { /* finished: the shift failed */
             act[i] = NULL;
-            gone = 1;
+            *gone = 1;
+            continue;
+        }
+        if (pages_for(r, 1, &hold)) {
+            if (!*stuck || r->t_start > (*stuck)->t_start) *stuck = r;
+            (*waits)++;
             continue;
         }
         s->items[ni] = (sl_batch_item){r->sess, &r->next, 1, r->logits, 0};
@@ -624,12 +640,47 @@ static void step(srv_sched *s) {
         share -= share % FWD_CHUNK;
         int left = r->n_prompt - r->fed, c = left <= share ? left : share;
         if (r->snap_at > r->fed && r->fed + c > r->snap_at) c = r->snap_at - r->fed; /* end a chunk there */
-        budget -= c;
         n_prefill--;
+        if (pages_for(r, c, &hold)) {
+            if (!*stuck || r->t_start > (*stuck)->t_start) *stuck = r;
+            (*waits)++;
+            continue;
+        }
+        budget -= c;
         s->items[ni] = (sl_batch_item){r->sess, r->prompt + r->fed, c, c == left ? r->logits : NULL, 0};
         s->item_req[ni++] = r;
     }
     if (n) s->rr = (s->rr + 1) % n;
+    return ni;
+}
+
+static void step(srv_sched *s) {
+    /* snapshot the active list; new arrivals wait for the next step */
+    pthread_mutex_lock(&s->mu);
+    admit(s);
+    int n = s->n_active;
+    sreq **act = s->item_req + s->p.max_active; /* second half of item_req: the snapshot */
+    memcpy(act, s->active, (size_t)n * sizeof *act);
+    pthread_mutex_unlock(&s->mu);
+
+    int gone = step_begin(s, act, n);
+    sreq *stuck = NULL;
+    int waits = 0;
+    int ni = build_step(s, act, n, &gone, &stuck, &waits);
+    if (waits) {
+        pthread_mutex_lock(&s->mu);
+        s->st.kv_waits += (uint64_t)waits;
+        s->st.kv_evicted += !ni;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (!ni && stuck) { /* every sequence waits for KV pages: the youngest gives its pages up */
+        char msg[sizeof ((sl_error *)0)->msg];
+        snprintf(msg, sizeof msg, "%s (lower --parallel or --ctx, or raise --kv-pool)", sl_session_errmsg(stuck->sess));
+        finish(s, stuck, SL_EBUSY, msg, SL_STOP_LENGTH);
+        for (int j = 0; j < n; j++)
+            if (act[j] == stuck) act[j] = NULL;
+        gone = 1;
+    }
     if (ni) {
         double t0 = clk_now_s();
         sl_status st = sl_batch_eval(s->m, s->items, ni);
@@ -858,4 +909,5 @@ void srv_sched_stats_get(srv_sched *s, srv_sched_stats *out) {
     out->active = s->n_live;
     out->queued = s->n_queued;
     pthread_mutex_unlock(&s->mu);
+    out->kv_pool_used = sl_model_kv_pool_used(s->m, &out->kv_pool_limit);
 }

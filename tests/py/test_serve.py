@@ -820,6 +820,9 @@ def test_command_line_errors(tmp_path):
     assert r.returncode == 1 and b"--port" in r.stderr
     r = run(["serve", "-m", str(tmp_path / "missing.sluice"), "--port", "0"], check=False)
     assert r.returncode == 1 and b"missing.sluice" in r.stderr
+    # a KV pool that cannot hold one sequence at the full --ctx (besides the other slots' first page)
+    r = run(["serve", "-m", DEMO, "--port", "0", "--ctx", "4096", "--kv-pool", "1M"], check=False, timeout=20)
+    assert r.returncode == 1 and b"--kv-pool" in r.stderr and b"--ctx 4096" in r.stderr
     with socket.socket() as taken:  # a port in use: one line naming it
         taken.bind(("127.0.0.1", 0))
         taken.listen()
