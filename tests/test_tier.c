@@ -181,3 +181,68 @@ TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
     free(want);
     slc_close(&f);
 }
+
+/* One request through src with tier_audit after every hand-out and release and after the end; 0, or why. */
+static int audited_request(tier *t, tn_expert_src *src, int layer, const int *list, int n, int ordered, char *why,
+                           size_t whylen) {
+    int rc = src->begin(src->ctx, layer, list, n, ordered);
+    for (int i = 0; !rc && i < n; i++) {
+        tn_expert ex;
+        memset(&ex, 0, sizeof ex);
+        int e = -1;
+        if ((rc = src->next(src->ctx, &e, &ex))) break;
+        if ((rc = tier_audit(t, why, whylen))) break;
+        src->release(src->ctx, e);
+        if ((rc = tier_audit(t, why, whylen))) break;
+    }
+    if (rc && !why[0]) snprintf(why, whylen, "layer %d: %s", layer, src->errmsg(src->ctx));
+    src->end(src->ctx);
+    return rc ? rc : tier_audit(t, why, whylen);
+}
+
+/* The victim kept in a heap (tier.c) is the one the policy's order names (a scan over the slots: LRU, or the hybrid
+ * step's decayed counts then LRU), over random decode-like and layer-major requests that evict in every layer. */
+TEST(tier_eviction_heap_keeps_the_policy_order) {
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    const int E = (int)f.h.n_experts, L = f.cfg.n_layers;
+    srand(test_seed());
+    for (int hybrid = 0; hybrid < 2; hybrid++) {
+        char why[512] = "";
+        sl_error se = {0};
+        be_backend *cpu = be_cpu_new(NULL, NULL);
+        CHECK(cpu);
+        io_engine *io = pread_new(f.fd, 2, &se);
+        CHECKF(io, "%s", se.msg);
+        cache_cfg cc = {&f, &f.cfg, io, (uint64_t)16 * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
+        cache *c = cache_make(&cc, &se);
+        CHECKF(c, "%s", se.msg);
+        tier_cfg tc = {.be = cpu, .file = &f, .cfg = &f.cfg, .lower = cache_source(c),
+                       .budget = (uint64_t)(L * E / 4 + 1) * f.h.expert_stride, .lower_slots = 16, .hybrid = hybrid};
+        tier *t = tier_make(&tc, &se);
+        CHECKF(t, "%s", se.msg);
+        tn_expert_src src = tier_source(t);
+        int rc = 0;
+        for (int r = 0; !rc && r < 300; r++) {
+            int layer = r % L, n = 0, list[64];
+            if (cfg_moe_slot(&f.cfg, layer) < 0) continue;
+            int ordered = r % 7 == 6, want_n = ordered ? E / 2 : f.cfg.n_experts_used;
+            for (int e = 0; e < E && n < want_n; e++) /* skewed: the low experts more often */
+                if (rand() % (E + 4 * e) < 2 * want_n + 1) list[n++] = e;
+            if (n > 0) rc = audited_request(t, &src, layer, list, n, ordered, why, sizeof why);
+        }
+        tier_stats ts;
+        tier_get_stats(t, &ts);
+        tier_free(t);
+        cache_free(c);
+        be_close(cpu);
+        CHECKF(rc == 0, "hybrid %d (seed %u): %s", hybrid, test_seed(), why);
+        CHECKF(ts.misses > (uint64_t)ts.slots && ts.hits > 0, "hybrid %d: %llu slots, hits %llu misses %llu", hybrid,
+               (unsigned long long)ts.slots, (unsigned long long)ts.hits, (unsigned long long)ts.misses);
+        CHECKF(!hybrid || ts.host > 0, "hybrid: no expert handed out on the host");
+    }
+    slc_close(&f);
+}

@@ -379,6 +379,10 @@ struct be_backend {
     /* 1 once fence f has passed, else 0; wait: first block until it has. A failure is recorded for sync()
      * and counts as passed. */
     int (*fence_done)(be_backend *be, uint64_t f, int wait);
+    /* Queues a backend -> host copy after the compute ops queued so far, without waiting: dst (host memory;
+     * pinned, BE_BUF_PINNED, lets it run asynchronously) holds the bytes once the returned fence has passed
+     * (fence_done). 0 with the failure recorded for sync(). NULL where copies are synchronous: copy(BE_D2H). */
+    uint64_t (*copy_down)(be_backend *be, void *dst, const void *src, size_t bytes);
 
     /* ---- dense ops ---- */
     /* x[t] (t < n) = row tokens[t] (HOST) of table as f32, any dtype. */

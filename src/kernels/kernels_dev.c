@@ -196,7 +196,9 @@ static void dev_matmul2(pool_t *pool, const tn_mat *m0, const tn_mat *m1, const 
     const size_t n0 = ((size_t)m0->rows + DEV_GRAIN - 1) / DEV_GRAIN, n1 = m1 ? ((size_t)m1->rows + DEV_GRAIN - 1) / DEV_GRAIN : 0;
     /* m0's last item may be short: the split index is in whole items */
     dev_job j = {{m0, m1}, a, {y0, y1}, {ldy, ldy}, (int)n0 * DEV_GRAIN};
-    if (pool) pool_for(pool, n0 + n1, 1, dev_part, &j);
+    /* dynamic: the caller and the awake threads take the items while the others wake (a host expert of the hybrid
+     * step comes after the GPU's work, when the workers sleep; a static split waited for the last to wake) */
+    if (pool) pool_for_any(pool, n0 + n1, 1, dev_part, &j);
     else dev_part(&j, 0, n0 + n1);
 }
 

@@ -24,6 +24,7 @@ typedef struct tslot {
     uint8_t *buf; /* device memory, stride bytes */
     int key;      /* moe slot * E + expert, or -1 */
     int refs;     /* held by the current request */
+    int hpos;     /* its index in the heap of evictable slots, or -1 (free, or held) */
     uint64_t tick;
     uint64_t fence; /* async: the compute ops that read its block so far end before this fence (backend.h) */
     int used;       /* async: read by the current request, fence not taken yet */
@@ -41,6 +42,11 @@ struct tier {
     size_t arena_bytes;
     int *map; /* [n_keys] -> slot or -1 */
     uint64_t tick;
+    /* eviction (victim): the free slots (a stack, the lowest index on top), and a binary min-heap of the evictable
+     * ones (a key, no refs) by the policy's order (before()), so a miss finds its victim without a scan */
+    int *freel, n_free;
+    int *heap, n_heap;
+    int *held, n_held; /* slots given refs in this request (t_end takes them back), a slot perhaps twice */
     /* the current request */
     int layer, mslot, ordered, active, lo_begun;
     int *list, n_list, pos;       /* ordered: the experts in order */
@@ -62,6 +68,7 @@ struct tier {
     void *host_ctx;
     float *freq;        /* [n_keys] decayed use counts, as of ... */
     uint32_t *fseen;    /* [n_keys] ... this token */
+    double *prio;       /* [n_keys] log2(freq) + fseen / TIER_HALF: the count's order at any later token */
     uint32_t tok;       /* passes over the MoE layers so far */
     uint8_t *hostd;     /* [E] handed out where it lies in the current request, not yet released */
     uint64_t *l_st;     /* [n_moe][3]: hits, copied, host */
@@ -81,25 +88,98 @@ static float score(const tier *t, int key) {
     return t->freq[key] * exp2f(-(float)(t->tok - t->fseen[key]) / TIER_HALF);
 }
 
-/* hybrid: one more use of key, this token */
+/* hybrid: one more use of key, this token. Two counts decay by the same factor from one token to the next, so
+ * their order never changes until one is used again: prio (log2 of the count, moved to token 0) keeps it. */
 static void use(tier *t, int key) {
     t->freq[key] = score(t, key) + 1.0f;
     t->fseen[key] = t->tok;
+    t->prio[key] = log2((double)t->freq[key]) + (double)t->tok / TIER_HALF;
 }
 
-/* A free slot, else the least recently used unreferenced one (hybrid: the lowest use count, then the least
- * recently used); -1 when every slot is held. */
-static int victim(tier *t) {
-    int best = -1;
-    float bs = 0;
-    for (int i = 0; i < t->n_slots; i++) {
-        tslot *s = &t->slots[i];
-        if (s->key < 0) return i;
-        if (s->refs > 0) continue;
-        float sc = t->hybrid ? score(t, s->key) : 0;
-        if (best < 0 || sc < bs || (sc == bs && s->tick < t->slots[best].tick)) best = i, bs = sc;
+/* The eviction order: slot a goes before slot b (LRU; hybrid: the lower use count, then the least recently used). */
+static int before(const tier *t, int a, int b) {
+    const tslot *x = &t->slots[a], *y = &t->slots[b];
+    if (t->hybrid) {
+        const double pa = t->prio[x->key], pb = t->prio[y->key];
+        if (pa != pb) return pa < pb;
     }
-    return best;
+    return x->tick < y->tick;
+}
+
+static void heap_set(tier *t, int i, int si) {
+    t->heap[i] = si;
+    t->slots[si].hpos = i;
+}
+
+static void heap_up(tier *t, int i) {
+    const int si = t->heap[i];
+    while (i > 0 && before(t, si, t->heap[(i - 1) / 2])) {
+        heap_set(t, i, t->heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    heap_set(t, i, si);
+}
+
+static void heap_down(tier *t, int i) {
+    const int si = t->heap[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= t->n_heap) break;
+        if (c + 1 < t->n_heap && before(t, t->heap[c + 1], t->heap[c])) c++;
+        if (!before(t, t->heap[c], si)) break;
+        heap_set(t, i, t->heap[c]);
+        i = c;
+    }
+    heap_set(t, i, si);
+}
+
+/* slot si (a key, no refs) becomes evictable */
+static void heap_push(tier *t, int si) {
+    heap_set(t, t->n_heap++, si);
+    heap_up(t, t->n_heap - 1);
+}
+
+/* slot si leaves the heap (held, or taken as a victim) */
+static void heap_del(tier *t, int si) {
+    const int i = t->slots[si].hpos;
+    if (i < 0) return;
+    t->slots[si].hpos = -1;
+    const int last = t->heap[--t->n_heap];
+    if (last == si) return;
+    heap_set(t, i, last);
+    heap_up(t, i);
+    heap_down(t, t->slots[last].hpos);
+}
+
+/* slot si gets a ref of the current request */
+static void hold(tier *t, int si) {
+    if (t->slots[si].refs++ == 0) {
+        heap_del(t, si);
+        t->held[t->n_held++] = si;
+    }
+}
+
+/* one ref of slot si ends; the last makes it evictable again */
+static void unhold(tier *t, int si) {
+    tslot *s = &t->slots[si];
+    if (s->refs > 0 && --s->refs == 0 && s->key >= 0) heap_push(t, si);
+}
+
+/* Every ref of the request ends (t_end; and a begin after a request that was not ended). */
+static void drop_refs(tier *t) {
+    for (int i = 0; i < t->n_held; i++) {
+        tslot *s = &t->slots[t->held[i]];
+        if (s->refs > 0) {
+            s->refs = 1;
+            unhold(t, t->held[i]);
+        }
+    }
+    t->n_held = 0;
+}
+
+/* A free slot, else the first evictable one in the eviction order; -1 when every slot is held. */
+static int victim(const tier *t) {
+    return t->n_free > 0 ? t->freel[t->n_free - 1] : t->n_heap > 0 ? t->heap[0] : -1;
 }
 
 /* hybrid: whether the miss key pays its copy: a free slot, or used before and hotter than the slot it evicts;
@@ -185,8 +265,11 @@ static int promote(tier *t, int e, const tn_expert *hx) {
                     "this request)", t->n_slots, t->stride);
     }
     tslot *s = &t->slots[v];
+    if (t->n_free > 0 && t->freel[t->n_free - 1] == v) t->n_free--; /* taken: a free slot, or out of the heap */
+    else heap_del(t, v);
     if (s->key >= 0 && t->map[s->key] == v) t->map[s->key] = -1;
     s->key = -1;
+    t->freel[t->n_free++] = v; /* free until its copy is queued */
     if (t->async) {
         if (s->used) take_mark(t); /* read earlier in this request: the copy waits for that compute */
         uint64_t f = t->be->copy_async(t->be, s->buf, block, t->block, s->fence);
@@ -208,8 +291,9 @@ static int promote(tier *t, int e, const tn_expert *hx) {
                         t->be->errmsg(t->be));
     }
     int key = t->mslot * t->E + e;
+    t->n_free--;
     s->key = key;
-    s->refs = 1;
+    hold(t, v);
     t->map[key] = v;
     t->st.misses++;
     t->st.bytes_copied += t->block;
@@ -272,6 +356,7 @@ static sl_status t_begin(void *ctx, int layer, const int *experts, int n, int or
     if (ms < 0) return fail(t, SL_EINVAL, "layer %d has no routed experts", layer);
     if (n > t->E) return fail(t, SL_EINVAL, "layer %d: %d experts requested of %d", layer, n, t->E);
     if (ms <= t->last_ms) t->tok++; /* a new pass over the layers */
+    drop_refs(t);
     t->q_cpu = t->q_pcie = 0;
     t->last_ms = ms;
     t->layer = layer;
@@ -287,9 +372,9 @@ static sl_status t_begin(void *ctx, int layer, const int *experts, int n, int or
         int e = experts[i], si = t->map[ms * t->E + e];
         t->dev[e] = si >= 0;
         t->hostd[e] = 0;
+        if (si >= 0) hold(t, si); /* out of the heap before its order changes */
         if (t->hybrid) use(t, ms * t->E + e);
         if (si >= 0) {
-            t->slots[si].refs++;
             t->hits[t->n_hits++] = e;
             t->st.hits++;
             t->l_st[3 * ms]++;
@@ -346,7 +431,7 @@ static void t_release(void *ctx, int expert) {
         return;
     }
     int si = t->map[t->mslot * t->E + expert];
-    if (si >= 0 && t->slots[si].refs > 0) t->slots[si].refs--;
+    if (si >= 0) unhold(t, si);
 }
 
 static void t_end(void *ctx) {
@@ -358,7 +443,7 @@ static void t_end(void *ctx) {
     }
     if (t->lo_begun && t->lo.end) t->lo.end(t->lo.ctx);
     t->lo_begun = 0;
-    for (int i = 0; i < t->n_slots; i++) t->slots[i].refs = 0;
+    drop_refs(t);
     memset(t->hostd, 0, (size_t)t->E);
     t->active = 0;
 }
@@ -438,6 +523,10 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->last_ms = 1 << 30;
     t->freq = calloc((size_t)(t->n_keys > 0 ? t->n_keys : 1), sizeof *t->freq);
     t->fseen = calloc((size_t)(t->n_keys > 0 ? t->n_keys : 1), sizeof *t->fseen);
+    t->prio = calloc((size_t)(t->n_keys > 0 ? t->n_keys : 1), sizeof *t->prio);
+    t->freel = malloc((size_t)n * sizeof *t->freel);
+    t->heap = malloc((size_t)n * sizeof *t->heap);
+    t->held = malloc((size_t)2 * (size_t)E * sizeof *t->held);
     t->hostd = calloc((size_t)E, 1);
     t->host_t0 = calloc((size_t)E, sizeof *t->host_t0);
     t->cost = cfg->hybrid && !cfg->be->is_host;
@@ -453,7 +542,7 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->hold = cfg->lower_slots <= 0 ? E : cfg->lower_slots / 2 < TIER_HOLD ? cfg->lower_slots / 2 : TIER_HOLD;
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
     if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
-        !t->pf || !t->freq || !t->fseen || !t->hostd || !t->l_st || !t->host_t0 || !t->arena) {
+        !t->pf || !t->freq || !t->fseen || !t->prio || !t->freel || !t->heap || !t->held || !t->hostd || !t->l_st || !t->host_t0 || !t->arena) {
         err_set(err, SL_ENOMEM, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
                t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
@@ -463,7 +552,10 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     for (uint64_t i = 0; i < n; i++) {
         t->slots[i].buf = t->arena + i * t->stride;
         t->slots[i].key = -1;
+        t->slots[i].hpos = -1;
+        t->freel[n - 1 - i] = (int)i; /* slot 0 on top */
     }
+    t->n_free = (int)n;
     t->st.slots = n;
     t->st.slot_bytes = t->stride;
     if (t->cost) measure_pcie(t);
@@ -487,10 +579,46 @@ void tier_free(tier *t) {
     free(t->pf);
     free(t->freq);
     free(t->fseen);
+    free(t->prio);
+    free(t->freel);
+    free(t->heap);
+    free(t->held);
     free(t->hostd);
     free(t->l_st);
     free(t->host_t0);
     free(t);
+}
+
+/* The victim the order names, by a scan (what victim() kept in the heap): a free slot (the lowest index), else the
+ * first unheld slot in before()'s order; -1 when every slot is held. */
+static int victim_scan(const tier *t) {
+    int best = -1;
+    for (int i = 0; i < t->n_slots; i++) {
+        if (t->slots[i].key < 0) return i;
+        if (t->slots[i].refs == 0 && (best < 0 || before(t, i, best))) best = i;
+    }
+    return best;
+}
+
+int tier_audit(const tier *t, char *why, size_t n) {
+    int free_n = 0, heap_n = 0;
+    for (int i = 0; i < t->n_slots; i++) {
+        const tslot *s = &t->slots[i];
+        const int in_heap = s->hpos >= 0 && s->hpos < t->n_heap && t->heap[s->hpos] == i;
+        const int evictable = s->key >= 0 && s->refs == 0;
+        if (in_heap != evictable || (s->hpos >= 0 && !in_heap))
+            return snprintf(why, n, "slot %d (key %d, refs %d): heap position %d", i, s->key, s->refs, s->hpos), -1;
+        heap_n += in_heap;
+        free_n += s->key < 0;
+        if (in_heap && s->hpos > 0 && before(t, i, t->heap[(s->hpos - 1) / 2]))
+            return snprintf(why, n, "slot %d goes before its parent in the heap", i), -1;
+    }
+    if (heap_n != t->n_heap || free_n != t->n_free)
+        return snprintf(why, n, "heap %d / %d slots, free %d / %d", t->n_heap, heap_n, t->n_free, free_n), -1;
+    const int v = victim(t), w = victim_scan(t);
+    if (v != w && !(v >= 0 && w >= 0 && t->slots[v].key < 0 && t->slots[w].key < 0))
+        return snprintf(why, n, "victim %d, the order's %d", v, w), -1;
+    return 0;
 }
 
 void tier_get_stats(const tier *t, tier_stats *out) { *out = t->st; }

@@ -11,7 +11,8 @@
  *    slot is handed back once the copy has passed: the next expert's read and copy overlap this one's
  *    compute, with at most min(8, lower_slots / 2) host slots kept, and all of them handed back before the
  *    request ends. Elsewhere (the CPU) the copy is waited for and the host slot handed back at once;
- *  - demotion: a full device tier evicts its least recently used unreferenced expert; the RAM tier keeps its
+ *  - demotion: a full device tier evicts its least recently used unreferenced expert (a min-heap of the
+ *    unreferenced slots: no scan per miss); the RAM tier keeps its
  *    own LRU/LFU, so an expert dropped from VRAM is often still in RAM and costs one copy, not a read. The
  *    tiers are neither inclusive nor exclusive: each keeps what its own policy says;
  *  - prefetch hints go to the host source (reads from the SSD ahead of need), not to the device;
@@ -21,12 +22,12 @@
  * The hybrid step (hybrid = 1; issue 25, docs/CUDA.md "The hybrid step"): in a decode-like (unordered) request
  * a miss is promoted only when it pays: a free slot, or its per-expert decayed use count (half-life TIER_HALF
  * tokens) says it was used before (the second use promotes) and beats the coldest unheld slot's, which it
- * evicts; or, on a device backend, when the cost model says the copy ends first: each request queues its misses
- * on the host (seconds a byte of the host's expert compute, measured per expert) or on the copy up (a block's
- * waited copy, measured at tier_new), each miss where its estimated finish is earlier, taking only a slot colder
- * than itself (uniform routing splits the misses; skewed routing keeps its hot experts). Any other miss is
- * handed out where it lies, in the host source's slot (tn_expert.host = 1, host_ok
- * permitting), for the caller to compute on the host's threads (be_backend.ffn_host, bitwise the device's);
+ * evicts (the slots' order kept as log2(count) + token / TIER_HALF, which decay does not change); or, on a
+ * device backend, when the cost model says the copy ends first: each request queues its misses on the host
+ * (seconds a byte of the host's expert compute, measured per expert) or on the copy up (a block's waited copy,
+ * measured at tier_new), each miss where its estimated finish is earlier, taking only a slot colder than itself
+ * (uniform routing splits the misses; skewed routing keeps its hot experts). Any other miss is handed out where
+ * it lies, in the host source's slot (tn_expert.host = 1, host_ok permitting), for the caller to compute on the host's threads (be_backend.ffn_host, bitwise the device's);
  * release() hands that slot back. Layer-major (ordered) requests promote every miss as above: a prefill
  * chunk's experts stream through the device once each.
  * Single-threaded like the cache: one layer request at a time.
@@ -69,5 +70,8 @@ void tier_get_stats(const tier *t, tier_stats *out);
 void tier_reset_stats(tier *t); /* the counters, not slots and bytes */
 /* Per MoE slot (cfg_moe_slot) since open: experts found in the device tier, copied in, computed on the host. */
 void tier_layer_stats(const tier *t, int moe_slot, uint64_t *hits, uint64_t *copied, uint64_t *host);
+/* Tests: 0 when the eviction structures agree with the slots (every unheld slot with a key in the heap, in heap
+ * order; the free ones counted) and the victim is the one a scan in the policy's order finds; else -1, why. */
+int tier_audit(const tier *t, char *why, size_t n);
 
 #endif
