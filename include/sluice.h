@@ -198,7 +198,7 @@ typedef enum { SL_POLICY_LRU = 0, SL_POLICY_LFU = 1 } sl_cache_policy;
  * router logits, so the choice is a function of the token's state: the same streamed or resident, alone
  * or in a batch, for any thread count, while the cache sees independent uniform requests (its hit rate
  * is then the pessimistic bound, about the cached fraction of the experts). Weights 1/k. */
-typedef enum { SL_ROUTING_MODEL = 0, SL_ROUTING_UNIFORM = 1 } sl_routing;
+typedef enum { SL_ROUTING_MODEL = 0, SL_ROUTING_UNIFORM = 1, SL_ROUTING_TRACE = 2 } sl_routing;
 
 /* The backend that computes (src/backend/backend.h). */
 typedef enum {
@@ -243,6 +243,12 @@ typedef struct sl_model_params {
                                the predictions prove >= 80% accurate), 1 always, -1 never */
     sl_routing routing;     /* SL_ROUTING_MODEL (default) or SL_ROUTING_UNIFORM */
     uint64_t routing_seed;  /* the uniform router's seed */
+    const char *routing_trace; /* SL_ROUTING_TRACE: a routing trace (record_routing's file) replayed: the experts
+                               each routed row chose in the recorded model, row by row in routing order, mapped onto
+                               this model's shape (layers and experts modulo; src/model/rtrace.h), weights 1/k.
+                               For benchmarks of synthetic models: the choice follows the order rows are routed,
+                               not the tokens */
+    int record_routing;     /* 1: keep every routed row's choice (sl_model_write_routing writes it) */
     int exact;              /* 1: q8/q4 matrices multiply f32 activations (the reference: within 1e-4 of
                                transformers on the dequantized weights); 0 (default): activations quantized
                                to int8 per 32 values and dotted with the codes directly, as llama.cpp does
@@ -363,6 +369,12 @@ int sl_model_n_ranks(const sl_model *model);
 /* Rank r's figures (0: this process; others asked over the transport now). SL_EIO naming a rank that fails. */
 sl_status sl_model_rank_stats(sl_model *model, int rank, sl_rank_stats *out, sl_error *err);
 /* Writes the routing counts since open as a profile for `pin_profile`. */
+/* Writes the routing recorded since open (record_routing) as a routing trace for SL_ROUTING_TRACE: SL_EINVAL
+ * when the model does not record or no token was routed yet, SL_EIO naming the file. */
+sl_status sl_model_write_routing(sl_model *model, const char *path, sl_error *err);
+/* One line on the routing trace being replayed or recorded (its shape, and how it maps onto the model's), or ""
+ * for neither. */
+const char *sl_model_routing_trace(sl_model *model);
 sl_status sl_model_write_profile(const sl_model *model, const char *path, sl_error *err);
 int sl_model_n_layers(const sl_model *model);
 /* The shape name of a model written by sl_synth (random weights), or NULL for a packed checkpoint. */

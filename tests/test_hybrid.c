@@ -3,7 +3,8 @@
  * (src/kernels/kernels_dev.c, canon_exp.h) against cuda.h's order written out plainly, and against the CPU's own
  * kernels to rounding. That the device computes the same bits is tests/cuda/test_cuda.c's check on the GPU
  * machine; that any VRAM / RAM split with experts run where they lie gives the all-resident logits bitwise is
- * tests/test_stream.c's tiered_equals_resident (the hybrid rows).
+ * tests/test_stream.c's tiered_equals_resident (the hybrid rows). Also the routing traces (src/model/rtrace.h) that
+ * replay a real model's routing on a synthesised shape for the tiers' hit rates.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -11,7 +12,9 @@
 
 #include "kernels/canon_exp.h"
 #include "kernels/kernels.h"
+#include "model/rtrace.h"
 #include "quant/quant.h"
+#include "sluice.h"
 #include "test.h"
 
 static uint64_t hy_rng;
@@ -163,4 +166,91 @@ TEST(hybrid_ffn_dev_bitwise) {
     free(d0);
     free(d1);
     free(d2);
+}
+
+/* The fixture model streamed over toks (one prefill, then one token at a time), with mp; its routing counts
+ * written as a profile to prof, its routing trace to rec (when given). 0, or -1 with why; why holds the model's
+ * sl_model_routing_trace line on success. */
+static int trace_run(const char *path, sl_model_params mp, const int32_t *toks, int n, const char *rec,
+                     const char *prof, char *why, size_t whylen) {
+    sl_model *m = NULL;
+    sl_session *s = NULL;
+    sl_error err = {0};
+    int rc = sl_model_open(path, &mp, &m, &err);
+    float *lg = rc ? NULL : malloc((size_t)sl_model_n_vocab(m) * (size_t)n * sizeof(float));
+    if (!rc && (!lg || sl_session_new(m, 0, &s))) rc = SL_ENOMEM;
+    if (!rc) rc = sl_session_eval(s, toks, n / 2, lg, 0);
+    for (int i = n / 2; !rc && i < n; i++) rc = sl_session_eval(s, toks + i, 1, lg, 0);
+    if (!rc && rec) rc = sl_model_write_routing(m, rec, &err);
+    if (!rc) rc = sl_model_write_profile(m, prof, &err);
+    if (rc) snprintf(why, whylen, "%.400s", err.msg[0] ? err.msg : s ? sl_session_errmsg(s) : "out of memory");
+    else snprintf(why, whylen, "%.400s", sl_model_routing_trace(m));
+    sl_session_free(s);
+    sl_model_close(m);
+    free(lg);
+    return rc ? -1 : 0;
+}
+
+/* A routing trace recorded from a fixture and replayed on it chooses what the model chose, row by row: the routing
+ * counts of the replay (uniform weights, so other logits) are the recording's. Replayed on another family's shape
+ * it maps layers and experts modulo and says so. A file that is not a trace is refused. */
+TEST(routing_trace_record_and_replay) {
+    const char *path = test_packed("qwen3_moe"), *other = test_packed("mixtral");
+    CHECK(path && other);
+    int32_t toks[24];
+    for (int i = 0; i < 24; i++) toks[i] = (int32_t)((i * 37 + 5) % 200);
+    const char *tr = test_path("%s/routing.trace", test_tmpdir()), *p1 = test_path("%s/rec.profile", test_tmpdir());
+    const char *p2 = test_path("%s/play.profile", test_tmpdir()), *p3 = test_path("%s/other.profile", test_tmpdir());
+    char why[512];
+    sl_model_params mp = sl_model_params_default();
+    mp.record_routing = 1;
+    CHECKF(trace_run(path, mp, toks, 24, tr, p1, why, sizeof why) == 0, "record: %s", why);
+    CHECKF(strstr(why, "24 tokens") && strstr(why, "recording"), "%s", why);
+    mp = sl_model_params_default();
+    mp.routing = SL_ROUTING_TRACE;
+    mp.routing_trace = tr;
+    CHECKF(trace_run(path, mp, toks, 24, NULL, p2, why, sizeof why) == 0, "replay: %s", why);
+    CHECKF(strstr(why, "replayed as recorded"), "%s", why);
+    size_t n1 = 0, n2 = 0;
+    char *a = test_read(p1, &n1), *b = test_read(p2, &n2);
+    const int same = a && b && n1 == n2 && !memcmp(a, b, n1);
+    free(a);
+    free(b);
+    CHECKF(same, "the replay's routing counts differ from the recording's (%s, %s)", p1, p2);
+    CHECKF(trace_run(other, mp, toks, 24, NULL, p3, why, sizeof why) == 0, "replay on mixtral: %s", why);
+    CHECKF(strstr(why, "another shape"), "%s", why);
+    mp.routing_trace = p1; /* a profile, not a trace */
+    sl_model *m = NULL;
+    sl_error err = {0};
+    CHECK(sl_model_open(path, &mp, &m, &err) == SL_EFORMAT && strstr(err.msg, "not a routing trace"));
+}
+
+/* The mapping onto another shape (rtrace.h): a trace of 4 experts, 2 a token, 1 layer, on a model of 2 layers, 5
+ * experts, 3 a token: e[s mod 2] + s / 2 modulo 5, the next free one up when taken, ascending, weights 1/3. */
+TEST(routing_trace_maps_onto_another_shape) {
+    const char *f = test_path("%s/small.trace", test_tmpdir());
+    unsigned char file[8 + 24 + 4] = "SLRTRACE";
+    const uint32_t h[6] = {1, 2, 1, 4, 2, 1};
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 4; j++) file[8 + 4 * i + j] = (unsigned char)(h[i] >> (8 * j));
+    const unsigned char vals[4] = {3, 0, 1, 2}; /* token 0: {3, 0}; token 1: {1, 2} */
+    memcpy(file + 32, vals, 4);
+    CHECK(test_write(f, file, sizeof file) == 0);
+    rtrace *t = NULL;
+    sl_error err = {0};
+    CHECKF(rtrace_load(f, 2, 5, 3, &t, &err) == SL_OK, "%s", err.msg);
+    int e[3 * 3];
+    float w[3 * 3];
+    /* layer 0, rows 0 and 1: {3, 0, 3+1 = 4} and {1, 2, 1+1 = 2 taken -> 3}; layer 1 (trace layer 0), row 0 */
+    rtrace_route(t, 0, 2, e, w);
+    rtrace_route(t, 1, 1, e + 6, w + 6);
+    const int want[9] = {0, 3, 4, 1, 2, 3, 0, 3, 4};
+    int ok = 1;
+    for (int i = 0; i < 9; i++) ok &= e[i] == want[i] && w[i] == 1.0f / 3.0f;
+    CHECKF(ok, "got %d %d %d | %d %d %d | %d %d %d", e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8]);
+    CHECK(strstr(rtrace_describe(t), "another shape"));
+    rtrace_free(t);
+    file[16] = 9; /* layers 9: the values run out */
+    CHECK(test_write(f, file, sizeof file) == 0);
+    CHECK(rtrace_load(f, 2, 5, 3, &t, &err) == SL_EFORMAT && !t && strstr(err.msg, "cut short"));
 }

@@ -80,6 +80,9 @@ int cli_model_path(const char *cmd, const char **model);
 /* Once a model is open with SL_BACKEND_AUTO: on a terminal, one line when it computes on the GPU; one line
  * (terminal or not) when a usable GPU refused it, saying why (sl_model_backend_note). */
 void cli_say_backend(const char *cmd, const sl_model *m, const sl_model_params *p);
+/* --record-routing FILE: the routing m recorded written to path (nothing when path is NULL), a line on stderr
+ * saying so; 0, or 1 after printing why it failed. */
+int cli_write_routing(const char *cmd, sl_model *m, const char *path);
 /* Parses one model option (--cache, --resident, --io, --engine, --policy, --pin, --no-verify,
  * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
  * bad value prints the error and sets *bad = 1. A valued option without its value is not one (0). */

@@ -132,6 +132,8 @@ typedef struct {
     int random_ids; /* decode fed random ids (else greedy) */
     cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
     cJSON *ranks;  /* experts on other ranks (mpirun): each rank's figures since open (owned by the row), or NULL */
+    const char *record; /* in: --record-routing's file, or NULL */
+    char trace[256];    /* the routing trace replayed or recorded (sl_model_routing_trace), or "" */
 } bench_row;
 
 /* Each rank's figures (sl_rank_stats) of a model whose experts live on other ranks: a JSON array, NULL when the
@@ -278,6 +280,8 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
         }
     }
     if (!rc && sl_model_n_ranks(m) > 1 && !(r->ranks = bench_ranks(m, err))) rc = err->status ? err->status : SL_ENOMEM;
+    snprintf(r->trace, sizeof r->trace, "%s", sl_model_routing_trace(m));
+    if (!rc && cli_write_routing("bench", m, r->record)) rc = err_set(err, SL_EIO, "--record-routing failed");
     sl_session_free(s);
     free(toks);
     free(lg);
@@ -294,7 +298,9 @@ static cJSON *bench_row_json(const sl_model_params *p, bench_row *r, int n_promp
     cJSON_AddStringToObject(o, "io_mode", r->mode);
     cJSON_AddNumberToObject(o, "prompt_tokens", n_prompt);
     cJSON_AddNumberToObject(o, "gen_tokens", n_gen);
-    cJSON_AddStringToObject(o, "routing", p->routing == SL_ROUTING_UNIFORM ? "uniform" : "model");
+    cJSON_AddStringToObject(o, "routing", p->routing == SL_ROUTING_UNIFORM ? "uniform"
+                                          : p->routing == SL_ROUTING_TRACE ? "trace" : "model");
+    if (r->trace[0]) cJSON_AddStringToObject(o, "routing_trace", r->trace);
     cJSON_AddNumberToObject(o, "routing_seed", (double)seed);
     cJSON_AddStringToObject(o, "decode_ids", r->random_ids ? "random" : "greedy");
     cJSON_AddNumberToObject(o, "prefill_tok_s", r->prefill_tps);
@@ -358,6 +364,7 @@ int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0, feed = FEED_AUTO, warm = 1;
     uint64_t caches[16], seed = 42;
+    const char *rec = NULL; /* --record-routing FILE */
     sl_model_params mp = cli_model_params();
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
@@ -377,7 +384,11 @@ int cmd_bench(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(v, "uniform")) mp.routing = SL_ROUTING_UNIFORM;
             else if (!strcmp(v, "model")) mp.routing = SL_ROUTING_MODEL;
-            else return cli_fail("bench", "--routing '%s' (model, uniform)", v);
+            else if (!strncmp(v, "trace:", 6) && v[6]) mp.routing = SL_ROUTING_TRACE, mp.routing_trace = v + 6;
+            else return cli_fail("bench", "--routing '%s' (model, uniform, trace:FILE)", v);
+        } else if (!strcmp(argv[i], "--record-routing") && more) {
+            rec = argv[++i];
+            mp.record_routing = 1;
         } else if (!strcmp(argv[i], "--decode") && more) {
             const char *v = argv[++i];
             if (!strcmp(v, "random")) feed = FEED_RANDOM;
@@ -404,10 +415,12 @@ int cmd_bench(int argc, char **argv) {
         bench_row r;
         memset(&r, 0, sizeof r);
         sl_error err = {0};
+        r.record = rec;
         if (bench_one(path, p, n_prompt, n_gen, feed, seed, warm, &r, &err)) {
             cJSON_Delete(arr);
             return cli_fail("bench", "%s", err.msg);
         }
+        if (p.routing == SL_ROUTING_TRACE && c == 0) fprintf(stderr, "sluice bench: %s\n", r.trace);
         if (json) cJSON_AddItemToArray(arr, bench_row_json(&p, &r, n_prompt, n_gen, seed));
         else bench_row_print(&p, &r), bench_ranks_print(r.ranks);
         cJSON_Delete(r.layers);

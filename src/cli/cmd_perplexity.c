@@ -22,7 +22,7 @@
 /* ---- arguments --------------------------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *file;
+    const char *model, *file, *record; /* record: --record-routing FILE */
     int ctx, json;
     sl_model_params mp;
 } ppl_args;
@@ -46,6 +46,10 @@ static int parse(int argc, char **argv, ppl_args *a) {
                 return cli_fail("perplexity", "--ctx: '%s' is not a window length (a whole number, at least 2)", argv[i]);
             a->ctx = (int)v;
         } else if (!strcmp(s, "--json")) a->json = 1;
+        else if (!strcmp(s, "--record-routing") && more) {
+            a->record = argv[++i];
+            a->mp.record_routing = 1;
+        }
         else return cli_bad_option("perplexity", argc, argv, i);
     }
     if (!a->file) return cli_fail("perplexity", "no text: pass -f FILE (see 'sluice perplexity --help')");
@@ -208,7 +212,7 @@ int cmd_perplexity(int argc, char **argv) {
         goto out;
     }
     ppl_result r;
-    if (score(m, tok, ids, n, a.ctx, !a.json && isatty(2), &r)) goto out;
+    if (score(m, tok, ids, n, a.ctx, !a.json && isatty(2), &r) || cli_write_routing("perplexity", m, a.record)) goto out;
     if (a.json) print_json(&a, &r, len);
     else
         printf("perplexity: %.4f over %d tokens (%d window%s of %d, second half scored); %.4f bits per byte; "

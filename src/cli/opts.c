@@ -86,6 +86,14 @@ void cli_say_backend(const char *cmd, const sl_model *m, const sl_model_params *
         fprintf(stderr, "sluice %s: computing on the CPU: the GPU cannot take this model: %s\n", cmd, why);
 }
 
+int cli_write_routing(const char *cmd, sl_model *m, const char *path) {
+    if (!path || !m) return 0;
+    sl_error err = {0};
+    if (sl_model_write_routing(m, path, &err)) return cli_fail(cmd, "--record-routing: %s", err.msg);
+    fprintf(stderr, "sluice %s: wrote %s (%s)\n", cmd, path, sl_model_routing_trace(m));
+    return 0;
+}
+
 int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char *cmd, int *bad) {
     const char *s = argv[*i];
     int more = *i + 1 < argc;

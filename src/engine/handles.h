@@ -19,6 +19,7 @@
 #include "format/container.h"
 #include "model/fwd_internal.h"
 #include "model/model.h"
+#include "model/rtrace.h"
 #include "stream/cache.h"
 #include "stream/tier.h"
 
@@ -46,6 +47,7 @@ struct sl_model {
     pool_t *pool;
     be_backend *be;       /* what computes (src/backend/backend.h); the workspace, states and cache slots are its */
     fwd_ws *ws;           /* the evaluation workspace; mu makes evaluations take turns in it */
+    rtrace *rt;           /* the routing trace ws replays or records (sl_model_params.routing_trace), or NULL */
     sl_kv_type kv_type;   /* its sessions' KV caches (sl_model_params.kv_type) */
     int n_ctx;            /* positions of a session made with n_ctx 0 (sl_model_params.n_ctx, or cfg.max_pos) */
     fwd_kv_pool kv_pool;  /* the KV bytes its sessions hold, and their limit (sl_model_set_kv_pool) */

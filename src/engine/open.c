@@ -43,6 +43,19 @@ static int host_ok(void *ctx, const tn_expert *ex) {
     return m->be->is_host || kern_ffn_dev_ok(ex, m->cfg.moe_inter);
 }
 
+/* sl_model_params.routing_trace / record_routing: the trace the workspace replays or records (model/rtrace.h). */
+static sl_status open_rtrace(sl_model *m, const sl_model_params *p, sl_error *err) {
+    const int L = (int)m->f.h.n_moe_layers, E = m->cfg.n_experts, k = m->cfg.n_experts_used;
+    const int play = p->routing == SL_ROUTING_TRACE;
+    if (!play && !p->record_routing) return SL_OK;
+    if (play && p->record_routing) return err_set(err, SL_EINVAL, "routing: a trace is replayed or recorded, not both");
+    if (play && !p->routing_trace) return err_set(err, SL_EINVAL, "routing: SL_ROUTING_TRACE without routing_trace");
+    if (L < 1 || E < 1 || k < 1) return err_set(err, SL_EINVAL, "routing trace: the model has no routed experts");
+    sl_status st = play ? rtrace_load(p->routing_trace, L, E, k, &m->rt, err) : rtrace_new(L, E, k, &m->rt, err);
+    if (!st) fwd_ws_set_rtrace(m->ws, m->rt);
+    return st;
+}
+
 const char *sl_kv_type_name(sl_kv_type t) {
     static const char *const names[SL_KV_COUNT] = {"f32", "f16", "bf16", "q8", "q4", "q4r"};
     return (int)t >= 0 && t < SL_KV_COUNT ? names[t] : "?";
@@ -95,8 +108,8 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     sl_status st = slc_open(path, &m->f, err); /* on failure m->f is closed: sl_model_close may run */
     if (st) goto fail;
     m->cfg = m->f.cfg;
-    if (p->routing != SL_ROUTING_MODEL && p->routing != SL_ROUTING_UNIFORM) {
-        st = err_set(err, SL_EINVAL, "routing %d: neither SL_ROUTING_MODEL nor SL_ROUTING_UNIFORM", (int)p->routing);
+    if (p->routing != SL_ROUTING_MODEL && p->routing != SL_ROUTING_UNIFORM && p->routing != SL_ROUTING_TRACE) {
+        st = err_set(err, SL_EINVAL, "routing %d: none of SL_ROUTING_MODEL, _UNIFORM, _TRACE", (int)p->routing);
         goto fail;
     }
     m->cfg.uniform_routing = p->routing == SL_ROUTING_UNIFORM;
@@ -147,6 +160,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
         st = err_set(err, SL_ENOMEM, "%s: out of memory for the hybrid step's host buffers", path);
         goto fail;
     }
+    if ((st = open_rtrace(m, p, err))) goto fail;
     /* a backend without an op these layers call refuses the model now, not at its first evaluation */
     if ((st = fwd_check_ops(m->ws, &m->cfg, err))) goto fail;
     free(at);
@@ -181,6 +195,7 @@ sl_backend_kind sl_model_backend(const sl_model *m) {
 void sl_model_close(sl_model *m) {
     if (!m) return;
     fwd_ws_free(m->ws);
+    rtrace_free(m->rt);
     for (int i = 0; i < m->n_vecs; i++) {
         if (m->vec_bytes && m->vec_bytes[i]) m->be->free(m->be, m->vecs[i], m->vec_bytes[i], BE_BUF_DEVICE);
         else free(m->vecs[i]);

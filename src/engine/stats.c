@@ -143,3 +143,10 @@ done:
     free(tmp);
     return st;
 }
+
+sl_status sl_model_write_routing(sl_model *m, const char *path, sl_error *err) {
+    if (!m->rt) return err_set(err, SL_EINVAL, "the model does not record its routing (record_routing)");
+    return rtrace_save(m->rt, path, err);
+}
+
+const char *sl_model_routing_trace(sl_model *m) { return m->rt ? rtrace_describe(m->rt) : ""; }

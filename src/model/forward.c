@@ -260,6 +260,8 @@ void fwd_ws_set_trace(fwd_ws *ws, fwd_trace_fn fn, void *ctx) {
 
 void fwd_ws_set_chunked(fwd_ws *ws, int chunked) { ws->chunked = chunked; }
 void fwd_ws_set_prefetch(fwd_ws *ws, int on) { ws->prefetch = on; }
+
+void fwd_ws_set_rtrace(fwd_ws *ws, struct rtrace *rt) { ws->rt = rt; }
 void fwd_ws_set_int8(fwd_ws *ws, int on) { ws->int8 = on; }
 
 /* ---- weight validation ------------------------------------------------------------------------ */

@@ -84,6 +84,9 @@ sl_status fwd_check_expert(const be_backend *be, const fam_config *cfg, const tn
                            sl_error *err);
 /* Turns the next-layer expert prefetch hint on (default) or off. */
 void fwd_ws_set_prefetch(fwd_ws *ws, int on);
+struct rtrace;
+/* A routing trace recorded or replayed after each routing (rtrace.h; borrowed, outlives ws), NULL: none. */
+void fwd_ws_set_rtrace(fwd_ws *ws, struct rtrace *rt);
 
 /* A sequence's state. */
 struct fwd_seq {
@@ -181,6 +184,7 @@ struct fwd_ws {
                                hinted before the FFN's serial tail (fwd_hint_mat) */
     int n_ffn;
     struct fwd_hybrid *hy; /* the hybrid step's host side (moe_hybrid.c), NULL: off */
+    struct rtrace *rt;     /* routing recorded or replayed (rtrace.h), NULL: none */
     struct fwd_remote *rm; /* experts on other ranks (moe_remote.c), NULL: off */
     /* DeepSeek-V4 (hc.c, dsv4.c; 1-float placeholders elsewhere): ones [max(hc*H, hd)] (the unweighted norms'
      * weight), hc_tmp [B][hc*H] the normed streams, hc_mix [B][(2+hc)*hc] a block's pre | post | comb, cmp

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "model/fwd_internal.h"
+#include "model/rtrace.h"
 #include "quant/quant.h"
 #include "sluice.h"
 #include "util/err.h"
@@ -115,7 +116,10 @@ static sl_status route(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw,
                         .tokens = ws->tok, .tid2eid = lw->tid2eid, .expert_scale = lw->expert_scale, .top_e = top_e,
                         .top_w = top_w};
     sl_status st = ws->be->route(ws->be, &r);
-    return st ? err_set(err, st, "layer %d: routing: %s", layer, ws->be->errmsg(ws->be)) : SL_OK;
+    if (st) return err_set(err, st, "layer %d: routing: %s", layer, ws->be->errmsg(ws->be));
+    if (ws->rt && rtrace_route(ws->rt, cfg_moe_slot(cfg, layer), n, top_e, top_w)) /* recorded or replayed */
+        return err_set(err, SL_ENOMEM, "layer %d: out of memory for the routing trace", layer);
+    return SL_OK;
 }
 
 static sl_status check_mat_part(const be_backend *be, const tn_mat *m, int rows, int cols, const char *name, int layer,
@@ -426,7 +430,7 @@ static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_laye
 static int moe_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
                          const tn_expert_src *experts, int n, kern_act *hx, const float **w_dev, sl_error *err) {
     const int k = cfg->n_experts_used, I = cfg->moe_inter;
-    if (!ws->be->moe_resident || experts->begin || ws->rm || n != 1 || !ws->int8 || k > FUSED_MAX || k > FWD_BATCH ||
+    if (!ws->be->moe_resident || experts->begin || ws->rm || ws->rt || n != 1 || !ws->int8 || k > FUSED_MAX || k > FWD_BATCH ||
         I > ws->act_cols || cfg->expert_kind == SL_EXPERT_GPTOSS || cfg->expert_kind > SL_EXPERT_SWIGLU_CLAMP ||
         lw->router_norm || cfg->moe_scale_input || cfg->router == SL_ROUTER_TOPK_SIGMOID ||
         cfg->router == SL_ROUTER_SOFTMAX_ZERO || cfg->zero_experts)
@@ -542,7 +546,7 @@ static void shared_wide(fwd_ws *ws, const fam_config *cfg, int layer, const fam_
 static int wide_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
                           const tn_expert_src *experts, int n, const float *h, float *out, const fwd_wide *wb,
                           sl_error *err) {
-    if (!ws->be->moe_wide || experts->begin || ws->rm || !ws->int8 || cfg->moe_inter > ws->act_cols ||
+    if (!ws->be->moe_wide || experts->begin || ws->rm || ws->rt || !ws->int8 || cfg->moe_inter > ws->act_cols ||
         cfg->expert_kind == SL_EXPERT_GPTOSS || cfg->expert_kind > SL_EXPERT_SWIGLU_CLAMP || lw->router_norm ||
         cfg->moe_scale_input || cfg->router == SL_ROUTER_TOPK_SIGMOID || cfg->router == SL_ROUTER_SOFTMAX_ZERO ||
         cfg->zero_experts)
