@@ -54,7 +54,14 @@ enum {
                           expert slots) */
 };
 /* copy directions */
-enum { BE_H2D = 0, BE_D2H = 1, BE_D2D = 2 };
+enum {
+    BE_H2D = 0,
+    BE_D2H = 1,
+    BE_D2D = 2,
+    BE_D2H_ASYNC = 3, /* BE_D2H queued after the compute ops so far, not waited for: dst (pinned memory) holds the
+                         bytes once a fence from mark() taken after it has passed (backends with mark: CUDA);
+                         where copies are synchronous (the CPU) it is BE_D2H */
+};
 
 /* Expert FFN kinds (config.h tn_expert_kind) */
 enum { BE_FFN_SWIGLU = 0, BE_FFN_GPTOSS = 1, BE_FFN_SWIGLU_CLAMP = 2, BE_FFN_GEGLU = 3, BE_FFN_SWIGLU_FUSED = 4,
@@ -379,10 +386,6 @@ struct be_backend {
     /* 1 once fence f has passed, else 0; wait: first block until it has. A failure is recorded for sync()
      * and counts as passed. */
     int (*fence_done)(be_backend *be, uint64_t f, int wait);
-    /* Queues a backend -> host copy after the compute ops queued so far, without waiting: dst (host memory;
-     * pinned, BE_BUF_PINNED, lets it run asynchronously) holds the bytes once the returned fence has passed
-     * (fence_done). 0 with the failure recorded for sync(). NULL where copies are synchronous: copy(BE_D2H). */
-    uint64_t (*copy_down)(be_backend *be, void *dst, const void *src, size_t bytes);
 
     /* ---- dense ops ---- */
     /* x[t] (t < n) = row tokens[t] (HOST) of table as f32, any dtype. */

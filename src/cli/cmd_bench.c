@@ -186,6 +186,13 @@ static void bench_warmup(sl_model *m, const int32_t *toks, int n_prompt, float *
     sl_session_free(w);
 }
 
+/* The routing trace m replays or records, into r->trace; the recording written to r->record (when given). 0, or 1
+ * after printing why it could not be. */
+static int bench_trace(sl_model *m, bench_row *r) {
+    snprintf(r->trace, sizeof r->trace, "%s", sl_model_routing_trace(m));
+    return cli_write_routing("bench", m, r->record);
+}
+
 /* One row of the table: SL_OK with r filled, or the failure with err naming it. */
 static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, int n_gen, int feed, uint64_t seed,
                            int warm, bench_row *r, sl_error *err) {
@@ -280,8 +287,7 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
         }
     }
     if (!rc && sl_model_n_ranks(m) > 1 && !(r->ranks = bench_ranks(m, err))) rc = err->status ? err->status : SL_ENOMEM;
-    snprintf(r->trace, sizeof r->trace, "%s", sl_model_routing_trace(m));
-    if (!rc && cli_write_routing("bench", m, r->record)) rc = err_set(err, SL_EIO, "--record-routing failed");
+    if (bench_trace(m, r) && !rc) rc = err_set(err, SL_EIO, "--record-routing failed");
     sl_session_free(s);
     free(toks);
     free(lg);

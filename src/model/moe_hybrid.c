@@ -6,7 +6,7 @@
  * on the device, each host expert's outputs gather in host memory, and they go up in one copy and land in
  * their (token, slot) cells of exp_out before the combine; the combine sums the cells in the fixed order
  * (moe.c), so where an expert ran never changes a bit.
- * On a backend with copy_down / copy_async (CUDA) neither copy is waited for by the host where it need not be:
+ * On a backend with copy_async and fences (CUDA) neither copy is waited for by the host where it need not be:
  * the rows come down into pinned memory behind a fence that the first host expert of the layer waits for (a
  * layer without one never waits), and the outputs go up from pinned memory on the copy queue, ordered before the
  * compute that reads them; the buffers are reused only after their fences (nothing is allocated per layer).
@@ -30,7 +30,7 @@ typedef struct fwd_hybrid {
     int n;         /* rows in y */
     float *dev;    /* backend memory [B k][H]: the upload */
     size_t dev_bytes, h_bytes, y_bytes;
-    int async;            /* the backend has copy_down, copy_async, mark and fence_done */
+    int async;            /* the backend has copy_async, mark and fence_done (and BE_D2H_ASYNC) */
     int h_ready;          /* h holds this layer's rows (its fence has passed) */
     uint64_t h_fence;     /* async: the rows' copy down */
     uint64_t y_fence;     /* async: the last upload has read y (0: passed) ... */
@@ -47,7 +47,7 @@ sl_status fwd_ws_set_hybrid(fwd_ws *ws, pool_t *pool) {
     ws->hy = hy;
     hy->pool = pool;
     be_backend *be = ws->be;
-    hy->async = be->copy_down && be->copy_async && be->mark && be->fence_done;
+    hy->async = be->copy_async && be->mark && be->fence_done;
     hy->h_bytes = B * H * sizeof(float);
     hy->y_bytes = B * k * H * sizeof(float);
     hy->h = be->alloc(be, hy->h_bytes, BE_BUF_PINNED);
@@ -91,7 +91,8 @@ void fwd_hy_begin(fwd_ws *ws, int n, int misses) {
     /* before the device's experts are queued: the copy waits for nothing but the block's input */
     const size_t bytes = (size_t)n * (size_t)ws->shape.hidden * sizeof(float);
     if (hy->async) {
-        hy->h_fence = ws->be->copy_down(ws->be, hy->h, ws->h, bytes); /* 0: failed, recorded for sync */
+        ws->be->copy(ws->be, hy->h, ws->h, bytes, BE_D2H_ASYNC);
+        hy->h_fence = ws->be->mark(ws->be); /* 0: failed, recorded for sync */
         return;
     }
     ws->be->copy(ws->be, hy->h, ws->h, bytes, BE_D2H);

@@ -4,8 +4,7 @@
  * `make CUDA=1` (SL_CUDA); be_open makes it. docs/CUDA.md says what it does and lacks: q3 matmuls stay NULL
  * (be_check_mat refuses such a model at open); dn_chunk runs the token recurrence (dn_step's kernel).
  * copy() to or from the host returns once done (a caller may reuse its buffer); copy_async queues a host ->
- * device copy on the copy stream of backend_cuda_rt.cu, ordered by events (the tier's promotions); copy_down a
- * device -> host one on the compute stream, with a fence (the hybrid step's rows, moe_hybrid.c). A
+ * device copy on the copy stream of backend_cuda_rt.cu, ordered by events (the tier's promotions). A
  * kern_act's int8 form is made on the device in slcu_act's layout on first use.
  * route chooses on the device and copies the choice back; moe_resident keeps it there (docs/CUDA.md
  * "Routing on the device"). embed runs on the device (cuda_embed.cu; on the host in a recorded step).
@@ -173,7 +172,7 @@ static void cu_free(be_backend *be, void *p, size_t bytes, int flags) {
 static void cu_copy(be_backend *be, void *dst, const void *src, size_t bytes, int dir) {
     pend_flush(be);
     cu_of(be)->nq_y = NULL;
-    CU(be, slcb_copy(dst, src, bytes, dir != BE_D2D, MSG(be)));
+    CU(be, slcb_copy(dst, src, bytes, dir == BE_H2D || dir == BE_D2H, MSG(be))); /* BE_D2H_ASYNC: queued */
 }
 
 /* copy_async / mark / fence_done (backend.h): the copy queue of backend_cuda_rt.cu */
@@ -189,22 +188,6 @@ static uint64_t cu_mark(be_backend *be) {
     uint64_t f = slcb_mark(cu_of(be)->q, MSG(be));
     if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
     return f;
-}
-
-/* copy_down (backend.h): an async copy on the compute stream (the legacy default one: after every op queued so
- * far), then a fence on it; nothing the norm's int8 form depends on is written (nq_* stay). */
-static uint64_t cu_copy_down(be_backend *be, void *dst, const void *src, size_t bytes) {
-    pend_flush(be);
-    cu_ctx *c = cu_of(be);
-    if (c->step) { /* (never: route, before any copy_down, ends a recorded step) */
-        cu_fail(be, SL_EIO, "copy_down inside a recorded step");
-        return 0;
-    }
-    if (slcb_copy(dst, src, bytes, 0, MSG(be))) {
-        cu_fail(be, SL_EIO, c->tmp);
-        return 0;
-    }
-    return cu_mark(be);
 }
 
 static int cu_fence_done(be_backend *be, uint64_t f, int wait) {
@@ -970,7 +953,6 @@ be_backend *be_cuda_new(pool_t *pool) {
         .copy_async = cu_copy_async,
         .mark = cu_mark,
         .fence_done = cu_fence_done,
-        .copy_down = cu_copy_down,
         .embed = cu_embed,
         .matmul_multi = cu_matmul_multi,
         .act_gather = cu_act_gather,
