@@ -164,6 +164,10 @@ static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_te
     } else if (d->kind == AK_VEC && g->n_dims == 2 && (g->ne[1] == 1 || (g->ne[0] == 1 && d->cols == AD_NONE))) {
         t->pub.ndim = 1; /* [n, 1] or [1, n] (Mamba2's D) */
         t->pub.shape[0] = g->ne[0] * g->ne[1];
+    } else if (d->kind == AK_VEC && (g->n_dims == 3 || (g->n_dims == 4 && g->ne[3] == 1)) && g->ne[1] == 1) {
+        t->pub.ndim = 2; /* Kimi's conv kernels [K, 1, inner, 1] (or [K, 1, inner]): [inner, K], the same values */
+        t->pub.shape[0] = g->ne[2];
+        t->pub.shape[1] = g->ne[0];
     }
     if (gguf_src_dtype(t, g->type, d->kind)) return gguf_type_err(f, g, err);
     return SL_OK;

@@ -1,16 +1,19 @@
 """GGUF import of issue 26's families: lfm2_moe (llama.cpp lfm2moe), gemma4 (gemma4), llama4 (llama4),
-granitemoehybrid (granitehybrid). Each fixture of tests/data is written at test time as a GGUF the way llama.cpp's
-convert_hf_to_gguf.py --outtype f32 writes it (conversion/lfm2.py LFM2MoeModel, gemma.py Gemma4Model, llama.py
-Llama4Model, granite.py GraniteHybridModel; base.py TextModel's keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports
-torch and transformers, which CI does not install. test_writer_mirrors_llama_cpp_converter checks this writer
+granitemoehybrid (granitehybrid), kimi_linear (kimi-linear). Each fixture of tests/data is written at test time as a
+GGUF the way llama.cpp's convert_hf_to_gguf.py --outtype f32 writes it (conversion/lfm2.py LFM2MoeModel, gemma.py
+Gemma4Model, llama.py Llama4Model, granite.py GraniteHybridModel, kimi_linear.py KimiLinearModel; base.py TextModel's
+keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports torch and transformers, which CI does not install.
+test_writer_mirrors_llama_cpp_converter checks this writer
 against the converter itself where both are at hand (SLUICE_LLAMA_CPP: a llama.cpp source tree;
 SLUICE_LLAMA_CPP_PYTHON: a Python with torch and transformers).
 Reference: the safetensors pack of the same fixture, where llama.cpp's graph means what the checkpoint means; where
 it does not, of a fixture copy changed to what the GGUF file means (MEANS; src/family/arch/lfm2_moe.c, llama4.c)."""
 import json
 import os
+import re
 import runpy
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -26,7 +29,7 @@ from test_gguf_families import hf_tensors, stays_f32, text_cfg  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests/data")
 ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4,
-        "granitemoehybrid": gguf.MODEL_ARCH.GRANITE_HYBRID}
+        "granitemoehybrid": gguf.MODEL_ARCH.GRANITE_HYBRID, "kimi_linear": gguf.MODEL_ARCH.KIMI_LINEAR}
 # config.json changes that make the safetensors checkpoint mean what llama.cpp's file of it means
 # (Llama 4: llama.cpp's graph fixes chunks of 8192, NoPE every fourth layer, temperature floor 8192,
 # src/models/llama4.cpp)
@@ -35,11 +38,18 @@ MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0},
                     "layer_types": ["chunked_attention"] * 3, "no_rope_layers": [1, 1, 1]}}
 # tokenizer.ggml.pre the converter writes for each family's released tokenizer (conversion/base.py
 # get_vocab_base_pre); None: a tokenizer sluice does not read (Gemma 4's tokenizer.ggml.model gemma4, SentencePiece
-# style: the GGUF is written without one)
-PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid": "gpt-2"}
+# style: the GGUF is written without one; Kimi Linear's kimi-k2, tiktoken ranks without merges, neither)
+PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid": "gpt-2", "kimi_linear": None}
 # the converter reads a release's layer_types (mamba / attention), not transformers 5.25's (the fixture's
 # linear_attention / full_attention: it would take every layer for Mamba2); its copy of the fixture gets the release's
-RELEASE = {"granitemoehybrid": {"layer_types": ["mamba", "attention"]}}
+# (Kimi Linear: the converter reads the release's linear_attn_config, first_k_dense_replace and
+# moe_router_activation_func, and finds the dense layer's MLP under mlp.*, where transformers 5.25 saves it under
+# block_sparse_moe.*: RELEASE_NAMES renames the tensors of the copy)
+RELEASE = {"granitemoehybrid": {"layer_types": ["mamba", "attention"]},
+           "kimi_linear": {"linear_attn_config": {"full_attn_layers": [3], "kda_layers": [1, 2], "head_dim": 8,
+                                                  "num_heads": 2, "short_conv_kernel_size": 4},
+                           "first_k_dense_replace": 1, "moe_router_activation_func": "sigmoid"}}
+RELEASE_NAMES = {"kimi_linear": (re.compile(r"block_sparse_moe\.(gate|up|down)_proj"), r"mlp.\1_proj")}
 FAMILIES = list(ARCH)
 
 
@@ -292,10 +302,77 @@ def meta_granitemoehybrid(cfg, w):
     w.add_context_length(2 ** 20)
 
 
+def convert_kimi_linear(cfg, hf, tmap):
+    """KimiLinearModel.modify_tensors: conv kernels as [1, inner, 1, K], A = -exp(A_log), dt_bias as dt_proj.bias,
+    experts w1 / w2 / w3 stacked per layer, kv_b_proj split into k_b_proj (transposed) and v_b_proj (on the
+    release's names: RELEASE_NAMES)"""
+    pat, rep = RELEASE_NAMES["kimi_linear"]
+
+    def key_of(k):
+        p = k.split(".")
+        return (int(p[2]), int(p[5]), p[6]) if ".block_sparse_moe.experts." in k else None
+    stacked, rest = stack_experts(hf, key_of, cfg["num_experts"])
+    out, nh, nope = [], cfg["num_attention_heads"], cfg["qk_nope_head_dim"]
+    for k, a in rest:
+        k = pat.sub(rep, k)
+        if k.endswith("_conv1d.weight"):
+            a = a.reshape(1, a.shape[0], 1, a.shape[-1])
+        elif k.endswith(".A_log"):
+            a = -np.exp(a.astype(np.float64)).astype(np.float32)
+        elif k.endswith(".dt_bias"):
+            k = k.replace(".dt_bias", ".dt_proj.bias")
+        elif k.endswith("kv_b_proj.weight"):
+            kv = a.reshape(nh, -1, a.shape[-1])
+            out.append((tmap.get_name(k.replace("kv_b_proj", "k_b_proj"), try_suffixes=(".weight",)),
+                        np.swapaxes(kv[:, :nope], 1, 2)))
+            out.append((tmap.get_name(k.replace("kv_b_proj", "v_b_proj"), try_suffixes=(".weight",)), kv[:, nope:]))
+            continue
+        out.append((tmap.get_name(k, try_suffixes=(".weight", ".bias")), a))
+    names = {"w1": "ffn_gate_exps", "w2": "ffn_down_exps", "w3": "ffn_up_exps"}
+    for (l, part), a in stacked.items():
+        out.append((f"blk.{l}.{names[part]}.weight", a))
+    return out
+
+
+def meta_kimi_linear(cfg, w):
+    """TextModel's keys on the release's config (num_key_value_heads 1, moe_router_activation_func), then
+    KimiLinearModel's: head_count_kv per layer (0 for KDA), the KDA and MLA dimensions, the MoE keys"""
+    rel = dict(cfg, **RELEASE["kimi_linear"])
+    lin, L = rel["linear_attn_config"], cfg["num_hidden_layers"]
+    kv_lora, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    w.add_block_count(L)
+    w.add_context_length(cfg["model_max_length"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(1)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_token"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_key_length(cfg["qk_rope_head_dim"])  # transformers' head_dim (its config's, not the file's)
+    w.add_value_length(cfg["qk_rope_head_dim"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_head_count_kv([1 if i + 1 in lin["full_attn_layers"] else 0 for i in range(L)])
+    w.add_ssm_conv_kernel(lin["short_conv_kernel_size"])
+    w.add_kda_head_dim(lin["head_dim"])
+    w.add_kv_lora_rank(kv_lora)
+    w.add_rope_dimension_count(rope)
+    w.add_key_length(kv_lora + rope)
+    w.add_key_length_mla(cfg["qk_nope_head_dim"] + rope)
+    w.add_value_length_mla(cfg["v_head_dim"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_shared_count(cfg["num_shared_experts"])
+    w.add_leading_dense_block_count(rel["first_k_dense_replace"])
+    w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+
+
 CONVERT = {"lfm2_moe": convert_lfm2_moe, "gemma4": convert_gemma4, "llama4": convert_llama4,
-           "granitemoehybrid": convert_granitemoehybrid}
+           "granitemoehybrid": convert_granitemoehybrid, "kimi_linear": convert_kimi_linear}
 META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4,
-        "granitemoehybrid": meta_granitemoehybrid}
+        "granitemoehybrid": meta_granitemoehybrid, "kimi_linear": meta_kimi_linear}
 
 
 def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False):
@@ -386,7 +463,8 @@ def test_q8_gguf_equals_its_dequantisation(family, tmp_path):
         run(["pack", g, "-o", p])
         out.append(logits(p, ref_tokens(family), str(tmp_path / f"{dq}.f32")))
     info = json.loads(run(["info", str(tmp_path / "False.sluice"), "--json"]).stdout)
-    assert info["experts"]["dtype"] == "q8", info["experts"]
+    # Kimi Linear's fixture (hidden 24) has no row of whole Q8_0 blocks: its matrices are F16
+    assert info["experts"]["dtype"] == ("q8" if text_cfg(family)[0]["hidden_size"] % 32 == 0 else "f16"), info["experts"]
     assert np.isfinite(out[0]).all() and np.array_equal(out[0], out[1]), np.abs(out[0] - out[1]).max()
 
 
@@ -469,6 +547,35 @@ def test_lfm2_moe_bad_gguf(tmp_path):
     pack_fails(tmp_path, g, "leading_dense_block_count is 0 but the first router is in layer 1")
 
 
+def test_kimi_linear_softmax_router_refused(tmp_path):
+    """llama.cpp's kimi-linear graph takes its gating function from the file; sluice serves the release's sigmoid
+    router only: another one is a clear error."""
+    from test_gguf import pack_fails
+    cfg, _ = text_cfg("kimi_linear")
+    g = str(tmp_path / "m.gguf")
+    w = gguf.GGUFWriter(g, "kimi-linear")
+    meta_kimi_linear(cfg, w)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
+    tmap = gguf.get_tensor_name_map(ARCH["kimi_linear"], cfg["num_hidden_layers"])
+    for name, a in convert_kimi_linear(cfg, hf_tensors("kimi_linear"), tmap):
+        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    pack_fails(tmp_path, g, "'kimi-linear.expert_gating_func' is 1; kimi_linear routes with a sigmoid")
+
+
+def rename_safetensors(path, pat, rep):
+    """The safetensors file at path with its tensors renamed (pat.sub(rep, name)), the data as it is"""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = {pat.sub(rep, k): v for k, v in json.loads(raw[8:8 + n]).items()}
+    h = json.dumps(head).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+
+
 def converter_gguf(lc, family, out, tmp):
     """llama.cpp's own convert_hf_to_gguf.py --outtype f32 on the fixture and the tiny tokenizer (its hash names no
     released tokenizer: get_vocab_base_pre answers the family's name)"""
@@ -477,12 +584,15 @@ def converter_gguf(lc, family, out, tmp):
     cfg = json.load(open(os.path.join(d, "config.json")))
     cfg.get("text_config", cfg).update(RELEASE.get(family, {}))
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+    if family in RELEASE_NAMES:
+        rename_safetensors(os.path.join(d, "model.safetensors"), *RELEASE_NAMES[family])
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(DATA, "tiny_tokenizer", f), d)
     code = ("import sys, runpy; sys.path.insert(0, %r); sys.path.insert(1, %r); import conversion.base as cb; "
             "cb.TextModel.get_vocab_base_pre = lambda self, tok: %r; "
             "cb.TextModel.set_vocab = cb.TextModel.set_vocab if %r else (lambda self: None); "
             "import conversion.gemma as cg; cg.Gemma4Model.set_vocab = cb.TextModel.set_vocab; "
+            "import conversion.kimi_linear as ck; ck.KimiLinearModel.set_vocab = cb.TextModel.set_vocab; "
             "sys.argv = ['convert_hf_to_gguf.py', %r, '--outtype', 'f32', '--outfile', %r]; "
             "runpy.run_path(%r, run_name='__main__')") % (lc, os.path.join(lc, "gguf-py"), PRE[family], PRE[family], d, out,
                                                           os.path.join(lc, "convert_hf_to_gguf.py"))

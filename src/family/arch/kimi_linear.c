@@ -77,39 +77,30 @@ static void config(hfc *c, fam_config *o) {
                  o->topk_group, o->n_experts, o->n_experts_used);
 }
 
-#define KDA(name, f, rows, cols, kind) {"self_attn." name, NULL, AW_LINEAR, rows, cols, kind, LW(f), AR_BACKBONE, NULL}
+/* a KDA tensor and its llama.cpp name (gguf-py tensor_mapping.py: SSM_CONV1D_Q, SSM_F_A, ...) */
+#define KDA(name, f, rows, cols, kind, gg) {"self_attn." name, NULL, AW_LINEAR, rows, cols, kind, LW(f), AR_BACKBONE, gg}
 
 static const arch_tdef tensors[] = {
     T_EMBED,
     T_IN_NORM,
     /* full attention: MLA */
-    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, NULL},
-    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, NULL},
-    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, NULL},
-    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, NULL},
-    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, NULL},
-    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, NULL},
-    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, NULL},
-    {"self_attn.o_proj", NULL, AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, NULL},
+    T_MLA,
     /* linear attention: KDA */
-    KDA("q_proj", q, AD_NVDV, AD_H, AK_MAT), KDA("k_proj", k, AD_NVDV, AD_H, AK_MAT), KDA("v_proj", v, AD_NVDV, AD_H, AK_MAT),
-    KDA("q_conv1d", conv_parts[0], AD_NVDV, AD_CONVK, AK_VEC), KDA("k_conv1d", conv_parts[1], AD_NVDV, AD_CONVK, AK_VEC),
-    KDA("v_conv1d", conv_parts[2], AD_NVDV, AD_CONVK, AK_VEC),
-    KDA("f_a_proj", kda_fa, AD_DV, AD_H, AK_MAT), KDA("f_b_proj", kda_fb, AD_NVDV, AD_DV, AK_MAT),
-    KDA("g_a_proj", kda_ga, AD_DV, AD_H, AK_MAT), KDA("g_b_proj", kda_gb, AD_NVDV, AD_DV, AK_MAT),
-    KDA("b_proj", b, AD_NV, AD_H, AK_MAT), KDA("A_log", A_log, AD_NV, AD_NONE, AK_VEC),
-    KDA("dt_bias", dt_bias, AD_NVDV, AD_NONE, AK_VEC), KDA("o_norm", lin_norm, AD_DV, AD_NONE, AK_VEC),
-    KDA("o_proj", lin_out, AD_H, AD_NVDV, AK_MAT),
+    KDA("q_proj", q, AD_NVDV, AD_H, AK_MAT, "attn_q.weight"), KDA("k_proj", k, AD_NVDV, AD_H, AK_MAT, "attn_k.weight"),
+    KDA("v_proj", v, AD_NVDV, AD_H, AK_MAT, "attn_v.weight"),
+    KDA("q_conv1d", conv_parts[0], AD_NVDV, AD_CONVK, AK_VEC, "ssm_conv1d_q.weight"),
+    KDA("k_conv1d", conv_parts[1], AD_NVDV, AD_CONVK, AK_VEC, "ssm_conv1d_k.weight"),
+    KDA("v_conv1d", conv_parts[2], AD_NVDV, AD_CONVK, AK_VEC, "ssm_conv1d_v.weight"),
+    KDA("f_a_proj", kda_fa, AD_DV, AD_H, AK_MAT, "ssm_f_a.weight"), KDA("f_b_proj", kda_fb, AD_NVDV, AD_DV, AK_MAT, "ssm_f_b.weight"),
+    KDA("g_a_proj", kda_ga, AD_DV, AD_H, AK_MAT, "ssm_g_a.weight"), KDA("g_b_proj", kda_gb, AD_NVDV, AD_DV, AK_MAT, "ssm_g_b.weight"),
+    KDA("b_proj", b, AD_NV, AD_H, AK_MAT, "ssm_beta.weight"), KDA("A_log", A_log, AD_NV, AD_NONE, AK_VEC, NULL),
+    KDA("dt_bias", dt_bias, AD_NVDV, AD_NONE, AK_VEC, "ssm_dt.bias"),
+    KDA("o_norm", lin_norm, AD_DV, AD_NONE, AK_VEC, "ssm_norm.weight"),
+    KDA("o_proj", lin_out, AD_H, AD_NVDV, AK_MAT, "attn_output.weight"),
     T_POST_NORM, T_ROUTER,
     T_GROUP_MOE,
     T_DENSE_MLP,
     T_HEAD,
-};
-
-static const arch_pdef parts[3] = {
-    {"gate_proj", "w1", AD_I, AD_H, EW(gate), AK_MAT, 0, NULL},
-    {"up_proj", "w3", AD_I, AD_H, EW(up), AK_MAT, 0, NULL},
-    {"down_proj", "w2", AD_H, AD_I, EW(down), AK_MAT, 0, NULL},
 };
 
 static const char *const renames[] = {"block_sparse_moe.", "mlp.", NULL};
@@ -135,11 +126,37 @@ static void shape_config(const arch_shape *sh, fam_config *c) {
     for (int l = 0; l < c->n_layers; l++) c->layer_linear[l] = !((l + 1) % 4 == 0 || l == c->n_layers - 1);
 }
 
-/* llama.cpp's kimi-linear GGUF: not imported yet (its KDA tensors' layout unread here), refused by name */
+/* ---- GGUF (llama.cpp kimi-linear: convert_hf_to_gguf.py conversion/kimi_linear.py KimiLinearModel;
+ * src/models/kimi-linear.cpp) ----
+ * MLA as deepseek2 writes it (arch_mla_gguf_config: key_length_mla / value_length_mla, kv_lora_rank, kv_b_proj split
+ * into attn_k_b / attn_v_b); the layer kinds from attention.head_count_kv (0: a KDA layer); the KDA heads are
+ * attention.head_count (llama.cpp's graph uses n_head for them) of kda.head_dim, the conv kernel ssm.conv_kernel.
+ * What llama.cpp's graph fixes: top-k weights renormalised (build_moe_ffn's norm_w true: moe_renormalize, as the
+ * release), no expert groups (the release has one), the MLA layers without RoPE (mla_nope, as the checkpoint);
+ * expert_gating_func sigmoid (the release's moe_router_activation_func; family/gguf_meta.c refuses another).
+ * Rewrites undone: A = -exp(A_log) (ssm_a, arch_gguf_a_log), dt_bias as ssm_dt.bias, the conv kernels as
+ * [1, inner, 1, K] (the same values, import/hf_gguf.c). Not read: the release's tokenizer (tokenizer.ggml.pre
+ * kimi-k2: tiktoken ranks without merges). */
 static void gguf_config(ggm *m, arch_gguf_common *g) {
-    ggm_fail(m, SL_EUNSUPPORTED, "'%s' GGUF files (Kimi Linear) are not imported yet: use the safetensors release",
-             g->arch);
+    static const char *const kinds[] = {"linear_attention", "full_attention"};
+    const char *types[SL_MAX_LAYERS];
+    double kvh[SL_MAX_LAYERS];
+    arch_mla_gguf_config(m, g);
+    ggm_set_bool(m, "moe_renormalize", 1);
+    if (!ggm_layer_nums(m, "attention.head_count_kv", g->n_layers, kvh))
+        ggm_fail(m, SL_ECONFIG, "'%s.attention.head_count_kv' is not a per-layer list: the KDA layers are those with 0",
+                 g->arch);
+    for (int l = 0; l < g->n_layers; l++) types[l] = kinds[kvh[l] != 0];
+    ggm_set_strs(m, "layer_types", types, g->n_layers);
+    ggm_set_num(m, "linear_num_heads", ggm_count(m, "attention.head_count", 1, 0, NULL));
+    ggm_set_num(m, "linear_head_dim", ggm_count(m, "kda.head_dim", 1, 0, NULL));
+    ggm_set_num(m, "linear_conv_kernel_dim", ggm_count(m, "ssm.conv_kernel", 1, 0, NULL));
 }
+
+static const arch_gguf_xf gguf_xf[] = {
+    ARCH_MLA_KV_B_XF,
+    {"self_attn.A_log", {"ssm_a", NULL}, 0, NULL, arch_gguf_a_log},
+};
 
 static const char *const hf_types[] = {"kimi_linear", NULL};
 
@@ -147,7 +164,7 @@ const arch_desc arch_kimi_linear = {
     .id = SL_ARCH_KIMI_LINEAR, .name = "kimi_linear", .hf_types = hf_types,
     .router = SL_ROUTER_SIGMOID_GROUP, .qk_norm = SL_QK_NORM_NONE, .prf_default = 1.0,
     .config = config,
-    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = parts, .renames = renames,
+    .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_w13_parts, .renames = renames,
     .shapes = shapes, .n_shapes = N_OF(shapes), .shape_config = shape_config,
-    .gguf_arch = "kimi-linear", .gguf_config = gguf_config,
+    .gguf_arch = "kimi-linear", .gguf_config = gguf_config, .gguf_xf = gguf_xf, .n_gguf_xf = N_OF(gguf_xf),
 };
