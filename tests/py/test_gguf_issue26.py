@@ -29,17 +29,20 @@ from test_gguf_families import hf_tensors, stays_f32, text_cfg  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests/data")
 ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4,
-        "granitemoehybrid": gguf.MODEL_ARCH.GRANITE_HYBRID, "kimi_linear": gguf.MODEL_ARCH.KIMI_LINEAR}
+        "granitemoehybrid": gguf.MODEL_ARCH.GRANITE_HYBRID, "kimi_linear": gguf.MODEL_ARCH.KIMI_LINEAR,
+        "mimo_v2_flash": gguf.MODEL_ARCH.MIMO2}
 # config.json changes that make the safetensors checkpoint mean what llama.cpp's file of it means
 # (Llama 4: llama.cpp's graph fixes chunks of 8192, NoPE every fourth layer, temperature floor 8192,
 # src/models/llama4.cpp)
 MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0},
          "llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1,
-                    "layer_types": ["chunked_attention"] * 3, "no_rope_layers": [1, 1, 1]}}
+                    "layer_types": ["chunked_attention"] * 3, "no_rope_layers": [1, 1, 1]},
+         "mimo_v2_flash": {"routed_scaling_factor": 1.0}}
 # tokenizer.ggml.pre the converter writes for each family's released tokenizer (conversion/base.py
 # get_vocab_base_pre); None: a tokenizer sluice does not read (Gemma 4's tokenizer.ggml.model gemma4, SentencePiece
 # style: the GGUF is written without one; Kimi Linear's kimi-k2, tiktoken ranks without merges, neither)
-PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid": "gpt-2", "kimi_linear": None}
+PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid": "gpt-2", "kimi_linear": None,
+       "mimo_v2_flash": "qwen2"}
 # the converter reads a release's layer_types (mamba / attention), not transformers 5.25's (the fixture's
 # linear_attention / full_attention: it would take every layer for Mamba2); its copy of the fixture gets the release's
 # (Kimi Linear: the converter reads the release's linear_attn_config, first_k_dense_replace and
@@ -48,7 +51,15 @@ PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid
 RELEASE = {"granitemoehybrid": {"layer_types": ["mamba", "attention"]},
            "kimi_linear": {"linear_attn_config": {"full_attn_layers": [3], "kda_layers": [1, 2], "head_dim": 8,
                                                   "num_heads": 2, "short_conv_kernel_size": 4},
-                           "first_k_dense_replace": 1, "moe_router_activation_func": "sigmoid"}}
+                           "first_k_dense_replace": 1, "moe_router_activation_func": "sigmoid"},
+           # MiMo-V2-Flash: the release's swa_* / hybrid_layer_pattern (1: sliding) fields and top-level RoPE keys, read
+           # as config.json is (RAW_CONFIG: transformers 5.25's own MiMo config has none of them); None: removed
+           "mimo_v2_flash": {"hybrid_layer_pattern": [0, 1, 0], "swa_head_dim": 16, "swa_num_attention_heads": 2,
+                             "swa_v_head_dim": 8, "swa_num_key_value_heads": 2, "topk_method": "noaux_tc",
+                             "scoring_func": "sigmoid", "layernorm_epsilon": 1e-5, "partial_rotary_factor": 0.5,
+                             "rope_theta": 5000000.0, "swa_rope_theta": 10000.0, "rope_parameters": None}}
+RAW_CONFIG = {"mimo_v2_flash"}
+NEXTN = {"mimo_v2_flash": 3}  # MimoV2Model._n_nextn: the release's MTP blocks, counted in block_count
 RELEASE_NAMES = {"kimi_linear": (re.compile(r"block_sparse_moe\.(gate|up|down)_proj"), r"mlp.\1_proj")}
 FAMILIES = list(ARCH)
 
@@ -369,10 +380,58 @@ def meta_kimi_linear(cfg, w):
     w.add_expert_weights_scale(cfg["routed_scaling_factor"])
 
 
+def convert_mimo_v2_flash(cfg, hf, tmap):
+    """MimoV2Model: attention_sink_bias as attn_sinks.weight, experts stacked per layer (the name map of
+    block_count + 3 layers)"""
+    def key_of(k):
+        p = k.split(".")
+        return (int(p[2]), int(p[5]), p[6]) if ".mlp.experts." in k else None
+    stacked, rest = stack_experts(hf, key_of, cfg["n_routed_experts"])
+    out = []
+    for k, a in rest:
+        if k.endswith("attention_sink_bias"):
+            k += ".weight"
+        out.append((tmap.get_name(k, try_suffixes=(".weight", ".bias")), a))
+    for (l, part), a in stacked.items():
+        out.append((tmap.get_name(f"model.layers.{l}.mlp.experts.{part}.weight", try_suffixes=(".weight",)), a))
+    return out
+
+
+def meta_mimo_v2_flash(cfg, w):
+    """TextModel's keys on the release's config, then MimoV2Model's (per-layer arrays over block_count + 3)"""
+    rel = dict(cfg, **RELEASE["mimo_v2_flash"])
+    hybrid = rel["hybrid_layer_pattern"] + [1] * NEXTN["mimo_v2_flash"]
+    w.add_block_count(len(hybrid))
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_rope_freq_base(rel["rope_theta"])
+    w.add_rope_freq_base_swa(rel["swa_rope_theta"])
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_group_count(cfg["n_group"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_key_length(cfg["head_dim"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_head_count_kv([rel["swa_num_key_value_heads"] if s else cfg["num_key_value_heads"] for s in hybrid])
+    w.add_sliding_window(cfg["sliding_window"])
+    w.add_sliding_window_pattern(hybrid)
+    w.add_value_length(cfg["v_head_dim"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_rope_dimension_count(int(cfg["head_dim"] * rel["partial_rotary_factor"]))
+    w.add_layer_norm_rms_eps(rel["layernorm_epsilon"])
+    w.add_float32("mimo2.attention.value_scale", float(cfg["attention_value_scale"]))  # add_attn_value_scale
+    w.add_nextn_predict_layers(NEXTN["mimo_v2_flash"])
+
+
 CONVERT = {"lfm2_moe": convert_lfm2_moe, "gemma4": convert_gemma4, "llama4": convert_llama4,
-           "granitemoehybrid": convert_granitemoehybrid, "kimi_linear": convert_kimi_linear}
+           "granitemoehybrid": convert_granitemoehybrid, "kimi_linear": convert_kimi_linear,
+           "mimo_v2_flash": convert_mimo_v2_flash}
 META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4,
-        "granitemoehybrid": meta_granitemoehybrid, "kimi_linear": meta_kimi_linear}
+        "granitemoehybrid": meta_granitemoehybrid, "kimi_linear": meta_kimi_linear,
+        "mimo_v2_flash": meta_mimo_v2_flash}
 
 
 def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False):
@@ -383,7 +442,7 @@ def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=Fa
     cfg, _ = text_cfg(family)
     if rope:
         cfg = dict(cfg, rope_parameters=dict(cfg["rope_parameters"], **rope))
-    tmap = gguf.get_tensor_name_map(ARCH[family], cfg["num_hidden_layers"])
+    tmap = gguf.get_tensor_name_map(ARCH[family], cfg["num_hidden_layers"] + NEXTN.get(family, 0))
     tensors = CONVERT[family](cfg, hf_tensors(family), tmap)
     w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[ARCH[family]])
     META[family](cfg, w)
@@ -582,7 +641,10 @@ def converter_gguf(lc, family, out, tmp):
     d = os.path.join(tmp, "hf")
     shutil.copytree(os.path.join(DATA, family), d)
     cfg = json.load(open(os.path.join(d, "config.json")))
-    cfg.get("text_config", cfg).update(RELEASE.get(family, {}))
+    tc = cfg.get("text_config", cfg)
+    tc.update(RELEASE.get(family, {}))
+    for k in [k for k, v in tc.items() if v is None and k in RELEASE.get(family, {})]:
+        del tc[k]
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
     if family in RELEASE_NAMES:
         rename_safetensors(os.path.join(d, "model.safetensors"), *RELEASE_NAMES[family])
@@ -593,8 +655,11 @@ def converter_gguf(lc, family, out, tmp):
             "cb.TextModel.set_vocab = cb.TextModel.set_vocab if %r else (lambda self: None); "
             "import conversion.gemma as cg; cg.Gemma4Model.set_vocab = cb.TextModel.set_vocab; "
             "import conversion.kimi_linear as ck; ck.KimiLinearModel.set_vocab = cb.TextModel.set_vocab; "
+            "import json; cb.ModelBase.load_hparams = staticmethod(lambda d, m: json.load(open(d / 'config.json'))) "
+            "if %r else cb.ModelBase.load_hparams; "
             "sys.argv = ['convert_hf_to_gguf.py', %r, '--outtype', 'f32', '--outfile', %r]; "
-            "runpy.run_path(%r, run_name='__main__')") % (lc, os.path.join(lc, "gguf-py"), PRE[family], PRE[family], d, out,
+            "runpy.run_path(%r, run_name='__main__')") % (lc, os.path.join(lc, "gguf-py"), PRE[family], PRE[family],
+                                                          family in RAW_CONFIG, d, out,
                                                           os.path.join(lc, "convert_hf_to_gguf.py"))
     py = os.environ.get("SLUICE_LLAMA_CPP_PYTHON", sys.executable)
     r = subprocess.run([py, "-c", code], capture_output=True, timeout=600)

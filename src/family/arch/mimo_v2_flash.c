@@ -117,9 +117,58 @@ static const arch_shape shapes[] = {
      16384, 1, 1, 1, 1.0, 0, 128, 0.0, 0, 309e9},
 };
 
+/* ---- GGUF (llama.cpp mimo2: convert_hf_to_gguf.py conversion/mimo.py MimoV2Model; src/models/mimo2.cpp) ----
+ * Layer kinds from attention.sliding_window_pattern (1: sliding), KV heads per layer from head_count_kv (the sliding
+ * layers' must be twice the full ones', as transformers' MiMo-V2-Flash has them), key_length the q/k head dim,
+ * value_length the value heads'; rope.dimension_count rotated dims of every layer, rope.freq_base the full layers'
+ * theta, rope.freq_base_swa the sliding ones' (absent: the same, as llama.cpp takes it); attention.value_scale
+ * (absent: none); the MoE layers are those with a router. What llama.cpp's graph fixes: a sigmoid router with the
+ * top-k weights renormalised (build_moe_ffn's norm_w true) and no routed_scaling_factor (it reads no
+ * expert_weights_scale for mimo2, and the converter writes none): imported as 1. The converter's three
+ * multi-token-prediction blocks (block_count, nextn_predict_layers) are not read. */
 static void gguf_config(ggm *m, arch_gguf_common *g) {
-    (void)g;
-    ggm_fail(m, SL_EUNSUPPORTED, "MiMo-V2-Flash GGUF files are not imported yet (pack the Hugging Face checkpoint)");
+    static const char *const kinds[] = {"full_attention", "sliding_attention"};
+    const char *types[SL_MAX_LAYERS], *mlp[SL_MAX_LAYERS];
+    double swa[SL_MAX_LAYERS], kvh[SL_MAX_LAYERS];
+    int full_kv = 0, swa_kv = 0;
+    if (!ggm_layer_nums(m, "attention.sliding_window_pattern", g->n_layers, swa))
+        for (int l = 0; l < g->n_layers; l++) swa[l] = 0;
+    if (!ggm_layer_nums(m, "attention.head_count_kv", g->n_layers, kvh))
+        ggm_fail(m, SL_ECONFIG, "'%s.attention.head_count_kv' is missing", g->arch);
+    for (int l = 0; l < g->n_layers; l++) {
+        int *kv = swa[l] != 0 ? &swa_kv : &full_kv;
+        if (*kv && *kv != (int)kvh[l])
+            ggm_fail(m, SL_EUNSUPPORTED, "'%s.attention.head_count_kv' differs between layers of one kind", g->arch);
+        *kv = (int)kvh[l];
+        types[l] = kinds[swa[l] != 0];
+        mlp[l] = ggm_has(m, l, "ffn_gate_inp.weight") ? "sparse" : "dense";
+    }
+    if (full_kv && swa_kv && swa_kv != 2 * full_kv)
+        ggm_fail(m, SL_EUNSUPPORTED, "sliding layers with %d KV heads beside full layers with %d: MiMo-V2-Flash's "
+                 "sliding layers have twice the full ones'", swa_kv, full_kv);
+    g->check_kv_heads = 0;
+    g->check_value_length = 0;
+    ggm_set_num(m, "num_key_value_heads", full_kv ? full_kv : swa_kv / 2);
+    ggm_set_strs(m, "layer_types", types, g->n_layers);
+    ggm_set_strs(m, "mlp_layer_types", mlp, g->n_layers);
+    ggm_set_num(m, "sliding_window", ggm_count(m, "attention.sliding_window", swa_kv > 0, 0, NULL));
+    ggm_set_num(m, "head_dim", g->head_dim);
+    ggm_set_num(m, "v_head_dim", g->value_length);
+    /* int(head_dim * prf) must give the file's count back (mimo_v2_flash.c rope): half a dimension over it */
+    const int rot = ggm_count(m, "rope.dimension_count", 0, g->head_dim, NULL);
+    const double base = ggm_num(m, "rope.freq_base", 0, 10000.0, NULL);
+    ggm_set_num(m, "rope_parameters.full_attention.rope_theta", base);
+    ggm_set_num(m, "rope_parameters.sliding_attention.rope_theta", ggm_num(m, "rope.freq_base_swa", 0, base, NULL));
+    ggm_set_num(m, "rope_parameters.full_attention.partial_rotary_factor", (rot + 0.5) / g->head_dim);
+    ggm_set_num(m, "rope_parameters.sliding_attention.partial_rotary_factor", (rot + 0.5) / g->head_dim);
+    if (rot % 2 || rot > g->head_dim) ggm_fail(m, SL_ECONFIG, "'%s.rope.dimension_count' %d", g->arch, rot);
+    ggm_set_num(m, "attention_value_scale", ggm_num(m, "attention.value_scale", 0, 1.0, NULL));
+    ggm_set_num(m, "moe_intermediate_size", ggm_moe_inter(m, g));
+    if (g->ff_found) ggm_set_num(m, "intermediate_size", g->ff);
+    ggm_set_bool(m, "norm_topk_prob", 1);
+    ggm_set_num(m, "routed_scaling_factor", 1.0);
+    ggm_set_num(m, "n_group", ggm_num(m, "expert_group_count", 0, 1, NULL));
+    ggm_set_num(m, "topk_group", ggm_num(m, "expert_group_used_count", 0, 1, NULL));
 }
 
 const arch_desc arch_mimo_v2_flash = {
