@@ -19,12 +19,21 @@ sl_status sl_detokenize(const sl_tokenizer *tok, const int32_t *ids, int n, int 
     if (out_len) *out_len = 0;
     tok_buf raw = {0}, txt = {0};
     sl_status st = SL_OK;
+    int first_done = 0;
     for (int i = 0; i < n; i++) {
         size_t len;
         const char *p = tok_piece(tok, ids[i], &len);
         if (!p) { st = err_set(err, SL_ERANGE, "token id %d is not in the vocabulary (%d ids)", ids[i], tok->n_vocab); goto out; }
         if (skip_special && sl_tokenizer_is_special(tok, ids[i])) continue;
-        if (tok_buf_put(&raw, p, len)) goto oom;
+        if (tok->strip_first == TOK_STRIP_META && !first_done) { /* Metaspace: the first token's spaces dropped */
+            for (size_t k = 0; k < len; k++)
+                if (p[k] != ' ' && tok_buf_put(&raw, p + k, 1)) goto oom;
+        } else if (tok_buf_put(&raw, p, len)) goto oom;
+        first_done = 1;
+    }
+    if (tok->strip_first == TOK_STRIP_ONE && raw.n && raw.p[0] == ' ') { /* Strip(" ", 1, 0) after the Fuse */
+        memmove(raw.p, raw.p + 1, raw.n - 1);
+        raw.n--;
     }
     if (tok_utf8_lossy(&txt, raw.p ? raw.p : "", raw.n) || tok_buf_put(&txt, "", 0)) goto oom;
     *out = txt.p;

@@ -6,6 +6,7 @@
 #define SL_TOK_INTERNAL_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -77,9 +78,42 @@ struct sl_tokenizer {
     char *chat_template, *eos_text;
     int32_t eog[3];
     int n_eog;
+    /* SentencePiece-style BPE (text/tok_spm.c): spm set when nothing in tokenizer.json is ByteLevel */
+    int spm;
+    char space[8];           /* the space replacement R ("\xe2\x96\x81", U+2581) */
+    int space_norm;          /* the normalizer replaces " " with R */
+    int prepend_norm;        /* the normalizer prepends R to every piece */
+    int meta_space, meta_split, prepend; /* a Metaspace pre-tokenizer: " " -> R, its split, TOK_PREPEND_* */
+    int byte_fallback, fuse_unk;
+    int32_t unk_id;          /* -1: none */
+    int dec_space, dec_bytes; /* the decoder turns R into " ", <0xNN> into its byte */
+    int strip_first;         /* TOK_STRIP_*: what the decoder strips from a whole decode (sl_detokenize) */
     pthread_mutex_t lock; /* guards cache and cache_ids */
     smap cache;           /* pre-token bytes -> offset (in int32s) into cache_ids: [count, ids...] */
     tok_buf cache_ids;
 };
+
+enum { TOK_PREPEND_NEVER, TOK_PREPEND_FIRST, TOK_PREPEND_ALWAYS };
+/* none; Strip(" ", 1, 0) after a Fuse: one leading space of the text; Metaspace: every R of the first token */
+enum { TOK_STRIP_NONE, TOK_STRIP_ONE, TOK_STRIP_META };
+
+/* The merge of the pair (a, b) (rank, merged id), or NULL (tokenizer.c) */
+const tok_pent *tok_merge_of(const sl_tokenizer *t, int32_t a, int32_t b);
+/* sym[m] merged in place as BPE merges them (lowest rank first, leftmost on ties, HF tokenizers' word.rs
+ * merge_all): the new count, or -1 when out of memory (tok_spm.c) */
+ptrdiff_t tok_spm_merge(const sl_tokenizer *t, int32_t *sym, size_t m);
+
+/* BPE of one pre-token w[n] (tokenizer.c; the ByteLevel alphabet's bytes, or an SPM piece) appended to ids: 0 or -1 */
+int tok_bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids);
+
+/* SentencePiece-style BPE (tok_spm.c): the normalizer, pre-tokenizer, decoder and model flags of tokenizer.json
+ * root; the unk / <0xNN> ids once the vocabulary is read; a token's decoded bytes; a word's first symbols (at most
+ * n); a piece between added tokens (first: at the start of the text) encoded. */
+struct cJSON;
+sl_status tok_spm_config(sl_tokenizer *t, const struct cJSON *root, sl_error *err);
+sl_status tok_spm_ids(sl_tokenizer *t, const struct cJSON *root, sl_error *err);
+int tok_spm_piece(const sl_tokenizer *t, const char *s, int added, tok_buf *out);
+size_t tok_spm_symbols(const sl_tokenizer *t, const char *w, size_t n, int32_t *sym);
+sl_status tok_spm_encode(sl_tokenizer *t, const char *s, size_t n, int first, tok_ids *ids, sl_error *err);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * tokenizer.c — loading an HF tokenizer.json (byte-level BPE) and encoding text to ids.
+ * tokenizer.c — loading an HF tokenizer.json (byte-level BPE; SentencePiece-style BPE through tok_spm.c) and
+ * encoding text to ids.
  *
  * Sections: hash maps (string -> id, pair -> merge) · ByteLevel tables · loading (tokenizer.json,
  * tokenizer_config.json, from a file or a .sluice container) · encoding (added tokens, NFC, Split regex,
@@ -11,6 +12,8 @@
  *   pre_tokenizer ByteLevel (use_regex: GPT-2 regex) or Sequence[Split(Regex, Isolated)..., ByteLevel] (each Split
  *   splits the pieces of the one before: Qwen has one, DeepSeek-V3 three),
  *   decoder ByteLevel. Added tokens' lstrip / rstrip / single_word flags are not applied (Qwen sets none).
+ * A tokenizer.json with nothing ByteLevel is a SentencePiece-style BPE (Gemma's): text/tok_spm.c reads its
+ * normalizer, pre-tokenizer and decoder, makes its pieces' bytes and first symbols, and merges its words.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -127,6 +130,8 @@ static inline const tok_pent *pmap_get(const tok_pmap *m, int32_t a, int32_t b) 
         if (m->e[i].key == k) return &m->e[i];
     }
 }
+
+const tok_pent *tok_merge_of(const sl_tokenizer *t, int32_t a, int32_t b) { return pmap_get(&t->merges, a, b); }
 
 /* ---- ByteLevel (GPT-2 bytes_to_unicode) --------------------------------------------------------- */
 
@@ -249,6 +254,7 @@ static sl_status load_pre_tokenizer(sl_tokenizer *t, const cJSON *pt, sl_error *
 static int set_piece(sl_tokenizer *t, int32_t id, const char *s, int raw, const int16_t *u2b) {
     /* pieces are appended in id order by the caller, so dec_off[id] is the current end */
     (void)id;
+    if (t->spm) return tok_spm_piece(t, s, raw, &t->dec);
     return raw ? tok_buf_puts(&t->dec, s) : byte_level_decode(u2b, s, &t->dec);
 }
 
@@ -313,7 +319,7 @@ static sl_status load_model(sl_tokenizer *t, const cJSON *root, sl_error *err) {
         if (strs[i]) t->flags[i] |= TOK_PRESENT;
     }
     t->dec_off[t->n_vocab] = (uint32_t)t->dec.n;
-    for (int b = 0; b < 256; b++) {
+    for (int b = 0; b < 256 && !t->spm; b++) { /* SPM: tok_spm_ids */
         char u[4];
         size_t k = put_cp(u, t->b2u[b]);
         t->byte_id[b] = smap_get(&t->vocab, u, k);
@@ -365,6 +371,18 @@ static const char *token_text(const cJSON *v) { /* "x" or {"content": "x"} */
     return cJSON_GetStringValue(cJSON_GetObjectItem(v, "content"));
 }
 
+/* 1 when the pre-tokenizer (or one of a Sequence's) or the decoder is ByteLevel; else a SentencePiece-style BPE */
+static int byte_level(const cJSON *root) {
+    const cJSON *pt = cJSON_GetObjectItem(root, "pre_tokenizer"), *list = cJSON_GetObjectItem(pt, "pretokenizers");
+    const char *d = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "decoder"), "type"));
+    int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0, bl = d && !strcmp(d, "ByteLevel");
+    for (int i = -1; i < n && !bl; i++) {
+        const char *ty = cJSON_GetStringValue(cJSON_GetObjectItem(i < 0 ? pt : cJSON_GetArrayItem(list, i), "type"));
+        bl = ty && !strcmp(ty, "ByteLevel");
+    }
+    return bl;
+}
+
 sl_status sl_tokenizer_from_json(const char *json, size_t len, const char *config_json, const char *template_text,
                                  sl_tokenizer **out, sl_error *err) {
     *out = NULL;
@@ -374,8 +392,10 @@ sl_status sl_tokenizer_from_json(const char *json, size_t len, const char *confi
     cJSON *root = cJSON_ParseWithLength(json, len), *cfg = NULL;
     sl_status st = SL_OK;
     if (!root) { st = err_set(err, SL_EFORMAT, "tokenizer.json: not valid JSON"); goto fail; }
+    const int spm = !byte_level(root);
+    if (spm && (st = tok_spm_config(t, root, err))) goto fail;
     const cJSON *norm = cJSON_GetObjectItem(root, "normalizer");
-    if (norm && !cJSON_IsNull(norm)) { /* NFC, or a Sequence of NFCs (an empty one: none, as DeepSeek-V3's) */
+    if (!spm && norm && !cJSON_IsNull(norm)) { /* NFC, or a Sequence of NFCs (an empty one: none, as DeepSeek-V3's) */
         const char *ty = cJSON_GetStringValue(cJSON_GetObjectItem(norm, "type")), *bad = NULL;
         const cJSON *seq = cJSON_GetObjectItem(norm, "normalizers");
         if (ty && !strcmp(ty, "NFC")) t->nfc = 1;
@@ -390,9 +410,10 @@ sl_status sl_tokenizer_from_json(const char *json, size_t len, const char *confi
     }
     const cJSON *dec = cJSON_GetObjectItem(root, "decoder");
     const char *dty = cJSON_GetStringValue(cJSON_GetObjectItem(dec, "type"));
-    if (dec && !cJSON_IsNull(dec) && (!dty || strcmp(dty, "ByteLevel"))) { st = err_set(err, SL_EUNSUPPORTED, "tokenizer.json: decoder '%s' is not supported (ByteLevel only)", dty ? dty : "?"); goto fail; }
+    if (!spm && dec && !cJSON_IsNull(dec) && (!dty || strcmp(dty, "ByteLevel"))) { st = err_set(err, SL_EUNSUPPORTED, "tokenizer.json: decoder '%s' is not supported (ByteLevel only)", dty ? dty : "?"); goto fail; }
     if ((st = load_model(t, root, err))) goto fail;
-    if ((st = load_pre_tokenizer(t, cJSON_GetObjectItem(root, "pre_tokenizer"), err))) goto fail;
+    if (spm && (st = tok_spm_ids(t, root, err))) goto fail;
+    if (!spm && (st = load_pre_tokenizer(t, cJSON_GetObjectItem(root, "pre_tokenizer"), err))) goto fail;
     if (smap_init(&t->cache, 1024)) { st = err_set(err, SL_ENOMEM, "out of memory"); goto fail; }
     if (config_json) {
         cfg = cJSON_Parse(config_json);
@@ -492,8 +513,8 @@ out:
 
 /* ---- encoding ----------------------------------------------------------------------------------- */
 
-/* BPE of one pre-token (raw bytes) appended to ids; cached. */
-static int bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids) {
+/* BPE of one pre-token (raw bytes; an SPM piece) appended to ids; cached. */
+int tok_bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids) {
     pthread_mutex_lock(&t->lock);
     int32_t c = smap_get(&t->cache, w, n);
     if (c >= 0) {
@@ -507,7 +528,8 @@ static int bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids) {
     if (!sym) return -1;
     size_t m = 0;
     int32_t whole = -1;
-    if (t->ignore_merges) { /* the whole word as one token when the vocabulary has it */
+    if (t->ignore_merges && t->spm) whole = smap_get(&t->vocab, w, n);
+    else if (t->ignore_merges) { /* the whole word as one token when the vocabulary has it */
         tok_buf bl = {0};
         for (size_t i = 0; i < n; i++) {
             char u[4];
@@ -517,13 +539,23 @@ static int bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids) {
         free(bl.p);
     }
     if (whole >= 0) sym[m++] = whole;
+    else if (t->spm) m = tok_spm_symbols(t, w, n, sym);
     else
         for (size_t i = 0; i < n; i++) {
             int32_t id = t->byte_id[(unsigned char)w[i]];
             if (id >= 0) sym[m++] = id; /* a byte missing from the vocabulary is dropped, as HF does without unk */
         }
-    /* merge the lowest-ranked adjacent pair (leftmost on ties) until none is left */
-    while (m > 1) {
+    /* merge the lowest-ranked adjacent pair (leftmost on ties) until none is left (an SPM word, often a whole text:
+     * through a heap) */
+    if (t->spm && m > 1) {
+        ptrdiff_t k = tok_spm_merge(t, sym, m);
+        if (k < 0) {
+            if (sym != stackbuf) free(sym);
+            return -1;
+        }
+        m = (size_t)k;
+    }
+    while (!t->spm && m > 1) {
         int32_t best = INT32_MAX, bi = -1, bid = -1;
         for (size_t i = 0; i + 1 < m; i++) {
             const tok_pent *e = pmap_get(&t->merges, sym[i], sym[i + 1]);
@@ -535,6 +567,10 @@ static int bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids) {
         m--;
     }
     int r = tok_ids_put(ids, sym, (int)m);
+    if (n > 4096) { /* an SPM word is often a whole text: not cached */
+        if (sym != stackbuf) free(sym);
+        return r;
+    }
     pthread_mutex_lock(&t->lock);
     if (t->cache.n > 65536) { smap_clear(&t->cache); t->cache_ids.n = 0; }
     size_t off = t->cache_ids.n / sizeof(int32_t);
@@ -551,7 +587,7 @@ static int bpe_word(sl_tokenizer *t, const char *w, size_t n, tok_ids *ids) {
  * next regex, the last level's pieces to BPE. md holds one match (its offsets are read before recursing). */
 static sl_status split_piece(sl_tokenizer *t, int lvl, const char *s, size_t n, pcre2_match_data *md,
                              pcre2_match_context *mc, tok_ids *ids, sl_error *err) {
-    if (lvl == t->n_re) return n && bpe_word(t, s, n, ids) ? err_set(err, SL_ENOMEM, "out of memory") : SL_OK;
+    if (lvl == t->n_re) return n && tok_bpe_word(t, s, n, ids) ? err_set(err, SL_ENOMEM, "out of memory") : SL_OK;
     sl_status st = SL_OK;
     size_t pos = 0;
     while (pos < n && !st) {
@@ -579,8 +615,8 @@ static sl_status split_piece(sl_tokenizer *t, int lvl, const char *s, size_t n, 
     return st;
 }
 
-/* A piece of text between added tokens: NFC, split, BPE. */
-static sl_status encode_piece(sl_tokenizer *t, const char *s, size_t n, tok_ids *ids, sl_error *err) {
+/* A piece of text between added tokens (first: at the text's start): NFC, split, BPE. */
+static sl_status encode_piece(sl_tokenizer *t, const char *s, size_t n, int first, tok_ids *ids, sl_error *err) {
     utf8proc_uint8_t *nfc = NULL;
     if (t->nfc) {
         int ascii = 1;
@@ -594,8 +630,13 @@ static sl_status encode_piece(sl_tokenizer *t, const char *s, size_t n, tok_ids 
         }
     }
     sl_status st = SL_OK;
+    if (t->spm) {
+        st = tok_spm_encode(t, s, n, first, ids, err);
+        free(nfc);
+        return st;
+    }
     if (!t->n_re) {
-        if (n && bpe_word(t, s, n, ids)) st = err_set(err, SL_ENOMEM, "out of memory");
+        if (n && tok_bpe_word(t, s, n, ids)) st = err_set(err, SL_ENOMEM, "out of memory");
         free(nfc);
         return st;
     }
@@ -661,12 +702,12 @@ sl_status sl_tokenize(const sl_tokenizer *tok, const char *text, size_t len, int
     for (size_t i = 0; i < len;) {
         const tok_added *a = (flags & SL_TOKENIZE_NO_SPECIAL) ? NULL : added_at(t, text + i, len - i);
         if (!a) { i++; continue; }
-        if (i > start && (st = encode_piece(t, text + start, i - start, &ids, err))) goto fail;
+        if (i > start && (st = encode_piece(t, text + start, i - start, start == 0, &ids, err))) goto fail;
         if (tok_ids_put(&ids, &a->id, 1)) goto oom;
         i += a->len;
         start = i;
     }
-    if (len > start && (st = encode_piece(t, text + start, len - start, &ids, err))) goto fail;
+    if (len > start && (st = encode_piece(t, text + start, len - start, start == 0, &ids, err))) goto fail;
     if (!ids.p && !(ids.p = malloc(sizeof(int32_t)))) goto oom; /* an empty result is still an array */
     free(fixed.p);
     *out_ids = ids.p;

@@ -1,5 +1,6 @@
 /*
- * tokenizer.h — HF tokenizer.json byte-level BPE (internal side of the public sl_tokenizer).
+ * tokenizer.h — HF tokenizer.json byte-level BPE, and SentencePiece-style BPE (text/tok_spm.c; docs/TEXT.md), the
+ * internal side of the public sl_tokenizer.
  *
  * The pipeline of `encode`, as HF `tokenizers` runs it for Qwen:
  *   invalid UTF-8 -> U+FFFD (maximal subparts, as Python's errors="replace")
