@@ -39,8 +39,9 @@ MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0},
                     "layer_types": ["chunked_attention"] * 3, "no_rope_layers": [1, 1, 1]},
          "mimo_v2_flash": {"routed_scaling_factor": 1.0}}
 # tokenizer.ggml.pre the converter writes for each family's released tokenizer (conversion/base.py
-# get_vocab_base_pre); None: a tokenizer sluice does not read (Gemma 4's tokenizer.ggml.model gemma4, SentencePiece
-# style: the GGUF is written without one; Kimi Linear's kimi-k2, tiktoken ranks without merges, neither)
+# get_vocab_base_pre); None: the GGUF is written without a tokenizer (Gemma 4's tokenizer.ggml.model gemma4 is another
+# model than the tiny byte-level one: tests/py/test_tokenizer_spm.py; Kimi Linear's kimi-k2, tiktoken ranks without
+# merges, sluice does not read)
 PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid": "gpt-2", "kimi_linear": None,
        "mimo_v2_flash": "qwen2"}
 # the converter reads a release's layer_types (mamba / attention), not transformers 5.25's (the fixture's
