@@ -1,13 +1,15 @@
 """GGUF import of issue 26's families: lfm2_moe (llama.cpp lfm2moe), gemma4 (gemma4), llama4 (llama4),
-granitemoehybrid (granitehybrid), kimi_linear (kimi-linear). Each fixture of tests/data is written at test time as a
-GGUF the way llama.cpp's convert_hf_to_gguf.py --outtype f32 writes it (conversion/lfm2.py LFM2MoeModel, gemma.py
-Gemma4Model, llama.py Llama4Model, granite.py GraniteHybridModel, kimi_linear.py KimiLinearModel; base.py TextModel's
-keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports torch and transformers, which CI does not install.
-test_writer_mirrors_llama_cpp_converter checks this writer
-against the converter itself where both are at hand (SLUICE_LLAMA_CPP: a llama.cpp source tree;
-SLUICE_LLAMA_CPP_PYTHON: a Python with torch and transformers).
+granitemoehybrid (granitehybrid), kimi_linear (kimi-linear), mimo_v2_flash (mimo2), bailing_hybrid (bailingmoe3).
+Each fixture of tests/data is written at test time as a GGUF the way llama.cpp's convert_hf_to_gguf.py --outtype
+f32 writes it (conversion/lfm2.py LFM2MoeModel, gemma.py Gemma4Model, llama.py Llama4Model, granite.py
+GraniteHybridModel, kimi_linear.py KimiLinearModel, mimo.py MimoV2Model, bailingmoe3.py BailingMoeV3Model; base.py
+TextModel's keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports torch and
+transformers, which CI does not install. test_writer_mirrors_llama_cpp_converter checks this writer against the
+converter itself where both are at hand (SLUICE_LLAMA_CPP: a llama.cpp source tree; SLUICE_LLAMA_CPP_PYTHON: a
+Python with torch and transformers) and the converter can convert the fixture (NO_CONVERTER).
 Reference: the safetensors pack of the same fixture, where llama.cpp's graph means what the checkpoint means; where
-it does not, of a fixture copy changed to what the GGUF file means (MEANS; src/family/arch/lfm2_moe.c, llama4.c)."""
+it does not, of a fixture copy changed to what the GGUF file means (MEANS; src/family/arch/lfm2_moe.c, llama4.c,
+mimo_v2_flash.c, bailing_hybrid.c)."""
 import json
 import os
 import re
@@ -30,20 +32,25 @@ from test_gguf_families import hf_tensors, stays_f32, text_cfg  # noqa: E402
 DATA = os.path.join(ROOT, "tests/data")
 ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4,
         "granitemoehybrid": gguf.MODEL_ARCH.GRANITE_HYBRID, "kimi_linear": gguf.MODEL_ARCH.KIMI_LINEAR,
-        "mimo_v2_flash": gguf.MODEL_ARCH.MIMO2}
+        "mimo_v2_flash": gguf.MODEL_ARCH.MIMO2, "bailing_hybrid": None}
+# architectures the gguf-py of CI (build/venv) predates: named here, tensors named by hand (BAILING_NAMES)
+ARCH_NAME = {"bailing_hybrid": "bailingmoe3"}
 # config.json changes that make the safetensors checkpoint mean what llama.cpp's file of it means
 # (Llama 4: llama.cpp's graph fixes chunks of 8192, NoPE every fourth layer, temperature floor 8192,
 # src/models/llama4.cpp)
 MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0},
          "llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1,
                     "layer_types": ["chunked_attention"] * 3, "no_rope_layers": [1, 1, 1]},
-         "mimo_v2_flash": {"routed_scaling_factor": 1.0}}
+         "mimo_v2_flash": {"routed_scaling_factor": 1.0},
+         # Ling 3: the converter writes expert_group_count from a config's n_group only, not from
+         # num_expert_group (the fixture's, transformers' name): the file routes without groups
+         "bailing_hybrid": {"num_expert_group": 1}}
 # tokenizer.ggml.pre the converter writes for each family's released tokenizer (conversion/base.py
 # get_vocab_base_pre); None: the GGUF is written without a tokenizer (Gemma 4's tokenizer.ggml.model gemma4 is another
 # model than the tiny byte-level one: tests/py/test_tokenizer_spm.py; Kimi Linear's kimi-k2, tiktoken ranks without
 # merges, sluice does not read)
 PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid": "gpt-2", "kimi_linear": None,
-       "mimo_v2_flash": "qwen2"}
+       "mimo_v2_flash": "qwen2", "bailing_hybrid": "gpt-2"}
 # the converter reads a release's layer_types (mamba / attention), not transformers 5.25's (the fixture's
 # linear_attention / full_attention: it would take every layer for Mamba2); its copy of the fixture gets the release's
 # (Kimi Linear: the converter reads the release's linear_attn_config, first_k_dense_replace and
@@ -60,7 +67,12 @@ RELEASE = {"granitemoehybrid": {"layer_types": ["mamba", "attention"]},
                              "scoring_func": "sigmoid", "layernorm_epsilon": 1e-5, "partial_rotary_factor": 0.5,
                              "rope_theta": 5000000.0, "swa_rope_theta": 10000.0, "rope_parameters": None}}
 RAW_CONFIG = {"mimo_v2_flash"}
-NEXTN = {"mimo_v2_flash": 3}  # MimoV2Model._n_nextn: the release's MTP blocks, counted in block_count
+# llama.cpp's converter takes a layer for full attention at every layer_group_size-th and at the tail past the last
+# whole group (BailingMoeV3Model.is_full_attention): the fixture's [KDA, MLA, KDA] is no such pattern, and the
+# converter refuses a KDA tensor on what it takes for a full layer. This writer puts the fixture's own kinds in
+# head_count_kv, which llama.cpp's graph reads per layer; the converter is not run on it.
+NO_CONVERTER = {"bailing_hybrid"}
+NEXTN = {"mimo_v2_flash": 3, "bailing_hybrid": 1}  # MimoV2Model._n_nextn: the release's MTP blocks, counted in block_count
 RELEASE_NAMES = {"kimi_linear": (re.compile(r"block_sparse_moe\.(gate|up|down)_proj"), r"mlp.\1_proj")}
 FAMILIES = list(ARCH)
 
@@ -427,12 +439,105 @@ def meta_mimo_v2_flash(cfg, w):
     w.add_nextn_predict_layers(NEXTN["mimo_v2_flash"])
 
 
+BAILING_NAMES = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+                 "attention.q_proj.weight": "attn_q.weight", "attention.k_proj.weight": "attn_k.weight",
+                 "attention.v_proj.weight": "attn_v.weight", "attention.q_conv1d.weight": "ssm_conv1d_q.weight",
+                 "attention.k_conv1d.weight": "ssm_conv1d_k.weight", "attention.v_conv1d.weight": "ssm_conv1d_v.weight",
+                 "attention.b_proj.weight": "ssm_beta.weight", "attention.A_log": "ssm_a",
+                 "attention.dt_bias": "ssm_dt.bias", "attention.o_norm.weight": "ssm_norm.weight",
+                 "attention.dense.weight": "attn_output.weight", "attention.f_proj.weight": "ssm_f_a.weight",
+                 "attention.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+                 "attention.kv_a_layernorm.weight": "attn_kv_a_norm.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
+                 "mlp.gate.expert_bias": "exp_probs_b.bias", "mlp.gate_proj.weight": "ffn_gate.weight",
+                 "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+                 "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+                 "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+                 "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+                 "model.word_embeddings.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+                 "lm_head.weight": "output.weight"}
+
+
+def convert_bailing_hybrid(cfg, hf, tmap):
+    """BailingMoeV3Model.modify_tensors (llama.cpp gguf-py's BAILINGMOE3 names): conv kernels as [1, inner, 1, K],
+    exp(A_log) as [n, 1], dt_bias as dt_proj.bias, f_proj / g_proj as ssm_f_a / ssm_g_a on KDA layers and g_proj as
+    attn_gate on MLA ones, experts stacked per layer, kv_b_proj split"""
+    def key_of(k):
+        p = k.split(".")
+        return (int(p[2]), int(p[5]), p[6]) if ".mlp.experts." in k else None
+    stacked, rest = stack_experts(hf, key_of, cfg["num_experts"])
+    out, nh, nope = [], cfg["num_attention_heads"], cfg["qk_nope_head_dim"]
+    for k, a in rest:
+        k = k.replace("e_score_correction.bias", "expert_bias")  # hf_tensors' rename undone
+        if not k.startswith("model.layers."):
+            out.append((BAILING_NAMES[k], a))
+            continue
+        bid, rel = k.split(".")[2], k.split(".", 3)[3]
+        full = cfg["layer_types"][int(bid)] == "full_attention"
+        if rel.endswith("_conv1d.weight"):
+            a = a.reshape(1, a.shape[0], 1, a.shape[-1])
+        elif rel == "attention.A_log":
+            a = np.exp(a.astype(np.float64)).astype(np.float32).reshape(-1, 1)
+        elif rel == "attention.g_proj.weight":
+            out.append((f"blk.{bid}.{'attn_gate' if full else 'ssm_g_a'}.weight", a))
+            continue
+        elif rel == "attention.kv_b_proj.weight":
+            kv = a.reshape(nh, -1, a.shape[-1])
+            out += [(f"blk.{bid}.attn_k_b.weight", np.swapaxes(kv[:, :nope], 1, 2)), (f"blk.{bid}.attn_v_b.weight", kv[:, nope:])]
+            continue
+        out.append((f"blk.{bid}.{BAILING_NAMES[rel]}", a))
+    for (l, part), a in stacked.items():
+        out.append((f"blk.{l}.ffn_{part.replace('_proj', '')}_exps.weight", a))
+    return out
+
+
+def meta_bailing_hybrid(cfg, w):
+    """TextModel's keys (num_key_value_heads 1, the release's sigmoid score function), BailingMoeV3Model's: per-layer
+    arrays over block_count + nextn (the MTP block full attention, its limits 0), KDA, MLA and MoE keys"""
+    L, n = cfg["num_hidden_layers"], cfg["num_hidden_layers"] + NEXTN["bailing_hybrid"]
+    kv_lora, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    w.add_block_count(n)
+    w.add_context_length(cfg["model_max_length"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_token"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_value_length(cfg["head_dim"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_head_count_kv([1 if i >= L or cfg["layer_types"][i] == "full_attention" else 0 for i in range(n)])
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_ssm_conv_kernel(cfg["short_conv_kernel_size"])
+    w.add_kda_head_dim(cfg["head_dim"])
+    w.add_bool("bailingmoe3.kda.safe_gate", cfg["kda_safe_gate"])  # add_kda_safe_gate
+    w.add_float32("bailingmoe3.kda.gate_lower_bound", cfg["kda_lower_bound"])  # add_kda_gate_lower_bound
+    w.add_kv_lora_rank(kv_lora)
+    w.add_rope_dimension_count(rope)
+    w.add_key_length(kv_lora + rope)
+    w.add_key_length_mla(cfg["qk_nope_head_dim"] + rope)
+    w.add_value_length_mla(cfg["v_head_dim"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_shared_feed_forward_length(cfg["moe_intermediate_size"] * cfg["num_shared_experts"])
+    w.add_expert_shared_count(cfg["num_shared_experts"])
+    w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+    w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+    w.add_expert_weights_norm(cfg["moe_renormalize"])
+    for key, add in (("expert_swiglu_limit_list", w.add_swiglu_clamp_exp),
+                     ("share_expert_swiglu_limit_list", w.add_swiglu_clamp_shexp)):
+        v = [float(x or 0) for x in cfg[key][:n]]
+        add(v + [0.0] * (n - len(v)))
+    w.add_nextn_predict_layers(NEXTN["bailing_hybrid"])
+
+
 CONVERT = {"lfm2_moe": convert_lfm2_moe, "gemma4": convert_gemma4, "llama4": convert_llama4,
            "granitemoehybrid": convert_granitemoehybrid, "kimi_linear": convert_kimi_linear,
-           "mimo_v2_flash": convert_mimo_v2_flash}
+           "mimo_v2_flash": convert_mimo_v2_flash, "bailing_hybrid": convert_bailing_hybrid}
 META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4,
         "granitemoehybrid": meta_granitemoehybrid, "kimi_linear": meta_kimi_linear,
-        "mimo_v2_flash": meta_mimo_v2_flash}
+        "mimo_v2_flash": meta_mimo_v2_flash, "bailing_hybrid": meta_bailing_hybrid}
 
 
 def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False):
@@ -443,9 +548,9 @@ def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=Fa
     cfg, _ = text_cfg(family)
     if rope:
         cfg = dict(cfg, rope_parameters=dict(cfg["rope_parameters"], **rope))
-    tmap = gguf.get_tensor_name_map(ARCH[family], cfg["num_hidden_layers"] + NEXTN.get(family, 0))
+    tmap = ARCH[family] and gguf.get_tensor_name_map(ARCH[family], cfg["num_hidden_layers"] + NEXTN.get(family, 0))
     tensors = CONVERT[family](cfg, hf_tensors(family), tmap)
-    w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[ARCH[family]])
+    w = gguf.GGUFWriter(path, ARCH_NAME.get(family) or gguf.MODEL_ARCH_NAMES[ARCH[family]])
     META[family](cfg, w)
     if tokenizer and PRE[family]:
         gguf_tokenizer_writer(os.path.join(DATA, "tiny_tokenizer"), PRE[family])(w)
@@ -626,6 +731,23 @@ def test_kimi_linear_softmax_router_refused(tmp_path):
     pack_fails(tmp_path, g, "'kimi-linear.expert_gating_func' is 1; kimi_linear routes with a sigmoid")
 
 
+def test_bailing_hybrid_unsafe_gate_refused(tmp_path):
+    """llama.cpp's bailingmoe3 graph has only the bounded KDA gate (kda.safe_gate); a file saying false is refused."""
+    from test_gguf import pack_fails
+    cfg, _ = text_cfg("bailing_hybrid")
+    g = str(tmp_path / "m.gguf")
+    w = gguf.GGUFWriter(g, "bailingmoe3")
+    meta_bailing_hybrid(cfg, w)
+    w.add_bool("bailingmoe3.kda.safe_gate", False)
+    for name, a in convert_bailing_hybrid(cfg, hf_tensors("bailing_hybrid"), None):
+        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    pack_fails(tmp_path, g, "'bailingmoe3.kda.safe_gate' is false")
+
+
 def rename_safetensors(path, pat, rep):
     """The safetensors file at path with its tensors renamed (pat.sub(rep, name)), the data as it is"""
     raw = open(path, "rb").read()
@@ -675,6 +797,8 @@ def test_writer_mirrors_llama_cpp_converter(family, tmp_path):
     lc = os.environ.get("SLUICE_LLAMA_CPP")
     if not lc or not os.path.exists(os.path.join(lc, "convert_hf_to_gguf.py")):
         pytest.skip("SLUICE_LLAMA_CPP (a llama.cpp source tree) not set")
+    if family in NO_CONVERTER:
+        pytest.skip(f"llama.cpp's converter cannot convert the {family} fixture (NO_CONVERTER)")
     theirs, ours = str(tmp_path / "c.gguf"), str(tmp_path / "w.gguf")
     converter_gguf(lc, family, theirs, str(tmp_path))
     write(family, ours)

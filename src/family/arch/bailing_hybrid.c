@@ -81,35 +81,39 @@ static void config(hfc *c, fam_config *o) {
                  o->topk_group, o->n_experts, o->n_experts_used);
 }
 
-#define KDA(name, f, rows, cols, kind) {"self_attn." name, NULL, AW_LINEAR, rows, cols, kind, LW(f), AR_BACKBONE, NULL}
+/* a KDA tensor and its llama.cpp bailingmoe3 name (conversion/bailingmoe3.py: f_proj as ssm_f_a, g_proj as ssm_g_a) */
+#define KDA(name, f, rows, cols, kind, gg) {"self_attn." name, NULL, AW_LINEAR, rows, cols, kind, LW(f), AR_BACKBONE, gg}
 
 /* attention.* is renamed self_attn.* first (renames), then the whole names below */
 static const arch_tdef tensors[] = {
-    {"embed_tokens", "word_embeddings", AW_GLOBAL, AD_V, AD_H, AK_MAT, GW(embed), AR_BACKBONE, NULL},
+    {"embed_tokens", "word_embeddings", AW_GLOBAL, AD_V, AD_H, AK_MAT, GW(embed), AR_BACKBONE, "token_embd.weight"},
     T_IN_NORM,
     /* full attention: gated MLA */
-    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, NULL},
-    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, NULL},
-    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, NULL},
-    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, NULL},
-    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, NULL},
-    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, NULL},
-    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, NULL},
-    {"self_attn.g_proj", NULL, AW_ATTN, AD_NH, AD_H, AK_MAT, LW(head_gate), AR_BACKBONE, NULL},
-    {"self_attn.o_proj", "self_attn.dense", AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, NULL},
+    {"self_attn.q_proj", NULL, AW_Q_FULL, AD_QMLA, AD_H, AK_MAT, LW(q), AR_BACKBONE, "attn_q.weight"},
+    {"self_attn.q_a_proj", NULL, AW_Q_LORA, AD_QLORA, AD_H, AK_MAT, LW(q_a), AR_BACKBONE, "attn_q_a.weight"},
+    {"self_attn.q_a_layernorm", NULL, AW_Q_LORA, AD_QLORA, AD_NONE, AK_VEC, LW(q_a_norm), AR_BACKBONE, "attn_q_a_norm.weight"},
+    {"self_attn.q_b_proj", NULL, AW_Q_LORA, AD_QMLA, AD_QLORA, AK_MAT, LW(q_b), AR_BACKBONE, "attn_q_b.weight"},
+    {"self_attn.kv_a_proj_with_mqa", NULL, AW_ATTN, AD_KVA, AD_H, AK_MAT, LW(kv_a), AR_BACKBONE, "attn_kv_a_mqa.weight"},
+    {"self_attn.kv_a_layernorm", NULL, AW_ATTN, AD_KVLORA, AD_NONE, AK_VEC, LW(kv_a_norm), AR_BACKBONE, "attn_kv_a_norm.weight"},
+    {"self_attn.kv_b_proj", NULL, AW_ATTN, AD_KVB, AD_KVLORA, AK_MAT, LW(kv_b), AR_BACKBONE, "attn_kv_b.weight"},
+    {"self_attn.g_proj", NULL, AW_ATTN, AD_NH, AD_H, AK_MAT, LW(head_gate), AR_BACKBONE, "attn_gate.weight"},
+    {"self_attn.o_proj", "self_attn.dense", AW_ATTN, AD_H, AD_OMLA, AK_MAT, LW(o), AR_BACKBONE, "attn_output.weight"},
     /* linear attention: KDA with the bounded gate */
-    KDA("q_proj", q, AD_NVDV, AD_H, AK_MAT), KDA("k_proj", k, AD_NVDV, AD_H, AK_MAT), KDA("v_proj", v, AD_NVDV, AD_H, AK_MAT),
-    KDA("q_conv1d", conv_parts[0], AD_NVDV, AD_CONVK, AK_VEC), KDA("k_conv1d", conv_parts[1], AD_NVDV, AD_CONVK, AK_VEC),
-    KDA("v_conv1d", conv_parts[2], AD_NVDV, AD_CONVK, AK_VEC),
-    KDA("f_proj", kda_f, AD_NVDV, AD_H, AK_MAT), KDA("g_proj", kda_g, AD_NVDV, AD_H, AK_MAT),
-    KDA("b_proj", b, AD_NV, AD_H, AK_MAT), KDA("A_log", A_log, AD_NV, AD_NONE, AK_VEC),
-    KDA("dt_bias", dt_bias, AD_NVDV, AD_NONE, AK_VEC), KDA("o_norm", lin_norm, AD_DV, AD_NONE, AK_VEC),
-    {"self_attn.o_proj", "self_attn.dense", AW_LINEAR, AD_H, AD_NVDV, AK_MAT, LW(lin_out), AR_BACKBONE, NULL},
+    KDA("q_proj", q, AD_NVDV, AD_H, AK_MAT, "attn_q.weight"), KDA("k_proj", k, AD_NVDV, AD_H, AK_MAT, "attn_k.weight"),
+    KDA("v_proj", v, AD_NVDV, AD_H, AK_MAT, "attn_v.weight"),
+    KDA("q_conv1d", conv_parts[0], AD_NVDV, AD_CONVK, AK_VEC, "ssm_conv1d_q.weight"),
+    KDA("k_conv1d", conv_parts[1], AD_NVDV, AD_CONVK, AK_VEC, "ssm_conv1d_k.weight"),
+    KDA("v_conv1d", conv_parts[2], AD_NVDV, AD_CONVK, AK_VEC, "ssm_conv1d_v.weight"),
+    KDA("f_proj", kda_f, AD_NVDV, AD_H, AK_MAT, "ssm_f_a.weight"), KDA("g_proj", kda_g, AD_NVDV, AD_H, AK_MAT, "ssm_g_a.weight"),
+    KDA("b_proj", b, AD_NV, AD_H, AK_MAT, "ssm_beta.weight"), KDA("A_log", A_log, AD_NV, AD_NONE, AK_VEC, NULL),
+    KDA("dt_bias", dt_bias, AD_NVDV, AD_NONE, AK_VEC, "ssm_dt.bias"),
+    KDA("o_norm", lin_norm, AD_DV, AD_NONE, AK_VEC, "ssm_norm.weight"),
+    {"self_attn.o_proj", "self_attn.dense", AW_LINEAR, AD_H, AD_NVDV, AK_MAT, LW(lin_out), AR_BACKBONE, "attn_output.weight"},
     T_POST_NORM, T_ROUTER,
-    {"mlp.gate.e_score_correction_bias", "mlp.gate.expert_bias", AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, NULL},
-    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, NULL},
-    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, NULL},
-    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, NULL},
+    {"mlp.gate.e_score_correction_bias", "mlp.gate.expert_bias", AW_MOE, AD_E, AD_NONE, AK_VEC, LW(router_bias), AR_BACKBONE, "exp_probs_b.bias"},
+    {"mlp.shared_experts.gate_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_gate), AR_BACKBONE, "ffn_gate_shexp.weight"},
+    {"mlp.shared_experts.up_proj", NULL, AW_SHARED, AD_IS, AD_H, AK_MAT, LW(sh_up), AR_BACKBONE, "ffn_up_shexp.weight"},
+    {"mlp.shared_experts.down_proj", NULL, AW_SHARED, AD_H, AD_IS, AK_MAT, LW(sh_down), AR_BACKBONE, "ffn_down_shexp.weight"},
     T_DENSE_MLP,
     T_HEAD,
 };
@@ -133,11 +137,51 @@ static void shape_config(const arch_shape *sh, fam_config *c) {
     c->conv_k = 4;
 }
 
-/* llama.cpp's bailingmoe3 GGUF: not imported yet (its KDA and per-layer clamp keys unread here), refused by name */
+/* ---- GGUF (llama.cpp bailingmoe3: convert_hf_to_gguf.py conversion/bailingmoe3.py BailingMoeV3Model;
+ * src/models/bailingmoe3.cpp) ----
+ * MLA as deepseek2 writes it (arch_mla_gguf_config); the layer kinds from attention.head_count_kv (0: KDA); the KDA
+ * heads attention.head_count of kda.head_dim (config.json's head_dim), ssm.conv_kernel, kda.safe_gate (absent: true,
+ * as llama.cpp; false refused: its graph has only the bounded gate) and kda.gate_lower_bound; the per-layer SwiGLU
+ * limits swiglu_clamp_exp / swiglu_clamp_shexp (0: none); the MoE keys of DeepSeek-V3's block (expert_weights_scale,
+ * expert_weights_norm, expert_group_count: the converter writes none from the release's num_expert_group, and
+ * llama.cpp then routes without groups). Rewrites undone: exp(A_log) as [n, 1] (ssm_a) back to A_log, dt_bias as
+ * ssm_dt.bias, the conv kernels as [1, inner, 1, K], f_proj / g_proj as ssm_f_a / ssm_g_a on KDA layers and g_proj as
+ * attn_gate on MLA ones, kv_b_proj split. The multi-token-prediction layers (nextn_predict_layers) are not read. */
 static void gguf_config(ggm *m, arch_gguf_common *g) {
-    ggm_fail(m, SL_EUNSUPPORTED, "'%s' GGUF files (Bailing hybrid / Ling 3) are not imported yet: use the safetensors "
-             "release", g->arch);
+    static const char *const kinds[] = {"linear_attention", "full_attention"};
+    const char *types[SL_MAX_LAYERS];
+    double kvh[SL_MAX_LAYERS], lim[SL_MAX_LAYERS];
+    arch_mla_gguf_config(m, g);
+    ggm_set_num(m, "head_dim", ggm_count(m, "kda.head_dim", 1, 0, NULL)); /* the KDA head (config hook) */
+    if (!ggm_layer_nums(m, "attention.head_count_kv", g->n_layers, kvh))
+        ggm_fail(m, SL_ECONFIG, "'%s.attention.head_count_kv' is not a per-layer list: the KDA layers are those with 0",
+                 g->arch);
+    for (int l = 0; l < g->n_layers; l++) types[l] = kinds[kvh[l] != 0];
+    ggm_set_strs(m, "layer_types", types, g->n_layers);
+    ggm_set_num(m, "short_conv_kernel_size", ggm_count(m, "ssm.conv_kernel", 1, 0, NULL));
+    if (ggm_num(m, "kda.safe_gate", 0, 1, NULL) == 0)
+        ggm_fail(m, SL_EUNSUPPORTED, "'%s.kda.safe_gate' is false: only the bounded KDA gate is read", g->arch);
+    ggm_set_bool(m, "kda_safe_gate", 1);
+    ggm_set_num(m, "kda_lower_bound", ggm_num(m, "kda.gate_lower_bound", 1, 0, NULL));
+    static const char *const clamp[2][2] = {{"swiglu_clamp_exp", "expert_swiglu_limit_list"},
+                                            {"swiglu_clamp_shexp", "share_expert_swiglu_limit_list"}};
+    for (int i = 0; i < 2; i++) {
+        for (int l = 0; l < g->n_layers; l++) lim[l] = 0;
+        ggm_layer_nums(m, clamp[i][0], g->n_layers, lim);
+        ggm_set_nums(m, clamp[i][1], lim, g->n_layers);
+    }
 }
+
+/* exp(A_log) back to A_log: arch_gguf_a_log's search on its negation (in place, element by element) */
+static int64_t a_exp(const fam_config *c, const float *src, float *dst) {
+    for (int64_t i = 0; i < c->lin_nv; i++) dst[i] = -src[i];
+    return arch_gguf_a_log(c, dst, dst);
+}
+
+static const arch_gguf_xf gguf_xf[] = {
+    ARCH_MLA_KV_B_XF,
+    {"self_attn.A_log", {"ssm_a", NULL}, 0, NULL, a_exp},
+};
 
 static const char *const hf_types[] = {"bailing_hybrid", NULL};
 
@@ -148,5 +192,5 @@ const arch_desc arch_bailing_hybrid = {
     .tensors = tensors, .n_tensors = N_OF(tensors), .parts = arch_swiglu_parts, .n_parts = 3, .renames = renames,
     .expert_kind = SL_EXPERT_SWIGLU_CLIP,
     .shapes = shapes, .n_shapes = N_OF(shapes), .shape_config = shape_config,
-    .gguf_arch = "bailingmoe3", .gguf_config = gguf_config,
+    .gguf_arch = "bailingmoe3", .gguf_config = gguf_config, .gguf_xf = gguf_xf, .n_gguf_xf = N_OF(gguf_xf),
 };
