@@ -540,11 +540,12 @@ META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4,
         "mimo_v2_flash": meta_mimo_v2_flash, "bailing_hybrid": meta_bailing_hybrid}
 
 
-def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False):
+def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False, keys=None):
     """The fixture as an f32 GGUF (--outtype f32), with the tiny tokenizer under the family's pre-tokenizer name;
     tensors named in drop left out; rope: rope_parameters fields changed before converting. q8: matrices Q8_0 where
     their rows are whole blocks (else F16), what stays F32 as base.py prepare_tensors keeps it; dequant: those written
-    as gguf-py dequantises them, in F32. Returns [(name, array)] as converted."""
+    as gguf-py dequantises them, in F32; keys(w): keys written after the family's (a bad file: each replaces the
+    converter's). Returns [(name, array)] as converted."""
     cfg, _ = text_cfg(family)
     if rope:
         cfg = dict(cfg, rope_parameters=dict(cfg["rope_parameters"], **rope))
@@ -552,6 +553,8 @@ def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=Fa
     tensors = CONVERT[family](cfg, hf_tensors(family), tmap)
     w = gguf.GGUFWriter(path, ARCH_NAME.get(family) or gguf.MODEL_ARCH_NAMES[ARCH[family]])
     META[family](cfg, w)
+    if keys:
+        keys(w)
     if tokenizer and PRE[family]:
         gguf_tokenizer_writer(os.path.join(DATA, "tiny_tokenizer"), PRE[family])(w)
     for name, a in tensors:
@@ -698,17 +701,7 @@ def test_lfm2_moe_bad_gguf(tmp_path):
     g = str(tmp_path / "m.gguf")
     write("lfm2_moe", g, drop=("blk.0.shortconv.conv.weight",))
     pack_fails(tmp_path, g, "tensor 'layers.0.linear_attn.conv1d'")
-    cfg, _ = text_cfg("lfm2_moe")
-    cfg = dict(cfg, num_dense_layers=0)
-    tmap = gguf.get_tensor_name_map(ARCH["lfm2_moe"], cfg["num_hidden_layers"])
-    w = gguf.GGUFWriter(g, "lfm2moe")
-    meta_lfm2_moe(cfg, w)
-    for name, a in convert_lfm2_moe(cfg, hf_tensors("lfm2_moe"), tmap):
-        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write("lfm2_moe", g, keys=lambda w: w.add_leading_dense_block_count(0))
     pack_fails(tmp_path, g, "leading_dense_block_count is 0 but the first router is in layer 1")
 
 
@@ -716,35 +709,16 @@ def test_kimi_linear_softmax_router_refused(tmp_path):
     """llama.cpp's kimi-linear graph takes its gating function from the file; sluice serves the release's sigmoid
     router only: another one is a clear error."""
     from test_gguf import pack_fails
-    cfg, _ = text_cfg("kimi_linear")
     g = str(tmp_path / "m.gguf")
-    w = gguf.GGUFWriter(g, "kimi-linear")
-    meta_kimi_linear(cfg, w)
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
-    tmap = gguf.get_tensor_name_map(ARCH["kimi_linear"], cfg["num_hidden_layers"])
-    for name, a in convert_kimi_linear(cfg, hf_tensors("kimi_linear"), tmap):
-        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write("kimi_linear", g, keys=lambda w: w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX))
     pack_fails(tmp_path, g, "'kimi-linear.expert_gating_func' is 1; kimi_linear routes with a sigmoid")
 
 
 def test_bailing_hybrid_unsafe_gate_refused(tmp_path):
     """llama.cpp's bailingmoe3 graph has only the bounded KDA gate (kda.safe_gate); a file saying false is refused."""
     from test_gguf import pack_fails
-    cfg, _ = text_cfg("bailing_hybrid")
     g = str(tmp_path / "m.gguf")
-    w = gguf.GGUFWriter(g, "bailingmoe3")
-    meta_bailing_hybrid(cfg, w)
-    w.add_bool("bailingmoe3.kda.safe_gate", False)
-    for name, a in convert_bailing_hybrid(cfg, hf_tensors("bailing_hybrid"), None):
-        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write("bailing_hybrid", g, keys=lambda w: w.add_bool("bailingmoe3.kda.safe_gate", False))
     pack_fails(tmp_path, g, "'bailingmoe3.kda.safe_gate' is false")
 
 

@@ -148,16 +148,10 @@ static void shape_config(const arch_shape *sh, fam_config *c) {
  * ssm_dt.bias, the conv kernels as [1, inner, 1, K], f_proj / g_proj as ssm_f_a / ssm_g_a on KDA layers and g_proj as
  * attn_gate on MLA ones, kv_b_proj split. The multi-token-prediction layers (nextn_predict_layers) are not read. */
 static void gguf_config(ggm *m, arch_gguf_common *g) {
-    static const char *const kinds[] = {"linear_attention", "full_attention"};
-    const char *types[SL_MAX_LAYERS];
-    double kvh[SL_MAX_LAYERS], lim[SL_MAX_LAYERS];
+    double lim[SL_MAX_LAYERS];
     arch_mla_gguf_config(m, g);
     ggm_set_num(m, "head_dim", ggm_count(m, "kda.head_dim", 1, 0, NULL)); /* the KDA head (config hook) */
-    if (!ggm_layer_nums(m, "attention.head_count_kv", g->n_layers, kvh))
-        ggm_fail(m, SL_ECONFIG, "'%s.attention.head_count_kv' is not a per-layer list: the KDA layers are those with 0",
-                 g->arch);
-    for (int l = 0; l < g->n_layers; l++) types[l] = kinds[kvh[l] != 0];
-    ggm_set_strs(m, "layer_types", types, g->n_layers);
+    arch_kda_gguf_layers(m, g);
     ggm_set_num(m, "short_conv_kernel_size", ggm_count(m, "ssm.conv_kernel", 1, 0, NULL));
     if (ggm_num(m, "kda.safe_gate", 0, 1, NULL) == 0)
         ggm_fail(m, SL_EUNSUPPORTED, "'%s.kda.safe_gate' is false: only the bounded KDA gate is read", g->arch);

@@ -120,6 +120,9 @@ void arch_mla_config(hfc *c, fam_config *o);
 void arch_mla_shape(fam_config *c, int q_lora, int kv_lora, int nope, int rope, int v);
 void arch_mla_gguf_config(ggm *m, arch_gguf_common *g);
 int64_t arch_mla_kv_b(const fam_config *c, const float *src, float *dst);
+/* The KDA families' GGUF (kimi_linear.c; bailing_hybrid.c): layer_types from attention.head_count_kv, 0 for a KDA
+ * layer (llama.cpp's kimi-linear and bailingmoe3 mark them so) */
+void arch_kda_gguf_layers(ggm *m, arch_gguf_common *g);
 /* DeepSeek sparse attention (deepseek_v32.c; GLM-5): index_topk, index_n_heads, index_head_dim, the indexer's
  * RoPE kind; and its GGUF keys (attention.indexer.*) */
 void arch_dsa_config(hfc *c, fam_config *o, int interleave);

@@ -137,17 +137,21 @@ static void shape_config(const arch_shape *sh, fam_config *c) {
  * Rewrites undone: A = -exp(A_log) (ssm_a, arch_gguf_a_log), dt_bias as ssm_dt.bias, the conv kernels as
  * [1, inner, 1, K] (the same values, import/hf_gguf.c). Not read: the release's tokenizer (tokenizer.ggml.pre
  * kimi-k2: tiktoken ranks without merges). */
-static void gguf_config(ggm *m, arch_gguf_common *g) {
+void arch_kda_gguf_layers(ggm *m, arch_gguf_common *g) {
     static const char *const kinds[] = {"linear_attention", "full_attention"};
     const char *types[SL_MAX_LAYERS];
     double kvh[SL_MAX_LAYERS];
-    arch_mla_gguf_config(m, g);
-    ggm_set_bool(m, "moe_renormalize", 1);
     if (!ggm_layer_nums(m, "attention.head_count_kv", g->n_layers, kvh))
         ggm_fail(m, SL_ECONFIG, "'%s.attention.head_count_kv' is not a per-layer list: the KDA layers are those with 0",
                  g->arch);
     for (int l = 0; l < g->n_layers; l++) types[l] = kinds[kvh[l] != 0];
     ggm_set_strs(m, "layer_types", types, g->n_layers);
+}
+
+static void gguf_config(ggm *m, arch_gguf_common *g) {
+    arch_mla_gguf_config(m, g);
+    ggm_set_bool(m, "moe_renormalize", 1);
+    arch_kda_gguf_layers(m, g);
     ggm_set_num(m, "linear_num_heads", ggm_count(m, "attention.head_count", 1, 0, NULL));
     ggm_set_num(m, "linear_head_dim", ggm_count(m, "kda.head_dim", 1, 0, NULL));
     ggm_set_num(m, "linear_conv_kernel_dim", ggm_count(m, "ssm.conv_kernel", 1, 0, NULL));
