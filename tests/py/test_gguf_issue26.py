@@ -111,13 +111,20 @@ def convert_lfm2_moe(cfg, hf, tmap):
     return out
 
 
+def text_keys(w, cfg, blocks=None, ctx="max_position_embeddings", ff="intermediate_size"):
+    """TextModel.set_gguf_parameters' first keys (conversion/base.py): block count (blocks, else the fixture's
+    layers), the context (ctx: the fixture's field, None: not written), the widths and the head count"""
+    w.add_block_count(blocks or cfg["num_hidden_layers"])
+    if ctx:
+        w.add_context_length(cfg[ctx])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg[ff])
+    w.add_head_count(cfg["num_attention_heads"])
+
+
 def meta_lfm2_moe(cfg, w):
     """TextModel.set_gguf_parameters with head_count_kv per layer (0 for conv layers), then LFM2MoeModel's keys"""
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
+    text_keys(w, cfg)
     w.add_head_count_kv([cfg["num_key_value_heads"] if t == "full_attention" else 0 for t in cfg["layer_types"]])
     w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["norm_eps"])
@@ -165,11 +172,7 @@ def meta_gemma4(cfg, w):
     types, rope = cfg["layer_types"], cfg["rope_parameters"]
     hd_full, hd_swa = full_head_dim(cfg), cfg["head_dim"]
     kv_full = next(c["num_key_value_heads"] for l, c in cfg["per_layer_config"].items() if types[int(l)] == "full_attention")
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
+    text_keys(w, cfg)
     w.add_head_count_kv([cfg["num_key_value_heads"] if t == "sliding_attention" else kv_full for t in types])
     w.add_rope_freq_base(rope["full_attention"]["rope_theta"])
     w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
@@ -236,11 +239,7 @@ def convert_llama4(cfg, hf, tmap):
 
 def meta_llama4(cfg, w):
     """TextModel's and LlamaModel's keys (intermediate_size is intermediate_size_mlp), Llama4Model's"""
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size_mlp"])
-    w.add_head_count(cfg["num_attention_heads"])
+    text_keys(w, cfg, ff="intermediate_size_mlp")
     w.add_head_count_kv(cfg["num_key_value_heads"])
     w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
@@ -300,10 +299,7 @@ def meta_granitemoehybrid(cfg, w):
     """GraniteMoeModel's keys (GraniteModel's multipliers), then the Mamba2 ones, head_count_kv per layer, no RoPE
     (rope.scaling.finetuned false) and context 2**20 for a hybrid"""
     attn = granite_attn(cfg)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
+    text_keys(w, cfg, ctx=None)
     w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_expert_count(cfg["num_local_experts"])
@@ -364,11 +360,7 @@ def meta_kimi_linear(cfg, w):
     rel = dict(cfg, **RELEASE["kimi_linear"])
     lin, L = rel["linear_attn_config"], cfg["num_hidden_layers"]
     kv_lora, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
-    w.add_block_count(L)
-    w.add_context_length(cfg["model_max_length"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
+    text_keys(w, cfg, blocks=L, ctx="model_max_length")
     w.add_head_count_kv(1)
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_expert_count(cfg["num_experts"])
@@ -414,11 +406,7 @@ def meta_mimo_v2_flash(cfg, w):
     """TextModel's keys on the release's config, then MimoV2Model's (per-layer arrays over block_count + 3)"""
     rel = dict(cfg, **RELEASE["mimo_v2_flash"])
     hybrid = rel["hybrid_layer_pattern"] + [1] * NEXTN["mimo_v2_flash"]
-    w.add_block_count(len(hybrid))
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
+    text_keys(w, cfg, blocks=len(hybrid))
     w.add_rope_freq_base(rel["rope_theta"])
     w.add_rope_freq_base_swa(rel["swa_rope_theta"])
     w.add_expert_count(cfg["n_routed_experts"])
@@ -495,11 +483,7 @@ def meta_bailing_hybrid(cfg, w):
     arrays over block_count + nextn (the MTP block full attention, its limits 0), KDA, MLA and MoE keys"""
     L, n = cfg["num_hidden_layers"], cfg["num_hidden_layers"] + NEXTN["bailing_hybrid"]
     kv_lora, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
-    w.add_block_count(n)
-    w.add_context_length(cfg["model_max_length"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
+    text_keys(w, cfg, blocks=n, ctx="model_max_length")
     w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_expert_count(cfg["num_experts"])
