@@ -81,16 +81,18 @@ static void *hy_mat(dt_type dt, int rows, int cols, int group, dt_type sdt, tn_m
     return data;
 }
 
-/* kern_matmul_i8_dev bitwise plain_dev, q8 / q4, every group and scale type; within int8 rounding of the CPU's
- * own int8 kernels (another float order) */
+/* kern_matmul_i8_dev bitwise plain_dev, q8 / q4, every group and scale type, an odd number of blocks too, on each of
+ * its paths (scalar, AVX2, AVX-512 VNNI where the CPU has them); within int8 rounding of the CPU's own int8 kernels
+ * (another float order) */
 TEST(hybrid_matmul_dev_is_cuda_order) {
     hy_rng = 0x5eed ^ test_seed();
     static const int cols_l[] = {32, 96, 384, 2048};
     static const dt_type sdts[] = {DT_BF16, DT_F16, DT_F32};
     int cases = 0;
-    for (int dq = 0; dq < 2; dq++)
+    for (int c = 0; c < 6; c++) /* path (scalar, AVX2, VNNI) x q8 / q4 */
         for (int ci = 0; ci < 4; ci++)
             for (int gi = 0; gi < 3; gi++) {
+                const int isa = c / 2, dq = c % 2;
                 const int cols = cols_l[ci], group = 32 << gi, rows = 9, n_tok = 1 + ci;
                 if (cols % group) continue;
                 const dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
@@ -102,13 +104,15 @@ TEST(hybrid_matmul_dev_is_cuda_order) {
                 kern_act a;
                 kern_act_init(&a, buf, x, (size_t)cols, n_tok, cols, 1);
                 kern_act_prepare(&a);
+                kern_dev_isa(isa);
                 kern_matmul_i8_dev(&m, &a, y, (size_t)rows, 0, rows);
+                kern_dev_isa(2);
                 CHECK(!kern_matmul_act(kern_scalar_ops(), NULL, &m, &a, cpu, (size_t)rows));
                 for (int t = 0; t < n_tok; t++)
                     for (int r = 0; r < rows; r++) {
                         float want = plain_dev(&m, r, &a, t), got = y[t * rows + r];
-                        CHECKF(!memcmp(&got, &want, 4), "%s cols %d group %d sdt %s: row %d token %d %.9g != %.9g",
-                               dt_name(dt), cols, group, dt_name(sdt), r, t, got, want);
+                        CHECKF(!memcmp(&got, &want, 4), "path %d %s cols %d group %d sdt %s: row %d token %d %.9g != %.9g",
+                               isa, dt_name(dt), cols, group, dt_name(sdt), r, t, got, want);
                         CHECKF(fabsf(got - cpu[t * rows + r]) <= 1e-5f * (1.0f + fabsf(got)), "%s: %.9g vs CPU %.9g",
                                dt_name(dt), got, cpu[t * rows + r]);
                     }
@@ -117,7 +121,7 @@ TEST(hybrid_matmul_dev_is_cuda_order) {
                 free(data);
                 cases++;
             }
-    CHECK(cases >= 16);
+    CHECK(cases >= 48);
 }
 
 /* kern_ffn_dev: the plain order's gate, up, canon SwiGLU, the mid rows' int8 form and down, bitwise, on a pool of
@@ -133,10 +137,13 @@ TEST(hybrid_ffn_dev_bitwise) {
     for (int i = 0; i < n * H; i++) x[i] = hy_rand() * 3.0f;
     void *xb = malloc(kern_act_bytes(n, H)), *mb = malloc(kern_act_bytes(n, I)), *pb = malloc(kern_act_bytes(n, I));
     pool_t *pool = pool_new(3);
-    for (int pi = 0; pi < 2; pi++) {
+    for (int pi = 0; pi < 6; pi++) { /* pool or not x the paths (scalar, AVX2, VNNI) */
         kern_act a;
         kern_act_init(&a, xb, x, (size_t)H, n, H, 1);
-        CHECK(kern_ffn_dev(pi ? pool : NULL, &ex, &a, I, g, u, mb, y, (size_t)H) == SL_OK);
+        kern_dev_isa(pi / 2);
+        const int rc = kern_ffn_dev(pi % 2 ? pool : NULL, &ex, &a, I, g, u, mb, y, (size_t)H);
+        kern_dev_isa(2);
+        CHECK(rc == SL_OK);
         for (int t = 0; t < n; t++)
             for (int r = 0; r < I; r++) {
                 pg[t * I + r] = plain_dev(&ex.gate, r, &a, t);

@@ -284,6 +284,9 @@ static inline void kern_axpy_rows_q(const kern_ops *ops, const float *a, size_t 
  * the same expert; SL_EUNSUPPORTED (nothing done) unless kern_ffn_dev_ok (q8/q4 parts with biases, groups of
  * 32 / 64 / 128, inter a multiple of 32) and x->int8. */
 void kern_matmul_i8_dev(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
+/* Tests: the widest of kernels_dev.c's paths to take, 0 scalar, 1 AVX2, 2 AVX-512 VNNI (default; each where the CPU
+ * has it; all give the same bits); returns the previous limit. Not thread-safe: set it while nothing runs. */
+int kern_dev_isa(int max);
 void kern_swiglu_dev(const float *g, const float *u, float *y, int n);
 int kern_ffn_dev_ok(const tn_expert *ex, int inter);
 int kern_ffn_dev(pool_t *pool, const tn_expert *ex, kern_act *x, int inter, float *g, float *u, void *mid_buf,

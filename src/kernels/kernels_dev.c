@@ -72,10 +72,58 @@ AVX2_FN static inline __m256i sum8x8(const __m256i *v) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
+#define DEV_X4_MAX 8192 /* columns of the staged codes on the stack; wider rows take dev_rows */
+#define DEV_NG_MAX (DEV_X4_MAX / 32)
+
+/* Eight rows' scales (or biases) as f32, group-major: t[j][i] = row r + i's value of group j (q_scale_at's values:
+ * bf16 and f32 converted eight at a time, f16 one by one), each row's converted in order, then 8 x 8 transposes:
+ * the chain below loads whole vectors of values stored long before. */
+AVX2_FN static void rows8_table(const void *p, dt_type sdt, int r, int ng, float (*t)[8]) {
+    float rt[8][DEV_NG_MAX];
+    for (int i = 0; i < 8; i++) {
+        const size_t o = (size_t)(r + i) * (size_t)ng;
+        int j = 0;
+        for (; sdt != DT_F16 && j + 8 <= ng; j += 8) {
+            const __m256 v = sdt == DT_F32 ? _mm256_loadu_ps((const float *)p + o + j)
+                                           : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
+                                                 _mm_loadu_si128((const __m128i *)((const uint16_t *)p + o + j))), 16));
+            _mm256_storeu_ps(rt[i] + j, v);
+        }
+        for (; j < ng; j++) rt[i][j] = q_scale_at(p, sdt, o + (size_t)j);
+    }
+    int j0 = 0;
+    for (; j0 + 8 <= ng; j0 += 8) {
+        __m256 x[8], u[8];
+        for (int i = 0; i < 8; i++) x[i] = _mm256_loadu_ps(rt[i] + j0);
+        for (int i = 0; i < 8; i += 2) u[i] = _mm256_unpacklo_ps(x[i], x[i + 1]), u[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+        for (int h = 0; h < 8; h += 4) { /* h 0: rows 0-3, 4: rows 4-7; x[h + c]: columns c | c + 4 */
+            x[h] = _mm256_shuffle_ps(u[h], u[h + 2], 0x44), x[h + 1] = _mm256_shuffle_ps(u[h], u[h + 2], 0xEE);
+            x[h + 2] = _mm256_shuffle_ps(u[h + 1], u[h + 3], 0x44), x[h + 3] = _mm256_shuffle_ps(u[h + 1], u[h + 3], 0xEE);
+        }
+        for (int c = 0; c < 4; c++) {
+            _mm256_storeu_ps(t[j0 + c], _mm256_permute2f128_ps(x[c], x[4 + c], 0x20));
+            _mm256_storeu_ps(t[j0 + 4 + c], _mm256_permute2f128_ps(x[c], x[4 + c], 0x31));
+        }
+    }
+    for (; j0 < ng; j0++)
+        for (int i = 0; i < 8; i++) t[j0][i] = rt[i][j0];
+}
+
+/* The token's q4 codes per block as 16 even then 16 odd columns (x4), 32 bytes a block. */
+AVX2_FN static void stage_x4(const int8_t *xq, int cols, int8_t *x4) {
+    const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3,
+                                        5, 7, 9, 11, 13, 15);
+    for (int b = 0; b < cols / 32; b++) {
+        const __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(xq + 32 * b)), sh);
+        _mm256_storeu_si256((__m256i *)(x4 + 32 * b), _mm256_permute4x64_epi64(v, _MM_SHUFFLE(3, 1, 2, 0)));
+    }
+}
+
 /* Eight rows r .. r+7 of w (q8/q4) times token t: dev_rows' operations with the rows in the lanes (each lane
  * its own row's chain, in block order). x4: the token's codes per block as 16 even then 16 odd columns (q4). */
 AVX2_FN static void dev_rows8(const tn_mat *w, const kern_act *a, int t, const int8_t *x4, float *y, int r) {
-    const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4, gb = g / 32;
+    const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
+    const int gs = g == 32 ? 0 : g == 64 ? 1 : 2; /* blocks a group: 1 << gs */
     const int q4 = w->dtype == DT_Q4;
     const size_t rb = q4 ? (size_t)cols / 2 : (size_t)cols, bb = q4 ? 16 : 32;
     const int8_t *xq = a->q + (size_t)t * (size_t)cols;
@@ -85,12 +133,11 @@ AVX2_FN static void dev_rows8(const tn_mat *w, const kern_act *a, int t, const i
     const __m256i ones = _mm256_set1_epi16(1);
     const __m128i lo4 = _mm_set1_epi8(15);
     __m256 acc = _mm256_setzero_ps(), accb = _mm256_setzero_ps(), sw = acc;
-    float sc[8];
+    float st[DEV_NG_MAX][8], bt[DEV_NG_MAX][8];
+    rows8_table(w->scales, w->sdtype, r, ng, st);
+    rows8_table(w->biases, w->sdtype, r, ng, bt);
     for (int b = 0; b < nb; b++) {
-        if (b % gb == 0) {
-            for (int i = 0; i < 8; i++) sc[i] = q_scale_at(w->scales, w->sdtype, (size_t)(r + i) * (size_t)ng + (size_t)(b / gb));
-            sw = _mm256_loadu_ps(sc);
-        }
+        if (!(b & ((1 << gs) - 1))) sw = _mm256_loadu_ps(st[b >> gs]);
         __m256i p[8];
         if (q4) {
             const __m256i xv = _mm256_loadu_si256((const __m256i *)(x4 + (size_t)b * 32));
@@ -112,34 +159,159 @@ AVX2_FN static void dev_rows8(const tn_mat *w, const kern_act *a, int t, const i
         const __m256 I = _mm256_cvtepi32_ps(sum8x8(p)); /* |I| < 2^24: exact */
         acc = _mm256_fmadd_ps(I, _mm256_mul_ps(sw, _mm256_set1_ps(d[b])), acc);
     }
-    for (int j = 0; j < ng; j++) {
-        for (int i = 0; i < 8; i++) sc[i] = q_scale_at(w->biases, w->sdtype, (size_t)(r + i) * (size_t)ng + (size_t)j);
-        accb = _mm256_fmadd_ps(_mm256_loadu_ps(sc), _mm256_set1_ps(xs[j]), accb);
-    }
+    for (int j = 0; j < ng; j++) accb = _mm256_fmadd_ps(_mm256_loadu_ps(bt[j]), _mm256_set1_ps(xs[j]), accb);
     _mm256_storeu_ps(y + r, _mm256_add_ps(acc, accb));
 }
+
+#define VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+/* 8 rows' (token, block) sums of two blocks at once: v[i] = vpdpbusd over row i's codes of blocks b, b + 1 (64
+ * bytes: q8 natural, b in lanes 0-1 and b + 1 in lanes 2-3; q4 low nibbles of b, b + 1 in lanes 0, 1 and high
+ * ones in lanes 2, 3). Their lanes' int32 partials summed (exact) into I of b (low half) and b + 1 (high). */
+VNNI_FN static inline __m512i hadd512(__m512i a, __m512i b) {
+    const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, _MM_SHUFFLE(2, 0, 2, 0))),
+                            _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
+VNNI_FN static inline __m512i sum8x2(const __m512i *v, int q4) {
+    const __m512i a = hadd512(hadd512(v[0], v[1]), hadd512(v[2], v[3])); /* lane k: rows 0-3, lane k's sums */
+    const __m512i c = hadd512(hadd512(v[4], v[5]), hadd512(v[6], v[7])); /* rows 4-7 */
+    const __m512i p = q4 ? _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(1, 0, 1, 0)) : _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i q = q4 ? _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(3, 2, 3, 2)) : _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m512i s = _mm512_add_epi32(p, q); /* b rows 0-3, b+1 rows 0-3, b rows 4-7, b+1 rows 4-7 */
+    return _mm512_shuffle_i64x2(s, s, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* One block b's I for 8 rows (the odd last block): 256-bit vpdpbusd, then sum8x8. x: its 32 codes (q4: 16 even
+ * then 16 odd columns). */
+VNNI_FN static inline __m256i blk8_vnni(const uint8_t *base, size_t rb, int b, int q4, const int8_t *x) {
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x), z = _mm256_setzero_si256();
+    const __m128i lo4 = _mm_set1_epi8(15);
+    __m256i p[8];
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *c = base + (size_t)i * rb + (size_t)b * (q4 ? 16 : 32);
+        __m256i cw;
+        if (q4) {
+            const __m128i c16 = _mm_loadu_si128((const __m128i *)c);
+            cw = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(c16, 4), lo4), _mm_and_si128(c16, lo4));
+        } else {
+            cw = _mm256_loadu_si256((const __m256i *)c);
+        }
+        p[i] = _mm256_dpbusd_epi32(z, cw, xv);
+    }
+    return sum8x8(p);
+}
+
+/* dev_rows8 with VNNI: the same integer sums (exact) two blocks at a time, the same fma chain per row. x2: the
+ * token's codes by pairs of blocks, 64 bytes each (q8: as they are; q4: even columns of b, of b + 1, odd of b, of
+ * b + 1), an odd last block's 32 as dev_rows8's x4. */
+VNNI_FN static void dev_rows8_vnni(const tn_mat *w, const kern_act *a, int t, const int8_t *x2, float *y, int r) {
+    const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
+    const int gs = g == 32 ? 0 : g == 64 ? 1 : 2; /* blocks a group: 1 << gs */
+    const int q4 = w->dtype == DT_Q4;
+    const size_t rb = q4 ? (size_t)cols / 2 : (size_t)cols;
+    const float *d = a->d + (size_t)t * (size_t)nb;
+    const float *xs = a->s + (size_t)t * (size_t)ns + (g == 32 ? 0 : g == 64 ? nb : nb + nb / 2);
+    const uint8_t *base = (const uint8_t *)w->data + (size_t)r * rb;
+    const __m512i m4 = _mm512_set1_epi8(15), z = _mm512_setzero_si512();
+    __m256 acc = _mm256_setzero_ps(), accb = _mm256_setzero_ps(), sw = acc;
+    float st[DEV_NG_MAX][8], bt[DEV_NG_MAX][8];
+    rows8_table(w->scales, w->sdtype, r, ng, st);
+    rows8_table(w->biases, w->sdtype, r, ng, bt);
+    for (int b = 0; b < nb; b += 2) {
+        __m256i I[2];
+        if (b + 1 < nb) {
+            const __m512i xz = _mm512_loadu_si512((const void *)(x2 + (size_t)b * 32));
+            __m512i v[8];
+            for (int i = 0; i < 8; i++) {
+                const uint8_t *c = base + (size_t)i * rb + (size_t)b * (q4 ? 16 : 32);
+                __m512i cz;
+                if (q4) {
+                    const __m256i c32 = _mm256_loadu_si256((const __m256i *)c);
+                    cz = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(c32), _mm256_srli_epi16(c32, 4), 1), m4);
+                } else {
+                    cz = _mm512_loadu_si512((const void *)c);
+                }
+                v[i] = _mm512_dpbusd_epi32(z, cz, xz);
+            }
+            const __m512i T = sum8x2(v, q4);
+            I[0] = _mm512_castsi512_si256(T), I[1] = _mm512_extracti64x4_epi64(T, 1);
+        } else {
+            I[0] = blk8_vnni(base, rb, b, q4, x2 + (size_t)b * 32);
+        }
+        for (int j = 0; j < 2 && b + j < nb; j++) {
+            if (!((b + j) & ((1 << gs) - 1))) sw = _mm256_loadu_ps(st[(b + j) >> gs]);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j]), _mm256_mul_ps(sw, _mm256_set1_ps(d[b + j])), acc);
+        }
+    }
+    for (int j = 0; j < ng; j++) accb = _mm256_fmadd_ps(_mm256_loadu_ps(bt[j]), _mm256_set1_ps(xs[j]), accb);
+    _mm256_storeu_ps(y + r, _mm256_add_ps(acc, accb));
+}
+
+static int dev_isa_max = 2; /* kern_dev_isa: 0 scalar, 1 AVX2, 2 VNNI */
 
 static int dev_avx2(void) {
     static int have = -1;
     if (have < 0) have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return have;
+    return have && dev_isa_max >= 1;
+}
+
+static int dev_vnni(void) {
+    static int have = -1;
+    if (have < 0)
+        have = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return have && dev_isa_max >= 2;
+}
+
+/* The token's codes for dev_rows8_vnni: by pairs of blocks (q4: even of b, of b + 1, odd of b, of b + 1, from
+ * x4's [even | odd] of each), an odd last block as x4's. */
+AVX2_FN static void stage_x2(const int8_t *xq, int cols, int q4, int8_t *x2) {
+    const int nb = cols / 32;
+    if (!q4) {
+        memcpy(x2, xq, (size_t)cols);
+        return;
+    }
+    stage_x4(xq, cols, x2);
+    for (int b = 0; b + 1 < nb; b += 2) {
+        const __m256i v0 = _mm256_loadu_si256((const __m256i *)(x2 + 32 * b));
+        const __m256i v1 = _mm256_loadu_si256((const __m256i *)(x2 + 32 * b + 32));
+        _mm256_storeu_si256((__m256i *)(x2 + 32 * b), _mm256_permute2x128_si256(v0, v1, 0x20));
+        _mm256_storeu_si256((__m256i *)(x2 + 32 * b + 32), _mm256_permute2x128_si256(v0, v1, 0x31));
+    }
 }
 #endif
 
-#define DEV_X4_MAX 8192 /* columns of the q4 staging on the stack; wider rows take dev_rows */
+int kern_dev_isa(int max) {
+    int old = 0;
+#ifdef DEV_AVX2
+    old = dev_isa_max;
+    dev_isa_max = max;
+#else
+    (void)max;
+#endif
+    return old;
+}
+
 
 /* Rows r0 .. r1 of w times every token of a into y (row stride ldy), eight rows at a time where AVX2 is. */
 static void dev_mm(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
 #ifdef DEV_AVX2
+    if (dev_vnni() && w->cols <= DEV_X4_MAX && r1 - r0 >= 8) {
+        int8_t x2[DEV_X4_MAX];
+        for (int t = 0; t < a->n_tok; t++) {
+            stage_x2(a->q + (size_t)t * (size_t)w->cols, w->cols, w->dtype == DT_Q4, x2);
+            int r = r0;
+            for (; r + 8 <= r1; r += 8) dev_rows8_vnni(w, a, t, x2, y + (size_t)t * ldy, r);
+            if (r < r1) dev_rows(w, a, t, y + (size_t)t * ldy, r, r1);
+        }
+        return;
+    }
     if (dev_avx2() && w->cols <= DEV_X4_MAX && r1 - r0 >= 8) {
         int8_t x4[DEV_X4_MAX];
         for (int t = 0; t < a->n_tok; t++) {
-            const int8_t *xq = a->q + (size_t)t * (size_t)w->cols;
-            for (int b = 0; w->dtype == DT_Q4 && b < w->cols / 32; b++)
-                for (int i = 0; i < 16; i++) {
-                    x4[32 * b + i] = xq[32 * b + 2 * i];
-                    x4[32 * b + 16 + i] = xq[32 * b + 2 * i + 1];
-                }
+            if (w->dtype == DT_Q4) stage_x4(a->q + (size_t)t * (size_t)w->cols, w->cols, x4);
             int r = r0;
             for (; r + 8 <= r1; r += 8) dev_rows8(w, a, t, x4, y + (size_t)t * ldy, r);
             if (r < r1) dev_rows(w, a, t, y + (size_t)t * ldy, r, r1);
