@@ -11,7 +11,7 @@
  * q8.i8 / q4.i8 are the int8-activation kernels (kern_matmul_act, the default in a model), x quantized
  * once before timing as a decode step does once for all the matrices that read it.
  * Usage: build/bench_kernels [rows cols] [--threads N] [--tables avx512,avx2] [--dtypes q4,q8]
- *   (the GGUF block types q2_k .. iq4_xs run only when --dtypes names them)
+ *   (the GGUF block types q2_k .. iq1_m run only when --dtypes names them; sluice's q2 always)
  *   --threads N   the "all" columns and a second prefill figure with N threads (default: every CPU)
  *   --tables, --dtypes   only those kernel tables / weight types (names as printed; default: all)
  * So an old and a new build of the kernels can be compared on the shapes that matter, alternately, in one run.
@@ -184,15 +184,15 @@ int main(int argc, char **argv) {
     /* the GGUF block types (quant/kquant.h) on random valid blocks: only when listed in --dtypes */
     const dt_type dts[] = {DT_F32, DT_BF16, DT_F16, DT_Q8, DT_Q4, DT_Q3, DT_Q4_K, DT_Q6_K, DT_Q5_K, DT_Q3_K,
                            DT_Q2_K, DT_IQ4_XS, DT_IQ4_NL, DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS, DT_IQ3_S,
-                           DT_IQ1_S, DT_IQ1_M};
+                           DT_IQ1_S, DT_IQ1_M, DT_Q2, DT_Q2V};
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
         const int kq = kq_is(dts[d]), group = kq ? kq_blk(dts[d]) : 64;
-        if (!listed(dtypes, dt_name(dts[d])) || (kq && !dtypes)) continue;
+        if (!listed(dtypes, dt_name(dts[d])) || (kq && !kq_rotated(dts[d]) && !dtypes)) continue;
         uint64_t bytes = q_mat_bytes(dts[d], rows, cols, group, DT_BF16);
         void *data = malloc(bytes);
         if (!data) return 1;
         uint64_t st = 1;
-        if (kq) kq_random(dts[d], data, bytes / (uint64_t)kq_bytes(dts[d]), &st);
+        if (kq && dts[d] != DT_Q2) kq_random(dts[d], data, bytes / (uint64_t)kq_bytes(dts[d]), &st);
         else if (q_is_quant(dts[d])) q_quantize(dts[d], w, rows, cols, 64, DT_BF16, 1, data);
         else dt_from_f32(dts[d], w, data, (size_t)rows * cols);
         tn_mat m;

@@ -69,6 +69,7 @@ typedef enum {
     SL_QUANT_Q4 = 4, /* 4-bit group-affine, MLX layout */
     SL_QUANT_Q3 = 5, /* 3-bit randomised-Hadamard rotation + Lloyd-Max codebook */
     SL_QUANT_Q2 = 6, /* 2-bit: blocks of 128 rotated, 4-level Lloyd-Max codebook, an f16 scale (2.125 bits) */
+    SL_QUANT_Q2V = 7, /* 2-bit: the same blocks, the E8P lattice codebook of 8-vectors (2.125 bits) */
 } sl_quant;
 
 /* Progress callback: bytes written so far out of total; return non-zero to cancel. */

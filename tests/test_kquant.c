@@ -1,6 +1,6 @@
 /*
  * test_kquant.c — the GGUF block types kept native (quant/kquant.h: Q2_K .. Q6_K, IQ4_NL, IQ4_XS, the grid i-quants
- * IQ2_XXS .. IQ1_M) and sluice's own block type q2 (quant/q2.c) in the kernels:
+ * IQ2_XXS .. IQ1_M) and sluice's own block types q2, q2v (quant/q2.c) in the kernels:
  * every table's exact matmul against the scalar oracle, every table's int8-activation matmul bitwise the oracle
  * (kernels/kquant_i8.c), batch equal to token by token, and the int8 result within its rounding bound of the
  * exact one, on random valid blocks (kq_random). Their values against gguf-py's dequantize are checked by
@@ -15,7 +15,7 @@
 #include "test.h"
 
 static const dt_type KQ_TYPES[] = {DT_Q2_K,    DT_Q3_K,   DT_Q4_K,  DT_Q5_K,    DT_Q6_K,  DT_IQ4_NL, DT_IQ4_XS, DT_IQ2_XXS,
-                                   DT_IQ2_XS,  DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M, DT_Q2};
+                                   DT_IQ2_XS,  DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M, DT_Q2, DT_Q2V};
 #define N_KQ_TYPES (int)(sizeof KQ_TYPES / sizeof *KQ_TYPES)
 
 static uint64_t rng;
@@ -66,7 +66,7 @@ static void one_case(dt_type dt, int rows, int cols, int n_tok, pool_t *pool, un
         for (int r = 0; r < rows; r++) {
             q_row_to_f32(&m, r, wr);
             const float *xt = x + (size_t)t * (size_t)cols, *xb = xt, *wb = wr;
-            if (dt == DT_Q2) {
+            if (kq_rotated(dt)) {
                 q2_rotate(xt, cols, xr);
                 kq_row_to_f32(dt, (const uint8_t *)data + (size_t)r * kq_row_bytes(dt, cols), cols, wq);
                 xb = xr, wb = wq;
@@ -131,7 +131,7 @@ TEST(kquant_kernels_match_oracle) {
             const dt_type dt = KQ_TYPES[k];
             /* IQ4_NL, q2: rows of 32- / 128-wide blocks, also not a multiple of 256 (a short last chunk of the tile
              * driver, the SIMD kernels' tail) */
-            const int cols = dt == DT_IQ4_NL ? 32 * (nblk[i] * 3 + 1) : dt == DT_Q2 ? 128 * (2 * nblk[i] - (i & 1)) : 256 * nblk[i];
+            const int cols = dt == DT_IQ4_NL ? 32 * (nblk[i] * 3 + 1) : kq_rotated(dt) ? 128 * (2 * nblk[i] - (i & 1)) : 256 * nblk[i];
             one_case(dt, rows_l[(i + k) % 4], cols, toks[(i + k) % 4], pool, seed, &cases, &we, &wi);
             if (test_failed()) break;
         }
@@ -143,8 +143,8 @@ TEST(kquant_kernels_match_oracle) {
 
 /* The layout helpers agree with each other and with GGUF's block sizes (gguf-py constants.py). */
 TEST(kquant_layout) {
-    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136, 66, 74, 82, 98, 110, 50, 56, 34};
-    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23, 16, 17, 22, 18, 21, 19, 29, 0}; /* q2: none */
+    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136, 66, 74, 82, 98, 110, 50, 56, 34, 34};
+    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23, 16, 17, 22, 18, 21, 19, 29, 0, 0}; /* q2, q2v: none */
     for (int k = 0; k < N_KQ_TYPES; k++) {
         dt_type dt = KQ_TYPES[k];
         CHECKF(kq_bytes(dt) == want_bytes[k], "%s: %d bytes a block", dt_name(dt), kq_bytes(dt));
@@ -152,7 +152,7 @@ TEST(kquant_layout) {
         CHECK(q_is_quant(dt) && dt_from_name(dt_name(dt)) == dt);
         CHECK(q_mat_bytes(dt, 3, 512, kq_blk(dt), DT_NONE) == 3u * (512u / (unsigned)kq_blk(dt)) * (unsigned)kq_bytes(dt));
         CHECK(q_check(dt, 512, kq_blk(dt), DT_NONE, NULL) == SL_OK);
-        CHECK(q_check(dt, dt == DT_IQ4_NL ? 48 : dt == DT_Q2 ? 320 : 384, kq_blk(dt), DT_NONE, NULL) != SL_OK);
+        CHECK(q_check(dt, dt == DT_IQ4_NL ? 48 : kq_rotated(dt) ? 320 : 384, kq_blk(dt), DT_NONE, NULL) != SL_OK);
     }
     CHECK(kq_blk(DT_Q4) == 0 && !kq_is(DT_MXFP4) && kq_from_ggml(2) == DT_NONE);
 }

@@ -9,8 +9,8 @@
 #include "cli/cli.h"
 
 static int parse_quant(const char *q, sl_quant *out) {
-    static const char *const names[] = {"keep", "f32", "bf16", "q8", "q4", "q3", "q2"};
-    for (int i = 0; i < 7; i++)
+    static const char *const names[] = {"keep", "f32", "bf16", "q8", "q4", "q3", "q2", "q2v"};
+    for (int i = 0; i < 8; i++)
         if (!strcmp(q, names[i])) {
             *out = (sl_quant)i;
             return 0;

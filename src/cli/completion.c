@@ -22,8 +22,8 @@ static const struct {
     {"--kv", "f32 f16 bf16 q8 q4 q4r"},    {"--io", "auto direct buffered"},
     {"--engine", "auto uring pread"},      {"--policy", "lru lfu"},
     {"--prefetch", "auto on off"},         {"--hybrid", "auto on off"},
-    {"--quant", "keep f32 bf16 q8 q4 q3 q2"}, {"--quant-experts", "keep f32 bf16 q8 q4 q3 q2"},
-    {"--quant-backbone", "keep f32 bf16 q8 q4 q3 q2"}, {"--quant-router", "keep f32 bf16 q8 q4 q3 q2"},
+    {"--quant", "keep f32 bf16 q8 q4 q3 q2 q2v"}, {"--quant-experts", "keep f32 bf16 q8 q4 q3 q2 q2v"},
+    {"--quant-backbone", "keep f32 bf16 q8 q4 q3 q2 q2v"}, {"--quant-router", "keep f32 bf16 q8 q4 q3 q2 q2v"},
     {"--group", "32 64 128"},              {"--routing", "model uniform"},
     {"--decode", "greedy random"},         {"--vram", "auto"},
 };

@@ -63,14 +63,14 @@ static const cli_opt pull_opts[] = {
 
 static const cli_opt pack_opts[] = {
     {"-o", "MODEL.sluice", "the container to write (required)"},
-    {"--quant", "MODE", "keep, f32, bf16, q8, q4, q3 or q2, for every matrix (default: keep: each tensor's "
+    {"--quant", "MODE", "keep, f32, bf16, q8, q4, q3, q2 or q2v, for every matrix (default: keep: each tensor's "
                         "source dtype; FP8 becomes f32)"},
     {"--quant-experts", "MODE", "the routed experts' mode (default: that of --quant)"},
     {"--quant-backbone", "MODE", "the mode of every other matrix (default: that of --quant)"},
     {"--quant-router", "MODE", "the routers' mode, mlp.gate and shared_expert_gate (default: q8 when the "
-                               "backbone is q4, q3 or q2, else the backbone's)"},
+                               "backbone is q4, q3, q2 or q2v, else the backbone's)"},
     {"--group", "N", "quantization group of q8/q4/q3: 32, 64 or 128 columns (default: 64; q2 "
-                        "is blocks of 128 always)"},
+                        "and q2v are blocks of 128 always)"},
     {"--scale-f16", NULL, "store quantization scales and biases in f16 (default: bf16)"},
     {"--no-source-hash", NULL, "do not record each source file's xxh3-64 in the manifest (default: "
                                "recorded)"},

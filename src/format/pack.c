@@ -38,12 +38,13 @@ sl_pack_params sl_pack_params_default(void) {
 }
 
 static const char *quant_name(sl_quant q) {
-    static const char *const n[] = {"keep", "f32", "bf16", "q8", "q4", "q3", "q2"};
-    return q >= SL_QUANT_KEEP && q <= SL_QUANT_Q2 ? n[q] : "same";
+    static const char *const n[] = {"keep", "f32", "bf16", "q8", "q4", "q3", "q2", "q2v"};
+    return q >= SL_QUANT_KEEP && q <= SL_QUANT_Q2V ? n[q] : "same";
 }
 
 static dt_type quant_dtype(sl_quant q) {
-    return q == SL_QUANT_Q8 ? DT_Q8 : q == SL_QUANT_Q4 ? DT_Q4 : q == SL_QUANT_Q3 ? DT_Q3 : q == SL_QUANT_Q2 ? DT_Q2 : DT_NONE;
+    return q == SL_QUANT_Q8 ? DT_Q8 : q == SL_QUANT_Q4 ? DT_Q4 : q == SL_QUANT_Q3 ? DT_Q3 : q == SL_QUANT_Q2 ? DT_Q2
+           : q == SL_QUANT_Q2V ? DT_Q2V : DT_NONE;
 }
 
 /* role: 0 backbone, 1 router / shared-expert gate, 2 routed experts */
@@ -52,7 +53,7 @@ static sl_quant role_mode(const sl_pack_params *p, int role) {
     if (role == 2) return p->quant_experts == SL_QUANT_SAME ? p->quant : p->quant_experts;
     if (role == 1) {
         if (p->quant_router != SL_QUANT_SAME) return p->quant_router;
-        return bb == SL_QUANT_Q4 || bb == SL_QUANT_Q3 || bb == SL_QUANT_Q2 ? SL_QUANT_Q8 : bb;
+        return bb == SL_QUANT_Q4 || bb == SL_QUANT_Q3 || bb == SL_QUANT_Q2 || bb == SL_QUANT_Q2V ? SL_QUANT_Q8 : bb;
     }
     return bb;
 }
@@ -222,11 +223,11 @@ typedef struct {
 } pack_job;
 
 static sl_status check_params(const sl_pack_params *p, sl_error *err) {
-    if (p->quant < SL_QUANT_KEEP || p->quant > SL_QUANT_Q2)
+    if (p->quant < SL_QUANT_KEEP || p->quant > SL_QUANT_Q2V)
         return err_set(err, SL_EINVAL, "unknown quantization mode %d", (int)p->quant);
     const sl_quant roles[3] = {p->quant_experts, p->quant_backbone, p->quant_router};
     for (int i = 0; i < 3; i++)
-        if (roles[i] < SL_QUANT_SAME || roles[i] > SL_QUANT_Q2)
+        if (roles[i] < SL_QUANT_SAME || roles[i] > SL_QUANT_Q2V)
             return err_set(err, SL_EINVAL, "unknown quantization mode %d", (int)roles[i]);
     if (p->group != 32 && p->group != 64 && p->group != 128)
         return err_set(err, SL_EINVAL, "quantization group size %d is not 32, 64 or 128", p->group);

@@ -88,10 +88,10 @@ typedef struct kern_act {
 
 /* The int8 form a block type's kernel reads (quant/kquant.h): q2's rotated one, q8_K, or q8_0 (IQ4_NL). */
 static inline const int8_t *kq_act_q(const kern_act *a, dt_type dt) {
-    return dt == DT_Q2 ? a->qr : kq_act_k(dt) ? a->qk : a->q0;
+    return kq_rotated(dt) ? a->qr : kq_act_k(dt) ? a->qk : a->q0;
 }
 static inline const float *kq_act_d(const kern_act *a, dt_type dt) {
-    return dt == DT_Q2 ? a->dr : kq_act_k(dt) ? a->dk : a->d0;
+    return kq_rotated(dt) ? a->dr : kq_act_k(dt) ? a->dk : a->d0;
 }
 
 /* The int8-activation matmul of a q8/q4 matrix: y[t*ldy + r] for r in [r0, r1), t < a->n_tok, a ready.
@@ -113,7 +113,7 @@ typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, 
 #define KQ_I8_ENTRIES(fn)                                                                                          \
     [DT_Q2_K] = fn, [DT_Q3_K] = fn, [DT_Q4_K] = fn, [DT_Q5_K] = fn, [DT_Q6_K] = fn, [DT_IQ4_NL] = fn, [DT_IQ4_XS] = fn, \
     [DT_IQ2_XXS] = fn, [DT_IQ2_XS] = fn, [DT_IQ2_S] = fn, [DT_IQ3_XXS] = fn, [DT_IQ3_S] = fn, [DT_IQ1_S] = fn,        \
-    [DT_IQ1_M] = fn, [DT_Q2] = fn
+    [DT_IQ1_M] = fn, [DT_Q2] = fn, [DT_Q2V] = fn
 
 typedef struct kern_ops {
     const char *name;

@@ -267,11 +267,11 @@ int kern_matmul(const kern_ops *ops, pool_t *pool, const tn_mat *w, const float 
     if (n_tok <= 0 || w->rows <= 0) return 0;
     mm_job j = {ops->matmul[w->dtype], w, x, y, ldx, ldy, n_tok};
     float *xr = NULL;
-    if (w->dtype == DT_Q3 || w->dtype == DT_Q2) { /* rotate each token's x once; every row then dots with it */
+    if (w->dtype == DT_Q3 || kq_rotated(w->dtype)) { /* rotate each token's x once; every row then dots with it */
         xr = malloc((size_t)n_tok * (size_t)w->cols * sizeof(float));
         if (!xr) return SL_ENOMEM;
         for (int t = 0; t < n_tok; t++)
-            if (w->dtype == DT_Q2) q2_rotate(x + (size_t)t * ldx, w->cols, xr + (size_t)t * (size_t)w->cols);
+            if (kq_rotated(w->dtype)) q2_rotate(x + (size_t)t * ldx, w->cols, xr + (size_t)t * (size_t)w->cols);
             else q3_rotate(x + (size_t)t * ldx, w->cols, w->group, w->seed, xr + (size_t)t * (size_t)w->cols);
         j.x = xr;
         j.ldx = (size_t)w->cols;
@@ -523,7 +523,7 @@ void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
 
 /* The form w's int8 kernel reads (kernels.h kern_matmul_i8_fn). */
 static void act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
-    if (w->dtype == DT_Q2) act_prepare_r_on(a, pool);
+    if (kq_rotated(w->dtype)) act_prepare_r_on(a, pool);
     else if (kq_is(w->dtype)) act_prepare_k_on(a, pool, kq_act_k(w->dtype));
     else if (w->act != TN_ACT_HOUSE) act_prepare_k_on(a, pool, 0);
     else act_prepare_on(a, pool);
@@ -650,7 +650,7 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
         const tn_mat *w = mm[i].w;
         /* q3, and q2 on f32 activations, need a rotated copy of x: kern_matmul's */
         simple = w->data && w->dtype > DT_NONE && w->dtype < DT_COUNT && ops->matmul[w->dtype] && w->dtype != DT_Q3 &&
-                 (w->dtype != DT_Q2 || mm_use_i8(w, mm[i].a)) &&
+                 (!kq_rotated(w->dtype) || mm_use_i8(w, mm[i].a)) &&
                  mm[i].a->n_tok == mm[0].a->n_tok && w->rows >= 0;
         row0[i + 1] = row0[i] + (size_t)(w->rows > 0 ? w->rows : 0);
     }

@@ -185,6 +185,23 @@ static inline void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
     o->has_min = 0;
 }
 
+/* q2v (two blocks of 128): each 16-bit code decoded as the oracle does (quant/q2.c q2v_decode8), then loaded */
+static inline void kq_unpack_q2v(const uint8_t *b, kq_sb *o) {
+    int8_t v[256];
+    float d[8];
+    for (int j = 0; j < 2; j++) {
+        for (int k = 0; k < 16; k++) q2v_decode8((uint16_t)(b[34 * j + 2 * k] | b[34 * j + 2 * k + 1] << 8), v + 128 * j + 8 * k);
+        for (int p = 0; p < 4; p++) d[4 * j + p] = kq_h2f(b + 34 * j + 32);
+    }
+    for (int p = 0; p < 8; p++) {
+        o->v[p] = _mm256_loadu_si256((const __m256i *)(v + 32 * p));
+        o->s16[p] = _mm256_set1_epi16(1);
+    }
+    o->d = _mm256_loadu_ps(d);
+    o->dmin = _mm256_setzero_ps();
+    o->has_min = 0;
+}
+
 /* any type: the vector unpackings above (grid: kq_iq_grid(dt), used by the grid i-quants only) */
 static inline void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
     if (dt == DT_Q4_K || dt == DT_Q5_K) kq_unpack_q45(dt, b, o);
@@ -192,6 +209,7 @@ static inline void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *gri
     else if (dt == DT_Q2_K || dt == DT_Q3_K) kq_unpack_q23(dt, b, o);
     else if (dt == DT_IQ4_NL || dt == DT_IQ4_XS) kq_unpack_iq4(dt, b, o);
     else if (dt == DT_Q2) kq_unpack_q2(b, o);
+    else if (dt == DT_Q2V) kq_unpack_q2v(b, o);
     else kq_unpack_grid_iq(dt, b, grid, o);
 }
 
@@ -224,13 +242,17 @@ static inline float kq_lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + 
 /* the last cols % 256 columns (IQ4_NL and q2 only, which have no mins: accm stays zero): the oracle's steps block of
  * 32 by block of 32 on lane b % 8, its integer sum (scale 1) by one vpmaddubsw / vpmaddwd and an exact horizontal add */
 static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int c0, float *acc) {
-    const int cols = w->cols, q2 = w->dtype == DT_Q2;
+    const int cols = w->cols, q2 = kq_rotated(w->dtype);
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * kq_row_bytes(w->dtype, cols);
     const int8_t *aq = kq_act_q(a, w->dtype);
     const float *ad = kq_act_d(a, w->dtype);
     for (int c = c0; c < cols; c += 32) {
         const uint8_t *blk = q2 ? row + (size_t)(c / 128) * 34 : row + (size_t)(c / 32) * 18;
-        const __m256i v = q2 ? kq_q2_levels(_mm256_loadu_si256((const __m256i *)blk), (c % 128) / 32) : kq_iq4_levels(blk + 2);
+        int8_t dv[32];
+        if (w->dtype == DT_Q2V)
+            for (int k = 0; k < 4; k++) q2v_decode8((uint16_t)(blk[(c % 128) / 4 + 2 * k] | blk[(c % 128) / 4 + 2 * k + 1] << 8), dv + 8 * k);
+        const __m256i v = w->dtype == DT_Q2V ? _mm256_loadu_si256((const __m256i *)dv)
+                          : q2 ? kq_q2_levels(_mm256_loadu_si256((const __m256i *)blk), (c % 128) / 32) : kq_iq4_levels(blk + 2);
         const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + (size_t)t * (size_t)cols + (size_t)c));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)), _mm256_set1_epi16(1));
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));

@@ -19,7 +19,7 @@ static const struct {
     {DT_Q2_K, 10, 256, 84},  {DT_Q3_K, 11, 256, 110}, {DT_Q4_K, 12, 256, 144},  {DT_Q5_K, 13, 256, 176},
     {DT_Q6_K, 14, 256, 210}, {DT_IQ4_NL, 20, 32, 18}, {DT_IQ4_XS, 23, 256, 136}, {DT_IQ2_XXS, 16, 256, 66},
     {DT_IQ2_XS, 17, 256, 74}, {DT_IQ2_S, 22, 256, 82}, {DT_IQ3_XXS, 18, 256, 98}, {DT_IQ3_S, 21, 256, 110},
-    {DT_IQ1_S, 19, 256, 50}, {DT_IQ1_M, 29, 256, 56}, {DT_Q2, 0, 128, 34}, /* q2: sluice's own, no ggml id */
+    {DT_IQ1_S, 19, 256, 50}, {DT_IQ1_M, 29, 256, 56}, {DT_Q2, 0, 128, 34}, {DT_Q2V, 0, 128, 34}, /* sluice's own, no ggml id */
 };
 #define N_KQ (sizeof KQ / sizeof *KQ)
 
@@ -145,6 +145,14 @@ static void unpack_q2(const uint8_t *b, kq_unpacked *u) {
     for (int e = 0; e < 128; e++) u->qv[e] = Q2_LEVELS[(b[e % 32] >> (2 * (e / 32))) & 3];
 }
 
+/* q2v (34 B): code[16] (u16), d */
+static void unpack_q2v(const uint8_t *b, kq_unpacked *u) {
+    u->gs = 32;
+    u->d = h2f(b + 32);
+    for (int g = 0; g < 4; g++) u->sc[g] = 1;
+    for (int j = 0; j < 16; j++) q2v_decode8((uint16_t)(b[2 * j] | b[2 * j + 1] << 8), u->qv + 8 * j);
+}
+
 void kq_unpack(dt_type dt, const uint8_t *b, kq_unpacked *u) {
     u->has_min = 0;
     u->dmin = 0.0f;
@@ -156,6 +164,7 @@ void kq_unpack(dt_type dt, const uint8_t *b, kq_unpacked *u) {
     case DT_Q6_K: unpack_q6(b, u); break;
     case DT_IQ4_NL: case DT_IQ4_XS: unpack_iq4(dt, b, u); break;
     case DT_Q2: unpack_q2(b, u); break;
+    case DT_Q2V: unpack_q2v(b, u); break;
     default: kq_unpack_iq(dt, b, u); break;
     }
 }
@@ -203,7 +212,7 @@ static void f16_fields(dt_type dt, int *d, int *dmin) {
     case DT_Q3_K: *d = 108; break;
     case DT_Q4_K: case DT_Q5_K: *d = 0; *dmin = 2; break;
     case DT_Q6_K: *d = 208; break;
-    case DT_Q2: *d = 32; break;
+    case DT_Q2: case DT_Q2V: *d = 32; break;
     case DT_IQ1_M: *d = -1; break; /* its d: the top nibbles of the four u16 at 48 (kq_random) */
     default: *d = 0; break;
     }

@@ -26,6 +26,8 @@
  * block type like these and runs their kernels: 128 rotated values a block,
  *   Q2    (34 B)   qs[32] d                  q = qs[e % 32] >> 2(e / 32) & 3; w = d * Q2_LEVELS[q] (the rotated
  *                                           weight: a matmul multiplies it by the rotated activations, q2_rotate)
+ *   Q2V   (34 B)   code[16] (u16) d          values 8 j .. 8 j + 7 = d * q2v_decode8(code[j]) (quant/q2.c: the E8P
+ *                                           lattice codebook), rotated as Q2's
  */
 #ifndef SL_KQUANT_H
 #define SL_KQUANT_H
@@ -39,14 +41,20 @@
 extern const int8_t KQ_IQ4_LEVELS[16];
 
 /* 1 for the block types (the GGUF ones and sluice's q2) */
-static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_Q2; }
+static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_Q2V; }
+/* sluice's own block types on rotated values (q2, q2v): kernels.h kern_act qr / dr */
+static inline int kq_rotated(dt_type dt) { return dt == DT_Q2 || dt == DT_Q2V; }
 /* q2's integer levels, code order: d * Q2_LEVELS[q] approximates the Lloyd-Max levels of N(0, 1), +-0.4528 and
  * +-1.5104, at a common scale (3 : 10 against 1 : 3.336) */
 extern const int8_t Q2_LEVELS[4];
+/* q2v: the 8 integer values (odd, -11 .. 11) of one 16-bit code (quant/q2.c), and its 256 magnitude patterns [256][8]
+ * (made on first use; thread-safe). */
+void q2v_decode8(uint16_t code, int8_t *out);
+const int8_t *q2v_patterns(void);
 /* Whether dt's int8 kernels take llama.cpp's q8_K activations (one scale per 256 values: kernels.h kern_act qk /
  * dk), as its vec_dot_type is GGML_TYPE_Q8_K (ggml-cpu.c type_traits_cpu); IQ4_NL's is q8_0 (per 32: q0 / d0). */
-static inline int kq_act_k(dt_type dt) { return kq_is(dt) && dt != DT_IQ4_NL && dt != DT_Q2; }
-/* q2 reads neither: its activations are rotated first (kernels.h kern_act qr / dr). */
+static inline int kq_act_k(dt_type dt) { return kq_is(dt) && dt != DT_IQ4_NL && !kq_rotated(dt); }
+/* q2 and q2v read neither: their activations are rotated first (kernels.h kern_act qr / dr). */
 /* Values per block (256, 32 for IQ4_NL, 128 for q2) and bytes per block; 0 for other types. */
 int kq_blk(dt_type dt);
 int kq_bytes(dt_type dt);

@@ -218,7 +218,7 @@ void q_row_to_f32(const tn_mat *m, int r, float *out) {
     const int cols = m->cols, bits = q_bits(m->dtype);
     if (kq_is(m->dtype)) {
         kq_row_to_f32(m->dtype, (const uint8_t *)m->data + (size_t)r * kq_row_bytes(m->dtype, cols), cols, out);
-        if (m->dtype == DT_Q2) q2_unrotate(out, cols); /* the stored values are rotated */
+        if (kq_rotated(m->dtype)) q2_unrotate(out, cols); /* the stored values are rotated */
         return;
     }
     if (!bits) {
@@ -327,8 +327,8 @@ void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_ty
         mxfp4_quantize(w, rows, cols, out);
         return;
     }
-    if (dt == DT_Q2) {
-        q2_quantize(w, rows, cols, out);
+    if (kq_rotated(dt)) {
+        (dt == DT_Q2 ? q2_quantize : q2v_quantize)(w, rows, cols, out);
         return;
     }
     const int bits = q_bits(dt), ng = cols / group;

@@ -101,6 +101,9 @@ void q_unrotate_group(float *t, int c0, int group, uint32_t seed);
 void q2_quantize(const float *w, int rows, int cols, void *out);
 /* out[cols] = the rotation q2's kernels multiply by (q3_rotate with Q2_BLK, Q2_SEED); t back in place. */
 void q2_rotate(const float *x, int cols, float *out);
+/* q2v (quant/kquant.h): the same rotation, each 8 rotated values the nearest E8P code (both shifts, every pattern) at
+ * the block's scale. */
+void q2v_quantize(const float *w, int rows, int cols, void *out);
 void q2_unrotate(float *t, int cols);
 
 /* One scale (or bias) of sdtype at index i. */

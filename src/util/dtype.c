@@ -38,6 +38,7 @@ const char *dt_name(dt_type t) {
     case DT_IQ1_S: return "iq1_s";
     case DT_IQ1_M: return "iq1_m";
     case DT_Q2: return "q2";
+    case DT_Q2V: return "q2v";
     default: return "none";
     }
 }

@@ -36,6 +36,7 @@ typedef enum {
     DT_IQ1_S = 21,
     DT_IQ1_M = 22,
     DT_Q2 = 23, /* sluice's 2-bit: rotated blocks of 128, 4-level Lloyd-Max codebook (quant/kquant.h, q2.c) */
+    DT_Q2V = 24, /* the same blocks, the E8P lattice codebook: 16 bits per 8 values (quant/q2.c) */
     DT_COUNT
 } dt_type;
 

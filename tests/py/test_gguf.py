@@ -672,19 +672,21 @@ def test_kquant_types_kept_native(qt, tmp_path):
     assert np.median(rel) < 0.1, rel
 
 
-def test_q2_experts_packed_from_f32(tmp_path):
-    """sluice's own 2-bit experts (docs/QUANT.md "q2": blocks of 128 rotated, 4 Lloyd-Max levels, 2.125 bits) packed
-    from an F32 GGUF of 256-wide rows: the experts are q2 (the rest q8), verify --source re-derives every byte, the
-    expert blocks are 2.125 / 32 of the f32 ones, and the logits (exact and int8 kernels) stay near the f32 pack's."""
+@pytest.mark.parametrize("q2", ["q2", "q2v"])
+def test_q2_experts_packed_from_f32(q2, tmp_path):
+    """sluice's own 2-bit experts (docs/QUANT.md "q2 and q2v": blocks of 128 rotated, 4 Lloyd-Max levels or the E8P
+    lattice, 2.125 bits) packed from an F32 GGUF of 256-wide rows: the experts are q2 / q2v (the rest q8), verify
+    --source re-derives every byte, the expert blocks are 2.125 / 32 of the f32 ones, and the logits (exact and int8
+    kernels) stay near the f32 pack's."""
     rng = np.random.default_rng(12)
     g = str(tmp_path / "f.gguf")
     write_typed_model(g, [QT.F32], rng)
     pf, p2 = str(tmp_path / "f.sluice"), str(tmp_path / "q2.sluice")
     run(["pack", g, "-o", pf])
-    run(["pack", g, "-o", p2, "--quant-experts", "q2", "--quant-backbone", "q8"])
+    run(["pack", g, "-o", p2, "--quant-experts", q2, "--quant-backbone", "q8"])
     run(["verify", p2, "--source", g])
     info, inf = json.loads(run(["info", p2, "--json"]).stdout), json.loads(run(["info", pf, "--json"]).stdout)
-    assert info["experts"]["dtype"] == "q2" and set(info["experts"]["part_dtypes"]["down_proj"]) == {"q2"}, info["experts"]
+    assert info["experts"]["dtype"] == q2 and set(info["experts"]["part_dtypes"]["down_proj"]) == {q2}, info["experts"]
     assert info["experts"]["block_bytes"] * 32 < inf["experts"]["block_bytes"] * 2.2, (info["experts"], inf["experts"])
     toks = list(range(0, 256, 7))
     f = logits(pf, toks, str(tmp_path / "f.f32"))
@@ -693,9 +695,9 @@ def test_q2_experts_packed_from_f32(tmp_path):
     run(["logits", "-m", p2, "--tokens", ",".join(map(str, toks)), "--out", out])
     c = np.fromfile(out, dtype=np.float32)
     ra, rc = per_token_rel(a, f, 256), per_token_rel(c, a, 256)
-    print("q2 vs f32 median", np.median(ra), "int8 vs exact median", np.median(rc))
+    print(q2, "vs f32 median", np.median(ra), "int8 vs exact median", np.median(rc))
     assert np.isfinite(a).all() and np.isfinite(c).all()
-    assert np.median(ra) < 0.6 and np.median(rc) < 0.1, (ra, rc)  # measured 0.42, 0.015
+    assert np.median(ra) < 0.6 and np.median(rc) < 0.1, (ra, rc)  # measured q2 0.42, 0.015; q2v 0.35, 0.014
 
 
 # ---- tokenizer from GGUF metadata -------------------------------------------------------------------------
