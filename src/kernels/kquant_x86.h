@@ -185,18 +185,35 @@ static inline void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
     o->has_min = 0;
 }
 
-/* q2v (two blocks of 128): each 16-bit code decoded as the oracle does (quant/q2.c q2v_decode8), then loaded */
+/* q2v: 32 values from 4 codes at c (quant/q2.c q2v_decode8's integers): the 4 magnitude patterns as 64-bit lanes,
+ * the signs (value 7's by the parity over the pattern's sixes) as a byte mask, the shift +-1 added */
+static inline __m256i kq_q2v_32(const uint8_t *c, const int8_t *pat, const uint8_t *six) {
+    unsigned idx[4];
+    uint32_t s4 = 0;
+    long long sh[4];
+    for (int l = 0; l < 4; l++) {
+        const unsigned code = (unsigned)(c[2 * l] | c[2 * l + 1] << 8), s = (code >> 8) & 127u;
+        unsigned par = s ^ six[code & 255];
+        par ^= par >> 4, par ^= par >> 2, par ^= par >> 1;
+        idx[l] = code & 255;
+        s4 |= (s | (par & 1) << 7) << (8 * l);
+        sh[l] = code >> 15 ? -1LL : 0x0101010101010101LL;
+    }
+    const __m256i v = kq_apply_signs(kq_grid4(pat, idx[0], idx[1], idx[2], idx[3]), s4);
+    return _mm256_add_epi8(v, _mm256_set_epi64x(sh[3], sh[2], sh[1], sh[0]));
+}
+
+/* q2v (two blocks of 128) */
 static inline void kq_unpack_q2v(const uint8_t *b, kq_sb *o) {
-    int8_t v[256];
+    const int8_t *pat = q2v_patterns();
+    const uint8_t *six = q2v_sixes();
     float d[8];
-    for (int j = 0; j < 2; j++) {
-        for (int k = 0; k < 16; k++) q2v_decode8((uint16_t)(b[34 * j + 2 * k] | b[34 * j + 2 * k + 1] << 8), v + 128 * j + 8 * k);
-        for (int p = 0; p < 4; p++) d[4 * j + p] = kq_h2f(b + 34 * j + 32);
-    }
-    for (int p = 0; p < 8; p++) {
-        o->v[p] = _mm256_loadu_si256((const __m256i *)(v + 32 * p));
-        o->s16[p] = _mm256_set1_epi16(1);
-    }
+    for (int j = 0; j < 2; j++)
+        for (int p = 0; p < 4; p++) {
+            o->v[4 * j + p] = kq_q2v_32(b + 34 * j + 8 * p, pat, six);
+            o->s16[4 * j + p] = _mm256_set1_epi16(1);
+            d[4 * j + p] = kq_h2f(b + 34 * j + 32);
+        }
     o->d = _mm256_loadu_ps(d);
     o->dmin = _mm256_setzero_ps();
     o->has_min = 0;
@@ -248,10 +265,7 @@ static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int
     const float *ad = kq_act_d(a, w->dtype);
     for (int c = c0; c < cols; c += 32) {
         const uint8_t *blk = q2 ? row + (size_t)(c / 128) * 34 : row + (size_t)(c / 32) * 18;
-        int8_t dv[32];
-        if (w->dtype == DT_Q2V)
-            for (int k = 0; k < 4; k++) q2v_decode8((uint16_t)(blk[(c % 128) / 4 + 2 * k] | blk[(c % 128) / 4 + 2 * k + 1] << 8), dv + 8 * k);
-        const __m256i v = w->dtype == DT_Q2V ? _mm256_loadu_si256((const __m256i *)dv)
+        const __m256i v = w->dtype == DT_Q2V ? kq_q2v_32(blk + (c % 128) / 4, q2v_patterns(), q2v_sixes())
                           : q2 ? kq_q2_levels(_mm256_loadu_si256((const __m256i *)blk), (c % 128) / 32) : kq_iq4_levels(blk + 2);
         const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + (size_t)t * (size_t)cols + (size_t)c));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)), _mm256_set1_epi16(1));

@@ -119,6 +119,11 @@ const int8_t *q2v_patterns(void) {
     return &q2v_pat[0][0];
 }
 
+const uint8_t *q2v_sixes(void) {
+    pthread_once(&q2v_once, q2v_init);
+    return q2v_m6;
+}
+
 /* the 8 integer values of one code (the layout above) */
 void q2v_decode8(uint16_t code, int8_t *out) {
     const int8_t *p = q2v_patterns() + 8 * (code & 255);
