@@ -187,26 +187,27 @@ static inline void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
 
 /* q2v: 32 values from 4 codes at c (quant/q2.c q2v_decode8's integers): the 4 magnitude patterns as 64-bit lanes,
  * the signs (value 7's by the parity over the pattern's sixes) as a byte mask, the shift +-1 added */
+/* the sign byte of one code (values 0-6 from bits 8-14, value 7 by the parity) and its shift bit as 0xFF / 0 */
+static inline uint32_t kq_q2v_sign(unsigned code, const uint8_t *six) {
+    return (uint32_t)(six[256 + ((code >> 8) & 127u)] ^ six[code & 255]);
+}
+
 static inline __m256i kq_q2v_32(const uint8_t *c, const int8_t *pat, const uint8_t *six) {
-    unsigned idx[4];
-    uint32_t s4 = 0;
-    long long sh[4];
-    for (int l = 0; l < 4; l++) {
-        const unsigned code = (unsigned)(c[2 * l] | c[2 * l + 1] << 8), s = (code >> 8) & 127u;
-        unsigned par = s ^ six[code & 255];
-        par ^= par >> 4, par ^= par >> 2, par ^= par >> 1;
-        idx[l] = code & 255;
-        s4 |= (s | (par & 1) << 7) << (8 * l);
-        sh[l] = code >> 15 ? -1LL : 0x0101010101010101LL;
-    }
-    const __m256i v = kq_apply_signs(kq_grid4(pat, idx[0], idx[1], idx[2], idx[3]), s4);
-    return _mm256_add_epi8(v, _mm256_set_epi64x(sh[3], sh[2], sh[1], sh[0]));
+    const unsigned c0 = (unsigned)(c[0] | c[1] << 8), c1 = (unsigned)(c[2] | c[3] << 8);
+    const unsigned c2 = (unsigned)(c[4] | c[5] << 8), c3 = (unsigned)(c[6] | c[7] << 8);
+    const uint32_t s4 = kq_q2v_sign(c0, six) | kq_q2v_sign(c1, six) << 8 | kq_q2v_sign(c2, six) << 16 |
+                        kq_q2v_sign(c3, six) << 24;
+    const uint32_t h4 = (c0 >> 15) * 0xFFu | (c1 >> 15) * 0xFF00u | (c2 >> 15) * 0xFF0000u | (c3 >> 15) * 0xFF000000u;
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                          3, 3, 3, 3);
+    const __m256i m = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h4), shuf); /* -1 where the shift is -1/4, else 0 */
+    const __m256i v = kq_apply_signs(kq_grid4(pat, c0 & 255, c1 & 255, c2 & 255, c3 & 255), s4);
+    return _mm256_add_epi8(_mm256_add_epi8(v, _mm256_set1_epi8(1)), _mm256_add_epi8(m, m)); /* v + 1 + 2 m */
 }
 
 /* q2v (two blocks of 128) */
-static inline void kq_unpack_q2v(const uint8_t *b, kq_sb *o) {
-    const int8_t *pat = q2v_patterns();
-    const uint8_t *six = q2v_sixes();
+static inline void kq_unpack_q2v(const uint8_t *b, const int8_t *pat, kq_sb *o) {
+    const uint8_t *six = (const uint8_t *)pat + 2048; /* quant/kquant.h q2v_patterns */
     float d[8];
     for (int j = 0; j < 2; j++)
         for (int p = 0; p < 4; p++) {
@@ -219,14 +220,15 @@ static inline void kq_unpack_q2v(const uint8_t *b, kq_sb *o) {
     o->has_min = 0;
 }
 
-/* any type: the vector unpackings above (grid: kq_iq_grid(dt), used by the grid i-quants only) */
+/* any type: the vector unpackings above (grid: kq_iq_grid(dt), used by the grid i-quants only; q2v_patterns() for
+ * q2v) */
 static inline void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
     if (dt == DT_Q4_K || dt == DT_Q5_K) kq_unpack_q45(dt, b, o);
     else if (dt == DT_Q6_K) kq_unpack_q6(b, o);
     else if (dt == DT_Q2_K || dt == DT_Q3_K) kq_unpack_q23(dt, b, o);
     else if (dt == DT_IQ4_NL || dt == DT_IQ4_XS) kq_unpack_iq4(dt, b, o);
     else if (dt == DT_Q2) kq_unpack_q2(b, o);
-    else if (dt == DT_Q2V) kq_unpack_q2v(b, o);
+    else if (dt == DT_Q2V) kq_unpack_q2v(b, grid, o);
     else kq_unpack_grid_iq(dt, b, grid, o);
 }
 
@@ -265,7 +267,7 @@ static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int
     const float *ad = kq_act_d(a, w->dtype);
     for (int c = c0; c < cols; c += 32) {
         const uint8_t *blk = q2 ? row + (size_t)(c / 128) * 34 : row + (size_t)(c / 32) * 18;
-        const __m256i v = w->dtype == DT_Q2V ? kq_q2v_32(blk + (c % 128) / 4, q2v_patterns(), q2v_sixes())
+        const __m256i v = w->dtype == DT_Q2V ? kq_q2v_32(blk + (c % 128) / 4, q2v_patterns(), (const uint8_t *)q2v_patterns() + 2048)
                           : q2 ? kq_q2_levels(_mm256_loadu_si256((const __m256i *)blk), (c % 128) / 32) : kq_iq4_levels(blk + 2);
         const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + (size_t)t * (size_t)cols + (size_t)c));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)), _mm256_set1_epi16(1));
@@ -284,7 +286,7 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
     const size_t rb = kq_row_bytes(dt, cols), sbb = (size_t)kq_bytes(dt) * (size_t)(256 / kq_blk(dt));
     const int8_t *aq = kq_act_q(a, dt); /* kernels.h kern_matmul_i8_fn: the form dt reads */
     const float *ad = kq_act_d(a, dt);
-    const int8_t *grid = kq_iq_grid(dt);
+    const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : kq_iq_grid(dt);
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
         for (int r = r0; r < r1; r++) {

@@ -50,10 +50,10 @@ extern const int8_t Q2_LEVELS[4];
 /* q2v: the 8 integer values (odd, -11 .. 11) of one 16-bit code (quant/q2.c), and its 256 magnitude patterns [256][8]
  * (made on first use; thread-safe). */
 void q2v_decode8(uint16_t code, int8_t *out);
+/* The 256 patterns [256][8] are followed by 256 bytes "sixes" and 128 bytes "signs" (as uint8_t), the SIMD unpackers'
+ * form of q2v_decode8's rule: the sign byte of a code (bit i: value i negative) is signs[bits 8-14] ^ sixes[bits 0-7]
+ * (signs[s] = s | parity(s) << 7; sixes[k] = 0x80 when pattern k has an odd number of magnitudes 6 (3/2), else 0). */
 const int8_t *q2v_patterns(void);
-/* per pattern, bit i set where its magnitude i is 6 (3/2): the sign of value 7 is negative when the parity of
- * (signs of values 0-6) ^ sixes is odd (the SIMD unpackers' form of q2v_decode8's rule) */
-const uint8_t *q2v_sixes(void);
 /* Whether dt's int8 kernels take llama.cpp's q8_K activations (one scale per 256 values: kernels.h kern_act qk /
  * dk), as its vec_dot_type is GGML_TYPE_Q8_K (ggml-cpu.c type_traits_cpu); IQ4_NL's is q8_0 (per 32: q0 / d0). */
 static inline int kq_act_k(dt_type dt) { return kq_is(dt) && dt != DT_IQ4_NL && !kq_rotated(dt); }

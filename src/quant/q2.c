@@ -90,7 +90,8 @@ void q2_unrotate(float *t, int cols) {
  * values (0.092 against 0.1175 of the variance), at the same 16 bits per 8 values. */
 #include <pthread.h>
 
-static int8_t q2v_pat[256][8];
+/* the patterns, then 256 bytes "sixes" and 128 bytes "signs" (kquant.h q2v_patterns) */
+static int8_t q2v_pat[256 + 32 + 16][8];
 static float q2v_patf[256][8], q2v_norm[256];
 static uint8_t q2v_m6[256]; /* bit i: magnitude i is 6 (3/2): its sign counts odd in the parity */
 static pthread_once_t q2v_once = PTHREAD_ONCE_INIT;
@@ -112,16 +113,14 @@ static void q2v_init(void) {
             }
             n++;
         }
+    uint8_t *six = (uint8_t *)&q2v_pat[256][0], *sg = six + 256;
+    for (int k = 0; k < 256; k++) six[k] = (uint8_t)(__builtin_parity(q2v_m6[k]) << 7);
+    for (int s = 0; s < 128; s++) sg[s] = (uint8_t)(s | __builtin_parity((unsigned)s) << 7);
 }
 
 const int8_t *q2v_patterns(void) {
     pthread_once(&q2v_once, q2v_init);
     return &q2v_pat[0][0];
-}
-
-const uint8_t *q2v_sixes(void) {
-    pthread_once(&q2v_once, q2v_init);
-    return q2v_m6;
 }
 
 /* the 8 integer values of one code (the layout above) */
