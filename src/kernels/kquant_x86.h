@@ -174,10 +174,11 @@ static inline void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
     float d[8];
     for (int j = 0; j < 2; j++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(b + 34 * j));
+        const float dj = kq_h2f(b + 34 * j + 32);
         for (int p = 0; p < 4; p++) {
             o->v[4 * j + p] = kq_q2_levels(x, p);
             o->s16[4 * j + p] = _mm256_set1_epi16(1);
-            d[4 * j + p] = kq_h2f(b + 34 * j + 32);
+            d[4 * j + p] = dj;
         }
     }
     o->d = _mm256_loadu_ps(d);
@@ -209,12 +210,14 @@ static inline __m256i kq_q2v_32(const uint8_t *c, const int8_t *pat, const uint8
 static inline void kq_unpack_q2v(const uint8_t *b, const int8_t *pat, kq_sb *o) {
     const uint8_t *six = (const uint8_t *)pat + 2048; /* quant/kquant.h q2v_patterns */
     float d[8];
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < 2; j++) {
+        const float dj = kq_h2f(b + 34 * j + 32);
         for (int p = 0; p < 4; p++) {
             o->v[4 * j + p] = kq_q2v_32(b + 34 * j + 8 * p, pat, six);
             o->s16[4 * j + p] = _mm256_set1_epi16(1);
-            d[4 * j + p] = kq_h2f(b + 34 * j + 32);
+            d[4 * j + p] = dj;
         }
+    }
     o->d = _mm256_loadu_ps(d);
     o->dmin = _mm256_setzero_ps();
     o->has_min = 0;
@@ -260,14 +263,16 @@ static inline float kq_lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + 
 
 /* the last cols % 256 columns (IQ4_NL and q2 only, which have no mins: accm stays zero): the oracle's steps block of
  * 32 by block of 32 on lane b % 8, its integer sum (scale 1) by one vpmaddubsw / vpmaddwd and an exact horizontal add */
-static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int c0, float *acc) {
+static inline void kq_tail(const tn_mat *w, const kern_act *a, const uint8_t *row, const int8_t *grid, int t, int c0,
+                           float *acc) {
     const int cols = w->cols, q2 = kq_rotated(w->dtype);
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * kq_row_bytes(w->dtype, cols);
     const int8_t *aq = kq_act_q(a, w->dtype);
     const float *ad = kq_act_d(a, w->dtype);
+    float d = 0.0f;
     for (int c = c0; c < cols; c += 32) {
         const uint8_t *blk = q2 ? row + (size_t)(c / 128) * 34 : row + (size_t)(c / 32) * 18;
-        const __m256i v = w->dtype == DT_Q2V ? kq_q2v_32(blk + (c % 128) / 4, q2v_patterns(), (const uint8_t *)q2v_patterns() + 2048)
+        if (!q2 || c % 128 == 0) d = kq_h2f(q2 ? blk + 32 : blk); /* the block's scale, once */
+        const __m256i v = w->dtype == DT_Q2V ? kq_q2v_32(blk + (c % 128) / 4, grid, (const uint8_t *)grid + 2048)
                           : q2 ? kq_q2_levels(_mm256_loadu_si256((const __m256i *)blk), (c % 128) / 32) : kq_iq4_levels(blk + 2);
         const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + (size_t)t * (size_t)cols + (size_t)c));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)), _mm256_set1_epi16(1));
@@ -276,7 +281,7 @@ static inline void kq_tail(const tn_mat *w, const kern_act *a, int r, int t, int
         h = _mm_hadd_epi32(h, h);
         const float xd = ad[(size_t)t * (size_t)(cols / 32) + (size_t)(c / 32)];
         const int l = (c / 32) % 8;
-        acc[l] = fmaf((float)_mm_cvtsi128_si32(h), kq_h2f(q2 ? blk + 32 : blk) * xd, acc[l]);
+        acc[l] = fmaf((float)_mm_cvtsi128_si32(h), d * xd, acc[l]);
     }
 }
 
@@ -309,7 +314,7 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
                 float fa[8], fm[8];
                 _mm256_storeu_ps(fa, acc[t]);
                 _mm256_storeu_ps(fm, accm[t]);
-                if (nsb * 256 < cols) kq_tail(w, a, r, t0 + t, nsb * 256, fa);
+                if (nsb * 256 < cols) kq_tail(w, a, row, grid, t0 + t, nsb * 256, fa);
                 y[(size_t)(t0 + t) * ldy + (size_t)r] = kq_lanes8(fa) - kq_lanes8(fm);
             }
         }

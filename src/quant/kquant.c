@@ -23,17 +23,19 @@ static const struct {
 };
 #define N_KQ (sizeof KQ / sizeof *KQ)
 
-int kq_blk(dt_type dt) {
-    for (size_t i = 0; i < N_KQ; i++)
-        if (KQ[i].dt == dt) return KQ[i].blk;
-    return 0;
-}
+/* KQ's sizes indexed by dtype (the kernels ask per matrix call; tests/test_kquant.c checks they agree with KQ) */
+static const short KQ_BLK[DT_COUNT] = {[DT_Q2_K] = 256, [DT_Q3_K] = 256, [DT_Q4_K] = 256, [DT_Q5_K] = 256, [DT_Q6_K] = 256,
+                                       [DT_IQ4_NL] = 32, [DT_IQ4_XS] = 256, [DT_IQ2_XXS] = 256, [DT_IQ2_XS] = 256,
+                                       [DT_IQ2_S] = 256, [DT_IQ3_XXS] = 256, [DT_IQ3_S] = 256, [DT_IQ1_S] = 256,
+                                       [DT_IQ1_M] = 256, [DT_Q2] = 128, [DT_Q2V] = 128};
+static const short KQ_BYTES[DT_COUNT] = {[DT_Q2_K] = 84, [DT_Q3_K] = 110, [DT_Q4_K] = 144, [DT_Q5_K] = 176, [DT_Q6_K] = 210,
+                                         [DT_IQ4_NL] = 18, [DT_IQ4_XS] = 136, [DT_IQ2_XXS] = 66, [DT_IQ2_XS] = 74,
+                                         [DT_IQ2_S] = 82, [DT_IQ3_XXS] = 98, [DT_IQ3_S] = 110, [DT_IQ1_S] = 50,
+                                         [DT_IQ1_M] = 56, [DT_Q2] = 34, [DT_Q2V] = 34};
 
-int kq_bytes(dt_type dt) {
-    for (size_t i = 0; i < N_KQ; i++)
-        if (KQ[i].dt == dt) return KQ[i].bytes;
-    return 0;
-}
+int kq_blk(dt_type dt) { return dt > DT_NONE && dt < DT_COUNT ? KQ_BLK[dt] : 0; }
+
+int kq_bytes(dt_type dt) { return dt > DT_NONE && dt < DT_COUNT ? KQ_BYTES[dt] : 0; }
 
 dt_type kq_from_ggml(uint32_t ggml_type) {
     for (size_t i = 0; i < N_KQ; i++)
