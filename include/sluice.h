@@ -277,7 +277,12 @@ typedef struct sl_model_params {
                                context; more than the model's: SL_ERANGE at open */
     sl_kv_type kv_type;     /* the sessions' KV cache (above); the library default is SL_KV_F32 (the exact
                                reference), the command line's f16. A backend without the type refuses it at
-                               open, naming it (SL_EUNSUPPORTED), unless kv_fallback */
+                               open, naming it (SL_EUNSUPPORTED), unless kv_fallback. It stores the keys, and the
+                               values too unless kv_type_v says otherwise */
+    sl_kv_type kv_type_v;   /* the values' type when it differs from the keys' (llama.cpp's -ctv; --kv K,V), e.g. q4r
+                               keys (whose outlier channels the rotation tames) with q8 values; SL_KV_F32 (0, the
+                               default): the same as kv_type (f32 values beside other keys are not offered). The CPU
+                               backend only */
     int kv_fallback;        /* 1: kv_type is a preference: a backend whose attention has no such cache (the CUDA
                                backend's f16 / bf16 / q8, so far) takes f32, the exact type every backend has,
                                instead of refusing the model (the command line without --kv); 0 (default):
@@ -383,8 +388,10 @@ const char *sl_model_synthetic(const sl_model *model);
 
 int sl_model_n_vocab(const sl_model *model);
 int sl_model_n_ctx(const sl_model *model); /* maximum positions */
-/* The KV cache type of the model's sessions (sl_model_params.kv_type). */
+/* The KV cache type of the model's sessions (sl_model_params.kv_type): of the keys, and of the values unless ... */
 sl_kv_type sl_model_kv_type(const sl_model *model);
+/* ... the values' type says otherwise (kv_type_v as it became: never SL_KV_F32 standing for "the same"). */
+sl_kv_type sl_model_kv_type_v(const sl_model *model);
 /* Bytes of a session's state at n_ctx positions (<= 0 or past the model's: its maximum): the KV caches of every
  * attention layer (a sliding layer's ring only) and the DeltaNet states. A session starts small and grows
  * toward this as its positions fill (so a server can refuse a context up front that would not fit). */

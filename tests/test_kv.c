@@ -16,10 +16,12 @@
 #include "util/dtype.h"
 
 static int kv_exact; /* open_kv's models take the exact kernels (sl_model_params.exact) */
+static sl_kv_type kv_v; /* open_kv's values' type (sl_model_params.kv_type_v; f32: the keys') */
 
 static sl_model *open_kv(const char *fixture, sl_kv_type t, int streamed, int n_ctx) {
     sl_model_params p = sl_model_params_default();
     p.kv_type = t;
+    p.kv_type_v = kv_v;
     p.n_ctx = n_ctx;
     p.n_threads = 2;
     p.exact = kv_exact;
@@ -83,6 +85,55 @@ FIXTURE_TEST(kv_types_keep_every_exactness_property) {
         free(a), free(b), free(c), free(d);
         sl_model_close(r);
         sl_model_close(st);
+    }
+}
+
+/* Keys and values of different types (sl_model_params.kv_type_v): every exactness property still holds bitwise
+ * (gpt-oss's ring, MiMo's values of their own size, DeltaNet layers beside), the bytes of a position are the keys'
+ * plus the values', and a state records both types (a model of the keys' type alone refuses it, naming them). */
+TEST(kv_keys_and_values_apart) {
+    static const char *const fx[] = {"qwen3_moe", "qwen3_next", "mimo_v2_flash", "gpt_oss"};
+    int32_t prompt[NP];
+    for (int f = 0; f < 4 && !test_failed(); f++) {
+        sl_model *m32 = open_kv(fx[f], SL_KV_F32, 0, 0);
+        CHECK(m32);
+        const int V = sl_model_n_vocab(m32);
+        const size_t bytes = (size_t)NP * V * sizeof(float);
+        for (int i = 0; i < NP; i++) prompt[i] = (int32_t)((i * 37 + 11) % V);
+        float *p32 = run(m32, prompt, 0), *t32 = run(m32, prompt, 1);
+        const int tok_same = p32 && t32 && !memcmp(p32, t32, bytes);
+        free(p32), free(t32);
+        sl_model_close(m32);
+        kv_v = SL_KV_Q8;
+        sl_model *r = open_kv(fx[f], SL_KV_Q4R, 0, 0), *st = open_kv(fx[f], SL_KV_Q4R, 1, 0);
+        kv_v = SL_KV_F32;
+        sl_model *k4 = open_kv(fx[f], SL_KV_Q4R, 0, 0), *k8 = open_kv(fx[f], SL_KV_Q8, 0, 0);
+        CHECK(r && st && k4 && k8);
+        float *a = run(r, prompt, 0), *b = run(r, prompt, 1), *c = run(r, prompt, 2), *d = run(st, prompt, 0);
+        float *e = run(k4, prompt, 0);
+        CHECKF(a && b && c && d && e, "%s: an evaluation failed", fx[f]);
+        CHECKF(!tok_same || !memcmp(a, b, bytes), "%s kv q4r,q8: prefill != token by token", fx[f]);
+        CHECKF(!memcmp(a, c, bytes) && !memcmp(a, d, bytes), "%s kv q4r,q8: batch or streamed != alone", fx[f]);
+        CHECKF(memcmp(a, e, bytes), "%s kv q4r,q8: the values' type made no difference", fx[f]);
+        /* bytes: (K q4r + V q4r) + (K q8 + V q8) = 2 x (K q4r + V q8), DeltaNet states too, where K and V heads
+         * are of one size (MiMo's values are smaller: in between) */
+        const uint64_t kb = sl_model_kv_bytes(r, 512), k4b = sl_model_kv_bytes(k4, 512), k8b = sl_model_kv_bytes(k8, 512);
+        const int same = f == 2 ? k4b < kb && kb < k8b : 2 * kb == k4b + k8b;
+        CHECKF(same && sl_model_kv_type(r) == SL_KV_Q4R && sl_model_kv_type_v(r) == SL_KV_Q8,
+               "%s: %llu bytes at 512 positions, q4r %llu, q8 %llu", fx[f], (unsigned long long)kb,
+               (unsigned long long)k4b, (unsigned long long)k8b);
+        sl_session *s = NULL, *s2 = NULL, *s4 = NULL;
+        void *blob = NULL;
+        size_t len = 0;
+        CHECK(!sl_session_new(r, 0, &s) && !sl_session_new(r, 0, &s2) && !sl_session_new(k4, 0, &s4));
+        CHECK(!sl_session_eval(s, prompt, 30, NULL, 0) && !sl_session_save(s, &blob, &len));
+        CHECK(sl_session_load(s2, blob, len) == SL_OK && sl_session_n_past(s2) == 30);
+        CHECKF(sl_session_load(s4, blob, len) == SL_EMISMATCH && strstr(sl_session_errmsg(s4), "q4r,q8 KV cache"),
+               "%s", sl_session_errmsg(s4));
+        free(blob);
+        sl_session_free(s), sl_session_free(s2), sl_session_free(s4);
+        free(a), free(b), free(c), free(d), free(e);
+        sl_model_close(r), sl_model_close(st), sl_model_close(k4), sl_model_close(k8);
     }
 }
 
@@ -293,7 +344,7 @@ TEST(kv_seq_pages) {
     memset(&c, 0, sizeof c);
     c.n_layers = 2, c.hidden = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
     be_backend *be = be_cpu_new(NULL, NULL);
-    fwd_seq *sq = be ? fwd_seq_new(&c, 3000, SL_KV_Q8, be) : NULL;
+    fwd_seq *sq = be ? fwd_seq_new(&c, 3000, SL_KV_Q8, SL_KV_Q8, be) : NULL;
     CHECK(sq);
     int ok = sq->kv_cap[0] == FWD_KV_PAGE && fwd_kv_row_bytes(sq, 0, 0) == 2 * kv_head_bytes(SL_KV_Q8, 16);
     ok = ok && !fwd_seq_reserve(sq, 300) && sq->kv_cap[0] == 2 * FWD_KV_PAGE;
@@ -312,7 +363,7 @@ TEST(kv_seq_pool_and_trim) {
     c.n_layers = 2, c.hidden = 64, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
     be_backend *be = be_cpu_new(NULL, NULL);
     fwd_kv_pool pool = {0, 0};
-    fwd_seq *a = be ? fwd_seq_new(&c, 3000, SL_KV_F16, be) : NULL, *b = be ? fwd_seq_new(&c, 3000, SL_KV_F16, be) : NULL;
+    fwd_seq *a = be ? fwd_seq_new(&c, 3000, SL_KV_F16, SL_KV_F16, be) : NULL, *b = be ? fwd_seq_new(&c, 3000, SL_KV_F16, SL_KV_F16, be) : NULL;
     CHECK(a && b);
     const unsigned long long page = FWD_KV_PAGE * 2 * (fwd_kv_row_bytes(a, 0, 0) + fwd_kv_row_bytes(a, 0, 1));
     fwd_seq_set_pool(a, &pool), fwd_seq_set_pool(b, &pool);
@@ -392,7 +443,13 @@ TEST(kv_ctx_param_and_context_full) {
 TEST(kv_cli_options) {
     char *o = NULL;
     int rc = test_sh(1, &o, "build/sluice logits -m %s --tokens 1,2,3 -o /dev/null --kv f8", DEMO_PATH);
-    CHECKF(rc != 0 && strstr(o, "--kv: 'f8' (f32, f16, bf16, q8, q4, q4r)"), "rc %d: %s", rc, o);
+    CHECKF(rc != 0 && strstr(o, "--kv: 'f8' (f32, f16, bf16, q8, q4, q4r; or K,V)"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "build/sluice logits -m %s --tokens 1,2,3 -o /dev/null --kv q8,f32", DEMO_PATH);
+    CHECKF(rc != 0 && strstr(o, "f32 values beside q8 keys are not offered"), "rc %d: %s", rc, o);
+    free(o);
+    rc = test_sh(1, &o, "build/sluice logits -m %s --tokens 1,2,3 -o /dev/null --kv q4r,q8 --cpu", DEMO_PATH);
+    CHECKF(rc == 0, "rc %d: %s", rc, o);
     free(o);
     rc = test_sh(1, &o, "build/sluice logits -m %s --tokens 1,2,3 -o /dev/null --ctx 2", DEMO_PATH);
     CHECKF(rc != 0 && strstr(o, "context full"), "rc %d: %s", rc, o);

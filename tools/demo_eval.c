@@ -29,8 +29,9 @@
  * is, a .gguf packed keeping its types (llama-quantize's files: docs/QUANT.md "Against llama.cpp"); exact kernels,
  * or the default int8 ones with --int8.
  * --kv TYPE,... evaluates the --shipped model (exact kernels; --int8: the default ones) with an f32 KV cache (the
- * reference) and with each KV cache type listed (sluice.h sl_kv_type: f16, bf16, q8, q4, q4r): the KV type's own
- * KL, as llama-perplexity --kl-divergence measures -ctk / -ctv (docs/PERFORMANCE.md).
+ * reference) and with each KV cache type listed (sluice.h sl_kv_type: f16, bf16, q8, q4, q4r; K/V for keys and values
+ * apart, e.g. q4r/q8): the KV type's own KL, as llama-perplexity --kl-divergence measures -ctk / -ctv
+ * (docs/PERFORMANCE.md).
  * Defaults: build/demo/out/hf, models/demo/heldout.txt, models/demo.sluice, $TMPDIR or /tmp, every
  * window, threads 0 (= online cores). Markdown on stdout (JSON with --json); progress on stderr.
  *
@@ -63,27 +64,28 @@ typedef struct {
     int int8;                   /* 1: the default int8-activation kernels for q8/q4; 0: exact (sl_model_params.exact) */
     const char *path;           /* --model: this .sluice, or this GGUF packed as it is (its types kept) */
     sl_kv_type kv;              /* the sessions' KV cache type (f32 but under --kv) */
+    sl_kv_type kv_v;            /* the values' when they differ (K/V under --kv), else SL_KV_F32: the same */
 } mode;
 
 static const mode ALL_MODES[] = {
-    {"f32", SL_QUANT_F32, SL_QUANT_F32, 64, 0, 0, NULL, SL_KV_F32},
-    {"bf16", SL_QUANT_BF16, SL_QUANT_BF16, 64, 0, 0, NULL, SL_KV_F32},
-    {"q8 g64", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32},
-    {"q4 g32", SL_QUANT_Q4, SL_QUANT_Q4, 32, 0, 0, NULL, SL_KV_F32},
-    {"q4 g64", SL_QUANT_Q4, SL_QUANT_Q4, 64, 0, 0, NULL, SL_KV_F32},
-    {"q4 g128", SL_QUANT_Q4, SL_QUANT_Q4, 128, 0, 0, NULL, SL_KV_F32},
-    {"q3 g64", SL_QUANT_Q3, SL_QUANT_Q3, 64, 0, 0, NULL, SL_KV_F32},
-    {"q4 experts, q8 rest, g64", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32},
-    {"q3 experts, q8 rest, g64", SL_QUANT_Q3, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32},
-    {"q8 g64, int8 activations", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 1, NULL, SL_KV_F32},
-    {"q4 experts, q8 rest, g64, int8 activations", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 1, NULL, SL_KV_F32},
-    {"shipped demo.sluice (MLX import: q4 experts, q8 rest, g64)", 0, 0, 0, 1, 0, NULL, SL_KV_F32},
-    {"shipped demo.sluice, int8 activations", 0, 0, 0, 1, 1, NULL, SL_KV_F32},
+    {"f32", SL_QUANT_F32, SL_QUANT_F32, 64, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"bf16", SL_QUANT_BF16, SL_QUANT_BF16, 64, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"q8 g64", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"q4 g32", SL_QUANT_Q4, SL_QUANT_Q4, 32, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"q4 g64", SL_QUANT_Q4, SL_QUANT_Q4, 64, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"q4 g128", SL_QUANT_Q4, SL_QUANT_Q4, 128, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"q3 g64", SL_QUANT_Q3, SL_QUANT_Q3, 64, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"q4 experts, q8 rest, g64", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"q3 experts, q8 rest, g64", SL_QUANT_Q3, SL_QUANT_Q8, 64, 0, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"q8 g64, int8 activations", SL_QUANT_Q8, SL_QUANT_Q8, 64, 0, 1, NULL, SL_KV_F32, SL_KV_F32},
+    {"q4 experts, q8 rest, g64, int8 activations", SL_QUANT_Q4, SL_QUANT_Q8, 64, 0, 1, NULL, SL_KV_F32, SL_KV_F32},
+    {"shipped demo.sluice (MLX import: q4 experts, q8 rest, g64)", 0, 0, 0, 1, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"shipped demo.sluice, int8 activations", 0, 0, 0, 1, 1, NULL, SL_KV_F32, SL_KV_F32},
 };
 /* --shipped-only (no BF16 master here): the shipped model with exact kernels is the reference */
 static const mode SHIPPED_MODES[] = {
-    {"shipped demo.sluice, exact kernels (the reference)", 0, 0, 0, 1, 0, NULL, SL_KV_F32},
-    {"shipped demo.sluice, int8 activations (the default)", 0, 0, 0, 1, 1, NULL, SL_KV_F32},
+    {"shipped demo.sluice, exact kernels (the reference)", 0, 0, 0, 1, 0, NULL, SL_KV_F32, SL_KV_F32},
+    {"shipped demo.sluice, int8 activations (the default)", 0, 0, 0, 1, 1, NULL, SL_KV_F32, SL_KV_F32},
 };
 static const mode *MODES = ALL_MODES;
 static int N_MODES = (int)(sizeof ALL_MODES / sizeof *ALL_MODES);
@@ -162,14 +164,16 @@ static int usage(void) {
 /* --kv T1,T2,...: the shipped model at an f32 KV cache, then at each type. 0, or -1 for an unknown type. */
 static int parse_kv(char *list) {
     static char names[MAX_MODES][40];
-    GIVEN[0] = (mode){"shipped, kv f32 (the reference)", 0, 0, 0, 1, 0, NULL, SL_KV_F32};
+    GIVEN[0] = (mode){"shipped, kv f32 (the reference)", 0, 0, 0, 1, 0, NULL, SL_KV_F32, SL_KV_F32};
     MODES = GIVEN;
     N_MODES = 1;
     for (char *t = strtok(list, ","); t && N_MODES < MAX_MODES; t = strtok(NULL, ",")) {
-        const int k = sl_kv_type_from_name(t);
-        if (k < 0) { fprintf(stderr, "demo_eval: --kv: '%s' is not a KV cache type\n", t); return -1; }
-        snprintf(names[N_MODES], sizeof names[N_MODES], "shipped, kv %s", t);
-        GIVEN[N_MODES] = (mode){names[N_MODES], 0, 0, 0, 1, 0, NULL, (sl_kv_type)k};
+        char *slash = strchr(t, '/'); /* K/V: keys and values apart */
+        if (slash) *slash = 0;
+        const int k = sl_kv_type_from_name(t), v = slash ? sl_kv_type_from_name(slash + 1) : SL_KV_F32;
+        if (k < 0 || v < 0) { fprintf(stderr, "demo_eval: --kv: '%s' is not a KV cache type (T or K/V)\n", t); return -1; }
+        snprintf(names[N_MODES], sizeof names[N_MODES], "shipped, kv %s%s%s", t, slash ? "/" : "", slash ? slash + 1 : "");
+        GIVEN[N_MODES] = (mode){names[N_MODES], 0, 0, 0, 1, 0, NULL, (sl_kv_type)k, (sl_kv_type)v};
         N_MODES++;
     }
     return 0;
@@ -246,6 +250,7 @@ static int open_mode(const args *a, int mi, const char *dir, model_run *r, sl_to
     mp.n_threads = a->threads;
     mp.exact = !md->int8;
     mp.kv_type = md->kv;
+    mp.kv_type_v = md->kv_v;
     int rc = sl_model_open(path, &mp, &r->m, &err) ? 1 : 0;
     if (rc) fprintf(stderr, "demo_eval: %s\n", err.msg);
     if (!rc && sl_session_new(r->m, WIN, &r->s)) { fprintf(stderr, "demo_eval: %s\n", sl_model_errmsg(r->m)); rc = 1; }

@@ -85,12 +85,12 @@ typedef struct be_attn {
     const float *k, *v; /* new rows [n][ldkv] / [n][ldv], KV head g at g * hd / g * vd */
     size_t ldkv, ldv;    /* ldv 0: ldkv */
     int v_dim;           /* vd, a value head's size (MiMo-V2-Flash: below hd); 0: hd. out's heads are vd apart */
-    /* [cap] rows each of n_kv_heads heads stored as kv_type (quant/kv.h: K head g at g * kv_head_bytes(kv_type,
-     * hd), V head g at g * kv_head_bytes(kv_type, vd)); the op encodes the new rows (kv_encode_head) and computes
-     * on the decoded values (kv_decode_heads), the new rows' included, so the result is the f32 op's on the
-     * cache's values */
+    /* [cap] rows each of n_kv_heads heads, keys stored as kv_type and values as kv_type_v (quant/kv.h: K head g at
+     * g * kv_head_bytes(kv_type, hd), V head g at g * kv_head_bytes(kv_type_v, vd)); the op encodes the new rows
+     * (kv_encode_head) and computes on the decoded values (kv_decode_heads), the new rows' included, so the
+     * result is the f32 op's on the cache's values */
     void *k_cache, *v_cache;
-    sl_kv_type kv_type;
+    sl_kv_type kv_type, kv_type_v;
     int cap;
     int n, pos0, n_heads, n_kv_heads, head_dim;
     int window;          /* > 0: a sliding layer of this many positions (the query's own included) */
@@ -341,6 +341,7 @@ struct be_backend {
     void *ctx;
     unsigned kv_types; /* the KV cache types (sluice.h sl_kv_type) its attention op takes: bit 1u << t; 0 means
                           SL_KV_F32 only. A model opened with another is refused, naming the type */
+    int kv_split;      /* 1: its attention op takes keys and values of different types (be_attn kv_type_v) */
 
     /* ---- buffers ---- */
     /* n bytes of memory of the given kind (BE_BUF_*), or NULL. Not zeroed. */

@@ -50,7 +50,8 @@ const cli_opt cli_model_opts[] = {
                     "opens there, else the CPU)"},
     {"--cpu", NULL, "compute on the CPU, even where a GPU could (default: auto, as for --gpu)"},
     {"--kv", "TYPE", "the attention KV cache: f32 (exact), f16, bf16, q8 (8.5 bits a value, llama.cpp's q8_0), q4 "
-                     "(4.5 bits, llama.cpp's q4_0) or q4r (4.5 bits: rotated, half q4's error); "
+                     "(4.5 bits, llama.cpp's q4_0) or q4r (4.5 bits: rotated, half q4's error); K,V for keys and "
+                     "values apart (CPU only; e.g. q4r,q8); "
                      "docs/PERFORMANCE.md has each one's bytes and quality; a type the GPU lacks computes on the "
                      "CPU unless --gpu is given (default: f16, or f32 on a backend without f16 caches: the GPU's "
                      "so far, docs/CUDA.md)"},
@@ -138,9 +139,17 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         else if (!strcmp(v, "off")) p->prefetch = -1;
         else { *bad = cli_fail(cmd, "--prefetch: '%s' (auto, on, off)", v); return 1; }
     } else if (!strcmp(s, "--kv")) {
-        int t = sl_kv_type_from_name(v);
-        if (t < 0) { *bad = cli_fail(cmd, "--kv: '%s' (f32, f16, bf16, q8, q4, q4r)", v); return 1; }
+        char k[16] = "";
+        const char *comma = strchr(v, ',');
+        snprintf(k, sizeof k, "%.*s", comma ? (int)(comma - v) : (int)strlen(v), v);
+        int t = sl_kv_type_from_name(k), tv = comma ? sl_kv_type_from_name(comma + 1) : t;
+        if (t < 0 || tv < 0) { *bad = cli_fail(cmd, "--kv: '%s' (f32, f16, bf16, q8, q4, q4r; or K,V)", v); return 1; }
+        if (tv == SL_KV_F32 && t != SL_KV_F32) {
+            *bad = cli_fail(cmd, "--kv %s: f32 values beside %s keys are not offered", v, k);
+            return 1;
+        }
         p->kv_type = (sl_kv_type)t;
+        p->kv_type_v = (sl_kv_type)tv;
         p->kv_fallback = 0;
     } else if (!strcmp(s, "--ctx")) {
         double x;

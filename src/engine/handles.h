@@ -48,7 +48,7 @@ struct sl_model {
     be_backend *be;       /* what computes (src/backend/backend.h); the workspace, states and cache slots are its */
     fwd_ws *ws;           /* the evaluation workspace; mu makes evaluations take turns in it */
     rtrace *rt;           /* the routing trace ws replays or records (sl_model_params.routing_trace), or NULL */
-    sl_kv_type kv_type;   /* its sessions' KV caches (sl_model_params.kv_type) */
+    sl_kv_type kv_type, kv_type_v; /* its sessions' K and V caches (sl_model_params.kv_type, kv_type_v) */
     int n_ctx;            /* positions of a session made with n_ctx 0 (sl_model_params.n_ctx, or cfg.max_pos) */
     fwd_kv_pool kv_pool;  /* the KV bytes its sessions hold, and their limit (sl_model_set_kv_pool) */
     pthread_mutex_t mu;

@@ -67,28 +67,32 @@ int sl_kv_type_from_name(const char *name) {
     return -1;
 }
 
-/* m->kv_type := t when it is a type and m's backend takes it for the model's attention layers (MLA's cache
- * and DeltaNet states are f32 whatever t is), or f32 when it does not and the caller allows it (fallback);
- * else SL_EINVAL / SL_EUNSUPPORTED naming it. Which types a backend takes: be_kv_takes (backend.c). */
-static sl_status check_kv_type(sl_model *m, sl_kv_type t, int fallback, sl_error *err) {
+/* m->kv_type, kv_type_v := t, tv (tv SL_KV_F32: t) when they are types and m's backend takes them for the model's
+ * attention layers (MLA's cache stays f32 anyway); with fallback, f32 where it does not. */
+static sl_status check_kv_type(sl_model *m, sl_kv_type t, sl_kv_type tv, int fallback, sl_error *err) {
     if ((int)t < 0 || t >= SL_KV_COUNT) return err_set(err, SL_EINVAL, "KV cache type %d: not a type", (int)t);
+    if ((int)tv < 0 || tv >= SL_KV_COUNT) return err_set(err, SL_EINVAL, "KV cache type %d: not a type", (int)tv);
+    if (tv == SL_KV_F32) tv = t;
     const int plain_attn = fwd_any_layer(&m->cfg, 0) && m->cfg.kv_lora <= 0;
-    if (plain_attn && !be_kv_takes(m->be, t)) {
-        if (fallback) t = SL_KV_F32;
+    const int split = tv != t && !m->be->kv_split;
+    if (plain_attn && (!be_kv_takes(m->be, t) || !be_kv_takes(m->be, tv) || split)) {
+        if (fallback) t = tv = SL_KV_F32;
         else
-            return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s KV cache yet (--kv f32)", m->be->name,
-                           sl_kv_type_name(t));
+            return err_set(err, SL_EUNSUPPORTED, "the %s backend has no %s%s%s KV cache yet (--kv f32)", m->be->name,
+                           sl_kv_type_name(t), tv != t ? "," : "", tv != t ? sl_kv_type_name(tv) : "");
     }
     m->kv_type = t;
+    m->kv_type_v = tv;
     return SL_OK;
 }
 
 uint64_t sl_model_kv_bytes(const sl_model *m, int n_ctx) {
     if (n_ctx <= 0 || n_ctx > m->cfg.max_pos) n_ctx = m->cfg.max_pos;
-    return fwd_seq_mem_bytes(&m->cfg, n_ctx, m->kv_type);
+    return fwd_seq_mem_bytes(&m->cfg, n_ctx, m->kv_type, m->kv_type_v);
 }
 
 sl_kv_type sl_model_kv_type(const sl_model *m) { return m->kv_type; }
+sl_kv_type sl_model_kv_type_v(const sl_model *m) { return m->kv_type_v; }
 void sl_model_set_kv_pool(sl_model *m, uint64_t bytes) { m->kv_pool.limit = bytes; }
 uint64_t sl_model_kv_pool_used(const sl_model *m, uint64_t *limit) {
     if (limit) *limit = m->kv_pool.limit;
@@ -118,7 +122,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
     if (!m->pool) { st = err_set(err, SL_ENOMEM, "cannot start the thread pool"); goto fail; }
     /* the backend first: --gpu without a usable one fails before anything is read */
     if ((st = be_open(p->backend, m->pool, &m->be, err))) goto fail;
-    if ((st = check_kv_type(m, p->kv_type, p->kv_fallback, err))) goto fail;
+    if ((st = check_kv_type(m, p->kv_type, p->kv_type_v, p->kv_fallback, err))) goto fail;
     if (p->n_ctx > m->cfg.max_pos) {
         st = err_set(err, SL_ERANGE, "a context of %d positions is longer than the model's context of %d", p->n_ctx,
                      m->cfg.max_pos);

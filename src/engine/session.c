@@ -20,7 +20,7 @@ sl_status sl_session_new(sl_model *m, int n_ctx, sl_session **out) {
     s->m = m;
     s->n_ctx = n_ctx;
     s->toks_ok = 1;
-    s->sq = fwd_seq_new(&m->cfg, n_ctx, m->kv_type, m->be);
+    s->sq = fwd_seq_new(&m->cfg, n_ctx, m->kv_type, m->kv_type_v, m->be);
     if (!s->sq) {
         free(s);
         return err_set(&m->err, SL_ENOMEM, "out of memory for a session of %d positions", n_ctx);

@@ -21,11 +21,15 @@
 typedef struct {
     char magic[8];
     uint32_t version;
-    uint32_t kv_type;   /* the sessions' sl_kv_type (0, f32, in states written before KV types existed) */
+    uint32_t kv_type;   /* the sessions' sl_kv_type K | (K ^ V) << 8 of keys K and values V: the type when both are
+                           one (0, f32, in states written before KV types existed) */
     uint64_t model_id;  /* the container's manifest hash with its expert checksums: same weights, same id */
     int32_t n_past, n_layers;
     uint64_t state_len, extra_len;
 } state_hdr;
+
+/* The header's KV word of m's sessions (state_hdr kv_type). */
+static uint32_t kv_word(const sl_model *m) { return (uint32_t)m->kv_type | ((uint32_t)m->kv_type ^ (uint32_t)m->kv_type_v) << 8; }
 
 static uint64_t model_id(const sl_model *m) {
     size_t n = (size_t)m->f.h.n_moe_layers * (size_t)m->f.h.n_experts;
@@ -41,7 +45,7 @@ static sl_status state_blob(const sl_session *s, const void *extra, size_t extra
     h.model_id = model_id(s->m);
     h.n_past = fwd_seq_n_past(s->sq);
     h.n_layers = s->m->cfg.n_layers;
-    h.kv_type = (uint32_t)s->m->kv_type;
+    h.kv_type = kv_word(s->m);
     h.state_len = fwd_seq_state_bytes(s->sq);
     h.extra_len = extra ? extra_len : 0;
     size_t total = sizeof h + h.state_len + h.extra_len + 8;
@@ -79,9 +83,13 @@ static sl_status state_load(sl_session *s, const void *blob, size_t len, const c
     if (XXH3_64bits(blob, len - 8) != x) return err_set(err, SL_ECHECKSUM, "%s: session state fails its checksum", what);
     if (h.model_id != model_id(s->m) || h.n_layers != s->m->cfg.n_layers)
         return err_set(err, SL_EMISMATCH, "%s: the session state was saved with another model", what);
-    if (h.kv_type != (uint32_t)s->m->kv_type)
-        return err_set(err, SL_EMISMATCH, "%s: the session state has a %s KV cache, this model's sessions %s (--kv)",
-                       what, sl_kv_type_name((sl_kv_type)h.kv_type), sl_kv_type_name(s->m->kv_type));
+    if (h.kv_type != kv_word(s->m)) {
+        const sl_kv_type k = (sl_kv_type)(h.kv_type & 0xff), v = (sl_kv_type)((h.kv_type & 0xff) ^ (h.kv_type >> 8));
+        return err_set(err, SL_EMISMATCH, "%s: the session state has a %s%s%s KV cache, this model's sessions %s%s%s (--kv)",
+                       what, sl_kv_type_name(k), v != k ? "," : "", v != k ? sl_kv_type_name(v) : "",
+                       sl_kv_type_name(s->m->kv_type), s->m->kv_type_v != s->m->kv_type ? "," : "",
+                       s->m->kv_type_v != s->m->kv_type ? sl_kv_type_name(s->m->kv_type_v) : "");
+    }
     sl_status st = fwd_seq_load(s->sq, h.n_past, (const char *)blob + sizeof h, h.state_len);
     if (st == SL_ERANGE)
         return err_set(err, st, "%s: the saved state has %d positions, more than the session's %d", what, h.n_past,

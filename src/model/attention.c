@@ -114,7 +114,7 @@ int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const in
         const int chunked = cfg->layer_sliding[layer] && cfg->attn_chunk > 0;
         const be_attn a = {.q = q, .ldq = ldq, .qstride = qstride, .gated = gated, .k = k, .v = v, .ldkv = (size_t)kvrow,
                            .ldv = (size_t)vrow, .v_dim = vd, .k_cache = sqs[i]->k_cache[layer],
-                           .v_cache = sqs[i]->v_cache[layer], .kv_type = sqs[i]->kv_type,
+                           .v_cache = sqs[i]->v_cache[layer], .kv_type = sqs[i]->kv_type, .kv_type_v = sqs[i]->kv_type_v,
                            .cap = sqs[i]->kv_cap[layer], .n = ns[i], .pos0 = pos0s[i], .n_heads = nh, .n_kv_heads = nkv,
                            .head_dim = hd, .window = cfg->layer_sliding[layer] && !chunked ? cfg->sliding_window : 0,
                            .chunk = chunked ? cfg->attn_chunk : 0,

@@ -98,7 +98,7 @@ struct fwd_seq {
      * DeltaNet layers; MLA (cfg->kv_lora > 0): k_cache is [kv_cap][kv_lora + rot_dim] f32 (normed compressed
      * KV | RoPE key), v_cache NULL (mla.c) */
     void *k_cache[SL_MAX_LAYERS], *v_cache[SL_MAX_LAYERS];
-    sl_kv_type kv_type; /* of the attention caches (SL_KV_F32 for MLA) */
+    sl_kv_type kv_type, kv_type_v; /* of the attention caches: keys, values (SL_KV_F32 for MLA) */
     /* rows each attention layer's cache may reach: n_ctx, or for a sliding layer (gpt-oss) a ring of
      * min(n_ctx, sliding_window - 1 + FWD_BATCH) rows, position p in row p % kv_cap: a micro-batch's writes
      * never reach the rows its first query (or a retry of it) reads. fwd_kv_keep says how many a state keeps. */

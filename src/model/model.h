@@ -20,10 +20,10 @@ typedef struct fwd_seq fwd_seq;
 typedef struct fwd_ws fwd_ws;
 typedef struct be_backend be_backend;
 
-/* A sequence's state in be's memory (be borrowed: it outlives the state), its attention KV caches of kv_type
- * (MLA's stay f32). NULL when out of memory or kv_type is not a type. The caches start at one page and grow
+/* A sequence's state in be's memory (be borrowed: it outlives the state), its attention caches' keys of kv_type and
+ * values of kv_type_v (MLA's stay f32). NULL when out of memory or a type is not one. The caches start at one page and grow
  * with the positions used (fwd_seq_reserve), so a long n_ctx costs only what is used. */
-fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, be_backend *be);
+fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, sl_kv_type kv_type_v, be_backend *be);
 /* A budget of KV cache bytes that the sequences of one model share (the server's slots: sl_model_set_kv_pool):
  * used counts every attention cache's allocated rows (kv_cap x the K and V row bytes) of the sequences that
  * joined it; limit 0 = none. A sequence grows its caches only while used stays within limit (one page at a
@@ -44,8 +44,9 @@ sl_status fwd_seq_reserve(fwd_seq *sq, int n_pos);
 void fwd_seq_trim(fwd_seq *sq);
 /* Bytes of KV cache sq holds now (what it counts in its pool). */
 size_t fwd_seq_kv_held(const fwd_seq *sq);
-/* The KV bytes (the caches at n_pos positions, DeltaNet states) a sequence of cfg takes at kv_type. */
-size_t fwd_seq_mem_bytes(const fam_config *cfg, int n_pos, sl_kv_type kv_type);
+/* The KV bytes (the caches at n_pos positions, DeltaNet states) a sequence of cfg takes at kv_type (keys),
+ * kv_type_v (values). */
+size_t fwd_seq_mem_bytes(const fam_config *cfg, int n_pos, sl_kv_type kv_type, sl_kv_type kv_type_v);
 void fwd_seq_free(fwd_seq *sq);
 void fwd_seq_reset(fwd_seq *sq);
 int fwd_seq_n_past(const fwd_seq *sq);

@@ -18,9 +18,11 @@ static size_t row_bytes(const fam_config *c, sl_kv_type t, int l, int v) {
     return (size_t)a.n_kv_heads * kv_head_bytes(t, v ? a.v_dim : a.head_dim);
 }
 
-size_t fwd_kv_row_bytes(const fwd_seq *sq, int l, int v) { return row_bytes(&sq->shape, sq->kv_type, l, v); }
+size_t fwd_kv_row_bytes(const fwd_seq *sq, int l, int v) {
+    return row_bytes(&sq->shape, v ? sq->kv_type_v : sq->kv_type, l, v);
+}
 
-size_t fwd_seq_mem_bytes(const fam_config *c, int n_pos, sl_kv_type t) {
+size_t fwd_seq_mem_bytes(const fam_config *c, int n_pos, sl_kv_type t, sl_kv_type tv) {
     const int has_lin = fwd_any_layer(c, 1);
     const size_t cq = has_lin ? (size_t)(2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv) : 0;
     const size_t conv = (size_t)(c->conv_k > 1 ? c->conv_k - 1 : 1) * (cq > 1 ? cq : 1);
@@ -29,7 +31,7 @@ size_t fwd_seq_mem_bytes(const fam_config *c, int n_pos, sl_kv_type t) {
     for (int l = 0; l < c->n_layers; l++) {
         long ring = (long)c->sliding_window - 1 + FWD_BATCH;
         int rows = c->layer_sliding[l] && c->sliding_window > 0 && ring < n_pos ? (int)ring : n_pos;
-        n += c->layer_linear[l] ? 2 * (conv + ssm) * sizeof(float) : (size_t)rows * (row_bytes(c, t, l, 0) + row_bytes(c, t, l, 1));
+        n += c->layer_linear[l] ? 2 * (conv + ssm) * sizeof(float) : (size_t)rows * (row_bytes(c, t, l, 0) + row_bytes(c, tv, l, 1));
     }
     return n;
 }
@@ -144,9 +146,9 @@ void fwd_seq_trim(fwd_seq *sq) {
     if (moved) sq->uid = fwd_next_uid();
 }
 
-fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, be_backend *be) {
+fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, sl_kv_type kv_type_v, be_backend *be) {
     if (!cfg || !be || n_ctx < 1 || cfg->n_layers < 1 || cfg->n_layers > SL_MAX_LAYERS || cfg->hidden < 1) return NULL;
-    if ((int)kv_type < 0 || kv_type >= SL_KV_COUNT) return NULL;
+    if ((int)kv_type < 0 || kv_type >= SL_KV_COUNT || (int)kv_type_v < 0 || kv_type_v >= SL_KV_COUNT) return NULL;
     fwd_seq *sq = calloc(1, sizeof *sq);
     if (!sq) return NULL;
     sq->uid = fwd_next_uid();
@@ -155,6 +157,7 @@ fwd_seq *fwd_seq_new(const fam_config *cfg, int n_ctx, sl_kv_type kv_type, be_ba
     sq->n_layers = cfg->n_layers;
     sq->shape = *cfg;
     sq->kv_type = cfg->kv_lora > 0 || cfg->hc_mult > 0 ? SL_KV_F32 : kv_type; /* MLA, V4 (dsv4.c): f32 only */
+    sq->kv_type_v = cfg->kv_lora > 0 || cfg->hc_mult > 0 ? SL_KV_F32 : kv_type_v;
     sq->wide = 1;
     int has_lin = fwd_any_layer(cfg, 1);
     int nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;

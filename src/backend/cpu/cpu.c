@@ -304,6 +304,7 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .is_host = 1,
         .kv_types = 1u << SL_KV_F32 | 1u << SL_KV_F16 | 1u << SL_KV_BF16 | 1u << SL_KV_Q8 | 1u << SL_KV_Q4 |
                     1u << SL_KV_Q4R,
+        .kv_split = 1,
         .ctx = c,
         .alloc = cpu_alloc,
         .free = cpu_free,

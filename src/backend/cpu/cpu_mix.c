@@ -83,7 +83,7 @@ static void attn_values(const attn_job *j, const float *w, size_t ldw, int nq, i
     const be_attn *a = j->a;
     const int vd = j->vd, cap = a->cap;
     memset(o, 0, (size_t)nq * (size_t)vd * sizeof(float));
-    if (a->kv_type == SL_KV_F32) {
+    if (a->kv_type_v == SL_KV_F32) {
         const float *vb = (const float *)a->v_cache + (size_t)g * vd;
         const int s0 = p0 % cap, n1 = n_keys < cap - s0 ? n_keys : cap - s0;
         const size_t ld = (size_t)j->vrow;
@@ -95,7 +95,7 @@ static void attn_values(const attn_job *j, const float *w, size_t ldw, int nq, i
     for (int p = 0; p < n_keys;) {
         const int s = (p0 + p) % cap, run = n_keys - p < cap - s ? n_keys - p : cap - s;
         const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
-        kv_decode(j->ops, a->kv_type, vb + (size_t)s * j->vrow_bytes, j->vrow_bytes, nt, vd, tile, (size_t)vd);
+        kv_decode(j->ops, a->kv_type_v, vb + (size_t)s * j->vrow_bytes, j->vrow_bytes, nt, vd, tile, (size_t)vd);
         kern_axpy_rows_q(j->ops, w + p, ldw, nq, nt, tile, (size_t)vd, o, (size_t)vd, vd);
         p += nt;
     }
@@ -136,7 +136,8 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
     const be_attn *a = j->a;
     float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
     const int hd = a->head_dim, vd = j->vd;
-    const size_t tile_floats = a->kv_type == SL_KV_F32 ? 0 : (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd);
+    const int f32 = a->kv_type == SL_KV_F32 && a->kv_type_v == SL_KV_F32;
+    const size_t tile_floats = f32 ? 0 : (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd);
     float *tile = sc0 + (j->c->slot_floats - tile_floats);
     for (size_t it = begin; it < end;) {
         int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
@@ -180,12 +181,13 @@ static const float *kv_rows(const attn_job *j, int v, int g, int p, int nt, floa
     const int s = p % a->cap, d = v ? j->vd : a->head_dim, row = v ? j->vrow : j->kvrow;
     const size_t rb = v ? j->vrow_bytes : j->row_bytes, hb = v ? j->vhead_bytes : j->head_bytes;
     const void *cache = v ? a->v_cache : a->k_cache;
-    if (a->kv_type == SL_KV_F32) {
+    const sl_kv_type t = v ? a->kv_type_v : a->kv_type;
+    if (t == SL_KV_F32) {
         *ld = (size_t)row;
         return (const float *)cache + (size_t)s * row + (size_t)g * d;
     }
     *ld = (size_t)d;
-    kv_decode(j->ops, a->kv_type, (const char *)cache + (size_t)s * rb + (size_t)g * hb, rb, nt, d, tile, (size_t)d);
+    kv_decode(j->ops, t, (const char *)cache + (size_t)s * rb + (size_t)g * hb, rb, nt, d, tile, (size_t)d);
     return tile;
 }
 
@@ -256,7 +258,7 @@ static void encode_part(void *ctx, size_t begin, size_t end) {
         for (int g = 0; g < a->n_kv_heads; g++) {
             kv_encode_head(a->kv_type, a->k + t * a->ldkv + (size_t)g * hd, hd,
                            (char *)a->k_cache + slot * j->row_bytes + (size_t)g * j->head_bytes);
-            kv_encode_head(a->kv_type, a->v + t * ldv + (size_t)g * vd, vd,
+            kv_encode_head(a->kv_type_v, a->v + t * ldv + (size_t)g * vd, vd,
                            (char *)a->v_cache + slot * j->vrow_bytes + (size_t)g * j->vhead_bytes);
         }
     }
@@ -266,12 +268,12 @@ void cpu_attention(be_backend *be, const be_attn *a) {
     cpu_ctx *c = cpu_of(be);
     const int hd = a->head_dim, kvrow = a->n_kv_heads * hd, vd = a->v_dim > 0 ? a->v_dim : hd;
     const size_t hb = kv_head_bytes(a->kv_type, hd), rb = hb * (size_t)a->n_kv_heads;
-    const size_t vhb = kv_head_bytes(a->kv_type, vd), vrb = vhb * (size_t)a->n_kv_heads;
+    const size_t vhb = kv_head_bytes(a->kv_type_v, vd), vrb = vhb * (size_t)a->n_kv_heads;
     attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow,
                   .vrow = a->n_kv_heads * vd, .vd = vd, .row_bytes = rb, .head_bytes = hb, .vrow_bytes = vrb,
                   .vhead_bytes = vhb};
     /* q4r's fit costs: the tokens' rows in parallel where no two of them share a ring slot */
-    if (a->kv_type == SL_KV_F32 || a->n == 1 || a->n > a->cap) encode_part(&j, 0, (size_t)a->n);
+    if ((a->kv_type == SL_KV_F32 && a->kv_type_v == SL_KV_F32) || a->n == 1 || a->n > a->cap) encode_part(&j, 0, (size_t)a->n);
     else pool_for(c->pool, (size_t)a->n, 1, encode_part, &j);
     int p0, nk = 0; /* the most keys a token of the batch sees (a chunked layer's: not always the last's) */
     for (int t = a->chunk > 0 ? 0 : a->n - 1, m; t < a->n; t++) {

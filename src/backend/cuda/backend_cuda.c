@@ -530,7 +530,7 @@ static void cu_copy_rows(be_backend *be, float *dst, size_t ldd, const int *didx
 
 static void cu_attention(be_backend *be, const be_attn *a) {
     SKIP(be);
-    if (a->kv_type != SL_KV_F32 && a->kv_type != SL_KV_F16) { cu_fail(be, SL_EUNSUPPORTED, "no bf16/q8 KV cache on CUDA"); return; }
+    if ((a->kv_type != SL_KV_F32 && a->kv_type != SL_KV_F16) || a->kv_type_v != a->kv_type) { cu_fail(be, SL_EUNSUPPORTED, "no bf16/q8 KV cache on CUDA"); return; }
     const slcu_attn s = {.q = a->q, .ldq = a->ldq, .qstride = a->qstride, .gated = a->gated, .k = a->k, .v = a->v,
                          .ldkv = a->ldkv, .k_cache = a->k_cache, .v_cache = a->v_cache, .cap = a->cap, .n = a->n,
                          .pos0 = a->pos0, .n_heads = a->n_heads, .n_kv = a->n_kv_heads, .hd = a->head_dim,
