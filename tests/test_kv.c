@@ -463,7 +463,8 @@ TEST(kv_cli_options) {
 }
 
 /* Every kernel table's KV decoder (kern_ops.kv_decode) is bitwise the scalar one, for each type and head length
- * (ragged tails, a short q8 block), on random values with a stride between heads. */
+ * (ragged tails, a short q8 block), on random values with a stride between heads; q4r's rotated values (KV_Q4R_Y)
+ * too, and they are the decoded head once kv_q4r_unrotate'd (bitwise: the decoder's own last steps). */
 TEST(kernel_kv_decode_bitwise_scalar) {
     srand(test_seed() ^ 0x5eed);
     const char *names[] = {"scalar", "avx2", "avx512", "neon"};
@@ -474,18 +475,24 @@ TEST(kernel_kv_decode_bitwise_scalar) {
         const kern_ops *ops = kern_ops_by_name(names[k]);
         if (!ops || !ops->kv_decode) continue;
         for (int h = 0; h < 5; h++)
-            for (int t = 0; t < SL_KV_COUNT; t++) {
+            for (int t = 0; t <= SL_KV_COUNT; t++) {
                 const int hd = hds[h];
+                const sl_kv_type et = t == KV_Q4R_Y ? SL_KV_Q4R : (sl_kv_type)t; /* encoded as */
                 const size_t ld = kv_head_bytes((sl_kv_type)t, hd) + 6;
                 for (int i = 0; i < 3; i++) {
                     for (int c = 0; c < hd; c++) x[c] = ((float)rand() / (float)RAND_MAX - 0.5f) * 20.0f;
-                    kv_encode_head((sl_kv_type)t, x, hd, buf + (size_t)i * ld);
+                    kv_encode_head(et, x, hd, buf + (size_t)i * ld);
                 }
                 for (int i = 0; i < 3 * 128; i++) want[i] = got[i] = NAN;
                 kv_decode_heads((sl_kv_type)t, buf, ld, 3, hd, want, 128);
                 ops->kv_decode((sl_kv_type)t, buf, ld, 3, hd, got, 128);
                 CHECKF(!memcmp(want, got, sizeof want), "seed %u: %s kv_decode %s hd %d differs", test_seed(), names[k],
-                       sl_kv_type_name((sl_kv_type)t), hd);
+                       t == KV_Q4R_Y ? "q4r rotated" : sl_kv_type_name((sl_kv_type)t), hd);
+                if (t != KV_Q4R_Y) continue;
+                kv_decode_heads(SL_KV_Q4R, buf, ld, 3, hd, want, 128);
+                for (int i = 0; i < 3; i++) kv_q4r_unrotate(got + i * 128, hd);
+                CHECKF(!memcmp(want, got, sizeof want), "seed %u: %s q4r rotated, unrotated, hd %d differs", test_seed(),
+                       names[k], hd);
             }
     }
 }

@@ -59,9 +59,10 @@ static inline void kv_fwht_x86(float *y, int n, int p) {
                 }
 }
 
-/* A q4 (rot 0) or q4r (rot 1) head of hd values, hd % 32 == 0 and, for q4r, its run p >= 8 (kv.h): the
- * levels (code - 8, or KV_Q4R_LEVEL[code] through two 8-entry permutes) times the scale, as the scalar decoder's
- * one product, then q4r's inverse rotation and signs (an exclusive or of the sign bit: the scalar's negation). */
+/* A q4 (rot 0), q4r (rot 1) or q4r's rotated values (rot 2: KV_Q4R_Y) head of hd values, hd % 32 == 0 and, for
+ * q4r, its run p >= 8 (kv.h): the levels (code - 8, or KV_Q4R_LEVEL[code] through two 8-entry permutes) times the
+ * scale, as the scalar decoder's one product, then q4r's inverse rotation and signs (an exclusive or of the sign
+ * bit: the scalar's negation). */
 static inline void kv_q4_head_x86(const uint8_t *s, int hd, float *y, int rot) {
     const int nb = hd / KV_Q4_BLOCK, p = kv_q4r_run(hd) < 1024 ? kv_q4r_run(hd) : 1024;
     const uint8_t *q = s + 2 * nb;
@@ -82,7 +83,7 @@ static inline void kv_q4_head_x86(const uint8_t *s, int hd, float *y, int rot) {
             _mm256_storeu_ps(y + b * KV_Q4_BLOCK + 8 * k, _mm256_mul_ps(l, dv));
         }
     }
-    if (!rot) return;
+    if (rot != 1) return;
     kv_fwht_x86(y, hd, p);
     for (int i = 0; i < hd; i += 8) {
         int sg = 0;
@@ -96,7 +97,7 @@ static inline void kv_q4_head_x86(const uint8_t *s, int hd, float *y, int rot) {
 
 /* kern_ops.kv_decode: n heads of hd values, head i at src + i * ld bytes, into dst + i * ldd. */
 static void kv_decode_x86(sl_kv_type t, const void *src, size_t ld, int n, int hd, float *dst, size_t ldd) {
-    const int q4 = t == SL_KV_Q4 || t == SL_KV_Q4R;
+    const int q4 = t == SL_KV_Q4 || t == SL_KV_Q4R || t == KV_Q4R_Y;
     if ((t != SL_KV_F16 && t != SL_KV_BF16 && t != SL_KV_Q8 && !q4) ||
         (q4 && (hd % KV_Q4_BLOCK || (t == SL_KV_Q4R && kv_q4r_run(hd) < 8)))) {
         kv_decode_heads(t, src, ld, n, hd, dst, ldd);
@@ -110,7 +111,7 @@ static void kv_decode_x86(sl_kv_type t, const void *src, size_t ld, int n, int h
             continue;
         }
         if (q4) {
-            kv_q4_head_x86(s, hd, y, t == SL_KV_Q4R);
+            kv_q4_head_x86(s, hd, y, t == SL_KV_Q4 ? 0 : t == SL_KV_Q4R ? 1 : 2);
             continue;
         }
         int c = 0;

@@ -69,7 +69,7 @@ static size_t slot_floats(const fam_config *cfg, int n_ctx) {
     size_t at = (size_t)FWD_BATCH * group * (size_t)n_ctx;
     at = (at < ((size_t)1 << 22) ? at : (size_t)1 << 22) + (size_t)n_ctx;
     at += cfg->hc_mult > 0 ? (size_t)n_ctx / 2 + 16 : 0; /* V4: + compressed entries */
-    at += (size_t)BE_KV_TILE * hd;
+    at += (size_t)BE_KV_TILE * hd + group * hd; /* decoded rows; q4r's rotated queries (cpu_mix.c attn_query) */
     size_t mla = fwd_mla_slot_floats(cfg, n_ctx);
     if (mla > at) at = mla;
     return (dn > at ? dn : at) + 16;

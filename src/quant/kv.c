@@ -122,7 +122,8 @@ void kv_fwht(float *y, int n, int p) {
                 }
 }
 
-/* q4 (rot 0) or q4r (rot 1) head: the levels times the scales, then for q4r the inverse rotation. */
+/* q4 (rot 0), q4r (rot 1) or q4r's rotated values (rot 2, KV_Q4R_Y) head: the levels times the scales, then for
+ * q4r the inverse rotation (kv_q4r_unrotate). */
 static void q4_decode(const uint8_t *src, int hd, float *y, int rot) {
     const int nb = (hd + KV_Q4_BLOCK - 1) / KV_Q4_BLOCK;
     const uint8_t *q = src + 2 * nb;
@@ -139,8 +140,16 @@ static void q4_decode(const uint8_t *src, int hd, float *y, int rot) {
         }
         q += h;
     }
-    if (!rot) return;
-    kv_fwht(y, hd, p);
+    if (rot == 1) kv_q4r_unrotate(y, hd);
+}
+
+void kv_q4r_rotate(const float *x, int hd, float *z) {
+    for (int i = 0; i < hd; i++) z[i] = kv_q4r_sign(i) ? -x[i] : x[i];
+    kv_fwht(z, hd, kv_q4r_run(hd) < 1024 ? kv_q4r_run(hd) : 1024);
+}
+
+void kv_q4r_unrotate(float *y, int hd) {
+    kv_fwht(y, hd, kv_q4r_run(hd) < 1024 ? kv_q4r_run(hd) : 1024);
     for (int i = 0; i < hd; i++)
         if (kv_q4r_sign(i)) y[i] = -y[i];
 }
@@ -175,7 +184,8 @@ void kv_decode_heads(sl_kv_type t, const void *src, size_t ld, int n, int hd, fl
             break;
         case SL_KV_Q8: q8_decode(s, hd, y); break;
         case SL_KV_Q4:
-        case SL_KV_Q4R: q4_decode(s, hd, y, t == SL_KV_Q4R); break;
+        case SL_KV_Q4R:
+        case KV_Q4R_Y: q4_decode(s, hd, y, t == SL_KV_Q4 ? 0 : t == SL_KV_Q4R ? 1 : 2); break;
         default: memcpy(y, s, (size_t)hd * sizeof(float)); break;
         }
     }

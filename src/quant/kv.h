@@ -32,6 +32,12 @@
 #define KV_Q8_BLOCK 32
 #define KV_Q4_BLOCK 32
 
+/* q4r's codes as its rotated values y = levels * (d / P), without the inverse rotation: a head is x = s . H y (H
+ * symmetric), so q . x = (H (s . q)) . y and a weighted sum of heads is s . H (the weighted sum of their y).
+ * Attention rotates each query once and each output once (kv_q4r_rotate, kv_q4r_unrotate) instead of every key
+ * and value row it reads (backend/cpu/cpu_mix.c). A type for kv_decode_heads / kern_ops.kv_decode only. */
+#define KV_Q4R_Y ((sl_kv_type)SL_KV_COUNT)
+
 /* q4r's codebook: the value of code c is d * KV_Q4R_LEVEL[c] (kv.c). */
 extern const float KV_Q4R_LEVEL[16];
 
@@ -53,7 +59,8 @@ static inline size_t kv_head_bytes(sl_kv_type t, int hd) {
     case SL_KV_BF16: return 2 * n;
     case SL_KV_Q8: return 2 * ((n + KV_Q8_BLOCK - 1) / KV_Q8_BLOCK) + n;
     case SL_KV_Q4:
-    case SL_KV_Q4R: return 2 * ((n + KV_Q4_BLOCK - 1) / KV_Q4_BLOCK) + (n + 1) / 2;
+    case SL_KV_Q4R:
+    case KV_Q4R_Y: return 2 * ((n + KV_Q4_BLOCK - 1) / KV_Q4_BLOCK) + (n + 1) / 2;
     default: return 4 * n;
     }
 }
@@ -62,6 +69,11 @@ static inline size_t kv_head_bytes(sl_kv_type t, int hd) {
 void kv_encode_head(sl_kv_type t, const float *x, int hd, void *dst);
 /* n heads of hd values, head i at src + i * ld bytes, into dst + i * ldd floats. */
 void kv_decode_heads(sl_kv_type t, const void *src, size_t ld, int n, int hd, float *dst, size_t ldd);
+/* z [hd] := H (s . x) on q4r's runs (the encoder's rotation, unnormalised; z may be x). */
+void kv_q4r_rotate(const float *x, int hd, float *z);
+/* y [hd] := s . H y on q4r's runs: the decoder's inverse rotation, in its order (kv_fwht, then the signs). */
+void kv_q4r_unrotate(float *y, int hd);
+
 /* y [n] := H y on each run of p values (p a power of two): the butterflies of stride 1, 2, 4, ... in turn, (a, b)
  * -> (a + b, a - b); the one order every decoder follows (kernels/kv_x86.h), so they agree bitwise. */
 void kv_fwht(float *y, int n, int p);

@@ -27,7 +27,24 @@ typedef struct {
     int group, kvrow, vrow, vd; /* f32 row floats of K / V, a value head's size (be_attn v_dim) */
     size_t row_bytes, head_bytes, vrow_bytes, vhead_bytes; /* K's cache row and head, V's (quant/kv.h) */
     int block, ldsc; /* attn_block_part: tokens a block, score row stride (the last token's keys) */
+    /* what K and V rows decode as: the caches' types, but q4r's rotated values KV_Q4R_Y (quant/kv.h): then the
+     * queries are rotated once (kv_q4r_rotate, into the slot below the tile) and the outputs once
+     * (kv_q4r_unrotate), attn_part and attn_block_part alike, instead of every row inverse-rotated */
+    sl_kv_type kt, vt;
 } attn_job;
+
+/* Query heads q_i (q + i * qs, i < nq) as f32 rows of hd for K rows decoded as j->kt: q itself (*ld = qs), or
+ * rotated into qr (*ld = hd) for q4r's rotated keys. */
+static const float *attn_query(const attn_job *j, const float *q, size_t qs, int nq, float *qr, size_t *ld) {
+    const int hd = j->a->head_dim;
+    if (j->kt != KV_Q4R_Y) {
+        *ld = qs;
+        return q;
+    }
+    for (int i = 0; i < nq; i++) kv_q4r_rotate(q + (size_t)i * qs, hd, qr + (size_t)i * hd);
+    *ld = (size_t)hd;
+    return qr;
+}
 
 /* The extra keys token t sees (backend.h be_attn extra): with extra_idx their indices into xs (extra_k <= 4096:
  * model/dsv4.c checks idx_topk), ascending; else the count of the run 0 .. n - 1 (xs untouched). */
@@ -50,34 +67,35 @@ static void kv_decode(const kern_ops *ops, sl_kv_type t, const void *src, size_t
     else kv_decode_heads(t, src, ld, n, hd, dst, ldd);
 }
 
-/* Scores sc[i * ldsc + p] = q_i . key (p0 + p) for nq query heads (q_i = q + i * qstride) and p < n_keys, the
- * keys of KV head g: straight from an f32 cache (at most two runs of rows: a ring wraps once), else decoded
- * BE_KV_TILE rows at a time into tile; each score the same dot of the same values either way. */
-static void attn_scores(const attn_job *j, const float *q, int nq, int g, int p0, int n_keys, float *sc, size_t ldsc,
-                        float *tile) {
+/* Scores sc[i * ldsc + p] = q_i . key (p0 + p) for nq query heads (q_i = q + i * qs: attn_query's) and p <
+ * n_keys, the keys of KV head g: straight from an f32 cache (at most two runs of rows: a ring wraps once), else
+ * decoded BE_KV_TILE rows at a time into tile; each score the same dot of the same values either way. */
+static void attn_scores(const attn_job *j, const float *q, size_t qs, int nq, int g, int p0, int n_keys, float *sc,
+                        size_t ldsc, float *tile) {
     const be_attn *a = j->a;
     const int hd = a->head_dim, cap = a->cap;
     if (a->kv_type == SL_KV_F32) {
         const float *kb = (const float *)a->k_cache + (size_t)g * hd;
         const int s0 = p0 % cap, n1 = n_keys < cap - s0 ? n_keys : cap - s0;
         const size_t ld = (size_t)j->kvrow;
-        kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, kb + (size_t)s0 * ld, ld, n1, hd, sc, ldsc);
-        if (n_keys > n1) kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, kb, ld, n_keys - n1, hd, sc + n1, ldsc);
+        kern_dot_rows_q(j->ops, q, qs, nq, kb + (size_t)s0 * ld, ld, n1, hd, sc, ldsc);
+        if (n_keys > n1) kern_dot_rows_q(j->ops, q, qs, nq, kb, ld, n_keys - n1, hd, sc + n1, ldsc);
         return;
     }
     const char *kb = (const char *)a->k_cache + (size_t)g * j->head_bytes;
     for (int p = 0; p < n_keys;) {
         const int s = (p0 + p) % cap, run = n_keys - p < cap - s ? n_keys - p : cap - s;
         const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
-        kv_decode(j->ops, a->kv_type, kb + (size_t)s * j->row_bytes, j->row_bytes, nt, hd, tile, (size_t)hd);
-        kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, tile, (size_t)hd, nt, hd, sc + p, ldsc);
+        kv_decode(j->ops, j->kt, kb + (size_t)s * j->row_bytes, j->row_bytes, nt, hd, tile, (size_t)hd);
+        kern_dot_rows_q(j->ops, q, qs, nq, tile, (size_t)hd, nt, hd, sc + p, ldsc);
         p += nt;
     }
 }
 
 /* o_i (rows of vd, o + i * vd) = sum over p < n_keys of w[i * ldw + p] * value (p0 + p) of KV head g, in
  * increasing p, o zeroed first: one axpy_rows_q over consecutive rows equals the same over their split in runs
- * (kernels.h), so a decoded tile at a time gives the f32 cache's sums of the same values. */
+ * (kernels.h), so a decoded tile at a time gives the f32 cache's sums of the same values. q4r's values are summed
+ * rotated (KV_Q4R_Y), each o_i inverse-rotated once at the end. */
 static void attn_values(const attn_job *j, const float *w, size_t ldw, int nq, int g, int p0, int n_keys, float *o,
                         float *tile) {
     const be_attn *a = j->a;
@@ -95,10 +113,11 @@ static void attn_values(const attn_job *j, const float *w, size_t ldw, int nq, i
     for (int p = 0; p < n_keys;) {
         const int s = (p0 + p) % cap, run = n_keys - p < cap - s ? n_keys - p : cap - s;
         const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
-        kv_decode(j->ops, a->kv_type_v, vb + (size_t)s * j->vrow_bytes, j->vrow_bytes, nt, vd, tile, (size_t)vd);
+        kv_decode(j->ops, j->vt, vb + (size_t)s * j->vrow_bytes, j->vrow_bytes, nt, vd, tile, (size_t)vd);
         kern_axpy_rows_q(j->ops, w + p, ldw, nq, nt, tile, (size_t)vd, o, (size_t)vd, vd);
         p += nt;
     }
+    for (int i = 0; j->vt == KV_Q4R_Y && i < nq; i++) kv_q4r_unrotate(o + (size_t)i * vd, vd);
 }
 
 /* The keys p0 .. pos of the token t at pos = pos0 + t: its window (p0 = pos - window + 1), its chunk (p0 = pos -
@@ -137,8 +156,9 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
     float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
     const int hd = a->head_dim, vd = j->vd;
     const int f32 = a->kv_type == SL_KV_F32 && a->kv_type_v == SL_KV_F32;
-    const size_t tile_floats = f32 ? 0 : (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd);
-    float *tile = sc0 + (j->c->slot_floats - tile_floats);
+    const size_t qr_floats = j->kt == KV_Q4R_Y ? (size_t)j->group * (size_t)hd : 0; /* rotated queries */
+    const size_t tile_floats = (f32 ? 0 : (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd)) + qr_floats;
+    float *qr = sc0 + (j->c->slot_floats - tile_floats), *tile = qr + qr_floats;
     for (size_t it = begin; it < end;) {
         int t = (int)(it / (size_t)a->n_heads), h = (int)(it % (size_t)a->n_heads);
         int p0, n_keys; /* keys p0 .. pos, scores sc[0 .. n_keys) */
@@ -152,7 +172,9 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
         }
         const float *q = a->q + (size_t)t * a->ldq + (size_t)h * a->qstride;
         const size_t ldsc = (size_t)(n_keys + n_x);
-        attn_scores(j, q, nq, h / j->group, p0, n_keys, sc0, ldsc, tile);
+        size_t qs;
+        const float *qk = attn_query(j, q, (size_t)a->qstride, nq, qr, &qs);
+        attn_scores(j, qk, qs, nq, h / j->group, p0, n_keys, sc0, ldsc, tile);
         for (int x = 0; a->extra_idx && x < n_x; x++)
             kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, a->extra + (size_t)xs[x] * hd, (size_t)hd, 1, hd,
                             sc0 + n_keys + x, ldsc);
@@ -181,7 +203,7 @@ static const float *kv_rows(const attn_job *j, int v, int g, int p, int nt, floa
     const int s = p % a->cap, d = v ? j->vd : a->head_dim, row = v ? j->vrow : j->kvrow;
     const size_t rb = v ? j->vrow_bytes : j->row_bytes, hb = v ? j->vhead_bytes : j->head_bytes;
     const void *cache = v ? a->v_cache : a->k_cache;
-    const sl_kv_type t = v ? a->kv_type_v : a->kv_type;
+    const sl_kv_type t = v ? j->vt : j->kt;
     if (t == SL_KV_F32) {
         *ld = (size_t)row;
         return (const float *)cache + (size_t)s * row + (size_t)g * d;
@@ -196,16 +218,25 @@ static const float *kv_rows(const attn_job *j, int v, int g, int p, int nt, floa
  * attn_part reads every row once per token (flash attention's tiling; the scores of a row are kept whole, so
  * the softmax is attn_part's). Each (token, head)'s scores, softmax and weighted sum are attn_part's operations
  * on the same values in the same order (kernels.h: a dot per score; axpy_rows_q over consecutive rows equals
- * it over their split), so the result is bitwise attn_part's. Scores: [block][group][ldsc] in the slot. */
+ * it over their split), so the result is bitwise attn_part's. Scores: [block][group][ldsc] in the slot; q4r's
+ * rotated queries (attn_query) [block][group][hd] below the tile, its outputs inverse-rotated after their sums. */
 static void attn_block_part(void *ctx, size_t begin, size_t end) {
     attn_job *j = ctx;
     const be_attn *a = j->a;
     const int hd = a->head_dim, vd = j->vd, G = j->group, nblk = (a->n + j->block - 1) / j->block;
     float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
     float *tile = sc0 + (j->c->slot_floats - (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd));
+    float *qr = tile - (j->kt == KV_Q4R_Y ? (size_t)j->block * (size_t)G * (size_t)hd : 0);
     for (size_t it = begin; it < end; it++) {
         const int g = (int)(it / (size_t)nblk), t0 = (int)(it % (size_t)nblk) * j->block;
         const int t1 = t0 + j->block < a->n ? t0 + j->block : a->n;
+        size_t qs = (size_t)a->qstride, qt = a->ldq; /* the queries of KV head g: token t's at qk + (t - t0) * qt */
+        const float *qk = a->q + (size_t)t0 * a->ldq + (size_t)g * G * a->qstride;
+        if (j->kt == KV_Q4R_Y) {
+            for (int t = t0; t < t1; t++)
+                attn_query(j, qk + (size_t)(t - t0) * a->ldq, (size_t)a->qstride, G, qr + (size_t)(t - t0) * G * hd, &qs);
+            qk = qr, qt = (size_t)G * (size_t)hd;
+        }
         int lo, hi, p0, nk;
         key_range(a, t0, &lo, &nk);
         key_range(a, t1 - 1, &p0, &nk);
@@ -235,8 +266,7 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
                     float *sc = sc0 + (size_t)(t - t0) * G * ldsc + (size_t)(b - p0);
                     const float *r = rows + (size_t)(b - p) * ld;
                     if (pass == 0)
-                        kern_dot_rows_q(j->ops, a->q + (size_t)t * a->ldq + (size_t)g * G * a->qstride,
-                                        (size_t)a->qstride, G, r, ld, e - b, hd, sc, ldsc);
+                        kern_dot_rows_q(j->ops, qk + (size_t)(t - t0) * qt, qs, G, r, ld, e - b, hd, sc, ldsc);
                     else
                         kern_axpy_rows_q(j->ops, sc, ldsc, G, e - b, r, ld,
                                          a->out + (size_t)t * a->ldo + (size_t)g * G * vd, (size_t)vd, vd);
@@ -244,6 +274,8 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
                 p += nt;
             }
         }
+        for (int t = t0; j->vt == KV_Q4R_Y && t < t1; t++) /* attn_values' last step, for each (token, head) */
+            for (int i = 0; i < G; i++) kv_q4r_unrotate(a->out + (size_t)t * a->ldo + (size_t)(g * G + i) * vd, vd);
     }
 }
 
@@ -271,7 +303,8 @@ void cpu_attention(be_backend *be, const be_attn *a) {
     const size_t vhb = kv_head_bytes(a->kv_type_v, vd), vrb = vhb * (size_t)a->n_kv_heads;
     attn_job j = {.a = a, .ops = c->ops, .c = c, .group = a->n_heads / a->n_kv_heads, .kvrow = kvrow,
                   .vrow = a->n_kv_heads * vd, .vd = vd, .row_bytes = rb, .head_bytes = hb, .vrow_bytes = vrb,
-                  .vhead_bytes = vhb};
+                  .vhead_bytes = vhb, .kt = a->kv_type == SL_KV_Q4R ? KV_Q4R_Y : a->kv_type,
+                  .vt = a->kv_type_v == SL_KV_Q4R ? KV_Q4R_Y : a->kv_type_v};
     /* q4r's fit costs: the tokens' rows in parallel where no two of them share a ring slot */
     if ((a->kv_type == SL_KV_F32 && a->kv_type_v == SL_KV_F32) || a->n == 1 || a->n > a->cap) encode_part(&j, 0, (size_t)a->n);
     else pool_for(c->pool, (size_t)a->n, 1, encode_part, &j);
@@ -281,7 +314,7 @@ void cpu_attention(be_backend *be, const be_attn *a) {
         if (m > nk) nk = m;
     }
     const size_t room = c->slot_floats - (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd);
-    const size_t per = (size_t)j.group * (size_t)nk;
+    const size_t per = (size_t)j.group * ((size_t)nk + (j.kt == KV_Q4R_Y ? (size_t)hd : 0)); /* + rotated queries */
     const int bmax = (int)(room / per < (size_t)a->n ? room / per : (size_t)a->n);
     if (a->n > 1 && bmax >= 1 && !a->extra) { /* blocks of tokens per KV head, enough for two per thread where tokens allow */
         const int threads2 = 2 * pool_size(c->pool), per_head = (threads2 + a->n_kv_heads - 1) / a->n_kv_heads;
