@@ -421,8 +421,9 @@ int sl_session_n_ctx(const sl_session *session);
  * model's KV pool has not the pages (sl_model_set_kv_pool) and SL_ENOMEM when memory lacks, both with nothing
  * changed; SL_ERANGE past its n_ctx. A scheduler asks before a step, so that a sequence waits for pages. */
 sl_status sl_session_reserve(sl_session *session, int n_pos);
-/* Gives back the session's KV pages beyond those its positions use (one page a layer at least; a sliding layer's
- * ring that wrapped keeps its rows): after sl_session_reset, a finished sequence's memory. Results do not change. */
+/* Gives back the session's KV pages beyond those its positions use (a sliding layer's ring that wrapped keeps its
+ * rows); after sl_session_reset every page (the next evaluation takes its pages again): a finished or waiting
+ * sequence's memory. Results do not change. */
 void sl_session_trim(sl_session *session);
 
 /* Context shifting (llama.cpp's --context-shift): drops the n_discard positions after the first n_keep and

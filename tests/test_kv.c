@@ -354,9 +354,8 @@ TEST(kv_seq_pages) {
     CHECK(ok);
 }
 
-/* A pool of pages: fwd_seq's pages count in it and come back (trim, free); under a limit a sequence grows by pages
- * (not doubling) and a reserve past the limit is SL_EBUSY with nothing changed; a trimmed sequence computes the
- * same. */
+/* A pool of pages: fwd_seq's pages count in it and come back (trim: all of them at no positions; free); under a
+ * limit a sequence grows by pages (not doubling) and a reserve past the limit is SL_EBUSY with nothing changed. */
 TEST(kv_seq_pool_and_trim) {
     fam_config c;
     memset(&c, 0, sizeof c);
@@ -376,8 +375,9 @@ TEST(kv_seq_pool_and_trim) {
     a->n_past = 300; /* as if 300 positions were in: trim keeps their 2 pages */
     fwd_seq_trim(a);
     ok = ok && a->kv_cap[0] == 2 * FWD_KV_PAGE && pool.used == 5 * page && !fwd_seq_reserve(b, 800);
-    fwd_seq_reset(a), fwd_seq_trim(a);
-    ok = ok && a->kv_cap[1] == FWD_KV_PAGE && pool.used == 5 * page;
+    fwd_seq_reset(a), fwd_seq_trim(a); /* no positions: no pages, until the next reserve */
+    ok = ok && a->kv_cap[1] == 0 && !a->k_cache[1] && pool.used == 4 * page;
+    ok = ok && !fwd_seq_reserve(a, 10) && a->kv_cap[0] == FWD_KV_PAGE && pool.used == 5 * page;
     fwd_seq_free(b);
     ok = ok && pool.used == page;
     fwd_seq_free(a);
@@ -401,12 +401,13 @@ TEST(kv_session_trim_and_pool) {
     const uint64_t one = sl_model_kv_pool_used(m, NULL);
     int ok = !sl_session_eval(s, p, n, a, 0) && sl_model_kv_pool_used(m, NULL) == 3 * one;
     sl_session_reset(s), sl_session_trim(s);
-    ok = ok && sl_model_kv_pool_used(m, NULL) == one;
+    ok = ok && sl_model_kv_pool_used(m, NULL) == 0; /* every page back */
     ok = ok && !sl_session_eval(s, p, 40, NULL, 0) && !sl_session_eval(s, p + 40, n - 40, b, 0);
     ok = ok && !memcmp(a, b, (size_t)V * sizeof(float));
     ok = ok && sl_session_reserve(s, sl_session_n_ctx(s) + 1) == SL_ERANGE;
     sl_session_reset(s), sl_session_trim(s);
     sl_model_set_kv_pool(m, 2 * one);
+    ok = ok && sl_model_kv_pool_used(m, NULL) == 0;
     ok = ok && sl_session_reserve(s, FWD_KV_PAGE + 1) == SL_OK && sl_model_kv_pool_used(m, NULL) == 2 * one;
     ok = ok && sl_session_reserve(s, 2 * FWD_KV_PAGE + 1) == SL_EBUSY && strstr(sl_session_errmsg(s), "KV pool");
     sl_status st = sl_session_eval(s, p, n, NULL, 0);

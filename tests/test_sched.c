@@ -659,10 +659,11 @@ TEST(sched_context_shift_matches_generate) {
 }
 
 /* KV page pool (sl_model_set_kv_pool): requests that must wait for pages give exactly sl_generate's tokens alone;
- * when every sequence waits, the newest ends with SL_EBUSY naming the pool and the oldest finishes; the pool's
- * count goes back to nothing. */
+ * when every sequence waits, the newest gives its pages back and is evaluated again later (preempted), still
+ * giving the tokens it gives alone; a prompt the pool cannot hold ends with SL_EBUSY; the pool's count goes back
+ * to nothing. */
 static void pool_run(sl_model *m, const sl_tokenizer *tok, int max_active, uint64_t pool, int n, int32_t (*prompts)[300],
-                     const int *n_prompt, const int *max_tokens, collect *out, srv_sched_stats *st) {
+                     const int *n_prompt, const int *max_tokens, const int *smp, collect *out, srv_sched_stats *st) {
     srv_sched_params p = srv_sched_params_default();
     p.max_active = max_active;
     sl_model_set_kv_pool(m, pool);
@@ -671,7 +672,7 @@ static void pool_run(sl_model *m, const sl_tokenizer *tok, int max_active, uint6
     CHECKF(srv_sched_new(m, tok, &p, &sch, &err) == SL_OK, "%s", err.msg);
     for (int i = 0; sch && i < n; i++) {
         collect_init(&out[i]);
-        srv_request r = {prompts[i], n_prompt[i], sampling(i % 2), max_tokens[i], NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+        srv_request r = {prompts[i], n_prompt[i], sampling(smp[i]), max_tokens[i], NULL, 0, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
         CHECKF(srv_submit(sch, &r, on_event, &out[i], NULL, &err) == SL_OK, "%s", err.msg);
     }
     for (int i = 0; sch && i < n; i++) wait_done(&out[i]);
@@ -711,30 +712,36 @@ TEST(sched_kv_pool_waits_and_equals_generate) {
     const uint64_t page = sl_model_kv_bytes(m, 512) - sl_model_kv_bytes(m, 256); /* 256 positions, every layer */
     /* two slots in 3 pages: a sequence of 2 pages and the other's first; the others wait for theirs */
     srv_sched_stats st;
-    pool_run(m, tok, 2, 3 * page, N, prompts, n_prompt, max_tokens, pooled, &st);
+    const int smp[N] = {0, 1, 0, 1};
+    pool_run(m, tok, 2, 3 * page, N, prompts, n_prompt, max_tokens, smp, pooled, &st);
     printf("    alone %d %d %d %d tokens\n", alone[0].n, alone[1].n, alone[2].n, alone[3].n);
-    CHECKF(st.kv_waits > 0 && !st.kv_evicted, "%llu waits, %llu ended", (unsigned long long)st.kv_waits,
-           (unsigned long long)st.kv_evicted);
+    CHECKF(st.kv_waits > 0 && !st.kv_evicted && !st.kv_preempted, "%llu waits, %llu ended, %llu preempted",
+           (unsigned long long)st.kv_waits, (unsigned long long)st.kv_evicted, (unsigned long long)st.kv_preempted);
     for (int i = 0; i < N; i++)
         CHECKF(pooled[i].end.status == SL_OK && alone[i].n == pooled[i].n &&
                    !memcmp(alone[i].ids, pooled[i].ids, (size_t)alone[i].n * sizeof(int32_t)),
                "request %d: %d tokens alone, %d in the pool (status %d), or different ids", i, alone[i].n,
                pooled[i].n, pooled[i].end.status);
-    /* two slots in 2 pages, both generating past their first page: both wait, the newest ends, the oldest goes on */
+    /* two slots in 2 pages, both generating past their first page: both wait, the newest is preempted (its prompt
+     * and 56 tokens evaluated again once the oldest is done) and both give their tokens alone */
     static int32_t p2[2][300];
     memcpy(p2[0], prompts[1], sizeof p2[0]);
     memcpy(p2[1], prompts[3], sizeof p2[1]);
-    const int np2[2] = {240, 200}, mt2[2] = {40, 80};
-    pool_run(m, tok, 2, 2 * page, 2, p2, np2, mt2, stuck, &st);
-    CHECK(st.kv_evicted == 1);
-    CHECKF(stuck[0].end.status == SL_OK && stuck[0].n > 256 - 240, "the oldest: status %d, %d tokens",
-           stuck[0].end.status, stuck[0].n);
-    CHECKF(stuck[1].end.status == SL_EBUSY && stuck[1].n == 256 - 200 + 1, "the newest: status %d after %d tokens",
-           stuck[1].end.status, stuck[1].n);
+    const int np2[2] = {240, 200}, mt2[2] = {40, 80}, smp2[2] = {1, 1};
+    pool_run(m, tok, 2, 2 * page, 2, p2, np2, mt2, smp2, stuck, &st);
+    CHECKF(st.kv_preempted == 1 && !st.kv_evicted, "%llu preempted, %llu ended", (unsigned long long)st.kv_preempted,
+           (unsigned long long)st.kv_evicted);
+    for (int i = 0; i < 2; i++) {
+        const collect *a = &alone[1 + 2 * i];
+        CHECKF(stuck[i].end.status == SL_OK && stuck[i].n == a->n && !memcmp(stuck[i].ids, a->ids, (size_t)a->n * 4),
+               "request %d: status %d, %d tokens, alone %d", i, stuck[i].end.status, stuck[i].n, a->n);
+    }
     /* a prompt that cannot fit the pool at all ends the same way, alone */
     const int np3[1] = {280}, mt3[1] = {4};
-    pool_run(m, tok, 1, page, 1, prompts, np3, mt3, stuck, &st);
-    CHECKF(stuck[0].end.status == SL_EBUSY && stuck[0].n == 0, "a prompt past the pool: status %d", stuck[0].end.status);
+    const int smp3[1] = {0};
+    pool_run(m, tok, 1, page, 1, prompts, np3, mt3, smp3, stuck, &st);
+    CHECKF(stuck[0].end.status == SL_EBUSY && stuck[0].n == 0 && st.kv_evicted == 1, "a prompt past the pool: status %d",
+           stuck[0].end.status);
     sl_model_set_kv_pool(m, 0);
     sl_tokenizer_free(tok);
     sl_model_close(m);

@@ -224,8 +224,8 @@ static const cli_opt serve_opts[] = {
                    "sequences share (--kv-pool) (default: the model's)"},
     {"--kv-pool", "SIZE", "KV cache the --parallel sequences of a model share: a sequence takes pages (256 "
                           "positions) as it fills and waits when there are none; if every sequence waits, the "
-                          "newest fails with an error and gives its pages back. The start refuses a pool that "
-                          "cannot hold one sequence at the full --ctx (default: 0, automatic: --parallel "
+                          "newest gives its pages back and is evaluated again later (exact). The start refuses a "
+                          "pool that cannot hold one sequence at the full --ctx (default: 0, automatic: --parallel "
                           "sequences at the full --ctx, at most 3/4 of the memory available)"},
     {"--context-shift", NULL, "a sequence that fills --ctx while generating drops the oldest half of its "
                               "positions after --keep and goes on (re-evaluated: exact, a prefill's cost); "

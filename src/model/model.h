@@ -39,8 +39,9 @@ void fwd_seq_set_pool(fwd_seq *sq, fwd_kv_pool *pool);
  * SL_EBUSY when its pool's limit has not the pages (then only what fits never is taken: nothing changes), or
  * SL_ENOMEM with sq unchanged. Buffers move: a backend's recorded steps of sq are not replayed after. */
 sl_status fwd_seq_reserve(fwd_seq *sq, int n_pos);
-/* Gives back the cache pages past those its positions need (at least one page a layer): a finished
- * sequence's memory after fwd_seq_reset. A ring that wrapped keeps its rows. Results do not change. */
+/* Gives back the cache pages past those its positions need (every page of a sequence of no positions: its caches
+ * are made again by the next fwd_seq_reserve): a finished sequence's memory after fwd_seq_reset. A ring that
+ * wrapped keeps its rows. Results do not change. */
 void fwd_seq_trim(fwd_seq *sq);
 /* Bytes of KV cache sq holds now (what it counts in its pool). */
 size_t fwd_seq_kv_held(const fwd_seq *sq);

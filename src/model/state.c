@@ -76,8 +76,10 @@ static sl_status kv_resize(fwd_seq *sq, int l, int cap) {
     size_t keep = (size_t)(sq->n_past < sq->kv_cap[l] ? sq->n_past : sq->kv_cap[l]);
     keep = keep < (size_t)cap ? keep : (size_t)cap;
     const int two = vrb > 0; /* one cache: MLA's rows, V4's key = value */
-    void *nk = be->alloc(be, (size_t)cap * rb, BE_BUF_DEVICE), *nv = two ? be->alloc(be, (size_t)cap * vrb, BE_BUF_DEVICE) : NULL;
-    if (!nk || (two && !nv)) {
+    void *nk = NULL, *nv = NULL; /* cap 0: none (fwd_seq_trim of a sequence of no positions) */
+    if (cap > 0) nk = be->alloc(be, (size_t)cap * rb, BE_BUF_DEVICE);
+    if (cap > 0 && two) nv = be->alloc(be, (size_t)cap * vrb, BE_BUF_DEVICE);
+    if (cap > 0 && (!nk || (two && !nv))) {
         be->free(be, nk, (size_t)cap * rb, BE_BUF_DEVICE);
         be->free(be, nv, (size_t)cap * vrb, BE_BUF_DEVICE);
         return SL_ENOMEM;
@@ -135,8 +137,8 @@ sl_status fwd_seq_reserve(fwd_seq *sq, int n_pos) {
 void fwd_seq_trim(fwd_seq *sq) {
     int moved = 0;
     for (int l = 0; l < sq->n_layers; l++) {
-        if (sq->shape.layer_linear[l] || !sq->k_cache[l] || sq->n_past > sq->kv_cap[l]) continue; /* a wrapped ring */
-        int want = page_up(imax(sq->n_past, 1));
+        if (sq->shape.layer_linear[l] || sq->n_past > sq->kv_cap[l]) continue; /* a wrapped ring keeps its rows */
+        int want = page_up(sq->n_past);
         want = want < sq->kv_max[l] ? want : sq->kv_max[l];
         const size_t was = fwd_kv_bytes(sq, l, 0) + fwd_kv_bytes(sq, l, 1);
         if (want >= sq->kv_cap[l] || kv_resize(sq, l, want)) continue; /* ENOMEM: keeps the bigger one */

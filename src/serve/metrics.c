@@ -57,6 +57,7 @@ G(rows) { return (double)m->sched.step_rows; }
 G(busy) { return m->sched.busy_s; }
 G(kv_waits) { return (double)m->sched.kv_waits; }
 G(kv_evicted) { return (double)m->sched.kv_evicted; }
+G(kv_preempted) { return (double)m->sched.kv_preempted; }
 G(kv_used) { return (double)m->sched.kv_pool_used; }
 G(kv_limit) { return (double)m->sched.kv_pool_limit; }
 G(hits) { return (double)m->model.hits; }
@@ -98,6 +99,7 @@ static const metric metrics[] = {
     {"kv_pool_bytes", "gauge", "KV cache bytes the sequences hold now (pages of the pool).", get_kv_used},
     {"kv_pool_limit_bytes", "gauge", "KV cache bytes the sequences may share (--kv-pool; 0: no limit).", get_kv_limit},
     {"kv_pool_waits_total", "counter", "Times a sequence waited a step for KV pages.", get_kv_waits},
+    {"kv_pool_preempted_total", "counter", "Sequences that gave their KV pages back to be evaluated again later.", get_kv_preempted},
     {"kv_pool_evicted_total", "counter", "Requests ended because every sequence waited for KV pages.", get_kv_evicted},
     {"expert_cache_hits_total", "counter", "Expert requests served from the cache.", get_hits},
     {"expert_cache_misses_total", "counter", "Expert requests read from the model file.", get_misses},

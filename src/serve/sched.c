@@ -72,7 +72,14 @@ typedef struct sreq {
     int prompt_done;  /* under mu: the prompt is evaluated (too late to start sharing it) */
     int waiting;      /* this step: waits for the leader's prompt (share_take) */
     int looked;       /* the prefix cache was looked up (cache_start) */
-    int paged;        /* the pages of its whole prompt are reserved (KV pool: admit_pages) */
+    int paged;        /* the pages of its whole prompt are reserved (KV pool: pages_for) */
+    /* the tokens delivered so far (gen_ok 0: out of memory for them), for a preemption (unstick): its prompt and
+     * all but the last of them evaluated again, the last one (next) pending as it was */
+    int32_t *gen;
+    int n_gen, cap_gen, gen_ok;
+    int preempted;     /* its state was given back; the prompt is evaluated again without sampling after it */
+    int n_replay, replayed; /* then gen[0 .. n_replay) one a step as decode rows, replayed of them so far */
+    int shifted;       /* a context shift moved its positions: never preempted */
     int canceled;
     double t_submit, t_start, t_first;
     struct sreq *link;
@@ -138,6 +145,7 @@ static void req_free(sreq *r) {
     free(r->stop);
     free(r->prompt);
     free(r->force);
+    free(r->gen);
     free(r->logits);
     free(r->lp_logits);
     sl_sampler_free(r->smp);
@@ -178,17 +186,13 @@ static void share_link(srv_sched *s, sreq *r, uint64_t of) {
     r->share->refs++;
 }
 
-/* Counts the request's end and returns its session to the spare list (its KV pages trimmed; freed instead under a
- * KV pool's limit), then sends its done event, so whoever the event wakes sees the counters already updated.
- * Called without mu. */
+/* Counts the request's end and returns its session to the spare list (its KV pages given back: sl_session_trim),
+ * then sends its done event, so whoever the event wakes sees the counters already updated. Called without mu. */
 static void finish(srv_sched *s, sreq *r, sl_status status, const char *msg, sl_stop_reason why) {
     double t = clk_now_s();
-    uint64_t limit = 0;
-    if (r->sess) { /* its pages back: down to one a layer, or none under a pool's limit (the others may wait) */
-        sl_model_kv_pool_used(s->m, &limit);
+    if (r->sess) { /* its pages back (the pool's: the others may wait for them) */
         sl_session_reset(r->sess);
         sl_session_trim(r->sess);
-        if (limit) sl_session_free(r->sess), r->sess = NULL;
     }
     pthread_mutex_lock(&s->mu);
     if (r->sess) s->spare[s->n_spare++] = r->sess, r->sess = NULL;
@@ -265,6 +269,13 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
         finish(s, r, ev.text ? SL_OK : SL_ENOMEM, ev.text ? NULL : "out of memory", SL_STOP_LENGTH);
         return 1;
     }
+    if (r->gen_ok && r->n_gen == r->cap_gen) {
+        int cap = r->cap_gen ? 2 * r->cap_gen : 64;
+        int32_t *g = realloc(r->gen, (size_t)cap * sizeof *g);
+        if (g) r->gen = g, r->cap_gen = cap;
+        else r->gen_ok = 0; /* never preempted */
+    }
+    if (r->gen_ok) r->gen[r->n_gen++] = id;
     r->next = id;
     return 0;
 }
@@ -516,7 +527,9 @@ static sl_status activate(srv_sched *s, sreq *r, sl_error *err) {
  * that failed and r is finished, else 0. */
 static int make_room(srv_sched *s, sreq *r) {
     const int past = sl_session_n_past(r->sess), keep = s->p.n_keep < past ? s->p.n_keep : past;
-    if (past < s->n_ctx || past - keep < 2 || !sl_session_shift(r->sess, keep, (past - keep) / 2)) return 0;
+    if (past < s->n_ctx || past - keep < 2) return 0;
+    r->shifted = 1; /* its positions are no longer its prompt and tokens: never preempted */
+    if (!sl_session_shift(r->sess, keep, (past - keep) / 2)) return 0;
     char msg[sizeof ((sl_error *)0)->msg];
     snprintf(msg, sizeof msg, "%s", sl_session_errmsg(r->sess));
     finish(s, r, SL_ERANGE, msg, SL_STOP_LENGTH);
@@ -595,12 +608,16 @@ static int step_begin(srv_sched *s, sreq **act, int n) {
 }
 
 /* The KV pages for r's next n positions (sl_session_reserve); a request whose prompt has not started takes its
- * whole prompt's first, unless *hold (an earlier one waits for its own: first come, first served). 0, or 1 when the
- * pool has them not now (r waits this step; *hold set for a new one). Other failures are left to the evaluation. */
+ * whole prompt's first, unless *hold (an earlier one waits for its own: first come, first served), and waits
+ * holding none. 0, or 1 when the pool has them not now (r waits this step; *hold set for a new one). Other
+ * failures are left to the evaluation. */
 static int pages_for(sreq *r, int n, int *hold) {
     if (!r->paged) {
         const int ctx = sl_session_n_ctx(r->sess), want = r->n_prompt + 1 < ctx ? r->n_prompt + 1 : ctx;
-        if (*hold || sl_session_reserve(r->sess, want) == SL_EBUSY) return *hold = 1;
+        if (*hold || sl_session_reserve(r->sess, want) == SL_EBUSY) {
+            if (!sl_session_n_past(r->sess)) sl_session_trim(r->sess); /* waits holding no pages */
+            return *hold = 1;
+        }
         r->paged = 1;
     }
     return sl_session_reserve(r->sess, sl_session_n_past(r->sess) + n) == SL_EBUSY;
@@ -629,7 +646,8 @@ static int build_step(srv_sched *s, sreq **act, int n, int *gone, sreq **stuck, 
             (*waits)++;
             continue;
         }
-        s->items[ni] = (sl_batch_item){r->sess, &r->next, 1, r->logits, 0};
+        const int replay = r->replayed < r->n_replay; /* a preempted one's tokens again, no logits */
+        s->items[ni] = (sl_batch_item){r->sess, replay ? r->gen + r->replayed : &r->next, 1, replay ? NULL : r->logits, 0};
         s->item_req[ni++] = r;
     }
     int budget = s->p.prefill_chunk;
@@ -654,6 +672,37 @@ static int build_step(srv_sched *s, sreq **act, int n, int *gone, sreq **stuck, 
     return ni;
 }
 
+/* Every sequence of the step waits for KV pages (stuck: the youngest waiting). The youngest that holds its prompt's
+ * pages and has generated (its tokens known, never shifted) gives every page back and evaluates its prompt and
+ * tokens again as pages come: the prompt in the chunks of its first time, then the tokens one a step, so its state
+ * is bitwise what it was, and its pending token goes on from there (nothing is sampled or delivered twice). Without
+ * such a one the youngest waiting ends with SL_EBUSY (a prompt the pool cannot hold). 1 when a request ended. */
+static int unstick(srv_sched *s, sreq **act, int n, sreq *stuck) {
+    sreq *v = NULL;
+    for (int i = 0; i < n; i++) {
+        sreq *r = act[i];
+        if (r && r->paged && r->gen_ok && !r->shifted && r->n_gen > 0 && (!v || r->t_start > v->t_start)) v = r;
+    }
+    pthread_mutex_lock(&s->mu);
+    if (v) s->st.kv_preempted++;
+    else s->st.kv_evicted++;
+    pthread_mutex_unlock(&s->mu);
+    if (v) {
+        sl_session_reset(v->sess);
+        sl_session_trim(v->sess);
+        v->fed = v->paged = v->snap_at = v->replayed = 0;
+        v->preempted = 1;
+        v->n_replay = v->n_gen - 1;
+        return 0;
+    }
+    char msg[sizeof ((sl_error *)0)->msg];
+    snprintf(msg, sizeof msg, "%s (lower --parallel or --ctx, or raise --kv-pool)", sl_session_errmsg(stuck->sess));
+    finish(s, stuck, SL_EBUSY, msg, SL_STOP_LENGTH);
+    for (int j = 0; j < n; j++)
+        if (act[j] == stuck) act[j] = NULL;
+    return 1;
+}
+
 static void step(srv_sched *s) {
     /* snapshot the active list; new arrivals wait for the next step */
     pthread_mutex_lock(&s->mu);
@@ -670,17 +719,9 @@ static void step(srv_sched *s) {
     if (waits) {
         pthread_mutex_lock(&s->mu);
         s->st.kv_waits += (uint64_t)waits;
-        s->st.kv_evicted += !ni;
         pthread_mutex_unlock(&s->mu);
     }
-    if (!ni && stuck) { /* every sequence waits for KV pages: the youngest gives its pages up */
-        char msg[sizeof ((sl_error *)0)->msg];
-        snprintf(msg, sizeof msg, "%s (lower --parallel or --ctx, or raise --kv-pool)", sl_session_errmsg(stuck->sess));
-        finish(s, stuck, SL_EBUSY, msg, SL_STOP_LENGTH);
-        for (int j = 0; j < n; j++)
-            if (act[j] == stuck) act[j] = NULL;
-        gone = 1;
-    }
+    if (!ni && stuck && unstick(s, act, n, stuck)) gone = 1; /* every sequence waits for KV pages */
     if (ni) {
         double t0 = clk_now_s();
         sl_status st = sl_batch_eval(s->m, s->items, ni);
@@ -705,6 +746,10 @@ static void step(srv_sched *s) {
                 continue;
             }
             int was_prefill = s->items[i].tokens != &r->next;
+            if (was_prefill && r->fed >= r->n_prompt) { /* a preempted one's token evaluated again */
+                r->replayed++;
+                continue;
+            }
             if (was_prefill) {
                 r->fed += s->items[i].n_tokens;
                 void *blob = NULL;
@@ -712,7 +757,7 @@ static void step(srv_sched *s) {
                 if (r->fed == r->snap_at && sl_session_save(r->sess, &blob, &len) == SL_OK &&
                     pc_insert(s, r->prompt, r->fed, blob, len, 1, r->sess))
                     r->n_kept = r->fed - r->n_reused;
-                if (r->fed < r->n_prompt) continue;
+                if (r->fed < r->n_prompt || r->preempted) continue; /* preempted: its next token is pending */
                 share_give(s, r);
             }
             if (sample_and_deliver(s, r)) {
@@ -871,6 +916,7 @@ sl_status srv_submit(srv_sched *s, const srv_request *rq, srv_emit_fn emit, void
     r->emit = emit;
     r->user = user;
     r->next = -1;
+    r->gen_ok = 1;
     r->t_submit = clk_now_s();
     pthread_mutex_lock(&s->mu);
     if (s->n_queued >= s->p.max_queue && s->n_active >= s->p.max_active) {

@@ -15,9 +15,11 @@
  * (a client that went away); the slot is free before the next step.
  *
  * KV pages (sl_model_set_kv_pool): a sequence takes its pages before a step (a new one its whole prompt's first,
- * first come first served) and waits, skipped in the step, while the model's pool has none; when every sequence
- * of a step waits, the newest ends with SL_EBUSY ("the KV pool is full: ...") and its pages go back. A finished
- * request's session gives its pages back (trimmed to one page a layer, freed under a pool's limit).
+ * first come first served, holding none while it waits) and waits, skipped in the step, while the model's pool has
+ * none; when every sequence of a step waits, the newest that has generated gives its pages back and is evaluated
+ * again later (preempted: its prompt, then its tokens one a step: bitwise its state before, nothing delivered
+ * twice); with none such, the newest ends with SL_EBUSY ("the KV pool is full: ..."). A finished request's session
+ * gives its pages back.
  *
  * A request's tokens are exactly what sl_generate() gives alone for the same prompt, sampler parameters
  * and seed (sl_batch_eval is bitwise equal to sl_session_eval).
@@ -143,7 +145,8 @@ typedef struct srv_sched_stats {
     uint64_t steps, step_rows; /* batched steps run, and rows (tokens) in them */
     double busy_s;             /* time inside sl_batch_eval */
     uint64_t kv_waits;         /* a sequence skipped in a step for want of KV pages (a pool's limit), each time */
-    uint64_t kv_evicted;       /* requests ended because every sequence waited for KV pages (SL_EBUSY) */
+    uint64_t kv_preempted;     /* sequences that gave their KV pages back to be evaluated again (every one waited) */
+    uint64_t kv_evicted;       /* requests ended because every sequence waited and none could be preempted */
     uint64_t kv_pool_used, kv_pool_limit; /* the model's KV pool now: bytes its sessions hold, its limit (0: none) */
     /* latency histograms: counts of requests at or under each bound of srv_latency_bounds (the last
      * bucket is everything above), their sum and count */
