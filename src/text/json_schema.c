@@ -434,20 +434,32 @@ static int string_type(jsc *c, const cJSON *s) {
     return fail(c, SL_EINVAL, "JSON Schema: format '%s' is not supported (at %s)", fmt->valuestring);
 }
 
-/* The integers lo..hi that minimum / maximum / exclusiveMinimum / exclusiveMaximum allow (the
- * exclusive ones as numbers, or as draft 4's booleans beside minimum / maximum); 0 when there are
+static const char *const bound_key[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+
+/* Bound k of bound_key in s as a number into *x: 1, 0 when absent (or false), -1 (failed). The exclusive ones
+ * are numbers, or draft 4's booleans beside minimum / maximum. */
+static int schema_bound(jsc *c, const cJSON *s, int k, double *x) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, bound_key[k]);
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(s, bound_key[k & 2]);
+    if (!v || cJSON_IsFalse(v)) return 0;
+    if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) *x = v->valuedouble;
+    else if (cJSON_IsTrue(v) && (k & 1) && cJSON_IsNumber(base)) *x = base->valuedouble; /* draft 4 */
+    else return fail(c, SL_EINVAL, "JSON Schema: '%s' must be a number (at %s)", bound_key[k]);
+    return 1;
+}
+
+/* The integers lo..hi that minimum / maximum / exclusiveMinimum / exclusiveMaximum allow; 0 when there are
  * none of them, 1, or -1 (failed). */
 static int int_bounds(jsc *c, const cJSON *s, int64_t *lo, int64_t *hi) {
-    static const char *const key[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     double b[2] = {-1e300, 1e300};
     int any = 0;
     for (int k = 0; k < 4; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key[k]), *base = cJSON_GetObjectItemCaseSensitive(s, key[k & 2]);
-        if (!v || cJSON_IsFalse(v)) continue;
         double x;
-        if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) x = v->valuedouble;
-        else if (cJSON_IsTrue(v) && (k & 1) && cJSON_IsNumber(base)) x = base->valuedouble; /* draft 4 */
-        else return fail(c, SL_EINVAL, "JSON Schema: '%s' must be a number (at %s)", key[k]);
+        int r = schema_bound(c, s, k, &x);
+        if (r <= 0) {
+            if (r < 0) return -1;
+            continue;
+        }
         /* the bound in integers: ceil / floor, one further when exclusive */
         double i = k < 2 ? ((k & 1) ? floor(x) + 1 : ceil(x)) : ((k & 1) ? ceil(x) - 1 : floor(x));
         if (k < 2 && i > b[0]) b[0] = i;
@@ -465,17 +477,16 @@ static int int_bounds(jsc *c, const cJSON *s, int64_t *lo, int64_t *hi) {
 
 /* A number's bounds (integer values only), into js_number_range_rule's terms. 0 or -1 (failed). */
 static int num_bounds(jsc *c, const cJSON *s, js_bounds *o) {
-    static const char *const key[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
     memset(o, 0, sizeof *o);
     for (int k = 0; k < 4; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key[k]), *base = cJSON_GetObjectItemCaseSensitive(s, key[k & 2]);
-        if (!v || cJSON_IsFalse(v)) continue;
         double x;
-        if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) x = v->valuedouble;
-        else if (cJSON_IsTrue(v) && (k & 1) && cJSON_IsNumber(base)) x = base->valuedouble; /* draft 4 */
-        else return fail(c, SL_EINVAL, "JSON Schema: '%s' must be a number (at %s)", key[k]);
+        int r = schema_bound(c, s, k, &x);
+        if (r <= 0) {
+            if (r < 0) return -1;
+            continue;
+        }
         if (x != floor(x) || fabs(x) > (double)JS_INT_MAX)
-            return fail(c, SL_EINVAL, "JSON Schema: '%s' on a number must be an integer of at most 15 digits (at %s)", key[k]);
+            return fail(c, SL_EINVAL, "JSON Schema: '%s' on a number must be an integer of at most 15 digits (at %s)", bound_key[k]);
         int64_t i = (int64_t)x, hi = k >= 2, ex = k & 1;
         int64_t *at = hi ? &o->hi : &o->lo;
         int *has = hi ? &o->has_hi : &o->has_lo, *exc = hi ? &o->hi_ex : &o->lo_ex;
