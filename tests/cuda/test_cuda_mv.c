@@ -14,9 +14,10 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
     float *yy = NULL;
     int gok;
     const int mvr[] = {4, 8, 16, 32, -1};
-    for (unsigned k = 0; k < 3 * sizeof mvr / sizeof *mvr; k++) { /* and each kernel: mv1_i8, mv1b_i8, mv1c_i8 */
+    for (unsigned k = 0; k < 4 * sizeof mvr / sizeof *mvr; k++) { /* each kernel: mv1_i8, mv1b_i8, mv1c_i8, mv1c_i8 + PDL */
         slcu_i8_mv_rows(mvr[k % 5]);
-        slcu_i8_mv1_kernel(1 + (int)k / 5);
+        slcu_i8_mv1_kernel(k / 5 < 3 ? 1 + (int)k / 5 : 3);
+        slcu_i8_pdl(k / 5 == 3);
         for (int via = 0; via < 2; via++) {
             poison(dy, (size_t)N * rows * 4);
             for (int t = 0; t < N; t++) {
@@ -28,11 +29,11 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
             yy = dl(dy, (size_t)N * rows);
             gok = 1;
             for (int t = 0; t < N; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
-            CK(gok, "%s %dx%d: one token, kernel %d with %d rows a CTA%s, differs from the default", dt_name(dt), rows, cols,
-               1 + (int)k / 5, mvr[k % 5], via ? " (device table)" : "");
+            CK(gok, "%s %dx%d: one token, kernel %d%s with %d rows a CTA%s, differs from the default", dt_name(dt), rows, cols,
+               k / 5 < 3 ? 1 + (int)k / 5 : 3, k / 5 == 3 ? " (PDL)" : "", mvr[k % 5], via ? " (device table)" : "");
         }
     }
-    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1);
     /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8), through the row indirection and the table too */
     const int nts[] = {2, 3, 5, 8};
     for (int k = 0; k < 2 * 4 * 2; k++) {

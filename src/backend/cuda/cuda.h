@@ -109,6 +109,9 @@ void slcu_i8_mv1_kernel(int version);
 /* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by
  * cp.async), 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */
 void slcu_i8_mvn_kernel(int version);
+/* mv1c_i8 launched to overlap the kernel before it (programmatic dependent launch; the same bits): 1 on, 0 off, -1 back
+ * to the environment's SLUICE_CUDA_PDL (off unless 1). */
+void slcu_i8_pdl(int on);
 
 /* The routed experts of a layer-major MoE block (prefill), all on the device: the n k (token, slot) pairs of
  * top_e grouped by expert (no host round trip), h's rows quantised once, gate and up of every expert over its

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define FA16_C 64 /* keys per chunk: the fixed split of the positions */
 
@@ -210,6 +211,7 @@ __device__ __forceinline__ void f16_pv(const uint32_t pa[4][4], const __half *vs
  * qs [64][HDP + 8], ks and vs [64][HDP + 8] halves. */
 template <int HDP>
 __global__ void __launch_bounds__(FA16_FW * 32) k_fa16_fold(const slcu_attn p) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
     extern __shared__ uint4 f16_smem[];
     __half *qs = (__half *)f16_smem, *kv0 = qs + FA16_FW * 16 * S; /* two buffers of K [64][S] then V [64][S] */
@@ -336,6 +338,7 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
  * thread loads FA_CB chunks' values at once (all in flight), then folds them in order. */
 #define FA_CB 16
 __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     if (pd) p.pos0 = *pd;
     const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.x / nrows, r = blockIdx.x % nrows;
     int lo, hi, clo, d;
@@ -463,6 +466,7 @@ __device__ __forceinline__ bool f32_on(int lo, int hi, int c0) { return lo <= hi
  * memory: qs [64][HP], the K and V tiles [64][HP + 4], the weights es [64][64]. */
 template <int NJ>
 __global__ void __launch_bounds__(FA32_FW * 32) k_fa32_fold(const slcu_attn p) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     extern __shared__ float4 f32_smem[];
     const int HP = (p.hd + 3) & ~3, G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y;
     const int r0 = blockIdx.x * FA32_FW * FA32_RW, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;

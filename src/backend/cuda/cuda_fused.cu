@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 #include "kernels/canon_exp.h"
 
@@ -60,6 +61,7 @@ __device__ void norm_q_tail(const float *xs, float *y, int n, const float *w, fl
 
 __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float *y, int n, const float *w, float w_off,
                                                           float eps, slcu_act a) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ double part[256];
     __shared__ float xs[RN_MAXD];
     for (int i = threadIdx.x; i < n; i += RN_THREADS) xs[i] = x[i];
@@ -78,6 +80,7 @@ extern "C" int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w,
 /* SwiGLU of n_tok rows of I with the rows' int8 form (cuda_i8.cu act_quant's grid and operations on the same
  * floats: bitwise a separate slcu_swiglu then slcu_act_quantize); y may be g. */
 __global__ void k_swiglu_q(const float *g, const float *u, float *y, int I, slcu_act a) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     const int t = blockIdx.y, nb = I / 32, ns = nb + nb / 2 + nb / 4, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.x * 4 + w;
     __shared__ float s32[4];
@@ -129,6 +132,7 @@ __device__ __forceinline__ float sigm(float x) { return __fdiv_rn(1.0f, __fadd_r
  * first)]; x += y or cout (k_add); then norm_q_tail (k_rmsnorm's operations, the int8 form when a.q). */
 #define AN_MAXK 16
 __global__ void __launch_bounds__(RN_THREADS) k_add_norm_q(const slcu_addnorm p, slcu_act a) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ double part[256];
     __shared__ float xs[RN_MAXD];
     const int n = p.dim;

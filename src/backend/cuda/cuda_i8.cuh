@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define MAXJ 32 /* matrices per launch (the job table is a kernel parameter) */
 

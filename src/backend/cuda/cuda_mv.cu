@@ -139,7 +139,9 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
     constexpr int ssz = SDT == DT_F32 ? 4 : 2;
     static_assert(3 * KC * LD * 4 <= NP * BB, "the fold's staging fits where the codes were");
-    const ijob j = resolve(J.j[find_job(J)]);
+    const int jk = find_job(J);
+    if (J.j[jk].tab || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
+    const ijob j = resolve(J.j[jk]);
     __shared__ __align__(16) uint8_t sc[NP * BB]; /* codes, then sI | sM | sB */
     __shared__ unsigned ssw[NP], sbw[NP];
     __shared__ __align__(16) uint4 sx[KC * 2];
@@ -166,6 +168,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
                 if (!(b & bmask)) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
             }
         }
+        if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
         for (int i = tid; i < 2 * kcn; i += MV1_THREADS) cp16(&sx[i], xq + (size_t)kb0 * 32 + (size_t)i * 16, true);
         for (int i = tid; i < kcn; i += MV1_THREADS) cp4(&sd[i], xd + kb0 + i);
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
@@ -360,9 +363,29 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
 }
 
 
+/* SLUICE_CUDA_PDL=1: mv1c_i8 is launched to overlap the kernel before it (cuda_i8.cuh pdl_wait: its weights' loads
+ * go out while that kernel runs); the same bits. Off by default until a device run times it. */
+static int pdl_on = -1;
+extern "C" void slcu_i8_pdl(int on) { pdl_on = on; }
+
+template <int DT, int SDT, int R>
+static void mv1c_launch(int tiles, const ijobs *J) {
+    if (pdl_on < 0) pdl_on = getenv("SLUICE_CUDA_PDL") && getenv("SLUICE_CUDA_PDL")[0] == '1';
+    if (!pdl_on) {
+        mv1c_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3((unsigned)tiles), cfg.blockDim = dim3(MV1_THREADS), cfg.stream = SLS, cfg.attrs = at, cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, mv1c_i8<DT, SDT, R>, *J);
+}
+
 template <int DT, int SDT, int R>
 static void mv_r(int tiles, const ijobs *J) {
-    if (mv1_version() == 3) mv1c_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    if (mv1_version() == 3) mv1c_launch<DT, SDT, R>(tiles, J);
     else if (mv1_version() == 2) mv1b_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
     else mv1_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
 }

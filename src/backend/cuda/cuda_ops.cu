@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 #include "kernels/canon_exp.h"
 
@@ -369,6 +370,7 @@ __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float
  * k_route's to rounding. Both paths of the CUDA backend (route, moe_resident) call slcu_route, so they choose
  * alike (streamed == resident). */
 __global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *logits, int *top_e, float *top_w) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ float p[RT_MAXE];
     __shared__ int te[RT_MAXE]; /* the choice staged here: lane 0's weights and sort were dependent global accesses */
     __shared__ float tw[RT_MAXE];
@@ -631,6 +633,7 @@ __device__ void ad_softmax(const slcu_attn &p, float *sc, int n_keys, int h, dou
  * (no k_kv_append launch; no CTA reads that cache row: its position is read from the new row, and the other
  * positions' rows are other rows of the ring, as maxk <= cap) */
 __global__ void __launch_bounds__(AD_THREADS) k_attn_dec(slcu_attn p, bool fused, const int *pd, slcu_act qa) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     if (pd) p.pos0 = *pd; /* a recorded step: its one token's position */
     extern __shared__ float ad_smem[]; /* pv [2][AD_PV] | sc [n_keys] */
     __shared__ double part[AT_THREADS];
