@@ -19,6 +19,14 @@ DATA = os.path.join(ROOT, "tests/data")
 
 # ---- the fixtures as numpy arrays ------------------------------------------------------------------
 
+
+def finish(w):
+    """A gguf-py writer's header, keys and tensors written, the file closed"""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
 def read_safetensors(d):
     out = {}
     for f in sorted(os.listdir(d)):
@@ -245,10 +253,7 @@ def write_gguf(family, path, qtype=None, extra=None, drop=(), tokenizer=None, de
     for (l, part), es in sorted(experts.items()):
         dtype = es[0][1]
         add(f"blk.{l}.{part}.weight", np.stack([es[e][0] for e in range(E)]), dtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return written
 
 
@@ -384,10 +389,7 @@ def test_bad_gguf(tmp_path):
     w = gguf.GGUFWriter(d, "qwen3moe")
     w.add_embedding_length(64)
     w.add_tensor("token_embd.weight", np.zeros((256, 64), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     pack_fails(tmp_path, d, "missing metadata key 'qwen3moe.block_count'")
 
 
@@ -542,10 +544,7 @@ def write_typed_model(path, types, rng, dequant=False):
         mat(f"blk.{l}.ffn_gate_inp.weight", [E, H])
         for p in ("gate", "up", "down"):
             mat(f"blk.{l}.ffn_{p}_exps.weight", [E, I, H])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return out
 
 

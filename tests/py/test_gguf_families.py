@@ -17,7 +17,7 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 
 from conftest import ROOT, run  # noqa: E402
-from test_gguf import container, container_f32, logits, ref_tokens, same  # noqa: E402
+from test_gguf import container, container_f32, finish, logits, ref_tokens, same  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests/data")
 ARCH = {"qwen3_next": gguf.MODEL_ARCH.QWEN3NEXT, "qwen3_5_moe": gguf.MODEL_ARCH.QWEN35MOE,
@@ -260,6 +260,23 @@ def stays_f32(name, a):
             or not name.endswith(".weight"))
 
 
+def add_typed(w, name, a, t, dequant=False):
+    """The f32 array a added to w as type t: F32, F16, or gguf-py's quantisation (Q8_0 / Q4_0 where the rows are whole
+    blocks, else F16, as the converter falls back); dequant: gguf-py's dequantisation of that, as F32. Returns
+    (written array, type)."""
+    if t in (QT.Q8_0, QT.Q4_0) and a.shape[-1] % 32:
+        t = QT.F16
+    data = a if t == QT.F32 else a.astype(np.float16) if t == QT.F16 else gguf.quants.quantize(a, t)
+    if dequant and t != QT.F32:
+        data = np.ascontiguousarray(gguf.quants.dequantize(data, t).astype(np.float32)).reshape(a.shape)
+        t = QT.F32
+    if t in (QT.F32, QT.F16):
+        w.add_tensor(name, data)
+    else:
+        w.add_tensor(name, data, raw_dtype=t)
+    return data, t
+
+
 def write(family, path, qtype=None, dequant=False, by_suffix=None):
     """The GGUF: matrices in the fixture's own type (qtype None: --outtype bf16 / f32), or quantised to qtype by
     gguf-py where their rows are whole blocks (else F16, as the converter falls back); dequant: gguf-py's
@@ -278,26 +295,8 @@ def write(family, path, qtype=None, dequant=False, by_suffix=None):
         a = np.ascontiguousarray(a, dtype=np.float32)
         t = QT.F32 if stays_f32(name, a) else (qtype or native)
         t = next((q for sfx, q in (by_suffix or {}).items() if name.endswith(sfx)), t)
-        if t in (QT.Q8_0, QT.Q4_0) and a.shape[-1] % 32:
-            t = QT.F16
-        if t == QT.F32:
-            data = a
-        elif t == QT.F16:
-            data = a.astype(np.float16)
-        else:
-            data = gguf.quants.quantize(a, t)
-        if dequant and t != QT.F32:
-            data = np.ascontiguousarray(gguf.quants.dequantize(data, t).astype(np.float32)).reshape(a.shape)
-            t = QT.F32
-        if t in (QT.F32, QT.F16):
-            w.add_tensor(name, data)
-        else:
-            w.add_tensor(name, data, raw_dtype=t)
-        written[name] = (data, t)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        written[name] = add_typed(w, name, a, t, dequant)
+    finish(w)
     return written
 
 
@@ -498,8 +497,5 @@ def test_bad_family_gguf(tmp_path):
     for name, a in convert("qwen3_next"):
         if name != "blk.0.attn_gate.weight":
             w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     pack_fails(tmp_path, g, "'blk.0.attn_gate.weight' is missing")

@@ -25,9 +25,9 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from conftest import ROOT, run  # noqa: E402
-from test_gguf import gguf_tokenizer_writer, logits, ref_tokens  # noqa: E402
+from test_gguf import finish, gguf_tokenizer_writer, logits, ref_tokens  # noqa: E402
 from gguf import GGMLQuantizationType as QT  # noqa: E402
-from test_gguf_families import hf_tensors, stays_f32, text_cfg  # noqa: E402
+from test_gguf_families import add_typed, hf_tensors, stays_f32, text_cfg  # noqa: E402
 
 DATA = os.path.join(ROOT, "tests/data")
 ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4,
@@ -546,20 +546,9 @@ def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=Fa
         a = np.ascontiguousarray(a, dtype=np.float32)
         if name in drop:
             continue
-        if not q8 or stays_f32(name, a) or ".shortconv.conv" in name or name.endswith(".scale"):
-            w.add_tensor(name, a)
-        elif a.shape[-1] % 32:
-            w.add_tensor(name, a.astype(np.float16).astype(np.float32) if dequant else a.astype(np.float16))
-        else:
-            data = gguf.quants.quantize(a, QT.Q8_0)
-            if dequant:
-                w.add_tensor(name, np.ascontiguousarray(gguf.quants.dequantize(data, QT.Q8_0).reshape(a.shape), np.float32))
-            else:
-                w.add_tensor(name, data, raw_dtype=QT.Q8_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        keep = not q8 or stays_f32(name, a) or ".shortconv.conv" in name or name.endswith(".scale")
+        add_typed(w, name, a, QT.F32 if keep else QT.Q8_0, dequant)
+    finish(w)
     return tensors
 
 
