@@ -363,8 +363,8 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
 }
 
 
-/* SLUICE_CUDA_PDL=1: mv1c_i8 is launched to overlap the kernel before it (cuda_i8.cuh pdl_wait: its weights' loads
- * go out while that kernel runs); the same bits. Off by default until a device run times it. */
+/* SLUICE_CUDA_PDL=1: mv1c_i8 is launched to overlap the kernel before it (pdl_wait: its weights' loads
+ * go out while that kernel runs; cuda_pdl.cuh); the same bits. Off by default until a device run times it. */
 static int pdl_on = -1;
 extern "C" void slcu_i8_pdl(int on) { pdl_on = on; }
 
