@@ -83,6 +83,11 @@ void cli_say_backend(const char *cmd, const sl_model *m, const sl_model_params *
 /* --record-routing FILE: the routing m recorded written to path (nothing when path is NULL), a line on stderr
  * saying so; 0, or 1 after printing why it failed. */
 int cli_write_routing(const char *cmd, sl_model *m, const char *path);
+/* --record-routing's FILE as cli_model_opt parsed it, or NULL. */
+const char *cli_routing_file(void);
+/* sl_model_close(m) (m may be NULL); when ok (the command succeeded) and --record-routing asked for it, the
+ * routing written first (cli_write_routing). 0, or 1 after printing why the trace could not be written. */
+int cli_close_model(const char *cmd, sl_model *m, int ok);
 /* Parses one model option (--cache, --resident, --io, --engine, --policy, --pin, --no-verify,
  * --threads, --io-depth) at argv[*i]; returns 1 and advances *i past its value if it was one. On a
  * bad value prints the error and sets *bad = 1. A valued option without its value is not one (0). */

@@ -370,7 +370,7 @@ int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0, feed = FEED_AUTO, warm = 1;
     uint64_t caches[16], seed = 42;
-    const char *rec = NULL; /* --record-routing FILE */
+    const char *rec; /* --record-routing FILE (cli_model_opt) */
     sl_model_params mp = cli_model_params();
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
@@ -392,9 +392,6 @@ int cmd_bench(int argc, char **argv) {
             else if (!strcmp(v, "model")) mp.routing = SL_ROUTING_MODEL;
             else if (!strncmp(v, "trace:", 6) && v[6]) mp.routing = SL_ROUTING_TRACE, mp.routing_trace = v + 6;
             else return cli_fail("bench", "--routing '%s' (model, uniform, trace:FILE)", v);
-        } else if (!strcmp(argv[i], "--record-routing") && more) {
-            rec = argv[++i];
-            mp.record_routing = 1;
         } else if (!strcmp(argv[i], "--decode") && more) {
             const char *v = argv[++i];
             if (!strcmp(v, "random")) feed = FEED_RANDOM;
@@ -409,6 +406,7 @@ int cmd_bench(int argc, char **argv) {
         } else return cli_bad_option("bench", argc, argv, i);
     }
     if (cli_model_path("bench", &path)) return 1;
+    rec = cli_routing_file();
     if (n_cache == 0) caches[n_cache++] = mp.cache_bytes;
     mp.routing_seed = seed;
     cJSON *arr = cJSON_CreateArray();
@@ -478,6 +476,6 @@ int cmd_profile(int argc, char **argv) {
 out:
     free(toks);
     sl_session_free(s);
-    sl_model_close(m);
+    if (cli_close_model("profile", m, !rc)) rc = 1;
     return rc;
 }

@@ -310,7 +310,7 @@ out:
     free(c.sys);
     sl_sampler_free(c.smp);
     sl_session_free(c.s);
-    sl_model_close(c.m);
+    if (cli_close_model("chat", c.m, !rc)) rc = 1;
     sl_tokenizer_free(c.tok);
     return rc;
 }

@@ -46,14 +46,11 @@ static int parse(int argc, char **argv, ppl_args *a) {
                 return cli_fail("perplexity", "--ctx: '%s' is not a window length (a whole number, at least 2)", argv[i]);
             a->ctx = (int)v;
         } else if (!strcmp(s, "--json")) a->json = 1;
-        else if (!strcmp(s, "--record-routing") && more) {
-            a->record = argv[++i];
-            a->mp.record_routing = 1;
-        }
         else return cli_bad_option("perplexity", argc, argv, i);
     }
     if (!a->file) return cli_fail("perplexity", "no text: pass -f FILE (see 'sluice perplexity --help')");
     if (cli_model_path("perplexity", &a->model)) return 1;
+    a->record = cli_routing_file();
     return 0;
 }
 

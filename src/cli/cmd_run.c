@@ -106,7 +106,7 @@ out:
     free(logits);
     free(toks);
     sl_session_free(s);
-    sl_model_close(m);
+    if (cli_close_model("run", m, !rc)) rc = 1;
     return rc;
 }
 
@@ -146,6 +146,6 @@ out:
     free(logits);
     free(toks);
     sl_session_free(s);
-    sl_model_close(m);
+    if (cli_close_model("logits", m, !rc)) rc = 1;
     return rc;
 }

@@ -242,6 +242,7 @@ int cmd_serve(int argc, char **argv) {
         i++;
     }
     if (!n_specs && cli_default_model("serve", &specs[n_specs++])) return 1;
+    if (n_specs > 1 && cli_routing_file()) return cli_fail("serve", "--record-routing records one model; %d are served", n_specs);
     p.api_key = key && *key ? key : NULL;
     p.log = print_line;
 
@@ -278,7 +279,7 @@ int cmd_serve(int argc, char **argv) {
 out:
     srv_server_free(srv);
     for (int i = 0; i < n_specs; i++) {
-        sl_model_close(opened[i]);
+        if (cli_close_model("serve", opened[i], !rc)) rc = 1;
         sl_tokenizer_free(toks[i]);
     }
     return rc;

@@ -306,7 +306,7 @@ out:
     free(ids);
     sl_sampler_free(smp);
     sl_session_free(s);
-    sl_model_close(m);
+    if (cli_close_model("run", m, !rc)) rc = 1;
     sl_tokenizer_free(tok);
     return rc;
 }

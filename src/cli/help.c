@@ -142,8 +142,6 @@ static const cli_opt bench_opts[] = {
                           "(about the cached fraction of the experts); trace:FILE: the choices of a real model "
                           "recorded by --record-routing, replayed row by row (layers and experts taken modulo "
                           "the model's where the shapes differ; the mapping is printed) (default: model)"},
-    {"--record-routing", "FILE", "write the experts every routed row chose (prompt and decode, warm-up included) "
-                                 "as a routing trace for --routing trace:FILE (default: none)"},
     {"--decode", "FEED", "what decode feeds: greedy (the argmax) or random token ids, as llama-bench does "
                          "(default: random on a synthetic model, greedy otherwise)"},
     {"--seed", "N", "seed of the prompt, the random decode ids and uniform routing (default: 42)"},
@@ -184,8 +182,6 @@ static const cli_opt perplexity_opts[] = {
     {"--ctx", "N", "window length in tokens, at most the model's context (default: 512)"},
     {"--json", NULL, "print one JSON object: ppl, bpb, nll, tokens (scored), bytes (of the scored tokens), "
                      "windows, ctx, file_tokens, seconds, tok_per_s (default: one line of text)"},
-    {"--record-routing", "FILE", "write the experts every routed row chose, window after window, as a routing "
-                                 "trace for 'sluice bench --routing trace:FILE' (default: none)"},
     END_OPTS,
 };
 

@@ -34,6 +34,9 @@ const cli_opt cli_model_opts[] = {
                            "only while the predictions prove at least 80% right)"},
     {"--no-verify", NULL, "skip the xxh3 checksum of each expert block read (default: every read is checked)"},
     {"--threads", "N", "compute threads (default: the number of online cores)"},
+    {"--record-routing", "FILE", "write the experts every routed row chose (prompt and generated tokens) as a "
+                                 "routing trace for 'sluice bench --routing trace:FILE', when the command ends; "
+                                 "the route is then computed on the host (default: none)"},
     {"--io-depth", "N", "expert reads in flight at most (default: 64)"},
     {"--exact", NULL, "q8/q4 weights multiply f32 activations, the reference arithmetic (default: activations "
                       "quantized to int8 per 32 values, as llama.cpp; docs/QUANT.md)"},
@@ -85,6 +88,17 @@ void cli_say_backend(const char *cmd, const sl_model *m, const sl_model_params *
         fprintf(stderr, "sluice %s: computing on the GPU (--cpu computes on the CPU)\n", cmd);
     else if (why[0]) /* a GPU is there but refused the model: the user expects it, so say why, terminal or not */
         fprintf(stderr, "sluice %s: computing on the CPU: the GPU cannot take this model: %s\n", cmd, why);
+}
+
+/* --record-routing's FILE (one command a process, one model it records) */
+static const char *routing_file;
+
+const char *cli_routing_file(void) { return routing_file; }
+
+int cli_close_model(const char *cmd, sl_model *m, int ok) {
+    const int bad = ok && cli_write_routing(cmd, m, routing_file);
+    sl_model_close(m);
+    return bad;
 }
 
 int cli_write_routing(const char *cmd, sl_model *m, const char *path) {
@@ -156,7 +170,10 @@ int cli_model_opt(int argc, char **argv, int *i, sl_model_params *p, const char 
         if (cli_num(cmd, s, v, &x)) { *bad = 1; return 1; }
         p->n_ctx = (int)x;
     } else if (!strcmp(s, "--pin")) p->pin_profile = v;
-    else if (!strcmp(s, "--threads") || !strcmp(s, "--io-depth")) {
+    else if (!strcmp(s, "--record-routing")) {
+        p->record_routing = 1;
+        routing_file = v;
+    } else if (!strcmp(s, "--threads") || !strcmp(s, "--io-depth")) {
         double x;
         if (cli_num(cmd, s, v, &x)) { *bad = 1; return 1; }
         *(!strcmp(s, "--threads") ? &p->n_threads : &p->io_depth) = (int)x;
