@@ -459,9 +459,11 @@ static void check_fused(void) {
         slcu_attn ap = {dq, (size_t)NH * 2 * HD, 2 * HD, 1, dn, dn + row, 2 * row, dk, dv, cap, 1, pos0, NH, 2, HD,
                         0, NULL, 0.088f, dy, NH * HD, 0};
         slcu_act_bind(&a1, b1, 1, NH * HD, msg, sizeof msg), slcu_act_bind(&a2, b2, 1, NH * HD, msg, sizeof msg);
+        slcu_attn_force(2); /* the decode kernel (not cuda_flash.cu's f32 order) */
         CK(slcu_attention_q(&ap, &a1, msg, sizeof msg) == 1, "attention_q did not quantise: %s", msg);
         ap.out = dy2;
         CK(!slcu_attention(&ap, msg, sizeof msg) && !slcu_act_quantize(&a2, dy2, NH * HD, msg, sizeof msg), "%s", msg);
+        slcu_attn_force(0);
         h1 = dl(dy, NH * HD), h2 = dl(dy2, NH * HD);
         CK(!memcmp(h1, h2, NH * HD * 4) && same_act(&a1, &a2), "attention + int8 form differs from attention, then quantisation");
         free(h1), free(h2);

@@ -982,7 +982,7 @@ be_backend *be_cuda_new(pool_t *pool) {
      * kernels of cuda.h slcu_decode_kernels, the wait after every block, and the two below). The joined ops (a
      * norm's int8 form, the held add / combine / q-k norms) are on unless SLUICE_CUDA_NQ=0; the recorded steps
      * are opt-in, SLUICE_CUDA_GRAPH=1 (slower on the H100 at depth 512: docs/CUDA.md); f16 KV caches
-     * (cuda_flash.cu) too, SLUICE_CUDA_KV16=1, until a device run proves them. */
+     * (cuda_flash.cu) are taken unless SLUICE_CUDA_KV16=0. */
     const char *g = getenv("SLUICE_CUDA_DECODE");
     slcu_decode_kernels = !(g && !strcmp(g, "0"));
     if (slcu_decode_kernels && (g = getenv("SLUICE_CUDA_GRAPH")) && !strcmp(g, "1")) c->gr = slcb_graphs_new();
@@ -991,7 +991,7 @@ be_backend *be_cuda_new(pool_t *pool) {
     /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
-    be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "1") ? 1u << SL_KV_F16 : 0);
+    be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "0") ? 0 : 1u << SL_KV_F16);
     return be;
 }
 

@@ -244,8 +244,8 @@ int slcu_attention_prefill(const slcu_attn *a, char *msg, size_t msglen);
  * file's head comment): the same bits per (token, head) in its prefill and decode kernels, whatever the batch.
  * pd / max_keys: a recorded step's position on the device and bound on its keys (NULL, 0: none). 0 or -1. */
 int slcu_attention_f16(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen);
-/* The same chunks and fold over an f32 cache in f32 SIMT arithmetic (head_dim <= 256); slcu_attention takes it with
- * SLUICE_CUDA_FA32=1 (the default keeps k_attention's order until a device run proves this one). */
+/* The same chunks and fold over an f32 cache in f32 SIMT arithmetic (head_dim <= 256); slcu_attention takes it
+ * unless SLUICE_CUDA_FA32=0 (k_attention's order) or slcu_attn_force names a kernel. */
 int slcu_attention_f32(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen);
 /* Tests, both types: 0 automatic (up to 8 tokens the decode pair, more the prefill kernel), 1 always the prefill
  * kernel, 2 always the decode pair (SLUICE_CUDA_FLASH_MODE sets it too). */

@@ -684,7 +684,7 @@ __global__ void __launch_bounds__(AD_THREADS) k_attn_dec(slcu_attn p, bool fused
 }
 
 static int attn_smem_max, dec_smem_max, attn_force;
-static int fa32_on = -1; /* SLUICE_CUDA_FA32=1: f32 caches take cuda_flash.cu's chunked order (opt-in until a device run) */
+static int fa32_on = -1; /* f32 caches take cuda_flash.cu's chunked order unless SLUICE_CUDA_FA32=0 (k_attention's) */
 
 extern "C" void slcu_attn_force(int kernel) { attn_force = kernel; }
 
@@ -699,8 +699,8 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
     const int last = a->pos0 + a->n - 1, maxk = a->window > 0 && a->window < last + 1 ? a->window : last + 1;
     if (maxk > a->cap || (a->window > 0 && a->n > a->cap - a->window + 1))
         return bad(msg, msglen, "attention: the cache has fewer rows than the positions need");
-    if (fa32_on < 0) fa32_on = getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '1';
-    if (a->f16 || (fa32_on && a->hd <= 256)) { /* cuda_flash.cu: its own order; no int8 form of the output */
+    if (fa32_on < 0) fa32_on = !(getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '0');
+    if (a->f16 || (fa32_on && !attn_force && a->hd <= 256)) { /* attn_force: tests of the kernels below */ /* cuda_flash.cu: its own order; no int8 form of the output */
         if (step_pos && (a->n != 1 || !a->k || step_keys < maxk))
             return bad(msg, msglen, "attention: a recorded step has one token appending its row");
         return (a->f16 ? slcu_attention_f16 : slcu_attention_f32)(a, step_pos, step_keys, msg, msglen) < 0 ? -1 : 0;
