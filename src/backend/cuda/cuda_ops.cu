@@ -700,7 +700,7 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
     if (maxk > a->cap || (a->window > 0 && a->n > a->cap - a->window + 1))
         return bad(msg, msglen, "attention: the cache has fewer rows than the positions need");
     if (fa32_on < 0) fa32_on = !(getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '0');
-    if (a->f16 || (fa32_on && !attn_force && a->hd <= 256)) { /* attn_force: tests of the kernels below */ /* cuda_flash.cu: its own order; no int8 form of the output */
+    if (a->f16 || (fa32_on && !attn_force && a->hd <= 256)) { /* cuda_flash.cu: its own order, no int8 form of the output (attn_force: tests of the kernels below) */
         if (step_pos && (a->n != 1 || !a->k || step_keys < maxk))
             return bad(msg, msglen, "attention: a recorded step has one token appending its row");
         return (a->f16 ? slcu_attention_f16 : slcu_attention_f32)(a, step_pos, step_keys, msg, msglen) < 0 ? -1 : 0;
