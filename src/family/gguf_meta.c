@@ -301,11 +301,11 @@ static void common_fields(meta *x, const arch_desc *a, arch_gguf_common *g) {
         fail(x, SL_EUNSUPPORTED, "rope scaling '%s' is not supported (only none and yarn)", rt);
         return;
     }
-    double gating = ggm_num(x, "expert_gating_func", 0, 0, NULL); /* 1 softmax, 2 sigmoid */
-    int sigmoid = a->router == SL_ROUTER_SIGMOID_GROUP;
-    if (gating != 0 && gating != (sigmoid ? 2 : 1)) {
+    double gating = ggm_num(x, "expert_gating_func", 0, 0, NULL); /* 1 softmax, 2 sigmoid, 4 sqrt(softplus) */
+    const int want = a->router == SL_ROUTER_SIGMOID_GROUP ? 2 : a->router == SL_ROUTER_SQRTSOFTPLUS ? 4 : 1;
+    if (gating != 0 && gating != want) {
         fail(x, SL_EUNSUPPORTED, "'%s.expert_gating_func' is %g; %s routes with %s", x->arch, gating, a->name,
-             sigmoid ? "a sigmoid (2)" : "a softmax (1)");
+             want == 2 ? "a sigmoid (2)" : want == 4 ? "sqrt(softplus) (4)" : "a softmax (1)");
         return;
     }
     cJSON_AddStringToObject(c, "model_type", a->hf_types[0]);

@@ -23,7 +23,7 @@
 /* ggml tensor types (ggml_type in llama.cpp's ggml/include/ggml.h; gguf-py GGMLQuantizationType). */
 enum {
     GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8, GGML_Q4_K = 12, GGML_Q5_K = 13,
-    GGML_Q6_K = 14, GGML_BF16 = 30, GGML_MXFP4 = 39,
+    GGML_Q6_K = 14, GGML_I32 = 26, GGML_BF16 = 30, GGML_MXFP4 = 39,
 };
 
 /* Parses one file (header, metadata, tensor infos) and checks every tensor's range against the file. */

@@ -169,6 +169,11 @@ static sl_status gguf_add(hf_ckpt *ck, const arch_desc *a, int fi, const gguf_te
         t->pub.shape[0] = g->ne[2];
         t->pub.shape[1] = g->ne[0];
     }
+    if (g->type == GGML_I32 && d->kind == AK_VEC) { /* integer ids (DeepSeek-V4's tid2eid): read as hf.c reads I32 */
+        t->ints = 4;
+        t->pub.src_dtype = DT_F32;
+        return SL_OK;
+    }
     if (gguf_src_dtype(t, g->type, d->kind)) return gguf_type_err(f, g, err);
     return SL_OK;
 }

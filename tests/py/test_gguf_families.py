@@ -39,7 +39,7 @@ def read_safetensors(d):
             if k == "__metadata__":
                 continue
             a, b = v["data_offsets"]
-            dt = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "U8": np.uint8}[v["dtype"]]
+            dt = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "U8": np.uint8, "I64": np.int64}[v["dtype"]]
             out[k] = (np.frombuffer(raw[8 + n + a:8 + n + b], dtype=dt).reshape(v["shape"]), v["dtype"])
     return out
 

@@ -1,8 +1,10 @@
 """GGUF import of issue 26's families: lfm2_moe (llama.cpp lfm2moe), gemma4 (gemma4), llama4 (llama4),
-granitemoehybrid (granitehybrid), kimi_linear (kimi-linear), mimo_v2_flash (mimo2), bailing_hybrid (bailingmoe3).
+granitemoehybrid (granitehybrid), kimi_linear (kimi-linear), mimo_v2_flash (mimo2), bailing_hybrid (bailingmoe3),
+deepseek_v4 (deepseek4).
 Each fixture of tests/data is written at test time as a GGUF the way llama.cpp's convert_hf_to_gguf.py --outtype
 f32 writes it (conversion/lfm2.py LFM2MoeModel, gemma.py Gemma4Model, llama.py Llama4Model, granite.py
-GraniteHybridModel, kimi_linear.py KimiLinearModel, mimo.py MimoV2Model, bailingmoe3.py BailingMoeV3Model; base.py
+GraniteHybridModel, kimi_linear.py KimiLinearModel, mimo.py MimoV2Model, bailingmoe3.py BailingMoeV3Model,
+deepseek.py DeepseekV4Model; base.py
 TextModel's keys), with gguf-py's own names (gguf.get_tensor_name_map) and writer: the converter imports torch and
 transformers, which CI does not install. test_writer_mirrors_llama_cpp_converter checks this writer against the
 converter itself where both are at hand (SLUICE_LLAMA_CPP: a llama.cpp source tree; SLUICE_LLAMA_CPP_PYTHON: a
@@ -32,9 +34,9 @@ from test_gguf_families import add_typed, hf_tensors, stays_f32, text_cfg  # noq
 DATA = os.path.join(ROOT, "tests/data")
 ARCH = {"lfm2_moe": gguf.MODEL_ARCH.LFM2MOE, "gemma4": gguf.MODEL_ARCH.GEMMA4, "llama4": gguf.MODEL_ARCH.LLAMA4,
         "granitemoehybrid": gguf.MODEL_ARCH.GRANITE_HYBRID, "kimi_linear": gguf.MODEL_ARCH.KIMI_LINEAR,
-        "mimo_v2_flash": gguf.MODEL_ARCH.MIMO2, "bailing_hybrid": None}
+        "mimo_v2_flash": gguf.MODEL_ARCH.MIMO2, "bailing_hybrid": None, "deepseek_v4": None}
 # architectures the gguf-py of CI (build/venv) predates: named here, tensors named by hand (BAILING_NAMES)
-ARCH_NAME = {"bailing_hybrid": "bailingmoe3"}
+ARCH_NAME = {"bailing_hybrid": "bailingmoe3", "deepseek_v4": "deepseek4"}
 # config.json changes that make the safetensors checkpoint mean what llama.cpp's file of it means
 # (Llama 4: llama.cpp's graph fixes chunks of 8192, NoPE every fourth layer, temperature floor 8192,
 # src/models/llama4.cpp)
@@ -50,7 +52,7 @@ MEANS = {"lfm2_moe": {"routed_scaling_factor": 1.0},
 # model than the tiny byte-level one: tests/py/test_tokenizer_spm.py; Kimi Linear's kimi-k2, tiktoken ranks without
 # merges, sluice does not read)
 PRE = {"lfm2_moe": "lfm2", "gemma4": None, "llama4": "llama4", "granitemoehybrid": "gpt-2", "kimi_linear": None,
-       "mimo_v2_flash": "qwen2", "bailing_hybrid": "gpt-2"}
+       "mimo_v2_flash": "qwen2", "bailing_hybrid": "gpt-2", "deepseek_v4": "deepseek-v3"}
 # the converter reads a release's layer_types (mamba / attention), not transformers 5.25's (the fixture's
 # linear_attention / full_attention: it would take every layer for Mamba2); its copy of the fixture gets the release's
 # (Kimi Linear: the converter reads the release's linear_attn_config, first_k_dense_replace and
@@ -516,12 +518,107 @@ def meta_bailing_hybrid(cfg, w):
     w.add_nextn_predict_layers(NEXTN["bailing_hybrid"])
 
 
+# llama.cpp gguf-py's DEEPSEEK4 names of the release's tensors (conversion/deepseek.py _map_dsv4_tensor_name; the
+# fixture's attn.norm is the release's attn.kv_norm), relative to blk.N. or global
+DSV4_NAMES = {"attn.attn_sink": "attn_sinks", "attn.wq_a.weight": "attn_q_a", "attn.wq_b.weight": "attn_q_b",
+              "attn.q_norm.weight": "attn_q_a_norm", "attn.wkv.weight": "attn_kv", "attn.norm.weight": "attn_kv_a_norm",
+              "attn.wo_a.weight": "attn_output_a", "attn.wo_b.weight": "attn_output_b",
+              "attn.compressor.ape": "attn_compressor_ape", "attn.compressor.wkv.weight": "attn_compressor_kv",
+              "attn.compressor.wgate.weight": "attn_compressor_gate", "attn.compressor.norm.weight": "attn_compressor_norm",
+              "attn.indexer.wq_b.weight": "indexer.attn_q_b", "attn.indexer.weights_proj.weight": "indexer.proj",
+              "attn.indexer.compressor.ape": "indexer_compressor_ape",
+              "attn.indexer.compressor.wkv.weight": "indexer_compressor_kv",
+              "attn.indexer.compressor.wgate.weight": "indexer_compressor_gate",
+              "attn.indexer.compressor.norm.weight": "indexer_compressor_norm", "attn_norm.weight": "attn_norm",
+              "ffn_norm.weight": "ffn_norm", "ffn.gate.weight": "ffn_gate_inp", "ffn.gate.tid2eid": "ffn_gate_tid2eid",
+              "ffn.shared_experts.w1.weight": "ffn_gate_shexp", "ffn.shared_experts.w2.weight": "ffn_down_shexp",
+              "ffn.shared_experts.w3.weight": "ffn_up_shexp", "hc_attn_fn": "hc_attn_fn", "hc_attn_base": "hc_attn_base",
+              "hc_attn_scale": "hc_attn_scale", "hc_ffn_fn": "hc_ffn_fn", "hc_ffn_base": "hc_ffn_base",
+              "hc_ffn_scale": "hc_ffn_scale", "embed_tokens.weight": "token_embd", "norm.weight": "output_norm",
+              "hc_head.hc_fn": "output_hc_fn", "hc_head.hc_base": "output_hc_base", "hc_head.hc_scale": "output_hc_scale"}
+DSV4_EXPERTS = {"w1": "ffn_gate_exps", "w2": "ffn_down_exps", "w3": "ffn_up_exps"}
+
+
+def convert_deepseek_v4(cfg, hf, tmap):
+    """DeepseekV4Model.modify_tensors / generate_extra_tensors: the release's names mapped, gate.bias of hash layers
+    dropped (unused), tid2eid as I32, the routed experts stacked per layer (the converter repacks the release's FP4
+    experts to MXFP4; the fixture's are bf16: stacked as they are)"""
+    def key_of(k):
+        p = k.split(".")
+        return (int(p[2]), int(p[5]), p[6]) if ".ffn.experts." in k else None
+    stacked, rest = stack_experts(hf, key_of, cfg["n_routed_experts"])
+    out, hash_layers = [], cfg["mlp_layer_types"].count("hash_moe")
+    for k, a in rest:
+        k = k.removeprefix("model.")
+        if not k.startswith("layers."):
+            out.append((DSV4_NAMES[k] + ".weight", a))
+            continue
+        bid, rel = int(k.split(".")[1]), k.split(".", 2)[2]
+        if rel == "ffn.gate.bias":
+            if bid >= hash_layers:
+                out.append((f"blk.{bid}.exp_probs_b.bias", a))
+            continue
+        out.append((f"blk.{bid}.{DSV4_NAMES[rel]}.weight", a.astype(np.int32) if rel.endswith("tid2eid") else a))
+    for (l, part), a in stacked.items():
+        out.append((f"blk.{l}.{DSV4_EXPERTS[part]}.weight", a))
+    return out
+
+
+def meta_deepseek_v4(cfg, w):
+    """TextModel's keys (the release's rope_scaling: the compressed branches' YaRN) and DeepseekV4Model's; the layer
+    kinds as the release's compress_ratios (0 sliding, CSA's rate, HCA's rate), its hash layers num_hash_layers"""
+    L, rates, cp = cfg["num_hidden_layers"], cfg["compress_rates"], cfg["rope_parameters"]["compress"]
+    ratio = {"sliding_attention": 0, "compressed_sparse_attention": rates["compressed_sparse_attention"],
+             "heavily_compressed_attention": rates["heavily_compressed_attention"]}
+    w.add_block_count(L)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_uint32("deepseek4.expert_gating_func", 4)  # ExpertGatingFuncType.SQRTSOFTPLUS
+    w.add_string("deepseek4.rope.scaling.type", "yarn")
+    w.add_float32("deepseek4.rope.scaling.factor", cp["factor"])
+    w.add_uint32("deepseek4.rope.scaling.original_context_length", cp["original_max_position_embeddings"])
+    w.add_float32("deepseek4.rope.scaling.yarn_beta_fast", cp["beta_fast"])
+    w.add_float32("deepseek4.rope.scaling.yarn_beta_slow", cp["beta_slow"])
+    w.add_vocab_size(cfg["vocab_size"])
+    w.add_rope_dimension_count(cfg["qk_rope_head_dim"])
+    w.add_q_lora_rank(cfg["q_lora_rank"])
+    w.add_sliding_window(cfg["sliding_window"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_shared_count(cfg["n_shared_experts"])
+    w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+    w.add_expert_weights_norm(cfg["norm_topk_prob"])
+    w.add_array("deepseek4.swiglu_clamp_exp", [cfg["swiglu_limit"]] * L)
+    w.add_array("deepseek4.swiglu_clamp_shexp", [cfg["swiglu_limit"]] * L)
+    w.add_uint32("deepseek4.attention.indexer.head_count", cfg["index_n_heads"])
+    w.add_uint32("deepseek4.attention.indexer.key_length", cfg["index_head_dim"])
+    w.add_uint32("deepseek4.attention.indexer.top_k", cfg["index_topk"])
+    w.add_uint32("deepseek4.attention.output_group_count", cfg["o_groups"])
+    w.add_uint32("deepseek4.attention.output_lora_rank", cfg["o_lora_rank"])
+    w.add_array("deepseek4.attention.compress_ratios", [ratio[t] for t in cfg["layer_types"]])
+    w.add_float32("deepseek4.attention.compress_rope_freq_base", cfg["compress_rope_theta"])
+    w.add_uint32("deepseek4.hyper_connection.count", cfg["hc_mult"])
+    w.add_uint32("deepseek4.hyper_connection.sinkhorn_iterations", cfg["hc_sinkhorn_iters"])
+    w.add_float32("deepseek4.hyper_connection.epsilon", cfg["hc_eps"])
+    w.add_uint32("deepseek4.hash_layer_count", cfg["mlp_layer_types"].count("hash_moe"))
+    w.add_uint32("deepseek4.embedding_length_out", cfg["hidden_size"] * cfg["hc_mult"])
+
+
 CONVERT = {"lfm2_moe": convert_lfm2_moe, "gemma4": convert_gemma4, "llama4": convert_llama4,
            "granitemoehybrid": convert_granitemoehybrid, "kimi_linear": convert_kimi_linear,
-           "mimo_v2_flash": convert_mimo_v2_flash, "bailing_hybrid": convert_bailing_hybrid}
+           "mimo_v2_flash": convert_mimo_v2_flash, "bailing_hybrid": convert_bailing_hybrid,
+           "deepseek_v4": convert_deepseek_v4}
 META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4,
         "granitemoehybrid": meta_granitemoehybrid, "kimi_linear": meta_kimi_linear,
-        "mimo_v2_flash": meta_mimo_v2_flash, "bailing_hybrid": meta_bailing_hybrid}
+        "mimo_v2_flash": meta_mimo_v2_flash, "bailing_hybrid": meta_bailing_hybrid, "deepseek_v4": meta_deepseek_v4}
 
 
 def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False, keys=None):
@@ -543,9 +640,12 @@ def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=Fa
         gguf_tokenizer_writer(os.path.join(DATA, "tiny_tokenizer"), PRE[family])(w)
     for name, a in tensors:
         assert name, family
-        a = np.ascontiguousarray(a, dtype=np.float32)
         if name in drop:
             continue
+        if a.dtype == np.int32:  # DeepSeek-V4's tid2eid
+            w.add_tensor(name, a)
+            continue
+        a = np.ascontiguousarray(a, dtype=np.float32)
         keep = not q8 or stays_f32(name, a) or ".shortconv.conv" in name or name.endswith(".scale")
         add_typed(w, name, a, QT.F32 if keep else QT.Q8_0, dequant)
     finish(w)
@@ -693,6 +793,21 @@ def test_bailing_hybrid_unsafe_gate_refused(tmp_path):
     g = str(tmp_path / "m.gguf")
     write("bailing_hybrid", g, keys=lambda w: w.add_bool("bailingmoe3.kda.safe_gate", False))
     pack_fails(tmp_path, g, "'bailingmoe3.kda.safe_gate' is false")
+
+
+def test_deepseek_v4_bad_gguf(tmp_path):
+    """What sluice's DeepSeek-V4 cannot be is a clear error: two HCA rates (one hca_rate), limits that differ by layer
+    (one swiglu_limit), another router, a hash layer without its tid2eid table."""
+    from test_gguf import pack_fails
+    g = str(tmp_path / "m.gguf")
+    write("deepseek_v4", g, keys=lambda w: w.add_array("deepseek4.attention.compress_ratios", [8, 4, 16]))
+    pack_fails(tmp_path, g, "'deepseek4.attention.compress_ratios'[2] = 16: sluice takes 0, 4 (CSA) and one other")
+    write("deepseek_v4", g, keys=lambda w: w.add_array("deepseek4.swiglu_clamp_exp", [1.0, 2.0, 1.0]))
+    pack_fails(tmp_path, g, "'deepseek4.swiglu_clamp_exp' / '_shexp' differ between layers or experts (layer 1")
+    write("deepseek_v4", g, keys=lambda w: w.add_uint32("deepseek4.expert_gating_func", 2))
+    pack_fails(tmp_path, g, "'deepseek4.expert_gating_func' is 2; deepseek_v4 routes with sqrt(softplus) (4)")
+    write("deepseek_v4", g, drop=("blk.0.ffn_gate_tid2eid.weight",))
+    pack_fails(tmp_path, g, "layers.0.mlp.gate.tid2eid")
 
 
 def rename_safetensors(path, pat, rep):
