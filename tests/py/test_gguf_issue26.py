@@ -68,14 +68,25 @@ RELEASE = {"granitemoehybrid": {"layer_types": ["mamba", "attention"]},
                              "swa_v_head_dim": 8, "swa_num_key_value_heads": 2, "topk_method": "noaux_tc",
                              "scoring_func": "sigmoid", "layernorm_epsilon": 1e-5, "partial_rotary_factor": 0.5,
                              "rope_theta": 5000000.0, "swa_rope_theta": 10000.0, "rope_parameters": None}}
+RELEASE["deepseek_v4"] = {"compress_ratios": [0, 4, 8], "num_hash_layers": 1,
+                          "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                           "beta_fast": 32.0, "beta_slow": 1.0}}
 RAW_CONFIG = {"mimo_v2_flash"}
 # llama.cpp's converter takes a layer for full attention at every layer_group_size-th and at the tail past the last
 # whole group (BailingMoeV3Model.is_full_attention): the fixture's [KDA, MLA, KDA] is no such pattern, and the
 # converter refuses a KDA tensor on what it takes for a full layer. This writer puts the fixture's own kinds in
 # head_count_kv, which llama.cpp's graph reads per layer; the converter is not run on it.
 NO_CONVERTER = {"bailing_hybrid"}
+# DeepseekV4Model.tensor_force_quant keeps a bf16 matrix BF16 whatever --outtype says (its routed experts are MXFP4 from
+# the release's FP4; the fixture's are bf16, which the converter cannot repack: DSV4_PATCH stacks them as F32)
+BF16_MATRICES = {"deepseek_v4"}
 NEXTN = {"mimo_v2_flash": 3, "bailing_hybrid": 1}  # MimoV2Model._n_nextn: the release's MTP blocks, counted in block_count
-RELEASE_NAMES = {"kimi_linear": (re.compile(r"block_sparse_moe\.(gate|up|down)_proj"), r"mlp.\1_proj")}
+RELEASE_NAMES = {"kimi_linear": (re.compile(r"block_sparse_moe\.(gate|up|down)_proj"), r"mlp.\1_proj"),
+                 # DeepSeek-V4: the release's names (no model. prefix, embed, hc_head_*, attn.kv_norm), which the
+                 # converter maps; transformers 5.25 saves the fixture's
+                 "deepseek_v4": (re.compile(r"^model\.(.*)$"), lambda m: re.sub(
+                     r"\.attn\.norm\.", ".attn.kv_norm.",
+                     m.group(1).replace("embed_tokens.", "embed.").replace("hc_head.hc_", "hc_head_")))}
 FAMILIES = list(ARCH)
 
 
@@ -588,7 +599,6 @@ def meta_deepseek_v4(cfg, w):
     w.add_uint32("deepseek4.rope.scaling.original_context_length", cp["original_max_position_embeddings"])
     w.add_float32("deepseek4.rope.scaling.yarn_beta_fast", cp["beta_fast"])
     w.add_float32("deepseek4.rope.scaling.yarn_beta_slow", cp["beta_slow"])
-    w.add_vocab_size(cfg["vocab_size"])
     w.add_rope_dimension_count(cfg["qk_rope_head_dim"])
     w.add_q_lora_rank(cfg["q_lora_rank"])
     w.add_sliding_window(cfg["sliding_window"])
@@ -647,7 +657,8 @@ def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=Fa
             continue
         a = np.ascontiguousarray(a, dtype=np.float32)
         keep = not q8 or stays_f32(name, a) or ".shortconv.conv" in name or name.endswith(".scale")
-        add_typed(w, name, a, QT.F32 if keep else QT.Q8_0, dequant)
+        bf16 = family in BF16_MATRICES and not q8 and a.ndim >= 2 and not name.endswith("_exps.weight")
+        add_typed(w, name, a, QT.BF16 if bf16 else QT.F32 if keep else QT.Q8_0, dequant)
     finish(w)
     return tensors
 
@@ -820,6 +831,18 @@ def rename_safetensors(path, pat, rep):
     open(path, "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
 
 
+# the release's FP4 experts are repacked to MXFP4 (DeepseekV4Model._write_mxfp4_expert_tensor, which needs their
+# .scale); the fixture's bf16 experts are stacked per layer as F32 instead, under the same names
+DSV4_PATCH = """
+def _dsv4_stack(self, bid, proj, key):
+    names = [f"layers.{bid}.ffn.experts.{e}.{proj}.weight" for e in range(self.hparams["n_routed_experts"])]
+    data = cb.torch.stack([cb.LazyTorchTensor.to_eager(self.model_tensors[n]()) for n in names]).float().numpy()
+    self.gguf_writer.add_tensor(self.format_tensor_name(key, bid), data)
+    return names
+cd.DeepseekV4Model._write_mxfp4_expert_tensor = _dsv4_stack
+"""
+
+
 def converter_gguf(lc, family, out, tmp):
     """llama.cpp's own convert_hf_to_gguf.py --outtype f32 on the fixture and the tiny tokenizer (its hash names no
     released tokenizer: get_vocab_base_pre answers the family's name)"""
@@ -840,6 +863,7 @@ def converter_gguf(lc, family, out, tmp):
             "cb.TextModel.set_vocab = cb.TextModel.set_vocab if %r else (lambda self: None); "
             "import conversion.gemma as cg; cg.Gemma4Model.set_vocab = cb.TextModel.set_vocab; "
             "import conversion.kimi_linear as ck; ck.KimiLinearModel.set_vocab = cb.TextModel.set_vocab; "
+            "import conversion.deepseek as cd; cd.DeepseekV4Model.set_vocab = cb.TextModel.set_vocab\n" + DSV4_PATCH +
             "import json; cb.ModelBase.load_hparams = staticmethod(lambda d, m: json.load(open(d / 'config.json'))) "
             "if %r else cb.ModelBase.load_hparams; "
             "sys.argv = ['convert_hf_to_gguf.py', %r, '--outtype', 'f32', '--outfile', %r]; "
