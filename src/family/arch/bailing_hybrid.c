@@ -27,41 +27,23 @@
 
 #include "family/arch/common.h"
 
-static int lin_kind(const char *s) {
-    return !strcmp(s, "linear_attention") ? 1 : !strcmp(s, "full_attention") ? 0 : -1;
-}
-static int mlp_kind(const char *s) { return !strcmp(s, "sparse") ? 1 : !strcmp(s, "dense") ? 0 : -1; }
-
-/* layer_types, else full attention at every layer_group_size-th (6); mlp_layer_types, else the first
- * first_k_dense_replace (2) dense; the per-layer SwiGLU limits (absent: 0, none). */
+/* layer_types, else full attention at every layer_group_size-th (6); the per-layer SwiGLU limits (absent: 0, none) */
 static void layer_kinds(hfc *c, fam_config *o) {
     const int n = o->n_layers;
-    if (!hfc_strs(c, "layer_types", n, o->layer_linear, lin_kind)) {
+    if (!arch_kda_layer_types(c, o)) {
         const int g = hfc_int(c, "layer_group_size", 0, 6);
         if (g < 1) hfc_fail(c, SL_ECONFIG, "layer_group_size must be positive");
         for (int l = 0; g >= 1 && l < n; l++) o->layer_linear[l] = (l + 1) % g != 0;
     }
-    if (!hfc_strs(c, "mlp_layer_types", n, o->layer_moe, mlp_kind)) {
-        const int fd = hfc_int(c, "first_k_dense_replace", 0, 2);
-        for (int l = 0; l < n; l++) o->layer_moe[l] = l >= fd;
-    }
-    for (int l = 0; l < n; l++)
-        if (!o->layer_moe[l]) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
     if (!hfc_nums(c, "expert_swiglu_limit_list", n, o->layer_clip)) hfc_nums(c, "swiglu_limits", n, o->layer_clip);
     if (!hfc_nums(c, "share_expert_swiglu_limit_list", n, o->layer_sh_clip))
         hfc_nums(c, "swiglu_limits_shared", n, o->layer_sh_clip);
 }
 
+/* Kimi's release keys for the MoE (arch_kda_moe_config: 8 groups, top 4, scale 2.5, the first 2 layers dense) */
 static void config(hfc *c, fam_config *o) {
     if (hfc_has(c, "model_max_length")) o->max_pos = hfc_int(c, "model_max_length", 0, o->max_pos);
-    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
-    const int ns = hfc_has(c, "num_shared_experts") ? hfc_int(c, "num_shared_experts", 0, 1)
-                                                    : hfc_int(c, "n_shared_experts", 0, 1);
-    o->shared_inter = hfc_product(c, "num_shared_experts", ns, o->moe_inter);
-    o->norm_topk = hfc_has(c, "moe_renormalize") ? hfc_bool(c, "moe_renormalize", 1) : hfc_bool(c, "norm_topk_prob", 1);
-    o->n_group = hfc_has(c, "num_expert_group") ? hfc_int(c, "num_expert_group", 0, 8) : hfc_int(c, "n_group", 0, 8);
-    o->topk_group = hfc_int(c, "topk_group", 0, 4);
-    o->routed_scale = hfc_num(c, "routed_scaling_factor", 2.5, NULL);
+    arch_kda_moe_config(c, o, 8, 4, 2.5, 2);
     /* KDA: as many key as value heads, config.json's head_dim each (read before MLA's dims replace head_dim) */
     o->kda = 1;
     o->lin_nk = o->lin_nv = o->n_heads;
@@ -76,9 +58,6 @@ static void config(hfc *c, fam_config *o) {
     o->rope_interleave = 1; /* apply_rotary_pos_emb_interleave, whatever config.json says */
     o->attn_head_gate = 1;
     layer_kinds(c, o);
-    if (!cfg_groups_ok(o))
-        hfc_fail(c, SL_ECONFIG, "num_expert_group %d, topk_group %d do not fit %d experts, %d per token", o->n_group,
-                 o->topk_group, o->n_experts, o->n_experts_used);
 }
 
 /* a KDA tensor and its llama.cpp bailingmoe3 name (conversion/bailingmoe3.py: f_proj as ssm_f_a, g_proj as ssm_g_a) */

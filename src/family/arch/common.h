@@ -117,9 +117,21 @@ void arch_group_moe_gguf_config(ggm *m, arch_gguf_common *g);
  * on adjacent pairs), the GGUF keys (llama.cpp deepseek2) with DeepSeek-V3's MoE keys, and kv_b_proj from attn_k_b
  * and attn_v_b (an f32 hook of arch_gguf_xf) */
 void arch_mla_config(hfc *c, fam_config *o);
+/* its dimensions alone (Kimi Linear's and LongCat-Flash's MLA read them so): q_lora_rank (required when
+ * q_lora_required, else 0 where absent or null), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, and
+ * head_dim the query / key width nope + rope */
+void arch_mla_dims(hfc *c, fam_config *o, int q_lora_required);
 void arch_mla_shape(fam_config *c, int q_lora, int kv_lora, int nope, int rope, int v);
 void arch_mla_gguf_config(ggm *m, arch_gguf_common *g);
 int64_t arch_mla_kv_b(const fam_config *c, const float *src, float *dst);
+/* The KDA families' config keys (kimi_linear.c; bailing_hybrid.c reads Kimi's): layer_types' linear_attention /
+ * full_attention into layer_linear (1 when read, 0 when absent); the MoE of their releases' keys beside transformers'
+ * (num_shared_experts else n_shared_experts shared experts of moe_intermediate_size, moe_renormalize else
+ * norm_topk_prob, num_expert_group else n_group (both groups_def) with topk_group (topk_def),
+ * routed_scaling_factor (scale_def), checked to fit the experts), the MoE layers from mlp_layer_types (sparse /
+ * dense) else after the first first_k_dense_replace (dense_def), the dense ones of intermediate_size. */
+int arch_kda_layer_types(hfc *c, fam_config *o);
+void arch_kda_moe_config(hfc *c, fam_config *o, int groups_def, int topk_def, double scale_def, int dense_def);
 /* The KDA families' GGUF (kimi_linear.c; bailing_hybrid.c): layer_types from attention.head_count_kv, 0 for a KDA
  * layer (llama.cpp's kimi-linear and bailingmoe3 mark them so) */
 void arch_kda_gguf_layers(ggm *m, arch_gguf_common *g);

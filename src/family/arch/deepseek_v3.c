@@ -49,12 +49,18 @@ void arch_group_moe_config(hfc *c, fam_config *o, int first_dense_default) {
 
 /* MLA's fields (DeepseekV3Attention; DeepSeek-V3.2 and GLM-5 share them). q_lora_rank null (or absent): one q_proj
  * (DeepSeek-V2-Lite's layout). */
-void arch_mla_config(hfc *c, fam_config *o) {
-    o->q_lora = hfc_has(c, "q_lora_rank") ? hfc_int(c, "q_lora_rank", 1, 0) : 0;
+void arch_mla_dims(hfc *c, fam_config *o, int q_lora_required) {
+    o->q_lora = q_lora_required || hfc_has(c, "q_lora_rank") ? hfc_int(c, "q_lora_rank", 1, 0) : 0;
     o->kv_lora = hfc_int(c, "kv_lora_rank", 1, 0);
     o->qk_nope = hfc_int(c, "qk_nope_head_dim", 1, 0);
     o->rot_dim = hfc_int(c, "qk_rope_head_dim", 1, 0);
     o->v_head_dim = hfc_int(c, "v_head_dim", 1, 0);
+    /* config.json's head_dim (transformers writes qk_rope_head_dim there) is not the query/key width */
+    o->head_dim = o->qk_nope + o->rot_dim;
+}
+
+void arch_mla_config(hfc *c, fam_config *o) {
+    arch_mla_dims(c, o, 0);
     o->rope_interleave = hfc_bool(c, "rope_interleave", 1);
     if (o->n_kv_heads != o->n_heads) /* transformers' repeat_kv would multiply the per-head keys */
         hfc_fail(c, SL_ECONFIG, "num_key_value_heads (%d) must equal num_attention_heads (%d) for MLA", o->n_kv_heads,
@@ -64,8 +70,6 @@ void arch_mla_config(hfc *c, fam_config *o) {
         hfc_fail(c, SL_ECONFIG, "MLA dimensions q_lora_rank %d, kv_lora_rank %d, qk_nope_head_dim %d, qk_rope_head_dim "
                  "%d, v_head_dim %d (need kv_lora_rank, v_head_dim >= 1, an even qk_rope_head_dim in 2..1024)", o->q_lora,
                  o->kv_lora, o->qk_nope, o->rot_dim, o->v_head_dim);
-    /* config.json's head_dim (transformers writes qk_rope_head_dim there) is not the query/key width */
-    o->head_dim = o->qk_nope + o->rot_dim;
     o->attn_scale = mla_scale(o);
 }
 

@@ -24,11 +24,34 @@ static int lin_kind(const char *s) {
 }
 static int mlp_kind(const char *s) { return !strcmp(s, "sparse") ? 1 : !strcmp(s, "dense") ? 0 : -1; }
 
-/* layer_types, else linear_attn_config's 1-based full_attn_layers (else every 4th from layer 4); mlp_layer_types,
- * else the first first_k_dense_replace (1) dense. */
+int arch_kda_layer_types(hfc *c, fam_config *o) { return hfc_strs(c, "layer_types", o->n_layers, o->layer_linear, lin_kind); }
+
+void arch_kda_moe_config(hfc *c, fam_config *o, int groups_def, int topk_def, double scale_def, int dense_def) {
+    const int n = o->n_layers;
+    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
+    const int ns = hfc_has(c, "num_shared_experts") ? hfc_int(c, "num_shared_experts", 0, 1)
+                                                    : hfc_int(c, "n_shared_experts", 0, 1);
+    o->shared_inter = hfc_product(c, "num_shared_experts", ns, o->moe_inter);
+    o->norm_topk = hfc_has(c, "moe_renormalize") ? hfc_bool(c, "moe_renormalize", 1) : hfc_bool(c, "norm_topk_prob", 1);
+    o->n_group = hfc_has(c, "num_expert_group") ? hfc_int(c, "num_expert_group", 0, groups_def)
+                                                : hfc_int(c, "n_group", 0, groups_def);
+    o->topk_group = hfc_int(c, "topk_group", 0, topk_def);
+    o->routed_scale = hfc_num(c, "routed_scaling_factor", scale_def, NULL);
+    if (!hfc_strs(c, "mlp_layer_types", n, o->layer_moe, mlp_kind)) {
+        const int fd = hfc_int(c, "first_k_dense_replace", 0, dense_def);
+        for (int l = 0; l < n; l++) o->layer_moe[l] = l >= fd;
+    }
+    for (int l = 0; l < n; l++)
+        if (!o->layer_moe[l]) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
+    if (!cfg_groups_ok(o))
+        hfc_fail(c, SL_ECONFIG, "num_expert_group %d, topk_group %d do not fit %d experts, %d per token", o->n_group,
+                 o->topk_group, o->n_experts, o->n_experts_used);
+}
+
+/* layer_types, else linear_attn_config's 1-based full_attn_layers (else every 4th from layer 4) */
 static void layer_kinds(hfc *c, fam_config *o) {
     const int n = o->n_layers;
-    if (!hfc_strs(c, "layer_types", n, o->layer_linear, lin_kind)) {
+    if (!arch_kda_layer_types(c, o)) {
         int full[SL_MAX_LAYERS] = {0}, got = hfc_sub_ints(c, "linear_attn_config", "full_attn_layers", n, full);
         for (int l = 0; l < n; l++) o->layer_linear[l] = !(l && l % 4 == 0);
         if (got > 0) {
@@ -37,30 +60,13 @@ static void layer_kinds(hfc *c, fam_config *o) {
                 if (full[i] >= 1 && full[i] <= n) o->layer_linear[full[i] - 1] = 0;
         }
     }
-    if (!hfc_strs(c, "mlp_layer_types", n, o->layer_moe, mlp_kind)) {
-        const int fd = hfc_int(c, "first_k_dense_replace", 0, 1);
-        for (int l = 0; l < n; l++) o->layer_moe[l] = l >= fd;
-    }
-    for (int l = 0; l < n; l++)
-        if (!o->layer_moe[l]) o->dense_inter = hfc_int(c, "intermediate_size", 1, 0);
 }
 
+/* the MoE by arch_kda_moe_config (mlp_layer_types, else the first first_k_dense_replace (1) dense) */
 static void config(hfc *c, fam_config *o) {
-    o->moe_inter = hfc_int(c, "moe_intermediate_size", 1, 0);
-    const int ns = hfc_has(c, "num_shared_experts") ? hfc_int(c, "num_shared_experts", 0, 1)
-                                                    : hfc_int(c, "n_shared_experts", 0, 1);
-    o->shared_inter = hfc_product(c, "num_shared_experts", ns, o->moe_inter);
-    o->norm_topk = hfc_has(c, "moe_renormalize") ? hfc_bool(c, "moe_renormalize", 1) : hfc_bool(c, "norm_topk_prob", 1);
-    o->n_group = hfc_has(c, "num_expert_group") ? hfc_int(c, "num_expert_group", 0, 1) : hfc_int(c, "n_group", 0, 1);
-    o->topk_group = hfc_int(c, "topk_group", 0, 1);
-    o->routed_scale = hfc_num(c, "routed_scaling_factor", 2.446, NULL);
+    arch_kda_moe_config(c, o, 1, 1, 2.446, 1);
     /* MLA without RoPE */
-    o->q_lora = hfc_has(c, "q_lora_rank") ? hfc_int(c, "q_lora_rank", 1, 0) : 0;
-    o->kv_lora = hfc_int(c, "kv_lora_rank", 1, 0);
-    o->qk_nope = hfc_int(c, "qk_nope_head_dim", 1, 0);
-    o->rot_dim = hfc_int(c, "qk_rope_head_dim", 1, 0);
-    o->v_head_dim = hfc_int(c, "v_head_dim", 1, 0);
-    o->head_dim = o->qk_nope + o->rot_dim;
+    arch_mla_dims(c, o, 0);
     o->attn_scale = 1.0 / sqrt((double)o->head_dim);
     o->mla_nope = 1;
     if (o->n_kv_heads != o->n_heads)
@@ -72,9 +78,6 @@ static void config(hfc *c, fam_config *o) {
     o->lin_dk = o->lin_dv = hfc_sub_int(c, "linear_attn_config", "head_dim", hfc_int(c, "linear_head_dim", 0, 128));
     o->conv_k = hfc_sub_int(c, "linear_attn_config", "short_conv_kernel_size", hfc_int(c, "linear_conv_kernel_dim", 0, 4));
     layer_kinds(c, o);
-    if (!cfg_groups_ok(o))
-        hfc_fail(c, SL_ECONFIG, "num_expert_group %d, topk_group %d do not fit %d experts, %d per token", o->n_group,
-                 o->topk_group, o->n_experts, o->n_experts_used);
 }
 
 /* a KDA tensor and its llama.cpp name (gguf-py tensor_mapping.py: SSM_CONV1D_Q, SSM_F_A, ...) */

@@ -28,12 +28,7 @@ static void config(hfc *c, fam_config *o) {
     o->zero_experts = hfc_int(c, "zero_expert_num", 0, 0);
     o->routed_scale = hfc_num(c, "routed_scaling_factor", 1.0, NULL);
     if (!(o->routed_scale > 0)) hfc_fail(c, SL_ECONFIG, "routed_scaling_factor must be positive");
-    o->q_lora = hfc_int(c, "q_lora_rank", 1, 0);
-    o->kv_lora = hfc_int(c, "kv_lora_rank", 1, 0);
-    o->qk_nope = hfc_int(c, "qk_nope_head_dim", 1, 0);
-    o->rot_dim = hfc_int(c, "qk_rope_head_dim", 1, 0);
-    o->v_head_dim = hfc_int(c, "v_head_dim", 1, 0);
-    o->head_dim = o->qk_nope + o->rot_dim;
+    arch_mla_dims(c, o, 1);
     o->n_kv_heads = o->n_heads;
     o->rope_interleave = 1;
     if (o->rope_type != SL_ROPE_DEFAULT)
