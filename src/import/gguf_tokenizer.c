@@ -22,6 +22,12 @@
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define K2_UPPER "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
+#define K2_LOWER "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
+#define KIMI_K2_RE                                                                                                \
+    "[\\p{Han}]+|[^\\r\\n\\p{L}\\p{N}]?" K2_UPPER "*" K2_LOWER "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                      \
+    "[^\\r\\n\\p{L}\\p{N}]?" K2_UPPER "+" K2_LOWER "*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                                \
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 static const struct {
     const char *pre, *regex[3];
     int nfc, ignore_merges;
@@ -41,6 +47,10 @@ static const struct {
     {"deepseek-v3", {"\\p{N}{1,3}", "[\xe4\xb8\x80-\xe9\xbe\xa5\xe3\x81\x80-\xe3\x82\x9f\xe3\x82\xa0-\xe3\x83\xbf]+",
                      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}"
                      "\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
+    /* Kimi K2 / Kimi Linear (tokenization_kimi.py's tiktoken pattern, llama.cpp unicode.cpp
+     * unicode_regex_split_custom_kimi_k2): o200k's with Han runs apart and out of the letter classes (its
+     * "[...&&[^\p{Han}]]" intersections, which PCRE2 lacks, as a lookahead before each class) */
+    {"kimi-k2", {KIMI_K2_RE}, 0, 0},
     {"gpt-2", {NULL}, 0, 0}, /* ByteLevel's own GPT-2 regex */
     {"olmo", {NULL}, 0, 0},  /* OLMoE: GPT-NeoX's BPE, the GPT-2 regex */
 };
@@ -119,7 +129,7 @@ static sl_status pre_index(const gguf_file *f, int *pi, sl_error *err) {
             return SL_OK;
         }
     return err_set(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.pre '%s' is not supported (supported: qwen2, qwen35, "
-                   "llama-bpe, glm4, lfm2, gpt-4o, llama4, deepseek-v3, gpt-2, olmo)", f->path, pre);
+                   "llama-bpe, glm4, lfm2, gpt-4o, llama4, deepseek-v3, kimi-k2, gpt-2, olmo)", f->path, pre);
 }
 
 static sl_status config_json(const gguf_file *f, const gguf_kv *tk, char **cfg);

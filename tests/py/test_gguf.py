@@ -791,20 +791,28 @@ PRE_REGEX = {
     "gpt-4o": ["[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
                "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
                "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
+    # Kimi K2 / Kimi Linear: tokenization_kimi.py's tiktoken pattern as it is (HF tokenizers' Oniguruma has its
+    # class intersections; sluice's PCRE2 rewrite of them: src/import/gguf_tokenizer.c)
+    "kimi-k2": ["[\\p{Han}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"
+                "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?"
+                "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]*"
+                "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
 }
 
 
-@pytest.mark.parametrize("pre", ["qwen35", "gpt-4o", "lfm2", "llama4"])
+@pytest.mark.parametrize("pre", ["qwen35", "gpt-4o", "lfm2", "llama4", "kimi-k2"])
 def test_tokenizer_pre_types_of_the_new_families(pre, qwen_dir, tmp_path):
-    """tokenizer.ggml.pre qwen35 (Qwen3.5's GGUF), gpt-4o (gpt-oss's), lfm2 (LFM2-MoE's) and llama4 (Llama 4's: gpt-4o's
-    type in llama.cpp) on Qwen3's vocabulary: the packed model's ids equal HF tokenizers' with that pre-tokenizer."""
+    """tokenizer.ggml.pre qwen35 (Qwen3.5's GGUF), gpt-4o (gpt-oss's), lfm2 (LFM2-MoE's), llama4 (Llama 4's: gpt-4o's
+    type in llama.cpp) and kimi-k2 (Kimi K2's and Kimi Linear's: merges the converter derives from the tiktoken ranks)
+    on Qwen3's vocabulary: the packed model's ids equal HF tokenizers' with that pre-tokenizer."""
     hf = hf_with_pre(qwen_dir, PRE_REGEX["gpt-4o" if pre == "llama4" else pre], pre == "qwen35",
                      ignore_merges=pre == "lfm2")
     g = str(tmp_path / "t.gguf")
     write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(qwen_dir, pre))
     p = str(tmp_path / "t.sluice")
     run(["pack", g, "-o", p])
-    texts = TOK_TEXTS + ["HELLO World CamelCaseWord don'T I'M x1234567y", " ".join(TOK_TEXTS) * 2]
+    texts = TOK_TEXTS + ["HELLO World CamelCaseWord don'T I'M x1234567y", " ".join(TOK_TEXTS) * 2,
+                         "中文abc漢字Def 日本語テキストかな X中Y ΑβΓ ǅungla 'S中'T"]
     assert tokenize_batch(p, texts) == [hf.encode(t).ids for t in texts]
 
 
