@@ -64,6 +64,8 @@ typedef struct kern_act {
     int ready_k;    /* qk, dk below are filled */
     int8_t *qk;     /* [n_tok][cols] q8_K codes, column order */
     float *dk;      /* [n_tok][nb] the d of each block of 256, once for each of its 8 blocks of 32 */
+    int16_t *bk;    /* [n_tok][cols / 16] the sum of each 16 codes of qk (llama.cpp's block_q8_K bsums): the
+                       SIMD kernels' mins and offsets (kquant_x86.h), exact integers */
     /* IQ4_NL's form, llama.cpp's q8_0 as its x86 build makes it (ggml-cpu arch/x86/quants.c quantize_row_q8_0),
      * made on first use by such a matrix: per block of 32, d = max|x| / 127 rounded to f16 (the block's stored
      * scale), q_c = round-to-nearest-even(x_c * (127 / max|x|)) (0 when max is 0). */

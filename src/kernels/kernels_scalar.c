@@ -294,9 +294,10 @@ static int act_ns(int nb) { return nb + nb / 2 + nb / 4; }
 size_t kern_act_bytes(int n_tok, int cols) {
     size_t n = (size_t)(n_tok > 0 ? n_tok : 0), c = (size_t)(cols > 0 ? cols : 0), nb = c / 32;
     /* q, q4, d, s, then the q8_K form qk, dk and the q8_0 form q0, d0, q04, s0, s1 (at the end: the first four
-     * keep their offsets), then q2's qr, dr */
+     * keep their offsets), then q2's qr, dr, then the q8_K form's sums bk */
     return 6 * act_round(n * c) + 4 * act_round(n * nb * sizeof(float)) +
-           3 * act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) + ACT_ALIGN;
+           3 * act_round(n * (size_t)act_ns((int)nb) * sizeof(float)) + act_round(n * (c / 16) * sizeof(int16_t)) +
+           ACT_ALIGN;
 }
 
 static void act_carve(kern_act *a, void *buf) {
@@ -329,6 +330,8 @@ static void act_carve(kern_act *a, void *buf) {
     a->qr = (int8_t *)p;
     p += act_round(n * c);
     a->dr = (float *)p;
+    p += act_round(n * nb * sizeof(float));
+    a->bk = (int16_t *)p;
 }
 
 void kern_act_init(kern_act *a, void *buf, const float *x, size_t ldx, int n_tok, int cols, int int8) {
@@ -381,9 +384,9 @@ static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, f
     kern_act_sums_q4(cols, q, q4, s);
 }
 
-/* One token's q8_K form (kernels.h kern_act qk / dk; llama.cpp ggml-quants.c quantize_row_q8_K_ref, whose
+/* One token's q8_K form (kernels.h kern_act qk / dk / bk; llama.cpp ggml-quants.c quantize_row_q8_K_ref, whose
  * nearest_int is the same round-to-nearest-even by adding 1.5 * 2^23) of cols % 256 == 0 values. */
-static void act_row_k(const float *x, int cols, int8_t *q, float *d) {
+static void act_row_k(const float *x, int cols, int8_t *q, float *d, int16_t *bk) {
     for (int k = 0; k < cols / 256; k++) {
         const float *xb = x + 256 * k;
         float max = 0.0f, amax = 0.0f;
@@ -398,6 +401,11 @@ static void act_row_k(const float *x, int cols, int8_t *q, float *d) {
             q[256 * k + i] = (int8_t)v;
         }
         for (int b = 0; b < 8; b++) d[8 * k + b] = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    }
+    for (int g = 0; g < cols / 16; g++) {
+        int s = 0;
+        for (int i = 0; i < 16; i++) s += q[16 * g + i];
+        bk[g] = (int16_t)s; /* |s| <= 16 * 127 */
     }
 }
 
@@ -466,7 +474,8 @@ static void act_prepare_r_on(kern_act *a, pool_t *pool) {
 static void act_k_part(void *ctx, size_t b, size_t e) {
     kern_act *a = ctx;
     const size_t c = (size_t)a->cols, nb = c / 32;
-    for (size_t t = b; t < e; t++) act_row_k(a->x + t * a->ldx, a->cols, a->qk + t * c, a->dk + t * nb);
+    for (size_t t = b; t < e; t++)
+        act_row_k(a->x + t * a->ldx, a->cols, a->qk + t * c, a->dk + t * nb, a->bk + t * (c / 16));
 }
 
 static void act_0_part(void *ctx, size_t b, size_t e) {
@@ -595,6 +604,7 @@ void kern_act_row(kern_act *dst, kern_act *src, int t) {
     dst->s = src->s + tt * ns;
     dst->qk = src->qk + tt * c; /* the GGUF types' forms: filled now or on first use by dst's matrix (dst->x) */
     dst->dk = src->dk + tt * nb;
+    dst->bk = src->bk + tt * (c / 16);
     dst->q0 = src->q0 + tt * c;
     dst->d0 = src->d0 + tt * nb;
     dst->q04 = src->q04 + tt * c;

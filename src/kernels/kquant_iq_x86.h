@@ -32,28 +32,30 @@ static inline __m256i kq_apply_signs(__m256i g, uint32_t s4) {
     return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
 }
 
-/* one scale per 16 values: lanes 0-7 (values 0-15) lo, lanes 8-15 hi */
-static inline __m256i kq_sc2(int lo, int hi) { return _mm256_set_m128i(_mm_set1_epi16((int16_t)hi), _mm_set1_epi16((int16_t)lo)); }
-
-static inline void kq_iq_finish(kq_sb *o, float d) {
+/* the scales (sc: 8 per block of 32, or n16: 16 per group of 16) and d of a grid i-quant superblock */
+static inline void kq_iq_finish(kq_sb *o, const int8_t *sc, int n16, float d) {
+    const __m128i s = _mm_loadu_si128((const __m128i *)sc);
+    if (n16) kq_sc16(o, s);
+    else kq_sc32(o, s);
     o->d = _mm256_set1_ps(d);
-    o->dmin = _mm256_setzero_ps();
-    o->has_min = 0;
+    kq_nomin(o, 0);
 }
 
 /* IQ2_XXS: per 32 values four grid bytes, a u32 of four 7-bit sign indices and ls (kquant_iq.c unpack_iq2xxs) */
 static inline void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    int8_t sc[16] = {0};
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(q + 4);
         o->v[ib] = kq_apply_signs(kq_grid4(grid, q[0], q[1], q[2], q[3]), kq_ksigns4(aux));
-        o->s16[ib] = _mm256_set1_epi16((int16_t)(2 * (aux >> 28) + 1));
+        sc[ib] = (int8_t)(2 * (aux >> 28) + 1);
     }
-    kq_iq_finish(o, kq_h2f(b) * 0.125f);
+    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.125f);
 }
 
 /* IQ2_XS: u16 per 8 values (9-bit grid index, 7-bit sign index), two 4-bit ls per 32 (unpack_iq2xs) */
 static inline void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    int8_t sc[16];
     for (int ib = 0; ib < 8; ib++) {
         uint64_t w; /* four u16: grid index in bits 0-8, sign index in 9-15 */
         memcpy(&w, b + 2 + 8 * ib, 8);
@@ -62,13 +64,14 @@ static inline void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *
         o->v[ib] = kq_apply_signs(kq_grid4(grid, (unsigned)(w & 511), (unsigned)(w >> 16 & 511), (unsigned)(w >> 32 & 511),
                                            (unsigned)(w >> 48 & 511)),
                                   kq_even_signs(s4));
-        o->s16[ib] = kq_sc2(2 * (b[66 + ib] & 15) + 1, 2 * (b[66 + ib] >> 4) + 1);
+        sc[2 * ib] = (int8_t)(2 * (b[66 + ib] & 15) + 1), sc[2 * ib + 1] = (int8_t)(2 * (b[66 + ib] >> 4) + 1);
     }
-    kq_iq_finish(o, kq_h2f(b) * 0.125f);
+    kq_iq_finish(o, sc, 1, kq_h2f(b) * 0.125f);
 }
 
 /* IQ2_S: grid index low bytes, 2 high bits each from qh, plain sign bytes, two 4-bit ls per 32 (unpack_iq2s) */
 static inline void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    int8_t ls[16];
     const uint8_t *qs = b + 2, *sg = b + 34, *qh = b + 66, *sc = b + 74;
     for (int ib = 0; ib < 8; ib++) {
         const unsigned h = qh[ib];
@@ -76,26 +79,28 @@ static inline void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o
         o->v[ib] = kq_apply_signs(kq_grid4(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300),
                                            q[3] | (h << 2 & 0x300)),
                                   kq_u32(sg + 4 * ib));
-        o->s16[ib] = kq_sc2(2 * (sc[ib] & 15) + 1, 2 * (sc[ib] >> 4) + 1);
+        ls[2 * ib] = (int8_t)(2 * (sc[ib] & 15) + 1), ls[2 * ib + 1] = (int8_t)(2 * (sc[ib] >> 4) + 1);
     }
-    kq_iq_finish(o, kq_h2f(b) * 0.125f);
+    kq_iq_finish(o, ls, 1, kq_h2f(b) * 0.125f);
 }
 
 /* IQ3_XXS: eight 4-value grid bytes and a u32 of four 7-bit sign indices and ls per 32 (unpack_iq3xxs) */
 static inline void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    int8_t sc[16] = {0};
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(b + 66 + 4 * ib);
         const __m256i g = _mm256_i32gather_epi32((const int *)grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), 4);
         o->v[ib] = kq_apply_signs(g, kq_ksigns4(aux));
-        o->s16[ib] = _mm256_set1_epi16((int16_t)(2 * (aux >> 28) + 1));
+        sc[ib] = (int8_t)(2 * (aux >> 28) + 1);
     }
-    kq_iq_finish(o, kq_h2f(b) * 0.25f);
+    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.25f);
 }
 
 /* IQ3_S: 4-value grid index low bytes with a ninth bit each from qh, plain sign bytes, a 4-bit ls per 32
  * (unpack_iq3s: index k of the 8 takes bit k of qh[ib]) */
 static inline void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    int8_t ls[16] = {0};
     const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
     const __m256i k07 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
     for (int ib = 0; ib < 8; ib++) {
@@ -104,9 +109,9 @@ static inline void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o
         const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)h), k07), one), 8);
         const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), hi);
         o->v[ib] = kq_apply_signs(_mm256_i32gather_epi32((const int *)grid, idx, 4), kq_u32(sg + 4 * ib));
-        o->s16[ib] = _mm256_set1_epi16((int16_t)(2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 15) + 1));
+        ls[ib] = (int8_t)(2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 15) + 1);
     }
-    kq_iq_finish(o, kq_h2f(b));
+    kq_iq_finish(o, ls, 0, kq_h2f(b));
 }
 
 /* 8 g + delta for IQ1's grid values g (-1 / 0 / 1): three doublings, one add (exact in int8) */
@@ -118,20 +123,22 @@ static inline __m256i kq_iq1_vals(__m256i g, __m256i delta) {
 
 /* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s) */
 static inline void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    int8_t sc[16] = {0};
     for (int ib = 0; ib < 8; ib++) {
         const unsigned qh = kq_u16(b + 34 + 2 * ib);
         const uint8_t *q = b + 2 + 4 * ib;
         const __m256i g = kq_grid4(grid, q[0] | (qh & 7) << 8, q[1] | (qh >> 3 & 7) << 8, q[2] | (qh >> 6 & 7) << 8,
                                    q[3] | (qh >> 9 & 7) << 8);
         o->v[ib] = kq_iq1_vals(g, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
-        o->s16[ib] = _mm256_set1_epi16((int16_t)(2 * ((qh >> 12) & 7) + 1));
+        sc[ib] = (int8_t)(2 * ((qh >> 12) & 7) + 1);
     }
-    kq_iq_finish(o, kq_h2f(b) * 0.125f);
+    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.125f);
 }
 
 /* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
  * top nibbles make the f16 d (unpack_iq1m) */
 static inline void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    int8_t ls[16];
     const uint8_t *qs = b, *qh = b + 32;
     unsigned sc[4];
     for (int i = 0; i < 4; i++) sc[i] = kq_u16(b + 48 + 2 * i);
@@ -148,10 +155,10 @@ static inline void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o
         const __m256i delta = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel), sel), _mm256_set1_epi8(1));
         o->v[ib] = kq_iq1_vals(g, delta);
         const unsigned s = sc[ib / 2] >> (6 * (ib % 2));
-        o->s16[ib] = kq_sc2(2 * (s & 7) + 1, 2 * ((s >> 3) & 7) + 1);
+        ls[2 * ib] = (int8_t)(2 * (s & 7) + 1), ls[2 * ib + 1] = (int8_t)(2 * ((s >> 3) & 7) + 1);
     }
     const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000));
-    kq_iq_finish(o, f16_to_f32(dh) * 0.125f);
+    kq_iq_finish(o, ls, 1, kq_h2f((const uint8_t *)&dh) * 0.125f);
 }
 
 /* a grid i-quant superblock (grid: kq_iq_grid(dt)) */

@@ -26,54 +26,81 @@
 
 #define KQ_TOK 8
 
-/* 8 blocks of 32 unpacked: v[256] int8 values; per block b 16 int16 scales (one per element pair: lane i of
- * vpmaddubsw's output) in s16[b], mins in m16[b]; d / dmin per lane (block) */
+/* 8 blocks of 32 unpacked: v[256] int8 values (uns: all >= 0, dotted without the sign trick); the integer scale of
+ * each group of 16 values (a type with one scale per 32 gives both halves the same) as int32 lanes in the order the
+ * dot's sums come out: sab = groups 0 2 4 6 | 1 3 5 7 (blocks 0-3), scd = 8 10 12 14 | 9 11 13 15 (blocks 4-7);
+ * x16: 16 int16 per group of 16, the mins (has_min) or the scales again (off: the values were stored plus 2^off,
+ * so isum = sum(s v' x) - 2^off sum_g s_g xsum_g); d / dmin per lane (block) */
 typedef struct {
-    __m256i v[8], s16[8], m16[8];
+    __m256i v[8], sab, scd, x16;
     __m256 d, dmin;
-    int has_min;
+    int has_min, uns, off;
 } kq_sb;
 
-/* the scales of values 32 j .. 32 j + 31 per element pair from 16 int8 scales of groups of 16 (sc8, signed): lanes
- * 0-7 (values 0-15) take scale 2 j, lanes 8-15 scale 2 j + 1 */
-static inline __m256i kq_pairs16(__m128i sc8, int j) {
-    const __m128i idx = _mm_add_epi8(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm_set1_epi8((char)(2 * j)));
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, idx));
+static inline float kq_h2f(const uint8_t *p) {
+#if defined(__F16C__)
+    return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); /* exact, as f16_to_f32 */
+#else
+    return f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+#endif
 }
 
-static inline float kq_h2f(const uint8_t *p) { return f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+/* sab / scd from the 16 int8 scales of the groups of 16 (sc, signed) */
+static inline void kq_sc16(kq_sb *o, __m128i sc) {
+    o->sab = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 0, 0, 0, 0, 0, 0, 0, 0)));
+    o->scd = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, _mm_setr_epi8(8, 10, 12, 14, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0)));
+}
 
-/* the grid i-quants' unpacking (needs kq_sb and kq_h2f above) */
+/* sab / scd from 8 int8 scales of the blocks of 32 (bytes 0-7 of sc, signed) */
+static inline void kq_sc32(kq_sb *o, __m128i sc) {
+    o->sab = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, _mm_setr_epi8(0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0)));
+    o->scd = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, _mm_setr_epi8(4, 5, 6, 7, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0)));
+}
+
+static inline void kq_nomin(kq_sb *o, int uns) {
+    o->x16 = _mm256_setzero_si256();
+    o->dmin = _mm256_setzero_ps();
+    o->has_min = 0;
+    o->off = 0;
+    o->uns = uns;
+}
+
+/* the grid i-quants' unpacking (needs kq_sb and the helpers above) */
 #include "kernels/kquant_iq_x86.h"
 
-/* Q4_K / Q5_K values with vector ops; scales and mins as kquant.c's scale_min_k4 */
+/* Q4_K / Q5_K values with vector ops; scales and mins as kquant.c's scale_min_k4 (bytes 0-3 of the 12 the low 6
+ * bits of scales 0-3 / mins 0-3 at 4-7, bytes 8-11 the low nibbles of 4-7, their top 2 bits in bytes 0-7's) */
 static inline void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
-    const uint8_t *q = b + 4, *qs = dt == DT_Q4_K ? b + 16 : b + 48;
+    const uint8_t *qs = dt == DT_Q4_K ? b + 16 : b + 48;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    const __m256i qh = dt == DT_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) {
         __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
         o->v[2 * p] = _mm256_and_si256(x, m4);
         o->v[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
     }
-    if (dt == DT_Q5_K)
+    if (dt == DT_Q5_K) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
         for (int j = 0; j < 8; j++) /* bit j of qh[l] is element 32 j + l's fifth bit */
             o->v[j] = _mm256_or_si256(o->v[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4));
-    for (int j = 0; j < 8; j++) {
-        int sc, m;
-        if (j < 4) sc = q[j] & 63, m = q[j + 4] & 63;
-        else sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-        o->s16[j] = _mm256_set1_epi16((int16_t)sc);
-        o->m16[j] = _mm256_set1_epi16((int16_t)m);
     }
+    uint32_t w[3];
+    memcpy(w, b + 4, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m2 = 0x03030303u, n4 = 0x0f0f0f0fu;
+    const uint32_t sc[2] = {w[0] & m6, (w[2] & n4) | ((w[0] >> 6) & m2) << 4};
+    const uint32_t mn[2] = {w[1] & m6, ((w[2] >> 4) & n4) | ((w[1] >> 6) & m2) << 4};
+    kq_sc32(o, _mm_setr_epi32((int)sc[0], (int)sc[1], 0, 0));
+    o->x16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_setr_epi32((int)mn[0], (int)mn[1], 0, 0),
+                                                   _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
     o->d = _mm256_set1_ps(kq_h2f(b));
     o->dmin = _mm256_set1_ps(kq_h2f(b + 2));
     o->has_min = 1;
+    o->off = 0;
+    o->uns = 1;
 }
 
-/* Q6_K values (ql nibble | qh two bits << 4) - 32 with vector ops */
+/* Q6_K values (ql nibble | qh two bits << 4) stored + 32 (0..63) with vector ops */
 static inline void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) {
         __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h)), l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
         __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
@@ -81,18 +108,19 @@ static inline void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
                          _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
         for (int j = 0; j < 4; j++) {
             __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3), 4);
-            o->v[4 * h + j] = _mm256_sub_epi8(_mm256_or_si256(lo[j], hi), k32);
+            o->v[4 * h + j] = _mm256_or_si256(lo[j], hi);
         }
     }
     const __m128i sc = _mm_loadu_si128((const __m128i *)(b + 192));
-    for (int j = 0; j < 8; j++) o->s16[j] = kq_pairs16(sc, j);
+    kq_sc16(o, sc);
+    kq_nomin(o, 1);
+    o->x16 = _mm256_cvtepi8_epi16(sc);
+    o->off = 5;
     o->d = _mm256_set1_ps(kq_h2f(b + 208));
-    o->dmin = _mm256_setzero_ps();
-    o->has_min = 0;
 }
 
-/* Q2_K / Q3_K values with vector ops (2-bit codes: element 32 (4h + s) + l at qs[32 h + l] >> 2 s; Q3_K less 4 where
- * hmask[l] bit 4h + s is clear); scales and mins as kquant.c's */
+/* Q2_K / Q3_K values with vector ops (2-bit codes: element 32 (4h + s) + l at qs[32 h + l] >> 2 s; Q3_K stored + 4:
+ * code + 4 where hmask[l] bit 4h + s is set); scales and mins as kquant.c's */
 static inline void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
     const int q3 = dt == DT_Q3_K;
     const uint8_t *qs = q3 ? b + 32 : b + 16;
@@ -102,14 +130,10 @@ static inline void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
         __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
         for (int s = 0; s < 4; s++) {
             __m256i v = _mm256_and_si256(_mm256_srli_epi16(x, 2 * s), m3);
-            if (q3) { /* 4 * (1 - bit) taken away */
-                __m256i bit = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one);
-                v = _mm256_sub_epi8(v, _mm256_slli_epi16(_mm256_xor_si256(bit, one), 2));
-            }
+            if (q3) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one), 2));
             o->v[4 * h + s] = v;
         }
     }
-    __m128i sc, mn = _mm_setzero_si128();
     if (q3) { /* 6-bit scales less 32 as 16 int8 (llama.cpp ggml-cpu/arch/x86/quants.c ggml_vec_dot_q3_K_q8_K's aux) */
         uint32_t aux[4];
         memcpy(aux, b + 96, 12);
@@ -118,19 +142,22 @@ static inline void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
         aux[3] = ((aux[1] >> 4) & m2) | (((t >> 6) & m1) << 4);
         aux[0] = (aux[0] & m2) | ((t & m1) << 4);
         aux[1] = (aux[1] & m2) | (((t >> 2) & m1) << 4);
-        sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)aux), _mm_set1_epi8(32));
-    } else {
-        const __m128i x = _mm_loadu_si128((const __m128i *)b), m4 = _mm_set1_epi8(0x0F);
-        sc = _mm_and_si128(x, m4);
-        mn = _mm_and_si128(_mm_srli_epi16(x, 4), m4);
+        const __m128i sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)aux), _mm_set1_epi8(32));
+        kq_sc16(o, sc);
+        kq_nomin(o, 1);
+        o->x16 = _mm256_cvtepi8_epi16(sc);
+        o->off = 2;
+        o->d = _mm256_set1_ps(kq_h2f(b + 108));
+        return;
     }
-    for (int j = 0; j < 8; j++) {
-        o->s16[j] = kq_pairs16(sc, j);
-        if (!q3) o->m16[j] = kq_pairs16(mn, j);
-    }
-    o->d = _mm256_set1_ps(kq_h2f(q3 ? b + 108 : b + 80));
-    o->dmin = q3 ? _mm256_setzero_ps() : _mm256_set1_ps(kq_h2f(b + 82));
-    o->has_min = !q3;
+    const __m128i x = _mm_loadu_si128((const __m128i *)b), m4 = _mm_set1_epi8(0x0F);
+    kq_sc16(o, _mm_and_si128(x, m4));
+    o->x16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    o->d = _mm256_set1_ps(kq_h2f(b + 80));
+    o->dmin = _mm256_set1_ps(kq_h2f(b + 82));
+    o->has_min = 1;
+    o->off = 0;
+    o->uns = 1;
 }
 
 /* 16 bytes of IQ4 nibbles (elements 0-15 low, 16-31 high) as the 32 levels */
@@ -144,22 +171,22 @@ static inline __m256i kq_iq4_levels(const uint8_t *q16) {
 /* IQ4_XS (one superblock) and IQ4_NL (8 blocks of 32) with vector lookups; scales as kquant.c's */
 static inline void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
     float d[8];
+    int8_t sc[16] = {0};
+    const unsigned sh = (unsigned)(b[2] | b[3] << 8);
     for (int j = 0; j < 8; j++) {
         if (dt == DT_IQ4_NL) {
             o->v[j] = kq_iq4_levels(b + 18 * j + 2);
-            o->s16[j] = _mm256_set1_epi16(1);
+            sc[j] = 1;
             d[j] = kq_h2f(b + 18 * j);
         } else {
-            const unsigned sh = (unsigned)(b[2] | b[3] << 8);
-            const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (int)(((sh >> (2 * j)) & 3) << 4);
+            sc[j] = (int8_t)((((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (int)(((sh >> (2 * j)) & 3) << 4)) - 32);
             o->v[j] = kq_iq4_levels(b + 8 + 16 * j);
-            o->s16[j] = _mm256_set1_epi16((int16_t)(ls - 32));
             d[j] = kq_h2f(b);
         }
     }
+    kq_sc32(o, _mm_loadu_si128((const __m128i *)sc));
     o->d = _mm256_loadu_ps(d);
-    o->dmin = _mm256_setzero_ps();
-    o->has_min = 0;
+    kq_nomin(o, 0);
 }
 
 /* q2 (two blocks of 128, quant/kquant.h): the 2-bit codes of 32 bytes, shifted by 0, 2, 4, 6, as the levels by one
@@ -177,13 +204,12 @@ static inline void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
         const float dj = kq_h2f(b + 34 * j + 32);
         for (int p = 0; p < 4; p++) {
             o->v[4 * j + p] = kq_q2_levels(x, p);
-            o->s16[4 * j + p] = _mm256_set1_epi16(1);
             d[4 * j + p] = dj;
         }
     }
+    kq_sc32(o, _mm_set1_epi8(1));
     o->d = _mm256_loadu_ps(d);
-    o->dmin = _mm256_setzero_ps();
-    o->has_min = 0;
+    kq_nomin(o, 0);
 }
 
 /* q2v: 32 values from 4 codes at c (quant/q2.c q2v_decode8's integers): the 4 magnitude patterns as 64-bit lanes,
@@ -214,13 +240,12 @@ static inline void kq_unpack_q2v(const uint8_t *b, const int8_t *pat, kq_sb *o) 
         const float dj = kq_h2f(b + 34 * j + 32);
         for (int p = 0; p < 4; p++) {
             o->v[4 * j + p] = kq_q2v_32(b + 34 * j + 8 * p, pat, six);
-            o->s16[4 * j + p] = _mm256_set1_epi16(1);
             d[4 * j + p] = dj;
         }
     }
+    kq_sc32(o, _mm_set1_epi8(1));
     o->d = _mm256_loadu_ps(d);
-    o->dmin = _mm256_setzero_ps();
-    o->has_min = 0;
+    kq_nomin(o, 0);
 }
 
 /* any type: the vector unpackings above (grid: kq_iq_grid(dt), used by the grid i-quants only; q2v_patterns() for
@@ -244,19 +269,35 @@ static inline __m256i kq_hsum8(const __m256i *x) {
     return _mm256_add_epi32(lo, hi);
 }
 
-/* isum (and msum) of the 8 blocks against one token's 256 int8 activations q */
-static inline void kq_dot_sb(const kq_sb *u, const int8_t *q, __m256i *isum, __m256i *msum) {
-    __m256i pi[8], pm[8];
-    const __m256i ones = _mm256_set1_epi8(1);
+/* one block's 8 int32 partial dots: u8 a against s8 b (each pair's int16 sum within range: |a| <= 127 (signed
+ * values by the sign trick) or a <= 63) */
+static inline __m256i kq_dot32(__m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+#endif
+}
+
+/* isum (and msum) of the 8 blocks against one token's 256 int8 activations q and their 16 sums of 16 bk (kern_act
+ * bk; read only for mins and offsets): per block 8 int32 partial dots, two hadd levels give each group of 16 its sum
+ * (sab / scd's lane order), times its scale, then the two groups of a block added: exact integers throughout */
+static inline void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m256i *isum, __m256i *msum) {
+    __m256i p[8];
     for (int b = 0; b < 8; b++) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
-        /* |v| * sign(x, v): u8 x s8 pairs, no saturation (|v| <= 127, |x| <= 127) */
-        __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(u->v[b], u->v[b]), _mm256_sign_epi8(x, u->v[b]));
-        pi[b] = _mm256_madd_epi16(p, u->s16[b]);
-        if (u->has_min) pm[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, x), u->m16[b]);
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
+        p[b] = u->uns ? kq_dot32(u->v[b], x) : kq_dot32(_mm256_sign_epi8(u->v[b], u->v[b]), _mm256_sign_epi8(x, u->v[b]));
     }
-    *isum = kq_hsum8(pi);
-    *msum = u->has_min ? kq_hsum8(pm) : _mm256_setzero_si256();
+    const __m256i ab = _mm256_mullo_epi32(_mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3])), u->sab);
+    const __m256i cd = _mm256_mullo_epi32(_mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7])), u->scd);
+    __m256i is = _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+    *msum = _mm256_setzero_si256();
+    if (u->has_min || u->off) { /* lane b: x16 of groups 2b, 2b + 1 times their sums */
+        const __m256i g = _mm256_madd_epi16(u->x16, _mm256_loadu_si256((const __m256i *)bk));
+        if (u->has_min) *msum = g;
+        else is = _mm256_sub_epi32(is, _mm256_sll_epi32(g, _mm_cvtsi32_si128(u->off)));
+    }
+    *isum = is;
 }
 
 static inline float kq_lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
@@ -291,6 +332,7 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
     const size_t rb = kq_row_bytes(dt, cols), sbb = (size_t)kq_bytes(dt) * (size_t)(256 / kq_blk(dt));
     const int8_t *aq = kq_act_q(a, dt); /* kernels.h kern_matmul_i8_fn: the form dt reads */
     const float *ad = kq_act_d(a, dt);
+    const int16_t *bk = a->bk; /* the q8_K form's sums: read for the types with mins or offsets, all of that form */
     const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : kq_iq_grid(dt);
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
@@ -304,7 +346,7 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
                 for (int t = 0; t < nt; t++) {
                     const size_t tt = (size_t)(t0 + t);
                     __m256i is, ms;
-                    kq_dot_sb(&u, aq + tt * (size_t)cols + (size_t)k * 256, &is, &ms);
+                    kq_dot_sb(&u, aq + tt * (size_t)cols + (size_t)k * 256, bk + tt * (size_t)(cols / 16) + (size_t)k * 16, &is, &ms);
                     const __m256 xd = _mm256_loadu_ps(ad + tt * (size_t)(cols / 32) + (size_t)k * 8);
                     acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(u.d, xd), acc[t]);
                     if (u.has_min) accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(u.dmin, xd), accm[t]);
