@@ -42,7 +42,7 @@ static inline void kq_iq_finish(kq_sb *o, const int8_t *sc, int n16, float d) {
 }
 
 /* IQ2_XXS: per 32 values four grid bytes, a u32 of four 7-bit sign indices and ls (kquant_iq.c unpack_iq2xxs) */
-static inline void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t sc[16] = {0};
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
@@ -54,7 +54,7 @@ static inline void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb 
 }
 
 /* IQ2_XS: u16 per 8 values (9-bit grid index, 7-bit sign index), two 4-bit ls per 32 (unpack_iq2xs) */
-static inline void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t sc[16];
     for (int ib = 0; ib < 8; ib++) {
         uint64_t w; /* four u16: grid index in bits 0-8, sign index in 9-15 */
@@ -70,7 +70,7 @@ static inline void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *
 }
 
 /* IQ2_S: grid index low bytes, 2 high bits each from qh, plain sign bytes, two 4-bit ls per 32 (unpack_iq2s) */
-static inline void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t ls[16];
     const uint8_t *qs = b + 2, *sg = b + 34, *qh = b + 66, *sc = b + 74;
     for (int ib = 0; ib < 8; ib++) {
@@ -85,7 +85,7 @@ static inline void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o
 }
 
 /* IQ3_XXS: eight 4-value grid bytes and a u32 of four 7-bit sign indices and ls per 32 (unpack_iq3xxs) */
-static inline void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t sc[16] = {0};
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
@@ -99,7 +99,7 @@ static inline void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb 
 
 /* IQ3_S: 4-value grid index low bytes with a ninth bit each from qh, plain sign bytes, a 4-bit ls per 32
  * (unpack_iq3s: index k of the 8 takes bit k of qh[ib]) */
-static inline void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t ls[16] = {0};
     const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
     const __m256i k07 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
@@ -122,7 +122,7 @@ static inline __m256i kq_iq1_vals(__m256i g, __m256i delta) {
 }
 
 /* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s) */
-static inline void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t sc[16] = {0};
     for (int ib = 0; ib < 8; ib++) {
         const unsigned qh = kq_u16(b + 34 + 2 * ib);
@@ -137,7 +137,7 @@ static inline void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o
 
 /* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
  * top nibbles make the f16 d (unpack_iq1m) */
-static inline void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t ls[16];
     const uint8_t *qs = b, *qh = b + 32;
     unsigned sc[4];
@@ -162,7 +162,7 @@ static inline void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o
 }
 
 /* a grid i-quant superblock (grid: kq_iq_grid(dt)) */
-static inline void kq_unpack_grid_iq(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_grid_iq(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
     switch (dt) {
     case DT_IQ2_XXS: kq_unpack_iq2xxs(b, grid, o); break;
     case DT_IQ2_XS: kq_unpack_iq2xs(b, grid, o); break;

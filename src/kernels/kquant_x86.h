@@ -25,6 +25,8 @@
 #include "quant/kquant.h"
 
 #define KQ_TOK 8
+/* the type-specialised loops below inline everything they call (kq_i8_x86) */
+#define KQ_INLINE static inline __attribute__((always_inline))
 
 /* 8 blocks of 32 unpacked: v[256] int8 values (uns: all >= 0, dotted without the sign trick); the integer scale of
  * each group of 16 values (a type with one scale per 32 gives both halves the same) as int32 lanes in the order the
@@ -70,7 +72,7 @@ static inline void kq_nomin(kq_sb *o, int uns) {
 
 /* Q4_K / Q5_K values with vector ops; scales and mins as kquant.c's scale_min_k4 (bytes 0-3 of the 12 the low 6
  * bits of scales 0-3 / mins 0-3 at 4-7, bytes 8-11 the low nibbles of 4-7, their top 2 bits in bytes 0-7's) */
-static inline void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
+KQ_INLINE void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
     const uint8_t *qs = dt == DT_Q4_K ? b + 16 : b + 48;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     for (int p = 0; p < 4; p++) {
@@ -99,7 +101,7 @@ static inline void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
 }
 
 /* Q6_K values (ql nibble | qh two bits << 4) stored + 32 (0..63) with vector ops */
-static inline void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
+KQ_INLINE void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) {
         __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h)), l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
@@ -121,7 +123,7 @@ static inline void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
 
 /* Q2_K / Q3_K values with vector ops (2-bit codes: element 32 (4h + s) + l at qs[32 h + l] >> 2 s; Q3_K stored + 4:
  * code + 4 where hmask[l] bit 4h + s is set); scales and mins as kquant.c's */
-static inline void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
+KQ_INLINE void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
     const int q3 = dt == DT_Q3_K;
     const uint8_t *qs = q3 ? b + 32 : b + 16;
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
@@ -169,7 +171,7 @@ static inline __m256i kq_iq4_levels(const uint8_t *q16) {
 }
 
 /* IQ4_XS (one superblock) and IQ4_NL (8 blocks of 32) with vector lookups; scales as kquant.c's */
-static inline void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
+KQ_INLINE void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
     float d[8];
     int8_t sc[16] = {0};
     const unsigned sh = (unsigned)(b[2] | b[3] << 8);
@@ -197,7 +199,7 @@ static inline __m256i kq_q2_levels(__m256i x, int p) {
     return _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srl_epi16(x, _mm_cvtsi32_si128(2 * p)), _mm256_set1_epi8(3)));
 }
 
-static inline void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
+KQ_INLINE void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
     float d[8];
     for (int j = 0; j < 2; j++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(b + 34 * j));
@@ -233,7 +235,7 @@ static inline __m256i kq_q2v_32(const uint8_t *c, const int8_t *pat, const uint8
 }
 
 /* q2v (two blocks of 128) */
-static inline void kq_unpack_q2v(const uint8_t *b, const int8_t *pat, kq_sb *o) {
+KQ_INLINE void kq_unpack_q2v(const uint8_t *b, const int8_t *pat, kq_sb *o) {
     const uint8_t *six = (const uint8_t *)pat + 2048; /* quant/kquant.h q2v_patterns */
     float d[8];
     for (int j = 0; j < 2; j++) {
@@ -250,7 +252,7 @@ static inline void kq_unpack_q2v(const uint8_t *b, const int8_t *pat, kq_sb *o) 
 
 /* any type: the vector unpackings above (grid: kq_iq_grid(dt), used by the grid i-quants only; q2v_patterns() for
  * q2v) */
-static inline void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
+KQ_INLINE void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *grid, kq_sb *o) {
     if (dt == DT_Q4_K || dt == DT_Q5_K) kq_unpack_q45(dt, b, o);
     else if (dt == DT_Q6_K) kq_unpack_q6(b, o);
     else if (dt == DT_Q2_K || dt == DT_Q3_K) kq_unpack_q23(dt, b, o);
@@ -258,15 +260,6 @@ static inline void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *gri
     else if (dt == DT_Q2) kq_unpack_q2(b, o);
     else if (dt == DT_Q2V) kq_unpack_q2v(b, grid, o);
     else kq_unpack_grid_iq(dt, b, grid, o);
-}
-
-/* 8 vectors of 8 int32 -> one vector of their 8 sums, lane b the sum of x[b] (exact: integer adds) */
-static inline __m256i kq_hsum8(const __m256i *x) {
-    __m256i a = _mm256_hadd_epi32(x[0], x[1]), b = _mm256_hadd_epi32(x[2], x[3]);
-    __m256i c = _mm256_hadd_epi32(x[4], x[5]), d = _mm256_hadd_epi32(x[6], x[7]);
-    __m256i ab = _mm256_hadd_epi32(a, b), cd = _mm256_hadd_epi32(c, d); /* [0 1 2 3 | 0 1 2 3] halves, [4..7 | 4..7] */
-    __m256i lo = _mm256_permute2x128_si256(ab, cd, 0x20), hi = _mm256_permute2x128_si256(ab, cd, 0x31);
-    return _mm256_add_epi32(lo, hi);
 }
 
 /* one block's 8 int32 partial dots: u8 a against s8 b (each pair's int16 sum within range: |a| <= 127 (signed
@@ -282,7 +275,7 @@ static inline __m256i kq_dot32(__m256i a, __m256i b) {
 /* isum (and msum) of the 8 blocks against one token's 256 int8 activations q and their 16 sums of 16 bk (kern_act
  * bk; read only for mins and offsets): per block 8 int32 partial dots, two hadd levels give each group of 16 its sum
  * (sab / scd's lane order), times its scale, then the two groups of a block added: exact integers throughout */
-static inline void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m256i *isum, __m256i *msum) {
+KQ_INLINE void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m256i *isum, __m256i *msum) {
     __m256i p[8];
     for (int b = 0; b < 8; b++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
@@ -326,8 +319,19 @@ static inline void kq_tail(const tn_mat *w, const kern_act *a, const uint8_t *ro
     }
 }
 
-static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
-    const dt_type dt = w->dtype;
+/* one superblock k of a row against token tt: acc / accm as the oracle's steps */
+KQ_INLINE void kq_step(const kq_sb *u, const int8_t *aq, const int16_t *bk, const float *ad, int cols, size_t tt, int k,
+                       __m256 *acc, __m256 *accm) {
+    __m256i is, ms;
+    kq_dot_sb(u, aq + tt * (size_t)cols + (size_t)k * 256, bk + tt * (size_t)(cols / 16) + (size_t)k * 16, &is, &ms);
+    const __m256 xd = _mm256_loadu_ps(ad + tt * (size_t)(cols / 32) + (size_t)k * 8);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(u->d, xd), *acc);
+    if (u->has_min) *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(u->dmin, xd), *accm);
+}
+
+/* rows [r0, r1) of a dt matrix (dt a constant where it is inlined: each type's loop compiled on its own, the
+ * unpacking's flags folded); one token (decode) keeps its sums in registers */
+KQ_INLINE void kq_i8_run(dt_type dt, const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
     const int cols = w->cols, T = a->n_tok, nsb = cols / 256;
     const size_t rb = kq_row_bytes(dt, cols), sbb = (size_t)kq_bytes(dt) * (size_t)(256 / kq_blk(dt));
     const int8_t *aq = kq_act_q(a, dt); /* kernels.h kern_matmul_i8_fn: the form dt reads */
@@ -339,17 +343,20 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
         for (int r = r0; r < r1; r++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
             __m256 acc[KQ_TOK], accm[KQ_TOK];
-            for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
-            for (int k = 0; k < nsb; k++) {
-                kq_sb u;
-                kq_unpack_any(dt, row + (size_t)k * sbb, grid, &u);
-                for (int t = 0; t < nt; t++) {
-                    const size_t tt = (size_t)(t0 + t);
-                    __m256i is, ms;
-                    kq_dot_sb(&u, aq + tt * (size_t)cols + (size_t)k * 256, bk + tt * (size_t)(cols / 16) + (size_t)k * 16, &is, &ms);
-                    const __m256 xd = _mm256_loadu_ps(ad + tt * (size_t)(cols / 32) + (size_t)k * 8);
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(u.d, xd), acc[t]);
-                    if (u.has_min) accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(u.dmin, xd), accm[t]);
+            if (nt == 1) {
+                __m256 a1 = _mm256_setzero_ps(), m1 = _mm256_setzero_ps();
+                for (int k = 0; k < nsb; k++) {
+                    kq_sb u;
+                    kq_unpack_any(dt, row + (size_t)k * sbb, grid, &u);
+                    kq_step(&u, aq, bk, ad, cols, (size_t)t0, k, &a1, &m1);
+                }
+                acc[0] = a1, accm[0] = m1;
+            } else {
+                for (int t = 0; t < nt; t++) acc[t] = accm[t] = _mm256_setzero_ps();
+                for (int k = 0; k < nsb; k++) {
+                    kq_sb u;
+                    kq_unpack_any(dt, row + (size_t)k * sbb, grid, &u);
+                    for (int t = 0; t < nt; t++) kq_step(&u, aq, bk, ad, cols, (size_t)(t0 + t), k, &acc[t], &accm[t]);
                 }
             }
             for (int t = 0; t < nt; t++) {
@@ -360,6 +367,18 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
                 y[(size_t)(t0 + t) * ldy + (size_t)r] = kq_lanes8(fa) - kq_lanes8(fm);
             }
         }
+    }
+}
+
+static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    switch (w->dtype) {
+#define KQ_CASE(T) \
+    case T: kq_i8_run(T, w, a, y, ldy, r0, r1); break;
+        KQ_CASE(DT_Q2_K) KQ_CASE(DT_Q3_K) KQ_CASE(DT_Q4_K) KQ_CASE(DT_Q5_K) KQ_CASE(DT_Q6_K) KQ_CASE(DT_IQ4_XS)
+        KQ_CASE(DT_IQ4_NL) KQ_CASE(DT_IQ2_XXS) KQ_CASE(DT_IQ2_XS) KQ_CASE(DT_IQ2_S) KQ_CASE(DT_IQ3_XXS) KQ_CASE(DT_IQ3_S)
+        KQ_CASE(DT_IQ1_S) KQ_CASE(DT_IQ1_M) KQ_CASE(DT_Q2) KQ_CASE(DT_Q2V)
+#undef KQ_CASE
+    default: kq_i8_run(w->dtype, w, a, y, ldy, r0, r1); break;
     }
 }
 
