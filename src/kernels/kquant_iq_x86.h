@@ -32,13 +32,22 @@ static inline __m256i kq_apply_signs(__m256i g, uint32_t s4) {
     return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
 }
 
+/* +-1 bytes: -1 for value 8 l + j where bit j of sign byte l of s4 is set (the signs kq_apply_signs puts on g) */
+static inline __m256i kq_signs_pm(uint32_t s4) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                          3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), shuf);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bits), bits), _mm256_set1_epi8(1));
+}
+
 /* the scales (sc: 8 per block of 32, or n16: 16 per group of 16) and d of a grid i-quant superblock */
-static inline void kq_iq_finish(kq_sb *o, const int8_t *sc, int n16, float d) {
+static inline void kq_iq_finish(kq_sb *o, const int8_t *sc, int n16, float d, int uns) {
     const __m128i s = _mm_loadu_si128((const __m128i *)sc);
     if (n16) kq_sc16(o, s);
     else kq_sc32(o, s);
     o->d = _mm256_set1_ps(d);
-    kq_nomin(o, 0);
+    kq_nomin(o, uns);
 }
 
 /* IQ2_XXS: per 32 values four grid bytes, a u32 of four 7-bit sign indices and ls (kquant_iq.c unpack_iq2xxs) */
@@ -47,10 +56,11 @@ KQ_INLINE void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(q + 4);
-        o->v[ib] = kq_apply_signs(kq_grid4(grid, q[0], q[1], q[2], q[3]), kq_ksigns4(aux));
+        o->v[ib] = kq_grid4(grid, q[0], q[1], q[2], q[3]);
+        o->sg[ib] = kq_signs_pm(kq_ksigns4(aux));
         sc[ib] = (int8_t)(2 * (aux >> 28) + 1);
     }
-    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.125f);
+    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.125f, 2);
 }
 
 /* IQ2_XS: u16 per 8 values (9-bit grid index, 7-bit sign index), two 4-bit ls per 32 (unpack_iq2xs) */
@@ -61,12 +71,11 @@ KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         memcpy(&w, b + 2 + 8 * ib, 8);
         const uint64_t si = (w >> 9) & 0x007F007F007F007Full;
         const uint32_t s4 = (uint32_t)((si & 0x7F) | (si >> 8 & 0x7F00) | (si >> 16 & 0x7F0000) | (si >> 24 & 0x7F000000));
-        o->v[ib] = kq_apply_signs(kq_grid4(grid, (unsigned)(w & 511), (unsigned)(w >> 16 & 511), (unsigned)(w >> 32 & 511),
-                                           (unsigned)(w >> 48 & 511)),
-                                  kq_even_signs(s4));
+        o->v[ib] = kq_grid4(grid, (unsigned)(w & 511), (unsigned)(w >> 16 & 511), (unsigned)(w >> 32 & 511), (unsigned)(w >> 48 & 511));
+        o->sg[ib] = kq_signs_pm(kq_even_signs(s4));
         sc[2 * ib] = (int8_t)(2 * (b[66 + ib] & 15) + 1), sc[2 * ib + 1] = (int8_t)(2 * (b[66 + ib] >> 4) + 1);
     }
-    kq_iq_finish(o, sc, 1, kq_h2f(b) * 0.125f);
+    kq_iq_finish(o, sc, 1, kq_h2f(b) * 0.125f, 2);
 }
 
 /* IQ2_S: grid index low bytes, 2 high bits each from qh, plain sign bytes, two 4-bit ls per 32 (unpack_iq2s) */
@@ -76,12 +85,11 @@ KQ_INLINE void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     for (int ib = 0; ib < 8; ib++) {
         const unsigned h = qh[ib];
         const uint8_t *q = qs + 4 * ib;
-        o->v[ib] = kq_apply_signs(kq_grid4(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300),
-                                           q[3] | (h << 2 & 0x300)),
-                                  kq_u32(sg + 4 * ib));
+        o->v[ib] = kq_grid4(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300), q[3] | (h << 2 & 0x300));
+        o->sg[ib] = kq_signs_pm(kq_u32(sg + 4 * ib));
         ls[2 * ib] = (int8_t)(2 * (sc[ib] & 15) + 1), ls[2 * ib + 1] = (int8_t)(2 * (sc[ib] >> 4) + 1);
     }
-    kq_iq_finish(o, ls, 1, kq_h2f(b) * 0.125f);
+    kq_iq_finish(o, ls, 1, kq_h2f(b) * 0.125f, 2);
 }
 
 /* IQ3_XXS: eight 4-value grid bytes and a u32 of four 7-bit sign indices and ls per 32 (unpack_iq3xxs) */
@@ -91,10 +99,11 @@ KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(b + 66 + 4 * ib);
         const __m256i g = _mm256_i32gather_epi32((const int *)grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), 4);
-        o->v[ib] = kq_apply_signs(g, kq_ksigns4(aux));
+        o->v[ib] = g;
+        o->sg[ib] = kq_signs_pm(kq_ksigns4(aux));
         sc[ib] = (int8_t)(2 * (aux >> 28) + 1);
     }
-    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.25f);
+    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.25f, 2);
 }
 
 /* IQ3_S: 4-value grid index low bytes with a ninth bit each from qh, plain sign bytes, a 4-bit ls per 32
@@ -108,10 +117,11 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         const unsigned h = qh[ib];
         const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)h), k07), one), 8);
         const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), hi);
-        o->v[ib] = kq_apply_signs(_mm256_i32gather_epi32((const int *)grid, idx, 4), kq_u32(sg + 4 * ib));
+        o->v[ib] = _mm256_i32gather_epi32((const int *)grid, idx, 4);
+        o->sg[ib] = kq_signs_pm(kq_u32(sg + 4 * ib));
         ls[ib] = (int8_t)(2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 15) + 1);
     }
-    kq_iq_finish(o, ls, 0, kq_h2f(b));
+    kq_iq_finish(o, ls, 0, kq_h2f(b), 2);
 }
 
 /* 8 g + delta for IQ1's grid values g (-1 / 0 / 1): three doublings, one add (exact in int8) */
@@ -132,7 +142,7 @@ KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         o->v[ib] = kq_iq1_vals(g, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
         sc[ib] = (int8_t)(2 * ((qh >> 12) & 7) + 1);
     }
-    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.125f);
+    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.125f, 0);
 }
 
 /* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
@@ -158,7 +168,7 @@ KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         ls[2 * ib] = (int8_t)(2 * (s & 7) + 1), ls[2 * ib + 1] = (int8_t)(2 * ((s >> 3) & 7) + 1);
     }
     const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000));
-    kq_iq_finish(o, ls, 1, kq_h2f((const uint8_t *)&dh) * 0.125f);
+    kq_iq_finish(o, ls, 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 0);
 }
 
 /* a grid i-quant superblock (grid: kq_iq_grid(dt)) */

@@ -28,13 +28,14 @@
 /* the type-specialised loops below inline everything they call (kq_i8_x86) */
 #define KQ_INLINE static inline __attribute__((always_inline))
 
-/* 8 blocks of 32 unpacked: v[256] int8 values (uns: all >= 0, dotted without the sign trick); the integer scale of
+/* 8 blocks of 32 unpacked: v[256] int8 values (uns 0: signed, dotted by the sign trick; 1: all >= 0; 2: >= 0, the
+ * value's sign (+-1 bytes in sg[b]) put on the activation instead: v x = |v| (sign x)); the integer scale of
  * each group of 16 values (a type with one scale per 32 gives both halves the same) as int32 lanes in the order the
  * dot's sums come out: sab = groups 0 2 4 6 | 1 3 5 7 (blocks 0-3), scd = 8 10 12 14 | 9 11 13 15 (blocks 4-7);
  * x16: 16 int16 per group of 16, the mins (has_min) or the scales again (off: the values were stored plus 2^off,
  * so isum = sum(s v' x) - 2^off sum_g s_g xsum_g); d / dmin per lane (block) */
 typedef struct {
-    __m256i v[8], sab, scd, x16;
+    __m256i v[8], sg[8], sab, scd, x16;
     __m256 d, dmin;
     int has_min, uns, off;
 } kq_sb;
@@ -170,24 +171,27 @@ static inline __m256i kq_iq4_levels(const uint8_t *q16) {
     return _mm256_shuffle_epi8(lv, idx);
 }
 
-/* IQ4_XS (one superblock) and IQ4_NL (8 blocks of 32) with vector lookups; scales as kquant.c's */
+/* IQ4_XS (one superblock) and IQ4_NL (8 blocks of 32) with vector lookups; scales as kquant.c's (IQ4_XS: block j's
+ * low 4 bits the nibble j of bytes 4-7, its top 2 bits bits 2j of the u16 at 2; less 32) */
 KQ_INLINE void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
-    float d[8];
-    int8_t sc[16] = {0};
-    const unsigned sh = (unsigned)(b[2] | b[3] << 8);
-    for (int j = 0; j < 8; j++) {
-        if (dt == DT_IQ4_NL) {
+    if (dt == DT_IQ4_NL) {
+        float d[8];
+        for (int j = 0; j < 8; j++) {
             o->v[j] = kq_iq4_levels(b + 18 * j + 2);
-            sc[j] = 1;
             d[j] = kq_h2f(b + 18 * j);
-        } else {
-            sc[j] = (int8_t)((((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (int)(((sh >> (2 * j)) & 3) << 4)) - 32);
-            o->v[j] = kq_iq4_levels(b + 8 + 16 * j);
-            d[j] = kq_h2f(b);
         }
+        kq_sc32(o, _mm_set1_epi8(1));
+        o->d = _mm256_loadu_ps(d);
+    } else {
+        for (int j = 0; j < 8; j++) o->v[j] = kq_iq4_levels(b + 8 + 16 * j);
+        const unsigned sh = (unsigned)(b[2] | b[3] << 8);
+        uint64_t hi = 0;
+        for (int j = 0; j < 8; j++) hi |= (uint64_t)((sh >> (2 * j)) & 3) << (8 * j + 4);
+        const __m128i l = _mm_cvtsi32_si128((int)kq_u32(b + 4)), m4 = _mm_set1_epi8(0x0F);
+        const __m128i lo = _mm_unpacklo_epi8(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
+        kq_sc32(o, _mm_sub_epi8(_mm_or_si128(lo, _mm_cvtsi64_si128((long long)hi)), _mm_set1_epi8(32)));
+        o->d = _mm256_set1_ps(kq_h2f(b));
     }
-    kq_sc32(o, _mm_loadu_si128((const __m128i *)sc));
-    o->d = _mm256_loadu_ps(d);
     kq_nomin(o, 0);
 }
 
@@ -279,7 +283,9 @@ KQ_INLINE void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m
     __m256i p[8];
     for (int b = 0; b < 8; b++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
-        p[b] = u->uns ? kq_dot32(u->v[b], x) : kq_dot32(_mm256_sign_epi8(u->v[b], u->v[b]), _mm256_sign_epi8(x, u->v[b]));
+        p[b] = u->uns == 1   ? kq_dot32(u->v[b], x)
+               : u->uns == 2 ? kq_dot32(u->v[b], _mm256_sign_epi8(x, u->sg[b]))
+                             : kq_dot32(_mm256_sign_epi8(u->v[b], u->v[b]), _mm256_sign_epi8(x, u->v[b]));
     }
     const __m256i ab = _mm256_mullo_epi32(_mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3])), u->sab);
     const __m256i cd = _mm256_mullo_epi32(_mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7])), u->scd);
