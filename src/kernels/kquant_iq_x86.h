@@ -53,6 +53,7 @@ static inline void kq_iq_finish(kq_sb *o, const int8_t *sc, int n16, float d, in
 /* IQ2_XXS: per 32 values four grid bytes, a u32 of four 7-bit sign indices and ls (kquant_iq.c unpack_iq2xxs) */
 KQ_INLINE void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t sc[16] = {0};
+    KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(q + 4);
@@ -66,6 +67,7 @@ KQ_INLINE void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
 /* IQ2_XS: u16 per 8 values (9-bit grid index, 7-bit sign index), two 4-bit ls per 32 (unpack_iq2xs) */
 KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t sc[16];
+    KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         uint64_t w; /* four u16: grid index in bits 0-8, sign index in 9-15 */
         memcpy(&w, b + 2 + 8 * ib, 8);
@@ -82,6 +84,7 @@ KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
 KQ_INLINE void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t ls[16];
     const uint8_t *qs = b + 2, *sg = b + 34, *qh = b + 66, *sc = b + 74;
+    KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const unsigned h = qh[ib];
         const uint8_t *q = qs + 4 * ib;
@@ -95,6 +98,7 @@ KQ_INLINE void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
 /* IQ3_XXS: eight 4-value grid bytes and a u32 of four 7-bit sign indices and ls per 32 (unpack_iq3xxs) */
 KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t sc[16] = {0};
+    KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(b + 66 + 4 * ib);
@@ -112,6 +116,7 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t ls[16] = {0};
     const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
     const __m256i k07 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
+    KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = qs + 8 * ib;
         const unsigned h = qh[ib];
@@ -134,6 +139,7 @@ static inline __m256i kq_iq1_vals(__m256i g, __m256i delta) {
 /* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s) */
 KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     int8_t sc[16] = {0};
+    KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const unsigned qh = kq_u16(b + 34 + 2 * ib);
         const uint8_t *q = b + 2 + 4 * ib;
@@ -152,6 +158,7 @@ KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     const uint8_t *qs = b, *qh = b + 32;
     unsigned sc[4];
     for (int i = 0; i < 4; i++) sc[i] = kq_u16(b + 48 + 2 * i);
+    KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const unsigned h0 = qh[2 * ib] & 15, h1 = qh[2 * ib] >> 4, h2 = qh[2 * ib + 1] & 15, h3 = qh[2 * ib + 1] >> 4;
         const uint8_t *q = qs + 4 * ib;

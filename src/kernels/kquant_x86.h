@@ -27,6 +27,8 @@
 #define KQ_TOK 8
 /* the type-specialised loops below inline everything they call (kq_i8_x86) */
 #define KQ_INLINE static inline __attribute__((always_inline))
+/* loops over a superblock's 8 blocks unrolled, so that its vectors stay in registers */
+#define KQ_UNROLL _Pragma("GCC unroll 8")
 
 /* 8 blocks of 32 unpacked: v[256] int8 values (uns 0: signed, dotted by the sign trick; 1: all >= 0; 2: >= 0, the
  * value's sign (+-1 bytes in sg[b]) put on the activation instead: v x = |v| (sign x)); the integer scale of
@@ -76,6 +78,7 @@ static inline void kq_nomin(kq_sb *o, int uns) {
 KQ_INLINE void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
     const uint8_t *qs = dt == DT_Q4_K ? b + 16 : b + 48;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    KQ_UNROLL
     for (int p = 0; p < 4; p++) {
         __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
         o->v[2 * p] = _mm256_and_si256(x, m4);
@@ -83,6 +86,7 @@ KQ_INLINE void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
     }
     if (dt == DT_Q5_K) {
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        KQ_UNROLL
         for (int j = 0; j < 8; j++) /* bit j of qh[l] is element 32 j + l's fifth bit */
             o->v[j] = _mm256_or_si256(o->v[j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4));
     }
@@ -104,11 +108,13 @@ KQ_INLINE void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
 /* Q6_K values (ql nibble | qh two bits << 4) stored + 32 (0..63) with vector ops */
 KQ_INLINE void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    KQ_UNROLL
     for (int h = 0; h < 2; h++) {
         __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h)), l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
         __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
         __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
                          _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+        KQ_UNROLL
         for (int j = 0; j < 4; j++) {
             __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), m3), 4);
             o->v[4 * h + j] = _mm256_or_si256(lo[j], hi);
@@ -129,8 +135,10 @@ KQ_INLINE void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
     const uint8_t *qs = q3 ? b + 32 : b + 16;
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     const __m256i hm = q3 ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
+    KQ_UNROLL
     for (int h = 0; h < 2; h++) {
         __m256i x = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+        KQ_UNROLL
         for (int s = 0; s < 4; s++) {
             __m256i v = _mm256_and_si256(_mm256_srli_epi16(x, 2 * s), m3);
             if (q3) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one), 2));
@@ -176,6 +184,7 @@ static inline __m256i kq_iq4_levels(const uint8_t *q16) {
 KQ_INLINE void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
     if (dt == DT_IQ4_NL) {
         float d[8];
+        KQ_UNROLL
         for (int j = 0; j < 8; j++) {
             o->v[j] = kq_iq4_levels(b + 18 * j + 2);
             d[j] = kq_h2f(b + 18 * j);
@@ -183,9 +192,11 @@ KQ_INLINE void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
         kq_sc32(o, _mm_set1_epi8(1));
         o->d = _mm256_loadu_ps(d);
     } else {
+        KQ_UNROLL
         for (int j = 0; j < 8; j++) o->v[j] = kq_iq4_levels(b + 8 + 16 * j);
         const unsigned sh = (unsigned)(b[2] | b[3] << 8);
         uint64_t hi = 0;
+        KQ_UNROLL
         for (int j = 0; j < 8; j++) hi |= (uint64_t)((sh >> (2 * j)) & 3) << (8 * j + 4);
         const __m128i l = _mm_cvtsi32_si128((int)kq_u32(b + 4)), m4 = _mm_set1_epi8(0x0F);
         const __m128i lo = _mm_unpacklo_epi8(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
@@ -205,9 +216,11 @@ static inline __m256i kq_q2_levels(__m256i x, int p) {
 
 KQ_INLINE void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
     float d[8];
+    KQ_UNROLL
     for (int j = 0; j < 2; j++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(b + 34 * j));
         const float dj = kq_h2f(b + 34 * j + 32);
+        KQ_UNROLL
         for (int p = 0; p < 4; p++) {
             o->v[4 * j + p] = kq_q2_levels(x, p);
             d[4 * j + p] = dj;
@@ -242,8 +255,10 @@ static inline __m256i kq_q2v_32(const uint8_t *c, const int8_t *pat, const uint8
 KQ_INLINE void kq_unpack_q2v(const uint8_t *b, const int8_t *pat, kq_sb *o) {
     const uint8_t *six = (const uint8_t *)pat + 2048; /* quant/kquant.h q2v_patterns */
     float d[8];
+    KQ_UNROLL
     for (int j = 0; j < 2; j++) {
         const float dj = kq_h2f(b + 34 * j + 32);
+        KQ_UNROLL
         for (int p = 0; p < 4; p++) {
             o->v[4 * j + p] = kq_q2v_32(b + 34 * j + 8 * p, pat, six);
             d[4 * j + p] = dj;
@@ -281,6 +296,7 @@ static inline __m256i kq_dot32(__m256i a, __m256i b) {
  * (sab / scd's lane order), times its scale, then the two groups of a block added: exact integers throughout */
 KQ_INLINE void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m256i *isum, __m256i *msum) {
     __m256i p[8];
+    KQ_UNROLL
     for (int b = 0; b < 8; b++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
         p[b] = u->uns == 1   ? kq_dot32(u->v[b], x)
