@@ -41,9 +41,16 @@ static inline __m256i kq_signs_pm(uint32_t s4) {
     return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bits), bits), _mm256_set1_epi8(1));
 }
 
-/* the scales (sc: 8 per block of 32, or n16: 16 per group of 16) and d of a grid i-quant superblock */
-static inline void kq_iq_finish(kq_sb *o, const int8_t *sc, int n16, float d, int uns) {
-    const __m128i s = _mm_loadu_si128((const __m128i *)sc);
+/* 2 n + 1 for the nibbles of the low 8 bytes of x, in order (byte i's low nibble, then its high one) */
+static inline __m128i kq_nib_odd(__m128i x) {
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i n = _mm_unpacklo_epi8(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    return _mm_add_epi8(_mm_add_epi8(n, n), _mm_set1_epi8(1));
+}
+
+/* the scales (s: 8 per block of 32 in bytes 0-7, or n16: 16 per group of 16) and d of a grid i-quant superblock (the
+ * scales made in registers: bytes stored one by one and read as a vector would stall the load) */
+static inline void kq_iq_finish(kq_sb *o, __m128i s, int n16, float d, int uns) {
     if (n16) kq_sc16(o, s);
     else kq_sc32(o, s);
     o->d = _mm256_set1_ps(d);
@@ -52,21 +59,20 @@ static inline void kq_iq_finish(kq_sb *o, const int8_t *sc, int n16, float d, in
 
 /* IQ2_XXS: per 32 values four grid bytes, a u32 of four 7-bit sign indices and ls (kquant_iq.c unpack_iq2xxs) */
 KQ_INLINE void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    int8_t sc[16] = {0};
+    uint64_t sc = 0;
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(q + 4);
         o->v[ib] = kq_grid4(grid, q[0], q[1], q[2], q[3]);
         o->sg[ib] = kq_signs_pm(kq_ksigns4(aux));
-        sc[ib] = (int8_t)(2 * (aux >> 28) + 1);
+        sc |= (uint64_t)(2 * (aux >> 28) + 1) << (8 * ib);
     }
-    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.125f, 2);
+    kq_iq_finish(o, _mm_cvtsi64_si128((long long)sc), 0, kq_h2f(b) * 0.125f, 2);
 }
 
 /* IQ2_XS: u16 per 8 values (9-bit grid index, 7-bit sign index), two 4-bit ls per 32 (unpack_iq2xs) */
 KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    int8_t sc[16];
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         uint64_t w; /* four u16: grid index in bits 0-8, sign index in 9-15 */
@@ -75,14 +81,12 @@ KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         const uint32_t s4 = (uint32_t)((si & 0x7F) | (si >> 8 & 0x7F00) | (si >> 16 & 0x7F0000) | (si >> 24 & 0x7F000000));
         o->v[ib] = kq_grid4(grid, (unsigned)(w & 511), (unsigned)(w >> 16 & 511), (unsigned)(w >> 32 & 511), (unsigned)(w >> 48 & 511));
         o->sg[ib] = kq_signs_pm(kq_even_signs(s4));
-        sc[2 * ib] = (int8_t)(2 * (b[66 + ib] & 15) + 1), sc[2 * ib + 1] = (int8_t)(2 * (b[66 + ib] >> 4) + 1);
     }
-    kq_iq_finish(o, sc, 1, kq_h2f(b) * 0.125f, 2);
+    kq_iq_finish(o, kq_nib_odd(_mm_loadl_epi64((const __m128i *)(b + 66))), 1, kq_h2f(b) * 0.125f, 2);
 }
 
 /* IQ2_S: grid index low bytes, 2 high bits each from qh, plain sign bytes, two 4-bit ls per 32 (unpack_iq2s) */
 KQ_INLINE void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    int8_t ls[16];
     const uint8_t *qs = b + 2, *sg = b + 34, *qh = b + 66, *sc = b + 74;
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
@@ -90,14 +94,13 @@ KQ_INLINE void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         const uint8_t *q = qs + 4 * ib;
         o->v[ib] = kq_grid4(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300), q[3] | (h << 2 & 0x300));
         o->sg[ib] = kq_signs_pm(kq_u32(sg + 4 * ib));
-        ls[2 * ib] = (int8_t)(2 * (sc[ib] & 15) + 1), ls[2 * ib + 1] = (int8_t)(2 * (sc[ib] >> 4) + 1);
     }
-    kq_iq_finish(o, ls, 1, kq_h2f(b) * 0.125f, 2);
+    kq_iq_finish(o, kq_nib_odd(_mm_loadl_epi64((const __m128i *)sc)), 1, kq_h2f(b) * 0.125f, 2);
 }
 
 /* IQ3_XXS: eight 4-value grid bytes and a u32 of four 7-bit sign indices and ls per 32 (unpack_iq3xxs) */
 KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    int8_t sc[16] = {0};
+    uint64_t sc = 0;
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
@@ -105,15 +108,14 @@ KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
         const __m256i g = _mm256_i32gather_epi32((const int *)grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), 4);
         o->v[ib] = g;
         o->sg[ib] = kq_signs_pm(kq_ksigns4(aux));
-        sc[ib] = (int8_t)(2 * (aux >> 28) + 1);
+        sc |= (uint64_t)(2 * (aux >> 28) + 1) << (8 * ib);
     }
-    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.25f, 2);
+    kq_iq_finish(o, _mm_cvtsi64_si128((long long)sc), 0, kq_h2f(b) * 0.25f, 2);
 }
 
 /* IQ3_S: 4-value grid index low bytes with a ninth bit each from qh, plain sign bytes, a 4-bit ls per 32
  * (unpack_iq3s: index k of the 8 takes bit k of qh[ib]) */
 KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    int8_t ls[16] = {0};
     const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
     const __m256i k07 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
     KQ_UNROLL
@@ -124,9 +126,8 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), hi);
         o->v[ib] = _mm256_i32gather_epi32((const int *)grid, idx, 4);
         o->sg[ib] = kq_signs_pm(kq_u32(sg + 4 * ib));
-        ls[ib] = (int8_t)(2 * ((sc[ib / 2] >> (4 * (ib % 2))) & 15) + 1);
     }
-    kq_iq_finish(o, ls, 0, kq_h2f(b), 2);
+    kq_iq_finish(o, kq_nib_odd(_mm_cvtsi32_si128((int)kq_u32(sc))), 0, kq_h2f(b), 2);
 }
 
 /* 8 g + delta for IQ1's grid values g (-1 / 0 / 1): three doublings, one add (exact in int8) */
@@ -138,7 +139,7 @@ static inline __m256i kq_iq1_vals(__m256i g, __m256i delta) {
 
 /* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s) */
 KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    int8_t sc[16] = {0};
+    uint64_t sc = 0;
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const unsigned qh = kq_u16(b + 34 + 2 * ib);
@@ -146,15 +147,15 @@ KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         const __m256i g = kq_grid4(grid, q[0] | (qh & 7) << 8, q[1] | (qh >> 3 & 7) << 8, q[2] | (qh >> 6 & 7) << 8,
                                    q[3] | (qh >> 9 & 7) << 8);
         o->v[ib] = kq_iq1_vals(g, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
-        sc[ib] = (int8_t)(2 * ((qh >> 12) & 7) + 1);
+        sc |= (uint64_t)(2 * ((qh >> 12) & 7) + 1) << (8 * ib);
     }
-    kq_iq_finish(o, sc, 0, kq_h2f(b) * 0.125f, 0);
+    kq_iq_finish(o, _mm_cvtsi64_si128((long long)sc), 0, kq_h2f(b) * 0.125f, 0);
 }
 
 /* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
  * top nibbles make the f16 d (unpack_iq1m) */
 KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    int8_t ls[16];
+    uint64_t ls[2] = {0, 0};
     const uint8_t *qs = b, *qh = b + 32;
     unsigned sc[4];
     for (int i = 0; i < 4; i++) sc[i] = kq_u16(b + 48 + 2 * i);
@@ -172,10 +173,10 @@ KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         const __m256i delta = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel), sel), _mm256_set1_epi8(1));
         o->v[ib] = kq_iq1_vals(g, delta);
         const unsigned s = sc[ib / 2] >> (6 * (ib % 2));
-        ls[2 * ib] = (int8_t)(2 * (s & 7) + 1), ls[2 * ib + 1] = (int8_t)(2 * ((s >> 3) & 7) + 1);
+        ls[ib / 4] |= (uint64_t)((2 * (s & 7) + 1) | (2 * ((s >> 3) & 7) + 1) << 8) << (16 * (ib % 4));
     }
     const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000));
-    kq_iq_finish(o, ls, 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 0);
+    kq_iq_finish(o, _mm_set_epi64x((long long)ls[1], (long long)ls[0]), 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 0);
 }
 
 /* a grid i-quant superblock (grid: kq_iq_grid(dt)) */
