@@ -130,13 +130,6 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     kq_iq_finish(o, kq_nib_odd(_mm_cvtsi32_si128((int)kq_u32(sc))), 0, kq_h2f(b), 2);
 }
 
-/* 8 g + delta for IQ1's grid values g (-1 / 0 / 1): three doublings, one add (exact in int8) */
-static inline __m256i kq_iq1_vals(__m256i g, __m256i delta) {
-    g = _mm256_add_epi8(g, g);
-    g = _mm256_add_epi8(g, g);
-    return _mm256_add_epi8(_mm256_add_epi8(g, g), delta);
-}
-
 /* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s) */
 KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     uint64_t sc = 0;
@@ -146,10 +139,11 @@ KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
         const uint8_t *q = b + 2 + 4 * ib;
         const __m256i g = kq_grid4(grid, q[0] | (qh & 7) << 8, q[1] | (qh >> 3 & 7) << 8, q[2] | (qh >> 6 & 7) << 8,
                                    q[3] | (qh >> 9 & 7) << 8);
-        o->v[ib] = kq_iq1_vals(g, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
+        o->v[ib] = g;
+        o->sg[ib] = _mm256_set1_epi8(qh & 0x8000 ? -1 : 1);
         sc |= (uint64_t)(2 * ((qh >> 12) & 7) + 1) << (8 * ib);
     }
-    kq_iq_finish(o, _mm_cvtsi64_si128((long long)sc), 0, kq_h2f(b) * 0.125f, 0);
+    kq_iq_finish(o, _mm_cvtsi64_si128((long long)sc), 0, kq_h2f(b) * 0.125f, 3);
 }
 
 /* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
@@ -171,12 +165,13 @@ KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
                                               1, 1, 1, 1);
         const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi16((int16_t)kq_u16(qh + 2 * ib)), shuf);
         const __m256i delta = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel), sel), _mm256_set1_epi8(1));
-        o->v[ib] = kq_iq1_vals(g, delta);
+        o->v[ib] = g;
+        o->sg[ib] = delta;
         const unsigned s = sc[ib / 2] >> (6 * (ib % 2));
         ls[ib / 4] |= (uint64_t)((2 * (s & 7) + 1) | (2 * ((s >> 3) & 7) + 1) << 8) << (16 * (ib % 4));
     }
     const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000));
-    kq_iq_finish(o, _mm_set_epi64x((long long)ls[1], (long long)ls[0]), 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 0);
+    kq_iq_finish(o, _mm_set_epi64x((long long)ls[1], (long long)ls[0]), 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 3);
 }
 
 /* a grid i-quant superblock (grid: kq_iq_grid(dt)) */

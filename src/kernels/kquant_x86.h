@@ -31,7 +31,8 @@
 #define KQ_UNROLL _Pragma("GCC unroll 8")
 
 /* 8 blocks of 32 unpacked: v[256] int8 values (uns 0: signed, dotted by the sign trick; 1: all >= 0; 2: >= 0, the
- * value's sign (+-1 bytes in sg[b]) put on the activation instead: v x = |v| (sign x)); the integer scale of
+ * value's sign (+-1 bytes in sg[b]) put on the activation instead: v x = |v| (sign x); 3: IQ1's 8 g + delta as
+ * g (-1 / 0 / 1) in v and delta (+-1) in sg: v x = 8 (sign g) x + (sign delta) x); the integer scale of
  * each group of 16 values (a type with one scale per 32 gives both halves the same) as int32 lanes in the order the
  * dot's sums come out: sab = groups 0 2 4 6 | 1 3 5 7 (blocks 0-3), scd = 8 10 12 14 | 9 11 13 15 (blocks 4-7);
  * x16: 16 int16 per group of 16, the mins (has_min) or the scales again (off: the values were stored plus 2^off,
@@ -291,6 +292,16 @@ static inline __m256i kq_dot32(__m256i a, __m256i b) {
 #endif
 }
 
+/* 8 sum(a) + sum(b) as kq_dot32's 8 int32 partial sums (a, b: s8 with |a|, |b| <= 127) */
+static inline __m256i kq_dot32_2(__m256i a, __m256i b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), a), _mm256_set1_epi8(1), b);
+#else /* int16 pairs: 8 * 254 + 254 fits */
+    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), a), _mm256_maddubs_epi16(_mm256_set1_epi8(1), b));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+}
+
 /* isum (and msum) of the 8 blocks against one token's 256 int8 activations q and their 16 sums of 16 bk (kern_act
  * bk; read only for mins and offsets): per block 8 int32 partial dots, two hadd levels give each group of 16 its sum
  * (sab / scd's lane order), times its scale, then the two groups of a block added: exact integers throughout */
@@ -301,6 +312,7 @@ KQ_INLINE void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m
         const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
         p[b] = u->uns == 1   ? kq_dot32(u->v[b], x)
                : u->uns == 2 ? kq_dot32(u->v[b], _mm256_sign_epi8(x, u->sg[b]))
+               : u->uns == 3 ? kq_dot32_2(_mm256_sign_epi8(x, u->v[b]), _mm256_sign_epi8(x, u->sg[b]))
                              : kq_dot32(_mm256_sign_epi8(u->v[b], u->v[b]), _mm256_sign_epi8(x, u->v[b]));
     }
     const __m256i ab = _mm256_mullo_epi32(_mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3])), u->sab);
