@@ -327,7 +327,14 @@ KQ_INLINE void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m
     *isum = is;
 }
 
-static inline float kq_lanes8(const float *a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
+/* lanes(a) - lanes(m), lanes(a) = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)) (the oracle's order, each add
+ * the same IEEE add) in registers: two hadds pair the lanes, the two halves added last */
+static inline float kq_lanes_diff(__m256 a, __m256 m) {
+    const __m256 h = _mm256_hadd_ps(a, m);  /* a0+a1 a2+a3 m0+m1 m2+m3 | a4+a5 a6+a7 m4+m5 m6+m7 */
+    const __m256 h2 = _mm256_hadd_ps(h, h); /* (a0+a1)+(a2+a3) (m0+m1)+(m2+m3) .. | (a4+a5)+(a6+a7) .. */
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(h2), _mm256_extractf128_ps(h2, 1));
+    return _mm_cvtss_f32(s) - _mm_cvtss_f32(_mm_movehdup_ps(s));
+}
 
 /* the last cols % 256 columns (IQ4_NL and q2 only, which have no mins: accm stays zero): the oracle's steps block of
  * 32 by block of 32 on lane b % 8, its integer sum (scale 1) by one vpmaddubsw / vpmaddwd and an exact horizontal add */
@@ -394,11 +401,13 @@ KQ_INLINE void kq_i8_run(dt_type dt, const tn_mat *w, const kern_act *a, float *
                 }
             }
             for (int t = 0; t < nt; t++) {
-                float fa[8], fm[8];
-                _mm256_storeu_ps(fa, acc[t]);
-                _mm256_storeu_ps(fm, accm[t]);
-                if (nsb * 256 < cols) kq_tail(w, a, row, grid, t0 + t, nsb * 256, fa);
-                y[(size_t)(t0 + t) * ldy + (size_t)r] = kq_lanes8(fa) - kq_lanes8(fm);
+                if (nsb * 256 < cols) {
+                    float fa[8];
+                    _mm256_storeu_ps(fa, acc[t]);
+                    kq_tail(w, a, row, grid, t0 + t, nsb * 256, fa);
+                    acc[t] = _mm256_loadu_ps(fa);
+                }
+                y[(size_t)(t0 + t) * ldy + (size_t)r] = kq_lanes_diff(acc[t], accm[t]);
             }
         }
     }
