@@ -10,6 +10,7 @@ mean KL(llama.cpp || sluice), the largest, the top-1 agreement, and both engines
 
 Local only (CI does not build llama.cpp). Usage:
   build/venv/bin/python tools/llama_logits_compare.py GGUF PACK TEXT [--chunks 4] [--ctx 512] [--mode default|exact]
+      [--llama-args "-fa off -ctk f32 -ctv f32"] [--sluice-args "--kv f32"]   (extra options of either engine)
 """
 import argparse
 import os
@@ -52,11 +53,13 @@ def main():
     ap.add_argument("--mode", default="default", choices=["default", "exact"])
     ap.add_argument("--llama-bin", default=os.environ.get("LLAMA_BIN", "/work/llama.cpp/build-cpu/bin"))
     ap.add_argument("--sluice", default=os.environ.get("SLUICE", "build/sluice"))
+    ap.add_argument("--llama-args", default="", help="extra llama-perplexity options, one string")
+    ap.add_argument("--sluice-args", default="", help="extra sluice logits options, one string")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "base.bin")
         subprocess.run([os.path.join(a.llama_bin, "llama-perplexity"), "-m", a.gguf, "-f", a.text, "-c", str(a.ctx),
-                        "--chunks", str(a.chunks), "--kl-divergence-base", base, "-t", "2", "-nr"],
+                        "--chunks", str(a.chunks), "--kl-divergence-base", base, "-t", "2", "-nr"] + a.llama_args.split(),
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         n_ctx, n_vocab, toks, ref = read_base(base)
         first = n_ctx // 2
@@ -64,7 +67,8 @@ def main():
         for c in range(toks.shape[0]):
             out = os.path.join(tmp, "s.f32")
             cmd = [a.sluice, "logits", "-m", a.pack, "--resident", "--tokens", ",".join(map(str, toks[c])), "--out", out]
-            subprocess.run(cmd + (["--exact"] if a.mode == "exact" else []), check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(cmd + (["--exact"] if a.mode == "exact" else []) + a.sluice_args.split(), check=True,
+                           stdout=subprocess.DEVNULL)
             s = log_softmax(np.fromfile(out, np.float32).reshape(n_ctx, n_vocab)[first:n_ctx - 1])
             p = np.exp(ref[c])
             kls.append((p * (ref[c] - s)).sum(axis=-1))
