@@ -498,6 +498,59 @@ TEST(kernel_kv_decode_bitwise_scalar) {
     }
 }
 
+/* Attention's softmax (kernels.h softmax_rows) of each table bitwise the oracle kern_softmax_row: the exponentials
+ * over every region of expf (a row whose max is 0 gives expf of its scores themselves: 4M bit patterns in
+ * [-128, 0], the underflow bands, -inf, one NaN row), then rows of scores as attention has them (nr 1 .. 17, n
+ * 1 .. 333, a stride, with and without sinks). */
+TEST(kernel_softmax_rows_bitwise_scalar) {
+    srand(test_seed() ^ 0x50f7);
+    const char *names[] = {"avx2", "avx512", "neon"};
+    const int N = 4096, R = 9;
+    float *want = malloc(sizeof(float) * N * R), *got = malloc(sizeof(float) * N * R), sinks[R];
+    CHECK(want && got);
+    for (int k = 0; want && got && k < 3; k++) {
+        const kern_ops *ops = kern_ops_by_name(names[k]);
+        if (!ops || !ops->softmax_rows) continue;
+        for (int rep = 0; rep < 120; rep++) { /* 120 x 9 x 4095 ~ 4.4M exponentials */
+            const uint32_t top = 0xc3000000u; /* -128 */
+            for (int r = 0; r < R; r++) {
+                float *w = want + (size_t)r * N;
+                w[0] = 0.0f;
+                for (int p = 1; p < N; p++) {
+                    uint32_t b = 0x80000000u + (uint32_t)(((uint64_t)rand() << 16 ^ (uint64_t)rand()) % (top - 0x80000000u));
+                    memcpy(&w[p], &b, 4);
+                }
+            }
+            const float edge[] = {-INFINITY, -0x1.9fe368p6f, -0x1.9fe366p6f, -0x1.9d1d9ep6f, -0x1.9d1d9cp6f, -103.5f,
+                                  -88.0f, -87.99f, -0x1p-149f, -0.0f};
+            memcpy(want + 1, edge, sizeof edge);
+            if (rep == 0) want[(size_t)(R - 1) * N + 7] = NAN;
+            memcpy(got, want, sizeof(float) * N * R);
+            for (int r = 0; r < R; r++) kern_softmax_row(want + (size_t)r * N, N, 1.0f, NULL);
+            ops->softmax_rows(got, (size_t)N, R, N, 1.0f, NULL);
+            CHECKF(!memcmp(want, got, sizeof(float) * N * R), "seed %u: %s softmax_rows (expf's range) differs",
+                   test_seed(), names[k]);
+        }
+        const int ns[] = {1, 7, 16, 17, 100, 333}, nrs[] = {1, 2, 3, 8, 9};
+        for (int a = 0; a < 6; a++)
+            for (int b = 0; b < 5; b++)
+                for (int sk = 0; sk < 2; sk++) {
+                    const int n = ns[a], nr = nrs[b];
+                    const size_t ld = (size_t)n + 5;
+                    for (size_t i = 0; i < ld * (size_t)nr; i++)
+                        want[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * (float)(1 + rand() % 200);
+                    for (int r = 0; r < nr; r++) sinks[r] = ((float)rand() / (float)RAND_MAX - 0.5f) * 8.0f;
+                    memcpy(got, want, sizeof(float) * ld * (size_t)nr);
+                    for (int r = 0; r < nr; r++) kern_softmax_row(want + (size_t)r * ld, n, 0.088f, sk ? sinks + r : NULL);
+                    ops->softmax_rows(got, ld, nr, n, 0.088f, sk ? sinks : NULL);
+                    CHECKF(!memcmp(want, got, sizeof(float) * ld * (size_t)nr),
+                           "seed %u: %s softmax_rows n %d rows %d sinks %d differs", test_seed(), names[k], n, nr, sk);
+                }
+    }
+    free(want);
+    free(got);
+}
+
 /* Context shifting (sl_session_shift): after dropping positions n_keep .. n_keep + n_discard - 1, the session's
  * next logits are bitwise those of a fresh session given the kept tokens in one evaluation, on an attention-only
  * family and on a hybrid one (DeltaNet's recurrent state cannot drop tokens: it is rebuilt); bad counts and a

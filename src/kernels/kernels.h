@@ -147,6 +147,9 @@ typedef struct kern_ops {
     /* n KV cache heads of hd values (quant/kv.h), head i at src + i * ld bytes, into dst + i * ldd floats: bitwise
      * kv_decode_heads (its conversions are exact). NULL: kv_decode_heads. */
     void (*kv_decode)(sl_kv_type t, const void *src, size_t ld, int n, int hd, float *dst, size_t ldd);
+    /* Attention's softmax of nr rows of n scores in place, row r at sc + r * ld: bitwise kern_softmax_row on each
+     * (sinks: NULL, or one extra logit per row). NULL: kern_softmax_row per row. */
+    void (*softmax_rows)(float *sc, size_t ld, int nr, int n, float scale, const float *sinks);
     /* y = (w_off + w) * x / sqrt(mean(x^2) + eps); mean accumulated in double. y may alias x. */
     void (*rmsnorm)(const float *x, const float *w, float w_off, float eps, float *y, int n);
     /* y[i] = silu(g[i]) * u[i]; y may alias g or u. */
@@ -251,6 +254,19 @@ static inline void kern_axpy_rows(const kern_ops *ops, const float *a, int n, co
     if (ops->axpy_rows) ops->axpy_rows(a, n, x, ldx, y, d);
     else
         for (int p = 0; p < n; p++) ops->axpy(a[p], x + (size_t)p * ldx, y, d);
+}
+
+/* One row of attention's softmax, the oracle (kernels_scalar.c): sc[p] *= scale and their max m (sink, when not
+ * NULL, is one more logit: m starts at it); sc[p] = expf(sc[p] - m); sum = expf(*sink - m) (or 0) + each sc[p] in
+ * increasing p, in double; sc[p] /= (float)sum. */
+void kern_softmax_row(float *sc, int n, float scale, const float *sink);
+
+/* ops->softmax_rows, or the kern_softmax_row calls it stands for. */
+static inline void kern_softmax_rows(const kern_ops *ops, float *sc, size_t ld, int nr, int n, float scale,
+                                     const float *sinks) {
+    if (ops->softmax_rows) ops->softmax_rows(sc, ld, nr, n, scale, sinks);
+    else
+        for (int r = 0; r < nr; r++) kern_softmax_row(sc + (size_t)r * ld, n, scale, sinks ? sinks + r : NULL);
 }
 
 /* ops->dot_rows, or the dot calls it stands for. */

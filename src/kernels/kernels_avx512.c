@@ -433,6 +433,111 @@ static void act_row_v(const float *x, int cols, int8_t *q, int8_t *q4, float *d,
     kern_act_sums_q4(cols, q, q4, s);
 }
 
+/* ---- attention's softmax ---------------------------------------------------------------------- */
+
+/* glibc's expf (sysdeps/ieee754/flt-32/e_expf.c, as its FMA build __expf_fma, the one an AVX-512 CPU runs,
+ * computes it: k = round(x N/ln2) by x * InvLn2N + shift fused, r = x * InvLn2N - k fused, s = 2^(k/N) from the
+ * table __exp2f_data.tab (N = 32) and the exponent bits, y = (C0 r + C1) r^2 + (C2 r + 1) by three FMAs, times s,
+ * rounded to float) on 8 floats in double lanes. Bitwise expf where -0x1.9d1d9ep6 <= x <= 0x1.62e42ep6 (its main
+ * path); exp_lanes takes the other lanes. */
+static const uint64_t exp2f_tab[32] = {
+    0x3ff0000000000000ULL, 0x3fefd9b0d3158574ULL, 0x3fefb5586cf9890fULL, 0x3fef9301d0125b51ULL,
+    0x3fef72b83c7d517bULL, 0x3fef54873168b9aaULL, 0x3fef387a6e756238ULL, 0x3fef1e9df51fdee1ULL,
+    0x3fef06fe0a31b715ULL, 0x3feef1a7373aa9cbULL, 0x3feedea64c123422ULL, 0x3feece086061892dULL,
+    0x3feebfdad5362a27ULL, 0x3feeb42b569d4f82ULL, 0x3feeab07dd485429ULL, 0x3feea47eb03a5585ULL,
+    0x3feea09e667f3bcdULL, 0x3fee9f75e8ec5f74ULL, 0x3feea11473eb0187ULL, 0x3feea589994cce13ULL,
+    0x3feeace5422aa0dbULL, 0x3feeb737b0cdc5e5ULL, 0x3feec49182a3f090ULL, 0x3feed503b23e255dULL,
+    0x3feee89f995ad3adULL, 0x3feeff76f2fb5e47ULL, 0x3fef199bdd85529cULL, 0x3fef3720dcef9069ULL,
+    0x3fef5818dcfba487ULL, 0x3fef7c97337b9b5fULL, 0x3fefa4afa2a490daULL, 0x3fefd0765b6e4540ULL};
+
+static inline __m256 expf8_main(__m256 x, const __m512d tab[4]) {
+    const __m512d invln2n = _mm512_set1_pd(0x1.71547652b82fep+5), shift = _mm512_set1_pd(0x1.8p52);
+    const __m512d xd = _mm512_cvtps_pd(x);
+    __m512d kd = _mm512_fmadd_pd(invln2n, xd, shift);
+    const __m512i ki = _mm512_castpd_si512(kd);
+    kd = _mm512_sub_pd(kd, shift);
+    const __m512d r = _mm512_fmsub_pd(invln2n, xd, kd);
+    const __m512d lo = _mm512_permutex2var_pd(tab[0], ki, tab[1]), hi = _mm512_permutex2var_pd(tab[2], ki, tab[3]);
+    const __mmask8 up = _mm512_test_epi64_mask(ki, _mm512_set1_epi64(16));
+    const __m512i t = _mm512_add_epi64(_mm512_castpd_si512(_mm512_mask_blend_pd(up, lo, hi)), _mm512_slli_epi64(ki, 47));
+    const __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.c6af84b912394p-20), _mm512_set1_pd(0x1.ebfce50fac4f3p-13));
+    __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(0x1.62e42ff0c52d6p-6), _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(z, _mm512_mul_pd(r, r), y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_castsi512_pd(t)));
+}
+
+/* sc[p] = expf(sc[p] - mx), p < n: expf8_main's lanes; below -0x1.9fe368p6 (and -inf) expf's +0 (its underflow:
+ * 0x1p-95f squared); the rest (NaN, overflow, the band where glibc may set errno) by expf itself. */
+static void exp_lanes(float *sc, int n, float mx, const __m512d tab[4]) {
+    const __m256 m = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-0x1.9d1d9ep6f), hi = _mm256_set1_ps(0x1.62e42ep6f);
+    const __m256 zlo = _mm256_set1_ps(-0x1.9fe368p6f);
+    for (int p = 0; p < n; p += 8) {
+        const __mmask8 mk = (__mmask8)(n - p >= 8 ? 0xff : (1u << (n - p)) - 1);
+        const __m256 x = _mm256_sub_ps(_mm256_maskz_loadu_ps(mk, sc + p), m);
+        __m256 y = expf8_main(x, tab);
+        const __mmask8 ok = _mm256_cmp_ps_mask(x, lo, _CMP_GE_OQ) & _mm256_cmp_ps_mask(x, hi, _CMP_LE_OQ);
+        if ((ok & mk) != mk) {
+            const __mmask8 zero = _mm256_cmp_ps_mask(x, zlo, _CMP_LT_OQ);
+            y = _mm256_mask_blend_ps(zero, y, _mm256_setzero_ps());
+            const unsigned rest = mk & (unsigned)~ok & (unsigned)~zero;
+            if (rest) {
+                float xs[8], ys[8];
+                _mm256_storeu_ps(xs, x);
+                _mm256_storeu_ps(ys, y);
+                for (int i = 0; i < 8; i++)
+                    if (rest >> i & 1) ys[i] = expf(xs[i]);
+                y = _mm256_loadu_ps(ys);
+            }
+        }
+        _mm256_mask_storeu_ps(sc + p, mk, y);
+    }
+}
+
+/* kernels.h softmax_rows, eight rows at a time: each row's scaling and max in 16 lanes (max is exact in any
+ * order; a NaN score never wins, as in the scalar loop; +0 and -0 give the same differences), exp_lanes, then the
+ * eight rows' sums in double side by side, each in increasing p as kern_softmax_row's, and the divisions. */
+static void softmax_rows_v(float *sc, size_t ld, int nr, int n, float scale, const float *sinks) {
+    __m512d tab[4];
+    for (int i = 0; i < 4; i++) tab[i] = _mm512_loadu_pd((const double *)(const void *)(exp2f_tab + 8 * i));
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        const int m = nr - r0 < 8 ? nr - r0 : 8;
+        float mx[8];
+        double sum[8];
+        for (int i = 0; i < m; i++) {
+            float *row = sc + (size_t)(r0 + i) * ld;
+            __m512 vm = _mm512_set1_ps(sinks ? sinks[r0 + i] : -INFINITY);
+            const __m512 vs = _mm512_set1_ps(scale);
+            for (int p = 0; p < n; p += 16) {
+                const __mmask16 mk = n - p >= 16 ? (__mmask16)0xffff : tail_mask(n - p);
+                const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, row + p), vs);
+                _mm512_mask_storeu_ps(row + p, mk, v);
+                vm = _mm512_mask_max_ps(vm, mk, v, vm);
+            }
+            mx[i] = _mm512_reduce_max_ps(vm);
+            exp_lanes(row, n, mx[i], tab);
+            sum[i] = sinks ? (double)expf(sinks[r0 + i] - mx[i]) : 0.0;
+        }
+        const float *rw[8];
+        for (int i = 0; i < 8; i++) rw[i] = sc + (size_t)(r0 + (i < m ? i : 0)) * ld;
+        if (m == 8)
+            for (int p = 0; p < n; p++) {
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) sum[i] += rw[i][p];
+            }
+        else
+            for (int i = 0; i < m; i++)
+                for (int p = 0; p < n; p++) sum[i] += rw[i][p];
+        for (int i = 0; i < m; i++) {
+            float *row = sc + (size_t)(r0 + i) * ld;
+            const __m512 vf = _mm512_set1_ps((float)sum[i]);
+            for (int p = 0; p < n; p += 16) {
+                const __mmask16 mk = n - p >= 16 ? (__mmask16)0xffff : tail_mask(n - p);
+                _mm512_mask_storeu_ps(row + p, mk, _mm512_div_ps(_mm512_maskz_loadu_ps(mk, row + p), vf));
+            }
+        }
+    }
+}
+
 #include "kernels/kv_x86.h"
 
 /* ---- table ------------------------------------------------------------------------------------ */
@@ -449,6 +554,7 @@ static const kern_ops avx512_ops = {
     .dot_rows_q = dot_rows_q_v,
     .axpy_rows_q = axpy_rows_q_v,
     .kv_decode = kv_decode_x86,
+    .softmax_rows = softmax_rows_v,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
 };

@@ -213,6 +213,21 @@ static float dot_scalar(const float *a, const float *b, int n) {
 
 static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s);
 
+void kern_softmax_row(float *sc, int n, float scale, const float *sink) {
+    float mx = sink ? *sink : -INFINITY;
+    for (int p = 0; p < n; p++) {
+        sc[p] *= scale;
+        if (sc[p] > mx) mx = sc[p];
+    }
+    double sum = sink ? (double)expf(*sink - mx) : 0.0;
+    for (int p = 0; p < n; p++) {
+        sc[p] = expf(sc[p] - mx);
+        sum += sc[p];
+    }
+    float fsum = (float)sum;
+    for (int p = 0; p < n; p++) sc[p] /= fsum;
+}
+
 /* ---- table and driver ------------------------------------------------------------------------- */
 
 static const kern_ops scalar_ops = {

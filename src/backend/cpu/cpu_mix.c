@@ -128,23 +128,6 @@ static void key_range(const be_attn *a, int t, int *p0, int *n_keys) {
     *n_keys = pos + 1 - *p0;
 }
 
-/* One (token, head)'s softmax over its nk scores, scaled first; sink (NULL: none) is one more logit (gpt-oss)
- * whose value is dropped. The one order attn_part and the blocked path share. */
-static void softmax_row(float *sc, int nk, float scale, const float *sink) {
-    float mx = sink ? *sink : -INFINITY;
-    for (int p = 0; p < nk; p++) {
-        sc[p] *= scale;
-        if (sc[p] > mx) mx = sc[p];
-    }
-    double sum = sink ? (double)expf(*sink - mx) : 0.0;
-    for (int p = 0; p < nk; p++) {
-        sc[p] = expf(sc[p] - mx);
-        sum += sc[p];
-    }
-    float fsum = (float)sum;
-    for (int p = 0; p < nk; p++) sc[p] /= fsum;
-}
-
 /* (token, head) items begin..end; called any number of times per thread (pool_for_any), each thread's
  * scores in its own scratch slot (and, for a cache that is not f32, its last BE_KV_TILE * hd floats the
  * decoded rows). A KV head's query heads of one token whose items are all in the range go together, as many
@@ -180,11 +163,8 @@ static void attn_part(void *ctx, size_t begin, size_t end) {
                             sc0 + n_keys + x, ldsc);
         if (!a->extra_idx && n_x > 0)
             kern_dot_rows_q(j->ops, q, (size_t)a->qstride, nq, a->extra, (size_t)hd, n_x, hd, sc0 + n_keys, ldsc);
-        for (int i = 0; i < nq; i++) {
-            float *sc = sc0 + (size_t)i * ldsc;
-            const int hh = h + i, nk = n_keys + n_x;
-            softmax_row(sc, nk, a->scale, a->sinks ? &a->sinks[hh] : NULL);
-        }
+        /* the one softmax attn_block_part shares (kernels.h kern_softmax_row: sink a logit whose value is dropped) */
+        kern_softmax_rows(j->ops, sc0, ldsc, nq, n_keys + n_x, a->scale, a->sinks ? a->sinks + h : NULL);
         float *o = a->out + (size_t)t * a->ldo + (size_t)h * vd; /* heads h .. h + nq - 1: rows of vd */
         attn_values(j, sc0, ldsc, nq, h / j->group, p0, n_keys, o, tile);
         for (int x = 0; a->extra_idx && x < n_x; x++) /* V4's extra keys are values of hd (its vd = hd) */
@@ -246,11 +226,8 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
             if (pass == 1) { /* the softmax of each (token, head) over its own keys, as attn_part's */
                 for (int t = t0; t < t1; t++) {
                     key_range(a, t, &p0, &nk);
-                    for (int i = 0; i < G; i++) {
-                        float *sc = sc0 + ((size_t)(t - t0) * G + i) * ldsc;
-                        const int hh = g * G + i;
-                        softmax_row(sc, nk, a->scale, a->sinks ? &a->sinks[hh] : NULL);
-                    }
+                    kern_softmax_rows(j->ops, sc0 + (size_t)(t - t0) * G * ldsc, ldsc, G, nk, a->scale,
+                                      a->sinks ? a->sinks + (size_t)g * G : NULL);
                     memset(a->out + (size_t)t * a->ldo + (size_t)g * G * vd, 0, (size_t)G * (size_t)vd * sizeof(float));
                 }
             }
