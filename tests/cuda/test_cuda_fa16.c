@@ -78,6 +78,23 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
     CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb),
        "%s: prefill kernel / decode pair / token by token differ (%d %d %d)", name, !memcmp(y1, y2, nb),
        !memcmp(y1, y3, nb), !memcmp(y1, y4, nb));
+    if (HD % 128 == 0) { /* the last token alone with its output's int8 form (k_fa16_comb): bitwise y3's row, and
+                          * the form bitwise slcu_act_quantize's of it */
+        const int row = NH * HD;
+        void *b1 = slcu_alloc(slcu_act_bytes(1, row), msg, sizeof msg), *b2 = slcu_alloc(slcu_act_bytes(1, row), msg, sizeof msg);
+        slcu_act a1, a2;
+        slcu_act_bind(&a1, b1, 1, row, msg, sizeof msg), slcu_act_bind(&a2, b2, 1, row, msg, sizeof msg);
+        slcu_attn a = ap;
+        a.q += (size_t)(T - 1) * ap.ldq, a.k += (size_t)(T - 1) * ap.ldkv, a.v += (size_t)(T - 1) * ap.ldkv;
+        a.n = 1, a.pos0 += T - 1, a.out += (size_t)(T - 1) * ap.ldo;
+        poison(dout, nb);
+        CK(slcu_attention_q(&a, &a1, msg, sizeof msg) == 1, "%s: attention_q made no int8 form: %s", name, msg);
+        float *yq = dl(a.out, row);
+        CK(!memcmp(yq, y3 + (size_t)(T - 1) * row, (size_t)row * 4), "%s: the output beside its int8 form differs", name);
+        CK(!slcu_act_quantize(&a2, a.out, row, msg, sizeof msg) && same_act(&a1, &a2),
+           "%s: the int8 form differs from act_quantize's", name);
+        free(yq), slcu_free(b1), slcu_free(b2);
+    }
     free(hq), free(hs), free(hn), free(hk), free(hv), free(ref), free(y1), free(y2), free(y3), free(y4);
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }

@@ -539,7 +539,7 @@ static void cu_attention(be_backend *be, const be_attn *a) {
     cu_ctx *c = cu_of(be);
     const int cols = a->n_heads * a->head_dim;
     slcu_act q;
-    if (!c->nq_off && !s.f16 && a->n == 1 && a->head_dim % 128 == 0 && nq_room(be, cols) && !slcu_act_bind(&q, c->nq_buf, 1, cols, MSG(be))) {
+    if (!c->nq_off && a->n == 1 && a->head_dim % 128 == 0 && nq_room(be, cols) && !slcu_act_bind(&q, c->nq_buf, 1, cols, MSG(be))) {
         const int r = slcu_attention_q(&s, &q, MSG(be)); /* one token: its output's int8 form for o too (nq_*) */
         if (r < 0) cu_fail(be, SL_EIO, c->tmp);
         if (r == 1) c->nq_y = a->out, c->nq_dim = cols, c->nq_owner = NULL;

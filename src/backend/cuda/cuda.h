@@ -244,6 +244,9 @@ int slcu_attention_prefill(const slcu_attn *a, char *msg, size_t msglen);
  * file's head comment): the same bits per (token, head) in its prefill and decode kernels, whatever the batch.
  * pd / max_keys: a recorded step's position on the device and bound on its keys (NULL, 0: none). 0 or -1. */
 int slcu_attention_f16(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen);
+/* The same, and for one token (head_dim a multiple of 128, oq one row of n_heads * head_dim) the output's int8 form
+ * into oq, bitwise slcu_act_quantize of it: 1 when made, 0 when not (the output alone), -1 failed (message). */
+int slcu_attention_f16q(const slcu_attn *a, const int *pd, int max_keys, const slcu_act *oq, char *msg, size_t msglen);
 /* The same chunks and fold over an f32 cache in f32 SIMT arithmetic (head_dim <= 256); slcu_attention takes it
  * unless SLUICE_CUDA_FA32=0 (k_attention's order) or slcu_attn_force names a kernel. */
 int slcu_attention_f32(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen);

@@ -28,6 +28,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_quant.cuh"
 
 #define FA16_C 64 /* keys per chunk: the fixed split of the positions */
 
@@ -88,14 +89,27 @@ __device__ __forceinline__ float f16_final(const slcu_attn &p, int h, float M, f
     return gate ? __fmul_rn(v, f16_sigm(*gate)) : v;
 }
 
-/* rows (the CTA's or a warp's) of q into qs [nr][HDP + 8] halves, zero past hd and past the rows */
+/* rows (the CTA's or a warp's) of q into qs [nr][HDP + 8] halves, zero past hd and past the rows. A thread takes
+ * runs of 8 columns of one row: the row's address once, its 8 loads issued together, one 16-byte store (the
+ * decode kernel's one warp loaded 64 elements one after another: most of its 18 us at depth 1, call D) */
 template <int HDP>
 __device__ void f16_load_q(const slcu_attn &p, __half *qs, int r0, int nr, int nrows, int G, int kvh, int tid, int nthr) {
-    for (int i = tid; i < nr * HDP; i += nthr) {
-        const int r = i / HDP, d = i % HDP, R = r0 + r;
-        float x = 0.0f;
-        if (R < nrows && d < p.hd) x = p.q[(size_t)(R / G) * p.ldq + (size_t)(kvh * G + R % G) * p.qstride + d];
-        qs[r * (HDP + 8) + d] = __float2half_rn(x);
+    constexpr int U = HDP / 8; /* runs a row */
+#pragma unroll 2
+    for (int i = tid; i < nr * U; i += nthr) {
+        const int r = i / U, d0 = (i % U) * 8, R = r0 + r;
+        float x[8];
+        if (R < nrows) {
+            const float *qr = p.q + (size_t)(R / G) * p.ldq + (size_t)(kvh * G + R % G) * p.qstride;
+#pragma unroll
+            for (int j = 0; j < 8; j++) x[j] = d0 + j < p.hd ? qr[d0 + j] : 0.0f;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) x[j] = 0.0f;
+        }
+        uint4 h;
+        h.x = f16_pack(x[0], x[1]), h.y = f16_pack(x[2], x[3]), h.z = f16_pack(x[4], x[5]), h.w = f16_pack(x[6], x[7]);
+        *(uint4 *)(qs + r * (HDP + 8) + d0) = h;
     }
 }
 
@@ -335,9 +349,11 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
 }
 
 /* Decode, second kernel: a CTA per row (kvh * nrows + r), the chunks folded in order as k_fa16_fold does; each
- * thread loads FA_CB chunks' values at once (all in flight), then folds them in order. */
+ * thread loads FA_CB chunks' values at once (all in flight), then folds them in order. qa.q (one token, head_dim
+ * a multiple of 128, a CTA of 128: a warp holds whole blocks of 32 columns): the output's int8 form too, by
+ * act_quant's operations on the same floats (cuda_quant.cuh), so o's matvec needs no quantisation launch. */
 #define FA_CB 16
-__global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml) {
+__global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml, slcu_act qa) {
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     if (pd) p.pos0 = *pd;
     const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.x / nrows, r = blockIdx.x % nrows;
@@ -363,8 +379,13 @@ __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const
                     O = f16_mix(O, ov[u], a, b);
                 }
         }
-        p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + dd : NULL);
+        const float v = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + dd : NULL);
+        p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = v;
+        if (qa.q) quant_lane(v, h * p.hd + dd, threadIdx.x & 31, qa);
     }
+    if (!qa.q) return;
+    __syncthreads(); /* the head's block sums are written */
+    quant_sums(qa, p.n_heads * p.hd / 32, h * p.hd / 32, p.hd / 32, threadIdx.x, blockDim.x);
 }
 
 __global__ void k_kv_append16(slcu_attn p, const int *pd) {
@@ -655,7 +676,7 @@ static int fl_partials(const slcu_attn *a, int nchs, int hdp, float **po, float 
 }
 
 template <int HDP>
-static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
+static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slcu_act *oq, char *msg, size_t msglen) {
     constexpr int S = HDP + 8, PW = HDP >= 256 ? 2 : 4;
     static int fset, pset; /* hd 256: 168,960 (two K/V buffers) and 152,064 bytes */
     const size_t fsm = (size_t)(FA16_FW * 16 + 4 * FA16_C) * S * 2, psm = (size_t)PW * (16 + 2 * FA16_C) * S * 2;
@@ -673,23 +694,30 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
     if (fl_smem(k_fa16_part<HDP, PW>, &pset, psm, msg, msglen)) return -1;
     k_fa16_part<HDP, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
                            PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
+    slcu_act qa = {};
+    if (oq && a->n == 1 && a->hd % 128 == 0 && oq->n_tok == 1 && oq->cols == a->n_heads * a->hd) qa = *oq;
     k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, HDP,
-                                                                                                   po, ml);
+                                                                                                   po, ml, qa);
     cudaError_t e = cudaGetLastError();
-    return e ? f16_fail(msg, msglen, "launch", e) : 0;
+    return e ? f16_fail(msg, msglen, "launch", e) : qa.q ? 1 : 0;
 }
 
-/* cuda.h: the new rows appended (f16), then the attention of a's n tokens; 0 or -1 (message) */
 extern "C" int slcu_attention_f16(const slcu_attn *a, const int *pd, int max_keys, char *msg, size_t msglen) {
+    return slcu_attention_f16q(a, pd, max_keys, NULL, msg, msglen) < 0 ? -1 : 0;
+}
+
+/* cuda.h: the new rows appended (f16), then the attention of a's n tokens [and its int8 form]; 1, 0 or -1 */
+extern "C" int slcu_attention_f16q(const slcu_attn *a, const int *pd, int max_keys, const slcu_act *oq, char *msg,
+                                   size_t msglen) {
     fl_env();
     if (a->hd > 256) return f16_fail(msg, msglen, "head_dim above 256", cudaSuccess);
     if (pd && (a->n != 1 || !a->k)) return f16_fail(msg, msglen, "a recorded step has one token appending its row", cudaSuccess);
     if (a->k) k_kv_append16<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
-    if (a->hd <= 16) return f16_launch<16>(a, pd, max_keys, msg, msglen);
-    if (a->hd <= 32) return f16_launch<32>(a, pd, max_keys, msg, msglen);
-    if (a->hd <= 64) return f16_launch<64>(a, pd, max_keys, msg, msglen);
-    if (a->hd <= 128) return f16_launch<128>(a, pd, max_keys, msg, msglen);
-    return f16_launch<256>(a, pd, max_keys, msg, msglen);
+    if (a->hd <= 16) return f16_launch<16>(a, pd, max_keys, oq, msg, msglen);
+    if (a->hd <= 32) return f16_launch<32>(a, pd, max_keys, oq, msg, msglen);
+    if (a->hd <= 64) return f16_launch<64>(a, pd, max_keys, oq, msg, msglen);
+    if (a->hd <= 128) return f16_launch<128>(a, pd, max_keys, oq, msg, msglen);
+    return f16_launch<256>(a, pd, max_keys, oq, msg, msglen);
 }
 
 template <int NJ>
@@ -716,7 +744,7 @@ static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
     k_fa32_part<NJ, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + FA32_RW - 1) / FA32_RW)),
                           PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
     k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, 32 * NJ,
-                                                                                                   po, ml);
+                                                                                                   po, ml, slcu_act{});
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : 0;
 }

@@ -703,7 +703,8 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
     if (a->f16 || (fa32_on && !attn_force && a->hd <= 256)) { /* cuda_flash.cu: its own order, no int8 form of the output (attn_force: tests of the kernels below) */
         if (step_pos && (a->n != 1 || !a->k || step_keys < maxk))
             return bad(msg, msglen, "attention: a recorded step has one token appending its row");
-        return (a->f16 ? slcu_attention_f16 : slcu_attention_f32)(a, step_pos, step_keys, msg, msglen) < 0 ? -1 : 0;
+        if (a->f16) return slcu_attention_f16q(a, step_pos, step_keys, oq, msg, msglen);
+        return slcu_attention_f32(a, step_pos, step_keys, msg, msglen) < 0 ? -1 : 0;
     }
     if (!attn_smem_max) {
         int dev = 0, optin = 0;
