@@ -587,7 +587,12 @@ static void check_ops(void) {
         float *hl, *hb, *dl_ = rnd_dev((size_t)T * E, 2, &hl, msg), *dbias = rnd_dev(E, 0.1f, &hb, msg);
         int *de = slcu_alloc((size_t)T * K * 4, msg, sizeof msg);
         float *dw = slcu_alloc((size_t)T * K * 4, msg, sizeof msg);
-        for (int kind = 0; kind < 3; kind++) {
+        for (int pass = 0; pass < 5; pass++) { /* 3, 4: kinds 0 and 1 again, with ties */
+            const int kind = pass % 3;
+            if (pass == 3) { /* again with ties: logits in steps of 0.5 (+0 and -0 among them): the lower index wins */
+                for (int i = 0; i < T * E; i++) hl[i] = i % 7 == 3 ? (i % 2 ? -0.0f : 0.0f) : roundf(hl[i] * 2) / 2;
+                slcu_upload(dl_, hl, (size_t)T * E * 4, msg, sizeof msg);
+            }
             slcu_router r = {kind, E, K, kind != 1, 8, 4, kind == 2 ? 2.5f : 1.f, kind == 2 ? dbias : NULL};
             CK(!slcu_route(&r, dl_, T, de, dw, msg, sizeof msg), "%s", msg);
             int *ge = (int *)dl(de, (size_t)T * K);
@@ -640,9 +645,10 @@ static void check_ops(void) {
                     s++;
                 }
             }
-            static const char *names[] = {"router softmax top-k", "router top-k softmax", "router sigmoid group-limited"};
-            CK(same, "%s: chose other experts", names[kind]);
-            OPCHECK(names[kind], worst, 1e-5);
+            static const char *names[] = {"router softmax top-k", "router top-k softmax", "router sigmoid group-limited",
+                                          "router softmax top-k (ties)", "router top-k softmax (ties)"};
+            CK(same, "%s: chose other experts", names[pass]);
+            OPCHECK(names[pass], worst, 1e-5);
             free(ge), free(gw);
         }
         free(hl), free(hb), slcu_free(dl_), slcu_free(dbias), slcu_free(de), slcu_free(dw);
@@ -705,13 +711,16 @@ static void check_ops(void) {
         slcu_attn_force(0);
         float *y2 = dl(dout, (size_t)T * NH * HD);
         CK(!memcmp(y, y2, (size_t)T * NH * HD * 4), "attention: the decode kernel differs from the batch kernel");
-        poison(dout, (size_t)T * NH * HD * 4); /* token by token (the decode kernel, automatic) */
+        poison(dout, (size_t)T * NH * HD * 4); /* token by token (the decode kernel; automatic would take cuda_flash.cu's
+                                                  * f32 order, another order than the batch kernel's) */
+        slcu_attn_force(2);
         for (int t = 0; t < T; t++) {
             slcu_attn one = ap;
             one.q += (size_t)t * ap.ldq, one.k += (size_t)t * ap.ldkv, one.v += (size_t)t * ap.ldkv;
             one.out += (size_t)t * ap.ldo, one.n = 1, one.pos0 = pos0 + t;
             CK(!slcu_attention(&one, msg, sizeof msg), "%s", msg);
         }
+        slcu_attn_force(0);
         free(y2);
         y2 = dl(dout, (size_t)T * NH * HD);
         CK(!memcmp(y, y2, (size_t)T * NH * HD * 4), "attention: token by token differs from the batch");

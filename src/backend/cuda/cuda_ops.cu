@@ -364,11 +364,36 @@ __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float
     rt_sort(k, te, tw);
 }
 
+/* A float's order as an unsigned key (-0 as +0: equal floats, equal keys), for the warp's max reduction. */
+__device__ __forceinline__ unsigned rt_key(float v) {
+    const unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+__device__ __forceinline__ unsigned rt_wmax(unsigned x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, x);
+#else
+    for (int o = 16; o; o >>= 1) x = max(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+#endif
+}
+__device__ __forceinline__ unsigned rt_wmin(unsigned x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_min_sync(0xffffffffu, x);
+#else
+    for (int o = 16; o; o >>= 1) x = min(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+#endif
+}
+
 /* Kinds 0 and 1 on one warp (decode: one token a CTA, no block barriers): the same choice as k_route (the
  * argmax rounds, ties to the lower index) and the same operations, but for the softmax's double sum: per lane
  * over e = lane mod 32 in order, then a shuffle tree (k_route: 128 partitions), so the weights agree with
  * k_route's to rounding. Both paths of the CUDA backend (route, moe_resident) call slcu_route, so they choose
- * alike (streamed == resident). */
+ * alike (streamed == resident). Each lane keeps the best of its own entries (rt_better's order); a round takes the
+ * warp's largest key, then the lowest index holding it (two reductions, not a shuffle tree of pairs), and only
+ * the winner's lane looks at its entries again; the choice is then placed by expert index in parallel (a stable
+ * rank: rt_sort's order). The same choice and weights as before for any logits but NaN. */
 __global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *logits, int *top_e, float *top_w) {
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ float p[RT_MAXE];
@@ -378,38 +403,48 @@ __global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *l
     const float *lg = logits + (size_t)t * E;
     const float taken = r.kind == 1 ? -INFINITY : -1.0f;
     if (r.kind == 1) {
+#pragma unroll 4
         for (int e = lane; e < E; e += 32) p[e] = lg[e];
     } else {
         float mx = -INFINITY;
-        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, lg[e]);
+#pragma unroll 4
+        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e] = lg[e]);
         for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         double sum = 0.0;
         for (int e = lane; e < E; e += 32) {
-            p[e] = expf(__fsub_rn(lg[e], mx));
+            p[e] = expf(__fsub_rn(p[e], mx));
             sum += p[e];
         }
         for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         const float fsum = (float)sum;
         for (int e = lane; e < E; e += 32) p[e] = __fdiv_rn(p[e], fsum);
     }
-    __syncwarp();
+    float v = 0.f; /* this lane's best untaken entry (i < 0: none) */
+    int i = -1;
+    for (int e = lane; e < E; e += 32)
+        if (p[e] != taken) rt_better(v, i, p[e], e);
     for (int s = 0; s < k; s++) {
-        float v = 0.f;
-        int i = -1;
-        for (int e = lane; e < E; e += 32)
-            if (p[e] != taken) rt_better(v, i, p[e], e);
-        for (int o = 16; o; o >>= 1) {
-            const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
-            const int i2 = __shfl_xor_sync(0xffffffffu, i, o);
-            rt_better(v, i, v2, i2);
+        const unsigned mk = rt_wmax(i >= 0 ? rt_key(v) : 0u);
+        int b = (int)rt_wmin(i >= 0 && rt_key(v) == mk ? (unsigned)i : 0xffffffffu);
+        if (b < 0 || b >= E) b = 0; /* none left: k_route's fallback */
+        if (!lane) te[s] = b, tw[s] = p[b];
+        __syncwarp();
+        if ((b & 31) == lane) {
+            p[b] = taken;
+            v = 0.f, i = -1;
+            for (int e = lane; e < E; e += 32)
+                if (p[e] != taken) rt_better(v, i, p[e], e);
         }
-        if (i < 0) i = 0;
-        if (!lane) te[s] = i, tw[s] = p[i], p[i] = taken;
         __syncwarp();
     }
-    if (!lane) rt_weights(r, tw), rt_sort(k, te, tw);
+    if (!lane) rt_weights(r, tw);
     __syncwarp();
-    for (int s = lane; s < k; s += 32) top_e[(size_t)t * k + s] = te[s], top_w[(size_t)t * k + s] = tw[s];
+    for (int s = lane; s < k; s += 32) { /* rt_sort's stable order by expert index */
+        const int e = te[s];
+        int rank = 0;
+        for (int j = 0; j < k; j++) rank += te[j] < e || (te[j] == e && j < s);
+        top_e[(size_t)t * k + rank] = e, top_w[(size_t)t * k + rank] = tw[s];
+    }
 }
 
 extern "C" int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
