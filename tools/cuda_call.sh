@@ -2,7 +2,8 @@
 # tools/cuda_call.sh: the lead's one-call comparison of a main build against llama.cpp on the GPU machine (issue 24).
 # Made here (the bundle DIR, carried as an ignored path): DIR/bundle.tar.xz = stage/ (sluice, lib/) as tools/cuda_bench.sh
 # prepare makes it (MPI=0 MODEL_TEST=0 SYNC_BIN=0), DIR/t.tar.xz = t/ (test_cuda, test_model from tests/cuda/ linked against
-# build/cuda/libsluice.a, lib/, VERSION), DIR/llama.tar.xz + cuda_llama.sh + bench_scale.py from tools/cuda_llama.sh prepare,
+# build/cuda/libsluice.a, lib/, VERSION; or, without t.tar.xz, the same files in the bundle: tools/cuda_hybrid.sh prepare's
+# bundle holds sluice, lib/, test_cuda, test_model and VERSION), DIR/llama.tar.xz + cuda_llama.sh + bench_scale.py from tools/cuda_llama.sh prepare,
 # DIR/switches (env assignments for sluice's runs, may be empty). There: MT_KV=f16 bash DIR/cuda_call.sh.
 # Lead's final call C (issues 24, 28, 25): main's CUDA build (t/VERSION) — kernel tests and the fixture model test
 # of every family on main's defaults — while llama.cpp (llama-cpp-python 0.3.36's, ggml 0.25.3) builds for sm_90a
@@ -18,7 +19,8 @@ T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 S=$o/summary.txt
 SX=$(cat "$here/switches" 2>/dev/null); KV=${KV:-f16}
 mkdir -p "$here/stage" && tar -xJf "$here/bundle.tar.xz" -C "$here/stage"
-tar -xJf "$here/t.tar.xz" -C "$here"
+if [ -f "$here/t.tar.xz" ]; then tar -xJf "$here/t.tar.xz" -C "$here"
+else mkdir -p "$here/t" && for x in test_cuda test_model bench_serve VERSION; do [ -e "$here/stage/$x" ] && cp "$here/stage/$x" "$here/t/"; done; fi
 rm -f "$here/tests.done"
 ( OUT=$o WAIT_FOR=$here/tests.done ROUNDS=0 bash "$here/cuda_llama.sh" run "$here" >"$o/llama_run.log" 2>&1 ) &
 lp=$!
