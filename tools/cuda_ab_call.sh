@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tools/cuda_ab_call.sh: one device call that checks a CUDA change and times it against the build before it (issue 24):
+# test_cuda, test_model of the 11 fixture families (defaults, f16 KV, f16 + recorded steps), ncu kernel durations
+# of a decode step at depth 1 and 512 (warm caches), and `sluice bench --gpu --resident --kv f16` of a 16-layer 30B
+# shape, old and new alternated, three rounds; deadline guards. Results under $OUT (summary.txt; tools/ncu_sum.py
+# FILE.csv.xz STEPS LAYERS sums the ncu logs per kernel).
+#   here:  MPI=0 tools/cuda_hybrid.sh prepare DIR OLD_BUNDLE (OLD_BUNDLE's sluice becomes sluice-old);
+#          cp tools/cuda_ab_call.sh DIR/run.sh    (DIR under build/, carried; a committed, clean tree)
+#   there: bash DIR/run.sh    (from the checkout's root: it packs tests/data's fixtures)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+o=${OUT:-/tmp/eout}; mkdir -p "$o"
+S=$o/summary.txt; T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+late() { [ "$(el)" -gt "${1:-540}" ]; }
+b=/tmp/b2; rm -rf $b; mkdir -p $b && tar -xJf "$here/bundle.tar.xz" -C $b
+sl=$b/sluice; old=$b/sluice-old; export LD_LIBRARY_PATH=$b/lib
+{ echo "E: $(date -u +%FT%TZ) $(cat $b/VERSION)"; nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm --format=csv,noheader; } >"$S" 2>&1
+w=/tmp/w2; rm -rf $w; mkdir -p $w/mt/lib
+( "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 -o $w/q16.sluice >$o/synth.log 2>&1; echo "synth16 rc=$? [$(el) s]" >>"$S" ) &
+sp=$!
+names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1"
+for n in $names; do
+  keep=; [ "$n" = gpt_oss_mxfp4 ] && keep="--quant-experts keep"
+  "$sl" pack "tests/data/$n" -o "$w/mt/$n.sluice" --quant f32 $keep >/dev/null 2>>$o/pack.log
+  "$sl" pack "tests/data/$n" -o "$w/mt/$n.q4.sluice" --quant q4 --group 32 >/dev/null 2>>$o/pack.log
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*r["tokens"]); print(*r["greedy"])' "tests/data/$n/ref.json" >"$w/mt/$n.ref"
+  cp "tests/data/$n/ref_logits.f32" "$w/mt/$n.logits"
+done
+echo "packed [$(el) s]" >>"$S"
+timeout 120 $b/test_cuda >$o/test_cuda.log 2>&1; echo "test_cuda rc=$?: $(tail -1 $o/test_cuda.log) [$(el) s]" >>"$S"; grep -m 12 "FAIL" $o/test_cuda.log >>"$S"
+for e in "X=1" "SLUICE_TEST_KV=f16" "SLUICE_TEST_KV=f16 SLUICE_CUDA_GRAPH=1"; do
+  late 200 && break
+  env $e timeout 60 $b/test_model $w/mt $names >$o/tm.log 2>&1; echo "test_model [$e] rc=$?: $(tail -1 $o/tm.log) [$(el) s]" >>"$S"; grep -m 8 -i "fail" $o/tm.log >>"$S"
+done
+wait $sp
+m=$w/q16.sluice
+row() { python3 -c '
+import json,sys
+t=open(sys.argv[1]).read()
+try:
+  r=json.loads(t[t.index("["):])[0]; print("prefill %.1f decode %.2f" % (r["prefill_tok_s"], r["decode_tok_s"]))
+except Exception as e: print("failed", open(sys.argv[2]).read()[-300:].replace("\n"," "))' "$1" "$2"; }
+B="--gpu --resident --kv f16 --decode random --json"
+NCUB=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1); NCU="$NCUB --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base"
+late 300 || { timeout 60 $NCU "$sl" bench -m $m $B --prompt 1 --gen 3 >$o/ncu.1.csv 2>$o/ncu.1.err; echo "ncu p1 rc=$? [$(el) s]" >>"$S"; }
+for r in 1 2 3; do for bin in old new; do for p in 1 512; do
+  late 480 && break 3
+  x=$sl; [ $bin = old ] && x=$old
+  SLUICE_CUDA_KV16=1 timeout 25 "$x" bench -m $m $B --prompt $p --gen 64 >$o/b.$r.$bin.$p.json 2>$o/b.$r.$bin.$p.err
+  echo "r$r $bin p$p: $(row $o/b.$r.$bin.$p.json $o/b.$r.$bin.$p.err) [$(el) s]" >>"$S"
+done; done; done
+late 500 || { timeout 50 $NCU "$sl" bench -m $m $B --prompt 512 --gen 3 >$o/ncu.512.csv 2>$o/ncu.512.err; echo "ncu p512 rc=$? [$(el) s]" >>"$S"; }
+rm -f $o/b.*.json $o/b.*.err
+xz -9 $o/*.csv 2>/dev/null
+tar -czf $o/logs.tar.gz -C $o test_cuda.log tm.log pack.log synth.log 2>/dev/null; rm -f $o/test_cuda.log $o/tm.log $o/pack.log $o/synth.log
+echo "end [$(el) s]" >>"$S"
+cat "$S"
