@@ -48,7 +48,9 @@ __device__ void norm_q_tail(const float *xs, float *y, int n, const float *w, fl
         if (tid < o) part[tid] += part[tid + o];
         __syncthreads();
     }
-    const float inv = (float)(1.0 / sqrt(part[0] / (double)n + (double)eps));
+    if (!tid) part[1] = (double)(float)(1.0 / sqrt(part[0] / (double)n + (double)eps)); /* once, not 1024 times in f64 */
+    __syncthreads();
+    const float inv = (float)part[1];
     for (int i = tid; i < n; i += RN_THREADS) { /* i / 32 = the block, the same in the whole warp */
         const float v = __fmul_rn(__fmul_rn(xs[i], inv), __fadd_rn(w_off, w[i]));
         y[i] = v;
@@ -195,7 +197,9 @@ __global__ void __launch_bounds__(256) k_norm_rope(const __grid_constant__ nr_ar
         if (tid < o) part[tid] += part[tid + o];
         __syncthreads();
     }
-    const float inv = (float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps));
+    if (!tid) part[1] = (double)(float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps)); /* once a CTA, in f64 */
+    __syncthreads();
+    const float inv = (float)part[1];
     for (int i = tid; i < n; i += 256) {
         const float v = __fmul_rn(__fmul_rn(xr[i], inv), __fadd_rn(p.w_off, p.w[i]));
         if (i < 2 * half) v0[i] = v;
