@@ -19,14 +19,7 @@ sl=$b/sluice; export LD_LIBRARY_PATH=$b/lib
 w=/tmp/w; rm -rf $w; mkdir -p $w/mt/lib
 ( "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 -o $w/q16.sluice >$o/synth.log 2>&1; echo "synth16 rc=$? [$(el) s]" >>"$S" ) &
 sp=$!
-names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1"
-for n in $names; do
-  keep=; [ "$n" = gpt_oss_mxfp4 ] && keep="--quant-experts keep"
-  "$sl" pack "tests/data/$n" -o "$w/mt/$n.sluice" --quant f32 $keep >/dev/null 2>>$o/pack.log
-  "$sl" pack "tests/data/$n" -o "$w/mt/$n.q4.sluice" --quant q4 --group 32 >/dev/null 2>>$o/pack.log
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*r["tokens"]); print(*r["greedy"])' "tests/data/$n/ref.json" >"$w/mt/$n.ref"
-  cp "tests/data/$n/ref_logits.f32" "$w/mt/$n.logits"
-done
+names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$o/pack.log")
 cp $b/test_model $b/test_cuda $w/mt/; cp $b/lib/* $w/mt/lib/
 echo "packed [$(el) s]" >>"$S"
 OUT=$o/flash GRAPH=1 timeout 150 bash tools/cuda_flash_check.sh $w/mt >$o/flash.txt 2>&1; echo "flash rc=$? [$(el) s]" >>"$S"; tail -25 $o/flash.txt >>"$S"

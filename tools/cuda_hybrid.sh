@@ -62,15 +62,7 @@ sl=$w/sluice
 timeout 100 "$w/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?
 echo "test_cuda rc=$rc: $(tail -1 "$log/test_cuda.log") [$(el) s]" >>"$S"
 grep -E "^FAIL|hybrid" "$log/test_cuda.log" | head -20 >>"$S"
-names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1"
-for n in $names; do
-  keep=; [ "$n" = gpt_oss_mxfp4 ] && keep="--quant-experts keep"
-  "$sl" pack "tests/data/$n" -o "$w/mt/$n.sluice" --quant f32 $keep >/dev/null 2>>"$log/pack.log"
-  "$sl" pack "tests/data/$n" -o "$w/mt/$n.q4.sluice" --quant q4 --group 32 >/dev/null 2>>"$log/pack.log"
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*r["tokens"]); print(*r["greedy"])' \
-      "tests/data/$n/ref.json" >"$w/mt/$n.ref"
-  cp "tests/data/$n/ref_logits.f32" "$w/mt/$n.logits"
-done
+names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$log/pack.log")
 timeout 100 "$w/test_model" "$w/mt" $names >"$log/model_test.log" 2>&1; rc=$?
 echo "model_test rc=$rc: $(tail -1 "$log/model_test.log") [$(el) s]" >>"$S"
 grep -E "hybrid|FAIL|DIFFERS" "$log/model_test.log" | head -30 >>"$S"

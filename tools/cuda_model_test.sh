@@ -9,8 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?prepare or run}
 dir=${2:?a directory}
-names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1"
-[ -d tests/data/kimi_k2 ] && names="$names kimi_k2"
+names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1" # as packed
 if [ "$mode" = run ]; then
     LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$dir/test_model" "$dir" $names
 fi
@@ -23,11 +22,4 @@ for t in test_model test_cuda; do # test_cuda too, for tools/cuda_flash_check.sh
         -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -ldl -lrt -lstdc++ -o "$dir/$t"
 done
 for l in libcjson.so.1 libxxhash.so.0 liburing.so.2; do cp -L "/lib/x86_64-linux-gnu/$l" "$dir/lib/"; done
-for n in $names; do
-    keep=; [ "$n" = gpt_oss_mxfp4 ] && keep="--quant-experts keep" # the MXFP4 experts as released
-    build/sluice pack "tests/data/$n" -o "$dir/$n.sluice" --quant f32 $keep >/dev/null
-    build/sluice pack "tests/data/$n" -o "$dir/$n.q4.sluice" --quant q4 --group 32 >/dev/null
-    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*r["tokens"]); print(*r["greedy"])' \
-        "tests/data/$n/ref.json" >"$dir/$n.ref"
-    cp "tests/data/$n/ref_logits.f32" "$dir/$n.logits"
-done
+tools/cuda_pack_fixtures.sh build/sluice "$dir" >/dev/null

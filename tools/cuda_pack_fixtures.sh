@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# tools/cuda_pack_fixtures.sh SLUICE DIR [LOG]: tests/cuda/test_model's fixtures (one list for every device script)
+# packed into DIR as test_model reads them: NAME.sluice (f32; gpt_oss_mxfp4 keeps its MXFP4 experts as released),
+# NAME.q4.sluice (q4, group 32), NAME.ref (the reference tokens, then the greedy ones), NAME.logits. Run from the
+# checkout's root; pack errors go to LOG (default: stderr). Prints the names, for test_model's arguments.
+set -uo pipefail
+sl=${1:?the sluice binary}
+dir=${2:?a directory}
+log=${3:-/dev/stderr}
+names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1"
+mkdir -p "$dir"
+for n in $names; do
+    keep=; [ "$n" = gpt_oss_mxfp4 ] && keep="--quant-experts keep"
+    "$sl" pack "tests/data/$n" -o "$dir/$n.sluice" --quant f32 $keep >/dev/null 2>>"$log"
+    "$sl" pack "tests/data/$n" -o "$dir/$n.q4.sluice" --quant q4 --group 32 >/dev/null 2>>"$log"
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(*r["tokens"]); print(*r["greedy"])' \
+        "tests/data/$n/ref.json" >"$dir/$n.ref"
+    cp "tests/data/$n/ref_logits.f32" "$dir/$n.logits"
+done
+echo $names
