@@ -56,8 +56,7 @@ const cli_opt cli_model_opts[] = {
                      "(4.5 bits, llama.cpp's q4_0) or q4r (4.5 bits: rotated, half q4's error); K,V for keys and "
                      "values apart (CPU only; e.g. q4r,q8); "
                      "docs/PERFORMANCE.md has each one's bytes and quality; a type the GPU lacks computes on the "
-                     "CPU unless --gpu is given (default: f16, or f32 on a backend without f16 caches: the GPU's "
-                     "so far, docs/CUDA.md)"},
+                     "CPU unless --gpu is given; the GPU takes f32 and f16 (default: f16, as llama.cpp)"},
     {"--ctx", "N", "positions a sequence may hold, at most the model's; the KV cache grows with the positions used "
                    "up to it (default: the model's context)"},
     {NULL, NULL, NULL},
