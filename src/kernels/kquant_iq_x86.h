@@ -41,6 +41,23 @@ static inline __m256i kq_signs_pm(uint32_t s4) {
     return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bits), bits), _mm256_set1_epi8(1));
 }
 
+/* ksigns_iq2xs (ggml-common.h) as +-1 bytes: entry i's byte j is -1 where bit j of i | parity(i) << 7 is set
+ * (kq_even_signs), so four 7-bit sign indices become a sign vector by four table loads */
+#define KQ_SB(i, j) ((uint64_t)((((i) >> (j)) & 1) ? 0xFFu : 0x01u) << (8 * (j)))
+#define KQ_SPAR(i) (((i) ^ (i) >> 1 ^ (i) >> 2 ^ (i) >> 3 ^ (i) >> 4 ^ (i) >> 5 ^ (i) >> 6) & 1)
+#define KQ_SE(i) (KQ_SB(i, 0) | KQ_SB(i, 1) | KQ_SB(i, 2) | KQ_SB(i, 3) | KQ_SB(i, 4) | KQ_SB(i, 5) | KQ_SB(i, 6) | \
+                  ((uint64_t)(KQ_SPAR(i) ? 0xFFu : 0x01u) << 56))
+#define KQ_SE4(i) KQ_SE(i), KQ_SE((i) + 1), KQ_SE((i) + 2), KQ_SE((i) + 3)
+#define KQ_SE16(i) KQ_SE4(i), KQ_SE4((i) + 4), KQ_SE4((i) + 8), KQ_SE4((i) + 12)
+#define KQ_SE64(i) KQ_SE16(i), KQ_SE16((i) + 16), KQ_SE16((i) + 32), KQ_SE16((i) + 48)
+static const uint64_t kq_ksigns_pm[128] = {KQ_SE64(0), KQ_SE64(64)};
+
+/* the sign vector of four 7-bit sign indices (kq_signs_pm(kq_even_signs(...)) by table) */
+static inline __m256i kq_ksigns_vec(unsigned i0, unsigned i1, unsigned i2, unsigned i3) {
+    return _mm256_set_epi64x((long long)kq_ksigns_pm[i3], (long long)kq_ksigns_pm[i2], (long long)kq_ksigns_pm[i1],
+                             (long long)kq_ksigns_pm[i0]);
+}
+
 /* 2 n + 1 for the nibbles of the low 8 bytes of x, in order (byte i's low nibble, then its high one) */
 static inline __m128i kq_nib_odd(__m128i x) {
     const __m128i m4 = _mm_set1_epi8(0x0F);
@@ -65,7 +82,7 @@ KQ_INLINE void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(q + 4);
         o->v[ib] = kq_grid4(grid, q[0], q[1], q[2], q[3]);
-        o->sg[ib] = kq_signs_pm(kq_ksigns4(aux));
+        o->sg[ib] = kq_ksigns_vec(aux & 127, aux >> 7 & 127, aux >> 14 & 127, aux >> 21 & 127);
         sc |= (uint64_t)(2 * (aux >> 28) + 1) << (8 * ib);
     }
     kq_iq_finish(o, _mm_cvtsi64_si128((long long)sc), 0, kq_h2f(b) * 0.125f, 2);
@@ -77,10 +94,8 @@ KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     for (int ib = 0; ib < 8; ib++) {
         uint64_t w; /* four u16: grid index in bits 0-8, sign index in 9-15 */
         memcpy(&w, b + 2 + 8 * ib, 8);
-        const uint64_t si = (w >> 9) & 0x007F007F007F007Full;
-        const uint32_t s4 = (uint32_t)((si & 0x7F) | (si >> 8 & 0x7F00) | (si >> 16 & 0x7F0000) | (si >> 24 & 0x7F000000));
         o->v[ib] = kq_grid4(grid, (unsigned)(w & 511), (unsigned)(w >> 16 & 511), (unsigned)(w >> 32 & 511), (unsigned)(w >> 48 & 511));
-        o->sg[ib] = kq_signs_pm(kq_even_signs(s4));
+        o->sg[ib] = kq_ksigns_vec((unsigned)(w >> 9 & 127), (unsigned)(w >> 25 & 127), (unsigned)(w >> 41 & 127), (unsigned)(w >> 57));
     }
     kq_iq_finish(o, kq_nib_odd(_mm_loadl_epi64((const __m128i *)(b + 66))), 1, kq_h2f(b) * 0.125f, 2);
 }
@@ -107,7 +122,7 @@ KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
         const uint32_t aux = kq_u32(b + 66 + 4 * ib);
         const __m256i g = _mm256_i32gather_epi32((const int *)grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), 4);
         o->v[ib] = g;
-        o->sg[ib] = kq_signs_pm(kq_ksigns4(aux));
+        o->sg[ib] = kq_ksigns_vec(aux & 127, aux >> 7 & 127, aux >> 14 & 127, aux >> 21 & 127);
         sc |= (uint64_t)(2 * (aux >> 28) + 1) << (8 * ib);
     }
     kq_iq_finish(o, _mm_cvtsi64_si128((long long)sc), 0, kq_h2f(b) * 0.25f, 2);
