@@ -18,7 +18,7 @@ Fixtures:
   mixtral          BF16, per-expert block_sparse_moe.experts.N.w1/w2/w3 and block_sparse_moe.gate (the release layout)
   olmoe            F32, q/k norm over the whole projection, no top-k renorm, GQA
   qwen2_moe        F32, q/k/v bias, shared expert with a sigmoid gate, a dense layer, no top-k renorm
-  glm4_moe         F32, partial RoPE, q/k norm, q/k/v bias, first_k_dense_replace, a plain shared expert, sigmoid
+  glm4_moe         BF16, partial RoPE, q/k norm, q/k/v bias, first_k_dense_replace, a plain shared expert, sigmoid
                    group-limited routing with e_score_correction_bias, routed_scaling_factor
   deepseek_v3      BF16, MLA with q_lora_rank (q_a_proj / q_a_layernorm / q_b_proj), interleaved RoPE with YaRN
                    (mscale = mscale_all_dim = 1 as DeepSeek-V3's: softmax scale times mscale^2), a dense first
@@ -511,10 +511,14 @@ def make_glm4_moe(d):
         print("glm4_moe: bias changes the chosen experts of", int((i0 != i1).any(-1).sum()), "of 500 inputs", flush=True)
     except Exception as e:
         print("glm4_moe: bias check skipped", repr(e), flush=True)
-    m.save_pretrained(d)
+    # BF16 (GLM-4.5's release dtype; half the tracked bytes of the F32 it was): parameters and the bias buffer
+    # rounded first, so the reference is the model the checkpoint holds
+    round_params(m, torch.bfloat16)
+    _round_buffers(m, torch.bfloat16, "e_score_correction_bias")
+    copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d)
     rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
     check_reload(Glm4MoeForCausalLM, d, m, list(range(20)))
-    write_refs(m, d, 99, {"arch": "glm4_moe", "dtype": "F32"})
+    write_refs(m, d, 99, {"arch": "glm4_moe", "dtype": "BF16"})
 
 
 def make_dots1(d):
