@@ -1,7 +1,8 @@
 /*
  * gguf_tokenizer.c — a GGUF model's tokenizer as the Hugging Face files sluice reads: tokenizer.json and
  * tokenizer_config.json rebuilt from tokenizer.ggml.* and tokenizer.chat_template (gpt2 byte-level BPE; gemma4's
- * "▁"-for-space BPE with byte tokens), so the
+ * "▁"-for-space BPE with byte tokens; llama's SentencePiece with scores, as
+ * BPE merges), so the
  * container holds the tokenizer as a safetensors pack does (text/tokenizer.c reads it). See import/gguf.h.
  */
 #include <cjson/cJSON.h>
@@ -119,6 +120,107 @@ static void gemma4_pipeline(cJSON *root, cJSON *mo, const char *unk) {
     if (unk) cJSON_AddStringToObject(mo, "unk_token", unk);
 }
 
+/* llama.cpp's SentencePiece (tokenizer.ggml.model llama: Llama 2, Mistral / Mixtral, Gemma 1-3; conversion/base.py
+ * _set_vocab_sentencepiece) as transformers' LlamaConverter rebuilds it (convert_slow_tokenizer.py): spaces -> U+2581
+ * with one prepended to each piece between added tokens when add_space_prefix (llama.cpp's llm_tokenizer_spm_session
+ * prefixes the text and whatever follows a special token), BPE with byte_fallback, the decoder's Replace,
+ * ByteFallback, Fuse and Strip of the prefix */
+static void llama_pipeline(cJSON *root, cJSON *mo, const char *unk, int prefix) {
+    static const char R[] = "\xe2\x96\x81";
+    gemma4_pipeline(root, mo, unk);
+    cJSON_DeleteItemFromObject(root, "normalizer"); /* gemma4's Replace alone: a Sequence with the Prepend instead */
+    cJSON *n = cJSON_AddObjectToObject(root, "normalizer"), *nl = cJSON_AddArrayToObject(n, "normalizers");
+    cJSON_AddStringToObject(n, "type", "Sequence");
+    cJSON *pp = cJSON_CreateObject(), *rp = cJSON_CreateObject();
+    cJSON_AddStringToObject(pp, "type", "Prepend");
+    cJSON_AddStringToObject(pp, "prepend", R);
+    cJSON_AddStringToObject(rp, "type", "Replace");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(rp, "pattern"), "String", " ");
+    cJSON_AddStringToObject(rp, "content", R);
+    if (prefix) cJSON_AddItemToArray(nl, pp);
+    else cJSON_Delete(pp);
+    cJSON_AddItemToArray(nl, rp);
+    if (prefix) {
+        cJSON *st = cJSON_CreateObject();
+        cJSON_AddStringToObject(st, "type", "Strip");
+        cJSON_AddStringToObject(st, "content", " ");
+        cJSON_AddNumberToObject(st, "start", 1);
+        cJSON_AddNumberToObject(st, "stop", 0);
+        cJSON_AddItemToArray(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "decoder"), "decoders"), st);
+    }
+}
+
+typedef struct {
+    const char *s;
+    size_t n;
+    int32_t id;
+} spm_piece;
+typedef struct {
+    float score;
+    int32_t id, l, r;
+} spm_merge;
+
+static int piece_cmp(const void *a, const void *b) {
+    const spm_piece *x = a, *y = b;
+    const int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+static int merge_cmp(const void *a, const void *b) {
+    const spm_merge *x = a, *y = b;
+    if (x->score != y->score) return x->score < y->score ? 1 : -1;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return (x->l > y->l) - (x->l < y->l);
+}
+
+static int32_t piece_find(const spm_piece *v, size_t n, const char *s, size_t len) {
+    const spm_piece key = {s, len, 0}, *p = bsearch(&key, v, n, sizeof *v, piece_cmp);
+    return p ? p->id : -1;
+}
+
+/* The BPE merges of a vocabulary with scores (the tokens of the BPE vocabulary: in_vocab[i]): every split of a token,
+ * at a character boundary, into two tokens, ranked by the token's score, highest first (transformers'
+ * tokenization_utils_base.py generate_merges with vocab_scores). llama.cpp's llm_tokenizer_spm merges the adjacent
+ * pair whose concatenation is the highest-scored token, so BPE by these ranks merges the same pairs in the same
+ * order: the splits of one token cover the same characters and never compete; tokens of equal score are ranked by
+ * id, where llama.cpp takes the leftmost pair (SentencePiece scores its merged pieces apart). Appended to ml as
+ * ["a", "b"] pairs; -1 when out of memory. */
+static int spm_merges(const gguf_kv *tk, const float *scores, const uint8_t *in_vocab, cJSON *ml) {
+    char **toks = tk->arr;
+    spm_piece *v = malloc((tk->n + 1) * sizeof *v);
+    spm_merge *m = NULL;
+    size_t nv = 0, nm = 0, cap = 0;
+    int rc = -1;
+    if (!v) return -1;
+    for (uint64_t i = 0; i < tk->n; i++)
+        if (in_vocab[i]) v[nv++] = (spm_piece){toks[i], (size_t)tk->lens[i], (int32_t)i};
+    qsort(v, nv, sizeof *v, piece_cmp);
+    for (size_t k = 0; k < nv; k++)
+        for (size_t j = 1; j < v[k].n; j++) {
+            if (((unsigned char)v[k].s[j] & 0xC0) == 0x80) continue; /* inside a character */
+            const int32_t l = piece_find(v, nv, v[k].s, j), r = l < 0 ? -1 : piece_find(v, nv, v[k].s + j, v[k].n - j);
+            if (r < 0) continue;
+            if (nm == cap) {
+                spm_merge *g = realloc(m, (cap = cap ? 2 * cap : 1024) * sizeof *m);
+                if (!g) goto out;
+                m = g;
+            }
+            m[nm++] = (spm_merge){scores[v[k].id], v[k].id, l, r};
+        }
+    if (nm) qsort(m, nm, sizeof *m, merge_cmp);
+    for (size_t k = 0; k < nm; k++) {
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(ml, pair);
+        cJSON_AddItemToArray(pair, cJSON_CreateString(toks[m[k].l]));
+        cJSON_AddItemToArray(pair, cJSON_CreateString(toks[m[k].r]));
+    }
+    rc = 0;
+out:
+    free(m);
+    free(v);
+    return rc;
+}
+
 /* tokenizer.ggml.pre's PRE entry (gpt2 models) into *pi */
 static sl_status pre_index(const gguf_file *f, int *pi, sl_error *err) {
     const char *pre = gguf_kv_str(f, "tokenizer.ggml.pre");
@@ -134,38 +236,15 @@ static sl_status pre_index(const gguf_file *f, int *pi, sl_error *err) {
 
 static sl_status config_json(const gguf_file *f, const gguf_kv *tk, char **cfg);
 
-sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_error *err) {
-    *tok = *cfg = NULL;
-    const gguf_file *f = &m->files[0];
-    const char *model = gguf_kv_str(f, "tokenizer.ggml.model");
-    if (!model) return SL_OK;
-    const int gemma4 = !strcmp(model, "gemma4");
-    if (strcmp(model, "gpt2") && !gemma4)
-        return err_set(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.model '%s' is not supported (gpt2 byte-level BPE, "
-                      "gemma4)", f->path, model);
-    const gguf_kv *tk = gguf_kv_find(f, "tokenizer.ggml.tokens"), *mg = gguf_kv_find(f, "tokenizer.ggml.merges");
-    const gguf_kv *ty = gguf_kv_find(f, "tokenizer.ggml.token_type");
-    if (!tk || tk->type != GGUF_ARRAY || tk->arr_type != GGUF_STRING)
-        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.tokens is missing or not an array of strings", f->path);
-    if (!mg || mg->type != GGUF_ARRAY || mg->arr_type != GGUF_STRING)
-        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.merges is missing or not an array of strings", f->path);
-    if (ty && (ty->type != GGUF_ARRAY || ty->arr_type != GGUF_I32 || ty->n != tk->n))
-        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.token_type must be an i32 array of one entry per token", f->path);
-    int pi = 0;
-    sl_status st = gemma4 ? SL_OK : pre_index(f, &pi, err);
-    if (st) return st;
-    char **toks = tk->arr, **merges = mg->arr;
-    const char *unk = NULL;
-    cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
-    cJSON_AddStringToObject(root, "version", "1.0");
-    cJSON *mo = cJSON_AddObjectToObject(root, "model");
-    cJSON_AddStringToObject(mo, "type", "BPE");
-    cJSON_AddBoolToObject(mo, "ignore_merges", !gemma4 && PRE[pi].ignore_merges);
-    cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab"), *ml = cJSON_AddArrayToObject(mo, "merges");
+/* The tokens into the BPE vocabulary (in_vocab[i] set) or added_tokens (control: special; user-defined); the
+ * converter's unused fillers nowhere; the first unknown-type token into *unk. */
+static void vocab_json(const gguf_kv *tk, const gguf_kv *ty, cJSON *vocab, cJSON *added, uint8_t *in_vocab,
+                       const char **unk) {
+    char **toks = tk->arr;
     for (uint64_t i = 0; i < tk->n; i++) {
         int t = ty ? (int32_t)((const uint32_t *)ty->arr)[i] : TT_NORMAL;
         if (t == TT_UNUSED || !toks[i][0]) continue; /* the converter's [PADn] fillers */
-        if (t == TT_UNKNOWN && !unk) unk = toks[i];
+        if (t == TT_UNKNOWN && !*unk) *unk = toks[i];
         if (t == TT_CONTROL || t == TT_USER) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "id", (double)i);
@@ -174,12 +253,67 @@ sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_er
             cJSON_AddItemToArray(added, o);
         } else {
             cJSON_AddNumberToObject(vocab, toks[i], (double)i);
+            in_vocab[i] = 1;
         }
     }
-    if (gemma4) gemma4_pipeline(root, mo, unk);
-    else byte_level_pipeline(root, pi);
-    for (uint64_t i = 0; i < mg->n; i++) cJSON_AddItemToArray(ml, cJSON_CreateString(merges[i]));
-    *tok = cJSON_PrintUnformatted(root);
+}
+
+/* The tokenizer.ggml.* arrays: tokens (strings), merges (strings; gpt2 and gemma4), token_type (i32), scores (f32;
+ * llama), one per token where per token; an error naming the first that is not so. */
+static sl_status tokenizer_arrays(const gguf_file *f, int llama, const gguf_kv **tk, const gguf_kv **mg,
+                                  const gguf_kv **ty, const gguf_kv **sc, sl_error *err) {
+    *tk = gguf_kv_find(f, "tokenizer.ggml.tokens");
+    *mg = gguf_kv_find(f, "tokenizer.ggml.merges");
+    *ty = gguf_kv_find(f, "tokenizer.ggml.token_type");
+    *sc = gguf_kv_find(f, "tokenizer.ggml.scores");
+    if (!*tk || (*tk)->type != GGUF_ARRAY || (*tk)->arr_type != GGUF_STRING)
+        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.tokens is missing or not an array of strings", f->path);
+    if (!llama && (!*mg || (*mg)->type != GGUF_ARRAY || (*mg)->arr_type != GGUF_STRING))
+        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.merges is missing or not an array of strings", f->path);
+    if (*ty && ((*ty)->type != GGUF_ARRAY || (*ty)->arr_type != GGUF_I32 || (*ty)->n != (*tk)->n))
+        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.token_type must be an i32 array of one entry per token", f->path);
+    if (llama && (!*sc || (*sc)->type != GGUF_ARRAY || (*sc)->arr_type != GGUF_F32 || (*sc)->n != (*tk)->n))
+        return err_set(err, SL_EFORMAT, "%s: tokenizer.ggml.scores must be an f32 array of one entry per token (a "
+                       "SentencePiece vocabulary, tokenizer.ggml.model llama)", f->path);
+    return SL_OK;
+}
+
+sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_error *err) {
+    *tok = *cfg = NULL;
+    const gguf_file *f = &m->files[0];
+    const char *model = gguf_kv_str(f, "tokenizer.ggml.model");
+    if (!model) return SL_OK;
+    const int gemma4 = !strcmp(model, "gemma4"), llama = !strcmp(model, "llama");
+    if (strcmp(model, "gpt2") && !gemma4 && !llama)
+        return err_set(err, SL_EUNSUPPORTED, "%s: tokenizer.ggml.model '%s' is not supported (gpt2 byte-level BPE, "
+                      "gemma4, llama SentencePiece)", f->path, model);
+    const gguf_kv *tk, *mg, *ty, *sc;
+    int pi = 0;
+    sl_status st = tokenizer_arrays(f, llama, &tk, &mg, &ty, &sc, err);
+    if (!st && !gemma4 && !llama) st = pre_index(f, &pi, err);
+    if (st) return st;
+    uint8_t *in_vocab = calloc(tk->n + 1, 1);
+    if (!in_vocab) return err_set(err, SL_ENOMEM, "out of memory");
+    const char *unk = NULL;
+    cJSON *root = cJSON_CreateObject(), *added = cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON *mo = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(mo, "type", "BPE");
+    cJSON_AddBoolToObject(mo, "ignore_merges", !gemma4 && !llama && PRE[pi].ignore_merges);
+    cJSON *vocab = cJSON_AddObjectToObject(mo, "vocab"), *ml = cJSON_AddArrayToObject(mo, "merges");
+    vocab_json(tk, ty, vocab, added, in_vocab, &unk);
+    int bad = 0;
+    if (llama) {
+        const gguf_kv *sp = gguf_kv_find(f, "tokenizer.ggml.add_space_prefix"); /* llama.cpp's default: true */
+        llama_pipeline(root, mo, unk, !sp || sp->type != GGUF_BOOL || sp->v.u);
+        bad = spm_merges(tk, (const float *)sc->arr, in_vocab, ml); /* raw little-endian f32, as the host's */
+    } else {
+        if (gemma4) gemma4_pipeline(root, mo, unk);
+        else byte_level_pipeline(root, pi);
+        for (uint64_t i = 0; i < mg->n; i++) cJSON_AddItemToArray(ml, cJSON_CreateString(((char **)mg->arr)[i]));
+    }
+    free(in_vocab);
+    *tok = bad ? NULL : cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!*tok || config_json(f, tk, cfg)) {
         free(*tok);

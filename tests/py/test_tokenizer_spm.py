@@ -145,3 +145,127 @@ def test_unsupported_shapes_are_named(tmp_path):
         json.dump(j, open(p, "w", encoding="utf-8"), ensure_ascii=False)
         r = run(["tokenize", "--tokenizer", str(p), "x"], check=False)
         assert r.returncode == 1 and needle in r.stderr, r.stderr
+
+
+# A SentencePiece vocabulary with scores (tokenizer.ggml.model llama: Llama 2, Mistral / Mixtral, Gemma 1-3 GGUFs,
+# conversion/base.py _set_vocab_sentencepiece): spm_tokenizer's pieces, each scored -id as SentencePiece scores its
+# BPE pieces in merge order, byte pieces BYTE, special added tokens CONTROL, the others USER_DEFINED.
+def spm_vocab():
+    j = json.load(open(os.path.join(SRC, "tokenizer.json"), encoding="utf-8"))
+    n = 1 + max(list(j["model"]["vocab"].values()) + [a["id"] for a in j["added_tokens"]])
+    toks, types, scores = [""] * n, ["normal"] * n, [-float(i) for i in range(n)]
+    for t, i in j["model"]["vocab"].items():
+        toks[i] = t
+        if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", t):
+            types[i], scores[i] = "byte", 0.0
+    for a in j["added_tokens"]:
+        toks[a["id"]] = a["content"]
+        types[a["id"]], scores[a["id"]] = "control" if a["special"] else "user", 0.0
+    return j, toks, types, scores
+
+
+def llama_gguf(path, add_space_prefix=True):
+    gguf = pytest.importorskip("gguf")
+    j, toks, types, scores = spm_vocab()
+    tt = {"normal": gguf.TokenType.NORMAL, "byte": gguf.TokenType.BYTE, "control": gguf.TokenType.CONTROL,
+          "user": gguf.TokenType.USER_DEFINED}
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types([tt[t] for t in types])
+    w.add_bos_token_id(j["model"]["vocab"]["<bos>"])
+    w.add_eos_token_id(j["model"]["vocab"]["<eos>"])
+    w.add_add_space_prefix(add_space_prefix)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def hf_of_scores(add_space_prefix=True):
+    """HF tokenizers' Tokenizer as transformers' LlamaConverter builds one from such a vocabulary: Prepend (when
+    add_space_prefix) and Replace, BPE with byte fallback whose merges are every split of a piece into two pieces,
+    ranked by the piece's score (tokenization_utils_base.py generate_merges with vocab_scores), the decoder's Replace,
+    ByteFallback, Fuse, Strip"""
+    j, toks, types, scores = spm_vocab()
+    vocab = {t: i for i, t in enumerate(toks)}  # every piece, the added ones too (SentencePieceExtractor)
+    merges = []
+    for piece, i in vocab.items():
+        local = [(piece[:k], piece[k:], scores[i]) for k in range(1, len(piece))
+                 if piece[:k] in vocab and piece[k:] in vocab]
+        merges += sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]]))
+    merges = [[a, b] for a, b, _ in sorted(merges, key=lambda v: (v[2], len(v[0]), len(v[1])), reverse=True)]
+    j = variant("llama2")
+    j["model"].update(vocab=vocab, merges=merges)
+    if not add_space_prefix:
+        j["normalizer"]["normalizers"] = j["normalizer"]["normalizers"][1:]
+        j["decoder"]["decoders"] = j["decoder"]["decoders"][:-1]
+    return Tokenizer.from_str(json.dumps(j))
+
+
+def llama_cpp_spm(text, add_space_prefix=True):
+    """llama.cpp's llm_tokenizer_spm (src/llama-vocab.cpp), ported: the text cut at added tokens; each raw fragment
+    (prefixed with a space at the start and after a special token) as characters, the adjacent pair whose
+    concatenation is the best-scored token merged first (the leftmost on a tie), what is left that is no token as its
+    bytes' <0xNN> tokens"""
+    import heapq
+    _, toks, types, scores = spm_vocab()
+    ids = {t: i for i, t in enumerate(toks) if t}
+    added = sorted((t for i, t in enumerate(toks) if types[i] in ("control", "user")), key=len, reverse=True)
+    out, prev_special, pos = [], True, 0
+    while pos <= len(text):
+        nxt = min(((text.find(a, pos), -len(a), a) for a in added if text.find(a, pos) >= 0), default=None)
+        end = nxt[0] if nxt else len(text)
+        if end > pos:
+            s = ((" " if add_space_prefix and prev_special else "") + text[pos:end]).replace(" ", R)
+            sym = list(s)
+            alive, heap = [True] * len(sym), []
+
+            def push(a, b):
+                if a >= 0 and b < len(sym) and sym[a] + sym[b] in ids:
+                    heapq.heappush(heap, (-scores[ids[sym[a] + sym[b]]], a, b, sym[a] + sym[b]))
+            right = list(range(1, len(sym) + 1))
+            left = list(range(-1, len(sym) - 1))
+            for k in range(len(sym) - 1):
+                push(k, k + 1)
+            while heap:
+                _, a, b, cat = heapq.heappop(heap)
+                if not (alive[a] and alive[b] and right[a] == b and sym[a] + sym[b] == cat):
+                    continue
+                sym[a], alive[b] = cat, False
+                right[a] = right[b]
+                if right[b] < len(sym):
+                    left[right[b]] = a
+                push(left[a], a)
+                push(a, right[a])
+            for k in range(len(sym)):
+                if alive[k]:
+                    out += [ids[sym[k]]] if sym[k] in ids else [ids["<0x%02X>" % c] for c in sym[k].encode()]
+            prev_special = False
+        if not nxt:
+            break
+        out.append(ids[nxt[2]])
+        prev_special, pos = True, end + len(nxt[2])
+    return out
+
+
+@pytest.mark.parametrize("prefix", [True, False], ids=["space-prefix", "no-prefix"])
+def test_llama_gguf_tokenizer_matches_hf_and_llama_cpp(prefix, tmp_path):
+    """A GGUF's SentencePiece vocabulary with scores (tokenizer.ggml.model llama): sluice's ids equal HF tokenizers'
+    of transformers' conversion of it, which equal those of llama.cpp's algorithm (ported above), on the corpus; the
+    decoded text is HF's."""
+    g = str(tmp_path / "t.gguf")
+    llama_gguf(g, prefix)
+    hf = hf_of_scores(prefix)
+    texts = corpus() + EXTRA
+    ref = [hf.encode(t).ids for t in texts]
+    bad = [t[:40] for t, r in zip(texts, ref) if llama_cpp_spm(t, prefix) != r]
+    assert not bad, bad[:3]
+    got = batch(g, texts)
+    bad = [(t[:40], r[:12], o[:12]) for t, r, o in zip(texts, ref, got) if r != o]
+    assert not bad, bad[:3]
+    for t in ["café 😀 \tx", "  two  spaces", "a<eos>b"]:
+        ids = hf.encode(t).ids
+        r = run(["tokenize", "--tokenizer", g, "--decode", " ".join(map(str, ids))])
+        assert r.stdout.decode()[:-1] == hf.decode(ids, skip_special_tokens=False), t
