@@ -12,7 +12,7 @@ For each fixture NAME it writes OUTDIR/NAME/:
 Fixtures:
   qwen3_moe        F16, sharded (index.json), tied embeddings, a dense layer (mlp_only_layers), no top-k renorm
   qwen3_next       F32, legacy full_attention_interval, a dense layer, shared expert (3 layers: linear, dense, full)
-  qwen3_5_moe      F32, the VLM wrapper (model.language_model.*, model.visual.*), per-expert tensors (3 layers)
+  qwen3_5_moe      BF16, the VLM wrapper (model.language_model.*, model.visual.*), per-expert tensors (3 layers)
   qwen3_5_fused    BF16, the VLM wrapper with fused experts (gate_up_proj [E,2I,H], down_proj [E,H,I])
   qwen3_next_fp8   FP8 E4M3 linear weights with 128x128 block scales (weight_scale_inv), as the official release
   mixtral          BF16, per-expert block_sparse_moe.experts.N.w1/w2/w3 and block_sparse_moe.gate (the release layout)
@@ -338,11 +338,19 @@ def make_qwen3_next(d, fp8=False):
     write_refs(m, d, 33, {"arch": "qwen3_next", "dtype": "F8_E4M3"})
 
 
+def set_config_dtype(d, dtype):
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    c["dtype"] = dtype   # what the checkpoint now holds
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+
+
 def make_qwen3_5(d, fused=False):
     from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
     kw = next_kwargs()
     kw.pop("partial_rotary_factor")
-    # qwen3_5_moe: linear, linear, full (3 layers, 1.9 MB: the 2 MB rule); qwen3_5_fused (BF16) keeps 4, the last
+    # qwen3_5_moe: linear, linear, full (3 layers, 0.95 MB in BF16); qwen3_5_fused (BF16) keeps 4, the last
     # one linear after the full layer
     lt = ["linear_attention", "linear_attention", "full_attention"] + (["linear_attention"] if fused else [])
     text = dict(num_hidden_layers=len(lt), layer_types=lt,
@@ -356,21 +364,18 @@ def make_qwen3_5(d, fused=False):
     torch.manual_seed(3)
     m = Qwen3_5MoeForConditionalGeneration(cfg).float().eval()
     randomise(m, 404 if fused else 505, zero_centred=True)
-    if not fused:
-        m.save_pretrained(d)
-        rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
-        write_refs(m, d, 44, {"arch": "qwen3_5_moe", "dtype": "F32"})
-        return
     round_params(m, torch.bfloat16)
     m.save_pretrained(d)
+    if not fused:  # per-expert tensors, BF16 (half the tracked bytes of the F32 it was)
+        rewrite_checkpoint(d, lambda sd: {k: v.to(torch.bfloat16).contiguous()
+                                          for k, v in to_per_expert(sd, 64).items()})
+        set_config_dtype(d, "bfloat16")
+        write_refs(m, d, 44, {"arch": "qwen3_5_moe", "dtype": "BF16"})
+        return
     # experts fused, as the official Qwen3.5 releases ship them, everything in BF16
     rewrite_checkpoint(d, lambda sd: {k: v.to(torch.bfloat16).contiguous()
                                       for k, v in to_fused(to_per_expert(sd, 64)).items()})
-    with open(os.path.join(d, "config.json")) as f:
-        c = json.load(f)
-    c["dtype"] = "bfloat16"   # what the checkpoint now holds
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
+    set_config_dtype(d, "bfloat16")
     write_refs(m, d, 55, {"arch": "qwen3_5_moe", "dtype": "BF16", "fused_experts": True})
 
 

@@ -842,10 +842,16 @@ def test_tokenizer_tiny_and_refusals(tiny_dir, tmp_path):
     write_gguf("qwen3_moe", g, tokenizer=gguf_tokenizer_writer(tiny_dir, "deepseek-llm"))
     pack_fails(tmp_path, g, "tokenizer.ggml.pre 'deepseek-llm' is not supported (supported: qwen2")
 
-    def spm(w):
+    def wpm(w):  # BERT's WordPiece: no MoE family's
+        w.add_tokenizer_model("bert")
+    write_gguf("qwen3_moe", g, tokenizer=wpm)
+    pack_fails(tmp_path, g, "tokenizer.ggml.model 'bert' is not supported")
+
+    def spm(w):  # SentencePiece without its scores
         w.add_tokenizer_model("llama")
+        w.add_token_list(["<unk>", "a"])
     write_gguf("qwen3_moe", g, tokenizer=spm)
-    pack_fails(tmp_path, g, "tokenizer.ggml.model 'llama' is not supported")
+    pack_fails(tmp_path, g, "tokenizer.ggml.scores must be an f32 array of one entry per token")
 
 
 def test_split_gguf(st_packs, tmp_path):
