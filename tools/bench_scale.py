@@ -488,6 +488,24 @@ def qwen3moe_writer(path, name, layers):
     return w
 
 
+def qwen3moe_plan(layers, vocab):
+    """(name, GGML type, shape) of every tensor of write_gguf's model (QWEN3_30B, `layers` layers, `vocab` rows):
+    matrices Q4_0, embeddings and lm_head Q8_0, norms and the router F32."""
+    import gguf
+    Q = gguf.GGMLQuantizationType
+    H, NH, NKV, HD, E, FF = (QWEN3_30B[k] for k in ("H", "NH", "NKV", "HD", "E", "FF"))
+    plan = [("token_embd.weight", Q.Q8_0, (vocab, H))]
+    for i in range(layers):
+        b = f"blk.{i}."
+        plan += [(b + "attn_norm.weight", Q.F32, (H,)), (b + "attn_q.weight", Q.Q4_0, (NH * HD, H)),
+                 (b + "attn_k.weight", Q.Q4_0, (NKV * HD, H)), (b + "attn_v.weight", Q.Q4_0, (NKV * HD, H)),
+                 (b + "attn_output.weight", Q.Q4_0, (H, NH * HD)), (b + "attn_q_norm.weight", Q.F32, (HD,)),
+                 (b + "attn_k_norm.weight", Q.F32, (HD,)), (b + "ffn_norm.weight", Q.F32, (H,)),
+                 (b + "ffn_gate_inp.weight", Q.F32, (E, H)), (b + "ffn_gate_exps.weight", Q.Q4_0, (E, FF, H)),
+                 (b + "ffn_up_exps.weight", Q.Q4_0, (E, FF, H)), (b + "ffn_down_exps.weight", Q.Q4_0, (E, H, FF))]
+    return plan + [("output_norm.weight", Q.F32, (H,)), ("output.weight", Q.Q8_0, (vocab, H))]
+
+
 def write_gguf(path, layers, seed=1234):
     """Qwen3-30B-A3B's shape (src/family/arch/qwen3_moe.c; llama.cpp's qwen3moe names and keys, as
     convert_hf_to_gguf.py's Qwen3MoeModel writes them), first `layers` layers, random weights: matrices
@@ -542,16 +560,7 @@ def write_gguf(path, layers, seed=1234):
         a_[:, 2:] = rng.integers(0, 256, (nb, 32), np.uint8)
         return a_.reshape(rows, cols // 32 * 34)
 
-    plan = [("token_embd.weight", Q.Q8_0, (V, H))]
-    for i in range(layers):
-        b = f"blk.{i}."
-        plan += [(b + "attn_norm.weight", Q.F32, (H,)), (b + "attn_q.weight", Q.Q4_0, (NH * HD, H)),
-                 (b + "attn_k.weight", Q.Q4_0, (NKV * HD, H)), (b + "attn_v.weight", Q.Q4_0, (NKV * HD, H)),
-                 (b + "attn_output.weight", Q.Q4_0, (H, NH * HD)), (b + "attn_q_norm.weight", Q.F32, (HD,)),
-                 (b + "attn_k_norm.weight", Q.F32, (HD,)), (b + "ffn_norm.weight", Q.F32, (H,)),
-                 (b + "ffn_gate_inp.weight", Q.F32, (E, H)), (b + "ffn_gate_exps.weight", Q.Q4_0, (E, FF, H)),
-                 (b + "ffn_up_exps.weight", Q.Q4_0, (E, FF, H)), (b + "ffn_down_exps.weight", Q.Q4_0, (E, H, FF))]
-    plan += [("output_norm.weight", Q.F32, (H,)), ("output.weight", Q.Q8_0, (V, H))]
+    plan = qwen3moe_plan(layers, V)
 
     def make(kind, shape):
         if kind == Q.F32:

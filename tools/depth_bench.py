@@ -78,16 +78,7 @@ def write(path, layers, vocab, seed=1234):
         a_[:, 2:] = rng.integers(0, 256, (nb, bsz - 2), np.uint8)
         return a_.reshape(rows, cols // 32 * bsz)
 
-    plan = [("token_embd.weight", Q.Q8_0, (vocab, H))]
-    for i in range(layers):
-        b = f"blk.{i}."
-        plan += [(b + "attn_norm.weight", Q.F32, (H,)), (b + "attn_q.weight", Q.Q4_0, (NH * HD, H)),
-                 (b + "attn_k.weight", Q.Q4_0, (NKV * HD, H)), (b + "attn_v.weight", Q.Q4_0, (NKV * HD, H)),
-                 (b + "attn_output.weight", Q.Q4_0, (H, NH * HD)), (b + "attn_q_norm.weight", Q.F32, (HD,)),
-                 (b + "attn_k_norm.weight", Q.F32, (HD,)), (b + "ffn_norm.weight", Q.F32, (H,)),
-                 (b + "ffn_gate_inp.weight", Q.F32, (E, H)), (b + "ffn_gate_exps.weight", Q.Q4_0, (E, FF, H)),
-                 (b + "ffn_up_exps.weight", Q.Q4_0, (E, FF, H)), (b + "ffn_down_exps.weight", Q.Q4_0, (E, H, FF))]
-    plan += [("output_norm.weight", Q.F32, (H,)), ("output.weight", Q.Q8_0, (vocab, H))]
+    plan = bench_scale.qwen3moe_plan(layers, vocab)
     bsz = {Q.Q4_0: 18, Q.Q8_0: 34}
     for name, kind, shape in plan:
         if kind == Q.F32:
