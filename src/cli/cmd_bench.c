@@ -132,7 +132,6 @@ typedef struct {
     int random_ids; /* decode fed random ids (else greedy) */
     cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
     cJSON *ranks;  /* experts on other ranks (mpirun): each rank's figures since open (owned by the row), or NULL */
-    const char *record; /* in: --record-routing's file, or NULL */
     char trace[256];    /* the routing trace replayed or recorded (sl_model_routing_trace), or "" */
 } bench_row;
 
@@ -186,11 +185,11 @@ static void bench_warmup(sl_model *m, const int32_t *toks, int n_prompt, float *
     sl_session_free(w);
 }
 
-/* The routing trace m replays or records, into r->trace; the recording written to r->record (when given). 0, or 1
- * after printing why it could not be. */
+/* The routing trace m replays or records, into r->trace; the recording written to --record-routing's file (when
+ * given: cli_routing_file). 0, or 1 after printing why it could not be. */
 static int bench_trace(sl_model *m, bench_row *r) {
     snprintf(r->trace, sizeof r->trace, "%s", sl_model_routing_trace(m));
-    return cli_write_routing("bench", m, r->record);
+    return cli_write_routing("bench", m, cli_routing_file());
 }
 
 /* One row of the table: SL_OK with r filled, or the failure with err naming it. */
@@ -370,7 +369,6 @@ int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
     int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0, feed = FEED_AUTO, warm = 1;
     uint64_t caches[16], seed = 42;
-    const char *rec; /* --record-routing FILE (cli_model_opt) */
     sl_model_params mp = cli_model_params();
     for (int i = 1; i < argc; i++) {
         int more = i + 1 < argc;
@@ -406,7 +404,6 @@ int cmd_bench(int argc, char **argv) {
         } else return cli_bad_option("bench", argc, argv, i);
     }
     if (cli_model_path("bench", &path)) return 1;
-    rec = cli_routing_file();
     if (n_cache == 0) caches[n_cache++] = mp.cache_bytes;
     mp.routing_seed = seed;
     cJSON *arr = cJSON_CreateArray();
@@ -419,7 +416,6 @@ int cmd_bench(int argc, char **argv) {
         bench_row r;
         memset(&r, 0, sizeof r);
         sl_error err = {0};
-        r.record = rec;
         if (bench_one(path, p, n_prompt, n_gen, feed, seed, warm, &r, &err)) {
             cJSON_Delete(arr);
             return cli_fail("bench", "%s", err.msg);

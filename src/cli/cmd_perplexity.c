@@ -22,7 +22,7 @@
 /* ---- arguments --------------------------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *file, *record; /* record: --record-routing FILE */
+    const char *model, *file;
     int ctx, json;
     sl_model_params mp;
 } ppl_args;
@@ -50,7 +50,6 @@ static int parse(int argc, char **argv, ppl_args *a) {
     }
     if (!a->file) return cli_fail("perplexity", "no text: pass -f FILE (see 'sluice perplexity --help')");
     if (cli_model_path("perplexity", &a->model)) return 1;
-    a->record = cli_routing_file();
     return 0;
 }
 
@@ -209,7 +208,7 @@ int cmd_perplexity(int argc, char **argv) {
         goto out;
     }
     ppl_result r;
-    if (score(m, tok, ids, n, a.ctx, !a.json && isatty(2), &r) || cli_write_routing("perplexity", m, a.record)) goto out;
+    if (score(m, tok, ids, n, a.ctx, !a.json && isatty(2), &r) || cli_write_routing("perplexity", m, cli_routing_file())) goto out;
     if (a.json) print_json(&a, &r, len);
     else
         printf("perplexity: %.4f over %d tokens (%d window%s of %d, second half scored); %.4f bits per byte; "
