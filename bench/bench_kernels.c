@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
     /* the GGUF block types (quant/kquant.h) on random valid blocks: only when listed in --dtypes */
     const dt_type dts[] = {DT_F32, DT_BF16, DT_F16, DT_Q8, DT_Q4, DT_Q3, DT_Q4_K, DT_Q6_K, DT_Q5_K, DT_Q3_K,
                            DT_Q2_K, DT_IQ4_XS, DT_IQ4_NL, DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS, DT_IQ3_S,
-                           DT_IQ1_S, DT_IQ1_M, DT_Q2, DT_Q2V};
+                           DT_IQ1_S, DT_IQ1_M, DT_Q2, DT_Q2V, DT_Q5_0, DT_Q5_1};
     for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
         const int kq = kq_is(dts[d]), group = kq ? kq_blk(dts[d]) : 64;
         if (!listed(dtypes, dt_name(dts[d])) || (kq && !kq_rotated(dts[d]) && !dtypes)) continue;

@@ -1,6 +1,6 @@
 /*
  * test_kquant.c — the GGUF block types kept native (quant/kquant.h: Q2_K .. Q6_K, IQ4_NL, IQ4_XS, the grid i-quants
- * IQ2_XXS .. IQ1_M) and sluice's own block types q2, q2v (quant/q2.c) in the kernels:
+ * IQ2_XXS .. IQ1_M, Q5_0, Q5_1) and sluice's own block types q2, q2v (quant/q2.c) in the kernels:
  * every table's exact matmul against the scalar oracle, every table's int8-activation matmul bitwise the oracle
  * (kernels/kquant_i8.c), batch equal to token by token, and the int8 result within its rounding bound of the
  * exact one, on random valid blocks (kq_random). Their values against gguf-py's dequantize are checked by
@@ -15,7 +15,8 @@
 #include "test.h"
 
 static const dt_type KQ_TYPES[] = {DT_Q2_K,    DT_Q3_K,   DT_Q4_K,  DT_Q5_K,    DT_Q6_K,  DT_IQ4_NL, DT_IQ4_XS, DT_IQ2_XXS,
-                                   DT_IQ2_XS,  DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M, DT_Q2, DT_Q2V};
+                                   DT_IQ2_XS,  DT_IQ2_S,  DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S, DT_IQ1_M, DT_Q2, DT_Q2V,
+                                   DT_Q5_0,    DT_Q5_1};
 #define N_KQ_TYPES (int)(sizeof KQ_TYPES / sizeof *KQ_TYPES)
 
 static uint64_t rng;
@@ -129,9 +130,9 @@ TEST(kquant_kernels_match_oracle) {
     for (int k = 0; k < N_KQ_TYPES; k++)
         for (int i = 0; i < 4; i++) {
             const dt_type dt = KQ_TYPES[k];
-            /* IQ4_NL, q2: rows of 32- / 128-wide blocks, also not a multiple of 256 (a short last chunk of the tile
-             * driver, the SIMD kernels' tail) */
-            const int cols = dt == DT_IQ4_NL ? 32 * (nblk[i] * 3 + 1) : kq_rotated(dt) ? 128 * (2 * nblk[i] - (i & 1)) : 256 * nblk[i];
+            /* IQ4_NL, Q5_0, Q5_1, q2: rows of 32- / 128-wide blocks, also not a multiple of 256 (a short last chunk of
+             * the tile driver, the SIMD kernels' tail) */
+            const int cols = kq_blk(dt) == 32 ? 32 * (nblk[i] * 3 + 1) : kq_rotated(dt) ? 128 * (2 * nblk[i] - (i & 1)) : 256 * nblk[i];
             one_case(dt, rows_l[(i + k) % 4], cols, toks[(i + k) % 4], pool, seed, &cases, &we, &wi);
             if (test_failed()) break;
         }
@@ -143,8 +144,8 @@ TEST(kquant_kernels_match_oracle) {
 
 /* The layout helpers agree with each other and with GGUF's block sizes (gguf-py constants.py). */
 TEST(kquant_layout) {
-    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136, 66, 74, 82, 98, 110, 50, 56, 34, 34};
-    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23, 16, 17, 22, 18, 21, 19, 29, 0, 0}; /* q2, q2v: none */
+    static const int want_bytes[] = {84, 110, 144, 176, 210, 18, 136, 66, 74, 82, 98, 110, 50, 56, 34, 34, 22, 24};
+    static const uint32_t ggml[] = {10, 11, 12, 13, 14, 20, 23, 16, 17, 22, 18, 21, 19, 29, 0, 0, 6, 7}; /* q2, q2v: none */
     for (int k = 0; k < N_KQ_TYPES; k++) {
         dt_type dt = KQ_TYPES[k];
         CHECKF(kq_bytes(dt) == want_bytes[k], "%s: %d bytes a block", dt_name(dt), kq_bytes(dt));
@@ -152,7 +153,7 @@ TEST(kquant_layout) {
         CHECK(q_is_quant(dt) && dt_from_name(dt_name(dt)) == dt);
         CHECK(q_mat_bytes(dt, 3, 512, kq_blk(dt), DT_NONE) == 3u * (512u / (unsigned)kq_blk(dt)) * (unsigned)kq_bytes(dt));
         CHECK(q_check(dt, 512, kq_blk(dt), DT_NONE, NULL) == SL_OK);
-        CHECK(q_check(dt, dt == DT_IQ4_NL ? 48 : kq_rotated(dt) ? 320 : 384, kq_blk(dt), DT_NONE, NULL) != SL_OK);
+        CHECK(q_check(dt, kq_blk(dt) == 32 ? 48 : kq_rotated(dt) ? 320 : 384, kq_blk(dt), DT_NONE, NULL) != SL_OK);
     }
     CHECK(kq_blk(DT_Q4) == 0 && !kq_is(DT_MXFP4) && kq_from_ggml(2) == DT_NONE);
 }
@@ -288,4 +289,53 @@ TEST(kquant_gguf_q8_q4_take_llama_activations) {
     fprintf(stderr, "    %d table cases bitwise the oracle; oracle vs llama.cpp's block dot worst %.2g (bound 1e-5)\n", cases,
             worst);
     CHECK(cases >= 32);
+}
+
+/* Q5_0 / Q5_1 kept native: the oracle within float rounding of llama.cpp's block dot on its q8_0 / q8_1 activations
+ * (ggml-cpu arch/x86/quants.c ggml_vec_dot_q5_0_q8_0: d_w d_x sum((q - 16) x); _q5_1_q8_1: d_w d_x sum(q x) + m s),
+ * the codes decoded here from the bytes (d, [m,] qh, qs: llama.cpp ggml-common.h block_q5_0 / block_q5_1). */
+TEST(kquant_q5_native_llama_block_dot) {
+    unsigned seed = test_seed();
+    rng = 0x71356e31ull ^ ((uint64_t)seed << 20);
+    const kern_ops *sc = kern_scalar_ops();
+    double worst = 0;
+    for (int k = 0; k < 8 && !test_failed(); k++) {
+        const dt_type dt = k & 1 ? DT_Q5_1 : DT_Q5_0;
+        const int q51 = dt == DT_Q5_1, cols = 32 * (1 + 3 * (k / 2)), rows = 3 + k, n_tok = 1 + k % 3, nb = cols / 32;
+        const size_t rb = kq_row_bytes(dt, cols);
+        uint8_t *data = malloc(rb * (size_t)rows);
+        kq_random(dt, data, (size_t)rows * (size_t)nb, &rng);
+        tn_mat m;
+        q_mat_bind(&m, data, dt, rows, cols, 32, DT_NONE, 0);
+        float *x = malloc((size_t)n_tok * (size_t)cols * sizeof(float)), *ld = malloc((size_t)nb * 4), *ls = malloc((size_t)nb * 4);
+        int8_t *lq = malloc((size_t)cols);
+        for (int i = 0; i < n_tok * cols; i++) x[i] = frand() * (i % 5 ? 1.0f : 3.0f);
+        for (int i = 0; i < 32 && cols >= 64; i++) x[32 + i] = 0.0f; /* a block of zeros: d = 0, s = 0 */
+        float *ref = mm(sc, NULL, &m, x, n_tok, n_tok, 1);
+        for (int t = 0; t < n_tok; t++) {
+            llama_q8_1(x + (size_t)t * cols, cols, lq, ld, ls);
+            for (int r = 0; r < rows; r++) {
+                double want = 0, mag = 0;
+                for (int b = 0; b < nb; b++) {
+                    const uint8_t *blk = data + (size_t)r * rb + (size_t)b * (size_t)kq_bytes(dt), *qs = blk + (q51 ? 8 : 6);
+                    const uint32_t qh = (uint32_t)blk[q51 ? 4 : 2] | (uint32_t)blk[q51 ? 5 : 3] << 8 |
+                                        (uint32_t)blk[q51 ? 6 : 4] << 16 | (uint32_t)blk[q51 ? 7 : 5] << 24;
+                    const float dw = f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)), mw = q51 ? f16_to_f32((uint16_t)(blk[2] | blk[3] << 8)) : 0;
+                    long I = 0, Ia = 0;
+                    for (int i = 0; i < 32; i++) {
+                        const int q = ((i < 16 ? qs[i] : qs[i - 16] >> 4) & 15) | (int)((qh >> i) & 1) << 4, v = q51 ? q : q - 16;
+                        I += (long)v * lq[32 * b + i];
+                        Ia += labs((long)v * lq[32 * b + i]);
+                    }
+                    want += (double)dw * ld[b] * (double)I + (double)mw * ls[b];
+                    mag += fabs((double)dw * ld[b] * (double)Ia) + fabs((double)mw * ls[b]);
+                }
+                const double e = fabs(ref[(size_t)t * rows + r] - want) / (mag + 1e-30);
+                CHECKF(e <= 1e-5, "%s cols %d: oracle off llama.cpp's block dot by %.3g (seed %u)", dt_name(dt), cols, e, seed);
+                if (e > worst) worst = e;
+            }
+        }
+        free(ref); free(x); free(ld); free(ls); free(lq); free(data);
+    }
+    fprintf(stderr, "    oracle vs llama.cpp's block dot worst %.2g (bound 1e-5)\n", worst);
 }

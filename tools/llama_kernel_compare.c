@@ -39,7 +39,8 @@ static const ty TYPES[] = {
     {"IQ3_S", DT_IQ3_S, GGML_TYPE_IQ3_S},       {"IQ2_XXS", DT_IQ2_XXS, GGML_TYPE_IQ2_XXS},
     {"IQ2_XS", DT_IQ2_XS, GGML_TYPE_IQ2_XS},    {"IQ2_S", DT_IQ2_S, GGML_TYPE_IQ2_S},
     {"IQ1_S", DT_IQ1_S, GGML_TYPE_IQ1_S},       {"IQ1_M", DT_IQ1_M, GGML_TYPE_IQ1_M},
-    {"Q4_0", DT_Q4, GGML_TYPE_Q4_0},            {"Q8_0", DT_Q8, GGML_TYPE_Q8_0}};
+    {"Q4_0", DT_Q4, GGML_TYPE_Q4_0},            {"Q8_0", DT_Q8, GGML_TYPE_Q8_0},
+    {"Q5_0", DT_Q5_0, GGML_TYPE_Q5_0},          {"Q5_1", DT_Q5_1, GGML_TYPE_Q5_1}};
 
 typedef struct {
     const struct ggml_type_traits_cpu *tr;

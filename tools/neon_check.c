@@ -24,13 +24,14 @@ static float frand(void) {
  * of the oracle's, its int8 one bitwise the oracle's, each as a batch and token by token. */
 static void kq_check(const kern_ops *sc, const kern_ops *ne, int *pass, int *fail) {
     static const dt_type types[] = {DT_Q2_K,    DT_Q3_K,   DT_Q4_K,  DT_Q5_K,    DT_Q6_K,  DT_IQ4_NL, DT_IQ4_XS,
-                                    DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S,  DT_IQ1_M, DT_Q2, DT_Q2V};
+                                    DT_IQ2_XXS, DT_IQ2_XS, DT_IQ2_S, DT_IQ3_XXS, DT_IQ3_S, DT_IQ1_S,  DT_IQ1_M, DT_Q2, DT_Q2V,
+                                    DT_Q5_0,    DT_Q5_1};
     uint64_t st = 5;
     for (int k = 0; k < (int)(sizeof types / sizeof *types); k++)
         for (int v = 0; v < 2; v++) {
             const dt_type dt = types[k];
             /* IQ4_NL, q2 (blocks of 32, 128): rows not of whole 256s too */
-            const int cols = dt == DT_IQ4_NL ? 32 * (3 + 4 * v) : kq_rotated(dt) ? 128 * (1 + 2 * v) : 256 * (1 + 2 * v);
+            const int cols = kq_blk(dt) == 32 ? 32 * (3 + 4 * v) : kq_rotated(dt) ? 128 * (1 + 2 * v) : 256 * (1 + 2 * v);
             const int rows = 3 + 4 * v, nt = v ? 37 : 3;
             size_t bytes = q_mat_bytes(dt, rows, cols, kq_blk(dt), DT_NONE);
             uint8_t *data = malloc(bytes);

@@ -88,7 +88,10 @@ typedef struct kern_act {
     float *dr;      /* [n_tok][nb] */
 } kern_act;
 
-/* The int8 form a block type's kernel reads (quant/kquant.h): q2's rotated one, q8_K, or q8_0 (IQ4_NL). */
+/* Entries per token of kern_act's s, s0, s1 (s32, s64, s128) for nb blocks of 32. */
+static inline int kern_act_ns(int nb) { return nb + nb / 2 + nb / 4; }
+
+/* The int8 form a block type's kernel reads (quant/kquant.h): q2's rotated one, q8_K, or q8_0 (IQ4_NL, Q5_0, Q5_1). */
 static inline const int8_t *kq_act_q(const kern_act *a, dt_type dt) {
     return kq_rotated(dt) ? a->qr : kq_act_k(dt) ? a->qk : a->q0;
 }
@@ -107,7 +110,8 @@ static inline const float *kq_act_d(const kern_act *a, dt_type dt) {
  * y = lanes(h) + lanes(accb), h[i] = acc[i] + acc[i+8], lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)).
  * So a result depends only on its own row and token: thread split, batching and streaming never change it.
  * A GGUF block type's (kquant_i8.c: its own canonical arithmetic) reads the q8_K form qk / dk (a->ready_k) when
- * kq_act_k(dtype), else (IQ4_NL) the q8_0 form q0 / d0 (a->ready_0); q2 the rotated form qr / dr (a->ready_r). A q8/q4 matrix with tn_mat.act set gets the
+ * kq_act_k(dtype), else (IQ4_NL, Q5_0, Q5_1) the q8_0 form q0 / d0 (Q5_1 also s1; a->ready_0); q2 the rotated form
+ * qr / dr (a->ready_r). A q8/q4 matrix with tn_mat.act set gets the
  * same kernel over a's llama.cpp form (q0, q04, d0, and s0 or s1 in place of q, q4, d, s): the same arithmetic on
  * other codes, so every table still equals the oracle bitwise. */
 typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
@@ -115,7 +119,7 @@ typedef void (*kern_matmul_i8_fn)(const tn_mat *w, const kern_act *a, float *y, 
 #define KQ_I8_ENTRIES(fn)                                                                                          \
     [DT_Q2_K] = fn, [DT_Q3_K] = fn, [DT_Q4_K] = fn, [DT_Q5_K] = fn, [DT_Q6_K] = fn, [DT_IQ4_NL] = fn, [DT_IQ4_XS] = fn, \
     [DT_IQ2_XXS] = fn, [DT_IQ2_XS] = fn, [DT_IQ2_S] = fn, [DT_IQ3_XXS] = fn, [DT_IQ3_S] = fn, [DT_IQ1_S] = fn,        \
-    [DT_IQ1_M] = fn, [DT_Q2] = fn, [DT_Q2V] = fn
+    [DT_IQ1_M] = fn, [DT_Q2] = fn, [DT_Q2V] = fn, [DT_Q5_0] = fn, [DT_Q5_1] = fn
 
 typedef struct kern_ops {
     const char *name;

@@ -304,7 +304,7 @@ int kern_matmul(const kern_ops *ops, pool_t *pool, const tn_mat *w, const float 
 
 #define ACT_ALIGN 64
 static size_t act_round(size_t n) { return (n + ACT_ALIGN - 1) / ACT_ALIGN * ACT_ALIGN; }
-static int act_ns(int nb) { return nb + nb / 2 + nb / 4; }
+static int act_ns(int nb) { return kern_act_ns(nb); }
 
 size_t kern_act_bytes(int n_tok, int cols) {
     size_t n = (size_t)(n_tok > 0 ? n_tok : 0), c = (size_t)(cols > 0 ? cols : 0), nb = c / 32;

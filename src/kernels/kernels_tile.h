@@ -107,6 +107,8 @@ TILE_MM_FN(DT_IQ1_S)
 TILE_MM_FN(DT_IQ1_M)
 TILE_MM_FN(DT_Q2)
 TILE_MM_FN(DT_Q2V)
+TILE_MM_FN(DT_Q5_0)
+TILE_MM_FN(DT_Q5_1)
 #undef TILE_MM_FN
 
 /* kern_ops.matmul of a table built on this driver. */
@@ -118,7 +120,7 @@ TILE_MM_FN(DT_Q2V)
         [DT_IQ4_NL] = tile_mm_DT_IQ4_NL, [DT_IQ4_XS] = tile_mm_DT_IQ4_XS, [DT_IQ2_XXS] = tile_mm_DT_IQ2_XXS,          \
         [DT_IQ2_XS] = tile_mm_DT_IQ2_XS, [DT_IQ2_S] = tile_mm_DT_IQ2_S, [DT_IQ3_XXS] = tile_mm_DT_IQ3_XXS,           \
         [DT_IQ3_S] = tile_mm_DT_IQ3_S, [DT_IQ1_S] = tile_mm_DT_IQ1_S, [DT_IQ1_M] = tile_mm_DT_IQ1_M, [DT_Q2] = tile_mm_DT_Q2,         \
-        [DT_Q2V] = tile_mm_DT_Q2V                                                                                  \
+        [DT_Q2V] = tile_mm_DT_Q2V, [DT_Q5_0] = tile_mm_DT_Q5_0, [DT_Q5_1] = tile_mm_DT_Q5_1                        \
     }
 
 #endif

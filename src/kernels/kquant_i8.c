@@ -3,13 +3,16 @@
  * SIMD ones (kquant_i8_<isa>.c) and the kernel of every table that has none.
  *
  * Canonical arithmetic (docs/QUANT.md "GGUF block types"), llama.cpp's vec_dot_q*_K_q8_K on its activations:
- * kern_act's q8_K form (qk, dk: one scale per 256 values, llama.cpp's rounding) for every type but IQ4_NL, whose
- * vec_dot_type is q8_0 (kern_act's q0 / d0: per 32, d an f16), and sluice's q2, which reads the rotated form (qr / dr,
- * per 32); xd_b below is the scale of block of 32 b in that
+ * kern_act's q8_K form (qk, dk: one scale per 256 values, llama.cpp's rounding) for every type but IQ4_NL, Q5_0 and
+ * Q5_1, whose vec_dot_type is q8_0 / q8_1 (kern_act's q0 / d0: per 32, d an f16), and sluice's q2, which reads the
+ * rotated form (qr / dr, per 32); xd_b below is the scale of block of 32 b in that
  * form. Per output, 8 float lanes acc[] and accm[], zero; for each block of 32 columns b (global index, lane b % 8), in
  * order, with isum / msum the block's integer sums (kquant.h kq_sums: exact) and d / dmin its f16 scales:
  *   acc[b % 8]  = fma((float)isum_b, d * xd_b, acc[b % 8]);
  *   accm[b % 8] = fma((float)msum_b, dmin * xd_b, accm[b % 8]);
+ * but for Q5_1, whose min is a float (kquant.h: dmin = -m), llama.cpp's m * s with the q8_1 block sum s (kern_act s1:
+ * ggml-cpu arch/x86/quants.c ggml_vec_dot_q5_1_q8_1's summs):
+ *   accm[b % 8] = fma(dmin, s1_b, accm[b % 8]);
  * y = lanes(acc) - lanes(accm), lanes(a) = ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)). A result depends only on its row
  * and token (kernels.h's determinism contract); a SIMD table computes the integer sums its own way and the float
  * part lane for lane as here, so it gives the same bits.
@@ -31,6 +34,7 @@ void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, i
     const size_t rb = kq_row_bytes(dt, cols), bb = (size_t)kq_bytes(dt);
     const int8_t *aq = kq_act_q(a, dt);
     const float *ad = kq_act_d(a, dt);
+    const size_t ns = (size_t)kern_act_ns(cols / 32); /* Q5_1: its min times s1 */
     enum { KTOK = 8 };
     for (int t0 = 0; t0 < T; t0 += KTOK) {
         const int nt = T - t0 < KTOK ? T - t0 : KTOK;
@@ -49,7 +53,8 @@ void kern_kq_i8_rows(const tn_mat *w, const kern_act *a, float *y, size_t ldy, i
                     for (int b = 0; b < nbk; b++) {
                         const int l = (k * nbk + b) % 8;
                         acc[t][l] = fmaf((float)is[b], u.d * xd[b], acc[t][l]);
-                        accm[t][l] = fmaf((float)ms[b], u.dmin * xd[b], accm[t][l]);
+                        accm[t][l] = dt == DT_Q5_1 ? fmaf(u.dmin, a->s1[tt * ns + (size_t)(k * nbk + b)], accm[t][l])
+                                                   : fmaf((float)ms[b], u.dmin * xd[b], accm[t][l]);
                     }
                 }
             }

@@ -10,8 +10,8 @@
  * (d * xd) and one vfmadd per superblock, lane b the oracle's lane b: the same bits. A block is unpacked once per
  * row into int8 values (as the formula multiplies them) and int16 scales per element pair, then dotted with each
  * token of a block of KQ_TOK tokens. Every type is unpacked with vector ops (the grid i-quants in kquant_iq_x86.h).
- * IQ4_NL (blocks of 32) takes 8 blocks at a time; the last cols % 256 columns run the oracle's scalar steps on their
- * lanes.
+ * IQ4_NL, Q5_0 and Q5_1 (blocks of 32) take 8 blocks at a time; the last cols % 256 columns run the oracle's scalar
+ * steps on their lanes. Q5_1's min (a float) goes on accm as the oracle's fma(dmin, s1_b): 8 blocks' by one vfmadd.
  */
 #ifndef SL_KQUANT_X86_H
 #define SL_KQUANT_X86_H
@@ -36,7 +36,8 @@
  * each group of 16 values (a type with one scale per 32 gives both halves the same) as int32 lanes in the order the
  * dot's sums come out: sab = groups 0 2 4 6 | 1 3 5 7 (blocks 0-3), scd = 8 10 12 14 | 9 11 13 15 (blocks 4-7);
  * x16: 16 int16 per group of 16, the mins (has_min) or the scales again (off: the values were stored plus 2^off,
- * so isum = sum(s v' x) - 2^off sum_g s_g xsum_g); d / dmin per lane (block) */
+ * so isum = sum(s v' x) - 2^off sum_g s_g xsum_g); d / dmin per lane (block); has_min 1: mins times x16 . bk, 2 (Q5_1):
+ * dmin times the activations' block sums s1 */
 typedef struct {
     __m256i v[8], sg[8], sab, scd, x16;
     __m256 d, dmin;
@@ -207,6 +208,44 @@ KQ_INLINE void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
     kq_nomin(o, 0);
 }
 
+/* a u32's 32 bits as bytes: 0xFF where bit i is set, byte i */
+static inline __m256i kq_bits32(uint32_t w) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                          3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(x, bits), bits);
+}
+
+/* one Q5_0 / Q5_1 block's 32 codes q (0..31: nibbles as IQ4_NL's, the fifth bit from qh); Q5_0's less 16 */
+static inline __m256i kq_q5_32(dt_type dt, const uint8_t *blk) {
+    const uint8_t *h = blk + (dt == DT_Q5_1 ? 4 : 2);
+    const __m128i x = _mm_loadu_si128((const __m128i *)(h + 4)), m4 = _mm_set1_epi8(0x0F);
+    const __m256i n = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m4), _mm_and_si128(x, m4));
+    const __m256i v = _mm256_or_si256(n, _mm256_and_si256(kq_bits32(kq_u32(h)), _mm256_set1_epi8(0x10)));
+    return dt == DT_Q5_1 ? v : _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+}
+
+/* Q5_0 / Q5_1, 8 blocks of 32: values as kquant.c's unpack_q5 (Q5_0 signed: the sign trick; Q5_1 unsigned), d per
+ * lane, Q5_1's dmin = -m per lane (has_min 2: the oracle's fma(dmin, s1_b)) */
+KQ_INLINE void kq_unpack_q5(dt_type dt, const uint8_t *b, kq_sb *o) {
+    const int bb = kq_bytes(dt);
+    float d[8], m[8];
+    KQ_UNROLL
+    for (int j = 0; j < 8; j++) {
+        o->v[j] = kq_q5_32(dt, b + bb * j);
+        d[j] = kq_h2f(b + bb * j);
+        m[j] = dt == DT_Q5_1 ? -kq_h2f(b + bb * j + 2) : 0.0f;
+    }
+    kq_sc32(o, _mm_set1_epi8(1));
+    kq_nomin(o, dt == DT_Q5_1);
+    o->d = _mm256_loadu_ps(d);
+    if (dt == DT_Q5_1) {
+        o->dmin = _mm256_loadu_ps(m);
+        o->has_min = 2;
+    }
+}
+
 /* q2 (two blocks of 128, quant/kquant.h): the 2-bit codes of 32 bytes, shifted by 0, 2, 4, 6, as the levels by one
  * vpshufb each; scale 1, d per block on its 4 lanes */
 static inline __m256i kq_q2_levels(__m256i x, int p) {
@@ -279,6 +318,7 @@ KQ_INLINE void kq_unpack_any(dt_type dt, const uint8_t *b, const int8_t *grid, k
     else if (dt == DT_IQ4_NL || dt == DT_IQ4_XS) kq_unpack_iq4(dt, b, o);
     else if (dt == DT_Q2) kq_unpack_q2(b, o);
     else if (dt == DT_Q2V) kq_unpack_q2v(b, grid, o);
+    else if (dt == DT_Q5_0 || dt == DT_Q5_1) kq_unpack_q5(dt, b, o);
     else kq_unpack_grid_iq(dt, b, grid, o);
 }
 
@@ -319,9 +359,9 @@ KQ_INLINE void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m
     const __m256i cd = _mm256_mullo_epi32(_mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7])), u->scd);
     __m256i is = _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
     *msum = _mm256_setzero_si256();
-    if (u->has_min || u->off) { /* lane b: x16 of groups 2b, 2b + 1 times their sums */
+    if (u->has_min == 1 || u->off) { /* lane b: x16 of groups 2b, 2b + 1 times their sums */
         const __m256i g = _mm256_madd_epi16(u->x16, _mm256_loadu_si256((const __m256i *)bk));
-        if (u->has_min) *msum = g;
+        if (u->has_min == 1) *msum = g;
         else is = _mm256_sub_epi32(is, _mm256_sll_epi32(g, _mm_cvtsi32_si128(u->off)));
     }
     *isum = is;
@@ -336,19 +376,22 @@ static inline float kq_lanes_diff(__m256 a, __m256 m) {
     return _mm_cvtss_f32(s) - _mm_cvtss_f32(_mm_movehdup_ps(s));
 }
 
-/* the last cols % 256 columns (IQ4_NL and q2 only, which have no mins: accm stays zero): the oracle's steps block of
- * 32 by block of 32 on lane b % 8, its integer sum (scale 1) by one vpmaddubsw / vpmaddwd and an exact horizontal add */
+/* the last cols % 256 columns (IQ4_NL, Q5_0, Q5_1 and q2 only; of these only Q5_1 has a min, on accm as the oracle's
+ * fma(dmin, s1_b)): the oracle's steps block of 32 by block of 32 on lane b % 8, its integer sum (scale 1) by one
+ * vpmaddubsw / vpmaddwd (the sign trick, exact for Q5_1's unsigned values too) and an exact horizontal add */
 static inline void kq_tail(const tn_mat *w, const kern_act *a, const uint8_t *row, const int8_t *grid, int t, int c0,
-                           float *acc) {
-    const int cols = w->cols, q2 = kq_rotated(w->dtype);
-    const int8_t *aq = kq_act_q(a, w->dtype);
-    const float *ad = kq_act_d(a, w->dtype);
+                           float *acc, float *accm) {
+    const dt_type dt = w->dtype;
+    const int cols = w->cols, q2 = kq_rotated(dt), q5 = dt == DT_Q5_0 || dt == DT_Q5_1;
+    const int8_t *aq = kq_act_q(a, dt);
+    const float *ad = kq_act_d(a, dt);
     float d = 0.0f;
     for (int c = c0; c < cols; c += 32) {
-        const uint8_t *blk = q2 ? row + (size_t)(c / 128) * 34 : row + (size_t)(c / 32) * 18;
+        const uint8_t *blk = q2 ? row + (size_t)(c / 128) * 34 : row + (size_t)(c / 32) * (size_t)kq_bytes(dt);
         if (!q2 || c % 128 == 0) d = kq_h2f(q2 ? blk + 32 : blk); /* the block's scale, once */
-        const __m256i v = w->dtype == DT_Q2V ? kq_q2v_32(blk + (c % 128) / 4, grid, (const uint8_t *)grid + 2048)
-                          : q2 ? kq_q2_levels(_mm256_loadu_si256((const __m256i *)blk), (c % 128) / 32) : kq_iq4_levels(blk + 2);
+        const __m256i v = dt == DT_Q2V ? kq_q2v_32(blk + (c % 128) / 4, grid, (const uint8_t *)grid + 2048)
+                          : q2 ? kq_q2_levels(_mm256_loadu_si256((const __m256i *)blk), (c % 128) / 32)
+                          : q5 ? kq_q5_32(dt, blk) : kq_iq4_levels(blk + 2);
         const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + (size_t)t * (size_t)cols + (size_t)c));
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)), _mm256_set1_epi16(1));
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
@@ -357,17 +400,21 @@ static inline void kq_tail(const tn_mat *w, const kern_act *a, const uint8_t *ro
         const float xd = ad[(size_t)t * (size_t)(cols / 32) + (size_t)(c / 32)];
         const int l = (c / 32) % 8;
         acc[l] = fmaf((float)_mm_cvtsi128_si32(h), d * xd, acc[l]);
+        if (dt == DT_Q5_1)
+            accm[l] = fmaf(-kq_h2f(blk + 2), a->s1[(size_t)t * (size_t)kern_act_ns(cols / 32) + (size_t)(c / 32)], accm[l]);
     }
 }
 
-/* one superblock k of a row against token tt: acc / accm as the oracle's steps */
-KQ_INLINE void kq_step(const kq_sb *u, const int8_t *aq, const int16_t *bk, const float *ad, int cols, size_t tt, int k,
-                       __m256 *acc, __m256 *accm) {
+/* one superblock k of a row against token tt: acc / accm as the oracle's steps (s1: kern_act's, for has_min 2) */
+KQ_INLINE void kq_step(const kq_sb *u, const int8_t *aq, const int16_t *bk, const float *ad, const float *s1, int cols,
+                       size_t tt, int k, __m256 *acc, __m256 *accm) {
     __m256i is, ms;
     kq_dot_sb(u, aq + tt * (size_t)cols + (size_t)k * 256, bk + tt * (size_t)(cols / 16) + (size_t)k * 16, &is, &ms);
     const __m256 xd = _mm256_loadu_ps(ad + tt * (size_t)(cols / 32) + (size_t)k * 8);
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(u->d, xd), *acc);
-    if (u->has_min) *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(u->dmin, xd), *accm);
+    if (u->has_min == 1) *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(u->dmin, xd), *accm);
+    else if (u->has_min == 2)
+        *accm = _mm256_fmadd_ps(u->dmin, _mm256_loadu_ps(s1 + tt * (size_t)kern_act_ns(cols / 32) + (size_t)k * 8), *accm);
 }
 
 /* rows [r0, r1) of a dt matrix (dt a constant where it is inlined: each type's loop compiled on its own, the
@@ -378,6 +425,7 @@ KQ_INLINE void kq_i8_run(dt_type dt, const tn_mat *w, const kern_act *a, float *
     const int8_t *aq = kq_act_q(a, dt); /* kernels.h kern_matmul_i8_fn: the form dt reads */
     const float *ad = kq_act_d(a, dt);
     const int16_t *bk = a->bk; /* the q8_K form's sums: read for the types with mins or offsets, all of that form */
+    const float *s1 = a->s1;   /* the q8_1 form's block sums: Q5_1's min */
     const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : kq_iq_grid(dt);
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
@@ -389,7 +437,7 @@ KQ_INLINE void kq_i8_run(dt_type dt, const tn_mat *w, const kern_act *a, float *
                 for (int k = 0; k < nsb; k++) {
                     kq_sb u;
                     kq_unpack_any(dt, row + (size_t)k * sbb, grid, &u);
-                    kq_step(&u, aq, bk, ad, cols, (size_t)t0, k, &a1, &m1);
+                    kq_step(&u, aq, bk, ad, s1, cols, (size_t)t0, k, &a1, &m1);
                 }
                 acc[0] = a1, accm[0] = m1;
             } else {
@@ -397,15 +445,17 @@ KQ_INLINE void kq_i8_run(dt_type dt, const tn_mat *w, const kern_act *a, float *
                 for (int k = 0; k < nsb; k++) {
                     kq_sb u;
                     kq_unpack_any(dt, row + (size_t)k * sbb, grid, &u);
-                    for (int t = 0; t < nt; t++) kq_step(&u, aq, bk, ad, cols, (size_t)(t0 + t), k, &acc[t], &accm[t]);
+                    for (int t = 0; t < nt; t++) kq_step(&u, aq, bk, ad, s1, cols, (size_t)(t0 + t), k, &acc[t], &accm[t]);
                 }
             }
             for (int t = 0; t < nt; t++) {
                 if (nsb * 256 < cols) {
-                    float fa[8];
+                    float fa[8], fm[8];
                     _mm256_storeu_ps(fa, acc[t]);
-                    kq_tail(w, a, row, grid, t0 + t, nsb * 256, fa);
+                    _mm256_storeu_ps(fm, accm[t]);
+                    kq_tail(w, a, row, grid, t0 + t, nsb * 256, fa, fm);
                     acc[t] = _mm256_loadu_ps(fa);
+                    accm[t] = _mm256_loadu_ps(fm);
                 }
                 y[(size_t)(t0 + t) * ldy + (size_t)r] = kq_lanes_diff(acc[t], accm[t]);
             }
@@ -419,7 +469,7 @@ static inline void kq_i8_x86(const tn_mat *w, const kern_act *a, float *y, size_
     case T: kq_i8_run(T, w, a, y, ldy, r0, r1); break;
         KQ_CASE(DT_Q2_K) KQ_CASE(DT_Q3_K) KQ_CASE(DT_Q4_K) KQ_CASE(DT_Q5_K) KQ_CASE(DT_Q6_K) KQ_CASE(DT_IQ4_XS)
         KQ_CASE(DT_IQ4_NL) KQ_CASE(DT_IQ2_XXS) KQ_CASE(DT_IQ2_XS) KQ_CASE(DT_IQ2_S) KQ_CASE(DT_IQ3_XXS) KQ_CASE(DT_IQ3_S)
-        KQ_CASE(DT_IQ1_S) KQ_CASE(DT_IQ1_M) KQ_CASE(DT_Q2) KQ_CASE(DT_Q2V)
+        KQ_CASE(DT_IQ1_S) KQ_CASE(DT_IQ1_M) KQ_CASE(DT_Q2) KQ_CASE(DT_Q2V) KQ_CASE(DT_Q5_0) KQ_CASE(DT_Q5_1)
 #undef KQ_CASE
     default: kq_i8_run(w->dtype, w, a, y, ldy, r0, r1); break;
     }

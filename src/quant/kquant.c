@@ -20,6 +20,7 @@ static const struct {
     {DT_Q6_K, 14, 256, 210}, {DT_IQ4_NL, 20, 32, 18}, {DT_IQ4_XS, 23, 256, 136}, {DT_IQ2_XXS, 16, 256, 66},
     {DT_IQ2_XS, 17, 256, 74}, {DT_IQ2_S, 22, 256, 82}, {DT_IQ3_XXS, 18, 256, 98}, {DT_IQ3_S, 21, 256, 110},
     {DT_IQ1_S, 19, 256, 50}, {DT_IQ1_M, 29, 256, 56}, {DT_Q2, 0, 128, 34}, {DT_Q2V, 0, 128, 34}, /* sluice's own, no ggml id */
+    {DT_Q5_0, 6, 32, 22},    {DT_Q5_1, 7, 32, 24},
 };
 #define N_KQ (sizeof KQ / sizeof *KQ)
 
@@ -27,11 +28,11 @@ static const struct {
 static const short KQ_BLK[DT_COUNT] = {[DT_Q2_K] = 256, [DT_Q3_K] = 256, [DT_Q4_K] = 256, [DT_Q5_K] = 256, [DT_Q6_K] = 256,
                                        [DT_IQ4_NL] = 32, [DT_IQ4_XS] = 256, [DT_IQ2_XXS] = 256, [DT_IQ2_XS] = 256,
                                        [DT_IQ2_S] = 256, [DT_IQ3_XXS] = 256, [DT_IQ3_S] = 256, [DT_IQ1_S] = 256,
-                                       [DT_IQ1_M] = 256, [DT_Q2] = 128, [DT_Q2V] = 128};
+                                       [DT_IQ1_M] = 256, [DT_Q2] = 128, [DT_Q2V] = 128, [DT_Q5_0] = 32, [DT_Q5_1] = 32};
 static const short KQ_BYTES[DT_COUNT] = {[DT_Q2_K] = 84, [DT_Q3_K] = 110, [DT_Q4_K] = 144, [DT_Q5_K] = 176, [DT_Q6_K] = 210,
                                          [DT_IQ4_NL] = 18, [DT_IQ4_XS] = 136, [DT_IQ2_XXS] = 66, [DT_IQ2_XS] = 74,
                                          [DT_IQ2_S] = 82, [DT_IQ3_XXS] = 98, [DT_IQ3_S] = 110, [DT_IQ1_S] = 50,
-                                         [DT_IQ1_M] = 56, [DT_Q2] = 34, [DT_Q2V] = 34};
+                                         [DT_IQ1_M] = 56, [DT_Q2] = 34, [DT_Q2V] = 34, [DT_Q5_0] = 22, [DT_Q5_1] = 24};
 
 int kq_blk(dt_type dt) { return dt > DT_NONE && dt < DT_COUNT ? KQ_BLK[dt] : 0; }
 
@@ -139,6 +140,26 @@ static void unpack_iq4(dt_type dt, const uint8_t *b, kq_unpacked *u) {
     }
 }
 
+/* Q5_0 (22 B: d, qh, qs[16]) / Q5_1 (24 B: d, m, qh, qs[16]): gguf-py Q5_0 / Q5_1.dequantize_blocks */
+static void unpack_q5(dt_type dt, const uint8_t *b, kq_unpacked *u) {
+    const int q51 = dt == DT_Q5_1;
+    const uint8_t *h = b + (q51 ? 4 : 2), *qs = h + 4;
+    const uint32_t qh = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+    u->gs = 32;
+    u->d = h2f(b);
+    u->sc[0] = 1;
+    if (q51) {
+        u->has_min = 1;
+        u->mn[0] = 1;
+        u->dmin = -h2f(b + 2);
+    }
+    for (int i = 0; i < 16; i++) {
+        const int lo = (qs[i] & 0xF) | (int)((qh >> i) & 1) << 4, hi = (qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
+        u->qv[i] = (int8_t)(q51 ? lo : lo - 16);
+        u->qv[i + 16] = (int8_t)(q51 ? hi : hi - 16);
+    }
+}
+
 /* q2 (34 B): qs[32], d; element e's code at qs[e % 32] bits 2 (e / 32), one scale 1 per 32 */
 static void unpack_q2(const uint8_t *b, kq_unpacked *u) {
     u->gs = 32;
@@ -167,6 +188,7 @@ void kq_unpack(dt_type dt, const uint8_t *b, kq_unpacked *u) {
     case DT_IQ4_NL: case DT_IQ4_XS: unpack_iq4(dt, b, u); break;
     case DT_Q2: unpack_q2(b, u); break;
     case DT_Q2V: unpack_q2v(b, u); break;
+    case DT_Q5_0: case DT_Q5_1: unpack_q5(dt, b, u); break;
     default: kq_unpack_iq(dt, b, u); break;
     }
 }
@@ -212,7 +234,7 @@ static void f16_fields(dt_type dt, int *d, int *dmin) {
     switch (dt) {
     case DT_Q2_K: *d = 80; *dmin = 82; break;
     case DT_Q3_K: *d = 108; break;
-    case DT_Q4_K: case DT_Q5_K: *d = 0; *dmin = 2; break;
+    case DT_Q4_K: case DT_Q5_K: case DT_Q5_1: *d = 0; *dmin = 2; break;
     case DT_Q6_K: *d = 208; break;
     case DT_Q2: case DT_Q2V: *d = 32; break;
     case DT_IQ1_M: *d = -1; break; /* its d: the top nibbles of the four u16 at 48 (kq_random) */

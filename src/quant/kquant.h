@@ -6,8 +6,8 @@
  * Layout of a [rows][cols] matrix: rows back to back, each cols / kq_blk(dt) blocks of kq_bytes(dt) bytes,
  * byte for byte the GGUF tensor's row (llama.cpp ggml-common.h block_q2_K .. block_iq4_xs). Scales live inside
  * the blocks, so a tn_mat of these types has scales == data, biases NULL, group == kq_blk(dt) and sdtype
- * DT_NONE (quant.h q_mat_bind). Blocks hold 256 values (32 for IQ4_NL), which the row length must be a multiple
- * of. Values (e: index in the block, d / dmin the block's f16 scales as f32, every product rounded to f32 in
+ * DT_NONE (quant.h q_mat_bind). Blocks hold 256 values (32 for IQ4_NL, Q5_0, Q5_1), which the row length must be a
+ * multiple of. Values (e: index in the block, d / dmin the block's f16 scales as f32, every product rounded to f32 in
  * this order, no fused multiply-add: gguf-py's numpy order):
  *   Q2_K  (84 B)   sc[16] qs[64] d dmin      q = qs[32(e/128) + e%32] >> 2((e%128)/32) & 3;
  *                                           w = (d * (sc[e/16] & 15)) * q - dmin * (sc[e/16] >> 4)
@@ -18,6 +18,9 @@
  *   Q5_K  (176 B)  d dmin sc[12] qh[32] qs[128]  as Q4_K, q |= (qh[e%32] >> j & 1) << 4
  *   Q6_K  (210 B)  ql[128] qh[64] sc[16] d   q = (ql nibble | qh 2 bits << 4) - 32; w = (d * sc[e/16]) * q
  *   IQ4_NL (18 B)  d qs[16]                  w = d * KV[nibble], elements 0-15 low nibbles, 16-31 high
+ *   Q5_0  (22 B)   d qh(u32) qs[16]          q = (nibble as IQ4_NL's) | (qh >> e & 1) << 4; w = d * (q - 16)
+ *   Q5_1  (24 B)   d m qh(u32) qs[16]        q as Q5_0's; w = d * q + m (kq_unpacked: sc = mn = 1, dmin = -m, so
+ *                                           the formula's (d * 1) * q - (-m * 1) is that sum bitwise)
  *   IQ4_XS (136 B) d sh(u16) sl[4] qs[128]   8 sub-blocks of 32, 6-bit scale less 32; w = (d * s) * KV[nibble]
  *   IQ2_XXS (66 B), IQ2_XS (74 B), IQ2_S (82 B), IQ3_XXS (98 B), IQ3_S (110 B), IQ1_S (50 B), IQ1_M (56 B): values
  *   from lattice grids (8 or 4 values an index), sign bits and 3/4-bit scales per 16 or 32; kquant_iq.c gives each
@@ -40,8 +43,8 @@
 /* IQ4_NL's 16 levels (llama.cpp kvalues_iq4nl, gguf-py IQ4_NL.kvalues). */
 extern const int8_t KQ_IQ4_LEVELS[16];
 
-/* 1 for the block types (the GGUF ones and sluice's q2) */
-static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_Q2V; }
+/* 1 for the block types (the GGUF ones and sluice's q2, q2v; DT_Q5_0, DT_Q5_1 follow DT_Q2V) */
+static inline int kq_is(dt_type dt) { return dt >= DT_Q2_K && dt <= DT_Q5_1; }
 /* sluice's own block types on rotated values (q2, q2v): kernels.h kern_act qr / dr */
 static inline int kq_rotated(dt_type dt) { return dt == DT_Q2 || dt == DT_Q2V; }
 /* q2's integer levels, code order: d * Q2_LEVELS[q] approximates the Lloyd-Max levels of N(0, 1), +-0.4528 and
@@ -55,17 +58,21 @@ void q2v_decode8(uint16_t code, int8_t *out);
  * (signs[s] = s | parity(s) << 7; sixes[k] = 0x80 when pattern k has an odd number of magnitudes 6 (3/2), else 0). */
 const int8_t *q2v_patterns(void);
 /* Whether dt's int8 kernels take llama.cpp's q8_K activations (one scale per 256 values: kernels.h kern_act qk /
- * dk), as its vec_dot_type is GGML_TYPE_Q8_K (ggml-cpu.c type_traits_cpu); IQ4_NL's is q8_0 (per 32: q0 / d0). */
-static inline int kq_act_k(dt_type dt) { return kq_is(dt) && dt != DT_IQ4_NL && !kq_rotated(dt); }
+ * dk), as its vec_dot_type is GGML_TYPE_Q8_K (ggml-cpu.c type_traits_cpu); IQ4_NL's and Q5_0's is q8_0, Q5_1's
+ * q8_1 (per 32: q0 / d0, and Q5_1's min times the block sums s1: kquant_i8.c). */
+static inline int kq_act_k(dt_type dt) {
+    return kq_is(dt) && dt != DT_IQ4_NL && dt != DT_Q5_0 && dt != DT_Q5_1 && !kq_rotated(dt);
+}
 /* q2 and q2v read neither: their activations are rotated first (kernels.h kern_act qr / dr). */
-/* Values per block (256, 32 for IQ4_NL, 128 for q2) and bytes per block; 0 for other types. */
+/* Values per block (256; 32 for IQ4_NL, Q5_0, Q5_1; 128 for q2) and bytes per block; 0 for other types. */
 int kq_blk(dt_type dt);
 int kq_bytes(dt_type dt);
 /* Bytes of one row of cols values (cols a multiple of kq_blk). */
 static inline size_t kq_row_bytes(dt_type dt, int64_t cols) {
     return kq_blk(dt) ? (size_t)(cols / kq_blk(dt)) * (size_t)kq_bytes(dt) : 0;
 }
-/* The container dtype of a GGUF type id (ggml_type: Q2_K = 10 ... IQ4_XS = 23, IQ1_M = 29), DT_NONE if not one of these;
+/* The container dtype of a GGUF type id (ggml_type: Q5_0 = 6, Q5_1 = 7, Q2_K = 10 ... IQ4_XS = 23, IQ1_M = 29), DT_NONE
+ * if not one of these;
  * and back (0 for q2, which has none). */
 dt_type kq_from_ggml(uint32_t ggml_type);
 uint32_t kq_to_ggml(dt_type dt);
@@ -79,7 +86,8 @@ void kq_row_to_f32(dt_type dt, const uint8_t *row, int n, float *out);
  * scales finite, of either sign, magnitudes 2^-12 .. 2^-3. *state is the generator's state. Cannot fail. */
 void kq_random(dt_type dt, uint8_t *out, size_t n_blocks, uint64_t *state);
 
-/* A block unpacked: value codes qv as the formula multiplies them (Q6_K's q - 32, Q3_K's signed q, IQ4's level),
+/* A block unpacked: value codes qv as the formula multiplies them (Q6_K's q - 32, Q3_K's signed q, IQ4's level,
+ * Q5_0's q - 16),
  * per group of gs values (16 or 32) an integer scale sc and min mn (0 where the type has none), the f16 scales
  * as f32; n values. */
 typedef struct kq_unpacked {

@@ -39,6 +39,8 @@ const char *dt_name(dt_type t) {
     case DT_IQ1_M: return "iq1_m";
     case DT_Q2: return "q2";
     case DT_Q2V: return "q2v";
+    case DT_Q5_0: return "q5_0";
+    case DT_Q5_1: return "q5_1";
     default: return "none";
     }
 }

@@ -37,12 +37,15 @@ typedef enum {
     DT_IQ1_M = 22,
     DT_Q2 = 23, /* sluice's 2-bit: rotated blocks of 128, 4-level Lloyd-Max codebook (quant/kquant.h, q2.c) */
     DT_Q2V = 24, /* the same blocks, the E8P lattice codebook: 16 bits per 8 values (quant/q2.c) */
+    DT_Q5_0 = 25, /* GGUF Q5_0 / Q5_1 kept as llama.cpp stores them (blocks of 32: quant/kquant.h) */
+    DT_Q5_1 = 26,
     DT_COUNT
 } dt_type;
 
 size_t dt_size(dt_type t);          /* bytes per element; 0 for quantized types (see q_mat_bytes) */
 const char *dt_name(dt_type t);     /* "f32", "f16", "bf16", "f8e4m3", "q8", "q4", "q3", "mxfp4", "q2_k", ...
-                                       "q6_k", "iq4_nl", "iq4_xs", "iq2_xxs", ... "iq1_m" */
+                                       "q6_k", "iq4_nl", "iq4_xs", "iq2_xxs", ... "iq1_m",
+                                       "q2", "q2v", "q5_0", "q5_1" */
 dt_type dt_from_name(const char *s);        /* our names; DT_NONE if unknown */
 dt_type dt_from_safetensors(const char *s); /* "F32", "F16", "BF16", "F8_E4M3"; DT_NONE if unknown */
 

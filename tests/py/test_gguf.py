@@ -430,7 +430,7 @@ def random_blocks(qtype, rows, cols, rng):
 # the container dtypes that hold GGUF blocks as they are
 KQ = {"q2_k": QT.Q2_K, "q3_k": QT.Q3_K, "q4_k": QT.Q4_K, "q5_k": QT.Q5_K, "q6_k": QT.Q6_K, "iq4_nl": QT.IQ4_NL,
       "iq4_xs": QT.IQ4_XS, "iq2_xxs": QT.IQ2_XXS, "iq2_xs": QT.IQ2_XS, "iq2_s": QT.IQ2_S, "iq3_xxs": QT.IQ3_XXS,
-      "iq3_s": QT.IQ3_S, "iq1_s": QT.IQ1_S, "iq1_m": QT.IQ1_M}
+      "iq3_s": QT.IQ3_S, "iq1_s": QT.IQ1_S, "iq1_m": QT.IQ1_M, "q5_0": QT.Q5_0, "q5_1": QT.Q5_1}
 
 
 def container(path):
@@ -563,7 +563,8 @@ CANON = {"token_embd.weight": "embed_tokens", "output.weight": "lm_head", "attn_
 
 # the activation form llama.cpp multiplies a type with (ggml-cpu.c vec_dot_type), which the q8 / q4 it is held as
 # records in its entry ("act": tn_mat.act; docs/FORMAT.md)
-ACT = {QT.Q8_0: "q8_0", QT.Q4_0: "q8_0", QT.Q5_0: "q8_0", QT.Q4_1: "q8_1", QT.Q5_1: "q8_1"}
+# (Q5_0 / Q5_1 are kept native, "q5_0" / "q5_1": their kernels read that form without an entry saying so)
+ACT = {QT.Q8_0: "q8_0", QT.Q4_0: "q8_0", QT.Q4_1: "q8_1"}
 
 
 def check_tensors(p, ref):
@@ -633,7 +634,7 @@ def test_every_type_reads_back_as_gguf_py_dequantises(rot, tmp_path):
 
 
 KQ_TYPES = [QT.Q4_K, QT.Q6_K, QT.Q5_K, QT.Q3_K, QT.Q2_K, QT.IQ4_XS, QT.IQ4_NL, QT.IQ2_XXS, QT.IQ2_XS, QT.IQ2_S,
-            QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S, QT.IQ1_M]
+            QT.IQ3_XXS, QT.IQ3_S, QT.IQ1_S, QT.IQ1_M, QT.Q5_0, QT.Q5_1]
 
 
 @pytest.mark.parametrize("qt", KQ_TYPES, ids=[t.name for t in KQ_TYPES])
@@ -666,8 +667,8 @@ def test_kquant_types_kept_native(qt, tmp_path):
     run(["logits", "-m", p, "--tokens", ",".join(map(str, toks)), "--out", out])
     c = np.fromfile(out, dtype=np.float32)
     rel = per_token_rel(c, a, 256)
-    # llama.cpp's q8_K activations (one scale per 256 values; IQ4_NL's q8_0 per 32) on random weights whose logits
-    # nearly cancel: medians 0.025-0.063 over the 14 types
+    # llama.cpp's q8_K activations (one scale per 256 values; IQ4_NL's, Q5_0's q8_0 and Q5_1's q8_1 per 32) on random
+    # weights whose logits nearly cancel: medians 0.025-0.063 over the 14 types of 256-blocks
     assert np.median(rel) < 0.1, rel
 
 
