@@ -63,7 +63,8 @@ int gguf_type_wide(uint32_t type, dt_type *dt, int *group, dt_type *sdt) {
     case GGML_F16: *dt = DT_F16; return 0;
     case GGML_BF16: *dt = DT_BF16; return 0;
     case GGML_Q8_0: *dt = DT_Q8; *group = 32; *sdt = DT_F16; return 0;
-    /* llama-quantize's fallbacks for rows that are not whole 256-blocks: 5-bit codes in q8 */
+    /* llama-quantize's fallbacks for rows that are not whole 256-blocks, kept native (gguf_type_target); wide: 5-bit
+     * codes in q8 */
     case GGML_Q5_0: case GGML_Q5_1: *dt = DT_Q8; *group = 32; *sdt = DT_F16; return 0;
     case GGML_Q4_0: case GGML_Q4_1: *dt = DT_Q4; *group = 32; *sdt = DT_F16; return 0;
     case GGML_Q4_K: *dt = DT_Q4; *group = 32; *sdt = DT_F32; return 0;

@@ -41,7 +41,7 @@ int gguf_is_model(const char *path);
 /* "Q4_0", ...; NULL for a type id ggml does not define. */
 const char *gguf_type_name(uint32_t type);
 /* The container dtype a GGUF type is stored as (docs/FORMAT.md): Q8_0 / Q4_0 / Q4_1 as DT_Q8 / DT_Q4 with its
- * group and scale dtype, the k-quants and IQ4 types as themselves (DT_Q2_K .. DT_IQ4_XS, quant/kquant.h: group
+ * group and scale dtype, the k-quants, i-quants, Q5_0 and Q5_1 as themselves (quant/kquant.h kq_from_ggml: group
  * the block's length, no scale dtype). Returns 0, or -1 for a type sluice does not import. */
 int gguf_type_target(uint32_t type, dt_type *dt, int *group, dt_type *sdt);
 /* The layout that holds a type by up-conversion: q4 / q8 group 32 with f32 scales for Q4_K / Q5_K (as for Q4_0 /

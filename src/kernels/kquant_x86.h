@@ -52,6 +52,21 @@ static inline float kq_h2f(const uint8_t *p) {
 #endif
 }
 
+/* the 8 f16 at p, p + st, .. p + 7 st as f32 lanes (exact), built in registers: a vector read of 8 floats stored one
+ * by one would stall on the store forwarding */
+static inline __m256 kq_h2f8(const uint8_t *p, int st) {
+#if defined(__F16C__)
+    uint16_t h[8];
+    for (int j = 0; j < 8; j++) memcpy(&h[j], p + st * j, 2);
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], (short)h[4], (short)h[5],
+                                          (short)h[6], (short)h[7]));
+#else
+    float d[8];
+    for (int j = 0; j < 8; j++) d[j] = kq_h2f(p + st * j);
+    return _mm256_loadu_ps(d);
+#endif
+}
+
 /* sab / scd from the 16 int8 scales of the groups of 16 (sc, signed) */
 static inline void kq_sc16(kq_sb *o, __m128i sc) {
     o->sab = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 0, 0, 0, 0, 0, 0, 0, 0)));
@@ -230,18 +245,13 @@ static inline __m256i kq_q5_32(dt_type dt, const uint8_t *blk) {
  * lane, Q5_1's dmin = -m per lane (has_min 2: the oracle's fma(dmin, s1_b)) */
 KQ_INLINE void kq_unpack_q5(dt_type dt, const uint8_t *b, kq_sb *o) {
     const int bb = kq_bytes(dt);
-    float d[8], m[8];
     KQ_UNROLL
-    for (int j = 0; j < 8; j++) {
-        o->v[j] = kq_q5_32(dt, b + bb * j);
-        d[j] = kq_h2f(b + bb * j);
-        m[j] = dt == DT_Q5_1 ? -kq_h2f(b + bb * j + 2) : 0.0f;
-    }
+    for (int j = 0; j < 8; j++) o->v[j] = kq_q5_32(dt, b + bb * j);
     kq_sc32(o, _mm_set1_epi8(1));
     kq_nomin(o, dt == DT_Q5_1);
-    o->d = _mm256_loadu_ps(d);
-    if (dt == DT_Q5_1) {
-        o->dmin = _mm256_loadu_ps(m);
+    o->d = kq_h2f8(b, bb);
+    if (dt == DT_Q5_1) { /* -m: the sign flipped exactly */
+        o->dmin = _mm256_xor_ps(kq_h2f8(b + 2, bb), _mm256_set1_ps(-0.0f));
         o->has_min = 2;
     }
 }
