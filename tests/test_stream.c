@@ -1083,8 +1083,8 @@ TEST(layer_major_failure_leaves_session_unchanged) {
     CHECK(same);
 }
 
-/* gpt-oss's sliding layers keep a ring of window - 1 + 64 KV rows: a 90-token layer-major pass that fails in
- * the last MoE layer has by then written all 90 positions through layer 0's ring (71 rows), over rows the
+/* gpt-oss's sliding layers keep a ring of window - 1 + 64 KV rows: a 100-token layer-major pass that fails in
+ * the last MoE layer has by then written all 100 positions through layer 0's ring (71 rows), over rows the
  * session still needs; they are put back, so evaluating again gives bitwise a fresh session's logits. */
 TEST(sliding_ring_failure_leaves_session_unchanged) {
     const char *path = test_packed("gpt_oss");
@@ -1095,7 +1095,7 @@ TEST(sliding_ring_failure_leaves_session_unchanged) {
     sl_error err = {0};
     sl_model_params mp = sl_model_params_default();
     mp.prefetch = -1;
-    /* the expert to fail: one the last MoE layer (layer 1) uses for the 90 tokens but not for the first 20 */
+    /* the expert to fail: one the last MoE layer (layer 1) uses for the 100 tokens but not for the first 20 */
     uint64_t c20[16], c90[16];
     int fail_e = -1;
     for (int pass = 0; pass < 2; pass++) {
@@ -1110,7 +1110,7 @@ TEST(sliding_ring_failure_leaves_session_unchanged) {
     }
     for (int e = 0; e < 16 && fail_e < 0; e++)
         if (!c20[e] && c90[e]) fail_e = e;
-    CHECKF(fail_e >= 0, "every expert of layer 1 the 90 tokens choose is chosen by the first 20 too");
+    CHECKF(fail_e >= 0, "every expert of layer 1 the 100 tokens choose is chosen by the first 20 too");
     slc_file f;
     CHECK(slc_open(path, &f, &err) == SL_OK);
     io_fault_cfg fc;

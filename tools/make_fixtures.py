@@ -12,11 +12,11 @@ For each fixture NAME it writes OUTDIR/NAME/:
 Fixtures:
   qwen3_moe        F16, sharded (index.json), tied embeddings, a dense layer (mlp_only_layers), no top-k renorm
   qwen3_next       F32, legacy full_attention_interval, a dense layer, shared expert (3 layers: linear, dense, full)
-  qwen3_5_moe      BF16, the VLM wrapper (model.language_model.*, model.visual.*), per-expert tensors (3 layers)
+  qwen3_5_moe      F32, the VLM wrapper (model.language_model.*, model.visual.*), per-expert tensors (3 layers)
   qwen3_5_fused    BF16, the VLM wrapper with fused experts (gate_up_proj [E,2I,H], down_proj [E,H,I])
   qwen3_next_fp8   FP8 E4M3 linear weights with 128x128 block scales (weight_scale_inv), as the official release
   mixtral          BF16, per-expert block_sparse_moe.experts.N.w1/w2/w3 and block_sparse_moe.gate (the release layout)
-  olmoe            F32, q/k norm over the whole projection, no top-k renorm, GQA
+  olmoe            BF16, q/k norm over the whole projection, no top-k renorm, GQA
   qwen2_moe        F32, q/k/v bias, shared expert with a sigmoid gate, a dense layer, no top-k renorm
   glm4_moe         BF16, partial RoPE, q/k norm, q/k/v bias, first_k_dense_replace, a plain shared expert, sigmoid
                    group-limited routing with e_score_correction_bias, routed_scaling_factor
@@ -41,7 +41,7 @@ import torch
 import transformers
 from safetensors.torch import save_file, load_file
 
-T_PROMPT = 90      # crosses the 64-token DeltaNet chunk
+T_PROMPT = 100     # the 100 positions of issue 26; crosses the 64-token DeltaNet chunk
 N_GREEDY = 16
 V = 256
 
@@ -350,7 +350,7 @@ def make_qwen3_5(d, fused=False):
     from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
     kw = next_kwargs()
     kw.pop("partial_rotary_factor")
-    # qwen3_5_moe: linear, linear, full (3 layers, 0.95 MB in BF16); qwen3_5_fused (BF16) keeps 4, the last
+    # qwen3_5_moe: linear, linear, full (3 layers, 1.9 MB: the 2 MB rule); qwen3_5_fused (BF16) keeps 4, the last
     # one linear after the full layer
     lt = ["linear_attention", "linear_attention", "full_attention"] + (["linear_attention"] if fused else [])
     text = dict(num_hidden_layers=len(lt), layer_types=lt,
@@ -364,14 +364,13 @@ def make_qwen3_5(d, fused=False):
     torch.manual_seed(3)
     m = Qwen3_5MoeForConditionalGeneration(cfg).float().eval()
     randomise(m, 404 if fused else 505, zero_centred=True)
+    if not fused:  # F32, per-expert tensors (BF16 would halve it but moves its native GGUF off bitwise: see git log)
+        m.save_pretrained(d)
+        rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 64))
+        write_refs(m, d, 44, {"arch": "qwen3_5_moe", "dtype": "F32"})
+        return
     round_params(m, torch.bfloat16)
     m.save_pretrained(d)
-    if not fused:  # per-expert tensors, BF16 (half the tracked bytes of the F32 it was)
-        rewrite_checkpoint(d, lambda sd: {k: v.to(torch.bfloat16).contiguous()
-                                          for k, v in to_per_expert(sd, 64).items()})
-        set_config_dtype(d, "bfloat16")
-        write_refs(m, d, 44, {"arch": "qwen3_5_moe", "dtype": "BF16"})
-        return
     # experts fused, as the official Qwen3.5 releases ship them, everything in BF16
     rewrite_checkpoint(d, lambda sd: {k: v.to(torch.bfloat16).contiguous()
                                       for k, v in to_fused(to_per_expert(sd, 64)).items()})
@@ -439,10 +438,13 @@ def make_olmoe(d):
     m = OlmoeForCausalLM(cfg).float().eval()
     randomise(m, 717, zero_centred=False, std=0.17)  # hidden 32 (was 64, std 0.12): the same fan-in variance
     scale_head(m, 2 ** 0.5)
-    m.save_pretrained(d)
+    # BF16 (OLMoE's release dtype; half the tracked bytes of the F32 it was): parameters rounded first, so the
+    # reference is the model the checkpoint holds
+    round_params(m, torch.bfloat16)
+    copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d)
     rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 32))
     check_reload(OlmoeForCausalLM, d, m, list(range(20)))
-    write_refs(m, d, 77, {"arch": "olmoe", "dtype": "F32"})
+    write_refs(m, d, 77, {"arch": "olmoe", "dtype": "BF16"})
 
 
 def make_qwen2_moe(d):
@@ -652,7 +654,7 @@ def gptoss_model(I, seed):
               num_key_value_heads=2, head_dim=16, num_local_experts=16, num_experts_per_tok=4, sliding_window=8,
               layer_types=["sliding_attention", "full_attention"], max_position_embeddings=2048, rms_norm_eps=1e-5,
               tie_word_embeddings=False, attention_bias=True, attn_implementation="eager")
-    # YaRN with a small original context, so the 90-token reference sits well inside the interpolated range
+    # YaRN with a small original context, so the 100-token reference sits well inside the interpolated range
     yarn = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
             "original_max_position_embeddings": 64}
     m = None

@@ -1,7 +1,7 @@
 /*
  * quant_eval.c — `make quant-eval`: accuracy of the quantized types on every fixture. For each fixture
  * and mode it packs tests/data/<fixture> (all matrices in the mode, router at >= 8 bits as pack does),
- * runs the 90 reference tokens, and compares with the f32 pack: bits per weight over the matrices that
+ * runs the 100 reference tokens, and compares with the f32 pack: bits per weight over the matrices that
  * were quantized (codes + scales + biases), the fraction of matrix weights quantized, max relative logit
  * error (max over positions of max|d| / max|ref|), top-1 agreement and mean KL(p_f32 || p_quant).
  * Prints a Markdown table (docs/QUANT.md). Usage: build/quant_eval [TMPDIR]

@@ -681,7 +681,7 @@ def st_packs(tmp_path_factory):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gguf_equals_safetensors_pack(family, st_packs, tmp_path):
-    """The f32 GGUF's logits over the fixture's 90 positions: those of the safetensors pack of what it means
+    """The f32 GGUF's logits over the fixture's 100 positions: those of the safetensors pack of what it means
     (bitwise: the converter's rewrites are permutations, and f32 holds the bf16 weights exactly), so the same
     greedy tokens; the tokenizer and chat template from the GGUF metadata generate text."""
     g = str(tmp_path / "m.gguf")
