@@ -535,7 +535,7 @@ const char *sl_detok_push(sl_detok *d, int32_t id, size_t *len);
 const char *sl_detok_flush(sl_detok *d, size_t *len);
 void sl_detok_free(sl_detok *d);
 
-/* Chat formatting with the model's template (Qwen ChatML; see docs/TEXT.md for what is rendered). */
+/* Chat formatting with the model's template (Qwen ChatML, DeepSeek-V4; see docs/TEXT.md for what is rendered). */
 typedef struct sl_chat_msg {
     const char *role;       /* "system", "user", "assistant", "tool" */
     const char *content;    /* may be NULL (= "") */
@@ -553,7 +553,7 @@ sl_chat_params sl_chat_params_default(void);
 
 /* Renders messages as the template stored with the tokenizer would (transformers'
  * apply_chat_template(tokenize=False)). *out is malloc'ed. SL_EUNSUPPORTED when the tokenizer has no
- * template or one that is not ChatML; SL_EINVAL for a bad role or tools JSON. */
+ * template or one that is neither ChatML nor DeepSeek-V4's; SL_EINVAL for a bad role or tools JSON. */
 sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n_msgs, const sl_chat_params *params,
                          char **out, sl_error *err);
 

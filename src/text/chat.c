@@ -6,6 +6,7 @@
  * `enable_thinking`, shipped with Qwen3, Qwen3-MoE and the hybrid-thinking releases), and the plain
  * ChatML subset of it for templates without `<think>` handling (Qwen3-Next-Instruct style). The flavour
  * is picked by looking at the template text stored with the tokenizer:
+ *   DeepSeek-V4's template   -> chat_dsv4.c (not ChatML: <｜User｜> / <｜Assistant｜> turns, DSML tool calls)
  *   no "<|im_start|>"        -> SL_EUNSUPPORTED (not ChatML)
  *   "enable_thinking"        -> qwen3: reasoning split from "</think>", think blocks after the last
  *                               user query, "<think>\n\n</think>\n\n" when thinking is off
@@ -202,7 +203,8 @@ sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n
     sl_chat_params p = params ? *params : sl_chat_params_default();
     const char *tmpl = tok_chat_template(tok);
     if (!*tmpl) return err_set(err, SL_EUNSUPPORTED, "the tokenizer has no chat template (tokenizer_config.json chat_template or chat_template.jinja)");
-    if (!strstr(tmpl, "<|im_start|>")) return err_set(err, SL_EUNSUPPORTED, "the chat template is not ChatML (<|im_start|>); only Qwen-style templates are supported");
+    const int dsv4 = chat_is_dsv4(tmpl);
+    if (!dsv4 && !strstr(tmpl, "<|im_start|>")) return err_set(err, SL_EUNSUPPORTED, "the chat template is not ChatML (<|im_start|>) nor DeepSeek-V4's; only those are supported");
     int flavour = strstr(tmpl, "enable_thinking") ? FLAVOUR_QWEN3 : strstr(tmpl, "<think>") ? FLAVOUR_QWEN3_ALWAYS_THINK : FLAVOUR_CHATML;
     int qwen25_default = strstr(tmpl, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.") != NULL;
     for (int i = 0; i < n; i++) {
@@ -210,6 +212,7 @@ sl_status sl_chat_format(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
             return err_set(err, SL_EINVAL, "message %d: unknown role '%s' (system, user, assistant or tool)", i, r);
     }
+    if (dsv4) return chat_format_dsv4(tok, msgs, n, &p, out, err);
     tok_buf b = {0};
     cJSON *tools = NULL;
     sl_status st = SL_OK;

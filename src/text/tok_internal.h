@@ -75,7 +75,7 @@ struct sl_tokenizer {
                                      * one before (a Sequence of Splits, DeepSeek-V3's); none: no split */
     int n_re;
     int nfc, ignore_merges;
-    char *chat_template, *eos_text;
+    char *chat_template, *eos_text, *bos_text;
     int32_t eog[3];
     int n_eog;
     /* SentencePiece-style BPE (text/tok_spm.c): spm set when nothing in tokenizer.json is ByteLevel */

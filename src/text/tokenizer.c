@@ -188,6 +188,7 @@ void sl_tokenizer_free(sl_tokenizer *t) {
     for (int i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
     free(t->chat_template);
     free(t->eos_text);
+    free(t->bos_text);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -421,6 +422,8 @@ sl_status sl_tokenizer_from_json(const char *json, size_t len, const char *confi
         if (!template_text) t->chat_template = template_from_config(cfg);
         const char *eos = token_text(cJSON_GetObjectItem(cfg, "eos_token"));
         if (eos) t->eos_text = strdup(eos);
+        const char *bos = token_text(cJSON_GetObjectItem(cfg, "bos_token")); /* a template's bos_token */
+        if (bos) t->bos_text = strdup(bos);
     }
     if (template_text) t->chat_template = strdup(template_text);
     const char *eog[] = {t->eos_text, "<|im_end|>", "<|endoftext|>"};
@@ -748,4 +751,5 @@ const char *tok_piece(const sl_tokenizer *t, int32_t id, size_t *len) {
 
 const char *tok_chat_template(const sl_tokenizer *t) { return t->chat_template ? t->chat_template : ""; }
 const char *tok_eos_text(const sl_tokenizer *t) { return t->eos_text ? t->eos_text : ""; }
+const char *tok_bos_text(const sl_tokenizer *t) { return t->bos_text ? t->bos_text : ""; }
 int tok_eog_ids(const sl_tokenizer *t, const int32_t **ids) { *ids = t->eog; return t->n_eog; }

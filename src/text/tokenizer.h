@@ -42,9 +42,10 @@ size_t tok_utf8_invalid_at(const char *s, size_t n);
  * id outside the vocabulary. The pointer lives as long as the tokenizer. */
 const char *tok_piece(const sl_tokenizer *tok, int32_t id, size_t *len);
 
-/* Chat template source ("" if none) and the token text of EOS ("" if none); borrowed. */
+/* Chat template source ("" if none) and the token texts of EOS and BOS ("" if none); borrowed. */
 const char *tok_chat_template(const sl_tokenizer *tok);
 const char *tok_eos_text(const sl_tokenizer *tok);
+const char *tok_bos_text(const sl_tokenizer *tok);
 
 /* Ids of the end-of-generation tokens (EOS, <|im_end|>, <|endoftext|> where present); borrowed. */
 int tok_eog_ids(const sl_tokenizer *tok, const int32_t **ids);
@@ -52,5 +53,11 @@ int tok_eog_ids(const sl_tokenizer *tok, const int32_t **ids);
 /* Python json.dumps(x, ensure_ascii=False) of a cJSON value (chat.c). Returns 0 or -1. */
 struct cJSON;
 int chat_json_dumps(tok_buf *b, const struct cJSON *j);
+
+/* The DeepSeek-V4 template (chat_dsv4.c): chat_is_dsv4 says whether the template text is it; chat_format_dsv4
+ * renders msgs as it does (sl_chat_format's contract; roles already checked). */
+int chat_is_dsv4(const char *tmpl);
+sl_status chat_format_dsv4(const sl_tokenizer *tok, const sl_chat_msg *msgs, int n, const sl_chat_params *p,
+                           char **out, sl_error *err);
 
 #endif
