@@ -66,4 +66,16 @@ sl_status gguf_convert(uint32_t type, const void *src, int64_t rows, int64_t col
  * (gpt2 BPE); *tok and *cfg NULL (and SL_OK) when the file has no tokenizer. */
 sl_status gguf_tokenizer_json(const gguf_model *m, char **tok, char **cfg, sl_error *err);
 
+/* The normalizer, pre_tokenizer and decoder of the byte-level BPE that tokenizer.ggml.pre `pre` names (e.g.
+ * "kimi-k2") into a tokenizer.json object; -1 for a name not supported. */
+struct cJSON;
+int gguf_pre_pipeline(struct cJSON *root, const char *pre);
+
+/* tokenizer.json rebuilt from a tiktoken BPE file (import/tiktoken.c): the ranks of `ranks` (its text, n bytes:
+ * "base64 rank" lines) as a byte-level BPE vocabulary with the merges that reproduce them (llama.cpp's
+ * conversion/qwen.py QwenModel.bpe), special tokens after them named by config_json's added_tokens_decoder
+ * (Kimi's tokenization_kimi.py), the pre-tokenizer of `pre` (kimi-k2). *tok malloc'ed. */
+sl_status tiktoken_tokenizer_json(const char *ranks, size_t n, const char *config_json, const char *pre, char **tok,
+                                  sl_error *err);
+
 #endif

@@ -23,10 +23,10 @@
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define K2_UPPER "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
-#define K2_LOWER "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
+#define K2_UPPER "(?:(?!\\p{sc:Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
+#define K2_LOWER "(?:(?!\\p{sc:Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
 #define KIMI_K2_RE                                                                                                \
-    "[\\p{Han}]+|[^\\r\\n\\p{L}\\p{N}]?" K2_UPPER "*" K2_LOWER "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                      \
+    "\\p{sc:Han}+|[^\\r\\n\\p{L}\\p{N}]?" K2_UPPER "*" K2_LOWER "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                      \
     "[^\\r\\n\\p{L}\\p{N}]?" K2_UPPER "+" K2_LOWER "*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"                                \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 static const struct {
@@ -50,7 +50,8 @@ static const struct {
                      "\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"}, 0, 0},
     /* Kimi K2 / Kimi Linear (tokenization_kimi.py's tiktoken pattern, llama.cpp unicode.cpp
      * unicode_regex_split_custom_kimi_k2): o200k's with Han runs apart and out of the letter classes (its
-     * "[...&&[^\p{Han}]]" intersections, which PCRE2 lacks, as a lookahead before each class) */
+     * "[...&&[^\p{Han}]]" intersections, which PCRE2 lacks, as a lookahead before each class; \p{sc:Han}: the Han
+     * script, as Oniguruma, tiktoken and llama.cpp take it, not PCRE2's default Script_Extensions, which puts "。" in it) */
     {"kimi-k2", {KIMI_K2_RE}, 0, 0},
     {"gpt-2", {NULL}, 0, 0}, /* ByteLevel's own GPT-2 regex */
     {"olmo", {NULL}, 0, 0},  /* OLMoE: GPT-NeoX's BPE, the GPT-2 regex */
@@ -222,6 +223,15 @@ out:
 }
 
 /* tokenizer.ggml.pre's PRE entry (gpt2 models) into *pi */
+int gguf_pre_pipeline(struct cJSON *root, const char *pre) {
+    for (size_t i = 0; i < sizeof PRE / sizeof *PRE; i++)
+        if (!strcmp(PRE[i].pre, pre)) {
+            byte_level_pipeline(root, (int)i);
+            return 0;
+        }
+    return -1;
+}
+
 static sl_status pre_index(const gguf_file *f, int *pi, sl_error *err) {
     const char *pre = gguf_kv_str(f, "tokenizer.ggml.pre");
     if (!pre) pre = "gpt-2";

@@ -541,6 +541,22 @@ static sl_status attach_mlx(hf_ckpt *ck, sl_error *err) {
     return SL_OK;
 }
 
+/* No tokenizer.json: the one tiktoken.model means (Kimi K2 / Kimi Linear's release; import/tiktoken.c), if there. */
+static sl_status tiktoken_blob(const char *dir, char **data, size_t *len, sl_error *err) {
+    char *tp = fio_join(dir, "tiktoken.model"), *cp = fio_join(dir, "tokenizer_config.json"), *text = NULL, *cfg = NULL;
+    size_t n = 0, cn = 0;
+    sl_status st = !tp || !cp ? err_set(err, SL_ENOMEM, "out of memory") : SL_OK;
+    if (!st && access(tp, F_OK) == 0) {
+        st = fio_read_file(tp, &text, &n, err);
+        if (!st && access(cp, F_OK) == 0) st = fio_read_file(cp, &cfg, &cn, err);
+        if (!st) st = tiktoken_tokenizer_json(text, n, cfg, "kimi-k2", data, err);
+        if (st) err_prefix(err, "%s", tp);
+        else *len = strlen(*data);
+    }
+    free(tp), free(cp), free(text), free(cfg);
+    return st;
+}
+
 sl_status hf_blob(hf_ckpt *ck, const char *name, char **data, size_t *len, sl_error *err) {
     *data = NULL;
     *len = 0;
@@ -557,6 +573,7 @@ sl_status hf_blob(hf_ckpt *ck, const char *name, char **data, size_t *len, sl_er
     if (!bp) return err_set(err, SL_ENOMEM, "out of memory");
     sl_status st = access(bp, F_OK) == 0 ? fio_read_file(bp, data, len, err) : SL_OK;
     free(bp);
+    if (!st && !*data && !strcmp(name, "tokenizer.json")) st = tiktoken_blob(ck->dir, data, len, err);
     return st;
 }
 

@@ -492,6 +492,15 @@ sl_status sl_tokenizer_load(const char *path, sl_tokenizer **out, sl_error *err)
         slc_close(&f);
         if (st) goto out;
         n = strlen(json);
+    } else if (strlen(path) >= 14 && !strcmp(path + strlen(path) - 14, "tiktoken.model")) { /* import/tiktoken.c */
+        char *ranks = NULL;
+        if ((st = fio_read_file(path, &ranks, &n, err))) return st;
+        cfg = read_sibling(path, "tokenizer_config.json");
+        tmpl = read_sibling(path, "chat_template.jinja");
+        st = tiktoken_tokenizer_json(ranks, n, cfg, "kimi-k2", &json, err);
+        free(ranks);
+        if (st) { err_prefix(err, "%s", path); goto out; }
+        n = strlen(json);
     } else {
         if ((st = fio_read_file(path, &json, &n, err))) return st;
         size_t k = 0;
