@@ -631,17 +631,19 @@ META = {"lfm2_moe": meta_lfm2_moe, "gemma4": meta_gemma4, "llama4": meta_llama4,
         "mimo_v2_flash": meta_mimo_v2_flash, "bailing_hybrid": meta_bailing_hybrid, "deepseek_v4": meta_deepseek_v4}
 
 
-def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False, keys=None):
+def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=False, keys=None, data=None,
+          mxfp4=False):
     """The fixture as an f32 GGUF (--outtype f32), with the tiny tokenizer under the family's pre-tokenizer name;
     tensors named in drop left out; rope: rope_parameters fields changed before converting. q8: matrices Q8_0 where
-    their rows are whole blocks (else F16), what stays F32 as base.py prepare_tensors keeps it; dequant: those written
-    as gguf-py dequantises them, in F32; keys(w): keys written after the family's (a bad file: each replaces the
-    converter's). Returns [(name, array)] as converted."""
-    cfg, _ = text_cfg(family)
+    their rows are whole blocks (else F16), what stays F32 as base.py prepare_tensors keeps it; mxfp4: the routed
+    experts (*_exps) MXFP4; dequant: those written as gguf-py dequantises them, in F32; keys(w): keys written after
+    the family's (a bad file: each replaces the converter's); data: another checkpoint of tests/data of that family.
+    Returns [(name, array)] as converted."""
+    cfg, _ = text_cfg(data or family)
     if rope:
         cfg = dict(cfg, rope_parameters=dict(cfg["rope_parameters"], **rope))
     tmap = ARCH[family] and gguf.get_tensor_name_map(ARCH[family], cfg["num_hidden_layers"] + NEXTN.get(family, 0))
-    tensors = CONVERT[family](cfg, hf_tensors(family), tmap)
+    tensors = CONVERT[family](cfg, hf_tensors(data or family), tmap)
     w = gguf.GGUFWriter(path, ARCH_NAME.get(family) or gguf.MODEL_ARCH_NAMES[ARCH[family]])
     META[family](cfg, w)
     if keys:
@@ -656,6 +658,9 @@ def write(family, path, tokenizer=True, drop=(), rope=None, q8=False, dequant=Fa
             w.add_tensor(name, a)
             continue
         a = np.ascontiguousarray(a, dtype=np.float32)
+        if mxfp4 and name.endswith("_exps.weight"):
+            add_typed(w, name, a, QT.MXFP4, dequant)
+            continue
         keep = not q8 or stays_f32(name, a) or ".shortconv.conv" in name or name.endswith(".scale")
         bf16 = family in BF16_MATRICES and not q8 and a.ndim >= 2 and not name.endswith("_exps.weight")
         add_typed(w, name, a, QT.BF16 if bf16 else QT.F32 if keep else QT.Q8_0, dequant)
@@ -819,6 +824,30 @@ def test_deepseek_v4_bad_gguf(tmp_path):
     pack_fails(tmp_path, g, "'deepseek4.expert_gating_func' is 2; deepseek_v4 routes with sqrt(softplus) (4)")
     write("deepseek_v4", g, drop=("blk.0.ffn_gate_tid2eid.weight",))
     pack_fails(tmp_path, g, "layers.0.mlp.gate.tid2eid")
+
+
+def test_deepseek_v4_mxfp4_experts(tmp_path):
+    """A DeepSeek-V4 GGUF whose routed experts are MXFP4, as llama.cpp's converter writes the release's FP4 experts
+    (tests/data/deepseek_v4_w32: hidden and expert widths 32, so every expert row is whole MXFP4 blocks; no
+    references of its own: tools/fixtures/deepseek_v4.py): the pack keeps them MXFP4, and its logits are bitwise
+    those of the GGUF holding gguf-py's dequantisation of the same experts in F32; against the bf16 safetensors pack
+    (unrounded experts) only the FP4 rounding differs."""
+    toks = [int(x) for x in np.random.default_rng(28).integers(0, 64, 40)]
+    out = []
+    for dq in (False, True):
+        g, p = str(tmp_path / f"{dq}.gguf"), str(tmp_path / f"{dq}.sluice")
+        write("deepseek_v4", g, tokenizer=False, data="deepseek_v4_w32", mxfp4=True, dequant=dq)
+        run(["pack", g, "-o", p])
+        out.append(logits(p, toks, str(tmp_path / f"{dq}.f32")))
+    info = json.loads(run(["info", str(tmp_path / "False.sluice"), "--json"]).stdout)
+    assert info["experts"]["dtype"] == "mxfp4", info["experts"]
+    assert np.isfinite(out[0]).all() and np.array_equal(out[0], out[1]), np.abs(out[0] - out[1]).max()
+    st = str(tmp_path / "st.sluice")
+    run(["pack", os.path.join(DATA, "deepseek_v4_w32"), "-o", st])
+    b = logits(st, toks, str(tmp_path / "st.f32"))
+    rel = np.abs(out[0] - b).max() / np.abs(b).max()
+    print("deepseek_v4_w32 MXFP4 experts against bf16: max relative logit difference %.3g" % rel)
+    assert 0 < rel < 0.25, rel  # FP4 (2 bits of mantissa) on the experts only
 
 
 def rename_safetensors(path, pat, rep):
