@@ -17,7 +17,7 @@ Fixtures:
   qwen3_next_fp8   FP8 E4M3 linear weights with 128x128 block scales (weight_scale_inv), as the official release
   mixtral          BF16, per-expert block_sparse_moe.experts.N.w1/w2/w3 and block_sparse_moe.gate (the release layout)
   olmoe            BF16, q/k norm over the whole projection, no top-k renorm, GQA
-  qwen2_moe        F32, q/k/v bias, shared expert with a sigmoid gate, a dense layer, no top-k renorm
+  qwen2_moe        BF16, q/k/v bias, shared expert with a sigmoid gate, a dense layer, no top-k renorm
   glm4_moe         BF16, partial RoPE, q/k norm, q/k/v bias, first_k_dense_replace, a plain shared expert, sigmoid
                    group-limited routing with e_score_correction_bias, routed_scaling_factor
   deepseek_v3      BF16, MLA with q_lora_rank (q_a_proj / q_a_layernorm / q_b_proj), interleaved RoPE with YaRN
@@ -465,10 +465,12 @@ def make_qwen2_moe(d):
         for n, p in m.named_parameters():
             if n.endswith("_proj.bias"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    m.save_pretrained(d)
+    # BF16 (Qwen1.5-MoE's release dtype; half the tracked bytes of the F32 it was): parameters rounded first
+    round_params(m, torch.bfloat16)
+    copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d)
     rewrite_checkpoint(d, lambda sd: to_per_expert(sd, 32))
     check_reload(Qwen2MoeForCausalLM, d, m, list(range(20)))
-    write_refs(m, d, 88, {"arch": "qwen2_moe", "dtype": "F32"})
+    write_refs(m, d, 88, {"arch": "qwen2_moe", "dtype": "BF16"})
 
 
 def make_glm4_moe(d):
