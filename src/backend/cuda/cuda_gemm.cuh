@@ -468,3 +468,215 @@ __device__ __forceinline__ void gemm_tile3(ijob j, int rt, int tt) {
     asm volatile("cp.async.wait_group 0;");
     tile_store(j, r0 + lr0, t0 + lt0, g, tig, acc, accb);
 }
+
+/* gemm_tile5 (SLUICE_CUDA_GEMM=5): gemm_tile3's stages, fragments and per-block fold (the same bits) over a tile twice
+ * as large, 8 warps (256 threads) of 32 x 32: 128 rows x 64 tokens (WN 2) or 256 rows x 32 tokens (WN 1, the MoE's
+ * expert segments), so each staged A row serves twice the tokens or each B row twice the rows. Besides:
+ * - a stage's small words are copied so that a warp's 4-byte copies fall on few lines: K3 consecutive threads take one
+ *   token's d, or one row's scale words, of the stage's K3 blocks (contiguous in global memory), where gemm_tile3's
+ *   32 threads took 32 tokens or rows of one block (32 lines a copy for d, 16 for the scale words);
+ * - the bias chain (accb = fma(bias_g, s_g, accb) for the groups in order, from 0) runs after the blocks, from the
+ *   tile's biases and group sums staged in shared memory (tile5_bias): the same operations in the same order per
+ *   output, so the same bits, without 32 accumulators held through the loop nor the biases and sums in every stage.
+ * Why: at ~100 TOPS gemm_tile3 issues ~7 L1 wavefronts of staging a mma (mostly those 4-byte copies), ~1.5 here.
+ * Dynamic shared memory S3 * sizeof(q5stage) (69-149 KiB, g5_bytes); 2 CTAs an SM in 128 registers (q8 at 256 rows:
+ * 1). */
+#define NT5 256
+#define GC5 32 /* groups of biases staged at a time after the blocks */
+template <int R, int T, int BB>
+struct q5stage {
+    uint8_t a[R][K3 * BB + (BB == 16 ? 16 : 32)]; /* the stage's codes of each row of the tile (padded as qstage) */
+    int8_t b[T][K3 * 32 + 32];                    /* its activation codes of each token */
+    unsigned sw[K3][R];                           /* per block, the raw scale word of each row */
+    float d[K3][T];                               /* per block, each token's d */
+};
+template <int DT, int WN>
+static constexpr int g5_bytes() { return S3 * (int)sizeof(q5stage<256 / WN, 32 * WN, DT == DT_Q4 ? 16 : 32>); }
+
+/* Stage s (blocks K3 s .. K3 s + K3 - 1) of the tile by cp.async. This thread: A chunk tid % AC of rows tid / AC +
+ * h NT5 / AC; B chunk tid % 8 of tokens tid / 8 + 32 h (brow[h]); below T K3, block tid % K3's d of token tid / K3
+ * (trow); block tid % K3's scale words of rows tid / K3 + h NT5 / K3. Past the last block: zeros or a clamped copy,
+ * never folded (gemm_tile3's rule). */
+template <int DT, int SDT, int WN>
+__device__ __forceinline__ void tile5_issue(const ijob &j, int s, int r0, const int (&brow)[WN], int trow) {
+    constexpr int R = 256 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32, AC = K3 * BB / 16, ssz = SDT == DT_F32 ? 4 : 2;
+    static_assert(T * K3 <= NT5 && (R * AC) % NT5 == 0 && T * 8 == WN * NT5 && (R * K3) % NT5 == 0, "gemm_tile5's shares");
+    q5stage<R, T, BB> &P = ((q5stage<R, T, BB> *)g3_smem)[s % S3];
+    const int tid = threadIdx.x, cols = j.cols, nb = cols / 32, rb = DT == DT_Q4 ? cols / 2 : cols;
+    const int ng = cols / j.group, gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2;
+    const int b0 = s * K3, kb = tid % K3, b = min(b0 + kb, nb - 1);
+    {
+        const int c = tid % AC, ok = b0 + c * 16 / BB < nb;
+#pragma unroll
+        for (int h = 0; h < R * AC / NT5; h++) {
+            const int i = tid / AC + h * (NT5 / AC);
+            cp16(&P.a[i][c * 16], j.codes + (size_t)min(r0 + i, j.nrows - 1) * rb + (ok ? (size_t)b0 * BB + c * 16 : 0), ok);
+        }
+    }
+    {
+        const int c = tid % 8, ok = b0 + c / 2 < nb;
+#pragma unroll
+        for (int h = 0; h < WN; h++)
+            cp16(&P.b[tid / 8 + h * 32][c * 16], j.xq + (size_t)brow[h] * cols + (ok ? (size_t)b0 * 32 + c * 16 : 0), ok);
+    }
+    if (tid < T * K3) cp4(&P.d[kb][tid / K3], j.d + (size_t)trow * nb + b);
+#pragma unroll
+    for (int h = 0; h < R * K3 / NT5; h++) {
+        const int i = tid / K3 + h * (NT5 / K3);
+        const size_t gi = (size_t)min(r0 + i, j.nrows - 1) * ng + (size_t)(b >> gshift);
+        cp4(&P.sw[kb][i], (const void *)(((uintptr_t)j.scales + gi * ssz) & ~(uintptr_t)3));
+    }
+    asm volatile("cp.async.commit_group;");
+}
+
+/* Block kb of a stage into a warp's 32 x 32 accumulators: tile3_fold's fragments and per-block fold, without the
+ * biases (tile5_bias). */
+template <int DT, int SDT, int R, int T, int BB>
+__device__ __forceinline__ void tile5_fold(const q5stage<R, T, BB> &P, int kb, int lr0, int lt0, int g, int tig, unsigned par,
+                                           unsigned flip, int nlive, float (&acc)[2][4][4]) {
+    unsigned a[2][4], bf[4][2];
+    float sw[2][2], dd[4][2];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++) {
+        const int l0 = lr0 + mi * 16 + g;
+        if (DT == DT_Q4) {
+            const unsigned u0 = *(const unsigned *)&P.a[l0][kb * 16 + 4 * tig], u1 = *(const unsigned *)&P.a[l0 + 8][kb * 16 + 4 * tig];
+            const unsigned M = 0x0f0f0f0fu;
+            a[mi][0] = u0 & M, a[mi][1] = u1 & M, a[mi][2] = (u0 >> 4) & M, a[mi][3] = (u1 >> 4) & M;
+        } else {
+            const uint2 u0 = *(const uint2 *)&P.a[l0][kb * 32 + 8 * tig], u1 = *(const uint2 *)&P.a[l0 + 8][kb * 32 + 8 * tig];
+            a[mi][0] = u0.x, a[mi][1] = u1.x, a[mi][2] = u0.y, a[mi][3] = u1.y;
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) sw[mi][hh] = raw_sw(P.sw[kb][l0 + hh * 8], ((par >> (2 * mi + hh)) ^ flip) & 1u, SDT);
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+        if (ni >= nlive) break;
+        const uint2 v = *(const uint2 *)&P.b[lt0 + ni * 8 + g][kb * 32 + 8 * tig];
+        bf[ni][0] = v.x, bf[ni][1] = v.y;
+        const float2 d2 = *(const float2 *)&P.d[kb][lt0 + ni * 8 + 2 * tig];
+        dd[ni][0] = d2.x, dd[ni][1] = d2.y;
+    }
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            if (ni >= nlive) break;
+            int c[4];
+            mma_u8s8_m(c, a[mi], bf[ni]);
+#pragma unroll
+            for (int q = 0; q < 4; q++) { /* (float)I_b = (1.5 * 2^23 + I_b) - 1.5 * 2^23, exact */
+                const float fi = __fsub_rn(__int_as_float(c[q]), 12582912.0f);
+                acc[mi][ni][q] = __fmaf_rn(fi, __fmul_rn(sw[mi][q >> 1], dd[ni][q & 1]), acc[mi][ni][q]);
+            }
+        }
+}
+
+/* The bias chain of this thread's outputs after the blocks: per GC5 groups, the tile's rows' biases (as floats) and
+ * its tokens' group sums staged in shared memory (the stages' buffers, free now), then accb = fma(bias_g, s_g, accb)
+ * for g in order, from 0: gemm_tile3's chain (its per-group first-block updates), operation by operation. */
+template <int SDT, int R, int T>
+__device__ __forceinline__ void tile5_bias(const ijob &j, int r0, int t0, int lr0, int lt0, int g, int tig, bool live, int nlive,
+                                           float (&accb)[2][4][4]) {
+    float *fb = (float *)g3_smem, *fs = fb + R * (GC5 + 1); /* [R][GC5 + 1], [T][GC5 + 1]: no bank conflicts */
+    const int tid = threadIdx.x, nb = j.cols / 32, ng = j.cols / j.group, ns = nb + nb / 2 + nb / 4;
+    const int soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) accb[mi][ni][c] = 0.f;
+#pragma unroll 1
+    for (int g0 = 0; g0 < ng; g0 += GC5) {
+        const int gc = min(GC5, ng - g0);
+        __syncthreads(); /* the last stage, or the previous groups, are read by no one now */
+#pragma unroll 1
+        for (int q = tid; q < R * GC5; q += NT5) {
+            const int i = q / GC5, k = q % GC5;
+            const size_t gi = (size_t)min(r0 + i, j.nrows - 1) * ng + g0 + k;
+            if (k < gc) fb[i * (GC5 + 1) + k] = cv_sw(ld_sw(j.biases, SDT, gi), j.biases, SDT, gi);
+        }
+#pragma unroll 1
+        for (int q = tid; q < T * GC5; q += NT5) {
+            const int t = q / GC5, k = q % GC5;
+            if (k < gc) fs[t * (GC5 + 1) + k] = __ldg(j.s + (size_t)act_row(j, t0 + t) * ns + soff + g0 + k);
+        }
+        __syncthreads();
+        if (!live) continue;
+#pragma unroll 1
+        for (int k = 0; k < gc; k++) {
+            float bw[2][2];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) bw[mi][hh] = fb[(lr0 + mi * 16 + hh * 8 + g) * (GC5 + 1) + k];
+#pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                if (ni >= nlive) break;
+                const int t = lt0 + ni * 8 + 2 * tig;
+                const float s0 = fs[t * (GC5 + 1) + k], s1 = fs[(t + 1) * (GC5 + 1) + k];
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        accb[mi][ni][2 * hh] = __fmaf_rn(bw[mi][hh], s0, accb[mi][ni][2 * hh]);
+                        accb[mi][ni][2 * hh + 1] = __fmaf_rn(bw[mi][hh], s1, accb[mi][ni][2 * hh + 1]);
+                    }
+            }
+        }
+    }
+}
+
+/* The tile of 8 warps: (8 / WN) along the rows x WN along the tokens, each 32 x 32 as in gemm_tile3. */
+template <int DT, int SDT, int WN>
+__device__ __forceinline__ void gemm_tile5(ijob j, int rt, int tt) {
+    constexpr int R = 256 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
+    const int r0 = rt * R, t0 = tt * T, lr0 = (warp / WN) * 32, lt0 = (warp % WN) * 32;
+    const int nb = j.cols / 32, ng = j.cols / j.group, gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2;
+    const int nst = (nb + K3 - 1) / K3;
+    const bool live = r0 + lr0 < j.nrows && t0 + lt0 < j.n_tok;
+    const int nlive = min(4, (j.n_tok - t0 - lt0 + 7) / 8); /* groups of 8 tokens with a token of the job */
+    int brow[WN];
+#pragma unroll
+    for (int h = 0; h < WN; h++) brow[h] = act_row(j, t0 + tid / 8 + h * 32);
+    const int trow = act_row(j, t0 + (tid / K3) % T);
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.f;
+    unsigned par = 0; /* bit 2 mi + hh: the half of a staged word that holds row (mi, hh)'s 16-bit scale at block 0 */
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const size_t gi = (size_t)min(r0 + lr0 + mi * 16 + hh * 8 + g, j.nrows - 1) * ng;
+            par |= (unsigned)((((uintptr_t)j.scales >> 1) + gi) & 1) << (2 * mi + hh);
+        }
+#pragma unroll 1
+    for (int s = 0; s < S3 - 1; s++) {
+        if (s < nst) tile5_issue<DT, SDT, WN>(j, s, r0, brow, trow);
+        else asm volatile("cp.async.commit_group;");
+    }
+#pragma unroll 1
+    for (int s = 0; s < nst; s++) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(S3 - 2));
+        __syncthreads(); /* stage s has landed for every thread; stage s - 1's buffer is read by no one now */
+        if (s + S3 - 1 < nst) tile5_issue<DT, SDT, WN>(j, s + S3 - 1, r0, brow, trow);
+        else asm volatile("cp.async.commit_group;");
+        const q5stage<R, T, BB> &P = ((const q5stage<R, T, BB> *)g3_smem)[s % S3];
+        if (live)
+#pragma unroll 1
+            for (int kb = 0; kb < K3 && s * K3 + kb < nb; kb++)
+                tile5_fold<DT, SDT, R, T, BB>(P, kb, lr0, lt0, g, tig, par, (unsigned)((s * K3 + kb) >> gshift) & 1u, nlive, acc);
+    }
+    asm volatile("cp.async.wait_group 0;");
+    float accb[2][4][4];
+    tile5_bias<SDT, R, T>(j, r0, t0, lr0, lt0, g, tig, live, nlive, accb);
+    if (live) tile_store(j, r0 + lr0, t0 + lt0, g, tig, acc, accb);
+}
