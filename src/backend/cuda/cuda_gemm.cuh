@@ -573,15 +573,19 @@ __device__ __forceinline__ void tile5_fold(const q5stage<R, T, BB> &P, int kb, i
         }
 }
 
-/* The bias chain of this thread's outputs after the blocks: per GC5 groups, the tile's rows' biases (as floats) and
- * its tokens' group sums staged in shared memory (the stages' buffers, free now), then accb = fma(bias_g, s_g, accb)
- * for g in order, from 0: gemm_tile3's chain (its per-group first-block updates), operation by operation. */
+/* The bias chain of this thread's outputs after the blocks: per GC5 groups, the raw words of the tile's rows' biases
+ * and its tokens' group sums staged in shared memory by cp.async (the stages' buffers, free now; no registers held by
+ * loads in flight), then accb = fma(bias_g, s_g, accb) for g in order, from 0: gemm_tile3's chain (its per-group
+ * first-block updates), operation by operation. */
 template <int SDT, int R, int T>
 __device__ __forceinline__ void tile5_bias(const ijob &j, int r0, int t0, int lr0, int lt0, int g, int tig, bool live, int nlive,
                                            float (&accb)[2][4][4]) {
-    float *fb = (float *)g3_smem, *fs = fb + R * (GC5 + 1); /* [R][GC5 + 1], [T][GC5 + 1]: no bank conflicts */
+    unsigned *fb = (unsigned *)g3_smem; /* [R][GC5 + 1] bias words, then [T][GC5 + 1] sums: no bank conflicts */
+    float *fs = (float *)(fb + R * (GC5 + 1));
+    constexpr int ssz = SDT == DT_F32 ? 4 : 2;
     const int tid = threadIdx.x, nb = j.cols / 32, ng = j.cols / j.group, ns = nb + nb / 2 + nb / 4;
-    const int soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2, kc = tid % GC5;
+    static_assert(NT5 % GC5 == 0 && (R * GC5) % NT5 == 0 && (T * GC5) % NT5 == 0, "tile5_bias's shares");
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -592,26 +596,39 @@ __device__ __forceinline__ void tile5_bias(const ijob &j, int r0, int t0, int lr
     for (int g0 = 0; g0 < ng; g0 += GC5) {
         const int gc = min(GC5, ng - g0);
         __syncthreads(); /* the last stage, or the previous groups, are read by no one now */
+        if (kc < gc) {
 #pragma unroll 1
-        for (int q = tid; q < R * GC5; q += NT5) {
-            const int i = q / GC5, k = q % GC5;
-            const size_t gi = (size_t)min(r0 + i, j.nrows - 1) * ng + g0 + k;
-            if (k < gc) fb[i * (GC5 + 1) + k] = cv_sw(ld_sw(j.biases, SDT, gi), j.biases, SDT, gi);
-        }
+            for (int h = 0; h < R * GC5 / NT5; h++) {
+                const int i = tid / GC5 + h * (NT5 / GC5);
+                const size_t gi = (size_t)min(r0 + i, j.nrows - 1) * ng + g0 + kc;
+                cp4(&fb[i * (GC5 + 1) + kc], (const void *)(((uintptr_t)j.biases + gi * ssz) & ~(uintptr_t)3));
+            }
 #pragma unroll 1
-        for (int q = tid; q < T * GC5; q += NT5) {
-            const int t = q / GC5, k = q % GC5;
-            if (k < gc) fs[t * (GC5 + 1) + k] = __ldg(j.s + (size_t)act_row(j, t0 + t) * ns + soff + g0 + k);
+            for (int h = 0; h < T * GC5 / NT5; h++) {
+                const int t = tid / GC5 + h * (NT5 / GC5);
+                cp4(&fs[t * (GC5 + 1) + kc], j.s + (size_t)act_row(j, t0 + t) * ns + soff + g0 + kc);
+            }
         }
+        asm volatile("cp.async.commit_group;");
+        asm volatile("cp.async.wait_group 0;");
         __syncthreads();
         if (!live) continue;
+        unsigned pb = 0; /* bit 2 mi + hh: the half of row (mi, hh)'s staged word that holds its 16-bit bias of group g0 */
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const size_t gi = (size_t)min(r0 + lr0 + mi * 16 + hh * 8 + g, j.nrows - 1) * ng + g0;
+                pb |= (unsigned)((((uintptr_t)j.biases >> 1) + gi) & 1) << (2 * mi + hh);
+            }
 #pragma unroll 1
         for (int k = 0; k < gc; k++) {
             float bw[2][2];
 #pragma unroll
             for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) bw[mi][hh] = fb[(lr0 + mi * 16 + hh * 8 + g) * (GC5 + 1) + k];
+                for (int hh = 0; hh < 2; hh++)
+                    bw[mi][hh] = raw_sw(fb[(lr0 + mi * 16 + hh * 8 + g) * (GC5 + 1) + k], ((pb >> (2 * mi + hh)) ^ (unsigned)k) & 1u, SDT);
 #pragma unroll
             for (int ni = 0; ni < 4; ni++) {
                 if (ni >= nlive) break;
