@@ -69,7 +69,7 @@ rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))
 h = rows[0]; k, v = h.index("Kernel Name"), h.index("Metric Value")
 tot, cnt = collections.defaultdict(float), collections.Counter()
 for r in rows[1:]:
-    n = r[k].split("(")[0].split("<")[0]; tot[n] += float(r[v]) / 1e3; cnt[n] += 1
+    n = r[k].split("(")[0].split("<")[0]; tot[n] += float(r[v].replace(",", "")) / 1e3; cnt[n] += 1
 print("ncu [%s], us per 16 layers (launches): %s" % (sys.argv[2], ", ".join("%s %.0f (%d)" % (n, tot[n], cnt[n]) for n in sorted(tot))))
 PY
 done
