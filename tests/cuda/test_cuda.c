@@ -129,7 +129,6 @@ static void run_mm(void *c) { /* set it % sets of the matrices: each call reads 
     }
 }
 
-
 static void bench_moe_wide(const mat *gu, const mat *dn, float *dx);
 static void bench_mv_rows(const mat *gu, const mat *dn, float *dx, float *dy, void *abuf, void *dbuf);
 static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, const int *idx, int N, const float *alone, float *dy,
@@ -174,8 +173,7 @@ static void bench_i8(double copy_gbs) {
                 printf("%-4s %6d x %-5d %4d tok  %7.3f ms %6.1f TOPS %6.0f GB/s  (GEMM %d)\n", dt_name(dts[k]), 4096, cols, gt[ti], ms,
                        2.0 * 4096 * cols * gt[ti] / (ms * 1e-3) / 1e12, (double)a.bytes / SETS / 4 / (ms * 1e-3) / 1e9, v);
             }
-        slcu_i8_gemm(0);
-        free_mat(&a);
+        slcu_i8_gemm(0), free_mat(&a);
     }
     /* the one-token matvec on the 30B shape's dense matrices (q4 g64 bf16): o, q|k|v, the LM head */
     const int dshape[3][2] = {{2048, 4096}, {5120, 2048}, {151936, 2048}};
@@ -366,8 +364,7 @@ static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
                dt_name(dt), rows, cols, n, force);
             free(yy);
         }
-    slcu_i8_force(0);
-    slcu_i8_gemm(0);
+    slcu_i8_force(0), slcu_i8_gemm(0);
     /* grouped: three segments of rows (matvec, GEMM, matvec) in one call */
     slcu_mm g3[3] = {{a.d, &da, drows, 3, dy, (size_t)rows, NULL, NULL},
                      {a.d, &da, drows + 3, 40, dy + (size_t)3 * rows, (size_t)rows, NULL, NULL},
