@@ -163,7 +163,7 @@ static void bench_i8(double copy_gbs) {
                    bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / copy_gbs);
         }
         const int gt[] = {16, 64, 256, 1024, 2048};
-        for (int v = 1; v <= 5; v++) /* gemm_tile2, 3 (the default) and 5 */
+        for (int v = 1; v <= 6; v++) /* gemm_tile2, 3 (the default), 5 and 6 */
             for (int ti = 0; ti < 5 && v != 1 && v != 4; ti++) {
                 slcu_i8_gemm(v);
                 slcu_mm m = {a.d, &da, NULL, gt[ti], dy, (size_t)4096, NULL, NULL};
@@ -351,7 +351,7 @@ static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     for (size_t i = 0; i < (size_t)N * rows; i++) worst = nanmax(worst, fabs(alone[i] - ref[i]) / maxref);
     CK(worst <= 1e-5, "%s g%d %s %dx%d: int8 relative error %.3g against the CPU", dt_name(dt), group, dt_name(sdt), rows, cols, worst);
     const int ns_[] = {1, 2, 3, 5, 8, 13, 16, 17, 40, 100};
-    for (int force = 0; force < 8; force++) /* 3 - 7: the GEMM forced, kernel 1 (registers), 2, 3, 4 and 5 (cp.async) */
+    for (int force = 0; force < 9; force++) /* 3 - 8: the GEMM forced, kernel 1 (registers), 2 - 6 (cp.async) */
         for (unsigned k = 0; k < sizeof ns_ / sizeof *ns_; k++) {
             const int n = ns_[k];
             slcu_i8_force(force < 3 ? force : 2);

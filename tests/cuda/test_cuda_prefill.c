@@ -11,7 +11,7 @@ static void run_moe(void *c) {
 }
 
 /* The 30B shape's MoE layer (q4 g64: gate/up 768 x 2048, down 2048 x 768) through slcu_moe_ffn: 512 tokens x 8 of
- * 128 experts, grouped on the device, with gemm_tile2, gemm_tile3 (the default) and gemm_tile5. */
+ * 128 experts, grouped on the device, with gemm_tile2, gemm_tile3 (the default) and gemm_tile5 (8 and 4 warps). */
 static void bench_moe_wide(const mat *gu, const mat *dn, float *dx) {
     char msg[256];
     enum { NT = 512, K = 8, E = 128 };
@@ -34,8 +34,8 @@ static void bench_moe_wide(const mat *gu, const mat *dn, float *dx) {
     slcu_mat g0 = gu->d, d0 = dn->d;
     g0.rows = 768, d0.rows = 2048;
     moerun mr = {{NT, K, E, 2048, 768, dx, dte, (const void *const *)dtab, g0, g0, d0, work, my}};
-    for (int v = 2; v <= 5; v++) {
-        if (v == 4) continue; /* gemm_tile2, 3 (the default) and 5 */
+    for (int v = 2; v <= 6; v++) {
+        if (v == 4) continue; /* gemm_tile2, 3 (the default), 5 and 6 */
         slcu_i8_gemm(v);
         float ms = slcu_time(run_moe, &mr, 20);
         printf("MoE prefill, slcu_moe_ffn (grouped on the device, GEMM %d), %d tokens x %d of %d experts: %6.3f ms %5.1f TOPS\n", v,
@@ -171,8 +171,8 @@ static void check_moe(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt
     int *dte = dev_copy(te, (size_t)n * k * sizeof(int), msg);
     void *dtab = dev_copy(tab, (size_t)9 * E * sizeof(void *), msg), *work = slcu_alloc(slcu_moe_bytes(n, k, E, H, I), msg, sizeof msg);
     slcu_moe m = {n, k, E, H, I, dh, dte, (const void *const *)dtab, sub_mat(&gu, 0, I), sub_mat(&gu, I, I), sub_mat(&dn, 0, H), work, dy};
-    float *y[5];
-    for (int v = 0; v < 5; v++) { /* every GEMM kernel */
+    float *y[6];
+    for (int v = 0; v < 6; v++) { /* every GEMM kernel */
         slcu_i8_gemm(v + 1);
         poison(dy, (size_t)n * k * H * 4);
         CK(!slcu_moe_ffn(&m, msg, sizeof msg), "%s", msg);
@@ -189,12 +189,12 @@ static void check_moe(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt
         slcu_mat g3[3] = {sub_mat(&gu, 2 * e * I, I), sub_mat(&gu, (2 * e + 1) * I, I), sub_mat(&dn, e * H, H)};
         if (cnt) moe_ref_expert(&g3[0], &g3[1], &g3[2], &xa, pair, cnt, H, I, ref), maxc = cnt > maxc ? cnt : maxc;
     }
-    for (int v = 0; v < 5; v++)
+    for (int v = 0; v < 6; v++)
         CK(!memcmp(y[v], ref, (size_t)n * k * H * 4), "MoE on the device (%s %s, n %d k %d E %d, GEMM %d): a cell differs from its expert's calls",
            dt_name(gdt), dt_name(ddt), n, k, E, v + 1);
     printf("ok   MoE experts grouped on the device: %s g%d / %s g%d, %d tokens x %d of %d experts (largest %d rows): bitwise\n",
            dt_name(gdt), gg, dt_name(ddt), dg, n, k, E, maxc);
-    free(h), free(ref), free(te), free(tab), free(y[0]), free(y[1]), free(y[2]), free(y[3]), free(y[4]), free(pair);
+    free(h), free(ref), free(te), free(tab), free(y[0]), free(y[1]), free(y[2]), free(y[3]), free(y[4]), free(y[5]), free(pair);
     slcu_free(dh), slcu_free(dy), slcu_free(dte), slcu_free(dtab), slcu_free(work), slcu_free(abuf);
     free_mat(&gu), free_mat(&dn);
 }

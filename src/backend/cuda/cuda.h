@@ -97,9 +97,9 @@ int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen);
  * 2 GEMM. */
 void slcu_i8_force(int kernel);
 /* The GEMM kernel, for tests and benchmarks: 1 the register-prefetch one, 2 the cp.async-staged one, 3 (default; 0
- * back to the default, which the environment's SLUICE_CUDA_GEMM=1..5 changes) 4-block stages, 4 the same unrolled,
- * 5 the 4-block stages over 8 warps (128 x 64 and 256 x 32 tiles, the biases after the blocks). All give the same
- * bits. */
+ * back to the default, which the environment's SLUICE_CUDA_GEMM=1..6 changes) 4-block stages, 4 the same unrolled,
+ * 5 the 4-block stages over 8 warps (128 x 64 and 256 x 32 tiles, the biases after the blocks), 6 the same over 4
+ * warps (3's tiles). All give the same bits. */
 void slcu_i8_gemm(int version);
 /* Rows a CTA of the one-token matvec takes (cuda_mv.cu; the same bits whichever), for tests and benchmarks: 4, 8,
  * 16 or 32, -1 its own choice by the launch's rows ("auto"), 0 back to the environment's SLUICE_CUDA_MVR (auto unset). */

@@ -470,8 +470,9 @@ __device__ __forceinline__ void gemm_tile3(ijob j, int rt, int tt) {
 }
 
 /* gemm_tile5 (SLUICE_CUDA_GEMM=5): gemm_tile3's stages, fragments and per-block fold (the same bits) over a tile twice
- * as large, 8 warps (256 threads) of 32 x 32: 128 rows x 64 tokens (WN 2) or 256 rows x 32 tokens (WN 1, the MoE's
- * expert segments), so each staged A row serves twice the tokens or each B row twice the rows. Besides:
+ * as large, NW = 8 warps (256 threads) of 32 x 32: 128 rows x 64 tokens (WN 2) or 256 rows x 32 tokens (WN 1, the
+ * MoE's expert segments), so each staged A row serves twice the tokens or each B row twice the rows (SLUICE_CUDA_GEMM=6:
+ * NW = 4, gemm_tile3's tiles with the two changes below, 4 CTAs an SM). Besides:
  * - a stage's small words are copied so that a warp's 4-byte copies fall on few lines: K3 consecutive threads take one
  *   token's d, or one row's scale words, of the stage's K3 blocks (contiguous in global memory), where gemm_tile3's
  *   32 threads took 32 tokens or rows of one block (32 lines a copy for d, 16 for the scale words);
@@ -479,9 +480,9 @@ __device__ __forceinline__ void gemm_tile3(ijob j, int rt, int tt) {
  *   tile's biases and group sums staged in shared memory (tile5_bias): the same operations in the same order per
  *   output, so the same bits, without 32 accumulators held through the loop nor the biases and sums in every stage.
  * Why: at ~100 TOPS gemm_tile3 issues ~7 L1 wavefronts of staging a mma (mostly those 4-byte copies), ~1.5 here.
- * Dynamic shared memory S3 * sizeof(q5stage) (69-149 KiB, g5_bytes); 2 CTAs an SM in 128 registers (q8 at 256 rows:
- * 1). */
-#define NT5 256
+ * Dynamic shared memory S3 * sizeof(q5stage) (69-149 KiB at NW 8, g5_bytes); 2 CTAs an SM in 128 registers (q8 at
+ * 256 rows: 1). */
+#define NT5 256 /* threads of gemm_tile5 at NW 8 */
 #define GC5 32 /* groups of biases staged at a time after the blocks */
 template <int R, int T, int BB>
 struct q5stage {
@@ -490,17 +491,17 @@ struct q5stage {
     unsigned sw[K3][R];                           /* per block, the raw scale word of each row */
     float d[K3][T];                               /* per block, each token's d */
 };
-template <int DT, int WN>
-static constexpr int g5_bytes() { return S3 * (int)sizeof(q5stage<256 / WN, 32 * WN, DT == DT_Q4 ? 16 : 32>); }
+template <int DT, int WN, int NW>
+static constexpr int g5_bytes() { return S3 * (int)sizeof(q5stage<32 * NW / WN, 32 * WN, DT == DT_Q4 ? 16 : 32>); }
 
-/* Stage s (blocks K3 s .. K3 s + K3 - 1) of the tile by cp.async. This thread: A chunk tid % AC of rows tid / AC +
- * h NT5 / AC; B chunk tid % 8 of tokens tid / 8 + 32 h (brow[h]); below T K3, block tid % K3's d of token tid / K3
- * (trow); block tid % K3's scale words of rows tid / K3 + h NT5 / K3. Past the last block: zeros or a clamped copy,
- * never folded (gemm_tile3's rule). */
-template <int DT, int SDT, int WN>
-__device__ __forceinline__ void tile5_issue(const ijob &j, int s, int r0, const int (&brow)[WN], int trow) {
-    constexpr int R = 256 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32, AC = K3 * BB / 16, ssz = SDT == DT_F32 ? 4 : 2;
-    static_assert(T * K3 <= NT5 && (R * AC) % NT5 == 0 && T * 8 == WN * NT5 && (R * K3) % NT5 == 0, "gemm_tile5's shares");
+/* Stage s (blocks K3 s .. K3 s + K3 - 1) of the tile by cp.async; NTH = 32 NW threads. This thread: A chunk tid % AC
+ * of rows tid / AC + h NTH / AC; B chunk tid % 8 of tokens tid / 8 + h NTH / 8 (brow[h]); below T K3, block tid % K3's
+ * d of tokens tid / K3 + h NTH / K3 (trow[h]); block tid % K3's scale words of rows tid / K3 + h NTH / K3. Past the
+ * last block: zeros or a clamped copy, never folded (gemm_tile3's rule). */
+template <int DT, int SDT, int WN, int NW>
+__device__ __forceinline__ void tile5_issue(const ijob &j, int s, int r0, const int (&brow)[WN * 8 / NW], const int (&trow)[(WN * 4 + NW - 1) / NW]) {
+    constexpr int NTH = 32 * NW, R = NTH / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32, AC = K3 * BB / 16, ssz = SDT == DT_F32 ? 4 : 2;
+    static_assert((R * AC) % NTH == 0 && T * 8 == WN * 8 / NW * NTH && (R * K3) % NTH == 0, "gemm_tile5's shares");
     q5stage<R, T, BB> &P = ((q5stage<R, T, BB> *)g3_smem)[s % S3];
     const int tid = threadIdx.x, cols = j.cols, nb = cols / 32, rb = DT == DT_Q4 ? cols / 2 : cols;
     const int ng = cols / j.group, gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2;
@@ -508,21 +509,23 @@ __device__ __forceinline__ void tile5_issue(const ijob &j, int s, int r0, const 
     {
         const int c = tid % AC, ok = b0 + c * 16 / BB < nb;
 #pragma unroll
-        for (int h = 0; h < R * AC / NT5; h++) {
-            const int i = tid / AC + h * (NT5 / AC);
+        for (int h = 0; h < R * AC / NTH; h++) {
+            const int i = tid / AC + h * (NTH / AC);
             cp16(&P.a[i][c * 16], j.codes + (size_t)min(r0 + i, j.nrows - 1) * rb + (ok ? (size_t)b0 * BB + c * 16 : 0), ok);
         }
     }
     {
         const int c = tid % 8, ok = b0 + c / 2 < nb;
 #pragma unroll
-        for (int h = 0; h < WN; h++)
-            cp16(&P.b[tid / 8 + h * 32][c * 16], j.xq + (size_t)brow[h] * cols + (ok ? (size_t)b0 * 32 + c * 16 : 0), ok);
+        for (int h = 0; h < WN * 8 / NW; h++)
+            cp16(&P.b[tid / 8 + h * (NTH / 8)][c * 16], j.xq + (size_t)brow[h] * cols + (ok ? (size_t)b0 * 32 + c * 16 : 0), ok);
     }
-    if (tid < T * K3) cp4(&P.d[kb][tid / K3], j.d + (size_t)trow * nb + b);
 #pragma unroll
-    for (int h = 0; h < R * K3 / NT5; h++) {
-        const int i = tid / K3 + h * (NT5 / K3);
+    for (int h = 0; h < (WN * 4 + NW - 1) / NW; h++) /* T K3 = 128 WN copies */
+        if (tid + h * NTH < T * K3) cp4(&P.d[kb][tid / K3 + h * (NTH / K3)], j.d + (size_t)trow[h] * nb + b);
+#pragma unroll
+    for (int h = 0; h < R * K3 / NTH; h++) {
+        const int i = tid / K3 + h * (NTH / K3);
         const size_t gi = (size_t)min(r0 + i, j.nrows - 1) * ng + (size_t)(b >> gshift);
         cp4(&P.sw[kb][i], (const void *)(((uintptr_t)j.scales + gi * ssz) & ~(uintptr_t)3));
     }
@@ -577,7 +580,7 @@ __device__ __forceinline__ void tile5_fold(const q5stage<R, T, BB> &P, int kb, i
  * and its tokens' group sums staged in shared memory by cp.async (the stages' buffers, free now; no registers held by
  * loads in flight), then accb = fma(bias_g, s_g, accb) for g in order, from 0: gemm_tile3's chain (its per-group
  * first-block updates), operation by operation. */
-template <int SDT, int R, int T>
+template <int SDT, int R, int T, int NTH>
 __device__ __forceinline__ void tile5_bias(const ijob &j, int r0, int t0, int lr0, int lt0, int g, int tig, bool live, int nlive,
                                            float (&accb)[2][4][4]) {
     unsigned *fb = (unsigned *)g3_smem; /* [R][GC5 + 1] bias words, then [T][GC5 + 1] sums: no bank conflicts */
@@ -585,7 +588,7 @@ __device__ __forceinline__ void tile5_bias(const ijob &j, int r0, int t0, int lr
     constexpr int ssz = SDT == DT_F32 ? 4 : 2;
     const int tid = threadIdx.x, nb = j.cols / 32, ng = j.cols / j.group, ns = nb + nb / 2 + nb / 4;
     const int soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2, kc = tid % GC5;
-    static_assert(NT5 % GC5 == 0 && (R * GC5) % NT5 == 0 && (T * GC5) % NT5 == 0, "tile5_bias's shares");
+    static_assert(NTH % GC5 == 0 && (R * GC5) % NTH == 0 && (T * GC5) % NTH == 0, "tile5_bias's shares");
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -598,14 +601,14 @@ __device__ __forceinline__ void tile5_bias(const ijob &j, int r0, int t0, int lr
         __syncthreads(); /* the last stage, or the previous groups, are read by no one now */
         if (kc < gc) {
 #pragma unroll 1
-            for (int h = 0; h < R * GC5 / NT5; h++) {
-                const int i = tid / GC5 + h * (NT5 / GC5);
+            for (int h = 0; h < R * GC5 / NTH; h++) {
+                const int i = tid / GC5 + h * (NTH / GC5);
                 const size_t gi = (size_t)min(r0 + i, j.nrows - 1) * ng + g0 + kc;
                 cp4(&fb[i * (GC5 + 1) + kc], (const void *)(((uintptr_t)j.biases + gi * ssz) & ~(uintptr_t)3));
             }
 #pragma unroll 1
-            for (int h = 0; h < T * GC5 / NT5; h++) {
-                const int t = tid / GC5 + h * (NT5 / GC5);
+            for (int h = 0; h < T * GC5 / NTH; h++) {
+                const int t = tid / GC5 + h * (NTH / GC5);
                 cp4(&fs[t * (GC5 + 1) + kc], j.s + (size_t)act_row(j, t0 + t) * ns + soff + g0 + kc);
             }
         }
@@ -646,20 +649,21 @@ __device__ __forceinline__ void tile5_bias(const ijob &j, int r0, int t0, int lr
     }
 }
 
-/* The tile of 8 warps: (8 / WN) along the rows x WN along the tokens, each 32 x 32 as in gemm_tile3. */
-template <int DT, int SDT, int WN>
+/* The tile of NW warps: (NW / WN) along the rows x WN along the tokens, each 32 x 32 as in gemm_tile3. */
+template <int DT, int SDT, int WN, int NW>
 __device__ __forceinline__ void gemm_tile5(ijob j, int rt, int tt) {
-    constexpr int R = 256 / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32;
+    constexpr int NTH = 32 * NW, R = NTH / WN, T = 32 * WN, BB = DT == DT_Q4 ? 16 : 32;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tig = lane & 3;
     const int r0 = rt * R, t0 = tt * T, lr0 = (warp / WN) * 32, lt0 = (warp % WN) * 32;
     const int nb = j.cols / 32, ng = j.cols / j.group, gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2;
     const int nst = (nb + K3 - 1) / K3;
     const bool live = r0 + lr0 < j.nrows && t0 + lt0 < j.n_tok;
     const int nlive = min(4, (j.n_tok - t0 - lt0 + 7) / 8); /* groups of 8 tokens with a token of the job */
-    int brow[WN];
+    int brow[WN * 8 / NW], trow[(WN * 4 + NW - 1) / NW];
 #pragma unroll
-    for (int h = 0; h < WN; h++) brow[h] = act_row(j, t0 + tid / 8 + h * 32);
-    const int trow = act_row(j, t0 + (tid / K3) % T);
+    for (int h = 0; h < WN * 8 / NW; h++) brow[h] = act_row(j, t0 + tid / 8 + h * (NTH / 8));
+#pragma unroll
+    for (int h = 0; h < (WN * 4 + NW - 1) / NW; h++) trow[h] = act_row(j, t0 + (tid / K3 + h * (NTH / K3)) % T);
     float acc[2][4][4];
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
@@ -677,14 +681,14 @@ __device__ __forceinline__ void gemm_tile5(ijob j, int rt, int tt) {
         }
 #pragma unroll 1
     for (int s = 0; s < S3 - 1; s++) {
-        if (s < nst) tile5_issue<DT, SDT, WN>(j, s, r0, brow, trow);
+        if (s < nst) tile5_issue<DT, SDT, WN, NW>(j, s, r0, brow, trow);
         else asm volatile("cp.async.commit_group;");
     }
 #pragma unroll 1
     for (int s = 0; s < nst; s++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(S3 - 2));
         __syncthreads(); /* stage s has landed for every thread; stage s - 1's buffer is read by no one now */
-        if (s + S3 - 1 < nst) tile5_issue<DT, SDT, WN>(j, s + S3 - 1, r0, brow, trow);
+        if (s + S3 - 1 < nst) tile5_issue<DT, SDT, WN, NW>(j, s + S3 - 1, r0, brow, trow);
         else asm volatile("cp.async.commit_group;");
         const q5stage<R, T, BB> &P = ((const q5stage<R, T, BB> *)g3_smem)[s % S3];
         if (live)
@@ -694,6 +698,6 @@ __device__ __forceinline__ void gemm_tile5(ijob j, int rt, int tt) {
     }
     asm volatile("cp.async.wait_group 0;");
     float accb[2][4][4];
-    tile5_bias<SDT, R, T>(j, r0, t0, lr0, lt0, g, tig, live, nlive, accb);
+    tile5_bias<SDT, R, T, NTH>(j, r0, t0, lr0, lt0, g, tig, live, nlive, accb);
     if (live) tile_store(j, r0 + lr0, t0 + lt0, g, tig, acc, accb);
 }

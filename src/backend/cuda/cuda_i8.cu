@@ -260,29 +260,30 @@ __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
 #include "backend/cuda/cuda_gemm.cuh"
 
 /* 128 threads over a 64 x 64 tile of one job; V 1 gemm_tile, 2 gemm_tile2, 3 gemm_tile3 (the same bits); V 5
- * gemm_tile5: 256 threads over 128 x 64 (2 CTAs an SM in 128 registers). */
-#define GEMM_MINB(V) (V == 2 ? 4 : V == 5 ? 2 : V >= 3 ? 3 : 1)
-#define GEMM_NT(V) (V >= 5 ? NT5 : 128)
+ * gemm_tile5: 256 threads over 128 x 64 (2 CTAs an SM in 128 registers); V 6 gemm_tile5 of 4 warps, 64 x 64 (4). */
+#define GEMM_MINB(V) (V == 2 || V == 6 ? 4 : V == 5 ? 2 : V >= 3 ? 3 : 1)
+#define GEMM_NT(V) (V == 5 ? NT5 : 128)
+#define GEMM_NW(V) (V == 5 ? 8 : 4)
 template <int DT, int SDT, int V>
 __global__ void __launch_bounds__(GEMM_NT(V), GEMM_MINB(V)) gemm_i8(const __grid_constant__ ijobs J) {
     const ijob j = resolve(J.j[find_job(J)]);
     const int tile = (int)blockIdx.x - j.tile0;
-    if constexpr (V >= 5) gemm_tile5<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
+    if constexpr (V >= 5) gemm_tile5<DT, SDT, 2, GEMM_NW(V)>(j, tile / j.ttiles, tile % j.ttiles);
     else if constexpr (V >= 3) gemm_tile3<DT, SDT, 2, V == 4>(j, tile / j.ttiles, tile % j.ttiles);
     else if constexpr (V == 2) gemm_tile2<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
     else gemm_tile<DT, SDT, 2>(j, tile / j.ttiles, tile % j.ttiles);
 }
 
-/* The GEMM kernel of both launchers: 3 (gemm_tile3) unless SLUICE_CUDA_GEMM=1 / 2 / 4 / 5 or slcu_i8_gemm says otherwise. */
+/* The GEMM kernel of both launchers: 3 (gemm_tile3) unless SLUICE_CUDA_GEMM=1 / 2 / 4 / 5 / 6 or slcu_i8_gemm says otherwise. */
 static int gemm_ver;
 static int gemm_version(void) {
     if (!gemm_ver) {
         const char *e = getenv("SLUICE_CUDA_GEMM");
-        gemm_ver = e && e[0] >= '1' && e[0] <= '5' && !e[1] ? e[0] - '0' : 3; /* 3: proven on the H100 in call B */
+        gemm_ver = e && e[0] >= '1' && e[0] <= '6' && !e[1] ? e[0] - '0' : 3; /* 3: proven on the H100 in call B */
     }
     return gemm_ver;
 }
-extern "C" void slcu_i8_gemm(int v) { gemm_ver = v >= 1 && v <= 5 ? v : 0; }
+extern "C" void slcu_i8_gemm(int v) { gemm_ver = v >= 1 && v <= 6 ? v : 0; }
 
 /* gemm_tile3's stages take dynamic shared memory above the 48 KiB that needs no opt-in: the attribute, once per
  * kernel (each instance of these launchers has its own flag). */
@@ -292,7 +293,7 @@ static void dyn_smem(const void *k, int dyn, int *set) {
 template <int D, int S, int V>
 static void ge_launch(int tiles, const ijobs &J) {
     static int set;
-    const int dyn = V >= 5 ? g5_bytes<D, 2>() : V >= 3 ? g3_bytes<D, 2>() : 0;
+    const int dyn = V >= 5 ? g5_bytes<D, 2, GEMM_NW(V)>() : V >= 3 ? g3_bytes<D, 2>() : 0;
     dyn_smem((const void *)gemm_i8<D, S, V>, dyn, &set);
     gemm_i8<D, S, V><<<tiles, GEMM_NT(V), dyn, SLS>>>(J);
 }
@@ -304,7 +305,7 @@ extern "C" void slcu_i8_force(int kernel) { force_kernel = kernel; }
 static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok) {
     int tiles = 0;
     const int mv1 = !gemm && max_tok <= 8 && slcu_decode_kernels; /* cuda_mv.cu's kernels */
-    const int rows = mv1 ? mv_tile_rows(J, max_tok) : MV_ROWS, gm = gemm_version() >= 5 ? 2 * GM : GM;
+    const int rows = mv1 ? mv_tile_rows(J, max_tok) : MV_ROWS, gm = gemm_version() == 5 ? 2 * GM : GM;
     for (int i = 0; i < J->n; i++) {
         ijob &j = J->j[i];
         j.tile0 = tiles;
@@ -320,7 +321,7 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
     if (gemm) {
 #define GE1(D, V) (sdt == DT_F32 ? ge_launch<D, DT_F32, V>(tiles, *J) : sdt == DT_BF16 ? ge_launch<D, DT_BF16, V>(tiles, *J) \
                                                                   : ge_launch<D, DT_F16, V>(tiles, *J))
-#define GE(D) (gemm_version() == 5 ? GE1(D, 5) : gemm_version() == 4 ? GE1(D, 4) : gemm_version() == 3 ? GE1(D, 3) : gemm_version() == 2 ? GE1(D, 2) : GE1(D, 1))
+#define GE(D) (gemm_version() == 6 ? GE1(D, 6) : gemm_version() == 5 ? GE1(D, 5) : gemm_version() == 4 ? GE1(D, 4) : gemm_version() == 3 ? GE1(D, 3) : gemm_version() == 2 ? GE1(D, 2) : GE1(D, 1))
         if (dt == DT_Q4) GE(DT_Q4);
         else GE(DT_Q8);
 #undef GE
@@ -476,7 +477,7 @@ __global__ void __launch_bounds__(GEMM_NT(V), GEMM_MINB(V)) gemm_seg(const __gri
     j.ldy = S.ldy;
     j.nrows = S.nrows, j.cols = S.cols, j.group = S.group, j.sdt = SDT, j.n_tok = __ldg(S.off + e + 1) - o;
     j.tile0 = 0, j.ttiles = 1;
-    if constexpr (V >= 5) gemm_tile5<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
+    if constexpr (V >= 5) gemm_tile5<DT, SDT, 1, GEMM_NW(V)>(j, blockIdx.x, tt - __ldg(S.toff + e));
     else if constexpr (V >= 3) gemm_tile3<DT, SDT, 1, V == 4>(j, blockIdx.x, tt - __ldg(S.toff + e));
     else if constexpr (V == 2) gemm_tile2<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
     else gemm_tile<DT, SDT, 1>(j, blockIdx.x, tt - __ldg(S.toff + e));
@@ -485,17 +486,17 @@ __global__ void __launch_bounds__(GEMM_NT(V), GEMM_MINB(V)) gemm_seg(const __gri
 template <int D, int SD, int V>
 static void sg_launch(dim3 grid, const segjob &S) {
     static int set;
-    const int dyn = V >= 5 ? g5_bytes<D, 1>() : V >= 3 ? g3_bytes<D, 1>() : 0;
+    const int dyn = V >= 5 ? g5_bytes<D, 1, GEMM_NW(V)>() : V >= 3 ? g3_bytes<D, 1>() : 0;
     dyn_smem((const void *)gemm_seg<D, SD, V>, dyn, &set);
     gemm_seg<D, SD, V><<<grid, GEMM_NT(V), dyn, SLS>>>(S);
 }
 static cudaError_t launch_seg(const slcu_mat *w, const segjob &S, int nk, int nmat) {
     const int ty = (nk + SEG_TOK - 1) / SEG_TOK + (S.E < nk ? S.E : nk); /* at most one partial tile an expert */
-    const int rt = gemm_version() >= 5 ? 256 : 128; /* rows a CTA: gemm_tile5 or the others, WN 1 */
+    const int rt = gemm_version() == 5 ? 256 : 128; /* rows a CTA: gemm_tile5 or the others, WN 1 */
     const dim3 grid((unsigned)((w->rows + rt - 1) / rt), (unsigned)ty, (unsigned)nmat);
 #define SG1(D, V) (w->sdtype == DT_F32 ? sg_launch<D, DT_F32, V>(grid, S) : w->sdtype == DT_BF16 ? sg_launch<D, DT_BF16, V>(grid, S) \
                                                                    : sg_launch<D, DT_F16, V>(grid, S))
-#define SG(D) (gemm_version() == 5 ? SG1(D, 5) : gemm_version() == 4 ? SG1(D, 4) : gemm_version() == 3 ? SG1(D, 3) : gemm_version() == 2 ? SG1(D, 2) : SG1(D, 1))
+#define SG(D) (gemm_version() == 6 ? SG1(D, 6) : gemm_version() == 5 ? SG1(D, 5) : gemm_version() == 4 ? SG1(D, 4) : gemm_version() == 3 ? SG1(D, 3) : gemm_version() == 2 ? SG1(D, 2) : SG1(D, 1))
     if (w->dtype == DT_Q4) SG(DT_Q4);
     else SG(DT_Q8);
 #undef SG
