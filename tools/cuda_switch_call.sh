@@ -8,9 +8,10 @@
 # or set STOP_AT=S to start nothing after S). Results: $OUT/$NAME/summary.txt and logs.tar.gz (a few files: keep $OUT small).
 #   here:  MPI=0 tools/cuda_hybrid.sh prepare DIR; cp tools/cuda_switch_call.sh DIR/run.sh   (a committed tree)
 #   there: SW="SLUICE_CUDA_GEMM=5" NAME=gpup28 bash DIR/run.sh   (from a checkout's root: it packs tests/data's fixtures)
+#          SW2="..." adds a second switch to test_model and the bench rounds.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-sw=${SW:?SW: the switch, e.g. SLUICE_CUDA_GEMM=5}
+sw=${SW:?SW: the switch, e.g. SLUICE_CUDA_GEMM=5}; sw2=${SW2:-}
 o="${OUT:-/tmp/sw_out}/${NAME:-switch}"; mkdir -p "$o"
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 late() { [ "$(el)" -gt "$1" ] || [ "$(el)" -gt "${STOP_AT:-9999}" ]; }
@@ -19,7 +20,7 @@ w=/tmp/swc; rm -rf "$w"; mkdir -p "$w/b" "$w/mt" "$w/logs"; log=$w/logs
 trap 'tar czf "$o/logs.tar.gz" -C "$w" logs 2>/dev/null; rm -f "$w/q16.sluice"; echo "=== summary"; cat "$S"' EXIT
 tar -xJf "$here/bundle.tar.xz" -C "$w/b"
 b=$w/b; sl=$b/sluice; export LD_LIBRARY_PATH=$b/lib
-{ echo "switch call [$sw]: $(date -u +%FT%TZ) build $(cat "$b/VERSION")"
+{ echo "switch call [$sw] [$sw2]: $(date -u +%FT%TZ) build $(cat "$b/VERSION")"
   nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm --format=csv,noheader; } >"$S" 2>&1
 ( "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 -o "$w/q16.sluice" >"$log/synth.log" 2>&1; echo "synth16 rc=$? [$(el) s]" >>"$S" ) &
 sp=$!
@@ -32,7 +33,7 @@ done
 grep -E "^ok .*(int8 group|MoE experts)" "$log/test_cuda.$tag.log" | head -16 >>"$S"
 names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$log/pack.log")
 echo "packed: $names [$(el) s]" >>"$S"
-for e in "$sw"; do
+for e in "$sw" ${sw2:+"$sw2"}; do
   late 150 && break
   tag=$(echo "$e" | tr -c 'A-Za-z0-9=\n' _)
   env $e timeout 80 "$b/test_model" "$w/mt" $names >"$log/tm.$tag.log" 2>&1; rc=$?
@@ -48,7 +49,7 @@ print("prefill %.1f decode %.2f" % (r["prefill_tok_s"], r["decode_tok_s"]))
 PY
 }
 for r in 1 2 3; do
-  for e in "X=0" "$sw"; do
+  for e in "X=0" "$sw" ${sw2:+"$sw2"}; do
     late 200 && break 2
     env $e timeout 30 "$sl" bench -m "$m" --gpu --resident --prompt 512 --gen 16 --decode random --json >"$log/b.json" 2>"$log/b.err"
     echo "16L r$r p512 [$e]: $(row "$log/b.json" "$log/b.err") [$(el) s]" >>"$S"
