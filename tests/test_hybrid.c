@@ -81,24 +81,25 @@ static void *hy_mat(dt_type dt, int rows, int cols, int group, dt_type sdt, tn_m
     return data;
 }
 
-/* kern_matmul_i8_dev bitwise plain_dev, q8 / q4, every group and scale type, an odd number of blocks too, on each of
- * its paths (scalar, AVX2, AVX-512 VNNI where the CPU has them); within int8 rounding of the CPU's own int8 kernels
- * (another float order) */
+/* kern_matmul_i8_dev bitwise plain_dev, q8 / q4, every group and scale type, on each of its paths (scalar, AVX2,
+ * AVX-512 VNNI where the CPU has them): a number of blocks not a multiple of the VNNI path's step (4), groups
+ * past its tables' 16, rows not a multiple of its 16 (nor of AVX2's 8); within int8 rounding of the CPU's own
+ * int8 kernels (another float order) */
 TEST(hybrid_matmul_dev_is_cuda_order) {
     hy_rng = 0x5eed ^ test_seed();
-    static const int cols_l[] = {32, 96, 384, 2048};
+    static const int cols_l[] = {32, 96, 160, 384, 1120, 2048};
     static const dt_type sdts[] = {DT_BF16, DT_F16, DT_F32};
     int cases = 0;
     for (int c = 0; c < 6; c++) /* path (scalar, AVX2, VNNI) x q8 / q4 */
-        for (int ci = 0; ci < 4; ci++)
+        for (int ci = 0; ci < 6; ci++)
             for (int gi = 0; gi < 3; gi++) {
                 const int isa = c / 2, dq = c % 2;
-                const int cols = cols_l[ci], group = 32 << gi, rows = 9, n_tok = 1 + ci;
+                const int cols = cols_l[ci], group = 32 << gi, rows = 37, n_tok = 1 + ci % 3;
                 if (cols % group) continue;
                 const dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
                 tn_mat m;
                 void *data = hy_mat(dt, rows, cols, group, sdt, &m);
-                float *x = malloc((size_t)n_tok * cols * sizeof(float)), y[5 * 9], cpu[5 * 9];
+                float *x = malloc((size_t)n_tok * cols * sizeof(float)), y[3 * 37], cpu[3 * 37];
                 for (int i = 0; i < n_tok * cols; i++) x[i] = hy_rand() * 2.0f;
                 void *buf = malloc(kern_act_bytes(n_tok, cols));
                 kern_act a;
@@ -121,7 +122,7 @@ TEST(hybrid_matmul_dev_is_cuda_order) {
                 free(data);
                 cases++;
             }
-    CHECK(cases >= 48);
+    CHECK(cases >= 60);
 }
 
 /* kern_ffn_dev: the plain order's gate, up, canon SwiGLU, the mid rows' int8 form and down, bitwise, on a pool of

@@ -163,93 +163,185 @@ AVX2_FN static void dev_rows8(const tn_mat *w, const kern_act *a, int t, const i
     _mm256_storeu_ps(y + r, _mm256_add_ps(acc, accb));
 }
 
-#define VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define VNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-/* 8 rows' (token, block) sums of two blocks at once: v[i] = vpdpbusd over row i's codes of blocks b, b + 1 (64
- * bytes: q8 natural, b in lanes 0-1 and b + 1 in lanes 2-3; q4 low nibbles of b, b + 1 in lanes 0, 1 and high
- * ones in lanes 2, 3). Their lanes' int32 partials summed (exact) into I of b (low half) and b + 1 (high). */
-VNNI_FN static inline __m512i hadd512(__m512i a, __m512i b) {
-    const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
-    return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, _MM_SHUFFLE(2, 0, 2, 0))),
-                            _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, _MM_SHUFFLE(3, 1, 3, 1))));
+/* The AVX-512 VNNI path: 16 rows a zmm, lane i row r + i's own fma chain in block order (cuda.h's order per row
+ * unchanged), four blocks a step. The int32 block dots come from vpdpbusd over each row's codes as they lie (a
+ * zmm: q4 four blocks, q8 two), so a row's vector holds partial sums of several blocks; the sixteen rows' vectors
+ * are then reduced together, transposed: pair sums of two rows' vectors into one (comb16: lanes of m clear keep
+ * X's, set Y's), twice, then 128-bit chunks transposed, 4 x 4, into one vector per block with row i in lane i.
+ * All sums are exact int32 sums of the same products, so I_b is the plain order's whatever the tree. */
+
+/* lane l: X[l] + X[l ^ d] where bit l of m is clear, Y[l] + Y[l ^ d] where set (idx: l ^ d, + 16 where set) */
+VNNI_FN static inline __m512i comb16(__m512i X, __m512i Y, __mmask16 m, __m512i idx) {
+    return _mm512_add_epi32(_mm512_mask_blend_epi32(m, X, Y), _mm512_permutex2var_epi32(X, idx, Y));
 }
 
-VNNI_FN static inline __m512i sum8x2(const __m512i *v, int q4) {
-    const __m512i a = hadd512(hadd512(v[0], v[1]), hadd512(v[2], v[3])); /* lane k: rows 0-3, lane k's sums */
-    const __m512i c = hadd512(hadd512(v[4], v[5]), hadd512(v[6], v[7])); /* rows 4-7 */
-    const __m512i p = q4 ? _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(1, 0, 1, 0)) : _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512i q = q4 ? _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(3, 2, 3, 2)) : _mm512_shuffle_i64x2(a, c, _MM_SHUFFLE(3, 1, 3, 1));
-    const __m512i s = _mm512_add_epi32(p, q); /* b rows 0-3, b+1 rows 0-3, b rows 4-7, b+1 rows 4-7 */
-    return _mm512_shuffle_i64x2(s, s, _MM_SHUFFLE(3, 1, 2, 0));
+/* q[g] (g < 4) of 128-bit chunks c: out[c] of chunks g = q[g]'s chunk c (a 4 x 4 transpose of chunks) */
+VNNI_FN static inline void tr4x128(const __m512i *q, __m512i *out) {
+    const __m512i t0 = _mm512_shuffle_i64x2(q[0], q[1], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i t1 = _mm512_shuffle_i64x2(q[0], q[1], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i t2 = _mm512_shuffle_i64x2(q[2], q[3], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i t3 = _mm512_shuffle_i64x2(q[2], q[3], _MM_SHUFFLE(3, 2, 3, 2));
+    out[0] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(2, 0, 2, 0));
+    out[1] = _mm512_shuffle_i64x2(t0, t2, _MM_SHUFFLE(3, 1, 3, 1));
+    out[2] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(2, 0, 2, 0));
+    out[3] = _mm512_shuffle_i64x2(t1, t3, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-/* One block b's I for 8 rows (the odd last block): 256-bit vpdpbusd, then sum8x8. x: its 32 codes (q4: 16 even
- * then 16 odd columns). */
-VNNI_FN static inline __m256i blk8_vnni(const uint8_t *base, size_t rb, int b, int q4, const int8_t *x) {
-    const __m256i xv = _mm256_loadu_si256((const __m256i *)x), z = _mm256_setzero_si256();
-    const __m128i lo4 = _mm_set1_epi8(15);
-    __m256i p[8];
-    for (int i = 0; i < 8; i++) {
-        const uint8_t *c = base + (size_t)i * rb + (size_t)b * (q4 ? 16 : 32);
-        __m256i cw;
-        if (q4) {
-            const __m128i c16 = _mm_loadu_si128((const __m128i *)c);
-            cw = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(c16, 4), lo4), _mm_and_si128(c16, lo4));
-        } else {
-            cw = _mm256_loadu_si256((const __m256i *)c);
+/* v[i]: row i's partial sums, lanes 4j .. 4j + 3 those of block j of the step. I[j]: lane i = row i's sum of block
+ * j. Pairs of rows (distance 1), then of pairs (distance 2): lane 4j + k of q[g] = row 4g + k's block j. */
+VNNI_FN static inline void red16(const __m512i *v, __m512i *I) {
+    const __m512i i1 = _mm512_setr_epi32(1, 16, 3, 18, 5, 20, 7, 22, 9, 24, 11, 26, 13, 28, 15, 30);
+    const __m512i i2 = _mm512_setr_epi32(2, 3, 16, 17, 6, 7, 20, 21, 10, 11, 24, 25, 14, 15, 28, 29);
+    __m512i p[8], q[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) p[i] = comb16(v[2 * i], v[2 * i + 1], 0xAAAA, i1);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) q[g] = comb16(p[2 * g], p[2 * g + 1], 0xCCCC, i2);
+    tr4x128(q, I);
+}
+
+/* I[j] of blocks b + j (j < 4) of 16 rows (row i's codes at base + i * rb + o): q4, ve / vo the step's even / odd columns
+ * (kern_act's q4 order); q8, x0 / x1 its 128 codes (blocks b, b + 1 / b + 2, b + 3). km / k0, k1: the step's code
+ * bytes (a short last step's; the rest read as 0), all ones for a whole step. pf: bytes ahead to prefetch (0: none). */
+#define DEV_PF 512 /* bytes ahead of each row's step: 16 row streams at once outrun the hardware's prefetch */
+
+VNNI_FN static inline void step16_q4(const uint8_t *base, size_t rb, size_t o, __mmask64 km, __m512i ve, __m512i vo, __m512i *I) {
+    const __m512i m4 = _mm512_set1_epi8(15), z = _mm512_setzero_si512();
+    __m512i v[16];
+    if (km == ~(__mmask64)0) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *c8 = base + (size_t)i * rb + o;
+            _mm_prefetch((const char *)(c8 + DEV_PF), _MM_HINT_T0);
+            const __m512i c = _mm512_loadu_si512((const void *)c8);
+            v[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, _mm512_and_si512(c, m4), ve),
+                                       _mm512_and_si512(_mm512_srli_epi16(c, 4), m4), vo);
         }
-        p[i] = _mm256_dpbusd_epi32(z, cw, xv);
+    } else {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const __m512i c = _mm512_maskz_loadu_epi8(km, base + (size_t)i * rb + o);
+            v[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, _mm512_and_si512(c, m4), ve),
+                                       _mm512_and_si512(_mm512_srli_epi16(c, 4), m4), vo);
+        }
     }
-    return sum8x8(p);
+    red16(v, I);
 }
 
-/* dev_rows8 with VNNI: the same integer sums (exact) two blocks at a time, the same fma chain per row. x2: the
- * token's codes by pairs of blocks, 64 bytes each (q8: as they are; q4: even columns of b, of b + 1, odd of b, of
- * b + 1), an odd last block's 32 as dev_rows8's x4. */
-VNNI_FN static void dev_rows8_vnni(const tn_mat *w, const kern_act *a, int t, const int8_t *x2, float *y, int r) {
+VNNI_FN static inline void step16_q8(const uint8_t *base, size_t rb, size_t o, __mmask64 k0, __mmask64 k1, __m512i x0, __m512i x1,
+                                     __m512i *I) {
+    /* a row's blocks b, b + 1 in lanes 0-7, 8-15 of one vector and b + 2, b + 3 in another: their sums at distance
+     * 4 give lanes 4j + k of blocks b, b + 2, b + 1, b + 3 (j = 0 .. 3) */
+    const __m512i i4 = _mm512_setr_epi32(4, 5, 6, 7, 16, 17, 18, 19, 12, 13, 14, 15, 24, 25, 26, 27);
+    const __m512i z = _mm512_setzero_si512();
+    __m512i v[16], J[4];
+    if (k1 == ~(__mmask64)0) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *c = base + (size_t)i * rb + o;
+            _mm_prefetch((const char *)(c + 2 * DEV_PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + 2 * DEV_PF + 64), _MM_HINT_T0);
+            const __m512i c0 = _mm512_loadu_si512((const void *)c), c1 = _mm512_loadu_si512((const void *)(c + 64));
+            v[i] = comb16(_mm512_dpbusd_epi32(z, c0, x0), _mm512_dpbusd_epi32(z, c1, x1), 0xF0F0, i4);
+        }
+    } else {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *c = base + (size_t)i * rb + o;
+            const __m512i c0 = _mm512_maskz_loadu_epi8(k0, c), c1 = _mm512_maskz_loadu_epi8(k1, c + 64);
+            v[i] = comb16(_mm512_dpbusd_epi32(z, c0, x0), _mm512_dpbusd_epi32(z, c1, x1), 0xF0F0, i4);
+        }
+    }
+    red16(v, J);
+    I[0] = J[0], I[1] = J[2], I[2] = J[1], I[3] = J[3];
+}
+
+/* The 16 x 16 transpose of v (rows) in place: v[c] lane i = old v[i] lane c. */
+VNNI_FN static inline void tr16x16(__m512 *v) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]), t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+    __m512i u[16];
+    for (int i = 0; i < 16; i += 4) { /* u[i + k], chunk L: column 4L + k of rows i .. i + 3 */
+        u[i] = _mm512_castps_si512(_mm512_shuffle_ps(t[i], t[i + 2], 0x44));
+        u[i + 1] = _mm512_castps_si512(_mm512_shuffle_ps(t[i], t[i + 2], 0xEE));
+        u[i + 2] = _mm512_castps_si512(_mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44));
+        u[i + 3] = _mm512_castps_si512(_mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE));
+    }
+    for (int k = 0; k < 4; k++) {
+        const __m512i q[4] = {u[k], u[4 + k], u[8 + k], u[12 + k]};
+        __m512i o[4];
+        tr4x128(q, o);
+        for (int L = 0; L < 4; L++) v[4 * L + k] = _mm512_castsi512_ps(o[L]);
+    }
+}
+
+/* t[j][i] = q_scale_at(p, sdt, o + i * ng + j) (i < 16, j < n <= 16): 16 rows' values converted 16 at a time (bf16 /
+ * f16 / f32 -> f32 exactly, as q_scale_at), then transposed. */
+VNNI_FN static void tab16(const void *p, dt_type sdt, size_t o0, size_t ng, int n, float (*t)[16]) {
+    const __mmask16 km = (__mmask16)((1u << n) - 1);
+    __m512 v[16];
+    for (int i = 0; i < 16; i++) {
+        const size_t o = o0 + (size_t)i * ng;
+        if (sdt == DT_F32) {
+            v[i] = _mm512_maskz_loadu_ps(km, (const float *)p + o);
+        } else {
+            const __m256i h = _mm256_maskz_loadu_epi16(km, (const uint16_t *)p + o);
+            v[i] = sdt == DT_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+        }
+    }
+    tr16x16(v);
+    for (int j = 0; j < n; j++) _mm512_storeu_ps(t[j], v[j]);
+}
+
+/* I[j] of the step at block b (< nb) of 16 rows for token t, a short last step's codes read as 0 past nb */
+VNNI_FN static inline void step16(const tn_mat *w, const kern_act *a, int t, const uint8_t *base, int b, __m512i *I) {
+    const int cols = w->cols, nb = cols / 32, m = nb - b < 4 ? nb - b : 4; /* blocks of the step */
+    if (w->dtype == DT_Q4) {
+        const int8_t *x4 = a->q4 + (size_t)t * (size_t)cols + (size_t)b * 32; /* m * 16 even then m * 16 odd */
+        const __mmask64 km = m == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (m * 16)) - 1;
+        step16_q4(base, (size_t)cols / 2, (size_t)b * 16, km, _mm512_maskz_loadu_epi8(km, x4), _mm512_maskz_loadu_epi8(km, x4 + m * 16), I);
+    } else {
+        const int8_t *xq = a->q + (size_t)t * (size_t)cols + (size_t)b * 32;
+        const __mmask64 k0 = m >= 2 ? ~(__mmask64)0 : ((__mmask64)1 << 32) - 1;
+        const __mmask64 k1 = m == 4 ? ~(__mmask64)0 : m == 3 ? ((__mmask64)1 << 32) - 1 : 0;
+        step16_q8(base, (size_t)cols, (size_t)b * 32, k0, k1, _mm512_maskz_loadu_epi8(k0, xq), _mm512_maskz_loadu_epi8(k1, xq + 64), I);
+    }
+}
+
+/* Rows r .. r + 15 of w (q8/q4) times token t into y. The scale and bias tables built 16 groups at a time as the
+ * blocks reach them; the bias chain runs over each table's groups when it is built (its own chain, group order). */
+VNNI_FN static void dev_rows16(const tn_mat *w, const kern_act *a, int t, float *y, int r) {
     const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
     const int gs = g == 32 ? 0 : g == 64 ? 1 : 2; /* blocks a group: 1 << gs */
-    const int q4 = w->dtype == DT_Q4;
-    const size_t rb = q4 ? (size_t)cols / 2 : (size_t)cols;
+    const size_t rb = w->dtype == DT_Q4 ? (size_t)cols / 2 : (size_t)cols;
     const float *d = a->d + (size_t)t * (size_t)nb;
     const float *xs = a->s + (size_t)t * (size_t)ns + (g == 32 ? 0 : g == 64 ? nb : nb + nb / 2);
     const uint8_t *base = (const uint8_t *)w->data + (size_t)r * rb;
-    const __m512i m4 = _mm512_set1_epi8(15), z = _mm512_setzero_si512();
-    __m256 acc = _mm256_setzero_ps(), accb = _mm256_setzero_ps(), sw = acc;
-    float st[DEV_NG_MAX][8], bt[DEV_NG_MAX][8];
-    rows8_table(w->scales, w->sdtype, r, ng, st);
-    rows8_table(w->biases, w->sdtype, r, ng, bt);
-    for (int b = 0; b < nb; b += 2) {
-        __m256i I[2];
-        if (b + 1 < nb) {
-            const __m512i xz = _mm512_loadu_si512((const void *)(x2 + (size_t)b * 32));
-            __m512i v[8];
-            for (int i = 0; i < 8; i++) {
-                const uint8_t *c = base + (size_t)i * rb + (size_t)b * (q4 ? 16 : 32);
-                __m512i cz;
-                if (q4) {
-                    const __m256i c32 = _mm256_loadu_si256((const __m256i *)c);
-                    cz = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(c32), _mm256_srli_epi16(c32, 4), 1), m4);
-                } else {
-                    cz = _mm512_loadu_si512((const void *)c);
-                }
-                v[i] = _mm512_dpbusd_epi32(z, cz, xz);
-            }
-            const __m512i T = sum8x2(v, q4);
-            I[0] = _mm512_castsi512_si256(T), I[1] = _mm512_extracti64x4_epi64(T, 1);
-        } else {
-            I[0] = blk8_vnni(base, rb, b, q4, x2 + (size_t)b * 32);
+    __m512 acc = _mm512_setzero_ps(), accb = acc, sw = acc;
+    float st[16][16], bt[16][16];
+    for (int b = 0; b < nb; b += 4) {
+        if (!(b & ((16 << gs) - 1))) { /* the next 16 groups' tables; b is their first block */
+            const int j0 = b >> gs, n = ng - j0 < 16 ? ng - j0 : 16;
+            tab16(w->scales, w->sdtype, (size_t)r * (size_t)ng + (size_t)j0, (size_t)ng, n, st);
+            tab16(w->biases, w->sdtype, (size_t)r * (size_t)ng + (size_t)j0, (size_t)ng, n, bt);
+            for (int j = 0; j < n; j++) accb = _mm512_fmadd_ps(_mm512_loadu_ps(bt[j]), _mm512_set1_ps(xs[j0 + j]), accb);
         }
-        for (int j = 0; j < 2 && b + j < nb; j++) {
-            if (!((b + j) & ((1 << gs) - 1))) sw = _mm256_loadu_ps(st[(b + j) >> gs]);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j]), _mm256_mul_ps(sw, _mm256_set1_ps(d[b + j])), acc);
+        __m512i I[4];
+        step16(w, a, t, base, b, I);
+        const int m = nb - b < 4 ? nb - b : 4;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            if (j >= m) break;
+            if (!((b + j) & ((1 << gs) - 1))) sw = _mm512_loadu_ps(st[((b + j) >> gs) & 15]);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[j]), _mm512_mul_ps(sw, _mm512_set1_ps(d[b + j])), acc); /* exact */
         }
     }
-    for (int j = 0; j < ng; j++) accb = _mm256_fmadd_ps(_mm256_loadu_ps(bt[j]), _mm256_set1_ps(xs[j]), accb);
-    _mm256_storeu_ps(y + r, _mm256_add_ps(acc, accb));
+    _mm512_storeu_ps(y + r, _mm512_add_ps(acc, accb));
 }
 
-static int dev_isa_max = 2; /* kern_dev_isa: 0 scalar, 1 AVX2, 2 VNNI */
+static int dev_isa_max = 2; /* kern_dev_isa: 0 scalar, 1 AVX2, 2 AVX-512 VNNI */
 
 static int dev_avx2(void) {
     static int have = -1;
@@ -265,22 +357,6 @@ static int dev_vnni(void) {
     return have && dev_isa_max >= 2;
 }
 
-/* The token's codes for dev_rows8_vnni: by pairs of blocks (q4: even of b, of b + 1, odd of b, of b + 1, from
- * x4's [even | odd] of each), an odd last block as x4's. */
-AVX2_FN static void stage_x2(const int8_t *xq, int cols, int q4, int8_t *x2) {
-    const int nb = cols / 32;
-    if (!q4) {
-        memcpy(x2, xq, (size_t)cols);
-        return;
-    }
-    stage_x4(xq, cols, x2);
-    for (int b = 0; b + 1 < nb; b += 2) {
-        const __m256i v0 = _mm256_loadu_si256((const __m256i *)(x2 + 32 * b));
-        const __m256i v1 = _mm256_loadu_si256((const __m256i *)(x2 + 32 * b + 32));
-        _mm256_storeu_si256((__m256i *)(x2 + 32 * b), _mm256_permute2x128_si256(v0, v1, 0x20));
-        _mm256_storeu_si256((__m256i *)(x2 + 32 * b + 32), _mm256_permute2x128_si256(v0, v1, 0x31));
-    }
-}
 #endif
 
 int kern_dev_isa(int max) {
@@ -298,12 +374,10 @@ int kern_dev_isa(int max) {
 /* Rows r0 .. r1 of w times every token of a into y (row stride ldy), eight rows at a time where AVX2 is. */
 static void dev_mm(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
 #ifdef DEV_AVX2
-    if (dev_vnni() && w->cols <= DEV_X4_MAX && r1 - r0 >= 8) {
-        int8_t x2[DEV_X4_MAX];
+    if (dev_vnni()) {
         for (int t = 0; t < a->n_tok; t++) {
-            stage_x2(a->q + (size_t)t * (size_t)w->cols, w->cols, w->dtype == DT_Q4, x2);
             int r = r0;
-            for (; r + 8 <= r1; r += 8) dev_rows8_vnni(w, a, t, x2, y + (size_t)t * ldy, r);
+            for (; r + 16 <= r1; r += 16) dev_rows16(w, a, t, y + (size_t)t * ldy, r);
             if (r < r1) dev_rows(w, a, t, y + (size_t)t * ldy, r, r1);
         }
         return;
