@@ -277,20 +277,44 @@ VNNI_FN static inline void tr16x16(__m512 *v) {
     }
 }
 
-/* t[j][i] = q_scale_at(p, sdt, o + i * ng + j) (i < 16, j < n <= 16): 16 rows' values converted 16 at a time (bf16 /
- * f16 / f32 -> f32 exactly, as q_scale_at), then transposed. */
-VNNI_FN static void tab16(const void *p, dt_type sdt, size_t o0, size_t ng, int n, float (*t)[16]) {
+/* t[j][i] = q_scale_at(p, sdt, o0 + i * ng + j) (i < 16, j < n <= 16), for bf16 / f16 values: each row's 16 as 8
+ * dwords (groups 2c, 2c + 1), rows i and i + 8 in one vector, an 8 x 8 dword transpose in each half, then each
+ * dword's two values converted (exactly, as q_scale_at). */
+VNNI_FN static void tab16_h(const uint16_t *p, int bf, size_t o0, size_t ng, int n, float (*t)[16]) {
     const __mmask16 km = (__mmask16)((1u << n) - 1);
-    __m512 v[16];
-    for (int i = 0; i < 16; i++) {
-        const size_t o = o0 + (size_t)i * ng;
-        if (sdt == DT_F32) {
-            v[i] = _mm512_maskz_loadu_ps(km, (const float *)p + o);
+    __m512i r[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi16(km, p + o0 + (size_t)i * ng)),
+                                  _mm256_maskz_loadu_epi16(km, p + o0 + (size_t)(i + 8) * ng), 1);
+    for (int h = 0; h < 8; h += 4) { /* u[h + k], chunk L of each half: dword 4L + k of rows h .. h + 3 */
+        const __m512i t0 = _mm512_unpacklo_epi32(r[h], r[h + 1]), t1 = _mm512_unpackhi_epi32(r[h], r[h + 1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(r[h + 2], r[h + 3]), t3 = _mm512_unpackhi_epi32(r[h + 2], r[h + 3]);
+        u[h] = _mm512_unpacklo_epi64(t0, t2), u[h + 1] = _mm512_unpackhi_epi64(t0, t2);
+        u[h + 2] = _mm512_unpacklo_epi64(t1, t3), u[h + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    const __m512i mh = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (int c = 0; c < 8; c++) { /* dword c: rows 0-3, 4-7, 8-11, 12-15 in chunks 0-3 */
+        const __m512i v = _mm512_permutex2var_epi64(u[c & 3], c < 4 ? lo : hi, u[4 + (c & 3)]);
+        if (bf) {
+            _mm512_storeu_ps(t[2 * c], _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+            _mm512_storeu_ps(t[2 * c + 1], _mm512_castsi512_ps(_mm512_and_si512(v, mh)));
         } else {
-            const __m256i h = _mm256_maskz_loadu_epi16(km, (const uint16_t *)p + o);
-            v[i] = sdt == DT_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+            _mm512_storeu_ps(t[2 * c], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
+            _mm512_storeu_ps(t[2 * c + 1], _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))));
         }
     }
+}
+
+/* The same for any scale type: f32 rows converted 16 at a time and transposed 16 x 16. */
+VNNI_FN static void tab16(const void *p, dt_type sdt, size_t o0, size_t ng, int n, float (*t)[16]) {
+    if (sdt != DT_F32) {
+        tab16_h(p, sdt == DT_BF16, o0, ng, n, t);
+        return;
+    }
+    const __mmask16 km = (__mmask16)((1u << n) - 1);
+    __m512 v[16];
+    for (int i = 0; i < 16; i++) v[i] = _mm512_maskz_loadu_ps(km, (const float *)p + o0 + (size_t)i * ng);
     tr16x16(v);
     for (int j = 0; j < n; j++) _mm512_storeu_ps(t[j], v[j]);
 }
