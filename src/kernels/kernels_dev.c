@@ -365,6 +365,40 @@ VNNI_FN static void dev_rows16(const tn_mat *w, const kern_act *a, int t, float 
     _mm512_storeu_ps(y + r, _mm512_add_ps(acc, accb));
 }
 
+/* canon_silu(g) * u of 16 lanes: canon_exp.h's operations in the same order, each the same IEEE single op (rint:
+ * roundscale to nearest even; the ranges' ends and NaN blended in as canon_expf returns them), so bitwise the
+ * scalar's. */
+VNNI_FN static inline __m512 silu16(__m512 g, __m512 u) {
+    const __m512 x = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(g), _mm512_set1_epi32(INT32_MIN))); /* -g */
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    const __m512 z = _mm512_mul_ps(r, r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
+    const __m512i ni = _mm512_cvttps_epi32(n), n1 = _mm512_srai_epi32(_mm512_sub_epi32(ni, _mm512_srai_epi32(ni, 31)), 1);
+    const __m512i b127 = _mm512_set1_epi32(127);
+    const __m512 p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, b127), 23));
+    const __m512 p2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(ni, n1), b127), 23));
+    __m512 e = _mm512_mul_ps(_mm512_mul_ps(p, p1), p2);
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97208f), _CMP_LT_OQ), _mm512_setzero_ps());
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72284f), _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+    return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+VNNI_FN static void swiglu16(const float *g, const float *u, float *y, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, silu16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+    for (; i < n; i++) y[i] = canon_silu(g[i]) * u[i];
+}
+
 static int dev_isa_max = 2; /* kern_dev_isa: 0 scalar, 1 AVX2, 2 AVX-512 VNNI */
 
 static int dev_avx2(void) {
@@ -425,6 +459,12 @@ void kern_matmul_i8_dev(const tn_mat *w, const kern_act *a, float *y, size_t ldy
 }
 
 void kern_swiglu_dev(const float *g, const float *u, float *y, int n) {
+#ifdef DEV_AVX2
+    if (dev_vnni()) {
+        swiglu16(g, u, y, n);
+        return;
+    }
+#endif
     for (int i = 0; i < n; i++) y[i] = canon_silu(g[i]) * u[i];
 }
 
