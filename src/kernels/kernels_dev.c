@@ -64,16 +64,7 @@ static void dev_rows(const tn_mat *w, const kern_act *a, int t, float *y, int r0
 #define DEV_AVX2 1
 #define AVX2_FN __attribute__((target("avx2,fma")))
 
-/* The eight int32 lanes of v[i] summed, for each i < 8: lane i of the result (exact integer sums). */
-AVX2_FN static inline __m256i sum8x8(const __m256i *v) {
-    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-#define DEV_X4_MAX 8192 /* columns of the staged codes on the stack; wider rows take dev_rows */
-#define DEV_NG_MAX (DEV_X4_MAX / 32)
+#define DEV_NG_MAX 256 /* groups a row of the AVX2 path's tables on the stack; more take dev_rows */
 
 /* Eight rows' scales (or biases) as f32, group-major: t[j][i] = row r + i's value of group j (q_scale_at's values:
  * bf16 and f32 converted eight at a time, f16 one by one), each row's converted in order, then 8 x 8 transposes:
@@ -109,55 +100,87 @@ AVX2_FN static void rows8_table(const void *p, dt_type sdt, int r, int ng, float
         for (int i = 0; i < 8; i++) t[j0][i] = rt[i][j0];
 }
 
-/* The token's q4 codes per block as 16 even then 16 odd columns (x4), 32 bytes a block. */
-AVX2_FN static void stage_x4(const int8_t *xq, int cols, int8_t *x4) {
-    const __m256i sh = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3,
-                                        5, 7, 9, 11, 13, 15);
-    for (int b = 0; b < cols / 32; b++) {
-        const __m256i v = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(xq + 32 * b)), sh);
-        _mm256_storeu_si256((__m256i *)(x4 + 32 * b), _mm256_permute4x64_epi64(v, _MM_SHUFFLE(3, 1, 2, 0)));
-    }
+/* The AVX2 path: dev_rows16's scheme on 8 rows a ymm (lane i row r + i's own chain in block order), two blocks a
+ * step: each row's int32 partial sums by maddubs/madd over its codes as they lie, the 8 rows' vectors reduced
+ * together by pair sums (comb8), then 128-bit halves exchanged. */
+
+/* lane l: X[l] + X[l ^ d] where bit l of m is clear, Y[l] + Y[l ^ d] where set (d 1, 2: within 128-bit lanes;
+ * 4: across them) */
+#define COMB8(X, Y, m, sw) _mm256_add_epi32(_mm256_blend_epi32((X), (Y), (m)), sw(_mm256_blend_epi32((Y), (X), (m))))
+#define SW1(v) _mm256_shuffle_epi32((v), 0xB1)
+#define SW2(v) _mm256_shuffle_epi32((v), 0x4E)
+#define SW4(v) _mm256_permute4x64_epi64((v), 0x4E)
+
+/* v[i]: row i's partial sums, lanes 4j .. 4j + 3 those of block j (< 2). q[g]: lane 4j + k = row 4g + k's block j. */
+AVX2_FN static inline void red8(const __m256i *v, __m256i *q) {
+    const __m256i p0 = COMB8(v[0], v[1], 0xAA, SW1), p1 = COMB8(v[2], v[3], 0xAA, SW1);
+    const __m256i p2 = COMB8(v[4], v[5], 0xAA, SW1), p3 = COMB8(v[6], v[7], 0xAA, SW1);
+    q[0] = COMB8(p0, p1, 0xCC, SW2), q[1] = COMB8(p2, p3, 0xCC, SW2);
 }
 
-/* Eight rows r .. r+7 of w (q8/q4) times token t: dev_rows' operations with the rows in the lanes (each lane
- * its own row's chain, in block order). x4: the token's codes per block as 16 even then 16 odd columns (q4). */
-AVX2_FN static void dev_rows8(const tn_mat *w, const kern_act *a, int t, const int8_t *x4, float *y, int r) {
+/* I[j] (j < 2): lane i = row i's sum of block b + j, q4 (m blocks of the step: 1 or 2; xe / xo their even / odd
+ * columns, kern_act's q4 order) */
+AVX2_FN static inline void step8_q4(const uint8_t *base, size_t rb, int b, int m, const int8_t *xe, const int8_t *xo, __m256i *I) {
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const __m256i ve = m == 2 ? _mm256_loadu_si256((const __m256i *)xe) : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)xe));
+    const __m256i vo = m == 2 ? _mm256_loadu_si256((const __m256i *)xo) : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)xo));
+    __m256i v[8], q[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *c8 = base + (size_t)i * rb + (size_t)b * 16;
+        const __m256i c = m == 2 ? _mm256_loadu_si256((const __m256i *)c8) : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)c8));
+        const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(c, m4), ve),
+                                           _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(c, 4), m4), vo)); /* |s| <= 7680 */
+        v[i] = _mm256_madd_epi16(s, ones);
+    }
+    red8(v, q);
+    I[0] = _mm256_permute2x128_si256(q[0], q[1], 0x20), I[1] = _mm256_permute2x128_si256(q[0], q[1], 0x31);
+}
+
+/* I: lane i = row i's sum of block b, q8 (codes widened to 16 bits: 255 * 127 * 2 overflows maddubs) */
+AVX2_FN static inline __m256i step8_q8(const uint8_t *base, size_t rb, int b, const int8_t *xq) {
+    const __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + (size_t)b * 32)));
+    const __m256i x1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + (size_t)b * 32 + 16)));
+    __m256i v[8], q[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *c = base + (size_t)i * rb + (size_t)b * 32;
+        v[i] = _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)c)), x0),
+                                _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(c + 16))), x1));
+    }
+    red8(v, q); /* both halves of each q[g] hold block b: their sums at distance 4 */
+    return COMB8(q[0], q[1], 0xF0, SW4);
+}
+
+/* Eight rows r .. r+7 of w (q8/q4) times token t: dev_rows' operations with the rows in the lanes (each lane its
+ * own row's chain, in block order). */
+AVX2_FN static void dev_rows8(const tn_mat *w, const kern_act *a, int t, float *y, int r) {
     const int cols = w->cols, g = w->group, ng = cols / g, nb = cols / 32, ns = nb + nb / 2 + nb / 4;
     const int gs = g == 32 ? 0 : g == 64 ? 1 : 2; /* blocks a group: 1 << gs */
     const int q4 = w->dtype == DT_Q4;
-    const size_t rb = q4 ? (size_t)cols / 2 : (size_t)cols, bb = q4 ? 16 : 32;
-    const int8_t *xq = a->q + (size_t)t * (size_t)cols;
+    const size_t rb = q4 ? (size_t)cols / 2 : (size_t)cols;
+    const int8_t *xq = (q4 ? a->q4 : a->q) + (size_t)t * (size_t)cols;
     const float *d = a->d + (size_t)t * (size_t)nb;
     const float *xs = a->s + (size_t)t * (size_t)ns + (g == 32 ? 0 : g == 64 ? nb : nb + nb / 2);
     const uint8_t *base = (const uint8_t *)w->data + (size_t)r * rb;
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m128i lo4 = _mm_set1_epi8(15);
     __m256 acc = _mm256_setzero_ps(), accb = _mm256_setzero_ps(), sw = acc;
     float st[DEV_NG_MAX][8], bt[DEV_NG_MAX][8];
     rows8_table(w->scales, w->sdtype, r, ng, st);
     rows8_table(w->biases, w->sdtype, r, ng, bt);
-    for (int b = 0; b < nb; b++) {
-        if (!(b & ((1 << gs) - 1))) sw = _mm256_loadu_ps(st[b >> gs]);
-        __m256i p[8];
-        if (q4) {
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x4 + (size_t)b * 32));
-            for (int i = 0; i < 8; i++) {
-                const __m128i c = _mm_loadu_si128((const __m128i *)(base + (size_t)i * rb + (size_t)b * bb));
-                const __m256i cw = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(c, 4), lo4), _mm_and_si128(c, lo4));
-                p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(cw, xv), ones);
-            }
+    for (int b = 0; b < nb; b += 2) {
+        const int m = nb - b < 2 ? 1 : 2;
+        __m256i I[2];
+        if (q4) { /* the q4 order: per 128 columns (or the last sc) sc / 2 even then sc / 2 odd */
+            const int s0 = b / 4 * 128, sc = cols - s0 < 128 ? cols - s0 : 128;
+            step8_q4(base, rb, b, m, xq + s0 + (b % 4) * 16, xq + s0 + sc / 2 + (b % 4) * 16, I);
         } else {
-            const __m256i x0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + (size_t)b * 32)));
-            const __m256i x1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(xq + (size_t)b * 32 + 16)));
-            for (int i = 0; i < 8; i++) {
-                const uint8_t *c = base + (size_t)i * rb + (size_t)b * bb;
-                const __m256i c0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)c));
-                const __m256i c1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(c + 16)));
-                p[i] = _mm256_add_epi32(_mm256_madd_epi16(c0, x0), _mm256_madd_epi16(c1, x1));
-            }
+            I[0] = step8_q8(base, rb, b, xq);
+            if (m == 2) I[1] = step8_q8(base, rb, b + 1, xq);
         }
-        const __m256 I = _mm256_cvtepi32_ps(sum8x8(p)); /* |I| < 2^24: exact */
-        acc = _mm256_fmadd_ps(I, _mm256_mul_ps(sw, _mm256_set1_ps(d[b])), acc);
+        for (int j = 0; j < m; j++) {
+            if (!((b + j) & ((1 << gs) - 1))) sw = _mm256_loadu_ps(st[(b + j) >> gs]);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j]), _mm256_mul_ps(sw, _mm256_set1_ps(d[b + j])), acc); /* exact */
+        }
     }
     for (int j = 0; j < ng; j++) accb = _mm256_fmadd_ps(_mm256_loadu_ps(bt[j]), _mm256_set1_ps(xs[j]), accb);
     _mm256_storeu_ps(y + r, _mm256_add_ps(acc, accb));
@@ -440,12 +463,10 @@ static void dev_mm(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int
         }
         return;
     }
-    if (dev_avx2() && w->cols <= DEV_X4_MAX && r1 - r0 >= 8) {
-        int8_t x4[DEV_X4_MAX];
+    if (dev_avx2() && w->cols / w->group <= DEV_NG_MAX) {
         for (int t = 0; t < a->n_tok; t++) {
-            if (w->dtype == DT_Q4) stage_x4(a->q + (size_t)t * (size_t)w->cols, w->cols, x4);
             int r = r0;
-            for (; r + 8 <= r1; r += 8) dev_rows8(w, a, t, x4, y + (size_t)t * ldy, r);
+            for (; r + 8 <= r1; r += 8) dev_rows8(w, a, t, y + (size_t)t * ldy, r);
             if (r < r1) dev_rows(w, a, t, y + (size_t)t * ldy, r, r1);
         }
         return;
