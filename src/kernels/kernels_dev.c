@@ -8,8 +8,13 @@
  * the SwiGLU as the device's, silu(g) * u with canon_exp.h's e^x; the mid rows quantized by kern_act (bitwise
  * the device's slcu_act_quantize, cuda.h). The integer sums are exact and the float operations are single
  * rounded ones (the Makefile's -ffp-contract=off), so the result is the device's bit for bit
- * (tests/cuda/test_cuda.c checks it there; tests/test_kernels_dev.c checks it here against the order written
+ * (tests/cuda/test_cuda_hybrid.c checks it there; tests/test_hybrid.c checks it here against the order written
  * out plainly).
+ * Speed: the order fixes one sequential fma chain per output row, so the SIMD paths put rows in the lanes (AVX-512
+ * VNNI: 16 rows a zmm, AVX2: 8 a ymm), each lane its own row's chain; the exact int32 block dots come from
+ * vpdpbusd (maddubs/madd) over each row's codes as they lie, and the rows' partial sums are reduced together,
+ * transposed, so no row is reduced alone. On one core they run at about the CPU tables' own speed (docs/CUDA.md
+ * "The hybrid step").
  */
 #include <string.h>
 
@@ -66,10 +71,38 @@ static void dev_rows(const tn_mat *w, const kern_act *a, int t, float *y, int r0
 
 #define DEV_NG_MAX 256 /* groups a row of the AVX2 path's tables on the stack; more take dev_rows */
 
+/* bf16 rows8_table for an even ng: each row's values as dwords (groups 2c, 2c + 1), 16 groups a chunk, an 8 x 8
+ * dword transpose, then each dword's two values converted (bf16 -> f32: a shift or a mask, exact). */
+AVX2_FN static void rows8_table_bf16(const uint16_t *p, int r, int ng, float (*t)[8]) {
+    const __m256i mh = _mm256_set1_epi32((int)0xFFFF0000u);
+    for (int j0 = 0; j0 < ng; j0 += 16) {
+        const int nd = (ng - j0 < 16 ? ng - j0 : 16) / 2; /* dwords of the chunk */
+        const __m256i km = _mm256_cmpgt_epi32(_mm256_set1_epi32(nd), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256i v[8], u[8];
+        for (int i = 0; i < 8; i++) v[i] = _mm256_maskload_epi32((const int *)(p + (size_t)(r + i) * (size_t)ng + j0), km);
+        for (int h = 0; h < 8; h += 4) { /* u[h + k], lane L: dword 4L + k of rows h .. h + 3 */
+            const __m256i t0 = _mm256_unpacklo_epi32(v[h], v[h + 1]), t1 = _mm256_unpackhi_epi32(v[h], v[h + 1]);
+            const __m256i t2 = _mm256_unpacklo_epi32(v[h + 2], v[h + 3]), t3 = _mm256_unpackhi_epi32(v[h + 2], v[h + 3]);
+            u[h] = _mm256_unpacklo_epi64(t0, t2), u[h + 1] = _mm256_unpackhi_epi64(t0, t2);
+            u[h + 2] = _mm256_unpacklo_epi64(t1, t3), u[h + 3] = _mm256_unpackhi_epi64(t1, t3);
+        }
+        for (int c = 0; c < nd; c++) { /* dword c: rows 0-3 from u[c & 3], 4-7 from u[4 + (c & 3)], lane c / 4 */
+            const __m256i w = c < 4 ? _mm256_permute2x128_si256(u[c & 3], u[4 + (c & 3)], 0x20)
+                                    : _mm256_permute2x128_si256(u[c & 3], u[4 + (c & 3)], 0x31);
+            _mm256_storeu_ps(t[j0 + 2 * c], _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+            _mm256_storeu_ps(t[j0 + 2 * c + 1], _mm256_castsi256_ps(_mm256_and_si256(w, mh)));
+        }
+    }
+}
+
 /* Eight rows' scales (or biases) as f32, group-major: t[j][i] = row r + i's value of group j (q_scale_at's values:
  * bf16 and f32 converted eight at a time, f16 one by one), each row's converted in order, then 8 x 8 transposes:
  * the chain below loads whole vectors of values stored long before. */
 AVX2_FN static void rows8_table(const void *p, dt_type sdt, int r, int ng, float (*t)[8]) {
+    if (sdt == DT_BF16 && !(ng & 1)) {
+        rows8_table_bf16(p, r, ng, t);
+        return;
+    }
     float rt[8][DEV_NG_MAX];
     for (int i = 0; i < 8; i++) {
         const size_t o = (size_t)(r + i) * (size_t)ng;
