@@ -90,12 +90,30 @@ KQ_INLINE void kq_unpack_iq2xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
 
 /* IQ2_XS: u16 per 8 values (9-bit grid index, 7-bit sign index), two 4-bit ls per 32 (unpack_iq2xs) */
 KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+    /* the 32 sign bytes with vector ops (llama.cpp ggml-cpu arch/x86/quants.c ggml_vec_dot_iq2_xs_q8_K's way): per u16
+     * the 7 bits at 9-15, and bit 7 their parity, by a nibble table of the xor of the two halves */
+    const __m256i par = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, 0, -128,
+                                         -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6,
+                                          6, 6, 6, 6);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i sb[2];
+    KQ_UNROLL
+    for (int k = 0; k < 2; k++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b + 2 + 32 * k)), p7 = _mm256_srli_epi16(q, 9);
+        sb[k] = _mm256_or_si256(p7, _mm256_shuffle_epi8(par, _mm256_xor_si256(p7, _mm256_srli_epi16(q, 13))));
+    }
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         uint64_t w; /* four u16: grid index in bits 0-8, sign index in 9-15 */
         memcpy(&w, b + 2 + 8 * ib, 8);
         o->v[ib] = kq_grid4(grid, (unsigned)(w & 511), (unsigned)(w >> 16 & 511), (unsigned)(w >> 32 & 511), (unsigned)(w >> 48 & 511));
-        o->sg[ib] = kq_ksigns_vec((unsigned)(w >> 9 & 127), (unsigned)(w >> 25 & 127), (unsigned)(w >> 41 & 127), (unsigned)(w >> 57));
+        /* block ib's four sign bytes (u16 lanes 4 (ib % 4) ..) to both halves, each spread over its 8 values */
+        const int j = ib % 4;
+        const __m256i x = _mm256_permutevar8x32_epi32(sb[ib / 4], _mm256_setr_epi32(2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1,
+                                                                                   2 * j, 2 * j + 1));
+        const __m256i m = _mm256_shuffle_epi8(x, shuf);
+        o->sg[ib] = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(m, bits), bits), _mm256_set1_epi8(1));
     }
     kq_iq_finish(o, kq_nib_odd(_mm_loadl_epi64((const __m128i *)(b + 66))), 1, kq_h2f(b) * 0.125f, 2);
 }
@@ -145,48 +163,44 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     kq_iq_finish(o, kq_nib_odd(_mm_cvtsi32_si128((int)kq_u32(sc))), 0, kq_h2f(b), 2);
 }
 
-/* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s) */
+/* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s); the
+ * delta, one per 32, as +-1 bytes on the activation (uns 3: the grid of -1 / 0 / 1 here) */
 KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    uint64_t sc = 0;
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const unsigned qh = kq_u16(b + 34 + 2 * ib);
         const uint8_t *q = b + 2 + 4 * ib;
-        const __m256i g = kq_grid4(grid, q[0] | (qh & 7) << 8, q[1] | (qh >> 3 & 7) << 8, q[2] | (qh >> 6 & 7) << 8,
-                                   q[3] | (qh >> 9 & 7) << 8);
-        o->v[ib] = g;
+        o->v[ib] = kq_grid4(grid, q[0] | (qh & 7) << 8, q[1] | (qh >> 3 & 7) << 8, q[2] | (qh >> 6 & 7) << 8,
+                            q[3] | (qh >> 9 & 7) << 8);
         o->sg[ib] = _mm256_set1_epi8(qh & 0x8000 ? -1 : 1);
-        sc |= (uint64_t)(2 * ((qh >> 12) & 7) + 1) << (8 * ib);
     }
-    kq_iq_finish(o, _mm_cvtsi64_si128((long long)sc), 0, kq_h2f(b) * 0.125f, 3);
+    /* ls = bits 12-14 of each of the 8 u16, as 2 ls + 1 bytes */
+    const __m128i ls = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(b + 34)), 12), _mm_set1_epi16(7));
+    const __m128i l8 = _mm_packus_epi16(ls, _mm_setzero_si128());
+    kq_iq_finish(o, _mm_add_epi8(_mm_add_epi8(l8, l8), _mm_set1_epi8(1)), 0, kq_h2f(b) * 0.125f, 3);
 }
 
 /* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
- * top nibbles make the f16 d (unpack_iq1m) */
+ * top nibbles make the f16 d (unpack_iq1m); the nibble << 8 is the index into kq_iq1_values (grid here: the values
+ * 8 grid + delta as they are, signed: the delta's sign per 8 needs no byte mask of its own) */
 KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    uint64_t ls[2] = {0, 0};
     const uint8_t *qs = b, *qh = b + 32;
-    unsigned sc[4];
-    for (int i = 0; i < 4; i++) sc[i] = kq_u16(b + 48 + 2 * i);
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const unsigned h0 = qh[2 * ib] & 15, h1 = qh[2 * ib] >> 4, h2 = qh[2 * ib + 1] & 15, h3 = qh[2 * ib + 1] >> 4;
         const uint8_t *q = qs + 4 * ib;
-        const __m256i g = kq_grid4(grid, q[0] | (h0 & 7) << 8, q[1] | (h1 & 7) << 8, q[2] | (h2 & 7) << 8, q[3] | (h3 & 7) << 8);
-        /* delta -1 (0xFF) where bit 3 of nibble l is set, else 1: a byte mask from bits 3 / 7 of qh[2 ib + l / 2] */
-        const __m256i sel = _mm256_setr_epi64x(0x0808080808080808LL, (long long)0x8080808080808080ull, 0x0808080808080808LL,
-                                               (long long)0x8080808080808080ull);
-        const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-                                              1, 1, 1, 1);
-        const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi16((int16_t)kq_u16(qh + 2 * ib)), shuf);
-        const __m256i delta = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, sel), sel), _mm256_set1_epi8(1));
-        o->v[ib] = g;
-        o->sg[ib] = delta;
-        const unsigned s = sc[ib / 2] >> (6 * (ib % 2));
-        ls[ib / 4] |= (uint64_t)((2 * (s & 7) + 1) | (2 * ((s >> 3) & 7) + 1) << 8) << (16 * (ib % 4));
+        o->v[ib] = kq_grid4(grid, q[0] | h0 << 8, q[1] | h1 << 8, q[2] | h2 << 8, q[3] | h3 << 8);
     }
-    const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0xf0) | ((sc[2] >> 4) & 0xf00) | (sc[3] & 0xf000));
-    kq_iq_finish(o, _mm_set_epi64x((long long)ls[1], (long long)ls[0]), 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 3);
+    /* group g's ls: bits 3 (g % 4) of u16 g / 4 of the four at 48. Lane k of W >> 3 k holds group 4 j + k in its u16 j;
+     * masked and packed that is byte 4 k + j, which one vpshufb puts at g */
+    uint64_t w;
+    memcpy(&w, b + 48, 8);
+    const __m128i ww = _mm_set1_epi64x((long long)w), m7 = _mm_set1_epi16(7);
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi64(ww, _mm_set_epi64x(3, 0)), m7);
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi64(ww, _mm_set_epi64x(9, 6)), m7);
+    const __m128i l8 = _mm_shuffle_epi8(_mm_packus_epi16(lo, hi), _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    const uint16_t dh = (uint16_t)((w >> 12 & 0xf) | (w >> 24 & 0xf0) | (w >> 36 & 0xf00) | (w >> 48 & 0xf000));
+    kq_iq_finish(o, _mm_add_epi8(_mm_add_epi8(l8, l8), _mm_set1_epi8(1)), 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 0);
 }
 
 /* a grid i-quant superblock (grid: kq_iq_grid(dt)) */

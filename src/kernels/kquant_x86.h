@@ -31,7 +31,7 @@
 #define KQ_UNROLL _Pragma("GCC unroll 8")
 
 /* 8 blocks of 32 unpacked: v[256] int8 values (uns 0: signed, dotted by the sign trick; 1: all >= 0; 2: >= 0, the
- * value's sign (+-1 bytes in sg[b]) put on the activation instead: v x = |v| (sign x); 3: IQ1's 8 g + delta as
+ * value's sign (+-1 bytes in sg[b]) put on the activation instead: v x = |v| (sign x); 3: IQ1_S's 8 g + delta as
  * g (-1 / 0 / 1) in v and delta (+-1) in sg: v x = 8 (sign g) x + (sign delta) x); the integer scale of
  * each group of 16 values (a type with one scale per 32 gives both halves the same) as int32 lanes in the order the
  * dot's sums come out: sab = groups 0 2 4 6 | 1 3 5 7 (blocks 0-3), scd = 8 10 12 14 | 9 11 13 15 (blocks 4-7);
@@ -150,7 +150,7 @@ KQ_INLINE void kq_unpack_q6(const uint8_t *b, kq_sb *o) {
 KQ_INLINE void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
     const int q3 = dt == DT_Q3_K;
     const uint8_t *qs = q3 ? b + 32 : b + 16;
-    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     const __m256i hm = q3 ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
     KQ_UNROLL
     for (int h = 0; h < 2; h++) {
@@ -158,7 +158,11 @@ KQ_INLINE void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
         KQ_UNROLL
         for (int s = 0; s < 4; s++) {
             __m256i v = _mm256_and_si256(_mm256_srli_epi16(x, 2 * s), m3);
-            if (q3) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one), 2));
+            if (q3) { /* hmask bit 4 h + s as 4: one shift to bit 2 and one and */
+                const int k = 4 * h + s;
+                const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+                v = _mm256_or_si256(v, _mm256_and_si256(hb, four));
+            }
             o->v[4 * h + s] = v;
         }
     }
@@ -166,11 +170,11 @@ KQ_INLINE void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
         uint32_t aux[4];
         memcpy(aux, b + 96, 12);
         const uint32_t t = aux[2], m2 = 0x0f0f0f0f, m1 = 0x03030303;
-        aux[2] = ((aux[0] >> 4) & m2) | (((t >> 4) & m1) << 4);
-        aux[3] = ((aux[1] >> 4) & m2) | (((t >> 6) & m1) << 4);
-        aux[0] = (aux[0] & m2) | ((t & m1) << 4);
-        aux[1] = (aux[1] & m2) | (((t >> 2) & m1) << 4);
-        const __m128i sc = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)aux), _mm_set1_epi8(32));
+        /* in registers (a vector read of the words stored one by one would stall the load) */
+        const __m128i sc = _mm_sub_epi8(_mm_setr_epi32((int)((aux[0] & m2) | ((t & m1) << 4)), (int)((aux[1] & m2) | (((t >> 2) & m1) << 4)),
+                                                       (int)(((aux[0] >> 4) & m2) | (((t >> 4) & m1) << 4)),
+                                                       (int)(((aux[1] >> 4) & m2) | (((t >> 6) & m1) << 4))),
+                                        _mm_set1_epi8(32));
         kq_sc16(o, sc);
         kq_nomin(o, 1);
         o->x16 = _mm256_cvtepi8_epi16(sc);
@@ -200,14 +204,10 @@ static inline __m256i kq_iq4_levels(const uint8_t *q16) {
  * low 4 bits the nibble j of bytes 4-7, its top 2 bits bits 2j of the u16 at 2; less 32) */
 KQ_INLINE void kq_unpack_iq4(dt_type dt, const uint8_t *b, kq_sb *o) {
     if (dt == DT_IQ4_NL) {
-        float d[8];
         KQ_UNROLL
-        for (int j = 0; j < 8; j++) {
-            o->v[j] = kq_iq4_levels(b + 18 * j + 2);
-            d[j] = kq_h2f(b + 18 * j);
-        }
+        for (int j = 0; j < 8; j++) o->v[j] = kq_iq4_levels(b + 18 * j + 2);
         kq_sc32(o, _mm_set1_epi8(1));
-        o->d = _mm256_loadu_ps(d);
+        o->d = kq_h2f8(b, 18);
     } else {
         KQ_UNROLL
         for (int j = 0; j < 8; j++) o->v[j] = kq_iq4_levels(b + 8 + 16 * j);
@@ -265,19 +265,14 @@ static inline __m256i kq_q2_levels(__m256i x, int p) {
 }
 
 KQ_INLINE void kq_unpack_q2(const uint8_t *b, kq_sb *o) {
-    float d[8];
     KQ_UNROLL
     for (int j = 0; j < 2; j++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(b + 34 * j));
-        const float dj = kq_h2f(b + 34 * j + 32);
         KQ_UNROLL
-        for (int p = 0; p < 4; p++) {
-            o->v[4 * j + p] = kq_q2_levels(x, p);
-            d[4 * j + p] = dj;
-        }
+        for (int p = 0; p < 4; p++) o->v[4 * j + p] = kq_q2_levels(x, p);
     }
     kq_sc32(o, _mm_set1_epi8(1));
-    o->d = _mm256_loadu_ps(d);
+    o->d = _mm256_set_m128(_mm_set1_ps(kq_h2f(b + 66)), _mm_set1_ps(kq_h2f(b + 32))); /* each block's d on its 4 lanes */
     kq_nomin(o, 0);
 }
 
@@ -304,18 +299,13 @@ static inline __m256i kq_q2v_32(const uint8_t *c, const int8_t *pat, const uint8
 /* q2v (two blocks of 128) */
 KQ_INLINE void kq_unpack_q2v(const uint8_t *b, const int8_t *pat, kq_sb *o) {
     const uint8_t *six = (const uint8_t *)pat + 2048; /* quant/kquant.h q2v_patterns */
-    float d[8];
     KQ_UNROLL
     for (int j = 0; j < 2; j++) {
-        const float dj = kq_h2f(b + 34 * j + 32);
         KQ_UNROLL
-        for (int p = 0; p < 4; p++) {
-            o->v[4 * j + p] = kq_q2v_32(b + 34 * j + 8 * p, pat, six);
-            d[4 * j + p] = dj;
-        }
+        for (int p = 0; p < 4; p++) o->v[4 * j + p] = kq_q2v_32(b + 34 * j + 8 * p, pat, six);
     }
     kq_sc32(o, _mm_set1_epi8(1));
-    o->d = _mm256_loadu_ps(d);
+    o->d = _mm256_set_m128(_mm_set1_ps(kq_h2f(b + 66)), _mm_set1_ps(kq_h2f(b + 32))); /* each block's d on its 4 lanes */
     kq_nomin(o, 0);
 }
 
@@ -436,7 +426,7 @@ KQ_INLINE void kq_i8_run(dt_type dt, const tn_mat *w, const kern_act *a, float *
     const float *ad = kq_act_d(a, dt);
     const int16_t *bk = a->bk; /* the q8_K form's sums: read for the types with mins or offsets, all of that form */
     const float *s1 = a->s1;   /* the q8_1 form's block sums: Q5_1's min */
-    const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : kq_iq_grid(dt);
+    const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : dt == DT_IQ1_M ? kq_iq1_values() : kq_iq_grid(dt);
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
         for (int r = r0; r < r1; r++) {
