@@ -101,6 +101,35 @@ TEST(serve_parse_tool_calls) {
     CHECK(parse_check("a <tool b", 1, 1, "C[a <tool b]", &seed));
 }
 
+/* DeepSeek-V4's DSML calls (the form src/text/chat_dsv4.c renders them in): string="true" values as
+ * they are, the others JSON; several invokes in one block; malformed blocks back as content. */
+#define DS "｜DSML｜"
+TEST(serve_parse_dsml_tool_calls) {
+    unsigned seed = test_seed() + 2;
+    CHECK(parse_check("I will look.\n\n<" DS "tool_calls>\n<" DS "invoke name=\"get_weather\">\n<" DS
+                      "parameter name=\"city\" string=\"true\">Paris, \"FR\"</" DS "parameter>\n<" DS
+                      "parameter name=\"days\" string=\"false\">3</" DS "parameter>\n</" DS "invoke>\n</" DS "tool_calls>",
+                      1, 1, "C[I will look.]T[get_weather|{\"city\":\"Paris, \\\"FR\\\"\",\"days\":3}]", &seed));
+    /* thinking opened by the prompt (DeepSeek-V4's ends with "<think>"), two invokes, no arguments, JSON values */
+    CHECK(parse_check("need two</think><" DS "tool_calls>\n<" DS "invoke name=\"a\">\n</" DS "invoke>\n<" DS
+                      "invoke name=\"b\">\n<" DS "parameter name=\"o\" string=\"false\">{\"x\": [1, null]}</" DS
+                      "parameter>\n</" DS "invoke>\n</" DS "tool_calls>",
+                      2, 1, "R[need two]T[a|{}]T[b|{\"o\":{\"x\":[1,null]}}]", &seed));
+    /* not calls: the raw text is content */
+    CHECK(parse_check("<" DS "tool_calls>junk</" DS "tool_calls>", 1, 1, "C[<" DS "tool_calls>junk</" DS "tool_calls>]", &seed));
+    CHECK(parse_check("<" DS "tool_calls>\n</" DS "tool_calls>", 1, 1, "C[<" DS "tool_calls>\n</" DS "tool_calls>]", &seed));
+    CHECK(parse_check("<" DS "tool_calls><" DS "invoke name=\"a\">\n<" DS "parameter name=\"n\" string=\"false\">nan?</" DS
+                      "parameter>\n</" DS "invoke></" DS "tool_calls>",
+                      1, 1, "C[<" DS "tool_calls><" DS "invoke name=\"a\">\n<" DS "parameter name=\"n\" string=\"false\">nan?</" DS
+                      "parameter>\n</" DS "invoke></" DS "tool_calls>]", &seed));
+    /* cut off inside the block; without tools the block is text */
+    CHECK(parse_check("x <" DS "tool_calls>\n<" DS "invoke", 1, 1, "C[x<" DS "tool_calls>\n<" DS "invoke]", &seed));
+    CHECK(parse_check("<" DS "tool_calls></" DS "tool_calls>", 1, 0, "C[<" DS "tool_calls></" DS "tool_calls>]", &seed));
+    /* a Qwen call after a DSML one's look-alike text */
+    CHECK(parse_check("<" DS "tool<tool_call>{\"name\":\"q\"}</tool_call>", 1, 1, "C[<" DS "tool]T[q|{}]", &seed));
+}
+#undef DS
+
 /* The parser never holds back more than a tag's length of plain text (streaming stays live). */
 TEST(serve_parse_holds_little) {
     flat f = {"", -2};

@@ -162,14 +162,15 @@ typedef int (*out_fn)(void *user, out_kind kind, const char *text, size_t len, c
 
 typedef struct out_parser {
     int state;  /* START, THINK, CONTENT, CALL (output.c) */
-    int tools;  /* <tool_call> blocks are parsed */
+    int tools;  /* <tool_call> and DeepSeek's <｜DSML｜tool_calls> blocks are parsed */
+    int dsml;   /* in CALL: the block is a DSML one */
     int lstrip; /* drop leading whitespace before the next text of this state */
     int n_calls;
     tok_buf hold;
 } out_parser;
 
 /* think: 0 no reasoning parsed (completions), 1 a <think> block may open the answer, 2 the answer
- * starts inside one (the prompt ended with "<think>\n"). tools: parse tool calls. Cannot fail. */
+ * starts inside one (the prompt ended with "<think>\n" or "<think>"). tools: parse tool calls. Cannot fail. */
 void out_init(out_parser *p, int think, int tools);
 /* Feeds text; calls fn for each piece that became final. Returns 0, or -1 (out of memory, or fn
  * failed). */

@@ -381,7 +381,9 @@ static int chat_prompt(gen *g, int *think, api_error *e) {
         return api_fail(e, 400, NULL, "unsupported_model", "the model '%s' cannot format chats (%s): use /v1/completions", ms->name, err.msg);
     if (st) return api_fail(e, st == SL_ENOMEM ? 500 : 400, "messages", NULL, "%s", err.msg);
     size_t tl = strlen(text);
-    *think = tl >= 8 && !memcmp(text + tl - 8, "<think>\n", 8) ? 2 : 1;
+    /* Qwen's prompts open the block with "<think>\n", DeepSeek-V4's (src/text/chat_dsv4.c) with "<think>" */
+    int open = (tl >= 8 && !memcmp(text + tl - 8, "<think>\n", 8)) || (tl >= 7 && !memcmp(text + tl - 7, "<think>", 7));
+    *think = open ? 2 : 1;
     st = sl_tokenize(ms->tok, text, tl, 0, &g->prompt, &g->n_prompt_tokens, &err);
     free(text);
     if (st) return api_fail(e, 400, "messages", NULL, "%s", err.msg);

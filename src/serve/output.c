@@ -3,7 +3,8 @@
  * and tool calls.
  *
  * States: START (the answer may open with <think>; leading whitespace is looked past), THINK (inside
- * the block, until </think>), CONTENT, CALL (inside <tool_call>, until </tool_call>). The text not yet
+ * the block, until </think>), CONTENT, CALL (inside <tool_call>, until </tool_call>, or inside
+ * DeepSeek-V4's <｜DSML｜tool_calls> block, until </｜DSML｜tool_calls>: one or more invokes). The text not yet
  * given out is `hold`: in START all of it, in THINK / CONTENT the tail that could be the start of the
  * closing or opening tag (and trailing whitespace that may turn out to border a tag), in CALL the
  * call's body. Everything before that is final and goes to the callback at once, so a streamed answer
@@ -19,6 +20,11 @@ enum { START, THINK, CONTENT, CALL };
 
 static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
 static const char CALL_OPEN[] = "<tool_call>", CALL_CLOSE[] = "</tool_call>";
+#define DSML "｜DSML｜"
+/* DeepSeek-V4's calls (llama.cpp's models/templates/deepseek-ai-DeepSeek-V4.jinja writes them, and
+ * common/parsers/deepseek.cpp reads them): <｜DSML｜invoke name="F">, then per argument
+ * <｜DSML｜parameter name="P" string="true|false">V</｜DSML｜parameter> (V as it is, or JSON), </｜DSML｜invoke> */
+static const char DSML_OPEN[] = "<" DSML "tool_calls>", DSML_CLOSE[] = "</" DSML "tool_calls>";
 static const char NL[] = "\n", WS[] = " \t\r\n";
 
 void out_init(out_parser *p, int think, int tools) {
@@ -108,6 +114,81 @@ fail:
     return NULL;
 }
 
+/* s[0..n) starts with lit (after whitespace when ws): returns the byte after it, else NULL. */
+static const char *lit(const char *s, const char *end, const char *l, int ws) {
+    while (ws && s < end && strchr(WS, *s)) s++;
+    size_t k = strlen(l);
+    return (size_t)(end - s) >= k && !memcmp(s, l, k) ? s + k : NULL;
+}
+
+/* One DSML invoke at s: its name and arguments (an object); *next: the byte after it. NULL when it is
+ * not one (or memory ran out: then the text stays content, as a malformed call does). */
+static cJSON *dsml_invoke(const char *s, const char *end, char **name, const char **next) {
+    cJSON *args = NULL;
+    *name = NULL;
+    if (!(s = lit(s, end, "<" DSML "invoke name=\"", 1))) return NULL;
+    const char *q = memmem(s, (size_t)(end - s), "\">", 2);
+    if (!q || q == s || !(*name = strndup(s, (size_t)(q - s))) || !(args = cJSON_CreateObject())) goto fail;
+    s = q + 2;
+    for (;;) {
+        const char *t = lit(s, end, "</" DSML "invoke>", 1);
+        if (t) {
+            *next = t;
+            return args;
+        }
+        if (!(s = lit(s, end, "<" DSML "parameter name=\"", 1))) goto fail;
+        q = memmem(s, (size_t)(end - s), "\" string=\"", 10);
+        if (!q || q == s) goto fail;
+        const char *v = q + 10;
+        int str = (t = lit(v, end, "true\">", 0)) != NULL;
+        if (!t && !(t = lit(v, end, "false\">", 0))) goto fail;
+        const char *ve = memmem(t, (size_t)(end - t), "</" DSML "parameter>", strlen("</" DSML "parameter>"));
+        if (!ve) goto fail;
+        char *key = strndup(s, (size_t)(q - s)), *text = strndup(t, (size_t)(ve - t));
+        cJSON *val = !text ? NULL : str ? cJSON_CreateString(text) : cJSON_Parse(text);
+        free(text);
+        if (!key || !val) { free(key); cJSON_Delete(val); goto fail; }
+        cJSON_AddItemToObject(args, key, val);
+        free(key);
+        s = ve + strlen("</" DSML "parameter>");
+    }
+fail:
+    cJSON_Delete(args);
+    free(*name);
+    *name = NULL;
+    return NULL;
+}
+
+/* A DSML block's body: when every invoke in it parses (one at least), gives them to fn in order and
+ * returns 1; 0 when it is not a block of calls; -1 when fn failed or memory ran out. */
+static int give_dsml(out_parser *p, const char *s, size_t n, out_fn fn, void *user) {
+    const char *end = s + n;
+    for (int pass = 0; pass < 2; pass++) { /* 0: check all, 1: give all */
+        const char *at = s;
+        int k = 0;
+        for (;; k++) {
+            while (at < end && strchr(WS, *at)) at++;
+            if (at == end) break;
+            char *name, *args_text = NULL;
+            cJSON *args = dsml_invoke(at, end, &name, &at);
+            if (!args) return 0;
+            int r = 0;
+            if (pass) {
+                args_text = cJSON_PrintUnformatted(args);
+                out_call c = {name, args_text};
+                r = !args_text ? -1 : fn(user, OUT_TOOL_CALL, NULL, 0, &c) ? -1 : 0;
+                p->n_calls++;
+            }
+            cJSON_Delete(args);
+            free(name);
+            free(args_text);
+            if (r) return -1;
+        }
+        if (!k) return 0;
+    }
+    return 1;
+}
+
 /* Parses a call's body; on success gives it to fn and returns 1; 0 when it is not a call; -1 when fn
  * failed or memory ran out. */
 static int give_call(out_parser *p, const char *s, size_t n, out_fn fn, void *user) {
@@ -191,30 +272,34 @@ static int run(out_parser *p, int end, out_fn fn, void *user) {
                 consume(p, n);
                 return 0;
             }
-            long f = find(s, n, CALL_OPEN);
-            if (f >= 0) {
+            long f = find(s, n, CALL_OPEN), fd = find(s, n, DSML_OPEN);
+            if (f >= 0 || fd >= 0) {
+                p->dsml = fd >= 0 && (f < 0 || fd < f);
+                if (p->dsml) f = fd;
                 if (emit(fn, user, OUT_CONTENT, s, rstrip(s, (size_t)f, WS))) return -1;
-                consume(p, (size_t)f + strlen(CALL_OPEN));
+                consume(p, (size_t)f + strlen(p->dsml ? DSML_OPEN : CALL_OPEN));
                 p->state = CALL;
                 continue;
             }
-            size_t safe = end ? (p->n_calls ? rstrip(s, n, WS) : n) : rstrip(s, n - partial_tag(s, n, CALL_OPEN), WS);
+            size_t part = partial_tag(s, n, CALL_OPEN), pd = partial_tag(s, n, DSML_OPEN);
+            size_t safe = end ? (p->n_calls ? rstrip(s, n, WS) : n) : rstrip(s, n - (pd > part ? pd : part), WS);
             if (emit(fn, user, OUT_CONTENT, s, safe)) return -1;
             consume(p, end ? n : safe);
             return 0;
         }
         case CALL: {
-            long f = find(s, n, CALL_CLOSE);
+            const char *open = p->dsml ? DSML_OPEN : CALL_OPEN, *close = p->dsml ? DSML_CLOSE : CALL_CLOSE;
+            long f = find(s, n, close);
             if (f < 0 && !end) return 0;
             size_t body = f >= 0 ? (size_t)f : n;
-            int r = f >= 0 ? give_call(p, s, body, fn, user) : 0;
+            int r = f < 0 ? 0 : p->dsml ? give_dsml(p, s, body, fn, user) : give_call(p, s, body, fn, user);
             if (r < 0) return -1;
             if (r == 0) { /* not a call (or cut off): the raw text is content */
-                if (fn(user, OUT_CONTENT, CALL_OPEN, strlen(CALL_OPEN), NULL) ||
-                    emit(fn, user, OUT_CONTENT, s, f >= 0 ? body + strlen(CALL_CLOSE) : n))
+                if (fn(user, OUT_CONTENT, open, strlen(open), NULL) ||
+                    emit(fn, user, OUT_CONTENT, s, f >= 0 ? body + strlen(close) : n))
                     return -1;
             }
-            consume(p, f >= 0 ? body + strlen(CALL_CLOSE) : n);
+            consume(p, f >= 0 ? body + strlen(close) : n);
             p->state = CONTENT;
             p->lstrip = 1;
             continue;
