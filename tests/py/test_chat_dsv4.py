@@ -159,6 +159,53 @@ def test_run_chat_with_the_dsv4_template(tmp_path):
     assert t == "<｜User｜>hi<｜Assistant｜></think>"  # the tiny tokenizer has no bos_token
 
 
+def test_serve_splits_dsv4_thinking(tmp_path):
+    """`sluice serve` on a DeepSeek-V4 model: its prompt opens the think block with "<think>" (no newline, as
+    Qwen's has), so with thinking on the answer is reasoning (OpenAI reasoning_content, an Anthropic thinking
+    block, streamed too), off it is content; either way the text is the completion of the rendered prompt."""
+    from test_serve import Server
+    import shutil
+    src = tmp_path / "dsv4"
+    shutil.copytree(os.path.join(ROOT, "tests/data/deepseek_v4"), src)
+    shutil.copy(os.path.join(ROOT, "tests/data/tiny_tokenizer/tokenizer.json"), src / "tokenizer.json")
+    cfg = json.load(open(os.path.join(ROOT, "tests/data/tiny_tokenizer/tokenizer_config.json")))
+    cfg["chat_template"] = real_template() or STUB
+    (src / "tokenizer_config.json").write_text(json.dumps(cfg, ensure_ascii=False), encoding="utf-8")
+    p = str(tmp_path / "m.sluice")
+    run(["pack", str(src), "-o", p])
+    msgs = [{"role": "user", "content": "hi"}]
+    s = Server(tmp_path, "-m", p)
+    try:
+        name = json.loads(s.request("GET", "/v1/models")[2])["data"][0]["id"]
+
+        def post(path, body):
+            st, _, b = s.request("POST", path, dict(model=name, temperature=0, max_tokens=6, **body))
+            assert st == 200, b
+            return b.decode()
+
+        def completion(thinking):
+            prompt = "<｜User｜>hi<｜Assistant｜>" + ("<think>" if thinking else "</think>")
+            return json.loads(post("/v1/completions", {"prompt": prompt}))["choices"][0]["text"]
+
+        on, off = completion(True), completion(False)
+        assert "</think>" not in on and on.strip("\n")  # the tiny model never closes the block in 6 tokens
+        m = json.loads(post("/v1/chat/completions", {"messages": msgs, "chat_template_kwargs": {"enable_thinking": True}}))
+        m = m["choices"][0]["message"]
+        assert m.get("reasoning_content") == on.strip("\n") and not m.get("content"), m
+        m = json.loads(post("/v1/chat/completions", {"messages": msgs}))["choices"][0]["message"]
+        assert m.get("content") == off and not m.get("reasoning_content"), m
+        deltas = [json.loads(line[6:]) for line in post("/v1/chat/completions", {
+            "messages": msgs, "stream": True, "chat_template_kwargs": {"enable_thinking": True}}).splitlines()
+            if line.startswith("data: {")]
+        got = [d["choices"][0]["delta"] for d in deltas if d.get("choices")]
+        assert "".join(x.get("reasoning_content") or "" for x in got) == on.strip("\n")
+        assert not "".join(x.get("content") or "" for x in got)
+        a = json.loads(post("/v1/messages", {"messages": msgs, "thinking": {"type": "enabled", "budget_tokens": 6}}))
+        assert [b["type"] for b in a["content"]] == ["thinking"] and a["content"][0]["thinking"] == on.strip("\n"), a
+    finally:
+        assert s.stop() == 0, s.stderr()
+
+
 if __name__ == "__main__":  # python3 tests/py/test_chat_dsv4.py LLAMA_CPP_DIR: writes EXPECTED
     tmpl = open(os.path.join(sys.argv[1], TEMPLATE), encoding="utf-8").read()
     with open(EXPECTED, "w", encoding="utf-8") as f:
