@@ -551,6 +551,52 @@ TEST(kernel_softmax_rows_bitwise_scalar) {
     free(got);
 }
 
+/* A prefill's scores over transposed keys (kernels.h dot_cols_q) bitwise the table's dot of each query and key row:
+ * head sizes around the 16-column steps (a masked last step's +0 keeps a -0 lane +0, as dot's), key counts around
+ * the 16-key blocks, query counts around the 4-query blocks, strides, and signed zeros, infinities and a NaN. */
+TEST(kernel_dot_cols_q_bitwise_dot) {
+    srand(test_seed() ^ 0xd07c);
+    const char *names[] = {"scalar", "avx2", "avx512", "neon"};
+    const int ds[] = {1, 8, 15, 16, 17, 40, 100, 128, 129, 256}, ns[] = {1, 5, 16, 17, 64}, nqs[] = {1, 3, 4, 8, 9};
+    const int D = 256, N = 64, Q = 9;
+    const size_t ldq = D + 3, ldx = D + 5, ldt = N + 7, ldo = N + 2;
+    float *q = malloc(sizeof(float) * ldq * Q), *x = malloc(sizeof(float) * ldx * N), *xt = malloc(sizeof(float) * ldt * D);
+    float *want = malloc(sizeof(float) * ldo * Q), *got = malloc(sizeof(float) * ldo * Q);
+    CHECK(q && x && xt && want && got);
+    int checked = 0;
+    for (int k = 0; q && x && xt && want && got && k < 4; k++) {
+        const kern_ops *ops = kern_ops_by_name(names[k]);
+        if (!ops || !ops->dot_cols_q) continue;
+        for (int a = 0; a < 10; a++)
+            for (int b = 0; b < 5; b++)
+                for (int c = 0; c < 5; c++) {
+                    const int d = ds[a], n = ns[b], nq = nqs[c];
+                    for (size_t i = 0; i < ldq * Q; i++) q[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 4.0f;
+                    for (size_t i = 0; i < ldx * N; i++) x[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 4.0f;
+                    for (int i = 0; i < d; i++) q[i] = i % 3 ? -0.0f : q[i]; /* query 0: -0 products (a -0 dot) */
+                    x[ldx + 0] = INFINITY, x[2 * ldx + 1] = NAN, x[3 * ldx + 2] = -INFINITY;
+                    for (size_t i = 0; i < ldt * D; i++) xt[i] = -1.0f;
+                    kern_transpose(ops, x, ldx, n, d, xt, ldt); /* the table's (moves only: checked below) */
+                    for (int p = 0; p < n; p++)
+                        for (int i = 0; i < d; i++)
+                            CHECKF(!memcmp(&xt[(size_t)i * ldt + p], &x[(size_t)p * ldx + i], 4),
+                                   "%s transpose d %d n %d: column %d of row %d", names[k], d, n, i, p);
+                    for (int i = 0; i < d; i++) /* nothing past the n rows written */
+                        CHECKF(xt[(size_t)i * ldt + (size_t)n] == -1.0f || n == N, "%s transpose wrote past n", names[k]);
+                    for (size_t i = 0; i < ldo * Q; i++) want[i] = got[i] = 7.0f;
+                    for (int i = 0; i < nq; i++)
+                        for (int p = 0; p < n; p++) want[(size_t)i * ldo + p] = ops->dot(q + (size_t)i * ldq, x + (size_t)p * ldx, d);
+                    ops->dot_cols_q(q, ldq, nq, xt, ldt, n, d, got, ldo);
+                    CHECKF(!memcmp(want, got, sizeof(float) * ldo * Q), "seed %u: %s dot_cols_q d %d n %d nq %d differs",
+                           test_seed(), names[k], d, n, nq);
+                    checked++;
+                }
+    }
+    free(q), free(x), free(xt), free(want), free(got);
+    const kern_ops *avx512 = kern_ops_by_name("avx512");
+    CHECK(checked >= (avx512 && avx512->dot_cols_q ? 250 : 0));
+}
+
 /* Context shifting (sl_session_shift): after dropping positions n_keep .. n_keep + n_discard - 1, the session's
  * next logits are bitwise those of a fresh session given the kept tokens in one evaluation, on an attention-only
  * family and on a hybrid one (DeltaNet's recurrent state cannot drop tokens: it is rebuilt); bad counts and a

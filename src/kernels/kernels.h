@@ -140,6 +140,14 @@ typedef struct kern_ops {
      * loops over dot_rows. */
     void (*dot_rows_q)(const float *q, size_t ldq, int nq, const float *x, size_t ldx, int n, int d, float *out,
                        size_t ldo);
+    /* dot_rows_q over keys stored transposed: out[i*ldo + p] = dot(q + i*ldq, key p) for i < nq, p < n, where key p's
+     * column c is xt[c*ldt + p] (a prefill's key tile, transposed once for many queries), bitwise this table's dot.
+     * NULL: none (the caller keeps the rows and calls dot_rows_q). */
+    void (*dot_cols_q)(const float *q, size_t ldq, int nq, const float *xt, size_t ldt, int n, int d, float *out,
+                       size_t ldo);
+    /* xt[c*ldt + p] = x[p*ldx + c] for p < n, c < d (dot_cols_q's keys from a tile of rows). NULL: kern_transpose's
+     * loop. */
+    void (*transpose)(const float *x, size_t ldx, int n, int d, float *xt, size_t ldt);
     /* axpy_rows of nq weight rows (a + i*lda) over the same rows of x into y + i*ldy, each bitwise n axpy calls in
      * order. NULL: kern_axpy_rows_q loops over axpy_rows. */
     void (*axpy_rows_q)(const float *a, size_t lda, int nq, int n, const float *x, size_t ldx, float *y, size_t ldy,
@@ -287,6 +295,14 @@ static inline void kern_dot_rows_q(const kern_ops *ops, const float *q, size_t l
     if (ops->dot_rows_q) ops->dot_rows_q(q, ldq, nq, x, ldx, n, d, out, ldo);
     else
         for (int i = 0; i < nq; i++) kern_dot_rows(ops, q + (size_t)i * ldq, x, ldx, n, d, out + (size_t)i * ldo);
+}
+
+/* ops->transpose, or the loop it stands for. */
+static inline void kern_transpose(const kern_ops *ops, const float *x, size_t ldx, int n, int d, float *xt, size_t ldt) {
+    if (ops->transpose) ops->transpose(x, ldx, n, d, xt, ldt);
+    else
+        for (int p = 0; p < n; p++)
+            for (int c = 0; c < d; c++) xt[(size_t)c * ldt + (size_t)p] = x[(size_t)p * ldx + (size_t)c];
 }
 
 /* ops->axpy_rows_q, or the kern_axpy_rows calls it stands for. */

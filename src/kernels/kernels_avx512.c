@@ -360,6 +360,113 @@ static void dot_rows_q_v(const float *q, size_t ldq, int nq, const float *x, siz
     for (; i < nq; i++) dot_rows_v(q + (size_t)i * ldq, x, ldx, n, d, out + (size_t)i * ldo);
 }
 
+/* Up to four queries (qk[0 .. NQ)) against 16 keys in the lanes (key p's column c at xp[c * ldt + p], mk its lanes):
+ * dot_v's lane l of each (query, key) is its chain of FMAs over the columns c = l, l + 16, ... (in a masked last step a
+ * column past d adds fma(0, 0, acc) = acc + 0, as there); lanes l and l + 8 are chained side by side, then
+ * h_l = acc_l + acc_(l+8) and lanes_sum's tree ((h0+h1)+(h2+h3))+((h4+h5)+(h6+h7)), in these 16-lane registers. */
+static inline __attribute__((always_inline)) void cols_block(const float *const *qk, const int NQ, const float *xp,
+                                                             size_t ldt, __mmask16 mk, int d, float *const *o) {
+    const int steps = (d + 15) / 16;
+    __m512 t0[4] = {0}, t1[4] = {0}, t2[4] = {0};
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++) {
+        __m512 a[4], b[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < NQ; k++) a[k] = b[k] = _mm512_setzero_ps();
+        for (int s = 0; s < steps; s++) {
+            const int c = 16 * s + l;
+            if (c < d) {
+                const __m512 xv = _mm512_maskz_loadu_ps(mk, xp + (size_t)c * ldt);
+#pragma GCC unroll 4
+                for (int k = 0; k < NQ; k++) a[k] = _mm512_fmadd_ps(_mm512_set1_ps(qk[k][c]), xv, a[k]);
+            } else
+#pragma GCC unroll 4
+                for (int k = 0; k < NQ; k++) a[k] = _mm512_add_ps(a[k], _mm512_setzero_ps());
+            if (c + 8 < d) {
+                const __m512 xv = _mm512_maskz_loadu_ps(mk, xp + (size_t)(c + 8) * ldt);
+#pragma GCC unroll 4
+                for (int k = 0; k < NQ; k++) b[k] = _mm512_fmadd_ps(_mm512_set1_ps(qk[k][c + 8]), xv, b[k]);
+            } else
+#pragma GCC unroll 4
+                for (int k = 0; k < NQ; k++) b[k] = _mm512_add_ps(b[k], _mm512_setzero_ps());
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < NQ; k++) {
+            const __m512 h = _mm512_add_ps(a[k], b[k]);
+            switch (l) { /* s01 in t0, s23 then s0123; s45 in t1, s67 in t2, then s4567 and the total */
+            case 0: t0[k] = h; break;
+            case 2: case 4: t1[k] = h; break;
+            case 6: t2[k] = h; break;
+            case 1: t0[k] = _mm512_add_ps(t0[k], h); break;
+            case 3: t1[k] = _mm512_add_ps(t1[k], h), t0[k] = _mm512_add_ps(t0[k], t1[k]); break;
+            case 5: t1[k] = _mm512_add_ps(t1[k], h); break;
+            default:
+                t2[k] = _mm512_add_ps(t2[k], h), t1[k] = _mm512_add_ps(t1[k], t2[k]);
+                t0[k] = _mm512_add_ps(t0[k], t1[k]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < NQ; k++) _mm512_mask_storeu_ps(o[k], mk, t0[k]);
+}
+
+/* kernels.h dot_cols_q: cols_block over 16 keys x four queries at a time (a last block of fewer of either), so every
+ * score is bitwise dot_v's of its query and key row (and so dot_rows_q_v's), without a horizontal sum. */
+static void dot_cols_q_v(const float *q, size_t ldq, int nq, const float *xt, size_t ldt, int n, int d, float *out,
+                         size_t ldo) {
+    for (int p = 0; p < n; p += 16) {
+        const __mmask16 mk = n - p >= 16 ? (__mmask16)0xffff : tail_mask(n - p);
+        int i = 0;
+        for (; i + 4 <= nq; i += 4) {
+            const float *qk[4] = {q + (size_t)i * ldq, q + (size_t)(i + 1) * ldq, q + (size_t)(i + 2) * ldq,
+                                  q + (size_t)(i + 3) * ldq};
+            float *o[4] = {out + (size_t)i * ldo + p, out + (size_t)(i + 1) * ldo + p, out + (size_t)(i + 2) * ldo + p,
+                           out + (size_t)(i + 3) * ldo + p};
+            cols_block(qk, 4, xt + p, ldt, mk, d, o);
+        }
+        for (; i < nq; i++) {
+            const float *qk[1] = {q + (size_t)i * ldq};
+            float *o[1] = {out + (size_t)i * ldo + p};
+            cols_block(qk, 1, xt + p, ldt, mk, d, o);
+        }
+    }
+}
+
+/* kernels.h transpose: 16 x 16 blocks in registers (rows paired by unpack, quads by shuffle_ps: each 128-bit lane
+ * one column's 4 rows; then shuffle_f32x4 twice gathers a column's 16), the edges masked; values moved, not
+ * computed. */
+static void transpose_v(const float *x, size_t ldx, int n, int d, float *xt, size_t ldt) {
+    for (int p0 = 0; p0 < n; p0 += 16)
+        for (int c0 = 0; c0 < d; c0 += 16) {
+            const int np = n - p0 < 16 ? n - p0 : 16, nc = d - c0 < 16 ? d - c0 : 16;
+            const __mmask16 mc = nc == 16 ? (__mmask16)0xffff : tail_mask(nc);
+            const __mmask16 mp = np == 16 ? (__mmask16)0xffff : tail_mask(np);
+            __m512 r[16], t[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < np ? _mm512_maskz_loadu_ps(mc, x + (size_t)(p0 + i) * ldx + c0) : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);     /* per lane: r_i[0] r_i+1[0] r_i[1] r_i+1[1] */
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); /* r_i[2] r_i+1[2] r_i[3] r_i+1[3] */
+            }
+            for (int i = 0; i < 16; i += 4) { /* r[i + j]: rows i..i+3 of column 4 L + j in 128-bit lane L */
+                r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+                r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+                r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+            }
+            for (int j = 0; j < 4; j++) {
+                const __m512 ab0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88), ab1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+                const __m512 cd0 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+                const __m512 cd1 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+                t[j] = _mm512_shuffle_f32x4(ab0, cd0, 0x88);
+                t[8 + j] = _mm512_shuffle_f32x4(ab0, cd0, 0xDD);
+                t[4 + j] = _mm512_shuffle_f32x4(ab1, cd1, 0x88);
+                t[12 + j] = _mm512_shuffle_f32x4(ab1, cd1, 0xDD);
+            }
+            for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(xt + (size_t)(c0 + c) * ldt + p0, mp, t[c]);
+        }
+}
+
 /* kernels.h axpy_rows_q: four outputs' 64 columns in registers, each row's 64 columns loaded once for the four; each
  * element the same y + a * x (multiply, then add) for every row in order, so bitwise axpy_rows_v. Other outputs:
  * axpy_rows_v. */
@@ -552,6 +659,8 @@ static const kern_ops avx512_ops = {
     .axpy_rows = axpy_rows_v,
     .dot_rows = dot_rows_v,
     .dot_rows_q = dot_rows_q_v,
+    .dot_cols_q = dot_cols_q_v,
+    .transpose = transpose_v,
     .axpy_rows_q = axpy_rows_q_v,
     .kv_decode = kv_decode_x86,
     .softmax_rows = softmax_rows_v,

@@ -27,6 +27,7 @@ typedef struct {
     int group, kvrow, vrow, vd; /* f32 row floats of K / V, a value head's size (be_attn v_dim) */
     size_t row_bytes, head_bytes, vrow_bytes, vhead_bytes; /* K's cache row and head, V's (quant/kv.h) */
     int block, ldsc; /* attn_block_part: tokens a block, score row stride (the last token's keys) */
+    int cols; /* attn_block_part: each key tile transposed (below the rotated queries) for the table's dot_cols_q */
     /* what K and V rows decode as: the caches' types, but q4r's rotated values KV_Q4R_Y (quant/kv.h): then the
      * queries are rotated once (kv_q4r_rotate, into the slot below the tile) and the outputs once
      * (kv_q4r_unrotate), attn_part and attn_block_part alike, instead of every row inverse-rotated */
@@ -207,6 +208,7 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
     float *sc0 = j->c->scratch + (size_t)pool_thread(j->c->pool) * j->c->slot_floats;
     float *tile = sc0 + (j->c->slot_floats - (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd));
     float *qr = tile - (j->kt == KV_Q4R_Y ? (size_t)j->block * (size_t)G * (size_t)hd : 0);
+    float *xt = qr - (j->cols ? (size_t)BE_KV_TILE * (size_t)hd : 0); /* a key tile, column c at xt[c * BE_KV_TILE] */
     for (size_t it = begin; it < end; it++) {
         const int g = (int)(it / (size_t)nblk), t0 = (int)(it % (size_t)nblk) * j->block;
         const int t1 = t0 + j->block < a->n ? t0 + j->block : a->n;
@@ -236,13 +238,16 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
                 const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
                 size_t ld;
                 const float *rows = kv_rows(j, pass, g, p, nt, tile, &ld);
+                if (pass == 0 && j->cols) kern_transpose(j->ops, rows, ld, nt, hd, xt, BE_KV_TILE);
                 for (int t = t0; t < t1; t++) {
                     key_range(a, t, &p0, &nk);
                     const int b = p > p0 ? p : p0, e = p + nt < p0 + nk ? p + nt : p0 + nk;
                     if (b >= e) continue;
                     float *sc = sc0 + (size_t)(t - t0) * G * ldsc + (size_t)(b - p0);
                     const float *r = rows + (size_t)(b - p) * ld;
-                    if (pass == 0)
+                    if (pass == 0 && j->cols)
+                        j->ops->dot_cols_q(qk + (size_t)(t - t0) * qt, qs, G, xt + (b - p), BE_KV_TILE, e - b, hd, sc, ldsc);
+                    else if (pass == 0)
                         kern_dot_rows_q(j->ops, qk + (size_t)(t - t0) * qt, qs, G, r, ld, e - b, hd, sc, ldsc);
                     else
                         kern_axpy_rows_q(j->ops, sc, ldsc, G, e - b, r, ld,
@@ -290,13 +295,16 @@ void cpu_attention(be_backend *be, const be_attn *a) {
         key_range(a, t, &p0, &m);
         if (m > nk) nk = m;
     }
-    const size_t room = c->slot_floats - (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd);
+    /* a transposed key tile (attn_block_part's dot_cols_q) where the table has the op */
+    const size_t xt_floats = c->ops->dot_cols_q ? (size_t)BE_KV_TILE * (size_t)hd : 0;
+    const size_t room = c->slot_floats - (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd) - xt_floats;
     const size_t per = (size_t)j.group * ((size_t)nk + (j.kt == KV_Q4R_Y ? (size_t)hd : 0)); /* + rotated queries */
     const int bmax = (int)(room / per < (size_t)a->n ? room / per : (size_t)a->n);
     if (a->n > 1 && bmax >= 1 && !a->extra) { /* blocks of tokens per KV head, enough for two per thread where tokens allow */
         const int threads2 = 2 * pool_size(c->pool), per_head = (threads2 + a->n_kv_heads - 1) / a->n_kv_heads;
         const int want = (a->n + per_head - 1) / per_head;
         j.block = want < bmax ? want : bmax;
+        j.cols = xt_floats > 0 && j.block >= 4; /* the transposition pays for itself over 4 tokens' query heads */
         j.ldsc = nk;
         const size_t items = (size_t)a->n_kv_heads * (size_t)((a->n + j.block - 1) / j.block);
         pool_for_any(c->pool, items, 1, attn_block_part, &j);
