@@ -916,6 +916,16 @@ TEST(kernels_act_row_tables) {
             CHECKF(!memcmp(d[0], d[1], sizeof d[0]) && !memcmp(sm[0], sm[1], (size_t)ns * sizeof(float)),
                    "%s act_row scales or sums differ from the scalar table's (seed %u)", tabs[k]->name, seed);
             checked++;
+            if (!tabs[k]->act_row_0) continue; /* the llama.cpp q8_0 / q8_1 form likewise (its s0, s1 in sm, s1) */
+            float s1[2][13 + 6 + 3];
+            memset(q, 0x55, sizeof q), memset(q4, 0x55, sizeof q4), memset(sm, 0x55, sizeof sm), memset(s1, 0x55, sizeof s1);
+            sc->act_row_0(x, cols, q[0], d[0], q4[0], sm[0], s1[0]);
+            tabs[k]->act_row_0(x, cols, q[1], d[1], q4[1], sm[1], s1[1]);
+            CHECKF(!memcmp(q[0], q[1], sizeof q[0]) && !memcmp(q4[0], q4[1], sizeof q4[0]) &&
+                       !memcmp(d[0], d[1], sizeof d[0]) && !memcmp(sm[0], sm[1], (size_t)ns * sizeof(float)) &&
+                       !memcmp(s1[0], s1[1], (size_t)ns * sizeof(float)),
+                   "%s act_row_0 differs from the scalar table's (seed %u)", tabs[k]->name, seed);
+            checked++;
         }
     }
     fprintf(stderr, "    %d act_row comparisons\n", checked);

@@ -156,6 +156,9 @@ typedef struct kern_ops {
      * into q, q4 [cols], d [cols/32], s [ns]. NULL: the scalar table's. kern_act_prepare uses the default
      * table's. */
     void (*act_row)(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s);
+    /* One token's llama.cpp q8_0 / q8_1 form (kern_act q0, d0, q04, s0, s1; cols % 32 == 0), bitwise the scalar
+     * table's. NULL: the scalar table's. kern_act's preparation uses the default table's. */
+    void (*act_row_0)(const float *x, int cols, int8_t *q, float *d, int8_t *q4, float *s0, float *s1);
     /* n KV cache heads of hd values (quant/kv.h), head i at src + i * ld bytes, into dst + i * ldd floats: bitwise
      * kv_decode_heads (its conversions are exact). NULL: kv_decode_heads. */
     void (*kv_decode)(sl_kv_type t, const void *src, size_t ld, int n, int hd, float *dst, size_t ldd);

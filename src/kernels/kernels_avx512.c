@@ -23,6 +23,7 @@
 
 #include "kernels/kernels_avx512.h"
 #include "quant/quant.h"
+#include "util/dtype.h"
 
 typedef __m512 tile_acc;
 #include "kernels/kernels_tile.h"
@@ -508,6 +509,29 @@ static void axpy_rows_q_v(const float *a, size_t lda, int nq, int n, const float
     for (; i < nq; i++) axpy_rows_v(a + (size_t)i * lda, n, x, ldx, y + (size_t)i * ldy, d);
 }
 
+/* kern_act_sums_q4 (kernels_scalar.c): the block sums' pairs and quads in the same order, and each 128 codes' even
+ * then odd bytes (a shuffle in each 16-byte lane: its evens then its odds, then the lanes' halves gathered by
+ * qword); a last 32 to 96 codes as there. */
+static void act_sums_q4_v(int cols, const int8_t *q, int8_t *q4, float *s) {
+    const int nb = cols / 32;
+    for (int j = 0; j < nb / 2; j++) s[nb + j] = s[2 * j] + s[2 * j + 1];
+    for (int j = 0; j < nb / 4; j++) s[nb + nb / 2 + j] = s[nb + 2 * j] + s[nb + 2 * j + 1];
+    const __m512i sh = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m512i ev = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14), od = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+    int c0 = 0;
+    for (; c0 + 128 <= cols; c0 += 128) {
+        const __m512i a = _mm512_shuffle_epi8(_mm512_loadu_si512(q + c0), sh);
+        const __m512i b = _mm512_shuffle_epi8(_mm512_loadu_si512(q + c0 + 64), sh);
+        _mm512_storeu_si512(q4 + c0, _mm512_permutex2var_epi64(a, ev, b));
+        _mm512_storeu_si512(q4 + c0 + 64, _mm512_permutex2var_epi64(a, od, b));
+    }
+    const int h = (cols - c0) / 2;
+    for (int i = 0; i < h; i++) {
+        q4[c0 + i] = q[c0 + 2 * i];
+        q4[c0 + h + i] = q[c0 + 2 * i + 1];
+    }
+}
+
 /* kernels.h act_row, kernels_scalar.c's arithmetic on 32 values at once: amax by max (a NaN lane loses to the
  * running max, as there), the same scalar d and 1/d, x * (1/d) rounded to nearest even, NaN to 0, clamped to
  * +-127; exact integer sums. */
@@ -537,7 +561,38 @@ static void act_row_v(const float *x, int cols, int8_t *q, int8_t *q4, float *d,
         d[b] = db;
         s[b] = db * (float)_mm512_reduce_add_epi32(sum);
     }
-    kern_act_sums_q4(cols, q, q4, s);
+    act_sums_q4_v(cols, q, q4, s);
+}
+
+/* kernels.h act_row_0, kernels_scalar.c act_row_0's arithmetic on 32 values at once: amax by max (a NaN lane loses,
+ * as there), the same scalar 127 / amax and amax / 127, x * id rounded to nearest even (|x * id| <= 127, where the
+ * scalar's 1.5 * 2^23 trick is that rounding), NaN to 0, clamped to +-127; exact integer sums; d, s0, s1 by the
+ * same scalar f16 conversions (util/dtype.h). */
+static void act_row_0_v(const float *x, int cols, int8_t *q, float *d, int8_t *q4, float *s0, float *s1) {
+    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff)), lim = _mm512_set1_ps(127.0f);
+    for (int b = 0; b < cols / 32; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        __m512 m = _mm512_max_ps(_mm512_and_ps(v0, absm), _mm512_setzero_ps()); /* maxps: a NaN lane keeps the max */
+        m = _mm512_max_ps(_mm512_and_ps(v1, absm), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f, db = amax / 127.0f;
+        const __m512 iv = _mm512_set1_ps(id);
+        __m512i sum = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(h ? v1 : v0, iv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(r, r, _CMP_ORD_Q), r); /* NaN -> 0 */
+            r = _mm512_min_ps(_mm512_max_ps(r, _mm512_sub_ps(_mm512_setzero_ps(), lim)), lim);
+            const __m512i iq = _mm512_cvtps_epi32(r);
+            sum = _mm512_add_epi32(sum, iq);
+            _mm_storeu_si128((__m128i *)(q + 32 * b + 16 * h), _mm512_cvtepi32_epi8(iq));
+        }
+        const float sf = (float)_mm512_reduce_add_epi32(sum);
+        d[b] = f16_to_f32(f32_to_f16(db));
+        s0[b] = d[b] * sf;
+        s1[b] = f16_to_f32(f32_to_f16(db * sf));
+    }
+    act_sums_q4_v(cols, q, q4, s1);
+    act_sums_q4_v(cols, q, q4, s0);
 }
 
 /* ---- attention's softmax ---------------------------------------------------------------------- */
@@ -655,6 +710,7 @@ static const kern_ops avx512_ops = {
     .matmul_i8 = {[DT_Q8] = i8_mm_DT_Q8, [DT_Q4] = mmi8_q4, KQ_I8_ENTRIES(kern_kq_i8_avx512)},
     .dot = dot_v,
     .act_row = act_row_v,
+    .act_row_0 = act_row_0_v,
     .axpy = axpy_v,
     .axpy_rows = axpy_rows_v,
     .dot_rows = dot_rows_v,

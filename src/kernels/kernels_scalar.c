@@ -212,6 +212,7 @@ static float dot_scalar(const float *a, const float *b, int n) {
 }
 
 static void act_row(const float *x, int cols, int8_t *q, int8_t *q4, float *d, float *s);
+static void act_row_0(const float *x, int cols, int8_t *q, float *d, int8_t *q4, float *s0, float *s1);
 
 void kern_softmax_row(float *sc, int n, float scale, const float *sink) {
     float mx = sink ? *sink : -INFINITY;
@@ -236,6 +237,7 @@ static const kern_ops scalar_ops = {
     .matmul_i8 = {[DT_Q8] = mmi8_q8, [DT_Q4] = mmi8_q4, KQ_I8_ENTRIES(kern_kq_i8)},
     .dot = dot_scalar,
     .act_row = act_row,
+    .act_row_0 = act_row_0,
     .axpy = plain_axpy,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
@@ -493,12 +495,20 @@ static void act_k_part(void *ctx, size_t b, size_t e) {
         act_row_k(a->x + t * a->ldx, a->cols, a->qk + t * c, a->dk + t * nb, a->bk + t * (c / 16));
 }
 
+typedef void (*act_row0_fn)(const float *, int, int8_t *, float *, int8_t *, float *, float *);
+
 static void act_0_part(void *ctx, size_t b, size_t e) {
     kern_act *a = ctx;
     const size_t c = (size_t)a->cols, nb = c / 32;
     const size_t ns = (size_t)act_ns((int)nb);
+    static act_row0_fn _Atomic row_fn;
+    act_row0_fn fn = row_fn;
+    if (!fn) { /* the default table's (every table's gives the same bits) */
+        fn = kern_default_ops()->act_row_0;
+        row_fn = fn = fn ? fn : act_row_0;
+    }
     for (size_t t = b; t < e; t++)
-        act_row_0(a->x + t * a->ldx, a->cols, a->q0 + t * c, a->d0 + t * nb, a->q04 + t * c, a->s0 + t * ns, a->s1 + t * ns);
+        fn(a->x + t * a->ldx, a->cols, a->q0 + t * c, a->d0 + t * nb, a->q04 + t * c, a->s0 + t * ns, a->s1 + t * ns);
 }
 
 /* The q8_K form (k) or the q8_0 / q8_1 form (!k) on pool (NULL: inline), once. */
