@@ -251,6 +251,119 @@ static float dot_v(const float *a, const float *b, int n) {
     return lanes_sum(acc);
 }
 
+/* ---- attention's softmax ---------------------------------------------------------------------- */
+
+/* glibc's expf as its FMA build __expf_fma computes it (sysdeps/ieee754/flt-32/e_expf.c; an AVX2 + FMA CPU runs that
+ * build): kernels_avx512.c expf8_main's steps on 4 floats in double lanes, the table __exp2f_data.tab (N = 32) read
+ * by a gather. Bitwise expf where -0x1.9d1d9ep6 <= x <= 0x1.62e42ep6 (its main path); exp_lanes takes the rest. */
+static const uint64_t exp2f_tab[32] = {
+    0x3ff0000000000000ULL, 0x3fefd9b0d3158574ULL, 0x3fefb5586cf9890fULL, 0x3fef9301d0125b51ULL,
+    0x3fef72b83c7d517bULL, 0x3fef54873168b9aaULL, 0x3fef387a6e756238ULL, 0x3fef1e9df51fdee1ULL,
+    0x3fef06fe0a31b715ULL, 0x3feef1a7373aa9cbULL, 0x3feedea64c123422ULL, 0x3feece086061892dULL,
+    0x3feebfdad5362a27ULL, 0x3feeb42b569d4f82ULL, 0x3feeab07dd485429ULL, 0x3feea47eb03a5585ULL,
+    0x3feea09e667f3bcdULL, 0x3fee9f75e8ec5f74ULL, 0x3feea11473eb0187ULL, 0x3feea589994cce13ULL,
+    0x3feeace5422aa0dbULL, 0x3feeb737b0cdc5e5ULL, 0x3feec49182a3f090ULL, 0x3feed503b23e255dULL,
+    0x3feee89f995ad3adULL, 0x3feeff76f2fb5e47ULL, 0x3fef199bdd85529cULL, 0x3fef3720dcef9069ULL,
+    0x3fef5818dcfba487ULL, 0x3fef7c97337b9b5fULL, 0x3fefa4afa2a490daULL, 0x3fefd0765b6e4540ULL};
+
+static inline __m128 expf4_main(__m128 x) {
+    const __m256d invln2n = _mm256_set1_pd(0x1.71547652b82fep+5), shift = _mm256_set1_pd(0x1.8p52);
+    const __m256d xd = _mm256_cvtps_pd(x);
+    __m256d kd = _mm256_fmadd_pd(invln2n, xd, shift);
+    const __m256i ki = _mm256_castpd_si256(kd);
+    kd = _mm256_sub_pd(kd, shift);
+    const __m256d r = _mm256_fmsub_pd(invln2n, xd, kd);
+    const __m256i tb = _mm256_i64gather_epi64((const long long *)(const void *)exp2f_tab,
+                                              _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    const __m256i t = _mm256_add_epi64(tb, _mm256_slli_epi64(ki, 47));
+    const __m256d z = _mm256_fmadd_pd(r, _mm256_set1_pd(0x1.c6af84b912394p-20), _mm256_set1_pd(0x1.ebfce50fac4f3p-13));
+    __m256d y = _mm256_fmadd_pd(r, _mm256_set1_pd(0x1.62e42ff0c52d6p-6), _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(z, _mm256_mul_pd(r, r), y);
+    return _mm256_cvtpd_ps(_mm256_mul_pd(y, _mm256_castsi256_pd(t)));
+}
+
+/* sc[p] = expf(sc[p] - mx), p < n: expf4_main's lanes; below -0x1.9fe368p6 (and -inf) expf's +0 (its underflow);
+ * the rest (NaN, overflow, the band where glibc may set errno) by expf itself. */
+static void exp_lanes(float *sc, int n, float mx) {
+    const __m128 m = _mm_set1_ps(mx), lo = _mm_set1_ps(-0x1.9d1d9ep6f), hi = _mm_set1_ps(0x1.62e42ep6f);
+    const __m128 zlo = _mm_set1_ps(-0x1.9fe368p6f);
+    for (int p = 0; p < n; p += 4) {
+        const int k = n - p < 4 ? n - p : 4;
+        float xs[4] = {0, 0, 0, 0}, ys[4];
+        if (k == 4) _mm_storeu_ps(xs, _mm_sub_ps(_mm_loadu_ps(sc + p), m));
+        else
+            for (int i = 0; i < k; i++) xs[i] = sc[p + i] - mx;
+        const __m128 x = _mm_loadu_ps(xs);
+        __m128 y = expf4_main(x);
+        const int ok = _mm_movemask_ps(_mm_and_ps(_mm_cmp_ps(x, lo, _CMP_GE_OQ), _mm_cmp_ps(x, hi, _CMP_LE_OQ)));
+        const int mk = (1 << k) - 1;
+        if ((ok & mk) != mk) {
+            const __m128 zero = _mm_cmp_ps(x, zlo, _CMP_LT_OQ);
+            y = _mm_andnot_ps(zero, y);
+            const int rest = mk & ~ok & ~_mm_movemask_ps(zero);
+            _mm_storeu_ps(ys, y);
+            for (int i = 0; i < 4; i++)
+                if (rest >> i & 1) ys[i] = expf(xs[i]);
+            y = _mm_loadu_ps(ys);
+        }
+        if (k == 4) _mm_storeu_ps(sc + p, y);
+        else {
+            _mm_storeu_ps(ys, y);
+            for (int i = 0; i < k; i++) sc[p + i] = ys[i];
+        }
+    }
+}
+
+/* kernels.h softmax_rows, kernels_avx512.c softmax_rows_v's steps: each row's scaling and max in 8 lanes (max is
+ * exact in any order; a NaN score never wins; +0 and -0 give the same differences), exp_lanes, then four rows'
+ * sums in double side by side, each in increasing p as kern_softmax_row's, and the divisions. */
+static void softmax_rows_v(float *sc, size_t ld, int nr, int n, float scale, const float *sinks) {
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const int m = nr - r0 < 4 ? nr - r0 : 4;
+        double sum[4];
+        for (int i = 0; i < m; i++) {
+            float *row = sc + (size_t)(r0 + i) * ld;
+            __m256 vm = _mm256_set1_ps(sinks ? sinks[r0 + i] : -INFINITY);
+            float mx;
+            const __m256 vs = _mm256_set1_ps(scale);
+            int p = 0;
+            for (; p + 8 <= n; p += 8) {
+                const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(row + p), vs);
+                _mm256_storeu_ps(row + p, v);
+                vm = _mm256_max_ps(v, vm); /* maxps gives its second operand when either is NaN */
+            }
+            float l8[8];
+            _mm256_storeu_ps(l8, vm);
+            mx = l8[0];
+            for (int k = 1; k < 8; k++) mx = l8[k] > mx ? l8[k] : mx;
+            for (; p < n; p++) {
+                row[p] *= scale;
+                if (row[p] > mx) mx = row[p];
+            }
+            exp_lanes(row, n, mx);
+            sum[i] = sinks ? (double)expf(sinks[r0 + i] - mx) : 0.0;
+        }
+        const float *rw[4];
+        for (int i = 0; i < 4; i++) rw[i] = sc + (size_t)(r0 + (i < m ? i : 0)) * ld;
+        if (m == 4)
+            for (int p = 0; p < n; p++) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) sum[i] += rw[i][p];
+            }
+        else
+            for (int i = 0; i < m; i++)
+                for (int p = 0; p < n; p++) sum[i] += rw[i][p];
+        for (int i = 0; i < m; i++) {
+            float *row = sc + (size_t)(r0 + i) * ld;
+            const float f = (float)sum[i];
+            const __m256 vf = _mm256_set1_ps(f);
+            int p = 0;
+            for (; p + 8 <= n; p += 8) _mm256_storeu_ps(row + p, _mm256_div_ps(_mm256_loadu_ps(row + p), vf));
+            for (; p < n; p++) row[p] /= f;
+        }
+    }
+}
+
 #include "kernels/kv_x86.h"
 
 /* ---- table ------------------------------------------------------------------------------------ */
@@ -262,6 +375,7 @@ static const kern_ops avx2_ops = {
     .dot = dot_v,
     .axpy = plain_axpy,
     .kv_decode = kv_decode_x86,
+    .softmax_rows = softmax_rows_v,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
 };
