@@ -186,6 +186,32 @@ int main(void) {
             }
     printf("neon: %d int8-activation cases bitwise the oracle (%s kernels)\n", i8_cases, has_dot ? "SDOT" : "the oracle's");
     kq_check(sc, ne, &pass, &fail);
+    /* attention's softmax (kernels.h softmax_rows): bitwise kern_softmax_row, whose expf is this libm's: rows whose
+     * max is 0 (expf of the scores themselves: random bit patterns in [-128, 0], expf's bands, -inf, a NaN), then
+     * scaled rows with and without sinks, row and score counts around the 4-lane steps */
+    static float sm_want[9 * 1024], sm_got[9 * 1024];
+    for (int rep = 0; rep < 40; rep++) {
+        const float edge[] = {-INFINITY, -0x1.9fe368p6f, -0x1.9fe366p6f, -0x1.9d1d9ep6f, -0x1.9d1d9cp6f, -103.5f,
+                              -88.0f, -87.99f, -0x1p-149f, -0.0f, NAN, 0.5f, -0.5f, -1.5f, -2.5f};
+        const int n = rep < 20 ? 1024 : 1 + rep * 37 % 300, nr = rep < 20 ? 9 : 1 + rep % 9, sk = rep % 2 && rep >= 20;
+        float sinks[9];
+        for (int r = 0; r < nr; r++) sinks[r] = frand() * 8.0f;
+        for (int i = 0; i < nr * n; i++) {
+            uint32_t b = 0x80000000u + (uint32_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % 0x43000000u;
+            memcpy(&sm_want[i], &b, 4);
+            if (rep >= 20) sm_want[i] = frand() * (float)(1 + rep * 7);
+        }
+        if (rep < 20) {
+            for (int r = 0; r < nr; r++) sm_want[(size_t)r * n] = 0.0f;
+            memcpy(sm_want + 1, edge, sizeof edge - (rep ? sizeof(float) * 5 : 0));
+        }
+        memcpy(sm_got, sm_want, sizeof(float) * (size_t)(nr * n));
+        const float scale = rep < 20 ? 1.0f : 0.088f;
+        for (int r = 0; r < nr; r++) kern_softmax_row(sm_want + (size_t)r * n, n, scale, sk ? sinks + r : NULL);
+        ne->softmax_rows(sm_got, (size_t)n, nr, n, scale, sk ? sinks : NULL);
+        if (!memcmp(sm_want, sm_got, sizeof(float) * (size_t)(nr * n))) pass++;
+        else { fail++; printf("FAIL neon softmax_rows rep %d (n %d rows %d sinks %d): not kern_softmax_row's\n", rep, n, nr, sk); }
+    }
     float u[37], v[37];
     for (int i = 0; i < 37; i++) { u[i] = frand(); v[i] = frand(); }
     if (fabsf(ne->dot(u, v, 37) - sc->dot(u, v, 37)) < 1e-5f) pass++; else { fail++; printf("FAIL dot\n"); }

@@ -138,6 +138,103 @@ static float dot_v(const float *a, const float *b, int n) {
     return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+/* ---- attention's softmax ---------------------------------------------------------------------- */
+
+/* glibc's expf as its AArch64 build computes it (sysdeps/ieee754/flt-32/e_expf.c with TOINT_INTRINSICS; read from
+ * libm's disassembly: z = x * N/ln2 rounded, kd = z rounded half away from zero (frinta), ki the same as an integer
+ * (fcvtas), r = z - kd, s = 2^(k/N) from the table __exp2f_data.tab (N = 32) and the exponent bits,
+ * y = (C0 r + C1) r^2 + (C2 r + 1) by three fused multiply-adds, times s, rounded to float) in two double lanes.
+ * Bitwise expf where -0x1.9d1d9ep6 <= x <= 0x1.62e42ep6 (its main path); exp_lanes takes the rest. */
+static const uint64_t exp2f_tab[32] = {
+    0x3ff0000000000000ULL, 0x3fefd9b0d3158574ULL, 0x3fefb5586cf9890fULL, 0x3fef9301d0125b51ULL,
+    0x3fef72b83c7d517bULL, 0x3fef54873168b9aaULL, 0x3fef387a6e756238ULL, 0x3fef1e9df51fdee1ULL,
+    0x3fef06fe0a31b715ULL, 0x3feef1a7373aa9cbULL, 0x3feedea64c123422ULL, 0x3feece086061892dULL,
+    0x3feebfdad5362a27ULL, 0x3feeb42b569d4f82ULL, 0x3feeab07dd485429ULL, 0x3feea47eb03a5585ULL,
+    0x3feea09e667f3bcdULL, 0x3fee9f75e8ec5f74ULL, 0x3feea11473eb0187ULL, 0x3feea589994cce13ULL,
+    0x3feeace5422aa0dbULL, 0x3feeb737b0cdc5e5ULL, 0x3feec49182a3f090ULL, 0x3feed503b23e255dULL,
+    0x3feee89f995ad3adULL, 0x3feeff76f2fb5e47ULL, 0x3fef199bdd85529cULL, 0x3fef3720dcef9069ULL,
+    0x3fef5818dcfba487ULL, 0x3fef7c97337b9b5fULL, 0x3fefa4afa2a490daULL, 0x3fefd0765b6e4540ULL};
+
+static inline float32x2_t expf2_main(float32x2_t x) {
+    const float64x2_t z = vmulq_f64(vcvt_f64_f32(x), vdupq_n_f64(0x1.71547652b82fep+5));
+    const float64x2_t kd = vrndaq_f64(z);
+    const int64x2_t ki = vcvtaq_s64_f64(z);
+    const float64x2_t r = vsubq_f64(z, kd);
+    const uint64x2_t tb = vcombine_u64(vcreate_u64(exp2f_tab[vgetq_lane_s64(ki, 0) & 31]),
+                                       vcreate_u64(exp2f_tab[vgetq_lane_s64(ki, 1) & 31]));
+    const uint64x2_t t = vaddq_u64(tb, vshlq_n_u64(vreinterpretq_u64_s64(ki), 47));
+    const float64x2_t c = vfmaq_f64(vdupq_n_f64(0x1.ebfce50fac4f3p-13), vdupq_n_f64(0x1.c6af84b912394p-20), r);
+    float64x2_t y = vfmaq_f64(vdupq_n_f64(1.0), vdupq_n_f64(0x1.62e42ff0c52d6p-6), r);
+    y = vfmaq_f64(y, c, vmulq_f64(r, r));
+    return vcvt_f32_f64(vmulq_f64(y, vreinterpretq_f64_u64(t)));
+}
+
+/* sc[p] = expf(sc[p] - mx), p < n: expf2_main's lanes; below -0x1.9fe368p6 (and -inf) expf's +0 (its underflow);
+ * the rest (NaN, overflow, the band where glibc may set errno) by expf itself. */
+static void exp_lanes(float *sc, int n, float mx) {
+    for (int p = 0; p < n; p += 4) {
+        const int k = n - p < 4 ? n - p : 4;
+        float xs[4] = {0, 0, 0, 0}, ys[4];
+        for (int i = 0; i < k; i++) xs[i] = sc[p + i] - mx;
+        const float32x4_t x = vld1q_f32(xs);
+        vst1q_f32(ys, vcombine_f32(expf2_main(vget_low_f32(x)), expf2_main(vget_high_f32(x))));
+        for (int i = 0; i < k; i++) {
+            const float v = xs[i];
+            sc[p + i] = v >= -0x1.9d1d9ep6f && v <= 0x1.62e42ep6f ? ys[i] : v < -0x1.9fe368p6f ? 0.0f : expf(v);
+        }
+    }
+}
+
+/* kernels.h softmax_rows, kernels_avx512.c softmax_rows_v's steps: each row's scaling and max in 4 lanes (v > m ?
+ * v : m, the scalar loop's test, so a NaN score never wins; max is exact in any order; +0 and -0 give the same
+ * differences), exp_lanes, then four rows' sums in double side by side, each in increasing p as
+ * kern_softmax_row's, and the divisions. */
+static void softmax_rows_v(float *sc, size_t ld, int nr, int n, float scale, const float *sinks) {
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const int m = nr - r0 < 4 ? nr - r0 : 4;
+        double sum[4];
+        for (int i = 0; i < m; i++) {
+            float *row = sc + (size_t)(r0 + i) * ld;
+            float32x4_t vm = vdupq_n_f32(sinks ? sinks[r0 + i] : -INFINITY);
+            const float32x4_t vs = vdupq_n_f32(scale);
+            int p = 0;
+            for (; p + 4 <= n; p += 4) {
+                const float32x4_t v = vmulq_f32(vld1q_f32(row + p), vs);
+                vst1q_f32(row + p, v);
+                vm = vbslq_f32(vcgtq_f32(v, vm), v, vm);
+            }
+            float l4[4], mx;
+            vst1q_f32(l4, vm);
+            mx = l4[0];
+            for (int k = 1; k < 4; k++) mx = l4[k] > mx ? l4[k] : mx;
+            for (; p < n; p++) {
+                row[p] *= scale;
+                if (row[p] > mx) mx = row[p];
+            }
+            exp_lanes(row, n, mx);
+            sum[i] = sinks ? (double)expf(sinks[r0 + i] - mx) : 0.0;
+        }
+        const float *rw[4];
+        for (int i = 0; i < 4; i++) rw[i] = sc + (size_t)(r0 + (i < m ? i : 0)) * ld;
+        if (m == 4)
+            for (int p = 0; p < n; p++) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) sum[i] += rw[i][p];
+            }
+        else
+            for (int i = 0; i < m; i++)
+                for (int p = 0; p < n; p++) sum[i] += rw[i][p];
+        for (int i = 0; i < m; i++) {
+            float *row = sc + (size_t)(r0 + i) * ld;
+            const float f = (float)sum[i];
+            const float32x4_t vf = vdupq_n_f32(f);
+            int p = 0;
+            for (; p + 4 <= n; p += 4) vst1q_f32(row + p, vdivq_f32(vld1q_f32(row + p), vf));
+            for (; p < n; p++) row[p] /= f;
+        }
+    }
+}
+
 /* ---- table ------------------------------------------------------------------------------------ */
 
 static const kern_ops neon_ops = {
@@ -146,6 +243,7 @@ static const kern_ops neon_ops = {
     .matmul_i8 = {KQ_I8_ENTRIES(kern_kq_i8_neon)},
     .dot = dot_v,
     .axpy = plain_axpy,
+    .softmax_rows = softmax_rows_v,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
 };
@@ -156,6 +254,7 @@ static const kern_ops neon_dot_ops = {
     .matmul_i8 = {[DT_Q8] = kern_neon_dot_q8, [DT_Q4] = kern_neon_dot_q4, KQ_I8_ENTRIES(kern_kq_i8_neon)},
     .dot = dot_v,
     .axpy = plain_axpy,
+    .softmax_rows = softmax_rows_v,
     .rmsnorm = plain_rmsnorm,
     .swiglu = plain_swiglu,
 };
