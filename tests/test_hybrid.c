@@ -114,7 +114,8 @@ TEST(hybrid_matmul_dev_is_cuda_order) {
                         float want = plain_dev(&m, r, &a, t), got = y[t * rows + r];
                         CHECKF(!memcmp(&got, &want, 4), "path %d %s cols %d group %d sdt %s: row %d token %d %.9g != %.9g",
                                isa, dt_name(dt), cols, group, dt_name(sdt), r, t, got, want);
-                        CHECKF(fabsf(got - cpu[t * rows + r]) <= 1e-5f * (1.0f + fabsf(got)), "%s: %.9g vs CPU %.9g",
+                        /* another order of up to 64 + 64 roundings of terms near 1: a sanity bound, not the contract */
+                        CHECKF(fabsf(got - cpu[t * rows + r]) <= 3e-4f * (1.0f + fabsf(got)), "%s: %.9g vs CPU %.9g",
                                dt_name(dt), got, cpu[t * rows + r]);
                     }
                 free(buf);
