@@ -160,6 +160,11 @@ static void turn(chat *c, const char *line) {
         cli_fail("chat", "%s", err.msg);
         return;
     }
+    if (!first && !strstr(text, "<|im_start|>")) { /* the turns below are joined as ChatML's */
+        cli_fail("chat", "this model's chat template (not ChatML: DeepSeek-V4's) takes one turn here; /reset starts over, "
+                         "`sluice serve` takes whole conversations");
+        goto out;
+    }
     if (c->pending >= 0) { ids = malloc(sizeof *ids); if (ids) ids[n++] = c->pending; }
     if ((!first && add_text(c, c->need_end ? "<|im_end|>\n" : "\n", &ids, &n)) || add_text(c, text, &ids, &n)) goto out;
     sl_gen_params gp = sl_gen_params_default();

@@ -157,6 +157,9 @@ def test_run_chat_with_the_dsv4_template(tmp_path):
     t = run(["tokenize", "-m", p, "--chat", "--text"],
             input=json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()).stdout.decode()
     assert t == "<｜User｜>hi<｜Assistant｜></think>"  # the tiny tokenizer has no bos_token
+    # `sluice chat` joins follow-up turns as ChatML's: with this template the second turn is refused, said plainly
+    c = run(["chat", "-m", p, "-n", "3", "--temp", "0"], input=b"hi\nand again\n", check=False)
+    assert "takes one turn here" in c.stderr.decode(), c.stderr.decode()
 
 
 def test_serve_splits_dsv4_thinking(tmp_path):

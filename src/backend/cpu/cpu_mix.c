@@ -295,9 +295,12 @@ void cpu_attention(be_backend *be, const be_attn *a) {
         key_range(a, t, &p0, &m);
         if (m > nk) nk = m;
     }
-    /* a transposed key tile (attn_block_part's dot_cols_q) where the table has the op */
-    const size_t xt_floats = c->ops->dot_cols_q ? (size_t)BE_KV_TILE * (size_t)hd : 0;
-    const size_t room = c->slot_floats - (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd) - xt_floats;
+    /* a transposed key tile (attn_block_part's dot_cols_q) where the table has the op and the slot holds it beside
+     * the decoded rows (forward.c slot_floats does not count it: a small --ctx leaves no room, then no tile) */
+    const size_t rows_floats = (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd);
+    const size_t xt_floats = c->ops->dot_cols_q && c->slot_floats - rows_floats > (size_t)2 * BE_KV_TILE * (size_t)hd
+                                 ? (size_t)BE_KV_TILE * (size_t)hd : 0;
+    const size_t room = c->slot_floats - rows_floats - xt_floats;
     const size_t per = (size_t)j.group * ((size_t)nk + (j.kt == KV_Q4R_Y ? (size_t)hd : 0)); /* + rotated queries */
     const int bmax = (int)(room / per < (size_t)a->n ? room / per : (size_t)a->n);
     if (a->n > 1 && bmax >= 1 && !a->extra) { /* blocks of tokens per KV head, enough for two per thread where tokens allow */
