@@ -27,17 +27,31 @@
 #define MV1_PAIRS 2048 /* (row, block) pairs a chunk of mv1_i8: R rows x 2048 / R blocks */
 #define MV1_MAXT 8 /* up to 8 tokens (a batch of decode steps): NT of them staged, 16 x NT fold threads */
 
+/* A row's fold of one chunk: acc = fma(I_b, s_g d_b, acc) over its kcn blocks in order and, at each group's first
+ * block, accb = fma(bias_j, xg_j, accb) over its groups in order (xg: the chunk's group sums of the activation, in
+ * shared memory where the kernel staged them). The two chains are independent, so interleaving them changes no
+ * operation and no order (the bits of the two loops one after the other), while their latencies overlap and the
+ * group sums are no longer one dependent global load each. */
+static __device__ __forceinline__ void fold_chunk(const float *si, const float *sm, const float *sb, int ld, const float *xg,
+                                                  int kcn, int bmask, int gshift, float &acc, float &accb) {
+#pragma unroll 8
+    for (int bl = 0; bl < kcn; bl++) {
+        acc = __fmaf_rn(si[bl * ld], sm[bl * ld], acc);
+        if (!(bl & bmask)) accb = __fmaf_rn(sb[(bl >> gshift) * ld], xg[bl >> gshift], accb);
+    }
+}
+
 template <int DT, int SDT, int R>
 __global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ijobs J) {
     const ijob j = resolve(J.j[find_job(J)]);
     constexpr int KC = MV1_PAIRS / R, LD = R + 1; /* blocks a chunk; LD odd: staging stores of consecutive blocks hit different banks */
-    __shared__ float sI[KC * LD], sM[KC * LD], sB[KC * LD];
+    __shared__ float sI[KC * LD], sM[KC * LD], sB[KC * LD], sxg[KC];
     const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
     const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
     const int8_t *xq = j.xq + (size_t)ar * cols;
-    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff;
+    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff; /* the group sums */
     float acc = 0.f, accb = 0.f;
     for (int kb0 = 0; kb0 < nb; kb0 += KC) {
         const int kcn = min(KC, nb - kb0), np = nr * kcn;
@@ -54,13 +68,9 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ij
             sM[bl * LD + rl] = __fmul_rn(sw, __ldg(xd + b));
             if (!(b & bmask)) sB[(bl >> gshift) * LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
         }
+        for (int i = tid; i < (kcn >> gshift); i += MV1_THREADS) sxg[i] = __ldg(xs + (kb0 >> gshift) + i);
         __syncthreads();
-        if (tid < nr) {
-#pragma unroll 8
-            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(sI[bl * LD + tid], sM[bl * LD + tid], acc);
-            for (int gl = 0; gl < (kcn >> gshift); gl++)
-                accb = __fmaf_rn(sB[gl * LD + tid], __ldg(xs + (kb0 >> gshift) + gl), accb);
-        }
+        if (tid < nr) fold_chunk(sI + tid, sM + tid, sB + tid, LD, sxg, kcn, bmask, gshift, acc, accb);
         __syncthreads();
     }
     if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
@@ -76,14 +86,14 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
     constexpr int KC = MV1_PAIRS / R < 256 ? MV1_PAIRS / R : 256, LD = R + 1, P = R * KC / MV1_THREADS;
     constexpr int BB = DT == DT_Q4 ? 16 : 32; /* code bytes a block */
     const ijob j = resolve(J.j[find_job(J)]);
-    __shared__ float sI[KC * LD], sM[KC * LD], sB[KC * LD], sd[KC];
+    __shared__ float sI[KC * LD], sM[KC * LD], sB[KC * LD], sd[KC], sxg[KC];
     __shared__ uint4 sx[KC * 2];
     const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
     const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
     const int8_t *xq = j.xq + (size_t)ar * cols;
-    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff;
+    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff; /* the group sums */
     float acc = 0.f, accb = 0.f;
     for (int kb0 = 0; kb0 < nb; kb0 += KC) {
         const int kcn = min(KC, nb - kb0), np = nr * kcn;
@@ -104,6 +114,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
         }
         for (int i = tid; i < 2 * kcn; i += MV1_THREADS) sx[i] = __ldg((const uint4 *)(xq + (size_t)kb0 * 32) + i);
         for (int i = tid; i < kcn; i += MV1_THREADS) sd[i] = __ldg(xd + kb0 + i);
+        for (int i = tid; i < (kcn >> gshift); i += MV1_THREADS) sxg[i] = __ldg(xs + (kb0 >> gshift) + i);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < P; k++) {
@@ -117,12 +128,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
             }
         }
         __syncthreads();
-        if (tid < nr) {
-#pragma unroll 8
-            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(sI[bl * LD + tid], sM[bl * LD + tid], acc);
-            for (int gl = 0; gl < (kcn >> gshift); gl++)
-                accb = __fmaf_rn(sB[gl * LD + tid], __ldg(xs + (kb0 >> gshift) + gl), accb);
-        }
+        if (tid < nr) fold_chunk(sI + tid, sM + tid, sB + tid, LD, sxg, kcn, bmask, gshift, acc, accb);
         __syncthreads();
     }
     if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
@@ -145,14 +151,14 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
     __shared__ __align__(16) uint8_t sc[NP * BB]; /* codes, then sI | sM | sB */
     __shared__ unsigned ssw[NP], sbw[NP];
     __shared__ __align__(16) uint4 sx[KC * 2];
-    __shared__ float sd[KC];
+    __shared__ float sd[KC], sxg[KC];
     float *sI = (float *)sc, *sM = sI + KC * LD, *sB = sM + KC * LD;
     const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
     const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
     const int8_t *xq = j.xq + (size_t)ar * cols;
-    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff;
+    const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff; /* the group sums */
     float acc = 0.f, accb = 0.f;
     for (int kb0 = 0; kb0 < nb; kb0 += KC) {
         const int kcn = min(KC, nb - kb0), np = nr * kcn;
@@ -171,6 +177,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
         if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
         for (int i = tid; i < 2 * kcn; i += MV1_THREADS) cp16(&sx[i], xq + (size_t)kb0 * 32 + (size_t)i * 16, true);
         for (int i = tid; i < kcn; i += MV1_THREADS) cp4(&sd[i], xd + kb0 + i);
+        for (int i = tid; i < (kcn >> gshift); i += MV1_THREADS) cp4(&sxg[i], xs + (kb0 >> gshift) + i);
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         __syncthreads();
         float vI[P], vM[P], vB[P];
@@ -196,12 +203,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
             }
         }
         __syncthreads();
-        if (tid < nr) {
-#pragma unroll 8
-            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(sI[bl * LD + tid], sM[bl * LD + tid], acc);
-            for (int gl = 0; gl < (kcn >> gshift); gl++)
-                accb = __fmaf_rn(sB[gl * LD + tid], __ldg(xs + (kb0 >> gshift) + gl), accb);
-        }
+        if (tid < nr) fold_chunk(sI + tid, sM + tid, sB + tid, LD, sxg, kcn, bmask, gshift, acc, accb);
         __syncthreads();
     }
     if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
@@ -211,7 +213,7 @@ template <int DT, int SDT, int NT>
 __global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ijobs J) {
     constexpr int KC = MV1_KC / NT; /* blocks a chunk: NT tokens' staging in the room of one's */
     const ijob j = resolve(J.j[find_job(J)]);
-    __shared__ float sI[NT * KC * MV1_LD], sM[NT * KC * MV1_LD], sB[KC * MV1_LD];
+    __shared__ float sI[NT * KC * MV1_LD], sM[NT * KC * MV1_LD], sB[KC * MV1_LD], sxg[NT * KC];
     const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * MV1_ROWS, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(MV1_ROWS, j.nrows - r0), nt = min(NT, j.n_tok);
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
@@ -221,7 +223,6 @@ __global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ij
     for (int t = 0; t < NT; t++) ar[t] = act_row(j, t);
     /* the fold: thread (token ft, row fr) sums row fr for token ft */
     const int fr = tid % MV1_ROWS, ft = tid / MV1_ROWS, folds = fr < nr && ft < nt;
-    const float *xs = j.s + (size_t)act_row(j, ft < nt ? ft : 0) * ns + soff;
     float acc = 0.f, accb = 0.f;
     for (int kb0 = 0; kb0 < nb; kb0 += KC) {
         const int kcn = min(KC, nb - kb0), np = nr * kcn;
@@ -241,14 +242,14 @@ __global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ij
             }
             if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
         }
-        __syncthreads();
-        if (folds) {
-            const float *si = sI + (size_t)ft * KC * MV1_LD + fr, *sm = sM + (size_t)ft * KC * MV1_LD + fr;
-#pragma unroll 8
-            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(si[bl * MV1_LD], sm[bl * MV1_LD], acc);
-            for (int gl = 0; gl < (kcn >> gshift); gl++)
-                accb = __fmaf_rn(sB[gl * MV1_LD + fr], __ldg(xs + (kb0 >> gshift) + gl), accb);
+        for (int i = tid; i < nt * (kcn >> gshift); i += MV1_THREADS) {
+            const int t = i / (kcn >> gshift), c = i - t * (kcn >> gshift);
+            sxg[t * KC + c] = __ldg(j.s + (size_t)act_row(j, t) * ns + soff + (kb0 >> gshift) + c);
         }
+        __syncthreads();
+        if (folds)
+            fold_chunk(sI + (size_t)ft * KC * MV1_LD + fr, sM + (size_t)ft * KC * MV1_LD + fr, sB + fr, MV1_LD,
+                       sxg + ft * KC, kcn, bmask, gshift, acc, accb);
         __syncthreads();
     }
     if (folds) j.y[(size_t)ft * j.ldy + r0 + fr] = __fadd_rn(acc, accb);
@@ -266,13 +267,12 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
     __shared__ __align__(16) uint8_t sc[NP * BB];
     __shared__ unsigned ssw[NP], sbw[NP];
     __shared__ __align__(16) uint4 sx[NT * KC * 2];
-    __shared__ float sd[NT * KC], sI[NT * KC * MV1_LD], sM[NT * KC * MV1_LD], sB[KC * MV1_LD];
+    __shared__ float sd[NT * KC], sI[NT * KC * MV1_LD], sM[NT * KC * MV1_LD], sB[KC * MV1_LD], sxg[NT * KC];
     const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * MV1_ROWS, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(MV1_ROWS, j.nrows - r0), nt = min(NT, j.n_tok);
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
     const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols;
     const int fr = tid % MV1_ROWS, ft = tid / MV1_ROWS, folds = fr < nr && ft < nt;
-    const float *xs = j.s + (size_t)act_row(j, ft < nt ? ft : 0) * ns + soff;
     float acc = 0.f, accb = 0.f;
     for (int kb0 = 0; kb0 < nb; kb0 += KC) {
         const int kcn = min(KC, nb - kb0), np = nr * kcn;
@@ -296,6 +296,10 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
             const int t = i / kcn, c = i - t * kcn;
             cp4(&sd[t * KC + c], j.d + (size_t)act_row(j, t) * nb + kb0 + c);
         }
+        for (int i = tid; i < nt * (kcn >> gshift); i += MV1_THREADS) {
+            const int t = i / (kcn >> gshift), c = i - t * (kcn >> gshift);
+            cp4(&sxg[t * KC + c], j.s + (size_t)act_row(j, t) * ns + soff + (kb0 >> gshift) + c);
+        }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         __syncthreads();
 #pragma unroll
@@ -316,13 +320,9 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
             }
         }
         __syncthreads();
-        if (folds) {
-            const float *si = sI + (size_t)ft * KC * MV1_LD + fr, *sm = sM + (size_t)ft * KC * MV1_LD + fr;
-#pragma unroll 8
-            for (int bl = 0; bl < kcn; bl++) acc = __fmaf_rn(si[bl * MV1_LD], sm[bl * MV1_LD], acc);
-            for (int gl = 0; gl < (kcn >> gshift); gl++)
-                accb = __fmaf_rn(sB[gl * MV1_LD + fr], __ldg(xs + (kb0 >> gshift) + gl), accb);
-        }
+        if (folds)
+            fold_chunk(sI + (size_t)ft * KC * MV1_LD + fr, sM + (size_t)ft * KC * MV1_LD + fr, sB + fr, MV1_LD,
+                       sxg + ft * KC, kcn, bmask, gshift, acc, accb);
         __syncthreads();
     }
     if (folds) j.y[(size_t)ft * j.ldy + r0 + fr] = __fadd_rn(acc, accb);

@@ -10,7 +10,7 @@
 
 /* Column i (lane = i mod 32; the warp holds the whole block i / 32) of a one-row int8 form: cuda_i8.cu
  * act_quant's operations on v: the code, and from lane 0 the block's scale and sum. */
-static __device__ __forceinline__ void quant_lane(float v, int i, int lane, const slcu_act &a) {
+static __device__ __forceinline__ void quant_lane(float v, int i, int lane, const slcu_act &a, float *sbs = nullptr) {
     float amax = fmaxf(0.0f, fabsf(v));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -23,7 +23,11 @@ static __device__ __forceinline__ void quant_lane(float v, int i, int lane, cons
     const int c8 = lane & 7;
     a.q[i] = (int8_t)qi;
     a.q4[(i & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
-    if (!lane) a.d[i >> 5] = db, a.s[i >> 5] = __fmul_rn(db, (float)sum);
+    if (!lane) {
+        const float sb = __fmul_rn(db, (float)sum);
+        a.d[i >> 5] = db, a.s[i >> 5] = sb;
+        if (sbs) sbs[i >> 5] = sb; /* a copy in shared memory for quant_sums_sh */
+    }
 }
 
 /* the pair and quad sums of blocks b0 .. b0 + nq - 1 (b0 a multiple of 4) of a one-row int8 form of nb blocks,
@@ -34,6 +38,16 @@ static __device__ __forceinline__ void quant_sums(const slcu_act &a, int nb, int
     for (int j = tid; j < nq / 4; j += nthreads) {
         const float *s = a.s + b0 + 4 * j;
         a.s[nb + nb / 2 + b0 / 4 + j] = __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
+    }
+}
+
+/* quant_sums of a whole row (b0 0) from the block sums' copy in shared memory (quant_lane's sbs, visible after a
+ * barrier): the same additions of the same floats, without reading back what the row's warps just wrote. */
+static __device__ __forceinline__ void quant_sums_sh(const slcu_act &a, int nb, const float *sbs, int tid, int nthreads) {
+    for (int j = tid; j < nb / 2; j += nthreads) a.s[nb + j] = __fadd_rn(sbs[2 * j], sbs[2 * j + 1]);
+    for (int j = tid; j < nb / 4; j += nthreads) {
+        const float *s = sbs + 4 * j;
+        a.s[nb + nb / 2 + j] = __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
     }
 }
 
