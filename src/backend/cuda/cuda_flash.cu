@@ -299,11 +299,26 @@ __global__ void __launch_bounds__(FA16_FW * 32) k_fa16_fold(const slcu_attn p) {
     }
 }
 
+/* One token's new row (app: no k_kv_append16 before the decode pair): the warp whose chunk holds position pos0
+ * converts the token's k and v of KV head kvh to f16 (k_kv_append16's conversions), writes them to the cache row
+ * and over row r of its tiles (what its cp.async read there was the row's old bytes). No other warp reads that
+ * row, but another row tile of the same KV head (rows 16z..), which does the same: the same values. */
+template <int HDP>
+__device__ void f16_append_row(const slcu_attn &p, __half *ks, __half *vs, int r, int kvh, int lane) {
+    const size_t src = (size_t)kvh * p.hd, dst = (size_t)(p.pos0 % p.cap) * p.n_kv * p.hd + src;
+    __half *kc = (__half *)p.k_cache, *vc = (__half *)p.v_cache;
+    for (int d = lane; d < p.hd; d += 32) {
+        const __half kx = __float2half_rn(p.k[src + d]), vx = __float2half_rn(p.v[src + d]);
+        ks[r * (HDP + 8) + d] = kx, vs[r * (HDP + 8) + d] = vx;
+        kc[dst + d] = kx, vc[dst + d] = vx;
+    }
+}
+
 /* Decode: warp w of CTA (x, kvh, z) takes chunk cfirst + 4x + w for rows 16z .. 16z + 15 of KV head kvh and writes
  * its (m, l) to ml [R][nchs][2] and o to po [R][nchs][HDP] (R = kvh * nrows + row). Shared memory per warp: qs
  * [16][HDP + 8], ks and vs [64][HDP + 8]. pd: the position from the device (a recorded step). */
 template <int HDP, int W>
-__global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml) {
+__global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml, int app) {
     if (pd) p.pos0 = *pd;
     constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
     extern __shared__ uint4 f16_smem[];
@@ -322,6 +337,7 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
     f16_load_kv<HDP>(p, ks, vs, c0, clo, chi, kvh, lane, 32);
     fl_cp_commit();
     fl_cp_wait<0>();
+    if (app && p.pos0 >= c0 && p.pos0 < c0 + FA16_C) f16_append_row<HDP>(p, ks, vs, p.pos0 - c0, kvh, lane);
     __syncwarp();
     float m[2], l[2];
     uint32_t pa[4][4];
@@ -676,7 +692,7 @@ static int fl_partials(const slcu_attn *a, int nchs, int hdp, float **po, float 
 }
 
 template <int HDP>
-static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slcu_act *oq, char *msg, size_t msglen) {
+static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slcu_act *oq, int app, char *msg, size_t msglen) {
     constexpr int S = HDP + 8, PW = HDP >= 256 ? 2 : 4;
     static int fset, pset; /* hd 256: 168,960 (two K/V buffers) and 152,064 bytes */
     const size_t fsm = (size_t)(FA16_FW * 16 + 4 * FA16_C) * S * 2, psm = (size_t)PW * (16 + 2 * FA16_C) * S * 2;
@@ -693,7 +709,7 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
     if (fl_partials(a, nchs, HDP, &po, &ml, msg, msglen)) return -1;
     if (fl_smem(k_fa16_part<HDP, PW>, &pset, psm, msg, msglen)) return -1;
     k_fa16_part<HDP, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
-                           PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
+                           PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml, app);
     slcu_act qa = {};
     if (oq && a->n == 1 && a->hd % 128 == 0 && oq->n_tok == 1 && oq->cols == a->n_heads * a->hd) qa = *oq;
     k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, HDP,
@@ -712,12 +728,16 @@ extern "C" int slcu_attention_f16q(const slcu_attn *a, const int *pd, int max_ke
     fl_env();
     if (a->hd > 256) return f16_fail(msg, msglen, "head_dim above 256", cudaSuccess);
     if (pd && (a->n != 1 || !a->k)) return f16_fail(msg, msglen, "a recorded step has one token appending its row", cudaSuccess);
-    if (a->k) k_kv_append16<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
-    if (a->hd <= 16) return f16_launch<16>(a, pd, max_keys, oq, msg, msglen);
-    if (a->hd <= 32) return f16_launch<32>(a, pd, max_keys, oq, msg, msglen);
-    if (a->hd <= 64) return f16_launch<64>(a, pd, max_keys, oq, msg, msglen);
-    if (a->hd <= 128) return f16_launch<128>(a, pd, max_keys, oq, msg, msglen);
-    return f16_launch<256>(a, pd, max_keys, oq, msg, msglen);
+    /* one token in the decode pair: k_fa16_part appends its row (f16_append_row), one launch fewer */
+    static int sep = -1; /* SLUICE_CUDA_FA_APPEND=0: the separate append, as before (bisecting) */
+    if (sep < 0) sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
+    const int app = a->k && a->n == 1 && fl_decode(a, pd) && !sep;
+    if (a->k && !app) k_kv_append16<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
+    if (a->hd <= 16) return f16_launch<16>(a, pd, max_keys, oq, app, msg, msglen);
+    if (a->hd <= 32) return f16_launch<32>(a, pd, max_keys, oq, app, msg, msglen);
+    if (a->hd <= 64) return f16_launch<64>(a, pd, max_keys, oq, app, msg, msglen);
+    if (a->hd <= 128) return f16_launch<128>(a, pd, max_keys, oq, app, msg, msglen);
+    return f16_launch<256>(a, pd, max_keys, oq, app, msg, msglen);
 }
 
 template <int NJ>
