@@ -85,8 +85,10 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
     const bool x16 = !((uintptr_t)x & 15); /* cols % 4 == 0 here: every token's pieces are 16-byte aligned too */
     float acc[R][NT] = {};
     /* unrolled: a lane's next pieces' loads go out before this one's sums (the order of the sums is unchanged); a
-     * router's 2048 columns are 8 pieces a lane, which the loop waited for one after the other */
-#pragma unroll 4
+     * router's 2048 f32 columns are 16 pieces a lane, which the loop waited for one after the other: one row a warp
+     * and one token (a decode step's router: 128 rows on 32 CTAs) unroll 16, all of a lane's loads in flight */
+    constexpr int UNR = R == 1 && NT == 1 ? 16 : 4;
+#pragma unroll UNR
     for (int p = lane; p < npieces; p += 32) {
         uint4 wv[R];
         float s[R], b[R];
