@@ -142,3 +142,46 @@ static void bench_mv(void) {
     free_mat(&gu), free_mat(&dn);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf);
 }
+
+/* cuda.h slcu_act sg: the down matvec making its SwiGLU input in its CTAs == slcu_swiglu_q, then the matvec on its
+ * int8 form, bitwise: q8 / q4, groups 32 / 64 / 128, a row of 768 (the 30B shape's experts) and one of 4096 (several
+ * chunks), directly and through the device table, k rows in one launch as moe_resident gives them */
+static void check_swi_down(void) {
+    char msg[256] = "";
+    enum { K = 3, ROWS = 96 };
+    const int cols_[2] = {768, 4096}, groups[3] = {32, 64, 128};
+    for (int c = 0; c < 2 * 2 * 3; c++) {
+        const dt_type dt = c % 2 ? DT_Q4 : DT_Q8;
+        const int I = cols_[c / 6], group = groups[c / 2 % 3];
+        mat a;
+        if (make_mat(&a, dt, ROWS, I, group, DT_F16, msg)) { CK(0, "%s", msg); return; }
+        float *g = rnd_dev((size_t)K * I, 2, NULL, msg), *u = rnd_dev((size_t)K * I, 1, NULL, msg);
+        float *mid = slcu_alloc((size_t)K * I * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)2 * K * ROWS * 4, msg, sizeof msg);
+        void *ab = slcu_alloc(slcu_act_bytes(K, I), msg, sizeof msg);
+        const void *tab[3] = {a.d.data, a.d.scales, a.d.biases};
+        const int sel = 0;
+        void *dtab = dev_copy(tab, sizeof tab, msg), *dsel = dev_copy(&sel, sizeof sel, msg);
+        slcu_act ma, mi[K];
+        slcu_mm mm[K];
+        CK(!slcu_act_bind(&ma, ab, K, I, msg, sizeof msg) && !slcu_swiglu_q(g, u, mid, &ma, msg, sizeof msg), "%s", msg);
+        const int nb = I / 32, ns = nb + nb / 2 + nb / 4;
+        for (int via = 0; via < 2; via++) {
+            for (int fuse = 0; fuse < 2; fuse++) {
+                for (int s = 0; s < K; s++) {
+                    mi[s] = fuse ? (slcu_act){.n_tok = 1, .cols = I, .sg = g + (size_t)s * I, .su = u + (size_t)s * I}
+                                 : (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
+                                              .d = ma.d + (size_t)s * nb, .s = ma.s + (size_t)s * ns};
+                    mm[s] = (slcu_mm){.w = a.d, .a = &mi[s], .n_tok = 1, .y = dy + (size_t)(fuse * K + s) * ROWS, .ldy = ROWS};
+                    if (via) mm[s].w.data = mm[s].w.scales = mm[s].w.biases = NULL, mm[s].tab = dtab, mm[s].sel = dsel;
+                }
+                poison(dy + (size_t)fuse * K * ROWS, (size_t)K * ROWS * 4);
+                CK(!slcu_matmul_i8(mm, K, msg, sizeof msg), "%s", msg);
+            }
+            float *y = dl(dy, (size_t)2 * K * ROWS);
+            CK(!memcmp(y, y + K * ROWS, (size_t)K * ROWS * 4), "%s %d cols group %d: the SwiGLU made in the down matvec%s differs",
+               dt_name(dt), I, group, via ? " (device table)" : "");
+            free(y);
+        }
+        slcu_free(g), slcu_free(u), slcu_free(mid), slcu_free(dy), slcu_free(ab), slcu_free(dtab), slcu_free(dsel), free_mat(&a);
+    }
+}

@@ -42,26 +42,23 @@ typedef struct cu_ctx {
     int n_tab;
     slcb_graphs *gr;          /* recorded decode steps (step_begin), NULL: none (unless SLUICE_CUDA_GRAPH=1; no memory) */
     int step, step_pos;       /* the step begun: 0 none, 1 replaying (the ops are skipped), 2 recording; its position */
-    /* a one-row rmsnorm's int8 form, made by the norm's kernel (slcu_rmsnorm_q) into nq_buf: valid for a
-     * kern_act over nq_y until an op other than a matmul runs; a ready kern_act on it is current only while it
-     * is nq_owner (the last to take it since the norm) */
+    /* a one-row rmsnorm's int8 form, made by the norm's kernel (slcu_rmsnorm_q) into nq_buf: valid for a kern_act
+     * over nq_y until an op other than a matmul runs; a ready kern_act on it is current only while it is nq_owner */
     void *nq_buf;
     size_t nq_cap;
     const float *nq_y;
     int nq_dim;
     const kern_act *nq_owner;
     int nq_off;               /* SLUICE_CUDA_NQ=0: the norms alone, nothing held */
-    /* a one-row add (kind bit 1) and the combine before it (bit 2), held back so that the rmsnorm after them
-     * runs in their kernel (slcu_add_norm_q); any other entry point launches them first (pend_flush), so the
-     * queue's order is the calls' order */
+    /* a one-row add (kind bit 1) and the combine before it (bit 2), held back so that the rmsnorm after them runs
+     * in their kernel (slcu_add_norm_q); any other entry point launches them first (pend_flush): the calls' order */
     struct {
         int kind;
         float *x;
         const float *y;
         size_t n;
         be_combine cb;
-        /* bits 4, 8: one token's per-head norms (q, then k), 16: the RoPE of the first, held so that each pair
-         * runs as one slcu_norm_rope launch */
+        /* bits 4, 8: one token's per-head norms (q, then k), 16: the RoPE of the first: each pair one launch */
         slcu_normrope nr[2];
         size_t nr_ld[2];
         int rot, pos;
@@ -69,7 +66,7 @@ typedef struct cu_ctx {
     } pend;
     void *mw;                 /* moe_wide's device scratch (slcu_moe_layer's) */
     size_t mw_cap;
-    int embed_host, moe_wide_off; /* SLUICE_CUDA_EMBED=0: embed on the host; SLUICE_CUDA_MOE=0: no moe_wide */
+    int embed_host, moe_wide_off, swi_down; /* SLUICE_CUDA_EMBED / _MOE / _SWIDOWN=0: host embed, no moe_wide, apart */
 } cu_ctx;
 
 static cu_ctx *cu_of(be_backend *be) { return be->ctx; }
@@ -277,8 +274,7 @@ static void cu_destroy(be_backend *be) {
 }
 
 static slcu_mat mat_of(const tn_mat *w);
-/* Row tokens[t] of the device table: slcu_embed, or (SLUICE_CUDA_EMBED=0, a bad id) fetched and dequantised on the
- * host as the CPU backend does. */
+/* Row tokens[t] of the device table: slcu_embed, or (SLUICE_CUDA_EMBED=0, a bad id) dequantised on the host. */
 static void cu_embed(be_backend *be, const tn_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
@@ -815,11 +811,14 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
         mm[s] = (slcu_mm){.w = mat_of(s & 1 ? &ex0.up : &ex0.gate), .a = &a, .tab = tab + (size_t)(s & 1) * 3 * E,
                           .sel = de + s / 2, .n_tok = 1, .y = (s & 1 ? f->u : f->g) + (size_t)(s / 2) * I, .ldy = (size_t)I};
     CU(be, slcu_matmul_i8(mm, 2 * k, MSG(be)));
-    if (swiglu_mid(be, f->g, f->u, f->mid_buf, k, I, &ma)) return cu_sync(be);
+    /* the SwiGLU and its int8 form made in the down matvec's CTAs (cuda.h slcu_act sg): the same bits */
+    const int fuse = c->swi_down && slcu_i8_swiglu_fused();
+    if (!fuse && swiglu_mid(be, f->g, f->u, f->mid_buf, k, I, &ma)) return cu_sync(be);
     const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4;
     for (int s = 0; s < k; s++) { /* row s of the k-row activation, as in cu_ffn_multi */
-        mi[s] = (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
-                           .d = ma.d + (size_t)s * nb, .s = ma.s + (size_t)s * ns};
+        mi[s] = fuse ? (slcu_act){.n_tok = 1, .cols = I, .sg = f->g + (size_t)s * I, .su = f->u + (size_t)s * I}
+                     : (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
+                                  .d = ma.d + (size_t)s * nb, .s = ma.s + (size_t)s * ns};
         mm[s] = (slcu_mm){.w = mat_of(dn), .a = &mi[s], .tab = tab + (size_t)6 * E, .sel = de + s, .n_tok = 1,
                           .y = f->y + (size_t)s * f->ldy, .ldy = f->ldy};
     }
@@ -829,8 +828,7 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
 }
 
 /* backend.h moe_wide: slcu_moe_layer routes into device memory, groups and runs the layer's experts (layer_tab's
- * table) and sums the slots: bitwise cu_route + cu_ffn per expert + combine_rows (the same kernels' arithmetic on
- * the same codes for each row; slots in expert order). */
+ * table), sums the slots: bitwise cu_route + cu_ffn per expert + combine_rows (the same arithmetic, expert order). */
 static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *xs, const float *h, int inter,
                        float *out) {
     pend_flush(be);
@@ -990,6 +988,7 @@ be_backend *be_cuda_new(pool_t *pool) {
     c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
     /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
+    c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
     be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "0") ? 0 : 1u << SL_KV_F16);
     return be;

@@ -68,6 +68,10 @@ typedef struct slcu_act {
     int8_t *q4; /* [n_tok][cols] the same codes, each 8 columns as 4 even then 4 odd */
     float *d;   /* [n_tok][cols/32] block scales */
     float *s;   /* [n_tok][ns] s32[nb] | s64[nb/2] | s128[nb/4], ns = nb + nb/2 + nb/4 */
+    /* or (q, q4, d, s unused), as a one-token matmul's input (slcu_matmul_i8; cuda_mv.cu's default one-token kernel:
+     * slcu_i8_swiglu_fused): silu(sg) * su (cols floats each, device), made and quantized in the matvec's CTAs by
+     * slcu_swiglu_q's operations: bitwise slcu_swiglu_q, then the matmul on its int8 form */
+    const float *sg, *su;
 } slcu_act;
 
 size_t slcu_act_bytes(int n_tok, int cols);
@@ -107,6 +111,8 @@ void slcu_i8_mv_rows(int rows);
 /* The one-token matvec kernel (cuda_mv.cu; the same bits), for tests and benchmarks: 1 mv1_i8, 2 mv1b_i8 (every load
  * of a thread in flight at once), 0 back to the environment's SLUICE_CUDA_MV1 (3 unset). */
 void slcu_i8_mv1_kernel(int version);
+/* 1 when the one-token matvec takes slcu_act sg inputs (its default kernel, mv1c_i8), else 0 */
+int slcu_i8_swiglu_fused(void);
 /* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by
  * cp.async), 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */
 void slcu_i8_mvn_kernel(int version);

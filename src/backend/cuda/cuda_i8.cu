@@ -45,7 +45,7 @@ extern "C" int slcu_act_bind(slcu_act *a, void *buf, int n_tok, int cols, char *
     }
     size_t n = (size_t)n_tok, c = (size_t)cols, nb = c / 32;
     uint8_t *p = (uint8_t *)buf;
-    a->n_tok = n_tok, a->cols = cols;
+    a->n_tok = n_tok, a->cols = cols, a->sg = a->su = NULL;
     a->q = (int8_t *)p;
     p += rnd256(n * c);
     a->q4 = (int8_t *)p;
@@ -360,6 +360,8 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
         else if (!m->a || m->a->cols != w->cols) why = "the activation's columns differ from the matrix's";
         else if (m->n_tok < 0 || (!m->rows && m->n_tok > m->a->n_tok)) why = "more tokens than the activation holds";
         else if (w->sdtype != DT_F32 && w->sdtype != DT_F16 && w->sdtype != DT_BF16) why = "scales are not f32, f16 or bf16";
+        else if (m->a->sg && (m->n_tok != 1 || m->rows || !m->a->su || force_kernel == 2 || !mv_swiglu_ok()))
+            why = "a SwiGLU input made in the kernel needs one token and the default one-token matvec";
         if (why) {
             if (msg && msglen) snprintf(msg, msglen, "int8 matmul %d of %d (%s %d x %d): %s", i, n, dt_name(w->dtype), w->rows, w->cols, why);
             return -1;
@@ -381,7 +383,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
                     ijob &j = J.j[J.n++];
                     j.codes = (const uint8_t *)m->w.data, j.scales = m->w.scales, j.biases = m->w.biases;
                     j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = m->rows;
-                    j.tab = m->tab, j.sel = m->sel, j.yrows = NULL;
+                    j.tab = m->tab, j.sel = m->sel, j.yrows = NULL, j.sg = m->a->sg, j.su = m->a->su;
                     j.y = m->y, j.ldy = m->ldy;
                     j.nrows = m->w.rows, j.cols = m->w.cols, j.group = m->w.group, j.sdt = m->w.sdtype, j.n_tok = m->n_tok;
                     if (m->n_tok > max_tok) max_tok = m->n_tok;
@@ -467,7 +469,7 @@ __global__ void __launch_bounds__(GEMM_NT(V), GEMM_MINB(V)) gemm_seg(const __gri
     const void *const *p = S.tab + ((size_t)blockIdx.z * S.E + e) * 3;
     ijob j;
     j.codes = (const uint8_t *)p[0], j.scales = p[1], j.biases = p[2];
-    j.tab = NULL, j.sel = NULL;
+    j.tab = NULL, j.sel = NULL, j.sg = NULL, j.su = NULL;
     j.rows = S.tok ? S.tok + o : NULL;
     j.xq = S.tok ? S.xq : S.xq + (size_t)o * S.cols;
     j.d = S.tok ? S.d : S.d + (size_t)o * nb;

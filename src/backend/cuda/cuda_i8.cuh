@@ -23,6 +23,7 @@ struct ijob {
     const int *yrows;       /* y's row of token t (NULL: t) */
     const void *const *tab; /* device [E][3] codes, scales, biases; with sel: the matrix is tab[*sel] */
     const int *sel;
+    const float *sg, *su; /* slcu_act sg, su: the activation made in the kernel (mv1c_i8) */
     float *y;
     size_t ldy;
     int nrows, cols, group, sdt, n_tok, tile0, ttiles;
@@ -112,6 +113,7 @@ static __device__ __forceinline__ void cp16(void *dst, const void *src, bool ok)
 /* cuda_mv.cu: rows a CTA of the one-token matvec takes for the jobs of one launch (its tiles), and the launch of
  * mv1_i8 (max_tok 1) or mvn_i8 (2 to 8 tokens) over J with J->j[].tile0 set for those rows. */
 int mv_tile_rows(const ijobs *J, int max_tok);
+int mv_swiglu_ok(void); /* the one-token kernel is mv1c_i8, which takes slcu_act sg inputs */
 cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_i8.cuh"
+#include "kernels/canon_exp.h"
 
 /* One token (mv1_i8), and 2 to 8 (mvn_i8, NT of them: its general case; the one-token kernel kept apart, since
  * the general loop ran one token 28% slower on the H100): a CTA of MV1_THREADS takes R rows (mvn_i8: MV1_ROWS). Per chunk of up to
@@ -140,6 +141,39 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
  * its pairs' I_b, s_g d_b and biases (P of them, in registers), then stores them where the codes were for the
  * fold (SLUICE_CUDA_MV1=3). */
 #define MV1C_NP(DT) ((DT) == DT_Q4 ? 1024 : 512)
+
+/* A job's SwiGLU input made in the CTA (ijob sg, su; cuda.h slcu_act sg): blocks kb0 .. kb0 + kcn - 1 of
+ * v = silu(g) * u and their int8 form by cuda_fused.cu k_swiglu_q's operations on the same floats (a warp a block,
+ * lane = column): the codes into sx (q4's order for q4 matrices), the block scales into sd, the block sums into sbt
+ * and then the chunk's group sums into sxg as k_swiglu_q's thread 0 adds pairs and quads. The same values the
+ * matvec would load from slcu_swiglu_q's output. Every thread calls it; ends with a barrier. */
+template <int DT>
+static __device__ void swi_stage(const ijob &j, int kb0, int kcn, int gshift, uint4 *sx, float *sd, float *sbt, float *sxg) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int8_t *xc = (int8_t *)sx;
+    for (int bl = warp; bl < kcn; bl += MV1_THREADS / 32) {
+        const size_t c = (size_t)(kb0 + bl) * 32 + lane;
+        const float v = __fmul_rn(canon_silu(__ldg(j.sg + c)), __ldg(j.su + c));
+        float amax = fmaxf(0.0f, fabsf(v));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
+        const float rv = rintf(__fmul_rn(v, id));
+        const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
+        int sum = qi;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const int c8 = lane & 7;
+        xc[bl * 32 + (DT == DT_Q4 ? (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1)) : lane)] = (int8_t)qi;
+        if (!lane) sd[bl] = db, sbt[bl] = __fmul_rn(db, (float)sum);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < (kcn >> gshift); i += MV1_THREADS) {
+        const float *s = sbt + (i << gshift);
+        sxg[i] = gshift == 0 ? s[0] : gshift == 1 ? __fadd_rn(s[0], s[1]) : __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
+    }
+}
+
 template <int DT, int SDT, int R>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
@@ -151,7 +185,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
     __shared__ __align__(16) uint8_t sc[NP * BB]; /* codes, then sI | sM | sB */
     __shared__ unsigned ssw[NP], sbw[NP];
     __shared__ __align__(16) uint4 sx[KC * 2];
-    __shared__ float sd[KC], sxg[KC];
+    __shared__ float sd[KC], sxg[KC], sbt[KC];
     float *sI = (float *)sc, *sM = sI + KC * LD, *sB = sM + KC * LD;
     const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
@@ -175,9 +209,13 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
             }
         }
         if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
-        for (int i = tid; i < 2 * kcn; i += MV1_THREADS) cp16(&sx[i], xq + (size_t)kb0 * 32 + (size_t)i * 16, true);
-        for (int i = tid; i < kcn; i += MV1_THREADS) cp4(&sd[i], xd + kb0 + i);
-        for (int i = tid; i < (kcn >> gshift); i += MV1_THREADS) cp4(&sxg[i], xs + (kb0 >> gshift) + i);
+        if (j.sg) {
+            swi_stage<DT>(j, kb0, kcn, gshift, sx, sd, sbt, sxg); /* while the weights' loads are in flight */
+        } else {
+            for (int i = tid; i < 2 * kcn; i += MV1_THREADS) cp16(&sx[i], xq + (size_t)kb0 * 32 + (size_t)i * 16, true);
+            for (int i = tid; i < kcn; i += MV1_THREADS) cp4(&sd[i], xd + kb0 + i);
+            for (int i = tid; i < (kcn >> gshift); i += MV1_THREADS) cp4(&sxg[i], xs + (kb0 >> gshift) + i);
+        }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         __syncthreads();
         float vI[P], vM[P], vB[P];
@@ -344,6 +382,9 @@ static int mv1_version(void) {
 #define MV_WAVE 640
 static int mv_rows_mode = -2; /* -2 unread; -1 auto; else the rows */
 extern "C" void slcu_i8_mv_rows(int rows) { mv_rows_mode = rows == -1 || rows == 4 || rows == 8 || rows == 16 || rows == 32 ? rows : -2; }
+
+int mv_swiglu_ok(void) { return mv1_version() == 3; }
+extern "C" int slcu_i8_swiglu_fused(void) { return mv_swiglu_ok(); }
 
 int mv_tile_rows(const ijobs *J, int max_tok) {
     if (max_tok > 1) return MV1_ROWS;
