@@ -7,6 +7,9 @@
 #   here:  MPI=0 tools/cuda_hybrid.sh prepare DIR OLD_BUNDLE (OLD_BUNDLE's sluice becomes sluice-old);
 #          cp tools/cuda_ab_call.sh DIR/run.sh    (DIR under build/, carried; a committed, clean tree)
 #   there: bash DIR/run.sh    (from the checkout's root: it packs tests/data's fixtures)
+#   SWS="A=1 B=2": opt-in switches of the new build, each checked by test_model and timed in the rounds beside it;
+#   L48=1: a 48-layer synth q4 too (written during the tests), one decode row a round on it, new build only, to set a
+#   layer's cost on 48 layers beside 16 (call F: 145 against 105 us on tools/bench_scale.py's 48-layer pack).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 o=${OUT:-/tmp/eout}; mkdir -p "$o"
@@ -18,11 +21,12 @@ sl=$b/sluice; old=$b/sluice-old; export LD_LIBRARY_PATH=$b/lib
 w=/tmp/w2; rm -rf $w; mkdir -p $w/mt/lib
 ( "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 -o $w/q16.sluice >$o/synth.log 2>&1; echo "synth16 rc=$? [$(el) s]" >>"$S" ) &
 sp=$!
+[ -n "${L48:-}" ] && ( wait $sp; "$sl" synth --shape qwen3-30b-a3b --layers 48 --quant q4 -o $w/q48.sluice >$o/synth48.log 2>&1; echo "synth48 rc=$? [$(el) s]" >>"$S" ) &
 names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$o/pack.log")
 echo "packed [$(el) s]" >>"$S"
 timeout 120 $b/test_cuda >$o/test_cuda.log 2>&1; echo "test_cuda rc=$?: $(tail -1 $o/test_cuda.log) [$(el) s]" >>"$S"; grep -m 12 "FAIL" $o/test_cuda.log >>"$S"
-for e in "X=1" "SLUICE_TEST_KV=f16" "SLUICE_TEST_KV=f16 SLUICE_CUDA_GRAPH=1"; do
-  late 200 && break
+for e in "X=1" "SLUICE_TEST_KV=f16" "SLUICE_TEST_KV=f16 SLUICE_CUDA_GRAPH=1" ${SWS:-}; do
+  late 240 && break
   env $e timeout 60 $b/test_model $w/mt $names >$o/tm.log 2>&1; echo "test_model [$e] rc=$?: $(tail -1 $o/tm.log) [$(el) s]" >>"$S"; grep -m 8 -i "fail" $o/tm.log >>"$S"
 done
 wait $sp
@@ -36,15 +40,20 @@ except Exception as e: print("failed", open(sys.argv[2]).read()[-300:].replace("
 B="--gpu --resident --kv f16 --decode random --json"
 NCUB=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1); NCU="$NCUB --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base"
 late 300 || { timeout 60 $NCU "$sl" bench -m $m $B --prompt 1 --gen 3 >$o/ncu.1.csv 2>$o/ncu.1.err; echo "ncu p1 rc=$? [$(el) s]" >>"$S"; }
-for r in 1 2 3; do for bin in old new; do for p in 1 512; do
+for r in 1 2 3; do for bin in old new ${SWS:-}; do for p in 1 512; do
   late 480 && break 3
-  x=$sl; [ $bin = old ] && x=$old
-  SLUICE_CUDA_KV16=1 timeout 25 "$x" bench -m $m $B --prompt $p --gen 64 >$o/b.$r.$bin.$p.json 2>$o/b.$r.$bin.$p.err
+  x=$sl; e=X=1; [ $bin = old ] && x=$old; case $bin in *=*) e=$bin;; esac
+  env $e SLUICE_CUDA_KV16=1 timeout 25 "$x" bench -m $m $B --prompt $p --gen 64 >$o/b.$r.$bin.$p.json 2>$o/b.$r.$bin.$p.err
   echo "r$r $bin p$p: $(row $o/b.$r.$bin.$p.json $o/b.$r.$bin.$p.err) [$(el) s]" >>"$S"
-done; done; done
+done; done
+  if [ -n "${L48:-}" ] && [ -s $w/q48.sluice ] && ! late 470; then
+    timeout 40 "$sl" bench -m $w/q48.sluice $B --prompt 1 --gen 64 >$o/b48.json 2>$o/b48.err
+    echo "r$r new 48L p1: $(row $o/b48.json $o/b48.err) [$(el) s]" >>"$S"
+  fi
+done
 late 500 || { timeout 50 $NCU "$sl" bench -m $m $B --prompt 512 --gen 3 >$o/ncu.512.csv 2>$o/ncu.512.err; echo "ncu p512 rc=$? [$(el) s]" >>"$S"; }
-rm -f $o/b.*.json $o/b.*.err
+rm -f $o/b.*.json $o/b.*.err $o/b48.* $w/q48.sluice $w/q16.sluice
 xz -9 $o/*.csv 2>/dev/null
-tar -czf $o/logs.tar.gz -C $o test_cuda.log tm.log pack.log synth.log 2>/dev/null; rm -f $o/test_cuda.log $o/tm.log $o/pack.log $o/synth.log
+tar -czf $o/logs.tar.gz -C $o test_cuda.log tm.log pack.log synth.log synth48.log 2>/dev/null; rm -f $o/test_cuda.log $o/tm.log $o/pack.log $o/synth.log $o/synth48.log
 echo "end [$(el) s]" >>"$S"
 cat "$S"
