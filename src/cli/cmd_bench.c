@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "format/synth.h"
 #include "util/err.h"
 
 /* Where each MoE layer's experts ran (the device tier; the hybrid step's host share): one line. */
@@ -67,7 +68,7 @@ void cli_print_stats(sl_model *m, int n_prompt, int n_gen, double prefill_s, dou
 
 int cmd_synth(int argc, char **argv) {
     const char *shape = NULL, *out = NULL;
-    int layers = 0, threads = 0;
+    int layers = 0, threads = 0, group = SYNTH_GROUP;
     sl_quant q = SL_QUANT_KEEP;
     unsigned long long seed = 0;
     for (int i = 1; i < argc; i++) {
@@ -80,7 +81,12 @@ int cmd_synth(int argc, char **argv) {
             *(!strcmp(argv[i++], "--layers") ? &layers : &threads) = (int)x;
         }
         else if (!strcmp(argv[i], "-o") && more) out = argv[++i];
-        else if (!strcmp(argv[i], "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--group") && more) {
+            const char *v = argv[++i];
+            group = atoi(v);
+            if (group != 32 && group != 64 && group != 128)
+                return cli_fail("synth", "--group must be 32, 64 or 128 (q8 / q4), not '%s'", v);
+        } else if (!strcmp(argv[i], "--seed") && more) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--quant") && more) {
             const char *v = argv[++i];
             if (!strcmp(v, "f32")) q = SL_QUANT_F32;
@@ -98,7 +104,7 @@ int cmd_synth(int argc, char **argv) {
     cli_progress_init(&pr, "synthesising");
     sl_error err = {0};
     cli_remove_stale("synth", out);
-    sl_status st = sl_synth_threads(shape, layers, q, seed, threads, out, cli_progress_cb, &pr, &err);
+    sl_status st = synth_write(shape, layers, q, group, seed, threads, out, cli_progress_cb, &pr, &err);
     cli_progress_end(&pr);
     if (st) return cli_fail("synth", "%s", err.msg);
     double dt = clk_now_s() - pr.t0;

@@ -45,7 +45,6 @@ const char *sl_synth_shapes(void) {
     return buf;
 }
 
-#define SYNTH_GROUP 64
 #define SYNTH_BUF (16u << 20) /* a worker's buffer: backbone pieces, batches of expert blocks */
 
 /* splitmix64 (Steele, Lea, Flood 2014): seeds the streams, draws the vectors' values. */
