@@ -3,7 +3,7 @@
 #   here:  MPI=0 tools/cuda_hybrid.sh prepare DIR [OLD_BUNDLE]   makes DIR/bundle.tar.xz (xz, ~12 MB) of sluice (this
 #          tree's CLI, the CUDA runtime linked statically, as tools/cuda_bench.sh prepare links it), lib/ (every shared
 #          library it loads but glibc's), test_cuda and test_model (tests/cuda, as tools/cuda_model_test.sh builds
-#          them), VERSION (git describe), and sluice-old: OLD_BUNDLE's sluice (a bundle of this script's or of the
+#          them), bench_serve (tools/bench_serve.c), VERSION (git describe), and sluice-old: OLD_BUNDLE's sluice (a bundle of this script's or of the
 #          first hybrid run, build/dev/hybrid/bundle.tar.xz), the build before these changes; DIR/run.sh is this script.
 #          Build it from a committed tree (VERSION names the commit; a dirty tree is refused).
 #   there: bash DIR/run.sh   from a checkout's root (tests/data: the fixture packs; models/demo/heldout.rtrace: the
@@ -26,10 +26,11 @@ if [ "$mode" = prepare ]; then
     cuda=${CUDA_HOME:-/usr/local/cuda}
     rm -rf "$dir/stage" && mkdir -p "$dir/stage/lib"
     st=$dir/stage
-    MPI=0 make -s -j2 CUDA=1 build/cuda/libsluice.a build/cuda/sluice
+    MPI=0 make -s -j2 CUDA=1 build/cuda/libsluice.a build/cuda/sluice build/cuda/tools/bench_serve.o
     libs="-lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lnettle -lm -pthread"
     cuda_libs="-L$cuda/lib64 -lcudart_static -ldl -lrt -lstdc++"
     cc -o "$st/sluice" build/cuda/src/cli/*.o build/cuda/libsluice.a -Wl,--as-needed $libs $cuda_libs
+    cc -o "$st/bench_serve" build/cuda/tools/bench_serve.o build/cuda/libsluice.a -Wl,--as-needed $libs $cuda_libs
     for t in test_model test_cuda; do
         cc -Iinclude -Isrc -D_GNU_SOURCE -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -O2 "tests/cuda/$t.c" \
             build/cuda/libsluice.a -Wl,--as-needed -lcjson -lxxhash -luring -lm -pthread $cuda_libs -o "$st/$t"
@@ -40,7 +41,7 @@ if [ "$mode" = prepare ]; then
         while read -r l; do cp -L "$l" "$st/lib/"; done
     LD_LIBRARY_PATH="$st/lib" "$st/sluice" --version >/dev/null
     git describe --always --dirty >"$st/VERSION"
-    strip "$st"/sluice "$st"/test_model "$st"/test_cuda
+    strip "$st"/sluice "$st"/test_model "$st"/test_cuda "$st"/bench_serve
     tar -cJf "$dir/bundle.tar.xz" -C "$st" .
     rm -rf "$st"
     cp "$0" "$dir/run.sh"
