@@ -42,7 +42,8 @@ if [ "$mode" = prepare ]; then
     LD_LIBRARY_PATH="$st/lib" "$st/sluice" --version >/dev/null
     git describe --always --dirty >"$st/VERSION"
     strip "$st"/sluice "$st"/test_model "$st"/test_cuda "$st"/bench_serve
-    tar -cJf "$dir/bundle.tar.xz" -C "$st" .
+    # one dictionary over the whole tar: the binaries' CUDA kernels are the same bytes (24 -> 11.5 MB with four binaries)
+    tar -cf - -C "$st" . | xz -9 -T2 --lzma2=preset=9e,dict=192MiB >"$dir/bundle.tar.xz"
     rm -rf "$st"
     cp "$0" "$dir/run.sh"
     ls -la "$dir/bundle.tar.xz"
