@@ -3,8 +3,8 @@
  * into kquant_x86.h's kq_sb: the same integers as kquant_iq.c's scalar unpacking (the oracle; layouts there and in
  * llama.cpp ggml-quants.c dequantize_row_iq*). Per 32 values: four 8-value grid entries (eight 4-value ones for
  * IQ3) gathered as 64-bit (32-bit) lanes from kq_iq_grid's table, signs applied by a byte mask made from the four
- * sign bytes (vpshufb + vpcmpeqb), IQ1's 8 grid + delta by adds; the integer scales as kq_unpack_iq's. Included by
- * kquant_x86.h only (under its flags). Internal to src/kernels/.
+ * sign bytes (vpshufb + vpcmpeqb), IQ1's 8 grid + delta from one table, plus 9; the integer scales as
+ * kq_unpack_iq's. Included by kquant_x86.h only (under its flags). Internal to src/kernels/.
  */
 #ifndef SL_KQUANT_IQ_X86_H
 #define SL_KQUANT_IQ_X86_H
@@ -163,34 +163,63 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     kq_iq_finish(o, kq_nib_odd(_mm_cvtsi32_si128((int)kq_u32(sc))), 0, kq_h2f(b), 2);
 }
 
-/* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s); the
- * delta, one per 32, as +-1 bytes on the activation (uns 3: the grid of -1 / 0 / 1 here) */
-KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
+/* IQ1_S and IQ1_M: the values v = 8 g + delta (g -1 / 0 / 1, delta +-1) are dotted stored plus an offset o, as
+ * kq_iq1_plus9's entries 8 g + delta + 9 (0 .. 18: unsigned, one vpdpbusd / vpmaddubsw per 32 values and no sign
+ * bytes), and kq_dot_sb's sub takes x16_g xsum_g off each group of 16's sum (xsum_g: the q8_K sums bk), x16_g = s_g o:
+ * the oracle's integers. IQ1_M indexes the table with its delta (o = 9); IQ1_S, one delta per 32 values, reads the
+ * delta +1 half only (8 g + 10: 16 KiB of table, half the cache lines) and puts its delta into the offset, o = 10 -
+ * delta. The 32 table indices of a superblock are made as u16 with vector ops and read back one by one (a vector
+ * gather was slower: docs/QUANT.md) */
+
+/* the 32 values of table entries ix[0..3], 8 each */
+static inline __m256i kq_iq1_32(const int8_t *tab, const uint16_t *ix) {
+    return kq_grid4(tab, ix[0], ix[1], ix[2], ix[3]);
+}
+
+/* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s). Index
+ * 4 b + l's high bits are bits 3 l .. 3 l + 2 of u16 b: each u16 lane takes u16 b (l = 3: its high byte), one
+ * vpmullw moves the 3 bits to 8 .. 10 */
+KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *tab, kq_sb *o) {
+    const __m128i qh = _mm_loadu_si128((const __m128i *)(b + 34));
+    const __m256i qh2 = _mm256_broadcastsi128_si256(qh), mul = _mm256_set1_epi64x(0x0080000400200100ll);
+    const __m256i m7 = _mm256_set1_epi16(0x700);
+    uint16_t ix[32];
     KQ_UNROLL
-    for (int ib = 0; ib < 8; ib++) {
-        const unsigned qh = kq_u16(b + 34 + 2 * ib);
-        const uint8_t *q = b + 2 + 4 * ib;
-        o->v[ib] = kq_grid4(grid, q[0] | (qh & 7) << 8, q[1] | (qh >> 3 & 7) << 8, q[2] | (qh >> 6 & 7) << 8,
-                            q[3] | (qh >> 9 & 7) << 8);
-        o->sg[ib] = _mm256_set1_epi8(qh & 0x8000 ? -1 : 1);
+    for (int p = 0; p < 2; p++) { /* blocks 4 p .. 4 p + 3 */
+        const char c = (char)(8 * p);
+        const __m256i sel = _mm256_setr_epi8(c, c + 1, c, c + 1, c, c + 1, c + 1, -1, c + 2, c + 3, c + 2, c + 3, c + 2, c + 3,
+                                             c + 3, -1, c + 4, c + 5, c + 4, c + 5, c + 4, c + 5, c + 5, -1, c + 6, c + 7, c + 6,
+                                             c + 7, c + 6, c + 7, c + 7, -1);
+        const __m256i hi = _mm256_and_si256(_mm256_mullo_epi16(_mm256_shuffle_epi8(qh2, sel), mul), m7);
+        const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + 2 + 16 * p)));
+        _mm256_storeu_si256((__m256i *)(ix + 16 * p), _mm256_or_si256(lo, hi));
     }
-    /* ls = bits 12-14 of each of the 8 u16, as 2 ls + 1 bytes */
-    const __m128i ls = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128((const __m128i *)(b + 34)), 12), _mm_set1_epi16(7));
-    const __m128i l8 = _mm_packus_epi16(ls, _mm_setzero_si128());
-    kq_iq_finish(o, _mm_add_epi8(_mm_add_epi8(l8, l8), _mm_set1_epi8(1)), 0, kq_h2f(b) * 0.125f, 3);
+    KQ_UNROLL
+    for (int ib = 0; ib < 8; ib++) o->v[ib] = kq_iq1_32(tab, ix + 4 * ib);
+    /* ls = bits 12-14 of each u16 (s = 2 ls + 1), o = 9 + 2 (bit 15) */
+    const __m128i s = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
+    const __m128i so = _mm_mullo_epi16(s, _mm_add_epi16(_mm_slli_epi16(_mm_srli_epi16(qh, 15), 1), _mm_set1_epi16(9)));
+    kq_iq_finish(o, _mm_packus_epi16(s, s), 0, kq_h2f(b) * 0.125f, 1);
+    const __m256i so32 = _mm256_cvtepu16_epi32(so); /* each block's s o for both its groups of 16 */
+    o->x16 = _mm256_or_si256(so32, _mm256_slli_epi32(so32, 16));
+    o->sub = 1;
 }
 
 /* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
- * top nibbles make the f16 d (unpack_iq1m); the nibble << 8 is the index into kq_iq1_values (grid here: the values
- * 8 grid + delta as they are, signed: the delta's sign per 8 needs no byte mask of its own) */
-KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    const uint8_t *qs = b, *qh = b + 32;
+ * top nibbles make the f16 d (unpack_iq1m). The nibbles of qh in order are the 32 indices' high bits (the nibble
+ * << 8: delta sign and high bits of the kq_iq1_plus9 index) */
+KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *tab, kq_sb *o) {
+    const __m128i qh = _mm_loadu_si128((const __m128i *)(b + 32)), m4 = _mm_set1_epi8(0x0F);
+    const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
+    const __m128i n0 = _mm_unpacklo_epi8(nl, nh), n1 = _mm_unpackhi_epi8(nl, nh); /* nibbles 0-15, 16-31 */
+    const __m128i q0 = _mm_loadu_si128((const __m128i *)b), q1 = _mm_loadu_si128((const __m128i *)(b + 16));
+    uint16_t ix[32];
+    _mm_storeu_si128((__m128i *)ix, _mm_unpacklo_epi8(q0, n0));
+    _mm_storeu_si128((__m128i *)(ix + 8), _mm_unpackhi_epi8(q0, n0));
+    _mm_storeu_si128((__m128i *)(ix + 16), _mm_unpacklo_epi8(q1, n1));
+    _mm_storeu_si128((__m128i *)(ix + 24), _mm_unpackhi_epi8(q1, n1));
     KQ_UNROLL
-    for (int ib = 0; ib < 8; ib++) {
-        const unsigned h0 = qh[2 * ib] & 15, h1 = qh[2 * ib] >> 4, h2 = qh[2 * ib + 1] & 15, h3 = qh[2 * ib + 1] >> 4;
-        const uint8_t *q = qs + 4 * ib;
-        o->v[ib] = kq_grid4(grid, q[0] | h0 << 8, q[1] | h1 << 8, q[2] | h2 << 8, q[3] | h3 << 8);
-    }
+    for (int ib = 0; ib < 8; ib++) o->v[ib] = kq_iq1_32(tab, ix + 4 * ib);
     /* group g's ls: bits 3 (g % 4) of u16 g / 4 of the four at 48. Lane k of W >> 3 k holds group 4 j + k in its u16 j;
      * masked and packed that is byte 4 k + j, which one vpshufb puts at g */
     uint64_t w;
@@ -200,7 +229,10 @@ KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     const __m128i hi = _mm_and_si128(_mm_srlv_epi64(ww, _mm_set_epi64x(9, 6)), m7);
     const __m128i l8 = _mm_shuffle_epi8(_mm_packus_epi16(lo, hi), _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
     const uint16_t dh = (uint16_t)((w >> 12 & 0xf) | (w >> 24 & 0xf0) | (w >> 36 & 0xf00) | (w >> 48 & 0xf000));
-    kq_iq_finish(o, _mm_add_epi8(_mm_add_epi8(l8, l8), _mm_set1_epi8(1)), 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 0);
+    const __m128i s = _mm_add_epi8(_mm_add_epi8(l8, l8), _mm_set1_epi8(1));
+    kq_iq_finish(o, s, 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 1);
+    o->x16 = _mm256_mullo_epi16(_mm256_cvtepu8_epi16(s), _mm256_set1_epi16(9));
+    o->sub = 1;
 }
 
 /* a grid i-quant superblock (grid: kq_iq_grid(dt)) */

@@ -31,17 +31,17 @@
 #define KQ_UNROLL _Pragma("GCC unroll 8")
 
 /* 8 blocks of 32 unpacked: v[256] int8 values (uns 0: signed, dotted by the sign trick; 1: all >= 0; 2: >= 0, the
- * value's sign (+-1 bytes in sg[b]) put on the activation instead: v x = |v| (sign x); 3: IQ1_S's 8 g + delta as
- * g (-1 / 0 / 1) in v and delta (+-1) in sg: v x = 8 (sign g) x + (sign delta) x); the integer scale of
+ * value's sign (+-1 bytes in sg[b]) put on the activation instead: v x = |v| (sign x)); the integer scale of
  * each group of 16 values (a type with one scale per 32 gives both halves the same) as int32 lanes in the order the
  * dot's sums come out: sab = groups 0 2 4 6 | 1 3 5 7 (blocks 0-3), scd = 8 10 12 14 | 9 11 13 15 (blocks 4-7);
  * x16: 16 int16 per group of 16, the mins (has_min) or the scales again (off: the values were stored plus 2^off,
- * so isum = sum(s v' x) - 2^off sum_g s_g xsum_g); d / dmin per lane (block); has_min 1: mins times x16 . bk, 2 (Q5_1):
- * dmin times the activations' block sums s1 */
+ * so isum = sum(s v' x) - 2^off sum_g s_g xsum_g) or (sub: IQ1's values stored plus an offset o, kquant_iq_x86.h)
+ * the scales times o (isum = sum(s v' x) - sum_g x16_g xsum_g); d / dmin per lane (block); has_min 1: mins times
+ * x16 . bk, 2 (Q5_1): dmin times the activations' block sums s1 */
 typedef struct {
     __m256i v[8], sg[8], sab, scd, x16;
     __m256 d, dmin;
-    int has_min, uns, off;
+    int has_min, uns, off, sub;
 } kq_sb;
 
 static inline float kq_h2f(const uint8_t *p) {
@@ -84,6 +84,7 @@ static inline void kq_nomin(kq_sb *o, int uns) {
     o->dmin = _mm256_setzero_ps();
     o->has_min = 0;
     o->off = 0;
+    o->sub = 0;
     o->uns = uns;
 }
 
@@ -332,16 +333,6 @@ static inline __m256i kq_dot32(__m256i a, __m256i b) {
 #endif
 }
 
-/* 8 sum(a) + sum(b) as kq_dot32's 8 int32 partial sums (a, b: s8 with |a|, |b| <= 127) */
-static inline __m256i kq_dot32_2(__m256i a, __m256i b) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8), a), _mm256_set1_epi8(1), b);
-#else /* int16 pairs: 8 * 254 + 254 fits */
-    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), a), _mm256_maddubs_epi16(_mm256_set1_epi8(1), b));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-#endif
-}
-
 /* isum (and msum) of the 8 blocks against one token's 256 int8 activations q and their 16 sums of 16 bk (kern_act
  * bk; read only for mins and offsets): per block 8 int32 partial dots, two hadd levels give each group of 16 its sum
  * (sab / scd's lane order), times its scale, then the two groups of a block added: exact integers throughout */
@@ -352,17 +343,16 @@ KQ_INLINE void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m
         const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * b));
         p[b] = u->uns == 1   ? kq_dot32(u->v[b], x)
                : u->uns == 2 ? kq_dot32(u->v[b], _mm256_sign_epi8(x, u->sg[b]))
-               : u->uns == 3 ? kq_dot32_2(_mm256_sign_epi8(x, u->v[b]), _mm256_sign_epi8(x, u->sg[b]))
                              : kq_dot32(_mm256_sign_epi8(u->v[b], u->v[b]), _mm256_sign_epi8(x, u->v[b]));
     }
     const __m256i ab = _mm256_mullo_epi32(_mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3])), u->sab);
     const __m256i cd = _mm256_mullo_epi32(_mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7])), u->scd);
     __m256i is = _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
     *msum = _mm256_setzero_si256();
-    if (u->has_min == 1 || u->off) { /* lane b: x16 of groups 2b, 2b + 1 times their sums */
+    if (u->has_min == 1 || u->off || u->sub) { /* lane b: x16 of groups 2b, 2b + 1 times their sums */
         const __m256i g = _mm256_madd_epi16(u->x16, _mm256_loadu_si256((const __m256i *)bk));
         if (u->has_min == 1) *msum = g;
-        else is = _mm256_sub_epi32(is, _mm256_sll_epi32(g, _mm_cvtsi32_si128(u->off)));
+        else is = _mm256_sub_epi32(is, u->off ? _mm256_sll_epi32(g, _mm_cvtsi32_si128(u->off)) : g);
     }
     *isum = is;
 }
@@ -426,7 +416,7 @@ KQ_INLINE void kq_i8_run(dt_type dt, const tn_mat *w, const kern_act *a, float *
     const float *ad = kq_act_d(a, dt);
     const int16_t *bk = a->bk; /* the q8_K form's sums: read for the types with mins or offsets, all of that form */
     const float *s1 = a->s1;   /* the q8_1 form's block sums: Q5_1's min */
-    const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : dt == DT_IQ1_M ? kq_iq1_values() : kq_iq_grid(dt);
+    const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : dt == DT_IQ1_S || dt == DT_IQ1_M ? kq_iq1_plus9() : kq_iq_grid(dt);
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
         for (int r = r0; r < r1; r++) {
