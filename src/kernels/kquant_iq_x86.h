@@ -164,12 +164,12 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
 }
 
 /* IQ1_S and IQ1_M: the values v = 8 g + delta (g -1 / 0 / 1, delta +-1) are dotted stored plus an offset o, as
- * kq_iq1_plus9's entries 8 g + delta + 9 (0 .. 18: unsigned, one vpdpbusd / vpmaddubsw per 32 values and no sign
- * bytes), and kq_dot_sb's sub takes x16_g xsum_g off each group of 16's sum (xsum_g: the q8_K sums bk), x16_g = s_g o:
- * the oracle's integers. IQ1_M indexes the table with its delta (o = 9); IQ1_S, one delta per 32 values, reads the
- * delta +1 half only (8 g + 10: 16 KiB of table, half the cache lines) and puts its delta into the offset, o = 10 -
- * delta. The 32 table indices of a superblock are made as u16 with vector ops and read back one by one (a vector
- * gather was slower: docs/QUANT.md) */
+ * unsigned bytes (one vpdpbusd / vpmaddubsw per 32 values and no sign bytes), and kq_dot_sb's sub takes x16_g xsum_g
+ * off each group of 16's sum (xsum_g: the q8_K sums bk), x16_g = s_g o: the oracle's integers. The bytes come from
+ * kq_iq1_plus10's 16 KiB table, 8 g + 10 (the delta +1 values plus 9; a 32 KiB table of both deltas cost 0.15x ggml
+ * on rows streamed past the caches: docs/QUANT.md): IQ1_M, a delta per 8 values, takes 2 off where it is -1 (o = 9);
+ * IQ1_S, one delta per 32 values, puts it into the offset instead, o = 10 - delta. The 32 table indices of a
+ * superblock are made as u16 with vector ops */
 
 /* the 32 values of table entries ix[0..3], 8 each */
 static inline __m256i kq_iq1_32(const int8_t *tab, const uint16_t *ix) {
@@ -206,20 +206,30 @@ KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *tab, kq_sb *o) {
 }
 
 /* IQ1_M: per 8 values an index low byte and a nibble (3 high bits, delta sign); 3-bit ls per 16 in four u16 whose
- * top nibbles make the f16 d (unpack_iq1m). The nibbles of qh in order are the 32 indices' high bits (the nibble
- * << 8: delta sign and high bits of the kq_iq1_plus9 index) */
+ * top nibbles make the f16 d (unpack_iq1m). The nibbles of qh in order are the 32 indices' high bits (their bit 3 the
+ * delta's sign: 2 taken off the 8 table bytes where it is set, by one vpshufb spreading it and one vpsubb) */
 KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *tab, kq_sb *o) {
     const __m128i qh = _mm_loadu_si128((const __m128i *)(b + 32)), m4 = _mm_set1_epi8(0x0F);
     const __m128i nl = _mm_and_si128(qh, m4), nh = _mm_and_si128(_mm_srli_epi16(qh, 4), m4);
     const __m128i n0 = _mm_unpacklo_epi8(nl, nh), n1 = _mm_unpackhi_epi8(nl, nh); /* nibbles 0-15, 16-31 */
     const __m128i q0 = _mm_loadu_si128((const __m128i *)b), q1 = _mm_loadu_si128((const __m128i *)(b + 16));
+    const __m128i b7 = _mm_set1_epi8(7), two = _mm_set1_epi8(2);
+    const __m256i neg[2] = {_mm256_broadcastsi128_si256(_mm_and_si128(_mm_srli_epi16(n0, 2), two)),
+                            _mm256_broadcastsi128_si256(_mm_and_si128(_mm_srli_epi16(n1, 2), two))};
+    const __m128i h0 = _mm_and_si128(n0, b7), h1 = _mm_and_si128(n1, b7);
     uint16_t ix[32];
-    _mm_storeu_si128((__m128i *)ix, _mm_unpacklo_epi8(q0, n0));
-    _mm_storeu_si128((__m128i *)(ix + 8), _mm_unpackhi_epi8(q0, n0));
-    _mm_storeu_si128((__m128i *)(ix + 16), _mm_unpacklo_epi8(q1, n1));
-    _mm_storeu_si128((__m128i *)(ix + 24), _mm_unpackhi_epi8(q1, n1));
+    _mm_storeu_si128((__m128i *)ix, _mm_unpacklo_epi8(q0, h0));
+    _mm_storeu_si128((__m128i *)(ix + 8), _mm_unpackhi_epi8(q0, h0));
+    _mm_storeu_si128((__m128i *)(ix + 16), _mm_unpacklo_epi8(q1, h1));
+    _mm_storeu_si128((__m128i *)(ix + 24), _mm_unpackhi_epi8(q1, h1));
     KQ_UNROLL
-    for (int ib = 0; ib < 8; ib++) o->v[ib] = kq_iq1_32(tab, ix + 4 * ib);
+    for (int ib = 0; ib < 8; ib++) { /* block ib's 4 delta bytes (chunk 4 ib + l of 32) each over its 8 values */
+        const char c = (char)(4 * (ib % 4));
+        const __m256i sp = _mm256_setr_epi8(c, c, c, c, c, c, c, c, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1,
+                                            c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 3, c + 3, c + 3, c + 3,
+                                            c + 3, c + 3, c + 3, c + 3);
+        o->v[ib] = _mm256_sub_epi8(kq_iq1_32(tab, ix + 4 * ib), _mm256_shuffle_epi8(neg[ib / 4], sp));
+    }
     /* group g's ls: bits 3 (g % 4) of u16 g / 4 of the four at 48. Lane k of W >> 3 k holds group 4 j + k in its u16 j;
      * masked and packed that is byte 4 k + j, which one vpshufb puts at g */
     uint64_t w;

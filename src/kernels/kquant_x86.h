@@ -416,7 +416,7 @@ KQ_INLINE void kq_i8_run(dt_type dt, const tn_mat *w, const kern_act *a, float *
     const float *ad = kq_act_d(a, dt);
     const int16_t *bk = a->bk; /* the q8_K form's sums: read for the types with mins or offsets, all of that form */
     const float *s1 = a->s1;   /* the q8_1 form's block sums: Q5_1's min */
-    const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : dt == DT_IQ1_S || dt == DT_IQ1_M ? kq_iq1_plus9() : kq_iq_grid(dt);
+    const int8_t *grid = dt == DT_Q2V ? q2v_patterns() : dt == DT_IQ1_S || dt == DT_IQ1_M ? kq_iq1_plus10() : kq_iq_grid(dt);
     for (int t0 = 0; t0 < T; t0 += KQ_TOK) {
         const int nt = T - t0 < KQ_TOK ? T - t0 : KQ_TOK;
         for (int r = r0; r < r1; r++) {

@@ -104,10 +104,10 @@ void kq_unpack_iq(dt_type dt, const uint8_t *blk, kq_unpacked *u);
  * entry i's values at grid + W i, W = 4 for IQ3_XXS / IQ3_S, else 8 (IQ1_S and IQ1_M share one grid of -1 / 0 / 1;
  * the others hold gguf-py's positive grid values); NULL for any other type. */
 const int8_t *kq_iq_grid(dt_type dt);
-/* IQ1_S / IQ1_M's 8 values of a grid entry with the delta applied, as kq_unpack_iq gives them, plus 9: entry
- * (neg << 11) | i, 8 bytes each, is 8 grid_i + (neg ? -1 : 1) + 9, 0 .. 18 (4096 entries; made on first use;
- * thread-safe), for the SIMD unpackers (kernels/kquant_iq_x86.h: unsigned values for vpdpbusd). */
-const int8_t *kq_iq1_plus9(void);
+/* IQ1_S / IQ1_M's 8 values of grid entry i with a delta of +1, as kq_unpack_iq gives them, plus 9: 8 bytes each,
+ * 8 grid_i + 10, 2 .. 18 (2048 entries, 16 KiB; made on first use; thread-safe), for the SIMD unpackers
+ * (kernels/kquant_iq_x86.h: unsigned values for vpdpbusd). */
+const int8_t *kq_iq1_plus10(void);
 
 /* The integer part of one block against int8 activations q (u->n values, column order), per 32 values b
  * (kernels/kquant_i8.c's canonical arithmetic, docs/QUANT.md); exact integer arithmetic:

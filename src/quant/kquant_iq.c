@@ -18,7 +18,7 @@
 #include "quant/kquant_grids.h"
 
 static int8_t g_iq2xxs[KQ_IQ2XXS_N][8], g_iq2xs[KQ_IQ2XS_N][8], g_iq2s[KQ_IQ2S_N][8], g_iq3xxs[KQ_IQ3XXS_N][4],
-    g_iq3s[KQ_IQ3S_N][4], g_iq1s[KQ_IQ1S_N][8], g_iq1v[2 * KQ_IQ1S_N][8];
+    g_iq3s[KQ_IQ3S_N][4], g_iq1s[KQ_IQ1S_N][8], g_iq1v[KQ_IQ1S_N][8];
 static pthread_once_t grids_once = PTHREAD_ONCE_INIT;
 
 static int hexval(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
@@ -39,8 +39,8 @@ static void grids_init(void) {
     expand(KQ_IQ3XXS_HEX, KQ_IQ3XXS_N, 4, KQ_IQ3XXS_BITS, KQ_IQ3XXS_MAP, &g_iq3xxs[0][0]);
     expand(KQ_IQ3S_HEX, KQ_IQ3S_N, 4, KQ_IQ3S_BITS, KQ_IQ3S_MAP, &g_iq3s[0][0]);
     expand(KQ_IQ1S_HEX, KQ_IQ1S_N, 8, KQ_IQ1S_BITS, KQ_IQ1S_MAP, &g_iq1s[0][0]);
-    for (int i = 0; i < 2 * KQ_IQ1S_N; i++) /* put8_iq1's values plus 9: entry (neg << 11) | index */
-        for (int j = 0; j < 8; j++) g_iq1v[i][j] = (int8_t)(8 * g_iq1s[i % KQ_IQ1S_N][j] + (i >= KQ_IQ1S_N ? -1 : 1) + 9);
+    for (int i = 0; i < KQ_IQ1S_N; i++) /* put8_iq1's values with delta +1, plus 9 */
+        for (int j = 0; j < 8; j++) g_iq1v[i][j] = (int8_t)(8 * g_iq1s[i][j] + 10);
 }
 
 static float h2f(const uint8_t *p) { return f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
@@ -180,7 +180,7 @@ const int8_t *kq_iq_grid(dt_type dt) {
     }
 }
 
-const int8_t *kq_iq1_plus9(void) {
+const int8_t *kq_iq1_plus10(void) {
     pthread_once(&grids_once, grids_init);
     return &g_iq1v[0][0];
 }
