@@ -166,10 +166,10 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
 /* IQ1_S and IQ1_M: the values v = 8 g + delta (g -1 / 0 / 1, delta +-1) are dotted stored plus an offset o, as
  * unsigned bytes (one vpdpbusd / vpmaddubsw per 32 values and no sign bytes), and kq_dot_sb's sub takes x16_g xsum_g
  * off each group of 16's sum (xsum_g: the q8_K sums bk), x16_g = s_g o: the oracle's integers. The bytes come from
- * kq_iq1_plus10's 16 KiB table, 8 g + 10 (the delta +1 values plus 9; a 32 KiB table of both deltas cost 0.15x ggml
- * on rows streamed past the caches: docs/QUANT.md): IQ1_M, a delta per 8 values, takes 2 off where it is -1 (o = 9);
- * IQ1_S, one delta per 32 values, puts it into the offset instead, o = 10 - delta. The 32 table indices of a
- * superblock are made as u16 with vector ops */
+ * kq_iq1_plus10's 16 KiB table, 8 g + 10 (the delta +1 values plus 9; a 32 KiB table of both deltas cost about
+ * 0.1x ggml on rows streamed past the caches: docs/QUANT.md): IQ1_M, a delta per 8 values, takes 2 off where it is
+ * -1 (o = 9); IQ1_S, one delta per 32 values, puts it into the offset instead, o = 10 - delta. The 32 table indices
+ * of a superblock are made as u16 with vector ops */
 
 /* the 32 values of table entries ix[0..3], 8 each */
 static inline __m256i kq_iq1_32(const int8_t *tab, const uint16_t *ix) {
