@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/kernels_avx512.h"
+#include "kernels/softmax_common.h"
 #include "quant/quant.h"
 #include "util/dtype.h"
 
@@ -599,19 +600,9 @@ static void act_row_0_v(const float *x, int cols, int8_t *q, float *d, int8_t *q
 
 /* glibc's expf (sysdeps/ieee754/flt-32/e_expf.c, as its FMA build __expf_fma, the one an AVX-512 CPU runs,
  * computes it: k = round(x N/ln2) by x * InvLn2N + shift fused, r = x * InvLn2N - k fused, s = 2^(k/N) from the
- * table __exp2f_data.tab (N = 32) and the exponent bits, y = (C0 r + C1) r^2 + (C2 r + 1) by three FMAs, times s,
- * rounded to float) on 8 floats in double lanes. Bitwise expf where -0x1.9d1d9ep6 <= x <= 0x1.62e42ep6 (its main
- * path); exp_lanes takes the other lanes. */
-static const uint64_t exp2f_tab[32] = {
-    0x3ff0000000000000ULL, 0x3fefd9b0d3158574ULL, 0x3fefb5586cf9890fULL, 0x3fef9301d0125b51ULL,
-    0x3fef72b83c7d517bULL, 0x3fef54873168b9aaULL, 0x3fef387a6e756238ULL, 0x3fef1e9df51fdee1ULL,
-    0x3fef06fe0a31b715ULL, 0x3feef1a7373aa9cbULL, 0x3feedea64c123422ULL, 0x3feece086061892dULL,
-    0x3feebfdad5362a27ULL, 0x3feeb42b569d4f82ULL, 0x3feeab07dd485429ULL, 0x3feea47eb03a5585ULL,
-    0x3feea09e667f3bcdULL, 0x3fee9f75e8ec5f74ULL, 0x3feea11473eb0187ULL, 0x3feea589994cce13ULL,
-    0x3feeace5422aa0dbULL, 0x3feeb737b0cdc5e5ULL, 0x3feec49182a3f090ULL, 0x3feed503b23e255dULL,
-    0x3feee89f995ad3adULL, 0x3feeff76f2fb5e47ULL, 0x3fef199bdd85529cULL, 0x3fef3720dcef9069ULL,
-    0x3fef5818dcfba487ULL, 0x3fef7c97337b9b5fULL, 0x3fefa4afa2a490daULL, 0x3fefd0765b6e4540ULL};
-
+ * table __exp2f_data.tab (N = 32, softmax_common.h) and the exponent bits, y = (C0 r + C1) r^2 + (C2 r + 1) by three
+ * FMAs, times s, rounded to float) on 8 floats in double lanes. Bitwise expf where -0x1.9d1d9ep6 <= x <=
+ * 0x1.62e42ep6 (its main path); exp_lanes takes the other lanes. */
 static inline __m256 expf8_main(__m256 x, const __m512d tab[4]) {
     const __m512d invln2n = _mm512_set1_pd(0x1.71547652b82fep+5), shift = _mm512_set1_pd(0x1.8p52);
     const __m512d xd = _mm512_cvtps_pd(x);
@@ -679,16 +670,7 @@ static void softmax_rows_v(float *sc, size_t ld, int nr, int n, float scale, con
             exp_lanes(row, n, mx[i], tab);
             sum[i] = sinks ? (double)expf(sinks[r0 + i] - mx[i]) : 0.0;
         }
-        const float *rw[8];
-        for (int i = 0; i < 8; i++) rw[i] = sc + (size_t)(r0 + (i < m ? i : 0)) * ld;
-        if (m == 8)
-            for (int p = 0; p < n; p++) {
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) sum[i] += rw[i][p];
-            }
-        else
-            for (int i = 0; i < m; i++)
-                for (int p = 0; p < n; p++) sum[i] += rw[i][p];
+        softmax_sums(sc, ld, r0, m, 8, n, sum);
         for (int i = 0; i < m; i++) {
             float *row = sc + (size_t)(r0 + i) * ld;
             const __m512 vf = _mm512_set1_ps((float)sum[i]);
