@@ -89,6 +89,11 @@ typedef struct sl_pack_params {
     sl_quant quant_backbone;  /* every other matrix; SL_QUANT_SAME (default) = quant */
     sl_quant quant_router;    /* mlp.gate, mlp.shared_expert_gate; SL_QUANT_SAME (default) = q8 when the
                                  backbone mode is q4/q3, else the backbone mode */
+    /* llama.cpp's importance matrix (llama-imatrix's GGUF or legacy .dat file) or NULL (default): the matrices it
+     * has an entry for (per expert where it has one per expert) are quantized minimising the importance-weighted
+     * error instead of the plain one (docs/QUANT.md "Importance matrices"); the manifest's pack.imatrix records the
+     * file's xxh3. Those quantized from the file's GGUF names the family table gives; the others, plainly. */
+    const char *imatrix;
 } sl_pack_params;
 
 sl_pack_params sl_pack_params_default(void);

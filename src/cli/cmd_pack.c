@@ -37,13 +37,14 @@ int cmd_pack(int argc, char **argv) {
             p.group = (int)g;
         } else if (!strcmp(argv[i], "--scale-f16")) p.scale_f16 = 1;
         else if (!strcmp(argv[i], "--no-source-hash")) p.hash_sources = 0;
+        else if (!strcmp(argv[i], "--imatrix") && i + 1 < argc) p.imatrix = argv[++i];
         else if (argv[i][0] == '-') return cli_bad_option("pack", argc, argv, i);
         else if (!src) src = argv[i];
         else return cli_fail("pack", "unexpected argument '%s'", argv[i]);
     }
     if (!src || !out)
         return cli_fail("pack", "usage: sluice pack SRC_DIR -o MODEL.sluice [--quant keep|f32|bf16|q8|q4|q3] [--group 32|64|128] "
-                        "[--quant-experts M] [--quant-backbone M] [--quant-router M] [--scale-f16]");
+                        "[--quant-experts M] [--quant-backbone M] [--quant-router M] [--scale-f16] [--imatrix FILE]");
     cli_progress pr;
     cli_progress_init(&pr, "packing");
     p.progress = cli_progress_cb;
@@ -54,6 +55,17 @@ int cmd_pack(int argc, char **argv) {
     cli_progress_end(&pr);
     if (st) return cli_fail("pack", "%s", err.msg);
     fprintf(stderr, "wrote %s in %.1f s\n", out, clk_now_s() - pr.t0);
+    char *txt = NULL;
+    if (p.imatrix && !sl_info_json(out, &txt, &err)) { /* what the importance matrix covered */
+        cJSON *j = cJSON_Parse(txt);
+        const cJSON *im = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "pack"), "imatrix");
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(im, "weighted"), *u = cJSON_GetObjectItemCaseSensitive(im, "unweighted");
+        if (cJSON_IsNumber(w) && cJSON_IsNumber(u))
+            fprintf(stderr, "imatrix %s: %.0f quantized matrices weighted, %.0f without importances (no entry, or an expert "
+                    "that saw no token)\n", p.imatrix, w->valuedouble, u->valuedouble);
+        cJSON_Delete(j);
+    }
+    free(txt);
     return 0;
 }
 

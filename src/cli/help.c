@@ -74,6 +74,8 @@ static const cli_opt pack_opts[] = {
     {"--scale-f16", NULL, "store quantization scales and biases in f16 (default: bf16)"},
     {"--no-source-hash", NULL, "do not record each source file's xxh3-64 in the manifest (default: "
                                "recorded)"},
+    {"--imatrix", "FILE", "llama.cpp's importance matrix (llama-imatrix's .gguf or .dat): the matrices it covers are "
+                          "quantized minimising the importance-weighted error (default: none)"},
     END_OPTS,
 };
 

@@ -18,6 +18,7 @@
 #include "family/tensors.h"
 #include "format/container.h"
 #include "import/hf.h"
+#include "import/imatrix.h"
 #include "quant/quant.h"
 #include "util/err.h"
 #include "util/fileio.h"
@@ -85,6 +86,11 @@ static pack_tgt target_for(const sl_pack_params *p, const hf_tensor *t, const ch
 }
 
 sl_status pack_derive(hf_ckpt *ck, const hf_tensor *t, const pack_tgt *tgt, void *dst, sl_error *err) {
+    return pack_derive_imp(ck, t, tgt, NULL, dst, err);
+}
+
+sl_status pack_derive_imp(hf_ckpt *ck, const hf_tensor *t, const pack_tgt *tgt, const float *imp, void *dst,
+                          sl_error *err) {
     if (q_is_quant(t->src_dtype)) {
         if (tgt->dt != t->src_dtype || tgt->group != t->q_group || tgt->sdt != t->q_sdtype)
             return err_set(err, SL_EMISMATCH, "tensor '%s' is %s group %d in the source, %s group %d in the container",
@@ -103,7 +109,7 @@ sl_status pack_derive(hf_ckpt *ck, const hf_tensor *t, const pack_tgt *tgt, void
     float *tmp = malloc(n * sizeof(float) + 1);
     if (!tmp) return err_set(err, SL_ENOMEM, "out of memory quantizing '%s'", t->name);
     st = hf_read(ck, t, DT_F32, tmp, err);
-    if (!st) q_quantize(tgt->dt, tmp, (int)t->shape[0], (int)t->shape[1], tgt->group, tgt->sdt, tgt->seed, dst);
+    if (!st) q_quantize_imp(tgt->dt, tmp, (int)t->shape[0], (int)t->shape[1], tgt->group, tgt->sdt, tgt->seed, imp, dst);
     free(tmp);
     return st;
 }
@@ -220,6 +226,8 @@ typedef struct {
     writer w;
     uint8_t *buf;    /* one backbone tensor or one expert block */
     uint64_t *ehash; /* the expert hash table */
+    imat_file *im;   /* p->imatrix read, or NULL */
+    int n_weighted, n_plain; /* quantized matrices with importances / without an entry in im */
 } pack_job;
 
 static sl_status check_params(const sl_pack_params *p, sl_error *err) {
@@ -348,13 +356,44 @@ static sl_status open_temp(pack_job *j, sl_error *err) {
     return SL_OK;
 }
 
+/* The importances of tensor t, stored as tgt, from the imatrix (NULL when none is given, t is not quantized from floats
+ * here, or the file has no entry for it): a backbone tensor by its canonical name, else expert e's part `part` of
+ * layer l. An entry of the wrong shape is an error. */
+static sl_status importances(pack_job *j, const hf_tensor *t, const pack_tgt *tgt, const char *name, int l, int part,
+                             int e, const float **imp, sl_error *err) {
+    *imp = NULL;
+    if (!j->im || !t || t->ndim != 2 || q_is_quant(t->src_dtype) || !q_is_quant(tgt->dt)) return SL_OK;
+    char g[160];
+    if (imat_gguf_name(j->c, name, l, part, g, sizeof g)) {
+        j->n_plain++;
+        return SL_OK;
+    }
+    sl_status st = imat_weights(j->im, g, t->shape[1], name ? 1 : j->E, name ? 0 : e, imp, err);
+    if (st == SL_ENOENT) {
+        j->n_plain++;
+        return SL_OK;
+    }
+    if (st) return err_prefix(err, "tensor '%s'", t->name);
+    if (*imp) j->n_weighted++;
+    else j->n_plain++; /* an expert that saw no token */
+    return SL_OK;
+}
+
+/* Reads p->imatrix, when given. */
+static sl_status open_imatrix(pack_job *j, sl_error *err) {
+    return j->p->imatrix ? imat_open(j->p->imatrix, &j->im, err) : SL_OK;
+}
+
 /* Each backbone tensor converted, hashed, written, and listed in the manifest. */
 static sl_status write_backbone(pack_job *j, sl_error *err) {
     sl_status st = SL_OK;
     for (int i = 0; i < j->n_at && !st; i++) {
         arch_tensor *a = &j->at[i];
         uint64_t bytes = tgt_bytes(&j->tdt[i], a->ndim, a->shape);
-        if ((st = pack_derive(j->ck, hf_find(j->ck, a->name), &j->tdt[i], j->buf, err))) break;
+        const hf_tensor *t = hf_find(j->ck, a->name);
+        const float *imp = NULL;
+        if ((st = importances(j, t, &j->tdt[i], a->name, 0, 0, 1, &imp, err))) break;
+        if ((st = pack_derive_imp(j->ck, t, &j->tdt[i], imp, j->buf, err))) break;
         uint64_t hsh = XXH3_64bits(j->buf, bytes);
         if ((st = wr(&j->w, j->buf, bytes, j->toff[i], err))) break;
         slc_tensor te = {a->name, j->tdt[i].dt, a->ndim, {a->shape[0], a->shape[1]}, j->toff[i], bytes, hsh,
@@ -383,7 +422,10 @@ static sl_status write_experts(pack_job *j, sl_error *err) {
             for (int part = 0; part < j->n_parts; part++) {
                 char nm[96];
                 snprintf(nm, sizeof nm, "layers.%d.mlp.experts.%d.%s", l, e, arch_expert_part_name(c, part));
-                if ((st = pack_derive(j->ck, hf_find(j->ck, nm), &sl->edt[part], j->buf + sl->at.parts[part].off, err)))
+                const hf_tensor *t = hf_find(j->ck, nm);
+                const float *imp = NULL;
+                if ((st = importances(j, t, &sl->edt[part], NULL, l, part, e, &imp, err)) ||
+                    (st = pack_derive_imp(j->ck, t, &sl->edt[part], imp, j->buf + sl->at.parts[part].off, err)))
                     return st;
             }
             uint64_t hsh = XXH3_64bits(j->buf, sl->at.bytes);
@@ -467,6 +509,18 @@ static sl_status describe_source(pack_job *j, sl_error *err) {
         cJSON_AddStringToObject(po, "router", quant_name(role_mode(p, 1)));
         cJSON_AddStringToObject(po, "experts", quant_name(role_mode(p, 2)));
     }
+    if (j->im) {
+        if (!j->n_weighted)
+            return err_set(err, SL_EMISMATCH, "%s: no entry for any matrix quantized here (%d looked for; an importance "
+                          "matrix of another model, or a pack that quantizes nothing?)", j->im->path, j->n_plain);
+        cJSON *io = cJSON_AddObjectToObject(po, "imatrix");
+        const char *sl = strrchr(j->im->path, '/');
+        cJSON_AddStringToObject(io, "file", sl ? sl + 1 : j->im->path);
+        cJSON_AddStringToObject(io, "format", j->im->legacy ? "dat" : "gguf");
+        add_hash(io, j->im->hash);
+        cJSON_AddNumberToObject(io, "weighted", j->n_weighted);
+        cJSON_AddNumberToObject(io, "unweighted", j->n_plain);
+    }
     return SL_OK;
 }
 
@@ -508,12 +562,13 @@ static void job_free(pack_job *j) {
     free(j->at);
     cJSON_Delete(j->man);
     hf_close(j->ck);
+    imat_close(j->im);
 }
 
 sl_status pack_run(const char *src_dir, const char *out_path, const sl_pack_params *params, const pack_io *io,
                    sl_error *err) {
     static sl_status (*const stages[])(pack_job *, sl_error *) = {
-        plan_backbone, plan_experts, open_temp, write_backbone, write_experts, write_blobs, describe_source, commit,
+        open_imatrix, plan_backbone, plan_experts, open_temp, write_backbone, write_experts, write_blobs, describe_source, commit,
     };
     sl_pack_params defp = sl_pack_params_default();
     pack_job j;

@@ -40,6 +40,9 @@ struct hf_tensor;
  * of a float source (deterministic), or a verbatim copy of an MLX-quantized source (which must then
  * already have tgt's dtype, group and scale dtype). Used by pack and by verify --source. */
 sl_status pack_derive(struct hf_ckpt *ck, const struct hf_tensor *t, const pack_tgt *tgt, void *dst, sl_error *err);
+/* pack_derive quantizing a float source under importances imp [cols] (quant.h q_quantize_imp; NULL: pack_derive). */
+sl_status pack_derive_imp(struct hf_ckpt *ck, const struct hf_tensor *t, const pack_tgt *tgt, const float *imp, void *dst,
+                          sl_error *err);
 
 /* Names of files copied verbatim into the container's blob section when present in the source. */
 extern const char *const pack_blob_names[];

@@ -37,6 +37,12 @@ sl_status sl_verify(const char *path, const char *source_dir, sl_progress_fn pro
     sl_status st = slc_open(path, &f, err);
     if (st) return st;
     if (source_dir) {
+        if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(f.manifest, "pack"), "imatrix")) {
+            st = err_set(err, SL_EUNSUPPORTED, "%s was packed with an importance matrix (pack.imatrix): its quantized "
+                        "tensors cannot be re-derived from the source alone; verify without --source checks its "
+                        "checksums", path);
+            goto out;
+        }
         if ((st = hf_open(source_dir, &ck, err))) goto out;
         const fam_config *a = hf_config(ck), *b = &f.cfg;
         if (a->arch != b->arch || a->n_layers != b->n_layers || a->hidden != b->hidden || a->n_experts != b->n_experts) {

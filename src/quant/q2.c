@@ -11,6 +11,7 @@
  * types (quant/kquant.h), whose kernels multiply it.
  */
 #include "quant/quant.h"
+#include "quant/qimp.h"
 
 #include <math.h>
 #include <string.h>
@@ -27,6 +28,15 @@ static float q2_codes(const float *v, int n, float d, uint8_t *code) {
         e += r * r;
     }
     return e;
+}
+
+/* block bytes: codes 4 to a byte (column e in byte e % 32 at bits 2 (e / 32)), then d in f16 */
+static void q2_put(uint8_t *blk, const uint8_t *code, float d) {
+    memset(blk, 0, 32);
+    for (int e = 0; e < Q2_BLK; e++) blk[e % 32] |= (uint8_t)(code[e] << (2 * (e / 32)));
+    const uint16_t h = f32_to_f16(d);
+    blk[32] = (uint8_t)h;
+    blk[33] = (uint8_t)(h >> 8);
 }
 
 /* One block: the scale (f16) of least squared error among 0.80 .. 1.20 times the Gaussian's
@@ -57,11 +67,46 @@ static void q2_block(const float *v, uint8_t *blk) {
         best_e = e, best_d = d, memcpy(best, code, sizeof best);
     }
     if (!(best_e < INFINITY)) memset(best, 2, sizeof best); /* an all-zero block: d = 0 */
-    memset(blk, 0, 32);
-    for (int e = 0; e < Q2_BLK; e++) blk[e % 32] |= (uint8_t)(best[e] << (2 * (e / 32)));
-    const uint16_t h = f32_to_f16(best_d);
-    blk[32] = (uint8_t)h;
-    blk[33] = (uint8_t)(h >> 8);
+    q2_put(blk, best, best_d);
+}
+
+/* q2_block under the rotated measure of the importances c [Q2_BLK] (qimp.h): each of q2_block's scales with its
+ * nearest codes moved while E falls; the best by E, then its least-squares scale under M where that lowers E. */
+static void q2_block_w(const float *v, const float *c, uint8_t *blk) {
+    static const float lev[4] = {-10.0f, -3.0f, 3.0f, 10.0f}; /* Q2_LEVELS */
+    float m[Q2_BLK], u[Q2_BLK], lq[Q2_BLK];
+    uint8_t code[Q2_BLK], best[Q2_BLK];
+    qimp_metric(c, Q2_BLK, m);
+    double ss = 0;
+    for (int i = 0; i < Q2_BLK; i++) ss += (double)v[i] * v[i];
+    const float rms = (float)sqrt(ss / Q2_BLK);
+    float best_d = 0.0f;
+    double best_e = INFINITY;
+    memset(best, 2, sizeof best);
+    for (int k = 0; rms > 0 && k <= 16; k++) {
+        const float d = f16r(rms * 0.15104f * (0.80f + 0.025f * (float)k));
+        if (!(d > 0) || !isfinite(d)) continue;
+        q2_codes(v, Q2_BLK, d, code);
+        const double e = qimp_descend(v, Q2_BLK, d, lev, 4, code, c, m, 3);
+        if (e < best_e) best_e = e, best_d = d, memcpy(best, code, sizeof best);
+    }
+    if (best_d > 0) {
+        for (int i = 0; i < Q2_BLK; i++) lq[i] = lev[best[i]];
+        qimp_apply(lq, c, Q2_BLK, u);
+        double num = 0, den = 0;
+        for (int i = 0; i < Q2_BLK; i++) num += (double)v[i] * u[i], den += (double)lq[i] * u[i];
+        const float d = den > 0 ? f16r((float)(num / den)) : 0.0f;
+        if (d > 0 && isfinite(d)) {
+            memcpy(code, best, sizeof code);
+            const double e = qimp_descend(v, Q2_BLK, d, lev, 4, code, c, m, 3);
+            if (e < best_e) best_e = e, best_d = d, memcpy(best, code, sizeof best);
+        }
+    }
+    q2_block(v, blk); /* the plain block where it is as good: never worse under the weights */
+    const float pd = f16_to_f32((uint16_t)(blk[32] | blk[33] << 8));
+    float pe[Q2_BLK];
+    for (int e = 0; e < Q2_BLK; e++) pe[e] = v[e] - pd * lev[(blk[e % 32] >> (2 * (e / 32))) & 3];
+    if (qimp_err(pe, c, Q2_BLK) > best_e) q2_put(blk, best, best_d);
 }
 
 void q2_quantize(const float *w, int rows, int cols, void *out) {
@@ -71,6 +116,18 @@ void q2_quantize(const float *w, int rows, int cols, void *out) {
         for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
             q_rotate_group(w + (size_t)r * (size_t)cols + c0, c0, Q2_BLK, Q2_SEED, v);
             q2_block(v, (uint8_t *)out + (size_t)r * rb + (size_t)(c0 / Q2_BLK) * 34);
+        }
+}
+
+void q2_quantize_imp(const float *w, int rows, int cols, const float *imp, void *out) {
+    const size_t rb = kq_row_bytes(DT_Q2, cols);
+    float v[Q2_BLK];
+    for (int r = 0; r < rows; r++)
+        for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
+            q_rotate_group(w + (size_t)r * (size_t)cols + c0, c0, Q2_BLK, Q2_SEED, v);
+            uint8_t *blk = (uint8_t *)out + (size_t)r * rb + (size_t)(c0 / Q2_BLK) * 34;
+            if (imp && qimp_any(imp + c0, Q2_BLK)) q2_block_w(v, imp + c0, blk);
+            else q2_block(v, blk);
         }
 }
 
@@ -223,5 +280,118 @@ void q2v_quantize(const float *w, int rows, int cols, void *out) {
         for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
             q_rotate_group(w + (size_t)r * (size_t)cols + c0, c0, Q2_BLK, Q2_SEED, v);
             q2v_block(v, (uint8_t *)out + (size_t)r * rb + (size_t)(c0 / Q2_BLK) * 34);
+        }
+}
+
+/* ---- q2v under importances (qimp.h) ------------------------------------------------------------------------------ */
+
+/* the rotated error e [Q2_BLK] of codes at scale d */
+static void q2v_error(const float *v, float d, const uint16_t *codes, float *e) {
+    int8_t q[8];
+    for (int j = 0; j < Q2_BLK / 8; j++) {
+        q2v_decode8(codes[j], q);
+        for (int i = 0; i < 8; i++) e[8 * j + i] = v[8 * j + i] - d * (float)q[i];
+    }
+}
+
+/* Codes moved 8 values at a time while E falls. For sub-vector j, with the others fixed, the change of its error that
+ * minimises E is -M_jj^-1 (M e)_j, M_jj the 8 x 8 block m[i ^ k] (= H_8 diag(lam) H_8 / 8, lam = H_8 m[0..8), so
+ * inverted by two 8-point transforms); the code nearest to the point that change asks for is taken when the exact
+ * dE = 2 dl . (M e)_j + dl^T M_jj dl is below 0. Returns E of the result. */
+static double q2v_descend(const float *v, float d, uint16_t *codes, const float *c, const float *m, int passes) {
+    float e[Q2_BLK], u[Q2_BLK], lam[8], lmax = 0.0f;
+    q2v_error(v, d, codes, e);
+    qimp_apply(e, c, Q2_BLK, u);
+    memcpy(lam, m, sizeof lam);
+    q_fwht(lam, 8);
+    for (int k = 0; k < 8; k++) lmax = fmaxf(lmax, lam[k]);
+    for (int k = 0; k < 8; k++) lam[k] = fmaxf(lam[k], 1e-6f * lmax);
+    for (int p = 0; p < passes && lmax > 0; p++) {
+        int moved = 0;
+        for (int j = 0; j < Q2_BLK / 8; j++) {
+            float t[8], y[8], dl[8];
+            int8_t q[8], q2[8];
+            memcpy(t, u + 8 * j, sizeof t);
+            q_fwht(t, 8);
+            for (int k = 0; k < 8; k++) t[k] /= lam[k];
+            q_fwht(t, 8); /* t = 8 M_jj^-1 u_j */
+            q2v_decode8(codes[j], q);
+            for (int i = 0; i < 8; i++) y[i] = (float)q[i] + t[i] / (8.0f * d);
+            uint16_t nc;
+            q2v_nearest(y, &nc);
+            if (nc == codes[j]) continue;
+            q2v_decode8(nc, q2);
+            double de = 0;
+            for (int i = 0; i < 8; i++) dl[i] = d * (float)(q[i] - q2[i]), de += 2.0 * dl[i] * u[8 * j + i];
+            for (int i = 0; i < 8; i++)
+                for (int k = 0; k < 8; k++) de += (double)dl[i] * dl[k] * m[i ^ k];
+            if (!(de < -1e-7 * m[0] * d * d)) continue;
+            codes[j] = nc;
+            for (int i = 0; i < 8; i++) e[8 * j + i] += dl[i];
+            for (int k = 0; k < Q2_BLK; k++) {
+                float a = 0.0f;
+                for (int i = 0; i < 8; i++) a += dl[i] * m[k ^ (8 * j + i)];
+                u[k] += a;
+            }
+            moved = 1;
+        }
+        if (!moved) break;
+    }
+    return qimp_err(e, c, Q2_BLK);
+}
+
+/* q2v_block under the rotated measure of the importances c [Q2_BLK]: q2v_block's scales scored by E, the best one's
+ * codes moved while E falls, then its least-squares scale under M (codes moved again) where that lowers E. */
+static void q2v_block_w(const float *v, const float *c, uint8_t *blk) {
+    float m[Q2_BLK], e[Q2_BLK], qf[Q2_BLK], u[Q2_BLK];
+    uint16_t codes[Q2_BLK / 8], best[Q2_BLK / 8] = {0};
+    qimp_metric(c, Q2_BLK, m);
+    double ss = 0;
+    for (int i = 0; i < Q2_BLK; i++) ss += (double)v[i] * v[i];
+    const float rms = (float)sqrt(ss / Q2_BLK);
+    float best_d = 0.0f;
+    double best_e = INFINITY;
+    for (int k = 0; rms > 0 && k < 4; k++) {
+        const float d = f16r(rms * 0.244f * (0.88f + 0.08f * (float)k));
+        if (!(d > 0) || !isfinite(d)) continue;
+        q2v_codes(v, d, codes);
+        q2v_error(v, d, codes, e);
+        const double err = qimp_err(e, c, Q2_BLK);
+        if (err < best_e) best_e = err, best_d = d, memcpy(best, codes, sizeof best);
+    }
+    if (best_d > 0) {
+        best_e = q2v_descend(v, best_d, best, c, m, 2);
+        q2v_error(v, 1.0f, best, e); /* at d = 1, v - e is the codes' integer values */
+        for (int i = 0; i < Q2_BLK; i++) qf[i] = v[i] - e[i];
+        qimp_apply(qf, c, Q2_BLK, u);
+        double num = 0, den = 0;
+        for (int i = 0; i < Q2_BLK; i++) num += (double)v[i] * u[i], den += (double)qf[i] * u[i];
+        const float d = den > 0 ? f16r((float)(num / den)) : 0.0f;
+        if (d > 0 && isfinite(d) && d != best_d) {
+            memcpy(codes, best, sizeof codes);
+            const double err = q2v_descend(v, d, codes, c, m, 2);
+            if (err < best_e) best_e = err, best_d = d, memcpy(best, codes, sizeof best);
+        }
+    }
+    q2v_block(v, blk); /* the plain block where it is as good: never worse under the weights */
+    for (int j = 0; j < Q2_BLK / 8; j++) codes[j] = (uint16_t)(blk[2 * j] | blk[2 * j + 1] << 8);
+    q2v_error(v, f16_to_f32((uint16_t)(blk[32] | blk[33] << 8)), codes, e);
+    if (!(qimp_err(e, c, Q2_BLK) > best_e)) return;
+    for (int j = 0; j < Q2_BLK / 8; j++) blk[2 * j] = (uint8_t)best[j], blk[2 * j + 1] = (uint8_t)(best[j] >> 8);
+    const uint16_t h = f32_to_f16(best_d);
+    blk[32] = (uint8_t)h;
+    blk[33] = (uint8_t)(h >> 8);
+}
+
+void q2v_quantize_imp(const float *w, int rows, int cols, const float *imp, void *out) {
+    pthread_once(&q2v_once, q2v_init);
+    const size_t rb = kq_row_bytes(DT_Q2V, cols);
+    float v[Q2_BLK];
+    for (int r = 0; r < rows; r++)
+        for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
+            q_rotate_group(w + (size_t)r * (size_t)cols + c0, c0, Q2_BLK, Q2_SEED, v);
+            uint8_t *blk = (uint8_t *)out + (size_t)r * rb + (size_t)(c0 / Q2_BLK) * 34;
+            if (imp && qimp_any(imp + c0, Q2_BLK)) q2v_block_w(v, imp + c0, blk);
+            else q2v_block(v, blk);
         }
 }

@@ -1,12 +1,14 @@
 /*
  * quant.c — layout, quantisers and dequantisers of the quantized types; see quant.h and docs/QUANT.md.
  *
- * Sections: layout helpers, bit streams, the q3 rotation, dequantisation, quantisation.
+ * Sections: layout helpers, bit streams, the q3 rotation, dequantisation, quantisation, importance-weighted groups
+ * (quant/qimp.h; entered only with importances, so the plain path above is unchanged).
  * Quantisation rounds scales and biases to their stored type before choosing codes, so the codes are the
  * best ones for the values the kernels will actually use; it is a pure function of its inputs (pack and
  * verify --source re-derive byte-identical data).
  */
 #include "quant/quant.h"
+#include "quant/qimp.h"
 #include "util/err.h"
 
 #include <math.h>
@@ -166,8 +168,7 @@ static inline uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-/* in place, unnormalised: t <- H_n t (n a power of two) */
-static void fwht(float *t, int n) {
+void q_fwht(float *t, int n) {
     for (int h = 1; h < n; h *= 2)
         for (int i = 0; i < n; i += 2 * h)
             for (int j = i; j < i + h; j++) {
@@ -196,7 +197,7 @@ void q_rotate_group(const float *x, int c0, int group, uint32_t seed, float *t) 
     const float norm = 1.0f / sqrtf((float)group);
     memcpy(t, x, (size_t)group * sizeof(float));
     apply_signs(t, c0, group, seed);
-    fwht(t, group);
+    q_fwht(t, group);
     for (int i = 0; i < group; i++) t[i] *= norm;
 }
 
@@ -206,7 +207,7 @@ void q3_rotate(const float *x, int cols, int group, uint32_t seed, float *out) {
 
 /* w = R^T v = D H v / sqrt(g) for one group (H symmetric) */
 void q_unrotate_group(float *t, int c0, int group, uint32_t seed) {
-    fwht(t, group);
+    q_fwht(t, group);
     const float norm = 1.0f / sqrtf((float)group);
     for (int i = 0; i < group; i++) t[i] *= norm;
     apply_signs(t, c0, group, seed);
@@ -319,16 +320,118 @@ static void q3_group(const float *v, int n, dt_type sdt, float *os, uint8_t *row
     *os = best_s;
 }
 
+/* ---- importance-weighted groups (quant/qimp.h) ------------------------------------------------ */
+
+/* sum a_i (w_i - (s q_i + b))^2 with q_i = the nearest code for (s, b), clamped (affine_group's rounding) */
+static double affine_werr(const float *w, const float *a, int n, float n_bins, float s, float b) {
+    double e = 0;
+    for (int i = 0; i < n; i++) {
+        float q = rintf((w[i] - b) / s);
+        q = q < 0 ? 0 : q > n_bins ? n_bins : q;
+        const float d = w[i] - (s * q + b);
+        e += (double)a[i] * d * d;
+    }
+    return e;
+}
+
+/* (s, b) of least sum a_i (w_i - s q_i - b)^2 for the codes q_i of (s0, b0); 0, or -1 when degenerate */
+static int affine_fit(const float *w, const float *a, int n, float n_bins, float s0, float b0, float *s, float *b) {
+    double sw = 0, sl = 0, sll = 0, sx = 0, sxl = 0;
+    for (int i = 0; i < n; i++) {
+        float q = rintf((w[i] - b0) / s0);
+        q = q < 0 ? 0 : q > n_bins ? n_bins : q;
+        sw += a[i], sl += (double)a[i] * q, sll += (double)a[i] * q * q, sx += (double)a[i] * w[i];
+        sxl += (double)a[i] * w[i] * q;
+    }
+    const double det = sw * sll - sl * sl;
+    if (!(det > 0)) return -1;
+    *s = (float)((sw * sxl - sx * sl) / det);
+    *b = (float)((sll * sx - sl * sxl) / det);
+    return isfinite(*s) && isfinite(*b) ? 0 : -1;
+}
+
+/* affine_group under importances a [n]: the scale and bias of least weighted error among MLX's own choice and, as
+ * llama.cpp's make_qkx2_quants searches them, the codes of 21 scales across the range (the range over n_bins - 1 ..
+ * n_bins + 1 steps from the minimum), each refitted by weighted least squares; everything rounded to sdt before it is
+ * scored. Never worse under the weights than affine_group. */
+static void affine_group_w(const float *w, const float *a, int n, int bits, dt_type sdt, float *os, float *ob,
+                           uint8_t *row, int c0) {
+    const float n_bins = (float)((1 << bits) - 1);
+    uint8_t tmp[128];
+    memset(tmp, 0, sizeof tmp);
+    float bs, bb; /* MLX's choice: the reference to beat */
+    affine_group(w, n, bits, sdt, &bs, &bb, tmp, 0);
+    double be = affine_werr(w, a, n, n_bins, bs, bb);
+    float mn = w[0], mx = w[0];
+    for (int i = 1; i < n; i++) mn = fminf(mn, w[i]), mx = fmaxf(mx, w[i]);
+    for (int k = 0; k <= 20 && mx > mn; k++) {
+        float s = (mx - mn) / (n_bins + 0.1f * (float)(k - 10)), b = mn;
+        for (int it = 0; it < 2; it++) {
+            float fs, fb;
+            if (affine_fit(w, a, n, n_bins, s, b, &fs, &fb)) break;
+            fs = round_to(sdt, fs), fb = round_to(sdt, fb);
+            if (!(fabsf(fs) > 0) || !isfinite(fs) || !isfinite(fb)) break;
+            s = fs, b = fb;
+            const double e = affine_werr(w, a, n, n_bins, s, b);
+            if (e < be) be = e, bs = s, bb = b;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        float q = rintf((w[i] - bb) / bs);
+        q = q < 0 ? 0 : q > n_bins ? n_bins : q;
+        put_code(row, bits, c0 + i, (unsigned)q);
+    }
+    *os = bs;
+    *ob = bb;
+}
+
+/* q3_group under the rotated measure of the importances c [n] (qimp.h): each of q3_group's scales with its nearest
+ * codes moved while E falls; the best by E, then its least-squares scale under M where that lowers E. */
+static void q3_group_w(const float *v, const float *c, int n, dt_type sdt, float *os, uint8_t *row, int c0) {
+    float m[128], u[128], lq[128];
+    unsigned char code[128], best[128];
+    qimp_metric(c, n, m);
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)v[i] * v[i];
+    const float rms = (float)sqrt(ss / n);
+    float best_s = round_to(sdt, rms);
+    double best_e = INFINITY;
+    for (int i = 0; i < n; i++) best[i] = 3u;
+    for (int k = 0; rms > 0 && k <= 16; k++) {
+        const float s = round_to(sdt, rms * (0.80f + 0.025f * (float)k));
+        if (!(s > 0)) continue;
+        for (int i = 0; i < n; i++) code[i] = (unsigned char)q3_nearest(v[i] / s);
+        const double e = qimp_descend(v, n, s, Q3_LEVELS, 8, code, c, m, 3);
+        if (e < best_e) best_e = e, best_s = s, memcpy(best, code, (size_t)n);
+    }
+    if (best_s > 0) { /* s = (L^T M v) / (L^T M L) over the chosen levels L */
+        for (int i = 0; i < n; i++) lq[i] = Q3_LEVELS[best[i]];
+        qimp_apply(lq, c, n, u);
+        double num = 0, den = 0;
+        for (int i = 0; i < n; i++) num += (double)v[i] * u[i], den += (double)lq[i] * u[i];
+        const float s = den > 0 ? round_to(sdt, (float)(num / den)) : 0.0f;
+        if (s > 0 && isfinite(s)) {
+            memcpy(code, best, (size_t)n);
+            const double e = qimp_descend(v, n, s, Q3_LEVELS, 8, code, c, m, 3);
+            if (e < best_e) best_e = e, best_s = s, memcpy(best, code, (size_t)n);
+        }
+    }
+    for (int i = 0; i < n; i++) put_code(row, 3, c0 + i, best[i]);
+    *os = best_s;
+}
+
 static void mxfp4_quantize(const float *w, int rows, int cols, uint8_t *out);
 
-void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
-                void *out) {
+/* q_quantize and q_quantize_imp: imp NULL, or a group without a positive importance, takes the plain path */
+static void quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
+                     const float *imp, void *out) {
     if (dt == DT_MXFP4) {
         mxfp4_quantize(w, rows, cols, out);
         return;
     }
     if (kq_rotated(dt)) {
-        (dt == DT_Q2 ? q2_quantize : q2v_quantize)(w, rows, cols, out);
+        if (imp) (dt == DT_Q2 ? q2_quantize_imp : q2v_quantize_imp)(w, rows, cols, imp, out);
+        else (dt == DT_Q2 ? q2_quantize : q2v_quantize)(w, rows, cols, out);
         return;
     }
     const int bits = q_bits(dt), ng = cols / group;
@@ -342,17 +445,38 @@ void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_ty
         uint8_t *row = (uint8_t *)out + (size_t)r * row_bytes;
         for (int g = 0; g < ng; g++) {
             int c0 = g * group;
+            const int wt = imp && qimp_any(imp + c0, group);
             float s, b = 0;
             if (dt == DT_Q3) {
                 q_rotate_group(wr + c0, c0, group, seed, v);
-                q3_group(v, group, sdt, &s, row, c0);
+                if (wt) q3_group_w(v, imp + c0, group, sdt, &s, row, c0);
+                else q3_group(v, group, sdt, &s, row, c0);
             } else {
-                affine_group(wr + c0, group, bits, sdt, &s, &b, row, c0);
+                if (wt) affine_group_w(wr + c0, imp + c0, group, bits, sdt, &s, &b, row, c0);
+                else affine_group(wr + c0, group, bits, sdt, &s, &b, row, c0);
                 store((void *)m.biases, sdt, (size_t)r * ng + g, b);
             }
             store((void *)m.scales, sdt, (size_t)r * ng + g, s);
         }
     }
+}
+
+void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
+                void *out) {
+    quantize(dt, w, rows, cols, group, sdt, seed, NULL, out);
+}
+
+void q_quantize_imp(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
+                    const float *imp, void *out) {
+    quantize(dt, w, rows, cols, group, sdt, seed, imp, out);
+}
+
+double q_row_werr(const tn_mat *m, int r, const float *w, const float *imp) {
+    float q[m->cols > 0 ? m->cols : 1];
+    q_row_to_f32(m, r, q);
+    double e = 0;
+    for (int j = 0; j < m->cols; j++) e += (imp ? (double)imp[j] : 1.0) * (double)(w[j] - q[j]) * (w[j] - q[j]);
+    return e;
 }
 
 /* ---- mxfp4 ----------------------------------------------------------------------------------- */

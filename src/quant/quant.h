@@ -86,6 +86,17 @@ void q_row_to_f32(const tn_mat *m, int r, float *out);
 void q_quantize(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
                 void *out);
 
+/* q_quantize minimising sum_j imp[j] (w[r][j] - q[r][j])^2 per row instead of the plain squared error (quant/qimp.h:
+ * the affine types' scale and bias, q3 / q2 / q2v's scales and codes under the rotated form of that measure); imp
+ * [cols] >= 0 is one importance per column (llama-imatrix's mean squared activation). imp NULL: q_quantize, byte for
+ * byte; a group whose importances are all 0 is quantised as q_quantize does. mxfp4 ignores imp. */
+void q_quantize_imp(dt_type dt, const float *w, int rows, int cols, int group, dt_type sdt, uint32_t seed,
+                    const float *imp, void *out);
+/* sum_j imp[j] (w[j] - q[j])^2 for row r of m (imp NULL: all ones) against the f32 row w [cols]. */
+double q_row_werr(const tn_mat *m, int r, const float *w, const float *imp);
+/* In place, unnormalised: t <- H_n t, H_n the Sylvester-Hadamard matrix (n a power of two). */
+void q_fwht(float *t, int n);
+
 /* out[c] = (R x)[c] for a row of cols values, group by group (out may not alias x). */
 void q3_rotate(const float *x, int cols, int group, uint32_t seed, float *out);
 /* t[group] = R x for the one group of columns starting at column c0 (x points at it; t may not alias x), and back in
@@ -104,6 +115,9 @@ void q2_rotate(const float *x, int cols, float *out);
 /* q2v (quant/kquant.h): the same rotation, each 8 rotated values the nearest E8P code (both shifts, every pattern) at
  * the block's scale. */
 void q2v_quantize(const float *w, int rows, int cols, void *out);
+/* q2_quantize / q2v_quantize under importances imp [cols] (q_quantize_imp; imp NULL: the plain ones). */
+void q2_quantize_imp(const float *w, int rows, int cols, const float *imp, void *out);
+void q2v_quantize_imp(const float *w, int rows, int cols, const float *imp, void *out);
 void q2_unrotate(float *t, int cols);
 
 /* One scale (or bias) of sdtype at index i. */
