@@ -340,43 +340,44 @@ static double q2v_descend(const float *v, float d, uint16_t *codes, const float 
     return qimp_err(e, c, Q2_BLK);
 }
 
-/* q2v_block under the rotated measure of the importances c [Q2_BLK]: q2v_block's scales scored by E, the best one's
- * codes moved while E falls, then its least-squares scale under M (codes moved again) where that lowers E. */
+/* q2v_block under the rotated measure of the importances c [Q2_BLK]: q2v_block's own choice is made alongside (the same
+ * scales and codes, so it costs one more code search, its least-squares step's), the scale of least E among its four
+ * and that choice, then that one's codes moved while E falls: never worse under the weights than q2v_block. */
 static void q2v_block_w(const float *v, const float *c, uint8_t *blk) {
-    float m[Q2_BLK], e[Q2_BLK], qf[Q2_BLK], u[Q2_BLK];
-    uint16_t codes[Q2_BLK / 8], best[Q2_BLK / 8] = {0};
+    float m[Q2_BLK], e[Q2_BLK];
+    uint16_t codes[Q2_BLK / 8], plain[Q2_BLK / 8] = {0}, best[Q2_BLK / 8] = {0};
     qimp_metric(c, Q2_BLK, m);
     double ss = 0;
     for (int i = 0; i < Q2_BLK; i++) ss += (double)v[i] * v[i];
     const float rms = (float)sqrt(ss / Q2_BLK);
-    float best_d = 0.0f;
+    float pd = 0.0f, pe = INFINITY, best_d = 0.0f;
     double best_e = INFINITY;
     for (int k = 0; rms > 0 && k < 4; k++) {
         const float d = f16r(rms * 0.244f * (0.88f + 0.08f * (float)k));
         if (!(d > 0) || !isfinite(d)) continue;
-        q2v_codes(v, d, codes);
+        const float ue = q2v_codes(v, d, codes);
+        if (ue < pe) pe = ue, pd = d, memcpy(plain, codes, sizeof plain);
         q2v_error(v, d, codes, e);
-        const double err = qimp_err(e, c, Q2_BLK);
-        if (err < best_e) best_e = err, best_d = d, memcpy(best, codes, sizeof best);
+        const double we = qimp_err(e, c, Q2_BLK);
+        if (we < best_e) best_e = we, best_d = d, memcpy(best, codes, sizeof best);
     }
-    if (best_d > 0) {
-        best_e = q2v_descend(v, best_d, best, c, m, 2);
-        q2v_error(v, 1.0f, best, e); /* at d = 1, v - e is the codes' integer values */
-        for (int i = 0; i < Q2_BLK; i++) qf[i] = v[i] - e[i];
-        qimp_apply(qf, c, Q2_BLK, u);
+    if (pd > 0) { /* q2v_block's least-squares step, as it takes it */
         double num = 0, den = 0;
-        for (int i = 0; i < Q2_BLK; i++) num += (double)v[i] * u[i], den += (double)qf[i] * u[i];
-        const float d = den > 0 ? f16r((float)(num / den)) : 0.0f;
-        if (d > 0 && isfinite(d) && d != best_d) {
-            memcpy(codes, best, sizeof codes);
-            const double err = q2v_descend(v, d, codes, c, m, 2);
-            if (err < best_e) best_e = err, best_d = d, memcpy(best, codes, sizeof best);
+        int8_t q[8];
+        for (int j = 0; j < Q2_BLK / 8; j++) {
+            q2v_decode8(plain[j], q);
+            for (int i = 0; i < 8; i++) num += (double)v[8 * j + i] * q[i], den += (double)q[i] * q[i];
         }
+        const float d = f16r((float)(num / den));
+        if (d > 0 && isfinite(d)) {
+            const float ue = q2v_codes(v, d, codes);
+            if (ue < pe) pe = ue, pd = d, memcpy(plain, codes, sizeof plain);
+        }
+        q2v_error(v, pd, plain, e);
+        const double we = qimp_err(e, c, Q2_BLK);
+        if (!(we > best_e)) best_e = we, best_d = pd, memcpy(best, plain, sizeof best);
     }
-    q2v_block(v, blk); /* the plain block where it is as good: never worse under the weights */
-    for (int j = 0; j < Q2_BLK / 8; j++) codes[j] = (uint16_t)(blk[2 * j] | blk[2 * j + 1] << 8);
-    q2v_error(v, f16_to_f32((uint16_t)(blk[32] | blk[33] << 8)), codes, e);
-    if (!(qimp_err(e, c, Q2_BLK) > best_e)) return;
+    if (best_d > 0) best_e = q2v_descend(v, best_d, best, c, m, 2);
     for (int j = 0; j < Q2_BLK / 8; j++) blk[2 * j] = (uint8_t)best[j], blk[2 * j + 1] = (uint8_t)(best[j] >> 8);
     const uint16_t h = f32_to_f16(best_d);
     blk[32] = (uint8_t)h;
