@@ -148,6 +148,11 @@ int cmd_info(int argc, char **argv) {
     printf(" (backbone:");
     cJSON_ArrayForEach(it, bd) printf(" %s %.1f MiB", it->string, it->valuedouble / 1048576.0);
     printf(")\n");
+    const cJSON *im = cJSON_GetObjectItemCaseSensitive(pk, "imatrix"), *imf = cJSON_GetObjectItemCaseSensitive(im, "file");
+    const cJSON *imx = cJSON_GetObjectItemCaseSensitive(im, "xxh3");
+    if (cJSON_IsString(imf) && cJSON_IsString(imx))
+        printf("imatrix     %s (xxh3 %s): %.0f matrices quantized under its importances\n", imf->valuestring,
+               imx->valuestring, num(im, "weighted"));
     cJSON_Delete(j);
     return 0;
 }
