@@ -169,6 +169,9 @@ $(BUILD)/bench_serve: $(BUILD)/tools/bench_serve.o $(BUILD)/libsluice.a
 $(BUILD)/demo_eval: $(BUILD)/tools/demo_eval.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
+$(BUILD)/imatrix_ratio: $(BUILD)/tools/imatrix_ratio.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
 $(BUILD)/locality: $(BUILD)/tools/locality.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
