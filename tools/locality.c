@@ -25,12 +25,18 @@
  *
  * Output: Markdown tables on stdout, and a CSV of every configuration (`--csv`, default
  * build/locality.csv) for tools/plot_locality.py.
+ *
+ * `--trace FILE` alone: no model runs; a recorded routing trace (`--record-routing`, src/model/rtrace.h, e.g.
+ * models/demo/heldout.rtrace, models/demo/route128.rtrace) is replayed through the model of LRU and Belady's
+ * optimum at the policy table's cache fractions (slots = fraction x MoE layers x experts), after `--warmup`
+ * tokens, and its skew printed (layers pooled, ranked on itself): the locality of one trace beside another's.
  * Usage: build/locality [--model FILE] [--text FILE] [--train FILE] [--windows N] [--warmup N]
  *                       [--profile-windows N] [--io direct|buffered|auto] [--jobs N] [--threads N]
  *                       [--csv FILE] [--tmp DIR]
+ *        build/locality --trace FILE [--warmup N]
  *
  * Sections: configurations; token streams; profiles and skew; replaying the trace; the measurement;
- * output; the program.
+ * output; a recorded trace; the program.
  */
 #include <math.h>
 #include <pthread.h>
@@ -40,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "model/rtrace.h"
 #include "sluice.h"
 #include "util/fileio.h"
 
@@ -70,7 +77,7 @@ typedef struct {
 } run;
 
 typedef struct {
-    const char *model, *text, *train, *csv, *tmp;
+    const char *model, *text, *train, *csv, *tmp, *trace;
     int windows, warmup, profile_windows, jobs, threads;
     sl_io_mode io;
 } args;
@@ -461,18 +468,76 @@ static int write_csv(const char *path, const run *runs, int n_runs, int n_keys, 
     return bad;
 }
 
+/* ---- a recorded trace --------------------------------------------------------------------------- */
+
+/* --trace: the file's routing replayed through LRU and the offline optimum, and its skew. Returns 0, or 1 after
+ * printing why. */
+static int trace_mode(const args *a) {
+    sl_error err = {0};
+    rtrace *t = NULL;
+    int T, L, E, k, rc = 1, *keys = NULL, *e = NULL;
+    float *w = NULL;
+    double *count = NULL;
+    if (rtrace_load(a->trace, 1, 1, 1, &t, &err)) goto fail; /* its shape, then loaded again on it */
+    rtrace_shape(t, &T, &L, &E, &k);
+    rtrace_free(t);
+    t = NULL;
+    if (rtrace_load(a->trace, L, E, k, &t, &err)) goto fail;
+    const int n_keys = L * E, per_tok = L * k, warmup = a->warmup < T ? a->warmup : 0;
+    keys = malloc((size_t)T * per_tok * sizeof *keys);
+    count = calloc((size_t)n_keys, sizeof *count);
+    e = malloc((size_t)k * sizeof *e);
+    w = malloc((size_t)k * sizeof *w);
+    if (!keys || !count || !e || !w) { snprintf(err.msg, sizeof err.msg, "out of memory"); goto fail; }
+    for (int i = 0; i < T; i++) /* replayed on its own shape: the recorded choice, ascending */
+        for (int l = 0; l < L; l++) {
+            rtrace_route(t, l, 1, e, w);
+            for (int j = 0; j < k; j++) {
+                keys[(size_t)i * per_tok + l * k + j] = l * E + e[j];
+                count[l * E + e[j]] += 1;
+            }
+        }
+    printf("%s: %d tokens x %d MoE layers x %d experts, %d a token: %d (layer, expert) keys; %d warm-up tokens, "
+           "%d measured.\n\n| cache | slots | uniform routing | replayed lru | offline optimum |\n|---|---|---|---|---|\n",
+           a->trace, T, L, E, k, n_keys, warmup, T - warmup);
+    for (int i = 0; i < N_POLICY_PCT; i++) {
+        int slots = (int)((long)n_keys * POLICY_PCT[i] / 100);
+        double lru = replay(keys, T, per_tok, k, n_keys, slots, 0, warmup);
+        double opt = replay(keys, T, per_tok, k, n_keys, slots, 1, warmup);
+        if (lru < 0 || opt < 0) { snprintf(err.msg, sizeof err.msg, "out of memory"); goto fail; }
+        printf("| %d%% | %d | %.1f%% | %.1f%% | %.1f%% |\n", POLICY_PCT[i], slots, 100.0 * slots / n_keys, 100 * lru,
+               100 * opt);
+    }
+    int used = 0;
+    for (int i = 0; i < n_keys; i++) used += count[i] > 0;
+    printf("\nRouting skew: share of all routings (layers pooled) that go to the hottest experts, ranked on the trace "
+           "itself; %d of the %d keys used:\n\n| hottest | uniform | this trace |\n|---|---|---|\n", used, n_keys);
+    for (int i = 0; i < N_SKEW; i++)
+        printf("| %d%% | %d%% | %.1f%% |\n", SKEW_PCT[i], SKEW_PCT[i], 100 * top_share(count, count, n_keys, SKEW_PCT[i] / 100.0));
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "locality: %s\n", err.msg);
+    rtrace_free(t);
+    free(keys);
+    free(count);
+    free(e);
+    free(w);
+    return rc;
+}
+
 /* ---- the program ------------------------------------------------------------------------------- */
 
 static int usage(void) {
     fprintf(stderr, "usage: locality [--model FILE] [--text FILE] [--train FILE] [--windows N] [--warmup N] "
-                    "[--profile-windows N] [--io direct|buffered|auto] [--jobs N] [--threads N] [--csv FILE] [--tmp DIR]\n");
+                    "[--profile-windows N] [--io direct|buffered|auto] [--jobs N] [--threads N] [--csv FILE] [--tmp DIR]\n"
+                    "       locality --trace FILE [--warmup N]\n");
     return 2;
 }
 
 static int parse(int argc, char **argv, args *a) {
     const char *t = getenv("TMPDIR");
     *a = (args){"models/demo.sluice", "models/demo/heldout.txt", "build/demo/corpus/train.txt", "build/locality.csv",
-                t && *t ? t : "/tmp", 8, 200, 8, 2, 1, SL_IO_DIRECT};
+                t && *t ? t : "/tmp", NULL, 8, 200, 8, 2, 1, SL_IO_DIRECT};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int more = i + 1 < argc;
@@ -481,6 +546,7 @@ static int parse(int argc, char **argv, args *a) {
         else if (!strcmp(s, "--train") && more) a->train = argv[++i];
         else if (!strcmp(s, "--csv") && more) a->csv = argv[++i];
         else if (!strcmp(s, "--tmp") && more) a->tmp = argv[++i];
+        else if (!strcmp(s, "--trace") && more) a->trace = argv[++i];
         else if (!strcmp(s, "--windows") && more) a->windows = atoi(argv[++i]);
         else if (!strcmp(s, "--warmup") && more) a->warmup = atoi(argv[++i]);
         else if (!strcmp(s, "--profile-windows") && more) a->profile_windows = atoi(argv[++i]);
@@ -501,6 +567,7 @@ static int parse(int argc, char **argv, args *a) {
 int main(int argc, char **argv) {
     args a;
     if (parse(argc, argv, &a)) return 2;
+    if (a.trace) return trace_mode(&a);
     double t_start = now_s();
     int n_runs = 0, rc = 1;
     run runs[MAX_RUNS];

@@ -192,6 +192,15 @@ sl_status rtrace_route(rtrace *t, int ms, int n, int *top_e, float *top_w) {
     return SL_OK;
 }
 
+void rtrace_shape(const rtrace *t, int *tokens, int *layers, int *experts, int *k) {
+    int rows = t->tokens;
+    if (!t->play) { /* a recording: the rows every layer has */
+        rows = t->cur[0];
+        for (int l = 1; l < t->layers; l++) rows = t->cur[l] < rows ? t->cur[l] : rows;
+    }
+    *tokens = rows, *layers = t->layers, *experts = t->experts, *k = t->k;
+}
+
 const char *rtrace_describe(rtrace *t) {
     if (!t) return "";
     if (!t->play) { /* the rows so far */

@@ -36,6 +36,8 @@ void rtrace_free(rtrace *t);
 /* After MoE layer ms routed n rows into top_e / top_w [n][k] (host memory): a recording appends their choice, a
  * replay replaces it with the trace's (above). SL_OK or SL_ENOMEM (a recording that cannot grow). */
 sl_status rtrace_route(rtrace *t, int ms, int n, int *top_e, float *top_w);
+/* The trace's own shape: its tokens (rows held; a recording's so far), MoE layers, experts and k. Cannot fail. */
+void rtrace_shape(const rtrace *t, int *tokens, int *layers, int *experts, int *k);
 /* One line: the trace's shape, the rows so far, and for a replay how it maps onto the model's shape. */
 const char *rtrace_describe(rtrace *t);
 
