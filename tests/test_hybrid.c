@@ -292,3 +292,47 @@ TEST(routing_trace_maps_onto_another_shape) {
     CHECK(test_write(f, file, sizeof file) == 0);
     CHECK(rtrace_load(f, 2, 5, 3, &t, &err) == SL_EFORMAT && !t && strstr(err.msg, "cut short"));
 }
+
+/* models/demo/route128.rtrace (models/demo/README.md): the routing of a trained 128-expert top-8 Qwen3-MoE on
+ * held-out text, 2048 tokens x 8 MoE layers, as sluice recorded it. Loaded on its own shape (that of `sluice synth
+ * --shape qwen3-30b-a3b --layers 8`) it replays as recorded: the first token's experts in layers 0 and 7 are those
+ * transformers' routers chose (tools/rtrace_check.py prints them from the unpacked checkpoint, float32), and row
+ * 2048 wraps to row 0. Replayed on a fixture of another shape it maps and runs. */
+TEST(routing_trace_route128) {
+    const char *f = "models/demo/route128.rtrace";
+    rtrace *t = NULL;
+    sl_error err = {0};
+    CHECKF(rtrace_load(f, 8, 128, 8, &t, &err) == SL_OK, "%s", err.msg);
+    int T = 0, L = 0, E = 0, k = 0;
+    rtrace_shape(t, &T, &L, &E, &k);
+    CHECKF(T == 2048 && L == 8 && E == 128 && k == 8, "%d tokens x %d layers x %d experts, %d a token", T, L, E, k);
+    CHECKF(strstr(rtrace_describe(t), "replayed as recorded"), "%s", rtrace_describe(t));
+    static const int want0[8] = {9, 25, 53, 76, 77, 82, 84, 106}, want7[8] = {9, 11, 27, 48, 50, 52, 102, 111};
+    int e[8 * 8], w_ok = 1, ok0 = 1, ok7 = 1;
+    float w[8 * 8];
+    for (int i = 0; i < 64; i++) e[i] = -1, w[i] = NAN; /* poisoned: every slot must be written */
+    for (int l = 0; l < 8; l++) rtrace_route(t, l, 1, e + 8 * l, w + 8 * l); /* row 0 of every layer */
+    for (int s = 0; s < 8; s++) ok0 &= e[s] == want0[s], ok7 &= e[56 + s] == want7[s];
+    for (int i = 0; i < 64; i++) w_ok &= w[i] == 0.125f;
+    if (!ok0 || !ok7 || !w_ok) rtrace_free(t);
+    CHECKF(ok0, "layer 0: %d %d %d %d %d %d %d %d", e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+    CHECKF(ok7, "layer 7: %d %d %d %d %d %d %d %d", e[56], e[57], e[58], e[59], e[60], e[61], e[62], e[63]);
+    CHECK(w_ok);
+    for (int r = 1; r <= 2048; r++) rtrace_route(t, 0, 1, e, w); /* rows 1 .. 2047 of layer 0, then 2048: row 0 */
+    rtrace_free(t);
+    for (int s = 0; s < 8; s++) ok0 &= e[s] == want0[s];
+    CHECKF(ok0, "row 2048, layer 0: %d %d %d %d %d %d %d %d", e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+    /* on the qwen3_moe fixture (another shape): mapped, and a short run replays it */
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    int32_t toks[8];
+    for (int i = 0; i < 8; i++) toks[i] = (int32_t)((i * 53 + 7) % 200);
+    char why[512];
+    sl_model_params mp = sl_model_params_default();
+    mp.routing = SL_ROUTING_TRACE;
+    mp.routing_trace = f;
+    CHECKF(trace_run(path, mp, toks, 8, NULL, test_path("%s/r128.profile", test_tmpdir()), why, sizeof why) == 0,
+           "replay: %s", why);
+    CHECKF(strstr(why, "2048 tokens x 8 MoE layers x 128 experts, 8 a token") && strstr(why, "another shape"), "%s",
+           why);
+}
