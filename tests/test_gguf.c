@@ -9,30 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "byte_buf.h"
 #include "family/arch/common.h"
 #include "import/gguf.h"
 #include "sluice.h"
 #include "test.h"
 
-typedef struct {
-    unsigned char *p;
-    size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void u32(buf *b, uint32_t v) { put(b, &v, 4); } /* little-endian host (x86-64, aarch64) */
-static void u64(buf *b, uint64_t v) { put(b, &v, 8); }
-static void str(buf *b, const char *s) {
-    u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
 static void kv_u32(buf *b, const char *k, uint32_t v) {
     str(b, k);
     u32(b, GGUF_U32);

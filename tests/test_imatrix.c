@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "byte_buf.h"
 #include "format/container.h"
 #include "import/gguf.h"
 #include "import/hf.h"
@@ -18,26 +19,6 @@
 #include "sluice.h"
 #include "test.h"
 #include "util/xxh3.h"
-
-typedef struct {
-    unsigned char *p;
-    size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void u32(buf *b, uint32_t v) { put(b, &v, 4); } /* little-endian host (x86-64, aarch64) */
-static void u64(buf *b, uint64_t v) { put(b, &v, 8); }
-static void str(buf *b, const char *s) {
-    u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
 
 /* One weight of an imatrix: its name, n_mat matrices of cols columns, sums [n_mat][cols] and counts [n_mat]. */
 typedef struct {
