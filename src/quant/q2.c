@@ -18,6 +18,16 @@
 
 static float f16r(float v) { return f16_to_f32(f32_to_f16(v)); }
 
+/* the RMS of a block v [Q2_BLK], summed in double */
+static float block_rms(const float *v) {
+    double ss = 0;
+    for (int i = 0; i < Q2_BLK; i++) ss += (double)v[i] * v[i];
+    return (float)sqrt(ss / Q2_BLK);
+}
+
+/* q2's k-th trial scale (k = 0 .. 16): 0.80 + 0.025 k times the Gaussian's 0.15104 RMS, rounded to f16 */
+static float q2_scale(float rms, int k) { return f16r(rms * 0.15104f * (0.80f + 0.025f * (float)k)); }
+
 /* codes of v [n] for scale d (nearest level: thresholds at 0 and +-6.5 d) and their squared error */
 static float q2_codes(const float *v, int n, float d, uint8_t *code) {
     float e = 0.0f;
@@ -42,13 +52,11 @@ static void q2_put(uint8_t *blk, const uint8_t *code, float d) {
 /* One block: the scale (f16) of least squared error among 0.80 .. 1.20 times the Gaussian's
  * (0.15104 * RMS), then least squares on the chosen codes, rounded to f16, where that is better. */
 static void q2_block(const float *v, uint8_t *blk) {
-    double ss = 0;
-    for (int i = 0; i < Q2_BLK; i++) ss += (double)v[i] * v[i];
-    const float rms = (float)sqrt(ss / Q2_BLK);
+    const float rms = block_rms(v);
     uint8_t code[Q2_BLK], best[Q2_BLK];
     float best_d = 0.0f, best_e = INFINITY;
     for (int k = 0; rms > 0 && k <= 16; k++) {
-        const float d = f16r(rms * 0.15104f * (0.80f + 0.025f * (float)k));
+        const float d = q2_scale(rms, k);
         if (!(d > 0) || !isfinite(d)) continue;
         const float e = q2_codes(v, Q2_BLK, d, code);
         if (e < best_e) best_e = e, best_d = d, memcpy(best, code, sizeof best);
@@ -77,14 +85,12 @@ static void q2_block_w(const float *v, const float *c, uint8_t *blk) {
     float m[Q2_BLK], u[Q2_BLK], lq[Q2_BLK];
     uint8_t code[Q2_BLK], best[Q2_BLK];
     qimp_metric(c, Q2_BLK, m);
-    double ss = 0;
-    for (int i = 0; i < Q2_BLK; i++) ss += (double)v[i] * v[i];
-    const float rms = (float)sqrt(ss / Q2_BLK);
+    const float rms = block_rms(v);
     float best_d = 0.0f;
     double best_e = INFINITY;
     memset(best, 2, sizeof best);
     for (int k = 0; rms > 0 && k <= 16; k++) {
-        const float d = f16r(rms * 0.15104f * (0.80f + 0.025f * (float)k));
+        const float d = q2_scale(rms, k);
         if (!(d > 0) || !isfinite(d)) continue;
         q2_codes(v, Q2_BLK, d, code);
         const double e = qimp_descend(v, Q2_BLK, d, lev, 4, code, c, m, 3);
@@ -239,37 +245,49 @@ static float q2v_codes(const float *v, float d, uint16_t *codes) {
     return e;
 }
 
+/* q2v's k-th trial scale (k = 0 .. 3): 0.88 + 0.08 k times 0.244 RMS, rounded to f16 */
+static float q2v_scale(float rms, int k) { return f16r(rms * 0.244f * (0.88f + 0.08f * (float)k)); }
+
+/* the least-squares scale of v [Q2_BLK] on codes, sum v q / sum q^2 in double, rounded to f16 (0 / 0 gives NaN,
+ * which the callers' isfinite test turns away) */
+static float q2v_lsq(const float *v, const uint16_t *codes) {
+    double num = 0, den = 0;
+    int8_t q[8];
+    for (int j = 0; j < Q2_BLK / 8; j++) {
+        q2v_decode8(codes[j], q);
+        for (int i = 0; i < 8; i++) num += (double)v[8 * j + i] * q[i], den += (double)q[i] * q[i];
+    }
+    return f16r((float)(num / den));
+}
+
+/* block bytes: the 16 codes little-endian, then d in f16 */
+static void q2v_put(uint8_t *blk, const uint16_t *codes, float d) {
+    for (int j = 0; j < Q2_BLK / 8; j++) blk[2 * j] = (uint8_t)codes[j], blk[2 * j + 1] = (uint8_t)(codes[j] >> 8);
+    const uint16_t h = f32_to_f16(d);
+    blk[32] = (uint8_t)h;
+    blk[33] = (uint8_t)(h >> 8);
+}
+
 /* One block: the f16 scale of least squared error among 0.88 .. 1.12 times 0.244 RMS (the Gaussian's best), then one
  * least-squares step on the chosen codes where that is better. */
 static void q2v_block(const float *v, uint8_t *blk) {
-    double ss = 0;
-    for (int i = 0; i < Q2_BLK; i++) ss += (double)v[i] * v[i];
-    const float rms = (float)sqrt(ss / Q2_BLK);
+    const float rms = block_rms(v);
     uint16_t codes[Q2_BLK / 8], best[Q2_BLK / 8] = {0};
     float best_d = 0.0f, best_e = INFINITY;
     for (int k = 0; rms > 0 && k < 4; k++) {
-        const float d = f16r(rms * 0.244f * (0.88f + 0.08f * (float)k));
+        const float d = q2v_scale(rms, k);
         if (!(d > 0) || !isfinite(d)) continue;
         const float e = q2v_codes(v, d, codes);
         if (e < best_e) best_e = e, best_d = d, memcpy(best, codes, sizeof best);
     }
     if (best_d > 0) {
-        double num = 0, den = 0;
-        int8_t q[8];
-        for (int j = 0; j < Q2_BLK / 8; j++) {
-            q2v_decode8(best[j], q);
-            for (int i = 0; i < 8; i++) num += (double)v[8 * j + i] * q[i], den += (double)q[i] * q[i];
-        }
-        const float d = f16r((float)(num / den));
+        const float d = q2v_lsq(v, best);
         if (d > 0 && isfinite(d)) {
             const float e = q2v_codes(v, d, codes);
             if (e < best_e) best_e = e, best_d = d, memcpy(best, codes, sizeof best);
         }
     }
-    for (int j = 0; j < Q2_BLK / 8; j++) blk[2 * j] = (uint8_t)best[j], blk[2 * j + 1] = (uint8_t)(best[j] >> 8);
-    const uint16_t h = f32_to_f16(best_d);
-    blk[32] = (uint8_t)h;
-    blk[33] = (uint8_t)(h >> 8);
+    q2v_put(blk, best, best_d);
 }
 
 void q2v_quantize(const float *w, int rows, int cols, void *out) {
@@ -347,13 +365,11 @@ static void q2v_block_w(const float *v, const float *c, uint8_t *blk) {
     float m[Q2_BLK], e[Q2_BLK];
     uint16_t codes[Q2_BLK / 8], plain[Q2_BLK / 8] = {0}, best[Q2_BLK / 8] = {0};
     qimp_metric(c, Q2_BLK, m);
-    double ss = 0;
-    for (int i = 0; i < Q2_BLK; i++) ss += (double)v[i] * v[i];
-    const float rms = (float)sqrt(ss / Q2_BLK);
+    const float rms = block_rms(v);
     float pd = 0.0f, pe = INFINITY, best_d = 0.0f;
     double best_e = INFINITY;
     for (int k = 0; rms > 0 && k < 4; k++) {
-        const float d = f16r(rms * 0.244f * (0.88f + 0.08f * (float)k));
+        const float d = q2v_scale(rms, k);
         if (!(d > 0) || !isfinite(d)) continue;
         const float ue = q2v_codes(v, d, codes);
         if (ue < pe) pe = ue, pd = d, memcpy(plain, codes, sizeof plain);
@@ -362,13 +378,7 @@ static void q2v_block_w(const float *v, const float *c, uint8_t *blk) {
         if (we < best_e) best_e = we, best_d = d, memcpy(best, codes, sizeof best);
     }
     if (pd > 0) { /* q2v_block's least-squares step, as it takes it */
-        double num = 0, den = 0;
-        int8_t q[8];
-        for (int j = 0; j < Q2_BLK / 8; j++) {
-            q2v_decode8(plain[j], q);
-            for (int i = 0; i < 8; i++) num += (double)v[8 * j + i] * q[i], den += (double)q[i] * q[i];
-        }
-        const float d = f16r((float)(num / den));
+        const float d = q2v_lsq(v, plain);
         if (d > 0 && isfinite(d)) {
             const float ue = q2v_codes(v, d, codes);
             if (ue < pe) pe = ue, pd = d, memcpy(plain, codes, sizeof plain);
@@ -378,10 +388,7 @@ static void q2v_block_w(const float *v, const float *c, uint8_t *blk) {
         if (!(we > best_e)) best_e = we, best_d = pd, memcpy(best, plain, sizeof best);
     }
     if (best_d > 0) best_e = q2v_descend(v, best_d, best, c, m, 2);
-    for (int j = 0; j < Q2_BLK / 8; j++) blk[2 * j] = (uint8_t)best[j], blk[2 * j + 1] = (uint8_t)(best[j] >> 8);
-    const uint16_t h = f32_to_f16(best_d);
-    blk[32] = (uint8_t)h;
-    blk[33] = (uint8_t)(h >> 8);
+    q2v_put(blk, best, best_d);
 }
 
 void q2v_quantize_imp(const float *w, int rows, int cols, const float *imp, void *out) {
