@@ -115,26 +115,28 @@ static void q2_block_w(const float *v, const float *c, uint8_t *blk) {
     if (qimp_err(pe, c, Q2_BLK) > best_e) q2_put(blk, best, best_d);
 }
 
-void q2_quantize(const float *w, int rows, int cols, void *out) {
-    const size_t rb = kq_row_bytes(DT_Q2, cols);
-    float v[Q2_BLK];
-    for (int r = 0; r < rows; r++)
-        for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
-            q_rotate_group(w + (size_t)r * (size_t)cols + c0, c0, Q2_BLK, Q2_SEED, v);
-            q2_block(v, (uint8_t *)out + (size_t)r * rb + (size_t)(c0 / Q2_BLK) * 34);
-        }
-}
-
-void q2_quantize_imp(const float *w, int rows, int cols, const float *imp, void *out) {
-    const size_t rb = kq_row_bytes(DT_Q2, cols);
+/* The row driver of q2 and q2v: w [rows][cols] -> out, rows of kq_row_bytes(dt, cols), 34-byte blocks; each block
+ * rotated, then written by weighted (under imp's block) where imp is given and not all zero there, else by plain. */
+static void q2_rows(dt_type dt, const float *w, int rows, int cols, const float *imp,
+                    void (*plain)(const float *, uint8_t *), void (*weighted)(const float *, const float *, uint8_t *),
+                    void *out) {
+    const size_t rb = kq_row_bytes(dt, cols);
     float v[Q2_BLK];
     for (int r = 0; r < rows; r++)
         for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
             q_rotate_group(w + (size_t)r * (size_t)cols + c0, c0, Q2_BLK, Q2_SEED, v);
             uint8_t *blk = (uint8_t *)out + (size_t)r * rb + (size_t)(c0 / Q2_BLK) * 34;
-            if (imp && qimp_any(imp + c0, Q2_BLK)) q2_block_w(v, imp + c0, blk);
-            else q2_block(v, blk);
+            if (imp && qimp_any(imp + c0, Q2_BLK)) weighted(v, imp + c0, blk);
+            else plain(v, blk);
         }
+}
+
+void q2_quantize(const float *w, int rows, int cols, void *out) {
+    q2_rows(DT_Q2, w, rows, cols, NULL, q2_block, q2_block_w, out);
+}
+
+void q2_quantize_imp(const float *w, int rows, int cols, const float *imp, void *out) {
+    q2_rows(DT_Q2, w, rows, cols, imp, q2_block, q2_block_w, out);
 }
 
 void q2_rotate(const float *x, int cols, float *out) { q3_rotate(x, cols, Q2_BLK, Q2_SEED, out); }
@@ -290,15 +292,11 @@ static void q2v_block(const float *v, uint8_t *blk) {
     q2v_put(blk, best, best_d);
 }
 
+static void q2v_block_w(const float *v, const float *c, uint8_t *blk);
+
 void q2v_quantize(const float *w, int rows, int cols, void *out) {
     pthread_once(&q2v_once, q2v_init);
-    const size_t rb = kq_row_bytes(DT_Q2V, cols);
-    float v[Q2_BLK];
-    for (int r = 0; r < rows; r++)
-        for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
-            q_rotate_group(w + (size_t)r * (size_t)cols + c0, c0, Q2_BLK, Q2_SEED, v);
-            q2v_block(v, (uint8_t *)out + (size_t)r * rb + (size_t)(c0 / Q2_BLK) * 34);
-        }
+    q2_rows(DT_Q2V, w, rows, cols, NULL, q2v_block, q2v_block_w, out);
 }
 
 /* ---- q2v under importances (qimp.h) ------------------------------------------------------------------------------ */
@@ -393,13 +391,5 @@ static void q2v_block_w(const float *v, const float *c, uint8_t *blk) {
 
 void q2v_quantize_imp(const float *w, int rows, int cols, const float *imp, void *out) {
     pthread_once(&q2v_once, q2v_init);
-    const size_t rb = kq_row_bytes(DT_Q2V, cols);
-    float v[Q2_BLK];
-    for (int r = 0; r < rows; r++)
-        for (int c0 = 0; c0 < cols; c0 += Q2_BLK) {
-            q_rotate_group(w + (size_t)r * (size_t)cols + c0, c0, Q2_BLK, Q2_SEED, v);
-            uint8_t *blk = (uint8_t *)out + (size_t)r * rb + (size_t)(c0 / Q2_BLK) * 34;
-            if (imp && qimp_any(imp + c0, Q2_BLK)) q2v_block_w(v, imp + c0, blk);
-            else q2v_block(v, blk);
-        }
+    q2_rows(DT_Q2V, w, rows, cols, imp, q2v_block, q2v_block_w, out);
 }
