@@ -18,6 +18,7 @@
 #include "quant/quant.h"
 #include "sluice.h"
 #include "test.h"
+#include "util/err.h"
 #include "util/xxh3.h"
 
 /* One weight of an imatrix: its name, n_mat matrices of cols columns, sums [n_mat][cols] and counts [n_mat]. */
@@ -113,17 +114,23 @@ static void wts_free(wt *w, int n) {
     for (int i = 0; i < n; i++) free(w[i].sums), free(w[i].counts);
 }
 
+/* b written to the test folder as name and opened: SL_OK with *f (the caller closes it), or the error in err.
+ * b stays the caller's. */
+static sl_status write_open(const buf *b, const char *name, imat_file **f, sl_error *err) {
+    const char *p = test_path("%s/%s", test_tmpdir(), name);
+    if (test_write(p, b->p, b->n)) return err_set(err, SL_EIO, "cannot write %s", p);
+    return imat_open(p, f, err);
+}
+
 TEST(imatrix_reads_gguf) {
     wt w[2] = {{"blk.0.attn_q.weight", 64, 1, 0, 0}, {"blk.1.ffn_up_exps.weight", 32, 4, 0, 0}};
     wt_fill(&w[0], 1);
     wt_fill(&w[1], 2);
     w[1].counts[2] = 0; /* expert 2 saw no token */
     buf b = imatrix_gguf(w, 2);
-    const char *p = test_path("%s/im.gguf", test_tmpdir());
-    CHECK(!test_write(p, b.p, b.n));
     imat_file *f = NULL;
     sl_error err = {0};
-    sl_status st = imat_open(p, &f, &err);
+    sl_status st = write_open(&b, "im.gguf", &f, &err);
     CHECKF(st == SL_OK, "%s", err.msg);
     int ok = !f->legacy && f->n == 2 && f->chunk_count == 7 && f->chunk_size == 512 && f->hash == XXH3_64bits(b.p, b.n);
     free(b.p);
@@ -150,12 +157,11 @@ TEST(imatrix_reads_legacy) {
     wt_fill(&w[0], 3);
     wt_fill(&w[1], 4);
     buf b = imatrix_dat(w, 2);
-    const char *p = test_path("%s/im.dat", test_tmpdir());
-    CHECK(!test_write(p, b.p, b.n));
-    free(b.p);
     imat_file *f = NULL;
     sl_error err = {0};
-    CHECKF(imat_open(p, &f, &err) == SL_OK, "%s", err.msg);
+    const sl_status st = write_open(&b, "im.dat", &f, &err);
+    free(b.p);
+    CHECKF(st == SL_OK, "%s", err.msg);
     int ok = f->legacy && f->n == 2 && f->chunk_count == 7, bad = -1;
     for (int i = 0; i < 2 && ok; i++) {
         for (int m = 0; m < w[i].n_mat && ok; m++) {
@@ -241,12 +247,11 @@ TEST(imatrix_lookup_errors) {
     wt w[1] = {{"blk.1.ffn_up_exps.weight", 32, 4, 0, 0}};
     wt_fill(&w[0], 7);
     buf b = imatrix_gguf(w, 1);
-    const char *p = test_path("%s/look.gguf", test_tmpdir());
-    CHECK(!test_write(p, b.p, b.n));
-    free(b.p);
     imat_file *f = NULL;
     sl_error err = {0};
-    CHECKF(imat_open(p, &f, &err) == SL_OK, "%s", err.msg);
+    const sl_status st = write_open(&b, "look.gguf", &f, &err);
+    free(b.p);
+    CHECKF(st == SL_OK, "%s", err.msg);
     const float *iw = (const float *)1;
     sl_status a = imat_weights(f, "blk.1.ffn_down_exps.weight", 32, 4, 0, &iw, &err);
     int ok = a == SL_ENOENT && !iw && strstr(err.msg, "no entry 'blk.1.ffn_down_exps.weight'");
