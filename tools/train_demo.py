@@ -33,6 +33,7 @@ import os
 import random
 import sys
 import time
+import types
 
 import numpy as np
 import torch
@@ -107,6 +108,81 @@ def write_tokenizer(tok, d, template):
     with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
         json.dump(cfg, f, indent=2, ensure_ascii=False)
         f.write("\n")
+
+
+def load_corpus(corpus, seed):
+    """The corpus tools/demo_corpus.py writes, read and tokenized: the chapters (a "Book N" header, a blank line,
+    the verses) and the conversations rendered in ChatML (rng, random.Random(seed), picks which answers carry an
+    empty think block; it goes on to shuffle the training order), the tokenizer learnt on both, Qwen3's chat
+    template, and the ids of the training documents and of the held-out text."""
+    c = types.SimpleNamespace()
+    train_txt = open(os.path.join(corpus, "train.txt")).read()
+    c.held_txt = open(os.path.join(corpus, "heldout.txt")).read()
+    c.chats = [json.loads(line) for line in open(os.path.join(corpus, "chat.jsonl"))]
+    c.rng = random.Random(seed)
+    parts = train_txt.split("\n\n")   # chapters are "Book N", a blank line, verses: header, body, header, ...
+    c.chapters = [parts[i] + "\n\n" + parts[i + 1].strip("\n") + "\n" for i in range(0, len(parts) - 1, 2)]
+    chat_texts = [chatml(m, c.rng) for m in c.chats]
+    c.tok = build_tokenizer(c.chapters + chat_texts)
+    c.template = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
+                                             "tiny_tokenizer", "tokenizer_config.json")))["chat_template"]
+    c.eot = c.tok.token_to_id("<|endoftext|>")
+    c.enc = lambda s: c.tok.encode(s, add_special_tokens=False).ids
+    c.docs = [c.enc(t) for t in c.chapters] + [c.enc(t) for t in chat_texts]
+    c.held_ids = c.enc(c.held_txt)
+    return c
+
+
+def batches(docs, eot, rng, batch, seq):
+    """Endless training batches [batch][seq + 1]: the documents in an order rng shuffles each epoch, each followed
+    by eot, cut into rows end to end."""
+    buf = []
+    while True:
+        order = list(range(len(docs)))
+        rng.shuffle(order)
+        for i in order:
+            buf += docs[i] + [eot]
+            while len(buf) >= batch * (seq + 1):
+                x = torch.tensor(buf[:batch * (seq + 1)]).view(batch, seq + 1)
+                buf = buf[batch * (seq + 1):]
+                yield x
+
+
+def adamw(model, lr):
+    """AdamW with weight decay 0.1 on the matrices and none on the norms and vectors."""
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "norm" not in n]
+    rest = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "norm" not in n)]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def save_master(model, tok, template, hf, shard_bytes):
+    """Rounds model's parameters to BF16 in place (kept float32, so it is evaluated as saved) and writes it to hf/
+    as the BF16 master sluice packs: per-expert tensors in shards of shard_bytes, config.json (dtype bfloat16, no
+    router logits), tokenizer.json and tokenizer_config.json. Returns the state dict written and config.json."""
+    cfg = model.config
+    for p in model.parameters():
+        p.data = p.data.to(torch.bfloat16).float()
+    cfg.output_router_logits = False
+    os.makedirs(hf, exist_ok=True)
+    # save from a copy: model.to(bfloat16) would also round the RoPE inv_freq buffer, which the
+    # evaluation after must keep in float32 (as transformers computes it for a loaded checkpoint)
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(hf)
+    sd = {}
+    for f in sorted(f for f in os.listdir(hf) if f.endswith(".safetensors")):
+        sd.update(load_file(os.path.join(hf, f)))
+        os.remove(os.path.join(hf, f))
+    if os.path.exists(os.path.join(hf, "model.safetensors.index.json")):
+        os.remove(os.path.join(hf, "model.safetensors.index.json"))
+    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in to_per_expert(sd, cfg.hidden_size).items()}
+    save_checkpoint(sd, hf, shard_bytes=shard_bytes)
+    cj = json.load(open(os.path.join(hf, "config.json")))
+    cj["dtype"] = "bfloat16"
+    cj["output_router_logits"] = False
+    with open(os.path.join(hf, "config.json"), "w") as f:
+        json.dump(cj, f, indent=2)
+    write_tokenizer(tok, hf, template)
+    return sd, cj
 
 
 def windows_nll(model, ids, dev, ctx=CTX, bs=16):
@@ -227,51 +303,24 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     t0 = time.time()
     os.makedirs(a.out, exist_ok=True)
-    train_txt = open(os.path.join(a.corpus, "train.txt")).read()
-    held_txt = open(os.path.join(a.corpus, "heldout.txt")).read()
-    chats = [json.loads(l) for l in open(os.path.join(a.corpus, "chat.jsonl"))]
-    rng = random.Random(a.seed)
-    parts = train_txt.split("\n\n")   # chapters are "Book N", a blank line, verses: header, body, header, ...
-    chapters = [parts[i] + "\n\n" + parts[i + 1].strip("\n") + "\n" for i in range(0, len(parts) - 1, 2)]
-    chat_texts = [chatml(c, rng) for c in chats]
-    tok = build_tokenizer(chapters + chat_texts)
-    template = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
-                                           "tiny_tokenizer", "tokenizer_config.json")))["chat_template"]
-    eot = tok.token_to_id("<|endoftext|>")
-    enc = lambda s: tok.encode(s, add_special_tokens=False).ids
-    docs = [enc(c) for c in chapters] + [enc(c) for c in chat_texts]
-    held_ids = enc(held_txt)
-    n_train = sum(len(d) for d in docs)
-    print(f"tokenizer: {VOCAB} ids; train {n_train} tokens ({len(chapters)} chapters, {len(chats)} chats), "
+    c = load_corpus(a.corpus, a.seed)
+    tok, template, eot, enc, held_txt, held_ids = c.tok, c.template, c.eot, c.enc, c.held_txt, c.held_ids
+    n_train = sum(len(d) for d in c.docs)
+    print(f"tokenizer: {VOCAB} ids; train {n_train} tokens ({len(c.chapters)} chapters, {len(c.chats)} chats), "
           f"held-out {len(held_ids)} tokens; {time.time() - t0:.1f}s", flush=True)
-
-    def batches():
-        buf = []
-        while True:
-            order = list(range(len(docs)))
-            rng.shuffle(order)
-            for i in order:
-                buf += docs[i] + [eot]
-                while len(buf) >= a.batch * (SEQ + 1):
-                    x = torch.tensor(buf[:a.batch * (SEQ + 1)]).view(a.batch, SEQ + 1)
-                    buf = buf[a.batch * (SEQ + 1):]
-                    yield x
 
     cfg = model_config()
     model = Qwen3NextForCausalLM(cfg).to(dev)
     n_par = sum(p.numel() for p in model.parameters())
     print(f"model: {n_par / 1e6:.2f} M parameters", flush=True)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "norm" not in n]
-    rest = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "norm" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = adamw(model, a.lr)
     steps = 5 if a.smoke else a.steps
     warm = min(60, steps // 10 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - warm) /
                                                                                       max(1, steps - warm))))
     log = []
-    it = batches()
+    it = batches(c.docs, eot, c.rng, a.batch, SEQ)
     model.train()
     ts = time.time()
     for step in range(steps):
@@ -296,31 +345,9 @@ def main():
             log.append(rec)
     train_s = time.time() - ts
     model.eval()
-    cfg.output_router_logits = False
+    cfg.output_router_logits = False   # also for the reference model made from cfg below
     # master: BF16, per-expert tensors
-    hf = os.path.join(a.out, "hf")
-    os.makedirs(hf, exist_ok=True)
-    for p in model.parameters():
-        p.data = p.data.to(torch.bfloat16).float()
-    model.config.output_router_logits = False
-    # save from a copy: model.to(bfloat16) would also round the RoPE inv_freq buffer, which the
-    # evaluation below must keep in float32 (as transformers computes it for a loaded checkpoint)
-    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(hf)
-    files = sorted(f for f in os.listdir(hf) if f.endswith(".safetensors"))
-    sd = {}
-    for f in files:
-        sd.update(load_file(os.path.join(hf, f)))
-        os.remove(os.path.join(hf, f))
-    if os.path.exists(os.path.join(hf, "model.safetensors.index.json")):
-        os.remove(os.path.join(hf, "model.safetensors.index.json"))
-    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in to_per_expert(sd, cfg.hidden_size).items()}
-    save_checkpoint(sd, hf, shard_bytes=15_000_000)
-    cj = json.load(open(os.path.join(hf, "config.json")))
-    cj["dtype"] = "bfloat16"
-    cj["output_router_logits"] = False
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(cj, f, indent=2)
-    write_tokenizer(tok, hf, template)
+    sd, cj = save_master(model, tok, template, os.path.join(a.out, "hf"), 15_000_000)
     ev_master = evaluate(model, tok, held_ids, dev)
     print("held-out, BF16 master:", ev_master, flush=True)
     # MLX export and the dequantized model

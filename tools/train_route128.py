@@ -22,7 +22,6 @@ Usage (2 cores shared: nice, one or two threads):
   nice -n 10 python3 tools/train_route128.py CORPUS OUTDIR [--steps 300] [--batch 8] [--threads 2] [--resume]
 """
 import argparse
-import copy
 import json
 import math
 import os
@@ -33,11 +32,9 @@ import time
 import numpy as np
 import torch
 import transformers
-from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_fixtures import save_checkpoint, to_per_expert  # noqa: E402
-from train_demo import CTX, VOCAB, build_tokenizer, chatml, windows_nll, write_tokenizer  # noqa: E402
+from train_demo import CTX, VOCAB, adamw, batches, load_corpus, save_master, windows_nll  # noqa: E402
 
 SEQ = 256
 
@@ -92,46 +89,16 @@ def main():
     torch.manual_seed(a.seed)
     t0 = time.time()
     os.makedirs(a.out, exist_ok=True)
-    train_txt = open(os.path.join(a.corpus, "train.txt")).read()
-    held_txt = open(os.path.join(a.corpus, "heldout.txt")).read()
-    chats = [json.loads(line) for line in open(os.path.join(a.corpus, "chat.jsonl"))]
-    rng = random.Random(a.seed)
-    parts = train_txt.split("\n\n")
-    chapters = [parts[i] + "\n\n" + parts[i + 1].strip("\n") + "\n" for i in range(0, len(parts) - 1, 2)]
-    chat_texts = [chatml(c, rng) for c in chats]
-    tok = build_tokenizer(chapters + chat_texts)
-    template = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
-                                           "tiny_tokenizer", "tokenizer_config.json")))["chat_template"]
-    eot = tok.token_to_id("<|endoftext|>")
-
-    def enc(s):
-        return tok.encode(s, add_special_tokens=False).ids
-
-    docs = [enc(c) for c in chapters] + [enc(c) for c in chat_texts]
-    held_ids = enc(held_txt)
-    print(f"tokenizer: {VOCAB} ids; train {sum(len(d) for d in docs)} tokens, held-out {len(held_ids)}; "
+    c = load_corpus(a.corpus, a.seed)
+    tok, rng, held_ids = c.tok, c.rng, c.held_ids
+    print(f"tokenizer: {VOCAB} ids; train {sum(len(d) for d in c.docs)} tokens, held-out {len(held_ids)}; "
           f"{time.time() - t0:.1f}s", flush=True)
-
-    def batches():
-        buf = []
-        while True:
-            order = list(range(len(docs)))
-            rng.shuffle(order)
-            for i in order:
-                buf += docs[i] + [eot]
-                while len(buf) >= a.batch * (SEQ + 1):
-                    x = torch.tensor(buf[:a.batch * (SEQ + 1)]).view(a.batch, SEQ + 1)
-                    buf = buf[a.batch * (SEQ + 1):]
-                    yield x
 
     cfg = model_config()
     model = Qwen3MoeForCausalLM(cfg)
     n_par = sum(p.numel() for p in model.parameters())
     print(f"model: {n_par / 1e6:.2f} M parameters", flush=True)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "norm" not in n]
-    rest = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "norm" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+    opt = adamw(model, a.lr)
     steps = 3 if a.smoke else a.steps
     warm = min(30, steps // 10 + 1)
     clock = {"el": 0.0}   # training seconds so far: with --minutes the cosine runs to whichever end comes first
@@ -154,7 +121,7 @@ def main():
         start, log, train_s = st["step"], st["log"], st["train_s"]
         rng.setstate(st["rng"])
         print(f"resumed at step {start}", flush=True)
-    it = batches()
+    it = batches(c.docs, c.eot, rng, a.batch, SEQ)
     for _ in range(start):   # the data order as an uninterrupted run's (batches are cheap to skip)
         next(it)
     model.train()
@@ -186,26 +153,7 @@ def main():
     train_s = train_s + time.time() - ts
     model.eval()
     # master: BF16 weights, per-expert tensors (what sluice packs); evaluated as saved
-    for p in model.parameters():
-        p.data = p.data.to(torch.bfloat16).float()
-    model.config.output_router_logits = False
-    hf = os.path.join(a.out, "hf")
-    os.makedirs(hf, exist_ok=True)
-    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(hf)
-    sd = {}
-    for f in sorted(f for f in os.listdir(hf) if f.endswith(".safetensors")):
-        sd.update(load_file(os.path.join(hf, f)))
-        os.remove(os.path.join(hf, f))
-    if os.path.exists(os.path.join(hf, "model.safetensors.index.json")):
-        os.remove(os.path.join(hf, "model.safetensors.index.json"))
-    sd = {k: v.to(torch.bfloat16).contiguous() for k, v in to_per_expert(sd, cfg.hidden_size).items()}
-    save_checkpoint(sd, hf, shard_bytes=50_000_000)
-    cj = json.load(open(os.path.join(hf, "config.json")))
-    cj["dtype"] = "bfloat16"
-    cj["output_router_logits"] = False
-    with open(os.path.join(hf, "config.json"), "w") as f:
-        json.dump(cj, f, indent=2)
-    write_tokenizer(tok, hf, template)
+    save_master(model, tok, c.template, os.path.join(a.out, "hf"), 50_000_000)
     nll, scored = windows_nll(model, held_ids, "cpu", bs=4)
     nbytes = sum(len(tok.decode([t], skip_special_tokens=False).encode()) for t in scored)
     ev = {"tokens": len(scored), "loss": nll / len(scored), "ppl": math.exp(nll / len(scored)),
