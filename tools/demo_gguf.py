@@ -49,6 +49,23 @@ def decode(raw, t, base=0):
     return (np.repeat(s, g, axis=1) * q + np.repeat(b, g, axis=1)).reshape(shape)
 
 
+def manifest(raw):
+    """A container's manifest (the JSON its header points at) and the manifest's offset."""
+    mo, ml = struct.unpack("<QQ", raw[24:40])
+    return json.loads(raw[mo:mo + ml]), mo
+
+
+def experts(raw, man):
+    """Every routed expert's matrices of a container as f32: (layer, expert, part name, array), layer by layer in
+    the manifest's order (one layout for all layers: experts.offset + (slot * n_experts + expert) * stride)."""
+    ex = man["experts"]
+    for s, layer in enumerate(ex["layers"]):
+        for e in range(ex["n_experts"]):
+            base = ex["offset"] + (s * ex["n_experts"] + e) * ex["stride"]
+            for p in ex["parts"]:
+                yield layer, e, p["name"], decode(raw, p, base)
+
+
 def write_safetensors(path, tensors):
     hdr, off, blobs = {}, 0, []
     for k, a in tensors.items():
@@ -67,8 +84,7 @@ def write_safetensors(path, tensors):
 def to_hf(model, d):
     """The container as a transformers checkpoint in directory d (family "qwen3_next")."""
     raw = open(model, "rb").read()
-    mo, ml = struct.unpack("<QQ", raw[24:40])
-    man = json.loads(raw[mo:mo + ml])
+    man, _ = manifest(raw)
     assert man["config"]["arch"] == "qwen3_next" and man["config"]["norms_shifted"] == 1
     for b in man["blobs"]:
         data = raw[b["offset"]:b["offset"] + b["size"]]
@@ -96,12 +112,8 @@ def to_hf(model, d):
         if n.endswith("conv1d"):
             a = a.reshape(a.shape[0], 1, a.shape[1])
         out[hf + ("" if n.endswith(("A_log", "dt_bias")) else ".weight")] = a
-    ex = man["experts"]
-    for s, l in enumerate(ex["layers"]):
-        for e in range(ex["n_experts"]):
-            base = ex["offset"] + (s * ex["n_experts"] + e) * ex["stride"]
-            for p in ex["parts"]:
-                out[f"model.layers.{l}.mlp.experts.{e}.{p['name']}.weight"] = decode(raw, p, base)
+    for layer, e, part, a in experts(raw, man):
+        out[f"model.layers.{layer}.mlp.experts.{e}.{part}.weight"] = a
     write_safetensors(os.path.join(d, "model.safetensors"), out)
 
 

@@ -16,7 +16,7 @@ gguf = pytest.importorskip("gguf")
 from conftest import ROOT, run  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from demo_gguf import decode  # noqa: E402
+from demo_gguf import decode, experts, manifest  # noqa: E402
 
 FIX = os.path.join(ROOT, "tests/data/qwen3_next")
 # GGUF name: (the fixture's tensor, per expert with {e}; columns; matrices)
@@ -66,11 +66,6 @@ def write_dat(path, im):
     open(path, "wb").write(b"".join(out))
 
 
-def manifest(raw):
-    mo, ml = struct.unpack("<QQ", raw[24:40])
-    return json.loads(raw[mo:mo + ml]), mo
-
-
 def fixture_weights():
     raw = open(os.path.join(FIX, "model.safetensors"), "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
@@ -84,12 +79,8 @@ def matrices(raw):
     """every q4 matrix of a pack by name: the backbone's tensors, then each expert's parts"""
     man, _ = manifest(raw)
     out = {t["name"]: decode(raw, t) for t in man["tensors"] if t["dtype"] == "q4"}
-    ex = man["experts"]
-    for s, layer in enumerate(ex["layers"]):
-        for e in range(ex["n_experts"]):
-            base = ex["offset"] + (s * ex["n_experts"] + e) * ex["stride"]
-            for p in ex["parts"]:
-                out[f"layers.{layer}.mlp.experts.{e}.{p['name']}"] = decode(raw, p, base)
+    for layer, e, part, a in experts(raw, man):
+        out[f"layers.{layer}.mlp.experts.{e}.{part}"] = a
     return out
 
 
