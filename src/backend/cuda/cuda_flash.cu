@@ -318,7 +318,14 @@ __device__ void f16_append_row(const slcu_attn &p, __half *ks, __half *vs, int r
  * its (m, l) to ml [R][nchs][2] and o to po [R][nchs][HDP] (R = kvh * nrows + row). Shared memory per warp: qs
  * [16][HDP + 8], ks and vs [64][HDP + 8]. pd: the position from the device (a recorded step). */
 template <int HDP, int W>
-__global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml, int app) {
+static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml, const slcu_act &qa,
+                                     int R, int tid, int nthr);
+/* done (one token, no recorded step, nrows <= 16: one row tile; fl_fuse): a counter per KV head; the warp that
+ * finishes its head's last chunk folds the head's rows (fa16_comb_row, its 32 lanes) with [qa's int8 form], so
+ * k_fa16_comb is not launched: the same operations on the same partials, whichever warp comes last. */
+template <int HDP, int W>
+__global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml, int app,
+                                                      int *done, slcu_act qa) {
     if (pd) p.pos0 = *pd;
     constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
     extern __shared__ uint4 f16_smem[];
@@ -362,32 +369,48 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
             for (int nt = 0; nt < DB / 8; nt++) *(float2 *)(q + nt * 8) = make_float2(o[nt][2 * i], o[nt][2 * i + 1]);
         }
     }
+    if (!done) return;
+    __threadfence(); /* this warp's partials, device-wide, before its count */
+    __syncwarp();
+    int last = 0;
+    if (!lane) last = atomicAdd(done + kvh, 1) == nchs - 1;
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    __threadfence(); /* every other warp's partials, after their counts */
+    for (int r = 0; r < nrows; r++) fa16_comb_row(p, nchs, HDP, po, ml, qa, kvh * nrows + r, lane, 32);
+    if (qa.q) {
+        __syncwarp(); /* the block sums the lanes wrote */
+        for (int r = 0; r < nrows; r++)
+            quant_sums(qa, p.n_heads * p.hd / 32, (kvh * G + r % G) * p.hd / 32, p.hd / 32, lane, 32);
+    }
+    if (!lane) done[kvh] = 0; /* for the next launch (stream order) */
 }
 
-/* Decode, second kernel: a CTA per row (kvh * nrows + r), the chunks folded in order as k_fa16_fold does; each
- * thread loads FA_CB chunks' values at once (all in flight), then folds them in order. qa.q (one token, head_dim
- * a multiple of 128, a CTA of 128: a warp holds whole blocks of 32 columns): the output's int8 form too, by
- * act_quant's operations on the same floats (cuda_quant.cuh), so o's matvec needs no quantisation launch. */
+/* Decode, second half for row R (kvh * nrows + r) on threads tid .. of nthr (a multiple of 32): the chunks folded in
+ * order as k_fa16_fold does; each thread loads FA_CB chunks' values at once (all in flight, past L1: a fused caller
+ * reads what other CTAs wrote in the same launch), then folds them in order. qa.q (one token, head_dim a multiple of
+ * 128): the output's int8 form too, by act_quant's operations on the same floats (cuda_quant.cuh), so o's matvec
+ * needs no quantisation launch; the head's pair / quad sums follow once its block sums are visible (the caller). */
 #define FA_CB 16
-__global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml, slcu_act qa) {
-    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
-    if (pd) p.pos0 = *pd;
-    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.x / nrows, r = blockIdx.x % nrows;
+static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml, const slcu_act &qa,
+                                     int R, int tid, int nthr) {
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = R / nrows, r = R % nrows;
     int lo, hi, clo, d;
     f16_range(p, r, nrows, G, lo, hi);
     f16_range(p, 0, nrows, G, clo, d);
     const int t = r / G, h = kvh * G + r % G, cb0 = clo / FA16_C;
     /* the row's chunks: ci0 .. ci1 (the others hold none of its keys) */
     const int ci0 = max(lo / FA16_C - cb0, 0), ci1 = min(hi / FA16_C - cb0, nchs - 1);
-    const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride, *mr = ml + (size_t)blockIdx.x * nchs * 2;
-    const float *orow = po + (size_t)blockIdx.x * nchs * hdp;
-    for (int dd = threadIdx.x; dd < p.hd; dd += blockDim.x) {
+    const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride, *mr = ml + (size_t)R * nchs * 2;
+    const float *orow = po + (size_t)R * nchs * hdp;
+    for (int dd = tid; dd < p.hd; dd += nthr) {
         float M = -INFINITY, L = 0.0f, O = 0.0f, a, b;
         for (int c = ci0; c <= ci1; c += FA_CB) {
             float mv[FA_CB], lv[FA_CB], ov[FA_CB];
 #pragma unroll
             for (int u = 0; u < FA_CB; u++)
-                if (c + u <= ci1) mv[u] = mr[2 * (c + u)], lv[u] = mr[2 * (c + u) + 1], ov[u] = orow[(size_t)(c + u) * hdp + dd];
+                if (c + u <= ci1)
+                    mv[u] = __ldcg(mr + 2 * (c + u)), lv[u] = __ldcg(mr + 2 * (c + u) + 1),
+                    ov[u] = __ldcg(orow + (size_t)(c + u) * hdp + dd);
 #pragma unroll
             for (int u = 0; u < FA_CB; u++)
                 if (c + u <= ci1) {
@@ -397,10 +420,18 @@ __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const
         }
         const float v = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + dd : NULL);
         p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = v;
-        if (qa.q) quant_lane(v, h * p.hd + dd, threadIdx.x & 31, qa);
+        if (qa.q) quant_lane(v, h * p.hd + dd, tid & 31, qa);
     }
+}
+
+/* Decode, second kernel: a CTA per row (fa16_comb_row). */
+__global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml, slcu_act qa) {
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
+    if (pd) p.pos0 = *pd;
+    fa16_comb_row(p, nchs, hdp, po, ml, qa, blockIdx.x, threadIdx.x, blockDim.x);
     if (!qa.q) return;
     __syncthreads(); /* the head's block sums are written */
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, h = blockIdx.x / nrows * G + blockIdx.x % nrows % G;
     quant_sums(qa, p.n_heads * p.hd / 32, h * p.hd / 32, p.hd / 32, threadIdx.x, blockDim.x);
 }
 
@@ -626,6 +657,10 @@ __global__ void k_kv_append32(slcu_attn p, const int *pd) {
 static float *fl_part;
 static size_t fl_part_cap;
 static int fl_mode = -1; /* SLUICE_CUDA_FLASH_MODE: 0 automatic, 1 always the prefill kernel, 2 always the decode pair */
+static int *fl_done;     /* k_fa16_part's counters, a KV head each (zero between launches) */
+static int fl_fuse = -1;  /* SLUICE_CUDA_FA_FUSE=0: k_fa16_comb launched after every decode pair, as before */
+#define FL_FUSE_CHUNKS 16 /* the fused fold's bound: one warp folds a head's rows (depth <= 960) */
+#define FL_MAX_KV 256
 
 extern "C" void slcu_fa16_force(int mode) { fl_mode = mode; }
 
@@ -633,6 +668,7 @@ static void fl_env(void) {
     if (fl_mode >= 0) return;
     const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
     fl_mode = e ? atoi(e) : 0;
+    if (fl_fuse < 0) fl_fuse = !(getenv("SLUICE_CUDA_FA_FUSE") && getenv("SLUICE_CUDA_FA_FUSE")[0] == '0');
 }
 
 static int f16_fail(char *msg, size_t msglen, const char *what, cudaError_t e) {
@@ -708,12 +744,20 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
     const int nchs = fl_chunks(a, pd, max_keys);
     if (fl_partials(a, nchs, HDP, &po, &ml, msg, msglen)) return -1;
     if (fl_smem(k_fa16_part<HDP, PW>, &pset, psm, msg, msglen)) return -1;
-    k_fa16_part<HDP, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
-                           PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml, app);
     slcu_act qa = {};
     if (oq && a->n == 1 && a->hd % 128 == 0 && oq->n_tok == 1 && oq->cols == a->n_heads * a->hd) qa = *oq;
-    k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, HDP,
-                                                                                                   po, ml, qa);
+    const int fuse = fl_fuse && !pd && a->n == 1 && nrows <= 16 && nchs <= FL_FUSE_CHUNKS && a->n_kv <= FL_MAX_KV &&
+                     (a->hd % 32 == 0 || !qa.q);
+    if (fuse && !fl_done) {
+        cudaError_t e = cudaMalloc(&fl_done, FL_MAX_KV * sizeof(int));
+        if (e == cudaSuccess) e = cudaMemset(fl_done, 0, FL_MAX_KV * sizeof(int));
+        if (e) return f16_fail(msg, msglen, "counters", e);
+    }
+    k_fa16_part<HDP, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
+                           PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa);
+    if (!fuse)
+        k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs,
+                                                                                                       HDP, po, ml, qa);
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : qa.q ? 1 : 0;
 }
