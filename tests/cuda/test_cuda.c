@@ -130,7 +130,7 @@ static void run_mm(void *c) { /* set it % sets of the matrices: each call reads 
 }
 
 static void bench_moe_wide(const mat *gu, const mat *dn, float *dx);
-static void bench_mv_rows(const mat *gu, const mat *dn, float *dx, float *dy, void *abuf, void *dbuf);
+static void bench_mv_rows(const mat *gu, const mat *dn, float *dx, float *dy, void *abuf, void *dbuf, double copy_gbs);
 static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, const int *idx, int N, const float *alone, float *dy,
                           const void *dtab, const void *dsel);
 
@@ -235,7 +235,7 @@ static void bench_i8(double copy_gbs) {
                pre ? "prefill" : "decode ", ne, nt, ms1, b1 / (ms1 * 1e-3) / 1e9, ms2, b2 / (ms2 * 1e-3) / 1e9,
                (b1 + b2) / ((ms1 + ms2) * 1e-3) / 1e9, ops / ((ms1 + ms2) * 1e-3) / 1e12);
     }
-    bench_mv_rows(&gu, &dn, dx, dy, abuf, dbuf); /* test_cuda_mv.c */
+    bench_mv_rows(&gu, &dn, dx, dy, abuf, dbuf, copy_gbs); /* test_cuda_mv.c */
     bench_moe_wide(&gu, &dn, dx); /* test_cuda_prefill.c */
     free_mat(&gu), free_mat(&dn);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf), slcu_free(didx);

@@ -4,8 +4,10 @@
  * CTA takes (cuda_mv.cu; check_i8 checks that each gives the default's bits).
  */
 
-/* check_i8's one token with every kernel and row count a CTA of the one-token matvec may take (cuda_mv.cu), directly
- * and through the device table (dtab / dsel: entry 1 holds a): the same bits as alone (the default's) */
+/* check_i8's one token with every kernel and row count a CTA of the one-token matvec may take (cuda_mv.cu,
+ * cuda_mv1d.cu), directly, through the device table (dtab / dsel: entry 1 holds a), and as N one-token jobs through
+ * the table in one call (as the experts' gate/up: launches of up to 32 jobs, each its own tiles): the same bits as
+ * alone (the default's) */
 static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, const int *idx, int N, const float *alone, float *dy,
                           const void *dtab, const void *dsel) {
     char msg[256] = "";
@@ -14,25 +16,30 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
     float *yy = NULL;
     int gok;
     const int mvr[] = {4, 8, 16, 32, -1};
-    for (unsigned k = 0; k < 4 * sizeof mvr / sizeof *mvr; k++) { /* each kernel: mv1_i8, mv1b_i8, mv1c_i8, mv1c_i8 + PDL */
+    const int kern[6] = {1, 2, 3, 3, 4, 4}, pdl[6] = {0, 0, 0, 1, 0, 1}; /* mv1_i8 .. mv1d_i8, with and without PDL */
+    slcu_mm *mm = malloc((size_t)N * sizeof *mm);
+    for (int k = 0; k < 6 * 5; k++) {
         slcu_i8_mv_rows(mvr[k % 5]);
-        slcu_i8_mv1_kernel(k / 5 < 3 ? 1 + (int)k / 5 : 3);
-        slcu_i8_pdl(k / 5 == 3);
-        for (int via = 0; via < 2; via++) {
+        slcu_i8_mv1_kernel(kern[k / 5]);
+        slcu_i8_pdl(pdl[k / 5]);
+        for (int via = 0; via < 3; via++) {
+            if (via == 2 && kern[k / 5] < 3) continue;
             poison(dy, (size_t)N * rows * 4);
             for (int t = 0; t < N; t++) {
-                slcu_mm m = {a->d, da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows, NULL, NULL};
-                if (via) m.w.data = m.w.scales = m.w.biases = NULL, m.tab = (const void *const *)dtab, m.sel = (const int *)dsel;
-                CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
+                mm[t] = (slcu_mm){a->d, da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows, NULL, NULL};
+                if (via) mm[t].w.data = mm[t].w.scales = mm[t].w.biases = NULL, mm[t].tab = (const void *const *)dtab, mm[t].sel = (const int *)dsel;
+                if (via < 2) CK(!slcu_matmul_i8(&mm[t], 1, msg, sizeof msg), "%s", msg);
             }
+            if (via == 2) CK(!slcu_matmul_i8(mm, N, msg, sizeof msg), "%s", msg);
             free(yy);
             yy = dl(dy, (size_t)N * rows);
             gok = 1;
             for (int t = 0; t < N; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
             CK(gok, "%s %dx%d: one token, kernel %d%s with %d rows a CTA%s, differs from the default", dt_name(dt), rows, cols,
-               k / 5 < 3 ? 1 + (int)k / 5 : 3, k / 5 == 3 ? " (PDL)" : "", mvr[k % 5], via ? " (device table)" : "");
+               kern[k / 5], pdl[k / 5] ? " (PDL)" : "", mvr[k % 5], via == 2 ? " (N jobs in one call, device table)" : via ? " (device table)" : "");
         }
     }
+    free(mm);
     slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1);
     /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8), through the row indirection and the table too */
     const int nts[] = {2, 3, 5, 8};
@@ -54,20 +61,23 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
     free(yy);
 }
 
-static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, void *abuf, void *dbuf) {
+static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, void *abuf, void *dbuf, double copy_gbs) {
     char msg[256];
     const mat gu = *gu_, dn = *dn_;
     const int dshape[2][2] = {{2048, 4096}, {5120, 2048}};
-    slcu_act da, dd;
+    slcu_act da, dd, sw[8];
     slcu_act_bind(&dd, dbuf, 1, 768, msg, sizeof msg), slcu_act_quantize(&dd, dx, 768, msg, sizeof msg);
+    for (int e = 0; e < 8; e++) /* the down matvec's SwiGLU input made in its CTAs (slcu_act sg: the model's default) */
+        sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
     /* the one-token matvec's rows a CTA (cuda_mv.cu) on the decode step's shapes: microseconds a call */
     printf("one-token matvec, us a call by rows a CTA (16 the default, -1 auto): o 2048x4096 | qkv 5120x2048 | 8 experts "
-           "gate+up | down\n");
+           "gate+up | down | down, SwiGLU in\n");
     const int mvr[] = {16, 4, 8, 32, -1};
-    for (int k = 0; k < 15; k++) { /* kernel 1 + k / 5 (cuda_mv.cu: mv1_i8, mv1b_i8, mv1c_i8) */
+    float usk[20][5];
+    for (int k = 0; k < 20; k++) { /* kernel 1 + k / 5 (cuda_mv.cu: mv1_i8, mv1b_i8, mv1c_i8; cuda_mv1d.cu mv1d_i8) */
         slcu_i8_mv_rows(mvr[k % 5]);
         slcu_i8_mv1_kernel(1 + k / 5);
-        float us[4];
+        float *us = usk[k];
         for (int sh = 0; sh < 2; sh++) {
             const int rows = dshape[sh][0], cols = dshape[sh][1];
             mat a;
@@ -80,7 +90,7 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
             us[sh] = 1e3f * slcu_time(run_mm, &r, 50);
             free_mat(&a);
         }
-        slcu_mm m1[16], m2[8];
+        slcu_mm m1[16], m2[8], m3[8];
         for (int e = 0; e < 8; e++) {
             const int ex = (e * 13) % 16;
             for (int h = 0; h < 2; h++) {
@@ -95,12 +105,24 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
             const size_t r0 = (size_t)ex * 2048;
             m->w.rows = 2048, m->w.data = (const uint8_t *)dn.d.data + r0 * 384;
             m->w.scales = (const uint8_t *)dn.d.scales + r0 * 24, m->w.biases = (const uint8_t *)dn.d.biases + r0 * 24;
+            m3[e] = m2[e], m3[e].a = &sw[e];
         }
         slcu_act_bind(&da, abuf, 1, 2048, msg, sizeof msg), slcu_act_quantize(&da, dx, 2048, msg, sizeof msg);
-        mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r2 = {m2, 8, 32, 8, 0, 16 * 2048};
-        us[2] = 1e3f * slcu_time(run_mm, &r1, 50), us[3] = 1e3f * slcu_time(run_mm, &r2, 50);
-        printf("  kernel %d rows %3d: %7.2f | %7.2f | %7.2f | %7.2f   layer sum %7.2f us\n", 1 + k / 5, mvr[k % 5], us[0], us[1], us[2], us[3],
-               us[0] + us[1] + us[2] + us[3]);
+        mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r2 = {m2, 8, 32, 8, 0, 16 * 2048}, r3 = {m3, 8, 32, 8, 0, 16 * 2048};
+        us[2] = 1e3f * slcu_time(run_mm, &r1, 50), us[3] = 1e3f * slcu_time(run_mm, &r2, 50), us[4] = k >= 10 ? 1e3f * slcu_time(run_mm, &r3, 50) : 0.f; /* kernels 1, 2 refuse sg */
+        printf("  kernel %d rows %3d: %7.2f | %7.2f | %7.2f | %7.2f | %7.2f   layer sum %7.2f us\n", 1 + k / 5, mvr[k % 5], us[0], us[1],
+               us[2], us[3], us[4], us[0] + us[1] + us[2] + us[4]);
+    }
+    /* weight bytes read a call (q4 g64 bf16: cols / 2 code bytes and cols / 64 scale and bias words a row) against the
+     * copy's rate, mv1c_i8 (the default) and mv1d_i8 with their own rows a CTA */
+    const double rowb[5] = {4096 / 2 + 4096 / 16, 2048 / 2 + 2048 / 16, 2048 / 2 + 2048 / 16, 768 / 2 + 768 / 16, 768 / 2 + 768 / 16};
+    const double nrows[5] = {2048, 5120, 16 * 768, 8 * 2048, 8 * 2048};
+    const char *names[5] = {"o 2048x4096", "q|k|v 5120x2048", "8 experts gate+up", "8 experts down", "down, SwiGLU in"};
+    printf("one-token matvec, GB/s of weights (%% of the copy's %.0f GB/s), auto rows: mv1c_i8 | mv1d_i8\n", copy_gbs);
+    for (int sh = 0; sh < 5; sh++) {
+        const double b = rowb[sh] * nrows[sh], g3 = b / (usk[14][sh] * 1e-6) / 1e9, g4 = b / (usk[19][sh] * 1e-6) / 1e9;
+        printf("  %-18s %6.2f MB: %6.2f us %5.0f GB/s (%3.0f%%) | %6.2f us %5.0f GB/s (%3.0f%%)\n", names[sh], b / 1e6, usk[14][sh], g3,
+               copy_gbs > 0 ? 100 * g3 / copy_gbs : 0.0, usk[19][sh], g4, copy_gbs > 0 ? 100 * g4 / copy_gbs : 0.0);
     }
     printf("2-8 tokens (batched decode), us a call on q|k|v 5120x2048, mvn_i8 | mvnc_i8:");
     for (int n = 2; n <= 8; n *= 2) {
@@ -138,17 +160,18 @@ static void bench_mv(void) {
     slcu_upload(dx, hx, (size_t)8 * 8192 * 4, msg, sizeof msg);
     free(hx);
     void *abuf = slcu_alloc(slcu_act_bytes(8, 8192), msg, sizeof msg), *dbuf = slcu_alloc(slcu_act_bytes(1, 768), msg, sizeof msg);
-    bench_mv_rows(&gu, &dn, dx, dy, abuf, dbuf);
+    bench_mv_rows(&gu, &dn, dx, dy, abuf, dbuf, 0); /* no copy measured: the % columns read 0 */
     free_mat(&gu), free_mat(&dn);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf);
 }
 
 /* cuda.h slcu_act sg: the down matvec making its SwiGLU input in its CTAs == slcu_swiglu_q, then the matvec on its
  * int8 form, bitwise: q8 / q4, groups 32 / 64 / 128, a row of 768 (the 30B shape's experts) and one of 4096 (several
- * chunks), directly and through the device table, k rows in one launch as moe_resident gives them */
+ * chunks), directly and through the device table, k rows in one launch as moe_resident gives them; with mv1c_i8 (the
+ * default) and mv1d_i8 at 4, 32 and its own rows a CTA, all against the default on the separate int8 form */
 static void check_swi_down(void) {
     char msg[256] = "";
-    enum { K = 3, ROWS = 96 };
+    enum { K = 3, ROWS = 99 }; /* odd: a part tile at every row count */
     const int cols_[2] = {768, 4096}, groups[3] = {32, 64, 128};
     for (int c = 0; c < 2 * 2 * 3; c++) {
         const dt_type dt = c % 2 ? DT_Q4 : DT_Q8;
@@ -165,23 +188,30 @@ static void check_swi_down(void) {
         slcu_mm mm[K];
         CK(!slcu_act_bind(&ma, ab, K, I, msg, sizeof msg) && !slcu_swiglu_q(g, u, mid, &ma, msg, sizeof msg), "%s", msg);
         const int nb = I / 32, ns = nb + nb / 2 + nb / 4;
-        for (int via = 0; via < 2; via++) {
-            for (int fuse = 0; fuse < 2; fuse++) {
-                for (int s = 0; s < K; s++) {
-                    mi[s] = fuse ? (slcu_act){.n_tok = 1, .cols = I, .sg = g + (size_t)s * I, .su = u + (size_t)s * I}
-                                 : (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
-                                              .d = ma.d + (size_t)s * nb, .s = ma.s + (size_t)s * ns};
-                    mm[s] = (slcu_mm){.w = a.d, .a = &mi[s], .n_tok = 1, .y = dy + (size_t)(fuse * K + s) * ROWS, .ldy = ROWS};
-                    if (via) mm[s].w.data = mm[s].w.scales = mm[s].w.biases = NULL, mm[s].tab = dtab, mm[s].sel = dsel;
-                }
-                poison(dy + (size_t)fuse * K * ROWS, (size_t)K * ROWS * 4);
-                CK(!slcu_matmul_i8(mm, K, msg, sizeof msg), "%s", msg);
+        float *y0 = NULL; /* the default kernel on the separate int8 form: every other run's reference */
+        const int kern[4] = {3, 4, 4, 4}, mvr[4] = {0, -1, 4, 32}; /* mv1c_i8; mv1d_i8 auto, 1 and 8 rows a warp */
+        for (int v = 0; v < 4 * 2 * 2; v++) {
+            const int kv = v / 4, via = v / 2 % 2, fuse = v % 2;
+            slcu_i8_mv1_kernel(kern[kv]), slcu_i8_mv_rows(mvr[kv]);
+            for (int s = 0; s < K; s++) {
+                mi[s] = fuse ? (slcu_act){.n_tok = 1, .cols = I, .sg = g + (size_t)s * I, .su = u + (size_t)s * I}
+                             : (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
+                                          .d = ma.d + (size_t)s * nb, .s = ma.s + (size_t)s * ns};
+                mm[s] = (slcu_mm){.w = a.d, .a = &mi[s], .n_tok = 1, .y = dy + (size_t)s * ROWS, .ldy = ROWS};
+                if (via) mm[s].w.data = mm[s].w.scales = mm[s].w.biases = NULL, mm[s].tab = dtab, mm[s].sel = dsel;
             }
-            float *y = dl(dy, (size_t)2 * K * ROWS);
-            CK(!memcmp(y, y + K * ROWS, (size_t)K * ROWS * 4), "%s %d cols group %d: the SwiGLU made in the down matvec%s differs",
-               dt_name(dt), I, group, via ? " (device table)" : "");
-            free(y);
+            poison(dy, (size_t)K * ROWS * 4);
+            CK(!slcu_matmul_i8(mm, K, msg, sizeof msg), "%s", msg);
+            float *y = dl(dy, (size_t)K * ROWS);
+            if (!y0) y0 = y;
+            else {
+                CK(!memcmp(y, y0, (size_t)K * ROWS * 4), "%s %d cols group %d, kernel %d rows %d%s: %s differs", dt_name(dt), I, group,
+                   kern[kv], mvr[kv], via ? " (device table)" : "", fuse ? "the SwiGLU made in the down matvec" : "the matvec");
+                free(y);
+            }
         }
+        slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0);
+        free(y0);
         slcu_free(g), slcu_free(u), slcu_free(mid), slcu_free(dy), slcu_free(ab), slcu_free(dtab), slcu_free(dsel), free_mat(&a);
     }
 }

@@ -109,9 +109,10 @@ void slcu_i8_gemm(int version);
  * 16 or 32, -1 its own choice by the launch's rows ("auto"), 0 back to the environment's SLUICE_CUDA_MVR (auto unset). */
 void slcu_i8_mv_rows(int rows);
 /* The one-token matvec kernel (cuda_mv.cu; the same bits), for tests and benchmarks: 1 mv1_i8, 2 mv1b_i8 (every load
- * of a thread in flight at once), 0 back to the environment's SLUICE_CUDA_MV1 (3 unset). */
+ * of a thread in flight at once), 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8 (warps streaming on their own), 0 back to the
+ * environment's SLUICE_CUDA_MV1 (3 unset). */
 void slcu_i8_mv1_kernel(int version);
-/* 1 when the one-token matvec takes slcu_act sg inputs (its default kernel, mv1c_i8), else 0 */
+/* 1 when the one-token matvec takes slcu_act sg inputs (mv1c_i8, the default, and mv1d_i8), else 0 */
 int slcu_i8_swiglu_fused(void);
 /* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by
  * cp.async), 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */

@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_i8.cuh"
-#include "kernels/canon_exp.h"
+#include "backend/cuda/cuda_mv.cuh"
 
 /* One token (mv1_i8), and 2 to 8 (mvn_i8, NT of them: its general case; the one-token kernel kept apart, since
  * the general loop ran one token 28% slower on the H100): a CTA of MV1_THREADS takes R rows (mvn_i8: MV1_ROWS). Per chunk of up to
@@ -27,20 +26,6 @@
 #define MV1_LD (MV1_ROWS + 1) /* odd: the staging stores of consecutive blocks hit different banks */
 #define MV1_PAIRS 2048 /* (row, block) pairs a chunk of mv1_i8: R rows x 2048 / R blocks */
 #define MV1_MAXT 8 /* up to 8 tokens (a batch of decode steps): NT of them staged, 16 x NT fold threads */
-
-/* A row's fold of one chunk: acc = fma(I_b, s_g d_b, acc) over its kcn blocks in order and, at each group's first
- * block, accb = fma(bias_j, xg_j, accb) over its groups in order (xg: the chunk's group sums of the activation, in
- * shared memory where the kernel staged them). The two chains are independent, so interleaving them changes no
- * operation and no order (the bits of the two loops one after the other), while their latencies overlap and the
- * group sums are no longer one dependent global load each. */
-static __device__ __forceinline__ void fold_chunk(const float *si, const float *sm, const float *sb, int ld, const float *xg,
-                                                  int kcn, int bmask, int gshift, float &acc, float &accb) {
-#pragma unroll 8
-    for (int bl = 0; bl < kcn; bl++) {
-        acc = __fmaf_rn(si[bl * ld], sm[bl * ld], acc);
-        if (!(bl & bmask)) accb = __fmaf_rn(sb[(bl >> gshift) * ld], xg[bl >> gshift], accb);
-    }
-}
 
 template <int DT, int SDT, int R>
 __global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ijobs J) {
@@ -142,38 +127,6 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
  * fold (SLUICE_CUDA_MV1=3). */
 #define MV1C_NP(DT) ((DT) == DT_Q4 ? 1024 : 512)
 
-/* A job's SwiGLU input made in the CTA (ijob sg, su; cuda.h slcu_act sg): blocks kb0 .. kb0 + kcn - 1 of
- * v = silu(g) * u and their int8 form by cuda_fused.cu k_swiglu_q's operations on the same floats (a warp a block,
- * lane = column): the codes into sx (q4's order for q4 matrices), the block scales into sd, the block sums into sbt
- * and then the chunk's group sums into sxg as k_swiglu_q's thread 0 adds pairs and quads. The same values the
- * matvec would load from slcu_swiglu_q's output. Every thread calls it; ends with a barrier. */
-template <int DT>
-static __device__ void swi_stage(const ijob &j, int kb0, int kcn, int gshift, uint4 *sx, float *sd, float *sbt, float *sxg) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int8_t *xc = (int8_t *)sx;
-    for (int bl = warp; bl < kcn; bl += MV1_THREADS / 32) {
-        const size_t c = (size_t)(kb0 + bl) * 32 + lane;
-        const float v = __fmul_rn(canon_silu(__ldg(j.sg + c)), __ldg(j.su + c));
-        float amax = fmaxf(0.0f, fabsf(v));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
-        const float rv = rintf(__fmul_rn(v, id));
-        const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
-        int sum = qi;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const int c8 = lane & 7;
-        xc[bl * 32 + (DT == DT_Q4 ? (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1)) : lane)] = (int8_t)qi;
-        if (!lane) sd[bl] = db, sbt[bl] = __fmul_rn(db, (float)sum);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < (kcn >> gshift); i += MV1_THREADS) {
-        const float *s = sbt + (i << gshift);
-        sxg[i] = gshift == 0 ? s[0] : gshift == 1 ? __fadd_rn(s[0], s[1]) : __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
-    }
-}
-
 template <int DT, int SDT, int R>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
@@ -210,7 +163,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
         }
         if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
         if (j.sg) {
-            swi_stage<DT>(j, kb0, kcn, gshift, sx, sd, sbt, sxg); /* while the weights' loads are in flight */
+            swi_stage<DT, MV1_THREADS>(j, kb0, kcn, gshift, sx, sd, sbt, sxg); /* while the weights' loads are in flight */
         } else {
             for (int i = tid; i < 2 * kcn; i += MV1_THREADS) cp16(&sx[i], xq + (size_t)kb0 * 32 + (size_t)i * 16, true);
             for (int i = tid; i < kcn; i += MV1_THREADS) cp4(&sd[i], xd + kb0 + i);
@@ -370,12 +323,12 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
  * "auto": the fewest of 4 .. 32 that keep the launch within one wave of CTAs on an H100, so a small matrix
  * (the o projection: 2048 rows) spreads over every SM and a large group (8 experts' gate and up: 12288 rows) runs in
  * one wave of CTAs instead of two; a launch of more rows (the LM head) keeps 16. */
-static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8 */
-extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 3 ? v : 0; }
+static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8 */
+extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 4 ? v : 0; }
 static int mv1_version(void) {
     if (!mv1_kernel) {
         const char *e = getenv("SLUICE_CUDA_MV1");
-        mv1_kernel = e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2 */
+        mv1_kernel = e && e[0] >= '1' && e[0] <= '4' && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4 */
     }
     return mv1_kernel;
 }
@@ -383,7 +336,7 @@ static int mv1_version(void) {
 static int mv_rows_mode = -2; /* -2 unread; -1 auto; else the rows */
 extern "C" void slcu_i8_mv_rows(int rows) { mv_rows_mode = rows == -1 || rows == 4 || rows == 8 || rows == 16 || rows == 32 ? rows : -2; }
 
-int mv_swiglu_ok(void) { return mv1_version() == 3; }
+int mv_swiglu_ok(void) { return mv1_version() >= 3; } /* mv1c_i8 and mv1d_i8 make a SwiGLU input (swi_stage) */
 extern "C" int slcu_i8_swiglu_fused(void) { return mv_swiglu_ok(); }
 
 int mv_tile_rows(const ijobs *J, int max_tok) {
@@ -394,6 +347,7 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
         mv_rows_mode = v == 4 || v == 8 || v == 16 || v == 32 ? v : -1; /* auto unless SLUICE_CUDA_MVR=4|8|16|32 */
     }
     if (mv_rows_mode > 0) return mv_rows_mode;
+    if (mv1_version() == 4) return mv1d_tile_rows(J);
     const int wave = mv1_version() == 3 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
     for (int r = 4; r <= 32; r *= 2) {
         int tiles = 0;
@@ -408,11 +362,14 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
  * go out while that kernel runs; cuda_pdl.cuh); the same bits. Off by default until a device run times it. */
 static int pdl_on = -1;
 extern "C" void slcu_i8_pdl(int on) { pdl_on = on; }
+static int pdl_enabled(void) {
+    if (pdl_on < 0) pdl_on = getenv("SLUICE_CUDA_PDL") && getenv("SLUICE_CUDA_PDL")[0] == '1';
+    return pdl_on;
+}
 
 template <int DT, int SDT, int R>
 static void mv1c_launch(int tiles, const ijobs *J) {
-    if (pdl_on < 0) pdl_on = getenv("SLUICE_CUDA_PDL") && getenv("SLUICE_CUDA_PDL")[0] == '1';
-    if (!pdl_on) {
+    if (!pdl_enabled()) {
         mv1c_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
         return;
     }
@@ -425,8 +382,8 @@ static void mv1c_launch(int tiles, const ijobs *J) {
 }
 
 template <int DT, int SDT, int R>
-static void mv_r(int tiles, const ijobs *J) {
-    if (mv1_version() == 3) mv1c_launch<DT, SDT, R>(tiles, J);
+static void mv_r(int tiles, const ijobs *J) { /* mv1d_i8's launches that it cannot take run mv1c_i8 */
+    if (mv1_version() >= 3) mv1c_launch<DT, SDT, R>(tiles, J);
     else if (mv1_version() == 2) mv1b_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
     else mv1_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
 }
@@ -476,6 +433,7 @@ static void mv_dt(int sdt, int max_tok, int rows, int tiles, const ijobs *J) {
 }
 
 cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J) {
+    if (max_tok <= 1 && mv1_version() == 4 && mv1d_launch(dt, sdt, rows, tiles, J, pdl_enabled())) return cudaGetLastError();
     if (dt == DT_Q4) mv_dt<DT_Q4>(sdt, max_tok, rows, tiles, J);
     else mv_dt<DT_Q8>(sdt, max_tok, rows, tiles, J);
     return cudaGetLastError();

@@ -1,0 +1,256 @@
+/*
+ * cuda_mv1d_emu.c — a CPU emulation of src/backend/cuda/cuda_mv1d.cu mv1d_i8's indexing, for changes made without a
+ * GPU: every CTA, warp, chunk, slot and lane of the kernel run in turn with the kernel's index arithmetic (the same
+ * expressions, transcribed), the q8 halves' shuffle, the per-warp staging and fold_chunk, on random q4 / q8 rows with
+ * 16-bit and 32-bit scale words at an odd 2-byte offset; each row's result is compared bitwise with the canonical
+ * chains computed directly (cuda.h), and every staged value the fold reads must have been written in its chunk.
+ * Build and run: cc -O2 -std=c11 -o /tmp/mv1d_emu tools/cuda_mv1d_emu.c -lm && /tmp/mv1d_emu
+ * (prints one line a case and "emu: N cases, F failures"; exit 1 on a failure).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { Q8 = 5, Q4 = 6, F32 = 0, BF16 = 1, F16 = 2, WARPS = 4, KP = 8 };
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) { rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17; return (uint32_t)(rng >> 16); }
+
+typedef struct { uint32_t x, y, z, w; } u4;
+
+static int dp4a_ss(uint32_t a, uint32_t b, int c) { /* signed x signed bytes */
+    for (int k = 0; k < 4; k++) c += (int8_t)(a >> 8 * k) * (int8_t)(b >> 8 * k);
+    return c;
+}
+static int dp4a_us(uint32_t a, uint32_t b, int c) { /* unsigned x signed bytes */
+    for (int k = 0; k < 4; k++) c += (uint8_t)(a >> 8 * k) * (int8_t)(b >> 8 * k);
+    return c;
+}
+static int dot_block(int dt, u4 w0, u4 w1, u4 x0, u4 x1) { /* cuda_i8.cuh dot_block */
+    int I = 0;
+    if (dt == Q4) {
+        const uint32_t M = 0x0f0f0f0fu;
+        I = dp4a_ss(w0.x & M, x0.x, I), I = dp4a_ss((w0.x >> 4) & M, x0.y, I);
+        I = dp4a_ss(w0.y & M, x0.z, I), I = dp4a_ss((w0.y >> 4) & M, x0.w, I);
+        I = dp4a_ss(w0.z & M, x1.x, I), I = dp4a_ss((w0.z >> 4) & M, x1.y, I);
+        I = dp4a_ss(w0.w & M, x1.z, I), I = dp4a_ss((w0.w >> 4) & M, x1.w, I);
+    } else {
+        I = dp4a_us(w0.x, x0.x, I), I = dp4a_us(w0.y, x0.y, I), I = dp4a_us(w0.z, x0.z, I), I = dp4a_us(w0.w, x0.w, I);
+        I = dp4a_us(w1.x, x1.x, I), I = dp4a_us(w1.y, x1.y, I), I = dp4a_us(w1.z, x1.z, I), I = dp4a_us(w1.w, x1.w, I);
+    }
+    return I;
+}
+static int dot_half(u4 w, u4 x) { return dp4a_us(w.w, x.w, dp4a_us(w.z, x.z, dp4a_us(w.y, x.y, dp4a_us(w.x, x.x, 0)))); }
+
+static float h2f(uint16_t h) { /* IEEE half to float */
+    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
+    return s ? -v : v;
+}
+static unsigned ld_sw(const uint8_t *p, int sdt, size_t i) { /* cuda_i8.cuh ld_sw: the aligned word holding element i */
+    const uintptr_t a = sdt == F32 ? (uintptr_t)(p + 4 * i) : (uintptr_t)(p + 2 * i);
+    unsigned w;
+    memcpy(&w, (const void *)(a & ~(uintptr_t)3), 4);
+    return w;
+}
+static float cv_sw(unsigned w, const uint8_t *p, int sdt, size_t i) { /* cuda_i8.cuh cv_sw */
+    float f;
+    if (sdt == F32) { memcpy(&f, &w, 4); return f; }
+    const unsigned h = ((uintptr_t)(p + 2 * i) & 2) ? w >> 16 : w & 0xffffu;
+    if (sdt == BF16) { const unsigned u = h << 16; memcpy(&f, &u, 4); return f; }
+    return h2f((uint16_t)h);
+}
+static float elem(const uint8_t *p, int sdt, size_t i) { /* element i read directly (the reference) */
+    if (sdt == F32) { float f; memcpy(&f, p + 4 * i, 4); return f; }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    if (sdt == BF16) { const unsigned u = (unsigned)h << 16; float f; memcpy(&f, &u, 4); return f; }
+    return h2f(h);
+}
+
+typedef struct { /* one job: the kernel's ijob fields it reads */
+    const uint8_t *codes, *scales, *biases;
+    const int8_t *xq;
+    const float *d, *s;
+    float *y;
+    int nrows, cols, group, tile0;
+} job;
+
+static int fails, stale;
+
+/* cuda_mv1d.cu fold_chunk */
+static void fold_chunk(const float *si, const float *sm, const float *sb, int ld, const float *xg, int kcn, int bmask, int gshift,
+                       float *acc, float *accb, const int *stI, const int *stB, int chunk) {
+    for (int bl = 0; bl < kcn; bl++) {
+        if (stI[bl * ld] != chunk) stale++;
+        *acc = fmaf(si[bl * ld], sm[bl * ld], *acc);
+        if (!(bl & bmask)) {
+            if (stB[(bl >> gshift) * ld] != chunk) stale++;
+            *accb = fmaf(sb[(bl >> gshift) * ld], xg[bl >> gshift], *accb);
+        }
+    }
+}
+
+/* mv1d_i8<DT, SDT, WR> for CTA `cta` of the jobs: the kernel's body, lanes and warps in turn */
+static void run_cta(int DT, int SDT, int WR, const job *jobs, int nj, int cta) {
+    const int PB = DT == Q4 ? 1 : 2, PPR = 32 * KP / WR, KB = PPR / PB, LDW = WR % 2 ? WR : WR + 1;
+    int jk = 0;
+    while (jk + 1 < nj && cta >= jobs[jk + 1].tile0) jk++; /* find_job */
+    const job j = jobs[jk];
+    const int cols = j.cols, nb = cols / 32, np = nb * PB, ng = cols / j.group, ns = nb + nb / 2 + nb / 4;
+    const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
+    const int bmask = j.group / 32 - 1;
+    /* the staged activation (non-sg: x codes, d, group sums) */
+    u4 *sx = malloc((size_t)cols);
+    float *sd = malloc((size_t)nb * 4), *sxg = malloc((size_t)nb * 4);
+    memcpy(sx, j.xq, (size_t)cols);
+    memcpy(sd, j.d, (size_t)nb * 4);
+    for (int i = 0; i < ng; i++) sxg[i] = j.s[ns * 0 + soff + i];
+    float *sI = malloc((size_t)KB * LDW * 4), *sM = malloc((size_t)KB * LDW * 4), *sB = malloc((size_t)KB * LDW * 4);
+    int *stI = malloc((size_t)KB * LDW * 4), *stB = malloc((size_t)KB * LDW * 4);
+    for (int w = 0; w < WARPS; w++) {
+        const int wr0 = (cta - j.tile0) * (WARPS * WR) + w * WR, nrw = WR < j.nrows - wr0 ? WR : j.nrows - wr0;
+        if (nrw <= 0) continue;
+        const u4 *wc = (const u4 *)j.codes + (size_t)wr0 * np;
+        for (int i = 0; i < KB * LDW; i++) stI[i] = stB[i] = -1;
+        float acc[32] = {0}, accb[32] = {0};
+        u4 cw[32][KP];
+        unsigned sw[32][KP], bw[32][KP];
+        int chunk = 0;
+        for (int pb0 = 0; pb0 < np; pb0 += PPR, chunk++) {
+            /* issue(pb0) (the kernel issues chunk 0 before the staging and the next chunk after this one's compute) */
+            for (int lane = 0; lane < 32; lane++)
+                for (int u = 0; u < KP; u++) {
+                    const int rl = 32 * u / PPR, p = pb0 + 32 * u % PPR + lane, b = p >> (PB - 1);
+                    if (rl < nrw && p < np) {
+                        if (wr0 + rl >= j.nrows || p >= np) fails++, printf("  load out of range\n");
+                        cw[lane][u] = wc[(size_t)rl * np + p];
+                        if (PB == 1 || !(p & 1)) {
+                            const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
+                            sw[lane][u] = ld_sw(j.scales, SDT, e);
+                            if (!(b & bmask)) bw[lane][u] = ld_sw(j.biases, SDT, e);
+                        }
+                    }
+                }
+            const int kb0 = pb0 / PB, kcn = KB < nb - kb0 ? KB : nb - kb0;
+            for (int u = 0; u < KP; u++) {
+                int h[33];
+                for (int lane = 0; lane < 32; lane++) { /* q8: the halves, before the shuffle */
+                    const int rl = 32 * u / PPR, p = pb0 + 32 * u % PPR + lane, ok = rl < nrw && p < np;
+                    h[lane] = DT == Q8 && ok ? dot_half(cw[lane][u], sx[p]) : 0;
+                }
+                h[32] = h[31]; /* __shfl_down_sync past the last lane: its own value */
+                for (int lane = 0; lane < 32; lane++) {
+                    const int rl = 32 * u / PPR, p = pb0 + 32 * u % PPR + lane, b = p >> (PB - 1), ok = rl < nrw && p < np;
+                    int I;
+                    if (DT == Q4) I = ok ? dot_block(Q4, cw[lane][u], cw[lane][u], sx[2 * b], sx[2 * b + 1]) : 0;
+                    else I = h[lane] + h[lane + 1 < 32 ? lane + 1 : 32];
+                    if (ok && (PB == 1 || !(p & 1))) {
+                        const int bl = b - kb0, i = bl * LDW + rl;
+                        if (bl < 0 || bl >= kcn || rl >= WR || i >= KB * LDW) fails++, printf("  staging index out of range\n");
+                        const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
+                        sI[i] = (float)I, stI[i] = chunk;
+                        sM[i] = cv_sw(sw[lane][u], j.scales, SDT, e) * sd[b];
+                        if (!(b & bmask)) sB[(bl >> gshift) * LDW + rl] = cv_sw(bw[lane][u], j.biases, SDT, e), stB[(bl >> gshift) * LDW + rl] = chunk;
+                    }
+                }
+            }
+            for (int lane = 0; lane < nrw; lane++)
+                fold_chunk(sI + lane, sM + lane, sB + lane, LDW, sxg + (kb0 >> gshift), kcn, bmask, gshift, &acc[lane], &accb[lane],
+                           stI + lane, stB + lane, chunk);
+        }
+        for (int lane = 0; lane < nrw; lane++) j.y[wr0 + lane] = acc[lane] + accb[lane];
+    }
+    free(sx), free(sd), free(sxg), free(sI), free(sM), free(sB), free(stI), free(stB);
+}
+
+/* the canonical chains of one row, read directly (cuda.h) */
+static float ref_row(int DT, int SDT, const job *j, int r) {
+    const int cols = j->cols, nb = cols / 32, ng = cols / j->group, rb = DT == Q4 ? cols / 2 : cols, BB = DT == Q4 ? 16 : 32;
+    const int gshift = j->group == 32 ? 0 : j->group == 64 ? 1 : 2, soff = j->group == 32 ? 0 : j->group == 64 ? nb : nb + nb / 2;
+    float acc = 0, accb = 0;
+    for (int b = 0; b < nb; b++) {
+        u4 w0, w1, x0, x1;
+        memcpy(&w0, j->codes + (size_t)r * rb + (size_t)b * BB, 16);
+        memcpy(&w1, j->codes + (size_t)r * rb + (size_t)b * BB + (DT == Q8 ? 16 : 0), 16);
+        memcpy(&x0, j->xq + (size_t)b * 32, 16), memcpy(&x1, j->xq + (size_t)b * 32 + 16, 16);
+        const int I = dot_block(DT, w0, w1, x0, x1);
+        acc = fmaf((float)I, elem(j->scales, SDT, (size_t)r * ng + (b >> gshift)) * j->d[b], acc);
+    }
+    for (int g = 0; g < ng; g++) accb = fmaf(elem(j->biases, SDT, (size_t)r * ng + g), j->s[soff + g], accb);
+    return acc + accb;
+}
+
+static uint16_t f2h(float v) { /* float to half, round to nearest (small normal values only) */
+    if (v == 0) return 0;
+    int e;
+    const float m = frexpf(fabsf(v), &e); /* v = m 2^e, m in [0.5, 1) */
+    unsigned mm = (unsigned)lrintf(m * 2048.0f); /* 11 bits */
+    if (mm == 2048) mm = 1024, e++;
+    return (uint16_t)((v < 0 ? 0x8000 : 0) | ((e + 14) << 10) | (mm & 1023));
+}
+
+int main(void) {
+    const int dts[2] = {Q4, Q8}, sdts[3] = {F32, BF16, F16}, wrs[4] = {1, 2, 4, 8}, groups[3] = {32, 64, 128};
+    const int colss[6] = {96, 160, 768, 1024, 2048, 4096}, rowss[4] = {1, 7, 33, 300};
+    int cases = 0;
+    for (int c = 0; c < 2 * 3 * 4 * 3 * 6 * 4; c++) {
+        int k = c;
+        const int DT = dts[k % 2]; k /= 2;
+        const int SDT = sdts[k % 3]; k /= 3;
+        const int WR = wrs[k % 4]; k /= 4;
+        const int group = groups[k % 3]; k /= 3;
+        const int cols = colss[k % 6]; k /= 6;
+        const int rows = rowss[k % 4];
+        if (cols % group) continue;
+        enum { NJ = 3 }; /* three jobs of the same shape in one launch: find_job and tile0 */
+        const int nb = cols / 32, ng = cols / group, ns = nb + nb / 2 + nb / 4, rb = DT == Q4 ? cols / 2 : cols;
+        const int ssz = SDT == F32 ? 4 : 2, R = WARPS * WR;
+        job jobs[NJ];
+        void *mem[NJ][6];
+        int tiles = 0;
+        for (int q = 0; q < NJ; q++) {
+            uint8_t *codes = malloc((size_t)rows * rb + 16), *sc = malloc((size_t)rows * ng * ssz + 8), *bi = malloc((size_t)rows * ng * ssz + 8);
+            int8_t *xq = malloc((size_t)cols);
+            float *d = malloc((size_t)nb * 4), *s = malloc((size_t)ns * 4), *y = malloc((size_t)rows * 4);
+            for (size_t i = 0; i < (size_t)rows * rb; i++) codes[i] = (uint8_t)(DT == Q4 ? rnd() : rnd() % 256);
+            for (int i = 0; i < cols; i++) xq[i] = (int8_t)(rnd() % 255 - 127);
+            for (int i = 0; i < nb; i++) d[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
+            for (int i = 0; i < ns; i++) s[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+            const uint8_t *scp = sc + (ssz == 2 ? 2 : 0), *bip = bi + (ssz == 2 ? 2 : 0); /* 16-bit words at an odd offset */
+            for (size_t i = 0; i < (size_t)rows * ng; i++)
+                for (int h = 0; h < 2; h++) {
+                    const float v = (float)((int)(rnd() % 2001) - 1000) * (h ? 1e-3f : 1e-5f);
+                    uint8_t *p = (uint8_t *)(h ? bip : scp) + i * ssz;
+                    if (SDT == F32) memcpy(p, &v, 4);
+                    else if (SDT == BF16) { unsigned u; memcpy(&u, &v, 4); const uint16_t t = (uint16_t)(u >> 16); memcpy(p, &t, 2); }
+                    else { const uint16_t t = f2h(v); memcpy(p, &t, 2); }
+                }
+            for (int i = 0; i < rows; i++) y[i] = NAN;
+            jobs[q] = (job){codes, scp, bip, xq, d, s, y, rows, cols, group, tiles};
+            tiles += (rows + R - 1) / R;
+            mem[q][0] = codes, mem[q][1] = sc, mem[q][2] = bi, mem[q][3] = xq, mem[q][4] = d, mem[q][5] = s;
+        }
+        const int f0 = fails, st0 = stale;
+        for (int cta = 0; cta < tiles; cta++) run_cta(DT, SDT, WR, jobs, NJ, cta);
+        int bad = 0;
+        for (int q = 0; q < NJ; q++)
+            for (int r = 0; r < rows; r++) {
+                const float a = jobs[q].y[r], b = ref_row(DT, SDT, &jobs[q], r);
+                if (memcmp(&a, &b, 4)) bad++;
+            }
+        fails += bad + (stale != st0);
+        cases++;
+        if (bad || fails != f0 || stale != st0 || c % 97 == 0)
+            printf("%s %s %-4s WR %d group %3d %4d x %-4d: %d rows differ, %d stale staging reads\n", bad || fails != f0 ? "FAIL" : "ok  ",
+                   DT == Q4 ? "q4" : "q8", SDT == F32 ? "f32" : SDT == BF16 ? "bf16" : "f16", WR, group, rows, cols, bad, stale - st0);
+        for (int q = 0; q < NJ; q++) {
+            for (int m = 0; m < 6; m++) free(mem[q][m]);
+            free(jobs[q].y);
+        }
+    }
+    printf("emu: %d cases, %d failures\n", cases, fails);
+    return fails ? 1 : 0;
+}
