@@ -42,9 +42,9 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
     }
     free(mm);
     slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1);
-    /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8), through the row indirection and the table too */
+    /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8, mv_i8), through the row indirection and the table too */
     const int nts[] = {2, 3, 5, 8};
-    for (int k = 0; k < 2 * 4 * 2; k++) {
+    for (int k = 0; k < 3 * 4 * 2; k++) {
         const int n = nts[k % 4], via = k / 4 % 2;
         slcu_i8_mvn_kernel(1 + k / 8);
         poison(dy, (size_t)n * rows * 4);
@@ -126,20 +126,20 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
         printf("  %-18s %6.2f MB: %6.2f us %5.0f GB/s (%3.0f%%) | %6.2f us %5.0f GB/s (%3.0f%%)\n", names[sh], b / 1e6, usk[14][sh], g3,
                copy_gbs > 0 ? 100 * g3 / copy_gbs : 0.0, usk[19][sh], g4, copy_gbs > 0 ? 100 * g4 / copy_gbs : 0.0);
     }
-    printf("2-8 tokens (batched decode), us a call on q|k|v 5120x2048, mvn_i8 | mvnc_i8:");
+    printf("2-8 tokens (batched decode), us a call on q|k|v 5120x2048, mvn_i8 | mvnc_i8 | mv_i8:");
     for (int n = 2; n <= 8; n *= 2) {
         mat a;
         if (make_mat(&a, DT_Q4, 5120 * 8, 2048, 64, DT_BF16, msg)) { printf("%s\n", msg); break; }
         slcu_act_bind(&da, abuf, n, 2048, msg, sizeof msg), slcu_act_quantize(&da, dx, 2048, msg, sizeof msg);
-        float us2[2];
-        for (int v = 0; v < 2; v++) {
+        float us2[3];
+        for (int v = 0; v < 3; v++) {
             slcu_i8_mvn_kernel(1 + v);
             slcu_mm m = {a.d, &da, NULL, n, dy, 5120, NULL, NULL};
             m.w.rows = 5120;
             mmrun r = {&m, 1, 1, 8, 0, 5120};
             us2[v] = 1e3f * slcu_time(run_mm, &r, 50);
         }
-        printf("  %d tok %.2f | %.2f", n, us2[0], us2[1]);
+        printf("  %d tok %.2f | %.2f | %.2f", n, us2[0], us2[1], us2[2]);
         free_mat(&a);
     }
     printf("\n");

@@ -305,7 +305,7 @@ extern "C" void slcu_i8_force(int kernel) { force_kernel = kernel; }
 /* One launch of the jobs of one (dtype, kernel) class. */
 static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok) {
     int tiles = 0;
-    const int mv1 = !gemm && max_tok <= 8 && slcu_decode_kernels; /* cuda_mv.cu's kernels */
+    const int mv1 = !gemm && max_tok <= 8 && slcu_decode_kernels && mv_takes(max_tok); /* cuda_mv.cu's kernels */
     const int rows = mv1 ? mv_tile_rows(J, max_tok) : MV_ROWS, gm = gemm_version() == 5 ? 2 * GM : GM;
     for (int i = 0; i < J->n; i++) {
         ijob &j = J->j[i];

@@ -113,6 +113,7 @@ static __device__ __forceinline__ void cp16(void *dst, const void *src, bool ok)
 /* cuda_mv.cu: rows a CTA of the one-token matvec takes for the jobs of one launch (its tiles), and the launch of
  * mv1_i8 (max_tok 1) or mvn_i8 (2 to 8 tokens) over J with J->j[].tile0 set for those rows. */
 int mv_tile_rows(const ijobs *J, int max_tok);
+int mv_takes(int max_tok); /* 1 when cuda_mv.cu runs max_tok (1-8) tokens, 0 when mv_i8 does (SLUICE_CUDA_MVN=3) */
 int mv_swiglu_ok(void); /* the one-token kernel is mv1c_i8 or mv1d_i8, which take slcu_act sg inputs */
 cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J);
 /* cuda_mv1d.cu (SLUICE_CUDA_MV1=4): the rows a CTA it picks for a launch, and its launch of one token's jobs with

@@ -396,15 +396,19 @@ static void mv_one(int rows, int tiles, const ijobs *J) {
     else mv_r<DT, SDT, MV1_ROWS>(tiles, J);
 }
 
-static int mvn_kernel; /* 0 unread; 1 mvn_i8, 2 mvnc_i8 */
-extern "C" void slcu_i8_mvn_kernel(int v) { mvn_kernel = v == 1 || v == 2 ? v : 0; }
+static int mvn_kernel; /* 0 unread; 1 mvn_i8, 2 mvnc_i8, 3 cuda_i8.cu mv_i8 (not here: mv_takes) */
+extern "C" void slcu_i8_mvn_kernel(int v) { mvn_kernel = v >= 1 && v <= 3 ? v : 0; }
 static int mvn_version(void) {
     if (!mvn_kernel) {
         const char *e = getenv("SLUICE_CUDA_MVN");
-        mvn_kernel = e && e[0] == '2' ? 2 : 1;
+        mvn_kernel = e && (e[0] == '2' || e[0] == '3') && !e[1] ? e[0] - '0' : 1;
     }
     return mvn_kernel;
 }
+/* SLUICE_CUDA_MVN=3 leaves 2-8 tokens to cuda_i8.cu mv_i8: a thread a row of 32 (its loads staged by cp.async), so each
+ * activation load is one address for the warp where mvn_i8's threads each read their own block's (a token's 32 bytes
+ * per 16 bytes of q4 codes); the same bits (cuda.h's order), to be timed against mvn_i8 at 8 streams. */
+int mv_takes(int max_tok) { return max_tok <= 1 || mvn_version() != 3; }
 
 template <int DT, int SDT, int NT>
 static void mv_nt(int tiles, const ijobs *J) {
