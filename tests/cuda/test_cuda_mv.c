@@ -42,9 +42,9 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
     }
     free(mm);
     slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1);
-    /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8, mv_i8), through the row indirection and the table too */
+    /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8, mv_i8, mvnd_i8), through the row indirection and the table too */
     const int nts[] = {2, 3, 5, 8};
-    for (int k = 0; k < 3 * 4 * 2; k++) {
+    for (int k = 0; k < 4 * 4 * 2; k++) {
         const int n = nts[k % 4], via = k / 4 % 2;
         slcu_i8_mvn_kernel(1 + k / 8);
         poison(dy, (size_t)n * rows * 4);
@@ -57,6 +57,23 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
         for (int t = 0; t < n; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)(via ? idx[t] : t) * rows, (size_t)rows * 4);
         CK(gok, "%s %dx%d: %d tokens, kernel %d%s, differ from alone", dt_name(dt), rows, cols, n, 1 + k / 8,
            via ? " (rows, device table)" : "");
+    }
+    /* jobs of 1, 3, 8 and 2 tokens in one call through the table (each its own tokens in the launch of 8) */
+    const int jn[4] = {1, 3, 8, 2}, j0[4] = {0, 1, 4, 12};
+    for (int v = 1; v <= 4; v++) {
+        slcu_i8_mvn_kernel(v);
+        slcu_mm m4[4];
+        for (int q = 0; q < 4; q++) {
+            m4[q] = (slcu_mm){a->d, da, drows + j0[q], jn[q], dy + (size_t)j0[q] * rows, (size_t)rows, (const void *const *)dtab, dsel};
+            m4[q].w.data = m4[q].w.scales = m4[q].w.biases = NULL;
+        }
+        poison(dy, (size_t)14 * rows * 4);
+        CK(!slcu_matmul_i8(m4, 4, msg, sizeof msg), "%s", msg);
+        free(yy);
+        yy = dl(dy, (size_t)14 * rows);
+        gok = 1;
+        for (int t = 0; t < 14; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
+        CK(gok, "%s %dx%d: jobs of 1, 3, 8 and 2 tokens in one call, kernel %d, differ from alone", dt_name(dt), rows, cols, v);
     }
     slcu_i8_mvn_kernel(0);
     free(yy);
@@ -126,20 +143,20 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
         printf("  %-18s %6.2f MB: %6.2f us %5.0f GB/s (%3.0f%%) | %6.2f us %5.0f GB/s (%3.0f%%)\n", names[sh], b / 1e6, usk[14][sh], g3,
                copy_gbs > 0 ? 100 * g3 / copy_gbs : 0.0, usk[19][sh], g4, copy_gbs > 0 ? 100 * g4 / copy_gbs : 0.0);
     }
-    printf("2-8 tokens (batched decode), us a call on q|k|v 5120x2048, mvn_i8 | mvnc_i8 | mv_i8:");
+    printf("2-8 tokens (batched decode), us a call on q|k|v 5120x2048, mvn_i8 | mvnc_i8 | mv_i8 | mvnd_i8:");
     for (int n = 2; n <= 8; n *= 2) {
         mat a;
         if (make_mat(&a, DT_Q4, 5120 * 8, 2048, 64, DT_BF16, msg)) { printf("%s\n", msg); break; }
         slcu_act_bind(&da, abuf, n, 2048, msg, sizeof msg), slcu_act_quantize(&da, dx, 2048, msg, sizeof msg);
-        float us2[3];
-        for (int v = 0; v < 3; v++) {
+        float us2[4];
+        for (int v = 0; v < 4; v++) {
             slcu_i8_mvn_kernel(1 + v);
             slcu_mm m = {a.d, &da, NULL, n, dy, 5120, NULL, NULL};
             m.w.rows = 5120;
             mmrun r = {&m, 1, 1, 8, 0, 5120};
             us2[v] = 1e3f * slcu_time(run_mm, &r, 50);
         }
-        printf("  %d tok %.2f | %.2f | %.2f", n, us2[0], us2[1], us2[2]);
+        printf("  %d tok %.2f | %.2f | %.2f | %.2f", n, us2[0], us2[1], us2[2], us2[3]);
         free_mat(&a);
     }
     printf("\n");

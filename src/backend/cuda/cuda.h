@@ -115,7 +115,8 @@ void slcu_i8_mv1_kernel(int version);
 /* 1 when the one-token matvec takes slcu_act sg inputs (mv1c_i8, the default, and mv1d_i8), else 0 */
 int slcu_i8_swiglu_fused(void);
 /* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by
- * cp.async), 3 cuda_i8.cu mv_i8 (a thread a row), 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */
+ * cp.async), 3 cuda_i8.cu mv_i8 (a thread a row), 4 cuda_mv1d.cu mvnd_i8 (mv1d_i8's warps, each job its own tokens),
+ * 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */
 void slcu_i8_mvn_kernel(int version);
 /* mv1c_i8 launched to overlap the kernel before it (programmatic dependent launch; the same bits): 1 on, 0 off, -1 back
  * to the environment's SLUICE_CUDA_PDL (off unless 1). */

@@ -120,5 +120,7 @@ cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const i
  * those rows (4, 8, 16 or 32): 0 when it cannot take them (a row longer than it stages; mv1c_i8 runs them), else 1 */
 int mv1d_tile_rows(const ijobs *J);
 int mv1d_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, int pdl);
+/* cuda_mv1d.cu mvnd_i8 (SLUICE_CUDA_MVN=4): 2 to max_tok <= 8 tokens with 16 rows a CTA; 0 when it cannot take them */
+int mvnd_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J);
 
 #endif

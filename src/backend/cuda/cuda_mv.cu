@@ -396,12 +396,12 @@ static void mv_one(int rows, int tiles, const ijobs *J) {
     else mv_r<DT, SDT, MV1_ROWS>(tiles, J);
 }
 
-static int mvn_kernel; /* 0 unread; 1 mvn_i8, 2 mvnc_i8, 3 cuda_i8.cu mv_i8 (not here: mv_takes) */
-extern "C" void slcu_i8_mvn_kernel(int v) { mvn_kernel = v >= 1 && v <= 3 ? v : 0; }
+static int mvn_kernel; /* 0 unread; 1 mvn_i8, 2 mvnc_i8, 3 cuda_i8.cu mv_i8 (not here: mv_takes), 4 cuda_mv1d.cu mvnd_i8 */
+extern "C" void slcu_i8_mvn_kernel(int v) { mvn_kernel = v >= 1 && v <= 4 ? v : 0; }
 static int mvn_version(void) {
     if (!mvn_kernel) {
         const char *e = getenv("SLUICE_CUDA_MVN");
-        mvn_kernel = e && (e[0] == '2' || e[0] == '3') && !e[1] ? e[0] - '0' : 1;
+        mvn_kernel = e && e[0] >= '2' && e[0] <= '4' && !e[1] ? e[0] - '0' : 1;
     }
     return mvn_kernel;
 }
@@ -438,6 +438,7 @@ static void mv_dt(int sdt, int max_tok, int rows, int tiles, const ijobs *J) {
 
 cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J) {
     if (max_tok <= 1 && mv1_version() == 4 && mv1d_launch(dt, sdt, rows, tiles, J, pdl_enabled())) return cudaGetLastError();
+    if (max_tok > 1 && mvn_version() == 4 && mvnd_launch(dt, sdt, max_tok, rows, tiles, J)) return cudaGetLastError();
     if (dt == DT_Q4) mv_dt<DT_Q4>(sdt, max_tok, rows, tiles, J);
     else mv_dt<DT_Q8>(sdt, max_tok, rows, tiles, J);
     return cudaGetLastError();
