@@ -11,6 +11,8 @@
 # (tools/cuda_llama.sh with ROUNDS=0: build, GGUF, pack, greedy text of both); then two rounds alternated:
 # llama-bench -ngl 99 -fa 1 -p 512 -n 64 -d 0,512,8192 -r 2 against sluice bench --gpu --resident --prompt D
 # --gen 64 --decode random (D = 1, 512, 8192) with SX (DIR/switches) and
+# (BENCH_I8=1: test_cuda --bench-i8's matvec rows during the build; stage/sluice-old, when the bundle has one: its
+# decode rows in round 1 beside the defaults') and
 # --kv KV (f16, llama.cpp's default); round 1 also sluice's default KV at D = 1, 512; then bench_serve 1 / 8 streams.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,6 +43,10 @@ mt() { local tag=$1; shift
 mt default
 [ -n "$SX" ] && mt switches $SX
 [ -n "${MT_KV:-}" ] && mt kv $SX SLUICE_TEST_KV=$MT_KV
+if [ -n "${BENCH_I8:-}" ]; then # the matvec kernels' GB/s against the device copy (test_cuda --bench-i8)
+  timeout 90 "$here/t/test_cuda" --bench-i8 >"$log/bench_i8.log" 2>&1
+  echo "bench-i8 rc=$? [$(el) s]" >>"$S"; grep -iE "GB/s|mv1[cd]|copy|2-8 tok|kernel [34] rows" "$log/bench_i8.log" | head -40 >>"$S"
+fi
 echo "tests done [$(el) s]" >>"$S"
 touch "$here/tests.done"
 wait $lp; echo "llama part (build, GGUF, pack, greedy) rc=$? [$(el) s]" >>"$S"
@@ -72,6 +78,10 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
       timeout 60 "$sl" bench -m "$sp" --gpu --resident --prompt $p --gen 64 --decode random --json \
         >"$log/d.$p.json" 2>"$log/d.$p.err"
       echo "sluice defaults (no switches, default kv) p$p: $(row "$log/d.$p.json" "$log/d.$p.err") [$(el) s]" >>"$S"
+      [ -x "$here/stage/sluice-old" ] || continue # the build before (tools/cuda_hybrid.sh prepare's OLD_BUNDLE)
+      timeout 60 "$here/stage/sluice-old" bench -m "$sp" --gpu --resident --prompt $p --gen 64 --decode random --json \
+        >"$log/o.$p.json" 2>"$log/o.$p.err"
+      echo "sluice-old (the build before) p$p: $(row "$log/o.$p.json" "$log/o.$p.err") [$(el) s]" >>"$S"
     done; fi
   done
   if [ "$(el)" -lt 530 ]; then
