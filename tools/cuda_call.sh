@@ -84,8 +84,8 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
       echo "sluice-old (the build before) p$p: $(row "$log/o.$p.json" "$log/o.$p.err") [$(el) s]" >>"$S"
     done; fi
   done
-  if [ "$(el)" -lt 530 ]; then
-    env $SX timeout $(( 565 - $(el) )) "$here/t/bench_serve" "$sp" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 >"$log/serve.txt" 2>&1
+  if [ "$(el)" -lt ${SERVE_BY:-530} ]; then
+    env $SX timeout $(( ${END_BY:-565} - $(el) )) "$here/t/bench_serve" "$sp" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 >"$log/serve.txt" 2>&1
     echo "serve (48 layers, switches): $(grep -E '^\| (1|8) \|' "$log/serve.txt" | tr '\n' ' ') [$(el) s]" >>"$S"
   fi
 else
