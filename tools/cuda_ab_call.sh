@@ -7,6 +7,7 @@
 #   here:  MPI=0 tools/cuda_hybrid.sh prepare DIR OLD_BUNDLE (OLD_BUNDLE's sluice becomes sluice-old);
 #          cp tools/cuda_ab_call.sh DIR/run.sh    (DIR under build/, carried; a committed, clean tree)
 #   there: bash DIR/run.sh    (from the checkout's root: it packs tests/data's fixtures)
+#   BENCH_I8=1: test_cuda --bench-i8's matvec rows after the tests; LOOP_END / NCU1_END / NCU2_END: the deadlines (s).
 #   SWS="A=1 B=2": opt-in switches of the new build, each checked by test_model and timed in the rounds beside it;
 #   G32=1: a 16-layer synth q4 with groups of 32 columns (as a Q4_0 GGUF packs) too, one decode row a round, new build;
 #   L48=1: a 48-layer synth q4 too (written during the tests), one decode row a round on it, new build only, to set a
@@ -30,6 +31,10 @@ for e in "X=1" "SLUICE_TEST_KV=f16" "SLUICE_TEST_KV=f16 SLUICE_CUDA_GRAPH=1" ${S
   late 240 && break
   env $e timeout 60 $b/test_model $w/mt $names >$o/tm.log 2>&1; echo "test_model [$e] rc=$?: $(tail -1 $o/tm.log) [$(el) s]" >>"$S"; grep -m 8 -i "fail" $o/tm.log >>"$S"
 done
+if [ -n "${BENCH_I8:-}" ] && ! late 250; then # the matvec kernels' GB/s against the device copy
+  timeout 60 $b/test_cuda --bench-i8 >$o/bench_i8.log 2>&1; echo "bench-i8 rc=$? [$(el) s]" >>"$S"
+  grep -iE "GB/s|mv1[cd]|copy|2-8 tok|kernel [34] rows" $o/bench_i8.log | head -40 >>"$S"; xz -9 $o/bench_i8.log
+fi
 while [ ! -e $w/synth.done ] && ! late 400; do sleep 1; done # the timings with the machine otherwise idle
 m=$w/q16.sluice
 row() { python3 -c '
@@ -40,9 +45,9 @@ try:
 except Exception as e: print("failed", open(sys.argv[2]).read()[-300:].replace("\n"," "))' "$1" "$2"; }
 B="--gpu --resident --kv f16 --decode random --json"
 NCUB=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1); NCU="$NCUB --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base"
-late 300 || { timeout 60 $NCU "$sl" bench -m $m $B --prompt 1 --gen 3 >$o/ncu.1.csv 2>$o/ncu.1.err; echo "ncu p1 rc=$? [$(el) s]" >>"$S"; }
+late ${NCU1_END:-300} || { timeout 60 $NCU "$sl" bench -m $m $B --prompt 1 --gen 3 >$o/ncu.1.csv 2>$o/ncu.1.err; echo "ncu p1 rc=$? [$(el) s]" >>"$S"; }
 for r in 1 2 3; do for bin in old new ${SWS:-}; do for p in 1 512; do
-  late 480 && break 3
+  late ${LOOP_END:-480} && break 3
   x=$sl; e=X=1; [ $bin = old ] && x=$old; case $bin in *=*) e=$bin;; esac
   env $e SLUICE_CUDA_KV16=1 timeout 25 "$x" bench -m $m $B --prompt $p --gen 64 >$o/b.$r.$bin.$p.json 2>$o/b.$r.$bin.$p.err
   echo "r$r $bin p$p: $(row $o/b.$r.$bin.$p.json $o/b.$r.$bin.$p.err) [$(el) s]" >>"$S"
@@ -56,7 +61,7 @@ done; done
     echo "r$r new 48L p1: $(row $o/b48.json $o/b48.err) [$(el) s]" >>"$S"
   fi
 done
-late 500 || { timeout 50 $NCU "$sl" bench -m $m $B --prompt 512 --gen 3 >$o/ncu.512.csv 2>$o/ncu.512.err; echo "ncu p512 rc=$? [$(el) s]" >>"$S"; }
+late ${NCU2_END:-500} || { timeout 50 $NCU "$sl" bench -m $m $B --prompt 512 --gen 3 >$o/ncu.512.csv 2>$o/ncu.512.err; echo "ncu p512 rc=$? [$(el) s]" >>"$S"; }
 rm -f $o/b.*.json $o/b.*.err $o/b48.* $w/q48.sluice $w/q16.sluice $w/g32.sluice
 xz -9 $o/*.csv 2>/dev/null
 tar -czf $o/logs.tar.gz -C $o test_cuda.log tm.log pack.log synth.log synth32.log synth48.log 2>/dev/null; rm -f $o/test_cuda.log $o/tm.log $o/pack.log $o/synth*.log
