@@ -70,14 +70,17 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
     fa16_ref(hq, hk, hv, sinks ? hs : NULL, T, NH, NKV, HD, cap, window, pos0, gated, scale, ref);
     float *y1 = fa16_run(&ap, 1, 0, 0), *y2 = fa16_run(&ap, 2, 0, 0), *y3 = fa16_run(&ap, 0, 1, 0);
     float *y4 = fa16_run(&ap, 1, 1, 0);
+    slcu_fa16_fuse(1); /* token by token with the decode pair's fused fold (k_fa16_part's last warp a KV head) */
+    float *y5 = fa16_run(&ap, 0, 1, 0);
+    slcu_fa16_fuse(-1);
     const size_t nb = (size_t)T * NH * HD * 4;
     char name[128];
     snprintf(name, sizeof name, "f16 attention %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
              sinks ? " sinks" : "", gated ? " gated" : "");
     OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 3e-3);
-    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb),
-       "%s: prefill kernel / decode pair / token by token differ (%d %d %d)", name, !memcmp(y1, y2, nb),
-       !memcmp(y1, y3, nb), !memcmp(y1, y4, nb));
+    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb),
+       "%s: prefill kernel / decode pair / token by token / fused fold differ (%d %d %d %d)", name, !memcmp(y1, y2, nb),
+       !memcmp(y1, y3, nb), !memcmp(y1, y4, nb), !memcmp(y1, y5, nb));
     if (HD % 128 == 0) { /* the last token alone with its output's int8 form (k_fa16_comb): bitwise y3's row, and
                           * the form bitwise slcu_act_quantize's of it */
         const int row = NH * HD;
@@ -87,15 +90,21 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
         slcu_attn a = ap;
         a.q += (size_t)(T - 1) * ap.ldq, a.k += (size_t)(T - 1) * ap.ldkv, a.v += (size_t)(T - 1) * ap.ldkv;
         a.n = 1, a.pos0 += T - 1, a.out += (size_t)(T - 1) * ap.ldo;
-        poison(dout, nb);
-        CK(slcu_attention_q(&a, &a1, msg, sizeof msg) == 1, "%s: attention_q made no int8 form: %s", name, msg);
-        float *yq = dl(a.out, row);
-        CK(!memcmp(yq, y3 + (size_t)(T - 1) * row, (size_t)row * 4), "%s: the output beside its int8 form differs", name);
-        CK(!slcu_act_quantize(&a2, a.out, row, msg, sizeof msg) && same_act(&a1, &a2),
-           "%s: the int8 form differs from act_quantize's", name);
-        free(yq), slcu_free(b1), slcu_free(b2);
+        for (int fu = 0; fu < 2; fu++) { /* the separate fold, then the fused one */
+            slcu_fa16_fuse(fu);
+            poison(dout, nb);
+            CK(slcu_attention_q(&a, &a1, msg, sizeof msg) == 1, "%s: attention_q made no int8 form: %s", name, msg);
+            float *yq = dl(a.out, row);
+            CK(!memcmp(yq, y3 + (size_t)(T - 1) * row, (size_t)row * 4), "%s: the output beside its int8 form differs%s",
+               name, fu ? " (fused fold)" : "");
+            CK(!slcu_act_quantize(&a2, a.out, row, msg, sizeof msg) && same_act(&a1, &a2),
+               "%s: the int8 form differs from act_quantize's%s", name, fu ? " (fused fold)" : "");
+            free(yq);
+        }
+        slcu_fa16_fuse(-1);
+        slcu_free(b1), slcu_free(b2);
     }
-    free(hq), free(hs), free(hn), free(hk), free(hv), free(ref), free(y1), free(y2), free(y3), free(y4);
+    free(hq), free(hs), free(hn), free(hk), free(hv), free(ref), free(y1), free(y2), free(y3), free(y4), free(y5);
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }
 

@@ -262,6 +262,8 @@ int slcu_attention_f32(const slcu_attn *a, const int *pd, int max_keys, char *ms
 /* Tests, both types: 0 automatic (up to 8 tokens the decode pair, more the prefill kernel), 1 always the prefill
  * kernel, 2 always the decode pair (SLUICE_CUDA_FLASH_MODE sets it too). */
 void slcu_fa16_force(int mode);
+/* tests: the decode pair's fused fold on (1) or off (0); -1: SLUICE_CUDA_FA_FUSE=1's (off by default) */
+void slcu_fa16_fuse(int on);
 
 /* The Gated DeltaNet token recurrence (backend.h dn_step, deltanet.c head_recurrent) for n tokens: per
  * value head h and token t, with a = exp(g):  S = a S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q.

@@ -658,17 +658,18 @@ static float *fl_part;
 static size_t fl_part_cap;
 static int fl_mode = -1; /* SLUICE_CUDA_FLASH_MODE: 0 automatic, 1 always the prefill kernel, 2 always the decode pair */
 static int *fl_done;     /* k_fa16_part's counters, a KV head each (zero between launches) */
-static int fl_fuse = -1;  /* SLUICE_CUDA_FA_FUSE=0: k_fa16_comb launched after every decode pair, as before */
+static int fl_fuse = -1;  /* SLUICE_CUDA_FA_FUSE=1: the fused fold (opt-in: written in session 29, not yet run on a GPU) */
 #define FL_FUSE_CHUNKS 16 /* the fused fold's bound: one warp folds a head's rows (depth <= 960) */
 #define FL_MAX_KV 256
 
 extern "C" void slcu_fa16_force(int mode) { fl_mode = mode; }
+extern "C" void slcu_fa16_fuse(int on) { fl_fuse = on; } /* tests: 1 / 0, or -1 (the environment's) */
 
 static void fl_env(void) {
+    if (fl_fuse < 0) fl_fuse = getenv("SLUICE_CUDA_FA_FUSE") && getenv("SLUICE_CUDA_FA_FUSE")[0] == '1';
     if (fl_mode >= 0) return;
     const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
     fl_mode = e ? atoi(e) : 0;
-    if (fl_fuse < 0) fl_fuse = !(getenv("SLUICE_CUDA_FA_FUSE") && getenv("SLUICE_CUDA_FA_FUSE")[0] == '0');
 }
 
 static int f16_fail(char *msg, size_t msglen, const char *what, cudaError_t e) {
