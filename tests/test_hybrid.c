@@ -194,9 +194,16 @@ TEST(hybrid_ffn_dev_bitwise) {
     kern_act a;
     kern_act_init(&a, xb, x, (size_t)H, n, H, 0);
     CHECK(kern_ffn_dev(NULL, &ex, &a, I, g, u, mb, y, (size_t)H) == SL_EUNSUPPORTED); /* f32 activations */
+    const dt_type down_dt = ex.down.dtype;
     ex.down.dtype = DT_F32;
     kern_act_init(&a, xb, x, (size_t)H, n, H, 1);
     CHECK(!kern_ffn_dev_ok(&ex, I) && kern_ffn_dev(NULL, &ex, &a, I, g, u, mb, y, (size_t)H) == SL_EUNSUPPORTED);
+    ex.down.dtype = down_dt;
+    CHECK(kern_ffn_dev_ok(&ex, I));
+    for (int dt = DT_Q2_K; dt <= DT_Q5_1; dt++) { /* GGUF block types: the device's f32 order (cuda_kq.cu), never here */
+        ex.down.dtype = (dt_type)dt;
+        CHECK(!kern_ffn_dev_ok(&ex, I));
+    }
     pool_free(pool);
     free(xb);
     free(mb);

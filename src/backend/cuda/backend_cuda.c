@@ -1,8 +1,8 @@
 /*
  * backend_cuda.c — the CUDA backend's table (src/backend/backend.h; issue 13 §2): the ops over the kernels of
  * cuda.h and backend_cuda.h, queued on one stream (SLS) in the forward pass's order. Built with
- * `make CUDA=1` (SL_CUDA); be_open makes it. docs/CUDA.md says what it does and lacks: q3 matmuls stay NULL
- * (be_check_mat refuses such a model at open); dn_chunk runs the token recurrence (dn_step's kernel).
+ * `make CUDA=1` (SL_CUDA); be_open makes it. docs/CUDA.md says what it does and lacks: q3 / q2 / q2v matmuls stay NULL
+ * (be_check_mat refuses such a model at open; GGUF blocks: cuda_kq.h); dn_chunk runs dn_step's kernel.
  * copy() to or from the host returns once done (a caller may reuse its buffer); copy_async queues a host ->
  * device copy on the copy stream of backend_cuda_rt.cu, ordered by events (the tier's promotions). A
  * kern_act's int8 form is made on the device in slcu_act's layout on first use.
@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_kq.h"
 #include "quant/quant.h"
 #include "sluice.h"
 
@@ -283,16 +284,16 @@ static void cu_embed(be_backend *be, const tn_mat *table, const int32_t *tokens,
     for (int t = 0; ok && t < n; t++) ok = tokens[t] >= 0 && tokens[t] < table->rows; /* else the host path reports it */
     const int *d = ok ? dev_upload(be, tokens, (size_t)n * sizeof(int32_t)) : NULL;
     const slcu_mat dm = mat_of(table);
-    if (ok && d && slcu_embed(&dm, d, n, x, ldx, MSG(be))) cu_fail(be, SL_EUNSUPPORTED, c->tmp);
+    if (ok && d && (slcu_kq_takes(dm.dtype) ? slcu_embed_kq : slcu_embed)(&dm, d, n, x, ldx, MSG(be))) cu_fail(be, SL_EUNSUPPORTED, c->tmp);
     if (ok) return;
     const dt_type dt = table->dtype;
     const int quant = dt == DT_Q8 || dt == DT_Q4, cols = table->cols;
-    if (!quant && dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) {
+    if (!quant && !slcu_kq_takes(dt) && dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) {
         snprintf(MSG(be), "the CUDA backend cannot embed from a %s table", dt_name(dt));
         cu_fail(be, SL_EUNSUPPORTED, c->tmp);
         return;
     }
-    const size_t code_b = quant ? (size_t)cols * (size_t)q_bits(dt) / 8 : (size_t)cols * dt_size(dt);
+    const size_t code_b = quant || slcu_kq_takes(dt) ? q_row_code_bytes(dt, cols) : (size_t)cols * dt_size(dt);
     const size_t ng = quant ? (size_t)(cols / table->group) : 0, sb = ng * dt_size(table->sdtype);
     uint8_t *h = host_scratch(be, (size_t)cols * sizeof(float) + code_b + 2 * sb + 64);
     if (!h) return;
@@ -360,9 +361,9 @@ static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, si
     SKIP_MM(be);
     if (y == cu_of(be)->nq_y) cu_of(be)->nq_y = NULL; /* (after its reads: the stream orders them) */
     if (x->n_tok <= 0) return;
-    if (w->dtype == DT_MXFP4) {
+    if (w->dtype == DT_MXFP4 || slcu_kq_takes(w->dtype)) { /* f32 activations whatever x->int8 (GGUF blocks: cuda_kq.h) */
         const slcu_mat m = mat_of(w);
-        CU(be, slcu_matmul_mxfp4(&m, x->x, x->ldx, y, ldy, x->n_tok, MSG(be)));
+        CU(be, (w->dtype == DT_MXFP4 ? slcu_matmul_mxfp4 : slcu_matmul_kq)(&m, x->x, x->ldx, y, ldy, x->n_tok, MSG(be)));
         return;
     }
     if (int8_path(w, x)) {
@@ -975,7 +976,7 @@ be_backend *be_cuda_new(pool_t *pool) {
         .combine_rows = cu_combine_rows,
     };
     be->matmul[DT_F32] = be->matmul[DT_BF16] = be->matmul[DT_F16] = be->matmul[DT_Q8] = be->matmul[DT_Q4] = cu_matmul;
-    be->matmul[DT_MXFP4] = cu_matmul;
+    for (int dt = 0; dt < DT_COUNT; dt++) be->matmul[dt] = dt == DT_MXFP4 || slcu_kq_takes((dt_type)dt) ? cu_matmul : be->matmul[dt];
     /* switches, each back to what came before it: SLUICE_CUDA_DECODE=0 all of issue 24's decode work (the
      * kernels of cuda.h slcu_decode_kernels, the wait after every block, and the two below). The joined ops (a
      * norm's int8 form, the held add / combine / q-k norms) are on unless SLUICE_CUDA_NQ=0; the recorded steps
