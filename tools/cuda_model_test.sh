@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 mode=${1:?prepare or run}
 dir=${2:?a directory}
 names="qwen3_moe mixtral olmoe qwen2_moe glm4_moe qwen3_next qwen3_5_moe gpt_oss gpt_oss_mxfp4 deepseek_v3 dots1" # as packed
+for k in kq_q4km kq_mix; do [ -e "$dir/$k.kq.sluice" ] && names="$names $k"; done # tools/cuda_kq_fixtures.py
 if [ "$mode" = run ]; then
     LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$dir/test_model" "$dir" $names
 fi

@@ -2,7 +2,9 @@
 # tools/cuda_pack_fixtures.sh SLUICE DIR [LOG]: tests/cuda/test_model's fixtures (one list for every device script)
 # packed into DIR as test_model reads them: NAME.sluice (f32; gpt_oss_mxfp4 keeps its MXFP4 experts as released),
 # NAME.q4.sluice (q4, group 32), NAME.ref (the reference tokens, then the greedy ones), NAME.logits. Run from the
-# checkout's root; pack errors go to LOG (default: stderr). Prints the names, for test_model's arguments.
+# checkout's root; pack errors go to LOG (default: stderr). Prints the names, for test_model's arguments. Where a python
+# with gguf-py is (build/venv, or KQ_PY), also the GGUF block-type fixtures kq_q4km and kq_mix (tools/cuda_kq_fixtures.py:
+# NAME.kq.sluice, NAME.sluice and NAME.ref; ~20 MB), last; elsewhere (the device) those already in DIR are named.
 set -uo pipefail
 sl=${1:?the sluice binary}
 dir=${2:?a directory}
@@ -17,4 +19,7 @@ for n in $names; do
         "tests/data/$n/ref.json" >"$dir/$n.ref"
     cp "tests/data/$n/ref_logits.f32" "$dir/$n.logits"
 done
+py=${KQ_PY:-build/venv/bin/python}
+if [ -x "$py" ] && "$py" -c 'import gguf' 2>/dev/null; then "$py" tools/cuda_kq_fixtures.py "$sl" "$dir" >/dev/null 2>>"$log"; fi
+for k in kq_q4km kq_mix; do [ -e "$dir/$k.kq.sluice" ] && names="$names $k"; done
 echo $names

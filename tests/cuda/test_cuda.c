@@ -511,6 +511,7 @@ static void check_fused(void) {
 #include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
+#include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -953,6 +954,7 @@ int main(int argc, char **argv) {
     uint64_t tot = 0, fr = 0;
     slcu_device_info(name, sizeof name, &tot, &fr);
     printf("device: %s, %.1f GiB\n", name, tot / 1073741824.0);
+    if (kq_main(argc, argv) >= 0) return failures ? 1 : 0; /* --kq, --bench-kq: the GGUF block types alone */
     const int fa16 = argc > 1 && !strcmp(argv[1], "--fa16"); /* tools/cuda_flash_check.sh: the flash attention alone */
     if (fa16) goto flash;
     check_case(DT_F32, 257, 512, 0, DT_F32);
@@ -983,16 +985,14 @@ int main(int argc, char **argv) {
     check_rmsnorm_rows(100, 1, 2048, 2048, 2048);
     check_rmsnorm_rows(70, 8, 128, 160, 1300); /* heads at a stride, a gap after them */
     check_rmsnorm_rows(9, 8, 300, 300, 2400);
-    check_rope_rows(80, 8, 128, 64, 0);
-    check_rope_rows(20, 4, 128, 128, 1);
-    check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16);
-    check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
+    check_rope_rows(80, 8, 128, 64, 0), check_rope_rows(20, 4, 128, 128, 1);
+    check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16), check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
     check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);
     check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);
 flash:
     check_attn_f16();
-    if (!fa16) check_ops(), check_mixers(), check_hybrid();
+    if (!fa16) check_ops(), check_mixers(), check_hybrid(), check_kq_all();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
     if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
     if (argc > 1 && !strcmp(argv[1], "--bench-mv")) bench_mv();

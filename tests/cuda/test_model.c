@@ -11,6 +11,9 @@
  * streamed == resident bitwise, f32 packs within 1e-2 of the CPU (q and the weights in f16: 1e-4 - 2e-3 on the
  * H100); transformers, greedy and the q4 packs' comparisons (routing and int8 codes tip on these random
  * fixtures) printed, not required.
+ * GGUF block types (DIR/NAME.kq.sluice, tools/cuda_kq_fixtures.py; run_kq instead of the above): the GPU (cuda_kq.cu,
+ * f32 activations) within 1e-4 of the CPU's exact kernels and of its own run of NAME.sluice (the same weights
+ * dequantised to f32), token by token within 1e-5 of the prefill, streamed bitwise resident, greedy the CPU's.
  * Exit 0 passed, 1 failed, 77 no usable device. Usage: test_model DIR NAME...
  */
 #include <math.h>
@@ -233,6 +236,56 @@ done:
     sl_model_close(cpu);
 }
 
+/* a GGUF block-type pack: cache bytes (0: resident) and a device tier of vram bytes, the hybrid step on */
+static sl_model *open_kq(const char *path, int gpu, int exact, uint64_t cache, uint64_t vram, sl_error *err) {
+    sl_model_params p = sl_model_params_default();
+    p.exact = exact, p.kv_type = test_kv, p.n_threads = 2;
+    p.backend = gpu ? SL_BACKEND_CUDA : SL_BACKEND_CPU;
+    p.resident = !cache, p.cache_bytes = cache, p.vram_bytes = vram, p.hybrid = cache ? 1 : 0;
+    sl_model *m = NULL;
+    return sl_model_open(path, &p, &m, err) ? NULL : m;
+}
+
+/* NAME.kq.sluice (tools/cuda_kq_fixtures.py): its experts' blocks are ~144 KiB, so the tiers are counted in them */
+static void run_kq(const char *path, const char *f32_path, const char *name, const int32_t *toks, int n) {
+    sl_error err = {0};
+    const uint64_t blk = 150 << 10;
+    sl_model *cpu = open_kq(path, 0, 1, 0, 0, &err), *gpu = cpu ? open_kq(path, 1, 0, 0, 0, &err) : NULL;
+    sl_model *gst = gpu ? open_kq(path, 1, 0, 4 * blk, 3 * blk, &err) : NULL;
+    sl_model *big = gst ? open_kq(path, 1, 0, 4 * blk, 64 * blk, &err) : NULL;
+    sl_model *gf = big ? open_kq(f32_path, 1, 0, 0, 0, &err) : NULL;
+    CHECKF(gf, "%s: open: %s", path, err.msg);
+    if (!gf) goto done;
+    const int V = sl_model_n_vocab(gpu);
+    const size_t sz = (size_t)n * V * sizeof(float);
+    float *lc = eval_all(cpu, toks, n, n), *lg = eval_all(gpu, toks, n, n), *lf = eval_all(gf, toks, n, n);
+    float *l1 = eval_all(gpu, toks, n, 1), *ls = eval_all(gst, toks, n, n), *d1 = eval_all(gst, toks, n, 1);
+    float *d2 = eval_all(big, toks, n, 1);
+    CHECKF(lc && lg && lf && l1 && ls && d1 && d2, "%s: an evaluation failed", name);
+    if (lc && lg && lf && l1 && ls && d1 && d2) {
+        const double e_cpu = rel_err(lg, lc, n, V), e_f32 = rel_err(lg, lf, n, V), e1 = rel_err(l1, lg, n, V);
+        const int s0 = !memcmp(ls, lg, sz), s1 = !memcmp(d1, l1, sz), s2 = !memcmp(d2, l1, sz);
+        sl_stats ss;
+        sl_model_stats(gst, &ss);
+        printf("  %-10s kq  gpu vs cpu --exact %.3g, vs the gpu's f32 pack %.3g, token by token vs prefill %.3g; streamed == "
+               "resident: prefill %s, decode small tier %s (%llu misses), whole tier %s\n", name, e_cpu, e_f32, e1,
+               s0 ? "bitwise" : "DIFFERS", s1 ? "bitwise" : "DIFFERS", (unsigned long long)ss.tier_misses,
+               s2 ? "bitwise" : "DIFFERS");
+        CHECKF(e_cpu <= tol && e_f32 <= tol, "%s: GPU logits %.3g from the CPU's exact ones, %.3g from the f32 pack's", name,
+               e_cpu, e_f32);
+        CHECKF(e1 <= 1e-5 || test_kv != SL_KV_F32, "%s: token-by-token decode %.3g from the prefill", name, e1);
+        CHECKF(s0 && s1 && s2, "%s: streamed through a device tier differs from all-resident on the GPU", name);
+        int32_t gc[16], gg[16];
+        const int rc = greedy(cpu, toks, n, gc, 16) || greedy(gpu, toks, n, gg, 16);
+        const int same = !rc && !memcmp(gc, gg, sizeof gc);
+        printf("  %-10s     greedy 16 tokens on the GPU: %s\n", name, same ? "the CPU's (--exact)" : "DIFFER");
+        CHECKF(same || test_kv != SL_KV_F32, "%s: greedy tokens differ from the CPU's", name);
+    }
+    free(lc), free(lg), free(lf), free(l1), free(ls), free(d1), free(d2);
+done:
+    sl_model_close(gf), sl_model_close(big), sl_model_close(gst), sl_model_close(gpu), sl_model_close(cpu);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s DIR NAME...\n", argv[0]);
@@ -283,6 +336,15 @@ int main(int argc, char **argv) {
                 ref = NULL;
             }
             fclose(f);
+        }
+        snprintf(path, sizeof path, "%s/%s.kq.sluice", dir, name);
+        if ((f = fopen(path, "rb"))) { /* the GGUF block types: run_kq alone */
+            char f32_path[4096];
+            fclose(f);
+            snprintf(f32_path, sizeof f32_path, "%s/%s.sluice", dir, name);
+            run_kq(path, f32_path, name, toks, n);
+            free(ref);
+            continue;
         }
         snprintf(path, sizeof path, "%s/%s.sluice", dir, name);
         run_model(path, name, toks, n, ref, gr, ng, 0);
