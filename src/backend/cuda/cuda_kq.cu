@@ -6,8 +6,8 @@
  * Decoding: a piece is 32 consecutive values (a sub-block of a 256-block, a whole 32-block); dec<DT>(block, j, w)
  * gives piece j's values exactly as kq_block_to_f32 does: dl = d * sc, ml = dmin * mn, w = dl * q (- ml), every
  * product and difference a single rounded IEEE operation (__fmul_rn / __fsub_rn: nvcc would otherwise contract
- * them into an fma), the i-quants' d times 1/8 or 1/4 first as kquant_iq.c does. The grids are kq_iq_grid's,
- * copied to device memory on first use.
+ * them into an fma), the i-quants' d times 1/8 or 1/4 first as kquant_iq.c does (cuda_kq_dec.cuh, which
+ * tools/cuda_kq_emu.cpp checks on the CPU). The grids are kq_iq_grid's, copied to device memory on first use.
  *
  * The matmul: a warp per row, KQ_WARPS rows a CTA. The row is read in chunks of 32 pieces (4 blocks of 256 or 32
  * blocks of 32), each chunk's bytes loaded by the warp as aligned 32-bit words (coalesced; the next chunk's words
@@ -19,6 +19,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
+
+#include <atomic>
+#include <mutex>
 
 #include "backend/cuda/cuda_kq.h"
 
@@ -119,19 +122,29 @@ __global__ void k_embed_kq(const uint8_t *__restrict__ W, int cols, const int *_
     for (int v = 0; v < 32; v++) o[v] = w[v];
 }
 
-/* the grids into device memory, once (C++ makes the static's initialisation thread-safe) */
-static int upload_grids(void) {
+/* the grids into device memory on the first call of a grid type (a failure is not kept: the next call tries again;
+ * never inside a recorded step, whose capture the copy would break: the step fails and runs unrecorded, as
+ * backend_cuda.c reruns a step that could not be recorded) */
+static std::mutex grids_mu;
+static std::atomic<int> grids_done{0};
+static int grids_ready(dt_type dt, char *msg, size_t msglen) {
+    if (grids_done.load(std::memory_order_acquire) || !kq_iq_grid(dt)) return 0;
+    std::lock_guard<std::mutex> lock(grids_mu);
+    if (grids_done.load(std::memory_order_relaxed)) return 0;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(SLS, &cs);
+    const char *why = cs != cudaStreamCaptureStatusNone ? "inside a recorded step" : NULL;
     const struct { const void *sym; dt_type dt; size_t bytes; } g[] = {
         {g_iq2xxs, DT_IQ2_XXS, sizeof g_iq2xxs}, {g_iq2xs, DT_IQ2_XS, sizeof g_iq2xs}, {g_iq2s, DT_IQ2_S, sizeof g_iq2s},
         {g_iq3xxs, DT_IQ3_XXS, sizeof g_iq3xxs}, {g_iq3s, DT_IQ3_S, sizeof g_iq3s}, {g_iq1s, DT_IQ1_S, sizeof g_iq1s}};
     for (const auto &e : g)
-        if (cudaMemcpyToSymbol(e.sym, kq_iq_grid(e.dt), e.bytes) != cudaSuccess) return -1;
+        if (!why && cudaMemcpyToSymbol(e.sym, kq_iq_grid(e.dt), e.bytes) != cudaSuccess) why = "a copy failed";
+    if (why) {
+        if (msg && msglen) snprintf(msg, msglen, "the i-quant grids could not be copied to the device: %s", why);
+        return -1;
+    }
+    grids_done.store(1, std::memory_order_release);
     return 0;
-}
-static int grids_ready(char *msg, size_t msglen) {
-    static const int st = upload_grids();
-    if (st && msg && msglen) snprintf(msg, msglen, "the i-quant grids could not be copied to the device");
-    return st;
 }
 
 extern "C" int slcu_kq_takes(dt_type dt) { return kq_is(dt) && !kq_rotated(dt); }
@@ -190,7 +203,7 @@ static int bad_mat(const slcu_mat *w, const char *what, char *msg, size_t msglen
 
 extern "C" int slcu_matmul_kq(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, char *msg,
                               size_t msglen) {
-    if (bad_mat(w, "block-type matmul", msg, msglen) || grids_ready(msg, msglen)) return -1;
+    if (bad_mat(w, "block-type matmul", msg, msglen) || grids_ready(w->dtype, msg, msglen)) return -1;
     if (n <= 0 || w->rows <= 0) return 0;
     KQ_SWITCH(w->dtype, launch_mm, w, x, ldx, y, ldy, n);
     return launched("block-type matmul", msg, msglen);
@@ -198,7 +211,7 @@ extern "C" int slcu_matmul_kq(const slcu_mat *w, const float *x, size_t ldx, flo
 
 extern "C" int slcu_embed_kq(const slcu_mat *table, const int *tokens, int n, float *x, size_t ldx, char *msg,
                              size_t msglen) {
-    if (bad_mat(table, "block-type embed", msg, msglen) || grids_ready(msg, msglen)) return -1;
+    if (bad_mat(table, "block-type embed", msg, msglen) || grids_ready(table->dtype, msg, msglen)) return -1;
     if (n <= 0 || table->cols <= 0) return 0;
     KQ_SWITCH(table->dtype, launch_emb, table, tokens, n, x, ldx);
     return launched("block-type embed", msg, msglen);

@@ -10,6 +10,7 @@
 #define SL_CUDA_KQ_DEC_CUH
 
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
@@ -18,12 +19,20 @@
 #define KQ_SUB __fsub_rn
 #define KQ_POPC __popc
 KQ_FN float kq_half(unsigned short h) { return __half2float(__ushort_as_half(h)); }
+/* (float)q, exact for |q| < 2^22, as an add and a subtract of 1.5 * 2^23 (full-rate; the I2F conversion is not) */
+KQ_FN float kq_i2f(int q) { return __fsub_rn(__int_as_float(0x4B400000 + q), 12582912.0f); }
 #else
 #define KQ_FN inline
 inline float KQ_MUL(float a, float b) { return a * b; }
 inline float KQ_SUB(float a, float b) { return a - b; }
 inline int KQ_POPC(unsigned v) { return __builtin_popcount(v); }
 inline float kq_half(unsigned short h) { return f16_to_f32(h); }
+inline float kq_i2f(int q) { /* the device's trick, written out: the emulation checks it */
+    const uint32_t u = 0x4B400000u + (uint32_t)q;
+    float f;
+    memcpy(&f, &u, 4);
+    return f - 12582912.0f;
+}
 #endif
 
 /* values and bytes per block (kquant.h) */
@@ -72,8 +81,8 @@ KQ_FN unsigned u32at(const uint8_t *p) {
     return (unsigned)p[0] | (unsigned)p[1] << 8 | (unsigned)p[2] << 16 | (unsigned)p[3] << 24;
 }
 /* kq_block_to_f32: p = dl * q; with a min p - ml */
-KQ_FN float kw(float dl, int q) { return KQ_MUL(dl, (float)q); }
-KQ_FN float kwm(float dl, int q, float ml) { return KQ_SUB(KQ_MUL(dl, (float)q), ml); }
+KQ_FN float kw(float dl, int q) { return KQ_MUL(dl, kq_i2f(q)); }
+KQ_FN float kwm(float dl, int q, float ml) { return KQ_SUB(KQ_MUL(dl, kq_i2f(q)), ml); }
 /* ksigns_iq2xs: 7 sign bits and an eighth that makes their count even */
 KQ_FN unsigned ksign(unsigned i) { return i | (unsigned)(KQ_POPC(i) & 1) << 7; }
 
