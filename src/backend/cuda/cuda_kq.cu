@@ -115,8 +115,11 @@ __global__ void k_embed_kq(const uint8_t *__restrict__ W, int cols, const int *_
     const int t = blockIdx.y, p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= cols / 32) return;
     const uint8_t *row = W + (size_t)tokens[t] * (size_t)(cols / BLK) * BYTES;
+    uint32_t blk[(BYTES + 3) / 4 + 1]; /* the block by bytes: the decoder's word loads stay inside this copy */
+    const uint8_t *src = row + (size_t)(p / PPB) * BYTES;
+    for (int i = 0; i < BYTES; i++) ((uint8_t *)blk)[i] = src[i];
     float w[32];
-    dec<DT>(row + (size_t)(p / PPB) * BYTES, p % PPB, w);
+    dec<DT>((const uint8_t *)blk, p % PPB, w);
     float *o = x + (size_t)t * ldx + (size_t)p * 32;
 #pragma unroll
     for (int v = 0; v < 32; v++) o[v] = w[v];

@@ -21,12 +21,20 @@
 KQ_FN float kq_half(unsigned short h) { return __half2float(__ushort_as_half(h)); }
 /* (float)q, exact for |q| < 2^22, as an add and a subtract of 1.5 * 2^23 (full-rate; the I2F conversion is not) */
 KQ_FN float kq_i2f(int q) { return __fsub_rn(__int_as_float(0x4B400000 + q), 12582912.0f); }
+/* 4 bytes at p, any alignment: the aligned words around them (the word after may be read: callers keep p + 7 in
+ * their buffer) */
+KQ_FN unsigned ld32(const uint8_t *p) {
+    const unsigned m = (unsigned)(uintptr_t)p & 3; /* p - m by pointer arithmetic: the state space stays known */
+    const unsigned *w = (const unsigned *)(p - m), lo = w[0];
+    return m ? __funnelshift_r(lo, w[1], m * 8) : lo;
+}
 #else
 #define KQ_FN inline
 inline float KQ_MUL(float a, float b) { return a * b; }
 inline float KQ_SUB(float a, float b) { return a - b; }
 inline int KQ_POPC(unsigned v) { return __builtin_popcount(v); }
 inline float kq_half(unsigned short h) { return f16_to_f32(h); }
+inline unsigned ld32(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8 | (unsigned)p[2] << 16 | (unsigned)p[3] << 24; }
 inline float kq_i2f(int q) { /* the device's trick, written out: the emulation checks it */
     const uint32_t u = 0x4B400000u + (uint32_t)q;
     float f;
@@ -80,6 +88,12 @@ KQ_FN unsigned u16at(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] 
 KQ_FN unsigned u32at(const uint8_t *p) {
     return (unsigned)p[0] | (unsigned)p[1] << 8 | (unsigned)p[2] << 16 | (unsigned)p[3] << 24;
 }
+/* n / 4 words of bytes p[0 .. n) (ld32), byte i of them by BYTE */
+template <int N> KQ_FN void ldw(const uint8_t *p, unsigned *w) {
+#pragma unroll
+    for (int k = 0; k < N / 4; k++) w[k] = ld32(p + 4 * k);
+}
+#define BYTE(w, i) (((w)[(i) >> 2] >> (8 * ((i) & 3))) & 0xFFu)
 /* kq_block_to_f32: p = dl * q; with a min p - ml */
 KQ_FN float kw(float dl, int q) { return KQ_MUL(dl, kq_i2f(q)); }
 KQ_FN float kwm(float dl, int q, float ml) { return KQ_SUB(KQ_MUL(dl, kq_i2f(q)), ml); }
@@ -120,20 +134,23 @@ template <int DT> KQ_FN void dec(const uint8_t *b, int j, float *w);
 
 template <> KQ_FN void dec<DT_Q2_K>(const uint8_t *b, int j, float *w) {
     const float d = h2f(b + 80), dmin = h2f(b + 82);
-    const uint8_t *qs = b + 16 + 32 * (j / 4);
+    unsigned qs[8];
+    ldw<32>(b + 16 + 32 * (j / 4), qs);
     const int sh = 2 * (j % 4);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int sc = b[2 * j + h];
         const float dl = KQ_MUL(d, (float)(sc & 15)), ml = KQ_MUL(dmin, (float)(sc >> 4));
 #pragma unroll
-        for (int i = 16 * h; i < 16 * h + 16; i++) w[i] = kwm(dl, (qs[i] >> sh) & 3, ml);
+        for (int i = 16 * h; i < 16 * h + 16; i++) w[i] = kwm(dl, (BYTE(qs, i) >> sh) & 3, ml);
     }
 }
 
 template <> KQ_FN void dec<DT_Q3_K>(const uint8_t *b, int j, float *w) {
     const float d = h2f(b + 108);
-    const uint8_t *qs = b + 32 + 32 * (j / 4);
+    unsigned qs[8], hm[8];
+    ldw<32>(b + 32 + 32 * (j / 4), qs);
+    ldw<32>(b, hm);
     const int sh = 2 * (j % 4);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -141,7 +158,8 @@ template <> KQ_FN void dec<DT_Q3_K>(const uint8_t *b, int j, float *w) {
         const int lo = (b[96 + g % 8] >> (4 * (g / 8))) & 0xF, hi = (b[104 + g % 4] >> (2 * (g / 4))) & 3;
         const float dl = KQ_MUL(d, (float)((lo | hi << 4) - 32));
 #pragma unroll
-        for (int i = 16 * h; i < 16 * h + 16; i++) w[i] = kw(dl, ((qs[i] >> sh) & 3) - (((b[i] >> j) & 1) ? 0 : 4));
+        for (int i = 16 * h; i < 16 * h + 16; i++)
+            w[i] = kw(dl, (int)((BYTE(qs, i) >> sh) & 3) - (((BYTE(hm, i) >> j) & 1) ? 0 : 4));
     }
 }
 
@@ -149,12 +167,14 @@ template <int Q5> KQ_FN void dec_q45(const uint8_t *b, int j, float *w) {
     int sc, m;
     scale_min_k4(j, b + 4, &sc, &m);
     const float dl = KQ_MUL(h2f(b), (float)sc), ml = KQ_MUL(h2f(b + 2), (float)m);
-    const uint8_t *qs = b + (Q5 ? 48 : 16) + 32 * (j / 2), *qh = b + 16;
+    unsigned qs[8], qh[8];
+    ldw<32>(b + (Q5 ? 48 : 16) + 32 * (j / 2), qs);
+    if (Q5) ldw<32>(b + 16, qh);
     const int sh = 4 * (j % 2);
 #pragma unroll
     for (int i = 0; i < 32; i++) {
-        int q = (qs[i] >> sh) & 0xF;
-        if (Q5) q |= ((qh[i] >> j) & 1) << 4;
+        int q = (int)((BYTE(qs, i) >> sh) & 0xF);
+        if (Q5) q |= (int)((BYTE(qh, i) >> j) & 1) << 4;
         w[i] = kwm(dl, q, ml);
     }
 }
@@ -163,22 +183,27 @@ template <> KQ_FN void dec<DT_Q5_K>(const uint8_t *b, int j, float *w) { dec_q45
 
 template <> KQ_FN void dec<DT_Q6_K>(const uint8_t *b, int j, float *w) {
     const float d = h2f(b + 208);
-    const uint8_t *ql = b + 64 * (j / 4) + 32 * (j % 2), *qh = b + 128 + 32 * (j / 4);
+    unsigned ql[8], qh[8];
+    ldw<32>(b + 64 * (j / 4) + 32 * (j % 2), ql);
+    ldw<32>(b + 128 + 32 * (j / 4), qh);
     const int sl = 4 * ((j % 4) / 2), sh = 2 * (j % 4);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float dl = KQ_MUL(d, (float)(int8_t)b[192 + 2 * j + h]);
 #pragma unroll
-        for (int i = 16 * h; i < 16 * h + 16; i++) w[i] = kw(dl, (((ql[i] >> sl) & 0xF) | ((qh[i] >> sh) & 3) << 4) - 32);
+        for (int i = 16 * h; i < 16 * h + 16; i++)
+            w[i] = kw(dl, (int)(((BYTE(ql, i) >> sl) & 0xF) | ((BYTE(qh, i) >> sh) & 3) << 4) - 32);
     }
 }
 
 /* 16 bytes of nibbles: low nibbles values 0-15, high ones 16-31, through IQ4_NL's levels */
-KQ_FN void put_iq4(float *w, float dl, const uint8_t *qs) {
+KQ_FN void put_iq4(float *w, float dl, const uint8_t *p) {
+    unsigned qs[4];
+    ldw<16>(p, qs);
 #pragma unroll
     for (int l = 0; l < 16; l++) {
-        w[l] = kw(dl, iq4v(qs[l] & 0xF));
-        w[l + 16] = kw(dl, iq4v(qs[l] >> 4));
+        w[l] = kw(dl, iq4v(BYTE(qs, l) & 0xF));
+        w[l + 16] = kw(dl, iq4v(BYTE(qs, l) >> 4));
     }
 }
 template <> KQ_FN void dec<DT_IQ4_NL>(const uint8_t *b, int j, float *w) {
@@ -191,12 +216,14 @@ template <> KQ_FN void dec<DT_IQ4_XS>(const uint8_t *b, int j, float *w) {
 }
 
 template <int Q51> KQ_FN void dec_q5(const uint8_t *b, float *w) {
-    const unsigned qh = u32at(b + (Q51 ? 4 : 2));
-    const uint8_t *qs = b + (Q51 ? 8 : 6);
+    const unsigned qh = ld32(b + (Q51 ? 4 : 2));
+    unsigned qs[4];
+    ldw<16>(b + (Q51 ? 8 : 6), qs);
     const float dl = KQ_MUL(h2f(b), 1.0f), ml = Q51 ? KQ_MUL(-h2f(b + 2), 1.0f) : 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; i++) {
-        const int lo = (qs[i] & 0xF) | (int)((qh >> i) & 1) << 4, hi = (qs[i] >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
+        const int lo = (int)(BYTE(qs, i) & 0xF) | (int)((qh >> i) & 1) << 4;
+        const int hi = (int)(BYTE(qs, i) >> 4) | (int)((qh >> (i + 16)) & 1) << 4;
         w[i] = Q51 ? kwm(dl, lo, ml) : kw(dl, lo - 16);
         w[i + 16] = Q51 ? kwm(dl, hi, ml) : kw(dl, hi - 16);
     }
