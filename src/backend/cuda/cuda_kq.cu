@@ -14,7 +14,8 @@
  * in registers while the current one is computed) into shared memory, where lane l decodes piece l of the chunk.
  * Sums, fixed by the shapes alone: per piece and token d = fma chain over its 32 values from 0, acc += d (the
  * lane's pieces in order), then a butterfly over the lanes. Up to KQ_T tokens share one read of the weights; more
- * loop over chunks of KQ_T tokens, each token's sum the same as alone.
+ * are chunks of KQ_T tokens in the same launch (a CTA for each row block and chunk), each token's sum the same as
+ * alone.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -54,10 +55,15 @@ __device__ __forceinline__ int chunk_load(const uint8_t *row, int k, int nb, int
 template <int DT>
 __global__ void __launch_bounds__(32 * KQ_WARPS) k_kq(const uint8_t *__restrict__ W, int rows, int cols,
                                                      const float *__restrict__ x, size_t ldx, float *__restrict__ y,
-                                                     size_t ldy, int nt, int xal) {
+                                                     size_t ldy, int n, int xal) {
     constexpr int BLK = KT<DT>::BLK, BYTES = KT<DT>::BYTES, PPB = BLK / 32;
     __shared__ uint32_t sm[KQ_WARPS][KQ_SMW];
-    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, r = blockIdx.x * KQ_WARPS + wp;
+    /* CTA: (rows 4 q .. 4 q + 3, tokens KQ_T c ..), q = blockIdx.x / nc, c = blockIdx.x % nc: a row block's token
+     * chunks run side by side, their reads of the same rows close together */
+    const int nc = (n + KQ_T - 1) / KQ_T, c = (int)(blockIdx.x % (unsigned)nc), t0 = c * KQ_T;
+    const int nt = n - t0 < KQ_T ? n - t0 : KQ_T;
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, r = (int)(blockIdx.x / (unsigned)nc) * KQ_WARPS + wp;
+    x += (size_t)t0 * ldx, y += (size_t)t0 * ldy;
     if (r >= rows) return; /* the whole warp: only __syncwarp below */
     const int nb = cols / BLK, np = cols / 32;
     const uint8_t *row = W + (size_t)r * (size_t)nb * BYTES;
@@ -153,12 +159,13 @@ static int grids_ready(dt_type dt, char *msg, size_t msglen) {
 extern "C" int slcu_kq_takes(dt_type dt) { return kq_is(dt) && !kq_rotated(dt); }
 
 template <int DT> static void launch_mm(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n) {
-    const unsigned grid = (unsigned)((w->rows + KQ_WARPS - 1) / KQ_WARPS);
+    const long long rb = (w->rows + KQ_WARPS - 1) / KQ_WARPS, most = (0x7fffffffLL / rb) * KQ_T; /* tokens a launch */
     const int xal = !((uintptr_t)x & 15) && ldx % 4 == 0;
-    for (int t0 = 0; t0 < n; t0 += KQ_T) {
-        const int nt = n - t0 < KQ_T ? n - t0 : KQ_T;
+    for (int t0 = 0; t0 < n; t0 += (int)most) {
+        const int m = n - t0 < most ? n - t0 : (int)most;
+        const unsigned grid = (unsigned)(rb * ((m + KQ_T - 1) / KQ_T));
         k_kq<DT><<<grid, 32 * KQ_WARPS, 0, SLS>>>((const uint8_t *)w->data, w->rows, w->cols, x + (size_t)t0 * ldx, ldx,
-                                                  y + (size_t)t0 * ldy, ldy, nt, xal);
+                                                  y + (size_t)t0 * ldy, ldy, m, xal);
     }
 }
 

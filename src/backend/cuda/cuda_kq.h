@@ -22,7 +22,7 @@ extern "C" {
 int slcu_kq_takes(dt_type dt);
 /* y[t * ldy + r] = (W x_t)[r] for t < n, W [rows][cols] of a type slcu_kq_takes (rows of whole blocks, byte for
  * byte the GGUF rows: w->data only), x [n][ldx] f32, all device memory (or pinned). Up to 8 tokens share one read
- * of the weights; more loop over chunks of 8. Per row: lane l of a warp takes the 32-value pieces l, l + 32, ...
+ * of the weights; more are chunks of 8 in one launch (a CTA a row block and chunk, side by side). Per row: lane l of a warp takes the 32-value pieces l, l + 32, ...
  * of the row (a piece: 32 consecutive values, a sub-block of a 256-block or a whole 32-block), per piece and token
  * d = fma chain over its 32 values from 0, acc = acc + d; then a butterfly over the lanes (xor 16, 8, 4, 2, 1). */
 int slcu_matmul_kq(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, char *msg,
