@@ -241,6 +241,7 @@ static void bench_i8(double copy_gbs) {
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(dbuf), slcu_free(didx);
 }
 
+static void bench_kq(double copy_gbs); /* test_cuda_kq.c: the GGUF block types' rows, after --bench-i8's */
 static void bench(int i8_only) {
     char msg[256];
     fast_fill = 1;
@@ -257,10 +258,7 @@ static void bench(int i8_only) {
     double copy_gbs = 2.0 * copy_bytes / (best_copy * 1e-3) / 1e9;
     slcu_free(s), slcu_free(d);
     printf("\nbandwidth: device-to-device copy %.0f GB/s (read + write)\n", copy_gbs);
-    if (i8_only) {
-        bench_i8(copy_gbs);
-        return;
-    }
+    if (i8_only) { bench_i8(copy_gbs), bench_kq(copy_gbs); return; }
     printf("%-6s %-14s %6s %10s %8s\n", "dtype", "matrix", "tokens", "GB/s", "of copy");
     const struct { dt_type dt; int rows, cols; } cs[] = {{DT_Q4, 16384, 8192}, {DT_Q8, 16384, 8192}, {DT_BF16, 16384, 8192}, {DT_F32, 8192, 8192}};
     for (unsigned k = 0; k < sizeof cs / sizeof *cs; k++) {

@@ -7,7 +7,8 @@
  *     token (f32 sums of cols products: a few ulp of that sum; the worst ratio printed);
  *   - each token of a 3-, 8- or 17-token call bitwise the same token alone (batch == alone), every output written
  *     (NaN-poisoned first), the same call twice bitwise.
- * bench_kq: weight GB/s of the one-token (and 8-token) matmul per type, 16384 x 4096, against the copy. */
+ * bench_kq: weight GB/s of the one-token (and 8-token) matmul per type, 16384 x 4096, against the copy (after
+ * --bench-i8's rows, and by --bench-kq after check_kq_all). */
 #include "backend/cuda/cuda_kq.h"
 
 static const dt_type KQ_ALL[] = {DT_Q4_K, DT_Q6_K, DT_Q5_K, DT_Q3_K, DT_Q2_K, DT_IQ4_XS, DT_IQ4_NL, DT_Q5_0, DT_Q5_1,
