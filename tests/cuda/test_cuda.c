@@ -511,7 +511,7 @@ static void check_fused(void) {
 #include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
-
+#include "test_cuda_fuse.c" /* issue 24: SLUICE_CUDA_FUSE's launches bitwise the separate ones: check_fuse */
 static void check_ops(void) {
     char msg[256] = "";
     const kern_ops *ops = kern_scalar_ops();
@@ -992,7 +992,7 @@ int main(int argc, char **argv) {
     check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);
 flash:
     check_attn_f16();
-    if (!fa16) check_ops(), check_mixers(), check_hybrid();
+    if (!fa16) check_ops(), check_mixers(), check_hybrid(), check_fuse();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
     if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
     if (argc > 1 && !strcmp(argv[1], "--bench-mv")) bench_mv();

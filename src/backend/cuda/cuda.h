@@ -207,6 +207,12 @@ typedef struct slcu_router {
 } slcu_router;
 int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
                size_t msglen);
+/* One token's router in one launch (cuda_mat.cu k_matvec_route, SLUICE_CUDA_FUSE=router): logits [E] = w x (w
+ * f32 / bf16 / f16, E rows), then r's choice (kinds 0, 1) made by the matvec's last CTA: logits, top_e and top_w
+ * bitwise slcu_matmul then slcu_route. done: a device int, zero before and left zero after, that no other launch
+ * uses meanwhile (one per stream). 1 queued, 0 not its case (nothing queued: the caller runs the two), -1 failed. */
+int slcu_matvec_route(const slcu_mat *w, const float *x, float *logits, const slcu_router *r, int *top_e,
+                      float *top_w, int *done, char *msg, size_t msglen);
 /* A layer-major MoE block's routed part: r's choice for logits [n][E] into m->top_e and top_w (device [n][k]),
  * slcu_moe_ffn (m->work and m->y carved from *buf, grown to what n needs: a sync first, the old one may be in
  * use), out [n][H] = slcu_combine of the slots. 1 done, 0 not its case (m's shapes or types: nothing queued),
