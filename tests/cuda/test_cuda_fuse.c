@@ -46,6 +46,73 @@ static void check_fuse_router(dt_type dt, int E, int H, int K, int kind, int nor
     free_mat(&w);
 }
 
+/* q/k/v's one-token int8 matvecs + q's and k's per-head norm + RoPE (cuda_mv.cu mv1c_nr) against slcu_matmul_i8
+ * then slcu_norm_rope: q heads at a stride qs (gated: 2 hd), parts 1 (q alone) or 2, mvr rows a CTA (-1: auto) */
+static void check_fuse_qkv(dt_type dt, int group, dt_type sdt, int H, int NH, int NKV, int HD, int gated, int rot,
+                           int parts, int mvr) {
+    char msg[256] = "";
+    const int qs = gated ? 2 * HD : HD, nrow[3] = {NH * qs, NKV * HD, NKV * HD};
+    mat w[3];
+    for (int i = 0; i < 3; i++)
+        if (make_mat(&w[i], dt, nrow[i], H, group, sdt, msg)) { CK(0, "%s", msg); return; }
+    enum { STEPS = 4 };
+    float *hx, *dx = rnd_dev((size_t)STEPS * H, 1, &hx, msg), *wn = rnd_dev(2 * (size_t)HD, 1, NULL, msg), *y[2][3];
+    void *ab = slcu_alloc(slcu_act_bytes(1, H), msg, sizeof msg);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 3; i++) y[f][i] = slcu_alloc((size_t)nrow[i] * 4, msg, sizeof msg);
+    int *cnt = slcu_alloc(1024 * 4, msg, sizeof msg);
+    poison(cnt, 1024 * 4);
+    { /* zero, as the backend's */
+        int *z = calloc(1024, 4);
+        slcu_upload(cnt, z, 1024 * 4, msg, sizeof msg);
+        free(z);
+    }
+    float fq[512];
+    for (int i = 0; i < rot / 2; i++) fq[i] = powf(10000.0f, -2.0f * i / rot);
+    slcu_act a;
+    slcu_act_bind(&a, ab, 1, H, msg, sizeof msg);
+    slcu_i8_mv1_kernel(3), slcu_i8_mv_rows(mvr);
+    int same = 1, launched = 1;
+    for (int s = 0; s < STEPS; s++) {
+        const int pos = 100 + 37 * s;
+        CK(!slcu_act_quantize(&a, dx + (size_t)s * H, (size_t)H, msg, sizeof msg), "%s", msg);
+        slcu_mm mm[2][3];
+        slcu_normrope nr[2][2];
+        for (int f = 0; f < 2; f++) {
+            for (int i = 0; i < 3; i++) {
+                poison(y[f][i], (size_t)nrow[i] * 4);
+                mm[f][i] = (slcu_mm){.w = w[i].d, .a = &a, .n_tok = 1, .y = y[f][i], .ldy = (size_t)nrow[i]};
+            }
+            nr[f][0] = (slcu_normrope){y[f][0], y[f][0], NH, HD, (size_t)qs, wn, 0.0f, 1e-6f};
+            nr[f][1] = (slcu_normrope){y[f][1], y[f][1], NKV, HD, (size_t)HD, wn + HD, 0.0f, 1e-6f};
+        }
+        CK(!slcu_matmul_i8(mm[0], 3, msg, sizeof msg) && !slcu_norm_rope(nr[0], parts, rot, fq, 1.1f, pos, msg, sizeof msg),
+           "%s", msg);
+        const int rc = slcu_matmul_i8_nr(mm[1], 3, nr[1], parts, rot, fq, 1.1f, pos, cnt, 1024, msg, sizeof msg);
+        CK(rc >= 0, "%s", msg);
+        launched &= rc == 1;
+        for (int i = 0; i < 3; i++) {
+            float *a1 = dl(y[0][i], nrow[i]), *a2 = dl(y[1][i], nrow[i]);
+            same &= !memcmp(a1, a2, (size_t)nrow[i] * 4);
+            free(a1), free(a2);
+        }
+    }
+    int *z = (int *)dl(cnt, 1024), nz = 0;
+    for (int i = 0; i < 1024; i++) nz += z[i] != 0;
+    slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0);
+    CK(launched, "q/k/v matvec + norm + rope %s %dx%d: not launched fused", dt_name(dt), NH, HD);
+    CK(same && !nz, "q/k/v matvec + norm + rope %s g%d %s H %d heads %d/%d x %d%s rot %d parts %d rows %d: differs from "
+       "the separate launches (%d counters left non-zero)", dt_name(dt), group, dt_name(sdt), H, NH, NKV, HD,
+       gated ? " gated" : "", rot, parts, mvr, nz);
+    printf("ok   q/k/v matvec + norm + rope fused %s g%d heads %d/%d x %d%s rot %d parts %d rows %d: bitwise, %d tokens\n",
+           dt_name(dt), group, NH, NKV, HD, gated ? " gated" : "", rot, parts, mvr, STEPS);
+    free(z), free(hx);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < 3; i++) slcu_free(y[f][i]);
+    for (int i = 0; i < 3; i++) free_mat(&w[i]);
+    slcu_free(dx), slcu_free(wn), slcu_free(ab), slcu_free(cnt);
+}
+
 static void check_fuse(void) {
     check_fuse_router(DT_BF16, 128, 2048, 8, 0, 1, 0); /* Qwen3-30B-A3B's router */
     check_fuse_router(DT_BF16, 128, 2048, 8, 0, 1, 1);
@@ -53,4 +120,10 @@ static void check_fuse(void) {
     check_fuse_router(DT_F16, 60, 1024, 4, 0, 0, 1);   /* 60 rows: the last CTA's warps partly past the rows */
     check_fuse_router(DT_BF16, 1024, 512, 16, 0, 1, 0);
     check_fuse_router(DT_F32, 256, 96, 8, 1, 0, 1);
+    check_fuse_qkv(DT_Q4, 64, DT_BF16, 2048, 32, 4, 128, 0, 128, 2, -1); /* Qwen3-30B-A3B's attention */
+    check_fuse_qkv(DT_Q4, 64, DT_BF16, 2048, 32, 4, 128, 0, 128, 2, 4);
+    check_fuse_qkv(DT_Q8, 32, DT_F16, 1024, 16, 2, 64, 1, 48, 2, 32); /* gated q (a head's gate after it), partial rot */
+    check_fuse_qkv(DT_Q4, 128, DT_F32, 512, 8, 8, 80, 0, 80, 2, 32);  /* heads of 80 rows across CTAs of 32 */
+    check_fuse_qkv(DT_Q4, 32, DT_BF16, 768, 4, 2, 256, 0, 64, 1, 8);  /* q's norm alone */
+    check_fuse_qkv(DT_Q8, 64, DT_BF16, 2048, 12, 4, 16, 0, 16, 2, 32); /* two heads a CTA */
 }

@@ -329,7 +329,7 @@ static void cu_matmul_multi(be_backend *be, const kern_mm *mm, int n) {
             cu_matmul(be, m->w, m->a, m->y, m->ldy);
         }
     }
-    if (ng) CU(be, slcu_matmul_i8(g, ng, MSG(be)));
+    if (ng && !(ng == n && hold_qkv(be, g, ng))) CU(be, slcu_matmul_i8(g, ng, MSG(be))); /* (SLUICE_CUDA_FUSE=qkv) */
 }
 
 /* The gathered rows' own int8 form, made when a matrix reads it: bitwise the gather. */

@@ -20,14 +20,38 @@ static void hm_flush(be_backend *be) {
     CU(be, slcu_matmul(&c->hm.w, c->hm.x, c->hm.y, 1, MSG(be)));
 }
 
+/* the held q/k/v matvecs, launched alone (cu_matmul_multi's slcu_matmul_i8) */
+static void hq_flush(be_backend *be) {
+    cu_ctx *c = cu_of(be);
+    if (!c->hq_on) return;
+    c->hq_on = 0;
+    CU(be, slcu_matmul_i8(c->hq.mm, c->hq.n, MSG(be)));
+}
+
+/* one token's held norms (pend.nr, n_parts) and their RoPE in one launch: joined to the held q/k/v matvecs when
+ * their outputs are the norms' inputs (SLUICE_CUDA_FUSE=qkv), else after them */
+static void nr_launch(be_backend *be, int n_parts, int rot, const float *inv_freq, float af, int pos) {
+    cu_ctx *c = cu_of(be);
+    if (c->hq_on) {
+        c->hq_on = 0;
+        const int r = slcu_matmul_i8_nr(c->hq.mm, c->hq.n, c->pend.nr, n_parts, rot, inv_freq, af, pos, c->fz + FZ_QKV,
+                                        FZ_N - FZ_QKV, MSG(be));
+        if (r < 0) cu_fail(be, SL_EIO, c->tmp);
+        if (r) return;
+        CU(be, slcu_matmul_i8(c->hq.mm, c->hq.n, MSG(be))); /* not its case: the two launches */
+    }
+    CU(be, slcu_norm_rope(c->pend.nr, n_parts, rot, inv_freq, af, pos, MSG(be)));
+}
+
 /* One row (a decode step's norms before a matmul): the norm's kernel makes its int8 form too (nq_*). */
 void cu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
                 int dim, const float *w, float w_off, float eps) {
     cu_ctx *c = cu_of(be);
     if (c->step == 1) return;
-    hm_flush(be); /* (every op that may hold without pend_flush launches the held matvec first) */
+    hm_flush(be); /* (every op that may hold without pend_flush launches the held matvecs first) */
+    if (hold_norm(be, x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps)) return; /* (launches nothing) */
+    hq_flush(be);
     if (n_tok == 1 && n_heads == 1 && add_norm(be, x, y, dim, w, w_off, eps)) return;
-    if (hold_norm(be, x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps)) return;
     SKIP(be);
     slcu_act a;
     if (!c->nq_off && n_tok == 1 && n_heads == 1 && dim % 32 == 0 && dim <= 8192 && nq_room(be, dim) && !slcu_act_bind(&a, c->nq_buf, 1, dim, MSG(be))) {
@@ -53,7 +77,7 @@ void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t
     if ((k == 4 || k == 12) && nr_match(c, 0, x, n_tok, n_heads, head_stride, rot, interleave)) {
         if (k == 4) { /* q's norm alone before it: one launch now */
             c->pend.kind = 0;
-            CU(be, slcu_norm_rope(c->pend.nr, 1, rot, inv_freq, attn_factor, pos0, MSG(be)));
+            nr_launch(be, 1, rot, inv_freq, attn_factor, pos0);
             return;
         }
         c->pend.kind = 28, c->pend.rot = rot, c->pend.pos = pos0, c->pend.af = attn_factor;
@@ -63,7 +87,7 @@ void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t
     if (k == 28 && nr_match(c, 1, x, n_tok, n_heads, head_stride, rot, interleave) && rot == c->pend.rot &&
         pos0 == c->pend.pos && attn_factor == c->pend.af && !memcmp(inv_freq, c->pend.freq, (size_t)rot / 2 * sizeof(float))) {
         c->pend.kind = 0;
-        CU(be, slcu_norm_rope(c->pend.nr, 2, rot, inv_freq, attn_factor, pos0, MSG(be)));
+        nr_launch(be, 2, rot, inv_freq, attn_factor, pos0);
         return;
     }
     SKIP(be);
@@ -91,6 +115,7 @@ void cu_add(be_backend *be, float *x, const float *y, size_t n) {
     cu_ctx *c = cu_of(be);
     if (c->step == 1) return;
     hm_flush(be);
+    hq_flush(be);
     if (c->pend.kind == 2 && c->pend.cb.out == y && n == (size_t)c->pend.cb.H) {
         c->pend.kind = 3, c->pend.x = x, c->pend.y = y, c->pend.n = n;
         return;
@@ -129,7 +154,8 @@ void cu_combine(be_backend *be, const be_combine *cb) {
 
 void pend_flush(be_backend *be) {
     cu_ctx *c = cu_of(be);
-    hm_flush(be); /* held before any of the others (cu_matmul's SKIP_MM flushed them) */
+    hm_flush(be); /* held before any of the others (the matmuls' SKIP_MM flushed them) */
+    hq_flush(be);
     const int k = c->pend.kind;
     c->pend.kind = 0;
     for (int i = 0; i < 2; i++) {
@@ -169,9 +195,11 @@ int fuse_env(be_backend *be) {
     cu_ctx *c = cu_of(be);
     const char *e = getenv("SLUICE_CUDA_FUSE");
     c->fuse = 0;
-    for (const char *p = e; p && *p;) { /* a comma-separated list: router, all */
+    for (const char *p = e; p && *p;) { /* a comma-separated list: router, qkv; all */
         const size_t n = strcspn(p, ",");
-        if ((n == 6 && !strncmp(p, "router", 6)) || (n == 3 && !strncmp(p, "all", 3))) c->fuse |= FUSE_ROUTER;
+        if (n == 3 && !strncmp(p, "all", 3)) c->fuse |= FUSE_ROUTER | FUSE_QKV;
+        if (n == 6 && !strncmp(p, "router", 6)) c->fuse |= FUSE_ROUTER;
+        if (n == 3 && !strncmp(p, "qkv", 3)) c->fuse |= FUSE_QKV;
         p += n + (p[n] == ',');
     }
     if (!c->fuse || !slcu_decode_kernels) return c->fuse = 0, 0;
@@ -198,7 +226,17 @@ int hold_router(be_backend *be, const tn_mat *w, const kern_act *x, float *y) {
 
 int router_held(be_backend *be, const float *logits) {
     const cu_ctx *c = cu_of(be);
-    return c->hm_on && c->hm.y == logits && !c->pend.kind;
+    return c->hm_on && c->hm.y == logits && !c->pend.kind && !c->hq_on;
+}
+
+int hold_qkv(be_backend *be, const slcu_mm *g, int n) {
+    cu_ctx *c = cu_of(be);
+    if (!(c->fuse & FUSE_QKV) || n < 2 || n > 3) return 0;
+    for (int i = 0; i < n; i++)
+        if (g[i].n_tok != 1 || g[i].rows || g[i].tab) return 0;
+    for (int i = 0; i < n; i++) c->hq.mm[i] = g[i], c->hq.a[i] = *g[i].a, c->hq.mm[i].a = &c->hq.a[i];
+    c->hq.n = n, c->hq_on = 1;
+    return 1;
 }
 
 int route_held(be_backend *be, const slcu_router *r, const float *logits, int *top_e, float *top_w) {

@@ -182,6 +182,13 @@ typedef struct slcu_normrope {
 } slcu_normrope;
 int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, const float *inv_freq, float attn_factor, int pos,
                    char *msg, size_t msglen);
+/* slcu_matmul_i8 of mm[0 .. n) (one token each, one dtype and scale type, no device table) and then slcu_norm_rope of
+ * p's parts in the same launch (cuda_i8.cu, SLUICE_CUDA_FUSE=qkv): each part's x must be one job's y, a head done by
+ * the CTA that completes its rows; every output bitwise the two calls'. cnt: device [cnt_n] ints, zero before and
+ * left zero after, that no other launch uses meanwhile (one per stream). 1 queued, 0 not its case (nothing queued:
+ * the caller makes the two calls), -1 failed (message). */
+int slcu_matmul_i8_nr(const slcu_mm *mm, int n, const slcu_normrope *p, int n_parts, int rot, const float *inv_freq,
+                      float attn_factor, int pos, int *cnt, int cnt_n, char *msg, size_t msglen);
 /* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
  * position pos0 + t (attention.c rope); inv_freq HOST [rot/2] (family/rope.h). interleave: the pairs
  * (x_2i, x_2i+1) are first de-interleaved into halves. */

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_normrope.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 #include "kernels/canon_exp.h"
 
@@ -35,24 +36,6 @@ static int launched(char *msg, size_t n, const char *what) {
 #define RN_MAXD 8192
 
 #define RN_PER (RN_MAXD / RN_THREADS) /* columns a thread holds at most */
-
-/* k_rmsnorm's tree of 256 partials, part[t] += part[t + o] for o = 128 .. 1, with one barrier: lane t of warp 0
- * adds the eight partials of the first three levels in the tree's own pairing, then the last five levels by
- * shuffles (lane t gets lane t + o's value: the same additions of the same doubles). part[0] the sum, visible
- * to every thread after the barrier. */
-static __device__ void tree256(double *part) {
-    __syncthreads();
-    const int t = threadIdx.x;
-    if (t < 32) {
-        const double *p = part;
-        double v = __dadd_rn(__dadd_rn(__dadd_rn(p[t], p[t + 128]), __dadd_rn(p[t + 64], p[t + 192])),
-                             __dadd_rn(__dadd_rn(p[t + 32], p[t + 160]), __dadd_rn(p[t + 96], p[t + 224])));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_down_sync(0xffffffffu, v, o));
-        if (!t) part[0] = v;
-    }
-    __syncthreads();
-}
 
 /* y = norm(xs) (xs: the row in shared memory) and, when a.q, its int8 form; every thread calls it. wv: this
  * thread's norm weights w[tid + RN_THREADS c] (loaded before, so their latency hid under the row's). The block
@@ -227,45 +210,12 @@ extern "C" int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *m
     return launched(msg, msglen, "add + rmsnorm launch");
 }
 
-/* ---- per-head norm then RoPE of one token (slcu_norm_rope): a CTA of 256 per head, k_rmsnorm's sum and tree, the
- * normed head kept in shared memory for k_rope's operations (the angle from pos, or the recorded step's) ---- */
-struct nr_args {
-    slcu_normrope p[2];
-    int n0; /* heads of part 0 */
-    int half;
-    float af;
-    int pos;
-    float f[512];
-};
-
+/* ---- per-head norm then RoPE of one token (slcu_norm_rope): a CTA of 256 per head (cuda_normrope.cuh) ---- */
 __global__ void __launch_bounds__(256) k_norm_rope(const __grid_constant__ nr_args A, const int *pd) {
     __shared__ double part[256];
     __shared__ float v0[1024];
-    const int part_i = (int)blockIdx.x >= A.n0, h = (int)blockIdx.x - (part_i ? A.n0 : 0), tid = threadIdx.x;
-    const slcu_normrope &p = A.p[part_i];
-    const float *xr = p.x + (size_t)h * p.hs;
-    float *yr = p.y + (size_t)h * p.hs;
-    const int n = p.dim, half = A.half, pos = pd ? *pd : A.pos;
-    double ss = 0.0;
-    for (int i = tid; i < n; i += 256) ss += (double)xr[i] * (double)xr[i];
-    part[tid] = ss;
-    tree256(part);
-    if (!tid) part[1] = (double)(float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps)); /* once a CTA, in f64 */
-    __syncthreads();
-    const float inv = (float)part[1];
-    for (int i = tid; i < n; i += 256) {
-        const float v = __fmul_rn(__fmul_rn(xr[i], inv), __fadd_rn(p.w_off, p.w[i]));
-        if (i < 2 * half) v0[i] = v;
-        else yr[i] = v;
-    }
-    __syncthreads();
-    for (int i = tid; i < half; i += 256) {
-        const float ang = __fmul_rn((float)pos, A.f[i]);
-        const float c = __fmul_rn(cosf(ang), A.af), s = __fmul_rn(sinf(ang), A.af);
-        const float a = v0[i], b = v0[i + half];
-        yr[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        yr[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-    }
+    const int part_i = (int)blockIdx.x >= A.n0, h = (int)blockIdx.x - (part_i ? A.n0 : 0);
+    norm_rope_head(A, A.p[part_i], h, pd ? *pd : A.pos, part, v0);
 }
 
 extern "C" int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, const float *inv_freq, float attn_factor, int pos,

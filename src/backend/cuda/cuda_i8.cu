@@ -24,6 +24,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_i8.cuh"
+#include "backend/cuda/cuda_normrope.cuh"
 #include "kernels/canon_exp.h"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
@@ -397,6 +398,66 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
             }
         }
     return 0;
+}
+
+/* cuda.h: one token's q/k/v matvecs with q's and k's per-head norm + RoPE in the same launch (cuda_mv.cu mv1c_nr):
+ * 1 queued, 0 not its case (nothing queued), -1 failed. The jobs are built and tiled as slcu_matmul_i8 builds one
+ * launch class of them (the same rows a CTA), so y is bitwise its; the heads are slcu_norm_rope's code. */
+extern "C" int slcu_matmul_i8_nr(const slcu_mm *mm, int n, const slcu_normrope *p, int n_parts, int rot,
+                                 const float *inv_freq, float attn_factor, int pos, int *cnt, int cnt_n, char *msg,
+                                 size_t msglen) {
+    if (n < 1 || n > MAXJ || n_parts < 1 || n_parts > 2 || rot < 0 || rot % 2 || rot > 1024 || !cnt || force_kernel ||
+        !slcu_decode_kernels || !mv_takes(1) || !mv_nr_ok())
+        return 0;
+    const int dt = mm[0].w.dtype, sdt = mm[0].w.sdtype;
+    if ((dt != DT_Q8 && dt != DT_Q4) || (sdt != DT_F32 && sdt != DT_F16 && sdt != DT_BF16)) return 0;
+    for (int i = 0; i < n; i++) {
+        const slcu_mm *m = &mm[i];
+        const slcu_mat *w = &m->w;
+        if (w->dtype != dt || w->sdtype != sdt || m->n_tok != 1 || m->rows || m->tab || !m->a || m->a->sg ||
+            m->a->n_tok < 1 || m->a->cols != w->cols || w->rows <= 0 || w->cols <= 0 ||
+            (w->group != 32 && w->group != 64 && w->group != 128) || w->cols % w->group)
+            return 0;
+    }
+    nr_tail T;
+    memset(&T, 0, sizeof T);
+    int heads = 0;
+    for (int i = 0; i < 2; i++) {
+        T.job[i] = -1;
+        if (i >= n_parts) continue;
+        const slcu_normrope *q = &p[i];
+        for (int k = 0; k < n; k++)
+            if (mm[k].y == q->x) T.job[i] = k;
+        if (T.job[i] < 0 || q->dim <= 0 || q->dim < rot || q->n_heads <= 0 || q->hs < (size_t)q->dim ||
+            (size_t)(q->n_heads - 1) * q->hs + (size_t)q->dim > (size_t)mm[T.job[i]].w.rows)
+            return 0;
+        T.A.p[i] = *q;
+        heads += q->n_heads;
+    }
+    if (heads > cnt_n || (n_parts == 2 && T.job[0] == T.job[1])) return 0;
+    if (n_parts == 1) T.A.p[1] = p[0];
+    T.A.n0 = p[0].n_heads, T.A.half = rot / 2, T.A.af = attn_factor, T.A.pos = pos;
+    memcpy(T.A.f, inv_freq, (size_t)rot / 2 * sizeof(float));
+    T.pd = slcu_step_pos(), T.cnt = cnt;
+    ijobs J;
+    J.n = 0;
+    int tiles = 0;
+    for (int i = 0; i < n; i++) { /* slcu_matmul_i8's job for mm[i] */
+        const slcu_mm *m = &mm[i];
+        ijob &j = J.j[J.n++];
+        j.codes = (const uint8_t *)m->w.data, j.scales = m->w.scales, j.biases = m->w.biases;
+        j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = NULL;
+        j.tab = NULL, j.sel = NULL, j.yrows = NULL, j.sg = NULL, j.su = NULL;
+        j.y = m->y, j.ldy = m->ldy;
+        j.nrows = m->w.rows, j.cols = m->w.cols, j.group = m->w.group, j.sdt = m->w.sdtype, j.n_tok = 1;
+    }
+    const int rows = mv_tile_rows(&J, 1); /* launch_class's tiles */
+    for (int i = 0; i < J.n; i++) {
+        J.j[i].tile0 = tiles, J.j[i].ttiles = 1;
+        tiles += (J.j[i].nrows + rows - 1) / rows;
+    }
+    const cudaError_t e = mv_nr_launch(dt, sdt, rows, tiles, &J, &T);
+    return e != cudaSuccess ? fail(msg, msglen, "int8 matmul + norm + rope launch", e) : 1;
 }
 
 /* ---- the experts of a layer-major MoE block (slcu_moe_ffn) ----------------------------------------------
