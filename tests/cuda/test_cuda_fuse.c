@@ -113,6 +113,61 @@ static void check_fuse_qkv(dt_type dt, int group, dt_type sdt, int H, int NH, in
     slcu_free(dx), slcu_free(wn), slcu_free(ab), slcu_free(cnt);
 }
 
+/* o's one-token int8 matvec + the residual add + rmsnorm [+ its int8 form] (cuda_mv.cu mv1c_an) against
+ * slcu_matmul_i8 then slcu_add_norm_q, the norm's int8 form over the buffer the matvec read (as the backend's nq_buf) */
+static void check_fuse_o(dt_type dt, int group, dt_type sdt, int H, int C, int q8out, int mvr) {
+    char msg[256] = "";
+    mat w;
+    if (make_mat(&w, dt, H, C, group, sdt, msg)) { CK(0, "%s", msg); return; }
+    enum { STEPS = 4 };
+    const size_t ab = slcu_act_bytes(1, C > H ? C : H);
+    float *hr, *dx = rnd_dev((size_t)STEPS * C, 1, NULL, msg), *dr[2], *dy[2], *dh[2], *nw = rnd_dev(H, 1, NULL, msg);
+    dr[0] = rnd_dev(H, 2, &hr, msg), dr[1] = dev_copy(hr, (size_t)H * 4, msg);
+    void *buf[2];
+    for (int f = 0; f < 2; f++) {
+        dy[f] = slcu_alloc((size_t)H * 4, msg, sizeof msg), dh[f] = slcu_alloc((size_t)H * 4, msg, sizeof msg);
+        buf[f] = slcu_alloc(ab, msg, sizeof msg);
+    }
+    int zero = 0, *cnt = dev_copy(&zero, sizeof zero, msg);
+    slcu_i8_mv1_kernel(3), slcu_i8_mv_rows(mvr);
+    int same = 1, launched = 1;
+    for (int s = 0; s < STEPS; s++) {
+        slcu_act ain[2], aout[2];
+        for (int f = 0; f < 2; f++) {
+            poison(dy[f], (size_t)H * 4), poison(dh[f], (size_t)H * 4), poison(buf[f], ab);
+            slcu_act_bind(&ain[f], buf[f], 1, C, msg, sizeof msg);
+            if (q8out) slcu_act_bind(&aout[f], buf[f], 1, H, msg, sizeof msg);
+            CK(!slcu_act_quantize(&ain[f], dx + (size_t)s * C, (size_t)C, msg, sizeof msg), "%s", msg);
+        }
+        slcu_mm mm[2];
+        slcu_addnorm an[2];
+        for (int f = 0; f < 2; f++) {
+            mm[f] = (slcu_mm){.w = w.d, .a = &ain[f], .n_tok = 1, .y = dy[f], .ldy = (size_t)H};
+            an[f] = (slcu_addnorm){.x = dr[f], .y = dy[f], .h = dh[f], .w = nw, .w_off = 0.0f, .eps = 1e-6f, .dim = H};
+        }
+        CK(!slcu_matmul_i8(&mm[0], 1, msg, sizeof msg) && !slcu_add_norm_q(&an[0], q8out ? &aout[0] : NULL, msg, sizeof msg),
+           "%s", msg);
+        const int rc = slcu_matmul_i8_an(&mm[1], &an[1], q8out ? &aout[1] : NULL, cnt, msg, sizeof msg);
+        CK(rc >= 0, "%s", msg);
+        launched &= rc == 1;
+        float *d[2][3];
+        for (int f = 0; f < 2; f++) d[f][0] = dl(dy[f], H), d[f][1] = dl(dr[f], H), d[f][2] = dl(dh[f], H);
+        for (int i = 0; i < 3; i++) same &= !memcmp(d[0][i], d[1][i], (size_t)H * 4), free(d[0][i]), free(d[1][i]);
+        if (q8out) same &= same_act(&aout[0], &aout[1]);
+    }
+    int *z = (int *)dl(cnt, 1);
+    slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0);
+    CK(launched, "o matvec + add + rmsnorm %s %dx%d: not launched fused", dt_name(dt), H, C);
+    CK(same && !*z, "o matvec + add + rmsnorm%s %s g%d %s %d x %d rows %d: differs from the separate launches (counter %d)",
+       q8out ? " + int8" : "", dt_name(dt), group, dt_name(sdt), H, C, mvr, *z);
+    printf("ok   o matvec + add + rmsnorm%s fused %s g%d %d x %d rows %d: bitwise, %d tokens\n", q8out ? " + int8" : "",
+           dt_name(dt), group, H, C, mvr, STEPS);
+    free(z), free(hr);
+    for (int f = 0; f < 2; f++) slcu_free(dr[f]), slcu_free(dy[f]), slcu_free(dh[f]), slcu_free(buf[f]);
+    slcu_free(dx), slcu_free(nw), slcu_free(cnt);
+    free_mat(&w);
+}
+
 static void check_fuse(void) {
     check_fuse_router(DT_BF16, 128, 2048, 8, 0, 1, 0); /* Qwen3-30B-A3B's router */
     check_fuse_router(DT_BF16, 128, 2048, 8, 0, 1, 1);
@@ -126,4 +181,8 @@ static void check_fuse(void) {
     check_fuse_qkv(DT_Q4, 128, DT_F32, 512, 8, 8, 80, 0, 80, 2, 32);  /* heads of 80 rows across CTAs of 32 */
     check_fuse_qkv(DT_Q4, 32, DT_BF16, 768, 4, 2, 256, 0, 64, 1, 8);  /* q's norm alone */
     check_fuse_qkv(DT_Q8, 64, DT_BF16, 2048, 12, 4, 16, 0, 16, 2, 32); /* two heads a CTA */
+    check_fuse_o(DT_Q4, 64, DT_BF16, 2048, 4096, 1, -1); /* Qwen3-30B-A3B's o projection */
+    check_fuse_o(DT_Q8, 32, DT_F16, 1024, 2048, 1, 32);
+    check_fuse_o(DT_Q4, 128, DT_F32, 96, 256, 1, 4);
+    check_fuse_o(DT_Q4, 32, DT_BF16, 2000, 512, 0, 8); /* no int8 form (2000 columns) */
 }

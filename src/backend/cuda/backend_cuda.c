@@ -283,7 +283,9 @@ int int8_path(const tn_mat *w, const kern_act *x) {
     return x->int8 && x->buf && (w->dtype == DT_Q8 || w->dtype == DT_Q4) && x->cols % 32 == 0 && w->group % 32 == 0;
 }
 
-static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy) {
+/* hold: a one-token matvec may be held for the op after it (SLUICE_CUDA_FUSE; the table's matmul, not the ops that
+ * launch kernels of their own after one) */
+static void mm_run(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy, int hold) {
     SKIP_MM(be);
     if (y == cu_of(be)->nq_y) cu_of(be)->nq_y = NULL; /* (after its reads: the stream orders them) */
     if (x->n_tok <= 0) return;
@@ -292,12 +294,12 @@ static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, si
         CU(be, slcu_matmul_mxfp4(&m, x->x, x->ldx, y, ldy, x->n_tok, MSG(be)));
         return;
     }
-    if (!int8_path(w, x) && hold_router(be, w, x, y)) return; /* SLUICE_CUDA_FUSE=router: routed in its launch */
+    if (hold && !int8_path(w, x) && hold_router(be, w, x, y)) return; /* SLUICE_CUDA_FUSE=router: routed in its launch */
     if (int8_path(w, x)) {
         slcu_act a;
         if (act_ready(be, x, &a)) return;
         slcu_mm mm = {.w = mat_of(w), .a = &a, .rows = NULL, .n_tok = x->n_tok, .y = y, .ldy = ldy};
-        CU(be, slcu_matmul_i8(&mm, 1, MSG(be)));
+        if (!hold || !hold_mm(be, &mm, 1)) CU(be, slcu_matmul_i8(&mm, 1, MSG(be))); /* (SLUICE_CUDA_FUSE=o) */
         return;
     }
     /* exact kernels: a token's order is fixed by the shapes (cuda_mat.cu), so rows batched == one at a time */
@@ -309,6 +311,8 @@ static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, si
     for (int t = 0; t < x->n_tok; t++)
         CU(be, slcu_matmul(&m, x->x + (size_t)t * x->ldx, y + (size_t)t * ldy, 1, MSG(be)));
 }
+
+static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy) { mm_run(be, w, x, y, ldy, 1); }
 
 /* The int8 ones in one slcu_matmul_i8 call (k and v beside q, not after it; bitwise each alone), the rest alone. */
 #define MM_GROUP 16
@@ -326,10 +330,10 @@ static void cu_matmul_multi(be_backend *be, const kern_mm *mm, int n) {
             g[ng] = (slcu_mm){.w = mat_of(m->w), .a = &a[ng], .n_tok = m->a->n_tok, .y = m->y, .ldy = m->ldy};
             ng++;
         } else {
-            cu_matmul(be, m->w, m->a, m->y, m->ldy);
+            mm_run(be, m->w, m->a, m->y, m->ldy, 0);
         }
     }
-    if (ng && !(ng == n && hold_qkv(be, g, ng))) CU(be, slcu_matmul_i8(g, ng, MSG(be))); /* (SLUICE_CUDA_FUSE=qkv) */
+    if (ng && !(ng == n && hold_mm(be, g, ng))) CU(be, slcu_matmul_i8(g, ng, MSG(be))); /* (SLUICE_CUDA_FUSE=qkv) */
 }
 
 /* The gathered rows' own int8 form, made when a matrix reads it: bitwise the gather. */
@@ -496,7 +500,7 @@ static sl_status cu_route(be_backend *be, const be_route *r) {
 static void ffn_down(be_backend *be, const be_ffn *f, const tn_mat *down, const float *a, int cols) {
     kern_act m;
     kern_act_init(&m, f->mid_buf, a, (size_t)cols, f->x->n_tok, down->cols, f->int8);
-    cu_matmul(be, down, &m, f->y, f->ldy);
+    mm_run(be, down, &m, f->y, f->ldy, 0);
 }
 
 static void cu_ffn(be_backend *be, const be_ffn *f) {
@@ -504,14 +508,14 @@ static void cu_ffn(be_backend *be, const be_ffn *f) {
     const int n = f->x->n_tok, I = f->inter;
     if (f->kind == BE_FFN_GPTOSS) {
         const tn_expert *ex = f->w;
-        cu_matmul(be, &ex->gate_up, f->x, f->g, (size_t)(2 * I));
+        mm_run(be, &ex->gate_up, f->x, f->g, (size_t)(2 * I), 0);
         CU(be, slcu_swiglu_clamped(f->g, ex->gate_up_bias, f->limit, f->u, n, I, MSG(be)));
         ffn_down(be, f, &ex->down, f->u, I);
         cu_add_bias(be, f->y, f->ldy, ex->down_bias, n, ex->down.rows);
         return;
     }
-    cu_matmul(be, &f->w->gate, f->x, f->g, (size_t)I);
-    cu_matmul(be, &f->w->up, f->x, f->u, (size_t)I);
+    mm_run(be, &f->w->gate, f->x, f->g, (size_t)I, 0);
+    mm_run(be, &f->w->up, f->x, f->u, (size_t)I, 0);
     CU(be, slcu_swiglu(f->g, f->u, f->g, (size_t)n * (size_t)I, MSG(be)));
     ffn_down(be, f, &f->w->down, f->g, I);
 }

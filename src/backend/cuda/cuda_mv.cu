@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_mv.cuh"
+#include "backend/cuda/cuda_addnorm.cuh"
 #include "backend/cuda/cuda_normrope.cuh"
 
 /* One token (mv1_i8), and 2 to 8 (mvn_i8, NT of them: its general case; the one-token kernel kept apart, since
@@ -242,6 +243,33 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_nr(const __grid_constant_
     __threadfence(); /* the other CTAs' rows of these heads, after their counts */
     const int pos = T.pd ? *T.pd : T.A.pos;
     for (int i = 0; i < nlast; i++) norm_rope_head(T.A, p, lasth[i], pos, part, v0);
+}
+
+/* mv1c_an's tail, a call of its own: inlined, its registers made the matvec's loop spill under the 40 a thread */
+static __device__ __noinline__ void an_run(const an_tail &T, uint8_t *sc) {
+    double *part = (double *)sc;
+    float *xs = (float *)(sc + 256 * 8), *sbs = xs + AN_FUSE_MAXD;
+    add_norm_row<MV1_THREADS, AN_FUSE_MAXD, true>(T.p, T.a, part, xs, sbs);
+}
+
+/* SLUICE_CUDA_FUSE=o: mv1c_i8's rows of the one job (the o projection), then the CTA that finishes last (a counter
+ * for the launch: release fence, count; acquire fence) runs slcu_add_norm_q's code (cuda_addnorm.cuh add_norm_row,
+ * k_add_norm_q's operations on 256 threads) on T.p, whose y is the job's output, in the codes' shared memory. */
+template <int DT, int SDT, int R>
+__global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_an(const __grid_constant__ ijobs J, const __grid_constant__ an_tail T) {
+    constexpr int SCB = MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32);
+    __shared__ __align__(16) uint8_t sc[SCB]; /* then part [256], xs [AN_FUSE_MAXD], sbs [AN_FUSE_MAXD / 32] */
+    static_assert(SCB >= 256 * 8 + AN_FUSE_MAXD * 4 + AN_FUSE_MAXD / 32 * 4, "the tail's room in the codes'");
+    __shared__ int last;
+    mv1c_body<DT, SDT, R>(J, sc);
+    __threadfence(); /* this CTA's rows, device-wide, before its count */
+    __syncthreads(); /* (and sc is free) */
+    if (!threadIdx.x) last = atomicAdd(T.cnt, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); /* the other CTAs' rows, after their counts */
+    an_run(T, sc);
+    if (!threadIdx.x) *T.cnt = 0; /* for the next launch (stream order) */
 }
 
 template <int DT, int SDT, int NT>
@@ -506,4 +534,22 @@ cudaError_t mv_nr_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, c
     return cudaGetLastError();
 }
 
-int mv_nr_ok(void) { return mv1_version() == 3; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tail) */
+/* mv1c_an's launch (cuda_i8.cu slcu_matmul_i8_an), tiled as mv_launch would */
+template <int DT, int SDT>
+static void an_one(int rows, int tiles, const ijobs *J, const an_tail *T) {
+    if (rows == 4) mv1c_an<DT, SDT, 4><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 8) mv1c_an<DT, SDT, 8><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 32) mv1c_an<DT, SDT, 32><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else mv1c_an<DT, SDT, MV1_ROWS><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+}
+
+cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const an_tail *T) {
+#define AN(D) (sdt == DT_F32 ? an_one<D, DT_F32>(rows, tiles, J, T) : sdt == DT_BF16 ? an_one<D, DT_BF16>(rows, tiles, J, T) \
+                                                                   : an_one<D, DT_F16>(rows, tiles, J, T))
+    if (dt == DT_Q4) AN(DT_Q4);
+    else AN(DT_Q8);
+#undef AN
+    return cudaGetLastError();
+}
+
+int mv_nr_ok(void) { return mv1_version() == 3; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */
