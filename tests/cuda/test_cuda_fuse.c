@@ -147,7 +147,7 @@ static void check_fuse_o(dt_type dt, int group, dt_type sdt, int H, int C, int q
         }
         CK(!slcu_matmul_i8(&mm[0], 1, msg, sizeof msg) && !slcu_add_norm_q(&an[0], q8out ? &aout[0] : NULL, msg, sizeof msg),
            "%s", msg);
-        const int rc = slcu_matmul_i8_an(&mm[1], &an[1], q8out ? &aout[1] : NULL, cnt, msg, sizeof msg);
+        const int rc = slcu_matmul_i8_an(&mm[1], 1, &an[1], q8out ? &aout[1] : NULL, cnt, msg, sizeof msg);
         CK(rc >= 0, "%s", msg);
         launched &= rc == 1;
         float *d[2][3];
@@ -168,6 +168,78 @@ static void check_fuse_o(dt_type dt, int group, dt_type sdt, int H, int C, int q
     free_mat(&w);
 }
 
+/* the experts' down matvecs (a device table, the SwiGLU input made in the kernel) + the combine (k slots, [a gated
+ * shared expert]) + the residual add + rmsnorm [+ int8] (cuda_mv.cu mv1c_an with the combine) against slcu_matmul_i8
+ * then slcu_add_norm_q */
+static void check_fuse_down(dt_type dt, int group, dt_type sdt, int H, int I, int K, int shared, int q8out, int mvr) {
+    char msg[256] = "";
+    enum { E = 3, STEPS = 3 };
+    mat w[E];
+    for (int e = 0; e < E; e++)
+        if (make_mat(&w[e], dt, H, I, group, sdt, msg)) { CK(0, "%s", msg); return; }
+    const void *tab[E * 3];
+    for (int e = 0; e < E; e++) tab[3 * e] = w[e].d.data, tab[3 * e + 1] = w[e].d.scales, tab[3 * e + 2] = w[e].d.biases;
+    int sel[16];
+    for (int s = 0; s < K; s++) sel[s] = (s * 2 + 1) % E;
+    void *dtab = dev_copy(tab, sizeof tab, msg), *dsel = dev_copy(sel, (size_t)K * 4, msg);
+    float *g = rnd_dev((size_t)STEPS * K * I, 2, NULL, msg), *u = rnd_dev((size_t)STEPS * K * I, 1, NULL, msg);
+    float *cw = rnd_dev(K, 1, NULL, msg), *sh = rnd_dev(H, 1, NULL, msg), *sg = rnd_dev(1, 1, NULL, msg);
+    float *nw = rnd_dev(H, 1, NULL, msg), *hr, *dr[2], *dy[2], *dh[2], *dc[2];
+    dr[0] = rnd_dev(H, 2, &hr, msg), dr[1] = dev_copy(hr, (size_t)H * 4, msg);
+    void *buf[2];
+    for (int f = 0; f < 2; f++) {
+        dy[f] = slcu_alloc((size_t)K * H * 4, msg, sizeof msg), dh[f] = slcu_alloc((size_t)H * 4, msg, sizeof msg);
+        dc[f] = slcu_alloc((size_t)H * 4, msg, sizeof msg), buf[f] = slcu_alloc(slcu_act_bytes(1, H), msg, sizeof msg);
+    }
+    int zero = 0, *cnt = dev_copy(&zero, sizeof zero, msg);
+    slcu_i8_mv1_kernel(3), slcu_i8_mv_rows(mvr);
+    int same = 1, launched = 1;
+    for (int st = 0; st < STEPS; st++) {
+        slcu_act mi[16], aout[2];
+        slcu_mm mm[2][16];
+        slcu_addnorm an[2];
+        for (int f = 0; f < 2; f++) {
+            poison(dy[f], (size_t)K * H * 4), poison(dh[f], (size_t)H * 4), poison(dc[f], (size_t)H * 4);
+            poison(buf[f], slcu_act_bytes(1, H));
+            if (q8out) slcu_act_bind(&aout[f], buf[f], 1, H, msg, sizeof msg);
+            for (int s = 0; s < K; s++) {
+                const size_t o = ((size_t)st * K + s) * I;
+                mi[s] = (slcu_act){.n_tok = 1, .cols = I, .sg = g + o, .su = u + o};
+                mm[f][s] = (slcu_mm){.w = w[0].d, .a = &mi[s], .n_tok = 1, .y = dy[f] + (size_t)s * H, .ldy = (size_t)H,
+                                     .tab = dtab, .sel = (const int *)dsel + s};
+                mm[f][s].w.data = mm[f][s].w.scales = mm[f][s].w.biases = NULL;
+            }
+            an[f] = (slcu_addnorm){.x = dr[f], .cy = dy[f], .cw = cw, .csh = shared ? sh : NULL, .csg = shared ? sg : NULL,
+                                   .ck = K, .cout = dc[f], .h = dh[f], .w = nw, .w_off = 1.0f, .eps = 1e-5f, .dim = H};
+        }
+        CK(!slcu_matmul_i8(mm[0], K, msg, sizeof msg) && !slcu_add_norm_q(&an[0], q8out ? &aout[0] : NULL, msg, sizeof msg),
+           "%s", msg);
+        const int rc = slcu_matmul_i8_an(mm[1], K, &an[1], q8out ? &aout[1] : NULL, cnt, msg, sizeof msg);
+        CK(rc >= 0, "%s", msg);
+        launched &= rc == 1;
+        float *a1 = dl(dy[0], (size_t)K * H), *a2 = dl(dy[1], (size_t)K * H);
+        same &= !memcmp(a1, a2, (size_t)K * H * 4);
+        free(a1), free(a2);
+        float *d[2][3];
+        for (int f = 0; f < 2; f++) d[f][0] = dl(dc[f], H), d[f][1] = dl(dr[f], H), d[f][2] = dl(dh[f], H);
+        for (int i = 0; i < 3; i++) same &= !memcmp(d[0][i], d[1][i], (size_t)H * 4), free(d[0][i]), free(d[1][i]);
+        if (q8out) same &= same_act(&aout[0], &aout[1]);
+    }
+    int *z = (int *)dl(cnt, 1);
+    slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0);
+    CK(launched, "down matvecs + combine + add + rmsnorm %s %dx%d: not launched fused", dt_name(dt), H, I);
+    CK(same && !*z, "down matvecs + combine%s + add + rmsnorm%s %s g%d %s %d x %d k %d rows %d: differs from the separate "
+       "launches (counter %d)", shared ? " (shared)" : "", q8out ? " + int8" : "", dt_name(dt), group, dt_name(sdt), H, I, K,
+       mvr, *z);
+    printf("ok   down matvecs + combine%s + add + rmsnorm%s fused %s g%d %d x %d k %d rows %d: bitwise, %d tokens\n",
+           shared ? " (shared)" : "", q8out ? " + int8" : "", dt_name(dt), group, H, I, K, mvr, STEPS);
+    free(z), free(hr);
+    for (int f = 0; f < 2; f++) slcu_free(dr[f]), slcu_free(dy[f]), slcu_free(dh[f]), slcu_free(dc[f]), slcu_free(buf[f]);
+    slcu_free(dtab), slcu_free(dsel), slcu_free(g), slcu_free(u), slcu_free(cw), slcu_free(sh), slcu_free(sg), slcu_free(nw);
+    slcu_free(cnt);
+    for (int e = 0; e < E; e++) free_mat(&w[e]);
+}
+
 static void check_fuse(void) {
     check_fuse_router(DT_BF16, 128, 2048, 8, 0, 1, 0); /* Qwen3-30B-A3B's router */
     check_fuse_router(DT_BF16, 128, 2048, 8, 0, 1, 1);
@@ -185,4 +257,7 @@ static void check_fuse(void) {
     check_fuse_o(DT_Q8, 32, DT_F16, 1024, 2048, 1, 32);
     check_fuse_o(DT_Q4, 128, DT_F32, 96, 256, 1, 4);
     check_fuse_o(DT_Q4, 32, DT_BF16, 2000, 512, 0, 8); /* no int8 form (2000 columns) */
+    check_fuse_down(DT_Q4, 64, DT_BF16, 2048, 768, 8, 0, 1, -1); /* Qwen3-30B-A3B's experts */
+    check_fuse_down(DT_Q8, 32, DT_F16, 1024, 512, 4, 1, 1, 32);  /* a gated shared expert */
+    check_fuse_down(DT_Q4, 128, DT_F32, 96, 256, 2, 1, 0, 4);
 }

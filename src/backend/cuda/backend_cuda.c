@@ -299,7 +299,7 @@ static void mm_run(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_
         slcu_act a;
         if (act_ready(be, x, &a)) return;
         slcu_mm mm = {.w = mat_of(w), .a = &a, .rows = NULL, .n_tok = x->n_tok, .y = y, .ldy = ldy};
-        if (!hold || !hold_mm(be, &mm, 1)) CU(be, slcu_matmul_i8(&mm, 1, MSG(be))); /* (SLUICE_CUDA_FUSE=o) */
+        if (!hold || !hold_mm(be, &mm, 1, FUSE_O)) CU(be, slcu_matmul_i8(&mm, 1, MSG(be))); /* (SLUICE_CUDA_FUSE=o) */
         return;
     }
     /* exact kernels: a token's order is fixed by the shapes (cuda_mat.cu), so rows batched == one at a time */
@@ -333,7 +333,7 @@ static void cu_matmul_multi(be_backend *be, const kern_mm *mm, int n) {
             mm_run(be, m->w, m->a, m->y, m->ldy, 0);
         }
     }
-    if (ng && !(ng == n && hold_mm(be, g, ng))) CU(be, slcu_matmul_i8(g, ng, MSG(be))); /* (SLUICE_CUDA_FUSE=qkv) */
+    if (ng && !(ng == n && hold_mm(be, g, ng, FUSE_QKV))) CU(be, slcu_matmul_i8(g, ng, MSG(be))); /* (SLUICE_CUDA_FUSE=qkv) */
 }
 
 /* The gathered rows' own int8 form, made when a matrix reads it: bitwise the gather. */
@@ -673,7 +673,7 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
         mm[s] = (slcu_mm){.w = mat_of(dn), .a = &mi[s], .tab = tab + (size_t)6 * E, .sel = de + s, .n_tok = 1,
                           .y = f->y + (size_t)s * f->ldy, .ldy = f->ldy};
     }
-    CU(be, slcu_matmul_i8(mm, k, MSG(be)));
+    if (!hold_mm(be, mm, k, FUSE_DOWN)) CU(be, slcu_matmul_i8(mm, k, MSG(be))); /* (SLUICE_CUDA_FUSE=down) */
     *w_dev = dw;
     return 1;
 }

@@ -10,6 +10,8 @@
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda.h"
 
+#define HQ_MAX 64 /* matvecs held at most (backend_cuda.c MULTI_MAX: the experts of a one-token step) */
+
 typedef struct cu_ctx {
     be_backend *cpu;          /* routes, on host logits */
     int status;               /* first failure since the last sync */
@@ -64,11 +66,11 @@ typedef struct cu_ctx {
         const float *x;
         float *y;
     } hm;
-    int hq_on; /* held one-token int8 matvecs: q/k/v's for the norm + RoPE after them, o's for the add + norm */
+    int hq_on; /* held one-token int8 matvecs (hold_mm): q/k/v's, o's or the experts' down */
     struct {
-        slcu_mm mm[3];
-        slcu_act a[3];
-        int n;
+        slcu_mm mm[HQ_MAX];
+        slcu_act a[HQ_MAX];
+        int n, kind; /* kind: the FUSE_* bit it is held for */
     } hq;
 } cu_ctx;
 
@@ -94,19 +96,21 @@ void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t
              const float *inv_freq, float attn_factor, int pos0, int interleave);
 void cu_add(be_backend *be, float *x, const float *y, size_t n);
 void cu_combine(be_backend *be, const be_combine *cb);
-/* SLUICE_CUDA_FUSE=router,qkv,o (any of them, or all): the fused launches, read once when the table is made; 0, or -1 (no memory) */
+/* SLUICE_CUDA_FUSE=router,qkv,o,down (any of them, or all): the fused launches, read once when the table is made; 0, or -1 (no memory) */
 #define FUSE_ROUTER 1
 #define FUSE_QKV 2
 #define FUSE_O 4
+#define FUSE_DOWN 8
 #define FZ_N 1024 /* fz: [0] the router's, [1] o's, [FZ_QKV ..] the q and k heads' */
 #define FZ_QKV 2
 int fuse_env(be_backend *be);
 /* a one-token router matvec (f32 / bf16 / f16 weights, x not int8) held for the route after it: 1 held */
 int hold_router(be_backend *be, const tn_mat *w, const kern_act *x, float *y);
 int router_held(be_backend *be, const float *logits); /* 1: the matvec of these logits is held, nothing else */
-/* one-token int8 matvecs g[0 .. n) held: q/k/v's (n 2, 3) for the q/k norm + RoPE after them (SLUICE_CUDA_FUSE=qkv),
- * o's (n 1) for the residual add + norm after it (=o). 1 held */
-int hold_mm(be_backend *be, const slcu_mm *g, int n);
+/* one-token int8 matvecs g[0 .. n) held for the op after them (kind, SLUICE_CUDA_FUSE's bit): q/k/v's (FUSE_QKV, n 2
+ * or 3) for the q/k norm + RoPE, o's (FUSE_O, n 1) for the residual add + norm, the experts' down (FUSE_DOWN) for the
+ * combine + add + norm. 1 held */
+int hold_mm(be_backend *be, const slcu_mm *g, int n, int kind);
 /* r's choice of logits into top_e / top_w, joined to the held matvec when it made them (slcu_matvec_route); -1 failed */
 int route_held(be_backend *be, const slcu_router *r, const float *logits, int *top_e, float *top_w);
 

@@ -115,12 +115,12 @@ void cu_add(be_backend *be, float *x, const float *y, size_t n) {
     cu_ctx *c = cu_of(be);
     if (c->step == 1) return;
     hm_flush(be);
-    if (c->hq_on && c->hq.n == 1 && c->hq.mm[0].y == y && !c->pend.kind && !c->nq_off && n <= 65536) {
+    if (c->hq_on && c->hq.kind == FUSE_O && c->hq.mm[0].y == y && !c->pend.kind && !c->nq_off && n <= 65536) {
         c->pend.kind = 1, c->pend.x = x, c->pend.y = y, c->pend.n = n; /* after o's held matvec (SLUICE_CUDA_FUSE=o) */
         c->nq_y = NULL;
         return;
     }
-    hq_flush(be);
+    if (!(c->hq_on && c->hq.kind == FUSE_DOWN && c->pend.kind == 2)) hq_flush(be); /* (down: kept for the norm) */
     if (c->pend.kind == 2 && c->pend.cb.out == y && n == (size_t)c->pend.cb.H) {
         c->pend.kind = 3, c->pend.x = x, c->pend.y = y, c->pend.n = n;
         return;
@@ -148,6 +148,15 @@ void combine_now(be_backend *be, const be_combine *cb) {
 
 /* one token's combine on device weights is held back (pend): the residual add and norm after it may join it */
 void cu_combine(be_backend *be, const be_combine *cb) {
+    cu_ctx *c = cu_of(be);
+    if (c->step == 1) return;
+    hm_flush(be);
+    if (c->hq_on && c->hq.kind == FUSE_DOWN && cb->n == 1 && cb->w_dev && cb->y == c->hq.mm[0].y && !c->pend.kind &&
+        !c->nq_off) { /* the experts' held down matvec made cb->y: held with it (SLUICE_CUDA_FUSE=down) */
+        c->pend.kind = 2, c->pend.cb = *cb;
+        c->nq_y = NULL;
+        return;
+    }
     SKIP(be);
     if (cb->n <= 0) return;
     if (cb->n == 1 && cb->w_dev && !cu_of(be)->nq_off) {
@@ -185,8 +194,11 @@ int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, 
     slcu_addnorm p = {.x = c->pend.x, .y = c->pend.y, .cy = comb ? cb->y : NULL, .cw = cb->w_dev, .csh = cb->sh_y,
                       .csg = cb->sh_gate, .ck = cb->k, .cout = cb->out, .h = y, .w = w, .w_off = w_off, .eps = eps,
                       .dim = dim};
-    /* o's held matvec made y: joined (SLUICE_CUDA_FUSE=o) while nq_buf, which it reads, need not grow; else first */
-    const int join = c->hq_on && c->hq.n == 1 && !comb && c->hq.mm[0].y == c->pend.y && slcu_act_bytes(1, dim) <= c->nq_cap;
+    /* o's held matvec made y, or the experts' down made the combine's rows: joined (SLUICE_CUDA_FUSE=o, down) while
+     * nq_buf, which o's reads, need not grow; else launched first */
+    const int join = c->hq_on && slcu_act_bytes(1, dim) <= c->nq_cap &&
+                     (comb ? c->hq.kind == FUSE_DOWN && cb->y == c->hq.mm[0].y && cb->k == c->hq.n
+                           : c->hq.kind == FUSE_O && c->hq.mm[0].y == c->pend.y);
     if (!join) hq_flush(be);
     slcu_act a;
     const int q = dim % 32 == 0 && nq_room(be, dim) && !slcu_act_bind(&a, c->nq_buf, 1, dim, MSG(be));
@@ -195,8 +207,8 @@ int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, 
     int r = 0;
     if (join) {
         c->hq_on = 0;
-        if ((r = slcu_matmul_i8_an(c->hq.mm, &p, q ? &a : NULL, c->fz + 1, MSG(be))) < 0) cu_fail(be, SL_EIO, c->tmp);
-        if (!r) CU(be, slcu_matmul_i8(c->hq.mm, 1, MSG(be))); /* not its case: the two launches */
+        if ((r = slcu_matmul_i8_an(c->hq.mm, c->hq.n, &p, q ? &a : NULL, c->fz + 1, MSG(be))) < 0) cu_fail(be, SL_EIO, c->tmp);
+        if (!r) CU(be, slcu_matmul_i8(c->hq.mm, c->hq.n, MSG(be))); /* not its case: the two launches */
     }
     if (!r) CU(be, slcu_add_norm_q(&p, q ? &a : NULL, MSG(be)));
     if (q) c->nq_y = y, c->nq_dim = dim, c->nq_owner = NULL;
@@ -209,9 +221,10 @@ int fuse_env(be_backend *be) {
     cu_ctx *c = cu_of(be);
     const char *e = getenv("SLUICE_CUDA_FUSE");
     c->fuse = 0;
-    for (const char *p = e; p && *p;) { /* a comma-separated list: router, qkv, o; all */
+    for (const char *p = e; p && *p;) { /* a comma-separated list: router, qkv, o, down; all */
         const size_t n = strcspn(p, ",");
-        if (n == 3 && !strncmp(p, "all", 3)) c->fuse |= FUSE_ROUTER | FUSE_QKV | FUSE_O;
+        if (n == 3 && !strncmp(p, "all", 3)) c->fuse |= FUSE_ROUTER | FUSE_QKV | FUSE_O | FUSE_DOWN;
+        if (n == 4 && !strncmp(p, "down", 4)) c->fuse |= FUSE_DOWN;
         if (n == 1 && *p == 'o') c->fuse |= FUSE_O;
         if (n == 6 && !strncmp(p, "router", 6)) c->fuse |= FUSE_ROUTER;
         if (n == 3 && !strncmp(p, "qkv", 3)) c->fuse |= FUSE_QKV;
@@ -244,13 +257,14 @@ int router_held(be_backend *be, const float *logits) {
     return c->hm_on && c->hm.y == logits && !c->pend.kind && !c->hq_on;
 }
 
-int hold_mm(be_backend *be, const slcu_mm *g, int n) {
+int hold_mm(be_backend *be, const slcu_mm *g, int n, int kind) {
     cu_ctx *c = cu_of(be);
-    if (!(c->fuse & (n == 1 ? FUSE_O : FUSE_QKV)) || n < 1 || n > 3) return 0;
+    if (!(c->fuse & kind) || n < 1 || n > HQ_MAX || (kind == FUSE_O && n != 1) || (kind == FUSE_QKV && (n < 2 || n > 3)))
+        return 0;
     for (int i = 0; i < n; i++)
-        if (g[i].n_tok != 1 || g[i].rows || g[i].tab) return 0;
+        if (g[i].n_tok != 1 || g[i].rows || (g[i].tab && kind != FUSE_DOWN)) return 0;
     for (int i = 0; i < n; i++) c->hq.mm[i] = g[i], c->hq.a[i] = *g[i].a, c->hq.mm[i].a = &c->hq.a[i];
-    c->hq.n = n, c->hq_on = 1;
+    c->hq.n = n, c->hq.kind = kind, c->hq_on = 1;
     return 1;
 }
 

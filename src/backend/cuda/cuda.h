@@ -169,11 +169,13 @@ typedef struct slcu_addnorm {
     int dim;
 } slcu_addnorm;
 int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *msg, size_t msglen);
-/* slcu_matmul_i8 of mm (one matrix, one token, its y == p->y, rows == p->dim <= 2048) and then slcu_add_norm_q of p
- * (no combine) in the same launch, done by the launch's last CTA (cuda_i8.cu, SLUICE_CUDA_FUSE=o): every output
- * bitwise the two calls'. cnt: a device int, zero before and left zero after, that no other launch uses meanwhile.
- * 1 queued, 0 not its case (nothing queued: the caller makes the two calls), -1 failed (message). */
-int slcu_matmul_i8_an(const slcu_mm *mm, const slcu_addnorm *p, const slcu_act *a, int *cnt, char *msg, size_t msglen);
+/* slcu_matmul_i8 of mm[0 .. n) (one token each, rows == p->dim <= 2048) and then slcu_add_norm_q of p in the same
+ * launch, done by its last CTA (cuda_i8.cu, SLUICE_CUDA_FUSE=o / down): without a combine one matrix whose y is p->y
+ * (o), with one the k = n matrices whose y are p->cy's rows (the experts' down: device table and SwiGLU inputs
+ * allowed). Every output bitwise the two calls'. cnt: a device int, zero before and left zero after, that no other
+ * launch uses meanwhile. 1 queued, 0 not its case (nothing queued: the caller makes the two calls), -1 failed. */
+int slcu_matmul_i8_an(const slcu_mm *mm, int n, const slcu_addnorm *p, const slcu_act *a, int *cnt, char *msg,
+                      size_t msglen);
 /* One token's per-head q or k norm and RoPE (backend_cuda.c joins the two ops): per head h < n_heads of x + h * hs,
  * y = slcu_rmsnorm (dim, w, w_off, eps) then slcu_rope of y's first rot floats (inv_freq HOST [rot/2],
  * attn_factor, pos; not interleaved), bitwise the two kernels. Up to two such (norm, rope) parts in one launch. */

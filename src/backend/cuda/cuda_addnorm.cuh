@@ -47,8 +47,8 @@ static __device__ void norm_q_tail(const float *xs, float *y, int n, const float
 
 /* One token's residual step on a CTA of NT threads (every one calls it; MAXD / NT columns a thread, dim <= MAXD):
  * [cout = the MoE combine of one token (k_combine's order, its k <= AN_MAXK loads in flight first)]; x += y or cout
- * (k_add); then norm_q_tail (k_rmsnorm's operations, the int8 form when a.q). CG: y is read past L1 (a fused caller
- * reads what other CTAs of its launch wrote). xs: shared [MAXD], sbs [MAXD / 32], part [256]. cuda_fused.cu k_add_norm_q
+ * (k_add); then norm_q_tail (k_rmsnorm's operations, the int8 form when a.q). CG: y and cy are read past L1 (a fused
+ * caller reads what other CTAs of its launch wrote). xs: shared [MAXD], sbs [MAXD / 32], part [256]. cuda_fused.cu k_add_norm_q
  * (1024 threads, 8192 columns) and cuda_mv.cu mv1c_an (the o matvec's last CTA: 256, 2048) run it, so the same bits. */
 template <int NT, int MAXD, bool CG>
 static __device__ __forceinline__ void add_norm_row(const slcu_addnorm &p, const slcu_act &a, double *part, float *xs, float *sbs) {
@@ -68,7 +68,8 @@ static __device__ __forceinline__ void add_norm_row(const slcu_addnorm &p, const
             for (int h = 0; h < 2; h++) {
                 const int i = threadIdx.x + (c0 + h) * NT, in = i < n;
 #pragma unroll
-                for (int s = 0; s < AN_MAXK; s++) ys[h][s] = in && s < p.ck ? p.cy[(size_t)s * n + i] : 0.0f;
+                for (int s = 0; s < AN_MAXK; s++)
+                    ys[h][s] = in && s < p.ck ? (CG ? __ldcg(p.cy + (size_t)s * n + i) : p.cy[(size_t)s * n + i]) : 0.0f;
                 xv[h] = in ? p.x[i] : 0.0f;
                 sh[h] = in && p.csh ? p.csh[i] : 0.0f;
             }
@@ -108,7 +109,8 @@ static __device__ __forceinline__ void add_norm_row(const slcu_addnorm &p, const
     norm_q_tail<NT, MAXD>(xs, p.h, n, wv, p.w_off, p.eps, a, part, sbs);
 }
 
-/* mv1c_an's tail (cuda_i8.cuh mv_an_launch): slcu_add_norm_q's arguments and the launch's CTA counter */
+/* mv1c_an's tail (cuda_i8.cuh mv_an_launch): slcu_add_norm_q's arguments and the launch's CTA counter; its y (or,
+ * with the combine, cy's k rows) the launch's outputs */
 struct an_tail {
     slcu_addnorm p;
     slcu_act a; /* a.q NULL: no int8 form */

@@ -401,7 +401,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
     return 0;
 }
 
-/* The one-token jobs of mm[0 .. n) (one dtype and scale type, no device table, no rows, no SwiGLU input) as
+/* The one-token jobs of mm[0 .. n) (one dtype and scale type, no rows; a device table, a SwiGLU input allowed) as
  * slcu_matmul_i8 builds and tiles one launch class of them (launch_class: the same rows a CTA): 0, or -1 when they
  * are not such jobs (the fused launches' case). */
 static int tail_jobs(const slcu_mm *mm, int n, ijobs *J, int *rows, int *tiles) {
@@ -411,14 +411,14 @@ static int tail_jobs(const slcu_mm *mm, int n, ijobs *J, int *rows, int *tiles) 
     for (int i = 0; i < n; i++) {
         const slcu_mm *m = &mm[i];
         const slcu_mat *w = &m->w;
-        if (w->dtype != dt || w->sdtype != sdt || m->n_tok != 1 || m->rows || m->tab || !m->a || m->a->sg ||
-            m->a->n_tok < 1 || m->a->cols != w->cols || w->rows <= 0 || w->cols <= 0 ||
+        if (w->dtype != dt || w->sdtype != sdt || m->n_tok != 1 || m->rows || !m->a || (m->a->sg && !m->a->su) ||
+            m->a->n_tok < 1 || m->a->cols != w->cols || w->rows <= 0 || w->cols <= 0 || (m->tab && !m->sel) ||
             (w->group != 32 && w->group != 64 && w->group != 128) || w->cols % w->group)
             return -1;
         ijob &j = J->j[J->n++]; /* slcu_matmul_i8's job for mm[i] */
         j.codes = (const uint8_t *)w->data, j.scales = w->scales, j.biases = w->biases;
         j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = NULL;
-        j.tab = NULL, j.sel = NULL, j.yrows = NULL, j.sg = NULL, j.su = NULL;
+        j.tab = m->tab, j.sel = m->sel, j.yrows = NULL, j.sg = m->a->sg, j.su = m->a->su;
         j.y = m->y, j.ldy = m->ldy;
         j.nrows = w->rows, j.cols = w->cols, j.group = w->group, j.sdt = w->sdtype, j.n_tok = 1;
     }
@@ -467,18 +467,21 @@ extern "C" int slcu_matmul_i8_nr(const slcu_mm *mm, int n, const slcu_normrope *
     return e != cudaSuccess ? fail(msg, msglen, "int8 matmul + norm + rope launch", e) : 1;
 }
 
-/* cuda.h: one token's matvec (mm, the o projection) with slcu_add_norm_q of p (its y the matvec's output) done by the
- * launch's last CTA (cuda_mv.cu mv1c_an): 1 queued, 0 not its case (nothing queued), -1 failed. Jobs and tiles as
- * slcu_matmul_i8's, so y is bitwise its; the tail is k_add_norm_q's code. */
-extern "C" int slcu_matmul_i8_an(const slcu_mm *mm, const slcu_addnorm *p, const slcu_act *a, int *cnt, char *msg,
+/* cuda.h: one token's matvecs (mm: the o projection, or with p->cy the experts' down matrices) with slcu_add_norm_q
+ * of p (its y the matvec's output, or cy's rows the n outputs) done by the launch's last CTA (cuda_mv.cu mv1c_an):
+ * 1 queued, 0 not its case (nothing queued), -1 failed. Jobs and tiles as slcu_matmul_i8's, so y is bitwise its;
+ * the tail is k_add_norm_q's code. */
+extern "C" int slcu_matmul_i8_an(const slcu_mm *mm, int n, const slcu_addnorm *p, const slcu_act *a, int *cnt, char *msg,
                                  size_t msglen) {
-    if (!cnt || force_kernel || !slcu_decode_kernels || !mv_takes(1) || !mv_nr_ok() || p->cy || p->y != mm->y ||
-        p->dim != mm->w.rows || p->dim <= 0 || p->dim > AN_FUSE_MAXD ||
-        (a && (p->dim % 32 || a->n_tok != 1 || a->cols != p->dim)))
+    if (!cnt || force_kernel || !slcu_decode_kernels || !mv_takes(1) || !mv_nr_ok() || p->dim <= 0 ||
+        p->dim > AN_FUSE_MAXD || (a && (p->dim % 32 || a->n_tok != 1 || a->cols != p->dim)) ||
+        (p->cy ? n != p->ck || p->ck > AN_MAXK : n != 1 || p->y != mm->y))
         return 0;
+    for (int s = 0; s < n; s++)
+        if (mm[s].w.rows != p->dim || (p->cy && mm[s].y != p->cy + (size_t)s * p->dim)) return 0;
     ijobs J;
     int rows, tiles;
-    if (tail_jobs(mm, 1, &J, &rows, &tiles)) return 0;
+    if (tail_jobs(mm, n, &J, &rows, &tiles)) return 0;
     an_tail T;
     memset(&T, 0, sizeof T);
     T.p = *p, T.cnt = cnt;

@@ -252,9 +252,10 @@ static __device__ __noinline__ void an_run(const an_tail &T, uint8_t *sc) {
     add_norm_row<MV1_THREADS, AN_FUSE_MAXD, true>(T.p, T.a, part, xs, sbs);
 }
 
-/* SLUICE_CUDA_FUSE=o: mv1c_i8's rows of the one job (the o projection), then the CTA that finishes last (a counter
- * for the launch: release fence, count; acquire fence) runs slcu_add_norm_q's code (cuda_addnorm.cuh add_norm_row,
- * k_add_norm_q's operations on 256 threads) on T.p, whose y is the job's output, in the codes' shared memory. */
+/* SLUICE_CUDA_FUSE=o / down: mv1c_i8's rows of the jobs (the o projection; or the experts' down matrices), then the
+ * CTA that finishes last (a counter for the launch: release fence, count; acquire fence) runs slcu_add_norm_q's code
+ * (cuda_addnorm.cuh add_norm_row, k_add_norm_q's operations on 256 threads) on T.p, whose y (or the combine's rows cy)
+ * the jobs wrote, in the codes' shared memory. */
 template <int DT, int SDT, int R>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_an(const __grid_constant__ ijobs J, const __grid_constant__ an_tail T) {
     constexpr int SCB = MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32);
