@@ -8,7 +8,8 @@
 #          cp tools/cuda_ab_call.sh DIR/run.sh    (DIR under build/, carried; a committed, clean tree)
 #   there: bash DIR/run.sh    (from the checkout's root: it packs tests/data's fixtures)
 #   BENCH_I8=1: test_cuda --bench-i8's matvec rows after the tests; LOOP_END / NCU1_END / NCU2_END: the deadlines (s).
-#   SWS="A=1 B=2": opt-in switches of the new build, each checked by test_model and timed in the rounds beside it;
+#   SWS="A=1 B=2": opt-in switches of the new build, each checked by test_model and timed in the rounds beside it
+#   (an item of several: joined by +, e.g. SLUICE_CUDA_FUSE=all+SLUICE_CUDA_GRAPH=1);
 #   G32=1: a 16-layer synth q4 with groups of 32 columns (as a Q4_0 GGUF packs) too, one decode row a round, new build;
 #   L48=1: a 48-layer synth q4 too (written during the tests), one decode row a round on it, new build only, to set a
 #   layer's cost on 48 layers beside 16 (call F: 145 against 105 us on tools/bench_scale.py's 48-layer pack).
@@ -29,7 +30,7 @@ echo "packed [$(el) s]" >>"$S"
 timeout 120 $b/test_cuda >$o/test_cuda.log 2>&1; echo "test_cuda rc=$?: $(tail -1 $o/test_cuda.log) [$(el) s]" >>"$S"; grep -m 12 "FAIL" $o/test_cuda.log >>"$S"
 for e in "X=1" "SLUICE_TEST_KV=f16" "SLUICE_TEST_KV=f16 SLUICE_CUDA_GRAPH=1" ${SWS:-}; do
   late 240 && break
-  env $e timeout 60 $b/test_model $w/mt $names >$o/tm.log 2>&1; echo "test_model [$e] rc=$?: $(tail -1 $o/tm.log) [$(el) s]" >>"$S"; grep -m 8 -i "fail" $o/tm.log >>"$S"
+  env ${e//+/ } timeout 60 $b/test_model $w/mt $names >$o/tm.log 2>&1; echo "test_model [$e] rc=$?: $(tail -1 $o/tm.log) [$(el) s]" >>"$S"; grep -m 8 -i "fail" $o/tm.log >>"$S"
 done
 if [ -n "${BENCH_I8:-}" ] && ! late 250; then # the matvec kernels' GB/s against the device copy
   timeout 60 $b/test_cuda --bench-i8 >$o/bench_i8.log 2>&1; echo "bench-i8 rc=$? [$(el) s]" >>"$S"
@@ -49,7 +50,7 @@ late ${NCU1_END:-300} || { timeout 60 $NCU "$sl" bench -m $m $B --prompt 1 --gen
 for r in 1 2 3; do for bin in old new ${SWS:-}; do for p in 1 512; do
   late ${LOOP_END:-480} && break 3
   x=$sl; e=X=1; [ $bin = old ] && x=$old; case $bin in *=*) e=$bin;; esac
-  env $e SLUICE_CUDA_KV16=1 timeout 25 "$x" bench -m $m $B --prompt $p --gen 64 >$o/b.$r.$bin.$p.json 2>$o/b.$r.$bin.$p.err
+  env ${e//+/ } SLUICE_CUDA_KV16=1 timeout 25 "$x" bench -m $m $B --prompt $p --gen 64 >$o/b.$r.$bin.$p.json 2>$o/b.$r.$bin.$p.err
   echo "r$r $bin p$p: $(row $o/b.$r.$bin.$p.json $o/b.$r.$bin.$p.err) [$(el) s]" >>"$S"
 done; done
   if [ -n "${G32:-}" ] && [ -s $w/g32.sluice ] && ! late 470; then

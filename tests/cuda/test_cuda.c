@@ -58,8 +58,7 @@ static void check_case(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     char msg[256] = "";
     mat a;
     if (make_mat(&a, dt, rows, cols, group, sdt, msg)) { CK(0, "%s", msg); return; }
-    const int ns[] = {1, 2, 3, 5, 8, 13};
-    const int maxn = 13;
+    const int ns[] = {1, 2, 3, 5, 8, 13}, maxn = 13;
     float *x = malloc((size_t)maxn * cols * sizeof(float)), *y = malloc((size_t)maxn * rows * sizeof(float));
     float *y2 = malloc((size_t)maxn * rows * sizeof(float)), *y1 = malloc((size_t)rows * sizeof(float));
     for (size_t i = 0; i < (size_t)maxn * cols; i++) x[i] = nrand();
@@ -507,6 +506,7 @@ static void check_fused(void) {
 
 #include "test_cuda_prefill.c" /* issue 24's prefill paths: check_moe, check_attn_prefill, bench_moe_wide */
 #include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
+#include "test_cuda_fuse.c" /* issue 24: SLUICE_CUDA_FUSE's launches bitwise the separate ones: check_fuse */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
 #include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
@@ -514,7 +514,7 @@ static void check_fused(void) {
 static void check_ops(void) {
     char msg[256] = "";
     const kern_ops *ops = kern_scalar_ops();
-    check_fused(), check_swi_down(); /* check_swi_down: test_cuda_mv.c */
+    check_fused(), check_swi_down(), check_fuse(); /* check_swi_down: test_cuda_mv.c */
     { /* rmsnorm per head (4 heads of 250 at a stride of 260), w_off 0 and 1, in place */
         enum { T = 7, NH = 4, D = 250, HS = 260, LD = NH * HS };
         float *hx, *hw, *dx = rnd_dev((size_t)T * LD, 3, &hx, msg), *dw = rnd_dev(D, 1, &hw, msg);

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/backend_cuda_ctx.h"
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_kq.h"
 #include "quant/quant.h"
@@ -24,86 +25,12 @@
 
 #define SLACK 1024 /* past every device allocation: slcu_act_bytes exceeds kern_act_bytes by < 1 KiB */
 
-typedef struct cu_ctx {
-    be_backend *cpu;          /* routes, on host logits */
-    int status;               /* first failure since the last sync */
-    char msg[256], tmp[256];
-    void *host;               /* scratch: route logits, an embedding row */
-    size_t host_cap;
-    void *up_host, *up_dev;   /* the upload ring (index arrays, weights from the host): pinned staging, its twin */
-    size_t up_cap, up_off;    /* bytes; the next free offset, back to 0 after every full sync */
-    slcb_queue *q;            /* the copy stream of copy_async (the tier's H2D copies) */
-    void *rt;                 /* device: the route kernel's top_e [rt_cap], then top_w [rt_cap] */
-    size_t rt_cap;
-    struct cu_tab {           /* per layer: moe_resident's table (layer_tab), from src with expert 0 at key */
-        const void *src, *key;
-        int ok;
-        const void **dev;
-    } *tab;
-    int n_tab;
-    slcb_graphs *gr;          /* recorded decode steps (step_begin), NULL: none (unless SLUICE_CUDA_GRAPH=1; no memory) */
-    int step, step_pos;       /* the step begun: 0 none, 1 replaying (the ops are skipped), 2 recording; its position */
-    /* a one-row rmsnorm's int8 form, made by the norm's kernel (slcu_rmsnorm_q) into nq_buf: valid for a kern_act
-     * over nq_y until an op other than a matmul runs; a ready kern_act on it is current only while it is nq_owner */
-    void *nq_buf;
-    size_t nq_cap;
-    const float *nq_y;
-    int nq_dim;
-    const kern_act *nq_owner;
-    int nq_off;               /* SLUICE_CUDA_NQ=0: the norms alone, nothing held */
-    /* a one-row add (kind bit 1) and the combine before it (bit 2), held back so that the rmsnorm after them runs
-     * in their kernel (slcu_add_norm_q); any other entry point launches them first (pend_flush): the calls' order */
-    struct {
-        int kind;
-        float *x;
-        const float *y;
-        size_t n;
-        be_combine cb;
-        /* bits 4, 8: one token's per-head norms (q, then k), 16: the RoPE of the first: each pair one launch */
-        slcu_normrope nr[2];
-        size_t nr_ld[2];
-        int rot, pos;
-        float af, freq[512];
-    } pend;
-    void *mw;                 /* moe_wide's device scratch (slcu_moe_layer's) */
-    size_t mw_cap;
-    int embed_host, moe_wide_off, swi_down; /* SLUICE_CUDA_EMBED / _MOE / _SWIDOWN=0: host embed, no moe_wide, apart */
-} cu_ctx;
-
-static cu_ctx *cu_of(be_backend *be) { return be->ctx; }
-
-static void cu_fail(be_backend *be, int status, const char *what) {
+void cu_fail(be_backend *be, int status, const char *what) {
     cu_ctx *c = cu_of(be);
     if (c->status) return;
     c->status = status;
     snprintf(c->msg, sizeof c->msg, "%s", what);
 }
-
-static void pend_flush(be_backend *be);
-static int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps);
-static int hold_norm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
-                     const float *w, float w_off, float eps);
-
-/* a replayed step's ops are in its graph: the op returns at once. Then the held-back ops go first; SKIP also ends
- * the norm's int8 form (the op may write its row); SKIP_MM (matmuls, which only read their input) keeps it. */
-#define SKIP_MM(be)                           \
-    do {                                      \
-        if (cu_of(be)->step == 1) return;     \
-        pend_flush(be);                       \
-    } while (0)
-#define SKIP(be)                              \
-    do {                                      \
-        if (cu_of(be)->step == 1) return;     \
-        pend_flush(be);                       \
-        cu_of(be)->nq_y = NULL;               \
-    } while (0)
-
-/* a cuda.h / backend_cuda.h call's -1 records its message (MSG) */
-#define MSG(be) cu_of(be)->tmp, sizeof cu_of(be)->tmp
-#define CU(be, call)                                          \
-    do {                                                      \
-        if ((call) != 0) cu_fail(be, SL_EIO, cu_of(be)->tmp); \
-    } while (0)
 
 static void *host_scratch(be_backend *be, size_t bytes) {
     cu_ctx *c = cu_of(be);
@@ -123,7 +50,7 @@ static void *host_scratch(be_backend *be, size_t bytes) {
  * copied asynchronously from its pinned staging twin, so the host does not wait for the queue (a blocking
  * copy here made every expert of a decode step wait for the one before, and the tier's copies with it).
  * A piece is reused only after a full sync: on wrap-around, or after sync() (cu_sync resets the ring). */
-static void *dev_upload(be_backend *be, const void *src, size_t bytes) {
+void *dev_upload(be_backend *be, const void *src, size_t bytes) {
     cu_ctx *c = cu_of(be);
     const size_t need = (bytes + 255) & ~(size_t)255;
     if (c->up_off + need > c->up_cap) {
@@ -266,6 +193,7 @@ static void cu_destroy(be_backend *be) {
     slcb_free(c->up_dev, 0);
     slcu_free(c->rt);
     slcb_free(c->nq_buf, 0);
+    slcu_free(c->fz);
     for (int i = 0; i < c->n_tab; i++) slcu_free(c->tab[i].dev);
     free(c->tab);
     free(c->host);
@@ -274,7 +202,6 @@ static void cu_destroy(be_backend *be) {
     free(be);
 }
 
-static slcu_mat mat_of(const tn_mat *w);
 /* Row tokens[t] of the device table: slcu_embed, or (SLUICE_CUDA_EMBED=0, a bad id) dequantised on the host. */
 static void cu_embed(be_backend *be, const tn_mat *table, const int32_t *tokens, int n, float *x, size_t ldx) {
     pend_flush(be);
@@ -323,13 +250,13 @@ static void cu_embed(be_backend *be, const tn_mat *table, const int32_t *tokens,
     if (n > 0) cu_fail(be, SL_EIO, c->tmp);
 }
 
-static slcu_mat mat_of(const tn_mat *w) {
+slcu_mat mat_of(const tn_mat *w) {
     return (slcu_mat){.data = w->data, .scales = w->scales, .biases = w->biases, .dtype = w->dtype,
                       .sdtype = w->sdtype, .rows = w->rows, .cols = w->cols, .group = w->group};
 }
 
 /* x's int8 form on the device, quantized on first use. 0, or -1 (recorded). */
-static int act_ready(be_backend *be, kern_act *x, slcu_act *a) {
+int act_ready(be_backend *be, kern_act *x, slcu_act *a) {
     cu_ctx *c = cu_of(be);
     if (x->ready && (x->q != (int8_t *)c->nq_buf || x == c->nq_owner)) {
         *a = (slcu_act){.n_tok = x->n_tok, .cols = x->cols, .q = x->q, .q4 = x->q4, .d = x->d, .s = x->s};
@@ -353,11 +280,13 @@ static int act_ready(be_backend *be, kern_act *x, slcu_act *a) {
     return 0;
 }
 
-static int int8_path(const tn_mat *w, const kern_act *x) {
+int int8_path(const tn_mat *w, const kern_act *x) {
     return x->int8 && x->buf && (w->dtype == DT_Q8 || w->dtype == DT_Q4) && x->cols % 32 == 0 && w->group % 32 == 0;
 }
 
-static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy) {
+/* hold: a one-token matvec may be held for the op after it (SLUICE_CUDA_FUSE; the table's matmul, not the ops that
+ * launch kernels of their own after one) */
+static void mm_run(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy, int hold) {
     SKIP_MM(be);
     if (y == cu_of(be)->nq_y) cu_of(be)->nq_y = NULL; /* (after its reads: the stream orders them) */
     if (x->n_tok <= 0) return;
@@ -366,11 +295,12 @@ static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, si
         CU(be, (w->dtype == DT_MXFP4 ? slcu_matmul_mxfp4 : slcu_matmul_kq)(&m, x->x, x->ldx, y, ldy, x->n_tok, MSG(be)));
         return;
     }
+    if (hold && !int8_path(w, x) && hold_router(be, w, x, y)) return; /* SLUICE_CUDA_FUSE=router: routed in its launch */
     if (int8_path(w, x)) {
         slcu_act a;
         if (act_ready(be, x, &a)) return;
         slcu_mm mm = {.w = mat_of(w), .a = &a, .rows = NULL, .n_tok = x->n_tok, .y = y, .ldy = ldy};
-        CU(be, slcu_matmul_i8(&mm, 1, MSG(be)));
+        if (!hold || !hold_mm(be, &mm, 1, FUSE_O)) CU(be, slcu_matmul_i8(&mm, 1, MSG(be))); /* (SLUICE_CUDA_FUSE=o) */
         return;
     }
     /* exact kernels: a token's order is fixed by the shapes (cuda_mat.cu), so rows batched == one at a time */
@@ -382,6 +312,8 @@ static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, si
     for (int t = 0; t < x->n_tok; t++)
         CU(be, slcu_matmul(&m, x->x + (size_t)t * x->ldx, y + (size_t)t * ldy, 1, MSG(be)));
 }
+
+static void cu_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy) { mm_run(be, w, x, y, ldy, 1); }
 
 /* The int8 ones in one slcu_matmul_i8 call (k and v beside q, not after it; bitwise each alone), the rest alone. */
 #define MM_GROUP 16
@@ -399,10 +331,10 @@ static void cu_matmul_multi(be_backend *be, const kern_mm *mm, int n) {
             g[ng] = (slcu_mm){.w = mat_of(m->w), .a = &a[ng], .n_tok = m->a->n_tok, .y = m->y, .ldy = m->ldy};
             ng++;
         } else {
-            cu_matmul(be, m->w, m->a, m->y, m->ldy);
+            mm_run(be, m->w, m->a, m->y, m->ldy, 0);
         }
     }
-    if (ng) CU(be, slcu_matmul_i8(g, ng, MSG(be)));
+    if (ng && !(ng == n && hold_mm(be, g, ng, FUSE_QKV))) CU(be, slcu_matmul_i8(g, ng, MSG(be))); /* (SLUICE_CUDA_FUSE=qkv) */
 }
 
 /* The gathered rows' own int8 form, made when a matrix reads it: bitwise the gather. */
@@ -413,7 +345,7 @@ static void cu_act_gather(be_backend *be, kern_act *dst, void *buf, kern_act *sr
 }
 
 /* room for one row's int8 form in nq_buf (grown outside recorded steps only); 1 when there is */
-static int nq_room(be_backend *be, int dim) {
+int nq_room(be_backend *be, int dim) {
     cu_ctx *c = cu_of(be);
     const size_t need = slcu_act_bytes(1, dim);
     if (need <= c->nq_cap) return 1;
@@ -422,87 +354,6 @@ static int nq_room(be_backend *be, int dim) {
     c->nq_buf = slcb_alloc(need + SLACK, 0);
     c->nq_cap = c->nq_buf ? need : 0;
     return c->nq_buf != NULL;
-}
-
-/* One row (a decode step's norms before a matmul): the norm's kernel makes its int8 form too (nq_*). */
-static void cu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
-                       int dim, const float *w, float w_off, float eps) {
-    cu_ctx *c = cu_of(be);
-    if (c->step == 1) return;
-    if (n_tok == 1 && n_heads == 1 && add_norm(be, x, y, dim, w, w_off, eps)) return;
-    if (hold_norm(be, x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps)) return;
-    SKIP(be);
-    slcu_act a;
-    if (!c->nq_off && n_tok == 1 && n_heads == 1 && dim % 32 == 0 && dim <= 8192 && nq_room(be, dim) && !slcu_act_bind(&a, c->nq_buf, 1, dim, MSG(be))) {
-        CU(be, slcu_rmsnorm_q(x, y, dim, w, w_off, eps, &a, MSG(be)));
-        c->nq_y = y, c->nq_dim = dim, c->nq_owner = NULL;
-        return;
-    }
-    CU(be, slcu_rmsnorm(x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps, MSG(be)));
-}
-
-/* rope over the held norm i's output, one token, the same heads */
-static int nr_match(const cu_ctx *c, int i, const float *x, int n_tok, int n_heads, size_t hs, int rot, int inter) {
-    const slcu_normrope *p = &c->pend.nr[i];
-    return !inter && n_tok == 1 && x == p->y && n_heads == p->n_heads && hs == p->hs && rot <= p->dim && rot <= 1024;
-}
-
-static void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
-                    const float *inv_freq, float attn_factor, int pos0, int interleave) {
-    cu_ctx *c = cu_of(be);
-    if (c->step == 1) return;
-    const int k = c->pend.kind;
-    if ((k == 4 || k == 12) && nr_match(c, 0, x, n_tok, n_heads, head_stride, rot, interleave)) {
-        if (k == 4) { /* q's norm alone before it: one launch now */
-            c->pend.kind = 0;
-            CU(be, slcu_norm_rope(c->pend.nr, 1, rot, inv_freq, attn_factor, pos0, MSG(be)));
-            return;
-        }
-        c->pend.kind = 28, c->pend.rot = rot, c->pend.pos = pos0, c->pend.af = attn_factor;
-        memcpy(c->pend.freq, inv_freq, (size_t)rot / 2 * sizeof(float));
-        return;
-    }
-    if (k == 28 && nr_match(c, 1, x, n_tok, n_heads, head_stride, rot, interleave) && rot == c->pend.rot &&
-        pos0 == c->pend.pos && attn_factor == c->pend.af && !memcmp(inv_freq, c->pend.freq, (size_t)rot / 2 * sizeof(float))) {
-        c->pend.kind = 0;
-        CU(be, slcu_norm_rope(c->pend.nr, 2, rot, inv_freq, attn_factor, pos0, MSG(be)));
-        return;
-    }
-    SKIP(be);
-    CU(be, slcu_rope(x, n_tok, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos0, interleave, c->tmp,
-                     sizeof c->tmp));
-}
-
-/* one token's per-head norm (q's, then k's) held for the RoPE after it; 0 when it does not fit */
-static int hold_norm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
-                     const float *w, float w_off, float eps) {
-    cu_ctx *c = cu_of(be);
-    const int k = c->pend.kind;
-    if (c->nq_off || n_tok != 1 || n_heads < 2 || dim > 1024 || (k != 0 && k != 4)) return 0;
-    const int i = k == 4;
-    c->pend.nr[i] = (slcu_normrope){.x = x, .y = y, .n_heads = n_heads, .dim = dim, .hs = hs, .w = w, .w_off = w_off,
-                                    .eps = eps};
-    c->pend.nr_ld[i] = ld;
-    c->pend.kind = k | (4 << i);
-    c->nq_y = NULL;
-    return 1;
-}
-
-/* x += y: held back (pend) when it is one row that a norm may follow; after a held combine into y, joined to it */
-static void cu_add(be_backend *be, float *x, const float *y, size_t n) {
-    cu_ctx *c = cu_of(be);
-    if (c->step == 1) return;
-    if (c->pend.kind == 2 && c->pend.cb.out == y && n == (size_t)c->pend.cb.H) {
-        c->pend.kind = 3, c->pend.x = x, c->pend.y = y, c->pend.n = n;
-        return;
-    }
-    pend_flush(be);
-    c->nq_y = NULL;
-    if (!c->nq_off && n <= 65536) {
-        c->pend.kind = 1, c->pend.x = x, c->pend.y = y, c->pend.n = n;
-        return;
-    }
-    CU(be, slcb_add(x, y, n, MSG(be)));
 }
 
 static void cu_add_bias(be_backend *be, float *x, size_t ld, const float *b, int n_rows, int cols) {
@@ -650,7 +501,7 @@ static sl_status cu_route(be_backend *be, const be_route *r) {
 static void ffn_down(be_backend *be, const be_ffn *f, const tn_mat *down, const float *a, int cols) {
     kern_act m;
     kern_act_init(&m, f->mid_buf, a, (size_t)cols, f->x->n_tok, down->cols, f->int8);
-    cu_matmul(be, down, &m, f->y, f->ldy);
+    mm_run(be, down, &m, f->y, f->ldy, 0);
 }
 
 static void cu_ffn(be_backend *be, const be_ffn *f) {
@@ -658,14 +509,14 @@ static void cu_ffn(be_backend *be, const be_ffn *f) {
     const int n = f->x->n_tok, I = f->inter;
     if (f->kind == BE_FFN_GPTOSS) {
         const tn_expert *ex = f->w;
-        cu_matmul(be, &ex->gate_up, f->x, f->g, (size_t)(2 * I));
+        mm_run(be, &ex->gate_up, f->x, f->g, (size_t)(2 * I), 0);
         CU(be, slcu_swiglu_clamped(f->g, ex->gate_up_bias, f->limit, f->u, n, I, MSG(be)));
         ffn_down(be, f, &ex->down, f->u, I);
         cu_add_bias(be, f->y, f->ldy, ex->down_bias, n, ex->down.rows);
         return;
     }
-    cu_matmul(be, &f->w->gate, f->x, f->g, (size_t)I);
-    cu_matmul(be, &f->w->up, f->x, f->u, (size_t)I);
+    mm_run(be, &f->w->gate, f->x, f->g, (size_t)I, 0);
+    mm_run(be, &f->w->up, f->x, f->u, (size_t)I, 0);
     CU(be, slcu_swiglu(f->g, f->u, f->g, (size_t)n * (size_t)I, MSG(be)));
     ffn_down(be, f, &f->w->down, f->g, I);
 }
@@ -780,7 +631,7 @@ static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_e
  * device memory, each job's matrices read from the layer's table at its id: bitwise cu_route + ffn_multi. */
 static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_src *xs, const be_ffn *f,
                            const float **w_dev) {
-    pend_flush(be);
+    if (!router_held(be, r->logits)) pend_flush(be); /* (held: joined to the route below, or flushed by the next op) */
     cu_ctx *c = cu_of(be);
     const fam_config *cfg = r->cfg;
     const int k = cfg->n_experts_used, E = cfg->n_experts, I = f->inter;
@@ -806,7 +657,7 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
         *w_dev = dw;
         return 1;
     }
-    if (slcu_route(&rr, r->logits, 1, de, dw, MSG(be)) || act_ready(be, f->x, &a))
+    if (route_held(be, &rr, r->logits, de, dw) || act_ready(be, f->x, &a))
         return cu_fail(be, SL_EIO, c->tmp), cu_sync(be);
     for (int s = 0; s < 2 * k; s++)
         mm[s] = (slcu_mm){.w = mat_of(s & 1 ? &ex0.up : &ex0.gate), .a = &a, .tab = tab + (size_t)(s & 1) * 3 * E,
@@ -823,7 +674,7 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
         mm[s] = (slcu_mm){.w = mat_of(dn), .a = &mi[s], .tab = tab + (size_t)6 * E, .sel = de + s, .n_tok = 1,
                           .y = f->y + (size_t)s * f->ldy, .ldy = f->ldy};
     }
-    CU(be, slcu_matmul_i8(mm, k, MSG(be)));
+    if (!hold_mm(be, mm, k, FUSE_DOWN)) CU(be, slcu_matmul_i8(mm, k, MSG(be))); /* (SLUICE_CUDA_FUSE=down) */
     *w_dev = dw;
     return 1;
 }
@@ -847,64 +698,6 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
                          .up = mat_of(&ex0.up), .down = mat_of(&ex0.down)};
     const int rc = ok ? slcu_moe_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be)) : 0;
     return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
-}
-
-static void combine_now(be_backend *be, const be_combine *cb) {
-    if (cb->w_dev) {
-        CU(be, slcu_combine(cb->y, cb->w_dev, cb->k, cb->sh_y, cb->sh_gate, cb->out, cb->n, cb->H, MSG(be)));
-    } else if (cb->w) {
-        const float *w = dev_upload(be, cb->w, (size_t)cb->n * (size_t)cb->k * sizeof(float));
-        if (!w) return;
-        CU(be, slcu_combine(cb->y, w, cb->k, cb->sh_y, cb->sh_gate, cb->out, cb->n, cb->H, MSG(be)));
-    } else if (cb->sh_y) {
-        CU(be, slcb_add_shared(cb->out, cb->sh_y, cb->sh_gate, cb->n, cb->H, MSG(be)));
-    }
-}
-
-/* one token's combine on device weights is held back (pend): the residual add and norm after it may join it */
-static void cu_combine(be_backend *be, const be_combine *cb) {
-    SKIP(be);
-    if (cb->n <= 0) return;
-    if (cb->n == 1 && cb->w_dev && !cu_of(be)->nq_off) {
-        cu_of(be)->pend.kind = 2, cu_of(be)->pend.cb = *cb;
-        return;
-    }
-    combine_now(be, cb);
-}
-
-static void pend_flush(be_backend *be) {
-    cu_ctx *c = cu_of(be);
-    const int k = c->pend.kind;
-    c->pend.kind = 0;
-    for (int i = 0; i < 2; i++) {
-        const slcu_normrope *p = &c->pend.nr[i];
-        if (k & (4 << i))
-            CU(be, slcu_rmsnorm(p->x, p->y, 1, c->pend.nr_ld[i], p->n_heads, p->hs, p->dim, p->w, p->w_off, p->eps, MSG(be)));
-    }
-    if (k & 16)
-        CU(be, slcu_rope(c->pend.nr[0].y, 1, c->pend.nr_ld[0], c->pend.nr[0].n_heads, c->pend.nr[0].hs, c->pend.rot,
-                         c->pend.freq, c->pend.af, c->pend.pos, 0, MSG(be)));
-    if (k & 2) combine_now(be, &c->pend.cb);
-    if (k & 1) CU(be, slcb_add(c->pend.x, c->pend.y, c->pend.n, MSG(be)));
-}
-
-/* the held add (and combine) of x's row, then the norm of x, in one kernel; 0 when they do not fit together */
-static int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps) {
-    cu_ctx *c = cu_of(be);
-    if (!(c->pend.kind & 1) || c->pend.x != x || c->pend.n != (size_t)dim || dim > 8192) return 0;
-    const be_combine *cb = &c->pend.cb;
-    const int comb = c->pend.kind & 2;
-    if (comb && cb->k > 16) return 0; /* slcu_add_norm_q's limits */
-    slcu_addnorm p = {.x = c->pend.x, .y = c->pend.y, .cy = comb ? cb->y : NULL, .cw = cb->w_dev, .csh = cb->sh_y,
-                      .csg = cb->sh_gate, .ck = cb->k, .cout = cb->out, .h = y, .w = w, .w_off = w_off, .eps = eps,
-                      .dim = dim};
-    slcu_act a;
-    const int q = dim % 32 == 0 && nq_room(be, dim) && !slcu_act_bind(&a, c->nq_buf, 1, dim, MSG(be));
-    c->pend.kind = 0;
-    c->nq_y = NULL;
-    CU(be, slcu_add_norm_q(&p, q ? &a : NULL, MSG(be)));
-    if (q) c->nq_y = y, c->nq_dim = dim, c->nq_owner = NULL;
-    return 1;
 }
 
 static void cu_combine_rows(be_backend *be, float *out, int H, int k, const int *tok, const int *slot,
@@ -992,6 +785,10 @@ be_backend *be_cuda_new(pool_t *pool) {
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
     be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "0") ? 0 : 1u << SL_KV_F16);
+    if (fuse_env(be)) { /* SLUICE_CUDA_FUSE (opt-in): launches that end in their last CTA's work (backend_cuda_hold.c) */
+        cu_destroy(be);
+        return NULL;
+    }
     return be;
 }
 

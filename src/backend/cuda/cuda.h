@@ -169,6 +169,13 @@ typedef struct slcu_addnorm {
     int dim;
 } slcu_addnorm;
 int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *msg, size_t msglen);
+/* slcu_matmul_i8 of mm[0 .. n) (one token each, rows == p->dim <= 2048) and then slcu_add_norm_q of p in the same
+ * launch, done by its last CTA (cuda_i8.cu, SLUICE_CUDA_FUSE=o / down): without a combine one matrix whose y is p->y
+ * (o), with one the k = n matrices whose y are p->cy's rows (the experts' down: device table and SwiGLU inputs
+ * allowed). Every output bitwise the two calls'. cnt: a device int, zero before and left zero after, that no other
+ * launch uses meanwhile. 1 queued, 0 not its case (nothing queued: the caller makes the two calls), -1 failed. */
+int slcu_matmul_i8_an(const slcu_mm *mm, int n, const slcu_addnorm *p, const slcu_act *a, int *cnt, char *msg,
+                      size_t msglen);
 /* One token's per-head q or k norm and RoPE (backend_cuda.c joins the two ops): per head h < n_heads of x + h * hs,
  * y = slcu_rmsnorm (dim, w, w_off, eps) then slcu_rope of y's first rot floats (inv_freq HOST [rot/2],
  * attn_factor, pos; not interleaved), bitwise the two kernels. Up to two such (norm, rope) parts in one launch. */
@@ -182,6 +189,13 @@ typedef struct slcu_normrope {
 } slcu_normrope;
 int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, const float *inv_freq, float attn_factor, int pos,
                    char *msg, size_t msglen);
+/* slcu_matmul_i8 of mm[0 .. n) (one token each, one dtype and scale type, no device table) and then slcu_norm_rope of
+ * p's parts in the same launch (cuda_i8.cu, SLUICE_CUDA_FUSE=qkv): each part's x must be one job's y, a head done by
+ * the CTA that completes its rows; every output bitwise the two calls'. cnt: device [cnt_n] ints, zero before and
+ * left zero after, that no other launch uses meanwhile (one per stream). 1 queued, 0 not its case (nothing queued:
+ * the caller makes the two calls), -1 failed (message). */
+int slcu_matmul_i8_nr(const slcu_mm *mm, int n, const slcu_normrope *p, int n_parts, int rot, const float *inv_freq,
+                      float attn_factor, int pos, int *cnt, int cnt_n, char *msg, size_t msglen);
 /* NeoX rotate-half RoPE in place on the first rot floats of each head (layout as rmsnorm), token t at
  * position pos0 + t (attention.c rope); inv_freq HOST [rot/2] (family/rope.h). interleave: the pairs
  * (x_2i, x_2i+1) are first de-interleaved into halves. */
@@ -207,6 +221,12 @@ typedef struct slcu_router {
 } slcu_router;
 int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
                size_t msglen);
+/* One token's router in one launch (cuda_mat.cu k_matvec_route, SLUICE_CUDA_FUSE=router): logits [E] = w x (w
+ * f32 / bf16 / f16, E rows), then r's choice (kinds 0, 1) made by the matvec's last CTA: logits, top_e and top_w
+ * bitwise slcu_matmul then slcu_route. done: a device int, zero before and left zero after, that no other launch
+ * uses meanwhile (one per stream). 1 queued, 0 not its case (nothing queued: the caller runs the two), -1 failed. */
+int slcu_matvec_route(const slcu_mat *w, const float *x, float *logits, const slcu_router *r, int *top_e,
+                      float *top_w, int *done, char *msg, size_t msglen);
 /* A layer-major MoE block's routed part: r's choice for logits [n][E] into m->top_e and top_w (device [n][k]),
  * slcu_moe_ffn (m->work and m->y carved from *buf, grown to what n needs: a sync first, the old one may be in
  * use), out [n][H] = slcu_combine of the slots. 1 done, 0 not its case (m's shapes or types: nothing queued),

@@ -11,6 +11,8 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_addnorm.cuh"
+#include "backend/cuda/cuda_normrope.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 #include "kernels/canon_exp.h"
 
@@ -33,54 +35,7 @@ static int launched(char *msg, size_t n, const char *what) {
  * quantisation. dim <= RN_MAXD. ---- */
 #define RN_THREADS 1024
 #define RN_MAXD 8192
-
 #define RN_PER (RN_MAXD / RN_THREADS) /* columns a thread holds at most */
-
-/* k_rmsnorm's tree of 256 partials, part[t] += part[t + o] for o = 128 .. 1, with one barrier: lane t of warp 0
- * adds the eight partials of the first three levels in the tree's own pairing, then the last five levels by
- * shuffles (lane t gets lane t + o's value: the same additions of the same doubles). part[0] the sum, visible
- * to every thread after the barrier. */
-static __device__ void tree256(double *part) {
-    __syncthreads();
-    const int t = threadIdx.x;
-    if (t < 32) {
-        const double *p = part;
-        double v = __dadd_rn(__dadd_rn(__dadd_rn(p[t], p[t + 128]), __dadd_rn(p[t + 64], p[t + 192])),
-                             __dadd_rn(__dadd_rn(p[t + 32], p[t + 160]), __dadd_rn(p[t + 96], p[t + 224])));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_down_sync(0xffffffffu, v, o));
-        if (!t) part[0] = v;
-    }
-    __syncthreads();
-}
-
-/* y = norm(xs) (xs: the row in shared memory) and, when a.q, its int8 form; every thread calls it. wv: this
- * thread's norm weights w[tid + RN_THREADS c] (loaded before, so their latency hid under the row's). The block
- * sums are kept in shared memory (sbs) for the pair and quad sums, as act_quant's thread 0 adds them. */
-__device__ void norm_q_tail(const float *xs, float *y, int n, const float *wv, float w_off, float eps, const slcu_act &a,
-                            double *part, float *sbs) {
-    const int tid = threadIdx.x;
-    if (tid < 256) {
-        double ss = 0.0;
-        for (int i = tid; i < n; i += 256) ss += (double)xs[i] * (double)xs[i];
-        part[tid] = ss;
-    }
-    tree256(part);
-    if (!tid) part[1] = (double)(float)(1.0 / sqrt(part[0] / (double)n + (double)eps)); /* once, not 1024 times in f64 */
-    __syncthreads();
-    const float inv = (float)part[1];
-#pragma unroll
-    for (int c = 0; c < RN_PER; c++) { /* i / 32 = the block, the same in the whole warp */
-        const int i = tid + c * RN_THREADS;
-        if (i >= n) break;
-        const float v = __fmul_rn(__fmul_rn(xs[i], inv), __fadd_rn(w_off, wv[c]));
-        y[i] = v;
-        if (a.q) quant_lane(v, i, tid & 31, a, sbs);
-    }
-    if (!a.q) return;
-    __syncthreads();
-    quant_sums_sh(a, n / 32, sbs, tid, RN_THREADS);
-}
 
 __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float *y, int n, const float *w, float w_off,
                                                           float eps, slcu_act a) {
@@ -95,7 +50,7 @@ __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float 
         if (i < n) xs[i] = x[i];
     }
     __syncthreads();
-    norm_q_tail(xs, y, n, wv, w_off, eps, a, part, sbs);
+    norm_q_tail<RN_THREADS, RN_MAXD>(xs, y, n, wv, w_off, eps, a, part, sbs);
 }
 
 extern "C" int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w, float w_off, float eps, const slcu_act *a,
@@ -155,68 +110,12 @@ extern "C" int slcu_swiglu_q(const float *g, const float *u, float *y, const slc
 }
 
 
-__device__ __forceinline__ float sigm(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
-
-/* One CTA of RN_THREADS: [cout = the MoE combine of one token (k_combine's order, its k <= AN_MAXK loads in flight
- * first)]; x += y or cout (k_add); then norm_q_tail (k_rmsnorm's operations, the int8 form when a.q). */
-#define AN_MAXK 16
+/* One CTA of RN_THREADS: cuda_addnorm.cuh add_norm_row (the combine, k_add's add, k_rmsnorm's norm and the int8 form) */
 __global__ void __launch_bounds__(RN_THREADS) k_add_norm_q(const slcu_addnorm p, slcu_act a) {
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ double part[256];
     __shared__ float xs[RN_MAXD], sbs[RN_MAXD / 32];
-    const int n = p.dim;
-    float wv[RN_PER];
-#pragma unroll
-    for (int c = 0; c < RN_PER; c++) { /* every load of the thread's columns first, then the sums */
-        const int i = threadIdx.x + c * RN_THREADS;
-        wv[c] = i < n ? p.w[i] : 0.0f;
-    }
-    if (p.cy) {
-        const float g = p.csh && p.csg ? sigm(p.csg[0]) : 1.0f;
-        for (int c0 = 0; c0 < RN_PER; c0 += 2) {
-            float ys[2][AN_MAXK], xv[2], sh[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int i = threadIdx.x + (c0 + h) * RN_THREADS, in = i < n;
-#pragma unroll
-                for (int s = 0; s < AN_MAXK; s++) ys[h][s] = in && s < p.ck ? p.cy[(size_t)s * n + i] : 0.0f;
-                xv[h] = in ? p.x[i] : 0.0f;
-                sh[h] = in && p.csh ? p.csh[i] : 0.0f;
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int i = threadIdx.x + (c0 + h) * RN_THREADS;
-                if (i >= n) break;
-                float o = 0.0f;
-#pragma unroll
-                for (int s = 0; s < AN_MAXK; s++)
-                    if (s < p.ck) o = __fadd_rn(o, __fmul_rn(p.cw[s], ys[h][s]));
-                if (p.csh) o = __fadd_rn(o, __fmul_rn(g, sh[h]));
-                p.cout[i] = o;
-                const float v = __fadd_rn(xv[h], o);
-                p.x[i] = v;
-                xs[i] = v;
-            }
-            if (threadIdx.x + (c0 + 2) * RN_THREADS >= n) break;
-        }
-    } else {
-        float yv[RN_PER], xv[RN_PER];
-#pragma unroll
-        for (int c = 0; c < RN_PER; c++) {
-            const int i = threadIdx.x + c * RN_THREADS;
-            yv[c] = i < n ? p.y[i] : 0.0f, xv[c] = i < n ? p.x[i] : 0.0f;
-        }
-#pragma unroll
-        for (int c = 0; c < RN_PER; c++) {
-            const int i = threadIdx.x + c * RN_THREADS;
-            if (i >= n) break;
-            const float v = __fadd_rn(xv[c], yv[c]);
-            p.x[i] = v;
-            xs[i] = v;
-        }
-    }
-    __syncthreads();
-    norm_q_tail(xs, p.h, n, wv, p.w_off, p.eps, a, part, sbs);
+    add_norm_row<RN_THREADS, RN_MAXD, false>(p, a, part, xs, sbs);
 }
 
 extern "C" int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *msg, size_t msglen) {
@@ -227,45 +126,12 @@ extern "C" int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *m
     return launched(msg, msglen, "add + rmsnorm launch");
 }
 
-/* ---- per-head norm then RoPE of one token (slcu_norm_rope): a CTA of 256 per head, k_rmsnorm's sum and tree, the
- * normed head kept in shared memory for k_rope's operations (the angle from pos, or the recorded step's) ---- */
-struct nr_args {
-    slcu_normrope p[2];
-    int n0; /* heads of part 0 */
-    int half;
-    float af;
-    int pos;
-    float f[512];
-};
-
+/* ---- per-head norm then RoPE of one token (slcu_norm_rope): a CTA of 256 per head (cuda_normrope.cuh) ---- */
 __global__ void __launch_bounds__(256) k_norm_rope(const __grid_constant__ nr_args A, const int *pd) {
     __shared__ double part[256];
     __shared__ float v0[1024];
-    const int part_i = (int)blockIdx.x >= A.n0, h = (int)blockIdx.x - (part_i ? A.n0 : 0), tid = threadIdx.x;
-    const slcu_normrope &p = A.p[part_i];
-    const float *xr = p.x + (size_t)h * p.hs;
-    float *yr = p.y + (size_t)h * p.hs;
-    const int n = p.dim, half = A.half, pos = pd ? *pd : A.pos;
-    double ss = 0.0;
-    for (int i = tid; i < n; i += 256) ss += (double)xr[i] * (double)xr[i];
-    part[tid] = ss;
-    tree256(part);
-    if (!tid) part[1] = (double)(float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps)); /* once a CTA, in f64 */
-    __syncthreads();
-    const float inv = (float)part[1];
-    for (int i = tid; i < n; i += 256) {
-        const float v = __fmul_rn(__fmul_rn(xr[i], inv), __fadd_rn(p.w_off, p.w[i]));
-        if (i < 2 * half) v0[i] = v;
-        else yr[i] = v;
-    }
-    __syncthreads();
-    for (int i = tid; i < half; i += 256) {
-        const float ang = __fmul_rn((float)pos, A.f[i]);
-        const float c = __fmul_rn(cosf(ang), A.af), s = __fmul_rn(sinf(ang), A.af);
-        const float a = v0[i], b = v0[i + half];
-        yr[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        yr[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-    }
+    const int part_i = (int)blockIdx.x >= A.n0, h = (int)blockIdx.x - (part_i ? A.n0 : 0);
+    norm_rope_head(A, A.p[part_i], h, pd ? *pd : A.pos, part, v0);
 }
 
 extern "C" int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, const float *inv_freq, float attn_factor, int pos,

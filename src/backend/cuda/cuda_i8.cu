@@ -24,6 +24,8 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_i8.cuh"
+#include "backend/cuda/cuda_addnorm.cuh"
+#include "backend/cuda/cuda_normrope.cuh"
 #include "kernels/canon_exp.h"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
@@ -397,6 +399,95 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
             }
         }
     return 0;
+}
+
+/* The one-token jobs of mm[0 .. n) (one dtype and scale type, no rows; a device table, a SwiGLU input allowed) as
+ * slcu_matmul_i8 builds and tiles one launch class of them (launch_class: the same rows a CTA): 0, or -1 when they
+ * are not such jobs (the fused launches' case). */
+static int tail_jobs(const slcu_mm *mm, int n, ijobs *J, int *rows, int *tiles) {
+    const int dt = mm[0].w.dtype, sdt = mm[0].w.sdtype;
+    if (n < 1 || n > MAXJ || (dt != DT_Q8 && dt != DT_Q4) || (sdt != DT_F32 && sdt != DT_F16 && sdt != DT_BF16)) return -1;
+    J->n = 0;
+    for (int i = 0; i < n; i++) {
+        const slcu_mm *m = &mm[i];
+        const slcu_mat *w = &m->w;
+        if (w->dtype != dt || w->sdtype != sdt || m->n_tok != 1 || m->rows || !m->a || (m->a->sg && !m->a->su) ||
+            m->a->n_tok < 1 || m->a->cols != w->cols || w->rows <= 0 || w->cols <= 0 || (m->tab && !m->sel) ||
+            (w->group != 32 && w->group != 64 && w->group != 128) || w->cols % w->group)
+            return -1;
+        ijob &j = J->j[J->n++]; /* slcu_matmul_i8's job for mm[i] */
+        j.codes = (const uint8_t *)w->data, j.scales = w->scales, j.biases = w->biases;
+        j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = NULL;
+        j.tab = m->tab, j.sel = m->sel, j.yrows = NULL, j.sg = m->a->sg, j.su = m->a->su;
+        j.y = m->y, j.ldy = m->ldy;
+        j.nrows = w->rows, j.cols = w->cols, j.group = w->group, j.sdt = w->sdtype, j.n_tok = 1;
+    }
+    *rows = mv_tile_rows(J, 1);
+    *tiles = 0;
+    for (int i = 0; i < J->n; i++) {
+        J->j[i].tile0 = *tiles, J->j[i].ttiles = 1;
+        *tiles += (J->j[i].nrows + *rows - 1) / *rows;
+    }
+    return 0;
+}
+
+/* cuda.h: one token's q/k/v matvecs with q's and k's per-head norm + RoPE in the same launch (cuda_mv.cu mv1c_nr):
+ * 1 queued, 0 not its case (nothing queued), -1 failed. The jobs are built and tiled as slcu_matmul_i8 builds one
+ * launch class of them (the same rows a CTA), so y is bitwise its; the heads are slcu_norm_rope's code. */
+extern "C" int slcu_matmul_i8_nr(const slcu_mm *mm, int n, const slcu_normrope *p, int n_parts, int rot,
+                                 const float *inv_freq, float attn_factor, int pos, int *cnt, int cnt_n, char *msg,
+                                 size_t msglen) {
+    if (n < 1 || n > MAXJ || n_parts < 1 || n_parts > 2 || rot < 0 || rot % 2 || rot > 1024 || !cnt || force_kernel ||
+        !slcu_decode_kernels || !mv_takes(1) || !mv_nr_ok())
+        return 0;
+    ijobs J;
+    int rows, tiles;
+    if (tail_jobs(mm, n, &J, &rows, &tiles)) return 0;
+    nr_tail T;
+    memset(&T, 0, sizeof T);
+    int heads = 0;
+    for (int i = 0; i < 2; i++) {
+        T.job[i] = -1;
+        if (i >= n_parts) continue;
+        const slcu_normrope *q = &p[i];
+        for (int k = 0; k < n; k++)
+            if (mm[k].y == q->x) T.job[i] = k;
+        if (T.job[i] < 0 || q->dim <= 0 || q->dim < rot || q->n_heads <= 0 || q->hs < (size_t)q->dim ||
+            (size_t)(q->n_heads - 1) * q->hs + (size_t)q->dim > (size_t)mm[T.job[i]].w.rows)
+            return 0;
+        T.A.p[i] = *q;
+        heads += q->n_heads;
+    }
+    if (heads > cnt_n || (n_parts == 2 && T.job[0] == T.job[1])) return 0;
+    if (n_parts == 1) T.A.p[1] = p[0];
+    T.A.n0 = p[0].n_heads, T.A.half = rot / 2, T.A.af = attn_factor, T.A.pos = pos;
+    memcpy(T.A.f, inv_freq, (size_t)rot / 2 * sizeof(float));
+    T.pd = slcu_step_pos(), T.cnt = cnt;
+    const cudaError_t e = mv_nr_launch(mm[0].w.dtype, mm[0].w.sdtype, rows, tiles, &J, &T);
+    return e != cudaSuccess ? fail(msg, msglen, "int8 matmul + norm + rope launch", e) : 1;
+}
+
+/* cuda.h: one token's matvecs (mm: the o projection, or with p->cy the experts' down matrices) with slcu_add_norm_q
+ * of p (its y the matvec's output, or cy's rows the n outputs) done by the launch's last CTA (cuda_mv.cu mv1c_an):
+ * 1 queued, 0 not its case (nothing queued), -1 failed. Jobs and tiles as slcu_matmul_i8's, so y is bitwise its;
+ * the tail is k_add_norm_q's code. */
+extern "C" int slcu_matmul_i8_an(const slcu_mm *mm, int n, const slcu_addnorm *p, const slcu_act *a, int *cnt, char *msg,
+                                 size_t msglen) {
+    if (!cnt || force_kernel || !slcu_decode_kernels || !mv_takes(1) || !mv_nr_ok() || p->dim <= 0 ||
+        p->dim > AN_FUSE_MAXD || (a && (p->dim % 32 || a->n_tok != 1 || a->cols != p->dim)) ||
+        (p->cy ? n != p->ck || p->ck > AN_MAXK : n != 1 || p->y != mm->y))
+        return 0;
+    for (int s = 0; s < n; s++)
+        if (mm[s].w.rows != p->dim || (p->cy && mm[s].y != p->cy + (size_t)s * p->dim)) return 0;
+    ijobs J;
+    int rows, tiles;
+    if (tail_jobs(mm, n, &J, &rows, &tiles)) return 0;
+    an_tail T;
+    memset(&T, 0, sizeof T);
+    T.p = *p, T.cnt = cnt;
+    if (a) T.a = *a;
+    const cudaError_t e = mv_an_launch(mm->w.dtype, mm->w.sdtype, rows, tiles, &J, &T);
+    return e != cudaSuccess ? fail(msg, msglen, "int8 matmul + add + rmsnorm launch", e) : 1;
 }
 
 /* ---- the experts of a layer-major MoE block (slcu_moe_ffn) ----------------------------------------------

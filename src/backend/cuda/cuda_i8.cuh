@@ -116,6 +116,16 @@ int mv_tile_rows(const ijobs *J, int max_tok);
 int mv_takes(int max_tok); /* 1 when cuda_mv.cu runs max_tok (1-8) tokens, 0 when mv_i8 does (SLUICE_CUDA_MVN=3) */
 int mv_swiglu_ok(void); /* the one-token kernel is mv1c_i8 or mv1d_i8, which take slcu_act sg inputs */
 cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J);
+/* SLUICE_CUDA_FUSE=qkv (cuda_mv.cu mv1c_nr): the one-token matvec over J, then slcu_norm_rope's parts (A) each on the
+ * rows of job job[i], a head by the CTA that completes its rows (counters cnt [A.n0 + part 1's heads], zero before and
+ * after); pd: the recorded step's position (NULL: A.pos). mv_nr_ok: 1 when the one-token kernel has this tail. */
+struct nr_tail;
+int mv_nr_ok(void);
+cudaError_t mv_nr_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const nr_tail *T);
+/* SLUICE_CUDA_FUSE=o (cuda_mv.cu mv1c_an): the one-token matvec of J's one job, then slcu_add_norm_q's work by the CTA
+ * that finishes last (T: its arguments and the launch's counter) */
+struct an_tail;
+cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const an_tail *T);
 /* cuda_mv1d.cu (SLUICE_CUDA_MV1=4): the rows a CTA it picks for a launch, and its launch of one token's jobs with
  * those rows (4, 8, 16 or 32): 0 when it cannot take them (a row longer than it stages; mv1c_i8 runs them), else 1 */
 int mv1d_tile_rows(const ijobs *J);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_route.cuh"
 
 #define MAXT 8           /* tokens per pass */
 #define ROWS_PER_BLOCK 4 /* warps per block */
@@ -69,9 +70,9 @@ __device__ __forceinline__ unsigned word_of(const uint4 &v, int k) {
  * made of otherwise). Per (row, token) the sum runs over the lane's pieces in order, then a butterfly
  * over the lanes: the same order for any NT. */
 template <int DT, int NT, int R>
-__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, NT >= 4 ? 2 : 4)
-matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
-       dt_type sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int n) {
+static __device__ __forceinline__ void matvec_rows(const uint8_t *__restrict__ data, const void *__restrict__ scales,
+                                                   const void *__restrict__ biases, dt_type sdt, int rows, int cols,
+                                                   int group, const float *__restrict__ x, float *__restrict__ y, int n) {
     const int lane = threadIdx.x & 31, r0 = (blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5)) * R;
     if (r0 >= rows) return;
     /* blockIdx.y: tokens [MAXT y, MAXT y + MAXT) of the n in one launch, each pass's arithmetic as alone */
@@ -170,6 +171,38 @@ matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const 
         }
 }
 
+template <int DT, int NT, int R>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, NT >= 4 ? 2 : 4)
+matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
+       dt_type sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int n) {
+    matvec_rows<DT, NT, R>(data, scales, biases, sdt, rows, cols, group, x, y, n);
+}
+
+/* One token's router (SLUICE_CUDA_FUSE=router): matvec<DT, 1, 1>'s rows, then the CTA that finishes last routes the
+ * logits on its first warp (cuda_route.cuh route_warp_row: k_route_warp's code), so no second launch. Each CTA's
+ * logits are fenced device-wide before its count (release); the last CTA fences after it (acquire) and reads them
+ * past L1. No CTA waits for another (any number of CTAs, resident or not); the last resets done for the next
+ * launch (stream order; a recorded step replays with it at zero). */
+template <int DT>
+__global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, 4)
+k_matvec_route(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
+               dt_type sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, slcu_router r,
+               int *top_e, float *top_w, int *done) {
+    __shared__ float p[RT_MAXE];
+    __shared__ int te[RT_MAXE];
+    __shared__ float tw[RT_MAXE];
+    __shared__ int last;
+    matvec_rows<DT, 1, 1>(data, scales, biases, sdt, rows, cols, group, x, y, 1);
+    __threadfence(); /* this CTA's logits, device-wide, before its count */
+    __syncthreads();
+    if (!threadIdx.x) last = atomicAdd(done, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); /* every other CTA's logits, after their counts */
+    if (threadIdx.x < 32) route_warp_row(r, y, 0, top_e, top_w, p, te, tw, threadIdx.x);
+    if (!threadIdx.x) *done = 0;
+}
+
 /* Columns that do not fill 16-byte pieces (a row of f32 whose length is not a multiple of 4, ...):
  * one thread per (row, token), plain loads, the same kind of fixed order. */
 __global__ void matvec_plain(const uint8_t *data, dt_type dt, int rows, int cols, const float *x, float *y, int nt) {
@@ -250,6 +283,25 @@ extern "C" int slcu_matmul(const slcu_mat *w, const float *x, float *y, int n, c
         cudaEventElapsedTime(&last_ms, ev0, ev1);
     }
     return 0;
+}
+
+/* cuda.h: 1 launched, 0 not this case (the caller runs slcu_matmul and slcu_route), -1 a launch failed */
+extern "C" int slcu_matvec_route(const slcu_mat *w, const float *x, float *logits, const slcu_router *r, int *top_e,
+                                 float *top_w, int *done, char *msg, size_t msglen) {
+    const int dt = w->dtype, P = dt == DT_F32 ? 4 : 8;
+    if ((dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) || w->cols % P || w->rows != r->E || r->E > RT_MAXE ||
+        r->k < 1 || r->k > r->E || (r->kind != 0 && r->kind != 1) || !slcu_decode_kernels || !done || timing)
+        return 0;
+    const unsigned grid = (unsigned)((w->rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+#define L(D) k_matvec_route<D><<<grid, 32 * ROWS_PER_BLOCK, 0, SLS>>>((const uint8_t *)w->data, w->scales, w->biases, \
+                                                                      w->sdtype, w->rows, w->cols, w->group, x, logits, \
+                                                                      *r, top_e, top_w, done)
+    if (dt == DT_F32) L(DT_F32);
+    else if (dt == DT_BF16) L(DT_BF16);
+    else L(DT_F16);
+#undef L
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? fail(msg, msglen, "router matvec launch", e) : 1;
 }
 
 extern "C" int slcu_init(char *msg, size_t msglen) {

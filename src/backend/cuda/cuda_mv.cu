@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_mv.cuh"
+#include "backend/cuda/cuda_addnorm.cuh"
+#include "backend/cuda/cuda_normrope.cuh"
 
 /* One token (mv1_i8), and 2 to 8 (mvn_i8, NT of them: its general case; the one-token kernel kept apart, since
  * the general loop ran one token 28% slower on the H100): a CTA of MV1_THREADS takes R rows (mvn_i8: MV1_ROWS). Per chunk of up to
@@ -127,15 +129,16 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
  * fold (SLUICE_CUDA_MV1=3). */
 #define MV1C_NP(DT) ((DT) == DT_Q4 ? 1024 : 512)
 
+/* sc: the caller's shared [MV1C_NP(DT) * BB] bytes, 16-aligned (free again after the call's last barrier) */
 template <int DT, int SDT, int R>
-__global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
+static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
     constexpr int ssz = SDT == DT_F32 ? 4 : 2;
     static_assert(3 * KC * LD * 4 <= NP * BB, "the fold's staging fits where the codes were");
     const int jk = find_job(J);
     if (J.j[jk].tab || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
     const ijob j = resolve(J.j[jk]);
-    __shared__ __align__(16) uint8_t sc[NP * BB]; /* codes, then sI | sM | sB */
+    /* sc: codes, then sI | sM | sB */
     __shared__ unsigned ssw[NP], sbw[NP];
     __shared__ __align__(16) uint4 sx[KC * 2];
     __shared__ float sd[KC], sxg[KC], sbt[KC];
@@ -198,6 +201,76 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
         __syncthreads();
     }
     if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
+}
+
+template <int DT, int SDT, int R>
+__global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
+    __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)];
+    mv1c_body<DT, SDT, R>(J, sc);
+}
+
+/* SLUICE_CUDA_FUSE=qkv: mv1c_i8's rows, then per-head norm + RoPE (cuda_normrope.cuh norm_rope_head, k_norm_rope's code)
+ * of each head whose rows this CTA completes. T.job[i]: the job whose y is part i's x (-1: none). A CTA counts the rows
+ * of each head it wrote (rows h hs .. h hs + dim - 1 of its job) into that head's counter after a fence (release);
+ * the CTA whose count completes the head's dim rows fences (acquire), resets the counter (for the next launch, in
+ * stream order) and does the head. No CTA waits for another; a head's rows may span any number of CTAs. */
+template <int DT, int SDT, int R>
+__global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_nr(const __grid_constant__ ijobs J, const __grid_constant__ nr_tail T) {
+    __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)]; /* then part [256], v0 [1024] */
+    static_assert(MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32) >= 256 * 8 + 1024 * 4, "the tail's room in the codes'");
+    __shared__ int lasth[R + 1], nlast;
+    mv1c_body<DT, SDT, R>(J, sc);
+    double *part = (double *)sc;
+    float *v0 = (float *)(sc + 256 * 8);
+    const int jk = find_job(J), pi = T.job[0] == jk ? 0 : T.job[1] == jk ? 1 : -1;
+    if (pi < 0) return; /* (v's rows) */
+    const slcu_normrope &p = T.A.p[pi];
+    const int r0 = ((int)blockIdx.x - J.j[jk].tile0) * R, r1 = min(r0 + R, J.j[jk].nrows), hs = (int)p.hs;
+    __threadfence(); /* this CTA's rows, device-wide, before its counts */
+    __syncthreads(); /* (and sc is free) */
+    if (!threadIdx.x) {
+        int n = 0;
+        for (int h = r0 / hs; h < p.n_heads && h * hs < r1; h++) {
+            const int got = min(r1, h * hs + p.dim) - max(r0, h * hs);
+            if (got <= 0) continue;
+            int *c = T.cnt + (pi ? T.A.n0 : 0) + h;
+            if (atomicAdd(c, got) + got == p.dim) lasth[n++] = h, *c = 0;
+        }
+        nlast = n;
+    }
+    __syncthreads();
+    if (!nlast) return;
+    __threadfence(); /* the other CTAs' rows of these heads, after their counts */
+    const int pos = T.pd ? *T.pd : T.A.pos;
+    for (int i = 0; i < nlast; i++) norm_rope_head(T.A, p, lasth[i], pos, part, v0);
+}
+
+/* mv1c_an's tail, a call of its own: inlined, its registers made the matvec's loop spill under the 40 a thread */
+static __device__ __noinline__ void an_run(const an_tail &T, uint8_t *sc) {
+    double *part = (double *)sc;
+    float *xs = (float *)(sc + 256 * 8), *sbs = xs + AN_FUSE_MAXD;
+    add_norm_row<MV1_THREADS, AN_FUSE_MAXD, true>(T.p, T.a, part, xs, sbs);
+}
+
+/* SLUICE_CUDA_FUSE=o / down: mv1c_i8's rows of the jobs (the o projection; or the experts' down matrices), then the
+ * CTA that finishes last (a counter for the launch: release fence, count; acquire fence) runs slcu_add_norm_q's code
+ * (cuda_addnorm.cuh add_norm_row, k_add_norm_q's operations on 256 threads) on T.p, whose y (or the combine's rows cy)
+ * the jobs wrote, in the codes' shared memory. */
+template <int DT, int SDT, int R>
+__global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_an(const __grid_constant__ ijobs J, const __grid_constant__ an_tail T) {
+    constexpr int SCB = MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32);
+    __shared__ __align__(16) uint8_t sc[SCB]; /* then part [256], xs [AN_FUSE_MAXD], sbs [AN_FUSE_MAXD / 32] */
+    static_assert(SCB >= 256 * 8 + AN_FUSE_MAXD * 4 + AN_FUSE_MAXD / 32 * 4, "the tail's room in the codes'");
+    __shared__ int last;
+    mv1c_body<DT, SDT, R>(J, sc);
+    __threadfence(); /* this CTA's rows, device-wide, before its count */
+    __syncthreads(); /* (and sc is free) */
+    if (!threadIdx.x) last = atomicAdd(T.cnt, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence(); /* the other CTAs' rows, after their counts */
+    an_run(T, sc);
+    if (!threadIdx.x) *T.cnt = 0; /* for the next launch (stream order) */
 }
 
 template <int DT, int SDT, int NT>
@@ -443,3 +516,41 @@ cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const i
     else mv_dt<DT_Q8>(sdt, max_tok, rows, tiles, J);
     return cudaGetLastError();
 }
+
+/* mv1c_nr's launch (cuda_i8.cu slcu_matmul_i8_nr): J's tiles of rows as mv_launch would make them (mv1c_i8's) */
+template <int DT, int SDT>
+static void nr_one(int rows, int tiles, const ijobs *J, const nr_tail *T) {
+    if (rows == 4) mv1c_nr<DT, SDT, 4><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 8) mv1c_nr<DT, SDT, 8><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 32) mv1c_nr<DT, SDT, 32><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else mv1c_nr<DT, SDT, MV1_ROWS><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+}
+
+cudaError_t mv_nr_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const nr_tail *T) {
+#define NR(D) (sdt == DT_F32 ? nr_one<D, DT_F32>(rows, tiles, J, T) : sdt == DT_BF16 ? nr_one<D, DT_BF16>(rows, tiles, J, T) \
+                                                                   : nr_one<D, DT_F16>(rows, tiles, J, T))
+    if (dt == DT_Q4) NR(DT_Q4);
+    else NR(DT_Q8);
+#undef NR
+    return cudaGetLastError();
+}
+
+/* mv1c_an's launch (cuda_i8.cu slcu_matmul_i8_an), tiled as mv_launch would */
+template <int DT, int SDT>
+static void an_one(int rows, int tiles, const ijobs *J, const an_tail *T) {
+    if (rows == 4) mv1c_an<DT, SDT, 4><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 8) mv1c_an<DT, SDT, 8><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 32) mv1c_an<DT, SDT, 32><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else mv1c_an<DT, SDT, MV1_ROWS><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+}
+
+cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const an_tail *T) {
+#define AN(D) (sdt == DT_F32 ? an_one<D, DT_F32>(rows, tiles, J, T) : sdt == DT_BF16 ? an_one<D, DT_BF16>(rows, tiles, J, T) \
+                                                                   : an_one<D, DT_F16>(rows, tiles, J, T))
+    if (dt == DT_Q4) AN(DT_Q4);
+    else AN(DT_Q8);
+#undef AN
+    return cudaGetLastError();
+}
+
+int mv_nr_ok(void) { return mv1_version() == 3; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_quant.cuh"
+#include "backend/cuda/cuda_route.cuh"
 #include "kernels/canon_exp.h"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
@@ -207,15 +208,8 @@ extern "C" int slcu_swiglu_clamped(const float *gu, const float *bias, float lim
 /* ---- routers: one CTA per token (moe.c route_token's rules); the k argmax rounds (ties to the lower index)
  * and the softmax's max and double sum are block reductions of a fixed tree (the sum within rounding of the
  * CPU's index order); the sigmoid group-limited router on one thread. ---- */
-#define RT_MAXE 1024
 #define RT_MAXG 64
 #define RT_THREADS 128
-
-/* (v, i) := the better of (v, i) and (v2, i2): the larger value, on a tie the lower index; i < 0 is none. */
-__device__ __forceinline__ void rt_better(float &v, int &i, float v2, int i2) {
-    if (i2 < 0) return;
-    if (i < 0 || v2 > v || (!(v > v2) && i2 < i)) v = v2, i = i2;
-}
 
 /* The best not-taken entry of p [E] (shared) over the block, seen by every thread; -1 when none. */
 __device__ int rt_argmax(const float *p, int E, float taken, float *rv, int *ri) {
@@ -239,22 +233,6 @@ __device__ int rt_argmax(const float *p, int E, float taken, float *rv, int *ri)
     const int best = ri[32];
     __syncthreads(); /* rv / ri reused by the next round */
     return best;
-}
-
-/* kinds 0 and 1 after the choice (one thread): top-k-then-softmax's softmax over the k, or the renormalisation */
-__device__ void rt_weights(const slcu_router &r, float *tw) {
-    const int k = r.k;
-    if (r.kind == 1) {
-        const float mx = tw[0];
-        double sum = 0.0;
-        for (int s = 0; s < k; s++) tw[s] = expf(__fsub_rn(tw[s], mx)), sum += tw[s];
-        const float fsum = (float)sum;
-        for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], fsum);
-    } else if (r.norm_topk) {
-        float wsum = 0.0f;
-        for (int s = 0; s < k; s++) wsum = __fadd_rn(wsum, tw[s]);
-        for (int s = 0; s < k; s++) tw[s] = __fdiv_rn(tw[s], wsum);
-    }
 }
 
 __device__ void rt_sort(int k, int *te, float *tw) {
@@ -364,87 +342,13 @@ __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float
     rt_sort(k, te, tw);
 }
 
-/* A float's order as an unsigned key (-0 as +0: equal floats, equal keys), for the warp's max reduction. */
-__device__ __forceinline__ unsigned rt_key(float v) {
-    const unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
-    return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
-__device__ __forceinline__ unsigned rt_wmax(unsigned x) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_max_sync(0xffffffffu, x);
-#else
-    for (int o = 16; o; o >>= 1) x = max(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-#endif
-}
-__device__ __forceinline__ unsigned rt_wmin(unsigned x) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return __reduce_min_sync(0xffffffffu, x);
-#else
-    for (int o = 16; o; o >>= 1) x = min(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-#endif
-}
-
-/* Kinds 0 and 1 on one warp (decode: one token a CTA, no block barriers): the same choice as k_route (the
- * argmax rounds, ties to the lower index) and the same operations, but for the softmax's double sum: per lane
- * over e = lane mod 32 in order, then a shuffle tree (k_route: 128 partitions), so the weights agree with
- * k_route's to rounding. Both paths of the CUDA backend (route, moe_resident) call slcu_route, so they choose
- * alike (streamed == resident). Each lane keeps the best of its own entries (rt_better's order); a round takes the
- * warp's largest key, then the lowest index holding it (two reductions, not a shuffle tree of pairs), and only
- * the winner's lane looks at its entries again; the choice is then placed by expert index in parallel (a stable
- * rank: rt_sort's order). The same choice and weights as before for any logits but NaN. */
+/* k_route_warp: cuda_route.cuh route_warp_row, a CTA of one warp per token */
 __global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *logits, int *top_e, float *top_w) {
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ float p[RT_MAXE];
     __shared__ int te[RT_MAXE]; /* the choice staged here: lane 0's weights and sort were dependent global accesses */
     __shared__ float tw[RT_MAXE];
-    const int t = blockIdx.x, E = r.E, k = r.k, lane = threadIdx.x;
-    const float *lg = logits + (size_t)t * E;
-    const float taken = r.kind == 1 ? -INFINITY : -1.0f;
-    if (r.kind == 1) {
-#pragma unroll 4
-        for (int e = lane; e < E; e += 32) p[e] = lg[e];
-    } else {
-        float mx = -INFINITY;
-#pragma unroll 4
-        for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e] = lg[e]);
-        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        double sum = 0.0;
-        for (int e = lane; e < E; e += 32) {
-            p[e] = expf(__fsub_rn(p[e], mx));
-            sum += p[e];
-        }
-        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const float fsum = (float)sum;
-        for (int e = lane; e < E; e += 32) p[e] = __fdiv_rn(p[e], fsum);
-    }
-    float v = 0.f; /* this lane's best untaken entry (i < 0: none) */
-    int i = -1;
-    for (int e = lane; e < E; e += 32)
-        if (p[e] != taken) rt_better(v, i, p[e], e);
-    for (int s = 0; s < k; s++) {
-        const unsigned mk = rt_wmax(i >= 0 ? rt_key(v) : 0u);
-        int b = (int)rt_wmin(i >= 0 && rt_key(v) == mk ? (unsigned)i : 0xffffffffu);
-        if (b < 0 || b >= E) b = 0; /* none left: k_route's fallback */
-        if (!lane) te[s] = b, tw[s] = p[b];
-        __syncwarp();
-        if ((b & 31) == lane) {
-            p[b] = taken;
-            v = 0.f, i = -1;
-            for (int e = lane; e < E; e += 32)
-                if (p[e] != taken) rt_better(v, i, p[e], e);
-        }
-        __syncwarp();
-    }
-    if (!lane) rt_weights(r, tw);
-    __syncwarp();
-    for (int s = lane; s < k; s += 32) { /* rt_sort's stable order by expert index */
-        const int e = te[s];
-        int rank = 0;
-        for (int j = 0; j < k; j++) rank += te[j] < e || (te[j] == e && j < s);
-        top_e[(size_t)t * k + rank] = e, top_w[(size_t)t * k + rank] = tw[s];
-    }
+    route_warp_row(r, logits, blockIdx.x, top_e, top_w, p, te, tw, threadIdx.x);
 }
 
 extern "C" int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
