@@ -20,6 +20,7 @@ o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 S=$o/summary.txt
 SX=$(cat "$here/switches" 2>/dev/null); KV=${KV:-f16}
+SX2=$(cat "$here/switches2" 2>/dev/null) # a second set (DIR/switches2, optional): checked and timed in round 1 beside the first
 mkdir -p "$here/stage" && tar -xJf "$here/bundle.tar.xz" -C "$here/stage"
 if [ -f "$here/t.tar.xz" ]; then tar -xJf "$here/t.tar.xz" -C "$here"
 else mkdir -p "$here/t" && for x in test_cuda test_model bench_serve VERSION; do [ -e "$here/stage/$x" ] && cp "$here/stage/$x" "$here/t/"; done; fi
@@ -30,7 +31,7 @@ w=/tmp/lc; rm -rf "$w"; mkdir -p "$w/mt" "$w/logs"; log=$w/logs
 fin() { tar czf "$o/logs.tar.gz" -C "$w" logs; echo "=== summary"; cat "$S"; }
 trap fin EXIT
 sl=$here/stage/sluice
-{ echo "call C: $(date -u +%FT%TZ) $(cat "$here/t/VERSION") switches: [$SX] kv $KV"
+{ echo "call C: $(date -u +%FT%TZ) $(cat "$here/t/VERSION") switches: [$SX] switches2: [$SX2] kv $KV"
   nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm --format=csv,noheader; } >"$S" 2>&1
 export LD_LIBRARY_PATH=$here/stage/lib:$here/t/lib
 timeout 60 "$here/t/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?
@@ -42,6 +43,7 @@ mt() { local tag=$1; shift
   grep -m 12 -i "fail" "$log/model_test.$tag.log" >>"$S"; }
 mt default
 [ -n "$SX" ] && mt switches $SX
+[ -n "$SX2" ] && mt switches2 $SX2
 [ -n "${MT_KV:-}" ] && mt kv $SX SLUICE_TEST_KV=$MT_KV
 if [ -n "${BENCH_I8:-}" ]; then # the matvec kernels' GB/s against the device copy (test_cuda --bench-i8)
   timeout 90 "$here/t/test_cuda" --bench-i8 >"$log/bench_i8.log" 2>&1
@@ -78,6 +80,11 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
       timeout 60 "$sl" bench -m "$sp" --gpu --resident --prompt $p --gen 64 --decode random --json \
         >"$log/d.$p.json" 2>"$log/d.$p.err"
       echo "sluice defaults (no switches, default kv) p$p: $(row "$log/d.$p.json" "$log/d.$p.err") [$(el) s]" >>"$S"
+      if [ -n "$SX2" ]; then
+        env $SX2 timeout 60 "$sl" bench -m "$sp" --gpu --resident --kv $KV --prompt $p --gen 64 --decode random --json \
+          >"$log/x.$p.json" 2>"$log/x.$p.err"
+        echo "sluice kv $KV switches2 [$SX2] p$p: $(row "$log/x.$p.json" "$log/x.$p.err") [$(el) s]" >>"$S"
+      fi
       [ -x "$here/stage/sluice-old" ] || continue # the build before (tools/cuda_hybrid.sh prepare's OLD_BUNDLE)
       timeout 60 "$here/stage/sluice-old" bench -m "$sp" --gpu --resident --prompt $p --gen 64 --decode random --json \
         >"$log/o.$p.json" 2>"$log/o.$p.err"
