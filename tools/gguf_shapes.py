@@ -8,6 +8,8 @@ src/models/qwen3next.cpp, openai-moe.cpp, deepseek2.cpp load them):
 
   qwen3-next-80b-a3b  qwen3next: Gated DeltaNet layers (attn_qkv, attn_gate, ssm_*) and every 4th a gated full
                       attention layer (attn_q [query | gate]), 512 experts top-10 + a gated shared expert
+  qwen3.5-35b-a3b     qwen35moe: the same layers (ssm_beta and ssm_alpha where Qwen3-Next has the fused ssm_ba;
+                      M-RoPE sections 11, 11, 10), 256 experts top-8 + a gated shared expert, a 248320-row vocabulary
   gpt-oss-120b        gpt-oss: q/k/v/o with biases, sinks, sliding (128) / full attention alternating, 128 experts
                       top-4 with biases, the experts MXFP4 as released (the rest Q8_0)
   deepseek-v3         deepseek2: MLA (q_a / q_b, kv_a_mqa, attn_k_b / attn_v_b), the first 3 layers dense MLPs, then
@@ -33,14 +35,18 @@ CHUNK = 256 << 20
 # the shapes' dimensions (src/family/arch/qwen3_next.c, gpt_oss.c, deepseek_v3.c shape tables)
 QWEN3_NEXT = dict(V=151936, H=2048, NH=16, NKV=2, HD=256, E=512, K=10, FF=512, SH=512, NK=16, NV=32, DK=128, DV=128,
                   CONV=4, INTERVAL=4, CTX=262144, THETA=1e7, ROT=64, FF_DENSE=5120)
+QWEN3_5_35B = dict(QWEN3_NEXT, V=248320, E=256, K=8, SECTIONS=[11, 11, 10, 0])
 GPT_OSS_120B = dict(V=201088, H=2880, NH=64, NKV=8, HD=64, E=128, K=4, FF=2880, SWA=128, CTX=131072, THETA=150000.0,
                     YARN=32.0, YARN_CTX=4096)
 DEEPSEEK_V3 = dict(V=129280, H=7168, NH=128, E=256, K=8, FF=2048, FF_DENSE=18432, DENSE=3, QL=1536, KVL=512, NOPE=128,
                    ROPE=64, VD=128, GROUPS=8, GROUPS_USED=4, SCALE=2.5, CTX=163840, THETA=10000.0, YARN=40.0,
                    YARN_CTX=4096)
-SHAPES = {"qwen3-next-80b-a3b": "qwen3next", "gpt-oss-120b": "gpt-oss", "deepseek-v3": "deepseek2"}
+SHAPES = {"qwen3-next-80b-a3b": "qwen3next", "qwen3.5-35b-a3b": "qwen35moe", "gpt-oss-120b": "gpt-oss",
+          "deepseek-v3": "deepseek2"}
+DIMS = {"qwen3next": QWEN3_NEXT, "qwen35moe": QWEN3_5_35B, "gpt-oss": GPT_OSS_120B, "deepseek2": DEEPSEEK_V3}
+FULL_LAYERS = {"qwen3next": 48, "qwen35moe": 40, "gpt-oss": 36, "deepseek2": 61}
 # the harness's default layer count per shape (tools/cuda_llama.sh SHAPE=...): a file of ~15 GB
-DEFAULT_LAYERS = {"qwen3-next-80b-a3b": 16, "gpt-oss-120b": 8, "deepseek-v3": 5}
+DEFAULT_LAYERS = {"qwen3-next-80b-a3b": 16, "qwen3.5-35b-a3b": 28, "gpt-oss-120b": 8, "deepseek-v3": 5}
 
 
 def log(*a):
@@ -95,10 +101,10 @@ def add_tokenizer(w, V):
 # A plan: [(name, type, shape, fill)], shape as numpy's (rows first), fill for F32 tensors: "one", ("normal", std),
 # ("uniform", lo, hi); quantised tensors are random blocks.
 
-def qwen3next_plan(L, V):
+def qwen3next_plan(L, V, d=QWEN3_NEXT):
+    """qwen3next, or qwen35moe with d = QWEN3_5_35B (ssm_beta, ssm_alpha for ssm_ba)"""
     import gguf
     Q = gguf.GGMLQuantizationType
-    d = QWEN3_NEXT
     H, E, FF, SH = d["H"], d["E"], d["FF"], d["SH"]
     qkv = 2 * d["NK"] * d["DK"] + d["NV"] * d["DV"]
     plan = [("token_embd.weight", Q.Q8_0, (V, H), None)]
@@ -108,7 +114,9 @@ def qwen3next_plan(L, V):
         if (i + 1) % d["INTERVAL"]:  # Gated DeltaNet (llama.cpp is_recr: (i + 1) % full_attention_interval != 0)
             plan += [(b + "attn_qkv.weight", Q.Q4_0, (qkv, H), None),
                      (b + "attn_gate.weight", Q.Q4_0, (d["NV"] * d["DV"], H), None),
-                     (b + "ssm_ba.weight", Q.Q4_0, (2 * d["NV"], H), None),
+                     *([(b + "ssm_beta.weight", Q.Q4_0, (d["NV"], H), None),
+                        (b + "ssm_alpha.weight", Q.Q4_0, (d["NV"], H), None)] if "SECTIONS" in d else
+                       [(b + "ssm_ba.weight", Q.Q4_0, (2 * d["NV"], H), None)]),
                      (b + "ssm_conv1d.weight", Q.F32, (qkv, d["CONV"]), ("normal", 0.3)),
                      (b + "ssm_dt.bias", Q.F32, (d["NV"],), ("normal", 0.5)),
                      (b + "ssm_a", Q.F32, (d["NV"],), ("uniform", -16.0, -1.0)),  # A = -exp(A_log)
@@ -132,9 +140,8 @@ def qwen3next_plan(L, V):
     return plan + [("output_norm.weight", Q.F32, (H,), "one"), ("output.weight", Q.Q8_0, (V, H), None)]
 
 
-def qwen3next_keys(w, L):
+def qwen3next_keys(w, L, d=QWEN3_NEXT):
     import gguf
-    d = QWEN3_NEXT
     w.add_context_length(d["CTX"])
     w.add_embedding_length(d["H"])
     w.add_block_count(L)
@@ -156,6 +163,8 @@ def qwen3next_keys(w, L):
     w.add_ssm_time_step_rank(d["NV"])
     w.add_ssm_inner_size(d["NV"] * d["DV"])
     w.add_full_attention_interval(d["INTERVAL"])
+    if "SECTIONS" in d:
+        w.add_rope_dimension_sections(d["SECTIONS"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
 
 
@@ -341,14 +350,18 @@ def write(path, shape, layers, vocab=None, seed=1234):
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape} (known: {', '.join(SHAPES)})")
     arch = SHAPES[shape]
-    dims = {"qwen3next": QWEN3_NEXT, "gpt-oss": GPT_OSS_120B, "deepseek2": DEEPSEEK_V3}[arch]
+    dims = DIMS[arch]
+    if arch in ("qwen3next", "qwen35moe") and layers < QWEN3_NEXT["INTERVAL"]:
+        # llama.cpp's hybrid memory aborts without an attention layer (its KV cache of no layers: ggml_abort in
+        # llama_kv_cache::set_input_k_idxs, seen with 1 layer)
+        raise ValueError(f"{shape} needs at least {QWEN3_NEXT['INTERVAL']} layers (layer 3 is its first attention layer)")
     V = vocab or dims["V"]
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, arch)
     w.add_name(f"sluice gguf_shapes {shape} shape, {layers} layers, random weights")
-    if arch == "qwen3next":
-        qwen3next_keys(w, layers)
-        plan = qwen3next_plan(layers, V)
+    if arch in ("qwen3next", "qwen35moe"):
+        qwen3next_keys(w, layers, dims)
+        plan = qwen3next_plan(layers, V, dims)
     elif arch == "gpt-oss":
         gptoss_keys(w, layers)
         plan = gptoss_plan(layers, V)
@@ -391,10 +404,12 @@ def write(path, shape, layers, vocab=None, seed=1234):
 def layer_bytes(shape, vocab=None):
     """(bytes outside the layers, [bytes of each layer] for the shape's full depth): what LAYERS costs on disk"""
     arch = SHAPES[shape]
-    dims = {"qwen3next": QWEN3_NEXT, "gpt-oss": GPT_OSS_120B, "deepseek2": DEEPSEEK_V3}[arch]
-    V = vocab or dims["V"]
-    full = {"qwen3next": 48, "gpt-oss": 36, "deepseek2": 61}[arch]
-    plan = {"qwen3next": qwen3next_plan, "gpt-oss": gptoss_plan, "deepseek2": deepseek2_plan}[arch](full, V)
+    V = vocab or DIMS[arch]["V"]
+    full = FULL_LAYERS[arch]
+    if arch in ("qwen3next", "qwen35moe"):
+        plan = qwen3next_plan(full, V, DIMS[arch])
+    else:
+        plan = {"gpt-oss": gptoss_plan, "deepseek2": deepseek2_plan}[arch](full, V)
     per = [0] * full
     other = 0
     for name, kind, shp, _ in plan:
