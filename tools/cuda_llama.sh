@@ -14,8 +14,13 @@
 #          binary of BINS (sluice; e.g. "sluice sluice-base" with prepare's BASE_BIN) sluice bench --gpu --resident
 #          --prompt D --gen 64 --decode random for D = 1 and each depth (issue 24's settings),
 #          nvidia-smi sampling clocks and power throughout. $OUT/llama.txt the tables, llama_raw.tar.gz the logs.
+#          SHAPE (default qwen3-30b-a3b: write_gguf, the files q30-L48.*) picks another shape of
+#          tools/gguf_shapes.py instead, LAYERS defaulting to a ~15 GB file: qwen3-next-80b-a3b (16 layers),
+#          qwen3.5-35b-a3b (28), gpt-oss-120b (8), deepseek-v3 (5: 3 dense + 2 MoE); the files SHAPE-LLAYERS.* (the
+#          two DeltaNet shapes need LAYERS >= 4: llama.cpp aborts without an attention layer). VOCAB (rehearsals: e.g. 32000) cuts such a shape's vocabulary.
+#          The GGUF and pack of another shape in DIR/work are deleted first (the disk), its logs moved to DIR/raw-BASE.
 #          LLAMA_PART=0 skips all this (the tier rows alone); LAYERS, ROUNDS (2), STOP_AT (520: no round starts later, in seconds from the start), JOBS, LLAMA_BIN and
-#          GPU_FLAG (a rehearsal here: LLAMA_BIN=/work/llama.cpp/build/bin GPU_FLAG= LAYERS=1 ROUNDS=1).
+#          GPU_FLAG (a rehearsal here: LLAMA_BIN=/work/llama.cpp/build-cpu/bin GPU_FLAG= LAYERS=1 ROUNDS=1).
 #          Steps already done on the machine's disk (a warm second call) are skipped: the build resumes.
 #          WAIT_FOR=FILE holds the GPU steps (greedy, rounds) until FILE exists: a caller runs its own GPU
 #          tests during the build and touches FILE when done.
@@ -53,7 +58,7 @@ if [ "$mode" = prepare ]; then
     git log -1 --format='%h %cI' >"$t/py/COMMIT"
     tar -cJf "$dir/llama.tar.xz" -C "$t" llama py
     rm -rf "$t"
-    cp tools/cuda_llama.sh tools/cuda_bench.sh tools/bench_scale.py "$dir/"
+    cp tools/cuda_llama.sh tools/cuda_bench.sh tools/bench_scale.py tools/gguf_shapes.py "$dir/"
     ls -la "$dir"
     exit 0
 fi
@@ -72,13 +77,31 @@ trap save EXIT
 [ -d "$dir/llama" ] || tar -xJf "$dir/llama.tar.xz" -C "$dir"
 sl="$dir/stage/sluice"
 export LD_LIBRARY_PATH="$dir/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-layers=${LAYERS:-48}; rounds=${ROUNDS:-2}; jobs=${JOBS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))}
-gg="$work/q30-L$layers.gguf"; sp="$work/q30-L$layers.sluice"
+shape=${SHAPE:-qwen3-30b-a3b}
+case $shape in
+    qwen3-30b-a3b) layers=${LAYERS:-48}; base=q30-L$layers ;;
+    qwen3-next-80b-a3b) layers=${LAYERS:-16} ;;
+    qwen3.5-35b-a3b) layers=${LAYERS:-28} ;;
+    gpt-oss-120b) layers=${LAYERS:-8} ;;
+    deepseek-v3) layers=${LAYERS:-5} ;;
+    *) echo "SHAPE $shape: not one of qwen3-30b-a3b qwen3-next-80b-a3b qwen3.5-35b-a3b gpt-oss-120b deepseek-v3" >&2; exit 2 ;;
+esac
+base=${base:-$shape-L$layers${VOCAB:+-v$VOCAB}}
+rounds=${ROUNDS:-2}; jobs=${JOBS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))}
+gg="$work/$base.gguf"; sp="$work/$base.sluice"
 lb=${LLAMA_BIN:-$dir/llama/build/bin} # LLAMA_BIN: built already (a rehearsal here: the CPU build, GPU_FLAG=)
 cpu_t=${CPU_THREADS:-}
+# another shape's files on a warm machine: its logs kept apart (raw-BASE), its GGUF and pack deleted (the disk)
+if [ -f "$raw/base.txt" ] && [ "$(cat "$raw/base.txt")" != "$base" ]; then
+    old=$(cat "$raw/base.txt"); rm -rf "$dir/raw-$old"; mv "$raw" "$dir/raw-$old"; mkdir -p "$raw"
+fi
+echo "$base" >"$raw/base.txt"
+for f in "$work"/*.gguf "$work"/*.sluice "$work"/*.part; do
+    if [ -e "$f" ] && [ "$f" != "$gg" ] && [ "$f" != "$sp" ]; then rm -f "$f"; fi
+done
 if [ -n "$cpu_t" ]; then gpu=--cpu; ngl=0; else gpu=${GPU_FLAG---gpu}; ngl=99; fi # --cpu: auto would take the GPU
 {
-    echo "date: $(date -u +%FT%TZ)  sluice: $(cat "$dir/py/COMMIT")  $(cat "$dir/py/VERSION")"
+    echo "date: $(date -u +%FT%TZ)  sluice: $(cat "$dir/py/COMMIT")  $(cat "$dir/py/VERSION")  shape: $shape, $layers layers ($base)"
     uname -r; nproc; grep -m1 "model name" /proc/cpuinfo || true
     nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm,clocks.max.mem,power.limit \
         --format=csv || true
@@ -106,10 +129,15 @@ else
 fi
 if [ ! -f "$gg" ]; then
     t0=$(date +%s)
-    PYTHONPATH="$dir/py" "${PYTHON:-python3}" -c 'import sys; sys.path.insert(0, sys.argv[1]); import bench_scale as b; b.write_gguf(sys.argv[2], int(sys.argv[3]))' \
-        "$dir" "$gg.part" "$layers" >"$raw/gguf.log" 2>&1 || { tail -5 "$raw/gguf.log"; exit 1; }
+    if [ "$shape" = qwen3-30b-a3b ]; then
+        PYTHONPATH="$dir/py" "${PYTHON:-python3}" -c 'import sys; sys.path.insert(0, sys.argv[1]); import bench_scale as b; b.write_gguf(sys.argv[2], int(sys.argv[3]))' \
+            "$dir" "$gg.part" "$layers" >"$raw/gguf.log" 2>&1 || { tail -5 "$raw/gguf.log"; exit 1; }
+    else
+        PYTHONPATH="$dir/py" "${PYTHON:-python3}" "$dir/gguf_shapes.py" "$shape" "$layers" "$gg.part" ${VOCAB:+--vocab "$VOCAB"} \
+            >"$raw/gguf.log" 2>&1 || { tail -5 "$raw/gguf.log"; exit 1; }
+    fi
     mv "$gg.part" "$gg"
-    echo "write_gguf: $layers layers, $(stat -c %s "$gg") B, $(( $(date +%s) - t0 )) s (at $(el) s)" | tee -a "$raw/steps.txt"
+    echo "write ($shape): $layers layers, $(stat -c %s "$gg") B, $(( $(date +%s) - t0 )) s (at $(el) s)" | tee -a "$raw/steps.txt"
 fi
 if [ ! -f "$sp" ]; then
     t0=$(date +%s)
@@ -133,7 +161,8 @@ fi
 : >"$raw/greedy.txt"
 for p in "The quick brown fox jumps over the lazy dog. 1234" "Hello"; do
     a=$("$lb/llama-completion" -m "$gg" -ngl $ngl -p "$p" -n 8 --temp 0 -no-cnv --no-warmup -c 512 \
-        --no-display-prompt --simple-io 2>>"$raw/greedy.err" || echo "(failed)")
+        --no-display-prompt --simple-io 2>>"$raw/greedy.err" | python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))' || echo "(failed)")
+    # (llama.cpp prints a byte token's byte as it is, sluice a U+FFFD where the bytes are not UTF-8: compared alike)
     b=$("$sl" run -m "$sp" $gpu --resident -p "$p" -n 8 --temp 0 2>>"$raw/greedy.err" || echo "(failed)")
     printf 'prompt "%s"\n  llama.cpp: "%s"\n  sluice:    "%s"\n  %s\n' "$p" "$a" "$b" \
         "$([ "$a" = "$b" ] && echo identical || echo DIFFERENT)" | tee -a "$raw/greedy.txt"
@@ -147,7 +176,7 @@ raw, layers, ts = sys.argv[1], sys.argv[2], sys.argv[3].split()
 print(open(f'{raw}/machine.txt').read().strip())
 for f in ('steps.txt', 'greedy.txt', 'commands.txt'):
     if os.path.exists(f'{raw}/{f}'):
-        print(open(f'{raw}/{f}').read().strip())
+        print(open(f'{raw}/{f}', errors='replace').read().strip())
 def load(p):
     try:
         t = open(p).read()
@@ -174,9 +203,9 @@ if [ -n "$cpu_t" ]; then
         save
     done
     cat >"$raw/commands.txt" <<EOF
-OMP_WAIT_POLICY=active llama-bench -m q30-L$layers.gguf -ngl 0 -t T -p 128 -n 64 -r 3 -o json
-sluice bench -m q30-L$layers.sluice --resident --threads T --prompt 1 --gen 64 --json    (decode)
-sluice bench -m q30-L$layers.sluice --resident --threads T --prompt 128 --gen 1 --json   (prefill 128)
+OMP_WAIT_POLICY=active llama-bench -m $base.gguf -ngl 0 -t T -p 128 -n 64 -r 3 -o json
+sluice bench -m $base.sluice --resident --threads T --prompt 1 --gen 64 --json    (decode)
+sluice bench -m $base.sluice --resident --threads T --prompt 128 --gen 1 --json   (prefill 128)
 EOF
     summary "$(cat <<'PY'
 print("\n| threads | round | llama.cpp prefill 128 | sluice prefill 128 | llama.cpp decode | sluice decode | decode ratio |")
@@ -211,11 +240,11 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
     --format=csv -lms 500 >"$raw/smi.csv" 2>&1 &
 smi=$!
 cat >"$raw/commands.txt" <<EOF
-llama-bench -m q30-L$layers.gguf -ngl 99 -fa 1 -p 512 -n 64 -d $depths -r 2 -o json
-sluice bench -m q30-L$layers.sluice $gpu --resident --prompt D --gen 64 --decode random --json, D = 1 and each depth > 0
+llama-bench -m $base.gguf -ngl 99 -fa 1 -p 512 -n 64 -d $depths -r 2 -o json
+sluice bench -m $base.sluice $gpu --resident --prompt D --gen 64 --decode random --json, D = 1 and each depth > 0
         (the prefill of D tokens; decode from depth D against llama-bench's -d D; BINS: the binaries, alternated)
-greedy: llama-completion -m q30-L$layers.gguf -ngl 99 -p P -n 8 --temp 0 -no-cnv --no-warmup -c 512 --no-display-prompt --simple-io
-        sluice run -m q30-L$layers.sluice $gpu --resident -p P -n 8 --temp 0
+greedy: llama-completion -m $base.gguf -ngl 99 -p P -n 8 --temp 0 -no-cnv --no-warmup -c 512 --no-display-prompt --simple-io
+        sluice run -m $base.sluice $gpu --resident -p P -n 8 --temp 0
 EOF
 for r in $(seq 1 "$rounds"); do
     [ "$(el)" -lt "${STOP_AT:-520}" ] || { echo "round $r: skipped at $(el) s (STOP_AT)"; break; }
