@@ -35,7 +35,7 @@ dir=$top/stage # the files; carried to the GPU machine as $top/bundle.tar.xz (st
 if [ "$mode" = prepare ]; then
     cuda=${CUDA_HOME:-/usr/local/cuda}
     rm -rf "$dir" "$top/bundle.tar.xz"
-    make -s -j2 CUDA=1 build/cuda/sluice
+    make -s -j2 CUDA=1 MPI=0 build/cuda/sluice # the link below names no MPI library (the GPU machine has none)
     mkdir -p "$dir/lib"
     libs="-lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lnettle -lm -pthread"
     cuda_libs="-L$cuda/lib64 -lcudart_static -ldl -lrt -lstdc++"
