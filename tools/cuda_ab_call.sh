@@ -10,7 +10,8 @@
 #   BENCH_I8=1: test_cuda --bench-i8's matvec rows after the tests; LOOP_END / NCU1_END / NCU2_END: the deadlines (s).
 #   SWS="A=1 B=2": opt-in switches of the new build, each checked by test_model and timed in the rounds beside it
 #   (an item of several: joined by +, e.g. SLUICE_CUDA_FUSE=all+SLUICE_CUDA_GRAPH=1);
-#   G32=1: a 16-layer synth q4 with groups of 32 columns (as a Q4_0 GGUF packs) too, one decode row a round, new build;
+#   G32=1: a 16-layer synth q4 with groups of 32 columns (as a Q4_0 GGUF packs, its biases -8 times the scales: implied)
+#   too, one decode row a round, new build, then once with each SWS item;
 #   L48=1: a 48-layer synth q4 too (written during the tests), one decode row a round on it, new build only, to set a
 #   layer's cost on 48 layers beside 16 (call F: 145 against 105 us on tools/bench_scale.py's 48-layer pack).
 set -uo pipefail
@@ -53,10 +54,11 @@ for r in 1 2 3; do for bin in old new ${SWS:-}; do for p in 1 512; do
   env ${e//+/ } SLUICE_CUDA_KV16=1 timeout 25 "$x" bench -m $m $B --prompt $p --gen 64 >$o/b.$r.$bin.$p.json 2>$o/b.$r.$bin.$p.err
   echo "r$r $bin p$p: $(row $o/b.$r.$bin.$p.json $o/b.$r.$bin.$p.err) [$(el) s]" >>"$S"
 done; done
-  if [ -n "${G32:-}" ] && [ -s $w/g32.sluice ] && ! late 470; then
-    timeout 30 "$sl" bench -m $w/g32.sluice $B --prompt 1 --gen 64 >$o/b48.json 2>$o/b48.err
-    echo "r$r new g32 p1: $(row $o/b48.json $o/b48.err) [$(el) s]" >>"$S"
-  fi
+  if [ -n "${G32:-}" ] && [ -s $w/g32.sluice ]; then for e in X=1 ${SWS:-}; do # the new build, then with each switch
+    late 470 && break
+    env ${e//+/ } timeout 30 "$sl" bench -m $w/g32.sluice $B --prompt 1 --gen 64 >$o/b48.json 2>$o/b48.err
+    echo "r$r new g32 [$e] p1: $(row $o/b48.json $o/b48.err) [$(el) s]" >>"$S"
+  done; fi
   if [ -n "${L48:-}" ] && [ -s $w/q48.sluice ] && ! late 470; then
     timeout 40 "$sl" bench -m $w/q48.sluice $B --prompt 1 --gen 64 >$o/b48.json 2>$o/b48.err
     echo "r$r new 48L p1: $(row $o/b48.json $o/b48.err) [$(el) s]" >>"$S"
