@@ -6,6 +6,7 @@
 # FILE.csv.xz STEPS LAYERS sums the ncu logs per kernel).
 #   here:  MPI=0 tools/cuda_hybrid.sh prepare DIR OLD_BUNDLE (OLD_BUNDLE's sluice becomes sluice-old);
 #          cp tools/cuda_ab_call.sh DIR/run.sh    (DIR under build/, carried; a committed, clean tree)
+#          [build/venv/bin/python tools/cuda_kq_fixtures.py build/sluice DIR/kq: test_model's GGUF fixtures, ~30 MB]
 #   there: bash DIR/run.sh    (from the checkout's root: it packs tests/data's fixtures)
 #   BENCH_I8=1: test_cuda --bench-i8's matvec rows after the tests; LOOP_END / NCU1_END / NCU2_END: the deadlines (s).
 #   SWS="A=1 B=2": opt-in switches of the new build, each checked by test_model and timed in the rounds beside it
@@ -26,6 +27,7 @@ w=/tmp/w2; rm -rf $w; mkdir -p $w/mt/lib
 ( "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 -o $w/q16.sluice >$o/synth.log 2>&1; echo "synth16 rc=$? [$(el) s]" >>"$S"
   [ -n "${G32:-}" ] && { "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 --group 32 -o $w/g32.sluice >$o/synth32.log 2>&1; echo "synth g32 rc=$? [$(el) s]" >>"$S"; }
   [ -n "${L48:-}" ] && { "$sl" synth --shape qwen3-30b-a3b --layers 48 --quant q4 -o $w/q48.sluice >$o/synth48.log 2>&1; echo "synth48 rc=$? [$(el) s]" >>"$S"; }; touch $w/synth.done ) &
+[ -d "$here/kq" ] && cp "$here"/kq/*.sluice "$here"/kq/*.ref $w/mt/ 2>/dev/null # the GGUF fixtures, made here (no gguf-py there)
 names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$o/pack.log")
 echo "packed [$(el) s]" >>"$S"
 timeout 120 $b/test_cuda >$o/test_cuda.log 2>&1; echo "test_cuda rc=$?: $(tail -1 $o/test_cuda.log) [$(el) s]" >>"$S"; grep -m 12 "FAIL" $o/test_cuda.log >>"$S"
