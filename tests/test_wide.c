@@ -9,11 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/container.h"
 #include "format/synth.h"
 #include "kernels/kernels.h"
 #include "quant/quant.h"
 #include "sluice.h"
 #include "test.h"
+#include "util/fileio.h"
 
 enum { NP = 48, NT = NP + 8 };
 
@@ -80,6 +82,19 @@ TEST(wide_models_streamed_batched_threads_prefill_bitwise) {
         sl_error err = {0};
         CHECKF(synth_write(models[i].shape, 0, models[i].q, models[i].group, 0, 1, path, NULL, NULL, &err) == SL_OK,
                "synth: %s", err.msg);
+        { /* groups of 32 have a GGUF Q4_0 / Q8_0's biases (synth.c emit_mat): implied, so the kernels compute them */
+            slc_file f;
+            CHECK(slc_open(path, &f, &err) == SL_OK);
+            uint8_t *blk = malloc(f.h.expert_stride);
+            tn_expert ex;
+            CHECK(fio_pread_all(f.fd, blk, f.h.expert_stride, slc_expert_offset(&f, 0, 1), path, &err) == SL_OK);
+            slc_bind_expert(&f, 0, blk, &ex);
+            CHECKF(q_biases_implied(&ex.gate) == (models[i].group == 32) && q_biases_implied(&ex.down) == (models[i].group == 32),
+                   "%s group %d: an expert's biases %s implied", models[i].shape, models[i].group,
+                   models[i].group == 32 ? "not" : "wrongly");
+            free(blk);
+            slc_close(&f);
+        }
         int32_t toks[NT];
         for (int j = 0; j < NT; j++) toks[j] = (int32_t)((j * 2654435761u >> 7) % 512);
         sl_model *m1 = open_wide(path, 0, 1), *m2 = open_wide(path, 0, 2), *ms = open_wide(path, 1, 2);

@@ -6,11 +6,13 @@
 # FILE.csv.xz STEPS LAYERS sums the ncu logs per kernel).
 #   here:  MPI=0 tools/cuda_hybrid.sh prepare DIR OLD_BUNDLE (OLD_BUNDLE's sluice becomes sluice-old);
 #          cp tools/cuda_ab_call.sh DIR/run.sh    (DIR under build/, carried; a committed, clean tree)
+#          [build/venv/bin/python tools/cuda_kq_fixtures.py build/sluice DIR/kq: test_model's GGUF fixtures, ~30 MB]
 #   there: bash DIR/run.sh    (from the checkout's root: it packs tests/data's fixtures)
 #   BENCH_I8=1: test_cuda --bench-i8's matvec rows after the tests; LOOP_END / NCU1_END / NCU2_END: the deadlines (s).
 #   SWS="A=1 B=2": opt-in switches of the new build, each checked by test_model and timed in the rounds beside it
 #   (an item of several: joined by +, e.g. SLUICE_CUDA_FUSE=all+SLUICE_CUDA_GRAPH=1);
-#   G32=1: a 16-layer synth q4 with groups of 32 columns (as a Q4_0 GGUF packs) too, one decode row a round, new build;
+#   G32=1: a 16-layer synth q4 with groups of 32 columns (as a Q4_0 GGUF packs, its biases -8 times the scales: implied)
+#   too, one decode row a round, new build, then once with each SWS item;
 #   L48=1: a 48-layer synth q4 too (written during the tests), one decode row a round on it, new build only, to set a
 #   layer's cost on 48 layers beside 16 (call F: 145 against 105 us on tools/bench_scale.py's 48-layer pack).
 set -uo pipefail
@@ -25,6 +27,7 @@ w=/tmp/w2; rm -rf $w; mkdir -p $w/mt/lib
 ( "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 -o $w/q16.sluice >$o/synth.log 2>&1; echo "synth16 rc=$? [$(el) s]" >>"$S"
   [ -n "${G32:-}" ] && { "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 --group 32 -o $w/g32.sluice >$o/synth32.log 2>&1; echo "synth g32 rc=$? [$(el) s]" >>"$S"; }
   [ -n "${L48:-}" ] && { "$sl" synth --shape qwen3-30b-a3b --layers 48 --quant q4 -o $w/q48.sluice >$o/synth48.log 2>&1; echo "synth48 rc=$? [$(el) s]" >>"$S"; }; touch $w/synth.done ) &
+[ -d "$here/kq" ] && cp "$here"/kq/*.sluice "$here"/kq/*.ref $w/mt/ 2>/dev/null # the GGUF fixtures, made here (no gguf-py there)
 names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$o/pack.log")
 echo "packed [$(el) s]" >>"$S"
 timeout 120 $b/test_cuda >$o/test_cuda.log 2>&1; echo "test_cuda rc=$?: $(tail -1 $o/test_cuda.log) [$(el) s]" >>"$S"; grep -m 12 "FAIL" $o/test_cuda.log >>"$S"
@@ -53,10 +56,11 @@ for r in 1 2 3; do for bin in old new ${SWS:-}; do for p in 1 512; do
   env ${e//+/ } SLUICE_CUDA_KV16=1 timeout 25 "$x" bench -m $m $B --prompt $p --gen 64 >$o/b.$r.$bin.$p.json 2>$o/b.$r.$bin.$p.err
   echo "r$r $bin p$p: $(row $o/b.$r.$bin.$p.json $o/b.$r.$bin.$p.err) [$(el) s]" >>"$S"
 done; done
-  if [ -n "${G32:-}" ] && [ -s $w/g32.sluice ] && ! late 470; then
-    timeout 30 "$sl" bench -m $w/g32.sluice $B --prompt 1 --gen 64 >$o/b48.json 2>$o/b48.err
-    echo "r$r new g32 p1: $(row $o/b48.json $o/b48.err) [$(el) s]" >>"$S"
-  fi
+  if [ -n "${G32:-}" ] && [ -s $w/g32.sluice ]; then for e in X=1 ${SWS:-}; do # the new build, then with each switch
+    late 470 && break
+    env ${e//+/ } timeout 30 "$sl" bench -m $w/g32.sluice $B --prompt 1 --gen 64 >$o/b48.json 2>$o/b48.err
+    echo "r$r new g32 [$e] p1: $(row $o/b48.json $o/b48.err) [$(el) s]" >>"$S"
+  done; fi
   if [ -n "${L48:-}" ] && [ -s $w/q48.sluice ] && ! late 470; then
     timeout 40 "$sl" bench -m $w/q48.sluice $B --prompt 1 --gen 64 >$o/b48.json 2>$o/b48.err
     echo "r$r new 48L p1: $(row $o/b48.json $o/b48.err) [$(el) s]" >>"$S"

@@ -4,7 +4,9 @@
  * expressions, transcribed), the q8 halves' shuffle, the per-warp staging and fold_chunk, on random q4 / q8 rows with
  * 16-bit and 32-bit scale words at an odd 2-byte offset; each row's result is compared bitwise with the canonical
  * chains computed directly (cuda.h), and every staged value the fold reads must have been written in its chunk.
- * mvnd_i8 (2-8 tokens) likewise, its launches holding jobs of 1, NT and 2 tokens.
+ * mvnd_i8 (2-8 tokens) likewise, its launches holding jobs of 1, NT and 2 tokens. Every case also with implied biases
+ * (SLUICE_CUDA_IBIAS=1, the kernels' IB = 1): the words written as z times the scale (z = -8 q4, -128 q8), the jobs'
+ * biases NULL so the kernels compute them (cuda_i8.cuh zbias), the reference reading the words.
  * Build and run: cc -O2 -std=c11 -o /tmp/mv1d_emu tools/cuda_mv1d_emu.c -lm && /tmp/mv1d_emu
  * (prints one line a case and "emu: N cases, F failures"; exit 1 on a failure).
  */
@@ -63,6 +65,7 @@ static float cv_sw(unsigned w, const uint8_t *p, int sdt, size_t i) { /* cuda_i8
     if (sdt == BF16) { const unsigned u = h << 16; memcpy(&f, &u, 4); return f; }
     return h2f((uint16_t)h);
 }
+static float zbias(int dt, float sw) { return (dt == Q4 ? -8.0f : -128.0f) * sw; } /* cuda_i8.cuh zbias */
 static float elem(const uint8_t *p, int sdt, size_t i) { /* element i read directly (the reference) */
     if (sdt == F32) { float f; memcpy(&f, p + 4 * i, 4); return f; }
     uint16_t h;
@@ -131,7 +134,7 @@ static void run_cta(int DT, int SDT, int WR, const job *jobs, int nj, int cta) {
                         if (PB == 1 || !(p & 1)) {
                             const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
                             sw[lane][u] = ld_sw(j.scales, SDT, e);
-                            if (!(b & bmask)) bw[lane][u] = ld_sw(j.biases, SDT, e);
+                            if (!(b & bmask) && j.biases) bw[lane][u] = ld_sw(j.biases, SDT, e);
                         }
                     }
                 }
@@ -153,8 +156,11 @@ static void run_cta(int DT, int SDT, int WR, const job *jobs, int nj, int cta) {
                         if (bl < 0 || bl >= kcn || rl >= WR || i >= KB * LDW) fails++, printf("  staging index out of range\n");
                         const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
                         sI[i] = (float)I, stI[i] = chunk;
-                        sM[i] = cv_sw(sw[lane][u], j.scales, SDT, e) * sd[b];
-                        if (!(b & bmask)) sB[(bl >> gshift) * LDW + rl] = cv_sw(bw[lane][u], j.biases, SDT, e), stB[(bl >> gshift) * LDW + rl] = chunk;
+                        const float sv = cv_sw(sw[lane][u], j.scales, SDT, e);
+                        sM[i] = sv * sd[b];
+                        if (!(b & bmask))
+                            sB[(bl >> gshift) * LDW + rl] = j.biases ? cv_sw(bw[lane][u], j.biases, SDT, e) : zbias(DT, sv),
+                                                       stB[(bl >> gshift) * LDW + rl] = chunk;
                     }
                 }
             }
@@ -205,7 +211,7 @@ static void run_cta_n(int DT, int SDT, int NT, const job *jobs, int nj, int cta)
                         if (PB == 1 || !(p & 1)) {
                             const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
                             sw[lane][u] = ld_sw(j.scales, SDT, e);
-                            if (!(b & bmask)) bw[lane][u] = ld_sw(j.biases, SDT, e);
+                            if (!(b & bmask) && j.biases) bw[lane][u] = ld_sw(j.biases, SDT, e);
                         }
                     }
                 }
@@ -238,7 +244,7 @@ static void run_cta_n(int DT, int SDT, int NT, const job *jobs, int nj, int cta)
                     if (st) {
                         const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
                         sS[i] = cv_sw(sw[lane][u], j.scales, SDT, e), stS[i] = chunk;
-                        if (!(b & bmask)) sB[((b - kb0) >> gshift) * LDW + rl] = cv_sw(bw[lane][u], j.biases, SDT, e),
+                        if (!(b & bmask)) sB[((b - kb0) >> gshift) * LDW + rl] = j.biases ? cv_sw(bw[lane][u], j.biases, SDT, e) : zbias(DT, sS[i]),
                                           stB[((b - kb0) >> gshift) * LDW + rl] = chunk;
                     }
                 }
@@ -296,12 +302,13 @@ static uint16_t f2h(float v) { /* float to half, round to nearest (small normal 
 
 /* one case: three jobs of one shape in a launch (find_job, tile0), mv1d_i8 with WR rows a warp (NT 0) or mvnd_i8 for
  * NT tokens (the jobs with 1, NT and 2 tokens), against ref_row; returns 1 when it failed */
-static int run_case(int DT, int SDT, int WR, int NT, int group, int cols, int rows) {
+static int run_case(int DT, int SDT, int WR, int NT, int group, int cols, int rows, int ib) {
     enum { NJ = 3 };
     const int nb = cols / 32, ng = cols / group, ns = nb + nb / 2 + nb / 4, rb = DT == Q4 ? cols / 2 : cols;
     const int ssz = SDT == F32 ? 4 : 2, R = WARPS * (NT ? 4 : WR), ntoks[NJ] = {1, NT ? NT : 1, NT ? 2 : 1};
     job jobs[NJ];
     void *mem[NJ][6];
+    const uint8_t *bis[NJ]; /* the bias words, for the reference when the kernel's jobs have none (ib) */
     int tiles = 0;
     for (int q = 0; q < NJ; q++) {
         const int n = ntoks[q];
@@ -315,23 +322,31 @@ static int run_case(int DT, int SDT, int WR, int NT, int group, int cols, int ro
         const uint8_t *scp = sc + (ssz == 2 ? 2 : 0), *bip = bi + (ssz == 2 ? 2 : 0); /* 16-bit words at an odd offset */
         for (size_t i = 0; i < (size_t)rows * ng; i++)
             for (int h = 0; h < 2; h++) {
-                const float v = (float)((int)(rnd() % 2001) - 1000) * (h ? 1e-3f : 1e-5f);
+                float v = (float)((int)(rnd() % 2001) - 1000) * (h ? 1e-3f : 1e-5f);
                 uint8_t *p = (uint8_t *)(h ? bip : scp) + i * ssz;
+                if (h && ib && SDT == F16 && h2f(f2h(zbias(DT, elem(scp, SDT, i)))) != zbias(DT, elem(scp, SDT, i))) {
+                    const uint16_t t = f2h(1e-3f); /* (f2h takes normal values only: a subnormal scale's product) */
+                    memcpy((uint8_t *)scp + i * ssz, &t, 2);
+                }
+                if (h && ib) v = zbias(DT, elem(scp, SDT, i)); /* exact in the word: a power of two times a word's value */
                 if (SDT == F32) memcpy(p, &v, 4);
                 else if (SDT == BF16) { unsigned u; memcpy(&u, &v, 4); const uint16_t t = (uint16_t)(u >> 16); memcpy(p, &t, 2); }
                 else { const uint16_t t = f2h(v); memcpy(p, &t, 2); }
             }
         for (int i = 0; i < n * rows; i++) y[i] = NAN;
         jobs[q] = (job){codes, scp, bip, xq, d, s, y, rows, cols, group, tiles, n, rows};
+        bis[q] = bip;
         tiles += (rows + R - 1) / R;
         mem[q][0] = codes, mem[q][1] = sc, mem[q][2] = bi, mem[q][3] = xq, mem[q][4] = d, mem[q][5] = s;
     }
     const int f0 = fails, st0 = stale;
+    for (int q = 0; ib && q < NJ; q++) jobs[q].biases = NULL;
     for (int cta = 0; cta < tiles; cta++) {
         if (NT) run_cta_n(DT, SDT, NT, jobs, NJ, cta);
         else run_cta(DT, SDT, WR, jobs, NJ, cta);
     }
     int bad = 0;
+    for (int q = 0; q < NJ; q++) jobs[q].biases = bis[q];
     for (int q = 0; q < NJ; q++)
         for (int t = 0; t < ntoks[q]; t++)
             for (int r = 0; r < rows; r++) {
@@ -342,9 +357,9 @@ static int run_case(int DT, int SDT, int WR, int NT, int group, int cols, int ro
     const int failed = fails != f0;
     static int shown;
     if (failed || shown++ % 61 == 0)
-        printf("%s %s %-4s %s %d group %3d %4d x %-4d: %d outputs differ, %d stale staging reads\n", failed ? "FAIL" : "ok  ",
+        printf("%s %s %-4s %s %d group %3d %4d x %-4d%s: %d outputs differ, %d stale staging reads\n", failed ? "FAIL" : "ok  ",
                DT == Q4 ? "q4" : "q8", SDT == F32 ? "f32" : SDT == BF16 ? "bf16" : "f16", NT ? "mvnd NT" : "mv1d WR", NT ? NT : WR,
-               group, rows, cols, bad, stale - st0);
+               group, rows, cols, ib ? " implied biases" : "", bad, stale - st0);
     for (int q = 0; q < NJ; q++) {
         for (int m = 0; m < 6; m++) free(mem[q][m]);
         free(jobs[q].y);
@@ -365,8 +380,7 @@ int main(void) {
         const int cols = colss[k % 6]; k /= 6;
         const int rows = rowss[k % 4];
         if (cols % group) continue;
-        run_case(DT, SDT, wr > 0 ? wr : 4, wr > 0 ? 0 : -wr, group, cols, rows);
-        cases++;
+        for (int ib = 0; ib < 2; ib++) run_case(DT, SDT, wr > 0 ? wr : 4, wr > 0 ? 0 : -wr, group, cols, rows, ib), cases++;
     }
     printf("emu: %d cases, %d failures\n", cases, fails);
     return fails ? 1 : 0;

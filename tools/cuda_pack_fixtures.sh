@@ -3,8 +3,8 @@
 # packed into DIR as test_model reads them: NAME.sluice (f32; gpt_oss_mxfp4 keeps its MXFP4 experts as released),
 # NAME.q4.sluice (q4, group 32), NAME.ref (the reference tokens, then the greedy ones), NAME.logits. Run from the
 # checkout's root; pack errors go to LOG (default: stderr). Prints the names, for test_model's arguments. Where a python
-# with gguf-py is (build/venv, or KQ_PY), also the GGUF block-type fixtures kq_q4km and kq_mix (tools/cuda_kq_fixtures.py:
-# NAME.kq.sluice, NAME.sluice and NAME.ref; ~20 MB), last; elsewhere (the device) those already in DIR are named.
+# with gguf-py is (build/venv, or KQ_PY), also the GGUF block-type fixtures kq_q4km, kq_mix and kq_q40 (tools/cuda_kq_fixtures.py:
+# NAME.kq.sluice or, kq_q40, NAME.ib.sluice, NAME.sluice and NAME.ref; ~30 MB), last; elsewhere (the device) those already in DIR are named.
 set -uo pipefail
 sl=${1:?the sluice binary}
 dir=${2:?a directory}
@@ -21,5 +21,5 @@ for n in $names; do
 done
 py=${KQ_PY:-build/venv/bin/python}
 if [ -x "$py" ] && "$py" -c 'import gguf' 2>/dev/null; then "$py" tools/cuda_kq_fixtures.py "$sl" "$dir" >/dev/null 2>>"$log"; fi
-for k in kq_q4km kq_mix; do [ -e "$dir/$k.kq.sluice" ] && names="$names $k"; done
+for k in kq_q4km kq_mix kq_q40; do { [ -e "$dir/$k.kq.sluice" ] || [ -e "$dir/$k.ib.sluice" ]; } && names="$names $k"; done
 echo $names

@@ -158,7 +158,8 @@ static const cli_opt synth_opts[] = {
     {"-o", "MODEL.sluice", "the container to write (required)"},
     {"--layers", "N", "keep the first N layers; 0 is all (default: 0)"},
     {"--quant", "MODE", "bf16, f32, q8, q4 or q3 (group 64) for the weights (default: bf16)"},
-    {"--group", "N", "q8 / q4 group of columns: 32 (as a Q4_0 / Q8_0 GGUF packs), 64 or 128 (default: 64)"},
+    {"--group", "N", "q8 / q4 group of columns: 32 (as a Q4_0 / Q8_0 GGUF packs, biases -8 / -128 times the scales), "
+                     "64 or 128 (default: 64)"},
     {"--seed", "N", "seed of the random weights; 0 is the built-in one (default: 0)"},
     {"--threads", "N", "writer threads; the file is the same for any count (default: two per core)"},
     END_OPTS,

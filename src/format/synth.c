@@ -9,7 +9,8 @@
  * Values: matrices uniform in ±1/sqrt(cols) (activations stay O(1)), norm weights 0 for zero-centred
  * families and 1 otherwise, A_log = log(U(1,16)), dt_bias 0, conv1d ±0.5. Matrices are bf16 by
  * default, f32 with --quant f32, or quantized with --quant q8|q4|q3 (group 64, bf16 scales, the
- * packer's quantiser; routers stay bf16 as pack keeps them at >= 8 bits).
+ * packer's quantiser; routers stay bf16 as pack keeps them at >= 8 bits). q8/q4 in groups of 32 (--group 32) have
+ * the biases of a GGUF Q8_0 / Q4_0's pack, -2^(bits-1) times the scale (tn_mat bias_implied).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -173,7 +174,8 @@ static uint8_t *sink_take(sink *k, size_t n) {
  * 1/sqrt(cols) (activations stay O(1)), for plain types; for q8/q4/q3 random codes (every code is valid)
  * with, per group of 64, a random scale: q8/q4 (group-affine) s = 2a/(2^bits - 1) x (0.75 + 0.5 U), U one
  * of 256 steps in [0, 1), and bias
- * -s(2^bits - 1)/2, so the values spread over about ±a; q3 s = a/sqrt(3) x (0.75 + 0.5 U) (its levels are
+ * -s(2^bits - 1)/2, so the values spread over about ±a (group 32: -s 2^(bits-1), as GGUF Q4_0 / Q8_0, which the
+ * kernels may compute from the scale: tn_mat bias_implied); q3 s = a/sqrt(3) x (0.75 + 0.5 U) (its levels are
  * the unit Gaussian's, docs/QUANT.md; a uniform ±a weight has deviation a/sqrt(3)). Nothing is
  * quantized: the codes are the random draws. Streams (unit, sec) for codes or values and (unit, sec + 1)
  * for the scales, drawn again for the biases. Every row is a whole number of bytes of u32 words. */
@@ -201,7 +203,7 @@ static void emit_mat(sink *k, vtab *vt, uint64_t seed, uint64_t unit, int sec, d
     uint16_t tab[2][256]; /* scale and bias of each random byte */
     for (int v = 0; v < 256; v++) {
         tab[0][v] = f32_to_bf16(s0 * (0.75f + 0.5f * (float)v / 256.0f));
-        tab[1][v] = f32_to_bf16(-bf16_to_f32(tab[0][v]) * (float)levels * 0.5f);
+        tab[1][v] = f32_to_bf16(-bf16_to_f32(tab[0][v]) * (float)(group == 32 ? levels + 1 : levels) * 0.5f);
     }
     for (int pass = 0; pass < (dt == DT_Q3 ? 1 : 2); pass++) { /* scales, then biases from the same draws */
         stream rs = stream_open(seed, unit, (uint64_t)sec + 1);

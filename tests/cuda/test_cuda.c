@@ -506,6 +506,7 @@ static void check_fused(void) {
 
 #include "test_cuda_prefill.c" /* issue 24's prefill paths: check_moe, check_attn_prefill, bench_moe_wide */
 #include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
+#include "test_cuda_ibias.c" /* issue 24: SLUICE_CUDA_IBIAS's computed biases bitwise the loaded: check_ibias_all */
 #include "test_cuda_fuse.c" /* issue 24: SLUICE_CUDA_FUSE's launches bitwise the separate ones: check_fuse */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
@@ -980,6 +981,7 @@ int main(int argc, char **argv) {
     check_many_tokens(DT_F32, 128, 2048, 300); /* a prefill's router: 4 rows a warp */
     check_many_tokens(DT_F32, 100, 68, 40);
     check_i8(DT_Q4, 257, 4096, 32, DT_BF16); /* several chunks at every row count (cuda_mv.cu) */
+    check_ibias_all();
     check_rmsnorm_rows(100, 1, 2048, 2048, 2048);
     check_rmsnorm_rows(70, 8, 128, 160, 1300); /* heads at a stride, a gap after them */
     check_rmsnorm_rows(9, 8, 300, 300, 2400);

@@ -55,6 +55,7 @@ static void check_fuse_qkv(dt_type dt, int group, dt_type sdt, int H, int NH, in
     mat w[3];
     for (int i = 0; i < 3; i++)
         if (make_mat(&w[i], dt, nrow[i], H, group, sdt, msg)) { CK(0, "%s", msg); return; }
+    for (int i = 0; fuse_ibias && i < 3; i++) imply_mat(&w[i], 1);
     enum { STEPS = 4 };
     float *hx, *dx = rnd_dev((size_t)STEPS * H, 1, &hx, msg), *wn = rnd_dev(2 * (size_t)HD, 1, NULL, msg), *y[2][3];
     void *ab = slcu_alloc(slcu_act_bytes(1, H), msg, sizeof msg);
@@ -119,6 +120,7 @@ static void check_fuse_o(dt_type dt, int group, dt_type sdt, int H, int C, int q
     char msg[256] = "";
     mat w;
     if (make_mat(&w, dt, H, C, group, sdt, msg)) { CK(0, "%s", msg); return; }
+    if (fuse_ibias) imply_mat(&w, 1);
     enum { STEPS = 4 };
     const size_t ab = slcu_act_bytes(1, C > H ? C : H);
     float *hr, *dx = rnd_dev((size_t)STEPS * C, 1, NULL, msg), *dr[2], *dy[2], *dh[2], *nw = rnd_dev(H, 1, NULL, msg);
@@ -177,8 +179,10 @@ static void check_fuse_down(dt_type dt, int group, dt_type sdt, int H, int I, in
     mat w[E];
     for (int e = 0; e < E; e++)
         if (make_mat(&w[e], dt, H, I, group, sdt, msg)) { CK(0, "%s", msg); return; }
-    const void *tab[E * 3];
-    for (int e = 0; e < E; e++) tab[3 * e] = w[e].d.data, tab[3 * e + 1] = w[e].d.scales, tab[3 * e + 2] = w[e].d.biases;
+    for (int e = 0; fuse_ibias && e < E; e++) imply_mat(&w[e], 1);
+    const void *tab[E * 3]; /* (fuse_ibias: the decode copy of backend_cuda.c layer_tab, bias pointers NULL) */
+    for (int e = 0; e < E; e++)
+        tab[3 * e] = w[e].d.data, tab[3 * e + 1] = w[e].d.scales, tab[3 * e + 2] = fuse_ibias ? NULL : w[e].d.biases;
     int sel[16];
     for (int s = 0; s < K; s++) sel[s] = (s * 2 + 1) % E;
     void *dtab = dev_copy(tab, sizeof tab, msg), *dsel = dev_copy(sel, (size_t)K * 4, msg);
@@ -260,4 +264,13 @@ static void check_fuse(void) {
     check_fuse_down(DT_Q4, 64, DT_BF16, 2048, 768, 8, 0, 1, -1); /* Qwen3-30B-A3B's experts */
     check_fuse_down(DT_Q8, 32, DT_F16, 1024, 512, 4, 1, 1, 32);  /* a gated shared expert */
     check_fuse_down(DT_Q4, 128, DT_F32, 96, 256, 2, 1, 0, 4);
+    /* SLUICE_CUDA_IBIAS=1: the matrices' biases implied and computed, their words NaN (test_cuda_ibias.c imply_mat) */
+    fuse_ibias = 1, slcu_i8_ibias(1);
+    check_fuse_qkv(DT_Q4, 32, DT_F16, 2048, 32, 4, 128, 0, 128, 2, -1);
+    check_fuse_qkv(DT_Q8, 32, DT_BF16, 1024, 16, 2, 64, 1, 48, 2, 32);
+    check_fuse_o(DT_Q4, 32, DT_F16, 2048, 4096, 1, -1);
+    check_fuse_o(DT_Q8, 64, DT_F32, 1024, 2048, 1, 8);
+    check_fuse_down(DT_Q4, 32, DT_F16, 2048, 768, 8, 0, 1, -1);
+    check_fuse_down(DT_Q8, 32, DT_BF16, 1024, 512, 4, 1, 1, 32);
+    fuse_ibias = 0, slcu_i8_ibias(-1);
 }

@@ -14,6 +14,7 @@
  * GGUF block types (DIR/NAME.kq.sluice, tools/cuda_kq_fixtures.py; run_kq instead of the above): the GPU (cuda_kq.cu,
  * f32 activations) within 1e-4 of the CPU's exact kernels and of its own run of NAME.sluice (the same weights
  * dequantised to f32), token by token within 1e-5 of the prefill, streamed bitwise resident, greedy the CPU's.
+ * Implied biases (DIR/NAME.ib.sluice, kq_q40; run_ib): decode with SLUICE_CUDA_IBIAS on bitwise off and streamed.
  * Exit 0 passed, 1 failed, 77 no usable device. Usage: test_model DIR NAME...
  */
 #include <math.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda.h" /* slcu_i8_ibias */
 #include "sluice.h"
 
 static int failures;
@@ -286,6 +288,36 @@ done:
     sl_model_close(gf), sl_model_close(big), sl_model_close(gst), sl_model_close(gpu), sl_model_close(cpu);
 }
 
+/* NAME.ib.sluice (tools/cuda_kq_fixtures.py kq_q40: a GGUF of Q4_0 and Q8_0 matrices, every bias -8 / -128 times its
+ * scale, so tn_mat bias_implied): token-by-token decode on the GPU with SLUICE_CUDA_IBIAS on (the int8 matvecs compute
+ * the biases; the experts through backend_cuda.c layer_tab's decode copy) bitwise the same with it off, and bitwise
+ * the experts streamed through a device tier (whose matrices read their biases: only the resident ones are marked). */
+static void run_ib(const char *path, const char *name, const int32_t *toks, int n) {
+    sl_error err = {0};
+    float *l[3] = {NULL, NULL, NULL};
+    size_t bytes = 0;
+    for (int k = 0; k < 3; k++) { /* the switch on and resident; off and resident; on with the experts streamed */
+        slcu_i8_ibias(k != 1);
+        sl_model_params p = sl_model_params_default();
+        p.kv_type = test_kv, p.n_threads = 2, p.backend = SL_BACKEND_CUDA, p.resident = k != 2;
+        if (k == 2) p.cache_bytes = 160 << 10, p.vram_bytes = (uint64_t)256 << 20, p.hybrid = 0; /* a device tier */
+        sl_model *m = NULL;
+        if (sl_model_open(path, &p, &m, &err)) m = NULL;
+        CHECKF(m, "%s: open: %s", path, err.msg);
+        if (m) l[k] = eval_all(m, toks, n, 1), bytes = (size_t)n * (size_t)sl_model_n_vocab(m) * sizeof(float);
+        sl_model_close(m);
+    }
+    slcu_i8_ibias(-1);
+    CHECKF(l[0] && l[1] && l[2], "%s: an evaluation failed", name);
+    if (l[0] && l[1] && l[2]) {
+        const int off = !memcmp(l[0], l[1], bytes), st = !memcmp(l[0], l[2], bytes);
+        printf("  %-10s ib  decode with SLUICE_CUDA_IBIAS=1 == without: %s; == experts streamed through a tier: %s\n", name,
+               off ? "bitwise" : "DIFFERS", st ? "bitwise" : "DIFFERS");
+        CHECKF(off && st, "%s: token-by-token decode with the biases computed differs from them read", name);
+    }
+    free(l[0]), free(l[1]), free(l[2]);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s DIR NAME...\n", argv[0]);
@@ -337,6 +369,13 @@ int main(int argc, char **argv) {
                 ref = NULL;
             }
             fclose(f);
+        }
+        snprintf(path, sizeof path, "%s/%s.ib.sluice", dir, name);
+        if ((f = fopen(path, "rb"))) { /* implied biases (SLUICE_CUDA_IBIAS): run_ib alone */
+            fclose(f);
+            run_ib(path, name, toks, n);
+            free(ref);
+            continue;
         }
         snprintf(path, sizeof path, "%s/%s.kq.sluice", dir, name);
         if ((f = fopen(path, "rb"))) { /* the GGUF block types: run_kq alone, with the backend's opt-in */

@@ -252,7 +252,7 @@ static void cu_embed(be_backend *be, const tn_mat *table, const int32_t *tokens,
 
 slcu_mat mat_of(const tn_mat *w) {
     return (slcu_mat){.data = w->data, .scales = w->scales, .biases = w->biases, .dtype = w->dtype,
-                      .sdtype = w->sdtype, .rows = w->rows, .cols = w->cols, .group = w->group};
+                      .sdtype = w->sdtype, .rows = w->rows, .cols = w->cols, .group = w->group, .ibias = w->bias_implied};
 }
 
 /* x's int8 form on the device, quantized on first use. 0, or -1 (recorded). */
@@ -590,7 +590,8 @@ static int same_mat(const tn_mat *a, const tn_mat *b) {
 }
 
 /* Layer L's device table [gate, up, down][E][data, scales, biases], built on first use: 1, 0 (experts
- * unlike expert 0, in *ex0: the host path) or -1 (recorded). */
+ * unlike expert 0, in *ex0: the host path) or -1 (recorded). Its implied[i]: every expert's matrix i has implied
+ * biases (tn_mat bias_implied), so the decode's matvecs may compute them (cuda.h slcu_mat ibias, SLUICE_CUDA_IBIAS). */
 static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_expert *ex0) {
     cu_ctx *c = cu_of(be);
     memset(ex0, 0, sizeof *ex0);
@@ -606,7 +607,7 @@ static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_e
     const size_t bytes = (size_t)9 * (size_t)E * sizeof(void *);
     const void **h = host_scratch(be, bytes);
     if (!h) return -1;
-    int ok = 1;
+    int ok = 1, implied[3] = {1, 1, 1};
     for (int e = 0; e < E && ok; e++) {
         tn_expert ex;
         memset(&ex, 0, sizeof ex);
@@ -616,6 +617,7 @@ static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_e
             ok &= m[i]->data && same_mat(m[i], m0[i]);
             const void **p = h + ((size_t)i * E + e) * 3;
             p[0] = m[i]->data, p[1] = m[i]->scales, p[2] = m[i]->biases;
+            implied[i] &= m[i]->bias_implied != 0;
         }
     }
     slcb_graphs_clear(c->gr); /* recorded steps may read the old table */
@@ -624,6 +626,7 @@ static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_e
     if (ok && !(t->dev = slcu_alloc(bytes, MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), -1;
     if (ok && slcu_upload(t->dev, h, bytes, MSG(be))) return cu_fail(be, SL_EIO, c->tmp), -1;
     t->src = xs->ctx, t->key = ex0->gate.data, t->ok = ok ? 1 : -1;
+    memcpy(t->implied, implied, sizeof implied);
     return ok;
 }
 
@@ -650,6 +653,7 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
     if (!de) return cu_sync(be);
     float *dw = (float *)(de + c->rt_cap);
     const void *const *tab = c->tab[r->layer].dev;
+    const int *implied = c->tab[r->layer].implied; /* of every expert's gate, up, down: slcu_mat ibias */
     slcu_act a, ma, mi[MULTI_MAX];
     slcu_mm mm[2 * MULTI_MAX];
     if (c->nq_y == f->g || c->nq_y == f->u || c->nq_y == f->y) c->nq_y = NULL; /* written below */
@@ -659,9 +663,11 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
     }
     if (route_held(be, &rr, r->logits, de, dw) || act_ready(be, f->x, &a))
         return cu_fail(be, SL_EIO, c->tmp), cu_sync(be);
-    for (int s = 0; s < 2 * k; s++)
+    for (int s = 0; s < 2 * k; s++) {
         mm[s] = (slcu_mm){.w = mat_of(s & 1 ? &ex0.up : &ex0.gate), .a = &a, .tab = tab + (size_t)(s & 1) * 3 * E,
                           .sel = de + s / 2, .n_tok = 1, .y = (s & 1 ? f->u : f->g) + (size_t)(s / 2) * I, .ldy = (size_t)I};
+        mm[s].w.ibias = implied[s & 1];
+    }
     CU(be, slcu_matmul_i8(mm, 2 * k, MSG(be)));
     /* the SwiGLU and its int8 form made in the down matvec's CTAs (cuda.h slcu_act sg): the same bits */
     const int fuse = c->swi_down && slcu_i8_swiglu_fused();
@@ -673,6 +679,7 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
                                   .d = ma.d + (size_t)s * nb, .s = ma.s + (size_t)s * ns};
         mm[s] = (slcu_mm){.w = mat_of(dn), .a = &mi[s], .tab = tab + (size_t)6 * E, .sel = de + s, .n_tok = 1,
                           .y = f->y + (size_t)s * f->ldy, .ldy = f->ldy};
+        mm[s].w.ibias = implied[2];
     }
     if (!hold_mm(be, mm, k, FUSE_DOWN)) CU(be, slcu_matmul_i8(mm, k, MSG(be))); /* (SLUICE_CUDA_FUSE=down) */
     *w_dev = dw;

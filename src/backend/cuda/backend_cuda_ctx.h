@@ -25,7 +25,7 @@ typedef struct cu_ctx {
     size_t rt_cap;
     struct cu_tab {           /* per layer: moe_resident's table (layer_tab), from src with expert 0 at key */
         const void *src, *key;
-        int ok;
+        int ok, implied[3];     /* implied: every expert's gate, up, down has implied biases (tn_mat bias_implied) */
         const void **dev;
     } *tab;
     int n_tab;

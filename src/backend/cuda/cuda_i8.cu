@@ -170,7 +170,7 @@ extern "C" int slcu_act_quantize(const slcu_act *a, const float *x, size_t ldx, 
 #define MV_SW 17              /* 32-bit words of a tile's scales of a row, at most: 16 f32 + 1 (odd: no conflicts) */
 
 
-template <int DT, int NT, int SDT>
+template <int DT, int NT, int SDT, int IB>
 __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
     const ijob j = resolve(J.j[find_job(J)]); /* a copy: registers, not a parameter load at every use */
     constexpr int sdt = SDT; /* the scale type fixed: no branch between the blocks of a tile */
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
                 }
                 const int gk = (k * BPT) >> gshift, gn = min(BPT >> gshift, ng - gk); /* the tile's groups */
 #pragma unroll 1
-                for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < (IB ? 1 : 2); h++) { /* (biases NULL: computed from the scales) */
                     const uintptr_t base = (uintptr_t)(h ? j.biases : j.scales);
                     const int nw = (ssz == 4 ? gn : gn / 2 + 1) + (ssz == 4 ? 0 : 1); /* words a row needs, at most */
 #pragma unroll 1
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(32) mv_i8(const __grid_constant__ ijobs J) {
                     const int o = (int)(((uintptr_t)j.scales + e0 * ssz) & 3) + ((b >> gshift) - ((k * BPT) >> gshift)) * ssz;
                     const int ob = (int)(((uintptr_t)j.biases + e0 * ssz) & 3) + ((b >> gshift) - ((k * BPT) >> gshift)) * ssz;
                     sw = raw_sw(ssc[k % MV_STAGES][0][lane][o >> 2], o & 2, SDT);
-                    bw = raw_sw(ssc[k % MV_STAGES][1][lane][ob >> 2], ob & 2, SDT);
+                    bw = !IB ? raw_sw(ssc[k % MV_STAGES][1][lane][ob >> 2], ob & 2, SDT) : zbias<DT>(sw);
                 }
                 const uint4 w0 = *(const uint4 *)(w + bi * BB), w1 = DT == DT_Q8 ? *(const uint4 *)(w + bi * BB + 16) : w0;
 #pragma unroll
@@ -304,6 +304,16 @@ static void ge_launch(int tiles, const ijobs &J) {
 static int force_kernel;
 extern "C" void slcu_i8_force(int kernel) { force_kernel = kernel; }
 
+/* SLUICE_CUDA_IBIAS=1 (cuda.h slcu_i8_ibias): the matvec jobs of matrices with slcu_mat ibias go to launches of their
+ * own (ijobs ib), whose kernels compute the biases (cuda_i8.cuh zbias) and never read them. Off by default until a
+ * device run times it. */
+static int ibias_on = -1;
+extern "C" void slcu_i8_ibias(int on) { ibias_on = on; }
+static int ibias_enabled(void) {
+    if (ibias_on < 0) ibias_on = getenv("SLUICE_CUDA_IBIAS") && getenv("SLUICE_CUDA_IBIAS")[0] == '1';
+    return ibias_on;
+}
+
 /* One launch of the jobs of one (dtype, kernel) class. */
 static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok) {
     int tiles = 0;
@@ -330,7 +340,7 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
 #undef GE
 #undef GE1
     } else {
-#define MV1(D, NT, S) mv_i8<D, NT, S><<<tiles, 32, 0, SLS>>>(*J)
+#define MV1(D, NT, S) (J->ib ? mv_i8<D, NT, S, 1> : mv_i8<D, NT, S, 0>)<<<tiles, 32, 0, SLS>>>(*J)
 #define MV(D, NT) (sdt == DT_F32 ? MV1(D, NT, DT_F32) : sdt == DT_BF16 ? MV1(D, NT, DT_BF16) : MV1(D, NT, DT_F16))
         if (mv1) {
             return mv_launch(dt, sdt, max_tok, rows, tiles, J);
@@ -374,17 +384,18 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
     static const int sdts[3] = {DT_F32, DT_F16, DT_BF16};
     for (int dt = DT_Q8; dt <= DT_Q4; dt++)
         for (int si = 0; si < 3; si++)
-        for (int gemm = 0; gemm < 2; gemm++) {
-            const int sdt = sdts[si];
-            J.n = 0;
+        for (int cls = 0; cls < 3; cls++) { /* the matvec, the matvec of implied biases (SLUICE_CUDA_IBIAS), the GEMM */
+            const int sdt = sdts[si], gemm = cls == 2, ib = cls == 1;
+            J.n = 0, J.ib = ib;
             int max_tok = 0;
             for (int i = 0; i <= n; i++) {
                 if (i < n) {
                     const slcu_mm *m = &mm[i];
                     const int use_gemm = force_kernel ? force_kernel == 2 : m->n_tok >= 16;
-                    if (m->w.dtype != dt || m->w.sdtype != sdt || use_gemm != gemm || m->n_tok == 0) continue;
+                    const int implied = !use_gemm && m->w.ibias && ibias_enabled();
+                    if (m->w.dtype != dt || m->w.sdtype != sdt || use_gemm != gemm || implied != ib || m->n_tok == 0) continue;
                     ijob &j = J.j[J.n++];
-                    j.codes = (const uint8_t *)m->w.data, j.scales = m->w.scales, j.biases = m->w.biases;
+                    j.codes = (const uint8_t *)m->w.data, j.scales = m->w.scales, j.biases = ib ? NULL : m->w.biases;
                     j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = m->rows;
                     j.tab = m->tab, j.sel = m->sel, j.yrows = NULL, j.sg = m->a->sg, j.su = m->a->su;
                     j.y = m->y, j.ldy = m->ldy;
@@ -407,7 +418,8 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
 static int tail_jobs(const slcu_mm *mm, int n, ijobs *J, int *rows, int *tiles) {
     const int dt = mm[0].w.dtype, sdt = mm[0].w.sdtype;
     if (n < 1 || n > MAXJ || (dt != DT_Q8 && dt != DT_Q4) || (sdt != DT_F32 && sdt != DT_F16 && sdt != DT_BF16)) return -1;
-    J->n = 0;
+    J->n = 0, J->ib = ibias_enabled();
+    for (int i = 0; i < n; i++) J->ib &= mm[i].w.ibias != 0; /* one launch: the biases computed when all are implied */
     for (int i = 0; i < n; i++) {
         const slcu_mm *m = &mm[i];
         const slcu_mat *w = &m->w;
@@ -416,7 +428,7 @@ static int tail_jobs(const slcu_mm *mm, int n, ijobs *J, int *rows, int *tiles) 
             (w->group != 32 && w->group != 64 && w->group != 128) || w->cols % w->group)
             return -1;
         ijob &j = J->j[J->n++]; /* slcu_matmul_i8's job for mm[i] */
-        j.codes = (const uint8_t *)w->data, j.scales = w->scales, j.biases = w->biases;
+        j.codes = (const uint8_t *)w->data, j.scales = w->scales, j.biases = J->ib ? NULL : w->biases;
         j.xq = dt == DT_Q4 ? m->a->q4 : m->a->q, j.d = m->a->d, j.s = m->a->s, j.rows = NULL;
         j.tab = m->tab, j.sel = m->sel, j.yrows = NULL, j.sg = m->a->sg, j.su = m->a->su;
         j.y = m->y, j.ldy = m->ldy;

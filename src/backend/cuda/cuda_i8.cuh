@@ -31,6 +31,7 @@ struct ijob {
 struct ijobs {
     ijob j[MAXJ];
     int n;
+    int ib; /* 1: every job's biases are implied (slcu_mat ibias, SLUICE_CUDA_IBIAS=1): the matvecs' IB = 1 instances */
 };
 
 static __device__ __forceinline__ int dp4a_us(unsigned a, int b, int c) { /* unsigned bytes of a times signed bytes of b */
@@ -75,6 +76,14 @@ static __device__ __forceinline__ float cv_sw(unsigned w, const void *p, int sdt
     const unsigned h = ((uintptr_t)((const unsigned short *)p + i) & 2) ? w >> 16 : w & 0xffffu;
     return sdt == DT_BF16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
 }
+
+/* A group's bias in a matvec of IB = 1 (ijobs ib: every job's matrix has tn_mat bias_implied, SLUICE_CUDA_IBIAS=1):
+ * z times the group's decoded scale sw, z = -8 (q4) or -128 (q8), in f32: the float a bias word of the matrix
+ * decodes to, since quant.c q_biases_implied holds only when that word's value is this f32 product bit for bit (an
+ * overflow included: both infinite), so the same bits as loading it, without its bytes. The IB = 0 instances read
+ * every bias word, as before (the same code and registers). */
+template <int DT>
+static __device__ __forceinline__ float zbias(float sw) { return __fmul_rn(DT == DT_Q4 ? -8.0f : -128.0f, sw); }
 
 /* One 32-column block's integer dot: q4 codes w0 (16 bytes, low nibbles first) or q8 codes w0, w1 (32 bytes)
  * against the block's int8 activation x0, x1 (32 bytes), in one fixed dp4a order (both matvec kernels). */

@@ -2,7 +2,8 @@
  * cuda_mv.cu — the int8 matvecs of a decode step (cuda.h's canonical order): mv1_i8 for one token, mvn_i8 for 2 to 8
  * (continuous batching), launched by cuda_i8.cu slcu_matmul_i8 (launch_class) over its job table (cuda_i8.cuh). How
  * many rows a CTA of mv1_i8 takes (mv_tile_rows) changes which CTA computes a row, not a row's operations, so every
- * choice gives the same bits (test_cuda checks each against the default).
+ * choice gives the same bits (test_cuda checks each against the default). Every kernel's IB: 0 reads the bias words,
+ * 1 (ijobs ib: SLUICE_CUDA_IBIAS=1 and every job's biases implied) computes them from the scales (cuda_i8.cuh zbias).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,7 +30,7 @@
 #define MV1_PAIRS 2048 /* (row, block) pairs a chunk of mv1_i8: R rows x 2048 / R blocks */
 #define MV1_MAXT 8 /* up to 8 tokens (a batch of decode steps): NT of them staged, 16 x NT fold threads */
 
-template <int DT, int SDT, int R>
+template <int DT, int SDT, int R, int IB>
 __global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ijobs J) {
     const ijob j = resolve(J.j[find_job(J)]);
     constexpr int KC = MV1_PAIRS / R, LD = R + 1; /* blocks a chunk; LD odd: staging stores of consecutive blocks hit different banks */
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ij
             const float sw = cv_sw(ld_sw(j.scales, SDT, e), j.scales, SDT, e);
             sI[bl * LD + rl] = (float)I;
             sM[bl * LD + rl] = __fmul_rn(sw, __ldg(xd + b));
-            if (!(b & bmask)) sB[(bl >> gshift) * LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
+            if (!(b & bmask)) sB[(bl >> gshift) * LD + rl] = !IB ? cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e) : zbias<DT>(sw);
         }
         for (int i = tid; i < (kcn >> gshift); i += MV1_THREADS) sxg[i] = __ldg(xs + (kb0 >> gshift) + i);
         __syncthreads();
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1_i8(const __grid_constant__ ij
  * the activation's codes and block scales of the chunk to shared memory before any is used. mv1_i8's loop
  * waited for each pair's codes before it asked for the next pair's (and for the scales after the codes): some
  * eight dependent round trips a thread where this has one (SLUICE_CUDA_MV1=2; slcu_i8_mv1_kernel). */
-template <int DT, int SDT, int R>
+template <int DT, int SDT, int R, int IB>
 __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ ijobs J) {
     constexpr int KC = MV1_PAIRS / R < 256 ? MV1_PAIRS / R : 256, LD = R + 1, P = R * KC / MV1_THREADS;
     constexpr int BB = DT == DT_Q4 ? 16 : 32; /* code bytes a block */
@@ -97,7 +98,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
                 if (DT == DT_Q8) w1[k] = __ldg(w + 1);
                 const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
                 sw[k] = ld_sw(j.scales, SDT, e);
-                if (!(b & bmask)) bw[k] = ld_sw(j.biases, SDT, e);
+                if (!(b & bmask) && !IB) bw[k] = ld_sw(j.biases, SDT, e);
             }
         }
         for (int i = tid; i < 2 * kcn; i += MV1_THREADS) sx[i] = __ldg((const uint4 *)(xq + (size_t)kb0 * 32) + i);
@@ -111,8 +112,9 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
                 const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
                 const int I = dot_block<DT>(w0[k], DT == DT_Q8 ? w1[k] : w0[k], sx[2 * bl], sx[2 * bl + 1]);
                 sI[bl * LD + rl] = (float)I;
-                sM[bl * LD + rl] = __fmul_rn(cv_sw(sw[k], j.scales, SDT, e), sd[bl]);
-                if (!(b & bmask)) sB[(bl >> gshift) * LD + rl] = cv_sw(bw[k], j.biases, SDT, e);
+                const float sv = cv_sw(sw[k], j.scales, SDT, e);
+                sM[bl * LD + rl] = __fmul_rn(sv, sd[bl]);
+                if (!(b & bmask)) sB[(bl >> gshift) * LD + rl] = !IB ? cv_sw(bw[k], j.biases, SDT, e) : zbias<DT>(sv);
             }
         }
         __syncthreads();
@@ -130,7 +132,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
 #define MV1C_NP(DT) ((DT) == DT_Q4 ? 1024 : 512)
 
 /* sc: the caller's shared [MV1C_NP(DT) * BB] bytes, 16-aligned (free again after the call's last barrier) */
-template <int DT, int SDT, int R>
+template <int DT, int SDT, int R, int IB>
 static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
     constexpr int ssz = SDT == DT_F32 ? 4 : 2;
@@ -161,7 +163,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
                 if (DT == DT_Q8) cp16(sc + (size_t)q * BB + 16, w + 16, true);
                 const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
                 cp4(&ssw[q], (const void *)(((uintptr_t)j.scales + e * ssz) & ~(uintptr_t)3));
-                if (!(b & bmask)) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
+                if (!(b & bmask) && !IB) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
             }
         }
         if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
@@ -183,8 +185,9 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
                 const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
                 const uint4 *w = (const uint4 *)(sc + (size_t)q * BB);
                 vI[k] = (float)dot_block<DT>(w[0], DT == DT_Q8 ? w[1] : w[0], sx[2 * bl], sx[2 * bl + 1]);
-                vM[k] = __fmul_rn(cv_sw(ssw[q], j.scales, SDT, e), sd[bl]);
-                if (!(b & bmask)) vB[k] = cv_sw(sbw[q], j.biases, SDT, e);
+                const float sv = cv_sw(ssw[q], j.scales, SDT, e);
+                vM[k] = __fmul_rn(sv, sd[bl]);
+                if (!(b & bmask)) vB[k] = !IB ? cv_sw(sbw[q], j.biases, SDT, e) : zbias<DT>(sv);
             }
         }
         __syncthreads(); /* the codes are read: their room takes the fold's staging */
@@ -203,10 +206,10 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
 }
 
-template <int DT, int SDT, int R>
+template <int DT, int SDT, int R, int IB>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
     __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)];
-    mv1c_body<DT, SDT, R>(J, sc);
+    mv1c_body<DT, SDT, R, IB>(J, sc);
 }
 
 /* SLUICE_CUDA_FUSE=qkv: mv1c_i8's rows, then per-head norm + RoPE (cuda_normrope.cuh norm_rope_head, k_norm_rope's code)
@@ -214,12 +217,12 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant_
  * of each head it wrote (rows h hs .. h hs + dim - 1 of its job) into that head's counter after a fence (release);
  * the CTA whose count completes the head's dim rows fences (acquire), resets the counter (for the next launch, in
  * stream order) and does the head. No CTA waits for another; a head's rows may span any number of CTAs. */
-template <int DT, int SDT, int R>
+template <int DT, int SDT, int R, int IB>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_nr(const __grid_constant__ ijobs J, const __grid_constant__ nr_tail T) {
     __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)]; /* then part [256], v0 [1024] */
     static_assert(MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32) >= 256 * 8 + 1024 * 4, "the tail's room in the codes'");
     __shared__ int lasth[R + 1], nlast;
-    mv1c_body<DT, SDT, R>(J, sc);
+    mv1c_body<DT, SDT, R, IB>(J, sc);
     double *part = (double *)sc;
     float *v0 = (float *)(sc + 256 * 8);
     const int jk = find_job(J), pi = T.job[0] == jk ? 0 : T.job[1] == jk ? 1 : -1;
@@ -256,13 +259,13 @@ static __device__ __noinline__ void an_run(const an_tail &T, uint8_t *sc) {
  * CTA that finishes last (a counter for the launch: release fence, count; acquire fence) runs slcu_add_norm_q's code
  * (cuda_addnorm.cuh add_norm_row, k_add_norm_q's operations on 256 threads) on T.p, whose y (or the combine's rows cy)
  * the jobs wrote, in the codes' shared memory. */
-template <int DT, int SDT, int R>
+template <int DT, int SDT, int R, int IB>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_an(const __grid_constant__ ijobs J, const __grid_constant__ an_tail T) {
     constexpr int SCB = MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32);
     __shared__ __align__(16) uint8_t sc[SCB]; /* then part [256], xs [AN_FUSE_MAXD], sbs [AN_FUSE_MAXD / 32] */
     static_assert(SCB >= 256 * 8 + AN_FUSE_MAXD * 4 + AN_FUSE_MAXD / 32 * 4, "the tail's room in the codes'");
     __shared__ int last;
-    mv1c_body<DT, SDT, R>(J, sc);
+    mv1c_body<DT, SDT, R, IB>(J, sc);
     __threadfence(); /* this CTA's rows, device-wide, before its count */
     __syncthreads(); /* (and sc is free) */
     if (!threadIdx.x) last = atomicAdd(T.cnt, 1) == (int)gridDim.x - 1;
@@ -273,7 +276,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_an(const __grid_constant_
     if (!threadIdx.x) *T.cnt = 0; /* for the next launch (stream order) */
 }
 
-template <int DT, int SDT, int NT>
+template <int DT, int SDT, int NT, int IB>
 __global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ijobs J) {
     constexpr int KC = MV1_KC / NT; /* blocks a chunk: NT tokens' staging in the room of one's */
     const ijob j = resolve(J.j[find_job(J)]);
@@ -304,7 +307,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ij
                 sI[(t * KC + bl) * MV1_LD + rl] = (float)dot_block<DT>(w0, w1, __ldg(xa), __ldg(xa + 1));
                 sM[(t * KC + bl) * MV1_LD + rl] = __fmul_rn(sw, __ldg(j.d + (size_t)ar[t] * nb + b));
             }
-            if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e);
+            if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = !IB ? cv_sw(ld_sw(j.biases, SDT, e), j.biases, SDT, e) : zbias<DT>(sw);
         }
         for (int i = tid; i < nt * (kcn >> gshift); i += MV1_THREADS) {
             const int t = i / (kcn >> gshift), c = i - t * (kcn >> gshift);
@@ -323,7 +326,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mvn_i8(const __grid_constant__ ij
  * once, as mv1c_i8: the chunk's codes, scale and bias words and the NT tokens' activation codes and block scales go
  * to shared memory by cp.async, one wait, then each thread stages its pairs' NT I_b and s_g d_b for the fold
  * (SLUICE_CUDA_MVN=2; slcu_i8_mvn_kernel). Chunks of at most 32 blocks (shared memory). */
-template <int DT, int SDT, int NT>
+template <int DT, int SDT, int NT, int IB>
 __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ ijobs J) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, KC = MV1_KC / NT < 32 ? MV1_KC / NT : 32, NP = MV1_ROWS * KC;
     constexpr int P = (NP + MV1_THREADS - 1) / MV1_THREADS, ssz = SDT == DT_F32 ? 4 : 2;
@@ -349,7 +352,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
                 if (DT == DT_Q8) cp16(sc + (size_t)q * BB + 16, w + 16, true);
                 const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
                 cp4(&ssw[q], (const void *)(((uintptr_t)j.scales + e * ssz) & ~(uintptr_t)3));
-                if (!(b & bmask)) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
+                if (!(b & bmask) && !IB) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
             }
         }
         for (int i = tid; i < nt * 2 * kcn; i += MV1_THREADS) {
@@ -380,7 +383,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
                     sI[(t * KC + bl) * MV1_LD + rl] = (float)dot_block<DT>(w0, w1, sx[t * 2 * KC + 2 * bl], sx[t * 2 * KC + 2 * bl + 1]);
                     sM[(t * KC + bl) * MV1_LD + rl] = __fmul_rn(sw, sd[t * KC + bl]);
                 }
-                if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = cv_sw(sbw[q], j.biases, SDT, e);
+                if (!(b & bmask)) sB[(bl >> gshift) * MV1_LD + rl] = !IB ? cv_sw(sbw[q], j.biases, SDT, e) : zbias<DT>(sw);
             }
         }
         __syncthreads();
@@ -442,8 +445,9 @@ static int pdl_enabled(void) {
 
 template <int DT, int SDT, int R>
 static void mv1c_launch(int tiles, const ijobs *J) {
+    void (*k)(ijobs) = J->ib ? mv1c_i8<DT, SDT, R, 1> : mv1c_i8<DT, SDT, R, 0>;
     if (!pdl_enabled()) {
-        mv1c_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+        k<<<tiles, MV1_THREADS, 0, SLS>>>(*J);
         return;
     }
     cudaLaunchConfig_t cfg = {};
@@ -451,14 +455,14 @@ static void mv1c_launch(int tiles, const ijobs *J) {
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.gridDim = dim3((unsigned)tiles), cfg.blockDim = dim3(MV1_THREADS), cfg.stream = SLS, cfg.attrs = at, cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, mv1c_i8<DT, SDT, R>, *J);
+    cudaLaunchKernelEx(&cfg, k, *J);
 }
 
 template <int DT, int SDT, int R>
 static void mv_r(int tiles, const ijobs *J) { /* mv1d_i8's launches that it cannot take run mv1c_i8 */
     if (mv1_version() >= 3) mv1c_launch<DT, SDT, R>(tiles, J);
-    else if (mv1_version() == 2) mv1b_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
-    else mv1_i8<DT, SDT, R><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    else if (mv1_version() == 2) (J->ib ? mv1b_i8<DT, SDT, R, 1> : mv1b_i8<DT, SDT, R, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    else (J->ib ? mv1_i8<DT, SDT, R, 1> : mv1_i8<DT, SDT, R, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J);
 }
 
 template <int DT, int SDT>
@@ -485,8 +489,8 @@ int mv_takes(int max_tok) { return max_tok <= 1 || mvn_version() != 3; }
 
 template <int DT, int SDT, int NT>
 static void mv_nt(int tiles, const ijobs *J) {
-    if (mvn_version() == 2) mvnc_i8<DT, SDT, NT><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
-    else mvn_i8<DT, SDT, NT><<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    if (mvn_version() == 2) (J->ib ? mvnc_i8<DT, SDT, NT, 1> : mvnc_i8<DT, SDT, NT, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J);
+    else (J->ib ? mvn_i8<DT, SDT, NT, 1> : mvn_i8<DT, SDT, NT, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J);
 }
 
 template <int DT, int SDT>
@@ -520,10 +524,10 @@ cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const i
 /* mv1c_nr's launch (cuda_i8.cu slcu_matmul_i8_nr): J's tiles of rows as mv_launch would make them (mv1c_i8's) */
 template <int DT, int SDT>
 static void nr_one(int rows, int tiles, const ijobs *J, const nr_tail *T) {
-    if (rows == 4) mv1c_nr<DT, SDT, 4><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
-    else if (rows == 8) mv1c_nr<DT, SDT, 8><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
-    else if (rows == 32) mv1c_nr<DT, SDT, 32><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
-    else mv1c_nr<DT, SDT, MV1_ROWS><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    if (rows == 4) (J->ib ? mv1c_nr<DT, SDT, 4, 1> : mv1c_nr<DT, SDT, 4, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 8) (J->ib ? mv1c_nr<DT, SDT, 8, 1> : mv1c_nr<DT, SDT, 8, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 32) (J->ib ? mv1c_nr<DT, SDT, 32, 1> : mv1c_nr<DT, SDT, 32, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else (J->ib ? mv1c_nr<DT, SDT, MV1_ROWS, 1> : mv1c_nr<DT, SDT, MV1_ROWS, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
 }
 
 cudaError_t mv_nr_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const nr_tail *T) {
@@ -538,10 +542,10 @@ cudaError_t mv_nr_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, c
 /* mv1c_an's launch (cuda_i8.cu slcu_matmul_i8_an), tiled as mv_launch would */
 template <int DT, int SDT>
 static void an_one(int rows, int tiles, const ijobs *J, const an_tail *T) {
-    if (rows == 4) mv1c_an<DT, SDT, 4><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
-    else if (rows == 8) mv1c_an<DT, SDT, 8><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
-    else if (rows == 32) mv1c_an<DT, SDT, 32><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
-    else mv1c_an<DT, SDT, MV1_ROWS><<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    if (rows == 4) (J->ib ? mv1c_an<DT, SDT, 4, 1> : mv1c_an<DT, SDT, 4, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 8) (J->ib ? mv1c_an<DT, SDT, 8, 1> : mv1c_an<DT, SDT, 8, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else if (rows == 32) (J->ib ? mv1c_an<DT, SDT, 32, 1> : mv1c_an<DT, SDT, 32, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
+    else (J->ib ? mv1c_an<DT, SDT, MV1_ROWS, 1> : mv1c_an<DT, SDT, MV1_ROWS, 0>)<<<tiles, MV1_THREADS, 0, SLS>>>(*J, *T);
 }
 
 cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const an_tail *T) {

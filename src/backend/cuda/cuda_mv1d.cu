@@ -53,7 +53,7 @@ static __device__ __forceinline__ int dot_half(const uint4 &w, const uint4 &x) {
 /* w: [nrows][cols] q4 (cols / 2 bytes a row) or q8 (cols), groups of j.group with SDT words; x: one row of int8
  * activation (act_row(j, 0)) or the SwiGLU input j.sg / j.su -> y[r] for the CTA's rows. Dynamic shared memory:
  * cols + 12 * (cols / 32) bytes for the launch's largest cols. */
-template <int DT, int SDT, int WR>
+template <int DT, int SDT, int WR, int IB>
 __global__ void __launch_bounds__(MV1D_THREADS, 4) mv1d_i8(const __grid_constant__ ijobs J) {
     constexpr int PB = DT == DT_Q4 ? 1 : 2;      /* pieces a block */
     constexpr int PPR = 32 * MV1D_KP / WR;       /* pieces of a row a chunk (a multiple of 32) */
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(MV1D_THREADS, 4) mv1d_i8(const __grid_constant
                 if (PB == 1 || !(p & 1)) { /* q8: the block's first half holds its words */
                     const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
                     sw[u] = ld_sw(j.scales, SDT, e);
-                    if (!(b & bmask)) bw[u] = ld_sw(j.biases, SDT, e);
+                    if (!(b & bmask) && !IB) bw[u] = ld_sw(j.biases, SDT, e);
                 }
             }
         }
@@ -121,8 +121,9 @@ __global__ void __launch_bounds__(MV1D_THREADS, 4) mv1d_i8(const __grid_constant
                 const int bl = b - kb0, i = bl * LDW + rl;
                 const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
                 wI[i] = (float)I;
-                wM[i] = __fmul_rn(cv_sw(sw[u], j.scales, SDT, e), sd[b]);
-                if (!(b & bmask)) wB[(bl >> gshift) * LDW + rl] = cv_sw(bw[u], j.biases, SDT, e);
+                const float sv = cv_sw(sw[u], j.scales, SDT, e);
+                wM[i] = __fmul_rn(sv, sd[b]);
+                if (!(b & bmask)) wB[(bl >> gshift) * LDW + rl] = !IB ? cv_sw(bw[u], j.biases, SDT, e) : zbias<DT>(sv);
             }
         }
         if (pb0 + PPR < np) issue(pb0 + PPR); /* the next chunk's loads in flight during this fold */
@@ -153,7 +154,7 @@ static __device__ __forceinline__ void fold_chunk_d(const float *si, const float
     }
 }
 
-template <int DT, int SDT, int NT>
+template <int DT, int SDT, int NT, int IB>
 __global__ void __launch_bounds__(MV1D_THREADS, 4) mvnd_i8(const __grid_constant__ ijobs J) {
     constexpr int WR = MVND_WR, KP = NT <= 2 ? 8 : 4; /* pieces a lane a chunk (fewer for more tokens: shared memory) */
     constexpr int PB = DT == DT_Q4 ? 1 : 2, PPR = 32 * KP / WR, KB = PPR / PB, LDW = WR + 1;
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(MV1D_THREADS, 4) mvnd_i8(const __grid_constant
                 if (PB == 1 || !(p & 1)) {
                     const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
                     sw[u] = ld_sw(j.scales, SDT, e);
-                    if (!(b & bmask)) bw[u] = ld_sw(j.biases, SDT, e);
+                    if (!(b & bmask) && !IB) bw[u] = ld_sw(j.biases, SDT, e);
                 }
             }
         }
@@ -229,8 +230,9 @@ __global__ void __launch_bounds__(MV1D_THREADS, 4) mvnd_i8(const __grid_constant
             }
             if (st) {
                 const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
-                wS[i] = cv_sw(sw[u], j.scales, SDT, e);
-                if (!(b & bmask)) wB[((b - kb0) >> gshift) * LDW + rl] = cv_sw(bw[u], j.biases, SDT, e);
+                const float sv = cv_sw(sw[u], j.scales, SDT, e);
+                wS[i] = sv;
+                if (!(b & bmask)) wB[((b - kb0) >> gshift) * LDW + rl] = !IB ? cv_sw(bw[u], j.biases, SDT, e) : zbias<DT>(sv);
             }
         }
         if (pb0 + PPR < np) issue(pb0 + PPR);
@@ -243,11 +245,16 @@ __global__ void __launch_bounds__(MV1D_THREADS, 4) mvnd_i8(const __grid_constant
     if (folds) j.y[(size_t)ft * j.ldy + wr0 + fr] = __fadd_rn(acc, accb);
 }
 
+template <int DT, int SDT, int NT, int IB> /* IB: the biases computed (ijobs ib, cuda_i8.cuh zbias) */
+static void mvnd_go_ib(int tiles, size_t dyn, const ijobs *J) {
+    static size_t set; /* the dynamic shared memory this kernel may take: asked for past what it was (48 KB with the static) */
+    if (dyn > set) cudaFuncSetAttribute((const void *)mvnd_i8<DT, SDT, NT, IB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn), set = dyn;
+    mvnd_i8<DT, SDT, NT, IB><<<tiles, MV1D_THREADS, dyn, SLS>>>(*J);
+}
 template <int DT, int SDT, int NT>
 static void mvnd_go(int tiles, size_t dyn, const ijobs *J) {
-    static size_t set; /* the dynamic shared memory this kernel may take: asked for past what it was (48 KB with the static) */
-    if (dyn > set) cudaFuncSetAttribute((const void *)mvnd_i8<DT, SDT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn), set = dyn;
-    mvnd_i8<DT, SDT, NT><<<tiles, MV1D_THREADS, dyn, SLS>>>(*J);
+    if (J->ib) mvnd_go_ib<DT, SDT, NT, 1>(tiles, dyn, J);
+    else mvnd_go_ib<DT, SDT, NT, 0>(tiles, dyn, J);
 }
 
 template <int DT, int SDT>
@@ -289,8 +296,9 @@ int mv1d_tile_rows(const ijobs *J) {
 
 template <int DT, int SDT, int WR>
 static void mv1d_go(int tiles, size_t dyn, int pdl, const ijobs *J) {
+    void (*k)(ijobs) = J->ib ? mv1d_i8<DT, SDT, WR, 1> : mv1d_i8<DT, SDT, WR, 0>;
     if (!pdl) {
-        mv1d_i8<DT, SDT, WR><<<tiles, MV1D_THREADS, dyn, SLS>>>(*J);
+        k<<<tiles, MV1D_THREADS, dyn, SLS>>>(*J);
         return;
     }
     cudaLaunchConfig_t cfg = {};
@@ -299,7 +307,7 @@ static void mv1d_go(int tiles, size_t dyn, int pdl, const ijobs *J) {
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.gridDim = dim3((unsigned)tiles), cfg.blockDim = dim3(MV1D_THREADS), cfg.dynamicSmemBytes = dyn;
     cfg.stream = SLS, cfg.attrs = at, cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, mv1d_i8<DT, SDT, WR>, *J);
+    cudaLaunchKernelEx(&cfg, k, *J);
 }
 
 template <int DT, int SDT>
