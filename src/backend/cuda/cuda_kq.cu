@@ -212,7 +212,7 @@ static int launched(const char *what, char *msg, size_t msglen) {
 }
 
 static int bad_mat(const slcu_mat *w, const char *what, char *msg, size_t msglen) {
-    if (slcu_kq_takes(w->dtype) && w->data && w->cols > 0 && w->cols % kq_blk(w->dtype) == 0 && w->rows >= 0) return 0;
+    if (kq_is(w->dtype) && !kq_rotated(w->dtype) && w->data && w->cols > 0 && w->cols % kq_blk(w->dtype) == 0 && w->rows >= 0) return 0;
     if (msg && msglen)
         snprintf(msg, msglen, "%s: a %s matrix of %d columns is not one the block kernels take", what,
                  dt_name(w->dtype), w->cols);
