@@ -4,7 +4,8 @@
  * __fmul_rn / __fsub_rn), every type's random valid blocks (kq_random) decoded piece by piece as k_kq does (a row at
  * 0-3 bytes past a 4-byte boundary, chunk by chunk: kq_chunk's aligned words copied to a staging buffer, lane l's
  * piece decoded from there at the kernel's offset) and compared bitwise with kq_row_to_f32, the scalar oracle; every
- * staged word read must lie in the span kq_chunk names.
+ * staged word read must lie in the span kq_chunk names. And launch_mm's token chunks (kq_launch_tokens, kq_launch_next)
+ * for 1-4100 rows and larger, 1 token to 2^31 - 1: every token once, in order, every grid within 2^31 - 1 CTAs.
  * Build and run (after `make`):
  *   g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Wno-unknown-pragmas -Isrc -Iinclude -o /tmp/kq_emu \
  *       tools/cuda_kq_emu.cpp build/libsluice.a -lm -pthread && /tmp/kq_emu
@@ -80,7 +81,37 @@ template <int DT> static void run(void) {
     printf("%-8s %s\n", dt_name((dt_type)DT), bad ? "DIFFERS from kq_row_to_f32" : "bitwise kq_row_to_f32 (every piece, chunk, offset)");
 }
 
+/* launch_mm's launches (kq_launch_tokens, kq_launch_next) for rows and n tokens: they take [0, n) in order, each a
+ * positive number of tokens within the step, with a grid of at most 2^31 - 1 CTAs, and end */
+static int check_launch(int rows, int n) {
+    const int most = kq_launch_tokens(rows);
+    const long long rb = ((long long)rows + KQ_WARPS - 1) / KQ_WARPS;
+    if (most <= 0 || most % KQ_T || rb * (most / KQ_T) > 0x7fffffffLL) {
+        printf("  rows %d: %d tokens a launch\n", rows, most);
+        return 1;
+    }
+    long long launches = 0, covered = 0;
+    for (int t0 = 0; t0 < n; t0 = kq_launch_next(t0, n, most)) {
+        const int m = n - t0 < most ? n - t0 : most;
+        if (t0 != covered || m <= 0 || rb * ((m + KQ_T - 1) / KQ_T) > 0x7fffffffLL || ++launches > n / most + 1) {
+            printf("  rows %d, %d tokens: launch %lld at token %d of %d tokens\n", rows, n, launches, t0, m);
+            return 1;
+        }
+        covered += m;
+    }
+    if (covered != n) printf("  rows %d, %d tokens: %lld covered\n", rows, n, covered);
+    return covered != n;
+}
+
 int main(void) {
+    const int ns[] = {1, 7, 8, 9, 37, 512, 0x7fffffff}, big[] = {65536, 1 << 28, 0x7ffffff0, 0x7fffffff};
+    int lbad = 0;
+    for (int rows = 1; rows <= 4096 + 4 && !lbad; rows++)
+        for (int n : ns) lbad = lbad || check_launch(rows, n);
+    for (int rows : big)
+        for (int n : ns) lbad = lbad || check_launch(rows, n);
+    cases++, fails += lbad;
+    printf("launches %s\n", lbad ? "WRONG" : "take every token once for rows 1-4100 and larger (router rows included)");
     memcpy(g_iq2xxs, kq_iq_grid(DT_IQ2_XXS), sizeof g_iq2xxs), memcpy(g_iq2xs, kq_iq_grid(DT_IQ2_XS), sizeof g_iq2xs);
     memcpy(g_iq2s, kq_iq_grid(DT_IQ2_S), sizeof g_iq2s), memcpy(g_iq3xxs, kq_iq_grid(DT_IQ3_XXS), sizeof g_iq3xxs);
     memcpy(g_iq3s, kq_iq_grid(DT_IQ3_S), sizeof g_iq3s), memcpy(g_iq1s, kq_iq_grid(DT_IQ1_S), sizeof g_iq1s);

@@ -1,6 +1,7 @@
 /* ---- the GGUF block types on the device (cuda_kq.cu, included by test_cuda.c) ----
  * check_kq: random valid blocks of each type (kq_random: random code and scale bytes, finite f16 d of either sign)
- * at several shapes (rows not a multiple of the CTA's 4 or of 32; rows of 1 to 33 blocks: whole and partial chunks of
+ * at several shapes (rows not a multiple of the CTA's 4 or of 32, and 4 and 20 rows: one and five row blocks, where
+ * launch_mm's token step once overflowed; rows of 1 to 33 blocks: whole and partial chunks of
  * 32 pieces; the data 1 byte off a 4-byte boundary, 2 for the types whose blocks are not 4-byte multiples), 1, 3, 8 and
  * 17 tokens:
  *   - the embedding rows (slcu_embed_kq, the matmul's decoder) bitwise kq_row_to_f32, the scalar oracle;
@@ -111,6 +112,8 @@ static void check_kq_all(void) {
         check_kq(dt, 130, 33 * blk, 0);              /* a whole chunk and one piece (32-blocks) or a partial one */
         check_kq(dt, 67, blk == 32 ? 4096 : 2560, 0); /* several chunks */
         check_kq(dt, 9, blk, odd ? 2 : 0);           /* one block a row */
+        check_kq(dt, 4, blk, 0);                     /* a router's rows, one row block: launch_mm's token step */
+        check_kq(dt, 20, 2 * blk, odd ? 1 : 0);      /* 5 row blocks (overflowed an int before: cuda_kq_dec.cuh) */
     }
     CK(!slcu_kq_takes(DT_Q2) && !slcu_kq_takes(DT_Q2V) && !slcu_kq_takes(DT_Q4), "slcu_kq_takes takes a type it should not");
 }

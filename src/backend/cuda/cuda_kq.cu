@@ -31,8 +31,6 @@ extern "C" {
 #include "quant/kquant.h"
 }
 
-#define KQ_WARPS 4
-#define KQ_T 8
 #define KQ_NW 7                 /* words a lane loads per chunk: the largest chunk (Q6_K's 840 B) + 3 B of alignment */
 #define KQ_SMW (32 * KQ_NW)     /* words of shared memory per warp */
 
@@ -167,10 +165,10 @@ extern "C" int slcu_kq_takes(dt_type dt) {
 }
 
 template <int DT> static void launch_mm(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n) {
-    const long long rb = (w->rows + KQ_WARPS - 1) / KQ_WARPS, most = (0x7fffffffLL / rb) * KQ_T; /* tokens a launch */
-    const int xal = !((uintptr_t)x & 15) && ldx % 4 == 0;
-    for (int t0 = 0; t0 < n; t0 += (int)most) {
-        const int m = n - t0 < most ? n - t0 : (int)most;
+    const long long rb = ((long long)w->rows + KQ_WARPS - 1) / KQ_WARPS;
+    const int most = kq_launch_tokens(w->rows), xal = !((uintptr_t)x & 15) && ldx % 4 == 0; /* tokens a launch */
+    for (int t0 = 0; t0 < n; t0 = kq_launch_next(t0, n, most)) {
+        const int m = n - t0 < most ? n - t0 : most;
         const unsigned grid = (unsigned)(rb * ((m + KQ_T - 1) / KQ_T));
         k_kq<DT><<<grid, 32 * KQ_WARPS, 0, SLS>>>((const uint8_t *)w->data, w->rows, w->cols, x + (size_t)t0 * ldx, ldx,
                                                   y + (size_t)t0 * ldy, ldy, m, xal);

@@ -43,6 +43,23 @@ inline float kq_i2f(int q) { /* the device's trick, written out: the emulation c
 }
 #endif
 
+/* k_kq's shape (cuda_kq.cu): KQ_WARPS rows a CTA (a warp a row), up to KQ_T tokens a read of the weights */
+#define KQ_WARPS 4
+#define KQ_T 8
+
+/* Tokens one k_kq launch takes at most for a matrix of rows rows (> 0): its grid has a CTA for each row block and chunk
+ * of KQ_T tokens, at most 2^31 - 1 of them, and launch_mm steps its token offset (an int) by this, so it is a positive
+ * multiple of KQ_T within an int. Without the cap, 2^31 - 1 over the row blocks times KQ_T passes INT_MAX for fewer
+ * than 8 row blocks: cast to int it was -8 for a router's 4 rows, and launch_mm's loop never ended (the GGUF fixtures'
+ * stall on the H100, call H). tools/cuda_kq_emu.cpp checks both functions for every row count up to 4096 and more. */
+inline int kq_launch_tokens(int rows) {
+    const long long rb = rows > 0 ? ((long long)rows + KQ_WARPS - 1) / KQ_WARPS : 1, most = (0x7fffffffLL / rb) * KQ_T;
+    const long long cap = (0x7fffffffLL / KQ_T) * KQ_T;
+    return (int)(most < cap ? most : cap);
+}
+/* launch_mm's next token offset after the launch at t0 (most: kq_launch_tokens): n when that launch took the rest */
+inline int kq_launch_next(int t0, int n, int most) { return n - t0 <= most ? n : t0 + most; }
+
 /* values and bytes per block (kquant.h) */
 template <int DT> struct KT;
 #define KT_(dt, blk, bytes) template <> struct KT<dt> { enum { BLK = blk, BYTES = bytes }; }
