@@ -194,6 +194,17 @@ def gptoss_plan(L, V):
     return plan + [("output_norm.weight", Q.F32, (H,), "one"), ("output.weight", Q.Q8_0, (V, H), None)]
 
 
+def add_yarn(w, d):
+    """YaRN rope scaling as gpt-oss's and DeepSeek-V3's configs give it (factor, original context; betas 32 / 1)"""
+    import gguf
+
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(d["YARN"])
+    w.add_rope_scaling_orig_ctx_len(d["YARN_CTX"])
+    w.add_rope_scaling_yarn_beta_fast(32.0)
+    w.add_rope_scaling_yarn_beta_slow(1.0)
+
+
 def gptoss_keys(w, L):
     import gguf
     d = GPT_OSS_120B
@@ -206,11 +217,7 @@ def gptoss_keys(w, L):
     w.add_key_length(d["HD"])
     w.add_value_length(d["HD"])
     w.add_rope_freq_base(d["THETA"])
-    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-    w.add_rope_scaling_factor(d["YARN"])
-    w.add_rope_scaling_orig_ctx_len(d["YARN_CTX"])
-    w.add_rope_scaling_yarn_beta_fast(32.0)
-    w.add_rope_scaling_yarn_beta_slow(1.0)
+    add_yarn(w, d)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_expert_count(d["E"])
     w.add_expert_used_count(d["K"])
@@ -268,11 +275,7 @@ def deepseek2_keys(w, L, V):
     w.add_head_count(d["NH"])
     w.add_head_count_kv(1)  # MLA as llama.cpp runs it: one compressed KV "head"
     w.add_rope_freq_base(d["THETA"])
-    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-    w.add_rope_scaling_factor(d["YARN"])
-    w.add_rope_scaling_orig_ctx_len(d["YARN_CTX"])
-    w.add_rope_scaling_yarn_beta_fast(32.0)
-    w.add_rope_scaling_yarn_beta_slow(1.0)
+    add_yarn(w, d)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_expert_count(d["E"])
     w.add_expert_used_count(d["K"])
