@@ -140,17 +140,22 @@ def qwen3next_plan(L, V, d=QWEN3_NEXT):
     return plan + [("output_norm.weight", Q.F32, (H,), "one"), ("output.weight", Q.Q8_0, (V, H), None)]
 
 
-def qwen3next_keys(w, L, d=QWEN3_NEXT):
-    import gguf
+def add_attention(w, d, L, ff):
+    """the keys of grouped-query attention's geometry that Qwen3-Next's and gpt-oss's configs share"""
     w.add_context_length(d["CTX"])
     w.add_embedding_length(d["H"])
     w.add_block_count(L)
-    w.add_feed_forward_length(d["FF_DENSE"])
+    w.add_feed_forward_length(ff)
     w.add_head_count(d["NH"])
     w.add_head_count_kv(d["NKV"])
     w.add_key_length(d["HD"])
     w.add_value_length(d["HD"])
     w.add_rope_freq_base(d["THETA"])
+
+
+def qwen3next_keys(w, L, d=QWEN3_NEXT):
+    import gguf
+    add_attention(w, d, L, d["FF_DENSE"])
     w.add_rope_dimension_count(d["ROT"])
     w.add_layer_norm_rms_eps(1e-6)
     w.add_expert_count(d["E"])
@@ -208,15 +213,7 @@ def add_yarn(w, d):
 def gptoss_keys(w, L):
     import gguf
     d = GPT_OSS_120B
-    w.add_context_length(d["CTX"])
-    w.add_embedding_length(d["H"])
-    w.add_block_count(L)
-    w.add_feed_forward_length(d["FF"])
-    w.add_head_count(d["NH"])
-    w.add_head_count_kv(d["NKV"])
-    w.add_key_length(d["HD"])
-    w.add_value_length(d["HD"])
-    w.add_rope_freq_base(d["THETA"])
+    add_attention(w, d, L, d["FF"])
     add_yarn(w, d)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_expert_count(d["E"])
