@@ -171,9 +171,9 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
  * -1 (o = 9); IQ1_S, one delta per 32 values, puts it into the offset instead, o = 10 - delta. The 32 table indices
  * of a superblock are made as u16 with vector ops */
 
-/* the 32 values of table entries ix[0..3], 8 each */
-static inline __m256i kq_iq1_32(const int8_t *tab, const uint16_t *ix) {
-    return kq_grid4(tab, ix[0], ix[1], ix[2], ix[3]);
+/* the 32 values of the four table entries in the u16 of w */
+static inline __m256i kq_iq1_32w(const int8_t *tab, uint64_t w) {
+    return kq_grid4(tab, (unsigned)(w & 0xFFFF), (unsigned)(w >> 16 & 0xFFFF), (unsigned)(w >> 32 & 0xFFFF), (unsigned)(w >> 48));
 }
 
 /* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s). Index
@@ -183,7 +183,7 @@ KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *tab, kq_sb *o) {
     const __m128i qh = _mm_loadu_si128((const __m128i *)(b + 34));
     const __m256i qh2 = _mm256_broadcastsi128_si256(qh), mul = _mm256_set1_epi64x(0x0080000400200100ll);
     const __m256i m7 = _mm256_set1_epi16(0x700);
-    uint16_t ix[32];
+    __m128i ix[4]; /* the indices of blocks 2 k, 2 k + 1 */
     KQ_UNROLL
     for (int p = 0; p < 2; p++) { /* blocks 4 p .. 4 p + 3 */
         const char c = (char)(8 * p);
@@ -192,10 +192,13 @@ KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *tab, kq_sb *o) {
                                              c + 7, c + 6, c + 7, c + 7, -1);
         const __m256i hi = _mm256_and_si256(_mm256_mullo_epi16(_mm256_shuffle_epi8(qh2, sel), mul), m7);
         const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + 2 + 16 * p)));
-        _mm256_storeu_si256((__m256i *)(ix + 16 * p), _mm256_or_si256(lo, hi));
+        const __m256i i16 = _mm256_or_si256(lo, hi);
+        ix[2 * p] = _mm256_castsi256_si128(i16);
+        ix[2 * p + 1] = _mm256_extracti128_si256(i16, 1);
     }
     KQ_UNROLL
-    for (int ib = 0; ib < 8; ib++) o->v[ib] = kq_iq1_32(tab, ix + 4 * ib);
+    for (int ib = 0; ib < 8; ib++)
+        o->v[ib] = kq_iq1_32w(tab, ib % 2 ? (uint64_t)_mm_extract_epi64(ix[ib / 2], 1) : (uint64_t)_mm_cvtsi128_si64(ix[ib / 2]));
     /* ls = bits 12-14 of each u16 (s = 2 ls + 1), o = 9 + 2 (bit 15) */
     const __m128i s = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
     const __m128i so = _mm_mullo_epi16(s, _mm_add_epi16(_mm_slli_epi16(_mm_srli_epi16(qh, 15), 1), _mm_set1_epi16(9)));
@@ -217,18 +220,15 @@ KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *tab, kq_sb *o) {
     const __m256i neg[2] = {_mm256_broadcastsi128_si256(_mm_and_si128(_mm_srli_epi16(n0, 2), two)),
                             _mm256_broadcastsi128_si256(_mm_and_si128(_mm_srli_epi16(n1, 2), two))};
     const __m128i h0 = _mm_and_si128(n0, b7), h1 = _mm_and_si128(n1, b7);
-    uint16_t ix[32];
-    _mm_storeu_si128((__m128i *)ix, _mm_unpacklo_epi8(q0, h0));
-    _mm_storeu_si128((__m128i *)(ix + 8), _mm_unpackhi_epi8(q0, h0));
-    _mm_storeu_si128((__m128i *)(ix + 16), _mm_unpacklo_epi8(q1, h1));
-    _mm_storeu_si128((__m128i *)(ix + 24), _mm_unpackhi_epi8(q1, h1));
+    const __m128i x[4] = {_mm_unpacklo_epi8(q0, h0), _mm_unpackhi_epi8(q0, h0), _mm_unpacklo_epi8(q1, h1), _mm_unpackhi_epi8(q1, h1)};
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) { /* block ib's 4 delta bytes (chunk 4 ib + l of 32) each over its 8 values */
         const char c = (char)(4 * (ib % 4));
         const __m256i sp = _mm256_setr_epi8(c, c, c, c, c, c, c, c, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1,
                                             c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 3, c + 3, c + 3, c + 3,
                                             c + 3, c + 3, c + 3, c + 3);
-        o->v[ib] = _mm256_sub_epi8(kq_iq1_32(tab, ix + 4 * ib), _mm256_shuffle_epi8(neg[ib / 4], sp));
+        const uint64_t w = ib % 2 ? (uint64_t)_mm_extract_epi64(x[ib / 2], 1) : (uint64_t)_mm_cvtsi128_si64(x[ib / 2]);
+        o->v[ib] = _mm256_sub_epi8(kq_iq1_32w(tab, w), _mm256_shuffle_epi8(neg[ib / 4], sp));
     }
     /* group g's ls: bits 3 (g % 4) of u16 g / 4 of the four at 48. Lane k of W >> 3 k holds group 4 j + k in its u16 j;
      * masked and packed that is byte 4 k + j, which one vpshufb puts at g */
