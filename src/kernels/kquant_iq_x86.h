@@ -238,9 +238,11 @@ KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *tab, kq_sb *o) {
     const __m128i lo = _mm_and_si128(_mm_srlv_epi64(ww, _mm_set_epi64x(3, 0)), m7);
     const __m128i hi = _mm_and_si128(_mm_srlv_epi64(ww, _mm_set_epi64x(9, 6)), m7);
     const __m128i l8 = _mm_shuffle_epi8(_mm_packus_epi16(lo, hi), _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-    const uint16_t dh = (uint16_t)((w >> 12 & 0xf) | (w >> 24 & 0xf0) | (w >> 36 & 0xf00) | (w >> 48 & 0xf000));
+    /* d's f16 bits: the top nibbles of the four u16, n0 | n1 << 4 | n2 << 8 | n3 << 12, by two vpmaddwd */
+    const __m128i dn = _mm_madd_epi16(_mm_srli_epi16(ww, 12), _mm_set1_epi32(0x00100001));
+    const __m128i dh = _mm_madd_epi16(_mm_packs_epi32(dn, dn), _mm_set1_epi32(0x01000001));
     const __m128i s = _mm_add_epi8(_mm_add_epi8(l8, l8), _mm_set1_epi8(1));
-    kq_iq_finish(o, s, 1, kq_h2f((const uint8_t *)&dh) * 0.125f, 1);
+    kq_iq_finish(o, s, 1, kq_h2f_lo(dh) * 0.125f, 1);
     o->x16 = _mm256_mullo_epi16(_mm256_cvtepu8_epi16(s), _mm256_set1_epi16(9));
     o->sub = 1;
 }

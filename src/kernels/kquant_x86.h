@@ -52,6 +52,15 @@ static inline float kq_h2f(const uint8_t *p) {
 #endif
 }
 
+/* the f16 in the low 16 bits of h as f32 (exact) */
+static inline float kq_h2f_lo(__m128i h) {
+#if defined(__F16C__)
+    return _mm_cvtss_f32(_mm_cvtph_ps(h));
+#else
+    return f16_to_f32((uint16_t)_mm_cvtsi128_si32(h));
+#endif
+}
+
 /* the 8 f16 at p, p + st, .. p + 7 st as f32 lanes (exact), built in registers: a vector read of 8 floats stored one
  * by one would stall on the store forwarding */
 static inline __m256 kq_h2f8(const uint8_t *p, int st) {
