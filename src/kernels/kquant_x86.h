@@ -129,6 +129,7 @@ KQ_INLINE void kq_unpack_q45(dt_type dt, const uint8_t *b, kq_sb *o) {
     o->dmin = _mm256_set1_ps(kq_h2f(b + 2));
     o->has_min = 1;
     o->off = 0;
+    o->sub = 0;
     o->uns = 1;
 }
 
@@ -199,6 +200,7 @@ KQ_INLINE void kq_unpack_q23(dt_type dt, const uint8_t *b, kq_sb *o) {
     o->dmin = _mm256_set1_ps(kq_h2f(b + 82));
     o->has_min = 1;
     o->off = 0;
+    o->sub = 0;
     o->uns = 1;
 }
 
@@ -346,6 +348,21 @@ static inline __m256i kq_dot32(__m256i a, __m256i b) {
  * bk; read only for mins and offsets): per block 8 int32 partial dots, two hadd levels give each group of 16 its sum
  * (sab / scd's lane order), times its scale, then the two groups of a block added: exact integers throughout */
 KQ_INLINE void kq_dot_sb(const kq_sb *u, const int8_t *q, const int16_t *bk, __m256i *isum, __m256i *msum) {
+#if !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+    if (u->sub) { /* IQ1 (values <= 18, |x| <= 127): vpmaddubsw pairs summed by two vphaddw levels in int16 (8 products,
+                   * |sum| <= 18288), the scales as u16 pairs by one vpmaddwd: no vpmaddwd by ones, no vpmulld */
+        __m256i p16[8];
+        KQ_UNROLL
+        for (int b = 0; b < 8; b++) p16[b] = _mm256_maddubs_epi16(u->v[b], _mm256_loadu_si256((const __m256i *)(q + 32 * b)));
+        const __m256i sab = _mm256_or_si256(u->sab, _mm256_slli_epi32(u->sab, 16)), scd = _mm256_or_si256(u->scd, _mm256_slli_epi32(u->scd, 16));
+        const __m256i ab = _mm256_madd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(p16[0], p16[1]), _mm256_hadd_epi16(p16[2], p16[3])), sab);
+        const __m256i cd = _mm256_madd_epi16(_mm256_hadd_epi16(_mm256_hadd_epi16(p16[4], p16[5]), _mm256_hadd_epi16(p16[6], p16[7])), scd);
+        const __m256i is = _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+        *msum = _mm256_setzero_si256();
+        *isum = _mm256_sub_epi32(is, _mm256_madd_epi16(u->x16, _mm256_loadu_si256((const __m256i *)bk)));
+        return;
+    }
+#endif
     __m256i p[8];
     KQ_UNROLL
     for (int b = 0; b < 8; b++) {
