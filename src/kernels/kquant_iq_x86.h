@@ -2,7 +2,8 @@
  * kquant_iq_x86.h — the grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) unpacked with AVX2 ops
  * into kquant_x86.h's kq_sb: the same integers as kquant_iq.c's scalar unpacking (the oracle; layouts there and in
  * llama.cpp ggml-quants.c dequantize_row_iq*). Per 32 values: four 8-value grid entries (eight 4-value ones for
- * IQ3) gathered as 64-bit (32-bit) lanes from kq_iq_grid's table, signs applied by a byte mask made from the four
+ * IQ3) loaded as 64-bit (32-bit) lanes from kq_iq_grid's table and put together by inserts (vpgatherdd was slower
+ * on Zen 5: docs/QUANT.md), signs applied by a byte mask made from the four
  * sign bytes (vpshufb + vpcmpeqb), IQ1's 8 grid + delta from one table, plus 9; the integer scales as
  * kq_unpack_iq's. Included by kquant_x86.h only (under its flags). Internal to src/kernels/.
  */
@@ -138,8 +139,8 @@ KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = b + 2 + 8 * ib;
         const uint32_t aux = kq_u32(b + 66 + 4 * ib);
-        const __m256i g = _mm256_i32gather_epi32((const int *)grid, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), 4);
-        o->v[ib] = g;
+        o->v[ib] = _mm256_setr_epi32((int)kq_g4(grid, q[0]), (int)kq_g4(grid, q[1]), (int)kq_g4(grid, q[2]), (int)kq_g4(grid, q[3]),
+                                     (int)kq_g4(grid, q[4]), (int)kq_g4(grid, q[5]), (int)kq_g4(grid, q[6]), (int)kq_g4(grid, q[7]));
         o->sg[ib] = kq_ksigns_vec(aux & 127, aux >> 7 & 127, aux >> 14 & 127, aux >> 21 & 127);
         sc |= (uint64_t)(2 * (aux >> 28) + 1) << (8 * ib);
     }
@@ -150,14 +151,14 @@ KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
  * (unpack_iq3s: index k of the 8 takes bit k of qh[ib]) */
 KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
-    const __m256i k07 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), one = _mm256_set1_epi32(1);
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = qs + 8 * ib;
         const unsigned h = qh[ib];
-        const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)h), k07), one), 8);
-        const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q)), hi);
-        o->v[ib] = _mm256_i32gather_epi32((const int *)grid, idx, 4);
+        o->v[ib] = _mm256_setr_epi32((int)kq_g4(grid, q[0] | (h << 8 & 256)), (int)kq_g4(grid, q[1] | (h << 7 & 256)),
+                                     (int)kq_g4(grid, q[2] | (h << 6 & 256)), (int)kq_g4(grid, q[3] | (h << 5 & 256)),
+                                     (int)kq_g4(grid, q[4] | (h << 4 & 256)), (int)kq_g4(grid, q[5] | (h << 3 & 256)),
+                                     (int)kq_g4(grid, q[6] | (h << 2 & 256)), (int)kq_g4(grid, q[7] | (h << 1 & 256)));
         o->sg[ib] = kq_signs_pm(kq_u32(sg + 4 * ib));
     }
     kq_iq_finish(o, kq_nib_odd(_mm_cvtsi32_si128((int)kq_u32(sc))), 0, kq_h2f(b), 2);
