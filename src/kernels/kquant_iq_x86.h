@@ -23,6 +23,12 @@ static inline __m256i kq_grid4(const int8_t *grid, unsigned i0, unsigned i1, uns
                              (long long)kq_g8(grid, i0));
 }
 
+/* the four 8-value grid entries whose indices are the u16 of w (taken out of a vector register as one 64-bit word:
+ * four vpextrw cost more) */
+static inline __m256i kq_grid4w(const int8_t *tab, uint64_t w) {
+    return kq_grid4(tab, (unsigned)(w & 0xFFFF), (unsigned)(w >> 16 & 0xFFFF), (unsigned)(w >> 32 & 0xFFFF), (unsigned)(w >> 48));
+}
+
 /* g with value 8 l + j negated where bit j of sign byte l of s4 is set (the oracle's put8) */
 static inline __m256i kq_apply_signs(__m256i g, uint32_t s4) {
     const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
@@ -33,12 +39,14 @@ static inline __m256i kq_apply_signs(__m256i g, uint32_t s4) {
     return _mm256_sub_epi8(_mm256_xor_si256(g, m), m);
 }
 
-/* +-1 bytes: -1 for value 8 l + j where bit j of sign byte l of s4 is set (the signs kq_apply_signs puts on g) */
-static inline __m256i kq_signs_pm(uint32_t s4) {
-    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
-                                          3, 3, 3, 3);
+/* +-1 bytes: -1 for value 8 l + i where bit i of sign byte 4 j + l of s16 is set (the signs kq_apply_signs puts on
+ * g; 16 plain sign bytes in a register: one vpshufb per block, where a u32 read, move and broadcast cost more) */
+static inline __m256i kq_signs_blk(__m128i s16, int j) {
+    const char c = (char)(4 * j);
+    const __m256i sp = _mm256_setr_epi8(c, c, c, c, c, c, c, c, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 1, c + 2, c + 2,
+                                        c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 3, c + 3, c + 3, c + 3, c + 3, c + 3, c + 3, c + 3);
     const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    const __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)s4), shuf);
+    const __m256i x = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(s16), sp);
     return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bits), bits), _mm256_set1_epi8(1));
 }
 
@@ -53,7 +61,7 @@ static inline __m256i kq_signs_pm(uint32_t s4) {
 #define KQ_SE64(i) KQ_SE16(i), KQ_SE16((i) + 16), KQ_SE16((i) + 32), KQ_SE16((i) + 48)
 static const uint64_t kq_ksigns_pm[128] = {KQ_SE64(0), KQ_SE64(64)};
 
-/* the sign vector of four 7-bit sign indices (kq_signs_pm(kq_even_signs(...)) by table) */
+/* the sign vector of four 7-bit sign indices (the +-1 bytes of kq_even_signs(...), by table) */
 static inline __m256i kq_ksigns_vec(unsigned i0, unsigned i1, unsigned i2, unsigned i3) {
     return _mm256_set_epi64x((long long)kq_ksigns_pm[i3], (long long)kq_ksigns_pm[i2], (long long)kq_ksigns_pm[i1],
                              (long long)kq_ksigns_pm[i0]);
@@ -119,15 +127,31 @@ KQ_INLINE void kq_unpack_iq2xs(const uint8_t *b, const int8_t *grid, kq_sb *o) {
     kq_iq_finish(o, kq_nib_odd(_mm_loadl_epi64((const __m128i *)(b + 66))), 1, kq_h2f(b) * 0.125f, 2);
 }
 
-/* IQ2_S: grid index low bytes, 2 high bits each from qh, plain sign bytes, two 4-bit ls per 32 (unpack_iq2s) */
+/* IQ2_S: grid index low bytes, 2 high bits each from qh, plain sign bytes, two 4-bit ls per 32 (unpack_iq2s); the
+ * indices made with vector ops and taken out 4 at a time, the sign bytes from two 16-byte loads (one vpshufb per 32
+ * values) instead of scalar index arithmetic and a u32 load, move and broadcast per 32 */
 KQ_INLINE void kq_unpack_iq2s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    const uint8_t *qs = b + 2, *sg = b + 34, *qh = b + 66, *sc = b + 74;
+    const uint8_t *qs = b + 2, *sc = b + 74;
+    /* the 32 grid indices as u16 (index 4 b + l: byte l of block b | bits 2 l, 2 l + 1 of qh[b] at 8, 9: each u16 lane
+     * takes qh[b], one vpmullw moves the two bits to 8 .. 9), blocks 2 k, 2 k + 1 in ix[k] */
+    const __m128i qh = _mm_loadl_epi64((const __m128i *)(b + 66));
+    const __m256i qh2 = _mm256_broadcastsi128_si256(qh), mul = _mm256_set1_epi64x(0x0004001000400100ll), m3 = _mm256_set1_epi16(0x300);
+    __m128i ix[4];
+    KQ_UNROLL
+    for (int p = 0; p < 2; p++) {
+        const char c = (char)(4 * p);
+        const __m256i sel = _mm256_setr_epi8(c, -1, c, -1, c, -1, c, -1, c + 1, -1, c + 1, -1, c + 1, -1, c + 1, -1, c + 2, -1, c + 2, -1,
+                                             c + 2, -1, c + 2, -1, c + 3, -1, c + 3, -1, c + 3, -1, c + 3, -1);
+        const __m256i hi = _mm256_and_si256(_mm256_mullo_epi16(_mm256_shuffle_epi8(qh2, sel), mul), m3);
+        const __m256i i16 = _mm256_or_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16 * p))), hi);
+        ix[2 * p] = _mm256_castsi256_si128(i16);
+        ix[2 * p + 1] = _mm256_extracti128_si256(i16, 1);
+    }
+    const __m128i s16[2] = {_mm_loadu_si128((const __m128i *)(b + 34)), _mm_loadu_si128((const __m128i *)(b + 50))};
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
-        const unsigned h = qh[ib];
-        const uint8_t *q = qs + 4 * ib;
-        o->v[ib] = kq_grid4(grid, q[0] | (h << 8 & 0x300), q[1] | (h << 6 & 0x300), q[2] | (h << 4 & 0x300), q[3] | (h << 2 & 0x300));
-        o->sg[ib] = kq_signs_pm(kq_u32(sg + 4 * ib));
+        o->v[ib] = kq_grid4w(grid, ib % 2 ? (uint64_t)_mm_extract_epi64(ix[ib / 2], 1) : (uint64_t)_mm_cvtsi128_si64(ix[ib / 2]));
+        o->sg[ib] = kq_signs_blk(s16[ib / 4], ib % 4);
     }
     kq_iq_finish(o, kq_nib_odd(_mm_loadl_epi64((const __m128i *)sc)), 1, kq_h2f(b) * 0.125f, 2);
 }
@@ -150,7 +174,8 @@ KQ_INLINE void kq_unpack_iq3xxs(const uint8_t *b, const int8_t *grid, kq_sb *o) 
 /* IQ3_S: 4-value grid index low bytes with a ninth bit each from qh, plain sign bytes, a 4-bit ls per 32
  * (unpack_iq3s: index k of the 8 takes bit k of qh[ib]) */
 KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
-    const uint8_t *qs = b + 2, *qh = b + 66, *sg = b + 74, *sc = b + 106;
+    const uint8_t *qs = b + 2, *qh = b + 66, *sc = b + 106;
+    const __m128i s16[2] = {_mm_loadu_si128((const __m128i *)(b + 74)), _mm_loadu_si128((const __m128i *)(b + 90))};
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++) {
         const uint8_t *q = qs + 8 * ib;
@@ -159,7 +184,7 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
                                      (int)kq_g4(grid, q[2] | (h << 6 & 256)), (int)kq_g4(grid, q[3] | (h << 5 & 256)),
                                      (int)kq_g4(grid, q[4] | (h << 4 & 256)), (int)kq_g4(grid, q[5] | (h << 3 & 256)),
                                      (int)kq_g4(grid, q[6] | (h << 2 & 256)), (int)kq_g4(grid, q[7] | (h << 1 & 256)));
-        o->sg[ib] = kq_signs_pm(kq_u32(sg + 4 * ib));
+        o->sg[ib] = kq_signs_blk(s16[ib / 4], ib % 4);
     }
     kq_iq_finish(o, kq_nib_odd(_mm_cvtsi32_si128((int)kq_u32(sc))), 0, kq_h2f(b), 2);
 }
@@ -171,11 +196,6 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
  * 0.1x ggml on rows streamed past the caches: docs/QUANT.md): IQ1_M, a delta per 8 values, takes 2 off where it is
  * -1 (o = 9); IQ1_S, one delta per 32 values, puts it into the offset instead, o = 10 - delta. The 32 table indices
  * of a superblock are made as u16 with vector ops */
-
-/* the 32 values of the four table entries in the u16 of w */
-static inline __m256i kq_iq1_32w(const int8_t *tab, uint64_t w) {
-    return kq_grid4(tab, (unsigned)(w & 0xFFFF), (unsigned)(w >> 16 & 0xFFFF), (unsigned)(w >> 32 & 0xFFFF), (unsigned)(w >> 48));
-}
 
 /* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s). Index
  * 4 b + l's high bits are bits 3 l .. 3 l + 2 of u16 b: each u16 lane takes u16 b (l = 3: its high byte), one
@@ -199,7 +219,7 @@ KQ_INLINE void kq_unpack_iq1s(const uint8_t *b, const int8_t *tab, kq_sb *o) {
     }
     KQ_UNROLL
     for (int ib = 0; ib < 8; ib++)
-        o->v[ib] = kq_iq1_32w(tab, ib % 2 ? (uint64_t)_mm_extract_epi64(ix[ib / 2], 1) : (uint64_t)_mm_cvtsi128_si64(ix[ib / 2]));
+        o->v[ib] = kq_grid4w(tab, ib % 2 ? (uint64_t)_mm_extract_epi64(ix[ib / 2], 1) : (uint64_t)_mm_cvtsi128_si64(ix[ib / 2]));
     /* ls = bits 12-14 of each u16 (s = 2 ls + 1), o = 9 + 2 (bit 15) */
     const __m128i s = _mm_add_epi16(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
     const __m128i so = _mm_mullo_epi16(s, _mm_add_epi16(_mm_slli_epi16(_mm_srli_epi16(qh, 15), 1), _mm_set1_epi16(9)));
@@ -229,7 +249,7 @@ KQ_INLINE void kq_unpack_iq1m(const uint8_t *b, const int8_t *tab, kq_sb *o) {
                                             c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 2, c + 3, c + 3, c + 3, c + 3,
                                             c + 3, c + 3, c + 3, c + 3);
         const uint64_t w = ib % 2 ? (uint64_t)_mm_extract_epi64(x[ib / 2], 1) : (uint64_t)_mm_cvtsi128_si64(x[ib / 2]);
-        o->v[ib] = _mm256_sub_epi8(kq_iq1_32w(tab, w), _mm256_shuffle_epi8(neg[ib / 4], sp));
+        o->v[ib] = _mm256_sub_epi8(kq_grid4w(tab, w), _mm256_shuffle_epi8(neg[ib / 4], sp));
     }
     /* group g's ls: bits 3 (g % 4) of u16 g / 4 of the four at 48. Lane k of W >> 3 k holds group 4 j + k in its u16 j;
      * masked and packed that is byte 4 k + j, which one vpshufb puts at g */
