@@ -195,7 +195,7 @@ KQ_INLINE void kq_unpack_iq3s(const uint8_t *b, const int8_t *grid, kq_sb *o) {
  * kq_iq1_plus10's 16 KiB table, 8 g + 10 (the delta +1 values plus 9; a 32 KiB table of both deltas cost about
  * 0.1x ggml on rows streamed past the caches: docs/QUANT.md): IQ1_M, a delta per 8 values, takes 2 off where it is
  * -1 (o = 9); IQ1_S, one delta per 32 values, puts it into the offset instead, o = 10 - delta. The 32 table indices
- * of a superblock are made as u16 with vector ops */
+ * of a superblock are made as u16 with vector ops and taken out four at a time (kq_grid4w) */
 
 /* IQ1_S: per 32 values four index low bytes and a u16 (4 x 3 high bits, 3-bit ls, delta sign) (unpack_iq1s). Index
  * 4 b + l's high bits are bits 3 l .. 3 l + 2 of u16 b: each u16 lane takes u16 b (l = 3: its high byte), one
