@@ -48,8 +48,8 @@ const cli_opt cli_model_opts[] = {
                          "(every miss copied to the device) (default: auto, which is off for now: slower on the H100, "
                          "docs/CUDA.md)"},
     {"--gpu", NULL, "compute on the GPU, and fail saying why where it cannot: a build without CUDA, no usable "
-                    "device, or what the model needs that the CUDA backend lacks (q3, q2 and, unless "
-                    "SLUICE_CUDA_KQ=1, GGUF block-type weights are refused with the weight named) (default: auto: the GPU of a make CUDA=1 build when there is one and the model "
+                    "device, or what the model needs that the CUDA backend lacks (q3, q2 and q2v "
+                    "weights are refused with the weight named) (default: auto: the GPU of a make CUDA=1 build when there is one and the model "
                     "opens there, else the CPU)"},
     {"--cpu", NULL, "compute on the CPU, even where a GPU could (default: auto, as for --gpu)"},
     {"--kv", "TYPE", "the attention KV cache: f32 (exact), f16, bf16, q8 (8.5 bits a value, llama.cpp's q8_0), q4 "

@@ -945,7 +945,7 @@ static void check_mixers(void) {
 
 int main(int argc, char **argv) {
     char msg[256] = "";
-    setenv("SLUICE_CUDA_KQ", "1", 1); /* the GGUF block types' opt-in (cuda_kq.cu slcu_kq_takes): check_kq asserts it */
+    unsetenv("SLUICE_CUDA_KQ"); /* the GGUF block types on (cuda_kq.cu slcu_kq_takes): check_kq asserts it */
     if (slcu_init(msg, sizeof msg)) {
         printf("skipped: %s\n", msg);
         return 77;

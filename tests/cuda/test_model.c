@@ -378,11 +378,11 @@ int main(int argc, char **argv) {
             continue;
         }
         snprintf(path, sizeof path, "%s/%s.kq.sluice", dir, name);
-        if ((f = fopen(path, "rb"))) { /* the GGUF block types: run_kq alone, with the backend's opt-in */
+        if ((f = fopen(path, "rb"))) { /* the GGUF block types: run_kq alone */
             char f32_path[4096];
             fclose(f);
-            if (!getenv("SLUICE_CUDA_KQ") || getenv("SLUICE_CUDA_KQ")[0] != '1') {
-                printf("  %-10s kq  skipped: the GPU takes GGUF block types with SLUICE_CUDA_KQ=1 only\n", name);
+            if (getenv("SLUICE_CUDA_KQ") && getenv("SLUICE_CUDA_KQ")[0] == '0') {
+                printf("  %-10s kq  skipped: SLUICE_CUDA_KQ=0\n", name);
                 free(ref);
                 continue;
             }

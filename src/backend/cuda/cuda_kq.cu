@@ -155,12 +155,11 @@ static int grids_ready(dt_type dt, char *msg, size_t msglen) {
     return 0;
 }
 
-/* Opt-in until a device run of tests/cuda/test_model.c's GGUF block-type fixtures passes (SLUICE_CUDA_KQ=1; docs/CUDA.md
- * "GGUF block types on the GPU"): the kernels passed test_cuda on an H100, but the model-level check did not finish
- * within its time there, so by default the backend refuses these types at open (and auto picks the CPU) as before. */
+/* On since call I (docs/CUDA.md "GGUF block types on the GPU": test_cuda --kq and tests/cuda/test_model.c's block-type
+ * fixtures passed on an H100); SLUICE_CUDA_KQ=0 refuses these types at open as before (auto then picks the CPU). */
 static int kq_on = -1;
 extern "C" int slcu_kq_takes(dt_type dt) {
-    if (kq_on < 0) kq_on = getenv("SLUICE_CUDA_KQ") && getenv("SLUICE_CUDA_KQ")[0] == '1';
+    if (kq_on < 0) kq_on = !(getenv("SLUICE_CUDA_KQ") && getenv("SLUICE_CUDA_KQ")[0] == '0');
     return kq_on && kq_is(dt) && !kq_rotated(dt);
 }
 
