@@ -14,6 +14,7 @@
 # (BENCH_I8=1: test_cuda --bench-i8's matvec rows during the build; stage/sluice-old, when the bundle has one: its
 # decode rows in round 1 beside the defaults') and
 # --kv KV (f16, llama.cpp's default); round 1 also sluice's default KV at D = 1, 512; then bench_serve 1 / 8 streams.
+# TL=1 (DIR/tl/libsltl.so from tools/cuda_tl_call.sh prepare's gcc line): tools/cuda_tl_set.sh's timelines during the build.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
@@ -49,6 +50,10 @@ mt default
 if [ -n "${BENCH_I8:-}" ] && [ "$(el)" -lt ${MT_END:-200} ]; then # the matvec kernels' GB/s against the device copy (test_cuda --bench-i8)
   timeout 90 "$here/t/test_cuda" --bench-i8 >"$log/bench_i8.log" 2>&1
   echo "bench-i8 rc=$? [$(el) s]" >>"$S"; grep -iE "GB/s|mv1[cd]|copy|2-8 tok|kernel [34] rows" "$log/bench_i8.log" | head -40 >>"$S"
+fi
+if [ -n "${TL:-}" ] && [ -f "$here/tl/libsltl.so" ]; then # TL=1: kernel timelines of each switch set and ncu's stall sections (tools/cuda_tl_set.sh) on a 16-layer synth of the GGUF's groups
+  "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 --group 32 -o "$w/q16.sluice" >"$log/synth.log" 2>&1
+  TL_END=${TL_END:-200} bash tools/cuda_tl_set.sh "$sl" "$here/tl" "$o/tl" "$w/q16.sluice"; cat "$o/tl/tl_summary.txt" >>"$S"; rm -f "$w/q16.sluice"
 fi
 echo "tests done [$(el) s]" >>"$S"
 touch "$here/tests.done"
