@@ -103,6 +103,9 @@ static void cu_copy(be_backend *be, void *dst, const void *src, size_t bytes, in
 /* copy_async / mark / fence_done (backend.h): the copy queue of backend_cuda_rt.cu */
 static uint64_t cu_copy_async(be_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
     pend_flush(be);
+    /* SLUICE_CUDA_PDL's early weight loads are not ordered after the copy stream's events (call D: a tier's slot read
+     * before its copy landed), so the overlapped launches end with the first such copy, for the process */
+    slcu_i8_pdl(0);
     uint64_t f = slcb_copy_async(cu_of(be)->q, dst, src, bytes, after, MSG(be));
     if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
     return f;
@@ -784,7 +787,10 @@ be_backend *be_cuda_new(pool_t *pool) {
      * (cuda_flash.cu) are taken unless SLUICE_CUDA_KV16=0. */
     const char *g = getenv("SLUICE_CUDA_DECODE");
     slcu_decode_kernels = !(g && !strcmp(g, "0"));
-    if (slcu_decode_kernels && (g = getenv("SLUICE_CUDA_GRAPH")) && !strcmp(g, "1")) c->gr = slcb_graphs_new();
+    if (slcu_decode_kernels && (g = getenv("SLUICE_CUDA_GRAPH")) && !strcmp(g, "1")) {
+        c->gr = slcb_graphs_new();
+        slcu_i8_pdl(0); /* recorded steps and SLUICE_CUDA_PDL failed call D's model test together: never both */
+    }
     g = getenv("SLUICE_CUDA_NQ");
     c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
     /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64) */

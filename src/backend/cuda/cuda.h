@@ -122,11 +122,11 @@ int slcu_i8_swiglu_fused(void);
  * cp.async), 3 cuda_i8.cu mv_i8 (a thread a row), 4 cuda_mv1d.cu mvnd_i8 (mv1d_i8's warps, each job its own tokens),
  * 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */
 void slcu_i8_mvn_kernel(int version);
-/* SLUICE_CUDA_IBIAS=1 (issue 24): the int8 matvecs of 1-8 tokens (cuda_mv.cu, cuda_mv1d.cu, cuda_i8.cu mv_i8) compute
+/* Implied biases (issue 24; on unless SLUICE_CUDA_IBIAS=0): the int8 matvecs of 1-8 tokens (cuda_mv.cu, cuda_mv1d.cu, cuda_i8.cu mv_i8) compute
  * the biases of a matrix with slcu_mat ibias as z times its scales (cuda_i8.cuh zbias) instead of loading them, the
  * same bits, in launches of their own; with a device table (slcu_mm tab) w.ibias says it of every matrix the table
  * may give (its bias pointers are then never read). The GEMMs still read them. slcu_i8_ibias: 1 on, 0 off, -1 back to
- * the environment (off unless 1). */
+ * the environment (on unless 0). */
 void slcu_i8_ibias(int on);
 /* mv1c_i8 launched to overlap the kernel before it (programmatic dependent launch; the same bits): 1 on, 0 off, -1 back
  * to the environment's SLUICE_CUDA_PDL (off unless 1). */

@@ -435,7 +435,9 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
 
 
 /* SLUICE_CUDA_PDL=1: mv1c_i8 is launched to overlap the kernel before it (pdl_wait: its weights' loads
- * go out while that kernel runs; cuda_pdl.cuh); the same bits. Off by default until a device run times it. */
+ * go out while that kernel runs; cuda_pdl.cuh); the same bits. Call J timed it (a resident step 7-9% shorter on an
+ * H100, docs/CUDA.md); off by default until a device run of the model test passes with backend_cuda.c's guards
+ * (no PDL after the first copy-stream copy, nor with recorded steps). */
 static int pdl_on = -1;
 extern "C" void slcu_i8_pdl(int on) { pdl_on = on; }
 static int pdl_enabled(void) {
