@@ -6,7 +6,7 @@
  * read per generated token, hit rate and steps. Then the time to first token of a follow-up turn (a
  * long first prompt, then the same plus a short new turn) with and without the prefix cache.
  *
- * Usage: build/bench_serve MODEL.sluice [--cache SIZE_MIB] [--tokens N] [--streams 1,2,4,8,16]
+ * Usage: build/bench_serve MODEL.sluice [--cache SIZE_MIB] [--tokens N] [--streams 1,2,4,8,16] [--resident 1]
  *                          [--io direct|buffered] [--prompt N] [--temp T (default 1: sampled)] [--gpu 1 (CUDA, resident)]
  */
 #include <pthread.h>
@@ -54,9 +54,10 @@ static void wait_all(tally *t) {
     pthread_mutex_unlock(&t->mu);
 }
 
-static sl_model *open_model(const char *path, long long cache_mib, sl_io_mode io, int gpu) {
+static sl_model *open_model(const char *path, long long cache_mib, sl_io_mode io, int gpu, int resident) {
     sl_model_params mp = sl_model_params_default();
     mp.cache_bytes = (uint64_t)cache_mib << 20;
+    mp.resident = resident; /* --resident 1: every expert in memory (sluice serve --resident) */
     if (gpu) mp.backend = SL_BACKEND_CUDA, mp.resident = 1; /* --gpu 1: sluice serve --gpu --resident */
     mp.io_mode = io;
     mp.prefetch = -1; /* batched steps do not use next-layer hints; keep the single stream comparable */
@@ -68,14 +69,14 @@ static sl_model *open_model(const char *path, long long cache_mib, sl_io_mode io
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL.sluice [--cache MIB] [--tokens N] [--streams 1,2,4] [--io direct|buffered] [--prompt N] [--gpu 1]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.sluice [--cache MIB] [--tokens N] [--streams 1,2,4] [--io direct|buffered] [--prompt N] [--gpu 1] [--resident 1]\n", argv[0]);
         return 2;
     }
     const char *path = argv[1], *streams = "1,2,4,8,16";
     long long cache_mib = 256;
     int n_tok = 32, n_prompt_long = 1024;
     float temp = 1.0f;
-    int gpu = 0;
+    int gpu = 0, resident = 0;
     sl_io_mode io = SL_IO_DIRECT;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--cache")) cache_mib = atoll(argv[i + 1]);
@@ -84,9 +85,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prompt")) n_prompt_long = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--temp")) temp = (float)atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--gpu")) gpu = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--resident")) resident = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--io")) io = strcmp(argv[i + 1], "buffered") ? SL_IO_DIRECT : SL_IO_BUFFERED;
     }
-    sl_model *m = open_model(path, cache_mib, io, gpu);
+    sl_model *m = open_model(path, cache_mib, io, gpu, resident);
     if (!m) return 1;
     sl_tokenizer *tok = NULL; /* synthetic models carry no tokenizer: ids only */
     sl_error err = {0};

@@ -952,6 +952,15 @@ sl_status fwd_eval_batch(fwd_ws *ws, const fam_config *cfg, const fam_weights *w
                          const fwd_item *items, int n_items, sl_error *err) {
     if (!ws || !cfg || !w || !items || n_items < 1)
         return err_set(err, SL_EINVAL, "fwd_eval_batch: NULL argument or no items");
+    /* one sequence: fwd_eval's own path (a batch of one is that sequence alone, so the same bits). Its decode step
+     * keeps the route on the device where eval_multi's does not: a serving stream alone on an H100 ran at half
+     * `sluice bench`'s rate through eval_multi (docs/CUDA.md "Call J") */
+    if (n_items == 1) {
+        const int rc = fwd_eval(ws, items[0].sq, cfg, w, experts, items[0].tokens, items[0].n, items[0].logits,
+                                items[0].all_logits, err);
+        if (rc && err) err_prefix(err, "batch item 0");
+        return rc;
+    }
     for (int i = 0; i < n_items; i++) {
         int rc = check_seq(ws, items[i].sq, cfg, items[i].tokens, items[i].n, err);
         for (int j = 0; !rc && j < i; j++)
