@@ -304,6 +304,22 @@ static float *dl(const void *d, size_t n) { /* n floats (or bytes / 4) back from
     return h;
 }
 
+/* The reference of the int8 matmuls' bitwise checks: each of N tokens alone, through the row indirection (token t
+ * reads activation row drows[t] = idx[t]), with whatever kernels are switched on; malloc'd [N][rows] in idx's order */
+static float *mm_alone(slcu_mat w, const slcu_act *da, const int *drows, const int *idx, int N, int rows, float *dy) {
+    char msg[256] = "";
+    float *alone = malloc((size_t)N * rows * 4);
+    poison(dy, (size_t)N * rows * 4);
+    for (int t = 0; t < N; t++) {
+        slcu_mm m = {w, da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows, NULL, NULL};
+        CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
+    }
+    float *al = dl(dy, (size_t)N * rows);
+    for (int t = 0; t < N; t++) memcpy(alone + (size_t)idx[t] * rows, al + (size_t)t * rows, (size_t)rows * 4);
+    free(al);
+    return alone;
+}
+
 static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     char msg[256] = "";
     mat a;
@@ -334,15 +350,7 @@ static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     for (int i = 0; i < N * cols; i++) q4ok &= q4[(i & ~7) + (i & 1 ? 4 + (i & 7) / 2 : (i & 7) / 2)] == ca.q[i];
     CK(q4ok, "q4-ordered activations wrong");
     /* token t alone, through the row indirection: the reference of every bitwise check */
-    float *alone = malloc((size_t)N * rows * 4), *y = malloc((size_t)N * rows * 4);
-    poison(dy, (size_t)N * rows * 4);
-    for (int t = 0; t < N; t++) {
-        slcu_mm m = {a.d, &da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows, NULL, NULL};
-        CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
-    }
-    float *al = dl(dy, (size_t)N * rows);
-    for (int t = 0; t < N; t++) memcpy(alone + (size_t)idx[t] * rows, al + (size_t)t * rows, (size_t)rows * 4);
-    free(al);
+    float *alone = mm_alone(a.d, &da, drows, idx, N, rows, dy), *y = malloc((size_t)N * rows * 4);
     double worst = 0, maxref = 0;
     for (size_t i = 0; i < (size_t)N * rows; i++) maxref = fmax(maxref, fabs(ref[i]));
     for (size_t i = 0; i < (size_t)N * rows; i++) worst = nanmax(worst, fabs(alone[i] - ref[i]) / maxref);

@@ -49,15 +49,7 @@ static void check_ibias(dt_type dt, int rows, int cols, int group, dt_type sdt) 
     CK(!slcu_act_bind(&da, abuf, N, cols, msg, sizeof msg) && !slcu_act_quantize(&da, dx, (size_t)cols, msg, sizeof msg), "%s", msg);
     /* the reference: token t alone, the biases loaded (the switch off), the default one-token kernel */
     slcu_i8_ibias(0);
-    float *alone = malloc((size_t)N * rows * 4);
-    poison(dy, (size_t)N * rows * 4);
-    for (int t = 0; t < N; t++) {
-        slcu_mm m = {a.d, &da, drows + t, 1, dy + (size_t)t * rows, (size_t)rows, NULL, NULL};
-        CK(!slcu_matmul_i8(&m, 1, msg, sizeof msg), "%s", msg);
-    }
-    float *al = dl(dy, (size_t)N * rows);
-    for (int t = 0; t < N; t++) memcpy(alone + (size_t)idx[t] * rows, al + (size_t)t * rows, (size_t)rows * 4);
-    free(al);
+    float *alone = mm_alone(a.d, &da, drows, idx, N, rows, dy);
     /* 16 and 40 tokens (the GEMM) with the switch on: it still reads the biases, the same bits */
     slcu_i8_ibias(1);
     for (int n = 16; n <= N; n += N - 16) {
