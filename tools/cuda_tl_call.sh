@@ -69,21 +69,18 @@ t=open(sys.argv[1]).read()
 try:
   r=json.loads(t[t.index("["):])[0]; print("prefill %.1f decode %.2f" % (r["prefill_tok_s"], r["decode_tok_s"]))
 except Exception as e: print("failed", open(sys.argv[2]).read()[-300:].replace("\n"," "))' "$1" "$2"; }
-tl() { # tag env... -- bench args: one timeline, summed by tools/cuda_timeline.py
-  local tag=$1; shift; local e=(); while [ "$1" != -- ]; do e+=("$1"); shift; done; shift
-  env "${e[@]}" CUDA_INJECTION64_PATH=$TLD/libsltl.so SLTL_OUT=$o/tl.$tag.txt LD_LIBRARY_PATH=$b/lib:$TLD \
-    timeout 60 "$sl" bench $B "$@" >$o/tl.$tag.json 2>$o/tl.$tag.err
-  echo "== timeline $tag (${e[*]}) $*: rc=$? $(row $o/tl.$tag.json $o/tl.$tag.err) [$(el) s]" >>"$S"
-  python3 tools/cuda_timeline.py $o/tl.$tag.txt --steps 12 --top 24 >>"$S" 2>&1; xz -9 $o/tl.$tag.txt
+tl() { # TAG MODEL PROMPT SETS...: tools/cuda_tl_set.sh's timelines, its summary into ours
+  local tag=$1 mm=$2 p=$3; shift 3
+  TL_SETS="$*" TL_PROMPT=$p TL_GEN=24 TL_NCU=0 TL_END=100 bash tools/cuda_tl_set.sh "$sl" "$TLD" "$o/tl_$tag" "$mm"
+  echo "== timelines $tag (depth $p): $*" >>"$S"; cat "$o/tl_$tag/tl_summary.txt" >>"$S"
 }
 for p in 1 512; do # the bench rate without the injection, for the tracing's own cost
   timeout 30 "$sl" bench -m $m $B --prompt $p --gen 64 >$o/b.json 2>$o/b.err; echo "plain p$p: $(row $o/b.json $o/b.err) [$(el) s]" >>"$S"
 done
-tl d1 X=1 -- -m $m --prompt 1 --gen 24
-tl d1noapi SLTL_NO_API=1 -- -m $m --prompt 1 --gen 24
-tl d512 X=1 -- -m $m --prompt 512 --gen 24
-tl g32 X=1 -- -m $w/g32.sluice --prompt 1 --gen 24
-i=0; for sw in SLUICE_CUDA_GRAPH=1 ${TL_SW:-}; do i=$((i+1)); late 420 && break; tl sw$i ${sw//+/ } -- -m $m --prompt 1 --gen 24; done
+TL_API=1 tl d1 $m 1 X=1
+tl d1noapi $m 1 X=1 SLUICE_CUDA_GRAPH=1 ${TL_SW:-}
+tl d512 $m 512 X=1
+tl g32 $w/g32.sluice 1 X=1
 # implied biases: checked on the kq_q40 fixture (test_model run_ib) and timed on the group-32 synth, alternated
 if ! late 430; then
   SLUICE_CUDA_IBIAS=1 timeout 40 $b/test_model $w/mt kq_q40 >$o/tm_ib.log 2>&1; echo "test_model kq_q40 IBIAS rc=$?: $(tail -1 $o/tm_ib.log) [$(el) s]" >>"$S"
