@@ -131,12 +131,29 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
  * fold (SLUICE_CUDA_MV1=3). */
 #define MV1C_NP(DT) ((DT) == DT_Q4 ? 1024 : 512)
 
-/* sc: the caller's shared [MV1C_NP(DT) * BB] bytes, 16-aligned (free again after the call's last barrier) */
-template <int DT, int SDT, int R, int IB>
+/* A (row, block) pair q of a chunk of kcn blocks: its row rl = q / kcn and block bl. FI = 1 (the default) divides by
+ * the chunk's reciprocal rk = 1 / kcn in f32: (q + 0.5) rk is within 2^-12 of the true (q + 0.5) / kcn for q < 2^11,
+ * kcn <= 2^9, and that quotient is at least 0.5 / kcn >= 2^-10 from an integer, so its truncation is q / kcn exactly
+ * (every q and kcn a chunk has was checked exhaustively: docs/CUDA.md "Fewer instructions a pair"); FI = 0 is the
+ * integer division (SLUICE_CUDA_MV1=5, kept to time the two). */
+template <int FI>
+static __device__ __forceinline__ void mv1c_pair(int q, int kcn, float rk, int &rl, int &bl) {
+    rl = FI ? __float2int_rz(__fmul_rn(__fadd_rn(__int2float_rn(q), 0.5f), rk)) : q / kcn;
+    bl = q - rl * kcn;
+}
+
+/* sc: the caller's shared [MV1C_NP(DT) * BB] bytes, 16-aligned (free again after the call's last barrier). FI = 1
+ * (the default): a pair's row and block by mv1c_pair's reciprocal, its code and scale addresses as 32-bit offsets from
+ * the chunk's first row (R rows of a matrix: far below 2^31 bytes), and a scale word's half from those offsets' low
+ * bits; FI = 0: a division and 64-bit addresses for each pair, three times (call J's ncu: the kernel issued 0.52
+ * warp instructions a cycle a scheduler, bound by instructions as much as by DRAM). The same loads, the same
+ * values, the same bits. */
+template <int DT, int SDT, int R, int IB, int FI>
 static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
     constexpr int ssz = SDT == DT_F32 ? 4 : 2;
     static_assert(3 * KC * LD * 4 <= NP * BB, "the fold's staging fits where the codes were");
+    static_assert(NP <= 2048 && KC <= 512, "mv1c_pair's reciprocal is exact for these");
     const int jk = find_job(J);
     if (J.j[jk].tab || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
     const ijob j = resolve(J.j[jk]);
@@ -154,16 +171,34 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     float acc = 0.f, accb = 0.f;
     for (int kb0 = 0; kb0 < nb; kb0 += KC) {
         const int kcn = min(KC, nb - kb0), np = nr * kcn;
+        const float rk = FI ? __frcp_rn((float)kcn) : 0.f;
+        /* FI: the chunk's first row's codes, scale and bias words (KC is a multiple of 4 blocks, so a block's group
+         * is the chunk's first group + bl >> gshift and b & bmask is bl & bmask) */
+        const size_t e0 = (size_t)r0 * ng + (size_t)(kb0 >> gshift);
+        const uint8_t *cb = j.codes + (size_t)r0 * rb + (size_t)kb0 * BB;
+        const uint8_t *sb = (const uint8_t *)j.scales + e0 * ssz, *bb = (const uint8_t *)j.biases + e0 * ssz;
 #pragma unroll
         for (int k = 0; k < P; k++) {
-            const int q = tid + k * MV1_THREADS, rl = q / kcn, b = kb0 + q - rl * kcn, r = r0 + rl;
+            const int q = tid + k * MV1_THREADS;
             if (q < np) {
-                const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * BB;
-                cp16(sc + (size_t)q * BB, w, true);
-                if (DT == DT_Q8) cp16(sc + (size_t)q * BB + 16, w + 16, true);
-                const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
-                cp4(&ssw[q], (const void *)(((uintptr_t)j.scales + e * ssz) & ~(uintptr_t)3));
-                if (!(b & bmask) && !IB) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
+                int rl, bl;
+                mv1c_pair<FI>(q, kcn, rk, rl, bl);
+                if (FI) {
+                    const uint8_t *w = cb + (rl * rb + bl * BB);
+                    cp16(sc + q * BB, w, true);
+                    if (DT == DT_Q8) cp16(sc + q * BB + 16, w + 16, true);
+                    const int eo = (rl * ng + (bl >> gshift)) * ssz;
+                    cp4(&ssw[q], (const void *)((uintptr_t)(sb + eo) & ~(uintptr_t)3));
+                    if (!(bl & bmask) && !IB) cp4(&sbw[q], (const void *)((uintptr_t)(bb + eo) & ~(uintptr_t)3));
+                } else {
+                    const int b = kb0 + bl, r = r0 + rl;
+                    const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * BB;
+                    cp16(sc + (size_t)q * BB, w, true);
+                    if (DT == DT_Q8) cp16(sc + (size_t)q * BB + 16, w + 16, true);
+                    const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
+                    cp4(&ssw[q], (const void *)(((uintptr_t)j.scales + e * ssz) & ~(uintptr_t)3));
+                    if (!(b & bmask) && !IB) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
+                }
             }
         }
         if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
@@ -179,24 +214,37 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
         float vI[P], vM[P], vB[P];
 #pragma unroll
         for (int k = 0; k < P; k++) {
-            const int q = tid + k * MV1_THREADS, rl = q / kcn, bl = q - rl * kcn, b = kb0 + bl, r = r0 + rl;
+            const int q = tid + k * MV1_THREADS;
             vI[k] = vM[k] = vB[k] = 0.f;
             if (q < np) {
-                const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
-                const uint4 *w = (const uint4 *)(sc + (size_t)q * BB);
+                int rl, bl;
+                mv1c_pair<FI>(q, kcn, rk, rl, bl);
+                const uint4 *w = (const uint4 *)(sc + q * BB);
                 vI[k] = (float)dot_block<DT>(w[0], DT == DT_Q8 ? w[1] : w[0], sx[2 * bl], sx[2 * bl + 1]);
-                const float sv = cv_sw(ssw[q], j.scales, SDT, e);
+                float sv, bv = 0.f;
+                if (FI) { /* a 16-bit word's half: bit 1 of its address (the base's low bits plus the offset) */
+                    const unsigned ea = (unsigned)(uintptr_t)sb + (unsigned)((rl * ng + (bl >> gshift)) * ssz);
+                    const unsigned eb = (unsigned)(uintptr_t)bb + (unsigned)((rl * ng + (bl >> gshift)) * ssz);
+                    sv = raw_sw(ssw[q], (ea & 2) != 0, SDT);
+                    if (!IB && !(bl & bmask)) bv = raw_sw(sbw[q], (eb & 2) != 0, SDT);
+                } else {
+                    const size_t e = (size_t)(r0 + rl) * ng + (size_t)((kb0 + bl) >> gshift);
+                    sv = cv_sw(ssw[q], j.scales, SDT, e);
+                    if (!IB && !(bl & bmask)) bv = cv_sw(sbw[q], j.biases, SDT, e);
+                }
                 vM[k] = __fmul_rn(sv, sd[bl]);
-                if (!(b & bmask)) vB[k] = !IB ? cv_sw(sbw[q], j.biases, SDT, e) : zbias<DT>(sv);
+                if (!(bl & bmask)) vB[k] = !IB ? bv : zbias<DT>(sv);
             }
         }
         __syncthreads(); /* the codes are read: their room takes the fold's staging */
 #pragma unroll
         for (int k = 0; k < P; k++) {
-            const int q = tid + k * MV1_THREADS, rl = q / kcn, bl = q - rl * kcn;
+            const int q = tid + k * MV1_THREADS;
             if (q < np) {
+                int rl, bl;
+                mv1c_pair<FI>(q, kcn, rk, rl, bl);
                 sI[bl * LD + rl] = vI[k], sM[bl * LD + rl] = vM[k];
-                if (!((kb0 + bl) & bmask)) sB[(bl >> gshift) * LD + rl] = vB[k];
+                if (!(bl & bmask)) sB[(bl >> gshift) * LD + rl] = vB[k];
             }
         }
         __syncthreads();
@@ -206,10 +254,10 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
 }
 
-template <int DT, int SDT, int R, int IB>
+template <int DT, int SDT, int R, int IB, int FI>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
     __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)];
-    mv1c_body<DT, SDT, R, IB>(J, sc);
+    mv1c_body<DT, SDT, R, IB, FI>(J, sc);
 }
 
 /* SLUICE_CUDA_FUSE=qkv: mv1c_i8's rows, then per-head norm + RoPE (cuda_normrope.cuh norm_rope_head, k_norm_rope's code)
@@ -222,7 +270,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_nr(const __grid_constant_
     __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)]; /* then part [256], v0 [1024] */
     static_assert(MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32) >= 256 * 8 + 1024 * 4, "the tail's room in the codes'");
     __shared__ int lasth[R + 1], nlast;
-    mv1c_body<DT, SDT, R, IB>(J, sc);
+    mv1c_body<DT, SDT, R, IB, 1>(J, sc);
     double *part = (double *)sc;
     float *v0 = (float *)(sc + 256 * 8);
     const int jk = find_job(J), pi = T.job[0] == jk ? 0 : T.job[1] == jk ? 1 : -1;
@@ -265,7 +313,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_an(const __grid_constant_
     __shared__ __align__(16) uint8_t sc[SCB]; /* then part [256], xs [AN_FUSE_MAXD], sbs [AN_FUSE_MAXD / 32] */
     static_assert(SCB >= 256 * 8 + AN_FUSE_MAXD * 4 + AN_FUSE_MAXD / 32 * 4, "the tail's room in the codes'");
     __shared__ int last;
-    mv1c_body<DT, SDT, R, IB>(J, sc);
+    mv1c_body<DT, SDT, R, IB, 1>(J, sc);
     __threadfence(); /* this CTA's rows, device-wide, before its count */
     __syncthreads(); /* (and sc is free) */
     if (!threadIdx.x) last = atomicAdd(T.cnt, 1) == (int)gridDim.x - 1;
@@ -399,12 +447,12 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
  * "auto": the fewest of 4 .. 32 that keep the launch within one wave of CTAs on an H100, so a small matrix
  * (the o projection: 2048 rows) spreads over every SM and a large group (8 experts' gate and up: 12288 rows) runs in
  * one wave of CTAs instead of two; a launch of more rows (the LM head) keeps 16. */
-static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8 */
-extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 4 ? v : 0; }
+static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8, 5 mv1c_i8 with FI = 0 */
+extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 5 ? v : 0; }
 static int mv1_version(void) {
     if (!mv1_kernel) {
         const char *e = getenv("SLUICE_CUDA_MV1");
-        mv1_kernel = e && e[0] >= '1' && e[0] <= '4' && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4 */
+        mv1_kernel = e && e[0] >= '1' && e[0] <= '5' && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4|5 */
     }
     return mv1_kernel;
 }
@@ -424,7 +472,7 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
     }
     if (mv_rows_mode > 0) return mv_rows_mode;
     if (mv1_version() == 4) return mv1d_tile_rows(J);
-    const int wave = mv1_version() == 3 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
+    const int wave = mv1_version() == 3 || mv1_version() == 5 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
     for (int r = 4; r <= 32; r *= 2) {
         int tiles = 0;
         for (int i = 0; i < J->n; i++) tiles += (J->j[i].nrows + r - 1) / r;
@@ -434,20 +482,21 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
 }
 
 
-/* SLUICE_CUDA_PDL=1: mv1c_i8 is launched to overlap the kernel before it (pdl_wait: its weights' loads
- * go out while that kernel runs; cuda_pdl.cuh); the same bits. Call J timed it (a resident step 7-9% shorter on an
- * H100, docs/CUDA.md); off by default until a device run of the model test passes with backend_cuda.c's guards
- * (no PDL after the first copy-stream copy, nor with recorded steps). */
+/* Overlapped launches (docs/CUDA.md): mv1c_i8 is launched to overlap the kernel before it (pdl_wait: its weights'
+ * loads go out while that kernel runs; cuda_pdl.cuh); the same bits. Call J timed it (a resident step 7-9% shorter
+ * on an H100); on unless SLUICE_CUDA_PDL=0, and never after the process's first copy-stream copy nor with recorded
+ * steps (backend_cuda.c: the two ways call D's model test failed). */
 static int pdl_on = -1;
 extern "C" void slcu_i8_pdl(int on) { pdl_on = on; }
 static int pdl_enabled(void) {
-    if (pdl_on < 0) pdl_on = getenv("SLUICE_CUDA_PDL") && getenv("SLUICE_CUDA_PDL")[0] == '1';
+    if (pdl_on < 0) pdl_on = !(getenv("SLUICE_CUDA_PDL") && getenv("SLUICE_CUDA_PDL")[0] == '0');
     return pdl_on;
 }
 
 template <int DT, int SDT, int R>
 static void mv1c_launch(int tiles, const ijobs *J) {
-    void (*k)(ijobs) = J->ib ? mv1c_i8<DT, SDT, R, 1> : mv1c_i8<DT, SDT, R, 0>;
+    void (*k)(ijobs) = mv1_version() == 5 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 0> : mv1c_i8<DT, SDT, R, 0, 0>)
+                                          : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1> : mv1c_i8<DT, SDT, R, 0, 1>);
     if (!pdl_enabled()) {
         k<<<tiles, MV1_THREADS, 0, SLS>>>(*J);
         return;
@@ -559,4 +608,4 @@ cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, c
     return cudaGetLastError();
 }
 
-int mv_nr_ok(void) { return mv1_version() == 3; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */
+int mv_nr_ok(void) { return mv1_version() == 3 || mv1_version() == 5; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */
