@@ -129,7 +129,7 @@ void slcu_i8_mvn_kernel(int version);
  * the environment (on unless 0). */
 void slcu_i8_ibias(int on);
 /* mv1c_i8 launched to overlap the kernel before it (programmatic dependent launch; the same bits): 1 on, 0 off, -1 back
- * to the environment's SLUICE_CUDA_PDL (off unless 1). */
+ * to the environment's SLUICE_CUDA_PDL (on unless 0). */
 void slcu_i8_pdl(int on);
 
 /* The routed experts of a layer-major MoE block (prefill), all on the device: the n k (token, slot) pairs of
