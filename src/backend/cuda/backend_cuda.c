@@ -798,7 +798,7 @@ be_backend *be_cuda_new(pool_t *pool) {
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
     be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "0") ? 0 : 1u << SL_KV_F16);
-    if (fuse_env(be)) { /* SLUICE_CUDA_FUSE (opt-in): launches that end in their last CTA's work (backend_cuda_hold.c) */
+    if (fuse_env(be)) { /* SLUICE_CUDA_FUSE (router unless set): launches that end in their last CTA's work (backend_cuda_hold.c) */
         cu_destroy(be);
         return NULL;
     }
