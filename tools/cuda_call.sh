@@ -15,6 +15,7 @@
 # decode rows in round 1 beside the defaults') and
 # --kv KV (f16, llama.cpp's default); round 1 also sluice's default KV at D = 1, 512; then bench_serve 1 / 8 streams.
 # TL=1 (DIR/tl/libsltl.so from tools/cuda_tl_call.sh prepare's gcc line): tools/cuda_tl_set.sh's timelines during the build.
+# HYB=1: after serving, issue 25's rows (llama.cpp -ncmoe 48 / 24 against sluice --vram 2G / 8G --cache 24G) until HYB_END.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
@@ -100,6 +101,22 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
   if [ "$(el)" -lt ${SERVE_BY:-530} ]; then
     env $SX timeout $(( ${END_BY:-565} - $(el) )) "$here/t/bench_serve" "$sp" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 >"$log/serve.txt" 2>&1
     echo "serve (48 layers, switches): $(grep -E '^\| (1|8) \|' "$log/serve.txt" | tr '\n' ' ') [$(el) s]" >>"$S"
+  fi
+  if [ -n "${HYB:-}" ]; then # HYB=1: issue 25's rows on the same GGUF and pack, while time is left (HYB_END, s)
+    # llama.cpp's experts on the CPU (-ncmoe N of the 48 layers, 16 threads) against sluice's VRAM tier + RAM cache
+    # (--vram V --cache 24G: the hybrid step), decode at depth 512 in both (sluice after its 512-token prompt)
+    for n in 48 24; do
+      [ "$(el)" -lt ${HYB_END:-560} ] || break
+      timeout 90 "$lb/llama-bench" -m "$gg" -ngl 99 -ncmoe $n -t 16 -fa 1 -p 512 -n 64 -d 0,512 -r 1 -o json \
+        >"$log/llama.ncmoe$n.json" 2>"$log/llama.ncmoe$n.err"
+      echo "llama.cpp -ncmoe $n -t 16: $(lrow "$log/llama.ncmoe$n.json") [$(el) s]" >>"$S"
+    done
+    for vr in 2G:model 2G:uniform 8G:model; do
+      [ "$(el)" -lt ${HYB_END:-560} ] || break
+      env $SX timeout 90 "$sl" bench -m "$sp" --gpu --vram ${vr%%:*} --cache 24G --threads 16 --kv $KV --prompt 512 --gen 64 \
+        --routing ${vr#*:} --json >"$log/h.${vr/:/.}.json" 2>"$log/h.${vr/:/.}.err"
+      echo "sluice --vram ${vr%%:*} --cache 24G --routing ${vr#*:}: $(row "$log/h.${vr/:/.}.json" "$log/h.${vr/:/.}.err") $(grep -oE '"(vram_hit_rate|hybrid_host_fraction)":[^,]*' "$log/h.${vr/:/.}.json" | tr '\n' ' ') [$(el) s]" >>"$S"
+    done
   fi
 else
   echo "no GGUF/pack or no llama-bench: $(tail -5 "$o/llama_run.log" | tr '\n' ' ')" >>"$S"
