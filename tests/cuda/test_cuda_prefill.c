@@ -33,7 +33,7 @@ static void bench_moe_wide(const mat *gu, const mat *dn, float *dx) {
     slcu_upload(dte, te, NT * K * sizeof(int), msg, sizeof msg), slcu_upload(dtab, tab, (size_t)9 * E * sizeof(void *), msg, sizeof msg);
     slcu_mat g0 = gu->d, d0 = dn->d;
     g0.rows = 768, d0.rows = 2048;
-    moerun mr = {{NT, K, E, 2048, 768, dx, dte, (const void *const *)dtab, g0, g0, d0, work, my}};
+    moerun mr = {{NT, K, E, 2048, 768, dx, dte, (const void *const *)dtab, g0, g0, d0, work, my, 1}};
     for (int v = 2; v <= 6; v++) {
         if (v == 4) continue; /* gemm_tile2, 3 (the default), 5 and 6 */
         slcu_i8_gemm(v);
@@ -170,7 +170,7 @@ static void check_moe(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt
     float *dh = dev_copy(h, (size_t)n * H * 4, msg), *dy = slcu_alloc((size_t)n * k * H * 4, msg, sizeof msg);
     int *dte = dev_copy(te, (size_t)n * k * sizeof(int), msg);
     void *dtab = dev_copy(tab, (size_t)9 * E * sizeof(void *), msg), *work = slcu_alloc(slcu_moe_bytes(n, k, E, H, I), msg, sizeof msg);
-    slcu_moe m = {n, k, E, H, I, dh, dte, (const void *const *)dtab, sub_mat(&gu, 0, I), sub_mat(&gu, I, I), sub_mat(&dn, 0, H), work, dy};
+    slcu_moe m = {n, k, E, H, I, dh, dte, (const void *const *)dtab, sub_mat(&gu, 0, I), sub_mat(&gu, I, I), sub_mat(&dn, 0, H), work, dy, 1};
     float *y[6];
     for (int v = 0; v < 6; v++) { /* every GEMM kernel */
         slcu_i8_gemm(v + 1);

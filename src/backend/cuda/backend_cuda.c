@@ -690,7 +690,9 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
 }
 
 /* backend.h moe_wide: slcu_moe_layer routes into device memory, groups and runs the layer's experts (layer_tab's
- * table), sums the slots: bitwise cu_route + cu_ffn per expert + combine_rows (the same arithmetic, expert order). */
+ * table), sums the slots: bitwise cu_route + cu_ffn per expert + combine_rows (the same arithmetic, expert order).
+ * A decode batch (up to SLUICE_CUDA_MOEN tokens) runs as cu_moe_resident's one-token jobs, each pair's (cuda.h
+ * slcu_moe_mv): the matrices' ibias are the table's (every expert's), the SwiGLU in the down CTAs unless SWIDOWN=0. */
 static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *xs, const float *h, int inter,
                        float *out) {
     pend_flush(be);
@@ -703,9 +705,11 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
     const int ok = layer_tab(be, xs, r->layer, cfg->n_experts, &ex0);
     int *de = ok > 0 ? route_buf(be, (size_t)r->n * (size_t)cfg->n_experts_used) : NULL;
     if (ok < 0 || (ok && !de)) return cu_sync(be);
-    const slcu_moe mo = {.n = r->n, .k = cfg->n_experts_used, .E = cfg->n_experts, .H = cfg->hidden, .I = inter, .h = h,
-                         .top_e = de, .tab = ok ? c->tab[r->layer].dev : NULL, .gate = mat_of(&ex0.gate),
-                         .up = mat_of(&ex0.up), .down = mat_of(&ex0.down)};
+    slcu_moe mo = {.n = r->n, .k = cfg->n_experts_used, .E = cfg->n_experts, .H = cfg->hidden, .I = inter, .h = h,
+                   .top_e = de, .tab = ok ? c->tab[r->layer].dev : NULL, .gate = mat_of(&ex0.gate), .up = mat_of(&ex0.up),
+                   .down = mat_of(&ex0.down), .swi = c->swi_down};
+    const int *implied = ok ? c->tab[r->layer].implied : NULL; /* every expert's: expert 0's is not enough for the table */
+    if (implied) mo.gate.ibias = implied[0], mo.up.ibias = implied[1], mo.down.ibias = implied[2];
     const int rc = ok ? slcu_moe_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be)) : 0;
     return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
 }
@@ -793,7 +797,9 @@ be_backend *be_cuda_new(pool_t *pool) {
     }
     g = getenv("SLUICE_CUDA_NQ");
     c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
-    /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64) */
+    /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64);
+     * cuda_i8.cu SLUICE_CUDA_MOEN=N: moe_wide's batches of up to N tokens (8 unset) as one-token matvec jobs a (token,
+     * slot) pair, larger ones the grouped GEMM; SLUICE_CUDA_MOEN=0 the GEMM for every batch, as before (cuda.h slcu_moe_mv) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");

@@ -136,7 +136,9 @@ void slcu_i8_pdl(int on);
  * top_e grouped by expert (no host round trip), h's rows quantised once, gate and up of every expert over its
  * rows in one launch, one SwiGLU and one quantisation over the n k mid rows, every down in a second launch;
  * output row t k + s of y is token t's slot s. Each row is bitwise the same expert's slcu_matmul_i8 calls
- * (the canonical order: a token's result depends on nothing else in the batch). */
+ * (the canonical order: a token's result depends on nothing else in the batch).
+ * A decode batch (n up to slcu_moe_mv's bound, 8 by default) instead takes each pair as one-token matvec jobs through
+ * the table at its top_e cell (backend_cuda.c cu_moe_resident's jobs, a row of h's int8 form each): the same bits. */
 typedef struct slcu_moe {
     int n, k, E, H, I;
     const float *h;          /* [n][H] the block's input rows (device) */
@@ -145,9 +147,16 @@ typedef struct slcu_moe {
     slcu_mat gate, up, down; /* the shapes and types every expert shares (data pointers unused) */
     void *work;              /* slcu_moe_bytes(n, k, E, H, I) bytes of device memory */
     float *y;                /* [n k][H] */
+    /* a decode batch's matvecs: the SwiGLU made in the down matvec's CTAs (cuda.h slcu_act sg) where the one-token
+     * kernel can (slcu_i8_swiglu_fused), else one SwiGLU and quantisation over the n k rows as for prefill; the same
+     * bits. gate / up / down ibias: of every expert's matrix (backend_cuda.c layer_tab's implied), read by them only. */
+    int swi;
 } slcu_moe;
 size_t slcu_moe_bytes(int n, int k, int E, int H, int I);
 int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen);
+/* The largest n slcu_moe_ffn runs as one-token matvec jobs (a decode batch; larger n the grouped GEMM): 0 none (the
+ * GEMM for every n), 1 .. 64 that many tokens, -1 back to the environment's SLUICE_CUDA_MOEN (8 unset). */
+void slcu_moe_mv(int max_tok);
 
 /* ---- the other ops of a decode step (cuda_ops.cu), f32 in device memory --------------------------------
  * Each mirrors the CPU code named (src/kernels/kernels_plain.h and the files of src/model/) operation by operation;

@@ -507,7 +507,8 @@ extern "C" int slcu_matmul_i8_an(const slcu_mm *mm, int n, const slcu_addnorm *p
  * counts and of their 32-token tiles, a scatter); gemm_seg then runs every expert's rows through gemm_tile in
  * one launch: CTA (row tile, token tile, matrix) finds its expert by a binary search over the tile sums. A
  * pair's place within its expert's segment depends on the atomics' order, which no result does: every row's
- * output depends only on its own activation row (cuda.h's canonical order). */
+ * output depends only on its own activation row (cuda.h's canonical order). A decode batch of a few tokens, whose
+ * GEMM tiles would be mostly empty, takes the one-token matvecs instead (moe_ffn_mv; SLUICE_CUDA_MOEN). */
 #define SEG_TOK 32 /* tokens per CTA of gemm_seg (gemm_tile WN 1: 128 rows x 32 tokens) */
 
 __global__ void __launch_bounds__(1024) k_moe_group(const int *__restrict__ top_e, int nk, int k, int E, int *off,
@@ -652,6 +653,88 @@ static const char *moe_why(const slcu_moe *m) {
     return NULL;
 }
 
+/* The n k mid rows g = silu(g) u (w.g, w.u) and their int8 form in ma, as both paths of slcu_moe_ffn make them. */
+static int moe_mid(const slcu_moe *m, const moe_work &w, slcu_act *ma, char *msg, size_t msglen) {
+    const int nk = m->n * m->k;
+    if (slcu_act_bind(ma, w.ma, nk, m->I, msg, msglen)) return -1;
+    if (rows_kernels()) { /* SwiGLU and its int8 form in one pass, a CTA a row (the mid floats are not stored) */
+        const int quads = (m->I / 32 + 3) / 4;
+        act_quant_rows<true><<<(unsigned)nk, 32 * (quads < 8 ? quads : 8), 0, SLS>>>(w.g, w.u, (size_t)m->I, m->I, ma->q, ma->q4, ma->d, ma->s);
+        const cudaError_t e = cudaGetLastError();
+        return e == cudaSuccess ? 0 : fail(msg, msglen, "MoE SwiGLU launch", e);
+    }
+    return slcu_swiglu(w.g, w.u, w.g, (size_t)nk * m->I, msg, msglen) || slcu_act_quantize(ma, w.g, (size_t)m->I, msg, msglen) ? -1 : 0;
+}
+
+/* SLUICE_CUDA_MOEN (cuda.h slcu_moe_mv): up to how many tokens slcu_moe_ffn takes the matvec path below */
+static int moe_mv_max = -1;
+extern "C" void slcu_moe_mv(int max_tok) { moe_mv_max = max_tok >= 0 && max_tok <= 64 ? max_tok : -1; }
+static int moe_mv_bound(void) {
+    if (moe_mv_max < 0) {
+        const char *e = getenv("SLUICE_CUDA_MOEN");
+        const int v = e && *e ? atoi(e) : 8;
+        moe_mv_max = v >= 0 && v <= 64 ? v : 8;
+    }
+    return moe_mv_max;
+}
+
+/* A row of an n-row activation as a one-row one (backend_cuda.c cu_ffn_multi's views) */
+static slcu_act act_row_view(const slcu_act &a, int t) {
+    const size_t nb = (size_t)a.cols / 32, ns = nb + nb / 2 + nb / 4;
+    slcu_act r;
+    memset(&r, 0, sizeof r);
+    r.n_tok = 1, r.cols = a.cols, r.q = a.q + (size_t)t * a.cols, r.q4 = a.q4 + (size_t)t * a.cols;
+    r.d = a.d + (size_t)t * nb, r.s = a.s + (size_t)t * ns;
+    return r;
+}
+
+/* slcu_moe_ffn of a decode batch: pair p = t k + s is a one-token job per matrix, its matrices the table's at top_e[p]
+ * (slcu_mm tab / sel, read on the device: no host round trip), its input row t of xa (gate, up) or mid row p (down),
+ * its output row p of g, u or y; so every row is the one-token matvec of its own activation row and expert's matrix,
+ * which cuda.h's canonical order makes bitwise gemm_seg's. MAXJ pairs a call: 2 MAXJ gate / up jobs and MAXJ down jobs,
+ * which slcu_matmul_i8 splits into launches of MAXJ of one class. A chosen expert is read once per pair that chose it
+ * (the grouping is known on the device only; the L2 may hold it for the next pair). */
+static int moe_ffn_mv(const slcu_moe *m, const moe_work &w, const slcu_act &xa, char *msg, size_t msglen) {
+    const int nk = m->n * m->k, E = m->E, H = m->H, I = m->I;
+    /* mv_i8 (SLUICE_CUDA_DECODE=0) and the GEMM (slcu_i8_force 2) take no SwiGLU input */
+    const int fuse = m->swi && slcu_decode_kernels && force_kernel != 2 && mv_swiglu_ok();
+    slcu_act av[MAXJ], ma;
+    slcu_mm mm[2 * MAXJ];
+    for (int p0 = 0; p0 < nk; p0 += MAXJ) {
+        const int np = nk - p0 < MAXJ ? nk - p0 : MAXJ;
+        for (int i = 0; i < np; i++) {
+            const int p = p0 + i;
+            av[i] = act_row_view(xa, p / m->k);
+            for (int z = 0; z < 2; z++) {
+                slcu_mm &j = mm[2 * i + z];
+                memset(&j, 0, sizeof j);
+                j.w = z ? m->up : m->gate, j.a = &av[i], j.n_tok = 1, j.y = (z ? w.u : w.g) + (size_t)p * I, j.ldy = (size_t)I;
+                j.tab = m->tab + (size_t)z * 3 * E, j.sel = m->top_e + p;
+            }
+        }
+        if (slcu_matmul_i8(mm, 2 * np, msg, msglen)) return -1;
+    }
+    if (!fuse && moe_mid(m, w, &ma, msg, msglen)) return -1;
+    for (int p0 = 0; p0 < nk; p0 += MAXJ) {
+        const int np = nk - p0 < MAXJ ? nk - p0 : MAXJ;
+        for (int i = 0; i < np; i++) {
+            const int p = p0 + i;
+            if (fuse) {
+                memset(&av[i], 0, sizeof av[i]);
+                av[i].n_tok = 1, av[i].cols = I, av[i].sg = w.g + (size_t)p * I, av[i].su = w.u + (size_t)p * I;
+            } else {
+                av[i] = act_row_view(ma, p);
+            }
+            slcu_mm &j = mm[i];
+            memset(&j, 0, sizeof j);
+            j.w = m->down, j.a = &av[i], j.n_tok = 1, j.y = m->y + (size_t)p * H, j.ldy = (size_t)H;
+            j.tab = m->tab + (size_t)6 * E, j.sel = m->top_e + p;
+        }
+        if (slcu_matmul_i8(mm, np, msg, msglen)) return -1;
+    }
+    return 0;
+}
+
 extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) {
     const char *why = moe_why(m);
     if (why) {
@@ -664,18 +747,13 @@ extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) {
     moe_carve(m, &w);
     slcu_act xa, ma;
     if (slcu_act_bind(&xa, w.xa, m->n, m->H, msg, msglen) || slcu_act_quantize(&xa, m->h, (size_t)m->H, msg, msglen)) return -1;
+    if (m->n <= moe_mv_bound()) return moe_ffn_mv(m, w, xa, msg, msglen);
     k_moe_group<<<1, 1024, 0, SLS>>>(m->top_e, nk, m->k, m->E, w.off, w.toff, w.tok, w.cell);
     segjob S = {m->tab, w.off, w.toff, w.tok, NULL, m->gate.dtype == DT_Q4 ? xa.q4 : xa.q, xa.d, xa.s, {w.g, w.u},
                 (size_t)m->I, m->I, m->H, m->gate.group, m->E};
     cudaError_t e = launch_seg(&m->gate, S, nk, 2);
     if (e != cudaSuccess) return fail(msg, msglen, "MoE gate/up launch", e);
-    if (slcu_act_bind(&ma, w.ma, nk, m->I, msg, msglen)) return -1;
-    if (rows_kernels()) { /* SwiGLU and its int8 form in one pass, a CTA a row (the mid floats are not stored) */
-        const int quads = (m->I / 32 + 3) / 4;
-        act_quant_rows<true><<<(unsigned)nk, 32 * (quads < 8 ? quads : 8), 0, SLS>>>(w.g, w.u, (size_t)m->I, m->I, ma.q, ma.q4, ma.d, ma.s);
-        if ((e = cudaGetLastError()) != cudaSuccess) return fail(msg, msglen, "MoE SwiGLU launch", e);
-    } else if (slcu_swiglu(w.g, w.u, w.g, (size_t)nk * m->I, msg, msglen) || slcu_act_quantize(&ma, w.g, (size_t)m->I, msg, msglen))
-        return -1;
+    if (moe_mid(m, w, &ma, msg, msglen)) return -1;
     segjob D = {m->tab + (size_t)6 * m->E, w.off, w.toff, NULL, w.cell, m->down.dtype == DT_Q4 ? ma.q4 : ma.q, ma.d, ma.s,
                 {m->y, m->y}, (size_t)m->H, m->H, m->I, m->down.group, m->E};
     e = launch_seg(&m->down, D, nk, 1);
