@@ -369,6 +369,7 @@ static void check_fused(void) {
 #include "test_cuda_prefill.c" /* issue 24's prefill paths: check_moe, check_attn_prefill, bench_moe_wide */
 #include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
 #include "test_cuda_ibias.c" /* issue 24: SLUICE_CUDA_IBIAS's computed biases bitwise the loaded: check_ibias_all */
+#include "test_cuda_moedec.c" /* issue 24: a MoE decode batch's matvecs bitwise its grouped GEMM: check_moe_dec_all */
 #include "test_cuda_fuse.c" /* issue 24: SLUICE_CUDA_FUSE's launches bitwise the separate ones: check_fuse */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
@@ -819,6 +820,11 @@ int main(int argc, char **argv) {
     if (kq_main(argc, argv) >= 0) return failures ? 1 : 0; /* --kq, --bench-kq: the GGUF block types alone */
     const int fa16 = argc > 1 && !strcmp(argv[1], "--fa16"); /* tools/cuda_flash_check.sh: the flash attention alone */
     if (fa16) goto flash;
+    if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */
+        check_moe_dec_all();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        return failures ? 1 : 0;
+    }
     check_case(DT_F32, 257, 512, 0, DT_F32);
     check_case(DT_F32, 100, 70, 0, DT_F32); /* columns that do not fill 16-byte pieces */
     check_case(DT_BF16, 1000, 4096, 0, DT_F32);
@@ -850,6 +856,7 @@ int main(int argc, char **argv) {
     check_rmsnorm_rows(9, 8, 300, 300, 2400);
     check_rope_rows(80, 8, 128, 64, 0), check_rope_rows(20, 4, 128, 128, 1);
     check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16), check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
+    check_moe_dec_all();
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
     check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);
     check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);
