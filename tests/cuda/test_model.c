@@ -15,6 +15,8 @@
  * f32 activations) within 1e-4 of the CPU's exact kernels and of its own run of NAME.sluice (the same weights
  * dequantised to f32), token by token within 1e-5 of the prefill, streamed bitwise resident, greedy the CPU's.
  * Implied biases (DIR/NAME.ib.sluice, kq_q40; run_ib): decode with SLUICE_CUDA_IBIAS on bitwise off and streamed.
+ * Batched decode (q4 packs; run_batch): 4 sequences' steps together bitwise each alone, and their MoE as one-token
+ * matvecs bitwise the grouped GEMM's (cuda.h slcu_moe_mv).
  * Exit 0 passed, 1 failed, 77 no usable device. Usage: test_model DIR NAME...
  */
 #include <math.h>
@@ -22,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda.h" /* slcu_i8_ibias */
+#include "backend/cuda/cuda.h" /* slcu_i8_ibias, slcu_moe_mv */
 #include "sluice.h"
 
 static int failures;
@@ -138,6 +140,60 @@ static int rows_over(const float *a, const float *b, int n, int V, const char *n
     return over;
 }
 
+/* BS sessions of pack m, each prompt alone (so the prefill is no part of the check), then BD decode steps (fixed tokens
+ * of toks): together by sl_batch_eval into lb (mv: slcu_moe_mv's bound, 0 the grouped GEMM for every batch), or each
+ * session alone by sl_session_eval (batch 0); lb [BS][BD][V]. 0, or -1 (printed). */
+#define BS 4
+#define BD 5
+static int decode_steps(sl_model *m, const int32_t *toks, int n, int batch, int mv, float *lb) {
+    const int V = sl_model_n_vocab(m);
+    sl_session *s[BS] = {NULL};
+    float *scratch = malloc((size_t)V * sizeof(float));
+    int rc = !scratch;
+    slcu_moe_mv(mv);
+    for (int i = 0; i < BS && !rc; i++) {
+        const int off = 3 * i % n, len = 3 + 2 * i < n - off ? 3 + 2 * i : n - off; /* prompts of 3 .. 9 tokens */
+        rc = sl_session_new(m, 0, &s[i]) || sl_session_eval(s[i], toks + off, len, scratch, 0);
+    }
+    for (int j = 0; j < BD && !rc; j++) {
+        int32_t tk[BS];
+        sl_batch_item it[BS];
+        for (int i = 0; i < BS; i++) {
+            tk[i] = toks[(5 * i + j + 1) % n];
+            it[i] = (sl_batch_item){.session = s[i], .tokens = &tk[i], .n_tokens = 1, .logits = lb + ((size_t)i * BD + j) * V};
+        }
+        if (batch) {
+            rc = sl_batch_eval(m, it, BS) != SL_OK;
+            if (rc) printf("    batch step %d: %s\n", j, sl_model_errmsg(m));
+        }
+        for (int i = 0; i < BS && !batch && !rc; i++) rc = sl_session_eval(s[i], &tk[i], 1, it[i].logits, 0) != SL_OK;
+    }
+    for (int i = 0; i < BS; i++) sl_session_free(s[i]);
+    free(scratch);
+    slcu_moe_mv(-1);
+    return rc ? -1 : 0;
+}
+
+/* issue 24: BS sequences' decode steps in one batch (eval_multi: the MoE block by backend_cuda.c cu_moe_wide, whose
+ * batches of up to 8 tokens run as one-token matvec jobs a (token, slot) pair: cuda_i8.cu moe_ffn_mv) bitwise the same
+ * batches through the grouped GEMM (SLUICE_CUDA_MOEN=0's path) and bitwise each sequence alone (sl_batch_eval's
+ * contract; alone, a decode step is the resident one: backend_cuda.c cu_moe_resident). */
+static void run_batch(sl_model *gpu, const char *name, const int32_t *toks, int n) {
+    const size_t sz = (size_t)BS * BD * (size_t)sl_model_n_vocab(gpu) * sizeof(float);
+    float *mv = malloc(sz), *gemm = malloc(sz), *alone = malloc(sz);
+    const int rc = !mv || !gemm || !alone || decode_steps(gpu, toks, n, 1, -1, mv) || decode_steps(gpu, toks, n, 1, 0, gemm) ||
+                   decode_steps(gpu, toks, n, 0, -1, alone);
+    CHECKF(!rc, "%s: batched decode: an evaluation failed", name);
+    if (!rc) {
+        const int s1 = !memcmp(mv, gemm, sz), s2 = !memcmp(mv, alone, sz);
+        printf("  %-10s q4  %d sequences' decode steps in a batch: MoE as matvecs == as the grouped GEMM %s, == each alone "
+               "%s\n", name, BS, s1 ? "bitwise" : "DIFFERS", s2 ? "bitwise" : "DIFFERS");
+        CHECKF(s1, "%s: a decode batch's MoE as one-token matvecs differs from the grouped GEMM (SLUICE_CUDA_MOEN=0)", name);
+        CHECKF(s2, "%s: %d sequences decoded in a batch differ from each alone", name, BS);
+    }
+    free(mv), free(gemm), free(alone);
+}
+
 /* one packed model: resident CPU, resident GPU, streamed GPU with a tier */
 static void run_model(const char *path, const char *name, const int32_t *toks, int n, const float *ref,
                       const int32_t *ref_greedy, int n_greedy, int quant) {
@@ -210,6 +266,7 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
                    "is not bitwise the prefill", name);
         }
     }
+    if (quant) run_batch(gpu, name, toks, n); /* int8 activations: the experts of a batch by cu_moe_wide */
     if (quant) { /* q4 weights on f32 activations (--exact): no int8 codes, so within 1e-4 of the CPU */
         sl_model *ce = open_model_ex(path, 0, 1, 0, 1, &err), *ge = ce ? open_model_ex(path, 1, 1, 0, 1, &err) : NULL;
         float *a = ce ? eval_all(ce, toks, n, n) : NULL, *b = ge ? eval_all(ge, toks, n, n) : NULL;
