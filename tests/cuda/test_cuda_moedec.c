@@ -21,6 +21,16 @@ static void rand_top_e(int *te, int n, int k, int E) {
     free(p);
 }
 
+/* 1 when slcu_moe_ffn's last run over the poisoned work buffer grouped the pairs (k_moe_group wrote off[0] = 0: the
+ * first int of the buffer, cuda_i8.cu moe_carve), 0 when it left it poisoned (the matvec path groups nothing) */
+static int grouped(const void *work) {
+    float *w = dl(work, 1);
+    unsigned v;
+    memcpy(&v, w, 4);
+    free(w);
+    return v == 0 ? 1 : v == 0xffffffffu ? 0 : -1;
+}
+
 /* implied: bit 0 gate / up, bit 1 down have implied biases (test_cuda_ibias.c imply_mat) */
 static void check_moe_dec(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt_type gsdt, dt_type ddt, int dg,
                           dt_type dsdt, int implied) {
@@ -48,9 +58,10 @@ static void check_moe_dec(int n, int k, int E, int H, int I, dt_type gdt, int gg
     slcu_moe m = {n, k, E, H, I, dh, dte, (const void *const *)dtab, sub_mat(&gu, 0, I), sub_mat(&gu, I, I), sub_mat(&dn, 0, H), work, dy, 1};
     /* the reference: the grouped GEMM (gemm_seg), which reads every bias */
     slcu_moe_mv(0);
-    poison(dy, ny * 4);
+    poison(dy, ny * 4), poison(work, slcu_moe_bytes(n, k, E, H, I));
     CK(!slcu_moe_ffn(&m, msg, sizeof msg), "%s", msg);
     float *ref = dl(dy, ny);
+    CK(grouped(work) == 1, "slcu_moe_mv(0): the %d-token batch did not take the grouped GEMM", n);
     int finite = 1;
     for (size_t i = 0; i < ny; i++) finite &= isfinite(ref[i]) != 0;
     CK(finite, "MoE decode check: the GEMM's reference has a non-finite value (a row not written?)");
@@ -76,9 +87,10 @@ static void check_moe_dec(int n, int k, int E, int H, int I, dt_type gdt, int gg
     for (unsigned v = 0; v < sizeof vs / sizeof *vs; v++) {
         slcu_i8_mv1_kernel(vs[v].kern);
         m.swi = vs[v].swi;
-        poison(dy, ny * 4);
+        poison(dy, ny * 4), poison(work, slcu_moe_bytes(n, k, E, H, I));
         CK(!slcu_moe_ffn(&m, msg, sizeof msg), "%s", msg);
         float *y = dl(dy, ny);
+        CK(grouped(work) == 0, "slcu_moe_mv(8): the %d-token batch took the grouped GEMM", n);
         size_t bad = ny;
         for (size_t i = 0; i < ny && bad == ny; i++)
             if (memcmp(&y[i], &ref[i], 4)) bad = i;
