@@ -54,7 +54,15 @@ if [ -n "${BENCH_I8:-}" ] && [ "$(el)" -lt ${MT_END:-200} ]; then # the matvec k
 fi
 if [ -n "${TL:-}" ] && [ -f "$here/tl/libsltl.so" ]; then # TL=1: kernel timelines of each switch set and ncu's stall sections (tools/cuda_tl_set.sh) on a 16-layer synth of the GGUF's groups
   "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 --group 32 -o "$w/q16.sluice" >"$log/synth.log" 2>&1
-  TL_END=${TL_END:-200} bash tools/cuda_tl_set.sh "$sl" "$here/tl" "$o/tl" "$w/q16.sluice"; cat "$o/tl/tl_summary.txt" >>"$S"; rm -f "$w/q16.sluice"
+  TL_END=${TL_END:-200} bash tools/cuda_tl_set.sh "$sl" "$here/tl" "$o/tl" "$w/q16.sluice"; cat "$o/tl/tl_summary.txt" >>"$S"
+  for mo in ${TL_SERVE:-}; do # TL_SERVE="0 8": a serving timeline of 8 streams (kernels and API calls) per SLUICE_CUDA_MOEN
+    env SLUICE_CUDA_MOEN=$mo CUDA_INJECTION64_PATH="$here/tl/libsltl.so" SLTL_OUT="$o/tl/serve.$mo.txt" LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$here/tl" \
+      timeout 60 "$here/t/bench_serve" "$w/q16.sluice" --gpu 1 --streams 8 --tokens 24 --prompt 64 >"$o/tl/serve.$mo.log" 2>&1
+    echo "== serving timeline, 8 streams, SLUICE_CUDA_MOEN=$mo rc=$?: $(grep -E '^\| 8 \|' "$o/tl/serve.$mo.log")" >>"$S"
+    python3 tools/cuda_timeline.py "$o/tl/serve.$mo.txt" --steps 64 --top 24 >"$o/tl/serve.$mo.sum" 2>&1; head -80 "$o/tl/serve.$mo.sum" >>"$S"
+    xz -9 -f "$o/tl/serve.$mo.txt"
+  done
+  rm -f "$w/q16.sluice"
 fi
 echo "tests done [$(el) s]" >>"$S"
 touch "$here/tests.done"
