@@ -484,29 +484,13 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
 
 /* Overlapped launches (docs/CUDA.md): mv1c_i8 is launched to overlap the kernel before it (pdl_wait: its weights'
  * loads go out while that kernel runs; cuda_pdl.cuh); the same bits. Call J timed it (a resident step 7-9% shorter
- * on an H100); on unless SLUICE_CUDA_PDL=0, and never after the process's first copy-stream copy nor with recorded
- * steps (backend_cuda.c: the two ways call D's model test failed). */
-static int pdl_on = -1;
-extern "C" void slcu_i8_pdl(int on) { pdl_on = on; }
-static int pdl_enabled(void) {
-    if (pdl_on < 0) pdl_on = !(getenv("SLUICE_CUDA_PDL") && getenv("SLUICE_CUDA_PDL")[0] == '0');
-    return pdl_on;
-}
-
+ * on an H100); on unless SLUICE_CUDA_PDL=0 (cuda_pdl.cu pdl_enabled: 2, the matvecs alone), and never after the process's
+ * first copy-stream copy nor with recorded steps (backend_cuda.c: the two ways call D's model test failed). */
 template <int DT, int SDT, int R>
 static void mv1c_launch(int tiles, const ijobs *J) {
     void (*k)(ijobs) = mv1_version() == 5 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 0> : mv1c_i8<DT, SDT, R, 0, 0>)
                                           : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1> : mv1c_i8<DT, SDT, R, 0, 1>);
-    if (!pdl_enabled()) {
-        k<<<tiles, MV1_THREADS, 0, SLS>>>(*J);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3((unsigned)tiles), cfg.blockDim = dim3(MV1_THREADS), cfg.stream = SLS, cfg.attrs = at, cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, k, *J);
+    pdl_launch_on(pdl_enabled(), k, dim3((unsigned)tiles), dim3(MV1_THREADS), 0, SLS, *J);
 }
 
 template <int DT, int SDT, int R>

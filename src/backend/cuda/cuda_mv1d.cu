@@ -297,17 +297,7 @@ int mv1d_tile_rows(const ijobs *J) {
 template <int DT, int SDT, int WR>
 static void mv1d_go(int tiles, size_t dyn, int pdl, const ijobs *J) {
     void (*k)(ijobs) = J->ib ? mv1d_i8<DT, SDT, WR, 1> : mv1d_i8<DT, SDT, WR, 0>;
-    if (!pdl) {
-        k<<<tiles, MV1D_THREADS, dyn, SLS>>>(*J);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3((unsigned)tiles), cfg.blockDim = dim3(MV1D_THREADS), cfg.dynamicSmemBytes = dyn;
-    cfg.stream = SLS, cfg.attrs = at, cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, k, *J);
+    pdl_launch_on(pdl, k, dim3((unsigned)tiles), dim3(MV1D_THREADS), dyn, SLS, *J); /* pdl: cuda_pdl.cuh pdl_enabled */
 }
 
 template <int DT, int SDT>

@@ -1,0 +1,25 @@
+/*
+ * cuda_pdl.cu — the overlapped launches' switch (cuda_pdl.cuh pdl_enabled / pdl_all, cuda.h slcu_i8_pdl; docs/CUDA.md
+ * "Overlapped launches"). SLUICE_CUDA_PDL: unset or 1, every kernel of a decode step launched through pdl_launch and
+ * the one-token matvecs; 2, the matvecs only (session 31's launches, for an A/B); 0, none. backend_cuda.c turns all of
+ * it off for the process at the first copy-stream copy and with recorded steps (slcu_i8_pdl(0)).
+ */
+#include <stdlib.h>
+
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
+
+static int pdl_mode = -1; /* 0 off, 1 every kernel, 2 the matvecs only; -1 unread */
+
+extern "C" void slcu_i8_pdl(int on) { pdl_mode = on >= 0 && on <= 2 ? on : -1; }
+
+static int mode(void) {
+    if (pdl_mode < 0) {
+        const char *e = getenv("SLUICE_CUDA_PDL");
+        pdl_mode = !e || !e[0] ? 1 : e[0] == '0' ? 0 : e[0] == '2' ? 2 : 1;
+    }
+    return pdl_mode;
+}
+
+int pdl_enabled(void) { return mode() != 0; }
+int pdl_all(void) { return mode() == 1; }
