@@ -1,7 +1,8 @@
 /*
  * backend_cuda_rt.cu — backend_cuda.h: buffers, copies, and cpu.c's add / add_bias / copy_rows and cpu_moe.c's
  * combine_rows in the CPU loops' order, with explicit round-to-nearest intrinsics (nothing fused); the recorded
- * decode steps (CUDA graphs) of backend_cuda.c.
+ * decode steps (CUDA graphs) of backend_cuda.c. The ops' kernels wait (pdl_wait) before their first global access and
+ * are launched by cuda_pdl.cuh pdl_launch (a decode step's overlapped launches; k_set_int only runs in recorded steps).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 
 #include "backend/cuda/backend_cuda.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 extern "C" {
 void *slcu_cur_stream; /* cuda.h: NULL, the legacy default stream, but while a step is recorded */
@@ -143,6 +145,7 @@ extern "C" int slcb_zero(void *p, size_t bytes, char *msg, size_t msglen) {
 }
 
 __global__ void k_add(float *x, const float *y, size_t n) {
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         x[i] = __fadd_rn(x[i], y[i]);
 }
@@ -154,23 +157,25 @@ static unsigned blocks_for(size_t n) {
 
 extern "C" int slcb_add(float *x, const float *y, size_t n, char *msg, size_t msglen) {
     if (!n) return 0;
-    k_add<<<blocks_for(n), 256, 0, SLS>>>(x, y, n);
+    pdl_launch(k_add, blocks_for(n), 256, 0, SLS, x, y, n);
     return launched(msg, msglen, "add launch");
 }
 
 __global__ void k_add_bias(float *x, size_t ld, const float *b, int cols) {
+    pdl_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < cols) x[(size_t)blockIdx.y * ld + i] = __fadd_rn(x[(size_t)blockIdx.y * ld + i], b[i]);
 }
 
 extern "C" int slcb_add_bias(float *x, size_t ld, const float *b, int n_rows, int cols, char *msg, size_t msglen) {
     if (n_rows <= 0 || cols <= 0) return 0;
-    k_add_bias<<<dim3((unsigned)((cols + 255) / 256), (unsigned)n_rows), 256, 0, SLS>>>(x, ld, b, cols);
+    pdl_launch(k_add_bias, dim3((unsigned)((cols + 255) / 256), (unsigned)n_rows), 256, 0, SLS, x, ld, b, cols);
     return launched(msg, msglen, "add_bias launch");
 }
 
 __global__ void k_copy_rows(float *dst, size_t ldd, const int *didx, const float *src, size_t lds, const int *sidx,
                             int cols) {
+    pdl_wait();
     const int r = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < cols) dst[(size_t)(didx ? didx[r] : r) * ldd + i] = src[(size_t)(sidx ? sidx[r] : r) * lds + i];
 }
@@ -178,12 +183,13 @@ __global__ void k_copy_rows(float *dst, size_t ldd, const int *didx, const float
 extern "C" int slcb_copy_rows(float *dst, size_t ldd, const int *didx, const float *src, size_t lds, const int *sidx,
                               int n, int cols, char *msg, size_t msglen) {
     if (n <= 0 || cols <= 0) return 0;
-    k_copy_rows<<<dim3((unsigned)((cols + 255) / 256), (unsigned)n), 256, 0, SLS>>>(dst, ldd, didx, src, lds, sidx, cols);
+    pdl_launch(k_copy_rows, dim3((unsigned)((cols + 255) / 256), (unsigned)n), 256, 0, SLS, dst, ldd, didx, src, lds, sidx, cols);
     return launched(msg, msglen, "copy_rows launch");
 }
 
 /* a thread per column, rows in increasing j (the CPU's order when two rows hit one token) */
 __global__ void k_axpy_rows(float *out, int H, const int *tok, const float *w, const float *y, int cnt) {
+    pdl_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= H) return;
     for (int j = 0; j < cnt; j++) {
@@ -195,11 +201,12 @@ __global__ void k_axpy_rows(float *out, int H, const int *tok, const float *w, c
 extern "C" int slcb_axpy_rows(float *out, int H, const int *tok, const float *w, const float *y, int cnt, char *msg,
                               size_t msglen) {
     if (cnt <= 0 || H <= 0) return 0;
-    k_axpy_rows<<<(unsigned)((H + 255) / 256), 256, 0, SLS>>>(out, H, tok, w, y, cnt);
+    pdl_launch(k_axpy_rows, (unsigned)((H + 255) / 256), 256, 0, SLS, out, H, tok, w, y, cnt);
     return launched(msg, msglen, "combine_rows launch");
 }
 
 __global__ void k_add_shared(float *out, const float *sh, const float *sg, int H) {
+    pdl_wait();
     const int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= H) return;
     const float g = sg ? __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-sg[t]))) : 1.0f;
@@ -208,7 +215,7 @@ __global__ void k_add_shared(float *out, const float *sh, const float *sg, int H
 
 extern "C" int slcb_add_shared(float *out, const float *sh, const float *sg, int n, int H, char *msg, size_t msglen) {
     if (n <= 0 || H <= 0) return 0;
-    k_add_shared<<<dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, SLS>>>(out, sh, sg, H);
+    pdl_launch(k_add_shared, dim3((unsigned)((H + 255) / 256), (unsigned)n), 256, 0, SLS, out, sh, sg, H);
     return launched(msg, msglen, "combine launch");
 }
 

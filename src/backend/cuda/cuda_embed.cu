@@ -1,13 +1,15 @@
 /*
  * cuda_embed.cu — embedding rows gathered and dequantised on the device (slcu_embed): each element exactly as
  * src/quant/quant.c q_row_to_f32 computes it (f32 / bf16 / f16 converted exactly; q8 / q4: scale * code +
- * bias, a multiply then an add, as the host's -ffp-contract=off build), so the rows are bitwise the host's.
+ * bias, a multiply then an add, as the host's -ffp-contract=off build), so the rows are bitwise the host's. k_embed
+ * waits (pdl_wait) before its first global access: cuda_pdl.cuh pdl_launch.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 __device__ __forceinline__ float emb_val(const void *p, int dt, size_t i) {
     if (dt == DT_F32) return ((const float *)p)[i];
@@ -17,6 +19,7 @@ __device__ __forceinline__ float emb_val(const void *p, int dt, size_t i) {
 
 /* grid (ceil(cols / 256), n): thread c of token t */
 __global__ void k_embed(const slcu_mat m, const int *__restrict__ tokens, float *x, size_t ldx) {
+    pdl_wait();
     const int t = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= m.cols) return;
     const size_t r = (size_t)tokens[t];
@@ -40,7 +43,7 @@ extern "C" int slcu_embed(const slcu_mat *table, const int *tokens, int n, float
         return -1;
     }
     if (n <= 0 || table->cols <= 0) return 0;
-    k_embed<<<dim3((unsigned)((table->cols + 255) / 256), (unsigned)n), 256, 0, SLS>>>(*table, tokens, x, ldx);
+    pdl_launch(k_embed, dim3((unsigned)((table->cols + 255) / 256), (unsigned)n), 256, 0, SLS, *table, tokens, x, ldx);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) return 0;
     if (msg && msglen) snprintf(msg, msglen, "embed launch: %s", cudaGetErrorString(e));

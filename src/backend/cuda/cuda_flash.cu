@@ -18,6 +18,7 @@
  * registers, a CTA per 64 rows (token, query head) of a KV head; the decode kernels (k_fa16_part, k_fa16_comb)
  * give every chunk a warp of its own (all SMs at depth) and fold the chunks' (m, l, o) in a second kernel with
  * the same operations. Rows of a KV head: r = t * G + g (token t, query head kvh * G + g).
+ * Every kernel waits (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -225,6 +226,7 @@ __device__ __forceinline__ void f16_pv(const uint32_t pa[4][4], const __half *vs
  * qs [64][HDP + 8], ks and vs [64][HDP + 8] halves. */
 template <int HDP>
 __global__ void __launch_bounds__(FA16_FW * 32) k_fa16_fold(const slcu_attn p) {
+    pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
     extern __shared__ uint4 f16_smem[];
@@ -326,6 +328,7 @@ static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, cons
 template <int HDP, int W>
 __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml, int app,
                                                       int *done, slcu_act qa) {
+    pdl_wait();
     if (pd) p.pos0 = *pd;
     constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
     extern __shared__ uint4 f16_smem[];
@@ -426,6 +429,7 @@ static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, cons
 
 /* Decode, second kernel: a CTA per row (fa16_comb_row). */
 __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml, slcu_act qa) {
+    pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     if (pd) p.pos0 = *pd;
     fa16_comb_row(p, nchs, hdp, po, ml, qa, blockIdx.x, threadIdx.x, blockDim.x);
@@ -436,6 +440,7 @@ __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const
 }
 
 __global__ void k_kv_append16(slcu_attn p, const int *pd) {
+    pdl_wait();
     if (pd) p.pos0 = *pd;
     const int t = blockIdx.y, row = p.n_kv * p.hd;
     const size_t dst = (size_t)((p.pos0 + t) % p.cap) * row;
@@ -534,6 +539,7 @@ __device__ __forceinline__ bool f32_on(int lo, int hi, int c0) { return lo <= hi
  * memory: qs [64][HP], the K and V tiles [64][HP + 4], the weights es [64][64]. */
 template <int NJ>
 __global__ void __launch_bounds__(FA32_FW * 32) k_fa32_fold(const slcu_attn p) {
+    pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     extern __shared__ float4 f32_smem[];
     const int HP = (p.hd + 3) & ~3, G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y;
@@ -599,6 +605,7 @@ __global__ void __launch_bounds__(FA32_FW * 32) k_fa32_fold(const slcu_attn p) {
  * layout of the partials, o at a stride of 32 NJ). Shared memory per warp: qs [8][HP], kt and vt [64][HP + 4], es [8][64]. */
 template <int NJ, int W>
 __global__ void __launch_bounds__(W * 32) k_fa32_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml) {
+    pdl_wait();
     if (pd) p.pos0 = *pd;
     extern __shared__ float4 f32_smem[];
     const int HP = (p.hd + 3) & ~3, G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y, r0 = blockIdx.z * FA32_RW;
@@ -643,6 +650,7 @@ __global__ void __launch_bounds__(W * 32) k_fa32_part(slcu_attn p, const int *pd
 }
 
 __global__ void k_kv_append32(slcu_attn p, const int *pd) {
+    pdl_wait();
     if (pd) p.pos0 = *pd;
     const int t = blockIdx.y, row = p.n_kv * p.hd;
     const size_t dst = (size_t)((p.pos0 + t) % p.cap) * row;
@@ -736,8 +744,8 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
     const int G = a->n_heads / a->n_kv, nrows = a->n * G;
     if (!fl_decode(a, pd)) {
         if (fl_smem(k_fa16_fold<HDP>, &fset, fsm, msg, msglen)) return -1;
-        k_fa16_fold<HDP><<<dim3((unsigned)((nrows + FA16_FW * 16 - 1) / (FA16_FW * 16)), (unsigned)a->n_kv), FA16_FW * 32,
-                           fsm, SLS>>>(*a);
+        pdl_launch(k_fa16_fold<HDP>, dim3((unsigned)((nrows + FA16_FW * 16 - 1) / (FA16_FW * 16)), (unsigned)a->n_kv),
+                   FA16_FW * 32, fsm, SLS, *a);
         cudaError_t e = cudaGetLastError();
         return e ? f16_fail(msg, msglen, "launch", e) : 0;
     }
@@ -754,11 +762,11 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
         if (e == cudaSuccess) e = cudaMemset(fl_done, 0, FL_MAX_KV * sizeof(int));
         if (e) return f16_fail(msg, msglen, "counters", e);
     }
-    k_fa16_part<HDP, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
-                           PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa);
+    pdl_launch(k_fa16_part<HDP, PW>, dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
+               PW * 32, psm, SLS, *a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa);
     if (!fuse)
-        k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs,
-                                                                                                       HDP, po, ml, qa);
+        pdl_launch(k_fa16_comb, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd,
+                   nchs, HDP, po, ml, qa);
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : qa.q ? 1 : 0;
 }
@@ -777,7 +785,7 @@ extern "C" int slcu_attention_f16q(const slcu_attn *a, const int *pd, int max_ke
     static int sep = -1; /* SLUICE_CUDA_FA_APPEND=0: the separate append, as before (bisecting) */
     if (sep < 0) sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
     const int app = a->k && a->n == 1 && fl_decode(a, pd) && !sep;
-    if (a->k && !app) k_kv_append16<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
+    if (a->k && !app) pdl_launch(k_kv_append16, dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS, *a, pd);
     if (a->hd <= 16) return f16_launch<16>(a, pd, max_keys, oq, app, msg, msglen);
     if (a->hd <= 32) return f16_launch<32>(a, pd, max_keys, oq, app, msg, msglen);
     if (a->hd <= 64) return f16_launch<64>(a, pd, max_keys, oq, app, msg, msglen);
@@ -797,8 +805,8 @@ static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
     const int G = a->n_heads / a->n_kv, nrows = a->n * G;
     if (!fl_decode(a, pd)) {
         if (fl_smem(k_fa32_fold<NJ>, &fset, fsm, msg, msglen)) return -1;
-        k_fa32_fold<NJ><<<dim3((unsigned)((nrows + FA32_FW * FA32_RW - 1) / (FA32_FW * FA32_RW)), (unsigned)a->n_kv),
-                          FA32_FW * 32, fsm, SLS>>>(*a);
+        pdl_launch(k_fa32_fold<NJ>, dim3((unsigned)((nrows + FA32_FW * FA32_RW - 1) / (FA32_FW * FA32_RW)), (unsigned)a->n_kv),
+                   FA32_FW * 32, fsm, SLS, *a);
         cudaError_t e = cudaGetLastError();
         return e ? f16_fail(msg, msglen, "launch", e) : 0;
     }
@@ -806,10 +814,10 @@ static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
     const int nchs = fl_chunks(a, pd, max_keys);
     if (fl_partials(a, nchs, 32 * NJ, &po, &ml, msg, msglen)) return -1;
     if (fl_smem(k_fa32_part<NJ, PW>, &pset, psm, msg, msglen)) return -1;
-    k_fa32_part<NJ, PW><<<dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + FA32_RW - 1) / FA32_RW)),
-                          PW * 32, psm, SLS>>>(*a, pd, nchs, po, ml);
-    k_fa16_comb<<<(unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS>>>(*a, pd, nchs, 32 * NJ,
-                                                                                                   po, ml, slcu_act{});
+    pdl_launch(k_fa32_part<NJ, PW>, dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + FA32_RW - 1) / FA32_RW)),
+               PW * 32, psm, SLS, *a, pd, nchs, po, ml);
+    pdl_launch(k_fa16_comb, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd, nchs,
+               32 * NJ, po, ml, slcu_act{});
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : 0;
 }
@@ -819,7 +827,7 @@ extern "C" int slcu_attention_f32(const slcu_attn *a, const int *pd, int max_key
     fl_env();
     if (a->hd > 256) return f16_fail(msg, msglen, "head_dim above 256", cudaSuccess);
     if (pd && (a->n != 1 || !a->k)) return f16_fail(msg, msglen, "a recorded step has one token appending its row", cudaSuccess);
-    if (a->k) k_kv_append32<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a, pd);
+    if (a->k) pdl_launch(k_kv_append32, dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS, *a, pd);
     if (a->hd <= 32) return f32_launch<1>(a, pd, max_keys, msg, msglen);
     if (a->hd <= 64) return f32_launch<2>(a, pd, max_keys, msg, msglen);
     if (a->hd <= 128) return f32_launch<4>(a, pd, max_keys, msg, msglen);

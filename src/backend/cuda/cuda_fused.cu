@@ -2,7 +2,8 @@
  * cuda_fused.cu — the one-row kernels of a decode step that make the row's int8 form where its floats are computed
  * (cuda.h slcu_rmsnorm_q, slcu_swiglu_q, slcu_add_norm_q): each does the separate kernels' operations in their
  * order (cuda_ops.cu k_rmsnorm, k_swiglu, k_combine; backend_cuda_rt.cu k_add) and cuda_i8.cu act_quant's on
- * the same floats (cuda_quant.cuh), so every output is bitwise what the separate launches give.
+ * the same floats (cuda_quant.cuh), so every output is bitwise what the separate launches give. Each kernel here
+ * waits (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -39,6 +40,7 @@ static int launched(char *msg, size_t n, const char *what) {
 
 __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float *y, int n, const float *w, float w_off,
                                                           float eps, slcu_act a) {
+    pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ double part[256];
     __shared__ float xs[RN_MAXD], sbs[RN_MAXD / 32];
@@ -57,13 +59,14 @@ extern "C" int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w,
                               char *msg, size_t msglen) {
     if (dim <= 0 || dim % 32 || dim > RN_MAXD || a->n_tok != 1 || a->cols != dim)
         return bad(msg, msglen, "rmsnorm_q: one row of 32k columns, at most 8192");
-    k_rmsnorm_q<<<1, RN_THREADS, 0, SLS>>>(x, y, dim, w, w_off, eps, *a);
+    pdl_launch(k_rmsnorm_q, 1, RN_THREADS, 0, SLS, x, y, dim, w, w_off, eps, *a);
     return launched(msg, msglen, "rmsnorm launch");
 }
 
 /* SwiGLU of n_tok rows of I with the rows' int8 form (cuda_i8.cu act_quant's grid and operations on the same
  * floats: bitwise a separate slcu_swiglu then slcu_act_quantize); y may be g. */
 __global__ void k_swiglu_q(const float *g, const float *u, float *y, int I, slcu_act a) {
+    pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     const int t = blockIdx.y, nb = I / 32, ns = nb + nb / 2 + nb / 4, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.x * 4 + w;
@@ -105,13 +108,14 @@ __global__ void k_swiglu_q(const float *g, const float *u, float *y, int I, slcu
 extern "C" int slcu_swiglu_q(const float *g, const float *u, float *y, const slcu_act *a, char *msg, size_t msglen) {
     if (a->cols <= 0 || a->cols % 32) return bad(msg, msglen, "swiglu_q: rows of a multiple of 32");
     if (a->n_tok <= 0) return 0;
-    k_swiglu_q<<<dim3((unsigned)((a->cols / 32 + 3) / 4), (unsigned)a->n_tok), 128, 0, SLS>>>(g, u, y, a->cols, *a);
+    pdl_launch(k_swiglu_q, dim3((unsigned)((a->cols / 32 + 3) / 4), (unsigned)a->n_tok), 128, 0, SLS, g, u, y, a->cols, *a);
     return launched(msg, msglen, "swiglu launch");
 }
 
 
 /* One CTA of RN_THREADS: cuda_addnorm.cuh add_norm_row (the combine, k_add's add, k_rmsnorm's norm and the int8 form) */
 __global__ void __launch_bounds__(RN_THREADS) k_add_norm_q(const slcu_addnorm p, slcu_act a) {
+    pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ double part[256];
     __shared__ float xs[RN_MAXD], sbs[RN_MAXD / 32];
@@ -122,12 +126,13 @@ extern "C" int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *m
     if (p->dim <= 0 || p->dim > RN_MAXD || (p->cy && p->ck > AN_MAXK) || (a && (p->dim % 32 || a->n_tok != 1 || a->cols != p->dim)))
         return bad(msg, msglen, "add_norm_q: one row of at most 8192 (a multiple of 32 for its int8 form), 16 experts");
     slcu_act none = {};
-    k_add_norm_q<<<1, RN_THREADS, 0, SLS>>>(*p, a ? *a : none);
+    pdl_launch(k_add_norm_q, 1, RN_THREADS, 0, SLS, *p, a ? *a : none);
     return launched(msg, msglen, "add + rmsnorm launch");
 }
 
 /* ---- per-head norm then RoPE of one token (slcu_norm_rope): a CTA of 256 per head (cuda_normrope.cuh) ---- */
 __global__ void __launch_bounds__(256) k_norm_rope(const __grid_constant__ nr_args A, const int *pd) {
+    pdl_wait();
     __shared__ double part[256];
     __shared__ float v0[1024];
     const int part_i = (int)blockIdx.x >= A.n0, h = (int)blockIdx.x - (part_i ? A.n0 : 0);
@@ -147,6 +152,6 @@ extern "C" int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, cons
     if (n_parts == 1) A.p[1] = p[0];
     A.n0 = p[0].n_heads, A.half = rot / 2, A.af = attn_factor, A.pos = pos;
     memcpy(A.f, inv_freq, (size_t)rot / 2 * sizeof(float));
-    k_norm_rope<<<heads, 256, 0, SLS>>>(A, slcu_step_pos());
+    pdl_launch(k_norm_rope, heads, 256, 0, SLS, A, slcu_step_pos());
     return launched(msg, msglen, "norm + rope launch");
 }

@@ -15,6 +15,9 @@
  * accumulators in the same order as mv_i8. Within a block the columns are paired in another order than
  * column order (thread tig of a quad takes bytes 8 tig .. 8 tig + 7 for logical k 4 tig .. and 16 + 4 tig
  * ..); A and B use the same pairing and integer sums are exact, so I_b is unchanged.
+ *
+ * act_quant and act_quant_rows wait (pdl_wait) before their first global access; slcu_act_quantize launches them by
+ * cuda_pdl.cuh pdl_launch (a decode step's overlapped launches).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -83,6 +86,7 @@ __device__ __forceinline__ float quant_block(float v, int b, int lane, int8_t *q
  * = column; thread 0 then adds the block sums into s64 / s128 as act_row does. */
 __global__ void act_quant(const float *__restrict__ x, size_t ldx, int cols, int8_t *__restrict__ q,
                           int8_t *__restrict__ q4, float *__restrict__ d, float *__restrict__ s) {
+    pdl_wait();
     const int t = blockIdx.y, nb = cols / 32, ns = nb + nb / 2 + nb / 4, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int b = blockIdx.x * 4 + w;
     __shared__ float s32[4];
@@ -110,6 +114,7 @@ template <bool SW>
 __global__ void __launch_bounds__(256) act_quant_rows(const float *__restrict__ x, const float *__restrict__ u, size_t ldx, int cols,
                                                       int8_t *__restrict__ q, int8_t *__restrict__ q4, float *__restrict__ d,
                                                       float *__restrict__ s) {
+    pdl_wait();
     const int t = blockIdx.x, nb = cols / 32, ns = nb + nb / 2 + nb / 4, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     const float *xr = x + (size_t)t * ldx, *ur = SW ? u + (size_t)t * ldx : NULL;
     int8_t *qr = q + (size_t)t * cols, *q4r = q4 + (size_t)t * cols;
@@ -147,10 +152,11 @@ extern "C" int slcu_act_quantize(const slcu_act *a, const float *x, size_t ldx, 
     if (a->n_tok <= 0) return 0;
     const int nb = a->cols / 32, quads = (nb + 3) / 4;
     if (a->n_tok >= 16) {
-        act_quant_rows<false><<<(unsigned)a->n_tok, 32 * (quads < 8 ? quads : 8), 0, SLS>>>(x, NULL, ldx, a->cols, a->q, a->q4, a->d, a->s);
+        pdl_launch(act_quant_rows<false>, (unsigned)a->n_tok, 32 * (quads < 8 ? quads : 8), 0, SLS, x, (const float *)NULL, ldx,
+                   a->cols, a->q, a->q4, a->d, a->s);
     } else {
         dim3 grid((unsigned)quads, (unsigned)a->n_tok);
-        act_quant<<<grid, 128, 0, SLS>>>(x, ldx, a->cols, a->q, a->q4, a->d, a->s);
+        pdl_launch(act_quant, grid, 128, 0, SLS, x, ldx, a->cols, a->q, a->q4, a->d, a->s);
     }
     cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 0 : fail(msg, msglen, "activation quantisation launch", e);

@@ -15,7 +15,7 @@
  * Sums, fixed by the shapes alone: per piece and token d = fma chain over its 32 values from 0, acc += d (the
  * lane's pieces in order), then a butterfly over the lanes. Up to KQ_T tokens share one read of the weights; more
  * are chunks of KQ_T tokens in the same launch (a CTA for each row block and chunk), each token's sum the same as
- * alone.
+ * alone. Both kernels wait (pdl_wait) before their first global access and are launched by cuda_pdl.cuh pdl_launch.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,6 +26,7 @@
 #include <mutex>
 
 #include "backend/cuda/cuda_kq.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 extern "C" {
 #include "quant/kquant.h"
@@ -55,6 +56,7 @@ template <int DT>
 __global__ void __launch_bounds__(32 * KQ_WARPS) k_kq(const uint8_t *__restrict__ W, int rows, int cols,
                                                      const float *__restrict__ x, size_t ldx, float *__restrict__ y,
                                                      size_t ldy, int n, int xal) {
+    pdl_wait();
     constexpr int BLK = KT<DT>::BLK, BYTES = KT<DT>::BYTES, PPB = BLK / 32;
     __shared__ uint32_t sm[KQ_WARPS][KQ_SMW];
     /* CTA: (rows 4 q .. 4 q + 3, tokens KQ_T c ..), q = blockIdx.x / nc, c = blockIdx.x % nc: a row block's token
@@ -116,6 +118,7 @@ __global__ void __launch_bounds__(32 * KQ_WARPS) k_kq(const uint8_t *__restrict_
 /* grid (ceil(pieces / 128), n): thread p decodes piece p of token t's row */
 template <int DT>
 __global__ void k_embed_kq(const uint8_t *__restrict__ W, int cols, const int *__restrict__ tokens, float *x, size_t ldx) {
+    pdl_wait();
     constexpr int BLK = KT<DT>::BLK, BYTES = KT<DT>::BYTES, PPB = BLK / 32;
     const int t = blockIdx.y, p = blockIdx.x * blockDim.x + threadIdx.x;
     if (p >= cols / 32) return;
@@ -169,15 +172,15 @@ template <int DT> static void launch_mm(const slcu_mat *w, const float *x, size_
     for (int t0 = 0; t0 < n; t0 = kq_launch_next(t0, n, most)) {
         const int m = n - t0 < most ? n - t0 : most;
         const unsigned grid = (unsigned)(rb * ((m + KQ_T - 1) / KQ_T));
-        k_kq<DT><<<grid, 32 * KQ_WARPS, 0, SLS>>>((const uint8_t *)w->data, w->rows, w->cols, x + (size_t)t0 * ldx, ldx,
-                                                  y + (size_t)t0 * ldy, ldy, m, xal);
+        pdl_launch(k_kq<DT>, grid, 32 * KQ_WARPS, 0, SLS, (const uint8_t *)w->data, w->rows, w->cols, x + (size_t)t0 * ldx,
+                   ldx, y + (size_t)t0 * ldy, ldy, m, xal);
     }
 }
 
 template <int DT> static void launch_emb(const slcu_mat *m, const int *tokens, int n, float *x, size_t ldx) {
     const int np = m->cols / 32;
-    k_embed_kq<DT><<<dim3((unsigned)((np + 127) / 128), (unsigned)n), 128, 0, SLS>>>((const uint8_t *)m->data, m->cols,
-                                                                                     tokens, x, ldx);
+    pdl_launch(k_embed_kq<DT>, dim3((unsigned)((np + 127) / 128), (unsigned)n), 128, 0, SLS, (const uint8_t *)m->data,
+               m->cols, tokens, x, ldx);
 }
 
 /* f<DT>(args...) for the dtype dt (slcu_kq_takes) */

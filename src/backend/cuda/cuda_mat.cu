@@ -8,7 +8,8 @@
  * multiplies them with the matching x values of every token and keeps one partial sum per token; the
  * 32 partial sums are then added by a fixed butterfly. For q8/q4 a 16-byte piece never straddles a
  * group (groups are >= 32 columns and pieces are aligned), so per piece acc += s * dot(q, x) + b * sum(x).
- * The order of every addition depends only on the shapes: results are bitwise repeatable.
+ * The order of every addition depends only on the shapes: results are bitwise repeatable. Every kernel waits
+ * (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_route.cuh"
 
 #define MAXT 8           /* tokens per pass */
@@ -175,6 +177,7 @@ template <int DT, int NT, int R>
 __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, NT >= 4 ? 2 : 4)
 matvec(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
        dt_type sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, int n) {
+    pdl_wait();
     matvec_rows<DT, NT, R>(data, scales, biases, sdt, rows, cols, group, x, y, n);
 }
 
@@ -188,6 +191,7 @@ __global__ void __launch_bounds__(32 * ROWS_PER_BLOCK, 4)
 k_matvec_route(const uint8_t *__restrict__ data, const void *__restrict__ scales, const void *__restrict__ biases,
                dt_type sdt, int rows, int cols, int group, const float *__restrict__ x, float *__restrict__ y, slcu_router r,
                int *top_e, float *top_w, int *done) {
+    pdl_wait();
     __shared__ float p[RT_MAXE];
     __shared__ int te[RT_MAXE];
     __shared__ float tw[RT_MAXE];
@@ -206,6 +210,7 @@ k_matvec_route(const uint8_t *__restrict__ data, const void *__restrict__ scales
 /* Columns that do not fill 16-byte pieces (a row of f32 whose length is not a multiple of 4, ...):
  * one thread per (row, token), plain loads, the same kind of fixed order. */
 __global__ void matvec_plain(const uint8_t *data, dt_type dt, int rows, int cols, const float *x, float *y, int nt) {
+    pdl_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * nt) return;
     const int r = i % rows, t = i / rows;
@@ -234,7 +239,8 @@ static void launch(const slcu_mat *w, const float *x, float *y, int n) {
     const int r = w->rows < RPW_SMALL_ROWS && ctas4 < RPW_MIN_CTAS ? 1 : RPW, per_block = ROWS_PER_BLOCK * r, nt = n < MAXT ? n : MAXT;
     dim3 grid((unsigned)((w->rows + per_block - 1) / per_block), (unsigned)((n + MAXT - 1) / MAXT)), block(32 * ROWS_PER_BLOCK);
     const uint8_t *d = (const uint8_t *)w->data;
-#define L(NT, R) matvec<DT, NT, R><<<grid, block, 0, SLS>>>(d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, n)
+#define L(NT, R) \
+    pdl_launch(matvec<DT, NT, R>, grid, block, 0, SLS, d, w->scales, w->biases, w->sdtype, w->rows, w->cols, w->group, x, y, n)
 #define LR(NT) (r == 1 ? L(NT, 1) : L(NT, RPW))
     if (nt == 1) LR(1);
     else if (nt == 2) LR(2);
@@ -269,7 +275,8 @@ extern "C" int slcu_matmul(const slcu_mat *w, const float *x, float *y, int n, c
     if (w->cols % P && !quant) {
         const int th = 128;
         const size_t tot = (size_t)w->rows * (size_t)n;
-        matvec_plain<<<(unsigned)((tot + th - 1) / th), th, 0, SLS>>>((const uint8_t *)w->data, w->dtype, w->rows, w->cols, x, y, n);
+        pdl_launch(matvec_plain, (unsigned)((tot + th - 1) / th), th, 0, SLS, (const uint8_t *)w->data, w->dtype, w->rows,
+                   w->cols, x, y, n);
     } else if (w->dtype == DT_F32) launch<DT_F32>(w, x, y, n);
     else if (w->dtype == DT_BF16) launch<DT_BF16>(w, x, y, n);
     else if (w->dtype == DT_F16) launch<DT_F16>(w, x, y, n);
@@ -293,7 +300,7 @@ extern "C" int slcu_matvec_route(const slcu_mat *w, const float *x, float *logit
         r->k < 1 || r->k > r->E || (r->kind != 0 && r->kind != 1) || !slcu_decode_kernels || !done || timing)
         return 0;
     const unsigned grid = (unsigned)((w->rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-#define L(D) k_matvec_route<D><<<grid, 32 * ROWS_PER_BLOCK, 0, SLS>>>((const uint8_t *)w->data, w->scales, w->biases, \
+#define L(D) pdl_launch(k_matvec_route<D>, grid, 32 * ROWS_PER_BLOCK, 0, SLS, (const uint8_t *)w->data, w->scales, w->biases, \
                                                                       w->sdtype, w->rows, w->cols, w->group, x, logits, \
                                                                       *r, top_e, top_w, done)
     if (dt == DT_F32) L(DT_F32);

@@ -6,7 +6,8 @@
  * weight dequantised as quant.c q_row_to_f32 (s * code + b for q8 / q4); then a CTA per (token, head): the
  * scores (a warp per cached row, a fixed butterfly), the max, exp, the sum in double (a fixed tree), and
  * thread c's latent sum over the positions in increasing order, lat += (e_p / sum) c_p. Every order depends
- * on the shapes only: bitwise repeatable, a token in a batch equals the token alone.
+ * on the shapes only: bitwise repeatable, a token in a batch equals the token alone. The kernels wait (pdl_wait)
+ * before their first global access and are launched by cuda_pdl.cuh pdl_launch, on the legacy stream as before.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 static int bad(char *msg, size_t n, const char *what) {
     if (msg && n) snprintf(msg, n, "%s", what);
@@ -40,6 +42,7 @@ __device__ __forceinline__ float w_at(const slcu_mat &m, int row, int c) {
 }
 
 __global__ void k_mla_store(const slcu_mla a) {
+    pdl_wait();
     const int t = blockIdx.y, row = a.r + a.dr;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < row; i += gridDim.x * blockDim.x)
         a.cache[(size_t)(a.pos0 + t) * row + i] = a.ckv[(size_t)t * row + i];
@@ -47,6 +50,7 @@ __global__ void k_mla_store(const slcu_mla a) {
 
 /* blockIdx.y = token * n_heads + head; columns c < r + dr of q_abs */
 __global__ void k_mla_absorb(const slcu_mla a) {
+    pdl_wait();
     const int th = blockIdx.y, t = th / a.n_heads, h = th % a.n_heads, row = a.r + a.dr, qh = a.dn + a.dr;
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= row) return;
@@ -63,6 +67,7 @@ __global__ void k_mla_absorb(const slcu_mla a) {
 
 #define MLA_THREADS 256
 __global__ void k_mla_attend(const slcu_mla a) {
+    pdl_wait();
     extern __shared__ float sc[];
     __shared__ double part[MLA_THREADS];
     __shared__ float mx_s;
@@ -131,9 +136,9 @@ extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
         return -1;
     }
     const int row = a->r + a->dr;
-    k_mla_store<<<dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256>>>(*a);
-    k_mla_absorb<<<dim3((unsigned)((row + 127) / 128), (unsigned)(a->n * a->n_heads)), 128>>>(*a);
-    k_mla_attend<<<a->n * a->n_heads, MLA_THREADS, smem>>>(*a);
+    pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a); /* stream 0: the legacy one */
+    pdl_launch(k_mla_absorb, dim3((unsigned)((row + 127) / 128), (unsigned)(a->n * a->n_heads)), 128, 0, 0, *a);
+    pdl_launch(k_mla_attend, a->n * a->n_heads, MLA_THREADS, smem, 0, *a);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         if (msg && msglen) snprintf(msg, msglen, "mla launch: %s", cudaGetErrorString(e));

@@ -4,12 +4,14 @@
  * the 32-column blocks l, l + 32, ... (16 bytes of codes and one E8M0 scale each), decodes every weight as
  * mxfp4_row_scalar does (value * 2^(e-127), exact in f32), and keeps per token one partial sum: per block
  * d = fma chain over its 32 columns, acc += d; then a fixed butterfly over the lanes. Up to 8 tokens share
- * one read of the weights; the order of every sum depends only on the shapes, never on n.
+ * one read of the weights; the order of every sum depends only on the shapes, never on n. k_mxfp4 waits (pdl_wait)
+ * before its first global access and is launched by cuda_pdl.cuh pdl_launch, on the legacy stream as before.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
 
 #define MX_WARPS 4
 #define MX_T 8
@@ -24,6 +26,7 @@ __device__ __forceinline__ float mx_scale(unsigned s) { /* kernels/mxfp4.h mxfp4
 __global__ void __launch_bounds__(32 * MX_WARPS) k_mxfp4(const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales,
                                                         int rows, int cols, const float *__restrict__ x, size_t ldx,
                                                         float *__restrict__ y, size_t ldy, int nt, int aligned) {
+    pdl_wait();
     const int lane = threadIdx.x & 31, r = blockIdx.x * MX_WARPS + (threadIdx.x >> 5);
     if (r >= rows) return;
     const int nb = cols / 32;
@@ -81,8 +84,8 @@ extern "C" int slcu_matmul_mxfp4(const slcu_mat *w, const float *x, size_t ldx, 
     const unsigned grid = (unsigned)((w->rows + MX_WARPS - 1) / MX_WARPS);
     for (int t0 = 0; t0 < n; t0 += MX_T) {
         const int nt = n - t0 < MX_T ? n - t0 : MX_T;
-        k_mxfp4<<<grid, 32 * MX_WARPS>>>((const uint8_t *)w->data, (const uint8_t *)w->scales, w->rows, w->cols,
-                                         x + (size_t)t0 * ldx, ldx, y + (size_t)t0 * ldy, ldy, nt, aligned);
+        pdl_launch(k_mxfp4, grid, 32 * MX_WARPS, 0, 0, (const uint8_t *)w->data, (const uint8_t *)w->scales, w->rows,
+                   w->cols, x + (size_t)t0 * ldx, ldx, y + (size_t)t0 * ldy, ldy, nt, aligned); /* stream 0: the legacy one */
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {

@@ -5,7 +5,8 @@
  * is cheap to keep (explicit __f*_rn intrinsics, so nvcc fuses nothing the C compiler does not: the
  * project builds with -std=c11, which turns contraction off); reductions the CPU does serially in
  * double run here as a fixed tree in double. Every result is bitwise repeatable and depends only on its own
- * token.
+ * token. Every kernel waits (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch
+ * (overlapped launches: still in stream order).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -38,6 +39,7 @@ __device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1
 /* ---- rmsnorm: one CTA of 256 per (token, head) ---- */
 __global__ void k_rmsnorm(const float *x, float *y, size_t ld, int n_heads, size_t hs, int n, const float *w, float w_off,
                           float eps) {
+    pdl_wait();
     __shared__ double part[256];
     const size_t off = (size_t)(blockIdx.x / n_heads) * ld + (size_t)(blockIdx.x % n_heads) * hs;
     const float *xr = x + off;
@@ -60,6 +62,7 @@ __global__ void k_rmsnorm(const float *x, float *y, size_t ld, int n_heads, size
  * same tree (128, 64, 32 within the lane, 16 .. 1 across lanes), the same inverse and products: bitwise. */
 __global__ void __launch_bounds__(256) k_rmsnorm_rows(const float *x, float *y, size_t ld, int n_heads, size_t hs, int n, int rows,
                                                     const float *w, float w_off, float eps) {
+    pdl_wait();
     const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     const size_t off = (size_t)(row / n_heads) * ld + (size_t)(row % n_heads) * hs;
@@ -93,8 +96,8 @@ extern "C" int slcu_rmsnorm(const float *x, float *y, int n_tok, size_t ld, int 
     const int rows = n_tok * n_heads;
     static int on = -1; /* SLUICE_CUDA_ROWS=1 (cuda_i8.cu rows_kernels): off by default until a device run */
     if (on < 0) on = getenv("SLUICE_CUDA_ROWS") && getenv("SLUICE_CUDA_ROWS")[0] == '1';
-    if (rows >= 64 && on) k_rmsnorm_rows<<<(rows + 7) / 8, 256, 0, SLS>>>(x, y, ld, n_heads, head_stride, dim, rows, w, w_off, eps);
-    else k_rmsnorm<<<rows, 256, 0, SLS>>>(x, y, ld, n_heads, head_stride, dim, w, w_off, eps);
+    if (rows >= 64 && on) pdl_launch(k_rmsnorm_rows, (rows + 7) / 8, 256, 0, SLS, x, y, ld, n_heads, head_stride, dim, rows, w, w_off, eps);
+    else pdl_launch(k_rmsnorm, rows, 256, 0, SLS, x, y, ld, n_heads, head_stride, dim, w, w_off, eps);
     return launched(msg, msglen, "rmsnorm launch");
 }
 
@@ -110,6 +113,7 @@ struct rope_freq {
 };
 __global__ void k_rope(float *x, size_t ld, int n_heads, size_t hs, int half, const __grid_constant__ rope_freq fr, float af,
                        int pos0, int inter, const int *pd) {
+    pdl_wait();
     __shared__ float v0[1024];
     if (pd) pos0 = *pd;
     const int t = blockIdx.x / n_heads;
@@ -130,6 +134,7 @@ __global__ void k_rope(float *x, size_t ld, int n_heads, size_t hs, int half, co
  * interleaved pairs too); the same operations on the same values: bitwise k_rope. */
 __global__ void __launch_bounds__(256) k_rope_rows(float *x, size_t ld, int n_heads, size_t hs, int half, const __grid_constant__ rope_freq fr,
                                                  float af, int pos0, int inter, int rows) {
+    pdl_wait();
     const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     const int t = row / n_heads;
@@ -163,8 +168,8 @@ extern "C" int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t hea
     if (on < 0) on = getenv("SLUICE_CUDA_ROWS") && getenv("SLUICE_CUDA_ROWS")[0] == '1';
     const int rows = n_tok * n_heads;
     if (on && rows >= 64 && !step_pos)
-        k_rope_rows<<<(rows + 7) / 8, 256, 0, SLS>>>(x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, rows);
-    else k_rope<<<rows, 64, 0, SLS>>>(x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, step_pos);
+        pdl_launch(k_rope_rows, (rows + 7) / 8, 256, 0, SLS, x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, rows);
+    else pdl_launch(k_rope, rows, 64, 0, SLS, x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, step_pos);
     return launched(msg, msglen, "rope launch");
 }
 
@@ -172,6 +177,7 @@ extern "C" int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t hea
 /* canon_silu (kernels/canon_exp.h), not CUDA's expf: the host computes the same bits for an expert it runs in
  * the hybrid step (kernels_dev.c kern_swiglu_dev) */
 __global__ void k_swiglu(const float *g, const float *u, float *y, size_t n) {
+    pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = __fmul_rn(canon_silu(g[i]), u[i]);
 }
@@ -179,11 +185,12 @@ __global__ void k_swiglu(const float *g, const float *u, float *y, size_t n) {
 extern "C" int slcu_swiglu(const float *g, const float *u, float *y, size_t n, char *msg, size_t msglen) {
     if (!n) return 0;
     size_t blocks = (n + 255) / 256;
-    k_swiglu<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, SLS>>>(g, u, y, n);
+    pdl_launch(k_swiglu, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, SLS, g, u, y, n);
     return launched(msg, msglen, "swiglu launch");
 }
 
 __global__ void k_swiglu_clamped(const float *gu, const float *bias, float limit, float *act, int n_tok, int I) {
+    pdl_wait();
     const size_t tot = (size_t)n_tok * I;
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < tot; e += (size_t)gridDim.x * blockDim.x) {
         const size_t t = e / (size_t)I, i = e % (size_t)I;
@@ -201,7 +208,7 @@ extern "C" int slcu_swiglu_clamped(const float *gu, const float *bias, float lim
                                    size_t msglen) {
     if (n_tok <= 0 || I <= 0) return 0;
     size_t blocks = ((size_t)n_tok * I + 255) / 256;
-    k_swiglu_clamped<<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, SLS>>>(gu, bias, limit, act, n_tok, I);
+    pdl_launch(k_swiglu_clamped, (unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, SLS, gu, bias, limit, act, n_tok, I);
     return launched(msg, msglen, "clamped swiglu launch");
 }
 
@@ -245,6 +252,7 @@ __device__ void rt_sort(int k, int *te, float *tw) {
 }
 
 __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float *logits, int *top_e, float *top_w) {
+    pdl_wait();
     __shared__ float p[RT_MAXE];
     __shared__ unsigned char allowed[RT_MAXE];
     __shared__ float rv[32];
@@ -344,6 +352,7 @@ __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float
 
 /* k_route_warp: cuda_route.cuh route_warp_row, a CTA of one warp per token */
 __global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *logits, int *top_e, float *top_w) {
+    pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ float p[RT_MAXE];
     __shared__ int te[RT_MAXE]; /* the choice staged here: lane 0's weights and sort were dependent global accesses */
@@ -359,13 +368,14 @@ extern "C" int slcu_route(const slcu_router *r, const float *logits, int n_tok, 
                          r->topk_group < 1 || r->topk_group > r->n_group))
         return bad(msg, msglen, "router: n_group / topk_group do not fit the experts");
     if (n_tok <= 0) return 0;
-    if (r->kind == 2 || !slcu_decode_kernels) k_route<<<n_tok, RT_THREADS, 0, SLS>>>(*r, logits, top_e, top_w);
-    else k_route_warp<<<n_tok, 32, 0, SLS>>>(*r, logits, top_e, top_w);
+    if (r->kind == 2 || !slcu_decode_kernels) pdl_launch(k_route, n_tok, RT_THREADS, 0, SLS, *r, logits, top_e, top_w);
+    else pdl_launch(k_route_warp, n_tok, 32, 0, SLS, *r, logits, top_e, top_w);
     return launched(msg, msglen, "router launch");
 }
 
 /* ---- combine ---- */
 __global__ void k_combine(const float *y, const float *w, int k, const float *sh, const float *sg, float *out, int H) {
+    pdl_wait();
     const int t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= H) return;
@@ -379,7 +389,7 @@ extern "C" int slcu_combine(const float *y, const float *w, int k, const float *
                             int H, char *msg, size_t msglen) {
     if (n_tok <= 0 || H <= 0) return 0;
     dim3 grid((unsigned)((H + 255) / 256), (unsigned)n_tok);
-    k_combine<<<grid, 256, 0, SLS>>>(y, w, k, sh, sg, out, H);
+    pdl_launch(k_combine, grid, 256, 0, SLS, y, w, k, sh, sg, out, H);
     return launched(msg, msglen, "combine launch");
 }
 
@@ -389,6 +399,7 @@ extern "C" int slcu_combine(const float *y, const float *w, int k, const float *
  * as attention.c's axpy loop does. ---- */
 #define AT_THREADS 128
 __global__ void k_attention(const slcu_attn p) {
+    pdl_wait();
     extern __shared__ float sc[];
     __shared__ double part[AT_THREADS];
     __shared__ float qs[1024];
@@ -442,6 +453,7 @@ __global__ void k_attention(const slcu_attn p) {
 }
 
 __global__ void k_kv_append(const slcu_attn p) {
+    pdl_wait();
     const int t = blockIdx.y, row = p.n_kv * p.hd;
     const size_t dst = (size_t)((p.pos0 + t) % p.cap) * row;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < row; i += gridDim.x * blockDim.x) {
@@ -572,6 +584,7 @@ __device__ void ad_softmax(const slcu_attn &p, float *sc, int n_keys, int h, dou
  * (no k_kv_append launch; no CTA reads that cache row: its position is read from the new row, and the other
  * positions' rows are other rows of the ring, as maxk <= cap) */
 __global__ void __launch_bounds__(AD_THREADS) k_attn_dec(slcu_attn p, bool fused, const int *pd, slcu_act qa) {
+    pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     if (pd) p.pos0 = *pd; /* a recorded step: its one token's position */
     extern __shared__ float ad_smem[]; /* pv [2][AD_PV] | sc [n_keys] */
@@ -662,10 +675,10 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
     const int dec = attn_force ? attn_force == 2 : slcu_decode_kernels && a->n <= AD_MAX_TOK;
     if (dec && a->hd <= AD_THREADS - 32 && dsmem <= (size_t)dec_smem_max) {
         const bool fused = a->k && a->n == 1;
-        if (a->k && !fused) k_kv_append<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a);
+        if (a->k && !fused) pdl_launch(k_kv_append, dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS, *a);
         slcu_act qa = {};
         if (oq && a->n == 1 && a->hd % 128 == 0 && oq->n_tok == 1 && oq->cols == a->n_heads * a->hd) qa = *oq;
-        k_attn_dec<<<a->n * a->n_heads, AD_THREADS, dsmem, SLS>>>(*a, fused, step_pos, qa);
+        pdl_launch(k_attn_dec, a->n * a->n_heads, AD_THREADS, dsmem, SLS, *a, fused, step_pos, qa);
         return qa.q ? (launched(msg, msglen, "attention launch") ? -1 : 1) : launched(msg, msglen, "attention launch");
     }
     if (step_pos) return bad(msg, msglen, "attention: a recorded step needs the decode kernel");
@@ -673,10 +686,10 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
         if (msg && msglen) snprintf(msg, msglen, "attention: %d keys do not fit the device's shared memory (%d at most)", maxk, attn_smem_max / 4);
         return -1;
     }
-    if (a->k) k_kv_append<<<dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS>>>(*a);
+    if (a->k) pdl_launch(k_kv_append, dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS, *a);
     const int pf = a->n > 8 ? slcu_attention_prefill(a, msg, msglen) : 0; /* many tokens: cuda_fattn.cu, the same bits */
     if (pf) return pf < 0 ? -1 : 0;
-    k_attention<<<a->n * a->n_heads, AT_THREADS, smem, SLS>>>(*a);
+    pdl_launch(k_attention, a->n * a->n_heads, AT_THREADS, smem, SLS, *a);
     return launched(msg, msglen, "attention launch");
 }
 
@@ -684,6 +697,7 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
  * head's state (in registers for dk 64 and 128, k_dn_step_reg) ---- */
 __global__ void k_dn_step(const float *conv, const float *gates, const float *S_in, float *S_out, float *o, size_t ldo,
                           int n_tok, int nk, int nv, int dk, int dv) {
+    pdl_wait();
     extern __shared__ float qk[]; /* q [dk] | k [dk] of the current token */
     const int h = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x, kh = h / (nv / nk), cq = 2 * nk * dk + nv * dv;
     float *Sh = S_out + (size_t)h * dk * dv;
@@ -718,6 +732,7 @@ __global__ void k_dn_step(const float *conv, const float *gates, const float *S_
 template <int DK>
 __global__ void __launch_bounds__(32) k_dn_step_reg(const float *conv, const float *gates, const float *S_in, float *S_out, float *o,
                                                      size_t ldo, int n_tok, int nk, int nv, int dv) {
+    pdl_wait();
     __shared__ float qk[2 * DK];
     const int h = blockIdx.x, d = blockIdx.y * blockDim.x + threadIdx.x, kh = h / (nv / nk), cq = 2 * nk * DK + nv * dv;
     float S[DK];
@@ -762,10 +777,10 @@ extern "C" int slcu_dn_step(const float *conv_out, const float *gates, const flo
     /* 32 state columns a CTA (columns are independent): nv * dv / 32 CTAs, enough to fill the device */
     const dim3 grid((unsigned)nv, (unsigned)((dv + 31) / 32));
     const unsigned th = 32;
-    if (dn_generic) k_dn_step<<<grid, th, 2 * (size_t)dk * sizeof(float), SLS>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
-    else if (dk == 128) k_dn_step_reg<128><<<grid, th, 0, SLS>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
-    else if (dk == 64) k_dn_step_reg<64><<<grid, th, 0, SLS>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
-    else k_dn_step<<<grid, th, 2 * (size_t)dk * sizeof(float), SLS>>>(conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
+    if (dn_generic) pdl_launch(k_dn_step, grid, th, 2 * (size_t)dk * sizeof(float), SLS, conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
+    else if (dk == 128) pdl_launch(k_dn_step_reg<128>, grid, th, 0, SLS, conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
+    else if (dk == 64) pdl_launch(k_dn_step_reg<64>, grid, th, 0, SLS, conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dv);
+    else pdl_launch(k_dn_step, grid, th, 2 * (size_t)dk * sizeof(float), SLS, conv_out, gates, ssm_in, ssm_out, out, ldo, n, nk, nv, dk, dv);
     return launched(msg, msglen, "deltanet launch");
 }
 
@@ -773,6 +788,7 @@ extern "C" int slcu_dn_step(const float *conv_out, const float *gates, const flo
 
 /* blockIdx.y < n: token t's conv outputs; blockIdx.y == n: the new state (the last K-1 pre-conv rows) */
 __global__ void k_dn_conv(const slcu_dn d) {
+    pdl_wait();
     const int t = blockIdx.y, K = d.conv_k, cq = 2 * d.nk * d.dk + d.nv * d.dv;
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cq) return;
@@ -798,13 +814,14 @@ extern "C" int slcu_dn_conv(const slcu_dn *d, char *msg, size_t msglen) {
         return bad(msg, msglen, "deltanet conv: needs conv_k >= 1 and nv a multiple of nk");
     if (d->n <= 0) return 0;
     const int cq = 2 * d->nk * d->dk + d->nv * d->dv;
-    k_dn_conv<<<dim3((unsigned)((cq + 255) / 256), (unsigned)d->n + 1), 256, 0, SLS>>>(*d);
+    pdl_launch(k_dn_conv, dim3((unsigned)((cq + 255) / 256), (unsigned)d->n + 1), 256, 0, SLS, *d);
     return launched(msg, msglen, "deltanet conv launch");
 }
 
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 __global__ void k_dn_gate_vals(const slcu_dn d) {
+    pdl_wait();
     const int t = blockIdx.x, nv = d.nv, r = nv / d.nk;
     const float *ba = d.ba + (size_t)t * 2 * nv;
     float *gt = d.gates + (size_t)t * 2 * nv;
@@ -818,6 +835,7 @@ __global__ void k_dn_gate_vals(const slcu_dn d) {
 
 /* one CTA of 128 per (token, q or k head): x = (x * inv) * scale, inv = 1 / sqrt(sum x^2 + 1e-6) */
 __global__ void k_dn_l2norm(float *conv, int nk, int dk, size_t cq, float qscale) {
+    pdl_wait();
     __shared__ double part[128];
     const int t = blockIdx.x / (2 * nk), j = blockIdx.x % (2 * nk); /* j < nk: q head j, else k head j - nk */
     float *x = conv + (size_t)t * cq + (size_t)j * dk;
@@ -836,13 +854,14 @@ __global__ void k_dn_l2norm(float *conv, int nk, int dk, size_t cq, float qscale
 extern "C" int slcu_dn_gates(const slcu_dn *d, char *msg, size_t msglen) {
     if (d->nk <= 0 || d->nv <= 0 || d->nv % d->nk || d->dk <= 0) return bad(msg, msglen, "deltanet gates: nv must be a multiple of nk");
     if (d->n <= 0) return 0;
-    k_dn_gate_vals<<<d->n, 128, 0, SLS>>>(*d);
+    pdl_launch(k_dn_gate_vals, d->n, 128, 0, SLS, *d);
     const size_t cq = (size_t)2 * d->nk * d->dk + (size_t)d->nv * d->dv;
-    k_dn_l2norm<<<d->n * 2 * d->nk, 128, 0, SLS>>>(d->conv_out, d->nk, d->dk, cq, 1.0f / sqrtf((float)d->dk));
+    pdl_launch(k_dn_l2norm, d->n * 2 * d->nk, 128, 0, SLS, d->conv_out, d->nk, d->dk, cq, 1.0f / sqrtf((float)d->dk));
     return launched(msg, msglen, "deltanet gates launch");
 }
 
 __global__ void k_dn_gate_z(float *out, size_t ldo, const float *z, int nv, int dv) {
+    pdl_wait();
     const int t = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < nv * dv; i += gridDim.x * blockDim.x) {
         float *o = out + (size_t)t * ldo + i;
@@ -853,7 +872,7 @@ __global__ void k_dn_gate_z(float *out, size_t ldo, const float *z, int nv, int 
 extern "C" int slcu_dn_norm(const slcu_dn *d, char *msg, size_t msglen) {
     if (d->n <= 0) return 0;
     if (slcu_rmsnorm(d->out, d->out, d->n, d->ldo, d->nv, (size_t)d->dv, d->dv, d->norm_w, 0.0f, d->eps, msg, msglen)) return -1;
-    k_dn_gate_z<<<dim3((unsigned)((d->nv * d->dv + 255) / 256), (unsigned)d->n), 256, 0, SLS>>>(d->out, d->ldo, d->z, d->nv, d->dv);
+    pdl_launch(k_dn_gate_z, dim3((unsigned)((d->nv * d->dv + 255) / 256), (unsigned)d->n), 256, 0, SLS, d->out, d->ldo, d->z, d->nv, d->dv);
     return launched(msg, msglen, "deltanet norm launch");
 }
 
