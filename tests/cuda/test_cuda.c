@@ -373,12 +373,13 @@ static void check_fused(void) {
 #include "test_cuda_fuse.c" /* issue 24: SLUICE_CUDA_FUSE's launches bitwise the separate ones: check_fuse */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
+#include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
 #include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
 
 static void check_ops(void) {
     char msg[256] = "";
     const kern_ops *ops = kern_scalar_ops();
-    check_fused(), check_swi_down(), check_fuse(); /* check_swi_down: test_cuda_mv.c */
+    check_fused(), check_swi_down(), check_fuse(), check_pdl(); /* check_swi_down: test_cuda_mv.c */
     { /* rmsnorm per head (4 heads of 250 at a stride of 260), w_off 0 and 1, in place */
         enum { T = 7, NH = 4, D = 250, HS = 260, LD = NH * HS };
         float *hx, *hw, *dx = rnd_dev((size_t)T * LD, 3, &hx, msg), *dw = rnd_dev(D, 1, &hw, msg);
