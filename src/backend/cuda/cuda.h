@@ -128,8 +128,9 @@ void slcu_i8_mvn_kernel(int version);
  * may give (its bias pointers are then never read). The GEMMs still read them. slcu_i8_ibias: 1 on, 0 off, -1 back to
  * the environment (on unless 0). */
 void slcu_i8_ibias(int on);
-/* mv1c_i8 launched to overlap the kernel before it (programmatic dependent launch; the same bits): 1 on, 0 off, -1 back
- * to the environment's SLUICE_CUDA_PDL (on unless 0). */
+/* Overlapped launches (programmatic dependent launch, cuda_pdl.cu; docs/CUDA.md "Overlapped launches"; the same bits):
+ * 1 every kernel of a decode step launched to overlap the kernel before it (each waits for it before any access), 2 the
+ * one-token matvecs mv1c_i8 / mv1d_i8 alone, 0 off, -1 back to the environment's SLUICE_CUDA_PDL (1 unset). */
 void slcu_i8_pdl(int on);
 
 /* The routed experts of a layer-major MoE block (prefill), all on the device: the n k (token, slot) pairs of
