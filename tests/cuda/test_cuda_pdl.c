@@ -5,8 +5,9 @@
  * o, the router's matvec and choice, the experts' gate/up through the device table, SwiGLU, down, the combine), run
  * with programmatic dependent launch off, on the one-token matvecs only (SLUICE_CUDA_PDL=2) and on every kernel
  * (unset or 1), with mv1c_i8 and mv1d_i8: every output bitwise the run without it. Each step writes new values over
- * the same buffers (the int8 form of one norm is the next norm's, as the backend's nq_buf), so a kernel that touched
- * them before its pdl_wait would read the step before's.
+ * the same buffers (the int8 form of one norm is the next norm's, as the backend's nq_buf; the token id comes by a
+ * queued copy from pinned memory, as backend_cuda.c dev_upload's), so a kernel that touched them before its pdl_wait
+ * would read the step before's.
  */
 
 enum { PD_H = 1024, PD_NH = 8, PD_NKV = 2, PD_HD = 128, PD_E = 16, PD_K = 4, PD_I = 256, PD_V = 64, PD_STEPS = 6,
@@ -15,7 +16,7 @@ enum { PD_H = 1024, PD_NH = 8, PD_NKV = 2, PD_HD = 128, PD_E = 16, PD_K = 4, PD_
 typedef struct {
     mat emb, wq, wk, wv, wo, wr, gate, up, down;
     const void **tab; /* device [gate | up | down][E][data, scales, biases] */
-    int *tok, *te;
+    int *tok, *htok, *te; /* tok: the step's id on the device, copied from htok (pinned [PD_STEPS]) */
     float *resid, *xe, *hn, *nw[3], *qn, *kn, *yq, *yk, *yv, *ao, *yo, *logits, *tw, *g, *u, *ys, *comb;
     void *kc, *vc, *abuf, *obuf, *mbuf;
     float *h_resid;
@@ -46,9 +47,8 @@ static int pd_make(pd_layer *L, char *msg) {
     const void *h[9 * PD_E];
     pd_tab(h, &L->gate, PD_I), pd_tab(h + 3 * PD_E, &L->up, PD_I), pd_tab(h + 6 * PD_E, &L->down, PD_H);
     L->tab = dev_copy(h, sizeof h, msg);
-    int tok[PD_STEPS];
-    for (int s = 0; s < PD_STEPS; s++) tok[s] = (int)(urand() * PD_V) % PD_V;
-    L->tok = dev_copy(tok, sizeof tok, msg);
+    if (!(L->htok = slcb_alloc(PD_STEPS * sizeof(int), 1)) || !(L->tok = slcu_alloc(sizeof(int), msg, 256))) return -1;
+    for (int s = 0; s < PD_STEPS; s++) L->htok[s] = (int)(urand() * PD_V) % PD_V;
     L->resid = rnd_dev(PD_H, 1, &L->h_resid, msg);
     for (int i = 0; i < 3; i++) L->nw[i] = rnd_dev(PD_H, 1, NULL, msg);
     L->qn = rnd_dev(PD_HD, 1, NULL, msg), L->kn = rnd_dev(PD_HD, 1, NULL, msg);
@@ -76,6 +76,7 @@ static void pd_free(pd_layer *L) {
     for (int i = 0; i < 19; i++) slcu_free(f[i]);
     slcu_free((void *)L->tab), slcu_free(L->tok), slcu_free(L->te);
     slcu_free(L->kc), slcu_free(L->vc), slcu_free(L->abuf), slcu_free(L->obuf), slcu_free(L->mbuf);
+    slcb_free(L->htok, 1);
     free(L->h_resid), free(L->h_kc), free(L->h_vc);
 }
 
@@ -89,8 +90,8 @@ static void pd_step(pd_layer *L, int s, const float *fq) {
     slcu_act_bind(&a, L->abuf, 1, PD_H, msg, sizeof msg), slcu_act_bind(&o, L->obuf, 1, Q, msg, sizeof msg);
     slcu_act_bind(&m, L->mbuf, PD_K, PD_I, msg, sizeof msg);
     slcu_addnorm an = {.x = L->resid, .y = L->xe, .h = L->hn, .w = L->nw[0], .eps = 1e-6f, .dim = PD_H};
-    CK(!slcu_embed(&L->emb.d, L->tok + s, 1, L->xe, PD_H, msg, sizeof msg) && !slcu_add_norm_q(&an, &a, msg, sizeof msg),
-       "%s", msg);
+    CK(!slcb_copy(L->tok, L->htok + s, sizeof(int), 0, msg, sizeof msg) &&
+       !slcu_embed(&L->emb.d, L->tok, 1, L->xe, PD_H, msg, sizeof msg) && !slcu_add_norm_q(&an, &a, msg, sizeof msg), "%s", msg);
     slcu_mm mm[2 * PD_K];
     mm[0] = (slcu_mm){.w = L->wq.d, .a = &a, .n_tok = 1, .y = L->yq, .ldy = Q};
     mm[1] = (slcu_mm){.w = L->wk.d, .a = &a, .n_tok = 1, .y = L->yk, .ldy = KV};
