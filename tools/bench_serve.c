@@ -8,6 +8,7 @@
  *
  * Usage: build/bench_serve MODEL.sluice [--cache SIZE_MIB] [--tokens N] [--streams 1,2,4,8,16] [--resident 1]
  *                          [--io direct|buffered] [--prompt N] [--temp T (default 1: sampled)] [--gpu 1 (CUDA, resident)]
+ *                          [--kv TYPE (default f16, as `sluice serve` gives: a backend without it takes f32)]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -54,8 +55,12 @@ static void wait_all(tally *t) {
     pthread_mutex_unlock(&t->mu);
 }
 
-static sl_model *open_model(const char *path, long long cache_mib, sl_io_mode io, int gpu, int resident) {
+static sl_model *open_model(const char *path, long long cache_mib, sl_io_mode io, int gpu, int resident, int kv) {
     sl_model_params mp = sl_model_params_default();
+    /* the KV cache `sluice serve` opens with (src/cli/opts.c cli_model_params: f16, a preference), not the library's
+     * exact f32: call K's serving figures ran on f32 caches, whose attention kernels are the slow ones on the GPU */
+    mp.kv_type = mp.kv_type_v = kv < 0 ? SL_KV_F16 : (sl_kv_type)kv;
+    mp.kv_fallback = kv < 0;
     mp.cache_bytes = (uint64_t)cache_mib << 20;
     mp.resident = resident; /* --resident 1: every expert in memory (sluice serve --resident) */
     if (gpu) mp.backend = SL_BACKEND_CUDA, mp.resident = 1; /* --gpu 1: sluice serve --gpu --resident */
@@ -69,14 +74,14 @@ static sl_model *open_model(const char *path, long long cache_mib, sl_io_mode io
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL.sluice [--cache MIB] [--tokens N] [--streams 1,2,4] [--io direct|buffered] [--prompt N] [--gpu 1] [--resident 1]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.sluice [--cache MIB] [--tokens N] [--streams 1,2,4] [--io direct|buffered] [--prompt N] [--gpu 1] [--resident 1] [--kv TYPE]\n", argv[0]);
         return 2;
     }
     const char *path = argv[1], *streams = "1,2,4,8,16";
     long long cache_mib = 256;
     int n_tok = 32, n_prompt_long = 1024;
     float temp = 1.0f;
-    int gpu = 0, resident = 0;
+    int gpu = 0, resident = 0, kv = -1;
     sl_io_mode io = SL_IO_DIRECT;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--cache")) cache_mib = atoll(argv[i + 1]);
@@ -87,8 +92,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gpu")) gpu = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--resident")) resident = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--io")) io = strcmp(argv[i + 1], "buffered") ? SL_IO_DIRECT : SL_IO_BUFFERED;
+        else if (!strcmp(argv[i], "--kv") && (kv = sl_kv_type_from_name(argv[i + 1])) < 0) {
+            fprintf(stderr, "--kv: '%s' is not a KV cache type (f32, f16, bf16, q8, q4, q4r)\n", argv[i + 1]);
+            return 2;
+        }
     }
-    sl_model *m = open_model(path, cache_mib, io, gpu, resident);
+    sl_model *m = open_model(path, cache_mib, io, gpu, resident, kv);
     if (!m) return 1;
     sl_tokenizer *tok = NULL; /* synthetic models carry no tokenizer: ids only */
     sl_error err = {0};
