@@ -798,8 +798,8 @@ be_backend *be_cuda_new(pool_t *pool) {
     g = getenv("SLUICE_CUDA_NQ");
     c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
     /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64);
-     * cuda_i8.cu SLUICE_CUDA_MOEN=N: moe_wide's batches of up to N tokens (8 unset) as one-token matvec jobs a (token,
-     * slot) pair, larger ones the grouped GEMM; SLUICE_CUDA_MOEN=0 the GEMM for every batch, as before (cuda.h slcu_moe_mv) */
+     * cuda_i8.cu SLUICE_CUDA_MOEN=N: moe_wide's batches of up to N tokens as one-token matvec jobs a (token, slot)
+     * pair, larger ones the grouped GEMM; unset or 0 the GEMM for every batch, as before (cuda.h slcu_moe_mv) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");

@@ -130,7 +130,7 @@ void slcu_i8_mvn_kernel(int version);
 void slcu_i8_ibias(int on);
 /* Overlapped launches (programmatic dependent launch, cuda_pdl.cu; docs/CUDA.md "Overlapped launches"; the same bits):
  * 1 every kernel of a decode step launched to overlap the kernel before it (each waits for it before any access), 2 the
- * one-token matvecs mv1c_i8 / mv1d_i8 alone, 0 off, -1 back to the environment's SLUICE_CUDA_PDL (1 unset). */
+ * one-token matvecs mv1c_i8 / mv1d_i8 alone, 0 off, -1 back to the environment's SLUICE_CUDA_PDL (2 unset). */
 void slcu_i8_pdl(int on);
 
 /* The routed experts of a layer-major MoE block (prefill), all on the device: the n k (token, slot) pairs of
@@ -156,7 +156,7 @@ typedef struct slcu_moe {
 size_t slcu_moe_bytes(int n, int k, int E, int H, int I);
 int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen);
 /* The largest n slcu_moe_ffn runs as one-token matvec jobs (a decode batch; larger n the grouped GEMM): 0 none (the
- * GEMM for every n), 1 .. 64 that many tokens, -1 back to the environment's SLUICE_CUDA_MOEN (8 unset). */
+ * GEMM for every n), 1 .. 64 that many tokens, -1 back to the environment's SLUICE_CUDA_MOEN (0 unset). */
 void slcu_moe_mv(int max_tok);
 
 /* ---- the other ops of a decode step (cuda_ops.cu), f32 in device memory --------------------------------
