@@ -1,7 +1,7 @@
 /*
  * cuda_pdl.cu — the overlapped launches' switch (cuda_pdl.cuh pdl_enabled / pdl_all, cuda.h slcu_i8_pdl; docs/CUDA.md
- * "Overlapped launches"). SLUICE_CUDA_PDL: 1, every kernel of a decode step launched through pdl_launch and the
- * one-token matvecs; unset or 2, the matvecs only (session 31's launches); 0, none. backend_cuda.c turns all of
+ * "Overlapped launches"). SLUICE_CUDA_PDL: unset or 1, every kernel of a decode step launched through pdl_launch and
+ * the one-token matvecs; 2, the matvecs only (session 31's launches); 0, none. backend_cuda.c turns all of
  * it off for the process at the first copy-stream copy and with recorded steps (slcu_i8_pdl(0)).
  */
 #include <stdlib.h>
@@ -16,8 +16,8 @@ extern "C" void slcu_i8_pdl(int on) { pdl_mode = on >= 0 && on <= 2 ? on : -1; }
 static int mode(void) {
     if (pdl_mode < 0) {
         const char *e = getenv("SLUICE_CUDA_PDL");
-        /* unset: 2, the matvecs alone (checked on an H100 in calls K-M); every kernel (1) waits for its device check */
-        pdl_mode = !e || !e[0] ? 2 : e[0] == '0' ? 0 : e[0] == '1' ? 1 : 2;
+        /* unset: 1, every kernel (the model test of every family passed with it on an H100, session 32's call N) */
+        pdl_mode = !e || !e[0] ? 1 : e[0] == '0' ? 0 : e[0] == '2' ? 2 : 1;
     }
     return pdl_mode;
 }
