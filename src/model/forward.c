@@ -250,6 +250,8 @@ void fwd_ws_free(fwd_ws *ws) {
     fwd_hybrid_free(ws);
     fwd_remote_free(ws);
     for (int i = 0; i < ws->n_dev; i++) ws->be->free(ws->be, ws->dev[i].p, ws->dev[i].bytes, BE_BUF_DEVICE);
+    for (int i = 0; i < FWD_MP_BUFS; i++)
+        if (ws->mp[i].p) ws->be->free(ws->be, ws->mp[i].p, ws->mp[i].bytes, BE_BUF_DEVICE);
     free(ws);
 }
 
@@ -585,7 +587,17 @@ typedef struct multi_pass {
 #define UNDEV(p, bytes) be->free(be, (p), (bytes), BE_BUF_DEVICE)
 
 /* Every buffer of the pass; mp is zeroed first, so multi_free may follow any failure. 0 or SL_ENOMEM. */
-static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
+/* Buffer i of eval_multi's (fwd_ws mp): at least bytes, kept from the pass before when it holds them (its contents
+ * are not kept: every pass writes before it reads); a larger one replaces it. NULL when out of memory. */
+static void *mp_buf(fwd_ws *ws, int i, size_t bytes) {
+    if (ws->mp[i].p && ws->mp[i].bytes >= bytes) return ws->mp[i].p;
+    if (ws->mp[i].p) ws->be->free(ws->be, ws->mp[i].p, ws->mp[i].bytes, BE_BUF_DEVICE);
+    ws->mp[i].p = ws->be->alloc(ws->be, bytes, BE_BUF_DEVICE);
+    ws->mp[i].bytes = ws->mp[i].p ? bytes : 0;
+    return ws->mp[i].p;
+}
+
+static sl_status multi_alloc(fwd_ws *ws, const fam_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
                              sl_error *err) {
     const size_t H = (size_t)cfg->hidden, E = (size_t)cfg_router_rows(cfg), k = (size_t)cfg->n_experts_used;
     const size_t V = (size_t)cfg->vocab, L = (size_t)cfg->n_layers;
@@ -599,20 +611,20 @@ static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_it
     mp->n_lg = mp->n_last < FWD_BATCH ? mp->n_last : FWD_BATCH;
     const size_t n = (size_t)mp->n, nH = mp->nH = n * H * sizeof(float), R = (size_t)cfg_res_width(cfg);
     mp->nR = n * R * sizeof(float);
-    mp->X = DEV(mp->nR);
-    mp->HT = cfg->hc_mult > 0 ? DEV(mp->nR) : NULL;
-    mp->HM = cfg->hc_mult > 0 ? DEV(n * (size_t)fwd_hc_ldm(cfg) * sizeof(float)) : NULL;
+    mp->X = mp_buf(ws, 0, mp->nR);
+    mp->HT = cfg->hc_mult > 0 ? mp_buf(ws, 1, mp->nR) : NULL;
+    mp->HM = cfg->hc_mult > 0 ? mp_buf(ws, 2, n * (size_t)fwd_hc_ldm(cfg) * sizeof(float)) : NULL;
     mp->tok = malloc(n * sizeof(int32_t));
-    mp->HN = DEV(nH);
-    mp->O = DEV(nH);
-    mp->SC = cfg->moe_shortcut ? DEV(nH) : NULL;
-    mp->wb = (fwd_wide){DEV(n * E * sizeof(float)), malloc(n * k * sizeof(int)), malloc(n * k * sizeof(float)),
-                        malloc(n * k * sizeof(int)), malloc(n * k * sizeof(int)), DEV(nH), DEV(n * sizeof(float))};
+    mp->HN = mp_buf(ws, 3, nH);
+    mp->O = mp_buf(ws, 4, nH);
+    mp->SC = cfg->moe_shortcut ? mp_buf(ws, 5, nH) : NULL;
+    mp->wb = (fwd_wide){mp_buf(ws, 6, n * E * sizeof(float)), malloc(n * k * sizeof(int)), malloc(n * k * sizeof(float)),
+                        malloc(n * k * sizeof(int)), malloc(n * k * sizeof(int)), mp_buf(ws, 7, nH), mp_buf(ws, 8, n * sizeof(float))};
     mp->saved = calloc((size_t)n_items * L * FWD_SAVED, sizeof *mp->saved);
     mp->orig = malloc((size_t)n_items * L);
     mp->row0 = malloc((size_t)n_items * sizeof(int));
-    mp->last_rows = mp->n_last ? DEV((size_t)mp->n_last * R * sizeof(float)) : NULL;
-    mp->last_logits = mp->n_last ? DEV((size_t)mp->n_lg * V * sizeof(float)) : NULL;
+    mp->last_rows = mp->n_last ? mp_buf(ws, 9, (size_t)mp->n_last * R * sizeof(float)) : NULL;
+    mp->last_logits = mp->n_last ? mp_buf(ws, 10, (size_t)mp->n_lg * V * sizeof(float)) : NULL;
     const fwd_wide *wb = &mp->wb;
     if (!mp->X || !mp->HN || !mp->O || (cfg->moe_shortcut && !mp->SC) || !wb->router || !wb->top_e || !wb->top_w || !wb->e_tok || !wb->e_slot ||
         !wb->sh_y || !wb->sg || !mp->saved || !mp->orig || !mp->row0 || !mp->tok ||
@@ -623,28 +635,17 @@ static sl_status multi_alloc(be_backend *be, const fam_config *cfg, const fwd_it
     return 0;
 }
 
-/* The one cleanup path of the pass: frees what multi_alloc made (NULL pointers are no-ops). */
-static void multi_free(be_backend *be, const fam_config *cfg, multi_pass *mp) {
-    const size_t R = (size_t)cfg_res_width(cfg), E = (size_t)cfg_router_rows(cfg), V = (size_t)cfg->vocab, n = (size_t)mp->n;
-    UNDEV(mp->X, mp->nR);
-    UNDEV(mp->HT, mp->nR);
-    UNDEV(mp->HM, n * (size_t)fwd_hc_ldm(cfg) * sizeof(float));
+/* The one cleanup path of the pass: frees what multi_alloc made but the backend buffers, which the workspace keeps
+ * for the next pass (fwd_ws mp; fwd_ws_free gives them back). NULL pointers are no-ops. */
+static void multi_free(multi_pass *mp) {
     free(mp->tok);
-    UNDEV(mp->HN, mp->nH);
-    UNDEV(mp->O, mp->nH);
-    UNDEV(mp->SC, mp->nH);
-    UNDEV(mp->wb.router, n * E * sizeof(float));
     free(mp->wb.top_e);
     free(mp->wb.top_w);
     free(mp->wb.e_tok);
     free(mp->wb.e_slot);
-    UNDEV(mp->wb.sh_y, mp->nH);
-    UNDEV(mp->wb.sg, n * sizeof(float));
     free(mp->saved);
     free(mp->orig);
     free(mp->row0);
-    UNDEV(mp->last_rows, (size_t)mp->n_last * R * sizeof(float));
-    UNDEV(mp->last_logits, (size_t)mp->n_lg * V * sizeof(float));
 }
 
 /* Each item's rows embedded and its DeltaNet slots recorded (the rollback's reference); the first MoE layer's
@@ -856,7 +857,7 @@ static void multi_finish(fwd_ws *ws, const fam_config *cfg, const fam_weights *w
 static sl_status eval_multi(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                             const fwd_item *it, int n_items, sl_error *err) {
     multi_pass mp;
-    int rc = multi_alloc(ws->be, cfg, it, n_items, &mp, err), max_n = 0;
+    int rc = multi_alloc(ws, cfg, it, n_items, &mp, err), max_n = 0;
     for (int i = 0; i < n_items; i++) max_n = it[i].n > max_n ? it[i].n : max_n;
     if (!rc && mix_set_new(ws, cfg, max_n, &mp.ms)) rc = err_set(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp.n);
     if (rc) goto done;
@@ -874,7 +875,7 @@ static sl_status eval_multi(fwd_ws *ws, const fam_config *cfg, const fam_weights
     if (!rc) multi_finish(ws, cfg, w, &mp);
 done:
     mix_set_free(ws, &mp.ms);
-    multi_free(ws->be, cfg, &mp);
+    multi_free(&mp);
     return rc;
 }
 

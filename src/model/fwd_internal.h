@@ -125,6 +125,7 @@ struct fwd_seq {
 };
 
 /* The per-model workspace. */
+#define FWD_MP_BUFS 11 /* forward.c multi_alloc's backend buffers */
 struct fwd_ws {
     be_backend *be;  /* borrowed; outlives the workspace */
     uint64_t uid;    /* unique in the process (as fwd_seq's) */
@@ -197,6 +198,9 @@ struct fwd_ws {
     /* the backend buffers above, to give back (alloc's bytes) */
     struct { void *p; size_t bytes; } dev[56];
     int n_dev;
+    /* forward.c eval_multi's backend buffers, kept from one pass to the next and grown when a pass needs more: a
+     * server's every decode step is a pass, and on the GPU each made and freed them (cudaFree waits for the device) */
+    struct { void *p; size_t bytes; } mp[FWD_MP_BUFS];
 };
 
 /* Activation slots of the workspace: a block's input (ws->h, read by q/k/v, the router, gate/up of the
