@@ -164,6 +164,107 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
     slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
 }
 
+/* --mvprof: one launch of each decode shape by SLUICE_CUDA_MV1=6 (cuda.h slcu_mvprof_read), its CTAs' phases: when
+ * they start and end in the launch (us from its first start) and, from thread 0's clock64, how long each phase of the
+ * first chunk took (us: p10 / p50 / p90 over the CTAs). After a warm-up call each. */
+static int cmp_d(const void *a, const void *b) { return *(const double *)a < *(const double *)b ? -1 : *(const double *)a > *(const double *)b; }
+static void pct(double *v, int n, double *p10, double *p50, double *p90) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    *p10 = v[n / 10], *p50 = v[n / 2], *p90 = v[(n * 9) / 10];
+}
+static void mvprof_one(const char *name, mmrun *r) {
+    enum { MAXC = 8192 };
+    unsigned long long *rec = malloc((size_t)MAXC * SLCU_MVP_W * sizeof *rec);
+    double *v = malloc(MAXC * sizeof *v);
+    int khz = 0;
+    run_mm(r);
+    slcu_mvprof_reset();
+    run_mm(r);
+    const int n = rec && v ? slcu_mvprof_read(rec, MAXC, &khz) : -1;
+    if (n <= 0 || khz <= 0) {
+        printf("  %-22s no records (%d)\n", name, n);
+        free(rec), free(v);
+        return;
+    }
+    unsigned long long t0 = ~0ull, t1 = 0;
+    for (int i = 0; i < n; i++) {
+        const unsigned long long *w = rec + (size_t)i * SLCU_MVP_W;
+        t0 = w[1] < t0 ? w[1] : t0, t1 = w[2] > t1 ? w[2] : t1;
+    }
+    double a, b, c;
+    printf("  %-22s %d CTAs, %llu chunk(s), span %.2f us;", name, n, rec[0] >> 32, (t1 - t0) / 1e3);
+    for (int i = 0; i < n; i++) v[i] = (rec[(size_t)i * SLCU_MVP_W + 1] - t0) / 1e3;
+    pct(v, n, &a, &b, &c);
+    printf(" start %.2f / %.2f / %.2f;", a, b, c);
+    for (int i = 0; i < n; i++) v[i] = (rec[(size_t)i * SLCU_MVP_W + 2] - t0) / 1e3;
+    pct(v, n, &a, &b, &c);
+    printf(" end %.2f / %.2f / %.2f\n", a, b, c);
+    static const char *ph[8] = {"resolve", "issue weights", "issue activation", "wait + barrier", "compute pairs",
+                                "stage + barrier", "fold + barrier", "rest + store"};
+    printf("   ");
+    for (int p = 0; p < 8; p++) {
+        for (int i = 0; i < n; i++) {
+            const unsigned long long *w = rec + (size_t)i * SLCU_MVP_W;
+            v[i] = (double)(w[3 + p] - (p ? w[2 + p] : 0)) / (khz / 1e3);
+        }
+        pct(v, n, &a, &b, &c);
+        printf(" %s %.2f/%.2f/%.2f%s", ph[p], a, b, c, p == 3 ? "\n   " : ";");
+    }
+    printf("\n");
+    free(rec), free(v);
+}
+
+static void mvprof(void) {
+    char msg[256];
+    fast_fill = 1;
+    mat gu, dn, o, qkv;
+    if (make_mat(&gu, DT_Q4, 128 * 2 * 768, 2048, 32, DT_BF16, msg) || make_mat(&dn, DT_Q4, 128 * 2048, 768, 32, DT_BF16, msg) ||
+        make_mat(&o, DT_Q4, 2048 * 8, 4096, 32, DT_BF16, msg) || make_mat(&qkv, DT_Q4, 5120 * 8, 2048, 32, DT_BF16, msg)) {
+        printf("%s\n", msg);
+        return;
+    }
+    float *dx = slcu_alloc((size_t)16 * 8192 * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)16 * 16384 * 4, msg, sizeof msg);
+    float *hx = malloc((size_t)16 * 8192 * 4);
+    for (int i = 0; i < 16 * 8192; i++) hx[i] = nrand();
+    slcu_upload(dx, hx, (size_t)16 * 8192 * 4, msg, sizeof msg);
+    free(hx);
+    void *abuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg), *bbuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg);
+    slcu_act a2, a4, sw[8];
+    slcu_act_bind(&a2, abuf, 1, 2048, msg, sizeof msg), slcu_act_quantize(&a2, dx, 2048, msg, sizeof msg);
+    slcu_act_bind(&a4, bbuf, 1, 4096, msg, sizeof msg), slcu_act_quantize(&a4, dx, 4096, msg, sizeof msg);
+    for (int e = 0; e < 8; e++) /* the down matvec's SwiGLU input made in its CTAs (the model's default) */
+        sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
+    slcu_i8_mv1_kernel(6), slcu_i8_mv_rows(-1);
+    printf("one-token matvec phases (SLUICE_CUDA_MV1=6: mv1c_i8, q4 g32 bf16, auto rows; us):\n");
+    slcu_mm mo = {o.d, &a4, NULL, 1, dy, 2048, NULL, NULL}, mq = {qkv.d, &a2, NULL, 1, dy, 5120, NULL, NULL};
+    mo.w.rows = 2048, mq.w.rows = 5120;
+    mmrun ro = {&mo, 1, 1, 8, 0, 2048}, rq = {&mq, 1, 1, 8, 0, 5120};
+    mvprof_one("o 2048x4096", &ro);
+    mvprof_one("q|k|v 5120x2048", &rq);
+    slcu_mm m1[16], m3[8];
+    for (int e = 0; e < 8; e++) {
+        const int ex = (e * 13) % 16;
+        for (int h = 0; h < 2; h++) {
+            slcu_mm *m = &m1[2 * e + h];
+            *m = (slcu_mm){gu.d, &a2, NULL, 1, dy + (size_t)(2 * e + h) * 768, 768, NULL, NULL};
+            const size_t r0 = (size_t)(2 * ex + h) * 768;
+            m->w.rows = 768, m->w.data = (const uint8_t *)gu.d.data + r0 * 1024;
+            m->w.scales = (const uint8_t *)gu.d.scales + r0 * 128, m->w.biases = (const uint8_t *)gu.d.biases + r0 * 128;
+        }
+        slcu_mm *m = &m3[e];
+        *m = (slcu_mm){dn.d, &sw[e], NULL, 1, dy + (size_t)e * 2048, 2048, NULL, NULL};
+        const size_t r0 = (size_t)ex * 2048;
+        m->w.rows = 2048, m->w.data = (const uint8_t *)dn.d.data + r0 * 384;
+        m->w.scales = (const uint8_t *)dn.d.scales + r0 * 48, m->w.biases = (const uint8_t *)dn.d.biases + r0 * 48;
+    }
+    mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r3 = {m3, 8, 32, 8, 0, 16 * 2048};
+    mvprof_one("8 experts gate+up", &r1);
+    mvprof_one("8 experts down, SwiGLU", &r3);
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
+    free_mat(&gu), free_mat(&dn), free_mat(&o), free_mat(&qkv);
+    slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(bbuf);
+}
+
 /* --bench-mv: bench_mv_rows alone (its matrices made here) */
 static void bench_mv(void) {
     char msg[256];

@@ -131,6 +131,22 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
  * fold (SLUICE_CUDA_MV1=3). */
 #define MV1C_NP(DT) ((DT) == DT_Q4 ? 1024 : 512)
 
+/* SLUICE_CUDA_MV1=6 (cuda.h slcu_mvprof_read): mv1c_i8 as FI = 1, with each CTA's thread 0 stamping clock64 at the
+ * phases of its first chunk and %globaltimer at its start and end, into mvp_rec (MVP_W words a CTA, the first MVP_MAX
+ * CTAs after slcu_mvprof_reset): where a launch's time goes inside a CTA (docs/CUDA.md "Fewer instructions a pair").
+ * Words: smid | chunks << 32, start and end (ns), then the cycles from the start to: the job resolved, the weights'
+ * loads issued, the activation's issued, the wait and barrier passed, the pairs computed, staged (barrier), folded
+ * (barrier), and the CTA's end. */
+#define MVP_MAX 8192
+#define MVP_W 11
+__device__ unsigned long long mvp_rec[MVP_MAX * MVP_W];
+__device__ unsigned mvp_n;
+static __device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 /* A (row, block) pair q of a chunk of kcn blocks: its row rl = q / kcn and block bl. FI = 1 (the default) divides by
  * the chunk's reciprocal rk = 1 / kcn in f32: (q + 0.5) rk is within 2^-12 of the true (q + 0.5) / kcn for q < 2^11,
  * kcn <= 2^9, and that quotient is at least 0.5 / kcn >= 2^-10 from an integer, so its truncation is q / kcn exactly
@@ -138,7 +154,7 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
  * integer division (SLUICE_CUDA_MV1=5, kept to time the two). */
 template <int FI>
 static __device__ __forceinline__ void mv1c_pair(int q, int kcn, float rk, int &rl, int &bl) {
-    rl = FI ? __float2int_rz(__fmul_rn(__fadd_rn(__int2float_rn(q), 0.5f), rk)) : q / kcn;
+    rl = FI ? __float2int_rz(__fmul_rn(__fadd_rn(__int2float_rn(q), 0.5f), rk)) : q / kcn; /* (FI 2: as 1) */
     bl = q - rl * kcn;
 }
 
@@ -154,9 +170,15 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     constexpr int ssz = SDT == DT_F32 ? 4 : 2;
     static_assert(3 * KC * LD * 4 <= NP * BB, "the fold's staging fits where the codes were");
     static_assert(NP <= 2048 && KC <= 512, "mv1c_pair's reciprocal is exact for these");
+    __shared__ long long sck[9]; /* FI = 2: thread 0's clock64 at each phase (mvp_rec) */
+    unsigned long long gt0 = 0;
+#define MVP(i) do { if (FI == 2 && threadIdx.x == 0) sck[i] = clock64(); } while (0)
+    if (FI == 2 && threadIdx.x == 0) gt0 = gtimer();
+    MVP(0);
     const int jk = find_job(J);
     if (J.j[jk].tab || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
     const ijob j = resolve(J.j[jk]);
+    MVP(1);
     /* sc: codes, then sI | sM | sB */
     __shared__ unsigned ssw[NP], sbw[NP];
     __shared__ __align__(16) uint4 sx[KC * 2];
@@ -201,6 +223,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
                 }
             }
         }
+        if (kb0 == 0) MVP(2);
         if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
         if (j.sg) {
             swi_stage<DT, MV1_THREADS>(j, kb0, kcn, gshift, sx, sd, sbt, sxg); /* while the weights' loads are in flight */
@@ -209,8 +232,10 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
             for (int i = tid; i < kcn; i += MV1_THREADS) cp4(&sd[i], xd + kb0 + i);
             for (int i = tid; i < (kcn >> gshift); i += MV1_THREADS) cp4(&sxg[i], xs + (kb0 >> gshift) + i);
         }
+        if (kb0 == 0) MVP(3);
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         __syncthreads();
+        if (kb0 == 0) MVP(4);
         float vI[P], vM[P], vB[P];
 #pragma unroll
         for (int k = 0; k < P; k++) {
@@ -236,6 +261,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
                 if (!(bl & bmask)) vB[k] = !IB ? bv : zbias<DT>(sv);
             }
         }
+        if (kb0 == 0) MVP(5);
         __syncthreads(); /* the codes are read: their room takes the fold's staging */
 #pragma unroll
         for (int k = 0; k < P; k++) {
@@ -248,10 +274,24 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
             }
         }
         __syncthreads();
+        if (kb0 == 0) MVP(6);
         if (tid < nr) fold_chunk(sI + tid, sM + tid, sB + tid, LD, sxg, kcn, bmask, gshift, acc, accb);
         __syncthreads();
+        if (kb0 == 0) MVP(7);
     }
     if (tid < nr) j.y[r0 + tid] = __fadd_rn(acc, accb);
+    MVP(8);
+    if (FI == 2 && threadIdx.x == 0) {
+        const unsigned i = atomicAdd(&mvp_n, 1u);
+        if (i < MVP_MAX) {
+            unsigned sm;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            unsigned long long *w = mvp_rec + (size_t)i * MVP_W;
+            w[0] = sm | (unsigned long long)((nb + KC - 1) / KC) << 32, w[1] = gt0, w[2] = gtimer();
+            for (int p = 1; p <= 8; p++) w[2 + p] = (unsigned long long)(sck[p] - sck[0]);
+        }
+    }
+#undef MVP
 }
 
 template <int DT, int SDT, int R, int IB, int FI>
@@ -447,12 +487,12 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
  * "auto": the fewest of 4 .. 32 that keep the launch within one wave of CTAs on an H100, so a small matrix
  * (the o projection: 2048 rows) spreads over every SM and a large group (8 experts' gate and up: 12288 rows) runs in
  * one wave of CTAs instead of two; a launch of more rows (the LM head) keeps 16. */
-static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8, 5 mv1c_i8 with FI = 0 */
-extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 5 ? v : 0; }
+static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8, 5 mv1c_i8 with FI = 0, 6 FI = 2 */
+extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 6 ? v : 0; }
 static int mv1_version(void) {
     if (!mv1_kernel) {
         const char *e = getenv("SLUICE_CUDA_MV1");
-        mv1_kernel = e && e[0] >= '1' && e[0] <= '5' && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4|5 */
+        mv1_kernel = e && e[0] >= '1' && e[0] <= '6' && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4|5|6 */
     }
     return mv1_kernel;
 }
@@ -472,7 +512,7 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
     }
     if (mv_rows_mode > 0) return mv_rows_mode;
     if (mv1_version() == 4) return mv1d_tile_rows(J);
-    const int wave = mv1_version() == 3 || mv1_version() == 5 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
+    const int wave = mv1_version() == 3 || mv1_version() >= 5 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
     for (int r = 4; r <= 32; r *= 2) {
         int tiles = 0;
         for (int i = 0; i < J->n; i++) tiles += (J->j[i].nrows + r - 1) / r;
@@ -488,8 +528,10 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
  * first copy-stream copy nor with recorded steps (backend_cuda.c: the two ways call D's model test failed). */
 template <int DT, int SDT, int R>
 static void mv1c_launch(int tiles, const ijobs *J) {
-    void (*k)(ijobs) = mv1_version() == 5 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 0> : mv1c_i8<DT, SDT, R, 0, 0>)
-                                          : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1> : mv1c_i8<DT, SDT, R, 0, 1>);
+    const int v = mv1_version();
+    void (*k)(ijobs) = v == 5   ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 0> : mv1c_i8<DT, SDT, R, 0, 0>)
+                       : v == 6 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 2> : mv1c_i8<DT, SDT, R, 0, 2>)
+                                : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1> : mv1c_i8<DT, SDT, R, 0, 1>);
     pdl_launch_on(pdl_enabled(), k, dim3((unsigned)tiles), dim3(MV1_THREADS), 0, SLS, *J);
 }
 
@@ -592,4 +634,21 @@ cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, c
     return cudaGetLastError();
 }
 
-int mv_nr_ok(void) { return mv1_version() == 3 || mv1_version() == 5; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */
+int mv_nr_ok(void) { return mv1_version() == 3 || mv1_version() >= 5; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */
+
+/* cuda.h: SLUICE_CUDA_MV1=6's records (mvp_rec) */
+extern "C" int slcu_mvprof_reset(void) {
+    const unsigned z = 0;
+    return cudaMemcpyToSymbol(mvp_n, &z, sizeof z) == cudaSuccess ? 0 : -1;
+}
+extern "C" int slcu_mvprof_read(unsigned long long *out, int max, int *clock_khz) {
+    unsigned n = 0;
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, mvp_n, sizeof n) != cudaSuccess) return -1;
+    if (n > MVP_MAX) n = MVP_MAX;
+    if ((int)n > max) n = (unsigned)max;
+    if (n && cudaMemcpyFromSymbol(out, mvp_rec, (size_t)n * MVP_W * sizeof *out) != cudaSuccess) return -1;
+    int dev = 0;
+    *clock_khz = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(clock_khz, cudaDevAttrClockRate, dev);
+    return (int)n;
+}
