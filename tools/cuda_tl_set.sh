@@ -8,7 +8,7 @@
 set -uo pipefail
 sl=${1:?sluice}; tld=${2:?the dir of libsltl.so}; o=${3:?out dir}; m=${4:?a pack}
 mkdir -p "$o"; S=$o/tl_summary.txt; T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
-sets=${TL_SETS:-"X=1 SLUICE_CUDA_PDL=1 SLUICE_CUDA_PDL=0 SLUICE_CUDA_MV1=5 SLUICE_CUDA_MVR=16 SLUICE_CUDA_MVR=8 SLUICE_CUDA_FUSE=router"}
+sets=${TL_SETS:-"X=1 SLUICE_CUDA_PDL=2 SLUICE_CUDA_PDL=0 X=1 SLUICE_CUDA_PDL=2 SLUICE_CUDA_FUSE=none"}
 B="--gpu --resident --kv f16 --decode random --json"
 i=0
 for sw in $sets; do

@@ -128,6 +128,21 @@ static void run_mm(void *c) { /* set it % sets of the matrices: each call reads 
     }
 }
 
+static slcu_mat sub_mat(const mat *a, int r0, int rows) { /* rows r0 .. r0 + rows - 1 of a */
+    slcu_mat m = a->d;
+    const size_t rb = (size_t)a->d.cols / (a->d.dtype == DT_Q4 ? 2 : 1), sb = (size_t)(a->d.cols / a->d.group) * dt_size(a->d.sdtype);
+    m.data = (const uint8_t *)a->d.data + (size_t)r0 * rb;
+    m.scales = (const uint8_t *)a->d.scales + (size_t)r0 * sb, m.biases = (const uint8_t *)a->d.biases + (size_t)r0 * sb;
+    m.rows = rows;
+    return m;
+}
+
+/* A job on rows r0 .. r0 + rows - 1 of w (an expert's gate, up or down among a matrix of them): nt tokens of a (their
+ * rows arows, or NULL), output y with rows floats a token */
+static slcu_mm rows_job(const mat *w, int r0, int rows, const slcu_act *a, const int *arows, int nt, float *y) {
+    return (slcu_mm){sub_mat(w, r0, rows), a, arows, nt, y, (size_t)rows, NULL, NULL};
+}
+
 static void bench_moe_wide(const mat *gu, const mat *dn, float *dx);
 static void bench_mv_rows(const mat *gu, const mat *dn, float *dx, float *dy, void *abuf, void *dbuf, double copy_gbs);
 static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, const int *idx, int N, const float *alone, float *dy,

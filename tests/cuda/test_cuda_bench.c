@@ -83,18 +83,9 @@ static void bench_i8(double copy_gbs) {
         slcu_mm m1[256], m2[128];
         for (int e = 0; e < ne; e++) {
             const int ex = pre ? e : (e * 13) % 16; /* sets of 16 experts rotate by run_mm's stride */
-            for (int h = 0; h < 2; h++) {
-                slcu_mm *m = &m1[2 * e + h];
-                *m = (slcu_mm){gu.d, &da, didx + e * nt, nt, dy + (size_t)(2 * e + h) * nt * 768, 768, NULL, NULL};
-                const size_t r0 = (size_t)(2 * ex + h) * 768;
-                m->w.rows = 768, m->w.data = (const uint8_t *)gu.d.data + r0 * 1024;
-                m->w.scales = (const uint8_t *)gu.d.scales + r0 * 64, m->w.biases = (const uint8_t *)gu.d.biases + r0 * 64;
-            }
-            slcu_mm *m = &m2[e];
-            *m = (slcu_mm){dn.d, &dd, didx + e * nt, nt, dy + (size_t)e * nt * 2048, 2048, NULL, NULL};
-            const size_t r0 = (size_t)ex * 2048;
-            m->w.rows = 2048, m->w.data = (const uint8_t *)dn.d.data + r0 * 384;
-            m->w.scales = (const uint8_t *)dn.d.scales + r0 * 24, m->w.biases = (const uint8_t *)dn.d.biases + r0 * 24;
+            for (int h = 0; h < 2; h++)
+                m1[2 * e + h] = rows_job(&gu, (2 * ex + h) * 768, 768, &da, didx + e * nt, nt, dy + (size_t)(2 * e + h) * nt * 768);
+            m2[e] = rows_job(&dn, ex * 2048, 2048, &dd, didx + e * nt, nt, dy + (size_t)e * nt * 2048);
         }
         mmrun r1 = {m1, 2 * ne, 32, pre ? 1 : 8, 0, 16 * 2 * 768}, r2 = {m2, ne, 32, pre ? 1 : 8, 0, 16 * 2048};
         float ms1 = slcu_time(run_mm, &r1, 20), ms2 = slcu_time(run_mm, &r2, 20);

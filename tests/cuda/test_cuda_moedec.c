@@ -44,14 +44,7 @@ static void check_moe_dec(int n, int k, int E, int H, int I, dt_type gdt, int gg
     for (size_t i = 0; i < (size_t)n * H; i++) h[i] = nrand() * (i / H % 3 == 1 ? 20.f : 1.f);
     int *te = malloc((size_t)n * k * sizeof(int));
     rand_top_e(te, n, k, E);
-    const void **tab = malloc((size_t)9 * E * sizeof(void *));
-    for (int e = 0; e < E; e++) {
-        const slcu_mat m3[3] = {sub_mat(&gu, 2 * e * I, I), sub_mat(&gu, (2 * e + 1) * I, I), sub_mat(&dn, e * H, H)};
-        for (int i = 0; i < 3; i++) {
-            const void **p = tab + ((size_t)i * E + e) * 3;
-            p[0] = m3[i].data, p[1] = m3[i].scales, p[2] = m3[i].biases;
-        }
-    }
+    const void **tab = moe_tab(&gu, &dn, E, I, H);
     float *dh = dev_copy(h, (size_t)n * H * 4, msg), *dy = slcu_alloc(ny * 4, msg, sizeof msg);
     int *dte = dev_copy(te, (size_t)n * k * sizeof(int), msg);
     void *dtab = dev_copy(tab, (size_t)9 * E * sizeof(void *), msg), *work = slcu_alloc(slcu_moe_bytes(n, k, E, H, I), msg, sizeof msg);

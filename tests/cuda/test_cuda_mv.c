@@ -111,18 +111,8 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
         slcu_mm m1[16], m2[8], m3[8];
         for (int e = 0; e < 8; e++) {
             const int ex = (e * 13) % 16;
-            for (int h = 0; h < 2; h++) {
-                slcu_mm *m = &m1[2 * e + h];
-                *m = (slcu_mm){gu.d, &da, NULL, 1, dy + (size_t)(2 * e + h) * 768, 768, NULL, NULL};
-                const size_t r0 = (size_t)(2 * ex + h) * 768;
-                m->w.rows = 768, m->w.data = (const uint8_t *)gu.d.data + r0 * 1024;
-                m->w.scales = (const uint8_t *)gu.d.scales + r0 * 64, m->w.biases = (const uint8_t *)gu.d.biases + r0 * 64;
-            }
-            slcu_mm *m = &m2[e];
-            *m = (slcu_mm){dn.d, &dd, NULL, 1, dy + (size_t)e * 2048, 2048, NULL, NULL};
-            const size_t r0 = (size_t)ex * 2048;
-            m->w.rows = 2048, m->w.data = (const uint8_t *)dn.d.data + r0 * 384;
-            m->w.scales = (const uint8_t *)dn.d.scales + r0 * 24, m->w.biases = (const uint8_t *)dn.d.biases + r0 * 24;
+            for (int h = 0; h < 2; h++) m1[2 * e + h] = rows_job(&gu, (2 * ex + h) * 768, 768, &da, NULL, 1, dy + (size_t)(2 * e + h) * 768);
+            m2[e] = rows_job(&dn, ex * 2048, 2048, &dd, NULL, 1, dy + (size_t)e * 2048);
             m3[e] = m2[e], m3[e].a = &sw[e];
         }
         slcu_act_bind(&da, abuf, 1, 2048, msg, sizeof msg), slcu_act_quantize(&da, dx, 2048, msg, sizeof msg);
@@ -244,18 +234,8 @@ static void mvprof(void) {
     slcu_mm m1[16], m3[8];
     for (int e = 0; e < 8; e++) {
         const int ex = (e * 13) % 16;
-        for (int h = 0; h < 2; h++) {
-            slcu_mm *m = &m1[2 * e + h];
-            *m = (slcu_mm){gu.d, &a2, NULL, 1, dy + (size_t)(2 * e + h) * 768, 768, NULL, NULL};
-            const size_t r0 = (size_t)(2 * ex + h) * 768;
-            m->w.rows = 768, m->w.data = (const uint8_t *)gu.d.data + r0 * 1024;
-            m->w.scales = (const uint8_t *)gu.d.scales + r0 * 128, m->w.biases = (const uint8_t *)gu.d.biases + r0 * 128;
-        }
-        slcu_mm *m = &m3[e];
-        *m = (slcu_mm){dn.d, &sw[e], NULL, 1, dy + (size_t)e * 2048, 2048, NULL, NULL};
-        const size_t r0 = (size_t)ex * 2048;
-        m->w.rows = 2048, m->w.data = (const uint8_t *)dn.d.data + r0 * 384;
-        m->w.scales = (const uint8_t *)dn.d.scales + r0 * 48, m->w.biases = (const uint8_t *)dn.d.biases + r0 * 48;
+        for (int h = 0; h < 2; h++) m1[2 * e + h] = rows_job(&gu, (2 * ex + h) * 768, 768, &a2, NULL, 1, dy + (size_t)(2 * e + h) * 768);
+        m3[e] = rows_job(&dn, ex * 2048, 2048, &sw[e], NULL, 1, dy + (size_t)e * 2048);
     }
     mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r3 = {m3, 8, 32, 8, 0, 16 * 2048};
     mvprof_one("8 experts gate+up", &r1);

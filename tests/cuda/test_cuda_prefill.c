@@ -109,14 +109,6 @@ static void check_rope_rows(int n, int nh, int hd, int rot, int inter) {
 
 /* ---- slcu_moe_ffn (a layer-major MoE block's experts, grouped on the device) against each expert's own
  * slcu_matmul_i8 / slcu_swiglu / quantisation calls over its rows: bitwise, every (token, slot) cell ---- */
-static slcu_mat sub_mat(const mat *a, int r0, int rows) { /* rows r0 .. r0 + rows - 1 of a */
-    slcu_mat m = a->d;
-    const size_t rb = (size_t)a->d.cols / (a->d.dtype == DT_Q4 ? 2 : 1), sb = (size_t)(a->d.cols / a->d.group) * dt_size(a->d.sdtype);
-    m.data = (const uint8_t *)a->d.data + (size_t)r0 * rb;
-    m.scales = (const uint8_t *)a->d.scales + (size_t)r0 * sb, m.biases = (const uint8_t *)a->d.biases + (size_t)r0 * sb;
-    m.rows = rows;
-    return m;
-}
 
 /* expert e's reference outputs into ref's cells (t k + s) of the pairs that chose it */
 static void moe_ref_expert(const slcu_mat *gm, const slcu_mat *um, const slcu_mat *dm, const slcu_act *xa, const int *pair,
@@ -139,6 +131,20 @@ static void moe_ref_expert(const slcu_mat *gm, const slcu_mat *um, const slcu_ma
     slcu_free(drows), slcu_free(g), slcu_free(y), slcu_free(mbuf);
 }
 
+/* The layer's device table [gate, up, down][E][data, scales, biases] (backend_cuda.c layer_tab's layout) of experts
+ * whose gate and up are rows 2 e I and (2 e + 1) I of gu and whose down is rows e H of dn: host memory, malloc'd */
+static const void **moe_tab(const mat *gu, const mat *dn, int E, int I, int H) {
+    const void **tab = malloc((size_t)9 * E * sizeof(void *));
+    for (int e = 0; tab && e < E; e++) {
+        const slcu_mat m3[3] = {sub_mat(gu, 2 * e * I, I), sub_mat(gu, (2 * e + 1) * I, I), sub_mat(dn, e * H, H)};
+        for (int i = 0; i < 3; i++) {
+            const void **p = tab + ((size_t)i * E + e) * 3;
+            p[0] = m3[i].data, p[1] = m3[i].scales, p[2] = m3[i].biases;
+        }
+    }
+    return tab;
+}
+
 static void check_moe(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt_type gsdt, dt_type ddt, int dg, dt_type dsdt) {
     char msg[256] = "";
     mat gu, dn;
@@ -159,14 +165,7 @@ static void check_moe(int n, int k, int E, int H, int I, dt_type gdt, int gg, dt
             for (int b = a + 1, x; b < k; b++)
                 if (te[t * k + b] < te[t * k + a]) x = te[t * k + a], te[t * k + a] = te[t * k + b], te[t * k + b] = x;
     }
-    const void **tab = malloc((size_t)9 * E * sizeof(void *));
-    for (int e = 0; e < E; e++) {
-        const slcu_mat m3[3] = {sub_mat(&gu, 2 * e * I, I), sub_mat(&gu, (2 * e + 1) * I, I), sub_mat(&dn, e * H, H)};
-        for (int i = 0; i < 3; i++) {
-            const void **p = tab + ((size_t)i * E + e) * 3;
-            p[0] = m3[i].data, p[1] = m3[i].scales, p[2] = m3[i].biases;
-        }
-    }
+    const void **tab = moe_tab(&gu, &dn, E, I, H);
     float *dh = dev_copy(h, (size_t)n * H * 4, msg), *dy = slcu_alloc((size_t)n * k * H * 4, msg, sizeof msg);
     int *dte = dev_copy(te, (size_t)n * k * sizeof(int), msg);
     void *dtab = dev_copy(tab, (size_t)9 * E * sizeof(void *), msg), *work = slcu_alloc(slcu_moe_bytes(n, k, E, H, I), msg, sizeof msg);

@@ -147,23 +147,20 @@ static __device__ __forceinline__ unsigned long long gtimer() {
     return t;
 }
 
-/* A (row, block) pair q of a chunk of kcn blocks: its row rl = q / kcn and block bl. FI = 1 (the default) divides by
- * the chunk's reciprocal rk = 1 / kcn in f32: (q + 0.5) rk is within 2^-12 of the true (q + 0.5) / kcn for q < 2^11,
- * kcn <= 2^9, and that quotient is at least 0.5 / kcn >= 2^-10 from an integer, so its truncation is q / kcn exactly
- * (every q and kcn a chunk has was checked exhaustively: docs/CUDA.md "Fewer instructions a pair"); FI = 0 is the
- * integer division (SLUICE_CUDA_MV1=5, kept to time the two). */
-template <int FI>
+/* A (row, block) pair q of a chunk of kcn blocks: its row rl = q / kcn and block bl, by the chunk's reciprocal
+ * rk = 1 / kcn in f32: (q + 0.5) rk is within 2^-12 of the true (q + 0.5) / kcn for q < 2^11, kcn <= 2^9, and that
+ * quotient is at least 0.5 / kcn >= 2^-10 from an integer, so its truncation is q / kcn exactly (every q and kcn a
+ * chunk has was checked exhaustively: docs/CUDA.md "Fewer instructions a pair"). */
 static __device__ __forceinline__ void mv1c_pair(int q, int kcn, float rk, int &rl, int &bl) {
-    rl = FI ? __float2int_rz(__fmul_rn(__fadd_rn(__int2float_rn(q), 0.5f), rk)) : q / kcn; /* (FI 2: as 1) */
+    rl = __float2int_rz(__fmul_rn(__fadd_rn(__int2float_rn(q), 0.5f), rk));
     bl = q - rl * kcn;
 }
 
-/* sc: the caller's shared [MV1C_NP(DT) * BB] bytes, 16-aligned (free again after the call's last barrier). FI = 1
- * (the default): a pair's row and block by mv1c_pair's reciprocal, its code and scale addresses as 32-bit offsets from
- * the chunk's first row (R rows of a matrix: far below 2^31 bytes), and a scale word's half from those offsets' low
- * bits; FI = 0: a division and 64-bit addresses for each pair, three times (call J's ncu: the kernel issued 0.52
- * warp instructions a cycle a scheduler, bound by instructions as much as by DRAM). The same loads, the same
- * values, the same bits. */
+/* sc: the caller's shared [MV1C_NP(DT) * BB] bytes, 16-aligned (free again after the call's last barrier). A pair's
+ * row and block by mv1c_pair's reciprocal, its code and scale addresses as 32-bit offsets from the chunk's first row
+ * (R rows of a matrix: far below 2^31 bytes), and a scale word's half from those offsets' low bits (where it divided
+ * and addressed in 64 bits for each pair, three times: call K timed the two, docs/CUDA.md). FI = 2
+ * (SLUICE_CUDA_MV1=6) records the phases (mvp_rec); FI = 1 is the kernel. */
 template <int DT, int SDT, int R, int IB, int FI>
 static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
@@ -193,9 +190,9 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     float acc = 0.f, accb = 0.f;
     for (int kb0 = 0; kb0 < nb; kb0 += KC) {
         const int kcn = min(KC, nb - kb0), np = nr * kcn;
-        const float rk = FI ? __frcp_rn((float)kcn) : 0.f;
-        /* FI: the chunk's first row's codes, scale and bias words (KC is a multiple of 4 blocks, so a block's group
-         * is the chunk's first group + bl >> gshift and b & bmask is bl & bmask) */
+        const float rk = __frcp_rn((float)kcn);
+        /* the chunk's first row's codes, scale and bias words (KC is a multiple of 4 blocks, so a block's group is
+         * the chunk's first group + bl >> gshift and b & bmask is bl & bmask) */
         const size_t e0 = (size_t)r0 * ng + (size_t)(kb0 >> gshift);
         const uint8_t *cb = j.codes + (size_t)r0 * rb + (size_t)kb0 * BB;
         const uint8_t *sb = (const uint8_t *)j.scales + e0 * ssz, *bb = (const uint8_t *)j.biases + e0 * ssz;
@@ -204,23 +201,13 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
             const int q = tid + k * MV1_THREADS;
             if (q < np) {
                 int rl, bl;
-                mv1c_pair<FI>(q, kcn, rk, rl, bl);
-                if (FI) {
-                    const uint8_t *w = cb + (rl * rb + bl * BB);
-                    cp16(sc + q * BB, w, true);
-                    if (DT == DT_Q8) cp16(sc + q * BB + 16, w + 16, true);
-                    const int eo = (rl * ng + (bl >> gshift)) * ssz;
-                    cp4(&ssw[q], (const void *)((uintptr_t)(sb + eo) & ~(uintptr_t)3));
-                    if (!(bl & bmask) && !IB) cp4(&sbw[q], (const void *)((uintptr_t)(bb + eo) & ~(uintptr_t)3));
-                } else {
-                    const int b = kb0 + bl, r = r0 + rl;
-                    const uint8_t *w = j.codes + (size_t)r * rb + (size_t)b * BB;
-                    cp16(sc + (size_t)q * BB, w, true);
-                    if (DT == DT_Q8) cp16(sc + (size_t)q * BB + 16, w + 16, true);
-                    const size_t e = (size_t)r * ng + (size_t)(b >> gshift);
-                    cp4(&ssw[q], (const void *)(((uintptr_t)j.scales + e * ssz) & ~(uintptr_t)3));
-                    if (!(b & bmask) && !IB) cp4(&sbw[q], (const void *)(((uintptr_t)j.biases + e * ssz) & ~(uintptr_t)3));
-                }
+                mv1c_pair(q, kcn, rk, rl, bl);
+                const uint8_t *w = cb + (rl * rb + bl * BB);
+                cp16(sc + q * BB, w, true);
+                if (DT == DT_Q8) cp16(sc + q * BB + 16, w + 16, true);
+                const int eo = (rl * ng + (bl >> gshift)) * ssz;
+                cp4(&ssw[q], (const void *)((uintptr_t)(sb + eo) & ~(uintptr_t)3));
+                if (!(bl & bmask) && !IB) cp4(&sbw[q], (const void *)((uintptr_t)(bb + eo) & ~(uintptr_t)3));
             }
         }
         if (kb0 == 0) MVP(2);
@@ -243,20 +230,15 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
             vI[k] = vM[k] = vB[k] = 0.f;
             if (q < np) {
                 int rl, bl;
-                mv1c_pair<FI>(q, kcn, rk, rl, bl);
+                mv1c_pair(q, kcn, rk, rl, bl);
                 const uint4 *w = (const uint4 *)(sc + q * BB);
                 vI[k] = (float)dot_block<DT>(w[0], DT == DT_Q8 ? w[1] : w[0], sx[2 * bl], sx[2 * bl + 1]);
-                float sv, bv = 0.f;
-                if (FI) { /* a 16-bit word's half: bit 1 of its address (the base's low bits plus the offset) */
-                    const unsigned ea = (unsigned)(uintptr_t)sb + (unsigned)((rl * ng + (bl >> gshift)) * ssz);
-                    const unsigned eb = (unsigned)(uintptr_t)bb + (unsigned)((rl * ng + (bl >> gshift)) * ssz);
-                    sv = raw_sw(ssw[q], (ea & 2) != 0, SDT);
-                    if (!IB && !(bl & bmask)) bv = raw_sw(sbw[q], (eb & 2) != 0, SDT);
-                } else {
-                    const size_t e = (size_t)(r0 + rl) * ng + (size_t)((kb0 + bl) >> gshift);
-                    sv = cv_sw(ssw[q], j.scales, SDT, e);
-                    if (!IB && !(bl & bmask)) bv = cv_sw(sbw[q], j.biases, SDT, e);
-                }
+                float bv = 0.f;
+                /* a 16-bit word's half: bit 1 of its address (the base's low bits plus the offset) */
+                const unsigned ea = (unsigned)(uintptr_t)sb + (unsigned)((rl * ng + (bl >> gshift)) * ssz);
+                const unsigned eb = (unsigned)(uintptr_t)bb + (unsigned)((rl * ng + (bl >> gshift)) * ssz);
+                const float sv = raw_sw(ssw[q], (ea & 2) != 0, SDT);
+                if (!IB && !(bl & bmask)) bv = raw_sw(sbw[q], (eb & 2) != 0, SDT);
                 vM[k] = __fmul_rn(sv, sd[bl]);
                 if (!(bl & bmask)) vB[k] = !IB ? bv : zbias<DT>(sv);
             }
@@ -268,7 +250,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
             const int q = tid + k * MV1_THREADS;
             if (q < np) {
                 int rl, bl;
-                mv1c_pair<FI>(q, kcn, rk, rl, bl);
+                mv1c_pair(q, kcn, rk, rl, bl);
                 sI[bl * LD + rl] = vI[k], sM[bl * LD + rl] = vM[k];
                 if (!(bl & bmask)) sB[(bl >> gshift) * LD + rl] = vB[k];
             }
@@ -487,12 +469,12 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
  * "auto": the fewest of 4 .. 32 that keep the launch within one wave of CTAs on an H100, so a small matrix
  * (the o projection: 2048 rows) spreads over every SM and a large group (8 experts' gate and up: 12288 rows) runs in
  * one wave of CTAs instead of two; a launch of more rows (the LM head) keeps 16. */
-static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8, 5 mv1c_i8 with FI = 0, 6 FI = 2 */
-extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = v >= 1 && v <= 6 ? v : 0; }
+static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8, 6 mv1c_i8 recording (FI = 2) */
+extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = (v >= 1 && v <= 4) || v == 6 ? v : 0; }
 static int mv1_version(void) {
     if (!mv1_kernel) {
         const char *e = getenv("SLUICE_CUDA_MV1");
-        mv1_kernel = e && e[0] >= '1' && e[0] <= '6' && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4|5|6 */
+        mv1_kernel = e && ((e[0] >= '1' && e[0] <= '4') || e[0] == '6') && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4|6 */
     }
     return mv1_kernel;
 }
@@ -512,7 +494,7 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
     }
     if (mv_rows_mode > 0) return mv_rows_mode;
     if (mv1_version() == 4) return mv1d_tile_rows(J);
-    const int wave = mv1_version() == 3 || mv1_version() >= 5 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
+    const int wave = mv1_version() == 3 || mv1_version() == 6 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
     for (int r = 4; r <= 32; r *= 2) {
         int tiles = 0;
         for (int i = 0; i < J->n; i++) tiles += (J->j[i].nrows + r - 1) / r;
@@ -528,10 +510,8 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
  * first copy-stream copy nor with recorded steps (backend_cuda.c: the two ways call D's model test failed). */
 template <int DT, int SDT, int R>
 static void mv1c_launch(int tiles, const ijobs *J) {
-    const int v = mv1_version();
-    void (*k)(ijobs) = v == 5   ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 0> : mv1c_i8<DT, SDT, R, 0, 0>)
-                       : v == 6 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 2> : mv1c_i8<DT, SDT, R, 0, 2>)
-                                : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1> : mv1c_i8<DT, SDT, R, 0, 1>);
+    void (*k)(ijobs) = mv1_version() == 6 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 2> : mv1c_i8<DT, SDT, R, 0, 2>)
+                                          : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1> : mv1c_i8<DT, SDT, R, 0, 1>);
     pdl_launch_on(pdl_enabled(), k, dim3((unsigned)tiles), dim3(MV1_THREADS), 0, SLS, *J);
 }
 
@@ -634,7 +614,7 @@ cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, c
     return cudaGetLastError();
 }
 
-int mv_nr_ok(void) { return mv1_version() == 3 || mv1_version() >= 5; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */
+int mv_nr_ok(void) { return mv1_version() == 3 || mv1_version() == 6; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */
 
 /* cuda.h: SLUICE_CUDA_MV1=6's records (mvp_rec) */
 extern "C" int slcu_mvprof_reset(void) {
