@@ -213,11 +213,7 @@ static void mvprof(void) {
         printf("%s\n", msg);
         return;
     }
-    float *dx = slcu_alloc((size_t)16 * 8192 * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)16 * 16384 * 4, msg, sizeof msg);
-    float *hx = malloc((size_t)16 * 8192 * 4);
-    for (int i = 0; i < 16 * 8192; i++) hx[i] = nrand();
-    slcu_upload(dx, hx, (size_t)16 * 8192 * 4, msg, sizeof msg);
-    free(hx);
+    float *dx = rnd_dev((size_t)16 * 8192, 1, NULL, msg), *dy = slcu_alloc((size_t)16 * 16384 * 4, msg, sizeof msg);
     void *abuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg), *bbuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg);
     slcu_act a2, a4, sw[8];
     slcu_act_bind(&a2, abuf, 1, 2048, msg, sizeof msg), slcu_act_quantize(&a2, dx, 2048, msg, sizeof msg);
@@ -254,11 +250,7 @@ static void bench_mv(void) {
         printf("%s\n", msg);
         return;
     }
-    float *dx = slcu_alloc((size_t)8 * 8192 * 4, msg, sizeof msg), *dy = slcu_alloc((size_t)8 * 16384 * 4, msg, sizeof msg);
-    float *hx = malloc((size_t)8 * 8192 * 4);
-    for (int i = 0; i < 8 * 8192; i++) hx[i] = nrand();
-    slcu_upload(dx, hx, (size_t)8 * 8192 * 4, msg, sizeof msg);
-    free(hx);
+    float *dx = rnd_dev((size_t)8 * 8192, 1, NULL, msg), *dy = slcu_alloc((size_t)8 * 16384 * 4, msg, sizeof msg);
     void *abuf = slcu_alloc(slcu_act_bytes(8, 8192), msg, sizeof msg), *dbuf = slcu_alloc(slcu_act_bytes(1, 768), msg, sizeof msg);
     bench_mv_rows(&gu, &dn, dx, dy, abuf, dbuf, 0); /* no copy measured: the % columns read 0 */
     free_mat(&gu), free_mat(&dn);
