@@ -204,8 +204,19 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
     CHECKF(cpu && gpu && gst, "%s: open: %s", path, err.msg);
     if (!cpu || !gpu || !gst) goto done;
     const int V = sl_model_n_vocab(gpu);
-    float *lc = eval_all(cpu, toks, n, n), *lg = eval_all(gpu, toks, n, n), *ls = eval_all(gst, toks, n, n);
-    float *l1 = eval_all(gpu, toks, n, 1);
+    /* the resident GPU's evaluations, batches and greedy decode first: a backend that has made copy-stream copies (the
+     * tier's, gst's below) turns the overlapped launches off while it lives (backend_cuda.c), so these run with them */
+    float *lc = eval_all(cpu, toks, n, n), *lg = eval_all(gpu, toks, n, n), *l1 = eval_all(gpu, toks, n, 1);
+    if (quant) run_batch(gpu, name, toks, n); /* int8 activations: the experts of a batch by cu_moe_wide */
+    if (!quant && n_greedy > 0) {
+        int32_t got[64];
+        int rc = greedy(gpu, toks, n, got, n_greedy);
+        int same = rc == 0;
+        for (int i = 0; same && i < n_greedy; i++) same = got[i] == ref_greedy[i];
+        printf("  %-10s     greedy %d tokens on the GPU: %s\n", name, n_greedy, same ? "identical to transformers'" : "DIFFER");
+        CHECKF(same || test_kv != SL_KV_F32, "%s: greedy tokens differ from transformers'", name);
+    }
+    float *ls = eval_all(gst, toks, n, n);
     CHECKF(lc && lg && ls && l1, "%s: an evaluation failed", name);
     { /* decode steps: the tier's hits take the grouped FFN (moe.c fused_ffn), its misses one expert each, the
        * resident experts the grouped one: all bitwise the same, through a small tier and one of every expert */
@@ -266,7 +277,6 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
                    "is not bitwise the prefill", name);
         }
     }
-    if (quant) run_batch(gpu, name, toks, n); /* int8 activations: the experts of a batch by cu_moe_wide */
     if (quant) { /* q4 weights on f32 activations (--exact): no int8 codes, so within 1e-4 of the CPU */
         sl_model *ce = open_model_ex(path, 0, 1, 0, 1, &err), *ge = ce ? open_model_ex(path, 1, 1, 0, 1, &err) : NULL;
         float *a = ce ? eval_all(ce, toks, n, n) : NULL, *b = ge ? eval_all(ge, toks, n, n) : NULL;
@@ -281,14 +291,6 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
         sl_model_close(ce);
     }
     free(lc), free(lg), free(ls), free(l1);
-    if (!quant && n_greedy > 0) {
-        int32_t got[64];
-        int rc = greedy(gpu, toks, n, got, n_greedy);
-        int same = rc == 0;
-        for (int i = 0; same && i < n_greedy; i++) same = got[i] == ref_greedy[i];
-        printf("  %-10s     greedy %d tokens on the GPU: %s\n", name, n_greedy, same ? "identical to transformers'" : "DIFFER");
-        CHECKF(same || test_kv != SL_KV_F32, "%s: greedy tokens differ from transformers'", name);
-    }
 done:
     sl_model_close(gst);
     sl_model_close(gpu);

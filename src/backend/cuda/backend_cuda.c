@@ -103,9 +103,9 @@ static void cu_copy(be_backend *be, void *dst, const void *src, size_t bytes, in
 /* copy_async / mark / fence_done (backend.h): the copy queue of backend_cuda_rt.cu */
 static uint64_t cu_copy_async(be_backend *be, void *dst, const void *src, size_t bytes, uint64_t after) {
     pend_flush(be);
-    /* SLUICE_CUDA_PDL's early weight loads are not ordered after the copy stream's events (call D: a tier's slot read
-     * before its copy landed), so the overlapped launches end with the first such copy, for the process */
-    slcu_i8_pdl(0);
+    /* the overlapped launches' early weight loads are not ordered after the copy stream's events (call D: a tier's slot
+     * read before its copy landed), so none is overlapped from this backend's first such copy until it is destroyed */
+    if (!cu_of(be)->pdl_blocked) cu_of(be)->pdl_blocked = 1, slcu_pdl_block(1);
     uint64_t f = slcb_copy_async(cu_of(be)->q, dst, src, bytes, after, MSG(be));
     if (!f) cu_fail(be, SL_EIO, cu_of(be)->tmp);
     return f;
@@ -191,6 +191,7 @@ static void cu_destroy(be_backend *be) {
     slcu_sync(MSG(be));
     slcb_queue_free(c->q);
     slcb_graphs_free(c->gr);
+    if (c->pdl_blocked) slcu_pdl_block(0); /* its copies are done (synced above) */
     slcu_free(c->mw);
     slcb_free(c->up_host, 1);
     slcb_free(c->up_dev, 0);

@@ -21,6 +21,7 @@ typedef struct cu_ctx {
     void *up_host, *up_dev;   /* the upload ring (index arrays, weights from the host): pinned staging, its twin */
     size_t up_cap, up_off;    /* bytes; the next free offset, back to 0 after every full sync */
     slcb_queue *q;            /* the copy stream of copy_async (the tier's H2D copies) */
+    int pdl_blocked;          /* 1 once copy_async ran: the overlapped launches are off until destroy (cuda.h slcu_pdl_block) */
     void *rt;                 /* device: the route kernel's top_e [rt_cap], then top_w [rt_cap] */
     size_t rt_cap;
     struct cu_tab {           /* per layer: moe_resident's table (layer_tab), from src with expert 0 at key */

@@ -132,6 +132,8 @@ void slcu_i8_ibias(int on);
  * 1 every kernel of a decode step launched to overlap the kernel before it (each waits for it before any access), 2 the
  * one-token matvecs mv1c_i8 / mv1d_i8 alone, 0 off, -1 back to the environment's SLUICE_CUDA_PDL (1 unset). */
 void slcu_i8_pdl(int on);
+/* 1: one more backend alive has made copy-stream copies (no launch is overlapped while any does); 0: one fewer */
+void slcu_pdl_block(int on);
 /* SLUICE_CUDA_MV1=6 (slcu_i8_mv1_kernel(6)): mv1c_i8 recording each CTA's phases (cuda_mv.cu mvp_rec, SLCU_MVP_W words
  * a CTA: smid | chunks << 32, start and end in ns, then 8 clock64 offsets from the start). reset: none recorded; read:
  * waits for the device, copies up to max CTAs' records into out, sets the SM clock (kHz); the count, or -1. */

@@ -2,7 +2,7 @@
  * cuda_pdl.cu — the overlapped launches' switch (cuda_pdl.cuh pdl_enabled / pdl_all, cuda.h slcu_i8_pdl; docs/CUDA.md
  * "Overlapped launches"). SLUICE_CUDA_PDL: unset or 1, every kernel of a decode step launched through pdl_launch and
  * the one-token matvecs; 2, the matvecs only (session 31's launches); 0, none. backend_cuda.c turns all of
- * it off for the process at the first copy-stream copy and with recorded steps (slcu_i8_pdl(0)).
+ * it off while a backend that made copy-stream copies lives (slcu_pdl_block) and with recorded steps (slcu_i8_pdl(0)).
  */
 #include <stdlib.h>
 
@@ -22,5 +22,10 @@ static int mode(void) {
     return pdl_mode;
 }
 
-int pdl_enabled(void) { return mode() != 0; }
-int pdl_all(void) { return mode() == 1; }
+/* backend_cuda.c: backends alive that have made copy-stream copies (a device tier's): while any does, no launch is
+ * overlapped (the matvecs' early weight loads are not ordered after those copies: call D) */
+static int blocked;
+extern "C" void slcu_pdl_block(int on) { __atomic_add_fetch(&blocked, on ? 1 : -1, __ATOMIC_SEQ_CST); }
+
+int pdl_enabled(void) { return !__atomic_load_n(&blocked, __ATOMIC_SEQ_CST) && mode() != 0; }
+int pdl_all(void) { return !__atomic_load_n(&blocked, __ATOMIC_SEQ_CST) && mode() == 1; }
