@@ -836,13 +836,13 @@ int main(int argc, char **argv) {
     if (kq_main(argc, argv) >= 0) return failures ? 1 : 0; /* --kq, --bench-kq: the GGUF block types alone */
     const int fa16 = argc > 1 && !strcmp(argv[1], "--fa16"); /* tools/cuda_flash_check.sh: the flash attention alone */
     if (fa16) goto flash;
-    /* --pdl: the overlapped launches' chain alone (test_cuda_pdl.c). Not in the full run: on an H100 (session 32's call N)
-     * its reference chain, PDL off, made an illegal memory access, so the check itself is wrong somewhere (every kernel
-     * it chains passes its own checks and the model test); kept to be mended on a device */
     if (argc > 1 && !strcmp(argv[1], "--mvprof")) { /* the one-token matvec's phases (test_cuda_mv.c), no checks */
         mvprof();
         return 0;
     }
+    /* --pdl: the overlapped launches' chain alone (test_cuda_pdl.c). Not in the full run until a device passes it: on an
+     * H100 (session 32's call N) its run with PDL on the matvecs made an illegal memory access (the reference, PDL off,
+     * passed): mv1c_i8 read the route's expert cell before its pdl_wait (cuda_i8.cuh resolve_step) */
     if (argc > 1 && !strcmp(argv[1], "--pdl")) {
         check_pdl();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
