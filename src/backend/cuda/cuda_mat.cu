@@ -106,11 +106,12 @@ static __device__ __forceinline__ void matvec_rows(const uint8_t *__restrict__ d
             }
         }
         const float *xp = x + (size_t)p * P;
-        /* f32 (a word is one value): each token's 4 x values of the piece in one 16-byte load, before the words */
+        /* f32 (a word is one value): each token's 4 x values of the piece in one 16-byte load, before the words. x is
+         * the step's (a kernel before this one wrote it), so never __ldg: cuda_pdl.cuh */
         float4 x4[DT == DT_F32 ? NT : 1];
 #pragma unroll
         for (int t = 0; t < (DT == DT_F32 ? NT : 0); t++)
-            if (t < nt && x16) x4[t] = __ldg((const float4 *)(xp + (size_t)t * cols));
+            if (t < nt && x16) x4[t] = __ldcg((const float4 *)(xp + (size_t)t * cols));
         /* word by word: its codes unpacked once for every token */
         float d[R][NT], sx[NT];
 #pragma unroll
@@ -131,18 +132,18 @@ static __device__ __forceinline__ void matvec_rows(const uint8_t *__restrict__ d
                 const float *xt = xp + (size_t)t * cols + k * WV;
                 if (DT == DT_F32 && x16) xv[0] = k == 0 ? x4[t].x : k == 1 ? x4[t].y : k == 2 ? x4[t].z : x4[t].w;
                 else if (WV == 2 && x16) { /* bf16 / f16: the word's two x values in one 8-byte load */
-                    const float2 q = __ldg((const float2 *)xt);
+                    const float2 q = __ldcg((const float2 *)xt);
                     xv[0] = q.x, xv[1] = q.y;
                 }
                 else if (WV >= 4) {
 #pragma unroll
                     for (int j = 0; j < WV; j += 4) {
-                        const float4 q = __ldg((const float4 *)(xt + j));
+                        const float4 q = __ldcg((const float4 *)(xt + j));
                         xv[j] = q.x, xv[j + 1] = q.y, xv[j + 2] = q.z, xv[j + 3] = q.w;
                     }
                 } else {
 #pragma unroll
-                    for (int j = 0; j < WV; j++) xv[j] = __ldg(xt + j);
+                    for (int j = 0; j < WV; j++) xv[j] = __ldcg(xt + j);
                 }
                 if (quant) {
 #pragma unroll

@@ -35,7 +35,7 @@ static __device__ void swi_stage(const ijob &j, int kb0, int kcn, int gshift, ui
     int8_t *xc = (int8_t *)sx;
     for (int bl = warp; bl < kcn; bl += NTH / 32) {
         const size_t c = (size_t)(kb0 + bl) * 32 + lane;
-        const float v = __fmul_rn(canon_silu(__ldg(j.sg + c)), __ldg(j.su + c));
+        const float v = __fmul_rn(canon_silu(__ldcg(j.sg + c)), __ldcg(j.su + c)); /* the step's: cuda_pdl.cuh */
         float amax = fmaxf(0.0f, fabsf(v));
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));

@@ -96,9 +96,9 @@ __global__ void __launch_bounds__(MV1D_THREADS, 4) mv1d_i8(const __grid_constant
         const int ar = act_row_step(j, 0);
         const uint4 *xq = (const uint4 *)(j.xq + (size_t)ar * cols);
         const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff; /* the group sums */
-        for (int i = tid; i < cols / 16; i += MV1D_THREADS) sx[i] = __ldg(xq + i);
-        for (int i = tid; i < nb; i += MV1D_THREADS) sd[i] = __ldg(xd + i);
-        for (int i = tid; i < ng; i += MV1D_THREADS) sxg[i] = __ldg(xs + i);
+        for (int i = tid; i < cols / 16; i += MV1D_THREADS) sx[i] = __ldcg(xq + i);
+        for (int i = tid; i < nb; i += MV1D_THREADS) sd[i] = __ldcg(xd + i);
+        for (int i = tid; i < ng; i += MV1D_THREADS) sxg[i] = __ldcg(xs + i);
     }
     __syncthreads(); /* the CTA's only barrier: from here each warp alone */
     if (nrw <= 0) return;
