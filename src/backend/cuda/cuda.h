@@ -130,7 +130,7 @@ void slcu_i8_mvn_kernel(int version);
 void slcu_i8_ibias(int on);
 /* Overlapped launches (programmatic dependent launch, cuda_pdl.cu; docs/CUDA.md "Overlapped launches"; the same bits):
  * 1 every kernel of a decode step launched to overlap the kernel before it (each waits for it before any access), 2 the
- * one-token matvecs mv1c_i8 / mv1d_i8 alone, 0 off, -1 back to the environment's SLUICE_CUDA_PDL (1 unset). */
+ * one-token matvecs mv1c_i8 / mv1d_i8 alone, 0 off, -1 back to the environment's SLUICE_CUDA_PDL (0 unset). */
 void slcu_i8_pdl(int on);
 /* 1: one more backend alive has made copy-stream copies (no launch is overlapped while any does); 0: one fewer */
 void slcu_pdl_block(int on);
