@@ -842,7 +842,7 @@ int main(int argc, char **argv) {
     }
     /* --pdl: the overlapped launches' chain alone (test_cuda_pdl.c). Not in the full run until a device passes it: on an
      * H100 (session 32's call N) its run with PDL on the matvecs made an illegal memory access (the reference, PDL off,
-     * passed): mv1c_i8 read the route's expert cell before its pdl_wait (cuda_i8.cuh resolve_step) */
+     * passed): mv1c_i8 read the route's expert cell before its pdl_wait (cuda_i8.cuh resolve) */
     if (argc > 1 && !strcmp(argv[1], "--pdl")) {
         check_pdl();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");

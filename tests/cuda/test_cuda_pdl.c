@@ -10,7 +10,7 @@
  * would read the step before's. The expert ids start as one valid id in every cell (PD_E - 1, which no route's choice
  * of k distinct experts is), so a matvec that read its cell before the route wrote it computes with a wrong expert: a
  * bitwise difference, named, where the 0xff poison made tab[-1] an illegal address that ended the device context for
- * the runs after it (session 32's first device run: cuda_i8.cuh resolve_step says why it happened).
+ * the runs after it (session 32's first device run: cuda_i8.cuh resolve says why it happened).
  */
 
 enum { PD_H = 1024, PD_NH = 8, PD_NKV = 2, PD_HD = 128, PD_E = 16, PD_K = 4, PD_I = 256, PD_V = 64, PD_STEPS = 6,

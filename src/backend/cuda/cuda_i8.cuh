@@ -46,10 +46,15 @@ static __device__ __forceinline__ int find_job(const ijobs &J) {
     return k;
 }
 
-/* A job of the device-side table (slcu_mm tab / sel): its matrix's pointers, read on the device. */
+/* A job of the device-side table (slcu_mm tab / sel): its matrix's pointers, read on the device; and token t's row
+ * of the activation. sel and rows are words a kernel of the step writes (the route's choice), so every kernel reads
+ * them by __ldcg, never __ldg: ld.global.nc promises a word unchanged for the kernel's life, which a kernel launched
+ * with PDL does not have (it starts before the kernel before it ends), and ptxas (CUDA 13.0, sm_90) issued those loads
+ * above griddepcontrol.wait in mv1c_i8 and mv1d_i8, so the experts' matvec read the route's cell before the route
+ * wrote it (tests/cuda/test_cuda_pdl.c check_pdl: an illegal address with PDL on the matvecs, session 32). */
 static __device__ __forceinline__ ijob resolve(ijob j) {
     if (j.tab) {
-        const void *const *p = j.tab + (size_t)3 * __ldg(j.sel);
+        const void *const *p = j.tab + (size_t)3 * __ldcg(j.sel);
         j.codes = (const uint8_t *)p[0], j.scales = p[1], j.biases = p[2];
     }
     return j;
@@ -57,24 +62,6 @@ static __device__ __forceinline__ ijob resolve(ijob j) {
 
 static __device__ __forceinline__ int act_row(const ijob &j, int t) {
     if (t >= j.n_tok) t = 0; /* a missing token repeats the first; never stored */
-    return j.rows ? __ldg(j.rows + t) : t;
-}
-
-/* resolve and act_row in a kernel launched with PDL (cuda_pdl.cuh: mv1c_i8, mv1d_i8), after its pdl_wait: sel and rows
- * are words a kernel of the step writes (the route's choice), so they are read by __ldcg (ld.global.cg in an asm
- * volatile, kept after the wait's). __ldg's ld.global.nc promises a word read-only for the kernel's lifetime, which a
- * PDL kernel's is not (it starts before the kernel before it ends): ptxas (CUDA 13.0, sm_90) issued both loads above
- * griddepcontrol.wait (ACQBULK in the SASS), so the experts' matvec read the route's cell before the route wrote it
- * (tests/cuda/test_cuda_pdl.c check_pdl: an illegal address with PDL on the matvecs, session 32). */
-static __device__ __forceinline__ ijob resolve_step(ijob j) {
-    if (j.tab) {
-        const void *const *p = j.tab + (size_t)3 * __ldcg(j.sel);
-        j.codes = (const uint8_t *)p[0], j.scales = p[1], j.biases = p[2];
-    }
-    return j;
-}
-static __device__ __forceinline__ int act_row_step(const ijob &j, int t) {
-    if (t >= j.n_tok) t = 0;
     return j.rows ? __ldcg(j.rows + t) : t;
 }
 

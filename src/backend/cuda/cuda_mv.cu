@@ -174,7 +174,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     MVP(0);
     const int jk = find_job(J);
     if (J.j[jk].tab || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
-    const ijob j = resolve_step(J.j[jk]);
+    const ijob j = resolve(J.j[jk]);
     MVP(1);
     /* sc: codes, then sI | sM | sB */
     __shared__ unsigned ssw[NP], sbw[NP];
@@ -184,7 +184,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
-    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row_step(j, 0);
+    const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
     const int8_t *xq = j.xq + (size_t)ar * cols;
     const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff; /* the group sums */
     float acc = 0.f, accb = 0.f;

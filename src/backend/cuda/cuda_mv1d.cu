@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(MV1D_THREADS, 4) mv1d_i8(const __grid_constant
     extern __shared__ __align__(16) uint8_t mv1d_dyn[]; /* sx: cols codes | sd: nb | sxg: nb | sbt: nb floats */
     const int jk = find_job(J);
     if (J.j[jk].tab || J.j[jk].rows) pdl_wait(); /* the matrix or the row chosen by a kernel of the step */
-    const ijob j = resolve_step(J.j[jk]);
+    const ijob j = resolve(J.j[jk]);
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int cols = j.cols, nb = cols / 32, np = nb * PB, ng = cols / j.group, ns = nb + nb / 2 + nb / 4;
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(MV1D_THREADS, 4) mv1d_i8(const __grid_constant
     if (j.sg) {
         swi_stage<DT, MV1D_THREADS>(j, 0, nb, gshift, sx, sd, sbt, sxg);
     } else {
-        const int ar = act_row_step(j, 0);
+        const int ar = act_row(j, 0);
         const uint4 *xq = (const uint4 *)(j.xq + (size_t)ar * cols);
         const float *xd = j.d + (size_t)ar * nb, *xs = j.s + (size_t)ar * ns + soff; /* the group sums */
         for (int i = tid; i < cols / 16; i += MV1D_THREADS) sx[i] = __ldcg(xq + i);

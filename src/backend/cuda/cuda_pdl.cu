@@ -16,7 +16,7 @@ extern "C" void slcu_i8_pdl(int on) { pdl_mode = on >= 0 && on <= 2 ? on : -1; }
 static int mode(void) {
     if (pdl_mode < 0) {
         const char *e = getenv("SLUICE_CUDA_PDL");
-        /* unset: 0 until a device passes test_cuda --pdl with session 32's fix (cuda_i8.cuh resolve_step): the check
+        /* unset: 0 until a device passes test_cuda --pdl with session 32's fix (cuda_i8.cuh resolve): the check
          * found the matvecs reading the route's choice before their wait (call N), and the fix was checked in the SASS
          * only; 1 every kernel (-9 to -13% a step, call N), 2 the matvecs */
         pdl_mode = !e || !e[0] ? 0 : e[0] == '1' ? 1 : e[0] == '2' ? 2 : 0;

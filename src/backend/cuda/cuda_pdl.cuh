@@ -21,7 +21,7 @@
  * read after pdl_wait by plain or __ldcg loads, never by __ldg: ld.global.nc promises the word unchanged for the
  * kernel's life, and ptxas (CUDA 13.0, sm_90) issued such loads above griddepcontrol.wait, so the experts' matvec read
  * the route's cell before the route wrote it (session 32: tests/cuda/test_cuda_pdl.c check_pdl, cuda_i8.cuh
- * resolve_step). Weights, which no kernel of the step writes, may be read by __ldg before it. */
+ * resolve). Weights, which no kernel of the step writes, may be read by __ldg before it. */
 static __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
