@@ -38,6 +38,10 @@ sl=$here/stage/sluice
 export LD_LIBRARY_PATH=$here/stage/lib:$here/t/lib
 timeout 60 "$here/t/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?
 echo "test_cuda rc=$rc: $(tail -1 "$log/test_cuda.log") [$(el) s]" >>"$S"; grep -m 20 FAIL "$log/test_cuda.log" >>"$S"
+for x in ${CHECKS:-}; do # CHECKS="pdl mvprof": test_cuda's runs outside its full run (the overlapped chain check, the matvec's phases)
+  timeout 30 "$here/t/test_cuda" --$x >"$log/test_cuda.$x.log" 2>&1; rc=$?
+  echo "test_cuda --$x rc=$rc: $(tail -1 "$log/test_cuda.$x.log") [$(el) s]" >>"$S"; grep -m 30 -E "FAIL|mismatch|phase|CTA|cycles" "$log/test_cuda.$x.log" >>"$S"
+done
 names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$log/pack.log")
 mt() { local tag=$1; shift # (call H: four runs killed at 100 s each left no time for the rounds: a deadline, MT_END)
   [ "$(el)" -lt ${MT_END:-200} ] || { echo "model_test $tag skipped: past MT_END" >>"$S"; return; }
