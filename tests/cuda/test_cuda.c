@@ -386,6 +386,7 @@ static void check_fused(void) {
 #include "test_cuda_ibias.c" /* issue 24: SLUICE_CUDA_IBIAS's computed biases bitwise the loaded: check_ibias_all */
 #include "test_cuda_moedec.c" /* issue 24: a MoE decode batch's matvecs bitwise its grouped GEMM: check_moe_dec_all */
 #include "test_cuda_fuse.c" /* issue 24: SLUICE_CUDA_FUSE's launches bitwise the separate ones: check_fuse */
+#include "test_cuda_small.c" /* issue 24: SLUICE_CUDA_NORM=2 / ROUTE=2 bitwise the kernels before: check_small, bench_small */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
 #include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
@@ -394,7 +395,7 @@ static void check_fused(void) {
 static void check_ops(void) {
     char msg[256] = "";
     const kern_ops *ops = kern_scalar_ops();
-    check_fused(), check_swi_down(), check_fuse(); /* check_swi_down: test_cuda_mv.c */
+    check_fused(), check_swi_down(), check_fuse(), check_small(); /* check_swi_down: test_cuda_mv.c */
     { /* rmsnorm per head (4 heads of 250 at a stride of 260), w_off 0 and 1, in place */
         enum { T = 7, NH = 4, D = 250, HS = 260, LD = NH * HS };
         float *hx, *hw, *dx = rnd_dev((size_t)T * LD, 3, &hx, msg), *dw = rnd_dev(D, 1, &hw, msg);
@@ -469,7 +470,7 @@ static void check_ops(void) {
                 for (int i = 0; i < T * E; i++) hl[i] = i % 7 == 3 ? (i % 2 ? -0.0f : 0.0f) : roundf(hl[i] * 2) / 2;
                 slcu_upload(dl_, hl, (size_t)T * E * 4, msg, sizeof msg);
             }
-            slcu_router r = {kind, E, K, kind != 1, 8, 4, kind == 2 ? 2.5f : 1.f, kind == 2 ? dbias : NULL};
+            slcu_router r = {kind, E, K, kind != 1, 8, 4, kind == 2 ? 2.5f : 1.f, kind == 2 ? dbias : NULL, 0};
             CK(!slcu_route(&r, dl_, T, de, dw, msg, sizeof msg), "%s", msg);
             int *ge = (int *)dl(de, (size_t)T * K);
             float *gw = dl(dw, (size_t)T * K);
@@ -846,6 +847,12 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--pdl")) {
         check_pdl();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        return failures ? 1 : 0;
+    }
+    if (argc > 1 && (!strcmp(argv[1], "--small") || !strcmp(argv[1], "--bench-small"))) { /* test_cuda_small.c alone */
+        check_small();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        if (!strcmp(argv[1], "--bench-small")) bench_small();
         return failures ? 1 : 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */

@@ -2,6 +2,8 @@
  * replace, bitwise, on the same inputs: each output poisoned first, several shapes, several tokens in turn through
  * the same counters (a counter left non-zero by one launch would make the next one's tail run early or never). ---- */
 
+static int fuse_warp2; /* the fused launch's router with warp2 (test_cuda_small.c): the route in registers */
+
 /* the router's matvec + route (cuda_mat.cu k_matvec_route) against slcu_matmul then slcu_route */
 static void check_fuse_router(dt_type dt, int E, int H, int K, int kind, int norm_topk, int ties) {
     char msg[256] = "";
@@ -19,14 +21,16 @@ static void check_fuse_router(dt_type dt, int E, int H, int K, int kind, int nor
     int *e1 = slcu_alloc((size_t)K * 4, msg, sizeof msg), *e2 = slcu_alloc((size_t)K * 4, msg, sizeof msg);
     float *w1 = slcu_alloc((size_t)K * 4, msg, sizeof msg), *w2 = slcu_alloc((size_t)K * 4, msg, sizeof msg);
     int zero = 0, *done = dev_copy(&zero, sizeof zero, msg);
-    const slcu_router r = {kind, E, K, norm_topk, 1, 1, 1.0f, NULL};
+    const slcu_router r = {kind, E, K, norm_topk, 1, 1, 1.0f, NULL, 0};
     int same = 1, launched = 1;
     for (int s = 0; s < STEPS; s++) {
         const float *x = dx + (size_t)s * H;
         poison(l1, (size_t)E * 4), poison(l2, (size_t)E * 4), poison(e1, (size_t)K * 4), poison(e2, (size_t)K * 4);
         poison(w1, (size_t)K * 4), poison(w2, (size_t)K * 4);
         CK(!slcu_matmul(&w.d, x, l1, 1, msg, sizeof msg) && !slcu_route(&r, l1, 1, e1, w1, msg, sizeof msg), "%s", msg);
-        const int rc = slcu_matvec_route(&w.d, x, l2, &r, e2, w2, done, msg, sizeof msg);
+        slcu_router r2 = r;
+        r2.warp2 = fuse_warp2;
+        const int rc = slcu_matvec_route(&w.d, x, l2, &r2, e2, w2, done, msg, sizeof msg);
         CK(rc >= 0, "%s", msg);
         launched &= rc == 1;
         float *a = dl(l1, E), *b = dl(l2, E), *c = dl(w1, K), *d = dl(w2, K);
@@ -38,8 +42,8 @@ static void check_fuse_router(dt_type dt, int E, int H, int K, int kind, int nor
     CK(launched, "router matvec + route %s %dx%d: not launched fused", dt_name(dt), E, H);
     CK(same && !*z, "router matvec + route %s %dx%d k %d kind %d%s: differs from the two launches (counter %d)",
        dt_name(dt), E, H, K, kind, ties ? " (ties)" : "", *z);
-    printf("ok   router matvec + route fused %-4s %4d x %-5d k %d kind %d%s: bitwise, %d tokens\n", dt_name(dt), E, H, K,
-           kind, ties ? " (ties)" : "", STEPS);
+    printf("ok   router matvec + route fused %-4s %4d x %-5d k %d kind %d%s%s: bitwise, %d tokens\n", dt_name(dt), E, H, K,
+           kind, ties ? " (ties)" : "", fuse_warp2 ? " (route in registers)" : "", STEPS);
     free(z), free(hx);
     slcu_free(dx), slcu_free(l1), slcu_free(l2), slcu_free(e1), slcu_free(e2), slcu_free(w1), slcu_free(w2);
     slcu_free(done);

@@ -59,7 +59,7 @@ static void check_moe_dec(int n, int k, int E, int H, int I, dt_type gdt, int gg
     for (size_t i = 0; i < ny; i++) finite &= isfinite(ref[i]) != 0;
     CK(finite, "MoE decode check: the GEMM's reference has a non-finite value (a row not written?)");
     /* the layer (route, experts, combine) by the GEMM, before the biases' words are poisoned */
-    const slcu_router rr = {0, E, k, 1, 1, 1, 1.0f, NULL};
+    const slcu_router rr = {0, E, k, 1, 1, 1, 1.0f, NULL, 0};
     float *dlg = rnd_dev((size_t)n * E, 2, NULL, msg), *dout = slcu_alloc((size_t)n * H * 4, msg, sizeof msg);
     float *dtw = slcu_alloc((size_t)n * k * 4, msg, sizeof msg);
     int *dte2 = slcu_alloc((size_t)n * k * sizeof(int), msg, sizeof msg);

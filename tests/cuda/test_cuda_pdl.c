@@ -118,7 +118,7 @@ static void pd_step(pd_layer *L, int s, const float *fq) {
     mm[0] = (slcu_mm){.w = L->wo.d, .a = &o, .n_tok = 1, .y = L->yo, .ldy = PD_H};
     an = (slcu_addnorm){.x = L->resid, .y = L->yo, .h = L->hn, .w = L->nw[1], .eps = 1e-6f, .dim = PD_H};
     CK(!slcu_matmul_i8(mm, 1, msg, sizeof msg) && !slcu_add_norm_q(&an, &a, msg, sizeof msg), "%s", msg);
-    const slcu_router r = {0, PD_E, PD_K, 1, 1, 1, 1.0f, NULL};
+    const slcu_router r = {0, PD_E, PD_K, 1, 1, 1, 1.0f, NULL, 0};
     float *lg = L->logits + (size_t)s * PD_E, *tw = L->tw + (size_t)s * PD_K;
     int *te = L->te + (size_t)s * PD_K;
     CK(!slcu_matmul(&L->wr.d, L->hn, lg, 1, msg, sizeof msg) && !slcu_route(&r, lg, 1, te, tw, msg, sizeof msg), "%s", msg);

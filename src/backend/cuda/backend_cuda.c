@@ -450,7 +450,7 @@ static int router_of(const fam_config *cfg, const float *bias, slcu_router *r) {
     if (cfg->router == SL_ROUTER_SIGMOID_GROUP && (cfg->n_group < 1 || cfg->n_group > 64 || !cfg_groups_ok(cfg))) return 0;
     *r = (slcu_router){.kind = cfg->router, .E = cfg->n_experts, .k = cfg->n_experts_used, .norm_topk = cfg->norm_topk,
                        .n_group = cfg->n_group, .topk_group = cfg->topk_group, .routed_scale = (float)cfg->routed_scale,
-                       .bias = bias};
+                       .bias = bias, .warp2 = slcu_route_mode == 2};
     return 1;
 }
 

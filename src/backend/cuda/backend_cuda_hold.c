@@ -219,7 +219,12 @@ int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, 
 
 int fuse_env(be_backend *be) {
     cu_ctx *c = cu_of(be);
-    const char *e = getenv("SLUICE_CUDA_FUSE");
+    const char *e;
+    /* issue 24's one-row kernels (cuda.h slcu_norm_mode, slcu_route_mode): SLUICE_CUDA_NORM=2 the norms on a cluster,
+     * SLUICE_CUDA_ROUTE=2 the route in registers; unset or anything else the kernels before them (the same bits) */
+    slcu_norm_mode = (e = getenv("SLUICE_CUDA_NORM")) && !strcmp(e, "2") ? 2 : 1;
+    slcu_route_mode = (e = getenv("SLUICE_CUDA_ROUTE")) && !strcmp(e, "2") ? 2 : 1;
+    e = getenv("SLUICE_CUDA_FUSE");
     c->fuse = 0;
     /* unset: router (the router's matvec + route in one launch: a resident step 3-4% shorter on an H100 with the
      * overlapped launches on, session 32's call K; docs/CUDA.md); SLUICE_CUDA_FUSE=none (or any list without it) off */

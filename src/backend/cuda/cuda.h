@@ -246,6 +246,8 @@ typedef struct slcu_router {
     int n_group, topk_group;
     float routed_scale;
     const float *bias; /* device [E] e_score_correction_bias, or NULL */
+    int warp2;         /* kinds 0, 1, E <= 256, k <= 32: the one-warp route in registers (cuda_route.cuh route_warp_reg;
+                        * SLUICE_CUDA_ROUTE=2, slcu_route_mode): the same choice and bits */
 } slcu_router;
 int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e, float *top_w, char *msg,
                size_t msglen);
@@ -376,6 +378,11 @@ extern void *slcu_cur_stream;
  * 0: the kernels before them (bitwise the same results but the router's weights, within rounding), for
  * bisecting a device fault (SLUICE_CUDA_DECODE=0, read by backend_cuda.c). */
 extern int slcu_decode_kernels;
+/* Issue 24's shorter one-row kernels, read by backend_cuda.c when a backend opens; 1 (default): as before.
+ * slcu_norm_mode 2 (SLUICE_CUDA_NORM=2): slcu_add_norm_q / slcu_rmsnorm_q on a cluster of 8 CTAs (cuda_fused.cu
+ * k_add_norm_cl; rows of 2048 .. 8192, a multiple of 1024); slcu_route_mode 2 (SLUICE_CUDA_ROUTE=2): routers made by
+ * backend_cuda.c get warp2. Both bitwise the kernels they replace (test_cuda --small checks, --bench-small times). */
+extern int slcu_norm_mode, slcu_route_mode;
 #ifdef __CUDACC__
 #define SLS ((cudaStream_t)slcu_cur_stream)
 #endif
@@ -390,6 +397,9 @@ int slcu_embed(const slcu_mat *table, const int *tokens, int n, float *x, size_t
 
 /* Device time of fn(ctx) in ms, the mean of reps calls after one warm-up, by CUDA events (benchmarks). */
 float slcu_time(void (*fn)(void *), void *ctx, int reps);
+/* The median device time of fn(ctx) in ms over reps calls (1 .. 1000), each between two events of its own (the
+ * launches do not overlap), after one warm-up (cuda_fused.cu; benchmarks). */
+float slcu_time_median(void (*fn)(void *), void *ctx, int reps);
 /* Waits for the device and reports a failure of anything queued (the ops return after queueing). */
 int slcu_sync(char *msg, size_t msglen);
 

@@ -5,6 +5,7 @@
  * the same floats (cuda_quant.cuh), so every output is bitwise what the separate launches give. Each kernel here
  * waits (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch.
  */
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -55,11 +56,147 @@ __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float 
     norm_q_tail<RN_THREADS, RN_MAXD>(xs, y, n, wv, w_off, eps, a, part, sbs);
 }
 
+/* ---- the same row over a cluster of AC_CTAS CTAs (SLUICE_CUDA_NORM=2, slcu_norm_mode): CTA r holds columns
+ * [rW, rW + W), W = dim / AC_CTAS (a multiple of 128, 256 .. AC_PER * 256), in its shared memory, one column a thread
+ * (or AC_PER). Each CTA makes its columns (k_add_norm_q's combine and add, or k_rmsnorm_q's load), the cluster syncs,
+ * and every CTA's thread t < 256 sums the squares of columns t, t + 256, ... in that order from the CTAs that hold
+ * them (distributed shared memory), so part[t] is k_rmsnorm's partial bit for bit; tree256 as there. Each CTA then
+ * norms and quantizes its own columns (whole blocks, whole quads: quant_sums_part), as norm_q_tail does. No CTA
+ * leaves before the others read its columns (barrier.cluster arrive after its reads, wait before it exits). What
+ * the step writes is read by __ldcg (cuda_pdl.cuh's rule). ---- */
+#define AC_CTAS 8
+#define AC_NT 256
+#define AC_PER 4
+
+/* the second barrier only says "this CTA's reads of the others' columns are done": their values are already used (no
+ * release: it would fence the global stores made after the first) */
+static __device__ __forceinline__ void cl_arrive() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void cl_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+/* MODE 0: rmsnorm (p.x's row to p.h); 1: add (x += y); 2: combine then add (k_add_norm_q with cy) */
+template <int MODE>
+__global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_norm_cl(const slcu_addnorm p, slcu_act a) {
+    pdl_wait();
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
+    namespace cg = cooperative_groups;
+    __shared__ double part[256];
+    __shared__ float xs[AC_PER * AC_NT], sbs[AC_PER * AC_NT / 32];
+    cg::cluster_group cl = cg::this_cluster();
+    const int n = p.dim, W = n / AC_CTAS, rank = (int)cl.block_rank(), c0 = rank * W, tid = threadIdx.x;
+    float wv[AC_PER], ov[AC_PER], vv[AC_PER]; /* norm weights; the combine and the sum, stored after the cluster's barrier */
+#pragma unroll
+    for (int c = 0; c < AC_PER; c++) {
+        const int j = tid + c * AC_NT;
+        wv[c] = j < W ? p.w[c0 + j] : 0.0f;
+        ov[c] = vv[c] = 0.0f;
+    }
+    if (MODE == 2) { /* k_combine's order: the k slots in order, then the gated shared expert; all loads first */
+        const float g = p.csh && p.csg ? sigm(__ldcg(p.csg)) : 1.0f;
+        float cw[AN_MAXK];
+#pragma unroll
+        for (int s = 0; s < AN_MAXK; s++) cw[s] = s < p.ck ? __ldcg(p.cw + s) : 0.0f;
+#pragma unroll
+        for (int c = 0; c < AC_PER; c++) {
+            const int j = tid + c * AC_NT, i = c0 + j;
+            if (j >= W) break;
+            float ys[AN_MAXK];
+#pragma unroll
+            for (int s = 0; s < AN_MAXK; s++) ys[s] = s < p.ck ? __ldcg(p.cy + (size_t)s * n + i) : 0.0f;
+            const float xv = __ldcg(p.x + i), sh = p.csh ? __ldcg(p.csh + i) : 0.0f;
+            float o = 0.0f;
+#pragma unroll
+            for (int s = 0; s < AN_MAXK; s++)
+                if (s < p.ck) o = __fadd_rn(o, __fmul_rn(cw[s], ys[s]));
+            if (p.csh) o = __fadd_rn(o, __fmul_rn(g, sh));
+            ov[c] = o;
+            xs[j] = vv[c] = __fadd_rn(xv, o);
+        }
+    } else {
+        float xv[AC_PER], yv[AC_PER];
+#pragma unroll
+        for (int c = 0; c < AC_PER; c++) {
+            const int j = tid + c * AC_NT;
+            xv[c] = j < W ? __ldcg(p.x + c0 + j) : 0.0f;
+            yv[c] = MODE == 1 && j < W ? __ldcg(p.y + c0 + j) : 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < AC_PER; c++) {
+            const int j = tid + c * AC_NT;
+            if (j >= W) break;
+            xs[j] = vv[c] = MODE == 1 ? __fadd_rn(xv[c], yv[c]) : xv[c];
+        }
+    }
+    cl.sync(); /* every CTA's columns written and visible to the cluster (its release fences no global store yet) */
+    { /* k_rmsnorm's partial t: columns t, t + 256, ... in order */
+        double ss = 0.0;
+        int r = 0, off = tid;
+        if (W % 256 == 0) /* CTA r holds W / 256 of them, at t, t + 256, ...: one address a CTA */
+#pragma unroll
+            for (int q0 = 0; q0 < AC_CTAS; q0++) {
+                const float *rp = cl.map_shared_rank(xs, q0) + tid;
+#pragma unroll
+                for (int q = 0; q < AC_PER; q++)
+                    if (q < W / 256) {
+                        const float v = rp[q * 256];
+                        ss += (double)v * (double)v;
+                    }
+            }
+        else { /* W >= 256: the owner advances by at most one a column */
+            for (int m0 = 0; m0 < n / 256; m0 += 8) {
+                float v[8];
+    #pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    v[m] = m0 + m < n / 256 ? *cl.map_shared_rank(xs + off, r) : 0.0f;
+                    off += 256;
+                    if (off >= W) off -= W, r++;
+                }
+    #pragma unroll
+                for (int m = 0; m < 8; m++)
+                    if (m0 + m < n / 256) ss += (double)v[m] * (double)v[m];
+            }
+        }
+        part[tid] = ss;
+    }
+    cl_arrive(); /* this CTA's reads of the others' columns are done */
+#pragma unroll
+    for (int c = 0; c < AC_PER; c++) { /* the residual and the combine out */
+        const int j = tid + c * AC_NT;
+        if (MODE == 0 || j >= W) break;
+        p.x[c0 + j] = vv[c];
+        if (MODE == 2) p.cout[c0 + j] = ov[c];
+    }
+    tree256(part);
+    if (!tid) part[1] = (double)(float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps)); /* norm_q_tail's */
+    __syncthreads();
+    const float inv = (float)part[1];
+#pragma unroll
+    for (int c = 0; c < AC_PER; c++) {
+        const int j = tid + c * AC_NT, i = c0 + j;
+        if (j >= W) break;
+        const float v = __fmul_rn(__fmul_rn(xs[j], inv), __fadd_rn(p.w_off, wv[c]));
+        p.h[i] = v;
+        if (a.q) quant_lane(v, i, tid & 31, a, sbs, c0 / 32);
+    }
+    if (a.q) {
+        __syncthreads();
+        quant_sums_part(a, n / 32, c0 / 32, W / 32, sbs, tid, AC_NT);
+    }
+    cl_wait(); /* the others' reads of this CTA's columns are done */
+}
+
+int slcu_norm_mode = 1;
+
+/* the cluster's shapes: dim / AC_CTAS a multiple of 128 (whole quads a CTA) from 256 to AC_PER * 256 */
+static int cl_takes(int dim) { return slcu_norm_mode == 2 && dim % (128 * AC_CTAS) == 0 && dim >= 256 * AC_CTAS && dim <= AC_PER * AC_NT * AC_CTAS; }
+
 extern "C" int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w, float w_off, float eps, const slcu_act *a,
                               char *msg, size_t msglen) {
     if (dim <= 0 || dim % 32 || dim > RN_MAXD || a->n_tok != 1 || a->cols != dim)
         return bad(msg, msglen, "rmsnorm_q: one row of 32k columns, at most 8192");
-    pdl_launch(k_rmsnorm_q, 1, RN_THREADS, 0, SLS, x, y, dim, w, w_off, eps, *a);
+    if (cl_takes(dim)) { /* k_add_norm_cl's MODE 0: x only read */
+        const slcu_addnorm p = {(float *)x, NULL, NULL, NULL, NULL, NULL, 0, NULL, y, w, w_off, eps, dim};
+        pdl_launch(k_add_norm_cl<0>, AC_CTAS, AC_NT, 0, SLS, p, *a);
+    } else pdl_launch(k_rmsnorm_q, 1, RN_THREADS, 0, SLS, x, y, dim, w, w_off, eps, *a);
     return launched(msg, msglen, "rmsnorm launch");
 }
 
@@ -126,7 +263,10 @@ extern "C" int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *m
     if (p->dim <= 0 || p->dim > RN_MAXD || (p->cy && p->ck > AN_MAXK) || (a && (p->dim % 32 || a->n_tok != 1 || a->cols != p->dim)))
         return bad(msg, msglen, "add_norm_q: one row of at most 8192 (a multiple of 32 for its int8 form), 16 experts");
     slcu_act none = {};
-    pdl_launch(k_add_norm_q, 1, RN_THREADS, 0, SLS, *p, a ? *a : none);
+    if (cl_takes(p->dim)) {
+        if (p->cy) pdl_launch(k_add_norm_cl<2>, AC_CTAS, AC_NT, 0, SLS, *p, a ? *a : none);
+        else pdl_launch(k_add_norm_cl<1>, AC_CTAS, AC_NT, 0, SLS, *p, a ? *a : none);
+    } else pdl_launch(k_add_norm_q, 1, RN_THREADS, 0, SLS, *p, a ? *a : none);
     return launched(msg, msglen, "add + rmsnorm launch");
 }
 
@@ -154,4 +294,28 @@ extern "C" int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, cons
     memcpy(A.f, inv_freq, (size_t)rot / 2 * sizeof(float));
     pdl_launch(k_norm_rope, heads, 256, 0, SLS, A, slcu_step_pos());
     return launched(msg, msglen, "norm + rope launch");
+}
+
+extern "C" float slcu_time_median(void (*fn)(void *), void *ctx, int reps) {
+    enum { MAXR = 1000 };
+    static cudaEvent_t ev[2 * MAXR];
+    static float ms[MAXR];
+    reps = reps < 1 ? 1 : reps > MAXR ? MAXR : reps;
+    fn(ctx); /* warm-up */
+    for (int i = 0; i < 2 * reps; i++) cudaEventCreate(&ev[i]);
+    for (int i = 0; i < reps; i++) {
+        cudaEventRecord(ev[2 * i], SLS);
+        fn(ctx);
+        cudaEventRecord(ev[2 * i + 1], SLS);
+    }
+    cudaEventSynchronize(ev[2 * reps - 1]);
+    for (int i = 0; i < reps; i++) {
+        cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]);
+        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) { /* insertion sort */
+            const float t = ms[j];
+            ms[j] = ms[j - 1], ms[j - 1] = t;
+        }
+    }
+    for (int i = 0; i < 2 * reps; i++) cudaEventDestroy(ev[i]);
+    return ms[reps / 2];
 }

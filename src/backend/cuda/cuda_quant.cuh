@@ -9,8 +9,10 @@
 #include "backend/cuda/cuda.h"
 
 /* Column i (lane = i mod 32; the warp holds the whole block i / 32) of a one-row int8 form: cuda_i8.cu
- * act_quant's operations on v: the code, and from lane 0 the block's scale and sum. */
-static __device__ __forceinline__ void quant_lane(float v, int i, int lane, const slcu_act &a, float *sbs = nullptr) {
+ * act_quant's operations on v: the code, and from lane 0 the block's scale and sum (its copy in sbs[i / 32 - sb0]
+ * when sbs: a CTA that holds blocks sb0 .. of the row, cuda_fused.cu k_add_norm_cl). */
+static __device__ __forceinline__ void quant_lane(float v, int i, int lane, const slcu_act &a, float *sbs = nullptr,
+                                                  int sb0 = 0) {
     float amax = fmaxf(0.0f, fabsf(v));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -26,7 +28,7 @@ static __device__ __forceinline__ void quant_lane(float v, int i, int lane, cons
     if (!lane) {
         const float sb = __fmul_rn(db, (float)sum);
         a.d[i >> 5] = db, a.s[i >> 5] = sb;
-        if (sbs) sbs[i >> 5] = sb; /* a copy in shared memory for quant_sums_sh */
+        if (sbs) sbs[(i >> 5) - sb0] = sb; /* a copy in shared memory for quant_sums_sh */
     }
 }
 
@@ -48,6 +50,17 @@ static __device__ __forceinline__ void quant_sums_sh(const slcu_act &a, int nb, 
     for (int j = tid; j < nb / 4; j += nthreads) {
         const float *s = sbs + 4 * j;
         a.s[nb + nb / 2 + j] = __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
+    }
+}
+
+/* quant_sums_sh of the nq blocks b0 .. b0 + nq - 1 of a row of nb blocks (b0 and nq multiples of 4: whole quads),
+ * their block sums in sbs[0 .. nq - 1]: the pairs and quads of those blocks, the same additions as quant_sums_sh's. */
+static __device__ __forceinline__ void quant_sums_part(const slcu_act &a, int nb, int b0, int nq, const float *sbs, int tid,
+                                                       int nthreads) {
+    for (int j = tid; j < nq / 2; j += nthreads) a.s[nb + b0 / 2 + j] = __fadd_rn(sbs[2 * j], sbs[2 * j + 1]);
+    for (int j = tid; j < nq / 4; j += nthreads) {
+        const float *s = sbs + 4 * j;
+        a.s[nb + nb / 2 + b0 / 4 + j] = __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
     }
 }
 

@@ -63,9 +63,18 @@ __device__ __forceinline__ unsigned rt_wmin(unsigned x) {
  * rank: rt_sort's order). The same choice and weights as before for any logits but NaN.
  * Here: row t of logits (read past L1: a fused caller reads what other CTAs of its launch wrote) on one warp
  * (lane), into top_e / top_w [t][k]; p, te, tw: shared [RT_MAXE] each. */
+template <int NPL>
+static __device__ void route_warp_reg(const slcu_router &r, const float *logits, int t, int *top_e, float *top_w, int lane);
+
 static __device__ void route_warp_row(const slcu_router &r, const float *logits, int t, int *top_e, float *top_w,
                                       float *p, int *te, float *tw, int lane) {
     const int E = r.E, k = r.k;
+    if (r.warp2 && k <= 32 && E <= 256) { /* SLUICE_CUDA_ROUTE=2: the same choice and weights, in registers */
+        if (E <= 64) route_warp_reg<2>(r, logits, t, top_e, top_w, lane);
+        else if (E <= 128) route_warp_reg<4>(r, logits, t, top_e, top_w, lane);
+        else route_warp_reg<8>(r, logits, t, top_e, top_w, lane);
+        return;
+    }
     const float *lg = logits + (size_t)t * E;
     const float taken = r.kind == 1 ? -INFINITY : -1.0f;
     if (r.kind == 1) {
@@ -111,6 +120,92 @@ static __device__ void route_warp_row(const slcu_router &r, const float *logits,
         for (int j = 0; j < k; j++) rank += te[j] < e || (te[j] == e && j < s);
         top_e[(size_t)t * k + rank] = e, top_w[(size_t)t * k + rank] = tw[s];
     }
+}
+
+/* route_warp_row with the row in registers (SLUICE_CUDA_ROUTE=2, cuda.h slcu_router warp2; E <= 32 NPL, k <= 32):
+ * the same operations on the same floats in the same order, so the same choice and bits, with fewer serial steps.
+ * The softmax (kind 0) as there, lane by lane over e = lane + 32 j, then the same shuffle tree. Each lane sorts its
+ * candidates (entries not equal to `taken`) once by rt_key, descending, stably (ties keep the lower index first:
+ * rt_better's order); a round takes the warp's largest head key, then the lowest index holding it (the same two
+ * reductions as route_warp_row), the winner's lane drops its head (its next best is the next in its list: no rescan,
+ * no shared memory), and every lane receives the value by one shuffle (none left: b = 0 and `taken`, which p[0]
+ * holds then in route_warp_row). rt_weights' sums are made as the rounds go, in choice order, by every lane (the
+ * same additions); lane s keeps slot s and divides it; the stable rank by expert index as rt_sort's, by shuffles. */
+template <int NPL>
+static __device__ void route_warp_reg(const slcu_router &r, const float *logits, int t, int *top_e, float *top_w, int lane) {
+    const int E = r.E, k = r.k;
+    const float *lg = logits + (size_t)t * E;
+    const float taken = r.kind == 1 ? -INFINITY : -1.0f;
+    float pv[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++) pv[j] = lane + 32 * j < E ? __ldcg(lg + lane + 32 * j) : 0.0f;
+    if (r.kind != 1) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (lane + 32 * j < E) mx = fmaxf(mx, pv[j]);
+        for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        double sum = 0.0;
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (lane + 32 * j < E) {
+                pv[j] = expf(__fsub_rn(pv[j], mx));
+                sum += pv[j];
+            }
+        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float fsum = (float)sum;
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (lane + 32 * j < E) pv[j] = __fdiv_rn(pv[j], fsum);
+    }
+    unsigned kk[NPL]; /* the lane's candidates: key (0: none), expert, value */
+    int ii[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++) {
+        const int e = lane + 32 * j, cand = e < E && pv[j] != taken;
+        kk[j] = cand ? rt_key(pv[j]) : 0u, ii[j] = cand ? e : -1;
+    }
+#pragma unroll
+    for (int a = 0; a < NPL - 1; a++) /* a stable bubble sort, descending by key */
+#pragma unroll
+        for (int j = 0; j < NPL - 1 - a; j++)
+            if (kk[j + 1] > kk[j]) {
+                const unsigned tk = kk[j];
+                const int ti = ii[j];
+                const float tv = pv[j];
+                kk[j] = kk[j + 1], ii[j] = ii[j + 1], pv[j] = pv[j + 1];
+                kk[j + 1] = tk, ii[j + 1] = ti, pv[j + 1] = tv;
+            }
+    float wsum = 0.0f, mx1 = 0.0f, my_w = 0.0f;
+    double dsum = 0.0;
+    int my_e = 0;
+    for (int s = 0; s < k; s++) {
+        const unsigned mk = rt_wmax(kk[0]);
+        int b = (int)rt_wmin(ii[0] >= 0 && kk[0] == mk ? (unsigned)ii[0] : 0xffffffffu);
+        const int none = b < 0 || b >= E;
+        const float vb = __shfl_sync(0xffffffffu, pv[0], none ? 0 : b & 31);
+        float val = none ? taken : vb;
+        if (none) b = 0;
+        else if (ii[0] == b) { /* the winner's lane: its next best moves up */
+#pragma unroll
+            for (int j = 0; j < NPL - 1; j++) kk[j] = kk[j + 1], ii[j] = ii[j + 1], pv[j] = pv[j + 1];
+            kk[NPL - 1] = 0u, ii[NPL - 1] = -1;
+        }
+        if (r.kind == 1) { /* rt_weights: mx = the first chosen, the exponentials' double sum in choice order */
+            if (!s) mx1 = val;
+            val = expf(__fsub_rn(val, mx1));
+            dsum += val;
+        } else wsum = __fadd_rn(wsum, val);
+        if (lane == s) my_w = val, my_e = b;
+    }
+    if (r.kind == 1) my_w = __fdiv_rn(my_w, (float)dsum);
+    else if (r.norm_topk) my_w = __fdiv_rn(my_w, wsum);
+    int rank = 0;
+    for (int j = 0; j < k; j++) { /* rt_sort's stable order by expert index */
+        const int ej = __shfl_sync(0xffffffffu, my_e, j);
+        rank += ej < my_e || (ej == my_e && j < lane);
+    }
+    if (lane < k) top_e[(size_t)t * k + rank] = my_e, top_w[(size_t)t * k + rank] = my_w;
 }
 
 #endif

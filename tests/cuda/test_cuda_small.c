@@ -1,0 +1,191 @@
+/*
+ * test_cuda_small.c — issue 24's shorter one-row kernels (included by test_cuda.c, whose helpers they use): the norms
+ * on a cluster of 8 CTAs (SLUICE_CUDA_NORM=2, cuda_fused.cu k_add_norm_cl) and the one-warp route in registers
+ * (SLUICE_CUDA_ROUTE=2, cuda_route.cuh route_warp_reg), each bitwise the kernel it replaces (k_rmsnorm_q /
+ * k_add_norm_q, route_warp_row) on random rows: check_small (in test_cuda's full run and alone by `--small`);
+ * `--bench-small` times old against new per launch.
+ */
+
+/* d's bytes all set to byte: the two runs poison their outputs differently, so a word one of them leaves unwritten
+ * differs */
+static void poison_b(void *d, size_t bytes, int byte) {
+    char msg[256];
+    void *h = malloc(bytes);
+    memset(h, byte, bytes);
+    slcu_upload(d, h, bytes, msg, sizeof msg);
+    free(h);
+}
+
+typedef struct { /* one row's inputs and one run's outputs */
+    float *x, *y, *cy, *cw, *csh, *csg, *w, *h, *cout;
+    void *abuf;
+    slcu_act a;
+} sn_run;
+
+/* MODE 0: slcu_rmsnorm_q; 1: slcu_add_norm_q's add; 2: its combine of K experts (+ a gated shared one when sh) and add.
+ * q8: with the int8 form. Runs slcu_norm_mode 1 and 2 on copies of the same inputs, compares every output. */
+static void check_small_norm(int D, int mode, int K, int sh, int q8) {
+    char msg[256] = "";
+    float *hx = malloc((size_t)D * 4), *hy = malloc((size_t)D * 4), *hcy = malloc((size_t)K * D * 4), *hsh = malloc((size_t)D * 4);
+    float *hw = malloc((size_t)D * 4), hcw[16], hsg = nrand();
+    for (int i = 0; i < D; i++) hx[i] = nrand() * 2, hy[i] = nrand(), hsh[i] = nrand(), hw[i] = nrand() * 0.5f;
+    for (int i = 0; i < K * D; i++) hcy[i] = nrand();
+    for (int s = 0; s < K; s++) hcw[s] = (float)urand();
+    for (int i = 5 * 32; i < 6 * 32; i++) { /* block 5 all zero: its scale 0 (the quantisation's other branch) */
+        hx[i] = hy[i] = hsh[i] = 0;
+        for (int s = 0; s < K; s++) hcy[(size_t)s * D + i] = 0;
+    }
+    const float w_off = urand() < 0.5 ? 0.0f : 1.0f, eps = 1e-6f;
+    sn_run r[2];
+    for (int v = 0; v < 2; v++) {
+        sn_run *p = &r[v];
+        p->x = dev_copy(hx, (size_t)D * 4, msg), p->y = dev_copy(hy, (size_t)D * 4, msg);
+        p->cy = dev_copy(hcy, (size_t)K * D * 4, msg), p->cw = dev_copy(hcw, (size_t)K * 4, msg);
+        p->csh = dev_copy(hsh, (size_t)D * 4, msg), p->csg = dev_copy(&hsg, 4, msg), p->w = dev_copy(hw, (size_t)D * 4, msg);
+        p->h = slcu_alloc((size_t)D * 4, msg, sizeof msg), p->cout = slcu_alloc((size_t)D * 4, msg, sizeof msg);
+        p->abuf = slcu_alloc(slcu_act_bytes(1, D), msg, sizeof msg);
+        poison_b(p->h, (size_t)D * 4, v ? 0x7f : 0xff), poison_b(p->cout, (size_t)D * 4, v ? 0x7f : 0xff);
+        poison_b(p->abuf, slcu_act_bytes(1, D), v ? 0x7f : 0xff);
+        slcu_act_bind(&p->a, p->abuf, 1, D, msg, sizeof msg);
+        slcu_norm_mode = v ? 2 : 1;
+        if (mode == 0) CK(!slcu_rmsnorm_q(p->x, p->h, D, p->w, w_off, eps, &p->a, msg, sizeof msg), "%s", msg);
+        else {
+            const slcu_addnorm an = {p->x, mode == 1 ? p->y : NULL, mode == 2 ? p->cy : NULL, p->cw, sh ? p->csh : NULL,
+                                     sh ? p->csg : NULL, K, p->cout, p->h, p->w, w_off, eps, D};
+            CK(!slcu_add_norm_q(&an, q8 ? &p->a : NULL, msg, sizeof msg), "%s", msg);
+        }
+    }
+    slcu_norm_mode = 1;
+    float *x0 = dl(r[0].x, D), *x1 = dl(r[1].x, D), *h0 = dl(r[0].h, D), *h1 = dl(r[1].h, D);
+    float *c0 = dl(r[0].cout, D), *c1 = dl(r[1].cout, D);
+    int ok = !memcmp(x0, x1, (size_t)D * 4) && !memcmp(h0, h1, (size_t)D * 4) && (mode != 2 || !memcmp(c0, c1, (size_t)D * 4));
+    if (q8 || mode == 0) ok &= same_act(&r[0].a, &r[1].a);
+    int finite = 1;
+    for (int i = 0; i < D; i++) finite &= isfinite(h0[i]) && isfinite(x0[i]);
+    static const char *names[3] = {"rmsnorm", "add + rmsnorm", "combine + add + rmsnorm"};
+    CK(ok && finite, "%s on a cluster, %d columns (k %d%s%s): differs from the one-CTA kernel", names[mode], D, K,
+       sh ? ", shared" : "", q8 || !mode ? ", int8 form" : "");
+    if (ok && finite)
+        printf("ok   %s on a cluster of 8 CTAs, %d columns%s%s%s: bitwise the one-CTA kernel\n", names[mode], D,
+               mode == 2 ? (K == 8 ? ", k 8" : ", k 4") : "", mode == 2 && sh ? ", gated shared" : "", q8 || !mode ? ", int8 form" : "");
+    free(x0), free(x1), free(h0), free(h1), free(c0), free(c1);
+    free(hx), free(hy), free(hcy), free(hsh), free(hw);
+    for (int v = 0; v < 2; v++) {
+        sn_run *p = &r[v];
+        slcu_free(p->x), slcu_free(p->y), slcu_free(p->cy), slcu_free(p->cw), slcu_free(p->csh), slcu_free(p->csg);
+        slcu_free(p->w), slcu_free(p->h), slcu_free(p->cout), slcu_free(p->abuf);
+    }
+}
+
+/* slcu_route with warp2 against without, T tokens: random logits; ties (steps of 0.5, +0 and -0); ninf: -inf logits
+ * (token 0 with only 3 finite ones: kind 1's fallback past them) */
+static void check_small_route(int E, int K, int kind, int norm_topk, int ties, int ninf) {
+    char msg[256] = "";
+    enum { T = 6 };
+    float *hl = malloc((size_t)T * E * 4);
+    for (int i = 0; i < T * E; i++) {
+        hl[i] = nrand() * 2;
+        if (ties) hl[i] = i % 7 == 3 ? (i % 2 ? -0.0f : 0.0f) : roundf(hl[i] * 2) / 2;
+        if (ninf && (i < E ? i % (E / 3) != 1 : i % 5 == 2)) hl[i] = -INFINITY;
+    }
+    float *dl_ = dev_copy(hl, (size_t)T * E * 4, msg);
+    int *de[2];
+    float *dw[2];
+    for (int v = 0; v < 2; v++) {
+        de[v] = slcu_alloc((size_t)T * K * 4, msg, sizeof msg), dw[v] = slcu_alloc((size_t)T * K * 4, msg, sizeof msg);
+        poison_b(de[v], (size_t)T * K * 4, v ? 0x7f : 0xff), poison_b(dw[v], (size_t)T * K * 4, v ? 0x7f : 0xff);
+        slcu_router r = {kind, E, K, norm_topk, 1, 1, 1.0f, NULL, v};
+        CK(!slcu_route(&r, dl_, T, de[v], dw[v], msg, sizeof msg), "%s", msg);
+    }
+    int *e0 = (int *)dl(de[0], (size_t)T * K), *e1 = (int *)dl(de[1], (size_t)T * K);
+    float *w0 = dl(dw[0], (size_t)T * K), *w1 = dl(dw[1], (size_t)T * K);
+    int ok = !memcmp(e0, e1, (size_t)T * K * 4) && !memcmp(w0, w1, (size_t)T * K * 4), valid = 1;
+    for (int i = 0; i < T * K; i++) valid &= e0[i] >= 0 && e0[i] < E;
+    CK(ok && valid, "route in registers E %d k %d kind %d norm %d%s%s: differs from route_warp_row", E, K, kind, norm_topk,
+       ties ? " (ties)" : "", ninf ? " (-inf)" : "");
+    if (ok && valid)
+        printf("ok   route in registers E %3d k %2d kind %d norm %d%s%s: bitwise route_warp_row, %d tokens\n", E, K, kind,
+               norm_topk, ties ? " (ties)" : "", ninf ? " (-inf)" : "", T);
+    free(hl), free(e0), free(e1), free(w0), free(w1);
+    slcu_free(dl_);
+    for (int v = 0; v < 2; v++) slcu_free(de[v]), slcu_free(dw[v]);
+}
+
+static void check_small(void) {
+    const int dims[] = {2048, 3072, 4096, 7168, 8192};
+    for (int i = 0; i < 5; i++) {
+        check_small_norm(dims[i], 0, 1, 0, 1);
+        check_small_norm(dims[i], 1, 1, 0, 1);
+        check_small_norm(dims[i], 2, 8, 0, 1);
+    }
+    check_small_norm(2048, 1, 1, 0, 0), check_small_norm(2048, 2, 4, 1, 1), check_small_norm(4096, 2, 8, 1, 0);
+    check_small_norm(7168, 2, 8, 1, 1), check_small_norm(2048, 2, 16, 0, 1);
+    const int Es[] = {64, 128, 256, 60, 200, 32}, Ks[] = {4, 8, 8, 6, 8, 32};
+    for (int i = 0; i < 6; i++)
+        for (int kind = 0; kind < 2; kind++) {
+            check_small_route(Es[i], Ks[i], kind, 1, 0, 0);
+            check_small_route(Es[i], Ks[i], kind, 1, 1, 0);
+        }
+    check_small_route(128, 8, 0, 0, 0, 0), check_small_route(128, 4, 0, 0, 1, 0), check_small_route(256, 8, 0, 1, 0, 0);
+    check_small_route(128, 8, 1, 0, 0, 1), check_small_route(64, 8, 1, 0, 0, 1), check_small_route(256, 8, 0, 1, 0, 1);
+    fuse_warp2 = 1; /* the router's matvec whose last CTA routes in registers (cuda_mat.cu k_matvec_route) */
+    check_fuse_router(DT_BF16, 128, 2048, 8, 0, 1, 0), check_fuse_router(DT_F32, 128, 2048, 8, 1, 0, 1);
+    check_fuse_router(DT_F16, 256, 1024, 8, 0, 1, 1), check_fuse_router(DT_BF16, 60, 512, 4, 0, 0, 0);
+    fuse_warp2 = 0;
+}
+
+/* ---- --bench-small: old against new per launch (us): the median of 200 launches each timed alone by events, and the
+ * mean of 200 back to back (with SLUICE_CUDA_PDL=1 each overlaps the one before), in alternating rounds ---- */
+typedef struct { int what, D, K; sn_run *r; slcu_mat *wr; float *x, *lg; int *te, *done; float *tw; } sb_ctx;
+static void sb_run(void *c) {
+    sb_ctx *s = c;
+    char msg[256];
+    sn_run *p = s->r;
+    if (s->what == 0) slcu_rmsnorm_q(p->x, p->h, s->D, p->w, 1.0f, 1e-6f, &p->a, msg, sizeof msg);
+    else if (s->what <= 2) {
+        const slcu_addnorm an = {p->x, s->what == 1 ? p->y : NULL, s->what == 2 ? p->cy : NULL, p->cw, NULL, NULL, s->K,
+                                 p->cout, p->h, p->w, 0.0f, 1e-6f, s->D};
+        slcu_add_norm_q(&an, &p->a, msg, sizeof msg);
+    } else {
+        const slcu_router r = {0, s->D, s->K, 1, 1, 1, 1.0f, NULL, slcu_route_mode == 2};
+        if (s->what == 3) slcu_route(&r, s->lg, 1, s->te, s->tw, msg, sizeof msg);
+        else slcu_matvec_route(s->wr, s->x, s->lg, &r, s->te, s->tw, s->done, msg, sizeof msg);
+    }
+}
+
+static void bench_small(void) {
+    char msg[256] = "";
+    enum { DM = 8192, REPS = 200, ROUNDS = 3 };
+    sn_run r;
+    r.x = rnd_dev(DM, 1, NULL, msg), r.y = rnd_dev(DM, 0.01f, NULL, msg), r.cy = rnd_dev((size_t)8 * DM, 0.01f, NULL, msg);
+    r.cw = rnd_dev(8, 0.1f, NULL, msg), r.w = rnd_dev(DM, 1, NULL, msg), r.h = slcu_alloc(DM * 4, msg, sizeof msg);
+    r.cout = slcu_alloc(DM * 4, msg, sizeof msg), r.abuf = slcu_alloc(slcu_act_bytes(1, DM), msg, sizeof msg);
+    mat wr;
+    if (make_mat(&wr, DT_BF16, 128, 2048, 0, DT_F32, msg)) { printf("%s\n", msg); return; }
+    int zero = 0, *done = dev_copy(&zero, sizeof zero, msg);
+    float *lg = rnd_dev(256, 1, NULL, msg), *tw = slcu_alloc(64 * 4, msg, sizeof msg);
+    int *te = slcu_alloc(64 * 4, msg, sizeof msg);
+    static const struct { int what, D, K; const char *name; } cs[] = {
+        {2, 2048, 8, "combine(8) + add + rmsnorm + int8, 2048"}, {1, 2048, 0, "add + rmsnorm + int8, 2048"},
+        {0, 2048, 0, "rmsnorm + int8, 2048"}, {2, 4096, 8, "combine(8) + add + rmsnorm + int8, 4096"},
+        {2, 7168, 8, "combine(8) + add + rmsnorm + int8, 7168"}, {3, 128, 8, "route E 128 k 8 (k_route_warp)"},
+        {3, 256, 8, "route E 256 k 8 (k_route_warp)"}, {4, 128, 8, "router bf16 128 x 2048 + route (k_matvec_route)"}};
+    printf("\nissue 24's one-row kernels, us a launch: old (mode 1) / new (mode 2); median of %d alone | mean of %d back to back\n",
+           REPS, REPS);
+    for (unsigned c = 0; c < sizeof cs / sizeof *cs; c++) {
+        slcu_act_bind(&r.a, r.abuf, 1, cs[c].D < 256 ? 2048 : cs[c].D, msg, sizeof msg);
+        sb_ctx s = {cs[c].what, cs[c].D, cs[c].K, &r, &wr.d, r.x, lg, te, done, tw};
+        printf("%-50s", cs[c].name);
+        for (int round = 0; round < ROUNDS; round++)
+            for (int v = 1; v <= 2; v++) {
+                slcu_norm_mode = slcu_route_mode = v;
+                const float med = slcu_time_median(sb_run, &s, REPS), mean = slcu_time(sb_run, &s, REPS);
+                printf(" %s%6.2f|%6.2f", v == 1 ? "  old " : " new ", med * 1e3, mean * 1e3);
+            }
+        printf("\n");
+    }
+    slcu_norm_mode = slcu_route_mode = 1;
+    slcu_free(r.x), slcu_free(r.y), slcu_free(r.cy), slcu_free(r.cw), slcu_free(r.w), slcu_free(r.h), slcu_free(r.cout);
+    slcu_free(r.abuf), slcu_free(done), slcu_free(lg), slcu_free(tw), slcu_free(te);
+    free_mat(&wr);
+}
