@@ -63,10 +63,10 @@ static void check_small_norm(int D, int mode, int K, int sh, int q8) {
     int finite = 1;
     for (int i = 0; i < D; i++) finite &= isfinite(h0[i]) && isfinite(x0[i]);
     static const char *names[3] = {"rmsnorm", "add + rmsnorm", "combine + add + rmsnorm"};
-    CK(ok && finite, "%s on a cluster, %d columns (k %d%s%s): differs from the one-CTA kernel", names[mode], D, K,
+    CK(ok && finite, "%s on a cluster, %d columns (k %d%s%s): differs from k_add_norm_q / k_rmsnorm_q", names[mode], D, K,
        sh ? ", shared" : "", q8 || !mode ? ", int8 form" : "");
     if (ok && finite)
-        printf("ok   %s on a cluster of 8 CTAs, %d columns%s%s%s: bitwise the one-CTA kernel\n", names[mode], D,
+        printf("ok   %s on a cluster of 8, %d columns%s%s%s: bitwise k_add_norm_q / k_rmsnorm_q\n", names[mode], D,
                mode == 2 ? (K == 8 ? ", k 8" : ", k 4") : "", mode == 2 && sh ? ", gated shared" : "", q8 || !mode ? ", int8 form" : "");
     free(x0), free(x1), free(h0), free(h1), free(c0), free(c1);
     free(hx), free(hy), free(hcy), free(hsh), free(hw);
