@@ -166,9 +166,8 @@ __global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_n
         if (MODE == 2) p.cout[c0 + j] = ov[c];
     }
     tree256(part);
-    if (!tid) part[1] = (double)(float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps)); /* norm_q_tail's */
-    __syncthreads();
-    const float inv = (float)part[1];
+    /* norm_q_tail's inverse, on every thread (the same double operations: the same float), not once and a barrier */
+    const float inv = (float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps));
 #pragma unroll
     for (int c = 0; c < AC_PER; c++) {
         const int j = tid + c * AC_NT, i = c0 + j;
