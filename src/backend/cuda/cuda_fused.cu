@@ -56,14 +56,14 @@ __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float 
     norm_q_tail<RN_THREADS, RN_MAXD>(xs, y, n, wv, w_off, eps, a, part, sbs);
 }
 
-/* ---- the same row over a cluster of AC_CTAS CTAs (SLUICE_CUDA_NORM=2, slcu_norm_mode): CTA r holds columns
- * [rW, rW + W), W = dim / AC_CTAS (a multiple of 128, 256 .. AC_PER * 256), in its shared memory, one column a thread
- * (or AC_PER). Each CTA makes its columns (k_add_norm_q's combine and add, or k_rmsnorm_q's load), the cluster syncs,
- * and every CTA's thread t < 256 sums the squares of columns t, t + 256, ... in that order from the CTAs that hold
- * them (distributed shared memory), so part[t] is k_rmsnorm's partial bit for bit; tree256 as there. Each CTA then
- * norms and quantizes its own columns (whole blocks, whole quads: quant_sums_part), as norm_q_tail does. No CTA
- * leaves before the others read its columns (barrier.cluster arrive after its reads, wait before it exits). What
- * the step writes is read by __ldcg (cuda_pdl.cuh's rule). ---- */
+/* ---- the same row over a cluster of AC_CTAS CTAs (SLUICE_CUDA_NORM=2, slcu_norm_mode): CTA r holds columns [rW, rW
+ * + W), W = dim / AC_CTAS (a multiple of 128, 256 .. AC_PER * 256), in its shared memory, one column a thread (up to
+ * AC_PER: the kernel's CPT). Each CTA makes its columns (k_add_norm_q's combine and add, or k_rmsnorm_q's load), the
+ * cluster syncs, and every CTA's thread t < 256 sums the squares of columns t, t + 256, ... in that order from the
+ * CTAs that hold them (distributed shared memory), so part[t] is k_rmsnorm's partial bit for bit; tree256 as there.
+ * Each CTA then norms and quantizes its own columns (whole blocks, whole quads: quant_sums_part), as norm_q_tail
+ * does. No CTA leaves before the others read its columns (barrier.cluster arrive after its reads, wait before it
+ * exits). What the step writes is read by __ldcg (cuda_pdl.cuh's rule). ---- */
 #define AC_CTAS 8
 #define AC_NT 256
 #define AC_PER 4
@@ -73,8 +73,9 @@ __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float 
 static __device__ __forceinline__ void cl_arrive() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 static __device__ __forceinline__ void cl_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
-/* MODE 0: rmsnorm (p.x's row to p.h); 1: add (x += y); 2: combine then add (k_add_norm_q with cy) */
-template <int MODE>
+/* MODE 0: rmsnorm (p.x's row to p.h); 1: add (x += y); 2: combine then add (k_add_norm_q with cy). CPT: columns a
+ * thread, W / 256 rounded up (1 at 2048 columns: no instruction for columns a thread does not have) */
+template <int MODE, int CPT>
 __global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_norm_cl(const slcu_addnorm p, slcu_act a) {
     pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
@@ -83,44 +84,50 @@ __global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_n
     __shared__ float xs[AC_PER * AC_NT], sbs[AC_PER * AC_NT / 32];
     cg::cluster_group cl = cg::this_cluster();
     const int n = p.dim, W = n / AC_CTAS, rank = (int)cl.block_rank(), c0 = rank * W, tid = threadIdx.x;
-    float wv[AC_PER], ov[AC_PER], vv[AC_PER]; /* norm weights; the combine and the sum, stored after the cluster's barrier */
+    float wv[CPT], ov[CPT], vv[CPT]; /* norm weights; the combine and the sum, stored after the cluster's barrier */
 #pragma unroll
-    for (int c = 0; c < AC_PER; c++) {
+    for (int c = 0; c < CPT; c++) {
         const int j = tid + c * AC_NT;
         wv[c] = j < W ? p.w[c0 + j] : 0.0f;
         ov[c] = vv[c] = 0.0f;
     }
-    if (MODE == 2) { /* k_combine's order: the k slots in order, then the gated shared expert; all loads first */
+    if (MODE == 2) { /* k_combine's order: the k slots in order, then the gated shared expert; every column's loads
+                      * first (no global store before the barrier, so nothing orders them: 7168 columns in one trip) */
         const float g = p.csh && p.csg ? sigm(__ldcg(p.csg)) : 1.0f;
-        float cw[AN_MAXK];
+        float cw[AN_MAXK], ys[CPT][AN_MAXK], xv[CPT], sh[CPT];
 #pragma unroll
         for (int s = 0; s < AN_MAXK; s++) cw[s] = s < p.ck ? __ldcg(p.cw + s) : 0.0f;
 #pragma unroll
-        for (int c = 0; c < AC_PER; c++) {
-            const int j = tid + c * AC_NT, i = c0 + j;
-            if (j >= W) break;
-            float ys[AN_MAXK];
+        for (int c = 0; c < CPT; c++) {
+            const int j = tid + c * AC_NT, i = c0 + j, in = j < W;
+            const float *cy = p.cy + i; /* slot s's column i, a row of n on */
 #pragma unroll
-            for (int s = 0; s < AN_MAXK; s++) ys[s] = s < p.ck ? __ldcg(p.cy + (size_t)s * n + i) : 0.0f;
-            const float xv = __ldcg(p.x + i), sh = p.csh ? __ldcg(p.csh + i) : 0.0f;
+            for (int s = 0; s < AN_MAXK; s++, cy += n) ys[c][s] = in && s < p.ck ? __ldcg(cy) : 0.0f;
+            xv[c] = in ? __ldcg(p.x + i) : 0.0f;
+            sh[c] = in && p.csh ? __ldcg(p.csh + i) : 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < CPT; c++) {
+            const int j = tid + c * AC_NT;
+            if (j >= W) break;
             float o = 0.0f;
 #pragma unroll
             for (int s = 0; s < AN_MAXK; s++)
-                if (s < p.ck) o = __fadd_rn(o, __fmul_rn(cw[s], ys[s]));
-            if (p.csh) o = __fadd_rn(o, __fmul_rn(g, sh));
+                if (s < p.ck) o = __fadd_rn(o, __fmul_rn(cw[s], ys[c][s]));
+            if (p.csh) o = __fadd_rn(o, __fmul_rn(g, sh[c]));
             ov[c] = o;
-            xs[j] = vv[c] = __fadd_rn(xv, o);
+            xs[j] = vv[c] = __fadd_rn(xv[c], o);
         }
     } else {
-        float xv[AC_PER], yv[AC_PER];
+        float xv[CPT], yv[CPT];
 #pragma unroll
-        for (int c = 0; c < AC_PER; c++) {
+        for (int c = 0; c < CPT; c++) {
             const int j = tid + c * AC_NT;
             xv[c] = j < W ? __ldcg(p.x + c0 + j) : 0.0f;
             yv[c] = MODE == 1 && j < W ? __ldcg(p.y + c0 + j) : 0.0f;
         }
 #pragma unroll
-        for (int c = 0; c < AC_PER; c++) {
+        for (int c = 0; c < CPT; c++) {
             const int j = tid + c * AC_NT;
             if (j >= W) break;
             xs[j] = vv[c] = MODE == 1 ? __fadd_rn(xv[c], yv[c]) : xv[c];
@@ -135,7 +142,7 @@ __global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_n
             for (int q0 = 0; q0 < AC_CTAS; q0++) {
                 const float *rp = cl.map_shared_rank(xs, q0) + tid;
 #pragma unroll
-                for (int q = 0; q < AC_PER; q++)
+                for (int q = 0; q < CPT; q++)
                     if (q < W / 256) {
                         const float v = rp[q * 256];
                         ss += (double)v * (double)v;
@@ -159,7 +166,7 @@ __global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_n
     }
     cl_arrive(); /* this CTA's reads of the others' columns are done */
 #pragma unroll
-    for (int c = 0; c < AC_PER; c++) { /* the residual and the combine out */
+    for (int c = 0; c < CPT; c++) { /* the residual and the combine out */
         const int j = tid + c * AC_NT;
         if (MODE == 0 || j >= W) break;
         p.x[c0 + j] = vv[c];
@@ -169,7 +176,7 @@ __global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_n
     /* norm_q_tail's inverse, on every thread (the same double operations: the same float), not once and a barrier */
     const float inv = (float)(1.0 / sqrt(part[0] / (double)n + (double)p.eps));
 #pragma unroll
-    for (int c = 0; c < AC_PER; c++) {
+    for (int c = 0; c < CPT; c++) {
         const int j = tid + c * AC_NT, i = c0 + j;
         if (j >= W) break;
         const float v = __fmul_rn(__fmul_rn(xs[j], inv), __fadd_rn(p.w_off, wv[c]));
@@ -188,13 +195,21 @@ int slcu_norm_mode = 1;
 /* the cluster's shapes: dim / AC_CTAS a multiple of 128 (whole quads a CTA) from 256 to AC_PER * 256 */
 static int cl_takes(int dim) { return slcu_norm_mode == 2 && dim % (128 * AC_CTAS) == 0 && dim >= 256 * AC_CTAS && dim <= AC_PER * AC_NT * AC_CTAS; }
 
+template <int MODE> static void cl_launch(const slcu_addnorm &p, const slcu_act &a) {
+    const int cpt = (p.dim / AC_CTAS + AC_NT - 1) / AC_NT;
+    if (cpt == 1) pdl_launch(k_add_norm_cl<MODE, 1>, AC_CTAS, AC_NT, 0, SLS, p, a);
+    else if (cpt == 2) pdl_launch(k_add_norm_cl<MODE, 2>, AC_CTAS, AC_NT, 0, SLS, p, a);
+    else if (cpt == 3) pdl_launch(k_add_norm_cl<MODE, 3>, AC_CTAS, AC_NT, 0, SLS, p, a);
+    else pdl_launch(k_add_norm_cl<MODE, 4>, AC_CTAS, AC_NT, 0, SLS, p, a);
+}
+
 extern "C" int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w, float w_off, float eps, const slcu_act *a,
                               char *msg, size_t msglen) {
     if (dim <= 0 || dim % 32 || dim > RN_MAXD || a->n_tok != 1 || a->cols != dim)
         return bad(msg, msglen, "rmsnorm_q: one row of 32k columns, at most 8192");
     if (cl_takes(dim)) { /* k_add_norm_cl's MODE 0: x only read */
         const slcu_addnorm p = {(float *)x, NULL, NULL, NULL, NULL, NULL, 0, NULL, y, w, w_off, eps, dim};
-        pdl_launch(k_add_norm_cl<0>, AC_CTAS, AC_NT, 0, SLS, p, *a);
+        cl_launch<0>(p, *a);
     } else pdl_launch(k_rmsnorm_q, 1, RN_THREADS, 0, SLS, x, y, dim, w, w_off, eps, *a);
     return launched(msg, msglen, "rmsnorm launch");
 }
@@ -263,8 +278,8 @@ extern "C" int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *m
         return bad(msg, msglen, "add_norm_q: one row of at most 8192 (a multiple of 32 for its int8 form), 16 experts");
     slcu_act none = {};
     if (cl_takes(p->dim)) {
-        if (p->cy) pdl_launch(k_add_norm_cl<2>, AC_CTAS, AC_NT, 0, SLS, *p, a ? *a : none);
-        else pdl_launch(k_add_norm_cl<1>, AC_CTAS, AC_NT, 0, SLS, *p, a ? *a : none);
+        if (p->cy) cl_launch<2>(*p, a ? *a : none);
+        else cl_launch<1>(*p, a ? *a : none);
     } else pdl_launch(k_add_norm_q, 1, RN_THREADS, 0, SLS, *p, a ? *a : none);
     return launched(msg, msglen, "add + rmsnorm launch");
 }
