@@ -48,6 +48,7 @@ static void check_small_norm(int D, int mode, int K, int sh, int q8) {
         poison_b(p->abuf, slcu_act_bytes(1, D), v ? 0x7f : 0xff);
         slcu_act_bind(&p->a, p->abuf, 1, D, msg, sizeof msg);
         slcu_norm_mode = v ? 2 : 1;
+        CK(slcu_norm_cluster_takes(D) == v, "%d columns: the cluster kernel %s", D, v ? "not taken" : "taken with the switch off");
         if (mode == 0) CK(!slcu_rmsnorm_q(p->x, p->h, D, p->w, w_off, eps, &p->a, msg, sizeof msg), "%s", msg);
         else {
             const slcu_addnorm an = {p->x, mode == 1 ? p->y : NULL, mode == 2 ? p->cy : NULL, p->cw, sh ? p->csh : NULL,

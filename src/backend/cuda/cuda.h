@@ -383,6 +383,7 @@ extern int slcu_decode_kernels;
  * k_add_norm_cl; rows of 2048 .. 8192, a multiple of 1024); slcu_route_mode 2 (SLUICE_CUDA_ROUTE=2): routers made by
  * backend_cuda.c get warp2. Both bitwise the kernels they replace (test_cuda --small checks, --bench-small times). */
 extern int slcu_norm_mode, slcu_route_mode;
+int slcu_norm_cluster_takes(int dim); /* 1: a row of dim columns goes to k_add_norm_cl now (tests) */
 #ifdef __CUDACC__
 #define SLS ((cudaStream_t)slcu_cur_stream)
 #endif

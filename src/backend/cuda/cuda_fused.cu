@@ -195,6 +195,8 @@ int slcu_norm_mode = 1;
 /* the cluster's shapes: dim / AC_CTAS a multiple of 128 (whole quads a CTA) from 256 to AC_PER * 256 */
 static int cl_takes(int dim) { return slcu_norm_mode == 2 && dim % (128 * AC_CTAS) == 0 && dim >= 256 * AC_CTAS && dim <= AC_PER * AC_NT * AC_CTAS; }
 
+extern "C" int slcu_norm_cluster_takes(int dim) { return cl_takes(dim); }
+
 template <int MODE> static void cl_launch(const slcu_addnorm &p, const slcu_act &a) {
     const int cpt = (p.dim / AC_CTAS + AC_NT - 1) / AC_NT;
     if (cpt == 1) pdl_launch(k_add_norm_cl<MODE, 1>, AC_CTAS, AC_NT, 0, SLS, p, a);
