@@ -3,7 +3,9 @@
  * (cuda.h slcu_rmsnorm_q, slcu_swiglu_q, slcu_add_norm_q): each does the separate kernels' operations in their
  * order (cuda_ops.cu k_rmsnorm, k_swiglu, k_combine; backend_cuda_rt.cu k_add) and cuda_i8.cu act_quant's on
  * the same floats (cuda_quant.cuh), so every output is bitwise what the separate launches give. Each kernel here
- * waits (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch.
+ * waits (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch. Sections: the norm
+ * on one CTA (k_rmsnorm_q); the same on a cluster of 8 (k_add_norm_cl, SLUICE_CUDA_NORM=2); SwiGLU; the residual
+ * step on one CTA (k_add_norm_q); per-head norm + RoPE; slcu_time_median (benchmarks).
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -193,7 +195,9 @@ __global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_n
 int slcu_norm_mode = 1;
 
 /* the cluster's shapes: dim / AC_CTAS a multiple of 128 (whole quads a CTA) from 256 to AC_PER * 256 */
-static int cl_takes(int dim) { return slcu_norm_mode == 2 && dim % (128 * AC_CTAS) == 0 && dim >= 256 * AC_CTAS && dim <= AC_PER * AC_NT * AC_CTAS; }
+static int cl_takes(int dim) {
+    return slcu_norm_mode == 2 && dim % (128 * AC_CTAS) == 0 && dim >= 256 * AC_CTAS && dim <= AC_PER * AC_NT * AC_CTAS;
+}
 
 extern "C" int slcu_norm_cluster_takes(int dim) { return cl_takes(dim); }
 

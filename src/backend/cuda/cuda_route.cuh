@@ -2,7 +2,8 @@
  * cuda_route.cuh — the one-warp router of a decode step (kinds 0 and 1: softmax then top-k, top-k then softmax) as
  * device functions, for src/backend/cuda/ only: k_route_warp (cuda_ops.cu) and the router's matvec whose last CTA
  * routes (cuda_mat.cu k_matvec_route, SLUICE_CUDA_FUSE=router) run the same code on the same logits, so they choose
- * the same experts with the same weights, bit for bit. rt_better and rt_weights serve k_route too.
+ * the same experts with the same weights, bit for bit. rt_better and rt_weights serve k_route too. With the router's
+ * warp2 (SLUICE_CUDA_ROUTE=2) route_warp_row hands the row to route_warp_reg: the same choice and bits from registers.
  */
 #ifndef SL_CUDA_ROUTE_CUH
 #define SL_CUDA_ROUTE_CUH
