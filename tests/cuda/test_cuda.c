@@ -395,7 +395,7 @@ static void check_fused(void) {
 static void check_ops(void) {
     char msg[256] = "";
     const kern_ops *ops = kern_scalar_ops();
-    check_fused(), check_swi_down(), check_fuse(), check_small(); /* check_swi_down: test_cuda_mv.c */
+    check_fused(), check_swi_down(), check_fuse(), check_small(), check_pdl(); /* check_swi_down: test_cuda_mv.c */
     { /* rmsnorm per head (4 heads of 250 at a stride of 260), w_off 0 and 1, in place */
         enum { T = 7, NH = 4, D = 250, HS = 260, LD = NH * HS };
         float *hx, *hw, *dx = rnd_dev((size_t)T * LD, 3, &hx, msg), *dw = rnd_dev(D, 1, &hw, msg);

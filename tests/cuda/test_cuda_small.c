@@ -37,6 +37,7 @@ static void check_small_norm(int D, int mode, int K, int sh, int q8) {
     }
     const float w_off = urand() < 0.5 ? 0.0f : 1.0f, eps = 1e-6f;
     sn_run r[2];
+    const int mode0 = slcu_norm_mode; /* the default's (2 since call P), restored after */
     for (int v = 0; v < 2; v++) {
         sn_run *p = &r[v];
         p->x = dev_copy(hx, (size_t)D * 4, msg), p->y = dev_copy(hy, (size_t)D * 4, msg);
@@ -56,7 +57,7 @@ static void check_small_norm(int D, int mode, int K, int sh, int q8) {
             CK(!slcu_add_norm_q(&an, q8 ? &p->a : NULL, msg, sizeof msg), "%s", msg);
         }
     }
-    slcu_norm_mode = 1;
+    slcu_norm_mode = mode0;
     float *x0 = dl(r[0].x, D), *x1 = dl(r[1].x, D), *h0 = dl(r[0].h, D), *h1 = dl(r[1].h, D);
     float *c0 = dl(r[0].cout, D), *c1 = dl(r[1].cout, D);
     int ok = !memcmp(x0, x1, (size_t)D * 4) && !memcmp(h0, h1, (size_t)D * 4) && (mode != 2 || !memcmp(c0, c1, (size_t)D * 4));
@@ -185,7 +186,7 @@ static void bench_small(void) {
             }
         printf("\n");
     }
-    slcu_norm_mode = slcu_route_mode = 1;
+    slcu_norm_mode = slcu_route_mode = 2; /* the defaults */
     slcu_free(r.x), slcu_free(r.y), slcu_free(r.cy), slcu_free(r.cw), slcu_free(r.w), slcu_free(r.h), slcu_free(r.cout);
     slcu_free(r.abuf), slcu_free(done), slcu_free(lg), slcu_free(tw), slcu_free(te);
     free_mat(&wr);

@@ -220,10 +220,11 @@ int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, 
 int fuse_env(be_backend *be) {
     cu_ctx *c = cu_of(be);
     const char *e;
-    /* issue 24's one-row kernels (cuda.h slcu_norm_mode, slcu_route_mode): SLUICE_CUDA_NORM=2 the norms on a cluster,
-     * SLUICE_CUDA_ROUTE=2 the route in registers; unset or anything else the kernels before them (the same bits) */
-    slcu_norm_mode = (e = getenv("SLUICE_CUDA_NORM")) && !strcmp(e, "2") ? 2 : 1;
-    slcu_route_mode = (e = getenv("SLUICE_CUDA_ROUTE")) && !strcmp(e, "2") ? 2 : 1;
+    /* issue 24's one-row kernels (cuda.h slcu_norm_mode, slcu_route_mode): the norms on a cluster (SLUICE_CUDA_NORM=2)
+     * and the route in registers (SLUICE_CUDA_ROUTE=2), the default since call P (bitwise on an H100, -7.5% a step);
+     * =1 the kernels before them (the same bits) */
+    slcu_norm_mode = (e = getenv("SLUICE_CUDA_NORM")) && !strcmp(e, "1") ? 1 : 2;
+    slcu_route_mode = (e = getenv("SLUICE_CUDA_ROUTE")) && !strcmp(e, "1") ? 1 : 2;
     e = getenv("SLUICE_CUDA_FUSE");
     c->fuse = 0;
     /* unset: router (the router's matvec + route in one launch: a resident step 3-4% shorter on an H100 with the

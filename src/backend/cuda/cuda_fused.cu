@@ -192,7 +192,7 @@ __global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_n
     cl_wait(); /* the others' reads of this CTA's columns are done */
 }
 
-int slcu_norm_mode = 1;
+int slcu_norm_mode = 2;
 
 /* the cluster's shapes: dim / AC_CTAS a multiple of 128 (whole quads a CTA) from 256 to AC_PER * 256 */
 static int cl_takes(int dim) {

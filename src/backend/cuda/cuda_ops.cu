@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(RT_THREADS) k_route(slcu_router r, const float
     rt_sort(k, te, tw);
 }
 
-int slcu_route_mode = 1; /* cuda.h: SLUICE_CUDA_ROUTE, read by backend_cuda_hold.c fuse_env */
+int slcu_route_mode = 2; /* cuda.h: SLUICE_CUDA_ROUTE, read by backend_cuda_hold.c fuse_env */
 
 /* k_route_warp: cuda_route.cuh route_warp_row, a CTA of one warp per token */
 __global__ void __launch_bounds__(32) k_route_warp(slcu_router r, const float *logits, int *top_e, float *top_w) {

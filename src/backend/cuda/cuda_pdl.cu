@@ -1,7 +1,8 @@
 /*
  * cuda_pdl.cu — the overlapped launches' switch (cuda_pdl.cuh pdl_enabled / pdl_all, cuda.h slcu_i8_pdl; docs/CUDA.md
  * "Overlapped launches"). SLUICE_CUDA_PDL: 1, every kernel of a decode step launched through pdl_launch and the
- * one-token matvecs; 2, the matvecs only (session 31's launches); unset or 0, none. backend_cuda.c turns all of
+ * one-token matvecs (the default since call P: test_cuda --pdl and the model test of every family passed on an H100);
+ * 2, the matvecs only (session 31's launches); 0, none. backend_cuda.c turns all of
  * it off while a backend that made copy-stream copies lives (slcu_pdl_block) and with recorded steps (slcu_i8_pdl(0)).
  */
 #include <stdlib.h>
@@ -16,10 +17,9 @@ extern "C" void slcu_i8_pdl(int on) { pdl_mode = on >= 0 && on <= 2 ? on : -1; }
 static int mode(void) {
     if (pdl_mode < 0) {
         const char *e = getenv("SLUICE_CUDA_PDL");
-        /* unset: 0 until a device passes test_cuda --pdl with session 32's fix (cuda_i8.cuh resolve): the check
-         * found the matvecs reading the route's choice before their wait (call N), and the fix was checked in the SASS
-         * only; 1 every kernel (-9 to -13% a step, call N), 2 the matvecs */
-        pdl_mode = !e || !e[0] ? 0 : e[0] == '1' ? 1 : e[0] == '2' ? 2 : 0;
+        /* unset: 1, every kernel (-9 to -13% a step, call N; session 32's fix of the early read, cuda_i8.cuh
+         * resolve, passed test_cuda --pdl and the model test on an H100 in call P); 2 the matvecs; 0 none */
+        pdl_mode = !e || !e[0] ? 1 : e[0] == '1' ? 1 : e[0] == '2' ? 2 : 0;
     }
     return pdl_mode;
 }
