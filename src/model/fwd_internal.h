@@ -302,6 +302,16 @@ size_t fwd_dsv4_state_io(const fwd_seq *sq, int l, int n_past, char *p, int to_s
 /* Rows row0 .. row0+n-1 of m as a matrix of their own (mla.c; pointer arithmetic, any dtype). */
 tn_mat fwd_rows_view(const tn_mat *m, int row0, int n);
 
+/* forward.c's pieces of a step that multi.c's layer-major pass also takes: layer l's mixer over ws->h's n rows
+ * (positions pos0..) into ws->out (0, or a status with the sequence unchanged); the LM head over ws->h's rows
+ * normed rows into the caller's (host) logits [rows][V] (rows <= FWD_BATCH). */
+int fwd_mixer(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int l, int n, int pos0);
+void fwd_emit_logits(fwd_ws *ws, const tn_mat *head, int rows, float *logits);
+/* multi.c: a layer-major pass over the items' tokens (every row of every layer before the next layer), committed
+ * only when all of it ran; the items were checked (forward.c fwd_eval_batch / fwd_eval). */
+sl_status fwd_eval_multi(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
+                         const fwd_item *it, int n_items, sl_error *err);
+
 /* RMSNorm of n rows [n][dim] in place or into y; zero-centred adds 1 to w. */
 void fwd_norm_rows(fwd_ws *ws, const float *x, const float *w, int zero_centred, float eps, float *y, int n_rows,
                    int dim);
