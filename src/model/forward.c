@@ -252,6 +252,7 @@ void fwd_ws_free(fwd_ws *ws) {
     for (int i = 0; i < ws->n_dev; i++) ws->be->free(ws->be, ws->dev[i].p, ws->dev[i].bytes, BE_BUF_DEVICE);
     for (int i = 0; i < FWD_MP_BUFS; i++)
         if (ws->mp[i].p) ws->be->free(ws->be, ws->mp[i].p, ws->mp[i].bytes, BE_BUF_DEVICE);
+    if (ws->lg_host) ws->be->free(ws->be, ws->lg_host, ws->lg_host_bytes, ws->lg_host_flags);
     free(ws);
 }
 
@@ -531,7 +532,7 @@ sl_status fwd_eval(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_wei
     CK(check_seq(ws, sq, cfg, tokens, n, err));
     CK(check_model(ws, cfg, w, experts, err));
     CK(reserve_kv(sq, n, err));
-    CK(be_sync(ws->be, err)); /* nothing left over from an earlier call */
+    CK(be_check(ws->be, err)); /* nothing left over from an earlier call (no wait: the step's one is at its end) */
 
     /* many tokens: layer-major chunks of up to WIDE_MAX (each expert read once per layer per chunk);
      * a few: micro-batches through all layers */
@@ -583,6 +584,6 @@ sl_status fwd_eval_batch(fwd_ws *ws, const fam_config *cfg, const fam_weights *w
             return rc;
         }
     }
-    CK(be_sync(ws->be, err));
+    CK(be_check(ws->be, err)); /* as fwd_eval */
     return fwd_eval_multi(ws, cfg, w, experts, items, n_items, err);
 }

@@ -201,6 +201,12 @@ struct fwd_ws {
     /* forward.c eval_multi's backend buffers, kept from one pass to the next and grown when a pass needs more: a
      * server's every decode step is a pass, and on the GPU each made and freed them (cudaFree waits for the device) */
     struct { void *p; size_t bytes; } mp[FWD_MP_BUFS];
+    /* HOST: eval_multi's logits of its gathered last rows [rows][V] (forward.c multi_logits): pinned memory that one
+     * download a chunk fills where the backend's memory is not the host's, the LM head's own output where it is;
+     * kept and grown like mp (lg_host_flags: the alloc flags it was made with) */
+    float *lg_host;
+    size_t lg_host_bytes;
+    int lg_host_flags;
 };
 
 /* Activation slots of the workspace: a block's input (ws->h, read by q/k/v, the router, gate/up of the

@@ -23,8 +23,11 @@
  * so each sequence gets bitwise what eval_batch gives it over the same micro-batches, alone.
  * The DeltaNet state of the call is built in the non-current slot and a spare buffer, so a failure
  * leaves every sequence exactly as it was (nothing of this call is committed).
- * Stages: multi_alloc (the pass's buffers), multi_begin (embed), per layer multi_mixer and multi_ffn,
- * multi_settle (snapshot put back: commit or roll back), multi_finish (positions and logits), multi_free. */
+ * Stages: multi_alloc (the pass's buffers), multi_begin (embed), per layer multi_mixer and multi_ffn, multi_logits
+ * (the gathered last rows' logits, downloaded once: the pass's wait), multi_settle (snapshot put back: commit or roll
+ * back), multi_finish (positions and logits), multi_free. A batch of decode steps on a device backend waits for the
+ * device once (one download of every sequence's logits, then the sync that reads the sticky error) and allocates
+ * nothing once its buffers have grown (tests/test_batch_ops.c counts its backend calls). */
 #define FWD_SAVED 4 /* rings a pass may save per (item, layer): ring_of */
 
 /* One layer-major pass's buffers: backend memory for the rows' floats, host memory for routing (fwd_wide's
@@ -42,7 +45,8 @@ typedef struct mix_set {
 
 static void mix_set_free(fwd_ws *ws, mix_set *m) {
     void *p[8] = {m->h, m->big, m->k, m->v, m->mix, m->out, m->act[0], m->act[1]};
-    for (int i = 0; i < 8; i++) ws->be->free(ws->be, p[i], m->bytes[i], BE_BUF_DEVICE);
+    for (int i = 0; i < 8; i++)
+        if (p[i]) ws->be->free(ws->be, p[i], m->bytes[i], BE_BUF_DEVICE); /* (a decode batch made none) */
     memset(m, 0, sizeof *m);
 }
 
@@ -111,7 +115,9 @@ typedef struct multi_pass {
     float **saved;
     unsigned char *orig;
     int *row0;                     /* [n_items] the item's first row */
-    float *last_rows, *last_logits; /* [n_last][H], [n_lg][V]: the gathered last rows of last-token items */
+    float *last_rows, *last_logits; /* [n_last][R], [n_lg][V]: the gathered last rows of last-token items (device
+                                     * logits: NULL on a host backend, whose LM head writes ws->lg_host) */
+    int *last_idx;                  /* [n_last] HOST: X's row of each (multi_logits) */
     mix_set ms;                     /* wider attention micro-batches (a device backend's) */
 } multi_pass;
 
@@ -127,6 +133,17 @@ static void *mp_buf(fwd_ws *ws, int i, size_t bytes) {
     ws->mp[i].p = ws->be->alloc(ws->be, bytes, BE_BUF_DEVICE);
     ws->mp[i].bytes = ws->mp[i].p ? bytes : 0;
     return ws->mp[i].p;
+}
+
+/* ws->lg_host of at least bytes (fwd_ws): pinned memory for a device backend's downloads, the backend's own (host)
+ * memory on a host backend; kept from the pass before when it holds them. 1, or 0 when out of memory. */
+static int lg_host(fwd_ws *ws, size_t bytes) {
+    if (ws->lg_host && ws->lg_host_bytes >= bytes) return 1;
+    if (ws->lg_host) ws->be->free(ws->be, ws->lg_host, ws->lg_host_bytes, ws->lg_host_flags);
+    ws->lg_host_flags = ws->be->is_host ? BE_BUF_DEVICE : BE_BUF_PINNED;
+    ws->lg_host = ws->be->alloc(ws->be, bytes, ws->lg_host_flags);
+    ws->lg_host_bytes = ws->lg_host ? bytes : 0;
+    return ws->lg_host != NULL;
 }
 
 static sl_status multi_alloc(fwd_ws *ws, const fam_config *cfg, const fwd_item *it, int n_items, multi_pass *mp,
@@ -156,12 +173,14 @@ static sl_status multi_alloc(fwd_ws *ws, const fam_config *cfg, const fwd_item *
     mp->orig = malloc((size_t)n_items * L);
     mp->row0 = malloc((size_t)n_items * sizeof(int));
     mp->last_rows = mp->n_last ? mp_buf(ws, 9, (size_t)mp->n_last * R * sizeof(float)) : NULL;
-    mp->last_logits = mp->n_last ? mp_buf(ws, 10, (size_t)mp->n_lg * V * sizeof(float)) : NULL;
+    mp->last_logits = mp->n_last && !ws->be->is_host ? mp_buf(ws, 10, (size_t)mp->n_lg * V * sizeof(float)) : NULL;
+    mp->last_idx = malloc((size_t)(mp->n_last ? mp->n_last : 1) * sizeof(int));
+    const int lg_ok = !mp->n_last || lg_host(ws, (size_t)mp->n_last * V * sizeof(float));
     const fwd_wide *wb = &mp->wb;
     if (!mp->X || !mp->HN || !mp->O || (cfg->moe_shortcut && !mp->SC) || !wb->router || !wb->top_e || !wb->top_w || !wb->e_tok || !wb->e_slot ||
         !wb->sh_y || !wb->sg || !mp->saved || !mp->orig || !mp->row0 || !mp->tok ||
         (cfg->hc_mult > 0 && (!mp->HT || !mp->HM)) ||
-        (mp->n_last && (!mp->last_rows || !mp->last_logits))) {
+        (mp->n_last && (!mp->last_rows || (!ws->be->is_host && !mp->last_logits))) || !mp->last_idx || !lg_ok) {
         return err_set(err, SL_ENOMEM, "out of memory for a %d-token evaluation", mp->n);
     }
     return 0;
@@ -178,22 +197,24 @@ static void multi_free(multi_pass *mp) {
     free(mp->saved);
     free(mp->orig);
     free(mp->row0);
+    free(mp->last_idx);
 }
 
 /* Each item's rows embedded and its DeltaNet slots recorded (the rollback's reference); the first MoE layer's
  * reads start now, under its mixer's compute. Cannot fail (a backend failure is sticky: the first sync). */
 static void multi_begin(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, const tn_expert_src *experts,
                         multi_pass *mp) {
-    const size_t R = (size_t)cfg_res_width(cfg);
     const int L = cfg->n_layers;
     const fwd_item *it = mp->it;
     for (int i = 0, r = 0; i < mp->n_items; r += it[i].n, i++) {
         mp->row0[i] = r;
         for (int l = 0; l < L; l++) mp->orig[(size_t)i * L + l] = it[i].sq->lin_cur[l];
-        fwd_embed_rows(ws, cfg, w, it[i].tokens, it[i].n, mp->X + (size_t)r * R);
         memcpy(mp->tok + r, it[i].tokens, (size_t)it[i].n * sizeof(int32_t));
-        fwd_embed_scale(ws, cfg, mp->X + (size_t)r * R, it[i].n);
     }
+    /* every item's rows in one op (a row depends on its token only): one upload and launch a pass on a device, where
+     * an op per item made a serving step's eight */
+    fwd_embed_rows(ws, cfg, w, mp->tok, mp->n, mp->X);
+    fwd_embed_scale(ws, cfg, mp->X, mp->n);
     mp->traced = ws->trace && mp->n_items == 1; /* the hook follows one sequence's positions */
     for (int l = 0; l < L; l++)
         if (cfg->layer_moe[l]) {
@@ -330,7 +351,7 @@ static void multi_settle(be_backend *be, const fam_config *cfg, multi_pass *mp, 
                     size_t ring;
                     float *dst = ring_of(sq, l, k2, &ring);
                     if (sv[k2] && !ok) be->copy(be, dst, sv[k2], ring, BE_D2D);
-                    UNDEV(sv[k2], ring);
+                    if (sv[k2]) UNDEV(sv[k2], ring); /* (none saved for a pass of one micro-batch) */
                 }
                 continue;
             }
@@ -346,39 +367,61 @@ static void multi_settle(be_backend *be, const fam_config *cfg, multi_pass *mp, 
     }
 }
 
-/* After a committed pass: every sequence's position advanced, the logits asked for written: all rows of an
- * all_logits item by micro-batches, the last rows of the others gathered into one LM-head pass. */
-static void multi_finish(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, multi_pass *mp) {
+/* The logits of the items that want their last row's only, into ws->lg_host [n_last][V] (HOST), queued before the
+ * pass's sync: their rows (X's row of each, mp->last_idx) gathered by one copy_rows, or read where they are when they
+ * are X's first n_last rows (a batch of decode steps); one LM-head pass over them FWD_BATCH rows at a time; on a
+ * device backend one download a chunk, whose wait is the pass's (eval_batch's order: the logits' copy, then the sync
+ * finds the queue empty). multi_finish hands each item its row once the pass has committed. Cannot fail (a backend
+ * failure is sticky: the sync after it). */
+static void multi_logits(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, multi_pass *mp) {
     be_backend *be = ws->be;
     const size_t H = (size_t)cfg->hidden, V = (size_t)cfg->vocab, R = (size_t)cfg_res_width(cfg);
     const tn_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
     const fwd_item *it = mp->it;
-    int j = 0;
-    for (int i = 0; i < mp->n_items; i++) {
+    if (!mp->n_last) return;
+    int in_place = 1;
+    for (int i = 0, j = 0; i < mp->n_items; i++)
+        if (it[i].logits && !it[i].all_logits) {
+            mp->last_idx[j] = mp->row0[i] + it[i].n - 1;
+            in_place &= mp->last_idx[j] == j;
+            j++;
+        }
+    const float *rows = mp->X;
+    if (!in_place) {
+        be->copy_rows(be, mp->last_rows, R, NULL, mp->X, R, mp->last_idx, mp->n_last, (int)R);
+        rows = mp->last_rows;
+    }
+    for (int r0 = 0; r0 < mp->n_last; r0 += FWD_BATCH) {
+        const int nb = mp->n_last - r0 < FWD_BATCH ? mp->n_last - r0 : FWD_BATCH;
+        float *lg = be->is_host ? ws->lg_host + (size_t)r0 * V : mp->last_logits;
+        fwd_final_rows(ws, cfg, w, rows + (size_t)r0 * R, nb, ws->h);
+        if (mp->traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past + it[0].n - 1, nb, ws->h);
+        fwd_matmul(ws, head, ws->h, H, lg, V, nb, FWD_ACT_IN);
+        fwd_softcap(ws, cfg, lg, nb);
+        if (!be->is_host) be->copy(be, ws->lg_host + (size_t)r0 * V, lg, (size_t)nb * V * sizeof(float), BE_D2H);
+    }
+}
+
+/* After a committed pass: every sequence's position advanced, the logits asked for written: all rows of an
+ * all_logits item by micro-batches, the last row of the others from multi_logits' host rows. */
+static void multi_finish(fwd_ws *ws, const fam_config *cfg, const fam_weights *w, multi_pass *mp) {
+    const size_t V = (size_t)cfg->vocab, R = (size_t)cfg_res_width(cfg);
+    const tn_mat *head = w->lm_head.data ? &w->lm_head : &w->embed;
+    const fwd_item *it = mp->it;
+    for (int i = 0, j = 0; i < mp->n_items; i++) {
         const int pos0 = it[i].sq->n_past;
         it[i].sq->n_past += it[i].n;
         if (!it[i].logits) continue;
-        const float *Xi = mp->X + (size_t)mp->row0[i] * R;
-        if (!it[i].all_logits) { /* gathered: one LM-head pass for every sequence's last row */
-            be->copy(be, mp->last_rows + (size_t)j++ * R, Xi + (size_t)(it[i].n - 1) * R, R * sizeof(float), BE_D2D);
+        if (!it[i].all_logits) {
+            memcpy(it[i].logits, ws->lg_host + (size_t)j++ * V, V * sizeof(float));
             continue;
         }
+        const float *Xi = mp->X + (size_t)mp->row0[i] * R;
         for (int r0 = 0; r0 < it[i].n; r0 += FWD_BATCH) {
             int nb = it[i].n - r0 < FWD_BATCH ? it[i].n - r0 : FWD_BATCH;
             fwd_final_rows(ws, cfg, w, Xi + (size_t)r0 * R, nb, ws->h);
             if (mp->traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, pos0 + r0, nb, ws->h);
             fwd_emit_logits(ws, head, nb, it[i].logits + (size_t)r0 * V);
-        }
-    }
-    for (int r0 = 0, i = 0; r0 < mp->n_last; r0 += FWD_BATCH) {
-        int nb = mp->n_last - r0 < FWD_BATCH ? mp->n_last - r0 : FWD_BATCH;
-        fwd_final_rows(ws, cfg, w, mp->last_rows + (size_t)r0 * R, nb, ws->h);
-        if (mp->traced) ws->trace(ws->trace_ctx, cfg->n_layers + 1, it[0].sq->n_past - 1, nb, ws->h);
-        fwd_matmul(ws, head, ws->h, H, mp->last_logits, V, nb, FWD_ACT_IN);
-        fwd_softcap(ws, cfg, mp->last_logits, nb);
-        for (int r = 0; r < nb; r++, i++) {
-            while (!it[i].logits || it[i].all_logits) i++;
-            be->copy(be, it[i].logits, mp->last_logits + (size_t)r * V, V * sizeof(float), BE_D2H);
         }
     }
 }
@@ -402,6 +445,7 @@ sl_status fwd_eval_multi(fwd_ws *ws, const fam_config *cfg, const fam_weights *w
         if (!rc && mp.traced) rc = be_sync(ws->be, err); /* the hook reads X */
         if (!rc && mp.traced) ws->trace(ws->trace_ctx, l + 1, it[0].sq->n_past, mp.n, mp.X);
     }
+    if (!rc) multi_logits(ws, cfg, w, &mp); /* its download waits for the pass */
     if (!rc) rc = be_sync(ws->be, err); /* the pass's sticky error, read once before anything is committed */
     multi_settle(ws->be, cfg, &mp, !rc);
     if (!rc) multi_finish(ws, cfg, w, &mp);
