@@ -3,12 +3,15 @@
  * For B concurrent streams (default 1, 2, 4, 8, 16) it submits B sampled requests with short distinct
  * prompts to the scheduler (src/serve/sched.h, the engine under `sluice serve`) and measures aggregate
  * decode tokens/s (generated tokens over the wall time from the first to the last token), expert bytes
- * read per generated token, hit rate and steps. Then the time to first token of a follow-up turn (a
- * long first prompt, then the same plus a short new turn) with and without the prefix cache.
+ * read per generated token, hit rate, steps, and the mean time a step spent in sl_batch_eval (its rows a step
+ * beside it: the prompts' steps are in the mean too). Then the time to first token of a follow-up turn (a long first
+ * prompt, then the same plus a short new turn) with and without the prefix cache (--followup 0: not run, so that a
+ * timeline of the run holds the serving steps only).
  *
  * Usage: build/bench_serve MODEL.sluice [--cache SIZE_MIB] [--tokens N] [--streams 1,2,4,8,16] [--resident 1]
  *                          [--io direct|buffered] [--prompt N] [--temp T (default 1: sampled)] [--gpu 1 (CUDA, resident)]
  *                          [--kv TYPE (default f16, as `sluice serve` gives: a backend without it takes f32)]
+ *                          [--followup 0]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -81,7 +84,7 @@ int main(int argc, char **argv) {
     long long cache_mib = 256;
     int n_tok = 32, n_prompt_long = 1024;
     float temp = 1.0f;
-    int gpu = 0, resident = 0, kv = -1;
+    int gpu = 0, resident = 0, kv = -1, followup = 1;
     sl_io_mode io = SL_IO_DIRECT;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--cache")) cache_mib = atoll(argv[i + 1]);
@@ -91,6 +94,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--temp")) temp = (float)atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--gpu")) gpu = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--resident")) resident = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--followup")) followup = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--io")) io = strcmp(argv[i + 1], "buffered") ? SL_IO_DIRECT : SL_IO_BUFFERED;
         else if (!strcmp(argv[i], "--kv") && (kv = sl_kv_type_from_name(argv[i + 1])) < 0) {
             fprintf(stderr, "--kv: '%s' is not a KV cache type (f32, f16, bf16, q8, q4, q4r)\n", argv[i + 1]);
@@ -107,8 +111,9 @@ int main(int argc, char **argv) {
     sl_model_stats(m, &st0);
     printf("model %s: experts %.1f GiB, cache %lld MiB, io %s, %d tokens per stream\n\n", path,
            (double)st0.expert_bytes / (1 << 30), cache_mib, io == SL_IO_DIRECT ? "direct" : "buffered", n_tok);
-    printf("| streams | aggregate decode tok/s | per stream | x 1 stream | expert MiB read / token | hit rate | steps |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| streams | aggregate decode tok/s | per stream | x 1 stream | expert MiB read / token | hit rate | steps | "
+           "ms a step in the model | rows a step |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
     double base = 0;
     for (const char *p = streams; *p;) {
         int B = atoi(p);
@@ -143,10 +148,16 @@ int main(int argc, char **argv) {
         double dt = t.t_last - t.t_first, tps = dt > 0 ? (t.tokens - B) / dt : 0; /* first tokens end the prefills */
         if (B == 1 || !base) base = tps;
         uint64_t req = st.hits + st.misses;
-        printf("| %d | %.2f | %.2f | %.2f | %.1f | %.1f%% | %llu |\n", B, tps, tps / B, base > 0 ? tps / base : 0,
+        printf("| %d | %.2f | %.2f | %.2f | %.1f | %.1f%% | %llu | %.3f | %.2f |\n", B, tps, tps / B, base > 0 ? tps / base : 0,
                t.tokens ? (double)st.bytes_read / t.tokens / 1048576.0 : 0, req ? 100.0 * st.hits / req : 0,
-               (unsigned long long)ss.steps);
+               (unsigned long long)ss.steps, ss.steps ? 1e3 * ss.busy_s / (double)ss.steps : 0,
+               ss.steps ? (double)ss.step_rows / (double)ss.steps : 0);
         fflush(stdout);
+    }
+    if (!followup) {
+        sl_tokenizer_free(tok);
+        sl_model_close(m);
+        return 0;
     }
     /* follow-up turn: TTFT with and without the prefix cache */
     int n_long = n_prompt_long < sl_model_n_ctx(m) - 64 ? n_prompt_long : sl_model_n_ctx(m) - 64;
