@@ -147,6 +147,7 @@ static void bench_moe_wide(const mat *gu, const mat *dn, float *dx);
 static void bench_mv_rows(const mat *gu, const mat *dn, float *dx, float *dy, void *abuf, void *dbuf, double copy_gbs);
 static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, const int *idx, int N, const float *alone, float *dy,
                           const void *dtab, const void *dsel);
+static void check_mv_split(const mat *a, const slcu_act *da, const float *alone, float *dy);
 
 #include "test_cuda_bench.c" /* --bench-i8 and --bench: bench_i8, bench */
 
@@ -265,6 +266,7 @@ static void check_i8(dt_type dt, int rows, int cols, int group, dt_type sdt) {
     for (int t = 0; t < 44; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
     CK(gok, "%s: matrices from a device table differ from the same matrices passed directly", dt_name(dt));
     check_mv_rows(&a, &da, drows, idx, N, alone, dy, dtab, dsel); /* test_cuda_mv.c */
+    check_mv_split(&a, &da, alone, dy);                          /* test_cuda_split.c */
     slcu_free(dtab), slcu_free(dsel);
     printf("ok   %-4s int8 group %-3d scales %-4s %5d x %-5d  max rel err %.2e against the CPU's int8\n", dt_name(dt), group,
            dt_name(sdt), rows, cols, worst);
@@ -389,6 +391,7 @@ static void check_fused(void) {
 #include "test_cuda_small.c" /* issue 24: SLUICE_CUDA_NORM=2 / ROUTE=2 bitwise the kernels before: check_small, bench_small */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
+#include "test_cuda_split.c" /* issue 24: SLUICE_CUDA_MVSPLIT's one-token jobs bitwise mvn_i8: check_mv_split, --mvsplit */
 #include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
 #include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
 
@@ -854,6 +857,10 @@ int main(int argc, char **argv) {
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
         if (!strcmp(argv[1], "--bench-small")) bench_small();
         return failures ? 1 : 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--mvsplit")) { /* 2-8 token matvecs as one-token jobs, timed (test_cuda_split.c) */
+        bench_mv_split();
+        return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */
         check_moe_dec_all();

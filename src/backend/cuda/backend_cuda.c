@@ -466,8 +466,9 @@ static int *route_buf(be_backend *be, size_t nk) {
     return c->rt;
 }
 
-/* The device router's choice, copied back (so streamed steps weigh experts as moe_resident does); a hint or
- * uniform routing: the logits come back and the CPU backend's rule chooses. */
+/* The device router's choice, copied back (so streamed steps weigh experts as moe_resident does): its experts and
+ * weights side by side in the route buffer, one blocking download (where there were two); a hint or uniform routing:
+ * the logits come back and the CPU backend's rule chooses. */
 static sl_status cu_route(be_backend *be, const be_route *r) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
@@ -475,12 +476,15 @@ static sl_status cu_route(be_backend *be, const be_route *r) {
     if (c->step) return SL_EIO; /* a recorded step cannot give the host its choice: step_end reruns it as usual */
     if (!r->hint && router_of(r->cfg, r->bias, &rr)) {
         const size_t nk = (size_t)r->n * (size_t)r->cfg->n_experts_used;
-        int *de = route_buf(be, nk);
-        if (!de) return cu_sync(be);
-        float *dw = (float *)(de + c->rt_cap);
-        if (slcu_route(&rr, r->logits, r->n, de, dw, MSG(be)) || slcb_copy(r->top_e, de, nk * sizeof(int), 1, MSG(be)) ||
-            slcb_copy(r->top_w, dw, nk * sizeof(float), 1, MSG(be)))
+        int *de = route_buf(be, nk), *h = de ? host_scratch(be, 2 * nk * sizeof(int)) : NULL;
+        if (!h) return cu_sync(be);
+        float *dw = (float *)(de + nk); /* (route_buf holds 2 rt_cap words, rt_cap >= nk) */
+        if (slcu_route(&rr, r->logits, r->n, de, dw, MSG(be)) || slcb_copy(h, de, 2 * nk * sizeof(int), 1, MSG(be))) {
             cu_fail(be, SL_EIO, c->tmp);
+        } else {
+            memcpy(r->top_e, h, nk * sizeof(int));
+            memcpy(r->top_w, h + nk, nk * sizeof(float));
+        }
         return cu_sync(be);
     }
     sl_status st = cu_sync(be);

@@ -122,6 +122,12 @@ int slcu_i8_swiglu_fused(void);
  * cp.async), 3 cuda_i8.cu mv_i8 (a thread a row), 4 cuda_mv1d.cu mvnd_i8 (mv1d_i8's warps, each job its own tokens),
  * 0 back to the environment's SLUICE_CUDA_MVN (1 unset). */
 void slcu_i8_mvn_kernel(int version);
+/* SLUICE_CUDA_MVSPLIT=MiB (issue 24, serving; off unset or 0): a matvec job of 2-8 tokens (no token rows, no device
+ * table: a decode batch's q/k/v, o, router, shared expert, LM head) whose matrix holds at most MiB MiB of codes runs
+ * as one one-token job a token (the one-token kernel: its rows a CTA fill the SMs where mvn_i8's 16 leave them idle,
+ * the matrix read once a token, from the L2 after the first): the same bits (cuda.h's order). For tests and
+ * benchmarks: mib > 0 that bound, 0 off, -1 back to the environment. */
+void slcu_i8_mvsplit(int mib);
 /* Implied biases (issue 24; on unless SLUICE_CUDA_IBIAS=0): the int8 matvecs of 1-8 tokens (cuda_mv.cu, cuda_mv1d.cu, cuda_i8.cu mv_i8) compute
  * the biases of a matrix with slcu_mat ibias as z times its scales (cuda_i8.cuh zbias) instead of loading them, the
  * same bits, in launches of their own; with a device table (slcu_mm tab) w.ibias says it of every matrix the table

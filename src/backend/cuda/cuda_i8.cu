@@ -367,6 +367,57 @@ static cudaError_t launch_class(int dt, int sdt, int gemm, ijobs *J, int max_tok
     return cudaGetLastError();
 }
 
+/* A row of an n-row activation as a one-row one (backend_cuda.c cu_ffn_multi's views) */
+static slcu_act act_row_view(const slcu_act &a, int t) {
+    const size_t nb = (size_t)a.cols / 32, ns = nb + nb / 2 + nb / 4;
+    slcu_act r;
+    memset(&r, 0, sizeof r);
+    r.n_tok = 1, r.cols = a.cols, r.q = a.q + (size_t)t * a.cols, r.q4 = a.q4 + (size_t)t * a.cols;
+    r.d = a.d + (size_t)t * nb, r.s = a.s + (size_t)t * ns;
+    return r;
+}
+
+/* SLUICE_CUDA_MVSPLIT (cuda.h slcu_i8_mvsplit): the MiB bound of a 2-8 token job's codes taken as one-token jobs, 0 off.
+ * Read once (the first int8 matmul, under the backend's open). The choice by reading the kernels (docs/CUDA.md "A batch
+ * of decode steps' waits and matvecs"): mvn_i8 takes 16 rows a CTA, so a decode batch's o (2048 rows) is 128 CTAs of 256
+ * threads on 132 SMs and the router (128 rows) 8, latency-bound; the one-token kernel picks its rows a CTA to fill ~6
+ * CTAs an SM, so 8 one-token jobs of o are 512 CTAs and of the router 256, each reading the matrix (4 MiB for o, from
+ * the L2 after the first). A large matrix (the LM head, 155 MiB) read once a token from memory would lose: the bound. */
+static int mvsplit_mib = -1;
+extern "C" void slcu_i8_mvsplit(int mib) { mvsplit_mib = mib >= 0 ? mib : -1; }
+static int mv_split(const slcu_mm *m) {
+    if (mvsplit_mib < 0) {
+        const char *e = getenv("SLUICE_CUDA_MVSPLIT");
+        const int v = e && *e ? atoi(e) : 0;
+        mvsplit_mib = v > 0 ? v : 0;
+    }
+    if (!mvsplit_mib || m->n_tok < 2 || m->n_tok > 8 || m->rows || m->tab || m->a->sg || force_kernel || !slcu_decode_kernels)
+        return 0;
+    const size_t codes = (size_t)m->w.rows * (size_t)m->w.cols / (m->w.dtype == DT_Q4 ? 2 : 1);
+    return codes <= ((size_t)mvsplit_mib << 20);
+}
+
+/* mm with each mv_split job as n_tok one-token jobs (row t of its activation, row t of its output), MAXJ jobs a call */
+static int matmul_split(const slcu_mm *mm, int n, char *msg, size_t msglen) {
+    slcu_mm ex[MAXJ];
+    slcu_act av[MAXJ];
+    int ne = 0;
+    for (int i = 0; i < n; i++) {
+        const int k = mv_split(&mm[i]) ? mm[i].n_tok : 1;
+        if (ne + k > MAXJ) {
+            if (slcu_matmul_i8(ex, ne, msg, msglen)) return -1;
+            ne = 0;
+        }
+        for (int t = 0; t < k; t++, ne++) {
+            ex[ne] = mm[i];
+            if (k == 1) continue;
+            av[ne] = act_row_view(*mm[i].a, t);
+            ex[ne].a = &av[ne], ex[ne].n_tok = 1, ex[ne].y = mm[i].y + (size_t)t * mm[i].ldy;
+        }
+    }
+    return ne ? slcu_matmul_i8(ex, ne, msg, msglen) : 0;
+}
+
 extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen) {
     for (int i = 0; i < n; i++) {
         const slcu_mm *m = &mm[i];
@@ -386,6 +437,8 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
             return -1;
         }
     }
+    for (int i = 0; i < n; i++)
+        if (mv_split(&mm[i])) return matmul_split(mm, n, msg, msglen); /* (its jobs are not split again) */
     ijobs J; /* the kernel parameter, staged on the host */
     static const int sdts[3] = {DT_F32, DT_F16, DT_BF16};
     for (int dt = DT_Q8; dt <= DT_Q4; dt++)
@@ -685,16 +738,6 @@ static int moe_mv_bound(void) {
         moe_mv_max = v >= 0 && v <= 64 ? v : 0;
     }
     return moe_mv_max;
-}
-
-/* A row of an n-row activation as a one-row one (backend_cuda.c cu_ffn_multi's views) */
-static slcu_act act_row_view(const slcu_act &a, int t) {
-    const size_t nb = (size_t)a.cols / 32, ns = nb + nb / 2 + nb / 4;
-    slcu_act r;
-    memset(&r, 0, sizeof r);
-    r.n_tok = 1, r.cols = a.cols, r.q = a.q + (size_t)t * a.cols, r.q4 = a.q4 + (size_t)t * a.cols;
-    r.d = a.d + (size_t)t * nb, r.s = a.s + (size_t)t * ns;
-    return r;
 }
 
 /* slcu_moe_ffn of a decode batch: pair p = t k + s is a one-token job per matrix, its matrices the table's at top_e[p]
