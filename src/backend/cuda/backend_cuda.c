@@ -804,7 +804,9 @@ be_backend *be_cuda_new(pool_t *pool) {
     c->nq_off = !slcu_decode_kernels || (g && !strcmp(g, "0"));
     /* issue 24's prefill (also cuda_i8.cu SLUICE_CUDA_GEMM=1, cuda_fattn.cu SLUICE_CUDA_FATTN=0, SLUICE_MIX_ROWS=64);
      * cuda_i8.cu SLUICE_CUDA_MOEN=N: moe_wide's batches of up to N tokens as one-token matvec jobs a (token, slot)
-     * pair, larger ones the grouped GEMM; unset or 0 the GEMM for every batch, as before (cuda.h slcu_moe_mv) */
+     * pair, larger ones the grouped GEMM; unset or 0 the GEMM for every batch, as before (cuda.h slcu_moe_mv); a decode
+     * batch's 2-8 token dense matvecs (cuda_i8.cu, read at the first matmul): SLUICE_CUDA_MVSPLIT=MiB as one-token jobs,
+     * SLUICE_CUDA_MVGEMM=ROWS by the GEMM, both off unset (cuda.h slcu_i8_mvsplit, slcu_i8_mvgemm) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");

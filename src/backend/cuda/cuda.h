@@ -128,6 +128,10 @@ void slcu_i8_mvn_kernel(int version);
  * the matrix read once a token, from the L2 after the first): the same bits (cuda.h's order). For tests and
  * benchmarks: mib > 0 that bound, 0 off, -1 back to the environment. */
 void slcu_i8_mvsplit(int mib);
+/* SLUICE_CUDA_MVGEMM=ROWS (issue 24, serving; off unset or 0): a matvec job of 2-8 tokens (not split) of a matrix of
+ * at least ROWS rows takes the GEMM (gemm_i8), as 16 tokens and more do: the same bits. For tests and benchmarks: rows
+ * > 0 that bound, 0 off, -1 back to the environment. */
+void slcu_i8_mvgemm(int rows);
 /* Implied biases (issue 24; on unless SLUICE_CUDA_IBIAS=0): the int8 matvecs of 1-8 tokens (cuda_mv.cu, cuda_mv1d.cu, cuda_i8.cu mv_i8) compute
  * the biases of a matrix with slcu_mat ibias as z times its scales (cuda_i8.cuh zbias) instead of loading them, the
  * same bits, in launches of their own; with a device table (slcu_mm tab) w.ibias says it of every matrix the table

@@ -397,6 +397,22 @@ static int mv_split(const slcu_mm *m) {
     return codes <= ((size_t)mvsplit_mib << 20);
 }
 
+/* SLUICE_CUDA_MVGEMM=ROWS (cuda.h slcu_i8_mvgemm; off unset or 0): a 2-8 token job (not split) of a matrix of at least
+ * ROWS rows takes gemm_i8, as 16 tokens and more do: mvn_i8 stages every token's products of a block through shared
+ * memory and ran q4 16384 x 8192 at 8 tokens in 0.223 ms where one token took 0.042 (docs/CUDA.md), compute-bound,
+ * where the GEMM's tensor cores take the 8 tokens in one fragment (a 64-token tile mostly empty) and its tiles of 64
+ * rows fill the SMs only on tall matrices (the LM head's 151936 rows: 2374 CTAs; o's 2048: 32). Read once. */
+static int mvgemm_rows = -1; /* (jobs through a device table keep the matvec: their bias words may be NULL) */
+extern "C" void slcu_i8_mvgemm(int rows) { mvgemm_rows = rows >= 0 ? rows : -1; }
+static int mv_gemm(const slcu_mm *m) {
+    if (mvgemm_rows < 0) {
+        const char *e = getenv("SLUICE_CUDA_MVGEMM");
+        const int v = e && *e ? atoi(e) : 0;
+        mvgemm_rows = v > 0 ? v : 0;
+    }
+    return mvgemm_rows && m->n_tok >= 2 && m->n_tok <= 8 && !m->tab && !m->a->sg && m->w.rows >= mvgemm_rows;
+}
+
 /* mm with each mv_split job as n_tok one-token jobs (row t of its activation, row t of its output), MAXJ jobs a call */
 static int matmul_split(const slcu_mm *mm, int n, char *msg, size_t msglen) {
     slcu_mm ex[MAXJ];
@@ -450,7 +466,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
             for (int i = 0; i <= n; i++) {
                 if (i < n) {
                     const slcu_mm *m = &mm[i];
-                    const int use_gemm = force_kernel ? force_kernel == 2 : m->n_tok >= 16;
+                    const int use_gemm = force_kernel ? force_kernel == 2 : m->n_tok >= 16 || mv_gemm(m);
                     const int implied = !use_gemm && m->w.ibias && ibias_enabled();
                     if (m->w.dtype != dt || m->w.sdtype != sdt || use_gemm != gemm || implied != ib || m->n_tok == 0) continue;
                     ijob &j = J.j[J.n++];
