@@ -1,0 +1,205 @@
+/*
+ * cuda_flash.cuh — the device helpers of cuda_flash.cu's f16 attention kernels (its head comment states the order):
+ * ldmatrix / mma.sync wrappers, cp.async, a row's key range, the fold of a chunk (f16_fold, f16_mix), a row's end
+ * (f16_final), the q and K/V tile loads, a warp's scores and P V. For cuda_flash.cu only (one translation unit).
+ */
+#ifndef SL_CUDA_FLASH_CUH
+#define SL_CUDA_FLASH_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda.h"
+
+#define FA16_C 64 /* keys per chunk: the fixed split of the positions */
+
+__device__ __forceinline__ void f16_ldm4(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void f16_ldm4t(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void f16_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t f16_pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+/* 16 bytes global -> shared without a register round trip, or 16 zero bytes (ok false: src is not read) */
+__device__ __forceinline__ void fl_cp16(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void fl_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void fl_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ float f16_sigm(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+/* the keys p0 .. pos of row r (token r / G): lo > hi for a padding row */
+__device__ __forceinline__ void f16_range(const slcu_attn &p, int r, int nrows, int G, int &lo, int &hi) {
+    if (r >= nrows) { lo = 1, hi = 0; return; }
+    const int pos = p.pos0 + r / G;
+    lo = p.window > 0 && pos >= p.window ? pos - p.window + 1 : 0, hi = pos;
+}
+
+/* the fold of one chunk's (m, l) into (M, L): a, b scale O and o */
+__device__ __forceinline__ void f16_fold(float &M, float &L, float m, float l, float &a, float &b) {
+    const float Mn = fmaxf(M, m);
+    a = expf(__fsub_rn(M, Mn)), b = expf(__fsub_rn(m, Mn));
+    L = __fmaf_rn(l, b, __fmul_rn(L, a));
+    M = Mn;
+}
+__device__ __forceinline__ float f16_mix(float O, float o, float a, float b) { return __fmaf_rn(o, b, __fmul_rn(O, a)); }
+
+/* The end of a row: its sink, the quotient, the gate. */
+__device__ __forceinline__ float f16_final(const slcu_attn &p, int h, float M, float L, float O, const float *gate) {
+    if (p.sinks) {
+        const float Mn = fmaxf(M, p.sinks[h]), a = expf(__fsub_rn(M, Mn));
+        L = __fadd_rn(__fmul_rn(L, a), expf(__fsub_rn(p.sinks[h], Mn)));
+        O = __fmul_rn(O, a);
+    }
+    const float v = __fdiv_rn(O, L);
+    return gate ? __fmul_rn(v, f16_sigm(*gate)) : v;
+}
+
+/* rows (the CTA's or a warp's) of q into qs [nr][HDP + 8] halves, zero past hd and past the rows. A thread takes
+ * runs of 8 columns of one row: the row's address once, its 8 loads issued together, one 16-byte store (the
+ * decode kernel's one warp loaded 64 elements one after another: most of its 18 us at depth 1, call D) */
+template <int HDP>
+__device__ void f16_load_q(const slcu_attn &p, __half *qs, int r0, int nr, int nrows, int G, int kvh, int tid, int nthr) {
+    constexpr int U = HDP / 8; /* runs a row */
+#pragma unroll 2
+    for (int i = tid; i < nr * U; i += nthr) {
+        const int r = i / U, d0 = (i % U) * 8, R = r0 + r;
+        float x[8];
+        if (R < nrows) {
+            const float *qr = p.q + (size_t)(R / G) * p.ldq + (size_t)(kvh * G + R % G) * p.qstride;
+#pragma unroll
+            for (int j = 0; j < 8; j++) x[j] = d0 + j < p.hd ? qr[d0 + j] : 0.0f;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) x[j] = 0.0f;
+        }
+        uint4 h;
+        h.x = f16_pack(x[0], x[1]), h.y = f16_pack(x[2], x[3]), h.z = f16_pack(x[4], x[5]), h.w = f16_pack(x[6], x[7]);
+        *(uint4 *)(qs + r * (HDP + 8) + d0) = h;
+    }
+}
+
+/* K and V of positions c0 .. c0 + 63 into ks, vs [64][HDP + 8], zero outside plo .. phi and past hd: cp.async
+ * (the caller commits and waits) where head_dim % 8 == 0, else element loads */
+template <int HDP>
+__device__ void f16_load_kv(const slcu_attn &p, __half *ks, __half *vs, int c0, int plo, int phi, int kvh, int tid,
+                            int nthr) {
+    const __half *kc = (const __half *)p.k_cache, *vc = (const __half *)p.v_cache;
+    const size_t row = (size_t)p.n_kv * p.hd;
+    if (p.hd % 8 == 0) {
+        constexpr int U = HDP / 8;
+        for (int i = tid; i < FA16_C * U; i += nthr) {
+            const int r = i / U, u = i % U, pp = c0 + r;
+            const bool ok = pp >= plo && pp <= phi && u * 8 < p.hd;
+            const size_t off = ok ? (size_t)(pp % p.cap) * row + (size_t)kvh * p.hd + (size_t)u * 8 : 0;
+            fl_cp16(ks + r * (HDP + 8) + u * 8, kc + off, ok);
+            fl_cp16(vs + r * (HDP + 8) + u * 8, vc + off, ok);
+        }
+        return;
+    }
+    for (int i = tid; i < FA16_C * HDP; i += nthr) {
+        const int r = i / HDP, d = i % HDP, pp = c0 + r;
+        __half kx = __float2half_rn(0.0f), vx = kx;
+        if (pp >= plo && pp <= phi && d < p.hd) {
+            const size_t off = (size_t)(pp % p.cap) * row + (size_t)kvh * p.hd + d;
+            kx = kc[off], vx = vc[off];
+        }
+        ks[r * (HDP + 8) + d] = kx, vs[r * (HDP + 8) + d] = vx;
+    }
+}
+
+/* A warp's 16 rows (qs) against the chunk of keys c0 .. c0 + 63 (ks): per thread rows g = lane / 4 and g + 8
+ * (valid keys lo[i] .. hi[i]); out the rows' chunk max m and sum l and the weights as PV's A fragments. */
+template <int HDP>
+__device__ __forceinline__ void f16_scores(const __half *qs, const __half *ks, int c0, const int lo[2], const int hi[2],
+                                           float scale, float m[2], float l[2], uint32_t pa[4][4]) {
+    constexpr int S = HDP + 8;
+    const int lane = threadIdx.x & 31, tig = lane & 3;
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < HDP / 16; kk++) {
+        uint32_t a[4];
+        f16_ldm4(a, qs + (lane & 15) * S + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int nt = 0; nt < 8; nt += 2) {
+            uint32_t b[4];
+            f16_ldm4(b, ks + (nt * 8 + (lane >> 4) * 8 + (lane & 7)) * S + kk * 16 + ((lane >> 3) & 1) * 8);
+            f16_mma(s[nt], a, b[0], b[1]);
+            f16_mma(s[nt + 1], a, b[2], b[3]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int kp = c0 + nt * 8 + tig * 2 + j;
+                const float v = kp >= lo[i] && kp <= hi[i] ? __fmul_rn(s[nt][2 * i + j], scale) : -INFINITY;
+                s[nt][2 * i + j] = v;
+                mx = fmaxf(mx, v);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float v = s[nt][2 * i + j];
+                const float e = v == -INFINITY ? 0.0f : expf(__fsub_rn(v, mx));
+                s[nt][2 * i + j] = e;
+                sum = __fadd_rn(sum, e);
+            }
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+        m[i] = mx, l[i] = sum;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        pa[kk][0] = f16_pack(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = f16_pack(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = f16_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = f16_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+}
+
+/* o [DB / 8][4] = P V for the dims d0 .. d0 + DB - 1 (vs [64][HDP + 8]) */
+template <int HDP, int DB>
+__device__ __forceinline__ void f16_pv(const uint32_t pa[4][4], const __half *vs, int d0, float o[DB / 8][4]) {
+    constexpr int S = HDP + 8;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int nt = 0; nt < DB / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int nt = 0; nt < DB / 8; nt += 2) {
+            uint32_t b[4];
+            f16_ldm4t(b, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * S + d0 + nt * 8 + (lane >> 4) * 8);
+            f16_mma(o[nt], pa[kk], b[0], b[1]);
+            f16_mma(o[nt + 1], pa[kk], b[2], b[3]);
+        }
+}
+
+#endif
