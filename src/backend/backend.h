@@ -413,6 +413,10 @@ struct be_backend {
      * only. */
     void (*rope)(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                  const float *inv_freq, float attn_factor, int pos0, int interleave);
+    /* optional (NULL: rope a run of positions at a time): rope with token t at position pos[t] (HOST [n_tok]), each
+     * token bitwise rope of it alone at its position (a decode batch's sequences in one op; interleave 0 or 1) */
+    void (*rope_at)(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
+                    const float *inv_freq, float attn_factor, const int *pos, int interleave);
     /* optional (NULL: none; DSA models need it): LayerNorm of n_tok rows x [n_tok][ld] into y (same layout, may
      * alias x): y = (x - mean) / sqrt(var + eps) * w + b over dim floats, mean and (biased) variance in double. */
     void (*layernorm)(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int dim, const float *w,
@@ -444,6 +448,9 @@ struct be_backend {
 
     /* ---- mixers ---- */
     void (*attention)(be_backend *be, const be_attn *a);
+    /* optional (NULL: attention per item): attention of the n items a[0 .. n) (disjoint caches and outputs; a decode
+     * batch's sequences), each item's cache rows and output bitwise attention(be, &a[i]) alone */
+    void (*attention_items)(be_backend *be, const be_attn *a, int n);
     void (*mla)(be_backend *be, const be_mla *a);
     void (*dsa_select)(be_backend *be, const be_dsa *d); /* optional (NULL: none; DSA models need it) */
     void (*dn_conv)(be_backend *be, const be_dn *d);

@@ -27,6 +27,8 @@
 #include "family/rope.h"
 #include "model/fwd_internal.h"
 
+#define ATTN_GROUP 16 /* items a call of attention_items */
+
 /* q/k RMSNorm of n rows as cfg->qk_norm says: per head, or over the whole projection (OLMoE); weightless (1 + 0)
  * where the layer has no q_norm (Llama 4). */
 static void qk_norms(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, cfg_attn ad, int n) {
@@ -59,7 +61,9 @@ static void temperature(fwd_ws *ws, const fam_config *cfg, int qcols, const int 
 }
 
 /* Items' rows of ws->h together (see fwd_internal.h fwd_attention_items): q/k/v, biases, q/k norms and o over
- * every row in one op each; the cache hint, RoPE and the attention op per item (its positions, its cache). */
+ * every row in one op each; the cache hint, RoPE and the attention op per item (its positions, its cache), or, where
+ * the backend has them (rope_at, attention_items), RoPE of every row in one op and the items' attention in one op per
+ * ATTN_GROUP items: each item's bits its own ops' (backend.h). */
 int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const int *pos0s, int n_items,
                         const fam_config *cfg, const fam_layer_w *lw, int layer) {
     be_backend *be = ws->be;
@@ -101,15 +105,24 @@ int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const in
     if (!cfg->qk_norm_after_rope && !nope) qk_norms(ws, cfg, lw, ad, n);
     if (cfg->v_norm) /* per head, no weight: (1 + 0) */
         be->rmsnorm(be, ws->v, ws->v, n, (size_t)vrow, nkv, (size_t)vd, vd, ws->zeros, 1.0f, cfg->eps);
-    for (int i = 0, r0 = 0; i < n_items && !nope; r0 += ns[i], i++) {
-        float *q = ws->big + (size_t)r0 * ldq, *k = ws->k + (size_t)r0 * kvrow;
-        const int il = cfg->rope_interleave; /* Llama 4's adjacent pairs */
-        be->rope(be, q, ns[i], ldq, nh, (size_t)qstride, rot, inv_freq, attn_factor, pos0s[i], il);
-        be->rope(be, k, ns[i], (size_t)kvrow, nkv, (size_t)hd, rot, inv_freq, attn_factor, pos0s[i], il);
+    const int il = cfg->rope_interleave; /* Llama 4's adjacent pairs */
+    if (be->rope_at && n_items > 1 && n <= FWD_BATCH && !nope) { /* every item's rows in one op each (q, k) */
+        int pos[FWD_BATCH];
+        for (int i = 0, r = 0; i < n_items; i++)
+            for (int t = 0; t < ns[i]; t++) pos[r++] = pos0s[i] + t;
+        be->rope_at(be, ws->big, n, ldq, nh, (size_t)qstride, rot, inv_freq, attn_factor, pos, il);
+        be->rope_at(be, ws->k, n, (size_t)kvrow, nkv, (size_t)hd, rot, inv_freq, attn_factor, pos, il);
+    } else {
+        for (int i = 0, r0 = 0; i < n_items && !nope; r0 += ns[i], i++) {
+            float *q = ws->big + (size_t)r0 * ldq, *k = ws->k + (size_t)r0 * kvrow;
+            be->rope(be, q, ns[i], ldq, nh, (size_t)qstride, rot, inv_freq, attn_factor, pos0s[i], il);
+            be->rope(be, k, ns[i], (size_t)kvrow, nkv, (size_t)hd, rot, inv_freq, attn_factor, pos0s[i], il);
+        }
     }
     if (cfg->qk_norm_after_rope && !nope) qk_norms(ws, cfg, lw, ad, n); /* HunYuan, Llama 4: after RoPE */
     if (nope && cfg->attn_floor_scale > 0) temperature(ws, cfg, nh * hd, ns, pos0s, n_items);
-    for (int i = 0, r0 = 0; i < n_items; r0 += ns[i], i++) {
+    be_attn group[ATTN_GROUP]; /* items for attention_items */
+    for (int i = 0, r0 = 0, ng = 0; i < n_items; r0 += ns[i], i++) {
         float *q = ws->big + (size_t)r0 * ldq, *k = ws->k + (size_t)r0 * kvrow, *v = ws->v + (size_t)r0 * vrow;
         const int chunked = cfg->layer_sliding[layer] && cfg->attn_chunk > 0;
         const be_attn a = {.q = q, .ldq = ldq, .qstride = qstride, .gated = gated, .k = k, .v = v, .ldkv = (size_t)kvrow,
@@ -121,7 +134,12 @@ int fwd_attention_items(fwd_ws *ws, fwd_seq *const *sqs, const int *ns, const in
                            .sinks = cfg->attn_sinks ? lw->sinks : NULL,
                            .scale = cfg->attn_scale > 0 ? (float)cfg->attn_scale : 1.0f / sqrtf((float)hd),
                            .out = ws->mix + (size_t)r0 * ws->n_mix, .ldo = (size_t)ws->n_mix};
-        be->attention(be, &a);
+        if (!be->attention_items || n_items < 2) {
+            be->attention(be, &a);
+            continue;
+        }
+        group[ng++] = a;
+        if (ng == ATTN_GROUP || i == n_items - 1) be->attention_items(be, group, ng), ng = 0;
     }
     fwd_hint_mat(ws, &lw->o); /* during the gate and o's int8 input */
 

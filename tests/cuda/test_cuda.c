@@ -390,6 +390,7 @@ static void check_fused(void) {
 #include "test_cuda_fuse.c" /* issue 24: SLUICE_CUDA_FUSE's launches bitwise the separate ones: check_fuse */
 #include "test_cuda_small.c" /* issue 24: SLUICE_CUDA_NORM=2 / ROUTE=2 bitwise the kernels before: check_small, bench_small */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
+#include "test_cuda_attn_items.c" /* issue 24: a decode batch's attention and RoPE in one launch: check_attn_items */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
 #include "test_cuda_split.c" /* issue 24: SLUICE_CUDA_MVSPLIT's one-token jobs bitwise mvn_i8: check_mv_split, --mvsplit */
 #include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
@@ -861,6 +862,14 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--mvsplit")) { /* 2-8 token matvecs as one-token jobs, timed (test_cuda_split.c) */
         bench_mv_split();
         return 0;
+    }
+    /* --attn-items: a decode batch's attention / RoPE items bitwise each alone, then their time against a launch pair an
+     * item (test_cuda_attn_items.c; SLUICE_CUDA_ATTN_ITEMS=1's kernels). Not in the full run until a device passes it */
+    if (argc > 1 && !strcmp(argv[1], "--attn-items")) {
+        check_attn_items();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        if (!failures) bench_attn_items();
+        return failures ? 1 : 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */
         check_moe_dec_all();

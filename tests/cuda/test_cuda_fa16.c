@@ -73,14 +73,17 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
     slcu_fa16_fuse(1); /* token by token with the decode pair's fused fold (k_fa16_part's last warp a KV head) */
     float *y5 = fa16_run(&ap, 0, 1, 0);
     slcu_fa16_fuse(-1);
+    slcu_fa16_one(1); /* token by token with a one-chunk context ended in k_fa16_part (fa16_part_fin), no fold launch */
+    float *y6 = fa16_run(&ap, 0, 1, 0);
+    slcu_fa16_one(-1);
     const size_t nb = (size_t)T * NH * HD * 4;
     char name[128];
     snprintf(name, sizeof name, "f16 attention %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
              sinks ? " sinks" : "", gated ? " gated" : "");
     OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 3e-3);
-    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb),
-       "%s: prefill kernel / decode pair / token by token / fused fold differ (%d %d %d %d)", name, !memcmp(y1, y2, nb),
-       !memcmp(y1, y3, nb), !memcmp(y1, y4, nb), !memcmp(y1, y5, nb));
+    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb) && !memcmp(y1, y6, nb),
+       "%s: prefill kernel / decode pair / token by token / fused fold / one-chunk end differ (%d %d %d %d %d)", name,
+       !memcmp(y1, y2, nb), !memcmp(y1, y3, nb), !memcmp(y1, y4, nb), !memcmp(y1, y5, nb), !memcmp(y1, y6, nb));
     if (HD % 128 == 0) { /* the last token alone with its output's int8 form (k_fa16_comb): bitwise y3's row, and
                           * the form bitwise slcu_act_quantize's of it */
         const int row = NH * HD;
@@ -90,21 +93,22 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
         slcu_attn a = ap;
         a.q += (size_t)(T - 1) * ap.ldq, a.k += (size_t)(T - 1) * ap.ldkv, a.v += (size_t)(T - 1) * ap.ldkv;
         a.n = 1, a.pos0 += T - 1, a.out += (size_t)(T - 1) * ap.ldo;
-        for (int fu = 0; fu < 2; fu++) { /* the separate fold, then the fused one */
-            slcu_fa16_fuse(fu);
+        for (int fu = 0; fu < 3; fu++) { /* the separate fold, the fused one, the one-chunk end (where one chunk) */
+            slcu_fa16_fuse(fu == 1), slcu_fa16_one(fu == 2);
             poison(dout, nb);
             CK(slcu_attention_q(&a, &a1, msg, sizeof msg) == 1, "%s: attention_q made no int8 form: %s", name, msg);
             float *yq = dl(a.out, row);
+            const char *how = fu == 1 ? " (fused fold)" : fu == 2 ? " (one-chunk end)" : "";
             CK(!memcmp(yq, y3 + (size_t)(T - 1) * row, (size_t)row * 4), "%s: the output beside its int8 form differs%s",
-               name, fu ? " (fused fold)" : "");
+               name, how);
             CK(!slcu_act_quantize(&a2, a.out, row, msg, sizeof msg) && same_act(&a1, &a2),
-               "%s: the int8 form differs from act_quantize's%s", name, fu ? " (fused fold)" : "");
+               "%s: the int8 form differs from act_quantize's%s", name, how);
             free(yq);
         }
-        slcu_fa16_fuse(-1);
+        slcu_fa16_fuse(-1), slcu_fa16_one(-1);
         slcu_free(b1), slcu_free(b2);
     }
-    free(hq), free(hs), free(hn), free(hk), free(hv), free(ref), free(y1), free(y2), free(y3), free(y4), free(y5);
+    free(hq), free(hs), free(hn), free(hk), free(hv), free(ref), free(y1), free(y2), free(y3), free(y4), free(y5), free(y6);
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }
 
@@ -153,4 +157,8 @@ static void check_attn_f16(void) {
     check_fa16(10, 32, 4, 256, 200, 0, 100, 1, 1);
     check_fa16(16, 32, 4, 128, 4096, 0, 3000, 0, 0); /* at depth: 48 chunks */
     check_fa16(3, 16, 16, 128, 1100, 0, 1000, 0, 0); /* no GQA */
+    check_fa16(8, 32, 4, 128, 64, 0, 40, 0, 0);      /* the 30B shape in one chunk: the last token's int8 form ended in
+                                                      * k_fa16_part (SLUICE_CUDA_FA_ONE) */
+    check_fa16(6, 8, 2, 256, 100, 0, 10, 1, 1);      /* the same at head_dim 256, sinks, gated */
+    check_fa16(4, 64, 2, 128, 70, 0, 0, 0, 0);       /* two row tiles a KV head, depths 1 .. 4 */
 }

@@ -234,6 +234,20 @@ static void cpu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads
     }
 }
 
+/* rope_at and attention_items as the forward pass's loops ran them (a rope per run of consecutive positions, an
+ * attention per item: the same operations, so the same bits); the CPU's batch tests drive attention.c's batched
+ * branch through them */
+static void cpu_rope_at(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
+                        const float *inv_freq, float attn_factor, const int *pos, int interleave) {
+    for (int t0 = 0, t1; t0 < n_tok; t0 = t1) {
+        for (t1 = t0 + 1; t1 < n_tok && pos[t1] == pos[t1 - 1] + 1; t1++) {}
+        cpu_rope(be, x + (size_t)t0 * ld, t1 - t0, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos[t0], interleave);
+    }
+}
+static void cpu_attention_items(be_backend *be, const be_attn *a, int n) {
+    for (int i = 0; i < n; i++) cpu_attention(be, a + i);
+}
+
 static void cpu_add(be_backend *be, float *x, const float *y, size_t n) {
     (void)be;
     for (size_t i = 0; i < n; i++) x[i] += y[i];
@@ -319,6 +333,7 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .act_gather = cpu_act_gather,
         .rmsnorm = cpu_rmsnorm,
         .rope = cpu_rope,
+        .rope_at = cpu_rope_at,
         .add = cpu_add,
         .add_bias = cpu_add_bias,
         .scale = cpu_scale,
@@ -328,6 +343,7 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .copy_rows = cpu_copy_rows,
         .hint = cpu_hint,
         .attention = cpu_attention,
+        .attention_items = cpu_attention_items,
         .mla = cpu_mla,
         .dsa_select = cpu_dsa_select,
         .layernorm = cpu_layernorm,

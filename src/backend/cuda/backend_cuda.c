@@ -380,14 +380,18 @@ static void cu_copy_rows(be_backend *be, float *dst, size_t ldd, const int *didx
     CU(be, slcb_copy_rows(dst, ldd, d, src, lds, d + n, n, cols, MSG(be)));
 }
 
+static slcu_attn attn_of(const be_attn *a) {
+    return (slcu_attn){.q = a->q, .ldq = a->ldq, .qstride = a->qstride, .gated = a->gated, .k = a->k, .v = a->v,
+                       .ldkv = a->ldkv, .k_cache = a->k_cache, .v_cache = a->v_cache, .cap = a->cap, .n = a->n,
+                       .pos0 = a->pos0, .n_heads = a->n_heads, .n_kv = a->n_kv_heads, .hd = a->head_dim,
+                       .window = a->window, .sinks = a->sinks, .scale = a->scale, .out = a->out, .ldo = a->ldo,
+                       .f16 = a->kv_type == SL_KV_F16};
+}
+
 static void cu_attention(be_backend *be, const be_attn *a) {
     SKIP(be);
     if ((a->kv_type != SL_KV_F32 && a->kv_type != SL_KV_F16) || a->kv_type_v != a->kv_type) { cu_fail(be, SL_EUNSUPPORTED, "no bf16/q8 KV cache on CUDA"); return; }
-    const slcu_attn s = {.q = a->q, .ldq = a->ldq, .qstride = a->qstride, .gated = a->gated, .k = a->k, .v = a->v,
-                         .ldkv = a->ldkv, .k_cache = a->k_cache, .v_cache = a->v_cache, .cap = a->cap, .n = a->n,
-                         .pos0 = a->pos0, .n_heads = a->n_heads, .n_kv = a->n_kv_heads, .hd = a->head_dim,
-                         .window = a->window, .sinks = a->sinks, .scale = a->scale, .out = a->out, .ldo = a->ldo,
-                         .f16 = a->kv_type == SL_KV_F16};
+    const slcu_attn s = attn_of(a);
     cu_ctx *c = cu_of(be);
     const int cols = a->n_heads * a->head_dim;
     slcu_act q;
@@ -398,6 +402,37 @@ static void cu_attention(be_backend *be, const be_attn *a) {
         return;
     }
     CU(be, slcu_attention(&s, MSG(be)));
+}
+
+/* SLUICE_CUDA_ATTN_ITEMS=1: a decode batch's one-token items of f16 caches in launches of up to SLCU_ATTN_ITEMS
+ * (slcu_attention_f16_items), the others, and a launch it does not take, each alone: every item bitwise cu_attention */
+static void cu_attention_items(be_backend *be, const be_attn *a, int n) {
+    SKIP(be);
+    for (int i = 0; i < n;) {
+        slcu_attn s[SLCU_ATTN_ITEMS];
+        int at[SLCU_ATTN_ITEMS], m = 0;
+        for (; i < n && m < SLCU_ATTN_ITEMS; i++) {
+            if (a[i].kv_type == SL_KV_F16 && a[i].kv_type_v == SL_KV_F16 && a[i].n == 1 && a[i].k) s[m] = attn_of(a + i), at[m++] = i;
+            else cu_attention(be, a + i);
+        }
+        const int r = m > 1 ? slcu_attention_f16_items(s, m, MSG(be)) : 0;
+        if (r < 0) {
+            cu_fail(be, SL_EIO, cu_of(be)->tmp);
+            return;
+        }
+        for (int j = 0; !r && j < m; j++) cu_attention(be, a + at[j]);
+    }
+}
+
+/* SLUICE_CUDA_ATTN_ITEMS=1: a decode batch's RoPE in one launch (slcu_rope_at), bitwise cu_rope of each token */
+static void cu_rope_at(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
+                       const float *inv_freq, float attn_factor, const int *pos, int interleave) {
+    if (n_tok == 1) { /* (a held norm's RoPE) */
+        cu_rope(be, x, 1, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos[0], interleave);
+        return;
+    }
+    SKIP(be);
+    CU(be, slcu_rope_at(x, n_tok, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos, interleave, MSG(be)));
 }
 
 static void cu_mla(be_backend *be, const be_mla *a) {
@@ -811,6 +846,8 @@ be_backend *be_cuda_new(pool_t *pool) {
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
     be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "0") ? 0 : 1u << SL_KV_F16);
+    if ((g = getenv("SLUICE_CUDA_ATTN_ITEMS")) && !strcmp(g, "1")) /* opt-in until a device runs test_cuda --attn-items */
+        be->rope_at = cu_rope_at, be->attention_items = cu_attention_items;
     if (fuse_env(be)) { /* SLUICE_CUDA_FUSE (router unless set): launches that end in their last CTA's work (backend_cuda_hold.c) */
         cu_destroy(be);
         return NULL;

@@ -324,6 +324,21 @@ int slcu_attention_f32(const slcu_attn *a, const int *pd, int max_keys, char *ms
 void slcu_fa16_force(int mode);
 /* tests: the decode pair's fused fold on (1) or off (0); -1: SLUICE_CUDA_FA_FUSE=1's (off by default) */
 void slcu_fa16_fuse(int on);
+/* tests: the one-token decode's one-chunk end in k_fa16_part, no k_fa16_comb launch, on (1) or off (0); -1:
+ * SLUICE_CUDA_FA_ONE=1's (off by default). The same operations on the same floats as the fold (cuda_flash.cu
+ * fa16_part_fin) */
+void slcu_fa16_one(int on);
+/* A decode batch's attention (issue 24): n (<= SLCU_ATTN_ITEMS) one-token items of f16 caches, the same n_heads, n_kv
+ * and hd, each with its own q, k, v, caches, position, cap, window and out, in one k_fa16_part launch (each item its
+ * row appended) and one k_fa16_comb launch: every item's cache row and output bitwise slcu_attention_f16 of it alone.
+ * 1 done; 0 not taken, nothing launched (an item it does not take, a recorded step, SLUICE_CUDA_FLASH_MODE=1,
+ * SLUICE_CUDA_FA_APPEND=0): the caller runs each alone; -1 failed (message). */
+#define SLCU_ATTN_ITEMS 16
+int slcu_attention_f16_items(const slcu_attn *a, int n, char *msg, size_t msglen);
+/* slcu_rope with token t at position pos[t] (HOST [n_tok]) in place of pos0 + t: each (token, head) bitwise slcu_rope
+ * of that token alone at its position. No recorded step. 0 or -1 (message). */
+int slcu_rope_at(float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot, const float *inv_freq,
+                 float attn_factor, const int *pos, int interleave, char *msg, size_t msglen);
 
 /* The Gated DeltaNet token recurrence (backend.h dn_step, deltanet.c head_recurrent) for n tokens: per
  * value head h and token t, with a = exp(g):  S = a S; m = S^T k; d = beta (v - m); S += k d^T; o = S^T q.

@@ -19,7 +19,8 @@
  * give every chunk a warp of its own (all SMs at depth) and fold the chunks' (m, l, o) in a second kernel with
  * the same operations. Rows of a KV head: r = t * G + g (token t, query head kvh * G + g).
  * Every kernel waits (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch.
- * Map: the device helpers in cuda_flash.cuh; the f16 kernels (prefill, the decode pair); the f32 kernels; the launches.
+ * Map: the device helpers in cuda_flash.cuh; the f16 kernels (prefill, the decode pair, a decode batch's items); the
+ * f32 kernels; the launches.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -132,20 +133,24 @@ __device__ void f16_append_row(const slcu_attn &p, __half *ks, __half *vs, int r
 /* Decode: warp w of CTA (x, kvh, z) takes chunk cfirst + 4x + w for rows 16z .. 16z + 15 of KV head kvh and writes
  * its (m, l) to ml [R][nchs][2] and o to po [R][nchs][HDP] (R = kvh * nrows + row). Shared memory per warp: qs
  * [16][HDP + 8], ks and vs [64][HDP + 8]. pd: the position from the device (a recorded step). */
-template <int HDP, int W>
 static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml, const slcu_act &qa,
                                      int R, int tid, int nthr);
 /* done (one token, no recorded step, nrows <= 16: one row tile; fl_fuse): a counter per KV head; the warp that
  * finishes its head's last chunk folds the head's rows (fa16_comb_row, its 32 lanes) with [qa's int8 form], so
- * k_fa16_comb is not launched: the same operations on the same partials, whichever warp comes last. */
+ * k_fa16_comb is not launched: the same operations on the same partials, whichever warp comes last.
+ * fin (SLUICE_CUDA_FA_ONE=1; nchs 1: every row's keys in one chunk, no recorded step): the warp ends its rows itself
+ * (fa16_part_fin), k_fa16_comb not launched.
+ * fa16_part_cta is the body for CTA (bx, kvh, bz) of p: k_fa16_part's, and each item's in k_fa16_part_items. */
+template <int HDP>
+static __device__ __forceinline__ void fa16_part_fin(const slcu_attn &p, const float m[2], const float l[2],
+                                                     const uint32_t pa[4][4], const __half *vs, float *st, const slcu_act &qa,
+                                                     int r0, int kvh);
 template <int HDP, int W>
-__global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml, int app,
-                                                      int *done, slcu_act qa) {
-    pdl_wait();
-    if (pd) p.pos0 = *pd;
+static __device__ __forceinline__ void fa16_part_cta(const slcu_attn &p, int nchs, float *po, float *ml, int app, int *done,
+                                                     const slcu_act &qa, int bx, int kvh, int bz, int fin) {
     constexpr int S = HDP + 8, DB = HDP < 64 ? HDP : 64;
     extern __shared__ uint4 f16_smem[];
-    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y, r0 = blockIdx.z * 16;
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, r0 = bz * 16;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
     __half *qs = (__half *)f16_smem + (size_t)warp * (16 + 2 * FA16_C) * S, *ks = qs + 16 * S, *vs = ks + FA16_C * S;
     int lo[2], hi[2], clo, chi, base, d;
@@ -154,7 +159,7 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
     f16_range(p, 0, nrows, G, base, d); /* chunk ci is base / 64 + ci for every tile (k_fa16_comb's numbering) */
     f16_range(p, r0, nrows, G, clo, d);
     f16_range(p, min(r0 + 16, nrows) - 1, nrows, G, d, chi);
-    const int ci = blockIdx.x * W + warp, c0 = (base / FA16_C + ci) * FA16_C;
+    const int ci = bx * W + warp, c0 = (base / FA16_C + ci) * FA16_C;
     if (ci >= nchs || c0 > chi || c0 + FA16_C - 1 < clo) return; /* warp-uniform; no block barrier below */
     f16_load_q<HDP>(p, qs, r0, 16, nrows, G, kvh, lane, 32);
     f16_load_kv<HDP>(p, ks, vs, c0, clo, chi, kvh, lane, 32);
@@ -165,6 +170,10 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
     float m[2], l[2];
     uint32_t pa[4][4];
     f16_scores<HDP>(qs, ks, c0, lo, hi, p.scale, m, l, pa);
+    if (fin) {
+        fa16_part_fin<HDP>(p, m, l, pa, vs, (float *)ks, qa, r0, kvh);
+        return;
+    }
     if (tig == 0)
 #pragma unroll
         for (int i = 0; i < 2; i++)
@@ -199,6 +208,67 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
             quant_sums(qa, p.n_heads * p.hd / 32, (kvh * G + r % G) * p.hd / 32, p.hd / 32, lane, 32);
     }
     if (!lane) done[kvh] = 0; /* for the next launch (stream order) */
+}
+
+template <int HDP, int W>
+__global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml, int app,
+                                                      int *done, slcu_act qa, int fin) {
+    pdl_wait();
+    if (fin) pdl_trigger(); /* no k_fa16_comb after it: the matvec after it may start loading its weights */
+    if (pd) p.pos0 = *pd;
+    fa16_part_cta<HDP, W>(p, nchs, po, ml, app, done, qa, blockIdx.x, blockIdx.y, blockIdx.z, fin);
+}
+
+/* The one chunk's rows ended by the warp that computed them, with fa16_comb_row's operations on the same floats: its
+ * chunk range is this one chunk, so per (row, dim) M, L, O = -inf, 0, 0, one f16_fold of (m, l) and one f16_mix of o,
+ * then f16_final (m and l here are the values k_fa16_part would store: the quad's lanes hold the same, xor trees of
+ * commutative adds and maxes). The results are staged in st [16][HDP] floats (the K tile, read by then) and written a
+ * row (one head) at a time, lane l taking dims l + 32 j, as k_fa16_comb's threads take them for quant_lane (qa: one
+ * token, head_dim a multiple of 128), then the head's quant_sums. */
+template <int HDP>
+static __device__ __forceinline__ void fa16_part_fin(const slcu_attn &p, const float m[2], const float l[2],
+                                                     const uint32_t pa[4][4], const __half *vs, float *st, const slcu_act &qa,
+                                                     int r0, int kvh) {
+    constexpr int DB = HDP < 64 ? HDP : 64;
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    float M[2], L[2], a[2], b[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) M[i] = -INFINITY, L[i] = 0.0f, f16_fold(M[i], L[i], m[i], l[i], a[i], b[i]);
+    __syncwarp(); /* every lane's reads of the K tile are done */
+#pragma unroll
+    for (int d0 = 0; d0 < HDP; d0 += DB) {
+        float o[DB / 8][4];
+        f16_pv<HDP, DB>(pa, vs, d0, o);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int R = r0 + g + 8 * i;
+            if (R >= nrows) continue;
+            const int h = kvh * G + R % G;
+            const float *qv = p.q + (size_t)(R / G) * p.ldq + (size_t)h * p.qstride;
+#pragma unroll
+            for (int nt = 0; nt < DB / 8; nt++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int dd = d0 + nt * 8 + tig * 2 + j;
+                    if (dd < p.hd)
+                        st[(g + 8 * i) * HDP + dd] = f16_final(p, h, M[i], L[i], f16_mix(0.0f, o[nt][2 * i + j], a[i], b[i]),
+                                                               p.gated ? qv + p.hd + dd : NULL);
+                }
+        }
+    }
+    __syncwarp();
+    for (int r = 0; r < 16 && r0 + r < nrows; r++) {
+        const int R = r0 + r, t = R / G, h = kvh * G + R % G;
+        for (int dd = lane; dd < p.hd; dd += 32) {
+            const float v = st[r * HDP + dd];
+            p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = v;
+            if (qa.q) quant_lane(v, h * p.hd + dd, lane, qa);
+        }
+        if (qa.q) {
+            __syncwarp(); /* the block sums lane 0 wrote */
+            quant_sums(qa, p.n_heads * p.hd / 32, h * p.hd / 32, p.hd / 32, lane, 32);
+        }
+    }
 }
 
 /* Decode, second half for row R (kvh * nrows + r) on threads tid .. of nthr (a multiple of 32): the chunks folded in
@@ -250,6 +320,37 @@ __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const
     __syncthreads(); /* the head's block sums are written */
     const int G = p.n_heads / p.n_kv, nrows = p.n * G, h = blockIdx.x / nrows * G + blockIdx.x % nrows % G;
     quant_sums(qa, p.n_heads * p.hd / 32, h * p.hd / 32, p.hd / 32, threadIdx.x, blockDim.x);
+}
+
+/* ---- a decode batch's items (slcu_attention_f16_items): every item's CTAs of k_fa16_part in one launch (blockIdx.z =
+ * item * tiles + row tile), then every item's rows of k_fa16_comb in one; each item's CTAs run the one-item kernels'
+ * code on the item's own slcu_attn, partials and chunk count, so each item's bits are its launch alone's. ---- */
+struct fa_item {
+    slcu_attn a;
+    float *po, *ml; /* the item's partials: [rows][nchs][hdp] and [rows][nchs][2] */
+    int nchs, fin;  /* fin: its one chunk ended in k_fa16_part_items (fa16_part_fin) */
+};
+struct fa_items {
+    fa_item it[SLCU_ATTN_ITEMS];
+};
+
+template <int HDP, int W>
+__global__ void __launch_bounds__(W * 32) k_fa16_part_items(const __grid_constant__ fa_items I, int app, int tiles, int last) {
+    pdl_wait();
+    if (last) pdl_trigger(); /* every item ended here (fin), no k_fa16_comb_items after it */
+    const fa_item &it = I.it[blockIdx.z / tiles];
+    const slcu_act qa = {};
+    fa16_part_cta<HDP, W>(it.a, it.nchs, it.po, it.ml, app, NULL, qa, blockIdx.x, blockIdx.y, blockIdx.z % tiles, it.fin);
+}
+
+/* a CTA per (item, row): per rows of an item (n_kv * n_heads / n_kv, one token each) */
+__global__ void k_fa16_comb_items(const __grid_constant__ fa_items I, int per, int hdp) {
+    pdl_wait();
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
+    const fa_item &it = I.it[blockIdx.x / per];
+    if (it.fin) return;
+    const slcu_act qa = {};
+    fa16_comb_row(it.a, it.nchs, hdp, it.po, it.ml, qa, blockIdx.x % per, threadIdx.x, blockDim.x);
 }
 
 __global__ void k_kv_append16(slcu_attn p, const int *pd) {
@@ -480,14 +581,19 @@ static size_t fl_part_cap;
 static int fl_mode = -1; /* SLUICE_CUDA_FLASH_MODE: 0 automatic, 1 always the prefill kernel, 2 always the decode pair */
 static int *fl_done;     /* k_fa16_part's counters, a KV head each (zero between launches) */
 static int fl_fuse = -1;  /* SLUICE_CUDA_FA_FUSE=1: the fused fold (opt-in: written in session 29, not yet run on a GPU) */
+static int fl_sep = -1;   /* SLUICE_CUDA_FA_APPEND=0: the separate append, as before (bisecting) */
+static int fl_one = -1;   /* SLUICE_CUDA_FA_ONE=1: one chunk ended in k_fa16_part (opt-in until a device runs test_cuda) */
 #define FL_FUSE_CHUNKS 16 /* the fused fold's bound: one warp folds a head's rows (depth <= 960) */
 #define FL_MAX_KV 256
 
 extern "C" void slcu_fa16_force(int mode) { fl_mode = mode; }
 extern "C" void slcu_fa16_fuse(int on) { fl_fuse = on; } /* tests: 1 / 0, or -1 (the environment's) */
+extern "C" void slcu_fa16_one(int on) { fl_one = on; }   /* tests: as slcu_fa16_fuse */
 
 static void fl_env(void) {
     if (fl_fuse < 0) fl_fuse = getenv("SLUICE_CUDA_FA_FUSE") && getenv("SLUICE_CUDA_FA_FUSE")[0] == '1';
+    if (fl_sep < 0) fl_sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
+    if (fl_one < 0) fl_one = getenv("SLUICE_CUDA_FA_ONE") && getenv("SLUICE_CUDA_FA_ONE")[0] == '1';
     if (fl_mode >= 0) return;
     const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
     fl_mode = e ? atoi(e) : 0;
@@ -530,9 +636,8 @@ static int fl_chunks(const slcu_attn *a, const int *pd, int max_keys) {
     return pd ? (max_keys + a->n - 1 + FA16_C - 1) / FA16_C + 1 : last / FA16_C - first / FA16_C + 1;
 }
 
-/* po [rows][nchs][hdp] and ml [rows][nchs][2] for a's rows (n * n_heads) */
-static int fl_partials(const slcu_attn *a, int nchs, int hdp, float **po, float **ml, char *msg, size_t msglen) {
-    const size_t need = (size_t)a->n_heads * a->n * nchs * (hdp + 2);
+/* fl_part with room for need floats (grown outside a recorded step): 0, or -1 with the message */
+static int fl_room(size_t need, char *msg, size_t msglen) {
     if (need > fl_part_cap) {
         cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         cudaStreamIsCapturing(SLS, &cs);
@@ -545,6 +650,12 @@ static int fl_partials(const slcu_attn *a, int nchs, int hdp, float **po, float 
         if (e) return f16_fail(msg, msglen, "partials", e);
         fl_part_cap = cap;
     }
+    return 0;
+}
+
+/* po [rows][nchs][hdp] and ml [rows][nchs][2] for a's rows (n * n_heads) */
+static int fl_partials(const slcu_attn *a, int nchs, int hdp, float **po, float **ml, char *msg, size_t msglen) {
+    if (fl_room((size_t)a->n_heads * a->n * nchs * (hdp + 2), msg, msglen)) return -1;
     *po = fl_part, *ml = fl_part + (size_t)a->n_heads * a->n * nchs * hdp;
     return 0;
 }
@@ -568,7 +679,8 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
     if (fl_smem(k_fa16_part<HDP, PW>, &pset, psm, msg, msglen)) return -1;
     slcu_act qa = {};
     if (oq && a->n == 1 && a->hd % 128 == 0 && oq->n_tok == 1 && oq->cols == a->n_heads * a->hd) qa = *oq;
-    const int fuse = fl_fuse && !pd && a->n == 1 && nrows <= 16 && nchs <= FL_FUSE_CHUNKS && a->n_kv <= FL_MAX_KV &&
+    const int fin = fl_one && !pd && nchs == 1; /* one chunk: k_fa16_part ends the rows (fa16_part_fin) */
+    const int fuse = !fin && fl_fuse && !pd && a->n == 1 && nrows <= 16 && nchs <= FL_FUSE_CHUNKS && a->n_kv <= FL_MAX_KV &&
                      (a->hd % 32 == 0 || !qa.q);
     if (fuse && !fl_done) {
         cudaError_t e = cudaMalloc(&fl_done, FL_MAX_KV * sizeof(int));
@@ -576,8 +688,8 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
         if (e) return f16_fail(msg, msglen, "counters", e);
     }
     pdl_launch(k_fa16_part<HDP, PW>, dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
-               PW * 32, psm, SLS, *a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa);
-    if (!fuse)
+               PW * 32, psm, SLS, *a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa, fin);
+    if (!fuse && !fin)
         pdl_launch(k_fa16_comb, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd,
                    nchs, HDP, po, ml, qa);
     cudaError_t e = cudaGetLastError();
@@ -595,15 +707,64 @@ extern "C" int slcu_attention_f16q(const slcu_attn *a, const int *pd, int max_ke
     if (a->hd > 256) return f16_fail(msg, msglen, "head_dim above 256", cudaSuccess);
     if (pd && (a->n != 1 || !a->k)) return f16_fail(msg, msglen, "a recorded step has one token appending its row", cudaSuccess);
     /* one token in the decode pair: k_fa16_part appends its row (f16_append_row), one launch fewer */
-    static int sep = -1; /* SLUICE_CUDA_FA_APPEND=0: the separate append, as before (bisecting) */
-    if (sep < 0) sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
-    const int app = a->k && a->n == 1 && fl_decode(a, pd) && !sep;
+    const int app = a->k && a->n == 1 && fl_decode(a, pd) && !fl_sep;
     if (a->k && !app) pdl_launch(k_kv_append16, dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)a->n), 256, 0, SLS, *a, pd);
     if (a->hd <= 16) return f16_launch<16>(a, pd, max_keys, oq, app, msg, msglen);
     if (a->hd <= 32) return f16_launch<32>(a, pd, max_keys, oq, app, msg, msglen);
     if (a->hd <= 64) return f16_launch<64>(a, pd, max_keys, oq, app, msg, msglen);
     if (a->hd <= 128) return f16_launch<128>(a, pd, max_keys, oq, app, msg, msglen);
     return f16_launch<256>(a, pd, max_keys, oq, app, msg, msglen);
+}
+
+/* the items' pair: partials laid out item after item, every item's chunks (its own nchs) in the same grid */
+template <int HDP>
+static int f16_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
+    constexpr int S = HDP + 8, PW = HDP >= 256 ? 2 : 4;
+    static int pset;
+    const size_t psm = (size_t)PW * (16 + 2 * FA16_C) * S * 2;
+    const int G = a->n_heads / a->n_kv, tiles = (G + 15) / 16;
+    fa_items I = {};
+    size_t need = 0;
+    int most = 0, comb = 0;
+    for (int i = 0; i < n; i++) {
+        const int nchs = fl_chunks(a + i, NULL, 0);
+        need += (size_t)a->n_heads * nchs * (HDP + 2);
+        most = nchs > most ? nchs : most;
+    }
+    if (fl_room(need, msg, msglen)) return -1;
+    float *at = fl_part;
+    for (int i = 0; i < n; i++) {
+        const int nchs = fl_chunks(a + i, NULL, 0);
+        I.it[i] = fa_item{a[i], at, at + (size_t)a->n_heads * nchs * HDP, nchs, fl_one && nchs == 1};
+        at += (size_t)a->n_heads * nchs * (HDP + 2);
+        comb |= !I.it[i].fin;
+    }
+    if (fl_smem(k_fa16_part_items<HDP, PW>, &pset, psm, msg, msglen)) return -1;
+    pdl_launch(k_fa16_part_items<HDP, PW>, dim3((unsigned)((most + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)(n * tiles)),
+               PW * 32, psm, SLS, I, 1, tiles, !comb);
+    if (comb) /* (the rows of the items ended in k_fa16_part_items return at once) */
+        pdl_launch(k_fa16_comb_items, (unsigned)(n * a->n_heads), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, I,
+                   a->n_heads, HDP);
+    cudaError_t e = cudaGetLastError();
+    return e ? f16_fail(msg, msglen, "launch", e) : 1;
+}
+
+/* cuda.h: n one-token items of f16 caches in one launch pair, each bitwise slcu_attention_f16 of it alone */
+extern "C" int slcu_attention_f16_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
+    fl_env();
+    if (n < 1 || n > SLCU_ATTN_ITEMS || fl_mode == 1 || fl_sep || slcu_step_pos()) return 0;
+    for (int i = 0; i < n; i++) { /* what the loop's op would refuse or do otherwise goes through it */
+        const slcu_attn *b = a + i;
+        if (!b->f16 || b->n != 1 || !b->k || b->hd != a->hd || b->n_heads != a->n_heads || b->n_kv != a->n_kv) return 0;
+        if (b->hd <= 0 || b->hd > 256 || b->n_kv <= 0 || b->n_heads % b->n_kv || b->cap <= 0 || b->pos0 < 0) return 0;
+        const int maxk = b->window > 0 && b->window < b->pos0 + 1 ? b->window : b->pos0 + 1;
+        if (maxk > b->cap || (b->window > 0 && b->cap - b->window + 1 < 1)) return 0;
+    }
+    if (a->hd <= 16) return f16_items<16>(a, n, msg, msglen);
+    if (a->hd <= 32) return f16_items<32>(a, n, msg, msglen);
+    if (a->hd <= 64) return f16_items<64>(a, n, msg, msglen);
+    if (a->hd <= 128) return f16_items<128>(a, n, msg, msglen);
+    return f16_items<256>(a, n, msg, msglen);
 }
 
 template <int NJ>

@@ -111,22 +111,38 @@ extern "C" const int *slcu_step_pos(void) { return step_pos; }
 struct rope_freq {
     float f[512];
 };
+/* one head v at position pos on the CTA (k_rope's and k_rope_at's: the same operations) */
+__device__ __forceinline__ void rope_head(float *v, float *v0, int half, const rope_freq &fr, float af, int pos, int inter) {
+    for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) v0[i] = v[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float ang = __fmul_rn((float)pos, fr.f[i]);
+        const float c = __fmul_rn(cosf(ang), af), s = __fmul_rn(sinf(ang), af);
+        const float a = inter ? v0[2 * i] : v0[i], b = inter ? v0[2 * i + 1] : v0[i + half];
+        v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+        v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    }
+}
 __global__ void k_rope(float *x, size_t ld, int n_heads, size_t hs, int half, const __grid_constant__ rope_freq fr, float af,
                        int pos0, int inter, const int *pd) {
     pdl_wait();
     __shared__ float v0[1024];
     if (pd) pos0 = *pd;
     const int t = blockIdx.x / n_heads;
-    float *v = x + (size_t)t * ld + (size_t)(blockIdx.x % n_heads) * hs;
-    for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) v0[i] = v[i];
-    __syncthreads();
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const float ang = __fmul_rn((float)(pos0 + t), fr.f[i]);
-        const float c = __fmul_rn(cosf(ang), af), s = __fmul_rn(sinf(ang), af);
-        const float a = inter ? v0[2 * i] : v0[i], b = inter ? v0[2 * i + 1] : v0[i + half];
-        v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-        v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-    }
+    rope_head(x + (size_t)t * ld + (size_t)(blockIdx.x % n_heads) * hs, v0, half, fr, af, pos0 + t, inter);
+}
+
+/* slcu_rope_at: token t (< ROPE_AT of the launch) at position ps.p[t] */
+#define ROPE_AT 256
+struct rope_pos {
+    int p[ROPE_AT];
+};
+__global__ void k_rope_at(float *x, size_t ld, int n_heads, size_t hs, int half, const __grid_constant__ rope_freq fr, float af,
+                          const __grid_constant__ rope_pos ps, int inter) {
+    pdl_wait();
+    __shared__ float v0[1024];
+    const int t = blockIdx.x / n_heads;
+    rope_head(x + (size_t)t * ld + (size_t)(blockIdx.x % n_heads) * hs, v0, half, fr, af, ps.p[t], inter);
 }
 
 /* k_rope with a warp per (token, head) row for many rows (a prefill: 512 x 32 heads, where k_rope launched a CTA of 64
@@ -170,6 +186,23 @@ extern "C" int slcu_rope(float *x, int n_tok, size_t ld, int n_heads, size_t hea
     if (on && rows >= 64 && !step_pos)
         pdl_launch(k_rope_rows, (rows + 7) / 8, 256, 0, SLS, x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, rows);
     else pdl_launch(k_rope, rows, 64, 0, SLS, x, ld, n_heads, head_stride, rot / 2, fr, attn_factor, pos0, interleave, step_pos);
+    return launched(msg, msglen, "rope launch");
+}
+
+extern "C" int slcu_rope_at(float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot, const float *inv_freq,
+                            float attn_factor, const int *pos, int interleave, char *msg, size_t msglen) {
+    if (rot < 0 || rot % 2 || rot > 1024 || n_heads <= 0) return bad(msg, msglen, "rope: rot must be even, at most 1024");
+    if (step_pos) return bad(msg, msglen, "rope: positions a token in a recorded step");
+    if (n_tok <= 0 || !rot) return 0;
+    rope_freq fr;
+    memcpy(fr.f, inv_freq, (size_t)rot / 2 * sizeof(float));
+    for (int t0 = 0; t0 < n_tok; t0 += ROPE_AT) {
+        const int nt = n_tok - t0 < ROPE_AT ? n_tok - t0 : ROPE_AT;
+        rope_pos ps;
+        memcpy(ps.p, pos + t0, (size_t)nt * sizeof(int));
+        pdl_launch(k_rope_at, nt * n_heads, 64, 0, SLS, x + (size_t)t0 * ld, ld, n_heads, head_stride, rot / 2, fr,
+                   attn_factor, ps, interleave);
+    }
     return launched(msg, msglen, "rope launch");
 }
 

@@ -1,0 +1,158 @@
+/* ---- a decode batch's attention and RoPE in one launch (issue 24; cuda_flash.cu slcu_attention_f16_items,
+ * cuda_ops.cu slcu_rope_at): every item's output and cache bitwise the item alone (the house's batch == alone);
+ * --attn-items also times the items' launches against one launch pair per item on the 30B shape ---- */
+
+/* one decode item: its own query row, new K/V row, f16 caches (two copies: alone, items) and output rows */
+typedef struct {
+    slcu_attn a;             /* the items' run (caches kc[1], vc[1], out o[1]) */
+    void *kc[2], *vc[2];     /* [cap][n_kv * hd] halves, the same random contents */
+    float *q, *kv, *o[2];
+    size_t cbytes;
+} ai_item;
+
+static void ai_make(ai_item *it, int NH, int NKV, int HD, int cap, int window, int pos, const float *sinks, int gated) {
+    char msg[256] = "";
+    const int ROW = NKV * HD, qs = gated ? 2 * HD : HD;
+    it->cbytes = (size_t)cap * ROW * 2;
+    uint16_t *h = malloc(it->cbytes);
+    for (int c = 0; c < 2; c++) { /* K, then V: the same bytes into both copies */
+        for (size_t i = 0; i < (size_t)cap * ROW; i++) h[i] = f32_to_f16(nrand());
+        for (int k = 0; k < 2; k++) {
+            void **d = c ? &it->vc[k] : &it->kc[k];
+            *d = slcu_alloc(it->cbytes, msg, sizeof msg);
+            slcu_upload(*d, h, it->cbytes, msg, sizeof msg);
+        }
+    }
+    free(h);
+    it->q = rnd_dev((size_t)NH * qs, 1, NULL, msg), it->kv = rnd_dev((size_t)2 * ROW, 1, NULL, msg);
+    for (int k = 0; k < 2; k++) it->o[k] = slcu_alloc((size_t)NH * HD * 4, msg, sizeof msg), poison(it->o[k], (size_t)NH * HD * 4);
+    it->a = (slcu_attn){it->q, (size_t)NH * qs, qs, gated, it->kv, it->kv + ROW, 2 * ROW, it->kc[1], it->vc[1], cap, 1, pos,
+                        NH, NKV, HD, window, sinks, 1.0f / sqrtf((float)HD), it->o[1], (size_t)NH * HD, 1};
+}
+
+static void ai_free(ai_item *it) {
+    for (int k = 0; k < 2; k++) slcu_free(it->kc[k]), slcu_free(it->vc[k]), slcu_free(it->o[k]);
+    slcu_free(it->q), slcu_free(it->kv);
+}
+
+/* n items at positions pos[i] (caps cap[i]): alone (slcu_attention on copy 0, the fold launched) == in one items call
+ * (copy 1; one: the one-chunk items ended in k_fa16_part_items, slcu_fa16_one), outputs and caches bitwise */
+static void check_items(int n, int NH, int NKV, int HD, const int *pos, const int *cap, int window, int sinks, int gated,
+                        int one) {
+    char msg[256] = "";
+    float *dsk = rnd_dev(NH, 1, NULL, msg);
+    ai_item it[SLCU_ATTN_ITEMS];
+    slcu_attn s[SLCU_ATTN_ITEMS];
+    for (int i = 0; i < n; i++) ai_make(&it[i], NH, NKV, HD, cap[i], window, pos[i], sinks ? dsk : NULL, gated), s[i] = it[i].a;
+    slcu_fa16_one(0);
+    for (int i = 0; i < n; i++) {
+        slcu_attn a = it[i].a;
+        a.k_cache = it[i].kc[0], a.v_cache = it[i].vc[0], a.out = it[i].o[0];
+        CK(!slcu_attention(&a, msg, sizeof msg), "%s", msg);
+    }
+    slcu_fa16_one(one);
+    const int r = slcu_attention_f16_items(s, n, msg, sizeof msg);
+    slcu_fa16_one(-1);
+    char name[160];
+    snprintf(name, sizeof name, "f16 attention of %d items %d/%d hd %d w %d%s%s%s (first @%d, last @%d)", n, NH, NKV, HD,
+             window, sinks ? " sinks" : "", gated ? " gated" : "", one ? " one-chunk end" : "", pos[0], pos[n - 1]);
+    CK(r == 1, "%s: not taken (%d): %s", name, r, msg);
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        float *o0 = dl(it[i].o[0], (size_t)NH * HD), *o1 = dl(it[i].o[1], (size_t)NH * HD);
+        float *k0 = dl(it[i].kc[0], it[i].cbytes / 4), *k1 = dl(it[i].kc[1], it[i].cbytes / 4);
+        float *v0 = dl(it[i].vc[0], it[i].cbytes / 4), *v1 = dl(it[i].vc[1], it[i].cbytes / 4);
+        const int ok = !memcmp(o0, o1, (size_t)NH * HD * 4) && !memcmp(k0, k1, it[i].cbytes) && !memcmp(v0, v1, it[i].cbytes);
+        int fin = 1;
+        for (int j = 0; j < NH * HD; j++) fin &= isfinite(o0[j]) != 0;
+        CK(ok && fin, "%s: item %d (@%d) differs from it alone (output / caches) or is not finite", name, i, pos[i]);
+        same &= ok && fin;
+        free(o0), free(o1), free(k0), free(k1), free(v0), free(v1);
+    }
+    if (same) printf("ok   %s == each alone, outputs and caches bitwise\n", name);
+    for (int i = 0; i < n; i++) ai_free(&it[i]);
+    slcu_free(dsk);
+}
+
+/* RoPE of n tokens at their own positions in one launch == each token alone at its position, bitwise */
+static void check_rope_at(int n, int nh, int hd, int rot, int inter) {
+    char msg[256] = "";
+    const size_t ld = (size_t)nh * hd + 16, tot = (size_t)n * ld;
+    float fq[512];
+    int pos[300];
+    for (int i = 0; i < rot / 2; i++) fq[i] = powf(10000.f, -2.f * i / rot);
+    for (int t = 0; t < n; t++) pos[t] = (int)(urand() * 9000);
+    float *hx, *dx = rnd_dev(tot, 2, &hx, msg);
+    for (int t = 0; t < n; t++)
+        CK(!slcu_rope(dx + (size_t)t * ld, 1, ld, nh, hd, rot, fq, 1.1f, pos[t], inter, msg, sizeof msg), "%s", msg);
+    float *one = dl(dx, tot);
+    slcu_upload(dx, hx, tot * 4, msg, sizeof msg);
+    CK(!slcu_rope_at(dx, n, ld, nh, hd, rot, fq, 1.1f, pos, inter, msg, sizeof msg), "%s", msg);
+    float *all = dl(dx, tot);
+    int moved = 0;
+    for (size_t i = 0; i < tot; i++) moved |= all[i] != hx[i];
+    CK(moved && !memcmp(one, all, tot * 4), "rope of %d tokens at their positions (rot %d, interleave %d) differs from each alone", n, rot, inter);
+    if (moved && !memcmp(one, all, tot * 4))
+        printf("ok   rope of %d tokens x %d heads at their own positions (rot %d of %d, interleave %d) == each alone, bitwise\n", n,
+               nh, rot, hd, inter);
+    free(hx), free(one), free(all);
+    slcu_free(dx);
+}
+
+static void check_attn_items(void) {
+    const int p8[8] = {0, 5, 63, 64, 200, 511, 1000, 3000}, c8[8] = {64, 70, 64, 200, 512, 600, 1024, 4096};
+    for (int one = 0; one < 2; one++) {
+        check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, one); /* the 30B shape, depths 1 .. 3001 */
+        const int p3[3] = {7, 7, 7}, c3[3] = {8, 100, 4096};
+        check_items(3, 32, 4, 128, p3, c3, 0, 0, 1, one); /* the same position in three sequences, gated: one chunk each */
+        const int pw[5] = {3, 49, 50, 130, 251}, cw[5] = {64, 64, 64, 69, 69}; /* window 50 in rings of 64 / 69: wrapped */
+        check_items(5, 8, 2, 64, pw, cw, 50, 1, 0, one);
+        const int pg[4] = {10, 100, 700, 70}, cg[4] = {16, 128, 800, 80};
+        check_items(4, 64, 2, 128, pg, cg, 0, 0, 0, one); /* 32 query heads a KV head: two row tiles an item */
+        check_items(4, 32, 4, 256, pg, cg, 0, 1, 1, one); /* head_dim 256 (two warps a CTA) */
+        check_items(4, 6, 2, 20, pg, cg, 0, 0, 0, one);   /* head_dim 20: element loads */
+    }
+    int p16[16], c16[16];
+    for (int i = 0; i < 16; i++) p16[i] = 37 * i * i, c16[i] = 37 * i * i + 1 + i;
+    check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0); /* SLCU_ATTN_ITEMS items */
+    check_rope_at(8, 32, 128, 128, 0), check_rope_at(8, 4, 128, 64, 1), check_rope_at(300, 4, 64, 64, 0);
+}
+
+/* --attn-items: us of a decode batch's attention on the 30B shape (32 / 4 heads, head_dim 128, f16 caches), one launch
+ * pair per item (slcu_attention, today's loop) against the items' one pair, at depths 1, 512 and 8192 */
+typedef struct {
+    slcu_attn s[SLCU_ATTN_ITEMS];
+    int n, items;
+} ai_bench;
+
+static void ai_run(void *p) {
+    ai_bench *b = p;
+    char msg[256];
+    if (b->items) {
+        if (slcu_attention_f16_items(b->s, b->n, msg, sizeof msg) != 1) fprintf(stderr, "items: %s\n", msg);
+        return;
+    }
+    for (int i = 0; i < b->n; i++)
+        if (slcu_attention(&b->s[i], msg, sizeof msg)) fprintf(stderr, "alone: %s\n", msg);
+}
+
+static void bench_attn_items(void) {
+    const int depths[3] = {1, 512, 8192}, counts[2] = {1, 8};
+    printf("\na decode batch's attention, 30B shape (32 / 4 heads, hd 128, f16 caches): us a batch (us an item)\n");
+    printf("%-8s %-6s %-20s %-20s %s\n", "depth", "items", "a pair per item", "one items pair", "ratio");
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++) {
+            const int n = counts[c];
+            ai_item it[8];
+            ai_bench b = {.n = n};
+            for (int i = 0; i < n; i++) ai_make(&it[i], 32, 4, 128, depths[d] + 64, 0, depths[d] - 1, NULL, 0), b.s[i] = it[i].a;
+            b.items = 0;
+            const float t0 = 1e3f * slcu_time(ai_run, &b, 200);
+            b.items = 1;
+            const float t1 = 1e3f * slcu_time(ai_run, &b, 200);
+            b.items = 0;
+            const float t2 = 1e3f * slcu_time(ai_run, &b, 200); /* again: the machine's drift */
+            printf("%-8d %-6d %8.2f / %-9.2f %8.2f (%6.2f)    %.2fx\n", depths[d], n, t0, t2, t1, t1 / n, (t0 + t2) / 2 / t1);
+            for (int i = 0; i < n; i++) ai_free(&it[i]);
+        }
+}
