@@ -136,6 +136,17 @@ static void ai_run(void *p) {
         if (slcu_attention(&b->s[i], msg, sizeof msg)) fprintf(stderr, "alone: %s\n", msg);
 }
 
+typedef struct {
+    slcu_attn a;
+    const slcu_act *q8;
+} ai_one;
+
+static void ai_one_run(void *p) {
+    ai_one *o = p;
+    char msg[256];
+    if (slcu_attention_q(&o->a, o->q8, msg, sizeof msg) < 0) fprintf(stderr, "one: %s\n", msg);
+}
+
 static void bench_attn_items(void) {
     const int depths[3] = {1, 512, 8192}, counts[2] = {1, 8};
     printf("\na decode batch's attention, 30B shape (32 / 4 heads, hd 128, f16 caches): us a batch (us an item)\n");
@@ -155,4 +166,28 @@ static void bench_attn_items(void) {
             printf("%-8d %-6d %8.2f / %-9.2f %8.2f (%6.2f)    %.2fx\n", depths[d], n, t0, t2, t1, t1 / n, (t0 + t2) / 2 / t1);
             for (int i = 0; i < n; i++) ai_free(&it[i]);
         }
+    /* the one-token decode in one chunk: the fold launched (k_fa16_part + k_fa16_comb) against SLUICE_CUDA_FA_ONE's end
+     * in k_fa16_part on its CTA's 4 warps, alternated, with and without the output's int8 form (the o matvec's input) */
+    printf("\none token, one chunk, 30B shape: us a call, the fold launched / the one-chunk end (alternated twice)\n");
+    const int d1[3] = {1, 32, 64};
+    char msg[256] = "";
+    void *qb = slcu_alloc(slcu_act_bytes(1, 32 * 128), msg, sizeof msg);
+    slcu_act q8;
+    slcu_act_bind(&q8, qb, 1, 32 * 128, msg, sizeof msg);
+    for (int d = 0; d < 3; d++)
+        for (int withq = 0; withq < 2; withq++) {
+            ai_item it;
+            ai_make(&it, 32, 4, 128, d1[d] + 64, 0, d1[d] - 1, NULL, 0);
+            ai_one o = {it.a, withq ? &q8 : NULL};
+            float t[4];
+            for (int k = 0; k < 4; k++) {
+                slcu_fa16_one(k & 1);
+                t[k] = 1e3f * slcu_time(ai_one_run, &o, 200);
+            }
+            slcu_fa16_one(-1);
+            printf("depth %-5d %-12s %6.2f / %-6.2f  %6.2f / %-6.2f  %.2fx\n", d1[d], withq ? "int8 form" : "output only", t[0],
+                   t[1], t[2], t[3], (t[0] + t[2]) / (t[1] + t[3]));
+            ai_free(&it);
+        }
+    slcu_free(qb);
 }

@@ -138,10 +138,10 @@ static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, cons
 /* done (one token, no recorded step, nrows <= 16: one row tile; fl_fuse): a counter per KV head; the warp that
  * finishes its head's last chunk folds the head's rows (fa16_comb_row, its 32 lanes) with [qa's int8 form], so
  * k_fa16_comb is not launched: the same operations on the same partials, whichever warp comes last.
- * fin (SLUICE_CUDA_FA_ONE=1; nchs 1: every row's keys in one chunk, no recorded step): the warp ends its rows itself
- * (fa16_part_fin), k_fa16_comb not launched.
+ * fin (SLUICE_CUDA_FA_ONE=1; nchs 1: every row's keys in one chunk, no recorded step): the CTA's warps compute the
+ * chunk together and end its rows (fa16_part_fin), k_fa16_comb not launched.
  * fa16_part_cta is the body for CTA (bx, kvh, bz) of p: k_fa16_part's, and each item's in k_fa16_part_items. */
-template <int HDP>
+template <int HDP, int W>
 static __device__ __forceinline__ void fa16_part_fin(const slcu_attn &p, const float m[2], const float l[2],
                                                      const uint32_t pa[4][4], const __half *vs, float *st, const slcu_act &qa,
                                                      int r0, int kvh);
@@ -160,6 +160,27 @@ static __device__ __forceinline__ void fa16_part_cta(const slcu_attn &p, int nch
     f16_range(p, r0, nrows, G, clo, d);
     f16_range(p, min(r0 + 16, nrows) - 1, nrows, G, d, chi);
     const int ci = bx * W + warp, c0 = (base / FA16_C + ci) * FA16_C;
+    float m[2], l[2];
+    uint32_t pa[4][4];
+    if (fin) { /* the one chunk (CTA x 0's; an items launch may be wider) by the CTA's W warps: its tiles loaded
+                * together into warp 0's place (a quarter of the serial load rounds a lane), every warp computing the
+                * same scores from them, then its share of P V and of the rows' ends (fa16_part_fin) */
+        if (bx) return; /* the whole CTA (every warp of a CTA takes this branch: fin is its launch's, or its item's) */
+        __half *q0 = (__half *)f16_smem, *k0 = q0 + 16 * S, *v0 = k0 + FA16_C * S;
+        const int f0 = base / FA16_C * FA16_C;
+        f16_load_q<HDP>(p, q0, r0, 16, nrows, G, kvh, threadIdx.x, W * 32);
+        f16_load_kv<HDP>(p, k0, v0, f0, clo, chi, kvh, threadIdx.x, W * 32);
+        fl_cp_commit();
+        fl_cp_wait<0>();
+        __syncthreads();
+        if (app && p.pos0 >= f0 && p.pos0 < f0 + FA16_C) { /* over the old bytes every thread's copies put there */
+            if (!warp) f16_append_row<HDP>(p, k0, v0, p.pos0 - f0, kvh, lane);
+            __syncthreads();
+        }
+        f16_scores<HDP>(q0, k0, f0, lo, hi, p.scale, m, l, pa);
+        fa16_part_fin<HDP, W>(p, m, l, pa, v0, (float *)k0, qa, r0, kvh);
+        return;
+    }
     if (ci >= nchs || c0 > chi || c0 + FA16_C - 1 < clo) return; /* warp-uniform; no block barrier below */
     f16_load_q<HDP>(p, qs, r0, 16, nrows, G, kvh, lane, 32);
     f16_load_kv<HDP>(p, ks, vs, c0, clo, chi, kvh, lane, 32);
@@ -167,13 +188,7 @@ static __device__ __forceinline__ void fa16_part_cta(const slcu_attn &p, int nch
     fl_cp_wait<0>();
     if (app && p.pos0 >= c0 && p.pos0 < c0 + FA16_C) f16_append_row<HDP>(p, ks, vs, p.pos0 - c0, kvh, lane);
     __syncwarp();
-    float m[2], l[2];
-    uint32_t pa[4][4];
     f16_scores<HDP>(qs, ks, c0, lo, hi, p.scale, m, l, pa);
-    if (fin) {
-        fa16_part_fin<HDP>(p, m, l, pa, vs, (float *)ks, qa, r0, kvh);
-        return;
-    }
     if (tig == 0)
 #pragma unroll
         for (int i = 0; i < 2; i++)
@@ -219,24 +234,26 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd
     fa16_part_cta<HDP, W>(p, nchs, po, ml, app, done, qa, blockIdx.x, blockIdx.y, blockIdx.z, fin);
 }
 
-/* The one chunk's rows ended by the warp that computed them, with fa16_comb_row's operations on the same floats: its
- * chunk range is this one chunk, so per (row, dim) M, L, O = -inf, 0, 0, one f16_fold of (m, l) and one f16_mix of o,
- * then f16_final (m and l here are the values k_fa16_part would store: the quad's lanes hold the same, xor trees of
- * commutative adds and maxes). The results are staged in st [16][HDP] floats (the K tile, read by then) and written a
- * row (one head) at a time, lane l taking dims l + 32 j, as k_fa16_comb's threads take them for quant_lane (qa: one
- * token, head_dim a multiple of 128), then the head's quant_sums. */
-template <int HDP>
+/* The one chunk's rows ended by the CTA's W warps with fa16_comb_row's operations on the same floats: its chunk
+ * range is this one chunk, so per (row, dim) M, L, O = -inf, 0, 0, one f16_fold of (m, l) and one f16_mix of o, then
+ * f16_final (m and l here are the values k_fa16_part would store: the quad's lanes hold the same, xor trees of
+ * commutative adds and maxes; every warp computed the same scores from the same tiles). Warp w takes P V and the ends
+ * of dims w DW .. w DW + DW - 1 (each 16 x 8 tile of o keeps its chain over the 4 key steps, so any split of the dims
+ * gives the same floats), staged in st [16][HDP] floats (the K tile, read by then); then warp w writes rows w, w + W,
+ * ... (one head each), lane l taking dims l + 32 j as k_fa16_comb's threads take them for quant_lane (qa: one token,
+ * head_dim a multiple of 128), then the head's quant_sums. */
+template <int HDP, int W>
 static __device__ __forceinline__ void fa16_part_fin(const slcu_attn &p, const float m[2], const float l[2],
                                                      const uint32_t pa[4][4], const __half *vs, float *st, const slcu_act &qa,
                                                      int r0, int kvh) {
-    constexpr int DB = HDP < 64 ? HDP : 64;
-    const int G = p.n_heads / p.n_kv, nrows = p.n * G, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    constexpr int DW = HDP / W < 16 ? 16 : HDP / W, DB = DW < 64 ? DW : 64; /* a warp's dims; P V's block */
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const int tig = lane & 3;
     float M[2], L[2], a[2], b[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) M[i] = -INFINITY, L[i] = 0.0f, f16_fold(M[i], L[i], m[i], l[i], a[i], b[i]);
-    __syncwarp(); /* every lane's reads of the K tile are done */
-#pragma unroll
-    for (int d0 = 0; d0 < HDP; d0 += DB) {
+    __syncthreads(); /* every warp's reads of the K tile are done */
+    for (int d0 = warp * DW; d0 < warp * DW + DW && d0 < HDP; d0 += DB) {
         float o[DB / 8][4];
         f16_pv<HDP, DB>(pa, vs, d0, o);
 #pragma unroll
@@ -256,8 +273,8 @@ static __device__ __forceinline__ void fa16_part_fin(const slcu_attn &p, const f
                 }
         }
     }
-    __syncwarp();
-    for (int r = 0; r < 16 && r0 + r < nrows; r++) {
+    __syncthreads(); /* every dim of every row staged */
+    for (int r = warp; r < 16 && r0 + r < nrows; r += W) {
         const int R = r0 + r, t = R / G, h = kvh * G + R % G;
         for (int dd = lane; dd < p.hd; dd += 32) {
             const float v = st[r * HDP + dd];
