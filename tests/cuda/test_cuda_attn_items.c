@@ -25,7 +25,10 @@ static void ai_make(ai_item *it, int NH, int NKV, int HD, int cap, int window, i
     }
     free(h);
     it->q = rnd_dev((size_t)NH * qs, 1, NULL, msg), it->kv = rnd_dev((size_t)2 * ROW, 1, NULL, msg);
-    for (int k = 0; k < 2; k++) it->o[k] = slcu_alloc((size_t)NH * HD * 4, msg, sizeof msg), poison(it->o[k], (size_t)NH * HD * 4);
+    for (int k = 0; k < 2; k++) {
+        it->o[k] = slcu_alloc((size_t)NH * HD * 4, msg, sizeof msg);
+        poison(it->o[k], (size_t)NH * HD * 4);
+    }
     it->a = (slcu_attn){it->q, (size_t)NH * qs, qs, gated, it->kv, it->kv + ROW, 2 * ROW, it->kc[1], it->vc[1], cap, 1, pos,
                         NH, NKV, HD, window, sinks, 1.0f / sqrtf((float)HD), it->o[1], (size_t)NH * HD, 1};
 }

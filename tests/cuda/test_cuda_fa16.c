@@ -74,16 +74,18 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
     float *y5 = fa16_run(&ap, 0, 1, 0);
     slcu_fa16_fuse(-1);
     slcu_fa16_one(1); /* token by token with a one-chunk context ended in k_fa16_part (fa16_part_fin), no fold launch */
-    float *y6 = fa16_run(&ap, 0, 1, 0);
+    float *y6 = fa16_run(&ap, 0, 1, 0), *y7 = fa16_run(&ap, 2, 0, 0); /* and all tokens in the decode pair at once */
     slcu_fa16_one(-1);
     const size_t nb = (size_t)T * NH * HD * 4;
     char name[128];
     snprintf(name, sizeof name, "f16 attention %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
              sinks ? " sinks" : "", gated ? " gated" : "");
     OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 3e-3);
-    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb) && !memcmp(y1, y6, nb),
-       "%s: prefill kernel / decode pair / token by token / fused fold / one-chunk end differ (%d %d %d %d %d)", name,
-       !memcmp(y1, y2, nb), !memcmp(y1, y3, nb), !memcmp(y1, y4, nb), !memcmp(y1, y5, nb), !memcmp(y1, y6, nb));
+    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb) && !memcmp(y1, y6, nb) &&
+           !memcmp(y1, y7, nb),
+       "%s: prefill kernel / decode pair / token by token / fused fold / one-chunk end (token by token, all at once) "
+       "differ (%d %d %d %d %d %d)", name, !memcmp(y1, y2, nb), !memcmp(y1, y3, nb), !memcmp(y1, y4, nb),
+       !memcmp(y1, y5, nb), !memcmp(y1, y6, nb), !memcmp(y1, y7, nb));
     if (HD % 128 == 0) { /* the last token alone with its output's int8 form (k_fa16_comb): bitwise y3's row, and
                           * the form bitwise slcu_act_quantize's of it */
         const int row = NH * HD;
@@ -108,7 +110,8 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
         slcu_fa16_fuse(-1), slcu_fa16_one(-1);
         slcu_free(b1), slcu_free(b2);
     }
-    free(hq), free(hs), free(hn), free(hk), free(hv), free(ref), free(y1), free(y2), free(y3), free(y4), free(y5), free(y6);
+    free(hq), free(hs), free(hn), free(hk), free(hv), free(ref);
+    free(y1), free(y2), free(y3), free(y4), free(y5), free(y6), free(y7);
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }
 
