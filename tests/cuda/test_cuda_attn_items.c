@@ -10,13 +10,17 @@ typedef struct {
     size_t cbytes;
 } ai_item;
 
-static void ai_make(ai_item *it, int NH, int NKV, int HD, int cap, int window, int pos, const float *sinks, int gated) {
+static void ai_make(ai_item *it, int NH, int NKV, int HD, int cap, int window, int pos, const float *sinks, int gated,
+                    int f32) {
     char msg[256] = "";
     const int ROW = NKV * HD, qs = gated ? 2 * HD : HD;
-    it->cbytes = (size_t)cap * ROW * 2;
+    it->cbytes = (size_t)cap * ROW * (f32 ? 4 : 2);
     uint16_t *h = malloc(it->cbytes);
     for (int c = 0; c < 2; c++) { /* K, then V: the same bytes into both copies */
-        for (size_t i = 0; i < (size_t)cap * ROW; i++) h[i] = f32_to_f16(nrand());
+        for (size_t i = 0; i < (size_t)cap * ROW; i++) {
+            if (f32) ((float *)h)[i] = nrand();
+            else h[i] = f32_to_f16(nrand());
+        }
         for (int k = 0; k < 2; k++) {
             void **d = c ? &it->vc[k] : &it->kc[k];
             *d = slcu_alloc(it->cbytes, msg, sizeof msg);
@@ -30,7 +34,7 @@ static void ai_make(ai_item *it, int NH, int NKV, int HD, int cap, int window, i
         poison(it->o[k], (size_t)NH * HD * 4);
     }
     it->a = (slcu_attn){it->q, (size_t)NH * qs, qs, gated, it->kv, it->kv + ROW, 2 * ROW, it->kc[1], it->vc[1], cap, 1, pos,
-                        NH, NKV, HD, window, sinks, 1.0f / sqrtf((float)HD), it->o[1], (size_t)NH * HD, 1};
+                        NH, NKV, HD, window, sinks, 1.0f / sqrtf((float)HD), it->o[1], (size_t)NH * HD, !f32};
 }
 
 static void ai_free(ai_item *it) {
@@ -39,14 +43,16 @@ static void ai_free(ai_item *it) {
 }
 
 /* n items at positions pos[i] (caps cap[i]): alone (slcu_attention on copy 0, the fold launched) == in one items call
- * (copy 1; one: the one-chunk items ended in k_fa16_part_items, slcu_fa16_one), outputs and caches bitwise */
+ * (copy 1; one: the one-chunk items ended in k_fa16_part_items, slcu_fa16_one; f32: f32 caches, their items call),
+ * outputs and caches bitwise */
 static void check_items(int n, int NH, int NKV, int HD, const int *pos, const int *cap, int window, int sinks, int gated,
-                        int one) {
+                        int one, int f32) {
     char msg[256] = "";
     float *dsk = rnd_dev(NH, 1, NULL, msg);
     ai_item it[SLCU_ATTN_ITEMS];
     slcu_attn s[SLCU_ATTN_ITEMS];
-    for (int i = 0; i < n; i++) ai_make(&it[i], NH, NKV, HD, cap[i], window, pos[i], sinks ? dsk : NULL, gated), s[i] = it[i].a;
+    for (int i = 0; i < n; i++)
+        ai_make(&it[i], NH, NKV, HD, cap[i], window, pos[i], sinks ? dsk : NULL, gated, f32), s[i] = it[i].a;
     slcu_fa16_one(0);
     for (int i = 0; i < n; i++) {
         slcu_attn a = it[i].a;
@@ -54,11 +60,12 @@ static void check_items(int n, int NH, int NKV, int HD, const int *pos, const in
         CK(!slcu_attention(&a, msg, sizeof msg), "%s", msg);
     }
     slcu_fa16_one(one);
-    const int r = slcu_attention_f16_items(s, n, msg, sizeof msg);
+    const int r = f32 ? slcu_attention_f32_items(s, n, msg, sizeof msg) : slcu_attention_f16_items(s, n, msg, sizeof msg);
     slcu_fa16_one(-1);
     char name[160];
-    snprintf(name, sizeof name, "f16 attention of %d items %d/%d hd %d w %d%s%s%s (first @%d, last @%d)", n, NH, NKV, HD,
-             window, sinks ? " sinks" : "", gated ? " gated" : "", one ? " one-chunk end" : "", pos[0], pos[n - 1]);
+    snprintf(name, sizeof name, "%s attention of %d items %d/%d hd %d w %d%s%s%s (first @%d, last @%d)", f32 ? "f32" : "f16",
+             n, NH, NKV, HD, window, sinks ? " sinks" : "", gated ? " gated" : "", one ? " one-chunk end" : "", pos[0],
+             pos[n - 1]);
     CK(r == 1, "%s: not taken (%d): %s", name, r, msg);
     int same = 1;
     for (int i = 0; i < n; i++) {
@@ -94,30 +101,34 @@ static void check_rope_at(int n, int nh, int hd, int rot, int inter) {
     float *all = dl(dx, tot);
     int moved = 0;
     for (size_t i = 0; i < tot; i++) moved |= all[i] != hx[i];
-    CK(moved && !memcmp(one, all, tot * 4), "rope of %d tokens at their positions (rot %d, interleave %d) differs from each alone", n, rot, inter);
-    if (moved && !memcmp(one, all, tot * 4))
-        printf("ok   rope of %d tokens x %d heads at their own positions (rot %d of %d, interleave %d) == each alone, bitwise\n", n,
-               nh, rot, hd, inter);
+    const int same = moved && !memcmp(one, all, tot * 4);
+    CK(same, "rope of %d tokens at their positions (rot %d, interleave %d) differs from each alone", n, rot, inter);
+    if (same)
+        printf("ok   rope of %d tokens x %d heads at their own positions (rot %d of %d, interleave %d) == each alone, "
+               "bitwise\n", n, nh, rot, hd, inter);
     free(hx), free(one), free(all);
     slcu_free(dx);
 }
 
 static void check_attn_items(void) {
     const int p8[8] = {0, 5, 63, 64, 200, 511, 1000, 3000}, c8[8] = {64, 70, 64, 200, 512, 600, 1024, 4096};
-    for (int one = 0; one < 2; one++) {
-        check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, one); /* the 30B shape, depths 1 .. 3001 */
+    /* f16 caches with the one-chunk end off and on, then f32 caches (f = 2) */
+    for (int f = 0; f < 3; f++) {
+        const int one = f == 1, f32 = f == 2;
+        check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, one, f32); /* the 30B shape, depths 1 .. 3001 */
         const int p3[3] = {7, 7, 7}, c3[3] = {8, 100, 4096};
-        check_items(3, 32, 4, 128, p3, c3, 0, 0, 1, one); /* the same position in three sequences, gated: one chunk each */
+        check_items(3, 32, 4, 128, p3, c3, 0, 0, 1, one, f32); /* the same position in three sequences, gated: one chunk */
         const int pw[5] = {3, 49, 50, 130, 251}, cw[5] = {64, 64, 64, 69, 69}; /* window 50 in rings of 64 / 69: wrapped */
-        check_items(5, 8, 2, 64, pw, cw, 50, 1, 0, one);
+        check_items(5, 8, 2, 64, pw, cw, 50, 1, 0, one, f32);
         const int pg[4] = {10, 100, 700, 70}, cg[4] = {16, 128, 800, 80};
-        check_items(4, 64, 2, 128, pg, cg, 0, 0, 0, one); /* 32 query heads a KV head: two row tiles an item */
-        check_items(4, 32, 4, 256, pg, cg, 0, 1, 1, one); /* head_dim 256 (two warps a CTA) */
-        check_items(4, 6, 2, 20, pg, cg, 0, 0, 0, one);   /* head_dim 20: element loads */
+        check_items(4, 64, 2, 128, pg, cg, 0, 0, 0, one, f32); /* 32 query heads a KV head: two row tiles an item */
+        check_items(4, 32, 4, 256, pg, cg, 0, 1, 1, one, f32); /* head_dim 256 (two warps a CTA; f32: one) */
+        check_items(4, 6, 2, 20, pg, cg, 0, 0, 0, one, f32);   /* head_dim 20: element loads */
     }
     int p16[16], c16[16];
     for (int i = 0; i < 16; i++) p16[i] = 37 * i * i, c16[i] = 37 * i * i + 1 + i;
-    check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0); /* SLCU_ATTN_ITEMS items */
+    check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 0); /* SLCU_ATTN_ITEMS items */
+    check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 1);
     check_rope_at(8, 32, 128, 128, 0), check_rope_at(8, 4, 128, 64, 1), check_rope_at(300, 4, 64, 64, 0);
 }
 
@@ -125,14 +136,16 @@ static void check_attn_items(void) {
  * pair per item (slcu_attention, today's loop) against the items' one pair, at depths 1, 512 and 8192 */
 typedef struct {
     slcu_attn s[SLCU_ATTN_ITEMS];
-    int n, items;
+    int n, items, f32;
 } ai_bench;
 
 static void ai_run(void *p) {
     ai_bench *b = p;
     char msg[256];
     if (b->items) {
-        if (slcu_attention_f16_items(b->s, b->n, msg, sizeof msg) != 1) fprintf(stderr, "items: %s\n", msg);
+        const int r = b->f32 ? slcu_attention_f32_items(b->s, b->n, msg, sizeof msg)
+                             : slcu_attention_f16_items(b->s, b->n, msg, sizeof msg);
+        if (r != 1) fprintf(stderr, "items: %s\n", msg);
         return;
     }
     for (int i = 0; i < b->n; i++)
@@ -152,23 +165,28 @@ static void ai_one_run(void *p) {
 
 static void bench_attn_items(void) {
     const int depths[3] = {1, 512, 8192}, counts[2] = {1, 8};
-    printf("\na decode batch's attention, 30B shape (32 / 4 heads, hd 128, f16 caches): us a batch (us an item)\n");
-    printf("%-8s %-6s %-20s %-20s %s\n", "depth", "items", "a pair per item", "one items pair", "ratio");
-    for (int d = 0; d < 3; d++)
-        for (int c = 0; c < 2; c++) {
-            const int n = counts[c];
-            ai_item it[8];
-            ai_bench b = {.n = n};
-            for (int i = 0; i < n; i++) ai_make(&it[i], 32, 4, 128, depths[d] + 64, 0, depths[d] - 1, NULL, 0), b.s[i] = it[i].a;
-            b.items = 0;
-            const float t0 = 1e3f * slcu_time(ai_run, &b, 200);
-            b.items = 1;
-            const float t1 = 1e3f * slcu_time(ai_run, &b, 200);
-            b.items = 0;
-            const float t2 = 1e3f * slcu_time(ai_run, &b, 200); /* again: the machine's drift */
-            printf("%-8d %-6d %8.2f / %-9.2f %8.2f (%6.2f)    %.2fx\n", depths[d], n, t0, t2, t1, t1 / n, (t0 + t2) / 2 / t1);
-            for (int i = 0; i < n; i++) ai_free(&it[i]);
-        }
+    for (int f32 = 0; f32 < 2; f32++) {
+        printf("\na decode batch's attention, 30B shape (32 / 4 heads, hd 128, %s caches): us a batch (us an item)\n",
+               f32 ? "f32" : "f16");
+        printf("%-8s %-6s %-20s %-20s %s\n", "depth", "items", "a pair per item", "one items pair", "ratio");
+        for (int d = 0; d < 3; d++)
+            for (int c = 0; c < 2; c++) {
+                const int n = counts[c];
+                ai_item it[8];
+                ai_bench b = {.n = n, .f32 = f32};
+                for (int i = 0; i < n; i++)
+                    ai_make(&it[i], 32, 4, 128, depths[d] + 64, 0, depths[d] - 1, NULL, 0, f32), b.s[i] = it[i].a;
+                b.items = 0;
+                const float t0 = 1e3f * slcu_time(ai_run, &b, 200);
+                b.items = 1;
+                const float t1 = 1e3f * slcu_time(ai_run, &b, 200);
+                b.items = 0;
+                const float t2 = 1e3f * slcu_time(ai_run, &b, 200); /* again: the machine's drift */
+                printf("%-8d %-6d %8.2f / %-9.2f %8.2f (%6.2f)    %.2fx\n", depths[d], n, t0, t2, t1, t1 / n,
+                       (t0 + t2) / 2 / t1);
+                for (int i = 0; i < n; i++) ai_free(&it[i]);
+            }
+    }
     /* the one-token decode in one chunk: the fold launched (k_fa16_part + k_fa16_comb) against SLUICE_CUDA_FA_ONE's end
      * in k_fa16_part on its CTA's 4 warps, alternated, with and without the output's int8 form (the o matvec's input) */
     printf("\none token, one chunk, 30B shape: us a call, the fold launched / the one-chunk end (alternated twice)\n");
@@ -180,7 +198,7 @@ static void bench_attn_items(void) {
     for (int d = 0; d < 3; d++)
         for (int withq = 0; withq < 2; withq++) {
             ai_item it;
-            ai_make(&it, 32, 4, 128, d1[d] + 64, 0, d1[d] - 1, NULL, 0);
+            ai_make(&it, 32, 4, 128, d1[d] + 64, 0, d1[d] - 1, NULL, 0, 0);
             ai_one o = {it.a, withq ? &q8 : NULL};
             float t[4];
             for (int k = 0; k < 4; k++) {

@@ -404,23 +404,28 @@ static void cu_attention(be_backend *be, const be_attn *a) {
     CU(be, slcu_attention(&s, MSG(be)));
 }
 
-/* SLUICE_CUDA_ATTN_ITEMS=1: a decode batch's one-token items of f16 caches in launches of up to SLCU_ATTN_ITEMS
- * (slcu_attention_f16_items), the others, and a launch it does not take, each alone: every item bitwise cu_attention */
+/* m items of one KV type in one launch set, or (not taken) each alone */
+static void items_run(be_backend *be, const be_attn *a, const int *at, const slcu_attn *s, int m, int f16) {
+    const int r = m < 2 ? 0 : f16 ? slcu_attention_f16_items(s, m, MSG(be)) : slcu_attention_f32_items(s, m, MSG(be));
+    if (r < 0) cu_fail(be, SL_EIO, cu_of(be)->tmp);
+    for (int j = 0; !r && j < m; j++) cu_attention(be, a + at[j]);
+}
+
+/* SLUICE_CUDA_ATTN_ITEMS=1: a decode batch's one-token items of f16 (f32) caches in launches of up to SLCU_ATTN_ITEMS
+ * (slcu_attention_f16_items, _f32_items), the others, and a launch not taken, each alone: every item bitwise
+ * cu_attention */
 static void cu_attention_items(be_backend *be, const be_attn *a, int n) {
     SKIP(be);
     for (int i = 0; i < n;) {
-        slcu_attn s[SLCU_ATTN_ITEMS];
-        int at[SLCU_ATTN_ITEMS], m = 0;
-        for (; i < n && m < SLCU_ATTN_ITEMS; i++) {
-            if (a[i].kv_type == SL_KV_F16 && a[i].kv_type_v == SL_KV_F16 && a[i].n == 1 && a[i].k) s[m] = attn_of(a + i), at[m++] = i;
+        slcu_attn s[2][SLCU_ATTN_ITEMS];
+        int at[2][SLCU_ATTN_ITEMS], m[2] = {0, 0};
+        for (; i < n && m[0] < SLCU_ATTN_ITEMS && m[1] < SLCU_ATTN_ITEMS; i++) {
+            const int t = a[i].kv_type == SL_KV_F16; /* 1 f16, 0 f32 */
+            if ((t || a[i].kv_type == SL_KV_F32) && a[i].kv_type_v == a[i].kv_type && a[i].n == 1 && a[i].k)
+                s[t][m[t]] = attn_of(a + i), at[t][m[t]++] = i;
             else cu_attention(be, a + i);
         }
-        const int r = m > 1 ? slcu_attention_f16_items(s, m, MSG(be)) : 0;
-        if (r < 0) {
-            cu_fail(be, SL_EIO, cu_of(be)->tmp);
-            return;
-        }
-        for (int j = 0; !r && j < m; j++) cu_attention(be, a + at[j]);
+        for (int t = 0; t < 2; t++) items_run(be, a, at[t], s[t], m[t], t);
     }
 }
 

@@ -335,6 +335,9 @@ void slcu_fa16_one(int on);
  * SLUICE_CUDA_FA_APPEND=0): the caller runs each alone; -1 failed (message). */
 #define SLCU_ATTN_ITEMS 16
 int slcu_attention_f16_items(const slcu_attn *a, int n, char *msg, size_t msglen);
+/* The same for one-token items of f32 caches (each bitwise slcu_attention_f32 alone): the rows appended in one launch,
+ * then the pair; 0 also where SLUICE_CUDA_FA32=0 (the items alone take k_attention's order then). */
+int slcu_attention_f32_items(const slcu_attn *a, int n, char *msg, size_t msglen);
 /* slcu_rope with token t at position pos[t] (HOST [n_tok]) in place of pos0 + t: each (token, head) bitwise slcu_rope
  * of that token alone at its position. No recorded step. 0 or -1 (message). */
 int slcu_rope_at(float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot, const float *inv_freq,

@@ -535,11 +535,9 @@ __global__ void __launch_bounds__(FA32_FW * 32) k_fa32_fold(const slcu_attn p) {
 /* Decode, f32 cache: warp w of CTA (x, kvh, z) takes chunk base / 64 + W x + w of rows 8z .. 8z + 7 (k_fa16_part's
  * layout of the partials, o at a stride of 32 NJ). Shared memory per warp: qs [8][HP], kt and vt [64][HP + 4], es [8][64]. */
 template <int NJ, int W>
-__global__ void __launch_bounds__(W * 32) k_fa32_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml) {
-    pdl_wait();
-    if (pd) p.pos0 = *pd;
+static __device__ __forceinline__ void fa32_part_cta(const slcu_attn &p, int nchs, float *po, float *ml, int bx, int kvh, int bz) {
     extern __shared__ float4 f32_smem[];
-    const int HP = (p.hd + 3) & ~3, G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = blockIdx.y, r0 = blockIdx.z * FA32_RW;
+    const int HP = (p.hd + 3) & ~3, G = p.n_heads / p.n_kv, nrows = p.n * G, r0 = bz * FA32_RW;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *qs = (float *)f32_smem + (size_t)warp * (FA32_RW * HP + 2 * FA16_C * (HP + 4) + FA32_RW * FA16_C);
     float *kt = qs + FA32_RW * HP, *vt = kt + FA16_C * (HP + 4), *es = vt + FA16_C * (HP + 4);
@@ -548,7 +546,7 @@ __global__ void __launch_bounds__(W * 32) k_fa32_part(slcu_attn p, const int *pd
     f16_range(p, 0, nrows, G, base, d);
     f16_range(p, r0, nrows, G, clo, d);
     f16_range(p, min(r0 + FA32_RW, nrows) - 1, nrows, G, d, chi);
-    const int ci = blockIdx.x * W + warp, c0 = (base / FA16_C + ci) * FA16_C;
+    const int ci = bx * W + warp, c0 = (base / FA16_C + ci) * FA16_C;
     if (ci >= nchs || c0 > chi || c0 + FA16_C - 1 < clo) return; /* warp-uniform; no block barrier below */
     f32_load_q(p, qs, HP, r0, FA32_RW, nrows, G, kvh, lane, 32);
     f32_load_t(p, p.k_cache, kt, HP, c0, clo, chi, kvh, lane, 32);
@@ -580,6 +578,33 @@ __global__ void __launch_bounds__(W * 32) k_fa32_part(slcu_attn p, const int *pd
     }
 }
 
+template <int NJ, int W>
+__global__ void __launch_bounds__(W * 32) k_fa32_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml) {
+    pdl_wait();
+    if (pd) p.pos0 = *pd;
+    fa32_part_cta<NJ, W>(p, nchs, po, ml, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+/* a decode batch's items over f32 caches (slcu_attention_f32_items): each item's row appended (k_kv_append32's copies,
+ * blockIdx.y the item), then k_fa32_part's CTAs of every item (blockIdx.z = item * tiles + row tile), then
+ * k_fa16_comb_items as for f16 caches */
+__global__ void k_kv_append32_items(const __grid_constant__ fa_items I) {
+    pdl_wait();
+    const slcu_attn &p = I.it[blockIdx.y].a;
+    const int row = p.n_kv * p.hd;
+    const size_t dst = (size_t)(p.pos0 % p.cap) * row;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < row; i += gridDim.x * blockDim.x) {
+        p.k_cache[dst + i] = p.k[i];
+        p.v_cache[dst + i] = p.v[i];
+    }
+}
+template <int NJ, int W>
+__global__ void __launch_bounds__(W * 32) k_fa32_part_items(const __grid_constant__ fa_items I, int tiles) {
+    pdl_wait();
+    const fa_item &it = I.it[blockIdx.z / tiles];
+    fa32_part_cta<NJ, W>(it.a, it.nchs, it.po, it.ml, blockIdx.x, blockIdx.y, blockIdx.z % tiles);
+}
+
 __global__ void k_kv_append32(slcu_attn p, const int *pd) {
     pdl_wait();
     if (pd) p.pos0 = *pd;
@@ -600,6 +625,7 @@ static int *fl_done;     /* k_fa16_part's counters, a KV head each (zero between
 static int fl_fuse = -1;  /* SLUICE_CUDA_FA_FUSE=1: the fused fold (opt-in: written in session 29, not yet run on a GPU) */
 static int fl_sep = -1;   /* SLUICE_CUDA_FA_APPEND=0: the separate append, as before (bisecting) */
 static int fl_one = -1;   /* SLUICE_CUDA_FA_ONE=1: one chunk ended in k_fa16_part (opt-in until a device runs test_cuda) */
+static int fl_fa32 = -1;  /* SLUICE_CUDA_FA32=0: f32 caches take k_attention's order (cuda_ops.cu), never these kernels */
 #define FL_FUSE_CHUNKS 16 /* the fused fold's bound: one warp folds a head's rows (depth <= 960) */
 #define FL_MAX_KV 256
 
@@ -611,6 +637,7 @@ static void fl_env(void) {
     if (fl_fuse < 0) fl_fuse = getenv("SLUICE_CUDA_FA_FUSE") && getenv("SLUICE_CUDA_FA_FUSE")[0] == '1';
     if (fl_sep < 0) fl_sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
     if (fl_one < 0) fl_one = getenv("SLUICE_CUDA_FA_ONE") && getenv("SLUICE_CUDA_FA_ONE")[0] == '1';
+    if (fl_fa32 < 0) fl_fa32 = !(getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '0');
     if (fl_mode >= 0) return;
     const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
     fl_mode = e ? atoi(e) : 0;
@@ -811,6 +838,55 @@ static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
                32 * NJ, po, ml, slcu_act{});
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : 0;
+}
+
+/* the f32 items: partials item after item as f16_items lays them out (hdp 32 NJ), the rows appended first */
+template <int NJ>
+static int f32_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
+    constexpr int PW = NJ >= 8 ? 1 : 2;
+    const int HP = (a->hd + 3) & ~3, G = a->n_heads / a->n_kv, tiles = (G + FA32_RW - 1) / FA32_RW;
+    const size_t psm = (size_t)PW * (FA32_RW * HP + 2 * FA16_C * (HP + 4) + FA32_RW * FA16_C) * 4;
+    static int pset;
+    fa_items I = {};
+    size_t need = 0;
+    int most = 0;
+    for (int i = 0; i < n; i++) {
+        const int nchs = fl_chunks(a + i, NULL, 0);
+        need += (size_t)a->n_heads * nchs * (32 * NJ + 2);
+        most = nchs > most ? nchs : most;
+    }
+    if (fl_room(need, msg, msglen)) return -1;
+    float *at = fl_part;
+    for (int i = 0; i < n; i++) {
+        const int nchs = fl_chunks(a + i, NULL, 0);
+        I.it[i] = fa_item{a[i], at, at + (size_t)a->n_heads * nchs * 32 * NJ, nchs, 0};
+        at += (size_t)a->n_heads * nchs * (32 * NJ + 2);
+    }
+    if (fl_smem(k_fa32_part_items<NJ, PW>, &pset, psm, msg, msglen)) return -1;
+    pdl_launch(k_kv_append32_items, dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)n), 256, 0, SLS, I);
+    pdl_launch(k_fa32_part_items<NJ, PW>, dim3((unsigned)((most + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)(n * tiles)),
+               PW * 32, psm, SLS, I, tiles);
+    pdl_launch(k_fa16_comb_items, (unsigned)(n * a->n_heads), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, I,
+               a->n_heads, 32 * NJ);
+    cudaError_t e = cudaGetLastError();
+    return e ? f16_fail(msg, msglen, "launch", e) : 1;
+}
+
+/* cuda.h: n one-token items of f32 caches in three launches, each bitwise slcu_attention_f32 of it alone */
+extern "C" int slcu_attention_f32_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
+    fl_env();
+    if (n < 1 || n > SLCU_ATTN_ITEMS || fl_mode == 1 || !fl_fa32 || slcu_step_pos()) return 0;
+    for (int i = 0; i < n; i++) { /* what the loop's op would refuse or do otherwise goes through it */
+        const slcu_attn *b = a + i;
+        if (b->f16 || b->n != 1 || !b->k || b->hd != a->hd || b->n_heads != a->n_heads || b->n_kv != a->n_kv) return 0;
+        if (b->hd <= 0 || b->hd > 256 || b->n_kv <= 0 || b->n_heads % b->n_kv || b->cap <= 0 || b->pos0 < 0) return 0;
+        const int maxk = b->window > 0 && b->window < b->pos0 + 1 ? b->window : b->pos0 + 1;
+        if (maxk > b->cap || (b->window > 0 && b->cap - b->window + 1 < 1)) return 0;
+    }
+    if (a->hd <= 32) return f32_items<1>(a, n, msg, msglen);
+    if (a->hd <= 64) return f32_items<2>(a, n, msg, msglen);
+    if (a->hd <= 128) return f32_items<4>(a, n, msg, msglen);
+    return f32_items<8>(a, n, msg, msglen);
 }
 
 /* cuda.h: the new rows appended, then the attention of a's n tokens over an f32 cache in the chunked order */
