@@ -1,11 +1,11 @@
-/* ---- a decode batch's attention and RoPE in one launch (issue 24; cuda_flash.cu slcu_attention_f16_items,
- * cuda_ops.cu slcu_rope_at): every item's output and cache bitwise the item alone (the house's batch == alone);
- * --attn-items also times the items' launches against one launch pair per item on the 30B shape ---- */
+/* ---- a decode batch's attention and RoPE in one launch (issue 24; cuda_flash.cu slcu_attention_f16_items and
+ * _f32_items, cuda_ops.cu slcu_rope_at): every item's output and cache bitwise the item alone (the house's batch ==
+ * alone); --attn-items also times the items' launches against one launch pair per item on the 30B shape ---- */
 
-/* one decode item: its own query row, new K/V row, f16 caches (two copies: alone, items) and output rows */
+/* one decode item: its own query row, new K/V row, f16 or f32 caches (two copies: alone, items) and output rows */
 typedef struct {
     slcu_attn a;             /* the items' run (caches kc[1], vc[1], out o[1]) */
-    void *kc[2], *vc[2];     /* [cap][n_kv * hd] halves, the same random contents */
+    void *kc[2], *vc[2];     /* [cap][n_kv * hd] halves or floats, the same random contents */
     float *q, *kv, *o[2];
     size_t cbytes;
 } ai_item;
