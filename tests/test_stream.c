@@ -133,7 +133,8 @@ FIXTURE_TEST(streamed_equals_resident) {
 
 /* The device tier (stream/tier.h; on the CPU backend a second cache in host memory) over the RAM cache or the
  * resident experts: any split of the two budgets gives the logits of all-resident bitwise, prefill in one
- * pass (layer-major, ordered requests) and token by token (unordered), and its counters add up. */
+ * pass (layer-major, ordered requests: the experts held in batches as the tier has room, model/moe.c grouped_wide),
+ * in a layer-major chunk of 70 then token-major ones, and token by token (unordered), and its counters add up. */
 FIXTURE_TEST(tiered_equals_resident) {
     const char *path = test_packed(arg);
     CHECK(path);
@@ -147,9 +148,9 @@ FIXTURE_TEST(tiered_equals_resident) {
     char msg[1024] = "";
     sl_model_params rp = sl_model_params_default();
     rp.resident = 1;
-    int steps[] = {t.n, 1};
-    float *refs[2];
-    for (int i = 0; i < 2; i++) {
+    int steps[] = {t.n, 1, 70};
+    float *refs[3];
+    for (int i = 0; i < 3; i++) {
         refs[i] = run(path, &rp, NULL, &t, steps[i], msg, NULL);
         CHECKF(refs[i], "%s", msg);
     }
@@ -160,24 +161,25 @@ FIXTURE_TEST(tiered_equals_resident) {
                                  {total, 0}};
     uint64_t host = 0;
     for (size_t c = 0; c < sizeof split / sizeof *split; c++)
-        for (int si = 0; si < 4; si++) { /* si & 1: the step; si & 2: the hybrid step (docs/CUDA.md) */
+        for (int si = 0; si < 6; si++) { /* si % 3: the step; si >= 3: the hybrid step (docs/CUDA.md) */
+            const int st_i = si % 3;
             sl_model_params mp = sl_model_params_default();
             mp.vram_bytes = split[c][0];
             if (split[c][1]) mp.cache_bytes = split[c][1];
             else mp.resident = 1;
             mp.n_threads = 1 + (int)(c + (size_t)si) % 2;
-            mp.hybrid = si & 2 ? 1 : -1;
+            mp.hybrid = si >= 3 ? 1 : -1;
             sl_model *m = NULL;
-            float *got = run(path, &mp, NULL, &t, steps[si & 1], msg, &m);
+            float *got = run(path, &mp, NULL, &t, steps[st_i], msg, &m);
             CHECKF(got, "vram %llu ram %llu step %d hybrid %d: %s", (unsigned long long)split[c][0],
-                   (unsigned long long)split[c][1], steps[si & 1], mp.hybrid, msg);
-            int same = !memcmp(got, refs[si & 1], bytes);
+                   (unsigned long long)split[c][1], steps[st_i], mp.hybrid, msg);
+            int same = !memcmp(got, refs[st_i], bytes);
             free(got);
             sl_stats st;
             sl_model_stats(m, &st);
             sl_model_close(m);
             CHECKF(same, "vram %llu ram %llu step %d hybrid %d: logits differ from --resident",
-                   (unsigned long long)split[c][0], (unsigned long long)split[c][1], steps[si & 1], mp.hybrid);
+                   (unsigned long long)split[c][0], (unsigned long long)split[c][1], steps[st_i], mp.hybrid);
             CHECKF(mp.hybrid > 0 || !st.tier_host, "hybrid off: %llu experts on the host", (unsigned long long)st.tier_host);
             host += st.tier_host;
             CHECKF(st.tier_slots >= 1 && st.tier_misses > 0 && st.tier_bytes_copied > 0,
@@ -190,7 +192,7 @@ FIXTURE_TEST(tiered_equals_resident) {
                        (unsigned long long)st.tier_slots);
         }
     CHECKF(host > 0, "the hybrid step ran no expert on the host"); /* the token-by-token runs' small tiers do */
-    for (int i = 0; i < 2; i++) free(refs[i]);
+    for (int i = 0; i < 3; i++) free(refs[i]);
 }
 
 static float *reference(const char *path, const toks_t *t, int step) {

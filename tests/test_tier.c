@@ -246,3 +246,92 @@ TEST(tier_eviction_heap_keeps_the_policy_order) {
     }
     slc_close(&f);
 }
+
+/* An ordered request taken in batches as model/moe.c's grouped_wide does (tn_expert_src room): room() experts held at
+ * once, every one's device block the file's once the copies have passed (the compute's wait: sync), then all released;
+ * room() is 0 right after a batch exactly when the list goes on (its next expert a miss with every slot held), and
+ * never leaves the list unfinished; over tiers of 1 - 9 slots and a late copy engine. */
+TEST(tier_room_holds_a_batch_whole) {
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    const int E = (int)f.h.n_experts, L = f.cfg.n_layers;
+    uint8_t *want = malloc((size_t)f.block_bytes);
+    CHECK(want);
+    srand(test_seed());
+    int batches = 0, most = 0;
+    for (int slots = 1; slots <= 9; slots += 4) {
+        char why[512] = "";
+        sl_error se = {0};
+        be_backend *cpu = be_cpu_new(NULL, NULL);
+        CHECK(cpu);
+        be_backend fake = *cpu;
+        memset(&late, 0, sizeof late);
+        late.first = late.next = 1;
+        late.sync = cpu->sync;
+        fake.copy_async = late_copy_async;
+        fake.mark = late_mark;
+        fake.fence_done = late_fence_done;
+        fake.sync = late_sync;
+        io_engine *io = pread_new(f.fd, 2, &se);
+        CHECKF(io, "%s", se.msg);
+        cache_cfg cc = {&f, &f.cfg, io, (uint64_t)4 * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
+        cache *c = cache_make(&cc, &se);
+        CHECKF(c, "%s", se.msg);
+        tier_cfg tc = {.be = &fake, .file = &f, .cfg = &f.cfg, .lower = cache_source(c),
+                       .budget = (uint64_t)slots * f.h.expert_stride, .lower_slots = 4};
+        tier *t = tier_make(&tc, &se);
+        CHECKF(t, "%s", se.msg);
+        tn_expert_src src = tier_source(t);
+        int rc = 0;
+        for (int r = 0; !rc && r < 40; r++) {
+            int layer = r % L, ms = cfg_moe_slot(&f.cfg, layer), n = 0, list[64];
+            if (ms < 0) continue;
+            for (int e = 0; e < E && n < 64; e++)
+                if (rand() % 3) list[n++] = e;
+            if (!n || (rc = src.begin(src.ctx, layer, list, n, 1))) continue;
+            for (int i = 0; !rc && i < n;) {
+                int m = src.room(src.ctx), seen[64];
+                const uint8_t *got[64];
+                if (m < 1 || m > n - i) {
+                    snprintf(why, sizeof why, "layer %d: room %d with %d of %d experts left", layer, m, n - i, n);
+                    rc = -1;
+                    break;
+                }
+                for (int j = 0; !rc && j < m; j++) {
+                    tn_expert ex;
+                    memset(&ex, 0, sizeof ex);
+                    if ((rc = src.next(src.ctx, &seen[j], &ex))) snprintf(why, sizeof why, "layer %d: %s", layer, src.errmsg(src.ctx));
+                    else got[j] = slc_expert_block(&f, &ex);
+                }
+                if (!rc && src.room(src.ctx) != 0 && i + m < n) {
+                    snprintf(why, sizeof why, "layer %d: room %d after a batch of %d", layer, src.room(src.ctx), m);
+                    rc = -1;
+                }
+                fake.sync(&fake); /* the batch's compute waits for its copies */
+                for (int j = 0; !rc && j < m; j++) {
+                    size_t bb = (size_t)f.block_bytes;
+                    if (seen[j] != list[i + j] || pread(f.fd, want, bb, (off_t)slc_expert_offset(&f, ms, seen[j])) != (ssize_t)bb ||
+                        memcmp(got[j], want, bb)) {
+                        snprintf(why, sizeof why, "layer %d: expert %d of a batch of %d is not the file's block", layer, seen[j], m);
+                        rc = -1;
+                    }
+                }
+                for (int j = 0; j < m; j++) src.release(src.ctx, seen[j]);
+                batches++;
+                most = m > most ? m : most;
+                i += m;
+            }
+            src.end(src.ctx);
+        }
+        tier_free(t);
+        cache_free(c);
+        be_close(cpu);
+        CHECKF(rc == 0, "%d slots (seed %u): %s", slots, test_seed(), why);
+    }
+    CHECKF(batches > 40 && most >= 9, "%d batches, the largest %d experts", batches, most);
+    free(want);
+    slc_close(&f);
+}

@@ -335,6 +335,20 @@ typedef struct be_combine {
     float *out;           /* [n][H] */
 } be_combine;
 
+/* One batch of a layer-major MoE block's routed experts (moe_batch op): the (token, slot) pairs of top_e whose expert
+ * is one of es[0 .. m) (a run of the layer's ascending list), each over its token's row of h. */
+typedef struct be_moe_batch {
+    int n, k, E, H, I;    /* rows, experts a row, experts of the layer, hidden, moe_inter */
+    const float *h;       /* [n][H] the block's normed input */
+    const int *top_e;     /* HOST [n][k] the layer's choice, ascending in each row (route's) */
+    const float *top_w;   /* HOST [n][k] its weights */
+    const int *es;        /* HOST [m] the batch's experts, ascending */
+    const tn_expert *ex;  /* HOST [m] their parts, in backend memory (the device tier's slots) */
+    int m;
+    int first, last;      /* the layer's first batch (nothing of the layer queued yet); its last */
+    float *out;           /* [n][H]: the last batch writes the slots' weighted sum, combine's order */
+} be_moe_batch;
+
 struct be_backend {
     const char *name; /* "cpu", "cuda" */
     int is_host;      /* backend memory is host memory */
@@ -496,6 +510,13 @@ struct be_backend {
      * (combine's, shared expert not included). h [n][H]: the block's normed input. Bitwise route() + an ffn per
      * expert + combine_rows over ascending experts. 1 done, 0 not taken (nothing queued), or < 0. */
     int (*moe_wide)(be_backend *be, const be_route *r, const tn_expert_src *xs, const float *h, int inter, float *out);
+    /* optional (NULL: none): a layer-major block's experts streamed through the device a batch at a time (the
+     * device tier's slots, held by the caller until the call returns): each batch's pairs run as moe_wide's grouped
+     * FFN into their (token, slot) cells, and the last batch's call sums every cell in slot order into q->out, as
+     * moe_wide does (the same kernels, so bitwise moe_wide, and route() + an ffn per expert + combine_rows over
+     * ascending experts). 1 done; 0 not taken (only when q->first: nothing queued, the caller runs the layer's
+     * experts itself), or < 0 failed. The caller calls it for every batch of the layer once the first is taken. */
+    int (*moe_batch)(be_backend *be, const be_moe_batch *q);
     void (*combine)(be_backend *be, const be_combine *c);
     /* Layer-major combine of one expert: out[tok[j]] += top_w[tok[j]*k + slot[j]] * y[j], j < cnt, in
      * increasing j (tok, slot, top_w HOST; out [..][H], y [cnt][H]). */

@@ -15,6 +15,7 @@
  * order in which a provider delivers experts cannot change the result.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/fwd_internal.h"
@@ -344,7 +345,7 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
             }
             from_src = rc != 0;
             if (!rc) rc = fused_ffn(ws, cfg, layer, es, ex, r, hx, err);
-            for (int j = 0; j < got; j++) experts->release(experts->ctx, es[j]);
+        for (int j = 0; j < got; j++) experts->release(experts->ctx, es[j]);
             i += r;
             continue;
         }
@@ -579,6 +580,105 @@ static void zero_wide(fwd_ws *ws, const fam_config *cfg, int n, const float *h, 
     }
 }
 
+/* Expert e (parts ex, checked here) over its rows of a layer-major block (wb's grouping: e_count's ends), FWD_BATCH
+ * rows at a time, each output added into its token's row of out by combine_rows: routed_wide's step per expert. */
+static sl_status expert_wide(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, const float *h,
+                             float *out, const fwd_wide *wb, sl_error *err) {
+    be_backend *be = ws->be;
+    const int H = cfg->hidden, k = cfg->n_experts_used;
+    int rc = check_expert_kind(be, cfg, ex, layer, e, err);
+    const int start = e > 0 ? ws->e_count[e - 1] : 0, end = ws->e_count[e];
+    for (int c0 = start; !rc && c0 < end; c0 += FWD_BATCH) {
+        int cnt = end - c0 < FWD_BATCH ? end - c0 : FWD_BATCH;
+        kern_act a;
+        if (cfg->moe_scale_input) {
+            scaled_rows(ws, cfg, h, wb->e_tok + c0, wb->e_slot + c0, cnt, wb->top_w, &a);
+        } else {
+            be->copy_rows(be, ws->ffn_x, (size_t)H, NULL, h, (size_t)H, wb->e_tok + c0, cnt, H);
+            fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, cnt, H);
+        }
+        const be_ffn f = ffn_of(ws, cfg, layer, ex, &a, cfg->moe_inter, ws->ffn_y);
+        be->ffn(be, &f);
+        be->combine_rows(be, out, H, k, wb->e_tok + c0, wb->e_slot + c0, wb->top_w, ws->ffn_y, cnt);
+    }
+    return rc;
+}
+
+/* A layer-major block of more rows than this takes grouped_wide when its source has room() (the device tier). */
+#define SEG_MIN_TOK 8
+/* While a run of the list has misses, a batch takes at most max(SEG_MIN_BATCH, the list / SEG_SPLIT) experts, so that
+ * a batch's copies up run under the compute of the batch before; a run of hits goes in one batch. */
+#define SEG_SPLIT 4
+#define SEG_MIN_BATCH 16
+
+/* Whether the backend's moe_batch may take this layer's experts: moe_wide's case (wide_on_device), routed on the host */
+static int batch_on_device(const fwd_ws *ws, const fam_config *cfg) {
+    return ws->be->moe_batch && ws->int8 && cfg->moe_inter <= ws->act_cols && cfg->expert_kind == SL_EXPERT_SWIGLU &&
+           !cfg->moe_scale_input && cfg->router != SL_ROUTER_TOPK_SIGMOID && cfg->router != SL_ROUTER_SOFTMAX_ZERO &&
+           !cfg->zero_experts;
+}
+
+/* The experts of a layer-major block (routed and grouped into wb, n_list of them in ws->e_list, the source begun in
+ * order) from a source that can hold many at once (tn_expert_src room: the device tier): the list in batches, each
+ * held whole from its experts' next() to their release(). A batch runs on the device as one grouped FFN over all its
+ * pairs (be_backend moe_batch: moe_wide's kernels, every output in its (token, slot) cell, the last batch's call
+ * sums the cells into out); where the backend has no moe_batch (the CPU, the tests' stand-in for the device) or does
+ * not take these experts, each expert of the batch in turn as routed_wide does (expert_wide). Either way the bits of
+ * routed_wide's loop (backend.h moe_batch). Returns as routed_wide; the caller ends the request. */
+static sl_status grouped_wide(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *experts, int n,
+                              int n_list, const float *h, float *out, const fwd_wide *wb, sl_error *err) {
+    be_backend *be = ws->be;
+    const int H = cfg->hidden, k = cfg->n_experts_used;
+    tn_expert *ex = malloc((size_t)(n_list > 0 ? n_list : 1) * sizeof *ex);
+    int *es = malloc((size_t)(n_list > 0 ? n_list : 1) * sizeof *es);
+    if (!ex || !es) {
+        free(ex);
+        free(es);
+        return err_set(err, SL_ENOMEM, "layer %d: out of memory for a batch of experts", layer);
+    }
+    int rc = 0, dev = batch_on_device(ws, cfg), split = (n_list + SEG_SPLIT - 1) / SEG_SPLIT;
+    if (split < SEG_MIN_BATCH) split = SEG_MIN_BATCH;
+    for (int i = 0; !rc && i < n_list;) {
+        int m = experts->room(experts->ctx), r = experts->ready ? experts->ready(experts->ctx) : 0, got = 0;
+        if (m > n_list - i) m = n_list - i;
+        if (r < m && m > split) m = r > split ? r : split;
+        if (m < 1) m = 1; /* no slot: next() says the tier is too small for the request, as before */
+        for (; !rc && got < m; got++) {
+            memset(&ex[got], 0, sizeof ex[got]);
+            es[got] = ws->e_list[i + got];
+            int e = -1;
+            if ((rc = experts->next(experts->ctx, &e, &ex[got]))) {
+                err_set(err, rc < 0 ? rc : SL_EIO, "%s",
+                        experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+                break;
+            }
+            if (e != es[got]) {
+                rc = err_set(err, SL_EINVAL, "layer %d: expert source delivered expert %d out of order (expected %d)",
+                             layer, e, es[got]);
+                es[got] = e; /* released below as what was delivered */
+            } else rc = check_expert_kind(be, cfg, &ex[got], layer, e, err);
+        }
+        if (!rc && dev) {
+            const be_moe_batch q = {.n = n, .k = k, .E = cfg->n_experts, .H = H, .I = cfg->moe_inter, .h = h,
+                                    .top_e = wb->top_e, .top_w = wb->top_w, .es = es, .ex = ex, .m = m, .first = i == 0,
+                                    .last = i + m == n_list, .out = out};
+            int d = be->moe_batch(be, &q);
+            if (d < 0) rc = err_set(err, d, "layer %d: experts on the device: %s", layer, be->errmsg(be));
+            else if (!d && i == 0) dev = 0; /* not taken: each expert in turn, from the first */
+            else if (!d) rc = err_set(err, SL_EINVAL, "layer %d: the backend took a batch of experts, then not", layer);
+        }
+        if (!rc && !dev) {
+            if (i == 0) be->zero(be, out, (size_t)n * H * sizeof(float));
+            for (int j = 0; !rc && j < m; j++) rc = expert_wide(ws, cfg, layer, es[j], &ex[j], h, out, wb, err);
+        }
+        for (int j = 0; j < got; j++) experts->release(experts->ctx, es[j]);
+        i += m;
+    }
+    free(ex);
+    free(es);
+    return rc;
+}
+
 /* fwd_moe_wide's routed experts through the backend's ops: routed on the host's copy of the choice, grouped
  * here, every expert fetched once in ascending order (streamed or resident), its rows in FWD_BATCH pieces,
  * each output added into its token's row of out; the shared expert (wb->sh_y) while the first reads fly. */
@@ -624,6 +724,14 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
     }
     if (experts->begin) hint_next_wide(ws, cfg, next_lw, next_layer, experts, n, x, n_list, wb);
     shared_wide(ws, cfg, layer, lw, n, h, wb); /* while the first reads are in flight */
+    /* the device tier: batches held whole, on a backend with moe_batch; the CPU backend (where the tier is a second
+     * host cache) takes the same batches expert by expert, which is how make test checks them without a device */
+    if (experts->begin && experts->room && n > SEG_MIN_TOK && (be->moe_batch || be->is_host)) {
+        rc = grouped_wide(ws, cfg, layer, experts, n, n_list, h, out, wb, err);
+        experts->end(experts->ctx);
+        if (!rc && cfg->zero_experts) zero_wide(ws, cfg, n, h, out, wb);
+        return rc < 0 ? rc : rc ? SL_EIO : SL_OK;
+    }
     be->zero(be, out, (size_t)n * H * sizeof(float));
     for (int i = 0; i < n_list && !rc; i++) {
         int e = ws->e_list[i], got = e;
@@ -638,21 +746,7 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
         if (got != e)
             rc = err_set(err, SL_EINVAL, "layer %d: expert source delivered expert %d out of order (expected %d)", layer,
                         got, e);
-        if (!rc) rc = check_expert_kind(be, cfg, &ex, layer, e, err);
-        int start = e > 0 ? ws->e_count[e - 1] : 0, end = ws->e_count[e];
-        for (int c0 = start; !rc && c0 < end; c0 += FWD_BATCH) {
-            int cnt = end - c0 < FWD_BATCH ? end - c0 : FWD_BATCH;
-            kern_act a;
-            if (cfg->moe_scale_input) {
-                scaled_rows(ws, cfg, h, wb->e_tok + c0, wb->e_slot + c0, cnt, wb->top_w, &a);
-            } else {
-                be->copy_rows(be, ws->ffn_x, (size_t)H, NULL, h, (size_t)H, wb->e_tok + c0, cnt, H);
-                fwd_act(ws, &a, FWD_ACT_GATHER, ws->ffn_x, (size_t)H, cnt, H);
-            }
-            const be_ffn f = ffn_of(ws, cfg, layer, &ex, &a, cfg->moe_inter, ws->ffn_y);
-            be->ffn(be, &f);
-            be->combine_rows(be, out, H, k, wb->e_tok + c0, wb->e_slot + c0, wb->top_w, ws->ffn_y, cnt);
-        }
+        if (!rc) rc = expert_wide(ws, cfg, layer, e, &ex, h, out, wb, err);
         if (experts->begin) experts->release(experts->ctx, got);
     }
     if (experts->begin) experts->end(experts->ctx);

@@ -601,7 +601,7 @@ static sl_status c_get(void *ctx, int layer, int expert, tn_expert *out) {
 }
 
 tn_expert_src cache_source(cache *c) {
-    tn_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c_prefetch, c, NULL};
+    tn_expert_src s = {c_get, c_begin, c_next, c_release, c_end, c_errmsg, c_prefetch, c, NULL, NULL};
     return s;
 }
 

@@ -482,8 +482,20 @@ static int t_ready(void *ctx) {
     return n;
 }
 
+/* Ordered requests: how many of the list's experts from the current position next() can hand out before a
+ * release: a hit costs nothing (its slot is held since begin), a miss takes a free or an unheld slot (promote's
+ * victim), as many as there are. Unordered requests (hits first, then the host source's order): 0, not known. */
+static int t_room(void *ctx) {
+    tier *t = ctx;
+    if (!t->active || !t->ordered) return 0;
+    int slots = t->n_free + t->n_heap, n = 0;
+    for (int i = t->pos; i < t->n_list; i++, n++)
+        if (!t->dev[t->list[i]] && slots-- == 0) break;
+    return n;
+}
+
 tn_expert_src tier_source(tier *t) {
-    tn_expert_src s = {t_get, t_begin, t_next, t_release, t_end, t_errmsg, t_prefetch, t, t_ready};
+    tn_expert_src s = {t_get, t_begin, t_next, t_release, t_end, t_errmsg, t_prefetch, t, t_ready, t_room};
     return s;
 }
 

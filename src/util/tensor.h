@@ -88,6 +88,11 @@ typedef struct tn_expert_src {
      * reads them (the device tier's hits: stream/tier.c), so the caller may take them without waiting and
      * hold them together until it releases them (model/moe.c runs them as one grouped FFN). */
     int (*ready)(void *ctx);
+    /* optional (NULL: unknown): in an ordered request, how many of the experts next() still owes it can hand out
+     * from here before the caller releases any (the device tier: its hits, held since begin, and as many misses as
+     * it has slots to take; stream/tier.c), each in the backend's memory; model/moe.c holds that many at once and
+     * runs them as one grouped FFN (a layer-major block's experts on the device). */
+    int (*room)(void *ctx);
 } tn_expert_src;
 
 #endif
