@@ -390,6 +390,12 @@ sl_status sl_model_write_profile(const sl_model *model, const char *path, sl_err
 int sl_model_n_layers(const sl_model *model);
 /* The shape name of a model written by sl_synth (random weights), or NULL for a packed checkpoint. */
 const char *sl_model_synthetic(const sl_model *model);
+/* Reads the routed experts into the model's RAM expert cache (streamed models) while it has free slots, layer by layer
+ * in expert order, evicting nothing; the device tier (vram_bytes) is left as it is. What a benchmark does before it
+ * times a streamed run against an engine whose weights sit in the page cache (sluice bench --warm). *n_read (may be
+ * NULL): the experts read; 0 for a resident model. The reads count in sl_stats' reads and bytes, not as misses.
+ * Thread-safe (waits for an evaluation in progress). SL_OK, or the failed read's error. */
+sl_status sl_model_warm(sl_model *model, uint64_t *n_read, sl_error *err);
 
 int sl_model_n_vocab(const sl_model *model);
 int sl_model_n_ctx(const sl_model *model); /* maximum positions */

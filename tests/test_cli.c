@@ -233,6 +233,21 @@ TEST(cli_synth_bench_profile) {
         CHECKF(ok, "warm-up %d: rc %d: %s", w, rc, o);
         free(o);
     }
+    /* --warm-cache: a cache that holds every expert is filled before timing, so the timed run reads nothing; without
+     * it the same run reads its experts (the default is unchanged) */
+    for (int w = 0; w < 2; w++) {
+        rc = test_sh(1, &o, "%s bench -m %s --prompt 8 --gen 3 --cache 64M %s --json 2>/dev/null", bin(), m,
+                     w ? "--warm-cache" : "");
+        j = o && strchr(o, '[') ? cJSON_Parse(strchr(o, '[')) : NULL; /* (after the line saying what was read) */
+        r0 = cJSON_GetArrayItem(j, 0);
+        ok = rc == 0 && r0 && cJSON_IsTrue(cJSON_GetObjectItem(r0, "warm_cache")) == w &&
+             (cJSON_GetObjectItem(r0, "warm_cache_experts")->valuedouble > 0) == w &&
+             (cJSON_GetObjectItem(r0, "prefill_bytes")->valuedouble == 0) == w &&
+             (cJSON_GetObjectItem(r0, "hit_rate")->valuedouble == 1) == w;
+        cJSON_Delete(j);
+        CHECKF(ok, "--warm-cache %d: rc %d: %s", w, rc, o);
+        free(o);
+    }
     /* bench's and synth's numbers are checked as every command's are (opts.c cli_num): the range named */
     rc = test_sh(1, &o, "%s bench -m %s --gen x2", bin(), m);
     CHECKF(rc == 1 && strstr(o, "option '--gen': 'x2' is not a number"), "rc %d: %s", rc, o);

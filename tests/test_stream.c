@@ -1363,3 +1363,67 @@ TEST(decode_guess_between_requests_is_scored_not_read) {
            (unsigned long long)guess.prefetch_reads, (unsigned long long)guess.reads,
            (unsigned long long)ordered.prefetch_reads);
 }
+
+/* sl_model_warm (sluice bench --warm-cache): every expert read into a RAM cache that holds them all, so the prefill
+ * misses nothing and is bitwise --resident; into a smaller one, as many as it has slots (nothing evicted, so a second
+ * call reads none); a resident model reads none. */
+TEST(warm_fills_the_ram_cache) {
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    toks_t t;
+    CHECK(load_tokens("qwen3_moe", &t) == 0);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    const uint64_t stride = f.h.expert_stride, total = f.h.expert_len, all = (uint64_t)f.h.n_moe_layers * f.h.n_experts;
+    slc_close(&f);
+    float *ref = reference(path, &t, t.n);
+    CHECK(ref);
+    const uint64_t budgets[] = {total, 5 * stride};
+    for (int b = 0; b < 2; b++) {
+        sl_model_params mp = sl_model_params_default();
+        mp.cache_bytes = budgets[b];
+        sl_model *m = NULL;
+        CHECK(sl_model_open(path, &mp, &m, &err) == SL_OK);
+        uint64_t n = 0, again = 1;
+        sl_status st = sl_model_warm(m, &n, &err);
+        if (!st) st = sl_model_warm(m, &again, &err);
+        sl_stats s0;
+        sl_model_stats(m, &s0);
+        sl_model_close(m);
+        CHECKF(st == SL_OK, "warm: %s", err.msg);
+        CHECKF(n == (b ? 5 : all) && again == 0 && s0.misses == 0 && s0.reads == n,
+               "budget %llu: %llu experts read (then %llu), %llu misses, %llu reads", (unsigned long long)budgets[b],
+               (unsigned long long)n, (unsigned long long)again, (unsigned long long)s0.misses, (unsigned long long)s0.reads);
+    }
+    char msg[1024] = "";
+    sl_model_params mp = sl_model_params_default();
+    mp.cache_bytes = total;
+    sl_model *m = NULL;
+    CHECK(sl_model_open(path, &mp, &m, &err) == SL_OK);
+    uint64_t n = 0;
+    CHECK(sl_model_warm(m, &n, &err) == SL_OK);
+    sl_session *s = NULL;
+    CHECK(sl_session_new(m, 0, &s) == SL_OK);
+    const int V = sl_model_n_vocab(m);
+    float *lg = malloc((size_t)t.n * V * sizeof(float));
+    int rc = sl_session_eval(s, t.tokens, t.n, lg, 1);
+    if (rc) snprintf(msg, sizeof msg, "%s", sl_session_errmsg(s));
+    sl_stats st;
+    sl_model_stats(m, &st);
+    sl_session_free(s);
+    CHECKF(rc == 0, "eval: %s", msg);
+    CHECKF(st.misses == 0 && st.hits > 0, "after warming: %llu misses, %llu hits", (unsigned long long)st.misses,
+           (unsigned long long)st.hits);
+    CHECKF(!memcmp(lg, ref, (size_t)t.n * V * sizeof(float)), "the warmed cache's prefill differs from --resident");
+    sl_model_params rp = sl_model_params_default();
+    rp.resident = 1;
+    sl_model *r = NULL;
+    CHECK(sl_model_open(path, &rp, &r, &err) == SL_OK);
+    n = 1;
+    CHECK(sl_model_warm(r, &n, &err) == SL_OK && n == 0);
+    sl_model_close(r);
+    sl_model_close(m);
+    free(lg);
+    free(ref);
+}

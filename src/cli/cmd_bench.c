@@ -138,6 +138,8 @@ typedef struct {
     int random_ids; /* decode fed random ids (else greedy) */
     cJSON *layers; /* per-layer hits / misses / bytes over the whole run (owned by the row) */
     cJSON *ranks;  /* experts on other ranks (mpirun): each rank's figures since open (owned by the row), or NULL */
+    int warm_cache;          /* --warm-cache: the RAM cache filled before timing ... */
+    uint64_t warm_experts;   /* ... with this many experts (sl_model_warm) */
     char trace[256];    /* the routing trace replayed or recorded (sl_model_routing_trace), or "" */
 } bench_row;
 
@@ -181,8 +183,10 @@ enum { FEED_AUTO = 0, FEED_GREEDY = 1, FEED_RANDOM = 2 };
 
 /* The untimed warm-up of a resident run, as llama-bench's (its default): the prompt and one decoded token in a
  * session of their own, dropped. The first steps after the open ran ~0.1 s slower in all (first touches of
- * scratch, state and the threads' caches), 12% of a 32-token decode at 2 threads. Expert caches are not warmed
- * (a streamed run measures from a cold cache, as before). */
+ * scratch, state and the threads' caches), 12% of a 32-token decode at 2 threads. A streamed run's expert caches
+ * are not warmed (it measures from a cold cache, as before) unless --warm-cache asks: then every expert is read
+ * into the RAM cache while it has room (sl_model_warm) and this warm-up runs too, which leaves in the device tier
+ * what the prompt's pass left there, as a first run would (llama-bench's warm-up runs the whole prompt). */
 static void bench_warmup(sl_model *m, const int32_t *toks, int n_prompt, float *lg) {
     sl_session *w = NULL;
     if (sl_session_new(m, n_prompt + 2, &w)) return;
@@ -217,7 +221,13 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
     r->random_ids = feed == FEED_RANDOM;
     for (int i = 0; i < n_prompt; i++) toks[i] = (int32_t)(rng(&seed) % (uint64_t)V);
     if (n_prompt < 1) toks[0] = 0;
-    if (warm && mp.resident) bench_warmup(m, toks, n_prompt, lg);
+    if (r->warm_cache && !mp.resident && (rc = sl_model_warm(m, &r->warm_experts, err))) {
+        free(toks);
+        free(lg);
+        sl_model_close(m);
+        return rc;
+    }
+    if (warm && (mp.resident || r->warm_cache)) bench_warmup(m, toks, n_prompt, lg);
     sl_stats s0;
     sl_model_stats(m, &s0);
     sl_session *s = NULL;
@@ -341,6 +351,8 @@ static cJSON *bench_row_json(const sl_model_params *p, bench_row *r, int n_promp
     cJSON_AddNumberToObject(o, "hybrid_host_fraction", r->tier_host_frac);
     cJSON_AddNumberToObject(o, "vram_copied_bytes_per_token", r->tier_bytes_per_token);
     cJSON_AddNumberToObject(o, "vram_prefill_copied_bytes", r->tier_prefill_bytes);
+    cJSON_AddBoolToObject(o, "warm_cache", r->warm_cache);
+    cJSON_AddNumberToObject(o, "warm_cache_experts", (double)r->warm_experts);
     cJSON_AddItemToObject(o, "layers", r->layers);
     r->layers = NULL;
     if (r->ranks) cJSON_AddItemToObject(o, "ranks", r->ranks);
@@ -375,7 +387,7 @@ static void bench_ranks_print(const cJSON *ranks) {
 
 int cmd_bench(int argc, char **argv) {
     const char *path = NULL;
-    int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0, feed = FEED_AUTO, warm = 1;
+    int n_prompt = 32, n_gen = 16, json = 0, n_cache = 0, bad = 0, feed = FEED_AUTO, warm = 1, warm_cache = 0;
     uint64_t caches[16], seed = 42;
     sl_model_params mp = cli_model_params();
     for (int i = 1; i < argc; i++) {
@@ -388,6 +400,7 @@ int cmd_bench(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--no-warmup")) warm = 0;
+        else if (!strcmp(argv[i], "--warm-cache")) warm_cache = 1;
         else if (!strcmp(argv[i], "--seed") && more) {
             char *end;
             seed = strtoull(argv[++i], &end, 10);
@@ -423,12 +436,16 @@ int cmd_bench(int argc, char **argv) {
         p.cache_bytes = caches[c];
         bench_row r;
         memset(&r, 0, sizeof r);
+        r.warm_cache = warm_cache;
         sl_error err = {0};
         if (bench_one(path, p, n_prompt, n_gen, feed, seed, warm, &r, &err)) {
             cJSON_Delete(arr);
             return cli_fail("bench", "%s", err.msg);
         }
         if (p.routing == SL_ROUTING_TRACE && c == 0) fprintf(stderr, "sluice bench: %s\n", r.trace);
+        if (warm_cache && !p.resident)
+            fprintf(stderr, "sluice bench: %llu experts read into the RAM cache before timing (--warm-cache)\n",
+                    (unsigned long long)r.warm_experts);
         if (json) cJSON_AddItemToArray(arr, bench_row_json(&p, &r, n_prompt, n_gen, seed));
         else bench_row_print(&p, &r), bench_ranks_print(r.ranks);
         cJSON_Delete(r.layers);

@@ -147,8 +147,13 @@ static const cli_opt bench_opts[] = {
     {"--decode", "FEED", "what decode feeds: greedy (the argmax) or random token ids, as llama-bench does "
                          "(default: random on a synthetic model, greedy otherwise)"},
     {"--seed", "N", "seed of the prompt, the random decode ids and uniform routing (default: 42)"},
-    {"--no-warmup", NULL, "with --resident, time from the first step after the open (default: the prompt and one "
+    {"--no-warmup", NULL, "with --resident or --warm-cache, time from the first step after the open (default: the prompt and one "
                           "decoded token first, untimed, in a session of their own, as llama-bench does)"},
+    {"--warm-cache", NULL, "a streamed model: before timing, read every expert into the RAM cache while it has room "
+                           "(nothing evicted; the device tier left empty) and run the untimed warm-up too, so the "
+                           "rows compare with an engine whose weights sit in the page cache (llama.cpp's mmap after "
+                           "a first run); the JSON gives warm_cache_experts (default: a streamed run starts from a "
+                           "cold RAM cache)"},
     END_OPTS,
 };
 

@@ -238,6 +238,16 @@ done:
     return st;
 }
 
+sl_status sl_model_warm(sl_model *m, uint64_t *n_read, sl_error *err) {
+    uint64_t n = 0;
+    sl_status st = SL_OK;
+    pthread_mutex_lock(&m->mu);
+    if (m->cache) st = cache_warm(m->cache, &n, err);
+    pthread_mutex_unlock(&m->mu);
+    if (n_read) *n_read = n;
+    return st;
+}
+
 /* ---- an expert rank's share ---- */
 
 /* The blocks of (slot, e) with own[slot * E + e] set, read and checked into one buffer (m->experts), each

@@ -755,3 +755,39 @@ sl_status cache_pin(cache *c, const int *keys, int n_keys, double max_fraction, 
     sl_status st = pin_keys(c, keys, n_keys, max_fraction);
     return st ? err_set(err, st, "%s", c->err.msg) : SL_OK;
 }
+
+/* The warming loop; failures in c->err (cache_warm copies them out). Free slots are taken in index order (a cursor:
+ * nothing frees a slot meanwhile), the reads kept depth deep. */
+static sl_status warm_keys(cache *c, uint64_t *loaded) {
+    int next_free = 0;
+    sl_status rc = SL_OK;
+    for (int key = 0; key < c->n_keys && !rc; key++) {
+        if (c->map[key] >= 0) continue;
+        while (next_free < c->n_slots && c->slots[next_free].state != S_FREE) next_free++;
+        if (next_free == c->n_slots) break; /* full: nothing is evicted */
+        while (!rc && c->inflight >= c->depth) {
+            int done = -1;
+            if (!(rc = complete_one(c, &done)) && done >= 0) c->slots[done].refs = 0;
+        }
+        if (!rc && !(rc = start_load(c, next_free, key, 0))) {
+            c->st.misses--; /* not a miss of the workload (the reads and their bytes are counted) */
+            (*loaded)++;
+        }
+    }
+    while (c->inflight > 0) { /* the reads started are waited for even after a failure: none may land later */
+        int done = -1;
+        sl_status r2 = complete_one(c, &done);
+        if (!r2 && done >= 0) c->slots[done].refs = 0;
+        if (r2 && !rc) rc = r2;
+        if (r2 && c->io_broken) break;
+    }
+    return rc;
+}
+
+sl_status cache_warm(cache *c, uint64_t *loaded, sl_error *err) {
+    *loaded = 0;
+    if (c->active) return err_set(err, SL_EINVAL, "expert cache: warming inside a request");
+    clear_err(c);
+    sl_status st = warm_keys(c, loaded);
+    return st ? err_set(err, st, "%s", c->err.msg) : SL_OK;
+}

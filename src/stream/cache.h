@@ -67,5 +67,10 @@ const uint64_t *cache_route_counts(const cache *c);
 /* Loads and pins experts (keys = slot * E + expert), hottest first, while pinned slots stay within
  * max_fraction of all slots. SL_OK, or an error with err naming the key or the expert block's read. */
 sl_status cache_pin(cache *c, const int *keys, int n_keys, double max_fraction, sl_error *err);
+/* Reads every expert not held yet into a free slot, layer by layer in expert order, until the slots run out; nothing
+ * is evicted or pinned (the experts are then as any loaded one: LRU/LFU from here). *loaded: how many were read. For a
+ * benchmark that compares against an engine whose weights are in the page cache (sluice bench --warm). Not inside a
+ * request. SL_OK, or an error with err naming the expert block whose read failed. */
+sl_status cache_warm(cache *c, uint64_t *loaded, sl_error *err);
 
 #endif
