@@ -340,7 +340,7 @@ typedef struct be_combine {
 typedef struct be_moe_batch {
     int n, k, E, H, I;    /* rows, experts a row, experts of the layer, hidden, moe_inter */
     const float *h;       /* [n][H] the block's normed input */
-    const int *top_e;     /* HOST [n][k] the layer's choice, ascending in each row (route's) */
+    const int *top_e;     /* HOST [n][k] the layer's choice, ascending in each row (route's); -1: no expert to run */
     const float *top_w;   /* HOST [n][k] its weights */
     const int *es;        /* HOST [m] the batch's experts, ascending */
     const tn_expert *ex;  /* HOST [m] their parts, in backend memory (the device tier's slots) */

@@ -630,14 +630,23 @@ static sl_status grouped_wide(fwd_ws *ws, const fam_config *cfg, int layer, cons
     be_backend *be = ws->be;
     const int H = cfg->hidden, k = cfg->n_experts_used;
     tn_expert *ex = malloc((size_t)(n_list > 0 ? n_list : 1) * sizeof *ex);
-    int *es = malloc((size_t)(n_list > 0 ? n_list : 1) * sizeof *es);
-    if (!ex || !es) {
+    int *es = malloc((size_t)(n_list > 0 ? n_list : 1) * sizeof *es), *te = malloc((size_t)n * (size_t)k * sizeof *te);
+    if (!ex || !es || !te) {
         free(ex);
         free(es);
+        free(te);
         return err_set(err, SL_ENOMEM, "layer %d: out of memory for a batch of experts", layer);
+    }
+    /* the layer's choice [n][k] again, from the grouping (wb->top_e is the prefetch hint's scratch by now:
+     * hint_next_wide), a zero expert's pairs -1 */
+    for (int p = 0; p < n * k; p++) te[p] = -1;
+    for (int i = 0; i < n_list; i++) {
+        const int e = ws->e_list[i];
+        for (int at = e > 0 ? ws->e_count[e - 1] : 0; at < ws->e_count[e]; at++) te[wb->e_tok[at] * k + wb->e_slot[at]] = e;
     }
     int rc = 0, dev = batch_on_device(ws, cfg), split = (n_list + SEG_SPLIT - 1) / SEG_SPLIT;
     if (split < SEG_MIN_BATCH) split = SEG_MIN_BATCH;
+    if (!n_list) be->zero(be, out, (size_t)n * H * sizeof(float)); /* (every row chose zero experts only) */
     for (int i = 0; !rc && i < n_list;) {
         int m = experts->room(experts->ctx), r = experts->ready ? experts->ready(experts->ctx) : 0, got = 0;
         if (m > n_list - i) m = n_list - i;
@@ -660,7 +669,7 @@ static sl_status grouped_wide(fwd_ws *ws, const fam_config *cfg, int layer, cons
         }
         if (!rc && dev) {
             const be_moe_batch q = {.n = n, .k = k, .E = cfg->n_experts, .H = H, .I = cfg->moe_inter, .h = h,
-                                    .top_e = wb->top_e, .top_w = wb->top_w, .es = es, .ex = ex, .m = m, .first = i == 0,
+                                    .top_e = te, .top_w = wb->top_w, .es = es, .ex = ex, .m = m, .first = i == 0,
                                     .last = i + m == n_list, .out = out};
             int d = be->moe_batch(be, &q);
             if (d < 0) rc = err_set(err, d, "layer %d: experts on the device: %s", layer, be->errmsg(be));
@@ -676,6 +685,7 @@ static sl_status grouped_wide(fwd_ws *ws, const fam_config *cfg, int layer, cons
     }
     free(ex);
     free(es);
+    free(te);
     return rc;
 }
 

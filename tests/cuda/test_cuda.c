@@ -395,6 +395,7 @@ static void check_fused(void) {
 #include "test_cuda_split.c" /* issue 24: SLUICE_CUDA_MVSPLIT's one-token jobs bitwise mvn_i8: check_mv_split, --mvsplit */
 #include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
 #include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
+#include "test_cuda_tier.c" /* issue 25: the device tier's prefill in batches of experts: check_moe_batches_all, --tier */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -871,6 +872,11 @@ int main(int argc, char **argv) {
         if (!failures) bench_attn_items();
         return failures ? 1 : 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--tier")) { /* a layer's experts in batches (test_cuda_tier.c) alone */
+        check_moe_batches_all();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        return failures ? 1 : 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */
         check_moe_dec_all();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
@@ -907,6 +913,7 @@ int main(int argc, char **argv) {
     check_rmsnorm_rows(9, 8, 300, 300, 2400);
     check_rope_rows(80, 8, 128, 64, 0), check_rope_rows(20, 4, 128, 128, 1);
     check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16), check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
+    check_moe_batches_all();
     check_moe_dec_all();
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
     check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/backend_cuda.h" /* slcb_tier_batches */
 #include "backend/cuda/cuda.h" /* slcu_i8_ibias, slcu_moe_mv */
 #include "sluice.h"
 
@@ -239,6 +240,30 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
         free(d_small);
         free(d_big);
         sl_model_close(big);
+    }
+    if (lg) { /* issue 25: the prefill streamed through the tier as moe_wide's grouped FFN, a batch of experts at a time
+               * (SLUICE_CUDA_TIER_GEMM=1, read at open: backend_cuda_tier.c), a small tier and one of every expert */
+        const char *was = getenv("SLUICE_CUDA_TIER_GEMM");
+        char keep[16];
+        snprintf(keep, sizeof keep, "%s", was ? was : "");
+        setenv("SLUICE_CUDA_TIER_GEMM", "1", 1);
+        const unsigned long long b0 = slcb_tier_batches();
+        sl_model *ts = open_model(path, 1, 0, 1, &err), *tb = ts ? open_model(path, 1, 0, 2, &err) : NULL;
+        if (was) setenv("SLUICE_CUDA_TIER_GEMM", keep, 1);
+        else unsetenv("SLUICE_CUDA_TIER_GEMM");
+        float *ps = ts ? eval_all(ts, toks, n, n) : NULL;
+        const unsigned long long b1 = slcb_tier_batches();
+        float *pb = tb ? eval_all(tb, toks, n, n) : NULL;
+        const unsigned long long b2 = slcb_tier_batches();
+        const int s1 = ps && !memcmp(ps, lg, (size_t)n * V * sizeof(float)), s2 = pb && !memcmp(pb, lg, (size_t)n * V * sizeof(float));
+        printf("  %-10s %-3s prefill streamed through the grouped GEMM (SLUICE_CUDA_TIER_GEMM=1) == resident: small tier %s "
+               "(%llu batches), whole tier %s (%llu batches)\n", name, quant ? "q4" : "f32", s1 ? "bitwise" : "DIFFERS",
+               b1 - b0, s2 ? "bitwise" : "DIFFERS", b2 - b1);
+        CHECKF(s1 && s2, "%s: the prefill streamed through the tier's grouped GEMM differs from all-resident", name);
+        CHECKF(!quant || strcmp(name, "qwen3_moe") || (b1 > b0 && b2 > b1), "%s q4: the grouped GEMM took no batch", name);
+        free(ps), free(pb);
+        sl_model_close(tb);
+        sl_model_close(ts);
     }
     if (lc && lg && ls) {
         const double e_cpu = rel_err(lg, lc, n, V), e_ref = ref ? rel_err(lg, ref, n, V) : 0;

@@ -849,6 +849,8 @@ be_backend *be_cuda_new(pool_t *pool) {
      * SLUICE_CUDA_MVGEMM=ROWS by the GEMM, both off unset (cuda.h slcu_i8_mvsplit, slcu_i8_mvgemm) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
+    /* a layer-major block streamed through the device tier as moe_wide's grouped FFN (backend_cuda_tier.c): opt-in */
+    if ((g = getenv("SLUICE_CUDA_TIER_GEMM")) && !strcmp(g, "1")) be->moe_batch = cu_moe_batch;
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
     be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "0") ? 0 : 1u << SL_KV_F16);
     if ((g = getenv("SLUICE_CUDA_ATTN_ITEMS")) && !strcmp(g, "1")) /* opt-in until a device runs test_cuda --attn-items */

@@ -85,6 +85,9 @@ int act_ready(be_backend *be, kern_act *x, slcu_act *a);
 slcu_mat mat_of(const tn_mat *w);
 int int8_path(const tn_mat *w, const kern_act *x);
 
+/* backend_cuda_tier.c: backend.h moe_batch (the device tier's experts through moe_wide's grouped FFN) */
+int cu_moe_batch(be_backend *be, const be_moe_batch *q);
+
 /* backend_cuda_hold.c: pend_flush launches what is held, in the calls' order */
 void pend_flush(be_backend *be);
 int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, float w_off, float eps);

@@ -176,6 +176,10 @@ int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen);
 /* The largest n slcu_moe_ffn runs as one-token matvec jobs (a decode batch; larger n the grouped GEMM): 0 none (the
  * GEMM for every n), 1 .. 64 that many tokens, -1 back to the environment's SLUICE_CUDA_MOEN (0 unset). */
 void slcu_moe_mv(int max_tok);
+/* slcu_moe_ffn's grouped GEMM for a batch of the layer's experts (the device tier's, backend_cuda_tier.c): the GEMM for
+ * any n; only the pairs of top_e within [0, E) run (others -1), and only their cells of y are written, each bitwise
+ * slcu_moe_ffn's. */
+int slcu_moe_ffn_gemm(const slcu_moe *m, char *msg, size_t msglen);
 
 /* ---- the other ops of a decode step (cuda_ops.cu), f32 in device memory --------------------------------
  * Each mirrors the CPU code named (src/kernels/kernels_plain.h and the files of src/model/) operation by operation;
