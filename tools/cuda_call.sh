@@ -15,7 +15,8 @@
 # decode rows in round 1 beside the defaults') and
 # --kv KV (f16, llama.cpp's default); round 1 also sluice's default KV at D = 1, 512; then bench_serve 1 / 8 streams.
 # TL=1 (DIR/tl/libsltl.so from tools/cuda_tl_call.sh prepare's gcc line): tools/cuda_tl_set.sh's timelines during the build.
-# HYB=1: after serving, issue 25's rows (llama.cpp -ncmoe 48 / 24 against sluice --vram 2G / 8G --cache 24G) until HYB_END.
+# HYB=1: after serving, issue 25's rows (llama.cpp -ncmoe 48 / 24 against sluice --vram 2G / 8G --cache 24G) until HYB_END;
+# HYB_MODES="cold warm gemm": each sluice row from a cold RAM cache, with --warm-cache, and through the grouped GEMM.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
@@ -123,12 +124,15 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
         >"$log/llama.ncmoe$n.json" 2>"$log/llama.ncmoe$n.err"
       echo "llama.cpp -ncmoe $n -t 16: $(lrow "$log/llama.ncmoe$n.json") [$(el) s]" >>"$S"
     done
-    for vr in 2G:model 2G:uniform 8G:model; do
+    # HYB_MODES (default "cold"): cold = as before (a cold RAM cache); warm = --warm-cache (every expert in RAM first, as
+    # llama.cpp's page cache); gemm = --warm-cache with SLUICE_CUDA_TIER_GEMM=1 (the prefill through the grouped GEMM)
+    for vr in 2G:model 2G:uniform 8G:model; do for md in ${HYB_MODES:-cold}; do
       [ "$(el)" -lt ${HYB_END:-560} ] || break
-      env $SX timeout 90 "$sl" bench -m "$sp" --gpu --vram ${vr%%:*} --cache 24G --threads 16 --kv $KV --prompt 512 --gen 64 \
-        --routing ${vr#*:} --json >"$log/h.${vr/:/.}.json" 2>"$log/h.${vr/:/.}.err"
-      echo "sluice --vram ${vr%%:*} --cache 24G --routing ${vr#*:}: $(row "$log/h.${vr/:/.}.json" "$log/h.${vr/:/.}.err") $(grep -oE '"(vram_hit_rate|hybrid_host_fraction)":[^,]*' "$log/h.${vr/:/.}.json" | tr '\n' ' ') [$(el) s]" >>"$S"
-    done
+      f=$log/h.${vr/:/.}.$md; ex=""; [ "$md" = cold ] || ex=--warm-cache; gx=""; [ "$md" = gemm ] && gx=SLUICE_CUDA_TIER_GEMM=1
+      env $SX $gx timeout 120 "$sl" bench -m "$sp" --gpu --vram ${vr%%:*} --cache 24G --threads 16 --kv $KV --prompt 512 --gen 64 \
+        --routing ${vr#*:} $ex --json >"$f.json" 2>"$f.err"
+      echo "sluice --vram ${vr%%:*} --cache 24G --routing ${vr#*:} ($md): $(row "$f.json" "$f.err") $(grep -oE '"(vram_hit_rate|hybrid_host_fraction|warm_cache_experts)":[^,]*' "$f.json" | tr '\n' ' ') [$(el) s]" >>"$S"
+    done; done
   fi
 else
   echo "no GGUF/pack or no llama-bench: $(tail -5 "$o/llama_run.log" | tr '\n' ' ')" >>"$S"

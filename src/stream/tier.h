@@ -29,7 +29,8 @@
  * (uniform routing splits the misses; skewed routing keeps its hot experts). Any other miss is handed out where
  * it lies, in the host source's slot (tn_expert.host = 1, host_ok permitting), for the caller to compute on the host's threads (be_backend.ffn_host, bitwise the device's);
  * release() hands that slot back. Layer-major (ordered) requests promote every miss as above: a prefill
- * chunk's experts stream through the device once each.
+ * chunk's experts stream through the device once each; room() says how many of them the caller may hold at once
+ * (the hits, and a free or unheld slot per miss), which model/moe.c runs as one grouped FFN.
  * Single-threaded like the cache: one layer request at a time.
  */
 #ifndef SL_TIER_H
