@@ -335,3 +335,59 @@ TEST(tier_room_holds_a_batch_whole) {
     free(want);
     slc_close(&f);
 }
+
+/* Prefill passes (ordered requests of every expert of each MoE layer in turn, a cyclic scan) through a tier of a layer
+ * and a half: the misses take the latest slot of another layer (tier.c miss_victim), so the tier keeps the rest from
+ * one pass to the next and each later pass finds at least the tier's slots less a layer's in it (LRU: it evicts what
+ * the pass wants next, and finds almost none); a decode-like request after them still hits and misses as LRU says. */
+TEST(tier_prefill_passes_keep_what_they_can) {
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    slc_file f;
+    sl_error err = {0};
+    CHECK(slc_open(path, &f, &err) == SL_OK);
+    const int E = (int)f.h.n_experts, L = f.cfg.n_layers, S = E + E / 2;
+    sl_error se = {0};
+    be_backend *cpu = be_cpu_new(NULL, NULL);
+    CHECK(cpu);
+    io_engine *io = pread_new(f.fd, 2, &se);
+    CHECKF(io, "%s", se.msg);
+    cache_cfg cc = {&f, &f.cfg, io, (uint64_t)(L * E) * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
+    cache *c = cache_make(&cc, &se);
+    CHECKF(c, "%s", se.msg);
+    tier_cfg tc = {.be = cpu, .file = &f, .cfg = &f.cfg, .lower = cache_source(c), .budget = (uint64_t)S * f.h.expert_stride,
+                   .lower_slots = L * E};
+    tier *t = tier_make(&tc, &se);
+    CHECKF(t, "%s", se.msg);
+    tn_expert_src src = tier_source(t);
+    int list[64], rc = 0, n_moe = 0;
+    for (int e = 0; e < E; e++) list[e] = e;
+    uint64_t hits[3] = {0};
+    char why[512] = "";
+    for (int pass = 0; pass < 3 && !rc; pass++) {
+        tier_stats a, b;
+        tier_get_stats(t, &a);
+        n_moe = 0;
+        for (int layer = 0; layer < L && !rc; layer++) {
+            if (cfg_moe_slot(&f.cfg, layer) < 0) continue;
+            n_moe++;
+            rc = audited_request(t, &src, layer, list, E, 1, why, sizeof why);
+        }
+        tier_get_stats(t, &b);
+        hits[pass] = b.hits - a.hits;
+    }
+    CHECKF(rc == 0, "%s", why);
+    CHECKF(n_moe * E > S, "%d MoE layers of %d experts fit in %d slots: nothing to show", n_moe, E, S);
+    for (int pass = 1; pass < 3; pass++)
+        CHECKF(hits[pass] >= (uint64_t)(S - E), "pass %d found %llu experts in a tier of %d slots (a layer: %d)", pass,
+               (unsigned long long)hits[pass], S, E);
+    /* a decode-like request: LRU, as before (its hits are the tier's, its misses promoted) */
+    int one[2] = {0, E - 1};
+    for (int layer = 0; layer < L && !rc; layer++)
+        if (cfg_moe_slot(&f.cfg, layer) >= 0) rc = audited_request(t, &src, layer, one, 2, 0, why, sizeof why);
+    CHECKF(rc == 0, "%s", why);
+    tier_free(t);
+    cache_free(c);
+    be_close(cpu);
+    slc_close(&f);
+}

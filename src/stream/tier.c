@@ -250,6 +250,26 @@ static void settle(tier *t, int all) {
 
 /* ---- promotion ---- */
 
+/* The slot a miss of the current request takes: victim()'s, except in an ordered request (a layer of a prefill
+ * chunk; not the hybrid step, whose counts order its slots) with no slot free: the most recently used unheld slot of
+ * another layer, when there is one. A prefill pass takes the layers' experts in turn, a cyclic scan, which LRU serves
+ * worst of all: it evicts what the pass will want soonest, so a tier smaller than a pass keeps nothing from one pass
+ * to the next (uniform routing at 2 GiB of the 30B shape's 16 GB: no hits). Taking the latest slot of another layer
+ * leaves the rest of the tier as it is: the passes rotate one layer's worth of slots and the next pass finds the
+ * others' experts (a share of hits about the tier's share of the experts). The slot's last compute is in its fence,
+ * which the copy waits for as any; a layer-major pass routes each layer on the host (route() waits for the device),
+ * so an earlier layer's compute has ended by then. Decode-like (unordered) requests keep victim()'s order. */
+static int miss_victim(const tier *t) {
+    if (!t->ordered || t->hybrid || t->n_free > 0) return victim(t);
+    int best = -1;
+    for (int i = 0; i < t->n_slots; i++) {
+        const tslot *s = &t->slots[i];
+        if (s->key < 0 || s->refs > 0 || s->key / t->E == t->mslot) continue;
+        if (best < 0 || s->tick > t->slots[best].tick) best = i;
+    }
+    return best >= 0 ? best : victim(t);
+}
+
 /* Expert e of the current layer, delivered by the host source as hx, into a device slot (held): one
  * copy of its block. Synchronous backends: the copy is waited for and the host slot handed back at once.
  * Async ones (copy_async): the copy is queued on the copy stream after the compute that last read the
@@ -258,7 +278,7 @@ static void settle(tier *t, int all) {
  * negative status. */
 static int promote(tier *t, int e, const tn_expert *hx) {
     const uint8_t *block = slc_expert_block(t->f, hx);
-    int v = victim(t);
+    int v = miss_victim(t);
     if (v < 0) {
         if (t->lo.release) t->lo.release(t->lo.ctx, e);
         return fail(t, SL_ENOMEM, "device expert tier: all %d slots of %zu bytes are in use (budget too small for "
