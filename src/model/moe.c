@@ -12,7 +12,9 @@
  * (HF's index_add loop over experts runs in the same order), then + sigmoid(sh_expert_gate . h) * y_s.
  * Experts are evaluated one at a time in increasing index over the tokens routed to them (their
  * weights stream once per micro-batch); each output lands in the token's slot of exp_out, so the
- * order in which a provider delivers experts cannot change the result.
+ * order in which a provider delivers experts cannot change the result. A layer-major block whose experts stream
+ * through the device tier takes them in batches held whole (grouped_wide: on the GPU one grouped FFN a batch,
+ * moe_wide's kernels; docs/CUDA.md "A streamed prefill through the grouped GEMM").
  */
 #include <math.h>
 #include <stdlib.h>
@@ -345,7 +347,7 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
             }
             from_src = rc != 0;
             if (!rc) rc = fused_ffn(ws, cfg, layer, es, ex, r, hx, err);
-        for (int j = 0; j < got; j++) experts->release(experts->ctx, es[j]);
+            for (int j = 0; j < got; j++) experts->release(experts->ctx, es[j]);
             i += r;
             continue;
         }

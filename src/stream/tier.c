@@ -47,6 +47,7 @@ struct tier {
     int *freel, n_free;
     int *heap, n_heap;
     int *held, n_held; /* slots given refs in this request (t_end takes them back), a slot perhaps twice */
+    int *prev, n_prev; /* the last ordered request's held slots not yet taken back by a miss (miss_victim) */
     /* the current request */
     int layer, mslot, ordered, active, lo_begun;
     int *list, n_list, pos;       /* ordered: the experts in order */
@@ -251,16 +252,22 @@ static void settle(tier *t, int all) {
 /* ---- promotion ---- */
 
 /* The slot a miss of the current request takes: victim()'s, except in an ordered request (a layer of a prefill
- * chunk; not the hybrid step, whose counts order its slots) with no slot free: the most recently used unheld slot of
- * another layer, when there is one. A prefill pass takes the layers' experts in turn, a cyclic scan, which LRU serves
+ * chunk; not the hybrid step, whose counts order its slots) with no slot free: a recently used unheld slot of another
+ * layer (the last ordered request's, latest first, with no scan while they last; then the most recently used by a
+ * scan), when there is one. A prefill pass takes the layers' experts in turn, a cyclic scan, which LRU serves
  * worst of all: it evicts what the pass will want soonest, so a tier smaller than a pass keeps nothing from one pass
  * to the next (uniform routing at 2 GiB of the 30B shape's 16 GB: no hits). Taking the latest slot of another layer
  * leaves the rest of the tier as it is: the passes rotate one layer's worth of slots and the next pass finds the
  * others' experts (a share of hits about the tier's share of the experts). The slot's last compute is in its fence,
  * which the copy waits for as any; a layer-major pass routes each layer on the host (route() waits for the device),
  * so an earlier layer's compute has ended by then. Decode-like (unordered) requests keep victim()'s order. */
-static int miss_victim(const tier *t) {
+static int miss_victim(tier *t) {
     if (!t->ordered || t->hybrid || t->n_free > 0) return victim(t);
+    while (t->n_prev > 0) { /* the last layer's slots, latest first: no scan while they last */
+        const int si = t->prev[--t->n_prev];
+        const tslot *s = &t->slots[si];
+        if (s->key >= 0 && s->refs == 0 && s->key / t->E != t->mslot) return si;
+    }
     int best = -1;
     for (int i = 0; i < t->n_slots; i++) {
         const tslot *s = &t->slots[i];
@@ -463,6 +470,10 @@ static void t_end(void *ctx) {
     }
     if (t->lo_begun && t->lo.end) t->lo.end(t->lo.ctx);
     t->lo_begun = 0;
+    if (t->ordered && !t->hybrid) { /* the next layer's misses take these back first (miss_victim) */
+        memcpy(t->prev, t->held, (size_t)t->n_held * sizeof *t->prev);
+        t->n_prev = t->n_held;
+    }
     drop_refs(t);
     memset(t->hostd, 0, (size_t)t->E);
     t->active = 0;
@@ -559,6 +570,7 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->freel = malloc((size_t)n * sizeof *t->freel);
     t->heap = malloc((size_t)n * sizeof *t->heap);
     t->held = malloc((size_t)2 * (size_t)E * sizeof *t->held);
+    t->prev = malloc((size_t)2 * (size_t)E * sizeof *t->prev);
     t->hostd = calloc((size_t)E, 1);
     t->host_t0 = calloc((size_t)E, sizeof *t->host_t0);
     t->cost = cfg->hybrid && !cfg->be->is_host;
@@ -574,7 +586,7 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->hold = cfg->lower_slots <= 0 ? E : cfg->lower_slots / 2 < TIER_HOLD ? cfg->lower_slots / 2 : TIER_HOLD;
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
     if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
-        !t->pf || !t->freq || !t->fseen || !t->prio || !t->freel || !t->heap || !t->held || !t->hostd || !t->l_st || !t->host_t0 || !t->arena) {
+        !t->pf || !t->freq || !t->fseen || !t->prio || !t->freel || !t->heap || !t->held || !t->prev || !t->hostd || !t->l_st || !t->host_t0 || !t->arena) {
         err_set(err, SL_ENOMEM, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
                t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
@@ -615,6 +627,7 @@ void tier_free(tier *t) {
     free(t->freel);
     free(t->heap);
     free(t->held);
+    free(t->prev);
     free(t->hostd);
     free(t->l_st);
     free(t->host_t0);
