@@ -371,7 +371,7 @@ TEST(tier_prefill_passes_keep_what_they_can) {
         for (int layer = 0; layer < L && !rc; layer++) {
             if (cfg_moe_slot(&f.cfg, layer) < 0) continue;
             n_moe++;
-            rc = audited_request(t, &src, layer, list, E, 1, why, sizeof why);
+            rc = audited_request(t, &src, layer, list, E, 2, why, sizeof why); /* 2: a prefill pass's layer */
         }
         tier_get_stats(t, &b);
         hits[pass] = b.hits - a.hits;

@@ -728,7 +728,8 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
         if (!rc && cfg->zero_experts) zero_wide(ws, cfg, n, h, out, wb); /* after the real ones, as below */
         return rc;
     }
-    rc = experts->begin ? experts->begin(experts->ctx, layer, ws->e_list, n_list, 1) : 0;
+    /* in order; 2: a layer of a pass over many tokens (a prefill chunk), 1: a few (a decode batch) */
+    rc = experts->begin ? experts->begin(experts->ctx, layer, ws->e_list, n_list, n > FWD_BATCH ? 2 : 1) : 0;
     if (rc) {
         err_set(err, rc, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
         if (experts->end) experts->end(experts->ctx);

@@ -251,8 +251,8 @@ static void settle(tier *t, int all) {
 
 /* ---- promotion ---- */
 
-/* The slot a miss of the current request takes: victim()'s, except in an ordered request (a layer of a prefill
- * chunk; not the hybrid step, whose counts order its slots) with no slot free: a recently used unheld slot of another
+/* The slot a miss of the current request takes: victim()'s, except in a layer of a pass over many tokens (ordered 2:
+ * a prefill chunk's; not the hybrid step, whose counts order its slots) with no slot free: a recently used unheld slot of another
  * layer (the last ordered request's, latest first, with no scan while they last; then the most recently used by a
  * scan), when there is one. A prefill pass takes the layers' experts in turn, a cyclic scan, which LRU serves
  * worst of all: it evicts what the pass will want soonest, so a tier smaller than a pass keeps nothing from one pass
@@ -260,9 +260,10 @@ static void settle(tier *t, int all) {
  * leaves the rest of the tier as it is: the passes rotate one layer's worth of slots and the next pass finds the
  * others' experts (a share of hits about the tier's share of the experts). The slot's last compute is in its fence,
  * which the copy waits for as any; a layer-major pass routes each layer on the host (route() waits for the device),
- * so an earlier layer's compute has ended by then. Decode-like (unordered) requests keep victim()'s order. */
+ * so an earlier layer's compute has ended by then. Decode steps (unordered, or ordered 1: a serving batch's few tokens,
+ * whose hot experts the next step wants again) keep victim()'s order. */
 static int miss_victim(tier *t) {
-    if (!t->ordered || t->hybrid || t->n_free > 0) return victim(t);
+    if (t->ordered != 2 || t->hybrid || t->n_free > 0) return victim(t);
     while (t->n_prev > 0) { /* the last layer's slots, latest first: no scan while they last */
         const int si = t->prev[--t->n_prev];
         const tslot *s = &t->slots[si];
@@ -470,7 +471,7 @@ static void t_end(void *ctx) {
     }
     if (t->lo_begun && t->lo.end) t->lo.end(t->lo.ctx);
     t->lo_begun = 0;
-    if (t->ordered && !t->hybrid) { /* the next layer's misses take these back first (miss_victim) */
+    if (t->ordered == 2 && !t->hybrid) { /* the next layer's misses take these back first (miss_victim) */
         memcpy(t->prev, t->held, (size_t)t->n_held * sizeof *t->prev);
         t->n_prev = t->n_held;
     }

@@ -12,7 +12,8 @@
  *    compute, with at most min(8, lower_slots / 2) host slots kept, and all of them handed back before the
  *    request ends. Elsewhere (the CPU) the copy is waited for and the host slot handed back at once;
  *  - demotion: a full device tier evicts its least recently used unreferenced expert (a min-heap of the
- *    unreferenced slots: no scan per miss); a miss of an ordered request (a prefill chunk's layer; not hybrid) the
+ *    unreferenced slots: no scan per miss); a miss of an ordered request of a pass (in_order 2: a prefill chunk's
+ *    layer; not hybrid) the
  *    most recently used slot of another layer (a scan: tier.c miss_victim), so that the passes' cyclic scans of the
  *    layers keep most of the tier from one pass to the next; the RAM tier keeps its
  *    own LRU/LFU, so an expert dropped from VRAM is often still in RAM and costs one copy, not a read. The

@@ -62,11 +62,14 @@ typedef struct tn_expert {
  *   begin(layer, experts, n, in_order)
  *                             announces the n distinct experts the layer needs (ascending); misses
  *                             are submitted to the I/O engine at once;
+ *                             (in_order 2: in order, and one layer of a pass over the layers for many
+ *                             tokens, a prefill chunk: the device tier then keeps what the next pass reuses);
  *   next(&e, &ex)             hands out one of them as soon as it is in memory (hits first, then reads
  *                             in completion order; with in_order, strictly in the list's order, reads
  *                             running ahead) — blocks while none is ready;
  *   release(e)                the caller is done with e; it must release each expert before the next
- *                             next() (so a cache of a single slot still makes progress);
+ *                             next() (so a cache of a single slot still makes progress), but for the
+ *                             ready() or room() experts it may hold together;
  *   end()                     closes the layer; after an error it cancels and drains outstanding reads.
  * The MoE block keeps each expert's output in its own slot and sums in a fixed order, so the order
  * of delivery never changes a bit. errmsg() returns the provider's message for its last error. */
