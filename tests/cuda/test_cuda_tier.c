@@ -41,7 +41,7 @@ static void check_moe_batches(int n, int k, int E, int H, int I, dt_type gdt, in
         poison(dy, cells * 4), poison(dout, (size_t)n * H * 4);
         runs = 0;
         for (int lo = 0; lo < E; runs++) {
-            const int hi = lo + (int)(urand() * max_run) < E ? lo + (int)(urand() * max_run) : E - 1;
+            const int run = (int)(urand() * max_run), hi = lo + run < E ? lo + run : E - 1; /* a run of 1 .. max_run */
             memset(tabb, 0, (size_t)9 * E * sizeof(void *));
             for (int e = lo; e <= hi; e++)
                 for (int z = 0; z < 9; z++) tabb[(size_t)(z / 3 * E + e) * 3 + z % 3] = tab[(size_t)(z / 3 * E + e) * 3 + z % 3];
@@ -71,6 +71,6 @@ static void check_moe_batches(int n, int k, int E, int H, int I, dt_type gdt, in
 static void check_moe_batches_all(void) {
     check_moe_batches(100, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16, 3);
     check_moe_batches(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16, 12);
-    check_moe_batches(512, 8, 128, 2048, 768, DT_Q4, 64, DT_BF16, DT_Q4, 64, DT_BF16, 40); /* the 30B shape's layer */
-    check_moe_batches(20, 8, 128, 256, 64, DT_Q4, 32, DT_F16, DT_Q8, 64, DT_F16, 1); /* one expert a batch */
+    check_moe_batches(512, 8, 32, 2048, 768, DT_Q4, 64, DT_BF16, DT_Q4, 64, DT_BF16, 10); /* the 30B shape's matrices */
+    check_moe_batches(20, 8, 128, 256, 64, DT_Q4, 32, DT_F16, DT_Q8, 64, DT_F16, 1); /* one expert a batch, E 128 */
 }
