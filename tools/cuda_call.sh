@@ -16,7 +16,8 @@
 # --kv KV (f16, llama.cpp's default); round 1 also sluice's default KV at D = 1, 512; then bench_serve 1 / 8 streams.
 # TL=1 (DIR/tl/libsltl.so from tools/cuda_tl_call.sh prepare's gcc line): tools/cuda_tl_set.sh's timelines during the build.
 # HYB=1: after serving, issue 25's rows (llama.cpp -ncmoe 48 / 24 against sluice --vram 2G / 8G --cache 24G) until HYB_END;
-# HYB_MODES="cold warm gemm": each sluice row from a cold RAM cache, with --warm-cache, and through the grouped GEMM.
+# HYB_NS (llama.cpp's -ncmoe values, "48 24"), HYB_VR (sluice's VRAM:routing rows); SERVE_SETS (bench_serve's env sets);
+# CHECK_T (each CHECKS run's limit, 30 s); HYB_MODES="cold warm gemm": each sluice row from a cold RAM cache, with --warm-cache, and through the grouped GEMM.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
@@ -40,7 +41,7 @@ export LD_LIBRARY_PATH=$here/stage/lib:$here/t/lib
 timeout 60 "$here/t/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?
 echo "test_cuda rc=$rc: $(tail -1 "$log/test_cuda.log") [$(el) s]" >>"$S"; grep -m 20 FAIL "$log/test_cuda.log" >>"$S"
 for x in ${CHECKS:-}; do # CHECKS="pdl mvprof": test_cuda's runs outside its full run (the overlapped chain check, the matvec's phases)
-  timeout 30 "$here/t/test_cuda" --$x >"$log/test_cuda.$x.log" 2>&1; rc=$?
+  timeout ${CHECK_T:-30} "$here/t/test_cuda" --$x >"$log/test_cuda.$x.log" 2>&1; rc=$?
   echo "test_cuda --$x rc=$rc: $(tail -1 "$log/test_cuda.$x.log") [$(el) s]" >>"$S"; grep -m 30 -E "FAIL|mismatch|phase|CTA|cycles" "$log/test_cuda.$x.log" >>"$S"
 done
 names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$log/pack.log")
@@ -111,14 +112,16 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
       echo "sluice-old (the build before) p$p: $(row "$log/o.$p.json" "$log/o.$p.err") [$(el) s]" >>"$S"
     done; fi
   done
-  if [ "$(el)" -lt ${SERVE_BY:-530} ]; then
-    env $SX timeout $(( ${END_BY:-565} - $(el) )) "$here/t/bench_serve" "$sp" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 >"$log/serve.txt" 2>&1
-    echo "serve (48 layers, switches): $(grep -E '^\| (1|8) \|' "$log/serve.txt" | tr '\n' ' ') [$(el) s]" >>"$S"
-  fi
+  for ss in ${SERVE_SETS:-SX}; do # SERVE_SETS="X=1 A=1+B=2": bench_serve's runs, each set's env (SX: DIR/switches)
+    [ "$(el)" -lt ${SERVE_BY:-530} ] || break
+    sv=${ss//+/ }; [ "$ss" = SX ] && sv=$SX
+    env $sv timeout $(( ${END_BY:-565} - $(el) )) "$here/t/bench_serve" "$sp" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 >"$log/serve.$ss.txt" 2>&1
+    echo "serve (48 layers, [$sv]): $(grep -E '^\| (1|8) \|' "$log/serve.$ss.txt" | tr '\n' ' ') [$(el) s]" >>"$S"
+  done
   if [ -n "${HYB:-}" ]; then # HYB=1: issue 25's rows on the same GGUF and pack, while time is left (HYB_END, s)
     # llama.cpp's experts on the CPU (-ncmoe N of the 48 layers, 16 threads) against sluice's VRAM tier + RAM cache
     # (--vram V --cache 24G: the hybrid step), decode at depth 512 in both (sluice after its 512-token prompt)
-    for n in 48 24; do
+    for n in ${HYB_NS:-48 24}; do
       [ "$(el)" -lt ${HYB_END:-560} ] || break
       timeout 90 "$lb/llama-bench" -m "$gg" -ngl 99 -ncmoe $n -t 16 -fa 1 -p 512 -n 64 -d 0,512 -r 1 -o json \
         >"$log/llama.ncmoe$n.json" 2>"$log/llama.ncmoe$n.err"
@@ -126,7 +129,7 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
     done
     # HYB_MODES (default "cold"): cold = as before (a cold RAM cache); warm = --warm-cache (every expert in RAM first, as
     # llama.cpp's page cache); gemm = --warm-cache with SLUICE_CUDA_TIER_GEMM=1 (the prefill through the grouped GEMM)
-    for vr in 2G:model 2G:uniform 8G:model; do for md in ${HYB_MODES:-cold}; do
+    for vr in ${HYB_VR:-2G:model 2G:uniform 8G:model}; do for md in ${HYB_MODES:-cold}; do
       [ "$(el)" -lt ${HYB_END:-560} ] || break
       f=$log/h.${vr/:/.}.$md; ex=""; [ "$md" = cold ] || ex=--warm-cache; gx=""; [ "$md" = gemm ] && gx=SLUICE_CUDA_TIER_GEMM=1
       env $SX $gx timeout 120 "$sl" bench -m "$sp" --gpu --vram ${vr%%:*} --cache 24G --threads 16 --kv $KV --prompt 512 --gen 64 \
