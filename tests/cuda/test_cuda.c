@@ -842,6 +842,10 @@ int main(int argc, char **argv) {
     if (kq_main(argc, argv) >= 0) return failures ? 1 : 0; /* --kq, --bench-kq: the GGUF block types alone */
     const int fa16 = argc > 1 && !strcmp(argv[1], "--fa16"); /* tools/cuda_flash_check.sh: the flash attention alone */
     if (fa16) goto flash;
+    if (argc > 1 && !strcmp(argv[1], "--bench-mv7")) { /* mv1p_i8 against mv1c_i8 (test_cuda_mv.c), no checks */
+        bench_mv7();
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--mvprof")) { /* the one-token matvec's phases (test_cuda_mv.c), no checks */
         mvprof();
         return 0;

@@ -113,9 +113,13 @@ void slcu_i8_gemm(int version);
  * 16 or 32, -1 its own choice by the launch's rows ("auto"), 0 back to the environment's SLUICE_CUDA_MVR (auto unset). */
 void slcu_i8_mv_rows(int rows);
 /* The one-token matvec kernel (cuda_mv.cu; the same bits), for tests and benchmarks: 1 mv1_i8, 2 mv1b_i8 (every load
- * of a thread in flight at once), 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8 (warps streaming on their own), 0 back to the
- * environment's SLUICE_CUDA_MV1 (3 unset). */
+ * of a thread in flight at once), 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8 (warps streaming on their own), 7 cuda_mv1p.cu
+ * mv1p_i8 (fewer CTAs, each walking its tiles through a cp.async pipeline), 0 back to the environment's
+ * SLUICE_CUDA_MV1 (3 unset). */
 void slcu_i8_mv1_kernel(int version);
+/* mv1p_i8's grid (the same bits whichever): n > 0 CTAs an SM at most, n < 0 -n CTAs in all (tests: each walks many
+ * tiles and jobs), 0 back to the environment's SLUICE_CUDA_MV1P_CTAS (3 an SM unset). */
+void slcu_i8_mv1p_ctas(int n);
 /* 1 when the one-token matvec takes slcu_act sg inputs (mv1c_i8, the default, and mv1d_i8), else 0 */
 int slcu_i8_swiglu_fused(void);
 /* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by

@@ -469,12 +469,13 @@ __global__ void __launch_bounds__(MV1_THREADS) mvnc_i8(const __grid_constant__ i
  * "auto": the fewest of 4 .. 32 that keep the launch within one wave of CTAs on an H100, so a small matrix
  * (the o projection: 2048 rows) spreads over every SM and a large group (8 experts' gate and up: 12288 rows) runs in
  * one wave of CTAs instead of two; a launch of more rows (the LM head) keeps 16. */
-static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8, 6 mv1c_i8 recording (FI = 2) */
-extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = (v >= 1 && v <= 4) || v == 6 ? v : 0; }
+static int mv1_kernel; /* 0 unread; 1 mv1_i8, 2 mv1b_i8, 3 mv1c_i8, 4 cuda_mv1d.cu mv1d_i8, 6 mv1c_i8 recording (FI = 2),
+                        * 7 cuda_mv1p.cu mv1p_i8 */
+extern "C" void slcu_i8_mv1_kernel(int v) { mv1_kernel = (v >= 1 && v <= 4) || v == 6 || v == 7 ? v : 0; }
 static int mv1_version(void) {
     if (!mv1_kernel) {
         const char *e = getenv("SLUICE_CUDA_MV1");
-        mv1_kernel = e && ((e[0] >= '1' && e[0] <= '4') || e[0] == '6') && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4|6 */
+        mv1_kernel = e && ((e[0] >= '1' && e[0] <= '4') || e[0] == '6' || e[0] == '7') && !e[1] ? e[0] - '0' : 3; /* mv1c_i8 unless SLUICE_CUDA_MV1=1|2|4|6|7 */
     }
     return mv1_kernel;
 }
@@ -494,6 +495,7 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
     }
     if (mv_rows_mode > 0) return mv_rows_mode;
     if (mv1_version() == 4) return mv1d_tile_rows(J);
+    if (mv1_version() == 7) return mv1p_tile_rows(J);
     const int wave = mv1_version() == 3 || mv1_version() == 6 ? 6 * 132 : mv1_version() == 2 ? 2 * 132 : MV_WAVE; /* CTAs an H100 holds */
     for (int r = 4; r <= 32; r *= 2) {
         int tiles = 0;
@@ -572,6 +574,7 @@ static void mv_dt(int sdt, int max_tok, int rows, int tiles, const ijobs *J) {
 
 cudaError_t mv_launch(int dt, int sdt, int max_tok, int rows, int tiles, const ijobs *J) {
     if (max_tok <= 1 && mv1_version() == 4 && mv1d_launch(dt, sdt, rows, tiles, J, pdl_enabled())) return cudaGetLastError();
+    if (max_tok <= 1 && mv1_version() == 7 && mv1p_launch(dt, sdt, rows, tiles, J, pdl_enabled())) return cudaGetLastError();
     if (max_tok > 1 && mvn_version() == 4 && mvnd_launch(dt, sdt, max_tok, rows, tiles, J)) return cudaGetLastError();
     if (dt == DT_Q4) mv_dt<DT_Q4>(sdt, max_tok, rows, tiles, J);
     else mv_dt<DT_Q8>(sdt, max_tok, rows, tiles, J);

@@ -56,4 +56,9 @@ static __device__ void swi_stage(const ijob &j, int kb0, int kcn, int gshift, ui
     }
 }
 
+/* cuda_mv1p.cu (SLUICE_CUDA_MV1=7): rows a tile it picks for a launch (4 .. 32), and its launch of one token's jobs tiled
+ * with those rows: 1, or 0 when it cannot take them (rows not 4 .. 32: mv1c_i8 runs them) */
+int mv1p_tile_rows(const ijobs *J);
+int mv1p_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, int pdl);
+
 #endif
