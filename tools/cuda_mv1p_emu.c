@@ -2,7 +2,7 @@
  * cuda_mv1p_emu.c — a CPU emulation of src/backend/cuda/cuda_mv1p.cu mv1p_i8, for changes made without a GPU: every
  * CTA of a grid walks its run of tiles unit by unit as the kernel does (the same index arithmetic, transcribed): the
  * issue of unit u + 2 into stage (u + 2) % 3 (its codes, the 16-byte pieces of each row's scale and bias runs and their
- * offsets, the activation blocks), the compute of unit u's pairs into the staging, then the fold, in the order the
+ * offsets, the activation blocks; P = 2 or 4 pairs a thread), the compute of unit u's pairs into the staging, then the fold, in the order the
  * kernel's barriers give (a cp.async is emulated as a copy at its issue: the stage it fills is read by nobody until
  * unit u + 2's barrier). A SwiGLU job's room is filled from the job's int8 activation in windows of SGB blocks (the
  * kernel makes those values with swi_stage, cuda_mv.cuh; the windows are what is emulated). Checked: each row's y
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { Q8 = 5, Q4 = 6, F32 = 0, BF16 = 1, F16 = 2, NTH = 256, NP = 512, S = 3, SGBMIN = 64 };
+enum { Q8 = 5, Q4 = 6, F32 = 0, BF16 = 1, F16 = 2, NTH = 256, S = 3, SGBMIN = 64 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) { rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17; return (uint32_t)(rng >> 16); }
@@ -98,9 +98,9 @@ static void next_unit(const job *J, int nj, int KC, int *jk, int *t, int *kb0) {
     }
 }
 
-/* mv1p_i8<DT, SDT, R, IB> on a grid of G CTAs over the jobs */
-static void run_grid(int DT, int SDT, int R, int IB, const job *J, int nj, int G) {
-    const int KC = NP / R, SGB = KC > SGBMIN ? KC : SGBMIN, LD = R + 1, BB = DT == Q4 ? 16 : 32, SSZ = SDT == F32 ? 4 : 2;
+/* mv1p_i8<DT, SDT, R, P, IB> on a grid of G CTAs over the jobs */
+static void run_grid(int DT, int SDT, int R, int P, int IB, const job *J, int nj, int G) {
+    const int NP = NTH * P, KC = NP / R, SGB = KC > SGBMIN ? KC : SGBMIN, LD = R + 1, BB = DT == Q4 ? 16 : 32, SSZ = SDT == F32 ? 4 : 2;
     const int RS = NTH / KC, MAXPC = (KC * SSZ + 30) / 16, SSL = 16 * MAXPC;
     const int O_SC = NP * BB, O_BI = O_SC + R * SSL, O_SX = O_BI + (IB ? 0 : R * SSL), O_SD = O_SX + KC * 32;
     const int O_SXG = O_SD + KC * 4, O_OFF = O_SXG + KC * 4, STG = (O_OFF + 2 * R + 15) / 16 * 16;
@@ -126,7 +126,7 @@ static void run_grid(int DT, int SDT, int R, int IB, const job *J, int nj, int G
         tag[s_] = iu++;                                                                                                    \
         const uint8_t *cb = j->codes + (size_t)r0 * rb + (size_t)ikb * BB;                                                 \
         for (int tid = 0; tid < NTH; tid++)                                                                                \
-            for (int k = 0; k < 2; k++) {                                                                                  \
+            for (int k = 0; k < P; k++) {                                                                                  \
                 const int rl = tid / KC + k * RS, bl = tid % KC;                                                           \
                 if (rl < nr && bl < kcn) memcpy(st + (rl * KC + bl) * BB, cb + (rl * rb + bl * BB), (size_t)BB);          \
             }                                                                                                              \
@@ -155,7 +155,7 @@ static void run_grid(int DT, int SDT, int R, int IB, const job *J, int nj, int G
         if (it < t1) ISSUE(1);
         else iu++;
         next_unit(J, nj, KC, &ijk, &it, &ikb);
-        float acc[32] = {0}, accb[32] = {0};
+        float acc[32] = {0}, accb[32] = {0}; /* R <= 32 */
         int sgk = -1, sg0 = 0;
         for (int u = 0; ct < t1; u++) {
             if (it < t1) ISSUE((u + 2) % S);
@@ -182,7 +182,7 @@ static void run_grid(int DT, int SDT, int R, int IB, const job *J, int nj, int G
                 if (bl >= kcn) continue;
                 const u4 x0 = ax[2 * bl], x1 = ax[2 * bl + 1];
                 const float db = ad[bl];
-                for (int k = 0; k < 2; k++) {
+                for (int k = 0; k < P; k++) {
                     const int rl = rl0 + k * RS;
                     if (rl >= nr) continue;
                     u4 w0, w1;
@@ -232,7 +232,7 @@ static float ref_row(int DT, int SDT, const job *j, int r) {
 
 /* one case: three jobs of one shape in a launch (the second a SwiGLU job when sg), R rows a tile, G CTAs (0: one a
  * tile); returns 1 when it failed */
-static int run_case(int DT, int SDT, int R, int G, int group, int cols, int rows, int ib, int sg) {
+static int run_case(int DT, int SDT, int R, int P, int G, int group, int cols, int rows, int ib, int sg) {
     enum { NJ = 3 };
     const int nb = cols / 32, ng = cols / group, ns = nb + nb / 2 + nb / 4, rb = DT == Q4 ? cols / 2 : cols;
     const int ssz = SDT == F32 ? 4 : 2;
@@ -270,7 +270,7 @@ static int run_case(int DT, int SDT, int R, int G, int group, int cols, int rows
         mem[q][0] = codes, mem[q][1] = sc, mem[q][2] = bi, mem[q][3] = xq, mem[q][4] = d, mem[q][5] = s;
     }
     const int f0 = fails, st0 = stale;
-    run_grid(DT, SDT, R, ib, jobs, NJ, G ? (G < tiles ? G : tiles) : tiles);
+    run_grid(DT, SDT, R, P, ib, jobs, NJ, G ? (G < tiles ? G : tiles) : tiles);
     int bad = 0;
     for (int q = 0; q < NJ; q++)
         for (int r = 0; r < rows; r++) {
@@ -281,8 +281,8 @@ static int run_case(int DT, int SDT, int R, int G, int group, int cols, int rows
     const int failed = fails != f0;
     static int shown;
     if (failed || shown++ % 97 == 0)
-        printf("%s %s %-4s R %2d G %3d group %3d %4d x %-4d%s%s: %d outputs differ, %d stale reads\n", failed ? "FAIL" : "ok  ",
-               DT == Q4 ? "q4" : "q8", SDT == F32 ? "f32" : SDT == BF16 ? "bf16" : "f16", R, G, group, rows, cols,
+        printf("%s %s %-4s R %2d P %d G %3d group %3d %4d x %-4d%s%s: %d outputs differ, %d stale reads\n", failed ? "FAIL" : "ok  ",
+               DT == Q4 ? "q4" : "q8", SDT == F32 ? "f32" : SDT == BF16 ? "bf16" : "f16", R, P, G, group, rows, cols,
                ib ? " implied biases" : "", sg ? " sg" : "", bad, stale - st0);
     for (int q = 0; q < NJ; q++) {
         for (int m = 0; m < 6; m++) free(mem[q][m]);
@@ -305,7 +305,7 @@ int main(void) {
         const int rows = rowss[k % 3]; k /= 3;
         const int G = gs[k % 4];
         if (cols % group) continue;
-        for (int v = 0; v < 4; v++) run_case(DT, SDT, R, G, group, cols, rows, v & 1, v >> 1), cases++;
+        for (int v = 0; v < (DT == Q4 ? 8 : 4); v++) run_case(DT, SDT, R, v & 4 ? 4 : 2, G, group, cols, rows, v & 1, v >> 1 & 1), cases++;
     }
     printf("emu: %d cases, %d failures\n", cases, fails);
     return fails ? 1 : 0;

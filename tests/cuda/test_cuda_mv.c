@@ -17,15 +17,16 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
     int gok;
     const int mvr[] = {4, 8, 16, 32, -1};
     /* mv1_i8 .. mv1d_i8 and mv1p_i8, with and without PDL; mv1p_i8 also on a grid of 3 CTAs (each walks many tiles,
-     * and of the N jobs many jobs, through its pipeline) */
-    enum { NK = 10 };
-    const int kern[NK] = {1, 2, 3, 3, 4, 4, 7, 7, 7, 7}, pdl[NK] = {0, 0, 0, 1, 0, 1, 0, 1, 0, 1}, ctas[NK] = {0, 0, 0, 0, 0, 0, 0, 0, -3, -3};
+     * and of the N jobs many jobs, through its pipeline), with its own pairs a thread and with 2 and 4 */
+    enum { NK = 12 };
+    const int kern[NK] = {1, 2, 3, 3, 4, 4, 7, 7, 7, 7, 7, 7}, pdl[NK] = {0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    const int ctas[NK] = {0, 0, 0, 0, 0, 0, 0, 0, -3, -3, -3, 0}, pairs[NK] = {0, 0, 0, 0, 0, 0, 0, 0, 2, 4, 4, 2};
     slcu_mm *mm = malloc((size_t)N * sizeof *mm);
     for (int k = 0; k < NK * 5; k++) {
         slcu_i8_mv_rows(mvr[k % 5]);
         slcu_i8_mv1_kernel(kern[k / 5]);
         slcu_i8_pdl(pdl[k / 5]);
-        slcu_i8_mv1p_ctas(ctas[k / 5]);
+        slcu_i8_mv1p_ctas(ctas[k / 5]), slcu_i8_mv1p_pairs(pairs[k / 5]);
         for (int via = 0; via < 3; via++) {
             if (via == 2 && kern[k / 5] < 3) continue;
             poison(dy, (size_t)N * rows * 4);
@@ -40,13 +41,13 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
             yy = dl(dy, (size_t)N * rows);
             gok = 1;
             for (int t = 0; t < N; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
-            CK(gok, "%s %dx%d: one token, kernel %d%s%s with %d rows a CTA%s, differs from the default", dt_name(dt), rows, cols,
-               kern[k / 5], pdl[k / 5] ? " (PDL)" : "", ctas[k / 5] ? " (3 CTAs)" : "", mvr[k % 5],
+            CK(gok, "%s %dx%d: one token, kernel %d%s%s (pairs %d) with %d rows a CTA%s, differs from the default", dt_name(dt), rows,
+               cols, kern[k / 5], pdl[k / 5] ? " (PDL)" : "", ctas[k / 5] ? " (3 CTAs)" : "", pairs[k / 5], mvr[k % 5],
                via == 2 ? " (N jobs in one call, device table)" : via ? " (device table)" : "");
         }
     }
     free(mm);
-    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1), slcu_i8_mv1p_ctas(0);
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1), slcu_i8_mv1p_ctas(0), slcu_i8_mv1p_pairs(0);
     /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8, mv_i8, mvnd_i8), through the row indirection and the table too */
     const int nts[] = {2, 3, 5, 8};
     for (int k = 0; k < 4 * 4 * 2; k++) {
@@ -287,12 +288,13 @@ static void check_swi_down(void) {
         const int nb = I / 32, ns = nb + nb / 2 + nb / 4;
         float *y0 = NULL; /* the default kernel on the separate int8 form: every other run's reference */
         /* mv1c_i8; mv1d_i8 auto, 1 and 8 rows a warp; mv1p_i8 auto, 4 and 32 rows a tile on 2 CTAs (each walks the three
-         * jobs' tiles, making each job's SwiGLU input again; 4096 columns in runs of 64 blocks at 32 rows) */
-        enum { NV = 7 };
-        const int kern[NV] = {3, 4, 4, 4, 7, 7, 7}, mvr[NV] = {0, -1, 4, 32, -1, 4, 32}, ctas[NV] = {0, 0, 0, 0, 0, -2, -2};
+         * jobs' tiles, making each job's SwiGLU input again; 4096 columns in runs of 64 blocks at 32 rows), 8 rows with
+         * 4 pairs a thread (q4) */
+        enum { NV = 8 };
+        const int kern[NV] = {3, 4, 4, 4, 7, 7, 7, 7}, mvr[NV] = {0, -1, 4, 32, -1, 4, 32, 8}, ctas[NV] = {0, 0, 0, 0, 0, -2, -2, -2};
         for (int v = 0; v < NV * 2 * 2; v++) {
             const int kv = v / 4, via = v / 2 % 2, fuse = v % 2;
-            slcu_i8_mv1_kernel(kern[kv]), slcu_i8_mv_rows(mvr[kv]), slcu_i8_mv1p_ctas(ctas[kv]);
+            slcu_i8_mv1_kernel(kern[kv]), slcu_i8_mv_rows(mvr[kv]), slcu_i8_mv1p_ctas(ctas[kv]), slcu_i8_mv1p_pairs(kv == 7 ? 4 : 0);
             for (int s = 0; s < K; s++) {
                 mi[s] = fuse ? (slcu_act){.n_tok = 1, .cols = I, .sg = g + (size_t)s * I, .su = u + (size_t)s * I}
                              : (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
@@ -310,7 +312,7 @@ static void check_swi_down(void) {
                 free(y);
             }
         }
-        slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_mv1p_ctas(0);
+        slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_mv1p_ctas(0), slcu_i8_mv1p_pairs(0);
         free(y0);
         slcu_free(g), slcu_free(u), slcu_free(mid), slcu_free(dy), slcu_free(ab), slcu_free(dtab), slcu_free(dsel), free_mat(&a);
     }
@@ -318,7 +320,8 @@ static void check_swi_down(void) {
 
 /* --bench-mv7: mv1p_i8 (SLUICE_CUDA_MV1=7) against mv1c_i8 (the default) on the 30B-A3B decode step's shapes, q4 with
  * bf16 scales in groups of 64 and of 32 (a Q4_0 GGUF's pack): microseconds a launch (50 back to back, each on weights
- * not in L2: run_mm's 8 sets), PDL off and on, mv1p_i8's rows a tile and CTAs an SM swept; then GB/s of the weights
+ * not in L2: run_mm's 8 sets), PDL off and on, mv1p_i8's rows a tile and CTAs an SM swept and its pairs a thread
+ * forced to 2 and 4 (q4: 4 where a row has the blocks, else 2); then GB/s of the weights
  * read (codes, scale and bias words) against a device-to-device copy's (read + write) in the same process. */
 static void bench_mv7(void) {
     char msg[256];
@@ -343,7 +346,7 @@ static void bench_mv7(void) {
     slcu_act_bind(&a7, b7, 1, 768, msg, sizeof msg), slcu_act_quantize(&a7, dx, 768, msg, sizeof msg);
     for (int e = 0; e < 8; e++) /* the down matvec's SwiGLU input made in its CTAs (the model's default) */
         sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
-    enum { NC = 4 + 5 * 3, NS = 5 };
+    enum { NC = 4 + 5 * 3 + 2, NS = 5 };
     const char *names[NS] = {"o 2048x4096", "q|k|v 5120x2048", "8 experts gate+up", "8 experts down", "down, SwiGLU in"};
     for (int gi = 0; gi < 2; gi++) {
         const int group = gi ? 32 : 64;
@@ -369,13 +372,14 @@ static void bench_mv7(void) {
         const double nrows[NS] = {2048, 5120, 16 * 768, 8 * 2048, 8 * 2048};
         printf("one-token matvec, q4 g%d bf16, us a launch: o 2048x4096 | q|k|v 5120x2048 | 8 experts gate+up | down | down, SwiGLU in\n", group);
         float us[NC][NS];
-        for (int c = 0; c < NC; c++) { /* 0-3: mv1c_i8 and mv1p_i8 auto, PDL off / on; then mv1p_i8 rows x CTAs an SM */
-            const int k7 = c == 1 || c == 3 || c >= 4, pd = c == 2 || c == 3, sweep = c >= 4;
+        for (int c = 0; c < NC; c++) { /* 0-3: mv1c_i8 and mv1p_i8 auto, PDL off / on; then mv1p_i8 rows x CTAs an SM; pairs 2, 4 */
+            const int k7 = c == 1 || c == 3 || c >= 4, pd = c == 2 || c == 3, sweep = c >= 4 && c < NC - 2;
             const int rows = sweep ? (int[]){-1, 4, 8, 16, 32}[(c - 4) % 5] : -1, cps = sweep ? 1 + (c - 4) / 5 : 0;
-            slcu_i8_mv1_kernel(k7 ? 7 : 3), slcu_i8_mv_rows(rows), slcu_i8_pdl(pd), slcu_i8_mv1p_ctas(cps);
+            const int np = c == NC - 2 ? 2 : c == NC - 1 ? 4 : 0;
+            slcu_i8_mv1_kernel(k7 ? 7 : 3), slcu_i8_mv_rows(rows), slcu_i8_pdl(pd), slcu_i8_mv1p_ctas(cps), slcu_i8_mv1p_pairs(np);
             for (int sh = 0; sh < NS; sh++) us[c][sh] = 1e3f * slcu_time(run_mm, &rs[sh], 50);
-            printf("  %-7s %-6s rows %3d%s", k7 ? "mv1p_i8" : "mv1c_i8", pd ? "PDL" : "", rows, k7 && cps ? "" : "         ");
-            if (k7 && cps) printf(" CTAs/SM %d", cps);
+            printf("  %-7s %-3s rows %3d", k7 ? "mv1p_i8" : "mv1c_i8", pd ? "PDL" : "", rows);
+            printf(k7 && cps ? " CTAs/SM %d" : k7 && np ? " pairs %d  " : "           ", k7 && cps ? cps : np);
             for (int sh = 0; sh < NS; sh++) printf(" %s %7.2f", sh ? "|" : ":", us[c][sh]);
             printf("   layer %7.2f us\n", us[c][0] + us[c][1] + us[c][2] + us[c][4]);
         }
@@ -387,6 +391,6 @@ static void bench_mv7(void) {
         }
         free_mat(&gu), free_mat(&dn), free_mat(&o), free_mat(&qkv);
     }
-    slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_pdl(-1), slcu_i8_mv1p_ctas(0);
+    slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_pdl(-1), slcu_i8_mv1p_ctas(0), slcu_i8_mv1p_pairs(0);
     slcu_free(dx), slcu_free(dy), slcu_free(b2), slcu_free(b4), slcu_free(b7);
 }

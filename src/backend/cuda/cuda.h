@@ -120,6 +120,9 @@ void slcu_i8_mv1_kernel(int version);
 /* mv1p_i8's grid (the same bits whichever): n > 0 CTAs an SM at most, n < 0 -n CTAs in all (tests: each walks many
  * tiles and jobs), 0 back to the environment's SLUICE_CUDA_MV1P_CTAS (3 an SM unset). */
 void slcu_i8_mv1p_ctas(int n);
+/* mv1p_i8's (row, block) pairs a thread a unit (the same bits whichever): 2, 4 (q4 only; q8 takes 2), -1 its own choice,
+ * 0 back to the environment's SLUICE_CUDA_MV1P_P (its own choice unset). */
+void slcu_i8_mv1p_pairs(int p);
 /* 1 when the one-token matvec takes slcu_act sg inputs (mv1c_i8, the default, and mv1d_i8), else 0 */
 int slcu_i8_swiglu_fused(void);
 /* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by

@@ -6,14 +6,16 @@
  * Why another kernel: mv1c_i8 gives each CTA one chunk (issue its loads, wait, compute, stage, fold, end), and with
  * every CTA of a launch resident in one wave no SM computes while DRAM works and DRAM idles while the SMs compute
  * (calls J and K, H100: 30% of DRAM throughput, a third of a warp's cycles at a CTA barrier). Here:
- *   - A unit is a tile of R rows of one job (launch_class's tiles, R = 4 .. 32) times KC = 512 / R of its blocks:
- *     at most 512 (row, block) pairs (q4: 8 KB of codes, q8: 16 KB). A tile's units are its chunks, in block order.
+ *   - A unit is a tile of R rows of one job (launch_class's tiles, R = 4 .. 32) times KC = 256 P / R of its blocks:
+ *     at most 256 P (row, block) pairs, P = 2 or (q4) 4 a thread (q4 P = 2: 8 KB of codes; q8: 16 KB). A tile's
+ *     units are its chunks, in block order. P = 4 halves the unit's fixed work a pair (its job's words, its scale
+ *     runs and activation, two barriers) where a row has KC blocks to give (mv1p_pairs).
  *   - The grid is a few CTAs an SM (mv1p_ctas, 3 unless set); CTA c takes the contiguous run of tiles
  *     [c T / G, (c + 1) T / G) and walks their units through MV1P_S = 3 stages of shared memory filled by cp.async:
  *     unit u + 2's loads are issued once unit u's have arrived, so two units are in flight while one is computed
  *     and folded (one commit group a unit; an empty group where no unit is left keeps the count).
- *   - Thread t takes block t % KC of rows t / KC and t / KC + R / 2 of every unit: its pairs' shared offsets are fixed
- *     and the activation block is read once for both.
+ *   - Thread t takes block t % KC of rows t / KC + k R / P (k < P) of every unit: its pairs' shared offsets are fixed
+ *     and the activation block is read once for all P.
  *   - A row's scale (and bias) words of a unit are one run of bytes, loaded as the 16-byte pieces that cover it
  *     (mv1c_i8 copies a 4-byte word a pair); where the run starts in its first piece is kept beside it. The pieces
  *     are 16-byte aligned blocks that each hold a byte of the run, so of the matrix's allocation.
@@ -36,20 +38,20 @@
 #include "backend/cuda/cuda_mv.cuh"
 
 #define MV1P_THREADS 256
-#define MV1P_NP 512 /* (row, block) pairs a unit: 2 a thread */
 #define MV1P_S 3    /* stages */
 #define MV1P_SGB 64 /* blocks of a SwiGLU input made at a time (2048 columns), or KC where that is more */
 
-/* The dynamic shared memory of mv1p_i8<DT, SDT, R, IB>, in bytes from its start (every offset 16-aligned):
- * MV1P_S stages of [codes NP BB | scale runs R x SSL | bias runs R x SSL (IB = 0) | activation codes KC x 32 |
+/* The dynamic shared memory of mv1p_i8<DT, SDT, R, P, IB>, in bytes from its start (every offset 16-aligned):
+ * MV1P_S stages of [codes 256 P BB | scale runs R x SSL | bias runs R x SSL (IB = 0) | activation codes KC x 32 |
  * block scales KC | group sums KC | run offsets 2 R bytes], then the staging sI | sM | sB ([KC][R + 1] floats each),
  * then (launches with a SwiGLU job) the SwiGLU room: codes sgb x 32 | sd | sbt | sxg sgb floats each. */
-template <int DT, int SDT, int R, int IB>
+template <int DT, int SDT, int R, int P, int IB>
 struct mv1p_lay {
-    static constexpr int KC = MV1P_NP / R, SGB = KC > MV1P_SGB ? KC : MV1P_SGB, LD = R + 1, BB = DT == DT_Q4 ? 16 : 32, SSZ = SDT == DT_F32 ? 4 : 2;
+    static constexpr int NP = MV1P_THREADS * P, KC = NP / R, SGB = KC > MV1P_SGB ? KC : MV1P_SGB, LD = R + 1;
+    static constexpr int BB = DT == DT_Q4 ? 16 : 32, SSZ = SDT == DT_F32 ? 4 : 2;
     static constexpr int MAXPC = (KC * SSZ + 30) / 16; /* 16-byte pieces that cover a run of at most KC SSZ bytes */
     static constexpr int SSL = 16 * MAXPC;
-    static constexpr int O_SC = MV1P_NP * BB, O_BI = O_SC + R * SSL, O_SX = O_BI + (IB ? 0 : R * SSL);
+    static constexpr int O_SC = NP * BB, O_BI = O_SC + R * SSL, O_SX = O_BI + (IB ? 0 : R * SSL);
     static constexpr int O_SD = O_SX + KC * 32, O_SXG = O_SD + KC * 4, O_OFF = O_SXG + KC * 4;
     static constexpr int STG = (O_OFF + 2 * R + 15) / 16 * 16;
     static constexpr int O_ST = MV1P_S * STG, O_SG = O_ST + 3 * KC * LD * 4;
@@ -83,11 +85,11 @@ static __device__ __forceinline__ void mv1p_next(const ijobs &J, int &jk, int &t
 /* w: [nrows][cols] q4 (cols / 2 bytes a row) or q8, groups of j.group with SDT words; x: one row of int8 activation
  * (act_row(j, 0)) or the SwiGLU input j.sg / j.su -> y[r] for every row of the CTA's tiles. sgb: the SwiGLU room's
  * blocks (L::SGB, or 0 when no job of the launch has sg). */
-template <int DT, int SDT, int R, int IB>
+template <int DT, int SDT, int R, int P, int IB>
 __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant__ ijobs J, int sgb) {
-    using L = mv1p_lay<DT, SDT, R, IB>;
+    using L = mv1p_lay<DT, SDT, R, P, IB>;
     constexpr int KC = L::KC, LD = L::LD, BB = L::BB, SSZ = L::SSZ, RS = MV1P_THREADS / KC;
-    static_assert(RS * 2 == R && KC % 4 == 0 && L::SGB % KC == 0, "two pairs a thread; units of whole groups");
+    static_assert(RS * P == R && KC % 4 == 0 && L::SGB % KC == 0, "P pairs a thread; units of whole groups");
     extern __shared__ __align__(16) uint8_t mv1p_dyn[];
     float *sI = (float *)(mv1p_dyn + L::O_ST), *sM = sI + KC * LD, *sB = sM + KC * LD;
     uint8_t *sgx = mv1p_dyn + L::O_SG;
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant
         const int nr = min(R, j.nrows - r0), kcn = min(KC, nb - ikb);
         const uint8_t *cb = wc + (size_t)r0 * rb + (size_t)ikb * BB;
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < P; k++) {
             const int rl = rl0 + k * RS;
             if (rl < nr && bl < kcn) {
                 const uint8_t *w = cb + (rl * rb + bl * BB);
@@ -177,7 +179,7 @@ __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant
             const uint4 x0 = ax[2 * bl], x1 = ax[2 * bl + 1];
             const float db = ad[bl];
 #pragma unroll
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < P; k++) {
                 const int rl = rl0 + k * RS;
                 if (rl < nr) {
                     const uint4 *w = (const uint4 *)(st + (rl * KC + bl) * BB);
@@ -201,7 +203,9 @@ __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant
 }
 
 static int mv1p_cps; /* 0 unread; > 0 CTAs an SM at most; < 0 minus the CTAs in all */
+static int mv1p_np;  /* 0 unread; -1 auto; else pairs a thread (2, 4) */
 extern "C" void slcu_i8_mv1p_ctas(int n) { mv1p_cps = n >= -4096 && n <= 16 ? n : 0; }
+extern "C" void slcu_i8_mv1p_pairs(int p) { mv1p_np = p == 2 || p == 4 || p == -1 ? p : 0; }
 static int mv1p_ctas(void) {
     if (!mv1p_cps) {
         const char *e = getenv("SLUICE_CUDA_MV1P_CTAS");
@@ -233,10 +237,25 @@ int mv1p_tile_rows(const ijobs *J) {
     return 4;
 }
 
-template <int DT, int SDT, int R, int IB>
-static void mv1p_go(int tiles, int sgb, int pdl, const ijobs *J) {
-    void (*k)(ijobs, int) = mv1p_i8<DT, SDT, R, IB>;
-    const size_t dyn = mv1p_lay<DT, SDT, R, IB>::bytes(sgb ? mv1p_lay<DT, SDT, R, IB>::SGB : 0);
+/* Pairs a thread: SLUICE_CUDA_MV1P_P=2|4 (or slcu_i8_mv1p_pairs), else 4 for q4 launches whose every row has the
+ * KC = 1024 / rows blocks a unit of 4 takes (so no thread of a unit idles), 2 otherwise (q8 always: 16 KB units). */
+static int mv1p_pairs(int dt, int rows, const ijobs *J) {
+    if (!mv1p_np) {
+        const char *e = getenv("SLUICE_CUDA_MV1P_P");
+        mv1p_np = e && (e[0] == '2' || e[0] == '4') && !e[1] ? e[0] - '0' : -1;
+    }
+    if (dt != DT_Q4) return 2;
+    if (mv1p_np > 0) return mv1p_np;
+    for (int i = 0; i < J->n; i++)
+        if (J->j[i].cols / 32 < 1024 / rows) return 2;
+    return 4;
+}
+
+template <int DT, int SDT, int R, int P, int IB>
+static void mv1p_go(int tiles, int sg, int pdl, const ijobs *J) {
+    using L = mv1p_lay<DT, SDT, R, P, IB>;
+    void (*k)(ijobs, int) = mv1p_i8<DT, SDT, R, P, IB>;
+    const size_t dyn = L::bytes(sg ? L::SGB : 0);
     static size_t set; /* the dynamic shared memory asked for (past 48 KB a kernel must opt in) */
     static int occ;    /* CTAs an SM at `set` bytes */
     if (dyn > set) {
@@ -247,36 +266,36 @@ static void mv1p_go(int tiles, int sgb, int pdl, const ijobs *J) {
     const long gmax = c > 0 ? (long)(c < occ ? c : occ) * mv1p_sms() : -c;
     const long per = (tiles + gmax - 1) / gmax; /* tiles a CTA at most; as many CTAs as that needs */
     const int grid = (int)((tiles + per - 1) / per);
-    pdl_launch_on(pdl, k, dim3((unsigned)grid), dim3(MV1P_THREADS), dyn, SLS, *J, sgb ? mv1p_lay<DT, SDT, R, IB>::SGB : 0); /* pdl: cuda_pdl.cuh pdl_enabled */
+    pdl_launch_on(pdl, k, dim3((unsigned)grid), dim3(MV1P_THREADS), dyn, SLS, *J, sg ? L::SGB : 0); /* pdl: cuda_pdl.cuh pdl_enabled */
 }
 
-template <int DT, int SDT, int R>
-static void mv1p_ib(int tiles, int sgb, int pdl, const ijobs *J) {
-    if (J->ib) mv1p_go<DT, SDT, R, 1>(tiles, sgb, pdl, J);
-    else mv1p_go<DT, SDT, R, 0>(tiles, sgb, pdl, J);
+template <int DT, int SDT, int R, int P>
+static void mv1p_ib(int tiles, int sg, int pdl, const ijobs *J) {
+    if (J->ib) mv1p_go<DT, SDT, R, P, 1>(tiles, sg, pdl, J);
+    else mv1p_go<DT, SDT, R, P, 0>(tiles, sg, pdl, J);
 }
 
-template <int DT, int SDT>
-static void mv1p_rows(int rows, int tiles, int sgb, int pdl, const ijobs *J) {
-    if (rows == 4) mv1p_ib<DT, SDT, 4>(tiles, sgb, pdl, J);
-    else if (rows == 8) mv1p_ib<DT, SDT, 8>(tiles, sgb, pdl, J);
-    else if (rows == 16) mv1p_ib<DT, SDT, 16>(tiles, sgb, pdl, J);
-    else mv1p_ib<DT, SDT, 32>(tiles, sgb, pdl, J);
+template <int DT, int SDT, int P>
+static void mv1p_rows(int rows, int tiles, int sg, int pdl, const ijobs *J) {
+    if (rows == 4) mv1p_ib<DT, SDT, 4, P>(tiles, sg, pdl, J);
+    else if (rows == 8) mv1p_ib<DT, SDT, 8, P>(tiles, sg, pdl, J);
+    else if (rows == 16) mv1p_ib<DT, SDT, 16, P>(tiles, sg, pdl, J);
+    else mv1p_ib<DT, SDT, 32, P>(tiles, sg, pdl, J);
 }
 
-template <int DT>
-static void mv1p_sdt(int sdt, int rows, int tiles, int sgb, int pdl, const ijobs *J) {
-    if (sdt == DT_F32) mv1p_rows<DT, DT_F32>(rows, tiles, sgb, pdl, J);
-    else if (sdt == DT_BF16) mv1p_rows<DT, DT_BF16>(rows, tiles, sgb, pdl, J);
-    else mv1p_rows<DT, DT_F16>(rows, tiles, sgb, pdl, J);
+template <int DT, int P>
+static void mv1p_sdt(int sdt, int rows, int tiles, int sg, int pdl, const ijobs *J) {
+    if (sdt == DT_F32) mv1p_rows<DT, DT_F32, P>(rows, tiles, sg, pdl, J);
+    else if (sdt == DT_BF16) mv1p_rows<DT, DT_BF16, P>(rows, tiles, sg, pdl, J);
+    else mv1p_rows<DT, DT_F16, P>(rows, tiles, sg, pdl, J);
 }
 
 int mv1p_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, int pdl) {
     if (rows != 4 && rows != 8 && rows != 16 && rows != 32) return 0;
-    int sgb = 0;
-    for (int i = 0; i < J->n; i++)
-        if (J->j[i].sg) sgb = 1; /* mv1p_go: the instance's room */
-    if (dt == DT_Q4) mv1p_sdt<DT_Q4>(sdt, rows, tiles, sgb, pdl, J);
-    else mv1p_sdt<DT_Q8>(sdt, rows, tiles, sgb, pdl, J);
+    int sg = 0; /* a job makes its SwiGLU input: the launch has the room (mv1p_go) */
+    for (int i = 0; i < J->n; i++) sg |= J->j[i].sg != NULL;
+    if (dt != DT_Q4) mv1p_sdt<DT_Q8, 2>(sdt, rows, tiles, sg, pdl, J);
+    else if (mv1p_pairs(dt, rows, J) == 4) mv1p_sdt<DT_Q4, 4>(sdt, rows, tiles, sg, pdl, J);
+    else mv1p_sdt<DT_Q4, 2>(sdt, rows, tiles, sg, pdl, J);
     return 1;
 }
