@@ -846,6 +846,10 @@ int main(int argc, char **argv) {
         bench_mv7();
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--mvprof7")) { /* mv1p_i8's phases (test_cuda_mv.c), no checks */
+        mvprof7();
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--mvprof")) { /* the one-token matvec's phases (test_cuda_mv.c), no checks */
         mvprof();
         return 0;

@@ -1,7 +1,9 @@
 /*
  * test_cuda_mv.c — issue 24's decode matvec in test_cuda (included by test_cuda.c, whose helpers it uses): the
  * one-token matvec's time a call on the Qwen3-30B-A3B decode step's shapes (q4 g64 bf16) for each number of rows a
- * CTA takes (cuda_mv.cu; check_i8 checks that each gives the default's bits).
+ * CTA takes (cuda_mv.cu; check_i8 checks that each gives the default's bits). Sections: check_mv_rows (every one-token
+ * kernel, cuda_mv1p.cu mv1p_i8 included, bitwise the default), bench_mv_rows, --mvprof (mv1c_i8's phases), --mvprof7
+ * (mv1p_i8's), --bench-mv, check_swi_down, --bench-mv7 (mv1p_i8 against mv1c_i8 and a copy).
  */
 
 /* check_i8's one token with every kernel and row count a CTA of the one-token matvec may take (cuda_mv.cu,
@@ -242,6 +244,88 @@ static void mvprof(void) {
     mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r3 = {m3, 8, 32, 8, 0, 16 * 2048};
     mvprof_one("8 experts gate+up", &r1);
     mvprof_one("8 experts down, SwiGLU", &r3);
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
+    free_mat(&gu), free_mat(&dn), free_mat(&o), free_mat(&qkv);
+    slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(bbuf);
+}
+
+/* --mvprof7: mvprof's launches by mv1p_i8 (SLUICE_CUDA_MV1=7, its own rows, CTAs and pairs; cuda.h slcu_mv1p_prof):
+ * each CTA's start and end in the launch and, from threads 0 (folds) and 32 (does not), the cycles of its phases summed
+ * over its units, in us (p10 / p50 / p90 over the CTAs) */
+static void mvprof7_one(const char *name, mmrun *r) {
+    enum { MAXC = 8192 };
+    unsigned long long *rec = malloc((size_t)MAXC * SLCU_MV1P_W * sizeof *rec);
+    double *v = malloc(MAXC * sizeof *v);
+    int khz = 0;
+    run_mm(r);
+    slcu_mv1p_prof(1);
+    run_mm(r);
+    const int n = rec && v ? slcu_mv1p_prof_read(rec, MAXC, &khz) : -1;
+    slcu_mv1p_prof(0);
+    if (n <= 0 || khz <= 0) {
+        printf("  %-22s no records (%d)\n", name, n);
+        free(rec), free(v);
+        return;
+    }
+    unsigned long long t0 = ~0ull, t1 = 0;
+    for (int i = 0; i < n; i++) {
+        const unsigned long long *w = rec + (size_t)i * SLCU_MV1P_W;
+        t0 = w[1] < t0 ? w[1] : t0, t1 = w[2] > t1 ? w[2] : t1;
+    }
+    double a, b, c;
+    for (int i = 0; i < n; i++) v[i] = (double)(rec[(size_t)i * SLCU_MV1P_W] >> 32);
+    pct(v, n, &a, &b, &c);
+    printf("  %-22s %d CTAs, units %.0f / %.0f / %.0f, span %.2f us;", name, n, a, b, c, (t1 - t0) / 1e3);
+    for (int i = 0; i < n; i++) v[i] = (rec[(size_t)i * SLCU_MV1P_W + 1] - t0) / 1e3;
+    pct(v, n, &a, &b, &c);
+    printf(" start %.2f / %.2f / %.2f;", a, b, c);
+    for (int i = 0; i < n; i++) v[i] = (rec[(size_t)i * SLCU_MV1P_W + 2] - t0) / 1e3;
+    pct(v, n, &a, &b, &c);
+    printf(" end %.2f / %.2f / %.2f\n", a, b, c);
+    static const char *ph[10] = {"t0 prologue", "wait + barrier", "issue", "compute", "staging barrier", "fold",
+                                 "t32 wait + barrier", "issue", "compute", "staging barrier"};
+    printf("   ");
+    for (int p = 0; p < 10; p++) {
+        for (int i = 0; i < n; i++) v[i] = (double)rec[(size_t)i * SLCU_MV1P_W + 3 + p] / (khz / 1e3);
+        pct(v, n, &a, &b, &c);
+        printf(" %s %.2f/%.2f/%.2f%s", ph[p], a, b, c, p == 5 ? "\n   " : ";");
+    }
+    printf("\n");
+    free(rec), free(v);
+}
+
+static void mvprof7(void) {
+    char msg[256];
+    fast_fill = 1;
+    mat gu, dn, o, qkv;
+    if (make_mat(&gu, DT_Q4, 128 * 2 * 768, 2048, 32, DT_BF16, msg) || make_mat(&dn, DT_Q4, 128 * 2048, 768, 32, DT_BF16, msg) ||
+        make_mat(&o, DT_Q4, 2048 * 8, 4096, 32, DT_BF16, msg) || make_mat(&qkv, DT_Q4, 5120 * 8, 2048, 32, DT_BF16, msg)) {
+        printf("%s\n", msg);
+        return;
+    }
+    float *dx = rnd_dev((size_t)16 * 8192, 1, NULL, msg), *dy = slcu_alloc((size_t)16 * 16384 * 4, msg, sizeof msg);
+    void *abuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg), *bbuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg);
+    slcu_act a2, a4, sw[8];
+    slcu_act_bind(&a2, abuf, 1, 2048, msg, sizeof msg), slcu_act_quantize(&a2, dx, 2048, msg, sizeof msg);
+    slcu_act_bind(&a4, bbuf, 1, 4096, msg, sizeof msg), slcu_act_quantize(&a4, dx, 4096, msg, sizeof msg);
+    for (int e = 0; e < 8; e++)
+        sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
+    slcu_i8_mv1_kernel(7), slcu_i8_mv_rows(-1);
+    printf("mv1p_i8 phases (SLUICE_CUDA_MV1=7, q4 g32 bf16, its own rows, CTAs and pairs; us):\n");
+    slcu_mm mo = {o.d, &a4, NULL, 1, dy, 2048, NULL, NULL}, mq = {qkv.d, &a2, NULL, 1, dy, 5120, NULL, NULL};
+    mo.w.rows = 2048, mq.w.rows = 5120;
+    mmrun ro = {&mo, 1, 1, 8, 0, 2048}, rq = {&mq, 1, 1, 8, 0, 5120};
+    mvprof7_one("o 2048x4096", &ro);
+    mvprof7_one("q|k|v 5120x2048", &rq);
+    slcu_mm m1[16], m3[8];
+    for (int e = 0; e < 8; e++) {
+        const int ex = (e * 13) % 16;
+        for (int h = 0; h < 2; h++) m1[2 * e + h] = rows_job(&gu, (2 * ex + h) * 768, 768, &a2, NULL, 1, dy + (size_t)(2 * e + h) * 768);
+        m3[e] = rows_job(&dn, ex * 2048, 2048, &sw[e], NULL, 1, dy + (size_t)e * 2048);
+    }
+    mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r3 = {m3, 8, 32, 8, 0, 16 * 2048};
+    mvprof7_one("8 experts gate+up", &r1);
+    mvprof7_one("8 experts down, SwiGLU", &r3);
     slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
     free_mat(&gu), free_mat(&dn), free_mat(&o), free_mat(&qkv);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(bbuf);

@@ -123,6 +123,14 @@ void slcu_i8_mv1p_ctas(int n);
 /* mv1p_i8's (row, block) pairs a thread a unit (the same bits whichever): 2, 4 (q4 only; q8 takes 2), -1 its own choice,
  * 0 back to the environment's SLUICE_CUDA_MV1P_P (its own choice unset). */
 void slcu_i8_mv1p_pairs(int p);
+/* mv1p_i8's phases (cuda_mv1p.cu mv1p_rec; its launches with bf16 scales): prof 1 records each CTA of the launches that
+ * follow (SLCU_MV1P_W words: smid | units << 32, start and end in ns, thread 0's cycles in the prologue, the units'
+ * waits, issues, computes, staging barriers and folds, then thread 32's waits, issues, computes and staging barriers),
+ * from none; 0 stops. read: waits for the device, copies up to max CTAs' records into out, sets the SM clock (kHz);
+ * the count, or -1. */
+#define SLCU_MV1P_W 13
+int slcu_mv1p_prof(int on);
+int slcu_mv1p_prof_read(unsigned long long *out, int max, int *clock_khz);
 /* 1 when the one-token matvec takes slcu_act sg inputs (mv1c_i8, the default, and mv1d_i8), else 0 */
 int slcu_i8_swiglu_fused(void);
 /* The 2-8 token matvec kernel (cuda_mv.cu; the same bits): 1 mvn_i8, 2 mvnc_i8 (a chunk's loads in flight at once by

@@ -41,6 +41,21 @@
 #define MV1P_S 3    /* stages */
 #define MV1P_SGB 64 /* blocks of a SwiGLU input made at a time (2048 columns), or KC where that is more */
 
+/* slcu_mv1p_prof(1) (cuda.h): launches of bf16 scales run FI = 1, whose threads 0 (a folding one) and 32 (not) sum
+ * clock64 cycles by phase over the CTA's units, into mv1p_rec (SLCU_MV1P_W words a CTA, the first MV1P_RMAX after
+ * the switch): smid | units << 32, %globaltimer at the start and the end, then thread 0's cycles before its first
+ * unit (prologue: the first two units' issue, pdl_wait), in the wait + barrier of a unit, issuing, computing (the
+ * SwiGLU room's making included), at the staging barrier and folding; then thread 32's wait + barrier, issue, compute
+ * and staging barrier. Where a launch's time goes inside a CTA, as mvprof does for mv1c_i8 (docs/CUDA.md). */
+#define MV1P_RMAX 8192
+__device__ unsigned long long mv1p_rec[MV1P_RMAX * SLCU_MV1P_W];
+__device__ unsigned mv1p_nrec;
+static __device__ __forceinline__ unsigned long long mv1p_gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 /* The dynamic shared memory of mv1p_i8<DT, SDT, R, P, IB>, in bytes from its start (every offset 16-aligned):
  * MV1P_S stages of [codes 256 P BB | scale runs R x SSL | bias runs R x SSL (IB = 0) | activation codes KC x 32 |
  * block scales KC | group sums KC | run offsets 2 R bytes], then the staging sI | sM | sB ([KC][R + 1] floats each),
@@ -85,7 +100,7 @@ static __device__ __forceinline__ void mv1p_next(const ijobs &J, int &jk, int &t
 /* w: [nrows][cols] q4 (cols / 2 bytes a row) or q8, groups of j.group with SDT words; x: one row of int8 activation
  * (act_row(j, 0)) or the SwiGLU input j.sg / j.su -> y[r] for every row of the CTA's tiles. sgb: the SwiGLU room's
  * blocks (L::SGB, or 0 when no job of the launch has sg). */
-template <int DT, int SDT, int R, int P, int IB>
+template <int DT, int SDT, int R, int P, int IB, int FI>
 __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant__ ijobs J, int sgb) {
     using L = mv1p_lay<DT, SDT, R, P, IB>;
     constexpr int KC = L::KC, LD = L::LD, BB = L::BB, SSZ = L::SSZ, RS = MV1P_THREADS / KC;
@@ -100,6 +115,10 @@ __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant
     int it = (int)((long long)blockIdx.x * T / gridDim.x), ijk = mv1p_job(J, it), ikb = 0; /* the issue's unit */
     int ct = it, cjk = ijk, ckb = 0;                                                          /* the compute's */
     if (it >= t1) return;
+    const bool rec = FI && (tid == 0 || tid == 32); /* FI = 1: this thread sums its phases' cycles */
+    unsigned long long g0 = 0, ck = 0, ph[6] = {0, 0, 0, 0, 0, 0};
+    if (rec) g0 = mv1p_gtimer(), ck = clock64();
+#define MV1P_PH(i) do { if (rec) { const unsigned long long c_ = clock64(); ph[i] += c_ - ck, ck = c_; } } while (0)
     /* the issue's job: its matrix (resolved once a job) and activation row */
     int wjk = -1, ajk = -1, ar = 0;
     const uint8_t *wc = NULL, *ws = NULL, *wb = NULL;
@@ -157,13 +176,16 @@ __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant
     asm volatile("cp.async.commit_group;" ::: "memory");
     mv1p_next<KC>(J, ijk, it, ikb);
     float acc = 0.f, accb = 0.f;
-    int sgk = -1, sg0 = 0; /* the SwiGLU room holds job sgk's blocks sg0 .. sg0 + SGB - 1 */
-    for (int u = 0; ct < t1; u++) {
+    int sgk = -1, sg0 = 0, u = 0; /* the SwiGLU room holds job sgk's blocks sg0 .. sg0 + SGB - 1 */
+    MV1P_PH(0);
+    for (; ct < t1; u++) {
         asm volatile("cp.async.wait_group 1;" ::: "memory"); /* unit u's group (unit u + 1's may be in flight) */
         __syncthreads(); /* unit u in every thread's sight; the fold of unit u - 1 over (its staging, its stage) */
+        MV1P_PH(1);
         if (it < t1) issue_w((u + 2) % MV1P_S), issue_a((u + 2) % MV1P_S);
         asm volatile("cp.async.commit_group;" ::: "memory");
         mv1p_next<KC>(J, ijk, it, ikb);
+        MV1P_PH(2);
         const ijob &j = J.j[cjk];
         const uint8_t *st = mv1p_dyn + (u % MV1P_S) * L::STG;
         const int nb = j.cols / 32, r0 = (ct - j.tile0) * R, nr = min(R, j.nrows - r0), kcn = min(KC, nb - ckb);
@@ -193,12 +215,34 @@ __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant
                 }
             }
         }
+        MV1P_PH(3);
         __syncthreads(); /* the unit's staging */
+        MV1P_PH(4);
         if (tid < nr) {
             fold_chunk(sI + tid, sM + tid, sB + tid, LD, axg, kcn, bmask, gshift, acc, accb);
             if (ckb + KC >= nb) j.y[r0 + tid] = __fadd_rn(acc, accb), acc = accb = 0.f;
         }
         mv1p_next<KC>(J, cjk, ct, ckb);
+        MV1P_PH(5);
+    }
+#undef MV1P_PH
+    if (FI) { /* thread 32's sums come to thread 0 through the staging (free after this barrier) */
+        __syncthreads();
+        unsigned long long *x = (unsigned long long *)(mv1p_dyn + L::O_ST);
+        if (tid == 32)
+            for (int i = 0; i < 4; i++) x[i] = ph[1 + i];
+        __syncthreads();
+        if (tid == 0) {
+            const unsigned i = atomicAdd(&mv1p_nrec, 1u);
+            if (i < MV1P_RMAX) {
+                unsigned sm;
+                asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+                unsigned long long *w = mv1p_rec + (size_t)i * SLCU_MV1P_W;
+                w[0] = sm | (unsigned long long)u << 32, w[1] = g0, w[2] = mv1p_gtimer();
+                for (int p = 0; p < 6; p++) w[3 + p] = ph[p];
+                for (int p = 0; p < 4; p++) w[9 + p] = x[p];
+            }
+        }
     }
 }
 
@@ -251,19 +295,38 @@ static int mv1p_pairs(int dt, int rows, const ijobs *J) {
     return 4;
 }
 
+static int mv1p_fi; /* slcu_mv1p_prof */
+extern "C" int slcu_mv1p_prof(int on) {
+    const unsigned z = 0;
+    mv1p_fi = on != 0;
+    return !on || cudaMemcpyToSymbol(mv1p_nrec, &z, sizeof z) == cudaSuccess ? 0 : -1;
+}
+extern "C" int slcu_mv1p_prof_read(unsigned long long *out, int max, int *clock_khz) {
+    unsigned n = 0;
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, mv1p_nrec, sizeof n) != cudaSuccess) return -1;
+    n = n > MV1P_RMAX ? MV1P_RMAX : n;
+    n = (int)n > max ? (unsigned)max : n;
+    if (n && cudaMemcpyFromSymbol(out, mv1p_rec, (size_t)n * SLCU_MV1P_W * sizeof *out) != cudaSuccess) return -1;
+    int dev = 0;
+    *clock_khz = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(clock_khz, cudaDevAttrClockRate, dev);
+    return (int)n;
+}
+
 template <int DT, int SDT, int R, int P, int IB>
 static void mv1p_go(int tiles, int sg, int pdl, const ijobs *J) {
     using L = mv1p_lay<DT, SDT, R, P, IB>;
-    void (*k)(ijobs, int) = mv1p_i8<DT, SDT, R, P, IB>;
+    const int f = SDT == DT_BF16 && mv1p_fi; /* the FI = 1 kernel (slcu_mv1p_prof) */
+    void (*k)(ijobs, int) = f ? mv1p_i8<DT, DT_BF16, R, P, IB, 1> : mv1p_i8<DT, SDT, R, P, IB, 0>;
     const size_t dyn = L::bytes(sg ? L::SGB : 0);
-    static size_t set; /* the dynamic shared memory asked for (past 48 KB a kernel must opt in) */
-    static int occ;    /* CTAs an SM at `set` bytes */
-    if (dyn > set) {
-        cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn), set = dyn;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, MV1P_THREADS, set) != cudaSuccess || occ < 1) occ = 1;
+    static size_t set[2]; /* the dynamic shared memory asked for (past 48 KB a kernel must opt in) */
+    static int occ[2];    /* CTAs an SM at `set` bytes */
+    if (dyn > set[f]) {
+        cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn), set[f] = dyn;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ[f], k, MV1P_THREADS, set[f]) != cudaSuccess || occ[f] < 1) occ[f] = 1;
     }
     const int c = mv1p_ctas();
-    const long gmax = c > 0 ? (long)(c < occ ? c : occ) * mv1p_sms() : -c;
+    const long gmax = c > 0 ? (long)(c < occ[f] ? c : occ[f]) * mv1p_sms() : -c;
     const long per = (tiles + gmax - 1) / gmax; /* tiles a CTA at most; as many CTAs as that needs */
     const int grid = (int)((tiles + per - 1) / per);
     pdl_launch_on(pdl, k, dim3((unsigned)grid), dim3(MV1P_THREADS), dyn, SLS, *J, sg ? L::SGB : 0); /* pdl: cuda_pdl.cuh pdl_enabled */
