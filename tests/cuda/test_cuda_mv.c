@@ -6,6 +6,42 @@
  * (mv1p_i8's), --bench-mv, check_swi_down, --bench-mv7 (mv1p_i8 against mv1c_i8 and a copy).
  */
 
+/* A benchmark's matrix without the host quantizer: random code bytes and scale and bias words of small finite values
+ * (f32 2^-10 .. 2^-7, 16-bit words in the same range), made and uploaded in well under a second where make_mat
+ * quantizes rows x cols floats on the host (the experts' stacks, 750 M parameters for --mvprof: past call P's 30 s
+ * timeout before its first line). The kernels' time does not depend on the values. Freed by free_mat. */
+static int make_mat_raw(mat *o, dt_type dt, int rows, int cols, int group, dt_type sdt, char *msg) {
+    memset(o, 0, sizeof *o);
+    o->bytes = q_mat_bytes(dt, rows, cols, group, sdt);
+    if (!(o->host = malloc(o->bytes + 8))) {
+        snprintf(msg, 256, "make_mat_raw: no host memory for %zu bytes", o->bytes);
+        return -1;
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ull, *w = o->host;
+    for (size_t i = 0; i < (o->bytes + 7) / 8; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, w[i] = x;
+    q_mat_bind(&o->m, o->host, dt, rows, cols, group, sdt, 0);
+    const size_t nw = (size_t)rows * (size_t)(cols / group);
+    for (int h = 0; h < 2; h++) {
+        uint8_t *p = (uint8_t *)(h ? o->m.biases : o->m.scales);
+        for (size_t i = 0; p && i < nw; i++) {
+            if (sdt == DT_F32) {
+                const float v = ldexpf(1.0f + (float)(i & 7) / 8, -10 + (int)(i >> 3 & 3));
+                memcpy(p + 4 * i, &v, 4);
+            } else {
+                const uint16_t v = sdt == DT_BF16 ? (uint16_t)(0x3a80 + (i & 0x7f)) : (uint16_t)(0x1400 + (i & 0x3ff));
+                memcpy(p + 2 * i, &v, 2);
+            }
+        }
+    }
+    if (!(o->dev = slcu_alloc(o->bytes, msg, 256)) || slcu_upload(o->dev, o->host, o->bytes, msg, 256)) return -1;
+    const uint8_t *hb = o->host, *dv = o->dev;
+    o->d.data = dv + ((const uint8_t *)o->m.data - hb);
+    o->d.scales = o->m.scales ? dv + ((const uint8_t *)o->m.scales - hb) : NULL;
+    o->d.biases = o->m.biases ? dv + ((const uint8_t *)o->m.biases - hb) : NULL;
+    o->d.dtype = dt, o->d.sdtype = sdt, o->d.rows = rows, o->d.cols = cols, o->d.group = group;
+    return 0;
+}
+
 /* check_i8's one token with every kernel and row count a CTA of the one-token matvec may take (cuda_mv.cu,
  * cuda_mv1d.cu), directly, through the device table (dtab / dsel: entry 1 holds a), and as N one-token jobs through
  * the table in one call (as the experts' gate/up: launches of up to 32 jobs, each its own tiles): the same bits as
@@ -107,7 +143,7 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
         for (int sh = 0; sh < 2; sh++) {
             const int rows = dshape[sh][0], cols = dshape[sh][1];
             mat a;
-            if (make_mat(&a, DT_Q4, rows * 8, cols, 64, DT_BF16, msg)) { printf("%s\n", msg); break; }
+            if (make_mat_raw(&a, DT_Q4, rows * 8, cols, 64, DT_BF16, msg)) { printf("%s\n", msg); break; }
             slcu_act_bind(&da, abuf, 1, cols, msg, sizeof msg);
             slcu_act_quantize(&da, dx, (size_t)cols, msg, sizeof msg);
             slcu_mm m = {a.d, &da, NULL, 1, dy, (size_t)rows, NULL, NULL};
@@ -129,6 +165,7 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
         us[4] = k >= 10 ? 1e3f * slcu_time(run_mm, &r3, 50) : 0.f; /* kernels 1, 2 refuse sg */
         printf("  kernel %d rows %3d: %7.2f | %7.2f | %7.2f | %7.2f | %7.2f   layer sum %7.2f us\n", 1 + k / 5, mvr[k % 5], us[0], us[1],
                us[2], us[3], us[4], us[0] + us[1] + us[2] + (k >= 10 ? us[4] : us[3])); /* the model's down: SwiGLU in from kernel 3 */
+        fflush(stdout);
     }
     /* weight bytes read a call (q4 g64 bf16: cols / 2 code bytes and cols / 64 scale and bias words a row) against the
      * copy's rate, mv1c_i8 (the default) and mv1d_i8 with their own rows a CTA */
@@ -144,7 +181,7 @@ static void bench_mv_rows(const mat *gu_, const mat *dn_, float *dx, float *dy, 
     printf("2-8 tokens (batched decode), us a call on q|k|v 5120x2048, mvn_i8 | mvnc_i8 | mv_i8 | mvnd_i8:");
     for (int n = 2; n <= 8; n *= 2) {
         mat a;
-        if (make_mat(&a, DT_Q4, 5120 * 8, 2048, 64, DT_BF16, msg)) { printf("%s\n", msg); break; }
+        if (make_mat_raw(&a, DT_Q4, 5120 * 8, 2048, 64, DT_BF16, msg)) { printf("%s\n", msg); break; }
         slcu_act_bind(&da, abuf, n, 2048, msg, sizeof msg), slcu_act_quantize(&da, dx, 2048, msg, sizeof msg);
         float us2[4];
         for (int v = 0; v < 4; v++) {
@@ -181,6 +218,7 @@ static void mvprof_one(const char *name, mmrun *r) {
     const int n = rec && v ? slcu_mvprof_read(rec, MAXC, &khz) : -1;
     if (n <= 0 || khz <= 0) {
         printf("  %-22s no records (%d)\n", name, n);
+        fflush(stdout);
         free(rec), free(v);
         return;
     }
@@ -209,6 +247,7 @@ static void mvprof_one(const char *name, mmrun *r) {
         printf(" %s %.2f/%.2f/%.2f%s", ph[p], a, b, c, p == 3 ? "\n   " : ";");
     }
     printf("\n");
+    fflush(stdout); /* a run cut by a timeout keeps its shapes */
     free(rec), free(v);
 }
 
@@ -216,8 +255,8 @@ static void mvprof(void) {
     char msg[256];
     fast_fill = 1;
     mat gu, dn, o, qkv;
-    if (make_mat(&gu, DT_Q4, 128 * 2 * 768, 2048, 32, DT_BF16, msg) || make_mat(&dn, DT_Q4, 128 * 2048, 768, 32, DT_BF16, msg) ||
-        make_mat(&o, DT_Q4, 2048 * 8, 4096, 32, DT_BF16, msg) || make_mat(&qkv, DT_Q4, 5120 * 8, 2048, 32, DT_BF16, msg)) {
+    if (make_mat_raw(&gu, DT_Q4, 128 * 2 * 768, 2048, 32, DT_BF16, msg) || make_mat_raw(&dn, DT_Q4, 128 * 2048, 768, 32, DT_BF16, msg) ||
+        make_mat_raw(&o, DT_Q4, 2048 * 8, 4096, 32, DT_BF16, msg) || make_mat_raw(&qkv, DT_Q4, 5120 * 8, 2048, 32, DT_BF16, msg)) {
         printf("%s\n", msg);
         return;
     }
@@ -230,6 +269,7 @@ static void mvprof(void) {
         sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
     slcu_i8_mv1_kernel(6), slcu_i8_mv_rows(-1);
     printf("one-token matvec phases (SLUICE_CUDA_MV1=6: mv1c_i8, q4 g32 bf16, auto rows; us):\n");
+    fflush(stdout);
     slcu_mm mo = {o.d, &a4, NULL, 1, dy, 2048, NULL, NULL}, mq = {qkv.d, &a2, NULL, 1, dy, 5120, NULL, NULL};
     mo.w.rows = 2048, mq.w.rows = 5120;
     mmrun ro = {&mo, 1, 1, 8, 0, 2048}, rq = {&mq, 1, 1, 8, 0, 5120};
@@ -264,6 +304,7 @@ static void mvprof7_one(const char *name, mmrun *r) {
     slcu_mv1p_prof(0);
     if (n <= 0 || khz <= 0) {
         printf("  %-22s no records (%d)\n", name, n);
+        fflush(stdout);
         free(rec), free(v);
         return;
     }
@@ -291,6 +332,7 @@ static void mvprof7_one(const char *name, mmrun *r) {
         printf(" %s %.2f/%.2f/%.2f%s", ph[p], a, b, c, p == 5 ? "\n   " : ";");
     }
     printf("\n");
+    fflush(stdout); /* a run cut by a timeout keeps its shapes */
     free(rec), free(v);
 }
 
@@ -298,8 +340,8 @@ static void mvprof7(void) {
     char msg[256];
     fast_fill = 1;
     mat gu, dn, o, qkv;
-    if (make_mat(&gu, DT_Q4, 128 * 2 * 768, 2048, 32, DT_BF16, msg) || make_mat(&dn, DT_Q4, 128 * 2048, 768, 32, DT_BF16, msg) ||
-        make_mat(&o, DT_Q4, 2048 * 8, 4096, 32, DT_BF16, msg) || make_mat(&qkv, DT_Q4, 5120 * 8, 2048, 32, DT_BF16, msg)) {
+    if (make_mat_raw(&gu, DT_Q4, 128 * 2 * 768, 2048, 32, DT_BF16, msg) || make_mat_raw(&dn, DT_Q4, 128 * 2048, 768, 32, DT_BF16, msg) ||
+        make_mat_raw(&o, DT_Q4, 2048 * 8, 4096, 32, DT_BF16, msg) || make_mat_raw(&qkv, DT_Q4, 5120 * 8, 2048, 32, DT_BF16, msg)) {
         printf("%s\n", msg);
         return;
     }
@@ -312,6 +354,7 @@ static void mvprof7(void) {
         sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
     slcu_i8_mv1_kernel(7), slcu_i8_mv_rows(-1);
     printf("mv1p_i8 phases (SLUICE_CUDA_MV1=7, q4 g32 bf16, its own rows, CTAs and pairs; us):\n");
+    fflush(stdout);
     slcu_mm mo = {o.d, &a4, NULL, 1, dy, 2048, NULL, NULL}, mq = {qkv.d, &a2, NULL, 1, dy, 5120, NULL, NULL};
     mo.w.rows = 2048, mq.w.rows = 5120;
     mmrun ro = {&mo, 1, 1, 8, 0, 2048}, rq = {&mq, 1, 1, 8, 0, 5120};
@@ -336,7 +379,7 @@ static void bench_mv(void) {
     char msg[256];
     fast_fill = 1;
     mat gu, dn;
-    if (make_mat(&gu, DT_Q4, 128 * 2 * 768, 2048, 64, DT_BF16, msg) || make_mat(&dn, DT_Q4, 128 * 2048, 768, 64, DT_BF16, msg)) {
+    if (make_mat_raw(&gu, DT_Q4, 128 * 2 * 768, 2048, 64, DT_BF16, msg) || make_mat_raw(&dn, DT_Q4, 128 * 2048, 768, 64, DT_BF16, msg)) {
         printf("%s\n", msg);
         return;
     }
@@ -421,6 +464,7 @@ static void bench_mv7(void) {
     slcu_free(cs), slcu_free(cd);
     const double copy_gbs = 2.0 * cb / (best * 1e-3) / 1e9;
     printf("bandwidth: device-to-device copy %.0f GB/s (read + write)\n", copy_gbs);
+    fflush(stdout);
     float *dx = rnd_dev((size_t)16 * 8192, 1, NULL, msg), *dy = slcu_alloc((size_t)16 * 16384 * 4, msg, sizeof msg);
     void *b2 = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg), *b4 = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg);
     void *b7 = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg);
@@ -435,8 +479,8 @@ static void bench_mv7(void) {
     for (int gi = 0; gi < 2; gi++) {
         const int group = gi ? 32 : 64;
         mat gu, dn, o, qkv;
-        if (make_mat(&gu, DT_Q4, 128 * 2 * 768, 2048, group, DT_BF16, msg) || make_mat(&dn, DT_Q4, 128 * 2048, 768, group, DT_BF16, msg) ||
-            make_mat(&o, DT_Q4, 2048 * 8, 4096, group, DT_BF16, msg) || make_mat(&qkv, DT_Q4, 5120 * 8, 2048, group, DT_BF16, msg)) {
+        if (make_mat_raw(&gu, DT_Q4, 128 * 2 * 768, 2048, group, DT_BF16, msg) || make_mat_raw(&dn, DT_Q4, 128 * 2048, 768, group, DT_BF16, msg) ||
+            make_mat_raw(&o, DT_Q4, 2048 * 8, 4096, group, DT_BF16, msg) || make_mat_raw(&qkv, DT_Q4, 5120 * 8, 2048, group, DT_BF16, msg)) {
             printf("%s\n", msg);
             return;
         }
@@ -466,6 +510,7 @@ static void bench_mv7(void) {
             printf(k7 && cps ? " CTAs/SM %d" : k7 && np ? " pairs %d  " : "           ", k7 && cps ? cps : np);
             for (int sh = 0; sh < NS; sh++) printf(" %s %7.2f", sh ? "|" : ":", us[c][sh]);
             printf("   layer %7.2f us\n", us[c][0] + us[c][1] + us[c][2] + us[c][4]);
+            fflush(stdout);
         }
         printf("  GB/s of the weights (%% of the copy's), auto rows, PDL off: mv1c_i8 | mv1p_i8\n");
         for (int sh = 0; sh < NS; sh++) {
