@@ -400,7 +400,7 @@ static void check_fused(void) {
 static void check_ops(void) {
     char msg[256] = "";
     const kern_ops *ops = kern_scalar_ops();
-    check_fused(), check_swi_down(), check_fuse(), check_small(), check_pdl(); /* check_swi_down: test_cuda_mv.c */
+    check_fused(), check_swi_down(), check_fuse(), check_small(), check_pdl(2); /* check_swi_down: test_cuda_mv.c */
     { /* rmsnorm per head (4 heads of 250 at a stride of 260), w_off 0 and 1, in place */
         enum { T = 7, NH = 4, D = 250, HS = 260, LD = NH * HS };
         float *hx, *hw, *dx = rnd_dev((size_t)T * LD, 3, &hx, msg), *dw = rnd_dev(D, 1, &hw, msg);
@@ -858,7 +858,7 @@ int main(int argc, char **argv) {
      * H100 (session 32's call N) its run with PDL on the matvecs made an illegal memory access (the reference, PDL off,
      * passed): mv1c_i8 read the route's expert cell before its pdl_wait (cuda_i8.cuh resolve) */
     if (argc > 1 && !strcmp(argv[1], "--pdl")) {
-        check_pdl();
+        check_pdl(3);
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
         return failures ? 1 : 0;
     }

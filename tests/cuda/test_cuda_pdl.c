@@ -195,7 +195,9 @@ static float *pd_run(pd_layer *L, const float *fq, const char *what, int kern, s
     return out;
 }
 
-static void check_pdl(void) {
+/* nk: the matvec kernels chained (2: mv1c_i8 and mv1d_i8, the full run's; 3: and mv1p_i8, `test_cuda --pdl`, apart
+ * until a device has run mv1p_i8: a fault there would end the full run's context) */
+static void check_pdl(int nk) {
     char msg[256] = "";
     pd_layer L;
     if (pd_make(&L, msg)) {
@@ -205,12 +207,12 @@ static void check_pdl(void) {
     }
     float fq[PD_HD / 2];
     for (int i = 0; i < PD_HD / 2; i++) fq[i] = powf(10000.0f, -2.0f * i / PD_HD);
-    const int pdl[3] = {0, 2, 1}, kern[2] = {3, 4}; /* SLUICE_CUDA_PDL's values; mv1c_i8, mv1d_i8 */
+    const int pdl[3] = {0, 2, 1}, kern[3] = {3, 4, 7}; /* SLUICE_CUDA_PDL's values; mv1c_i8, mv1d_i8, mv1p_i8 */
     const char *what[3] = {"off", "on the matvecs", "on every kernel"};
     float *ref = NULL;
     size_t n = 0, n2 = 0, nf = 0, off[11];
     const int f0 = failures;
-    for (int k = 0; k < 2 * 3; k++) {
+    for (int k = 0; k < nk * 3; k++) {
         slcu_i8_mv1_kernel(kern[k / 3]), slcu_i8_pdl(pdl[k % 3]);
         float *y = pd_run(&L, fq, what[k % 3], kern[k / 3], k ? &n2 : &n, &nf, off);
         if (!y) break; /* the device context is lost: every later run would fail the same way */
@@ -232,8 +234,8 @@ static void check_pdl(void) {
     }
     slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1);
     if (failures == f0)
-        printf("ok   overlapped launches (PDL) off / matvecs / every kernel, mv1c_i8 and mv1d_i8: a decode layer's chain "
-               "of %d tokens bitwise\n", PD_STEPS);
+        printf("ok   overlapped launches (PDL) off / matvecs / every kernel, mv1c_i8, mv1d_i8%s: a decode layer's chain "
+               "of %d tokens bitwise\n", nk > 2 ? " and mv1p_i8" : "", PD_STEPS);
     free(ref);
     pd_free(&L);
 }
