@@ -128,10 +128,10 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
       echo "llama.cpp -ncmoe $n -t 16: $(lrow "$log/llama.ncmoe$n.json") [$(el) s]" >>"$S"
     done
     # HYB_MODES (default "cold"): cold = as before (a cold RAM cache); warm = --warm-cache (every expert in RAM first, as
-    # llama.cpp's page cache); gemm = --warm-cache with SLUICE_CUDA_TIER_GEMM=1 (the prefill through the grouped GEMM)
+    # llama.cpp's page cache) with SLUICE_CUDA_TIER_GEMM=0 (an expert at a time); gemm = --warm-cache, the default's grouped GEMM
     for vr in ${HYB_VR:-2G:model 2G:uniform 8G:model}; do for md in ${HYB_MODES:-cold}; do
       [ "$(el)" -lt ${HYB_END:-560} ] || break
-      f=$log/h.${vr/:/.}.$md; ex=""; [ "$md" = cold ] || ex=--warm-cache; gx=""; [ "$md" = gemm ] && gx=SLUICE_CUDA_TIER_GEMM=1
+      f=$log/h.${vr/:/.}.$md; ex=""; [ "$md" = cold ] || ex=--warm-cache; gx=""; [ "$md" = warm ] && gx=SLUICE_CUDA_TIER_GEMM=0
       env $SX $gx timeout 120 "$sl" bench -m "$sp" --gpu --vram ${vr%%:*} --cache 24G --threads 16 --kv $KV --prompt 512 --gen 64 \
         --routing ${vr#*:} $ex --json >"$f.json" 2>"$f.err"
       echo "sluice --vram ${vr%%:*} --cache 24G --routing ${vr#*:} ($md): $(row "$f.json" "$f.err") $(grep -oE '"(vram_hit_rate|hybrid_host_fraction|warm_cache_experts)":[^,]*' "$f.json" | tr '\n' ' ') [$(el) s]" >>"$S"

@@ -873,7 +873,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     /* --attn-items: a decode batch's attention / RoPE items bitwise each alone, then their time against a launch pair an
-     * item (test_cuda_attn_items.c; SLUICE_CUDA_ATTN_ITEMS=1's kernels). Not in the full run until a device passes it */
+     * item (test_cuda_attn_items.c; SLUICE_CUDA_ATTN_ITEMS's kernels); the checks are in the full run too since call R */
     if (argc > 1 && !strcmp(argv[1], "--attn-items")) {
         check_attn_items();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
@@ -923,6 +923,7 @@ int main(int argc, char **argv) {
     check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16), check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
     check_moe_batches_all();
     check_moe_dec_all();
+    check_attn_items();
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
     check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);
     check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);

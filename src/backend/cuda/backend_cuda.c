@@ -411,7 +411,7 @@ static void items_run(be_backend *be, const be_attn *a, const int *at, const slc
     for (int j = 0; !r && j < m; j++) cu_attention(be, a + at[j]);
 }
 
-/* SLUICE_CUDA_ATTN_ITEMS=1: a decode batch's one-token items of f16 (f32) caches in launches of up to SLCU_ATTN_ITEMS
+/* SLUICE_CUDA_ATTN_ITEMS (on unless =0): a decode batch's one-token items of f16 (f32) caches in launches of up to SLCU_ATTN_ITEMS
  * (slcu_attention_f16_items, _f32_items), the others, and a launch not taken, each alone: every item bitwise
  * cu_attention */
 static void cu_attention_items(be_backend *be, const be_attn *a, int n) {
@@ -429,7 +429,7 @@ static void cu_attention_items(be_backend *be, const be_attn *a, int n) {
     }
 }
 
-/* SLUICE_CUDA_ATTN_ITEMS=1: a decode batch's RoPE in one launch (slcu_rope_at), bitwise cu_rope of each token */
+/* SLUICE_CUDA_ATTN_ITEMS (on unless =0): a decode batch's RoPE in one launch (slcu_rope_at), bitwise cu_rope of each token */
 static void cu_rope_at(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
                        const float *inv_freq, float attn_factor, const int *pos, int interleave) {
     if (n_tok == 1) { /* (a held norm's RoPE) */
@@ -849,11 +849,12 @@ be_backend *be_cuda_new(pool_t *pool) {
      * SLUICE_CUDA_MVGEMM=ROWS by the GEMM, both off unset (cuda.h slcu_i8_mvsplit, slcu_i8_mvgemm) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
-    /* a layer-major block streamed through the device tier as moe_wide's grouped FFN (backend_cuda_tier.c): opt-in */
-    if ((g = getenv("SLUICE_CUDA_TIER_GEMM")) && !strcmp(g, "1")) be->moe_batch = cu_moe_batch;
+    /* a layer-major block streamed through the device tier as moe_wide's grouped FFN (backend_cuda_tier.c): on since
+     * call R (bitwise on an H100: test_cuda --tier, the model test; a 16-layer prefill 2.4x), SLUICE_CUDA_TIER_GEMM=0 off */
+    if (!((g = getenv("SLUICE_CUDA_TIER_GEMM")) && !strcmp(g, "0"))) be->moe_batch = cu_moe_batch;
     c->embed_host = (g = getenv("SLUICE_CUDA_EMBED")) && !strcmp(g, "0");
     be->kv_types = 1u << SL_KV_F32 | ((g = getenv("SLUICE_CUDA_KV16")) && !strcmp(g, "0") ? 0 : 1u << SL_KV_F16);
-    if ((g = getenv("SLUICE_CUDA_ATTN_ITEMS")) && !strcmp(g, "1")) /* opt-in until a device runs test_cuda --attn-items */
+    if (!((g = getenv("SLUICE_CUDA_ATTN_ITEMS")) && !strcmp(g, "0"))) /* on since call R (bitwise on an H100); =0 off */
         be->rope_at = cu_rope_at, be->attention_items = cu_attention_items;
     if (fuse_env(be)) { /* SLUICE_CUDA_FUSE (router unless set): launches that end in their last CTA's work (backend_cuda_hold.c) */
         cu_destroy(be);

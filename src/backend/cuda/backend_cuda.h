@@ -61,7 +61,7 @@ int slcb_step_begin(slcb_graphs *g, unsigned long long key, int bucket);
 int slcb_step_end(slcb_graphs *g, int ok, int pos, char *msg, size_t msglen);
 
 /* backend_cuda_tier.c: the batches of experts its moe_batch has run in this process so far (tests/cuda/test_model.c
- * checks that SLUICE_CUDA_TIER_GEMM=1 took a fixture's streamed prefill) */
+ * checks that SLUICE_CUDA_TIER_GEMM=1, the default, took a fixture's streamed prefill) */
 unsigned long long slcb_tier_batches(void);
 
 #ifdef __cplusplus

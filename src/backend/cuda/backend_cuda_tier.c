@@ -8,8 +8,8 @@
  * slcu_moe_ffn_gemm runs k_moe_group, gemm_seg and the SwiGLU rows over the batch's pairs into their (token, slot)
  * cells; after the last batch slcu_combine sums the cells in slot order. Those are slcu_moe_layer's kernels on the
  * same inputs (the route's weights copied back up are the same floats), so a streamed prefill is bitwise the
- * resident one, whatever the batches. Scratch: cu_ctx mw (moe_wide's; no layer runs both). Opt-in while it has not
- * run on a device: SLUICE_CUDA_TIER_GEMM=1, read when the backend opens (backend_cuda.c).
+ * resident one, whatever the batches. Scratch: cu_ctx mw (moe_wide's; no layer runs both). On by default since call R
+ * (bitwise on an H100); SLUICE_CUDA_TIER_GEMM=0, read when the backend opens (backend_cuda.c), gives the expert at a time.
  */
 #ifdef SL_CUDA
 

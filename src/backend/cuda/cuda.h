@@ -344,7 +344,7 @@ void slcu_fa16_force(int mode);
 /* tests: the decode pair's fused fold on (1) or off (0); -1: SLUICE_CUDA_FA_FUSE=1's (off by default) */
 void slcu_fa16_fuse(int on);
 /* tests: the one-token decode's one-chunk end in k_fa16_part, no k_fa16_comb launch, on (1) or off (0); -1:
- * SLUICE_CUDA_FA_ONE=1's (off by default). The same operations on the same floats as the fold (cuda_flash.cu
+ * SLUICE_CUDA_FA_ONE's (on unless =0). The same operations on the same floats as the fold (cuda_flash.cu
  * fa16_part_fin) */
 void slcu_fa16_one(int on);
 /* A decode batch's attention (issue 24): n (<= SLCU_ATTN_ITEMS) one-token items of f16 caches, the same n_heads, n_kv

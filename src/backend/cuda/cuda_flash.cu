@@ -138,7 +138,7 @@ static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, cons
 /* done (one token, no recorded step, nrows <= 16: one row tile; fl_fuse): a counter per KV head; the warp that
  * finishes its head's last chunk folds the head's rows (fa16_comb_row, its 32 lanes) with [qa's int8 form], so
  * k_fa16_comb is not launched: the same operations on the same partials, whichever warp comes last.
- * fin (SLUICE_CUDA_FA_ONE=1; nchs 1: every row's keys in one chunk, no recorded step): the CTA's warps compute the
+ * fin (SLUICE_CUDA_FA_ONE, on unless =0; nchs 1: every row's keys in one chunk, no recorded step): the CTA's warps compute the
  * chunk together and end its rows (fa16_part_fin), k_fa16_comb not launched.
  * fa16_part_cta is the body for CTA (bx, kvh, bz) of p: k_fa16_part's, and each item's in k_fa16_part_items. */
 template <int HDP, int W>
@@ -624,7 +624,7 @@ static int fl_mode = -1; /* SLUICE_CUDA_FLASH_MODE: 0 automatic, 1 always the pr
 static int *fl_done;     /* k_fa16_part's counters, a KV head each (zero between launches) */
 static int fl_fuse = -1;  /* SLUICE_CUDA_FA_FUSE=1: the fused fold (opt-in: written in session 29, not yet run on a GPU) */
 static int fl_sep = -1;   /* SLUICE_CUDA_FA_APPEND=0: the separate append, as before (bisecting) */
-static int fl_one = -1;   /* SLUICE_CUDA_FA_ONE=1: one chunk ended in k_fa16_part (opt-in until a device runs test_cuda) */
+static int fl_one = -1;   /* SLUICE_CUDA_FA_ONE: one chunk ended in k_fa16_part (on since call R; =0 the fold launched) */
 static int fl_fa32 = -1;  /* SLUICE_CUDA_FA32=0: f32 caches take k_attention's order (cuda_ops.cu), never these kernels */
 #define FL_FUSE_CHUNKS 16 /* the fused fold's bound: one warp folds a head's rows (depth <= 960) */
 #define FL_MAX_KV 256
@@ -636,7 +636,7 @@ extern "C" void slcu_fa16_one(int on) { fl_one = on; }   /* tests: as slcu_fa16_
 static void fl_env(void) {
     if (fl_fuse < 0) fl_fuse = getenv("SLUICE_CUDA_FA_FUSE") && getenv("SLUICE_CUDA_FA_FUSE")[0] == '1';
     if (fl_sep < 0) fl_sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
-    if (fl_one < 0) fl_one = getenv("SLUICE_CUDA_FA_ONE") && getenv("SLUICE_CUDA_FA_ONE")[0] == '1';
+    if (fl_one < 0) fl_one = !(getenv("SLUICE_CUDA_FA_ONE") && getenv("SLUICE_CUDA_FA_ONE")[0] == '0');
     if (fl_fa32 < 0) fl_fa32 = !(getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '0');
     if (fl_mode >= 0) return;
     const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
