@@ -793,17 +793,24 @@ static int f16_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
     return e ? f16_fail(msg, msglen, "launch", e) : 1;
 }
 
-/* cuda.h: n one-token items of f16 caches in one launch pair, each bitwise slcu_attention_f16 of it alone */
-extern "C" int slcu_attention_f16_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
-    fl_env();
-    if (n < 1 || n > SLCU_ATTN_ITEMS || fl_mode == 1 || fl_sep || slcu_step_pos()) return 0;
-    for (int i = 0; i < n; i++) { /* what the loop's op would refuse or do otherwise goes through it */
+/* Whether the items' launches take a (n items, every one a one-token step of an f16 cache when f16, of an f32 one
+ * otherwise, of one shape, within its cache): what the per-item op would refuse or do otherwise goes through it. */
+static int items_take(const slcu_attn *a, int n, int f16) {
+    if (n < 1 || n > SLCU_ATTN_ITEMS || fl_mode == 1 || slcu_step_pos()) return 0;
+    for (int i = 0; i < n; i++) {
         const slcu_attn *b = a + i;
-        if (!b->f16 || b->n != 1 || !b->k || b->hd != a->hd || b->n_heads != a->n_heads || b->n_kv != a->n_kv) return 0;
+        if (!b->f16 != !f16 || b->n != 1 || !b->k || b->hd != a->hd || b->n_heads != a->n_heads || b->n_kv != a->n_kv) return 0;
         if (b->hd <= 0 || b->hd > 256 || b->n_kv <= 0 || b->n_heads % b->n_kv || b->cap <= 0 || b->pos0 < 0) return 0;
         const int maxk = b->window > 0 && b->window < b->pos0 + 1 ? b->window : b->pos0 + 1;
         if (maxk > b->cap || (b->window > 0 && b->cap - b->window + 1 < 1)) return 0;
     }
+    return 1;
+}
+
+/* cuda.h: n one-token items of f16 caches in one launch pair, each bitwise slcu_attention_f16 of it alone */
+extern "C" int slcu_attention_f16_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
+    fl_env();
+    if (fl_sep || !items_take(a, n, 1)) return 0;
     if (a->hd <= 16) return f16_items<16>(a, n, msg, msglen);
     if (a->hd <= 32) return f16_items<32>(a, n, msg, msglen);
     if (a->hd <= 64) return f16_items<64>(a, n, msg, msglen);
@@ -875,14 +882,7 @@ static int f32_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
 /* cuda.h: n one-token items of f32 caches in three launches, each bitwise slcu_attention_f32 of it alone */
 extern "C" int slcu_attention_f32_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
     fl_env();
-    if (n < 1 || n > SLCU_ATTN_ITEMS || fl_mode == 1 || !fl_fa32 || slcu_step_pos()) return 0;
-    for (int i = 0; i < n; i++) { /* what the loop's op would refuse or do otherwise goes through it */
-        const slcu_attn *b = a + i;
-        if (b->f16 || b->n != 1 || !b->k || b->hd != a->hd || b->n_heads != a->n_heads || b->n_kv != a->n_kv) return 0;
-        if (b->hd <= 0 || b->hd > 256 || b->n_kv <= 0 || b->n_heads % b->n_kv || b->cap <= 0 || b->pos0 < 0) return 0;
-        const int maxk = b->window > 0 && b->window < b->pos0 + 1 ? b->window : b->pos0 + 1;
-        if (maxk > b->cap || (b->window > 0 && b->cap - b->window + 1 < 1)) return 0;
-    }
+    if (!fl_fa32 || !items_take(a, n, 0)) return 0;
     if (a->hd <= 32) return f32_items<1>(a, n, msg, msglen);
     if (a->hd <= 64) return f32_items<2>(a, n, msg, msglen);
     if (a->hd <= 128) return f32_items<4>(a, n, msg, msglen);

@@ -803,7 +803,8 @@ static int moe_ffn_mv(const slcu_moe *m, const moe_work &w, const slcu_act &xa, 
     return 0;
 }
 
-extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) {
+/* slcu_moe_ffn's work; mv: batches of up to moe_mv_bound() tokens may take the matvecs (moe_ffn_mv), else the GEMM */
+static int moe_ffn_run(const slcu_moe *m, int mv, char *msg, size_t msglen) {
     const char *why = moe_why(m);
     if (why) {
         if (msg && msglen) snprintf(msg, msglen, "MoE experts on the device: %s", why);
@@ -815,7 +816,7 @@ extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) {
     moe_carve(m, &w);
     slcu_act xa, ma;
     if (slcu_act_bind(&xa, w.xa, m->n, m->H, msg, msglen) || slcu_act_quantize(&xa, m->h, (size_t)m->H, msg, msglen)) return -1;
-    if (m->n <= moe_mv_bound()) return moe_ffn_mv(m, w, xa, msg, msglen);
+    if (mv && m->n <= moe_mv_bound()) return moe_ffn_mv(m, w, xa, msg, msglen);
     k_moe_group<<<1, 1024, 0, SLS>>>(m->top_e, nk, m->k, m->E, w.off, w.toff, w.tok, w.cell);
     segjob S = {m->tab, w.off, w.toff, w.tok, NULL, m->gate.dtype == DT_Q4 ? xa.q4 : xa.q, xa.d, xa.s, {w.g, w.u},
                 (size_t)m->I, m->I, m->H, m->gate.group, m->E};
@@ -828,33 +829,13 @@ extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) {
     return e == cudaSuccess ? 0 : fail(msg, msglen, "MoE down launch", e);
 }
 
+extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) { return moe_ffn_run(m, 1, msg, msglen); }
+
 /* slcu_moe_ffn's grouped GEMM for one batch of a layer's experts (backend_cuda_tier.c: a layer-major block streamed
  * through the device tier): always the GEMM, never slcu_moe_mv's matvecs; only the pairs of m->top_e within [0, E)
  * run (the caller sets the others' to -1: k_moe_group skips them), so only their cells of m->y are written. Each
  * cell written is bitwise slcu_moe_ffn's (the same kernels, and a row's output depends only on its activation row). */
-extern "C" int slcu_moe_ffn_gemm(const slcu_moe *m, char *msg, size_t msglen) {
-    const char *why = moe_why(m);
-    if (why) {
-        if (msg && msglen) snprintf(msg, msglen, "MoE experts on the device: %s", why);
-        return -1;
-    }
-    if (!m->n) return 0;
-    const int nk = m->n * m->k;
-    moe_work w;
-    moe_carve(m, &w);
-    slcu_act xa, ma;
-    if (slcu_act_bind(&xa, w.xa, m->n, m->H, msg, msglen) || slcu_act_quantize(&xa, m->h, (size_t)m->H, msg, msglen)) return -1;
-    k_moe_group<<<1, 1024, 0, SLS>>>(m->top_e, nk, m->k, m->E, w.off, w.toff, w.tok, w.cell);
-    segjob S = {m->tab, w.off, w.toff, w.tok, NULL, m->gate.dtype == DT_Q4 ? xa.q4 : xa.q, xa.d, xa.s, {w.g, w.u},
-                (size_t)m->I, m->I, m->H, m->gate.group, m->E};
-    cudaError_t e = launch_seg(&m->gate, S, nk, 2);
-    if (e != cudaSuccess) return fail(msg, msglen, "MoE gate/up launch", e);
-    if (moe_mid(m, w, &ma, msg, msglen)) return -1;
-    segjob D = {m->tab + (size_t)6 * m->E, w.off, w.toff, NULL, w.cell, m->down.dtype == DT_Q4 ? ma.q4 : ma.q, ma.d, ma.s,
-                {m->y, m->y}, (size_t)m->H, m->H, m->I, m->down.group, m->E};
-    e = launch_seg(&m->down, D, nk, 1);
-    return e == cudaSuccess ? 0 : fail(msg, msglen, "MoE down launch", e);
-}
+extern "C" int slcu_moe_ffn_gemm(const slcu_moe *m, char *msg, size_t msglen) { return moe_ffn_run(m, 0, msg, msglen); }
 
 extern "C" int slcu_moe_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out,
                               void **buf, size_t *cap, char *msg, size_t msglen) {
