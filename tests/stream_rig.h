@@ -1,5 +1,5 @@
 /*
- * stream_rig.h — the stream constructors as expressions for the tests of stream/ (test_stream.c, test_tier.c):
+ * stream_rig.h — the stream constructors as expressions for the tests of stream/ (test_cache_io.c, test_tier.c):
  * each returns the object, or NULL on failure with why filled (the library's form is sl_status + *out).
  */
 #ifndef SLUICE_TESTS_STREAM_RIG_H
