@@ -81,6 +81,75 @@ static int late_sync(be_backend *be) {
     return late.sync(be);
 }
 
+/* The tests' stack: the qwen3_moe fixture's file (rig_open, with want: a block's bytes, and rand() seeded from the
+ * run's seed), and over it, one configuration at a time (rig_stack), the CPU backend, a pread engine of 2 threads,
+ * an LRU RAM cache of ram_slots experts and a tier of tier_slots experts on the CPU backend, or with RIG_LATE on
+ * fake: the CPU's ops and context with the late copy engine above (`late` reset). On a failure the test has failed
+ * (test_failed()). rig_unstack frees a configuration, rig_close all of it. */
+enum { RIG_LATE = 1, RIG_HYBRID = 2 };
+
+typedef struct {
+    slc_file f;
+    uint8_t *want;
+    be_backend *cpu, fake;
+    cache *c;
+    tier *t;
+    tn_expert_src src;
+} rig;
+
+static void rig_open(rig *r) {
+    memset(r, 0, sizeof *r);
+    const char *path = test_packed("qwen3_moe");
+    CHECK(path);
+    sl_error err = {0};
+    CHECK(slc_open(path, &r->f, &err) == SL_OK);
+    r->want = malloc((size_t)r->f.block_bytes);
+    CHECK(r->want);
+    srand(test_seed());
+}
+
+static void rig_stack(rig *r, int ram_slots, int tier_slots, int flags) {
+    sl_error se = {0};
+    r->cpu = be_cpu_new(NULL, NULL);
+    CHECK(r->cpu);
+    r->fake = *r->cpu;
+    if (flags & RIG_LATE) {
+        memset(&late, 0, sizeof late);
+        late.first = late.next = 1;
+        late.sync = r->cpu->sync;
+        r->fake.copy_async = late_copy_async;
+        r->fake.mark = late_mark;
+        r->fake.fence_done = late_fence_done;
+        r->fake.sync = late_sync;
+    }
+    io_engine *io = pread_new(r->f.fd, 2, &se);
+    CHECKF(io, "%s", se.msg);
+    cache_cfg cc = {&r->f, &r->f.cfg, io, (uint64_t)ram_slots * r->f.h.expert_stride, CACHE_LRU, 1, 0, 0, r->cpu};
+    r->c = cache_make(&cc, &se);
+    CHECKF(r->c, "%s", se.msg);
+    tier_cfg tc = {.be = flags & RIG_LATE ? &r->fake : r->cpu, .file = &r->f, .cfg = &r->f.cfg,
+                   .lower = cache_source(r->c), .budget = (uint64_t)tier_slots * r->f.h.expert_stride,
+                   .lower_slots = ram_slots, .hybrid = !!(flags & RIG_HYBRID)};
+    r->t = tier_make(&tc, &se);
+    CHECKF(r->t, "%s", se.msg);
+    r->src = tier_source(r->t);
+}
+
+static void rig_unstack(rig *r) {
+    tier_free(r->t);
+    cache_free(r->c);
+    be_close(r->cpu);
+    r->t = NULL;
+    r->c = NULL;
+    r->cpu = NULL;
+}
+
+static void rig_close(rig *r) {
+    rig_unstack(r);
+    free(r->want);
+    slc_close(&r->f);
+}
+
 /* Every expert of each request arrives once, with the file's block (compared once the request ended, when
  * every copy has passed). */
 static int request(tn_expert_src *src, const slc_file *f, int layer, int ms, const int *list, int n, int ordered,
@@ -118,54 +187,28 @@ static int request(tn_expert_src *src, const slc_file *f, int layer, int ms, con
 }
 
 TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
-    const char *path = test_packed("qwen3_moe");
-    CHECK(path);
-    slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
-    const int E = (int)f.h.n_experts, L = f.cfg.n_layers;
-    uint8_t *want = malloc((size_t)f.block_bytes);
-    CHECK(want);
-    srand(test_seed());
+    rig rg;
+    rig_open(&rg);
+    if (test_failed()) return;
+    const int E = (int)rg.f.h.n_experts, L = rg.f.cfg.n_layers;
     const int slots[] = {1, 2, 5, 32};
     for (int ci = 0; ci < 4; ci++) {
         char why[512] = "";
-        sl_error se = {0};
-        be_backend *cpu = be_cpu_new(NULL, NULL);
-        CHECK(cpu);
-        be_backend fake = *cpu; /* the CPU's ops and context, a late copy engine */
-        memset(&late, 0, sizeof late);
-        late.first = late.next = 1;
-        late.sync = cpu->sync;
-        fake.copy_async = late_copy_async;
-        fake.mark = late_mark;
-        fake.fence_done = late_fence_done;
-        fake.sync = late_sync;
-        io_engine *io = pread_new(f.fd, 2, &se);
-        CHECKF(io, "%s", se.msg);
-        cache_cfg cc = {&f, &f.cfg, io, (uint64_t)slots[ci] * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
-        cache *c = cache_make(&cc, &se);
-        CHECKF(c, "%s", se.msg);
         /* the tier holds a third of the experts: hits, misses and evictions in every layer */
-        tier_cfg tc = {.be = &fake, .file = &f, .cfg = &f.cfg, .lower = cache_source(c),
-                       .budget = (uint64_t)(L * E / 3 + 1) * f.h.expert_stride, .lower_slots = slots[ci]};
-        tier *t = tier_make(&tc, &se);
-        CHECKF(t, "%s", se.msg);
-        tn_expert_src src = tier_source(t);
+        rig_stack(&rg, slots[ci], L * E / 3 + 1, RIG_LATE);
+        if (test_failed()) return;
         int rc = 0;
         for (int r = 0; !rc && r < 60; r++) {
-            int layer = rand() % L, ms = cfg_moe_slot(&f.cfg, layer), n = 0, list[64];
+            int layer = rand() % L, ms = cfg_moe_slot(&rg.f.cfg, layer), n = 0, list[64];
             if (ms < 0) continue;
-            int ordered = r % 3 == 2, want_n = ordered ? E / 2 : f.cfg.n_experts_used;
+            int ordered = r % 3 == 2, want_n = ordered ? E / 2 : rg.f.cfg.n_experts_used;
             for (int e = 0; e < E && n < want_n; e++) /* ascending, as the forward pass lists them */
                 if (rand() % E < want_n + 1) list[n++] = e;
-            if (n > 0) rc = request(&src, &f, layer, ms, list, n, ordered, want, why, sizeof why);
+            if (n > 0) rc = request(&rg.src, &rg.f, layer, ms, list, n, ordered, rg.want, why, sizeof why);
         }
         tier_stats ts;
-        tier_get_stats(t, &ts);
-        tier_free(t);
-        cache_free(c);
-        be_close(cpu);
+        tier_get_stats(rg.t, &ts);
+        rig_unstack(&rg);
         CHECKF(rc == 0, "%d RAM slots (seed %u): %s", slots[ci], test_seed(), why);
         CHECKF(ts.misses > 0 && ts.hits > 0, "%d RAM slots: tier hits %llu misses %llu", slots[ci],
                (unsigned long long)ts.hits, (unsigned long long)ts.misses);
@@ -178,8 +221,7 @@ TEST(tier_async_copies_keep_ram_slots_until_they_pass) {
         CHECKF(late.max_inflight <= (slots[ci] / 2 < 8 ? slots[ci] / 2 : 8) + 1,
                "%d RAM slots: %d copies in flight", slots[ci], late.max_inflight);
     }
-    free(want);
-    slc_close(&f);
+    rig_close(&rg);
 }
 
 /* One request through src with tier_audit after every hand-out and release and after the end; 0, or why. */
@@ -203,48 +245,32 @@ static int audited_request(tier *t, tn_expert_src *src, int layer, const int *li
 /* The victim kept in a heap (tier.c) is the one the policy's order names (a scan over the slots: LRU, or the hybrid
  * step's decayed counts then LRU), over random decode-like and layer-major requests that evict in every layer. */
 TEST(tier_eviction_heap_keeps_the_policy_order) {
-    const char *path = test_packed("qwen3_moe");
-    CHECK(path);
-    slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
-    const int E = (int)f.h.n_experts, L = f.cfg.n_layers;
-    srand(test_seed());
+    rig rg;
+    rig_open(&rg);
+    if (test_failed()) return;
+    const int E = (int)rg.f.h.n_experts, L = rg.f.cfg.n_layers;
     for (int hybrid = 0; hybrid < 2; hybrid++) {
         char why[512] = "";
-        sl_error se = {0};
-        be_backend *cpu = be_cpu_new(NULL, NULL);
-        CHECK(cpu);
-        io_engine *io = pread_new(f.fd, 2, &se);
-        CHECKF(io, "%s", se.msg);
-        cache_cfg cc = {&f, &f.cfg, io, (uint64_t)16 * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
-        cache *c = cache_make(&cc, &se);
-        CHECKF(c, "%s", se.msg);
-        tier_cfg tc = {.be = cpu, .file = &f, .cfg = &f.cfg, .lower = cache_source(c),
-                       .budget = (uint64_t)(L * E / 4 + 1) * f.h.expert_stride, .lower_slots = 16, .hybrid = hybrid};
-        tier *t = tier_make(&tc, &se);
-        CHECKF(t, "%s", se.msg);
-        tn_expert_src src = tier_source(t);
+        rig_stack(&rg, 16, L * E / 4 + 1, hybrid ? RIG_HYBRID : 0);
+        if (test_failed()) return;
         int rc = 0;
         for (int r = 0; !rc && r < 300; r++) {
             int layer = r % L, n = 0, list[64];
-            if (cfg_moe_slot(&f.cfg, layer) < 0) continue;
-            int ordered = r % 7 == 6, want_n = ordered ? E / 2 : f.cfg.n_experts_used;
+            if (cfg_moe_slot(&rg.f.cfg, layer) < 0) continue;
+            int ordered = r % 7 == 6, want_n = ordered ? E / 2 : rg.f.cfg.n_experts_used;
             for (int e = 0; e < E && n < want_n; e++) /* skewed: the low experts more often */
                 if (rand() % (E + 4 * e) < 2 * want_n + 1) list[n++] = e;
-            if (n > 0) rc = audited_request(t, &src, layer, list, n, ordered, why, sizeof why);
+            if (n > 0) rc = audited_request(rg.t, &rg.src, layer, list, n, ordered, why, sizeof why);
         }
         tier_stats ts;
-        tier_get_stats(t, &ts);
-        tier_free(t);
-        cache_free(c);
-        be_close(cpu);
+        tier_get_stats(rg.t, &ts);
+        rig_unstack(&rg);
         CHECKF(rc == 0, "hybrid %d (seed %u): %s", hybrid, test_seed(), why);
         CHECKF(ts.misses > (uint64_t)ts.slots && ts.hits > 0, "hybrid %d: %llu slots, hits %llu misses %llu", hybrid,
                (unsigned long long)ts.slots, (unsigned long long)ts.hits, (unsigned long long)ts.misses);
         CHECKF(!hybrid || ts.host > 0, "hybrid: no expert handed out on the host");
     }
-    slc_close(&f);
+    rig_close(&rg);
 }
 
 /* An ordered request taken in batches as model/moe.c's grouped_wide does (tn_expert_src room): room() experts held at
@@ -252,42 +278,19 @@ TEST(tier_eviction_heap_keeps_the_policy_order) {
  * room() is 0 right after a batch exactly when the list goes on (its next expert a miss with every slot held), and
  * never leaves the list unfinished; over tiers of 1 - 9 slots and a late copy engine. */
 TEST(tier_room_holds_a_batch_whole) {
-    const char *path = test_packed("qwen3_moe");
-    CHECK(path);
-    slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
-    const int E = (int)f.h.n_experts, L = f.cfg.n_layers;
-    uint8_t *want = malloc((size_t)f.block_bytes);
-    CHECK(want);
-    srand(test_seed());
+    rig rg;
+    rig_open(&rg);
+    if (test_failed()) return;
+    const int E = (int)rg.f.h.n_experts, L = rg.f.cfg.n_layers;
     int batches = 0, most = 0;
     for (int slots = 1; slots <= 9; slots += 4) {
         char why[512] = "";
-        sl_error se = {0};
-        be_backend *cpu = be_cpu_new(NULL, NULL);
-        CHECK(cpu);
-        be_backend fake = *cpu;
-        memset(&late, 0, sizeof late);
-        late.first = late.next = 1;
-        late.sync = cpu->sync;
-        fake.copy_async = late_copy_async;
-        fake.mark = late_mark;
-        fake.fence_done = late_fence_done;
-        fake.sync = late_sync;
-        io_engine *io = pread_new(f.fd, 2, &se);
-        CHECKF(io, "%s", se.msg);
-        cache_cfg cc = {&f, &f.cfg, io, (uint64_t)4 * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
-        cache *c = cache_make(&cc, &se);
-        CHECKF(c, "%s", se.msg);
-        tier_cfg tc = {.be = &fake, .file = &f, .cfg = &f.cfg, .lower = cache_source(c),
-                       .budget = (uint64_t)slots * f.h.expert_stride, .lower_slots = 4};
-        tier *t = tier_make(&tc, &se);
-        CHECKF(t, "%s", se.msg);
-        tn_expert_src src = tier_source(t);
+        rig_stack(&rg, 4, slots, RIG_LATE);
+        if (test_failed()) return;
+        tn_expert_src src = rg.src;
         int rc = 0;
         for (int r = 0; !rc && r < 40; r++) {
-            int layer = r % L, ms = cfg_moe_slot(&f.cfg, layer), n = 0, list[64];
+            int layer = r % L, ms = cfg_moe_slot(&rg.f.cfg, layer), n = 0, list[64];
             if (ms < 0) continue;
             for (int e = 0; e < E && n < 64; e++)
                 if (rand() % 3) list[n++] = e;
@@ -304,17 +307,18 @@ TEST(tier_room_holds_a_batch_whole) {
                     tn_expert ex;
                     memset(&ex, 0, sizeof ex);
                     if ((rc = src.next(src.ctx, &seen[j], &ex))) snprintf(why, sizeof why, "layer %d: %s", layer, src.errmsg(src.ctx));
-                    else got[j] = slc_expert_block(&f, &ex);
+                    else got[j] = slc_expert_block(&rg.f, &ex);
                 }
                 if (!rc && src.room(src.ctx) != 0 && i + m < n) {
                     snprintf(why, sizeof why, "layer %d: room %d after a batch of %d", layer, src.room(src.ctx), m);
                     rc = -1;
                 }
-                fake.sync(&fake); /* the batch's compute waits for its copies */
+                rg.fake.sync(&rg.fake); /* the batch's compute waits for its copies */
                 for (int j = 0; !rc && j < m; j++) {
-                    size_t bb = (size_t)f.block_bytes;
-                    if (seen[j] != list[i + j] || pread(f.fd, want, bb, (off_t)slc_expert_offset(&f, ms, seen[j])) != (ssize_t)bb ||
-                        memcmp(got[j], want, bb)) {
+                    size_t bb = (size_t)rg.f.block_bytes;
+                    if (seen[j] != list[i + j] ||
+                        pread(rg.f.fd, rg.want, bb, (off_t)slc_expert_offset(&rg.f, ms, seen[j])) != (ssize_t)bb ||
+                        memcmp(got[j], rg.want, bb)) {
                         snprintf(why, sizeof why, "layer %d: expert %d of a batch of %d is not the file's block", layer, seen[j], m);
                         rc = -1;
                     }
@@ -326,14 +330,11 @@ TEST(tier_room_holds_a_batch_whole) {
             }
             src.end(src.ctx);
         }
-        tier_free(t);
-        cache_free(c);
-        be_close(cpu);
+        rig_unstack(&rg);
         CHECKF(rc == 0, "%d slots (seed %u): %s", slots, test_seed(), why);
     }
     CHECKF(batches > 40 && most >= 9, "%d batches, the largest %d experts", batches, most);
-    free(want);
-    slc_close(&f);
+    rig_close(&rg);
 }
 
 /* Prefill passes (ordered requests of every expert of each MoE layer in turn, a cyclic scan) through a tier of a layer
@@ -341,39 +342,26 @@ TEST(tier_room_holds_a_batch_whole) {
  * one pass to the next and each later pass finds at least the tier's slots less a layer's in it (LRU: it evicts what
  * the pass wants next, and finds almost none); a decode-like request after them still hits and misses as LRU says. */
 TEST(tier_prefill_passes_keep_what_they_can) {
-    const char *path = test_packed("qwen3_moe");
-    CHECK(path);
-    slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
-    const int E = (int)f.h.n_experts, L = f.cfg.n_layers, S = E + E / 2;
-    sl_error se = {0};
-    be_backend *cpu = be_cpu_new(NULL, NULL);
-    CHECK(cpu);
-    io_engine *io = pread_new(f.fd, 2, &se);
-    CHECKF(io, "%s", se.msg);
-    cache_cfg cc = {&f, &f.cfg, io, (uint64_t)(L * E) * f.h.expert_stride, CACHE_LRU, 1, 0, 0, cpu};
-    cache *c = cache_make(&cc, &se);
-    CHECKF(c, "%s", se.msg);
-    tier_cfg tc = {.be = cpu, .file = &f, .cfg = &f.cfg, .lower = cache_source(c), .budget = (uint64_t)S * f.h.expert_stride,
-                   .lower_slots = L * E};
-    tier *t = tier_make(&tc, &se);
-    CHECKF(t, "%s", se.msg);
-    tn_expert_src src = tier_source(t);
+    rig rg;
+    rig_open(&rg);
+    if (test_failed()) return;
+    const int E = (int)rg.f.h.n_experts, L = rg.f.cfg.n_layers, S = E + E / 2;
+    rig_stack(&rg, L * E, S, 0);
+    if (test_failed()) return;
     int list[64], rc = 0, n_moe = 0;
     for (int e = 0; e < E; e++) list[e] = e;
     uint64_t hits[3] = {0};
     char why[512] = "";
     for (int pass = 0; pass < 3 && !rc; pass++) {
         tier_stats a, b;
-        tier_get_stats(t, &a);
+        tier_get_stats(rg.t, &a);
         n_moe = 0;
         for (int layer = 0; layer < L && !rc; layer++) {
-            if (cfg_moe_slot(&f.cfg, layer) < 0) continue;
+            if (cfg_moe_slot(&rg.f.cfg, layer) < 0) continue;
             n_moe++;
-            rc = audited_request(t, &src, layer, list, E, 2, why, sizeof why); /* 2: a prefill pass's layer */
+            rc = audited_request(rg.t, &rg.src, layer, list, E, 2, why, sizeof why); /* 2: a prefill pass's layer */
         }
-        tier_get_stats(t, &b);
+        tier_get_stats(rg.t, &b);
         hits[pass] = b.hits - a.hits;
     }
     CHECKF(rc == 0, "%s", why);
@@ -384,10 +372,7 @@ TEST(tier_prefill_passes_keep_what_they_can) {
     /* a decode-like request: LRU, as before (its hits are the tier's, its misses promoted) */
     int one[2] = {0, E - 1};
     for (int layer = 0; layer < L && !rc; layer++)
-        if (cfg_moe_slot(&f.cfg, layer) >= 0) rc = audited_request(t, &src, layer, one, 2, 0, why, sizeof why);
+        if (cfg_moe_slot(&rg.f.cfg, layer) >= 0) rc = audited_request(rg.t, &rg.src, layer, one, 2, 0, why, sizeof why);
     CHECKF(rc == 0, "%s", why);
-    tier_free(t);
-    cache_free(c);
-    be_close(cpu);
-    slc_close(&f);
+    rig_close(&rg);
 }
