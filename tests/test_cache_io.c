@@ -280,6 +280,29 @@ TEST(engines_report_occupancy) {
     }
 }
 
+/* The fault tests' cache over f: io wrapped in a fault injector that hits the first read of slot 1's expert 7 (model
+ * layer 2; layer 1 is dense) once, corrupting it when corrupt, else failing it; 8 blocks, LRU, checksums on, hint
+ * mode `hints`, on a CPU backend (*be: be_close after cache_free). On a failure the test has failed, f is closed and
+ * *out is NULL. */
+static void fault_cache(slc_file *f, io_engine *io, int corrupt, int hints, be_backend **be, cache **out) {
+    *out = NULL;
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.only_off = slc_expert_offset(f, 1, 7);
+    if (corrupt) fc.corrupt_every = 1;
+    else fc.fail_every = 1;
+    fc.max_faults = 1;
+    *be = be_cpu_new(NULL, NULL);
+    CHECK(*be != NULL);
+    sl_error why = {0};
+    cache_cfg cc = {f, &f->cfg, io_fault_engine_new(io, &fc), 8 * f->h.expert_stride, CACHE_LRU, 1, 0, hints, *be};
+    *out = cache_make(&cc, &why);
+    if (!*out) {
+        slc_close(f);
+        be_close(*be);
+    }
+    CHECKF(*out, "%s", why.msg);
+}
 
 /* A prefetch read that fails (I/O error or corruption) is never reported by itself: unclaimed, it is
  * dropped; claimed by a request meanwhile, it is read again as that request's read. Driven through the
@@ -310,21 +333,10 @@ TEST(failed_prefetch_is_quiet_and_retried) {
         CHECKF(io, "%s", why.msg);
         io->chunk = 4096; /* the 24 KiB blocks in 6 pieces, 3 chains */
         io->chains = 3;
-        io_fault_cfg fc;
-        memset(&fc, 0, sizeof fc);
-        fc.only_off = slc_expert_offset(&f, 1, 7); /* slot 1 = model layer 2 (layer 1 is dense) */
-        if (kind % 2) fc.corrupt_every = 1;
-        else fc.fail_every = 1;
-        fc.max_faults = 1;
-        be_backend *be = be_cpu_new(NULL, NULL);
-        CHECK(be != NULL);
-        cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 2, be};
-        cache *c = cache_make(&cc, &why);
-        if (!c) {
-            slc_close(&f);
-            be_close(be);
-        }
-        CHECKF(c, "%s", why.msg);
+        be_backend *be;
+        cache *c;
+        fault_cache(&f, io, kind % 2, 2, &be, &c);
+        if (!c) return;
         tn_expert_src src = cache_source(c);
         int seven = 7, rc = 0;
         src.prefetch(src.ctx, 2, &seven, 1, 1); /* this read fails or comes back corrupted */
@@ -433,21 +445,10 @@ TEST(ordered_hint_read_ahead_and_its_failures_are_quiet) {
         io_engine *io = pread_new(f.fd, 1, &why);
         CHECKF(io, "%s", why.msg);
         io->depth = 8;
-        io_fault_cfg fc;
-        memset(&fc, 0, sizeof fc);
-        fc.only_off = slc_expert_offset(&f, 1, 7); /* slot 1 = model layer 2 (layer 1 is dense) */
-        if (kind % 2) fc.corrupt_every = 1;
-        else fc.fail_every = 1;
-        fc.max_faults = 1;
-        be_backend *be = be_cpu_new(NULL, NULL);
-        CHECK(be != NULL);
-        cache_cfg cc = {&f, &f.cfg, io_fault_engine_new(io, &fc), 8 * f.h.expert_stride, CACHE_LRU, 1, 0, 1, be};
-        cache *c = cache_make(&cc, &why);
-        if (!c) {
-            slc_close(&f);
-            be_close(be);
-        }
-        CHECKF(c, "%s", why.msg);
+        be_backend *be;
+        cache *c;
+        fault_cache(&f, io, kind % 2, 1, &be, &c);
+        if (!c) return;
         tn_expert_src src = cache_source(c);
         const int l1[3] = {0, 3, 5}, hint[3] = {5, 7, 9}, l2[3] = {5, 7, 9}, l2_skip[2] = {5, 9};
         int rc = ordered_run(&src, 0, l1, 3, 2, hint, 3);
