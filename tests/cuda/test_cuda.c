@@ -850,6 +850,11 @@ int main(int argc, char **argv) {
         mvprof7();
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--fold")) return fold_main(); /* mv1c_i8's row-major fold checked, timed (test_cuda_mv.c) */
+    if (argc > 1 && !strcmp(argv[1], "--bench-fold")) { /* mv1c_i8's fold as before against MVFOLD=2's (test_cuda_mv.c), no checks */
+        bench_fold();
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--mvprof")) { /* the one-token matvec's phases (test_cuda_mv.c), no checks */
         mvprof();
         return 0;

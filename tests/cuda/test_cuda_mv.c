@@ -3,7 +3,8 @@
  * one-token matvec's time a call on the Qwen3-30B-A3B decode step's shapes (q4 g64 bf16) for each number of rows a
  * CTA takes (cuda_mv.cu; check_i8 checks that each gives the default's bits). Sections: check_mv_rows (every one-token
  * kernel, cuda_mv1p.cu mv1p_i8 included, bitwise the default), bench_mv_rows, --mvprof (mv1c_i8's phases), --mvprof7
- * (mv1p_i8's), --bench-mv, check_swi_down, --bench-mv7 (mv1p_i8 against mv1c_i8 and a copy).
+ * (mv1p_i8's), --bench-mv, check_swi_down, --bench-mv7 (mv1p_i8 against mv1c_i8 and a copy), --bench-fold (mv1c_i8's
+ * fold as before against SLUICE_CUDA_MVFOLD=2's), --fold (the checks of the MVFOLD=2 kernel, then --bench-fold).
  */
 
 /* A benchmark's matrix without the host quantizer: random code bytes and scale and bias words of small finite values
@@ -55,16 +56,18 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
     int gok;
     const int mvr[] = {4, 8, 16, 32, -1};
     /* mv1_i8 .. mv1d_i8 and mv1p_i8, with and without PDL; mv1p_i8 also on a grid of 3 CTAs (each walks many tiles,
-     * and of the N jobs many jobs, through its pipeline), with its own pairs a thread and with 2 and 4 */
-    enum { NK = 12 };
-    const int kern[NK] = {1, 2, 3, 3, 4, 4, 7, 7, 7, 7, 7, 7}, pdl[NK] = {0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
-    const int ctas[NK] = {0, 0, 0, 0, 0, 0, 0, 0, -3, -3, -3, 0}, pairs[NK] = {0, 0, 0, 0, 0, 0, 0, 0, 2, 4, 4, 2};
+     * and of the N jobs many jobs, through its pipeline), with its own pairs a thread and with 2 and 4; mv1c_i8 with the
+     * row-major fold too (SLUICE_CUDA_MVFOLD=2, cuda.h slcu_i8_mvfold), with and without PDL */
+    enum { NK = 14 };
+    const int kern[NK] = {1, 2, 3, 3, 4, 4, 7, 7, 7, 7, 7, 7, 3, 3}, pdl[NK] = {0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    const int ctas[NK] = {0, 0, 0, 0, 0, 0, 0, 0, -3, -3, -3, 0, 0, 0}, pairs[NK] = {0, 0, 0, 0, 0, 0, 0, 0, 2, 4, 4, 2, 0, 0};
+    const int fold[NK] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2};
     slcu_mm *mm = malloc((size_t)N * sizeof *mm);
     for (int k = 0; k < NK * 5; k++) {
         slcu_i8_mv_rows(mvr[k % 5]);
         slcu_i8_mv1_kernel(kern[k / 5]);
         slcu_i8_pdl(pdl[k / 5]);
-        slcu_i8_mv1p_ctas(ctas[k / 5]), slcu_i8_mv1p_pairs(pairs[k / 5]);
+        slcu_i8_mv1p_ctas(ctas[k / 5]), slcu_i8_mv1p_pairs(pairs[k / 5]), slcu_i8_mvfold(fold[k / 5]);
         for (int via = 0; via < 3; via++) {
             if (via == 2 && kern[k / 5] < 3) continue;
             poison(dy, (size_t)N * rows * 4);
@@ -79,13 +82,14 @@ static void check_mv_rows(const mat *a, const slcu_act *da, const int *drows, co
             yy = dl(dy, (size_t)N * rows);
             gok = 1;
             for (int t = 0; t < N; t++) gok &= !memcmp(yy + (size_t)t * rows, alone + (size_t)idx[t] * rows, (size_t)rows * 4);
-            CK(gok, "%s %dx%d: one token, kernel %d%s%s (pairs %d) with %d rows a CTA%s, differs from the default", dt_name(dt), rows,
-               cols, kern[k / 5], pdl[k / 5] ? " (PDL)" : "", ctas[k / 5] ? " (3 CTAs)" : "", pairs[k / 5], mvr[k % 5],
+            CK(gok, "%s %dx%d: one token, kernel %d%s%s%s (pairs %d) with %d rows a CTA%s, differs from the default", dt_name(dt), rows,
+               cols, kern[k / 5], pdl[k / 5] ? " (PDL)" : "", ctas[k / 5] ? " (3 CTAs)" : "", fold[k / 5] == 2 ? " (MVFOLD=2)" : "",
+               pairs[k / 5], mvr[k % 5],
                via == 2 ? " (N jobs in one call, device table)" : via ? " (device table)" : "");
         }
     }
     free(mm);
-    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1), slcu_i8_mv1p_ctas(0), slcu_i8_mv1p_pairs(0);
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_pdl(-1), slcu_i8_mv1p_ctas(0), slcu_i8_mv1p_pairs(0), slcu_i8_mvfold(0);
     /* 2-8 tokens with each kernel (mvn_i8, mvnc_i8, mv_i8, mvnd_i8), through the row indirection and the table too */
     const int nts[] = {2, 3, 5, 8};
     for (int k = 0; k < 4 * 4 * 2; k++) {
@@ -268,13 +272,9 @@ static void mvprof(void) {
     for (int e = 0; e < 8; e++) /* the down matvec's SwiGLU input made in its CTAs (the model's default) */
         sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
     slcu_i8_mv1_kernel(6), slcu_i8_mv_rows(-1);
-    printf("one-token matvec phases (SLUICE_CUDA_MV1=6: mv1c_i8, q4 g32 bf16, auto rows; us):\n");
-    fflush(stdout);
     slcu_mm mo = {o.d, &a4, NULL, 1, dy, 2048, NULL, NULL}, mq = {qkv.d, &a2, NULL, 1, dy, 5120, NULL, NULL};
     mo.w.rows = 2048, mq.w.rows = 5120;
     mmrun ro = {&mo, 1, 1, 8, 0, 2048}, rq = {&mq, 1, 1, 8, 0, 5120};
-    mvprof_one("o 2048x4096", &ro);
-    mvprof_one("q|k|v 5120x2048", &rq);
     slcu_mm m1[16], m3[8];
     for (int e = 0; e < 8; e++) {
         const int ex = (e * 13) % 16;
@@ -282,9 +282,16 @@ static void mvprof(void) {
         m3[e] = rows_job(&dn, ex * 2048, 2048, &sw[e], NULL, 1, dy + (size_t)e * 2048);
     }
     mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r3 = {m3, 8, 32, 8, 0, 16 * 2048};
-    mvprof_one("8 experts gate+up", &r1);
-    mvprof_one("8 experts down, SwiGLU", &r3);
-    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
+    for (int f = 1; f <= 2; f++) { /* the fold as before, then row-major (SLUICE_CUDA_MVFOLD=2) */
+        slcu_i8_mvfold(f);
+        printf("one-token matvec phases (SLUICE_CUDA_MV1=6: mv1c_i8, q4 g32 bf16, auto rows, SLUICE_CUDA_MVFOLD=%d; us):\n", f);
+        fflush(stdout);
+        mvprof_one("o 2048x4096", &ro);
+        mvprof_one("q|k|v 5120x2048", &rq);
+        mvprof_one("8 experts gate+up", &r1);
+        mvprof_one("8 experts down, SwiGLU", &r3);
+    }
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_mvfold(0);
     free_mat(&gu), free_mat(&dn), free_mat(&o), free_mat(&qkv);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(bbuf);
 }
@@ -416,12 +423,14 @@ static void check_swi_down(void) {
         float *y0 = NULL; /* the default kernel on the separate int8 form: every other run's reference */
         /* mv1c_i8; mv1d_i8 auto, 1 and 8 rows a warp; mv1p_i8 auto, 4 and 32 rows a tile on 2 CTAs (each walks the three
          * jobs' tiles, making each job's SwiGLU input again; 4096 columns in runs of 64 blocks at 32 rows), 8 rows with
-         * 4 pairs a thread (q4) */
-        enum { NV = 8 };
-        const int kern[NV] = {3, 4, 4, 4, 7, 7, 7, 7}, mvr[NV] = {0, -1, 4, 32, -1, 4, 32, 8}, ctas[NV] = {0, 0, 0, 0, 0, -2, -2, -2};
+         * 4 pairs a thread (q4); mv1c_i8 with the row-major fold (SLUICE_CUDA_MVFOLD=2) at its own rows, 4 and 32 */
+        enum { NV = 11 };
+        const int kern[NV] = {3, 4, 4, 4, 7, 7, 7, 7, 3, 3, 3}, mvr[NV] = {0, -1, 4, 32, -1, 4, 32, 8, 0, 4, 32};
+        const int ctas[NV] = {0, 0, 0, 0, 0, -2, -2, -2, 0, 0, 0};
         for (int v = 0; v < NV * 2 * 2; v++) {
             const int kv = v / 4, via = v / 2 % 2, fuse = v % 2;
             slcu_i8_mv1_kernel(kern[kv]), slcu_i8_mv_rows(mvr[kv]), slcu_i8_mv1p_ctas(ctas[kv]), slcu_i8_mv1p_pairs(kv == 7 ? 4 : 0);
+            slcu_i8_mvfold(kv >= 8 ? 2 : 1);
             for (int s = 0; s < K; s++) {
                 mi[s] = fuse ? (slcu_act){.n_tok = 1, .cols = I, .sg = g + (size_t)s * I, .su = u + (size_t)s * I}
                              : (slcu_act){.n_tok = 1, .cols = I, .q = ma.q + (size_t)s * I, .q4 = ma.q4 + (size_t)s * I,
@@ -434,12 +443,13 @@ static void check_swi_down(void) {
             float *y = dl(dy, (size_t)K * ROWS);
             if (!y0) y0 = y;
             else {
-                CK(!memcmp(y, y0, (size_t)K * ROWS * 4), "%s %d cols group %d, kernel %d rows %d%s: %s differs", dt_name(dt), I, group,
-                   kern[kv], mvr[kv], via ? " (device table)" : "", fuse ? "the SwiGLU made in the down matvec" : "the matvec");
+                CK(!memcmp(y, y0, (size_t)K * ROWS * 4), "%s %d cols group %d, kernel %d%s rows %d%s: %s differs", dt_name(dt), I, group,
+                   kern[kv], kv >= 8 ? " (MVFOLD=2)" : "", mvr[kv], via ? " (device table)" : "",
+                   fuse ? "the SwiGLU made in the down matvec" : "the matvec");
                 free(y);
             }
         }
-        slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_mv1p_ctas(0), slcu_i8_mv1p_pairs(0);
+        slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_mv1p_ctas(0), slcu_i8_mv1p_pairs(0), slcu_i8_mvfold(0);
         free(y0);
         slcu_free(g), slcu_free(u), slcu_free(mid), slcu_free(dy), slcu_free(ab), slcu_free(dtab), slcu_free(dsel), free_mat(&a);
     }
@@ -522,4 +532,91 @@ static void bench_mv7(void) {
     }
     slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_pdl(-1), slcu_i8_mv1p_ctas(0), slcu_i8_mv1p_pairs(0);
     slcu_free(dx), slcu_free(dy), slcu_free(b2), slcu_free(b4), slcu_free(b7);
+}
+
+/* --bench-fold: mv1c_i8 (the default kernel, auto rows) with its fold as before against row-major (SLUICE_CUDA_MVFOLD=2)
+ * on the 30B-A3B decode step's shapes, q4 bf16 in groups of 32 and 64: microseconds a launch (50 back to back, each on
+ * weights not in L2: run_mm's 8 sets), PDL off and on, the two folds alternated over 3 rounds; then each one's best
+ * and their ratio. */
+static void bench_fold(void) {
+    char msg[256];
+    fast_fill = 1;
+    float *dx = rnd_dev((size_t)16 * 8192, 1, NULL, msg), *dy = slcu_alloc((size_t)16 * 16384 * 4, msg, sizeof msg);
+    void *b2 = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg), *b4 = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg);
+    slcu_act a2, a4, sw[8];
+    slcu_act_bind(&a2, b2, 1, 2048, msg, sizeof msg), slcu_act_quantize(&a2, dx, 2048, msg, sizeof msg);
+    slcu_act_bind(&a4, b4, 1, 4096, msg, sizeof msg), slcu_act_quantize(&a4, dx, 4096, msg, sizeof msg);
+    for (int e = 0; e < 8; e++) /* the down matvec's SwiGLU input made in its CTAs (the model's default) */
+        sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
+    enum { NS = 4, NR = 3 };
+    for (int gi = 0; gi < 2; gi++) {
+        const int group = gi ? 64 : 32;
+        mat gu, dn, o, qkv;
+        if (make_mat_raw(&gu, DT_Q4, 128 * 2 * 768, 2048, group, DT_BF16, msg) || make_mat_raw(&dn, DT_Q4, 128 * 2048, 768, group, DT_BF16, msg) ||
+            make_mat_raw(&o, DT_Q4, 2048 * 8, 4096, group, DT_BF16, msg) || make_mat_raw(&qkv, DT_Q4, 5120 * 8, 2048, group, DT_BF16, msg)) {
+            printf("%s\n", msg);
+            return;
+        }
+        slcu_mm mo = {o.d, &a4, NULL, 1, dy, 2048, NULL, NULL}, mq = {qkv.d, &a2, NULL, 1, dy, 5120, NULL, NULL};
+        mo.w.rows = 2048, mq.w.rows = 5120;
+        slcu_mm m1[16], m3[8];
+        for (int e = 0; e < 8; e++) {
+            const int ex = (e * 13) % 16;
+            for (int h = 0; h < 2; h++) m1[2 * e + h] = rows_job(&gu, (2 * ex + h) * 768, 768, &a2, NULL, 1, dy + (size_t)(2 * e + h) * 768);
+            m3[e] = rows_job(&dn, ex * 2048, 2048, &sw[e], NULL, 1, dy + (size_t)e * 2048);
+        }
+        mmrun rs[NS] = {{&mo, 1, 1, 8, 0, 2048}, {&mq, 1, 1, 8, 0, 5120}, {m1, 16, 32, 8, 0, 16 * 2 * 768}, {m3, 8, 32, 8, 0, 16 * 2048}};
+        printf("mv1c_i8, q4 g%d bf16, auto rows, us a launch: o 2048x4096 | q|k|v 5120x2048 | 8 experts gate+up | down, SwiGLU in\n", group);
+        float best[2][2][NS];
+        for (int i = 0; i < 2 * 2 * NS; i++) best[i / (2 * NS)][i / NS % 2][i % NS] = 1e30f;
+        for (int rd = 0; rd < NR; rd++)
+            for (int c = 0; c < 4; c++) { /* PDL off: fold 1, 2; PDL on: fold 1, 2 */
+                const int pd = c / 2, f = c % 2;
+                slcu_i8_mv1_kernel(3), slcu_i8_mv_rows(-1), slcu_i8_pdl(pd), slcu_i8_mvfold(1 + f);
+                float us[NS];
+                for (int sh = 0; sh < NS; sh++) {
+                    us[sh] = 1e3f * slcu_time(run_mm, &rs[sh], 50);
+                    if (us[sh] < best[pd][f][sh]) best[pd][f][sh] = us[sh];
+                }
+                printf("  round %d %-3s MVFOLD=%d", rd, pd ? "PDL" : "", 1 + f);
+                for (int sh = 0; sh < NS; sh++) printf(" %s %7.2f", sh ? "|" : ":", us[sh]);
+                printf("   layer %7.2f us\n", us[0] + us[1] + us[2] + us[3]);
+                fflush(stdout);
+            }
+        for (int pd = 0; pd < 2; pd++) {
+            printf("  best of %d, %-3s MVFOLD=2 / MVFOLD=1:", NR, pd ? "PDL" : "");
+            float l1 = 0, l2 = 0;
+            for (int sh = 0; sh < NS; sh++) {
+                printf(" %s %.2f/%.2f = %.3f", sh ? "|" : "", best[pd][1][sh], best[pd][0][sh], best[pd][1][sh] / best[pd][0][sh]);
+                l1 += best[pd][0][sh], l2 += best[pd][1][sh];
+            }
+            printf("   layer %.2f/%.2f = %.3f\n", l2, l1, l2 / l1);
+        }
+        fflush(stdout);
+        free_mat(&gu), free_mat(&dn), free_mat(&o), free_mat(&qkv);
+    }
+    slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_pdl(-1), slcu_i8_mvfold(0);
+    slcu_free(dx), slcu_free(dy), slcu_free(b2), slcu_free(b4);
+}
+
+/* --fold: the checks that take mv1c_i8 with SLUICE_CUDA_MVFOLD=2 (check_mv_rows: every shape and scale type of the full
+ * run's check_i8, the implied biases' check_ibias_all; check_swi_down: the SwiGLU-in jobs), then bench_fold if they pass */
+static int fold_main(void) {
+    const int groups[] = {32, 64, 128};
+    const dt_type sdts[] = {DT_F16, DT_BF16, DT_F32};
+    for (int g = 0; g < 3; g++) {
+        check_i8(DT_Q8, 300, 1024, groups[g], sdts[g]);
+        check_i8(DT_Q4, 300, 1024, groups[g], sdts[(g + 1) % 3]);
+    }
+    check_i8(DT_Q4, 768, 2048, 64, DT_BF16);
+    check_i8(DT_Q8, 129, 768, 128, DT_F16);
+    check_i8(DT_Q4, 100, 160, 32, DT_BF16);
+    check_i8(DT_Q8, 70, 96, 32, DT_F32);
+    check_i8(DT_Q4, 257, 4096, 32, DT_BF16);
+    check_ibias_all();
+    check_swi_down();
+    printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+    fflush(stdout);
+    if (!failures) bench_fold();
+    return failures ? 1 : 0;
 }

@@ -160,12 +160,18 @@ static __device__ __forceinline__ void mv1c_pair(int q, int kcn, float rk, int &
  * row and block by mv1c_pair's reciprocal, its code and scale addresses as 32-bit offsets from the chunk's first row
  * (R rows of a matrix: far below 2^31 bytes), and a scale word's half from those offsets' low bits (where it divided
  * and addressed in 64 bits for each pair, three times: call K timed the two, docs/CUDA.md). FI = 2
- * (SLUICE_CUDA_MV1=6) records the phases (mvp_rec); FI = 1 is the kernel. */
-template <int DT, int SDT, int R, int IB, int FI>
+ * (SLUICE_CUDA_MV1=6) records the phases (mvp_rec); FI = 1 is the kernel. MF = 2 (SLUICE_CUDA_MVFOLD=2) stages the fold's
+ * operands row-major: a row's I_b and s_g d_b at RS consecutive words (RS = KC + 4: 16-byte rows whose starts fall 4
+ * banks apart, so the R folding threads' LDS.128 of a quarter warp hit distinct banks; consecutive pairs store to
+ * consecutive words) and its group biases at RS >> gshift (so their LDS.128, LDS.64 or LDS of a quarter, half or whole
+ * warp hit distinct banks too: RS / 4 is odd), and folds them by cuda_mv.cuh fold_row (a quad of blocks' loads at once);
+ * the same operands in the same order (docs/CUDA.md "Fewer instructions a pair"). */
+template <int DT, int SDT, int R, int IB, int FI, int MF = 1>
 static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
-    constexpr int ssz = SDT == DT_F32 ? 4 : 2;
+    constexpr int ssz = SDT == DT_F32 ? 4 : 2, RS = KC + 4;
     static_assert(3 * KC * LD * 4 <= NP * BB, "the fold's staging fits where the codes were");
+    static_assert(MF != 2 || (3 * R * RS * 4 <= NP * BB && KC % 8 == 0), "MF = 2: its staging fits; RS / 4 odd");
     static_assert(NP <= 2048 && KC <= 512, "mv1c_pair's reciprocal is exact for these");
     __shared__ long long sck[9]; /* FI = 2: thread 0's clock64 at each phase (mvp_rec) */
     unsigned long long gt0 = 0;
@@ -179,8 +185,10 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     /* sc: codes, then sI | sM | sB */
     __shared__ unsigned ssw[NP], sbw[NP];
     __shared__ __align__(16) uint4 sx[KC * 2];
-    __shared__ float sd[KC], sxg[KC], sbt[KC];
-    float *sI = (float *)sc, *sM = sI + KC * LD, *sB = sM + KC * LD;
+    __shared__ float sd[KC];
+    __shared__ __align__(MF == 2 ? 16 : 4) float sxg[KC]; /* MF = 2: read 16 bytes at a time */
+    __shared__ float sbt[KC];
+    float *sI = (float *)sc, *sM = sI + (MF == 2 ? R * RS : KC * LD), *sB = sM + (MF == 2 ? R * RS : KC * LD);
     const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
@@ -251,13 +259,19 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
             if (q < np) {
                 int rl, bl;
                 mv1c_pair(q, kcn, rk, rl, bl);
-                sI[bl * LD + rl] = vI[k], sM[bl * LD + rl] = vM[k];
-                if (!(bl & bmask)) sB[(bl >> gshift) * LD + rl] = vB[k];
+                if (MF == 2) {
+                    sI[rl * RS + bl] = vI[k], sM[rl * RS + bl] = vM[k];
+                    if (!(bl & bmask)) sB[rl * (RS >> gshift) + (bl >> gshift)] = vB[k];
+                } else {
+                    sI[bl * LD + rl] = vI[k], sM[bl * LD + rl] = vM[k];
+                    if (!(bl & bmask)) sB[(bl >> gshift) * LD + rl] = vB[k];
+                }
             }
         }
         __syncthreads();
         if (kb0 == 0) MVP(6);
-        if (tid < nr) fold_chunk(sI + tid, sM + tid, sB + tid, LD, sxg, kcn, bmask, gshift, acc, accb);
+        if (MF == 2 && tid < nr) fold_row(sI + tid * RS, sM + tid * RS, sB + tid * (RS >> gshift), sxg, kcn, gshift, acc, accb);
+        if (MF != 2 && tid < nr) fold_chunk(sI + tid, sM + tid, sB + tid, LD, sxg, kcn, bmask, gshift, acc, accb);
         __syncthreads();
         if (kb0 == 0) MVP(7);
     }
@@ -276,10 +290,10 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
 #undef MVP
 }
 
-template <int DT, int SDT, int R, int IB, int FI>
+template <int DT, int SDT, int R, int IB, int FI, int MF = 1>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
     __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)];
-    mv1c_body<DT, SDT, R, IB, FI>(J, sc);
+    mv1c_body<DT, SDT, R, IB, FI, MF>(J, sc);
 }
 
 /* SLUICE_CUDA_FUSE=qkv: mv1c_i8's rows, then per-head norm + RoPE (cuda_normrope.cuh norm_rope_head, k_norm_rope's code)
@@ -506,14 +520,28 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
 }
 
 
+/* SLUICE_CUDA_MVFOLD=2 (or slcu_i8_mvfold): mv1c_i8 (and its recording form) with MF = 2, the row-major fold
+ * (mv1c_body); the same bits. 1 (unset) the fold as before. */
+static int mvfold_mode; /* 0 unread */
+extern "C" void slcu_i8_mvfold(int v) { mvfold_mode = v == 1 || v == 2 ? v : 0; }
+static int mvfold(void) {
+    if (!mvfold_mode) {
+        const char *e = getenv("SLUICE_CUDA_MVFOLD");
+        mvfold_mode = e && e[0] == '2' && !e[1] ? 2 : 1;
+    }
+    return mvfold_mode;
+}
+
 /* Overlapped launches (docs/CUDA.md): mv1c_i8 is launched to overlap the kernel before it (pdl_wait: its weights'
  * loads go out while that kernel runs; cuda_pdl.cuh); the same bits. Call J timed it (a resident step 7-9% shorter
  * on an H100); on unless SLUICE_CUDA_PDL=0 (cuda_pdl.cu pdl_enabled: 2, the matvecs alone), and never after the process's
  * first copy-stream copy nor with recorded steps (backend_cuda.c: the two ways call D's model test failed). */
 template <int DT, int SDT, int R>
 static void mv1c_launch(int tiles, const ijobs *J) {
-    void (*k)(ijobs) = mv1_version() == 6 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 2> : mv1c_i8<DT, SDT, R, 0, 2>)
-                                          : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1> : mv1c_i8<DT, SDT, R, 0, 1>);
+    void (*k)(ijobs) = mvfold() == 2 ? (mv1_version() == 6 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 2, 2> : mv1c_i8<DT, SDT, R, 0, 2, 2>)
+                                                           : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1, 2> : mv1c_i8<DT, SDT, R, 0, 1, 2>))
+                       : mv1_version() == 6 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 2> : mv1c_i8<DT, SDT, R, 0, 2>)
+                                            : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1> : mv1c_i8<DT, SDT, R, 0, 1>);
     pdl_launch_on(pdl_enabled(), k, dim3((unsigned)tiles), dim3(MV1_THREADS), 0, SLS, *J);
 }
 

@@ -23,6 +23,51 @@ static __device__ __forceinline__ void fold_chunk(const float *si, const float *
     }
 }
 
+/* SLUICE_CUDA_MVFOLD=2 (cuda_mv.cu mv1c_body MF = 2): fold_chunk's operations in its order on operands staged row-major:
+ * si, sm: the row's kcn I_b and s_g d_b at consecutive words, sb: its kcn >> G group biases, xg: the chunk's group
+ * sums; si, sm, xg 16-byte aligned, sb 16 >> G. The blocks go by quads (4 blocks): a quad's operands are one LDS.128
+ * of si and one of sm, and its 4 >> G groups of sb and of xg in one LDS.128 (G = 0), LDS.64 (1) or LDS (2), all
+ * issued before the quad's FMAs; then the blocks past the last whole quad one by one. Per block:
+ * acc = fma(I_b, M_b, acc), and at a group's first block accb = fma(bias_j, xg_j, accb): fold_chunk's operands in its
+ * order (tools/cuda_mvfold_emu.c checks the mapping for every R, kcn and group). Loading quad q + 1 into a second slot
+ * before quad q's FMAs (double-buffered) needs 32 words at G = 0 where the kernel's 40 registers
+ * (__launch_bounds__(256, 6)) leave about 20 at the fold: ptxas sank the second slot's loads onto its FMAs (G = 0) or
+ * spilled a slot to local memory (G = 1, 2), and a non-inlined fold spilled in its loop too (docs/CUDA.md "Fewer
+ * instructions a pair"); unrolled by 2, ptxas may hoist the next quad's loads where registers allow. */
+static __device__ __forceinline__ float f4at(const float4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+template <int G>
+static __device__ __forceinline__ void fold_row_g(const float *si, const float *sm, const float *sb, const float *xg, int kcn,
+                                                  float &acc, float &accb) {
+    const int nq = kcn >> 2;
+#pragma unroll 2
+    for (int q = 0; q < nq; q++) {
+        const float4 i = ((const float4 *)si)[q], m = ((const float4 *)sm)[q];
+        float4 b = make_float4(0.f, 0.f, 0.f, 0.f), x = b;
+        if (G == 0) b = ((const float4 *)sb)[q], x = ((const float4 *)xg)[q];
+        if (G == 1) {
+            const float2 b2 = ((const float2 *)sb)[q], x2 = ((const float2 *)xg)[q];
+            b.x = b2.x, b.y = b2.y, x.x = x2.x, x.y = x2.y;
+        }
+        if (G == 2) b.x = sb[q], x.x = xg[q];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            acc = __fmaf_rn(f4at(i, k), f4at(m, k), acc);
+            if (!(k & ((1 << G) - 1))) accb = __fmaf_rn(f4at(b, k >> G), f4at(x, k >> G), accb);
+        }
+    }
+#pragma unroll 1
+    for (int bl = nq << 2; bl < kcn; bl++) { /* at most 3 (G = 2: none, kcn being a multiple of 4) */
+        acc = __fmaf_rn(si[bl], sm[bl], acc);
+        if (!(bl & ((1 << G) - 1))) accb = __fmaf_rn(sb[bl >> G], xg[bl >> G], accb);
+    }
+}
+static __device__ __forceinline__ void fold_row(const float *si, const float *sm, const float *sb, const float *xg, int kcn, int gshift,
+                                                float &acc, float &accb) {
+    if (gshift == 0) fold_row_g<0>(si, sm, sb, xg, kcn, acc, accb);
+    else if (gshift == 1) fold_row_g<1>(si, sm, sb, xg, kcn, acc, accb);
+    else fold_row_g<2>(si, sm, sb, xg, kcn, acc, accb);
+}
+
 /* A job's SwiGLU input made in the CTA (ijob sg, su; cuda.h slcu_act sg): blocks kb0 .. kb0 + kcn - 1 of
  * v = silu(g) * u and their int8 form by cuda_fused.cu k_swiglu_q's operations on the same floats (a warp a block,
  * lane = column): the codes into sx (q4's order for q4 matrices), the block scales into sd, the block sums into sbt
