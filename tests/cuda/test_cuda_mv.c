@@ -255,47 +255,6 @@ static void mvprof_one(const char *name, mmrun *r) {
     free(rec), free(v);
 }
 
-static void mvprof(void) {
-    char msg[256];
-    fast_fill = 1;
-    mat gu, dn, o, qkv;
-    if (make_mat_raw(&gu, DT_Q4, 128 * 2 * 768, 2048, 32, DT_BF16, msg) || make_mat_raw(&dn, DT_Q4, 128 * 2048, 768, 32, DT_BF16, msg) ||
-        make_mat_raw(&o, DT_Q4, 2048 * 8, 4096, 32, DT_BF16, msg) || make_mat_raw(&qkv, DT_Q4, 5120 * 8, 2048, 32, DT_BF16, msg)) {
-        printf("%s\n", msg);
-        return;
-    }
-    float *dx = rnd_dev((size_t)16 * 8192, 1, NULL, msg), *dy = slcu_alloc((size_t)16 * 16384 * 4, msg, sizeof msg);
-    void *abuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg), *bbuf = slcu_alloc(slcu_act_bytes(1, 8192), msg, sizeof msg);
-    slcu_act a2, a4, sw[8];
-    slcu_act_bind(&a2, abuf, 1, 2048, msg, sizeof msg), slcu_act_quantize(&a2, dx, 2048, msg, sizeof msg);
-    slcu_act_bind(&a4, bbuf, 1, 4096, msg, sizeof msg), slcu_act_quantize(&a4, dx, 4096, msg, sizeof msg);
-    for (int e = 0; e < 8; e++) /* the down matvec's SwiGLU input made in its CTAs (the model's default) */
-        sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
-    slcu_i8_mv1_kernel(6), slcu_i8_mv_rows(-1);
-    slcu_mm mo = {o.d, &a4, NULL, 1, dy, 2048, NULL, NULL}, mq = {qkv.d, &a2, NULL, 1, dy, 5120, NULL, NULL};
-    mo.w.rows = 2048, mq.w.rows = 5120;
-    mmrun ro = {&mo, 1, 1, 8, 0, 2048}, rq = {&mq, 1, 1, 8, 0, 5120};
-    slcu_mm m1[16], m3[8];
-    for (int e = 0; e < 8; e++) {
-        const int ex = (e * 13) % 16;
-        for (int h = 0; h < 2; h++) m1[2 * e + h] = rows_job(&gu, (2 * ex + h) * 768, 768, &a2, NULL, 1, dy + (size_t)(2 * e + h) * 768);
-        m3[e] = rows_job(&dn, ex * 2048, 2048, &sw[e], NULL, 1, dy + (size_t)e * 2048);
-    }
-    mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r3 = {m3, 8, 32, 8, 0, 16 * 2048};
-    for (int f = 1; f <= 2; f++) { /* the fold as before, then row-major (SLUICE_CUDA_MVFOLD=2) */
-        slcu_i8_mvfold(f);
-        printf("one-token matvec phases (SLUICE_CUDA_MV1=6: mv1c_i8, q4 g32 bf16, auto rows, SLUICE_CUDA_MVFOLD=%d; us):\n", f);
-        fflush(stdout);
-        mvprof_one("o 2048x4096", &ro);
-        mvprof_one("q|k|v 5120x2048", &rq);
-        mvprof_one("8 experts gate+up", &r1);
-        mvprof_one("8 experts down, SwiGLU", &r3);
-    }
-    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_mvfold(0);
-    free_mat(&gu), free_mat(&dn), free_mat(&o), free_mat(&qkv);
-    slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(bbuf);
-}
-
 /* --mvprof7: mvprof's launches by mv1p_i8 (SLUICE_CUDA_MV1=7, its own rows, CTAs and pairs; cuda.h slcu_mv1p_prof):
  * each CTA's start and end in the launch and, from threads 0 (folds) and 32 (does not), the cycles of its phases summed
  * over its units, in us (p10 / p50 / p90 over the CTAs) */
@@ -343,7 +302,9 @@ static void mvprof7_one(const char *name, mmrun *r) {
     free(rec), free(v);
 }
 
-static void mvprof7(void) {
+/* --mvprof (kern 6, mv1c_i8 with each fold: the default's and SLUICE_CUDA_MVFOLD=2's) and --mvprof7 (kern 7,
+ * mv1p_i8): the decode step's four matvec shapes (q4 g32 bf16), each CTA's phases by one (mvprof_one / mvprof7_one) */
+static void mvprof_run(int kern, void (*one)(const char *, mmrun *)) {
     char msg[256];
     fast_fill = 1;
     mat gu, dn, o, qkv;
@@ -357,16 +318,12 @@ static void mvprof7(void) {
     slcu_act a2, a4, sw[8];
     slcu_act_bind(&a2, abuf, 1, 2048, msg, sizeof msg), slcu_act_quantize(&a2, dx, 2048, msg, sizeof msg);
     slcu_act_bind(&a4, bbuf, 1, 4096, msg, sizeof msg), slcu_act_quantize(&a4, dx, 4096, msg, sizeof msg);
-    for (int e = 0; e < 8; e++)
+    for (int e = 0; e < 8; e++) /* the down matvec's SwiGLU input made in its CTAs (the model's default) */
         sw[e] = (slcu_act){.n_tok = 1, .cols = 768, .sg = dx + (size_t)e * 768, .su = dx + (size_t)(8 + e) * 768};
-    slcu_i8_mv1_kernel(7), slcu_i8_mv_rows(-1);
-    printf("mv1p_i8 phases (SLUICE_CUDA_MV1=7, q4 g32 bf16, its own rows, CTAs and pairs; us):\n");
-    fflush(stdout);
+    slcu_i8_mv1_kernel(kern), slcu_i8_mv_rows(-1);
     slcu_mm mo = {o.d, &a4, NULL, 1, dy, 2048, NULL, NULL}, mq = {qkv.d, &a2, NULL, 1, dy, 5120, NULL, NULL};
     mo.w.rows = 2048, mq.w.rows = 5120;
     mmrun ro = {&mo, 1, 1, 8, 0, 2048}, rq = {&mq, 1, 1, 8, 0, 5120};
-    mvprof7_one("o 2048x4096", &ro);
-    mvprof7_one("q|k|v 5120x2048", &rq);
     slcu_mm m1[16], m3[8];
     for (int e = 0; e < 8; e++) {
         const int ex = (e * 13) % 16;
@@ -374,12 +331,24 @@ static void mvprof7(void) {
         m3[e] = rows_job(&dn, ex * 2048, 2048, &sw[e], NULL, 1, dy + (size_t)e * 2048);
     }
     mmrun r1 = {m1, 16, 32, 8, 0, 16 * 2 * 768}, r3 = {m3, 8, 32, 8, 0, 16 * 2048};
-    mvprof7_one("8 experts gate+up", &r1);
-    mvprof7_one("8 experts down, SwiGLU", &r3);
-    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0);
+    for (int f = 1; f <= (kern == 6 ? 2 : 1); f++) { /* mv1c_i8: the fold as before, then row-major (SLUICE_CUDA_MVFOLD=2) */
+        if (kern == 6) {
+            slcu_i8_mvfold(f);
+            printf("one-token matvec phases (SLUICE_CUDA_MV1=6: mv1c_i8, q4 g32 bf16, auto rows, SLUICE_CUDA_MVFOLD=%d; us):\n", f);
+        } else printf("mv1p_i8 phases (SLUICE_CUDA_MV1=7, q4 g32 bf16, its own rows, CTAs and pairs; us):\n");
+        fflush(stdout);
+        one("o 2048x4096", &ro);
+        one("q|k|v 5120x2048", &rq);
+        one("8 experts gate+up", &r1);
+        one("8 experts down, SwiGLU", &r3);
+    }
+    slcu_i8_mv_rows(0), slcu_i8_mv1_kernel(0), slcu_i8_mvfold(0);
     free_mat(&gu), free_mat(&dn), free_mat(&o), free_mat(&qkv);
     slcu_free(dx), slcu_free(dy), slcu_free(abuf), slcu_free(bbuf);
 }
+
+static void mvprof(void) { mvprof_run(6, mvprof_one); }
+static void mvprof7(void) { mvprof_run(7, mvprof7_one); }
 
 /* --bench-mv: bench_mv_rows alone (its matrices made here) */
 static void bench_mv(void) {

@@ -141,11 +141,6 @@ __global__ void __launch_bounds__(MV1_THREADS) mv1b_i8(const __grid_constant__ i
 #define MVP_W 11
 __device__ unsigned long long mvp_rec[MVP_MAX * MVP_W];
 __device__ unsigned mvp_n;
-static __device__ __forceinline__ unsigned long long gtimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* A (row, block) pair q of a chunk of kcn blocks: its row rl = q / kcn and block bl, by the chunk's reciprocal
  * rk = 1 / kcn in f32: (q + 0.5) rk is within 2^-12 of the true (q + 0.5) / kcn for q < 2^11, kcn <= 2^9, and that

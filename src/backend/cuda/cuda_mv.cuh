@@ -9,6 +9,13 @@
 #include "backend/cuda/cuda_i8.cuh"
 #include "kernels/canon_exp.h"
 
+/* %globaltimer in ns (the phase records of SLUICE_CUDA_MV1=6 and mv1p_i8's) */
+static __device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 /* A row's fold of one chunk: acc = fma(I_b, s_g d_b, acc) over its kcn blocks in order and, at each group's first
  * block, accb = fma(bias_j, xg_j, accb) over its groups in order (xg: the chunk's group sums of the activation, in
  * shared memory where the kernel staged them). The two chains are independent, so interleaving them changes no

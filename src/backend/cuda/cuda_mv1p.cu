@@ -50,11 +50,6 @@
 #define MV1P_RMAX 8192
 __device__ unsigned long long mv1p_rec[MV1P_RMAX * SLCU_MV1P_W];
 __device__ unsigned mv1p_nrec;
-static __device__ __forceinline__ unsigned long long mv1p_gtimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* The dynamic shared memory of mv1p_i8<DT, SDT, R, P, IB>, in bytes from its start (every offset 16-aligned):
  * MV1P_S stages of [codes 256 P BB | scale runs R x SSL | bias runs R x SSL (IB = 0) | activation codes KC x 32 |
@@ -117,7 +112,7 @@ __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant
     if (it >= t1) return;
     const bool rec = FI && (tid == 0 || tid == 32); /* FI = 1: this thread sums its phases' cycles */
     unsigned long long g0 = 0, ck = 0, ph[6] = {0, 0, 0, 0, 0, 0};
-    if (rec) g0 = mv1p_gtimer(), ck = clock64();
+    if (rec) g0 = gtimer(), ck = clock64();
 #define MV1P_PH(i) do { if (rec) { const unsigned long long c_ = clock64(); ph[i] += c_ - ck, ck = c_; } } while (0)
     /* the issue's job: its matrix (resolved once a job) and activation row */
     int wjk = -1, ajk = -1, ar = 0;
@@ -238,7 +233,7 @@ __global__ void __launch_bounds__(MV1P_THREADS, 3) mv1p_i8(const __grid_constant
                 unsigned sm;
                 asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
                 unsigned long long *w = mv1p_rec + (size_t)i * SLCU_MV1P_W;
-                w[0] = sm | (unsigned long long)u << 32, w[1] = g0, w[2] = mv1p_gtimer();
+                w[0] = sm | (unsigned long long)u << 32, w[1] = g0, w[2] = gtimer();
                 for (int p = 0; p < 6; p++) w[3 + p] = ph[p];
                 for (int p = 0; p < 4; p++) w[9 + p] = x[p];
             }
