@@ -118,8 +118,8 @@ void slcu_i8_mv_rows(int rows);
  * SLUICE_CUDA_MV1 (3 unset). */
 void slcu_i8_mv1_kernel(int version);
 /* mv1c_i8's fold (cuda_mv.cu mv1c_body MF; the same bits), for tests and benchmarks: 2 its operands staged row-major and
- * read 16 bytes at a time, a quad of blocks' loads before its FMAs (SLUICE_CUDA_MVFOLD=2), 1 the fold as before, 0
- * back to the environment's SLUICE_CUDA_MVFOLD (1 unset). */
+ * read 16 bytes at a time, a quad of blocks' loads before its FMAs (the default), 1 the fold as before
+ * (SLUICE_CUDA_MVFOLD=1), 0 back to the environment's SLUICE_CUDA_MVFOLD (2 unset). */
 void slcu_i8_mvfold(int mode);
 /* mv1p_i8's grid (the same bits whichever): n > 0 CTAs an SM at most, n < 0 -n CTAs in all (tests: each walks many
  * tiles and jobs), 0 back to the environment's SLUICE_CUDA_MV1P_CTAS (3 an SM unset). */

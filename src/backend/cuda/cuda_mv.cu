@@ -515,14 +515,15 @@ int mv_tile_rows(const ijobs *J, int max_tok) {
 }
 
 
-/* SLUICE_CUDA_MVFOLD=2 (or slcu_i8_mvfold): mv1c_i8 (and its recording form) with MF = 2, the row-major fold
- * (mv1c_body); the same bits. 1 (unset) the fold as before. */
+/* mv1c_i8 (and its recording form) with MF = 2, the row-major fold (mv1c_body), by default since call S (docs/CUDA.md:
+ * bitwise on an H100, a layer's matvecs 35.3 -> 30.5 us); SLUICE_CUDA_MVFOLD=1 (or slcu_i8_mvfold(1)) the fold as before.
+ * The same bits either way. */
 static int mvfold_mode; /* 0 unread */
 extern "C" void slcu_i8_mvfold(int v) { mvfold_mode = v == 1 || v == 2 ? v : 0; }
 static int mvfold(void) {
     if (!mvfold_mode) {
         const char *e = getenv("SLUICE_CUDA_MVFOLD");
-        mvfold_mode = e && e[0] == '2' && !e[1] ? 2 : 1;
+        mvfold_mode = e && e[0] == '1' && !e[1] ? 1 : 2;
     }
     return mvfold_mode;
 }
