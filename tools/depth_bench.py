@@ -10,17 +10,33 @@
       would be read every decoded token, 5x the f16 KV of one layer at 32k); speed does not depend on the
       trained weights.
   depth_bench.py run F.gguf F.sluice --case pp:N:KV | tg:D:KV ... [--threads T] [--rounds R] [--out J]
-      Each case measured R rounds, llama.cpp and sluice alternating (llama.cpp first in odd rounds, sluice first
-      in even ones), every run a fresh process; JSON lines to --out, a table to stdout. pp:N: a prompt of N
-      tokens in one prefill, llama-bench `-p N -n 0` / `sluice bench --prompt N --gen 0`; tg:D: 32 tokens
-      decoded after a prompt of D, llama-bench `-p 0 -n 32 -d D` / `sluice bench --prompt D --gen 32` (decode
-      tok/s only; the depth's prefill is untimed in both). KV: f16, q8 (llama.cpp q8_0) or q4 (llama.cpp q4_0,
-      sluice q4r: llama.cpp Hadamard-rotates a quantized cache by default, llama-kv-cache.cpp attn_rot_k).
-      No warm-up of the prompt in either (both time their first prompt after the load; llama-bench's warm-up of
-      a decode test, one token, is left on). llama-bench: -fa 1, default batch
-      sizes, OMP_WAIT_POLICY=passive (tools/bench_scale.py llama_bench says why). sluice: --resident,
-      --routing model (the routers choose, as llama.cpp's; with random weights both run the same experts'
-      arithmetic), random prompt ids in both.
+          [--device cpu|gpu] [--warmup] [--deadline EPOCH] [--label L] [--round0 K] [--omp POLICY]
+          [--llama-bench EXE] [--sluice EXE]
+      Each case measured R rounds, llama.cpp and sluice alternating (llama.cpp first in even rounds, sluice first
+      in odd ones, counted from --round0), every run a fresh process; JSON lines appended to --out (with --label),
+      a table to stdout. pp:N: a prompt of N tokens in one prefill, llama-bench `-p N -n 0` / `sluice bench
+      --prompt N --gen 0`; tg:D: 32 tokens (--gen) decoded after a prompt of D, llama-bench `-p 0 -n 32 -d D` /
+      `sluice bench --prompt D --gen 32` (decode tok/s only; the depth's prefill is untimed in both). KV: f16, q8
+      (llama.cpp q8_0) or q4 (llama.cpp q4_0, sluice q4r: llama.cpp Hadamard-rotates a quantized cache by default,
+      llama-kv-cache.cpp attn_rot_k).
+      --device cpu (default): llama-bench -ngl 0 -dev none (no device in llama.cpp's scheduler: a CUDA build with
+      -ngl 0 alone still offloads a prompt's matrix products to the GPU), sluice --cpu; gpu: -ngl 99 / --gpu.
+      Warm-ups: without --warmup (the CPU rows) none of the prompt in either (both time their first prompt after
+      the load; llama-bench's warm-up of a decode test, one token, is left on); --warmup (the GPU rows, where a
+      first launch pays module loads and handles) keeps both engines' own: llama-bench's runs the prompt (pp) or
+      one token (tg) first, sluice bench's the prompt and one token in a session of its own.
+      llama-bench: -fa 1, -r 1, default batch sizes, OMP_WAIT_POLICY=--omp (passive by default: a shared machine,
+      tools/bench_scale.py llama_bench says why; `default` leaves it unset). sluice: --resident, --routing model
+      (the routers choose, as llama.cpp's; with random weights both run the same experts' arithmetic), random
+      prompt ids in both, decode fed random ids (--decode random, as llama-bench's test_gen; greedy ids of random
+      weights loop and keep the same experts hot).
+      --deadline: no pair starts when less time is left than its last round took (the JSON lines of --out are the
+      history; --quadratic: a case never run is guessed from a shorter one of its kind, times the square of the
+      lengths' ratio), no run starts with under 2 s left, and each run is killed at the deadline (rc "timeout").
+      --threads 0 passes neither engine a thread count (the GPU rows: each its default).
+  depth_bench.py summary J.jsonl ...
+      The table of every (label, case) in the files: each engine's median over rounds, the ratio of the medians,
+      the ratio of each round, and the failed runs.
 """
 import argparse
 import importlib.util
@@ -100,32 +116,136 @@ def write(path, layers, vocab, seed=1234):
     w.close()
 
 
-def llama_cmd(gguf_path, kind, n, kv, threads):
-    c = [LLAMA_BENCH, "-m", gguf_path, "-t", str(threads), "-fa", "1", "-ctk", LLAMA_KV[kv], "-ctv", LLAMA_KV[kv],
-         "-r", "1", "-o", "json"]
-    return c + (["-p", str(n), "-n", "0", "--no-warmup"] if kind == "pp" else ["-p", "0", "-n", "32", "-d", str(n)])
+def llama_cmd(exe, gguf_path, kind, n, kv, threads, device, warmup, gen):
+    """llama-bench's command of a case. device gpu: every layer on the GPU (-ngl 99); cpu: -ngl 0 -dev none,
+    no device at all (with -ngl 0 alone a CUDA build keeps its GPU in the scheduler and offloads a prompt's large
+    matrix products to it: llama-context.cpp adds a backend per model device, llama.cpp's op offload is on by
+    default; -dev none leaves the model no device, so only the CPU backend runs)."""
+    c = [exe, "-m", gguf_path] + (["-t", str(threads)] if threads > 0 else []) + [
+        "-fa", "1", "-ctk", LLAMA_KV[kv], "-ctv", LLAMA_KV[kv], "-r", "1", "-o", "json"]
+    c += ["-ngl", "99"] if device == "gpu" else ["-ngl", "0", "-dev", "none"]
+    if kind == "pp":
+        return c + ["-p", str(n), "-n", "0"] + ([] if warmup else ["--no-warmup"])
+    return c + ["-p", "0", "-n", str(gen), "-d", str(n)]
 
 
-def sluice_cmd(exe, pack, kind, n, kv, threads):
-    return [exe, "bench", "-m", pack, "--resident", "--threads", str(threads), "--kv", SLUICE_KV[kv],
-            "--routing", "model", "--no-warmup", "--json", "--prompt", str(n), "--gen", "0" if kind == "pp" else "32"]
+def sluice_cmd(exe, pack, kind, n, kv, threads, device, warmup, gen, decode):
+    c = [exe, "bench", "-m", pack, "--gpu" if device == "gpu" else "--cpu", "--resident"] + (
+        ["--threads", str(threads)] if threads > 0 else []) + ["--kv", SLUICE_KV[kv], "--routing", "model", "--decode", decode, "--json", "--prompt", str(n),
+         "--gen", "0" if kind == "pp" else str(gen)]
+    return c if warmup else c + ["--no-warmup"]
 
 
-def run_one(engine, cmd, kind):
-    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+def run_one(engine, cmd, kind, omp, timeout):
+    env = dict(os.environ)
+    if omp != "default":
+        env["OMP_WAIT_POLICY"] = omp
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    dt = time.monotonic() - t0
-    r = {"engine": engine, "command": " ".join(cmd), "rc": p.returncode, "seconds": round(dt, 1)}
+    r = {"engine": engine, "command": ("" if omp == "default" or engine != "llama.cpp" else f"OMP_WAIT_POLICY={omp} ")
+         + " ".join(cmd)}
     try:
-        j = json.loads(p.stdout[p.stdout.index("["):])[0]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        out, err, r["rc"] = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:  # (run kills the child)
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        out, r["rc"] = "", "timeout"
+    r["seconds"] = round(time.monotonic() - t0, 1)
+    try:
+        j = json.loads(out[out.index("["):])[0]
+        r["tps"] = j["avg_ts"] if engine == "llama.cpp" else j["prefill_tok_s" if kind == "pp" else "decode_tok_s"]
         if engine == "llama.cpp":
-            r["tps"] = j["avg_ts"]
+            r["backends"], r["build"] = j.get("backends"), j.get("build_commit")
         else:
-            r["tps"] = j["prefill_tok_s" if kind == "pp" else "decode_tok_s"]
+            r["peak_rss"] = j.get("peak_rss_bytes")
     except (ValueError, KeyError, IndexError) as e:
-        r["error"] = f"{e}: {p.stderr[-800:]}"
+        r["error"] = ("killed at the deadline: " if r["rc"] == "timeout" else f"{e}: ") + err[-800:]
     return r
+
+
+def load_rows(paths):
+    rows = []
+    for p in paths:
+        if os.path.exists(p):
+            for line in open(p):
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    pass
+    return rows
+
+
+def estimate(history, label, case, quadratic=False):
+    """Seconds a pair of case took (its slower round), or None. quadratic: a case never run is guessed from the
+    longest shorter one of its kind and KV, times (N / n)^2 (the attention's share at depth; on 2 CPU threads the
+    8k -> 32k prefill took 19x)."""
+    def took(c):
+        t = {}
+        for x in history:
+            if x.get("label") == label and x.get("case") == c and x.get("engine") in ("llama.cpp", "sluice"):
+                t[x["engine"]] = max(t.get(x["engine"], 0), x.get("seconds", 0))
+        return sum(t.values()) if len(t) == 2 else None
+    if took(case) is not None or not quadratic:
+        return took(case)
+    kind, n, kv = case.split(":")
+    shorter = sorted({int(x["case"].split(":")[1]) for x in history if x.get("label") == label and
+                      x.get("case", "").startswith(kind + ":") and x["case"].endswith(":" + kv) and
+                      int(x["case"].split(":")[1]) < int(n) and took(x["case"]) is not None})
+    return round(took(f"{kind}:{shorter[-1]}:{kv}") * (int(n) / shorter[-1]) ** 2, 1) if shorter else None
+
+
+def run(a):
+    out_path = a.out
+    history = load_rows([out_path]) if out_path else []
+    out = open(out_path, "a") if out_path else None
+    rows = []
+    for rnd in range(a.round0, a.round0 + a.rounds):
+        for case in a.case:
+            kind, n, kv = case.split(":")
+            n = int(n)
+            left = a.deadline - time.time() if a.deadline else None
+            est = estimate(history + rows, a.label, case, a.quadratic)
+            if left is not None and (left < 5 or (est is not None and est > left)):
+                res = {"engine": "-", "case": case, "round": rnd, "label": a.label, "skipped":
+                       f"{left:.0f} s left, the pair took {est} s" if est is not None else f"{left:.0f} s left"}
+                print(json.dumps(res), file=out or sys.stderr, flush=True)
+                continue
+            pair = [("llama.cpp", llama_cmd(a.llama_bench, a.gguf, kind, n, kv, a.threads, a.device, a.warmup, a.gen)),
+                    ("sluice", sluice_cmd(a.sluice, a.pack, kind, n, kv, a.threads, a.device, a.warmup, a.gen,
+                                          a.decode))]
+            for engine, cmd in (pair if rnd % 2 == 0 else pair[::-1]):
+                left = a.deadline - time.time() if a.deadline else None
+                if left is not None and left < 2:
+                    break
+                res = dict(run_one(engine, cmd, kind, a.omp, left), case=case, round=rnd, label=a.label,
+                           load=round(os.getloadavg()[0], 1), utc=time.strftime("%H:%M:%S", time.gmtime()))
+                rows.append(res)
+                print(json.dumps(res), file=out or sys.stderr, flush=True)
+    print(table(rows))
+
+
+def table(rows, label_col=False):
+    """Markdown: per (label, case) the rounds' rates of each engine, their medians and the ratio of the medians."""
+    import statistics
+    keys = []
+    for x in rows:
+        k = (x.get("label", ""), x["case"])
+        if x.get("engine") in ("llama.cpp", "sluice") and k not in keys:
+            keys.append(k)
+    lines = ["| " + ("set | " if label_col else "") + "case | llama.cpp tok/s | sluice tok/s | sluice / llama.cpp "
+             "(medians) | per round | failed |",
+             "|---|---|---|---|---|---|" + ("---|" if label_col else "")]
+    for lab, case in keys:
+        sel = [x for x in rows if x.get("label", "") == lab and x["case"] == case]
+        t = {e: {x["round"]: x["tps"] for x in sel if x["engine"] == e and x.get("tps")} for e in ("llama.cpp", "sluice")}
+        med = {e: statistics.median(v.values()) if v else None for e, v in t.items()}
+        per = [f"{t['sluice'][r] / t['llama.cpp'][r]:.2f}" for r in sorted(t["sluice"]) if r in t["llama.cpp"]]
+        bad = [f"{x['engine']} r{x['round']}: {x.get('rc')} {str(x.get('error', ''))[-120:]}".replace("|", "/")
+               for x in sel if x.get("engine") in ("llama.cpp", "sluice") and not x.get("tps")]
+        f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        q = med["sluice"] / med["llama.cpp"] if med["sluice"] and med["llama.cpp"] else None
+        lines.append("| " + (f"{lab} | " if label_col else "") + f"{case} | {f(med['llama.cpp'])} | {f(med['sluice'])} | "
+                     f"{'-' if q is None else f'{q:.2f}x'} | {' '.join(per) or '-'} | {'; '.join(bad) or '-'} |")
+    return "\n".join(lines)
 
 
 def main():
@@ -139,34 +259,29 @@ def main():
     r.add_argument("gguf")
     r.add_argument("pack")
     r.add_argument("--case", action="append", required=True, help="pp:N:KV or tg:D:KV (KV f16, q8, q4)")
-    r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--threads", type=int, default=2, help="both engines' threads (0: each its default)")
     r.add_argument("--rounds", type=int, default=1)
+    r.add_argument("--round0", type=int, default=0, help="the first round's index (odd: sluice first)")
+    r.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    r.add_argument("--warmup", action="store_true", help="keep both engines' warm-ups (the GPU rows)")
+    r.add_argument("--gen", type=int, default=32)
+    r.add_argument("--decode", choices=("random", "greedy"), default="random")
+    r.add_argument("--omp", default="passive", help="llama.cpp's OMP_WAIT_POLICY: passive (default; a shared machine), active, or default (unset)")
+    r.add_argument("--deadline", type=float, default=None, help="epoch seconds: no run starts or lasts past it")
+    r.add_argument("--label", default="")
+    r.add_argument("--quadratic", action="store_true", help="guess a case never run from a shorter one (--deadline)")
+    r.add_argument("--llama-bench", default=LLAMA_BENCH)
     r.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
     r.add_argument("--out", default=None)
+    s = sp.add_parser("summary")
+    s.add_argument("jsonl", nargs="+")
     a = ap.parse_args()
     if a.cmd == "write":
         write(a.gguf, a.layers, a.vocab)
-        return
-    out = open(a.out, "a") if a.out else None
-    rows = []
-    for case in a.case:
-        kind, n, kv = case.split(":")
-        n = int(n)
-        for rnd in range(a.rounds):
-            pair = [("llama.cpp", llama_cmd(a.gguf, kind, n, kv, a.threads)),
-                    ("sluice", sluice_cmd(a.sluice, a.pack, kind, n, kv, a.threads))]
-            for engine, cmd in (pair if rnd % 2 == 0 else pair[::-1]):
-                res = dict(run_one(engine, cmd, kind), case=case, round=rnd,
-                           load=round(os.getloadavg()[0], 1), utc=time.strftime("%H:%M:%S", time.gmtime()))
-                rows.append(res)
-                print(json.dumps(res), file=out or sys.stderr, flush=True)
-    print("| case | llama.cpp tok/s | sluice tok/s | sluice / llama.cpp |")
-    print("|---|---|---|---|")
-    for case in a.case:
-        t = {e: [x["tps"] for x in rows if x["case"] == case and x["engine"] == e and "tps" in x]
-             for e in ("llama.cpp", "sluice")}
-        lt, st = (sum(v) / len(v) if v else float("nan") for v in (t["llama.cpp"], t["sluice"]))
-        print(f"| {case} | {lt:.2f} | {st:.2f} | {st / lt:.2f} |")
+    elif a.cmd == "summary":
+        print(table(load_rows(a.jsonl), label_col=True))
+    else:
+        run(a)
 
 
 if __name__ == "__main__":
