@@ -37,7 +37,7 @@
 #  4. $OUT/depth/summary.md (machine, versions, builds, steps, the commands, the tables), rows.jsonl (every run),
 #     logs/ (builds, GGUF, pack, nvidia-smi every 0.5 s during the rows).
 # Knobs: END, GPU_LAYERS, GPU_CASES, CPU_CASES, CPU_LONG, THREADS, ROUNDS_GPU / ROUNDS_CPU (2), WAIT_FOR, BUILD_CUDA,
-# LLAMA_CPU (native | cuda), JOBS, OMP (llama.cpp's OMP_WAIT_POLICY in the CPU rows: active; passive; default = unset).
+# LLAMA_CPU (native | cuda), JOBS, CLEAN=1 (DIR/depth's ~7 GB removed at the end), OMP (llama.cpp's OMP_WAIT_POLICY in the CPU rows: active; passive; default = unset).
 # sluice's switches (SLUICE_CUDA_...): the environment's, which every run inherits (llama.cpp reads none of them).
 # The CPU rows want an otherwise idle host: run this after (or with WAIT_FOR) the call's other work.
 # A rehearsal without a GPU: SLUICE, LLAMA_GPU_BIN, LLAMA_CPU_BIN (executables used as they are, no builds), PYTHON,
@@ -55,12 +55,12 @@ py=${PYTHON:-python3}
 bench=$here/depth_bench.py; [ -f "$bench" ] || bench=$PWD/tools/depth_bench.py
 w=$dir/depth; mkdir -p "$w"
 GL=${GPU_LAYERS:-8}; TH=${THREADS:-16}; JOBS=${JOBS:-$(nproc)}
-GPU_CASES=${GPU_CASES:-pp:8192:f16 tg:8192:f16 pp:32768:f16 tg:32768:f16}
-CPU_CASES=${CPU_CASES:-pp:8192:f16 tg:8192:f16}
-CPU_LONG=${CPU_LONG:-pp:32768:f16 tg:32768:f16}
+GPU_CASES=${GPU_CASES-pp:8192:f16 tg:8192:f16 pp:32768:f16 tg:32768:f16}
+CPU_CASES=${CPU_CASES-pp:8192:f16 tg:8192:f16}
+CPU_LONG=${CPU_LONG-pp:32768:f16 tg:32768:f16}
 bg=() # background jobs started here (process groups), stopped at the end
 fin() {
-    for p in "${bg[@]}"; do kill -- -"$p" 2>/dev/null; done
+    for p in "${bg[@]}"; do kill -- -"$p" 2>/dev/null || kill "$p" 2>/dev/null; done
     [ -n "${bg_smi:-}" ] && kill "$bg_smi" 2>/dev/null
     {
         echo "# depth rows (tools/depth_call.sh), $(date -u +%FT%TZ), $(el) s of END=$END"
@@ -104,12 +104,12 @@ lc=${LLAMA_CPU_BIN:-$dir/llama/build-cpu/bin/llama-bench}
 } >"$log/machine.txt" 2>&1
 
 # 1. the builds, in the background, one after the other (the GPU rows need the first), in a process group of their own
-cuda_build=0; [ -z "${LLAMA_GPU_BIN:-}" ] && [ ! -x "$lg" ] && [ "${BUILD_CUDA:-1}" = 1 ] && [ -d "$dir/llama" ] && cuda_build=1
-cpu_build=0; [ -z "${LLAMA_CPU_BIN:-}" ] && [ ! -x "$lc" ] && [ "${LLAMA_CPU:-native}" = native ] && [ -d "$dir/llama" ] && cpu_build=1
+cuda_build=0; [ -z "${LLAMA_GPU_BIN:-}" ] && [ ! -x "$lg" ] && [ "${BUILD_CUDA:-1}" = 1 ] && [ -d "$dir/llama" ] && [ -n "$GPU_CASES" ] && cuda_build=1
+cpu_build=0; [ -z "${LLAMA_CPU_BIN:-}" ] && [ ! -x "$lc" ] && [ "${LLAMA_CPU:-native}" = native ] && [ -d "$dir/llama" ] && [ -n "$CPU_CASES$CPU_LONG" ] && cpu_build=1
 if [ $cuda_build = 1 ] || [ $cpu_build = 1 ]; then
     common=(-G Ninja -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
             -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release)
-    setsid bash -c '
+    $(command -v setsid) bash -c '
         cd "$1" || exit 1
         cu=$2 cpu=$3 jobs=$4 log=$5; shift 5
         if [ "$cu" = 1 ]; then # tools/cuda_llama.sh run'"'"'s cmake line (its build dir: a later cuda_llama.sh resumes it)
@@ -145,10 +145,12 @@ gguf() { # name layers
         step "pack $1.sluice: $(stat -c %s "$p") B, $(( $(date +%s) - t )) s"
     fi
 }
-gguf d1 1 & g1=$!
-gguf "d$GL" "$GL" & g2=$!
-wait $g1; ok1=$?; wait $g2; ok2=$?
-step "GGUFs and packs: d1 rc=$ok1, d$GL rc=$ok2"
+ok1=1 ok2=1 # (empty CPU_CASES and CPU_LONG: no d1; empty GPU_CASES: no dL)
+[ -n "$CPU_CASES$CPU_LONG" ] && { gguf d1 1 & g1=$!; }
+[ -n "$GPU_CASES" ] && { gguf "d$GL" "$GL" & g2=$!; }
+[ -n "${g1:-}" ] && { wait "$g1"; ok1=$?; }
+[ -n "${g2:-}" ] && { wait "$g2"; ok2=$?; }
+step "GGUFs and packs: d1 $([ -n "${g1:-}" ] && echo "rc=$ok1" || echo "not needed"), d$GL $([ -n "${g2:-}" ] && echo "rc=$ok2" || echo "not needed")"
 
 # 3. the rows
 if [ -n "${WAIT_FOR:-}" ]; then
@@ -160,7 +162,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
 bg_smi=$!
 cases() { local a=() c; for c in $1; do a+=(--case "$c"); done; echo "${a[@]}"; }
 gpu_round() { # round index
-    [ $ok2 = 0 ] || return
+    [ $ok2 = 0 ] && [ -n "$GPU_CASES" ] || return 0
     if [ $cuda_build = 1 ]; then
         while [ ! -f "$log/cuda_build.done" ] && [ "$(left)" -gt 30 ]; do sleep 1; done
         [ -f "$log/cuda_build.done" ] && step "$(cat "$log/cuda_build.done")"; cuda_build=2
@@ -184,7 +186,7 @@ cpu_bin() { # the CPU rows' llama-bench into cb and its tag into ct (cb empty: n
     elif [ -x "$lg" ]; then cb=$lg ct="CUDA build, -dev none"; fi
 }
 cpu_round() { # round index, cases, wait (or empty); 1: deferred or no llama-bench
-    [ $ok1 = 0 ] || return 0
+    [ $ok1 = 0 ] && [ -n "$2" ] || return 0
     cpu_bin "$3"
     [ -n "$cb" ] || { step "CPU round $1 deferred: $([ $cpu_build = 1 ] && echo "the native llama.cpp build is not done" || echo "no llama-bench")"; return 1; }
     step "CPU round $1 ($TH threads, llama.cpp $ct): $2"
@@ -209,3 +211,4 @@ done
 pending wait
 [ -n "$CPU_LONG" ] && [ "$(left)" -gt 5 ] && cpu_round "$R_C" "$CPU_LONG" wait
 step "rows done"
+[ "${CLEAN:-0}" = 1 ] && rm -rf "$w" && step "CLEAN=1: $w removed"
