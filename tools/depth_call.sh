@@ -49,7 +49,7 @@ T0=$(date +%s); END=${END:-250}; DL=$((T0 + END))
 el() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( DL - $(date +%s) )); }
 o=${OUT:-/tmp/d_out}/depth; mkdir -p "$o/logs"; log=$o/logs
-S=$o/summary.md; J=$o/rows.jsonl; : >"$J"; st=$log/steps.txt; : >"$st"
+S=$o/summary.md; J=$o/rows.jsonl; : >"$J"; st=$log/steps.txt; : >"$st"; rm -f "$log"/*.done
 step() { echo "[$(el) s] $*" | tee -a "$st"; }
 py=${PYTHON:-python3}
 bench=$here/depth_bench.py; [ -f "$bench" ] || bench=$PWD/tools/depth_bench.py
@@ -141,7 +141,8 @@ gguf() { # name layers
     fi
     if [ ! -s "$p" ]; then
         t=$(date +%s)
-        "$sl" pack "$g" -o "$p" >"$log/pack.$1.log" 2>&1 || { step "pack $1 failed: $(tail -3 "$log/pack.$1.log" | tr '\n' ' ')"; return 1; }
+        "$sl" pack "$g" -o "$w/$1.part.sluice" >"$log/pack.$1.log" 2>&1 && mv "$w/$1.part.sluice" "$p" ||
+            { step "pack $1 failed: $(tail -3 "$log/pack.$1.log" | tr '\n' ' ')"; return 1; }
         step "pack $1.sluice: $(stat -c %s "$p") B, $(( $(date +%s) - t )) s"
     fi
 }
