@@ -8,6 +8,7 @@
 
 #include "sluice.h"
 #include "test.h"
+#include "text/sampler.h"
 #include "text/tokenizer.h"
 
 static sl_tokenizer *tiny(void) {
@@ -123,6 +124,35 @@ TEST(text_merges_both_forms) {
                       "\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
     CHECK(sl_tokenizer_from_json(bad, strlen(bad), NULL, NULL, &t, &err) == SL_EFORMAT && strstr(err.msg, "merge 0"));
     CHECK(t == NULL);
+}
+
+/* The sampler's one-pass top-k (sampler_top_k scan 1, sl_sampler_sample's path for top_k <= 256) gives the copy
+ * and select's candidates in its order, on logits with many ties, NaN, -inf and +inf, at vocabularies around its
+ * 16-wide blocks and k below, at and past the valid count. */
+TEST(text_sampler_top_k_scan) {
+    const int Vs[] = {1, 15, 16, 17, 33, 1000, 4099}, ks[] = {1, 2, 7, 40, 256, 5000};
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (int vi = 0; vi < 7; vi++)
+        for (int ki = 0; ki < 6; ki++)
+            for (int rep = 0; rep < 4; rep++) {
+                int V = Vs[vi], k = ks[ki];
+                float *x = malloc((size_t)V * sizeof *x);
+                sampler_cand *a = malloc((size_t)V * sizeof *a), *b = malloc((size_t)V * sizeof *b);
+                for (int v = 0; v < V; v++) {
+                    r = r * 6364136223846793005ull + 1442695040888963407ull;
+                    unsigned u = (unsigned)(r >> 33);
+                    x[v] = rep == 3 ? (float)(v % 5) /* rising ties only */
+                         : u % 97 == 0 ? NAN : u % 89 == 0 ? -INFINITY : u % 211 == 0 ? INFINITY
+                         : (float)((int)(u % (rep ? 23u : 1000u)) - 500) * 0.25f;
+                }
+                int na = sampler_top_k(x, V, k, a, 1), nb = sampler_top_k(x, V, k, b, 0), same = na == nb;
+                for (int i = 0; same && i < na; i++)
+                    same = a[i].id == b[i].id && memcmp(&a[i].logit, &b[i].logit, sizeof(float)) == 0;
+                if (!same) fprintf(stderr, "V %d k %d rep %d: %d / %d candidates differ\n", V, k, rep, na, nb);
+                CHECK(same);
+                CHECK(na <= k && (V < 40 || na > 0));
+                free(x), free(a), free(b);
+            }
 }
 
 /* Draws n tokens from logits l with a (and b, when not NULL); counts[v] += how often a drew v. Returns
