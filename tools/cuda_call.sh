@@ -17,7 +17,10 @@
 # TL=1 (DIR/tl/libsltl.so from tools/cuda_tl_call.sh prepare's gcc line): tools/cuda_tl_set.sh's timelines during the build.
 # HYB=1: after serving, issue 25's rows (llama.cpp -ncmoe 48 / 24 against sluice --vram 2G / 8G --cache 24G) until HYB_END;
 # HYB_NS (llama.cpp's -ncmoe values, "48 24"), HYB_VR (sluice's VRAM:routing rows); SERVE_SETS (bench_serve's env sets);
-# CHECK_T (each CHECKS run's limit, 30 s); HYB_MODES="cold warm gemm": each sluice row from a cold RAM cache, with --warm-cache, and through the grouped GEMM.
+# CHECK_T (each CHECKS run's limit, 30 s); HYB_MODES="cold warm gemm": each sluice row from a cold RAM cache, with --warm-cache, and through the grouped GEMM;
+# HYB_HY="off on": each hybrid row with --hybrid off / on. AB_SETS="A=1 B=2+C=1" (AB_SERVE=1, AB_END): each set against the defaults
+# on a 16-layer synth (decode at depths 1 / 512, serving 1 / 8 streams), before the rounds. SX_GATE=1: the rounds run the defaults
+# when test_cuda, a CHECKS run or a model test failed. DEPTH=1 (DEPTH_END, DEPTH_CASES, DEPTH_ROUNDS): tools/depth_call.sh's GPU rows after serving.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
@@ -35,20 +38,34 @@ w=/tmp/lc; rm -rf "$w"; mkdir -p "$w/mt" "$w/logs"; log=$w/logs
 fin() { tar czf "$o/logs.tar.gz" -C "$w" logs; echo "=== summary"; cat "$S"; }
 trap fin EXIT
 sl=$here/stage/sluice
+row() { python3 - "$1" <<'PY' 2>/dev/null || echo "failed: $(tail -c 200 "$2" | tr '\n' ' ')"
+import json, sys
+t = open(sys.argv[1]).read(); r = json.loads(t[t.index("["):])[0]
+print("prefill %.1f decode %.2f" % (r["prefill_tok_s"], r["decode_tok_s"]))
+PY
+}
+lrow() { python3 - "$1" <<'PY' 2>/dev/null || echo "failed"
+import json, sys
+t = open(sys.argv[1]).read(); r = json.loads(t[t.index("["):])
+print(" ".join("p%d/n%d/d%d %.1f" % (x["n_prompt"], x["n_gen"], x.get("n_depth", 0), x["avg_ts"]) for x in r))
+PY
+}
 { echo "call C: $(date -u +%FT%TZ) $(cat "$here/t/VERSION") switches: [$SX] switches2: [$SX2] kv $KV"
   nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm --format=csv,noheader; } >"$S" 2>&1
 export LD_LIBRARY_PATH=$here/stage/lib:$here/t/lib
-timeout 60 "$here/t/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?
+timeout 60 "$here/t/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?; gate_bad=""; [ $rc = 0 ] || gate_bad=test_cuda
 echo "test_cuda rc=$rc: $(tail -1 "$log/test_cuda.log") [$(el) s]" >>"$S"; grep -m 20 FAIL "$log/test_cuda.log" >>"$S"
 for x in ${CHECKS:-}; do # CHECKS="pdl mvprof": test_cuda's runs outside its full run (the overlapped chain check, the matvec's phases)
   timeout ${CHECK_T:-30} "$here/t/test_cuda" --$x >"$log/test_cuda.$x.log" 2>&1; rc=$?
   echo "test_cuda --$x rc=$rc: $(tail -1 "$log/test_cuda.$x.log") [$(el) s]" >>"$S"; grep -m 30 -E "FAIL|mismatch|phase|CTA|cycles" "$log/test_cuda.$x.log" >>"$S"
+  [ $rc = 0 ] || gate_bad="$gate_bad --$x"
 done
 names=$(tools/cuda_pack_fixtures.sh "$sl" "$w/mt" "$log/pack.log")
 mt() { local tag=$1; shift # (call H: four runs killed at 100 s each left no time for the rounds: a deadline, MT_END)
   [ "$(el)" -lt ${MT_END:-200} ] || { echo "model_test $tag skipped: past MT_END" >>"$S"; return; }
   env "$@" timeout 100 "$here/t/test_model" "$w/mt" $names >"$log/model_test.$tag.log" 2>&1; local rc=$?
   echo "model_test $tag ($*) rc=$rc: $(tail -1 "$log/model_test.$tag.log") [$(el) s]" >>"$S"
+  [ $rc = 0 ] || gate_bad="$gate_bad model_test.$tag"
   grep -m 12 -i "fail" "$log/model_test.$tag.log" >>"$S"; }
 mt default
 [ -n "$SX" ] && mt switches $SX
@@ -70,23 +87,29 @@ if [ -n "${TL:-}" ] && [ -f "$here/tl/libsltl.so" ]; then # TL=1: kernel timelin
   done
   rm -f "$w/q16.sluice"
 fi
+if [ -n "${AB_SETS:-}" ] && [ "$(el)" -lt ${AB_END:-200} ]; then # AB_SETS="A=1 A=1+B=2": each set against the defaults on a 16-layer synth, alternated
+  "$sl" synth --shape qwen3-30b-a3b --layers 16 --quant q4 --group 32 -o "$w/ab16.sluice" >"$log/ab_synth.log" 2>&1
+  for r in 1 2; do for ss in DEF $AB_SETS; do
+    [ "$(el)" -lt ${AB_END:-200} ] || break 2
+    sv=${ss//+/ }; [ "$ss" = DEF ] && sv=""; line=""
+    for p in 1 512; do
+      env $sv timeout 40 "$sl" bench -m "$w/ab16.sluice" --gpu --resident --kv f16 --prompt $p --gen 64 --decode random --json \
+        >"$log/ab.$r.$p.json" 2>"$log/ab.$r.$p.err"; line="$line p$p $(row "$log/ab.$r.$p.json" "$log/ab.$r.$p.err" | sed 's/prefill [0-9.]* //')"
+    done
+    if [ -n "${AB_SERVE:-}" ]; then
+      env $sv timeout 40 "$here/t/bench_serve" "$w/ab16.sluice" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 --followup 0 >"$log/ab.serve.$r.txt" 2>&1
+      line="$line serve $(grep -E '^\| (1|8) \|' "$log/ab.serve.$r.txt" | awk -F'|' '{printf "%s:%s ", $2, $3}')"
+    fi
+    echo "ab16 r$r [${sv:-defaults}]:$line [$(el) s]" >>"$S"
+  done; done
+  rm -f "$w/ab16.sluice"
+fi
+if [ -n "${SX_GATE:-}" ] && [ -n "$gate_bad" ]; then echo "SX_GATE: failed ($gate_bad): the rounds run the defaults, not [$SX]" >>"$S"; SX=""; fi
 echo "tests done [$(el) s]" >>"$S"
 touch "$here/tests.done"
 wait $lp; echo "llama part (build, GGUF, pack, greedy) rc=$? [$(el) s]" >>"$S"
 grep -A3 "^prompt" "$o/llama.txt" 2>/dev/null | head -12 >>"$S"; grep -E "write_gguf|pack|build done" "$here/raw/steps.txt" >>"$S" 2>/dev/null
 lb=$here/llama/build/bin; gg=$here/work/q30-L48.gguf; sp=$here/work/q30-L48.sluice
-row() { python3 - "$1" <<'PY' 2>/dev/null || echo "failed: $(tail -c 200 "$2" | tr '\n' ' ')"
-import json, sys
-t = open(sys.argv[1]).read(); r = json.loads(t[t.index("["):])[0]
-print("prefill %.1f decode %.2f" % (r["prefill_tok_s"], r["decode_tok_s"]))
-PY
-}
-lrow() { python3 - "$1" <<'PY' 2>/dev/null || echo "failed"
-import json, sys
-t = open(sys.argv[1]).read(); r = json.loads(t[t.index("["):])
-print(" ".join("p%d/n%d/d%d %.1f" % (x["n_prompt"], x["n_gen"], x.get("n_depth", 0), x["avg_ts"]) for x in r))
-PY
-}
 if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
   for r in 1 2; do
     [ "$(el)" -lt ${R2:-360} ] || break
@@ -118,6 +141,12 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
     env $sv timeout $(( ${END_BY:-565} - $(el) )) "$here/t/bench_serve" "$sp" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 >"$log/serve.$ss.txt" 2>&1
     echo "serve (48 layers, [$sv]): $(grep -E '^\| (1|8) \|' "$log/serve.$ss.txt" | tr '\n' ' ') [$(el) s]" >>"$S"
   done
+  if [ -n "${DEPTH:-}" ] && [ "$(el)" -lt ${DEPTH_END:-450} ]; then # DEPTH=1: issue 28's GPU rows (tools/depth_call.sh, its GGUF written now) until DEPTH_END
+    OUT=$w/dout BUILD_CUDA=0 CPU_CASES="" CPU_LONG="" ROUNDS_GPU=${DEPTH_ROUNDS:-1} GPU_CASES="${DEPTH_CASES:-pp:8192:f16 tg:8192:f16 pp:32768:f16 tg:32768:f16}" \
+      END=$(( ${DEPTH_END:-450} - $(el) )) bash tools/depth_call.sh "$here" >"$log/depth_call.log" 2>&1
+    echo "depth rows rc=$? [$(el) s]" >>"$S"; sed -n '/^|/p' "$w/dout/depth/summary.md" >>"$S" 2>/dev/null
+    tar czf "$o/depth.tar.gz" -C "$w/dout" depth 2>/dev/null; rm -rf "$here/depth"
+  fi
   if [ -n "${HYB:-}" ]; then # HYB=1: issue 25's rows on the same GGUF and pack, while time is left (HYB_END, s)
     # llama.cpp's experts on the CPU (-ncmoe N of the 48 layers, 16 threads) against sluice's VRAM tier + RAM cache
     # (--vram V --cache 24G: the hybrid step), decode at depth 512 in both (sluice after its 512-token prompt)
@@ -129,13 +158,14 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
     done
     # HYB_MODES (default "cold"): cold = as before (a cold RAM cache); warm = --warm-cache (every expert in RAM first, as
     # llama.cpp's page cache) with SLUICE_CUDA_TIER_GEMM=0 (an expert at a time); gemm = --warm-cache, the default's grouped GEMM
-    for vr in ${HYB_VR:-2G:model 2G:uniform 8G:model}; do for md in ${HYB_MODES:-cold}; do
+    # HYB_HY (default "auto"): each row with --hybrid off / on / auto (on: the misses the cost model gives the host run there)
+    for vr in ${HYB_VR:-2G:model 2G:uniform 8G:model}; do for md in ${HYB_MODES:-cold}; do for hy in ${HYB_HY:-auto}; do
       [ "$(el)" -lt ${HYB_END:-560} ] || break
-      f=$log/h.${vr/:/.}.$md; ex=""; [ "$md" = cold ] || ex=--warm-cache; gx=""; [ "$md" = warm ] && gx=SLUICE_CUDA_TIER_GEMM=0
+      f=$log/h.${vr/:/.}.$md.$hy; ex=""; [ "$md" = cold ] || ex=--warm-cache; gx=""; [ "$md" = warm ] && gx=SLUICE_CUDA_TIER_GEMM=0
       env $SX $gx timeout 120 "$sl" bench -m "$sp" --gpu --vram ${vr%%:*} --cache 24G --threads 16 --kv $KV --prompt 512 --gen 64 \
-        --routing ${vr#*:} $ex --json >"$f.json" 2>"$f.err"
-      echo "sluice --vram ${vr%%:*} --cache 24G --routing ${vr#*:} ($md): $(row "$f.json" "$f.err") $(grep -oE '"(vram_hit_rate|hybrid_host_fraction|warm_cache_experts)":[^,]*' "$f.json" | tr '\n' ' ') [$(el) s]" >>"$S"
-    done; done
+        --routing ${vr#*:} --hybrid $hy $ex --json >"$f.json" 2>"$f.err"
+      echo "sluice --vram ${vr%%:*} --cache 24G --routing ${vr#*:} --hybrid $hy ($md): $(row "$f.json" "$f.err") $(grep -oE '"(vram_hit_rate|hybrid_host_fraction|warm_cache_experts)":[^,]*' "$f.json" | tr '\n' ' ') [$(el) s]" >>"$S"
+    done; done; done
   fi
 else
   echo "no GGUF/pack or no llama-bench: $(tail -5 "$o/llama_run.log" | tr '\n' ' ')" >>"$S"
