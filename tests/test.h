@@ -70,4 +70,21 @@ int test_sh(int merge_stderr, char **out, const char *fmt, ...) __attribute__((f
  * max); returns the count, or -1. */
 int test_ref_ids(const char *fixture, const char *key, int32_t *out, int max);
 
+/* A fixture's reference prompt: the ids of tests/data/<fixture>/ref.json "tokens". */
+typedef struct {
+    int32_t tokens[256];
+    int n;
+} test_toks;
+struct slc_file;
+/* The prologue of a case on a packed fixture (OPEN_FIXTURE): when path, *path = test_packed(fixture); when toks, its
+ * reference prompt (one id at least); when f, the pack opened (slc_open; the caller slc_closes it). 0 on success;
+ * else -1 after test_fail at file:line has named the step that failed, nothing left open. */
+int test_open_fixture(const char *file, int line, const char *fixture, const char **path, test_toks *toks,
+                      struct slc_file *f);
+/* test_open_fixture at the caller's line; returns from the case when it fails, as CHECK does. */
+#define OPEN_FIXTURE(fixture, path, toks, f)                                                     \
+    do {                                                                                         \
+        if (test_open_fixture(__FILE__, __LINE__, fixture, path, toks, f)) return;               \
+    } while (0)
+
 #endif

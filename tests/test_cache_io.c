@@ -485,10 +485,7 @@ typedef struct {
 
 static void hint_rig_open(hint_rig *h) {
     memset(h, 0, sizeof *h);
-    const char *path = test_packed("qwen3_next");
-    CHECK(path);
-    sl_error err = {0};
-    CHECK(slc_open(path, &h->f, &err) == SL_OK);
+    OPEN_FIXTURE("qwen3_next", NULL, NULL, &h->f);
     sl_error why = {0};
     io_engine *io = pread_new(h->f.fd, 4, &why);
     CHECKF(io, "%s", why.msg);

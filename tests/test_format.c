@@ -98,12 +98,10 @@ static void expect_pack_fail(const char *dir, sl_status want, const char *n1, co
 /* ---- pack and read back ---- */
 
 FIXTURE_TEST(pack_roundtrip_every_tensor) {
-    const char *path = test_packed(arg);
-    CHECK(path);
     slc_file f;
+    OPEN_FIXTURE(arg, NULL, NULL, &f);
     sl_error err = {0};
     hf_ckpt *ck = NULL;
-    CHECKF(slc_open(path, &f, &err) == SL_OK, "%s", err.msg);
     if (hf_open(test_path("tests/data/%s", arg), &ck, &err)) {
         slc_close(&f);
         CHECKF(0, "%s", err.msg);
@@ -279,11 +277,8 @@ TEST(pack_quant_modes) {
 TEST(pack_keeps_source_dtypes) {
     const char *want[][2] = {{"qwen3_moe", "f16"}, {"qwen3_5_fused", "bf16"}, {"qwen3_next_fp8", "f32"}, {"qwen3_next", "f32"}};
     for (int i = 0; i < 4; i++) {
-        const char *p = test_packed(want[i][0]);
-        CHECK(p);
         slc_file f;
-        sl_error err = {0};
-        CHECK(slc_open(p, &f, &err) == SL_OK);
+        OPEN_FIXTURE(want[i][0], NULL, NULL, &f);
         int ok = !strcmp(dt_name(f.parts[0].dtype), want[i][1]);
         slc_close(&f);
         CHECKF(ok, "%s experts stored as %s", want[i][0], want[i][1]);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "format/container.h"
 #include "sluice.h"
 #include "test.h"
 
@@ -163,6 +164,26 @@ int test_ref_ids(const char *fixture, const char *key, int32_t *out, int max) {
     }
     cJSON_Delete(j);
     return n;
+}
+
+int test_open_fixture(const char *file, int line, const char *fixture, const char **path, test_toks *toks,
+                      struct slc_file *f) {
+    const char *p = test_packed(fixture);
+    if (!p) {
+        test_fail(file, line, "%s: the fixture did not pack", fixture);
+        return -1;
+    }
+    if (path) *path = p;
+    if (toks && (toks->n = test_ref_ids(fixture, "tokens", toks->tokens, 256)) <= 0) {
+        test_fail(file, line, "%s: no reference tokens in its ref.json", fixture);
+        return -1;
+    }
+    sl_error err = {0};
+    if (f && slc_open(p, f, &err) != SL_OK) {
+        test_fail(file, line, "%s: slc_open %s: %s", fixture, p, err.msg);
+        return -1;
+    }
+    return 0;
 }
 
 int test_exists(const char *path) { return access(path, F_OK) == 0; }

@@ -54,13 +54,8 @@ static int ranks_stop(ranks_t *r) {
     return bad;
 }
 
-typedef struct {
-    int32_t tokens[256];
-    int n;
-} toks_t;
-
 /* The prompt in chunks of `step` (every position's logits), then 4 greedy steps: [n + 4][V], poisoned first. */
-static float *eval_stats(const char *path, const sl_model_params *mp, const toks_t *t, int step, char *msg,
+static float *eval_stats(const char *path, const sl_model_params *mp, const test_toks *t, int step, char *msg,
                          size_t *n_out, sl_rank_stats *rs) {
     sl_model *m = NULL;
     sl_error err = {0};
@@ -98,7 +93,7 @@ static float *eval_stats(const char *path, const sl_model_params *mp, const toks
     return out;
 }
 
-static float *eval_all(const char *path, const sl_model_params *mp, const toks_t *t, int step, char *msg,
+static float *eval_all(const char *path, const sl_model_params *mp, const test_toks *t, int step, char *msg,
                        size_t *n_out) {
     return eval_stats(path, mp, t, step, msg, n_out, NULL);
 }
@@ -107,10 +102,9 @@ static float *eval_all(const char *path, const sl_model_params *mp, const toks_t
  * (layer-major in one pass, micro-batches of 13 or 7, token by token), f32 and q4 weights with int8 and exact
  * activations: bitwise the same logits. */
 FIXTURE_TEST(remote_equals_one_process) {
-    const char *path = test_packed(arg);
-    CHECK(path);
-    toks_t t;
-    CHECK((t.n = test_ref_ids(arg, "tokens", t.tokens, 256)) > 0);
+    const char *path;
+    test_toks t;
+    OPEN_FIXTURE(arg, &path, &t, NULL);
     char msg[1024] = "";
     /* case 3: q4 weights, int8 activations (the rows' int8 form made on the ranks from the f32 rows) */
     const char *q4 = test_path("%s/remote-%s.q4.sluice", test_tmpdir(), arg);
@@ -203,7 +197,7 @@ TEST(remote_partition_balances) {
 TEST(remote_rank_that_stops_answering) {
     const char *path = test_packed("qwen3_moe");
     CHECK(path);
-    toks_t t = {.n = 3, .tokens = {1, 2, 3}};
+    test_toks t = {.n = 3, .tokens = {1, 2, 3}};
     ranks_t r;
     CHECK(ranks_start(&r) == 0);
     setenv("SLUICE_REMOTE_TIMEOUT", "0.5", 1);
@@ -239,11 +233,10 @@ TEST(remote_open_names_the_rank_and_its_error) {
 /* Shares from a routing profile (sl_model_params.pin_profile): expert 0 of every MoE layer far the hottest, so
  * rank 1 takes it alone and rank 2 every other expert; the logits stay one process's. */
 TEST(remote_profile_balances_the_load) {
-    const char *path = test_packed("qwen3_moe");
-    CHECK(path);
+    const char *path;
+    test_toks t;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
+    OPEN_FIXTURE("qwen3_moe", &path, &t, &f);
     const int S = (int)f.h.n_moe_layers, E = (int)f.h.n_experts;
     char *prof = malloc(64 + (size_t)S * E * 32), *p = prof;
     p += sprintf(p, "sluice-profile 1 layers %d experts %d\n", S, E);
@@ -253,8 +246,6 @@ TEST(remote_profile_balances_the_load) {
     const char *pf = test_path("%s/remote-profile.txt", test_tmpdir());
     CHECK(test_write(pf, prof, strlen(prof)) == 0);
     free(prof);
-    toks_t t;
-    CHECK((t.n = test_ref_ids("qwen3_moe", "tokens", t.tokens, 256)) > 0);
     sl_model_params one = sl_model_params_default();
     one.resident = 1;
     one.n_threads = 1;

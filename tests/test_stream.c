@@ -16,20 +16,10 @@
 #include "stream/io.h"
 #include "test.h"
 
-typedef struct {
-    int32_t tokens[256];
-    int n;
-} toks_t;
-
-static int load_tokens(const char *fixture, toks_t *t) {
-    t->n = test_ref_ids(fixture, "tokens", t->tokens, 256);
-    return t->n > 0 ? 0 : -1;
-}
-
 /* Evaluates the prompt in chunks of `step` (all logits) and then 4 greedy decode steps; returns a
  * malloc'ed [n + 4][V] array or NULL (message in msg). The array is poisoned (NaN) first and every
  * element must have been written, so two runs can only compare equal on values they computed. */
-static float *run(const char *path, const sl_model_params *mp, const io_fault_cfg *fault, const toks_t *t, int step,
+static float *run(const char *path, const sl_model_params *mp, const io_fault_cfg *fault, const test_toks *t, int step,
                   char *msg, sl_model **keep) {
     sl_model *m = NULL;
     sl_error err = {0};
@@ -73,13 +63,10 @@ static float *run(const char *path, const sl_model_params *mp, const io_fault_cf
 }
 
 FIXTURE_TEST(streamed_equals_resident) {
-    const char *path = test_packed(arg);
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens(arg, &t) == 0);
+    const char *path;
+    test_toks t;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
+    OPEN_FIXTURE(arg, &path, &t, &f);
     uint64_t stride = f.h.expert_stride, total = f.h.expert_len;
     slc_close(&f);
     char msg[1024] = "";
@@ -123,13 +110,10 @@ FIXTURE_TEST(streamed_equals_resident) {
  * pass (layer-major, ordered requests: the experts held in batches as the tier has room, model/moe.c grouped_wide),
  * in a layer-major chunk of 70 then token-major ones, and token by token (unordered), and its counters add up. */
 FIXTURE_TEST(tiered_equals_resident) {
-    const char *path = test_packed(arg);
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens(arg, &t) == 0);
+    const char *path;
+    test_toks t;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
+    OPEN_FIXTURE(arg, &path, &t, &f);
     uint64_t stride = f.h.expert_stride, total = f.h.expert_len, used = (uint64_t)f.h.n_experts;
     slc_close(&f);
     char msg[1024] = "";
@@ -182,7 +166,7 @@ FIXTURE_TEST(tiered_equals_resident) {
     for (int i = 0; i < 3; i++) free(refs[i]);
 }
 
-static float *reference(const char *path, const toks_t *t, int step) {
+static float *reference(const char *path, const test_toks *t, int step) {
     char msg[1024];
     sl_model_params rp = sl_model_params_default();
     rp.resident = 1;
@@ -190,10 +174,9 @@ static float *reference(const char *path, const toks_t *t, int step) {
 }
 
 TEST(faults_recovered_bitwise) {
-    const char *path = test_packed("qwen3_next");
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens("qwen3_next", &t) == 0);
+    const char *path;
+    test_toks t;
+    OPEN_FIXTURE("qwen3_next", &path, &t, NULL);
     float *ref = reference(path, &t, 11);
     CHECK(ref);
     size_t bytes = (size_t)(t.n + 4) * 256 * sizeof(float);
@@ -230,7 +213,7 @@ TEST(faults_recovered_bitwise) {
 /* Feeds the prompt token by token, then 4 greedy steps, into s; out: [n + 4][V] logits. The first
  * evaluation that fails is recorded (*fault_at, *fault_st, fault_msg, *fault_past: n_past right after
  * it) and the same token is evaluated again. Returns the status of the last evaluation. */
-static sl_status step_all(sl_session *s, const toks_t *t, int V, float *out, int *fault_at, sl_status *fault_st,
+static sl_status step_all(sl_session *s, const test_toks *t, int V, float *out, int *fault_at, sl_status *fault_st,
                           char *fault_msg, int *fault_past) {
     sl_status st = SL_OK;
     *fault_at = -1;
@@ -259,18 +242,15 @@ static sl_io_engine one_fault_engine = SL_ENGINE_AUTO; /* the engine under the f
 static int one_fault_tier_slots; /* > 0: a device tier of this many slots over the cache (stream/tier.h) */
 
 static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
-    const char *path = test_packed("qwen3_5_moe");
-    CHECK(path);
+    const char *path;
+    test_toks t;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
+    OPEN_FIXTURE("qwen3_5_moe", &path, &t, &f);
     fc->only_off = slc_expert_offset(&f, 1, 9); /* layer 1, expert 9 */
     const uint64_t stride = f.h.expert_stride;
     char off[32];
     snprintf(off, sizeof off, "%llu", (unsigned long long)fc->only_off);
     slc_close(&f);
-    toks_t t;
-    CHECK(load_tokens("qwen3_5_moe", &t) == 0);
     float *ref = reference(path, &t, 1);
     CHECK(ref);
     sl_model_params mp = sl_model_params_default();
@@ -278,6 +258,7 @@ static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
     mp.io_engine = one_fault_engine;
     mp.vram_bytes = (uint64_t)one_fault_tier_slots * stride;
     sl_model *m = NULL;
+    sl_error err = {0};
     CHECK(model_open_ex(path, &mp, fc, &m, &err) == SL_OK);
     const int V = sl_model_n_vocab(m);
     const size_t total = (size_t)(t.n + 4) * V;
@@ -323,10 +304,9 @@ TEST(fault_eio_names_expert) {
 /* The engine's wait() itself fails (its reaper gone): the eval reports it by name and closing the model
  * returns instead of waiting forever for the reads that will never be reported (cache.c drain). */
 TEST(broken_engine_wait_fails_the_eval_and_close_returns) {
-    const char *path = test_packed("qwen3_5_moe");
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens("qwen3_5_moe", &t) == 0);
+    const char *path;
+    test_toks t;
+    OPEN_FIXTURE("qwen3_5_moe", &path, &t, NULL);
     io_fault_cfg fc;
     memset(&fc, 0, sizeof fc);
     fc.wait_fail_after = 3;
@@ -382,10 +362,9 @@ TEST(fault_corruption_caught_by_checksum_pread) {
 }
 
 TEST(stats_add_up) {
-    const char *path = test_packed("qwen3_next");
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens("qwen3_next", &t) == 0);
+    const char *path;
+    test_toks t;
+    OPEN_FIXTURE("qwen3_next", &path, &t, NULL);
     sl_model_params mp = sl_model_params_default();
     mp.cache_bytes = 16 * 24576; /* half of the 2 MoE layers x 16 experts */
     mp.io_mode = SL_IO_DIRECT;
@@ -429,10 +408,9 @@ TEST(stats_add_up) {
 }
 
 TEST(profile_roundtrip_and_pin) {
-    const char *path = test_packed("qwen3_next");
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens("qwen3_next", &t) == 0);
+    const char *path;
+    test_toks t;
+    OPEN_FIXTURE("qwen3_next", &path, &t, NULL);
     sl_model_params mp = sl_model_params_default();
     char msg[1024];
     sl_model *m = NULL;
@@ -466,7 +444,7 @@ TEST(profile_roundtrip_and_pin) {
  * prefetch reads and used. Then with faults in those reads: (a) the first read of an expert the next layer
  * uses fails once, (b) every read of an expert the hint predicts but the prompt never uses fails. Neither
  * fails the evaluation, and the logits stay bitwise the resident ones. */
-static sl_status prefill_once(const char *path, const sl_model_params *mp, const io_fault_cfg *fc, const toks_t *t,
+static sl_status prefill_once(const char *path, const sl_model_params *mp, const io_fault_cfg *fc, const test_toks *t,
                               float *out, sl_stats *st, uint64_t counts[][64], int n_layers) {
     sl_model *m = NULL;
     sl_error err = {0};
@@ -483,13 +461,10 @@ static sl_status prefill_once(const char *path, const sl_model_params *mp, const
 }
 
 FIXTURE_TEST(prefill_read_ahead_is_bitwise_and_its_faults_are_quiet) {
-    const char *path = test_packed(arg);
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens(arg, &t) == 0);
+    const char *path;
+    test_toks t;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
+    OPEN_FIXTURE(arg, &path, &t, &f);
     const int L = f.cfg.n_layers, E = (int)f.h.n_experts;
     uint64_t total = f.h.expert_len;
     int moe[64], n_moe = 0;
@@ -550,10 +525,9 @@ FIXTURE_TEST(prefill_read_ahead_is_bitwise_and_its_faults_are_quiet) {
 /* Long inputs run layer-major (each expert read once per layer for the whole chunk): bitwise the same
  * logits as micro-batches through all layers, streamed or resident, and far fewer expert reads. */
 FIXTURE_TEST(layer_major_prefill_is_bitwise_and_reads_less) {
-    const char *path = test_packed(arg);
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens(arg, &t) == 0);
+    const char *path;
+    test_toks t;
+    OPEN_FIXTURE(arg, &path, &t, NULL);
     float *res[3];
     uint64_t reads[3] = {0};
     for (int i = 0; i < 3; i++) { /* 0: wide streamed, 1: micro-batches streamed, 2: wide resident */
@@ -587,13 +561,10 @@ FIXTURE_TEST(layer_major_prefill_is_bitwise_and_reads_less) {
 /* A read failing in the middle of a layer-major prefill: a clear error, the session unchanged (n_past 0
  * and the DeltaNet state intact: evaluating again gives bitwise a fresh session's logits). */
 TEST(layer_major_failure_leaves_session_unchanged) {
-    const char *path = test_packed("qwen3_next");
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens("qwen3_next", &t) == 0);
+    const char *path;
+    test_toks t;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
+    OPEN_FIXTURE("qwen3_next", &path, &t, &f);
     io_fault_cfg fc;
     memset(&fc, 0, sizeof fc);
     fc.only_off = slc_expert_offset(&f, 1, 3); /* the last MoE layer (2): earlier layers are done by then */
@@ -603,6 +574,7 @@ TEST(layer_major_failure_leaves_session_unchanged) {
     sl_model_params mp = sl_model_params_default();
     mp.prefetch = -1;
     sl_model *m = NULL;
+    sl_error err = {0};
     CHECK(model_open_ex(path, &mp, &fc, &m, &err) == SL_OK);
     sl_session *s = NULL;
     sl_session_new(m, 0, &s);
@@ -634,10 +606,9 @@ TEST(layer_major_failure_leaves_session_unchanged) {
  * the last MoE layer has by then written all 100 positions through layer 0's ring (71 rows), over rows the
  * session still needs; they are put back, so evaluating again gives bitwise a fresh session's logits. */
 TEST(sliding_ring_failure_leaves_session_unchanged) {
-    const char *path = test_packed("gpt_oss");
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens("gpt_oss", &t) == 0);
+    const char *path;
+    test_toks t;
+    OPEN_FIXTURE("gpt_oss", &path, &t, NULL);
     const int n0 = 20; /* more than the window (8): the ring's rows matter */
     sl_error err = {0};
     sl_model_params mp = sl_model_params_default();
@@ -714,13 +685,10 @@ TEST(cache_budget_capped_at_expert_section) {
  * either policy, 1 or 2 threads, whole-prompt and token-by-token feeding; the seed matters, and the
  * routing is not the model's. */
 FIXTURE_TEST(uniform_routing_streamed_equals_resident) {
-    const char *path = test_packed(arg);
-    CHECK(path);
-    toks_t t;
-    CHECK(load_tokens(arg, &t) == 0);
+    const char *path;
+    test_toks t;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
+    OPEN_FIXTURE(arg, &path, &t, &f);
     uint64_t stride = f.h.expert_stride, total = f.h.expert_len;
     slc_close(&f);
     char msg[1024] = "";
@@ -769,11 +737,9 @@ FIXTURE_TEST(uniform_routing_streamed_equals_resident) {
  * of the requests (independent uniform requests: hit rate = slot fraction), and every expert of every
  * MoE layer is chosen about equally often. */
 TEST(uniform_routing_hit_rate_is_the_slot_fraction) {
-    const char *path = test_packed("qwen3_moe");
-    CHECK(path);
+    const char *path;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
+    OPEN_FIXTURE("qwen3_moe", &path, NULL, &f);
     uint64_t stride = f.h.expert_stride, n_blocks = (uint64_t)f.h.n_moe_layers * f.h.n_experts;
     slc_close(&f);
     sl_model_params mp = sl_model_params_default();
@@ -782,6 +748,7 @@ TEST(uniform_routing_hit_rate_is_the_slot_fraction) {
     mp.prefetch = -1;
     mp.cache_bytes = stride * (n_blocks / 4);
     sl_model *m = NULL;
+    sl_error err = {0};
     CHECKF(sl_model_open(path, &mp, &m, &err) == SL_OK, "%s", err.msg);
     sl_session *s = NULL;
     CHECK(sl_session_new(m, 0, &s) == SL_OK);

@@ -99,10 +99,7 @@ typedef struct {
 
 static void rig_open(rig *r) {
     memset(r, 0, sizeof *r);
-    const char *path = test_packed("qwen3_moe");
-    CHECK(path);
-    sl_error err = {0};
-    CHECK(slc_open(path, &r->f, &err) == SL_OK);
+    OPEN_FIXTURE("qwen3_moe", NULL, NULL, &r->f);
     r->want = malloc((size_t)r->f.block_bytes);
     CHECK(r->want);
     srand(test_seed());

@@ -41,14 +41,11 @@ static float *prefill(const char *path, const sl_model_params *mp, int warm, con
  * misses nothing and is bitwise --resident; into a smaller one, as many as it has slots (nothing evicted, so a second
  * call reads none); a resident model reads none. */
 TEST(warm_fills_the_ram_cache) {
-    const char *path = test_packed("qwen3_moe");
-    CHECK(path);
-    int32_t toks[256];
-    const int n_tok = test_ref_ids("qwen3_moe", "tokens", toks, 256);
-    CHECK(n_tok > 0);
+    const char *path;
+    test_toks t;
     slc_file f;
+    OPEN_FIXTURE("qwen3_moe", &path, &t, &f);
     sl_error err = {0};
-    CHECK(slc_open(path, &f, &err) == SL_OK);
     const uint64_t stride = f.h.expert_stride, total = f.h.expert_len, all = (uint64_t)f.h.n_moe_layers * f.h.n_experts;
     slc_close(&f);
     char msg[1024] = "";
@@ -56,7 +53,7 @@ TEST(warm_fills_the_ram_cache) {
     rp.resident = 1;
     sl_stats rs;
     int V = 0;
-    float *ref = prefill(path, &rp, 0, toks, n_tok, &rs, &V, msg, sizeof msg);
+    float *ref = prefill(path, &rp, 0, t.tokens, t.n, &rs, &V, msg, sizeof msg);
     CHECKF(ref, "%s", msg);
     const uint64_t budgets[] = {total, 5 * stride};
     for (int b = 0; b < 2; b++) {
@@ -78,11 +75,11 @@ TEST(warm_fills_the_ram_cache) {
     sl_model_params mp = sl_model_params_default();
     mp.cache_bytes = total;
     sl_stats st;
-    float *lg = prefill(path, &mp, 1, toks, n_tok, &st, &V, msg, sizeof msg);
+    float *lg = prefill(path, &mp, 1, t.tokens, t.n, &st, &V, msg, sizeof msg);
     CHECKF(lg, "%s", msg);
     CHECKF(st.misses == 0 && st.hits > 0, "after warming: %llu misses, %llu hits", (unsigned long long)st.misses,
            (unsigned long long)st.hits);
-    CHECKF(!memcmp(lg, ref, (size_t)n_tok * V * sizeof(float)), "the warmed cache's prefill differs from --resident");
+    CHECKF(!memcmp(lg, ref, (size_t)t.n * V * sizeof(float)), "the warmed cache's prefill differs from --resident");
     sl_model *r = NULL;
     CHECK(sl_model_open(path, &rp, &r, &err) == SL_OK);
     uint64_t n = 1;
