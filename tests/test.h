@@ -70,6 +70,8 @@ int test_sh(int merge_stderr, char **out, const char *fmt, ...) __attribute__((f
  * max); returns the count, or -1. */
 int test_ref_ids(const char *fixture, const char *key, int32_t *out, int max);
 
+/* The first index of the largest of x[0 .. n - 1] (greedy decoding: the lowest id of a tie). */
+int32_t test_argmax(const float *x, int n);
 /* A fixture's reference prompt: the ids of tests/data/<fixture>/ref.json "tokens". */
 typedef struct {
     int32_t tokens[256];

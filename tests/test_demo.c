@@ -116,8 +116,7 @@ TEST(demo_logits_match_transformers) {
     float *lg = malloc((size_t)V * sizeof(float));
     int ok = sl_session_eval(s, r.tokens, r.n, lg, 0) == SL_OK, mismatch = -1;
     for (int i = 0; ok && i < r.n_greedy; i++) {
-        int best = 0;
-        for (int v = 1; v < V; v++) best = lg[v] > lg[best] ? v : best;
+        const int32_t best = test_argmax(lg, V);
         if (best != r.greedy[i]) { mismatch = i; break; }
         ok = sl_session_eval(s, &r.greedy[i], 1, lg, 0) == SL_OK;
     }

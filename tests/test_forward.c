@@ -93,10 +93,7 @@ FIXTURE_TEST(greedy_matches_transformers) {
     int32_t got[64];
     sl_status st = sl_session_eval(s, r.tokens, r.n, lg, 0);
     for (int i = 0; i < r.n_greedy && !st; i++) {
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (lg[v] > lg[best]) best = v;
-        got[i] = best;
+        got[i] = test_argmax(lg, V);
         if (i + 1 < r.n_greedy) st = sl_session_eval(s, &got[i], 1, lg, 0);
     }
     free(lg);

@@ -166,6 +166,13 @@ int test_ref_ids(const char *fixture, const char *key, int32_t *out, int max) {
     return n;
 }
 
+int32_t test_argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int v = 1; v < n; v++)
+        if (x[v] > x[best]) best = v;
+    return best;
+}
+
 int test_open_fixture(const char *file, int line, const char *fixture, const char **path, test_toks *toks,
                       struct slc_file *f) {
     const char *p = test_packed(fixture);

@@ -73,10 +73,7 @@ static float *eval_stats(const char *path, const sl_model_params *mp, const test
     for (int i = 0; i < t->n && !rc; i += step)
         rc = sl_session_eval(s, t->tokens + i, t->n - i < step ? t->n - i : step, out + (size_t)i * V, 1);
     for (int i = 0; i < 4 && !rc; i++) {
-        const float *last = out + (size_t)(t->n + i - 1) * V;
-        int32_t best = 0;
-        for (int v = 1; v < V; v++)
-            if (last[v] > last[best]) best = v;
+        int32_t best = test_argmax(out + (size_t)(t->n + i - 1) * V, V);
         rc = sl_session_eval(s, &best, 1, out + (size_t)(t->n + i) * V, 0);
     }
     if (rc) snprintf(msg, 1024, "eval: %s", s ? sl_session_errmsg(s) : "no session");

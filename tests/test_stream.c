@@ -40,10 +40,7 @@ static float *run(const char *path, const sl_model_params *mp, const io_fault_cf
         rc = sl_session_eval(s, t->tokens + i, k, out + (size_t)i * V, 1);
     }
     for (int i = 0; i < 4 && !rc; i++) {
-        const float *last = out + (size_t)(t->n + i - 1) * V;
-        int32_t best = 0;
-        for (int v = 1; v < V; v++)
-            if (last[v] > last[best]) best = v;
+        int32_t best = test_argmax(out + (size_t)(t->n + i - 1) * V, V);
         rc = sl_session_eval(s, &best, 1, out + (size_t)(t->n + i) * V, 0);
     }
     if (rc) snprintf(msg, 1024, "eval: %s", sl_session_errmsg(s));
@@ -233,7 +230,8 @@ static sl_status step_all(sl_session *s, const test_toks *t, int V, float *out, 
     return st;
 }
 
-/* One failing read of a chosen expert: a clear error naming layer, expert and offset, and the session
+/* One failing read of a chosen expert (corrupt: its bytes corrupted, else the read failing): a clear error naming
+ * layer, expert and offset, and the session
  * unchanged by it (n_past, KV cache, DeltaNet state): evaluating the same token again on the same
  * session and model, then the rest, gives bitwise the resident model's logits token by token; so does
  * a fresh session on that model afterwards (the cache kept no bad block). */
@@ -241,15 +239,20 @@ static sl_io_engine one_fault_engine = SL_ENGINE_AUTO; /* the engine under the f
 
 static int one_fault_tier_slots; /* > 0: a device tier of this many slots over the cache (stream/tier.h) */
 
-static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
+static void one_fault(int corrupt, sl_status want, const char *what) {
     const char *path;
     test_toks t;
     slc_file f;
     OPEN_FIXTURE("qwen3_5_moe", &path, &t, &f);
-    fc->only_off = slc_expert_offset(&f, 1, 9); /* layer 1, expert 9 */
+    io_fault_cfg fc;
+    memset(&fc, 0, sizeof fc);
+    fc.fail_every = !corrupt;
+    fc.corrupt_every = corrupt;
+    fc.max_faults = 1;
+    fc.only_off = slc_expert_offset(&f, 1, 9); /* layer 1, expert 9 */
     const uint64_t stride = f.h.expert_stride;
     char off[32];
-    snprintf(off, sizeof off, "%llu", (unsigned long long)fc->only_off);
+    snprintf(off, sizeof off, "%llu", (unsigned long long)fc.only_off);
     slc_close(&f);
     float *ref = reference(path, &t, 1);
     CHECK(ref);
@@ -259,7 +262,7 @@ static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
     mp.vram_bytes = (uint64_t)one_fault_tier_slots * stride;
     sl_model *m = NULL;
     sl_error err = {0};
-    CHECK(model_open_ex(path, &mp, fc, &m, &err) == SL_OK);
+    CHECK(model_open_ex(path, &mp, &fc, &m, &err) == SL_OK);
     const int V = sl_model_n_vocab(m);
     const size_t total = (size_t)(t.n + 4) * V;
     float *got = malloc(total * sizeof(float)), *fresh = malloc(total * sizeof(float));
@@ -294,11 +297,7 @@ static void one_fault(io_fault_cfg *fc, sl_status want, const char *what) {
 }
 
 TEST(fault_eio_names_expert) {
-    io_fault_cfg fc;
-    memset(&fc, 0, sizeof fc);
-    fc.fail_every = 1;
-    fc.max_faults = 1;
-    one_fault(&fc, SL_EIO, "Input/output error");
+    one_fault(0, SL_EIO, "Input/output error");
 }
 
 /* The engine's wait() itself fails (its reaper gone): the eval reports it by name and closing the model
@@ -333,31 +332,19 @@ TEST(broken_engine_wait_fails_the_eval_and_close_returns) {
 /* The same read error under a device tier of 8 slots: the tier passes the cache's message on, the failed
  * eval leaves the session as it was, and the next request reads the expert again. */
 TEST(fault_eio_through_the_tier) {
-    io_fault_cfg fc;
-    memset(&fc, 0, sizeof fc);
-    fc.fail_every = 1;
-    fc.max_faults = 1;
     one_fault_tier_slots = 8;
-    one_fault(&fc, SL_EIO, "Input/output error");
+    one_fault(0, SL_EIO, "Input/output error");
     one_fault_tier_slots = 0;
 }
 
 TEST(fault_corruption_caught_by_checksum) {
-    io_fault_cfg fc;
-    memset(&fc, 0, sizeof fc);
-    fc.corrupt_every = 1;
-    fc.max_faults = 1;
-    one_fault(&fc, SL_ECHECKSUM, "checksum");
+    one_fault(1, SL_ECHECKSUM, "checksum");
 }
 
 /* The same with the pread engine, whose workers checksum the block (io_uring's reaper does above). */
 TEST(fault_corruption_caught_by_checksum_pread) {
-    io_fault_cfg fc;
-    memset(&fc, 0, sizeof fc);
-    fc.corrupt_every = 1;
-    fc.max_faults = 1;
     one_fault_engine = SL_ENGINE_PREAD;
-    one_fault(&fc, SL_ECHECKSUM, "checksum");
+    one_fault(1, SL_ECHECKSUM, "checksum");
     one_fault_engine = SL_ENGINE_AUTO;
 }
 
