@@ -159,18 +159,25 @@ static void flip_bit(const char *path, uint64_t off) {
     free(b);
 }
 
+/* A copy of the container src at <tmp>/name with a bit of byte off flipped (flip_bit): its path, NULL when the copy
+ * failed. */
+static const char *flipped_copy(const char *src, const char *name, uint64_t off) {
+    const char *p = test_path("%s/%s", test_tmpdir(), name);
+    if (test_copy_file(src, p)) return NULL;
+    flip_bit(p, off);
+    return p;
+}
+
 TEST(verify_catches_flipped_expert_bit) {
-    const char *src = test_packed("qwen3_next");
-    CHECK(src);
-    const char *p = test_path("%s/flip-expert.sluice", test_tmpdir());
-    CHECK(test_copy_file(src, p) == 0);
+    const char *src;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(p, &f, &err) == SL_OK);
+    OPEN_FIXTURE("qwen3_next", &src, NULL, &f);
     uint64_t off = slc_expert_offset(&f, 1, 5) + 1000; /* slot 1 = model layer 2 (layer 1 is dense) */
     int layer = f.moe_layers[1];
     slc_close(&f);
-    flip_bit(p, off);
+    const char *p = flipped_copy(src, "flip-expert.sluice", off);
+    CHECK(p);
+    sl_error err = {0};
     sl_status st = sl_verify(p, NULL, NULL, NULL, &err);
     CHECKF(st == SL_ECHECKSUM, "status %d: %s", st, err.msg);
     char want[64];
@@ -188,16 +195,15 @@ TEST(verify_catches_flipped_expert_bit) {
 /* The tokenizer's files in a container are checked on every load, not only by verify: a flipped bit
  * in tokenizer.json is SL_ECHECKSUM naming it (it used to give different text, exit 0). */
 TEST(tokenizer_load_catches_flipped_blob_bit) {
-    const char *p = test_path("%s/flip-blob.sluice", test_tmpdir());
-    CHECK(test_copy_file("models/demo.sluice", p) == 0);
     slc_file f;
     sl_error err = {0};
-    CHECK(slc_open(p, &f, &err) == SL_OK);
+    CHECK(slc_open("models/demo.sluice", &f, &err) == SL_OK);
     const slc_blob *b = slc_find_blob(&f, "tokenizer.json");
     uint64_t off = b ? b->off + b->size / 2 : 0;
     slc_close(&f);
     CHECK(off);
-    flip_bit(p, off);
+    const char *p = flipped_copy("models/demo.sluice", "flip-blob.sluice", off);
+    CHECK(p);
     sl_tokenizer *tok = NULL;
     sl_status st = sl_tokenizer_load(p, &tok, &err);
     CHECKF(st == SL_ECHECKSUM && !tok && strstr(err.msg, "'tokenizer.json'"), "status %d: %s", st, err.msg);
@@ -205,18 +211,16 @@ TEST(tokenizer_load_catches_flipped_blob_bit) {
 }
 
 TEST(verify_catches_flipped_backbone_bit) {
-    const char *src = test_packed("qwen3_5_moe");
-    CHECK(src);
-    const char *p = test_path("%s/flip-backbone.sluice", test_tmpdir());
-    CHECK(test_copy_file(src, p) == 0);
+    const char *src;
     slc_file f;
-    sl_error err = {0};
-    CHECK(slc_open(p, &f, &err) == SL_OK);
+    OPEN_FIXTURE("qwen3_5_moe", &src, NULL, &f);
     const slc_tensor *t = slc_find(&f, "layers.1.linear_attn.in_proj_z");
-    CHECK(t);
-    uint64_t off = t->off + 17;
+    uint64_t off = t ? t->off + 17 : 0;
     slc_close(&f);
-    flip_bit(p, off);
+    CHECK(off);
+    const char *p = flipped_copy(src, "flip-backbone.sluice", off);
+    CHECK(p);
+    sl_error err = {0};
     sl_status st = sl_verify(p, NULL, NULL, NULL, &err);
     CHECKF(st == SL_ECHECKSUM && strstr(err.msg, "layers.1.linear_attn.in_proj_z"), "%d %s", st, err.msg);
 }
