@@ -16,42 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { Q8 = 5, Q4 = 6, F32 = 0, BF16 = 1, F16 = 2, WARPS = 4, KP = 8 };
+#include "cuda_emu.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) { rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17; return (uint32_t)(rng >> 16); }
+enum { WARPS = 4, KP = 8 };
 
-typedef struct { uint32_t x, y, z, w; } u4;
-
-static int dp4a_ss(uint32_t a, uint32_t b, int c) { /* signed x signed bytes */
-    for (int k = 0; k < 4; k++) c += (int8_t)(a >> 8 * k) * (int8_t)(b >> 8 * k);
-    return c;
-}
-static int dp4a_us(uint32_t a, uint32_t b, int c) { /* unsigned x signed bytes */
-    for (int k = 0; k < 4; k++) c += (uint8_t)(a >> 8 * k) * (int8_t)(b >> 8 * k);
-    return c;
-}
-static int dot_block(int dt, u4 w0, u4 w1, u4 x0, u4 x1) { /* cuda_i8.cuh dot_block */
-    int I = 0;
-    if (dt == Q4) {
-        const uint32_t M = 0x0f0f0f0fu;
-        I = dp4a_ss(w0.x & M, x0.x, I), I = dp4a_ss((w0.x >> 4) & M, x0.y, I);
-        I = dp4a_ss(w0.y & M, x0.z, I), I = dp4a_ss((w0.y >> 4) & M, x0.w, I);
-        I = dp4a_ss(w0.z & M, x1.x, I), I = dp4a_ss((w0.z >> 4) & M, x1.y, I);
-        I = dp4a_ss(w0.w & M, x1.z, I), I = dp4a_ss((w0.w >> 4) & M, x1.w, I);
-    } else {
-        I = dp4a_us(w0.x, x0.x, I), I = dp4a_us(w0.y, x0.y, I), I = dp4a_us(w0.z, x0.z, I), I = dp4a_us(w0.w, x0.w, I);
-        I = dp4a_us(w1.x, x1.x, I), I = dp4a_us(w1.y, x1.y, I), I = dp4a_us(w1.z, x1.z, I), I = dp4a_us(w1.w, x1.w, I);
-    }
-    return I;
-}
 static int dot_half(u4 w, u4 x) { return dp4a_us(w.w, x.w, dp4a_us(w.z, x.z, dp4a_us(w.y, x.y, dp4a_us(w.x, x.x, 0)))); }
 
-static float h2f(uint16_t h) { /* IEEE half to float */
-    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
-    return s ? -v : v;
-}
 static unsigned ld_sw(const uint8_t *p, int sdt, size_t i) { /* cuda_i8.cuh ld_sw: the aligned word holding element i */
     const uintptr_t a = sdt == F32 ? (uintptr_t)(p + 4 * i) : (uintptr_t)(p + 2 * i);
     unsigned w;
@@ -64,14 +34,6 @@ static float cv_sw(unsigned w, const uint8_t *p, int sdt, size_t i) { /* cuda_i8
     const unsigned h = ((uintptr_t)(p + 2 * i) & 2) ? w >> 16 : w & 0xffffu;
     if (sdt == BF16) { const unsigned u = h << 16; memcpy(&f, &u, 4); return f; }
     return h2f((uint16_t)h);
-}
-static float zbias(int dt, float sw) { return (dt == Q4 ? -8.0f : -128.0f) * sw; } /* cuda_i8.cuh zbias */
-static float elem(const uint8_t *p, int sdt, size_t i) { /* element i read directly (the reference) */
-    if (sdt == F32) { float f; memcpy(&f, p + 4 * i, 4); return f; }
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    if (sdt == BF16) { const unsigned u = (unsigned)h << 16; float f; memcpy(&f, &u, 4); return f; }
-    return h2f(h);
 }
 
 typedef struct { /* one job: the kernel's ijob fields it reads (activation rows t < n_tok: token t) */
@@ -97,6 +59,29 @@ static void fold_chunk(const float *si, const float *sm, const float *sb, int ld
     }
 }
 
+/* issue(pb0) of a warp whose rows are the job's wr0 .. wr0 + nrw - 1: each lane's kp units of the chunk's pairs from
+ * pb0 (PPR pairs a row, PB a block) loaded into its registers as the kernel loads them, the codes (cw) and the scale and
+ * bias words of the pairs that start a block (sw, bw; cuda_i8.cuh ld_sw) */
+static void issue(const job *j, int SDT, int PB, int PPR, int kp, int wr0, int nrw, int pb0, u4 cw[32][KP], unsigned sw[32][KP],
+                  unsigned bw[32][KP]) {
+    const int nb = j->cols / 32, np = nb * PB, ng = j->cols / j->group, bmask = j->group / 32 - 1;
+    const int gshift = j->group == 32 ? 0 : j->group == 64 ? 1 : 2;
+    const u4 *wc = (const u4 *)j->codes + (size_t)wr0 * np;
+    for (int lane = 0; lane < 32; lane++)
+        for (int u = 0; u < kp; u++) {
+            const int rl = 32 * u / PPR, p = pb0 + 32 * u % PPR + lane, b = p >> (PB - 1);
+            if (rl < nrw && p < np) {
+                if (wr0 + rl >= j->nrows || p >= np) fails++, printf("  load out of range\n");
+                cw[lane][u] = wc[(size_t)rl * np + p];
+                if (PB == 1 || !(p & 1)) {
+                    const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
+                    sw[lane][u] = ld_sw(j->scales, SDT, e);
+                    if (!(b & bmask) && j->biases) bw[lane][u] = ld_sw(j->biases, SDT, e);
+                }
+            }
+        }
+}
+
 /* mv1d_i8<DT, SDT, WR> for CTA `cta` of the jobs: the kernel's body, lanes and warps in turn */
 static void run_cta(int DT, int SDT, int WR, const job *jobs, int nj, int cta) {
     const int PB = DT == Q4 ? 1 : 2, PPR = 32 * KP / WR, KB = PPR / PB, LDW = WR % 2 ? WR : WR + 1;
@@ -117,27 +102,14 @@ static void run_cta(int DT, int SDT, int WR, const job *jobs, int nj, int cta) {
     for (int w = 0; w < WARPS; w++) {
         const int wr0 = (cta - j.tile0) * (WARPS * WR) + w * WR, nrw = WR < j.nrows - wr0 ? WR : j.nrows - wr0;
         if (nrw <= 0) continue;
-        const u4 *wc = (const u4 *)j.codes + (size_t)wr0 * np;
         for (int i = 0; i < KB * LDW; i++) stI[i] = stB[i] = -1;
         float acc[32] = {0}, accb[32] = {0};
         u4 cw[32][KP];
         unsigned sw[32][KP], bw[32][KP];
         int chunk = 0;
         for (int pb0 = 0; pb0 < np; pb0 += PPR, chunk++) {
-            /* issue(pb0) (the kernel issues chunk 0 before the staging and the next chunk after this one's compute) */
-            for (int lane = 0; lane < 32; lane++)
-                for (int u = 0; u < KP; u++) {
-                    const int rl = 32 * u / PPR, p = pb0 + 32 * u % PPR + lane, b = p >> (PB - 1);
-                    if (rl < nrw && p < np) {
-                        if (wr0 + rl >= j.nrows || p >= np) fails++, printf("  load out of range\n");
-                        cw[lane][u] = wc[(size_t)rl * np + p];
-                        if (PB == 1 || !(p & 1)) {
-                            const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
-                            sw[lane][u] = ld_sw(j.scales, SDT, e);
-                            if (!(b & bmask) && j.biases) bw[lane][u] = ld_sw(j.biases, SDT, e);
-                        }
-                    }
-                }
+            /* (the kernel issues chunk 0 before the staging and the next chunk after this one's compute) */
+            issue(&j, SDT, PB, PPR, KP, wr0, nrw, pb0, cw, sw, bw);
             const int kb0 = pb0 / PB, kcn = KB < nb - kb0 ? KB : nb - kb0;
             for (int u = 0; u < KP; u++) {
                 int h[33];
@@ -195,7 +167,6 @@ static void run_cta_n(int DT, int SDT, int NT, const job *jobs, int nj, int cta)
     for (int w = 0; w < WARPS; w++) {
         const int wr0 = (cta - j.tile0) * (WARPS * WR) + w * WR, nrw = WR < j.nrows - wr0 ? WR : j.nrows - wr0;
         if (nrw <= 0) continue;
-        const u4 *wc = (const u4 *)j.codes + (size_t)wr0 * np;
         for (int i = 0; i < NT * TS; i++) stI[i] = -1;
         for (int i = 0; i < KB * LDW; i++) stS[i] = stB[i] = -1;
         float acc[32] = {0}, accb[32] = {0};
@@ -203,18 +174,7 @@ static void run_cta_n(int DT, int SDT, int NT, const job *jobs, int nj, int cta)
         unsigned sw[32][KP], bw[32][KP];
         int chunk = 0;
         for (int pb0 = 0; pb0 < np; pb0 += PPR, chunk++) {
-            for (int lane = 0; lane < 32; lane++)
-                for (int u = 0; u < KPn; u++) {
-                    const int rl = 32 * u / PPR, p = pb0 + 32 * u % PPR + lane, b = p >> (PB - 1);
-                    if (rl < nrw && p < np) {
-                        cw[lane][u] = wc[(size_t)rl * np + p];
-                        if (PB == 1 || !(p & 1)) {
-                            const size_t e = (size_t)(wr0 + rl) * ng + (size_t)(b >> gshift);
-                            sw[lane][u] = ld_sw(j.scales, SDT, e);
-                            if (!(b & bmask) && j.biases) bw[lane][u] = ld_sw(j.biases, SDT, e);
-                        }
-                    }
-                }
+            issue(&j, SDT, PB, PPR, KPn, wr0, nrw, pb0, cw, sw, bw);
             const int kb0 = pb0 / PB, kcn = KB < nb - kb0 ? KB : nb - kb0;
             for (int u = 0; u < KPn; u++) {
                 for (int t = 0; t < NT; t++) {
@@ -271,35 +231,6 @@ static void run_cta_n(int DT, int SDT, int NT, const job *jobs, int nj, int cta)
     free(sx), free(sd), free(sxg), free(sI), free(sS), free(sB), free(stI), free(stS), free(stB);
 }
 
-/* the canonical chains of one row, read directly (cuda.h) */
-static float ref_row(int DT, int SDT, const job *j, int r, int t) {
-    const int cols = j->cols, nb = cols / 32, ng = cols / j->group, rb = DT == Q4 ? cols / 2 : cols, BB = DT == Q4 ? 16 : 32;
-    const int ns = nb + nb / 2 + nb / 4;
-    const int8_t *xq = j->xq + (size_t)t * cols;
-    const float *d = j->d + (size_t)t * nb, *s = j->s + (size_t)t * ns;
-    const int gshift = j->group == 32 ? 0 : j->group == 64 ? 1 : 2, soff = j->group == 32 ? 0 : j->group == 64 ? nb : nb + nb / 2;
-    float acc = 0, accb = 0;
-    for (int b = 0; b < nb; b++) {
-        u4 w0, w1, x0, x1;
-        memcpy(&w0, j->codes + (size_t)r * rb + (size_t)b * BB, 16);
-        memcpy(&w1, j->codes + (size_t)r * rb + (size_t)b * BB + (DT == Q8 ? 16 : 0), 16);
-        memcpy(&x0, xq + (size_t)b * 32, 16), memcpy(&x1, xq + (size_t)b * 32 + 16, 16);
-        const int I = dot_block(DT, w0, w1, x0, x1);
-        acc = fmaf((float)I, elem(j->scales, SDT, (size_t)r * ng + (b >> gshift)) * d[b], acc);
-    }
-    for (int g = 0; g < ng; g++) accb = fmaf(elem(j->biases, SDT, (size_t)r * ng + g), s[soff + g], accb);
-    return acc + accb;
-}
-
-static uint16_t f2h(float v) { /* float to half, round to nearest (small normal values only) */
-    if (v == 0) return 0;
-    int e;
-    const float m = frexpf(fabsf(v), &e); /* v = m 2^e, m in [0.5, 1) */
-    unsigned mm = (unsigned)lrintf(m * 2048.0f); /* 11 bits */
-    if (mm == 2048) mm = 1024, e++;
-    return (uint16_t)((v < 0 ? 0x8000 : 0) | ((e + 14) << 10) | (mm & 1023));
-}
-
 /* one case: three jobs of one shape in a launch (find_job, tile0), mv1d_i8 with WR rows a warp (NT 0) or mvnd_i8 for
  * NT tokens (the jobs with 1, NT and 2 tokens), against ref_row; returns 1 when it failed */
 static int run_case(int DT, int SDT, int WR, int NT, int group, int cols, int rows, int ib) {
@@ -315,24 +246,9 @@ static int run_case(int DT, int SDT, int WR, int NT, int group, int cols, int ro
         uint8_t *codes = malloc((size_t)rows * rb + 16), *sc = malloc((size_t)rows * ng * ssz + 8), *bi = malloc((size_t)rows * ng * ssz + 8);
         int8_t *xq = malloc((size_t)n * cols);
         float *d = malloc((size_t)n * nb * 4), *s = malloc((size_t)n * ns * 4), *y = malloc((size_t)n * rows * 4);
-        for (size_t i = 0; i < (size_t)rows * rb; i++) codes[i] = (uint8_t)rnd();
-        for (int i = 0; i < n * cols; i++) xq[i] = (int8_t)(rnd() % 255 - 127);
-        for (int i = 0; i < n * nb; i++) d[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
-        for (int i = 0; i < n * ns; i++) s[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
-        const uint8_t *scp = sc + (ssz == 2 ? 2 : 0), *bip = bi + (ssz == 2 ? 2 : 0); /* 16-bit words at an odd offset */
-        for (size_t i = 0; i < (size_t)rows * ng; i++)
-            for (int h = 0; h < 2; h++) {
-                float v = (float)((int)(rnd() % 2001) - 1000) * (h ? 1e-3f : 1e-5f);
-                uint8_t *p = (uint8_t *)(h ? bip : scp) + i * ssz;
-                if (h && ib && SDT == F16 && h2f(f2h(zbias(DT, elem(scp, SDT, i)))) != zbias(DT, elem(scp, SDT, i))) {
-                    const uint16_t t = f2h(1e-3f); /* (f2h takes normal values only: a subnormal scale's product) */
-                    memcpy((uint8_t *)scp + i * ssz, &t, 2);
-                }
-                if (h && ib) v = zbias(DT, elem(scp, SDT, i)); /* exact in the word: a power of two times a word's value */
-                if (SDT == F32) memcpy(p, &v, 4);
-                else if (SDT == BF16) { unsigned u; memcpy(&u, &v, 4); const uint16_t t = (uint16_t)(u >> 16); memcpy(p, &t, 2); }
-                else { const uint16_t t = f2h(v); memcpy(p, &t, 2); }
-            }
+        rand_inputs(codes, (size_t)rows * rb, xq, d, s, n, cols, nb, ns);
+        uint8_t *scp = sc + (ssz == 2 ? 2 : 0), *bip = bi + (ssz == 2 ? 2 : 0); /* 16-bit words at an odd offset */
+        rand_words(DT, SDT, ib, scp, bip, (size_t)rows * ng);
         for (int i = 0; i < n * rows; i++) y[i] = NAN;
         jobs[q] = (job){codes, scp, bip, xq, d, s, y, rows, cols, group, tiles, n, rows};
         bis[q] = bip;
@@ -350,7 +266,10 @@ static int run_case(int DT, int SDT, int WR, int NT, int group, int cols, int ro
     for (int q = 0; q < NJ; q++)
         for (int t = 0; t < ntoks[q]; t++)
             for (int r = 0; r < rows; r++) {
-                const float a = jobs[q].y[(size_t)t * rows + r], b = ref_row(DT, SDT, &jobs[q], r, t);
+                const job *j = &jobs[q];
+                const float a = j->y[(size_t)t * rows + r];
+                const float b = ref_row(DT, SDT, j->codes, j->scales, j->biases, j->xq + (size_t)t * cols, j->d + (size_t)t * nb,
+                                        j->s + (size_t)t * ns, cols, group, r);
                 if (memcmp(&a, &b, 4)) bad++;
             }
     fails += bad + (stale != st0);

@@ -17,60 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { Q8 = 5, Q4 = 6, F32 = 0, BF16 = 1, F16 = 2, NTH = 256, S = 3, SGBMIN = 64 };
+#include "cuda_emu.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) { rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17; return (uint32_t)(rng >> 16); }
-
-typedef struct { uint32_t x, y, z, w; } u4;
-
-static int dp4a_ss(uint32_t a, uint32_t b, int c) { /* signed x signed bytes */
-    for (int k = 0; k < 4; k++) c += (int8_t)(a >> 8 * k) * (int8_t)(b >> 8 * k);
-    return c;
-}
-static int dp4a_us(uint32_t a, uint32_t b, int c) { /* unsigned x signed bytes */
-    for (int k = 0; k < 4; k++) c += (uint8_t)(a >> 8 * k) * (int8_t)(b >> 8 * k);
-    return c;
-}
-static int dot_block(int dt, u4 w0, u4 w1, u4 x0, u4 x1) { /* cuda_i8.cuh dot_block */
-    int I = 0;
-    if (dt == Q4) {
-        const uint32_t M = 0x0f0f0f0fu;
-        I = dp4a_ss(w0.x & M, x0.x, I), I = dp4a_ss((w0.x >> 4) & M, x0.y, I);
-        I = dp4a_ss(w0.y & M, x0.z, I), I = dp4a_ss((w0.y >> 4) & M, x0.w, I);
-        I = dp4a_ss(w0.z & M, x1.x, I), I = dp4a_ss((w0.z >> 4) & M, x1.y, I);
-        I = dp4a_ss(w0.w & M, x1.z, I), I = dp4a_ss((w0.w >> 4) & M, x1.w, I);
-    } else {
-        I = dp4a_us(w0.x, x0.x, I), I = dp4a_us(w0.y, x0.y, I), I = dp4a_us(w0.z, x0.z, I), I = dp4a_us(w0.w, x0.w, I);
-        I = dp4a_us(w1.x, x1.x, I), I = dp4a_us(w1.y, x1.y, I), I = dp4a_us(w1.z, x1.z, I), I = dp4a_us(w1.w, x1.w, I);
-    }
-    return I;
-}
-
-static float h2f(uint16_t h) { /* IEEE half to float */
-    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);
-    return s ? -v : v;
-}
-static float zbias(int dt, float sw) { return (dt == Q4 ? -8.0f : -128.0f) * sw; } /* cuda_i8.cuh zbias */
-static float elem(const uint8_t *p, int sdt, size_t i) { /* element i read directly (the reference) */
-    if (sdt == F32) { float f; memcpy(&f, p + 4 * i, 4); return f; }
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    if (sdt == BF16) { const unsigned u = (unsigned)h << 16; float f; memcpy(&f, &u, 4); return f; }
-    return h2f(h);
-}
-
-
-static uint16_t f2h(float v) { /* float to half, round to nearest (small normal values only) */
-    if (v == 0) return 0;
-    int e;
-    const float m = frexpf(fabsf(v), &e); /* v = m 2^e, m in [0.5, 1) */
-    unsigned mm = (unsigned)lrintf(m * 2048.0f); /* 11 bits */
-    if (mm == 2048) mm = 1024, e++;
-    return (uint16_t)((v < 0 ? 0x8000 : 0) | ((e + 14) << 10) | (mm & 1023));
-}
-
+enum { NTH = 256, S = 3, SGBMIN = 64 };
 
 typedef struct { /* one job: the kernel's ijob fields it reads (one token, activation row 0) */
     const uint8_t *codes, *scales, *biases;
@@ -213,23 +162,6 @@ static void run_grid(int DT, int SDT, int R, int P, int IB, const job *J, int nj
     free(sta), free(sgx), free(sI), free(sM), free(sB), free(sgd), free(sgxg), free(tI), free(tB);
 }
 
-/* the canonical chains of one row, read directly (cuda.h) */
-static float ref_row(int DT, int SDT, const job *j, int r) {
-    const int cols = j->cols, nb = cols / 32, ng = cols / j->group, rb = DT == Q4 ? cols / 2 : cols, BB = DT == Q4 ? 16 : 32;
-    const int gshift = j->group == 32 ? 0 : j->group == 64 ? 1 : 2, soff = j->group == 32 ? 0 : j->group == 64 ? nb : nb + nb / 2;
-    float acc = 0, accb = 0;
-    for (int b = 0; b < nb; b++) {
-        u4 w0, w1, x0, x1;
-        memcpy(&w0, j->codes + (size_t)r * rb + (size_t)b * BB, 16);
-        memcpy(&w1, j->codes + (size_t)r * rb + (size_t)b * BB + (DT == Q8 ? 16 : 0), 16);
-        memcpy(&x0, j->xq + (size_t)b * 32, 16), memcpy(&x1, j->xq + (size_t)b * 32 + 16, 16);
-        const int I = dot_block(DT, w0, w1, x0, x1);
-        acc = fmaf((float)I, elem(j->scales, SDT, (size_t)r * ng + (b >> gshift)) * j->d[b], acc);
-    }
-    for (int g = 0; g < ng; g++) accb = fmaf(elem(j->biases, SDT, (size_t)r * ng + g), j->s[soff + g], accb);
-    return acc + accb;
-}
-
 /* one case: three jobs of one shape in a launch (the second a SwiGLU job when sg), R rows a tile, G CTAs (0: one a
  * tile); returns 1 when it failed */
 static int run_case(int DT, int SDT, int R, int P, int G, int group, int cols, int rows, int ib, int sg) {
@@ -244,25 +176,10 @@ static int run_case(int DT, int SDT, int R, int P, int G, int group, int cols, i
         uint8_t *sc = aligned_alloc(16, ((size_t)rows * ng * ssz + 64) / 16 * 16), *bi = aligned_alloc(16, ((size_t)rows * ng * ssz + 64) / 16 * 16);
         int8_t *xq = malloc((size_t)cols);
         float *d = malloc((size_t)nb * 4), *s = malloc((size_t)ns * 4), *y = malloc((size_t)rows * 4);
-        for (size_t i = 0; i < (size_t)rows * rb; i++) codes[i] = (uint8_t)rnd();
-        for (int i = 0; i < cols; i++) xq[i] = (int8_t)(rnd() % 255 - 127);
-        for (int i = 0; i < nb; i++) d[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
-        for (int i = 0; i < ns; i++) s[i] = (float)((int)(rnd() % 2001) - 1000) * 1e-3f;
+        rand_inputs(codes, (size_t)rows * rb, xq, d, s, 1, cols, nb, ns);
         const int off = 16 + (q == 1 ? 0 : ssz); /* words at an offset that is not 16-aligned (job 1: aligned) */
-        const uint8_t *scp = sc + off, *bip = bi + off;
-        for (size_t i = 0; i < (size_t)rows * ng; i++)
-            for (int h = 0; h < 2; h++) {
-                float v = (float)((int)(rnd() % 2001) - 1000) * (h ? 1e-3f : 1e-5f);
-                uint8_t *p = (uint8_t *)(h ? bip : scp) + i * ssz;
-                if (h && ib && SDT == F16 && h2f(f2h(zbias(DT, elem(scp, SDT, i)))) != zbias(DT, elem(scp, SDT, i))) {
-                    const uint16_t t = f2h(1e-3f);
-                    memcpy((uint8_t *)scp + i * ssz, &t, 2);
-                }
-                if (h && ib) v = zbias(DT, elem(scp, SDT, i));
-                if (SDT == F32) memcpy(p, &v, 4);
-                else if (SDT == BF16) { unsigned u; memcpy(&u, &v, 4); const uint16_t t = (uint16_t)(u >> 16); memcpy(p, &t, 2); }
-                else { const uint16_t t = f2h(v); memcpy(p, &t, 2); }
-            }
+        uint8_t *scp = sc + off, *bip = bi + off;
+        rand_words(DT, SDT, ib, scp, bip, (size_t)rows * ng);
         for (int i = 0; i < rows; i++) y[i] = NAN;
         const size_t wb = (size_t)rows * ng * ssz;
         jobs[q] = (job){codes, scp, bip, scp, scp + wb, bip, bip + wb, xq, d, s, y, rows, cols, group, tiles, sg && q == 1};
@@ -274,7 +191,8 @@ static int run_case(int DT, int SDT, int R, int P, int G, int group, int cols, i
     int bad = 0;
     for (int q = 0; q < NJ; q++)
         for (int r = 0; r < rows; r++) {
-            const float a = jobs[q].y[r], b = ref_row(DT, SDT, &jobs[q], r);
+            const job *j = &jobs[q];
+            const float a = j->y[r], b = ref_row(DT, SDT, j->codes, j->scales, j->biases, j->xq, j->d, j->s, cols, group, r);
             if (memcmp(&a, &b, 4)) bad++;
         }
     fails += bad + (stale != st0);
