@@ -135,6 +135,17 @@ __device__ void f16_append_row(const slcu_attn &p, __half *ks, __half *vs, int r
  * [16][HDP + 8], ks and vs [64][HDP + 8]. pd: the position from the device (a recorded step). */
 static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml, const slcu_act &qa,
                                      int R, int tid, int nthr);
+/* row(i, R) for each of the thread's two rows of a 16-row tile, R = r0 + g + 8 i, below nrows: the walk of a P V
+ * block's rows that k_fa16_part's partials and fa16_part_fin's ends take */
+template <typename F>
+static __device__ __forceinline__ void f16_tile_rows(int r0, int g, int nrows, F row) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int R = r0 + g + 8 * i;
+        if (R >= nrows) continue;
+        row(i, R);
+    }
+}
 /* done (one token, no recorded step, nrows <= 16: one row tile; fl_fuse): a counter per KV head; the warp that
  * finishes its head's last chunk folds the head's rows (fa16_comb_row, its 32 lanes) with [qa's int8 form], so
  * k_fa16_comb is not launched: the same operations on the same partials, whichever warp comes last.
@@ -200,14 +211,11 @@ static __device__ __forceinline__ void fa16_part_cta(const slcu_attn &p, int nch
     for (int d0 = 0; d0 < HDP; d0 += DB) {
         float o[DB / 8][4];
         f16_pv<HDP, DB>(pa, vs, d0, o);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int R = r0 + g + 8 * i;
-            if (R >= nrows) continue;
+        f16_tile_rows(r0, g, nrows, [&](int i, int R) {
             float *q = po + ((size_t)(kvh * nrows + R) * nchs + ci) * HDP + d0 + tig * 2;
 #pragma unroll
             for (int nt = 0; nt < DB / 8; nt++) *(float2 *)(q + nt * 8) = make_float2(o[nt][2 * i], o[nt][2 * i + 1]);
-        }
+        });
     }
     if (!done) return;
     __threadfence(); /* this warp's partials, device-wide, before its count */
@@ -256,10 +264,7 @@ static __device__ __forceinline__ void fa16_part_fin(const slcu_attn &p, const f
     for (int d0 = warp * DW; d0 < warp * DW + DW && d0 < HDP; d0 += DB) {
         float o[DB / 8][4];
         f16_pv<HDP, DB>(pa, vs, d0, o);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int R = r0 + g + 8 * i;
-            if (R >= nrows) continue;
+        f16_tile_rows(r0, g, nrows, [&](int i, int R) {
             const int h = kvh * G + R % G;
             const float *qv = p.q + (size_t)(R / G) * p.ldq + (size_t)h * p.qstride;
 #pragma unroll
@@ -271,7 +276,7 @@ static __device__ __forceinline__ void fa16_part_fin(const slcu_attn &p, const f
                         st[(g + 8 * i) * HDP + dd] = f16_final(p, h, M[i], L[i], f16_mix(0.0f, o[nt][2 * i + j], a[i], b[i]),
                                                                p.gated ? qv + p.hd + dd : NULL);
                 }
-        }
+        });
     }
     __syncthreads(); /* every dim of every row staged */
     for (int r = warp; r < 16 && r0 + r < nrows; r += W) {
