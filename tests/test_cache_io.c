@@ -29,21 +29,30 @@ static io_engine *uring_new(int fd, int depth, sl_error *why) {
     return e;
 }
 
+/* The reads' file: size bytes of the LCG stream from seed written to p; the bytes (malloc'ed), or NULL when p could
+ * not be written. */
+static uint8_t *rand_file(const char *p, size_t size, uint64_t seed) {
+    uint8_t *data = malloc(size);
+    uint64_t r = seed;
+    for (size_t i = 0; data && i < size; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        data[i] = (uint8_t)(r >> 56);
+    }
+    FILE *fp = data ? fopen(p, "wb") : NULL;
+    const int ok = fp && fwrite(data, 1, size, fp) == size;
+    if (fp) fclose(fp);
+    if (!ok) free(data);
+    return ok ? data : NULL;
+}
+
 /* Both engines checksum whole reads in their completion path when asked (io_req.hash_len): the hash of
  * the first hash_len bytes, set before the completion is handed out; none for a read not asked for or
  * cut short; the fault injector's corruption shows in the engine's hash. */
 TEST(engines_checksum_whole_reads) {
     const char *p = test_path("%s/io-hash.bin", test_tmpdir());
     enum { NB = 4, BL = 65536 };
-    uint8_t *data = malloc(NB * BL);
-    uint64_t r = 99;
-    for (int i = 0; i < NB * BL; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        data[i] = (uint8_t)(r >> 56);
-    }
-    FILE *fp = fopen(p, "wb");
-    CHECK(fp && fwrite(data, 1, NB * BL, fp) == NB * BL);
-    fclose(fp);
+    uint8_t *data = rand_file(p, NB * BL, 99);
+    CHECK(data);
     for (int kind = 0; kind < 4; kind++) { /* uring, pread, fault(pread) corrupting, fault(pread) short */
         int fd = open(p, O_RDONLY);
         CHECK(fd >= 0);
@@ -99,15 +108,8 @@ TEST(uring_pieces_reassemble) {
     const char *p = test_path("%s/io-pieces.bin", test_tmpdir());
     enum { NB = 4, BL = 65536, TAIL = 1808 };
     const size_t size = (size_t)NB * BL + TAIL;
-    uint8_t *data = malloc(size);
-    uint64_t r = 7;
-    for (size_t i = 0; i < size; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        data[i] = (uint8_t)(r >> 56);
-    }
-    FILE *fp = fopen(p, "wb");
-    CHECK(fp && fwrite(data, 1, size, fp) == size);
-    fclose(fp);
+    uint8_t *data = rand_file(p, size, 7);
+    CHECK(data);
     int fd = open(p, O_RDONLY);
     CHECK(fd >= 0);
     sl_error why = {0};
@@ -174,15 +176,8 @@ TEST(uring_pieces_reassemble) {
 TEST(uring_thread_submits_handed_flushes) {
     const char *p = test_path("%s/io-handoff.bin", test_tmpdir());
     enum { NB = 6, BL = 512 << 10, PER_FLUSH = 2 };
-    uint8_t *data = malloc((size_t)NB * BL);
-    uint64_t r = 11;
-    for (size_t i = 0; i < (size_t)NB * BL; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        data[i] = (uint8_t)(r >> 56);
-    }
-    FILE *fp = fopen(p, "wb");
-    CHECK(fp && fwrite(data, 1, (size_t)NB * BL, fp) == (size_t)NB * BL);
-    fclose(fp);
+    uint8_t *data = rand_file(p, (size_t)NB * BL, 11);
+    CHECK(data);
     uint8_t *bufs[NB];
     for (int b = 0; b < NB; b++) bufs[b] = aligned_alloc(4096, BL);
     for (int life = 0; life < 3; life++) {
