@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/cuda_mvn.h"
 #include "family/rope.h"
 #include "kernels/kernels.h"
 #include "kernels/mxfp4.h"
@@ -387,6 +388,7 @@ static void check_fused(void) {
 #include "test_cuda_hybrid.c" /* issue 25: host experts (kernels_dev.c) bitwise the device's: check_hybrid */
 #include "test_cuda_ibias.c" /* issue 24: SLUICE_CUDA_IBIAS's computed biases bitwise the loaded: check_ibias_all */
 #include "test_cuda_moedec.c" /* issue 24: a MoE decode batch's matvecs bitwise its grouped GEMM: check_moe_dec_all */
+#include "test_cuda_serve.c" /* issue 24: a MoE decode batch grouped by expert bitwise its grouped GEMM: check_moeg_all, --serve8 */
 #include "test_cuda_fuse.c" /* issue 24: SLUICE_CUDA_FUSE's launches bitwise the separate ones: check_fuse */
 #include "test_cuda_small.c" /* issue 24: SLUICE_CUDA_NORM=2 / ROUTE=2 bitwise the kernels before: check_small, bench_small */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
@@ -890,6 +892,12 @@ int main(int argc, char **argv) {
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
         return failures ? 1 : 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--serve8")) { /* a decode batch's experts grouped by expert (test_cuda_serve.c), timed */
+        check_moeg_all();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        if (!failures) bench_serve8();
+        return failures ? 1 : 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */
         check_moe_dec_all();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
@@ -928,6 +936,7 @@ int main(int argc, char **argv) {
     check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16), check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
     check_moe_batches_all();
     check_moe_dec_all();
+    check_moeg_all();
     check_attn_items();
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
     check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);

@@ -20,6 +20,7 @@
 #include "backend/cuda/backend_cuda_ctx.h"
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_kq.h"
+#include "backend/cuda/cuda_mvn.h"
 #include "quant/quant.h"
 #include "sluice.h"
 
@@ -737,7 +738,9 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
 /* backend.h moe_wide: slcu_moe_layer routes into device memory, groups and runs the layer's experts (layer_tab's
  * table), sums the slots: bitwise cu_route + cu_ffn per expert + combine_rows (the same arithmetic, expert order).
  * A decode batch (up to SLUICE_CUDA_MOEN tokens) runs as cu_moe_resident's one-token jobs, each pair's (cuda.h
- * slcu_moe_mv): the matrices' ibias are the table's (every expert's), the SwiGLU in the down CTAs unless SWIDOWN=0. */
+ * slcu_moe_mv): the matrices' ibias are the table's (every expert's), the SwiGLU in the down CTAs unless SWIDOWN=0.
+ * With SLUICE_CUDA_MOEG=1 a decode batch of up to 8 tokens goes through cuda_mvn.cu slcu_moeg_layer instead: each
+ * chosen expert read once for all of its tokens, two launches (the same bits; docs/CUDA.md). */
 static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *xs, const float *h, int inter,
                        float *out) {
     pend_flush(be);
@@ -755,7 +758,10 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
                    .down = mat_of(&ex0.down), .swi = c->swi_down};
     const int *implied = ok ? c->tab[r->layer].implied : NULL; /* every expert's: expert 0's is not enough for the table */
     if (implied) mo.gate.ibias = implied[0], mo.up.ibias = implied[1], mo.down.ibias = implied[2];
-    const int rc = ok ? slcu_moe_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be)) : 0;
+    int rc = 0;
+    if (ok && r->n <= SLCU_MOEG_MAXN && slcu_moeg_on() && slcu_decode_kernels) /* SLUICE_CUDA_MOEG=1: grouped by expert */
+        rc = slcu_moeg_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be));
+    if (ok && !rc) rc = slcu_moe_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be));
     return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
 }
 
@@ -848,6 +854,7 @@ be_backend *be_cuda_new(pool_t *pool) {
      * batch's 2-8 token dense matvecs (cuda_i8.cu, read at the first matmul): SLUICE_CUDA_MVSPLIT=MiB as one-token jobs,
      * SLUICE_CUDA_MVGEMM=ROWS by the GEMM, both off unset (cuda.h slcu_i8_mvsplit, slcu_i8_mvgemm) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
+    slcu_moeg_init(); /* cuda_mvn.h SLUICE_CUDA_MOEG=1: a decode batch's experts grouped by expert (off unset) */
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     /* a layer-major block streamed through the device tier as moe_wide's grouped FFN (backend_cuda_tier.c): on since
      * call R (bitwise on an H100: test_cuda --tier, the model test; a 16-layer prefill 2.4x), SLUICE_CUDA_TIER_GEMM=0 off */

@@ -1,0 +1,45 @@
+/*
+ * cuda_mvn.h — a decode batch's routed experts grouped by expert on the device (cuda_mvn.cu; issue 24 "serve --gpu",
+ * docs/CUDA.md "A decode batch's experts grouped by expert"). Only for src/backend/cuda/ and tests/cuda/.
+ *
+ * slcu_moeg_ffn is slcu_moe_ffn (cuda.h) for n <= 8 tokens in two launches after h's quantisation: every expert that
+ * some token chose reads its gate and up rows once for all of its tokens (at most 8) and makes their SwiGLU mid rows'
+ * int8 form in the same CTA; then every chosen expert reads its down rows once for all of its pairs. Each (token, slot)
+ * row is computed in cuda.h's canonical order with the one-token kernels' operations (the SwiGLU and quantisation of
+ * cuda_i8.cu act_quant_rows), so y is bitwise slcu_moe_ffn's (the grouped GEMM's and the per-pair matvecs'), and a
+ * token's bits do not depend on the batch.
+ */
+#ifndef SL_CUDA_MVN_H
+#define SL_CUDA_MVN_H
+
+#include "backend/cuda/cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLCU_MOEG_MAXN 8 /* tokens a call */
+
+/* SLUICE_CUDA_MOEG=1 (read by slcu_moeg_init, which be_cuda_new calls when the backend opens; off unset): cu_moe_wide
+ * sends a decode batch of up to SLCU_MOEG_MAXN tokens through slcu_moeg_layer. slcu_moeg_set: 1 on, 0 off, -1 the
+ * environment's again (tests). slcu_moeg_on: the switch now. */
+void slcu_moeg_init(void);
+void slcu_moeg_set(int on);
+int slcu_moeg_on(void);
+
+/* Device bytes of m->work for slcu_moeg_ffn (h's int8 form, the n k mid rows' int8 form, the grouping's table). */
+size_t slcu_moeg_bytes(int n, int k, int E, int H, int I);
+/* m as slcu_moe_ffn's (m->swi unused): y [n k][H], row t k + s token t's slot s (pairs whose expert is outside [0, E)
+ * are skipped: their rows are not written). 0, or -1 with a message (shapes, types, n outside 1 .. 8, n k > 256,
+ * E > 1024). Each token's k experts must be distinct (slcu_route's are), so an expert has at most n tokens. */
+int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen);
+/* slcu_moe_layer's contract (route into m->top_e / top_w, the experts, slcu_combine into out; *buf grown as needed,
+ * a sync first) through slcu_moeg_ffn: 1 done, 0 not its case (n > 8, shapes or types: nothing queued), -1 failed. */
+int slcu_moeg_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
+                    size_t *cap, char *msg, size_t msglen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
