@@ -3,10 +3,10 @@
  * For B concurrent streams (default 1, 2, 4, 8, 16) it submits B sampled requests with short distinct
  * prompts to the scheduler (src/serve/sched.h, the engine under `sluice serve`) and measures aggregate
  * decode tokens/s (generated tokens over the wall time from the first to the last token), expert bytes
- * read per generated token, hit rate, steps, and the mean time a step spent in sl_batch_eval (its rows a step
- * beside it: the prompts' steps are in the mean too). Then the time to first token of a follow-up turn (a long first
- * prompt, then the same plus a short new turn) with and without the prefix cache (--followup 0: not run, so that a
- * timeline of the run holds the serving steps only).
+ * read per generated token, hit rate, steps, the mean time a step spent in sl_batch_eval (its rows a step
+ * beside it: the prompts' steps are in the mean too) and a decode step's wall time (the difference: the host's work a
+ * step). Then the time to first token of a follow-up turn (a long first prompt, then the same plus a short new turn)
+ * with and without the prefix cache (--followup 0: not run, so that a timeline of the run holds the serving steps only).
  *
  * Usage: build/bench_serve MODEL.sluice [--cache SIZE_MIB] [--tokens N] [--streams 1,2,4,8,16] [--resident 1]
  *                          [--io direct|buffered] [--prompt N] [--temp T (default 1: sampled)] [--gpu 1 (CUDA, resident)]
@@ -112,8 +112,8 @@ int main(int argc, char **argv) {
     printf("model %s: experts %.1f GiB, cache %lld MiB, io %s, %d tokens per stream\n\n", path,
            (double)st0.expert_bytes / (1 << 30), cache_mib, io == SL_IO_DIRECT ? "direct" : "buffered", n_tok);
     printf("| streams | aggregate decode tok/s | per stream | x 1 stream | expert MiB read / token | hit rate | steps | "
-           "ms a step in the model | rows a step |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+           "ms a step in the model | rows a step | wall ms a decode step |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
     double base = 0;
     for (const char *p = streams; *p;) {
         int B = atoi(p);
@@ -148,10 +148,14 @@ int main(int argc, char **argv) {
         double dt = t.t_last - t.t_first, tps = dt > 0 ? (t.tokens - B) / dt : 0; /* first tokens end the prefills */
         if (B == 1 || !base) base = tps;
         uint64_t req = st.hits + st.misses;
-        printf("| %d | %.2f | %.2f | %.2f | %.1f | %.1f%% | %llu | %.3f | %.2f |\n", B, tps, tps / B, base > 0 ? tps / base : 0,
+        /* the wall time of a decode step (first token to last over the (tokens - B) / B steps between them) beside the
+         * time sl_batch_eval took (the model's: its mean includes the prompts' step): what is left is the scheduler's
+         * host work a step, chiefly sampling each stream's logits one after another (src/text/sampler.c) */
+        const double wall_step = t.tokens > B ? 1e3 * dt * B / (double)(t.tokens - B) : 0;
+        printf("| %d | %.2f | %.2f | %.2f | %.1f | %.1f%% | %llu | %.3f | %.2f | %.3f |\n", B, tps, tps / B, base > 0 ? tps / base : 0,
                t.tokens ? (double)st.bytes_read / t.tokens / 1048576.0 : 0, req ? 100.0 * st.hits / req : 0,
                (unsigned long long)ss.steps, ss.steps ? 1e3 * ss.busy_s / (double)ss.steps : 0,
-               ss.steps ? (double)ss.step_rows / (double)ss.steps : 0);
+               ss.steps ? (double)ss.step_rows / (double)ss.steps : 0, wall_step);
         fflush(stdout);
     }
     if (!followup) {
