@@ -4,8 +4,12 @@
  * whose helpers it uses): every (token, slot) row bitwise slcu_moe_ffn's grouped GEMM (cuda_i8.cu gemm_seg, through
  * cuda.h slcu_moe_mv(0)), each token alone bitwise its row in the batch, a pair of an expert outside [0, E) left
  * unwritten, implied biases computed (their device words NaN), and the layer (route, experts, combine) bitwise
- * slcu_moe_layer's. `test_cuda --serve8` runs these checks and then times the three ways on the 30B-A3B's shapes.
+ * slcu_moe_layer's. And a decode batch's 2-8 token dense matmuls each row read once for all tokens (slcu_mvg_matmul,
+ * SLUICE_CUDA_MVG=1) bitwise slcu_matmul_i8. `test_cuda --serve8` runs these checks, then times each way on the
+ * 30B-A3B's shapes.
  */
+
+static void check_mvg_all(void); /* (below: check_moeg_all runs it first) */
 
 /* te [n][k] of routing mode mode: 0 uniform (rand_top_e), 1 k distinct experts of a pool of 16 starting at e0, 2 the same
  * k experts e0 .. e0 + k - 1 for every token (the 16-layer synth's routing after its first layer: docs/CUDA.md) */
@@ -115,6 +119,7 @@ static void check_moeg(int n, int k, int E, int H, int I, dt_type gdt, int gg, d
 }
 
 static void check_moeg_all(void) {
+    check_mvg_all();
     check_moeg(2, 4, 16, 512, 192, DT_Q4, 32, DT_F16, DT_Q8, 64, DT_BF16, 0, 0);
     check_moeg(5, 8, 24, 512, 160, DT_Q8, 64, DT_BF16, DT_Q4, 32, DT_F16, 3, 0);
     check_moeg(8, 8, 16, 1024, 384, DT_Q4, 64, DT_BF16, DT_Q4, 128, DT_BF16, 3, 1); /* down's s128 added in its CTA */
@@ -124,6 +129,60 @@ static void check_moeg_all(void) {
     check_moeg(3, 2, 8, 4096, 64, DT_Q8, 128, DT_BF16, DT_Q4, 64, DT_F16, 3, 2); /* several chunks a row (gate/up) */
     check_moeg(8, 8, 20, 2048, 768, DT_Q4, 32, DT_BF16, DT_Q4, 32, DT_BF16, 3, 0); /* the 30B's matrices, as Q4_0 imports */
     check_moeg(8, 8, 16, 2048, 768, DT_Q4, 32, DT_BF16, DT_Q4, 32, DT_BF16, 3, 2);
+}
+
+/* SLUICE_CUDA_MVG: nj matrices of rows[j] x cols sharing one activation of n_tok tokens through slcu_mvg_matmul, bitwise
+ * slcu_matmul_i8 (cuda_mv.cu mvn_i8), every output; implied: the matrices' biases implied, their device words NaN */
+static void check_mvg(dt_type dt, int group, dt_type sdt, int cols, const int *rows, int nj, int implied) {
+    char msg[256] = "";
+    mat w[3];
+    int tot = 0;
+    for (int j = 0; j < nj; j++) {
+        if (make_mat(&w[j], dt, rows[j], cols, group, sdt, msg)) { CK(0, "%s", msg); return; }
+        if (implied) imply_mat(&w[j], 0);
+        tot += rows[j];
+    }
+    float *dx = rnd_dev((size_t)8 * cols, 1, NULL, msg), *dy = slcu_alloc((size_t)8 * tot * 4, msg, sizeof msg);
+    void *abuf = slcu_alloc(slcu_act_bytes(8, cols), msg, sizeof msg);
+    slcu_act a;
+    CK(!slcu_act_bind(&a, abuf, 8, cols, msg, sizeof msg) && !slcu_act_quantize(&a, dx, (size_t)cols, msg, sizeof msg), "%s", msg);
+    int ok = 1;
+    for (int n = 2; n <= 8; n += n < 4 ? 1 : 4) { /* 2, 3, 4, 8 tokens */
+        slcu_mm mm[3];
+        for (int j = 0, r = 0; j < nj; r += rows[j], j++)
+            mm[j] = (slcu_mm){w[j].d, &a, NULL, n, dy + (size_t)8 * r, (size_t)rows[j], NULL, NULL};
+        poison(dy, (size_t)8 * tot * 4);
+        CK(!slcu_matmul_i8(mm, nj, msg, sizeof msg), "%s", msg);
+        float *ref = dl(dy, (size_t)8 * tot);
+        if (implied)
+            for (int j = 0; j < nj; j++) poison((void *)w[j].d.biases, bias_bytes(&w[j]));
+        poison(dy, (size_t)8 * tot * 4);
+        const int r = slcu_mvg_matmul(mm, nj, msg, sizeof msg);
+        CK(r == 1, "slcu_mvg_matmul: %d (%s)", r, msg);
+        float *y = dl(dy, (size_t)8 * tot);
+        int same = 1;
+        for (int j = 0, r0 = 0; j < nj; r0 += rows[j], j++)
+            same &= !memcmp(y + (size_t)8 * r0, ref + (size_t)8 * r0, (size_t)n * rows[j] * 4);
+        CK(same, "%s g%d %s, %d matrices of %d columns, %d tokens: grouped rows (MVG) differ from slcu_matmul_i8", dt_name(dt),
+           group, dt_name(sdt), nj, cols, n);
+        ok &= same;
+        if (implied) /* the words back for the next reference */
+            for (int j = 0; j < nj; j++) imply_mat(&w[j], 0);
+        free(ref), free(y);
+    }
+    printf("ok   2-8 token matmuls, rows read once for all tokens (MVG) == slcu_matmul_i8: %s g%d %s, %d matrices x %d "
+           "columns (%d rows), implied %d: %s\n", dt_name(dt), group, dt_name(sdt), nj, cols, tot, implied, ok ? "bitwise" : "DIFFERS");
+    slcu_free(dx), slcu_free(dy), slcu_free(abuf);
+    for (int j = 0; j < nj; j++) free_mat(&w[j]);
+}
+
+static void check_mvg_all(void) {
+    const int qkv[3] = {512, 128, 128}, one[1] = {300}, tall[1] = {17000}, o[1] = {2048};
+    check_mvg(DT_Q4, 32, DT_BF16, 2048, qkv, 3, 1);
+    check_mvg(DT_Q8, 64, DT_F16, 1024, qkv, 3, 0);
+    check_mvg(DT_Q4, 128, DT_F32, 4096, o, 1, 0); /* several chunks a row */
+    check_mvg(DT_Q8, 32, DT_BF16, 160, one, 1, 1); /* 5 blocks: a part chunk */
+    check_mvg(DT_Q4, 64, DT_BF16, 256, tall, 1, 1); /* 64 rows a CTA (the LM head's case) */
 }
 
 /* --serve8's runs: set it % 4 of the te sets (disjoint experts in modes 1 and 2, so a call's experts are not in the L2
@@ -152,6 +211,68 @@ static void run_moeg(void *p) {
     m.top_e = r->dte + (size_t)s * r->nk;
     if (r->way == 2) slcu_moeg_ffn(&m, msg, sizeof msg);
     else slcu_moe_ffn(&m, msg, sizeof msg);
+}
+
+/* --serve8's dense runs: set it % sets of each matrix (rows[j] rows at set s), way 0 slcu_matmul_i8, 1 slcu_mvg_matmul */
+typedef struct {
+    const mat *w[3];
+    const slcu_act *a;
+    float *dy;
+    int rows[3], nj, n, sets, it, way;
+} dense_run;
+static void run_dense(void *p) {
+    dense_run *r = p;
+    char msg[256];
+    const int s = r->it++ % r->sets;
+    slcu_mm mm[3];
+    for (int j = 0, y0 = 0; j < r->nj; y0 += r->rows[j], j++)
+        mm[j] = (slcu_mm){sub_mat(r->w[j], s * r->rows[j], r->rows[j]), r->a, NULL, r->n, r->dy + (size_t)8 * y0, (size_t)r->rows[j], NULL, NULL};
+    if (r->way) slcu_mvg_matmul(mm, r->nj, msg, sizeof msg);
+    else slcu_matmul_i8(mm, r->nj, msg, sizeof msg);
+}
+
+/* us a call of the 30B-A3B's dense matmuls of a decode batch (q4 g32 bf16, implied biases): q|k|v (4096, 512 and 512
+ * rows x 2048, one call), o (2048 x 4096), the LM head (151936 x 2048) at 2, 4 and 8 tokens: slcu_matmul_i8 (mvn_i8, the
+ * default) | rows read once for all tokens (SLUICE_CUDA_MVG=1); eight copies of the small ones taken in turn */
+static void bench_mvg(void) {
+    char msg[256] = "";
+    const int shapes[3][4] = {{3, 4096, 512, 512}, {1, 2048, 0, 0}, {1, 151936, 0, 0}}, cols[3] = {2048, 4096, 2048};
+    const char *names[3] = {"q|k|v", "o", "lm head"};
+    float *dx = rnd_dev((size_t)8 * 4096, 1, NULL, msg), *dy = slcu_alloc((size_t)8 * 151936 * 4, msg, sizeof msg);
+    void *abuf = slcu_alloc(slcu_act_bytes(8, 4096), msg, sizeof msg);
+    printf("  dense matmuls of a decode batch, us a call: slcu_matmul_i8 (mvn_i8) | rows read once for all tokens "
+           "(SLUICE_CUDA_MVG=1)\n");
+    fast_fill = 1;
+    for (int sh = 0; sh < 3; sh++) {
+        dense_run r;
+        memset(&r, 0, sizeof r);
+        mat w[3];
+        r.nj = shapes[sh][0], r.sets = sh == 2 ? 1 : 8, r.dy = dy;
+        int bad = 0;
+        for (int j = 0; j < r.nj; j++) {
+            r.rows[j] = shapes[sh][1 + j];
+            bad |= make_mat(&w[j], DT_Q4, r.rows[j] * r.sets, cols[sh], 32, DT_BF16, msg);
+            if (!bad) imply_mat(&w[j], 0);
+            r.w[j] = &w[j];
+        }
+        if (bad) { printf("%s\n", msg); break; }
+        printf("  %-10s", names[sh]);
+        for (int n = 2; n <= 8; n *= 2) {
+            slcu_act a;
+            slcu_act_bind(&a, abuf, n, cols[sh], msg, sizeof msg), slcu_act_quantize(&a, dx, (size_t)cols[sh], msg, sizeof msg);
+            r.a = &a, r.n = n;
+            float us[2];
+            for (int way = 0; way < 2; way++) {
+                r.way = way, r.it = 0;
+                us[way] = 1e3f * slcu_time(run_dense, &r, 40);
+            }
+            printf("  n %d %7.1f | %7.1f", n, us[0], us[1]);
+        }
+        printf("\n");
+        for (int j = 0; j < r.nj; j++) free_mat(&w[j]);
+    }
+    fast_fill = 0;
+    slcu_free(dx), slcu_free(dy), slcu_free(abuf);
 }
 
 /* --serve8: us a call, the 30B-A3B's routed experts (E 128, k 8, gate / up 768 x 2048, down 2048 x 768, q4 g32 bf16
@@ -226,6 +347,7 @@ static void bench_serve8(void) {
         printf("\n");
     }
     slcu_moe_mv(-1);
+    bench_mvg();
     CK(!slcu_sync(msg, sizeof msg), "--serve8: %s", msg);
     free(tab), free(te), free(lg);
     slcu_free(dtab), slcu_free(work), slcu_free(dh), slcu_free(dy), slcu_free(dte), slcu_free(r.dte_l), slcu_free(r.dtw);

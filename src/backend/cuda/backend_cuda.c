@@ -289,6 +289,15 @@ int int8_path(const tn_mat *w, const kern_act *x) {
     return x->int8 && x->buf && (w->dtype == DT_Q8 || w->dtype == DT_Q4) && x->cols % 32 == 0 && w->group % 32 == 0;
 }
 
+/* SLUICE_CUDA_MVG=1 (cuda_mvn.h): 2-8 token jobs of one activation through slcu_mvg_matmul, each row read once for all
+ * tokens (the same bits); 1 taken (queued, or failed: the sticky error), 0 not its case */
+static int mvg_run(be_backend *be, const slcu_mm *mm, int n) {
+    if (mm[0].n_tok < 2 || !slcu_mvg_on() || !slcu_decode_kernels) return 0;
+    const int r = slcu_mvg_matmul(mm, n, MSG(be));
+    if (r < 0) cu_fail(be, SL_EIO, cu_of(be)->tmp);
+    return r != 0;
+}
+
 /* hold: a one-token matvec may be held for the op after it (SLUICE_CUDA_FUSE; the table's matmul, not the ops that
  * launch kernels of their own after one) */
 static void mm_run(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy, int hold) {
@@ -305,6 +314,7 @@ static void mm_run(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_
         slcu_act a;
         if (act_ready(be, x, &a)) return;
         slcu_mm mm = {.w = mat_of(w), .a = &a, .rows = NULL, .n_tok = x->n_tok, .y = y, .ldy = ldy};
+        if (mvg_run(be, &mm, 1)) return; /* (SLUICE_CUDA_MVG=1: a decode batch's 2-8 tokens) */
         if (!hold || !hold_mm(be, &mm, 1, FUSE_O)) CU(be, slcu_matmul_i8(&mm, 1, MSG(be))); /* (SLUICE_CUDA_FUSE=o) */
         return;
     }
@@ -339,7 +349,8 @@ static void cu_matmul_multi(be_backend *be, const kern_mm *mm, int n) {
             mm_run(be, m->w, m->a, m->y, m->ldy, 0);
         }
     }
-    if (ng && !(ng == n && hold_mm(be, g, ng, FUSE_QKV))) CU(be, slcu_matmul_i8(g, ng, MSG(be))); /* (SLUICE_CUDA_FUSE=qkv) */
+    if (ng && !mvg_run(be, g, ng) && !(ng == n && hold_mm(be, g, ng, FUSE_QKV)))
+        CU(be, slcu_matmul_i8(g, ng, MSG(be))); /* (SLUICE_CUDA_MVG=1; SLUICE_CUDA_FUSE=qkv) */
 }
 
 /* The gathered rows' own int8 form, made when a matrix reads it: bitwise the gather. */
@@ -854,7 +865,8 @@ be_backend *be_cuda_new(pool_t *pool) {
      * batch's 2-8 token dense matvecs (cuda_i8.cu, read at the first matmul): SLUICE_CUDA_MVSPLIT=MiB as one-token jobs,
      * SLUICE_CUDA_MVGEMM=ROWS by the GEMM, both off unset (cuda.h slcu_i8_mvsplit, slcu_i8_mvgemm) */
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
-    slcu_moeg_init(); /* cuda_mvn.h SLUICE_CUDA_MOEG=1: a decode batch's experts grouped by expert (off unset) */
+    slcu_moeg_init(); /* cuda_mvn.h SLUICE_CUDA_MOEG=1: a decode batch's experts grouped by expert; SLUICE_CUDA_MVG=1: its
+                       * 2-8 token matmuls each row read once for all tokens (both off unset) */
     c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
     /* a layer-major block streamed through the device tier as moe_wide's grouped FFN (backend_cuda_tier.c): on since
      * call R (bitwise on an H100: test_cuda --tier, the model test; a 16-layer prefill 2.4x), SLUICE_CUDA_TIER_GEMM=0 off */

@@ -49,9 +49,11 @@ static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
 }
 static size_t rnd256(size_t n) { return (n + 255) / 256 * 256; }
 
-/* dynamic shared bytes: codes [64][RSTR], scale words [64][GS] (and bias words unless IB), activation codes
- * [8][32 blocks][32 bytes], block scales, group sums, block sums [8][32] each */
-static size_t mg_smem(int ib) { return (size_t)MG_NR * MG_RSTR + (size_t)MG_NR * MG_GS * 4 * (ib ? 1 : 2) + MG_MAXT * 1024 + 3 * MG_MAXT * 32 * 4; }
+/* dynamic shared bytes of a CTA of nr rows: codes [nr][RSTR], scale words [nr][GS] (and bias words unless IB),
+ * activation codes [8][32 blocks][32 bytes], block scales, group sums, block sums [8][32] each */
+static size_t mg_smem(int nr, int ib) {
+    return (size_t)nr * MG_RSTR + (size_t)nr * MG_GS * 4 * (ib ? 1 : 2) + MG_MAXT * 1024 + 3 * MG_MAXT * 32 * 4;
+}
 
 /* One matrix's rows for a CTA: codes, scale and bias words of the matrix, its first row */
 struct mg_mat {
@@ -115,34 +117,36 @@ static __device__ int mg_group(const int *top_e, int nk, int E, int d, int *su, 
     return D;
 }
 
-/* Rows r < split of m0 (its rows m0.row0 + r) and r >= split of m1 (m1.row0 + r - split), the first nr valid, of cols
- * columns in groups of group, times the c activation rows ar[] of (xq, xd, xs): xs + soff the group sums, or with S32
- * the block sums s32 from which the group sums are added here (act_quant's s64 / s128 operations). out[h]: the output
- * of thread's row tid % 64 for token tid / 64 + 4 h (when below c). sm: mg_smem(IB) bytes of dynamic shared memory. */
-template <int DT, int SDT, int IB, bool S32>
+/* Rows r < split of m0 (its rows m0.row0 + r) and r >= split of m1 (m1.row0 + r - split) of the CTA's NR (16 or 64),
+ * the first nr valid, of cols columns in groups of group, times the c activation rows ar[] of (xq, xd, xs): xs + soff
+ * the group sums, or with S32 the block sums s32 from which the group sums are added here (act_quant's s64 / s128
+ * operations). out[h]: the output of the thread's row tid % NR for token tid / NR + h 256 / NR (when below c; h = 1
+ * only for NR 64). sm: mg_smem(NR, IB) bytes of dynamic shared memory. */
+template <int NR, int DT, int SDT, int IB, bool S32>
 static __device__ void mg_rows(const mg_mat &m0, const mg_mat &m1, int split, int nr, int cols, int group, const int8_t *xq,
                                const float *xd, const float *xs, int soff, const int *ar, int c, uint8_t *sm, float out[2]) {
-    constexpr int BB = DT == DT_Q4 ? 16 : 32, KC = MG_ROWB / BB, ssz = SDT == DT_F32 ? 4 : 2;
+    constexpr int BB = DT == DT_Q4 ? 16 : 32, KC = MG_ROWB / BB, ssz = SDT == DT_F32 ? 4 : 2, TG = MG_NTH / NR;
+    static_assert(NR == 16 || NR == 64, "a thread's tokens: tid / NR, and + 4 for NR 64");
     uint8_t *scode = sm;
-    unsigned *ssw = (unsigned *)(sm + MG_NR * MG_RSTR), *sbw = ssw + MG_NR * MG_GS;
-    uint4 *sx = (uint4 *)(sm + MG_NR * MG_RSTR + MG_NR * MG_GS * 4 * (IB ? 1 : 2));
+    unsigned *ssw = (unsigned *)(sm + NR * MG_RSTR), *sbw = ssw + NR * MG_GS;
+    uint4 *sx = (uint4 *)(sm + NR * MG_RSTR + NR * MG_GS * 4 * (IB ? 1 : 2));
     float *sd = (float *)(sx + MG_MAXT * 64), *sxg = sd + MG_MAXT * 32, *ss32 = sxg + MG_MAXT * 32;
     const int tid = threadIdx.x, nb = cols / 32, ng = cols / group, ns = nb + nb / 2 + nb / 4;
     const int gshift = group == 32 ? 0 : group == 64 ? 1 : 2, bmask = group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols;
-    const int r = tid & (MG_NR - 1), i0 = tid >> 6, row = r < split ? m0.row0 + r : m1.row0 + r - split;
+    const int r = tid % NR, i0 = tid / NR, row = r < split ? m0.row0 + r : m1.row0 + r - split;
     const void *rsc = r < split ? m0.scales : m1.scales, *rbi = r < split ? m0.biases : m1.biases; /* (no references: */
     /* a reference to m0 or m1 put both on the stack) */
     float acc[2] = {0.f, 0.f}, accb[2] = {0.f, 0.f};
     for (int kb0 = 0; kb0 < nb; kb0 += KC) {
         const int kcn = min(KC, nb - kb0), gpc = kcn >> gshift, pcs = kcn * BB / 16;
-        for (int q = tid; q < MG_NR * pcs; q += MG_NTH) { /* the rows' codes, 16 bytes a thread, rows beyond nr zero */
+        for (int q = tid; q < NR * pcs; q += MG_NTH) { /* the rows' codes, 16 bytes a thread, rows beyond nr zero */
             const int rr = q / pcs, pc = q - rr * pcs;
             const int row2 = rr < split ? m0.row0 + rr : m1.row0 + rr - split;
             const bool ok = rr < nr;
             const uint8_t *cb = rr < split ? m0.codes : m1.codes;
             cp16(scode + rr * MG_RSTR + pc * 16, ok ? cb + (size_t)row2 * rb + (size_t)kb0 * BB + pc * 16 : m0.codes, ok);
         }
-        for (int q = tid; q < MG_NR * gpc; q += MG_NTH) { /* their scale (and bias) words, 4 aligned bytes each */
+        for (int q = tid; q < NR * gpc; q += MG_NTH) { /* their scale (and bias) words, 4 aligned bytes each */
             const int rr = q / gpc, g = q - rr * gpc;
             if (rr >= nr) continue;
             const size_t e = (size_t)(rr < split ? m0.row0 + rr : m1.row0 + rr - split) * ng + (size_t)(kb0 >> gshift) + g;
@@ -174,15 +178,16 @@ static __device__ void mg_rows(const mg_mat &m0, const mg_mat &m1, int split, in
             }
             __syncthreads();
         }
-        if (i0 < c) { /* row r for tokens i0 and i0 + 4: each block's codes and scale word loaded once for both */
-            const bool two = i0 + 4 < c;
+        if (i0 < c) { /* row r for tokens i0 and i0 + 4 (NR 64): each block's codes and scale word loaded once for both */
+            const bool two = TG < MG_MAXT && i0 + TG < c;
             const size_t e0 = (size_t)row * ng + (size_t)(kb0 >> gshift);
             const uintptr_t sa = (uintptr_t)rsc + e0 * ssz, ba = (uintptr_t)rbi + e0 * ssz;
             const uint8_t *cr = scode + r * MG_RSTR;
             const unsigned *swr = ssw + r * MG_GS, *sbr = sbw + r * MG_GS;
-            const uint4 *x0 = sx + i0 * 64, *x1 = sx + (two ? i0 + 4 : i0) * 64;
-            const float *d0 = sd + i0 * 32, *d1 = sd + (two ? i0 + 4 : i0) * 32;
-            const float *g0 = sxg + i0 * 32, *g1 = sxg + (two ? i0 + 4 : i0) * 32;
+            const int i1 = two ? i0 + TG : i0;
+            const uint4 *x0 = sx + i0 * 64, *x1 = sx + i1 * 64;
+            const float *d0 = sd + i0 * 32, *d1 = sd + i1 * 32;
+            const float *g0 = sxg + i0 * 32, *g1 = sxg + i1 * 32;
             float a0 = acc[0], b0 = accb[0], a1 = acc[1], b1 = accb[1];
 #pragma unroll 4
             for (int bl = 0; bl < kcn; bl++) {
@@ -234,7 +239,7 @@ __global__ void __launch_bounds__(MG_NTH) k_moeg_gu(const __grid_constant__ mg_g
     const void *const *pg = A.tab + (size_t)e * 3, *const *pu = A.tab + ((size_t)A.E + e) * 3;
     const mg_mat m0 = {(const uint8_t *)pg[0], pg[1], pg[2], j0}, m1 = {(const uint8_t *)pu[0], pu[1], pu[2], j0};
     float v[2];
-    mg_rows<DT, SDT, IB, false>(m0, m1, 32, MG_NR, A.H, A.group, A.xq, A.xd, A.xs, soff, sar, c, sm, v);
+    mg_rows<MG_NR, DT, SDT, IB, false>(m0, m1, 32, MG_NR, A.H, A.group, A.xq, A.xd, A.xs, soff, sar, c, sm, v);
     float *so = (float *)sm; /* [token][64]: gate rows 0 .. 31, up rows 32 .. 63 (the staging is free) */
     const int r = threadIdx.x & (MG_NR - 1), i0 = threadIdx.x >> 6;
     if (i0 < c) so[i0 * MG_NR + r] = v[0];
@@ -284,20 +289,63 @@ __global__ void __launch_bounds__(MG_NTH) k_moeg_dn(const __grid_constant__ mg_d
     const void *const *pd = A.tab + ((size_t)2 * A.E + e) * 3;
     const mg_mat m0 = {(const uint8_t *)pd[0], pd[1], pd[2], r0};
     float v[2];
-    mg_rows<DT, SDT, IB, true>(m0, m0, MG_NR, nr, A.I, A.group, A.xq, A.xd, A.xs, 0, su + 2, c, sm, v);
+    mg_rows<MG_NR, DT, SDT, IB, true>(m0, m0, MG_NR, nr, A.I, A.group, A.xq, A.xd, A.xs, 0, su + 2, c, sm, v);
     const int r = threadIdx.x & (MG_NR - 1), i0 = threadIdx.x >> 6;
     if (r >= nr) return;
     if (i0 < c) A.y[(size_t)su[2 + i0] * A.ldy + r0 + r] = v[0];
     if (i0 + 4 < c) A.y[(size_t)su[2 + i0 + 4] * A.ldy + r0 + r] = v[1];
 }
 
+/* ---- a decode batch's dense matmuls (SLUICE_CUDA_MVG=1): 2-8 tokens of up to MG_MAXJ matrices sharing one activation
+ * (q|k|v, o, the LM head), NR rows a CTA (16 where 64 would not give two CTAs an SM), each row read once for every
+ * token and folded per token as above: cuda_mv.cu mvn_i8's bits (the canonical order) ---- */
+#define MG_MAXJ 4
+struct mg_djob {
+    const uint8_t *codes;
+    const void *scales, *biases;
+    float *y;
+    size_t ldy;
+    int rows, tile0;
+};
+struct mg_dense_args {
+    mg_djob j[MG_MAXJ];
+    int n, cols, group, n_tok;
+    const int8_t *xq;
+    const float *xd, *xs;
+};
+
+template <int NR, int DT, int SDT, int IB>
+__global__ void __launch_bounds__(MG_NTH) k_mvg_dense(const __grid_constant__ mg_dense_args A) {
+    extern __shared__ __align__(16) uint8_t sm[];
+    __shared__ int sar[MG_MAXT];
+    constexpr int TG = MG_NTH / NR;
+    pdl_wait();
+    int jk = 0;
+    while (jk + 1 < A.n && (int)blockIdx.x >= A.j[jk + 1].tile0) jk++;
+    const mg_djob j = A.j[jk];
+    if (threadIdx.x < MG_MAXT) sar[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    const int r0 = ((int)blockIdx.x - j.tile0) * NR, nr = min(NR, j.rows - r0), nb = A.cols / 32;
+    const int soff = A.group == 32 ? 0 : A.group == 64 ? nb : nb + nb / 2;
+    const mg_mat m0 = {j.codes, j.scales, j.biases, r0};
+    float v[2];
+    mg_rows<NR, DT, SDT, IB, false>(m0, m0, NR, nr, A.cols, A.group, A.xq, A.xd, A.xs, soff, sar, A.n_tok, sm, v);
+    const int r = threadIdx.x % NR, i0 = threadIdx.x / NR;
+    if (r >= nr) return;
+    if (i0 < A.n_tok) j.y[(size_t)i0 * j.ldy + r0 + r] = v[0];
+    if (TG < MG_MAXT && i0 + TG < A.n_tok) j.y[(size_t)(i0 + TG) * j.ldy + r0 + r] = v[1];
+}
+
 /* ---- host ---- */
 
-static int moeg_env = -1, moeg_state = -1, moeg_ib = -1;
+static int moeg_env = -1, moeg_state = -1, moeg_ib = -1, mvg_env = -1, mvg_state = -1;
 extern "C" void slcu_moeg_init(void) {
     const char *e = getenv("SLUICE_CUDA_MOEG");
     moeg_env = e && e[0] == '1' && !e[1];
     moeg_state = moeg_env;
+    e = getenv("SLUICE_CUDA_MVG");
+    mvg_env = e && e[0] == '1' && !e[1];
+    mvg_state = mvg_env;
     /* the implied biases computed as the int8 matmuls compute them (cuda_i8.cu SLUICE_CUDA_IBIAS: on unless =0) */
     moeg_ib = !(getenv("SLUICE_CUDA_IBIAS") && getenv("SLUICE_CUDA_IBIAS")[0] == '0');
 }
@@ -308,6 +356,14 @@ extern "C" void slcu_moeg_set(int on) {
 extern "C" int slcu_moeg_on(void) {
     if (moeg_state < 0) slcu_moeg_init();
     return moeg_state;
+}
+extern "C" void slcu_mvg_set(int on) {
+    if (mvg_env < 0) slcu_moeg_init();
+    mvg_state = on < 0 ? mvg_env : on != 0;
+}
+extern "C" int slcu_mvg_on(void) {
+    if (mvg_state < 0) slcu_moeg_init();
+    return mvg_state;
 }
 
 struct mg_work {
@@ -357,8 +413,8 @@ static void mg_attr(const void *k, int dyn) {
 }
 
 template <typename K, typename A>
-static void mg_launch(K *k, int ib, dim3 grid, const A &args) {
-    const int dyn = (int)mg_smem(ib);
+static void mg_launch(K *k, int ib, dim3 grid, const A &args, int nr = MG_NR) {
+    const int dyn = (int)mg_smem(nr, ib);
     mg_attr((const void *)k, dyn);
     pdl_launch(k, grid, dim3(MG_NTH), (size_t)dyn, SLS, args);
 }
@@ -376,6 +432,54 @@ static void mg_launch(K *k, int ib, dim3 grid, const A &args) {
             else ib ? mg_launch(KER<DT_Q8, DT_BF16, 1>, 1, grid, args) : mg_launch(KER<DT_Q8, DT_BF16, 0>, 0, grid, args); \
         }                                                                                                              \
     } while (0)
+
+#define MG_PICK_NR(NR, dt, sdt, ib, grid, args)                                                                      \
+    do {                                                                                                               \
+        if (dt == DT_Q4) {                                                                                             \
+            if (sdt == DT_F32) ib ? mg_launch(k_mvg_dense<NR, DT_Q4, DT_F32, 1>, 1, grid, args, NR) : mg_launch(k_mvg_dense<NR, DT_Q4, DT_F32, 0>, 0, grid, args, NR); \
+            else if (sdt == DT_F16) ib ? mg_launch(k_mvg_dense<NR, DT_Q4, DT_F16, 1>, 1, grid, args, NR) : mg_launch(k_mvg_dense<NR, DT_Q4, DT_F16, 0>, 0, grid, args, NR); \
+            else ib ? mg_launch(k_mvg_dense<NR, DT_Q4, DT_BF16, 1>, 1, grid, args, NR) : mg_launch(k_mvg_dense<NR, DT_Q4, DT_BF16, 0>, 0, grid, args, NR); \
+        } else {                                                                                                       \
+            if (sdt == DT_F32) ib ? mg_launch(k_mvg_dense<NR, DT_Q8, DT_F32, 1>, 1, grid, args, NR) : mg_launch(k_mvg_dense<NR, DT_Q8, DT_F32, 0>, 0, grid, args, NR); \
+            else if (sdt == DT_F16) ib ? mg_launch(k_mvg_dense<NR, DT_Q8, DT_F16, 1>, 1, grid, args, NR) : mg_launch(k_mvg_dense<NR, DT_Q8, DT_F16, 0>, 0, grid, args, NR); \
+            else ib ? mg_launch(k_mvg_dense<NR, DT_Q8, DT_BF16, 1>, 1, grid, args, NR) : mg_launch(k_mvg_dense<NR, DT_Q8, DT_BF16, 0>, 0, grid, args, NR); \
+        }                                                                                                              \
+    } while (0)
+
+extern "C" int slcu_mvg_matmul(const slcu_mm *mm, int n, char *msg, size_t msglen) {
+    if (n < 1 || n > MG_MAXJ) return 0;
+    const slcu_mat *w0 = &mm[0].w;
+    const slcu_act *a = mm[0].a;
+    if (!a || a->sg || mm[0].n_tok < 2 || mm[0].n_tok > MG_MAXT || mm[0].n_tok > a->n_tok || (w0->dtype != DT_Q8 && w0->dtype != DT_Q4) ||
+        (w0->group != 32 && w0->group != 64 && w0->group != 128) || w0->cols != a->cols || w0->cols <= 0 || w0->cols % w0->group ||
+        (w0->sdtype != DT_F32 && w0->sdtype != DT_F16 && w0->sdtype != DT_BF16))
+        return 0;
+    if (moeg_ib < 0) slcu_moeg_init();
+    int ib = moeg_ib, rows = 0;
+    for (int i = 0; i < n; i++) {
+        const slcu_mat *w = &mm[i].w;
+        if (mm[i].a != a || mm[i].n_tok != mm[0].n_tok || mm[i].rows || mm[i].tab || w->dtype != w0->dtype ||
+            w->sdtype != w0->sdtype || w->group != w0->group || w->cols != w0->cols || w->rows <= 0 || !w->data)
+            return 0;
+        ib &= w->ibias != 0;
+        rows += w->rows;
+    }
+    const int nr = (rows + 63) / 64 >= 264 ? 64 : 16; /* two CTAs an SM at least (an H100's 132 SMs) */
+    mg_dense_args A;
+    memset(&A, 0, sizeof A);
+    A.n = n, A.cols = w0->cols, A.group = w0->group, A.n_tok = mm[0].n_tok;
+    A.xq = w0->dtype == DT_Q4 ? a->q4 : a->q, A.xd = a->d, A.xs = a->s;
+    int tiles = 0;
+    for (int i = 0; i < n; i++) {
+        const slcu_mat *w = &mm[i].w;
+        A.j[i] = (mg_djob){(const uint8_t *)w->data, w->scales, ib ? NULL : w->biases, mm[i].y, mm[i].ldy, w->rows, tiles};
+        tiles += (w->rows + nr - 1) / nr;
+    }
+    if (nr == 64) MG_PICK_NR(64, w0->dtype, w0->sdtype, ib, dim3((unsigned)tiles), A);
+    else MG_PICK_NR(16, w0->dtype, w0->sdtype, ib, dim3((unsigned)tiles), A);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 1 : fail(msg, msglen, "int8 matmul of a decode batch (grouped rows) launch", e);
+}
 
 extern "C" int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen) {
     const char *why = mg_why(m);

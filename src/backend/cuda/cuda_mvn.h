@@ -27,6 +27,15 @@ void slcu_moeg_init(void);
 void slcu_moeg_set(int on);
 int slcu_moeg_on(void);
 
+/* SLUICE_CUDA_MVG=1 (read by slcu_moeg_init; off unset): a decode batch's 2-8 token int8 matmuls (q|k|v, o, the LM
+ * head: backend_cuda.c mm_run, cu_matmul_multi) through slcu_mvg_matmul. slcu_mvg_set / slcu_mvg_on as above. */
+void slcu_mvg_set(int on);
+int slcu_mvg_on(void);
+/* mm[0 .. n) (n <= 4) as slcu_matmul_i8 computes them, each row read once for all tokens, 16 or 64 rows a CTA: 1 queued,
+ * 0 not its case (nothing queued: 2-8 tokens of one activation, no rows or table, one q8/q4 type, group and width), -1
+ * failed (message). Bitwise slcu_matmul_i8 (cuda.h's canonical order). */
+int slcu_mvg_matmul(const slcu_mm *mm, int n, char *msg, size_t msglen);
+
 /* Device bytes of m->work for slcu_moeg_ffn (h's int8 form, the n k mid rows' int8 form, the grouping's table). */
 size_t slcu_moeg_bytes(int n, int k, int E, int H, int I);
 /* m as slcu_moe_ffn's (m->swi unused): y [n k][H], row t k + s token t's slot s (pairs whose expert is outside [0, E)
