@@ -72,21 +72,27 @@ static void check_moeg(int n, int k, int E, int H, int I, dt_type gdt, int gg, d
     float *lref = dl(dout, (size_t)n * H);
     if (implied & 1) poison((void *)gu.d.biases, bias_bytes(&gu)); /* computed from here on: a read makes NaN */
     if (implied & 2) poison((void *)dn.d.biases, bias_bytes(&dn));
-    /* grouped by expert */
-    poison(dy, ny * 4), poison(work, wbytes);
-    CK(!slcu_moeg_ffn(&m, msg, sizeof msg), "%s", msg);
-    float *y = dl(dy, ny);
+    /* grouped by expert: SLUICE_CUDA_MOEG=1 (gate / up and the SwiGLU in one launch), then =2 (16 rows a CTA, the SwiGLU
+     * apart); y is the last one's */
+    float *y = NULL;
     size_t bad = ny;
-    for (size_t i = 0; i < ny && bad == ny; i++) {
-        unsigned u;
-        memcpy(&u, &y[i], 4);
-        if (te[i / H] < 0 ? u != 0xffffffffu : memcmp(&y[i], &ref[i], 4) != 0) bad = i;
+    for (int v = 1; v <= 2; v++) {
+        slcu_moeg_set(v);
+        poison(dy, ny * 4), poison(work, wbytes);
+        CK(!slcu_moeg_ffn(&m, msg, sizeof msg), "%s", msg);
+        free(y);
+        y = dl(dy, ny);
+        for (size_t i = 0; i < ny && bad == ny; i++) {
+            unsigned u;
+            memcpy(&u, &y[i], 4);
+            if (te[i / H] < 0 ? u != 0xffffffffu : memcmp(&y[i], &ref[i], 4) != 0) bad = i;
+        }
+        CK(bad == ny, "grouped MoE %d (%s g%d %s / %s g%d %s, n %d k %d E %d, implied %d, routing %d): token %d slot %d row %d %.9g, the GEMM's %.9g%s",
+           v, dt_name(gdt), gg, dt_name(gsdt), dt_name(ddt), dg, dt_name(dsdt), n, k, E, implied, mode, (int)(bad / H / k),
+           (int)(bad / H % k), (int)(bad % H), bad < ny ? y[bad] : 0.0, bad < ny ? ref[bad] : 0.0,
+           bad < ny && te[bad / H] < 0 ? " (a pair not routed: its row was written)" : "");
     }
-    CK(bad == ny, "grouped MoE (%s g%d %s / %s g%d %s, n %d k %d E %d, implied %d, routing %d): token %d slot %d row %d %.9g, the GEMM's %.9g%s",
-       dt_name(gdt), gg, dt_name(gsdt), dt_name(ddt), dg, dt_name(dsdt), n, k, E, implied, mode, (int)(bad / H / k),
-       (int)(bad / H % k), (int)(bad % H), bad < ny ? y[bad] : 0.0, bad < ny ? ref[bad] : 0.0,
-       bad < ny && te[bad / H] < 0 ? " (a pair not routed: its row was written)" : "");
-    /* each token alone: its k rows bitwise the batch's */
+    /* each token alone (=2, then =1 for the layer): its k rows bitwise the batch's */
     int alone = 1;
     for (int t = 0; t < n; t++) {
         slcu_moe m1 = m;
@@ -99,6 +105,7 @@ static void check_moeg(int n, int k, int E, int H, int I, dt_type gdt, int gg, d
         free(y1);
     }
     CK(alone, "grouped MoE (n %d k %d E %d, routing %d): a token alone differs from its rows in the batch", n, k, E, mode);
+    slcu_moeg_set(1);
     /* the layer: route, experts, combine */
     poison(dout, (size_t)n * H * 4);
     const int lr = slcu_moeg_layer(&ml, &rr, dlg, dtw, dout, &lbuf, &lcap, msg, sizeof msg);
@@ -107,8 +114,8 @@ static void check_moeg(int n, int k, int E, int H, int I, dt_type gdt, int gg, d
     const int lsame = !memcmp(lout, lref, (size_t)n * H * 4);
     CK(lsame, "grouped MoE layer (%s %s, n %d k %d E %d, implied %d): differs from the GEMM's", dt_name(gdt), dt_name(ddt), n,
        k, E, implied);
-    slcu_moe_mv(-1);
-    printf("ok   MoE decode batch grouped by expert == grouped GEMM: %s g%d %s / %s g%d %s, %d tokens x %d of %d experts, "
+    slcu_moe_mv(-1), slcu_moeg_set(-1);
+    printf("ok   MoE decode batch grouped by expert (both ways) == grouped GEMM: %s g%d %s / %s g%d %s, %d tokens x %d of %d experts, "
            "implied %d, routing %d: %s, alone %s, layer %s\n", dt_name(gdt), gg, dt_name(gsdt), dt_name(ddt), dg,
            dt_name(dsdt), n, k, E, implied, mode, bad == ny ? "bitwise" : "DIFFERS", alone ? "bitwise" : "DIFFERS",
            lsame ? "bitwise" : "DIFFERS");
@@ -303,7 +310,7 @@ static void bench_serve8(void) {
     static const char *modes[3] = {"uniform", "16 experts", "the same 8"};
     printf("--serve8: a decode batch's routed experts, E %d, k %d, %d x %d, q4 g32 bf16, implied biases; us a call of the "
            "FFN (h's int8 form to y): grouped GEMM (default) | per-pair matvecs (SLUICE_CUDA_MOEN=8) | grouped by expert "
-           "(SLUICE_CUDA_MOEG=1)\n", E, k, I, H);
+           "(SLUICE_CUDA_MOEG=1) | the same at 16 rows a CTA (SLUICE_CUDA_MOEG=2)\n", E, k, I, H);
     for (int mode = 0; mode < 3; mode++) {
         printf("  %-11s", modes[mode]);
         for (int n = 1; n <= 8; n *= 2) {
@@ -313,18 +320,18 @@ static void bench_serve8(void) {
             r.m = (slcu_moe){n, k, E, H, I, dh, dte, (const void *const *)dtab, sub_mat(&gu, 0, I), sub_mat(&gu, I, I),
                              sub_mat(&dn, 0, H), work, dy, 1};
             r.m.gate.ibias = r.m.up.ibias = r.m.down.ibias = 1;
-            float us[3];
-            for (int way = 0; way < 3; way++) {
-                slcu_moe_mv(way == 1 ? 8 : 0);
-                r.way = way, r.layer = 0, r.it = 0;
+            float us[4];
+            for (int way = 0; way < 4; way++) {
+                slcu_moe_mv(way == 1 ? 8 : 0), slcu_moeg_set(way == 3 ? 2 : 1);
+                r.way = way < 3 ? way : 2, r.layer = 0, r.it = 0;
                 us[way] = 1e3f * slcu_time(run_moeg, &r, 40);
             }
-            printf("  n %d %7.1f | %7.1f | %7.1f", n, us[0], us[1], us[2]);
+            printf("  n %d %6.1f | %6.1f | %6.1f | %6.1f", n, us[0], us[1], us[2], us[3]);
         }
         printf("\n");
     }
     /* the layer from router logits: uniform (random logits), and the same 8 experts a set (logits 8 above the rest) */
-    printf("  the layer (route, FFN, combine), us a call: grouped GEMM | grouped by expert\n");
+    printf("  the layer (route, FFN, combine), us a call: grouped GEMM | grouped by expert (MOEG=1) | (MOEG=2)\n");
     for (int mode = 0; mode < 2; mode++) {
         printf("  %-11s", mode ? "the same 8" : "uniform");
         for (int n = 1; n <= 8; n *= 2) {
@@ -336,17 +343,17 @@ static void bench_serve8(void) {
             r.m = (slcu_moe){n, k, E, H, I, dh, NULL, (const void *const *)dtab, sub_mat(&gu, 0, I), sub_mat(&gu, I, I),
                              sub_mat(&dn, 0, H), NULL, NULL, 1};
             r.m.gate.ibias = r.m.up.ibias = r.m.down.ibias = 1;
-            float us[2];
-            for (int way = 0; way < 2; way++) {
-                slcu_moe_mv(0);
+            float us[3];
+            for (int way = 0; way < 3; way++) {
+                slcu_moe_mv(0), slcu_moeg_set(way == 2 ? 2 : 1);
                 r.way = way ? 2 : 0, r.layer = 1, r.it = 0;
                 us[way] = 1e3f * slcu_time(run_moeg, &r, 40);
             }
-            printf("  n %d %7.1f | %7.1f", n, us[0], us[1]);
+            printf("  n %d %6.1f | %6.1f | %6.1f", n, us[0], us[1], us[2]);
         }
         printf("\n");
     }
-    slcu_moe_mv(-1);
+    slcu_moe_mv(-1), slcu_moeg_set(-1);
     bench_mvg();
     CK(!slcu_sync(msg, sizeof msg), "--serve8: %s", msg);
     free(tab), free(te), free(lg);

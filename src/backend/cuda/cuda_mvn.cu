@@ -32,6 +32,7 @@
 
 #include "backend/cuda/cuda_i8.cuh"
 #include "backend/cuda/cuda_mvn.h"
+#include "backend/cuda/cuda_quant.cuh"
 #include "kernels/canon_exp.h"
 
 #define MG_NR 64                 /* matrix rows a CTA (gate/up: 32 of each) */
@@ -247,23 +248,38 @@ __global__ void __launch_bounds__(MG_NTH) k_moeg_gu(const __grid_constant__ mg_g
     __syncthreads();
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (w >= c) return;
-    /* pair w's block jb of the mid row: silu(g) u, quantised as cuda_i8.cu quant_block (act_quant_rows<true>) */
-    const int p = su[2 + w], jb = blockIdx.x, nbI = A.I / 32, nsI = nbI + nbI / 2 + nbI / 4;
-    const float x = __fmul_rn(canon_silu(so[w * MG_NR + lane]), so[w * MG_NR + 32 + lane]);
-    float amax = fmaxf(0.0f, fabsf(x));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
-    const float rv = rintf(__fmul_rn(x, id));
-    const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
-    int sum = qi;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const size_t cb = (size_t)p * A.I + (size_t)jb * 32;
-    const int c8 = lane & 7;
-    A.mq[cb + lane] = (int8_t)qi;
-    A.mq4[cb + (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
-    if (lane == 0) A.md[(size_t)p * nbI + jb] = db, A.ms[(size_t)p * nsI + jb] = __fmul_rn(db, (float)sum);
+    /* pair w's block jb of the mid row: silu(g) u (k_swiglu's operations), its int8 block by cuda_quant.cuh quant_lane
+     * (act_quant's operations; the pair and quad sums are the down kernel's) */
+    const int p = su[2 + w], nbI = A.I / 32, nsI = nbI + nbI / 2 + nbI / 4;
+    slcu_act row;
+    row.n_tok = 1, row.cols = A.I, row.sg = row.su = NULL;
+    row.q = A.mq + (size_t)p * A.I, row.q4 = A.mq4 + (size_t)p * A.I, row.d = A.md + (size_t)p * nbI, row.s = A.ms + (size_t)p * nsI;
+    quant_lane(__fmul_rn(canon_silu(so[w * MG_NR + lane]), so[w * MG_NR + 32 + lane]), j0 + lane, lane, row);
+}
+
+/* SLUICE_CUDA_MOEG=2: gate and up of the chosen experts at 16 rows a CTA (four times k_moeg_gu's CTAs), their floats
+ * into g / u [n k][I] (rows of the pairs); the SwiGLU and its int8 form by slcu_swiglu_q after it, as the grouped
+ * GEMM's path makes them. CTA (x, d): rows 16 x of gate for x < I / 16, else rows 16 x - I of up. */
+template <int DT, int SDT, int IB>
+__global__ void __launch_bounds__(MG_NTH) k_moeg_gu16(const __grid_constant__ mg_gu_args A, float *g, float *u) {
+    extern __shared__ __align__(16) uint8_t sm[];
+    __shared__ int su[MG_GW], sar[MG_MAXT];
+    pdl_wait();
+    const int d = blockIdx.y, D = mg_group(A.top_e, A.nk, A.E, d, su, (int *)sm);
+    if (blockIdx.x == 0 && d == 0 && threadIdx.x == 0) A.gt[0] = D;
+    if (d >= D) return;
+    const int e = su[0], c = su[1];
+    if ((int)threadIdx.x < c) sar[threadIdx.x] = su[2 + threadIdx.x] / A.k;
+    if (blockIdx.x == 0 && threadIdx.x < MG_GW) A.gt[1 + d * MG_GW + threadIdx.x] = su[threadIdx.x];
+    __syncthreads();
+    const int half = A.I / 16, up = (int)blockIdx.x >= half, r0 = ((int)blockIdx.x - (up ? half : 0)) * 16;
+    const int nb = A.H / 32, soff = A.group == 32 ? 0 : A.group == 64 ? nb : nb + nb / 2;
+    const void *const *pm = A.tab + ((size_t)up * A.E + e) * 3;
+    const mg_mat m0 = {(const uint8_t *)pm[0], pm[1], pm[2], r0};
+    float v[2];
+    mg_rows<16, DT, SDT, IB, false>(m0, m0, 16, 16, A.H, A.group, A.xq, A.xd, A.xs, soff, sar, c, sm, v);
+    const int r = threadIdx.x % 16, i0 = threadIdx.x / 16;
+    if (i0 < c) (up ? u : g)[(size_t)su[2 + i0] * A.I + r0 + r] = v[0];
 }
 
 struct mg_dn_args {
@@ -341,7 +357,7 @@ __global__ void __launch_bounds__(MG_NTH) k_mvg_dense(const __grid_constant__ mg
 static int moeg_env = -1, moeg_state = -1, moeg_ib = -1, mvg_env = -1, mvg_state = -1;
 extern "C" void slcu_moeg_init(void) {
     const char *e = getenv("SLUICE_CUDA_MOEG");
-    moeg_env = e && e[0] == '1' && !e[1];
+    moeg_env = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
     moeg_state = moeg_env;
     e = getenv("SLUICE_CUDA_MVG");
     mvg_env = e && e[0] == '1' && !e[1];
@@ -351,7 +367,7 @@ extern "C" void slcu_moeg_init(void) {
 }
 extern "C" void slcu_moeg_set(int on) {
     if (moeg_env < 0) slcu_moeg_init();
-    moeg_state = on < 0 ? moeg_env : on != 0;
+    moeg_state = on < 0 ? moeg_env : on == 2 ? 2 : on != 0;
 }
 extern "C" int slcu_moeg_on(void) {
     if (moeg_state < 0) slcu_moeg_init();
@@ -369,14 +385,16 @@ extern "C" int slcu_mvg_on(void) {
 struct mg_work {
     void *xa, *ma;
     int *gt;
+    float *g, *u; /* SLUICE_CUDA_MOEG=2's gate and up rows [n k][I] */
 };
 static size_t mg_carve(int n, int k, int H, int I, void *work, mg_work *w) {
-    const size_t nk = (size_t)n * (size_t)k, sz[3] = {slcu_act_bytes(n, H), slcu_act_bytes((int)nk, I), (1 + nk * MG_GW) * 4};
+    const size_t nk = (size_t)n * (size_t)k;
+    const size_t sz[5] = {slcu_act_bytes(n, H), slcu_act_bytes((int)nk, I), (1 + nk * MG_GW) * 4, nk * I * 4, nk * I * 4};
     uint8_t *p = (uint8_t *)work;
-    void *at[3];
+    void *at[5];
     size_t tot = 0;
-    for (int i = 0; i < 3; i++) at[i] = p ? p + tot : NULL, tot += rnd256(sz[i]);
-    if (w) *w = (mg_work){at[0], at[1], (int *)at[2]};
+    for (int i = 0; i < 5; i++) at[i] = p ? p + tot : NULL, tot += rnd256(sz[i]);
+    if (w) *w = (mg_work){at[0], at[1], (int *)at[2], (float *)at[3], (float *)at[4]};
     return tot;
 }
 
@@ -430,6 +448,25 @@ static void mg_launch(K *k, int ib, dim3 grid, const A &args, int nr = MG_NR) {
             if (sdt == DT_F32) ib ? mg_launch(KER<DT_Q8, DT_F32, 1>, 1, grid, args) : mg_launch(KER<DT_Q8, DT_F32, 0>, 0, grid, args); \
             else if (sdt == DT_F16) ib ? mg_launch(KER<DT_Q8, DT_F16, 1>, 1, grid, args) : mg_launch(KER<DT_Q8, DT_F16, 0>, 0, grid, args); \
             else ib ? mg_launch(KER<DT_Q8, DT_BF16, 1>, 1, grid, args) : mg_launch(KER<DT_Q8, DT_BF16, 0>, 0, grid, args); \
+        }                                                                                                              \
+    } while (0)
+
+template <typename K>
+static void mg_launch16(K *k, int ib, dim3 grid, const mg_gu_args &args, float *g, float *u) {
+    const int dyn = (int)mg_smem(16, ib);
+    mg_attr((const void *)k, dyn);
+    pdl_launch(k, grid, dim3(MG_NTH), (size_t)dyn, SLS, args, g, u);
+}
+#define MG_PICK16(dt, sdt, ib, grid, args, g, u)                                                                       \
+    do {                                                                                                               \
+        if (dt == DT_Q4) {                                                                                             \
+            if (sdt == DT_F32) ib ? mg_launch16(k_moeg_gu16<DT_Q4, DT_F32, 1>, 1, grid, args, g, u) : mg_launch16(k_moeg_gu16<DT_Q4, DT_F32, 0>, 0, grid, args, g, u); \
+            else if (sdt == DT_F16) ib ? mg_launch16(k_moeg_gu16<DT_Q4, DT_F16, 1>, 1, grid, args, g, u) : mg_launch16(k_moeg_gu16<DT_Q4, DT_F16, 0>, 0, grid, args, g, u); \
+            else ib ? mg_launch16(k_moeg_gu16<DT_Q4, DT_BF16, 1>, 1, grid, args, g, u) : mg_launch16(k_moeg_gu16<DT_Q4, DT_BF16, 0>, 0, grid, args, g, u); \
+        } else {                                                                                                       \
+            if (sdt == DT_F32) ib ? mg_launch16(k_moeg_gu16<DT_Q8, DT_F32, 1>, 1, grid, args, g, u) : mg_launch16(k_moeg_gu16<DT_Q8, DT_F32, 0>, 0, grid, args, g, u); \
+            else if (sdt == DT_F16) ib ? mg_launch16(k_moeg_gu16<DT_Q8, DT_F16, 1>, 1, grid, args, g, u) : mg_launch16(k_moeg_gu16<DT_Q8, DT_F16, 0>, 0, grid, args, g, u); \
+            else ib ? mg_launch16(k_moeg_gu16<DT_Q8, DT_BF16, 1>, 1, grid, args, g, u) : mg_launch16(k_moeg_gu16<DT_Q8, DT_BF16, 0>, 0, grid, args, g, u); \
         }                                                                                                              \
     } while (0)
 
@@ -498,7 +535,14 @@ extern "C" int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen) {
     const mg_gu_args G = {m->tab, m->top_e, nk, m->k, m->E, m->H, m->I, m->gate.group, m->gate.dtype == DT_Q4 ? xa.q4 : xa.q,
                           xa.d, xa.s, ma.q, ma.q4, ma.d, ma.s, w.gt};
     const int gib = moeg_ib && m->gate.ibias && m->up.ibias, dib = moeg_ib && m->down.ibias;
-    MG_PICK(k_moeg_gu, m->gate.dtype, m->gate.sdtype, gib, dim3((unsigned)(m->I / 32), (unsigned)ny), G);
+    if (moeg_state == 2) { /* 16 rows a CTA, then the SwiGLU's launch */
+        MG_PICK16(m->gate.dtype, m->gate.sdtype, gib, dim3((unsigned)(m->I / 8), (unsigned)ny), G, w.g, w.u);
+        const cudaError_t e2 = cudaGetLastError();
+        if (e2 != cudaSuccess) return fail(msg, msglen, "MoE gate/up (grouped, 16 rows) launch", e2);
+        if (slcu_swiglu_q(w.g, w.u, w.g, &ma, msg, msglen)) return -1;
+    } else {
+        MG_PICK(k_moeg_gu, m->gate.dtype, m->gate.sdtype, gib, dim3((unsigned)(m->I / 32), (unsigned)ny), G);
+    }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return fail(msg, msglen, "MoE gate/up (grouped) launch", e);
     const mg_dn_args Dn = {m->tab, w.gt, m->E, m->H, m->I, m->down.group, m->down.dtype == DT_Q4 ? ma.q4 : ma.q, ma.d, ma.s,

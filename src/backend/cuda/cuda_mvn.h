@@ -21,8 +21,10 @@ extern "C" {
 #define SLCU_MOEG_MAXN 8 /* tokens a call */
 
 /* SLUICE_CUDA_MOEG=1 (read by slcu_moeg_init, which be_cuda_new calls when the backend opens; off unset): cu_moe_wide
- * sends a decode batch of up to SLCU_MOEG_MAXN tokens through slcu_moeg_layer. slcu_moeg_set: 1 on, 0 off, -1 the
- * environment's again (tests). slcu_moeg_on: the switch now. */
+ * sends a decode batch of up to SLCU_MOEG_MAXN tokens through slcu_moeg_layer; =2 the same with gate / up at 16 rows a
+ * CTA (four times the CTAs) and the SwiGLU in a launch of its own (slcu_swiglu_q): the same bits. slcu_moeg_set: 1 or 2
+ * on, 0 off, -1 the environment's again (tests; slcu_moeg_ffn takes =1's way unless 2 is set). slcu_moeg_on: the switch
+ * now (0, 1 or 2). */
 void slcu_moeg_init(void);
 void slcu_moeg_set(int on);
 int slcu_moeg_on(void);
