@@ -5,13 +5,20 @@
  * straight from the matrix and activation arrays, for NR 16 and 64, q4 / q8, f32 / f16 / bf16 scales, groups 32 / 64 /
  * 128, implied biases or read ones, several chunks a row, a part tile, 1-8 tokens. The kernels' statements are
  * transliterated with the CTA's threads as a loop (a barrier is the loop's end), shared memory as arrays of the same
- * layout. Build: cc -O2 -std=c11 -ffp-contract=off tools/cuda_mvn_emu.c -lm -o /tmp/mvn_emu (exit 0: every case agrees).
+ * layout. And the kernels' plumbing: k_moeg_gu (the experts' gate / up rows from the table, the tokens' rows, the
+ * SwiGLU block quantised by quant_lane's operations into the pair's mid row, the group table) and k_moeg_dn (the down
+ * rows for the table's pairs into y's cells) against a plain per-pair reference (gate, up, SwiGLU, act_quant of the
+ * whole mid row, down), for both gate/up ways (=1: 32 + 32 rows a CTA with the SwiGLU in it; =2: 16 rows a CTA, then
+ * the SwiGLU and quantisation of the n k rows); and k_mvg_dense's job lookup and outputs.
+ * Build: cc -O2 -std=c11 -ffp-contract=off -Isrc tools/cuda_mvn_emu.c -lm -o /tmp/mvn_emu (exit 0: every case agrees).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kernels/canon_exp.h"
 
 enum { Q8 = 0, Q4 = 1, F32 = 0, F16 = 1, BF16 = 2 };
 #define NTH 256
@@ -285,6 +292,239 @@ static void one_case(int NR, int DT, int SDT, int IB, int S32, int rows, int col
     free(xq), free(xd), free(xs);
 }
 
+/* act_quant's operations on a 32-float block v (lane = column): the codes into q / q4 (row-relative block b), d, s32 */
+static void quant_block(const float *v, int b, int8_t *q, int8_t *q4, float *d, float *s) {
+    float amax = 0.0f;
+    for (int l = 0; l < 32; l++) amax = fmaxf(amax, fmaxf(0.0f, fabsf(v[l])));
+    const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+    int sum = 0;
+    for (int l = 0; l < 32; l++) {
+        const float rv = rintf(v[l] * id);
+        const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
+        sum += qi;
+        const int c8 = l & 7;
+        q[b * 32 + l] = (int8_t)qi;
+        q4[b * 32 + (l & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
+    }
+    d[b] = db, s[b] = db * (float)sum;
+}
+
+/* a random matrix of rows x cols: codes, and scales / biases at a base of either half-word parity */
+static mmat rnd_mat(int DT, int SDT, int rows, int cols, int group, uint8_t **mem) {
+    const int rb = DT == Q4 ? cols / 2 : cols, ng = cols / group, ssz = SDT == F32 ? 4 : 2;
+    mem[0] = malloc((size_t)rows * rb), mem[1] = malloc((size_t)rows * ng * ssz + 8), mem[2] = malloc((size_t)rows * ng * ssz + 8);
+    for (size_t i = 0; i < (size_t)rows * rb; i++) mem[0][i] = (uint8_t)rnd();
+    const int off = SDT == F32 ? 0 : 2 * (int)(rnd() & 1);
+    for (int z = 1; z < 3; z++)
+        for (size_t i = 0; i < (size_t)rows * ng; i++) {
+            if (SDT == F32) { float f = ldexpf(1.0f + (float)(rnd() & 1023) / 1024.0f, -7) * (z == 2 ? -8.0f : 1.0f); memcpy(mem[z] + off + i * 4, &f, 4); }
+            else { uint16_t h = rnd_scale(SDT); memcpy(mem[z] + off + i * 2, &h, 2); }
+        }
+    return (mmat){mem[0], mem[1] + off, mem[2] + off, 0};
+}
+
+/* one MoE decode batch through the emulated kernels against the per-pair reference; way 1 or 2 (SLUICE_CUDA_MOEG) */
+static void moe_case(int n, int k, int E, int H, int I, int DTG, int SDTG, int gg, int DTD, int SDTD, int dg, int IBG, int IBD,
+                     int mode, int way) {
+    const int nk = n * k, nbH = H / 32, nsH = nbH + nbH / 2 + nbH / 4, nbI = I / 32, nsI = nbI + nbI / 2 + nbI / 4;
+    uint8_t *mem[3][64][3];
+    mmat tab[3][64];
+    for (int e = 0; e < E; e++) {
+        tab[0][e] = rnd_mat(DTG, SDTG, I, H, gg, mem[0][e]), tab[1][e] = rnd_mat(DTG, SDTG, I, H, gg, mem[1][e]);
+        tab[2][e] = rnd_mat(DTD, SDTD, H, I, dg, mem[2][e]);
+    }
+    int te[MAXP];
+    for (int t = 0; t < n; t++) /* k distinct a token: of all E, or of the first k (every token the same experts) */
+        for (int s = 0; s < k; s++) {
+            int e, dup;
+            do {
+                e = (int)(rnd() % (mode == 2 ? k : E));
+                dup = 0;
+                for (int q = 0; q < s; q++) dup |= te[t * k + q] == e;
+            } while (dup);
+            te[t * k + s] = e;
+        }
+    if (mode == 3) te[nk - 1] = -1;
+    /* h's int8 form: random codes (q and q4 the same bytes: the kernels pick by dtype), d, sums */
+    int8_t *xq = malloc((size_t)n * H);
+    float *xd = malloc((size_t)n * nbH * 4), *xs = malloc((size_t)n * nsH * 4);
+    for (size_t i = 0; i < (size_t)n * H; i++) xq[i] = (int8_t)(rnd() % 255 - 127);
+    for (size_t i = 0; i < (size_t)n * nbH; i++) xd[i] = (float)(rnd() % 1000 + 1) / 262144.0f;
+    for (int t = 0; t < n; t++) {
+        float *sv = xs + (size_t)t * nsH;
+        for (int b = 0; b < nbH; b++) sv[b] = (float)((int)(rnd() % 2001) - 1000) / 128.0f;
+        for (int j = 0; j < nbH / 2; j++) sv[nbH + j] = sv[2 * j] + sv[2 * j + 1];
+        for (int j = 0; j < nbH / 4; j++) sv[nbH + nbH / 2 + j] = (sv[4 * j] + sv[4 * j + 1]) + (sv[4 * j + 2] + sv[4 * j + 3]);
+    }
+    const int soffG = gg == 32 ? 0 : gg == 64 ? nbH : nbH + nbH / 2;
+    /* the reference, pair by pair */
+    float *yref = malloc((size_t)nk * H * 4), *v = malloc((size_t)I * 4);
+    int8_t *rq = malloc((size_t)I), *rq4 = malloc((size_t)I);
+    float *rd = malloc((size_t)nbI * 4), *rs = malloc((size_t)nsI * 4);
+    for (int p = 0; p < nk; p++) {
+        const int e = te[p], t = p / k;
+        if (e < 0) continue;
+        for (int j = 0; j < I; j++) {
+            const float g = canon(DTG, SDTG, IBG, 0, tab[0][e].codes, tab[0][e].scales, tab[0][e].biases, j, H, gg, xq, xd, xs, soffG, t);
+            const float u = canon(DTG, SDTG, IBG, 0, tab[1][e].codes, tab[1][e].scales, tab[1][e].biases, j, H, gg, xq, xd, xs, soffG, t);
+            v[j] = canon_silu(g) * u;
+        }
+        for (int b = 0; b < nbI; b++) quant_block(v + b * 32, b, rq, rq4, rd, rs);
+        for (int j = 0; j < nbI / 2; j++) rs[nbI + j] = rs[2 * j] + rs[2 * j + 1];
+        for (int j = 0; j < nbI / 4; j++) rs[nbI + nbI / 2 + j] = (rs[4 * j] + rs[4 * j + 1]) + (rs[4 * j + 2] + rs[4 * j + 3]);
+        const int soffD = dg == 32 ? 0 : dg == 64 ? nbI : nbI + nbI / 2;
+        for (int h = 0; h < H; h++)
+            yref[(size_t)p * H + h] = canon(DTD, SDTD, IBD, 0, tab[2][e].codes, tab[2][e].scales, tab[2][e].biases, h, I, dg,
+                                            DTD == Q4 ? rq4 : rq, rd, rs, soffD, 0);
+    }
+    /* the kernels */
+    int8_t *mq = malloc((size_t)nk * I), *mq4 = malloc((size_t)nk * I);
+    float *md = malloc((size_t)nk * nbI * 4), *ms = malloc((size_t)nk * nsI * 4), *y = malloc((size_t)nk * H * 4);
+    float *gbuf = malloc((size_t)nk * I * 4), *ubuf = malloc((size_t)nk * I * 4);
+    memset(ms, 0xcd, (size_t)nk * nsI * 4); /* the s64 / s128 k_moeg_gu leaves unwritten */
+    memset(y, 0xff, (size_t)nk * H * 4);
+    int gt[1 + MAXP * (2 + MAXT)];
+    const int ny = nk < E ? nk : E;
+    static float out[NTH][2];
+    if (way == 1) {
+        for (int d = 0; d < ny; d++)
+            for (int x = 0; x < I / 32; x++) {
+                int su[2 + MAXT];
+                const int D = mg_group(te, nk, E, d, su);
+                if (x == 0 && d == 0) gt[0] = D;
+                if (d >= D) continue;
+                const int e = su[0], c = su[1];
+                int sar[MAXT];
+                for (int i = 0; i < c; i++) sar[i] = su[2 + i] / k;
+                if (x == 0) memcpy(gt + 1 + d * (2 + MAXT), su, sizeof su);
+                const int j0 = x * 32;
+                mmat m0 = tab[0][e], m1 = tab[1][e];
+                m0.row0 = m1.row0 = j0;
+                mg_rows(64, DTG, SDTG, IBG, 0, m0, m1, 32, 64, H, gg, xq, xd, xs, soffG, sar, c, out);
+                float so[MAXT * 64];
+                for (int tid = 0; tid < NTH; tid++) {
+                    const int r = tid & 63, i0 = tid >> 6;
+                    if (i0 < c) so[i0 * 64 + r] = out[tid][0];
+                    if (i0 + 4 < c) so[(i0 + 4) * 64 + r] = out[tid][1];
+                }
+                for (int w = 0; w < c; w++) {
+                    const int p = su[2 + w];
+                    float vb[32];
+                    for (int l = 0; l < 32; l++) vb[l] = canon_silu(so[w * 64 + l]) * so[w * 64 + 32 + l];
+                    quant_block(vb, j0 / 32, mq + (size_t)p * I, mq4 + (size_t)p * I, md + (size_t)p * nbI, ms + (size_t)p * nsI);
+                }
+            }
+    } else {
+        for (int d = 0; d < ny; d++)
+            for (int x = 0; x < I / 8; x++) {
+                int su[2 + MAXT];
+                const int D = mg_group(te, nk, E, d, su);
+                if (x == 0 && d == 0) gt[0] = D;
+                if (d >= D) continue;
+                const int e = su[0], c = su[1];
+                int sar[MAXT];
+                for (int i = 0; i < c; i++) sar[i] = su[2 + i] / k;
+                if (x == 0) memcpy(gt + 1 + d * (2 + MAXT), su, sizeof su);
+                const int half = I / 16, up = x >= half, r0 = (x - (up ? half : 0)) * 16;
+                mmat m0 = tab[up][e];
+                m0.row0 = r0;
+                mg_rows(16, DTG, SDTG, IBG, 0, m0, m0, 16, 16, H, gg, xq, xd, xs, soffG, sar, c, out);
+                for (int tid = 0; tid < NTH; tid++) {
+                    const int r = tid % 16, i0 = tid / 16;
+                    if (i0 < c) (up ? ubuf : gbuf)[(size_t)su[2 + i0] * I + r0 + r] = out[tid][0];
+                }
+            }
+        for (int p = 0; p < nk; p++) { /* slcu_swiglu_q over the n k rows (the unrouted ones' values unused) */
+            if (te[p] < 0) continue;
+            for (int b = 0; b < nbI; b++) {
+                float vb[32];
+                for (int l = 0; l < 32; l++) vb[l] = canon_silu(gbuf[(size_t)p * I + b * 32 + l]) * ubuf[(size_t)p * I + b * 32 + l];
+                quant_block(vb, b, mq + (size_t)p * I, mq4 + (size_t)p * I, md + (size_t)p * nbI, ms + (size_t)p * nsI);
+            }
+        }
+    }
+    for (int d = 0; d < ny; d++) /* k_moeg_dn */
+        for (int x = 0; x < (H + 63) / 64; x++) {
+            if (d >= gt[0]) continue;
+            const int *su = gt + 1 + d * (2 + MAXT), e = su[0], c = su[1], r0 = x * 64, nr = H - r0 < 64 ? H - r0 : 64;
+            mmat m0 = tab[2][e];
+            m0.row0 = r0;
+            mg_rows(64, DTD, SDTD, IBD, 1, m0, m0, 64, nr, I, dg, DTD == Q4 ? mq4 : mq, md, ms, 0, su + 2, c, out);
+            for (int tid = 0; tid < NTH; tid++) {
+                const int r = tid & 63, i0 = tid >> 6;
+                if (r >= nr) continue;
+                if (i0 < c) y[(size_t)su[2 + i0] * H + r0 + r] = out[tid][0];
+                if (i0 + 4 < c) y[(size_t)su[2 + i0 + 4] * H + r0 + r] = out[tid][1];
+            }
+        }
+    int bad = 0;
+    for (size_t i = 0; i < (size_t)nk * H && !bad; i++) {
+        uint32_t u;
+        memcpy(&u, &y[i], 4);
+        if (te[i / H] < 0 ? u != 0xffffffffu : memcmp(&y[i], &yref[i], 4) != 0) {
+            printf("DIFF moe way %d n %d k %d E %d H %d I %d dt %d/%d sdt %d/%d g %d/%d ib %d/%d mode %d: pair %d row %d %.9g ref %.9g\n",
+                   way, n, k, E, H, I, DTG, DTD, SDTG, SDTD, gg, dg, IBG, IBD, mode, (int)(i / H), (int)(i % H), y[i], yref[i]);
+            bad = 1;
+        }
+    }
+    fails += bad;
+    for (int z = 0; z < 3; z++)
+        for (int e = 0; e < E; e++) free(mem[z][e][0]), free(mem[z][e][1]), free(mem[z][e][2]);
+    free(xq), free(xd), free(xs), free(yref), free(v), free(rq), free(rq4), free(rd), free(rs);
+    free(mq), free(mq4), free(md), free(ms), free(y), free(gbuf), free(ubuf);
+}
+
+/* k_mvg_dense: nj matrices of rows[j] x cols sharing n tokens, NR rows a CTA, the job found from the tile starts */
+static void dense_case(int NR, int DT, int SDT, int IB, int cols, int group, const int *rows, int nj, int n) {
+    const int nb = cols / 32, ns = nb + nb / 2 + nb / 4, soff = group == 32 ? 0 : group == 64 ? nb : nb + nb / 2;
+    uint8_t *mem[4][3];
+    mmat w[4];
+    int tile0[4], tiles = 0, tot = 0;
+    for (int j = 0; j < nj; j++) {
+        w[j] = rnd_mat(DT, SDT, rows[j], cols, group, mem[j]);
+        tile0[j] = tiles, tiles += (rows[j] + NR - 1) / NR, tot += rows[j];
+    }
+    int8_t *xq = malloc((size_t)n * cols);
+    float *xd = malloc((size_t)n * nb * 4), *xs = malloc((size_t)n * ns * 4), *y = malloc((size_t)8 * tot * 4);
+    for (size_t i = 0; i < (size_t)n * cols; i++) xq[i] = (int8_t)(rnd() % 255 - 127);
+    for (size_t i = 0; i < (size_t)n * nb; i++) xd[i] = (float)(rnd() % 1000 + 1) / 65536.0f;
+    for (size_t i = 0; i < (size_t)n * ns; i++) xs[i] = (float)((int)(rnd() % 2001) - 1000) / 128.0f;
+    memset(y, 0xff, (size_t)8 * tot * 4);
+    const int sar[MAXT] = {0, 1, 2, 3, 4, 5, 6, 7}, TG = NTH / NR;
+    static float out[NTH][2];
+    for (int bx = 0; bx < tiles; bx++) {
+        int jk = 0;
+        while (jk + 1 < nj && bx >= tile0[jk + 1]) jk++;
+        const int r0 = (bx - tile0[jk]) * NR, nr = rows[jk] - r0 < NR ? rows[jk] - r0 : NR;
+        int y0 = 0;
+        for (int j = 0; j < jk; j++) y0 += rows[j];
+        mmat m0 = w[jk];
+        m0.row0 = r0;
+        mg_rows(NR, DT, SDT, IB, 0, m0, m0, NR, nr, cols, group, xq, xd, xs, soff, sar, n, out);
+        for (int tid = 0; tid < NTH; tid++) {
+            const int r = tid % NR, i0 = tid / NR;
+            if (r >= nr) continue;
+            if (i0 < n) y[(size_t)8 * y0 + (size_t)i0 * rows[jk] + r0 + r] = out[tid][0];
+            if (TG < MAXT && i0 + TG < n) y[(size_t)8 * y0 + (size_t)(i0 + TG) * rows[jk] + r0 + r] = out[tid][1];
+        }
+    }
+    int bad = 0;
+    for (int j = 0, y0 = 0; j < nj && !bad; y0 += rows[j], j++)
+        for (int t = 0; t < n && !bad; t++)
+            for (int r = 0; r < rows[j] && !bad; r++) {
+                const float ref = canon(DT, SDT, IB, 0, w[j].codes, w[j].scales, w[j].biases, r, cols, group, xq, xd, xs, soff, t);
+                const float got = y[(size_t)8 * y0 + (size_t)t * rows[j] + r];
+                if (memcmp(&ref, &got, 4)) {
+                    printf("DIFF dense NR %d dt %d sdt %d ib %d cols %d group %d: matrix %d token %d row %d %.9g ref %.9g\n", NR, DT,
+                           SDT, IB, cols, group, j, t, r, got, ref);
+                    bad = 1;
+                }
+            }
+    fails += bad;
+    for (int j = 0; j < nj; j++) free(mem[j][0]), free(mem[j][1]), free(mem[j][2]);
+    free(xq), free(xd), free(xs), free(y);
+}
+
 int main(void) {
     int cases = 0;
     /* mg_group against a plain grouping */
@@ -342,6 +582,23 @@ int main(void) {
                                 one_case(NR, DT, SDT, IB, S32, rows, cols, group, 8, split, tiles - 1); /* the last (a part) tile */
                                 cases += 2;
                             }
+    /* the MoE kernels' plumbing, both ways */
+    static const struct { int n, k, E, H, I, dtg, sdtg, gg, dtd, sdtd, dg, ibg, ibd, mode; } mc[] = {
+        {2, 4, 16, 128, 64, Q4, F16, 32, Q8, BF16, 64, 0, 0, 0},      {5, 8, 24, 256, 96, Q8, BF16, 64, Q4, F16, 32, 1, 1, 0},
+        {8, 8, 16, 192, 128, Q4, BF16, 64, Q4, BF16, 128, 1, 1, 2}, {8, 4, 32, 128, 64, Q8, F16, 32, Q8, F32, 32, 1, 0, 3},
+        {1, 8, 40, 160, 32, Q4, F32, 32, Q8, F32, 32, 0, 1, 0},     {8, 8, 64, 2048, 96, Q4, BF16, 32, Q4, BF16, 32, 1, 1, 0}};
+    for (unsigned i = 0; i < sizeof mc / sizeof *mc; i++)
+        for (int way = 1; way <= 2; way++, cases++)
+            moe_case(mc[i].n, mc[i].k, mc[i].E, mc[i].H, mc[i].I, mc[i].dtg, mc[i].sdtg, mc[i].gg, mc[i].dtd, mc[i].sdtd, mc[i].dg,
+                     mc[i].ibg, mc[i].ibd, mc[i].mode, way);
+    /* the dense jobs */
+    static const int qkv[3] = {160, 48, 48}, one[1] = {300}, tall[2] = {700, 90};
+    for (int DT = 0; DT < 2; DT++)
+        for (int n = 2; n <= 8; n += 3, cases += 3) {
+            dense_case(16, DT, BF16, 1, 1024, 32, qkv, 3, n);
+            dense_case(16, DT, F16, 0, 160, 32, one, 1, n);
+            dense_case(64, DT, F32, 0, 512, 128, tall, 2, n);
+        }
     printf("%s: %d cases, %d differ\n", fails ? "FAIL" : "PASS", cases, fails);
     return fails ? 1 : 0;
 }
