@@ -875,6 +875,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], "--bench-small")) bench_small();
         return failures ? 1 : 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--router")) { /* SLUICE_CUDA_ROUTER=2 checked and timed (test_cuda_small.c) */
+        check_router2_all();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        if (!failures) bench_router2();
+        return failures ? 1 : 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--mvsplit")) { /* 2-8 token matvecs as one-token jobs, timed (test_cuda_split.c) */
         bench_mv_split();
         return 0;

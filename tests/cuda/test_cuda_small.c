@@ -113,6 +113,8 @@ static void check_small_route(int E, int K, int kind, int norm_topk, int ties, i
     for (int v = 0; v < 2; v++) slcu_free(de[v]), slcu_free(dw[v]);
 }
 
+static void check_router2_all(void);
+
 static void check_small(void) {
     const int dims[] = {2048, 3072, 4096, 7168, 8192};
     for (int i = 0; i < 5; i++) {
@@ -134,6 +136,7 @@ static void check_small(void) {
     check_fuse_router(DT_BF16, 128, 2048, 8, 0, 1, 0), check_fuse_router(DT_F32, 128, 2048, 8, 1, 0, 1);
     check_fuse_router(DT_F16, 256, 1024, 8, 0, 1, 1), check_fuse_router(DT_BF16, 60, 512, 4, 0, 0, 0);
     fuse_warp2 = 0;
+    check_router2_all(); /* SLUICE_CUDA_ROUTER=2 */
 }
 
 /* ---- --bench-small: old against new per launch (us): the median of 200 launches each timed alone by events, and the
@@ -171,7 +174,8 @@ static void bench_small(void) {
         {2, 2048, 8, "combine(8) + add + rmsnorm + int8, 2048"}, {1, 2048, 0, "add + rmsnorm + int8, 2048"},
         {0, 2048, 0, "rmsnorm + int8, 2048"}, {2, 4096, 8, "combine(8) + add + rmsnorm + int8, 4096"},
         {2, 7168, 8, "combine(8) + add + rmsnorm + int8, 7168"}, {3, 128, 8, "route E 128 k 8 (k_route_warp)"},
-        {3, 256, 8, "route E 256 k 8 (k_route_warp)"}, {4, 128, 8, "router bf16 128 x 2048 + route (k_matvec_route)"}};
+        {3, 256, 8, "route E 256 k 8 (k_route_warp)"}, {4, 128, 8, "router bf16 128 x 2048 + route (k_matvec_route)"},
+        {5, 128, 8, "router bf16 128 x 2048 + route: ROUTER=1 / 2"}};
     printf("\nissue 24's one-row kernels, us a launch: old (mode 1) / new (mode 2); median of %d alone | mean of %d back to back\n",
            REPS, REPS);
     for (unsigned c = 0; c < sizeof cs / sizeof *cs; c++) {
@@ -181,13 +185,177 @@ static void bench_small(void) {
         for (int round = 0; round < ROUNDS; round++)
             for (int v = 1; v <= 2; v++) {
                 slcu_norm_mode = slcu_route_mode = v;
+                if (cs[c].what == 5) slcu_route_mode = 2, slcu_router_mode = v; /* k_matvec_route, then k_router2 */
                 const float med = slcu_time_median(sb_run, &s, REPS), mean = slcu_time(sb_run, &s, REPS);
                 printf(" %s%6.2f|%6.2f", v == 1 ? "  old " : " new ", med * 1e3, mean * 1e3);
             }
         printf("\n");
     }
-    slcu_norm_mode = slcu_route_mode = 2; /* the defaults */
+    slcu_norm_mode = slcu_route_mode = 2, slcu_router_mode = 1; /* the defaults */
     slcu_free(r.x), slcu_free(r.y), slcu_free(r.cy), slcu_free(r.cw), slcu_free(r.w), slcu_free(r.h), slcu_free(r.cout);
     slcu_free(r.abuf), slcu_free(done), slcu_free(lg), slcu_free(tw), slcu_free(te);
     free_mat(&wr);
+}
+
+/* ---- SLUICE_CUDA_ROUTER=2 (cuda_mat.cu k_router2): the router's matvec on a warp a row, the warp that completes
+ * the count routes; checked bitwise against today's two launches (slcu_matmul, then slcu_route: k_route_warp, or
+ * k_route for kind 2) and, for kinds 0 and 1, today's fused k_matvec_route (slcu_router_mode 1): logits, experts and
+ * weights of STEPS tokens through the same counter (left zero), outputs poisoned with different bytes a run.
+ * kind 2: n_group groups, topk_group of them, a bias [E] (or none), routed_scale 2.5. ties: every third row a copy of
+ * the one before (equal logits; kind 2 with a bias of steps of 1/8 too). W: warps a CTA (slcu_router_warps). ---- */
+typedef struct { int kind, E, H, K, norm, G, TG, bias, ties, w2; dt_type dt; const char *what; } r2_case;
+
+static int check_router2(const r2_case *c, int W) {
+    char msg[256] = "";
+    mat w;
+    if (make_mat(&w, c->dt, c->E, c->H, 0, DT_F32, msg)) { CK(0, "%s", msg); return 0; }
+    if (c->ties) {
+        char *rows = (char *)w.m.data;
+        const size_t rb = (size_t)c->H * dt_size(c->dt);
+        for (int r = 1; r < c->E; r += 3) memcpy(rows + (size_t)r * rb, rows + (size_t)(r - 1) * rb, rb);
+        slcu_upload(w.dev, w.host, w.bytes, msg, sizeof msg);
+    }
+    enum { STEPS = 4 };
+    float *dx = rnd_dev((size_t)STEPS * c->H, 1, NULL, msg), *hb = malloc((size_t)c->E * 4);
+    for (int e = 0; e < c->E; e++) hb[e] = c->ties ? (float)(e / 3 % 5) / 8 : nrand() * 0.1f; /* a copied row's too */
+    float *db = c->bias ? dev_copy(hb, (size_t)c->E * 4, msg) : NULL;
+    const slcu_router r = {c->kind, c->E, c->K, c->norm, c->G, c->TG, c->kind == 2 ? 2.5f : 1.0f, db, c->w2};
+    float *lg[3];
+    int *te[3], zero = 0, *done = dev_copy(&zero, sizeof zero, msg);
+    float *tw[3];
+    for (int v = 0; v < 3; v++)
+        lg[v] = slcu_alloc((size_t)c->E * 4, msg, sizeof msg), te[v] = slcu_alloc((size_t)c->K * 4, msg, sizeof msg),
+        tw[v] = slcu_alloc((size_t)c->K * 4, msg, sizeof msg);
+    const int mode0 = slcu_router_mode, w0 = slcu_router_warps;
+    int same = 1, valid = 1, launched = 1;
+    for (int s = 0; s < STEPS; s++) {
+        const float *x = dx + (size_t)s * c->H;
+        for (int v = 0; v < 3; v++)
+            poison_b(lg[v], (size_t)c->E * 4, 0x7f + v * 0x40), poison_b(te[v], (size_t)c->K * 4, 0x7f + v * 0x40),
+                poison_b(tw[v], (size_t)c->K * 4, 0x7f + v * 0x40);
+        /* 0: the two launches; 1: today's fused kernel (kinds 0, 1); 2: k_router2 */
+        CK(!slcu_matmul(&w.d, x, lg[0], 1, msg, sizeof msg) && !slcu_route(&r, lg[0], 1, te[0], tw[0], msg, sizeof msg), "%s", msg);
+        slcu_router_mode = 1;
+        const int rc1 = c->kind == 2 ? 0 : slcu_matvec_route(&w.d, x, lg[1], &r, te[1], tw[1], done, msg, sizeof msg);
+        CK(rc1 >= 0, "%s", msg);
+        slcu_router_mode = 2, slcu_router_warps = W;
+        const int rc2 = slcu_matvec_route(&w.d, x, lg[2], &r, te[2], tw[2], done, msg, sizeof msg);
+        CK(rc2 >= 0, "%s", msg);
+        slcu_router_mode = mode0, slcu_router_warps = w0;
+        launched &= rc2 == 1 && (c->kind == 2 || rc1 == 1);
+        float *l[3], *ww[3];
+        int *ee[3];
+        for (int v = 0; v < 3; v++) l[v] = dl(lg[v], c->E), ww[v] = dl(tw[v], c->K), ee[v] = (int *)dl(te[v], c->K);
+        for (int v = 1; v < 3; v++) {
+            if (v == 1 && c->kind == 2) continue;
+            same &= !memcmp(l[0], l[v], (size_t)c->E * 4) && !memcmp(ee[0], ee[v], (size_t)c->K * 4) &&
+                    !memcmp(ww[0], ww[v], (size_t)c->K * 4);
+        }
+        for (int i = 0; i < c->K; i++) valid &= ee[0][i] >= 0 && ee[0][i] < c->E && isfinite(ww[0][i]);
+        for (int v = 0; v < 3; v++) free(l[v]), free(ww[v]), free(ee[v]);
+    }
+    int *z = (int *)dl(done, 1);
+    CK(launched, "router %s: k_router2 not launched", c->what);
+    CK(same && valid && !*z, "router %s %s %d x %d k %d kind %d, %d warps a CTA: k_router2 differs from the two launches%s "
+       "(counter %d)", c->what, dt_name(c->dt), c->E, c->H, c->K, c->kind, W, c->kind == 2 ? "" : " / k_matvec_route", *z);
+    const int ok = launched && same && valid && !*z;
+    if (ok)
+        printf("ok   k_router2 %-22s %-4s %4d x %-5d k %2d kind %d%s%s%s, %d warp%s a CTA: bitwise, %d tokens\n", c->what,
+               dt_name(c->dt), c->E, c->H, c->K, c->kind, c->norm ? " norm" : "", c->ties ? " ties" : "",
+               c->w2 ? "" : " (route_warp_row)", W, W > 1 ? "s" : "", STEPS);
+    free(z), free(hb);
+    slcu_free(dx), slcu_free(db), slcu_free(done);
+    for (int v = 0; v < 3; v++) slcu_free(lg[v]), slcu_free(te[v]), slcu_free(tw[v]);
+    free_mat(&w);
+    return ok;
+}
+
+static const r2_case r2_cases[] = {
+    {0, 128, 2048, 8, 1, 1, 1, 0, 0, 1, DT_BF16, "Qwen3-30B-A3B (synth)"},
+    {0, 128, 2048, 8, 1, 1, 1, 0, 1, 1, DT_BF16, "Qwen3-30B-A3B (synth)"},
+    {0, 128, 2048, 8, 1, 1, 1, 0, 0, 1, DT_F32, "Qwen3-30B-A3B (GGUF)"},
+    {0, 128, 2048, 8, 1, 1, 1, 0, 1, 1, DT_F16, "Qwen3-30B-A3B f16"},
+    {0, 128, 2048, 8, 1, 1, 1, 0, 0, 0, DT_BF16, "30B, warp2 off"},
+    {1, 64, 4096, 4, 0, 1, 1, 0, 0, 1, DT_F32, "top-k softmax, 4096"},
+    {0, 60, 512, 4, 0, 1, 1, 0, 1, 1, DT_F16, "60 rows"},
+    {0, 1024, 512, 16, 1, 1, 1, 0, 0, 1, DT_BF16, "1024 experts"},
+    {0, 256, 7168, 8, 1, 1, 1, 0, 0, 1, DT_BF16, "E 256, hidden 7168"},
+    {2, 256, 7168, 8, 1, 8, 4, 1, 0, 1, DT_BF16, "DeepSeek-V3"},
+    {2, 256, 7168, 8, 1, 8, 4, 1, 1, 1, DT_F32, "DeepSeek-V3 f32"},
+    {2, 256, 1024, 8, 0, 8, 4, 0, 0, 1, DT_F16, "sigmoid, groups, no bias"},
+    {2, 32, 1024, 4, 1, 1, 1, 1, 1, 1, DT_BF16, "sigmoid, one group"},
+    {2, 160, 2048, 8, 1, 1, 1, 1, 0, 1, DT_BF16, "sigmoid, 160, one group"},
+    {2, 128, 2048, 6, 1, 64, 6, 1, 0, 1, DT_F32, "sigmoid, 64 groups"},
+    {2, 100, 512, 8, 0, 4, 2, 1, 1, 1, DT_BF16, "sigmoid, 100, 4 groups"},
+};
+
+static void check_router2_all(void) {
+    const int n = (int)(sizeof r2_cases / sizeof *r2_cases);
+    for (int i = 0; i < n; i++) check_router2(&r2_cases[i], 1);
+    check_router2(&r2_cases[0], 2), check_router2(&r2_cases[6], 4), check_router2(&r2_cases[9], 4);
+    check_router2(&r2_cases[2], 4), check_router2(&r2_cases[13], 2);
+}
+
+/* ---- --router: us a launch, old (today's fused k_matvec_route; kind 2: slcu_matmul + k_route) against k_router2 with
+ * 1, 2, 4 warps a CTA: the median of REPS launches each timed alone by events, and the mean of REPS back to back (with
+ * PDL, the default, each overlaps the one before); "warm": one matrix (in L2 after the first launch); "cold": NC copies
+ * of it in turn, more bytes than the L2 holds, as in a decode step (a layer's router read once a token) ---- */
+typedef struct { const r2_case *c; mat *w; int nc, at, old; float *x, *lg, *tw; int *te, *done; slcu_router r; } r2b;
+
+static void r2_run(void *p) {
+    r2b *b = p;
+    char msg[256];
+    slcu_mat m = b->w->d;
+    const size_t stride = b->w->bytes;
+    if (b->nc > 1) { /* copy at of NC, one after the other in one buffer */
+        const size_t off = (size_t)(b->at++ % b->nc) * stride;
+        m.data = (const uint8_t *)m.data + off;
+    }
+    if (b->old && b->c->kind == 2) {
+        slcu_matmul(&m, b->x, b->lg, 1, msg, sizeof msg);
+        slcu_route(&b->r, b->lg, 1, b->te, b->tw, msg, sizeof msg);
+    } else slcu_matvec_route(&m, b->x, b->lg, &b->r, b->te, b->tw, b->done, msg, sizeof msg);
+}
+
+static void bench_router2(void) {
+    char msg[256] = "";
+    enum { REPS = 400, ROUNDS = 3 };
+    const int pick[] = {0, 2, 9};
+    printf("\nthe router's matvec + route, us a launch: old (k_matvec_route; kind 2: matvec + k_route) | k_router2 "
+           "(SLUICE_CUDA_ROUTER=2) with 1 / 2 / 4 warps a CTA; each: median of %d alone / mean of %d back to back\n",
+           REPS, REPS);
+    for (int pi = 0; pi < 3; pi++) {
+        const r2_case *c = &r2_cases[pick[pi]];
+        mat w;
+        if (make_mat(&w, c->dt, c->E, c->H, 0, DT_F32, msg)) { printf("%s\n", msg); return; }
+        const int nc = (int)(160e6 / (double)w.bytes) + 1; /* > 3 L2s of an H100 (50 MB) */
+        uint8_t *big = slcu_alloc((size_t)nc * w.bytes, msg, sizeof msg);
+        for (int i = 0; big && i < nc; i++) slcu_upload(big + (size_t)i * w.bytes, w.host, w.bytes, msg, sizeof msg);
+        float *hb = malloc((size_t)c->E * 4);
+        for (int e = 0; e < c->E; e++) hb[e] = nrand() * 0.1f;
+        float *db = c->bias ? dev_copy(hb, (size_t)c->E * 4, msg) : NULL;
+        int zero = 0;
+        r2b b = {c, &w, 1, 0, 1, rnd_dev((size_t)c->H, 1, NULL, msg), slcu_alloc((size_t)c->E * 4, msg, sizeof msg),
+                 slcu_alloc(64 * 4, msg, sizeof msg), slcu_alloc(64 * 4, msg, sizeof msg), dev_copy(&zero, 4, msg),
+                 {c->kind, c->E, c->K, c->norm, c->G, c->TG, 2.5f, db, 1}};
+        mat wbig = w;
+        wbig.dev = big, wbig.d.data = big;
+        for (int cold = 0; cold < 2 && (!cold || big); cold++) {
+            b.w = cold ? &wbig : &w, b.nc = cold ? nc : 1;
+            printf("%-28s %-4s %4d x %-5d %s:", c->what, dt_name(c->dt), c->E, c->H, cold ? "cold" : "warm");
+            for (int round = 0; round < ROUNDS; round++) {
+                for (int v = 0; v < 4; v++) {
+                    b.old = v == 0;
+                    slcu_router_mode = v ? 2 : 1, slcu_router_warps = v == 3 ? 4 : v;
+                    const float med = slcu_time_median(r2_run, &b, REPS), mean = slcu_time(r2_run, &b, REPS);
+                    printf(" %s%5.2f/%5.2f", v == 0 ? " old " : v == 1 ? "| " : "", med * 1e3, mean * 1e3);
+                }
+                printf(round < ROUNDS - 1 ? "\n%49s" : "\n", "");
+            }
+        }
+        slcu_router_mode = 1, slcu_router_warps = 1;
+        slcu_free(b.x), slcu_free(b.lg), slcu_free(b.tw), slcu_free(b.te), slcu_free(b.done), slcu_free(db), slcu_free(big);
+        free(hb);
+        free_mat(&w);
+    }
 }

@@ -225,6 +225,8 @@ int fuse_env(be_backend *be) {
      * =1 the kernels before them (the same bits) */
     slcu_norm_mode = (e = getenv("SLUICE_CUDA_NORM")) && !strcmp(e, "1") ? 1 : 2;
     slcu_route_mode = (e = getenv("SLUICE_CUDA_ROUTE")) && !strcmp(e, "1") ? 1 : 2;
+    /* SLUICE_CUDA_ROUTER=2: the fused router on a warp a row (cuda_mat.cu k_router2, the same bits; opt-in until run) */
+    slcu_router_mode = (e = getenv("SLUICE_CUDA_ROUTER")) && !strcmp(e, "2") ? 2 : 1;
     e = getenv("SLUICE_CUDA_FUSE");
     c->fuse = 0;
     /* unset: router (the router's matvec + route in one launch: a resident step 3-4% shorter on an H100 with the

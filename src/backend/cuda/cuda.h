@@ -290,6 +290,12 @@ int slcu_route(const slcu_router *r, const float *logits, int n_tok, int *top_e,
  * uses meanwhile (one per stream). 1 queued, 0 not its case (nothing queued: the caller runs the two), -1 failed. */
 int slcu_matvec_route(const slcu_mat *w, const float *x, float *logits, const slcu_router *r, int *top_e,
                       float *top_w, int *done, char *msg, size_t msglen);
+/* slcu_matvec_route's kernel, read by backend_cuda.c when a backend opens (SLUICE_CUDA_ROUTER; default 1):
+ * 1 k_matvec_route (kinds 0 and 1; kind 2 is the matvec then slcu_route); 2 k_router2 (cuda_mat.cu: a row a warp,
+ * slcu_router_warps warps a CTA (1, 2 or 4; tests), the weights loaded before the wait, the warp that completes the
+ * count routes: kinds 0, 1 and 2 (E <= 256, k <= 32), x 16-byte aligned), bitwise mode 1's logits, choice and weights
+ * (test_cuda --router checks and times it). */
+extern int slcu_router_mode, slcu_router_warps;
 /* A layer-major MoE block's routed part: r's choice for logits [n][E] into m->top_e and top_w (device [n][k]),
  * slcu_moe_ffn (m->work and m->y carved from *buf, grown to what n needs: a sync first, the old one may be in
  * use), out [n][H] = slcu_combine of the slots. 1 done, 0 not its case (m's shapes or types: nothing queued),

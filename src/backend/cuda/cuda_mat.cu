@@ -208,6 +208,161 @@ k_matvec_route(const uint8_t *__restrict__ data, const void *__restrict__ scales
     if (!threadIdx.x) *done = 0;
 }
 
+/* ---- SLUICE_CUDA_ROUTER=2 (cuda.h slcu_router_mode): one token's router on E warps (k_router2) ----
+ * k_matvec_route's logits and choice, bitwise, in a shorter chain. Warp w of the grid makes row w (W warps a CTA: 1 by
+ * default, so 128 CTAs for the 30B shape's 128 x 2048 router where k_matvec_route had 32 of 4 warps): lane l sums
+ * the pieces l, l + 32, ... of the row in order, each piece's values by one fma chain from 0 (matvec_rows<DT, 1, 1>'s
+ * order for one token: acc = acc + d, from 0), then the same butterfly, so the logits are matvec's bits. A lane's
+ * first NPF pieces of weights are copied to shared memory before pdl_wait (no kernel of the step writes them:
+ * cuda_pdl.cuh), so their latency hides under the kernel before (the norm triggers its dependents early); after it
+ * the lane's x pieces likewise (past L1), all in flight at once, then the FMAs from shared memory. Rows over 32 NPF
+ * pieces (NPF 16: over 2048 columns f32, 4096 bf16 / f16) load the rest after the wait. Lane 0 stores its row's logit and counts the warp on done with one acq_rel atomic (the store
+ * released with it; no fence of the whole CTA, no block barrier); the warp that completes the count (acquire) routes
+ * the row on its own lanes: route_warp_row (kinds 0 and 1: k_matvec_route's code, so its bits) or route_warp_sig
+ * (kind 2: k_route's bits), and sets done back to zero for the next launch (stream order; a recorded step replays it
+ * at zero). Each CTA triggers its dependents after its wait (the experts' matvec waits before reading the choice). */
+__device__ __forceinline__ int rt2_count(int *done) { /* the old count; lane 0's stores released with it */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(done) : "memory");
+    return old;
+#else
+    __threadfence();
+    return atomicAdd(done, 1);
+#endif
+}
+__device__ __forceinline__ void rt2_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+    __threadfence();
+#endif
+}
+
+/* a 16-byte piece of weights copied to shared memory before pdl_wait (cp.async, 16 bytes, past L1): ptxas keeps it
+ * above griddepcontrol.wait, as the matvecs' (cuda_mv.cu); an __ldg or an asm ld.global.nc was issued below the wait
+ * (ptxas moved the wait up), so its latency did not overlap the kernel before */
+__device__ __forceinline__ void rt2_cp16(uint4 *s, const uint4 *g) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+}
+
+/* one 16-byte piece of weights against its P values of x (xq: WV float4s): the piece's fma chain from 0 in column
+ * order, matvec_rows's d for one token and one row */
+template <int DT>
+__device__ __forceinline__ float rt2_piece(const uint4 &wv, const float4 *xq) {
+    const int WV = piece<DT>::w;
+    float xv[4 * WV];
+#pragma unroll
+    for (int q = 0; q < WV; q++) xv[4 * q] = xq[q].x, xv[4 * q + 1] = xq[q].y, xv[4 * q + 2] = xq[q].z, xv[4 * q + 3] = xq[q].w;
+    float d = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float w[WV];
+        unpack_word<DT>(word_of(wv, k), w);
+#pragma unroll
+        for (int j = 0; j < WV; j++) d = fmaf(w[j], xv[k * WV + j], d);
+    }
+    return d;
+}
+template <int DT, int NPF>
+__global__ void __launch_bounds__(32 * 4, 1)
+k_router2(const uint8_t *__restrict__ data, int rows, int cols, const float *__restrict__ x, float *__restrict__ y,
+          slcu_router r, int *top_e, float *top_w, int *done) {
+    extern __shared__ uint4 rt2_sm[]; /* per warp [NPF][32] pieces of weights, [NPF][WV][32] of x; then route_warp_row's
+                                       * p, te, tw [RT_MAXE] (not warp2) or route_warp_sig's [E] */
+    const int WV = piece<DT>::w, lane = threadIdx.x & 31, wi = threadIdx.x >> 5, row = blockIdx.x * (blockDim.x >> 5) + wi;
+    if (row >= rows) return; /* (no global access: nothing to wait for) */
+    const int P = piece<DT>::n, npieces = cols / P;
+    const size_t row_bytes = (size_t)cols * (DT == DT_F32 ? 4 : 2);
+    const uint4 *wp = (const uint4 *)(data + (size_t)row * row_bytes);
+    uint4 *ws = rt2_sm + (size_t)wi * NPF * 32 * (1 + WV) + lane, *xs = ws + NPF * 32; /* a lane's at a stride of 32 */
+#pragma unroll
+    for (int j = 0; j < NPF; j++)
+        if (lane + 32 * j < npieces) rt2_cp16(ws + 32 * j, wp + lane + 32 * j);
+    pdl_wait();
+    pdl_trigger();
+    /* x, the step's, by cp.async too (.cg: past L1, as __ldcg): all of a lane's in flight at once (__ldcg's loads were
+     * each issued next to their FMAs by ptxas, one L2 round trip a piece); each lane reads only what it copied */
+    const uint4 *xg = (const uint4 *)x;
+#pragma unroll
+    for (int j = 0; j < NPF; j++)
+#pragma unroll
+        for (int q = 0; q < WV; q++)
+            if (lane + 32 * j < npieces) rt2_cp16(xs + (j * WV + q) * 32, xg + (size_t)(lane + 32 * j) * WV + q);
+    asm volatile("cp.async.wait_all;" ::: "memory"); /* the lane's own copies: no barrier */
+    /* every piece's d without a branch (one block: ptxas overlaps the pieces' loads and chains; a piece past the row
+     * reads words no copy wrote and is not summed), then the sum in piece order */
+    float d[NPF];
+#pragma unroll
+    for (int j = 0; j < NPF; j++) {
+        float4 xq[WV];
+#pragma unroll
+        for (int q = 0; q < WV; q++) {
+            const uint4 u = xs[(j * WV + q) * 32];
+            xq[q] = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
+        }
+        d[j] = rt2_piece<DT>(ws[32 * j], xq);
+    }
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < NPF; j++)
+        if (lane + 32 * j < npieces) acc = acc + d[j];
+#pragma unroll 4
+    for (int p = lane + 32 * NPF; p < npieces; p += 32) { /* rows past NPF pieces a lane */
+        float4 xq[WV];
+#pragma unroll
+        for (int q = 0; q < WV; q++) xq[q] = __ldcg((const float4 *)(xg + (size_t)p * WV + q));
+        acc = acc + rt2_piece<DT>(__ldg(wp + p), xq);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    int last = 0;
+    if (!lane) {
+        y[row] = acc;
+        last = rt2_count(done) == rows - 1;
+    }
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    rt2_acquire(); /* every other warp's logit, after its count */
+    float *rs = (float *)(rt2_sm + (size_t)(blockDim.x >> 5) * NPF * 32 * (1 + WV));
+    if (r.kind == 2) {
+        const int E = r.E;
+        if (E <= 64) route_warp_sig<2>(r, y, 0, top_e, top_w, rs, lane);
+        else if (E <= 128) route_warp_sig<4>(r, y, 0, top_e, top_w, rs, lane);
+        else route_warp_sig<8>(r, y, 0, top_e, top_w, rs, lane);
+    } else route_warp_row(r, y, 0, top_e, top_w, rs, (int *)rs + RT_MAXE, rs + 2 * RT_MAXE, lane);
+    if (!lane) *done = 0;
+}
+
+int slcu_router_mode = 1, slcu_router_warps = 1; /* cuda.h: SLUICE_CUDA_ROUTER (backend_cuda_hold.c fuse_env); tests */
+
+/* slcu_matvec_route's SLUICE_CUDA_ROUTER=2 launch: 1 launched, 0 not its case, -1 failed */
+static int router2(const slcu_mat *w, const float *x, float *logits, const slcu_router *r, int *top_e, float *top_w,
+                   int *done, char *msg, size_t msglen) {
+    const int dt = w->dtype, P = dt == DT_F32 ? 4 : 8;
+    int W = slcu_router_warps == 2 || slcu_router_warps == 4 ? slcu_router_warps : 1;
+    if (r->kind == 2 && (r->E > 256 || r->k > 32 || r->n_group < 1 || r->n_group > 64 || r->E % r->n_group ||
+                         r->E / r->n_group < 2 || r->topk_group < 1 || r->topk_group > r->n_group))
+        return 0;
+    if ((uintptr_t)x & 15) return 0; /* x a step's row: aligned (cudaMalloc'd buffers) */
+    const int npl = (w->cols / P + 31) / 32; /* pieces a lane */
+    const int npf = npl <= 4 ? 4 : npl <= 8 ? 8 : 16, wv = dt == DT_F32 ? 1 : 2;
+    const size_t rsm = r->kind == 2 ? (size_t)r->E * 4 : r->warp2 && r->k <= 32 && r->E <= 256 ? 0 : 3 * RT_MAXE * 4;
+    while (W > 1 && (size_t)W * npf * 32 * 16 * (1 + wv) + rsm > 48 * 1024) W /= 2; /* the default limit of a launch */
+    const size_t smem = (size_t)W * npf * 32 * 16 * (1 + wv) + rsm;
+    const unsigned grid = (unsigned)((w->rows + W - 1) / W);
+#define L(D, N) pdl_launch(k_router2<D, N>, grid, 32 * W, smem, SLS, (const uint8_t *)w->data, w->rows, w->cols, x, logits, \
+                           *r, top_e, top_w, done)
+#define LN(D) (npf == 4 ? L(D, 4) : npf == 8 ? L(D, 8) : L(D, 16))
+    if (dt == DT_F32) LN(DT_F32);
+    else if (dt == DT_BF16) LN(DT_BF16);
+    else LN(DT_F16);
+#undef LN
+#undef L
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? fail(msg, msglen, "router launch (SLUICE_CUDA_ROUTER=2)", e) : 1;
+}
+
 /* Columns that do not fill 16-byte pieces (a row of f32 whose length is not a multiple of 4, ...):
  * one thread per (row, token), plain loads, the same kind of fixed order. */
 __global__ void matvec_plain(const uint8_t *data, dt_type dt, int rows, int cols, const float *x, float *y, int nt) {
@@ -298,8 +453,13 @@ extern "C" int slcu_matvec_route(const slcu_mat *w, const float *x, float *logit
                                  float *top_w, int *done, char *msg, size_t msglen) {
     const int dt = w->dtype, P = dt == DT_F32 ? 4 : 8;
     if ((dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) || w->cols % P || w->rows != r->E || r->E > RT_MAXE ||
-        r->k < 1 || r->k > r->E || (r->kind != 0 && r->kind != 1) || !slcu_decode_kernels || !done || timing)
+        r->k < 1 || r->k > r->E || r->kind < 0 || r->kind > 2 || !slcu_decode_kernels || !done || timing)
         return 0;
+    if (slcu_router_mode == 2) {
+        const int rc = router2(w, x, logits, r, top_e, top_w, done, msg, msglen);
+        if (rc) return rc;
+    }
+    if (r->kind == 2) return 0; /* k_route's one thread after the matvec */
     const unsigned grid = (unsigned)((w->rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
 #define L(D) pdl_launch(k_matvec_route<D>, grid, 32 * ROWS_PER_BLOCK, 0, SLS, (const uint8_t *)w->data, w->scales, w->biases, \
                                                                       w->sdtype, w->rows, w->cols, w->group, x, logits, \

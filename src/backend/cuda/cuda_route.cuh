@@ -209,4 +209,93 @@ static __device__ void route_warp_reg(const slcu_router &r, const float *logits,
     if (lane < k) top_e[(size_t)t * k + rank] = my_e, top_w[(size_t)t * k + rank] = my_w;
 }
 
+/* Kind 2 (sigmoid, group-limited: DeepSeek-V3's rule) on one warp, bitwise cuda_ops.cu k_route's one-thread code for
+ * E <= 32 NPL, n_group <= 64, k <= 32 (the router's SLUICE_CUDA_ROUTER=2 launch, cuda_mat.cu k_router2). The scores
+ * (rt_sigm, k_route's sigm) and biased scores as there, lane + 32 j a lane; sb: shared [E], the biased scores, where
+ * lane g (and g + 32) scans group g serially with k_route's code (the group's two largest, their sum: the same floats in
+ * the same order, so the same bits, signed zeros too). The groups' rounds and the experts' rounds are the argmax of
+ * k_route's loops (strict >, so the lowest index among equals; -inf groups skipped, -inf experts candidates) as two
+ * warp reductions over rt_key (equal floats, equal keys), the experts' taken by their lane (a bit each). The weights:
+ * the unbiased score of the choice (none left: expert 0, p[0]), norm_topk's float sum in choice order on every lane
+ * (+ 1e-20), lane s divides slot s and scales it; the stable rank by expert index as route_warp_reg's. Row t of logits
+ * (read past L1) into top_e / top_w [t][k]. */
+__device__ __forceinline__ float rt_sigm(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+template <int NPL>
+static __device__ void route_warp_sig(const slcu_router &r, const float *logits, int t, int *top_e, float *top_w,
+                                      float *sb, int lane) {
+    const int E = r.E, k = r.k, G = r.n_group, per = E / G;
+    const float *lg = logits + (size_t)t * E;
+    float pv[NPL], bv[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++) {
+        const int e = lane + 32 * j;
+        pv[j] = e < E ? rt_sigm(__ldcg(lg + e)) : 0.0f;
+        bv[j] = e < E && r.bias ? __fadd_rn(pv[j], r.bias[e]) : pv[j];
+        if (e < E) sb[e] = bv[j];
+    }
+    __syncwarp();
+    float gs[2] = {-INFINITY, -INFINITY}; /* groups lane and lane + 32 */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int g = lane + 32 * h;
+        if (g >= G) continue;
+        float a = -INFINITY, b = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            const float v = sb[e];
+            if (v > a) b = a, a = v;
+            else if (v > b) b = v;
+        }
+        gs[h] = __fadd_rn(a, b);
+    }
+    unsigned long long chosen = 0; /* the groups taken, bit g */
+    for (int s = 0; s < r.topk_group; s++) {
+        unsigned key = 0;
+        int gi = -1;
+#pragma unroll
+        for (int h = 1; h >= 0; h--) { /* the lower group last: ties to it */
+            const int g = lane + 32 * h;
+            if (g < G && gs[h] != -INFINITY && !(chosen >> g & 1) && rt_key(gs[h]) >= key) key = rt_key(gs[h]), gi = g;
+        }
+        const unsigned mk = rt_wmax(gi >= 0 ? key : 0u);
+        if (!mk) break;
+        const int b = (int)rt_wmin(gi >= 0 && key == mk ? (unsigned)gi : 0xffffffffu);
+        chosen |= 1ull << b;
+    }
+    unsigned allowed = 0; /* this lane's experts still allowed, bit j */
+#pragma unroll
+    for (int j = 0; j < NPL; j++) {
+        const int e = lane + 32 * j;
+        if (e < E && (chosen >> (e / per) & 1)) allowed |= 1u << j;
+    }
+    float wsum = 0.0f, my_w = 0.0f;
+    int my_e = 0;
+    for (int s = 0; s < k; s++) {
+        unsigned key = 0;
+        int ji = -1;
+#pragma unroll
+        for (int j = NPL - 1; j >= 0; j--) /* the lower index last: ties to it */
+            if ((allowed >> j & 1) && rt_key(bv[j]) >= key) key = rt_key(bv[j]), ji = j;
+        const unsigned mk = rt_wmax(ji >= 0 ? key : 0u);
+        int b = (int)rt_wmin(ji >= 0 && key == mk ? (unsigned)(lane + 32 * ji) : 0xffffffffu);
+        if (!mk || b >= E) b = 0; /* none left: k_route's fallback (expert 0, its score) */
+        float vb = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (j == b >> 5) vb = pv[j];
+        const float val = __shfl_sync(0xffffffffu, vb, b & 31);
+        if ((b & 31) == lane) allowed &= ~(1u << (b >> 5));
+        wsum = __fadd_rn(wsum, val);
+        if (lane == s) my_w = val, my_e = b;
+    }
+    if (r.norm_topk) my_w = __fdiv_rn(my_w, __fadd_rn(wsum, 1e-20f));
+    my_w = __fmul_rn(my_w, r.routed_scale);
+    int rank = 0;
+    for (int j = 0; j < k; j++) { /* rt_sort's stable order by expert index */
+        const int ej = __shfl_sync(0xffffffffu, my_e, j);
+        rank += ej < my_e || (ej == my_e && j < lane);
+    }
+    if (lane < k) top_e[(size_t)t * k + rank] = my_e, top_w[(size_t)t * k + rank] = my_w;
+}
+
 #endif
