@@ -234,7 +234,8 @@ static int check_router2(const r2_case *c, int W) {
             poison_b(lg[v], (size_t)c->E * 4, 0x7f + v * 0x40), poison_b(te[v], (size_t)c->K * 4, 0x7f + v * 0x40),
                 poison_b(tw[v], (size_t)c->K * 4, 0x7f + v * 0x40);
         /* 0: the two launches; 1: today's fused kernel (kinds 0, 1); 2: k_router2 */
-        CK(!slcu_matmul(&w.d, x, lg[0], 1, msg, sizeof msg) && !slcu_route(&r, lg[0], 1, te[0], tw[0], msg, sizeof msg), "%s", msg);
+        CK(!slcu_matmul(&w.d, x, lg[0], 1, msg, sizeof msg) && !slcu_route(&r, lg[0], 1, te[0], tw[0], msg, sizeof msg),
+           "%s", msg);
         slcu_router_mode = 1;
         const int rc1 = c->kind == 2 ? 0 : slcu_matvec_route(&w.d, x, lg[1], &r, te[1], tw[1], done, msg, sizeof msg);
         CK(rc1 >= 0, "%s", msg);
@@ -256,12 +257,13 @@ static int check_router2(const r2_case *c, int W) {
     }
     int *z = (int *)dl(done, 1);
     CK(launched, "router %s: k_router2 not launched", c->what);
-    CK(same && valid && !*z, "router %s %s %d x %d k %d kind %d, %d warps a CTA: k_router2 differs from the two launches%s "
-       "(counter %d)", c->what, dt_name(c->dt), c->E, c->H, c->K, c->kind, W, c->kind == 2 ? "" : " / k_matvec_route", *z);
+    CK(same && valid && !*z, "router %s %s %d x %d k %d kind %d, %d warps a CTA: k_router2 differs from the two "
+       "launches%s (counter %d)", c->what, dt_name(c->dt), c->E, c->H, c->K, c->kind, W,
+       c->kind == 2 ? "" : " / k_matvec_route", *z);
     const int ok = launched && same && valid && !*z;
     if (ok)
-        printf("ok   k_router2 %-22s %-4s %4d x %-5d k %2d kind %d%s%s%s, %d warp%s a CTA: bitwise, %d tokens\n", c->what,
-               dt_name(c->dt), c->E, c->H, c->K, c->kind, c->norm ? " norm" : "", c->ties ? " ties" : "",
+        printf("ok   k_router2 %-22s %-4s %4d x %-5d k %2d kind %d%s%s%s, %d warp%s a CTA: bitwise, %d tokens\n",
+               c->what, dt_name(c->dt), c->E, c->H, c->K, c->kind, c->norm ? " norm" : "", c->ties ? " ties" : "",
                c->w2 ? "" : " (route_warp_row)", W, W > 1 ? "s" : "", STEPS);
     free(z), free(hb);
     slcu_free(dx), slcu_free(db), slcu_free(done);
@@ -348,7 +350,8 @@ static void bench_router2(void) {
                 for (int v = 0; v < 4; v++) {
                     b.old = v == 0;
                     slcu_router_mode = v ? 2 : 1, slcu_router_warps = v == 3 ? 4 : v;
-                    const float med = slcu_time_median(r2_run, &b, REPS) * 1e3f, mean = slcu_time(r2_run, &b, REPS) * 1e3f;
+                    const float med = slcu_time_median(r2_run, &b, REPS) * 1e3f;
+                    const float mean = slcu_time(r2_run, &b, REPS) * 1e3f;
                     bm[v] = fminf(bm[v], med), bb[v] = fminf(bb[v], mean);
                     printf(" %s%5.2f/%5.2f", v == 0 ? " old " : v == 1 ? "| " : "", med, mean);
                 }
@@ -357,12 +360,13 @@ static void bench_router2(void) {
             int bw = 1; /* the fastest warps a CTA back to back */
             for (int v = 2; v < 4; v++)
                 if (bb[v] < bb[bw]) bw = v;
-            printf("%52s best of the rounds: old %.2f us alone, %.2f back to back; k_router2 (1 warp a CTA) %.2f / %.2f "
-                   "(%.2fx / %.2fx); fastest back to back: %d warp%s a CTA, %.2f us\n", "", bm[0], bb[0], bm[1], bb[1],
-                   bm[0] / bm[1], bb[0] / bb[1], bw == 3 ? 4 : bw, bw > 1 ? "s" : "", bb[bw]);
+            printf("%52s best of the rounds: old %.2f us alone, %.2f back to back; k_router2 (1 warp a CTA) %.2f / "
+                   "%.2f (%.2fx / %.2fx); fastest back to back: %d warp%s a CTA, %.2f us\n", "", bm[0], bb[0], bm[1],
+                   bb[1], bm[0] / bm[1], bb[0] / bb[1], bw == 3 ? 4 : bw, bw > 1 ? "s" : "", bb[bw]);
         }
         slcu_router_mode = 1, slcu_router_warps = 1;
-        slcu_free(b.x), slcu_free(b.lg), slcu_free(b.tw), slcu_free(b.te), slcu_free(b.done), slcu_free(db), slcu_free(big);
+        slcu_free(b.x), slcu_free(b.lg), slcu_free(b.tw), slcu_free(b.te), slcu_free(b.done), slcu_free(db);
+        slcu_free(big);
         free(hb);
         free_mat(&w);
     }

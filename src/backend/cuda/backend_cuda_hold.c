@@ -225,7 +225,7 @@ int fuse_env(be_backend *be) {
      * =1 the kernels before them (the same bits) */
     slcu_norm_mode = (e = getenv("SLUICE_CUDA_NORM")) && !strcmp(e, "1") ? 1 : 2;
     slcu_route_mode = (e = getenv("SLUICE_CUDA_ROUTE")) && !strcmp(e, "1") ? 1 : 2;
-    /* SLUICE_CUDA_ROUTER=2: the fused router on a warp a row (cuda_mat.cu k_router2, the same bits; opt-in until run) */
+    /* SLUICE_CUDA_ROUTER=2: the fused router on a warp a row (cuda_mat.cu k_router2, the same bits; opt-in for now) */
     slcu_router_mode = (e = getenv("SLUICE_CUDA_ROUTER")) && !strcmp(e, "2") ? 2 : 1;
     e = getenv("SLUICE_CUDA_FUSE");
     c->fuse = 0;

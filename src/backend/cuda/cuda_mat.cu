@@ -216,8 +216,9 @@ k_matvec_route(const uint8_t *__restrict__ data, const void *__restrict__ scales
  * first NPF pieces of weights are copied to shared memory before pdl_wait (no kernel of the step writes them:
  * cuda_pdl.cuh), so their latency hides under the kernel before (the norm triggers its dependents early); after it
  * the lane's x pieces likewise (past L1), all in flight at once, then the FMAs from shared memory. Rows over 32 NPF
- * pieces (NPF 16: over 2048 columns f32, 4096 bf16 / f16) load the rest after the wait. Lane 0 stores its row's logit and counts the warp on done with one acq_rel atomic (the store
- * released with it; no fence of the whole CTA, no block barrier); the warp that completes the count (acquire) routes
+ * pieces (NPF 16: over 2048 columns f32, 4096 bf16 / f16) load the rest after the wait. Lane 0 stores its row's
+ * logit and counts the warp on done with one acq_rel atomic (the store released with it; no fence of the whole CTA,
+ * no block barrier); the warp that completes the count (acquire) routes
  * the row on its own lanes: route_warp_row (kinds 0 and 1: k_matvec_route's code, so its bits) or route_warp_sig
  * (kind 2: k_route's bits), and sets done back to zero for the next launch (stream order; a recorded step replays it
  * at zero). Each CTA triggers its dependents after its wait (the experts' matvec waits before reading the choice). */
@@ -254,7 +255,8 @@ __device__ __forceinline__ float rt2_piece(const uint4 &wv, const float4 *xq) {
     const int WV = piece<DT>::w;
     float xv[4 * WV];
 #pragma unroll
-    for (int q = 0; q < WV; q++) xv[4 * q] = xq[q].x, xv[4 * q + 1] = xq[q].y, xv[4 * q + 2] = xq[q].z, xv[4 * q + 3] = xq[q].w;
+    for (int q = 0; q < WV; q++)
+        xv[4 * q] = xq[q].x, xv[4 * q + 1] = xq[q].y, xv[4 * q + 2] = xq[q].z, xv[4 * q + 3] = xq[q].w;
     float d = 0.f;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -271,7 +273,8 @@ k_router2(const uint8_t *__restrict__ data, int rows, int cols, const float *__r
           slcu_router r, int *top_e, float *top_w, int *done) {
     extern __shared__ uint4 rt2_sm[]; /* per warp [NPF][32] pieces of weights, [NPF][WV][32] of x; then route_warp_row's
                                        * p, te, tw [RT_MAXE] (not warp2) or route_warp_sig's [E] */
-    const int WV = piece<DT>::w, lane = threadIdx.x & 31, wi = threadIdx.x >> 5, row = blockIdx.x * (blockDim.x >> 5) + wi;
+    const int WV = piece<DT>::w, lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int row = blockIdx.x * (blockDim.x >> 5) + wi;
     if (row >= rows) return; /* (no global access: nothing to wait for) */
     const int P = piece<DT>::n, npieces = cols / P;
     const size_t row_bytes = (size_t)cols * (DT == DT_F32 ? 4 : 2);
@@ -351,8 +354,8 @@ static int router2(const slcu_mat *w, const float *x, float *logits, const slcu_
     while (W > 1 && (size_t)W * npf * 32 * 16 * (1 + wv) + rsm > 48 * 1024) W /= 2; /* the default limit of a launch */
     const size_t smem = (size_t)W * npf * 32 * 16 * (1 + wv) + rsm;
     const unsigned grid = (unsigned)((w->rows + W - 1) / W);
-#define L(D, N) pdl_launch(k_router2<D, N>, grid, 32 * W, smem, SLS, (const uint8_t *)w->data, w->rows, w->cols, x, logits, \
-                           *r, top_e, top_w, done)
+#define L(D, N) pdl_launch(k_router2<D, N>, grid, 32 * W, smem, SLS, (const uint8_t *)w->data, w->rows, w->cols, x, \
+                           logits, *r, top_e, top_w, done)
 #define LN(D) (npf == 4 ? L(D, 4) : npf == 8 ? L(D, 8) : L(D, 16))
     if (dt == DT_F32) LN(DT_F32);
     else if (dt == DT_BF16) LN(DT_BF16);

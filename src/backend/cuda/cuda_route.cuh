@@ -212,8 +212,8 @@ static __device__ void route_warp_reg(const slcu_router &r, const float *logits,
 /* Kind 2 (sigmoid, group-limited: DeepSeek-V3's rule) on one warp, bitwise cuda_ops.cu k_route's one-thread code for
  * E <= 32 NPL, n_group <= 64, k <= 32 (the router's SLUICE_CUDA_ROUTER=2 launch, cuda_mat.cu k_router2). The scores
  * (rt_sigm, k_route's sigm) and biased scores as there, lane + 32 j a lane; sb: shared [E], the biased scores, where
- * lane g (and g + 32) scans group g serially with k_route's code (the group's two largest, their sum: the same floats in
- * the same order, so the same bits, signed zeros too). The groups' rounds and the experts' rounds are the argmax of
+ * lane g (and g + 32) scans group g serially with k_route's code (the group's two largest, their sum: the same floats
+ * in the same order, so the same bits, signed zeros too). The groups' rounds and the experts' rounds are the argmax of
  * k_route's loops (strict >, so the lowest index among equals; -inf groups skipped, -inf experts candidates) as two
  * warp reductions over rt_key (equal floats, equal keys), the experts' taken by their lane (a bit each). The weights:
  * the unbiased score of the choice (none left: expert 0, p[0]), norm_topk's float sum in choice order on every lane
