@@ -243,9 +243,10 @@ __device__ __forceinline__ void rt2_acquire() {
 /* a 16-byte piece of weights copied to shared memory before pdl_wait (cp.async, 16 bytes, past L1): ptxas keeps it
  * above griddepcontrol.wait, as the matvecs' (cuda_mv.cu); an __ldg or an asm ld.global.nc was issued below the wait
  * (ptxas moved the wait up), so its latency did not overlap the kernel before */
-__device__ __forceinline__ void rt2_cp16(uint4 *s, const uint4 *g) {
+__device__ __forceinline__ void rt2_cp16(uint4 *s, const uint4 *g, bool valid) {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(s);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(g) : "memory");
+    /* not valid: 16 zero bytes, nothing read (src-size 0), so every word the FMAs read was written */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(g), "r"(valid ? 16 : 0) : "memory");
 }
 
 /* one 16-byte piece of weights against its P values of x (xq: WV float4s): the piece's fma chain from 0 in column
@@ -281,21 +282,24 @@ k_router2(const uint8_t *__restrict__ data, int rows, int cols, const float *__r
     const uint4 *wp = (const uint4 *)(data + (size_t)row * row_bytes);
     uint4 *ws = rt2_sm + (size_t)wi * NPF * 32 * (1 + WV) + lane, *xs = ws + NPF * 32; /* a lane's at a stride of 32 */
 #pragma unroll
-    for (int j = 0; j < NPF; j++)
-        if (lane + 32 * j < npieces) rt2_cp16(ws + 32 * j, wp + lane + 32 * j);
+    for (int j = 0; j < NPF; j++) { /* (a piece past the row: zeros, its address the row's first) */
+        const bool in = lane + 32 * j < npieces;
+        rt2_cp16(ws + 32 * j, wp + (in ? lane + 32 * j : 0), in);
+    }
     pdl_wait();
     pdl_trigger();
     /* x, the step's, by cp.async too (.cg: past L1, as __ldcg): all of a lane's in flight at once (__ldcg's loads were
      * each issued next to their FMAs by ptxas, one L2 round trip a piece); each lane reads only what it copied */
     const uint4 *xg = (const uint4 *)x;
 #pragma unroll
-    for (int j = 0; j < NPF; j++)
+    for (int j = 0; j < NPF; j++) {
+        const bool in = lane + 32 * j < npieces;
 #pragma unroll
-        for (int q = 0; q < WV; q++)
-            if (lane + 32 * j < npieces) rt2_cp16(xs + (j * WV + q) * 32, xg + (size_t)(lane + 32 * j) * WV + q);
+        for (int q = 0; q < WV; q++) rt2_cp16(xs + (j * WV + q) * 32, xg + (in ? (size_t)(lane + 32 * j) * WV + q : 0), in);
+    }
     asm volatile("cp.async.wait_all;" ::: "memory"); /* the lane's own copies: no barrier */
     /* every piece's d without a branch (one block: ptxas overlaps the pieces' loads and chains; a piece past the row
-     * reads words no copy wrote and is not summed), then the sum in piece order */
+     * is zeros and not summed), then the sum in piece order */
     float d[NPF];
 #pragma unroll
     for (int j = 0; j < NPF; j++) {
