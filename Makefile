@@ -135,6 +135,10 @@ $(BUILD)/bench_verify: $(BUILD)/bench/bench_verify.o $(BUILD)/libsluice.a
 $(BUILD)/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
+# the hybrid step's host expert rate: kern_ffn_dev against the CPU backend's ffn and a read loop (docs/CUDA.md)
+$(BUILD)/bench_hybrid: $(BUILD)/bench/bench_hybrid.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
 # Accuracy of the quantized types on every fixture (docs/QUANT.md).
 quant-eval: $(BUILD)/quant_eval
 	$(BUILD)/quant_eval

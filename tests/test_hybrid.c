@@ -213,6 +213,108 @@ TEST(hybrid_ffn_dev_bitwise) {
     free(d2);
 }
 
+/* m's biases rewritten as z times its scales (a GGUF Q8_0 / Q4_0's form) and bias_implied set: 1 when they are */
+static int hy_implied(tn_mat *m) {
+    const float z = m->dtype == DT_Q8 ? -128.0f : -8.0f;
+    const size_t ng = (size_t)m->rows * (size_t)(m->cols / m->group);
+    for (size_t i = 0; i < ng; i++) {
+        const float b = z * q_scale_at(m->scales, m->sdtype, i);
+        if (m->sdtype == DT_F32) ((float *)m->biases)[i] = b;
+        else ((uint16_t *)m->biases)[i] = m->sdtype == DT_BF16 ? f32_to_bf16(b) : f32_to_f16(b);
+    }
+    return m->bias_implied = q_biases_implied(m);
+}
+
+/* kernels_dev.c with implied biases (tn_mat bias_implied: computed from the scales, not read) bitwise plain_dev
+ * (which reads the stored ones), q8 / q4, every group and scale type, each path */
+TEST(hybrid_matmul_dev_implied_biases) {
+    hy_rng = 0x1b1a ^ test_seed();
+    static const dt_type sdts[] = {DT_BF16, DT_F16, DT_F32};
+    int cases = 0;
+    for (int c = 0; c < 6; c++)
+        for (int gi = 0; gi < 3; gi++) {
+            const int isa = c / 2, cols = gi == 0 ? 1120 : gi == 1 ? 2048 : 1152, group = 32 << gi, rows = 53, n_tok = 1 + gi;
+            if (cols % group) continue;
+            const dt_type dt = c % 2 ? DT_Q4 : DT_Q8, sdt = sdts[(c + gi) % 3];
+            tn_mat m;
+            void *data = hy_mat(dt, rows, cols, group, sdt, &m);
+            CHECKF(hy_implied(&m), "%s %s group %d: biases not implied", dt_name(dt), dt_name(sdt), group);
+            float *x = malloc((size_t)n_tok * cols * sizeof(float)), y[3 * 53];
+            for (int i = 0; i < n_tok * cols; i++) x[i] = hy_rand() * 2.0f;
+            void *buf = malloc(kern_act_bytes(n_tok, cols));
+            kern_act a;
+            kern_act_init(&a, buf, x, (size_t)cols, n_tok, cols, 1);
+            kern_act_prepare(&a);
+            kern_dev_isa(isa);
+            kern_matmul_i8_dev(&m, &a, y, (size_t)rows, 0, rows);
+            kern_dev_isa(2);
+            for (int t = 0; t < n_tok; t++)
+                for (int r = 0; r < rows; r++) {
+                    float want = plain_dev(&m, r, &a, t), got = y[t * rows + r];
+                    CHECKF(!memcmp(&got, &want, 4), "path %d %s %s group %d: row %d token %d %.9g != %.9g", isa,
+                           dt_name(dt), dt_name(sdt), group, r, t, got, want);
+                }
+            free(buf);
+            free(x);
+            free(data);
+            cases++;
+        }
+    CHECK(cases == 18);
+}
+
+/* kern_ffn_dev_multi: each expert bitwise kern_ffn_dev alone, on 1 and 3 threads and inline, experts of 1 to 3
+ * tokens (one act shared by several), q4 / q8 parts; refused as kern_ffn_dev refuses */
+TEST(hybrid_ffn_dev_multi_bitwise) {
+    hy_rng = 0x3a17 ^ test_seed();
+    enum { NX = 5, H = 256, I = 96, T = 3 };
+    tn_expert ex[NX];
+    void *data[3 * NX];
+    memset(ex, 0, sizeof ex);
+    for (int e = 0; e < NX; e++) {
+        data[3 * e] = hy_mat(e % 2 ? DT_Q8 : DT_Q4, I, H, 32 << (e % 3), e % 2 ? DT_F16 : DT_BF16, &ex[e].gate);
+        data[3 * e + 1] = hy_mat(DT_Q4, I, H, 64, DT_BF16, &ex[e].up);
+        data[3 * e + 2] = hy_mat(e % 3 ? DT_Q4 : DT_Q8, H, I, 32, DT_F16, &ex[e].down);
+        if (e == 2) CHECK(hy_implied(&ex[e].down));
+    }
+    float x[T * H], g[NX * T * I], u[NX * T * I], y[NX * T * H], want[T * H];
+    for (int i = 0; i < T * H; i++) x[i] = hy_rand() * 3.0f;
+    const size_t xab = kern_act_bytes(T, H), mab = kern_act_bytes(T, I);
+    uint8_t *xb = malloc((NX + 1) * xab), *mb = malloc(NX * mab);
+    pool_t *pool = pool_new(3);
+    for (int pi = 0; pi < 3; pi++) {
+        kern_act shared, own[NX];
+        kern_act_init(&shared, xb + NX * xab, x, (size_t)H, 1, H, 1);
+        kern_ffn_arg args[NX];
+        for (int e = 0; e < NX; e++) { /* experts 0, 2, 4 take the shared one-token act; 1, 3 their own 2-3 tokens */
+            kern_act_init(&own[e], xb + e * xab, x, (size_t)H, 2 + e % 2, H, 1);
+            args[e] = (kern_ffn_arg){&ex[e], e % 2 ? &own[e] : &shared, g + e * T * I, u + e * T * I, mb + e * mab,
+                                     y + e * T * H, H};
+        }
+        for (int i = 0; i < NX * T * H; i++) y[i] = NAN;
+        CHECK(kern_ffn_dev_multi(pi == 0 ? NULL : pool, args, NX, I) == SL_OK);
+        for (int e = 0; e < NX; e++) {
+            const int n = args[e].x->n_tok;
+            kern_act a;
+            kern_act_init(&a, xb + NX * xab, x, (size_t)H, n, H, 1); /* overwrites shared's buffer: done with it */
+            float gg[T * I], uu[T * I];
+            void *m1 = malloc(mab);
+            CHECK(kern_ffn_dev(NULL, &ex[e], &a, I, gg, uu, m1, want, (size_t)H) == SL_OK);
+            for (int i = 0; i < n * H; i++)
+                CHECKF(!memcmp(&y[e * T * H + i], &want[i], 4), "pool %d expert %d: %d %.9g != %.9g", pi, e, i,
+                       y[e * T * H + i], want[i]);
+            free(m1);
+        }
+    }
+    kern_act a;
+    kern_act_init(&a, xb, x, (size_t)H, 1, H, 0);
+    kern_ffn_arg bad = {&ex[0], &a, g, u, mb, y, H};
+    CHECK(kern_ffn_dev_multi(pool, &bad, 1, I) == SL_EUNSUPPORTED); /* f32 activations */
+    pool_free(pool);
+    free(xb);
+    free(mb);
+    for (int i = 0; i < 3 * NX; i++) free(data[i]);
+}
+
 /* The fixture model streamed over toks (one prefill, then one token at a time), with mp; its routing counts
  * written as a profile to prof, its routing trace to rec (when given). 0, or -1 with why; why holds the model's
  * sl_model_routing_trace line on success. */

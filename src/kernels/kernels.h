@@ -332,6 +332,20 @@ void kern_swiglu_dev(const float *g, const float *u, float *y, int n);
 int kern_ffn_dev_ok(const tn_expert *ex, int inter);
 int kern_ffn_dev(pool_t *pool, const tn_expert *ex, kern_act *x, int inter, float *g, float *u, void *mid_buf,
                  float *y, size_t ldy);
+/* One of kern_ffn_dev_multi's experts: its parts, its rows (int8; prepared there), scratch g, u [n][inter] and
+ * mid_buf (kern_act_bytes(n, inter) bytes), output y [n][ldy]; n = x->n_tok. */
+typedef struct kern_ffn_arg {
+    const tn_expert *ex;
+    kern_act *x;
+    float *g, *u;
+    void *mid_buf;
+    float *y;
+    size_t ldy;
+} kern_ffn_arg;
+/* kern_ffn_dev of n experts (each kern_ffn_dev_ok, the same inter) in three hand-offs of pool: every gate and up
+ * row, then every SwiGLU and int8 form, then every down row; each expert's bits those of kern_ffn_dev alone
+ * (every row is one dev_mm call on the same inputs). SL_EUNSUPPORTED (nothing done) as kern_ffn_dev. */
+int kern_ffn_dev_multi(pool_t *pool, const kern_ffn_arg *a, int n, int inter);
 
 static inline float kern_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float kern_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -262,15 +262,20 @@ VNNI_FN static inline void red16(const __m512i *v, __m512i *I) {
  * (kern_act's q4 order); q8, x0 / x1 its 128 codes (blocks b, b + 1 / b + 2, b + 3). km / k0, k1: the step's code
  * bytes (a short last step's; the rest read as 0), all ones for a whole step. pf: bytes ahead to prefetch (0: none). */
 #define DEV_PF 512 /* bytes ahead of each row's step: 16 row streams at once outrun the hardware's prefetch */
+/* The prefetch offset from a row's step at byte o (rows of rb bytes, d ahead): within the row, else the same row of
+ * the next 16 (the rows are contiguous, so the next tile's first lines arrive before its first steps; prefetches
+ * never fault, so past the matrix's end costs nothing but the hint) */
+#define DEV_PFO(o, rb, d) ((o) + (d) < (rb) ? (size_t)(d) : (size_t)(d) + 15 * (rb))
 
-VNNI_FN static inline void step16_q4(const uint8_t *base, size_t rb, size_t o, __mmask64 km, __m512i ve, __m512i vo, __m512i *I) {
+VNNI_FN static inline void step16_q4(const uint8_t *base, size_t rb, size_t o, size_t pf, __mmask64 km, __m512i ve,
+                                     __m512i vo, __m512i *I) {
     const __m512i m4 = _mm512_set1_epi8(15), z = _mm512_setzero_si512();
     __m512i v[16];
     if (km == ~(__mmask64)0) {
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
             const uint8_t *c8 = base + (size_t)i * rb + o;
-            _mm_prefetch((const char *)(c8 + DEV_PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c8 + pf), _MM_HINT_T0);
             const __m512i c = _mm512_loadu_si512((const void *)c8);
             v[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z, _mm512_and_si512(c, m4), ve),
                                        _mm512_and_si512(_mm512_srli_epi16(c, 4), m4), vo);
@@ -286,8 +291,8 @@ VNNI_FN static inline void step16_q4(const uint8_t *base, size_t rb, size_t o, _
     red16(v, I);
 }
 
-VNNI_FN static inline void step16_q8(const uint8_t *base, size_t rb, size_t o, __mmask64 k0, __mmask64 k1, __m512i x0, __m512i x1,
-                                     __m512i *I) {
+VNNI_FN static inline void step16_q8(const uint8_t *base, size_t rb, size_t o, size_t pf, __mmask64 k0, __mmask64 k1,
+                                     __m512i x0, __m512i x1, __m512i *I) {
     /* a row's blocks b, b + 1 in lanes 0-7, 8-15 of one vector and b + 2, b + 3 in another: their sums at distance
      * 4 give lanes 4j + k of blocks b, b + 2, b + 1, b + 3 (j = 0 .. 3) */
     const __m512i i4 = _mm512_setr_epi32(4, 5, 6, 7, 16, 17, 18, 19, 12, 13, 14, 15, 24, 25, 26, 27);
@@ -297,8 +302,8 @@ VNNI_FN static inline void step16_q8(const uint8_t *base, size_t rb, size_t o, _
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
             const uint8_t *c = base + (size_t)i * rb + o;
-            _mm_prefetch((const char *)(c + 2 * DEV_PF), _MM_HINT_T0);
-            _mm_prefetch((const char *)(c + 2 * DEV_PF + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + pf), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + pf + 64), _MM_HINT_T0);
             const __m512i c0 = _mm512_loadu_si512((const void *)c), c1 = _mm512_loadu_si512((const void *)(c + 64));
             v[i] = comb16(_mm512_dpbusd_epi32(z, c0, x0), _mm512_dpbusd_epi32(z, c1, x1), 0xF0F0, i4);
         }
@@ -381,12 +386,14 @@ VNNI_FN static inline void step16(const tn_mat *w, const kern_act *a, int t, con
     if (w->dtype == DT_Q4) {
         const int8_t *x4 = a->q4 + (size_t)t * (size_t)cols + (size_t)b * 32; /* m * 16 even then m * 16 odd */
         const __mmask64 km = m == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (m * 16)) - 1;
-        step16_q4(base, (size_t)cols / 2, (size_t)b * 16, km, _mm512_maskz_loadu_epi8(km, x4), _mm512_maskz_loadu_epi8(km, x4 + m * 16), I);
+        const size_t rb = (size_t)cols / 2, o = (size_t)b * 16;
+        step16_q4(base, rb, o, DEV_PFO(o, rb, DEV_PF), km, _mm512_maskz_loadu_epi8(km, x4), _mm512_maskz_loadu_epi8(km, x4 + m * 16), I);
     } else {
         const int8_t *xq = a->q + (size_t)t * (size_t)cols + (size_t)b * 32;
         const __mmask64 k0 = m >= 2 ? ~(__mmask64)0 : ((__mmask64)1 << 32) - 1;
         const __mmask64 k1 = m == 4 ? ~(__mmask64)0 : m == 3 ? ((__mmask64)1 << 32) - 1 : 0;
-        step16_q8(base, (size_t)cols, (size_t)b * 32, k0, k1, _mm512_maskz_loadu_epi8(k0, xq), _mm512_maskz_loadu_epi8(k1, xq + 64), I);
+        const size_t rb = (size_t)cols, o = (size_t)b * 32;
+        step16_q8(base, rb, o, DEV_PFO(o, rb, 2 * DEV_PF), k0, k1, _mm512_maskz_loadu_epi8(k0, xq), _mm512_maskz_loadu_epi8(k1, xq + 64), I);
     }
 }
 
@@ -400,12 +407,26 @@ VNNI_FN static void dev_rows16(const tn_mat *w, const kern_act *a, int t, float 
     const float *xs = a->s + (size_t)t * (size_t)ns + (g == 32 ? 0 : g == 64 ? nb : nb + nb / 2);
     const uint8_t *base = (const uint8_t *)w->data + (size_t)r * rb;
     __m512 acc = _mm512_setzero_ps(), accb = acc, sw = acc;
+    const __m512 vz = _mm512_set1_ps(w->dtype == DT_Q8 ? -128.0f : -8.0f); /* exact: a power of two times a normal */
     float st[16][16], bt[16][16];
+    if (!(r & 31)) { /* the scale and bias rows of this tile and the next (an item's two, DEV_GRAIN): the tables'
+         loads are strided, which the hardware prefetchers do not follow, and a table built every few steps otherwise
+         waits on memory (g32: 16 lines a table) */
+        const size_t sb = (size_t)ng * (w->sdtype == DT_F32 ? 4 : 2), r1 = (size_t)(r + 32 <= w->rows ? r + 32 : w->rows);
+        const char *sp = (const char *)w->scales + (size_t)r * sb, *bp = (const char *)w->biases + (size_t)r * sb;
+        for (size_t o = 0; o < (r1 - (size_t)r) * sb; o += 64) {
+            _mm_prefetch(sp + o, _MM_HINT_T0);
+            if (!w->bias_implied) _mm_prefetch(bp + o, _MM_HINT_T0);
+        }
+    }
     for (int b = 0; b < nb; b += 4) {
         if (!(b & ((16 << gs) - 1))) { /* the next 16 groups' tables; b is their first block */
             const int j0 = b >> gs, n = ng - j0 < 16 ? ng - j0 : 16;
             tab16(w->scales, w->sdtype, (size_t)r * (size_t)ng + (size_t)j0, (size_t)ng, n, st);
-            tab16(w->biases, w->sdtype, (size_t)r * (size_t)ng + (size_t)j0, (size_t)ng, n, bt);
+            if (w->bias_implied) /* every bias is z times its scale bit for bit (q_biases_implied): not read */
+                for (int j = 0; j < n; j++) _mm512_storeu_ps(bt[j], _mm512_mul_ps(_mm512_loadu_ps(st[j]), vz));
+            else
+                tab16(w->biases, w->sdtype, (size_t)r * (size_t)ng + (size_t)j0, (size_t)ng, n, bt);
             for (int j = 0; j < n; j++) accb = _mm512_fmadd_ps(_mm512_loadu_ps(bt[j]), _mm512_set1_ps(xs[j0 + j]), accb);
         }
         __m512i I[4];
@@ -579,5 +600,73 @@ int kern_ffn_dev(pool_t *pool, const tn_expert *ex, kern_act *x, int inter, floa
     kern_act_init(&m, mid_buf, g, (size_t)inter, n, inter, 1);
     kern_act_prepare(&m);
     dev_matmul2(pool, &ex->down, NULL, &m, y, NULL, ldy);
+    return SL_OK;
+}
+
+/* kern_ffn_dev_multi's phases: items of DEV_GRAIN rows, per expert the same count (the same inter and hidden size):
+ * phase 0 every expert's gate then up rows, phase 1 every down row; each item one dev_mm call as kern_ffn_dev's */
+typedef struct {
+    const kern_ffn_arg *a;
+    kern_act *mid; /* [n] the down inputs */
+    int inter, per, phase;
+} dev_mjob;
+
+static void dev_mpart(void *ctx, size_t begin, size_t end) {
+    const dev_mjob *j = ctx;
+    for (size_t it = begin; it < end; it++) {
+        const kern_ffn_arg *a = &j->a[it / (size_t)j->per];
+        int r = (int)(it % (size_t)j->per) * DEV_GRAIN;
+        if (j->phase == 0) {
+            const int n0 = (j->inter + DEV_GRAIN - 1) / DEV_GRAIN * DEV_GRAIN, up = r >= n0;
+            if (up) r -= n0;
+            const int r1 = r + DEV_GRAIN < j->inter ? r + DEV_GRAIN : j->inter;
+            dev_mm(up ? &a->ex->up : &a->ex->gate, a->x, up ? a->u : a->g, (size_t)j->inter, r, r1);
+        } else {
+            const tn_mat *m = &a->ex->down;
+            const int r1 = r + DEV_GRAIN < m->rows ? r + DEV_GRAIN : m->rows;
+            dev_mm(m, &j->mid[it / (size_t)j->per], a->y, a->ldy, r, r1);
+        }
+    }
+}
+
+/* one expert's SwiGLU and the int8 form of its result (kern_ffn_dev's middle), an item an expert */
+static void dev_mmid(void *ctx, size_t begin, size_t end) {
+    const dev_mjob *j = ctx;
+    for (size_t i = begin; i < end; i++) {
+        const kern_ffn_arg *a = &j->a[i];
+        const int n = a->x->n_tok;
+        for (int t = 0; t < n; t++)
+            kern_swiglu_dev(a->g + (size_t)t * j->inter, a->u + (size_t)t * j->inter, a->g + (size_t)t * j->inter, j->inter);
+        kern_act_init(&j->mid[i], a->mid_buf, a->g, (size_t)j->inter, n, j->inter, 1);
+        kern_act_prepare(&j->mid[i]);
+    }
+}
+
+#define DEV_MULTI_MAX 64
+
+int kern_ffn_dev_multi(pool_t *pool, const kern_ffn_arg *a, int n, int inter) {
+    if (n <= 0) return SL_OK;
+    if (n > DEV_MULTI_MAX) return SL_EUNSUPPORTED;
+    const int H = a[0].ex->down.rows;
+    for (int i = 0; i < n; i++)
+        if (!kern_ffn_dev_ok(a[i].ex, inter) || !a[i].x->int8 || a[i].x->cols != a[i].ex->gate.cols ||
+            a[i].ex->down.rows != H)
+            return SL_EUNSUPPORTED;
+    for (int i = 0; i < n; i++) { /* the rows' int8 form (an act shared by several experts once) */
+        kern_act_prepare(a[i].x);
+        if (!a[i].x->int8) return SL_EUNSUPPORTED;
+    }
+    kern_act mid[DEV_MULTI_MAX];
+    const int gi = (inter + DEV_GRAIN - 1) / DEV_GRAIN, di = (H + DEV_GRAIN - 1) / DEV_GRAIN;
+    dev_mjob j = {a, mid, inter, 2 * gi, 0};
+    /* dynamic, as dev_matmul2: the caller and the awake threads take the items while the others wake */
+    if (pool) pool_for_any(pool, (size_t)n * (size_t)j.per, 1, dev_mpart, &j);
+    else dev_mpart(&j, 0, (size_t)n * (size_t)j.per);
+    if (pool && n > 1) pool_for_any(pool, (size_t)n, 1, dev_mmid, &j);
+    else dev_mmid(&j, 0, (size_t)n);
+    j.per = di;
+    j.phase = 1;
+    if (pool) pool_for_any(pool, (size_t)n * (size_t)j.per, 1, dev_mpart, &j);
+    else dev_mpart(&j, 0, (size_t)n * (size_t)j.per);
     return SL_OK;
 }
