@@ -21,6 +21,26 @@ static sl_status cuda_ffn_host(be_backend *be, pool_t *pool, const be_ffn *f) {
     return kern_ffn_dev(pool, f->w, f->x, f->inter, f->g, f->u, f->mid_buf, f->y, f->ldy);
 }
 
+/* ffn_host_multi: every expert as cuda_ffn_host takes it, or none (SL_EUNSUPPORTED) */
+static sl_status cuda_ffn_host_multi(be_backend *be, pool_t *pool, const be_ffn *f, int n) {
+    (void)be;
+    kern_ffn_arg a[32];
+    for (int i = 0; i < n; i++)
+        if (f[i].kind != BE_FFN_SWIGLU || !f[i].int8 || !f[i].x->int8 || f[i].inter != f[0].inter ||
+            !kern_ffn_dev_ok(f[i].w, f[i].inter) || f[i].w->down.rows != f[0].w->down.rows)
+            return SL_EUNSUPPORTED;
+    sl_status st = SL_OK;
+    for (int i0 = 0; !st && i0 < n; i0 += 32) { /* 32 experts a call */
+        const int m = n - i0 < 32 ? n - i0 : 32;
+        for (int i = 0; i < m; i++) {
+            const be_ffn *fi = &f[i0 + i];
+            a[i] = (kern_ffn_arg){fi->w, fi->x, fi->g, fi->u, fi->mid_buf, fi->y, fi->ldy};
+        }
+        st = kern_ffn_dev_multi(pool, a, m, f[0].inter);
+    }
+    return st;
+}
+
 static void cuda_mem_info(be_backend *be, uint64_t *free_bytes, uint64_t *total_bytes) {
     (void)be;
     char name[8];
@@ -40,7 +60,7 @@ sl_status be_open(int kind, pool_t *pool, be_backend **out, sl_error *err) {
     char msg[256]; /* the CUDA runtime's side (.cu) keeps C++-friendly char buffers: its one crossing */
     if (slcu_init(msg, sizeof msg)) return err_set(err, SL_EUNSUPPORTED, "%s", msg); /* "no usable CUDA device ..." */
     *out = be_cuda_new(pool);
-    if (*out) (*out)->ffn_host = cuda_ffn_host, (*out)->mem_info = cuda_mem_info;
+    if (*out) (*out)->ffn_host = cuda_ffn_host, (*out)->ffn_host_multi = cuda_ffn_host_multi, (*out)->mem_info = cuda_mem_info;
     return *out ? SL_OK : err_set(err, SL_ENOMEM, "out of memory for the CUDA backend");
 #else
     return err_set(err, SL_EUNSUPPORTED, "built without CUDA (rebuild with make CUDA=1)");

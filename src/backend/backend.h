@@ -497,6 +497,10 @@ struct be_backend {
      * (backend.c): kernels_dev.c's kern_ffn_dev, the device's arithmetic, for q8/q4 SwiGLU experts on int8
      * activations. */
     sl_status (*ffn_host)(be_backend *be, pool_t *pool, const be_ffn *f);
+    /* optional (NULL: ffn_host one by one): the n experts f[i] as ffn_host each, in a few hand-offs of pool for all
+     * (the hybrid step's layer of host experts, moe_hybrid.c); each bitwise ffn_host alone. SL_OK, or
+     * SL_EUNSUPPORTED with nothing done. CUDA (backend.c): kernels_dev.c's kern_ffn_dev_multi. */
+    sl_status (*ffn_host_multi)(be_backend *be, pool_t *pool, const be_ffn *f, int n);
     /* optional (NULL: no device memory of its own): the device's free and total bytes now. */
     void (*mem_info)(be_backend *be, uint64_t *free_bytes, uint64_t *total_bytes);
     /* optional: r's one token routed and its k experts (every one of the layer resident: xs->get) run on

@@ -51,8 +51,12 @@ void fwd_hybrid_free(fwd_ws *ws);
 /* A MoE block's request (n rows, misses: experts not yet in backend memory): the rows come down when any may
  * run on the host, before the device's experts are queued. */
 void fwd_hy_begin(fwd_ws *ws, int n, int misses);
-/* Expert e (ex.host) over its rows of the block on the host; its outputs wait in host memory for fwd_hy_end. */
-sl_status fwd_hy_run(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, sl_error *err);
+/* Expert e (ex.host) kept for fwd_hy_flush, its host memory (the source's slot) held until then. SL_OK, or
+ * SL_EINVAL (not kept: the caller releases it). */
+sl_status fwd_hy_add(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, sl_error *err);
+/* The kept experts over their rows of the block on the host's threads, together (run 0: not run, after a failure),
+ * outputs in host memory for fwd_hy_end; then each released to xs. SL_OK, or the backend's status with err set. */
+sl_status fwd_hy_flush(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *xs, int run, sl_error *err);
 /* The host experts' outputs up, into their cells of exp_out (before the combine). */
 void fwd_hy_end(fwd_ws *ws);
 /* Experts on other ranks (moe_remote.c, dist/remote.h; docs/SCALE.md): client (borrowed) NULL: off. SL_OK or

@@ -356,11 +356,16 @@ static sl_status run_streamed(fwd_ws *ws, const fam_config *cfg, const fam_layer
         memset(&ex, 0, sizeof ex);
         rc = experts->next(experts->ctx, &e, &ex);
         if ((from_src = rc != 0)) break;
+        /* a host expert is kept (its host slot held) and runs with the layer's others once the device's work and
+         * the copies up are queued (moe_hybrid.c) */
+        const int kept = ex.host && !(rc = check_expert_kind(ws->be, cfg, &ex, layer, e, err)) &&
+                         !(rc = fwd_hy_add(ws, cfg, layer, e, &ex, err));
         if (!ex.host) rc = apply_expert(ws, cfg, layer, e, &ex, hx, err);
-        else if (!(rc = check_expert_kind(ws->be, cfg, &ex, layer, e, err))) rc = fwd_hy_run(ws, cfg, layer, e, &ex, err);
-        experts->release(experts->ctx, e);
+        if (!kept) experts->release(experts->ctx, e);
         i++;
     }
+    const sl_status hst = fwd_hy_flush(ws, cfg, layer, experts, !rc, err);
+    if (!rc) rc = hst;
     if (!rc) fwd_hy_end(ws);
     const sl_status st = rc < 0 ? rc : rc ? SL_EIO : SL_OK; /* a failed apply_expert has filled err already */
     if (st && from_src) err_set(err, st, "%s", experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");

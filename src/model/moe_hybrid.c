@@ -6,6 +6,11 @@
  * on the device, each host expert's outputs gather in host memory, and they go up in one copy and land in
  * their (token, slot) cells of exp_out before the combine; the combine sums the cells in the fixed order
  * (moe.c), so where an expert ran never changes a bit.
+ * A layer's host experts are kept (their RAM slots held) until the device's work of the layer is queued, the copies
+ * up included (fwd_hy_add), then run together (fwd_hy_flush: the backend's ffn_host_multi, a few hand-offs of the
+ * host's threads for all of them, or ffn_host one by one), so that PCIe copies the promoted misses, the device
+ * computes its experts and the host threads compute theirs at the same time (issue 25: before, each host expert ran
+ * where it was handed out, and the copies of the misses after it waited for it).
  * On a backend with copy_async and fences (CUDA) neither copy is waited for by the host where it need not be:
  * the rows come down into pinned memory behind a fence that the first host expert of the layer waits for (a
  * layer without one never waits), and the outputs go up from pinned memory on the copy queue, ordered before the
@@ -21,15 +26,23 @@
 typedef struct fwd_hybrid {
     pool_t *pool;  /* the host's threads (ffn_host) */
     float *h;      /* [B][H] host copy of the block's input rows (ws->h), pinned */
-    float *x;      /* [B][H] one expert's rows */
-    void *xbuf;    /* kern_act_bytes(B, H): their int8 form */
-    float *g, *u;  /* [B][I] */
-    void *mid;     /* kern_act_bytes(B, I) */
+    float *x;      /* [B k][H] the kept experts' rows, each expert's together (gathered: several tokens, Llama 4) */
+    uint8_t *xbuf; /* their int8 forms: [B k] kern_act_bytes(1, H) */
+    uint8_t *tbuf; /* [B] kern_act_bytes(1, H): a token's int8 form, shared by the experts of one token */
+    kern_act *tact; /* [B] those acts, ... */
+    uint8_t *tset;  /* [B] ... 1: made this layer */
+    float *g, *u;  /* [B k][I] (g: [B k][2 I], a fused gate_up's rows) */
+    uint8_t *mid;  /* [B k] kern_act_bytes(1, I) */
     float *y;      /* [B k][H] this layer's host outputs (pinned), ... */
     int *cell;     /* [B k] ... their cells of exp_out (row t k + s) */
     int n;         /* rows in y */
+    /* the kept experts (fwd_hy_add) */
+    int *ke, nk;   /* [E] expert */
+    tn_expert *kx; /* [E] its parts in host memory */
+    kern_act *ka;  /* [E] its rows */
+    be_ffn *kf;    /* [E] its ffn */
     float *dev;    /* backend memory [B k][H]: the upload */
-    size_t dev_bytes, h_bytes, y_bytes;
+    size_t dev_bytes, h_bytes, y_bytes, xa1, ma1;
     int async;            /* the backend has copy_async, mark and fence_done (and BE_D2H_ASYNC) */
     int h_ready;          /* h holds this layer's rows (its fence has passed) */
     uint64_t h_fence;     /* async: the rows' copy down */
@@ -42,6 +55,7 @@ sl_status fwd_ws_set_hybrid(fwd_ws *ws, pool_t *pool) {
     if (!pool) return SL_OK;
     const size_t B = FWD_BATCH, H = (size_t)ws->shape.hidden, I = (size_t)(ws->shape.moe_inter > 0 ? ws->shape.moe_inter : 1);
     const size_t k = (size_t)(ws->shape.n_experts_used > 0 ? ws->shape.n_experts_used : 1);
+    const size_t E = (size_t)(ws->shape.n_experts > 0 ? ws->shape.n_experts : 1), R = B * k;
     fwd_hybrid *hy = calloc(1, sizeof *hy);
     if (!hy) return SL_ENOMEM;
     ws->hy = hy;
@@ -49,18 +63,28 @@ sl_status fwd_ws_set_hybrid(fwd_ws *ws, pool_t *pool) {
     be_backend *be = ws->be;
     hy->async = be->copy_async && be->mark && be->fence_done;
     hy->h_bytes = B * H * sizeof(float);
-    hy->y_bytes = B * k * H * sizeof(float);
+    hy->y_bytes = R * H * sizeof(float);
+    hy->xa1 = kern_act_bytes(1, (int)H); /* kern_act_bytes(n, c) <= n kern_act_bytes(1, c): each part rounds up */
+    hy->ma1 = kern_act_bytes(1, (int)I);
     hy->h = be->alloc(be, hy->h_bytes, BE_BUF_PINNED);
-    hy->x = malloc(B * H * sizeof(float));
-    hy->xbuf = malloc(kern_act_bytes((int)B, (int)H));
-    hy->g = malloc(2 * B * I * sizeof(float)); /* 2: a fused gate_up's rows (gpt-oss, Llama 4) */
-    hy->u = malloc(B * I * sizeof(float));
-    hy->mid = malloc(kern_act_bytes((int)B, (int)I));
+    hy->x = malloc(R * H * sizeof(float));
+    hy->xbuf = malloc(R * hy->xa1);
+    hy->tbuf = malloc(B * hy->xa1);
+    hy->tact = calloc(B, sizeof *hy->tact);
+    hy->tset = calloc(B, 1);
+    hy->g = malloc(2 * R * I * sizeof(float)); /* 2: a fused gate_up's rows (gpt-oss, Llama 4) */
+    hy->u = malloc(R * I * sizeof(float));
+    hy->mid = malloc(R * hy->ma1);
     hy->y = be->alloc(be, hy->y_bytes, BE_BUF_PINNED);
-    hy->cell = malloc(B * k * sizeof(int));
-    hy->dev_bytes = B * k * H * sizeof(float);
+    hy->cell = malloc(R * sizeof(int));
+    hy->ke = malloc(E * sizeof *hy->ke);
+    hy->kx = calloc(E, sizeof *hy->kx);
+    hy->ka = calloc(E, sizeof *hy->ka);
+    hy->kf = calloc(E, sizeof *hy->kf);
+    hy->dev_bytes = R * H * sizeof(float);
     hy->dev = ws->be->alloc(ws->be, hy->dev_bytes, BE_BUF_DEVICE);
-    if (!hy->h || !hy->x || !hy->xbuf || !hy->g || !hy->u || !hy->mid || !hy->y || !hy->cell || !hy->dev) {
+    if (!hy->h || !hy->x || !hy->xbuf || !hy->tbuf || !hy->tact || !hy->tset || !hy->g || !hy->u || !hy->mid || !hy->y ||
+        !hy->cell || !hy->ke || !hy->kx || !hy->ka || !hy->kf || !hy->dev) {
         fwd_hybrid_free(ws);
         return SL_ENOMEM;
     }
@@ -75,7 +99,8 @@ void fwd_hybrid_free(fwd_ws *ws) {
     if (hy->dev) be->free(be, hy->dev, hy->dev_bytes, BE_BUF_DEVICE);
     if (hy->h) be->free(be, hy->h, hy->h_bytes, BE_BUF_PINNED);
     if (hy->y) be->free(be, hy->y, hy->y_bytes, BE_BUF_PINNED);
-    void *bufs[] = {hy->x, hy->xbuf, hy->g, hy->u, hy->mid, hy->cell};
+    void *bufs[] = {hy->x, hy->xbuf, hy->tbuf, hy->tact, hy->tset, hy->g, hy->u, hy->mid, hy->cell, hy->ke, hy->kx,
+                    hy->ka, hy->kf};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(hy);
     ws->hy = NULL;
@@ -85,6 +110,7 @@ void fwd_hy_begin(fwd_ws *ws, int n, int misses) {
     fwd_hybrid *hy = ws->hy;
     if (!hy) return;
     hy->n = 0;
+    hy->nk = 0;
     hy->h_ready = 0;
     hy->h_fence = 0;
     if (misses <= 0) return;
@@ -99,46 +125,85 @@ void fwd_hy_begin(fwd_ws *ws, int n, int misses) {
     hy->h_ready = 1;
 }
 
-/* async: the first host expert of a layer waits for the rows to be down and for the last upload to have read y */
+/* async: the host experts wait for the rows to be down and for the last upload to have read y */
 static void hy_wait(fwd_hybrid *hy, be_backend *be) {
     if (!hy->h_ready) {
         if (hy->h_fence) be->fence_done(be, hy->h_fence, 1);
         hy->h_fence = 0;
         hy->h_ready = 1;
     }
-    if (hy->n == 0 && hy->y_fence) {
+    if (hy->y_fence) {
         be->fence_done(be, hy->y_fence, 1);
         hy->y_fence = 0;
     }
 }
 
-sl_status fwd_hy_run(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, sl_error *err) {
+sl_status fwd_hy_add(fwd_ws *ws, const fam_config *cfg, int layer, int e, const tn_expert *ex, sl_error *err) {
     fwd_hybrid *hy = ws->hy;
-    const int H = cfg->hidden, I = cfg->moe_inter, k = cfg->n_experts_used;
     if (!hy || !ws->be->ffn_host)
         return err_set(err, SL_EINVAL, "layer %d expert %d: handed out in host memory without the hybrid step", layer, e);
-    const int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start;
-    hy_wait(hy, ws->be);
-    for (int i = 0; i < cnt; i++)
-        memcpy(hy->x + (size_t)i * H, hy->h + (size_t)ws->e_tok[start + i] * H, (size_t)H * sizeof(float));
-    for (int i = 0; cfg->moe_scale_input && i < cnt; i++) { /* Llama 4: the rows times their weights (moe.c) */
-        float *w = ws->top_w + (size_t)ws->e_tok[start + i] * k + ws->e_slot[start + i];
-        for (int j = 0; j < H; j++) hy->x[(size_t)i * H + j] *= *w;
-        *w = 1.0f;
+    if (hy->nk >= cfg->n_experts) return err_set(err, SL_EINVAL, "layer %d expert %d: handed out twice", layer, e);
+    hy->ke[hy->nk] = e;
+    hy->kx[hy->nk++] = *ex;
+    return SL_OK;
+}
+
+/* Kept expert i's rows and ffn: a token's shared int8 form for one row as it is, else its rows gathered (Llama 4:
+ * times their weights, moe.c); *row: its first row of x, g, u, mid and y so far, moved past its rows. */
+static void hy_prepare(fwd_ws *ws, const fam_config *cfg, int layer, int i, int *row) {
+    fwd_hybrid *hy = ws->hy;
+    const int H = cfg->hidden, I = cfg->moe_inter, k = cfg->n_experts_used, e = hy->ke[i];
+    const int start = e > 0 ? ws->e_count[e - 1] : 0, cnt = ws->e_count[e] - start, r = *row;
+    kern_act *a = &hy->ka[i];
+    if (cnt == 1 && !cfg->moe_scale_input) {
+        const int t = ws->e_tok[start];
+        if (!hy->tset[t]) {
+            kern_act_init(&hy->tact[t], hy->tbuf + (size_t)t * hy->xa1, hy->h + (size_t)t * H, (size_t)H, 1, H, ws->int8);
+            hy->tset[t] = 1;
+        }
+        a = &hy->tact[t];
+    } else {
+        float *x = hy->x + (size_t)r * H;
+        for (int j = 0; j < cnt; j++)
+            memcpy(x + (size_t)j * H, hy->h + (size_t)ws->e_tok[start + j] * H, (size_t)H * sizeof(float));
+        for (int j = 0; cfg->moe_scale_input && j < cnt; j++) { /* Llama 4: the rows times their weights (moe.c) */
+            float *w = ws->top_w + (size_t)ws->e_tok[start + j] * k + ws->e_slot[start + j];
+            for (int c = 0; c < H; c++) x[(size_t)j * H + c] *= *w;
+            *w = 1.0f;
+        }
+        kern_act_init(a, hy->xbuf + (size_t)r * hy->xa1, x, (size_t)H, cnt, H, ws->int8);
     }
-    kern_act a;
-    kern_act_init(&a, hy->xbuf, hy->x, (size_t)H, cnt, H, ws->int8);
     float limit;
     const int kind = fwd_ffn_kind(cfg, layer, 0, &limit);
-    const be_ffn f = {.kind = kind,
-                      .limit = limit, .w = ex, .x = &a, .inter = I, .g = hy->g, .u = hy->u,
-                      .mid_buf = hy->mid, .int8 = ws->int8 && I <= ws->act_cols, .y = hy->y + (size_t)hy->n * H,
-                      .ldy = (size_t)H};
-    sl_status st = ws->be->ffn_host(ws->be, hy->pool, &f);
-    if (st) return err_set(err, st, "layer %d expert %d: the %s backend cannot run it on the host", layer, e, ws->be->name);
-    for (int i = 0; i < cnt; i++) hy->cell[hy->n + i] = ws->e_tok[start + i] * k + ws->e_slot[start + i];
-    hy->n += cnt;
-    return SL_OK;
+    hy->kf[i] = (be_ffn){.kind = kind, .limit = limit, .w = &hy->kx[i], .x = a, .inter = I, .g = hy->g + (size_t)2 * r * I,
+                         .u = hy->u + (size_t)r * I, .mid_buf = hy->mid + (size_t)r * hy->ma1,
+                         .int8 = ws->int8 && I <= ws->act_cols, .y = hy->y + (size_t)r * H, .ldy = (size_t)H};
+    for (int j = 0; j < cnt; j++) hy->cell[r + j] = ws->e_tok[start + j] * k + ws->e_slot[start + j];
+    *row = r + cnt;
+}
+
+sl_status fwd_hy_flush(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *xs, int run, sl_error *err) {
+    fwd_hybrid *hy = ws->hy;
+    if (!hy || !hy->nk) return SL_OK;
+    sl_status st = SL_OK;
+    if (run) {
+        be_backend *be = ws->be;
+        hy_wait(hy, be);
+        memset(hy->tset, 0, FWD_BATCH);
+        int row = 0;
+        for (int i = 0; i < hy->nk; i++) hy_prepare(ws, cfg, layer, i, &row);
+        /* all at once; one by one where the backend has no multi or it declines (nothing done then) */
+        st = be->ffn_host_multi ? be->ffn_host_multi(be, hy->pool, hy->kf, hy->nk) : SL_EUNSUPPORTED;
+        if (st == SL_EUNSUPPORTED) {
+            st = SL_OK;
+            for (int i = 0; !st && i < hy->nk; i++) st = be->ffn_host(be, hy->pool, &hy->kf[i]);
+        }
+        if (st) err_set(err, st, "layer %d: the %s backend cannot run experts %d .. on the host", layer, be->name, hy->ke[0]);
+        else hy->n = row;
+    }
+    for (int i = 0; i < hy->nk; i++) xs->release(xs->ctx, hy->ke[i]); /* their RAM slots back */
+    hy->nk = 0;
+    return st;
 }
 
 void fwd_hy_end(fwd_ws *ws) {

@@ -19,6 +19,7 @@
 #define TIER_HOLD 8 /* host slots kept for copies in flight, at most */
 #define TIER_HALF 32.0f /* hybrid: the half-life of an expert's use count, in tokens (passes over the layers) */
 #define TIER_AGAIN 1.5f /* hybrid: a count this high after a use means it was used before, recently: promote */
+#define TIER_LN2 0.69314718f
 
 typedef struct tslot {
     uint8_t *buf; /* device memory, stride bytes */
@@ -77,7 +78,14 @@ struct tier {
      * tier_new), and this request's queues so far on each */
     int cost;
     double cpu_spb, pcie_spb, q_cpu, q_pcie;
-    double *host_t0;    /* [E] when a host expert was handed out */
+    /* the host's rate, measured: a layer's host experts run together after its last next() (model/moe_hybrid.c),
+     * so their first release ends the batch begun then */
+    double t_next;      /* when the request's last next() returned */
+    int n_host, timed;  /* this request's experts handed out on the host; their batch measured */
+    int host_cap;       /* host experts held at once at most (their host slots: tier_new) */
+    /* whether promotions pay for themselves (pays()): promotions a pass, decayed, give a slot's expected stay */
+    int promos;
+    double prate;
 };
 
 #define fail(t, st, ...) err_set(&(t)->err, (st), __VA_ARGS__)
@@ -183,16 +191,23 @@ static int victim(const tier *t) {
     return t->n_free > 0 ? t->freel[t->n_free - 1] : t->n_heap > 0 ? t->heap[0] : -1;
 }
 
-/* hybrid: whether the miss key pays its copy: a free slot, or used before and hotter than the slot it evicts;
- * or (the cost model) the copy up ends before the host would, given this request's queues on each, and the slot
- * it takes is colder than key. The queue that takes it grows by its estimate. */
+/* hybrid: whether the miss key pays its copy: a free slot; or (the cost model) the copy up ends before the host
+ * would, given this request's queues on each, and the slot it takes is colder than key; or, whatever the queues,
+ * key is hot enough that the copy buys at least one later hit: used before (TIER_AGAIN), hotter than the slot it
+ * evicts, and its use rate (its count before this use over the count's mean life, TIER_HALF / ln 2) times a slot's
+ * expected stay (the slots over the promotions a pass) at least 1. Under uniform routing the stay is short and no
+ * expert hotter than another, so the queues decide alone (promoting every second use evicted as often as it hit,
+ * docs/CUDA.md "The hybrid step"); skewed routing keeps its hot experts. The queue that takes it grows by its
+ * estimate. */
 static int pays(tier *t, int key) {
     int v = victim(t), up;
     if (v < 0) return 0;
     float sc = score(t, key), sv = t->slots[v].key < 0 ? -1.0f : score(t, t->slots[v].key);
     const double c_up = t->pcie_spb * (double)t->block, c_cpu = t->cpu_spb * (double)t->block;
-    if (sv < 0 || (sc >= TIER_AGAIN && sc > sv)) up = 1;
-    else up = t->cost && sc > sv && t->q_pcie + c_up < t->q_cpu + c_cpu;
+    const double stay = (double)t->n_slots / (t->prate > 1e-3 ? t->prate : 1e-3);
+    if (sv < 0 || t->n_host >= t->host_cap) up = 1;
+    else if (t->cost && sc > sv && t->q_pcie + c_up < t->q_cpu + c_cpu) up = 1;
+    else up = sc >= TIER_AGAIN && sc > sv && (double)(sc - 1.0f) * TIER_LN2 / TIER_HALF * stay >= 1.0;
     if (up) t->q_pcie += c_up;
     else t->q_cpu += c_cpu;
     return up;
@@ -324,6 +339,7 @@ static int promote(tier *t, int e, const tn_expert *hx) {
     hold(t, v);
     t->map[key] = v;
     t->st.misses++;
+    t->promos++;
     t->st.bytes_copied += t->block;
     t->l_st[3 * t->mslot + 1]++;
     return v;
@@ -365,7 +381,7 @@ static int next_hybrid(tier *t, int *expert, tn_expert *out) {
         out->host = 1;
         *expert = e;
         t->hostd[e] = 1;
-        t->host_t0[e] = clk_now_s();
+        t->n_host++;
         t->st.host++;
         t->l_st[3 * t->mslot + 2]++;
         return 0;
@@ -383,7 +399,12 @@ static sl_status t_begin(void *ctx, int layer, const int *experts, int n, int or
     int ms = cfg_moe_slot(t->cfg, layer);
     if (ms < 0) return fail(t, SL_EINVAL, "layer %d has no routed experts", layer);
     if (n > t->E) return fail(t, SL_EINVAL, "layer %d: %d experts requested of %d", layer, n, t->E);
-    if (ms <= t->last_ms) t->tok++; /* a new pass over the layers */
+    if (ms <= t->last_ms) { /* a new pass over the layers */
+        t->tok++;
+        t->prate = 0.9 * t->prate + 0.1 * (double)t->promos;
+        t->promos = 0;
+    }
+    t->n_host = t->timed = 0;
     drop_refs(t);
     t->q_cpu = t->q_pcie = 0;
     t->last_ms = ms;
@@ -442,7 +463,11 @@ static sl_status t_next(void *ctx, int *expert, tn_expert *out) {
         deliver(t, t->map[t->mslot * t->E + e], e, expert, out);
         return 0;
     }
-    if (t->hybrid) return next_hybrid(t, expert, out);
+    if (t->hybrid) {
+        int rc = next_hybrid(t, expert, out);
+        t->t_next = clk_now_s();
+        return rc;
+    }
     int e = -1, si = fetch_miss(t, &e);
     if (si < 0) return si;
     deliver(t, si, e, expert, out);
@@ -454,8 +479,11 @@ static void t_release(void *ctx, int expert) {
     if (expert >= 0 && expert < t->E && t->hostd[expert]) { /* handed out where it lies: its host slot back */
         t->hostd[expert] = 0;
         if (t->lo.release) t->lo.release(t->lo.ctx, expert);
-        const double spb = (clk_now_s() - t->host_t0[expert]) / (double)t->block; /* its compute, measured */
-        t->cpu_spb = 0.8 * t->cpu_spb + 0.2 * spb;
+        if (!t->timed && !t->lo_left) { /* the batch of host experts since the last next(), measured */
+            const double spb = (clk_now_s() - t->t_next) / ((double)t->n_host * (double)t->block);
+            t->cpu_spb = 0.8 * t->cpu_spb + 0.2 * spb;
+            t->timed = 1;
+        }
         return;
     }
     int si = t->map[t->mslot * t->E + expert];
@@ -573,7 +601,6 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->held = malloc((size_t)2 * (size_t)E * sizeof *t->held);
     t->prev = malloc((size_t)2 * (size_t)E * sizeof *t->prev);
     t->hostd = calloc((size_t)E, 1);
-    t->host_t0 = calloc((size_t)E, sizeof *t->host_t0);
     t->cost = cfg->hybrid && !cfg->be->is_host;
     t->cpu_spb = 1.0 / 10e9; /* until measured: 10 GB/s of weights on the host's threads, */
     t->pcie_spb = 1.0 / 25e9; /* 25 GB/s over PCIe */
@@ -585,9 +612,12 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     /* host slots kept for copies in flight: a few, and at most half of the host source's slots, so its
      * next reads always find one (a resident host source has none to run out of) */
     t->hold = cfg->lower_slots <= 0 ? E : cfg->lower_slots / 2 < TIER_HOLD ? cfg->lower_slots / 2 : TIER_HOLD;
+    /* hybrid: host experts held at once (a layer's, until it runs them together) beside the copies' slots (hold),
+     * leaving one for the next read; a resident host source has no slots to run out of */
+    t->host_cap = cfg->lower_slots <= 0 ? E : cfg->lower_slots - t->hold - 1 > 0 ? cfg->lower_slots - t->hold - 1 : 0;
     t->arena = t->slots ? t->be->alloc(t->be, t->arena_bytes, BE_BUF_DEVICE) : NULL;
     if (!t->slots || !t->map || !t->list || !t->hits || !t->miss || !t->dev || !t->pend_e || !t->pend_f || !t->used ||
-        !t->pf || !t->freq || !t->fseen || !t->prio || !t->freel || !t->heap || !t->held || !t->prev || !t->hostd || !t->l_st || !t->host_t0 || !t->arena) {
+        !t->pf || !t->freq || !t->fseen || !t->prio || !t->freel || !t->heap || !t->held || !t->prev || !t->hostd || !t->l_st || !t->arena) {
         err_set(err, SL_ENOMEM, "out of %s memory for a device expert tier of %llu slots of %zu bytes",
                t->arena ? "host" : t->be->name, (unsigned long long)n, t->stride);
         tier_free(t);
@@ -631,7 +661,6 @@ void tier_free(tier *t) {
     free(t->prev);
     free(t->hostd);
     free(t->l_st);
-    free(t->host_t0);
     free(t);
 }
 
