@@ -276,8 +276,8 @@ typedef struct sl_model_params {
                                that does not pay its copy up (the tier's decayed use counts) runs on the host's
                                threads from the RAM cache, in the device's arithmetic (bitwise the same logits),
                                while the device runs the experts it holds. 1: on (with a tier; on the CPU
-                               backend the tests' stand-in); 0 (default, auto) and -1: off (every miss copied
-                               up): on the H100 the hybrid step decoded slower than the copies (docs/CUDA.md) */
+                               backend the tests' stand-in); 0 (default, auto): on with a device backend's tier
+                               (CUDA), off on the CPU; -1: off (every miss copied up) */
     int n_ctx;              /* positions of a session made with n_ctx 0 (sl_session_new); 0: the model's
                                context; more than the model's: SL_ERANGE at open */
     sl_kv_type kv_type;     /* the sessions' KV cache (above); the library default is SL_KV_F32 (the exact

@@ -45,8 +45,7 @@ const cli_opt cli_model_opts[] = {
                        "a reserve (default: none; run, chat and serve --gpu without --vram, --cache or --resident: auto)"},
     {"--hybrid", "MODE", "with --vram: a decode step's expert the device tier does not take runs on the CPU threads "
                          "from the RAM cache, bitwise the GPU's result: auto (on when computing on the GPU), on or off "
-                         "(every miss copied to the device) (default: auto, which is off for now: slower on the H100, "
-                         "docs/CUDA.md)"},
+                         "(every miss copied to the device) (default: auto)"},
     {"--gpu", NULL, "compute on the GPU, and fail saying why where it cannot: a build without CUDA, no usable "
                     "device, or what the model needs that the CUDA backend lacks (q3, q2 and q2v "
                     "weights are refused with the weight named) (default: auto: the GPU of a make CUDA=1 build when there is one and the model "

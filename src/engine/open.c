@@ -18,11 +18,11 @@ sl_model_params sl_model_params_default(void) {
     return p;
 }
 
-/* The hybrid step (sluice.h hybrid; docs/CUDA.md): when asked for (auto is off for now), and only where
- * the backend can run an expert on the host as on the device (a device backend: SwiGLU experts on int8
- * activations, kernels_dev.c). */
+/* The hybrid step (sluice.h hybrid; docs/CUDA.md "The hybrid step"): on when asked for, or by default (auto) on a
+ * device backend (the CPU backend's tier is the tests' stand-in), and only where the backend can run an expert on
+ * the host as on the device (a device backend: SwiGLU experts on int8 activations, kernels_dev.c). */
 static int hybrid_on(const sl_model *m, const sl_model_params *p) {
-    if (!m->be->ffn_host || p->hybrid <= 0) return 0; /* auto is off: slower on the H100 (docs/CUDA.md) */
+    if (!m->be->ffn_host || p->hybrid < 0 || (p->hybrid == 0 && m->be->is_host)) return 0;
     return m->be->is_host || (!p->exact && m->cfg.expert_kind != SL_EXPERT_GPTOSS);
 }
 
@@ -144,6 +144,7 @@ sl_status model_open_ex(const char *path, const sl_model_params *params, const i
             tc.lower_slots = cs.slots > cs.pinned ? (int)(cs.slots - cs.pinned) : 1;
         }
         tc.hybrid = hybrid_on(m, p);
+        tc.host_threads = m->pool ? pool_size(m->pool) : 1;
         tc.host_ok = host_ok;
         tc.host_ctx = m;
         if ((st = tier_new(&tc, &m->tier, err))) goto fail;

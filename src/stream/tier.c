@@ -602,7 +602,10 @@ sl_status tier_new(const tier_cfg *cfg, tier **out, sl_error *err) {
     t->prev = malloc((size_t)2 * (size_t)E * sizeof *t->prev);
     t->hostd = calloc((size_t)E, 1);
     t->cost = cfg->hybrid && !cfg->be->is_host;
-    t->cpu_spb = 1.0 / 10e9; /* until measured: 10 GB/s of weights on the host's threads, */
+    /* until measured: 2.5 GB/s of weights a host thread (a 16-core host's 40 GB/s: near a PCIe 5 link, so the
+     * first layers split their misses and the host's batches are measured; a guess far below the link's rate
+     * sent every miss up and left the host never measured, call L's 2G rows) */
+    t->cpu_spb = 1.0 / (2.5e9 * (cfg->host_threads > 0 ? cfg->host_threads : 4));
     t->pcie_spb = 1.0 / 25e9; /* 25 GB/s over PCIe */
     t->l_st = calloc((size_t)3 * (cfg->file->h.n_moe_layers > 0 ? cfg->file->h.n_moe_layers : 1), sizeof *t->l_st);
     t->async = t->be->copy_async && t->be->mark && t->be->fence_done;

@@ -54,6 +54,7 @@ typedef struct tier_cfg {
     uint64_t budget;       /* device bytes for slots; at least one slot is always made */
     int lower_slots;       /* the host source's slots it may evict (unpinned), or 0: it has none (resident) */
     int hybrid;            /* 1: the hybrid step (above) */
+    int host_threads;      /* hybrid: the host's threads, for the cost model's first guess of their rate (0: 4) */
     /* hybrid: may this expert (host memory) be computed on the host? NULL: any */
     int (*host_ok)(void *ctx, const tn_expert *ex);
     void *host_ctx;
