@@ -346,6 +346,9 @@ typedef struct sl_stats {
                                      time taken beside the forward pass; verify_s is the evaluating thread's) */
     double io_busy_s;             /* time with at least one expert read in flight (submit to completion) */
     double io_depth_s;            /* reads in flight integrated over time (/ io_busy_s: mean queue depth) */
+    double tier_host_gbs;         /* the hybrid step's cost model: the host threads' rate, GB/s of expert weights
+                                     (measured per layer's batch, decayed; before any, its first guess) ... */
+    double tier_pcie_gbs;         /* ... and the copy up's, measured when the tier was made (0: no cost model) */
 } sl_stats;
 
 sl_status sl_model_stats(sl_model *model, sl_stats *out);

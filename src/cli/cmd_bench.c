@@ -133,6 +133,7 @@ typedef struct {
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
     double tier_hit_rate, tier_bytes_per_token, tier_prefill_bytes; /* the device tier (--vram): decode, prompt */
     double tier_host_frac; /* decode: experts computed on the CPU where they lay (the hybrid step) */
+    double tier_host_gbs, tier_pcie_gbs; /* the hybrid step's cost model's rates at the end (sl_stats) */
     uint64_t tier_bytes;
     const char *engine, *mode;
     int random_ids; /* decode fed random ids (else greedy) */
@@ -289,6 +290,8 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
         const uint64_t tx = st.tier_host - sp.tier_host;
         r->tier_hit_rate = th + tm + tx ? (double)th / (double)(th + tm + tx) : 0;
         r->tier_host_frac = th + tm + tx ? (double)tx / (double)(th + tm + tx) : 0;
+        r->tier_host_gbs = st.tier_host_gbs;
+        r->tier_pcie_gbs = st.tier_pcie_gbs;
         r->tier_bytes_per_token = n_gen > 0 ? (double)(st.tier_bytes_copied - sp.tier_bytes_copied) / n_gen : 0;
         r->tier_prefill_bytes = (double)(sp.tier_bytes_copied - s0.tier_bytes_copied);
         r->tier_bytes = st.tier_bytes;
@@ -355,6 +358,8 @@ static cJSON *bench_row_json(const sl_model_params *p, bench_row *r, int n_promp
     cJSON_AddNumberToObject(o, "vram_bytes", (double)r->tier_bytes);
     cJSON_AddNumberToObject(o, "vram_hit_rate", r->tier_hit_rate);
     cJSON_AddNumberToObject(o, "hybrid_host_fraction", r->tier_host_frac);
+    cJSON_AddNumberToObject(o, "hybrid_host_gbs", r->tier_host_gbs);
+    cJSON_AddNumberToObject(o, "hybrid_pcie_gbs", r->tier_pcie_gbs);
     cJSON_AddNumberToObject(o, "vram_copied_bytes_per_token", r->tier_bytes_per_token);
     cJSON_AddNumberToObject(o, "vram_prefill_copied_bytes", r->tier_prefill_bytes);
     cJSON_AddBoolToObject(o, "warm_cache", r->warm_cache);

@@ -65,6 +65,8 @@ sl_status sl_model_stats(sl_model *m, sl_stats *o) {
         o->tier_slots = ts.slots;
         o->tier_bytes = ts.slots * ts.slot_bytes;
         o->tier_host = ts.host;
+        o->tier_host_gbs = ts.host_gbs;
+        o->tier_pcie_gbs = ts.pcie_gbs;
     }
     o->eval_s = m->eval_s;
     o->tokens = m->tokens;

@@ -699,7 +699,11 @@ int tier_audit(const tier *t, char *why, size_t n) {
     return 0;
 }
 
-void tier_get_stats(const tier *t, tier_stats *out) { *out = t->st; }
+void tier_get_stats(const tier *t, tier_stats *out) {
+    *out = t->st;
+    out->host_gbs = t->cost ? 1e-9 / t->cpu_spb : 0;
+    out->pcie_gbs = t->cost ? 1e-9 / t->pcie_spb : 0;
+}
 
 void tier_reset_stats(tier *t) {
     t->st.hits = t->st.misses = t->st.bytes_copied = t->st.host = 0;

@@ -63,6 +63,7 @@ typedef struct tier_cfg {
 typedef struct tier_stats {
     uint64_t hits, misses, bytes_copied, slots, slot_bytes;
     uint64_t host; /* hybrid: experts handed out where they lie (not copied) */
+    double host_gbs, pcie_gbs; /* hybrid, a device backend: the cost model's rates now (GB/s of blocks); else 0 */
 } tier_stats;
 
 typedef struct tier tier;
