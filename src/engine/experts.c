@@ -243,6 +243,14 @@ sl_status sl_model_warm(sl_model *m, uint64_t *n_read, sl_error *err) {
     sl_status st = SL_OK;
     pthread_mutex_lock(&m->mu);
     if (m->cache) st = cache_warm(m->cache, &n, err);
+    if (!st && m->cache && m->tier) {
+        /* every expert in RAM for good (a cache of a slot each never evicts): a decode layer's hint of the next layer's
+         * experts (model/moe.c hint_next: the next router on the device and a round trip to read its choice) could
+         * start no read, so the device tier's source stops taking hints (issue 25: ~25 us a layer on an H100) */
+        cache_stats cs;
+        cache_get_stats(m->cache, &cs);
+        if (cs.slots >= (uint64_t)m->f.h.n_moe_layers * m->f.h.n_experts) m->src.prefetch = NULL;
+    }
     pthread_mutex_unlock(&m->mu);
     if (n_read) *n_read = n;
     return st;
