@@ -893,6 +893,11 @@ int main(int argc, char **argv) {
         if (!failures) bench_attn_items();
         return failures ? 1 : 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--hybrid")) { /* the hybrid step's host experts == the device (test_cuda_hybrid.c) alone */
+        check_hybrid();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        return failures ? 1 : 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--tier")) { /* a layer's experts in batches (test_cuda_tier.c) alone */
         check_moe_batches_all();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
