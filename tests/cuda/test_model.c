@@ -384,7 +384,7 @@ static void run_ib(const char *path, const char *name, const int32_t *toks, int 
         slcu_i8_ibias(k != 1);
         sl_model_params p = sl_model_params_default();
         p.kv_type = test_kv, p.n_threads = 2, p.backend = SL_BACKEND_CUDA, p.resident = k != 2;
-        if (k == 2) p.cache_bytes = 160 << 10, p.vram_bytes = (uint64_t)256 << 20, p.hybrid = 0; /* a device tier */
+        if (k == 2) p.cache_bytes = 160 << 10, p.vram_bytes = (uint64_t)256 << 20, p.hybrid = -1; /* a device tier */
         sl_model *m = NULL;
         if (sl_model_open(path, &p, &m, &err)) m = NULL;
         CHECKF(m, "%s: open: %s", path, err.msg);
