@@ -20,7 +20,7 @@
 # CHECK_T (each CHECKS run's limit, 30 s); HYB_MODES="cold warm gemm": each sluice row from a cold RAM cache, with --warm-cache, and through the grouped GEMM;
 # HYB_HY="off on": each hybrid row with --hybrid off / on. AB_SETS="A=1 B=2+C=1" (AB_SERVE=1, AB_END): each set against the defaults
 # on a 16-layer synth (decode at depths 1 / 512, serving 1 / 8 streams), before the rounds. SX_GATE=1: the rounds run the defaults
-# when test_cuda, a CHECKS run or a model test failed. DEPTH=1 (DEPTH_END, DEPTH_CASES, DEPTH_ROUNDS): tools/depth_call.sh's GPU rows after serving.
+# when test_cuda, a CHECKS run or a model test failed. DEPTH=1 (DEPTH_END, DEPTH_CASES, DEPTH_ROUNDS): tools/depth_call.sh's GPU rows (its GGUF written during the rounds, its rows after serving).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
@@ -110,6 +110,12 @@ touch "$here/tests.done"
 wait $lp; echo "llama part (build, GGUF, pack, greedy) rc=$? [$(el) s]" >>"$S"
 grep -A3 "^prompt" "$o/llama.txt" 2>/dev/null | head -12 >>"$S"; grep -E "write_gguf|pack|build done" "$here/raw/steps.txt" >>"$S" 2>/dev/null
 lb=$here/llama/build/bin; gg=$here/work/q30-L48.gguf; sp=$here/work/q30-L48.sluice
+if [ -n "${DEPTH:-}" ] && [ -x "$lb/llama-bench" ]; then # DEPTH=1: issue 28's GPU rows (tools/depth_call.sh) start now, writing their GGUF while the rounds run, their rows after serving, until DEPTH_END
+  ( OUT=$w/dout WAIT_FOR=$w/depth.go BUILD_CUDA=0 CPU_CASES="" CPU_LONG="" ROUNDS_GPU=${DEPTH_ROUNDS:-1} \
+      GPU_CASES="${DEPTH_CASES:-pp:8192:f16 tg:8192:f16 pp:32768:f16 tg:32768:f16}" END=$(( ${DEPTH_END:-470} - $(el) )) \
+      bash tools/depth_call.sh "$here" >"$log/depth_call.log" 2>&1; echo "depth rows rc=$? [$(el) s]" >"$w/depth.rc" ) &
+  dp=$!
+fi
 if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
   for r in 1 2; do
     [ "$(el)" -lt ${R2:-360} ] || break
@@ -141,10 +147,8 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
     env $sv timeout $(( ${END_BY:-565} - $(el) )) "$here/t/bench_serve" "$sp" --gpu 1 --streams 1,8 --tokens 32 --prompt 64 >"$log/serve.$ss.txt" 2>&1
     echo "serve (48 layers, [$sv]): $(grep -E '^\| (1|8) \|' "$log/serve.$ss.txt" | tr '\n' ' ') [$(el) s]" >>"$S"
   done
-  if [ -n "${DEPTH:-}" ] && [ "$(el)" -lt ${DEPTH_END:-450} ]; then # DEPTH=1: issue 28's GPU rows (tools/depth_call.sh, its GGUF written now) until DEPTH_END
-    OUT=$w/dout BUILD_CUDA=0 CPU_CASES="" CPU_LONG="" ROUNDS_GPU=${DEPTH_ROUNDS:-1} GPU_CASES="${DEPTH_CASES:-pp:8192:f16 tg:8192:f16 pp:32768:f16 tg:32768:f16}" \
-      END=$(( ${DEPTH_END:-450} - $(el) )) bash tools/depth_call.sh "$here" >"$log/depth_call.log" 2>&1
-    echo "depth rows rc=$? [$(el) s]" >>"$S"; sed -n '/^|/p' "$w/dout/depth/summary.md" >>"$S" 2>/dev/null
+  if [ -n "${dp:-}" ]; then # the depth rows now (their GGUF written meanwhile), then their summary
+    touch "$w/depth.go"; wait $dp; cat "$w/depth.rc" >>"$S" 2>/dev/null; sed -n '/^|/p' "$w/dout/depth/summary.md" >>"$S" 2>/dev/null
     tar czf "$o/depth.tar.gz" -C "$w/dout" depth 2>/dev/null; rm -rf "$here/depth"
   fi
   if [ -n "${HYB:-}" ]; then # HYB=1: issue 25's rows on the same GGUF and pack, while time is left (HYB_END, s)
