@@ -857,6 +857,7 @@ int main(int argc, char **argv) {
         bench_fold();
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--swi")) return swi_main(); /* SWIDOWN=2 | 3's pair checked, timed (test_cuda_mv.c) */
     if (argc > 1 && !strcmp(argv[1], "--mvprof")) { /* the one-token matvec's phases (test_cuda_mv.c), no checks */
         mvprof();
         return 0;

@@ -4,7 +4,9 @@
  * CTA takes (cuda_mv.cu; check_i8 checks that each gives the default's bits). Sections: check_mv_rows (every one-token
  * kernel, cuda_mv1p.cu mv1p_i8 included, bitwise the default), bench_mv_rows, --mvprof (mv1c_i8's phases), --mvprof7
  * (mv1p_i8's), --bench-mv, check_swi_down, --bench-mv7 (mv1p_i8 against mv1c_i8 and a copy), --bench-fold (mv1c_i8's
- * fold as before against SLUICE_CUDA_MVFOLD=2's), --fold (the checks of the MVFOLD=2 kernel, then --bench-fold).
+ * fold as before against SLUICE_CUDA_MVFOLD=2's), --fold (the checks of the MVFOLD=2 kernel, then --bench-fold), --swi
+ * (check_swi_gate: SLUICE_CUDA_SWIDOWN=2 | 3's gate/up + SwiGLU launch and early down bitwise today's pair, in the full
+ * run too; then the two pairs timed).
  */
 
 /* A benchmark's matrix without the host quantizer: random code bytes and scale and bias words of small finite values
@@ -370,6 +372,7 @@ static void bench_mv(void) {
  * int8 form, bitwise: q8 / q4, groups 32 / 64 / 128, a row of 768 (the 30B shape's experts) and one of 4096 (several
  * chunks), directly and through the device table, k rows in one launch as moe_resident gives them; with mv1c_i8 (the
  * default) and mv1d_i8 at 4, 32 and its own rows a CTA, all against the default on the separate int8 form */
+static void check_swi_gate(void);
 static void check_swi_down(void) {
     char msg[256] = "";
     enum { K = 3, ROWS = 99 }; /* odd: a part tile at every row count */
@@ -422,6 +425,7 @@ static void check_swi_down(void) {
         free(y0);
         slcu_free(g), slcu_free(u), slcu_free(mid), slcu_free(dy), slcu_free(ab), slcu_free(dtab), slcu_free(dsel), free_mat(&a);
     }
+    check_swi_gate(); /* SLUICE_CUDA_SWIDOWN=2 | 3: the SwiGLU made by gate/up's CTAs */
 }
 
 /* --bench-mv7: mv1p_i8 (SLUICE_CUDA_MV1=7) against mv1c_i8 (the default) on the 30B-A3B decode step's shapes, q4 with
@@ -588,4 +592,204 @@ static int fold_main(void) {
     fflush(stdout);
     if (!failures) bench_fold();
     return failures ? 1 : 0;
+}
+
+/* ---- SLUICE_CUDA_SWIDOWN=2 | 3 (cuda.h slcu_matmul_i8_swi): the down input made by gate/up's CTAs ---- */
+
+/* One token's routed experts as backend_cuda.c moe_resident gives them: E experts' gate (rows 2 e I of gu), up (rows
+ * (2 e + 1) I) and down (rows e H of dn) in a device table [3][E][3] (layer_tab's), k slots choosing sel (device) */
+typedef struct {
+    int E, k, I, H;
+    const slcu_act *xa;              /* the token's int8 input, 1 x H */
+    const void *const *tab;          /* device [3][E][3] */
+    const int *sel;                  /* device [k] */
+    slcu_mat gate, up, down;         /* the shapes and types (pointers from the table) */
+    float *g, *u, *y;                /* device [k][I], [k][I], [k][H] */
+    slcu_act mid;                    /* k x I: the new path's down input */
+} swi_case;
+
+/* gate/up's 2 k jobs (slot s: 2 s, 2 s + 1) and down's k: sg / su inputs (fused, the default) or mid's rows */
+static void swi_jobs(const swi_case *c, slcu_mm *gu, slcu_mm *dn, slcu_act *mi, int fused) {
+    const int nb = c->I / 32, ns = nb + nb / 2 + nb / 4;
+    for (int s = 0; s < 2 * c->k; s++)
+        gu[s] = (slcu_mm){.w = s & 1 ? c->up : c->gate, .a = c->xa, .tab = c->tab + (size_t)(s & 1) * 3 * c->E, .sel = c->sel + s / 2,
+                          .n_tok = 1, .y = (s & 1 ? c->u : c->g) + (size_t)(s / 2) * c->I, .ldy = (size_t)c->I};
+    for (int s = 0; s < c->k; s++) {
+        mi[s] = fused ? (slcu_act){.n_tok = 1, .cols = c->I, .sg = c->g + (size_t)s * c->I, .su = c->u + (size_t)s * c->I}
+                      : (slcu_act){.n_tok = 1, .cols = c->I, .q = c->mid.q + (size_t)s * c->I, .q4 = c->mid.q4 + (size_t)s * c->I,
+                                   .d = c->mid.d + (size_t)s * nb, .s = c->mid.s + (size_t)s * ns};
+        dn[s] = (slcu_mm){.w = c->down, .a = &mi[s], .tab = c->tab + (size_t)6 * c->E, .sel = c->sel + s, .n_tok = 1,
+                          .y = c->y + (size_t)s * c->H, .ldy = (size_t)c->H};
+    }
+}
+
+/* The pair: 0 as today (gate/up, then down with the SwiGLU made in its CTAs), 1 SLUICE_CUDA_SWIDOWN=2 (gate/up with the
+ * SwiGLU tail into mid, then down on mid resolving early), 2 =3 (the tail's CTAs trigger the down launch). part: 1 the
+ * gate/up launch alone, 2 the down launch alone, 3 both. 1 when the new path took the launch (0 for mode 0 or refused). */
+static int swi_pair(const swi_case *c, int mode, int part, char *msg) {
+    slcu_mm gu[64], dn[32];
+    slcu_act mi[32];
+    int took = 0;
+    swi_jobs(c, gu, dn, mi, mode == 0);
+    if (part & 1) {
+        took = mode ? slcu_matmul_i8_swi(gu, 2 * c->k, &c->mid, mode == 2, msg, 256) : 0;
+        if (took < 0 || (!took && slcu_matmul_i8(gu, 2 * c->k, msg, 256))) return -1;
+    }
+    if ((part & 2) && (mode ? slcu_matmul_i8_early(dn, c->k, msg, 256) : slcu_matmul_i8(dn, c->k, msg, 256))) return -1;
+    return took;
+}
+
+/* check_swi_gate (in check_swi_down: the full run, and --swi): the new pair bitwise today's: g and u, mid against
+ * slcu_swiglu_q of them (codes in both orders, block scales, every group's sums), down's y; every rows a CTA, PDL off and
+ * on, both folds (SLUICE_CUDA_MVFOLD), with and without the trigger, each twice (the quad counters put back, or the
+ * second's mid stays poisoned); q4 / q8 gate/up and down, groups 32 / 64 / 128, f16 / bf16 / f32 scales; I = 768 (the
+ * 30B shape), 160 (5 blocks: a last quad of one block), 192 (of two: a pair's s64, no s128) and 4096 (32 quads) with
+ * 16 slots (32 jobs); slots choosing one expert twice */
+static void check_swi_gate(void) {
+    char msg[256] = "";
+    enum { E = 4, H = 256, NV = 5 * 2 * 2 * 2 };
+    const struct { dt_type gdt, ddt; int gg, dg; dt_type sdt; int I, k; } cs[4] = {
+        {DT_Q4, DT_Q4, 64, 64, DT_BF16, 768, 8}, {DT_Q8, DT_Q4, 32, 32, DT_F16, 160, 8}, {DT_Q4, DT_Q8, 32, 64, DT_BF16, 192, 8},
+        {DT_Q4, DT_Q8, 128, 128, DT_F32, 4096, 16}};
+    for (int ci = 0; ci < 4; ci++) {
+        const int I = cs[ci].I, k = cs[ci].k;
+        mat gm, dm;
+        if (make_mat(&gm, cs[ci].gdt, E * 2 * I, H, cs[ci].gg, cs[ci].sdt, msg) || make_mat(&dm, cs[ci].ddt, E * H, I, cs[ci].dg, cs[ci].sdt, msg)) {
+            CK(0, "%s", msg);
+            return;
+        }
+        const void *ht[3 * E * 3];
+        for (int e = 0; e < E; e++)
+            for (int m = 0; m < 3; m++) {
+                const slcu_mat w = m < 2 ? sub_mat(&gm, (2 * e + m) * I, I) : sub_mat(&dm, e * H, H);
+                const void **p = ht + ((size_t)m * E + e) * 3;
+                p[0] = w.data, p[1] = w.scales, p[2] = w.biases;
+            }
+        int hs[16];
+        for (int s = 0; s < 16; s++) hs[s] = (s * 3 + (s == 3)) % E; /* slots 0 and 4 (and more) choose one expert */
+        void *xb = slcu_alloc(slcu_act_bytes(1, H), msg, sizeof msg), *mb = slcu_alloc(slcu_act_bytes(k, I), msg, sizeof msg);
+        void *rb = slcu_alloc(slcu_act_bytes(k, I), msg, sizeof msg);
+        float *dx = rnd_dev(H, 1, NULL, msg), *mf = slcu_alloc((size_t)k * I * 4, msg, sizeof msg);
+        slcu_act xa, ref;
+        swi_case c = {E, k, I, H, &xa, dev_copy(ht, sizeof ht, msg), dev_copy(hs, sizeof hs, msg), gm.d, gm.d, dm.d,
+                      slcu_alloc((size_t)k * I * 4, msg, sizeof msg), slcu_alloc((size_t)k * I * 4, msg, sizeof msg),
+                      slcu_alloc((size_t)k * H * 4, msg, sizeof msg), {0}};
+        c.gate.rows = c.up.rows = I, c.down.rows = H;
+        c.gate.data = c.gate.scales = c.gate.biases = c.up.data = c.up.scales = c.up.biases = NULL;
+        c.down.data = c.down.scales = c.down.biases = NULL;
+        CK(!slcu_act_bind(&xa, xb, 1, H, msg, sizeof msg) && !slcu_act_quantize(&xa, dx, H, msg, sizeof msg), "%s", msg);
+        CK(!slcu_act_bind(&c.mid, mb, k, I, msg, sizeof msg) && !slcu_act_bind(&ref, rb, k, I, msg, sizeof msg), "%s", msg);
+        /* the reference: today's pair with the default kernels, and slcu_swiglu_q of its g and u */
+        CK(swi_pair(&c, 0, 3, msg) == 0, "%s", msg);
+        CK(!slcu_swiglu_q(c.g, c.u, mf, &ref, msg, sizeof msg), "%s", msg);
+        float *g0 = dl(c.g, (size_t)k * I), *u0 = dl(c.u, (size_t)k * I), *y0 = dl(c.y, (size_t)k * H);
+        const int mvr[5] = {4, 8, 16, 32, -1};
+        for (int v = 0; v < 2 * NV; v++) {
+            const int rows = mvr[v / 2 % 5], pdl = v / 10 % 2, fold = 1 + v / 20 % 2, trig = v / 40 % 2;
+            slcu_i8_mv_rows(rows), slcu_i8_pdl(pdl), slcu_i8_mvfold(fold);
+            poison(c.g, (size_t)k * I * 4), poison(c.u, (size_t)k * I * 4), poison(c.y, (size_t)k * H * 4);
+            poison(mb, slcu_act_bytes(k, I));
+            const int took = swi_pair(&c, 1 + trig, 3, msg);
+            CK(took == 1, "%s g%d / %s g%d I %d, %d slots: the gate/up + SwiGLU launch not taken (%d) %s", dt_name(cs[ci].gdt), cs[ci].gg,
+               dt_name(cs[ci].ddt), cs[ci].dg, I, k, took, msg);
+            float *g = dl(c.g, (size_t)k * I), *u = dl(c.u, (size_t)k * I), *y = dl(c.y, (size_t)k * H);
+            CK(!memcmp(g, g0, (size_t)k * I * 4) && !memcmp(u, u0, (size_t)k * I * 4) && same_act(&c.mid, &ref) &&
+                   !memcmp(y, y0, (size_t)k * H * 4),
+               "%s g%d / %s g%d %s I %d, %d slots, rows %d%s MVFOLD=%d%s (run %d): %s differs", dt_name(cs[ci].gdt), cs[ci].gg,
+               dt_name(cs[ci].ddt), cs[ci].dg, dt_name(cs[ci].sdt), I, k, rows, pdl ? " PDL" : "", fold, trig ? " trigger" : "", v % 2,
+               memcmp(g, g0, (size_t)k * I * 4) || memcmp(u, u0, (size_t)k * I * 4) ? "gate/up's output"
+               : !same_act(&c.mid, &ref)                                          ? "the int8 SwiGLU (mid)"
+                                                                                  : "the down matvec's output");
+            free(g), free(u), free(y);
+        }
+        slcu_i8_mv1_kernel(4); /* mv1d_i8 has no such tail: refused, nothing queued */
+        CK(swi_pair(&c, 1, 1, msg) == 0, "the gate/up + SwiGLU launch taken with SLUICE_CUDA_MV1=4");
+        slcu_i8_mv1_kernel(0), slcu_i8_mv_rows(0), slcu_i8_pdl(-1), slcu_i8_mvfold(0);
+        free(g0), free(u0), free(y0);
+        slcu_free(xb), slcu_free(mb), slcu_free(rb), slcu_free(dx), slcu_free(mf), slcu_free((void *)c.tab), slcu_free((void *)c.sel);
+        slcu_free(c.g), slcu_free(c.u), slcu_free(c.y);
+        free_mat(&gm), free_mat(&dm);
+    }
+}
+
+/* --swi's timed call: the pair (or one launch of it) of mode on the next of NSEL slot sets (other experts each call: the
+ * weights mostly not in L2) */
+enum { SWI_NSEL = 16 };
+typedef struct { swi_case c; const int *sel0; int mode, part, it; } swi_run;
+static void swi_run_fn(void *p) {
+    swi_run *r = p;
+    char msg[256];
+    r->c.sel = r->sel0 + (size_t)(r->it++ % SWI_NSEL) * r->c.k;
+    if (swi_pair(&r->c, r->mode, r->part, msg) < 0) CK(0, "%s", msg);
+}
+
+/* --swi: check_swi_gate, then (if it passed) today's pair against SLUICE_CUDA_SWIDOWN=2 and =3 on the 30B-A3B decode
+ * shape (128 experts, 8 slots, H 2048, I 768; q4 bf16 in groups of 32 and 64, auto rows, MVFOLD=1): us a call, the median
+ * of 200 (slcu_time_median: each call between its own events, after a warm-up), of the pair, of gate/up alone and of down
+ * alone, PDL off and on, the three modes alternated over 3 rounds; then the best round of each and new / today */
+static int swi_main(void) {
+    check_swi_gate();
+    printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+    fflush(stdout);
+    if (failures) return 1;
+    char msg[256] = "";
+    fast_fill = 1;
+    enum { E = 128, K = 8, H = 2048, I = 768, NR = 3, REPS = 200 };
+    static const char *mname[3] = {"today (SwiGLU in down)", "SWIDOWN=2", "SWIDOWN=3 (trigger)"}, *pname[3] = {"gate/up", "down", "pair"};
+    for (int gi = 0; gi < 2; gi++) {
+        const int group = gi ? 64 : 32;
+        mat gm, dm;
+        if (make_mat_raw(&gm, DT_Q4, E * 2 * I, H, group, DT_BF16, msg) || make_mat_raw(&dm, DT_Q4, E * H, I, group, DT_BF16, msg)) {
+            printf("%s\n", msg);
+            return 1;
+        }
+        static const void *ht[3 * E * 3];
+        for (int e = 0; e < E; e++)
+            for (int m = 0; m < 3; m++) {
+                const slcu_mat w = m < 2 ? sub_mat(&gm, (2 * e + m) * I, I) : sub_mat(&dm, e * H, H);
+                const void **p = ht + ((size_t)m * E + e) * 3;
+                p[0] = w.data, p[1] = w.scales, p[2] = w.biases;
+            }
+        int hs[SWI_NSEL * K];
+        for (int i = 0; i < SWI_NSEL * K; i++) hs[i] = (i / K * 37 + i % K * 13) % E; /* 8 experts a set, apart */
+        void *xb = slcu_alloc(slcu_act_bytes(1, H), msg, sizeof msg), *mb = slcu_alloc(slcu_act_bytes(K, I), msg, sizeof msg);
+        float *dx = rnd_dev(H, 1, NULL, msg);
+        slcu_act xa;
+        slcu_act_bind(&xa, xb, 1, H, msg, sizeof msg), slcu_act_quantize(&xa, dx, H, msg, sizeof msg);
+        swi_run r = {{E, K, I, H, &xa, dev_copy(ht, sizeof ht, msg), NULL, gm.d, gm.d, dm.d, slcu_alloc((size_t)K * I * 4, msg, sizeof msg),
+                      slcu_alloc((size_t)K * I * 4, msg, sizeof msg), slcu_alloc((size_t)K * H * 4, msg, sizeof msg), {0}},
+                     dev_copy(hs, sizeof hs, msg), 0, 3, 0};
+        r.c.gate.rows = r.c.up.rows = I, r.c.down.rows = H;
+        slcu_act_bind(&r.c.mid, mb, K, I, msg, sizeof msg);
+        slcu_i8_mv_rows(-1), slcu_i8_mvfold(1);
+        float best[2][3][3];
+        for (int i = 0; i < 18; i++) best[i / 9][i / 3 % 3][i % 3] = 1e30f;
+        printf("experts' gate/up + down, q4 g%d bf16, %d of %d experts, H %d, I %d, auto rows: us a call (median of %d)\n", group, K, E,
+               H, I, REPS);
+        for (int rd = 0; rd < NR; rd++)
+            for (int pd = 0; pd < 2; pd++)
+                for (int m = 0; m < 3; m++) {
+                    slcu_i8_pdl(pd);
+                    r.mode = m;
+                    float us[3];
+                    for (int p = 0; p < 3; p++) { /* gate/up alone, down alone (on the last call's g, u or mid), the pair */
+                        r.part = p + 1;
+                        us[p] = 1e3f * slcu_time_median(swi_run_fn, &r, REPS);
+                        if (us[p] < best[pd][m][p]) best[pd][m][p] = us[p];
+                    }
+                    printf("  round %d %-3s %-22s gate/up %7.2f | down %7.2f | pair %7.2f\n", rd, pd ? "PDL" : "", mname[m], us[0], us[1], us[2]);
+                    fflush(stdout);
+                }
+        for (int pd = 0; pd < 2; pd++)
+            for (int m = 1; m < 3; m++) {
+                printf("  best of %d, %-3s %s / today:", NR, pd ? "PDL" : "", mname[m]);
+                for (int p = 0; p < 3; p++) printf(" %s %.2f/%.2f = %.3f%s", pname[p], best[pd][m][p], best[pd][0][p], best[pd][m][p] / best[pd][0][p], p < 2 ? " |" : "\n");
+            }
+        fflush(stdout);
+        slcu_i8_mv_rows(0), slcu_i8_mvfold(0), slcu_i8_pdl(-1);
+        slcu_free(xb), slcu_free(mb), slcu_free(dx), slcu_free((void *)r.c.tab), slcu_free((void *)r.sel0);
+        slcu_free(r.c.g), slcu_free(r.c.u), slcu_free(r.c.y);
+        free_mat(&gm), free_mat(&dm);
+    }
+    return 0;
 }

@@ -728,10 +728,16 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
                           .sel = de + s / 2, .n_tok = 1, .y = (s & 1 ? f->u : f->g) + (size_t)(s / 2) * I, .ldy = (size_t)I};
         mm[s].w.ibias = implied[s & 1];
     }
-    CU(be, slcu_matmul_i8(mm, 2 * k, MSG(be)));
-    /* the SwiGLU and its int8 form made in the down matvec's CTAs (cuda.h slcu_act sg): the same bits */
-    const int fuse = c->swi_down && slcu_i8_swiglu_fused();
-    if (!fuse && swiglu_mid(be, f->g, f->u, f->mid_buf, k, I, &ma)) return cu_sync(be);
+    /* SLUICE_CUDA_SWIDOWN=2 | 3: the SwiGLU's int8 form made once a slot by gate/up's CTAs into mid_buf (cuda.h
+     * slcu_matmul_i8_swi; 3: they trigger the down launch), the down resolving early; else, by default, made in the down
+     * matvec's CTAs (cuda.h slcu_act sg); =0 apart (swiglu_mid). The same bits. */
+    int swi = 0;
+    if (c->swi_down >= 2 && (slcu_act_bind(&ma, f->mid_buf, k, I, MSG(be)) ||
+                             (swi = slcu_matmul_i8_swi(mm, 2 * k, &ma, c->swi_down == 3, MSG(be))) < 0))
+        return cu_fail(be, SL_EIO, c->tmp), cu_sync(be);
+    if (!swi) CU(be, slcu_matmul_i8(mm, 2 * k, MSG(be)));
+    const int fuse = !swi && c->swi_down && slcu_i8_swiglu_fused();
+    if (!fuse && !swi && swiglu_mid(be, f->g, f->u, f->mid_buf, k, I, &ma)) return cu_sync(be);
     const size_t nb = (size_t)I / 32, ns = nb + nb / 2 + nb / 4;
     for (int s = 0; s < k; s++) { /* row s of the k-row activation, as in cu_ffn_multi */
         mi[s] = fuse ? (slcu_act){.n_tok = 1, .cols = I, .sg = f->g + (size_t)s * I, .su = f->u + (size_t)s * I}
@@ -741,7 +747,8 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
                           .y = f->y + (size_t)s * f->ldy, .ldy = f->ldy};
         mm[s].w.ibias = implied[2];
     }
-    if (!hold_mm(be, mm, k, FUSE_DOWN)) CU(be, slcu_matmul_i8(mm, k, MSG(be))); /* (SLUICE_CUDA_FUSE=down) */
+    if (!hold_mm(be, mm, k, FUSE_DOWN)) /* (SLUICE_CUDA_FUSE=down) */
+        CU(be, swi ? slcu_matmul_i8_early(mm, k, MSG(be)) : slcu_matmul_i8(mm, k, MSG(be)));
     *w_dev = dw;
     return 1;
 }
@@ -867,7 +874,8 @@ be_backend *be_cuda_new(pool_t *pool) {
     c->moe_wide_off = (g = getenv("SLUICE_CUDA_MOE")) && !strcmp(g, "0");
     slcu_moeg_init(); /* cuda_mvn.h SLUICE_CUDA_MOEG=1: a decode batch's experts grouped by expert; SLUICE_CUDA_MVG=1: its
                        * 2-8 token matmuls each row read once for all tokens (both off unset) */
-    c->swi_down = !((g = getenv("SLUICE_CUDA_SWIDOWN")) && !strcmp(g, "0"));
+    g = getenv("SLUICE_CUDA_SWIDOWN"); /* 0 apart, 2 | 3 by gate/up's CTAs (cu_moe_resident), else in the down CTAs */
+    c->swi_down = g && !strcmp(g, "0") ? 0 : g && !strcmp(g, "2") ? 2 : g && !strcmp(g, "3") ? 3 : 1;
     /* a layer-major block streamed through the device tier as moe_wide's grouped FFN (backend_cuda_tier.c): on since
      * call R (bitwise on an H100: test_cuda --tier, the model test; a 16-layer prefill 2.4x), SLUICE_CUDA_TIER_GEMM=0 off */
     if (!((g = getenv("SLUICE_CUDA_TIER_GEMM")) && !strcmp(g, "0"))) be->moe_batch = cu_moe_batch;

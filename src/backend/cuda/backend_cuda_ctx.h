@@ -56,7 +56,8 @@ typedef struct cu_ctx {
     } pend;
     void *mw;                 /* moe_wide's device scratch (slcu_moe_layer's) */
     size_t mw_cap;
-    int embed_host, moe_wide_off, swi_down; /* SLUICE_CUDA_EMBED / _MOE / _SWIDOWN=0: host embed, no moe_wide, apart */
+    int embed_host, moe_wide_off; /* SLUICE_CUDA_EMBED / _MOE =0: host embed, no moe_wide */
+    int swi_down; /* SLUICE_CUDA_SWIDOWN: 0 the SwiGLU apart, 1 (unset) in the down CTAs, 2 | 3 by gate/up's (3: trigger) */
     /* SLUICE_CUDA_FUSE (backend_cuda_hold.c fuse_env): the fused launches on (FUSE_* bits), their counters (device
      * [FZ_N], zero between launches: each kernel's last CTA resets its own) and the held router matvec (hm) */
     int fuse;

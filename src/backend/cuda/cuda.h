@@ -101,6 +101,20 @@ typedef struct slcu_mm {
 /* n matrices (the experts of a MoE layer, each with its own token rows; q/k/v; gate and up) in one launch
  * per (dtype, scale type, kernel) and 32 matrices. The grouped GEMM over expert segments for prefill. */
 int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen);
+/* SLUICE_CUDA_SWIDOWN=2 (issue 24; backend_cuda.c moe_resident, read when a backend opens): slcu_matmul_i8 of one
+ * token's gate and up matrices of k = n / 2 experts (mm[2 s] gate, mm[2 s + 1] up of slot s, each I rows; a device
+ * table allowed) whose CTAs also make each slot's SwiGLU silu(g) u and its int8 form into row s of mid (slcu_act_bind
+ * of at least k rows of I): a quad of 4 blocks by the CTA that completes its gate and up rows (cuda_mv.cu mv1c_sw), so
+ * once a slot where the down matvec's every CTA made it (slcu_act sg). g, u (the jobs' y) are bitwise slcu_matmul_i8's
+ * and mid's codes, scales and sums slcu_swiglu_q's of them: the down matvec on mid gives the bits it gives on sg / su.
+ * trig (with overlapped launches): the launch after it may start as its CTAs end (cuda_pdl.cuh pdl_trigger). 1 queued,
+ * 0 not its case (nothing queued: the caller makes the calls apart), -1 failed (message). */
+int slcu_matmul_i8_swi(const slcu_mm *mm, int n, const slcu_act *mid, int trig, char *msg, size_t msglen);
+/* slcu_matmul_i8 of jobs whose device-table cells (slcu_mm sel) a kernel wrote two launches or more before this one,
+ * every kernel between waiting for the one before it (the experts' down after the route and gate/up): with overlapped
+ * launches the one-token matvec resolves them and issues its weights' loads before it waits (cuda_i8.cuh ijobs early).
+ * The same bits. */
+int slcu_matmul_i8_early(const slcu_mm *mm, int n, char *msg, size_t msglen);
 /* Forces one kernel for every size, for tests and benchmarks: 0 automatic (GEMM from 16 tokens), 1 matvec,
  * 2 GEMM. */
 void slcu_i8_force(int kernel);

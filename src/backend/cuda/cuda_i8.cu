@@ -61,27 +61,6 @@ extern "C" int slcu_act_bind(slcu_act *a, void *buf, int n_tok, int cols, char *
     return 0;
 }
 
-/* Block b (32 columns from xr) of a token by one warp, lane = column: its codes into q / q4 (qr: the token's row),
- * d[b], s32 = s[b]; returns the block sum s32 (on every lane). kern_act's act_row operation by operation. */
-__device__ __forceinline__ float quant_block(float v, int b, int lane, int8_t *qr, int8_t *q4r, float *dr, float *sr) {
-    float amax = fmaxf(0.0f, fabsf(v)); /* fmaxf drops a NaN, as the CPU's running fmaxf from 0 does */
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
-    const float rv = rintf(__fmul_rn(v, id)); /* NaN (from Inf or NaN inputs) becomes 0 */
-    const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
-    int sum = qi;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const size_t c = (size_t)b * 32;
-    qr[c + lane] = (int8_t)qi;
-    const int c8 = lane & 7;
-    q4r[c + (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
-    const float sb = __fmul_rn(db, (float)sum);
-    if (lane == 0) dr[b] = db, sr[b] = sb;
-    return sb;
-}
-
 /* grid (ceil(nb/4), n_tok), 128 threads: warp w quantizes block 4 blockIdx.x + w of token blockIdx.y, lane
  * = column; thread 0 then adds the block sums into s64 / s128 as act_row does. */
 __global__ void act_quant(const float *__restrict__ x, size_t ldx, int cols, int8_t *__restrict__ q,
@@ -461,7 +440,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
         for (int si = 0; si < 3; si++)
         for (int cls = 0; cls < 3; cls++) { /* the matvec, the matvec of implied biases (SLUICE_CUDA_IBIAS), the GEMM */
             const int sdt = sdts[si], gemm = cls == 2, ib = cls == 1;
-            J.n = 0, J.ib = ib;
+            J.n = 0, J.ib = ib, J.early = 0, J.trig = 0;
             int max_tok = 0;
             for (int i = 0; i <= n; i++) {
                 if (i < n) {
@@ -493,7 +472,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
 static int tail_jobs(const slcu_mm *mm, int n, ijobs *J, int *rows, int *tiles) {
     const int dt = mm[0].w.dtype, sdt = mm[0].w.sdtype;
     if (n < 1 || n > MAXJ || (dt != DT_Q8 && dt != DT_Q4) || (sdt != DT_F32 && sdt != DT_F16 && sdt != DT_BF16)) return -1;
-    J->n = 0, J->ib = ibias_enabled();
+    J->n = 0, J->ib = ibias_enabled(), J->early = 0, J->trig = 0;
     for (int i = 0; i < n; i++) J->ib &= mm[i].w.ibias != 0; /* one launch: the biases computed when all are implied */
     for (int i = 0; i < n; i++) {
         const slcu_mm *m = &mm[i];
@@ -575,6 +554,40 @@ extern "C" int slcu_matmul_i8_an(const slcu_mm *mm, int n, const slcu_addnorm *p
     if (a) T.a = *a;
     const cudaError_t e = mv_an_launch(mm->w.dtype, mm->w.sdtype, rows, tiles, &J, &T);
     return e != cudaSuccess ? fail(msg, msglen, "int8 matmul + add + rmsnorm launch", e) : 1;
+}
+
+/* cuda.h: one token's gate and up matvecs of k = n / 2 slots (mm[2 s] gate, mm[2 s + 1] up, I rows each) whose CTAs
+ * also make each slot's SwiGLU and its int8 form into mid's row s (cuda_mv.cu mv1c_sw): 1 queued, 0 not its case
+ * (nothing queued), -1 failed. Jobs and tiles as slcu_matmul_i8's, so g and u are bitwise its; mid is slcu_swiglu_q's. */
+extern "C" int slcu_matmul_i8_swi(const slcu_mm *mm, int n, const slcu_act *mid, int trig, char *msg, size_t msglen) {
+    if (n < 2 || n % 2 || n > MAXJ || !mid || force_kernel || !slcu_decode_kernels || !mv_takes(1) || !mv_sw_ok()) return 0;
+    const int k = n / 2, I = mm[0].w.rows, nq = (I / 32 + 3) / 4;
+    if (I <= 0 || I % 32 || mid->cols != I || mid->n_tok < k || !mid->q || !mid->q4 || !mid->d || !mid->s) return 0;
+    for (int i = 0; i < n; i++)
+        if (mm[i].w.rows != I || !mm[i].y) return 0;
+    ijobs J;
+    int rows, tiles;
+    if (tail_jobs(mm, n, &J, &rows, &tiles)) return 0;
+    sw_tail T = {mid->q, mid->q4, mid->d, mid->s, I, nq, mv_sw_cnt(k * nq)};
+    if (!T.cnt) return 0;
+    J.trig = trig != 0 && pdl_enabled();
+    const cudaError_t e = mv_sw_launch(mm[0].w.dtype, mm[0].w.sdtype, rows, tiles, &J, &T);
+    return e != cudaSuccess ? fail(msg, msglen, "int8 gate/up matmul + SwiGLU launch", e) : 1;
+}
+
+/* cuda.h: slcu_matmul_i8 of one-token jobs whose table cells were written two launches or more before: where they are
+ * one launch class of mv1c_i8 (tail_jobs), mv1c_sw without its tail (T.nq 0) and with J.early, which mv1c_i8's own
+ * instances ignore (their code as before); else slcu_matmul_i8 (waiting first). The same jobs and tiles: the same bits. */
+extern "C" int slcu_matmul_i8_early(const slcu_mm *mm, int n, char *msg, size_t msglen) {
+    ijobs J;
+    int rows, tiles;
+    if (n < 1 || n > MAXJ || force_kernel || !slcu_decode_kernels || !mv_takes(1) || !mv_sw_ok() || tail_jobs(mm, n, &J, &rows, &tiles))
+        return slcu_matmul_i8(mm, n, msg, msglen);
+    sw_tail T;
+    memset(&T, 0, sizeof T); /* nq 0: no tail */
+    J.early = 1;
+    const cudaError_t e = mv_sw_launch(mm[0].w.dtype, mm[0].w.sdtype, rows, tiles, &J, &T);
+    return e != cudaSuccess ? fail(msg, msglen, "int8 matmul launch", e) : 0;
 }
 
 /* ---- the experts of a layer-major MoE block (slcu_moe_ffn) ----------------------------------------------

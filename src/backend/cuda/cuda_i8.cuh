@@ -32,6 +32,15 @@ struct ijobs {
     ijob j[MAXJ];
     int n;
     int ib; /* 1: every job's biases are implied (slcu_mat ibias, SLUICE_CUDA_IBIAS=1): the matvecs' IB = 1 instances */
+    /* 1: every job's device-table cell (sel) was written by a kernel two launches or more before this one (cuda.h
+     * slcu_matmul_i8_early: the experts' down after the route and gate/up), so cuda_mv.cu mv1c_sw (mv1c_body EX = 1;
+     * mv1c_i8's instances ignore it) resolves it and issues its weights' loads before pdl_wait. A PDL launch starts
+     * once every CTA of the kernel before it has exited or triggered, and every kernel of a step waits (pdl_wait)
+     * before either (cuda_pdl.cuh), so by then every kernel before that one has finished and its writes are visible;
+     * sel is still read by __ldcg (resolve). 0: wait first. */
+    int early;
+    int trig; /* 1 (cuda.h slcu_matmul_i8_swi trig): mv1c_sw's CTAs trigger the launch after it (pdl_trigger) once
+               * they have waited, so its CTAs start as these end; 0 none (the launch after starts as the last ends) */
 };
 
 static __device__ __forceinline__ int dp4a_us(unsigned a, int b, int c) { /* unsigned bytes of a times signed bytes of b */
@@ -114,6 +123,28 @@ static __device__ __forceinline__ int dot_block(const uint4 &w0, const uint4 &w1
     return I;
 }
 
+/* Block b (32 columns) of a token by one warp, lane = column, value v: its codes into qr / q4r (the token's rows of
+ * the codes in column order and in q4's order), dr[b] and the block sum s32 = sr[b]; returns s32 (on every lane).
+ * kern_act's act_row operation by operation (cuda_i8.cu act_quant; cuda_mv.cu mv1c_sw's SwiGLU quads). */
+static __device__ __forceinline__ float quant_block(float v, int b, int lane, int8_t *qr, int8_t *q4r, float *dr, float *sr) {
+    float amax = fmaxf(0.0f, fabsf(v)); /* fmaxf drops a NaN, as the CPU's running fmaxf from 0 does */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float db = __fdiv_rn(amax, 127.0f), id = db != 0.0f ? __fdiv_rn(1.0f, db) : 0.0f;
+    const float rv = rintf(__fmul_rn(v, id)); /* NaN (from Inf or NaN inputs) becomes 0 */
+    const int qi = rv >= 127.0f ? 127 : rv <= -127.0f ? -127 : rv == rv ? (int)rv : 0;
+    int sum = qi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const size_t c = (size_t)b * 32;
+    qr[c + lane] = (int8_t)qi;
+    const int c8 = lane & 7;
+    q4r[c + (lane & ~7) + ((c8 & 1) ? 4 + (c8 >> 1) : (c8 >> 1))] = (int8_t)qi;
+    const float sb = __fmul_rn(db, (float)sum);
+    if (lane == 0) dr[b] = db, sr[b] = sb;
+    return sb;
+}
+
 /* cp.async of 4 bytes, and of 16 (zero-filled unless ok) */
 static __device__ __forceinline__ void cp4(void *dst, const void *src) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
@@ -140,6 +171,21 @@ cudaError_t mv_nr_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, c
  * that finishes last (T: its arguments and the launch's counter) */
 struct an_tail;
 cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const an_tail *T);
+/* SLUICE_CUDA_SWIDOWN=2 (cuda.h slcu_matmul_i8_swi; cuda_mv.cu mv1c_sw): one token's gate and up matvecs of k slots
+ * (J's jobs 2 s and 2 s + 1, each I rows), then the SwiGLU of each slot's I outputs and its int8 form into the mid
+ * activation's row s, a quad of 4 blocks (128 columns) by the CTA that completes that quad's gate and up rows
+ * (counters cnt [k][nq], zero before and after; J->trig: every CTA triggers the launch after it once it has waited).
+ * mv_sw_ok: 1 when the one-token kernel is mv1c_i8 (which has this tail); mv_sw_cnt: the counters for k nq quads
+ * (cuda_mv.cu's, one set for the process: the launches that use them are in stream order), or NULL past their room. */
+struct sw_tail {
+    int8_t *q, *q4; /* the mid activation (slcu_act of k rows of I): codes, block scales, sums */
+    float *d, *s;
+    int I, nq; /* columns of a row (the gate and up rows), quads of a row; nq 0: no tail (slcu_matmul_i8_early) */
+    int *cnt;
+};
+int mv_sw_ok(void);
+int *mv_sw_cnt(int n);
+cudaError_t mv_sw_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const sw_tail *T);
 /* cuda_mv1d.cu (SLUICE_CUDA_MV1=4): the rows a CTA it picks for a launch, and its launch of one token's jobs with
  * those rows (4, 8, 16 or 32): 0 when it cannot take them (a row longer than it stages; mv1c_i8 runs them), else 1 */
 int mv1d_tile_rows(const ijobs *J);

@@ -161,7 +161,7 @@ static __device__ __forceinline__ void mv1c_pair(int q, int kcn, float rk, int &
  * consecutive words) and its group biases at RS >> gshift (so their LDS.128, LDS.64 or LDS of a quarter, half or whole
  * warp hit distinct banks too: RS / 4 is odd), and folds them by cuda_mv.cuh fold_row (a quad of blocks' loads at once);
  * the same operands in the same order (docs/CUDA.md "Fewer instructions a pair"). */
-template <int DT, int SDT, int R, int IB, int FI, int MF = 1>
+template <int DT, int SDT, int R, int IB, int FI, int MF = 1, int EX = 0>
 static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
     constexpr int ssz = SDT == DT_F32 ? 4 : 2, RS = KC + 4;
@@ -174,7 +174,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     if (FI == 2 && threadIdx.x == 0) gt0 = gtimer();
     MVP(0);
     const int jk = find_job(J);
-    if (J.j[jk].tab || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
+    if ((J.j[jk].tab && !(EX && J.early)) || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
     const ijob j = resolve(J.j[jk]);
     MVP(1);
     /* sc: codes, then sI | sM | sB */
@@ -215,6 +215,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
         }
         if (kb0 == 0) MVP(2);
         if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
+        if (EX && kb0 == 0 && J.trig) pdl_trigger(); /* (mv1c_sw's: the launch after it may start, its CTAs as these end) */
         if (j.sg) {
             swi_stage<DT, MV1_THREADS>(j, kb0, kcn, gshift, sx, sd, sbt, sxg); /* while the weights' loads are in flight */
         } else {
@@ -353,6 +354,59 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_an(const __grid_constant_
     __threadfence(); /* the other CTAs' rows, after their counts */
     an_run(T, sc);
     if (!threadIdx.x) *T.cnt = 0; /* for the next launch (stream order) */
+}
+
+/* SLUICE_CUDA_SWIDOWN=2 (cuda.h slcu_matmul_i8_swi; cuda_i8.cuh sw_tail): mv1c_i8's rows of one token's gate (job 2 s)
+ * and up (job 2 s + 1) matrices of k slots, then each slot's down input made once where the down matvec's every CTA made
+ * it (swi_stage): a CTA adds the rows it stored to the counter of their quad of the slot (4 blocks, 128 columns of the
+ * SwiGLU: 2 x 128 rows of gate and up) after a fence (release: thread 0 after the CTA's barrier, as cooperative groups'
+ * grid sync does); the CTA whose count completes the quad fences (acquire), resets the counter (for the next launch,
+ * in stream order) and makes the quad: v = silu(g) u by k_swiglu's operations (canon_silu) on the floats the CTAs
+ * stored (__ldcg: this launch's), a warp a block, lane = column, and its int8 form by act_quant's (quant_block; thread 0
+ * the quad's s64 and s128 as act_quant's thread 0), so the row is slcu_swiglu_q's bit for bit and the down matvec reads
+ * it as any int8 activation. No CTA waits for another. With T.nq 0 it is mv1c_i8 honouring J.early (and J.trig), for
+ * the down launch after it (slcu_matmul_i8_early): so mv1c_i8's own instances keep their code. */
+template <int DT, int SDT, int R, int IB, int MF>
+__global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_sw(const __grid_constant__ ijobs J, const __grid_constant__ sw_tail T) {
+    __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)];
+    __shared__ int lastq[R / 128 + 2], nlast;
+    __shared__ float s32[4];
+    mv1c_body<DT, SDT, R, IB, 1, MF, 1>(J, sc); /* J.early, J.trig honoured (the default instances' code ignores them) */
+    if (!T.nq) return; /* no tail: cuda_i8.cu slcu_matmul_i8_early's down */
+    const int jk = find_job(J), slot = jk >> 1, I = T.I, nb = I / 32, ns = nb + nb / 2 + nb / 4;
+    const int r0 = ((int)blockIdx.x - J.j[jk].tile0) * R, r1 = min(r0 + R, J.j[jk].nrows);
+    __syncthreads(); /* the CTA's rows are stored */
+    if (!threadIdx.x) {
+        __threadfence(); /* release: the CTA's rows, device-wide, before its counts */
+        int n = 0;
+        for (int qd = r0 >> 7; qd * 128 < r1; qd++) {
+            const int got = min(r1, qd * 128 + 128) - max(r0, qd * 128), need = 2 * min(128, I - qd * 128);
+            int *c = T.cnt + slot * T.nq + qd;
+            if (atomicAdd(c, got) + got == need) lastq[n++] = qd, *c = 0;
+        }
+        nlast = n;
+        if (n) __threadfence(); /* acquire: the other CTAs' rows of these quads, after their counts */
+    }
+    __syncthreads();
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float *g = J.j[2 * slot].y, *u = J.j[2 * slot + 1].y;
+    int8_t *qr = T.q + (size_t)slot * I, *q4r = T.q4 + (size_t)slot * I;
+    float *dr = T.d + (size_t)slot * nb, *sr = T.s + (size_t)slot * ns;
+    for (int i = 0; i < nlast; i++) {
+        const int qd = lastq[i], b = qd * 4 + w;
+        if (w < 4 && b < nb) {
+            const size_t c = (size_t)b * 32 + lane;
+            const float sb = quant_block(__fmul_rn(canon_silu(__ldcg(g + c)), __ldcg(u + c)), b, lane, qr, q4r, dr, sr);
+            if (!lane) s32[w] = sb;
+        }
+        __syncthreads();
+        if (!threadIdx.x) { /* act_quant's thread 0: the whole pairs' and the whole quad's sums */
+            for (int h = 0; h < 2; h++)
+                if (2 * qd + h < nb / 2) sr[nb + 2 * qd + h] = __fadd_rn(s32[2 * h], s32[2 * h + 1]);
+            if (qd < nb / 4) sr[nb + nb / 2 + qd] = __fadd_rn(__fadd_rn(s32[0], s32[1]), __fadd_rn(s32[2], s32[3]));
+        }
+        __syncthreads();
+    }
 }
 
 template <int DT, int SDT, int NT, int IB>
@@ -642,6 +696,40 @@ cudaError_t mv_an_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, c
 }
 
 int mv_nr_ok(void) { return mv1_version() == 3 || mv1_version() == 6; } /* mv1c_i8 is the one-token kernel (mv1d_i8 has no tails) */
+
+/* mv1c_sw's launch (cuda_i8.cu slcu_matmul_i8_swi), tiled as mv_launch would; the fold SLUICE_CUDA_MVFOLD's, overlapped
+ * as mv1c_i8 (pdl_enabled) */
+template <int DT, int SDT, int R>
+static void sw_one(int tiles, const ijobs *J, const sw_tail *T) {
+    void (*k)(ijobs, sw_tail) = mvfold() == 2 ? (J->ib ? mv1c_sw<DT, SDT, R, 1, 2> : mv1c_sw<DT, SDT, R, 0, 2>)
+                                              : (J->ib ? mv1c_sw<DT, SDT, R, 1, 1> : mv1c_sw<DT, SDT, R, 0, 1>);
+    pdl_launch_on(pdl_enabled(), k, dim3((unsigned)tiles), dim3(MV1_THREADS), 0, SLS, *J, *T);
+}
+template <int DT, int SDT>
+static void sw_rows(int rows, int tiles, const ijobs *J, const sw_tail *T) {
+    if (rows == 4) sw_one<DT, SDT, 4>(tiles, J, T);
+    else if (rows == 8) sw_one<DT, SDT, 8>(tiles, J, T);
+    else if (rows == 32) sw_one<DT, SDT, 32>(tiles, J, T);
+    else sw_one<DT, SDT, MV1_ROWS>(tiles, J, T);
+}
+cudaError_t mv_sw_launch(int dt, int sdt, int rows, int tiles, const ijobs *J, const sw_tail *T) {
+#define SW(D) (sdt == DT_F32 ? sw_rows<D, DT_F32>(rows, tiles, J, T) : sdt == DT_BF16 ? sw_rows<D, DT_BF16>(rows, tiles, J, T) \
+                                                                    : sw_rows<D, DT_F16>(rows, tiles, J, T))
+    if (dt == DT_Q4) SW(DT_Q4);
+    else SW(DT_Q8);
+#undef SW
+    return cudaGetLastError();
+}
+int mv_sw_ok(void) { return mv_nr_ok(); }
+
+/* mv1c_sw's quad counters: zero when the module loads, and each launch's last CTA of a quad puts its counter back */
+#define SW_CNT 4096
+__device__ int sw_cnt[SW_CNT] = {0};
+int *mv_sw_cnt(int n) {
+    static int *p;
+    if (!p && cudaGetSymbolAddress((void **)&p, sw_cnt) != cudaSuccess) p = NULL, (void)cudaGetLastError();
+    return n >= 1 && n <= SW_CNT ? p : NULL;
+}
 
 /* cuda.h: SLUICE_CUDA_MV1=6's records (mvp_rec) */
 extern "C" int slcu_mvprof_reset(void) {
