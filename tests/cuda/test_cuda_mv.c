@@ -624,8 +624,9 @@ static void swi_jobs(const swi_case *c, slcu_mm *gu, slcu_mm *dn, slcu_act *mi, 
 }
 
 /* The pair: 0 as today (gate/up, then down with the SwiGLU made in its CTAs), 1 SLUICE_CUDA_SWIDOWN=2 (gate/up with the
- * SwiGLU tail into mid, then down on mid resolving early), 2 =3 (the tail's CTAs trigger the down launch). part: 1 the
- * gate/up launch alone, 2 the down launch alone, 3 both. 1 when the new path took the launch (0 for mode 0 or refused). */
+ * SwiGLU tail into mid, then down on mid resolving early), 2 =3 (the tail's CTAs trigger the down launch), 3 =2's gate/up
+ * and mv1c_i8's down on mid (waiting first, find_job: what the early down saves). part: 1 the gate/up launch alone, 2
+ * the down launch alone, 3 both. 1 when the new path took the launch (0 for mode 0 or refused). */
 static int swi_pair(const swi_case *c, int mode, int part, char *msg) {
     slcu_mm gu[64], dn[32];
     slcu_act mi[32];
@@ -635,7 +636,7 @@ static int swi_pair(const swi_case *c, int mode, int part, char *msg) {
         took = mode ? slcu_matmul_i8_swi(gu, 2 * c->k, &c->mid, mode == 2, msg, 256) : 0;
         if (took < 0 || (!took && slcu_matmul_i8(gu, 2 * c->k, msg, 256))) return -1;
     }
-    if ((part & 2) && (mode ? slcu_matmul_i8_early(dn, c->k, msg, 256) : slcu_matmul_i8(dn, c->k, msg, 256))) return -1;
+    if ((part & 2) && (mode == 1 || mode == 2 ? slcu_matmul_i8_early(dn, c->k, msg, 256) : slcu_matmul_i8(dn, c->k, msg, 256))) return -1;
     return took;
 }
 
@@ -723,10 +724,11 @@ static void swi_run_fn(void *p) {
     if (swi_pair(&r->c, r->mode, r->part, msg) < 0) CK(0, "%s", msg);
 }
 
-/* --swi: check_swi_gate, then (if it passed) today's pair against SLUICE_CUDA_SWIDOWN=2 and =3 on the 30B-A3B decode
- * shape (128 experts, 8 slots, H 2048, I 768; q4 bf16 in groups of 32 and 64, auto rows, MVFOLD=1): us a call, the median
- * of 200 (slcu_time_median: each call between its own events, after a warm-up), of the pair, of gate/up alone and of down
- * alone, PDL off and on, the three modes alternated over 3 rounds; then the best round of each and new / today */
+/* --swi: check_swi_gate, then (if it passed) today's pair against SLUICE_CUDA_SWIDOWN=2 and =3 (and =2's gate/up with
+ * mv1c_i8's down on mid) on the 30B-A3B decode shape (128 experts, 8 slots, H 2048, I 768; q4 bf16 in groups of 32 and
+ * 64, auto rows, MVFOLD=1): us a call, the median of 200 (slcu_time_median: each call between its own events, after a
+ * warm-up), of gate/up alone, of down alone and of the pair, PDL off and on, the four alternated over 3 rounds; then the
+ * best round of each and new / today */
 static int swi_main(void) {
     check_swi_gate();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
@@ -735,7 +737,8 @@ static int swi_main(void) {
     char msg[256] = "";
     fast_fill = 1;
     enum { E = 128, K = 8, H = 2048, I = 768, NR = 3, REPS = 200 };
-    static const char *mname[3] = {"today (SwiGLU in down)", "SWIDOWN=2", "SWIDOWN=3 (trigger)"}, *pname[3] = {"gate/up", "down", "pair"};
+    static const char *mname[4] = {"today (SwiGLU in down)", "SWIDOWN=2", "SWIDOWN=3 (trigger)", "=2, down waits first"};
+    static const char *pname[3] = {"gate/up", "down", "pair"};
     for (int gi = 0; gi < 2; gi++) {
         const int group = gi ? 64 : 32;
         mat gm, dm;
@@ -762,13 +765,13 @@ static int swi_main(void) {
         r.c.gate.rows = r.c.up.rows = I, r.c.down.rows = H;
         slcu_act_bind(&r.c.mid, mb, K, I, msg, sizeof msg);
         slcu_i8_mv_rows(-1), slcu_i8_mvfold(1);
-        float best[2][3][3];
-        for (int i = 0; i < 18; i++) best[i / 9][i / 3 % 3][i % 3] = 1e30f;
+        float best[2][4][3];
+        for (int i = 0; i < 24; i++) best[i / 12][i / 3 % 4][i % 3] = 1e30f;
         printf("experts' gate/up + down, q4 g%d bf16, %d of %d experts, H %d, I %d, auto rows: us a call (median of %d)\n", group, K, E,
                H, I, REPS);
         for (int rd = 0; rd < NR; rd++)
             for (int pd = 0; pd < 2; pd++)
-                for (int m = 0; m < 3; m++) {
+                for (int m = 0; m < 4; m++) {
                     slcu_i8_pdl(pd);
                     r.mode = m;
                     float us[3];
@@ -781,7 +784,7 @@ static int swi_main(void) {
                     fflush(stdout);
                 }
         for (int pd = 0; pd < 2; pd++)
-            for (int m = 1; m < 3; m++) {
+            for (int m = 1; m < 4; m++) {
                 printf("  best of %d, %-3s %s / today:", NR, pd ? "PDL" : "", mname[m]);
                 for (int p = 0; p < 3; p++) printf(" %s %.2f/%.2f = %.3f%s", pname[p], best[pd][m][p], best[pd][0][p], best[pd][m][p] / best[pd][0][p], p < 2 ? " |" : "\n");
             }

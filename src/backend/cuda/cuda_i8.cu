@@ -440,7 +440,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
         for (int si = 0; si < 3; si++)
         for (int cls = 0; cls < 3; cls++) { /* the matvec, the matvec of implied biases (SLUICE_CUDA_IBIAS), the GEMM */
             const int sdt = sdts[si], gemm = cls == 2, ib = cls == 1;
-            J.n = 0, J.ib = ib, J.early = 0, J.trig = 0;
+            J.n = 0, J.ib = ib, J.early = 0, J.trig = 0, J.uni = 0;
             int max_tok = 0;
             for (int i = 0; i <= n; i++) {
                 if (i < n) {
@@ -472,7 +472,7 @@ extern "C" int slcu_matmul_i8(const slcu_mm *mm, int n, char *msg, size_t msglen
 static int tail_jobs(const slcu_mm *mm, int n, ijobs *J, int *rows, int *tiles) {
     const int dt = mm[0].w.dtype, sdt = mm[0].w.sdtype;
     if (n < 1 || n > MAXJ || (dt != DT_Q8 && dt != DT_Q4) || (sdt != DT_F32 && sdt != DT_F16 && sdt != DT_BF16)) return -1;
-    J->n = 0, J->ib = ibias_enabled(), J->early = 0, J->trig = 0;
+    J->n = 0, J->ib = ibias_enabled(), J->early = 0, J->trig = 0, J->uni = 0;
     for (int i = 0; i < n; i++) J->ib &= mm[i].w.ibias != 0; /* one launch: the biases computed when all are implied */
     for (int i = 0; i < n; i++) {
         const slcu_mm *m = &mm[i];
@@ -490,9 +490,12 @@ static int tail_jobs(const slcu_mm *mm, int n, ijobs *J, int *rows, int *tiles) 
     }
     *rows = mv_tile_rows(J, 1);
     *tiles = 0;
+    const int t0 = (J->j[0].nrows + *rows - 1) / *rows;
+    J->uni = t0; /* (read by mv1c_sw only) */
     for (int i = 0; i < J->n; i++) {
         J->j[i].tile0 = *tiles, J->j[i].ttiles = 1;
         *tiles += (J->j[i].nrows + *rows - 1) / *rows;
+        if ((J->j[i].nrows + *rows - 1) / *rows != t0) J->uni = 0;
     }
     return 0;
 }

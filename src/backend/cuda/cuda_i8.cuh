@@ -41,6 +41,11 @@ struct ijobs {
     int early;
     int trig; /* 1 (cuda.h slcu_matmul_i8_swi trig): mv1c_sw's CTAs trigger the launch after it (pdl_trigger) once
                * they have waited, so its CTAs start as these end; 0 none (the launch after starts as the last ends) */
+    /* the tiles of each job when every job has as many (cuda_i8.cu tail_jobs), else 0: mv1c_sw finds its job as
+     * blockIdx.x / uni (job_of) where find_job walks the tile0 words one dependent parameter load after another (a
+     * constant-cache miss each, new for every launch: call R's "resolve" grew with the jobs, 0.5 us for o's one, 1.5
+     * for down's 8, 2.1 for gate/up's 16 with no global load in it); the same job */
+    int uni;
 };
 
 static __device__ __forceinline__ int dp4a_us(unsigned a, int b, int c) { /* unsigned bytes of a times signed bytes of b */
@@ -53,6 +58,12 @@ static __device__ __forceinline__ int find_job(const ijobs &J) {
     int k = 0;
     while (k + 1 < J.n && (int)blockIdx.x >= J.j[k + 1].tile0) k++;
     return k;
+}
+
+/* find_job, or with EX and J.uni (every job uni tiles: tile0 = jk uni) the quotient: the same job */
+template <int EX>
+static __device__ __forceinline__ int job_of(const ijobs &J) {
+    return EX && J.uni ? (int)blockIdx.x / J.uni : find_job(J);
 }
 
 /* A job of the device-side table (slcu_mm tab / sel): its matrix's pointers, read on the device; and token t's row

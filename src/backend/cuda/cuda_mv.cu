@@ -173,7 +173,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
 #define MVP(i) do { if (FI == 2 && threadIdx.x == 0) sck[i] = clock64(); } while (0)
     if (FI == 2 && threadIdx.x == 0) gt0 = gtimer();
     MVP(0);
-    const int jk = find_job(J);
+    const int jk = job_of<EX>(J);
     if ((J.j[jk].tab && !(EX && J.early)) || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
     const ijob j = resolve(J.j[jk]);
     MVP(1);
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_sw(const __grid_constant_
     __shared__ float s32[4];
     mv1c_body<DT, SDT, R, IB, 1, MF, 1>(J, sc); /* J.early, J.trig honoured (the default instances' code ignores them) */
     if (!T.nq) return; /* no tail: cuda_i8.cu slcu_matmul_i8_early's down */
-    const int jk = find_job(J), slot = jk >> 1, I = T.I, nb = I / 32, ns = nb + nb / 2 + nb / 4;
+    const int jk = job_of<1>(J), slot = jk >> 1, I = T.I, nb = I / 32, ns = nb + nb / 2 + nb / 4;
     const int r0 = ((int)blockIdx.x - J.j[jk].tile0) * R, r1 = min(r0 + R, J.j[jk].nrows);
     __syncthreads(); /* the CTA's rows are stored */
     if (!threadIdx.x) {
