@@ -393,6 +393,7 @@ static void check_fused(void) {
 #include "test_cuda_small.c" /* issue 24: SLUICE_CUDA_NORM=2 / ROUTE=2 bitwise the kernels before: check_small, bench_small */
 #include "test_cuda_fa16.c"   /* issue 24/28: attention over an f16 KV cache: check_attn_f16 */
 #include "test_cuda_attn_items.c" /* issue 24: a decode batch's attention and RoPE in one launch: check_attn_items */
+#include "test_cuda_fa.c" /* issue 24: the decode attention, the pair against SLUICE_CUDA_FA_CL's launches: --bench-fa */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
 #include "test_cuda_split.c" /* issue 24: SLUICE_CUDA_MVSPLIT's one-token jobs bitwise mvn_i8: check_mv_split, --mvsplit */
 #include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
@@ -898,6 +899,10 @@ int main(int argc, char **argv) {
         check_hybrid();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
         return failures ? 1 : 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--bench-fa")) { /* the decode attention's us a call, FA_CL off / on (test_cuda_fa.c) */
+        bench_fa();
+        return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--tier")) { /* a layer's experts in batches (test_cuda_tier.c) alone */
         check_moe_batches_all();

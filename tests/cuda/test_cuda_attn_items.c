@@ -45,6 +45,8 @@ static void ai_free(ai_item *it) {
 /* n items at positions pos[i] (caps cap[i]): alone (slcu_attention on copy 0, the fold launched) == in one items call
  * (copy 1; one: the one-chunk items ended in k_fa16_part_items, slcu_fa16_one; f32: f32 caches, their items call),
  * outputs and caches bitwise */
+static int ai_cl = -1; /* the items' run: slcu_fa16_cl's (SLUICE_CUDA_FA_CL) switch; the alone runs take the pair, off */
+
 static void check_items(int n, int NH, int NKV, int HD, const int *pos, const int *cap, int window, int sinks, int gated,
                         int one, int f32) {
     char msg[256] = "";
@@ -53,19 +55,19 @@ static void check_items(int n, int NH, int NKV, int HD, const int *pos, const in
     slcu_attn s[SLCU_ATTN_ITEMS];
     for (int i = 0; i < n; i++)
         ai_make(&it[i], NH, NKV, HD, cap[i], window, pos[i], sinks ? dsk : NULL, gated, f32), s[i] = it[i].a;
-    slcu_fa16_one(0);
+    slcu_fa16_one(0), slcu_fa16_cl(0);
     for (int i = 0; i < n; i++) {
         slcu_attn a = it[i].a;
         a.k_cache = it[i].kc[0], a.v_cache = it[i].vc[0], a.out = it[i].o[0];
         CK(!slcu_attention(&a, msg, sizeof msg), "%s", msg);
     }
-    slcu_fa16_one(one);
+    slcu_fa16_one(one), slcu_fa16_cl(ai_cl);
     const int r = f32 ? slcu_attention_f32_items(s, n, msg, sizeof msg) : slcu_attention_f16_items(s, n, msg, sizeof msg);
-    slcu_fa16_one(-1);
+    slcu_fa16_one(-1), slcu_fa16_cl(-1);
     char name[160];
-    snprintf(name, sizeof name, "%s attention of %d items %d/%d hd %d w %d%s%s%s (first @%d, last @%d)", f32 ? "f32" : "f16",
-             n, NH, NKV, HD, window, sinks ? " sinks" : "", gated ? " gated" : "", one ? " one-chunk end" : "", pos[0],
-             pos[n - 1]);
+    snprintf(name, sizeof name, "%s attention of %d items %d/%d hd %d w %d%s%s%s%s (first @%d, last @%d)",
+             f32 ? "f32" : "f16", n, NH, NKV, HD, window, sinks ? " sinks" : "", gated ? " gated" : "",
+             one ? " one-chunk end" : "", ai_cl == 1 ? " FA_CL" : "", pos[0], pos[n - 1]);
     CK(r == 1, "%s: not taken (%d): %s", name, r, msg);
     int same = 1;
     for (int i = 0; i < n; i++) {
@@ -129,6 +131,10 @@ static void check_attn_items(void) {
     for (int i = 0; i < 16; i++) p16[i] = 37 * i * i, c16[i] = 37 * i * i + 1 + i;
     check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 0); /* SLCU_ATTN_ITEMS items */
     check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 1);
+    ai_cl = 1; /* SLUICE_CUDA_FA_CL: the items' fold with its loads deeper (fa16_comb_row_pf) == each alone in the pair */
+    check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, 0, 0), check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, 0, 1);
+    check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 0);
+    ai_cl = -1;
     check_rope_at(8, 32, 128, 128, 0), check_rope_at(8, 4, 128, 64, 1), check_rope_at(300, 4, 64, 64, 0);
 }
 

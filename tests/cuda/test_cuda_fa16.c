@@ -76,16 +76,20 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
     slcu_fa16_one(1); /* token by token with a one-chunk context ended in k_fa16_part (fa16_part_fin), no fold launch */
     float *y6 = fa16_run(&ap, 0, 1, 0), *y7 = fa16_run(&ap, 2, 0, 0); /* and all tokens in the decode pair at once */
     slcu_fa16_one(-1);
+    slcu_fa16_cl(1); /* SLUICE_CUDA_FA_CL: 2 .. 16 chunks on clusters, the fold's loads deeper beyond (cuda_flash_cl.cu) */
+    float *y8 = fa16_run(&ap, 0, 1, 0), *y9 = fa16_run(&ap, 2, 0, 0); /* token by token; all at once in the decode path */
+    slcu_fa16_cl(-1);
     const size_t nb = (size_t)T * NH * HD * 4;
     char name[128];
     snprintf(name, sizeof name, "f16 attention %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
              sinks ? " sinks" : "", gated ? " gated" : "");
     OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 3e-3);
     CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb) && !memcmp(y1, y6, nb) &&
-           !memcmp(y1, y7, nb),
-       "%s: prefill kernel / decode pair / token by token / fused fold / one-chunk end (token by token, all at once) "
-       "differ (%d %d %d %d %d %d)", name, !memcmp(y1, y2, nb), !memcmp(y1, y3, nb), !memcmp(y1, y4, nb),
-       !memcmp(y1, y5, nb), !memcmp(y1, y6, nb), !memcmp(y1, y7, nb));
+           !memcmp(y1, y7, nb) && !memcmp(y1, y8, nb) && !memcmp(y1, y9, nb),
+       "%s: prefill kernel / decode pair / token by token / fused fold / one-chunk end (token by token, all at once) / "
+       "FA_CL (token by token, all at once) differ (%d %d %d %d %d %d %d %d)", name, !memcmp(y1, y2, nb), !memcmp(y1, y3, nb),
+       !memcmp(y1, y4, nb), !memcmp(y1, y5, nb), !memcmp(y1, y6, nb), !memcmp(y1, y7, nb), !memcmp(y1, y8, nb),
+       !memcmp(y1, y9, nb));
     if (HD % 128 == 0) { /* the last token alone with its output's int8 form (k_fa16_comb): bitwise y3's row, and
                           * the form bitwise slcu_act_quantize's of it */
         const int row = NH * HD;
@@ -95,23 +99,23 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
         slcu_attn a = ap;
         a.q += (size_t)(T - 1) * ap.ldq, a.k += (size_t)(T - 1) * ap.ldkv, a.v += (size_t)(T - 1) * ap.ldkv;
         a.n = 1, a.pos0 += T - 1, a.out += (size_t)(T - 1) * ap.ldo;
-        for (int fu = 0; fu < 3; fu++) { /* the separate fold, the fused one, the one-chunk end (where one chunk) */
-            slcu_fa16_fuse(fu == 1), slcu_fa16_one(fu == 2);
+        for (int fu = 0; fu < 4; fu++) { /* the separate fold, the fused one, the one-chunk end (where one chunk), FA_CL */
+            slcu_fa16_fuse(fu == 1), slcu_fa16_one(fu == 2), slcu_fa16_cl(fu == 3);
             poison(dout, nb);
             CK(slcu_attention_q(&a, &a1, msg, sizeof msg) == 1, "%s: attention_q made no int8 form: %s", name, msg);
             float *yq = dl(a.out, row);
-            const char *how = fu == 1 ? " (fused fold)" : fu == 2 ? " (one-chunk end)" : "";
+            const char *how = fu == 1 ? " (fused fold)" : fu == 2 ? " (one-chunk end)" : fu == 3 ? " (FA_CL)" : "";
             CK(!memcmp(yq, y3 + (size_t)(T - 1) * row, (size_t)row * 4), "%s: the output beside its int8 form differs%s",
                name, how);
             CK(!slcu_act_quantize(&a2, a.out, row, msg, sizeof msg) && same_act(&a1, &a2),
                "%s: the int8 form differs from act_quantize's%s", name, how);
             free(yq);
         }
-        slcu_fa16_fuse(-1), slcu_fa16_one(-1);
+        slcu_fa16_fuse(-1), slcu_fa16_one(-1), slcu_fa16_cl(-1);
         slcu_free(b1), slcu_free(b2);
     }
     free(hq), free(hs), free(hn), free(hk), free(hv), free(ref);
-    free(y1), free(y2), free(y3), free(y4), free(y5), free(y6), free(y7);
+    free(y1), free(y2), free(y3), free(y4), free(y5), free(y6), free(y7), free(y8), free(y9);
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }
 
@@ -131,19 +135,23 @@ static void check_fa32(int T, int NH, int NKV, int HD, int cap, int window, int 
     float *ref = dl(dout, (size_t)T * NH * HD);
     float *y1 = fa16_run(&ap, 1, 0, 1), *y2 = fa16_run(&ap, 2, 0, 1), *y3 = fa16_run(&ap, 0, 1, 1);
     float *y4 = fa16_run(&ap, 1, 1, 1);
+    slcu_fa16_cl(1); /* token by token with SLUICE_CUDA_FA_CL's fold (k_fa16_comb2) */
+    float *y5 = fa16_run(&ap, 0, 1, 1);
+    slcu_fa16_cl(-1);
     const size_t nb = (size_t)T * NH * HD * 4;
     char name[128];
     snprintf(name, sizeof name, "f32 flash %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
              sinks ? " sinks" : "", gated ? " gated" : "");
     OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 1e-5);
-    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb),
-       "%s: prefill kernel / decode pair / token by token differ (%d %d %d)", name, !memcmp(y1, y2, nb),
-       !memcmp(y1, y3, nb), !memcmp(y1, y4, nb));
-    free(ref), free(y1), free(y2), free(y3), free(y4);
+    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb),
+       "%s: prefill kernel / decode pair / token by token / FA_CL token by token differ (%d %d %d %d)", name,
+       !memcmp(y1, y2, nb), !memcmp(y1, y3, nb), !memcmp(y1, y4, nb), !memcmp(y1, y5, nb));
+    free(ref), free(y1), free(y2), free(y3), free(y4), free(y5);
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }
 
 static void check_attn_f16(void) {
+    const int cl0 = slcu_fa16_cl_launches();
     check_fa32(40, 8, 2, 128, 400, 0, 150, 0, 1);
     check_fa32(20, 8, 2, 64, 300, 50, 250, 1, 0);
     check_fa32(9, 6, 2, 20, 64, 0, 0, 0, 1);
@@ -164,4 +172,17 @@ static void check_attn_f16(void) {
                                                       * k_fa16_part (SLUICE_CUDA_FA_ONE) */
     check_fa16(6, 8, 2, 256, 100, 0, 10, 1, 1);      /* the same at head_dim 256, sinks, gated */
     check_fa16(4, 64, 2, 128, 70, 0, 0, 0, 0);       /* two row tiles a KV head, depths 1 .. 4 */
+    /* SLUICE_CUDA_FA_CL's edges (cuda_flash_cl.cu): the 30B shape over 512 (8 -> 9 chunks, clusters of 8 and 9), over
+     * 1024 (16 chunks on a cluster, then 17 in the pair), two row tiles on 4 chunks (clusters of 16), 32k positions (513
+     * chunks: the fold's loads two batches deep), the same with a window and sinks */
+    check_fa16(4, 32, 4, 128, 1100, 0, 510, 0, 0);
+    check_fa16(3, 32, 4, 128, 1100, 0, 1022, 0, 1);
+    check_fa16(3, 64, 2, 128, 300, 0, 200, 0, 0);
+    check_fa16(2, 32, 4, 128, 32800, 0, 32767, 0, 0);
+    check_fa16(3, 8, 2, 64, 2100, 1000, 2040, 1, 0);
+    check_fa32(4, 32, 4, 128, 1100, 0, 510, 0, 0);
+    check_fa32(2, 32, 4, 128, 32800, 0, 32767, 0, 0);
+    const int ncl = slcu_fa16_cl_launches() - cl0;
+    CK(ncl > 0, "SLUICE_CUDA_FA_CL made no cluster launch (the device holds no cluster of 8 CTAs?): its checks ran the pair");
+    printf("ok   FA_CL: %d cluster launches checked\n", ncl);
 }

@@ -371,6 +371,11 @@ void slcu_fa16_fuse(int on);
  * SLUICE_CUDA_FA_ONE's (on unless =0). The same operations on the same floats as the fold (cuda_flash.cu
  * fa16_part_fin) */
 void slcu_fa16_one(int on);
+/* tests: SLUICE_CUDA_FA_CL's decode attention (2 .. 16 chunks in one launch on clusters, the fold's loads deeper
+ * beyond: cuda_flash_cl.cu, bitwise the pair) on (1) or off (0); -1: the environment's (off unless =1) */
+void slcu_fa16_cl(int on);
+/* tests: the cluster launches SLUICE_CUDA_FA_CL made so far (0: the device took none; the pair ran) */
+int slcu_fa16_cl_launches(void);
 /* A decode batch's attention (issue 24): n (<= SLCU_ATTN_ITEMS) one-token items of f16 caches, the same n_heads, n_kv
  * and hd, each with its own q, k, v, caches, position, cap, window and out, in one k_fa16_part launch (each item its
  * row appended) and one k_fa16_comb launch: every item's cache row and output bitwise slcu_attention_f16 of it alone.

@@ -115,26 +115,9 @@ __global__ void __launch_bounds__(FA16_FW * 32) k_fa16_fold(const slcu_attn p) {
     }
 }
 
-/* One token's new row (app: no k_kv_append16 before the decode pair): the warp whose chunk holds position pos0
- * converts the token's k and v of KV head kvh to f16 (k_kv_append16's conversions), writes them to the cache row
- * and over row r of its tiles (what its cp.async read there was the row's old bytes). No other warp reads that
- * row, but another row tile of the same KV head (rows 16z..), which does the same: the same values. */
-template <int HDP>
-__device__ void f16_append_row(const slcu_attn &p, __half *ks, __half *vs, int r, int kvh, int lane) {
-    const size_t src = (size_t)kvh * p.hd, dst = (size_t)(p.pos0 % p.cap) * p.n_kv * p.hd + src;
-    __half *kc = (__half *)p.k_cache, *vc = (__half *)p.v_cache;
-    for (int d = lane; d < p.hd; d += 32) {
-        const __half kx = __float2half_rn(p.k[src + d]), vx = __float2half_rn(p.v[src + d]);
-        ks[r * (HDP + 8) + d] = kx, vs[r * (HDP + 8) + d] = vx;
-        kc[dst + d] = kx, vc[dst + d] = vx;
-    }
-}
-
 /* Decode: warp w of CTA (x, kvh, z) takes chunk cfirst + 4x + w for rows 16z .. 16z + 15 of KV head kvh and writes
  * its (m, l) to ml [R][nchs][2] and o to po [R][nchs][HDP] (R = kvh * nrows + row). Shared memory per warp: qs
  * [16][HDP + 8], ks and vs [64][HDP + 8]. pd: the position from the device (a recorded step). */
-static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml, const slcu_act &qa,
-                                     int R, int tid, int nthr);
 /* row(i, R) for each of the thread's two rows of a 16-row tile, R = r0 + g + 8 i, below nrows: the walk of a P V
  * block's rows that k_fa16_part's partials and fa16_part_fin's ends take */
 template <typename F>
@@ -237,9 +220,11 @@ template <int HDP, int W>
 __global__ void __launch_bounds__(W * 32) k_fa16_part(slcu_attn p, const int *pd, int nchs, float *po, float *ml, int app,
                                                       int *done, slcu_act qa, int fin) {
     pdl_wait();
-    if (fin) pdl_trigger(); /* no k_fa16_comb after it: the matvec after it may start loading its weights */
+    /* fin 1: no k_fa16_comb after it, the matvec after it may start loading its weights; fin 2 (SLUICE_CUDA_FA_CL): the
+     * fold's CTAs may start and wait (their pdl_wait) while this one runs */
+    if (fin) pdl_trigger();
     if (pd) p.pos0 = *pd;
-    fa16_part_cta<HDP, W>(p, nchs, po, ml, app, done, qa, blockIdx.x, blockIdx.y, blockIdx.z, fin);
+    fa16_part_cta<HDP, W>(p, nchs, po, ml, app, done, qa, blockIdx.x, blockIdx.y, blockIdx.z, fin & 1);
 }
 
 /* The one chunk's rows ended by the CTA's W warps with fa16_comb_row's operations on the same floats: its chunk
@@ -293,45 +278,6 @@ static __device__ __forceinline__ void fa16_part_fin(const slcu_attn &p, const f
     }
 }
 
-/* Decode, second half for row R (kvh * nrows + r) on threads tid .. of nthr (a multiple of 32): the chunks folded in
- * order as k_fa16_fold does; each thread loads FA_CB chunks' values at once (all in flight, past L1: a fused caller
- * reads what other CTAs wrote in the same launch), then folds them in order. qa.q (one token, head_dim a multiple of
- * 128): the output's int8 form too, by act_quant's operations on the same floats (cuda_quant.cuh), so o's matvec
- * needs no quantisation launch; the head's pair / quad sums follow once its block sums are visible (the caller). */
-#define FA_CB 16
-static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml, const slcu_act &qa,
-                                     int R, int tid, int nthr) {
-    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = R / nrows, r = R % nrows;
-    int lo, hi, clo, d;
-    f16_range(p, r, nrows, G, lo, hi);
-    f16_range(p, 0, nrows, G, clo, d);
-    const int t = r / G, h = kvh * G + r % G, cb0 = clo / FA16_C;
-    /* the row's chunks: ci0 .. ci1 (the others hold none of its keys) */
-    const int ci0 = max(lo / FA16_C - cb0, 0), ci1 = min(hi / FA16_C - cb0, nchs - 1);
-    const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride, *mr = ml + (size_t)R * nchs * 2;
-    const float *orow = po + (size_t)R * nchs * hdp;
-    for (int dd = tid; dd < p.hd; dd += nthr) {
-        float M = -INFINITY, L = 0.0f, O = 0.0f, a, b;
-        for (int c = ci0; c <= ci1; c += FA_CB) {
-            float mv[FA_CB], lv[FA_CB], ov[FA_CB];
-#pragma unroll
-            for (int u = 0; u < FA_CB; u++)
-                if (c + u <= ci1)
-                    mv[u] = __ldcg(mr + 2 * (c + u)), lv[u] = __ldcg(mr + 2 * (c + u) + 1),
-                    ov[u] = __ldcg(orow + (size_t)(c + u) * hdp + dd);
-#pragma unroll
-            for (int u = 0; u < FA_CB; u++)
-                if (c + u <= ci1) {
-                    f16_fold(M, L, mv[u], lv[u], a, b);
-                    O = f16_mix(O, ov[u], a, b);
-                }
-        }
-        const float v = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + dd : NULL);
-        p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = v;
-        if (qa.q) quant_lane(v, h * p.hd + dd, tid & 31, qa);
-    }
-}
-
 /* Decode, second kernel: a CTA per row (fa16_comb_row). */
 __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml, slcu_act qa) {
     pdl_wait();
@@ -366,13 +312,14 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part_items(const __grid_constan
 }
 
 /* a CTA per (item, row): per rows of an item (n_kv * n_heads / n_kv, one token each) */
-__global__ void k_fa16_comb_items(const __grid_constant__ fa_items I, int per, int hdp) {
+__global__ void k_fa16_comb_items(const __grid_constant__ fa_items I, int per, int hdp, int pf) {
     pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     const fa_item &it = I.it[blockIdx.x / per];
     if (it.fin) return;
     const slcu_act qa = {};
-    fa16_comb_row(it.a, it.nchs, hdp, it.po, it.ml, qa, blockIdx.x % per, threadIdx.x, blockDim.x);
+    if (pf) fa16_comb_row_pf(it.a, it.nchs, hdp, it.po, it.ml, qa, blockIdx.x % per, threadIdx.x, blockDim.x); /* FA_CL */
+    else fa16_comb_row(it.a, it.nchs, hdp, it.po, it.ml, qa, blockIdx.x % per, threadIdx.x, blockDim.x);
 }
 
 __global__ void k_kv_append16(slcu_attn p, const int *pd) {
@@ -631,18 +578,22 @@ static int fl_fuse = -1;  /* SLUICE_CUDA_FA_FUSE=1: the fused fold (opt-in: writ
 static int fl_sep = -1;   /* SLUICE_CUDA_FA_APPEND=0: the separate append, as before (bisecting) */
 static int fl_one = -1;   /* SLUICE_CUDA_FA_ONE: one chunk ended in k_fa16_part (on since call R; =0 the fold launched) */
 static int fl_fa32 = -1;  /* SLUICE_CUDA_FA32=0: f32 caches take k_attention's order (cuda_ops.cu), never these kernels */
+static int fl_cl = -1;    /* SLUICE_CUDA_FA_CL=1: 2 .. 16 chunks on clusters in one launch, the fold's loads deeper
+                           * beyond (cuda_flash_cl.cu; opt-in: written in session 34, not yet run on a GPU) */
 #define FL_FUSE_CHUNKS 16 /* the fused fold's bound: one warp folds a head's rows (depth <= 960) */
 #define FL_MAX_KV 256
 
 extern "C" void slcu_fa16_force(int mode) { fl_mode = mode; }
 extern "C" void slcu_fa16_fuse(int on) { fl_fuse = on; } /* tests: 1 / 0, or -1 (the environment's) */
 extern "C" void slcu_fa16_one(int on) { fl_one = on; }   /* tests: as slcu_fa16_fuse */
+extern "C" void slcu_fa16_cl(int on) { fl_cl = on; }     /* tests: as slcu_fa16_fuse */
 
 static void fl_env(void) {
     if (fl_fuse < 0) fl_fuse = getenv("SLUICE_CUDA_FA_FUSE") && getenv("SLUICE_CUDA_FA_FUSE")[0] == '1';
     if (fl_sep < 0) fl_sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
     if (fl_one < 0) fl_one = !(getenv("SLUICE_CUDA_FA_ONE") && getenv("SLUICE_CUDA_FA_ONE")[0] == '0');
     if (fl_fa32 < 0) fl_fa32 = !(getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '0');
+    if (fl_cl < 0) fl_cl = getenv("SLUICE_CUDA_FA_CL") && getenv("SLUICE_CUDA_FA_CL")[0] == '1';
     if (fl_mode >= 0) return;
     const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
     fl_mode = e ? atoi(e) : 0;
@@ -729,6 +680,10 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
     slcu_act qa = {};
     if (oq && a->n == 1 && a->hd % 128 == 0 && oq->n_tok == 1 && oq->cols == a->n_heads * a->hd) qa = *oq;
     const int fin = fl_one && !pd && nchs == 1; /* one chunk: k_fa16_part ends the rows (fa16_part_fin) */
+    if (fl_cl && !fin && !pd) { /* 2 .. 16 chunks: one launch on clusters (cuda_flash_cl.cu) */
+        const int r = fa16_cl_launch(a, HDP, nchs, po, ml, app, &qa, msg, msglen);
+        if (r <= 0) return r < 0 ? -1 : qa.q ? 1 : 0;
+    }
     const int fuse = !fin && fl_fuse && !pd && a->n == 1 && nrows <= 16 && nchs <= FL_FUSE_CHUNKS && a->n_kv <= FL_MAX_KV &&
                      (a->hd % 32 == 0 || !qa.q);
     if (fuse && !fl_done) {
@@ -737,8 +692,9 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
         if (e) return f16_fail(msg, msglen, "counters", e);
     }
     pdl_launch(k_fa16_part<HDP, PW>, dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
-               PW * 32, psm, SLS, *a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa, fin);
-    if (!fuse && !fin)
+               PW * 32, psm, SLS, *a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa, fin ? 1 : fl_cl && !fuse ? 2 : 0);
+    if (!fuse && !fin && fl_cl) fa16_comb2_launch(a, pd, nchs, HDP, po, ml, &qa);
+    else if (!fuse && !fin)
         pdl_launch(k_fa16_comb, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd,
                    nchs, HDP, po, ml, qa);
     cudaError_t e = cudaGetLastError();
@@ -793,7 +749,7 @@ static int f16_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
                PW * 32, psm, SLS, I, 1, tiles, !comb);
     if (comb) /* (the rows of the items ended in k_fa16_part_items return at once) */
         pdl_launch(k_fa16_comb_items, (unsigned)(n * a->n_heads), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, I,
-                   a->n_heads, HDP);
+                   a->n_heads, HDP, fl_cl);
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : 1;
 }
@@ -846,8 +802,10 @@ static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
     if (fl_smem(k_fa32_part<NJ, PW>, &pset, psm, msg, msglen)) return -1;
     pdl_launch(k_fa32_part<NJ, PW>, dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + FA32_RW - 1) / FA32_RW)),
                PW * 32, psm, SLS, *a, pd, nchs, po, ml);
-    pdl_launch(k_fa16_comb, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd, nchs,
-               32 * NJ, po, ml, slcu_act{});
+    if (fl_cl) fa16_comb2_launch(a, pd, nchs, 32 * NJ, po, ml, NULL);
+    else
+        pdl_launch(k_fa16_comb, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd,
+                   nchs, 32 * NJ, po, ml, slcu_act{});
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : 0;
 }
@@ -879,7 +837,7 @@ static int f32_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
     pdl_launch(k_fa32_part_items<NJ, PW>, dim3((unsigned)((most + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)(n * tiles)),
                PW * 32, psm, SLS, I, tiles);
     pdl_launch(k_fa16_comb_items, (unsigned)(n * a->n_heads), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, I,
-               a->n_heads, 32 * NJ);
+               a->n_heads, 32 * NJ, fl_cl);
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : 1;
 }

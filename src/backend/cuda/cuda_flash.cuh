@@ -1,7 +1,9 @@
 /*
  * cuda_flash.cuh — the device helpers of cuda_flash.cu's f16 attention kernels (its head comment states the order):
  * ldmatrix / mma.sync wrappers, cp.async, a row's key range, the fold of a chunk (f16_fold, f16_mix), a row's end
- * (f16_final), the q and K/V tile loads, a warp's scores and P V. For cuda_flash.cu only (one translation unit).
+ * (f16_final), the q and K/V tile loads, a warp's scores and P V, a token's new cache row (f16_append_row), a row's fold of
+ * the chunks' partials (fa16_comb_row; fa16_comb_row_pf: the same chain, the next chunks' loads in flight). For
+ * cuda_flash.cu and cuda_flash_cl.cu (the decode attention on a cluster, SLUICE_CUDA_FA_CL) only.
  */
 #ifndef SL_CUDA_FLASH_CUH
 #define SL_CUDA_FLASH_CUH
@@ -12,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_quant.cuh"
 
 #define FA16_C 64 /* keys per chunk: the fixed split of the positions */
 
@@ -201,5 +204,113 @@ __device__ __forceinline__ void f16_pv(const uint32_t pa[4][4], const __half *vs
             f16_mma(o[nt + 1], pa[kk], b[2], b[3]);
         }
 }
+
+/* One token's new row (app: no k_kv_append16 before the decode pair): the warp whose chunk holds position pos0
+ * converts the token's k and v of KV head kvh to f16 (k_kv_append16's conversions), writes them to the cache row
+ * and over row r of its tiles (what its cp.async read there was the row's old bytes). No other warp reads that
+ * row, but another row tile of the same KV head (rows 16z..), which does the same: the same values. */
+template <int HDP>
+__device__ void f16_append_row(const slcu_attn &p, __half *ks, __half *vs, int r, int kvh, int lane) {
+    const size_t src = (size_t)kvh * p.hd, dst = (size_t)(p.pos0 % p.cap) * p.n_kv * p.hd + src;
+    __half *kc = (__half *)p.k_cache, *vc = (__half *)p.v_cache;
+    for (int d = lane; d < p.hd; d += 32) {
+        const __half kx = __float2half_rn(p.k[src + d]), vx = __float2half_rn(p.v[src + d]);
+        ks[r * (HDP + 8) + d] = kx, vs[r * (HDP + 8) + d] = vx;
+        kc[dst + d] = kx, vc[dst + d] = vx;
+    }
+}
+
+/* Decode, second half for row R (kvh * nrows + r) on threads tid .. of nthr (a multiple of 32): the chunks folded in
+ * order as k_fa16_fold does; each thread loads FA_CB chunks' values at once (all in flight, past L1: a fused caller
+ * reads what other CTAs wrote in the same launch), then folds them in order. qa.q (one token, head_dim a multiple of
+ * 128): the output's int8 form too, by act_quant's operations on the same floats (cuda_quant.cuh), so o's matvec
+ * needs no quantisation launch; the head's pair / quad sums follow once its block sums are visible (the caller). */
+#define FA_CB 16
+static __device__ void fa16_comb_row(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml, const slcu_act &qa,
+                                     int R, int tid, int nthr) {
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = R / nrows, r = R % nrows;
+    int lo, hi, clo, d;
+    f16_range(p, r, nrows, G, lo, hi);
+    f16_range(p, 0, nrows, G, clo, d);
+    const int t = r / G, h = kvh * G + r % G, cb0 = clo / FA16_C;
+    /* the row's chunks: ci0 .. ci1 (the others hold none of its keys) */
+    const int ci0 = max(lo / FA16_C - cb0, 0), ci1 = min(hi / FA16_C - cb0, nchs - 1);
+    const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride, *mr = ml + (size_t)R * nchs * 2;
+    const float *orow = po + (size_t)R * nchs * hdp;
+    for (int dd = tid; dd < p.hd; dd += nthr) {
+        float M = -INFINITY, L = 0.0f, O = 0.0f, a, b;
+        for (int c = ci0; c <= ci1; c += FA_CB) {
+            float mv[FA_CB], lv[FA_CB], ov[FA_CB];
+#pragma unroll
+            for (int u = 0; u < FA_CB; u++)
+                if (c + u <= ci1)
+                    mv[u] = __ldcg(mr + 2 * (c + u)), lv[u] = __ldcg(mr + 2 * (c + u) + 1),
+                    ov[u] = __ldcg(orow + (size_t)(c + u) * hdp + dd);
+#pragma unroll
+            for (int u = 0; u < FA_CB; u++)
+                if (c + u <= ci1) {
+                    f16_fold(M, L, mv[u], lv[u], a, b);
+                    O = f16_mix(O, ov[u], a, b);
+                }
+        }
+        const float v = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + dd : NULL);
+        p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = v;
+        if (qa.q) quant_lane(v, h * p.hd + dd, tid & 31, qa);
+    }
+}
+
+/* fa16_comb_row's operations in its order, the loads two batches deep: while a thread folds FA_CB chunks, the next
+ * FA_CB chunks' (m, l, o) are already in flight (k_fa16_comb waited one L2 round trip a batch: 33 of them at 32k
+ * positions, docs/CUDA.md "The decode attention on a cluster"). Same floats, same chain: bitwise fa16_comb_row. */
+static __device__ __forceinline__ void fa16_comb_ld(const float *mr, const float *orow, int hdp, int c, int ci1, int dd,
+                                                    float mv[FA_CB], float lv[FA_CB], float ov[FA_CB]) {
+#pragma unroll
+    for (int u = 0; u < FA_CB; u++)
+        if (c + u <= ci1)
+            mv[u] = __ldcg(mr + 2 * (c + u)), lv[u] = __ldcg(mr + 2 * (c + u) + 1),
+            ov[u] = __ldcg(orow + (size_t)(c + u) * hdp + dd);
+}
+static __device__ __forceinline__ void fa16_comb_fold(int c, int ci1, const float mv[FA_CB], const float lv[FA_CB],
+                                                      const float ov[FA_CB], float &M, float &L, float &O) {
+    float a, b;
+#pragma unroll
+    for (int u = 0; u < FA_CB; u++)
+        if (c + u <= ci1) {
+            f16_fold(M, L, mv[u], lv[u], a, b);
+            O = f16_mix(O, ov[u], a, b);
+        }
+}
+static __device__ void fa16_comb_row_pf(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml,
+                                        const slcu_act &qa, int R, int tid, int nthr) {
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = R / nrows, r = R % nrows;
+    int lo, hi, clo, d;
+    f16_range(p, r, nrows, G, lo, hi);
+    f16_range(p, 0, nrows, G, clo, d);
+    const int t = r / G, h = kvh * G + r % G, cb0 = clo / FA16_C;
+    const int ci0 = max(lo / FA16_C - cb0, 0), ci1 = min(hi / FA16_C - cb0, nchs - 1);
+    const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride, *mr = ml + (size_t)R * nchs * 2;
+    const float *orow = po + (size_t)R * nchs * hdp;
+    for (int dd = tid; dd < p.hd; dd += nthr) {
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        float m0[FA_CB], l0[FA_CB], o0[FA_CB], m1[FA_CB], l1[FA_CB], o1[FA_CB];
+        fa16_comb_ld(mr, orow, hdp, ci0, ci1, dd, m0, l0, o0);
+        for (int c = ci0; c <= ci1; c += 2 * FA_CB) {
+            fa16_comb_ld(mr, orow, hdp, c + FA_CB, ci1, dd, m1, l1, o1);
+            fa16_comb_fold(c, ci1, m0, l0, o0, M, L, O);
+            fa16_comb_ld(mr, orow, hdp, c + 2 * FA_CB, ci1, dd, m0, l0, o0);
+            fa16_comb_fold(c + FA_CB, ci1, m1, l1, o1, M, L, O);
+        }
+        const float v = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + dd : NULL);
+        p.out[(size_t)t * p.ldo + (size_t)h * p.hd + dd] = v;
+        if (qa.q) quant_lane(v, h * p.hd + dd, tid & 31, qa);
+    }
+}
+
+/* cuda_flash_cl.cu (host): the decode attention of a (2 .. 16 chunks, pd NULL) in one launch on clusters, rows bitwise
+ * the decode pair's: 0 launched, 1 not taken (nothing launched: the caller runs the pair), -1 failed (message) */
+int fa16_cl_launch(const slcu_attn *a, int hdp, int nchs, float *po, float *ml, int app, const slcu_act *qa, char *msg,
+                   size_t msglen);
+/* cuda_flash_cl.cu (host): the pair's second launch as k_fa16_comb's (same arguments), its loads two batches deep */
+void fa16_comb2_launch(const slcu_attn *a, const int *pd, int nchs, int hdp, const float *po, const float *ml, const slcu_act *qa);
 
 #endif

@@ -1,0 +1,188 @@
+/*
+ * cuda_flash_cl.cu — the decode attention over an f16 cache in one launch on a thread-block cluster
+ * (SLUICE_CUDA_FA_CL=1, opt-in; issue 24; docs/CUDA.md "The decode attention on a cluster").
+ *
+ * The decode pair (cuda_flash.cu k_fa16_part + k_fa16_comb) gives every 64-position chunk a warp and folds the chunks'
+ * (m, l, o) in a second launch; at depth 512 (9 chunks) that is 12 CTAs whose lone warps load their K/V tiles one
+ * warp at a time, then a launch more than depth 1's one-chunk end (SLUICE_CUDA_FA_ONE). Here, for 2 .. 16 chunks:
+ *   - a cluster of CL CTAs per (KV head, row tile of 16 rows), CL = max(chunks, rows of the tile) (<= 16): CTA x takes
+ *     chunk x as the one-chunk end does (cuda_flash.cu fa16_part_cta's fin branch): its W warps load the chunk's q, K
+ *     and V tiles together, every warp computes the same scores from them (f16_scores), warp w takes P V for its dims
+ *     (each 16 x 8 tile of o keeps its 4-step key chain, so any split of the dims gives k_fa16_part's floats), and the
+ *     CTA writes (m, l) and o where k_fa16_part writes them (the same layout, the same values);
+ *   - the cluster's barrier (release / acquire at cluster scope; the partials read past L1, __ldcg);
+ *   - CTA x folds rows x, x + CL, ... of the tile with fa16_comb_row (k_fa16_comb's own device function: the same
+ *     chunks in the same order, the same operations), and the head's int8 form sums as k_fa16_comb does.
+ * So every row's bits are the decode pair's. One launch, 2 .. 16 CTAs a KV head where k_fa16_part had 1 .. 4 of one
+ * busy warp each; the launch ends the attention and lets the matvec after it start (pdl_trigger). Clusters of more
+ * than 8 CTAs are non-portable (H100: 16 allowed); where the device cannot hold 16 the launch takes 8 at most, and
+ * the caller keeps the pair past that. Recorded steps (a position from the device) keep the pair.
+ * Beyond 16 chunks the pair stays, with k_fa16_part letting k_fa16_comb start early and the fold's loads two batches
+ * deep (k_fa16_comb2: fa16_comb_row_pf, bitwise fa16_comb_row).
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_pdl.cuh"
+#include "backend/cuda/cuda_quant.cuh"
+#include "backend/cuda/cuda_flash.cuh"
+
+#define CL_MAX 16 /* CTAs a cluster at most (non-portable above 8) */
+static int cl_launches; /* cluster launches made (tests: slcu_fa16_cl_launches) */
+
+/* the cluster's barrier: every CTA's partials (global stores) released to the cluster before any CTA reads them */
+static __device__ __forceinline__ void cl_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+/* CTA x (= ci, the chunk) of the cluster of CL for KV head kvh, rows 16 bz .. 16 bz + 15. Shared memory: q [16][HDP + 8],
+ * K and V [64][HDP + 8] halves (the one-chunk end's place). Every thread reaches the cluster's barrier. */
+template <int HDP, int W>
+static __device__ __forceinline__ void fa16_cl_cta(const slcu_attn &p, int nchs, float *po, float *ml, int app,
+                                                   const slcu_act &qa, int ci, int CL, int kvh, int bz) {
+    constexpr int S = HDP + 8, DW = HDP / W < 16 ? 16 : HDP / W, DB = DW < 64 ? DW : 64; /* a warp's dims; P V's block */
+    extern __shared__ uint4 f16_smem[];
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, r0 = bz * 16;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    int lo[2], hi[2], clo, chi, base, d;
+    f16_range(p, r0 + g, nrows, G, lo[0], hi[0]);
+    f16_range(p, r0 + g + 8, nrows, G, lo[1], hi[1]);
+    f16_range(p, 0, nrows, G, base, d); /* chunk ci is base / 64 + ci (k_fa16_part's and k_fa16_comb's numbering) */
+    f16_range(p, r0, nrows, G, clo, d);
+    f16_range(p, min(r0 + 16, nrows) - 1, nrows, G, d, chi);
+    const int c0 = (base / FA16_C + ci) * FA16_C;
+    if (ci < nchs && c0 <= chi && c0 + FA16_C - 1 >= clo) { /* CTA-uniform: k_fa16_part's warp for this chunk works */
+        __half *q0 = (__half *)f16_smem, *k0 = q0 + 16 * S, *v0 = k0 + FA16_C * S;
+        f16_load_q<HDP>(p, q0, r0, 16, nrows, G, kvh, threadIdx.x, W * 32);
+        f16_load_kv<HDP>(p, k0, v0, c0, clo, chi, kvh, threadIdx.x, W * 32);
+        fl_cp_commit();
+        fl_cp_wait<0>();
+        __syncthreads();
+        if (app && p.pos0 >= c0 && p.pos0 < c0 + FA16_C) { /* over the old bytes every thread's copies put there */
+            if (!warp) f16_append_row<HDP>(p, k0, v0, p.pos0 - c0, kvh, lane);
+            __syncthreads();
+        }
+        float m[2], l[2];
+        uint32_t pa[4][4];
+        f16_scores<HDP>(q0, k0, c0, lo, hi, p.scale, m, l, pa);
+        if (!warp && !tig)
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                if (r0 + g + 8 * i < nrows) {
+                    float *q = ml + ((size_t)(kvh * nrows + r0 + g + 8 * i) * nchs + ci) * 2;
+                    q[0] = m[i], q[1] = l[i];
+                }
+        for (int d0 = warp * DW; d0 < warp * DW + DW && d0 < HDP; d0 += DB) {
+            float o[DB / 8][4];
+            f16_pv<HDP, DB>(pa, v0, d0, o);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int R = r0 + g + 8 * i;
+                if (R >= nrows) continue;
+                float *q = po + ((size_t)(kvh * nrows + R) * nchs + ci) * HDP + d0 + tig * 2;
+#pragma unroll
+                for (int nt = 0; nt < DB / 8; nt++) *(float2 *)(q + nt * 8) = make_float2(o[nt][2 * i], o[nt][2 * i + 1]);
+            }
+        }
+    }
+    cl_sync();
+    const int nt = W * 32;
+    for (int r = ci; r < 16 && r0 + r < nrows; r += CL) { /* CTA-uniform */
+        const int R = r0 + r;
+        fa16_comb_row(p, nchs, HDP, po, ml, qa, kvh * nrows + R, threadIdx.x, nt);
+        if (!qa.q) continue;
+        __syncthreads(); /* the head's block sums are written */
+        const int h = kvh * G + R % G;
+        quant_sums(qa, p.n_heads * p.hd / 32, h * p.hd / 32, p.hd / 32, threadIdx.x, nt);
+    }
+}
+
+/* grid (CL, n_kv, row tiles), clusters of (CL, 1, 1): the whole x extent is one cluster */
+template <int HDP, int W>
+__global__ void __launch_bounds__(W * 32) k_fa16_cl(slcu_attn p, int nchs, float *po, float *ml, int app, slcu_act qa) {
+    pdl_wait();
+    pdl_trigger(); /* no launch after it for the attention: the matvec after it may start loading its weights */
+    fa16_cl_cta<HDP, W>(p, nchs, po, ml, app, qa, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z);
+}
+
+/* k_fa16_comb with its loads two batches deep (fa16_comb_row_pf): a CTA per row */
+__global__ void k_fa16_comb2(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml, slcu_act qa) {
+    pdl_wait();
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
+    if (pd) p.pos0 = *pd;
+    fa16_comb_row_pf(p, nchs, hdp, po, ml, qa, blockIdx.x, threadIdx.x, blockDim.x);
+    if (!qa.q) return;
+    __syncthreads(); /* the head's block sums are written */
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, h = blockIdx.x / nrows * G + blockIdx.x % nrows % G;
+    quant_sums(qa, p.n_heads * p.hd / 32, h * p.hd / 32, p.hd / 32, threadIdx.x, blockDim.x);
+}
+
+/* The cluster launch for HDP: 0 launched, 1 not taken (the shape's cluster does not fit the device: the caller runs the
+ * pair), -1 failed (message). The first call a HDP sets the kernel's attributes and asks the device how large a
+ * cluster it can hold (cudaOccupancyMaxActiveClusters at 16, then 8). */
+template <int HDP>
+static int cl_launch(const slcu_attn *a, int nchs, float *po, float *ml, int app, const slcu_act *qa, char *msg, size_t msglen) {
+    constexpr int S = HDP + 8, W = HDP >= 256 ? 2 : 4;
+    const size_t sm = (size_t)(16 + 2 * FA16_C) * S * 2;
+    static int most; /* the largest cluster the device holds for this kernel (0: not asked yet, -1: none) */
+    const int G = a->n_heads / a->n_kv, nrows = a->n * G, tiles = (nrows + 15) / 16;
+    const int trow = nrows < 16 ? nrows : 16, cl = nchs > trow ? nchs : trow;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)cl, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)cl, (unsigned)a->n_kv, (unsigned)tiles), cfg.blockDim = dim3(W * 32), cfg.dynamicSmemBytes = sm;
+    cfg.stream = SLS, cfg.attrs = at, cfg.numAttrs = pdl_all() ? 2 : 1;
+    if (!most) {
+        cudaError_t e = cudaFuncSetAttribute(k_fa16_cl<HDP, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        if (!e) e = cudaFuncSetAttribute(k_fa16_cl<HDP, W>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        most = -1;
+        for (int c = CL_MAX; !e && c >= 8 && most < 0; c /= 2) {
+            cudaLaunchConfig_t q = cfg;
+            cudaLaunchAttribute qa1 = at[0];
+            qa1.val.clusterDim.x = (unsigned)c;
+            q.gridDim.x = (unsigned)c, q.attrs = &qa1, q.numAttrs = 1;
+            int n = 0;
+            if (cudaOccupancyMaxActiveClusters(&n, k_fa16_cl<HDP, W>, &q) == cudaSuccess && n > 0) most = c;
+        }
+        (void)cudaGetLastError(); /* a refused attribute or query is not the next launch's error */
+    }
+    if (most < 0 || cl > most) return 1;
+    const slcu_act qz = {};
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, k_fa16_cl<HDP, W>, *a, nchs, po, ml, app, qa ? *qa : qz);
+    if (e == cudaSuccess) return cl_launches++, 0;
+    (void)cudaGetLastError();
+    if (msg && msglen) snprintf(msg, msglen, "flash attention: cluster launch: %s", cudaGetErrorString(e));
+    return -1;
+}
+
+/* cuda_flash.cuh: the attention of a (decode, 2 .. 16 chunks, no recorded step) on clusters */
+int fa16_cl_launch(const slcu_attn *a, int hdp, int nchs, float *po, float *ml, int app, const slcu_act *qa, char *msg,
+                   size_t msglen) {
+    if (nchs < 2 || nchs > CL_MAX) return 1;
+    switch (hdp) {
+    case 16: return cl_launch<16>(a, nchs, po, ml, app, qa, msg, msglen);
+    case 32: return cl_launch<32>(a, nchs, po, ml, app, qa, msg, msglen);
+    case 64: return cl_launch<64>(a, nchs, po, ml, app, qa, msg, msglen);
+    case 128: return cl_launch<128>(a, nchs, po, ml, app, qa, msg, msglen);
+    case 256: return cl_launch<256>(a, nchs, po, ml, app, qa, msg, msglen);
+    }
+    return 1;
+}
+
+/* cuda_flash.cuh: k_fa16_comb2 over a's rows (the pair's second launch, its loads two batches deep) */
+void fa16_comb2_launch(const slcu_attn *a, const int *pd, int nchs, int hdp, const float *po, const float *ml, const slcu_act *qa) {
+    const int nrows = a->n * (a->n_heads / a->n_kv);
+    const slcu_act qz = {};
+    pdl_launch(k_fa16_comb2, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd, nchs,
+               hdp, po, ml, qa ? *qa : qz);
+}
+
+/* cuda.h: how many cluster launches this process made (tests: the checks ran the cluster, not the pair it falls back to) */
+extern "C" int slcu_fa16_cl_launches(void) { return cl_launches; }
