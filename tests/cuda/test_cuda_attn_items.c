@@ -131,7 +131,19 @@ static void check_attn_items(void) {
     for (int i = 0; i < 16; i++) p16[i] = 37 * i * i, c16[i] = 37 * i * i + 1 + i;
     check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 0); /* SLCU_ATTN_ITEMS items */
     check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 1);
-    ai_cl = 1; /* SLUICE_CUDA_FA_CL: the items' fold with its loads deeper (fa16_comb_row_pf) == each alone in the pair */
+    /* SLUICE_CUDA_FA_CL == each alone in the pair: items of up to 16 chunks on clusters (k_fa16_cl_items), with the
+     * one-chunk end off and on; more than 16 in the pair with the fold's loads deeper (fa16_comb_row_pf); f32 caches */
+    ai_cl = 1;
+    const int q8[8] = {0, 5, 63, 64, 200, 511, 700, 1000}, d8[8] = {64, 70, 64, 200, 512, 600, 1024, 1100};
+    for (int one = 0; one < 2; one++) {
+        check_items(8, 32, 4, 128, q8, d8, 0, 0, 0, one, 0);
+        const int pw[5] = {3, 49, 50, 130, 251}, cw[5] = {64, 64, 64, 69, 69};
+        check_items(5, 8, 2, 64, pw, cw, 50, 1, 0, one, 0);
+        const int pg[4] = {10, 100, 700, 70}, cg[4] = {16, 128, 800, 80};
+        check_items(4, 64, 2, 128, pg, cg, 0, 0, 0, one, 0);
+        check_items(4, 32, 4, 256, pg, cg, 0, 1, 1, one, 0);
+        check_items(4, 6, 2, 20, pg, cg, 0, 0, 0, one, 0);
+    }
     check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, 0, 0), check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, 0, 1);
     check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 0);
     ai_cl = -1;

@@ -293,14 +293,7 @@ __global__ void k_fa16_comb(slcu_attn p, const int *pd, int nchs, int hdp, const
 /* ---- a decode batch's items (slcu_attention_f16_items): every item's CTAs of k_fa16_part in one launch (blockIdx.z =
  * item * tiles + row tile), then every item's rows of k_fa16_comb in one; each item's CTAs run the one-item kernels'
  * code on the item's own slcu_attn, partials and chunk count, so each item's bits are its launch alone's. ---- */
-struct fa_item {
-    slcu_attn a;
-    float *po, *ml; /* the item's partials: [rows][nchs][hdp] and [rows][nchs][2] */
-    int nchs, fin;  /* fin: its one chunk ended in k_fa16_part_items (fa16_part_fin) */
-};
-struct fa_items {
-    fa_item it[SLCU_ATTN_ITEMS];
-};
+/* (fa_item, fa_items: cuda_flash.cuh) */
 
 template <int HDP, int W>
 __global__ void __launch_bounds__(W * 32) k_fa16_part_items(const __grid_constant__ fa_items I, int app, int tiles, int last) {
@@ -743,6 +736,10 @@ static int f16_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
         I.it[i] = fa_item{a[i], at, at + (size_t)a->n_heads * nchs * HDP, nchs, fl_one && nchs == 1};
         at += (size_t)a->n_heads * nchs * (HDP + 2);
         comb |= !I.it[i].fin;
+    }
+    if (fl_cl && comb && most <= 16) { /* SLUICE_CUDA_FA_CL: every item on clusters in one launch (cuda_flash_cl.cu) */
+        const int r = fa16_cl_items_launch(&I, n, HDP, most, msg, msglen);
+        if (r <= 0) return r < 0 ? -1 : 1;
     }
     if (fl_smem(k_fa16_part_items<HDP, PW>, &pset, psm, msg, msglen)) return -1;
     pdl_launch(k_fa16_part_items<HDP, PW>, dim3((unsigned)((most + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)(n * tiles)),

@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <utility>
+
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_quant.cuh"
@@ -109,6 +111,19 @@ __global__ void __launch_bounds__(W * 32) k_fa16_cl(slcu_attn p, int nchs, float
     fa16_cl_cta<HDP, W>(p, nchs, po, ml, app, qa, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z);
 }
 
+/* a decode batch's items (cuda_flash.cu f16_items' table): blockIdx.z = item * tiles + row tile, each item's clusters
+ * run k_fa16_cl's code on the item's own attention, chunk count and partials (one token each: its row appended; no
+ * int8 form), so each item's bits are its pair's alone; an item of fewer chunks than the cluster leaves CTAs that only
+ * fold (or wait at the barrier) */
+template <int HDP, int W>
+__global__ void __launch_bounds__(W * 32) k_fa16_cl_items(const __grid_constant__ fa_items I, int tiles) {
+    pdl_wait();
+    pdl_trigger(); /* no launch after it for the attention: the matvec after it may start loading its weights */
+    const fa_item &it = I.it[blockIdx.z / tiles];
+    const slcu_act qz = {};
+    fa16_cl_cta<HDP, W>(it.a, it.nchs, it.po, it.ml, 1, qz, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z % tiles);
+}
+
 /* k_fa16_comb with its loads two batches deep (fa16_comb_row_pf): a CTA per row */
 __global__ void k_fa16_comb2(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml, slcu_act qa) {
     pdl_wait();
@@ -121,45 +136,67 @@ __global__ void k_fa16_comb2(slcu_attn p, const int *pd, int nchs, int hdp, cons
     quant_sums(qa, p.n_heads * p.hd / 32, h * p.hd / 32, p.hd / 32, threadIdx.x, blockDim.x);
 }
 
-/* The cluster launch for HDP: 0 launched, 1 not taken (the shape's cluster does not fit the device: the caller runs the
- * pair), -1 failed (message). The first call a HDP sets the kernel's attributes and asks the device how large a
- * cluster it can hold (cudaOccupancyMaxActiveClusters at 16, then 8). */
-template <int HDP>
-static int cl_launch(const slcu_attn *a, int nchs, float *po, float *ml, int app, const slcu_act *qa, char *msg, size_t msglen) {
-    constexpr int S = HDP + 8, W = HDP >= 256 ? 2 : 4;
-    const size_t sm = (size_t)(16 + 2 * FA16_C) * S * 2;
-    static int most; /* the largest cluster the device holds for this kernel (0: not asked yet, -1: none) */
-    const int G = a->n_heads / a->n_kv, nrows = a->n * G, tiles = (nrows + 15) / 16;
-    const int trow = nrows < 16 ? nrows : 16, cl = nchs > trow ? nchs : trow;
+/* kern on a grid (cl, ny, nz) in clusters of (cl, 1, 1), nthr threads and sm bytes of shared memory a CTA, with PDL
+ * while pdl_all(): 0 launched, 1 not taken (a cluster of cl more than the device holds for kern), -1 failed
+ * (message). *most: the largest cluster the device holds for kern, asked on kern's first launch (its attributes set,
+ * then cudaOccupancyMaxActiveClusters at 16 and 8; -1: none). */
+template <typename... P, typename... A>
+static int cl_go(void (*kern)(P...), int *most, int cl, unsigned ny, unsigned nz, int nthr, size_t sm, char *msg,
+                 size_t msglen, A &&...args) {
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = (unsigned)cl, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)cl, (unsigned)a->n_kv, (unsigned)tiles), cfg.blockDim = dim3(W * 32), cfg.dynamicSmemBytes = sm;
+    cfg.gridDim = dim3((unsigned)cl, ny, nz), cfg.blockDim = dim3((unsigned)nthr), cfg.dynamicSmemBytes = sm;
     cfg.stream = SLS, cfg.attrs = at, cfg.numAttrs = pdl_all() ? 2 : 1;
-    if (!most) {
-        cudaError_t e = cudaFuncSetAttribute(k_fa16_cl<HDP, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-        if (!e) e = cudaFuncSetAttribute(k_fa16_cl<HDP, W>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        most = -1;
-        for (int c = CL_MAX; !e && c >= 8 && most < 0; c /= 2) {
+    if (!*most) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+        if (!e) e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        *most = -1;
+        for (int c = CL_MAX; !e && c >= 8 && *most < 0; c /= 2) {
             cudaLaunchConfig_t q = cfg;
-            cudaLaunchAttribute qa1 = at[0];
-            qa1.val.clusterDim.x = (unsigned)c;
-            q.gridDim.x = (unsigned)c, q.attrs = &qa1, q.numAttrs = 1;
-            int n = 0;
-            if (cudaOccupancyMaxActiveClusters(&n, k_fa16_cl<HDP, W>, &q) == cudaSuccess && n > 0) most = c;
+            cudaLaunchAttribute qc = at[0];
+            qc.val.clusterDim.x = (unsigned)c;
+            q.gridDim.x = (unsigned)c, q.attrs = &qc, q.numAttrs = 1;
+            int k = 0;
+            if (cudaOccupancyMaxActiveClusters(&k, kern, &q) == cudaSuccess && k > 0) *most = c;
         }
         (void)cudaGetLastError(); /* a refused attribute or query is not the next launch's error */
     }
-    if (most < 0 || cl > most) return 1;
-    const slcu_act qz = {};
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, k_fa16_cl<HDP, W>, *a, nchs, po, ml, app, qa ? *qa : qz);
+    if (*most < 0 || cl > *most) return 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
     if (e == cudaSuccess) return cl_launches++, 0;
     (void)cudaGetLastError();
     if (msg && msglen) snprintf(msg, msglen, "flash attention: cluster launch: %s", cudaGetErrorString(e));
     return -1;
+}
+
+/* the cluster: a CTA a chunk, and at least a CTA a row of the tile (each folds one) */
+static int cl_size(int nchs, int nrows) {
+    const int trow = nrows < 16 ? nrows : 16;
+    return nchs > trow ? nchs : trow;
+}
+
+template <int HDP>
+static int cl_launch(const slcu_attn *a, int nchs, float *po, float *ml, int app, const slcu_act *qa, char *msg, size_t msglen) {
+    constexpr int W = HDP >= 256 ? 2 : 4;
+    static int most;
+    const int nrows = a->n * (a->n_heads / a->n_kv);
+    const slcu_act qz = {};
+    return cl_go(k_fa16_cl<HDP, W>, &most, cl_size(nchs, nrows), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16), W * 32,
+                 (size_t)(16 + 2 * FA16_C) * (HDP + 8) * 2, msg, msglen, *a, nchs, po, ml, app, qa ? *qa : qz);
+}
+
+template <int HDP>
+static int cl_items(const fa_items *I, int n, int most_chunks, char *msg, size_t msglen) {
+    constexpr int W = HDP >= 256 ? 2 : 4;
+    static int most;
+    const slcu_attn *a = &I->it[0].a;
+    const int G = a->n_heads / a->n_kv, tiles = (G + 15) / 16;
+    return cl_go(k_fa16_cl_items<HDP, W>, &most, cl_size(most_chunks, G), (unsigned)a->n_kv, (unsigned)(n * tiles), W * 32,
+                 (size_t)(16 + 2 * FA16_C) * (HDP + 8) * 2, msg, msglen, *I, tiles);
 }
 
 /* cuda_flash.cuh: the attention of a (decode, 2 .. 16 chunks, no recorded step) on clusters */
@@ -172,6 +209,19 @@ int fa16_cl_launch(const slcu_attn *a, int hdp, int nchs, float *po, float *ml, 
     case 64: return cl_launch<64>(a, nchs, po, ml, app, qa, msg, msglen);
     case 128: return cl_launch<128>(a, nchs, po, ml, app, qa, msg, msglen);
     case 256: return cl_launch<256>(a, nchs, po, ml, app, qa, msg, msglen);
+    }
+    return 1;
+}
+
+/* cuda_flash.cuh: a decode batch's items on clusters */
+int fa16_cl_items_launch(const fa_items *I, int n, int hdp, int most, char *msg, size_t msglen) {
+    if (n < 1 || most > CL_MAX) return 1;
+    switch (hdp) {
+    case 16: return cl_items<16>(I, n, most, msg, msglen);
+    case 32: return cl_items<32>(I, n, most, msg, msglen);
+    case 64: return cl_items<64>(I, n, most, msg, msglen);
+    case 128: return cl_items<128>(I, n, most, msg, msglen);
+    case 256: return cl_items<256>(I, n, most, msg, msglen);
     }
     return 1;
 }
