@@ -317,11 +317,12 @@ struct fa_items {
 };
 
 /* cuda_flash_cl.cu (host): the decode attention of a (2 .. 16 chunks, pd NULL) in one launch on clusters, rows bitwise
- * the decode pair's: 0 launched, 1 not taken (nothing launched: the caller runs the pair), -1 failed (message) */
+ * the decode pair's: 0 launched, 1 not taken (nothing launched: the caller runs the pair); msg is kept for a failure
+ * the caller would report (none today: a launch the device refuses is not taken) */
 int fa16_cl_launch(const slcu_attn *a, int hdp, int nchs, float *po, float *ml, int app, const slcu_act *qa, char *msg,
                    size_t msglen);
 /* cuda_flash_cl.cu (host): n items (f16 caches, head_dim padded to hdp, at most most <= 16 chunks each) on clusters in one
- * launch, each item's rows and cache bitwise its pair alone: 0 launched, 1 not taken (nothing launched), -1 failed */
+ * launch, each item's rows and cache bitwise its pair alone: 0 launched, 1 not taken (nothing launched) */
 int fa16_cl_items_launch(const fa_items *I, int n, int hdp, int most, char *msg, size_t msglen);
 /* cuda_flash_cl.cu (host): the pair's second launch as k_fa16_comb's (same arguments), its loads two batches deep */
 void fa16_comb2_launch(const slcu_attn *a, const int *pd, int nchs, int hdp, const float *po, const float *ml, const slcu_act *qa);

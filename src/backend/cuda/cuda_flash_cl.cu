@@ -137,8 +137,8 @@ __global__ void k_fa16_comb2(slcu_attn p, const int *pd, int nchs, int hdp, cons
 }
 
 /* kern on a grid (cl, ny, nz) in clusters of (cl, 1, 1), nthr threads and sm bytes of shared memory a CTA, with PDL
- * while pdl_all(): 0 launched, 1 not taken (a cluster of cl more than the device holds for kern), -1 failed
- * (message). *most: the largest cluster the device holds for kern, asked on kern's first launch (its attributes set,
+ * while pdl_all(): 0 launched, 1 not taken (a cluster of cl more than the device holds for kern, or a launch it
+ * refused: nothing launched, the caller runs the pair). *most: the largest cluster the device holds for kern, asked on kern's first launch (its attributes set,
  * then cudaOccupancyMaxActiveClusters at 16 and 8; -1: none). */
 template <typename... P, typename... A>
 static int cl_go(void (*kern)(P...), int *most, int cl, unsigned ny, unsigned nz, int nthr, size_t sm, char *msg,
@@ -168,9 +168,12 @@ static int cl_go(void (*kern)(P...), int *most, int cl, unsigned ny, unsigned nz
     if (*most < 0 || cl > *most) return 1;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, std::forward<A>(args)...);
     if (e == cudaSuccess) return cl_launches++, 0;
+    /* a launch the device refuses (its configuration: nothing ran) leaves the pair for good; tests count the launches
+     * (slcu_fa16_cl_launches), so a refused cluster does not pass their checks unseen */
     (void)cudaGetLastError();
-    if (msg && msglen) snprintf(msg, msglen, "flash attention: cluster launch: %s", cudaGetErrorString(e));
-    return -1;
+    *most = -1;
+    (void)msg, (void)msglen;
+    return 1;
 }
 
 /* the cluster: a CTA a chunk, and at least a CTA a row of the tile (each folds one) */
