@@ -180,6 +180,9 @@ static void check_attn_f16(void) {
     check_fa16(3, 64, 2, 128, 300, 0, 200, 0, 0);
     check_fa16(2, 32, 4, 128, 32800, 0, 32767, 0, 0);
     check_fa16(3, 8, 2, 64, 2100, 1000, 2040, 1, 0);
+    check_fa16(2, 8, 2, 256, 1300, 0, 1200, 1, 1);  /* 19 chunks at head_dim 256: k_fa16_comb2's fa16_comb_row_pf */
+    check_fa16(2, 8, 2, 64, 1300, 0, 1250, 1, 0);   /* 20 at head_dim 64: fa16_comb_row_sc on two warps */
+    check_fa32(2, 6, 2, 20, 1300, 0, 1100, 0, 1);   /* 18 at head_dim 20 (one warp) */
     check_fa32(4, 32, 4, 128, 1100, 0, 510, 0, 0);
     check_fa32(2, 32, 4, 128, 32800, 0, 32767, 0, 0);
     const int ncl = slcu_fa16_cl_launches() - cl0;

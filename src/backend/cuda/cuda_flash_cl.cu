@@ -124,12 +124,95 @@ __global__ void __launch_bounds__(W * 32) k_fa16_cl_items(const __grid_constant_
     fa16_cl_cta<HDP, W>(it.a, it.nchs, it.po, it.ml, 1, qz, blockIdx.x, gridDim.x, blockIdx.y, blockIdx.z % tiles);
 }
 
-/* k_fa16_comb with its loads two batches deep (fa16_comb_row_pf): a CTA per row */
+/* fa16_comb_row's fold of row R with the running max and the exponentials off the per-dim chain (one dim a thread:
+ * head_dim <= blockDim.x <= 128). The chunks go in segments of blockDim.x, thread t taking chunk t of a segment:
+ * M_c = max(M, m_0 .. m_c) by a scan (max is exact, so any grouping gives the serial chain's value; a NaN is
+ * skipped as fmaxf skips it there, and a zero's sign, the one thing a grouping may change, reaches a and b only
+ * through exp of a difference: exp(+-0) = 1, x - (+-0) = x), then a_c = exp(M_{c-1} - M_c) and b_c = exp(m_c - M_c)
+ * exactly as f16_fold makes them, staged in shared memory; then each thread's L and O chains, fmul + fma a chunk in
+ * increasing order (f16_mix: f16_fold's L update is f16_mix(L, l, a, b)), with the next FB chunks' o in flight.
+ * The same floats in the same order: bitwise fa16_comb_row. Every thread of the CTA calls it (barriers). */
+#define SC_FB 32
+static __device__ __forceinline__ void sc_ld(const float *ob, int hdp, int c, int n, int dd, bool on, float o[SC_FB]) {
+#pragma unroll
+    for (int u = 0; u < SC_FB; u++)
+        if (on && c + u < n) o[u] = __ldcg(ob + (size_t)(c + u) * hdp + dd);
+}
+static __device__ __forceinline__ void sc_fold(const float2 *sab, const float *sl, int c, int n, const float o[SC_FB],
+                                               float &L, float &O) {
+#pragma unroll
+    for (int u = 0; u < SC_FB; u++)
+        if (c + u < n) {
+            const float2 w = sab[c + u];
+            L = f16_mix(L, sl[c + u], w.x, w.y);
+            O = f16_mix(O, o[u], w.x, w.y);
+        }
+}
+static __device__ void fa16_comb_row_sc(const slcu_attn &p, int nchs, int hdp, const float *po, const float *ml,
+                                        const slcu_act &qa, int R) {
+    __shared__ float2 sab[128];
+    __shared__ float sl[128], wmx[4];
+    const int tid = threadIdx.x, nthr = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nthr >> 5;
+    const int G = p.n_heads / p.n_kv, nrows = p.n * G, kvh = R / nrows, r = R % nrows;
+    int lo, hi, clo, d;
+    f16_range(p, r, nrows, G, lo, hi);
+    f16_range(p, 0, nrows, G, clo, d);
+    const int t = r / G, h = kvh * G + r % G, cb0 = clo / FA16_C;
+    const int ci0 = max(lo / FA16_C - cb0, 0), ci1 = min(hi / FA16_C - cb0, nchs - 1);
+    const float *qv = p.q + (size_t)t * p.ldq + (size_t)h * p.qstride, *mr = ml + (size_t)R * nchs * 2;
+    const bool on = tid < p.hd;
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int s0 = ci0; s0 <= ci1; s0 += nthr) {
+        const int n = min(nthr, ci1 - s0 + 1);
+        const float *ob = po + ((size_t)R * nchs + s0) * hdp;
+        float o0[SC_FB], o1[SC_FB];
+        sc_ld(ob, hdp, 0, n, tid, on, o0); /* in flight while the exponentials are made */
+        const bool mine = tid < n;
+        const float m = mine ? __ldcg(mr + 2 * (s0 + tid)) : -INFINITY, l = mine ? __ldcg(mr + 2 * (s0 + tid) + 1) : 0.0f;
+        float x = m; /* the warp's inclusive max up to this lane */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= o) x = fmaxf(x, y);
+        }
+        const float xe = __shfl_up_sync(0xffffffffu, x, 1);
+        if (lane == 31) wmx[warp] = x;
+        __syncthreads();
+        float pre = M, tot = M; /* the max before this warp's chunks; after the segment's */
+        for (int w = 0; w < nw; w++) {
+            if (w < warp) pre = fmaxf(pre, wmx[w]);
+            tot = fmaxf(tot, wmx[w]);
+        }
+        if (mine) {
+            const float Mp = lane ? fmaxf(pre, xe) : pre, Mn = fmaxf(pre, x);
+            sab[tid] = make_float2(expf(__fsub_rn(Mp, Mn)), expf(__fsub_rn(m, Mn))), sl[tid] = l;
+        }
+        __syncthreads();
+        for (int c = 0; c < n; c += 2 * SC_FB) {
+            sc_ld(ob, hdp, c + SC_FB, n, tid, on, o1);
+            sc_fold(sab, sl, c, n, o0, L, O);
+            sc_ld(ob, hdp, c + 2 * SC_FB, n, tid, on, o0);
+            sc_fold(sab, sl, c + SC_FB, n, o1, L, O);
+        }
+        M = tot;
+        __syncthreads(); /* sab, sl and wmx are read before the next segment writes them */
+    }
+    if (!on) return;
+    const float v = f16_final(p, h, M, L, O, p.gated ? qv + p.hd + tid : NULL);
+    p.out[(size_t)t * p.ldo + (size_t)h * p.hd + tid] = v;
+    if (qa.q) quant_lane(v, h * p.hd + tid, lane, qa);
+}
+
+/* k_fa16_comb with the fold's loads in flight: a CTA per row; SC: fa16_comb_row_sc (a thread has one dim), else
+ * fa16_comb_row_pf (head_dim 256: its loads two batches deep, the exponentials on each dim's chain as before); two
+ * instances, so neither's registers are the other's (one kernel with both: 255 and 68 bytes of spills) */
+template <int SC>
 __global__ void k_fa16_comb2(slcu_attn p, const int *pd, int nchs, int hdp, const float *po, const float *ml, slcu_act qa) {
     pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     if (pd) p.pos0 = *pd;
-    fa16_comb_row_pf(p, nchs, hdp, po, ml, qa, blockIdx.x, threadIdx.x, blockDim.x);
+    if (SC) fa16_comb_row_sc(p, nchs, hdp, po, ml, qa, blockIdx.x);
+    else fa16_comb_row_pf(p, nchs, hdp, po, ml, qa, blockIdx.x, threadIdx.x, blockDim.x);
     if (!qa.q) return;
     __syncthreads(); /* the head's block sums are written */
     const int G = p.n_heads / p.n_kv, nrows = p.n * G, h = blockIdx.x / nrows * G + blockIdx.x % nrows % G;
@@ -233,8 +316,9 @@ int fa16_cl_items_launch(const fa_items *I, int n, int hdp, int most, char *msg,
 void fa16_comb2_launch(const slcu_attn *a, const int *pd, int nchs, int hdp, const float *po, const float *ml, const slcu_act *qa) {
     const int nrows = a->n * (a->n_heads / a->n_kv);
     const slcu_act qz = {};
-    pdl_launch(k_fa16_comb2, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd, nchs,
-               hdp, po, ml, qa ? *qa : qz);
+    const int nthr = a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128;
+    pdl_launch(a->hd <= nthr ? k_fa16_comb2<1> : k_fa16_comb2<0>, (unsigned)(a->n_kv * nrows), nthr, 0, SLS, *a, pd, nchs, hdp,
+               po, ml, qa ? *qa : qz);
 }
 
 /* cuda.h: how many cluster launches this process made (tests: the checks ran the cluster, not the pair it falls back to) */
