@@ -130,7 +130,8 @@ __global__ void __launch_bounds__(W * 32) k_fa16_cl_items(const __grid_constant_
  * skipped as fmaxf skips it there, and a zero's sign, the one thing a grouping may change, reaches a and b only
  * through exp of a difference: exp(+-0) = 1, x - (+-0) = x), then a_c = exp(M_{c-1} - M_c) and b_c = exp(m_c - M_c)
  * exactly as f16_fold makes them, staged in shared memory; then each thread's L and O chains, fmul + fma a chunk in
- * increasing order (f16_mix: f16_fold's L update is f16_mix(L, l, a, b)), with the next FB chunks' o in flight.
+ * increasing order (f16_mix: f16_fold's L update is f16_mix(L, l, a, b)), with the next 2 SC_FB chunks' o in flight
+ * (the segment's first 64 issued before its exponentials).
  * The same floats in the same order: bitwise fa16_comb_row. Every thread of the CTA calls it (barriers). */
 #define SC_FB 32
 static __device__ __forceinline__ void sc_ld(const float *ob, int hdp, int c, int n, int dd, bool on, float o[SC_FB]) {
@@ -167,6 +168,7 @@ static __device__ void fa16_comb_row_sc(const slcu_attn &p, int nchs, int hdp, c
         const float *ob = po + ((size_t)R * nchs + s0) * hdp;
         float o0[SC_FB], o1[SC_FB];
         sc_ld(ob, hdp, 0, n, tid, on, o0); /* in flight while the exponentials are made */
+        sc_ld(ob, hdp, SC_FB, n, tid, on, o1);
         const bool mine = tid < n;
         const float m = mine ? __ldcg(mr + 2 * (s0 + tid)) : -INFINITY, l = mine ? __ldcg(mr + 2 * (s0 + tid) + 1) : 0.0f;
         float x = m; /* the warp's inclusive max up to this lane */
@@ -188,11 +190,11 @@ static __device__ void fa16_comb_row_sc(const slcu_attn &p, int nchs, int hdp, c
             sab[tid] = make_float2(expf(__fsub_rn(Mp, Mn)), expf(__fsub_rn(m, Mn))), sl[tid] = l;
         }
         __syncthreads();
-        for (int c = 0; c < n; c += 2 * SC_FB) {
-            sc_ld(ob, hdp, c + SC_FB, n, tid, on, o1);
+        for (int c = 0; c < n; c += 2 * SC_FB) { /* two batches of o always in flight */
             sc_fold(sab, sl, c, n, o0, L, O);
             sc_ld(ob, hdp, c + 2 * SC_FB, n, tid, on, o0);
             sc_fold(sab, sl, c + SC_FB, n, o1, L, O);
+            sc_ld(ob, hdp, c + 3 * SC_FB, n, tid, on, o1);
         }
         M = tot;
         __syncthreads(); /* sab, sl and wmx are read before the next segment writes them */
