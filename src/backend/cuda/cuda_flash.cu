@@ -20,7 +20,8 @@
  * the same operations. Rows of a KV head: r = t * G + g (token t, query head kvh * G + g).
  * Every kernel waits (pdl_wait) before its first global access and is launched by cuda_pdl.cuh pdl_launch.
  * Map: the device helpers in cuda_flash.cuh; the f16 kernels (prefill, the decode pair, a decode batch's items); the
- * f32 kernels; the launches.
+ * f32 kernels; the launches. SLUICE_CUDA_FA_CL's kernels (2 .. 16 chunks in one launch on clusters, the deeper folds)
+ * are cuda_flash_cl.cu's.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
