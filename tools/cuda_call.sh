@@ -53,7 +53,7 @@ PY
 { echo "call C: $(date -u +%FT%TZ) $(cat "$here/t/VERSION") switches: [$SX] switches2: [$SX2] kv $KV"
   nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current,clocks.max.sm --format=csv,noheader; } >"$S" 2>&1
 export LD_LIBRARY_PATH=$here/stage/lib:$here/t/lib
-timeout 60 "$here/t/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?; gate_bad=""; [ $rc = 0 ] || gate_bad=test_cuda
+timeout ${TC_T:-60} "$here/t/test_cuda" >"$log/test_cuda.log" 2>&1; rc=$?; gate_bad=""; [ $rc = 0 ] || gate_bad=test_cuda
 echo "test_cuda rc=$rc: $(tail -1 "$log/test_cuda.log") [$(el) s]" >>"$S"; grep -m 20 FAIL "$log/test_cuda.log" >>"$S"
 for x in ${CHECKS:-}; do # CHECKS="pdl mvprof": test_cuda's runs outside its full run (the overlapped chain check, the matvec's phases)
   timeout ${CHECK_T:-30} "$here/t/test_cuda" --$x >"$log/test_cuda.$x.log" 2>&1; rc=$?
