@@ -132,7 +132,8 @@ static void check_moeg_all(void) {
     check_moeg(8, 8, 16, 1024, 384, DT_Q4, 64, DT_BF16, DT_Q4, 128, DT_BF16, 3, 1); /* down's s128 added in its CTA */
     check_moeg(8, 4, 32, 512, 256, DT_Q8, 32, DT_F16, DT_Q8, 32, DT_F32, 1, 2);
     check_moeg(5, 4, 16, 256, 128, DT_Q4, 32, DT_BF16, DT_Q8, 64, DT_F16, 2, 3);
-    check_moeg(1, 8, 40, 1056, 96, DT_Q4, 32, DT_F32, DT_Q8, 128, DT_F32, 0, 0); /* H not a multiple of 64: a part tile */
+    /* H not a multiple of 64: a part tile; down g32 (I = 96 holds no group of 128: mg_why refuses it, the GEMM takes it) */
+    check_moeg(1, 8, 40, 1056, 96, DT_Q4, 32, DT_F32, DT_Q8, 32, DT_F32, 0, 0);
     check_moeg(3, 2, 8, 4096, 64, DT_Q8, 128, DT_BF16, DT_Q4, 64, DT_F16, 3, 2); /* several chunks a row (gate/up) */
     check_moeg(8, 8, 10, 2048, 768, DT_Q4, 32, DT_BF16, DT_Q4, 32, DT_BF16, 3, 0); /* the 30B's matrices, as Q4_0 imports */
     check_moeg(8, 8, 8, 2048, 768, DT_Q4, 32, DT_BF16, DT_Q4, 32, DT_BF16, 3, 2); /* (few experts: the full run's time) */
