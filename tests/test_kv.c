@@ -553,12 +553,13 @@ TEST(kernel_softmax_rows_bitwise_scalar) {
 
 /* A prefill's scores over transposed keys (kernels.h dot_cols_q) bitwise the table's dot of each query and key row:
  * head sizes around the 16-column steps (a masked last step's +0 keeps a -0 lane +0, as dot's), key counts around
- * the 16-key blocks, query counts around the 4-query blocks, strides, and signed zeros, infinities and a NaN. */
+ * the 16-key blocks, query counts around the 4- and 8-query blocks, strides, and signed zeros, infinities and a NaN. */
 TEST(kernel_dot_cols_q_bitwise_dot) {
     srand(test_seed() ^ 0xd07c);
     const char *names[] = {"scalar", "avx2", "avx512", "neon"};
-    const int ds[] = {1, 8, 15, 16, 17, 40, 100, 128, 129, 256}, ns[] = {1, 5, 16, 17, 64}, nqs[] = {1, 3, 4, 8, 9};
-    const int D = 256, N = 64, Q = 9;
+    const int ds[] = {1, 8, 15, 16, 17, 40, 100, 128, 129, 256}, ns[] = {1, 5, 16, 17, 64};
+    const int nqs[] = {1, 3, 4, 8, 9, 12, 17};
+    const int D = 256, N = 64, Q = 17;
     const size_t ldq = D + 3, ldx = D + 5, ldt = N + 7, ldo = N + 2;
     float *q = malloc(sizeof(float) * ldq * Q), *x = malloc(sizeof(float) * ldx * N), *xt = malloc(sizeof(float) * ldt * D);
     float *want = malloc(sizeof(float) * ldo * Q), *got = malloc(sizeof(float) * ldo * Q);
@@ -569,7 +570,7 @@ TEST(kernel_dot_cols_q_bitwise_dot) {
         if (!ops || !ops->dot_cols_q) continue;
         for (int a = 0; a < 10; a++)
             for (int b = 0; b < 5; b++)
-                for (int c = 0; c < 5; c++) {
+                for (int c = 0; c < 7; c++) {
                     const int d = ds[a], n = ns[b], nq = nqs[c];
                     for (size_t i = 0; i < ldq * Q; i++) q[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 4.0f;
                     for (size_t i = 0; i < ldx * N; i++) x[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * 4.0f;
