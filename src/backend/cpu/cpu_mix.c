@@ -194,6 +194,33 @@ static const float *kv_rows(const attn_job *j, int v, int g, int p, int nt, floa
     return tile;
 }
 
+/* The cache lines attn_block_part's token loop reads next, asked for while it computes token t - 1 of the tile of
+ * keys p .. p + nt - 1: token t's scores of those keys (pass 0 writes them, pass 1 reads them as weights: by then out
+ * of the caches, a block's scores being megabytes) and one row of the next tile of the cache, row t - 1 - t0 (a tile's
+ * decoding waits on its loads). Hints only, no value changes; cannot fail. */
+static void prefetch_next(const attn_job *j, int pass, int g, int t, int t0, int p, int nt, int hi, float *sc0) {
+    const be_attn *a = j->a;
+    int p0, nk;
+    if (t < a->n && t < t0 + j->block) {
+        key_range(a, t, &p0, &nk);
+        const int b = p > p0 ? p : p0, e = p + nt < p0 + nk ? p + nt : p0 + nk;
+        for (int i = 0; b < e && i < j->group; i++) {
+            const char *r = (const char *)(sc0 + ((size_t)(t - t0) * (size_t)j->group + (size_t)i) * (size_t)j->ldsc +
+                                           (size_t)(b - p0));
+            for (size_t o = 0; o < (size_t)(e - b) * sizeof(float); o += 64) {
+                if (pass == 0) __builtin_prefetch(r + o, 1);
+                else __builtin_prefetch(r + o, 0);
+            }
+        }
+    }
+    const int q = p + nt + (t - 1 - t0);
+    if (q < hi) {
+        const size_t hb = pass ? j->vhead_bytes : j->head_bytes, rb = pass ? j->vrow_bytes : j->row_bytes;
+        const char *r = (const char *)(pass ? a->v_cache : a->k_cache) + (size_t)(q % a->cap) * rb + (size_t)g * hb;
+        for (size_t o = 0; o < hb; o += 64) __builtin_prefetch(r + o, 0);
+    }
+}
+
 /* Items (KV head g, block of j->block tokens) of a micro-batch: every key and value tile (BE_KV_TILE rows, cut
  * at the ring's wrap) is read, or decoded, once for the block's tokens and the group's query heads, where
  * attn_part reads every row once per token (flash attention's tiling; the scores of a row are kept whole, so
@@ -240,6 +267,7 @@ static void attn_block_part(void *ctx, size_t begin, size_t end) {
                 const float *rows = kv_rows(j, pass, g, p, nt, tile, &ld);
                 if (pass == 0 && j->cols) kern_transpose(j->ops, rows, ld, nt, hd, xt, BE_KV_TILE);
                 for (int t = t0; t < t1; t++) {
+                    prefetch_next(j, pass, g, t + 1, t0, p, nt, hi, sc0);
                     key_range(a, t, &p0, &nk);
                     const int b = p > p0 ? p : p0, e = p + nt < p0 + nk ? p + nt : p0 + nk;
                     if (b >= e) continue;
