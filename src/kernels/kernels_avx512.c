@@ -657,7 +657,10 @@ static void exp_lanes(float *sc, int n, float mx, const __m512d tab[4]) {
 
 /* kernels.h softmax_rows, eight rows at a time: each row's scaling and max in 16 lanes (max is exact in any
  * order; a NaN score never wins, as in the scalar loop; +0 and -0 give the same differences), exp_lanes, then the
- * eight rows' sums in double side by side, each in increasing p as kern_softmax_row's, and the divisions. */
+ * eight rows' sums in double side by side, each in increasing p as kern_softmax_row's, and the divisions. The
+ * scaling pass asks for the row 2 KB ahead: a prefill block's scores are megabytes, out of the caches when their
+ * softmax comes, and the hardware's streams stop at the 4 KB pages (0.90-1.03 ns a score of 8192 without it, 0.63-0.64
+ * with it, 1024 B ahead 0.65-0.68, 4096 B 0.63-0.64, over a block of 64 tokens x 8 rows after its other passes). */
 static void softmax_rows_v(float *sc, size_t ld, int nr, int n, float scale, const float *sinks) {
     __m512d tab[4];
     for (int i = 0; i < 4; i++) tab[i] = _mm512_loadu_pd((const double *)(const void *)(exp2f_tab + 8 * i));
@@ -671,6 +674,7 @@ static void softmax_rows_v(float *sc, size_t ld, int nr, int n, float scale, con
             const __m512 vs = _mm512_set1_ps(scale);
             for (int p = 0; p < n; p += 16) {
                 const __mmask16 mk = n - p >= 16 ? (__mmask16)0xffff : tail_mask(n - p);
+                _mm_prefetch((const char *)(row + p) + 2048, _MM_HINT_T0); /* past a 4 KB page: no fault, a hint */
                 const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, row + p), vs);
                 _mm512_mask_storeu_ps(row + p, mk, v);
                 vm = _mm512_mask_max_ps(vm, mk, v, vm);
