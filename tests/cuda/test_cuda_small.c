@@ -191,7 +191,7 @@ static void bench_small(void) {
             }
         printf("\n");
     }
-    slcu_norm_mode = slcu_route_mode = 2, slcu_router_mode = 1; /* the defaults */
+    slcu_norm_mode = slcu_route_mode = slcu_router_mode = 2; /* the defaults */
     slcu_free(r.x), slcu_free(r.y), slcu_free(r.cy), slcu_free(r.cw), slcu_free(r.w), slcu_free(r.h), slcu_free(r.cout);
     slcu_free(r.abuf), slcu_free(done), slcu_free(lg), slcu_free(tw), slcu_free(te);
     free_mat(&wr);

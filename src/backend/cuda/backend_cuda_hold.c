@@ -225,8 +225,10 @@ int fuse_env(be_backend *be) {
      * =1 the kernels before them (the same bits) */
     slcu_norm_mode = (e = getenv("SLUICE_CUDA_NORM")) && !strcmp(e, "1") ? 1 : 2;
     slcu_route_mode = (e = getenv("SLUICE_CUDA_ROUTE")) && !strcmp(e, "1") ? 1 : 2;
-    /* SLUICE_CUDA_ROUTER=2: the fused router on a warp a row (cuda_mat.cu k_router2, the same bits; opt-in for now) */
-    slcu_router_mode = (e = getenv("SLUICE_CUDA_ROUTER")) && !strcmp(e, "2") ? 2 : 1;
+    /* the fused router on a warp a row (cuda_mat.cu k_router2, the same bits), the default since call T (bitwise on an
+     * H100; 10.7 -> 7.5 us a launch back to back on the 30B router, 108 -> 20 on DeepSeek-V3's); SLUICE_CUDA_ROUTER=1
+     * the kernels before it */
+    slcu_router_mode = (e = getenv("SLUICE_CUDA_ROUTER")) && !strcmp(e, "1") ? 1 : 2;
     e = getenv("SLUICE_CUDA_FUSE");
     c->fuse = 0;
     /* unset: router (the router's matvec + route in one launch: a resident step 3-4% shorter on an H100 with the

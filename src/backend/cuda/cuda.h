@@ -372,7 +372,7 @@ void slcu_fa16_fuse(int on);
  * fa16_part_fin) */
 void slcu_fa16_one(int on);
 /* tests: SLUICE_CUDA_FA_CL's decode attention (2 .. 16 chunks in one launch on clusters, the fold's loads deeper
- * beyond: cuda_flash_cl.cu, bitwise the pair) on (1) or off (0); -1: the environment's (off unless =1) */
+ * beyond: cuda_flash_cl.cu, bitwise the pair) on (1) or off (0); -1: the environment's (on unless =0) */
 void slcu_fa16_cl(int on);
 /* tests: the cluster launches SLUICE_CUDA_FA_CL made so far (0: the device took none; the pair ran) */
 int slcu_fa16_cl_launches(void);

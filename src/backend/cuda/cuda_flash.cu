@@ -587,7 +587,7 @@ static void fl_env(void) {
     if (fl_sep < 0) fl_sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
     if (fl_one < 0) fl_one = !(getenv("SLUICE_CUDA_FA_ONE") && getenv("SLUICE_CUDA_FA_ONE")[0] == '0');
     if (fl_fa32 < 0) fl_fa32 = !(getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '0');
-    if (fl_cl < 0) fl_cl = getenv("SLUICE_CUDA_FA_CL") && getenv("SLUICE_CUDA_FA_CL")[0] == '1';
+    if (fl_cl < 0) fl_cl = !(getenv("SLUICE_CUDA_FA_CL") && getenv("SLUICE_CUDA_FA_CL")[0] == '0');
     if (fl_mode >= 0) return;
     const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
     fl_mode = e ? atoi(e) : 0;

@@ -357,10 +357,11 @@ __global__ void __launch_bounds__(MG_NTH) k_mvg_dense(const __grid_constant__ mg
 static int moeg_env = -1, moeg_state = -1, moeg_ib = -1, mvg_env = -1, mvg_state = -1;
 extern "C" void slcu_moeg_init(void) {
     const char *e = getenv("SLUICE_CUDA_MOEG");
-    moeg_env = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
+    /* on (1) unless =0 since call T (bitwise on an H100; 8 streams 2.40x -> 3.13x one stream with MVG); =2 16 rows a CTA */
+    moeg_env = e && (e[0] == '0' || e[0] == '2') && !e[1] ? e[0] - '0' : 1;
     moeg_state = moeg_env;
     e = getenv("SLUICE_CUDA_MVG");
-    mvg_env = e && e[0] == '1' && !e[1];
+    mvg_env = !(e && e[0] == '0' && !e[1]);
     mvg_state = mvg_env;
     /* the implied biases computed as the int8 matmuls compute them (cuda_i8.cu SLUICE_CUDA_IBIAS: on unless =0) */
     moeg_ib = !(getenv("SLUICE_CUDA_IBIAS") && getenv("SLUICE_CUDA_IBIAS")[0] == '0');

@@ -20,7 +20,7 @@ extern "C" {
 
 #define SLCU_MOEG_MAXN 8 /* tokens a call */
 
-/* SLUICE_CUDA_MOEG=1 (read by slcu_moeg_init, which be_cuda_new calls when the backend opens; off unset): cu_moe_wide
+/* SLUICE_CUDA_MOEG (read by slcu_moeg_init, which be_cuda_new calls when the backend opens; 1 unset, 0 off): cu_moe_wide
  * sends a decode batch of up to SLCU_MOEG_MAXN tokens through slcu_moeg_layer; =2 the same with gate / up at 16 rows a
  * CTA (four times the CTAs) and the SwiGLU in a launch of its own (slcu_swiglu_q): the same bits. slcu_moeg_set: 1 or 2
  * on, 0 off, -1 the environment's again (tests; slcu_moeg_ffn takes =1's way unless 2 is set). slcu_moeg_on: the switch
@@ -29,7 +29,7 @@ void slcu_moeg_init(void);
 void slcu_moeg_set(int on);
 int slcu_moeg_on(void);
 
-/* SLUICE_CUDA_MVG=1 (read by slcu_moeg_init; off unset): a decode batch's 2-8 token int8 matmuls (q|k|v, o, the LM
+/* SLUICE_CUDA_MVG (read by slcu_moeg_init; on unset, 0 off): a decode batch's 2-8 token int8 matmuls (q|k|v, o, the LM
  * head: backend_cuda.c mm_run, cu_matmul_multi) through slcu_mvg_matmul. slcu_mvg_set / slcu_mvg_on as above. */
 void slcu_mvg_set(int on);
 int slcu_mvg_on(void);
