@@ -81,6 +81,16 @@ static void *hy_mat(dt_type dt, int rows, int cols, int group, dt_type sdt, tn_m
     return data;
 }
 
+/* n_tok rows of cols random activations (x, returned) and their int8 form in a (its buffer in *buf), prepared */
+static float *hy_act(kern_act *a, void **buf, int n_tok, int cols) {
+    float *x = malloc((size_t)n_tok * cols * sizeof(float));
+    for (int i = 0; i < n_tok * cols; i++) x[i] = hy_rand() * 2.0f;
+    *buf = malloc(kern_act_bytes(n_tok, cols));
+    kern_act_init(a, *buf, x, (size_t)cols, n_tok, cols, 1);
+    kern_act_prepare(a);
+    return x;
+}
+
 /* kern_matmul_i8_dev bitwise plain_dev, q8 / q4, every group and scale type, on each of its paths (scalar, AVX2,
  * AVX-512 VNNI where the CPU has them): a number of blocks not a multiple of the VNNI path's step (4), groups
  * past its tables' 16, rows not a multiple of its 16 (nor of AVX2's 8); within int8 rounding of the CPU's own
@@ -99,12 +109,10 @@ TEST(hybrid_matmul_dev_is_cuda_order) {
                 const dt_type dt = dq ? DT_Q4 : DT_Q8, sdt = sdts[(ci + gi) % 3];
                 tn_mat m;
                 void *data = hy_mat(dt, rows, cols, group, sdt, &m);
-                float *x = malloc((size_t)n_tok * cols * sizeof(float)), y[3 * 37], cpu[3 * 37];
-                for (int i = 0; i < n_tok * cols; i++) x[i] = hy_rand() * 2.0f;
-                void *buf = malloc(kern_act_bytes(n_tok, cols));
+                float y[3 * 37], cpu[3 * 37];
+                void *buf;
                 kern_act a;
-                kern_act_init(&a, buf, x, (size_t)cols, n_tok, cols, 1);
-                kern_act_prepare(&a);
+                float *x = hy_act(&a, &buf, n_tok, cols);
                 kern_dev_isa(isa);
                 kern_matmul_i8_dev(&m, &a, y, (size_t)rows, 0, rows);
                 kern_dev_isa(2);
@@ -239,12 +247,10 @@ TEST(hybrid_matmul_dev_implied_biases) {
             tn_mat m;
             void *data = hy_mat(dt, rows, cols, group, sdt, &m);
             CHECKF(hy_implied(&m), "%s %s group %d: biases not implied", dt_name(dt), dt_name(sdt), group);
-            float *x = malloc((size_t)n_tok * cols * sizeof(float)), y[3 * 53];
-            for (int i = 0; i < n_tok * cols; i++) x[i] = hy_rand() * 2.0f;
-            void *buf = malloc(kern_act_bytes(n_tok, cols));
+            float y[3 * 53];
+            void *buf;
             kern_act a;
-            kern_act_init(&a, buf, x, (size_t)cols, n_tok, cols, 1);
-            kern_act_prepare(&a);
+            float *x = hy_act(&a, &buf, n_tok, cols);
             kern_dev_isa(isa);
             kern_matmul_i8_dev(&m, &a, y, (size_t)rows, 0, rows);
             kern_dev_isa(2);
