@@ -28,6 +28,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "text/sampler.h"
 #include "text/textgen.h"
 #include "util/err.h"
 
@@ -280,17 +281,13 @@ static int deliver(srv_sched *s, sreq *r, int32_t id) {
     return 0;
 }
 
-/* The k most likely ids of x[V] (-inf never), most likely first, ties to the lower id, into out;
- * their count. */
+/* The k (<= SRV_MAX_TOP_LOGPROBS) most likely ids of x[V] (-inf and NaN never), most likely first, ties to the
+ * lower id, into out; their count: the sampler's one-pass top-k (text/sampler.h sampler_top_k). */
 static int top_ids(const float *x, int V, int k, int32_t *out) {
-    int n = 0;
+    sampler_cand c[SRV_MAX_TOP_LOGPROBS];
     if (k <= 0) return 0;
-    for (int v = 0; v < V; v++) {
-        if (x[v] == -INFINITY || x[v] != x[v] || (n == k && x[v] <= x[out[n - 1]])) continue;
-        int j = n < k ? n++ : n - 1;
-        while (j > 0 && x[v] > x[out[j - 1]]) out[j] = out[j - 1], j--;
-        out[j] = v;
-    }
+    const int n = sampler_top_k(x, V, k < SRV_MAX_TOP_LOGPROBS ? k : SRV_MAX_TOP_LOGPROBS, c, 1);
+    for (int i = 0; i < n; i++) out[i] = c[i].id;
     return n;
 }
 
