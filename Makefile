@@ -89,6 +89,10 @@ $(BUILD)/src/kernels/kernels_avx2.o: CFLAGS_EXTRA := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
 $(BUILD)/src/kernels/kernels_avx512.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
 $(BUILD)/src/kernels/kernels_avx512_i8p.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
+# AMX tiles for the q4 prefill (kernels_amx.c: used only where CPUID and the OS allow them); its emulated build for
+# the tests (tests/kernels_amx_emu.c) with the AVX-512 flags alone
+$(BUILD)/src/kernels/kernels_amx.o: CFLAGS_EXTRA := $(AVX512_FLAGS) -mamx-tile -mamx-int8
+$(BUILD)/tests/kernels_amx_emu.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
 $(BUILD)/src/kernels/kquant_avx2.o: CFLAGS_EXTRA := -mavx2 -mfma -mf16c
 $(BUILD)/src/kernels/kquant_avx512.o: CFLAGS_EXTRA := $(AVX512_FLAGS)
 $(BUILD)/src/kernels/mxfp4_avx2.o: CFLAGS_EXTRA := -mavx2
@@ -119,6 +123,12 @@ test: setup-test $(BUILD)/sluice $(BUILD)/test_sluice
 asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	    LDFLAGS="-fsanitize=address,undefined" test
+
+# The AMX kernel against the VNNI path on an AMX host (tools/amx_check.c): one static binary (libc, libm, libpthread),
+# carried to the host and run there as `./amx_check` (or `./amx_check quick`)
+amx-check: $(BUILD)/amx_check
+$(BUILD)/amx_check: tools/amx_check.c $(BUILD)/libsluice.a
+	$(CC) $(CPPFLAGS) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a -static -lm -pthread -o $@
 
 bench: $(BUILD)/sluice $(BUILD)/bench_tokenize $(BUILD)/bench_kernels $(BUILD)/bench_decode
 	tools/bench.sh $(BUILD)/sluice
@@ -220,7 +230,7 @@ clean:
 
 
 .PHONY: test-cuda
-.PHONY: all setup-build setup-test test asan bench bench-serve bench-scale quant-eval demo-eval locality run install clean fuzz fuzz-build
+.PHONY: all setup-build setup-test test asan amx-check bench bench-serve bench-scale quant-eval demo-eval locality run install clean fuzz fuzz-build
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # Coverage-guided fuzzing (docs/FUZZING.md): libFuzzer harnesses fuzz/fuzz_*.c, built with clang and

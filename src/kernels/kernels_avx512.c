@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels_amx.h"
 #include "kernels/kernels_avx512.h"
 #include "kernels/softmax_common.h"
 #include "quant/quant.h"
@@ -193,9 +194,11 @@ static inline float tile_sum(__m512 v) { return lanes_sum(v); }
 static inline __m512 tile_zero(void) { return _mm512_setzero_ps(); }
 
 /* ---- int8-activation matmul (kernels.h: kern_matmul_act): kernels_tile_i8.h's driver over kernels_avx512.h's
- * pieces; q4 over several tokens first tries the prefill kernel (kernels_avx512_i8p.c) ---------------------- */
+ * pieces; q4 over several tokens first tries the AMX kernel (kernels_amx.c), then the prefill kernel
+ * (kernels_avx512_i8p.c) ------------------------------------------------------------------------------------ */
 
 static void mmi8_q4(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) {
+    if (a->n_tok > 1 && !kern_amx_q4_prefill(w, a, y, ldy, r0, r1)) return; /* AMX tiles where the CPU has them */
     if (!kern_avx512_q4_prefill(w, a, y, ldy, r0, r1)) return;
     i8_mm_DT_Q4(w, a, y, ldy, r0, r1);
 }
