@@ -15,8 +15,9 @@
  * products it could; what it buys is the integer dot off the vector units: two FMA-port ops (cvt, fma) per 16 lanes
  * where vpdpbusd needs four (tools/amx_check.c measures it on an AMX host; docs/PERFORMANCE.md).
  *
- * Layouts (the workspace, per thread): WU [16 rows][lanes][8] the row block's codes as bytes, lane l of step s at
- * (16 s + l) * 8: [4 low nibbles | 4 high nibbles] (= columns 8l, 8l+2, .. | 8l+1, ..); XB [tile][lanes][2][16 tokens][4]
+ * Layouts (the workspace, per thread), each tile's bytes contiguous: WU [lanes][16 rows][8] the row block's codes
+ * as bytes, lane l of step s at (16 s + l) * 128, row i's [4 low nibbles | 4 high nibbles] (= columns 8l, 8l+2, .. |
+ * 8l+1, ..) at 8 i; XB [tile][lanes][2][16 tokens][4]
  * the tokens' q4-order codes (kern_act q4: each 128 columns as 64 even then 64 odd) as B tiles, lane l of step s at
  * (16 s + l) * 128: the 16 tokens' even dwords, then their odd ones. Missing rows and tokens are zeros, discarded.
  *
@@ -171,38 +172,85 @@ typedef struct {
     float *y;
     size_t ldy;
     int cols, nb, ng, gsh, S, ns;  /* S: steps (the last may be short); ns: kern_act's sums per token */
-    size_t soff, wst;              /* the group sums' offset in a->s; WU's bytes per row (S x 128) */
+    size_t soff;                   /* the group sums' offset in a->s */
     int t0, nt, ntile;             /* the token block */
 } amx_job;
 
-/* Tokens [t0, t0+nt) into XB, DT, ST (tile j: tokens t0+16j ..), zeros past nt. */
+/* The 16 x 16 dword transpose: r[t] dword l -> r[l] dword t (unpacks within 128-bit lanes, then the lanes). */
+static inline __attribute__((always_inline)) void amx_tr16(__m512i *r) {
+    __m512i t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]), t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* u[4i + c], 128-bit lane k: dword 4k + c of rows 4i .. 4i+3 */
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88), v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88), r[8 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+        r[4 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88), r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+    }
+}
+
+/* Tokens [t0, t0+nt) into XB (16 tokens' even, then odd, dwords of a step transposed at once), DT, ST (tile j:
+ * tokens t0+16j ..), zeros past nt. */
 static void amx_pack_tokens(const amx_job *J) {
     const kern_act *a = J->a;
     uint8_t *xb = J->ws + AMX_WS_XB;
     float *dt = (float *)(void *)(J->ws + AMX_WS_DT), *st = (float *)(void *)(J->ws + AMX_WS_ST);
     const size_t tile_xb = (size_t)J->S * 16 * 128;
-    memset(xb, 0, (size_t)J->ntile * tile_xb);
     memset(dt, 0, (size_t)J->ntile * (size_t)J->nb * 64);
     memset(st, 0, (size_t)J->ntile * (size_t)J->ng * 64);
+    for (int j = 0; j < J->ntile; j++) {
+        const int nt = J->nt - 16 * j < 16 ? J->nt - 16 * j : 16;
+        const int8_t *q = a->q4 + (size_t)(J->t0 + 16 * j) * (size_t)J->cols;
+        for (int s = 0; s < J->S; s++) {
+            const int m = J->cols - 128 * s < 128 ? J->cols - 128 * s : 128; /* a short step: m/2 even, m/2 odd */
+            const __mmask64 mk = m == 128 ? ~(__mmask64)0 : (((__mmask64)1 << (m / 2)) - 1);
+            uint8_t *x = xb + (size_t)j * tile_xb + (size_t)s * 16 * 128;
+            for (int h = 0; h < 2; h++) {
+                __m512i r[16];
+                for (int t = 0; t < 16; t++)
+                    r[t] = t < nt ? _mm512_maskz_loadu_epi8(mk, q + (size_t)t * (size_t)J->cols + 128 * s + h * (m / 2))
+                                  : _mm512_setzero_si512();
+                amx_tr16(r);
+                for (int l = 0; l < 16; l++) _mm512_store_si512(x + (size_t)l * 128 + 64 * h, r[l]);
+            }
+        }
+    }
     for (int t = 0; t < J->nt; t++) {
         const size_t tt = (size_t)(J->t0 + t);
         const int j = t / 16, n = t % 16;
-        const int8_t *q = a->q4 + tt * (size_t)J->cols;
-        uint8_t *x = xb + (size_t)j * tile_xb + 4 * (size_t)n;
-        for (int s = 0; s < J->S; s++) {
-            const int m = J->cols - 128 * s < 128 ? J->cols - 128 * s : 128; /* a short step: m/2 even, m/2 odd */
-            for (int l = 0; l < m / 8; l++) {
-                memcpy(x + (size_t)(16 * s + l) * 128, q + 128 * s + 4 * l, 4);
-                memcpy(x + (size_t)(16 * s + l) * 128 + 64, q + 128 * s + m / 2 + 4 * l, 4);
-            }
-        }
         for (int b = 0; b < J->nb; b++) dt[((size_t)j * J->nb + (size_t)b) * 16 + (size_t)n] = a->d[tt * (size_t)J->nb + (size_t)b];
         const float *xs = a->s + tt * (size_t)J->ns + J->soff;
         for (int g = 0; g < J->ng; g++) st[((size_t)j * J->ng + (size_t)g) * 16 + (size_t)n] = xs[g];
     }
 }
 
-/* Rows [r, r+nr) into WU (codes as bytes, zeros past nr), SF and BI (f32; zeros past nr). */
+/* ng scales (or biases) p[o ..] of w as f32 (the exact conversions of q_scale_at, 16 a vector). */
+static void amx_row_f32(const tn_mat *w, const void *p, size_t o, int ng, float *out) {
+    if (w->sdtype == DT_F32) {
+        memcpy(out, (const float *)p + o, (size_t)ng * sizeof(float));
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)p + o;
+    int g = 0;
+    for (; g + 16 <= ng; g += 16) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(h + g));
+        _mm512_storeu_ps(out + g, w->sdtype == DT_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16))
+                                                      : _mm512_cvtph_ps(v));
+    }
+    for (; g < ng; g++) out[g] = q_scale_at(p, w->sdtype, o + (size_t)g);
+}
+
+/* Rows [r, r+nr) into WU (each step's 16 rows of low nibbles, then of high nibbles, transposed to lanes at once),
+ * SF and BI (f32); zeros past nr. */
 static void amx_pack_rows(const amx_job *J, int r, int nr) {
     const tn_mat *w = J->w;
     uint8_t *wu = J->ws + AMX_WS_WU;
@@ -210,28 +258,37 @@ static void amx_pack_rows(const amx_job *J, int r, int nr) {
     const __m512i m4 = _mm512_set1_epi8(15);
     const __m512i i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i i1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const uint8_t *q = (const uint8_t *)w->data + (size_t)r * (size_t)J->cols / 2;
+    for (int s = 0; s < J->S; s++) {
+        const int m = J->cols - 128 * s < 128 ? J->cols - 128 * s : 128;
+        const __mmask64 mk = m == 128 ? ~(__mmask64)0 : (((__mmask64)1 << (m / 2)) - 1);
+        __m512i lo[16], hi[16];
+        for (int i = 0; i < 16; i++) {
+            const __m512i c = i < nr ? _mm512_maskz_loadu_epi8(mk, q + (size_t)i * (size_t)J->cols / 2 + 64 * (size_t)s)
+                                     : _mm512_setzero_si512();
+            lo[i] = _mm512_and_si512(c, m4), hi[i] = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
+        }
+        amx_tr16(lo);
+        amx_tr16(hi);
+        uint8_t *u = wu + (size_t)s * 16 * 128;
+        for (int l = 0; l < 16; l++) { /* lane l: row i's [4 low | 4 high] at 8 i */
+            _mm512_store_si512(u + (size_t)l * 128, _mm512_permutex2var_epi32(lo[l], i0, hi[l]));
+            _mm512_store_si512(u + (size_t)l * 128 + 64, _mm512_permutex2var_epi32(lo[l], i1, hi[l]));
+        }
+    }
     for (int i = 0; i < 16; i++) {
-        uint8_t *u = wu + (size_t)i * J->wst;
         float *sfi = sf + (size_t)i * (size_t)J->ng, *bii = bi + (size_t)i * (size_t)J->ng;
         if (i >= nr) {
-            memset(u, 0, J->wst);
             memset(sfi, 0, (size_t)J->ng * sizeof(float));
             memset(bii, 0, (size_t)J->ng * sizeof(float));
             continue;
         }
-        const uint8_t *q = (const uint8_t *)w->data + (size_t)(r + i) * (size_t)J->cols / 2;
-        for (int s = 0; s < J->S; s++) {
-            const int m = J->cols - 128 * s < 128 ? J->cols - 128 * s : 128;
-            const __m512i c = _mm512_maskz_loadu_epi8(m == 128 ? ~(__mmask64)0 : (((__mmask64)1 << (m / 2)) - 1),
-                                                      q + 64 * (size_t)s);
-            const __m512i lo = _mm512_and_si512(c, m4), hi = _mm512_and_si512(_mm512_srli_epi16(c, 4), m4);
-            _mm512_storeu_si512(u + 128 * (size_t)s, _mm512_permutex2var_epi32(lo, i0, hi));
-            _mm512_storeu_si512(u + 128 * (size_t)s + 64, _mm512_permutex2var_epi32(lo, i1, hi));
-        }
         const size_t o = (size_t)(r + i) * (size_t)J->ng;
-        for (int g = 0; g < J->ng; g++) sfi[g] = q_scale_at(w->scales, w->sdtype, o + (size_t)g);
-        /* implied biases: computed from the scales, the same values bit for bit (kernels_tile_i8.h i8_bias_f32) */
-        for (int g = 0; g < J->ng; g++) bii[g] = w->bias_implied ? -8.0f * sfi[g] : q_scale_at(w->biases, w->sdtype, o + (size_t)g);
+        amx_row_f32(w, w->scales, o, J->ng, sfi);
+        if (w->bias_implied) /* computed from the scales, the same values bit for bit (kernels_tile_i8.h i8_bias_f32) */
+            for (int g = 0; g < J->ng; g++) bii[g] = -8.0f * sfi[g];
+        else
+            amx_row_f32(w, w->biases, o, J->ng, bii);
     }
 }
 
@@ -241,7 +298,7 @@ static void amx_pack_rows(const amx_job *J, int r, int nr) {
 #define AMX_STEP(C, A, B, s)                                                                                      \
     do {                                                                                                          \
         T_ZERO(C);                                                                                                \
-        T_LOAD(A, wu + (size_t)(16 * (s) + l) * 8, J->wst);                                                       \
+        T_LOAD(A, wu + (size_t)(16 * (s) + l) * 128, 8);                                                             \
         T_LOAD(B, xb + (size_t)(16 * (s) + l) * 128, 64);                                                         \
         T_DP(C, A, B);                                                                                            \
         T_STORE(C, cb + 1024 * (C), 64);                                                                          \
@@ -273,7 +330,8 @@ static void amx_tile(const amx_job *J, int j) {
                                 _mm512_mul_ps(_mm512_set1_ps(sf[(size_t)i * (size_t)J->ng + (size_t)(b >> J->gsh)]), dv));
         }
         for (int l = 4 * q; l < 4 * q + 4; l++) {
-            __m512 acc[16];
+            __m512 acc[16]; /* in registers: every loop over it unrolled */
+#pragma GCC unroll 16
             for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
             int s = 0;
             for (; s + 2 <= sq; s += 2) {
@@ -286,6 +344,7 @@ static void amx_tile(const amx_job *J, int j) {
                 AMX_STEP(0, 2, 4, s);
                 amx_fold(cb, sd + (size_t)s * 256, acc);
             }
+#pragma GCC unroll 16
             for (int i = 0; i < 16; i++) accs[l * 16 + i] = acc[i];
         }
     }
@@ -302,9 +361,14 @@ static void amx_out(const amx_job *J, int j, int r, int nr, int nt) {
     float *out = (float *)(void *)(J->ws + AMX_WS_OUT);
     for (int i = 0; i < nr; i++) {
         __m512 h[8], v[8];
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) h[k] = _mm512_add_ps(accs[k * 16 + i], accs[(k + 8) * 16 + i]), v[k] = _mm512_setzero_ps();
         const float *bii = bi + (size_t)i * (size_t)J->ng;
-        for (int g = 0; g < J->ng; g++) v[g % 8] = _mm512_fmadd_ps(_mm512_set1_ps(bii[g]), _mm512_load_ps(st + (size_t)g * 16), v[g % 8]);
+        int g = 0;
+        for (; g + 8 <= J->ng; g += 8) /* lane k = group % 8, constant indices: v stays in registers */
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) v[k] = _mm512_fmadd_ps(_mm512_set1_ps(bii[g + k]), _mm512_load_ps(st + (size_t)(g + k) * 16), v[k]);
+        for (int k = 0; g + k < J->ng; k++) v[k] = _mm512_fmadd_ps(_mm512_set1_ps(bii[g + k]), _mm512_load_ps(st + (size_t)(g + k) * 16), v[k]);
         const __m512 th = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(h[0], h[1]), _mm512_add_ps(h[2], h[3])),
                                         _mm512_add_ps(_mm512_add_ps(h[4], h[5]), _mm512_add_ps(h[6], h[7])));
         const __m512 tb = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[1]), _mm512_add_ps(v[2], v[3])),
@@ -334,10 +398,9 @@ int AMX_NAME(kern_amx_q4_prefill)(const tn_mat *w, const kern_act *a, float *y, 
                  .gsh = g == 32 ? 0 : g == 64 ? 1 : 2, .S = (cols + 127) / 128};
     J.ns = kern_act_ns(J.nb);
     J.soff = g == 32 ? 0 : g == 64 ? (size_t)J.nb : (size_t)(J.nb + J.nb / 2);
-    J.wst = (size_t)J.S * 128;
     int tiles = AMX_XB / (J.S * 16 * 128);
     tiles = tiles > AMX_TS ? AMX_TS : tiles;
-    amx_cfg cfg;
+    _Alignas(64) amx_cfg cfg;
     amx_cfg_make(&cfg);
     T_CFG(&cfg);
     for (int t0 = 0; t0 < a->n_tok; t0 += 16 * tiles) {
@@ -357,6 +420,10 @@ int AMX_NAME(kern_amx_q4_prefill)(const tn_mat *w, const kern_act *a, float *y, 
     T_RELEASE();
     return 0;
 }
-#else
-typedef int kern_amx_none; /* not an x86-64 build: no AMX */
+#elif defined(SL_AMX_EMU)
+int kern_amx_q4_prefill_emu(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) { return -1; }
+#else /* not an x86-64 build: no AMX */
+int kern_amx_ready(void) { return 0; }
+void kern_amx_set_min(int n_tok) { (void)n_tok; }
+int kern_amx_q4_prefill(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1) { return -1; }
 #endif

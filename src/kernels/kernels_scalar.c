@@ -14,6 +14,7 @@
  * Sections: dtype loads, matmul, small vector kernels, the ops table, selection and kern_matmul().
  */
 #include "kernels/kernels.h"
+#include "kernels/kernels_amx.h"
 #include "kernels/kernels_plain.h"
 #include "kernels/mxfp4.h"
 
@@ -611,6 +612,14 @@ typedef struct {
     size_t ldy;
 } mmi8_job;
 
+/* The rows a parallel-for hands out at a time (a multiple of RB): enough work per claim, and whole 16-row tiles where
+ * the AMX kernel takes a q4 prefill (kernels_amx.h; a shorter range falls back to the VNNI kernels). */
+static size_t mm_grain(size_t work, const tn_mat *w, int n_tok) {
+    size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
+    const int amx = w->dtype == DT_Q4 && n_tok > 1 ? kern_amx_ready() : 0;
+    return amx && n_tok >= amx && grain < 16 ? 16 : grain;
+}
+
 static void mmi8_part(void *ctx, size_t begin, size_t end) {
     const mmi8_job *j = ctx;
     j->fn(j->w, j->a, j->y, j->ldy, (int)begin, (int)end);
@@ -704,7 +713,7 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
         work += (size_t)mm[i].w->cols;
     }
     work = work / (size_t)n * (size_t)mm[0].a->n_tok; /* per row, on average */
-    size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
+    size_t grain = mm_grain(work, mm[0].w, mm[0].a->n_tok);
     multi_job j = {ops, mm, n, row0};
     pool_for_any(pool, row0[n], grain, multi_part, &j);
     return 0;
@@ -771,7 +780,6 @@ int kern_matmul_act(const kern_ops *ops, pool_t *pool, const tn_mat *w, kern_act
     kern_act tmp;
     mmi8_job j = {i8_kernel(ops, w), w, act_view(w, a, &tmp), y, ldy};
     size_t work = (size_t)w->cols * (size_t)a->n_tok;
-    size_t grain = work >= 65536 ? RB : (65536 / (work ? work : 1) + RB - 1) / RB * RB;
-    pool_for_any(pool, (size_t)w->rows, grain, mmi8_part, &j);
+    pool_for_any(pool, (size_t)w->rows, mm_grain(work, w, a->n_tok), mmi8_part, &j);
     return 0;
 }
