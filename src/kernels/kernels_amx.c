@@ -141,8 +141,8 @@ enum {
     AMX_WS_BI = AMX_WS_SF + 16 * (AMX_MAXC / 32) * 4,      /* [16][ng] the rows' biases */
     AMX_WS_SD = AMX_WS_BI + 16 * (AMX_MAXC / 32) * 4,      /* [step][16 rows][16 tokens] one quad's products */
     AMX_WS_ACC = AMX_WS_SD + (AMX_MAXC / 128) * 1024,      /* [16 lanes][16 rows][16 tokens] */
-    AMX_WS_C = AMX_WS_ACC + 16 * 1024,                     /* two C tiles stored */
-    AMX_WS_OUT = AMX_WS_C + 2 * 1024,                      /* [16 rows][16 tokens] outputs */
+    AMX_WS_C = AMX_WS_ACC + 16 * 1024,                     /* four C tiles stored (amx_tile's pipeline) */
+    AMX_WS_OUT = AMX_WS_C + 4 * 1024,                      /* [16 rows][16 tokens] outputs */
     AMX_WS_BYTES = AMX_WS_OUT + 1024,
 };
 
@@ -294,14 +294,15 @@ static void amx_pack_rows(const amx_job *J, int r, int nr) {
 
 /* ---- the tile loop ----------------------------------------------------------------------------------------- */
 
-/* One step of lane l on tiles (C, A, B): the 16 rows' lane sums for the 16 tokens of XB tile xb, into cb. */
+/* One step of lane l on tiles (C, A, B): the 16 rows' lane sums for the 16 tokens of XB tile xb, stored in slot
+ * s % 4 of cb. */
 #define AMX_STEP(C, A, B, s)                                                                                      \
     do {                                                                                                          \
         T_ZERO(C);                                                                                                \
-        T_LOAD(A, wu + (size_t)(16 * (s) + l) * 128, 8);                                                             \
+        T_LOAD(A, wu + (size_t)(16 * (s) + l) * 128, 8);                                                          \
         T_LOAD(B, xb + (size_t)(16 * (s) + l) * 128, 64);                                                         \
         T_DP(C, A, B);                                                                                            \
-        T_STORE(C, cb + 1024 * (C), 64);                                                                          \
+        T_STORE(C, cb + 1024 * ((s) & 3), 64);                                                                    \
     } while (0)
 
 /* acc[i] = fma((float)C[i], sd[s][i], acc[i]) for the 16 rows: the oracle's FMA of lane l, 16 tokens a vector */
@@ -333,17 +334,18 @@ static void amx_tile(const amx_job *J, int j) {
             __m512 acc[16]; /* in registers: every loop over it unrolled */
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-            int s = 0;
-            for (; s + 2 <= sq; s += 2) {
+            /* a pipeline: steps s, s+1 on the tiles while s-2, s-1 (stored two steps earlier) are folded, so the
+             * vector loads never wait for the tile store just issued */
+            for (int s = 0; s < sq; s += 2) {
                 AMX_STEP(0, 2, 4, s);
-                AMX_STEP(1, 3, 5, s + 1);
-                amx_fold(cb, sd + (size_t)s * 256, acc);
-                amx_fold(cb + 1024, sd + (size_t)(s + 1) * 256, acc);
+                if (s + 1 < sq) AMX_STEP(1, 3, 5, s + 1);
+                if (s >= 2) {
+                    amx_fold(cb + 1024 * ((s - 2) & 3), sd + (size_t)(s - 2) * 256, acc);
+                    amx_fold(cb + 1024 * ((s - 1) & 3), sd + (size_t)(s - 1) * 256, acc);
+                }
             }
-            if (s < sq) {
-                AMX_STEP(0, 2, 4, s);
-                amx_fold(cb, sd + (size_t)s * 256, acc);
-            }
+            for (int s = sq < 2 ? 0 : (sq - 1) / 2 * 2; s < sq; s++) /* the last pair's steps, or the one step */
+                amx_fold(cb + 1024 * (s & 3), sd + (size_t)s * 256, acc);
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) accs[l * 16 + i] = acc[i];
         }
