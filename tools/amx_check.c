@@ -102,8 +102,9 @@ int main(int argc, char **argv) {
         printf("no AVX-512 VNNI table on this CPU: nothing to compare\n");
         return 2;
     }
+    if (!getenv("SLUICE_CPU_AMX")) setenv("SLUICE_CPU_AMX", "16", 1); /* the library's default is off (kernels_amx.c) */
     const int amx = kern_amx_ready();
-    printf("AMX: %s (SLUICE_CPU_AMX default smallest token count %d)\n", amx ? "available" : "NOT available", amx);
+    printf("AMX: %s (smallest token count %d)\n", amx ? "available" : "NOT available", amx);
     pool_t *p16 = pool_new(16);
     static const int ncheck[] = {1, 2, 5, 15, 16, 17, 33, 64, 100, 512};
     static const int ntime[] = {16, 32, 64, 128, 512};

@@ -64,7 +64,6 @@
 #define AMX_MAXC 8192   /* most columns (WU and XB sizes) */
 #define AMX_TS 4        /* most token tiles of 16 per block (XB: 4 x 16 x cols bytes) */
 #define AMX_XB 262144   /* bytes of packed activations per block of tokens */
-#define AMX_MIN_TOK 16  /* the default smallest token count (SLUICE_CPU_AMX=N sets N) */
 
 /* LDTILECFG's operand, palette 1. Tiles 0, 1: C (16 rows x 16 int32); 2, 3: A (16 rows x 8 bytes); 4, 5: B (2 rows
  * x 64 bytes); the step loop alternates the pairs, so one step's store overlaps the next one's product. */
@@ -115,7 +114,7 @@ static int amx_probe(void) {
 static void amx_decide(void) {
     amx_hw = amx_probe();
     const char *e = getenv("SLUICE_CPU_AMX");
-    const long n = e && *e ? strtol(e, NULL, 10) : AMX_MIN_TOK;
+    const long n = e && *e ? strtol(e, NULL, 10) : 0; /* off until an AMX host has checked it (docs/PERFORMANCE.md) */
     amx_min_tok = n <= 0 ? 0 : n > 1 << 20 ? 1 << 20 : (int)n;
 }
 

@@ -9,7 +9,7 @@
 
 /* kern_matmul_act's rows [r0, r1) of a q4 matrix over a->n_tok tokens on AMX tiles, bitwise the canonical order
  * (kernels.h) and so every table's result. -1 (nothing written) where it does not apply: no AMX (CPUID, the OS's
- * permission), SLUICE_CPU_AMX=0, fewer tokens than the smallest count (SLUICE_CPU_AMX=N, default 16), fewer than 16
+ * permission), SLUICE_CPU_AMX=0, fewer tokens than the smallest count (SLUICE_CPU_AMX=N; unset: off until an AMX host has timed it, docs/PERFORMANCE.md), fewer than 16
  * rows, more than 8192 columns, a group other than 32/64/128, no workspace. Thread-safe; tiles are configured and
  * released inside each call. */
 int kern_amx_q4_prefill(const tn_mat *w, const kern_act *a, float *y, size_t ldy, int r0, int r1);
