@@ -915,6 +915,12 @@ int main(int argc, char **argv) {
         if (!failures) bench_serve8();
         return failures ? 1 : 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--serve-rows")) { /* a decode batch's rows in one launch (test_cuda_rows.c), timed */
+        check_rows_all();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        if (!failures) bench_rows();
+        return failures ? 1 : 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */
         check_moe_dec_all();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");

@@ -114,6 +114,17 @@ static void check_moeg(int n, int k, int E, int H, int I, dt_type gdt, int gg, d
     const int lsame = !memcmp(lout, lref, (size_t)n * H * 4);
     CK(lsame, "grouped MoE layer (%s %s, n %d k %d E %d, implied %d): differs from the GEMM's", dt_name(gdt), dt_name(ddt), n,
        k, E, implied);
+    { /* with h's int8 form made before (slcu_moeg_layer_a, SLUICE_CUDA_NROWS=1's norm: here slcu_act_quantize, poisoned first) */
+        void *hb = slcu_alloc(slcu_act_bytes(n, H), msg, sizeof msg);
+        slcu_act ha;
+        poison(hb, slcu_act_bytes(n, H)), poison(dout, (size_t)n * H * 4);
+        CK(!slcu_act_bind(&ha, hb, n, H, msg, sizeof msg) && !slcu_act_quantize(&ha, dh, (size_t)H, msg, sizeof msg) &&
+           slcu_moeg_layer_a(&ml, &ha, &rr, dlg, dtw, dout, &lbuf, &lcap, msg, sizeof msg) == 1, "grouped MoE layer_a: %s", msg);
+        float *la = dl(dout, (size_t)n * H);
+        CK(!memcmp(la, lref, (size_t)n * H * 4), "grouped MoE layer with h's int8 form given (n %d k %d E %d): differs", n, k, E);
+        free(la);
+        slcu_free(hb);
+    }
     slcu_moe_mv(-1), slcu_moeg_set(-1);
     printf("ok   MoE decode batch grouped by expert (both ways) == grouped GEMM: %s g%d %s / %s g%d %s, %d tokens x %d of %d experts, "
            "implied %d, routing %d: %s, alone %s, layer %s\n", dt_name(gdt), gg, dt_name(gsdt), dt_name(ddt), dg,
@@ -125,7 +136,9 @@ static void check_moeg(int n, int k, int E, int H, int I, dt_type gdt, int gg, d
     free_mat(&gu), free_mat(&dn);
 }
 
+static void check_rows_all(void); /* test_cuda_rows.c, included at the end */
 static void check_moeg_all(void) {
+    check_rows_all();
     check_mvg_all();
     check_moeg(2, 4, 16, 512, 192, DT_Q4, 32, DT_F16, DT_Q8, 64, DT_BF16, 0, 0);
     check_moeg(5, 8, 24, 512, 160, DT_Q8, 64, DT_BF16, DT_Q4, 32, DT_F16, 3, 0);
@@ -362,3 +375,5 @@ static void bench_serve8(void) {
     slcu_free(r.dout), slcu_free(r.dlg), slcu_free(r.lbuf);
     free_mat(&gu), free_mat(&dn);
 }
+
+#include "test_cuda_rows.c" /* SLUICE_CUDA_NROWS=1: a decode batch's rows in one launch: check_rows_all, --serve-rows */

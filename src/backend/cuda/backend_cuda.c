@@ -268,8 +268,8 @@ int act_ready(be_backend *be, kern_act *x, slcu_act *a) {
         return 0;
     }
     x->ready = 0; /* (its int8 form was the norm's, made again since) */
-    if (c->nq_y && x->x == c->nq_y && x->n_tok == 1 && x->cols == c->nq_dim &&
-        !slcu_act_bind(a, c->nq_buf, 1, x->cols, MSG(be))) { /* the norm made it */
+    if (c->nq_y && x->x == c->nq_y && x->n_tok == c->nq_rows && x->cols == c->nq_dim &&
+        (x->n_tok == 1 || x->ldx == (size_t)x->cols) && !slcu_act_bind(a, c->nq_buf, x->n_tok, x->cols, MSG(be))) { /* the norm made it */
         x->q = a->q, x->q4 = a->q4, x->d = a->d, x->s = a->s;
         x->ready = 1;
         c->nq_owner = x;
@@ -410,7 +410,7 @@ static void cu_attention(be_backend *be, const be_attn *a) {
     if (!c->nq_off && a->n == 1 && a->head_dim % 128 == 0 && nq_room(be, cols) && !slcu_act_bind(&q, c->nq_buf, 1, cols, MSG(be))) {
         const int r = slcu_attention_q(&s, &q, MSG(be)); /* one token: its output's int8 form for o too (nq_*) */
         if (r < 0) cu_fail(be, SL_EIO, c->tmp);
-        if (r == 1) c->nq_y = a->out, c->nq_dim = cols, c->nq_owner = NULL;
+        if (r == 1) c->nq_y = a->out, c->nq_dim = cols, c->nq_rows = 1, c->nq_owner = NULL;
         return;
     }
     CU(be, slcu_attention(&s, MSG(be)));
@@ -448,6 +448,7 @@ static void cu_rope_at(be_backend *be, float *x, int n_tok, size_t ld, int n_hea
         cu_rope(be, x, 1, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos[0], interleave);
         return;
     }
+    if (nr_rows(be, x, n_tok, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos, interleave)) return; /* (NROWS=1) */
     SKIP(be);
     CU(be, slcu_rope_at(x, n_tok, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos, interleave, MSG(be)));
 }
@@ -763,6 +764,9 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
                        float *out) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
+    slcu_act ha; /* h's int8 form, made by its norm over the batch's rows (SLUICE_CUDA_NROWS=1: add_norm_rows) */
+    const int hq = c->nq_y == h && c->nq_rows == r->n && r->n > 1 && c->nq_dim == r->cfg->hidden &&
+                   !slcu_act_bind(&ha, c->nq_buf, r->n, r->cfg->hidden, MSG(be));
     c->nq_y = NULL;
     const fam_config *cfg = r->cfg;
     slcu_router rr;
@@ -778,7 +782,7 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
     if (implied) mo.gate.ibias = implied[0], mo.up.ibias = implied[1], mo.down.ibias = implied[2];
     int rc = 0;
     if (ok && r->n <= SLCU_MOEG_MAXN && slcu_moeg_on() && slcu_decode_kernels) /* SLUICE_CUDA_MOEG=1: grouped by expert */
-        rc = slcu_moeg_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be));
+        rc = slcu_moeg_layer_a(&mo, hq ? &ha : NULL, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be));
     if (ok && !rc) rc = slcu_moe_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be));
     return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
 }

@@ -37,7 +37,7 @@ typedef struct cu_ctx {
     void *nq_buf;
     size_t nq_cap;
     const float *nq_y;
-    int nq_dim;
+    int nq_dim, nq_rows; /* nq_rows: 1, or a decode batch's rows (SLUICE_CUDA_NROWS=1, add_norm_rows) */
     const kern_act *nq_owner;
     int nq_off;               /* SLUICE_CUDA_NQ=0: the norms alone, nothing held */
     /* a one-row add (kind bit 1) and the combine before it (bit 2), held back so that the rmsnorm after them runs
@@ -51,6 +51,8 @@ typedef struct cu_ctx {
         /* bits 4, 8: one token's per-head norms (q, then k), 16: the RoPE of the first: each pair one launch */
         slcu_normrope nr[2];
         size_t nr_ld[2];
+        int nr_tok;           /* their tokens: 1, or 2 .. SLCU_NROWS_MAX (SLUICE_CUDA_NROWS=1) at positions pos_at */
+        int pos_at[8];
         int rot, pos;
         float af, freq[512];
     } pend;
@@ -95,6 +97,11 @@ int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, 
 int hold_norm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t hs, int dim,
               const float *w, float w_off, float eps);
 void combine_now(be_backend *be, const be_combine *cb);
+/* SLUICE_CUDA_NROWS=1: a decode batch's held add + norm + int8 form of its rows in one launch; the held q/k norms of its
+ * rows and their RoPE at pos in one launch (held or launched: 1; 0 not its case) */
+int add_norm_rows(be_backend *be, const float *x, float *y, int n, size_t ld, int dim, const float *w, float w_off, float eps);
+int nr_rows(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t hs, int rot, const float *inv_freq, float af,
+            const int *pos, int interleave);
 void cu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int n_heads, size_t head_stride,
                 int dim, const float *w, float w_off, float eps);
 void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/cuda/backend_cuda_ctx.h"
+#include "backend/cuda/cuda_mvn.h"
 
 /* the held router matvec, launched alone (cu_matmul's exact path for one token) */
 static void hm_flush(be_backend *be) {
@@ -51,12 +52,13 @@ void cu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, 
     hm_flush(be); /* (every op that may hold without pend_flush launches the held matvecs first) */
     if (hold_norm(be, x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps)) return; /* (launches nothing) */
     if (n_tok == 1 && n_heads == 1 && add_norm(be, x, y, dim, w, w_off, eps)) return; /* (the held matvec first) */
+    if (n_tok > 1 && n_heads == 1 && add_norm_rows(be, x, y, n_tok, ld, dim, w, w_off, eps)) return; /* (NROWS=1) */
     hq_flush(be);
     SKIP(be);
     slcu_act a;
     if (!c->nq_off && n_tok == 1 && n_heads == 1 && dim % 32 == 0 && dim <= 8192 && nq_room(be, dim) && !slcu_act_bind(&a, c->nq_buf, 1, dim, MSG(be))) {
         CU(be, slcu_rmsnorm_q(x, y, dim, w, w_off, eps, &a, MSG(be)));
-        c->nq_y = y, c->nq_dim = dim, c->nq_owner = NULL;
+        c->nq_y = y, c->nq_dim = dim, c->nq_rows = 1, c->nq_owner = NULL;
         return;
     }
     CU(be, slcu_rmsnorm(x, y, n_tok, ld, n_heads, head_stride, dim, w, w_off, eps, MSG(be)));
@@ -65,7 +67,7 @@ void cu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, 
 /* rope over the held norm i's output, one token, the same heads */
 static int nr_match(const cu_ctx *c, int i, const float *x, int n_tok, int n_heads, size_t hs, int rot, int inter) {
     const slcu_normrope *p = &c->pend.nr[i];
-    return !inter && n_tok == 1 && x == p->y && n_heads == p->n_heads && hs == p->hs && rot <= p->dim && rot <= 1024;
+    return !inter && n_tok == 1 && c->pend.nr_tok == 1 && x == p->y && n_heads == p->n_heads && hs == p->hs && rot <= p->dim && rot <= 1024;
 }
 
 void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,
@@ -73,6 +75,11 @@ void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t
     cu_ctx *c = cu_of(be);
     if (c->step == 1) return;
     hm_flush(be);
+    if (n_tok > 1 && n_tok <= SLCU_NROWS_MAX && c->pend.nr_tok == n_tok) { /* (NROWS=1: a prefill chunk's tokens) */
+        int pos[SLCU_NROWS_MAX];
+        for (int t = 0; t < n_tok; t++) pos[t] = pos0 + t;
+        if (nr_rows(be, x, n_tok, ld, n_heads, head_stride, rot, inv_freq, attn_factor, pos, interleave)) return;
+    }
     const int k = c->pend.kind;
     if ((k == 4 || k == 12) && nr_match(c, 0, x, n_tok, n_heads, head_stride, rot, interleave)) {
         if (k == 4) { /* q's norm alone before it: one launch now */
@@ -100,11 +107,14 @@ int hold_norm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, in
               const float *w, float w_off, float eps) {
     cu_ctx *c = cu_of(be);
     const int k = c->pend.kind;
-    if (c->nq_off || n_tok != 1 || n_heads < 2 || dim > 1024 || (k != 0 && k != 4)) return 0;
+    const int rows = n_tok > 1 && n_tok <= SLCU_NROWS_MAX && slcu_nrows_on(); /* (a decode batch's: nr_rows) */
+    if (c->nq_off || (n_tok != 1 && !rows) || n_heads < 2 || dim > 1024 || (k != 0 && k != 4)) return 0;
     const int i = k == 4;
+    if (k == 4 && n_tok != c->pend.nr_tok) return 0;
     c->pend.nr[i] = (slcu_normrope){.x = x, .y = y, .n_heads = n_heads, .dim = dim, .hs = hs, .w = w, .w_off = w_off,
                                     .eps = eps};
     c->pend.nr_ld[i] = ld;
+    c->pend.nr_tok = n_tok;
     c->pend.kind = k | (4 << i);
     c->nq_y = NULL;
     return 1;
@@ -172,12 +182,16 @@ void pend_flush(be_backend *be) {
     hq_flush(be);
     const int k = c->pend.kind;
     c->pend.kind = 0;
+    const int nt = c->pend.nr_tok;
     for (int i = 0; i < 2; i++) {
         const slcu_normrope *p = &c->pend.nr[i];
         if (k & (4 << i))
-            CU(be, slcu_rmsnorm(p->x, p->y, 1, c->pend.nr_ld[i], p->n_heads, p->hs, p->dim, p->w, p->w_off, p->eps, MSG(be)));
+            CU(be, slcu_rmsnorm(p->x, p->y, nt, c->pend.nr_ld[i], p->n_heads, p->hs, p->dim, p->w, p->w_off, p->eps, MSG(be)));
     }
-    if (k & 16)
+    if ((k & 16) && nt > 1) /* (a decode batch's: nr_rows) */
+        CU(be, slcu_rope_at(c->pend.nr[0].y, nt, c->pend.nr_ld[0], c->pend.nr[0].n_heads, c->pend.nr[0].hs, c->pend.rot,
+                            c->pend.freq, c->pend.af, c->pend.pos_at, 0, MSG(be)));
+    else if (k & 16)
         CU(be, slcu_rope(c->pend.nr[0].y, 1, c->pend.nr_ld[0], c->pend.nr[0].n_heads, c->pend.nr[0].hs, c->pend.rot,
                          c->pend.freq, c->pend.af, c->pend.pos, 0, MSG(be)));
     if (k & 2) combine_now(be, &c->pend.cb);
@@ -211,8 +225,65 @@ int add_norm(be_backend *be, const float *x, float *y, int dim, const float *w, 
         if (!r) CU(be, slcu_matmul_i8(c->hq.mm, c->hq.n, MSG(be))); /* not its case: the two launches */
     }
     if (!r) CU(be, slcu_add_norm_q(&p, q ? &a : NULL, MSG(be)));
-    if (q) c->nq_y = y, c->nq_dim = dim, c->nq_owner = NULL;
+    if (q) c->nq_y = y, c->nq_dim = dim, c->nq_rows = 1, c->nq_owner = NULL;
     return 1;
+}
+
+/* SLUICE_CUDA_NROWS=1 (cuda_mvn.h): the held add of a decode batch's rows x (2 .. SLCU_NROWS_MAX rows of dim, contiguous),
+ * the norm and its int8 form (nq_buf, for the matmul after it) in one launch, or the norm and its int8 form alone
+ * (slcu_add_norm_rows: each row the one-row kernel's bits); 0 when it does not fit (nothing launched) */
+int add_norm_rows(be_backend *be, const float *x, float *y, int n, size_t ld, int dim, const float *w, float w_off, float eps) {
+    cu_ctx *c = cu_of(be);
+    if (c->nq_off || !slcu_nrows_on() || n < 2 || n > SLCU_NROWS_MAX || ld != (size_t)dim || dim % 32 || dim > 8192 ||
+        c->step)
+        return 0;
+    slcu_act a;
+    if (!nq_room(be, n * dim) || slcu_act_bind(&a, c->nq_buf, n, dim, MSG(be))) return 0; /* (n rows fit one of n dim) */
+    hq_flush(be);
+    const int add = c->pend.kind == 1 && c->pend.x == x && c->pend.n == (size_t)n * (size_t)dim;
+    slcu_addnorm p = {.x = (float *)x, .y = add ? c->pend.y : NULL, .h = y, .w = w, .w_off = w_off, .eps = eps, .dim = dim};
+    if (add) c->pend.kind = 0;
+    else pend_flush(be);
+    CU(be, slcu_add_norm_rows(&p, n, &a, MSG(be)));
+    c->nq_y = y, c->nq_dim = dim, c->nq_rows = n, c->nq_owner = NULL;
+    return 1;
+}
+
+/* n rows at least 2 at the held norms' launch (nr_tok)? the RoPE of part i's output, the same rows and heads */
+static int nr_rows_match(const cu_ctx *c, int i, const float *x, int n_tok, size_t ld, int n_heads, size_t hs, int rot) {
+    const slcu_normrope *p = &c->pend.nr[i];
+    return n_tok == c->pend.nr_tok && x == p->y && ld == c->pend.nr_ld[i] && n_heads == p->n_heads && hs == p->hs &&
+           rot <= p->dim && rot <= 1024;
+}
+
+/* SLUICE_CUDA_NROWS=1: the RoPE at pos of a decode batch's rows after their held q (and k) norms (hold_norm): q's held
+ * with its positions until k's comes, then both norms and both RoPEs in one launch (slcu_norm_rope_rows); q's alone
+ * (no k norm held) launched at once. 1 taken, 0 not its case (the caller flushes what is held). */
+int nr_rows(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t hs, int rot, const float *inv_freq, float af,
+            const int *pos, int interleave) {
+    cu_ctx *c = cu_of(be);
+    const int k = c->pend.kind;
+    if (c->step || interleave || n_tok < 2 || n_tok > SLCU_NROWS_MAX || !rot || !(k == 4 || k == 12 || k == 28)) return 0;
+    hm_flush(be);
+    if ((k == 4 || k == 12) && nr_rows_match(c, 0, x, n_tok, ld, n_heads, hs, rot)) {
+        if (k == 12) { /* q's RoPE held (bit 16) until k's */
+            c->pend.kind = 28, c->pend.rot = rot, c->pend.af = af;
+            memcpy(c->pend.freq, inv_freq, (size_t)rot / 2 * sizeof(float));
+            memcpy(c->pend.pos_at, pos, (size_t)n_tok * sizeof(int));
+            return 1;
+        }
+        c->pend.kind = 0;
+        CU(be, slcu_norm_rope_rows(c->pend.nr, c->pend.nr_ld, 1, n_tok, rot, inv_freq, af, pos, MSG(be)));
+        return 1;
+    }
+    if (k == 28 && nr_rows_match(c, 1, x, n_tok, ld, n_heads, hs, rot) && rot == c->pend.rot && af == c->pend.af &&
+        !memcmp(inv_freq, c->pend.freq, (size_t)rot / 2 * sizeof(float)) &&
+        !memcmp(pos, c->pend.pos_at, (size_t)n_tok * sizeof(int))) {
+        c->pend.kind = 0;
+        CU(be, slcu_norm_rope_rows(c->pend.nr, c->pend.nr_ld, 2, n_tok, rot, inv_freq, af, pos, MSG(be)));
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- SLUICE_CUDA_FUSE: launches that end in their last CTA's work (docs/CUDA.md "The resident decode step") ---- */

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_addnorm.cuh"
 #include "backend/cuda/cuda_normrope.cuh"
 #include "backend/cuda/cuda_quant.cuh"
+#include "backend/cuda/cuda_mvn.h"
 #include "kernels/canon_exp.h"
 
 static int bad(char *msg, size_t n, const char *what) {
@@ -32,6 +33,20 @@ static int launched(char *msg, size_t n, const char *what) {
 }
 
 
+/* Row t of an n-row launch (slcu_add_norm_rows, blockIdx.y): the int8 form's row t (cuda.h slcu_act's layout), and x,
+ * y, h at t dim (the combine is not taken there) */
+static __device__ __forceinline__ void act_row(slcu_act &a, int t) {
+    if (!a.q) return;
+    const size_t c = (size_t)a.cols, nb = c / 32;
+    a.q += (size_t)t * c, a.q4 += (size_t)t * c, a.d += (size_t)t * nb, a.s += (size_t)t * (nb + nb / 2 + nb / 4);
+}
+static __device__ __forceinline__ slcu_addnorm an_row(slcu_addnorm p, int t) {
+    const size_t o = (size_t)t * (size_t)p.dim;
+    p.x += o, p.h += o;
+    if (p.y) p.y += o;
+    return p;
+}
+
 /* ---- one row's rmsnorm with its int8 form (kern_act's, as cuda_i8.cu act_quant makes it). A CTA of RN_THREADS
  * loads the row into shared memory (its loads in flight together); then k_rmsnorm's operations: thread t < 256
  * sums the squares of i = t, t + 256, ... in order (double), the same tree of 256; then every warp quantizes the
@@ -41,9 +56,11 @@ static int launched(char *msg, size_t n, const char *what) {
 #define RN_MAXD 8192
 #define RN_PER (RN_MAXD / RN_THREADS) /* columns a thread holds at most */
 
+template <bool ROWS>
 __global__ void __launch_bounds__(RN_THREADS) k_rmsnorm_q(const float *x, float *y, int n, const float *w, float w_off,
                                                           float eps, slcu_act a) {
     pdl_wait();
+    if (ROWS) x += (size_t)blockIdx.y * n, y += (size_t)blockIdx.y * n, act_row(a, blockIdx.y); /* slcu_add_norm_rows */
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ double part[256];
     __shared__ float xs[RN_MAXD], sbs[RN_MAXD / 32];
@@ -77,9 +94,11 @@ static __device__ __forceinline__ void cl_wait() { asm volatile("barrier.cluster
 
 /* MODE 0: rmsnorm (p.x's row to p.h); 1: add (x += y); 2: combine then add (k_add_norm_q with cy). CPT: columns a
  * thread, W / 256 rounded up (1 at 2048 columns: no instruction for columns a thread does not have) */
-template <int MODE, int CPT>
-__global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_norm_cl(const slcu_addnorm p, slcu_act a) {
+template <int MODE, int CPT, bool ROWS = false>
+__global__ void __cluster_dims__(AC_CTAS, 1, 1) __launch_bounds__(AC_NT) k_add_norm_cl(const slcu_addnorm p0, slcu_act a) {
     pdl_wait();
+    const slcu_addnorm p = ROWS ? an_row(p0, blockIdx.y) : p0; /* ROWS: the cluster of row blockIdx.y (slcu_add_norm_rows) */
+    if (ROWS) act_row(a, blockIdx.y);
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     namespace cg = cooperative_groups;
     __shared__ double part[256];
@@ -201,12 +220,14 @@ static int cl_takes(int dim) {
 
 extern "C" int slcu_norm_cluster_takes(int dim) { return cl_takes(dim); }
 
-template <int MODE> static void cl_launch(const slcu_addnorm &p, const slcu_act &a) {
+/* rows > 1: a cluster a row (slcu_add_norm_rows) */
+template <int MODE, bool ROWS = false> static void cl_launch(const slcu_addnorm &p, const slcu_act &a, int rows = 1) {
     const int cpt = (p.dim / AC_CTAS + AC_NT - 1) / AC_NT;
-    if (cpt == 1) pdl_launch(k_add_norm_cl<MODE, 1>, AC_CTAS, AC_NT, 0, SLS, p, a);
-    else if (cpt == 2) pdl_launch(k_add_norm_cl<MODE, 2>, AC_CTAS, AC_NT, 0, SLS, p, a);
-    else if (cpt == 3) pdl_launch(k_add_norm_cl<MODE, 3>, AC_CTAS, AC_NT, 0, SLS, p, a);
-    else pdl_launch(k_add_norm_cl<MODE, 4>, AC_CTAS, AC_NT, 0, SLS, p, a);
+    const dim3 g(AC_CTAS, (unsigned)rows);
+    if (cpt == 1) pdl_launch(k_add_norm_cl<MODE, 1, ROWS>, g, AC_NT, 0, SLS, p, a);
+    else if (cpt == 2) pdl_launch(k_add_norm_cl<MODE, 2, ROWS>, g, AC_NT, 0, SLS, p, a);
+    else if (cpt == 3) pdl_launch(k_add_norm_cl<MODE, 3, ROWS>, g, AC_NT, 0, SLS, p, a);
+    else pdl_launch(k_add_norm_cl<MODE, 4, ROWS>, g, AC_NT, 0, SLS, p, a);
 }
 
 extern "C" int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w, float w_off, float eps, const slcu_act *a,
@@ -216,7 +237,7 @@ extern "C" int slcu_rmsnorm_q(const float *x, float *y, int dim, const float *w,
     if (cl_takes(dim)) { /* k_add_norm_cl's MODE 0: x only read */
         const slcu_addnorm p = {(float *)x, NULL, NULL, NULL, NULL, NULL, 0, NULL, y, w, w_off, eps, dim};
         cl_launch<0>(p, *a);
-    } else pdl_launch(k_rmsnorm_q, 1, RN_THREADS, 0, SLS, x, y, dim, w, w_off, eps, *a);
+    } else pdl_launch(k_rmsnorm_q<false>, 1, RN_THREADS, 0, SLS, x, y, dim, w, w_off, eps, *a);
     return launched(msg, msglen, "rmsnorm launch");
 }
 
@@ -270,9 +291,13 @@ extern "C" int slcu_swiglu_q(const float *g, const float *u, float *y, const slc
 }
 
 
-/* One CTA of RN_THREADS: cuda_addnorm.cuh add_norm_row (the combine, k_add's add, k_rmsnorm's norm and the int8 form) */
-__global__ void __launch_bounds__(RN_THREADS) k_add_norm_q(const slcu_addnorm p, slcu_act a) {
+/* One CTA of RN_THREADS: cuda_addnorm.cuh add_norm_row (the combine, k_add's add, k_rmsnorm's norm and the int8 form);
+ * ROWS: row blockIdx.y of slcu_add_norm_rows */
+template <bool ROWS>
+__global__ void __launch_bounds__(RN_THREADS) k_add_norm_q(const slcu_addnorm p0, slcu_act a) {
     pdl_wait();
+    const slcu_addnorm p = ROWS ? an_row(p0, blockIdx.y) : p0;
+    if (ROWS) act_row(a, blockIdx.y);
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     __shared__ double part[256];
     __shared__ float xs[RN_MAXD], sbs[RN_MAXD / 32];
@@ -286,8 +311,26 @@ extern "C" int slcu_add_norm_q(const slcu_addnorm *p, const slcu_act *a, char *m
     if (cl_takes(p->dim)) {
         if (p->cy) cl_launch<2>(*p, a ? *a : none);
         else cl_launch<1>(*p, a ? *a : none);
-    } else pdl_launch(k_add_norm_q, 1, RN_THREADS, 0, SLS, *p, a ? *a : none);
+    } else pdl_launch(k_add_norm_q<false>, 1, RN_THREADS, 0, SLS, *p, a ? *a : none);
     return launched(msg, msglen, "add + rmsnorm launch");
+}
+
+/* ---- a decode batch's rows (SLUICE_CUDA_NROWS=1, cuda_mvn.h): row t of n the launch's blockIdx.y, its CTAs the one-row
+ * kernels' above (a cluster of 8 a row, or one CTA of RN_THREADS), so each row's bits are the bits it gets alone ---- */
+extern "C" int slcu_add_norm_rows(const slcu_addnorm *p, int n_rows, const slcu_act *a, char *msg, size_t msglen) {
+    if (p->dim <= 0 || p->dim > RN_MAXD || p->dim % 32 || p->cy || n_rows < 1 || n_rows > 65535 ||
+        (a && (a->n_tok != n_rows || a->cols != p->dim)))
+        return bad(msg, msglen, "add_norm_rows: rows of at most 8192 (a multiple of 32), no combine, the int8 form's rows");
+    slcu_act none = {};
+    none.cols = p->dim;
+    const slcu_act &q = a ? *a : none;
+    if (cl_takes(p->dim)) {
+        if (p->y) cl_launch<1, true>(*p, q, n_rows);
+        else cl_launch<0, true>(*p, q, n_rows);
+    } else if (p->y) pdl_launch(k_add_norm_q<true>, dim3(1, (unsigned)n_rows), RN_THREADS, 0, SLS, *p, q);
+    else pdl_launch(k_rmsnorm_q<true>, dim3(1, (unsigned)n_rows), RN_THREADS, 0, SLS, (const float *)p->x, p->h, p->dim, p->w,
+                    p->w_off, p->eps, q);
+    return launched(msg, msglen, "add + rmsnorm rows launch");
 }
 
 /* ---- per-head norm then RoPE of one token (slcu_norm_rope): a CTA of 256 per head (cuda_normrope.cuh) ---- */
@@ -314,6 +357,42 @@ extern "C" int slcu_norm_rope(const slcu_normrope *p, int n_parts, int rot, cons
     memcpy(A.f, inv_freq, (size_t)rot / 2 * sizeof(float));
     pdl_launch(k_norm_rope, heads, 256, 0, SLS, A, slcu_step_pos());
     return launched(msg, msglen, "norm + rope launch");
+}
+
+/* slcu_norm_rope_rows: token t (blockIdx.y) at ld[part] t floats from the part's rows, at position pos[t] */
+struct nr_rows {
+    nr_args A;
+    size_t ld[2];
+    int pos[SLCU_NROWS_MAX];
+};
+__global__ void __launch_bounds__(256) k_norm_rope_rows(const __grid_constant__ nr_rows R) {
+    pdl_wait();
+    __shared__ double part[256];
+    __shared__ float v0[1024];
+    const int t = blockIdx.y, part_i = (int)blockIdx.x >= R.A.n0, h = (int)blockIdx.x - (part_i ? R.A.n0 : 0);
+    slcu_normrope p = R.A.p[part_i];
+    p.x += (size_t)t * R.ld[part_i], p.y += (size_t)t * R.ld[part_i];
+    norm_rope_head(R.A, p, h, R.pos[t], part, v0);
+}
+
+extern "C" int slcu_norm_rope_rows(const slcu_normrope *p, const size_t *ld, int n_parts, int n_tok, int rot, const float *inv_freq,
+                                   float attn_factor, const int *pos, char *msg, size_t msglen) {
+    if (n_parts < 1 || n_parts > 2 || rot < 0 || rot % 2 || rot > 1024) return bad(msg, msglen, "norm_rope_rows: 1 or 2 parts, rot even <= 1024");
+    if (n_tok < 1 || n_tok > SLCU_NROWS_MAX || slcu_step_pos()) return bad(msg, msglen, "norm_rope_rows: 1 to 8 tokens, not in a recorded step");
+    nr_rows R;
+    int heads = 0;
+    for (int i = 0; i < n_parts; i++) {
+        if (p[i].dim <= 0 || p[i].dim < rot || p[i].n_heads <= 0) return bad(msg, msglen, "norm_rope_rows: rot past the head");
+        R.A.p[i] = p[i], R.ld[i] = ld[i];
+        heads += p[i].n_heads;
+    }
+    if (n_parts == 1) R.A.p[1] = p[0], R.ld[1] = ld[0];
+    R.A.n0 = p[0].n_heads, R.A.half = rot / 2, R.A.af = attn_factor, R.A.pos = 0;
+    memcpy(R.A.f, inv_freq, (size_t)rot / 2 * sizeof(float));
+    memset(R.pos, 0, sizeof R.pos);
+    memcpy(R.pos, pos, (size_t)n_tok * sizeof(int));
+    pdl_launch(k_norm_rope_rows, dim3((unsigned)heads, (unsigned)n_tok), 256, 0, SLS, R);
+    return launched(msg, msglen, "norm + rope rows launch");
 }
 
 extern "C" float slcu_time_median(void (*fn)(void *), void *ctx, int reps) {

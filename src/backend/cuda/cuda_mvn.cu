@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(MG_NTH) k_mvg_dense(const __grid_constant__ mg
 
 /* ---- host ---- */
 
-static int moeg_env = -1, moeg_state = -1, moeg_ib = -1, mvg_env = -1, mvg_state = -1;
+static int moeg_env = -1, moeg_state = -1, moeg_ib = -1, mvg_env = -1, mvg_state = -1, nrows_env = -1, nrows_state = -1;
 extern "C" void slcu_moeg_init(void) {
     const char *e = getenv("SLUICE_CUDA_MOEG");
     /* on (1) unless =0 since call T (bitwise on an H100; 8 streams 2.40x -> 3.13x one stream with MVG); =2 16 rows a CTA */
@@ -363,6 +363,11 @@ extern "C" void slcu_moeg_init(void) {
     e = getenv("SLUICE_CUDA_MVG");
     mvg_env = !(e && e[0] == '0' && !e[1]);
     mvg_state = mvg_env;
+    /* a decode batch's residual add + norm + int8 form and q/k norms + RoPE, each one launch over its rows (cuda_fused.cu
+     * slcu_add_norm_rows, slcu_norm_rope_rows): off unless SLUICE_CUDA_NROWS=1 until a device run */
+    e = getenv("SLUICE_CUDA_NROWS");
+    nrows_env = e && e[0] == '1' && !e[1];
+    nrows_state = nrows_env;
     /* the implied biases computed as the int8 matmuls compute them (cuda_i8.cu SLUICE_CUDA_IBIAS: on unless =0) */
     moeg_ib = !(getenv("SLUICE_CUDA_IBIAS") && getenv("SLUICE_CUDA_IBIAS")[0] == '0');
 }
@@ -381,6 +386,15 @@ extern "C" void slcu_mvg_set(int on) {
 extern "C" int slcu_mvg_on(void) {
     if (mvg_state < 0) slcu_moeg_init();
     return mvg_state;
+}
+
+extern "C" void slcu_nrows_set(int on) {
+    if (nrows_env < 0) slcu_moeg_init();
+    nrows_state = on < 0 ? nrows_env : on != 0;
+}
+extern "C" int slcu_nrows_on(void) {
+    if (nrows_state < 0) slcu_moeg_init();
+    return nrows_state;
 }
 
 struct mg_work {
@@ -519,7 +533,8 @@ extern "C" int slcu_mvg_matmul(const slcu_mm *mm, int n, char *msg, size_t msgle
     return e == cudaSuccess ? 1 : fail(msg, msglen, "int8 matmul of a decode batch (grouped rows) launch", e);
 }
 
-extern "C" int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen) {
+/* slcu_moeg_ffn, h's int8 form from ha when not NULL (made by the norm: slcu_moeg_layer_a) */
+static int moeg_ffn(const slcu_moe *m, const slcu_act *ha, char *msg, size_t msglen) {
     const char *why = mg_why(m);
     if (why) {
         if (msg && msglen) snprintf(msg, msglen, "MoE experts grouped by expert: %s", why);
@@ -530,7 +545,8 @@ extern "C" int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen) {
     mg_work w;
     mg_carve(m->n, m->k, m->H, m->I, m->work, &w);
     slcu_act xa, ma;
-    if (slcu_act_bind(&xa, w.xa, m->n, m->H, msg, msglen) || slcu_act_quantize(&xa, m->h, (size_t)m->H, msg, msglen) ||
+    if (ha) xa = *ha;
+    if ((!ha && (slcu_act_bind(&xa, w.xa, m->n, m->H, msg, msglen) || slcu_act_quantize(&xa, m->h, (size_t)m->H, msg, msglen))) ||
         slcu_act_bind(&ma, w.ma, nk, m->I, msg, msglen))
         return -1;
     const mg_gu_args G = {m->tab, m->top_e, nk, m->k, m->E, m->H, m->I, m->gate.group, m->gate.dtype == DT_Q4 ? xa.q4 : xa.q,
@@ -553,8 +569,11 @@ extern "C" int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen) {
     return e == cudaSuccess ? 0 : fail(msg, msglen, "MoE down (grouped) launch", e);
 }
 
-extern "C" int slcu_moeg_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
-                               size_t *cap, char *msg, size_t msglen) {
+extern "C" int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen) { return moeg_ffn(m, NULL, msg, msglen); }
+
+extern "C" int slcu_moeg_layer_a(const slcu_moe *m, const slcu_act *ha, const slcu_router *r, const float *logits, float *top_w,
+                                 float *out, void **buf, size_t *cap, char *msg, size_t msglen) {
+    if (ha && (ha->n_tok != m->n || ha->cols != m->H)) return 0;
     slcu_moe mo = *m;
     mo.work = mo.y = (float *)1; /* mg_why checks the shapes and types; the buffers come below */
     if (mg_why(&mo)) return 0;
@@ -567,8 +586,13 @@ extern "C" int slcu_moeg_layer(const slcu_moe *m, const slcu_router *r, const fl
         *cap = need;
     }
     mo.work = *buf, mo.y = (float *)((uint8_t *)*buf + wb);
-    if (slcu_route(r, logits, m->n, (int *)m->top_e, top_w, msg, msglen) || slcu_moeg_ffn(&mo, msg, msglen) ||
+    if (slcu_route(r, logits, m->n, (int *)m->top_e, top_w, msg, msglen) || moeg_ffn(&mo, ha, msg, msglen) ||
         slcu_combine(mo.y, top_w, m->k, NULL, NULL, out, m->n, m->H, msg, msglen))
         return -1;
     return 1;
+}
+
+extern "C" int slcu_moeg_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
+                               size_t *cap, char *msg, size_t msglen) {
+    return slcu_moeg_layer_a(m, NULL, r, logits, top_w, out, buf, cap, msg, msglen);
 }

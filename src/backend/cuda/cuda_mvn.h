@@ -38,6 +38,23 @@ int slcu_mvg_on(void);
  * failed (message). Bitwise slcu_matmul_i8 (cuda.h's canonical order). */
 int slcu_mvg_matmul(const slcu_mm *mm, int n, char *msg, size_t msglen);
 
+/* SLUICE_CUDA_NROWS (read by slcu_moeg_init; off unless =1): a decode batch's 2-8 rows take the n-row forms below
+ * (backend_cuda_hold.c add_norm_rows, nr_rows). slcu_nrows_set / slcu_nrows_on as above. */
+#define SLCU_NROWS_MAX 8
+void slcu_nrows_set(int on);
+int slcu_nrows_on(void);
+/* slcu_add_norm_q (cuda.h) of n_rows rows in one launch: row t's x, y, h at t p->dim floats (p->y NULL: the norm
+ * alone, x only read; no combine: p->cy NULL), its int8 form row t of a (a->n_tok == n_rows; a NULL: none). Each row
+ * runs the one-row kernel's CTAs (a cluster of 8 where slcu_norm_cluster_takes, else one CTA): bitwise slcu_add_norm_q
+ * (or slcu_rmsnorm_q) of that row alone, and so bitwise slcb_add, slcu_rmsnorm and slcu_act_quantize of the rows.
+ * 0, or -1 with a message. */
+int slcu_add_norm_rows(const slcu_addnorm *p, int n_rows, const slcu_act *a, char *msg, size_t msglen);
+/* slcu_norm_rope (cuda.h) of n_tok <= SLCU_NROWS_MAX tokens in one launch: part i's token t at p[i].x / y + t ld[i],
+ * at position pos[t] (host, n_tok of them). Each (token, head) is one-token k_norm_rope's CTA: bitwise slcu_rmsnorm then
+ * slcu_rope_at (interleave 0). Not in a recorded step. 0, or -1 with a message. */
+int slcu_norm_rope_rows(const slcu_normrope *p, const size_t *ld, int n_parts, int n_tok, int rot, const float *inv_freq,
+                        float attn_factor, const int *pos, char *msg, size_t msglen);
+
 /* Device bytes of m->work for slcu_moeg_ffn (h's int8 form, the n k mid rows' int8 form, the grouping's table). */
 size_t slcu_moeg_bytes(int n, int k, int E, int H, int I);
 /* m as slcu_moe_ffn's (m->swi unused): y [n k][H], row t k + s token t's slot s (pairs whose expert is outside [0, E)
@@ -48,6 +65,11 @@ int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen);
  * a sync first) through slcu_moeg_ffn: 1 done, 0 not its case (n > 8, shapes or types: nothing queued), -1 failed. */
 int slcu_moeg_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
                     size_t *cap, char *msg, size_t msglen);
+/* slcu_moeg_layer with h's int8 form ha (n rows of H, as slcu_act_quantize of m->h makes it: the norm's, SLUICE_CUDA_NROWS=1)
+ * instead of quantizing h again (one launch fewer; the same bits); ha NULL: slcu_moeg_layer. 0 also when ha's shape is not
+ * m's. */
+int slcu_moeg_layer_a(const slcu_moe *m, const slcu_act *ha, const slcu_router *r, const float *logits, float *top_w,
+                      float *out, void **buf, size_t *cap, char *msg, size_t msglen);
 
 #ifdef __cplusplus
 }
