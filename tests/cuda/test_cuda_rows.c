@@ -99,6 +99,57 @@ static void check_norm_rope_rows(int n, int nh, int nkv, int hd, int qs, int rot
     slcu_free(q1), slcu_free(q2), slcu_free(q3), slcu_free(k1), slcu_free(k2), slcu_free(k3), slcu_free(wq), slcu_free(wk);
 }
 
+/* n tokens' router (E rows of cols, dt, kind 0 / 1, warp2): slcu_router_rows against slcu_matmul + slcu_route of the n
+ * rows, and each token against its one-token k_router2 (slcu_matvec_route, SLUICE_CUDA_ROUTER=2); logits, choice and
+ * weights bitwise, every counter left zero, three steps through the same counters (outputs poisoned each time) */
+static void check_router_rows(int n, int E, int k, int cols, dt_type dt, int kind, int w2) {
+    char msg[256] = "";
+    mat w;
+    if (make_mat(&w, dt, E, cols, 0, DT_F32, msg)) { CK(0, "%s", msg); return; }
+    const slcu_router r = {kind, E, k, 1, 1, 1, 1.0f, NULL, w2};
+    const size_t nl = (size_t)n * E, nk = (size_t)n * k;
+    int zeros[SLCU_NROWS_MAX + 1] = {0}, *done = dev_copy(zeros, sizeof zeros, msg), *done1 = dev_copy(zeros, sizeof zeros, msg);
+    float *lg[3], *tw[3];
+    int *te[3];
+    for (int v = 0; v < 3; v++)
+        lg[v] = slcu_alloc(nl * 4, msg, sizeof msg), te[v] = slcu_alloc(nk * 4, msg, sizeof msg), tw[v] = slcu_alloc(nk * 4, msg, sizeof msg);
+    const int mode0 = slcu_router_mode;
+    int same = 1, alone = 1, zero = 1, taken = 1;
+    for (int step = 0; step < 3; step++) {
+        float *dx = rnd_dev((size_t)n * cols, step ? 1 : 4, NULL, msg);
+        for (int v = 0; v < 3; v++) poison(lg[v], nl * 4), poison(te[v], nk * 4), poison(tw[v], nk * 4);
+        CK(!slcu_matmul(&w.d, dx, lg[0], n, msg, sizeof msg) && !slcu_route(&r, lg[0], n, te[0], tw[0], msg, sizeof msg), "%s", msg);
+        taken &= slcu_router_rows(&w.d, dx, lg[1], &r, n, te[1], tw[1], done, msg, sizeof msg) == 1;
+        slcu_router_mode = 2;
+        for (int t = 0; t < n; t++) {
+            const float *xt = dx + (size_t)t * cols;
+            float *l2 = lg[2] + (size_t)t * E, *w2p = tw[2] + (size_t)t * k;
+            int *t2 = te[2] + (size_t)t * k;
+            const int rc = slcu_matvec_route(&w.d, xt, l2, &r, t2, w2p, done1, msg, sizeof msg);
+            CK(rc >= 0 && (rc || (!slcu_matmul(&w.d, xt, l2, 1, msg, sizeof msg) && !slcu_route(&r, l2, 1, t2, w2p, msg, sizeof msg))),
+               "%s", msg);
+        }
+        slcu_router_mode = mode0;
+        float *h[3], *hw[3];
+        int *ht[3];
+        for (int v = 0; v < 3; v++) h[v] = dl(lg[v], nl), ht[v] = (int *)dl(te[v], nk), hw[v] = dl(tw[v], nk);
+        same &= !memcmp(h[1], h[0], nl * 4) && !memcmp(ht[1], ht[0], nk * 4) && !memcmp(hw[1], hw[0], nk * 4);
+        alone &= !memcmp(h[1], h[2], nl * 4) && !memcmp(ht[1], ht[2], nk * 4) && !memcmp(hw[1], hw[2], nk * 4);
+        for (size_t i = 0; i < nk; i++) same &= ht[0][i] >= 0 && ht[0][i] < E; /* the reference chose */
+        int *hd = (int *)dl(done, SLCU_NROWS_MAX + 1);
+        for (int t = 0; t <= SLCU_NROWS_MAX; t++) zero &= hd[t] == 0;
+        free(hd);
+        for (int v = 0; v < 3; v++) free(h[v]), free(ht[v]), free(hw[v]);
+        slcu_free(dx);
+    }
+    CK(taken && same && alone && zero, "router_rows n %d E %d k %d cols %d %s kind %d warp2 %d: %s", n, E, k, cols, dt_name(dt),
+       kind, w2, !taken ? "not taken" : !same ? "differs from matmul + route" : !alone ? "a token differs from k_router2 alone"
+       : "a counter left non-zero");
+    for (int v = 0; v < 3; v++) slcu_free(lg[v]), slcu_free(te[v]), slcu_free(tw[v]);
+    slcu_free(done), slcu_free(done1);
+    free_mat(&w);
+}
+
 static void check_rows_all(void) {
     const int before = failures;
     for (int n = 1; n <= SLCU_NROWS_MAX; n++) {
@@ -114,8 +165,13 @@ static void check_rows_all(void) {
     check_norm_rope_rows(6, 16, 16, 64, 64, 64, 1); /* q alone */
     check_norm_rope_rows(7, 4, 1, 256, 256, 128, 2);
     check_norm_rope_rows(2, 64, 8, 80, 80, 80, 2); /* hd not a power of two */
-    printf("%s  decode batch rows (SLUICE_CUDA_NROWS=1): add + rmsnorm + int8 form, q/k norm + RoPE of n = 1 .. 8 rows in "
-           "one launch == the separate kernels == each row alone, bitwise\n", failures == before ? "ok  " : "FAIL");
+    for (int n = 1; n <= SLCU_NROWS_MAX; n++) check_router_rows(n, 128, 8, 2048, DT_BF16, n % 2, n > 4); /* the 30B's */
+    check_router_rows(8, 64, 4, 1024, DT_F32, 0, 0);
+    check_router_rows(5, 256, 8, 768, DT_F16, 1, 1);
+    check_router_rows(3, 60, 6, 4096, DT_BF16, 0, 1); /* E not a multiple of the CTA's 4 warps */
+    check_router_rows(8, 512, 8, 2048, DT_BF16, 0, 0); /* warp2 cannot take E 512: the shared-memory route */
+    printf("%s  decode batch rows (SLUICE_CUDA_NROWS=1): add + rmsnorm + int8 form, q/k norm + RoPE, router + route of n = 1 .. 8 "
+           "rows in one launch == the separate kernels == each row alone, bitwise\n", failures == before ? "ok  " : "FAIL");
 }
 
 /* --serve-rows: us a launch set (back to back, mean over reps, 8 copies of the buffers taken in turn), old (the separate
@@ -126,6 +182,9 @@ typedef struct {
     slcu_act a[8];
     int pos[SLCU_NROWS_MAX];
     float fq[64];
+    slcu_mat wr; /* the router: bf16 128 x 2048 */
+    float *lg, *tw;
+    int *te, *done;
 } rows_run;
 enum { RR_H = 2048, RR_NH = 32, RR_NKV = 4, RR_HD = 128 };
 static void run_an(void *p) {
@@ -160,6 +219,20 @@ static void run_nr(void *p) {
     slcu_rope_at(k, r->n, ldk, RR_NKV, RR_HD, RR_HD, r->fq, 1.0f, r->pos, 0, msg, sizeof msg);
 }
 
+static void run_rt(void *p) {
+    rows_run *r = p;
+    char msg[256];
+    const int s = r->it++ % 8;
+    const float *x = r->x + (size_t)s * 8 * RR_H;
+    const slcu_router rr = {0, 128, 8, 1, 1, 1, 1.0f, NULL, slcu_route_mode == 2};
+    if (r->way) {
+        slcu_router_rows(&r->wr, x, r->lg, &rr, r->n, r->te, r->tw, r->done, msg, sizeof msg);
+        return;
+    }
+    slcu_matmul(&r->wr, x, r->lg, r->n, msg, sizeof msg);
+    slcu_route(&rr, r->lg, r->n, r->te, r->tw, msg, sizeof msg);
+}
+
 static void bench_rows(void) {
     char msg[256] = "";
     rows_run r;
@@ -170,12 +243,21 @@ static void bench_rows(void) {
     r.q = rnd_dev((size_t)64 * RR_NH * RR_HD, 1, NULL, msg), r.k = rnd_dev((size_t)64 * RR_NKV * RR_HD, 1, NULL, msg);
     r.wq = rnd_dev(RR_HD, 1, NULL, msg), r.wk = rnd_dev(RR_HD, 1, NULL, msg);
     void *ab = slcu_alloc(8 * slcu_act_bytes(8, RR_H), msg, sizeof msg);
+    mat wr;
+    if (make_mat(&wr, DT_BF16, 128, RR_H, 0, DT_F32, msg)) { CK(0, "%s", msg); return; }
+    int zeros[SLCU_NROWS_MAX] = {0};
+    r.wr = wr.d, r.done = dev_copy(zeros, sizeof zeros, msg);
+    r.lg = slcu_alloc((size_t)8 * 128 * 4, msg, sizeof msg), r.te = slcu_alloc(64 * 4, msg, sizeof msg);
+    r.tw = slcu_alloc(64 * 4, msg, sizeof msg);
     for (int i = 0; i < RR_HD / 2; i++) r.fq[i] = powf(1e6f, -2.0f * i / RR_HD);
     for (int t = 0; t < SLCU_NROWS_MAX; t++) r.pos[t] = 300 + 11 * t;
     printf("--serve-rows: us a launch set, back to back (mean of 200), a decode batch of n rows on the 30B-A3B's shapes: "
            "old (the separate kernels) | new (SLUICE_CUDA_NROWS=1, one launch); then alone (median of 200, events around each)\n");
-    for (int kind = 0; kind < 2; kind++) {
-        printf("  %-34s", kind ? "q/k norm + RoPE (32 + 4 heads of 128)" : "add + rmsnorm + int8 form (2048)");
+    static const char *kinds[3] = {"add + rmsnorm + int8 form (2048)", "q/k norm + RoPE (32 + 4 heads of 128)",
+                                   "router bf16 128 x 2048 + route (k 8)"};
+    void (*runs[3])(void *) = {run_an, run_nr, run_rt};
+    for (int kind = 0; kind < 3; kind++) {
+        printf("  %-37s", kinds[kind]);
         for (int n = 1; n <= 8; n *= 2) {
             for (int s = 0; s < 8; s++)
                 slcu_act_bind(&r.a[s], (char *)ab + (size_t)s * slcu_act_bytes(8, RR_H), n, RR_H, msg, sizeof msg);
@@ -183,17 +265,18 @@ static void bench_rows(void) {
             float us[4];
             for (int way = 0; way < 2; way++) {
                 r.way = way, r.it = 0;
-                us[way] = 1e3f * slcu_time(kind ? run_nr : run_an, &r, 200);
+                us[way] = 1e3f * slcu_time(runs[kind], &r, 200);
                 r.it = 0;
-                us[2 + way] = 1e3f * slcu_time_median(kind ? run_nr : run_an, &r, 200);
+                us[2 + way] = 1e3f * slcu_time_median(runs[kind], &r, 200);
             }
             printf("  n %d %5.1f | %5.1f (alone %5.1f | %5.1f)", n, us[0], us[1], us[2], us[3]);
         }
         printf("\n");
     }
-    printf("  launches a layer at 8 rows (the 30B's step, from the code): add + norm + int8 3 -> 1 twice, q/k norms + RoPE "
-           "4 -> 1: 7 fewer\n");
+    printf("  launches a layer at 8 rows (the 30B's step, from the code): add + norm + int8 3 -> 1 twice (the FFN's int8 form "
+           "read by the experts), q/k norms + RoPE 4 -> 1, router + route 2 -> 1: 20 -> 12\n");
     CK(!slcu_sync(msg, sizeof msg), "--serve-rows: %s", msg);
     slcu_free(r.x), slcu_free(r.y), slcu_free(r.h), slcu_free(r.w), slcu_free(r.q), slcu_free(r.k), slcu_free(r.wq);
-    slcu_free(r.wk), slcu_free(ab);
+    slcu_free(r.wk), slcu_free(ab), slcu_free(r.done), slcu_free(r.lg), slcu_free(r.te), slcu_free(r.tw);
+    free_mat(&wr);
 }

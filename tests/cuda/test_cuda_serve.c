@@ -119,7 +119,7 @@ static void check_moeg(int n, int k, int E, int H, int I, dt_type gdt, int gg, d
         slcu_act ha;
         poison(hb, slcu_act_bytes(n, H)), poison(dout, (size_t)n * H * 4);
         CK(!slcu_act_bind(&ha, hb, n, H, msg, sizeof msg) && !slcu_act_quantize(&ha, dh, (size_t)H, msg, sizeof msg) &&
-           slcu_moeg_layer_a(&ml, &ha, &rr, dlg, dtw, dout, &lbuf, &lcap, msg, sizeof msg) == 1, "grouped MoE layer_a: %s", msg);
+           slcu_moeg_layer_a(&ml, &ha, 0, &rr, dlg, dtw, dout, &lbuf, &lcap, msg, sizeof msg) == 1, "grouped MoE layer_a: %s", msg);
         float *la = dl(dout, (size_t)n * H);
         CK(!memcmp(la, lref, (size_t)n * H * 4), "grouped MoE layer with h's int8 form given (n %d k %d E %d): differs", n, k, E);
         free(la);

@@ -309,7 +309,7 @@ static void mm_run(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_
         CU(be, (w->dtype == DT_MXFP4 ? slcu_matmul_mxfp4 : slcu_matmul_kq)(&m, x->x, x->ldx, y, ldy, x->n_tok, MSG(be)));
         return;
     }
-    if (hold && !int8_path(w, x) && hold_router(be, w, x, y)) return; /* SLUICE_CUDA_FUSE=router: routed in its launch */
+    if (hold && !int8_path(w, x) && hold_router(be, w, x, y, ldy)) return; /* SLUICE_CUDA_FUSE=router: routed in its launch */
     if (int8_path(w, x)) {
         slcu_act a;
         if (act_ready(be, x, &a)) return;
@@ -762,6 +762,7 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
  * chosen expert read once for all of its tokens, two launches (the same bits; docs/CUDA.md). */
 static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *xs, const float *h, int inter,
                        float *out) {
+    const int rh = router_take_rows(be, r->logits, r->n); /* the batch's router matvec held (NROWS=1): routed below or alone */
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     slcu_act ha; /* h's int8 form, made by its norm over the batch's rows (SLUICE_CUDA_NROWS=1: add_norm_rows) */
@@ -771,18 +772,28 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
     const fam_config *cfg = r->cfg;
     slcu_router rr;
     tn_expert ex0;
-    if (c->moe_wide_off || c->step || r->n < 1 || !router_of(cfg, r->bias, &rr)) return 0;
+    if (c->moe_wide_off || c->step || r->n < 1 || !router_of(cfg, r->bias, &rr)) {
+        if (rh) router_alone(be);
+        return 0;
+    }
     const int ok = layer_tab(be, xs, r->layer, cfg->n_experts, &ex0);
     int *de = ok > 0 ? route_buf(be, (size_t)r->n * (size_t)cfg->n_experts_used) : NULL;
-    if (ok < 0 || (ok && !de)) return cu_sync(be);
+    if (ok < 0 || (ok && !de)) {
+        if (rh) router_alone(be);
+        return cu_sync(be);
+    }
     slcu_moe mo = {.n = r->n, .k = cfg->n_experts_used, .E = cfg->n_experts, .H = cfg->hidden, .I = inter, .h = h,
                    .top_e = de, .tab = ok ? c->tab[r->layer].dev : NULL, .gate = mat_of(&ex0.gate), .up = mat_of(&ex0.up),
                    .down = mat_of(&ex0.down), .swi = c->swi_down};
     const int *implied = ok ? c->tab[r->layer].implied : NULL; /* every expert's: expert 0's is not enough for the table */
     if (implied) mo.gate.ibias = implied[0], mo.up.ibias = implied[1], mo.down.ibias = implied[2];
     int rc = 0;
-    if (ok && r->n <= SLCU_MOEG_MAXN && slcu_moeg_on() && slcu_decode_kernels) /* SLUICE_CUDA_MOEG=1: grouped by expert */
-        rc = slcu_moeg_layer_a(&mo, hq ? &ha : NULL, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be));
+    const int mg = ok && r->n <= SLCU_MOEG_MAXN && slcu_moeg_on() && slcu_decode_kernels; /* SLUICE_CUDA_MOEG=1 */
+    const int routed = rh && mg && route_rows(be, &rr, de, (float *)(de + c->rt_cap)); /* logits and choice in one launch */
+    if (rh && !routed) router_alone(be);
+    if (mg) /* grouped by expert */
+        rc = slcu_moeg_layer_a(&mo, hq ? &ha : NULL, routed, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap,
+                               MSG(be));
     if (ok && !rc) rc = slcu_moe_layer(&mo, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be));
     return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
 }

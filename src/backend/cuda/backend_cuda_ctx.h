@@ -69,6 +69,7 @@ typedef struct cu_ctx {
         slcu_mat w;
         const float *x;
         float *y;
+        int n; /* tokens: 1, or a decode batch's 2 .. 8 (SLUICE_CUDA_NROWS=1: rows of x and y contiguous) */
     } hm;
     int hq_on; /* held one-token int8 matvecs (hold_mm): q/k/v's, o's or the experts' down */
     struct {
@@ -113,12 +114,19 @@ void cu_combine(be_backend *be, const be_combine *cb);
 #define FUSE_QKV 2
 #define FUSE_O 4
 #define FUSE_DOWN 8
-#define FZ_N 1024 /* fz: [0] the router's, [1] o's, [FZ_QKV ..] the q and k heads' */
+#define FZ_N 1024 /* fz: [0] the router's, [1] o's, [FZ_QKV .. FZ_ROWS) the q and k heads', [FZ_ROWS ..] a batch's router's */
 #define FZ_QKV 2
+#define FZ_ROWS (FZ_N - 8)
 int fuse_env(be_backend *be);
-/* a one-token router matvec (f32 / bf16 / f16 weights, x not int8) held for the route after it: 1 held */
-int hold_router(be_backend *be, const tn_mat *w, const kern_act *x, float *y);
-int router_held(be_backend *be, const float *logits); /* 1: the matvec of these logits is held, nothing else */
+/* a one-token router matvec (f32 / bf16 / f16 weights, x not int8) held for the route after it (SLUICE_CUDA_NROWS=1: also
+ * a decode batch's 2 .. 8 rows, x and y contiguous, ldy floats a row of y): 1 held */
+int hold_router(be_backend *be, const tn_mat *w, const kern_act *x, float *y, size_t ldy);
+int router_held(be_backend *be, const float *logits); /* 1: the matvec of these logits (one token) is held, nothing else */
+/* SLUICE_CUDA_NROWS=1: the held router matvec of n >= 2 rows into logits taken out (1; it must then be routed by
+ * route_rows or launched by router_alone), else 0 */
+int router_take_rows(be_backend *be, const float *logits, int n);
+int route_rows(be_backend *be, const slcu_router *r, int *top_e, float *top_w); /* 1 routed in one launch, else 0 */
+void router_alone(be_backend *be); /* the taken matvec launched alone (slcu_matmul) */
 /* one-token int8 matvecs g[0 .. n) held for the op after them (kind, SLUICE_CUDA_FUSE's bit): q/k/v's (FUSE_QKV, n 2
  * or 3) for the q/k norm + RoPE, o's (FUSE_O, n 1) for the residual add + norm, the experts' down (FUSE_DOWN) for the
  * combine + add + norm. 1 held */

@@ -18,7 +18,7 @@ static void hm_flush(be_backend *be) {
     cu_ctx *c = cu_of(be);
     if (!c->hm_on) return;
     c->hm_on = 0;
-    CU(be, slcu_matmul(&c->hm.w, c->hm.x, c->hm.y, 1, MSG(be)));
+    CU(be, slcu_matmul(&c->hm.w, c->hm.x, c->hm.y, c->hm.n, MSG(be)));
 }
 
 /* the held q/k/v matvecs, launched alone (cu_matmul_multi's slcu_matmul_i8) */
@@ -36,7 +36,7 @@ static void nr_launch(be_backend *be, int n_parts, int rot, const float *inv_fre
     if (c->hq_on) {
         c->hq_on = 0;
         const int r = slcu_matmul_i8_nr(c->hq.mm, c->hq.n, c->pend.nr, n_parts, rot, inv_freq, af, pos, c->fz + FZ_QKV,
-                                        FZ_N - FZ_QKV, MSG(be));
+                                        FZ_ROWS - FZ_QKV, MSG(be));
         if (r < 0) cu_fail(be, SL_EIO, c->tmp);
         if (r) return;
         CU(be, slcu_matmul_i8(c->hq.mm, c->hq.n, MSG(be))); /* not its case: the two launches */
@@ -326,19 +326,40 @@ int fuse_env(be_backend *be) {
     return 0;
 }
 
-int hold_router(be_backend *be, const tn_mat *w, const kern_act *x, float *y) {
+int hold_router(be_backend *be, const tn_mat *w, const kern_act *x, float *y, size_t ldy) {
     cu_ctx *c = cu_of(be);
     const dt_type dt = w->dtype;
-    if (!(c->fuse & FUSE_ROUTER) || x->n_tok != 1 || w->rows > 1024 || (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) ||
+    const int rows = x->n_tok > 1 && x->n_tok <= SLCU_NROWS_MAX && slcu_nrows_on() && x->ldx == (size_t)w->cols &&
+                     ldy == (size_t)w->rows && !c->step; /* (a decode batch's: route_rows) */
+    if (!(c->fuse & FUSE_ROUTER) || (x->n_tok != 1 && !rows) || w->rows > 1024 || (dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) ||
         w->cols % (dt == DT_F32 ? 4 : 8))
         return 0;
-    c->hm_on = 1, c->hm.w = mat_of(w), c->hm.x = x->x, c->hm.y = y;
+    c->hm_on = 1, c->hm.w = mat_of(w), c->hm.x = x->x, c->hm.y = y, c->hm.n = x->n_tok;
     return 1;
 }
 
 int router_held(be_backend *be, const float *logits) {
     const cu_ctx *c = cu_of(be);
-    return c->hm_on && c->hm.y == logits && !c->pend.kind && !c->hq_on;
+    return c->hm_on && c->hm.n == 1 && c->hm.y == logits && !c->pend.kind && !c->hq_on;
+}
+
+int router_take_rows(be_backend *be, const float *logits, int n) {
+    cu_ctx *c = cu_of(be);
+    if (!c->hm_on || c->hm.n != n || n < 2 || c->hm.y != logits || c->pend.kind || c->hq_on) return 0;
+    c->hm_on = 0;
+    return 1;
+}
+
+int route_rows(be_backend *be, const slcu_router *r, int *top_e, float *top_w) {
+    cu_ctx *c = cu_of(be);
+    const int rc = c->fz ? slcu_router_rows(&c->hm.w, c->hm.x, c->hm.y, r, c->hm.n, top_e, top_w, c->fz + FZ_ROWS, MSG(be)) : 0;
+    if (rc < 0) cu_fail(be, SL_EIO, c->tmp);
+    return rc > 0;
+}
+
+void router_alone(be_backend *be) {
+    cu_ctx *c = cu_of(be);
+    CU(be, slcu_matmul(&c->hm.w, c->hm.x, c->hm.y, c->hm.n, MSG(be)));
 }
 
 int hold_mm(be_backend *be, const slcu_mm *g, int n, int kind) {

@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_i8.cuh"
 #include "backend/cuda/cuda_mvn.h"
 #include "backend/cuda/cuda_quant.cuh"
+#include "backend/cuda/cuda_route.cuh"
 #include "kernels/canon_exp.h"
 
 #define MG_NR 64                 /* matrix rows a CTA (gate/up: 32 of each) */
@@ -571,8 +572,8 @@ static int moeg_ffn(const slcu_moe *m, const slcu_act *ha, char *msg, size_t msg
 
 extern "C" int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen) { return moeg_ffn(m, NULL, msg, msglen); }
 
-extern "C" int slcu_moeg_layer_a(const slcu_moe *m, const slcu_act *ha, const slcu_router *r, const float *logits, float *top_w,
-                                 float *out, void **buf, size_t *cap, char *msg, size_t msglen) {
+extern "C" int slcu_moeg_layer_a(const slcu_moe *m, const slcu_act *ha, int routed, const slcu_router *r, const float *logits,
+                                 float *top_w, float *out, void **buf, size_t *cap, char *msg, size_t msglen) {
     if (ha && (ha->n_tok != m->n || ha->cols != m->H)) return 0;
     slcu_moe mo = *m;
     mo.work = mo.y = (float *)1; /* mg_why checks the shapes and types; the buffers come below */
@@ -586,7 +587,7 @@ extern "C" int slcu_moeg_layer_a(const slcu_moe *m, const slcu_act *ha, const sl
         *cap = need;
     }
     mo.work = *buf, mo.y = (float *)((uint8_t *)*buf + wb);
-    if (slcu_route(r, logits, m->n, (int *)m->top_e, top_w, msg, msglen) || moeg_ffn(&mo, ha, msg, msglen) ||
+    if ((!routed && slcu_route(r, logits, m->n, (int *)m->top_e, top_w, msg, msglen)) || moeg_ffn(&mo, ha, msg, msglen) ||
         slcu_combine(mo.y, top_w, m->k, NULL, NULL, out, m->n, m->H, msg, msglen))
         return -1;
     return 1;
@@ -594,5 +595,84 @@ extern "C" int slcu_moeg_layer_a(const slcu_moe *m, const slcu_act *ha, const sl
 
 extern "C" int slcu_moeg_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
                                size_t *cap, char *msg, size_t msglen) {
-    return slcu_moeg_layer_a(m, NULL, r, logits, top_w, out, buf, cap, msg, msglen);
+    return slcu_moeg_layer_a(m, NULL, 0, r, logits, top_w, out, buf, cap, msg, msglen);
+}
+
+/* ---- a decode batch's router (SLUICE_CUDA_NROWS=1): n tokens' logits and choice in one launch. Warp (row, token
+ * blockIdx.y) sums its row as cuda_mat.cu matvec_rows<DT, NT, 1> does for every token of a call and k_router2 for one
+ * (lane's 16-byte pieces p = lane, lane + 32, ... in order, each piece's values by one fma chain from 0, acc = acc + d
+ * from 0, the xor butterfly 16 .. 1), so the logits are slcu_matmul's bits; lane 0 stores it and counts the token's
+ * rows on done[t] (acq_rel); the warp that completes a token's count routes its row with cuda_route.cuh route_warp_row
+ * (k_route_warp's code: slcu_route's choice for kinds 0 and 1) and sets done[t] back to zero. ---- */
+template <int DT> __device__ __forceinline__ void rr_word(unsigned u, float *w) { /* cuda_mat.cu unpack_word's */
+    if (DT == DT_F32) w[0] = __uint_as_float(u);
+    else if (DT == DT_BF16) w[0] = __uint_as_float(u << 16), w[1] = __uint_as_float(u & 0xffff0000u);
+    else w[0] = __half2float(__ushort_as_half((unsigned short)(u & 0xffff))), w[1] = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+}
+__device__ __forceinline__ int rr_count(int *done) { /* the old count; lane 0's store released with it (k_router2's) */
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(done) : "memory");
+    return old;
+}
+#define RR_W 4 /* warps a CTA */
+template <int DT>
+__global__ void __launch_bounds__(32 * RR_W) k_router_rows(const uint8_t *__restrict__ data, int rows, int cols, const float *x,
+                                                           float *y, slcu_router r, int *top_e, float *top_w, int *done) {
+    pdl_wait();
+    pdl_trigger();
+    __shared__ float p[RT_MAXE];
+    __shared__ int te[RT_MAXE];
+    __shared__ float tw[RT_MAXE];
+    constexpr int P = DT == DT_F32 ? 4 : 8, WV = P / 4;
+    const int lane = threadIdx.x & 31, row = blockIdx.x * RR_W + (threadIdx.x >> 5), t = blockIdx.y, npieces = cols / P;
+    if (row >= rows) return;
+    const uint4 *wp = (const uint4 *)(data + (size_t)row * cols * (DT == DT_F32 ? 4 : 2));
+    const float *xt = x + (size_t)t * cols; /* the step's (__ldcg: cuda_pdl.cuh) */
+    float acc = 0.f;
+#pragma unroll 8
+    for (int q = lane; q < npieces; q += 32) {
+        const uint4 wv = __ldg(wp + q);
+        const float *xp = xt + (size_t)q * P;
+        float xv[P];
+#pragma unroll
+        for (int j = 0; j < P; j += 4) {
+            const float4 f = __ldcg((const float4 *)(xp + j));
+            xv[j] = f.x, xv[j + 1] = f.y, xv[j + 2] = f.z, xv[j + 3] = f.w;
+        }
+        float d = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float w[WV];
+            rr_word<DT>(k == 0 ? wv.x : k == 1 ? wv.y : k == 2 ? wv.z : wv.w, w);
+#pragma unroll
+            for (int j = 0; j < WV; j++) d = fmaf(w[j], xv[k * WV + j], d);
+        }
+        acc = acc + d;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    int last = 0;
+    if (!lane) {
+        y[(size_t)t * rows + row] = acc;
+        last = rr_count(done + t) == rows - 1;
+    }
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory"); /* every other warp's logit of the token, after its count */
+    route_warp_row(r, y, t, top_e, top_w, p, te, tw, lane);
+    if (!lane) done[t] = 0;
+}
+
+extern "C" int slcu_router_rows(const slcu_mat *w, const float *x, float *logits, const slcu_router *r, int n, int *top_e,
+                                float *top_w, int *done, char *msg, size_t msglen) {
+    const int dt = w->dtype, P = dt == DT_F32 ? 4 : 8;
+    if ((dt != DT_F32 && dt != DT_BF16 && dt != DT_F16) || w->cols % P || w->rows != r->E || r->E > RT_MAXE || r->k < 1 ||
+        r->k > r->E || (r->kind != 0 && r->kind != 1) || n < 1 || n > SLCU_NROWS_MAX || !done || ((uintptr_t)x & 15))
+        return 0;
+    const dim3 grid((unsigned)((w->rows + RR_W - 1) / RR_W), (unsigned)n);
+    const uint8_t *d = (const uint8_t *)w->data;
+    if (dt == DT_F32) pdl_launch(k_router_rows<DT_F32>, grid, 32 * RR_W, 0, SLS, d, w->rows, w->cols, x, logits, *r, top_e, top_w, done);
+    else if (dt == DT_BF16) pdl_launch(k_router_rows<DT_BF16>, grid, 32 * RR_W, 0, SLS, d, w->rows, w->cols, x, logits, *r, top_e, top_w, done);
+    else pdl_launch(k_router_rows<DT_F16>, grid, 32 * RR_W, 0, SLS, d, w->rows, w->cols, x, logits, *r, top_e, top_w, done);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 1 : fail(msg, msglen, "router of a decode batch launch", e);
 }

@@ -55,6 +55,14 @@ int slcu_add_norm_rows(const slcu_addnorm *p, int n_rows, const slcu_act *a, cha
 int slcu_norm_rope_rows(const slcu_normrope *p, const size_t *ld, int n_parts, int n_tok, int rot, const float *inv_freq,
                         float attn_factor, const int *pos, char *msg, size_t msglen);
 
+/* slcu_matmul of w (f32 / bf16 / f16, E rows) on n <= SLCU_NROWS_MAX tokens' x [n][cols] into logits [n][E], then
+ * slcu_route of them (kinds 0 and 1) into top_e / top_w [n][k], in one launch (cuda_mvn.cu k_router_rows: a warp a row
+ * and token, the token's last warp routes it): the logits, the choice and the weights bitwise the two calls', so each
+ * token's bitwise it alone (the one-token k_router2's). done: device [n] ints, zero before and left zero after, that no
+ * other launch uses meanwhile. 1 queued, 0 not its case (nothing queued), -1 failed (message). */
+int slcu_router_rows(const slcu_mat *w, const float *x, float *logits, const slcu_router *r, int n, int *top_e,
+                     float *top_w, int *done, char *msg, size_t msglen);
+
 /* Device bytes of m->work for slcu_moeg_ffn (h's int8 form, the n k mid rows' int8 form, the grouping's table). */
 size_t slcu_moeg_bytes(int n, int k, int E, int H, int I);
 /* m as slcu_moe_ffn's (m->swi unused): y [n k][H], row t k + s token t's slot s (pairs whose expert is outside [0, E)
@@ -66,10 +74,10 @@ int slcu_moeg_ffn(const slcu_moe *m, char *msg, size_t msglen);
 int slcu_moeg_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
                     size_t *cap, char *msg, size_t msglen);
 /* slcu_moeg_layer with h's int8 form ha (n rows of H, as slcu_act_quantize of m->h makes it: the norm's, SLUICE_CUDA_NROWS=1)
- * instead of quantizing h again (one launch fewer; the same bits); ha NULL: slcu_moeg_layer. 0 also when ha's shape is not
- * m's. */
-int slcu_moeg_layer_a(const slcu_moe *m, const slcu_act *ha, const slcu_router *r, const float *logits, float *top_w,
-                      float *out, void **buf, size_t *cap, char *msg, size_t msglen);
+ * instead of quantizing h again (one launch fewer; the same bits); ha NULL: slcu_moeg_layer. routed: m->top_e and top_w
+ * already hold r's choice of logits (slcu_router_rows), no route launched. 0 also when ha's shape is not m's. */
+int slcu_moeg_layer_a(const slcu_moe *m, const slcu_act *ha, int routed, const slcu_router *r, const float *logits,
+                      float *top_w, float *out, void **buf, size_t *cap, char *msg, size_t msglen);
 
 #ifdef __cplusplus
 }
