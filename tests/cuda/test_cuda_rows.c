@@ -69,7 +69,8 @@ static void check_norm_rope_rows(int n, int nh, int nkv, int hd, int qs, int rot
     int pos[SLCU_NROWS_MAX];
     for (int t = 0; t < n; t++) pos[t] = 5 + 37 * t + (t == 3 ? -37 : 0);
     float *hq, *hk, *q1 = rnd_dev(nq, 2, &hq, msg), *k1 = rnd_dev(nk, 2, &hk, msg);
-    float *q2 = dev_copy(hq, nq * 4, msg), *k2 = dev_copy(hk, nk * 4, msg), *q3 = dev_copy(hq, nq * 4, msg), *k3 = dev_copy(hk, nk * 4, msg);
+    float *q2 = dev_copy(hq, nq * 4, msg), *k2 = dev_copy(hk, nk * 4, msg);
+    float *q3 = dev_copy(hq, nq * 4, msg), *k3 = dev_copy(hk, nk * 4, msg);
     float *wq = rnd_dev((size_t)hd, 1, NULL, msg), *wk = rnd_dev((size_t)hd, 1, NULL, msg);
     const slcu_normrope nr[2] = {{q1, q1, nh, hd, (size_t)qs, wq, 0.0f, 1e-6f}, {k1, k1, nkv, hd, (size_t)hd, wk, 1.0f, 1e-5f}};
     const size_t ld[2] = {ldq, ldk};
@@ -94,7 +95,8 @@ static void check_norm_rope_rows(int n, int nh, int nkv, int hd, int qs, int rot
         for (size_t i = (size_t)nh * qs; i < ldq; i++) gap &= !memcmp(&a[t * ldq + i], &hq[t * ldq + i], 4);
     }
     CK(same && alone && moved && gap, "norm_rope_rows n %d heads %d/%d hd %d rot %d parts %d: %s", n, nh, nkv, hd, rot, parts,
-       !same ? "differs from rmsnorm x 2, rope_at x 2" : !alone ? "a token differs from the token alone" : "the gap written or nothing moved");
+       !same ? "differs from rmsnorm x 2, rope_at x 2"
+             : !alone ? "a token differs from the token alone" : "the gap written or nothing moved");
     free(a), free(b), free(c), free(d), free(e), free(f), free(hq), free(hk);
     slcu_free(q1), slcu_free(q2), slcu_free(q3), slcu_free(k1), slcu_free(k2), slcu_free(k3), slcu_free(wq), slcu_free(wk);
 }
@@ -112,7 +114,8 @@ static void check_router_rows(int n, int E, int k, int cols, dt_type dt, int kin
     float *lg[3], *tw[3];
     int *te[3];
     for (int v = 0; v < 3; v++)
-        lg[v] = slcu_alloc(nl * 4, msg, sizeof msg), te[v] = slcu_alloc(nk * 4, msg, sizeof msg), tw[v] = slcu_alloc(nk * 4, msg, sizeof msg);
+        lg[v] = slcu_alloc(nl * 4, msg, sizeof msg), te[v] = slcu_alloc(nk * 4, msg, sizeof msg),
+        tw[v] = slcu_alloc(nk * 4, msg, sizeof msg);
     const int mode0 = slcu_router_mode;
     int same = 1, alone = 1, zero = 1, taken = 1;
     for (int step = 0; step < 3; step++) {

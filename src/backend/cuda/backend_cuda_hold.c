@@ -67,7 +67,8 @@ void cu_rmsnorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, 
 /* rope over the held norm i's output, one token, the same heads */
 static int nr_match(const cu_ctx *c, int i, const float *x, int n_tok, int n_heads, size_t hs, int rot, int inter) {
     const slcu_normrope *p = &c->pend.nr[i];
-    return !inter && n_tok == 1 && c->pend.nr_tok == 1 && x == p->y && n_heads == p->n_heads && hs == p->hs && rot <= p->dim && rot <= 1024;
+    return !inter && n_tok == 1 && c->pend.nr_tok == 1 && x == p->y && n_heads == p->n_heads && hs == p->hs &&
+           rot <= p->dim && rot <= 1024;
 }
 
 void cu_rope(be_backend *be, float *x, int n_tok, size_t ld, int n_heads, size_t head_stride, int rot,

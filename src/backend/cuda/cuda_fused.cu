@@ -377,8 +377,10 @@ __global__ void __launch_bounds__(256) k_norm_rope_rows(const __grid_constant__ 
 
 extern "C" int slcu_norm_rope_rows(const slcu_normrope *p, const size_t *ld, int n_parts, int n_tok, int rot, const float *inv_freq,
                                    float attn_factor, const int *pos, char *msg, size_t msglen) {
-    if (n_parts < 1 || n_parts > 2 || rot < 0 || rot % 2 || rot > 1024) return bad(msg, msglen, "norm_rope_rows: 1 or 2 parts, rot even <= 1024");
-    if (n_tok < 1 || n_tok > SLCU_NROWS_MAX || slcu_step_pos()) return bad(msg, msglen, "norm_rope_rows: 1 to 8 tokens, not in a recorded step");
+    if (n_parts < 1 || n_parts > 2 || rot < 0 || rot % 2 || rot > 1024)
+        return bad(msg, msglen, "norm_rope_rows: 1 or 2 parts, rot even <= 1024");
+    if (n_tok < 1 || n_tok > SLCU_NROWS_MAX || slcu_step_pos())
+        return bad(msg, msglen, "norm_rope_rows: 1 to 8 tokens, not in a recorded step");
     nr_rows R;
     int heads = 0;
     for (int i = 0; i < n_parts; i++) {

@@ -607,7 +607,8 @@ extern "C" int slcu_moeg_layer(const slcu_moe *m, const slcu_router *r, const fl
 template <int DT> __device__ __forceinline__ void rr_word(unsigned u, float *w) { /* cuda_mat.cu unpack_word's */
     if (DT == DT_F32) w[0] = __uint_as_float(u);
     else if (DT == DT_BF16) w[0] = __uint_as_float(u << 16), w[1] = __uint_as_float(u & 0xffff0000u);
-    else w[0] = __half2float(__ushort_as_half((unsigned short)(u & 0xffff))), w[1] = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
+    else w[0] = __half2float(__ushort_as_half((unsigned short)(u & 0xffff))),
+         w[1] = __half2float(__ushort_as_half((unsigned short)(u >> 16)));
 }
 __device__ __forceinline__ int rr_count(int *done) { /* the old count; lane 0's store released with it (k_router2's) */
     int old;
@@ -670,9 +671,11 @@ extern "C" int slcu_router_rows(const slcu_mat *w, const float *x, float *logits
         return 0;
     const dim3 grid((unsigned)((w->rows + RR_W - 1) / RR_W), (unsigned)n);
     const uint8_t *d = (const uint8_t *)w->data;
-    if (dt == DT_F32) pdl_launch(k_router_rows<DT_F32>, grid, 32 * RR_W, 0, SLS, d, w->rows, w->cols, x, logits, *r, top_e, top_w, done);
-    else if (dt == DT_BF16) pdl_launch(k_router_rows<DT_BF16>, grid, 32 * RR_W, 0, SLS, d, w->rows, w->cols, x, logits, *r, top_e, top_w, done);
-    else pdl_launch(k_router_rows<DT_F16>, grid, 32 * RR_W, 0, SLS, d, w->rows, w->cols, x, logits, *r, top_e, top_w, done);
+#define L(D) pdl_launch(k_router_rows<D>, grid, 32 * RR_W, 0, SLS, d, w->rows, w->cols, x, logits, *r, top_e, top_w, done)
+    if (dt == DT_F32) L(DT_F32);
+    else if (dt == DT_BF16) L(DT_BF16);
+    else L(DT_F16);
+#undef L
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? 1 : fail(msg, msglen, "router of a decode batch launch", e);
 }
