@@ -401,11 +401,12 @@ def write(path, shape, layers, vocab=None, seed=1234):
     return os.path.getsize(path)
 
 
-def layer_bytes(shape, vocab=None):
-    """(bytes outside the layers, [bytes of each layer] for the shape's full depth): what LAYERS costs on disk"""
+def layer_bytes(shape, vocab=None, layers=None):
+    """(bytes outside the layers, [bytes of each layer]) of the file of `layers` layers (default: the shape's full
+    depth): what LAYERS costs on disk (DeepSeek-V3's dense layers depend on it: deepseek2_dense)"""
     arch = SHAPES[shape]
     V = vocab or DIMS[arch]["V"]
-    full = FULL_LAYERS[arch]
+    full = layers or FULL_LAYERS[arch]
     if arch in ("qwen3next", "qwen35moe"):
         plan = qwen3next_plan(full, V, DIMS[arch])
     else:
@@ -431,9 +432,10 @@ def main():
     a = ap.parse_args()
     if a.sizes:
         other, per = layer_bytes(a.shape, a.vocab)
+        _, first = layer_bytes(a.shape, a.vocab, a.layers)
         print(f"{a.shape}: outside the layers {other / 1e9:.3f} GB; first {a.layers} layers "
-              f"{sum(per[:a.layers]) / 1e9:.3f} GB; per layer {sorted(set(round(p / 1e6, 1) for p in per))} MB; "
-              f"total {(other + sum(per[:a.layers])) / 1e9:.2f} GB")
+              f"{sum(first) / 1e9:.3f} GB; per layer {sorted(set(round(p / 1e6, 1) for p in per))} MB; "
+              f"total {(other + sum(first)) / 1e9:.2f} GB")
         return
     n = write(a.out, a.shape, a.layers, a.vocab, a.seed)
     log(f"{a.out}: {a.shape}, {a.layers} layers, {n} B")
