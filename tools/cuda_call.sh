@@ -21,6 +21,12 @@
 # HYB_HY="off on": each hybrid row with --hybrid off / on. AB_SETS="A=1 B=2+C=1" (AB_SERVE=1, AB_END): each set against the defaults
 # on a 16-layer synth (decode at depths 1 / 512, serving 1 / 8 streams), before the rounds. SX_GATE=1: the rounds run the defaults
 # when test_cuda, a CHECKS run or a model test failed. DEPTH=1 (DEPTH_END, DEPTH_CASES, DEPTH_ROUNDS): tools/depth_call.sh's GPU rows (its GGUF written during the rounds, its rows after serving).
+# SHAPES="qwen3-next-80b-a3b:4 qwen3.5-35b-a3b:4 gpt-oss-120b:2 deepseek-v3:4" (SHAPE:LAYERS; SHAPES_END, s, 560): last, issue 24's other families, per shape
+# tools/gguf_shapes.py's GGUF (SHAPES_VOCAB rows, 32000), its pack, one greedy text of both (8 tokens), then SHAPES_ROUNDS (1) alternated
+# llama-bench -ngl 99 -fa 1 -p P -n 32 -d 0,P -r 1 (-fa at its default where refused) against sluice bench --gpu --resident --kv KV --prompt 1|P
+# --gen 32 --decode random (P = SHAPES_P, 512), a line each with the ratios (sluice / llama.cpp); both files deleted after. A shape starts only when
+# its estimate (SHAPES_EST, 120 s, then the last shape's time scaled by the file sizes) ends before SHAPES_END; the q30 GGUF and pack are deleted
+# when the disk is short (SHAPES_KEEP30=1: the shape skipped instead). SHAPES_CPU=1: a rehearsal on the CPU machine (SHAPES_LB's llama.cpp, -ngl 0, no --gpu; PYTHON: the writer's, with numpy).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 o="${OUT:-/tmp/c_out}/C"; mkdir -p "$o"
@@ -173,5 +179,89 @@ if [ -f "$sp" ] && [ -x "$lb/llama-bench" ]; then
   fi
 else
   echo "no GGUF/pack or no llama-bench: $(tail -5 "$o/llama_run.log" | tr '\n' ' ')" >>"$S"
+fi
+if [ -n "${SHAPES:-}" ]; then # SHAPES (the header): the other families' GGUFs written one at a time, each compared, then deleted
+  if [ -n "${SHAPES_CPU:-}" ]; then slb=${SHAPES_LB:-/work/llama.cpp/build-cpu/bin}; sngl=0; sgf=""; else slb=$lb; sngl=99; sgf=--gpu; fi
+  gsh=tools/gguf_shapes.py; [ -f "$gsh" ] || gsh=$here/gguf_shapes.py
+  sw=$here/swork; mkdir -p "$sw"; sP=${SHAPES_P:-512}; sV=${SHAPES_VOCAB:-32000}; sE=${SHAPES_END:-560}
+  left() { local t=$(( sE - $(el) )); [ $t -gt 5 ] && echo $t || echo 5; } # each step's limit: SHAPES_END
+  srow() { python3 - "$@" <<'PY' 2>/dev/null || echo "failed to read the rows"
+import json, sys
+P = int(sys.argv[4])
+def load(p):
+    try:
+        t = open(p).read(); return json.loads(t[t.index("["):])
+    except Exception:
+        return []
+ll = load(sys.argv[1]); s1 = (load(sys.argv[2]) or [{}])[0]; sp = (load(sys.argv[3]) or [{}])[0]
+g = lambda n_p, n_g, d: next((x["avg_ts"] for x in ll if x["n_prompt"] == n_p and x["n_gen"] == n_g and x.get("n_depth", 0) == d), None)
+f = lambda x: "-" if x is None else "%.1f" % x
+out = []
+for name, a, b in (("prefill%d" % P, g(P, 0, 0), sp.get("prefill_tok_s")), ("decode d0", g(0, 32, 0), s1.get("decode_tok_s")),
+                   ("decode d%d" % P, g(0, 32, P), sp.get("decode_tok_s"))):
+    out.append("%s %s vs %s = %s" % (name, f(a), f(b), "%.2fx" % (b / a) if a and b else "-"))
+print("; ".join(out))
+PY
+  }
+  ssz() { PYTHONPATH=$here/py ${PYTHON:-python3} "$gsh" "$1" "$2" x --vocab "$sV" --sizes 2>"$log/shape.$1-L$2.sizes.err" | grep -oE 'total [0-9.]+' | cut -d' ' -f2; }
+  sest() { awk -v t="$1" -v z="$2" -v pz="$pz" -v e="${SHAPES_EST:-120}" 'BEGIN { print (t == "" ? e : int(t * (0.5 + 0.5 * z / pz) + 1)) }'; } # the last shape's T s scaled to Z GB
+  sfree() { df -BG --output=avail "$sw" | tail -1 | tr -dc 0-9; }
+  sroom() { # Z GB: room on the disk for its GGUF and pack (the q30 pair deleted first unless SHAPES_KEEP30)
+    local need; need=$(awk -v z="$1" 'BEGIN { print int(2.2 * z + 2) }')
+    if [ "$(sfree)" -lt "$need" ] && [ -z "${SHAPES_KEEP30:-}" ] && { [ -e "$gg" ] || [ -e "$sp" ]; }; then
+      rm -f "$gg" "$sp"; echo "shapes: disk short ($need G needed): the q30 GGUF and pack deleted [$(el) s]" >>"$S"; fi
+    [ "$(sfree)" -ge "$need" ] || { echo "disk $(sfree) G < $need G"; return 1; }; }
+  sprep() { # SHAPE LAYERS: its GGUF and pack in $sw, then "rc write_s pack_s" in $sw/SHAPE-LLAYERS.prep
+    local b=$sw/$1-L$2 g=$log/shape.$1-L$2 t=$(el) rc tw
+    PYTHONPATH=$here/py timeout "$(left)" ${PYTHON:-python3} "$gsh" "$1" "$2" "$b.gguf" --vocab "$sV" >"$g.write.log" 2>&1; rc=$?; tw=$(( $(el) - t ))
+    [ $rc = 0 ] && { timeout "$(left)" "$sl" pack "$b.gguf" -o "$b.sluice" >"$g.pack.log" 2>&1; rc=$?; }
+    echo "$rc $tw $(( $(el) - t - tw ))" >"$b.prep"; }
+  pt=""; pz=""; tb=""; ahead=""; sap=""
+  if [ ! -x "$slb/llama-bench" ] || [ ! -x "$slb/llama-completion" ]; then echo "SHAPES: no llama-bench / llama-completion in $slb: skipped" >>"$S"; SHAPES=""; fi
+  read -ra shl <<<"$SHAPES"
+  for i in "${!shl[@]}"; do
+    nm=${shl[$i]%%:*}; L=${shl[$i]#*:}; sb=$sw/$nm-L$L; slog=$log/shape.$nm-L$L; t0=$(el)
+    sz=$(ssz "$nm" "$L"); [ -n "$sz" ] || { echo "shape $nm L$L: --sizes failed: $(tail -c 300 "$slog.sizes.err" | tr '\n' ' ')" >>"$S"; continue; }
+    if [ "$ahead" = "$i" ]; then # prepared during the last shape's rows: its rows only if they fit
+      wait "$sap"; ahead=""; est=$(sest "$tb" "$sz")
+      if [ $(( $(el) + est )) -gt "$sE" ]; then echo "shape $nm L$L ($sz GB): prepared, but skipped at $(el) s: its rows' estimate $est s passes SHAPES_END $sE" >>"$S"
+        rm -f "$sb.gguf" "$sb.sluice"; continue; fi
+    else
+      est=$(sest "$pt" "$sz")
+      if [ $(( t0 + est )) -gt "$sE" ]; then echo "shape $nm L$L ($sz GB): skipped at $t0 s, estimate $est s passes SHAPES_END $sE" >>"$S"; continue; fi
+      why=$(sroom "$sz") || { echo "shape $nm L$L ($sz GB): skipped, $why" >>"$S"; continue; }
+      sprep "$nm" "$L"
+    fi
+    rc=none; tw=0; tp=0; [ -f "$sb.prep" ] && read -r rc tw tp <"$sb.prep"
+    if [ "$rc" != 0 ]; then echo "shape $nm L$L: write/pack failed (rc $rc): $(tail -c 300 "$slog.write.log" "$slog.pack.log" 2>/dev/null | tr '\n' ' ')" >>"$S"
+      rm -f "$sb.gguf" "$sb.sluice" "$sb.prep"; continue; fi
+    tr0=$(el)
+    j=$(( i + 1 )) # SHAPES_AHEAD (1): the next shape's GGUF and pack written meanwhile (one CPU core, the disk), when it fits
+    if [ "${SHAPES_AHEAD:-1}" = 1 ] && [ -n "${shl[$j]:-}" ]; then
+      nm2=${shl[$j]%%:*}; L2=${shl[$j]#*:}; sz2=$(ssz "$nm2" "$L2")
+      if [ -n "$sz2" ] && [ $(( $(el) + $(sest "$pt" "$sz2") )) -le "$sE" ] && sroom "$sz2" >/dev/null; then
+        sprep "$nm2" "$L2" & sap=$!; ahead=$j; fi
+    fi
+    pr="The quick brown fox jumps over the lazy dog. 1234"
+    ga=$(timeout "$(left)" "$slb/llama-completion" -m "$sb.gguf" -ngl $sngl -p "$pr" -n 8 --temp 0 -no-cnv --no-warmup -c 512 --no-display-prompt \
+      --simple-io 2>"$slog.greedy.err" | python3 -c 'import sys; sys.stdout.write(sys.stdin.buffer.read().decode("utf-8", "replace"))')
+    gb=$(env $SX timeout "$(left)" "$sl" run -m "$sb.sluice" $sgf --resident --kv $KV -p "$pr" -n 8 --temp 0 2>>"$slog.greedy.err")
+    if [ -n "$ga" ] && [ "$ga" = "$gb" ]; then gt="greedy identical"; else gt="greedy DIFFERENT (the first $(python3 -c 'import os, sys; print(len(os.path.commonprefix(sys.argv[1:])))' "$ga" "$gb") characters agree): llama.cpp \"${ga:0:80}\" sluice \"${gb:0:80}\""; fi
+    for r in $(seq 1 ${SHAPES_ROUNDS:-1}); do
+      fa="-fa 1"; timeout "$(left)" "$slb/llama-bench" -m "$sb.gguf" -ngl $sngl -fa 1 -p $sP -n 32 -d 0,$sP -r 1 -o json >"$slog.llama.$r.json" 2>"$slog.llama.$r.err"
+      if ! grep -q avg_ts "$slog.llama.$r.json"; then # -fa 1 refused: the default
+        fa="-fa default ($(grep -m1 -iE "error|fail" "$slog.llama.$r.err" | cut -c1-80))"
+        timeout "$(left)" "$slb/llama-bench" -m "$sb.gguf" -ngl $sngl -p $sP -n 32 -d 0,$sP -r 1 -o json >"$slog.llama.$r.json" 2>"$slog.llama.$r.err"
+      fi
+      for p in 1 $sP; do
+        env $SX timeout "$(left)" "$sl" bench -m "$sb.sluice" $sgf --resident --kv $KV --prompt $p --gen 32 --decode random --json \
+          >"$slog.s$p.$r.json" 2>"$slog.s$p.$r.err" || echo "shape $nm sluice --prompt $p failed: $(tail -c 200 "$slog.s$p.$r.err" | tr '\n' ' ')" >>"$S"
+      done
+      echo "shape $nm L$L r$r: $(srow "$slog.llama.$r.json" "$slog.s1.$r.json" "$slog.s$sP.$r.json" $sP) (llama.cpp vs sluice tok/s, ratio sluice/llama.cpp; llama.cpp $fa)" >>"$S"
+    done
+    rm -f "$sb.gguf" "$sb.sluice" "$sb.prep"; tb=$(( $(el) - tr0 )); pt=$(( tw + tp + tb )); pz=$sz
+    echo "shape $nm L$L: $gt; $sz GB, write $tw s, pack $tp s, rows $tb s$([ -n "$ahead" ] && echo " (${shl[$ahead]} prepared meanwhile)") [$(el) s]" >>"$S"
+  done
+  [ -z "$ahead" ] || { wait "$sap"; rm -f "$sw"/*.gguf "$sw"/*.sluice "$sw"/*.prep; }
 fi
 echo "end [$(el) s]" >>"$S"
