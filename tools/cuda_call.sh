@@ -225,7 +225,7 @@ PY
     if [ "$ahead" = "$i" ]; then # prepared during the last shape's rows: its rows only if they fit
       wait "$sap"; ahead=""; est=$(sest "$tb" "$sz")
       if [ $(( $(el) + est )) -gt "$sE" ]; then echo "shape $nm L$L ($sz GB): prepared, but skipped at $(el) s: its rows' estimate $est s passes SHAPES_END $sE" >>"$S"
-        rm -f "$sb.gguf" "$sb.sluice"; continue; fi
+        rm -f "$sb.gguf" "$sb.sluice" "$sb.prep"; continue; fi
     else
       est=$(sest "$pt" "$sz")
       if [ $(( t0 + est )) -gt "$sE" ]; then echo "shape $nm L$L ($sz GB): skipped at $t0 s, estimate $est s passes SHAPES_END $sE" >>"$S"; continue; fi
@@ -255,7 +255,7 @@ PY
       fi
       for p in 1 $sP; do
         env $SX timeout "$(left)" "$sl" bench -m "$sb.sluice" $sgf --resident --kv $KV --prompt $p --gen 32 --decode random --json \
-          >"$slog.s$p.$r.json" 2>"$slog.s$p.$r.err" || echo "shape $nm sluice --prompt $p failed: $(tail -c 200 "$slog.s$p.$r.err" | tr '\n' ' ')" >>"$S"
+          >"$slog.s$p.$r.json" 2>"$slog.s$p.$r.err" || echo "shape $nm sluice --prompt $p failed (rc $?, 124: SHAPES_END): $(tail -c 200 "$slog.s$p.$r.err" | tr '\n' ' ')" >>"$S"
       done
       echo "shape $nm L$L r$r: $(srow "$slog.llama.$r.json" "$slog.s1.$r.json" "$slog.s$sP.$r.json" $sP) (llama.cpp vs sluice tok/s, ratio sluice/llama.cpp; llama.cpp $fa)" >>"$S"
     done
