@@ -25,7 +25,7 @@
 # tools/gguf_shapes.py's GGUF (SHAPES_VOCAB rows, 32000), its pack, one greedy text of both (8 tokens), then SHAPES_ROUNDS (1) alternated
 # llama-bench -ngl 99 -fa 1 -p P -n 32 -d 0,P -r 1 (-fa at its default where refused) against sluice bench --gpu --resident --kv KV --prompt 1|P
 # --gen 32 --decode random (P = SHAPES_P, 512), a line each with the ratios (sluice / llama.cpp); both files deleted after. A shape starts only when
-# its estimate (SHAPES_EST, 120 s, then the last shape's time scaled by the file sizes) ends before SHAPES_END; the q30 GGUF and pack are deleted
+# its estimate (SHAPES_EST, 120 s, then the last shape's time scaled by the file sizes) ends before SHAPES_END; SHAPES_AHEAD=1 (default): the next GGUF + pack written during the rows; the q30 GGUF and pack are deleted
 # when the disk is short (SHAPES_KEEP30=1: the shape skipped instead). SHAPES_CPU=1: a rehearsal on the CPU machine (SHAPES_LB's llama.cpp, -ngl 0, no --gpu; PYTHON: the writer's, with numpy).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
