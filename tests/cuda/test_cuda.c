@@ -395,6 +395,7 @@ static void check_fused(void) {
 #include "test_cuda_attn_items.c" /* issue 24: a decode batch's attention and RoPE in one launch: check_attn_items */
 #include "test_cuda_fa.c" /* issue 24: the decode attention, the pair against SLUICE_CUDA_FA_CL's launches: --bench-fa */
 #include "test_cuda_mv.c" /* issue 24: the one-token matvec's rows a CTA: bench_mv_rows */
+#include "test_cuda_resolve.c" /* issue 24: SLUICE_CUDA_RESOLVE=2's job from the grid: check_resolve_all, --resolve */
 #include "test_cuda_split.c" /* issue 24: SLUICE_CUDA_MVSPLIT's one-token jobs bitwise mvn_i8: check_mv_split, --mvsplit */
 #include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
 #include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
@@ -859,6 +860,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--swi")) return swi_main(); /* SWIDOWN=2 | 3's pair checked, timed (test_cuda_mv.c) */
+    if (argc > 1 && !strcmp(argv[1], "--resolve")) return resolve_main(); /* RESOLVE=2 checked, timed (test_cuda_resolve.c) */
     if (argc > 1 && !strcmp(argv[1], "--mvprof")) { /* the one-token matvec's phases (test_cuda_mv.c), no checks */
         mvprof();
         return 0;
@@ -952,6 +954,7 @@ int main(int argc, char **argv) {
     check_many_tokens(DT_F32, 100, 68, 40);
     check_i8(DT_Q4, 257, 4096, 32, DT_BF16); /* several chunks at every row count (cuda_mv.cu) */
     check_ibias_all();
+    check_resolve_all();
     check_rmsnorm_rows(100, 1, 2048, 2048, 2048);
     check_rmsnorm_rows(70, 8, 128, 160, 1300); /* heads at a stride, a gap after them */
     check_rmsnorm_rows(9, 8, 300, 300, 2400);

@@ -901,6 +901,11 @@ be_backend *be_cuda_new(pool_t *pool) {
     /* the decode attention on clusters / its fold's loads deeper (cuda_flash_cl.cu), the default since call T (bitwise on an
      * H100; 13.0 -> 8.9 us a layer's attention at depth 512); SLUICE_CUDA_FA_CL=0 the pair before it */
     slcu_fa16_cl(!((g = getenv("SLUICE_CUDA_FA_CL")) && !strcmp(g, "0")));
+    /* the one-token matvec's job from its grid where a launch's jobs have as many tiles (cuda_mv.cu mv1c_i8 JR, the same
+     * bits; opt-in, not yet timed on a GPU): SLUICE_CUDA_RESOLVE=2, =3 with its CTAs triggering the next launch; else
+     * find_job's walk */
+    g = getenv("SLUICE_CUDA_RESOLVE");
+    slcu_i8_resolve(g && !strcmp(g, "2") ? 2 : g && !strcmp(g, "3") ? 3 : 1);
     if (fuse_env(be)) { /* SLUICE_CUDA_FUSE (router unless set): launches that end in their last CTA's work (backend_cuda_hold.c) */
         cu_destroy(be);
         return NULL;

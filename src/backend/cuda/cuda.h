@@ -135,6 +135,13 @@ void slcu_i8_mv1_kernel(int version);
  * read 16 bytes at a time, a quad of blocks' loads before its FMAs (the default), 1 the fold as before
  * (SLUICE_CUDA_MVFOLD=1), 0 back to the environment's SLUICE_CUDA_MVFOLD (2 unset). */
 void slcu_i8_mvfold(int mode);
+/* How the default one-token matvec (mv1c_i8) finds a CTA's job (cuda_mv.cu; the same bits): 2 from the grid (tiles a
+ * job by jobs) where every job of a launch has as many tiles, 3 as 2 with its CTAs triggering the launch after it once
+ * they have waited (one wave of CTAs, PDL on), 1 by walking the jobs' first tiles (find_job), 0 back to the environment's
+ * SLUICE_CUDA_RESOLVE (1 unset; backend_cuda.c sets it when the backend opens). Tests: how many launches took the grid's
+ * job so far. */
+void slcu_i8_resolve(int mode);
+int slcu_i8_resolve_launches(void);
 /* mv1p_i8's grid (the same bits whichever): n > 0 CTAs an SM at most, n < 0 -n CTAs in all (tests: each walks many
  * tiles and jobs), 0 back to the environment's SLUICE_CUDA_MV1P_CTAS (3 an SM unset). */
 void slcu_i8_mv1p_ctas(int n);

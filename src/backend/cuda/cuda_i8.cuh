@@ -39,8 +39,9 @@ struct ijobs {
      * before either (cuda_pdl.cuh), so by then every kernel before that one has finished and its writes are visible;
      * sel is still read by __ldcg (resolve). 0: wait first. */
     int early;
-    int trig; /* 1 (cuda.h slcu_matmul_i8_swi trig): mv1c_sw's CTAs trigger the launch after it (pdl_trigger) once
-               * they have waited, so its CTAs start as these end; 0 none (the launch after starts as the last ends) */
+    int trig; /* 1 (cuda.h slcu_matmul_i8_swi trig; cuda_mv.cu SLUICE_CUDA_RESOLVE=3): mv1c_sw's (mv1c_i8 JR's) CTAs
+               * trigger the launch after it (pdl_trigger) once they have waited, so its CTAs start as these end; 0 none
+               * (the launch after starts as the last ends) */
     /* the tiles of each job when every job has as many (cuda_i8.cu tail_jobs), else 0: mv1c_sw finds its job as
      * blockIdx.x / uni (job_of) where find_job walks the tile0 words one dependent parameter load after another (a
      * constant-cache miss each, new for every launch: call R's "resolve" grew with the jobs, 0.5 us for o's one, 1.5

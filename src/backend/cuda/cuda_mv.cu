@@ -161,7 +161,7 @@ static __device__ __forceinline__ void mv1c_pair(int q, int kcn, float rk, int &
  * consecutive words) and its group biases at RS >> gshift (so their LDS.128, LDS.64 or LDS of a quarter, half or whole
  * warp hit distinct banks too: RS / 4 is odd), and folds them by cuda_mv.cuh fold_row (a quad of blocks' loads at once);
  * the same operands in the same order (docs/CUDA.md "Fewer instructions a pair"). */
-template <int DT, int SDT, int R, int IB, int FI, int MF = 1, int EX = 0>
+template <int DT, int SDT, int R, int IB, int FI, int MF = 1, int EX = 0, int JR = 0>
 static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     constexpr int BB = DT == DT_Q4 ? 16 : 32, NP = MV1C_NP(DT), KC = NP / R, LD = R + 1, P = NP / MV1_THREADS;
     constexpr int ssz = SDT == DT_F32 ? 4 : 2, RS = KC + 4;
@@ -173,7 +173,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
 #define MVP(i) do { if (FI == 2 && threadIdx.x == 0) sck[i] = clock64(); } while (0)
     if (FI == 2 && threadIdx.x == 0) gt0 = gtimer();
     MVP(0);
-    const int jk = job_of<EX>(J);
+    const int jk = JR ? (int)blockIdx.y : job_of<EX>(J); /* JR: the grid's y is the job (mv1c_launch, SLUICE_CUDA_RESOLVE=2) */
     if ((J.j[jk].tab && !(EX && J.early)) || J.j[jk].rows) pdl_wait(); /* the matrix or rows chosen by a kernel of the step (the route) */
     const ijob j = resolve(J.j[jk]);
     MVP(1);
@@ -184,7 +184,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
     __shared__ __align__(MF == 2 ? 16 : 4) float sxg[KC]; /* MF = 2: read 16 bytes at a time */
     __shared__ float sbt[KC];
     float *sI = (float *)sc, *sM = sI + (MF == 2 ? R * RS : KC * LD), *sB = sM + (MF == 2 ? R * RS : KC * LD);
-    const int tid = threadIdx.x, r0 = ((int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
+    const int tid = threadIdx.x, r0 = (JR ? (int)blockIdx.x : (int)blockIdx.x - j.tile0) * R, cols = j.cols, nb = cols / 32;
     const int ng = cols / j.group, ns = nb + nb / 2 + nb / 4, nr = min(R, j.nrows - r0);
     const int gshift = j.group == 32 ? 0 : j.group == 64 ? 1 : 2, soff = j.group == 32 ? 0 : j.group == 64 ? nb : nb + nb / 2;
     const int bmask = j.group / 32 - 1, rb = DT == DT_Q4 ? cols / 2 : cols, ar = act_row(j, 0);
@@ -215,7 +215,7 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
         }
         if (kb0 == 0) MVP(2);
         if (kb0 == 0) pdl_wait(); /* the weights' loads are in flight; the activation is the step's (again: a no-op) */
-        if (EX && kb0 == 0 && J.trig) pdl_trigger(); /* (mv1c_sw's: the launch after it may start, its CTAs as these end) */
+        if ((EX || JR) && kb0 == 0 && J.trig) pdl_trigger(); /* (mv1c_sw's, RESOLVE=3's: the launch after it may start, its CTAs as these end) */
         if (j.sg) {
             swi_stage<DT, MV1_THREADS>(j, kb0, kcn, gshift, sx, sd, sbt, sxg); /* while the weights' loads are in flight */
         } else {
@@ -286,10 +286,14 @@ static __device__ __forceinline__ void mv1c_body(const ijobs &J, uint8_t *sc) {
 #undef MVP
 }
 
-template <int DT, int SDT, int R, int IB, int FI, int MF = 1>
+/* JR = 1 (SLUICE_CUDA_RESOLVE=2, mv1c_launch): a launch whose jobs all have the same tiles on a grid (tiles a job, jobs),
+ * the job blockIdx.y and the tile in it blockIdx.x, where JR = 0 walks the jobs' tile0 words (find_job: a dependent
+ * parameter load a job, call R's "resolve" 0.5 us for one job, 2.1 for gate/up's 16). The same job and rows (tile0 is
+ * jk times the tiles a job: cuda_i8.cu launch_class), the same CTA order (x before y), the same arithmetic after. */
+template <int DT, int SDT, int R, int IB, int FI, int MF = 1, int JR = 0>
 __global__ void __launch_bounds__(MV1_THREADS, 6) mv1c_i8(const __grid_constant__ ijobs J) {
     __shared__ __align__(16) uint8_t sc[MV1C_NP(DT) * (DT == DT_Q4 ? 16 : 32)];
-    mv1c_body<DT, SDT, R, IB, FI, MF>(J, sc);
+    mv1c_body<DT, SDT, R, IB, FI, MF, 0, JR>(J, sc);
 }
 
 /* SLUICE_CUDA_FUSE=qkv: mv1c_i8's rows, then per-head norm + RoPE (cuda_normrope.cuh norm_rope_head, k_norm_rope's code)
@@ -586,8 +590,53 @@ static int mvfold(void) {
  * loads go out while that kernel runs; cuda_pdl.cuh); the same bits. Call J timed it (a resident step 7-9% shorter
  * on an H100); on unless SLUICE_CUDA_PDL=0 (cuda_pdl.cu pdl_enabled: 2, the matvecs alone), and never after the process's
  * first copy-stream copy nor with recorded steps (backend_cuda.c: the two ways call D's model test failed). */
+/* SLUICE_CUDA_RESOLVE=2 (cuda.h slcu_i8_resolve; read when the backend opens, else at the first launch): the default
+ * one-token launches (mv1c_i8, MF = 2) whose jobs all have as many tiles (the experts' gate/up and down, o, the LM head)
+ * find their job from the grid (mv1c_i8 JR = 1); =3 as 2, and where the launch is one wave of CTAs its CTAs trigger the
+ * launch after it once they have waited (J.trig: its CTAs become resident as these end and do their prologue, where
+ * mv1c_i8 lets it start only when its last CTA exits; downswi34's trigger saved 2.6 us a pair, docs/CUDA.md); 1 (unset)
+ * find_job as before. The same bits in each: the trigger is after pdl_wait (cuda_pdl.cuh's rule). */
+static int resolve_mode; /* 0 unread */
+static int resolve_n;    /* launches that took JR = 1 (tests: slcu_i8_resolve_launches) */
+extern "C" void slcu_i8_resolve(int mode) { resolve_mode = mode >= 1 && mode <= 3 ? mode : 0; }
+extern "C" int slcu_i8_resolve_launches(void) { return resolve_n; }
+static int resolve_on(void) {
+    if (!resolve_mode) {
+        const char *e = getenv("SLUICE_CUDA_RESOLVE");
+        resolve_mode = e && (e[0] == '2' || e[0] == '3') && !e[1] ? e[0] - '0' : 1;
+    }
+    return resolve_mode >= 2;
+}
+static int mv_wave(void) { /* CTAs of mv1c_i8 the device holds at once (its launch bounds: 6 an SM) */
+    static int sms;
+    int dev = 0;
+    if (!sms && (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) || sms <= 0))
+        sms = 132, (void)cudaGetLastError();
+    return 6 * sms;
+}
+/* the tiles of every job of J at R rows a CTA when all have as many and tile0 is jk times that, else 0 */
+static int jobs_uni(const ijobs *J, int R, int tiles) {
+    const int u = (J->j[0].nrows + R - 1) / R;
+    for (int i = 0; i < J->n; i++)
+        if ((J->j[i].nrows + R - 1) / R != u || J->j[i].tile0 != i * u) return 0;
+    return u * J->n == tiles ? u : 0;
+}
+
 template <int DT, int SDT, int R>
 static void mv1c_launch(int tiles, const ijobs *J) {
+    const int u = mvfold() == 2 && mv1_version() == 3 && resolve_on() ? jobs_uni(J, R, tiles) : 0;
+    if (u) {
+        void (*kr)(ijobs) = J->ib ? mv1c_i8<DT, SDT, R, 1, 1, 2, 1> : mv1c_i8<DT, SDT, R, 0, 1, 2, 1>;
+        resolve_n++;
+        if (resolve_mode == 3 && pdl_enabled() && tiles <= mv_wave()) {
+            ijobs T = *J;
+            T.trig = 1;
+            pdl_launch_on(1, kr, dim3((unsigned)u, (unsigned)J->n), dim3(MV1_THREADS), 0, SLS, T);
+        } else {
+            pdl_launch_on(pdl_enabled(), kr, dim3((unsigned)u, (unsigned)J->n), dim3(MV1_THREADS), 0, SLS, *J);
+        }
+        return;
+    }
     void (*k)(ijobs) = mvfold() == 2 ? (mv1_version() == 6 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 2, 2> : mv1c_i8<DT, SDT, R, 0, 2, 2>)
                                                            : (J->ib ? mv1c_i8<DT, SDT, R, 1, 1, 2> : mv1c_i8<DT, SDT, R, 0, 1, 2>))
                        : mv1_version() == 6 ? (J->ib ? mv1c_i8<DT, SDT, R, 1, 2> : mv1c_i8<DT, SDT, R, 0, 2>)
