@@ -67,7 +67,7 @@ static void check_items(int n, int NH, int NKV, int HD, const int *pos, const in
     char name[160];
     snprintf(name, sizeof name, "%s attention of %d items %d/%d hd %d w %d%s%s%s%s (first @%d, last @%d)",
              f32 ? "f32" : "f16", n, NH, NKV, HD, window, sinks ? " sinks" : "", gated ? " gated" : "",
-             one ? " one-chunk end" : "", ai_cl == 1 ? " FA_CL" : "", pos[0], pos[n - 1]);
+             one ? " one-chunk end" : "", ai_cl == 1 ? " FA_CL" : ai_cl == 2 ? " FA_CL=2" : "", pos[0], pos[n - 1]);
     CK(r == 1, "%s: not taken (%d): %s", name, r, msg);
     int same = 1;
     for (int i = 0; i < n; i++) {
@@ -132,20 +132,24 @@ static void check_attn_items(void) {
     check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 0); /* SLCU_ATTN_ITEMS items */
     check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 1);
     /* SLUICE_CUDA_FA_CL == each alone in the pair: items of up to 16 chunks on clusters (k_fa16_cl_items), with the
-     * one-chunk end off and on; more than 16 in the pair with the fold's loads deeper (fa16_comb_row_pf); f32 caches */
-    ai_cl = 1;
+     * one-chunk end off and on; more than 16 in the pair (=2: k_fa16_comb2_items' folds); f32 caches */
     const int q8[8] = {0, 5, 63, 64, 200, 511, 700, 1000}, d8[8] = {64, 70, 64, 200, 512, 600, 1024, 1100};
-    for (int one = 0; one < 2; one++) {
-        check_items(8, 32, 4, 128, q8, d8, 0, 0, 0, one, 0);
-        const int pw[5] = {3, 49, 50, 130, 251}, cw[5] = {64, 64, 64, 69, 69};
-        check_items(5, 8, 2, 64, pw, cw, 50, 1, 0, one, 0);
-        const int pg[4] = {10, 100, 700, 70}, cg[4] = {16, 128, 800, 80};
-        check_items(4, 64, 2, 128, pg, cg, 0, 0, 0, one, 0);
-        check_items(4, 32, 4, 256, pg, cg, 0, 1, 1, one, 0);
-        check_items(4, 6, 2, 20, pg, cg, 0, 0, 0, one, 0);
+    for (ai_cl = 1; ai_cl <= 2; ai_cl++) { /* =2: k_fa16_comb2_items past the clusters (cuda_flash.cu fl_deep) */
+        for (int one = 0; one < 2; one++) {
+            check_items(8, 32, 4, 128, q8, d8, 0, 0, 0, one, 0);
+            const int pw[5] = {3, 49, 50, 130, 251}, cw[5] = {64, 64, 64, 69, 69};
+            check_items(5, 8, 2, 64, pw, cw, 50, 1, 0, one, 0);
+            const int pg[4] = {10, 100, 700, 70}, cg[4] = {16, 128, 800, 80};
+            check_items(4, 64, 2, 128, pg, cg, 0, 0, 0, one, 0);
+            check_items(4, 32, 4, 256, pg, cg, 0, 1, 1, one, 0);
+            check_items(4, 6, 2, 20, pg, cg, 0, 0, 0, one, 0);
+        }
+        check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, 0, 0), check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, 0, 1);
+        check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 0);
+        const int pd[4] = {1100, 5, 2000, 64}, cd[4] = {1200, 70, 2100, 200}; /* past 16 chunks at head_dim 256 (=2: */
+        check_items(4, 32, 4, 256, pd, cd, 0, 1, 1, 0, 0);                   /* fa16_comb_row_pf), f16 and f32 */
+        check_items(4, 32, 4, 256, pd, cd, 0, 1, 1, 0, 1);
     }
-    check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, 0, 0), check_items(8, 32, 4, 128, p8, c8, 0, 0, 0, 0, 1);
-    check_items(16, 16, 4, 64, p16, c16, 0, 0, 0, 0, 0);
     ai_cl = -1;
     check_rope_at(8, 32, 128, 128, 0), check_rope_at(8, 4, 128, 64, 1), check_rope_at(300, 4, 64, 64, 0);
 }

@@ -78,6 +78,8 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
     slcu_fa16_one(-1);
     slcu_fa16_cl(1); /* SLUICE_CUDA_FA_CL: 2 .. 16 chunks on clusters, the fold's loads deeper beyond (cuda_flash_cl.cu) */
     float *y8 = fa16_run(&ap, 0, 1, 0), *y9 = fa16_run(&ap, 2, 0, 0); /* token by token; all at once in the decode path */
+    slcu_fa16_cl(2); /* =2: k_fa16_comb2 for every fold of the pair (cuda_flash.cu fl_deep) */
+    float *y10 = fa16_run(&ap, 0, 1, 0);
     slcu_fa16_cl(-1);
     const size_t nb = (size_t)T * NH * HD * 4;
     char name[128];
@@ -85,11 +87,11 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
              sinks ? " sinks" : "", gated ? " gated" : "");
     OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 3e-3);
     CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb) && !memcmp(y1, y6, nb) &&
-           !memcmp(y1, y7, nb) && !memcmp(y1, y8, nb) && !memcmp(y1, y9, nb),
+           !memcmp(y1, y7, nb) && !memcmp(y1, y8, nb) && !memcmp(y1, y9, nb) && !memcmp(y1, y10, nb),
        "%s: prefill kernel / decode pair / token by token / fused fold / one-chunk end (token by token, all at once) / "
-       "FA_CL (token by token, all at once) differ (%d %d %d %d %d %d %d %d)", name, !memcmp(y1, y2, nb), !memcmp(y1, y3, nb),
-       !memcmp(y1, y4, nb), !memcmp(y1, y5, nb), !memcmp(y1, y6, nb), !memcmp(y1, y7, nb), !memcmp(y1, y8, nb),
-       !memcmp(y1, y9, nb));
+       "FA_CL (token by token, all at once) / FA_CL=2 differ (%d %d %d %d %d %d %d %d %d)", name, !memcmp(y1, y2, nb),
+       !memcmp(y1, y3, nb), !memcmp(y1, y4, nb), !memcmp(y1, y5, nb), !memcmp(y1, y6, nb), !memcmp(y1, y7, nb),
+       !memcmp(y1, y8, nb), !memcmp(y1, y9, nb), !memcmp(y1, y10, nb));
     if (HD % 128 == 0) { /* the last token alone with its output's int8 form (k_fa16_comb): bitwise y3's row, and
                           * the form bitwise slcu_act_quantize's of it */
         const int row = NH * HD;
@@ -99,12 +101,12 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
         slcu_attn a = ap;
         a.q += (size_t)(T - 1) * ap.ldq, a.k += (size_t)(T - 1) * ap.ldkv, a.v += (size_t)(T - 1) * ap.ldkv;
         a.n = 1, a.pos0 += T - 1, a.out += (size_t)(T - 1) * ap.ldo;
-        for (int fu = 0; fu < 4; fu++) { /* the separate fold, the fused one, the one-chunk end (where one chunk), FA_CL */
-            slcu_fa16_fuse(fu == 1), slcu_fa16_one(fu == 2), slcu_fa16_cl(fu == 3);
+        for (int fu = 0; fu < 5; fu++) { /* the separate fold, the fused one, the one-chunk end (where one chunk), FA_CL, =2 */
+            slcu_fa16_fuse(fu == 1), slcu_fa16_one(fu == 2), slcu_fa16_cl(fu == 3 ? 1 : fu == 4 ? 2 : 0);
             poison(dout, nb);
             CK(slcu_attention_q(&a, &a1, msg, sizeof msg) == 1, "%s: attention_q made no int8 form: %s", name, msg);
             float *yq = dl(a.out, row);
-            const char *how = fu == 1 ? " (fused fold)" : fu == 2 ? " (one-chunk end)" : fu == 3 ? " (FA_CL)" : "";
+            const char *how = fu == 1 ? " (fused fold)" : fu == 2 ? " (one-chunk end)" : fu == 3 ? " (FA_CL)" : fu == 4 ? " (FA_CL=2)" : "";
             CK(!memcmp(yq, y3 + (size_t)(T - 1) * row, (size_t)row * 4), "%s: the output beside its int8 form differs%s",
                name, how);
             CK(!slcu_act_quantize(&a2, a.out, row, msg, sizeof msg) && same_act(&a1, &a2),
@@ -115,7 +117,7 @@ static void check_fa16(int T, int NH, int NKV, int HD, int cap, int window, int 
         slcu_free(b1), slcu_free(b2);
     }
     free(hq), free(hs), free(hn), free(hk), free(hv), free(ref);
-    free(y1), free(y2), free(y3), free(y4), free(y5), free(y6), free(y7), free(y8), free(y9);
+    free(y1), free(y2), free(y3), free(y4), free(y5), free(y6), free(y7), free(y8), free(y9), free(y10);
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }
 
@@ -135,18 +137,20 @@ static void check_fa32(int T, int NH, int NKV, int HD, int cap, int window, int 
     float *ref = dl(dout, (size_t)T * NH * HD);
     float *y1 = fa16_run(&ap, 1, 0, 1), *y2 = fa16_run(&ap, 2, 0, 1), *y3 = fa16_run(&ap, 0, 1, 1);
     float *y4 = fa16_run(&ap, 1, 1, 1);
-    slcu_fa16_cl(1); /* token by token with SLUICE_CUDA_FA_CL's fold (k_fa16_comb2) */
+    slcu_fa16_cl(1); /* token by token with SLUICE_CUDA_FA_CL's fold (k_fa16_comb2 past 16 chunks) */
     float *y5 = fa16_run(&ap, 0, 1, 1);
+    slcu_fa16_cl(2); /* and k_fa16_comb2 for every fold */
+    float *y6 = fa16_run(&ap, 0, 1, 1);
     slcu_fa16_cl(-1);
     const size_t nb = (size_t)T * NH * HD * 4;
     char name[128];
     snprintf(name, sizeof name, "f32 flash %d tok @%d %d/%d hd %d w %d%s%s", T, pos0, NH, NKV, HD, window,
              sinks ? " sinks" : "", gated ? " gated" : "");
     OPCHECK(name, relerr(y1, ref, (size_t)T * NH * HD), 1e-5);
-    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb),
-       "%s: prefill kernel / decode pair / token by token / FA_CL token by token differ (%d %d %d %d)", name,
-       !memcmp(y1, y2, nb), !memcmp(y1, y3, nb), !memcmp(y1, y4, nb), !memcmp(y1, y5, nb));
-    free(ref), free(y1), free(y2), free(y3), free(y4), free(y5);
+    CK(!memcmp(y1, y2, nb) && !memcmp(y1, y3, nb) && !memcmp(y1, y4, nb) && !memcmp(y1, y5, nb) && !memcmp(y1, y6, nb),
+       "%s: prefill kernel / decode pair / token by token / FA_CL token by token / FA_CL=2 differ (%d %d %d %d %d)", name,
+       !memcmp(y1, y2, nb), !memcmp(y1, y3, nb), !memcmp(y1, y4, nb), !memcmp(y1, y5, nb), !memcmp(y1, y6, nb));
+    free(ref), free(y1), free(y2), free(y3), free(y4), free(y5), free(y6);
     slcu_free(dq), slcu_free(dsk), slcu_free(dnew), slcu_free(dout), slcu_free(dk), slcu_free(dv);
 }
 

@@ -899,8 +899,10 @@ be_backend *be_cuda_new(pool_t *pool) {
     if (!((g = getenv("SLUICE_CUDA_ATTN_ITEMS")) && !strcmp(g, "0"))) /* on since call R (bitwise on an H100); =0 off */
         be->rope_at = cu_rope_at, be->attention_items = cu_attention_items;
     /* the decode attention on clusters / its fold's loads deeper (cuda_flash_cl.cu), the default since call T (bitwise on an
-     * H100; 13.0 -> 8.9 us a layer's attention at depth 512); SLUICE_CUDA_FA_CL=0 the pair before it */
-    slcu_fa16_cl(!((g = getenv("SLUICE_CUDA_FA_CL")) && !strcmp(g, "0")));
+     * H100; 13.0 -> 8.9 us a layer's attention at depth 512); SLUICE_CUDA_FA_CL=0 the pair before it, =2 the deeper folds
+     * where they lost too (cuda_flash.cu fl_deep) */
+    g = getenv("SLUICE_CUDA_FA_CL");
+    slcu_fa16_cl(g && !strcmp(g, "0") ? 0 : g && !strcmp(g, "2") ? 2 : 1);
     /* the one-token matvec's job from its grid where a launch's jobs have as many tiles (cuda_mv.cu mv1c_i8 JR, the same
      * bits; opt-in, not yet timed on a GPU): SLUICE_CUDA_RESOLVE=2, =3 with its CTAs triggering the next launch; else
      * find_job's walk */

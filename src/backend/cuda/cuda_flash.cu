@@ -305,15 +305,15 @@ __global__ void __launch_bounds__(W * 32) k_fa16_part_items(const __grid_constan
     fa16_part_cta<HDP, W>(it.a, it.nchs, it.po, it.ml, app, NULL, qa, blockIdx.x, blockIdx.y, blockIdx.z % tiles, it.fin);
 }
 
-/* a CTA per (item, row): per rows of an item (n_kv * n_heads / n_kv, one token each) */
-__global__ void k_fa16_comb_items(const __grid_constant__ fa_items I, int per, int hdp, int pf) {
+/* a CTA per (item, row): per rows of an item (n_kv * n_heads / n_kv, one token each); SLUICE_CUDA_FA_CL=2's deeper folds
+ * are cuda_flash_cl.cu k_fa16_comb2_items (this kernel's code is the one before them: its registers are not theirs) */
+__global__ void k_fa16_comb_items(const __grid_constant__ fa_items I, int per, int hdp) {
     pdl_wait();
     pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
     const fa_item &it = I.it[blockIdx.x / per];
     if (it.fin) return;
     const slcu_act qa = {};
-    if (pf) fa16_comb_row_pf(it.a, it.nchs, hdp, it.po, it.ml, qa, blockIdx.x % per, threadIdx.x, blockDim.x); /* FA_CL */
-    else fa16_comb_row(it.a, it.nchs, hdp, it.po, it.ml, qa, blockIdx.x % per, threadIdx.x, blockDim.x);
+    fa16_comb_row(it.a, it.nchs, hdp, it.po, it.ml, qa, blockIdx.x % per, threadIdx.x, blockDim.x);
 }
 
 __global__ void k_kv_append16(slcu_attn p, const int *pd) {
@@ -572,22 +572,25 @@ static int fl_fuse = -1;  /* SLUICE_CUDA_FA_FUSE=1: the fused fold (opt-in: writ
 static int fl_sep = -1;   /* SLUICE_CUDA_FA_APPEND=0: the separate append, as before (bisecting) */
 static int fl_one = -1;   /* SLUICE_CUDA_FA_ONE: one chunk ended in k_fa16_part (on since call R; =0 the fold launched) */
 static int fl_fa32 = -1;  /* SLUICE_CUDA_FA32=0: f32 caches take k_attention's order (cuda_ops.cu), never these kernels */
-static int fl_cl = -1;    /* SLUICE_CUDA_FA_CL=1: 2 .. 16 chunks on clusters in one launch, the fold's loads deeper
-                           * beyond (cuda_flash_cl.cu; opt-in: written in session 34, not yet run on a GPU) */
+static int fl_cl = -1;    /* SLUICE_CUDA_FA_CL: 2 .. 16 chunks on clusters in one launch, the fold's loads deeper beyond
+                           * where they won (fl_deep; cuda_flash_cl.cu); on (1) since call T, =0 the pair, =2 every deeper fold */
 #define FL_FUSE_CHUNKS 16 /* the fused fold's bound: one warp folds a head's rows (depth <= 960) */
 #define FL_MAX_KV 256
 
 extern "C" void slcu_fa16_force(int mode) { fl_mode = mode; }
 extern "C" void slcu_fa16_fuse(int on) { fl_fuse = on; } /* tests: 1 / 0, or -1 (the environment's) */
 extern "C" void slcu_fa16_one(int on) { fl_one = on; }   /* tests: as slcu_fa16_fuse */
-extern "C" void slcu_fa16_cl(int on) { fl_cl = on; }     /* tests: as slcu_fa16_fuse */
+extern "C" void slcu_fa16_cl(int on) { fl_cl = on; }     /* tests: 0, 1, 2 (fl_deep) or -1 (the environment's) */
 
 static void fl_env(void) {
     if (fl_fuse < 0) fl_fuse = getenv("SLUICE_CUDA_FA_FUSE") && getenv("SLUICE_CUDA_FA_FUSE")[0] == '1';
     if (fl_sep < 0) fl_sep = getenv("SLUICE_CUDA_FA_APPEND") && getenv("SLUICE_CUDA_FA_APPEND")[0] == '0';
     if (fl_one < 0) fl_one = !(getenv("SLUICE_CUDA_FA_ONE") && getenv("SLUICE_CUDA_FA_ONE")[0] == '0');
     if (fl_fa32 < 0) fl_fa32 = !(getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '0');
-    if (fl_cl < 0) fl_cl = !(getenv("SLUICE_CUDA_FA_CL") && getenv("SLUICE_CUDA_FA_CL")[0] == '0');
+    if (fl_cl < 0) {
+        const char *e = getenv("SLUICE_CUDA_FA_CL");
+        fl_cl = e && e[0] == '0' ? 0 : e && e[0] == '2' ? 2 : 1;
+    }
     if (fl_mode >= 0) return;
     const char *e = getenv("SLUICE_CUDA_FLASH_MODE");
     fl_mode = e ? atoi(e) : 0;
@@ -619,6 +622,17 @@ static int fl_smem(K *kern, int *set, size_t bytes, char *msg, size_t msglen) {
                  cudaGetErrorString(e));
     return -1;
 }
+
+/* Which fold ends the pair past the clusters (SLUICE_CUDA_FA_CL; docs/CUDA.md "The decode attention on a cluster", call
+ * T's --bench-fa, 30B heads): k_fa16_comb2's scan (fa16_comb_row_sc: head_dim <= 128, one dim a thread) won where a row
+ * has many chunks (f16 at depth 8192 23.5 -> 21.7 us, 32768 101.8 -> 79.2; f32 1.04-1.05x past 512) and lost where it has
+ * few (f32 at depths 1-512, 1-9 chunks: 0.93-0.96x; a segment's scan, staging and barriers where k_fa16_comb waits one
+ * batch of loads); the loads two batches deep (fa16_comb_row_pf) lost on the one case timed (8 items at 8192: 0.86x). So
+ * mode 1 (the default) takes the scan only past FL_DEEP chunks at head_dim <= 128, k_fa16_comb (k_fa16_comb_items) as
+ * before otherwise; mode 2 takes k_fa16_comb2 (k_fa16_comb2_items) for every fold, the scan where head_dim <= 128 and
+ * the deeper loads past it, to time them. Every fold is bitwise fa16_comb_row: only the time differs. */
+#define FL_DEEP 16
+static int fl_deep(const slcu_attn *a, int nchs) { return fl_cl == 2 || (fl_cl == 1 && nchs > FL_DEEP && a->hd <= 128); }
 
 /* the decode pair (every chunk its warp) or the prefill kernel: the same bits, so any rule does */
 static int fl_decode(const slcu_attn *a, const int *pd) { return fl_mode == 2 || (fl_mode != 1 && (pd || a->n <= 8)); }
@@ -685,9 +699,10 @@ static int f16_launch(const slcu_attn *a, const int *pd, int max_keys, const slc
         if (e == cudaSuccess) e = cudaMemset(fl_done, 0, FL_MAX_KV * sizeof(int));
         if (e) return f16_fail(msg, msglen, "counters", e);
     }
+    const int deep = !fuse && !fin && fl_deep(a, nchs); /* k_fa16_comb2, k_fa16_part triggering it at its start */
     pdl_launch(k_fa16_part<HDP, PW>, dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + 15) / 16)),
-               PW * 32, psm, SLS, *a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa, fin ? 1 : fl_cl && !fuse ? 2 : 0);
-    if (!fuse && !fin && fl_cl) fa16_comb2_launch(a, pd, nchs, HDP, po, ml, &qa);
+               PW * 32, psm, SLS, *a, pd, nchs, po, ml, app, fuse ? fl_done : NULL, qa, fin ? 1 : deep ? 2 : 0);
+    if (deep) fa16_comb2_launch(a, pd, nchs, HDP, po, ml, &qa);
     else if (!fuse && !fin)
         pdl_launch(k_fa16_comb, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd,
                    nchs, HDP, po, ml, qa);
@@ -743,11 +758,13 @@ static int f16_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
         if (r <= 0) return r < 0 ? -1 : 1;
     }
     if (fl_smem(k_fa16_part_items<HDP, PW>, &pset, psm, msg, msglen)) return -1;
+    const int deep = comb && fl_cl == 2; /* (fl_deep: the items' deeper folds only timed at 8192, and lost) */
     pdl_launch(k_fa16_part_items<HDP, PW>, dim3((unsigned)((most + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)(n * tiles)),
-               PW * 32, psm, SLS, I, 1, tiles, !comb);
-    if (comb) /* (the rows of the items ended in k_fa16_part_items return at once) */
+               PW * 32, psm, SLS, I, 1, tiles, !comb || deep); /* (deep: the fold's CTAs start early, as k_fa16_part's) */
+    if (deep) fa16_comb2_items_launch(&I, n, HDP);
+    else if (comb) /* (the rows of the items ended in k_fa16_part_items return at once) */
         pdl_launch(k_fa16_comb_items, (unsigned)(n * a->n_heads), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, I,
-                   a->n_heads, HDP, fl_cl);
+                   a->n_heads, HDP);
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : 1;
 }
@@ -800,7 +817,7 @@ static int f32_launch(const slcu_attn *a, const int *pd, int max_keys, char *msg
     if (fl_smem(k_fa32_part<NJ, PW>, &pset, psm, msg, msglen)) return -1;
     pdl_launch(k_fa32_part<NJ, PW>, dim3((unsigned)((nchs + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)((nrows + FA32_RW - 1) / FA32_RW)),
                PW * 32, psm, SLS, *a, pd, nchs, po, ml);
-    if (fl_cl) fa16_comb2_launch(a, pd, nchs, 32 * NJ, po, ml, NULL);
+    if (fl_deep(a, nchs)) fa16_comb2_launch(a, pd, nchs, 32 * NJ, po, ml, NULL);
     else
         pdl_launch(k_fa16_comb, (unsigned)(a->n_kv * nrows), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, *a, pd,
                    nchs, 32 * NJ, po, ml, slcu_act{});
@@ -834,8 +851,10 @@ static int f32_items(const slcu_attn *a, int n, char *msg, size_t msglen) {
     pdl_launch(k_kv_append32_items, dim3((unsigned)((a->n_kv * a->hd + 255) / 256), (unsigned)n), 256, 0, SLS, I);
     pdl_launch(k_fa32_part_items<NJ, PW>, dim3((unsigned)((most + PW - 1) / PW), (unsigned)a->n_kv, (unsigned)(n * tiles)),
                PW * 32, psm, SLS, I, tiles);
-    pdl_launch(k_fa16_comb_items, (unsigned)(n * a->n_heads), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, I,
-               a->n_heads, 32 * NJ, fl_cl);
+    if (fl_cl == 2) fa16_comb2_items_launch(&I, n, 32 * NJ); /* (fl_deep) */
+    else
+        pdl_launch(k_fa16_comb_items, (unsigned)(n * a->n_heads), a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128, 0, SLS, I,
+                   a->n_heads, 32 * NJ);
     cudaError_t e = cudaGetLastError();
     return e ? f16_fail(msg, msglen, "launch", e) : 1;
 }

@@ -326,5 +326,8 @@ int fa16_cl_launch(const slcu_attn *a, int hdp, int nchs, float *po, float *ml, 
 int fa16_cl_items_launch(const fa_items *I, int n, int hdp, int most, char *msg, size_t msglen);
 /* cuda_flash_cl.cu (host): the pair's second launch as k_fa16_comb's (same arguments), its loads two batches deep */
 void fa16_comb2_launch(const slcu_attn *a, const int *pd, int nchs, int hdp, const float *po, const float *ml, const slcu_act *qa);
+/* cuda_flash_cl.cu (host): the items' fold as k_fa16_comb_items' launch (n items of one shape, partials of hdp floats a
+ * chunk) with k_fa16_comb2's folds (SLUICE_CUDA_FA_CL=2) */
+void fa16_comb2_items_launch(const fa_items *I, int n, int hdp);
 
 #endif

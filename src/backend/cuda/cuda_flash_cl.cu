@@ -1,6 +1,6 @@
 /*
  * cuda_flash_cl.cu — the decode attention over an f16 cache in one launch on a thread-block cluster
- * (SLUICE_CUDA_FA_CL=1, opt-in; issue 24; docs/CUDA.md "The decode attention on a cluster").
+ * (SLUICE_CUDA_FA_CL, on unless =0; issue 24; docs/CUDA.md "The decode attention on a cluster").
  *
  * The decode pair (cuda_flash.cu k_fa16_part + k_fa16_comb) gives every 64-position chunk a warp and folds the chunks'
  * (m, l, o) in a second launch; at depth 512 (9 chunks) that is 12 CTAs whose lone warps load their K/V tiles one
@@ -17,8 +17,9 @@
  * busy warp each; the launch ends the attention and lets the matvec after it start (pdl_trigger). Clusters of more
  * than 8 CTAs are non-portable (H100: 16 allowed); where the device cannot hold 16 the launch takes 8 at most, and
  * the caller keeps the pair past that. Recorded steps (a position from the device) keep the pair.
- * Beyond 16 chunks the pair stays, with k_fa16_part letting k_fa16_comb start early and the fold's loads two batches
- * deep (k_fa16_comb2: fa16_comb_row_pf, bitwise fa16_comb_row).
+ * Beyond 16 chunks the pair stays, at head_dim <= 128 with k_fa16_part letting the fold start early and k_fa16_comb2's
+ * scan fold (fa16_comb_row_sc, bitwise fa16_comb_row); where the deeper folds lost on an H100 the fold is k_fa16_comb's
+ * as before (cuda_flash.cu fl_deep says which; SLUICE_CUDA_FA_CL=2 takes them everywhere, to time them).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -221,6 +222,19 @@ __global__ void k_fa16_comb2(slcu_attn p, const int *pd, int nchs, int hdp, cons
     quant_sums(qa, p.n_heads * p.hd / 32, h * p.hd / 32, p.hd / 32, threadIdx.x, blockDim.x);
 }
 
+/* k_fa16_comb_items' rows (a CTA per (item, row); the items ended in k_fa16_part_items return at once) with
+ * k_fa16_comb2's folds: SLUICE_CUDA_FA_CL=2 (cuda_flash.cu fl_deep) */
+template <int SC>
+__global__ void k_fa16_comb2_items(const __grid_constant__ fa_items I, int per, int hdp) {
+    pdl_wait();
+    pdl_trigger(); /* the matvec after it may start loading its weights (cuda_pdl.cuh) */
+    const fa_item &it = I.it[blockIdx.x / per];
+    if (it.fin) return; /* (CTA-uniform: before any barrier) */
+    const slcu_act qz = {};
+    if (SC) fa16_comb_row_sc(it.a, it.nchs, hdp, it.po, it.ml, qz, blockIdx.x % per);
+    else fa16_comb_row_pf(it.a, it.nchs, hdp, it.po, it.ml, qz, blockIdx.x % per, threadIdx.x, blockDim.x);
+}
+
 /* kern on a grid (cl, ny, nz) in clusters of (cl, 1, 1), nthr threads and sm bytes of shared memory a CTA, with PDL
  * while pdl_all(): 0 launched, 1 not taken (a cluster of cl more than the device holds for kern, or a launch it
  * refused: nothing launched, the caller runs the pair). *most: the largest cluster the device holds for kern, asked on kern's first launch (its attributes set,
@@ -321,6 +335,14 @@ void fa16_comb2_launch(const slcu_attn *a, const int *pd, int nchs, int hdp, con
     const int nthr = a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128;
     pdl_launch(a->hd <= nthr ? k_fa16_comb2<1> : k_fa16_comb2<0>, (unsigned)(a->n_kv * nrows), nthr, 0, SLS, *a, pd, nchs, hdp,
                po, ml, qa ? *qa : qz);
+}
+
+/* cuda_flash.cuh: k_fa16_comb2_items over n items (k_fa16_comb_items' grid and threads) */
+void fa16_comb2_items_launch(const fa_items *I, int n, int hdp) {
+    const slcu_attn *a = &I->it[0].a;
+    const int nthr = a->hd < 128 ? 32 * ((a->hd + 31) / 32) : 128;
+    pdl_launch(a->hd <= nthr ? k_fa16_comb2_items<1> : k_fa16_comb2_items<0>, (unsigned)(n * a->n_heads), nthr, 0, SLS, *I,
+               a->n_heads, hdp);
 }
 
 /* cuda.h: how many cluster launches this process made (tests: the checks ran the cluster, not the pair it falls back to) */
