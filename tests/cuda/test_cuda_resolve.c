@@ -129,7 +129,7 @@ static void check_resolve_all(void) {
     check_resolve_plain(DT_Q4, 32, DT_BF16, 4096, 1, one);    /* o: one job */
     check_resolve_plain(DT_Q8, 32, DT_F16, 1024, 4, same);    /* 300 rows: the last tile short at every R */
     check_resolve_plain(DT_Q4, 64, DT_F32, 2048, 3, mixed);   /* q | k | v: not as many tiles, the walk */
-    check_resolve_plain(DT_Q8, 128, DT_BF16, 256, 2, near);   /* as many tiles at R 32 only */
+    check_resolve_plain(DT_Q8, 128, DT_BF16, 256, 2, near);   /* as many tiles at R 8, 16, 32 (rows apart), not at 4 */
     printf("%s the one-token matvec's job from its grid (SLUICE_CUDA_RESOLVE=2) == find_job's, %d launches\n",
            failures == f0 ? "ok  " : "FAIL", slcu_i8_resolve_launches());
     fflush(stdout);
