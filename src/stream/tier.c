@@ -267,9 +267,14 @@ static void settle(tier *t, int all) {
 /* ---- promotion ---- */
 
 /* The slot a miss of the current request takes: victim()'s, except in a layer of a pass over many tokens (ordered 2:
- * a prefill chunk's; not the hybrid step, whose counts order its slots) with no slot free: a recently used unheld slot of another
+ * a prefill chunk's, with the hybrid step on or off) with no slot free: a recently used unheld slot of another
  * layer (the last ordered request's, latest first, with no scan while they last; then the most recently used by a
- * scan), when there is one. A prefill pass takes the layers' experts in turn, a cyclic scan, which LRU serves
+ * scan), when there is one; else the least recently used unheld slot (victim()'s without the hybrid step; with it, by
+ * the same scan), so that a pass places its experts in the same slots with the hybrid step as without. The hybrid
+ * step's decayed counts order decode steps only: a pass gives each expert of a layer one use at one token, so among
+ * them the counts' order was LRU's, which evicts what the next pass wants first (issue 25: a model-routed pass of 37
+ * experts over 27 slots copied 33 of them in again, 18 without the hybrid step; docs/CUDA.md "The hybrid step").
+ * A prefill pass takes the layers' experts in turn, a cyclic scan, which LRU serves
  * worst of all: it evicts what the pass will want soonest, so a tier smaller than a pass keeps nothing from one pass
  * to the next (uniform routing at 2 GiB of the 30B shape's 16 GB: no hits). Taking the latest slot of another layer
  * leaves the rest of the tier as it is: the passes rotate one layer's worth of slots and the next pass finds the
@@ -278,19 +283,21 @@ static void settle(tier *t, int all) {
  * so an earlier layer's compute has ended by then. Decode steps (unordered, or ordered 1: a serving batch's few tokens,
  * whose hot experts the next step wants again) keep victim()'s order. */
 static int miss_victim(tier *t) {
-    if (t->ordered != 2 || t->hybrid || t->n_free > 0) return victim(t);
+    if (t->ordered != 2 || t->n_free > 0) return victim(t);
     while (t->n_prev > 0) { /* the last layer's slots, latest first: no scan while they last */
         const int si = t->prev[--t->n_prev];
         const tslot *s = &t->slots[si];
         if (s->key >= 0 && s->refs == 0 && s->key / t->E != t->mslot) return si;
     }
-    int best = -1;
+    int best = -1, lru = -1;
     for (int i = 0; i < t->n_slots; i++) {
         const tslot *s = &t->slots[i];
-        if (s->key < 0 || s->refs > 0 || s->key / t->E == t->mslot) continue;
+        if (s->key < 0 || s->refs > 0) continue;
+        if (lru < 0 || s->tick < t->slots[lru].tick) lru = i;
+        if (s->key / t->E == t->mslot) continue;
         if (best < 0 || s->tick > t->slots[best].tick) best = i;
     }
-    return best >= 0 ? best : victim(t);
+    return best >= 0 ? best : t->hybrid ? lru : victim(t);
 }
 
 /* Expert e of the current layer, delivered by the host source as hx, into a device slot (held): one
@@ -499,7 +506,7 @@ static void t_end(void *ctx) {
     }
     if (t->lo_begun && t->lo.end) t->lo.end(t->lo.ctx);
     t->lo_begun = 0;
-    if (t->ordered == 2 && !t->hybrid) { /* the next layer's misses take these back first (miss_victim) */
+    if (t->ordered == 2) { /* the next layer's misses take these back first (miss_victim) */
         memcpy(t->prev, t->held, (size_t)t->n_held * sizeof *t->prev);
         t->n_prev = t->n_held;
     }

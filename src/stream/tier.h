@@ -13,9 +13,9 @@
  *    request ends. Elsewhere (the CPU) the copy is waited for and the host slot handed back at once;
  *  - demotion: a full device tier evicts its least recently used unreferenced expert (a min-heap of the
  *    unreferenced slots: no scan per miss); a miss of an ordered request of a pass (in_order 2: a prefill chunk's
- *    layer; not hybrid) the
- *    most recently used slot of another layer (a scan: tier.c miss_victim), so that the passes' cyclic scans of the
- *    layers keep most of the tier from one pass to the next; the RAM tier keeps its
+ *    layer; the hybrid step on or off alike) the most recently used slot of another layer (a scan: tier.c
+ *    miss_victim), so that the passes' cyclic scans of the layers keep most of the tier from one pass to the next;
+ *    the RAM tier keeps its
  *    own LRU/LFU, so an expert dropped from VRAM is often still in RAM and costs one copy, not a read. The
  *    tiers are neither inclusive nor exclusive: each keeps what its own policy says;
  *  - prefetch hints go to the host source (reads from the SSD ahead of need), not to the device;
@@ -31,7 +31,8 @@
  * measured at tier_new), each miss where its estimated finish is earlier, taking only a slot colder than itself
  * (uniform routing splits the misses; skewed routing keeps its hot experts). Any other miss is handed out where
  * it lies, in the host source's slot (tn_expert.host = 1, host_ok permitting), for the caller to compute on the host's threads (be_backend.ffn_host, bitwise the device's);
- * release() hands that slot back. Layer-major (ordered) requests promote every miss as above: a prefill
+ * release() hands that slot back. Layer-major (ordered) requests promote every miss as above, and a pass's (in_order
+ * 2) evicts as without the hybrid step (the counts order decode steps only): a prefill
  * chunk's experts stream through the device once each; room() says how many of them the caller may hold at once
  * (the hits, and a free or unheld slot per miss), which model/moe.c runs as one grouped FFN.
  * Single-threaded like the cache: one layer request at a time.
