@@ -12,17 +12,24 @@
 #include "format/synth.h"
 #include "util/err.h"
 
-/* Where each MoE layer's experts ran (the device tier; the hybrid step's host share): one line. */
+/* Where each MoE layer's experts ran (the device tier; the hybrid step's host share): one line. Per layer: found in
+ * the device tier, copied up, computed on the CPU where they lay in RAM (the hybrid step), and of the last two those
+ * the RAM cache read from the SSD on demand (its misses of the layer: an expert read ahead by a prefetch and used
+ * counts as a RAM hit, the first stats line counts those reads; a resident model reads none). */
 static void print_where(sl_model *m, const sl_stats *st) {
     uint64_t all = st->tier_hits + st->tier_misses + st->tier_host;
     fprintf(stderr, "stats: experts ran on the device %.1f%% (found %.1f%%, copied up %.1f%%), on the CPU where they "
-            "lay %.1f%% (hybrid); per layer device-found/copied/CPU:", all ? 100.0 * (double)(st->tier_hits + st->tier_misses) / (double)all : 0.0,
+            "lay %.1f%% (hybrid), read from the SSD on demand %.1f%%; per layer device-found/copied/CPU/SSD-read:",
+            all ? 100.0 * (double)(st->tier_hits + st->tier_misses) / (double)all : 0.0,
             all ? 100.0 * (double)st->tier_hits / (double)all : 0.0, all ? 100.0 * (double)st->tier_misses / (double)all : 0.0,
-            all ? 100.0 * (double)st->tier_host / (double)all : 0.0);
+            all ? 100.0 * (double)st->tier_host / (double)all : 0.0, all ? 100.0 * (double)st->misses / (double)all : 0.0);
     for (int l = 0; l < sl_model_n_layers(m); l++) {
-        uint64_t v, c, h;
+        uint64_t v, c, h, rh, rm, rb;
         sl_model_layer_where(m, l, &v, &c, &h);
-        if (v + c + h) fprintf(stderr, " %d:%llu/%llu/%llu", l, (unsigned long long)v, (unsigned long long)c, (unsigned long long)h);
+        sl_model_layer_stats(m, l, &rh, &rm, &rb);
+        if (v + c + h)
+            fprintf(stderr, " %d:%llu/%llu/%llu/%llu", l, (unsigned long long)v, (unsigned long long)c, (unsigned long long)h,
+                    (unsigned long long)rm);
     }
     fputc('\n', stderr);
 }
