@@ -139,6 +139,7 @@ typedef struct {
     double prefetch_accuracy;
     uint64_t cache_bytes, peak_rss, backbone, page_cache_growth;
     double tier_hit_rate, tier_bytes_per_token, tier_prefill_bytes; /* the device tier (--vram): decode, prompt */
+    double tier_prefill_hit_rate; /* the prompt's experts found in the device tier (of found, copied up, on the host) */
     double tier_host_frac; /* decode: experts computed on the CPU where they lay (the hybrid step) */
     double tier_host_gbs, tier_pcie_gbs; /* the hybrid step's cost model's rates at the end (sl_stats) */
     uint64_t tier_bytes;
@@ -301,6 +302,8 @@ static sl_status bench_one(const char *path, sl_model_params mp, int n_prompt, i
         r->tier_pcie_gbs = st.tier_pcie_gbs;
         r->tier_bytes_per_token = n_gen > 0 ? (double)(st.tier_bytes_copied - sp.tier_bytes_copied) / n_gen : 0;
         r->tier_prefill_bytes = (double)(sp.tier_bytes_copied - s0.tier_bytes_copied);
+        const uint64_t ph = sp.tier_hits - s0.tier_hits, pall = ph + sp.tier_misses - s0.tier_misses + sp.tier_host - s0.tier_host;
+        r->tier_prefill_hit_rate = pall ? (double)ph / (double)pall : 0;
         r->tier_bytes = st.tier_bytes;
         r->layers = cJSON_CreateArray();
         for (int l = 0; l < sl_model_n_layers(m); l++) {
@@ -369,6 +372,7 @@ static cJSON *bench_row_json(const sl_model_params *p, bench_row *r, int n_promp
     cJSON_AddNumberToObject(o, "hybrid_pcie_gbs", r->tier_pcie_gbs);
     cJSON_AddNumberToObject(o, "vram_copied_bytes_per_token", r->tier_bytes_per_token);
     cJSON_AddNumberToObject(o, "vram_prefill_copied_bytes", r->tier_prefill_bytes);
+    cJSON_AddNumberToObject(o, "vram_prefill_hit_rate", r->tier_prefill_hit_rate);
     cJSON_AddBoolToObject(o, "warm_cache", r->warm_cache);
     cJSON_AddNumberToObject(o, "warm_cache_experts", (double)r->warm_experts);
     cJSON_AddItemToObject(o, "layers", r->layers);
