@@ -398,11 +398,11 @@ static int prefill_passes(rig *rg, int S, int flags, int P, int lists[][16][64],
 }
 
 /* issue 25: a prefill pass (layer-major, in_order 2) with the hybrid step on places as it does without: the same
- * hits and copies in every layer of every pass over random lists of about 3/4 of a layer's experts, in a tier of a
- * layer and a half (the passes rotate the latest slots of other layers, tier.c miss_victim) and of half a layer (a
- * layer's list evicts its own: the least recently used). Under the decayed counts' order (the hybrid step before)
- * every expert of a pass was as hot as any other and LRU decided: a pass found none of the last one's experts
- * (call T's model-routed prefill 30% slower with the hybrid step). Then the hybrid tier with decode-like steps (the
+ * hits and copies in every layer of every pass over random lists, in a tier of a layer and a half (lists of about
+ * 3/4 of a layer's experts: the passes rotate the latest slots of other layers, tier.c miss_victim) and of 3/4 of a
+ * layer (lists of 1/4 .. all: a layer's list may evict its own, the least recently used). Under the decayed counts'
+ * order (the hybrid step before) every expert of a pass was as hot as any other and LRU decided: a pass found almost
+ * none of the last one's experts (call T's model-routed prefill 30% slower with the hybrid step). Then the hybrid tier with decode-like steps (the
  * counts' order) between passes of every expert still finds the tier less a layer in a pass. */
 TEST(tier_hybrid_prefill_passes_place_as_without) {
     rig rg;
