@@ -349,6 +349,21 @@ typedef struct be_moe_batch {
     float *out;           /* [n][H]: the last batch writes the slots' weighted sum, combine's order */
 } be_moe_batch;
 
+/* Several resident SwiGLU experts of a MoE block over their rows (ffn_experts op): pairs start[i] .. start[i + 1]
+ * of tok / slot are expert i's (token, slot) pairs, each over its token's row of h. */
+typedef struct be_experts {
+    int n, k, H, I;        /* rows of h, experts a row, hidden, moe_inter */
+    int m;                 /* experts */
+    const tn_expert *ex;   /* HOST [m] their parts, in backend memory, in ascending expert order */
+    const int *start;      /* HOST [m + 1] */
+    const int *tok, *slot; /* HOST [start[m]] */
+    const float *top_w;    /* HOST [n][k] the weights (out's) */
+    const float *h;        /* [n][H] */
+    int int8;              /* the int8-activation kernels for the input rows and the down inputs (else not taken) */
+    float *out;            /* [n][H] += top_w[tok][slot] * y of each pair, a row's pairs in increasing pair order; */
+    float *cells;          /* or (out NULL) y of each pair into row tok * k + slot of cells [..][H] */
+} be_experts;
+
 struct be_backend {
     const char *name; /* "cpu", "cuda" */
     int is_host;      /* backend memory is host memory */
@@ -521,6 +536,10 @@ struct be_backend {
      * ascending experts). 1 done; 0 not taken (only when q->first: nothing queued, the caller runs the layer's
      * experts itself), or < 0 failed. The caller calls it for every batch of the layer once the first is taken. */
     int (*moe_batch)(be_backend *be, const be_moe_batch *q);
+    /* optional (NULL: an ffn per expert): q's experts in a few hand-offs for all of them, each expert's rows by the
+     * kernels ffn would run (so each output bitwise an ffn per expert, then combine_rows over the pairs in order,
+     * or the cells). 1 done, 0 not taken (nothing written). CPU: cpu_experts.c. */
+    int (*ffn_experts)(be_backend *be, const be_experts *q);
     void (*combine)(be_backend *be, const be_combine *c);
     /* Layer-major combine of one expert: out[tok[j]] += top_w[tok[j]*k + slot[j]] * y[j], j < cnt, in
      * increasing j (tok, slot, top_w HOST; out [..][H], y [cnt][H]). */

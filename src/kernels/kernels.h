@@ -253,7 +253,10 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
  * expert: both products, the SwiGLU of those 128 values and their slice of the int8 form, so the exp work
  * runs among the weights' reads and no hand-off waits for it. Or, n = 1, one expert over a T-token act (a
  * prefill's expert): outputs [T][inter] (ldy = inter), mid [T][inter]; an item is then 128 rows for all T
- * tokens, one hand-off where the products, the SwiGLU and the int8 form took three. Bitwise kern_matmul_multi
+ * tokens, one hand-off where the products, the SwiGLU and the int8 form took three. Or, generally, expert i
+ * over its own T_i-token act (g[i].a == u[i].a; a layer's experts of a prefill, cpu_experts.c): its outputs rows
+ * R_i .. R_i + T_i of [sum T][inter] (R_i = T_0 + .. + T_{i-1}; ldy = inter), mid [sum T][inter]; items (expert,
+ * 128 rows) for all its tokens. At most 256 experts. Bitwise kern_matmul_multi
  * of the 2n matrices, ops->swiglu of each row and kern_act_prepare_row. SL_EUNSUPPORTED (nothing done) unless
  * every matrix takes the int8 kernels (kern_matmul_act) and the layout is as said. */
 int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid);
@@ -262,6 +265,12 @@ int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const
 void kern_act_prepare_cols(kern_act *a, int t, int c0, int c1);
 /* dst := token t of src (prepared first) as a one-token act, sharing src's storage. */
 void kern_act_row(kern_act *dst, kern_act *src, int t);
+/* dst := tokens t .. t + n of src as an n-token act, sharing src's storage and its ready flags as they are now
+ * (prepare src first for the forms its readers need: kern_act_prepare_for). */
+void kern_act_rows(kern_act *dst, kern_act *src, int t, int n);
+/* Fills the int8 form w's kernel reads of a (as kern_matmul_act would before multiplying), the tokens split over
+ * pool; nothing when w takes the exact kernels on a or the form is ready. Cannot fail. */
+void kern_act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool);
 
 /* ops->axpy_rows, or the axpy calls it stands for. */
 static inline void kern_axpy_rows(const kern_ops *ops, const float *a, int n, const float *x, size_t ldx, float *y,

@@ -627,10 +627,14 @@ static void mmi8_part(void *ctx, size_t begin, size_t end) {
 
 void kern_act_row(kern_act *dst, kern_act *src, int t) {
     kern_act_prepare(src);
+    kern_act_rows(dst, src, t, 1);
+}
+
+void kern_act_rows(kern_act *dst, kern_act *src, int t, int n) {
     *dst = *src;
     const size_t c = (size_t)src->cols, nb = c / 32, ns = (size_t)act_ns((int)nb), tt = (size_t)t;
     dst->x = src->x + tt * src->ldx;
-    dst->n_tok = 1;
+    dst->n_tok = n;
     if (!src->int8) return;
     dst->q = src->q + tt * c;
     dst->q4 = src->q4 + tt * c;
@@ -686,7 +690,7 @@ static void multi_part(void *ctx, size_t begin, size_t end) {
 }
 
 int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int n) {
-    enum { MULTI_MAX = 64 };
+    enum { MULTI_MAX = 256 };
     size_t row0[MULTI_MAX + 1];
     int simple = n <= MULTI_MAX;
     row0[0] = 0;
@@ -695,7 +699,7 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
         /* q3, and q2 on f32 activations, need a rotated copy of x: kern_matmul's */
         simple = w->data && w->dtype > DT_NONE && w->dtype < DT_COUNT && ops->matmul[w->dtype] && w->dtype != DT_Q3 &&
                  (!kq_rotated(w->dtype) || mm_use_i8(w, mm[i].a)) &&
-                 mm[i].a->n_tok == mm[0].a->n_tok && w->rows >= 0;
+                 mm[i].a->n_tok > 0 && w->rows >= 0;
         row0[i + 1] = row0[i] + (size_t)(w->rows > 0 ? w->rows : 0);
     }
     if (!simple) { /* one by one */
@@ -707,12 +711,16 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
         return rc;
     }
     if (n == 0 || mm[0].a->n_tok <= 0 || row0[n] == 0) return 0;
-    size_t work = 0;
+    size_t work = 0, tok_cols = 0;
+    int same = 1;
     for (int i = 0; i < n; i++) {
         if (mm_use_i8(mm[i].w, mm[i].a)) act_prepare_for(mm[i].a, mm[i].w, pool);
         work += (size_t)mm[i].w->cols;
+        tok_cols += (size_t)mm[i].w->cols * (size_t)mm[i].a->n_tok;
+        same &= mm[i].a->n_tok == mm[0].a->n_tok;
     }
-    work = work / (size_t)n * (size_t)mm[0].a->n_tok; /* per row, on average */
+    /* per row, on average (the matrices' own token counts where they differ: several experts' rows) */
+    work = same ? work / (size_t)n * (size_t)mm[0].a->n_tok : tok_cols / (size_t)n;
     size_t grain = mm_grain(work, mm[0].w, mm[0].a->n_tok);
     multi_job j = {ops, mm, n, row0};
     pool_for_any(pool, row0[n], grain, multi_part, &j);
@@ -723,11 +731,15 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
  * slices of the down inputs' int8 form are whole q4 steps (kern_act_prepare_cols). */
 #define SWIGLU_ROWS 128
 
+/* At most this many experts a kern_swiglu_multi call (their first mid rows on the stack). */
+#define SWIGLU_MAX 256
+
 typedef struct {
     const kern_ops *ops;
     const kern_mm *g, *u;
     kern_act *mid;
     int inter, blocks;
+    const int *row0; /* [n] expert i's first row of mid */
 } swiglu_job;
 
 static void swiglu_part(void *ctx, size_t begin, size_t end) {
@@ -740,37 +752,48 @@ static void swiglu_part(void *ctx, size_t begin, size_t end) {
             kern_act tmp;
             i8_kernel(j->ops, m[k]->w)(m[k]->w, act_view(m[k]->w, m[k]->a, &tmp), m[k]->y, m[k]->ldy, r0, r1);
         }
-        const int T = j->g[i].a->n_tok; /* 1 (n experts), or the tokens of the one expert */
+        const int T = j->g[i].a->n_tok; /* expert i's tokens */
         for (int t = 0; t < T; t++) {
             float *gy = j->g[i].y + (size_t)t * j->g[i].ldy + r0;
             j->ops->swiglu(gy, j->u[i].y + (size_t)t * j->u[i].ldy + r0, gy, r1 - r0);
-            if (j->mid->int8) kern_act_prepare_cols(j->mid, i * T + t, r0, r1);
+            if (j->mid->int8) kern_act_prepare_cols(j->mid, j->row0[i] + t, r0, r1);
         }
     }
 }
 
 int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const kern_mm *u, int n, kern_act *mid) {
-    if (n < 1 || !mid || mid->cols < 1) return SL_EUNSUPPORTED;
-    const int inter = mid->cols, T = g[0].a->n_tok;
-    /* n experts of one token, their rows i of [n][inter]; or one expert of T tokens, rows t of [T][inter] */
-    if (T < 1 || (T > 1 && n != 1) || mid->n_tok != n * T) return SL_EUNSUPPORTED;
+    if (n < 1 || n > SWIGLU_MAX || !mid || mid->cols < 1) return SL_EUNSUPPORTED;
+    const int inter = mid->cols;
+    /* expert i's T_i tokens (its act, gate's and up's alike) are rows row0[i] .. + T_i of [sum T][inter], in
+     * expert order: n experts of one token, rows i; one expert of T tokens, rows t; several experts' tokens */
+    int row0[SWIGLU_MAX], rows = 0;
     for (int i = 0; i < n; i++) {
+        const int T = g[i].a->n_tok;
+        if (T < 1 || u[i].a != g[i].a) return SL_EUNSUPPORTED;
+        row0[i] = rows;
         const kern_mm *m[2] = {&g[i], &u[i]};
         for (int k = 0; k < 2; k++)
-            if (!m[k]->w->data || m[k]->a != g[0].a || m[k]->w->rows != inter || !mm_use_i8(m[k]->w, m[k]->a) ||
-                m[k]->y != (k ? u[0].y : g[0].y) + (size_t)i * (size_t)inter || (T > 1 && m[k]->ldy != (size_t)inter))
+            if (!m[k]->w->data || m[k]->w->rows != inter || !mm_use_i8(m[k]->w, m[k]->a) ||
+                m[k]->y != (k ? u[0].y : g[0].y) + (size_t)rows * (size_t)inter ||
+                (T > 1 && m[k]->ldy != (size_t)inter))
                 return SL_EUNSUPPORTED;
+        rows += T;
     }
-    if (mid->x != g[0].y || mid->ldx != (size_t)inter || (mid->int8 && inter % 32)) return SL_EUNSUPPORTED;
+    if (mid->n_tok != rows || mid->x != g[0].y || mid->ldx != (size_t)inter || (mid->int8 && inter % 32))
+        return SL_EUNSUPPORTED;
     for (int i = 0; i < n; i++) {
-        act_prepare_for(g[0].a, g[i].w, pool);
-        act_prepare_for(g[0].a, u[i].w, pool);
+        act_prepare_for(g[i].a, g[i].w, pool);
+        act_prepare_for(g[i].a, u[i].w, pool);
     }
     const int blocks = (inter + SWIGLU_ROWS - 1) / SWIGLU_ROWS;
-    swiglu_job j = {ops, g, u, mid, inter, blocks};
+    swiglu_job j = {ops, g, u, mid, inter, blocks, row0};
     pool_for_any(pool, (size_t)n * (size_t)blocks, 1, swiglu_part, &j);
     mid->ready = mid->int8;
     return 0;
+}
+
+void kern_act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
+    if (w->data && mm_use_i8(w, a)) act_prepare_for(a, w, pool);
 }
 
 int kern_matmul_act(const kern_ops *ops, pool_t *pool, const tn_mat *w, kern_act *a, float *y, size_t ldy) {

@@ -273,11 +273,57 @@ static sl_status run_fused(fwd_ws *ws, const fam_config *cfg, int layer, const t
     return fused_ffn(ws, cfg, layer, ws->e_list, ex, n_list, hx, err);
 }
 
+/* The resident experts ws->e_list[0 .. n_list) of n rows (grouped: ws->e_count holds each one's end of tok / slot)
+ * through the backend's ffn_experts op, all in a few hand-offs: into out (+= each pair's weighted output, in pair
+ * order) or cells. int8: the int8 kernels for the input rows and the down inputs, as the experts one at a time
+ * would take them. 1 done, 0 not taken (nothing written), < 0 failed (err set). */
+static int experts_at_once(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *experts, int n,
+                           int n_list, const int *tok, const int *slot, const float *top_w, const float *h, int int8,
+                           float *out, float *cells, sl_error *err) {
+    float limit;
+    if (!ws->be->ffn_experts || experts->begin || !experts->get || n_list < 1 || !int8 || cfg->moe_scale_input ||
+        fwd_ffn_kind(cfg, layer, 0, &limit) != BE_FFN_SWIGLU)
+        return 0;
+    tn_expert *ex = calloc((size_t)n_list, sizeof *ex);
+    int *start = malloc((size_t)(n_list + 1) * sizeof *start), rc = 0;
+    if (!ex || !start) {
+        free(ex);
+        free(start);
+        return 0;
+    }
+    for (int i = 0; !rc && i < n_list; i++) {
+        const int e = ws->e_list[i];
+        start[i] = e > 0 ? ws->e_count[e - 1] : 0;
+        start[i + 1] = ws->e_count[e];
+        if ((rc = experts->get(experts->ctx, layer, e, &ex[i])))
+            rc = err_set(err, rc < 0 ? rc : SL_EIO, "layer %d expert %d: %s", layer, e,
+                         experts->errmsg ? experts->errmsg(experts->ctx) : "expert source failed");
+        else rc = check_expert_kind(ws->be, cfg, &ex[i], layer, e, err);
+    }
+    if (!rc) {
+        const be_experts q = {.n = n, .k = cfg->n_experts_used, .H = cfg->hidden, .I = cfg->moe_inter, .m = n_list,
+                              .ex = ex, .start = start, .tok = tok, .slot = slot, .top_w = top_w, .h = h,
+                              .int8 = int8, .out = out, .cells = cells};
+        rc = ws->be->ffn_experts(ws->be, &q);
+    }
+    free(ex);
+    free(start);
+    return rc;
+}
+
 static sl_status run_resident(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *experts, int n_list,
                               kern_act *hx, sl_error *err) {
     if (hx->n_tok == 1 && n_list <= FUSED_MAX && n_list <= FWD_BATCH && cfg->expert_kind == SL_EXPERT_SWIGLU &&
         !cfg->moe_scale_input)
         return run_fused(ws, cfg, layer, experts, n_list, hx, err);
+    /* a few tokens (a batched decode step): every expert at once, each output in its cell (apply_expert's int8:
+     * hx's form gathered, the down inputs' form) */
+    const int n = hx->n_tok;
+    const int at_once = n > 1 ? experts_at_once(ws, cfg, layer, experts, n, n_list, ws->e_tok, ws->e_slot, ws->top_w,
+                                                ws->h, hx->int8 && n <= FWD_BATCH && cfg->moe_inter <= ws->act_cols,
+                                                NULL, ws->exp_out, err)
+                              : 0;
+    if (at_once) return at_once < 0 ? at_once : 0;
     for (int i = 0; i < n_list; i++) {
         int e = ws->e_list[i];
         tn_expert ex;
@@ -751,6 +797,15 @@ static sl_status routed_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_
         return rc < 0 ? rc : rc ? SL_EIO : SL_OK;
     }
     be->zero(be, out, (size_t)n * H * sizeof(float));
+    /* resident: every expert at once where the backend can (expert_wide's int8: the gathered rows' form, FWD_BATCH
+     * rows a piece, and the down inputs') */
+    rc = experts_at_once(ws, cfg, layer, experts, n, n_list, wb->e_tok, wb->e_slot, wb->top_w, h,
+                         ws->int8 && ws->mb >= FWD_BATCH && H <= ws->act_cols && cfg->moe_inter <= ws->act_cols, out,
+                         NULL, err);
+    if (rc) {
+        if (rc > 0) n_list = rc = 0; /* done */
+        else return rc;
+    }
     for (int i = 0; i < n_list && !rc; i++) {
         int e = ws->e_list[i], got = e;
         tn_expert ex;

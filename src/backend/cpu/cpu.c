@@ -91,6 +91,7 @@ static void cpu_destroy(be_backend *be) {
     free(c->scratch);
     free(c->rope_c);
     free(c->rope_s);
+    free(c->ex_buf);
     free(c);
     free(be);
 }
@@ -363,6 +364,7 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .ffn = cpu_ffn,
         .ffn_multi = cpu_ffn_multi,
         .ffn_host = cpu_ffn_host,
+        .ffn_experts = cpu_ffn_experts,
         .combine = cpu_combine,
         .combine_rows = cpu_combine_rows,
     };

@@ -24,6 +24,8 @@ typedef struct cpu_ctx {
     float *rope_c, *rope_s, rope_inv[512], rope_af;
     int rope_pos0, rope_n, rope_rot;
     sl_error err;        /* the first failure since the last sync (status SL_OK: none); msg: errmsg() */
+    void *ex_buf;        /* cpu_experts.c's scratch, ex_bytes (grown on demand, freed at destroy) */
+    size_t ex_bytes;
 } cpu_ctx;
 
 static inline cpu_ctx *cpu_of(be_backend *be) { return be->ctx; }
@@ -58,6 +60,7 @@ sl_status cpu_route(be_backend *be, const be_route *r);
 void cpu_ffn(be_backend *be, const be_ffn *f);
 void cpu_ffn_multi(be_backend *be, const be_ffn *f, int n);
 sl_status cpu_ffn_host(be_backend *be, pool_t *pool, const be_ffn *f); /* cpu_ffn: the host is the device */
+int cpu_ffn_experts(be_backend *be, const be_experts *q); /* cpu_experts.c */
 void cpu_combine(be_backend *be, const be_combine *c);
 void cpu_combine_rows(be_backend *be, float *out, int H, int k, const int *tok, const int *slot, const float *top_w,
                       const float *y, int cnt);
