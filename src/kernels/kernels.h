@@ -271,6 +271,11 @@ void kern_act_rows(kern_act *dst, kern_act *src, int t, int n);
 /* Fills the int8 form w's kernel reads of a (as kern_matmul_act would before multiplying), the tokens split over
  * pool; nothing when w takes the exact kernels on a or the form is ready. Cannot fail. */
 void kern_act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool);
+/* Tokens t0 .. t1 of that form (nothing where w takes the exact kernels on a), bitwise what kern_act_prepare_for
+ * writes there, for callers that fill the rows in parallel (disjoint ranges: thread-safe); once every row is
+ * filled, kern_act_ready_for(a, w) marks the form ready. Cannot fail. */
+void kern_act_prepare_rows_for(kern_act *a, const tn_mat *w, int t0, int t1);
+void kern_act_ready_for(kern_act *a, const tn_mat *w);
 
 /* ops->axpy_rows, or the axpy calls it stands for. */
 static inline void kern_axpy_rows(const kern_ops *ops, const float *a, int n, const float *x, size_t ldx, float *y,

@@ -796,6 +796,31 @@ void kern_act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
     if (w->data && mm_use_i8(w, a)) act_prepare_for(a, w, pool);
 }
 
+/* The int8 form w's kernel reads of a, as act_prepare_for picks it: 0 none (the exact kernels, or a form the
+ * columns do not allow), 1 the house form, 2 q8_K, 3 q8_0 / q8_1, 4 q2's. */
+static int act_form(const kern_act *a, const tn_mat *w) {
+    if (!w->data || !mm_use_i8(w, a)) return 0;
+    if (kq_rotated(w->dtype)) return a->cols % Q2_BLK ? 0 : 4;
+    if (kq_is(w->dtype) && kq_act_k(w->dtype)) return a->cols % 256 ? 0 : 2;
+    return kq_is(w->dtype) || w->act != TN_ACT_HOUSE ? 3 : 1;
+}
+
+void kern_act_prepare_rows_for(kern_act *a, const tn_mat *w, int t0, int t1) {
+    static const pool_fn part[5] = {NULL, act_part, act_k_part, act_0_part, act_r_part};
+    const int f = act_form(a, w);
+    if (f && t1 > t0) part[f](a, (size_t)t0, (size_t)t1);
+}
+
+void kern_act_ready_for(kern_act *a, const tn_mat *w) {
+    switch (act_form(a, w)) {
+    case 1: a->ready = 1; break;
+    case 2: a->ready_k = 1; break;
+    case 3: a->ready_0 = 1; break;
+    case 4: a->ready_r = 1; break;
+    default: break;
+    }
+}
+
 int kern_matmul_act(const kern_ops *ops, pool_t *pool, const tn_mat *w, kern_act *a, float *y, size_t ldy) {
     if (!w->data || !mm_use_i8(w, a)) return kern_matmul(ops, pool, w, a->x, a->ldx, y, ldy, a->n_tok);
     if (a->n_tok <= 0 || w->rows <= 0) return 0;

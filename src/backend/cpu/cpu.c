@@ -368,6 +368,10 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .combine = cpu_combine,
         .combine_rows = cpu_combine_rows,
     };
+    /* SLUICE_CPU_EXPERTS=0: a MoE block's experts one at a time again (moe.c's loop), for A/B timings of the same
+     * binary; the bits are the same either way (cpu_experts.c) */
+    const char *ex_env = getenv("SLUICE_CPU_EXPERTS");
+    if (ex_env && !strcmp(ex_env, "0")) be->ffn_experts = NULL;
     /* every stored type: the table's kernels, and mxfp4 through kernels/mxfp4.c */
     for (int dt = DT_NONE + 1; dt < DT_COUNT; dt++)
         if (c->ops->matmul[dt] || dt == DT_MXFP4) be->matmul[dt] = cpu_matmul;

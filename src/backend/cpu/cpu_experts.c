@@ -7,13 +7,13 @@
  * its slowest thread, 640 hand-offs a layer.
  *
  * The experts go in groups of consecutive experts of at most GROUP_ROWS pairs (one expert more than that alone);
- * a group is five passes over the pool:
- *   1. gather: each pair's row of h into X [P][H] and its int8 form (the house form row by row; another form,
- *      a GGUF block type's, in one more pass: kern_act_prepare_for);
+ * a group is four passes over the pool (five for a GGUF expert):
+ *   1. gather: each pair's row of h into X [P][H] and the int8 form the gate reads (kern_act_prepare_rows_for;
+ *      the house form, or llama.cpp's q8_0 for a GGUF Q4_0 / Q8_0 expert);
  *   2. gate and up of every expert of the group with the SwiGLU and the down input's int8 form, items (expert,
  *      128 rows) for all its rows (kern_swiglu_multi), into G, U [P][I];
- *   3. every down over its expert's rows of G (kern_matmul_multi; the down's form of G first where it is not the
- *      house form), into Y [P][H];
+ *   3. every down over its expert's rows of G (kern_matmul_multi), into Y [P][H]; where the down reads another
+ *      form than the house one pass 2 fills (a GGUF type's), that form of G in a pass before;
  *   4. the combine: each token's pairs of the group in increasing pair order, out[t] += w * y (ops->axpy), or the
  *      cells' copies; tokens split over the pool, each row whole in one call.
  * Each expert's rows go through the kernels an ffn of that expert would run on them, and every row's int8 forms,
@@ -68,21 +68,21 @@ static size_t carve(ex_scratch *s, char *p, int n, int P, int H, int I, int m) {
     return off;
 }
 
-/* Pass 1: pairs [b, e) of the group (from p0): rows of h into X, and the house form of each when house. */
+/* Pass 1: pairs [b, e) of the group (from p0): rows of h into X, and the int8 form the gate reads of each. */
 typedef struct {
     const be_experts *q;
     const ex_scratch *s;
     kern_act *xa;
-    int p0, house;
+    const tn_mat *gate;
+    int p0;
 } gather_job;
 
 static void gather_part(void *ctx, size_t b, size_t e) {
     const gather_job *j = ctx;
     const size_t H = (size_t)j->q->H;
-    for (size_t i = b; i < e; i++) {
+    for (size_t i = b; i < e; i++)
         memcpy(j->s->x + i * H, j->q->h + (size_t)j->q->tok[j->p0 + (int)i] * H, H * sizeof(float));
-        if (j->house) kern_act_prepare_row(j->xa, (int)i);
-    }
+    kern_act_prepare_rows_for(j->xa, j->gate, (int)b, (int)e);
 }
 
 /* Pass 4: tokens [b, e): each one's pairs of the group (the list from head, increasing pairs) into out or cells. */
@@ -113,13 +113,10 @@ static void run_group(be_backend *be, const be_experts *q, const ex_scratch *s, 
     const tn_expert *ex = q->ex + e0;
     kern_act xa, mid;
     kern_act_init(&xa, s->xbuf, s->x, (size_t)H, P, H, q->int8);
-    const tn_mat *gw = &ex[0].gate;
-    const int house = xa.int8 && gw->act == TN_ACT_HOUSE && (gw->dtype == DT_Q8 || gw->dtype == DT_Q4);
-    gather_job gj = {q, s, &xa, p0, house};
+    gather_job gj = {q, s, &xa, &ex[0].gate, p0};
     pool_for_any(c->pool, (size_t)P, 4, gather_part, &gj);
-    xa.ready = house;
-    kern_act_prepare_for(&xa, &ex[0].gate, c->pool);
-    kern_act_prepare_for(&xa, &ex[0].up, c->pool);
+    kern_act_ready_for(&xa, &ex[0].gate);
+    kern_act_prepare_for(&xa, &ex[0].up, c->pool); /* (another form than the gate's: its own pass) */
     kern_act_init(&mid, s->mbuf, s->g, (size_t)I, P, I, q->int8);
     for (int i = 0; i < m; i++) {
         const int r = q->start[e0 + i] - p0, T = q->start[e0 + i + 1] - q->start[e0 + i];
