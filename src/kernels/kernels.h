@@ -243,8 +243,9 @@ typedef struct kern_mm {
     size_t ldy;
 } kern_mm;
 /* kern_matmul_act of n matrices in one parallel-for over all their rows (q/k/v, gate and up, every expert
- * of a decode step): one thread hand-off instead of n, the same result bitwise (each output row is
- * computed by the same kernel call whatever the split). Returns 0 or the first failing matrix's status. */
+ * of a decode step, the downs of a prefill's experts: each matrix over its own act, token counts may differ):
+ * one thread hand-off instead of n, the same result bitwise (each output row is computed by the same kernel call
+ * whatever the split). More than 256 matrices: one by one. Returns 0 or the first failing matrix's status. */
 int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int n);
 /* One token's gate and up products of n experts with their SwiGLU, in one parallel-for (a decode step's
  * experts; cpu_moe.c): g[i], u[i] the gate and up of expert i over the same one-token act, their outputs rows

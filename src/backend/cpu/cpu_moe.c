@@ -9,6 +9,10 @@
  * e_score_correction_bias within the best groups (GLM-4.5, DeepSeek-V3; as transformers'
  * Glm4MoeTopkRouter); or the uniform router. The chosen experts are then sorted by expert index: the
  * fixed combine order.
+ *
+ * A block's experts over many rows at once (a prefill's layer, a batched decode step) go through cpu_experts.c's
+ * ffn_experts op instead, in a few hand-offs for all of them; swiglu_ffn here stays the per-expert form it must
+ * equal bit for bit.
  */
 #include <math.h>
 #include <string.h>
@@ -407,7 +411,7 @@ sl_status cpu_ffn_host(be_backend *be, pool_t *pool, const be_ffn *f) {
     return SL_OK;
 }
 
-#define FUSED_MAX 32 /* kern_matmul_multi holds 64 matrices: gate and up of 32 experts */
+#define FUSED_MAX 32 /* experts of one decode step (moe.c's FUSED_MAX); kern_matmul_multi holds 256 matrices */
 
 /* The mid activations of a decode step's experts, one expert per item: silu(gate) * up into gate, then its
  * row of the down inputs' int8 form (ga), each row by itself, so the split over threads changes no bit. */
