@@ -560,6 +560,10 @@ int be_usable(int kind);
 int be_kv_takes(const be_backend *be, sl_kv_type t);
 /* The CPU backend on a given kernel table (tests). */
 be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool);
+/* Tests: the CPU attention's split of one token (backend/cpu/cpu_mix.c attn_split; the same bits either way): -1
+ * where it applies (the default), 0 never, 1 always where it can; returns the previous mode. Not thread-safe: set it
+ * while nothing runs. */
+int be_cpu_attn_split(int mode);
 
 /* y = W x through the table's entry for w's dtype; w was checked (be_check_mat) when the model opened. */
 static inline void be_matmul(be_backend *be, const tn_mat *w, kern_act *x, float *y, size_t ldy) {

@@ -32,6 +32,10 @@ typedef struct {
      * queries are rotated once (kv_q4r_rotate, into the slot below the tile) and the outputs once
      * (kv_q4r_unrotate), attn_part and attn_block_part alike, instead of every row inverse-rotated */
     sl_kv_type kt, vt;
+    /* attn_split (one token): keys a chunk and chunks a KV head (its scores' items), dims a slice and slices a value
+     * head (its sums' items), the token's keys p0 .. p0 + nk - 1, score row stride, floats of each slot's tail */
+    int sp_chunk, sp_nch, sp_w, sp_nsl, sp_p0, sp_nk;
+    size_t sp_ldsc, sp_tail;
 } attn_job;
 
 /* Query heads q_i (q + i * qs, i < nq) as f32 rows of hd for K rows decoded as j->kt: q itself (*ld = qs), or
@@ -306,6 +310,155 @@ static void encode_part(void *ctx, size_t begin, size_t end) {
     }
 }
 
+/* ---- one token's attention split three ways: decode at depth with fewer KV heads than threads ---------------
+ * attn_part's items are query heads: with few KV heads for the threads (the 30B shape's 4 for 32 query heads on 16
+ * threads) a claim holds one query head, which decodes and reads its KV head's K and V rows itself, G times a row
+ * in all. Here (1) the scores are items (KV head, chunk of keys) with all G query heads of the group at once, each
+ * score the same dot of the same values (attn_scores: kernels.h dot_rows_q is bitwise a dot per score); (2) the
+ * softmax is an item per query head (kern_softmax_rows of its row, as attn_part's); (3) the weighted sums are items
+ * (KV head, slice of the value's dims) for the G heads at once: each output element's chain still runs over every
+ * key in increasing position from zero (axpy_rows_q is element-wise y + a * x, so a slice of the columns is the
+ * same arithmetic), each value row decoded once. So the output is bitwise attn_part's, and K and V are read once.
+ * The scores of KV head g: [G][sp_ldsc] in scratch slot g % n_slots (below the slot's tail: each thread's rotated
+ * queries, decoded rows and repacked value slices). */
+
+static int attn_split_mode = -1; /* be_cpu_attn_split */
+
+int be_cpu_attn_split(int mode) {
+    const int old = attn_split_mode;
+    attn_split_mode = mode;
+    return old;
+}
+
+static float *split_scores(const attn_job *j, int g) {
+    const cpu_ctx *c = j->c;
+    return c->scratch + (size_t)(g % c->n_slots) * c->slot_floats +
+           (size_t)(g / c->n_slots) * (size_t)j->group * j->sp_ldsc;
+}
+
+/* This thread's tail of its slot: [rotated queries (q4r): G * hd][BE_KV_TILE rows of max(hd, vd)][repacked
+ * value slices (bytes)]. */
+static float *split_tail(const attn_job *j) {
+    const cpu_ctx *c = j->c;
+    return c->scratch + (size_t)pool_thread(c->pool) * c->slot_floats + (c->slot_floats - j->sp_tail);
+}
+
+/* (1): items (KV head g, chunk of keys). */
+static void split_scores_part(void *ctx, size_t begin, size_t end) {
+    attn_job *j = ctx;
+    const be_attn *a = j->a;
+    const int G = j->group;
+    float *qr = split_tail(j), *tile = qr + (j->kt == KV_Q4R_Y ? (size_t)G * (size_t)a->head_dim : 0);
+    for (size_t it = begin; it < end; it++) {
+        const int g = (int)(it / (size_t)j->sp_nch), k0 = (int)(it % (size_t)j->sp_nch) * j->sp_chunk;
+        const int kn = j->sp_nk - k0 < j->sp_chunk ? j->sp_nk - k0 : j->sp_chunk;
+        size_t qs;
+        const float *qk = attn_query(j, a->q + (size_t)g * G * a->qstride, (size_t)a->qstride, G, qr, &qs);
+        attn_scores(j, qk, qs, G, g, j->sp_p0 + k0, kn, split_scores(j, g) + k0, j->sp_ldsc, tile);
+    }
+}
+
+/* (2): items query heads. */
+static void split_softmax_part(void *ctx, size_t begin, size_t end) {
+    const attn_job *j = ctx;
+    const be_attn *a = j->a;
+    for (size_t h = begin; h < end; h++)
+        kern_softmax_rows(j->ops, split_scores(j, (int)h / j->group) + (h % (size_t)j->group) * j->sp_ldsc,
+                          j->sp_ldsc, 1, j->sp_nk, a->scale, a->sinks ? a->sinks + h : NULL);
+}
+
+/* Values c0 .. c0 + cw - 1 of nt value rows from src (row i at src + i * vrow_bytes, KV head g's) into tile [nt][cw]:
+ * f16 / bf16 from their own halves; q8 / q4 (and q4r's rotated values) through a head of cw values made of the
+ * slice's whole blocks (their scales, then their codes: a block decodes from its own scale and codes alone, and
+ * q4r's values from the run length of the head, which the caller's slices keep: kv.h), so every value is the one
+ * kv_decode gives it in the whole head. */
+static void split_decode(const attn_job *j, const char *src, int nt, int c0, int cw, float *tile, unsigned char *rp) {
+    const sl_kv_type t = j->vt;
+    const size_t rb = j->vrow_bytes;
+    if (t == SL_KV_F16 || t == SL_KV_BF16 || cw == j->vd) {
+        kv_decode(j->ops, t, src + (cw == j->vd ? 0 : 2 * (size_t)c0), rb, nt, cw, tile, (size_t)cw);
+        return;
+    }
+    const size_t nb = (size_t)(j->vd + 31) / 32, b0 = (size_t)c0 / 32, nbw = (size_t)(cw + 31) / 32;
+    const size_t hbw = kv_head_bytes(t, cw), codes = hbw - 2 * nbw; /* a slice's codes start at the code of c0 */
+    const size_t at = 2 * nb + (t == SL_KV_Q8 ? (size_t)c0 : 16 * b0);
+    for (int i = 0; i < nt; i++) {
+        memcpy(rp + (size_t)i * hbw, src + (size_t)i * rb + 2 * b0, 2 * nbw);
+        memcpy(rp + (size_t)i * hbw + 2 * nbw, src + (size_t)i * rb + at, codes);
+    }
+    kv_decode(j->ops, t, rp, hbw, nt, cw, tile, (size_t)cw);
+}
+
+/* (3): items (KV head g, slice of the value dims): attn_values' sums on the slice's columns. */
+static void split_values_part(void *ctx, size_t begin, size_t end) {
+    attn_job *j = ctx;
+    const be_attn *a = j->a;
+    const int G = j->group, vd = j->vd, cap = a->cap, nk = j->sp_nk;
+    float *tile = split_tail(j) + (j->kt == KV_Q4R_Y ? (size_t)G * (size_t)a->head_dim : 0);
+    unsigned char *rp = (unsigned char *)(tile + (size_t)BE_KV_TILE * (size_t)(a->head_dim > vd ? a->head_dim : vd));
+    for (size_t it = begin; it < end; it++) {
+        const int g = (int)(it / (size_t)j->sp_nsl), c0 = (int)(it % (size_t)j->sp_nsl) * j->sp_w;
+        const int cw = vd - c0 < j->sp_w ? vd - c0 : j->sp_w;
+        const float *w = split_scores(j, g);
+        const size_t ldw = j->sp_ldsc;
+        float *o = a->out + (size_t)g * G * vd + (size_t)c0; /* query head g * G + i's at o + i * vd */
+        for (int i = 0; i < G; i++) memset(o + (size_t)i * vd, 0, (size_t)cw * sizeof(float));
+        if (a->kv_type_v == SL_KV_F32) {
+            const float *vb = (const float *)a->v_cache + (size_t)g * vd + c0;
+            const int s0 = j->sp_p0 % cap, n1 = nk < cap - s0 ? nk : cap - s0;
+            const size_t ld = (size_t)j->vrow;
+            kern_axpy_rows_q(j->ops, w, ldw, G, n1, vb + (size_t)s0 * ld, ld, o, (size_t)vd, cw);
+            if (nk > n1) kern_axpy_rows_q(j->ops, w + n1, ldw, G, nk - n1, vb, ld, o, (size_t)vd, cw);
+        } else {
+            const char *vb = (const char *)a->v_cache + (size_t)g * j->vhead_bytes;
+            for (int p = 0; p < nk;) {
+                const int s = (j->sp_p0 + p) % cap, run = nk - p < cap - s ? nk - p : cap - s;
+                const int nt = run < BE_KV_TILE ? run : BE_KV_TILE;
+                split_decode(j, vb + (size_t)s * j->vrow_bytes, nt, c0, cw, tile, rp);
+                kern_axpy_rows_q(j->ops, w + p, ldw, G, nt, tile, (size_t)cw, o, (size_t)vd, cw);
+                p += nt;
+            }
+        }
+        for (int i = 0; j->vt == KV_Q4R_Y && cw == vd && i < G; i++) kv_q4r_unrotate(o + (size_t)i * vd, vd);
+    }
+}
+
+/* The split for one token (n == 1, no extra keys) when it applies: fewer KV heads than two per thread (attn_part
+ * then claims single query heads), or always (be_cpu_attn_split(1)), and the scores of every query head fit below
+ * the slots' tails. Returns 1 when done, 0 to leave it to attn_part. */
+static int attn_split(cpu_ctx *c, attn_job *j) {
+    const be_attn *a = j->a;
+    const int T = pool_size(c->pool), nkv = a->n_kv_heads, G = j->group, hd = a->head_dim, vd = j->vd;
+    if (a->n != 1 || a->extra || attn_split_mode == 0 || (attn_split_mode < 0 && (T < 2 || nkv >= 2 * T)))
+        return 0;
+    key_range(a, 0, &j->sp_p0, &j->sp_nk);
+    const int nk = j->sp_nk;
+    /* chunks of whole tiles, about four items a thread; slices of whole q8 / q4 blocks (and whole 64-byte f16
+     * lines), two a thread; q4r's rotated values in slices of their run length (kv.h), so a slice decodes them
+     * with the head's scale factor, and inverse-rotated here once all slices are summed */
+    int nch = (4 * T + nkv - 1) / nkv, chunk = (nk + nch - 1) / nch;
+    chunk = (chunk + BE_KV_TILE - 1) / BE_KV_TILE * BE_KV_TILE;
+    if (chunk < 4 * BE_KV_TILE) chunk = 4 * BE_KV_TILE;
+    j->sp_chunk = chunk, j->sp_nch = (nk + chunk - 1) / chunk;
+    const int nsl = (2 * T + nkv - 1) / nkv, p = kv_q4r_run(vd) < 1024 ? kv_q4r_run(vd) : 1024;
+    int w = (vd + nsl - 1) / nsl;
+    w = (w + 31) / 32 * 32;
+    if (j->vt == KV_Q4R_Y) w = p % 32 == 0 ? p : vd;
+    if (w > vd) w = vd;
+    j->sp_w = w, j->sp_nsl = (vd + w - 1) / w;
+    j->sp_ldsc = ((size_t)nk + 15) / 16 * 16;
+    const size_t rp_bytes = j->vt == SL_KV_F32 ? 0 : (size_t)BE_KV_TILE * kv_head_bytes(j->vt, w);
+    j->sp_tail = (j->kt == KV_Q4R_Y ? (size_t)G * (size_t)hd : 0) + (size_t)BE_KV_TILE * (size_t)(hd > vd ? hd : vd) +
+                 (rp_bytes + sizeof(float) - 1) / sizeof(float);
+    const size_t per = (size_t)((nkv + c->n_slots - 1) / c->n_slots) * (size_t)G * j->sp_ldsc;
+    if (j->sp_tail > c->slot_floats || per > c->slot_floats - j->sp_tail) return 0;
+    pool_for_any(c->pool, (size_t)nkv * (size_t)j->sp_nch, 1, split_scores_part, j);
+    pool_for_any(c->pool, (size_t)a->n_heads, 1, split_softmax_part, j);
+    pool_for_any(c->pool, (size_t)nkv * (size_t)j->sp_nsl, 1, split_values_part, j);
+    for (int h = 0; j->vt == KV_Q4R_Y && w < vd && h < a->n_heads; h++) kv_q4r_unrotate(a->out + (size_t)h * vd, vd);
+    return 1;
+}
+
 void cpu_attention(be_backend *be, const be_attn *a) {
     cpu_ctx *c = cpu_of(be);
     const int hd = a->head_dim, kvrow = a->n_kv_heads * hd, vd = a->v_dim > 0 ? a->v_dim : hd;
@@ -345,6 +498,7 @@ void cpu_attention(be_backend *be, const be_attn *a) {
      * heads at a time (items t * n_heads + h), so one thread reads each KV head's rows from memory and its
      * other query heads find them in its cache, where half-group claims had both threads fetch them; whole
      * heads only when there are enough for two claims per thread */
+    if (attn_split(c, &j)) goto gate;
     const size_t items = (size_t)a->n * (size_t)a->n_heads, kv_items = (size_t)a->n * (size_t)a->n_kv_heads;
     pool_for_any(c->pool, items, kv_items >= 2 * (size_t)pool_size(c->pool) ? (size_t)j.group : 1, attn_part, &j);
 gate:
