@@ -4,9 +4,10 @@
  * compressed cache, and the Gated DeltaNet's conv1d, gates, token recurrence, chunked form and gated norm.
  * The algebra and its references are in src/model/attention.c, mla.c and deltanet.c, which call these.
  *
- * The parallel work items are (token, head) pairs for attention, heads for MLA's absorption, value heads
- * for DeltaNet; each uses one per-thread scratch slot (cpu_ctx, reserve) and computes from its own token,
- * head and the state only, so the split over threads never changes a bit.
+ * The parallel work items are (token, head) pairs for attention (one token with fewer KV heads than threads:
+ * attn_split's (KV head, key chunk), query head and (KV head, value slice) items in three hand-offs), heads for MLA's
+ * absorption, value heads for DeltaNet; each uses one per-thread scratch slot (cpu_ctx, reserve) and computes from
+ * its own token, head and the state only, so the split over threads never changes a bit.
  */
 #include <math.h>
 #include <stdatomic.h>
