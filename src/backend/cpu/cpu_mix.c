@@ -10,7 +10,9 @@
  * its own token, head and the state only, so the split over threads never changes a bit.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
@@ -324,6 +326,14 @@ static void encode_part(void *ctx, size_t begin, size_t end) {
  * queries, decoded rows and repacked value slices). */
 
 static int attn_split_mode = -1; /* be_cpu_attn_split */
+static int attn_split_off;       /* SLUICE_CPU_ATTN_SPLIT=0: the automatic choice never splits (timing the items it
+                                    replaces in one process's environment; the bits are the same either way) */
+static pthread_once_t attn_split_once = PTHREAD_ONCE_INIT;
+
+static void attn_split_env(void) {
+    const char *e = getenv("SLUICE_CPU_ATTN_SPLIT");
+    attn_split_off = e && !strcmp(e, "0");
+}
 
 int be_cpu_attn_split(int mode) {
     const int old = attn_split_mode;
@@ -430,7 +440,9 @@ static void split_values_part(void *ctx, size_t begin, size_t end) {
 static int attn_split(cpu_ctx *c, attn_job *j) {
     const be_attn *a = j->a;
     const int T = pool_size(c->pool), nkv = a->n_kv_heads, G = j->group, hd = a->head_dim, vd = j->vd;
-    if (a->n != 1 || a->extra || attn_split_mode == 0 || (attn_split_mode < 0 && (T < 2 || nkv >= 2 * T)))
+    pthread_once(&attn_split_once, attn_split_env);
+    if (a->n != 1 || a->extra || attn_split_mode == 0 ||
+        (attn_split_mode < 0 && (attn_split_off || T < 2 || nkv >= 2 * T)))
         return 0;
     key_range(a, 0, &j->sp_p0, &j->sp_nk);
     const int nk = j->sp_nk;
