@@ -3,7 +3,8 @@
  * IQ2_XXS .. IQ1_M, Q5_0, Q5_1) and sluice's own block types q2, q2v (quant/q2.c) in the kernels:
  * every table's exact matmul against the scalar oracle, every table's int8-activation matmul bitwise the oracle
  * (kernels/kquant_i8.c), batch equal to token by token, and the int8 result within its rounding bound of the
- * exact one, on random valid blocks (kq_random). Their values against gguf-py's dequantize are checked by
+ * exact one, on random valid blocks (kq_random); and one int8 activation form per matrix, whichever call fills it
+ * (kernels_scalar.c act_form). Their values against gguf-py's dequantize are checked by
  * tests/py/test_gguf.py (test_kquant_types_kept_native, test_every_type_reads_back_as_gguf_py_dequantises).
  */
 #include <math.h>
@@ -338,4 +339,94 @@ TEST(kquant_q5_native_llama_block_dot) {
         free(ref); free(x); free(ld); free(ls); free(lq); free(data);
     }
     fprintf(stderr, "    oracle vs llama.cpp's block dot worst %.2g (bound 1e-5)\n", worst);
+}
+
+/* The int8 flags of a (ready, ready_k, ready_0, ready_r) as bits 0 .. 3. */
+static int act_flags(const kern_act *a) {
+    return (a->ready != 0) | (a->ready_k != 0) << 1 | (a->ready_0 != 0) << 2 | (a->ready_r != 0) << 3;
+}
+
+/* One int8 form per matrix, whoever fills it (kernels_scalar.c act_form): kern_matmul_act's own preparation,
+ * kern_act_prepare_for's, and kern_act_prepare_rows_for's in pieces then kern_act_ready_for mark the form kernels.h
+ * names for the type (q2's rotated one, q8_K for kq_act_k, q8_0 for IQ4_NL / Q5_0 / Q5_1 and a GGUF Q8_0 .. Q5_1 tensor's
+ * q8 / q4, else the house form), and fill it: over storage poisoned first (codes -1, NaN scales) the product is bitwise
+ * the freshly prepared one. Where the exact kernels run (an f32 matrix, an act without int8) none of them writes. */
+TEST(kquant_one_act_form_per_matrix) {
+    unsigned seed = test_seed();
+    rng = 0x666f726dull ^ ((uint64_t)seed << 20);
+    pool_t *pool = pool_new(3);
+    enum { T = 5, ROWS = 7, COLS = 512, N_EXTRA = 7 };
+    const size_t ab = kern_act_bytes(T, COLS), yb = (size_t)T * ROWS * sizeof(float);
+    void *b0 = malloc(ab), *b1 = malloc(ab), *b2 = malloc(ab), *poison = malloc(ab);
+    float *x = malloc((size_t)T * COLS * sizeof(float)), *y0 = malloc(yb), *y1 = malloc(yb), *y2 = malloc(yb);
+    memset(poison, 0xff, ab);
+    for (int i = 0; i < T * COLS; i++) x[i] = frand() * (i % 7 ? 1.0f : 4.0f);
+    int cases = 0;
+    /* every GGUF block type, then q8 / q4 in the house form and a GGUF tensor's (q8_0, q8_1), then f32 */
+    for (int k = 0; k < N_KQ_TYPES + N_EXTRA && !test_failed(); k++) {
+        tn_mat m;
+        void *data;
+        dt_type dt;
+        int act = TN_ACT_HOUSE;
+        if (k < N_KQ_TYPES) {
+            dt = KQ_TYPES[k];
+            const size_t bytes = q_mat_bytes(dt, ROWS, COLS, kq_blk(dt), DT_NONE);
+            data = malloc(bytes);
+            kq_random(dt, data, bytes / (size_t)kq_bytes(dt), &rng);
+            q_mat_bind(&m, data, dt, ROWS, COLS, kq_blk(dt), DT_NONE, 0);
+        } else if (k < N_KQ_TYPES + N_EXTRA - 1) {
+            const int j = k - N_KQ_TYPES; /* 0 .. 5 */
+            dt = j & 1 ? DT_Q4 : DT_Q8;
+            act = j / 2 == 0 ? TN_ACT_HOUSE : j / 2 == 1 ? TN_ACT_Q8_0 : TN_ACT_Q8_1;
+            data = gguf_like(dt, act, 0, ROWS, COLS, &m);
+        } else {
+            dt = DT_F32;
+            data = malloc((size_t)ROWS * COLS * sizeof(float));
+            for (int i = 0; i < ROWS * COLS; i++) ((float *)data)[i] = frand();
+            memset(&m, 0, sizeof m);
+            m.data = data, m.dtype = DT_F32, m.rows = ROWS, m.cols = COLS;
+        }
+        const int want = dt == DT_F32 ? 0
+                         : kq_rotated(dt) ? 8
+                         : kq_act_k(dt)   ? 2
+                         : kq_is(dt) || act != TN_ACT_HOUSE ? 4
+                                                           : 1;
+        kern_act a0, a1, a2;
+        memcpy(b0, poison, ab), memcpy(b1, poison, ab), memcpy(b2, poison, ab);
+        memset(y0, 0xff, yb), memset(y1, 0xff, yb), memset(y2, 0xff, yb);
+        kern_act_init(&a0, b0, x, COLS, T, COLS, 1);
+        kern_act_init(&a1, b1, x, COLS, T, COLS, 1);
+        kern_act_init(&a2, b2, x, COLS, T, COLS, 1);
+        CHECK(kern_matmul_act(kern_scalar_ops(), NULL, &m, &a0, y0, ROWS) == 0);
+        kern_act_prepare_for(&a1, &m, pool);
+        kern_act_prepare_rows_for(&a2, &m, 0, 2);
+        kern_act_prepare_rows_for(&a2, &m, 2, T);
+        CHECKF(act_flags(&a2) == 0, "%s act %d: rows_for set a flag", dt_name(dt), act);
+        kern_act_ready_for(&a2, &m);
+        CHECKF(act_flags(&a0) == want && act_flags(&a1) == want && act_flags(&a2) == want,
+               "%s act %d: forms %d (matmul) %d (prepare_for) %d (rows_for + ready_for), want %d", dt_name(dt), act,
+               act_flags(&a0), act_flags(&a1), act_flags(&a2), want);
+        int finite = 1;
+        for (int i = 0; i < T * ROWS; i++) finite &= isfinite(y0[i]) != 0;
+        CHECKF(finite, "%s act %d: a product not finite", dt_name(dt), act);
+        CHECK(kern_matmul_act(kern_scalar_ops(), NULL, &m, &a1, y1, ROWS) == 0);
+        CHECK(kern_matmul_act(kern_scalar_ops(), NULL, &m, &a2, y2, ROWS) == 0);
+        CHECKF(!memcmp(y1, y0, yb) && !memcmp(y2, y0, yb), "%s act %d: the form filled is not the form read (seed %u)",
+               dt_name(dt), act, seed);
+        if (!want) CHECKF(!memcmp(b1, poison, ab) && !memcmp(b2, poison, ab), "%s: exact kernels, an int8 form written",
+                          dt_name(dt));
+        if (dt == DT_Q4) { /* an act without int8 over an int8 matrix: the exact kernels, nothing written */
+            kern_act_init(&a1, b1, x, COLS, T, COLS, 0);
+            memcpy(b1, poison, ab);
+            kern_act_prepare_for(&a1, &m, pool);
+            kern_act_prepare_rows_for(&a1, &m, 0, T);
+            kern_act_ready_for(&a1, &m);
+            CHECKF(act_flags(&a1) == 0 && !memcmp(b1, poison, ab), "q4 act %d: int8 off, a form written", act);
+        }
+        free(data);
+        cases++;
+    }
+    free(b0), free(b1), free(b2), free(poison), free(x), free(y0), free(y1), free(y2);
+    pool_free(pool);
+    CHECK(cases == N_KQ_TYPES + N_EXTRA);
 }

@@ -556,12 +556,36 @@ static void act_prepare_on(kern_act *a, pool_t *pool) {
 
 void kern_act_prepare(kern_act *a) { act_prepare_on(a, NULL); }
 
-/* The form w's int8 kernel reads (kernels.h kern_matmul_i8_fn). */
+static int i8_dtype(dt_type dt) { return dt == DT_Q8 || dt == DT_Q4 || kq_is(dt); }
+
+/* Whether w over a takes the int8 kernels (kernels.h kern_matmul_i8_fn); else the exact f32 ones. */
+static int mm_use_i8(const tn_mat *w, const kern_act *a) {
+    return a->int8 && i8_dtype(w->dtype) && w->cols == a->cols && w->group > 0 &&
+           w->group % 32 == 0 && w->cols % w->group == 0 && (!kq_act_k(w->dtype) || w->cols % 256 == 0);
+}
+
+/* The int8 forms of a kern_act (kernels.h kern_act): the house form (q, q4, d, s), llama.cpp's q8_K (qk, dk, bk),
+ * its q8_0 / q8_1 (q0, q04, d0, s0, s1), q2's rotated one (qr, dr). */
+typedef enum { FORM_NONE = 0, FORM_HOUSE, FORM_K, FORM_0, FORM_R, FORM_COUNT } act_form_id;
+
+/* The int8 form w's kernel reads of a (kernels.h kern_matmul_i8_fn): FORM_NONE where w takes the exact kernels on a
+ * or the columns do not allow the form. The one place that decides it: every preparer and flag setter below asks. */
+static act_form_id act_form(const kern_act *a, const tn_mat *w) {
+    if (!w->data || !mm_use_i8(w, a)) return FORM_NONE;
+    if (kq_rotated(w->dtype)) return a->cols % Q2_BLK ? FORM_NONE : FORM_R;
+    if (kq_is(w->dtype) && kq_act_k(w->dtype)) return a->cols % 256 ? FORM_NONE : FORM_K;
+    return kq_is(w->dtype) || w->act != TN_ACT_HOUSE ? FORM_0 : FORM_HOUSE;
+}
+
+/* Fills act_form(a, w) on pool (NULL: inline), once. */
 static void act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
-    if (kq_rotated(w->dtype)) act_prepare_r_on(a, pool);
-    else if (kq_is(w->dtype)) act_prepare_k_on(a, pool, kq_act_k(w->dtype));
-    else if (w->act != TN_ACT_HOUSE) act_prepare_k_on(a, pool, 0);
-    else act_prepare_on(a, pool);
+    switch (act_form(a, w)) {
+    case FORM_HOUSE: act_prepare_on(a, pool); break;
+    case FORM_K: act_prepare_k_on(a, pool, 1); break;
+    case FORM_0: act_prepare_k_on(a, pool, 0); break;
+    case FORM_R: act_prepare_r_on(a, pool); break;
+    default: break;
+    }
 }
 
 /* What a q8/q4 kernel reads for w: a itself, or (tn_mat.act) a copy in *tmp whose q, q4, d, s are a's llama.cpp
@@ -652,15 +676,6 @@ void kern_act_rows(kern_act *dst, kern_act *src, int t, int n) {
     dst->dr = src->dr + tt * nb;
 }
 
-/* The kernel kern_matmul_act would run for w over a, or NULL when it needs more than a row range (q3's
- * rotated copy of x, a bad matrix). */
-static int i8_dtype(dt_type dt) { return dt == DT_Q8 || dt == DT_Q4 || kq_is(dt); }
-
-static int mm_use_i8(const tn_mat *w, const kern_act *a) {
-    return a->int8 && i8_dtype(w->dtype) && w->cols == a->cols && w->group > 0 &&
-           w->group % 32 == 0 && w->cols % w->group == 0 && (!kq_act_k(w->dtype) || w->cols % 256 == 0);
-}
-
 typedef struct {
     const kern_ops *ops;
     const kern_mm *mm;
@@ -714,7 +729,7 @@ int kern_matmul_multi(const kern_ops *ops, pool_t *pool, const kern_mm *mm, int 
     size_t work = 0, tok_cols = 0;
     int same = 1;
     for (int i = 0; i < n; i++) {
-        if (mm_use_i8(mm[i].w, mm[i].a)) act_prepare_for(mm[i].a, mm[i].w, pool);
+        act_prepare_for(mm[i].a, mm[i].w, pool); /* (nothing where w takes the exact kernels) */
         work += (size_t)mm[i].w->cols;
         tok_cols += (size_t)mm[i].w->cols * (size_t)mm[i].a->n_tok;
         same &= mm[i].a->n_tok == mm[0].a->n_tok;
@@ -792,31 +807,21 @@ int kern_swiglu_multi(const kern_ops *ops, pool_t *pool, const kern_mm *g, const
     return 0;
 }
 
-void kern_act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) {
-    if (w->data && mm_use_i8(w, a)) act_prepare_for(a, w, pool);
-}
-
-/* The int8 form w's kernel reads of a, as act_prepare_for picks it: 0 none (the exact kernels, or a form the
- * columns do not allow), 1 the house form, 2 q8_K, 3 q8_0 / q8_1, 4 q2's. */
-static int act_form(const kern_act *a, const tn_mat *w) {
-    if (!w->data || !mm_use_i8(w, a)) return 0;
-    if (kq_rotated(w->dtype)) return a->cols % Q2_BLK ? 0 : 4;
-    if (kq_is(w->dtype) && kq_act_k(w->dtype)) return a->cols % 256 ? 0 : 2;
-    return kq_is(w->dtype) || w->act != TN_ACT_HOUSE ? 3 : 1;
-}
+void kern_act_prepare_for(kern_act *a, const tn_mat *w, pool_t *pool) { act_prepare_for(a, w, pool); }
 
 void kern_act_prepare_rows_for(kern_act *a, const tn_mat *w, int t0, int t1) {
-    static const pool_fn part[5] = {NULL, act_part, act_k_part, act_0_part, act_r_part};
-    const int f = act_form(a, w);
-    if (f && t1 > t0) part[f](a, (size_t)t0, (size_t)t1);
+    static const pool_fn part[FORM_COUNT] = {
+        [FORM_HOUSE] = act_part, [FORM_K] = act_k_part, [FORM_0] = act_0_part, [FORM_R] = act_r_part};
+    const act_form_id f = act_form(a, w);
+    if (f != FORM_NONE && t1 > t0) part[f](a, (size_t)t0, (size_t)t1);
 }
 
 void kern_act_ready_for(kern_act *a, const tn_mat *w) {
     switch (act_form(a, w)) {
-    case 1: a->ready = 1; break;
-    case 2: a->ready_k = 1; break;
-    case 3: a->ready_0 = 1; break;
-    case 4: a->ready_r = 1; break;
+    case FORM_HOUSE: a->ready = 1; break;
+    case FORM_K: a->ready_k = 1; break;
+    case FORM_0: a->ready_0 = 1; break;
+    case FORM_R: a->ready_r = 1; break;
     default: break;
     }
 }
