@@ -218,6 +218,9 @@ fwd_ws *fwd_ws_new(const fam_config *cfg, int n_ctx, be_backend *be) {
     DEV(ws->exp_out, B * k * H);
     DEV(ws->sh_y, B * H);
     ALLOC(ws->e_list, E);
+    ALLOC(ws->at_ex, E);
+    ALLOC(ws->at_start, E + 1);
+    ws->e_cap = E;
     ALLOC(ws->pf_list, E);
     ALLOC(ws->pf_mark, E);
     if (!be->is_host) DEV(ws->lg, B * (size_t)cfg->vocab);
@@ -245,7 +248,8 @@ fail:
 
 void fwd_ws_free(fwd_ws *ws) {
     if (!ws) return;
-    void *bufs[] = {ws->top_e, ws->top_w, ws->e_count, ws->e_tok, ws->e_slot, ws->e_list, ws->pf_list, ws->pf_mark};
+    void *bufs[] = {ws->top_e,  ws->top_w,   ws->e_count, ws->e_tok, ws->e_slot,
+                    ws->e_list, ws->pf_list, ws->pf_mark, ws->at_ex, ws->at_start};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     fwd_hybrid_free(ws);
     fwd_remote_free(ws);

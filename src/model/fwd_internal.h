@@ -182,6 +182,9 @@ struct fwd_ws {
     float *exp_out;    /* [B][k][H] routed expert outputs by slot */
     float *sh_y;       /* [B][H] shared expert output */
     int *e_list;       /* [E] distinct experts of a micro-batch, ascending */
+    int e_cap;         /* E: the entries of e_count, e_list, pf_list, pf_mark, at_ex (cfg_router_rows, at least 1) */
+    tn_expert *at_ex;  /* [E] (HOST) the parts of e_list's experts, a block's experts at once (moe.c experts_at_once) */
+    int *at_start;     /* [E + 1] (HOST) each one's first pair in the grouping (e_tok, e_slot), then the end */
     int *pf_list;      /* [E] experts predicted for the next MoE layer (prefetch hint) */
     unsigned char *pf_mark; /* [E] */
     int prefetch;      /* 1 (default): hint the next MoE layer's experts to a streaming provider */

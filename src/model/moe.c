@@ -276,7 +276,9 @@ static sl_status run_fused(fwd_ws *ws, const fam_config *cfg, int layer, const t
 /* The resident experts ws->e_list[0 .. n_list) of n rows (grouped: ws->e_count holds each one's end of tok / slot)
  * through the backend's ffn_experts op, all in a few hand-offs: into out (+= each pair's weighted output, in pair
  * order) or cells. int8: the int8 kernels for the input rows and the down inputs, as the experts one at a time
- * would take them. 1 done, 0 not taken (nothing written), < 0 failed (err set). */
+ * would take them. The experts' parts and pair ranges go in the workspace's at_ex / at_start (sized with e_list:
+ * nothing allocated in a step). 1 done, 0 not taken (nothing written), < 0 failed (err set; SL_ERANGE for more
+ * experts than the workspace holds). */
 static int experts_at_once(fwd_ws *ws, const fam_config *cfg, int layer, const tn_expert_src *experts, int n,
                            int n_list, const int *tok, const int *slot, const float *top_w, const float *h, int int8,
                            float *out, float *cells, sl_error *err) {
@@ -284,13 +286,11 @@ static int experts_at_once(fwd_ws *ws, const fam_config *cfg, int layer, const t
     if (!ws->be->ffn_experts || experts->begin || !experts->get || n_list < 1 || !int8 || cfg->moe_scale_input ||
         fwd_ffn_kind(cfg, layer, 0, &limit) != BE_FFN_SWIGLU)
         return 0;
-    tn_expert *ex = calloc((size_t)n_list, sizeof *ex);
-    int *start = malloc((size_t)(n_list + 1) * sizeof *start), rc = 0;
-    if (!ex || !start) {
-        free(ex);
-        free(start);
-        return 0;
-    }
+    if (n_list > ws->e_cap)
+        return err_set(err, SL_ERANGE, "layer %d: %d experts at once, the workspace holds %d", layer, n_list, ws->e_cap);
+    tn_expert *ex = ws->at_ex;
+    int *start = ws->at_start, rc = 0;
+    memset(ex, 0, (size_t)n_list * sizeof *ex); /* what the source fills, from zero as for a lone expert */
     for (int i = 0; !rc && i < n_list; i++) {
         const int e = ws->e_list[i];
         start[i] = e > 0 ? ws->e_count[e - 1] : 0;
@@ -306,8 +306,6 @@ static int experts_at_once(fwd_ws *ws, const fam_config *cfg, int layer, const t
                               .int8 = int8, .out = out, .cells = cells};
         rc = ws->be->ffn_experts(ws->be, &q);
     }
-    free(ex);
-    free(start);
     return rc;
 }
 
