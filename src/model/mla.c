@@ -36,7 +36,8 @@
  * cfg_kv_row: r + dr, + dsa_dim with DSA), ws->mla_q [B][nh][r + dr] absorbed queries, ws->mla_lat [B][nh][r]
  * latent sums, cache [n_ctx][row], ws->mix [B][n_mix] holds [nh][dv], ws->dsa_q [B][dsa_heads][dsa_dim],
  * ws->dsa_w [B][dsa_heads], sq->dsa_sel the choice; per-thread scratch: scores [n_ctx] or one dequantised kv_b
- * row [r] (dsa_select: scores and their copy, 2 n_ctx).
+ * row [r] (dsa_select: scores and their copy, 2 n_ctx; the CPU backend's decode split: all heads' scores
+ * [nh][n_ctx] over the slots, up to 4M floats a slot, and a tile of 32 rows).
  */
 #include <math.h>
 
@@ -50,7 +51,12 @@ size_t fwd_mla_slot_floats(const fam_config *cfg, int n_ctx) {
     if (cfg->kv_lora <= 0) return 0;
     size_t f = (size_t)n_ctx + (size_t)cfg->kv_lora + 16; /* scores, or one dequantised kv_b row */
     if (cfg->dsa_topk > 0 && 2 * (size_t)n_ctx + 16 > f) f = 2 * (size_t)n_ctx + 16; /* dsa_select: scores and a copy */
-    return f;
+    /* the CPU backend's split of a decode step (backend/cpu/cpu_mla.c mla_split): every head's scores over the
+     * context in the whole scratch, so in any one slot (as many as 4M floats hold, as forward.c's attention
+     * scores; past that its heads go in passes), and a tile of 32 gathered cache rows a thread (DSA's choice) */
+    size_t sp = (size_t)cfg->n_heads * (((size_t)n_ctx + 15) / 16 * 16);
+    sp = (sp < ((size_t)1 << 22) ? sp : (size_t)1 << 22) + 32 * (size_t)(cfg->kv_lora + cfg->rot_dim) + 32;
+    return f > sp ? f : sp;
 }
 
 /* Rows of a sequence's DSA choice: one per position when a layer reuses an earlier layer's choice (it must outlive

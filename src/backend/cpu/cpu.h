@@ -1,6 +1,7 @@
 /*
  * cpu.h — what the files of the CPU backend share (src/backend/cpu/): its context and the entry points of
- * cpu_mix.c (attention, MLA, DeltaNet) and cpu_moe.c (routing, FFNs, combine) that cpu.c puts in the table.
+ * cpu_mix.c (attention, DeltaNet), cpu_mla.c (MLA) and cpu_moe.c (routing, FFNs, combine) that cpu.c puts in the
+ * table.
  * Not for use outside src/backend/cpu/.
  *
  * The CPU backend is the oracle (backend.h): its arithmetic is the one kernels.h fixes, and every loop

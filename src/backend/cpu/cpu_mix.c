@@ -1,13 +1,13 @@
 /*
- * cpu_mix.c — the CPU backend's token mixers (backend.h: attention, mla, dn_*): softmax attention over
- * a KV cache (full, a sliding ring, sink logits, the sigmoid gate), multi-head latent attention over its
- * compressed cache, and the Gated DeltaNet's conv1d, gates, token recurrence, chunked form and gated norm.
- * The algebra and its references are in src/model/attention.c, mla.c and deltanet.c, which call these.
+ * cpu_mix.c — the CPU backend's token mixers (backend.h: attention, dn_*): softmax attention over a KV cache
+ * (full, a sliding ring, sink logits, the sigmoid gate), and the Gated DeltaNet's conv1d, gates, token recurrence,
+ * chunked form and gated norm (multi-head latent attention has its own file, cpu_mla.c). The algebra and its
+ * references are in src/model/attention.c and deltanet.c, which call these.
  *
  * The parallel work items are (token, head) pairs for attention (one token with fewer KV heads than threads:
- * attn_split's (KV head, key chunk), query head and (KV head, value slice) items in three hand-offs), heads for MLA's
- * absorption, value heads for DeltaNet; each uses one per-thread scratch slot (cpu_ctx, reserve) and computes from
- * its own token, head and the state only, so the split over threads never changes a bit.
+ * attn_split's (KV head, key chunk), query head and (KV head, value slice) items in three hand-offs), value heads
+ * for DeltaNet; each uses one per-thread scratch slot (cpu_ctx, reserve) and computes from its own token, head and
+ * the state only, so the split over threads never changes a bit.
  */
 #include <math.h>
 #include <pthread.h>
@@ -17,7 +17,6 @@
 
 #include "backend/cpu/cpu.h"
 #include "quant/kv.h"
-#include "quant/quant.h"
 
 #define DN_CHUNK 64 /* the chunked form's row length of its scratch matrices (backend.h: n <= 64) */
 
@@ -523,89 +522,6 @@ gate:
                 for (int d = 0; d < hd; d++) o[d] *= kern_sigmoid(gate[d]);
             }
     }
-}
-
-/* ---- multi-head latent attention -------------------------------------------------------------- */
-
-typedef struct {
-    const be_mla *a;
-    const kern_ops *ops;
-    cpu_ctx *c;
-    atomic_int next_slot;
-} mla_job;
-
-/* Row `row` of kv_b as f32: the stored row itself for f32 matrices, else dequantised into buf. */
-static const float *kvb_row(const tn_mat *m, int row, float *buf) {
-    if (m->dtype == DT_F32) return (const float *)m->data + (size_t)row * (size_t)m->cols;
-    q_row_to_f32(m, row, buf);
-    return buf;
-}
-
-/* Absorbed queries, one head per item: q_abs[t][h] = [W_uk_h^T q_nope (r) | q_pe (dr)], W_uk_h = rows
- * h*(dn+dv) .. +dn of kv_b, each row dequantised once for all n tokens and added in row order. */
-static void absorb_part(void *ctx, size_t begin, size_t end) {
-    mla_job *j = ctx;
-    const be_mla *a = j->a;
-    const kern_ops *ops = j->ops;
-    float *wrow = j->c->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * j->c->slot_floats;
-    const int r = a->r, dr = a->dr, dn = a->dn, dv = a->dv, row = r + dr, nh = a->n_heads, qh = dn + dr;
-    for (size_t h = begin; h < end; h++) {
-        for (int t = 0; t < a->n; t++) {
-            float *qc = a->q_abs + ((size_t)t * nh + h) * row;
-            memset(qc, 0, (size_t)r * sizeof(float));
-            memcpy(qc + r, a->q + (size_t)t * a->ldq + h * qh + dn, (size_t)dr * sizeof(float));
-        }
-        for (int i = 0; i < dn; i++) {
-            const float *w = kvb_row(a->kv_b, (int)h * (dn + dv) + i, wrow);
-            for (int t = 0; t < a->n; t++)
-                ops->axpy(a->q[(size_t)t * a->ldq + h * qh + i], w, a->q_abs + ((size_t)t * nh + h) * row, r);
-        }
-    }
-}
-
-/* One (token, head) per item: scores against cached rows 0..pos (with sel: the chosen ones), softmax, the weighted
- * sum of the cached latents into lat[t][h]. */
-static void attend_part(void *ctx, size_t begin, size_t end) {
-    mla_job *j = ctx;
-    const be_mla *a = j->a;
-    const kern_ops *ops = j->ops;
-    float *sc = j->c->scratch + (size_t)atomic_fetch_add(&j->next_slot, 1) * j->c->slot_floats;
-    const int r = a->r, row = r + a->dr;
-    const size_t ldc = (size_t)a->ldc;
-    for (size_t it = begin; it < end; it++) {
-        int t = (int)(it / (size_t)a->n_heads);
-        int n_keys = a->pos0 + t + 1;
-        const int32_t *sel = a->sel ? a->sel + (size_t)t * a->sel_ld : NULL;
-        if (sel && n_keys > a->sel_k) n_keys = a->sel_k;
-#define KEY(p) (a->cache + (size_t)(sel ? sel[p] : (p)) * ldc)
-        const float *qc = a->q_abs + it * (size_t)row;
-        float mx = -INFINITY;
-        for (int p = 0; p < n_keys; p++) {
-            sc[p] = ops->dot(qc, KEY(p), row) * a->scale;
-            if (sc[p] > mx) mx = sc[p];
-        }
-        double sum = 0.0;
-        for (int p = 0; p < n_keys; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float fsum = (float)sum, *lat = a->lat + it * (size_t)r;
-        memset(lat, 0, (size_t)r * sizeof(float));
-        for (int p = 0; p < n_keys; p++) ops->axpy(sc[p] / fsum, KEY(p), lat, r);
-#undef KEY
-    }
-}
-
-void cpu_mla(be_backend *be, const be_mla *a) {
-    cpu_ctx *c = cpu_of(be);
-    const size_t row = (size_t)a->ldc;
-    for (int t = 0; t < a->n; t++)
-        memcpy(a->cache + (size_t)(a->pos0 + t) * row, a->ckv + (size_t)t * row, row * sizeof(float));
-    mla_job j = {.a = a, .ops = c->ops, .c = c};
-    atomic_init(&j.next_slot, 0);
-    pool_for(c->pool, (size_t)a->n_heads, 1, absorb_part, &j);
-    atomic_init(&j.next_slot, 0);
-    pool_for(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attend_part, &j);
 }
 
 /* ---- Gated DeltaNet --------------------------------------------------------------------------- */
