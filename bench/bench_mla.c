@@ -4,8 +4,8 @@
  * alternated, in wall and process CPU milliseconds (the median of the runs). The op includes the absorbed queries,
  * the same for both: depth 1 prints their cost alone.
  *
- *   make build/libsluice.a build/bench/bench_mla.o && cc -pthread build/bench/bench_mla.o build/libsluice.a -lm \
- *       -o build/bench_mla
+ *   make build/libsluice.a build/bench/bench_mla.o && cc -pthread build/bench/bench_mla.o build/libsluice.a \
+ *       -lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lnettle -lm -o build/bench_mla
  *   build/bench_mla [threads 2] [depth 8192] [runs 7] [heads 128] [sel_k 0]
  *
  * The shape is DeepSeek-V3's (r 512, dr 64, dn 128; kv_b f32 with dv 128), random values.
@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
             const double c1 = now(CLOCK_PROCESS_CPUTIME_ID), w1 = now(CLOCK_MONOTONIC);
             if (i > 0) wall[m][i - 1] = w1 - w0, cpu[m][i - 1] = c1 - c0;
         }
-    for (int m = 0; m < 2; m++) qsort(wall[m], (size_t)runs, sizeof(double), cmp), qsort(cpu[m], (size_t)runs, sizeof(double), cmp);
+    for (int m = 0; m < 2; m++)
+        qsort(wall[m], (size_t)runs, sizeof(double), cmp), qsort(cpu[m], (size_t)runs, sizeof(double), cmp);
     printf("mla heads %d depth %d sel_k %d threads %d (%s), median of %d: attend_part %.2f ms wall %.2f ms CPU; "
            "split %.2f ms wall %.2f ms CPU; CPU ratio %.2fx\n",
            nh, depth, sel_k, threads, kern_default_ops()->name, runs, wall[0][runs / 2], cpu[0][runs / 2],

@@ -21,7 +21,7 @@ static float frand(void) { return (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
 typedef struct {
     int nh, r, dr, dn, dv, extra; /* extra: floats of a cache row past r + dr (DSA's index key) */
     int depth, n, sel_k;          /* the last token sees depth keys; n tokens; sel_k 0: no sel */
-    int small;                    /* 1: a scratch of about one head's scores a thread (passes); 2: too small (no split) */
+    int small;                    /* 1: about one head's scores a thread (passes); 2: too small (no split) */
 } mla_case;
 
 typedef struct {
@@ -30,7 +30,9 @@ typedef struct {
     tn_mat kv_b;
 } mla_data;
 
-static void data_free(mla_data *d) { free(d->cache), free(d->q), free(d->ckv), free(d->kvb), free(d->q_abs), free(d->sel); }
+static void data_free(mla_data *d) {
+    free(d->cache), free(d->q), free(d->ckv), free(d->kvb), free(d->q_abs), free(d->sel);
+}
 
 static int data_make(const mla_case *c, unsigned seed, mla_data *d) {
     srand(seed);
@@ -186,7 +188,7 @@ TEST(mla_split_bitwise_attend) {
     check_cases(cases, (int)(sizeof cases / sizeof cases[0]), 0);
 }
 
-/* DeepSeek-V3 at depth 8192 and 4099 (128 heads, r 512, dr 64), and V3.2's sel of 2048 from 8192 (rows of 576 + 128). */
+/* DeepSeek-V3 at depth 8192 and 4099 (128 heads, r 512, dr 64), V3.2's sel of 2048 from 8192 (rows of 576 + 128). */
 TEST(mla_split_bitwise_deepseek) {
     static const mla_case cases[] = {
         {128, 512, 64, 128, 16, 0, 8192, 1, 0, 0},

@@ -33,7 +33,7 @@
 #include "quant/quant.h"
 
 #define MLA_KEYS 32     /* keys an item of the scores (rows of a gathered tile: fwd_mla_slot_floats counts 32 rows) */
-#define MLA_ROWS 128    /* keys a call of the sums (without sel): 64 columns of them are 32 KiB, read once per 4 heads */
+#define MLA_ROWS 128    /* keys a call of the sums (no sel): 64 columns of them are 32 KiB, read once per 4 heads */
 #define MLA_SLICE 64    /* columns a slice of the sums (a multiple of 16: whole vectors in every table) */
 #define MLA_SPLIT_TOK 8 /* the automatic choice splits micro-batches of up to this many tokens */
 
