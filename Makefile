@@ -149,6 +149,10 @@ $(BUILD)/bench_kernels: $(BUILD)/bench/bench_kernels.o $(BUILD)/libsluice.a
 $(BUILD)/bench_hybrid: $(BUILD)/bench/bench_hybrid.o $(BUILD)/libsluice.a
 	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
 
+# one token's CPU MLA attention, the split against attend_part (docs/PERFORMANCE.md)
+$(BUILD)/bench_mla: $(BUILD)/bench/bench_mla.o $(BUILD)/libsluice.a
+	$(CC) $(BASE_CFLAGS) $< $(BUILD)/libsluice.a $(LDFLAGS) $(LDLIBS) -o $@
+
 # Accuracy of the quantized types on every fixture (docs/QUANT.md).
 quant-eval: $(BUILD)/quant_eval
 	$(BUILD)/quant_eval

@@ -4,8 +4,7 @@
  * alternated, in wall and process CPU milliseconds (the median of the runs). The op includes the absorbed queries,
  * the same for both: depth 1 prints their cost alone.
  *
- *   make build/libsluice.a build/bench/bench_mla.o && cc -pthread build/bench/bench_mla.o build/libsluice.a \
- *       -lcjson -lxxhash -luring -lpcre2-8 -lutf8proc -ledit -lmicrohttpd -lcurl -lnettle -lm -o build/bench_mla
+ *   make build/bench_mla
  *   build/bench_mla [threads 2] [depth 8192] [runs 7] [heads 128] [sel_k 0]
  *
  * The shape is DeepSeek-V3's (r 512, dr 64, dn 128; kv_b f32 with dv 128), random values.

@@ -432,7 +432,7 @@ int slcu_dn_gates(const slcu_dn *d, char *msg, size_t msglen);
 /* out = rmsnorm(out) (norm_w, eps; per value head) * silu(z). */
 int slcu_dn_norm(const slcu_dn *d, char *msg, size_t msglen);
 
-/* ---- cuda_mla.cu: multi-head latent attention over its compressed cache (backend.h be_mla, cpu_mix.c
+/* ---- cuda_mla.cu: multi-head latent attention over its compressed cache (backend.h be_mla, cpu_mla.c
  * cpu_mla): the cache rows stored, the absorbed queries (kv_b's W_uk rows dequantised element by element:
  * f32 / bf16 / f16 / q8 / q4), per (token, head) the scores, softmax and latent sums. ---- */
 typedef struct slcu_mla {

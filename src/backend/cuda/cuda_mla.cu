@@ -1,6 +1,6 @@
 /*
  * cuda_mla.cu — multi-head latent attention over its compressed cache on the device (cuda.h slcu_mla;
- * src/backend/backend.h be_mla; the CPU op is src/backend/cpu/cpu_mix.c cpu_mla, the algebra src/model/mla.c).
+ * src/backend/backend.h be_mla; the CPU op is src/backend/cpu/cpu_mla.c cpu_mla, the algebra src/model/mla.c).
  * Three launches: the n new [c | k_pe] rows into the cache; the absorbed queries, a thread per (token, head,
  * latent column) summing q_nope[i] * W_uk[i][c] over i in row order from 0 as the CPU's axpy loop does, each
  * weight dequantised as quant.c q_row_to_f32 (s * code + b for q8 / q4); then a CTA per (token, head): the
