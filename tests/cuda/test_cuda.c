@@ -662,8 +662,8 @@ static void check_ops(void) {
     }
 }
 
-/* ---- the DeltaNet conv1d / gates / gated norm, MLA and the MXFP4 matmul against cpu_mix.c's, cpu_mla.c's and mxfp4.c's
- * code, transcribed ---- */
+/* ---- the DeltaNet conv1d / gates / gated norm, MLA and the MXFP4 matmul against cpu_mix.c's, cpu_mla.c's and
+ * mxfp4.c's code, transcribed ---- */
 static void check_mixers(void) {
     char msg[256] = "";
     const kern_ops *ops = kern_scalar_ops();
