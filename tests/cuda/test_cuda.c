@@ -557,9 +557,12 @@ static void check_ops(void) {
         free(hy), free(hw), free(hs), free(hg), free(y);
         slcu_free(dy), slcu_free(dw), slcu_free(dsh), slcu_free(dsg), slcu_free(dout);
     }
-    for (int sliding = 0; sliding < 2; sliding++) { /* attention: GQA 8/2; full and not gated, or a ring, sinks, gated */
+    for (int sliding = 0; sliding < 3; sliding++) { /* attention: GQA 8/2; full and not gated, or a ring, sinks, gated;
+                                                       * 2: a sliding layer whose cache (40 rows) is shorter than its window
+                                                       * and not yet outgrown (a short context: identity rows) */
         enum { T = 3, NH = 8, NKV = 2, HD = 64, ROW = NKV * HD };
-        const int cap = sliding ? 191 : 3000, window = sliding ? 128 : 0, pos0 = sliding ? 1000 : 2500;
+        const int cap = sliding == 1 ? 191 : sliding ? 40 : 3000, window = sliding ? 128 : 0;
+        const int pos0 = sliding == 1 ? 1000 : sliding ? 30 : 2500;
         float *hq, *hk, *hv, *hs, *hn, *dq = rnd_dev((size_t)T * NH * 2 * HD, 1, &hq, msg), *dk = rnd_dev((size_t)cap * ROW, 1, &hk, msg);
         float *dv = rnd_dev((size_t)cap * ROW, 1, &hv, msg), *dsk = rnd_dev(NH, 1, &hs, msg), *dout = slcu_alloc((size_t)T * NH * HD * 4, msg, sizeof msg);
         float *dnew = rnd_dev((size_t)T * 2 * ROW, 1, &hn, msg); /* the new rows: k | v per token */
@@ -584,13 +587,21 @@ static void check_ops(void) {
                 if (sliding)
                     for (int d = 0; d < HD; d++) o[d] *= kern_sigmoid(q[HD + d]);
             }
-        slcu_attn ap = {dq, (size_t)NH * 2 * HD, 2 * HD, sliding, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
+        slcu_attn ap = {dq, (size_t)NH * 2 * HD, 2 * HD, sliding != 0, dnew, dnew + ROW, 2 * ROW, dk, dv, cap, T, pos0, NH, NKV, HD,
                         window, sliding ? dsk : NULL, scale, dout, NH * HD, 0};
         poison(dout, (size_t)T * NH * HD * 4);
         slcu_attn_force(1); /* the batch kernel */
         CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);
         float *y = dl(dout, (size_t)T * NH * HD);
-        OPCHECK(sliding ? "attention (ring, sinks, gated)" : "attention (full, GQA)", relerr(y, ref, (size_t)T * NH * HD), 1e-5);
+        OPCHECK(sliding == 2 ? "attention (window past a short cache, sinks, gated)" : sliding ? "attention (ring, sinks, gated)"
+                             : "attention (full, GQA)", relerr(y, ref, (size_t)T * NH * HD), 1e-5);
+        if (sliding == 2) { /* the automatic choice too (cuda_flash.cu's f32 order: within rounding) */
+            poison(dout, (size_t)T * NH * HD * 4);
+            CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);
+            float *y3 = dl(dout, (size_t)T * NH * HD);
+            OPCHECK("attention (window past a short cache, the automatic kernel)", relerr(y3, ref, (size_t)T * NH * HD), 1e-5);
+            free(y3);
+        }
         poison(dout, (size_t)T * NH * HD * 4); /* the decode kernel, the T tokens at once: bitwise the batch kernel */
         slcu_attn_force(2);
         CK(!slcu_attention(&ap, msg, sizeof msg), "%s", msg);

@@ -778,7 +778,7 @@ static int items_take(const slcu_attn *a, int n, int f16) {
         if (!b->f16 != !f16 || b->n != 1 || !b->k || b->hd != a->hd || b->n_heads != a->n_heads || b->n_kv != a->n_kv) return 0;
         if (b->hd <= 0 || b->hd > 256 || b->n_kv <= 0 || b->n_heads % b->n_kv || b->cap <= 0 || b->pos0 < 0) return 0;
         const int maxk = b->window > 0 && b->window < b->pos0 + 1 ? b->window : b->pos0 + 1;
-        if (maxk > b->cap || (b->window > 0 && b->cap - b->window + 1 < 1)) return 0;
+        if (maxk > b->cap || (b->window > 0 && b->pos0 >= b->cap && b->cap - b->window + 1 < 1)) return 0; /* as slcu_attention_q */
     }
     return 1;
 }

@@ -684,7 +684,10 @@ extern "C" int slcu_attention_q(const slcu_attn *a, const slcu_act *oq, char *ms
         return bad(msg, msglen, "attention: head_dim must be 1..1024, n_heads a multiple of n_kv, cap positive");
     if (a->n <= 0) return 0;
     const int last = a->pos0 + a->n - 1, maxk = a->window > 0 && a->window < last + 1 ? a->window : last + 1;
-    if (maxk > a->cap || (a->window > 0 && a->n > a->cap - a->window + 1))
+    /* a ring (a sliding layer's cache shorter than the positions, row p % cap) must keep each token's window while
+     * the n rows are written; a cache the positions have not outgrown is the identity, whatever the window (gpt-oss
+     * with a context shorter than its window: session 36's `bench --prompt 1` was refused here) */
+    if (maxk > a->cap || (a->window > 0 && last >= a->cap && a->n > a->cap - a->window + 1))
         return bad(msg, msglen, "attention: the cache has fewer rows than the positions need");
     if (fa32_on < 0) fa32_on = !(getenv("SLUICE_CUDA_FA32") && getenv("SLUICE_CUDA_FA32")[0] == '0');
     if (a->f16 || (fa32_on && !attn_force && a->hd <= 256)) { /* cuda_flash.cu: its own order, no int8 form of the output (attn_force: tests of the kernels below) */
