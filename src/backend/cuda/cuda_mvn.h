@@ -38,7 +38,7 @@ int slcu_mvg_on(void);
  * failed (message). Bitwise slcu_matmul_i8 (cuda.h's canonical order). */
 int slcu_mvg_matmul(const slcu_mm *mm, int n, char *msg, size_t msglen);
 
-/* SLUICE_CUDA_NROWS (read by slcu_moeg_init; off unless =1): a decode batch's 2-8 rows take the n-row forms below
+/* SLUICE_CUDA_NROWS (read by slcu_moeg_init; on unless =0): a decode batch's 2-8 rows take the n-row forms below
  * (backend_cuda_hold.c add_norm_rows, nr_rows). slcu_nrows_set / slcu_nrows_on as above. */
 #define SLCU_NROWS_MAX 8
 void slcu_nrows_set(int on);
