@@ -400,6 +400,7 @@ static void check_fused(void) {
 #include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
 #include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
 #include "test_cuda_tier.c" /* issue 25: the device tier's prefill in batches of experts: check_moe_batches_all, --tier */
+#include "test_cuda_mla.c" /* SLUICE_CUDA_MLA=2's split launches bitwise k_mla_attend: check_mla_split_all, --mla, --bench-mla */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -934,6 +935,12 @@ int main(int argc, char **argv) {
         if (!failures) bench_rows();
         return failures ? 1 : 0;
     }
+    if (argc > 1 && (!strcmp(argv[1], "--mla") || !strcmp(argv[1], "--bench-mla"))) { /* test_cuda_mla.c alone, then timed */
+        check_mla_split_all();
+        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+        if (!failures && !strcmp(argv[1], "--bench-mla")) bench_mla();
+        return failures ? 1 : 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */
         check_moe_dec_all();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
@@ -975,6 +982,7 @@ int main(int argc, char **argv) {
     check_moe_dec_all();
     check_moeg_all();
     check_attn_items();
+    check_mla_split_all();
     check_attn_prefill(40, 32, 4, 128, 400, 0, 200, 0, 0);
     check_attn_prefill(20, 8, 2, 64, 191, 128, 1000, 1, 1);
     check_attn_prefill(64, 16, 16, 68, 64, 0, 0, 0, 1);

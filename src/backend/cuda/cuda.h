@@ -447,6 +447,9 @@ typedef struct slcu_mla {
     float *lat;   /* [n][n_heads][r] */
 } slcu_mla;
 int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen);
+/* 2: 1 .. 8 tokens by cuda_mla.cu's split launches (the cache read once per group of heads, bitwise the same outputs);
+ * 1 (default): k_mla_attend alone; -1: SLUICE_CUDA_MLA again (=2 the split). Tests and benchmarks. */
+void slcu_mla_set(int mode);
 
 /* ---- cuda_mxfp4.cu: y[t * ldy + r] = (W x_t)[r], W MXFP4 (quant.h: codes [rows][cols/2], an E8M0 scale per
  * 32 columns), x [n][ldx] f32, any n. Each weight decoded as the CPU's mxfp4_row_scalar (value * 2^(e-127),

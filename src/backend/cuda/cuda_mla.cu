@@ -8,11 +8,14 @@
  * thread c's latent sum over the positions in increasing order, lat += (e_p / sum) c_p. Every order depends
  * on the shapes only: bitwise repeatable, a token in a batch equals the token alone. The kernels wait (pdl_wait)
  * before their first global access and are launched by cuda_pdl.cuh pdl_launch, on the legacy stream as before.
+ * SLUICE_CUDA_MLA=2 (or slcu_mla_set(2)): for 1 .. 8 tokens the attention in three launches (the section below
+ * k_mla_attend) that read the cache once a group of heads, bitwise the same outputs; the default is k_mla_attend.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -109,6 +112,203 @@ __global__ void k_mla_attend(const slcu_mla a) {
     }
 }
 
+/* ---- SLUICE_CUDA_MLA=2 (slcu_mla_set): the same attention for n <= MLA2_MAXN tokens in three launches that read
+ * each cached row once per group of heads, not once per head and pass; every output bitwise k_mla_attend's. The
+ * scores (k_mla2_scores): a CTA per (chunk of keys, MLA2_SG heads), a warp per key, each lane its strided chain
+ * i = lane, lane + 32, .. for every head of the group (q_abs in shared memory, 16-byte pieces of 4 heads), the same
+ * butterfly, * scale, into the scratch [n][heads][pos0 + n]. The softmax (k_mla2_soft): a CTA per (token, head) of
+ * MLA_THREADS threads, the max (order-free), exp and the double sum over k_mla_attend's partition and tree, and the
+ * weight e_p / sum stored in place (the division k_mla_attend repeats per column, the same value). The latents
+ * (k_mla2_lat): a CTA per (32 columns, MLA2_LH heads), lane c, each warp 4 heads' chains over the positions in
+ * increasing order, cache rows and weights staged in tiles of MLA2_PC positions. No limit on the positions from
+ * shared memory. ---- */
+#define MLA2_MAXN 8
+#define MLA2_SG 16 /* heads a scores CTA */
+#define MLA2_LH 16 /* heads a latents CTA: 4 warps of 4 */
+#define MLA2_PC 64 /* positions a latents tile */
+#define MLA2_WS (MLA2_LH + 4)
+
+/* grid (key chunks, head groups, tokens), MLA_THREADS threads; smem: nj * (MLA2_SG / 4) * 32 float4 */
+__global__ void k_mla2_scores(const slcu_mla a, float *S, int nmax, int kc) {
+    pdl_wait();
+    extern __shared__ float4 qs4[];
+    const int t = blockIdx.z, h0 = blockIdx.y * MLA2_SG, row = a.r + a.dr, n_keys = a.pos0 + t + 1, nj = (row + 31) / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    /* qs4[(j * (SG / 4) + g4) * 32 + lane] = heads 4 g4 .. 4 g4 + 3 of the group at column j * 32 + lane */
+    float *qs = (float *)qs4;
+    for (int k = threadIdx.x; k < nj * MLA2_SG * 32; k += MLA_THREADS) {
+        const int l = k & 31, g = (k >> 5) % MLA2_SG, j = (k >> 5) / MLA2_SG, i = j * 32 + l, h = h0 + g;
+        qs[((j * (MLA2_SG / 4) + g / 4) * 32 + l) * 4 + (g & 3)] =
+            i < row && h < a.n_heads ? a.q_abs[((size_t)t * a.n_heads + h) * row + i] : 0.0f;
+    }
+    __syncthreads();
+    const int p1 = min(n_keys, (int)(blockIdx.x + 1) * kc);
+    for (int p = blockIdx.x * kc + warp; p < p1; p += MLA_THREADS / 32) {
+        const float *kr = a.cache + (size_t)p * row;
+        float acc[MLA2_SG];
+#pragma unroll
+        for (int g = 0; g < MLA2_SG; g++) acc[g] = 0.0f;
+        for (int j = 0; j < nj; j++) {
+            const int i = j * 32 + lane;
+            if (i >= row) break;
+            const float k = kr[i];
+#pragma unroll
+            for (int g4 = 0; g4 < MLA2_SG / 4; g4++) {
+                const float4 q = qs4[(j * (MLA2_SG / 4) + g4) * 32 + lane];
+                acc[4 * g4 + 0] = __fadd_rn(acc[4 * g4 + 0], __fmul_rn(q.x, k));
+                acc[4 * g4 + 1] = __fadd_rn(acc[4 * g4 + 1], __fmul_rn(q.y, k));
+                acc[4 * g4 + 2] = __fadd_rn(acc[4 * g4 + 2], __fmul_rn(q.z, k));
+                acc[4 * g4 + 3] = __fadd_rn(acc[4 * g4 + 3], __fmul_rn(q.w, k));
+            }
+        }
+        float mine = 0.0f;
+#pragma unroll
+        for (int g = 0; g < MLA2_SG; g++) {
+            float v = acc[g];
+            for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+            if (lane == g) mine = v; /* every lane holds the same sum (each step adds the same two values) */
+        }
+        if (lane < MLA2_SG && h0 + lane < a.n_heads)
+            S[((size_t)t * a.n_heads + h0 + lane) * nmax + p] = __fmul_rn(mine, a.scale);
+    }
+}
+
+/* grid (heads, tokens), MLA_THREADS threads: k_mla_attend's softmax on S's row, the weights e_p / sum in place */
+__global__ void k_mla2_soft(const slcu_mla a, float *S, int nmax) {
+    pdl_wait();
+    __shared__ double part[MLA_THREADS];
+    __shared__ float mxp[MLA_THREADS];
+    const int h = blockIdx.x, t = blockIdx.y, n_keys = a.pos0 + t + 1;
+    float *sc = S + ((size_t)t * a.n_heads + h) * nmax;
+    float mx = -INFINITY;
+    for (int p = threadIdx.x; p < n_keys; p += MLA_THREADS)
+        if (sc[p] > mx) mx = sc[p];
+    mxp[threadIdx.x] = mx;
+    __syncthreads();
+    for (int w = MLA_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w && mxp[threadIdx.x + w] > mxp[threadIdx.x]) mxp[threadIdx.x] = mxp[threadIdx.x + w];
+        __syncthreads();
+    }
+    /* the max of the same values as thread 0's scan (a zero's sign aside, which x - mx and expf do not see) */
+    const float m = mxp[0];
+    double s = 0.0;
+    for (int p = threadIdx.x; p < n_keys; p += MLA_THREADS) {
+        const float e = expf(__fsub_rn(sc[p], m));
+        sc[p] = e;
+        s += e;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = MLA_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    const float fsum = (float)part[0];
+    for (int p = threadIdx.x; p < n_keys; p += MLA_THREADS) sc[p] = __fdiv_rn(sc[p], fsum);
+}
+
+/* grid (column slices of 32, head groups of MLA2_LH, tokens), MLA2_LH / 4 warps; the next tile is loaded into
+ * registers while the current one is summed */
+__global__ void k_mla2_lat(const slcu_mla a, const float *S, int nmax) {
+    pdl_wait();
+    constexpr int NTH = MLA2_LH / 4 * 32, CPT = MLA2_PC * 32 / NTH, WPT = MLA2_PC * MLA2_LH / NTH;
+    __shared__ float cs[MLA2_PC][32];
+    __shared__ __align__(16) float ws[MLA2_PC][MLA2_WS];
+    const int t = blockIdx.z, h0 = blockIdx.y * MLA2_LH, c0 = blockIdx.x * 32, row = a.r + a.dr, n_keys = a.pos0 + t + 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float *srow = S + (size_t)t * a.n_heads * nmax;
+    float rc[CPT], rw[WPT];
+    float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f, acc3 = 0.0f;
+    auto fetch = [&](int q0) {
+#pragma unroll
+        for (int u = 0; u < CPT; u++) {
+            const int k = threadIdx.x + u * NTH, pp = k >> 5, l = k & 31;
+            rc[u] = q0 + pp < n_keys && c0 + l < a.r ? a.cache[(size_t)(q0 + pp) * row + c0 + l] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < WPT; u++) {
+            const int k = threadIdx.x + u * NTH, pp = k % MLA2_PC, g = k / MLA2_PC;
+            rw[u] = q0 + pp < n_keys && h0 + g < a.n_heads ? srow[(size_t)(h0 + g) * nmax + q0 + pp] : 0.0f;
+        }
+    };
+    fetch(0);
+    for (int q0 = 0; q0 < n_keys; q0 += MLA2_PC) {
+#pragma unroll
+        for (int u = 0; u < CPT; u++) {
+            const int k = threadIdx.x + u * NTH;
+            cs[k >> 5][k & 31] = rc[u];
+        }
+#pragma unroll
+        for (int u = 0; u < WPT; u++) {
+            const int k = threadIdx.x + u * NTH;
+            ws[k % MLA2_PC][k / MLA2_PC] = rw[u];
+        }
+        __syncthreads();
+        if (q0 + MLA2_PC < n_keys) fetch(q0 + MLA2_PC);
+        const int np = min(MLA2_PC, n_keys - q0);
+        for (int pp = 0; pp < np; pp++) {
+            const float c = cs[pp][lane];
+            const float4 w = *(const float4 *)&ws[pp][4 * warp];
+            acc0 = __fadd_rn(acc0, __fmul_rn(w.x, c));
+            acc1 = __fadd_rn(acc1, __fmul_rn(w.y, c));
+            acc2 = __fadd_rn(acc2, __fmul_rn(w.z, c));
+            acc3 = __fadd_rn(acc3, __fmul_rn(w.w, c));
+        }
+        __syncthreads();
+    }
+    const int c = c0 + lane, h = h0 + 4 * warp;
+    if (c >= a.r) return;
+    float *lat = a.lat + ((size_t)t * a.n_heads + h) * a.r + c;
+    if (h < a.n_heads) lat[0] = acc0;
+    if (h + 1 < a.n_heads) lat[a.r] = acc1;
+    if (h + 2 < a.n_heads) lat[2 * (size_t)a.r] = acc2;
+    if (h + 3 < a.n_heads) lat[3 * (size_t)a.r] = acc3;
+}
+
+static int mla_mode = -1; /* 2: the three launches above for n <= MLA2_MAXN; else k_mla_attend */
+extern "C" void slcu_mla_set(int mode) {
+    mla_mode = mode >= 0 ? mode : (getenv("SLUICE_CUDA_MLA") && getenv("SLUICE_CUDA_MLA")[0] == '2') ? 2 : 1;
+}
+
+static float *mla_s;
+static size_t mla_s_cap; /* floats */
+
+/* the scratch grown outside a recorded step, as cuda_flash.cu fl_room */
+static int mla_room(size_t need, char *msg, size_t msglen) {
+    if (need <= mla_s_cap) return 0;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (slcu_cur_stream) cudaStreamIsCapturing((cudaStream_t)slcu_cur_stream, &cs);
+    if (cs != cudaStreamCaptureStatusNone) return bad(msg, msglen, "mla: the scores' scratch grows inside a recorded step");
+    if (mla_s) cudaFree(mla_s);
+    mla_s = NULL, mla_s_cap = 0;
+    const size_t cap = need + need / 2 > ((size_t)1 << 20) ? need + need / 2 : (size_t)1 << 20;
+    cudaError_t e = cudaMalloc(&mla_s, cap * sizeof(float));
+    if (e != cudaSuccess) {
+        if (msg && msglen) snprintf(msg, msglen, "mla: the scores' scratch: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    mla_s_cap = cap;
+    return 0;
+}
+
+/* the split path's launches, after k_mla_store and k_mla_absorb (the caller took the shape: q_abs's group in 48 KiB) */
+static int mla2_attend(const slcu_mla *a, char *msg, size_t msglen) {
+    const int row = a->r + a->dr, nj = (row + 31) / 32, nmax = a->pos0 + a->n;
+    const size_t qsm = (size_t)nj * MLA2_SG * 32 * sizeof(float);
+    if (mla_room((size_t)a->n * a->n_heads * nmax, msg, msglen)) return -1;
+    const int groups = (a->n_heads + MLA2_SG - 1) / MLA2_SG;
+    /* about 2 CTAs an SM of 132 at any depth: 16 .. 256 keys a CTA, a multiple of the 8 warps */
+    int kc = (int)(((size_t)nmax * groups + 263) / 264);
+    kc = (kc + 7) / 8 * 8;
+    kc = kc < 16 ? 16 : kc > 256 ? 256 : kc;
+    pdl_launch(k_mla2_scores, dim3((unsigned)((nmax + kc - 1) / kc), (unsigned)groups, (unsigned)a->n), MLA_THREADS, qsm, 0,
+               *a, mla_s, nmax, kc);
+    pdl_launch(k_mla2_soft, dim3((unsigned)a->n_heads, (unsigned)a->n), MLA_THREADS, 0, 0, *a, mla_s, nmax);
+    pdl_launch(k_mla2_lat, dim3((unsigned)((a->r + 31) / 32), (unsigned)((a->n_heads + MLA2_LH - 1) / MLA2_LH), (unsigned)a->n),
+               MLA2_LH / 4 * 32, 0, 0, *a, (const float *)mla_s, nmax);
+    return 0;
+}
+
 static int mla_smem_max;
 
 extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
@@ -123,6 +323,19 @@ extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
         ((w->dtype == DT_Q8 || w->dtype == DT_Q4) && (w->group <= 0 || w->cols % w->group)))
         return bad(msg, msglen, "mla: kv_b_proj's shape does not fit the heads");
     if (a->n <= 0) return 0;
+    if (mla_mode < 0) slcu_mla_set(-1);
+    const int row = a->r + a->dr;
+    if (mla_mode == 2 && a->n <= MLA2_MAXN && (size_t)((row + 31) / 32) * MLA2_SG * 32 * sizeof(float) <= 48 * 1024) {
+        pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a);
+        pdl_launch(k_mla_absorb, dim3((unsigned)((row + 127) / 128), (unsigned)(a->n * a->n_heads)), 128, 0, 0, *a);
+        if (mla2_attend(a, msg, msglen)) return -1;
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            if (msg && msglen) snprintf(msg, msglen, "mla launch: %s", cudaGetErrorString(e));
+            return -1;
+        }
+        return 0;
+    }
     if (!mla_smem_max) {
         int dev = 0, optin = 0;
         cudaGetDevice(&dev);
@@ -135,7 +348,6 @@ extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
         if (msg && msglen) snprintf(msg, msglen, "mla: %d positions do not fit the device's shared memory (%d at most)", a->pos0 + a->n, mla_smem_max / 4);
         return -1;
     }
-    const int row = a->r + a->dr;
     pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a); /* stream 0: the legacy one */
     pdl_launch(k_mla_absorb, dim3((unsigned)((row + 127) / 128), (unsigned)(a->n * a->n_heads)), 128, 0, 0, *a);
     pdl_launch(k_mla_attend, a->n * a->n_heads, MLA_THREADS, smem, 0, *a);
