@@ -69,6 +69,26 @@ __global__ void k_mla_absorb(const slcu_mla a) {
 }
 
 #define MLA_THREADS 256
+
+/* sc[p] = expf(sc[p] - mx) for p < n_keys, and their sum: thread i's positions i, i + MLA_THREADS, ... in double from
+ * 0, then a fixed tree over part (MLA_THREADS doubles, shared); returns (float) of the sum. k_mla_attend's order, which
+ * the split (k_mla2_soft) keeps. */
+__device__ __forceinline__ float mla_exp_sum(float *sc, int n_keys, float mx, double *part) {
+    double s = 0.0;
+    for (int p = threadIdx.x; p < n_keys; p += MLA_THREADS) {
+        const float e = expf(__fsub_rn(sc[p], mx));
+        sc[p] = e;
+        s += e;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = MLA_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    return (float)part[0];
+}
+
 __global__ void k_mla_attend(const slcu_mla a) {
     pdl_wait();
     extern __shared__ float sc[];
@@ -92,18 +112,7 @@ __global__ void k_mla_attend(const slcu_mla a) {
         mx_s = mx;
     }
     __syncthreads();
-    double s = 0.0;
-    for (int p = threadIdx.x; p < n_keys; p += MLA_THREADS) {
-        sc[p] = expf(__fsub_rn(sc[p], mx_s));
-        s += sc[p];
-    }
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = MLA_THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    const float fsum = (float)part[0];
+    const float fsum = mla_exp_sum(sc, n_keys, mx_s, part);
     float *lat = a.lat + (size_t)th * a.r;
     for (int c = threadIdx.x; c < a.r; c += MLA_THREADS) {
         float acc = 0.0f;
@@ -190,20 +199,7 @@ __global__ void k_mla2_soft(const slcu_mla a, float *S, int nmax) {
         __syncthreads();
     }
     /* the max of the same values as thread 0's scan (a zero's sign aside, which x - mx and expf do not see) */
-    const float m = mxp[0];
-    double s = 0.0;
-    for (int p = threadIdx.x; p < n_keys; p += MLA_THREADS) {
-        const float e = expf(__fsub_rn(sc[p], m));
-        sc[p] = e;
-        s += e;
-    }
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = MLA_THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    const float fsum = (float)part[0];
+    const float fsum = mla_exp_sum(sc, n_keys, mxp[0], part);
     for (int p = threadIdx.x; p < n_keys; p += MLA_THREADS) sc[p] = __fdiv_rn(sc[p], fsum);
 }
 
