@@ -122,7 +122,7 @@ static int run_modes(const kern_ops *ops, int threads, const mla_case *c, mla_da
 
 /* Every case on the tables (big: the default table only) x 1, 2, 3, 16 threads: the split (be_cpu_mla_split(1)) and
  * the default choice bitwise attend_part's (0), which is finite and within the latents' range; the split taken where
- * the case expects it (not with small 2; by default up to 8 tokens). big: attend_part's once, at 2 threads (it is the
+ * the case expects it (not with small 2; by default up to 64 tokens). big: attend_part's once, at 2 threads (it is the
  * slow one, and its bits do not depend on the threads). */
 static void check_cases(const mla_case *cases, int n_cases, int big) {
     const kern_ops *tabs[3] = {kern_scalar_ops(), kern_avx2_ops(), kern_avx512_ops()};
@@ -146,9 +146,9 @@ static void check_cases(const mla_case *cases, int n_cases, int big) {
                     break;
                 }
                 const int want = c->small != 2;
-                if (ns[0] != want || ns[1] != (want && c->n <= 8))
+                if (ns[0] != want || ns[1] != (want && c->n <= 64)) /* cpu_mla.c MLA_SPLIT_TOK */
                     test_fail(__FILE__, __LINE__, "case %d at %d threads: the split ran %ld (forced) and %ld (default) "
-                              "times, expected %d and %d", ci, threads[th], ns[0], ns[1], want, want && c->n <= 8);
+                              "times, expected %d and %d", ci, threads[th], ns[0], ns[1], want, want && c->n <= 64);
                 size_t bad = 0, first = 0;
                 for (size_t i = n_out; i-- > 0;)
                     if (memcmp(&ref[i], &got[i], sizeof(float)) || memcmp(&ref[i], &aut[i], sizeof(float)))

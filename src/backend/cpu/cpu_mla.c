@@ -6,16 +6,18 @@
  *
  * The last step two ways, to the same bits. attend_part takes a (token, head) an item, which reads every row the
  * token sees: at decode each of the n_heads heads reads the whole cache (DeepSeek-V3 at depth 8192: 128 reads of
- * 8192 rows of 576 floats a token). mla_split (a few tokens, one at a time) reads each row once for all heads, in
- * three hand-offs over the pool:
+ * 8192 rows of 576 floats a token). mla_split (each token of a micro-batch in turn) reads each row once for all heads,
+ * in three hand-offs over the pool:
  *   (1) items of MLA_KEYS keys: every head's dots with them (kern_dot_rows_q: bitwise ops->dot of the same query and
  *       key, kernels.h), with sel the chosen rows gathered first (the same values);
  *   (2) items heads: attend_part's scale, max, exp and double sum in increasing position, then its weights sc / fsum;
  *   (3) items (slice of the latent's r dims, group of heads): the weighted sum on the slice's columns, each element's
  *       chain over the keys in increasing position from zero (kern_axpy_rows_q: bitwise axpy calls, and axpy is
  *       element-wise y + a * x, so a slice of the columns is the same arithmetic as the whole row).
- * So every output is bitwise attend_part's, at any thread count; tests/test_mla.c checks it. Prefill (more tokens)
- * keeps attend_part, as does SLUICE_CPU_MLA_SPLIT=0.
+ * So every output is bitwise attend_part's, at any thread count; tests/test_mla.c checks it. It takes prefill's
+ * micro-batches too (their register tiles: a 1024-token prompt's prefill 1.2-1.4x, 2048's 1.7x on the one-layer
+ * DeepSeek-V3 synth at 2 threads, docs/PERFORMANCE.md); more than MLA_SPLIT_TOK tokens at once, and
+ * SLUICE_CPU_MLA_SPLIT=0, keep attend_part.
  *
  * Scratch (cpu_ctx, reserve; sized by src/model/mla.c fwd_mla_slot_floats): attend_part's scores and absorb_part's
  * dequantised kv_b row in a slot a call; the split's scores of a pass of heads [hb][ldsc] from the start of the
@@ -35,7 +37,7 @@
 #define MLA_KEYS 32     /* keys an item of the scores (rows of a gathered tile: fwd_mla_slot_floats counts 32 rows) */
 #define MLA_ROWS 128    /* keys a call of the sums (no sel): 64 columns of them are 32 KiB, read once per 4 heads */
 #define MLA_SLICE 64    /* columns a slice of the sums (a multiple of 16: whole vectors in every table) */
-#define MLA_SPLIT_TOK 8 /* the automatic choice splits micro-batches of up to this many tokens */
+#define MLA_SPLIT_TOK 64 /* the automatic choice splits micro-batches of up to this many tokens (FWD_BATCH's) */
 
 typedef struct {
     const be_mla *a;

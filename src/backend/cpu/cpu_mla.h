@@ -6,8 +6,8 @@
 #ifndef SL_BACKEND_CPU_MLA_H
 #define SL_BACKEND_CPU_MLA_H
 
-/* The split of a few tokens (cpu_mla.c mla_split): -1 where it applies (the default: micro-batches of up to 8
- * tokens, unless SLUICE_CPU_MLA_SPLIT=0), 0 never, 1 always where the scratch holds it (any n); returns the
+/* The split of a micro-batch's tokens (cpu_mla.c mla_split): -1 where it applies (the default: micro-batches of up
+ * to 64 tokens, unless SLUICE_CPU_MLA_SPLIT=0), 0 never, 1 always where the scratch holds it (any n); returns the
  * previous mode. Not thread-safe: set it while nothing runs. */
 int be_cpu_mla_split(int mode);
 /* How many mla calls the split has done since the process started (a test checks its case took it). */
