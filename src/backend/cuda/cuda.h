@@ -448,7 +448,8 @@ typedef struct slcu_mla {
 } slcu_mla;
 int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen);
 /* 2: 1 .. 8 tokens by cuda_mla.cu's split launches (the cache read once per group of heads, bitwise the same outputs);
- * 1 (default): k_mla_attend alone; -1: SLUICE_CUDA_MLA again (=2 the split). Tests and benchmarks. */
+ * 1: k_mla_attend alone; 3 (the default): the split from 64 positions on; -1: SLUICE_CUDA_MLA again (1 / 2 / unset).
+ * Tests and benchmarks. */
 void slcu_mla_set(int mode);
 
 /* ---- cuda_mxfp4.cu: y[t * ldy + r] = (W x_t)[r], W MXFP4 (quant.h: codes [rows][cols/2], an E8M0 scale per

@@ -8,8 +8,9 @@
  * thread c's latent sum over the positions in increasing order, lat += (e_p / sum) c_p. Every order depends
  * on the shapes only: bitwise repeatable, a token in a batch equals the token alone. The kernels wait (pdl_wait)
  * before their first global access and are launched by cuda_pdl.cuh pdl_launch, on the legacy stream as before.
- * SLUICE_CUDA_MLA=2 (or slcu_mla_set(2)): for 1 .. 8 tokens the attention in three launches (the section below
- * k_mla_attend) that read the cache once a group of heads, bitwise the same outputs; the default is k_mla_attend.
+ * For 1 .. 8 tokens at MLA2_AUTO positions or more the attention runs in three launches (the section below
+ * k_mla_attend) that read the cache once a group of heads, bitwise the same outputs (SLUICE_CUDA_MLA=1: k_mla_attend
+ * always, =2: the split always).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -261,9 +262,13 @@ __global__ void k_mla2_lat(const slcu_mla a, const float *S, int nmax) {
     if (h + 3 < a.n_heads) lat[3 * (size_t)a.r] = acc3;
 }
 
-static int mla_mode = -1; /* 2: the three launches above for n <= MLA2_MAXN; else k_mla_attend */
+/* 2: the three launches above for n <= MLA2_MAXN; 1: k_mla_attend; 3 (the default since call Z, docs/CUDA.md): the split
+ * from MLA2_AUTO positions on (at depth 1 k_mla_attend is 7 us faster, from 512 the split 3.5-8.5x: test_cuda --bench-mla) */
+#define MLA2_AUTO 64
+static int mla_mode = -1;
 extern "C" void slcu_mla_set(int mode) {
-    mla_mode = mode >= 0 ? mode : (getenv("SLUICE_CUDA_MLA") && getenv("SLUICE_CUDA_MLA")[0] == '2') ? 2 : 1;
+    const char *e = getenv("SLUICE_CUDA_MLA");
+    mla_mode = mode >= 0 ? mode : !e || !e[0] ? 3 : e[0] == '2' ? 2 : e[0] == '1' ? 1 : 3;
 }
 
 static float *mla_s;
@@ -321,7 +326,8 @@ extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
     if (a->n <= 0) return 0;
     if (mla_mode < 0) slcu_mla_set(-1);
     const int row = a->r + a->dr;
-    if (mla_mode == 2 && a->n <= MLA2_MAXN && (size_t)((row + 31) / 32) * MLA2_SG * 32 * sizeof(float) <= 48 * 1024) {
+    const int split = mla_mode == 2 || (mla_mode == 3 && a->pos0 + a->n >= MLA2_AUTO);
+    if (split && a->n <= MLA2_MAXN && (size_t)((row + 31) / 32) * MLA2_SG * 32 * sizeof(float) <= 48 * 1024) {
         pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a);
         pdl_launch(k_mla_absorb, dim3((unsigned)((row + 127) / 128), (unsigned)(a->n * a->n_heads)), 128, 0, 0, *a);
         if (mla2_attend(a, msg, msglen)) return -1;
