@@ -377,19 +377,22 @@ static void cu_add_bias(be_backend *be, float *x, size_t ld, const float *b, int
     CU(be, slcb_add_bias(x, ld, b, n_rows, cols, MSG(be)));
 }
 
+/* Only the index lists given go up (the upload ring); an absent one is k_copy_rows's NULL (rows 0 .. n-1), so a
+ * strided block copy (neither given) is one launch and no upload. */
 static void cu_copy_rows(be_backend *be, float *dst, size_t ldd, const int *didx, const float *src, size_t lds,
                          const int *sidx, int n, int cols) {
     SKIP(be);
     if (n <= 0) return;
-    int *h = host_scratch(be, 2 * (size_t)n * sizeof(int));
-    if (!h) return;
-    for (int i = 0; i < n; i++) {
-        h[i] = didx ? didx[i] : i;
-        h[n + i] = sidx ? sidx[i] : i;
+    const int m = (didx != NULL) + (sidx != NULL);
+    const int *d = NULL;
+    if (m) {
+        int *h = host_scratch(be, (size_t)m * (size_t)n * sizeof(int));
+        if (!h) return;
+        if (didx) memcpy(h, didx, (size_t)n * sizeof(int));
+        if (sidx) memcpy(h + (didx ? n : 0), sidx, (size_t)n * sizeof(int));
+        if (!(d = dev_upload(be, h, (size_t)m * (size_t)n * sizeof(int)))) return;
     }
-    int *d = dev_upload(be, h, 2 * (size_t)n * sizeof(int));
-    if (!d) return;
-    CU(be, slcb_copy_rows(dst, ldd, d, src, lds, d + n, n, cols, MSG(be)));
+    CU(be, slcb_copy_rows(dst, ldd, didx ? d : NULL, src, lds, sidx ? d + (didx ? n : 0) : NULL, n, cols, MSG(be)));
 }
 
 static slcu_attn attn_of(const be_attn *a) {
