@@ -5,7 +5,9 @@
  * there in one copy. See handles.h.
  */
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #include "engine/handles.h"
@@ -62,6 +64,55 @@ static sl_status bind_one(sl_model *m, const arch_tensor *at, sl_error *err) {
     return SL_OK;
 }
 
+/* Qwen3-Next's in_proj_qkvz (the field qkvz), each row moved in place (the buffer is ours) from the stored order,
+ * grouped per key head, to q | k | v | z (model/deltanet.c fwd_qkvz_row), so a layer's matmul writes the conv input
+ * and z where the DeltaNet ops read them instead of a copy per key head and part. A row permutation changes no
+ * row's value: the kernels compute each output row on its own, in an order set by the columns alone (kernels.h,
+ * cuda.h), and every stored layout keeps a row's bytes apart from the others' in each of its sections (quant/quant.h:
+ * the codes or blocks, then the scales, then the biases, [rows][...] each). Where a matrix's sections are not that,
+ * it stays grouped (qkvz_flat 0; the forward pass then copies per key head as before), as every one does with
+ * SLUICE_QKVZ_GROUPED=1 (tests: the old path, bitwise the new). SL_OK, or SL_ENOMEM. */
+static sl_status flatten_qkvz(sl_model *m, const arch_tensor *at, int n, sl_error *err) {
+    const char *env = getenv("SLUICE_QKVZ_GROUPED");
+    if (env && *env && *env != '0') return SL_OK;
+    uint8_t *tmp = NULL;
+    size_t cap = 0;
+    for (int i = 0; i < n; i++) {
+        if (!at[i].matrix || at[i].layer < 0 || at[i].layer >= m->cfg.n_layers || at[i].field != offsetof(fam_layer_w, qkvz))
+            continue;
+        fam_layer_w *lw = &m->w.layers[at[i].layer];
+        tn_mat *w = &lw->qkvz;
+        const size_t rows = (size_t)w->rows, code = q_row_code_bytes(w->dtype, w->cols);
+        const uint64_t all = q_mat_bytes(w->dtype, w->rows, w->cols, w->group, w->sdtype);
+        const int scaled = w->scales && w->scales != w->data, two = scaled && w->biases;
+        const uint64_t rest = all - (uint64_t)rows * code, per = rows ? rest / rows / (two ? 2 : 1) : 0;
+        uint8_t *base = (uint8_t *)w->data;
+        /* the sections: codes [rows][code], then (scaled) scales and (two) biases [rows][per] */
+        const size_t sec_b[3] = {code, scaled ? (size_t)per : 0, two ? (size_t)per : 0};
+        int ok = rows > 0 && code > 0 && all >= (uint64_t)rows * code && (!scaled || per * rows * (two ? 2 : 1) == rest) &&
+                 (scaled || rest == 0) && (!scaled || (const uint8_t *)w->scales == base + rows * code) &&
+                 (!two || (const uint8_t *)w->biases == base + rows * code + rows * per) && (two || !w->biases);
+        for (size_t f = 0; ok && f < rows; f++) ok = fwd_qkvz_row(&m->cfg, (int64_t)rows, (int64_t)f) >= 0;
+        if (!ok) continue;
+        if (all > cap) {
+            free(tmp);
+            if (!(tmp = malloc((size_t)all))) return err_set(err, SL_ENOMEM, "out of memory regrouping '%s'", at[i].name);
+            cap = (size_t)all;
+        }
+        memcpy(tmp, base, (size_t)all);
+        size_t off = 0;
+        for (int s = 0; s < 3; s++) {
+            for (size_t f = 0; sec_b[s] && f < rows; f++)
+                memcpy(base + off + f * sec_b[s], tmp + off + (size_t)fwd_qkvz_row(&m->cfg, (int64_t)rows, (int64_t)f) * sec_b[s],
+                       sec_b[s]);
+            off += rows * sec_b[s];
+        }
+        lw->qkvz_flat = 1;
+    }
+    free(tmp);
+    return SL_OK;
+}
+
 /* p moved from the host range [from, from + len) to the same offset of to. */
 static void rebase(const void **p, const uint8_t *from, uint64_t len, uint8_t *to) {
     const uint8_t *q = *p;
@@ -113,6 +164,7 @@ sl_status engine_load_backbone(sl_model *m, const char *path, const arch_tensor 
     }
     for (int i = 0; i < n; i++)
         if ((st = bind_one(m, &at[i], err))) return st;
+    if ((st = flatten_qkvz(m, at, n, err))) return st;
     if (!m->be->is_host && (st = upload_backbone(m, at, n, err))) return st;
     if (m->cfg.tie_embeddings) m->w.lm_head = m->w.embed;
     return SL_OK;

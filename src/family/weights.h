@@ -34,6 +34,8 @@ typedef struct fam_layer_w {
 
     /* Gated DeltaNet */
     tn_mat qkvz, ba;         /* qwen3_next: grouped per key head (docs/MATH.md, Gated DeltaNet: Projections) */
+    int qkvz_flat;           /* 1: qkvz's rows regrouped at load to q | k | v | z (engine/backbone.c; model/deltanet.c
+                              * fwd_qkvz_row), so the matmul writes the conv input then z; 0: grouped as stored */
     tn_mat qkv, z, b, a;     /* qwen3_5_moe: flat */
     float *conv_w;           /* [Cq][K] */
     float *dt_bias, *A_log;  /* [nv] */

@@ -3,8 +3,9 @@
  *
  * Per micro-batch of n tokens, each step ops of the backend (src/backend/backend.h: dn_conv, dn_gates,
  * dn_step or dn_chunk, dn_norm, where the arithmetic lives):
- *   1. projections -> conv_in [n][Cq] = q|k|v (Next: regrouped from in_proj_qkvz, or its halves in_proj_qkv and
- *      in_proj_z under qkvz_split), z [n][nv*dv],
+ *   1. projections -> conv_in [n][Cq] = q|k|v (Next: in_proj_qkvz's rows regrouped once at load to q|k|v|z, so its
+ *      matmul writes the conv input then z: one token reads them where they are, more take two row copies; or its
+ *      halves in_proj_qkv and in_proj_z under qkvz_split), z [n][nv*dv],
  *      ba [n][2nv] (Next: raw grouped b|a per key head; Qwen3.5: b then a);
  *   2. causal depthwise conv1d + SiLU over [conv state (K-1 rows); conv_in] -> conv_out; the new conv
  *      state (last K-1 pre-conv rows) goes to the other slot;
@@ -55,6 +56,19 @@ static int mamba2(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_laye
     return 0;
 }
 
+/* in_proj_qkvz stored grouped per key head g: [q_g (dk) | k_g (dk) | v of heads g*r.. (r*dv) | z of them (r*dv)];
+ * flat: [q (nk*dk) | k (nk*dk) | v (nv*dv) | z (nv*dv)] (docs/MATH.md, Gated DeltaNet: Projections) */
+int64_t fwd_qkvz_row(const fam_config *cfg, int64_t rows, int64_t f) {
+    const int64_t nk = cfg->lin_nk, nv = cfg->lin_nv, dk = cfg->lin_dk, dv = cfg->lin_dv;
+    const int64_t r = nk > 0 ? nv / nk : 0, G = 2 * dk + 2 * r * dv, qk = nk * dk;
+    if (nk < 1 || r * nk != nv || G * nk != rows || f < 0 || f >= rows) return -1;
+    if (f < qk) return f / dk * G + f % dk;                                   /* q of key head f / dk */
+    if (f < 2 * qk) return (f - qk) / dk * G + dk + (f - qk) % dk;            /* k */
+    const int64_t rv = r * dv, v = f - 2 * qk;
+    if (v < nv * dv) return v / rv * G + 2 * dk + v % rv;                     /* v of key head group v / (r dv) */
+    return (v - nv * dv) / rv * G + 2 * dk + rv + (v - nv * dv) % rv;         /* z */
+}
+
 int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n) {
     if (cfg->short_conv) return short_conv(ws, sq, cfg, lw, layer, n);
     if (cfg->mamba) return mamba2(ws, sq, cfg, lw, layer, n);
@@ -64,6 +78,7 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer
     const int r = nv / nk, cq = 2 * nk * dk + nv * dv, zd = nv * dv;
 
     /* 1. projections, the input quantized once for all of them */
+    const float *conv_in = ws->conv_in, *z = ws->z;
     kern_act hx;
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, H, n, (int)H);
     if (cfg->split_lin_proj) {
@@ -74,7 +89,17 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer
         const kern_mm mm[3] = {{&lw->qkv, &hx, ws->conv_in, (size_t)cq}, {&lw->z, &hx, ws->z, (size_t)zd},
                                {&lw->ba, &hx, ws->ba, (size_t)2 * nv}};
         be->matmul_multi(be, mm, 3);
-    } else {
+    } else if (lw->qkvz_flat) { /* in_proj_qkvz's rows q | k | v | z (regrouped at load): big's row is conv_in's, z's */
+        const size_t lb = (size_t)ws->n_big;
+        const kern_mm mm[2] = {{&lw->qkvz, &hx, ws->big, lb}, {&lw->ba, &hx, ws->ba, (size_t)2 * nv}};
+        be->matmul_multi(be, mm, 2);
+        if (n == 1) {
+            conv_in = ws->big, z = ws->big + cq;
+        } else {
+            be->copy_rows(be, ws->conv_in, (size_t)cq, NULL, ws->big, lb, NULL, n, cq);
+            be->copy_rows(be, ws->z, (size_t)zd, NULL, ws->big + cq, lb, NULL, n, zd);
+        }
+    } else { /* as stored (SLUICE_QKVZ_GROUPED=1: engine/backbone.c), de-interleaved per key head */
         /* in_proj_qkvz block g: [q_g (dk) | k_g (dk) | v heads g*r.. (r*dv) | z same heads (r*dv)] */
         const int bs = 2 * dk + 2 * r * dv;
         const size_t lb = (size_t)ws->n_big;
@@ -93,11 +118,11 @@ int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer
     /* 2.-5. conv1d + SiLU (state into the other slot), gates and q/k normalisation, the recurrence per value
      * head (state from slot lin_cur to 1 - lin_cur), gated RMSNorm; then out_proj */
     const int cur = sq->lin_cur[layer];
-    const be_dn d = {.n = n, .nk = nk, .nv = nv, .dk = dk, .dv = dv, .conv_k = cfg->conv_k, .conv_in = ws->conv_in,
+    const be_dn d = {.n = n, .nk = nk, .nv = nv, .dk = dk, .dv = dv, .conv_k = cfg->conv_k, .conv_in = conv_in,
                      .conv_w = lw->conv_w, .conv_in_state = sq->conv[layer][cur], .conv_out_state = sq->conv[layer][cur ^ 1],
                      .conv_out = ws->conv_out, .ba = ws->ba, .ba_grouped = !cfg->split_lin_proj, .A_log = lw->A_log,
                      .dt_bias = lw->dt_bias, .gates = ws->gates, .ssm_in = sq->ssm[layer][cur],
-                     .ssm_out = sq->ssm[layer][cur ^ 1], .out = ws->mix, .ldo = (size_t)ws->n_mix, .z = ws->z,
+                     .ssm_out = sq->ssm[layer][cur ^ 1], .out = ws->mix, .ldo = (size_t)ws->n_mix, .z = z,
                      .norm_w = lw->lin_norm, .eps = cfg->eps};
     be->dn_conv(be, &d);
     be->dn_gates(be, &d);

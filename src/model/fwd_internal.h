@@ -266,6 +266,10 @@ int fwd_mla_seq_alloc(fwd_seq *sq, const fam_config *cfg);
 void fwd_mla_seq_free(fwd_seq *sq);
 int fwd_mla_ws_alloc(fwd_ws *ws, const fam_config *cfg);
 int fwd_deltanet(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n);
+/* Qwen3-Next's in_proj_qkvz in the flat order q | k | v | z (deltanet.c; fam_layer_w qkvz_flat): the stored (grouped)
+ * row that flat row f of a matrix of `rows` rows takes, or -1 when rows is not cfg's 2 nk dk + 2 nv dv (or nv is not
+ * a multiple of nk). A row permutation: every stored row is taken once. */
+int64_t fwd_qkvz_row(const fam_config *cfg, int64_t rows, int64_t f);
 /* Kimi Delta Attention (cfg->kda; kda.c), the same contract and state as fwd_deltanet. */
 int fwd_kda(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n);
 /* Buffers of a layer-major (wide) evaluation of n tokens. */
