@@ -15,6 +15,7 @@
  * f32 activations) within 1e-4 of the CPU's exact kernels and of its own run of NAME.sluice (the same weights
  * dequantised to f32), token by token within 1e-5 of the prefill, streamed bitwise resident, greedy the CPU's.
  * Implied biases (DIR/NAME.ib.sluice, kq_q40; run_ib): decode with SLUICE_CUDA_IBIAS on bitwise off and streamed.
+ * Qwen3-Next (run_qkvz): in_proj_qkvz kept grouped (SLUICE_QKVZ_GROUPED=1) bitwise regrouped at load.
  * Batched decode (q4 packs; run_batch): 4 sequences' steps together bitwise each alone, and their MoE as one-token
  * matvecs bitwise the grouped GEMM's (cuda.h slcu_moe_mv).
  * Exit 0 passed, 1 failed, 77 no usable device. Usage: test_model DIR NAME...
@@ -196,6 +197,30 @@ static void run_batch(sl_model *gpu, const char *name, const int32_t *toks, int 
 }
 
 /* one packed model: resident CPU, resident GPU, streamed GPU with a tier */
+/* Qwen3-Next: in_proj_qkvz kept grouped at load (SLUICE_QKVZ_GROUPED=1: the per key head copies, as before the
+ * regroup of engine/backbone.c) gives bitwise the regrouped model's prefill lg and token-by-token l1, and 7-token
+ * chunks (the copies of a micro-batch) its own */
+static void run_qkvz(const char *path, const char *name, const int32_t *toks, int n, const float *lg, const float *l1,
+                     int quant) {
+    sl_error err = {0};
+    setenv("SLUICE_QKVZ_GROUPED", "1", 1);
+    sl_model *g = open_model(path, 1, 1, 0, &err);
+    unsetenv("SLUICE_QKVZ_GROUPED");
+    sl_model *f = g ? open_model(path, 1, 1, 0, &err) : NULL;
+    CHECKF(g && f, "%s: open: %s", path, err.msg);
+    const size_t bytes = (size_t)n * (size_t)(g ? sl_model_n_vocab(g) : 0) * sizeof(float);
+    float *a = g ? eval_all(g, toks, n, n) : NULL, *b = g ? eval_all(g, toks, n, 1) : NULL;
+    float *c = g ? eval_all(g, toks, n, 7) : NULL, *d = f ? eval_all(f, toks, n, 7) : NULL;
+    const int s1 = a && lg && !memcmp(a, lg, bytes), s2 = b && l1 && !memcmp(b, l1, bytes), s3 = c && d && !memcmp(c, d, bytes);
+    printf("  %-10s %-3s in_proj_qkvz grouped (per key head copies) vs regrouped at load: prefill %s, token by token %s, "
+           "7-token chunks %s\n", name, quant ? "q4" : "f32", s1 ? "bitwise" : "DIFFERS", s2 ? "bitwise" : "DIFFERS",
+           s3 ? "bitwise" : "DIFFERS");
+    CHECKF(s1 && s2 && s3, "%s: the regrouped in_proj_qkvz differs from the grouped one on the GPU", name);
+    free(a), free(b), free(c), free(d);
+    sl_model_close(f);
+    sl_model_close(g);
+}
+
 static void run_model(const char *path, const char *name, const int32_t *toks, int n, const float *ref,
                       const int32_t *ref_greedy, int n_greedy, int quant) {
     sl_error err = {0};
@@ -209,6 +234,7 @@ static void run_model(const char *path, const char *name, const int32_t *toks, i
      * tier's, gst's below) turns the overlapped launches off while it lives (backend_cuda.c), so these run with them */
     float *lc = eval_all(cpu, toks, n, n), *lg = eval_all(gpu, toks, n, n), *l1 = eval_all(gpu, toks, n, 1);
     if (quant) run_batch(gpu, name, toks, n); /* int8 activations: the experts of a batch by cu_moe_wide */
+    if (strstr(name, "qwen3_next")) run_qkvz(path, name, toks, n, lg, l1, quant);
     if (!quant && n_greedy > 0) {
         int32_t got[64];
         int rc = greedy(gpu, toks, n, got, n_greedy);
