@@ -221,6 +221,49 @@ void slcu_moe_mv(int max_tok);
  * slcu_moe_ffn's. */
 int slcu_moe_ffn_gemm(const slcu_moe *m, char *msg, size_t msglen);
 
+/* slcu_moe_ffn's two steps (cuda_i8.cu), for the grouped experts of other kinds (cuda_moex.cu). slcu_moe_group: the
+ * nk = n k pairs of top_e grouped by expert (k_moe_group: pairs outside [0, E) skipped): off, toff [E + 1] each
+ * expert's first sorted pair and 32-pair tile; tok, cell [nk]: sorted pair p's token t (its activation row) and its
+ * pair index t k + s. slcu_seg_i8: one q8/q4 matrix w of every expert (tab [E][3]: data, scales, biases, w the
+ * shape and types they share) over its segment of sorted pairs in one gemm_seg launch: input row tok[p] of a (tok
+ * NULL: row p), output row yrows[p] of y (yrows NULL: row p). Every row bitwise slcu_matmul_i8 of that expert's matrix
+ * on that activation row (the canonical order). 0, or -1 (message). */
+int slcu_moe_group(const int *top_e, int nk, int k, int E, int *off, int *toff, int *tok, int *cell, char *msg,
+                   size_t msglen);
+typedef struct slcu_seg {
+    slcu_mat w;
+    const void *const *tab;
+    const int *off, *toff, *tok, *yrows;
+    const slcu_act *a;
+    float *y;
+    size_t ldy;
+    int nk, E;
+} slcu_seg;
+int slcu_seg_i8(const slcu_seg *s, char *msg, size_t msglen);
+
+/* gpt-oss's experts of a layer-major MoE block grouped on the device (cuda_moex.cu; backend.h BE_FFN_GPTOSS): the pairs
+ * grouped by expert (slcu_moe_group), gate_up of every expert over its rows in one launch, the clamped SwiGLU with each
+ * pair's expert's gate_up_bias, down in a second launch into the pairs' cells of y, each cell + its expert's down_bias.
+ * Every cell is bitwise that expert's backend_cuda.c cu_ffn over the token alone (the same operations on the same row:
+ * slcu_matmul_i8, slcu_swiglu_clamped, slcu_act_quantize, slcu_matmul_i8, slcb_add_bias). Only the pairs of top_e in
+ * [0, E) run (a batch of the device tier: the others -1), only their cells written. Matrices: q8/q4 (int8
+ * activations) today; cuda_moex.cu seg_takes / seg_matmul are where another type (MXFP4) plugs in. */
+typedef struct slcu_moex {
+    int n, k, E, H, I;
+    float limit;              /* swiglu_limit */
+    const float *h;           /* [n][H] the block's input rows (device) */
+    const int *top_e;         /* device [n][k] */
+    const void *const *tab;   /* device [2][E][3]: gate_up, down of each expert: data, scales, biases */
+    const float *const *bias; /* device [2][E]: gate_up_bias [2I], down_bias [H] of each expert */
+    slcu_mat gate_up, down;   /* the shapes and types every expert shares (data pointers unused) */
+    void *work;               /* slcu_moex_bytes(n, k, E, H, I) bytes of device memory */
+    float *y;                 /* [n k][H] */
+} slcu_moex;
+size_t slcu_moex_bytes(int n, int k, int E, int H, int I);
+/* 1 when m's shapes and types are ones slcu_moex_ffn runs (buffers not looked at), else 0 */
+int slcu_moex_takes(const slcu_moex *m);
+int slcu_moex_ffn(const slcu_moex *m, char *msg, size_t msglen); /* 0, or -1 (message; not its case included) */
+
 /* ---- the other ops of a decode step (cuda_ops.cu), f32 in device memory --------------------------------
  * Each mirrors the CPU code named (src/kernels/kernels_plain.h and the files of src/model/) operation by operation;
  * transcendental functions (expf, sinf, cosf) are CUDA's, within 2 ulp of the C library's, so results agree
@@ -323,6 +366,10 @@ extern int slcu_router_mode, slcu_router_warps;
  * -1 failed (message). */
 int slcu_moe_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
                    size_t *cap, char *msg, size_t msglen);
+/* slcu_moe_layer for gpt-oss's experts (cuda_moex.cu): r's choice into m->top_e and top_w, slcu_moex_ffn, out [n][H] =
+ * slcu_combine of the slots. 1 done, 0 not its case (slcu_moex_takes: nothing queued), -1 failed (message). */
+int slcu_moex_layer(const slcu_moex *m, const slcu_router *r, const float *logits, float *top_w, float *out, void **buf,
+                    size_t *cap, char *msg, size_t msglen);
 /* out[t] = ((0 + w_0 y_0) + w_1 y_1) + ... over the k slots (moe.c fwd_moe), then + sigmoid(sg[t]) * sh[t]
  * when sh is given (sg NULL: gate 1). y [n_tok][k][H], w [n_tok][k], out/sh [n_tok][H], sg [n_tok]. */
 int slcu_combine(const float *y, const float *w, int k, const float *sh, const float *sg, float *out, int n_tok,

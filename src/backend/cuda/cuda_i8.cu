@@ -855,6 +855,33 @@ extern "C" int slcu_moe_ffn(const slcu_moe *m, char *msg, size_t msglen) { retur
  * cell written is bitwise slcu_moe_ffn's (the same kernels, and a row's output depends only on its activation row). */
 extern "C" int slcu_moe_ffn_gemm(const slcu_moe *m, char *msg, size_t msglen) { return moe_ffn_run(m, 0, msg, msglen); }
 
+/* cuda.h slcu_moe_group / slcu_seg_i8: moe_ffn_run's two steps for cuda_moex.cu (the same kernels) */
+extern "C" int slcu_moe_group(const int *top_e, int nk, int k, int E, int *off, int *toff, int *tok, int *cell, char *msg,
+                              size_t msglen) {
+    if (nk < 0 || k < 1 || E < 1 || E > 1024) {
+        if (msg && msglen) snprintf(msg, msglen, "MoE grouping: %d pairs, k %d, E %d (1 .. 1024) out of range", nk, k, E);
+        return -1;
+    }
+    k_moe_group<<<1, 1024, 0, SLS>>>(top_e, nk, k, E, off, toff, tok, cell);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : fail(msg, msglen, "MoE grouping launch", e);
+}
+
+extern "C" int slcu_seg_i8(const slcu_seg *s, char *msg, size_t msglen) {
+    const slcu_mat *w = &s->w;
+    if ((w->dtype != DT_Q8 && w->dtype != DT_Q4) || (w->group != 32 && w->group != 64 && w->group != 128) ||
+        (w->sdtype != DT_F32 && w->sdtype != DT_F16 && w->sdtype != DT_BF16) || w->cols % 32 || w->rows < 1 ||
+        s->a->cols != w->cols || s->E < 1 || s->E > 1024) {
+        if (msg && msglen) snprintf(msg, msglen, "grouped int8 GEMM: a matrix not q8/q4 in groups of 32, 64 or 128");
+        return -1;
+    }
+    if (s->nk <= 0) return 0;
+    const segjob S = {s->tab, s->off, s->toff, s->tok, s->yrows, w->dtype == DT_Q4 ? s->a->q4 : s->a->q, s->a->d, s->a->s,
+                      {s->y, s->y}, s->ldy, w->rows, w->cols, w->group, s->E};
+    const cudaError_t e = launch_seg(w, S, s->nk, 1);
+    return e == cudaSuccess ? 0 : fail(msg, msglen, "grouped int8 GEMM launch", e);
+}
+
 extern "C" int slcu_moe_layer(const slcu_moe *m, const slcu_router *r, const float *logits, float *top_w, float *out,
                               void **buf, size_t *cap, char *msg, size_t msglen) {
     slcu_moe mo = *m;
