@@ -347,6 +347,7 @@ typedef struct be_moe_batch {
     int m;
     int first, last;      /* the layer's first batch (nothing of the layer queued yet); its last */
     float *out;           /* [n][H]: the last batch writes the slots' weighted sum, combine's order */
+    float limit;          /* 0: SwiGLU experts (gate, up, down); > 0: gpt-oss's (BE_FFN_GPTOSS, its swiglu_limit) */
 } be_moe_batch;
 
 /* Several resident SwiGLU experts of a MoE block over their rows (ffn_experts op): pairs start[i] .. start[i + 1]
@@ -524,8 +525,8 @@ struct be_backend {
     int (*moe_resident)(be_backend *be, const be_route *r, const tn_expert_src *xs, const be_ffn *f,
                         const float **w_dev);
     /* optional: the routed experts of a layer-major MoE block on the device, with no host round trip: r's n
-     * rows (r->logits [n][E]) routed, each expert of the layer (every one resident: xs->get; SwiGLU, q8/q4,
-     * int8 activations) over the rows that chose it, and out [n][H] = the k slots' weighted sum in slot order
+     * rows (r->logits [n][E]) routed, each expert of the layer (every one resident: xs->get; SwiGLU or gpt-oss's
+     * as r->cfg->expert_kind says, q8/q4, int8 activations) over the rows that chose it, and out [n][H] = the k slots' weighted sum in slot order
      * (combine's, shared expert not included). h [n][H]: the block's normed input. Bitwise route() + an ffn per
      * expert + combine_rows over ascending experts. 1 done, 0 not taken (nothing queued), or < 0. */
     int (*moe_wide)(be_backend *be, const be_route *r, const tn_expert_src *xs, const float *h, int inter, float *out);

@@ -594,12 +594,14 @@ static void shared_wide(fwd_ws *ws, const fam_config *cfg, int layer, const fam_
 }
 
 /* The routed experts of a layer-major block on the backend's device (backend.h moe_wide): resident experts,
- * int8 activations, SwiGLU. 1 done (out written), 0 not taken, < 0 failed. */
+ * int8 activations, SwiGLU or gpt-oss's (its biases and clamp: the CUDA backend's cuda_moex.cu, where the per-expert
+ * loop of routed_wide waited for the routing and launched ~10 kernels an expert). 1 done (out written), 0 not taken,
+ * < 0 failed. */
 static int wide_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
                           const tn_expert_src *experts, int n, const float *h, float *out, const fwd_wide *wb,
                           sl_error *err) {
     if (!ws->be->moe_wide || experts->begin || ws->rm || ws->rt || !ws->int8 || cfg->moe_inter > ws->act_cols ||
-        cfg->expert_kind == SL_EXPERT_GPTOSS || cfg->expert_kind > SL_EXPERT_SWIGLU_CLAMP || lw->router_norm ||
+        cfg->expert_kind > SL_EXPERT_SWIGLU_CLAMP || lw->router_norm ||
         cfg->moe_scale_input || cfg->router == SL_ROUTER_TOPK_SIGMOID || cfg->router == SL_ROUTER_SOFTMAX_ZERO ||
         cfg->zero_experts)
         return 0;
@@ -662,9 +664,11 @@ static sl_status expert_wide(fwd_ws *ws, const fam_config *cfg, int layer, int e
 #define SEG_SPLIT 4
 #define SEG_MIN_BATCH 16
 
-/* Whether the backend's moe_batch may take this layer's experts: moe_wide's case (wide_on_device), routed on the host */
+/* Whether the backend's moe_batch may take this layer's experts: moe_wide's case (wide_on_device: SwiGLU or gpt-oss's),
+ * routed on the host */
 static int batch_on_device(const fwd_ws *ws, const fam_config *cfg) {
-    return ws->be->moe_batch && ws->int8 && cfg->moe_inter <= ws->act_cols && cfg->expert_kind == SL_EXPERT_SWIGLU &&
+    return ws->be->moe_batch && ws->int8 && cfg->moe_inter <= ws->act_cols &&
+           (cfg->expert_kind == SL_EXPERT_SWIGLU || cfg->expert_kind == SL_EXPERT_GPTOSS) &&
            !cfg->moe_scale_input && cfg->router != SL_ROUTER_TOPK_SIGMOID && cfg->router != SL_ROUTER_SOFTMAX_ZERO &&
            !cfg->zero_experts;
 }
@@ -721,7 +725,8 @@ static sl_status grouped_wide(fwd_ws *ws, const fam_config *cfg, int layer, cons
         if (!rc && dev) {
             const be_moe_batch q = {.n = n, .k = k, .E = cfg->n_experts, .H = H, .I = cfg->moe_inter, .h = h,
                                     .top_e = te, .top_w = wb->top_w, .es = es, .ex = ex, .m = m, .first = i == 0,
-                                    .last = i + m == n_list, .out = out};
+                                    .last = i + m == n_list, .out = out,
+                                    .limit = cfg->expert_kind == SL_EXPERT_GPTOSS ? (float)cfg->swiglu_limit : 0};
             int d = be->moe_batch(be, &q);
             if (d < 0) rc = err_set(err, d, "layer %d: experts on the device: %s", layer, be->errmsg(be));
             else if (!d && i == 0) dev = 0; /* not taken: each expert in turn, from the first */

@@ -655,8 +655,10 @@ static int same_mat(const tn_mat *a, const tn_mat *b) {
 
 /* Layer L's device table [gate, up, down][E][data, scales, biases], built on first use: 1, 0 (experts
  * unlike expert 0, in *ex0: the host path) or -1 (recorded). Its implied[i]: every expert's matrix i has implied
- * biases (tn_mat bias_implied), so the decode's matvecs may compute them (cuda.h slcu_mat ibias, SLUICE_CUDA_IBIAS). */
-static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_expert *ex0) {
+ * biases (tn_mat bias_implied), so the decode's matvecs may compute them (cuda.h slcu_mat ibias, SLUICE_CUDA_IBIAS).
+ * oss (gpt-oss's experts, cuda.h slcu_moex): [gate_up, down][E][data, scales, biases], then [gate_up_bias,
+ * down_bias][E] (every expert has both). */
+static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, int oss, tn_expert *ex0) {
     cu_ctx *c = cu_of(be);
     memset(ex0, 0, sizeof *ex0);
     if (L < 0 || xs->get(xs->ctx, L, 0, ex0)) return 0; /* the host path reports it */
@@ -667,8 +669,10 @@ static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_e
         c->tab = t, c->n_tab = L + 1;
     }
     struct cu_tab *t = &c->tab[L];
-    if (t->src == xs->ctx && t->key == ex0->gate.data) return t->ok == 1;
-    const size_t bytes = (size_t)9 * (size_t)E * sizeof(void *);
+    const void *key = oss ? ex0->gate_up.data : ex0->gate.data;
+    if (t->src == xs->ctx && t->key == key && t->oss == oss) return t->ok == 1;
+    const int nm = oss ? 2 : 3; /* matrices an expert */
+    const size_t bytes = (size_t)(oss ? 8 : 9) * (size_t)E * sizeof(void *);
     const void **h = host_scratch(be, bytes);
     if (!h) return -1;
     int ok = 1, implied[3] = {1, 1, 1};
@@ -677,11 +681,16 @@ static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_e
         memset(&ex, 0, sizeof ex);
         if (xs->get(xs->ctx, L, e, &ex)) return 0;
         const tn_mat *m[3] = {&ex.gate, &ex.up, &ex.down}, *m0[3] = {&ex0->gate, &ex0->up, &ex0->down};
-        for (int i = 0; i < 3; i++) {
+        if (oss) m[0] = &ex.gate_up, m[1] = &ex.down, m0[0] = &ex0->gate_up, m0[1] = &ex0->down;
+        for (int i = 0; i < nm; i++) {
             ok &= m[i]->data && same_mat(m[i], m0[i]);
             const void **p = h + ((size_t)i * E + e) * 3;
             p[0] = m[i]->data, p[1] = m[i]->scales, p[2] = m[i]->biases;
             implied[i] &= m[i]->bias_implied != 0;
+        }
+        if (oss) {
+            ok &= ex.gate_up_bias && ex.down_bias;
+            h[(size_t)6 * E + e] = ex.gate_up_bias, h[(size_t)7 * E + e] = ex.down_bias;
         }
     }
     slcb_graphs_clear(c->gr); /* recorded steps may read the old table */
@@ -689,7 +698,7 @@ static int layer_tab(be_backend *be, const tn_expert_src *xs, int L, int E, tn_e
     t->dev = NULL;
     if (ok && !(t->dev = slcu_alloc(bytes, MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), -1;
     if (ok && slcu_upload(t->dev, h, bytes, MSG(be))) return cu_fail(be, SL_EIO, c->tmp), -1;
-    t->src = xs->ctx, t->key = ex0->gate.data, t->ok = ok ? 1 : -1;
+    t->src = xs->ctx, t->key = key, t->ok = ok ? 1 : -1, t->oss = oss;
     memcpy(t->implied, implied, sizeof implied);
     return ok;
 }
@@ -707,7 +716,7 @@ static int cu_moe_resident(be_backend *be, const be_route *r, const tn_expert_sr
     if (f->kind != BE_FFN_SWIGLU || f->x->n_tok != 1 || !f->int8 || k > MULTI_MAX || I % 32 ||
         !router_of(cfg, r->bias, &rr))
         return 0;
-    int ok = layer_tab(be, xs, r->layer, E, &ex0);
+    int ok = layer_tab(be, xs, r->layer, E, 0, &ex0);
     const tn_mat *dn = &ex0.down;
     if (ok < 0) return cu_sync(be);
     if (!ok || !int8_path(&ex0.gate, f->x) || !int8_path(&ex0.up, f->x) || (dn->dtype != DT_Q8 && dn->dtype != DT_Q4) ||
@@ -779,11 +788,23 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
         if (rh) router_alone(be);
         return 0;
     }
-    const int ok = layer_tab(be, xs, r->layer, cfg->n_experts, &ex0);
+    const int oss = cfg->expert_kind == SL_EXPERT_GPTOSS, E = cfg->n_experts;
+    const int ok = layer_tab(be, xs, r->layer, E, oss, &ex0);
     int *de = ok > 0 ? route_buf(be, (size_t)r->n * (size_t)cfg->n_experts_used) : NULL;
     if (ok < 0 || (ok && !de)) {
         if (rh) router_alone(be);
         return cu_sync(be);
+    }
+    if (oss) { /* gpt-oss's experts grouped (cuda_moex.cu), or 0 where its table or types are not slcu_moex's case */
+        if (rh) router_alone(be);
+        const void **tab = ok ? c->tab[r->layer].dev : NULL;
+        const slcu_moex mx = {.n = r->n, .k = cfg->n_experts_used, .E = E, .H = cfg->hidden, .I = inter,
+                              .limit = (float)cfg->swiglu_limit, .h = h, .top_e = de, .tab = tab,
+                              .bias = tab ? (const float *const *)(tab + (size_t)6 * E) : NULL,
+                              .gate_up = mat_of(&ex0.gate_up), .down = mat_of(&ex0.down)};
+        const int rc = ok ? slcu_moex_layer(&mx, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be))
+                          : 0;
+        return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
     }
     slcu_moe mo = {.n = r->n, .k = cfg->n_experts_used, .E = cfg->n_experts, .H = cfg->hidden, .I = inter, .h = h,
                    .top_e = de, .tab = ok ? c->tab[r->layer].dev : NULL, .gate = mat_of(&ex0.gate), .up = mat_of(&ex0.up),

@@ -27,6 +27,7 @@ typedef struct cu_ctx {
     struct cu_tab {           /* per layer: moe_resident's table (layer_tab), from src with expert 0 at key */
         const void *src, *key;
         int ok, implied[3];     /* implied: every expert's gate, up, down has implied biases (tn_mat bias_implied) */
+        int oss;                /* gpt-oss's layout (backend_cuda.c layer_tab) */
         const void **dev;
     } *tab;
     int n_tab;

@@ -31,18 +31,19 @@ static int same_kind(const tn_mat *a, const tn_mat *b) {
     return a->dtype == b->dtype && a->sdtype == b->sdtype && a->group == b->group;
 }
 
-/* whether the grouped FFN takes the batch's experts: each like the first, gate and up alike */
-static int batch_ok(const be_moe_batch *q) {
+/* whether the grouped FFN takes the batch's experts: each like the first, gate and up alike; oss (gpt-oss, cuda.h
+ * slcu_moex): gate_up [2I][H] and down, both biases */
+static int batch_ok(const be_moe_batch *q, int oss) {
     const tn_expert *x0 = &q->ex[0];
-    if (q->m < 1 || q->n < 1 || q->k < 1 || q->E < 1 || q->E > 1024 || q->H % 32 || q->I % 32 ||
-        !seg_mat(&x0->gate, q->I, q->H) || !seg_mat(&x0->up, q->I, q->H) || !seg_mat(&x0->down, q->H, q->I) ||
-        !same_kind(&x0->gate, &x0->up))
-        return 0;
-    for (int i = 1; i < q->m; i++) {
+    if (q->m < 1 || q->n < 1 || q->k < 1 || q->E < 1 || q->E > 1024 || q->H % 32 || q->I % 32) return 0;
+    for (int i = 0; i < q->m; i++) {
         const tn_expert *x = &q->ex[i];
-        if (!seg_mat(&x->gate, q->I, q->H) || !seg_mat(&x->up, q->I, q->H) || !seg_mat(&x->down, q->H, q->I) ||
-            !same_kind(&x->gate, &x0->gate) || !same_kind(&x->up, &x0->up) || !same_kind(&x->down, &x0->down))
+        if (oss ? !seg_mat(&x->gate_up, 2 * q->I, q->H) || !x->gate_up_bias || !x->down_bias ||
+                      !same_kind(&x->gate_up, &x0->gate_up)
+                : !seg_mat(&x->gate, q->I, q->H) || !seg_mat(&x->up, q->I, q->H) || !same_kind(&x->gate, &x0->gate) ||
+                      !same_kind(&x->up, &x0->up) || !same_kind(&x->gate, &x0->up))
             return 0;
+        if (!seg_mat(&x->down, q->H, q->I) || !same_kind(&x->down, &x0->down)) return 0;
     }
     return 1;
 }
@@ -59,10 +60,11 @@ int cu_moe_batch(be_backend *be, const be_moe_batch *q) {
     pend_flush(be);
     cu_ctx *c = cu_of(be);
     c->nq_y = NULL;
-    const int ok = !c->step && batch_ok(q);
+    const int oss = q->limit > 0, ok = !c->step && batch_ok(q, oss);
     if (q->first && !ok) return 0;
     if (!ok) return batch_fail(be, "moe_batch: a batch of experts unlike the layer's first");
-    const size_t nk = (size_t)q->n * (size_t)q->k, wb = slcu_moe_bytes(q->n, q->k, q->E, q->H, q->I);
+    const size_t nk = (size_t)q->n * (size_t)q->k;
+    const size_t wb = oss ? slcu_moex_bytes(q->n, q->k, q->E, q->H, q->I) : slcu_moe_bytes(q->n, q->k, q->E, q->H, q->I);
     const size_t need = wb + nk * (size_t)q->H * sizeof(float); /* the work, then the cells [n k][H] */
     if (need > c->mw_cap) {
         if (!q->first) return batch_fail(be, "moe_batch: a later batch of the layer needs more scratch than its first");
@@ -72,17 +74,21 @@ int cu_moe_batch(be_backend *be, const be_moe_batch *q) {
         if (!(c->mw = slcu_alloc(need, MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), be->sync(be);
         c->mw_cap = need;
     }
-    /* up in one piece: the table [3][E][3], the batch's choice [n k], the weights [n k] (last batch) */
-    const size_t tb = (size_t)9 * (size_t)q->E * sizeof(void *), eb = nk * sizeof(int), wt = q->last ? nk * sizeof(float) : 0;
+    /* up in one piece: the table [3][E][3] (oss: [2][E][3], then the biases [2][E]: backend_cuda.c layer_tab's
+     * layouts), the batch's choice [n k], the weights [n k] (last batch) */
+    const size_t E = (size_t)q->E, tb = (size_t)(oss ? 8 : 9) * E * sizeof(void *), eb = nk * sizeof(int);
+    const size_t wt = q->last ? nk * sizeof(float) : 0;
     uint8_t *hb = calloc(1, tb + eb + wt);
     if (!hb) return cu_fail(be, SL_ENOMEM, "out of host memory (moe_batch)"), be->sync(be);
     const void **tab = (const void **)hb;
     for (int i = 0; i < q->m; i++) {
-        const tn_mat *ms[3] = {&q->ex[i].gate, &q->ex[i].up, &q->ex[i].down};
-        for (int z = 0; z < 3; z++) {
-            const void **p = tab + ((size_t)z * (size_t)q->E + (size_t)q->es[i]) * 3;
+        const tn_expert *x = &q->ex[i];
+        const tn_mat *ms[3] = {oss ? &x->gate_up : &x->gate, oss ? &x->down : &x->up, &x->down};
+        for (int z = 0; z < (oss ? 2 : 3); z++) {
+            const void **p = tab + ((size_t)z * E + (size_t)q->es[i]) * 3;
             p[0] = ms[z]->data, p[1] = ms[z]->scales, p[2] = ms[z]->biases;
         }
+        if (oss) tab[6 * E + (size_t)q->es[i]] = x->gate_up_bias, tab[7 * E + (size_t)q->es[i]] = x->down_bias;
     }
     const int lo = q->es[0], hi = q->es[q->m - 1]; /* a run of the ascending list: its experts are those in [lo, hi] */
     int *te = (int *)(hb + tb);
@@ -91,12 +97,20 @@ int cu_moe_batch(be_backend *be, const be_moe_batch *q) {
     uint8_t *d = dev_upload(be, hb, tb + eb + wt);
     free(hb);
     if (!d) return be->sync(be);
+    float *cells = (float *)((uint8_t *)c->mw + wb);
+    if (oss) {
+        const slcu_moex mx = {.n = q->n, .k = q->k, .E = q->E, .H = q->H, .I = q->I, .limit = q->limit, .h = q->h,
+                              .top_e = (const int *)(d + tb), .tab = (const void *const *)d,
+                              .bias = (const float *const *)(d + 6 * E * sizeof(void *)),
+                              .gate_up = mat_of(&q->ex[0].gate_up), .down = mat_of(&q->ex[0].down), .work = c->mw, .y = cells};
+        if (slcu_moex_ffn(&mx, MSG(be))) return batch_fail(be, c->tmp); /* (batch_ok took its types: slcu_moex_takes) */
+    }
     slcu_moe mo = {.n = q->n, .k = q->k, .E = q->E, .H = q->H, .I = q->I, .h = q->h, .top_e = (const int *)(d + tb),
                    .tab = (const void *const *)d, .gate = mat_of(&q->ex[0].gate), .up = mat_of(&q->ex[0].up),
                    .down = mat_of(&q->ex[0].down), .work = c->mw, .y = (float *)((uint8_t *)c->mw + wb)};
     mo.gate.ibias = mo.up.ibias = mo.down.ibias = 0; /* (read by the matvecs only; the GEMM reads the biases) */
-    if (slcu_moe_ffn_gemm(&mo, MSG(be))) return batch_fail(be, c->tmp);
-    if (q->last && slcu_combine(mo.y, (const float *)(d + tb + eb), q->k, NULL, NULL, q->out, q->n, q->H, MSG(be)))
+    if (!oss && slcu_moe_ffn_gemm(&mo, MSG(be))) return batch_fail(be, c->tmp);
+    if (q->last && slcu_combine(cells, (const float *)(d + tb + eb), q->k, NULL, NULL, q->out, q->n, q->H, MSG(be)))
         return batch_fail(be, c->tmp);
     n_batches++;
     return 1;
