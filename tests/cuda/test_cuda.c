@@ -401,6 +401,7 @@ static void check_fused(void) {
 #include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
 #include "test_cuda_tier.c" /* issue 25: the device tier's prefill in batches of experts: check_moe_batches_all, --tier */
 #include "test_cuda_mla.c" /* SLUICE_CUDA_MLA=2's split launches bitwise k_mla_attend: check_mla_split_all, --mla, --bench-mla */
+#include "test_cuda_moex.c" /* gpt-oss's experts grouped (cuda_moex.cu) bitwise the tokens alone: check_moex_all, --moex */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -941,8 +942,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], "--bench-mla")) bench_mla(); /* timed even after a mismatch (the FAIL lines above say so) */
         return failures ? 1 : 0;
     }
-    if (argc > 1 && !strcmp(argv[1], "--moe-dec")) { /* the MoE decode batches alone (test_cuda_moedec.c) */
-        check_moe_dec_all();
+    if (argc > 1 && (!strcmp(argv[1], "--moe-dec") || !strcmp(argv[1], "--moex"))) { /* test_cuda_moedec.c / _moex.c alone */
+        if (!strcmp(argv[1], "--moex")) check_moex_all();
+        else check_moe_dec_all();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
         return failures ? 1 : 0;
     }
@@ -979,6 +981,7 @@ int main(int argc, char **argv) {
     check_rope_rows(80, 8, 128, 64, 0), check_rope_rows(20, 4, 128, 128, 1);
     check_moe(70, 3, 9, 512, 160, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16), check_moe(300, 8, 40, 256, 96, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
     check_moe_batches_all();
+    check_moex_all();
     check_moe_dec_all();
     check_moeg_all();
     check_attn_items();
