@@ -8,7 +8,9 @@
  * slcu_moe_ffn_gemm runs k_moe_group, gemm_seg and the SwiGLU rows over the batch's pairs into their (token, slot)
  * cells; after the last batch slcu_combine sums the cells in slot order. Those are slcu_moe_layer's kernels on the
  * same inputs (the route's weights copied back up are the same floats), so a streamed prefill is bitwise the
- * resident one, whatever the batches. Scratch: cu_ctx mw (moe_wide's; no layer runs both). On by default since call R
+ * resident one, whatever the batches. gpt-oss's experts (be_moe_batch limit > 0) the same way through cuda_moex.cu
+ * slcu_moex_ffn, their table in layer_tab's oss layout (gate_up, down, then the two biases of each expert). Scratch:
+ * cu_ctx mw (moe_wide's; no layer runs both). On by default since call R
  * (bitwise on an H100); SLUICE_CUDA_TIER_GEMM=0, read when the backend opens (backend_cuda.c), gives the expert at a time.
  */
 #ifdef SL_CUDA
