@@ -33,19 +33,27 @@ static int same_kind(const tn_mat *a, const tn_mat *b) {
     return a->dtype == b->dtype && a->sdtype == b->sdtype && a->group == b->group;
 }
 
+/* m has data and the shape [rows][cols] (gpt-oss's: its type is slcu_moex_takes' to judge, cuda_moex.cu seg_takes) */
+static int oss_mat(const tn_mat *m, int rows, int cols) { return m->data && m->rows == rows && m->cols == cols; }
+
 /* whether the grouped FFN takes the batch's experts: each like the first, gate and up alike; oss (gpt-oss, cuda.h
- * slcu_moex): gate_up [2I][H] and down, both biases */
+ * slcu_moex): gate_up [2I][H] and down of the types slcu_moex_takes runs, both biases */
 static int batch_ok(const be_moe_batch *q, int oss) {
     const tn_expert *x0 = &q->ex[0];
     if (q->m < 1 || q->n < 1 || q->k < 1 || q->E < 1 || q->E > 1024 || q->H % 32 || q->I % 32) return 0;
+    if (oss) {
+        const slcu_moex t = {.n = q->n, .k = q->k, .E = q->E, .H = q->H, .I = q->I, .limit = q->limit,
+                             .gate_up = mat_of(&x0->gate_up), .down = mat_of(&x0->down)};
+        if (!slcu_moex_takes(&t)) return 0;
+    }
     for (int i = 0; i < q->m; i++) {
         const tn_expert *x = &q->ex[i];
-        if (oss ? !seg_mat(&x->gate_up, 2 * q->I, q->H) || !x->gate_up_bias || !x->down_bias ||
-                      !same_kind(&x->gate_up, &x0->gate_up)
-                : !seg_mat(&x->gate, q->I, q->H) || !seg_mat(&x->up, q->I, q->H) || !same_kind(&x->gate, &x0->gate) ||
-                      !same_kind(&x->up, &x0->up) || !same_kind(&x->gate, &x0->up))
+        if (oss ? !oss_mat(&x->gate_up, 2 * q->I, q->H) || !oss_mat(&x->down, q->H, q->I) || !x->gate_up_bias ||
+                      !x->down_bias || !same_kind(&x->gate_up, &x0->gate_up)
+                : !seg_mat(&x->gate, q->I, q->H) || !seg_mat(&x->up, q->I, q->H) || !seg_mat(&x->down, q->H, q->I) ||
+                      !same_kind(&x->gate, &x0->gate) || !same_kind(&x->up, &x0->up) || !same_kind(&x->gate, &x0->up))
             return 0;
-        if (!seg_mat(&x->down, q->H, q->I) || !same_kind(&x->down, &x0->down)) return 0;
+        if (!same_kind(&x->down, &x0->down)) return 0;
     }
     return 1;
 }
