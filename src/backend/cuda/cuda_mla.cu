@@ -1,9 +1,10 @@
 /*
  * cuda_mla.cu — multi-head latent attention over its compressed cache on the device (cuda.h slcu_mla;
  * src/backend/backend.h be_mla; the CPU op is src/backend/cpu/cpu_mla.c cpu_mla, the algebra src/model/mla.c).
- * Three launches: the n new [c | k_pe] rows into the cache; the absorbed queries, a thread per (token, head,
- * latent column) summing q_nope[i] * W_uk[i][c] over i in row order from 0 as the CPU's axpy loop does, each
- * weight dequantised as quant.c q_row_to_f32 (s * code + b for q8 / q4); then a CTA per (token, head): the
+ * Three launches: the n new [c | k_pe] rows into the cache; the absorbed queries (k_mla_absorb: a CTA per 64 latent
+ * columns, head and 2 or 64 tokens, W_uk's tile staged once for its tokens), each output one thread's sum of
+ * q_nope[i] * W_uk[i][c] over i in row order from 0 as the CPU's axpy loop does, each weight dequantised as quant.c
+ * q_row_to_f32 (s * code + b for q8 / q4), bitwise the thread-per-output k_mla_absorb_ref; then a CTA per (token, head): the
  * scores (a warp per cached row, a fixed butterfly), the max, exp, the sum in double (a fixed tree), and
  * thread c's latent sum over the positions in increasing order, lat += (e_p / sum) c_p. Every order depends
  * on the shapes only: bitwise repeatable, a token in a batch equals the token alone. The kernels wait (pdl_wait)
@@ -52,8 +53,9 @@ __global__ void k_mla_store(const slcu_mla a) {
         a.cache[(size_t)(a.pos0 + t) * row + i] = a.ckv[(size_t)t * row + i];
 }
 
-/* blockIdx.y = token * n_heads + head; columns c < r + dr of q_abs */
-__global__ void k_mla_absorb(const slcu_mla a) {
+/* The reference (the kernel before the tiles, kept for tests and benchmarks: slcu_mla_set bit 4): a thread per (token,
+ * head, column), blockIdx.y = token * n_heads + head; columns c < r + dr of q_abs */
+__global__ void k_mla_absorb_ref(const slcu_mla a) {
     pdl_wait();
     const int th = blockIdx.y, t = th / a.n_heads, h = th % a.n_heads, row = a.r + a.dr, qh = a.dn + a.dr;
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -67,6 +69,211 @@ __global__ void k_mla_absorb(const slcu_mla a) {
     float acc = 0.0f;
     for (int i = 0; i < a.dn; i++) acc = __fadd_rn(acc, __fmul_rn(q[i], w_at(a.kv_b, h * (a.dn + a.dv) + i, c)));
     qc[c] = acc;
+}
+
+/* ---- the absorbed queries in tiles: q_abs[t][h][c] = sum_{i < dn} q_nope[t][h][i] W_uk_h[i][c] for c < r, the sum
+ * acc = 0, acc = __fadd_rn(acc, __fmul_rn(q_i, w_ic)) for i = 0, 1, .. dn - 1 (k_mla_absorb_ref's chain, bit for bit:
+ * each output's chain is one thread's, whatever the tile), and q_pe copied to r <= c < r + dr. A CTA per (CT columns,
+ * head, TT tokens) of NT threads: the head's W_uk tile and the tokens' q_nope staged DI rows at a time in shared memory
+ * (ws [DI][CT + 4], qs [DI][TT + 4], f32), each thread then summing its TPT tokens x CPT columns over the rows in order;
+ * the next rows' words are loaded into registers while the current ones are summed. A weight is read once a CTA, not
+ * once a token. VT: how a thread loads W: AB_GEN w_at per element (any shape); else 8 consecutive columns of a row in
+ * one load (an "oct": r % 8 == 0, the data 16-byte aligned, q8 / q4 groups a multiple of 8, so one scale and bias an
+ * oct), dequantised with w_at's operations. The extra column tile past r copies q_pe. tools/cuda_absorb_emu.c runs
+ * these loops on the host. ---- */
+enum { AB_GEN = 0, AB_F32, AB_BF16, AB_F16, AB_Q8, AB_Q4 };
+#define AB_SMALLN 16 /* up to this many tokens the decode shape (AB_D), else the prefill's (AB_P) */
+
+/* scale word u of type sdt as f32 (sc_at) */
+__device__ __forceinline__ float ab_word(unsigned u, dt_type sdt) {
+    if (sdt == DT_F32) return __uint_as_float(u);
+    if (sdt == DT_BF16) return __uint_as_float(u << 16);
+    return __half2float(__ushort_as_half((unsigned short)u));
+}
+
+/* the oct at (row, c) of m: its data words (f32 8, bf16 / f16 4, q8 2, q4 1) and its group's scale and bias words */
+template <int VT>
+__device__ __forceinline__ void ab_load(const slcu_mat &m, int row, int c, unsigned *w, unsigned &s, unsigned &b) {
+    const size_t k = (size_t)row * m.cols + c;
+    if constexpr (VT == AB_F32) {
+        const uint4 x = ((const uint4 *)((const float *)m.data + k))[0], y = ((const uint4 *)((const float *)m.data + k))[1];
+        w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w, w[4] = y.x, w[5] = y.y, w[6] = y.z, w[7] = y.w;
+    } else if constexpr (VT == AB_BF16 || VT == AB_F16) {
+        const uint4 x = *(const uint4 *)((const unsigned short *)m.data + k);
+        w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+    } else if constexpr (VT == AB_Q8) {
+        const uint2 x = *(const uint2 *)((const uint8_t *)m.data + k);
+        w[0] = x.x, w[1] = x.y;
+    } else {
+        w[0] = *(const unsigned *)((const uint8_t *)m.data + k / 2);
+    }
+    if constexpr (VT == AB_Q8 || VT == AB_Q4) {
+        const size_t g = (size_t)row * (m.cols / m.group) + c / m.group;
+        if (m.sdtype == DT_F32) s = ((const unsigned *)m.scales)[g], b = ((const unsigned *)m.biases)[g];
+        else s = ((const unsigned short *)m.scales)[g], b = ((const unsigned short *)m.biases)[g];
+    }
+}
+
+/* the oct's 8 weights as w_at gives them (little-endian words: element j at bit (j * bits) % 32 of word (j * bits) / 32) */
+template <int VT>
+__device__ __forceinline__ void ab_dequant(const unsigned *w, unsigned s, unsigned b, dt_type sdt, float *v) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        if constexpr (VT == AB_F32) v[j] = __uint_as_float(w[j]);
+        else if constexpr (VT == AB_BF16) v[j] = __uint_as_float(((w[j / 2] >> (16 * (j & 1))) & 0xffffu) << 16);
+        else if constexpr (VT == AB_F16) v[j] = __half2float(__ushort_as_half((unsigned short)(w[j / 2] >> (16 * (j & 1)))));
+        else {
+            const int code = VT == AB_Q8 ? (int)((w[j / 4] >> (8 * (j & 3))) & 255) : (int)((w[0] >> (4 * j)) & 15);
+            v[j] = __fadd_rn(__fmul_rn(ab_word(s, sdt), (float)code), ab_word(b, sdt));
+        }
+    }
+}
+
+/* grid ((r + CT - 1) / CT + (dr > 0), n_heads, (n + TT - 1) / TT), NT threads */
+template <int NT, int CT, int TPT, int CPT, int DI, int VT>
+__global__ void __launch_bounds__(NT) k_mla_absorb(const slcu_mla a) {
+    constexpr int NCG = CT / CPT, TT = NT / NCG * TPT, WS = CT + 4, QS = TT + 4;
+    constexpr int UO = VT ? DI * CT / 8 / NT : 1, UQ = DI * TT / NT, UE = DI * CT / NT;
+    constexpr int NW = VT == AB_F32 ? 8 : VT == AB_BF16 || VT == AB_F16 ? 4 : VT == AB_Q8 ? 2 : 1;
+    static_assert(CT % CPT == 0 && NT % NCG == 0 && CT % 8 == 0 && (DI * CT) % (8 * NT) == 0 && (DI * TT) % NT == 0, "tile");
+    static_assert((TPT == 1 || TPT == 4) && (CPT == 1 || CPT == 4), "the operands' loads");
+    __shared__ __align__(16) float ws[DI * WS];
+    __shared__ __align__(16) float qs[DI * QS];
+    pdl_wait();
+    const int h = blockIdx.y, t0 = blockIdx.z * TT, c0 = blockIdx.x * CT, row = a.r + a.dr, qh = a.dn + a.dr;
+    const int nt = min(TT, a.n - t0);
+    const float *q = a.q + (size_t)t0 * a.ldq + (size_t)h * qh;
+    if (c0 >= a.r) { /* the tile past r: q_pe */
+        for (int k = threadIdx.x; k < nt * a.dr; k += NT) {
+            const int tt = k / a.dr, j = k % a.dr;
+            a.q_abs[((size_t)(t0 + tt) * a.n_heads + h) * row + a.r + j] = q[(size_t)tt * a.ldq + a.dn + j];
+        }
+        return;
+    }
+    const int wr0 = h * (a.dn + a.dv), cg = threadIdx.x % NCG, tg = threadIdx.x / NCG;
+    unsigned rw[UO][NW], rs[UO], rb[UO];
+    float rq[UQ];
+    auto fetch = [&](int i0) { /* q_nope's rows i0 .. i0 + DI - 1 (and W_uk's, VT) into registers */
+#pragma unroll
+        for (int u = 0; u < UQ; u++) {
+            const int k = threadIdx.x + u * NT, i = k % DI, tt = k / DI;
+            rq[u] = i0 + i < a.dn && tt < nt ? q[(size_t)tt * a.ldq + i0 + i] : 0.0f;
+        }
+        if constexpr (VT != AB_GEN) {
+#pragma unroll
+            for (int u = 0; u < UO; u++) {
+                const int k = threadIdx.x + u * NT, i = k / (CT / 8), c = c0 + k % (CT / 8) * 8;
+                if (i0 + i < a.dn && c < a.r) ab_load<VT>(a.kv_b, wr0 + i0 + i, c, rw[u], rs[u], rb[u]);
+            }
+        }
+    };
+    auto stage = [&](int i0) { /* the registers (or, AB_GEN, w_at) into qs and ws: zeros past dn, r and the tokens */
+#pragma unroll
+        for (int u = 0; u < UQ; u++) {
+            const int k = threadIdx.x + u * NT;
+            qs[k % DI * QS + k / DI] = rq[u];
+        }
+        if constexpr (VT != AB_GEN) {
+#pragma unroll
+            for (int u = 0; u < UO; u++) {
+                const int k = threadIdx.x + u * NT, i = k / (CT / 8), oc = k % (CT / 8), c = c0 + oc * 8;
+                float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+                if (i0 + i < a.dn && c < a.r) ab_dequant<VT>(rw[u], rs[u], rb[u], a.kv_b.sdtype, v);
+                float4 *d = (float4 *)&ws[i * WS + oc * 8];
+                d[0] = make_float4(v[0], v[1], v[2], v[3]), d[1] = make_float4(v[4], v[5], v[6], v[7]);
+            }
+        } else {
+            for (int u = 0; u < UE; u++) {
+                const int k = threadIdx.x + u * NT, i = k / CT, cc = k % CT;
+                ws[i * WS + cc] = i0 + i < a.dn && c0 + cc < a.r ? w_at(a.kv_b, wr0 + i0 + i, c0 + cc) : 0.0f;
+            }
+        }
+    };
+    float acc[TPT][CPT];
+#pragma unroll
+    for (int x = 0; x < TPT; x++)
+#pragma unroll
+        for (int y = 0; y < CPT; y++) acc[x][y] = 0.0f;
+    fetch(0);
+    for (int i0 = 0; i0 < a.dn; i0 += DI) {
+        stage(i0);
+        __syncthreads();
+        if (i0 + DI < a.dn) fetch(i0 + DI);
+        const int ni = min(DI, a.dn - i0);
+#pragma unroll 4
+        for (int i = 0; i < ni; i++) {
+            float qv[TPT], wv[CPT];
+            if constexpr (TPT == 4) {
+                const float4 x = *(const float4 *)&qs[i * QS + tg * 4];
+                qv[0] = x.x, qv[1] = x.y, qv[2] = x.z, qv[3] = x.w;
+            } else qv[0] = qs[i * QS + tg];
+            if constexpr (CPT == 4) {
+                const float4 x = *(const float4 *)&ws[i * WS + cg * 4];
+                wv[0] = x.x, wv[1] = x.y, wv[2] = x.z, wv[3] = x.w;
+            } else wv[0] = ws[i * WS + cg];
+#pragma unroll
+            for (int x = 0; x < TPT; x++)
+#pragma unroll
+                for (int y = 0; y < CPT; y++) acc[x][y] = __fadd_rn(acc[x][y], __fmul_rn(qv[x], wv[y]));
+        }
+        __syncthreads();
+    }
+    const int c = c0 + cg * CPT;
+#pragma unroll
+    for (int x = 0; x < TPT; x++) {
+        const int tt = tg * TPT + x;
+        if (tt >= nt) break;
+        float *o = a.q_abs + ((size_t)(t0 + tt) * a.n_heads + h) * row + c;
+        if (CPT == 4 && c + 3 < a.r && !((uintptr_t)o & 15)) *(float4 *)o = make_float4(acc[x][0], acc[x][1], acc[x][2], acc[x][3]);
+        else
+#pragma unroll
+            for (int y = 0; y < CPT; y++)
+                if (c + y < a.r) o[y] = acc[x][y];
+    }
+}
+
+/* the two shapes: AB_D for decode (a CTA per 64 columns, head and 2 tokens: 9 x 128 CTAs for DeepSeek-V3's one token,
+ * every weight load of a 64-row half issued at once), AB_P for prefill (64 columns x 64 tokens, a thread's 4 x 4
+ * outputs from two 16-byte shared loads a row) */
+#define AB_D 128, 64, 1, 1, 64
+#define AB_P 256, 64, 4, 4, 32
+
+template <int NT, int CT, int TPT, int CPT, int DI>
+static void ab_launch(const slcu_mla *a, int vt) {
+    constexpr int TT = NT / (CT / CPT) * TPT;
+    const dim3 g((unsigned)((a->r + CT - 1) / CT + (a->dr > 0)), (unsigned)a->n_heads, (unsigned)((a->n + TT - 1) / TT));
+    switch (vt) {
+    case AB_F32: pdl_launch(k_mla_absorb<NT, CT, TPT, CPT, DI, AB_F32>, g, NT, 0, 0, *a); break;
+    case AB_BF16: pdl_launch(k_mla_absorb<NT, CT, TPT, CPT, DI, AB_BF16>, g, NT, 0, 0, *a); break;
+    case AB_F16: pdl_launch(k_mla_absorb<NT, CT, TPT, CPT, DI, AB_F16>, g, NT, 0, 0, *a); break;
+    case AB_Q8: pdl_launch(k_mla_absorb<NT, CT, TPT, CPT, DI, AB_Q8>, g, NT, 0, 0, *a); break;
+    case AB_Q4: pdl_launch(k_mla_absorb<NT, CT, TPT, CPT, DI, AB_Q4>, g, NT, 0, 0, *a); break;
+    default: pdl_launch(k_mla_absorb<NT, CT, TPT, CPT, DI, AB_GEN>, g, NT, 0, 0, *a);
+    }
+}
+
+static int mla_mode = -1; /* 2 (bits 0-1): the split launches below for n <= MLA2_MAXN; else k_mla_attend */
+
+/* q_abs (with the test bit 4: k_mla_absorb_ref's launches, in pieces of at most 65535 (token, head) pairs, its grid's y) */
+static void mla_absorb(const slcu_mla *a) {
+    const int row = a->r + a->dr;
+    if (mla_mode & 4) {
+        const int per = 65535 / a->n_heads > 0 ? 65535 / a->n_heads : 1;
+        for (int t0 = 0; t0 < a->n; t0 += per) {
+            slcu_mla p = *a;
+            p.n = a->n - t0 < per ? a->n - t0 : per;
+            p.q += (size_t)t0 * a->ldq, p.q_abs += (size_t)t0 * a->n_heads * row;
+            pdl_launch(k_mla_absorb_ref, dim3((unsigned)((row + 127) / 128), (unsigned)(p.n * a->n_heads)), 128, 0, 0, p);
+        }
+        return;
+    }
+    const slcu_mat *w = &a->kv_b;
+    const int quant = w->dtype == DT_Q8 || w->dtype == DT_Q4;
+    int vt = AB_GEN;
+    if (a->r % 8 == 0 && !((uintptr_t)w->data & 15) && (!quant || w->group % 8 == 0))
+        vt = w->dtype == DT_F32 ? AB_F32 : w->dtype == DT_BF16 ? AB_BF16 : w->dtype == DT_F16 ? AB_F16 : w->dtype == DT_Q8 ? AB_Q8 : AB_Q4;
+    if (a->n <= AB_SMALLN) ab_launch<AB_D>(a, vt);
+    else ab_launch<AB_P>(a, vt);
 }
 
 #define MLA_THREADS 256
@@ -262,8 +469,10 @@ __global__ void k_mla2_lat(const slcu_mla a, const float *S, int nmax) {
     if (h + 3 < a.n_heads) lat[3 * (size_t)a.r] = acc3;
 }
 
-/* 2: the three launches above for n <= MLA2_MAXN; 1: k_mla_attend; 3 (the default since call Z, docs/CUDA.md): the split
- * from MLA2_AUTO positions on (at depth 1 k_mla_attend is 7 us faster, from 512 the split 3.5-8.5x: test_cuda --bench-mla) */
+/* mode (cuda.h): 1 k_mla_attend, 2 the split for n <= MLA2_MAXN, 3 (the default since call Z, docs/CUDA.md) the split
+ * from MLA2_AUTO positions on (at depth 1 k_mla_attend is 7 us faster, from 512 the split 3.5-8.5x: test_cuda
+ * --bench-mla); with the test bits 4 (q_abs by k_mla_absorb_ref) and 8 (k_mla_absorb's launch alone: no cache row
+ * stored, no attention; for the absorb's benchmark) */
 #define MLA2_AUTO 64
 static int mla_mode = -1;
 extern "C" void slcu_mla_set(int mode) {
@@ -326,11 +535,12 @@ extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
     if (a->n <= 0) return 0;
     if (mla_mode < 0) slcu_mla_set(-1);
     const int row = a->r + a->dr;
-    const int split = mla_mode == 2 || (mla_mode == 3 && a->pos0 + a->n >= MLA2_AUTO);
-    if (split && a->n <= MLA2_MAXN && (size_t)((row + 31) / 32) * MLA2_SG * 32 * sizeof(float) <= 48 * 1024) {
-        pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a);
-        pdl_launch(k_mla_absorb, dim3((unsigned)((row + 127) / 128), (unsigned)(a->n * a->n_heads)), 128, 0, 0, *a);
-        if (mla2_attend(a, msg, msglen)) return -1;
+    const int m3 = mla_mode & 3, split = !(mla_mode & 8) && (m3 == 2 || (m3 == 3 && a->pos0 + a->n >= MLA2_AUTO)) &&
+                                    a->n <= MLA2_MAXN && (size_t)((row + 31) / 32) * MLA2_SG * 32 * sizeof(float) <= 48 * 1024;
+    if (mla_mode & 8 || split) {
+        if (split) pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a);
+        mla_absorb(a);
+        if (split && mla2_attend(a, msg, msglen)) return -1;
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             if (msg && msglen) snprintf(msg, msglen, "mla launch: %s", cudaGetErrorString(e));
@@ -351,7 +561,7 @@ extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
         return -1;
     }
     pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a); /* stream 0: the legacy one */
-    pdl_launch(k_mla_absorb, dim3((unsigned)((row + 127) / 128), (unsigned)(a->n * a->n_heads)), 128, 0, 0, *a);
+    mla_absorb(a);
     pdl_launch(k_mla_attend, a->n * a->n_heads, MLA_THREADS, smem, 0, *a);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
