@@ -400,7 +400,7 @@ static void check_fused(void) {
 #include "test_cuda_pdl.c" /* issue 24: overlapped launches bitwise stream order: check_pdl */
 #include "test_cuda_kq.c" /* issues 24 / 27: the GGUF block types (cuda_kq.cu): check_kq_all, --kq, --bench-kq */
 #include "test_cuda_tier.c" /* issue 25: the device tier's prefill in batches of experts: check_moe_batches_all, --tier */
-#include "test_cuda_mla.c" /* SLUICE_CUDA_MLA=2's split launches bitwise k_mla_attend: check_mla_split_all, --mla, --bench-mla */
+#include "test_cuda_mla.c" /* SLUICE_CUDA_MLA=2's split bitwise k_mla_attend, the absorb tiles bitwise the reference: --mla, --absorb, --bench-* */
 #include "test_cuda_moex.c" /* gpt-oss's experts grouped (cuda_moex.cu) bitwise the tokens alone: check_moex_all, --moex */
 
 static void check_ops(void) {
@@ -936,12 +936,7 @@ int main(int argc, char **argv) {
         if (!failures) bench_rows();
         return failures ? 1 : 0;
     }
-    if (argc > 1 && (!strcmp(argv[1], "--mla") || !strcmp(argv[1], "--bench-mla"))) { /* test_cuda_mla.c's checks alone; --bench-mla then times */
-        check_mla_split_all();
-        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
-        if (!strcmp(argv[1], "--bench-mla")) bench_mla(); /* timed even after a mismatch (the FAIL lines above say so) */
-        return failures ? 1 : 0;
-    }
+    if (mla_main(argc, argv) >= 0) return failures ? 1 : 0; /* test_cuda_mla.c: --mla, --bench-mla, --absorb, --bench-absorb */
     if (argc > 1 && (!strcmp(argv[1], "--moe-dec") || !strcmp(argv[1], "--moex"))) { /* test_cuda_moedec.c / _moex.c alone */
         if (!strcmp(argv[1], "--moex")) check_moex_all();
         else check_moe_dec_all();
@@ -991,7 +986,7 @@ int main(int argc, char **argv) {
 flash:
     check_attn_f16();
     if (!fa16) check_ops(), check_mixers(), check_hybrid(), check_kq_all();
-    if (!fa16) check_mla_split_all(); /* last: a fault of the new launches leaves the other checks' results */
+    if (!fa16) check_mla_split_all(), check_absorb_all(); /* last: a fault of the new launches leaves the other checks' results */
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
     if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
     if (argc > 1 && !strcmp(argv[1], "--bench-mv")) bench_mv();
