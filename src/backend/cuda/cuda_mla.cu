@@ -252,7 +252,7 @@ static void ab_launch(const slcu_mla *a, int vt) {
     }
 }
 
-static int mla_mode = -1; /* 2 (bits 0-1): the split launches below for n <= MLA2_MAXN; else k_mla_attend */
+static int mla_mode = -1; /* slcu_mla_set below */
 
 /* q_abs (with the test bit 4: k_mla_absorb_ref's launches, in pieces of at most 65535 (token, head) pairs, its grid's y) */
 static void mla_absorb(const slcu_mla *a) {
@@ -474,7 +474,6 @@ __global__ void k_mla2_lat(const slcu_mla a, const float *S, int nmax) {
  * --bench-mla); with the test bits 4 (q_abs by k_mla_absorb_ref) and 8 (k_mla_absorb's launch alone: no cache row
  * stored, no attention; for the absorb's benchmark) */
 #define MLA2_AUTO 64
-static int mla_mode = -1;
 extern "C" void slcu_mla_set(int mode) {
     const char *e = getenv("SLUICE_CUDA_MLA");
     mla_mode = mode >= 0 ? mode : !e || !e[0] ? 3 : e[0] == '2' ? 2 : e[0] == '1' ? 1 : 3;
