@@ -500,10 +500,34 @@ int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen);
 void slcu_mla_set(int mode);
 
 /* ---- cuda_mxfp4.cu: y[t * ldy + r] = (W x_t)[r], W MXFP4 (quant.h: codes [rows][cols/2], an E8M0 scale per
- * 32 columns), x [n][ldx] f32, any n. Each weight decoded as the CPU's mxfp4_row_scalar (value * 2^(e-127),
- * exact); per lane its 32-column blocks in order, a fixed butterfly over the lanes. ---- */
+ * 32 columns), x [n][ldx] f32, any n, any alignment. Each weight decoded as the CPU's mxfp4_row_scalar (value *
+ * 2^(e-127), exact); per lane its 32-column blocks in order, a fixed butterfly over the lanes (cuda_mxfp4.cu's head):
+ * every output is bitwise the same whatever n, the kernel or the call (one matrix or segments). From
+ * slcu_mxfp4_gemm's bound on (9 tokens by default) a call runs k_mxg, tiles of 64 x 16 .. 64 x 64 (rows x tokens);
+ * below it k_mxfp4, 8 tokens a launch. ---- */
 int slcu_matmul_mxfp4(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, char *msg,
                       size_t msglen);
+/* The smallest n slcu_matmul_mxfp4 runs with the many-token kernel: 0 never (k_mxfp4 always), 1 always; -1: the
+ * environment's SLUICE_CUDA_MXG again (unset: 9). Read at the next call; tests and benchmarks. */
+void slcu_mxfp4_gemm(int min_tok);
+/* A MoE layer's experts in one launch (prefill), as cuda_i8.cu gemm_seg takes them: the n rows of the segment order
+ * are grouped by expert, expert e's rows off[e] .. off[e + 1] - 1; row p multiplies matrix z of its expert by x's row
+ * tok[p] (or p) into y[z]'s row yrows[p] (or p). Each output is bitwise slcu_matmul_mxfp4 of that expert's matrix on
+ * that row (any n). Device memory throughout; tab, off, tok and yrows are read on the device only (no host round trip):
+ * off as cuda_i8.cu k_moe_group makes it, tok / cell its tok / cell. Runs on slcu_cur_stream. 0, or -1 with a message
+ * (a matrix not mxfp4 of a multiple of 32 columns, E < 1, nmat not 1 or 2, a NULL pointer, a launch failure). */
+typedef struct slcu_mxseg {
+    const void *const *tab; /* device [nmat][E][2]: matrix z of expert e: its codes at tab[2 (z E + e)], scales at [+ 1] */
+    slcu_mat w;             /* the shape every matrix shares: rows, cols; dtype DT_MXFP4 (data, scales unused) */
+    const int *off;         /* device [E + 1]: nondecreasing, off[0] = 0, off[E] = n */
+    const int *tok;         /* device [n]: x's row of row p, or NULL: row p */
+    const int *yrows;       /* device [n]: y's row of row p, or NULL: row p */
+    const float *x;         /* device, row i at x + i ldx (any alignment) */
+    size_t ldx, ldy;
+    float *y[2];            /* device: matrix z's outputs, row i at y[z] + i ldy (rows floats) */
+    int E, nmat, n;         /* experts (>= 1), matrices an expert (1, 2), rows of the segment order (off[E]; sizes the grid) */
+} slcu_mxseg;
+int slcu_matmul_mxfp4_seg(const slcu_mxseg *s, char *msg, size_t msglen);
 
 /* The stream every kernel of cuda_ops.cu, cuda_i8.cu, cuda_mat.cu and backend_cuda_rt.cu is queued on: NULL (the
  * legacy default stream) but while the CUDA backend records a decode step into a CUDA graph (backend_cuda.c). */

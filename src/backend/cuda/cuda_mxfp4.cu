@@ -1,14 +1,30 @@
 /*
- * cuda_mxfp4.cu — y = W x for gpt-oss's MXFP4 experts on the device (cuda.h slcu_matmul_mxfp4; the layout is
- * src/quant/quant.h's, the CPU's matmul src/kernels/mxfp4.c). A warp per output row, 4 rows a CTA; lane l takes
- * the 32-column blocks l, l + 32, ... (16 bytes of codes and one E8M0 scale each), decodes every weight as
- * mxfp4_row_scalar does (value * 2^(e-127), exact in f32), and keeps per token one partial sum: per block
- * d = fma chain over its 32 columns, acc += d; then a fixed butterfly over the lanes. Up to 8 tokens share
- * one read of the weights; the order of every sum depends only on the shapes, never on n. k_mxfp4 waits (pdl_wait)
- * before its first global access and is launched by cuda_pdl.cuh pdl_launch, on the legacy stream as before.
+ * cuda_mxfp4.cu — y = W x for gpt-oss's MXFP4 experts on the device (cuda.h slcu_matmul_mxfp4, slcu_matmul_mxfp4_seg;
+ * the layout is src/quant/quant.h's, the CPU's matmul src/kernels/mxfp4.c).
+ *
+ * The order of every output (r, t), whichever kernel computes it: lane l of 32 takes the 32-column blocks l, l + 32,
+ * ... (its class); per block d = fma chain over its 32 columns from 0.0f, each weight decoded as mxfp4_row_scalar
+ * does (value * 2^(e-127), exact in f32); a_l = ((0.0f + d_l) + d_{l+32}) + ...; then the xor butterfly over the
+ * lanes (16, 8, 4, 2, 1), i.e. the binary tree whose leaves, left to right, are the classes in 5-bit bit-reversed
+ * order (0, 16, 8, 24, 4, ...). It depends only on the shapes, never on n or on the kernel.
+ *
+ * k_mxfp4 (decode, up to 8 tokens a launch): a warp per output row, 4 rows a CTA, lane l its class itself; up to 8
+ * tokens share one read of the weights. k_mxfp4 waits (pdl_wait) before its first global access and is launched by
+ * cuda_pdl.cuh pdl_launch, on the legacy stream as before.
+ *
+ * k_mxg / k_mxg_seg (many tokens): a CTA computes a tile of BM rows x TN tokens, a thread 4 rows x 4 tokens of it
+ * for all 32 classes: it visits the classes in the tree's leaf order (i = 0 .. 31, class brev5(i)), keeps per output
+ * its class sum a (acc), the block's chain d and a stack S[0..4] of finished subtrees, and merges a finished class as
+ * a binary counter does (i's trailing ones: a = S[k] + a for each, then S[level] = a): the butterfly's tree, leaf by
+ * leaf. The CTA stages one 32-column block at a time, in that order, double-buffered in shared memory: the weights
+ * decoded once (Ws [32][BM], column-major: a thread reads its 4 rows as one float4) and the tokens' columns (Xs [32][TN]);
+ * one barrier a block. k_mxg_seg runs the same tile over a MoE layer's experts, each on its own run of rows (the
+ * segments of cuda_i8.cu gemm_seg). tools/cuda_mxg_emu.c transcribes both kernels' loops on the CPU and checks them
+ * bitwise against k_mxfp4's.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/cuda_pdl.cuh"
@@ -73,23 +89,299 @@ __global__ void __launch_bounds__(32 * MX_WARPS) k_mxfp4(const uint8_t *__restri
     }
 }
 
+/* ---- k_mxg, k_mxg_seg: many tokens ------------------------------------------------------------------------
+ * A CTA of WR x WT warps: BM = 32 WR rows, TN = 16 WT tokens. Lane (lr = lane / 4, lt = lane % 4) of warp (wr, wt)
+ * owns rows 4 (8 wr + lr) .. + 3 and tokens 4 (4 wt + lt) .. + 3 of the tile: a warp's 8 row quads are 128
+ * contiguous bytes of a Ws row, its 4 token quads 64 of an Xs row (one wavefront each, the rest broadcast). Staging:
+ * thread idx = tid + u NT decodes code word q = idx / BM (columns 8q .. 8q + 7) of row idx % BM (a warp: 32
+ * consecutive rows, one Ws row each store) and loads quad q4 = idx / TN (columns 4q4 .. 4q4 + 3) of token idx % TN. */
+#define MXG_PAD 4 /* floats after each Ws / Xs row: rows 16-byte aligned; the TN 16 staging's two Xs rows a warp 16 banks apart */
+
+__device__ __forceinline__ int mxg_brev(int i) { return (int)(__brev((unsigned)i) >> 27); } /* 5-bit bit reversal */
+
+/* The block after b in the classes' order (i = 0 .. 31, class brev5(i), its blocks upward), or -1 after the last. */
+__device__ __forceinline__ int mxg_next(int b, int nb) {
+    if (b + 32 < nb) return b + 32;
+    for (int i = mxg_brev(b & 31) + 1; i < 32; i++)
+        if (mxg_brev(i) < nb) return mxg_brev(i);
+    return -1;
+}
+
+/* One tile: rows r0 .. r0 + BM - 1 of the matrix, tokens t0 .. t0 + TN - 1 of a run of ntok tokens; token t's
+ * activation is row xrows ? xrows[t] : t of x, its output row yrows ? yrows[t] : t of y. Every thread of the CTA
+ * calls it (barriers inside). */
+template <int WR, int WT>
+__device__ __forceinline__ void mxg_tile(const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales, int rows,
+                                         int cols, const float *x, size_t ldx, const int *xrows, float *y, size_t ldy,
+                                         const int *yrows, int ntok, int r0, int t0) {
+    constexpr int BM = 32 * WR, TN = 16 * WT, NT = 32 * WR * WT, WP = BM + MXG_PAD, XP = TN + MXG_PAD;
+    constexpr int NWQ = BM * 4 / NT, NXQ = TN * 8 / NT; /* code words and x quads a thread stages a block */
+    static_assert(4 % WR == 0 && 4 % WT == 0, "NWQ, NXQ whole");
+    __shared__ __align__(16) float Ws[2][32][WP];
+    __shared__ __align__(16) float Xs[2][32][XP];
+    __shared__ float lut[16];
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int rb = 4 * (8 * (w / WT) + (lane >> 2)), tb = 4 * (4 * (w % WT) + (lane & 3));
+    const int nb = cols / 32, aligned = !((uintptr_t)codes & 3), xal = !((uintptr_t)x & 15) && !(ldx & 3);
+    if (tid < 16) lut[tid] = mx_values[tid];
+    const uint8_t *wrow[NWQ];
+    const uint8_t *srow[NWQ];
+    const float *xrow[NXQ];
+#pragma unroll
+    for (int u = 0; u < NWQ; u++) {
+        const int idx = tid + u * NT, r = r0 + idx % BM;
+        wrow[u] = r < rows ? codes + (size_t)r * (cols / 2) + 4 * (idx / BM) : NULL;
+        srow[u] = r < rows ? scales + (size_t)r * nb : NULL;
+    }
+#pragma unroll
+    for (int u = 0; u < NXQ; u++) {
+        const int idx = tid + u * NT, t = t0 + idx % TN;
+        xrow[u] = t < ntok ? x + (size_t)(xrows ? xrows[t] : t) * ldx + 4 * (idx / TN) : NULL;
+    }
+    unsigned wq[NWQ], sq[NWQ];
+    float4 xq[NXQ];
+    auto load = [&](int b) { /* block b's words into registers */
+#pragma unroll
+        for (int u = 0; u < NWQ; u++) {
+            wq[u] = 0, sq[u] = 0;
+            if (!wrow[u]) continue;
+            const uint8_t *p = wrow[u] + (size_t)b * 16;
+            if (aligned) wq[u] = __ldg((const unsigned *)p);
+            else wq[u] = (unsigned)__ldg(p) | (unsigned)__ldg(p + 1) << 8 | (unsigned)__ldg(p + 2) << 16 | (unsigned)__ldg(p + 3) << 24;
+            sq[u] = __ldg(srow[u] + b);
+        }
+#pragma unroll
+        for (int u = 0; u < NXQ; u++) {
+            xq[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (!xrow[u]) continue;
+            const float *p = xrow[u] + (size_t)b * 32;
+            if (xal) xq[u] = __ldcg((const float4 *)p); /* activations: not __ldg (cuda_pdl.cuh) */
+            else xq[u] = make_float4(__ldcg(p), __ldcg(p + 1), __ldcg(p + 2), __ldcg(p + 3));
+        }
+    };
+    auto store = [&](int buf) { /* the registers, decoded, into buffer buf */
+#pragma unroll
+        for (int u = 0; u < NWQ; u++) {
+            const int idx = tid + u * NT, r = idx % BM, q = idx / BM;
+            const float s = mx_scale(sq[u]);
+#pragma unroll
+            for (int j = 0; j < 8; j++) Ws[buf][8 * q + j][r] = __fmul_rn(lut[(wq[u] >> (4 * j)) & 15], s);
+        }
+#pragma unroll
+        for (int u = 0; u < NXQ; u++) {
+            const int idx = tid + u * NT, t = idx % TN, q = idx / TN;
+            Xs[buf][4 * q][t] = xq[u].x, Xs[buf][4 * q + 1][t] = xq[u].y;
+            Xs[buf][4 * q + 2][t] = xq[u].z, Xs[buf][4 * q + 3][t] = xq[u].w;
+        }
+    };
+    float acc[4][4], S[5][4][4];
+#pragma unroll
+    for (int k = 0; k < 5; k++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int t = 0; t < 4; t++) S[k][r][t] = 0.0f;
+    load(0); /* block 0: class 0's first (nb >= 1) */
+    __syncthreads(); /* lut */
+    store(0);
+    __syncthreads();
+    int cur = 0;
+    for (int i = 0; i < 32; i++) {
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int t = 0; t < 4; t++) acc[r][t] = 0.0f;
+        for (int b = mxg_brev(i); b < nb; b += 32) { /* Ws / Xs [cur] hold block b */
+            const int nx = mxg_next(b, nb);
+            if (nx >= 0) load(nx);
+            float d[4][4];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int t = 0; t < 4; t++) d[r][t] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 32; k++) {
+                const float4 wv = *(const float4 *)&Ws[cur][k][rb], xv = *(const float4 *)&Xs[cur][k][tb];
+                const float wk[4] = {wv.x, wv.y, wv.z, wv.w}, xk[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+#pragma unroll
+                    for (int t = 0; t < 4; t++) d[r][t] = fmaf(wk[r], xk[t], d[r][t]);
+            }
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int t = 0; t < 4; t++) acc[r][t] = __fadd_rn(acc[r][t], d[r][t]);
+            if (nx >= 0) store(cur ^ 1);
+            __syncthreads();
+            cur ^= 1;
+        }
+        const int lv = __ffs(~i) - 1; /* i's trailing ones: merges at levels 0 .. lv - 1, then S[lv] (lv 5 at i = 31: the sum) */
+#pragma unroll
+        for (int k = 0; k < 5; k++)
+            if (k < lv)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+#pragma unroll
+                    for (int t = 0; t < 4; t++) acc[r][t] = __fadd_rn(S[k][r][t], acc[r][t]);
+#pragma unroll
+        for (int k = 0; k < 5; k++)
+            if (k == lv)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+#pragma unroll
+                    for (int t = 0; t < 4; t++) S[k][r][t] = acc[r][t];
+    }
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        const int tt = t0 + tb + t;
+        if (tt >= ntok) break;
+        float *yt = y + (size_t)(yrows ? yrows[tt] : tt) * ldy;
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            if (r0 + rb + r < rows) yt[r0 + rb + r] = acc[r][t];
+    }
+}
+
+/* y = W x over n tokens: CTA (row tile blockIdx.x, token tile blockIdx.y) */
+template <int WR, int WT>
+__global__ void __launch_bounds__(32 * WR * WT) k_mxg(const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales,
+                                                      int rows, int cols, const float *x, size_t ldx, float *y, size_t ldy, int n) {
+    pdl_wait();
+    mxg_tile<WR, WT>(codes, scales, rows, cols, x, ldx, NULL, y, ldy, NULL, n, blockIdx.x * 32 * WR, blockIdx.y * 16 * WT);
+}
+
+/* k_mxg_seg's arguments: cuda.h slcu_mxseg's */
+struct mxg_seg {
+    const void *const *tab;
+    const int *off, *tok, *yrows;
+    const float *x;
+    size_t ldx, ldy;
+    float *y[2];
+    int rows, cols, E;
+};
+
+/* CTA (row tile blockIdx.x, token tile blockIdx.y, matrix blockIdx.z): tile k of expert e's run of rows, where
+ * blockIdx.y = (the tiles of the experts before e) + k, each expert's run cut into ceil(count / TN) tiles (the CTA
+ * sums them from off: a scan over runs of experts a thread); past the last tile it returns. */
+template <int WR, int WT>
+__global__ void __launch_bounds__(32 * WR * WT) k_mxg_seg(const __grid_constant__ mxg_seg S) {
+    constexpr int NT = 32 * WR * WT, TN = 16 * WT;
+    __shared__ int part[NT / 32], found[2];
+    pdl_wait();
+    const int tid = threadIdx.x, lane = tid & 31, tt = blockIdx.y, per = (S.E + NT - 1) / NT;
+    const int e0 = min(tid * per, S.E), e1 = min(e0 + per, S.E);
+    if (!tid) found[0] = -1;
+    int c = 0;
+    for (int e = e0; e < e1; e++) c += (S.off[e + 1] - S.off[e] + TN - 1) / TN;
+    int v = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+    }
+    if (lane == 31) part[tid >> 5] = v;
+    __syncthreads();
+    int p = v - c; /* the tiles before expert e0 */
+    for (int k = 0; k < (tid >> 5); k++) p += part[k];
+    for (int e = e0; e < e1; e++) {
+        const int ce = (S.off[e + 1] - S.off[e] + TN - 1) / TN;
+        if (tt >= p && tt < p + ce) found[0] = e, found[1] = tt - p;
+        p += ce;
+    }
+    __syncthreads();
+    const int e = found[0];
+    if (e < 0) return;
+    const int o = S.off[e], z = blockIdx.z;
+    const void *const *m = S.tab + 2 * ((size_t)z * S.E + e);
+    mxg_tile<WR, WT>((const uint8_t *)m[0], (const uint8_t *)m[1], S.rows, S.cols, S.tok ? S.x : S.x + (size_t)o * S.ldx,
+                     S.ldx, S.tok ? S.tok + o : NULL, S.y[z] + (S.yrows ? 0 : (size_t)o * S.ldy), S.ldy,
+                     S.yrows ? S.yrows + o : NULL, S.off[e + 1] - o, blockIdx.x * 32 * WR, found[1] * TN);
+}
+
+/* The smallest n slcu_matmul_mxfp4 gives k_mxg (cuda.h slcu_mxfp4_gemm; SLUICE_CUDA_MXG): 0 never; -1 not read yet */
+static int mxg_min = -1;
+extern "C" void slcu_mxfp4_gemm(int min_tok) {
+    if (min_tok < 0) {
+        const char *e = getenv("SLUICE_CUDA_MXG");
+        min_tok = e && *e ? atoi(e) : 9; /* unset: decode batches (up to 8 tokens) keep k_mxfp4 */
+        if (min_tok < 0) min_tok = 0;
+    }
+    mxg_min = min_tok;
+}
+
+/* The tile for a run of about avg tokens: 64 x 16 (2 warps), 128 x 32 or 64 x 64 (8 warps) */
+#define MXG_PICK(avg, CALL) ((avg) <= 16 ? CALL(2, 1) : (avg) <= 32 ? CALL(4, 2) : CALL(2, 4))
+
+/* The device's SMs (one matrix's tile: 64 x 64 where its CTAs fill them, else 64 x 16 for more CTAs) */
+static int mxg_sms(void) {
+    static int sms;
+    int dev = 0;
+    if (!sms && (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess))
+        sms = 132;
+    return sms;
+}
+
+static const char *mx_why(const slcu_mat *w) {
+    return w->dtype != DT_MXFP4 || w->cols <= 0 || w->cols % 32 ? "needs an mxfp4 matrix of a multiple of 32 columns" : NULL;
+}
+
 extern "C" int slcu_matmul_mxfp4(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, char *msg,
                                  size_t msglen) {
-    if (w->dtype != DT_MXFP4 || w->cols <= 0 || w->cols % 32 || !w->data || !w->scales) {
-        if (msg && msglen) snprintf(msg, msglen, "mxfp4 matmul: needs an mxfp4 matrix of a multiple of 32 columns");
+    if (mx_why(w) || !w->data || !w->scales) {
+        if (msg && msglen) snprintf(msg, msglen, "mxfp4 matmul: %s", mx_why(w) ? mx_why(w) : "a NULL matrix");
         return -1;
     }
     if (n <= 0 || w->rows <= 0) return 0;
-    const int aligned = !((uintptr_t)w->data & 15); /* rows are 16 * (cols / 32) bytes: all aligned then */
-    const unsigned grid = (unsigned)((w->rows + MX_WARPS - 1) / MX_WARPS);
-    for (int t0 = 0; t0 < n; t0 += MX_T) {
-        const int nt = n - t0 < MX_T ? n - t0 : MX_T;
-        pdl_launch(k_mxfp4, grid, 32 * MX_WARPS, 0, 0, (const uint8_t *)w->data, (const uint8_t *)w->scales, w->rows,
-                   w->cols, x + (size_t)t0 * ldx, ldx, y + (size_t)t0 * ldy, ldy, nt, aligned); /* stream 0: the legacy one */
+    if (mxg_min < 0) slcu_mxfp4_gemm(-1);
+    const uint8_t *c = (const uint8_t *)w->data, *sc = (const uint8_t *)w->scales;
+    if (mxg_min > 0 && n >= mxg_min) {
+#define MXG_GO(WR, WT)                                                                                                      \
+    pdl_launch(k_mxg<WR, WT>, dim3((unsigned)((w->rows + 32 * WR - 1) / (32 * WR)), (unsigned)((n + 16 * WT - 1) / (16 * WT))), \
+               32 * WR * WT, 0, 0, c, sc, w->rows, w->cols, x, ldx, y, ldy, n) /* stream 0, as k_mxfp4's */
+        if ((long)((w->rows + 63) / 64) * ((n + 63) / 64) >= mxg_sms()) MXG_GO(2, 4);
+        else MXG_GO(2, 1);
+#undef MXG_GO
+    } else {
+        const int aligned = !((uintptr_t)c & 15); /* rows are 16 * (cols / 32) bytes: all aligned then */
+        const unsigned grid = (unsigned)((w->rows + MX_WARPS - 1) / MX_WARPS);
+        for (int t0 = 0; t0 < n; t0 += MX_T) {
+            const int nt = n - t0 < MX_T ? n - t0 : MX_T;
+            pdl_launch(k_mxfp4, grid, 32 * MX_WARPS, 0, 0, c, sc, w->rows, w->cols, x + (size_t)t0 * ldx, ldx, y + (size_t)t0 * ldy,
+                       ldy, nt, aligned); /* stream 0: the legacy one */
+        }
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         if (msg && msglen) snprintf(msg, msglen, "mxfp4 matmul launch: %s", cudaGetErrorString(e));
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" int slcu_matmul_mxfp4_seg(const slcu_mxseg *s, char *msg, size_t msglen) {
+    const char *why = mx_why(&s->w);
+    if (!why && (s->E < 1 || s->nmat < 1 || s->nmat > 2 || s->n < 0)) why = "E >= 1, nmat 1 or 2, n >= 0";
+    if (!why && (!s->tab || !s->off || !s->x || !s->y[0] || (s->nmat > 1 && !s->y[1]))) why = "a NULL pointer";
+    if (why) {
+        if (msg && msglen) snprintf(msg, msglen, "mxfp4 segments: %s", why);
+        return -1;
+    }
+    if (!s->n || !s->w.rows) return 0;
+    const mxg_seg S = {s->tab, s->off, s->tok, s->yrows, s->x, s->ldx, s->ldy, {s->y[0], s->nmat > 1 ? s->y[1] : s->y[0]},
+                       s->w.rows, s->w.cols, s->E};
+    const int avg = (s->n + s->E - 1) / s->E;
+    /* at most one partial tile an expert: ceil(n / TN) + min(E, n) token tiles bound the experts' */
+#define MXG_GO(WR, WT)                                                                                                     \
+    pdl_launch(k_mxg_seg<WR, WT>,                                                                                          \
+               dim3((unsigned)((s->w.rows + 32 * WR - 1) / (32 * WR)),                                                     \
+                    (unsigned)((s->n + 16 * WT - 1) / (16 * WT) + (s->E < s->n ? s->E : s->n)), (unsigned)s->nmat),         \
+               32 * WR * WT, 0, SLS, S)
+    MXG_PICK(avg, MXG_GO);
+#undef MXG_GO
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        if (msg && msglen) snprintf(msg, msglen, "mxfp4 segments launch: %s", cudaGetErrorString(e));
         return -1;
     }
     return 0;
