@@ -107,6 +107,49 @@ __device__ __forceinline__ int mxg_next(int b, int nb) {
     return -1;
 }
 
+/* A thread's 4 x 4 outputs over one staged block: d = fma chain over its 32 columns from 0.0f, acc += d */
+template <int WP, int XP>
+__device__ __forceinline__ void mxg_block(const float (*Ws)[WP], const float (*Xs)[XP], int rb, int tb, float (&acc)[4][4]) {
+    float d[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int t = 0; t < 4; t++) d[r][t] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 32; k++) {
+        const float4 wv = *(const float4 *)&Ws[k][rb], xv = *(const float4 *)&Xs[k][tb];
+        const float wk[4] = {wv.x, wv.y, wv.z, wv.w}, xk[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int t = 0; t < 4; t++) d[r][t] = fmaf(wk[r], xk[t], d[r][t]);
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int t = 0; t < 4; t++) acc[r][t] = __fadd_rn(acc[r][t], d[r][t]);
+}
+
+/* Class i's sums acc (the tree's leaf i) into the stack S: i's trailing ones are the merges, acc = S[k] + acc at
+ * levels 0 .. lv - 1, then S[lv] = acc; at i = 31 (lv 5) acc is the whole sum, the butterfly's. */
+__device__ __forceinline__ void mxg_merge(int i, float (&acc)[4][4], float (&S)[5][4][4]) {
+    const int lv = __ffs(~i) - 1;
+#pragma unroll
+    for (int k = 0; k < 5; k++)
+        if (k < lv)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int t = 0; t < 4; t++) acc[r][t] = __fadd_rn(S[k][r][t], acc[r][t]);
+#pragma unroll
+    for (int k = 0; k < 5; k++)
+        if (k == lv)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int t = 0; t < 4; t++) S[k][r][t] = acc[r][t];
+}
+
 /* One tile: rows r0 .. r0 + BM - 1 of the matrix, tokens t0 .. t0 + TN - 1 of a run of ntok tokens; token t's
  * activation is row xrows ? xrows[t] : t of x, its output row yrows ? yrows[t] : t of y. Every thread of the CTA
  * calls it (barriers inside). */
@@ -194,43 +237,12 @@ __device__ __forceinline__ void mxg_tile(const uint8_t *__restrict__ codes, cons
         for (int b = mxg_brev(i); b < nb; b += 32) { /* Ws / Xs [cur] hold block b */
             const int nx = mxg_next(b, nb);
             if (nx >= 0) load(nx);
-            float d[4][4];
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int t = 0; t < 4; t++) d[r][t] = 0.0f;
-#pragma unroll
-            for (int k = 0; k < 32; k++) {
-                const float4 wv = *(const float4 *)&Ws[cur][k][rb], xv = *(const float4 *)&Xs[cur][k][tb];
-                const float wk[4] = {wv.x, wv.y, wv.z, wv.w}, xk[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-#pragma unroll
-                    for (int t = 0; t < 4; t++) d[r][t] = fmaf(wk[r], xk[t], d[r][t]);
-            }
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int t = 0; t < 4; t++) acc[r][t] = __fadd_rn(acc[r][t], d[r][t]);
+            mxg_block<WP, XP>(Ws[cur], Xs[cur], rb, tb, acc);
             if (nx >= 0) store(cur ^ 1);
             __syncthreads();
             cur ^= 1;
         }
-        const int lv = __ffs(~i) - 1; /* i's trailing ones: merges at levels 0 .. lv - 1, then S[lv] (lv 5 at i = 31: the sum) */
-#pragma unroll
-        for (int k = 0; k < 5; k++)
-            if (k < lv)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-#pragma unroll
-                    for (int t = 0; t < 4; t++) acc[r][t] = __fadd_rn(S[k][r][t], acc[r][t]);
-#pragma unroll
-        for (int k = 0; k < 5; k++)
-            if (k == lv)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-#pragma unroll
-                    for (int t = 0; t < 4; t++) S[k][r][t] = acc[r][t];
+        mxg_merge(i, acc, S);
     }
 #pragma unroll
     for (int t = 0; t < 4; t++) {
