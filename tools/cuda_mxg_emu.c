@@ -5,7 +5,8 @@
  * with the CTA's threads as a loop (a barrier is the loop's end) and shared memory as arrays of the same layout,
  * against k_mxfp4 (a warp a row, lane l its blocks l, l + 32, ..., the xor butterfly done lane by lane), compared
  * bitwise: shapes 2880 x 2880, 5760 x 2880, 100 x 96, odd rows, 32 / 64 / 1024 / 1056 columns, 1 .. 100 tokens, x at
- * a stride and off 16-byte alignment, every tile shape (64 x 16, 128 x 32, 64 x 64), and segments of random experts
+ * a stride and off 16-byte alignment, every tile shape (64 x 16, 128 x 32, 64 x 64, 32 x 8 with 2 x 2 a thread), and
+ * segments of random experts
  * (some empty, gathered x rows, scattered y rows) against the per-expert calls.
  * Build: cc -O2 -std=c11 -ffp-contract=off tools/cuda_mxg_emu.c -lm -o /tmp/mxg_emu (exit 0: every case agrees).
  */
@@ -92,15 +93,15 @@ typedef struct {
 static thr th[MAXNT];
 static float Ws[2][32][MAXBM + PAD], Xs[2][32][MAXTN + PAD], lut[16];
 
-static void mxg_tile(int WR, int WT, const uint8_t *codes, const uint8_t *scales, int rows, int cols, const float *x, size_t ldx,
+static void mxg_tile(int R, int T, int WR, int WT, const uint8_t *codes, const uint8_t *scales, int rows, int cols, const float *x, size_t ldx,
                      const int *xrows, float *y, size_t ldy, const int *yrows, int ntok, int r0, int t0) {
-    const int BM = 32 * WR, TN = 16 * WT, NT = 32 * WR * WT, NWQ = BM * 4 / NT, NXQ = TN * 8 / NT;
+    const int BM = 8 * R * WR, TN = 4 * T * WT, NT = 32 * WR * WT, NWQ = BM * 4 / NT, NXQ = TN * 8 / NT;
     const int nb = cols / 32, aligned = !((uintptr_t)codes & 3), xal = !((uintptr_t)x & 15) && !(ldx & 3);
     (void)aligned, (void)xal; /* the loads' width: the same words */
     for (int tid = 0; tid < NT; tid++) {
         thr *h = &th[tid];
         const int lane = tid & 31, w = tid >> 5;
-        h->rb = 4 * (8 * (w / WT) + (lane >> 2)), h->tb = 4 * (4 * (w % WT) + (lane & 3));
+        h->rb = R * (8 * (w / WT) + (lane >> 2)), h->tb = T * (4 * (w % WT) + (lane & 3));
         if (tid < 16) lut[tid] = mx_values[tid];
         for (int u = 0; u < NWQ; u++) {
             const int idx = tid + u * NT, r = r0 + idx % BM;
@@ -112,8 +113,8 @@ static void mxg_tile(int WR, int WT, const uint8_t *codes, const uint8_t *scales
             h->xrow[u] = t < ntok ? x + (size_t)(xrows ? xrows[t] : t) * ldx + 4 * (idx / TN) : NULL;
         }
         for (int k = 0; k < 5; k++)
-            for (int r = 0; r < 4; r++)
-                for (int t = 0; t < 4; t++) h->S[k][r][t] = 0.0f;
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++) h->S[k][r][t] = 0.0f;
     }
 #define LOAD(h, b)                                                                                                     \
     do {                                                                                                               \
@@ -146,21 +147,21 @@ static void mxg_tile(int WR, int WT, const uint8_t *codes, const uint8_t *scales
     int cur = 0;
     for (int i = 0; i < 32; i++) {
         for (int tid = 0; tid < NT; tid++)
-            for (int r = 0; r < 4; r++)
-                for (int t = 0; t < 4; t++) th[tid].acc[r][t] = 0.0f;
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++) th[tid].acc[r][t] = 0.0f;
         for (int b = brev5(i); b < nb; b += 32) {
             const int nx = mxg_next(b, nb);
             for (int tid = 0; tid < NT; tid++) {
                 thr *h = &th[tid];
                 if (nx >= 0) LOAD(h, nx);
                 float d[4][4];
-                for (int r = 0; r < 4; r++)
-                    for (int t = 0; t < 4; t++) d[r][t] = 0.0f;
+                for (int r = 0; r < R; r++)
+                    for (int t = 0; t < T; t++) d[r][t] = 0.0f;
                 for (int k = 0; k < 32; k++)
-                    for (int r = 0; r < 4; r++)
-                        for (int t = 0; t < 4; t++) d[r][t] = fmaf(Ws[cur][k][h->rb + r], Xs[cur][k][h->tb + t], d[r][t]);
-                for (int r = 0; r < 4; r++)
-                    for (int t = 0; t < 4; t++) h->acc[r][t] = h->acc[r][t] + d[r][t];
+                    for (int r = 0; r < R; r++)
+                        for (int t = 0; t < T; t++) d[r][t] = fmaf(Ws[cur][k][h->rb + r], Xs[cur][k][h->tb + t], d[r][t]);
+                for (int r = 0; r < R; r++)
+                    for (int t = 0; t < T; t++) h->acc[r][t] = h->acc[r][t] + d[r][t];
                 if (nx >= 0) STORE(h, tid, cur ^ 1);
             } /* __syncthreads */
             cur ^= 1;
@@ -170,21 +171,21 @@ static void mxg_tile(int WR, int WT, const uint8_t *codes, const uint8_t *scales
             thr *h = &th[tid];
             for (int k = 0; k < 5; k++)
                 if (k < lv)
-                    for (int r = 0; r < 4; r++)
-                        for (int t = 0; t < 4; t++) h->acc[r][t] = h->S[k][r][t] + h->acc[r][t];
+                    for (int r = 0; r < R; r++)
+                        for (int t = 0; t < T; t++) h->acc[r][t] = h->S[k][r][t] + h->acc[r][t];
             for (int k = 0; k < 5; k++)
                 if (k == lv)
-                    for (int r = 0; r < 4; r++)
-                        for (int t = 0; t < 4; t++) h->S[k][r][t] = h->acc[r][t];
+                    for (int r = 0; r < R; r++)
+                        for (int t = 0; t < T; t++) h->S[k][r][t] = h->acc[r][t];
         }
     }
     for (int tid = 0; tid < NT; tid++) {
         thr *h = &th[tid];
-        for (int t = 0; t < 4; t++) {
+        for (int t = 0; t < T; t++) {
             const int tt = t0 + h->tb + t;
             if (tt >= ntok) break;
             float *yt = y + (size_t)(yrows ? yrows[tt] : tt) * ldy;
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < R; r++)
                 if (r0 + h->rb + r < rows) yt[r0 + h->rb + r] = h->acc[r][t];
         }
     }
@@ -192,11 +193,12 @@ static void mxg_tile(int WR, int WT, const uint8_t *codes, const uint8_t *scales
 #undef STORE
 }
 
-static void k_mxg(int WR, int WT, const uint8_t *c, const uint8_t *s, int rows, int cols, const float *x, size_t ldx, float *y,
-                  size_t ldy, int n) {
-    for (int bx = 0; bx < (rows + 32 * WR - 1) / (32 * WR); bx++)
-        for (int by = 0; by < (n + 16 * WT - 1) / (16 * WT); by++)
-            mxg_tile(WR, WT, c, s, rows, cols, x, ldx, NULL, y, ldy, NULL, n, bx * 32 * WR, by * 16 * WT);
+static void k_mxg(const int *g, const uint8_t *c, const uint8_t *s, int rows, int cols, const float *x, size_t ldx, float *y,
+                  size_t ldy, int n) { /* g: R, T, WR, WT */
+    const int BM = 8 * g[0] * g[2], TN = 4 * g[1] * g[3];
+    for (int bx = 0; bx < (rows + BM - 1) / BM; bx++)
+        for (int by = 0; by < (n + TN - 1) / TN; by++)
+            mxg_tile(g[0], g[1], g[2], g[3], c, s, rows, cols, x, ldx, NULL, y, ldy, NULL, n, bx * BM, by * TN);
 }
 
 /* ---- k_mxg_seg ---- */
@@ -209,8 +211,8 @@ typedef struct {
     int rows, cols, E;
 } mxg_seg;
 
-static void k_mxg_seg(int WR, int WT, const mxg_seg *S, int gy, int gz) {
-    const int NT = 32 * WR * WT, TN = 16 * WT, per = (S->E + NT - 1) / NT;
+static void k_mxg_seg(const int *g, const mxg_seg *S, int gy, int gz) {
+    const int R = g[0], T = g[1], WR = g[2], WT = g[3], NT = 32 * WR * WT, TN = 4 * T * WT, per = (S->E + NT - 1) / NT;
     for (int bz = 0; bz < gz; bz++)
         for (int tt = 0; tt < gy; tt++) {
             int found[2] = {-1, 0}, part[8], c[MAXNT], v[MAXNT];
@@ -242,10 +244,10 @@ static void k_mxg_seg(int WR, int WT, const mxg_seg *S, int gy, int gz) {
             if (e < 0) continue;
             const int o = S->off[e];
             const void *const *m = S->tab + 2 * ((size_t)bz * S->E + e);
-            for (int bx = 0; bx < (S->rows + 32 * WR - 1) / (32 * WR); bx++)
-                mxg_tile(WR, WT, m[0], m[1], S->rows, S->cols, S->tok ? S->x : S->x + (size_t)o * S->ldx, S->ldx,
+            for (int bx = 0; bx < (S->rows + 8 * R * WR - 1) / (8 * R * WR); bx++)
+                mxg_tile(R, T, WR, WT, m[0], m[1], S->rows, S->cols, S->tok ? S->x : S->x + (size_t)o * S->ldx, S->ldx,
                          S->tok ? S->tok + o : NULL, S->y[bz] + (S->yrows ? 0 : (size_t)o * S->ldy), S->ldy,
-                         S->yrows ? S->yrows + o : NULL, S->off[e + 1] - o, bx * 32 * WR, found[1] * TN);
+                         S->yrows ? S->yrows + o : NULL, S->off[e + 1] - o, bx * 8 * R * WR, found[1] * TN);
         }
 }
 
@@ -259,7 +261,8 @@ static void fill_mat(uint8_t *c, uint8_t *s, int rows, int cols) {
 }
 static int same(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * 4); }
 
-static const int cfg[3][2] = {{2, 1}, {4, 2}, {2, 4}};
+#define NCFG 4
+static const int cfg[NCFG][4] = {{4, 4, 2, 1}, {4, 4, 4, 2}, {4, 4, 2, 4}, {2, 2, 2, 1}}; /* R, T, WR, WT: cuda_mxfp4.cu's four */
 
 static void check_plain(int rows, int cols, int n, int xoff) {
     const size_t ldx = (size_t)cols + 4 + xoff, ldy = (size_t)rows + 3;
@@ -270,18 +273,18 @@ static void check_plain(int rows, int cols, int n, int xoff) {
     for (size_t i = 0; i < (size_t)n * ldx; i++) x[i] = frand();
     for (size_t i = 0; i < (size_t)n * ldy; i++) y0[i] = y1[i] = -77.0f;
     ref_matmul(c, s, rows, cols, x, ldx, y0, ldy, n);
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NCFG; k++) {
         for (size_t i = 0; i < (size_t)n * ldy; i++) y1[i] = -77.0f;
-        k_mxg(cfg[k][0], cfg[k][1], c, s, rows, cols, x, ldx, y1, ldy, n);
+        k_mxg(cfg[k], c, s, rows, cols, x, ldx, y1, ldy, n);
         if (!same(y0, y1, (size_t)n * ldy)) {
             fails++;
             size_t i = 0;
             while (!memcmp(y0 + i, y1 + i, 4)) i++;
             printf("FAIL %dx%d n=%d tile %dx%d: first difference at token %zu row %zu: %.9g vs %.9g\n", rows, cols, n,
-                   32 * cfg[k][0], 16 * cfg[k][1], i / ldy, i % ldy, y0[i], y1[i]);
+                   8 * cfg[k][0] * cfg[k][2], 4 * cfg[k][1] * cfg[k][3], i / ldy, i % ldy, y0[i], y1[i]);
         }
     }
-    printf("ok   %5d x %-5d %3d tokens (x offset %d): k_mxg's three tiles bitwise k_mxfp4\n", rows, cols, n, xoff);
+    printf("ok   %5d x %-5d %3d tokens (x offset %d): k_mxg's four tiles bitwise k_mxfp4\n", rows, cols, n, xoff);
     free(buf), free(xb), free(y0), free(y1);
 }
 
@@ -326,16 +329,16 @@ static void check_seg(int E, int nmat, int rows, int cols, int n, int gather) {
             ref_matmul(tab[2 * (z * E + e)], tab[2 * (z * E + e) + 1], rows, cols, xr, ldx, yrun, (size_t)rows, cnt);
             for (int q = 0; q < cnt; q++) memcpy(y0[z] + (size_t)(gather ? yr[o + q] : o + q) * ldy, yrun + (size_t)q * rows, (size_t)rows * 4);
         }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < NCFG; k++) {
         for (int z = 0; z < 2; z++)
             for (size_t i = 0; i < (size_t)n * ldy; i++) y1[z][i] = -77.0f;
         const mxg_seg S = {(const void *const *)tab, off, gather ? tok : NULL, gather ? yr : NULL, x, ldx, ldy, {y1[0], y1[1]}, rows, cols, E};
-        const int TN = 16 * cfg[k][1];
-        k_mxg_seg(cfg[k][0], cfg[k][1], &S, (n + TN - 1) / TN + (E < n ? E : n), nmat);
+        const int TN = 4 * cfg[k][1] * cfg[k][3];
+        k_mxg_seg(cfg[k], &S, (n + TN - 1) / TN + (E < n ? E : n), nmat);
         for (int z = 0; z < nmat; z++)
             if (!same(y0[z], y1[z], (size_t)n * ldy)) {
                 fails++;
-                printf("FAIL segments E %d, %d rows of %dx%d, matrix %d, tile %dx%d\n", E, n, rows, cols, z, 32 * cfg[k][0], TN);
+                printf("FAIL segments E %d, %d rows of %dx%d, matrix %d, tile %dx%d\n", E, n, rows, cols, z, 8 * cfg[k][0] * cfg[k][2], TN);
             }
     }
     printf("ok   segments: %3d experts x %d matrices of %4d x %-4d, %3d rows%s: bitwise the per-expert calls\n", E, nmat, rows,

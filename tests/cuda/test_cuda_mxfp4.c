@@ -1,7 +1,7 @@
 /* ---- MXFP4's many-token kernels (cuda_mxfp4.cu k_mxg, k_mxg_seg; included by test_cuda.c) ----
  * check_mxg: slcu_matmul_mxfp4 forced onto k_mxg (slcu_mxfp4_gemm(1), every n) bitwise the same call forced onto
  * k_mxfp4 (slcu_mxfp4_gemm(0): launches of 8 tokens, the reference), at 2880 x 2880, 5760 x 2880, 100 x 96, odd rows,
- * 32, 64 and 1056 columns; 1, 8, 9, 20, 33, 100, 512 and 1100 tokens (both tiles of one matrix); x and y at strides, x off 16 bytes,
+ * 32, 64 and 1056 columns; 1, 8, 9, 20, 33, 100, 512 and 1100 tokens (one matrix's three tiles); x and y at strides, x off 16 bytes,
  * the codes off 4 bytes; scales 2^-8 .. 2^2 with the subnormal 0 and the infinite 255 (NaN where k_mxfp4 has one);
  * each output written (k_mxg's poisoned first with a finite pattern), nothing between rows or past n.
  * check_mxg_seg: slcu_matmul_mxfp4_seg bitwise each expert's slcu_matmul_mxfp4 (k_mxfp4) on its rows gathered: experts

@@ -503,7 +503,7 @@ void slcu_mla_set(int mode);
  * 32 columns), x [n][ldx] f32, any n, any alignment. Each weight decoded as the CPU's mxfp4_row_scalar (value *
  * 2^(e-127), exact); per lane its 32-column blocks in order, a fixed butterfly over the lanes (cuda_mxfp4.cu's head):
  * every output is bitwise the same whatever n, the kernel or the call (one matrix or segments). From
- * slcu_mxfp4_gemm's bound on (9 tokens by default) a call runs k_mxg, tiles of 64 x 16 .. 64 x 64 (rows x tokens);
+ * slcu_mxfp4_gemm's bound on (9 tokens by default) a call runs k_mxg, tiles of 32 x 8 .. 64 x 64 (rows x tokens);
  * below it k_mxfp4, 8 tokens a launch. ---- */
 int slcu_matmul_mxfp4(const slcu_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n, char *msg,
                       size_t msglen);

@@ -12,7 +12,7 @@
  * tokens share one read of the weights. k_mxfp4 waits (pdl_wait) before its first global access and is launched by
  * cuda_pdl.cuh pdl_launch, on the legacy stream as before.
  *
- * k_mxg / k_mxg_seg (many tokens): a CTA computes a tile of BM rows x TN tokens, a thread 4 rows x 4 tokens of it
+ * k_mxg / k_mxg_seg (many tokens): a CTA computes a tile of BM rows x TN tokens, a thread 4 x 4 (or 2 x 2) of it
  * for all 32 classes: it visits the classes in the tree's leaf order (i = 0 .. 31, class brev5(i)), keeps per output
  * its class sum a (acc), the block's chain d and a stack S[0..4] of finished subtrees, and merges a finished class as
  * a binary counter does (i's trailing ones: a = S[k] + a for each, then S[level] = a): the butterfly's tree, leaf by
@@ -90,9 +90,10 @@ __global__ void __launch_bounds__(32 * MX_WARPS) k_mxfp4(const uint8_t *__restri
 }
 
 /* ---- k_mxg, k_mxg_seg: many tokens ------------------------------------------------------------------------
- * A CTA of WR x WT warps: BM = 32 WR rows, TN = 16 WT tokens. Lane (lr = lane / 4, lt = lane % 4) of warp (wr, wt)
- * owns rows 4 (8 wr + lr) .. + 3 and tokens 4 (4 wt + lt) .. + 3 of the tile: a warp's 8 row quads are 128
- * contiguous bytes of a Ws row, its 4 token quads 64 of an Xs row (one wavefront each, the rest broadcast). Staging:
+ * A CTA of WR x WT warps, a thread R x T outputs (R, T 2 or 4): BM = 8 R WR rows, TN = 4 T WT tokens. Lane (lr =
+ * lane / 4, lt = lane % 4) of warp (wr, wt) owns rows R (8 wr + lr) .. + R - 1 and tokens T (4 wt + lt) .. + T - 1 of
+ * the tile: a warp's 8 row groups are 8 R contiguous floats of a Ws row, its 4 token groups 4 T of an Xs row (one
+ * wavefront each, the rest broadcast). Staging:
  * thread idx = tid + u NT decodes code word q = idx / BM (columns 8q .. 8q + 7) of row idx % BM (a warp: 32
  * consecutive rows, one Ws row each store) and loads quad q4 = idx / TN (columns 4q4 .. 4q4 + 3) of token idx % TN. */
 #define MXG_PAD 4 /* floats after each Ws / Xs row: rows 16-byte aligned; the TN 16 staging's two Xs rows a warp 16 banks apart */
@@ -107,64 +108,74 @@ __device__ __forceinline__ int mxg_next(int b, int nb) {
     return -1;
 }
 
-/* A thread's 4 x 4 outputs over one staged block: d = fma chain over its 32 columns from 0.0f, acc += d */
-template <int WP, int XP>
-__device__ __forceinline__ void mxg_block(const float (*Ws)[WP], const float (*Xs)[XP], int rb, int tb, float (&acc)[4][4]) {
-    float d[4][4];
+template <int N> __device__ __forceinline__ void mxg_ld(const float *p, float (&v)[N]) { /* N floats, one load */
+    if constexpr (N == 4) {
+        const float4 q = *(const float4 *)p;
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+        const float2 q = *(const float2 *)p;
+        v[0] = q.x, v[1] = q.y;
+    }
+}
+/* A thread's R x T outputs over one staged block: d = fma chain over its 32 columns from 0.0f, acc += d */
+template <int R, int T, int WP, int XP>
+__device__ __forceinline__ void mxg_block(const float (*Ws)[WP], const float (*Xs)[XP], int rb, int tb, float (&acc)[R][T]) {
+    float d[R][T];
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int t = 0; t < 4; t++) d[r][t] = 0.0f;
+        for (int t = 0; t < T; t++) d[r][t] = 0.0f;
 #pragma unroll
     for (int k = 0; k < 32; k++) {
-        const float4 wv = *(const float4 *)&Ws[k][rb], xv = *(const float4 *)&Xs[k][tb];
-        const float wk[4] = {wv.x, wv.y, wv.z, wv.w}, xk[4] = {xv.x, xv.y, xv.z, xv.w};
+        float wk[R], xk[T];
+        mxg_ld<R>(&Ws[k][rb], wk), mxg_ld<T>(&Xs[k][tb], xk);
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int t = 0; t < 4; t++) d[r][t] = fmaf(wk[r], xk[t], d[r][t]);
+            for (int t = 0; t < T; t++) d[r][t] = fmaf(wk[r], xk[t], d[r][t]);
     }
 #pragma unroll
-    for (int r = 0; r < 4; r++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int t = 0; t < 4; t++) acc[r][t] = __fadd_rn(acc[r][t], d[r][t]);
+        for (int t = 0; t < T; t++) acc[r][t] = __fadd_rn(acc[r][t], d[r][t]);
 }
 
 /* Class i's sums acc (the tree's leaf i) into the stack S: i's trailing ones are the merges, acc = S[k] + acc at
  * levels 0 .. lv - 1, then S[lv] = acc; at i = 31 (lv 5) acc is the whole sum, the butterfly's. */
-__device__ __forceinline__ void mxg_merge(int i, float (&acc)[4][4], float (&S)[5][4][4]) {
+template <int R, int T>
+__device__ __forceinline__ void mxg_merge(int i, float (&acc)[R][T], float (&S)[5][R][T]) {
     const int lv = __ffs(~i) - 1;
 #pragma unroll
     for (int k = 0; k < 5; k++)
         if (k < lv)
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int t = 0; t < 4; t++) acc[r][t] = __fadd_rn(S[k][r][t], acc[r][t]);
+                for (int t = 0; t < T; t++) acc[r][t] = __fadd_rn(S[k][r][t], acc[r][t]);
 #pragma unroll
     for (int k = 0; k < 5; k++)
         if (k == lv)
 #pragma unroll
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < R; r++)
 #pragma unroll
-                for (int t = 0; t < 4; t++) S[k][r][t] = acc[r][t];
+                for (int t = 0; t < T; t++) S[k][r][t] = acc[r][t];
 }
 
 /* One tile: rows r0 .. r0 + BM - 1 of the matrix, tokens t0 .. t0 + TN - 1 of a run of ntok tokens; token t's
  * activation is row xrows ? xrows[t] : t of x, its output row yrows ? yrows[t] : t of y. Every thread of the CTA
  * calls it (barriers inside). */
-template <int WR, int WT>
+template <int R, int T, int WR, int WT>
 __device__ __forceinline__ void mxg_tile(const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales, int rows,
                                          int cols, const float *x, size_t ldx, const int *xrows, float *y, size_t ldy,
                                          const int *yrows, int ntok, int r0, int t0) {
-    constexpr int BM = 32 * WR, TN = 16 * WT, NT = 32 * WR * WT, WP = BM + MXG_PAD, XP = TN + MXG_PAD;
+    constexpr int BM = 8 * R * WR, TN = 4 * T * WT, NT = 32 * WR * WT, WP = BM + MXG_PAD, XP = TN + MXG_PAD;
     constexpr int NWQ = BM * 4 / NT, NXQ = TN * 8 / NT; /* code words and x quads a thread stages a block */
-    static_assert(4 % WR == 0 && 4 % WT == 0, "NWQ, NXQ whole");
+    static_assert((R == 2 || R == 4) && (T == 2 || T == 4) && R % WT == 0 && T % WR == 0, "NWQ, NXQ whole");
     __shared__ __align__(16) float Ws[2][32][WP];
     __shared__ __align__(16) float Xs[2][32][XP];
     __shared__ float lut[16];
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
-    const int rb = 4 * (8 * (w / WT) + (lane >> 2)), tb = 4 * (4 * (w % WT) + (lane & 3));
+    const int rb = R * (8 * (w / WT) + (lane >> 2)), tb = T * (4 * (w % WT) + (lane & 3));
     const int nb = cols / 32, aligned = !((uintptr_t)codes & 3), xal = !((uintptr_t)x & 15) && !(ldx & 3);
     if (tid < 16) lut[tid] = mx_values[tid];
     const uint8_t *wrow[NWQ];
@@ -217,13 +228,13 @@ __device__ __forceinline__ void mxg_tile(const uint8_t *__restrict__ codes, cons
             Xs[buf][4 * q + 2][t] = xq[u].z, Xs[buf][4 * q + 3][t] = xq[u].w;
         }
     };
-    float acc[4][4], S[5][4][4];
+    float acc[R][T], S[5][R][T];
 #pragma unroll
     for (int k = 0; k < 5; k++)
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int t = 0; t < 4; t++) S[k][r][t] = 0.0f;
+            for (int t = 0; t < T; t++) S[k][r][t] = 0.0f;
     load(0); /* block 0: class 0's first (nb >= 1) */
     __syncthreads(); /* lut */
     store(0);
@@ -231,36 +242,36 @@ __device__ __forceinline__ void mxg_tile(const uint8_t *__restrict__ codes, cons
     int cur = 0;
     for (int i = 0; i < 32; i++) {
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int t = 0; t < 4; t++) acc[r][t] = 0.0f;
+            for (int t = 0; t < T; t++) acc[r][t] = 0.0f;
         for (int b = mxg_brev(i); b < nb; b += 32) { /* Ws / Xs [cur] hold block b */
             const int nx = mxg_next(b, nb);
             if (nx >= 0) load(nx);
-            mxg_block<WP, XP>(Ws[cur], Xs[cur], rb, tb, acc);
+            mxg_block<R, T, WP, XP>(Ws[cur], Xs[cur], rb, tb, acc);
             if (nx >= 0) store(cur ^ 1);
             __syncthreads();
             cur ^= 1;
         }
-        mxg_merge(i, acc, S);
+        mxg_merge<R, T>(i, acc, S);
     }
 #pragma unroll
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < T; t++) {
         const int tt = t0 + tb + t;
         if (tt >= ntok) break;
         float *yt = y + (size_t)(yrows ? yrows[tt] : tt) * ldy;
 #pragma unroll
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < R; r++)
             if (r0 + rb + r < rows) yt[r0 + rb + r] = acc[r][t];
     }
 }
 
 /* y = W x over n tokens: CTA (row tile blockIdx.x, token tile blockIdx.y) */
-template <int WR, int WT>
+template <int R, int T, int WR, int WT>
 __global__ void __launch_bounds__(32 * WR * WT) k_mxg(const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales,
                                                       int rows, int cols, const float *x, size_t ldx, float *y, size_t ldy, int n) {
     pdl_wait();
-    mxg_tile<WR, WT>(codes, scales, rows, cols, x, ldx, NULL, y, ldy, NULL, n, blockIdx.x * 32 * WR, blockIdx.y * 16 * WT);
+    mxg_tile<R, T, WR, WT>(codes, scales, rows, cols, x, ldx, NULL, y, ldy, NULL, n, blockIdx.x * 8 * R * WR, blockIdx.y * 4 * T * WT);
 }
 
 /* k_mxg_seg's arguments: cuda.h slcu_mxseg's */
@@ -276,9 +287,9 @@ struct mxg_seg {
 /* CTA (row tile blockIdx.x, token tile blockIdx.y, matrix blockIdx.z): tile k of expert e's run of rows, where
  * blockIdx.y = (the tiles of the experts before e) + k, each expert's run cut into ceil(count / TN) tiles (the CTA
  * sums them from off: a scan over runs of experts a thread); past the last tile it returns. */
-template <int WR, int WT>
+template <int R, int T, int WR, int WT>
 __global__ void __launch_bounds__(32 * WR * WT) k_mxg_seg(const __grid_constant__ mxg_seg S) {
-    constexpr int NT = 32 * WR * WT, TN = 16 * WT;
+    constexpr int NT = 32 * WR * WT, TN = 4 * T * WT;
     __shared__ int part[NT / 32], found[2];
     pdl_wait();
     const int tid = threadIdx.x, lane = tid & 31, tt = blockIdx.y, per = (S.E + NT - 1) / NT;
@@ -306,9 +317,9 @@ __global__ void __launch_bounds__(32 * WR * WT) k_mxg_seg(const __grid_constant_
     if (e < 0) return;
     const int o = S.off[e], z = blockIdx.z;
     const void *const *m = S.tab + 2 * ((size_t)z * S.E + e);
-    mxg_tile<WR, WT>((const uint8_t *)m[0], (const uint8_t *)m[1], S.rows, S.cols, S.tok ? S.x : S.x + (size_t)o * S.ldx,
-                     S.ldx, S.tok ? S.tok + o : NULL, S.y[z] + (S.yrows ? 0 : (size_t)o * S.ldy), S.ldy,
-                     S.yrows ? S.yrows + o : NULL, S.off[e + 1] - o, blockIdx.x * 32 * WR, found[1] * TN);
+    mxg_tile<R, T, WR, WT>((const uint8_t *)m[0], (const uint8_t *)m[1], S.rows, S.cols, S.tok ? S.x : S.x + (size_t)o * S.ldx,
+                           S.ldx, S.tok ? S.tok + o : NULL, S.y[z] + (S.yrows ? 0 : (size_t)o * S.ldy), S.ldy,
+                           S.yrows ? S.yrows + o : NULL, S.off[e + 1] - o, blockIdx.x * 8 * R * WR, found[1] * TN);
 }
 
 /* The smallest n slcu_matmul_mxfp4 gives k_mxg (cuda.h slcu_mxfp4_gemm; SLUICE_CUDA_MXG): 0 never; -1 not read yet */
@@ -322,10 +333,11 @@ extern "C" void slcu_mxfp4_gemm(int min_tok) {
     mxg_min = min_tok;
 }
 
-/* The tile for a run of about avg tokens: 64 x 16 (2 warps), 128 x 32 or 64 x 64 (8 warps) */
-#define MXG_PICK(avg, CALL) ((avg) <= 16 ? CALL(2, 1) : (avg) <= 32 ? CALL(4, 2) : CALL(2, 4))
+/* The segments' tile for runs of about avg tokens: 64 x 16 (2 warps), 128 x 32 or 64 x 64 (8 warps) */
+#define MXG_PICK(avg, CALL) ((avg) <= 16 ? CALL(4, 4, 2, 1) : (avg) <= 32 ? CALL(4, 4, 4, 2) : CALL(4, 4, 2, 4))
 
-/* The device's SMs (one matrix's tile: 64 x 64 where its CTAs fill them, else 64 x 16 for more CTAs) */
+/* The device's SMs. One matrix's tile: 64 x 64 where its CTAs fill them; else 64 x 16 where those fill them twice
+ * (4 warps an SM); else 32 x 8, a thread 2 x 2: a quarter of the work a thread, for more of them. */
 static int mxg_sms(void) {
     static int sms;
     int dev = 0;
@@ -348,11 +360,14 @@ extern "C" int slcu_matmul_mxfp4(const slcu_mat *w, const float *x, size_t ldx, 
     if (mxg_min < 0) slcu_mxfp4_gemm(-1);
     const uint8_t *c = (const uint8_t *)w->data, *sc = (const uint8_t *)w->scales;
     if (mxg_min > 0 && n >= mxg_min) {
-#define MXG_GO(WR, WT)                                                                                                      \
-    pdl_launch(k_mxg<WR, WT>, dim3((unsigned)((w->rows + 32 * WR - 1) / (32 * WR)), (unsigned)((n + 16 * WT - 1) / (16 * WT))), \
+#define MXG_GO(R, T, WR, WT)                                                                                        \
+    pdl_launch(k_mxg<R, T, WR, WT>, dim3((unsigned)((w->rows + 8 * R * WR - 1) / (8 * R * WR)),                      \
+                                         (unsigned)((n + 4 * T * WT - 1) / (4 * T * WT))),                            \
                32 * WR * WT, 0, 0, c, sc, w->rows, w->cols, x, ldx, y, ldy, n) /* stream 0, as k_mxfp4's */
-        if ((long)((w->rows + 63) / 64) * ((n + 63) / 64) >= mxg_sms()) MXG_GO(2, 4);
-        else MXG_GO(2, 1);
+        const long rt = (w->rows + 63) / 64;
+        if (rt * ((n + 63) / 64) >= mxg_sms()) MXG_GO(4, 4, 2, 4);
+        else if (rt * ((n + 15) / 16) >= 2 * mxg_sms()) MXG_GO(4, 4, 2, 1);
+        else MXG_GO(2, 2, 2, 1);
 #undef MXG_GO
     } else {
         const int aligned = !((uintptr_t)c & 15); /* rows are 16 * (cols / 32) bytes: all aligned then */
@@ -384,10 +399,10 @@ extern "C" int slcu_matmul_mxfp4_seg(const slcu_mxseg *s, char *msg, size_t msgl
                        s->w.rows, s->w.cols, s->E};
     const int avg = (s->n + s->E - 1) / s->E;
     /* at most one partial tile an expert: ceil(n / TN) + min(E, n) token tiles bound the experts' */
-#define MXG_GO(WR, WT)                                                                                                     \
-    pdl_launch(k_mxg_seg<WR, WT>,                                                                                          \
-               dim3((unsigned)((s->w.rows + 32 * WR - 1) / (32 * WR)),                                                     \
-                    (unsigned)((s->n + 16 * WT - 1) / (16 * WT) + (s->E < s->n ? s->E : s->n)), (unsigned)s->nmat),         \
+#define MXG_GO(R, T, WR, WT)                                                                                               \
+    pdl_launch(k_mxg_seg<R, T, WR, WT>,                                                                                    \
+               dim3((unsigned)((s->w.rows + 8 * R * WR - 1) / (8 * R * WR)),                                               \
+                    (unsigned)((s->n + 4 * T * WT - 1) / (4 * T * WT) + (s->E < s->n ? s->E : s->n)), (unsigned)s->nmat),   \
                32 * WR * WT, 0, SLS, S)
     MXG_PICK(avg, MXG_GO);
 #undef MXG_GO
