@@ -17,10 +17,10 @@
  * its class sum a (acc), the block's chain d and a stack S[0..4] of finished subtrees, and merges a finished class as
  * a binary counter does (i's trailing ones: a = S[k] + a for each, then S[level] = a): the butterfly's tree, leaf by
  * leaf. The CTA stages one 32-column block at a time, in that order, double-buffered in shared memory: the weights
- * decoded once (Ws [32][BM], column-major: a thread reads its 4 rows as one float4) and the tokens' columns (Xs [32][TN]);
- * one barrier a block. k_mxg_seg runs the same tile over a MoE layer's experts, each on its own run of rows (the
- * segments of cuda_i8.cu gemm_seg). tools/cuda_mxg_emu.c transcribes both kernels' loops on the CPU and checks them
- * bitwise against k_mxfp4's.
+ * decoded once (Ws [32][BM], column-major: a thread reads its rows as one float4 / float2) and the tokens' columns
+ * (Xs [32][TN]); one barrier a block. 7 floats an output in registers (4 x 4: 209-247 registers, no spills; 2 x 2: 78).
+ * k_mxg_seg runs the same tile over a MoE layer's experts, each on its own run of rows (the segments of cuda_i8.cu
+ * gemm_seg). tools/cuda_mxg_emu.c transcribes both kernels' loops on the CPU and checks them bitwise against k_mxfp4's.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
