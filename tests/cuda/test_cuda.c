@@ -131,9 +131,12 @@ static void run_mm(void *c) { /* set it % sets of the matrices: each call reads 
 
 static slcu_mat sub_mat(const mat *a, int r0, int rows) { /* rows r0 .. r0 + rows - 1 of a */
     slcu_mat m = a->d;
-    const size_t rb = (size_t)a->d.cols / (a->d.dtype == DT_Q4 ? 2 : 1), sb = (size_t)(a->d.cols / a->d.group) * dt_size(a->d.sdtype);
+    const int mx = a->d.dtype == DT_MXFP4; /* codes [rows][cols / 2], an E8M0 byte per 32 columns */
+    const size_t rb = (size_t)a->d.cols / (a->d.dtype == DT_Q4 || mx ? 2 : 1),
+                 sb = (size_t)(a->d.cols / a->d.group) * (mx ? 1 : dt_size(a->d.sdtype));
     m.data = (const uint8_t *)a->d.data + (size_t)r0 * rb;
-    m.scales = (const uint8_t *)a->d.scales + (size_t)r0 * sb, m.biases = (const uint8_t *)a->d.biases + (size_t)r0 * sb;
+    m.scales = (const uint8_t *)a->d.scales + (size_t)r0 * sb;
+    m.biases = a->d.biases ? (const uint8_t *)a->d.biases + (size_t)r0 * sb : NULL;
     m.rows = rows;
     return m;
 }

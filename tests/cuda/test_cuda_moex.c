@@ -34,11 +34,13 @@ static void oss_expert_rows(const oss_case *c, int e, const int *hrows, int cnt,
     slcu_act xa, ma;
     CK(!slcu_act_bind(&xa, xb, cnt, H, msg, sizeof msg) && !slcu_act_quantize(&xa, x, (size_t)H, msg, sizeof msg), "%s", msg);
     const slcu_mm gj = {sub_mat(&c->gu, e * 2 * I, 2 * I), &xa, NULL, cnt, g, (size_t)2 * I, NULL, NULL};
-    CK(!slcu_matmul_i8(&gj, 1, msg, sizeof msg) &&
+    const int gmx = c->gu.d.dtype == DT_MXFP4, dmx = c->dn.d.dtype == DT_MXFP4; /* f32 rows (mm_run's MXFP4 branch) */
+    CK(!(gmx ? slcu_matmul_mxfp4(&gj.w, x, (size_t)H, g, (size_t)2 * I, cnt, msg, sizeof msg) : slcu_matmul_i8(&gj, 1, msg, sizeof msg)) &&
        !slcu_swiglu_clamped(g, c->dgub + (size_t)e * 2 * I, c->limit, a, cnt, I, msg, sizeof msg) &&
        !slcu_act_bind(&ma, mb, cnt, I, msg, sizeof msg) && !slcu_act_quantize(&ma, a, (size_t)I, msg, sizeof msg), "%s", msg);
     const slcu_mm dj = {sub_mat(&c->dn, e * H, H), &ma, NULL, cnt, y, (size_t)H, NULL, NULL};
-    CK(!slcu_matmul_i8(&dj, 1, msg, sizeof msg) && !slcb_add_bias(y, (size_t)H, c->ddb + (size_t)e * H, cnt, H, msg, sizeof msg),
+    CK(!(dmx ? slcu_matmul_mxfp4(&dj.w, a, (size_t)I, y, (size_t)H, cnt, msg, sizeof msg) : slcu_matmul_i8(&dj, 1, msg, sizeof msg)) &&
+       !slcb_add_bias(y, (size_t)H, c->ddb + (size_t)e * H, cnt, H, msg, sizeof msg),
        "%s", msg);
     float *hy = dl(y, (size_t)cnt * H);
     for (int i = 0; i < cnt; i++) memcpy(out_cells + (size_t)cell[i] * H, hy + (size_t)i * H, (size_t)H * 4);
@@ -197,4 +199,6 @@ static void check_moex_all(void) {
     check_moex(70, 4, 9, 256, 96, DT_Q4, 64, DT_BF16, DT_Q8, 32, DT_F16);
     check_moex(150, 4, 16, 512, 160, DT_Q8, 128, DT_F32, DT_Q4, 32, DT_BF16);
     check_moex(40, 4, 32, 384, 288, DT_Q4, 32, DT_F16, DT_Q4, 32, DT_F16); /* I = 288 = 9 blocks: gpt-oss's 2880 / 10 */
+    check_moex(60, 4, 16, 256, 96, DT_MXFP4, 32, DT_F32, DT_MXFP4, 32, DT_F32);  /* gpt-oss's own type (cuda_mxfp4.cu's segments) */
+    check_moex(130, 4, 8, 384, 288, DT_MXFP4, 32, DT_F32, DT_Q8, 32, DT_F16);   /* mixed: MXFP4 gate_up, q8 down */
 }

@@ -517,7 +517,7 @@ void slcu_mxfp4_gemm(int min_tok);
  * off as cuda_i8.cu k_moe_group makes it, tok / cell its tok / cell. Runs on slcu_cur_stream. 0, or -1 with a message
  * (a matrix not mxfp4 of a multiple of 32 columns, E < 1, nmat not 1 or 2, a NULL pointer, a launch failure). */
 typedef struct slcu_mxseg {
-    const void *const *tab; /* device [nmat][E][2]: matrix z of expert e: its codes at tab[2 (z E + e)], scales at [+ 1] */
+    const void *const *tab; /* device [nmat][E][ts]: matrix z of expert e: its codes at tab[ts (z E + e)], scales at [+ 1] */
     slcu_mat w;             /* the shape every matrix shares: rows, cols; dtype DT_MXFP4 (data, scales unused) */
     const int *off;         /* device [E + 1]: nondecreasing, off[0] = 0, off[E] = n */
     const int *tok;         /* device [n]: x's row of row p, or NULL: row p */
@@ -526,6 +526,7 @@ typedef struct slcu_mxseg {
     size_t ldx, ldy;
     float *y[2];            /* device: matrix z's outputs, row i at y[z] + i ldy (rows floats) */
     int E, nmat, n;         /* experts (>= 1), matrices an expert (1, 2), rows of the segment order (off[E]; sizes the grid) */
+    int tstride;            /* ts: tab's entries an expert (0: 2; cuda_moex.cu's tables have 3, the biases' place unread) */
 } slcu_mxseg;
 int slcu_matmul_mxfp4_seg(const slcu_mxseg *s, char *msg, size_t msglen);
 

@@ -71,8 +71,10 @@ __global__ void k_oss_bias(float *y, size_t ldy, const float *const *__restrict_
 
 /* ---- the per-type step: a matrix of every expert over its segment ---- */
 
-/* whether w's type runs grouped: q8/q4 in groups of 32, 64, 128 (slcu_seg_i8). MXFP4: here, with seg_matmul. */
+/* whether w's type runs grouped: q8/q4 in groups of 32, 64, 128 (slcu_seg_i8); MXFP4 on f32 activations
+ * (cuda_mxfp4.cu slcu_matmul_mxfp4_seg: each row bitwise slcu_matmul_mxfp4's, as cu_ffn runs an MXFP4 expert). */
 static int seg_takes(const slcu_mat *w) {
+    if (w->dtype == DT_MXFP4) return w->cols % 32 == 0;
     return (w->dtype == DT_Q8 || w->dtype == DT_Q4) && (w->group == 32 || w->group == 64 || w->group == 128) &&
            (w->sdtype == DT_F32 || w->sdtype == DT_F16 || w->sdtype == DT_BF16);
 }
@@ -83,7 +85,13 @@ static int seg_int8(const slcu_mat *w) { return w->dtype == DT_Q8 || w->dtype ==
 static int seg_matmul(const slcu_mat *w, const void *const *tab, const int *off, const int *toff, const int *tok,
                       const int *yrows, const float *x, size_t ldx, const slcu_act *xa, float *y, size_t ldy, int nk, int E,
                       char *msg, size_t msglen) {
-    (void)x, (void)ldx; /* the f32 rows: for a type on f32 activations (MXFP4) */
+    if (w->dtype == DT_MXFP4) { /* f32 rows; tab [E][3]: codes, scales (and a bias slot the kernel does not read) */
+        slcu_mxseg s;
+        memset(&s, 0, sizeof s);
+        s.tab = tab, s.w = *w, s.off = off, s.tok = tok, s.yrows = yrows, s.x = x, s.ldx = ldx, s.ldy = ldy;
+        s.y[0] = y, s.E = E, s.nmat = 1, s.n = nk, s.tstride = 3;
+        return slcu_matmul_mxfp4_seg(&s, msg, msglen);
+    }
     if (seg_int8(w)) {
         const slcu_seg s = {*w, tab, off, toff, tok, yrows, xa, y, ldy, nk, E};
         return slcu_seg_i8(&s, msg, msglen);

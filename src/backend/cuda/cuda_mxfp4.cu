@@ -281,7 +281,7 @@ struct mxg_seg {
     const float *x;
     size_t ldx, ldy;
     float *y[2];
-    int rows, cols, E;
+    int rows, cols, E, ts;
 };
 
 /* CTA (row tile blockIdx.x, token tile blockIdx.y, matrix blockIdx.z): tile k of expert e's run of rows, where
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(32 * WR * WT) k_mxg_seg(const __grid_constant_
     const int e = found[0];
     if (e < 0) return;
     const int o = S.off[e], z = blockIdx.z;
-    const void *const *m = S.tab + 2 * ((size_t)z * S.E + e);
+    const void *const *m = S.tab + (size_t)S.ts * ((size_t)z * S.E + e);
     mxg_tile<R, T, WR, WT>((const uint8_t *)m[0], (const uint8_t *)m[1], S.rows, S.cols, S.tok ? S.x : S.x + (size_t)o * S.ldx,
                            S.ldx, S.tok ? S.tok + o : NULL, S.y[z] + (S.yrows ? 0 : (size_t)o * S.ldy), S.ldy,
                            S.yrows ? S.yrows + o : NULL, S.off[e + 1] - o, blockIdx.x * 8 * R * WR, found[1] * TN);
@@ -396,7 +396,7 @@ extern "C" int slcu_matmul_mxfp4_seg(const slcu_mxseg *s, char *msg, size_t msgl
     }
     if (!s->n || !s->w.rows) return 0;
     const mxg_seg S = {s->tab, s->off, s->tok, s->yrows, s->x, s->ldx, s->ldy, {s->y[0], s->nmat > 1 ? s->y[1] : s->y[0]},
-                       s->w.rows, s->w.cols, s->E};
+                       s->w.rows, s->w.cols, s->E, s->tstride > 2 ? s->tstride : 2};
     const int avg = (s->n + s->E - 1) / s->E;
     /* at most one partial tile an expert: ceil(n / TN) + min(E, n) token tiles bound the experts' */
 #define MXG_GO(R, T, WR, WT)                                                                                               \
