@@ -182,7 +182,9 @@ typedef struct be_mla {
     int n, pos0, n_heads, r, dr, dn, dv;
     float scale;
     float *q_abs; /* [n][n_heads][r + dr] out (scratch for the caller) */
-    float *lat;   /* [n][n_heads][r] out */
+    float *lat;   /* [n][n_heads][r] out; mla_out's input */
+    float *out;   /* mla_out's output [n][ldo]: head h's dv values at h * dv (mla ignores it) */
+    size_t ldo;
 } be_mla;
 
 /* DeepSeek sparse attention's indexer (dsa_select op; src/model/mla.c, after transformers'
@@ -482,6 +484,13 @@ struct be_backend {
      * batch's sequences), each item's cache rows and output bitwise attention(be, &a[i]) alone */
     void (*attention_items)(be_backend *be, const be_attn *a, int n);
     void (*mla)(be_backend *be, const be_mla *a);
+    /* optional (NULL: a matmul a head, src/model/mla.c): MLA's output of every head and token in one op, out[t*ldo +
+     * h*dv + v] = sum_c W_uv_h[v][c] lat[t][h][c], W_uv_h = rows h*(dn+dv)+dn .. +dv of kv_b, on f32 latents (the
+     * exact kernels' arithmetic, as matmul with x->int8 0). Each value depends only on its token, head and row,
+     * never on n or the other tokens (a token in a batch is bitwise the token alone). Reads kv_b, lat, out, ldo, n,
+     * n_heads, r, dn, dv. 1 done, 0 not taken (nothing queued: a kv_b it has no kernel for). CPU (cpu_mla.c): bitwise
+     * the exact matmul of each head's rows; CUDA (cuda_mla_out.cu): one launch. */
+    int (*mla_out)(be_backend *be, const be_mla *a);
     void (*dsa_select)(be_backend *be, const be_dsa *d); /* optional (NULL: none; DSA models need it) */
     void (*dn_conv)(be_backend *be, const be_dn *d);
     void (*dn_gates)(be_backend *be, const be_dn *d);

@@ -346,6 +346,7 @@ be_backend *be_cpu_new(const kern_ops *ops, pool_t *pool) {
         .attention = cpu_attention,
         .attention_items = cpu_attention_items,
         .mla = cpu_mla,
+        .mla_out = cpu_mla_out,
         .dsa_select = cpu_dsa_select,
         .layernorm = cpu_layernorm,
         .dn_conv = cpu_dn_conv,

@@ -45,6 +45,7 @@ void cpu_hc_post(be_backend *be, float *x, const float *out, const float *mix, s
 void cpu_compress(be_backend *be, const be_cmp *c);
 void cpu_index_topk(be_backend *be, const be_index *x);
 void cpu_mla(be_backend *be, const be_mla *a);
+int cpu_mla_out(be_backend *be, const be_mla *a);
 void cpu_dsa_select(be_backend *be, const be_dsa *d);
 void cpu_layernorm(be_backend *be, const float *x, float *y, int n_tok, size_t ld, int dim, const float *w,
                    const float *b, float eps);

@@ -23,6 +23,9 @@
  * dequantised kv_b row in a slot a call; the split's scores of a pass of heads [hb][ldsc] from the start of the
  * scratch taken as one array (n_slots * slot_floats floats: nothing else uses it meanwhile), each thread's tile of
  * gathered rows (sel only) at its end. Where the scores of every head do not fit, the heads go in passes.
+ *
+ * mla_out (backend.h): W_uv of every head over its latents, the exact matmul of each head's rows (bitwise the matmul
+ * a head mla.c made before), MLA_OUT_HEADS heads a hand-off.
  */
 #include <math.h>
 #include <pthread.h>
@@ -270,4 +273,53 @@ void cpu_mla(be_backend *be, const be_mla *a) {
     if (mla_split(c, &j)) return;
     atomic_init(&j.next_slot, 0);
     pool_for(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attend_part, &j);
+}
+
+/* Rows row0 .. row0+n-1 of m as a matrix of their own: src/model/mla.c fwd_rows_view's pointer arithmetic (quant.h's
+ * layout: codes, scales and biases row-major; GGUF blocks whole rows with their scales inside). */
+static tn_mat rows_view(const tn_mat *m, int row0, int n) {
+    tn_mat v = *m;
+    const int bits = q_bits(m->dtype);
+    v.rows = n;
+    if (kq_is(m->dtype)) {
+        v.data = v.scales = (const uint8_t *)m->data + (size_t)row0 * kq_row_bytes(m->dtype, m->cols);
+        return v;
+    }
+    if (!bits) {
+        v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * dt_size(m->dtype);
+        return v;
+    }
+    const size_t ng = (size_t)(m->cols / m->group);
+    v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * (size_t)bits / 8;
+    v.scales = (const uint8_t *)m->scales + (size_t)row0 * ng * dt_size(m->sdtype);
+    if (m->biases) v.biases = (const uint8_t *)m->biases + (size_t)row0 * ng * dt_size(m->sdtype);
+    return v;
+}
+
+#define MLA_OUT_HEADS 64 /* heads a hand-off of mla_out (kern_matmul_multi takes up to 256 matrices) */
+
+/* backend.h mla_out: each head's W_uv rows over its latents with the exact kernels, MLA_OUT_HEADS heads a
+ * kern_matmul_multi (one hand-off where a matmul a head took one each; bitwise each matmul alone, kernels.h). Always
+ * taken (1); a failure is the backend's sticky error. */
+int cpu_mla_out(be_backend *be, const be_mla *a) {
+    cpu_ctx *c = cpu_of(be);
+    tn_mat w[MLA_OUT_HEADS];
+    kern_act x[MLA_OUT_HEADS];
+    kern_mm mm[MLA_OUT_HEADS];
+    const size_t ldx = (size_t)a->n_heads * (size_t)a->r;
+    for (int h0 = 0; h0 < a->n_heads; h0 += MLA_OUT_HEADS) {
+        const int nb = a->n_heads - h0 < MLA_OUT_HEADS ? a->n_heads - h0 : MLA_OUT_HEADS;
+        for (int i = 0; i < nb; i++) {
+            const int h = h0 + i;
+            w[i] = rows_view(a->kv_b, h * (a->dn + a->dv) + a->dn, a->dv);
+            kern_act_init(&x[i], NULL, a->lat + (size_t)h * (size_t)a->r, ldx, a->n, a->r, 0);
+            mm[i] = (kern_mm){&w[i], &x[i], a->out + (size_t)h * (size_t)a->dv, a->ldo};
+        }
+        int rc = kern_matmul_multi(c->ops, c->pool, mm, nb);
+        if (rc) {
+            cpu_fail(be, rc, rc == SL_ENOMEM ? "out of memory in mla_out" : "mla_out: an unsupported kv_b");
+            break;
+        }
+    }
+    return 1;
 }
