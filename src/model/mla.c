@@ -15,8 +15,10 @@
  * in three passes over the micro-batch (the backend's mla op does the first two; src/backend/backend.h): the absorbed queries [W_uk^T q_nope | q_pe] (r + dr) per (token, head), a
  * head per work item, each W_uk row dequantised once and added in row order; then per (token, head) the
  * scores against each cached row (one dot of r + dr), softmax (f32, sum in double, as attention.c) and the
- * weighted sum of the cached c rows in increasing position order; then W_uv per head as one matmul over the
- * tokens (a row view of kv_b).
+ * weighted sum of the cached c rows in increasing position order; then W_uv of every head over the tokens (the
+ * backend's mla_out op: f32 latents, the exact kernels). The projections (q_a, q_b or q, kv_a, o, the head gate, DSA's
+ * wk, wq_b and weights) are attention.c's: int8 activations for q8/q4 matrices on the quantized path (ws->int8, the
+ * FWD_ACT_* slots; docs/QUANT.md), the exact kernels for f32 / bf16 / f16 matrices and with --exact.
  * The same quantities as transformers' in another association: within ~1e-6 of it, not bitwise. Each item's
  * arithmetic depends only on its own token, head and the cache, never on the batch or the thread count.
  * The low-rank norms (q_a_layernorm, kv_a_layernorm) use transformers' default eps 1e-6, not rms_norm_eps.
@@ -115,13 +117,6 @@ tn_mat fwd_rows_view(const tn_mat *m, int row0, int n) {
     return v;
 }
 
-/* y = W x with the exact (f32-activation) kernels, as MLA has always multiplied. */
-static void mm_exact(be_backend *be, const tn_mat *w, const float *x, size_t ldx, float *y, size_t ldy, int n) {
-    kern_act a;
-    kern_act_init(&a, NULL, x, ldx, n, w->cols, 0);
-    be_matmul(be, w, &a, y, ldy);
-}
-
 /* DSA's indexer of layer `layer` over the micro-batch (cfg->dsa_topk > 0; transformers' DeepseekV32Indexer /
  * GlmMoeDsaIndexer): its key k = rope(LayerNorm(wk h)) into the cache row's tail (ws->k rows of ldc floats, at
  * r + dr), its queries q = rope(wq_b q_resid) per head (q_resid = ws->v, the normed q_a output), the heads' weights
@@ -129,7 +124,7 @@ static void mm_exact(be_backend *be, const tn_mat *w, const float *x, size_t ldx
  * head, adjacent pairs (GLM-5) or halves (DeepSeek-V3.2). A layer without an indexer of its own (GLM-5's shared
  * ones) keeps the choice an earlier layer left in sel, and zeros in its rows' key part. */
 static void dsa_index(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *lw, int layer, int n, int pos0,
-                      const float *inv_freq, float attn_factor, int32_t *sel) {
+                      const float *inv_freq, float attn_factor, int32_t *sel, kern_act *hx, kern_act *qx) {
     be_backend *be = ws->be;
     const int r = cfg->kv_lora, dr = cfg->rot_dim, ldc = cfg_kv_row(cfg), nih = cfg->dsa_heads, dim = cfg->dsa_dim;
     float *key = ws->k + r + dr;
@@ -137,12 +132,12 @@ static void dsa_index(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_
         for (int t = 0; t < n; t++) be->zero(be, key + (size_t)t * ldc, (size_t)dim * sizeof(float));
         return;
     }
-    mm_exact(be, &lw->dsa_wk, ws->h, (size_t)cfg->hidden, key, (size_t)ldc, n);
+    const kern_mm kw[2] = {{&lw->dsa_wk, hx, key, (size_t)ldc}, {&lw->dsa_wproj, hx, ws->dsa_w, (size_t)nih}};
+    be->matmul_multi(be, kw, 2);
     be->layernorm(be, key, key, n, (size_t)ldc, dim, lw->dsa_k_norm, lw->dsa_k_norm_b, MLA_NORM_EPS);
     be->rope(be, key, n, (size_t)ldc, 1, 0, dr, inv_freq, attn_factor, pos0, cfg->dsa_interleave);
-    mm_exact(be, &lw->dsa_wq_b, ws->v, (size_t)cfg->q_lora, ws->dsa_q, (size_t)nih * dim, n);
+    be_matmul(be, &lw->dsa_wq_b, qx, ws->dsa_q, (size_t)nih * dim);
     be->rope(be, ws->dsa_q, n, (size_t)nih * dim, nih, (size_t)dim, dr, inv_freq, attn_factor, pos0, cfg->dsa_interleave);
-    mm_exact(be, &lw->dsa_wproj, ws->h, (size_t)cfg->hidden, ws->dsa_w, (size_t)nih, n);
     const be_dsa d = {.q = ws->dsa_q, .ldq = (size_t)nih * dim, .w = ws->dsa_w, .ldw = (size_t)nih, .k = key,
                       .ldk = (size_t)ldc, .cache = sq->k_cache[layer], .ldc = ldc, .koff = r + dr, .n = n, .pos0 = pos0,
                       .heads = nih, .dim = dim, .topk = cfg->dsa_topk, .scale = (float)(1.0 / sqrt((double)dim)),
@@ -167,14 +162,19 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *l
     const int nh = cfg->n_heads, r = cfg->kv_lora, dr = cfg->rot_dim, dn = cfg->qk_nope, dv = cfg->v_head_dim;
     const int qh = dn + dr, row = cfg_kv_row(cfg), ql = cfg->q_lora, dsa = cfg->dsa_topk > 0;
 
+    /* the projections as attention.c's (fwd_act: int8 activations for q8/q4 matrices when ws->int8, else the exact
+     * kernels): h quantized once for q_a (or q), kv_a and the head gate in one hand-off, q_a's normed output once for
+     * q_b (and DSA's wq_b) */
+    kern_act hx, qx;
+    fwd_act(ws, &hx, FWD_ACT_IN, ws->h, H, n, (int)H);
+    const kern_mm in[3] = {{ql > 0 ? &lw->q_a : &lw->q, &hx, ql > 0 ? ws->v : ws->big, ql > 0 ? (size_t)ql : ldq},
+                           {&lw->kv_a, &hx, ws->k, (size_t)row}, {&lw->head_gate, &hx, ws->z, (size_t)nh}};
+    be->matmul_multi(be, in, cfg->attn_head_gate ? 3 : 2);
+    fwd_act(ws, &qx, FWD_ACT_MID, ws->v, (size_t)ql, n, ql);
     if (ql > 0) {
-        mm_exact(be, &lw->q_a, ws->h, H, ws->v, (size_t)ql, n);
         be->rmsnorm(be, ws->v, ws->v, n, (size_t)ql, 1, 0, ql, lw->q_a_norm, 0.0f, MLA_NORM_EPS);
-        mm_exact(be, &lw->q_b, ws->v, (size_t)ql, ws->big, ldq, n);
-    } else {
-        mm_exact(be, &lw->q, ws->h, H, ws->big, ldq, n);
+        be_matmul(be, &lw->q_b, &qx, ws->big, ldq);
     }
-    mm_exact(be, &lw->kv_a, ws->h, H, ws->k, (size_t)row, n);
 
     float inv_freq[SL_ROPE_MAX_FREQS], attn_factor;
     rope_freqs(cfg, inv_freq, &attn_factor); /* over rot_dim = qk_rope_head_dim: the default table or YaRN */
@@ -186,23 +186,25 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *l
     }
     /* the choice's rows: token t's at t (one micro-batch's), or at its position when layers share it */
     int32_t *sel = !dsa ? NULL : sq->dsa_sel + (size_t)(sq->dsa_sel_rows == sq->n_ctx ? pos0 : 0) * cfg->dsa_topk;
-    if (dsa) dsa_index(ws, sq, cfg, lw, layer, n, pos0, inv_freq, attn_factor, sel);
+    if (dsa) dsa_index(ws, sq, cfg, lw, layer, n, pos0, inv_freq, attn_factor, sel, &hx, &qx);
 
     const be_mla a = {.q = ws->big, .ldq = ldq, .ckv = ws->k, .cache = sq->k_cache[layer], .ldc = row, .sel = sel,
                       .sel_ld = cfg->dsa_topk, .sel_k = cfg->dsa_topk, .kv_b = &lw->kv_b, .n = n,
                       .pos0 = pos0, .n_heads = nh, .r = r, .dr = dr, .dn = dn, .dv = dv,
                       .scale = (float)(cfg->attn_scale > 0 ? cfg->attn_scale : 1.0 / sqrt((double)cfg->head_dim)),
-                      .q_abs = ws->mla_q, .lat = ws->mla_lat};
+                      .q_abs = ws->mla_q, .lat = ws->mla_lat, .out = ws->mix, .ldo = (size_t)ws->n_mix};
     be->mla(be, &a);
-    /* out_h = W_uv_h lat_h (rows h*(dn+dv)+dn .. +dv of kv_b) for every token, head by head */
-    for (int h = 0; h < nh; h++) {
-        tn_mat wuv = fwd_rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
-        mm_exact(be, &wuv, ws->mla_lat + (size_t)h * r, (size_t)nh * r, ws->mix + (size_t)h * dv, (size_t)ws->n_mix, n);
-    }
-    if (cfg->attn_head_gate) { /* Bailing hybrid: each head's output times sigmoid(g_proj x)'s entry (ws->z) */
-        mm_exact(be, &lw->head_gate, ws->h, H, ws->z, (size_t)nh, n);
+    /* out_h = W_uv_h lat_h (rows h*(dn+dv)+dn .. +dv of kv_b): every head and token in one op, or head by head */
+    if (!be->mla_out || !be->mla_out(be, &a))
+        for (int h = 0; h < nh; h++) {
+            const tn_mat wuv = fwd_rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
+            kern_act la; /* f32 latents (the exact kernels), as mla_out */
+            kern_act_init(&la, NULL, ws->mla_lat + (size_t)h * r, (size_t)nh * r, n, r, 0);
+            be_matmul(be, &wuv, &la, ws->mix + (size_t)h * dv, (size_t)ws->n_mix);
+        }
+    fwd_hint_mat(ws, &lw->o); /* during the gate and o's int8 input */
+    if (cfg->attn_head_gate) /* Bailing hybrid: each head's output times sigmoid(g_proj x)'s entry (ws->z) */
         be->head_gate(be, ws->mix, (size_t)ws->n_mix, (size_t)dv, dv, ws->z, (size_t)nh, n, nh);
-    }
-    mm_exact(be, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n);
+    fwd_matmul(ws, &lw->o, ws->mix, (size_t)ws->n_mix, ws->out, H, n, FWD_ACT_MID);
     return 0;
 }
