@@ -5,7 +5,8 @@
  * of 16 to 512 dims (not all multiples of a slice or a vector), depths 1 to 8192 (partial last chunks), one token and
  * a few and a prefill's 64, with and without DSA's chosen keys (sel), heads in passes where the scratch is small, on
  * the scalar, AVX2 and AVX-512 tables where the CPU has them, at 1, 2, 3 and 16 threads. The DeepSeek-V3 shape at
- * depth 8192 (128 heads, r 512, dr 64, with and without sel of 2048) on the default table.
+ * depth 8192 (128 heads, r 512, dr 64, with and without sel of 2048) on the default table. And the mla_out op (W_uv of
+ * every head at once) bitwise the matmul a head it replaces.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_mla.h"
+#include "quant/quant.h"
 #include "test.h"
 #include "util/threadpool.h"
 
@@ -196,4 +198,127 @@ TEST(mla_split_bitwise_deepseek) {
         {128, 512, 64, 128, 16, 128, 8192, 1, 2048, 0},
     };
     check_cases(cases, 3, 1);
+}
+
+/* ---- mla_out (backend.h): W_uv of every head in one op ------------------------------------------------------------
+ * The CPU op against the loop it replaces (src/model/mla.c before it: a head's rows as a matrix of their own, the exact
+ * matmul over the head's latents), bitwise; against q_row_to_f32's dequantised rows in double within 1e-5 of the
+ * largest |value| (the row views point at the right rows); the outputs between heads (ldo > n_heads * dv) untouched;
+ * a token of the batch bitwise the token alone. f32, bf16, q8 and q4 (group 32 and 64) kv_b, 1 to 128 heads, 1 to 70
+ * tokens, at 1 and 3 threads. */
+
+#define CHECK_OUT(c, ...)                                     \
+    do {                                                      \
+        if (!(c)) {                                           \
+            test_fail(__FILE__, __LINE__, __VA_ARGS__);       \
+            goto done;                                        \
+        }                                                     \
+    } while (0)
+
+typedef struct {
+    int nh, r, dn, dv, n;
+    dt_type dt;
+    int group;
+} out_case;
+
+/* rows view of m (quant.h's layout), as mla.c fwd_rows_view */
+static tn_mat view_rows(const tn_mat *m, int row0, int n) {
+    tn_mat v = *m;
+    const int bits = q_bits(m->dtype);
+    v.rows = n;
+    if (!bits) {
+        v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * dt_size(m->dtype);
+        return v;
+    }
+    const size_t ng = (size_t)(m->cols / m->group);
+    v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * (size_t)bits / 8;
+    v.scales = (const uint8_t *)m->scales + (size_t)row0 * ng * dt_size(m->sdtype);
+    v.biases = (const uint8_t *)m->biases + (size_t)row0 * ng * dt_size(m->sdtype);
+    return v;
+}
+
+static void check_out_case(const out_case *c, int threads, unsigned seed) {
+    srand(seed);
+    const int rows = c->nh * (c->dn + c->dv), ldo = c->nh * c->dv + 5;
+    const size_t nw = (size_t)rows * (size_t)c->r, nl = (size_t)c->n * (size_t)c->nh * (size_t)c->r;
+    const size_t no = (size_t)c->n * (size_t)ldo;
+    float *wf = malloc(nw * sizeof(float)), *lat = malloc(nl * sizeof(float));
+    float *got = malloc(no * sizeof(float)), *ref = malloc(no * sizeof(float)), *one = malloc(no * sizeof(float));
+    float *row = malloc((size_t)c->r * sizeof(float));
+    void *wq = malloc(q_mat_bytes(c->dt, rows, c->r, c->group, DT_F16) + 64);
+    pool_t *pool = pool_new(threads);
+    be_backend *be = pool ? be_cpu_new(NULL, pool) : NULL;
+    if (!wf || !lat || !got || !ref || !one || !row || !wq || !be) {
+        test_fail(__FILE__, __LINE__, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < nw; i++) wf[i] = 0.3f * frand();
+    for (size_t i = 0; i < nl; i++) lat[i] = frand();
+    tn_mat w;
+    if (c->dt == DT_F32) {
+        memcpy(wq, wf, nw * sizeof(float));
+    } else if (c->dt == DT_BF16) {
+        for (size_t i = 0; i < nw; i++) { /* truncated: any bf16 values serve */
+            uint32_t u;
+            memcpy(&u, &wf[i], 4);
+            ((uint16_t *)wq)[i] = (uint16_t)(u >> 16);
+        }
+    } else {
+        q_quantize(c->dt, wf, rows, c->r, c->group, DT_F16, 1, wq);
+    }
+    q_mat_bind(&w, wq, c->dt, rows, c->r, c->group, DT_F16, 1);
+    const be_mla a = {.kv_b = &w, .n = c->n, .n_heads = c->nh, .r = c->r, .dn = c->dn, .dv = c->dv, .lat = lat,
+                      .out = got, .ldo = (size_t)ldo};
+    memset(got, 0x7f, no * sizeof(float));
+    memset(ref, 0x7f, no * sizeof(float));
+    CHECK_OUT(be->mla_out && be->mla_out(be, &a) == 1, "the CPU backend did not take mla_out");
+    for (int h = 0; h < c->nh; h++) { /* mla.c's loop before mla_out */
+        const tn_mat wuv = view_rows(&w, h * (c->dn + c->dv) + c->dn, c->dv);
+        kern_act x;
+        kern_act_init(&x, NULL, lat + (size_t)h * c->r, (size_t)c->nh * c->r, c->n, c->r, 0);
+        be_matmul(be, &wuv, &x, ref + (size_t)h * c->dv, (size_t)ldo);
+    }
+    CHECK_OUT(be->sync(be) == SL_OK, "%s", be->errmsg(be));
+    CHECK_OUT(!memcmp(got, ref, no * sizeof(float)), "heads %d r %d dv %d n %d dtype %d: not bitwise the matmul a head",
+                c->nh, c->r, c->dv, c->n, (int)c->dt);
+    double worst = 0, top = 0;
+    for (int h = 0; h < c->nh; h++)
+        for (int v = 0; v < c->dv; v++) {
+            q_row_to_f32(&w, h * (c->dn + c->dv) + c->dn + v, row);
+            for (int t = 0; t < c->n; t++) {
+                double s = 0;
+                for (int k = 0; k < c->r; k++) s += (double)row[k] * lat[((size_t)t * c->nh + h) * c->r + k];
+                const double g = got[(size_t)t * ldo + (size_t)h * c->dv + v];
+                worst = fabs(g - s) > worst ? fabs(g - s) : worst;
+                top = fabs(s) > top ? fabs(s) : top;
+            }
+        }
+    CHECK_OUT(worst <= 1e-5 * (top > 1 ? top : 1), "heads %d r %d n %d dtype %d: %.3g from the double sums", c->nh,
+                c->r, c->n, (int)c->dt, worst);
+    uint32_t poison, tail;
+    memset(&poison, 0x7f, 4);
+    for (int t = 0; t < c->n; t++) {
+        memcpy(&tail, &got[(size_t)t * ldo + (size_t)c->nh * c->dv], 4);
+        CHECK_OUT(tail == poison, "token %d: mla_out wrote past its heads", t);
+    }
+    const int t1 = c->n / 2; /* that token alone */
+    be_mla a1 = a;
+    a1.n = 1, a1.lat = lat + (size_t)t1 * c->nh * c->r, a1.out = one;
+    be->mla_out(be, &a1);
+    CHECK_OUT(!memcmp(one, got + (size_t)t1 * ldo, (size_t)c->nh * c->dv * sizeof(float)),
+                "token %d alone differs from it in the batch", t1);
+done:
+    be_close(be);
+    pool_free(pool);
+    free(wf), free(lat), free(got), free(ref), free(one), free(row), free(wq);
+}
+
+TEST(mla_out_cpu_bitwise_matmul_a_head) {
+    static const out_case cases[] = {
+        {4, 32, 16, 16, 1, DT_F32, 0},  {4, 32, 16, 16, 7, DT_F32, 0},   {3, 64, 8, 24, 70, DT_BF16, 0},
+        {8, 64, 16, 16, 5, DT_Q8, 32},  {5, 128, 16, 32, 9, DT_Q4, 64},  {128, 512, 128, 128, 3, DT_Q4, 32},
+        {16, 512, 128, 128, 64, DT_Q4, 32}, {2, 96, 0, 8, 2, DT_Q8, 32},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases && !test_failed(); i++)
+        for (int th = 1; th <= 3 && !test_failed(); th += 2) check_out_case(&cases[i], th, test_seed() + 31u * (unsigned)i);
 }
