@@ -406,6 +406,7 @@ static void check_fused(void) {
 #include "test_cuda_mla.c" /* SLUICE_CUDA_MLA=2's split bitwise k_mla_attend, the absorb tiles bitwise the reference: --mla, --absorb, --bench-* */
 #include "test_cuda_moex.c" /* gpt-oss's experts grouped (cuda_moex.cu) bitwise the tokens alone: check_moex_all, --moex */
 #include "test_cuda_mxfp4.c" /* MXFP4's many-token kernels bitwise k_mxfp4: check_mxfp4_all, --mxfp4, --bench-mxfp4 */
+#include "test_cuda_mlaout.c" /* cuda_mla_out.cu's W_uv in one launch: check_mlaout_all, --mlaout, --bench-mlaout */
 
 static void check_ops(void) {
     char msg[256] = "";
@@ -862,6 +863,7 @@ int main(int argc, char **argv) {
     printf("device: %s, %.1f GiB\n", name, tot / 1073741824.0);
     if (kq_main(argc, argv) >= 0) return failures ? 1 : 0; /* --kq, --bench-kq: the GGUF block types alone */
     if (mxfp4_main(argc, argv) >= 0) return failures ? 1 : 0; /* --mxfp4, --bench-mxfp4: test_cuda_mxfp4.c alone */
+    if (mlaout_main(argc, argv) >= 0) return failures ? 1 : 0; /* --mlaout, --bench-mlaout: MLA's W_uv alone */
     const int fa16 = argc > 1 && !strcmp(argv[1], "--fa16"); /* tools/cuda_flash_check.sh: the flash attention alone */
     if (fa16) goto flash;
     if (argc > 1 && !strcmp(argv[1], "--bench-mv7")) { /* mv1p_i8 against mv1c_i8 (test_cuda_mv.c), no checks */
@@ -991,7 +993,8 @@ int main(int argc, char **argv) {
 flash:
     check_attn_f16();
     if (!fa16) check_ops(), check_mixers(), check_hybrid(), check_kq_all();
-    if (!fa16) check_mla_split_all(), check_absorb_all(), check_mxfp4_all(); /* last: a fault of the new launches leaves the other checks' results */
+    if (!fa16) /* last: a fault of the new launches leaves the other checks' results */
+        check_mlaout_all(), check_mla_split_all(), check_absorb_all(), check_mxfp4_all();
     printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
     if (argc > 1 && (!strcmp(argv[1], "--bench") || !strcmp(argv[1], "--bench-i8"))) bench(!strcmp(argv[1], "--bench-i8"));
     if (argc > 1 && !strcmp(argv[1], "--bench-mv")) bench_mv();

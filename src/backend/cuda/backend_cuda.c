@@ -465,6 +465,17 @@ static void cu_mla(be_backend *be, const be_mla *a) {
     CU(be, slcu_mla_attention(&s, MSG(be)));
 }
 
+/* backend.h mla_out: cuda_mla_out.cu's one launch; 0 (mla.c's matmul a head) for a kv_b it has no kernel for */
+static int cu_mla_out(be_backend *be, const be_mla *a) {
+    const slcu_mat w = mat_of(a->kv_b);
+    if (!slcu_mla_out_takes(&w, a->n_heads, a->r, a->dn, a->dv)) return 0;
+    if (cu_of(be)->step == 1) return 1; /* (SKIP's, in an op that returns) */
+    pend_flush(be);
+    cu_of(be)->nq_y = NULL;
+    CU(be, slcu_mla_out(&w, a->lat, a->out, a->ldo, a->n, a->n_heads, a->r, a->dn, a->dv, MSG(be)));
+    return 1;
+}
+
 static slcu_dn dn_of(const be_dn *d) {
     return (slcu_dn){.n = d->n, .nk = d->nk, .nv = d->nv, .dk = d->dk, .dv = d->dv, .conv_k = d->conv_k,
                      .conv_in = d->conv_in, .conv_w = d->conv_w, .conv_in_state = d->conv_in_state,
@@ -877,6 +888,7 @@ be_backend *be_cuda_new(pool_t *pool) {
         .copy_rows = cu_copy_rows,
         .attention = cu_attention,
         .mla = cu_mla,
+        .mla_out = cu_mla_out,
         .dn_conv = cu_dn_conv,
         .dn_gates = cu_dn_gates,
         .dn_step = cu_dn_step,

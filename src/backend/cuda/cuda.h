@@ -499,6 +499,16 @@ int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen);
  * Tests and benchmarks. */
 void slcu_mla_set(int mode);
 
+/* ---- cuda_mla_out.cu: MLA's output projection (backend.h mla_out) in one launch: out[t * ldo + h * dv + v] =
+ * sum_c W_uv_h[v][c] lat[t][h][c], W_uv_h rows h*(dn+dv)+dn .. +dv of kv_b [n_heads * (dn + dv)][r] (f32 / bf16 /
+ * f16 / q8 / q4), lat [n][n_heads][r] f32 (device). Per (token, head, row) a fixed order that depends on r only: a
+ * token in a batch is bitwise the token alone (not bitwise the CPU's exact kernels). ---- */
+/* 1 when slcu_mla_out has a kernel for w and the shapes (its dtype, r a whole number of its 32-bit words and groups,
+ * 48 KiB holding a token's latents), else 0 */
+int slcu_mla_out_takes(const slcu_mat *w, int n_heads, int r, int dn, int dv);
+int slcu_mla_out(const slcu_mat *w, const float *lat, float *out, size_t ldo, int n, int n_heads, int r, int dn, int dv,
+                 char *msg, size_t msglen);
+
 /* ---- cuda_mxfp4.cu: y[t * ldy + r] = (W x_t)[r], W MXFP4 (quant.h: codes [rows][cols/2], an E8M0 scale per
  * 32 columns), x [n][ldx] f32, any n, any alignment. Each weight decoded as the CPU's mxfp4_row_scalar (value *
  * 2^(e-127), exact); per lane its 32-column blocks in order, a fixed butterfly over the lanes (cuda_mxfp4.cu's head):
