@@ -850,6 +850,11 @@ static void check_mixers(void) {
     }
 }
 
+static int summary(void) { /* the last line of a run, and its exit status */
+    printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     char msg[256] = "";
     unsetenv("SLUICE_CUDA_KQ"); /* the GGUF block types on (cuda_kq.cu slcu_kq_takes): check_kq asserts it */
@@ -888,11 +893,7 @@ int main(int argc, char **argv) {
     /* --pdl: the overlapped launches' chain alone (test_cuda_pdl.c). Not in the full run until a device passes it: on an
      * H100 (session 32's call N) its run with PDL on the matvecs made an illegal memory access (the reference, PDL off,
      * passed): mv1c_i8 read the route's expert cell before its pdl_wait (cuda_i8.cuh resolve) */
-    if (argc > 1 && !strcmp(argv[1], "--pdl")) {
-        check_pdl(3);
-        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
-        return failures ? 1 : 0;
-    }
+    if (argc > 1 && !strcmp(argv[1], "--pdl")) return check_pdl(3), summary();
     if (argc > 1 && (!strcmp(argv[1], "--small") || !strcmp(argv[1], "--bench-small"))) { /* test_cuda_small.c alone */
         check_small();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
@@ -917,20 +918,12 @@ int main(int argc, char **argv) {
         if (!failures) bench_attn_items();
         return failures ? 1 : 0;
     }
-    if (argc > 1 && !strcmp(argv[1], "--hybrid")) { /* the hybrid step's host experts == the device (test_cuda_hybrid.c) alone */
-        check_hybrid();
-        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
-        return failures ? 1 : 0;
-    }
+    if (argc > 1 && !strcmp(argv[1], "--hybrid")) return check_hybrid(), summary(); /* the hybrid step's host experts == the device (test_cuda_hybrid.c) alone */
     if (argc > 1 && !strcmp(argv[1], "--bench-fa")) { /* the decode attention's us a call, FA_CL off / on (test_cuda_fa.c) */
         bench_fa();
         return 0;
     }
-    if (argc > 1 && !strcmp(argv[1], "--tier")) { /* a layer's experts in batches (test_cuda_tier.c) alone */
-        check_moe_batches_all();
-        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
-        return failures ? 1 : 0;
-    }
+    if (argc > 1 && !strcmp(argv[1], "--tier")) return check_moe_batches_all(), summary(); /* a layer's experts in batches (test_cuda_tier.c) alone */
     if (argc > 1 && !strcmp(argv[1], "--serve8")) { /* a decode batch's experts grouped by expert (test_cuda_serve.c), timed */
         check_moeg_all();
         printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
@@ -947,8 +940,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--moe-dec") || !strcmp(argv[1], "--moex"))) { /* test_cuda_moedec.c / _moex.c alone */
         if (!strcmp(argv[1], "--moex")) check_moex_all();
         else check_moe_dec_all();
-        printf("%s: %d failure%s\n", failures ? "FAIL" : "PASS", failures, failures == 1 ? "" : "s");
-        return failures ? 1 : 0;
+        return summary();
     }
     check_case(DT_F32, 257, 512, 0, DT_F32);
     check_case(DT_F32, 100, 70, 0, DT_F32); /* columns that do not fill 16-byte pieces */
