@@ -322,6 +322,57 @@ __global__ void __launch_bounds__(32 * WR * WT) k_mxg_seg(const __grid_constant_
                            S.yrows ? S.yrows + o : NULL, S.off[e + 1] - o, blockIdx.x * 8 * R * WR, found[1] * TN);
 }
 
+/* Small segment calls (a decode batch's pairs, at most MXS_ROWS rows of the segment order): k_mxfp4's warp a row for
+ * one token, the row's expert found in off. Per (row, token) the same lane partition, the same fmaf chain a block from
+ * 0.0f, the same acc += d and butterfly as k_mxfp4 (whose order for a token does not depend on the tokens beside it),
+ * so bitwise slcu_matmul_mxfp4's at any n; where k_mxg's tile walks every block of a row alone, the warp's 32 lanes
+ * share them (k_mxg at one token: 0.5-0.9x k_mxfp4, call 2 of session 37). grid (rows / MX_WARPS, n, nmat). */
+#define MXS_ROWS 64
+__global__ void __launch_bounds__(32 * MX_WARPS) k_mxseg_rows(const __grid_constant__ mxg_seg S) {
+    pdl_wait();
+    const int lane = threadIdx.x & 31, r = blockIdx.x * MX_WARPS + (threadIdx.x >> 5), p = blockIdx.y, z = blockIdx.z;
+    if (r >= S.rows) return;
+    int lo = 0, hi = S.E - 1; /* the expert e with off[e] <= p < off[e + 1] (off nondecreasing, off[E] = n) */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (S.off[mid] <= p) lo = mid;
+        else hi = mid - 1;
+    }
+    const void *const *m = S.tab + (size_t)S.ts * ((size_t)z * S.E + lo);
+    const int nb = S.cols / 32;
+    const uint8_t *rc = (const uint8_t *)m[0] + (size_t)r * (S.cols / 2), *rs = (const uint8_t *)m[1] + (size_t)r * nb;
+    const float *xt = S.x + (size_t)(S.tok ? S.tok[p] : p) * S.ldx;
+    const int aligned = !((uintptr_t)rc & 15);
+    float acc = 0.0f;
+    for (int b = lane; b < nb; b += 32) {
+        unsigned wd[4];
+        if (aligned) {
+            const uint4 q = *(const uint4 *)(rc + (size_t)b * 16);
+            wd[0] = q.x, wd[1] = q.y, wd[2] = q.z, wd[3] = q.w;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint8_t *q = rc + (size_t)b * 16 + 4 * k;
+                wd[k] = (unsigned)q[0] | (unsigned)q[1] << 8 | (unsigned)q[2] << 16 | (unsigned)q[3] << 24;
+            }
+        }
+        const float sc = mx_scale(rs[b]);
+        float w[32];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) w[8 * k + j] = __fmul_rn(mx_values[(wd[k] >> (4 * j)) & 15], sc);
+        const float *xb = xt + (size_t)b * 32;
+        float d = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; j++) d = fmaf(w[j], xb[j], d);
+        acc = __fadd_rn(acc, d);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+    if (!lane) S.y[z][(size_t)(S.yrows ? S.yrows[p] : p) * S.ldy + r] = acc;
+}
+
 /* The smallest n slcu_matmul_mxfp4 gives k_mxg (cuda.h slcu_mxfp4_gemm; SLUICE_CUDA_MXG): 0 never; -1 not read yet */
 static int mxg_min = -1;
 extern "C" void slcu_mxfp4_gemm(int min_tok) {
@@ -397,6 +448,13 @@ extern "C" int slcu_matmul_mxfp4_seg(const slcu_mxseg *s, char *msg, size_t msgl
     if (!s->n || !s->w.rows) return 0;
     const mxg_seg S = {s->tab, s->off, s->tok, s->yrows, s->x, s->ldx, s->ldy, {s->y[0], s->nmat > 1 ? s->y[1] : s->y[0]},
                        s->w.rows, s->w.cols, s->E, s->tstride > 2 ? s->tstride : 2};
+    if (s->n <= MXS_ROWS) {
+        pdl_launch(k_mxseg_rows, dim3((unsigned)((s->w.rows + MX_WARPS - 1) / MX_WARPS), (unsigned)s->n, (unsigned)s->nmat),
+                   32 * MX_WARPS, 0, SLS, S);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess && msg && msglen) snprintf(msg, msglen, "mxfp4 segments launch: %s", cudaGetErrorString(e));
+        return e == cudaSuccess ? 0 : -1;
+    }
     const int avg = (s->n + s->E - 1) / s->E;
     /* at most one partial tile an expert: ceil(n / TN) + min(E, n) token tiles bound the experts' */
 #define MXG_GO(R, T, WR, WT)                                                                                               \
