@@ -1,7 +1,9 @@
 /* ---- SLUICE_CUDA_MLA=2 (cuda_mla.cu's split launches, slcu_mla_set(2)) bitwise k_mla_attend (slcu_mla_set(1)): the
  * cache rows, q_abs and the latents of 1 and 3 tokens at depths 1 .. 4097, DeepSeek-V3's shape (128 heads, kv_lora
- * 512, rope 64, nope 128, v 128) and small ones (3 heads, kv_lora 40 / 96, rope 8), kv_b f32 and q4; then one token at
- * a depth past k_mla_attend's shared memory (the split path has no such limit): check_mla_split_all. --bench-mla: us a
+ * 512, rope 64, nope 128, v 128) and small ones (3 heads, kv_lora 40 / 96, rope 8), kv_b f32 and q4; a prefill's calls
+ * of 9, 17 and 64 tokens at pos0 0 and 1000 (token t sees pos0 + t + 1 keys), and at DeepSeek-V3's shape 64 tokens
+ * after 4033 (its scratch past MLA2_SCAP: chunks of 31, 31 and 2 tokens); then one token at a depth past
+ * k_mla_attend's shared memory (the split path has no such limit): check_mla_split_all. --bench-mla: us a
  * call of both at depths 1, 512, 4096, 8192 (bench_mla). Included by test_cuda.c. ---- */
 
 typedef struct {
@@ -48,7 +50,7 @@ static void check_mla_split_all(void) {
     char msg[256] = "";
     const mla_shape shapes[4] = {{128, 512, 64, 128, 128}, {128, 512, 64, 128, 128}, {3, 40, 8, 20, 12}, {3, 96, 8, 20, 12}};
     const dt_type dts[4] = {DT_F32, DT_Q4, DT_F32, DT_Q4};
-    const int depths[] = {1, 2, 31, 256, 257, 1000, 4097}, nd = (int)(sizeof depths / sizeof *depths);
+    const int depths[] = {1, 2, 31, 256, 257, 1000, 4097}, nd = (int)(sizeof depths / sizeof *depths), pn[3] = {9, 17, 64};
     const int f0 = failures;
     for (int k = 0; k < 4; k++) {
         const mla_shape *s = &shapes[k];
@@ -61,6 +63,9 @@ static void check_mla_split_all(void) {
         snprintf(what, sizeof what, "%d heads, r %d, dr %d, kv_b %s", s->nh, s->r, s->dr, dts[k] == DT_Q4 ? "q4" : "f32");
         for (int d = 0; d < nd; d++)
             for (int n = 1; n <= 3; n += 2) mla_split_case(s, &kvb, depths[d] > n ? depths[d] - n : 0, n, what);
+        for (int p = 0; p < 2; p++) /* a prefill's micro-batches (cuda_mla.cu mla2_attend: one chunk each) */
+            for (int k2 = 0; k2 < 3; k2++) mla_split_case(s, &kvb, p ? 1000 : 0, pn[k2], what);
+        if (k < 2) mla_split_case(s, &kvb, 4033, 64, what); /* 64 x 128 x 4097 floats: three chunks */
         free_mat(&kvb);
     }
     { /* one token at 70,000 positions: past k_mla_attend's shared memory (refused), the split path's latents finite */
@@ -90,7 +95,7 @@ static void check_mla_split_all(void) {
     }
     if (failures == f0)
         printf("ok   mla split (SLUICE_CUDA_MLA=2) bitwise k_mla_attend: cache, q_abs, latents; 128 heads r 512 and 3 heads r 40 / 96; "
-               "f32 / q4 kv_b; depths 1 .. 4097; 1 and 3 tokens\n");
+               "f32 / q4 kv_b; depths 1 .. 4097; 1 and 3 tokens; 9, 17, 64 tokens at pos0 0 / 1000, 64 at 4033 (chunked)\n");
 }
 
 typedef struct {

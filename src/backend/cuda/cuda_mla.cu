@@ -9,9 +9,9 @@
  * thread c's latent sum over the positions in increasing order, lat += (e_p / sum) c_p. Every order depends
  * on the shapes only: bitwise repeatable, a token in a batch equals the token alone. The kernels wait (pdl_wait)
  * before their first global access and are launched by cuda_pdl.cuh pdl_launch, on the legacy stream as before.
- * For 1 .. 8 tokens at MLA2_AUTO positions or more the attention runs in three launches (the section below
- * k_mla_attend) that read the cache once a group of heads, bitwise the same outputs (SLUICE_CUDA_MLA=1: k_mla_attend
- * always, =2: the split always).
+ * At MLA2_AUTO positions or more (a decode step's 1 .. 8 tokens, a prefill's chunk of up to 64) the attention runs in
+ * three launches (the section below k_mla_attend; a prefill's call in chunks of tokens) that read the cache once a
+ * group of heads, bitwise the same outputs (SLUICE_CUDA_MLA=1: k_mla_attend always, =2: the split always).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -329,7 +329,7 @@ __global__ void k_mla_attend(const slcu_mla a) {
     }
 }
 
-/* ---- SLUICE_CUDA_MLA=2 (slcu_mla_set): the same attention for n <= MLA2_MAXN tokens in three launches that read
+/* ---- SLUICE_CUDA_MLA=2 (slcu_mla_set): the same attention for any n tokens in three launches that read
  * each cached row once per group of heads, not once per head and pass; every output bitwise k_mla_attend's. The
  * scores (k_mla2_scores): a CTA per (chunk of keys, MLA2_SG heads), a warp per key, each lane its strided chain
  * i = lane, lane + 32, .. for every head of the group (q_abs in shared memory, 16-byte pieces of 4 heads), the same
@@ -338,7 +338,7 @@ __global__ void k_mla_attend(const slcu_mla a) {
  * weight e_p / sum stored in place (the division k_mla_attend repeats per column, the same value). The latents
  * (k_mla2_lat): a CTA per (32 columns, MLA2_LH heads), lane c, each warp 4 heads' chains over the positions in
  * increasing order, cache rows and weights staged in tiles of MLA2_PC positions. No limit on the positions from
- * shared memory. ---- */
+ * shared memory. More than MLA2_MAXN tokens (a prefill's) go in chunks (mla2_attend). ---- */
 #define MLA2_MAXN 8
 #define MLA2_SG 16 /* heads a scores CTA */
 #define MLA2_LH 16 /* heads a latents CTA: 4 warps of 4 */
@@ -469,9 +469,9 @@ __global__ void k_mla2_lat(const slcu_mla a, const float *S, int nmax) {
     if (h + 3 < a.n_heads) lat[3 * (size_t)a.r] = acc3;
 }
 
-/* mode (cuda.h): 1 k_mla_attend, 2 the split for n <= MLA2_MAXN, 3 (the default since call Z, docs/CUDA.md) the split
- * from MLA2_AUTO positions on (at depth 1 k_mla_attend is 7 us faster, from 512 the split 3.5-8.5x: test_cuda
- * --bench-mla); with the test bits 4 (q_abs by k_mla_absorb_ref) and 8 (k_mla_absorb's launch alone: no cache row
+/* mode (cuda.h): 1 k_mla_attend, 2 the split (any n tokens: cuda.h's "1 .. 8" predates the prefill's chunks), 3 (the
+ * default since call Z, docs/CUDA.md) the split from MLA2_AUTO positions on, any n (at depth 1 k_mla_attend is 7 us
+ * faster, from 512 the split 3.5-8.5x: test_cuda --bench-mla); with the test bits 4 (q_abs by k_mla_absorb_ref) and 8 (k_mla_absorb's launch alone: no cache row
  * stored, no attention; for the absorb's benchmark) */
 #define MLA2_AUTO 64
 extern "C" void slcu_mla_set(int mode) {
@@ -500,21 +500,46 @@ static int mla_room(size_t need, char *msg, size_t msglen) {
     return 0;
 }
 
-/* the split path's launches, after k_mla_store and k_mla_absorb (the caller took the shape: q_abs's group in 48 KiB) */
-static int mla2_attend(const slcu_mla *a, char *msg, size_t msglen) {
-    const int row = a->r + a->dr, nj = (row + 31) / 32, nmax = a->pos0 + a->n;
-    const size_t qsm = (size_t)nj * MLA2_SG * 32 * sizeof(float);
-    if (mla_room((size_t)a->n * a->n_heads * nmax, msg, msglen)) return -1;
-    const int groups = (a->n_heads + MLA2_SG - 1) / MLA2_SG;
-    /* about 2 CTAs an SM of 132 at any depth: 16 .. 256 keys a CTA, a multiple of the 8 warps */
-    int kc = (int)(((size_t)nmax * groups + 263) / 264);
+/* A prefill's call (more than MLA2_MAXN tokens) runs in chunks of ct consecutive tokens, chunk k a call of its own
+ * (q_abs, lat at its first token, pos0 advanced, its keys pos0 + t0 + tt + 1 as in the whole call): every output of
+ * the three kernels depends on its own (token, head), its key count, q_abs row and the cache only, never on n, nmax,
+ * kc or the grid, so a chunk's outputs are the whole call's, bitwise k_mla_attend's. ct: all n when the scratch
+ * [n][heads][pos0 + n] fits MLA2_SCAP floats, else as many as fit, at least MLA2_MAXN. The chunks share the one
+ * scratch, in stream order (each kernel waits for the one before: cuda_pdl.cuh). */
+#define MLA2_SCAP ((size_t)1 << 24) /* 64 MiB: 64 tokens x 128 heads at 2048 positions in one chunk */
+
+/* the scores' key chunk: about 2 CTAs an SM of 132 for one token at any depth (16 .. 256 keys a CTA, a multiple of
+ * the 8 warps); a prefill's chunk counts its tokens too, so that the q_abs staged a CTA (its heads' rows) is read for
+ * up to 256 keys, not 16 */
+static int mla2_kc(int nmax, int groups, int n) {
+    const size_t work = (size_t)nmax * groups * (n > MLA2_MAXN ? n : 1);
+    int kc = (int)((work + 263) / 264);
     kc = (kc + 7) / 8 * 8;
-    kc = kc < 16 ? 16 : kc > 256 ? 256 : kc;
-    pdl_launch(k_mla2_scores, dim3((unsigned)((nmax + kc - 1) / kc), (unsigned)groups, (unsigned)a->n), MLA_THREADS, qsm, 0,
-               *a, mla_s, nmax, kc);
-    pdl_launch(k_mla2_soft, dim3((unsigned)a->n_heads, (unsigned)a->n), MLA_THREADS, 0, 0, *a, mla_s, nmax);
-    pdl_launch(k_mla2_lat, dim3((unsigned)((a->r + 31) / 32), (unsigned)((a->n_heads + MLA2_LH - 1) / MLA2_LH), (unsigned)a->n),
-               MLA2_LH / 4 * 32, 0, 0, *a, (const float *)mla_s, nmax);
+    return kc < 16 ? 16 : kc > 256 ? 256 : kc;
+}
+
+/* the split path's launches, after k_mla_store and k_mla_absorb of all n tokens (the caller took the shape: q_abs's
+ * group in 48 KiB) */
+static int mla2_attend(const slcu_mla *a, char *msg, size_t msglen) {
+    const int row = a->r + a->dr, nj = (row + 31) / 32, nall = a->pos0 + a->n;
+    const size_t qsm = (size_t)nj * MLA2_SG * 32 * sizeof(float), per = (size_t)a->n_heads * nall;
+    int ct = a->n;
+    if (a->n > MLA2_MAXN && (size_t)a->n * per > MLA2_SCAP)
+        ct = MLA2_SCAP / per > MLA2_MAXN ? (int)(MLA2_SCAP / per) : MLA2_MAXN;
+    if (mla_room((size_t)ct * per, msg, msglen)) return -1; /* the largest chunk's: the last one's nmax is nall */
+    const int groups = (a->n_heads + MLA2_SG - 1) / MLA2_SG;
+    for (int t0 = 0; t0 < a->n; t0 += ct) {
+        slcu_mla c = *a;
+        c.n = a->n - t0 < ct ? a->n - t0 : ct, c.pos0 = a->pos0 + t0;
+        c.q += (size_t)t0 * a->ldq, c.ckv += (size_t)t0 * row; /* not read by the three kernels */
+        c.q_abs += (size_t)t0 * a->n_heads * row, c.lat += (size_t)t0 * a->n_heads * a->r;
+        const int nmax = c.pos0 + c.n, kc = mla2_kc(nmax, groups, c.n);
+        pdl_launch(k_mla2_scores, dim3((unsigned)((nmax + kc - 1) / kc), (unsigned)groups, (unsigned)c.n), MLA_THREADS, qsm, 0,
+                   c, mla_s, nmax, kc);
+        pdl_launch(k_mla2_soft, dim3((unsigned)c.n_heads, (unsigned)c.n), MLA_THREADS, 0, 0, c, mla_s, nmax);
+        pdl_launch(k_mla2_lat, dim3((unsigned)((c.r + 31) / 32), (unsigned)((c.n_heads + MLA2_LH - 1) / MLA2_LH), (unsigned)c.n),
+                   MLA2_LH / 4 * 32, 0, 0, c, (const float *)mla_s, nmax);
+    }
     return 0;
 }
 
@@ -535,7 +560,7 @@ extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
     if (mla_mode < 0) slcu_mla_set(-1);
     const int row = a->r + a->dr;
     const int m3 = mla_mode & 3, split = !(mla_mode & 8) && (m3 == 2 || (m3 == 3 && a->pos0 + a->n >= MLA2_AUTO)) &&
-                                    a->n <= MLA2_MAXN && (size_t)((row + 31) / 32) * MLA2_SG * 32 * sizeof(float) <= 48 * 1024;
+                                    (size_t)((row + 31) / 32) * MLA2_SG * 32 * sizeof(float) <= 48 * 1024;
     if (mla_mode & 8 || split) {
         if (split) pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a);
         mla_absorb(a);
