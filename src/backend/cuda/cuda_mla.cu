@@ -526,7 +526,11 @@ static int mla2_attend(const slcu_mla *a, char *msg, size_t msglen) {
     int ct = a->n;
     if (a->n > MLA2_MAXN && (size_t)a->n * per > MLA2_SCAP)
         ct = MLA2_SCAP / per > MLA2_MAXN ? (int)(MLA2_SCAP / per) : MLA2_MAXN;
-    if (mla_room((size_t)ct * per, msg, msglen)) return -1; /* the largest chunk's: the last one's nmax is nall */
+    /* the largest chunk's (the last one's nmax is nall); a prefill's call asks for MLA2_SCAP at once, which its
+     * chunks never pass: one cudaMalloc for the whole prompt, where growing with the depth freed and reallocated
+     * (a device-wide wait each) at every half again */
+    const size_t need = (size_t)ct * per;
+    if (mla_room(a->n > MLA2_MAXN && need < MLA2_SCAP ? MLA2_SCAP : need, msg, msglen)) return -1;
     const int groups = (a->n_heads + MLA2_SG - 1) / MLA2_SG;
     for (int t0 = 0; t0 < a->n; t0 += ct) {
         slcu_mla c = *a;
