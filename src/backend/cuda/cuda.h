@@ -494,9 +494,9 @@ typedef struct slcu_mla {
     float *lat;   /* [n][n_heads][r] */
 } slcu_mla;
 int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen);
-/* 2: 1 .. 8 tokens by cuda_mla.cu's split launches (the cache read once per group of heads, bitwise the same outputs);
- * 1: k_mla_attend alone; 3 (the default): the split from 64 positions on; -1: SLUICE_CUDA_MLA again (1 / 2 / unset).
- * Tests and benchmarks. */
+/* 2: any number of tokens by cuda_mla.cu's split launches (the cache read once per group of heads, a prefill's
+ * tokens in chunks; bitwise the same outputs); 1: k_mla_attend alone; 3 (the default): the split from 64 positions
+ * on; -1: SLUICE_CUDA_MLA again (1 / 2 / unset); test bits 4 and 8 (cuda_mla.cu). Tests and benchmarks. */
 void slcu_mla_set(int mode);
 
 /* ---- cuda_mla_out.cu: MLA's output projection (backend.h mla_out) in one launch: out[t * ldo + h * dv + v] =
