@@ -478,6 +478,10 @@ static sl_status route_and_run(fwd_ws *ws, const fam_config *cfg, const fam_laye
     return rc;
 }
 
+static int wide_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
+                          const tn_expert_src *experts, int n, const float *h, float *out, float *logits,
+                          sl_error *err);
+
 /* A resident one-token step routed on the device (backend.h moe_resident): 1 done (*w_dev), 0 not taken. */
 static int moe_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
                          const tn_expert_src *experts, int n, kern_act *hx, const float **w_dev, sl_error *err) {
@@ -502,8 +506,18 @@ int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
     kern_act hx; /* ws->h, quantized once for the router, the shared expert and every routed expert */
     fwd_act(ws, &hx, FWD_ACT_IN, ws->h, (size_t)H, n, H);
     router_logits(ws, cfg, lw, ws->x, ws->h, n, &hx, ws->router);
+    /* gpt-oss (no shared expert): routed, grouped and combined into out on the device as a layer-major block is
+     * (wide_on_device: cuda_moex.cu), where route_and_run waited for the routing on the host and ran the experts one
+     * at a time; every row bitwise (the same router kernel, each GEMM row its own token's, the same combine) */
+    int rc = cfg->expert_kind == SL_EXPERT_GPTOSS && !lw->sh_gate.data && !lw->sh_gate_up.data
+                 ? wide_on_device(ws, cfg, lw, layer, experts, n, ws->h, ws->out, ws->router, err)
+                 : 0;
+    if (rc) {
+        if (rc > 0) fwd_hint_mat(ws, ws->ffn_next), ws->ffn_next = NULL;
+        return rc < 0 ? rc : 0;
+    }
     const float *w_dev = NULL;
-    int rc = moe_on_device(ws, cfg, lw, layer, experts, n, &hx, &w_dev, err);
+    rc = moe_on_device(ws, cfg, lw, layer, experts, n, &hx, &w_dev, err);
     if (!rc) rc = route_and_run(ws, cfg, lw, layer, next_lw, next_layer, experts, n, &hx, err);
     if (rc < 0 || (rc > 0 && !w_dev)) return rc;
     if (!experts->begin && !ws->rm) shared_expert(ws, cfg, layer, lw, &hx);
@@ -598,14 +612,14 @@ static void shared_wide(fwd_ws *ws, const fam_config *cfg, int layer, const fam_
  * loop of routed_wide waited for the routing and launched ~10 kernels an expert). 1 done (out written), 0 not taken,
  * < 0 failed. */
 static int wide_on_device(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
-                          const tn_expert_src *experts, int n, const float *h, float *out, const fwd_wide *wb,
+                          const tn_expert_src *experts, int n, const float *h, float *out, float *logits,
                           sl_error *err) {
     if (!ws->be->moe_wide || experts->begin || ws->rm || ws->rt || !ws->int8 || cfg->moe_inter > ws->act_cols ||
         cfg->expert_kind > SL_EXPERT_SWIGLU_CLAMP || lw->router_norm ||
         cfg->moe_scale_input || cfg->router == SL_ROUTER_TOPK_SIGMOID || cfg->router == SL_ROUTER_SOFTMAX_ZERO ||
         cfg->zero_experts)
         return 0;
-    const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = wb->router, .bias = lw->router_bias};
+    const be_route r = {.cfg = cfg, .layer = layer, .n = n, .logits = logits, .bias = lw->router_bias};
     int rc = ws->be->moe_wide(ws->be, &r, experts, h, cfg->moe_inter, out);
     if (rc < 0) err_set(err, rc, "layer %d: experts on the device: %s", layer, ws->be->errmsg(ws->be));
     return rc;
@@ -854,7 +868,7 @@ sl_status fwd_moe_wide(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw,
             router_logits(ws, cfg, lw, x + (size_t)r0 * H, h + (size_t)r0 * H, nb, &a,
                           wb->router + (size_t)r0 * cfg_router_rows(cfg));
         }
-    int rc = wide_on_device(ws, cfg, lw, layer, experts, n, h, out, wb, err);
+    int rc = wide_on_device(ws, cfg, lw, layer, experts, n, h, out, wb->router, err);
     if (rc < 0) return rc;
     if (rc) shared_wide(ws, cfg, layer, lw, n, h, wb);
     else if ((rc = routed_wide(ws, cfg, lw, layer, next_lw, next_layer, experts, n, x, h, out, wb, err)))
