@@ -526,6 +526,7 @@ static int *route_buf(be_backend *be, size_t nk) {
     if (nk > c->rt_cap) {
         if (slcu_sync(MSG(be))) return cu_fail(be, SL_EIO, c->tmp), NULL; /* queued work may read the old one */
         slcu_free(c->rt);
+        slcb_graphs_clear(c->gr); /* recorded steps may read the old one */
         c->rt_cap = 0;
         if (!(c->rt = slcu_alloc(nk * (sizeof(int) + sizeof(float)), MSG(be)))) return cu_fail(be, SL_ENOMEM, c->tmp), NULL;
         c->rt_cap = nk;
@@ -795,11 +796,12 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
     const fam_config *cfg = r->cfg;
     slcu_router rr;
     tn_expert ex0;
-    if (c->moe_wide_off || c->step || r->n < 1 || !router_of(cfg, r->bias, &rr)) {
+    const int oss = cfg->expert_kind == SL_EXPERT_GPTOSS, E = cfg->n_experts;
+    if (c->moe_wide_off || (c->step && !oss) || r->n < 1 || !router_of(cfg, r->bias, &rr)) {
         if (rh) router_alone(be);
         return 0;
     }
-    const int oss = cfg->expert_kind == SL_EXPERT_GPTOSS, E = cfg->n_experts;
+    if (c->step && (r->layer >= c->n_tab || !c->tab[r->layer].dev)) return 0; /* built (and uploaded) unrecorded */
     const int ok = layer_tab(be, xs, r->layer, E, oss, &ex0);
     int *de = ok > 0 ? route_buf(be, (size_t)r->n * (size_t)cfg->n_experts_used) : NULL;
     if (ok < 0 || (ok && !de)) {
@@ -813,8 +815,16 @@ static int cu_moe_wide(be_backend *be, const be_route *r, const tn_expert_src *x
                               .limit = (float)cfg->swiglu_limit, .h = h, .top_e = de, .tab = tab,
                               .bias = tab ? (const float *const *)(tab + (size_t)6 * E) : NULL,
                               .gate_up = mat_of(&ex0.gate_up), .down = mat_of(&ex0.down)};
+        /* a one-token step may be recorded (cu_step_begin): slcu_moex_layer's launches read only the table, the route
+         * buffer and c->mw, each of which forgets the recorded steps when it moves; a step that would grow c->mw is
+         * not recorded (the host path refuses it too: the step runs again unrecorded) */
+        const size_t need = slcu_moex_bytes(r->n, mx.k, E, mx.H, inter) + (size_t)r->n * mx.k * mx.H * sizeof(float);
+        if (c->step && (need > c->mw_cap || !ok)) return 0;
+        if (c->step == 1) return slcu_moex_takes(&mx); /* replayed: its launches are in the graph */
+        const void *mw = c->mw;
         const int rc = ok ? slcu_moex_layer(&mx, &rr, r->logits, (float *)(de + c->rt_cap), out, &c->mw, &c->mw_cap, MSG(be))
                           : 0;
+        if (c->mw != mw) slcb_graphs_clear(c->gr); /* recorded steps may read the old one */
         return rc < 0 ? (cu_fail(be, SL_EIO, c->tmp), cu_sync(be)) : rc;
     }
     slcu_moe mo = {.n = r->n, .k = cfg->n_experts_used, .E = cfg->n_experts, .H = cfg->hidden, .I = inter, .h = h,
