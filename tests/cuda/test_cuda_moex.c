@@ -201,4 +201,8 @@ static void check_moex_all(void) {
     check_moex(40, 4, 32, 384, 288, DT_Q4, 32, DT_F16, DT_Q4, 32, DT_F16); /* I = 288 = 9 blocks: gpt-oss's 2880 / 10 */
     check_moex(60, 4, 16, 256, 96, DT_MXFP4, 32, DT_F32, DT_MXFP4, 32, DT_F32);  /* gpt-oss's own type (cuda_mxfp4.cu's segments) */
     check_moex(130, 4, 8, 384, 288, DT_MXFP4, 32, DT_F32, DT_Q8, 32, DT_F16);   /* mixed: MXFP4 gate_up, q8 down */
+    for (int n = 1; n <= 8; n++) { /* a decode step and small batches (moe.c fwd_moe's gpt-oss case, a token alone) */
+        check_moex(n, 4, 32, 256, 96, DT_MXFP4, 32, DT_F32, DT_MXFP4, 32, DT_F32);
+        check_moex(n, 4, 16, 384, 288, DT_Q4, 32, DT_F16, DT_Q8, 32, DT_F16);
+    }
 }
