@@ -509,7 +509,11 @@ int fwd_moe(fwd_ws *ws, const fam_config *cfg, const fam_layer_w *lw, int layer,
     /* gpt-oss (no shared expert): routed, grouped and combined into out on the device as a layer-major block is
      * (wide_on_device: cuda_moex.cu), where route_and_run waited for the routing on the host and ran the experts one
      * at a time; every row bitwise (the same router kernel, each GEMM row its own token's, the same combine) */
-    int rc = cfg->expert_kind == SL_EXPERT_GPTOSS && !lw->sh_gate.data && !lw->sh_gate_up.data
+    /* (SLUICE_CUDA_OSSDEC=1 until a device has run it: session 37 wrote it with no GPU left, docs/CUDA.md "Left";
+     * a backend without moe_wide, the CPU's, never takes it) */
+    static int oss_dec = -1;
+    if (oss_dec < 0) oss_dec = getenv("SLUICE_CUDA_OSSDEC") && !strcmp(getenv("SLUICE_CUDA_OSSDEC"), "1");
+    int rc = oss_dec && cfg->expert_kind == SL_EXPERT_GPTOSS && !lw->sh_gate.data && !lw->sh_gate_up.data
                  ? wide_on_device(ws, cfg, lw, layer, experts, n, ws->h, ws->out, ws->router, err)
                  : 0;
     if (rc) {

@@ -140,9 +140,13 @@ static void check_mxfp4_all(void) {
     check_mxg_seg(16, 3, 2, 100, 96, 300, 0);     /* about 25: 128 x 32; three experts empty */
     check_mxg_seg(32, 1, 1, 2880, 2880, 2048, 1); /* about 64: 64 x 64 */
     check_mxg_seg(300, 20, 2, 33, 32, 500, 1);    /* more experts than a CTA's 64 or 256 threads */
-    check_mxg_seg(128, 0, 1, 2880, 2880, 32, 1);  /* a decode batch's 8 x 4 pairs: k_mxseg_rows (at most 64 rows) */
-    check_mxg_seg(16, 3, 2, 100, 96, 5, 0);       /* 5 rows of 16 experts, three empty, two matrices */
-    check_mxg_seg(300, 20, 1, 33, 1056, 64, 1);   /* the rows kernel's largest call; many empty experts */
+    for (int on = 0; on < 2; on++) { /* small calls: the tiles (default), then k_mxseg_rows (SLUICE_CUDA_MXSEG=1) */
+        if (on) setenv("SLUICE_CUDA_MXSEG", "1", 1);
+        check_mxg_seg(128, 0, 1, 2880, 2880, 32, 1); /* a decode batch's 8 x 4 pairs (k_mxseg_rows: at most 64 rows) */
+        check_mxg_seg(16, 3, 2, 100, 96, 5, 0);      /* 5 rows of 16 experts, three empty, two matrices */
+        check_mxg_seg(300, 20, 1, 33, 1056, 64, 1);  /* the rows kernel's largest call; many empty experts */
+        unsetenv("SLUICE_CUDA_MXSEG");
+    }
 }
 
 /* ---- --bench-mxfp4 ---- */

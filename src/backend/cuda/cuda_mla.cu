@@ -563,7 +563,10 @@ extern "C" int slcu_mla_attention(const slcu_mla *a, char *msg, size_t msglen) {
     if (a->n <= 0) return 0;
     if (mla_mode < 0) slcu_mla_set(-1);
     const int row = a->r + a->dr;
-    const int m3 = mla_mode & 3, split = !(mla_mode & 8) && (m3 == 2 || (m3 == 3 && a->pos0 + a->n >= MLA2_AUTO)) &&
+    /* the default (3) takes the split for decode batches only (a prefill's chunks, session 37, have not run on a GPU:
+     * SLUICE_CUDA_MLA=2 takes them) */
+    const int m3 = mla_mode & 3,
+              split = !(mla_mode & 8) && (m3 == 2 || (m3 == 3 && a->n <= MLA2_MAXN && a->pos0 + a->n >= MLA2_AUTO)) &&
                                     (size_t)((row + 31) / 32) * MLA2_SG * 32 * sizeof(float) <= 48 * 1024;
     if (mla_mode & 8 || split) {
         if (split) pdl_launch(k_mla_store, dim3((unsigned)((row + 255) / 256), (unsigned)a->n), 256, 0, 0, *a);
