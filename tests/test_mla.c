@@ -221,22 +221,6 @@ typedef struct {
     int group;
 } out_case;
 
-/* rows view of m (quant.h's layout), as mla.c fwd_rows_view */
-static tn_mat view_rows(const tn_mat *m, int row0, int n) {
-    tn_mat v = *m;
-    const int bits = q_bits(m->dtype);
-    v.rows = n;
-    if (!bits) {
-        v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * dt_size(m->dtype);
-        return v;
-    }
-    const size_t ng = (size_t)(m->cols / m->group);
-    v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * (size_t)bits / 8;
-    v.scales = (const uint8_t *)m->scales + (size_t)row0 * ng * dt_size(m->sdtype);
-    v.biases = (const uint8_t *)m->biases + (size_t)row0 * ng * dt_size(m->sdtype);
-    return v;
-}
-
 static void check_out_case(const out_case *c, int threads, unsigned seed) {
     srand(seed);
     const int rows = c->nh * (c->dn + c->dv), ldo = c->nh * c->dv + 5;
@@ -273,7 +257,7 @@ static void check_out_case(const out_case *c, int threads, unsigned seed) {
     memset(ref, 0x7f, no * sizeof(float));
     CHECK_OUT(be->mla_out && be->mla_out(be, &a) == 1, "the CPU backend did not take mla_out");
     for (int h = 0; h < c->nh; h++) { /* mla.c's loop before mla_out */
-        const tn_mat wuv = view_rows(&w, h * (c->dn + c->dv) + c->dn, c->dv);
+        const tn_mat wuv = q_rows_view(&w, h * (c->dn + c->dv) + c->dn, c->dv);
         kern_act x;
         kern_act_init(&x, NULL, lat + (size_t)h * c->r, (size_t)c->nh * c->r, c->n, c->r, 0);
         be_matmul(be, &wuv, &x, ref + (size_t)h * c->dv, (size_t)ldo);

@@ -21,6 +21,7 @@
 
 #include "family/rope.h"
 #include "model/fwd_internal.h"
+#include "quant/quant.h"
 
 /* ---- state ------------------------------------------------------------------------------------ */
 
@@ -179,7 +180,7 @@ int fwd_dsv4_attention(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam
     be->attention(be, &a);
     be->rope(be, ws->mix + hd - r, n, ldm, nh, (size_t)hd, r, inv, af, pos0, 3); /* K = V carried the rotation */
     for (int g = 0; g < G; g++) {
-        const tn_mat wg = fwd_rows_view(&lw->o_a, g * cfg->o_lora, cfg->o_lora);
+        const tn_mat wg = q_rows_view(&lw->o_a, g * cfg->o_lora, cfg->o_lora);
         MM(&wg, ws->mix + (size_t)g * gin, ldm, ws->oa + (size_t)g * cfg->o_lora, ldo, FWD_ACT_MID);
     }
     MM(&lw->o, ws->oa, ldo, ws->out, H, FWD_ACT_GATHER);

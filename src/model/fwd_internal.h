@@ -316,8 +316,6 @@ int fwd_dsv4_alloc(fwd_seq *sq, int l);
 void fwd_dsv4_free(fwd_seq *sq, int l);
 size_t fwd_dsv4_ring_bytes(const fwd_seq *sq, int l, int idx);
 size_t fwd_dsv4_state_io(const fwd_seq *sq, int l, int n_past, char *p, int to_state);
-/* Rows row0 .. row0+n-1 of m as a matrix of their own (mla.c; pointer arithmetic, any dtype). */
-tn_mat fwd_rows_view(const tn_mat *m, int row0, int n);
 
 /* forward.c's pieces of a step that multi.c's layer-major pass also takes: layer l's mixer over ws->h's n rows
  * (positions pos0..) into ws->out (0, or a status with the sequence unchanged); the LM head over ws->h's rows

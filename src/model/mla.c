@@ -96,27 +96,6 @@ int fwd_mla_ws_alloc(fwd_ws *ws, const fam_config *cfg) {
     return 0;
 }
 
-/* Rows row0 .. row0+n-1 of m as a matrix of their own (any dtype; quant.h's layout: codes, scales and biases
- * are row-major, so a row range is a range of each). Pointer arithmetic only: valid in any backend's memory. */
-tn_mat fwd_rows_view(const tn_mat *m, int row0, int n) {
-    tn_mat v = *m;
-    const int bits = q_bits(m->dtype);
-    v.rows = n;
-    if (kq_is(m->dtype)) { /* rows of whole blocks, scales inside */
-        v.data = v.scales = (const uint8_t *)m->data + (size_t)row0 * kq_row_bytes(m->dtype, m->cols);
-        return v;
-    }
-    if (!bits) {
-        v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * dt_size(m->dtype);
-        return v;
-    }
-    const size_t ng = (size_t)(m->cols / m->group);
-    v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * (size_t)bits / 8;
-    v.scales = (const uint8_t *)m->scales + (size_t)row0 * ng * dt_size(m->sdtype);
-    if (m->biases) v.biases = (const uint8_t *)m->biases + (size_t)row0 * ng * dt_size(m->sdtype);
-    return v;
-}
-
 /* DSA's indexer of layer `layer` over the micro-batch (cfg->dsa_topk > 0; transformers' DeepseekV32Indexer /
  * GlmMoeDsaIndexer): its key k = rope(LayerNorm(wk h)) into the cache row's tail (ws->k rows of ldc floats, at
  * r + dr), its queries q = rope(wq_b q_resid) per head (q_resid = ws->v, the normed q_a output), the heads' weights
@@ -197,7 +176,7 @@ int fwd_mla(fwd_ws *ws, fwd_seq *sq, const fam_config *cfg, const fam_layer_w *l
     /* out_h = W_uv_h lat_h (rows h*(dn+dv)+dn .. +dv of kv_b): every head and token in one op, or head by head */
     if (!be->mla_out || !be->mla_out(be, &a))
         for (int h = 0; h < nh; h++) {
-            const tn_mat wuv = fwd_rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
+            const tn_mat wuv = q_rows_view(&lw->kv_b, h * (dn + dv) + dn, dv);
             kern_act la; /* f32 latents (the exact kernels), as mla_out */
             kern_act_init(&la, NULL, ws->mla_lat + (size_t)h * r, (size_t)nh * r, n, r, 0);
             be_matmul(be, &wuv, &la, ws->mix + (size_t)h * dv, (size_t)ws->n_mix);

@@ -504,3 +504,23 @@ static void mxfp4_quantize(const float *w, int rows, int cols, uint8_t *out) {
             }
         }
 }
+
+/* quant.h q_rows_view */
+tn_mat q_rows_view(const tn_mat *m, int row0, int n) {
+    tn_mat v = *m;
+    const int bits = q_bits(m->dtype);
+    v.rows = n;
+    if (kq_is(m->dtype)) { /* rows of whole blocks, scales inside */
+        v.data = v.scales = (const uint8_t *)m->data + (size_t)row0 * kq_row_bytes(m->dtype, m->cols);
+        return v;
+    }
+    if (!bits) {
+        v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * dt_size(m->dtype);
+        return v;
+    }
+    const size_t ng = (size_t)(m->cols / m->group);
+    v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * (size_t)bits / 8;
+    v.scales = (const uint8_t *)m->scales + (size_t)row0 * ng * dt_size(m->sdtype);
+    if (m->biases) v.biases = (const uint8_t *)m->biases + (size_t)row0 * ng * dt_size(m->sdtype);
+    return v;
+}

@@ -77,6 +77,10 @@ void q_mat_bind(tn_mat *m, const void *data, dt_type dt, int rows, int cols, int
  * times the scale: what GGUF Q8_0 / Q4_0 import to), so kernels may take tn_mat.bias_implied; 0 otherwise.
  * Reads every scale and bias once. Cannot fail. */
 int q_biases_implied(const tn_mat *m);
+/* Rows row0 .. row0+n-1 of m as a matrix of their own (any dtype; this layout: codes, scales and biases are
+ * row-major, so a row range is a range of each; GGUF blocks whole rows with their scales inside). Pointer arithmetic
+ * only: valid in any backend's memory (MLA's W_uv a head, DeepSeek-V4's o_a a group). */
+tn_mat q_rows_view(const tn_mat *m, int row0, int n);
 
 /* Row r of m as f32 in the original (unrotated) domain: out[cols]. Works for every dtype. */
 void q_row_to_f32(const tn_mat *m, int r, float *out);

@@ -275,27 +275,6 @@ void cpu_mla(be_backend *be, const be_mla *a) {
     pool_for(c->pool, (size_t)a->n * (size_t)a->n_heads, 1, attend_part, &j);
 }
 
-/* Rows row0 .. row0+n-1 of m as a matrix of their own: src/model/mla.c fwd_rows_view's pointer arithmetic (quant.h's
- * layout: codes, scales and biases row-major; GGUF blocks whole rows with their scales inside). */
-static tn_mat rows_view(const tn_mat *m, int row0, int n) {
-    tn_mat v = *m;
-    const int bits = q_bits(m->dtype);
-    v.rows = n;
-    if (kq_is(m->dtype)) {
-        v.data = v.scales = (const uint8_t *)m->data + (size_t)row0 * kq_row_bytes(m->dtype, m->cols);
-        return v;
-    }
-    if (!bits) {
-        v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * dt_size(m->dtype);
-        return v;
-    }
-    const size_t ng = (size_t)(m->cols / m->group);
-    v.data = (const uint8_t *)m->data + (size_t)row0 * (size_t)m->cols * (size_t)bits / 8;
-    v.scales = (const uint8_t *)m->scales + (size_t)row0 * ng * dt_size(m->sdtype);
-    if (m->biases) v.biases = (const uint8_t *)m->biases + (size_t)row0 * ng * dt_size(m->sdtype);
-    return v;
-}
-
 #define MLA_OUT_HEADS 64 /* heads a hand-off of mla_out (kern_matmul_multi takes up to 256 matrices) */
 
 /* backend.h mla_out: each head's W_uv rows over its latents with the exact kernels, MLA_OUT_HEADS heads a
@@ -311,7 +290,7 @@ int cpu_mla_out(be_backend *be, const be_mla *a) {
         const int nb = a->n_heads - h0 < MLA_OUT_HEADS ? a->n_heads - h0 : MLA_OUT_HEADS;
         for (int i = 0; i < nb; i++) {
             const int h = h0 + i;
-            w[i] = rows_view(a->kv_b, h * (a->dn + a->dv) + a->dn, a->dv);
+            w[i] = q_rows_view(a->kv_b, h * (a->dn + a->dv) + a->dn, a->dv);
             kern_act_init(&x[i], NULL, a->lat + (size_t)h * (size_t)a->r, ldx, a->n, a->r, 0);
             mm[i] = (kern_mm){&w[i], &x[i], a->out + (size_t)h * (size_t)a->dv, a->ldo};
         }
