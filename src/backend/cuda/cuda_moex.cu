@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/cuda_swiglu.cuh"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
     if (msg && n) snprintf(msg, n, "%s: %s", what, cudaGetErrorString(e));
@@ -37,10 +38,8 @@ static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
 
 static size_t rnd256(size_t n) { return (n + 255) / 256 * 256; }
 
-/* cuda_ops.cu sigm, the same expression */
-__device__ __forceinline__ float ox_sigm(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
-
-/* CTA p: sorted pair p (< off[E]) of expert e = top_e[cell[p]]: act[p] = k_swiglu_clamped of g[p] with bias[e] */
+/* CTA p: sorted pair p (< off[E]) of expert e = top_e[cell[p]]: act[p] = k_swiglu_clamped of g[p] with bias[e]
+ * (cuda_swiglu.cuh oss_glu, the one expression of both) */
 __global__ void k_oss_mid(const float *__restrict__ g, const float *const *__restrict__ bias, const int *__restrict__ top_e,
                           const int *__restrict__ cell, const int *__restrict__ off, int E, float limit, float *act, int I) {
     const int p = blockIdx.x;
@@ -48,12 +47,7 @@ __global__ void k_oss_mid(const float *__restrict__ g, const float *const *__res
     const float *b = bias[top_e[cell[p]]], *gr = g + (size_t)p * 2 * I;
     float *ar = act + (size_t)p * I;
     for (int i = threadIdx.x; i < I; i += blockDim.x) {
-        float gate = gr[2 * i], up = gr[2 * i + 1];
-        if (b) gate = __fadd_rn(gate, b[2 * i]), up = __fadd_rn(up, b[2 * i + 1]);
-        gate = gate > limit ? limit : gate;
-        up = up > limit ? limit : up < -limit ? -limit : up;
-        const float glu = __fmul_rn(gate, ox_sigm(__fmul_rn(gate, 1.702f)));
-        ar[i] = __fmul_rn(__fadd_rn(up, 1.0f), glu);
+        ar[i] = oss_glu(gr[2 * i], gr[2 * i + 1], b, i, limit);
     }
 }
 

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_pdl.cuh"
 #include "backend/cuda/cuda_quant.cuh"
 #include "backend/cuda/cuda_route.cuh"
+#include "backend/cuda/cuda_swiglu.cuh"
 #include "kernels/canon_exp.h"
 
 static int fail(char *msg, size_t n, const char *what, cudaError_t e) {
@@ -228,12 +229,7 @@ __global__ void k_swiglu_clamped(const float *gu, const float *bias, float limit
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < tot; e += (size_t)gridDim.x * blockDim.x) {
         const size_t t = e / (size_t)I, i = e % (size_t)I;
         const float *g = gu + t * 2 * (size_t)I;
-        float gate = g[2 * i], up = g[2 * i + 1];
-        if (bias) gate = __fadd_rn(gate, bias[2 * i]), up = __fadd_rn(up, bias[2 * i + 1]);
-        gate = gate > limit ? limit : gate;
-        up = up > limit ? limit : up < -limit ? -limit : up;
-        const float glu = __fmul_rn(gate, sigm(__fmul_rn(gate, 1.702f)));
-        act[e] = __fmul_rn(__fadd_rn(up, 1.0f), glu);
+        act[e] = oss_glu(g[2 * i], g[2 * i + 1], bias, (int)i, limit);
     }
 }
 
